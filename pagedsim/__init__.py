@@ -1,0 +1,24 @@
+"""pagedsim: a step-by-step simulator of PagedAttention's KV-cache block manager.
+
+The public contract used by the course and by outside checks:
+
+    BlockPool, BlockTable, KVCacheManager, OutOfBlocks, BlockError
+
+The core (this package minus `pagedsim.draw`) needs only NumPy: it never imports
+matplotlib or numba. The kernels (`cuda_kernels`) consume its block tables, slot
+mappings and copy lists; the renderer (`pagedsim.draw`) draws its snapshots.
+"""
+
+from .block_pool import BlockPool
+from .block_table import NULL_BLOCK, BlockTable, blocks_needed
+from .errors import BlockError, OutOfBlocks, SequenceError
+from .manager import KVCacheManager, Usage
+from .sizing import PRESETS, ModelSpec, fit_blocks, preset
+from .trace import Snapshot, Trace
+
+__all__ = [
+    "BlockPool", "BlockTable", "KVCacheManager", "OutOfBlocks", "BlockError", "SequenceError",
+    "NULL_BLOCK", "blocks_needed", "Usage", "ModelSpec", "PRESETS", "preset", "fit_blocks",
+    "Snapshot", "Trace",
+]
+__version__ = "0.1.0"

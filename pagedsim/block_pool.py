@@ -1,0 +1,188 @@
+"""The physical block pool: every block made up front, an O(1) free list, ref counts (3.4).
+
+The chapter's `KVBlock` struct carries `ref_count` and a `next_free` pointer. Here
+the same fields live as parallel lists indexed by block id ("struct of arrays"),
+which is how a GPU-side pool would lay them out and is faster in Python than one
+object per block:
+
+    _ref[b]   how many block tables hold block b; 0 means b is on the free list
+    _prev[b]  the previous block on the free list (or the head sentinel)
+    _next[b]  the next block on the free list (or the tail sentinel)
+
+The free list is an *intrusive doubly linked list* with two sentinel nodes, ids
+`num_blocks` (head) and `num_blocks + 1` (tail). Why not a Python list or deque?
+Because a doubly linked list can also unlink a block from the *middle* in O(1)
+(`take`), which prefix caching needs when a freed-but-still-cached block is hit
+again -- the same reason vLLM v1's `FreeKVCacheBlockQueue` is built this way.
+
+Order: `allocate()` always pops the head. `free_order` decides where a block whose
+count reaches 0 goes back:
+    "lifo"  to the head, as in the chapter's code (the hottest block is reused first);
+    "fifo"  to the tail, vLLM's order (the least recently freed block is reused first,
+            which is LRU eviction order for cached blocks).
+
+Invariants (checked by `check_invariants`):
+    * walking the list from the head visits exactly `num_free` blocks, then the tail;
+    * prev/next are symmetric: _prev[_next[x]] == x for every node on the list;
+    * a block is on the list exactly when its count is 0.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from .errors import BlockError, OutOfBlocks
+
+FREE_ORDERS = ("lifo", "fifo")
+
+
+class BlockPool:
+    __slots__ = ("num_blocks", "block_size", "free_order", "_ref", "_prev", "_next",
+                 "_head", "_tail", "_num_free")
+
+    def __init__(self, num_blocks: int, block_size: int, free_order: str = "lifo"):
+        for name, value in (("num_blocks", num_blocks), ("block_size", block_size)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if free_order not in FREE_ORDERS:
+            raise ValueError(f"free_order must be one of {FREE_ORDERS}, got {free_order!r}")
+        self.num_blocks = num_blocks  # physical blocks, fixed for the pool's life
+        self.block_size = block_size  # tokens per block
+        self.free_order = free_order  # where a freed block re-enters the list
+        head, tail = num_blocks, num_blocks + 1
+        self._head, self._tail = head, tail  # sentinel node ids
+        self._ref = [0] * num_blocks  # [num_blocks] reference counts
+        # Initial list: head -> 0 -> 1 -> ... -> n-1 -> tail.
+        self._next = list(range(1, num_blocks + 1)) + [0, tail]  # [num_blocks + 2]
+        self._next[num_blocks - 1] = tail
+        self._prev = [head] + list(range(num_blocks - 1)) + [head, num_blocks - 1]
+        self._prev[tail] = num_blocks - 1
+        self._num_free = num_blocks  # length of the free list
+
+    # ---- queries -----------------------------------------------------------
+    @property
+    def num_free(self) -> int:
+        return self._num_free
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - self._num_free
+
+    def ref_count(self, block_id: int) -> int:
+        return self._ref[self._check_id(block_id)]
+
+    def is_free(self, block_id: int) -> bool:
+        return self._ref[self._check_id(block_id)] == 0
+
+    def free_list(self) -> list[int]:
+        """Free block ids, head first: the order in which `allocate()` hands them out."""
+        out, nxt, b = [], self._next, self._next[self._head]
+        while b != self._tail:
+            out.append(b)
+            b = nxt[b]
+        return out
+
+    def ref_counts(self) -> list[int]:
+        return list(self._ref)
+
+    # ---- mutations ---------------------------------------------------------
+    def allocate(self) -> int:
+        """Pop the head of the free list and give it a count of 1. O(1)."""
+        b = self._next[self._head]
+        if b == self._tail:
+            raise OutOfBlocks(1, 0, "allocate()")
+        self._unlink(b)
+        self._ref[b] = 1
+        return b
+
+    def take(self, block_id: int) -> int:
+        """Remove a specific free block from anywhere in the list (a prefix-cache hit). O(1)."""
+        b = self._check_id(block_id)
+        if self._ref[b]:
+            raise BlockError(f"block {b} is not free (ref count {self._ref[b]}); cannot take it")
+        self._unlink(b)
+        self._ref[b] = 1
+        return b
+
+    def incref(self, block_id: int) -> int:
+        """Add an owner to an allocated block (fork / beam search). Returns the new count."""
+        b = self._check_id(block_id)
+        if not self._ref[b]:
+            raise BlockError(f"block {b} is free; allocate it before sharing it")
+        self._ref[b] += 1
+        return self._ref[b]
+
+    def free(self, block_id: int) -> int:
+        """Drop one owner. The block rejoins the free list only when its count hits 0.
+
+        Returns the new count.
+        """
+        b = self._check_id(block_id)
+        count = self._ref[b]
+        if not count:
+            raise BlockError(f"block {b} is already free (double free)")
+        count -= 1
+        self._ref[b] = count
+        if not count:
+            self._push(b)
+        return count
+
+    # ---- the intrusive list --------------------------------------------------
+    def _unlink(self, b: int) -> None:
+        p, n = self._prev[b], self._next[b]
+        self._next[p] = n
+        self._prev[n] = p
+        self._num_free -= 1
+
+    def _push(self, b: int) -> None:
+        if self.free_order == "lifo":  # insert right after the head sentinel
+            p = self._head
+            n = self._next[p]
+        else:  # insert right before the tail sentinel
+            n = self._tail
+            p = self._prev[n]
+        self._prev[b], self._next[b] = p, n
+        self._next[p] = b
+        self._prev[n] = b
+        self._num_free += 1
+
+    def _check_id(self, block_id) -> int:
+        if type(block_id) is not int:
+            if isinstance(block_id, bool):
+                raise BlockError(f"block id must be an int, got the bool {block_id!r}")
+            try:
+                block_id = operator.index(block_id)
+            except TypeError:
+                raise BlockError(
+                    f"block id must be an int, got {type(block_id).__name__} {block_id!r}"
+                ) from None
+        if not 0 <= block_id < self.num_blocks:
+            raise BlockError(f"block {block_id} is out of range [0, {self.num_blocks})")
+        return block_id
+
+    # ---- invariants ----------------------------------------------------------
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the pool's internal structure has drifted."""
+        nxt, prv = self._next, self._prev
+        assert prv[self._head] == self._head, "head sentinel's prev was overwritten"
+        seen, node, steps = set(), self._head, 0
+        while node != self._tail:
+            n = nxt[node]
+            assert prv[n] == node, f"prev/next not symmetric between {node} and {n}"
+            node = n
+            if node == self._tail:
+                break
+            assert 0 <= node < self.num_blocks, f"free list reaches invalid node {node}"
+            assert node not in seen, f"free list has a cycle through block {node}"
+            seen.add(node)
+            steps += 1
+            assert steps <= self.num_blocks, "free list is longer than the pool"
+        assert steps == self._num_free, (
+            f"free list walk has {steps} blocks but num_free is {self._num_free}"
+        )
+        for b, count in enumerate(self._ref):
+            assert count >= 0, f"block {b} has negative ref count {count}"
+            assert (count == 0) == (b in seen), (
+                f"block {b} has ref count {count} but is "
+                f"{'on' if b in seen else 'not on'} the free list"
+            )

@@ -1,0 +1,103 @@
+"""One sequence's block table: logical block i -> physical block id (3.3).
+
+A sequence's tokens are contiguous in *logical* space: token p lives in logical
+block p // block_size at offset p % block_size. The table maps each logical block
+to whichever physical block the pool handed out, so physical blocks can sit
+anywhere. A token's *slot* is its flat index in the cache's token dimension:
+
+    slot = physical_block * block_size + offset
+
+which is exactly what vLLM's `slot_mapping` holds and what the `write_kv` kernel
+consumes. A table always has ceil(num_tokens / block_size) entries.
+
+Entries equal to NULL_BLOCK (-1) mark logical blocks that were dropped (a sliding
+window); translating a token that lives in one raises.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+NULL_BLOCK = -1  # a dropped logical block (sliding window); never a valid physical id
+
+
+def blocks_needed(num_tokens: int, block_size: int) -> int:
+    """ceil(num_tokens / block_size): a partly filled last block still takes a whole block."""
+    return -(-num_tokens // block_size)
+
+
+class BlockTable:
+    __slots__ = ("block_size", "blocks", "num_tokens")
+
+    def __init__(self, block_size: int, blocks=(), num_tokens: int = 0):
+        self.block_size = block_size  # tokens per block
+        self.blocks = list(blocks)  # logical index -> physical block id
+        self.num_tokens = num_tokens  # tokens stored; the last block may be partly full
+
+    # ---- translation -------------------------------------------------------
+    def locate(self, position: int) -> tuple[int, int]:
+        """Token position -> (physical block, offset inside it)."""
+        if not 0 <= position < self.num_tokens:
+            raise IndexError(f"token {position} is outside [0, {self.num_tokens})")
+        logical, offset = divmod(position, self.block_size)
+        block = self.blocks[logical]
+        if block == NULL_BLOCK:
+            raise IndexError(f"token {position} lives in dropped logical block {logical}")
+        return block, offset
+
+    def slot(self, position: int) -> int:
+        block, offset = self.locate(position)
+        return block * self.block_size + offset
+
+    def slot_mapping(self) -> np.ndarray:
+        """The slot of every token, as an int64 array of length num_tokens."""
+        bs = self.block_size
+        blocks = np.asarray(self.blocks, dtype=np.int64)
+        slots = (blocks[:, None] * bs + np.arange(bs)).reshape(-1)[: self.num_tokens]
+        if (blocks == NULL_BLOCK).any():
+            slots[np.repeat(blocks == NULL_BLOCK, bs)[: self.num_tokens]] = -1
+        return slots
+
+    @property
+    def fill_of_last(self) -> int:
+        """Tokens in the last block (block_size when it is full, 0 when the table is empty)."""
+        if not self.blocks:
+            return 0
+        return self.num_tokens - (len(self.blocks) - 1) * self.block_size
+
+    # ---- list-like view ----------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def __getitem__(self, i):
+        return self.blocks[i]
+
+    def __iter__(self):
+        return iter(self.blocks)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, BlockTable):
+            return (self.block_size, self.blocks, self.num_tokens) == (
+                other.block_size, other.blocks, other.num_tokens)
+        if isinstance(other, (list, tuple)):
+            return self.blocks == list(other)
+        return NotImplemented
+
+    __hash__ = None
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self.blocks, dtype=dtype or np.int32)
+
+    def copy(self) -> BlockTable:
+        return BlockTable(self.block_size, self.blocks, self.num_tokens)
+
+    def __repr__(self) -> str:
+        return f"BlockTable({self.blocks}, num_tokens={self.num_tokens}, block_size={self.block_size})"
+
+    def check(self) -> None:
+        """The one structural rule: the table's length matches its token count."""
+        need = blocks_needed(self.num_tokens, self.block_size)
+        assert len(self.blocks) == need, (
+            f"table has {len(self.blocks)} blocks for {self.num_tokens} tokens; "
+            f"expected ceil({self.num_tokens}/{self.block_size}) = {need}"
+        )

@@ -1,0 +1,125 @@
+"""How many bytes a KV block costs, and how many blocks fit in a budget (chapter 3.2, 3.7).
+
+One block holds K and V for `block_size` tokens across every layer and KV head:
+
+    bytes_per_block = block_size * num_layers * 2 (K and V) * num_kv_heads * head_dim * dtype_bytes
+
+For the chapter's example (32 layers, 32 heads, head_dim 128, FP16, block_size 16)
+that is 16 * 32 * 2 * 32 * 128 * 2 = 8,388,608 bytes (8 MiB). With grouped-query
+attention only the KV heads count, which is why Llama-3-8B's blocks are 4x smaller.
+
+`fit_blocks` answers the pre-allocation question of 3.7: given a memory budget,
+how many blocks can be carved out when each block's start is rounded up to an
+alignment boundary (128 bytes by default), and how many bytes that padding costs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ALIGNMENT = 128  # bytes; a GPU memory transaction covers 128 aligned bytes (4 sectors of 32)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The shape of a model's KV cache; the weights do not matter here."""
+
+    name: str  # a label for tables and figures
+    num_layers: int  # transformer layers, each with its own K and V
+    num_kv_heads: int  # KV heads (fewer than query heads under GQA/MQA)
+    head_dim: int  # elements per head vector
+    dtype_bytes: int = 2  # bytes per element: 2 for FP16/BF16, 1 for FP8
+    num_heads: int | None = None  # query heads; None means the same as num_kv_heads
+
+    def __post_init__(self):
+        for field in ("num_layers", "num_kv_heads", "head_dim", "dtype_bytes"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"ModelSpec.{field} must be a positive int, got {value!r}")
+        if self.num_heads is not None and self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads ({self.num_heads}) must be a multiple of "
+                f"num_kv_heads ({self.num_kv_heads})"
+            )
+
+    @property
+    def query_heads(self) -> int:
+        return self.num_heads if self.num_heads is not None else self.num_kv_heads
+
+    def bytes_per_token(self) -> int:
+        """K and V of one token, summed over all layers and KV heads."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+
+    def bytes_per_block(self, block_size: int) -> int:
+        """One whole-model block: `block_size` tokens of K and V."""
+        _check_positive("block_size", block_size)
+        return block_size * self.bytes_per_token()
+
+
+PRESETS: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in (
+        # The chapter's worked example in 3.2.
+        ModelSpec("chapter3", num_layers=32, num_kv_heads=32, head_dim=128),
+        ModelSpec("llama-2-7b", num_layers=32, num_kv_heads=32, head_dim=128),
+        # Grouped-query attention: 32 query heads share 8 KV heads.
+        ModelSpec("llama-3-8b", num_layers=32, num_kv_heads=8, head_dim=128, num_heads=32),
+        # The vLLM paper's running example: about 800 KB of KV per token.
+        ModelSpec("opt-13b", num_layers=40, num_kv_heads=40, head_dim=128),
+    )
+}
+
+
+def preset(name: str) -> ModelSpec:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}") from None
+
+
+def align_up(nbytes: int, alignment: int = ALIGNMENT) -> int:
+    """Round `nbytes` up to the next multiple of `alignment` (a power of two)."""
+    _check_positive("alignment", alignment)
+    if alignment & (alignment - 1):
+        raise ValueError(f"alignment must be a power of two, got {alignment}")
+    return (nbytes + alignment - 1) & ~(alignment - 1)
+
+
+@dataclass(frozen=True)
+class BlockFit:
+    """The result of carving a budget into aligned blocks."""
+
+    num_blocks: int  # blocks that fit
+    block_bytes: int  # payload bytes of one block
+    stride_bytes: int  # distance between block starts: block_bytes rounded up
+    padding_bytes: int  # total bytes lost to rounding, over all fitted blocks
+    unused_bytes: int  # tail of the budget too small for one more block
+
+    @property
+    def padding_fraction(self) -> float:
+        used = self.num_blocks * self.stride_bytes
+        return self.padding_bytes / used if used else 0.0
+
+
+def fit_blocks(budget_bytes: int, block_bytes: int, alignment: int = ALIGNMENT) -> BlockFit:
+    """How many blocks of `block_bytes` fit in `budget_bytes` with aligned starts.
+
+    The pool's base address is assumed aligned, so block i starts at i * stride.
+    """
+    _check_positive("block_bytes", block_bytes)
+    if not isinstance(budget_bytes, int) or budget_bytes < 0:
+        raise ValueError(f"budget_bytes must be a non-negative int, got {budget_bytes!r}")
+    stride = align_up(block_bytes, alignment)
+    n = budget_bytes // stride
+    return BlockFit(
+        num_blocks=n,
+        block_bytes=block_bytes,
+        stride_bytes=stride,
+        padding_bytes=n * (stride - block_bytes),
+        unused_bytes=budget_bytes - n * stride,
+    )
+
+
+def _check_positive(name: str, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
