@@ -61,6 +61,10 @@ class KVCacheManager:
         self._copies: list[tuple[int, int]] = []  # copy-on-write pairs awaiting the kernel
         self.trace = tr.Trace(snapshots) if trace else None  # None: tracing off, for speed
         self.step = 0  # number of completed public steps
+        # Called as evictor(manager, blocks_short, protect) when an allocation finds too few
+        # free blocks (the chapter's evict_blocks()). It may free blocks of sequences not in
+        # `protect` (preempt, swap out, drop cached blocks); the request is then re-checked.
+        self.evictor = None
         self._step_events = 0  # index in trace.events where the current step began
         if self.trace is not None and snapshots:
             self.trace.snapshots.append(self.snapshot(caption=(
@@ -169,8 +173,7 @@ class KVCacheManager:
         if pool._num_free < len(seq_ids):  # the batch might not fit: count exactly
             need = sum(1 for s in seq_ids if tables[s].num_tokens % bs == 0
                        or ref[tables[s].blocks[-1]] > 1)
-            self._reserve(need, seq_ids[0] if len(seq_ids) == 1 else "batch",
-                          f"decode_step({len(seq_ids)} seqs)")
+            self._reserve(need, frozenset(wanted), f"decode_step({len(seq_ids)} seqs)")
         if self.trace is not None:
             return [slot for s in seq_ids for slot in self.append_tokens(s, 1)]
         slots, allocate = [], pool.allocate
@@ -223,6 +226,14 @@ class KVCacheManager:
         available = self.pool.num_free
         if need <= available:
             return
+        if self.evictor is not None:
+            protect = set(seq_id) if isinstance(seq_id, (set, frozenset)) else {seq_id}
+            self.evictor(self, need - available, protect)
+            available = self.pool.num_free
+            if need <= available:
+                return
+        if isinstance(seq_id, frozenset):
+            seq_id = "batch"
         self._emit(tr.AllocationFailed(self.step + 1, seq_id, what, need, available))
         self._end_step()
         raise OutOfBlocks(need, available, f"seq {seq_id!r} {what}")
