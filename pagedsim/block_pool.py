@@ -24,7 +24,8 @@ count reaches 0 goes back:
 Invariants (checked by `check_invariants`):
     * walking the list from the head visits exactly `num_free` blocks, then the tail;
     * prev/next are symmetric: _prev[_next[x]] == x for every node on the list;
-    * a block is on the list exactly when its count is 0.
+    * a block is on the list exactly when its count is 0;
+    * `num_shared` equals the number of blocks whose count is above 1.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ FREE_ORDERS = ("lifo", "fifo")
 
 class BlockPool:
     __slots__ = ("num_blocks", "block_size", "free_order", "_ref", "_prev", "_next",
-                 "_head", "_tail", "_num_free")
+                 "_head", "_tail", "_num_free", "_num_shared")
 
     def __init__(self, num_blocks: int, block_size: int, free_order: str = "lifo"):
         for name, value in (("num_blocks", num_blocks), ("block_size", block_size)):
@@ -58,11 +59,17 @@ class BlockPool:
         self._prev = [head] + list(range(num_blocks - 1)) + [head, num_blocks - 1]
         self._prev[tail] = num_blocks - 1
         self._num_free = num_blocks  # length of the free list
+        self._num_shared = 0  # blocks whose count is above 1 (lets callers skip copy-on-write checks)
 
     # ---- queries -----------------------------------------------------------
     @property
     def num_free(self) -> int:
         return self._num_free
+
+    @property
+    def num_shared(self) -> int:
+        """Blocks held by more than one table."""
+        return self._num_shared
 
     @property
     def num_used(self) -> int:
@@ -95,6 +102,21 @@ class BlockPool:
         self._ref[b] = 1
         return b
 
+    def allocate_many(self, k: int) -> list[int]:
+        """Pop `k` blocks from the head in one splice; all or nothing."""
+        if k > self._num_free:
+            raise OutOfBlocks(k, self._num_free, f"allocate_many({k})")
+        nxt, ref, head = self._next, self._ref, self._head
+        out, b = [], nxt[head]
+        for _ in range(k):
+            ref[b] = 1
+            out.append(b)
+            b = nxt[b]
+        nxt[head] = b  # head now skips the whole run
+        self._prev[b] = head
+        self._num_free -= k
+        return out
+
     def take(self, block_id: int) -> int:
         """Remove a specific free block from anywhere in the list (a prefix-cache hit). O(1)."""
         b = self._check_id(block_id)
@@ -109,8 +131,11 @@ class BlockPool:
         b = self._check_id(block_id)
         if not self._ref[b]:
             raise BlockError(f"block {b} is free; allocate it before sharing it")
-        self._ref[b] += 1
-        return self._ref[b]
+        count = self._ref[b] + 1
+        self._ref[b] = count
+        if count == 2:
+            self._num_shared += 1
+        return count
 
     def free(self, block_id: int) -> int:
         """Drop one owner. The block rejoins the free list only when its count hits 0.
@@ -125,7 +150,31 @@ class BlockPool:
         self._ref[b] = count
         if not count:
             self._push(b)
+        elif count == 1:
+            self._num_shared -= 1
         return count
+
+    def release(self, blocks) -> None:
+        """`free` for many blocks an owner is known to hold (no per-id checks: the
+        caller -- the manager -- only ever holds valid, allocated ids)."""
+        ref, nxt, prv = self._ref, self._next, self._prev
+        lifo = self.free_order == "lifo"
+        for b in blocks:
+            count = ref[b] - 1
+            ref[b] = count
+            if count == 0:
+                if lifo:
+                    p = self._head
+                    n = nxt[p]
+                else:
+                    n = self._tail
+                    p = prv[n]
+                prv[b], nxt[b] = p, n
+                nxt[p] = b
+                prv[n] = b
+                self._num_free += 1
+            elif count == 1:
+                self._num_shared -= 1
 
     # ---- the intrusive list --------------------------------------------------
     def _unlink(self, b: int) -> None:
@@ -180,6 +229,9 @@ class BlockPool:
         assert steps == self._num_free, (
             f"free list walk has {steps} blocks but num_free is {self._num_free}"
         )
+        shared = sum(1 for count in self._ref if count > 1)
+        assert shared == self._num_shared, (
+            f"{shared} blocks have a count above 1 but num_shared is {self._num_shared}")
         for b, count in enumerate(self._ref):
             assert count >= 0, f"block {b} has negative ref count {count}"
             assert (count == 0) == (b in seen), (

@@ -52,9 +52,9 @@ class BlockTable:
     def slot_mapping(self) -> np.ndarray:
         """The slot of every token, as an int64 array of length num_tokens."""
         bs = self.block_size
-        blocks = np.asarray(self.blocks, dtype=np.int64)
+        blocks = np.array(self.blocks, dtype=np.int64)
         slots = (blocks[:, None] * bs + np.arange(bs)).reshape(-1)[: self.num_tokens]
-        if (blocks == NULL_BLOCK).any():
+        if NULL_BLOCK in self.blocks:  # dropped blocks have no slots
             slots[np.repeat(blocks == NULL_BLOCK, bs)[: self.num_tokens]] = -1
         return slots
 

@@ -113,8 +113,10 @@ class KVCacheManager:
                      used * self.block_size - stored)
 
     # ---- operations ------------------------------------------------------------
-    def add_sequence(self, seq_id, num_tokens: int) -> list[int]:
-        """Admit a sequence with a prompt of `num_tokens` tokens. Returns their slots."""
+    def add_sequence(self, seq_id, num_tokens: int) -> np.ndarray:
+        """Admit a sequence with a prompt of `num_tokens` tokens.
+
+        Returns the prompt's slot mapping (int64 array), ready for `write_kv`."""
         try:
             if seq_id in self._tables:
                 raise SequenceError(f"sequence {seq_id!r} already exists")
@@ -122,16 +124,17 @@ class KVCacheManager:
             raise SequenceError(f"sequence id must be hashable, got {seq_id!r}") from None
         num_tokens = _count("num_tokens", num_tokens)
         need = blocks_needed(num_tokens, self.block_size)
-        self._reserve(need, seq_id, f"add_sequence({num_tokens} tokens)")
-        table = BlockTable(self.block_size)
+        if need > self.pool._num_free:
+            self._reserve(need, seq_id, f"add_sequence({num_tokens} tokens)")
+        table = BlockTable(self.block_size, num_tokens=num_tokens)
+        table.blocks = self.pool.allocate_many(need)  # a fresh list: no copy needed
         self._tables[seq_id] = table
-        self._emit(tr.SequenceAdded(self.step + 1, seq_id, num_tokens))
-        for logical in range(need):
-            self._grow(seq_id, table, logical)
-        table.num_tokens = num_tokens
-        slots = table.slot_mapping().tolist()
+        if self.trace is not None:
+            self._emit(tr.SequenceAdded(self.step + 1, seq_id, num_tokens))
+            for logical, b in enumerate(table.blocks):
+                self._emit(tr.BlockAllocated(self.step + 1, seq_id, b, logical))
         self._end_step()
-        return slots
+        return table.slot_mapping()
 
     def append_tokens(self, seq_id, n: int = 1) -> list[int]:
         """Append `n` tokens to a sequence. Returns the slots they are written to."""
@@ -155,40 +158,63 @@ class KVCacheManager:
         self._end_step()
         return slots
 
-    def decode_step(self, seq_ids) -> list[int]:
-        """Append one token to each listed sequence: one scheduler iteration, as one step.
+    def decode_step(self, seq_ids, with_slots: bool = True) -> list[int] | None:
+        """Append one token to each listed sequence: one scheduler iteration.
 
-        The same as calling `append_tokens(s, 1)` for each (with tracing on, that is
-        exactly what it does, one trace step per sequence); with tracing off it is one
-        tight loop. All-or-nothing for the whole batch: returns the new tokens' slots.
+        A sequence listed k times gets k tokens. The same as calling
+        `append_tokens(s, 1)` for each entry (with tracing on, that is exactly what it
+        does, one trace step each); with tracing off it is one tight loop. All or
+        nothing for the whole batch. Returns the new tokens' slots, or None when
+        `with_slots` is False.
         """
-        tables, wanted = self._tables, set(seq_ids)
-        if not tables.keys() >= wanted:
+        tables = self._tables
+        try:
+            batch = list(map(tables.__getitem__, seq_ids))  # also proves every id exists
+        except (KeyError, TypeError):
             missing = next(s for s in seq_ids if s not in tables)
-            raise SequenceError(f"unknown sequence {missing!r}")
-        if len(wanted) != len(seq_ids):
-            raise SequenceError("decode_step got the same sequence twice")
+            raise SequenceError(f"unknown sequence {missing!r}") from None
         pool, bs = self.pool, self.block_size
-        ref = pool._ref
-        if pool._num_free < len(seq_ids):  # the batch might not fit: count exactly
-            need = sum(1 for s in seq_ids if tables[s].num_tokens % bs == 0
-                       or ref[tables[s].blocks[-1]] > 1)
-            self._reserve(need, frozenset(wanted), f"decode_step({len(seq_ids)} seqs)")
+        if pool._num_free < len(batch):  # each entry needs at most one block: count exactly
+            self._reserve(self._decode_need(seq_ids), frozenset(seq_ids),
+                          f"decode_step({len(batch)} seqs)")
         if self.trace is not None:
-            return [slot for s in seq_ids for slot in self.append_tokens(s, 1)]
-        slots, allocate = [], pool.allocate
-        for s in seq_ids:
-            t = tables[s]
+            slots = [slot for s in seq_ids for slot in self.append_tokens(s, 1)]
+            return slots if with_slots else None
+        self.step += 1
+        if not pool._num_shared and not with_slots:  # the common case: nothing shared
+            full = []  # tables whose last block is full: one new block each, in one splice
+            for t in batch:
+                pos = t.num_tokens
+                if pos % bs == 0:
+                    full.append(t.blocks)
+                t.num_tokens = pos + 1
+            for blocks, b in zip(full, pool.allocate_many(len(full))):
+                blocks.append(b)
+            return None
+        slots, ref, allocate = [], pool._ref, pool.allocate
+        for s, t in zip(seq_ids, batch):
             pos = t.num_tokens
             off = pos % bs
             if off == 0:
                 t.blocks.append(allocate())
-            elif ref[t.blocks[-1]] > 1:
+            elif pool._num_shared and ref[t.blocks[-1]] > 1:
                 self._copy_on_write(s, t)
             t.num_tokens = pos + 1
             slots.append(t.blocks[-1] * bs + off)
-        self.step += 1
-        return slots
+        return slots if with_slots else None
+
+    def _decode_need(self, seq_ids) -> int:
+        """Blocks a decode step needs: a new block at a boundary, a copy for a shared tail."""
+        need, pos_after, ref, bs = 0, {}, self.pool._ref, self.block_size
+        for s in seq_ids:
+            t = self._tables[s]
+            pos = pos_after.get(s, t.num_tokens)
+            if pos % bs == 0:
+                need += 1
+            elif s not in pos_after and ref[t.blocks[-1]] > 1:
+                need += 1  # only the first write into a shared tail copies it
+            pos_after[s] = pos + 1
+        return need
 
     def fork(self, parent_id, child_id) -> None:
         """The child shares every block of the parent; each block's count goes up by one."""
@@ -207,6 +233,13 @@ class KVCacheManager:
         """Release a finished sequence's blocks, last block first."""
         table = self._table(seq_id)
         del self._tables[seq_id]
+        if self.trace is None:
+            blocks = table.blocks
+            if NULL_BLOCK in blocks:
+                blocks = [b for b in blocks if b != NULL_BLOCK]
+            self.pool.release(reversed(blocks))
+            self.step += 1
+            return
         self._emit(tr.SequenceFreed(self.step + 1, seq_id, table.num_tokens))
         for b in reversed(table.blocks):
             if b != NULL_BLOCK:
@@ -241,7 +274,8 @@ class KVCacheManager:
     def _grow(self, seq_id, table: BlockTable, logical: int) -> None:
         b = self.pool.allocate()
         table.blocks.append(b)
-        self._emit(tr.BlockAllocated(self.step + 1, seq_id, b, logical))
+        if self.trace is not None:
+            self._emit(tr.BlockAllocated(self.step + 1, seq_id, b, logical))
 
     def _copy_on_write(self, seq_id, table: BlockTable) -> None:
         src = table.blocks[-1]
@@ -311,6 +345,8 @@ class KVCacheManager:
 
 
 def _count(name: str, value) -> int:
+    if type(value) is int and value >= 0:
+        return value
     if isinstance(value, bool):
         raise ValueError(f"{name} must be a non-negative int, got {value!r}")
     try:

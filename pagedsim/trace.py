@@ -168,9 +168,11 @@ def describe(events) -> str:
         return text + (f" and takes {_ids(e.block for e in allocated)}" if allocated else "")
     if isinstance(head, SequenceForked):
         shared = [e for e in events if isinstance(e, BlockShared)]
-        counts = ", ".join(f"{e.block}\u2192{e.ref_count}" for e in shared)
+        counts = {e.ref_count for e in shared}
+        counts = (f"count now {counts.pop()}" if len(counts) == 1 else
+                  "counts now " + ", ".join(f"{e.block}: {e.ref_count}" for e in shared))
         return (f"seq {head.child} forks from seq {head.parent} and shares "
-                f"{_ids(e.block for e in shared)} (counts {counts})" if shared else
+                f"{_ids(e.block for e in shared)} ({counts})" if shared else
                 f"seq {head.child} forks from empty seq {head.parent}")
     if isinstance(head, SequenceFreed):
         released = [e for e in events if isinstance(e, BlockReleased)]

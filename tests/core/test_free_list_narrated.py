@@ -1,0 +1,87 @@
+"""The free list, narrated: do one step, look at the neighbours, do the next step."""
+
+from pagedsim import BlockPool
+
+
+def links(pool, b):
+    """(prev, next) of block b, with the sentinels shown as 'H' and 'T'."""
+    name = lambda x: "H" if x == pool._head else "T" if x == pool._tail else x  # noqa: E731
+    return name(pool._prev[b]), name(pool._next[b])
+
+
+def test_a_new_pool_lists_every_block_in_id_order():
+    pool = BlockPool(4, block_size=16)
+    assert pool.free_list() == [0, 1, 2, 3]
+    assert links(pool, 0) == ("H", 1)
+    assert links(pool, 3) == (2, "T")
+    pool.check_invariants()
+
+
+def test_allocate_pops_the_head_and_the_next_block_becomes_the_head():
+    pool = BlockPool(4, block_size=16)
+    assert pool.allocate() == 0
+    # Block 1 is now first: its prev is the head sentinel.
+    assert links(pool, 1) == ("H", 2)
+    assert pool.ref_count(0) == 1 and pool.num_free == 3
+    assert pool.allocate() == 1
+    assert links(pool, 2) == ("H", 3)
+    assert pool.free_list() == [2, 3]
+    pool.check_invariants()
+
+
+def test_lifo_free_puts_the_block_back_at_the_head():
+    pool = BlockPool(4, block_size=16, free_order="lifo")
+    a, b = pool.allocate(), pool.allocate()  # 0, 1
+    pool.free(a)
+    # 0 is back in front of 2.
+    assert pool.free_list() == [0, 2, 3]
+    assert links(pool, 0) == ("H", 2)
+    assert links(pool, 2) == (0, 3)
+    pool.free(b)
+    assert pool.free_list() == [1, 0, 2, 3]
+    assert pool.allocate() == 1  # the hottest block is reused first
+    pool.check_invariants()
+
+
+def test_fifo_free_puts_the_block_back_at_the_tail():
+    pool = BlockPool(4, block_size=16, free_order="fifo")
+    a, b = pool.allocate(), pool.allocate()
+    pool.free(a)
+    assert pool.free_list() == [2, 3, 0]
+    assert links(pool, 0) == (3, "T")
+    assert links(pool, 3) == (2, 0)
+    pool.free(b)
+    assert pool.free_list() == [2, 3, 0, 1]
+    assert pool.allocate() == 2  # least recently freed first: LRU order
+    pool.check_invariants()
+
+
+def test_take_unlinks_a_block_from_the_middle_and_joins_its_neighbours():
+    pool = BlockPool(5, block_size=16)
+    assert pool.take(2) == 2
+    assert links(pool, 1) == (0, 3)
+    assert links(pool, 3) == (1, 4)
+    assert pool.free_list() == [0, 1, 3, 4]
+    assert pool.ref_count(2) == 1
+    pool.check_invariants()
+
+
+def test_a_shared_block_returns_to_the_free_list_only_when_the_last_owner_frees_it():
+    pool = BlockPool(3, block_size=16)
+    b = pool.allocate()
+    assert pool.incref(b) == 2  # a second sequence now holds it (beam search)
+    assert pool.free(b) == 1
+    assert b not in pool.free_list()  # still in use by the other owner
+    assert pool.free(b) == 0
+    assert pool.free_list()[0] == b
+    pool.check_invariants()
+
+
+def test_allocate_many_splices_a_run_off_the_head_in_order():
+    pool = BlockPool(6, block_size=4)
+    assert pool.allocate_many(3) == [0, 1, 2]
+    assert links(pool, 3) == ("H", 4)
+    assert pool.num_free == 3
+    pool.release([2, 1, 0])  # release, last block first, as a sequence does
+    assert pool.free_list() == [0, 1, 2, 3, 4, 5]
+    pool.check_invariants()

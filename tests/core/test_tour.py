@@ -1,0 +1,40 @@
+"""`pagedsim tour` runs the chapter's story and its options work."""
+
+import json
+
+from pagedsim.cli import main
+from pagedsim.tour import SCRIPT, tour_manager
+
+
+def test_the_tour_shows_sharing_copy_on_write_a_finish_and_running_dry(capsys):
+    assert main(["tour"]) == 0
+    out = capsys.readouterr().out
+    for phrase in ("forks from seq B", "copy-on-write", "return to the free list",
+                   "OutOfBlocks", "free list, head first", "logical->physical"):
+        assert phrase in out
+
+
+def test_the_tour_manager_ends_with_a_refused_step_and_intact_invariants():
+    m = tour_manager()
+    assert len(m.trace.snapshots) == len(SCRIPT) + 1
+    assert m.trace.snapshots[-1].events[0].kind == "allocation_failed"
+    m.check_invariants()
+
+
+def test_steps_stops_early(capsys):
+    main(["tour", "--steps", "2"])
+    out = capsys.readouterr().out
+    assert "step 2:" in out and "step 3:" not in out
+
+
+def test_json_prints_the_trace(capsys):
+    main(["tour", "--json", "--steps", "3"])
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["snapshots"]) == 4
+    assert data["events"][0]["kind"] == "sequence_added"
+
+
+def test_the_cli_lists_its_commands(capsys):
+    assert main([]) == 0
+    assert "tour" in capsys.readouterr().out
+    assert main(["no-such-command"]) == 2
