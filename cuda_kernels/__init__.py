@@ -1,0 +1,30 @@
+"""Numba CUDA kernels for PagedAttention, checked under the CUDA simulator.
+
+Importing this package first decides where kernels run (`_backend`): a real GPU when
+an NVIDIA driver is visible, else Numba's CUDA simulator (said once on stderr);
+PAGEDSIM_CUDA=gpu|simulator forces it. That has to happen before numba.cuda is
+imported, so `_backend` is imported first and nothing above it touches numba.
+
+Launchers (all validate before launching; ValueError names the bad argument):
+    write_kv(kv_cache, key, value, slot_mapping)            write_kv.py
+    paged_attention(query, kv_cache, block_tables, context_lens, scale=None, *,
+                    mode="auto", partition_size=None, window=None, sinks=0)  attention.py
+    copy_blocks(kv_cache, pairs); swap_out(kv_cache, host, pairs); swap_in(host, kv_cache, pairs)
+Kernel factory for other layouts: decode.make_decode_kernel(load_k, load_v, ...),
+launched through attention.decode_with. References: cuda_kernels.reference.
+Cache layout (layout.py): kv_cache[num_blocks, 2, num_kv_heads, block_size, head_dim].
+"""
+
+from ._backend import backend, select
+
+select()
+
+from .attention import choose_mode, decode_with, paged_attention  # noqa: E402
+from .block_copy import copy_blocks, swap_in, swap_out  # noqa: E402
+from .decode import make_decode_kernel  # noqa: E402
+from .layout import BLOCK_MAJOR, Loaders, new_kv_cache  # noqa: E402
+from .write_kv import write_kv  # noqa: E402
+
+__all__ = ["backend", "write_kv", "paged_attention", "copy_blocks", "swap_out", "swap_in",
+           "make_decode_kernel", "decode_with", "choose_mode", "Loaders", "BLOCK_MAJOR",
+           "new_kv_cache"]

@@ -1,0 +1,88 @@
+"""Choose the CUDA backend (a real GPU or Numba's CUDA simulator) before numba.cuda loads.
+
+Numba reads `NUMBA_ENABLE_CUDASIM` once, when `numba.cuda` is first imported, so the
+choice has to be made here, at the top of `cuda_kernels`, before anything imports it.
+
+Rule, in order:
+  1. `PAGEDSIM_CUDA=gpu` or `PAGEDSIM_CUDA=simulator` forces that mode;
+  2. otherwise `NUMBA_ENABLE_CUDASIM=1` already set by the caller means the simulator;
+  3. otherwise a GPU is assumed usable when the driver is visible: the device node
+     /dev/nvidiactl exists, or the loader can find libcuda (checked with ctypes, which
+     does not import numba.cuda and does not initialise the driver);
+  4. otherwise fall back to the simulator, with a one-line notice on stderr.
+
+If `numba.cuda` was imported earlier in a different mode, it cannot be switched any
+more: `select()` warns and `backend()` reports the mode numba actually runs in.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+import sys
+import warnings
+
+_MODES = ("gpu", "simulator")
+_state: dict = {}  # {"mode": "gpu"|"simulator", "reason": str}
+
+
+def _driver_visible() -> bool:
+    if os.path.exists("/dev/nvidiactl"):
+        return True
+    return ctypes.util.find_library("cuda") is not None
+
+
+def _wanted() -> tuple[str, str]:
+    forced = os.environ.get("PAGEDSIM_CUDA", "").strip().lower()
+    if forced:
+        if forced not in _MODES:
+            raise ValueError(f"PAGEDSIM_CUDA must be 'gpu' or 'simulator', got {forced!r}")
+        return forced, f"forced by PAGEDSIM_CUDA={forced}"
+    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0").strip() not in ("", "0"):
+        return "simulator", "NUMBA_ENABLE_CUDASIM is set"
+    if _driver_visible():
+        return "gpu", "an NVIDIA driver is visible"
+    return "simulator", "no NVIDIA driver found (no /dev/nvidiactl, no libcuda)"
+
+
+def select() -> str:
+    """Decide the mode once per process and configure numba accordingly."""
+    if _state:
+        return _state["mode"]
+    mode, reason = _wanted()
+    if "numba.cuda" in sys.modules:  # too late to choose: report what numba already runs
+        from numba.cuda.core import config as cuda_config
+        actual = "simulator" if cuda_config.ENABLE_CUDASIM else "gpu"
+        if actual != mode:
+            warnings.warn(
+                f"cuda_kernels wanted the {mode} backend ({reason}) but numba.cuda was already "
+                f"imported in {actual} mode; using {actual}. Import cuda_kernels (or set "
+                f"NUMBA_ENABLE_CUDASIM) before numba.cuda.", RuntimeWarning, stacklevel=3)
+        mode, reason = actual, "numba.cuda was already imported"
+    else:
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if mode == "simulator" else "0"
+        if "numba" in sys.modules:  # numba's own config already read the environment
+            import numba.core.config as numba_config
+            numba_config.ENABLE_CUDASIM = int(mode == "simulator")
+        if reason.startswith("no NVIDIA"):  # the automatic fallback: say so once
+            print(f"cuda_kernels: {reason}; running kernels on Numba's CUDA simulator",
+                  file=sys.stderr)
+    _state.update(mode=mode, reason=reason)
+    return mode
+
+
+def backend() -> str:
+    """'gpu' or 'simulator': where this process runs the kernels."""
+    return select()
+
+
+def reason() -> str:
+    """Why `backend()` is what it is (one sentence)."""
+    select()
+    return _state["reason"]
+
+
+def block_threads() -> int:
+    """Threads per block for the simple kernels: 128 on a GPU, 16 under the simulator
+    (it runs each CUDA thread as a Python thread, so fewer threads looping is faster)."""
+    return 128 if select() == "gpu" else 16

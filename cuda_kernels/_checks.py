@@ -1,0 +1,102 @@
+"""Host-side checks shared by every launcher, and host <-> device array plumbing.
+
+Every launcher validates its arguments here *before* any launch, so a kernel can
+trust its inputs: no block id, slot or token index it touches can be out of range.
+A violation raises ValueError naming the argument (and the offending index).
+
+Arrays may be NumPy arrays (copied to the device and, for outputs, back) or device
+arrays (used in place). A strided view such as `kv_pool[:, layer]` of a device pool
+is used in place; a NumPy view is staged through a contiguous copy and written back.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
+
+
+def is_device(a) -> bool:
+    """A numba device array (or the simulator's stand-in), not a host array."""
+    return not isinstance(a, np.ndarray) and bool(getattr(a, "__cuda_ndarray__", False))
+
+
+def shape_of(a) -> tuple:
+    return tuple(int(n) for n in a.shape)
+
+
+def require_array(name: str, a, ndim: int, dtypes=None):
+    if not (isinstance(a, np.ndarray) or is_device(a)):
+        raise ValueError(f"{name} must be a NumPy or CUDA device array, got {type(a).__name__}")
+    if len(a.shape) != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {shape_of(a)}")
+    if dtypes is not None and np.dtype(a.dtype) not in [np.dtype(d) for d in dtypes]:
+        names = "/".join(np.dtype(d).name for d in dtypes)
+        raise ValueError(f"{name} must be {names}, got {np.dtype(a.dtype).name}")
+
+
+def require_shape(name: str, a, expected: tuple):
+    if shape_of(a) != tuple(expected):
+        raise ValueError(f"{name} must have shape {tuple(expected)}, got {shape_of(a)}")
+
+
+def require_inner_contiguous(name: str, a, skip: int = 1):
+    """Dims after the first `skip` must be C-contiguous (the outer stride may be anything)."""
+    item = np.dtype(a.dtype).itemsize
+    expect = item
+    for size, stride in zip(reversed(a.shape[skip:]), reversed(a.strides[skip:])):
+        if size > 1 and stride != expect:
+            raise ValueError(f"{name} must be C-contiguous in its inner dimensions "
+                             f"(strides {tuple(a.strides)}, shape {shape_of(a)})")
+        expect *= size
+
+
+def require_c_contiguous(name: str, a):
+    require_inner_contiguous(name, a, skip=0)
+
+
+def host_ints(name: str, a, ndim: int) -> np.ndarray:
+    """Index arrays are small: read them on the host to check them (lists are accepted)."""
+    if isinstance(a, (list, tuple)):
+        a = np.asarray(a, dtype=np.int64)
+    require_array(name, a, ndim, (np.int32, np.int64))
+    return a.copy_to_host() if is_device(a) else np.asarray(a)
+
+
+def first_bad(mask: np.ndarray):
+    """Index (as a tuple of ints) of the first True in mask, or None."""
+    hits = np.argwhere(mask)
+    return None if len(hits) == 0 else tuple(int(i) for i in hits[0])
+
+
+def require_range(name: str, values: np.ndarray, lo: int, hi: int, what: str = "", mask=None):
+    """Every value (where mask) must lie in [lo, hi)."""
+    bad = (values < lo) | (values >= hi)
+    if mask is not None:
+        bad &= mask
+    at = first_bad(bad)
+    if at is not None:
+        idx = at[0] if len(at) == 1 else at
+        raise ValueError(f"{name}[{idx}] = {int(values[at])} is out of range [{lo}, {hi}){what}")
+
+
+def require_int(name: str, value, lo: int, hi: int | None = None) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an int, got {value!r}")
+    if value < lo or (hi is not None and value >= hi):
+        raise ValueError(f"{name} = {value} must be >= {lo}" + (f" and < {hi}" if hi else ""))
+    return int(value)
+
+
+def to_device(a, dtype=None):
+    """Device array for a kernel argument: device arrays pass through untouched."""
+    if is_device(a):
+        return a
+    return cuda.to_device(np.ascontiguousarray(a, dtype=dtype))
+
+
+def write_back(host, dev):
+    """After a kernel changed `dev` (staged from NumPy array `host`), update `host` in place."""
+    if dev is not host and isinstance(host, np.ndarray):
+        host[...] = dev.copy_to_host()

@@ -1,0 +1,60 @@
+"""The chapter's cache layout (3.2) and the device functions that read it.
+
+Per layer:   kv_cache[num_blocks, 2, num_kv_heads, block_size, head_dim]   (K at [:, 0], V at [:, 1])
+Whole model: kv_pool[num_blocks, num_layers, 2, num_kv_heads, block_size, head_dim]
+
+K and V of one block sit next to each other, so one block id names both. A layer's
+view `kv_pool[:, layer]` has the same inner layout with a larger outer stride; every
+launcher accepts it in place. Within a (block, head), the block_size x head_dim
+elements are contiguous: consecutive threads reading consecutive `d` coalesce.
+
+`load_k` / `load_v` are the address functions handed to the decode-kernel factory
+(see `decode.make_decode_kernel`); other layouts (issue 7) supply their own pair.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import numpy as np
+from numba import cuda, float32
+
+from . import _checks as ck
+
+
+@cuda.jit(device=True)
+def load_k(cache, block, kv_head, offset, d):
+    return float32(cache[block, 0, kv_head, offset, d])
+
+
+@cuda.jit(device=True)
+def load_v(cache, block, kv_head, offset, d):
+    return float32(cache[block, 1, kv_head, offset, d])
+
+
+class Loaders(NamedTuple):
+    """How a decode kernel reads K and V. `name` keys the compiled-kernel cache."""
+    name: str
+    load_k: Callable
+    load_v: Callable
+
+
+BLOCK_MAJOR = Loaders("kv_cache[N,2,H,B,D]", load_k, load_v)
+
+
+def check_kv_cache(name: str, kv_cache) -> tuple[int, int, int, int]:
+    """Validate a per-layer cache; returns (num_blocks, num_kv_heads, block_size, head_dim)."""
+    ck.require_array(name, kv_cache, 5, ck.FLOAT_DTYPES)
+    num_blocks, two, num_kv_heads, block_size, head_dim = ck.shape_of(kv_cache)
+    if two != 2:
+        raise ValueError(f"{name} must be [num_blocks, 2, num_kv_heads, block_size, head_dim]; "
+                         f"dimension 1 is {two}, not 2")
+    if min(num_blocks, num_kv_heads, block_size, head_dim) < 1:
+        raise ValueError(f"{name} has an empty dimension: shape {ck.shape_of(kv_cache)}")
+    ck.require_inner_contiguous(name, kv_cache)
+    return num_blocks, num_kv_heads, block_size, head_dim
+
+
+def new_kv_cache(num_blocks, num_kv_heads, block_size, head_dim, dtype=np.float32):
+    """A zeroed NumPy cache in the per-layer layout."""
+    return np.zeros((num_blocks, 2, num_kv_heads, block_size, head_dim), dtype)  # [N, 2, H_kv, B, D]

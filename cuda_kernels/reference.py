@@ -1,0 +1,67 @@
+"""NumPy float64 references for the kernels: paged (through the block table),
+windowed, and dense.
+
+These are deliberately plain: gather each sequence's K/V token by token through its
+block table (the PagedAttention indirection, Kwon et al. 2023, 4.1), then do
+softmax(q K^T * scale) V in float64. Tests compare kernels to these.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def attended_positions(length: int, window=None, sinks: int = 0) -> np.ndarray:
+    """Token positions a query at the end of a `length`-token context attends to:
+    all of them, or the first `sinks` plus the last `window` (StreamingLLM-style)."""
+    if window is None:
+        return np.arange(length)
+    kept = min(sinks, length)
+    start = max(length - window, kept)
+    return np.concatenate([np.arange(kept), np.arange(start, length)])
+
+
+def gather_kv(kv_cache: np.ndarray, table, positions) -> tuple[np.ndarray, np.ndarray]:
+    """K and V [len(positions), H_kv, D] float64, read through the block table."""
+    block_size = kv_cache.shape[3]
+    ks, vs = [], []
+    for pos in positions:
+        block, offset = int(table[pos // block_size]), pos % block_size
+        ks.append(kv_cache[block, 0, :, offset, :])  # [H_kv, D]
+        vs.append(kv_cache[block, 1, :, offset, :])
+    return np.asarray(ks, np.float64), np.asarray(vs, np.float64)
+
+
+def dense_attention(query: np.ndarray, keys: np.ndarray, values: np.ndarray,
+                    scale=None) -> np.ndarray:
+    """One sequence: query [H, D], keys/values [L, H_kv, D] -> [H, D] float64 (GQA)."""
+    num_heads, head_dim = query.shape
+    group = num_heads // keys.shape[1]
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    k = np.repeat(np.asarray(keys, np.float64), group, axis=1)  # [L, H, D]
+    v = np.repeat(np.asarray(values, np.float64), group, axis=1)
+    scores = np.einsum("hd,lhd->hl", np.asarray(query, np.float64), k) * scale  # [H, L]
+    scores -= scores.max(axis=1, keepdims=True)
+    p = np.exp(scores)
+    p /= p.sum(axis=1, keepdims=True)
+    return np.einsum("hl,lhd->hd", p, v)
+
+
+def paged_attention(query, kv_cache, block_tables, context_lens, scale=None, *,
+                    window=None, sinks: int = 0) -> np.ndarray:
+    """[S, H, D] float64: each sequence's attention through its block table."""
+    out = np.empty(query.shape, np.float64)
+    for s, length in enumerate(np.asarray(context_lens)):
+        positions = attended_positions(int(length), window, sinks)
+        keys, values = gather_kv(np.asarray(kv_cache), block_tables[s], positions)
+        out[s] = dense_attention(query[s], keys, values, scale)
+    return out
+
+
+def windowed_attention(query, kv_cache, block_tables, context_lens, window: int,
+                       sinks: int = 0, scale=None) -> np.ndarray:
+    """The sliding-window reference (issue 5): first `sinks` plus last `window` tokens."""
+    return paged_attention(query, kv_cache, block_tables, context_lens, scale,
+                           window=window, sinks=sinks)

@@ -1,0 +1,177 @@
+"""Compile every kernel to PTX and report ptxas resource use: the real-GPU gate.
+
+    python -m cuda_kernels.report [--json] [--arch sm_90 ...]
+
+For each kernel (including decode-factory instances for two layouts, and the 3.7 labs'
+`alloc.PTX_KERNELS` and `labs.PTX_KERNELS`) and each arch
+(default sm_80 and sm_90): `numba.cuda.compile_ptx`, then `ptxas -v -arch=<arch>`,
+parsed for registers, shared memory, stack frame and spill bytes. compile_ptx needs
+no GPU but does need numba's real CUDA target, so under the simulator this module
+re-runs itself in a subprocess with PAGEDSIM_CUDA=gpu and NUMBA_ENABLE_CUDASIM=0.
+ptxas comes from the nvidia-cuda-nvcc wheel (the `ptx` extra) or PATH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from . import _backend
+
+ARCHS = ("sm_80", "sm_90")
+_PTXAS_LINE = {
+    "registers": re.compile(r"Used (\d+) registers"),
+    "shared_bytes": re.compile(r"(\d+) bytes smem"),
+    "stack_bytes": re.compile(r"(\d+) bytes stack frame"),
+    "spill_stores": re.compile(r"(\d+) bytes spill stores"),
+    "spill_loads": re.compile(r"(\d+) bytes spill loads"),
+}
+
+
+def find_ptxas() -> str | None:
+    try:
+        import nvidia
+        for root in nvidia.__path__:
+            for candidate in sorted(Path(root).glob("cu*/bin/ptxas"), reverse=True):
+                return str(candidate)
+    except ImportError:
+        pass
+    return shutil.which("ptxas")
+
+
+def kernel_specs():
+    """(name, python function, signature) for every kernel the package launches."""
+    from numba import types as t
+
+    from .block_copy import copy_blocks_kernel
+    from .decode import make_decode_kernel
+    from .layout import load_k, load_v
+    from .merge import merge_partitions
+    from .write_kv import write_kv_kernel
+    from . import layout_demo
+
+    f16c5, f16a5 = t.Array(t.float16, 5, "C"), t.Array(t.float16, 5, "A")
+    f32c3, f32c4 = t.Array(t.float32, 3, "C"), t.Array(t.float32, 4, "C")
+
+    def decode_sig(cache, q):
+        return (cache, cache, q, t.Array(t.int32, 2, "C"), t.Array(t.int32, 1, "C"), t.int32,
+                t.float32, t.int32, t.int32, t.int32, f32c4, f32c3, f32c3)
+
+    specs = [
+        ("write_kv[f16]", write_kv_kernel.py_func,
+         (f16c5, t.Array(t.float16, 3, "C"), t.Array(t.float16, 3, "C"), t.Array(t.int64, 1, "C"))),
+        ("copy_blocks[f16]", copy_blocks_kernel.py_func, (f16c5, f16c5, t.Array(t.int32, 2, "C"))),
+        ("merge_partitions", merge_partitions.py_func, (f32c4, f32c3, f32c3, f32c3)),
+    ]
+    for dtype, group, head_dim, cache in ((t.float16, 8, 128, f16c5), (t.float16, 1, 128, f16c5),
+                                          (t.float32, 4, 80, t.Array(t.float32, 5, "C")),
+                                          (t.float16, 4, 128, f16a5)):
+        kern = make_decode_kernel(load_k, load_v, head_dim, group, 128, 32)
+        view = "pool-view" if cache.layout == "A" else dtype.name
+        specs.append((f"paged_decode[{view},G={group},D={head_dim}]", kern.py_func,
+                      decode_sig(cache, t.Array(dtype, 3, "C"))))
+    kern = make_decode_kernel(layout_demo.load_k_nhd, layout_demo.load_v_nhd, 128, 8, 128, 32)
+    specs.append(("paged_decode[split-NHD,G=8,D=128]", kern.py_func,
+                  decode_sig(t.Array(t.float16, 4, "C"), t.Array(t.float16, 3, "C"))))
+    # The chapter 3.7 labs: concurrent allocators and the layout/alignment decode variants.
+    from . import alloc, labs
+    for package in (alloc, labs):
+        prefix = package.__name__.rsplit(".", 1)[-1]
+        specs += [(f"{prefix}.{name}", func, sig) for name, func, sig in package.PTX_KERNELS]
+    return specs
+
+
+def parse_ptxas(text: str) -> dict:
+    """ptxas -v output -> one row. A PTX file may hold several functions (a kernel and
+    the device functions it did not inline): registers and shared memory are the most
+    any one uses; stack and spill bytes are summed over all of them."""
+    found = {key: [int(n) for n in rx.findall(text)] for key, rx in _PTXAS_LINE.items()}
+    row = {key: max(found[key], default=0) for key in ("registers", "shared_bytes")}
+    row["stack_bytes"] = sum(found["stack_bytes"])
+    row["spill_bytes"] = sum(found["spill_stores"]) + sum(found["spill_loads"])
+    return row
+
+
+def _one(ptxas: str, name: str, func, sig, arch: str, tmp: Path) -> dict:
+    from numba.cuda import compile_ptx
+    ptx, _ = compile_ptx(func, sig, cc=(int(arch[3]), int(arch[4:])))
+    path = tmp / f"{re.sub(r'[^A-Za-z0-9]+', '_', name)}_{arch}.ptx"
+    path.write_text(ptx)
+    done = subprocess.run([ptxas, "-v", f"-arch={arch}", str(path), "-o", os.devnull],
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"ptxas failed on {name} for {arch}:\n{done.stderr}")
+    return {"kernel": name, "arch": arch, **parse_ptxas(done.stderr)}
+
+
+class _NoDevice:
+    """Stand-in for `get_current_device()` on a machine without a GPU.
+
+    compile_ptx compiles the kernel for the cc it is given, but a `@cuda.jit(device=True)`
+    function called from it is compiled by its dispatcher for the *current device's*
+    cc, which needs a driver. Only that cc is read; the kernel's own cc decides the PTX.
+    """
+    compute_capability = (8, 0)
+
+
+def _allow_device_functions_without_gpu() -> None:
+    from numba import cuda
+    from numba.cuda import dispatcher
+    if not cuda.is_available():
+        dispatcher.get_current_device = _NoDevice
+
+
+def collect(archs) -> list[dict]:
+    _allow_device_functions_without_gpu()
+    ptxas = find_ptxas()
+    if ptxas is None:
+        raise RuntimeError("ptxas not found: install the ptx extra (nvidia-cuda-nvcc)")
+    with tempfile.TemporaryDirectory() as tmp:
+        jobs = [(n, f, s, a) for n, f, s in kernel_specs() for a in archs]
+        # numba's compiler holds a lock, so threads overlap only the ptxas runs
+        with ThreadPoolExecutor(2) as pool:
+            return list(pool.map(lambda j: _one(ptxas, *j, Path(tmp)), jobs))
+
+
+def table(rows: list[dict]) -> str:
+    head = f"{'kernel':38} {'arch':6} {'regs':>5} {'smem B':>7} {'stack B':>8} {'spill B':>8}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['kernel']:38} {r['arch']:6} {r['registers']:5d} {r['shared_bytes']:7d} "
+                     f"{r['stack_bytes']:8d} {r['spill_bytes']:8d}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cuda_kernels.report", description=__doc__.split("\n")[0])
+    parser.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    parser.add_argument("--arch", action="append", choices=ARCHS, help="repeatable; default: both")
+    args = parser.parse_args(argv)
+    if _backend.backend() != "gpu":  # compile_ptx needs the real CUDA target: re-run
+        env = dict(os.environ, PAGEDSIM_CUDA="gpu", NUMBA_ENABLE_CUDASIM="0")
+        root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+        argv = sys.argv[1:] if argv is None else argv
+        return subprocess.run([sys.executable, "-m", "cuda_kernels.report", *argv], env=env).returncode
+    began = time.perf_counter()
+    rows = collect(tuple(args.arch or ARCHS))
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        print(table(rows))
+        print(f"{len(rows)} kernels compiled in {time.perf_counter() - began:.1f} s; "
+              f"spills: {sum(r['spill_bytes'] for r in rows)} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""Shared pieces for the kernel tests: importing cuda_kernels first (it picks the
+simulator here), random caches, and block tables padded with garbage.
+
+Every test in this folder gets the `kernels` marker (PTX tests add `ptx`).
+"""
+
+import numpy as np
+import pytest
+
+import cuda_kernels  # noqa: F401  (selects the backend before numba.cuda is imported)
+
+GARBAGE = 10**6  # table entries past a sequence's blocks: never read, never validated
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "tests/kernels/" in str(item.fspath).replace("\\", "/"):
+            item.add_marker(pytest.mark.kernels)
+
+
+def padded_tables(tables, max_blocks=None, fill=GARBAGE) -> np.ndarray:
+    """Stack block tables (lists) into int32 [S, max_blocks], padding with `fill`."""
+    width = max_blocks or max(len(t) for t in tables)
+    out = np.full((len(tables), width), fill, np.int32)
+    for i, t in enumerate(tables):
+        out[i, :len(t)] = list(t)
+    return out
+
+
+def random_cache(rng, num_blocks, num_kv_heads, block_size, head_dim, dtype=np.float32):
+    # [num_blocks, 2, H_kv, B, D]
+    shape = (num_blocks, 2, num_kv_heads, block_size, head_dim)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def random_query(rng, num_seqs, num_heads, head_dim, dtype=np.float32):
+    return rng.standard_normal((num_seqs, num_heads, head_dim)).astype(dtype)  # [S, H, D]
+
+
+def rel_err(got, want) -> float:
+    got = np.asarray(got, np.float64)
+    assert np.isfinite(got).all(), "kernel output has NaN/inf (an element was not written?)"
+    return float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))

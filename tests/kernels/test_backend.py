@@ -1,0 +1,52 @@
+"""Backend choice: made before numba.cuda is imported, announced once, forceable."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import cuda_kernels
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(code: str, **env_changes):
+    env = {k: v for k, v in os.environ.items() if k not in ("PAGEDSIM_CUDA", "NUMBA_ENABLE_CUDASIM")}
+    env.update(env_changes, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+
+
+def test_this_machine_without_a_gpu_runs_the_simulator():
+    assert cuda_kernels.backend() in ("gpu", "simulator")
+    if not Path("/dev/nvidiactl").exists():
+        assert cuda_kernels.backend() == "simulator"
+
+
+def test_the_environment_variable_forces_the_simulator_quietly_and_numba_follows():
+    done = run("import cuda_kernels; from numba.cuda.core import config; "
+               "print(cuda_kernels.backend(), config.ENABLE_CUDASIM)", PAGEDSIM_CUDA="simulator")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["simulator", "1"]
+    assert "simulator" not in done.stderr  # forced: no fallback notice
+
+
+def test_a_bad_mode_in_the_environment_is_refused():
+    done = run("import cuda_kernels", PAGEDSIM_CUDA="tpu")
+    assert done.returncode != 0 and "PAGEDSIM_CUDA must be 'gpu' or 'simulator'" in done.stderr
+
+
+def test_importing_numba_cuda_first_in_another_mode_is_reported_not_hidden():
+    done = run("import os; os.environ['NUMBA_ENABLE_CUDASIM'] = '1'; import numba.cuda; "
+               "os.environ['PAGEDSIM_CUDA'] = 'gpu'; import cuda_kernels; print(cuda_kernels.backend())")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "simulator"
+    assert "already imported in simulator mode" in done.stderr
+
+
+def test_the_gpu_benchmark_refuses_to_time_anything_on_the_simulator():
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_attention.py")],
+                          env=dict(os.environ, PYTHONPATH=str(ROOT), PAGEDSIM_CUDA="simulator"),
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 2
+    assert "no GPU" in done.stderr and "--dry-run" in done.stderr
