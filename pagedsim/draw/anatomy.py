@@ -1,0 +1,134 @@
+"""Figures 3.2 (what one KV block holds, and its size) and 3.7 (128-byte alignment).
+
+3.2 draws one block for every layer: K and V side by side, each a grid of
+KV heads x tokens whose cells are head_dim-long vectors, drawn to scale so the
+GQA model's block is visibly 4x smaller. The bytes formula is evaluated with
+`pagedsim.sizing`, never typed in.
+
+3.7 lays blocks out on an address line twice: packed back to back, and with each
+start rounded up to 128 bytes by `sizing.align_up`; `sizing.fit_blocks` gives the
+padding and how many blocks a budget holds either way.
+Reference: vLLM `vllm/worker/cache_engine.py` (KV cache shape and size per block).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from matplotlib.patches import Rectangle
+
+from ..sizing import ALIGNMENT, ModelSpec, align_up, fit_blocks, preset
+from . import style
+
+BLOCK_SIZE = 16  # the chapter's block size
+K_COLOUR, V_COLOUR = style.SEQ_COLOURS[0], style.SEQ_COLOURS[3]
+ANATOMY_SIZE, ALIGNMENT_SIZE = (12, 6.2), (12, 5.4)  # inches
+
+
+def formula(spec: ModelSpec, block_size: int = BLOCK_SIZE) -> str:
+    """'16 x 32 x 2 x 32 x 128 x 2 = 8,388,608 B (8 MiB)', checked against sizing."""
+    factors = (block_size, spec.num_layers, 2, spec.num_kv_heads, spec.head_dim, spec.dtype_bytes)
+    total = 1
+    for f in factors:
+        total *= f
+    assert total == spec.bytes_per_block(block_size), "formula drifted from sizing.bytes_per_block"
+    return " \u00d7 ".join(map(str, factors)) + f" = {total:,} B ({total / 2**20:g} MiB)"
+
+
+def _block(ax, x, y, spec: ModelSpec, label: str):
+    """One whole-model block at (x, y): layers stacked behind, K|V grids in front."""
+    cw, rh = 0.28, 0.11  # token column width, head row height
+    w, h = BLOCK_SIZE * cw, spec.num_kv_heads * rh
+    for i in (3, 2, 1):  # shadows for the other layers
+        for dx, colour in ((0, K_COLOUR), (w + 0.5, V_COLOUR)):
+            ax.add_patch(Rectangle((x + dx + 0.18 * i, y + 0.18 * i), w, h, facecolor=colour,
+                                   alpha=0.25, edgecolor="#999999", lw=0.5))
+    ax.text(x + 2 * w + 0.5 + 0.6, y + 0.6, f"\u00d7 {spec.num_layers} layers\n(one K|V pair each)",
+            fontsize=9, color="#444444", va="bottom")
+    for dx, colour, name in ((0, K_COLOUR, "K"), (w + 0.5, V_COLOUR, "V")):
+        ax.add_patch(Rectangle((x + dx, y), w, h, facecolor=colour, edgecolor=style.INK, lw=1))
+        ax.vlines([x + dx + cw * t for t in range(1, BLOCK_SIZE)], y, y + h, color="white", lw=0.6)
+        ax.hlines([y + rh * r for r in range(1, spec.num_kv_heads)], x + dx, x + dx + w, color="white", lw=0.4)
+        ax.text(x + dx + w / 2, y - 0.15, f"{name}: {spec.num_kv_heads} heads \u00d7 {BLOCK_SIZE} tokens",
+                ha="center", va="top", fontsize=9, fontweight="bold")
+    ax.text(x - 0.15, y + h / 2, f"{spec.num_kv_heads}\nKV\nheads", ha="right", va="center", fontsize=8.5)
+    ax.text(x, y + h + 0.7, label, fontsize=10.5, fontweight="bold", va="bottom")
+    return h
+
+
+def make_anatomy(out_dir: Path) -> list[Path]:
+    """3.2: one block's layout (K, V, heads x tokens x head_dim, all layers) and its bytes."""
+    fig = style.new_figure(*ANATOMY_SIZE)
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_xlim(0, 24)
+    ax.set_ylim(-0.6, 11.8)
+    ax.set_axis_off()
+    ax.text(0.4, 11.5, "3.2  What one KV block holds (block_size = 16 tokens, FP16); grids drawn to scale",
+            fontsize=13, fontweight="bold", va="top")
+    ax.text(0.4, 10.85, "Each small cell is one head_dim vector: 128 values \u00d7 2 bytes = 256 B. "
+            "A block stores K and V of 16 tokens for every head of every layer.", fontsize=9.5, va="top")
+    y = 9.5
+    for name, note in (("chapter3", "MHA: 32 query heads, 32 KV heads"),
+                       ("llama-3-8b", "GQA: 32 query heads share 8 KV heads")):
+        spec = preset(name)
+        h = _block(ax, 1.6, y - spec.num_kv_heads * 0.11 - 0.8, spec, f"{name}  ({note})")
+        tx = 15.2
+        ax.text(tx, y - 0.5, f"{name}: bytes per block", fontsize=10.5, fontweight="bold", va="top")
+        ax.text(tx, y - 1.1, "= B \u00d7 layers \u00d7 2 (K,V) \u00d7 KV heads \u00d7 head_dim \u00d7 bytes",
+                fontsize=9, va="top", color="#444444")
+        ax.text(tx, y - 1.65, "= " + formula(spec), fontsize=9.5, va="top", family="DejaVu Sans Mono")
+        ax.text(tx, y - 2.2, f"per token: {spec.bytes_per_token():,} B", fontsize=9, va="top", color="#444444")
+        y -= h + 2.6
+    ratio = preset("chapter3").bytes_per_block(BLOCK_SIZE) // preset("llama-3-8b").bytes_per_block(BLOCK_SIZE)
+    ax.text(15.2, 0.3, f"GQA stores {ratio}x fewer bytes per block,\nso the same memory holds {ratio}x "
+            "more tokens.", fontsize=10, va="top", color=style.INK)
+    return [style.save(fig, Path(out_dir) / "3.2-block-anatomy.png")]
+
+
+# A toy block whose size is not a multiple of 128 B (real presets are already multiples).
+TOY = ModelSpec("toy", num_layers=1, num_kv_heads=1, head_dim=100)
+TOY_BLOCK_SIZE, TOY_BLOCKS = 3, 6
+
+
+def make_alignment(out_dir: Path) -> list[Path]:
+    """3.7: block start addresses packed vs rounded up to 128 B, and the padding."""
+    size = TOY.bytes_per_block(TOY_BLOCK_SIZE)
+    stride = align_up(size, ALIGNMENT)
+    end = TOY_BLOCKS * stride
+    fig = style.new_figure(*ALIGNMENT_SIZE)
+    ax = fig.add_axes((0.1, 0.2, 0.88, 0.62))
+    ax.set_xlim(-60, end + 60)
+    ax.set_ylim(-0.2, 2.3)
+    ax.vlines(range(0, end + 1, ALIGNMENT), -0.1, 2.05, color="#DDDDDD", lw=0.6, zorder=0)
+    for row, (y, step, title) in enumerate(((1.3, size, "packed\n(no padding)"), (0.15, stride, f"aligned\nto {ALIGNMENT} B"))):
+        for i in range(TOY_BLOCKS):
+            start = i * step
+            ax.add_patch(Rectangle((start, y), size, 0.55, facecolor=style.SEQ_COLOURS[i % 2 * 6],
+                                   edgecolor=style.INK, lw=0.8))
+            ax.text(start + size / 2, y + 0.275, f"block {i}", ha="center", va="center", fontsize=9,
+                    color=style.text_on(style.SEQ_COLOURS[i % 2 * 6]))
+            ok = start % ALIGNMENT == 0
+            ax.text(start, y + 0.62, f"{start}" + ("" if ok else f"\n(+{start % ALIGNMENT})"), ha="center",
+                    va="bottom", fontsize=7.5, color=style.INK if ok else "#AA3377")
+            if step > size:
+                ax.add_patch(Rectangle((start + size, y), step - size, 0.55, facecolor="white",
+                                       edgecolor=style.ACCENT, hatch="////", lw=0.8))
+        ax.text(-70, y + 0.275, title, ha="right", va="center", fontsize=10, fontweight="bold")
+    ax.set_yticks([])
+    ax.set_xticks(range(0, end + 1, 4 * ALIGNMENT))
+    ax.set_xlabel(f"byte address (grey lines every {ALIGNMENT} B; (+n): the block starts n bytes past a "
+                  f"{ALIGNMENT}-byte boundary)")
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    budget = 64 * 1024
+    packed, aligned = fit_blocks(budget, size, alignment=1), fit_blocks(budget, size)
+    fig.text(0.02, 0.96, f"3.7  Block alignment: a toy block of {TOY_BLOCK_SIZE} tokens \u00d7 head_dim "
+             f"{TOY.head_dim} (1 layer, 1 KV head, FP16) = {size:,} B", fontsize=12.5, fontweight="bold", va="top")
+    fig.text(0.02, 0.895, f"align_up({size}, {ALIGNMENT}) = {stride}: each block gets {stride - size} B of "
+             f"padding (hatched), {100 * (stride - size) / stride:.2f}% of its stride.", fontsize=10, va="top")
+    fig.text(0.02, 0.06, f"In a {budget // 1024} KiB budget: packed {packed.num_blocks} blocks, aligned "
+             f"{aligned.num_blocks} blocks ({aligned.padding_bytes:,} B of padding). The chapter's 8 MiB "
+             f"block ({preset('chapter3').bytes_per_block(16):,} B) is already a multiple of {ALIGNMENT}: "
+             f"padding {align_up(preset('chapter3').bytes_per_block(16)) - preset('chapter3').bytes_per_block(16)} B.",
+             fontsize=9.5, va="bottom")
+    return [style.save(fig, Path(out_dir) / "3.7-alignment.png")]

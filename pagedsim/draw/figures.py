@@ -1,0 +1,72 @@
+"""`pagedsim figures [--out DIR] [--only NAME ...] [--list]`: regenerate the chapter's figures.
+
+Figure makers are collected from three registries, each a dict
+`name -> maker(out_dir: Path) -> list[Path]`:
+
+    figures_ch3.FIGURES        chapter 3's own diagrams (3.2 - 3.7)
+    figures_workloads.FIGURES  workloads and eviction policies
+    figures_labs.FIGURES       the labs (waste, sweep, swap cost)
+
+Every maker uses fixed seeds, so running this twice writes the same files. The
+default output folder is `figures/` relative to the current directory: run it from
+the repository root to refresh the committed figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # figures are files: never open a window
+
+REGISTRIES = ("figures_ch3", "figures_workloads", "figures_labs")
+
+
+def collect() -> dict:
+    """Every registered maker, in registry order; a name may be registered only once."""
+    makers: dict = {}
+    for module in REGISTRIES:
+        registry = getattr(importlib.import_module(f"pagedsim.draw.{module}"), "FIGURES", {}) or {}
+        for name, maker in registry.items():
+            if name in makers:
+                raise ValueError(f"figure {name!r} is registered twice (again in {module})")
+            makers[name] = maker
+    return makers
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="pagedsim figures", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="figures", metavar="DIR",
+                   help="output folder (default: figures/ under the current directory)")
+    p.add_argument("--only", nargs="+", metavar="NAME", help="make only these figures")
+    p.add_argument("--list", action="store_true", help="list the figure names and exit")
+    args = p.parse_args(argv)
+    makers = collect()
+    if args.list:
+        for name, maker in makers.items():
+            doc = (maker.__doc__ or "").strip().splitlines()
+            print(f"{name:<24} {doc[0] if doc else ''}")
+        return 0
+    if args.only:
+        unknown = [n for n in args.only if n not in makers]
+        if unknown:
+            p.error(f"unknown figure(s) {', '.join(unknown)}; `--list` shows the names")
+        makers = {n: makers[n] for n in args.only}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, maker in makers.items():
+        start = time.perf_counter()
+        paths = maker(out)
+        took = time.perf_counter() - start
+        for path in paths:
+            print(f"{name}: wrote {path} ({Path(path).stat().st_size:,} bytes, {took:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

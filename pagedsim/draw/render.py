@@ -1,0 +1,295 @@
+"""Draw one `Snapshot` of the block manager: physical memory, free list, block tables, caption.
+
+`render(snapshot)` is a pure function of the snapshot (plus optional colours and a
+layout shared by a whole trace): it reads frozen data and only creates artists, so
+drawing snapshot k again always gives the same picture. That is what makes the
+stepper's "step back" real time travel. Picture layout (y grows downwards):
+
+    step k: caption ........................................................
+    block tables (logical -> physical)   | physical blocks (grid, row-major)
+      seq A  9 tok  [0][1][5]             |  [0 A x1 4/4] [1 A x1 1/4] [2 free] ...
+    free list, head first: HEAD -> 7 -> 8 -> ... (+n more)
+
+Artists carry gids so tests can find them without looking at pixels:
+`block-<b>` (one rectangle per physical block), `share-<b>-<j>` (stripes of extra
+owners), `touched-<b>` (orange frame: this step's events name block b), `badge-<b>` (ref count text), `fill-<b>` (fill bar), `free-<i>` (i-th free
+list node), `table-<seq>-<i>` (logical slot i), `copy-<src>-<dst>`, `caption`.
+Reference: Kwon et al., "Efficient Memory Management for LLM Serving with
+PagedAttention" (SOSP 2023), figures 6-8, which draw the same three structures.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from dataclasses import dataclass
+
+from matplotlib.colors import to_hex
+from matplotlib.patches import Circle, FancyArrowPatch, Patch, Rectangle
+from matplotlib.text import Text
+
+from . import style
+
+MAX_SEQS = 8  # table rows drawn; with more sequences the last row summarises the rest
+MAX_CELLS = 12  # logical slots drawn per table row
+PITCH = 1.25  # grid distance between physical blocks, in layout units
+CELL = 1.05  # side of one physical block
+LABEL_W = 3.4  # width of the "seq A / 9 tok" label column
+NODE_PITCH = 1.1  # distance between free-list nodes
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Geometry that depends only on sizes, so every frame of a trace lines up."""
+
+    num_blocks: int
+    cols: int  # blocks per grid row
+    table_rows: int  # sequence rows reserved
+    table_cells: int  # logical slots reserved per row
+
+    @property
+    def rows(self) -> int:
+        return math.ceil(self.num_blocks / self.cols)
+
+    @property
+    def unit(self) -> float:  # inches per layout unit: a little smaller for big pools
+        return 0.5 if self.num_blocks <= 32 else 0.4
+
+    @classmethod
+    def for_snapshots(cls, snapshots) -> "Layout":
+        snapshots = list(snapshots)
+        if not snapshots:
+            raise ValueError("snapshots must not be empty")
+        n = snapshots[0].num_blocks
+        cols = n if n <= 8 else 6 if n <= 12 else 8 if n <= 32 else 16
+        seqs = max(len(s.sequences) for s in snapshots)
+        cells = max((len(q.blocks) for s in snapshots for q in s.sequences), default=0)
+        return cls(n, cols, max(2, min(seqs, MAX_SEQS)), max(4, min(cells, MAX_CELLS)))
+
+    # Derived positions, in units.
+    @property
+    def grid_x(self) -> float:
+        return 0.5 + LABEL_W + self.table_cells + 1.2
+
+    @property
+    def width(self) -> float:
+        return self.grid_x + self.cols * PITCH + 0.3
+
+    @property
+    def body_y(self) -> float:
+        return 2.4  # below the caption and the panel titles
+
+    @property
+    def free_y(self) -> float:
+        body = max(self.rows * PITCH, 0.7 + self.table_rows * 1.0)
+        return self.body_y + body + 0.6
+
+    @property
+    def height(self) -> float:
+        return self.free_y + 1.7
+
+
+def render(snapshot, fig=None, *, ax=None, layout: Layout | None = None, colours=None):
+    """Draw `snapshot`; returns the figure.
+
+    Without `ax` it draws on `fig` (cleared and resized) or on a new figure sized for
+    `layout`. With `ax` it clears that axes and draws into it (the animator and the
+    stepper do this). Pass one `layout` and `colours` for every frame of a trace so
+    frames line up and each sequence keeps its colour (`style.seq_colours`).
+    """
+    layout = layout or Layout.for_snapshots([snapshot])
+    if layout.num_blocks != snapshot.num_blocks:
+        raise ValueError(f"layout is for {layout.num_blocks} blocks, snapshot has {snapshot.num_blocks}")
+    colours = colours if colours is not None else style.seq_colours([snapshot])
+    if ax is None:
+        size = (layout.width * layout.unit, layout.height * layout.unit)
+        if fig is None:
+            fig = style.new_figure(*size)
+        else:  # reuse the figure (a frame loop); give it this layout's size
+            fig.clear()
+            fig.set_size_inches(*size)
+        ax = fig.add_axes((0, 0, 1, 1))
+    else:  # drop the previous frame's artists (cheaper than ax.clear(), same result here)
+        for artist in [*ax.patches, *ax.texts, *ax.artists, *ax.lines, *ax.collections, *ax.images]:
+            artist.remove()
+        fig = ax.figure
+    ax.set_xlim(0, layout.width)
+    ax.set_ylim(layout.height, 0)  # y grows downwards, like reading a page
+    ax.set_axis_off()
+    _caption(ax, snapshot, layout)
+    _tables(ax, snapshot, layout, colours)
+    _blocks(ax, snapshot, layout, colours)
+    _free_list(ax, snapshot, layout)
+    return fig
+
+
+def describe_artists(fig) -> list[tuple]:
+    """Every patch and text of `fig` as plain tuples (kind, gid, colour, text/geometry): what
+    tests compare instead of pixels."""
+    out = [("figtext", t.get_gid(), t.get_text(), _r(t.get_position()), to_hex(t.get_color())) for t in fig.texts]
+    for ax in fig.axes:
+        for a in ax.get_children():
+            if isinstance(a, Text):
+                out.append(("text", a.get_gid(), a.get_text(), _r(a.get_position()), to_hex(a.get_color())))
+            elif isinstance(a, Patch):
+                if isinstance(a, Rectangle):
+                    geom = _r((*a.get_xy(), a.get_width(), a.get_height()))
+                elif isinstance(a, Circle):
+                    geom = _r((*a.center, a.radius))
+                elif isinstance(a, FancyArrowPatch):
+                    geom = _r(sum(a._posA_posB, ())) if a._posA_posB else ()
+                else:
+                    geom = ()
+                out.append((type(a).__name__, a.get_gid(), to_hex(a.get_facecolor(), keep_alpha=True),
+                            to_hex(a.get_edgecolor(), keep_alpha=True), geom))
+    return out
+
+
+def _r(values) -> tuple:
+    return tuple(round(float(v), 6) for v in values)
+
+
+def touched_blocks(snap) -> list[int]:
+    """Blocks named by this step's events (allocated, shared, released, copied), in order."""
+    out = []
+    for e in snap.events:
+        for name in ("block", "src", "dst"):
+            b = getattr(e, name, None)
+            if isinstance(b, int) and 0 <= b < snap.num_blocks and b not in out:
+                out.append(b)
+    return out
+
+
+def block_xy(layout: Layout, b: int) -> tuple[float, float]:
+    """Top-left corner of physical block `b` in layout units."""
+    row, col = divmod(b, layout.cols)
+    return layout.grid_x + col * PITCH, layout.body_y + row * PITCH
+
+
+def _caption(ax, snap, layout):
+    failed = any(e.kind == "allocation_failed" for e in snap.events)
+    chars = max(40, int(layout.width * layout.unit * 72 / 6.3))  # ~6.3 pt per char at 11 pt
+    text = textwrap.fill(f"step {snap.step}: {snap.caption}", chars)
+    ax.text(0.5, 0.35, text, va="top", ha="left", fontsize=11, gid="caption",
+            color="#AA3377" if failed else style.INK, fontweight="bold" if failed else "normal")
+    ax.text(0.5, layout.body_y - 0.62, "block tables (logical \u2192 physical)", fontsize=10,
+            va="bottom", color=style.INK, fontweight="bold")
+    ax.text(layout.grid_x, layout.body_y - 0.62,
+            f"physical blocks (B = {snap.block_size} tokens)",
+            fontsize=10, va="bottom", color=style.INK, fontweight="bold")
+    ax.text(layout.grid_x, layout.body_y - 0.24, "grey = free, badge = ref count, bar = fill, orange = changed",
+            fontsize=7.5, va="bottom", color="#555555")
+
+
+def _tables(ax, snap, layout, colours):
+    x0 = 0.5 + LABEL_W
+    for i in range(layout.table_cells):  # logical index header
+        ax.text(x0 + i + 0.45, layout.body_y + 0.35, str(i), ha="center", fontsize=7.5, color="#666666")
+    seqs = snap.sequences
+    shown = seqs if len(seqs) <= layout.table_rows else seqs[:layout.table_rows - 1]
+    for r, seq in enumerate(shown):
+        y = layout.body_y + 0.6 + r
+        colour = style.colour_of(seq.seq_id, colours)
+        ax.add_artist(Rectangle((0.5, y + 0.1), 0.5, 0.7, facecolor=colour, edgecolor=style.INK, lw=0.6))
+        ax.text(1.15, y + 0.45, f"seq {seq.seq_id}", va="center", fontsize=9.5, fontweight="bold",
+                gid=f"label-{seq.seq_id}")
+        ax.text(x0 - 0.15, y + 0.45, f"{seq.num_tokens} tok", va="center", ha="right", fontsize=8)
+        blocks = seq.blocks
+        cut = len(blocks) > layout.table_cells
+        for i, b in enumerate(blocks[:layout.table_cells - 1] if cut else blocks):
+            ax.add_artist(Rectangle((x0 + i, y + 0.1), 0.9, 0.7, facecolor=colour, edgecolor=style.INK,
+                                   lw=0.6, gid=f"table-{seq.seq_id}-{i}"))
+            ax.text(x0 + i + 0.45, y + 0.45, str(b), ha="center", va="center", fontsize=8.5,
+                    color=style.text_on(colour))
+        if cut:
+            ax.text(x0 + layout.table_cells - 0.55, y + 0.45, f"+{len(blocks) - layout.table_cells + 1}",
+                    ha="center", va="center", fontsize=8, color="#444444")
+    if len(shown) < len(seqs):
+        ax.text(0.5, layout.body_y + 0.6 + len(shown) + 0.45, f"... and {len(seqs) - len(shown)} more sequences",
+                va="center", fontsize=8.5, color="#444444")
+    if not seqs:
+        ax.text(0.5, layout.body_y + 1.05, "(no sequences)", va="center", fontsize=9, color="#666666")
+
+
+def _blocks(ax, snap, layout, colours):
+    owners = {b: [] for b in range(snap.num_blocks)}
+    for seq in snap.sequences:
+        for b in seq.blocks:
+            if 0 <= b < snap.num_blocks:
+                owners[b].append(seq.seq_id)
+    cached = set(snap.cached_blocks)
+    head = snap.free_list[0] if snap.free_list else None
+    for b in range(snap.num_blocks):
+        x, y = block_xy(layout, b)
+        count, who = snap.ref_counts[b], owners[b]
+        if count == 0:
+            ax.add_artist(Rectangle((x, y), CELL, CELL, facecolor=style.FREE, edgecolor=style.FREE_EDGE,
+                                   lw=0.8, ls="--", hatch="//" if b in cached else None, gid=f"block-{b}"))
+            ax.text(x + CELL / 2, y + 0.45, str(b), ha="center", va="center", fontsize=9.5, color="#777777")
+            if b == head or b in cached:  # grey + dashed already says "free"; name only the special ones
+                ax.text(x + CELL / 2, y + 0.8, "head" if b == head else "cached", ha="center", va="center",
+                        fontsize=6.5, color=style.ACCENT if b == head else "#777777")
+            continue
+        first = style.colour_of(who[0], colours) if who else "#BBBBBB"
+        ax.add_artist(Rectangle((x, y), CELL, CELL, facecolor=first, edgecolor=style.INK,
+                               lw=1.8 if count > 1 else 0.8, gid=f"block-{b}"))
+        for j, seq_id in enumerate(who[1:], start=1):  # extra owners: vertical stripes
+            w = CELL / len(who)
+            ax.add_artist(Rectangle((x + j * w, y), w, CELL, facecolor=style.colour_of(seq_id, colours),
+                                   edgecolor="none", gid=f"share-{b}-{j}"))
+        ink = style.text_on(first) if len(who) < 2 else style.INK
+        box = dict(boxstyle="round,pad=0.12", fc="white", ec="none", alpha=0.8) if len(who) > 1 else None
+        ax.text(x + CELL / 2, y + 0.36, str(b), ha="center", va="center", fontsize=10,
+                fontweight="bold", color=ink, bbox=box)
+        fill = snap.block_fill[b]
+        ax.add_artist(Rectangle((x + 0.1, y + CELL - 0.2), CELL - 0.2, 0.12, facecolor="white",
+                               edgecolor=style.INK, lw=0.4))
+        ax.add_artist(Rectangle((x + 0.1, y + CELL - 0.2), (CELL - 0.2) * fill / snap.block_size, 0.12,
+                               facecolor=style.INK, edgecolor="none", gid=f"fill-{b}"))
+        ax.text(x + CELL / 2, y + 0.66, f"{fill}/{snap.block_size}", ha="center", va="center",
+                fontsize=6.5, color=ink, bbox=box)
+        ax.add_artist(Circle((x + CELL - 0.05, y + 0.05), 0.19, facecolor="white", edgecolor=style.INK, lw=0.7,
+                             zorder=6))
+        ax.text(x + CELL - 0.05, y + 0.06, str(count), ha="center", va="center", fontsize=7,
+                fontweight="bold", gid=f"badge-{b}", zorder=7)
+    for b in touched_blocks(snap):  # what this step changed: an orange frame
+        x, y = block_xy(layout, b)
+        ax.add_artist(Rectangle((x - 0.07, y - 0.07), CELL + 0.14, CELL + 0.14, facecolor="none",
+                                edgecolor=style.ACCENT, lw=2.2, gid=f"touched-{b}", zorder=4))
+    for src, dst in snap.pending_copies:
+        (sx, sy), (dx, dy) = block_xy(layout, src), block_xy(layout, dst)
+        ax.add_artist(FancyArrowPatch((sx + CELL / 2, sy + CELL / 2), (dx + CELL / 2, dy + CELL / 2),
+                                     connectionstyle="arc3,rad=-0.35", arrowstyle="-|>", mutation_scale=14,
+                                     color=style.ACCENT, lw=2.2, gid=f"copy-{src}-{dst}", zorder=5))
+    if snap.pending_copies:
+        pairs = ", ".join(f"{s}\u2192{d}" for s, d in snap.pending_copies)
+        ax.text(layout.grid_x, layout.free_y - 0.35, f"pending copy-on-write (copy_blocks): {pairs}",
+                fontsize=8.5, color=style.ACCENT, va="center")
+
+
+def _free_list(ax, snap, layout):
+    y = layout.free_y
+    ax.text(0.5, y, f"free list, head first = allocate() order ({len(snap.free_list)} free)",
+            fontsize=10, fontweight="bold", va="center")
+    y += 0.45
+    ax.text(0.5, y + 0.4, "HEAD", fontsize=8.5, va="center", color=style.ACCENT, fontweight="bold")
+    x = 2.0
+    room = max(1, int((layout.width - x - 1.6) // NODE_PITCH))
+    free = snap.free_list
+    shown = free if len(free) <= room else free[:room - 1]
+    prev = (1.45, y + 0.4)
+    for i, b in enumerate(shown):
+        nx = x + i * NODE_PITCH
+        ax.add_artist(FancyArrowPatch(prev, (nx, y + 0.4), arrowstyle="-|>", mutation_scale=9,
+                                     color="#555555", lw=0.9, shrinkA=1, shrinkB=1))
+        ax.add_artist(Rectangle((nx, y + 0.05), 0.7, 0.7, facecolor=style.FREE, edgecolor=style.FREE_EDGE,
+                               lw=0.8, gid=f"free-{i}"))
+        ax.text(nx + 0.35, y + 0.4, str(b), ha="center", va="center", fontsize=8.5)
+        prev = (nx + 0.7, y + 0.4)
+    end = x + len(shown) * NODE_PITCH
+    ax.add_artist(FancyArrowPatch(prev, (end, y + 0.4), arrowstyle="-|>", mutation_scale=9,
+                                 color="#555555", lw=0.9, shrinkA=1, shrinkB=1))
+    rest = len(free) - len(shown)
+    tail = f"... +{rest} more" if rest else ("empty: the next allocate() fails" if not free else "TAIL")
+    ax.text(end + 0.1, y + 0.4, tail, va="center", fontsize=8.5,
+            color="#AA3377" if not free else "#555555", gid="free-tail")

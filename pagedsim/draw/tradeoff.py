@@ -1,0 +1,88 @@
+"""Figure 3.5: the block-size trade-off on a seeded ShareGPT-like workload.
+
+Small blocks waste few slots (only the last block of a sequence is partly empty)
+but need long block tables; big blocks need short tables but waste more of their
+last block. Definitions, measured over every decode step of every request:
+
+    l = the sequence's length after the step (prompt_len + 1 ... prompt_len + output_len)
+    wasted slots (%)       = 100 * sum(ceil(l/B)*B - l) / sum(ceil(l/B)*B)
+    table entries          = mean over steps of ceil(l/B)  (one int32 per entry)
+
+Workload: `pagedsim.workloads.synthetic("sharegpt", 500, seed=0)` (log-normal
+lengths with the vLLM paper's means, 161 prompt / 338 output tokens).
+Reference: Kwon et al., SOSP 2023, section 7.2 (ablation on block size).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..workloads import synthetic
+from . import style
+
+BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+NUM_REQUESTS, SEED = 500, 0
+SIZE = (11, 5.2)  # inches
+
+
+def step_lengths(requests) -> np.ndarray:
+    """Every sequence length seen after a decode step, over all requests."""  # [sum(output_len)]
+    return np.concatenate([np.arange(r.prompt_len + 1, r.total_len + 1) for r in requests])
+
+
+def tradeoff(lengths: np.ndarray, block_sizes=BLOCK_SIZES) -> dict:
+    """block size -> (wasted slots %, mean table entries) for the given step lengths."""
+    out = {}
+    for bs in block_sizes:
+        blocks = -(-lengths // bs)  # ceil(l / B)
+        slots = blocks * bs
+        out[bs] = (100.0 * (slots - lengths).sum() / slots.sum(), float(blocks.mean()))
+    return out
+
+
+def make(out_dir: Path) -> list[Path]:
+    """3.5: wasted slots (%) and block-table entries against block size 1..256."""
+    requests = synthetic("sharegpt", NUM_REQUESTS, seed=SEED)
+    lengths = step_lengths(requests)
+    data = tradeoff(lengths)
+    bs = np.array(BLOCK_SIZES)
+    waste = np.array([data[b][0] for b in BLOCK_SIZES])
+    entries = np.array([data[b][1] for b in BLOCK_SIZES])
+    fig = style.new_figure(*SIZE)
+    ax1, ax2 = fig.subplots(1, 2)
+    ax1.plot(bs, waste, "o-", color=style.SEQ_COLOURS[1], lw=2)
+    for b, w in zip(bs, waste):
+        ax1.annotate(f"{w:.1f}%", (b, w), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=8.5)
+    ax1.set_ylabel("wasted slots (% of allocated slots)")
+    ax1.set_title("internal fragmentation grows with B")
+    ax1.set_ylim(0, max(waste) * 1.18)
+    best = BLOCK_SIZES[int(np.argmin(waste))]
+    ax1.text(0.03, 0.93, f"least waste: B={best} ({data[best][0]:.1f}%, {data[best][1]:.0f} entries)\n"
+             f"B=16: {data[16][0]:.1f}% waste, {data[16][1]:.1f} entries", transform=ax1.transAxes,
+             va="top", fontsize=9, bbox=dict(boxstyle="round", fc="white", ec="#BBBBBB"))
+    ax2.plot(bs, entries, "s-", color=style.SEQ_COLOURS[4], lw=2)
+    for b, e in zip(bs, entries):
+        last = b == bs[-1]
+        ax2.annotate(f"{e:.1f}", (b, e), textcoords="offset points", xytext=(-4 if last else 6, -14 if last else 6),
+                     ha="right" if last else "left", fontsize=8.5)
+    ax2.set_yscale("log")
+    ax2.set_ylim(entries.min() / 1.6, entries.max() * 2.2)
+    ax2.set_ylabel("block-table entries per sequence (mean)")
+    ax2.set_title("table length shrinks as 1/B")
+    for ax in (ax1, ax2):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(bs, [str(b) for b in bs])
+        ax.set_xlabel("block size B (tokens per block)")
+        ax.grid(True, alpha=0.3)
+        ax.axvline(16, color="#888888", ls=":", lw=1)
+        ax.text(16, ax.get_ylim()[1], " vLLM default B=16", fontsize=8, va="top", color="#555555")
+    fig.suptitle(f"Block-size trade-off on {NUM_REQUESTS} synthetic ShareGPT-like requests (seed {SEED}; "
+                 f"mean prompt {np.mean([r.prompt_len for r in requests]):.0f}, "
+                 f"output {np.mean([r.output_len for r in requests]):.0f} tokens)", fontsize=11)
+    fig.text(0.5, 0.015, "l = sequence length after each decode step;  wasted = sum(ceil(l/B)*B - l) / "
+             "sum(ceil(l/B)*B) over all steps;  entries = mean of ceil(l/B)", ha="center", fontsize=9,
+             color="#444444")
+    fig.tight_layout(rect=(0, 0.05, 1, 0.95))
+    return [style.save(fig, Path(out_dir) / "3.5-block-size-tradeoff.png")]
