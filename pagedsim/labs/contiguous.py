@@ -1,0 +1,108 @@
+"""A contiguous KV allocator under continuous batching: first-fit placement, external fragmentation.
+
+Orca-style systems give each request one contiguous region of `size[i]` token slots
+(max_len, the next power of two of L, or exactly L). This module replays such a
+system in a memory of `memory` slots, event by event:
+
+    * a request is admitted (FCFS, arrival order) at step s if first-fit finds a hole
+      of at least size[i]; it is live for steps s .. s + output_len - 1, then freed;
+    * between two events nothing moves, so each span of k steps adds
+      k * (free slots in holes too small for every waiting request) to the external
+      fragmentation. Free space while nobody waits is idle, not fragmentation.
+
+The result is the sum over steps of that free space, for the waste comparison.
+Token states, reservations and internal fragmentation do not depend on the schedule
+(every request passes through each of its lengths exactly once), so they are
+computed in closed form in `waste.py`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+
+import numpy as np
+
+
+def _range_min_table(values: np.ndarray) -> list[np.ndarray]:
+    """Sparse table: level j holds min(values[i : i + 2**j])."""
+    table = [values]
+    j = 1
+    while (1 << j) <= len(values):
+        prev = table[-1]
+        half = 1 << (j - 1)
+        table.append(np.minimum(prev[:-half], prev[half:]))
+        j += 1
+    return table
+
+
+def _range_min(table, lo: int, hi: int) -> int:
+    """min(values[lo:hi]) for hi > lo, in O(1)."""
+    j = (hi - lo).bit_length() - 1
+    return int(min(table[j][lo], table[j][hi - (1 << j)]))
+
+
+def external_fragmentation(size, output_len, arrival, memory: int, queue: str = "fcfs") -> int:
+    """Sum over steps of free slots no waiting request can use (first-fit placement).
+
+    queue="fcfs": admission is strictly in order, so while the head of the queue does
+    not fit, no waiting request can use any hole (the head's size is the bar).
+    queue="any": a hole counts only if it is smaller than *every* waiting request.
+    """
+    if queue not in ("fcfs", "any"):
+        raise ValueError(f"queue must be 'fcfs' or 'any', got {queue!r}")
+    size = np.asarray(size, dtype=np.int64)
+    output_len = np.asarray(output_len, dtype=np.int64)
+    arrival = np.asarray(arrival, dtype=np.int64)
+    n = len(size)
+    if n == 0:
+        return 0
+    if int(size.max()) > memory:
+        i = int(size.argmax())
+        raise ValueError(f"request {i} needs {int(size[i])} contiguous slots but memory is {memory}")
+    order = np.argsort(arrival, kind="stable")
+    size, output_len, arrival = size[order], output_len[order], arrival[order]
+    rmq = _range_min_table(size)
+    starts: list[int] = []  # sorted start addresses of live regions
+    ends: dict[int, int] = {}  # start -> end address
+    finishing: list[tuple[int, int]] = []  # heap of (last step + 1, start)
+    head = arrived = 0  # waiting requests are [head, arrived)
+    now, total = 0, 0
+    while head < n or finishing:
+        while finishing and finishing[0][0] <= now:  # free what finished
+            _, start = heapq.heappop(finishing)
+            starts.pop(bisect.bisect_left(starts, start))
+            del ends[start]
+        while arrived < n and arrival[arrived] <= now:
+            arrived += 1
+        holes = _holes(starts, ends, memory)
+        while head < arrived:  # FCFS admission, first fit
+            need = int(size[head])
+            at = next((s for s, length in holes if length >= need), None)
+            if at is None:
+                break
+            bisect.insort(starts, at)
+            ends[at] = at + need
+            heapq.heappush(finishing, (now + int(output_len[head]), at))
+            head += 1
+            holes = _holes(starts, ends, memory)
+        nxt = finishing[0][0] if finishing else None
+        if arrived < n and (nxt is None or arrival[arrived] < nxt):
+            nxt = int(arrival[arrived])
+        if head < arrived:
+            smallest = int(size[head]) if queue == "fcfs" else _range_min(rmq, head, arrived)
+            total += (nxt - now) * sum(length for _, length in holes if length < smallest)
+        now = nxt
+    return total
+
+
+def _holes(starts: list[int], ends: dict, memory: int) -> list[tuple[int, int]]:
+    """(start, length) of every free gap, in address order."""
+    out, cursor = [], 0
+    for s in starts:
+        if s > cursor:
+            out.append((cursor, s - cursor))
+        cursor = ends[s]
+    if memory > cursor:
+        out.append((cursor, memory - cursor))
+    return out

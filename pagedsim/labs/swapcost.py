@@ -1,0 +1,107 @@
+"""Swap or recompute? A first-order cost model for bringing back a preempted sequence (vLLM Sec. 4.5, Fig. 19).
+
+    swap       K/V of l tokens go to the host and come back over PCIe:
+                   t_swap = 2 * (ceil(l/B) * copy_latency + l * bytes_per_token / pcie_bandwidth)
+               (vLLM's swap_blocks issues one copy per block, hence a per-block latency)
+    recompute  the l tokens are prefilled again:
+                   flops = 2 * params * l + 2 * num_layers * l**2 * d_model
+                   (weights, plus causal attention scores and values; d_model = heads * head_dim)
+                   t_recompute = flops / (peak_flops * mfu)
+
+Swap time is linear in l, recompute has a quadratic attention term, so for each
+length there is a PCIe bandwidth above which swapping wins:
+
+    bandwidth* = 2 * l * bytes_per_token / (t_recompute - 2 * ceil(l/B) * copy_latency)
+
+ASSUMPTIONS (defaults; every one is a flag, none is a measurement of ours):
+    model       OPT-13B from `sizing.PRESETS` (40 layers, 40 heads x 128, FP16 K/V:
+                819,200 bytes per token); params ~ 12 * layers * d_model**2 = 12.6e9
+    GPU         NVIDIA A100: 312 TFLOPS dense FP16 peak, prefill at 50% of peak (MFU)
+    PCIe        4.0 x16: 25 GB/s effective per direction (32 GB/s theoretical)
+    copy        10 microseconds of fixed cost per block copy, block size 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+from ..sizing import preset
+
+LENGTHS = (16, 64, 256, 512, 1024, 2048)
+BANDWIDTHS = (4, 8, 16, 25, 32, 64)  # GB/s, for the crossover table
+
+
+def params_of(spec) -> float:
+    d = spec.query_heads * spec.head_dim
+    return 12.0 * spec.num_layers * d * d
+
+
+def swap_seconds(l: int, spec, block_size: int, gbps: float, latency_us: float) -> float:
+    blocks = math.ceil(l / block_size)
+    return 2 * (blocks * latency_us * 1e-6 + l * spec.bytes_per_token() / (gbps * 1e9))
+
+
+def recompute_seconds(l: int, spec, params: float, tflops: float, mfu: float) -> float:
+    d = spec.query_heads * spec.head_dim
+    flops = 2 * params * l + 2 * spec.num_layers * l * l * d
+    return flops / (tflops * 1e12 * mfu)
+
+
+def crossover_gbps(l: int, spec, params, block_size, tflops, mfu, latency_us) -> float | None:
+    """PCIe bandwidth at which swap and recompute tie (None: recompute always wins)."""
+    spare = (recompute_seconds(l, spec, params, tflops, mfu)
+             - 2 * math.ceil(l / block_size) * latency_us * 1e-6)
+    return 2 * l * spec.bytes_per_token() / spare / 1e9 if spare > 0 else None
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="pagedsim swapcost", description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="opt-13b", help="a sizing preset")
+    ap.add_argument("--params", type=float, default=None, help="parameter count (default ~12*L*d^2)")
+    ap.add_argument("--tflops", type=float, default=312.0, help="GPU peak dense FP16 TFLOPS (A100)")
+    ap.add_argument("--mfu", type=float, default=0.5, help="fraction of peak a prefill reaches")
+    ap.add_argument("--pcie-gbps", type=float, default=25.0, help="effective PCIe GB/s per direction")
+    ap.add_argument("--copy-latency-us", type=float, default=10.0, help="fixed cost per block copy")
+    ap.add_argument("--block-size", type=int, default=16)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    for name in ("tflops", "mfu", "pcie_gbps"):
+        if getattr(args, name) <= 0:
+            ap.error(f"--{name.replace('_', '-')} must be positive")
+    if args.block_size < 1 or args.copy_latency_us < 0:
+        ap.error("--block-size must be positive and --copy-latency-us non-negative")
+    try:
+        spec = preset(args.model)
+    except ValueError as e:
+        ap.error(str(e))
+    params = args.params or params_of(spec)
+    rows = []
+    for l in LENGTHS:
+        s = swap_seconds(l, spec, args.block_size, args.pcie_gbps, args.copy_latency_us)
+        r = recompute_seconds(l, spec, params, args.tflops, args.mfu)
+        x = crossover_gbps(l, spec, params, args.block_size, args.tflops, args.mfu,
+                           args.copy_latency_us)
+        rows.append({"tokens": l, "swap_ms": 1e3 * s, "recompute_ms": 1e3 * r,
+                     "cheaper": "swap" if s < r else "recompute", "crossover_gbps": x})
+    if args.json:
+        print(json.dumps({"assumptions": vars(args) | {"params": params}, "rows": rows}, indent=2))
+        return 0
+    print(f"ASSUMED: {spec.name} ({spec.bytes_per_token():,} B/token, {params / 1e9:.1f}e9 params), "
+          f"{args.tflops:g} TFLOPS x {args.mfu:g} MFU, PCIe {args.pcie_gbps:g} GB/s, "
+          f"{args.copy_latency_us:g} us per block copy, block size {args.block_size}")
+    print(f"{'tokens':>6}  {'swap out+in':>11}  {'recompute':>9}  {'cheaper':>9}  "
+          f"{'swap wins above':>15}")
+    for row in rows:
+        x = row["crossover_gbps"]
+        print(f"{row['tokens']:>6}  {row['swap_ms']:>8.2f} ms  {row['recompute_ms']:>6.2f} ms  "
+              f"{row['cheaper']:>9}  {('%.1f GB/s' % x) if x else 'never':>15}")
+    l = 512
+    print(f"\ncrossover at {l} tokens, by PCIe bandwidth:")
+    for gbps in BANDWIDTHS:
+        s = swap_seconds(l, spec, args.block_size, gbps, args.copy_latency_us)
+        r = recompute_seconds(l, spec, params, args.tflops, args.mfu)
+        print(f"  {gbps:>3} GB/s  swap {1e3 * s:6.2f} ms  recompute {1e3 * r:6.2f} ms  -> "
+              f"{'swap' if s < r else 'recompute'}")
+    return 0

@@ -1,0 +1,178 @@
+"""Where KV-cache memory goes: paged vs contiguous allocators (vLLM paper, Fig. 2).
+
+Definitions (sums over every decode step and every live sequence; a request with
+`n` samples or `beam_width` beams counts that many sequences, *without* sharing --
+sharing is measured separately by `sharing.py`):
+
+    A sequence of prompt P and output O is live for decode steps t = 1..O, and at
+    step t holds l = P + t tokens; its final length is L = P + O.
+
+    allocator  slots held        token_states  reserved   internal_fragmentation
+    paged(B)   ceil(l/B)*B       l             0          ceil(l/B)*B - l
+    max        max_len           l             L - l      max_len - L
+    pow2       2**ceil(log2 L)   l             L - l      2**ceil(log2 L) - L
+    oracle     L                 l             L - l      0
+
+    external_fragmentation: 0 in `static` mode (every request admitted at step 0,
+    unlimited memory). In `continuous` mode the contiguous allocators are replayed
+    with first-fit placement in a memory of `memory_tokens` slots (`contiguous.py`),
+    counting free slots while requests wait that the waiting queue cannot use: with
+    `queue="fcfs"` (default; the driver admits in order) every hole the head of the
+    queue does not fit in, with `queue="any"` only holes smaller than every waiting
+    request. The paged allocator has none: any free block serves any sequence.
+
+Every sum has a closed form per request, so a 10,000-request trace is a handful of
+NumPy array operations. With C(n) = sum_{l=1..n} ceil(l/B) = B*q*(q+1)/2 + r*(q+1)
+(q, r = divmod(n, B)):
+
+    sum_t l             = O*P + O*(O+1)/2
+    sum_t (L - l)       = O*(O-1)/2
+    sum_t ceil(l/B)*B   = B * (C(P+O) - C(P))
+
+`pagedsim waste --workload sharegpt --mode static` prints the fractions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from .. import workloads
+from ..sizing import preset
+from .contiguous import external_fragmentation
+
+ALLOCATORS = ("paged", "max", "pow2", "oracle")
+PARTS = ("token_states", "reserved", "internal_fragmentation", "external_fragmentation")
+# The paper's OPT-13B on one A100-40GB keeps about 12 GB for the KV cache (its Fig. 1).
+DEFAULT_MEMORY_TOKENS = 12 * 10**9 // preset("opt-13b").bytes_per_token()  # 14,648 slots
+
+
+def ceil_sum(n: np.ndarray, block_size: int) -> np.ndarray:
+    """C(n) = sum over l = 1..n of ceil(l / block_size), elementwise."""
+    q, r = np.divmod(n, block_size)
+    return block_size * q * (q + 1) // 2 + r * (q + 1)
+
+
+def next_pow2(x: np.ndarray) -> np.ndarray:
+    """The smallest power of two >= x (x >= 1), elementwise."""
+    _, exp = np.frexp((np.asarray(x) - 1).astype(np.float64))
+    return np.left_shift(np.int64(1), exp.astype(np.int64))
+
+
+def allocation_sizes(total_len: np.ndarray, max_len: int) -> dict[str, np.ndarray]:
+    return {"max": np.full_like(total_len, max_len), "pow2": next_pow2(total_len),
+            "oracle": total_len}
+
+
+def sums(cols: dict, block_size: int, max_len: int, mode: str = "static",
+         memory_tokens: int = DEFAULT_MEMORY_TOKENS, queue: str = "fcfs") -> dict[str, dict[str, int]]:
+    """Slot-step sums of each part, per allocator. `cols` comes from `workloads.as_arrays`."""
+    _check(block_size, max_len, mode, memory_tokens)
+    p, o = cols["prompt_len"], cols["output_len"]
+    k = np.maximum(cols["n"], cols["beam_width"])  # sequences per request
+    total = p + o
+    if len(total) and int(total.max()) > max_len:
+        i = int(total.argmax())
+        raise ValueError(f"request {i} has {int(total[i])} tokens, more than --max-len {max_len}")
+    tokens = int((k * (o * p + o * (o + 1) // 2)).sum())
+    reserved = int((k * (o * (o - 1) // 2)).sum())
+    paged = int((k * block_size * (ceil_sum(total, block_size) - ceil_sum(p, block_size))).sum())
+    out = {"paged": {"token_states": tokens, "reserved": 0,
+                     "internal_fragmentation": paged - tokens, "external_fragmentation": 0}}
+    for name, size in allocation_sizes(total, max_len).items():
+        ext = 0
+        if mode == "continuous":  # each sequence of a request gets its own region
+            rep = np.repeat(np.arange(len(size)), k)
+            ext = external_fragmentation(size[rep], o[rep], cols["arrival_step"][rep],
+                                         memory_tokens, queue)
+        out[name] = {"token_states": tokens, "reserved": reserved,
+                     "internal_fragmentation": int((k * o * (size - total)).sum()),
+                     "external_fragmentation": ext}
+    return out
+
+
+def fractions(part_sums: dict) -> dict[str, dict[str, float]]:
+    """Each allocator's parts divided by their total (they sum to 1)."""
+    out = {}
+    for name, parts in part_sums.items():
+        whole = sum(parts.values())
+        out[name] = {k: (v / whole if whole else 0.0) for k, v in parts.items()}
+    return out
+
+
+def breakdown(requests, block_size: int = 16, max_len: int = 2048, mode: str = "static",
+              memory_tokens: int = DEFAULT_MEMORY_TOKENS, queue: str = "fcfs") -> dict:
+    return fractions(sums(workloads.as_arrays(requests), block_size, max_len, mode,
+                          memory_tokens, queue))
+
+
+def _check(block_size, max_len, mode, memory_tokens) -> None:
+    for name, value in (("block_size", block_size), ("max_len", max_len),
+                        ("memory_tokens", memory_tokens)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if mode not in ("static", "continuous"):
+        raise ValueError(f"mode must be 'static' or 'continuous', got {mode!r}")
+
+
+def format_table(frac: dict) -> str:
+    heads = ("allocator",) + PARTS
+    rows = [heads] + [(name,) + tuple(f"{100 * frac[name][p]:.1f}%" for p in PARTS)
+                      for name in ALLOCATORS if name in frac]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(heads))]
+    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                               for i, (c, w) in enumerate(zip(r, widths))) for r in rows)
+
+
+def add_trace_args(parser: argparse.ArgumentParser) -> None:
+    src = parser.add_mutually_exclusive_group()
+    src.add_argument("--trace", help="CSV trace (prompt_len,output_len[,n,beam_width,arrival_step])")
+    src.add_argument("--workload", choices=sorted(workloads.DATASETS), default="sharegpt")
+    parser.add_argument("--num-requests", type=int, default=10_000)
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def load_requests(args) -> tuple[list, str]:
+    if args.trace:
+        return workloads.read_csv(args.trace), args.trace
+    return (workloads.synthetic(args.workload, args.num_requests, args.seed),
+            f"{args.workload} (synthetic, {args.num_requests} requests, seed {args.seed})")
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="pagedsim waste", description=__doc__.split("\n")[0])
+    add_trace_args(ap)
+    ap.add_argument("--block-size", type=int, default=16)
+    ap.add_argument("--max-len", type=int, default=2048)
+    ap.add_argument("--mode", choices=("static", "continuous"), default="static")
+    ap.add_argument("--memory-tokens", type=int, default=DEFAULT_MEMORY_TOKENS,
+                    help="contiguous memory for --mode continuous (default: 12 GB of OPT-13B KV)")
+    ap.add_argument("--queue", choices=("fcfs", "any"), default="fcfs",
+                    help="external fragmentation: free space the queue's head cannot use "
+                         "(fcfs) or that no waiting request could use (any)")
+    ap.add_argument("--json", action="store_true", help="print {paged,max,pow2,oracle: fractions}")
+    ap.add_argument("--sharing", action="store_true",
+                    help="also print the blocks saved by sharing (n / beam_width 2, 4, 6; "
+                         "driver run on the first 1000 requests)")
+    args = ap.parse_args(argv)
+    try:
+        requests, source = load_requests(args)
+        frac = breakdown(requests, args.block_size, args.max_len, args.mode, args.memory_tokens,
+                         args.queue)
+    except (ValueError, OSError) as e:
+        print(f"pagedsim waste: error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(frac, indent=2))
+    else:
+        print(f"trace: {source}; block size {args.block_size}, max_len {args.max_len}, "
+              f"mode {args.mode}" + (f", memory {args.memory_tokens} token slots"
+                                     if args.mode == "continuous" else ""))
+        print(format_table(frac))
+    if args.sharing:
+        from .sharing import format_savings, sharing_savings
+        print(format_savings(sharing_savings(requests[:1000], args.block_size)))
+    return 0

@@ -1,0 +1,140 @@
+"""Preemption under memory pressure: recompute or swap (vLLM paper Sec. 4.5; vLLM's swap_blocks).
+
+When the running sequences need more blocks than are free, the scheduler picks a
+victim *group* (all sequences of one request, since they share blocks) and hands it
+to a policy:
+
+    recompute  free every block of the group and requeue it; when it is admitted
+               again, its prompt and the tokens it already generated are prefilled
+               again. Counted: `recomputed_tokens` (a shared prompt counts once).
+    swap       copy the group's distinct blocks into a host (CPU) pool of fixed size,
+               free the GPU blocks, and later bring them back into fresh GPU blocks,
+               keeping the sharing between the group's sequences. Counted:
+               `bytes_swapped` (out and in). If the host pool is full, the group
+               falls back to recompute, as vLLM does.
+
+The (gpu, host) / (host, gpu) pairs wait in `drain_swaps()` for the
+`cuda_kernels.swap_out` / `swap_in` launchers, like copy-on-write pairs wait for
+`copy_blocks`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..block_table import NULL_BLOCK, BlockTable
+from .. import trace as tr
+
+PREEMPTION_POLICIES = ("recompute", "swap")
+
+
+@dataclass
+class Group:
+    """One request's sequences, as the scheduler and the policies see them."""
+
+    key: object  # the request's index in the trace
+    prompt_len: int
+    output_len: int
+    seq_ids: list  # its live sequence ids
+    generated: int = 0  # decode steps done (every sequence of a group is at the same length)
+    order: int = 0  # admission counter: larger = admitted more recently
+    swapped: dict = field(default_factory=dict)  # seq -> (host block ids, num_tokens) while swapped
+
+
+class RecomputePolicy:
+    name = "recompute"
+
+    def __init__(self):
+        self.preemptions = 0  # groups preempted
+        self.recomputed_tokens = 0  # tokens that have to be prefilled again
+
+    def preempt(self, manager, group: Group) -> str:
+        """Free the group's blocks. Returns "recompute": the scheduler requeues it."""
+        self.preemptions += 1
+        self.recomputed_tokens += group.prompt_len + len(group.seq_ids) * group.generated
+        for s in group.seq_ids:
+            manager.free_sequence(s)
+        return "recompute"
+
+
+class SwapPolicy(RecomputePolicy):
+    name = "swap"
+
+    def __init__(self, host_blocks: int, block_bytes: int = 1):
+        super().__init__()
+        if isinstance(host_blocks, bool) or not isinstance(host_blocks, int) or host_blocks < 0:
+            raise ValueError(f"host_blocks must be a non-negative int, got {host_blocks!r}")
+        self.host_blocks = host_blocks  # size of the fixed host pool, in blocks
+        self.block_bytes = block_bytes  # bytes one whole-model block occupies
+        self.bytes_swapped = 0  # bytes moved over PCIe, both directions
+        self.swap_outs = 0
+        self.swap_ins = 0
+        self._host_free = list(range(host_blocks - 1, -1, -1))  # a stack; pop() gives 0 first
+        self._pairs_out: list[tuple[int, int]] = []  # (gpu, host) awaiting swap_out
+        self._pairs_in: list[tuple[int, int]] = []  # (host, gpu) awaiting swap_in
+
+    @property
+    def host_free(self) -> int:
+        return len(self._host_free)
+
+    def drain_swaps(self) -> tuple[list, list]:
+        out, inn = self._pairs_out, self._pairs_in
+        self._pairs_out, self._pairs_in = [], []
+        return out, inn
+
+    def preempt(self, manager, group: Group) -> str:
+        tables = {s: manager.block_table(s) for s in group.seq_ids}
+        distinct = list(dict.fromkeys(b for t in tables.values() for b in t if b != NULL_BLOCK))
+        if len(distinct) > len(self._host_free):
+            return super().preempt(manager, group)  # no host room: fall back to recompute
+        host = {b: self._host_free.pop() for b in distinct}
+        self._pairs_out += [(b, host[b]) for b in distinct]
+        group.swapped = {s: ([host.get(b, NULL_BLOCK) for b in t], t.num_tokens)
+                         for s, t in tables.items()}
+        for s in group.seq_ids:
+            manager.free_sequence(s)
+        self.preemptions += 1
+        self.swap_outs += 1
+        self.bytes_swapped += len(distinct) * self.block_bytes
+        return "swap"
+
+    def blocks_to_swap_in(self, group: Group) -> int:
+        return len({b for blocks, _ in group.swapped.values() for b in blocks if b != NULL_BLOCK})
+
+    def swap_in(self, manager, group: Group) -> bool:
+        """Bring a swapped group back if its blocks fit; False (and no change) if not."""
+        need = self.blocks_to_swap_in(group)
+        if need > manager.num_free_blocks:
+            return False
+        pool, gpu = manager.pool, {}
+        step = manager.step + 1
+        for s, (blocks, num_tokens) in group.swapped.items():
+            table = BlockTable(manager.block_size, num_tokens=num_tokens)
+            manager._tables[s] = table  # a friend of the manager: it rebuilds tables directly
+            manager._emit(tr.SequenceAdded(step, s, num_tokens))
+            for logical, h in enumerate(blocks):
+                if h == NULL_BLOCK:
+                    table.blocks.append(NULL_BLOCK)
+                elif h in gpu:
+                    table.blocks.append(gpu[h])
+                    manager._emit(tr.BlockShared(step, s, gpu[h], pool.incref(gpu[h])))
+                else:
+                    gpu[h] = pool.allocate()
+                    table.blocks.append(gpu[h])
+                    manager._emit(tr.BlockAllocated(step, s, gpu[h], logical))
+        self._pairs_in += list(gpu.items())
+        self._host_free += list(gpu)
+        group.swapped = {}
+        self.swap_ins += 1
+        self.bytes_swapped += need * self.block_bytes
+        manager._end_step()
+        return True
+
+
+def make_policy(name: str, *, host_blocks: int = 0, block_bytes: int = 1):
+    """A preemption policy by name: "recompute" or "swap"."""
+    if name == "recompute":
+        return RecomputePolicy()
+    if name == "swap":
+        return SwapPolicy(host_blocks, block_bytes)
+    raise ValueError(f"preemption policy must be one of {PREEMPTION_POLICIES}, got {name!r}")

@@ -1,0 +1,190 @@
+"""Prefix caching: chained hashes confirmed by tokens, cached free blocks, lru/lfu/fifo eviction."""
+
+import pytest
+from hypothesis import settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from pagedsim import OutOfBlocks
+from pagedsim.policies import PrefixCachingManager, chained_hash
+
+
+def test_a_freed_prompt_block_is_taken_back_from_the_middle_of_the_free_list():
+    m = PrefixCachingManager(6, 2)
+    m.add_sequence("a", 4, tokens=[1, 2, 3, 4])  # blocks 0, 1 full and cached
+    m.free_sequence("a")
+    assert m.cached_free_blocks() == [1, 0]  # behind the uncached blocks, last block first
+    assert m.pool.free_list() == [2, 3, 4, 5, 1, 0]
+    assert m.snapshot().cached_blocks == (1, 0)  # what the pictures shade as "cached"
+    m.add_sequence("b", 3, tokens=[1, 2, 9])  # block 0 is a hit; 9 needs a fresh block
+    assert m.block_table("b") == [0, 2]
+    assert m.pool.free_list() == [3, 4, 5, 1]  # 0 unlinked from the tail end, 2 from the head
+    assert (m.stats.hits, m.stats.misses) == (1, 2)  # a: 2 misses; b: 1 hit
+    m.check_invariants()
+
+
+def test_a_hit_on_a_block_in_use_shares_it_and_raises_its_count():
+    m = PrefixCachingManager(6, 2)
+    m.add_sequence("a", 3, tokens=[5, 6, 7])
+    m.add_sequence("b", 3, tokens=[5, 6, 8])
+    assert m.block_table("a")[0] == m.block_table("b")[0]
+    assert m.pool.ref_count(m.block_table("a")[0]) == 2
+    m.check_invariants()
+
+
+def test_a_hash_collision_is_caught_by_comparing_tokens():
+    m = PrefixCachingManager(6, 2, hash_fn=lambda parent, tokens: 0)  # every block collides
+    m.add_sequence("a", 4, tokens=[1, 2, 3, 4])
+    m.add_sequence("b", 4, tokens=[1, 2, 9, 9])  # block 0 hits, block 1 collides but differs
+    m.add_sequence("c", 4, tokens=[3, 4, 1, 2])  # same blocks, other order: nothing matches
+    a, b, c = (m.block_table(s) for s in "abc")
+    assert b[0] == a[0] and b[1] != a[1]
+    assert set(c).isdisjoint(a)  # [3, 4] first is not a's second block: its parent differs
+    assert m.stats.hits == 1
+
+
+def test_a_child_of_an_evicted_and_reused_parent_no_longer_matches():
+    # A parent-blind hash, so only the (parent block, generation) check can tell prefixes apart.
+    m = PrefixCachingManager(3, 2, eviction="fifo", hash_fn=lambda parent, tokens: hash(tokens))
+    m.add_sequence("a", 4, tokens=[1, 2, 3, 4])  # caches block 0 = [1 2], block 1 = [3 4] after 0
+    m.free_sequence("a")
+    m.add_sequence("x", 2, tokens=[7, 8])  # takes the uncached block 2
+    m.add_sequence("y", 2, tokens=[9, 9])  # fifo evicts block 0 (cached first), now [9 9]
+    assert m.block_table("y") == [0] and m.stats.evictions == 1
+    # [9 9 | 3 4] never existed: block 1 still holds [3 4], but it followed the old block 0.
+    assert m.match([9, 9, 3, 4]) == [0]
+    assert m.match([1, 2, 3, 4]) == []
+
+
+def test_block_floor_counts_shared_tokens_left_in_an_unshared_block():
+    m = PrefixCachingManager(8, 4)
+    m.add_sequence("a", 9, tokens=[1, 2, 3, 4, 5, 6, 7, 8, 9])  # caches [1 2 3 4], [5 6 7 8]
+    m.add_sequence("b", 8, tokens=[1, 2, 3, 4, 5, 6, 7, 0])
+    # block 0 hits; block 1 is [5 6 7 0]: 3 tokens agree with the cached [5 6 7 8] -> floor 3
+    assert m.stats.hits == 1 and m.stats.block_floor == 3
+
+
+def evict_one(eviction, free_first):
+    """Cache [1 2] then [3 4]; free them in `free_first` order; force one eviction."""
+    m = PrefixCachingManager(4, 2, eviction=eviction)
+    m.add_sequence("a", 2, tokens=[1, 2])
+    m.add_sequence("b", 2, tokens=[3, 4])
+    if eviction == "lfu":
+        for i in range(3):  # [1 2] gets hit three times
+            m.add_sequence(f"h{i}", 2, tokens=[1, 2])
+            m.free_sequence(f"h{i}")
+    for s in free_first:
+        m.free_sequence(s)
+    m.add_sequence("c", 6, tokens=[7, 8, 9, 10, 11, 12])  # 2 uncached blocks + 1 eviction
+    assert m.stats.evictions == 1
+    m.check_invariants()
+    return {t: bool(m.match(t)) for t in ((1, 2), (3, 4))}
+
+
+def test_lru_evicts_the_block_freed_longest_ago():
+    assert evict_one("lru", ["b", "a"]) == {(1, 2): True, (3, 4): False}
+
+
+def test_fifo_evicts_the_block_cached_first_even_if_freed_last():
+    assert evict_one("fifo", ["b", "a"]) == {(1, 2): False, (3, 4): True}
+
+
+def test_lfu_evicts_the_least_hit_block_even_if_freed_last():
+    assert evict_one("lfu", ["a", "b"]) == {(1, 2): True, (3, 4): False}
+
+
+def test_bad_eviction_names_and_token_counts_are_refused():
+    with pytest.raises(ValueError, match="eviction must be one of"):
+        PrefixCachingManager(4, 2, eviction="random")
+    m = PrefixCachingManager(4, 2)
+    with pytest.raises(ValueError, match="tokens has 2 entries but num_tokens is 3"):
+        m.add_sequence("a", 3, tokens=[1, 2])
+    assert m.seq_ids() == [] and m.num_free_blocks == 4
+
+
+PREFIXES = ([1, 2, 3, 4, 5, 6], [1, 2, 7, 7], [9, 8, 7, 6, 5])
+
+
+class PrefixCacheMachine(RuleBasedStateMachine):
+    """Random admissions/appends/forks/frees against a shadow K/V store.
+
+    Every slot a token is written to holds that token in `kv`; copy-on-write pairs
+    copy whole blocks. After every rule each live sequence must read back its own
+    tokens through its table: a block freed or evicted while a live sequence still
+    used it, or a wrong prefix-cache hit, would show up as a wrong token.
+    """
+
+    @initialize(eviction=st.sampled_from(["lru", "lfu", "fifo"]), block_size=st.sampled_from([1, 2, 3]),
+                collide=st.booleans(), num_blocks=st.integers(3, 8))
+    def setup(self, eviction, block_size, collide, num_blocks):
+        hash_fn = (lambda parent, tokens: 0) if collide else chained_hash
+        self.m = PrefixCachingManager(num_blocks, block_size, eviction=eviction, hash_fn=hash_fn, trace=False)
+        self.kv = {}
+        self.tokens = {}
+        self.next_id = 0
+
+    def write(self, slots, toks):
+        for slot, t in zip(slots, toks):
+            self.kv[int(slot)] = t
+
+    def apply_copies(self):
+        bs = self.m.block_size
+        for src, dst in self.m.drain_copies():
+            for o in range(bs):
+                if src * bs + o in self.kv:
+                    self.kv[dst * bs + o] = self.kv[src * bs + o]
+
+    @rule(prefix=st.sampled_from(PREFIXES), cut=st.integers(1, 6), tail=st.lists(st.integers(0, 3), max_size=3))
+    def add(self, prefix, cut, tail):
+        toks = prefix[:cut] + tail
+        s, hits = self.next_id, self.m.stats.hits
+        try:
+            slots = self.m.add_sequence(s, len(toks), tokens=toks)
+        except OutOfBlocks:
+            assert s not in self.m
+            return
+        self.next_id += 1
+        skip = (self.m.stats.hits - hits) * self.m.block_size  # hit blocks are not written
+        self.write(list(slots)[skip:], toks[skip:])
+        self.tokens[s] = list(toks)
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data(), token=st.integers(0, 3))
+    def append(self, data, token):
+        s = data.draw(st.sampled_from(sorted(self.tokens)))
+        try:
+            slots = self.m.append_tokens(s, 1)
+        except OutOfBlocks:
+            return
+        self.apply_copies()
+        self.write(slots, [token])
+        self.tokens[s].append(token)
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data())
+    def fork(self, data):
+        s = data.draw(st.sampled_from(sorted(self.tokens)))
+        self.m.fork(s, self.next_id)
+        self.tokens[self.next_id] = list(self.tokens[s])
+        self.next_id += 1
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data())
+    def free(self, data):
+        s = data.draw(st.sampled_from(sorted(self.tokens)))
+        self.m.free_sequence(s)
+        del self.tokens[s]
+
+    @invariant()
+    def every_live_sequence_reads_back_its_tokens(self):
+        self.m.check_invariants()
+        for s, toks in self.tokens.items():
+            assert [self.kv.get(int(x)) for x in self.m.slot_mapping(s)] == toks, f"seq {s}"
+
+    @invariant()
+    def no_block_a_live_sequence_uses_is_free_or_cached_free(self):
+        live = {b for s in self.tokens for b in self.m.block_table(s)}
+        assert live.isdisjoint(self.m.pool.free_list())
+
+
+TestPrefixCacheMachine = PrefixCacheMachine.TestCase
+TestPrefixCacheMachine.settings = settings(max_examples=60, stateful_step_count=30)
