@@ -1,0 +1,215 @@
+"""Measure the chapter 3.7 claims on a real GPU (issue 7): layouts, alignment, allocators, pre-allocation.
+
+    python benchmarks/gpu_labs.py --out labs.json            # on a GPU, < 5 minutes
+    python benchmarks/gpu_labs.py --dry-run --out labs.json  # tiny sizes, simulator OK
+
+1. layouts: the factory decode kernel over fused / split / nhd / vllm caches holding
+   the same numbers (checked equal to the fused result first), fp16, head_dim 128,
+   block_size 16, K/V far larger than L2; K/V bytes read / median kernel time;
+2. alignment: the fused kernel over pools 0, 4, 16, 64, 128 bytes off a 128-B boundary;
+3. allocators: cas, atomic_add, prefix_sum and racy kernels at 1k..1M concurrent
+   requests of 1..4 blocks; blocks per second, and for racy how many ids it handed
+   out twice (the race, measured);
+4. pre-allocation: N blocks as N cuda.device_array calls vs one pool + N host pops.
+Kernel times are CUDA events around the launch (median of several runs); the
+launcher's host-side validation is outside the timed region. Under the simulator the
+script refuses (exit 2) unless --dry-run, and then every timing is null: the
+simulator records no time. No number here is ever made up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import cuda_kernels
+from cuda_kernels import attention
+from cuda_kernels.alloc import DevicePool
+from cuda_kernels.alloc import kernels as AK
+from cuda_kernels.alloc import prefix as AP
+from cuda_kernels.labs import alignment, layouts, prealloc
+from numba import cuda
+
+FULL = {"seqs": 64, "context": 2048, "kv_heads": 8, "group": 4, "dim": 128, "block": 16, "runs": 10,
+        "requests": [1_000, 10_000, 100_000, 1_000_000], "prealloc": [256, 4096]}
+DRY = {"seqs": 2, "context": 24, "kv_heads": 1, "group": 2, "dim": 8, "block": 4, "runs": 1,
+       "requests": [48], "prealloc": [4]}
+
+
+def _timed(launch, runs: int, timed: bool, reset=None) -> float | None:
+    """Median milliseconds of `launch()` between CUDA events (after one warm-up)."""
+    times = []
+    for i in range(runs + 1):
+        if reset is not None:
+            reset()
+        start, end = cuda.event(), cuda.event()
+        start.record()
+        launch()
+        end.record()
+        end.synchronize()
+        if i:
+            times.append(start.elapsed_time(end))
+    return statistics.median(times) if timed else None
+
+
+def _problem(cfg, rng):
+    S, L, Hkv, G, D, B = (cfg[k] for k in ("seqs", "context", "kv_heads", "group", "dim", "block"))
+    per_seq = -(-L // B)
+    num_blocks = S * per_seq
+    tables = rng.permutation(num_blocks).astype(np.int32).reshape(S, per_seq)  # scattered blocks
+    cache = rng.standard_normal((num_blocks, 2, Hkv, B, D)).astype(np.float16)  # [N, 2, H_kv, B, D]
+    query = rng.standard_normal((S, Hkv * G, D)).astype(np.float16)
+    return cache, query, tables, np.full(S, L, np.int32)
+
+
+def _raw_decode(name, k_dev, v_dev, d_q, d_tables, d_lens, cfg):
+    """A closure launching the layout's kernel once, single pass, on prepared device buffers."""
+    S, L, Hkv, G, D, B = (cfg[k] for k in ("seqs", "context", "kv_heads", "group", "dim", "block"))
+    kernel, threads = attention.kernel_for(layouts.LOADERS[name], D, G)
+    out = cuda.device_array((S, Hkv * G, 1, D), np.float32)
+    ml, es = (cuda.device_array((S, Hkv * G, 1), np.float32) for _ in range(2))
+    args = (k_dev, v_dev, d_q, d_tables, d_lens, np.int32(B), np.float32(1 / math.sqrt(D)),
+            np.int32(0), np.int32(0), np.int32(L), out, ml, es)
+    return lambda: kernel[(Hkv, S, 1), threads](*args)
+
+
+def bench_layouts(cfg, problem, timed: bool) -> list[dict]:
+    cache, query, tables, lens = problem
+    d_q, d_tables, d_lens = cuda.to_device(query), cuda.to_device(tables), cuda.to_device(lens)
+    kv_bytes = cache.nbytes
+    attention.POISON["on"] = True
+    base = layouts.decode("fused", d_q, *(2 * (cuda.to_device(cache),)), tables, lens, mode="single")
+    base = base.copy_to_host()
+    rows = []
+    for name in layouts.LAYOUTS:
+        k_src, v_src = layouts.convert(name, cache)
+        k_dev = cuda.to_device(k_src)
+        v_dev = k_dev if name == "fused" else cuda.to_device(v_src)
+        got = layouts.decode(name, d_q, k_dev, v_dev, tables, lens, mode="single").copy_to_host()
+        err = float(np.max(np.abs(got - base)))
+        ms = _timed(_raw_decode(name, k_dev, v_dev, d_q, d_tables, d_lens, cfg), cfg["runs"], timed)
+        rows.append({"layout": name, "max_abs_diff_vs_fused": err, "kv_bytes": kv_bytes, "median_ms": ms,
+                     "gb_per_s": kv_bytes / ms / 1e6 if ms else None})
+        del k_dev, v_dev
+    return rows
+
+
+def bench_alignment(cfg, problem, timed: bool) -> list[dict]:
+    cache, query, tables, lens = problem
+    d_q, d_tables, d_lens = cuda.to_device(query), cuda.to_device(tables), cuda.to_device(lens)
+    attention.POISON["on"] = True
+    rows, base = [], None
+    for offset in alignment.OFFSETS:
+        pool = alignment.offset_pool(cache.shape, cache.dtype, offset)
+        pool.copy_to_device(cache)
+        got = attention.paged_attention(d_q, pool, tables, lens, mode="single").copy_to_host()
+        base = got if base is None else base
+        ms = _timed(_raw_decode("fused", pool, pool, d_q, d_tables, d_lens, cfg), cfg["runs"], timed)
+        rows.append({"offset": offset, "address_mod_128": alignment.device_address(pool) % 128,
+                     "max_abs_diff_vs_offset_0": float(np.max(np.abs(got - base))),
+                     "kv_bytes": cache.nbytes, "median_ms": ms,
+                     "gb_per_s": cache.nbytes / ms / 1e6 if ms else None})
+        del pool
+    return rows
+
+
+def bench_allocators(cfg, rng, timed: bool) -> list[dict]:
+    rows = []
+    for n in cfg["requests"]:
+        counts = rng.integers(1, 5, size=n).astype(np.int32)
+        total = int(counts.sum())
+        for method in ("cas", "atomic_add", "prefix_sum", "racy"):
+            pool = DevicePool(total)
+            ids0 = pool.free_ids.copy_to_host()
+            top0 = np.array([total], np.int32)
+            d_counts = cuda.to_device(counts)
+            d_table = cuda.device_array((n, 4), np.int32)
+            d_granted = cuda.device_array(n, np.int32)
+            grid = (n + 127) // 128
+
+            def reset():
+                pool.top.copy_to_device(top0)
+                pool.free_ids.copy_to_device(ids0)
+                d_table.copy_to_device(np.full((n, 4), -1, np.int32))
+
+            if method == "prefix_sum":
+                def launch():
+                    offsets = AP.exclusive_scan(d_counts)
+                    AP.take_slices_kernel[grid, 128](d_counts, offsets, 0, pool.free_ids, pool.ref,
+                                                     d_table, d_granted)
+            else:
+                kernel = {"cas": AK.alloc_cas_kernel, "atomic_add": AK.alloc_atomic_add_kernel,
+                          "racy": AK.alloc_racy_kernel}[method]
+
+                def launch():
+                    kernel[grid, 128](d_counts, pool.free_ids, pool.top, pool.ref, d_table, d_granted)
+            ms = _timed(launch, cfg["runs"], timed, reset)
+            table = d_table.copy_to_host()
+            ids = table[table >= 0]
+            rows.append({"method": method, "requests": n, "blocks": total, "median_ms": ms,
+                         "blocks_per_s": total / ms * 1e3 if ms else None,
+                         "handed_out": int(ids.size), "handed_out_twice": int(ids.size - np.unique(ids).size)})
+    return rows
+
+
+def bench_prealloc(cfg, timed: bool) -> list[dict]:
+    rows = []
+    shape = prealloc.block_shape(cfg["kv_heads"], cfg["block"], cfg["dim"])
+    for n in cfg["prealloc"]:
+        for strategy in ("on_demand", "pooled"):
+            counter = prealloc.AllocCounter()
+            cuda.synchronize()
+            t0 = time.perf_counter()
+            if strategy == "on_demand":
+                kept = prealloc.on_demand(n, shape, np.float16, counter)
+            else:
+                kept = prealloc.pooled(n, n, shape, np.float16, counter)
+            cuda.synchronize()
+            seconds = time.perf_counter() - t0
+            rows.append({"strategy": strategy, "blocks": n, "device_allocations": counter.calls,
+                         "bytes": counter.bytes, "seconds": seconds if timed else None,
+                         "us_per_block": seconds / n * 1e6 if timed else None})
+            del kept
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="benchmarks/gpu_labs.py", description=__doc__.split("\n")[0])
+    p.add_argument("--dry-run", action="store_true", help="tiny sizes; allowed under the simulator")
+    p.add_argument("--out", help="write the JSON here as well as to stdout")
+    args = p.parse_args(argv)
+    on_gpu = cuda_kernels.backend() == "gpu"
+    if not on_gpu and not args.dry_run:
+        print("gpu_labs: no GPU (running on the simulator); refusing to time anything. "
+              "Use --dry-run to check that the script runs.", file=sys.stderr)
+        return 2
+    cfg = DRY if args.dry_run else FULL
+    timed = on_gpu
+    rng = np.random.default_rng(0)
+    began = time.perf_counter()
+    problem = _problem(cfg, rng)
+    result = {
+        "backend": cuda_kernels.backend(), "dry_run": args.dry_run, "config": cfg,
+        "device": cuda.get_current_device().name.decode() if on_gpu else None,
+        "layouts": bench_layouts(cfg, problem, timed),
+        "alignment": bench_alignment(cfg, problem, timed),
+        "allocators": bench_allocators(cfg, rng, timed),
+        "prealloc": bench_prealloc(cfg, timed),
+    }
+    result["wall_s"] = time.perf_counter() - began if timed else None
+    text = json.dumps(result, indent=1, default=str)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
