@@ -21,6 +21,10 @@ count reaches 0 goes back:
     "fifo"  to the tail, vLLM's order (the least recently freed block is reused first,
             which is LRU eviction order for cached blocks).
 
+`allocate_many` and `release` are the bulk paths the manager uses on its hot path;
+they splice the list directly rather than calling `allocate`/`_push` per block, so a
+subclass that hooks those (a caching pool, say) must override the bulk paths too.
+
 Invariants (checked by `check_invariants`):
     * walking the list from the head visits exactly `num_free` blocks, then the tail;
     * prev/next are symmetric: _prev[_next[x]] == x for every node on the list;

@@ -165,7 +165,12 @@ def describe(events) -> str:
                 f"OutOfBlocks, nothing changed")
     if isinstance(head, SequenceAdded):
         text = f"seq {head.seq_id} arrives with {head.num_tokens} tokens"
-        return text + (f" and takes {_ids(e.block for e in allocated)}" if allocated else "")
+        shared = [e.block for e in events if isinstance(e, BlockShared)]
+        if shared:  # a prefix-cache hit on blocks another sequence still holds
+            text += f", shares cached {_ids(shared)}"
+        if allocated:
+            text += f" and takes {_ids(e.block for e in allocated)}"
+        return text
     if isinstance(head, SequenceForked):
         shared = [e for e in events if isinstance(e, BlockShared)]
         counts = {e.ref_count for e in shared}
@@ -197,5 +202,9 @@ def describe(events) -> str:
         fresh = [e.block for e in allocated if e.block not in {c.dst for c in cow}]
         if fresh:
             text += f"{';' if cow else ':'} the last block is full, so it takes {_ids(fresh)}"
+        dropped = [e.block for e in events if isinstance(e, BlockReleased)
+                   and e.block not in {c.src for c in cow}]
+        if dropped:  # a sliding window let go of blocks behind it
+            text += f"; {_ids(dropped)} fell out of the window and {'is' if len(dropped) == 1 else 'are'} released"
         return text
     return "; ".join(e.kind for e in events)
