@@ -133,8 +133,10 @@ def alignment_sectors(out_dir: Path) -> list[Path]:
     from cuda_kernels.labs import sectors as sc
 
     offsets = (0, 4, 16, 64, 128)
-    fig = new_figure(11, 4.6)
+    fig = new_figure(11, 5.0)
     left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.3, 1]})
+    fig.suptitle("3.7  What a misaligned block start costs one warp's load: 32-byte sectors "
+                 "(a model, not a measurement)", fontsize=12, x=0.02, ha="left")
     for i, o in enumerate(offsets):
         y = len(offsets) - 1 - i
         for s in range(o // 32, (o + 127) // 32 + 1):
@@ -156,18 +158,18 @@ def alignment_sectors(out_dir: Path) -> list[Path]:
         rows = sc.alignment_table(offsets, sc.Geometry(elem_bytes=es))
         xs = [k + (j - 1) * width for k in range(len(offsets))]
         bars = right.bar(xs, [100 * r["warp_extra"] for r in rows], width, color=SEQ_COLOURS[j], label=label)
-        right.bar_label(bars, fmt=lambda v: f"{v:.0f}%" if v else "", fontsize=7)
+        right.bar_label(bars, fmt=lambda v: f"{v:.0f}%" if v else "", fontsize=9)
     rows = sc.alignment_table(offsets, sc.Geometry(elem_bytes=2))
     bars = right.bar([k + width for k in range(len(offsets))], [100 * r["tile_extra"] for r in rows], width,
                      color=SEQ_COLOURS[2], label=f"fp16 whole K tile ({rows[0]['tile_bytes']} B)")
-    right.bar_label(bars, fmt=lambda v: f"{v:.1f}%" if v else "", fontsize=7)
+    right.bar_label(bars, fmt=lambda v: f"{v:.1f}%" if v else "", fontsize=9)
     right.set_xticks(range(len(offsets)), [f"+{o}" for o in offsets])
     right.set_xlabel("block start offset (bytes)")
     right.set_ylabel("extra sectors (%)")
     right.set_ylim(0, 80)
-    right.legend(fontsize=8, loc="upper right")
+    right.legend(fontsize=9, loc="upper right")
     right.set_title("predicted extra traffic (theory, no GPU)", fontsize=10)
-    fig.subplots_adjust(left=0.08, right=0.98, top=0.88, bottom=0.14, wspace=0.3)
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.82, bottom=0.13, wspace=0.3)
     return [save(fig, Path(out_dir) / "alignment_sectors.png")]
 
 

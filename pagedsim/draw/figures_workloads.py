@@ -22,8 +22,8 @@ PAPER_TOKEN_STATES = {"paged": 96.3, "max": 20.4, "pow2": 26.8, "oracle": 38.2} 
 
 def draw_waste(by_mode: dict, out_dir: Path, name: str = "waste_breakdown.png") -> Path:
     """Stacked bars: for each allocator, one bar per mode ({"static": fractions, ...})."""
-    fig = style.new_figure(9.0, 4.8)
-    ax = fig.add_axes([0.08, 0.2, 0.62, 0.68])
+    fig = style.new_figure(10.0, 5.0)
+    ax = fig.add_axes([0.075, 0.15, 0.64, 0.74])
     modes = list(by_mode)
     allocators = ("max", "pow2", "oracle", "paged")
     width = 0.8 / len(modes)
@@ -39,17 +39,18 @@ def draw_waste(by_mode: dict, out_dir: Path, name: str = "waste_breakdown.png") 
             share = 100 * by_mode[mode][a]["token_states"]
             ax.text(xi, share / 2, f"{share:.0f}%", ha="center", va="center", fontsize=8,
                     color="white", rotation=90)
-            ax.text(xi, 101.5, mode, ha="center", va="bottom", fontsize=7, color=style.INK)
+            ax.text(xi, 101.5, mode, ha="center", va="bottom", fontsize=8.5, color=style.INK)
     centres = np.arange(len(allocators))
     ax.scatter(centres, [PAPER_TOKEN_STATES[a] for a in allocators], marker="D", s=28,
                color="black", zorder=5, label="paper Fig. 2: token states")
     ax.set_xticks(centres, [LABELS[a] for a in allocators])
+    ax.set_xlim(-0.55, len(allocators) - 0.45)
     ax.set_ylim(0, 108)
     ax.set_ylabel("share of KV-cache slot-steps (%)")
     ax.set_title("Where KV-cache memory goes (synthetic ShareGPT, 10,000 requests)", loc="left")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, fontsize=9)
-    fig.text(0.08, 0.05, "static: all admitted at step 0, unlimited memory.  continuous: "
-             "first-fit in 14,648 slots (12 GB of OPT-13B KV), FCFS.", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, fontsize=10)
+    fig.text(0.075, 0.03, "static: all admitted at step 0, unlimited memory.\ncontinuous: "
+             "first-fit in 14,648 slots (12 GB of OPT-13B KV), FCFS.", fontsize=9.5)
     return style.save(fig, Path(out_dir) / name)
 
 
