@@ -11,7 +11,9 @@
    larger than L2. Bytes moved = K/V read once + query + float32 output; reported as
    GB/s and as % of the copy bandwidth;
 4. the same kernel on a contiguous layout (each sequence's blocks in order, an
-   identity block table) to price the paging indirection.
+   identity block table) to price the paging indirection;
+5. the chapter 3.7 labs (`gpu_labs.run`: layouts, alignment offsets, allocator kernels,
+   pre-allocation), unless --no-labs.
 Under the simulator it refuses (exit 2) unless --dry-run: then timings are null,
 because the simulator records no time. No number here is ever made up.
 """
@@ -24,6 +26,7 @@ import math
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -203,6 +206,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", help="write the JSON results here (default: stdout)")
     parser.add_argument("--dry-run", action="store_true", help="tiny grid; allowed on the simulator")
     parser.add_argument("--runs", type=int, default=None, help="timed runs per case (default 50)")
+    parser.add_argument("--no-labs", action="store_true",
+                        help="skip the chapter 3.7 labs (benchmarks/gpu_labs.py), run by default")
     args = parser.parse_args(argv)
     on_gpu = ck.backend() == "gpu"
     if not on_gpu and not args.dry_run:
@@ -221,6 +226,12 @@ def main(argv=None) -> int:
     for case in grid:
         report["cases"] += bench_case(rng, *case, dim, runs, on_gpu, report["copy"]["gb_per_s"])
         print(f"done {case} after {time.perf_counter() - began:.0f} s", file=sys.stderr)
+    if not args.no_labs:  # the 3.7 labs run in the same command, into the same JSON
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import gpu_labs
+
+        report["labs"] = gpu_labs.run(args.dry_run)
+        print(f"labs done after {time.perf_counter() - began:.0f} s", file=sys.stderr)
     report["seconds"] = time.perf_counter() - began
     text = json.dumps(report, indent=1)
     if args.out:

@@ -189,13 +189,25 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu_labs: no GPU (running on the simulator); refusing to time anything. "
               "Use --dry-run to check that the script runs.", file=sys.stderr)
         return 2
-    cfg = DRY if args.dry_run else FULL
+    result = run(args.dry_run)
+    text = json.dumps(result, indent=1, default=str)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    return 0
+
+
+def run(dry_run: bool) -> dict:
+    """Every 3.7 lab measurement as one JSON-ready dict (timings only on a GPU)."""
+    on_gpu = cuda_kernels.backend() == "gpu"
+    cfg = DRY if dry_run else FULL
     timed = on_gpu
     rng = np.random.default_rng(0)
     began = time.perf_counter()
     problem = _problem(cfg, rng)
     result = {
-        "backend": cuda_kernels.backend(), "dry_run": args.dry_run, "config": cfg,
+        "backend": cuda_kernels.backend(), "dry_run": dry_run, "config": cfg,
         "device": cuda.get_current_device().name.decode() if on_gpu else None,
         "layouts": bench_layouts(cfg, problem, timed),
         "alignment": bench_alignment(cfg, problem, timed),
@@ -203,12 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         "prealloc": bench_prealloc(cfg, timed),
     }
     result["wall_s"] = time.perf_counter() - began if timed else None
-    text = json.dumps(result, indent=1, default=str)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
-    return 0
+    return result
 
 
 if __name__ == "__main__":
