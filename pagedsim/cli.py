@@ -42,7 +42,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module_name, func_name = COMMANDS[name][0].split(":")
     func = getattr(importlib.import_module(module_name), func_name)
-    return int(func(rest) or 0)
+    try:
+        return int(func(rest) or 0)
+    except BrokenPipeError:  # `pagedsim tour | head`: the reader left; that is not an error
+        sys.stdout = None
+        return 0
 
 
 if __name__ == "__main__":

@@ -185,7 +185,7 @@ def describe(events) -> str:
         kept = [e for e in released if e.ref_count > 0]
         text = f"seq {head.seq_id} finishes"
         if back:
-            text += f": {_ids(back)} return to the free list"
+            text += f": {_ids(back)} {'returns' if len(back) == 1 else 'return'} to the free list"
         if kept:
             text += ("; " if back else ": ") + ", ".join(
                 f"block {e.block} stays (count {e.ref_count})" for e in kept)

@@ -1,0 +1,46 @@
+"""Exercise 3.1 (your file): a variable-size first-fit allocator, to watch external fragmentation appear.
+
+Before paging, a serving system gave each sequence one contiguous range of KV slots
+sized to the sequence. This allocator does exactly that over `capacity` slots. Its
+free space is a list of *holes* (start, size), sorted by start and always merged,
+so no two holes touch:
+
+    allocate(size)  first fit: the first hole (lowest start) with room; None if none
+    free(start, size)  give a range back and merge it with the holes on either side
+
+After some frees the free space is split into holes too small for the next request
+even though their sum would be enough: *external fragmentation*. Fixed-size blocks
+(the chapter's answer) cannot suffer from it, because any free block fits any need.
+
+Reference: Kwon et al., "Efficient Memory Management for Large Language Model Serving
+with PagedAttention" (SOSP 2023), section 3: reserved contiguous chunks and fragmentation.
+"""
+
+from __future__ import annotations
+
+
+class FirstFit:
+    def __init__(self, capacity: int):
+        if not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+        self.capacity = capacity  # slots in the whole region
+        self.holes: list[tuple[int, int]] = [(0, capacity)]  # (start, size), sorted, never touching
+
+    def free_slots(self) -> int:
+        return sum(size for _, size in self.holes)
+
+    def allocate(self, size: int) -> int | None:
+        """Take `size` slots from the front of the first hole that has room; None if none has."""
+        # TODO(student): scan self.holes in order; shrink (or delete) the first hole with size >= size.
+        raise NotImplementedError("allocate")
+
+    def free(self, start: int, size: int) -> None:
+        """Return [start, start + size) and merge it with a hole that touches it on either side."""
+        # TODO(student): insert (start, size) in order, then merge it with touching neighbours.
+        raise NotImplementedError("free")
+
+
+def external_fragmentation(holes: list[tuple[int, int]]) -> float:
+    """1 - largest hole / all free slots: 0 when the free space is one piece (or empty)."""
+    # TODO(student): sum the hole sizes, find the largest, and mind the empty case.
+    raise NotImplementedError("external_fragmentation")

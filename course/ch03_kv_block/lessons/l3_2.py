@@ -1,0 +1,50 @@
+"""Lesson 3.2: inside a block -- its size in bytes, and where each number lives."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pagedsim.sizing import PRESETS
+
+TITLE = "The inside of a block"
+TEXT = """
+One block holds the K and V vectors of block_size tokens, for every layer and every KV
+head. Its size is block_size x num_layers x 2 (K and V) x num_kv_heads x head_dim x bytes
+per element: for the chapter's example (16 tokens, 32 layers, 32 heads of 128, FP16) that
+is 8 MiB, which is why a GPU holds only thousands of blocks, not millions. With grouped-
+query attention only the KV heads count, so Llama-3-8B's blocks are 4x smaller.
+
+The whole pool is one array, kv_pool[num_blocks, num_layers, 2, H_kv, block_size, D], so
+K and V of a block sit side by side and kv_pool[:, layer] is a per-layer cache view that
+the kernels use without copying. The demo prints block sizes for a few models, the
+pool's strides, and writes K/V with the write_kv kernel through such a view.
+
+一个 Block 存放 block_size 个 token 在每一层、每个 KV 头上的 K 和 V。大小为 block_size ×
+层数 × 2（K 和 V）× KV 头数 × head_dim × 每元素字节数：按本章的例子（16 个 token、32 层、
+32 个 128 维的头、FP16）是 8 MiB，所以一块 GPU 只能放几千个 Block。使用 GQA 时只计 KV 头，
+因此 Llama-3-8B 的 Block 小 4 倍。整个池是一个数组 kv_pool[块数, 层数, 2, H_kv, block_size, D]，
+同一 Block 的 K 和 V 相邻，kv_pool[:, layer] 就是内核直接使用的单层视图（不拷贝）。
+"""
+
+
+def demo(out_dir) -> None:
+    print(f"{'model':<12} {'bytes/token':>12} {'bytes/block (16 tokens)':>24}")
+    for spec in PRESETS.values():
+        print(f"{spec.name:<12} {spec.bytes_per_token():>12,} {spec.bytes_per_block(16):>24,}")
+    shape = (6, 3, 2, 2, 4, 8)  # [N, L, 2, H_kv, B, D]
+    pool = np.full(shape, np.nan, np.float32)
+    print(f"\nkv_pool{list(shape)} element strides: {[s // 4 for s in pool.strides]}")
+    try:
+        import cuda_kernels
+    except ImportError as e:
+        print(f"(skipping the write_kv run: cuda_kernels is not available: {e})")
+        return
+    rng = np.random.default_rng(0)
+    key = rng.standard_normal((3, 2, 8)).astype(np.float32)  # [T, H_kv, D]
+    value = rng.standard_normal((3, 2, 8)).astype(np.float32)
+    view = pool[:, 1]  # [N, 2, H_kv, B, D] layer 1, a view
+    cuda_kernels.write_kv(view, key, value, np.array([5, 6, 13]))
+    print(f"write_kv ({cuda_kernels.backend()}) wrote 3 tokens to slots 5, 6, 13 of layer 1 "
+          f"through a view (shares memory with the pool: {np.shares_memory(view, pool)})")
+    print(f"  K of token 0 head 0 is now kv_pool[1, 1, 0, 0, 1, :4] = {pool[1, 1, 0, 0, 1, :4].round(3)}")
+    print(f"  numbers written: {int(np.isfinite(pool).sum())} = 3 tokens x 2 (K,V) x 2 heads x 8 dims")

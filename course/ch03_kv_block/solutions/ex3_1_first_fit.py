@@ -1,0 +1,63 @@
+"""Exercise 3.1: a variable-size first-fit allocator, to watch external fragmentation appear.
+
+Before paging, a serving system gave each sequence one contiguous range of KV slots
+sized to the sequence. This allocator does exactly that over `capacity` slots. Its
+free space is a list of *holes* (start, size), sorted by start and always merged,
+so no two holes touch:
+
+    allocate(size)  first fit: the first hole (lowest start) with room; None if none
+    free(start, size)  give a range back and merge it with the holes on either side
+
+After some frees the free space is split into holes too small for the next request
+even though their sum would be enough: *external fragmentation*. Fixed-size blocks
+(the chapter's answer) cannot suffer from it, because any free block fits any need.
+
+Reference: Kwon et al., "Efficient Memory Management for Large Language Model Serving
+with PagedAttention" (SOSP 2023), section 3: reserved contiguous chunks and fragmentation.
+"""
+
+from __future__ import annotations
+
+
+class FirstFit:
+    def __init__(self, capacity: int):
+        if not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"capacity must be a positive int, got {capacity!r}")
+        self.capacity = capacity  # slots in the whole region
+        self.holes: list[tuple[int, int]] = [(0, capacity)]  # (start, size), sorted, never touching
+
+    def free_slots(self) -> int:
+        return sum(size for _, size in self.holes)
+
+    def allocate(self, size: int) -> int | None:
+        """Take `size` slots from the front of the first hole that has room; None if none has."""
+        if not isinstance(size, int) or size < 1:
+            raise ValueError(f"size must be a positive int, got {size!r}")
+        for i, (start, hole) in enumerate(self.holes):
+            if hole >= size:
+                if hole == size:
+                    del self.holes[i]
+                else:
+                    self.holes[i] = (start + size, hole - size)
+                return start
+        return None
+
+    def free(self, start: int, size: int) -> None:
+        """Return [start, start + size) and merge it with a hole that touches it on either side."""
+        i = 0
+        while i < len(self.holes) and self.holes[i][0] < start:
+            i += 1
+        self.holes.insert(i, (start, size))
+        if i + 1 < len(self.holes) and start + size == self.holes[i + 1][0]:  # touches the right hole
+            self.holes[i] = (start, size + self.holes[i + 1][1])
+            del self.holes[i + 1]
+        if i > 0 and self.holes[i - 1][0] + self.holes[i - 1][1] == start:  # touches the left hole
+            left = self.holes[i - 1]
+            self.holes[i - 1] = (left[0], left[1] + self.holes[i][1])
+            del self.holes[i]
+
+
+def external_fragmentation(holes: list[tuple[int, int]]) -> float:
+    """1 - largest hole / all free slots: 0 when the free space is one piece (or empty)."""
+    free = sum(size for _, size in holes)
+    return 1.0 - max(size for _, size in holes) / free if free else 0.0

@@ -1,0 +1,56 @@
+"""Exercise 3.4b: fork, and copy-on-write when a sequence appends after a fork.
+
+Beam search and parallel sampling fork a sequence: the child starts with the
+parent's whole block table and every block gains an owner (its count goes up).
+Full blocks are never written again, so they can stay shared for ever. The last
+block is different when it is only partly filled: the next token of *either*
+sequence would be written into it, over the other one's future token. So before
+writing into a shared, partly filled last block, the writer gets a private copy:
+
+    1. allocate a new block             (dst)
+    2. record (src, dst) for the copy kernel (cuda_kernels.copy_blocks)
+    3. drop the writer's ownership of src (pool.free: the count goes down by one)
+    4. put dst in the writer's table
+
+Tables here are plain lists of physical block ids; `pool` is a pagedsim.BlockPool
+(allocate, incref, free, ref_count).
+
+Reference: Kwon et al., SOSP 2023, section 4.4 (parallel sampling, beam search,
+copy-on-write at block granularity).
+"""
+
+from __future__ import annotations
+
+
+def fork(pool, parent: list[int]) -> list[int]:
+    """Return the child's table: the same blocks as `parent`, each with one more owner."""
+    child = list(parent)
+    for b in child:
+        pool.incref(b)
+    return child
+
+
+def slot_for_append(pool, table: list[int], position: int, block_size: int, copies: list) -> int:
+    """Prepare the slot for token `position` (the sequence's current length) and return it.
+
+    Changes `table` in place: a new block when the last one is full (or the table is
+    empty), a private copy when the last block is partly full and shared; in the
+    second case (src, dst) is appended to `copies`.
+    """
+    offset = position % block_size
+    if offset == 0:
+        table.append(pool.allocate())
+    elif pool.ref_count(table[-1]) > 1:
+        src = table[-1]
+        dst = pool.allocate()
+        copies.append((src, dst))
+        pool.free(src)
+        table[-1] = dst
+    return table[-1] * block_size + offset
+
+
+def free_table(pool, table: list[int]) -> None:
+    """The sequence finished: drop its ownership of every block (last block first)."""
+    for b in reversed(table):
+        pool.free(b)
+    table.clear()

@@ -1,0 +1,60 @@
+"""Exercise 3.7: 128-byte aligned block starts, and a concurrent block pop with atomics.
+
+Alignment. A GPU reads global memory in 32-byte sectors grouped in 128-byte lines;
+a block whose start is not a multiple of 128 makes every read of it touch one more
+line than it needs. So the pool places block i at i * stride, where the stride is the
+block's size rounded *up* to the next multiple of 128 (rounding down would overlap
+blocks).
+
+Concurrent pop. Many threads allocate at once. The free blocks sit in `free_stack`,
+and `top[0]` counts them. A thread that reads top and then writes top - 1 in two
+steps can be overtaken by another thread reading the same top: both hand out the
+same block and one block is lost. `cuda.atomic.sub(top, 0, 1)` does the read and the
+write as one indivisible step and returns the old value, so each thread gets its
+own index.
+
+Reference: CUDA C++ Best Practices Guide, "Coalesced Access to Global Memory";
+CUDA C++ Programming Guide, "Atomic Functions"; Numba's cuda.atomic documentation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from course.ch03_kv_block._cuda import cuda
+
+
+def align_up(nbytes: int, alignment: int = 128) -> int:
+    """The smallest multiple of `alignment` (a power of two) that is >= nbytes."""
+    return (nbytes + alignment - 1) & ~(alignment - 1)
+
+
+def block_starts(num_blocks: int, block_bytes: int, alignment: int = 128) -> list[int]:
+    """Byte offset of each block in a pool whose base is aligned: block i at i * stride."""
+    stride = align_up(block_bytes, alignment)
+    return [i * stride for i in range(num_blocks)]
+
+
+@cuda.jit
+def pop_kernel(free_stack, top, out):
+    """One thread per request, one block of threads. Thread i pops one block into out[i].
+
+    free_stack[0:top[0]] are the free block ids; a thread that finds the stack empty
+    writes -1. top[0] may end below 0 when more threads ask than blocks are free.
+    """
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        old = cuda.atomic.sub(top, 0, 1)
+        if old > 0:
+            out[i] = free_stack[old - 1]
+        else:
+            out[i] = -1
+
+
+def pop_blocks(free_stack, num_threads: int):
+    """Launch pop_kernel with `num_threads` threads. Returns (handed out [num_threads], top)."""
+    stack = np.asarray(free_stack, np.int32)
+    top = np.array([len(stack)], np.int32)
+    out = np.full(num_threads, -2, np.int32)  # -2: a thread that never wrote
+    pop_kernel[1, num_threads](stack, top, out)
+    return out, int(top[0])

@@ -1,0 +1,112 @@
+"""Load `course/curriculum.toml` and check that it tells the truth about the files.
+
+On Python 3.11+ the file is read with `tomllib`. Python 3.10 has no TOML reader in
+the standard library, so `_parse_subset` reads the small subset the file keeps to:
+comments, `[[exercise]]` headers, `key = "string"` and `key = ["a", "b"]`. A test
+checks that both readers agree on the real file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+COURSE_DIR = Path(__file__).resolve().parent
+REPO_ROOT = COURSE_DIR.parent
+CURRICULUM = COURSE_DIR / "curriculum.toml"
+FIELDS = ("id", "section", "title", "stub", "solution", "checks", "marker", "hint")
+# Folders whose every .py file must be named by some entry (orphans are refused).
+OWNED_DIRS = {"stub": "course/ch03_kv_block/exercises", "solution": "course/ch03_kv_block/solutions",
+              "checks": "tests/course/ch03"}
+
+
+@dataclass(frozen=True)
+class Exercise:
+    id: str  # "3.4a"
+    section: str  # "3.4": the lesson it belongs to
+    title: str
+    stub: str  # repo-relative path of the file the student edits
+    solution: str  # repo-relative path of the reference solution
+    checks: tuple  # repo-relative paths of pytest files
+    marker: str  # pytest marker, e.g. "ch3_4"
+    hint: str
+
+    def path(self, field: str) -> Path:
+        return REPO_ROOT / getattr(self, field)
+
+
+def _parse_subset(text: str) -> dict:
+    """Parse the TOML subset described in the module docstring."""
+    tables, current = [], None
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line == "[[exercise]]":
+            current = {}
+            tables.append(current)
+            continue
+        m = re.fullmatch(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(".*"|\[.*\])', line)
+        if m is None or current is None:
+            raise ValueError(f"curriculum.toml line {lineno}: outside the supported subset: {raw!r}")
+        current[m.group(1)] = json.loads(m.group(2))  # TOML basic strings here are JSON strings
+    return {"exercise": tables}
+
+
+def load(path: Path = CURRICULUM) -> list[Exercise]:
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        import tomllib
+        data = tomllib.loads(text)
+    except ModuleNotFoundError:  # Python 3.10
+        data = _parse_subset(text)
+    out = []
+    for i, entry in enumerate(data.get("exercise", [])):
+        missing = [f for f in FIELDS if f not in entry]
+        if missing:
+            raise ValueError(f"curriculum entry {i + 1} lacks {missing}")
+        out.append(Exercise(**{f: entry[f] for f in FIELDS[:5]}, checks=tuple(entry["checks"]),
+                            marker=entry["marker"], hint=entry["hint"]))
+    return out
+
+
+def find(exercise_id: str, exercises: list[Exercise] | None = None) -> Exercise:
+    exercises = load() if exercises is None else exercises
+    for ex in exercises:
+        if ex.id == exercise_id:
+            return ex
+    raise KeyError(f"no exercise {exercise_id!r}; known: {', '.join(e.id for e in exercises)}")
+
+
+def problems(exercises: list[Exercise] | None = None) -> list[str]:
+    """Everything wrong with the curriculum, one sentence each; [] means it is sound."""
+    exercises = load() if exercises is None else exercises
+    out, named, ids = [], set(), set()
+    for ex in exercises:
+        if ex.id in ids:
+            out.append(f"exercise {ex.id} is listed twice")
+        ids.add(ex.id)
+        if not ex.hint.strip():
+            out.append(f"exercise {ex.id} has an empty hint")
+        if not ex.title.strip():
+            out.append(f"exercise {ex.id} has an empty title")
+        if not re.fullmatch(r"ch\d+_\d+", ex.marker) or ex.marker != "ch" + ex.section.replace(".", "_"):
+            out.append(f"exercise {ex.id}: marker {ex.marker!r} does not match section {ex.section}")
+        if not ex.checks:
+            out.append(f"exercise {ex.id} lists no checks")
+        for rel in (ex.stub, ex.solution, *ex.checks):
+            named.add(rel)
+            if not (REPO_ROOT / rel).is_file():
+                out.append(f"exercise {ex.id}: {rel} does not exist")
+        if ex.stub == ex.solution:
+            out.append(f"exercise {ex.id}: the stub and the solution are the same file")
+    for folder in OWNED_DIRS.values():
+        for f in sorted((REPO_ROOT / folder).glob("*.py")):
+            rel = f.relative_to(REPO_ROOT).as_posix()
+            if f.name == "__init__.py" or f.name.startswith(("_", "conftest")):
+                continue
+            if rel not in named:
+                out.append(f"orphan file {rel}: no curriculum entry names it")
+    return out

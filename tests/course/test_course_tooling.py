@@ -1,0 +1,135 @@
+"""The course's own machinery: the curriculum, the check runner, the stubs, the mutants, the lessons.
+
+The exercise checks themselves live in tests/course/ch03/ and, in a plain pytest run,
+check the reference solutions. The tests here prove the rest of the promise: every
+stub fails with "not implemented yet", every known-buggy variant is caught, and the
+curriculum refuses orphans, missing paths and empty hints.
+"""
+
+import ast
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from course import cli, curriculum
+from course.ch03_kv_block import mutants
+
+REPO = curriculum.REPO_ROOT
+EXERCISES = curriculum.load()
+
+
+def pagedsim(*args, timeout=300):
+    """Run `pagedsim ARGS` in a fresh interpreter (the checks run pytest in-process)."""
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    env.pop("PAGEDSIM_IMPL", None)
+    return subprocess.run([sys.executable, "-m", "pagedsim.cli", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_curriculum_lists_every_section_in_course_order_and_is_sound():
+    assert [e.id for e in EXERCISES] == ["3.1", "3.2", "3.3", "3.4a", "3.4b", "3.5", "3.6", "3.7"]
+    assert curriculum.problems(EXERCISES) == []
+
+
+def test_the_fallback_toml_reader_agrees_with_tomllib():
+    tomllib = pytest.importorskip("tomllib")
+    text = curriculum.CURRICULUM.read_text(encoding="utf-8")
+    assert curriculum._parse_subset(text) == tomllib.loads(text)
+
+
+def test_the_curriculum_check_refuses_orphans_missing_paths_and_empty_hints():
+    broken = [dataclasses.replace(EXERCISES[0], hint="  "),
+              dataclasses.replace(EXERCISES[1], stub="course/ch03_kv_block/exercises/nope.py"),
+              *EXERCISES[3:]]  # 3.3 left out: its stub, solution and checks become orphans
+    found = curriculum.problems(broken)
+    assert "exercise 3.1 has an empty hint" in found
+    assert "exercise 3.2: course/ch03_kv_block/exercises/nope.py does not exist" in found
+    for rel in (EXERCISES[2].stub, EXERCISES[2].solution, *EXERCISES[2].checks):
+        assert f"orphan file {rel}: no curriculum entry names it" in found
+
+
+def test_every_stub_has_one_todo_line_before_each_not_implemented_error():
+    for ex in EXERCISES:
+        lines = ex.path("stub").read_text().splitlines()
+        raises = [i for i, line in enumerate(lines) if "raise NotImplementedError" in line]
+        assert raises, f"{ex.stub} raises NotImplementedError nowhere"
+        for i in raises:
+            assert lines[i - 1].strip().startswith("# TODO(student): "), f"{ex.stub}:{i + 1} lacks its TODO line"
+        assert "NotImplementedError" not in ex.path("solution").read_text(), f"{ex.solution} is a stub"
+
+
+def test_stubs_and_solutions_define_the_same_public_names():
+    def names(path):
+        tree = ast.parse(path.read_text())
+        return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    for ex in EXERCISES:
+        assert names(ex.path("stub")) == names(ex.path("solution")), ex.id
+
+
+def test_every_mutant_patch_applies_to_exactly_one_place_and_each_exercise_has_three():
+    for ex in EXERCISES:
+        ms = mutants.for_exercise(ex.id)
+        assert len(ms) >= 3, f"exercise {ex.id} has only {len(ms)} mutants"
+        source = ex.path("solution").read_text()
+        for m in ms:
+            assert mutants.apply(m, source) != source
+    assert len({(m.exercise, m.name) for m in mutants.MUTANTS}) == len(mutants.MUTANTS)
+
+
+def test_the_readme_catalogue_lists_every_mutant():
+    for readme in ("README.md", "README.zh.md"):
+        text = (REPO / "course/ch03_kv_block" / readme).read_text(encoding="utf-8")
+        missing = [m.name for m in mutants.MUTANTS if f"`{m.name}`" not in text]
+        assert not missing, f"{readme} does not list the mutants {missing}"
+
+
+def test_a_caught_mutant_is_reported_in_the_students_terms(tmp_path):
+    ex = curriculum.find("3.4a")
+    m = next(m for m in mutants.for_exercise("3.4a") if m.name == "free_ignores_the_count")
+    bad = tmp_path / "mine.py"
+    bad.write_text(mutants.apply(m, ex.path("solution").read_text()))
+    run = pagedsim("check", "3.4a", "--impl", str(bad))
+    assert run.returncode == 1
+    assert ("FAIL 3.4a: freeing a block shared by two sequences returned it to the free list "
+            "while seq B still uses it") in run.stdout
+    assert "Traceback" not in run.stdout + run.stderr and "hint:" in run.stdout
+
+
+@pytest.mark.slow
+def test_every_stub_fails_its_checks_with_not_implemented_yet():
+    run = pagedsim("check", "--all")
+    assert run.returncode == 1
+    for ex in EXERCISES:
+        assert f"FAIL {ex.id}: not implemented yet: " in run.stdout, f"{ex.id}:\n{run.stdout}"
+    assert "PASS" not in run.stdout and "Traceback" not in run.stdout + run.stderr
+    assert "0/8 exercises pass" in run.stdout
+
+
+@pytest.mark.slow
+def test_every_solution_passes_and_every_mutant_is_caught():
+    run = pagedsim("check", "--mutants", timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"{len(mutants.MUTANTS)}/{len(mutants.MUTANTS)} mutants caught; 8/8 solutions pass" in run.stdout
+    assert "NOT CAUGHT" not in run.stdout
+
+
+def test_check_refuses_an_unknown_exercise_and_lists_them_without_one(capsys):
+    assert cli.check_main(["9.9"]) == 2
+    assert "no exercise '9.9'" in capsys.readouterr().out
+    assert cli.check_main([]) == 0
+    assert "3.4a" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("section", ["3.1", "3.2", "3.3", "3.4", "3.5", "3.6", "3.7"])
+def test_each_lesson_prints_its_text_and_runs_its_demo(section, tmp_path, capsys):
+    assert cli.lesson_main([section, "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"== {section} " in out and "-- demo --" in out and "pagedsim check 3." in out
+    if section == "3.7":
+        assert "pending (no GPU was available)" in out
+    if section == "3.6":
+        assert len(list(Path(tmp_path).glob("step-*.png"))) == 8
