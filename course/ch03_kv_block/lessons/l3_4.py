@@ -6,18 +6,18 @@ from pagedsim import BlockError, BlockPool, KVCacheManager
 
 TITLE = "Allocating and freeing blocks"
 TEXT = """
-"Whoever needs a block takes one; whoever is done gives it back." The pool keeps its free
-blocks on a linked list: allocate() pops the head and free() pushes the block back, both
-O(1), no data moves. The chapter's trap: blocks can be *shared* (beam search, parallel
-sampling, a forked sequence), so each block carries a reference count. fork() adds one
-to every shared block; free() drops one, and the block returns to the free list only
-when its count reaches 0. When a sharer appends into a shared, partly filled last block,
-it first gets its own copy (copy-on-write).
+Blocks are borrowed from a shared pool and handed back when a sequence ends. The pool
+keeps its free blocks on a linked list: allocate() pops the head and free() pushes the
+block back, both O(1), no data moves. The chapter's trap: blocks can be *shared* (beam
+search, parallel sampling, a forked sequence), so each block carries a reference count.
+fork() adds one to every shared block; free() drops one, and the block returns to the
+free list only when its count reaches 0. When a sharer appends into a shared, partly
+filled last block, it first gets its own copy (copy-on-write).
 
 The demo runs a fork, a copy-on-write and a finish on pagedsim's manager and prints each
 step's sentence, the free list and the counts; then it shows a double free being refused.
 
-"谁用谁拿，用完归还。"池把空闲 Block 串成链表：allocate() 取表头，free() 插回表头，都是
+Block 从公共的池里借出，序列结束时交还。池把空闲 Block 串成链表：allocate() 取表头，free() 插回表头，都是
 O(1)，不搬数据。本章的坑：Block 可能被"共享"（beam search、并行采样、fork 出的序列），所以
 每个 Block 带引用计数。fork() 给每个共享块加一；free() 减一，只有降到 0 才回到空闲链表。
 共享者往一个共享的、未填满的最后一个 Block 追加时，先得到自己的副本（写时复制）。
