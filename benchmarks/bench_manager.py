@@ -12,13 +12,14 @@ no validation, no slot computation. Every contender is driven by the same schedu
 so only the memory-management calls differ. Runs alternate (floor, manager, ...) and the
 best of each is kept, because this machine is noisy; the ratio is what to read.
 
-    python benchmarks/bench_manager.py [--repeats 3] [--json]
+    python benchmarks/bench_manager.py [--repeats 5] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import json
 import time
 
@@ -79,6 +80,15 @@ class Manager:
 
 def drive(impl, requests) -> tuple[float, int]:
     """Run the workload through `impl`; return (seconds, tokens appended)."""
+    gc.collect()
+    gc.disable()  # as timeit does: collector pauses are noise, not bookkeeping cost
+    try:
+        return _drive(impl, requests)
+    finally:
+        gc.enable()
+
+
+def _drive(impl, requests) -> tuple[float, int]:
     pending = list(reversed(list(enumerate(requests))))
     running: dict[int, int] = {}  # seq id -> tokens still to generate
     tokens = 0
@@ -103,7 +113,7 @@ def drive(impl, requests) -> tuple[float, int]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     requests = churn_workload()

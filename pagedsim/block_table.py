@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 NULL_BLOCK = -1  # a dropped logical block (sliding window); never a valid physical id
+_OFFSETS: dict[int, np.ndarray] = {}  # block_size -> arange(block_size), shared read-only
 
 
 def blocks_needed(num_tokens: int, block_size: int) -> int:
@@ -53,7 +54,10 @@ class BlockTable:
         """The slot of every token, as an int64 array of length num_tokens."""
         bs = self.block_size
         blocks = np.array(self.blocks, dtype=np.int64)
-        slots = (blocks[:, None] * bs + np.arange(bs)).reshape(-1)[: self.num_tokens]
+        offsets = _OFFSETS.get(bs)
+        if offsets is None:
+            offsets = _OFFSETS[bs] = np.arange(bs, dtype=np.int64)
+        slots = (blocks[:, None] * bs + offsets).reshape(-1)[: self.num_tokens]
         if NULL_BLOCK in self.blocks:  # dropped blocks have no slots
             slots[np.repeat(blocks == NULL_BLOCK, bs)[: self.num_tokens]] = -1
         return slots

@@ -188,8 +188,9 @@ class KVCacheManager:
                 if pos % bs == 0:
                     full.append(t.blocks)
                 t.num_tokens = pos + 1
-            for blocks, b in zip(full, pool.allocate_many(len(full))):
-                blocks.append(b)
+            if full:
+                for blocks, b in zip(full, pool.allocate_many(len(full))):
+                    blocks.append(b)
             return None
         slots, ref, allocate = [], pool._ref, pool.allocate
         for s, t in zip(seq_ids, batch):
