@@ -102,10 +102,10 @@ def make_waste(out_dir: Path) -> list[Path]:
 def make_sweep(out_dir: Path) -> list[Path]:
     """Block sizes 1..256 on synthetic ShareGPT: waste, tables, batch, preemptions, hits."""
     from .. import workloads
-    from ..labs.sweep import sweep
-    reqs = workloads.synthetic("sharegpt", 10_000, seed=0)
-    return [draw_sweep(sweep(reqs), out_dir, "synthetic ShareGPT, 10,000 requests "
-                       "(driver: first 200), 14,648 slots")]
+    from ..labs.sweep import DEFAULT_MEMORY_TOKENS, sweep, sweep_title
+    reqs = workloads.synthetic("sharegpt", 10_000, seed=0)  # `pagedsim sweep`'s defaults
+    title = sweep_title("sharegpt (synthetic, 10000 requests, seed 0)", 200, DEFAULT_MEMORY_TOKENS)
+    return [draw_sweep(sweep(reqs), out_dir, title)]
 
 
 FIGURES: dict = {  # name -> callable(out_dir: pathlib.Path) -> list[pathlib.Path]

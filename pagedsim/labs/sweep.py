@@ -87,6 +87,11 @@ def format_rows(rows) -> str:
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(t, widths)) for t in table)
 
 
+def sweep_title(source: str, sim_requests: int, memory_tokens: int) -> str:
+    """The figure's title: the same for `pagedsim sweep` and `pagedsim figures`."""
+    return f"{source}; driver on the first {sim_requests}; {memory_tokens:,} slots"
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="pagedsim sweep", description=__doc__.split("\n")[0])
     add_trace_args(ap)
@@ -114,6 +119,7 @@ def main(argv: list[str]) -> int:
         print(format_rows(rows))
     if args.figure:
         from ..draw.figures_workloads import draw_sweep
-        path = draw_sweep(rows, Path(args.figure), title=source)
+        path = draw_sweep(rows, Path(args.figure), title=sweep_title(
+            source, min(args.sim_requests, len(requests)), args.memory_tokens))
         print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
     return 0
