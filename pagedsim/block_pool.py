@@ -162,6 +162,24 @@ class BlockPool:
         """`free` for many blocks an owner is known to hold (no per-id checks: the
         caller -- the manager -- only ever holds valid, allocated ids)."""
         ref, nxt, prv = self._ref, self._next, self._prev
+        if not self._num_shared:  # every count is 1: all of them go back, chained at once
+            order = list(blocks)
+            if self.free_order == "lifo":  # one by one at the head would leave them reversed
+                order.reverse()
+                left = self._head
+                right = nxt[left]
+            else:
+                right = self._tail
+                left = prv[right]
+            for b in order:
+                ref[b] = 0
+                nxt[left] = b
+                prv[b] = left
+                left = b
+            nxt[left] = right
+            prv[right] = left
+            self._num_free += len(order)
+            return
         lifo = self.free_order == "lifo"
         for b in blocks:
             count = ref[b] - 1

@@ -85,3 +85,19 @@ def test_allocate_many_splices_a_run_off_the_head_in_order():
     pool.release([2, 1, 0])  # release, last block first, as a sequence does
     assert pool.free_list() == [0, 1, 2, 3, 4, 5]
     pool.check_invariants()
+
+
+def test_bulk_release_leaves_the_list_as_freeing_one_by_one_would():
+    for order in ("lifo", "fifo"):
+        for shared in (False, True):
+            bulk, single = BlockPool(8, 4, order), BlockPool(8, 4, order)
+            for pool in (bulk, single):
+                held = pool.allocate_many(5)
+                if shared:
+                    pool.incref(held[1])  # one block has a second owner and must stay
+            bulk.release(reversed(held))
+            for b in reversed(held):
+                single.free(b)
+            assert bulk.free_list() == single.free_list()
+            assert bulk.ref_counts() == single.ref_counts()
+            bulk.check_invariants()
