@@ -102,7 +102,7 @@ def render(snapshot, fig=None, *, ax=None, layout: Layout | None = None, colours
         raise ValueError(f"layout is for {layout.num_blocks} blocks, snapshot has {snapshot.num_blocks}")
     colours = colours if colours is not None else style.seq_colours([snapshot])
     if ax is None:
-        size = (layout.width * layout.unit, layout.height * layout.unit)
+        size = style.whole_pixels(layout.width * layout.unit, layout.height * layout.unit)
         if fig is None:
             fig = style.new_figure(*size)
         else:  # reuse the figure (a frame loop); give it this layout's size

@@ -70,6 +70,12 @@ def text_on(colour) -> str:
     return INK if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.45 else "white"
 
 
+def whole_pixels(width: float, height: float, dpi: int = DPI) -> tuple[float, float]:
+    """Inches that come out as round(inches * dpi) pixels whether matplotlib rounds or
+    truncates (versions differ): a quarter pixel above the whole number."""
+    return tuple((round(x * dpi) + 0.25) / dpi for x in (width, height))
+
+
 def new_figure(width: float, height: float):
     """A figure of `width` x `height` inches with the house fonts."""
     with plt.rc_context(RC):
