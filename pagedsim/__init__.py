@@ -12,7 +12,8 @@ mappings and copy lists; the renderer (`pagedsim.draw`) draws its snapshots.
 from .block_pool import BlockPool
 from .block_table import NULL_BLOCK, BlockTable, blocks_needed
 from .errors import BlockError, OutOfBlocks, SequenceError
-from .manager import KVCacheManager, Usage
+from .manager import KVCacheManager
+from .usage import Usage
 from .sizing import PRESETS, ModelSpec, fit_blocks, preset
 from .trace import Snapshot, Trace
 

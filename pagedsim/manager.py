@@ -26,7 +26,6 @@ Invariants (`check_invariants`), on top of the pool's own:
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -34,22 +33,7 @@ from . import trace as tr
 from .block_pool import BlockPool
 from .block_table import NULL_BLOCK, BlockTable, blocks_needed
 from .errors import OutOfBlocks, SequenceError
-
-
-@dataclass(frozen=True)
-class Usage:
-    num_blocks: int
-    blocks_used: int
-    blocks_free: int
-    tokens_stored: int  # physical token slots holding data (a shared prefix counts once)
-    logical_tokens: int  # sum of every sequence's length (a shared prefix counts per owner)
-    empty_slots: int  # allocated slots with no token yet: internal fragmentation
-
-    @property
-    def utilization(self) -> float:
-        """Fraction of allocated slots that hold a token."""
-        slots = self.tokens_stored + self.empty_slots
-        return self.tokens_stored / slots if slots else 1.0
+from .usage import Usage
 
 
 class KVCacheManager:
