@@ -62,14 +62,7 @@ def check_correctness(rng, dim: int, dry: bool) -> dict:
     attention.POISON["on"] = True
     bs, heads, kv_heads = 16, 8, 2
     lens = np.array([1, 20 if dry else 37, 33 if dry else 300, 16], np.int32)
-    need = [-(-int(n) // bs) for n in lens]
-    num_blocks = sum(need) + 4
-    ids = rng.permutation(num_blocks)
-    tables = np.full((len(lens), max(need)), -1, np.int32)
-    at = 0
-    for i, n in enumerate(need):
-        tables[i, :n] = ids[at:at + n]
-        at += n
+    tables, num_blocks = reference.scattered_block_tables(rng, lens, bs, spare=4)
     results = {}
     for dtype, tol in ((np.float32, 1e-5), (np.float16, 2e-3)):
         name = np.dtype(dtype).name
@@ -98,7 +91,7 @@ def check_correctness(rng, dim: int, dry: bool) -> dict:
                              num_blocks=num_blocks, num_kv_heads=kv_heads, block_size=bs,
                              head_dim=dim, mode="split", partition_size=64)
         results[f"factory[split-NHD,{name}]"] = _ok(nhd, want, tol)
-        spare = int(ids[-1]), int(ids[-2])  # blocks no table uses
+        spare = sorted(set(range(num_blocks)) - set(tables.ravel().tolist()))  # unused blocks
         ck.copy_blocks(d_cache, [(int(tables[2, 0]), spare[0])])
         results[f"copy_blocks[{name}]"] = bool(np.array_equal(
             d_cache.copy_to_host()[spare[0]], host[tables[2, 0]], equal_nan=True))

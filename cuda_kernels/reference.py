@@ -65,3 +65,20 @@ def windowed_attention(query, kv_cache, block_tables, context_lens, window: int,
     """The sliding-window reference (issue 5): first `sinks` plus last `window` tokens."""
     return paged_attention(query, kv_cache, block_tables, context_lens, scale,
                            window=window, sinks=sinks)
+
+
+def scattered_block_tables(rng, lens, block_size: int, spare: int = 0, fill: int = -1):
+    """Block tables for sequences of `lens` tokens in random, disjoint physical blocks.
+
+    Returns (tables int32 [S, max_blocks] padded with `fill`, num_blocks), where the
+    pool has `spare` blocks more than the sequences need. For tests and benchmarks.
+    """
+    need = [-(-int(n) // block_size) for n in lens]
+    num_blocks = sum(need) + spare
+    ids = rng.permutation(num_blocks)
+    tables = np.full((len(need), max(need)), fill, np.int32)
+    at = 0
+    for i, n in enumerate(need):
+        tables[i, :n] = ids[at:at + n]
+        at += n
+    return tables, num_blocks

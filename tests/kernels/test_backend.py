@@ -1,9 +1,12 @@
 """Backend choice: made before numba.cuda is imported, announced once, forceable."""
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import cuda_kernels
 
@@ -50,3 +53,19 @@ def test_the_gpu_benchmark_refuses_to_time_anything_on_the_simulator():
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 2
     assert "no GPU" in done.stderr and "--dry-run" in done.stderr
+
+
+@pytest.mark.slow
+def test_the_gpu_benchmarks_dry_run_checks_every_kernel_and_reports_no_timing(tmp_path):
+    """The one command meant for a GPU must not rot where no GPU runs it: its tiny dry run
+    goes through every step, and every on-device correctness check passes."""
+    out = tmp_path / "r.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_attention.py"),
+                           "--dry-run", "--no-labs", "--out", str(out)],
+                          env=dict(os.environ, PYTHONPATH=str(ROOT), PAGEDSIM_CUDA="simulator"),
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["backend"] == "simulator" and not report["timings_valid"]
+    assert len(report["correctness"]) == 16 and all(report["correctness"].values())
+    assert report["cases"] and all(case["median_ms"] is None for case in report["cases"])

@@ -3,7 +3,7 @@ full and partial last blocks, the auto-mode rule and the layout factory."""
 
 import numpy as np
 import pytest
-from conftest import padded_tables, random_cache, random_query, rel_err
+from conftest import GARBAGE, random_cache, random_query, rel_err
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,15 +14,11 @@ from cuda_kernels.attention import DEFAULT_PARTITION, choose_mode
 
 def scattered_case(rng, lens, block_size, num_kv_heads, group, head_dim, dtype=np.float32):
     """Sequences of the given lengths in randomly chosen, disjoint physical blocks."""
-    need = [-(-n // block_size) for n in lens]
-    ids = rng.permutation(sum(need) + 2)
-    tables, at = [], 0
-    for n in need:
-        tables.append(ids[at:at + n].tolist())
-        at += n
-    cache = random_cache(rng, sum(need) + 2, num_kv_heads, block_size, head_dim, dtype)
+    tables, num_blocks = reference.scattered_block_tables(rng, lens, block_size, spare=2,
+                                                          fill=GARBAGE)
+    cache = random_cache(rng, num_blocks, num_kv_heads, block_size, head_dim, dtype)
     query = random_query(rng, len(lens), num_kv_heads * group, head_dim, dtype)
-    return query, cache, padded_tables(tables), np.asarray(lens, np.int32)
+    return query, cache, tables, np.asarray(lens, np.int32)
 
 
 @settings(max_examples=12)

@@ -20,15 +20,9 @@ def decode_cases(draw):
     num_kv_heads, group = draw(st.integers(1, 2)), draw(st.integers(1, 2))
     block_size = draw(st.sampled_from([4, 8]))
     lens = draw(st.lists(st.integers(1, 3 * block_size), min_size=1, max_size=2))
-    per_seq = [-(-n // block_size) for n in lens]
-    num_blocks = sum(per_seq) + draw(st.integers(0, 2))
+    spare = draw(st.integers(0, 2))
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
-    ids = rng.permutation(num_blocks)
-    tables = np.full((len(lens), max(per_seq)), -1, np.int32)
-    at = 0
-    for s, k in enumerate(per_seq):
-        tables[s, :k] = ids[at:at + k]
-        at += k
+    tables, num_blocks = reference.scattered_block_tables(rng, lens, block_size, spare)
     cache = rng.standard_normal((num_blocks, 2, num_kv_heads, block_size, head_dim)).astype(dtype)
     query = rng.standard_normal((len(lens), num_kv_heads * group, head_dim)).astype(dtype)
     return cache, query, tables, np.array(lens, np.int32)
