@@ -127,12 +127,14 @@ class KVCacheManager:
         if n == 0:
             return []
         bs, ref = self.block_size, self.pool._ref
-        cow = table.num_tokens % bs != 0 and n > 0 and ref[table.blocks[-1]] > 1
-        need = blocks_needed(table.num_tokens + n, bs) - len(table.blocks) + cow
-        self._reserve(need, seq_id, f"append_tokens({n})")
+        cow = table.num_tokens % bs != 0 and ref[table.blocks[-1]] > 1
+        total = blocks_needed(table.num_tokens + n, bs)  # table length after the append
+        need = total - len(table.blocks) + cow
+        if need > self.pool._num_free:
+            self._reserve(need, seq_id, f"append_tokens({n})")
         if cow:
             self._copy_on_write(seq_id, table)
-        for logical in range(len(table.blocks), blocks_needed(table.num_tokens + n, bs)):
+        for logical in range(len(table.blocks), total):
             self._grow(seq_id, table, logical)
         first = table.num_tokens
         table.num_tokens += n

@@ -133,9 +133,6 @@ class Trace:
         self.events: list[Event] = []
         self.snapshots: list[Snapshot] = []
 
-    def events_of(self, step: int) -> list[Event]:
-        return [e for e in self.events if e.step == step]
-
     def to_dict(self) -> dict:
         return {
             "events": [e.to_dict() for e in self.events],

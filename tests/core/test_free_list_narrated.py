@@ -70,7 +70,9 @@ def test_a_shared_block_returns_to_the_free_list_only_when_the_last_owner_frees_
     pool = BlockPool(3, block_size=16)
     b = pool.allocate()
     assert pool.incref(b) == 2  # a second sequence now holds it (beam search)
+    assert pool.num_shared == 1
     assert pool.free(b) == 1
+    assert pool.num_shared == 0
     assert b not in pool.free_list()  # still in use by the other owner
     assert pool.free(b) == 0
     assert pool.free_list()[0] == b
