@@ -7,6 +7,8 @@ a block id. Both are raised *before* any state changes, so after either one the
 pool and every block table are exactly as they were.
 """
 
+import operator
+
 
 class OutOfBlocks(RuntimeError):
     """The free list cannot supply the blocks an operation needs."""
@@ -26,3 +28,18 @@ class BlockError(ValueError):
 
 class SequenceError(ValueError):
     """A sequence id that is unknown (or already present) for the operation."""
+
+
+def count_arg(name: str, value) -> int:
+    """`value` as a non-negative int (NumPy integers accepted), or a ValueError naming `name`."""
+    if type(value) is int and value >= 0:
+        return value
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be a non-negative int, got {value!r}") from None
+    if value < 0:
+        raise ValueError(f"{name} must be a non-negative int, got {value}")
+    return value

@@ -25,14 +25,12 @@ Invariants (`check_invariants`), on top of the pool's own:
 
 from __future__ import annotations
 
-import operator
-
 import numpy as np
 
 from . import trace as tr
 from .block_pool import BlockPool
 from .block_table import NULL_BLOCK, BlockTable, blocks_needed
-from .errors import OutOfBlocks, SequenceError
+from .errors import OutOfBlocks, SequenceError, count_arg as _count
 from .usage import Usage
 
 
@@ -203,6 +201,41 @@ class KVCacheManager:
             pos_after[s] = pos + 1
         return need
 
+    def restore_sequences(self, tables: dict) -> dict:
+        """Re-admit sequences whose KV comes back from elsewhere (a swap-in), as one step.
+
+        `tables` maps seq_id -> (labels, num_tokens), one label per logical block
+        (NULL_BLOCK for a dropped one). Entries with the same label get the same new
+        physical block, so a prefix the sequences shared before stays shared. All or
+        nothing. Returns {label: physical block}, for the copy that brings data back.
+        """
+        for seq_id, (labels, num_tokens) in tables.items():
+            if seq_id in self._tables:
+                raise SequenceError(f"sequence {seq_id!r} already exists")
+            if len(labels) != blocks_needed(_count("num_tokens", num_tokens), self.block_size):
+                raise ValueError(f"seq {seq_id!r}: {len(labels)} labels for {num_tokens} tokens")
+        distinct = {b for labels, _ in tables.values() for b in labels if b != NULL_BLOCK}
+        if len(distinct) > self.pool.num_free:
+            self._reserve(len(distinct), frozenset(tables), f"restore_sequences({len(tables)} seqs)")
+        placed, step = {}, self.step + 1
+        for seq_id, (labels, num_tokens) in tables.items():
+            table = BlockTable(self.block_size, num_tokens=num_tokens)
+            self._tables[seq_id] = table
+            self._emit(tr.SequenceAdded(step, seq_id, num_tokens))
+            for logical, label in enumerate(labels):
+                if label == NULL_BLOCK:
+                    table.blocks.append(NULL_BLOCK)
+                elif label in placed:
+                    b = placed[label]
+                    table.blocks.append(b)
+                    self._emit(tr.BlockShared(step, seq_id, b, self.pool.incref(b)))
+                else:
+                    b = placed[label] = self.pool.allocate()
+                    table.blocks.append(b)
+                    self._emit(tr.BlockAllocated(step, seq_id, b, logical))
+        self._end_step()
+        return placed
+
     def fork(self, parent_id, child_id) -> None:
         """The child shares every block of the parent; each block's count goes up by one."""
         parent = self._table(parent_id)
@@ -329,17 +362,3 @@ class KVCacheManager:
             references += len(named)
         assert sum(ref) == references, (
             f"ref counts sum to {sum(ref)} but tables hold {references} references")
-
-
-def _count(name: str, value) -> int:
-    if type(value) is int and value >= 0:
-        return value
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} must be a non-negative int, got {value!r}") from None
-    if value < 0:
-        raise ValueError(f"{name} must be a non-negative int, got {value}")
-    return value

@@ -22,8 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..block_table import NULL_BLOCK, BlockTable
-from .. import trace as tr
+from ..block_table import NULL_BLOCK
 
 PREEMPTION_POLICIES = ("recompute", "swap")
 
@@ -106,28 +105,12 @@ class SwapPolicy(RecomputePolicy):
         need = self.blocks_to_swap_in(group)
         if need > manager.num_free_blocks:
             return False
-        pool, gpu = manager.pool, {}
-        step = manager.step + 1
-        for s, (blocks, num_tokens) in group.swapped.items():
-            table = BlockTable(manager.block_size, num_tokens=num_tokens)
-            manager._tables[s] = table  # a friend of the manager: it rebuilds tables directly
-            manager._emit(tr.SequenceAdded(step, s, num_tokens))
-            for logical, h in enumerate(blocks):
-                if h == NULL_BLOCK:
-                    table.blocks.append(NULL_BLOCK)
-                elif h in gpu:
-                    table.blocks.append(gpu[h])
-                    manager._emit(tr.BlockShared(step, s, gpu[h], pool.incref(gpu[h])))
-                else:
-                    gpu[h] = pool.allocate()
-                    table.blocks.append(gpu[h])
-                    manager._emit(tr.BlockAllocated(step, s, gpu[h], logical))
+        gpu = manager.restore_sequences(group.swapped)  # host block -> new GPU block
         self._pairs_in += list(gpu.items())
         self._host_free += list(gpu)
         group.swapped = {}
         self.swap_ins += 1
         self.bytes_swapped += need * self.block_bytes
-        manager._end_step()
         return True
 
 

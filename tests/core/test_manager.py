@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pagedsim import NULL_BLOCK, BlockTable, KVCacheManager, blocks_needed
+from pagedsim import NULL_BLOCK, BlockTable, KVCacheManager, OutOfBlocks, SequenceError, blocks_needed
 from pagedsim.trace import AllocationFailed, CopyOnWrite, describe
 
 
@@ -201,3 +201,30 @@ def test_slot_mapping_is_an_int64_array():
     slots = m.add_sequence("A", 3)
     assert isinstance(slots, np.ndarray) and slots.dtype == np.int64
     assert slots.tolist() == m.slot_mapping("A").tolist()
+
+
+def test_restoring_swapped_sequences_keeps_a_shared_prefix_shared():
+    m = KVCacheManager(8, 2)
+    m.add_sequence("X", 1)
+    placed = m.restore_sequences({"A": ([70, 71, 72], 5), "B": ([70, 71, 73], 6)})
+    assert set(placed) == {70, 71, 72, 73} and len(set(placed.values())) == 4
+    a, b = m.block_table("A"), m.block_table("B")
+    assert a[:2] == b[:2] == [placed[70], placed[71]]
+    assert [m.pool.ref_count(x) for x in a] == [2, 2, 1]
+    assert "arrives" in m.trace.snapshots[-1].caption
+    m.check_invariants()
+
+
+def test_restoring_more_than_fits_or_a_live_id_changes_nothing():
+    m = KVCacheManager(3, 2)
+    m.add_sequence("X", 1)
+    before = m.snapshot()
+    with pytest.raises(OutOfBlocks):
+        m.restore_sequences({"A": ([1, 2], 4), "B": ([3], 1)})  # 3 distinct blocks, 2 free
+    with pytest.raises(SequenceError, match="already exists"):
+        m.restore_sequences({"X": ([1], 1)})
+    with pytest.raises(ValueError, match="2 labels for 1 tokens"):
+        m.restore_sequences({"A": ([1, 2], 1)})
+    after = m.snapshot()
+    assert (after.free_list, after.ref_counts, after.sequences) == (
+        before.free_list, before.ref_counts, before.sequences)
