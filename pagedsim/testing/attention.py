@@ -1,0 +1,81 @@
+"""`check_attention`: compare a paged-attention function with the float64 reference.
+
+The function has the signature of `cuda_kernels.paged_attention`:
+
+    fn(query, kv_cache, block_tables, context_lens, scale) -> [S, H, D]
+
+It is called on `paged_caches()` (scattered blocks, poisoned unused slots, GQA, fp16
+and fp32, odd head dims) and must, on every case:
+    * return an array of shape [S, H, D] with only finite values;
+    * match `reference_attention` within the dtype's tolerance (atol = rtol = 1e-4 for
+      float32 inputs, 1e-2 for float16: the inputs are rounded, accumulation is not);
+    * leave its inputs unchanged.
+A failure is shrunk to the smallest case and printed as the `paged_case(...)` call
+that rebuilds it. NumPy and Hypothesis only: no GPU or Numba is needed to check a
+NumPy function (a Numba kernel is checked the same way).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+
+from .caches import PagedCase, paged_caches
+from .contract import NonConformance, describe, render, time_limit
+from .run import Summary, quiet_settings, seeded
+
+
+def compare(fn, case: PagedCase, call_timeout=None) -> None:
+    """Raise NonConformance unless fn(*case.args) matches the reference on this case."""
+    script = ["import numpy as np",
+              "from pagedsim.testing import paged_case",
+              f"case = {case!r}",
+              "out = fn(*case.args)  # query, kv_cache, block_tables, context_lens, scale"]
+    tol = case.tolerance
+    check = f"np.testing.assert_allclose(out, case.reference(), atol={tol:g}, rtol={tol:g})"
+
+    def fail(problem):
+        raise NonConformance(render(problem, script + [check], marker="",
+                                    who="`fn` is your attention function"))
+
+    inputs = [a.copy() for a in case.args[:4]]
+    try:
+        with time_limit(call_timeout, "fn(*case.args)", script):
+            out = fn(*case.args)
+    except Exception as exc:  # noqa: BLE001 -- any exception is a failure to report
+        fail(f"fn raised {describe(exc)}")
+    want = case.reference()
+    try:
+        got = np.asarray(out, np.float64)
+    except (TypeError, ValueError):
+        fail(f"fn returned {type(out).__name__}, not an array")
+    if got.shape != want.shape:
+        fail(f"fn returned shape {got.shape}; expected [S, H, D] = {want.shape}")
+    if not all(np.array_equal(a, b) for a, b in zip(inputs, case.args[:4])):
+        fail("fn changed one of its inputs (query, kv_cache, block_tables or context_lens)")
+    if not np.isfinite(got).all():
+        fail("fn returned NaN or inf (did it read a poisoned slot, or overflow?)")
+    err = np.abs(got - want) - tol * np.abs(want)
+    if (err > tol).any():
+        s, h, d = np.unravel_index(int(np.argmax(err)), err.shape)
+        fail(f"fn differs from the float64 reference at seq {s}, head {h}, dim {d}: got "
+             f"{got[s, h, d]:.6g}, want {want[s, h, d]:.6g} (tolerance for "
+             f"{case.spec['dtype']}: atol = rtol = {tol:g}; context_lens {case.spec['context_lens']}"
+             f", group {case.spec['group']}, scale {case.scale:.4g})")
+
+
+def check_attention(fn, *, examples: int = 100, seed: int | None = 0, call_timeout=None,
+                    **cache_kw) -> Summary:
+    """Run `fn` on `examples` cases from `paged_caches(**cache_kw)`.
+
+    Returns a Summary, or raises NonConformance with the minimal failing case."""
+    calls = [0]
+
+    @quiet_settings(examples)
+    @given(case=paged_caches(**cache_kw))
+    def attention_conforms(case):
+        calls[0] += 1
+        compare(fn, case, call_timeout)
+
+    seeded(attention_conforms, seed)()
+    return Summary("attention", calls[0], calls[0])

@@ -1,0 +1,116 @@
+"""Paged KV caches for testing attention: `paged_case`, `paged_caches()` and the float64
+reference (NumPy only; PagedAttention, Kwon et al. 2023, 4.1).
+
+A case holds exactly the arguments of `cuda_kernels.paged_attention`:
+
+    query         [S, H, D]               float32 or float16, H = num_kv_heads * group
+    kv_cache      [N, 2, H_kv, B, D]      the project's layout (cuda_kernels/layout.py)
+    block_tables  int32 [S, max_blocks]   scattered: a random permutation of physical ids
+    context_lens  int32 [S]
+    scale         float                   1/sqrt(D) unless the case says otherwise
+
+Every slot that holds no live token (unused blocks, the tail of a last block, the
+padding block that short tables point at) is POISONED with a large value, so an
+attention function that reads one more token, or the wrong block, is visibly wrong.
+`paged_case` is deterministic in its arguments, so a failing case is printed as the
+one call that rebuilds it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from hypothesis import strategies as st
+
+POISON = 1000.0  # finite in float16 too; any softmax that includes it is far off
+TOLERANCE = {"float32": 1e-4, "float16": 1e-2}  # atol = rtol, per input dtype
+
+
+@dataclass(eq=False)
+class PagedCase:
+    query: np.ndarray  # [S, H, D]
+    kv_cache: np.ndarray  # [N, 2, H_kv, B, D]
+    block_tables: np.ndarray  # int32 [S, max_blocks]
+    context_lens: np.ndarray  # int32 [S]
+    scale: float
+    spec: dict = field(repr=False)  # the paged_case(...) arguments that rebuild it
+
+    @property
+    def args(self) -> tuple:
+        """(query, kv_cache, block_tables, context_lens, scale): call fn(*case.args)."""
+        return self.query, self.kv_cache, self.block_tables, self.context_lens, self.scale
+
+    def reference(self) -> np.ndarray:
+        return reference_attention(*self.args)
+
+    @property
+    def tolerance(self) -> float:
+        return TOLERANCE[self.spec["dtype"]]
+
+    def __repr__(self) -> str:
+        return "paged_case(" + ", ".join(f"{k}={v!r}" for k, v in self.spec.items()) + ")"
+
+
+def paged_case(*, context_lens=(5,), block_size: int = 4, num_kv_heads: int = 1, group: int = 1,
+               head_dim: int = 8, dtype: str = "float32", spare_blocks: int = 1, scale=None,
+               seed: int = 0) -> PagedCase:
+    """One scattered cache, rebuilt exactly from these arguments (random data from `seed`)."""
+    spec = dict(context_lens=list(map(int, context_lens)), block_size=block_size,
+                num_kv_heads=num_kv_heads, group=group, head_dim=head_dim, dtype=dtype,
+                spare_blocks=spare_blocks, scale=scale, seed=seed)
+    if dtype not in TOLERANCE or min(spec["context_lens"], default=0) < 1:
+        raise ValueError(f"need dtype in {sorted(TOLERANCE)} and context lengths >= 1: {spec}")
+    rng = np.random.default_rng(seed)
+    lens, bs = spec["context_lens"], block_size
+    need = [-(-n // bs) for n in lens]
+    num_blocks = 1 + sum(need) + spare_blocks  # + one padding block
+    ids = rng.permutation(num_blocks)
+    pad = int(ids[0])  # short rows point at this (poisoned) block
+    tables = np.full((len(lens), max(need)), pad, np.int32)  # [S, max_blocks]
+    kv = np.full((num_blocks, 2, num_kv_heads, bs, head_dim), POISON)  # [N, 2, H_kv, B, D]
+    at = 1
+    for s, (n, k) in enumerate(zip(lens, need)):
+        tables[s, :k] = ids[at:at + k]
+        at += k
+        pos = np.arange(n)
+        kv[tables[s, pos // bs], :, :, pos % bs, :] = rng.standard_normal(
+            (n, 2, num_kv_heads, head_dim))
+    query = rng.standard_normal((len(lens), num_kv_heads * group, head_dim))  # [S, H, D]
+    return PagedCase(query.astype(dtype), kv.astype(dtype), tables,
+                     np.asarray(lens, np.int32),
+                     float(1.0 / math.sqrt(head_dim) if scale is None else scale), spec)
+
+
+def paged_caches(*, max_seqs: int = 3, max_context: int = 20, block_sizes=(1, 2, 4, 8),
+                 max_kv_heads: int = 2, max_group: int = 4, head_dims=(1, 3, 4, 5, 8, 16),
+                 dtypes=("float32", "float16"), scales=(None, 0.3)):
+    """PagedCases: scattered blocks, poisoned unused slots, GQA groups, odd head dims."""
+    return st.builds(
+        paged_case,
+        context_lens=st.lists(st.integers(1, max_context), min_size=1, max_size=max_seqs),
+        block_size=st.sampled_from(block_sizes), num_kv_heads=st.integers(1, max_kv_heads),
+        group=st.integers(1, max_group), head_dim=st.sampled_from(head_dims),
+        dtype=st.sampled_from(dtypes), spare_blocks=st.integers(0, 2),
+        scale=st.sampled_from(scales), seed=st.integers(0, 2**16))
+
+
+def reference_attention(query, kv_cache, block_tables, context_lens, scale=None) -> np.ndarray:
+    """[S, H, D] float64: softmax(q K^T * scale) V over each sequence's blocks (GQA:
+    query head h reads KV head h // group). Gathers through the table, like the kernel."""
+    q = np.asarray(query, np.float64)  # [S, H, D]
+    kv = np.asarray(kv_cache, np.float64)  # [N, 2, H_kv, B, D]
+    num_heads, head_dim = q.shape[1:]
+    group, bs = num_heads // kv.shape[2], kv.shape[3]
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    out = np.empty(q.shape)
+    for s, n in enumerate(np.asarray(context_lens)):
+        pos = np.arange(int(n))
+        blocks = np.asarray(block_tables[s])[pos // bs]
+        k = np.repeat(kv[blocks, 0, :, pos % bs, :], group, axis=1)  # [L, H, D]
+        v = np.repeat(kv[blocks, 1, :, pos % bs, :], group, axis=1)
+        scores = np.einsum("hd,lhd->hl", q[s], k) * scale  # [H, L]
+        p = np.exp(scores - scores.max(axis=1, keepdims=True))
+        out[s] = np.einsum("hl,lhd->hd", p / p.sum(axis=1, keepdims=True), v)
+    return out

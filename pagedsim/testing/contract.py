@@ -1,0 +1,152 @@
+"""The manager contract the kit drives, and how it talks to a manager it has never seen.
+
+Any object built by `factory(num_blocks, block_size)` with these public names can be
+checked (the names of pagedsim's `KVCacheManager`, which follows vLLM v0's
+BlockSpaceManager: fork shares blocks, appending into a shared partly filled last
+block copies it first):
+
+    add_sequence(seq_id, num_tokens)   admit a prompt of num_tokens tokens
+    append_tokens(seq_id, n)           grow a sequence by n tokens
+    fork(parent_id, child_id)          the child shares every block of the parent
+    free_sequence(seq_id)              release the sequence's blocks
+    block_table(seq_id)                a sequence of ints: logical block i -> physical id
+    num_free_blocks                    an int attribute, or a zero-argument method
+    drain_copies()                     optional: the (src, dst) copy-on-write pairs since last call
+
+Running out of blocks raises `pagedsim.OutOfBlocks` or `MemoryError`. Return values
+of the four operations are ignored; slots are computed from `block_table`.
+
+`Managed` wraps the object: it logs every call as a line of Python (the script a
+failure prints), runs it under an optional per-call time limit, and turns odd return
+values into clear `NonConformance` messages.
+"""
+
+from __future__ import annotations
+
+import operator
+import signal
+import threading
+from contextlib import contextmanager
+
+from ..errors import OutOfBlocks
+
+RAN_OUT = (OutOfBlocks, MemoryError)  # the two ways to say "no free blocks"
+
+
+class NonConformance(AssertionError):
+    """The checked code disagrees with the model; the message ends with a paste-able script."""
+
+
+class Hung(BaseException):
+    """A call did not return in time. A BaseException, so Hypothesis stops at once
+    instead of shrinking (each shrink step would wait for the time limit again)."""
+
+
+def render(problem: str, script: list[str], marker: str = "# <- fails here",
+           who: str = "`factory` builds your manager") -> str:
+    """The failure message: what went wrong, then the calls that lead there."""
+    lines = [f"    {line}" for line in script]
+    if lines and marker:
+        lines[-1] = f"{lines[-1]:<40} {marker}"
+    return (f"{problem}\n\nMinimal counterexample (paste into a test; {who}):\n"
+            + "\n".join(lines))
+
+
+@contextmanager
+def time_limit(seconds, what: str, script: list[str]):
+    """Raise `Hung` if the body runs longer than `seconds` (POSIX main thread only)."""
+    usable = (seconds and hasattr(signal, "setitimer")
+              and threading.current_thread() is threading.main_thread())
+    if not usable:
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        raise Hung(render(f"{what} did not return within {seconds:g} s (an infinite loop?)",
+                          script, "# <- hangs here"))
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class Managed:
+    """A user's manager seen through the contract; every call is logged as Python."""
+
+    def __init__(self, script: list[str], call_timeout=None):
+        self.script = script  # the calls so far, as lines of Python
+        self.call_timeout = call_timeout  # seconds per call, or None
+        self.obj = None
+
+    def fail(self, problem: str):
+        raise NonConformance(render(problem, self.script))
+
+    def call(self, text: str, fn, *args, log: bool = True):
+        """Run fn(*args). Returns ("ok", value), ("ran_out", exc) or ("error", exc)."""
+        if log:
+            self.script.append(text)
+        try:
+            with time_limit(self.call_timeout, text, self.script):
+                return "ok", fn(*args)
+        except RAN_OUT as exc:
+            return "ran_out", exc
+        except Exception as exc:  # noqa: BLE001 -- the caller decides whether it is expected
+            return "error", exc
+
+    def build(self, factory, num_blocks: int, block_size: int):
+        text = f"factory({num_blocks}, {block_size})"
+        self.script.append(f"m = {text}")
+        outcome, value = self.call(text, factory, num_blocks, block_size, log=False)
+        if outcome != "ok":
+            self.fail(f"{text} raised {describe(value)}")
+        for name in ("add_sequence", "append_tokens", "fork", "free_sequence", "block_table",
+                     "num_free_blocks"):
+            if not hasattr(value, name):
+                self.fail(f"{text} returned {type(value).__name__}, which has no `{name}` "
+                          f"(see pagedsim.testing.contract for the names the kit needs)")
+        self.obj = value
+
+    def query(self, text: str, fn, *args):
+        """A read-only call (block_table, num_free_blocks): it must not fail."""
+        outcome, value = self.call(text, fn, *args, log=False)
+        if outcome != "ok":
+            self.fail(f"{text} raised {describe(value)}")
+        return value
+
+    def num_free(self) -> int:
+        value = self.obj.num_free_blocks
+        if callable(value):
+            value = self.query("m.num_free_blocks()", value)
+        return as_int("num_free_blocks", value, self)
+
+    def table(self, seq) -> list[int]:
+        raw = self.query(f"m.block_table({seq!r})", self.obj.block_table, seq)
+        try:
+            return [operator.index(b) for b in raw]
+        except TypeError:
+            self.fail(f"m.block_table({seq!r}) returned {raw!r}: expected a sequence of ints")
+
+    def drain(self) -> list[tuple[int, int]]:
+        drain = getattr(self.obj, "drain_copies", None)
+        if drain is None:
+            return []
+        pairs = self.query("m.drain_copies()", drain)
+        try:
+            return [(operator.index(s), operator.index(d)) for s, d in pairs]
+        except (TypeError, ValueError):
+            self.fail(f"m.drain_copies() returned {pairs!r}: expected (src, dst) int pairs")
+
+
+def as_int(name: str, value, managed: Managed) -> int:
+    try:
+        return operator.index(value)
+    except TypeError:
+        managed.fail(f"m.{name} is {value!r}: expected an int (or a method returning one)")
+
+
+def describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

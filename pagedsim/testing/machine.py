@@ -1,0 +1,291 @@
+"""`manager_machine`: a Hypothesis state machine that drives any block manager next to
+pagedsim's `KVCacheManager` (the model) and checks it after every step.
+
+Why a model? Conformance is "the same observable behaviour as the chapter's manager"
+(3.3, 3.4; vLLM v0's BlockSpaceManager semantics): the same number of free blocks
+after every call, running out of blocks on exactly the same calls. Physical block
+ids are the implementation's own choice (unless `check_free_order` is given), so
+data is checked through a shadow memory instead:
+
+    memory[slot] = value   every token written gets a unique value, in the slot its
+                           table gives (slot = table[p // B] * B + p % B)
+    copy pairs             (src, dst) from drain_copies() are applied before writes,
+                           as the copy kernel runs before write_kv
+    read back              every live sequence must read exactly its own values
+
+Checks after every step (the failure message says which one broke):
+    * table length == ceil(num_tokens / block_size), ids in range, no id twice;
+    * num_free_blocks == the model's, and tables' distinct blocks + free == num_blocks;
+    * shadow memory reads back (catches fork without incref, skipped copy-on-write,
+      a block handed out while still held);
+    * all-or-nothing: out of blocks exactly when the model is, and a refused call
+      changes neither the free count nor any table;
+    * teardown frees every sequence: then every block must be free (no leaks).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+
+from ..block_table import blocks_needed
+from ..errors import OutOfBlocks
+from ..manager import KVCacheManager
+from .contract import Managed, describe
+
+FREE_ORDERS = (None, "lifo", "fifo")
+
+
+def _strategy(value):
+    return value if isinstance(value, st.SearchStrategy) else st.just(value)
+
+
+class ManagerConformance(RuleBasedStateMachine):
+    """The rules and checks; `manager_machine` makes a subclass bound to one factory."""
+
+    factory = None  # factory(num_blocks, block_size) -> the manager under test
+    sizes = st.tuples(st.just(8), st.just(4))  # (num_blocks, block_size)
+    free_order = None  # None, "lifo" or "fifo": compare tables exactly with the model's
+    invalid_ids = False  # also call with unknown / duplicate ids; expect an exception
+    max_tokens = 12  # longest prompt, and longest append is half of it
+    call_timeout = None  # seconds per call into the manager, or None
+    extra_check = None  # extra_check(manager) after every step, e.g. its check_invariants
+    steps_run = 0  # rules run, over all examples (for the summary line)
+    examples_run = 0
+
+    @initialize(data=st.data())
+    def make(self, data):
+        nb, bs = data.draw(self.sizes, label="num_blocks, block_size")
+        type(self).examples_run += 1
+        self.nb, self.bs = nb, bs
+        self.script: list[str] = []  # the calls so far, as Python
+        self.m = Managed(self.script, self.call_timeout)
+        self.failed = False
+        self.m.build(type(self).factory, nb, bs)
+        self.model = KVCacheManager(nb, bs, free_order=self.free_order or "lifo", trace=False)
+        self.memory = np.full(nb * bs, -1, np.int64)  # [num_blocks * block_size] shadow KV
+        self.writer: dict[int, tuple] = {}  # value -> (seq, position) that wrote it
+        self.tokens: dict[int, list[int]] = {}  # live seq -> its values, in order
+        self.next_id = 0
+        self.next_value = 0
+        self._check(self.script[0], (nb, nb), [])
+
+    # ---- rules ----------------------------------------------------------------------
+    @rule(data=st.data())
+    def add(self, data):
+        n = data.draw(st.integers(1, self.max_tokens), label="num_tokens")
+        seq = self.next_id
+        if self._step(f"m.add_sequence({seq}, {n})", "add_sequence", (seq, n),
+                      lambda: self.model.add_sequence(seq, n), writes=(seq, 0, n)):
+            self.next_id += 1  # a refused id is tried again: it must not be half-registered
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data())
+    def append(self, data):
+        seq = data.draw(st.sampled_from(sorted(self.tokens)), label="seq")
+        n = data.draw(st.integers(1, max(1, self.max_tokens // 2)), label="n")
+        start = len(self.tokens[seq])
+        self._step(f"m.append_tokens({seq}, {n})", "append_tokens", (seq, n),
+                   lambda: self.model.append_tokens(seq, n), writes=(seq, start, n))
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data())
+    def fork(self, data):
+        parent = data.draw(st.sampled_from(sorted(self.tokens)), label="parent")
+        child = self.next_id
+        self.next_id += 1
+        self._step(f"m.fork({parent}, {child})", "fork", (parent, child),
+                   lambda: self.model.fork(parent, child),
+                   lambda: self.tokens.__setitem__(child, list(self.tokens[parent])))
+
+    @precondition(lambda self: self.tokens)
+    @rule(data=st.data())
+    def free(self, data):
+        self._free(data.draw(st.sampled_from(sorted(self.tokens)), label="seq"))
+
+    @precondition(lambda self: self.invalid_ids)
+    @rule(data=st.data())
+    def misuse(self, data):
+        """A call with a bad id must raise (any exception) and change nothing."""
+        unknown, live = self.next_id, sorted(self.tokens)  # next_id was never used
+        calls = [("append_tokens", (unknown, 1)), ("free_sequence", (unknown,)),
+                 ("fork", (unknown, unknown + 1))]
+        if live:
+            some = data.draw(st.sampled_from(live), label="live")
+            calls += [("add_sequence", (some, 1)), ("fork", (some, some))]
+        name, args = data.draw(st.sampled_from(calls), label="call")
+        text = f"m.{name}({', '.join(map(repr, args))})"
+        before = self._observe()
+        outcome, value = self.m.call(text, getattr(self.m.obj, name), *args)
+        try:
+            getattr(self.model, name)(*args)
+        except Exception:  # noqa: BLE001 -- the model rejects every call drawn here
+            pass
+        self.script[-1] += "  # must raise"
+        if outcome == "ok":
+            self._fail(f"{text} returned normally: a bad sequence id must raise")
+        if self._observe() != before:
+            self._fail(f"{text} raised {describe(value)} but changed the state")
+
+    def teardown(self):
+        if getattr(self, "failed", True):
+            return
+        for seq in sorted(self.tokens):
+            self._free(seq)
+        free = self.m.num_free()
+        if free != self.nb:
+            self._fail(f"after every sequence is freed, num_free_blocks is {free} of "
+                       f"{self.nb}: {self.nb - free} block(s) leaked")
+
+    # ---- one step -------------------------------------------------------------------
+    def _free(self, seq):
+        self._step(f"m.free_sequence({seq})", "free_sequence", (seq,),
+                   lambda: self.model.free_sequence(seq), lambda: self.tokens.pop(seq))
+
+    def _step(self, text, name, args, model_op, on_success=None, writes=None) -> bool:
+        """Call the manager and the model; True when the call went through."""
+        type(self).steps_run += 1
+        before = self._observe()
+        model_before = self.model.num_free_blocks
+        try:
+            model_op()
+            refusal = None
+        except OutOfBlocks as exc:  # the model raises only this
+            refusal = exc
+        outcome, value = self.m.call(text, getattr(self.m.obj, name), *args)
+        if outcome == "error":
+            self._fail(f"{text} raised {describe(value)}")
+        if refusal is not None:
+            if outcome == "ok":
+                self._fail(f"{text} succeeded, but it needs {refusal.needed} free block(s) and "
+                           f"only {refusal.available} are free: it must raise OutOfBlocks or "
+                           f"MemoryError (the model does)")
+            after = self._observe()
+            if after != before:
+                self._fail(f"{text} ran out of blocks, as it should, but changed the state "
+                           f"(all-or-nothing broken): {_diff(before, after)}")
+            return False
+        if outcome == "ran_out":
+            need = model_before - self.model.num_free_blocks
+            self._fail(f"{text} raised {describe(value)}, but the call needs {need} block(s) "
+                       f"and {before[0]} are free (the model succeeds)")
+        model_copies = self.model.drain_copies()
+        if on_success is not None:
+            on_success()
+        self._check(text, (before[0], model_before), model_copies, writes)
+        return True
+
+    def _observe(self):
+        """(num_free, tables of live sequences): what a refused call must leave alone."""
+        return self.m.num_free(), {s: tuple(self.m.table(s)) for s in self.tokens}
+
+    # ---- checks -----------------------------------------------------------------------
+    def _check(self, text, free_before, model_copies, writes=None):
+        nb, bs = self.nb, self.bs
+        for src, dst in self.m.drain():  # the copy kernel runs before new tokens are written
+            if not (0 <= src < nb and 0 <= dst < nb):
+                self._fail(f"m.drain_copies() gave ({src}, {dst}); block ids are 0..{nb - 1}")
+            self.memory[dst * bs:(dst + 1) * bs] = self.memory[src * bs:(src + 1) * bs]
+        if writes is not None:  # each new token gets a fresh value
+            seq, start, n = writes
+            values = range(self.next_value, self.next_value + n)
+            self.next_value += n
+            self.tokens.setdefault(seq, []).extend(values)
+        tables = {seq: self._table(seq) for seq in self.tokens}
+        if writes is not None:
+            for p, value in zip(range(start, start + n), values):
+                self.memory[tables[seq][p // bs] * bs + p % bs] = value
+                self.writer[value] = (seq, p)
+        free = self.m.num_free()
+        model_free = self.model.num_free_blocks
+        if free != model_free:
+            cow = f", {len(model_copies)} of them for copy-on-write" if model_copies else ""
+            self._fail(f"after {text}, num_free_blocks is {free} but the model has {model_free} "
+                       f"free: this call {_took(free_before[0] - free)}; the model "
+                       f"{_took(free_before[1] - model_free)}{cow}")
+        held = set().union(*tables.values()) if tables else set()
+        if len(held) + free != nb:
+            self._fail(f"after {text}, tables hold {len(held)} distinct block(s) and {free} "
+                       f"are free, but the pool has {nb}")
+        if self.free_order:
+            for seq, table in tables.items():
+                want = list(self.model.block_table(seq))
+                if table != want:
+                    self._fail(f"after {text}, block_table({seq}) is {table}; with "
+                               f"{self.free_order} free order the model gives {want}")
+        for seq, table in tables.items():
+            self._read_back(text, seq, table, tables)
+        if self.extra_check is not None:
+            self.extra_check(self.m.obj)
+
+    def _table(self, seq):
+        table, n, nb = self.m.table(seq), len(self.tokens[seq]), self.nb
+        want = blocks_needed(n, self.bs)
+        if len(table) != want:
+            self._fail(f"block_table({seq}) has {len(table)} entries for {n} tokens; "
+                       f"expected ceil({n}/{self.bs}) = {want}")
+        if any(not 0 <= b < nb for b in table) or len(set(table)) != len(table):
+            self._fail(f"block_table({seq}) is {table}: ids must be distinct, in 0..{nb - 1}")
+        return table
+
+    def _read_back(self, text, seq, table, tables):
+        bs = self.bs
+        for p, want in enumerate(self.tokens[seq]):
+            block = table[p // bs]
+            slot = block * bs + p % bs
+            got = int(self.memory[slot])
+            if got == want:
+                continue
+            if got < 0:
+                holds = "nothing was ever written there (or it was never copied)"
+            else:
+                who, at = self.writer[got]
+                holds = f"it holds the token seq {who} wrote at position {at}"
+            sharers = [s for s, t in tables.items() if s != seq and block in t]
+            also = f"; block {block} is also in the table of seq {sharers}" if sharers else ""
+            self._fail(f"after {text}, seq {seq} does not read back its own tokens: position "
+                       f"{p} lives in block {block} (slot {slot}), and {holds}{also}")
+
+    def _fail(self, problem: str):
+        self.failed = True
+        self.m.fail(problem)
+
+
+def _took(n: int) -> str:
+    return f"took {n} block(s)" if n > 0 else f"gave back {-n} block(s)" if n else "took no blocks"
+
+
+def _diff(before, after) -> str:
+    parts = []
+    if before[0] != after[0]:
+        parts.append(f"num_free_blocks went {before[0]} -> {after[0]}")
+    for seq in before[1]:
+        if before[1][seq] != after[1][seq]:
+            parts.append(f"block_table({seq}) went {list(before[1][seq])} -> {list(after[1][seq])}")
+    return "; ".join(parts)
+
+
+def manager_machine(factory, *, block_size=4, num_blocks=8, check_free_order=None,
+                    invalid_ids=False, max_tokens=12, call_timeout=None, extra_check=None):
+    """A `RuleBasedStateMachine` class checking `factory(num_blocks, block_size)` managers.
+
+    block_size, num_blocks: ints or Hypothesis strategies of ints.
+    check_free_order: None (ids are the manager's choice), "lifo" or "fifo" (tables must
+        equal the model's with that free order: allocate from the head of the free list,
+        free a sequence's blocks last first, to the head (lifo) or the tail (fifo)).
+    invalid_ids: also call with unknown / duplicate ids; each must raise and change nothing.
+    extra_check: called with the manager after every step (its own invariants, say).
+    Use it as `TestX = manager_machine(MyManager).TestCase`, or through `check_manager`.
+    """
+    if check_free_order not in FREE_ORDERS:
+        raise ValueError(f"check_free_order must be one of {FREE_ORDERS}, got {check_free_order!r}")
+    if not callable(factory):
+        raise TypeError(f"factory must be callable, got {factory!r}")
+    name = getattr(factory, "__name__", "manager")
+    return type(f"{name}Conformance", (ManagerConformance,), {
+        "factory": staticmethod(factory),
+        "sizes": st.tuples(_strategy(num_blocks), _strategy(block_size)),
+        "free_order": check_free_order, "invalid_ids": invalid_ids, "max_tokens": max_tokens,
+        "call_timeout": call_timeout, "extra_check": staticmethod(extra_check) if extra_check else None,
+    })

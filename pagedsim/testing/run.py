@@ -1,0 +1,54 @@
+"""Run the kit's checks outside pytest: one call, a summary or a `NonConformance`.
+
+`check_manager` runs `manager_machine`; `check_attention` lives in `attention.py`.
+Both use a fixed seed by default, so the same code gives the same verdict (and the
+same minimal counterexample) on every run, and neither writes a Hypothesis database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import HealthCheck, Verbosity, seed as hypothesis_seed, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from .machine import manager_machine
+
+
+@dataclass(frozen=True)
+class Summary:
+    what: str  # "manager" or "attention"
+    examples: int  # examples Hypothesis generated (each a fresh manager or cache)
+    steps: int  # calls checked (manager rules, or attention calls)
+
+    def __str__(self) -> str:
+        return f"{self.what}: {self.steps} steps in {self.examples} examples conform"
+
+
+def quiet_settings(examples: int, **extra) -> settings:
+    """Settings for a one-shot run: no database, no deadline, no Hypothesis printing."""
+    return settings(max_examples=examples, deadline=None, database=None, derandomize=False,
+                    report_multiple_bugs=False, verbosity=Verbosity.quiet,
+                    suppress_health_check=list(HealthCheck), **extra)
+
+
+def seeded(test, seed):
+    return test if seed is None else hypothesis_seed(seed)(test)
+
+
+def check_manager(factory, *, examples: int = 100, steps: int = 40, seed: int | None = 0,
+                  **machine_kw) -> Summary:
+    """Drive `factory(num_blocks, block_size)` managers through `manager_machine`.
+
+    Returns a Summary, or raises `NonConformance` whose message is the minimal
+    counterexample as Python calls (or `Hung` if a call did not return in time).
+    `machine_kw` go to `manager_machine` (block_size, num_blocks, check_free_order, ...).
+    """
+    machine = manager_machine(factory, **machine_kw)
+    config = quiet_settings(examples, stateful_step_count=steps)
+    try:  # seed the run (a private helper of hypothesis.stateful; fall back if it moves)
+        from hypothesis.stateful import get_state_machine_test
+        seeded(get_state_machine_test(machine, settings=config), seed)()
+    except ImportError:  # pragma: no cover - depends on the Hypothesis version
+        run_state_machine_as_test(machine, settings=config)
+    return Summary("manager", machine.examples_run, machine.steps_run)
