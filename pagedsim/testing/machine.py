@@ -48,7 +48,6 @@ class ManagerConformance(RuleBasedStateMachine):
     sizes = st.tuples(st.just(8), st.just(4))  # (num_blocks, block_size)
     free_order = None  # None, "lifo" or "fifo": compare tables exactly with the model's
     invalid_ids = False  # also call with unknown / duplicate ids; expect an exception
-    max_tokens = 12  # longest prompt, and longest append is half of it
     call_timeout = None  # seconds per call into the manager, or None
     extra_check = None  # extra_check(manager) after every step, e.g. its check_invariants
     steps_run = 0  # rules run, over all examples (for the summary line)
@@ -61,8 +60,9 @@ class ManagerConformance(RuleBasedStateMachine):
         self.nb, self.bs = nb, bs
         self.script: list[str] = []  # the calls so far, as Python
         self.m = Managed(self.script, self.call_timeout)
-        self.failed = False
+        self.failed = True  # until the manager is built: teardown has nothing to free
         self.m.build(type(self).factory, nb, bs)
+        self.failed = False
         self.model = KVCacheManager(nb, bs, free_order=self.free_order or "lifo", trace=False)
         self.memory = np.full(nb * bs, -1, np.int64)  # [num_blocks * block_size] shadow KV
         self.writer: dict[int, tuple] = {}  # value -> (seq, position) that wrote it
@@ -72,27 +72,25 @@ class ManagerConformance(RuleBasedStateMachine):
         self._check(self.script[0], (nb, nb), [])
 
     # ---- rules ----------------------------------------------------------------------
-    @rule(data=st.data())
-    def add(self, data):
-        n = data.draw(st.integers(1, self.max_tokens), label="num_tokens")
+    @rule(n=st.integers(1, 12))
+    def add(self, n):
         seq = self.next_id
         if self._step(f"m.add_sequence({seq}, {n})", "add_sequence", (seq, n),
                       lambda: self.model.add_sequence(seq, n), writes=(seq, 0, n)):
             self.next_id += 1  # a refused id is tried again: it must not be half-registered
 
     @precondition(lambda self: self.tokens)
-    @rule(data=st.data())
-    def append(self, data):
-        seq = data.draw(st.sampled_from(sorted(self.tokens)), label="seq")
-        n = data.draw(st.integers(1, max(1, self.max_tokens // 2)), label="n")
+    @rule(i=st.integers(0, 7), n=st.integers(1, 6))
+    def append(self, i, n):
+        seq = self._live(i)
         start = len(self.tokens[seq])
         self._step(f"m.append_tokens({seq}, {n})", "append_tokens", (seq, n),
                    lambda: self.model.append_tokens(seq, n), writes=(seq, start, n))
 
     @precondition(lambda self: self.tokens)
-    @rule(data=st.data())
-    def fork(self, data):
-        parent = data.draw(st.sampled_from(sorted(self.tokens)), label="parent")
+    @rule(i=st.integers(0, 7))
+    def fork(self, i):
+        parent = self._live(i)
         child = self.next_id
         self.next_id += 1
         self._step(f"m.fork({parent}, {child})", "fork", (parent, child),
@@ -100,21 +98,21 @@ class ManagerConformance(RuleBasedStateMachine):
                    lambda: self.tokens.__setitem__(child, list(self.tokens[parent])))
 
     @precondition(lambda self: self.tokens)
-    @rule(data=st.data())
-    def free(self, data):
-        self._free(data.draw(st.sampled_from(sorted(self.tokens)), label="seq"))
+    @rule(i=st.integers(0, 7))
+    def free(self, i):
+        self._free(self._live(i))
 
     @precondition(lambda self: self.invalid_ids)
-    @rule(data=st.data())
-    def misuse(self, data):
+    @rule(which=st.integers(0, 4), i=st.integers(0, 7))
+    def misuse(self, which, i):
         """A call with a bad id must raise (any exception) and change nothing."""
-        unknown, live = self.next_id, sorted(self.tokens)  # next_id was never used
+        unknown = self.next_id  # never used yet
         calls = [("append_tokens", (unknown, 1)), ("free_sequence", (unknown,)),
                  ("fork", (unknown, unknown + 1))]
-        if live:
-            some = data.draw(st.sampled_from(live), label="live")
+        if self.tokens:
+            some = self._live(i)
             calls += [("add_sequence", (some, 1)), ("fork", (some, some))]
-        name, args = data.draw(st.sampled_from(calls), label="call")
+        name, args = calls[which % len(calls)]
         text = f"m.{name}({', '.join(map(repr, args))})"
         before = self._observe()
         outcome, value = self.m.call(text, getattr(self.m.obj, name), *args)
@@ -139,6 +137,12 @@ class ManagerConformance(RuleBasedStateMachine):
                        f"{self.nb}: {self.nb - free} block(s) leaked")
 
     # ---- one step -------------------------------------------------------------------
+    def _live(self, i: int):
+        """The i-th live sequence (modulo): rule arguments are plain ints, which are cheap
+        to draw and shrink towards the oldest sequence."""
+        live = sorted(self.tokens)
+        return live[i % len(live)]
+
     def _free(self, seq):
         self._step(f"m.free_sequence({seq})", "free_sequence", (seq,),
                    lambda: self.model.free_sequence(seq), lambda: self.tokens.pop(seq))
@@ -160,7 +164,7 @@ class ManagerConformance(RuleBasedStateMachine):
             if outcome == "ok":
                 self._fail(f"{text} succeeded, but it needs {refusal.needed} free block(s) and "
                            f"only {refusal.available} are free: it must raise OutOfBlocks or "
-                           f"MemoryError (the model does)")
+                           f"MemoryError (the model does){self._cow_hint(name, args)}")
             after = self._observe()
             if after != before:
                 self._fail(f"{text} ran out of blocks, as it should, but changed the state "
@@ -175,6 +179,18 @@ class ManagerConformance(RuleBasedStateMachine):
             on_success()
         self._check(text, (before[0], model_before), model_copies, writes)
         return True
+
+    def _cow_hint(self, name, args) -> str:
+        """Why the model needs a block here, when the reason is copy-on-write."""
+        if name != "append_tokens":
+            return ""
+        seq = args[0]
+        table = list(self.model.block_table(seq))
+        if len(self.tokens[seq]) % self.bs == 0 or self.model.pool.ref_count(table[-1]) < 2:
+            return ""
+        sharers = [s for s in self.tokens if s != seq and table[-1] in self.model.block_table(s)]
+        return (f". Its last block is partly full and shared with seq {sharers}, so writing "
+                f"into it needs a private copy first (copy-on-write)")
 
     def _observe(self):
         """(num_free, tables of live sequences): what a refused call must leave alone."""
@@ -267,7 +283,7 @@ def _diff(before, after) -> str:
 
 
 def manager_machine(factory, *, block_size=4, num_blocks=8, check_free_order=None,
-                    invalid_ids=False, max_tokens=12, call_timeout=None, extra_check=None):
+                    invalid_ids=False, call_timeout=None, extra_check=None):
     """A `RuleBasedStateMachine` class checking `factory(num_blocks, block_size)` managers.
 
     block_size, num_blocks: ints or Hypothesis strategies of ints.
@@ -286,6 +302,6 @@ def manager_machine(factory, *, block_size=4, num_blocks=8, check_free_order=Non
     return type(f"{name}Conformance", (ManagerConformance,), {
         "factory": staticmethod(factory),
         "sizes": st.tuples(_strategy(num_blocks), _strategy(block_size)),
-        "free_order": check_free_order, "invalid_ids": invalid_ids, "max_tokens": max_tokens,
+        "free_order": check_free_order, "invalid_ids": invalid_ids,
         "call_timeout": call_timeout, "extra_check": staticmethod(extra_check) if extra_check else None,
     })

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hypothesis import HealthCheck, Verbosity, seed as hypothesis_seed, settings
+from hypothesis import HealthCheck, Phase, Verbosity, seed as hypothesis_seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from .machine import manager_machine
@@ -26,8 +26,11 @@ class Summary:
 
 
 def quiet_settings(examples: int, **extra) -> settings:
-    """Settings for a one-shot run: no database, no deadline, no Hypothesis printing."""
+    """Settings for a one-shot run: no database, no deadline, no Hypothesis printing, and
+    no "explain" phase (it re-runs the shrunk example hundreds of times to say which
+    arguments do not matter; our counterexample is already a script)."""
     return settings(max_examples=examples, deadline=None, database=None, derandomize=False,
+                    phases=[p for p in Phase if p != Phase.explain],
                     report_multiple_bugs=False, verbosity=Verbosity.quiet,
                     suppress_health_check=list(HealthCheck), **extra)
 

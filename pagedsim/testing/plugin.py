@@ -1,0 +1,57 @@
+"""The kit as a pytest plugin, registered through the `pytest11` entry point in
+pyproject.toml, so an outside suite gets two fixtures with no set-up:
+
+    def test_my_manager_conforms(manager_machine):
+        manager_machine(MyManager)            # fails with the minimal counterexample
+
+    @pytest.mark.paged_cache(num_kv_heads=2, group=4, dtype="float16")
+    def test_my_attention(paged_cache):
+        out = my_attention(*paged_cache.args)
+        np.testing.assert_allclose(out, paged_cache.reference(), atol=paged_cache.tolerance,
+                                   rtol=paged_cache.tolerance)
+
+`manager_machine(factory, **kw)` runs `check_manager`; `manager_machine.machine(factory,
+**kw)` returns the RuleBasedStateMachine class instead. `paged_cache` is one
+`paged_case(...)`, seeded from the test's id, shaped by the optional marker.
+Importing this module imports only pytest: the kit loads when a fixture is used.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "paged_cache(**spec): arguments for pagedsim.testing.paged_case "
+                   "(context_lens, block_size, num_kv_heads, group, head_dim, dtype, ...)")
+
+
+class _ManagerRunner:
+    def __call__(self, factory, **kw):
+        from .run import check_manager
+        return check_manager(factory, **kw)
+
+    @staticmethod
+    def machine(factory, **kw):
+        from .machine import manager_machine
+        return manager_machine(factory, **kw)
+
+
+@pytest.fixture
+def manager_machine():
+    """Call with your factory(num_blocks, block_size): checks it against KVCacheManager."""
+    return _ManagerRunner()
+
+
+@pytest.fixture
+def paged_cache(request):
+    """A scattered, poisoned paged KV cache (a PagedCase), fixed per test id."""
+    from .caches import paged_case
+    marker = request.node.get_closest_marker("paged_cache")
+    spec = dict(context_lens=(5, 9, 2), block_size=4, num_kv_heads=2, group=2, head_dim=8)
+    spec.update(marker.kwargs if marker else {})
+    spec.setdefault("seed", zlib.crc32(request.node.nodeid.encode()) % 2**16)
+    return paged_case(**spec)
