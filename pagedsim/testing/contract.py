@@ -81,8 +81,10 @@ class Managed:
         self.script = script  # the calls so far, as lines of Python
         self.call_timeout = call_timeout  # seconds per call, or None
         self.obj = None
+        self.broken = False  # a check failed or a call hung: nothing more may be called
 
     def fail(self, problem: str):
+        self.broken = True
         raise NonConformance(render(problem, self.script))
 
     def call(self, text: str, fn, *args, log: bool = True):
@@ -92,6 +94,9 @@ class Managed:
         try:
             with time_limit(self.call_timeout, text, self.script):
                 return "ok", fn(*args)
+        except Hung:
+            self.broken = True
+            raise
         except RAN_OUT as exc:
             return "ran_out", exc
         except Exception as exc:  # noqa: BLE001 -- the caller decides whether it is expected

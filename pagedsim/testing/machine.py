@@ -60,9 +60,7 @@ class ManagerConformance(RuleBasedStateMachine):
         self.nb, self.bs = nb, bs
         self.script: list[str] = []  # the calls so far, as Python
         self.m = Managed(self.script, self.call_timeout)
-        self.failed = True  # until the manager is built: teardown has nothing to free
         self.m.build(type(self).factory, nb, bs)
-        self.failed = False
         self.model = KVCacheManager(nb, bs, free_order=self.free_order or "lifo", trace=False)
         self.memory = np.full(nb * bs, -1, np.int64)  # [num_blocks * block_size] shadow KV
         self.writer: dict[int, tuple] = {}  # value -> (seq, position) that wrote it
@@ -127,8 +125,8 @@ class ManagerConformance(RuleBasedStateMachine):
             self._fail(f"{text} raised {describe(value)} but changed the state")
 
     def teardown(self):
-        if getattr(self, "failed", True):
-            return
+        if not hasattr(self, "m") or self.m.broken or self.m.obj is None:
+            return  # nothing built, or a failure is already on its way out
         for seq in sorted(self.tokens):
             self._free(seq)
         free = self.m.num_free()
@@ -264,7 +262,6 @@ class ManagerConformance(RuleBasedStateMachine):
                        f"{p} lives in block {block} (slot {slot}), and {holds}{also}")
 
     def _fail(self, problem: str):
-        self.failed = True
         self.m.fail(problem)
 
 

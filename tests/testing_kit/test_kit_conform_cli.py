@@ -1,0 +1,83 @@
+"""`pagedsim conform` end to end, in subprocesses: exit 0 with a summary, 1 with the
+minimal counterexample, 2 when the target cannot be loaded, and always terminating."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import EXAMPLES, ROOT
+
+FEW = ["--examples", "20", "--steps", "20"]
+
+
+def conform(*args, timeout=120):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-m", "pagedsim.cli", "conform", *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_the_deque_allocator_conforms_with_one_summary_line():
+    code, out, err = conform("examples/conform/deque_allocator.py:DequeBlockManager",
+                             "--check-free-order", "fifo", *FEW)
+    assert (code, err) == (0, ""), out
+    assert out.startswith("pagedsim conform: OK: manager: ") and out.count("\n") == 1
+
+
+def test_the_vllm_names_adapter_and_a_numpy_attention_conform():
+    code, out, err = conform("examples/conform/vllm_names.py:make_adapter", "--attention",
+                             "examples/conform/numpy_attention.py:paged_attention", *FEW)
+    assert (code, err) == (0, ""), out
+    assert "manager: " in out and "attention: 20 steps in 20 examples conform" in out
+
+
+def test_the_buggy_fork_example_exits_1_with_the_minimal_script():
+    code, out, _ = conform("examples/conform/buggy_fork.py:ForkWithoutIncref", *FEW)
+    assert code == 1
+    assert "buggy_fork.py:ForkWithoutIncref does NOT conform" in out
+    assert textwrap.dedent("""\
+        m = factory(1, 1)
+        m.add_sequence(0, 1)
+        m.fork(0, 1)
+        m.free_sequence(0)""") in textwrap.dedent(out.split("your manager):\n")[1]).replace(
+        "                   # <- fails here", "")
+
+
+@pytest.mark.parametrize("target, says", [
+    ("examples/conform/no_such_file.py:Manager", "no such file"),
+    ("pagedsim.testing:NoSuchFactory", "AttributeError"),
+    ("examples/conform/deque_allocator.py", "expected MODULE:NAME"),
+])
+def test_a_target_that_cannot_be_loaded_exits_2_with_one_line(target, says):
+    code, out, err = conform(target)
+    assert code == 2 and out == "" and err.count("\n") == 1 and says in err, err
+
+
+def test_a_call_that_never_returns_is_stopped_by_the_per_call_limit(tmp_path):
+    (tmp_path / "looping.py").write_text(textwrap.dedent(f"""\
+        import sys
+        sys.path.insert(0, {str(EXAMPLES)!r})
+        from deque_allocator import DequeBlockManager
+        class Looping(DequeBlockManager):
+            def fork(self, parent_id, child_id):
+                while True:
+                    pass
+        """))
+    code, out, _ = conform(f"{tmp_path / 'looping.py'}:Looping", "--call-timeout", "0.5", *FEW)
+    assert code == 1 and "did not return within 0.5 s" in out and "# <- hangs here" in out
+
+
+def test_a_hang_that_ignores_the_alarm_is_killed_by_the_overall_timeout(tmp_path):
+    (tmp_path / "stuck.py").write_text(textwrap.dedent("""\
+        import signal, time
+        def Stuck(num_blocks, block_size):
+            signal.signal(signal.SIGALRM, signal.SIG_IGN)  # defeats the per-call limit
+            while True:
+                time.sleep(0.1)
+        """))
+    code, out, _ = conform(f"{tmp_path / 'stuck.py'}:Stuck", "--timeout", "4", "--call-timeout",
+                           "1", *FEW, timeout=60)
+    assert code == 1 and "did NOT finish within 4 s and was killed" in out
