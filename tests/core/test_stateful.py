@@ -6,16 +6,23 @@ the manager returned, copy-on-write pairs are applied as the copy kernel would, 
 every sequence must read back exactly its own tokens through its slot mapping.
 In CI (derandomised) the two machines take about 14,000 steps in all (measured by
 counting invariant checks; the ceiling is 150 x 50 + 150 x 60).
+
+The manager is also driven through `pagedsim.testing` -- the kit outside users point at
+their own managers -- with its stricter options on: exact block ids for both free
+orders, bad ids, and `check_invariants()` after every step. The kit keeps its own
+shadow memory and compares with a second KVCacheManager as the model, so this checks
+the kit and the manager against each other (`steps_run` counts its steps).
 """
 
 import numpy as np
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, initialize, invariant,
                                  multiple, precondition, rule, run_state_machine_as_test)
 
 from pagedsim import BlockError, BlockPool, KVCacheManager, OutOfBlocks
+from pagedsim.testing import NonConformance, check_manager, manager_machine
 
 
 class PoolMachine(RuleBasedStateMachine):
@@ -203,4 +210,30 @@ def test_the_state_machine_catches_a_count_that_is_never_decremented():
 
     with pytest.raises(AssertionError, match="ref counts sum to|leaked|reads"):
         run_state_machine_as_test(Buggy, settings=settings(
-            max_examples=200, stateful_step_count=30, database=None, report_multiple_bugs=False))
+            max_examples=200, stateful_step_count=30, database=None, report_multiple_bugs=False,
+            phases=[p for p in Phase if p != Phase.explain]))  # explaining costs ~90% here
+
+
+def kit_factory(order, trace):
+    def factory(num_blocks, block_size):
+        return KVCacheManager(num_blocks, block_size, free_order=order, trace=trace)
+    return factory
+
+
+@pytest.mark.parametrize("order, trace", [("lifo", True), ("fifo", False)])
+def test_kv_cache_manager_conforms_through_the_testing_kit(order, trace):
+    machine = manager_machine(kit_factory(order, trace), num_blocks=st.integers(1, 24),
+                              block_size=st.sampled_from([1, 2, 4, 8]), check_free_order=order,
+                              invalid_ids=True, extra_check=KVCacheManager.check_invariants)
+    run_state_machine_as_test(machine, settings=settings(max_examples=60, stateful_step_count=30))
+    assert machine.steps_run > 60 * 5, "the kit ran (almost) nothing"
+
+
+def test_the_testing_kit_catches_a_count_that_is_never_decremented():
+    def factory(num_blocks, block_size):
+        m = KVCacheManager(num_blocks, block_size, trace=False)
+        m.pool = PoolThatNeverDecrements(num_blocks, block_size)
+        return m
+
+    with pytest.raises(NonConformance, match=r"m.free_sequence\(0\)  +# <- fails here"):
+        check_manager(factory, examples=100, steps=20)
