@@ -215,9 +215,10 @@ class ManagerConformance(RuleBasedStateMachine):
         model_free = self.model.num_free_blocks
         if free != model_free:
             cow = f", {len(model_copies)} of them for copy-on-write" if model_copies else ""
+            took, model_took = free_before[0] - free, free_before[1] - model_free
             self._fail(f"after {text}, num_free_blocks is {free} but the model has {model_free} "
-                       f"free: this call {_took(free_before[0] - free)}; the model "
-                       f"{_took(free_before[1] - model_free)}{cow}")
+                       f"free: this call {_took(took)}; the model {_took(model_took)}{cow}"
+                       f"{_hint(text, took - model_took)}")
         held = set().union(*tables.values()) if tables else set()
         if len(held) + free != nb:
             self._fail(f"after {text}, tables hold {len(held)} distinct block(s) and {free} "
@@ -266,7 +267,22 @@ class ManagerConformance(RuleBasedStateMachine):
 
 
 def _took(n: int) -> str:
-    return f"took {n} block(s)" if n > 0 else f"gave back {-n} block(s)" if n else "took no blocks"
+    if n == 0:
+        return "left the free count as it was"
+    return f"took {n} block(s)" if n > 0 else f"gave back {-n} block(s)"
+
+
+def _hint(text: str, extra: int) -> str:
+    """A guess at the cause, phrased as a question: `extra` blocks taken beyond the model."""
+    if text.startswith("m.free_sequence"):
+        return (" (did it free blocks another sequence still holds? fork must count the "
+                "child's reference to every shared block)" if extra < 0 else
+                " (a leak: free must release every block whose count drops to 0)")
+    if text.startswith("m.fork"):
+        return " (fork shares the parent's blocks; it needs no new ones)"
+    return (" (too few: ceil(tokens / block_size) blocks, plus a copy when appending into a "
+            "shared, partly filled last block)" if extra < 0 else
+            " (too many: ceil(tokens / block_size) blocks are enough)")
 
 
 def _diff(before, after) -> str:

@@ -18,11 +18,12 @@ from .machine import manager_machine
 @dataclass(frozen=True)
 class Summary:
     what: str  # "manager" or "attention"
-    examples: int  # examples Hypothesis generated (each a fresh manager or cache)
+    examples: int  # examples Hypothesis ran (each a fresh manager or cache); for the
+    # manager this can exceed max_examples: runs cut short by Hypothesis count too
     steps: int  # calls checked (manager rules, or attention calls)
 
     def __str__(self) -> str:
-        return f"{self.what}: {self.steps} steps in {self.examples} examples conform"
+        return f"{self.what}: {self.steps} steps over {self.examples} generated examples conform"
 
 
 def quiet_settings(examples: int, **extra) -> settings:

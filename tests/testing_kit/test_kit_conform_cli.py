@@ -31,7 +31,7 @@ def test_the_vllm_names_adapter_and_a_numpy_attention_conform():
     code, out, err = conform("examples/conform/vllm_names.py:make_adapter", "--attention",
                              "examples/conform/numpy_attention.py:paged_attention", *FEW)
     assert (code, err) == (0, ""), out
-    assert "manager: " in out and "attention: 20 steps in 20 examples conform" in out
+    assert "manager: " in out and "attention: 20 steps over 20 generated examples conform" in out
 
 
 def test_the_buggy_fork_example_exits_1_with_the_minimal_script():
