@@ -34,16 +34,14 @@ def test_the_vllm_names_adapter_and_a_numpy_attention_conform():
     assert "manager: " in out and "attention: 20 steps over 20 generated examples conform" in out
 
 
-def test_the_buggy_fork_example_exits_1_with_the_minimal_script():
-    code, out, _ = conform("examples/conform/buggy_fork.py:ForkWithoutIncref", *FEW)
+def test_the_buggy_fork_example_exits_1_with_the_minimal_script_the_guide_shows():
+    code, out, _ = conform("examples/conform/buggy_fork.py:ForkWithoutIncref")
     assert code == 1
     assert "buggy_fork.py:ForkWithoutIncref does NOT conform" in out
-    assert textwrap.dedent("""\
-        m = factory(1, 1)
-        m.add_sequence(0, 1)
-        m.fork(0, 1)
-        m.free_sequence(0)""") in textwrap.dedent(out.split("your manager):\n")[1]).replace(
-        "                   # <- fails here", "")
+    calls = [line.split("  #")[0].strip() for line in out.split("your manager):\n")[1].splitlines()]
+    assert calls == ["m = factory(1, 1)", "m.add_sequence(0, 1)", "m.fork(0, 1)",
+                     "m.free_sequence(0)"]
+    assert out.strip() in (ROOT / "docs" / "testing-kit.md").read_text(), "the guide is stale"
 
 
 @pytest.mark.parametrize("target, says", [
