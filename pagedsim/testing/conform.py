@@ -82,8 +82,6 @@ def load(target: str):
 
 def run_checks(args) -> int:
     """In the child: load, check, print, return the exit code."""
-    from hypothesis import strategies as st
-
     from .attention import check_attention
     from .contract import Hung, NonConformance, time_limit
     from .run import check_manager
@@ -98,9 +96,8 @@ def run_checks(args) -> int:
     common = dict(examples=args.examples, seed=args.seed, call_timeout=args.call_timeout)
     done = []
     try:
-        done.append(check_manager(
-            factory, steps=args.steps, check_free_order=args.check_free_order,
-            num_blocks=st.integers(1, 12), block_size=st.sampled_from([1, 2, 4, 8]), **common))
+        done.append(check_manager(factory, steps=args.steps,
+                                  check_free_order=args.check_free_order, **common))
         if fn is not None:
             done.append(check_attention(fn, **common))
     except (NonConformance, Hung) as exc:

@@ -11,7 +11,9 @@ block copies it first):
     free_sequence(seq_id)              release the sequence's blocks
     block_table(seq_id)                a sequence of ints: logical block i -> physical id
     num_free_blocks                    an int attribute, or a zero-argument method
-    drain_copies()                     optional: the (src, dst) copy-on-write pairs since last call
+    drain_copies()                     optional: the (src, dst) copy-on-write pairs since last call;
+                                       without it, a written block that moves to a new
+                                       physical block is taken to have been copied
 
 Running out of blocks raises `pagedsim.OutOfBlocks` or `MemoryError`. Return values
 of the four operations are ignored; slots are computed from `block_table`.

@@ -35,6 +35,8 @@ from ..manager import KVCacheManager
 from .contract import Managed, describe
 
 FREE_ORDERS = (None, "lifo", "fifo")
+NUM_BLOCKS = st.integers(1, 32)  # pools shrink towards one block
+BLOCK_SIZES = st.sampled_from([1, 2, 4, 8])  # tokens per block; shrinks towards 1
 
 
 def _strategy(value):
@@ -45,7 +47,7 @@ class ManagerConformance(RuleBasedStateMachine):
     """The rules and checks; `manager_machine` makes a subclass bound to one factory."""
 
     factory = None  # factory(num_blocks, block_size) -> the manager under test
-    sizes = st.tuples(st.just(8), st.just(4))  # (num_blocks, block_size)
+    sizes = st.tuples(NUM_BLOCKS, BLOCK_SIZES)  # (num_blocks, block_size)
     free_order = None  # None, "lifo" or "fifo": compare tables exactly with the model's
     invalid_ids = False  # also call with unknown / duplicate ids; expect an exception
     call_timeout = None  # seconds per call into the manager, or None
@@ -94,6 +96,15 @@ class ManagerConformance(RuleBasedStateMachine):
         self._step(f"m.fork({parent}, {child})", "fork", (parent, child),
                    lambda: self.model.fork(parent, child),
                    lambda: self.tokens.__setitem__(child, list(self.tokens[parent])))
+
+    @precondition(lambda self: self.tokens)
+    @rule(i=st.integers(0, 7), n=st.integers(1, 6), child_writes=st.booleans())
+    def fork_then_append(self, i, n, child_writes):
+        """Beam search's pattern, and where copy-on-write happens: fork, then one side writes."""
+        parent, child = self._live(i), self.next_id
+        self.fork(i)
+        if child in self.tokens:
+            self.append(sorted(self.tokens).index(child if child_writes else parent), n)
 
     @precondition(lambda self: self.tokens)
     @rule(i=st.integers(0, 7))
@@ -175,7 +186,7 @@ class ManagerConformance(RuleBasedStateMachine):
         model_copies = self.model.drain_copies()
         if on_success is not None:
             on_success()
-        self._check(text, (before[0], model_before), model_copies, writes)
+        self._check(text, (before[0], model_before), model_copies, writes, before[1])
         return True
 
     def _cow_hint(self, name, args) -> str:
@@ -187,15 +198,16 @@ class ManagerConformance(RuleBasedStateMachine):
         if len(self.tokens[seq]) % self.bs == 0 or self.model.pool.ref_count(table[-1]) < 2:
             return ""
         sharers = [s for s in self.tokens if s != seq and table[-1] in self.model.block_table(s)]
-        return (f". Its last block is partly full and shared with seq {sharers}, so writing "
-                f"into it needs a private copy first (copy-on-write)")
+        return (f". In the model its last block is partly full and shared with seq {sharers} "
+                f"(fork counted the child's reference), so writing into it needs a private "
+                f"copy first (copy-on-write)")
 
     def _observe(self):
         """(num_free, tables of live sequences): what a refused call must leave alone."""
         return self.m.num_free(), {s: tuple(self.m.table(s)) for s in self.tokens}
 
     # ---- checks -----------------------------------------------------------------------
-    def _check(self, text, free_before, model_copies, writes=None):
+    def _check(self, text, free_before, model_copies, writes=None, tables_before=None):
         nb, bs = self.nb, self.bs
         for src, dst in self.m.drain():  # the copy kernel runs before new tokens are written
             if not (0 <= src < nb and 0 <= dst < nb):
@@ -207,6 +219,8 @@ class ManagerConformance(RuleBasedStateMachine):
             self.next_value += n
             self.tokens.setdefault(seq, []).extend(values)
         tables = {seq: self._table(seq) for seq in self.tokens}
+        if tables_before and not hasattr(self.m.obj, "drain_copies"):
+            self._infer_copies(tables_before, tables, writes)
         if writes is not None:
             for p, value in zip(range(start, start + n), values):
                 self.memory[tables[seq][p // bs] * bs + p % bs] = value
@@ -233,6 +247,20 @@ class ManagerConformance(RuleBasedStateMachine):
             self._read_back(text, seq, table, tables)
         if self.extra_check is not None:
             self.extra_check(self.m.obj)
+
+    def _infer_copies(self, tables_before, tables, writes):
+        """No drain_copies(): a written logical block that moved to a new physical block is
+        taken to have been copied (the manager's engine must do that copy itself)."""
+        bs = self.bs
+        for seq, old in tables_before.items():
+            new = tables.get(seq)
+            written = len(self.tokens.get(seq, ()))
+            if writes is not None and writes[0] == seq:
+                written -= writes[2]
+            for i in range(min(len(old), len(new or ()), -(-written // bs))):
+                if old[i] != new[i]:
+                    src, dst = old[i], new[i]
+                    self.memory[dst * bs:(dst + 1) * bs] = self.memory[src * bs:(src + 1) * bs]
 
     def _table(self, seq):
         table, n, nb = self.m.table(seq), len(self.tokens[seq]), self.nb
@@ -295,11 +323,12 @@ def _diff(before, after) -> str:
     return "; ".join(parts)
 
 
-def manager_machine(factory, *, block_size=4, num_blocks=8, check_free_order=None,
+def manager_machine(factory, *, block_size=None, num_blocks=None, check_free_order=None,
                     invalid_ids=False, call_timeout=None, extra_check=None):
     """A `RuleBasedStateMachine` class checking `factory(num_blocks, block_size)` managers.
 
-    block_size, num_blocks: ints or Hypothesis strategies of ints.
+    block_size, num_blocks: ints or Hypothesis strategies of ints; by default 1, 2, 4 or 8
+        tokens per block and 1..32 blocks (examples shrink towards the smallest).
     check_free_order: None (ids are the manager's choice), "lifo" or "fifo" (tables must
         equal the model's with that free order: allocate from the head of the free list,
         free a sequence's blocks last first, to the head (lifo) or the tail (fifo)).
@@ -314,7 +343,8 @@ def manager_machine(factory, *, block_size=4, num_blocks=8, check_free_order=Non
     name = getattr(factory, "__name__", "manager")
     return type(f"{name}Conformance", (ManagerConformance,), {
         "factory": staticmethod(factory),
-        "sizes": st.tuples(_strategy(num_blocks), _strategy(block_size)),
+        "sizes": st.tuples(_strategy(NUM_BLOCKS if num_blocks is None else num_blocks),
+                           _strategy(BLOCK_SIZES if block_size is None else block_size)),
         "free_order": check_free_order, "invalid_ids": invalid_ids,
         "call_timeout": call_timeout, "extra_check": staticmethod(extra_check) if extra_check else None,
     })

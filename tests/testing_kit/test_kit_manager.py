@@ -8,14 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deque_allocator import DequeBlockManager
-from kit_buggy_managers import BUGS, HalfwayAllocation
+from kit_buggy_managers import BUGS, HalfwayAllocation, SkipsCopyOnWrite
 from pagedsim import KVCacheManager, SequenceError
 from pagedsim.testing import (NonConformance, Op, check_manager, manager_machine, operations,
                               requests)
 from vllm_names import make_adapter
 
-FAST = dict(examples=30, steps=20, num_blocks=st.integers(1, 12),
-            block_size=st.sampled_from([1, 2, 4, 8]))
+FAST = dict(examples=30, steps=20)  # pools of 1..32 blocks of 1, 2, 4 or 8 tokens
 HUNT = dict(FAST, examples=100)  # what `pagedsim conform` runs; a bug stops the search early
 
 
@@ -58,6 +57,18 @@ def test_the_model_conforms_to_its_own_contract_with_bad_ids_and_exact_free_orde
         check_manager(lambda nb, bs, o=order: KVCacheManager(nb, bs, free_order=o, trace=False),
                       check_free_order=order, invalid_ids=True, extra_check=KVCacheManager.check_invariants,
                       **FAST)
+
+
+def test_without_drain_copies_a_moved_block_counts_as_copied_and_skipped_copies_still_fail():
+    class Silent(DequeBlockManager):
+        drain_copies = property()  # hasattr() is False: the kit infers the copies
+
+    class SilentAndSkipping(SkipsCopyOnWrite):
+        drain_copies = property()
+
+    check_manager(Silent, **FAST)
+    with pytest.raises(NonConformance, match="copy-on-write"):
+        check_manager(SilentAndSkipping, **HUNT)
 
 
 def test_check_free_order_tells_a_fifo_manager_from_a_lifo_one():

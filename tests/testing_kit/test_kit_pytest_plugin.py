@@ -59,4 +59,4 @@ def test_an_outside_suite_gets_the_fixtures_through_the_entry_point(tmp_path):
     out = done.stdout + done.stderr
     assert "1 failed, 3 passed" in out, out
     assert "test_my_buggy_manager_fails" in out, out
-    assert "NonConformance: after m.free_sequence(0)" in out and "m.fork(0, 1)" in out, out
+    assert "NonConformance: " in out and "    m.fork(0, 1)" in out, out
