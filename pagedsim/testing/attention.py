@@ -21,7 +21,8 @@ import numpy as np
 from hypothesis import given
 
 from .caches import PagedCase, paged_caches
-from .contract import NonConformance, describe, render, time_limit
+from .contract import NonConformance, describe, time_limit
+from .messages import render
 from .run import Summary, quiet_settings, seeded
 
 

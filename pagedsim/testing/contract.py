@@ -31,6 +31,7 @@ import threading
 from contextlib import contextmanager
 
 from ..errors import OutOfBlocks
+from .messages import render
 
 RAN_OUT = (OutOfBlocks, MemoryError)  # the two ways to say "no free blocks"
 
@@ -42,16 +43,6 @@ class NonConformance(AssertionError):
 class Hung(BaseException):
     """A call did not return in time. A BaseException, so Hypothesis stops at once
     instead of shrinking (each shrink step would wait for the time limit again)."""
-
-
-def render(problem: str, script: list[str], marker: str = "# <- fails here",
-           who: str = "`factory` builds your manager") -> str:
-    """The failure message: what went wrong, then the calls that lead there."""
-    lines = [f"    {line}" for line in script]
-    if lines and marker:
-        lines[-1] = f"{lines[-1]:<40} {marker}"
-    return (f"{problem}\n\nMinimal counterexample (paste into a test; {who}):\n"
-            + "\n".join(lines))
 
 
 @contextmanager

@@ -33,6 +33,7 @@ from ..block_table import blocks_needed
 from ..errors import OutOfBlocks
 from ..manager import KVCacheManager
 from .contract import Managed, describe
+from .messages import diff, hint, took
 
 FREE_ORDERS = (None, "lifo", "fifo")
 NUM_BLOCKS = st.integers(1, 32)  # pools shrink towards one block
@@ -173,11 +174,11 @@ class ManagerConformance(RuleBasedStateMachine):
             if outcome == "ok":
                 self._fail(f"{text} succeeded, but it needs {refusal.needed} free block(s) and "
                            f"only {refusal.available} are free: it must raise OutOfBlocks or "
-                           f"MemoryError (the model does){self._cow_hint(name, args)}")
+                           f"MemoryError (the model does){self._cowhint(name, args)}")
             after = self._observe()
             if after != before:
                 self._fail(f"{text} ran out of blocks, as it should, but changed the state "
-                           f"(all-or-nothing broken): {_diff(before, after)}")
+                           f"(all-or-nothing broken): {diff(before, after)}")
             return False
         if outcome == "ran_out":
             need = model_before - self.model.num_free_blocks
@@ -189,7 +190,7 @@ class ManagerConformance(RuleBasedStateMachine):
         self._check(text, (before[0], model_before), model_copies, writes, before[1])
         return True
 
-    def _cow_hint(self, name, args) -> str:
+    def _cowhint(self, name, args) -> str:
         """Why the model needs a block here, when the reason is copy-on-write."""
         if name != "append_tokens":
             return ""
@@ -229,10 +230,10 @@ class ManagerConformance(RuleBasedStateMachine):
         model_free = self.model.num_free_blocks
         if free != model_free:
             cow = f", {len(model_copies)} of them for copy-on-write" if model_copies else ""
-            took, model_took = free_before[0] - free, free_before[1] - model_free
+            used, model_used = free_before[0] - free, free_before[1] - model_free
             self._fail(f"after {text}, num_free_blocks is {free} but the model has {model_free} "
-                       f"free: this call {_took(took)}; the model {_took(model_took)}{cow}"
-                       f"{_hint(text, took - model_took)}")
+                       f"free: this call {took(used)}; the model {took(model_used)}{cow}"
+                       f"{hint(text, used - model_used)}")
         held = set().union(*tables.values()) if tables else set()
         if len(held) + free != nb:
             self._fail(f"after {text}, tables hold {len(held)} distinct block(s) and {free} "
@@ -292,35 +293,6 @@ class ManagerConformance(RuleBasedStateMachine):
 
     def _fail(self, problem: str):
         self.m.fail(problem)
-
-
-def _took(n: int) -> str:
-    if n == 0:
-        return "left the free count as it was"
-    return f"took {n} block(s)" if n > 0 else f"gave back {-n} block(s)"
-
-
-def _hint(text: str, extra: int) -> str:
-    """A guess at the cause, phrased as a question: `extra` blocks taken beyond the model."""
-    if text.startswith("m.free_sequence"):
-        return (" (did it free blocks another sequence still holds? fork must count the "
-                "child's reference to every shared block)" if extra < 0 else
-                " (a leak: free must release every block whose count drops to 0)")
-    if text.startswith("m.fork"):
-        return " (fork shares the parent's blocks; it needs no new ones)"
-    return (" (too few: ceil(tokens / block_size) blocks, plus a copy when appending into a "
-            "shared, partly filled last block)" if extra < 0 else
-            " (too many: ceil(tokens / block_size) blocks are enough)")
-
-
-def _diff(before, after) -> str:
-    parts = []
-    if before[0] != after[0]:
-        parts.append(f"num_free_blocks went {before[0]} -> {after[0]}")
-    for seq in before[1]:
-        if before[1][seq] != after[1][seq]:
-            parts.append(f"block_table({seq}) went {list(before[1][seq])} -> {list(after[1][seq])}")
-    return "; ".join(parts)
 
 
 def manager_machine(factory, *, block_size=None, num_blocks=None, check_free_order=None,
