@@ -107,3 +107,11 @@ def test_a_function_that_writes_into_its_inputs_is_caught():
 
     with pytest.raises(NonConformance, match="changed one of its inputs"):
         check_attention(scribbles, examples=5)
+
+
+@pytest.mark.kernels
+def test_the_projects_own_decode_kernel_conforms_through_the_kit():
+    import cuda_kernels  # the CUDA simulator without a GPU: keep the cases tiny
+    summary = check_attention(cuda_kernels.paged_attention, examples=10, max_seqs=2,
+                              max_context=8, head_dims=(1, 3, 4), max_group=2)
+    assert summary.examples == 10
