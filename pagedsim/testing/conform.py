@@ -30,6 +30,15 @@ class LoadError(Exception):
     """The target named on the command line cannot be imported or is not callable."""
 
 
+def positive(kind):
+    def parse(text):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+    return parse
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pagedsim conform", description=(
         "Check a block manager built by MODULE:FACTORY(num_blocks, block_size) against "
@@ -38,14 +47,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("target", help="MODULE:FACTORY, MODULE a file path or an importable name")
     p.add_argument("--attention", metavar="MODULE:FN",
                    help="also check fn(query, kv_cache, block_tables, context_lens, scale)")
-    p.add_argument("--examples", type=int, default=100, help="Hypothesis examples (default 100)")
-    p.add_argument("--steps", type=int, default=40, help="calls per manager example (default 40)")
+    p.add_argument("--examples", type=positive(int), default=100, help="Hypothesis examples (default 100)")
+    p.add_argument("--steps", type=positive(int), default=40, help="calls per manager example (default 40)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--check-free-order", choices=("lifo", "fifo"),
                    help="also require the model's block ids for this free order")
-    p.add_argument("--call-timeout", type=float, default=10.0,
+    p.add_argument("--call-timeout", type=positive(float), default=10.0,
                    help="seconds one call into user code may take (default 10)")
-    p.add_argument("--timeout", type=float, default=600.0,
+    p.add_argument("--timeout", type=positive(float), default=600.0,
                    help="seconds the whole check may take before it is killed (default 600)")
     return p
 
