@@ -59,11 +59,16 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def split_target(target: str) -> tuple[str, str]:
+    module_name, sep, attr = target.rpartition(":")
+    if not (sep and module_name and attr):
+        raise LoadError(f"expected MODULE:NAME, got {target!r}")
+    return module_name, attr
+
+
 def load(target: str):
     """MODULE:NAME -> the object; MODULE is a .py path or an importable module name."""
-    module_name, sep, attr = target.rpartition(":")
-    if not sep or not module_name or not attr:
-        raise LoadError(f"expected MODULE:NAME, got {target!r}")
+    module_name, attr = split_target(target)
     try:
         if module_name.endswith(".py") or os.sep in module_name:
             path = os.path.abspath(module_name)
@@ -117,7 +122,7 @@ def run_checks(args) -> int:
         traceback.print_exc()
         print(f"pagedsim conform: checking {args.target} failed (traceback above)")
         return 1
-    print(f"pagedsim conform: OK: " + "; ".join(map(str, done)))
+    print("pagedsim conform: OK: " + "; ".join(map(str, done)))
     return 0
 
 
@@ -125,6 +130,12 @@ def main(argv: list[str]) -> int:
     if argv[:1] == [CHILD_FLAG]:
         return run_checks(parser().parse_args(argv[1:]))
     args = parser().parse_args(argv)  # bad options exit 2 here, before any child starts
+    try:
+        for target in filter(None, (args.target, args.attention)):
+            split_target(target)
+    except LoadError as exc:
+        print(f"pagedsim conform: {exc}", file=sys.stderr)
+        return 2
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
