@@ -4,7 +4,6 @@ declares installed, gets the `manager_machine` and `paged_cache` fixtures with n
 import os
 import subprocess
 import sys
-import textwrap
 import tomllib
 
 from conftest import EXAMPLES, ROOT
