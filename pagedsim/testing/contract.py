@@ -42,7 +42,12 @@ class NonConformance(AssertionError):
 
 class Hung(BaseException):
     """A call did not return in time. A BaseException, so Hypothesis stops at once
-    instead of shrinking (each shrink step would wait for the time limit again)."""
+    instead of shrinking (each shrink step would wait for the time limit again);
+    `hangs.shrink_hang` shrinks its script instead."""
+
+    def __init__(self, message: str, script: list[str]):
+        super().__init__(message)
+        self.script = script  # the calls, the hanging one last
 
 
 @contextmanager
@@ -56,7 +61,7 @@ def time_limit(seconds, what: str, script: list[str]):
 
     def on_alarm(signum, frame):
         raise Hung(render(f"{what} did not return within {seconds:g} s (an infinite loop?)",
-                          script, "# <- hangs here"))
+                          script, "# <- hangs here"), list(script))
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)

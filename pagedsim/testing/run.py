@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, Phase, Verbosity, seed as hypothesis_seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from .contract import Hung
+from .hangs import shrunk
 from .machine import manager_machine
 
 
@@ -50,9 +52,14 @@ def check_manager(factory, *, examples: int = 100, steps: int = 40, seed: int | 
     """
     machine = manager_machine(factory, **machine_kw)
     config = quiet_settings(examples, stateful_step_count=steps)
-    try:  # seed the run (a private helper of hypothesis.stateful; fall back if it moves)
-        from hypothesis.stateful import get_state_machine_test
-        seeded(get_state_machine_test(machine, settings=config), seed)()
-    except ImportError:  # pragma: no cover - depends on the Hypothesis version
-        run_state_machine_as_test(machine, settings=config)
+    try:
+        try:  # seed the run (a private helper of hypothesis.stateful; fall back if it moves)
+            from hypothesis.stateful import get_state_machine_test
+            test = seeded(get_state_machine_test(machine, settings=config), seed)
+        except ImportError:  # pragma: no cover - depends on the Hypothesis version
+            def test():
+                run_state_machine_as_test(machine, settings=config)
+        test()
+    except Hung as exc:
+        raise shrunk(exc, factory, machine.call_timeout) from None
     return Summary("manager", machine.examples_run, machine.steps_run)

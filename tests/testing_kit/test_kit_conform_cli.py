@@ -65,6 +65,8 @@ def test_a_call_that_never_returns_is_stopped_by_the_per_call_limit(tmp_path):
         """))
     code, out, _ = conform(f"{tmp_path / 'looping.py'}:Looping", "--call-timeout", "0.5", *FEW)
     assert code == 1 and "did not return within 0.5 s" in out and "# <- hangs here" in out
+    calls = [line.strip() for line in out.split("your manager):\n")[1].splitlines()]
+    assert len(calls) == 3 and calls[2].startswith("m.fork(0, 1)"), "the hang's script is shrunk"
 
 
 def test_a_hang_that_ignores_the_alarm_is_killed_by_the_overall_timeout(tmp_path):

@@ -1,0 +1,77 @@
+"""Shrinking a hang: Hypothesis stops at the first call that does not return (each
+shrink step would wait for the time limit again), so the kit shrinks that script
+itself, greedily: drop one earlier call at a time, then try smaller pools, and keep
+a candidate when it still hangs in its final call and every call in it is valid for
+the model (no unknown ids). Bounded by a time budget.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from ..errors import OutOfBlocks
+from ..manager import KVCacheManager
+from .contract import Hung, time_limit
+from .messages import render
+
+
+def valid(script: list[str]) -> bool:
+    """Every call is one the model accepts (or refuses for lack of blocks)."""
+    scope = {"factory": lambda nb, bs: KVCacheManager(nb, bs, trace=False)}
+    for line in script:
+        try:
+            exec(line, scope)  # noqa: S102 -- the kit's own script of contract calls
+        except OutOfBlocks:
+            pass
+        except Exception:  # noqa: BLE001
+            return False
+    return True
+
+
+def hangs(factory, script: list[str], seconds: float) -> bool:
+    """Does replaying `script` (lines of Python on `m`) hang in its last line, and only there?"""
+    scope = {"factory": factory}
+    for i, line in enumerate(script):
+        try:
+            with time_limit(seconds, line, []):
+                exec(line, scope)  # noqa: S102 -- the kit's own script of contract calls
+        except Hung:
+            return i == len(script) - 1
+        except BaseException:  # noqa: BLE001 -- a shortened script may misuse ids: not a hang
+            return False
+    return False
+
+
+def shrink_hang(factory, script: list[str], seconds: float, budget: float = 30.0) -> list[str]:
+    """The shortest script found within `budget` seconds that still hangs in the last call."""
+    deadline = time.monotonic() + budget
+    lines = list(script)
+
+    def keep(candidate):
+        return valid(candidate) and hangs(factory, candidate, seconds)
+
+    i = len(lines) - 2  # never drop the factory line (0) or the hanging call (last)
+    while i >= 1 and time.monotonic() < deadline:
+        candidate = lines[:i] + lines[i + 1:]
+        if keep(candidate):
+            lines = candidate
+        i -= 1
+    nb, bs = map(int, re.findall(r"\d+", lines[0]))
+    for small_nb, small_bs in sorted((n, b) for n in (1, 2, 4, 8, 16) for b in (1, 2, 4, 8)):
+        if time.monotonic() > deadline:
+            break
+        if (small_nb, small_bs) < (nb, bs) and small_nb <= nb and small_bs <= bs:
+            candidate = [f"m = factory({small_nb}, {small_bs})"] + lines[1:]
+            if keep(candidate):
+                lines = candidate
+                break
+    return lines
+
+
+def shrunk(exc: Hung, factory, call_timeout: float) -> Hung:
+    """`exc` with its script shrunk (replays use a limit of at most one second per call)."""
+    script = exc.script
+    lines = shrink_hang(factory, script, min(call_timeout, 1.0))
+    return Hung(render(f"{lines[-1]} did not return within {call_timeout:g} s (an infinite "
+                       f"loop?)", lines, "# <- hangs here"), lines)
