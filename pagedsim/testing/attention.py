@@ -61,8 +61,8 @@ def compare(fn, case: PagedCase, call_timeout=None) -> None:
         s, h, d = np.unravel_index(int(np.argmax(err)), err.shape)
         fail(f"fn differs from the float64 reference at seq {s}, head {h}, dim {d}: got "
              f"{got[s, h, d]:.6g}, want {want[s, h, d]:.6g} (tolerance for "
-             f"{case.spec['dtype']}: atol = rtol = {tol:g}; context_lens {case.spec['context_lens']}"
-             f", group {case.spec['group']}, scale {case.scale:.4g})")
+             f"{case.spec['dtype']}: atol = rtol = {tol:g}; context_lens "
+             f"{case.spec['context_lens']}, group {case.spec['group']}, scale {case.scale:.4g})")
 
 
 def check_attention(fn, *, examples: int = 100, seed: int | None = 0, call_timeout=None,

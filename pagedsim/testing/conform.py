@@ -47,8 +47,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("target", help="MODULE:FACTORY, MODULE a file path or an importable name")
     p.add_argument("--attention", metavar="MODULE:FN",
                    help="also check fn(query, kv_cache, block_tables, context_lens, scale)")
-    p.add_argument("--examples", type=positive(int), default=100, help="Hypothesis examples (default 100)")
-    p.add_argument("--steps", type=positive(int), default=40, help="calls per manager example (default 40)")
+    p.add_argument("--examples", type=positive(int), default=100,
+                   help="Hypothesis examples (default 100)")
+    p.add_argument("--steps", type=positive(int), default=40,
+                   help="calls per manager example (default 40)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--check-free-order", choices=("lifo", "fifo"),
                    help="also require the model's block ids for this free order")

@@ -121,7 +121,8 @@ class Managed:
         return value
 
     def num_free(self) -> int:
-        value = self.obj.num_free_blocks
+        # read under the time limit too: it may be a property
+        value = self.query("m.num_free_blocks", getattr, self.obj, "num_free_blocks")
         if callable(value):
             value = self.query("m.num_free_blocks()", value)
         return as_int("num_free_blocks", value, self)

@@ -318,5 +318,6 @@ def manager_machine(factory, *, block_size=None, num_blocks=None, check_free_ord
         "sizes": st.tuples(_strategy(NUM_BLOCKS if num_blocks is None else num_blocks),
                            _strategy(BLOCK_SIZES if block_size is None else block_size)),
         "free_order": check_free_order, "invalid_ids": invalid_ids,
-        "call_timeout": call_timeout, "extra_check": staticmethod(extra_check) if extra_check else None,
+        "call_timeout": call_timeout,
+        "extra_check": staticmethod(extra_check) if extra_check else None,
     })

@@ -10,7 +10,8 @@ def test_importing_the_kit_loads_neither_matplotlib_nor_numba_nor_pytest():
     code = ("import sys, pagedsim.testing, pagedsim.testing.conform\n"
             "assert 'hypothesis' in sys.modules and 'numpy' in sys.modules\n"
             "heavy = sorted(m for m in sys.modules\n"
-            "               if m.split('.')[0] in ('matplotlib', 'numba', 'pytest', 'cuda_kernels'))\n"
+            "               if m.split('.')[0] in\n"
+            "               ('matplotlib', 'numba', 'pytest', 'cuda_kernels'))\n"
             "print(heavy)\n"
             "sys.exit(1 if heavy else 0)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
