@@ -64,6 +64,7 @@ class KernelKV(NumpyKV):
     name = "kernels"
 
     def _new(self, shape):
+        import cuda_kernels  # noqa: F401  (chooses GPU or simulator before numba.cuda loads)
         from numba import cuda
         return cuda.to_device(np.full(shape, np.nan, np.float32))
 
