@@ -33,8 +33,9 @@ Per KV tile of T attended positions, the block (NT threads):
   3. computes the R x T scores (R = QT * G rows), -inf where a row may not attend;
   4. one thread per row updates the running max, the running sum and the rescale
      factor (safe online softmax, float32);
-  5. each thread owns output elements (row, d) = e, e + NT, ... in registers and
-     adds p[row, t] * v[t, d].
+  5. each thread owns head_dim elements d = tid, tid + NT, ... of all R rows in
+     registers and adds p[row, t] * v[t, d]; each v[t, d] read from shared memory
+     serves the R rows (decode's accumulation with rows in place of heads).
 q (pre-scaled) stays in shared memory; the end writes acc / l.
 """
 
@@ -79,7 +80,8 @@ def make_prefill_kernel(head_dim: int, group_size: int, threads: int, tile: int,
     D, G, NT, T, QT = int(head_dim), int(group_size), int(threads), int(tile), int(q_tile)
     R = QT * G  # query rows per thread block
     DP = D + 1  # padded key row: consecutive tokens in different banks
-    ACC = (R * D + NT - 1) // NT  # output elements per thread
+    DPT = (D + NT - 1) // NT  # head_dim elements per thread in the output
+    ACC = R * DPT  # accumulators per thread: every row of the tile, for those d
 
     @cuda.jit
     def paged_prefill_kernel(cache, query, block_tables, context_lens, query_start_loc,
@@ -98,7 +100,7 @@ def make_prefill_kernel(head_dim: int, group_size: int, threads: int, tile: int,
         m_s = cuda.shared.array(R, float32)  # running max per row
         l_s = cuda.shared.array(R, float32)  # running sum of exp per row
         a_s = cuda.shared.array(R, float32)  # this tile's rescale factor per row
-        acc = cuda.local.array(ACC, float32)  # acc[k] is element tid + k*NT of [R, D]
+        acc = cuda.local.array(ACC, float32)  # acc[r*DPT + j] is [r, tid + j*NT] of [R, D]
 
         seq = work_seq[work]
         first = work_first[work]
@@ -186,29 +188,28 @@ def make_prefill_kernel(head_dim: int, group_size: int, threads: int, tile: int,
                 l_s[r] = l_s[r] * alpha + total
                 m_s[r] = m_new
             cuda.syncthreads()  # probabilities and alpha are visible before accumulation
-            for k in range(ACC):
-                e = tid + k * NT
-                if e < R * D:
-                    r = e // D
-                    d = e - r * D
-                    a = acc[k] * a_s[r]
+            for j in range(DPT):
+                d = tid + j * NT
+                if d < D:
+                    for r in range(R):
+                        acc[r * DPT + j] *= a_s[r]
                     for t in range(count):
-                        a += p_s[r, t] * v_s[t, d]
-                    acc[k] = a
+                        v = v_s[t, d]  # one shared load, reused by the R rows
+                        for r in range(R):
+                            acc[r * DPT + j] += p_s[r, t] * v
 
         # No barrier needed: l_s was last written before a barrier above.
-        for k in range(ACC):
-            e = tid + k * NT
-            if e < R * D:
-                r = e // D
-                d = e - r * D
-                i = r // G
-                if i < rows:
-                    total = l_s[r]
-                    value = float32(0)
-                    if total > 0:
-                        value = acc[k] / total
-                    out[q0 + first + i, head0 + r - i * G, d] = value
+        for j in range(DPT):
+            d = tid + j * NT
+            if d < D:
+                for r in range(R):
+                    i = r // G
+                    if i < rows:
+                        total = l_s[r]
+                        value = float32(0)
+                        if total > 0:
+                            value = acc[r * DPT + j] / total
+                        out[q0 + first + i, head0 + r - i * G, d] = value
 
     return paged_prefill_kernel
 
