@@ -47,11 +47,14 @@ def compare(dense: list, paged: list) -> dict:
                 max_logit_diff=max(diffs, default=0.0))
 
 
-def run(args) -> tuple:
+def run(blocks: int = 10, block_size: int = 4, budget: int = 8, policy: str = "swap",
+        prefix_caching: bool = True, backend: str = "kernels") -> tuple:
+    """Serve `workload()` step by step. Returns (engine, marks, summary): marks[i] is the
+    manager snapshot index after engine step i + 1; summary is what `generate` reports."""
     model = TinyModel(ModelConfig())
-    engine = PagedEngine(model, args.blocks, args.block_size, max_batched_tokens=args.budget,
-                         prefix_caching=not args.no_prefix_cache, policy=args.policy,
-                         backend=args.backend, trace=True, check=True)
+    engine = PagedEngine(model, blocks, block_size, max_batched_tokens=budget,
+                         prefix_caching=prefix_caching, policy=policy, backend=backend,
+                         trace=True, check=True)
     requests = workload()
     marks = []
     for r in requests:
@@ -63,13 +66,20 @@ def run(args) -> tuple:
     dense = DenseEngine(model).generate(requests)
     stats = engine.scheduler.stats
     summary = dict(
-        steps=len(engine.log), backend=args.backend,
+        steps=len(engine.log), backend=backend, block_bytes=engine.kv.block_bytes,
         computed_tokens=stats["computed_tokens"], skipped_by_prefix_cache=stats["cached_tokens"],
         recomputed_after_preemption=stats["recomputed_tokens"],
         preempted_recompute=stats["preempted_recompute"], preempted_swap=stats["preempted_swap"],
         cow_bytes=stats["cow_bytes"], swap_bytes=stats["swap_bytes"],
         outputs=[s.outputs() for s in paged], **compare(dense, paged))
     return engine, marks, summary
+
+
+def step_frames(engine, marks) -> list:
+    """The manager's snapshot after each engine step, captioned with that step's batch."""
+    snaps = engine.blocks.manager.trace.snapshots
+    return [replace(snaps[m], caption=f"engine step {i + 1}: " + " ".join(engine.log[i]["seqs"]))
+            for i, m in enumerate(marks)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true")
     p.add_argument("--draw", metavar="DIR", help="write a PNG per engine step and a GIF")
     args = p.parse_args(argv)
-    engine, marks, summary = run(args)
+    engine, marks, summary = run(args.blocks, args.block_size, args.budget, args.policy,
+                                 not args.no_prefix_cache, args.backend)
     if args.json:
         json.dump(dict(steps=engine.log, summary=summary), sys.stdout, indent=1)
         print()
@@ -110,9 +121,7 @@ def main(argv: list[str] | None = None) -> int:
               f"max logit difference {s['max_logit_diff']:.2e}")
     if args.draw:
         from ..draw.animate import write_trace  # matplotlib only when asked for
-        snaps = engine.blocks.manager.trace.snapshots
-        frames = [replace(snaps[m], caption=f"engine step {i + 1}: " + " ".join(engine.log[i]["seqs"]))
-                  for i, m in enumerate(marks)]
+        frames = step_frames(engine, marks)
         for path in write_trace(frames, args.draw, name="generate"):
             print(f"wrote {path}", file=sys.stderr)
     return 0 if summary["tokens_match"] else 1
