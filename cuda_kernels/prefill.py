@@ -221,17 +221,18 @@ def shared_bytes(head_dim: int, rows: int, tile: int) -> int:
 
 
 def launch_config(head_dim: int, group: int) -> tuple[int, int, int]:
-    """(threads, kv tile, query tile). About 16 query rows per block on a GPU (128
-    threads, the largest KV tile of 32/16/8 that fits 48 KiB); 4 rows, 16 threads and
-    8-token tiles under the simulator, where every thread is a Python thread."""
+    """(threads, kv tile, query tile). On a GPU: 128 threads, about 16 query rows per
+    block (fewer when shared memory is short) and the largest KV tile of 32/16/8 tokens
+    that fits 48 KiB. Under the simulator, where every thread is a Python thread: 4
+    threads, 16-token tiles and 16 rows, so that few thread blocks run."""
     if _backend.backend() != "gpu":
         return 4, 16, max(1, 16 // group)
-    q_tile = max(1, 16 // group)
-    for tile in (32, 16, 8):
-        if shared_bytes(head_dim, q_tile * group, tile) <= SHARED_LIMIT:
-            return 128, tile, q_tile
+    for q_tile in range(max(1, 16 // group), 0, -1):
+        for tile in (32, 16, 8):
+            if shared_bytes(head_dim, q_tile * group, tile) <= SHARED_LIMIT:
+                return 128, tile, q_tile
     raise ValueError(f"head_dim={head_dim} with {group} query heads per KV head needs "
-                     f"{shared_bytes(head_dim, q_tile * group, 8)} bytes of shared memory (> 48 KiB)")
+                     f"{shared_bytes(head_dim, group, 8)} bytes of shared memory (> 48 KiB)")
 
 
 def kernel_for(head_dim: int, group: int):

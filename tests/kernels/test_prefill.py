@@ -16,7 +16,7 @@ from cuda_kernels.reference import reference_prefill
 @st.composite
 def ragged_batches(draw):
     """(cache, tables, context_lens, query_start_loc, query) for 1-3 sequences whose
-    query lengths are 1 (decode), a chunk, or the whole context (a prompt)."""
+    query lengths are 1 (decode), a chunk, the whole context (a prompt) or 0 (idle)."""
     block_size = draw(st.sampled_from([2, 4]))
     num_kv_heads = draw(st.integers(1, 2))
     group = draw(st.sampled_from([1, 2, 4]))
@@ -25,9 +25,13 @@ def ragged_batches(draw):
     lens, q_lens = [], []
     for _ in range(draw(st.integers(1, 3))):
         ctx = draw(st.integers(1, 11))
-        kind = draw(st.sampled_from(["decode", "chunk", "prompt"]))
+        kind = draw(st.sampled_from(["decode", "chunk", "prompt", "idle"]))
         lens.append(ctx)
-        q_lens.append({"decode": 1, "prompt": ctx}.get(kind) or draw(st.integers(1, ctx)))
+        q_lens.append({"decode": 1, "prompt": ctx, "idle": 0}.get(kind, None))
+        if q_lens[-1] is None:
+            q_lens[-1] = draw(st.integers(1, ctx))
+    if sum(q_lens) == 0:
+        q_lens[0] = 1
     rng = np.random.default_rng(draw(st.integers(0, 2**31)))
     tables, num_blocks = reference.scattered_block_tables(rng, lens, block_size, spare=1, fill=10**6)
     cache = rng.standard_normal((num_blocks, 2, num_kv_heads, block_size, head_dim)).astype(dtype)
@@ -75,9 +79,10 @@ def test_paged_prefill_with_query_length_one_equals_paged_attention():
     assert np.abs(got - want).max() < 1e-6
 
 
-@pytest.mark.parametrize("config", [(16, 8, 1), (3, 4, 2)])
+@pytest.mark.parametrize("config", [(128, 32, 8), (16, 8, 1), (3, 4, 2)])
 def test_other_thread_and_tile_shapes_give_the_same_output(config, monkeypatch):
-    """The GPU shape has more threads than tile tokens; also try fewer threads than rows."""
+    """The GPU's 128 threads and 32-token tiles; more threads than tile tokens; fewer
+    threads than rows."""
     monkeypatch.setattr(prefill, "launch_config", lambda head_dim, group: config)
     rng = np.random.default_rng(3)
     lens, q_lens = np.array([10, 5], np.int32), [6, 1]
@@ -88,6 +93,16 @@ def test_other_thread_and_tile_shapes_give_the_same_output(config, monkeypatch):
     out = paged_prefill(query, cache, tables, lens, starts, window=4, sinks=1)
     want = reference_prefill(query, cache, tables, lens, starts, window=4, sinks=1)
     assert rel_err(out, want) < 1e-5
+
+
+def test_the_gpu_configuration_fits_shared_memory_by_shrinking_the_query_tile(monkeypatch):
+    monkeypatch.setattr(prefill._backend, "backend", lambda: "gpu")
+    assert prefill.launch_config(128, 8) == (128, 32, 2)
+    for head_dim, group in ((128, 1), (256, 4), (512, 1), (80, 16)):
+        threads, tile, q_tile = prefill.launch_config(head_dim, group)
+        assert prefill.shared_bytes(head_dim, q_tile * group, tile) <= prefill.SHARED_LIMIT
+    with pytest.raises(ValueError, match="shared memory"):
+        prefill.launch_config(1024, 8)
 
 
 def test_changing_a_future_token_leaves_earlier_rows_unchanged():
