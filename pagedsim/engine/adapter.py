@@ -14,9 +14,10 @@ current manager registers a prompt's full blocks at admission, before their K/V 
 so the adapter keeps `ready`: block -> the token prefix whose K/V it holds in full
 (set when the engine finishes writing the block, dropped when it is reused). A hit
 counts only while ready. A hit still being computed by a running sequence makes the
-admission wait a step; v1's cap (a hit covers at most num_tokens - 1 tokens, the last
-token's logits are needed) is applied by the engine when it picks the first position to
-compute.
+admission wait a step. v1's cap (a hit covers at most num_tokens - 1 tokens: the last
+token's logits are needed) is applied by the scheduler: when every prompt block is a ready
+hit it computes only the last token, and does not rewrite that token's K/V, which the hit
+block already holds (v1, whose hits are whole blocks, recomputes that whole last block).
 
 Re-pointing after the `core` branch (v1 manager): `admit` becomes get_computed_blocks +
 allocate_slots (hit tokens come from the manager; `ready` can go once the manager hashes
@@ -90,7 +91,8 @@ class BlockAdapter:
         except OutOfBlocks:
             return None
         table = self.table(seq)
-        assert table[:len(hits)] == hits, "the manager did not reuse the matched blocks"
+        shared = next((i for i, b in enumerate(hits) if table[i] != b), len(hits))
+        ready = min(ready, shared)  # a manager that caps its hits shares fewer blocks
         for b in table[ready:]:
             self.ready.pop(b, None)  # about to be (re)computed
         return ready * bs
