@@ -94,8 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true")
     p.add_argument("--draw", metavar="DIR", help="write a PNG per engine step and a GIF")
     args = p.parse_args(argv)
-    engine, marks, summary = run(args.blocks, args.block_size, args.budget, args.policy,
-                                 not args.no_prefix_cache, args.backend)
+    try:
+        engine, marks, summary = run(args.blocks, args.block_size, args.budget, args.policy,
+                                     not args.no_prefix_cache, args.backend)
+    except ValueError as e:  # a pool or budget too small for one request, a bad size
+        p.error(str(e))
     if args.json:
         json.dump(dict(steps=engine.log, summary=summary), sys.stdout, indent=1)
         print()

@@ -4,6 +4,7 @@ waiting for a hit still being computed, and `pagedsim generate`."""
 import json
 
 import numpy as np
+import pytest
 
 from pagedsim.engine import ModelConfig, PagedEngine, Request, TinyModel
 from pagedsim.engine.adapter import BlockAdapter
@@ -57,3 +58,10 @@ def test_generate_reports_cache_hits_copies_swaps_and_a_match_with_the_dense_eng
     assert sum(step["prefill_tokens"] + step["decode_tokens"] for step in out["steps"]) == \
         s["computed_tokens"]
     assert max(step["prefill_tokens"] + step["decode_tokens"] for step in out["steps"]) <= 8
+
+
+def test_generate_refuses_a_pool_too_small_for_one_request_with_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        generate_main(["--backend", "numpy", "--blocks", "5"])
+    assert exit_.value.code == 2
+    assert "needs up to 8 blocks alone; the pool has 5" in capsys.readouterr().err
