@@ -46,6 +46,7 @@ class DenseEngine:
 
     def run_request(self, rid: int, request: Request) -> RequestState:
         c = self.model.config
+        self.model.check_tokens(request.prompt)
         state = RequestState(rid, request)
         empty = np.zeros((0, c.kv_heads, c.head_dim), np.float32)
         caches = {state.key(0): [(empty, empty)] * c.layers}

@@ -56,6 +56,15 @@ class TinyModel:
         half = c.head_dim // 2
         self.inv_freq = (1.0 / c.rope_base ** (np.arange(half) / half)).astype(np.float32)
 
+    def check_tokens(self, tokens) -> None:
+        """Token ids must be ints in [0, vocab)."""
+        ids = np.asarray(tokens)
+        if ids.dtype.kind not in "iu":
+            raise TypeError(f"token ids must be integers, got {ids.dtype}")
+        if len(ids) and (ids.min() < 0 or ids.max() >= self.config.vocab):
+            raise ValueError(f"token ids must lie in [0, {self.config.vocab}), got "
+                             f"{int(ids.min())} .. {int(ids.max())}")
+
     def embed_tokens(self, tokens) -> np.ndarray:
         return self.embed[np.asarray(tokens, np.int64)]  # [T, hidden]
 

@@ -42,6 +42,7 @@ class PagedEngine:
 
     def submit(self, request) -> None:
         """Queue a request; refuse one that could never fit the pool or the token budget."""
+        self.model.check_tokens(request.prompt)
         bs, pool = self.blocks.block_size, self.blocks.manager.num_blocks
         worst = request.width * blocks_needed(len(request.prompt) + request.max_tokens, bs)
         if worst > pool:

@@ -65,3 +65,15 @@ def test_generate_refuses_a_pool_too_small_for_one_request_with_a_usage_error(ca
         generate_main(["--backend", "numpy", "--blocks", "5"])
     assert exit_.value.code == 2
     assert "needs up to 8 blocks alone; the pool has 5" in capsys.readouterr().err
+
+
+def test_a_bad_request_is_refused_before_the_engine_changes_anything():
+    model = TinyModel(ModelConfig(layers=1, heads=2, kv_heads=1, head_dim=8, hidden=16, mlp=32))
+    engine = PagedEngine(model, 8, 2, backend="numpy")
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 96\)"):
+        engine.submit(Request((1, 96), 2))
+    with pytest.raises(TypeError, match="token ids must be integers"):
+        engine.submit(Request((1.5,), 2))
+    with pytest.raises(ValueError, match="up to 17 blocks alone; the pool has 8"):
+        engine.submit(Request((1,), 1, n=17))  # the pool check comes first
+    assert engine.runs == [] and not engine.scheduler.waiting and engine.blocks.num_free == 8
