@@ -23,12 +23,12 @@ from pathlib import Path
 from . import curriculum
 
 LESSONS = {s: f"course.ch03_kv_block.lessons.l{s.replace('.', '_')}" for s in
-           ("3.1", "3.2", "3.3", "3.4", "3.5", "3.6", "3.7")}
+           ("3.1", "3.2", "3.3", "3.4", "3.5", "3.6", "3.7", "3.8")}
 
 
 def lesson_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="pagedsim lesson", description="print and run a chapter-3 lesson")
-    p.add_argument("section", nargs="?", help="3.1 ... 3.7")
+    p.add_argument("section", nargs="?", help="3.1 ... 3.8")
     p.add_argument("--out", type=Path, help="where figures go (default: a new temporary folder)")
     p.add_argument("--no-demo", action="store_true", help="print the text only")
     args = p.parse_args(argv)

@@ -100,3 +100,43 @@ def write_back(host, dev):
     """After a kernel changed `dev` (staged from NumPy array `host`), update `host` in place."""
     if dev is not host and isinstance(host, np.ndarray):
         host[...] = dev.copy_to_host()
+
+
+def default_scale(scale, head_dim: int) -> float:
+    """The softmax scale every attention launcher uses: 1/sqrt(head_dim) unless given."""
+    if scale is None:
+        return float(1.0 / np.sqrt(head_dim))
+    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.floating)) \
+            or not np.isfinite(scale):
+        raise ValueError(f"scale must be a finite number, got {scale!r}")
+    return float(scale)
+
+
+def window_args(window, sinks, zero_is_full: bool = False):
+    """(window or None, sinks): the sliding-window arguments of the attention launchers.
+
+    None means full attention (and so does 0 when `zero_is_full`); sinks needs a window."""
+    if window is not None and not (zero_is_full and isinstance(window, (int, np.integer))
+                                   and not isinstance(window, (bool, np.bool_)) and window == 0):
+        window = require_int("window", window, 1)
+    else:
+        window = None
+    sinks = require_int("sinks", sinks, 0)
+    if window is None and sinks:
+        raise ValueError("sinks needs a window: pass window=... as well")
+    return window, sinks
+
+
+def check_query(query, num_kv_heads: int, head_dim: int, what: str = "sequence") -> tuple:
+    """An attention launcher's query [rows, H, D]: float, C-contiguous, non-empty, H a
+    multiple of num_kv_heads and D the cache's. Returns its shape."""
+    require_array("query", query, 3, FLOAT_DTYPES)
+    require_c_contiguous("query", query)
+    rows, num_heads, q_dim = shape_of(query)
+    if q_dim != head_dim:
+        raise ValueError(f"query head_dim {q_dim} does not match the cache's {head_dim}")
+    if rows < 1 or num_heads < 1:
+        raise ValueError(f"query must hold at least one {what} and head, got {shape_of(query)}")
+    if num_heads % num_kv_heads:
+        raise ValueError(f"query has {num_heads} heads, not a multiple of num_kv_heads={num_kv_heads}")
+    return rows, num_heads, q_dim

@@ -82,3 +82,25 @@ def scattered_block_tables(rng, lens, block_size: int, spare: int = 0, fill: int
         tables[i, :n] = ids[at:at + n]
         at += n
     return tables, num_blocks
+
+
+def reference_prefill(query, kv_cache, block_tables, context_lens, query_start_loc,
+                      scale=None, causal=True, window=0, sinks: int = 0) -> np.ndarray:
+    """[total_q, H, D] float64: paged prefill, one query row at a time.
+
+    Query token i of sequence s (rows query_start_loc[s] ..) is at position
+    p = context_len - query_len + i and sees the first p + 1 positions when causal (the
+    whole context otherwise), windowed by `attended_positions`. With query_len = 1
+    this is `paged_attention` row for row: decode is the case query_len = 1.
+    """
+    window = window or None  # 0 means full attention, as in the kernel
+    starts = np.asarray(query_start_loc)
+    out = np.empty(query.shape, np.float64)
+    for s, ctx in enumerate(np.asarray(context_lens)):
+        lo, hi = int(starts[s]), int(starts[s + 1])
+        for row in range(lo, hi):
+            length = int(ctx) - (hi - row) + 1 if causal else int(ctx)
+            positions = attended_positions(length, window, sinks)
+            keys, values = gather_kv(np.asarray(kv_cache), block_tables[s], positions)
+            out[row] = dense_attention(query[row], keys, values, scale)
+    return out

@@ -18,6 +18,7 @@ COMMANDS = {
     "policies": ("pagedsim.labs.policies:main", "compare eviction policies on one trace"),
     "swapcost": ("pagedsim.labs.swapcost:main", "swap vs recompute: the cost model"),
     "race": ("pagedsim.interleavings:main", "enumerate interleavings of a concurrent block pop"),
+    "generate": ("pagedsim.engine.generate:main", "serve a tiny model from the blocks; compare with a dense engine"),
     "lesson": ("course.cli:lesson_main", "print and run a chapter-3 lesson, e.g. `lesson 3.4`"),
     "check": ("course.cli:check_main", "check an exercise, e.g. `check 3.4a`"),
     "conform": ("pagedsim.testing.conform:main", "check your own block manager against the model"),

@@ -1,0 +1,314 @@
+"""Paged prefill attention: a ragged batch of new tokens attends to its paged K/V.
+
+FlashInfer's BatchPrefillWithPagedKVCache, vLLM's context attention (prefix prefill)
+and nano-vllm's varlen flash attention with a block_table do this: each sequence
+brings `query_len` new tokens, the last `query_len` of its `context_len` tokens. Their
+K/V were already scattered into the cache with `write_kv`; the earlier tokens (a
+cached prefix, or earlier chunks of a chunked prefill) are only *read*, never
+recomputed -- which is why a prefix-cache hit saves compute.
+
+Query token i of a sequence (0 <= i < query_len) sits at position
+p = context_len - query_len + i and, when causal, sees the positions < p + 1: every
+cached token and the new tokens up to itself. With causal=False it sees the whole
+context. A sliding window applies to that per-token length L exactly as the decode
+kernel applies it to context_len (see decode.py): the first `kept = min(sinks, L)`
+positions plus positions [max(L - window, kept), L). `window_span` is that rule.
+
+Decode is the case query_len = 1: then p + 1 = context_len, and the row is exactly
+what `paged_attention` computes (tests check both the kernels and the references).
+Shared pieces have one home each: the window rule (`window_span` on the device,
+`attention.attended_ranges` on the host, `reference.attended_positions` in the
+reference), the default scale and the window/sinks arguments (`_checks`), and the
+cache layout's address functions (`layout.load_k/load_v`).
+
+Grid: (num_work, num_kv_heads). A work item is (sequence, first query token) for a
+tile of QT query tokens; the host lists only non-empty tiles (FlashInfer's
+request/tile indices), so a batch of decodes plus one long prompt launches no idle
+blocks. One thread block serves the QT x G query rows of one KV head's group, so each
+K/V element is read from global memory once per group (GQA), as in decode.
+
+Per KV tile of T attended positions, the block (NT threads):
+  1. maps the tile's positions to (physical block, offset) through the block table;
+  2. loads K and V into shared memory as float32 (consecutive threads, consecutive d);
+  3. computes the R x T scores (R = QT * G rows), -inf where a row may not attend;
+  4. one thread per row updates the running max, the running sum and the rescale
+     factor (safe online softmax, float32);
+  5. each thread owns head_dim elements d = tid, tid + NT, ... of all R rows in
+     registers and adds p[row, t] * v[t, d]; each v[t, d] read from shared memory
+     serves the R rows (decode's accumulation with rows in place of heads).
+q (pre-scaled) stays in shared memory; the end writes acc / l.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda, float32, int32
+
+from . import _backend
+from . import _checks as ck
+from .attention import _empty, attended_ranges
+from .layout import check_kv_cache, load_k, load_v
+
+SHARED_LIMIT = 48 * 1024  # static shared memory per thread block
+_kernels: dict = {}
+
+
+@cuda.jit(device=True)
+def window_span(length, window, sinks):
+    """(kept, start): a query seeing `length` positions attends [0, kept) and [start, length)."""
+    if window <= 0:
+        return 0, 0
+    kept = min(sinks, length)
+    return kept, max(length - window, kept)
+
+
+def make_prefill_kernel(head_dim: int, group_size: int, threads: int, tile: int, q_tile: int):
+    """Build the prefill kernel; D, G, NT, T (KV tile) and QT (query tile) are compile-time.
+
+    Launched as kernel[(num_work, num_kv_heads), NT](
+        cache,            # [N, 2, H_kv, B, D] float32/float16
+        query,            # [total_q, H, D] float32/float16, H = H_kv * G
+        block_tables,     # [S, max_blocks] int32
+        context_lens,     # [S] int32
+        query_start_loc,  # [S + 1] int32
+        work_seq, work_first,  # [num_work] int32: the tile's sequence and first query index
+        block_size, scale, causal, window, sinks,  # int32, float32, int32 x3
+        out)              # [total_q, H, D] float32
+    """
+    D, G, NT, T, QT = int(head_dim), int(group_size), int(threads), int(tile), int(q_tile)
+    R = QT * G  # query rows per thread block
+    DP = D + 1  # padded key row: consecutive tokens in different banks
+    DPT = (D + NT - 1) // NT  # head_dim elements per thread in the output
+    ACC = R * DPT  # accumulators per thread: every row of the tile, for those d
+
+    @cuda.jit
+    def paged_prefill_kernel(cache, query, block_tables, context_lens, query_start_loc,
+                             work_seq, work_first, block_size, scale, causal, window, sinks,
+                             out):
+        work = cuda.blockIdx.x
+        kv_head = cuda.blockIdx.y
+        tid = cuda.threadIdx.x
+        q_s = cuda.shared.array((R, D), float32)  # the tile's queries, times scale
+        k_s = cuda.shared.array((T, DP), float32)  # [T, D+1] key tile
+        v_s = cuda.shared.array((T, D), float32)  # [T, D] value tile
+        p_s = cuda.shared.array((R, T), float32)  # scores, then exp(score - max)
+        pos_s = cuda.shared.array(T, int32)  # position of each tile token
+        blk_s = cuda.shared.array(T, int32)  # its physical block
+        off_s = cuda.shared.array(T, int32)  # its offset inside that block
+        m_s = cuda.shared.array(R, float32)  # running max per row
+        l_s = cuda.shared.array(R, float32)  # running sum of exp per row
+        a_s = cuda.shared.array(R, float32)  # this tile's rescale factor per row
+        acc = cuda.local.array(ACC, float32)  # acc[r*DPT + j] is [r, tid + j*NT] of [R, D]
+
+        seq = work_seq[work]
+        first = work_first[work]
+        q0 = query_start_loc[seq]
+        q_len = query_start_loc[seq + 1] - q0
+        ctx = context_lens[seq]
+        rows = min(QT, q_len - first)  # valid query tokens in this tile
+        head0 = kv_head * G
+        past = ctx - q_len + first  # position of the tile's first query token
+        len_lo = ctx  # positions seen by the first and the last row
+        len_hi = ctx
+        if causal:
+            len_lo = past + 1
+            len_hi = past + rows
+        kept_hi, _ = window_span(len_hi, window, sinks)
+        _, start_lo = window_span(len_lo, window, sinks)
+        gap = max(start_lo, kept_hi)  # the block reads [0, kept_hi) then [gap, len_hi)
+        span = kept_hi + len_hi - gap
+
+        for e in range(tid, R * D, NT):
+            r = e // D
+            d = e - r * D
+            i = r // G
+            value = float32(0)
+            if i < rows:
+                value = float32(query[q0 + first + i, head0 + r - i * G, d]) * scale
+            q_s[r, d] = value
+        for r in range(tid, R, NT):
+            m_s[r] = -math.inf
+            l_s[r] = float32(0)
+        for k in range(ACC):
+            acc[k] = float32(0)
+        cuda.syncthreads()  # q_s, m_s, l_s initialised before any tile uses them
+
+        for base in range(0, span, T):
+            count = min(T, span - base)
+            for t in range(tid, count, NT):
+                j = base + t
+                pos = j if j < kept_hi else gap + (j - kept_hi)
+                logical = pos // block_size
+                pos_s[t] = pos
+                blk_s[t] = block_tables[seq, logical]
+                off_s[t] = pos - logical * block_size
+            # the tile map is visible; the previous tile's readers of v_s, p_s, a_s are done
+            cuda.syncthreads()
+            for e in range(tid, count * D, NT):
+                t = e // D
+                d = e - t * D
+                k_s[t, d] = load_k(cache, blk_s[t], kv_head, off_s[t], d)
+                v_s[t, d] = load_v(cache, blk_s[t], kv_head, off_s[t], d)
+            cuda.syncthreads()  # the K/V tile is in shared memory before scores read it
+            for e in range(tid, R * count, NT):
+                r = e // count
+                t = e - r * count
+                i = r // G
+                length = ctx
+                if causal:
+                    length = past + i + 1
+                kept, start = window_span(length, window, sinks)
+                pos = pos_s[t]
+                score = -math.inf
+                if i < rows and pos < length and (pos < kept or pos >= start):
+                    score = float32(0)
+                    for d in range(D):
+                        score += q_s[r, d] * k_s[t, d]
+                p_s[r, t] = score
+            cuda.syncthreads()  # all R x count scores are written before the softmax
+            for r in range(tid, R, NT):
+                m_old = m_s[r]
+                m_new = m_old
+                for t in range(count):
+                    m_new = max(m_new, p_s[r, t])
+                alpha = float32(1)
+                total = float32(0)
+                if m_new != -math.inf:  # a row with nothing attended yet keeps its state
+                    for t in range(count):
+                        e = math.exp(p_s[r, t] - m_new)
+                        p_s[r, t] = e
+                        total += e
+                    alpha = math.exp(m_old - m_new)
+                else:
+                    for t in range(count):
+                        p_s[r, t] = float32(0)
+                a_s[r] = alpha
+                l_s[r] = l_s[r] * alpha + total
+                m_s[r] = m_new
+            cuda.syncthreads()  # probabilities and alpha are visible before accumulation
+            for j in range(DPT):
+                d = tid + j * NT
+                if d < D:
+                    for r in range(R):
+                        acc[r * DPT + j] *= a_s[r]
+                    for t in range(count):
+                        v = v_s[t, d]  # one shared load, reused by the R rows
+                        for r in range(R):
+                            acc[r * DPT + j] += p_s[r, t] * v
+
+        # No barrier needed: l_s was last written before a barrier above.
+        for j in range(DPT):
+            d = tid + j * NT
+            if d < D:
+                for r in range(R):
+                    i = r // G
+                    if i < rows:
+                        total = l_s[r]
+                        value = float32(0)
+                        if total > 0:
+                            value = acc[r * DPT + j] / total
+                        out[q0 + first + i, head0 + r - i * G, d] = value
+
+    return paged_prefill_kernel
+
+
+def shared_bytes(head_dim: int, rows: int, tile: int) -> int:
+    """Static shared memory of the kernel's arrays, in bytes."""
+    floats = rows * head_dim + tile * (head_dim + 1) + tile * head_dim + rows * tile + 3 * rows
+    return 4 * floats + 3 * 4 * tile
+
+
+def launch_config(head_dim: int, group: int) -> tuple[int, int, int]:
+    """(threads, kv tile, query tile). On a GPU: 128 threads, about 16 query rows per
+    block (fewer when shared memory is short) and the largest KV tile of 32/16/8 tokens
+    that fits 48 KiB. Under the simulator, where every thread is a Python thread: 4
+    threads, 16-token tiles and 16 rows, so that few thread blocks run."""
+    if _backend.backend() != "gpu":
+        return 4, 16, max(1, 16 // group)
+    for q_tile in range(max(1, 16 // group), 0, -1):
+        for tile in (32, 16, 8):
+            if shared_bytes(head_dim, q_tile * group, tile) <= SHARED_LIMIT:
+                return 128, tile, q_tile
+    raise ValueError(f"head_dim={head_dim} with {group} query heads per KV head needs "
+                     f"{shared_bytes(head_dim, group, 8)} bytes of shared memory (> 48 KiB)")
+
+
+def kernel_for(head_dim: int, group: int):
+    threads, tile, q_tile = launch_config(head_dim, group)
+    key = (head_dim, group, threads, tile, q_tile)
+    if key not in _kernels:
+        _kernels[key] = make_prefill_kernel(head_dim, group, threads, tile, q_tile)
+    return _kernels[key], threads, q_tile
+
+
+def _check_batch(query, num_kv_heads, head_dim, block_size, num_blocks, block_tables,
+                 context_lens, query_start_loc, causal, window, sinks):
+    """Validate everything but the cache; returns (tables, lens, starts) on the host."""
+    total_q = ck.check_query(query, num_kv_heads, head_dim, "token")[0]
+    tables = ck.host_ints("block_tables", block_tables, 2)
+    lens = ck.host_ints("context_lens", context_lens, 1)
+    starts = ck.host_ints("query_start_loc", query_start_loc, 1)
+    if tables.dtype != np.int32 or lens.dtype != np.int32 or starts.dtype != np.int32:
+        raise ValueError("block_tables, context_lens and query_start_loc must be int32")
+    num_seqs = len(lens)
+    ck.require_shape("query_start_loc", starts, (num_seqs + 1,))
+    if tables.shape[0] != num_seqs:
+        raise ValueError(f"block_tables has {tables.shape[0]} rows for {num_seqs} sequences")
+    if starts[0] != 0 or starts[-1] != total_q:
+        raise ValueError(f"query_start_loc must run from 0 to {total_q} (the query's tokens), "
+                         f"got {int(starts[0])} .. {int(starts[-1])}")
+    q_lens = np.diff(starts.astype(np.int64))
+    ck.require_range("query lengths (query_start_loc diffs)", q_lens, 0, 2**31)
+    max_blocks = tables.shape[1]
+    ck.require_range("context_lens", lens, 1, max_blocks * block_size + 1,
+                     f": block_tables has {max_blocks} blocks of {block_size} tokens")
+    at = ck.first_bad(lens < q_lens)
+    if at is not None:
+        raise ValueError(f"context_lens[{at[0]}] = {int(lens[at])} is shorter than its "
+                         f"{int(q_lens[at])} query tokens")
+    if not isinstance(causal, (bool, np.bool_)):
+        raise ValueError(f"causal must be a bool, got {causal!r}")
+    ctx = lens.astype(np.int64)
+    len_lo = ctx - q_lens + 1 if causal else ctx  # positions seen by each first / last row
+    kept_hi, _, _ = attended_ranges(ctx, window, sinks)
+    _, start_lo, _ = attended_ranges(len_lo, window, sinks)
+    first = np.arange(max_blocks, dtype=np.int64)[None, :] * block_size  # [1, max_blocks]
+    touched = ((first < kept_hi[:, None]) |
+               ((first < ctx[:, None]) & (first + block_size > start_lo[:, None])))
+    touched &= (q_lens > 0)[:, None]
+    ck.require_range("block_tables", tables, 0, num_blocks,
+                     f" (the cache has {num_blocks} blocks)", mask=touched)
+    return tables, lens, starts, q_lens
+
+
+def paged_prefill(query, kv_cache, block_tables, context_lens, query_start_loc, scale=None,
+                  causal=True, window=0, sinks=0):
+    """Prefill attention over kv_cache[N, 2, H_kv, B, D] -> float32 [total_q, H, D].
+
+    query [total_q, H, D] float32/float16, packed by sequence; query_start_loc int32
+    [S + 1] (sequence s owns rows starting at query_start_loc[s]); block_tables int32
+    [S, max_blocks]; context_lens int32 [S], each >= its query length. scale defaults to
+    1/sqrt(D). window 0 (or None) is full attention; sinks needs a window. NumPy query ->
+    NumPy result; device query -> device result.
+    """
+    num_blocks, num_kv_heads, block_size, head_dim = check_kv_cache("kv_cache", kv_cache)
+    window, sinks = ck.window_args(window, sinks, zero_is_full=True)
+    tables, lens, starts, q_lens = _check_batch(
+        query, num_kv_heads, head_dim, block_size, num_blocks, block_tables, context_lens,
+        query_start_loc, causal, window, sinks)
+    scale = ck.default_scale(scale, head_dim)
+    group = query.shape[1] // num_kv_heads
+    kernel, threads, q_tile = kernel_for(head_dim, group)
+    work = [(s, f) for s, n in enumerate(q_lens.tolist()) for f in range(0, n, q_tile)]
+    work_seq = np.array([w[0] for w in work], np.int32)  # [num_work]
+    work_first = np.array([w[1] for w in work], np.int32)  # [num_work]
+    cache = ck.to_device(kv_cache)
+    out = _empty(ck.shape_of(query))  # [total_q, H, D]
+    kernel[(len(work), num_kv_heads), threads](
+        cache, ck.to_device(query), ck.to_device(tables), ck.to_device(lens),
+        ck.to_device(starts), cuda.to_device(work_seq), cuda.to_device(work_first),
+        np.int32(block_size), np.float32(scale), np.int32(bool(causal)), np.int32(window or 0),
+        np.int32(sinks), out)
+    return out if ck.is_device(query) else out.copy_to_host()

@@ -1,0 +1,173 @@
+"""The engine's only door into pagedsim's block manager (and its prefix cache).
+
+Everything the engine asks of the manager goes through `BlockAdapter`, using public
+calls only, so the manager can change behind it (see "Re-pointing" below):
+
+    admit(seq, tokens)        add_sequence (with the prefix cache: match + add_sequence)
+    append(seq)               append_tokens(seq, 1) + drain_copies (copy-on-write pairs)
+    fork / free               fork, free_sequence (v0 sharing for beams and n > 1)
+    swap_out / swap_in        block_table + free_sequence / restore_sequences (v0 swapping)
+    slots / table             slot_mapping, block_table
+
+Prefix caching here follows vLLM v1's rule that only *computed* blocks may be hit: the
+current manager registers a prompt's full blocks at admission, before their K/V exist,
+so the adapter keeps `ready`: block -> the token prefix whose K/V it holds in full
+(set when the engine finishes writing the block, dropped when it is reused). A hit
+counts only while ready. A hit still being computed by a running sequence makes the
+admission wait a step. v1's cap (a hit covers at most num_tokens - 1 tokens: the last
+token's logits are needed) is applied by the scheduler: when every prompt block is a ready
+hit it computes only the last token, and does not rewrite that token's K/V, which the hit
+block already holds (v1, whose hits are whole blocks, recomputes that whole last block).
+
+Re-pointing after the `core` branch (v1 manager): `admit` becomes get_computed_blocks +
+allocate_slots (hit tokens come from the manager; `ready` can go once the manager hashes
+blocks only when computed), `append` becomes allocate_slots(seq, 1, new_token_ids=...)
+or append_tokens(seq, 1, token_ids=...), and the evictor hook (renamed `reclaimer`) stays
+unused: the engine preempts by itself before asking for blocks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..block_table import NULL_BLOCK, blocks_needed
+from ..errors import OutOfBlocks
+from ..manager import KVCacheManager
+from ..policies.prefix_cache import PrefixCachingManager
+
+
+
+class BlockAdapter:
+    def __init__(self, num_blocks: int, block_size: int, *, prefix_caching: bool = False,
+                 host_blocks: int = 0, trace: bool = False):
+        cls = PrefixCachingManager if prefix_caching else KVCacheManager
+        self.manager = cls(num_blocks, block_size, trace=trace)
+        self.block_size = block_size
+        self.prefix_caching = prefix_caching
+        self.host_free = list(range(host_blocks - 1, -1, -1))  # a stack of host block ids
+        self.swapped: dict = {}  # seq -> (host labels per logical block, num_tokens)
+        self.ready: dict = {}  # block -> tuple of the tokens whose K/V it holds in full
+        self._mark = 0  # trace events already counted by `events_since_mark`
+
+    # ---- queries -------------------------------------------------------------------
+    @property
+    def num_free(self) -> int:
+        return self.manager.num_free_blocks
+
+    def table(self, seq) -> list:
+        return list(self.manager.block_table(seq).blocks)
+
+    def slots(self, seq, start: int, end: int) -> np.ndarray:
+        return self.manager.slot_mapping(seq)[start:end]
+
+    def num_tokens(self, seq) -> int:
+        return self.manager.num_tokens(seq)
+
+    def check(self) -> None:
+        self.manager.check_invariants()
+
+    # ---- admission with prefix-cache hits --------------------------------------------
+    def admit(self, seq, tokens: tuple):
+        """Allocate blocks for all of `tokens`. Returns the number of leading tokens whose
+        K/V is already in the cache (full ready blocks), or None (nothing changed) when
+        blocks are short or a hit is still being computed by another sequence."""
+        bs, pool = self.block_size, self.manager.pool
+        hits = self.manager.match(tokens) if self.prefix_caching else []
+        ready = 0
+        for i, b in enumerate(hits):
+            if self.ready.get(b) != tuple(tokens[:(i + 1) * bs]):
+                if pool.ref_count(b) > 0:
+                    return None  # another sequence is computing it: wait for it
+                break
+            ready += 1
+        need = blocks_needed(len(tokens), bs) - sum(1 for b in hits if pool.ref_count(b) > 0)
+        if need > self.num_free:
+            return None
+        try:
+            if self.prefix_caching:
+                self.manager.add_sequence(seq, len(tokens), tokens)
+            else:
+                self.manager.add_sequence(seq, len(tokens))
+        except OutOfBlocks:
+            return None
+        table = self.table(seq)
+        shared = next((i for i, b in enumerate(hits) if table[i] != b), len(hits))
+        ready = min(ready, shared)  # a manager that caps its hits shares fewer blocks
+        for b in table[ready:]:
+            self.ready.pop(b, None)  # about to be (re)computed
+        return ready * bs
+
+    def written(self, seq, tokens, start: int, end: int) -> None:
+        """The engine wrote K/V of positions [start, end): full blocks become ready."""
+        bs, table = self.block_size, self.table(seq)
+        for i in range(start // bs, -(-end // bs)):
+            if (i + 1) * bs <= end:
+                self.ready[table[i]] = tuple(tokens[:(i + 1) * bs])
+            else:
+                self.ready.pop(table[i], None)
+
+    # ---- growth, sharing, release ------------------------------------------------------
+    def append(self, seq):
+        """One more slot for `seq`. Returns copy-on-write (src, dst) pairs, or None (no
+        change) when the pool is short."""
+        before = self.table(seq)
+        try:
+            self.manager.append_tokens(seq, 1)
+        except OutOfBlocks:
+            return None
+        for b in set(self.table(seq)) - set(before):
+            self.ready.pop(b, None)
+        return self.manager.drain_copies()
+
+    def fork(self, parent, child) -> None:
+        self.manager.fork(parent, child)
+
+    def free(self, seq) -> None:
+        self.manager.free_sequence(seq)
+
+    # ---- swapping (v0) -------------------------------------------------------------------
+    def swap_out(self, seqs):
+        """Free the sequences' blocks into the host pool. Returns (gpu, host) pairs for the
+        copy, or None (no change) when the host pool is too small."""
+        tables = {s: self.manager.block_table(s) for s in seqs}
+        distinct = list(dict.fromkeys(b for t in tables.values() for b in t if b != NULL_BLOCK))
+        if len(distinct) > len(self.host_free):
+            return None
+        host = {b: self.host_free.pop() for b in distinct}
+        for s, t in tables.items():
+            self.swapped[s] = ([host[b] for b in t], t.num_tokens)
+            self.manager.free_sequence(s)
+        return [(b, host[b]) for b in distinct]
+
+    def blocks_to_swap_in(self, seqs) -> int:
+        return len({b for s in seqs for b in self.swapped[s][0]})
+
+    def swap_in(self, seqs):
+        """Bring swapped sequences back into fresh blocks, keeping their sharing. Returns
+        (host, gpu) pairs, or None (no change) when blocks are short."""
+        if self.blocks_to_swap_in(seqs) > self.num_free:
+            return None
+        placed = self.manager.restore_sequences({s: self.swapped.pop(s) for s in seqs})
+        self.host_free += list(placed)
+        for b in placed.values():
+            self.ready.pop(b, None)
+        return list(placed.items())
+
+    # ---- what happened, for the step log ---------------------------------------------------
+    def events_since_mark(self) -> dict:
+        """Counts of block events since the last call (needs trace=True)."""
+        counts = dict.fromkeys(("allocated", "shared", "copied", "freed"), 0)
+        trace = self.manager.trace
+        if trace is None:
+            return counts
+        for e in trace.events[self._mark:]:
+            if e.kind == "block_allocated":
+                counts["allocated"] += 1
+            elif e.kind == "block_shared":
+                counts["shared"] += 1
+            elif e.kind == "copy_on_write":
+                counts["copied"] += 1
+            elif e.kind == "block_released" and e.ref_count == 0:
+                counts["freed"] += 1
+        self._mark = len(trace.events)
+        return counts

@@ -1,0 +1,67 @@
+"""The reference engine: no blocks, no kernels, one request at a time.
+
+Each sequence keeps its K and V as contiguous NumPy arrays per layer
+([L, H_kv, D], grown by concatenation; a fork copies them), and attention is plain
+softmax(q K^T / sqrt(D)) V over them, causal inside a prefill. Whatever the paged
+engine does with blocks, copy-on-write, prefix caching or preemption, its tokens must
+equal these and its logits must agree to float32 rounding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .model import TinyModel
+from .requests import Request, RequestState
+
+
+def dense_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """q [T, H, D] for the last T of L positions; k, v [L, H_kv, D] -> [T, H, D] (causal)."""
+    t, heads, d = q.shape
+    length, group = len(k), heads // k.shape[1]
+    kk, vv = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)  # [L, H, D]
+    scores = np.einsum("thd,lhd->htl", q, kk) / np.float32(np.sqrt(d))  # [H, T, L]
+    future = np.arange(length)[None, :] > (length - t + np.arange(t))[:, None]  # [T, L]
+    scores = np.where(future[None], -np.inf, scores)
+    p = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    return np.einsum("htl,lhd->thd", p, vv).astype(np.float32)
+
+
+class DenseEngine:
+    def __init__(self, model: TinyModel):
+        self.model = model
+
+    def forward(self, cache: list, tokens, start: int) -> np.ndarray:
+        """Run tokens at positions start.. of one sequence; extend its per-layer (K, V)."""
+        m = self.model
+        h = m.embed_tokens(tokens)
+        for layer in range(m.config.layers):
+            q, k, v = m.qkv(layer, h, np.arange(start, start + len(tokens)))
+            keys, values = cache[layer]
+            keys, values = np.concatenate([keys, k]), np.concatenate([values, v])
+            cache[layer] = (keys, values)
+            h = m.finish(layer, h, dense_attention(q, keys, values))
+        return m.logits(h[-1:])[0]
+
+    def run_request(self, rid: int, request: Request) -> RequestState:
+        c = self.model.config
+        self.model.check_tokens(request.prompt)
+        state = RequestState(rid, request)
+        empty = np.zeros((0, c.kv_heads, c.head_dim), np.float32)
+        caches = {state.key(0): [(empty, empty)] * c.layers}
+        logits = {state.key(0): self.forward(caches[state.key(0)], request.prompt, 0)}
+        while True:
+            for action in state.advance(logits):
+                if action[0] == "fork":
+                    caches[action[2]] = list(caches[action[1]])  # arrays are never changed in place
+                else:
+                    del caches[action[1]]
+            if state.done:
+                return state
+            logits = {s: self.forward(caches[s], state.tokens[s][-1:], len(state.tokens[s]) - 1)
+                      for s in state.seq_keys()}
+
+    def generate(self, requests) -> list:
+        """RequestState per request (outputs(), logits), in request order."""
+        return [self.run_request(i, r) for i, r in enumerate(requests)]

@@ -1,0 +1,149 @@
+"""The paged engine: the tiny model served from pagedsim's blocks by the kernels.
+
+One `step()`: the scheduler picks each sequence's positions [start, end); the runner
+embeds those tokens, and per layer writes their K/V into their slots (`write_kv`,
+skipping positions a capped cache hit already holds), runs `paged_prefill` for the
+prefill chunks (query length > 1, ragged, packed by `query_start_loc`) and
+`paged_attention` for the decodes (query length 1), then the rest of the layer in
+NumPy. Sequences that reached their last token hand their logits to their request,
+whose fork/free actions go back to the block manager. Nano-vllm's ModelRunner +
+LLMEngine.step, reduced to the blocks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..block_table import blocks_needed
+from .adapter import BlockAdapter
+from .kvstore import BACKENDS
+from .model import TinyModel
+from .requests import RequestState
+from .scheduler import Run, Scheduler
+
+
+class PagedEngine:
+    def __init__(self, model: TinyModel, num_blocks: int, block_size: int, *,
+                 max_batched_tokens: int = 16, prefix_caching: bool = False,
+                 policy: str = "recompute", host_blocks: int | None = None,
+                 backend: str = "kernels", trace: bool = False, check: bool = False):
+        c = model.config
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {sorted(BACKENDS)}, got {backend!r}")
+        host_blocks = 4 * num_blocks if host_blocks is None else host_blocks
+        self.model, self.check = model, check
+        self.blocks = BlockAdapter(num_blocks, block_size, prefix_caching=prefix_caching,
+                                   host_blocks=host_blocks, trace=trace)
+        self.kv = BACKENDS[backend](c.layers, num_blocks, c.kv_heads, block_size, c.head_dim,
+                                    host_blocks)
+        self.scheduler = Scheduler(self.blocks, self.kv, max_batched_tokens, policy)
+        self.runs: list = []
+        self.log: list = []  # one dict per step: what ran and what the blocks did
+
+    def submit(self, request) -> None:
+        """Queue a request; refuse one that could never fit the pool or the token budget."""
+        self.model.check_tokens(request.prompt)
+        bs, pool = self.blocks.block_size, self.blocks.manager.num_blocks
+        worst = request.width * blocks_needed(len(request.prompt) + request.max_tokens, bs)
+        if worst > pool:
+            raise ValueError(f"request needs up to {worst} blocks alone; the pool has {pool}")
+        if request.width > self.scheduler.budget:
+            raise ValueError(f"request runs {request.width} sequences; max_batched_tokens is "
+                             f"{self.scheduler.budget}")
+        run = Run(RequestState(len(self.runs), request))
+        self.runs.append(run)
+        self.scheduler.add(run)
+
+    def generate(self, requests, max_steps: int = 10_000) -> list:
+        for r in requests:
+            self.submit(r)
+        for _ in range(max_steps):
+            if all(run.status == "done" for run in self.runs):
+                return [run.state for run in self.runs]
+            self.step()
+        raise RuntimeError(f"not finished after {max_steps} steps")
+
+    def step(self) -> dict:
+        before = dict(self.scheduler.stats)
+        items = self.scheduler.schedule()
+        if not items:
+            raise RuntimeError("nothing could be scheduled: the pool or budget is too small")
+        logits = self._run(items)
+        for item in items:
+            state = item.run.state
+            self.blocks.written(item.seq, state.tokens[item.seq], item.write_from, item.end)
+            item.run.computed[item.seq] = item.end
+        self.scheduler.stats["computed_tokens"] += sum(i.end - i.start for i in items)
+        for run in {id(i.run): i.run for i in items}.values():
+            self._advance(run, logits)
+        if self.check:
+            self.blocks.check()
+        record = dict(step=len(self.log) + 1,
+                      prefill_tokens=sum(i.end - i.start for i in items if i.end - i.start > 1),
+                      decode_tokens=sum(1 for i in items if i.end - i.start == 1),
+                      seqs=[f"{i.seq}[{i.start}:{i.end}]" for i in items],
+                      free_blocks=self.blocks.num_free, **self.blocks.events_since_mark())
+        record.update({k: v - before[k] for k, v in self.scheduler.stats.items()
+                       if k.startswith("preempted") and v != before[k]})
+        self.log.append(record)
+        return record
+
+    def _advance(self, run: Run, logits: dict) -> None:
+        state = run.state
+        if any(run.computed[s] < len(state.tokens[s]) for s in state.seq_keys()):
+            return  # a chunk of a prompt: no token yet
+        for kind, *seqs in state.advance({s: logits[s] for s in state.seq_keys()}):
+            if kind == "fork":
+                self.blocks.fork(*seqs)
+                run.computed[seqs[1]] = run.computed[seqs[0]]
+            else:
+                self.blocks.free(seqs[0])
+                del run.computed[seqs[0]]
+        if state.done:
+            for s in state.seq_keys():
+                self.blocks.free(s)
+            run.status = "done"
+            self.scheduler.running.remove(run)
+
+    def _run(self, items: list) -> dict:
+        """Forward the scheduled positions; logits {seq: [V]} of sequences at their end."""
+        m, c = self.model, self.model.config
+        prefill = [i for i in items if i.end - i.start > 1]
+        decode = [i for i in items if i.end - i.start == 1]
+        order = prefill + decode
+        tokens = np.concatenate([i.run.state.tokens[i.seq][i.start:i.end] for i in order])
+        positions = np.concatenate([np.arange(i.start, i.end) for i in order])
+        slots = np.concatenate([np.where(np.arange(i.start, i.end) >= i.write_from,
+                                         self.blocks.slots(i.seq, i.start, i.end), -1)
+                                for i in order]).astype(np.int64)
+        split = sum(i.end - i.start for i in prefill)
+        pre_args, dec_args = self._batch(prefill), self._batch(decode)
+        h = m.embed_tokens(tokens)
+        for layer in range(c.layers):
+            q, k, v = m.qkv(layer, h, positions)
+            self.kv.write(layer, k, v, slots)
+            parts = []
+            if prefill:
+                tables, lens, starts = pre_args
+                parts.append(self.kv.prefill(layer, np.ascontiguousarray(q[:split]), tables, lens, starts))
+            if decode:
+                tables, lens, _ = dec_args
+                parts.append(self.kv.decode(layer, np.ascontiguousarray(q[split:]), tables, lens))
+            h = m.finish(layer, h, np.concatenate(parts))
+        last = np.cumsum([i.end - i.start for i in order]) - 1
+        ends = [(n, i) for n, i in zip(last, order) if i.end == len(i.run.state.tokens[i.seq])]
+        out = m.logits(h[[n for n, _ in ends]]) if ends else []
+        return {i.seq: row for (_, i), row in zip(ends, out)}
+
+    def _batch(self, items: list):
+        """(block_tables int32 [S, max_blocks] padded with -1, context_lens, query_start_loc)."""
+        if not items:
+            return None
+        tables = [self.blocks.table(i.seq) for i in items]
+        width = max(len(t) for t in tables)
+        padded = np.full((len(items), width), -1, np.int32)
+        for row, t in enumerate(tables):
+            padded[row, :len(t)] = t
+        lens = np.array([i.end for i in items], np.int32)
+        starts = np.concatenate([[0], np.cumsum([i.end - i.start for i in items])]).astype(np.int32)
+        return padded, lens, starts

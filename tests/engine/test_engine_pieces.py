@@ -1,0 +1,79 @@
+"""The engine's pieces: sampling that ignores batch composition, v1's capped cache hit,
+waiting for a hit still being computed, and `pagedsim generate`."""
+
+import json
+
+import numpy as np
+import pytest
+
+from pagedsim.engine import ModelConfig, PagedEngine, Request, TinyModel
+from pagedsim.engine.adapter import BlockAdapter
+from pagedsim.engine.generate import main as generate_main
+from pagedsim.engine.requests import RequestState, sample
+
+
+def test_a_sampled_token_depends_only_on_seed_sample_index_and_step():
+    logits = np.random.default_rng(0).standard_normal(50).astype(np.float32)
+    draws = {sample(logits, 1.0, 5, index, step) for index in range(3) for step in range(3)}
+    assert len(draws) > 1, "different streams give different tokens"
+    assert sample(logits, 1.0, 5, 1, 2) == sample(logits.copy(), 1.0, 5, 1, 2)
+    assert sample(logits, 0.0, 5, 1, 2) == int(np.argmax(logits))
+
+
+def test_beam_search_keeps_the_best_beams_forks_a_double_winner_and_frees_a_loser():
+    state = RequestState(0, Request((1, 2), 3, beam_width=2))
+    state.advance({"r0.0": np.array([0, 5, 4, 0], np.float32)})
+    assert sorted(map(tuple, state.tokens.values())) == [(1, 2, 1), (1, 2, 2)]
+    a, b = state.seq_keys()
+    strong = np.array([9, 8, 0, 0], np.float32)  # beam a wins both places
+    actions = state.advance({a: strong, b: np.array([0, 0, 0, 0], np.float32)})
+    assert ("free", b) in actions and any(x[0] == "fork" and x[1] == a for x in actions)
+
+
+def test_a_fully_cached_prompt_computes_only_its_last_token_and_does_not_rewrite_it():
+    model = TinyModel(ModelConfig(layers=1, heads=2, kv_heads=1, head_dim=8, hidden=16, mlp=32))
+    engine = PagedEngine(model, 8, 2, max_batched_tokens=8, prefix_caching=True, backend="numpy")
+    prompt = (3, 4, 5, 6)
+    engine.generate([Request(prompt, 1)])
+    engine.generate([Request(prompt, 1)])
+    last = engine.log[-1]
+    assert last["seqs"] == ["r1.0[3:4]"] and engine.scheduler.stats["cached_tokens"] == 3
+
+
+def test_admission_waits_for_a_hit_that_another_sequence_is_still_computing():
+    blocks = BlockAdapter(8, 2, prefix_caching=True)
+    assert blocks.admit("a", (1, 2, 3, 4, 5)) == 0
+    assert blocks.admit("b", (1, 2, 3, 4, 9)) is None  # a's blocks hold no K/V yet
+    blocks.written("a", (1, 2, 3, 4, 5), 0, 5)
+    assert blocks.admit("b", (1, 2, 3, 4, 9)) == 4
+    blocks.check()
+
+
+def test_generate_reports_cache_hits_copies_swaps_and_a_match_with_the_dense_engine(capsys):
+    assert generate_main(["--backend", "numpy", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    s = out["summary"]
+    assert s["tokens_match"] and s["logit_positions_match"] and s["max_logit_diff"] < 1e-4
+    assert s["skipped_by_prefix_cache"] > 0 and s["cow_bytes"] > 0 and s["swap_bytes"] > 0
+    assert sum(step["prefill_tokens"] + step["decode_tokens"] for step in out["steps"]) == \
+        s["computed_tokens"]
+    assert max(step["prefill_tokens"] + step["decode_tokens"] for step in out["steps"]) <= 8
+
+
+def test_generate_refuses_a_pool_too_small_for_one_request_with_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        generate_main(["--backend", "numpy", "--blocks", "5"])
+    assert exit_.value.code == 2
+    assert "needs up to 8 blocks alone; the pool has 5" in capsys.readouterr().err
+
+
+def test_a_bad_request_is_refused_before_the_engine_changes_anything():
+    model = TinyModel(ModelConfig(layers=1, heads=2, kv_heads=1, head_dim=8, hidden=16, mlp=32))
+    engine = PagedEngine(model, 8, 2, backend="numpy")
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 96\)"):
+        engine.submit(Request((1, 96), 2))
+    with pytest.raises(TypeError, match="token ids must be integers"):
+        engine.submit(Request((1.5,), 2))
+    with pytest.raises(ValueError, match="up to 17 blocks alone; the pool has 8"):
+        engine.submit(Request((1,), 1, n=17))  # the pool check comes first
+    assert engine.runs == [] and not engine.scheduler.waiting and engine.blocks.num_free == 8
