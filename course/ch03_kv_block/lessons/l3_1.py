@@ -18,7 +18,8 @@ any need; a sequence's blocks need not be neighbours. What remains is a little
 The demo replays one random trace twice over the same 240 token slots: once with a
 first-fit allocator of variable-size ranges (exercise 3.1's reference solution), once
 with a pool of 30 fixed blocks of 8 slots, and counts the requests each one refuses.
-
+"""
+TEXT_ZH = """
 给每个序列分配一段与其长度相同的连续空间，内存很快就会千疮百孔：几个序列结束后，空闲空间
 变成许多小洞，每个都放不下下一个请求，加起来却绰绰有余。这就是"外部碎片"。把 KV Cache
 切成固定大小的 Block，任何空闲 Block 都能满足任何需求，序列的 Block 也不必相邻；剩下的只是

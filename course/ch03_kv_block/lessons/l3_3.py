@@ -17,7 +17,8 @@ slots, and the paged_attention kernel reads them back through the table.
 
 The demo interleaves two sequences so their blocks mix, prints the tables and slots, and
 runs the paged_attention kernel against a NumPy float64 reference.
-
+"""
+TEXT_ZH = """
 序列的 token 只在"逻辑"上连续：第 p 个 token 位于逻辑块 p // block_size 的偏移 p % block_size。
 Block Table 把每个逻辑块映射到物理块（池里任何位置都行），所以序列的内存可以分散存放：
 block_table[逻辑块] = 物理块，一次数组索引，O(1)。token 的 slot = 物理块 × block_size + 偏移；

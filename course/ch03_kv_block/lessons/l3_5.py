@@ -15,7 +15,8 @@ cheaper to manage but waste more, most of all on short sequences. The chapter's 
 is 16. The demo measures the trade-off on a synthetic ShareGPT-like workload: for each
 block size, the waste, the table entries, and the memory for Llama-2-7B; then it applies
 exercise 3.5's rule (the largest size that fits the budget with at most 10% waste).
-
+"""
+TEXT_ZH = """
 小 Block（8、16）浪费少——每个序列最多浪费 block_size - 1 个槽位，都在最后一个 Block 里——
 但 Block Table 更长、分配更频繁；大 Block（32、64）管理开销小，却浪费更多，短序列尤甚。
 本章默认 16。演示在合成的类 ShareGPT 负载上测量这一权衡：每种 block_size 的浪费、表项数和

@@ -20,7 +20,8 @@ on *your* pool from exercise 3.4a with *your* fork and copy-on-write from 3.4b, 
 snapshot after each step, compares them with pagedsim's manager, and draws every step
 with *your* draw_flow from 3.6. Each part you have not written yet is replaced by the
 reference solution, and the demo says so.
-
+"""
+TEXT_ZH = """
 本章的图有三部分：空闲 Block 池、已分配的 Block，以及把逻辑块翻译成物理块的 Block Table。
 这里的图不是手画的：运行的每一步都记录成快照，渲染器把快照画成图，所以图上永远是真实发生的事。
 演示在*你的*空闲链表（练习 3.4a）上、用*你的* fork 和写时复制（3.4b）运行一个小场景，逐步记录

@@ -21,7 +21,8 @@ THOSE GPU MEASUREMENTS ARE PENDING: no GPU was available when this course was bu
 no timing is shown here. What the demo does show: the padding cost of alignment, the
 sector counts that the cuda_kernels.labs model *predicts* (from index arithmetic only),
 and a concurrent pop run step by step, racy and atomic.
-
+"""
+TEXT_ZH = """
 三个坑。(1) 对齐：GPU 以 32 字节扇区、128 字节缓存行读取，每个 Block 的起始地址应 128 字节对齐，
 Block 的步长要向"上"取整。(2) 并发分配：多个线程同时取 Block 时，读栈顶和写回 栈顶-1 必须是
 一个原子操作，否则两个线程会拿到同一个 Block。(3) 预分配：启动时一次性切好整个池。

@@ -1,0 +1,75 @@
+"""Checks for exercise 3.5: waste per block size and the choice of a block size (chapter 3.5).
+
+Waste is compared with what pagedsim's KVCacheManager reports after admitting the same
+sequences (`usage().empty_slots`); the choice is checked against its definition on
+random workloads: the answer qualifies, and every larger candidate does not.
+"""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pagedsim import KVCacheManager
+
+EXERCISE = "3.5"
+pytestmark = pytest.mark.ch3_5
+CANDIDATES = (8, 16, 32, 64, 128)
+
+
+def manager_waste(lengths, bs):
+    """Empty slots and allocated slots, measured by admitting every sequence into a manager."""
+    m = KVCacheManager(sum(-(-n // bs) for n in lengths) + 1, bs, trace=False)
+    for i, n in enumerate(lengths):
+        m.add_sequence(i, n)
+    u = m.usage()
+    return u.empty_slots, u.blocks_used * bs
+
+
+def test_waste_counts_the_empty_end_of_each_last_block(impl):
+    """Blocks of 16: 16 tokens waste 0, 17 waste 15, 1 wastes 15, so 30 in all."""
+    got = impl.waste([16, 17, 1], 16)
+    assert got == 30, (
+        f"waste([16, 17, 1], 16) gave {got}, expected 0 + 15 + 15 = 30: a partly filled "
+        "last block is still a whole block (ceil, not floor), and a full one wastes nothing")
+
+
+@settings(max_examples=40, derandomize=True, database=None, deadline=None)
+@given(st.lists(st.integers(0, 300), max_size=12), st.sampled_from([1, 3, 8, 16, 32]))
+def test_waste_matches_the_kv_cache_manager(impl, lengths, bs):
+    """For any workload, waste and its fraction match what the manager allocates."""
+    empty, allocated = manager_waste(lengths, bs)
+    assert impl.waste(lengths, bs) == empty, (
+        f"waste({lengths}, {bs}) gave {impl.waste(lengths, bs)}, but the manager has {empty} empty slots")
+    want = empty / allocated if allocated else 0.0
+    assert impl.waste_fraction(lengths, bs) == pytest.approx(want), (
+        f"waste_fraction({lengths}, {bs}) gave {impl.waste_fraction(lengths, bs)}, expected {want}")
+
+
+def test_the_largest_block_size_within_budget_and_waste_is_chosen(impl):
+    """100 sequences of 520 tokens: blocks of 128 waste 19%, of 64 waste 9.7%, so 64 is chosen."""
+    lengths = [520] * 100
+    got = impl.choose_block_size(lengths, 1, 10**6, CANDIDATES, 0.1)
+    assert got == 64, f"choose_block_size gave {got}; 128 wastes 19% (> 10%), 64 wastes 9.7%, so 64"
+    tight = impl.choose_block_size(lengths, 1, 52_000, CANDIDATES, 0.1)
+    assert tight == 8, f"with a budget of 52,000 bytes only blocks of 8 fit (52,000 slots), got {tight}"
+    with pytest.raises(ValueError, match="budget"):
+        impl.choose_block_size(lengths, 1, 51_999, CANDIDATES, 0.1)
+        pytest.fail("no candidate fits 51,999 bytes: choose_block_size should raise ValueError")
+
+
+@settings(max_examples=40, derandomize=True, database=None, deadline=None)
+@given(st.lists(st.integers(1, 400), min_size=1, max_size=10), st.integers(1, 4),
+       st.integers(0, 8000), st.sampled_from([0.05, 0.1, 0.3]))
+def test_the_choice_qualifies_and_no_larger_candidate_does(impl, lengths, bpt, budget, limit):
+    """On random workloads the chosen size passes both tests and every larger one fails one."""
+    def ok(bs):
+        empty, allocated = manager_waste(lengths, bs)
+        return allocated * bpt <= budget and empty / allocated <= limit
+    good = [bs for bs in CANDIDATES if ok(bs)]
+    if not good:
+        with pytest.raises(ValueError):
+            impl.choose_block_size(lengths, bpt, budget, CANDIDATES, limit)
+            pytest.fail(f"no candidate qualifies for {lengths} in {budget} bytes; expected ValueError")
+        return
+    got = impl.choose_block_size(lengths, bpt, budget, CANDIDATES, limit)
+    assert got == max(good), f"for {lengths}, {budget} bytes, waste <= {limit}: chose {got}, expected {max(good)}"

@@ -1,0 +1,105 @@
+"""Checks for exercise 3.6: the core flow diagram, drawn from a pool's trace (chapter 3.6).
+
+A short scenario runs on pagedsim's KVCacheManager (admit, fork, finish, copy-on-write);
+the picture of every snapshot is then read back through its artists, found by gid:
+colours of free and used blocks, ref-count labels, one arrow per table entry landing
+on the right physical block, and the free list head first. No pixels are compared.
+"""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.colors import same_color  # noqa: E402
+
+from pagedsim import KVCacheManager  # noqa: E402
+
+EXERCISE = "3.6"
+pytestmark = [pytest.mark.ch3_6, pytest.mark.draw]
+
+
+def scenario():
+    """A (6 tokens), B (3) and D (5) arrive; A forks C; B and D finish; C appends (copy-on-write)."""
+    m = KVCacheManager(8, 4)
+    m.add_sequence("A", 6)
+    m.add_sequence("B", 3)
+    m.add_sequence("D", 5)
+    m.fork("A", "C")
+    m.free_sequence("B")
+    m.free_sequence("D")  # the free list is now 3, 4, 2, 5, 6, 7: not in block order
+    m.append_tokens("C", 1)
+    return m.trace.snapshots
+
+
+def drawn(impl, snap):
+    fig, ax = impl.new_axes(snap)
+    impl.draw_flow(snap, ax)
+    artists = {a.get_gid(): a for a in ax.get_children() if a.get_gid()}
+    plt.close(fig)
+    return artists
+
+
+@pytest.fixture(scope="module")
+def pictures(impl):
+    return [(snap, drawn(impl, snap)) for snap in scenario()]
+
+
+def test_every_physical_block_is_drawn_grey_when_free_and_coloured_when_used(impl, pictures):
+    """block-B rectangles: one per physical block, FREE_COLOUR exactly when its count is 0."""
+    for snap, art in pictures:
+        for b in range(snap.num_blocks):
+            box = art.get(f"block-{b}")
+            assert box is not None, f"step {snap.step}: no rectangle with gid block-{b}"
+            want = impl.FREE_COLOUR if snap.ref_counts[b] == 0 else impl.USED_COLOUR
+            assert same_color(box.get_facecolor(), want), (
+                f"step {snap.step}: block {b} has count {snap.ref_counts[b]} but is drawn "
+                f"{'as used' if snap.ref_counts[b] == 0 else 'as free'}")
+
+
+def test_used_blocks_show_their_reference_count(impl, pictures):
+    """count-B texts: present for every used block and equal to its count (2 when shared)."""
+    for snap, art in pictures:
+        for b, count in enumerate(snap.ref_counts):
+            label = art.get(f"count-{b}")
+            if count:
+                assert label is not None and label.get_text() == str(count), (
+                    f"step {snap.step}: block {b} is held by {count} sequence(s) but its count label "
+                    f"says {label.get_text() if label else 'nothing'}")
+            else:
+                assert label is None, f"step {snap.step}: free block {b} should have no count label"
+
+
+def test_each_table_entry_has_an_arrow_to_its_physical_block(impl, pictures):
+    """map-S-I arrows start at table entry I of S and end on the physical block it names."""
+    for snap, art in pictures:
+        arrows = [g for g in art if g.startswith("map-")]
+        want = sum(len(s.blocks) for s in snap.sequences)
+        assert len(arrows) == want, f"step {snap.step}: {len(arrows)} arrows for {want} table entries"
+        for row, seq in enumerate(snap.sequences):
+            for i, b in enumerate(seq.blocks):
+                arrow = art.get(f"map-{seq.seq_id}-{i}")
+                assert arrow is not None, f"step {snap.step}: no arrow map-{seq.seq_id}-{i}"
+                assert tuple(arrow.xy) == impl.pool_xy(b), (
+                    f"step {snap.step}: seq {seq.seq_id}'s logical block {i} maps to physical block {b}, "
+                    f"but its arrow ends at {tuple(arrow.xy)} instead of pool_xy({b}) = {impl.pool_xy(b)}")
+                assert tuple(arrow.xyann) == impl.table_xy(row, i, snap.num_blocks), (
+                    f"step {snap.step}: arrow map-{seq.seq_id}-{i} should start at its table entry")
+                cell = art.get(f"table-{seq.seq_id}-{i}")
+                assert cell is not None, f"step {snap.step}: no rectangle table-{seq.seq_id}-{i}"
+
+
+def test_the_free_list_is_written_head_first(impl, pictures):
+    """The free-list text lists free blocks in allocate() order, not sorted."""
+    for snap, art in pictures:
+        text = art.get("free-list")
+        want = "free list: " + (" -> ".join(map(str, snap.free_list)) or "empty")
+        got = text.get_text() if text is not None else None
+        assert got == want, f"step {snap.step}: the free list reads {got!r}, expected {want!r} (head first)"
+
+
+def test_a_trace_becomes_one_png_per_step(impl, tmp_path):
+    """draw_trace writes step-NN.png for every snapshot it is given."""
+    paths = impl.draw_trace(scenario()[-2:], tmp_path)
+    assert [p.name for p in paths] == ["step-06.png", "step-07.png"]
+    assert all(p.stat().st_size > 1000 for p in paths), "some PNG is empty"

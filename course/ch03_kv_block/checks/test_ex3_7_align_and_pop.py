@@ -1,0 +1,100 @@
+"""Checks for exercise 3.7: aligned block starts and a concurrent pop (chapter 3.7).
+
+Alignment is checked by its definition on random sizes. The pop kernel is checked in
+two ways, and they are not equally strong:
+
+* deterministically, by course.ch03_kv_block.stepper, which runs the kernel's Python
+  body with one simulated thread per request and interleaves their memory accesses
+  in a chosen order (round robin, then seeded random orders). A pop that reads top
+  and writes top - 1 as two steps hands one block to two threads under round robin,
+  every time. An atomic is one step and cannot be split.
+* end to end, by launching the kernel (GPU, or Numba's CUDA simulator). This shows
+  the kernel runs and pops correctly, but a racy kernel may also pass here: the
+  simulator does not interleave threads at every memory access.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from course.ch03_kv_block.stepper import Stepper
+
+EXERCISE = "3.7"
+pytestmark = pytest.mark.ch3_7
+
+
+def test_align_up_rounds_up_to_the_next_multiple_of_128(impl):
+    """0 -> 0, 1 -> 128, 128 -> 128, 129 -> 256, 8,388,608 stays."""
+    for n, want in [(0, 0), (1, 128), (127, 128), (128, 128), (129, 256), (8_388_608, 8_388_608)]:
+        got = impl.align_up(n)
+        assert got == want, (
+            f"align_up({n}) gave {got}, expected {want}: round up to the next multiple of 128, "
+            "and leave a size that is already a multiple alone")
+
+
+@settings(max_examples=50, derandomize=True, database=None, deadline=None)
+@given(st.integers(0, 10**7), st.sampled_from([1, 2, 32, 64, 128, 256, 4096]))
+def test_align_up_is_the_smallest_aligned_size_not_below_n(impl, n, alignment):
+    """For any size and power-of-two alignment: a multiple, not smaller, less than one step above."""
+    got = impl.align_up(n, alignment)
+    assert got % alignment == 0, f"align_up({n}, {alignment}) = {got} is not a multiple of {alignment}"
+    assert got >= n, f"align_up({n}, {alignment}) = {got} rounds down: the block would overlap the next one"
+    assert got - n < alignment, f"align_up({n}, {alignment}) = {got} pads by a whole extra step"
+
+
+def test_every_block_starts_on_a_128_byte_boundary_and_blocks_never_overlap(impl):
+    """Blocks of 1,000 bytes start at 0, 1024, 2048, ...: aligned, disjoint, and no more padding than needed."""
+    starts = list(impl.block_starts(5, 1000))
+    assert starts == [0, 1024, 2048, 3072, 4096], (
+        f"block_starts(5, 1000) gave {starts}, expected a stride of 1024 (1000 rounded up to 128)")
+
+
+def fresh(num_free=8, num_threads=6, seed=0):
+    stack = np.random.default_rng(seed).permutation(40)[:num_free].astype(np.int32)  # free block ids
+    return stack, np.array([num_free], np.int32), np.full(num_threads, -2, np.int32)
+
+
+def check_pop(stack, top, out, original):
+    """No block handed out twice or lost; empty-stack threads wrote -1."""
+    handed = [int(b) for b in out if b >= 0]
+    assert -2 not in out.tolist(), f"some thread never wrote its result: {out.tolist()}"
+    twice = sorted({b for b in handed if handed.count(b) > 1})
+    assert not twice, (
+        f"two threads popped the same block {twice[0]}: reading top and writing top - 1 are separate "
+        "steps, so another thread read the same top in between; make it one cuda.atomic operation")
+    assert set(handed) <= set(original.tolist()), f"handed out {handed}, not all from the free stack"
+    want = min(len(original), len(out))
+    assert len(handed) == want, (
+        f"{len(out)} threads asked and {len(original)} blocks were free, but {len(handed)} were handed out")
+    left = original[: max(int(top[0]), 0)].tolist()
+    assert sorted(left + handed) == sorted(original.tolist()), (
+        f"a block was lost: handed out {sorted(handed)}, still free {sorted(left)}, "
+        f"but the stack held {sorted(original.tolist())}")
+
+
+def test_the_pop_hands_out_distinct_blocks_when_threads_interleave_step_by_step(impl):
+    """Round robin over memory accesses (the lost-update order): 6 threads, 8 free blocks."""
+    stack, top, out = fresh()
+    original = stack.copy()
+    Stepper("round_robin").run(impl.pop_kernel, len(out), stack, top, out, names=["free_stack", "top", "out"])
+    check_pop(stack, top, out, original)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_pop_is_correct_under_random_interleavings(impl, seed):
+    """Seeded random orders of memory accesses: 5 threads, 4 free blocks (one thread finds none)."""
+    stack, top, out = fresh(num_free=4, num_threads=5, seed=seed)
+    original = stack.copy()
+    Stepper(seed).run(impl.pop_kernel, len(out), stack, top, out, names=["free_stack", "top", "out"])
+    check_pop(stack, top, out, original)
+    assert (out == -1).sum() == 1, f"with 4 free blocks and 5 threads exactly one should get -1: {out.tolist()}"
+
+
+@pytest.mark.kernels
+def test_the_pop_kernel_launches_and_hands_out_each_block_once(impl, kernels):
+    """A real launch (GPU, or the simulator): 24 threads, 16 free blocks."""
+    stack, top, out = fresh(num_free=16, num_threads=24, seed=9)
+    original = stack.copy()
+    out, after = impl.pop_blocks(stack, 24)
+    check_pop(stack, np.array([after]), out, original)
