@@ -44,7 +44,17 @@ SYMBOL = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv:
 
 # (exercise, mutant key) -> why no check can tell it from the solution. The key is
 # "<kind>: <source line, stripped> :: <change>", as `--list` prints it.
-EQUIVALENT: dict[tuple[str, str], str] = {}
+_NEVER_READ = ("pop_blocks fills `out` with a sentinel that every thread overwrites (one thread per entry), "
+               "so its value is never observed")
+EQUIVALENT: dict[tuple[str, str], str] = {
+    ("3.7", "operator: out = np.full(num_threads, -2, np.int32)  # -2: a thread that never wrote :: "
+            "unary USub dropped"): _NEVER_READ,
+    ("3.7", "constant: out = np.full(num_threads, -2, np.int32)  # -2: a thread that never wrote :: 2 -> 3"):
+        _NEVER_READ,
+    ("3.7", "constant: pop_kernel[1, num_threads](stack, top, out) :: 1 -> 2"):
+        "a second block of threads has i >= out.shape[0] for every thread, so the kernel's guard makes "
+        "it do nothing: same outputs, same top",
+}
 
 
 @dataclass(frozen=True)

@@ -82,25 +82,36 @@ def _first_line(text: str) -> str:
 
 
 def counterexample(exc: BaseException) -> str:
-    """Hypothesis's shrunk example, as one short line of calls ('' when there is none)."""
-    notes = [n for n in getattr(exc, "__notes__", []) if isinstance(n, str)]
-    calls, args = [], ""
-    for note in notes:
-        for line in note.splitlines():
-            line = line.strip()
-            if line.startswith("state.") and not line.startswith("state.teardown"):
-                calls.append(re.sub(r"data=data\(\.\.\.\)", "", line[len("state."):]).replace("(, ", "("))
-            elif line.startswith("Draw ") and calls:
-                calls[-1] = calls[-1].replace("()", f"({line.split(':', 1)[1].strip()})", 1)
-            elif line.startswith("Falsifying example:"):
-                args = line.split(":", 1)[1].strip()
+    """Hypothesis's shrunk example as one short line: the calls of a state machine (its
+    invariants, named agrees_* or check_*, left out, drawn values filled in), or the
+    arguments of a property. '' when there is none."""
+    notes = [line.strip() for n in getattr(exc, "__notes__", []) if isinstance(n, str) for line in n.splitlines()]
+    calls, drawn, args, in_example = [], [], "", False
+    for line in notes:
+        if in_example:
+            in_example = line != ")"
+            args += " " + re.sub(r"\s*#.*$", "", line) if in_example else ")"
+        elif line.startswith("Draw ") and ":" in line:
+            drawn.append(line.split(":", 1)[1].strip())
+        elif line.startswith("state.") and "(" in line:
+            name, rest = line[len("state."):].split("(", 1)
+            if name == "teardown" or name.startswith(("agrees_", "check_")):
+                continue
+            rest = rest[:-1] if rest.endswith(")") else rest
+            rest = rest.replace("data=data(...)", ", ".join(drawn)).strip(", ")
+            calls.append(f"{name}({rest})")
+            drawn = []
+        elif line.startswith(("Falsifying example:", "Failing test case:")) and "<state machine>" not in line:
+            args = line.split(":", 1)[1].strip()
+            in_example = args.endswith("(")
     if calls:
         return "; ".join(calls)
     m = re.match(r"\w+\((.*)\),?$", args)
-    if m:
-        inner = re.sub(r"\bimpl=<module [^>]*>,?\s*", "", m.group(1))
-        return inner.strip().rstrip(",")
-    return ""
+    if not m:
+        return ""
+    text = re.sub(r"\bimpl=<module [^>]*>,?", "", m.group(1))
+    text = re.sub(r"\s+", " ", text).replace("( ", "(").replace("[ ", "[").replace(", )", ")").replace(", ]", "]")
+    return text.strip().rstrip(",")
 
 
 def _describe(item, excinfo, impl: Path) -> Failure:

@@ -23,6 +23,10 @@ def test_the_chapters_block_is_8_mib(impl):
     assert got == 16 * 32 * 2 * 32 * 128 * 2, (
         f"bytes_per_block for the chapter's example gave {got:,}, expected 8,388,608: "
         "count K and V, every layer and the bytes per element")
+    default = impl.bytes_per_block(16, 32, 32, 128)
+    assert default == got, (
+        f"bytes_per_block(16, 32, 32, 128) without dtype_bytes gave {default:,}, expected {got:,}: "
+        "dtype_bytes should default to 2 (FP16), as in the chapter")
 
 
 @settings(max_examples=30, derandomize=True, database=None, deadline=None)

@@ -28,11 +28,38 @@ def tables(draw):
     return bs, ids, n
 
 
+def why_blocks_needed(n, bs, got):
+    """The off-by-one behind a wrong blocks_needed(n, bs), in words."""
+    head = f"blocks_needed({n}, {bs}) gave {got}; {n} tokens need {-(-n // bs)} block(s)"
+    if n == 0:
+        return head + ": no tokens, no blocks"
+    if n % bs and got == n // bs:
+        return head + ": the partly filled last block was dropped; round up (ceil), not down"
+    if n % bs == 0 and got == n // bs + 1:
+        return head + ": the tokens fill their blocks exactly, so no extra block (ceil, not floor + 1)"
+    return head
+
+
 def test_blocks_needed_rounds_a_partly_filled_block_up(impl):
     """blocks_needed is ceil(num_tokens / block_size): 17 tokens in blocks of 16 take 2."""
-    for n, bs, want in [(0, 16, 0), (1, 16, 1), (16, 16, 1), (17, 16, 2), (33, 16, 3), (5, 1, 5)]:
+    for n, bs, want in [(17, 16, 2), (1, 16, 1), (33, 16, 3), (16, 16, 1), (32, 16, 2), (5, 1, 5), (0, 16, 0)]:
         got = impl.blocks_needed(n, bs)
-        assert got == want, f"blocks_needed({n}, {bs}) gave {got}; {n} tokens need {want} block(s)"
+        assert got == want, why_blocks_needed(n, bs, got)
+
+
+def why_locate(ids, bs, p, got, want):
+    """The off-by-one behind a wrong locate(ids, bs, p), in words."""
+    head = f"token {p} with block_size {bs} and table {ids}: locate gave {got}, expected {want}"
+    logical = p // bs
+    if got[1] != p % bs:
+        return head + f": the offset inside the block is p % block_size = {p % bs}"
+    for near in (logical - 1, logical + 1):
+        if 0 <= near < len(ids) and got[0] == ids[near]:
+            return head + (f": it read table[{near}], but token {p} is in logical block "
+                           f"p // block_size = {logical} (counting from 0)")
+    if got[0] == logical:
+        return head + f": {logical} is the logical block; the physical one is table[{logical}] = {ids[logical]}"
+    return head
 
 
 @CHECK
@@ -42,12 +69,13 @@ def test_locate_and_slot_agree_with_the_block_table(impl, case):
     bs, ids, n = case
     ref = BlockTable(bs, ids, n)
     for p in range(n):
-        assert tuple(impl.locate(ids, bs, p)) == ref.locate(p), (
-            f"token {p} with block_size {bs} and table {ids}: locate gave {impl.locate(ids, bs, p)}, "
-            f"expected {ref.locate(p)}")
-        assert impl.slot(ids, bs, p) == ref.slot(p), (
-            f"token {p} with block_size {bs} and table {ids}: slot gave {impl.slot(ids, bs, p)}, "
-            f"expected {ref.slot(p)} (= block * block_size + offset)")
+        got = tuple(impl.locate(ids, bs, p))
+        assert got == ref.locate(p), why_locate(ids, bs, p, got, ref.locate(p))
+        got_slot = impl.slot(ids, bs, p)
+        near = " (off by one)" if abs(got_slot - ref.slot(p)) == 1 else ""
+        assert got_slot == ref.slot(p), (
+            f"token {p} with block_size {bs} and table {ids}: slot gave {got_slot}, expected {ref.slot(p)}{near}: "
+            f"slot = physical block * block_size + offset = {ref.locate(p)[0]} * {bs} + {ref.locate(p)[1]}")
 
 
 def dense_reference(query, keys, values, scale):

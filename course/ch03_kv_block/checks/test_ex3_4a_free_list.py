@@ -11,6 +11,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
+from course.ch03_kv_block.checks._expect import raises
 from course.impl import load_impl
 
 EXERCISE = "3.4a"
@@ -44,8 +45,7 @@ def test_a_new_pool_hands_out_every_block_exactly_once(impl):
     got = [pool.allocate() for _ in range(5)]
     assert got == [0, 1, 2, 3, 4], f"a fresh pool handed out {got}, expected 0, 1, 2, 3, 4"
     assert [pool.ref[b] for b in got] == [1] * 5, "an allocated block should have count 1"
-    with pytest.raises(impl.PoolError):
-        pool.allocate()
+    raises(impl.PoolError, pool.allocate, what="allocate() on a pool with no free block")
     walk_invariants(pool)
 
 
@@ -79,9 +79,7 @@ def test_a_double_free_is_refused_and_changes_nothing(impl):
     b = pool.allocate()
     pool.free(b)
     before = (walk_invariants(pool), list(pool.ref), pool.num_free)
-    with pytest.raises(impl.PoolError):
-        pool.free(b)
-        pytest.fail("a double free was accepted: freeing an already-free block must raise PoolError")
+    raises(impl.PoolError, pool.free, b, what=f"a double free (free({b}) of a block already free)")
     assert (walk_invariants(pool), list(pool.ref), pool.num_free) == before, (
         "a refused double free still changed the pool")
 
@@ -92,17 +90,13 @@ def test_take_unlinks_a_block_from_the_middle_and_keeps_its_neighbours(impl):
     assert pool.take(2) == 2, "take(2) should return 2"
     assert walk_invariants(pool) == [0, 1, 3, 4], (
         "after take(2) the free list should be 0, 1, 3, 4: the unlink lost or kept a block")
-    with pytest.raises(impl.PoolError):
-        pool.take(2)
-        pytest.fail("take() of a block in use should raise PoolError")
+    raises(impl.PoolError, pool.take, 2, what="take(2) of a block in use")
 
 
 def test_incref_of_a_free_block_is_refused(impl):
     """Sharing a block nobody holds is a bug: incref() of a free block raises PoolError."""
     pool = impl.FreeListPool(2)
-    with pytest.raises(impl.PoolError):
-        pool.incref(1)
-        pytest.fail("incref() of a free block should raise PoolError")
+    raises(impl.PoolError, pool.incref, 1, what="incref(1) of a free block")
     assert walk_invariants(pool) == [0, 1], "a refused incref() changed the free list"
 
 

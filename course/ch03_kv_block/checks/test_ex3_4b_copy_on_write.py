@@ -40,25 +40,30 @@ def test_fork_adds_the_child_as_an_owner_of_every_block(impl):
         "the fork never added the child as an owner (ref count not incremented)")
 
 
-def test_appending_into_a_shared_partly_filled_block_copies_it(impl):
+@pytest.mark.parametrize("prompt", [6, 2, 10])
+def test_appending_into_a_shared_partly_filled_block_copies_it(impl, prompt):
     """The writer of a shared, partly filled last block gets a private copy and a (src, dst) pair."""
-    pool = BlockPool(6, 4)
+    pool = BlockPool(8, 4)
     parent = []
-    grow(impl, pool, parent, 6)  # blocks [0, 1]; block 1 holds 2 of 4 tokens
+    grow(impl, pool, parent, prompt)  # 6 tokens: blocks [0, 1], block 1 holds 2 of 4 tokens
+    before = list(parent)
     child = impl.fork(pool, parent)
     copies = []
-    slot = impl.slot_for_append(pool, child, 6, 4, copies)
+    slot = impl.slot_for_append(pool, child, prompt, 4, copies)
     assert len(copies) == 1, (
         "appending into a shared, partly filled block wrote into it without copy-on-write: "
         "the other sequence's next token would overwrite this one")
     src, dst = copies[0]
     assert src == parent[-1] and dst == child[-1] and dst != src, (
-        f"copy pair {copies[0]} should be (shared block {parent[-1]}, the writer's new block {child[-1]})")
-    assert slot == dst * 4 + 2, f"the appended token's slot is {slot}, expected {dst * 4 + 2}"
+        f"after a {prompt}-token prompt (table {before}) the copy pair is {copies[0]}; it should be "
+        f"(the shared last block {parent[-1]}, the writer's new block {child[-1]})")
+    assert slot == dst * 4 + prompt % 4, f"the appended token's slot is {slot}, expected {dst * 4 + prompt % 4}"
     assert pool.ref_count(src) == 1, (
         f"after copy-on-write the shared block still has count {pool.ref_count(src)}: "
         "the writer must let go of it (pool.free), or it leaks")
-    assert parent == [0, 1] and child[0] == 0, "copy-on-write changed the wrong table entry"
+    assert parent == before and child[:-1] == before[:-1], (
+        f"copy-on-write changed the wrong table entry: parent {parent}, child {child}; only the child's "
+        "last entry may change")
 
 
 def test_a_full_shared_block_stays_shared_and_is_never_copied(impl):
@@ -88,10 +93,23 @@ def test_freeing_the_parent_keeps_the_childs_blocks(impl):
     assert pool.num_free == 6, "after both sequences finish every block should be free"
 
 
+def test_free_table_releases_the_last_block_first(impl):
+    """A finished sequence's blocks go back last first, so its first block is the next one reused."""
+    pool = BlockPool(6, 4)
+    table = []
+    grow(impl, pool, table, 10)  # blocks [0, 1, 2]
+    impl.free_table(pool, table)
+    order = pool.free_list()
+    assert order[:3] == [0, 1, 2], (
+        f"after free_table of blocks [0, 1, 2] the free list starts {order[:3]}, expected [0, 1, 2]: "
+        + ("the blocks were freed first to last; free the last block first (reversed), as vLLM does"
+           if order[:3] == [2, 1, 0] else "free every block of the table exactly once, last block first"))
+
+
 @st.composite
 def scripts(draw):
-    """A prompt length and a list of ("append", seq) / ("fork", parent) operations."""
-    ops = draw(st.lists(st.tuples(st.sampled_from(["append", "append", "fork"]), st.integers(0, 3)),
+    """A prompt length and a list of ("append", seq) / ("fork", parent) / ("finish", seq) operations."""
+    ops = draw(st.lists(st.tuples(st.sampled_from(["append", "append", "fork", "finish"]), st.integers(0, 3)),
                         max_size=14))
     return draw(st.integers(1, 9)), ops
 
@@ -107,9 +125,18 @@ def test_forks_and_appends_match_the_kv_cache_manager(impl, script):
     model.add_sequence(0, prompt)
     grow(impl, pool, tables[0], prompt)
     for op, k in ops:
+        if not tables:
+            break
         seq = sorted(tables)[k % len(tables)]
+        if op == "finish":
+            model.free_sequence(seq)
+            impl.free_table(pool, tables.pop(seq))
+            assert pool.free_list() == model.pool.free_list(), (
+                f"after seq {seq} finished the free list is {pool.free_list()}, but the manager's is "
+                f"{model.pool.free_list()}: free_table should release the table's blocks last first")
+            continue
         if op == "fork":
-            new = len(tables)
+            new = max(tables) + 1
             model.fork(seq, new)
             tables[new] = impl.fork(pool, tables[seq])
             continue

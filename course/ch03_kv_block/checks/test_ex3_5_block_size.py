@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from course.ch03_kv_block.checks._expect import raises
 from pagedsim import KVCacheManager
 
 EXERCISE = "3.5"
@@ -52,9 +53,38 @@ def test_the_largest_block_size_within_budget_and_waste_is_chosen(impl):
     assert got == 64, f"choose_block_size gave {got}; 128 wastes 19% (> 10%), 64 wastes 9.7%, so 64"
     tight = impl.choose_block_size(lengths, 1, 52_000, CANDIDATES, 0.1)
     assert tight == 8, f"with a budget of 52,000 bytes only blocks of 8 fit (52,000 slots), got {tight}"
-    with pytest.raises(ValueError, match="budget"):
-        impl.choose_block_size(lengths, 1, 51_999, CANDIDATES, 0.1)
-        pytest.fail("no candidate fits 51,999 bytes: choose_block_size should raise ValueError")
+    raises(ValueError, impl.choose_block_size, lengths, 1, 51_999, CANDIDATES, 0.1, match="budget",
+           what="choose_block_size with a 51,999-byte budget (no candidate fits)")
+
+
+def test_a_waste_or_budget_exactly_at_the_limit_qualifies(impl):
+    """Both tests are <=: a waste fraction equal to max_waste, or memory equal to the budget, is allowed."""
+    try:
+        got = impl.choose_block_size([9, 10], 1, 20, (10,), 0.05)  # 1 empty slot of 20: exactly 5%
+    except ValueError:
+        got = "ValueError"
+    assert got == 10, (
+        f"blocks of 10 for sequences of 9 and 10 tokens waste exactly 1/20 = 5% and fill the 20-byte budget "
+        f"exactly; with max_waste=0.05 that qualifies (<=, not <), but choose_block_size gave {got}")
+
+
+@pytest.mark.parametrize("bs", CANDIDATES)
+def test_the_default_candidates_and_waste_limit_are_8_to_128_and_10_percent(impl, bs):
+    """Called without candidates or max_waste, the choice uses (8, 16, 32, 64, 128) and 10%."""
+    lengths = [3 * bs] * 4  # exact multiples of bs: no waste; the budget holds them in blocks of bs only
+    try:
+        got = impl.choose_block_size(lengths, 1, sum(lengths))
+    except ValueError as e:
+        raise AssertionError(
+            f"choose_block_size({lengths}, 1, {sum(lengths)}) with the default candidates raised ValueError "
+            f"({e}); blocks of {bs} hold these sequences with no waste in exactly that budget") from None
+    assert got == bs, (
+        f"with the default candidates, four sequences of {3 * bs} tokens in a {sum(lengths)}-byte budget "
+        f"should choose {bs}, got {got}: the defaults must be candidates=(8, 16, 32, 64, 128), max_waste=0.1")
+    chosen = impl.choose_block_size([520] * 100, 1, 10**6)
+    assert chosen == 64, (
+        f"with the default max_waste, 100 sequences of 520 tokens chose {chosen}: 128 wastes 19% (over the "
+        "default 10%), 64 wastes 9.7%, so 64")
 
 
 @settings(max_examples=40, derandomize=True, database=None, deadline=None)
@@ -67,9 +97,8 @@ def test_the_choice_qualifies_and_no_larger_candidate_does(impl, lengths, bpt, b
         return allocated * bpt <= budget and empty / allocated <= limit
     good = [bs for bs in CANDIDATES if ok(bs)]
     if not good:
-        with pytest.raises(ValueError):
-            impl.choose_block_size(lengths, bpt, budget, CANDIDATES, limit)
-            pytest.fail(f"no candidate qualifies for {lengths} in {budget} bytes; expected ValueError")
+        raises(ValueError, impl.choose_block_size, lengths, bpt, budget, CANDIDATES, limit,
+               what=f"choose_block_size({lengths}, {bpt}, {budget}, max_waste={limit}) (no candidate qualifies)")
         return
     got = impl.choose_block_size(lengths, bpt, budget, CANDIDATES, limit)
     assert got == max(good), f"for {lengths}, {budget} bytes, waste <= {limit}: chose {got}, expected {max(good)}"

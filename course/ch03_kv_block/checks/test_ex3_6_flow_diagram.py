@@ -36,8 +36,15 @@ def drawn(impl, snap):
     fig, ax = impl.new_axes(snap)
     impl.draw_flow(snap, ax)
     artists = {a.get_gid(): a for a in ax.get_children() if a.get_gid()}
+    artists["_limits"] = (ax.get_xlim(), ax.get_ylim())
     plt.close(fig)
     return artists
+
+
+def centre_and_size(box):
+    """(centre x, centre y, width, height) of a Rectangle, in data coordinates."""
+    (x, y), w, h = box.get_xy(), box.get_width(), box.get_height()
+    return x + w / 2, y + h / 2, w, h
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +94,39 @@ def test_each_table_entry_has_an_arrow_to_its_physical_block(impl, pictures):
                     f"step {snap.step}: arrow map-{seq.seq_id}-{i} should start at its table entry")
                 cell = art.get(f"table-{seq.seq_id}-{i}")
                 assert cell is not None, f"step {snap.step}: no rectangle table-{seq.seq_id}-{i}"
+
+
+def test_boxes_sit_on_their_centres_and_the_axes_show_them_all(impl, pictures):
+    """block-B is a CELL x CELL square centred on pool_xy(B), table-S-I on table_xy; nothing is cut off."""
+    for snap, art in pictures:
+        (x0, x1), (y0, y1) = art["_limits"]
+        boxes = [(f"block-{b}", impl.pool_xy(b)) for b in range(snap.num_blocks)]
+        boxes += [(f"table-{seq.seq_id}-{i}", impl.table_xy(row, i, snap.num_blocks))
+                  for row, seq in enumerate(snap.sequences) for i in range(len(seq.blocks))]
+        for gid, centre in boxes:
+            if gid not in art:
+                continue  # reported by the checks above
+            cx, cy, w, h = centre_and_size(art[gid])
+            assert max(abs(cx - centre[0]), abs(cy - centre[1])) < 1e-6, (
+                f"step {snap.step}: {gid} is centred at ({cx:.2f}, {cy:.2f}), not at {centre}: "
+                "a Rectangle's xy is its lower-left corner, so pass (x - CELL / 2, y - CELL / 2)")
+            assert abs(w - impl.CELL) < 1e-6 and abs(h - impl.CELL) < 1e-6, (
+                f"step {snap.step}: {gid} is {w:.2f} x {h:.2f}, expected CELL x CELL = {impl.CELL} x {impl.CELL}")
+            assert x0 <= cx - w / 2 and cx + w / 2 <= x1 and y0 <= cy - h / 2 and cy + h / 2 <= y1, (
+                f"step {snap.step}: {gid} lies outside the axes' limits x {x0:.1f}..{x1:.1f}, y {y0:.1f}..{y1:.1f}: "
+                "finish with ax.set_xlim / ax.set_ylim so the whole picture shows")
+        for b, count in enumerate(snap.ref_counts):
+            label = art.get(f"count-{b}")
+            if count and label is not None:
+                lx, ly = label.get_position()
+                bx, by = impl.pool_xy(b)
+                assert abs(lx - bx) < impl.CELL / 2 and abs(ly - by) < impl.CELL / 2, (
+                    f"step {snap.step}: the count of block {b} is written at ({lx:.2f}, {ly:.2f}), outside its box")
+        text = art.get("free-list")
+        if text is not None:
+            tx, ty = text.get_position()
+            assert x0 <= tx <= x1 and y0 <= ty <= y1, (
+                f"step {snap.step}: the free-list text at ({tx:.1f}, {ty:.1f}) lies outside the axes")
 
 
 def test_the_free_list_is_written_head_first(impl, pictures):

@@ -50,16 +50,57 @@ def test_every_block_starts_on_a_128_byte_boundary_and_blocks_never_overlap(impl
         f"block_starts(5, 1000) gave {starts}, expected a stride of 1024 (1000 rounded up to 128)")
 
 
+def describe_starts(starts, num_blocks, block_bytes, alignment):
+    """'' when the starts are right, else the first thing wrong with them, in words."""
+    stride = -(-block_bytes // alignment) * alignment
+    want = [i * stride for i in range(num_blocks)]
+    if starts == want:
+        return ""
+    call = f"block_starts({num_blocks}, {block_bytes}, {alignment})"
+    if len(starts) != num_blocks:
+        return f"{call} gave {len(starts)} starts, expected {num_blocks}"
+    for i in range(1, num_blocks):
+        if starts[i] - starts[i - 1] < block_bytes:
+            return (f"{call}: block {i - 1} starts at {starts[i - 1]} and is {block_bytes} bytes long, but block {i} "
+                    f"starts at {starts[i]}: they overlap by {starts[i - 1] + block_bytes - starts[i]} B. Round the "
+                    f"block size up once to get the stride ({stride}), then start block i at i * stride")
+    bad = [x for x in starts if x % alignment]
+    if bad:
+        return f"{call} gave {starts}: {bad[0]} is not a multiple of {alignment}"
+    return f"{call} gave {starts}, expected {want}: every block is {stride} bytes after the previous one, no more"
+
+
+@settings(max_examples=40, derandomize=True, database=None, deadline=None)
+@given(st.integers(1, 6000), st.sampled_from([128, 128, 64, 256]), st.integers(2, 6))
+def test_block_starts_use_one_rounded_stride_for_any_size(impl, block_bytes, alignment, num_blocks):
+    """For any block size the starts are i * stride, with the stride the size rounded up once."""
+    problem = describe_starts(list(impl.block_starts(num_blocks, block_bytes, alignment)), num_blocks,
+                              block_bytes, alignment)
+    assert not problem, problem
+
+
+@pytest.mark.parametrize("block_bytes", [1200, 1000, 128, 129, 8_388_608])
+def test_block_starts_with_the_default_alignment_on_several_sizes(impl, block_bytes):
+    """1,200-byte blocks: rounding each start instead of the stride makes blocks 1 and 2 overlap."""
+    problem = describe_starts(list(impl.block_starts(4, block_bytes)), 4, block_bytes, 128)
+    assert not problem, problem
+
+
 def fresh(num_free=8, num_threads=6, seed=0):
     stack = np.random.default_rng(seed).permutation(40)[:num_free].astype(np.int32)  # free block ids
     return stack, np.array([num_free], np.int32), np.full(num_threads, -2, np.int32)
 
 
-def check_pop(stack, top, out, original):
+def check_pop(stack, top, out, original, log=None):
     """No block handed out twice or lost; empty-stack threads wrote -1."""
     handed = [int(b) for b in out if b >= 0]
     assert -2 not in out.tolist(), f"some thread never wrote its result: {out.tolist()}"
     twice = sorted({b for b in handed if handed.count(b) > 1})
+    if twice and log is not None and not any(what.startswith("write top") for _, what in log):
+        raise AssertionError(
+            f"two threads handed out block {twice[0]} although every update of top was one atomic step: "
+            "a thread that found the stack empty still read a block. The atomic returns the old top; "
+            "the stack was empty when that old value is 0 or less (test old > 0, not old >= 0)")
     assert not twice, (
         f"two threads popped the same block {twice[0]}: reading top and writing top - 1 are separate "
         "steps, so another thread read the same top in between; make it one cuda.atomic operation")
@@ -77,8 +118,9 @@ def test_the_pop_hands_out_distinct_blocks_when_threads_interleave_step_by_step(
     """Round robin over memory accesses (the lost-update order): 6 threads, 8 free blocks."""
     stack, top, out = fresh()
     original = stack.copy()
-    Stepper("round_robin").run(impl.pop_kernel, len(out), stack, top, out, names=["free_stack", "top", "out"])
-    check_pop(stack, top, out, original)
+    log = Stepper("round_robin").run(impl.pop_kernel, len(out), stack, top, out,
+                                     names=["free_stack", "top", "out"])
+    check_pop(stack, top, out, original, log)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -86,9 +128,35 @@ def test_the_pop_is_correct_under_random_interleavings(impl, seed):
     """Seeded random orders of memory accesses: 5 threads, 4 free blocks (one thread finds none)."""
     stack, top, out = fresh(num_free=4, num_threads=5, seed=seed)
     original = stack.copy()
-    Stepper(seed).run(impl.pop_kernel, len(out), stack, top, out, names=["free_stack", "top", "out"])
-    check_pop(stack, top, out, original)
+    log = Stepper(seed).run(impl.pop_kernel, len(out), stack, top, out, names=["free_stack", "top", "out"])
+    check_pop(stack, top, out, original, log)
     assert (out == -1).sum() == 1, f"with 4 free blocks and 5 threads exactly one should get -1: {out.tolist()}"
+
+
+def test_a_thread_that_finds_the_stack_empty_writes_minus_one(impl):
+    """top = 0: the stack is empty (free_stack still holds an old id); the thread must write -1."""
+    stack, top, out = np.array([7, 9], np.int32), np.array([0], np.int32), np.full(1, -2, np.int32)
+    Stepper("round_robin").run(impl.pop_kernel, 1, stack, top, out, names=["free_stack", "top", "out"])
+    assert out[0] == -1, (
+        f"with top = 0 (no free block) the thread wrote {out[0]} instead of -1"
+        + (f": it handed out block {out[0]}, read at free_stack[-1]. The atomic returned the old top, 0; "
+           "an old top of 0 or less means empty (test old > 0, not old >= 0)" if out[0] in (7, 9) else ""))
+    assert top[0] <= 0, f"popping from an empty stack left top at {top[0]}"
+
+
+def test_threads_beyond_the_output_do_nothing(impl):
+    """A launch rounds threads up to a block size: 6 threads for 4 requests; threads 4 and 5 must not pop."""
+    stack, top, out = fresh(num_free=8, num_threads=4)
+    original = stack.copy()
+    try:
+        Stepper("round_robin").run(impl.pop_kernel, 6, stack, top, out, names=["free_stack", "top", "out"])
+    except IndexError as e:
+        raise AssertionError(f"with 6 threads and 4 outputs a thread wrote past out ({e}): "
+                             "guard with i < out.shape[0] (not <=)") from None
+    assert top[0] == 4, (
+        f"6 threads for 4 outputs left top at {top[0]}, expected 8 - 4 = 4: threads with i >= out.shape[0] "
+        "must not pop a block")
+    check_pop(stack, top, out, original)
 
 
 @pytest.mark.kernels

@@ -35,19 +35,22 @@ SCRIPT = [("add", "A", 6), ("add", "B", 3), ("add", "D", 5), ("fork", "A", "C"),
 
 
 def _yours_or_reference(exercise_id: str, probe):
-    """Your stub module if `probe(module)` runs, else the reference solution."""
-    from course import curriculum
+    """Your workspace file if `probe(module)` runs, else the reference solution."""
+    from course import curriculum, workspace
 
     ex = curriculum.find(exercise_id)
-    for field, who in (("stub", "yours"), ("solution", "the reference")):
-        spec = importlib.util.spec_from_file_location(f"_lesson_{field}_{exercise_id}", ex.path(field))
+    mine = workspace.find(ex) or ex.path("stub")
+    for field, path, who in (("yours", mine, f"yours ({mine.name})"), ("ref", ex.path("solution"), "the reference")):
+        spec = importlib.util.spec_from_file_location(f"_lesson_{field}_{exercise_id}", path)
         module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
         try:
+            spec.loader.exec_module(module)
             probe(module)
             return module, who
         except NotImplementedError:
             continue
+        except Exception as e:  # noqa: BLE001 - a half-written file: say so, use the reference
+            print(f"your {exercise_id} raised {type(e).__name__}: {e}; using the reference solution")
     raise RuntimeError(f"the reference solution of {exercise_id} does not run")
 
 
@@ -105,6 +108,22 @@ def manager_snapshots():
     return m.trace.snapshots
 
 
+def compare(yours, reference) -> list[str]:
+    """One line per step where your pool differs from the manager: which step, which blocks."""
+    out = []
+    for a, b in zip(yours, reference):
+        what = []
+        if a.free_list != b.free_list:
+            first = next(i for i, (x, y) in enumerate(zip(a.free_list + (None,), b.free_list + (None,))) if x != y)
+            what.append(f"free list {list(a.free_list)} vs the manager's {list(b.free_list)} "
+                        f"(first difference at position {first})")
+        counts = [blk for blk, (x, y) in enumerate(zip(a.ref_counts, b.ref_counts)) if x != y]
+        what += [f"block {blk} has count {a.ref_counts[blk]}, the manager's {b.ref_counts[blk]}" for blk in counts]
+        if what:
+            out.append(f"step {a.step} ({b.caption}): " + "; ".join(what))
+    return out
+
+
 def demo(out_dir) -> None:
     import matplotlib.pyplot as plt
 
@@ -125,10 +144,13 @@ def demo(out_dir) -> None:
         print(f"your pool or copy-on-write raised {type(e).__name__}: {e} -- run `pagedsim check 3.4a` "
               "and `pagedsim check 3.4b`; drawing pagedsim's manager's run instead")
         snaps = manager_snapshots()
-    ref = manager_snapshots()
-    same = all(a.free_list == b.free_list and a.ref_counts == b.ref_counts for a, b in zip(snaps, ref))
-    print("the pool's free list and counts match pagedsim's manager at every step" if same else
-          "WARNING: the pool's free list or counts differ from pagedsim's manager -- run the checks")
+    differences = compare(snaps, manager_snapshots())
+    if not differences:
+        print("the pool's free list and counts match pagedsim's manager at every step")
+    for line in differences:
+        print(f"DIFFERENT {line}")
+    if differences:
+        print("  -> `pagedsim check 3.4a` and `pagedsim check 3.4b` say which rule the code breaks")
     paths = draw_mod.draw_trace(snaps, out_dir)
     print(f"{len(paths)} pictures: {paths[0].parent}/step-00.png ... {paths[-1].name}")
     for snap in snaps:
