@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 
-LANGS = ("en", "zh")
+from pagedsim import lang as _lang
+
+LANGS = _lang.LANGS
 
 # English template -> Chinese template (same {fields}).
 ZH = {
@@ -32,14 +34,8 @@ ZH = {
 
 
 def detect() -> str:
-    chosen = os.environ.get("PAGEDSIM_LANG", "")
-    if chosen in LANGS:
-        return chosen
-    for var in ("LC_ALL", "LC_MESSAGES", "LANG"):
-        value = os.environ.get(var)
-        if value:
-            return "zh" if value.lower().startswith("zh") else "en"
-    return "en"
+    """The environment's language; the rule lives in pagedsim.lang (shared with the tour and play)."""
+    return _lang.detect()
 
 
 def set_lang(lang: str | None) -> str:

@@ -51,6 +51,15 @@ EQUIVALENT: dict[tuple[str, str], str] = {
             "unary USub dropped"): _NEVER_READ,
     ("3.7", "constant: out = np.full(num_threads, -2, np.int32)  # -2: a thread that never wrote :: 2 -> 3"):
         _NEVER_READ,
+    ("3.1", "statement: return None :: deleted"):
+        "allocate's last line; without it the function falls off its end and returns None all the same",
+    ("3.1", "comparison: while i < len(self.holes) and self.holes[i][0] < start: :: < -> <="):
+        "a freed range never starts where a hole starts (free space and a live range are disjoint), so "
+        "holes[i][0] == start never happens on valid input",
+    ("3.1", "comparison: if i > 0 and self.holes[i - 1][0] + self.holes[i - 1][1] == start:  # touches the left "
+            "hole :: > -> >="):
+        "with i == 0 every hole starts after the freed range, so holes[-1] (the last hole, or the range itself) "
+        "never ends exactly at its start: the merge test is false either way",
     ("3.7", "constant: pop_kernel[1, num_threads](stack, top, out) :: 1 -> 2"):
         "a second block of threads has i >= out.shape[0] for every thread, so the kernel's guard makes "
         "it do nothing: same outputs, same top",
@@ -80,6 +89,12 @@ def _is_docstring(node, parent) -> bool:
 def _points(tree: ast.Module):
     """Every mutation point: (node, kind, change, apply) where apply(node) mutates in place."""
     out = []
+    in_annotation = set()  # never evaluated (from __future__ import annotations): no mutant there
+    for node in ast.walk(tree):
+        notes = [getattr(node, "returns", None), getattr(node, "annotation", None)]
+        for n in notes:
+            if n is not None:
+                in_annotation.update(id(x) for x in ast.walk(n))
     in_function = set()
     for fn in ast.walk(tree):
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -95,6 +110,8 @@ def _points(tree: ast.Module):
                     out.append((stmt, "statement", "deleted",
                                 lambda _n, body=value, i=i: body.__setitem__(i, ast.Pass())))
     for node in ast.walk(tree):
+        if id(node) in in_annotation:
+            continue
         if isinstance(node, (ast.BinOp, ast.AugAssign)) and type(node.op) in BINOPS:
             new = BINOPS[type(node.op)]
             out.append((node, "operator", f"{SYMBOL[type(node.op)]} -> {SYMBOL[new]}",

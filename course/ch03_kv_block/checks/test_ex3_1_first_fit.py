@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from course.ch03_kv_block.checks._expect import raises
 from pagedsim import BlockPool
 
 EXERCISE = "3.1"
@@ -44,6 +45,19 @@ def test_a_hole_of_exactly_the_requested_size_is_used_and_removed(impl):
     assert a.allocate(3) == 2, "a hole exactly as big as the request should be used"
     assert a.holes == [(7, 3)], f"a filled hole should be removed, holes are {a.holes}"
     assert a.allocate(4) is None and a.holes == [(7, 3)], "a request no hole can hold returns None and changes nothing"
+
+
+def test_bad_sizes_are_refused_and_change_nothing(impl):
+    """A capacity or request that is not a positive int raises ValueError; 1 is the smallest allowed."""
+    for bad in (0, -3, 2.5):
+        raises(ValueError, impl.FirstFit, bad, what=f"FirstFit({bad!r})")
+    one = impl.FirstFit(1)
+    assert one.capacity == 1 and one.holes == [(0, 1)], "FirstFit(1) should hold one hole (0, 1)"
+    a = impl.FirstFit(10)
+    for bad in (0, -3, 2.5):
+        raises(ValueError, a.allocate, bad, what=f"allocate({bad!r})")
+        assert a.holes == [(0, 10)], f"a refused allocate({bad!r}) changed the holes to {a.holes}"
+    assert a.allocate(1) == 0 and a.holes == [(1, 9)], "allocate(1), the smallest request, should take slot 0"
 
 
 def test_free_merges_the_range_with_both_neighbouring_holes(impl):

@@ -7,6 +7,8 @@ import random
 from pagedsim import BlockPool, blocks_needed
 
 TITLE = "Why fixed-size blocks?"
+TITLE_ZH = "为什么用固定大小的 Block？"
+FIGURES = [("3.1-fragmentation", "first-fit holes against fixed blocks: free space that no request can use")]
 TEXT = """
 Give every sequence one contiguous range sized to its length, and memory soon looks like
 Swiss cheese: after a few sequences finish, the free space is many holes, each too small
@@ -42,7 +44,10 @@ def random_trace(seed: int = 3, steps: int = 120):
 
 
 def demo(out_dir) -> None:
-    from course.ch03_kv_block.solutions.ex3_1_first_fit import FirstFit, external_fragmentation
+    from course.ch03_kv_block.lessons import reference
+
+    ref = reference("3.1")
+    FirstFit, external_fragmentation = ref.FirstFit, ref.external_fragmentation
 
     capacity, bs = 240, 8
     ff, pool = FirstFit(capacity), BlockPool(capacity // bs, bs)

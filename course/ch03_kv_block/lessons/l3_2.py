@@ -7,6 +7,8 @@ import numpy as np
 from pagedsim.sizing import PRESETS
 
 TITLE = "The inside of a block"
+TITLE_ZH = "Block 的内部"
+FIGURES = [("3.2-block-anatomy", "one block's layout (K, V, heads x tokens x head_dim, all layers) and its bytes")]
 TEXT = """
 One block holds the K and V vectors of block_size tokens, for every layer and every KV
 head. Its size is block_size x num_layers x 2 (K and V) x num_kv_heads x head_dim x bytes

@@ -7,6 +7,8 @@ import numpy as np
 from pagedsim import KVCacheManager
 
 TITLE = "Logical blocks vs physical blocks"
+TITLE_ZH = "逻辑块与物理块"
+FIGURES = [("3.3-logical-vs-physical", "two sequences contiguous in logical blocks, scattered in physical memory")]
 TEXT = """
 A sequence's tokens are contiguous only in *logical* space: token p is in logical block
 p // block_size, at offset p % block_size. The block table maps each logical block to a

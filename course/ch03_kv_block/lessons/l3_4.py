@@ -5,6 +5,8 @@ from __future__ import annotations
 from pagedsim import BlockError, BlockPool, KVCacheManager
 
 TITLE = "Allocating and freeing blocks"
+TITLE_ZH = "分配与释放 Block"
+FIGURES = [("3.4-tour", "the tour as an animated GIF and a strip of key frames: fork, copy-on-write, free")]
 TEXT = """
 Blocks are borrowed from a shared pool and handed back when a sequence ends. The pool
 keeps its free blocks on a linked list: allocate() pops the head and free() pushes the
