@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from . import tour, tour_zh
+from .describe_zh import caption
 from .lang import LANGS, detect, t, wrap
 from .play_session import POLICIES, STEPS, Options, Refused, Session
 
@@ -61,7 +62,7 @@ class Playground:
 
     def show(self) -> None:
         s = self.session
-        snap = s.timeline()[-1]
+        snap = s.timeline(self.lang)[-1]
         where = f"moment {s.cursor}/{len(s.moments)}" + ("  (in the past: `forward` or a new command)"
                                                          if s.cursor < len(s.moments) else "")
         self.say(t("step {k}: {caption}", self.lang, tour_zh.ZH, k=snap.step, caption=snap.caption))
@@ -88,7 +89,7 @@ class Playground:
             elif op == "draw":
                 if len(words) != 1:
                     raise Refused("usage: draw FILE (for example draw step.png)")
-                self.say(f"wrote {draw_step(self.session, Path(words[0]))}")
+                self.say(f"wrote {draw_step(self.session, Path(words[0]), self.lang)}")
             else:
                 self.session.run(text)
                 self.show()
@@ -118,15 +119,17 @@ def _count(words, op) -> int:
     return int(words[0])
 
 
-def draw_step(session: Session, path: Path) -> Path:
+def draw_step(session: Session, path: Path, lang: str = "en") -> Path:
     """Draw the shown step into `path`; the format comes from the suffix."""
     fmt = path.suffix.lstrip(".").lower()
     if fmt not in FORMATS:
         raise Refused(f"draw: {path.name} must end in .png, .svg or .pdf")
     from .draw import scenario  # matplotlib only now
 
-    timeline = session.timeline()
-    return scenario.draw_one(timeline, session.cursor, path)
+    from .draw import style
+
+    with style.output(fmt=fmt, lang=lang):
+        return scenario.draw_one(session.timeline(lang), session.cursor, path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.draw:
         from .draw import scenario
 
-        for path in scenario.write_all(session.timeline(), args.draw, fmt=args.format):
+        for path in scenario.write_all(session.timeline(lang), args.draw, fmt=args.format, lang=lang):
             print(f"wrote {path}", file=sys.stderr)
     return 1 if args.script and play.mistakes else 0
 
@@ -185,11 +188,12 @@ def _draw_trace(args, p, width: int, lang: str) -> int:
     except (OSError, ValueError) as e:
         p.error(f"--trace: {e}")
     for s in snaps:
-        print("\n".join(wrap(t("step {k}: {caption}", lang, tour_zh.ZH, k=s.step, caption=s.caption), width)))
+        print("\n".join(wrap(t("step {k}: {caption}", lang, tour_zh.ZH, k=s.step, caption=caption(s, lang)),
+                              width)))
         print(tour.format_snapshot(s, width=width, lang=lang))
     if args.draw:
         from .draw import scenario
 
-        for path in scenario.write_all(snaps, args.draw, fmt=args.format):
+        for path in scenario.write_all(snaps, args.draw, fmt=args.format, lang=lang):
             print(f"wrote {path}", file=sys.stderr)
     return 0

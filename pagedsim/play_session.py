@@ -25,6 +25,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass, field, replace
 
+from .describe_zh import caption
 from .errors import BlockError, OutOfBlocks, SequenceError
 from .manager import KVCacheManager
 
@@ -125,14 +126,16 @@ class Session:
             raise Refused("already at the newest step: nothing to go forward to")
         self.cursor = min(len(self.moments), self.cursor + n)
 
-    def timeline(self) -> list:
+    def timeline(self, lang: str = "en") -> list:
         """The snapshots up to the cursor, each captioned with the command that made it."""
-        out, k = [self.snapshots[0]], 0
+        first = self.snapshots[0]
+        out, k = [replace(first, caption=caption(first, lang))], 0
         for m in self.moments[:self.cursor]:
             for i in range(k + 1, m.snapshot + 1):
                 snap = self.snapshots[i]
-                words = f"`{m.command}`: " + "; ".join([*m.notes, snap.caption]) if i == m.snapshot else \
-                    f"`{m.command}` (preemption): {snap.caption}"
+                said = caption(snap, lang)
+                words = f"`{m.command}`: " + "; ".join([*m.notes, said]) if i == m.snapshot else \
+                    f"`{m.command}` (preemption): {said}"
                 out.append(replace(snap, caption=words))
             k = m.snapshot
         return out

@@ -17,6 +17,7 @@ import shutil
 import sys
 
 from . import tour_zh
+from .describe_zh import caption
 from .errors import OutOfBlocks
 from .lang import LANGS, detect, display_width, t, wrap
 from .manager import KVCacheManager
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                 why = tour_zh.WHY[s.step - 1] if s.step else tour_zh.WHY_START
             else:
                 why = SCRIPT[s.step - 1][0] if s.step else WHY_START
-            show(say("step {k}: {caption}", k=s.step, caption=s.caption))
+            show(say("step {k}: {caption}", k=s.step, caption=caption(s, lang)))
             show(say("  why: {why}", why=why))
             print(format_snapshot(s, width=width, lang=lang))
             print()
@@ -163,8 +164,10 @@ def main(argv: list[str] | None = None) -> int:
         if any(e.kind == "allocation_failed" for e in snaps[-1].events):
             show(tour_zh.OUT_OF_BLOCKS_NOTE if lang == "zh" else OUT_OF_BLOCKS_NOTE)
     if args.draw:
-        from .draw.animate import write_trace  # matplotlib only when asked for
+        from .draw import style  # matplotlib only when asked for
+        from .draw.animate import write_trace
 
-        for path in write_trace(snaps, args.draw):
-            print(f"wrote {path}", file=sys.stderr)
+        with style.output(lang=lang):
+            for path in write_trace(snaps, args.draw):
+                print(f"wrote {path}", file=sys.stderr)
     return 0

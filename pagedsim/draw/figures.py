@@ -54,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dpi", type=int, default=None, help=f"resolution (default {style.DPI})")
     p.add_argument("--style", choices=tuple(style.LOOKS), default="paper",
                    help="paper (default, the committed figures) or projector (big text, strong colours)")
+    p.add_argument("--lang", choices=("en", "zh"), default="en",
+                   help="label language (zh needs a CJK font; the committed figures are en)")
     args = p.parse_args(argv)
     if args.dpi is not None and not 10 <= args.dpi <= 2400:
         p.error("--dpi must be in 10..2400")
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for name, maker in makers.items():
         start = time.perf_counter()
-        with style.output(fmt=args.format, dpi=args.dpi, look=args.style):
+        with style.output(fmt=args.format, dpi=args.dpi, look=args.style, lang=args.lang):
             paths = maker(out)
         took = time.perf_counter() - start
         for path in paths:

@@ -84,9 +84,10 @@ def make(out_dir: Path) -> list[Path]:
     ax.set_xlim(-1, SLOTS + 1)
     ax.set_ylim(9.6, -0.6)
     ax.set_axis_off()
-    fig.text(0.02, 0.96, "3.1  External fragmentation: first-fit holes vs fixed blocks", fontsize=style.pt(12),
+    fig.text(0.02, 0.96, style.tr("3.1  External fragmentation: first-fit holes vs fixed blocks"), fontsize=style.pt(12),
              fontweight="bold", va="top")
-    fig.text(0.02, 0.905, f"{SLOTS} token slots. A..E arrive, B and D finish, then F needs {LATE[1]} slots.",
+    fig.text(0.02, 0.905, style.tr("{slots} token slots. A..E arrive, B and D finish, then F needs {n} slots.", slots=SLOTS,
+                      n=LATE[1]),
              fontsize=style.pt(10), va="top", color=style.grey("#444444"))
 
     owner, fits = first_fit()
@@ -97,16 +98,18 @@ def make(out_dir: Path) -> list[Path]:
         elif run:
             holes.append(run)
             run = 0
-    _bar(ax, 0.6, owner, colours, label="first fit")
+    _bar(ax, 0.6, owner, colours, label=style.tr("first fit"))
     _names(ax, 0.6, owner)
-    ax.text(0, 2.15, f"free: {owner.count(None)} slots in holes of {', '.join(map(str, holes))}  \u2192  "
-                     f"F ({LATE[1]}) {'fits' if fits else 'is refused: no hole is big enough (external fragmentation)'}",
-            fontsize=style.pt(10.5), va="center", color="#AA3377" if not fits else style.INK, gid="first-fit-verdict")
+    assert not fits, "the story needs a refused late request"
+    ax.text(0, 2.15, style.tr("free: {free} slots in holes of {holes}  \u2192  F ({n}) is refused: no hole is big "
+                              "enough (external fragmentation)", free=owner.count(None),
+                              holes=", ".join(map(str, holes)), n=LATE[1]),
+            fontsize=style.pt(10.5), va="center", color="#AA3377", gid="first-fit-verdict")
 
     blocks = fixed_blocks()
     slots = [o for o, n in blocks for k in range(BLOCK)]
     _bar(ax, 4.4, [o if k < n else None for o, n in blocks for k in range(BLOCK)], colours,
-         label=f"blocks of {BLOCK}")
+         label=style.tr("blocks of {b}", b=BLOCK))
     for b in range(len(blocks) + 1):  # block boundaries
         ax.plot([b * BLOCK, b * BLOCK], [4.2, 5.6], color=style.INK, lw=1.6)
     for b, (o, n) in enumerate(blocks):
@@ -114,15 +117,16 @@ def make(out_dir: Path) -> list[Path]:
                 color=style.grey("#555555"))
     _names(ax, 4.4, slots)
     wasted = sum(BLOCK - n for o, n in blocks if o)
-    ax.text(0, 7.0, f"F takes blocks {', '.join(str(b) for b, (o, _) in enumerate(blocks) if o == 'F')}: "
-                    f"they need not be next to each other. Waste: {wasted} slots, only inside last blocks "
-                    f"(internal, < B per request)", fontsize=style.pt(10.5), va="center", gid="blocks-verdict")
+    taken = ", ".join(str(b) for b, (o, _) in enumerate(blocks) if o == "F")
+    ax.text(0, 7.0, style.tr("F takes blocks {blocks}: they need not be next to each other. Waste: {waste} slots, "
+                             "only inside last blocks (internal, < B per request)", blocks=taken, waste=wasted),
+            fontsize=style.pt(10.5), va="center", gid="blocks-verdict")
     ax.add_patch(Rectangle((0, 8.3), 1.2, 0.8, facecolor="white", edgecolor="#999999", hatch="///", lw=0.4))
-    ax.text(1.6, 8.7, "empty slot", va="center", fontsize=style.pt(9.5))
+    ax.text(1.6, 8.7, style.tr("empty slot"), va="center", fontsize=style.pt(9.5))
     ax.add_patch(Rectangle((9, 8.3), 1.2, 0.8, facecolor=colours["A"], edgecolor=style.INK, lw=0.4))
-    ax.text(10.6, 8.7, "a request's tokens", va="center", fontsize=style.pt(9.5))
+    ax.text(10.6, 8.7, style.tr("a request's tokens"), va="center", fontsize=style.pt(9.5))
     ax.plot([21, 21], [8.2, 9.2], color=style.INK, lw=1.6)
-    ax.text(21.6, 8.7, "block boundary", va="center", fontsize=style.pt(9.5))
+    ax.text(21.6, 8.7, style.tr("block boundary"), va="center", fontsize=style.pt(9.5))
     return [style.save(fig, Path(out_dir) / "3.1-fragmentation.png")]
 
 

@@ -29,6 +29,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Circle, FancyArrowPatch, Patch, Rectangle
 from matplotlib.text import Text
 
+from ..describe_zh import caption
 from . import style
 
 MAX_SEQS = 8  # table rows drawn; with more sequences the last row summarises the rest
@@ -172,13 +173,18 @@ def block_xy(layout: Layout, b: int) -> tuple[float, float]:
 def _caption(ax, snap, layout):
     failed = any(e.kind == "allocation_failed" for e in snap.events)
     chars = max(40, int(layout.width * layout.unit * 72 / (0.57 * style.pt(11))))  # ~0.57 em per char
-    text = textwrap.fill(f"step {snap.step}: {snap.caption}", chars)
+    said = caption(snap, style.lang())
+    if style.lang() == "zh":  # no spaces to break at: cut by width (a CJK character is ~1 em)
+        text = style.tr("step {k}: {caption}", k=snap.step, caption=said)
+        text = "\n".join(text[i:i + chars // 2] for i in range(0, len(text), chars // 2))
+    else:
+        text = textwrap.fill(f"step {snap.step}: {said}", chars)
     ax.text(0.5, 0.35, text, va="top", ha="left", fontsize=style.pt(11), gid="caption",
             color="#AA3377" if failed else style.INK, fontweight="bold" if failed else "normal")
-    ax.text(0.5, layout.body_y - 0.62, "block tables (logical \u2192 physical)", fontsize=style.pt(10),
+    ax.text(0.5, layout.body_y - 0.62, style.tr("block tables (logical \u2192 physical)"), fontsize=style.pt(10),
             va="bottom", color=style.INK, fontweight="bold")
     ax.text(layout.grid_x, layout.body_y - 0.62,
-            f"physical blocks (B = {snap.block_size} tokens)",
+            style.tr("physical blocks (B = {b} tokens)", b=snap.block_size),
             fontsize=style.pt(10), va="bottom", color=style.INK, fontweight="bold")
 
 
@@ -192,7 +198,7 @@ def _tables(ax, snap, layout, colours):
         y = layout.body_y + 0.6 + r
         colour = style.colour_of(seq.seq_id, colours)
         ax.add_artist(Rectangle((0.5, y + 0.1), 0.5, 0.7, facecolor=colour, edgecolor=style.INK, lw=0.6))
-        ax.text(1.15, y + 0.45, f"seq {seq.seq_id}", va="center", fontsize=style.pt(9.5), fontweight="bold",
+        ax.text(1.15, y + 0.45, style.tr("seq {s}", s=seq.seq_id), va="center", fontsize=style.pt(9.5), fontweight="bold",
                 gid=f"label-{seq.seq_id}")
         ax.text(x0 - 0.15, y + 0.45, f"{seq.num_tokens} tok", va="center", ha="right", fontsize=style.pt(8))
         blocks = seq.blocks
@@ -206,10 +212,10 @@ def _tables(ax, snap, layout, colours):
             ax.text(x0 + layout.table_cells - 0.55, y + 0.45, f"+{len(blocks) - layout.table_cells + 1}",
                     ha="center", va="center", fontsize=style.pt(8), color=style.grey("#444444"))
     if len(shown) < len(seqs):
-        ax.text(0.5, layout.body_y + 0.6 + len(shown) + 0.45, f"... and {len(seqs) - len(shown)} more sequences",
+        ax.text(0.5, layout.body_y + 0.6 + len(shown) + 0.45, style.tr("... and {n} more sequences", n=len(seqs) - len(shown)),
                 va="center", fontsize=style.pt(8.5), color=style.grey("#444444"))
     if not seqs:
-        ax.text(0.5, layout.body_y + 1.05, "(no sequences)", va="center", fontsize=style.pt(9), color=style.grey("#666666"))
+        ax.text(0.5, layout.body_y + 1.05, style.tr("(no sequences)"), va="center", fontsize=style.pt(9), color=style.grey("#666666"))
 
 
 def _blocks(ax, snap, layout, colours):
@@ -228,7 +234,7 @@ def _blocks(ax, snap, layout, colours):
                                    lw=0.8, ls="--", hatch="//" if b in cached else None, gid=f"block-{b}"))
             ax.text(x + CELL / 2, y + 0.45, str(b), ha="center", va="center", fontsize=style.pt(9.5), color=style.grey("#777777"))
             if b == head or b in cached:  # grey + dashed already says "free"; name only the special ones
-                ax.text(x + CELL / 2, y + 0.8, "head" if b == head else "cached", ha="center", va="center",
+                ax.text(x + CELL / 2, y + 0.8, style.tr("head" if b == head else "cached"), ha="center", va="center",
                         fontsize=style.pt(6.5), color=style.ACCENT if b == head else style.grey("#777777"))
             continue
         first = style.colour_of(who[0], colours) if who else "#BBBBBB"
@@ -275,12 +281,12 @@ def _legend(ax, layout):
     """What the marks mean (issue 12: step pictures get a legend)."""
     lk = style.look()
     handles = [
-        Patch(facecolor=lk.free, edgecolor=lk.free_edge, ls="--", label="free block"),
+        Patch(facecolor=lk.free, edgecolor=lk.free_edge, ls="--", label=style.tr("free block")),
         Line2D([], [], ls="none", marker="o", markersize=9, markerfacecolor="white", markeredgecolor=style.INK,
-               label="ref count (badge)"),
-        Patch(facecolor=style.INK, label="fill (tokens / B)"),
-        Patch(facecolor="none", edgecolor=style.ACCENT, lw=2.2, label="changed this step"),
-        Line2D([], [], color=style.ACCENT, lw=2.6, label="copy-on-write src\u2192dst"),
+               label=style.tr("ref count (badge)")),
+        Patch(facecolor=style.INK, label=style.tr("fill (tokens / B)")),
+        Patch(facecolor="none", edgecolor=style.ACCENT, lw=2.2, label=style.tr("changed this step")),
+        Line2D([], [], color=style.ACCENT, lw=2.6, label=style.tr("copy-on-write src\u2192dst")),
     ]
     leg = ax.legend(handles=handles, loc="lower left", ncol=len(handles), frameon=False,
                     fontsize=style.pt(8.5), handlelength=1.6, columnspacing=1.2, borderaxespad=0.2,
@@ -290,7 +296,7 @@ def _legend(ax, layout):
 
 def _free_list(ax, snap, layout):
     y = layout.free_y
-    ax.text(0.5, y, f"free list, head first = allocate() order ({len(snap.free_list)} free)",
+    ax.text(0.5, y, style.tr("free list, head first = allocate() order ({n} free)", n=len(snap.free_list)),
             fontsize=style.pt(10), fontweight="bold", va="center")
     y += 0.45
     ax.text(0.5, y + 0.4, "HEAD", fontsize=style.pt(8.5), va="center", color=style.ACCENT, fontweight="bold")
@@ -311,6 +317,7 @@ def _free_list(ax, snap, layout):
     ax.add_artist(FancyArrowPatch(prev, (end, y + 0.4), arrowstyle="-|>", mutation_scale=9,
                                  color=style.grey("#555555"), lw=0.9, shrinkA=1, shrinkB=1))
     rest = len(free) - len(shown)
-    tail = f"... +{rest} more" if rest else ("empty: the next allocate() fails" if not free else "TAIL")
+    tail = (style.tr("... +{n} more", n=rest) if rest else
+            style.tr("empty: the next allocate() fails") if not free else "TAIL")
     ax.text(end + 0.1, y + 0.4, tail, va="center", fontsize=style.pt(8.5),
             color="#AA3377" if not free else style.grey("#555555"), gid="free-tail")

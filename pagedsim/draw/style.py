@@ -24,6 +24,7 @@ with `with output(fmt="svg", dpi=300, look="projector"):`; `save` obeys them:
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,7 +85,29 @@ LOOKS = {
     "paper": Look("paper", SEQ_COLOURS, FREE, FREE_EDGE, None, 0.0, 1.0),
     "projector": Look("projector", PROJECTOR_COLOURS, "#B0B0B0", "#333333", "#222222", 12.0, 1.4),
 }
-_out = {"fmt": "png", "dpi": None, "look": LOOKS["paper"]}
+_out = {"fmt": "png", "dpi": None, "look": LOOKS["paper"], "lang": "en"}
+CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans SC", "Source Han Sans SC", "WenQuanYi Zen Hei",
+             "WenQuanYi Micro Hei", "Droid Sans Fallback", "AR PL UMing CN", "SimHei", "Microsoft YaHei",
+             "PingFang SC")
+NO_CJK_NOTE = ("pagedsim: no CJK font found (e.g. `apt-get install fonts-noto-cjk`); "
+               "figure text stays English")
+
+
+def cjk_font() -> str | None:
+    """The first installed font that has Chinese glyphs, or None. Fonts installed after
+    matplotlib built its cache are found by file name and registered."""
+    from matplotlib import font_manager
+
+    installed = {f.name for f in font_manager.fontManager.ttflist}
+    if not installed & set(CJK_FONTS):
+        for path in font_manager.findSystemFonts():
+            if any(key in Path(path).name.lower() for key in ("cjk", "wqy", "sourcehansans", "droidsansfallback")):
+                try:
+                    font_manager.fontManager.addfont(path)
+                except (OSError, RuntimeError, ValueError):
+                    continue
+        installed = {f.name for f in font_manager.fontManager.ttflist}
+    return next((name for name in CJK_FONTS if name in installed), None)
 
 
 def look() -> Look:
@@ -92,20 +115,47 @@ def look() -> Look:
 
 
 @contextlib.contextmanager
-def output(fmt: str = "png", dpi: int | None = None, look: str = "paper"):
-    """Within the block, `save` writes `fmt` at `dpi` in the named look."""
+def output(fmt: str = "png", dpi: int | None = None, look: str = "paper", lang: str = "en"):
+    """Within the block, `save` writes `fmt` at `dpi` in the named look, with labels in
+    `lang`. Chinese needs a CJK font: without one, a one-line note goes to stderr and
+    the labels stay English (never boxes for missing glyphs)."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
     if look not in LOOKS:
         raise ValueError(f"style must be one of {tuple(LOOKS)}, got {look!r}")
     if dpi is not None and not (isinstance(dpi, int) and 10 <= dpi <= 2400):
         raise ValueError(f"dpi must be an int in 10..2400, got {dpi!r}")
+    rc = {}
+    if lang == "zh":
+        font = cjk_font()
+        if font is None:
+            print(NO_CJK_NOTE, file=sys.stderr)
+            lang = "en"
+        else:
+            rc = {"font.family": ["sans-serif"], "font.sans-serif": [font, "DejaVu Sans"]}
+    elif lang != "en":
+        raise ValueError(f"lang must be en or zh, got {lang!r}")
     saved = dict(_out)
-    _out.update(fmt=fmt, dpi=dpi, look=LOOKS[look])
+    _out.update(fmt=fmt, dpi=dpi, look=LOOKS[look], lang=lang)
     try:
-        yield
+        with plt.rc_context(rc):
+            yield
     finally:
         _out.update(saved)
+
+
+def lang() -> str:
+    """The language figures are labelled in now ("zh" only with a CJK font)."""
+    return _out["lang"]
+
+
+def tr(text: str, **fields) -> str:
+    """`text` in the current language (see labels_zh.py), with `fields` filled in."""
+    if _out["lang"] == "zh":
+        from .labels_zh import ZH
+
+        text = ZH.get(text, text)
+    return text.format(**fields) if fields else text
 
 
 def pt(size: float) -> float:

@@ -88,3 +88,25 @@ def test_first_fit_refuses_the_late_request_that_fixed_blocks_accept():
     assert len(taken) == 3 and taken != list(range(taken[0], taken[0] + 3))  # scattered blocks are fine
     assert sum(n for o, n in blocks if o) == sum(n for name, n in (*fragmentation.REQUESTS, fragmentation.LATE)
                                                 if name not in fragmentation.FINISHED)
+
+
+def test_chinese_labels_are_drawn_when_a_cjk_font_is_installed(tour_snaps, monkeypatch):
+    monkeypatch.setattr(style, "cjk_font", lambda: "DejaVu Sans")  # stands in for Noto Sans CJK here
+    with style.output(lang="zh"):
+        fig = render(tour_snaps[5], layout=Layout.for_snapshots(tour_snaps))
+        import matplotlib
+
+        assert matplotlib.rcParams["font.sans-serif"][0] == "DejaVu Sans"
+    words = [t.get_text() for t in texts(fig)]
+    caption = next(t.get_text() for t in fig.axes[0].texts if t.get_gid() == "caption")
+    assert caption.replace("\n", "").startswith("第 5 步：序列 B2 从序列 B 分叉，共享块 2、3")
+    assert "块表（逻辑 \u2192 物理）" in words and "空闲块" in words and "序列 B2" in words
+
+
+def test_without_a_cjk_font_chinese_figures_stay_english_with_a_one_line_note(tour_snaps, monkeypatch, capsys):
+    monkeypatch.setattr(style, "cjk_font", lambda: None)
+    with style.output(lang="zh"):
+        fig = render(tour_snaps[5])
+    assert capsys.readouterr().err == style.NO_CJK_NOTE + "\n"
+    caption = next(t.get_text() for t in fig.axes[0].texts if t.get_gid() == "caption")
+    assert caption.startswith("step 5: seq B2 forks from seq B")

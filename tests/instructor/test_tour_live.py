@@ -48,7 +48,19 @@ def test_chinese_explains_every_step_in_chinese_and_keeps_the_ids(capsys):
     assert len(tour_zh.WHY) == len(tour.SCRIPT)
     out = tour_output(capsys, "--lang", "zh", "--width", "100")
     assert "原因：" in out and "空闲链表" in out and "块池用完了" in out
-    assert "why:" not in out and "seq B2 forks from seq B" in out  # captions name ids, unchanged
+    assert "why:" not in out and "序列 B2 从序列 B 分叉，共享块 2、3（计数变为 2）" in out
+
+
+def test_chinese_captions_state_the_same_numbers_as_the_english_ones():
+    import re
+
+    from pagedsim.describe_zh import caption
+
+    for snap in tour.tour_manager().trace.snapshots:
+        zh, en = caption(snap, "zh"), caption(snap, "en")
+        assert sorted(re.findall(r"\d+", zh)) == sorted(re.findall(r"\d+", en)), (en, zh)
+        words = set(re.findall(r"[A-Za-z_]{4,}", zh))
+        assert words <= {"token", "OutOfBlocks", "append_tokens", "add_sequence"}, zh  # names only
 
 
 def test_the_locale_chooses_chinese_unless_told_otherwise(monkeypatch):
