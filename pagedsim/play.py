@@ -52,8 +52,8 @@ def help_text() -> str:
 class Playground:
     """Reads commands, drives a `Session`, prints what happened. Never raises for a user mistake."""
 
-    def __init__(self, session: Session, *, out=None, width: int = 100, lang: str = "en"):
-        self.session, self.width, self.lang = session, width, lang
+    def __init__(self, session: Session, *, out=None, width: int = 100, lang: str = "en", look: str = "paper"):
+        self.session, self.width, self.lang, self.look = session, width, lang, look
         self.out = out or sys.stdout
         self.mistakes = 0
 
@@ -89,7 +89,7 @@ class Playground:
             elif op == "draw":
                 if len(words) != 1:
                     raise Refused("usage: draw FILE (for example draw step.png)")
-                self.say(f"wrote {draw_step(self.session, Path(words[0]), self.lang)}")
+                self.say(f"wrote {draw_step(self.session, Path(words[0]), self.lang, self.look)}")
             else:
                 self.session.run(text)
                 self.show()
@@ -119,7 +119,7 @@ def _count(words, op) -> int:
     return int(words[0])
 
 
-def draw_step(session: Session, path: Path, lang: str = "en") -> Path:
+def draw_step(session: Session, path: Path, lang: str = "en", look: str = "paper") -> Path:
     """Draw the shown step into `path`; the format comes from the suffix."""
     fmt = path.suffix.lstrip(".").lower()
     if fmt not in FORMATS:
@@ -128,7 +128,7 @@ def draw_step(session: Session, path: Path, lang: str = "en") -> Path:
 
     from .draw import style
 
-    with style.output(fmt=fmt, lang=lang):
+    with style.output(fmt=fmt, lang=lang, look=look):
         return scenario.draw_one(session.timeline(lang), session.cursor, path)
 
 
@@ -140,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trace", type=Path, metavar="FILE", help="a trace from `pagedsim tour --json` to draw")
     p.add_argument("--draw", type=Path, metavar="DIR", help="write one frame per step, the key frames and a GIF")
     p.add_argument("--format", choices=FORMATS, default="png", help="format of the frames (default png)")
+    p.add_argument("--style", choices=("paper", "projector"), default="paper",
+                   help="projector: text >= 12 pt and strong colours, for slides")
     p.add_argument("--blocks", type=int, default=12, help="blocks in the pool (default 12)")
     p.add_argument("--block-size", type=int, default=4, help="tokens per block (default 4)")
     p.add_argument("--prefix-cache", action="store_true", help="share full prompt blocks (equal WORDs)")
@@ -160,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         session = Session(Options(args.blocks, args.block_size, args.prefix_cache, args.window, args.policy))
     except Refused as e:
         p.error(str(e))
-    play = Playground(session, width=width, lang=lang)
+    play = Playground(session, width=width, lang=lang, look=args.style)
     if args.script:
         if not args.script.is_file():
             p.error(f"no such script: {args.script}")
@@ -173,10 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             print("play> ", end="", flush=True)
         play.loop(sys.stdin, echo=not live, prompt="play> " if live else "")
     if args.draw:
-        from .draw import scenario
-
-        for path in scenario.write_all(session.timeline(lang), args.draw, fmt=args.format, lang=lang):
-            print(f"wrote {path}", file=sys.stderr)
+        _write(session.timeline(lang), args, lang)
     return 1 if args.script and play.mistakes else 0
 
 
@@ -192,8 +191,13 @@ def _draw_trace(args, p, width: int, lang: str) -> int:
                               width)))
         print(tour.format_snapshot(s, width=width, lang=lang))
     if args.draw:
-        from .draw import scenario
-
-        for path in scenario.write_all(snaps, args.draw, fmt=args.format, lang=lang):
-            print(f"wrote {path}", file=sys.stderr)
+        _write(snaps, args, lang)
     return 0
+
+
+def _write(snapshots, args, lang: str) -> None:
+    from .draw import scenario, style  # matplotlib only now
+
+    with style.output(look=args.style):
+        for path in scenario.write_all(snapshots, args.draw, fmt=args.format, lang=lang):
+            print(f"wrote {path}", file=sys.stderr)

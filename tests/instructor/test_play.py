@@ -170,3 +170,13 @@ def test_a_loaded_trace_is_drawn(tmp_path, capsys):
     path.write_text(capsys.readouterr().out)
     assert play.main(["--trace", str(path), "--draw", str(tmp_path / "d")]) == 0
     assert len(list((tmp_path / "d").glob("scenario_step_*.png"))) == 3
+
+
+def test_the_scenario_in_the_instructors_kit_runs_without_a_mistake():
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "course/INSTRUCTOR_KIT.md").read_text()
+    script = text.split("```play\n", 1)[1].split("```", 1)[0]
+    s, pg, out = run_lines(script)
+    assert pg.mistakes == 0 and len(s.moments) == 7
+    assert [e.kind for e in s.current().events] == ["allocation_failed"]
