@@ -60,6 +60,15 @@ EQUIVALENT: dict[tuple[str, str], str] = {
             "hole :: > -> >="):
         "with i == 0 every hole starts after the freed range, so holes[-1] (the last hole, or the range itself) "
         "never ends exactly at its start: the merge test is false either way",
+    ("3.4a", "statement: return b :: deleted"):
+        "_check's return value is never used: every caller calls it for the PoolError only",
+    ("3.4a", "comparison: while b != self.tail and len(out) <= self.num_blocks: :: <= -> <"):
+        "the length guard only stops a walk of a corrupted (looping) list; on a valid list the tail ends the "
+        "walk after at most num_blocks entries either way",
+    ("3.4a", "constant: self.next = [0] * (num_blocks + 2)  # [num_blocks + 2] next node on the free list :: "
+             "2 -> 3"): "one unused extra node at the end: no pointer ever names it",
+    ("3.4a", "constant: self.prev = [0] * (num_blocks + 2)  # [num_blocks + 2] previous node on the free list "
+             ":: 0 -> 1"): "every prev entry is written (by _push or the sentinel lines) before it is read",
     ("3.7", "constant: pop_kernel[1, num_threads](stack, top, out) :: 1 -> 2"):
         "a second block of threads has i >= out.shape[0] for every thread, so the kernel's guard makes "
         "it do nothing: same outputs, same top",

@@ -129,7 +129,9 @@ def output(fmt: str = "png", dpi: int | None = None, look: str = "paper", lang: 
     if lang == "zh":
         font = cjk_font()
         if font is None:
-            print(NO_CJK_NOTE, file=sys.stderr)
+            if not _out.get("noted"):  # once per process, not once per figure
+                print(NO_CJK_NOTE, file=sys.stderr)
+                _out["noted"] = True
             lang = "en"
         else:
             rc = {"font.family": ["sans-serif"], "font.sans-serif": [font, "DejaVu Sans"]}

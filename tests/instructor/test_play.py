@@ -165,11 +165,11 @@ def test_a_scenario_script_is_drawn_end_to_end_frames_key_frames_and_a_gif(tmp_p
 def test_a_loaded_trace_is_drawn(tmp_path, capsys):
     from pagedsim.tour import main as tour_main
 
-    assert tour_main(["--json", "--steps", "2"]) == 0
+    assert tour_main(["--json", "--steps", "1"]) == 0
     path = tmp_path / "t.json"
     path.write_text(capsys.readouterr().out)
     assert play.main(["--trace", str(path), "--draw", str(tmp_path / "d")]) == 0
-    assert len(list((tmp_path / "d").glob("scenario_step_*.png"))) == 3
+    assert len(list((tmp_path / "d").glob("scenario_step_*.png"))) == 2
 
 
 def test_the_scenario_in_the_instructors_kit_runs_without_a_mistake():

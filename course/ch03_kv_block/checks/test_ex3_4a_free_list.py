@@ -30,6 +30,8 @@ def walk_invariants(pool) -> list[int]:
         assert 0 <= nxt < n and nxt not in order, f"the free list loops or leaves the pool at {nxt}"
         order.append(nxt)
         node = nxt
+    assert pool.free_list() == order, (
+        f"free_list() returns {pool.free_list()} but the pointers give {order}")
     assert len(order) == pool.num_free, (
         f"the free list holds {len(order)} blocks but num_free says {pool.num_free}: a block was lost")
     for b in range(n):
@@ -98,6 +100,22 @@ def test_incref_of_a_free_block_is_refused(impl):
     pool = impl.FreeListPool(2)
     raises(impl.PoolError, pool.incref, 1, what="incref(1) of a free block")
     assert walk_invariants(pool) == [0, 1], "a refused incref() changed the free list"
+
+
+def test_ids_outside_the_pool_are_refused_and_change_nothing(impl):
+    """take, incref and free of -1, num_blocks or a non-int raise PoolError (self._check) and change nothing."""
+    raises(ValueError, impl.FreeListPool, 0, what="FreeListPool(0)")
+    raises(ValueError, impl.FreeListPool, 2.0, what="FreeListPool(2.0)")
+    assert walk_invariants(impl.FreeListPool(1)) == [0], "FreeListPool(1) should hold one free block"
+    pool = impl.FreeListPool(3)
+    b = pool.allocate()
+    before = (walk_invariants(pool), list(pool.ref), pool.num_free)
+    for op in ("take", "incref", "free"):
+        for bad in (-1, 3, 4, "1"):
+            raises(impl.PoolError, getattr(pool, op), bad, what=f"{op}({bad!r}) on a pool of 3 blocks")
+            assert (walk_invariants(pool), list(pool.ref), pool.num_free) == before, (
+                f"a refused {op}({bad!r}) still changed the pool")
+    assert pool.free(b) == 0
 
 
 class CountingList(list):

@@ -18,6 +18,13 @@ table_xy(R, I, num_blocks). An arrow is ax.annotate("", xy=<block centre>,
 xytext=<entry centre>, gid=..., arrowprops=...). Patches do not widen the axes by
 themselves: finish with ax.set_xlim/ax.set_ylim so the whole picture shows.
 
+中文：本章的图有三部分：物理块池（空闲或在用）、把逻辑块映射到物理块的 Block Table，以及
+allocate() 取块的空闲链表。模拟器从不画图，只记录快照；你的 draw_flow 把一个快照变成 matplotlib
+图元，每个都带 gid 以便检查找到它：block-B（以 pool_xy(B) 为中心、边长 CELL 的矩形，空闲用
+FREE_COLOUR，在用用 USED_COLOUR）、count-B（在用块里的计数）、table-S-I（以 table_xy 为中心的
+表项矩形）、map-S-I（从表项指向物理块的箭头）、free-list（表头在前的空闲链表文字）。最后用
+set_xlim/set_ylim 让整幅图可见。
+
 Reference: matplotlib's artist tutorial (Rectangle, Text, Axes.annotate, gids).
 """
 
