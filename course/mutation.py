@@ -109,10 +109,10 @@ def _points(tree: ast.Module):
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             in_function.update(id(n) for n in ast.walk(fn) if n is not fn)
             in_function.update(id(a) for a in fn.args.defaults + fn.args.kw_defaults if a is not None)
+    bodies = in_function | {id(n) for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     for parent in ast.walk(tree):
         for fieldname, value in ast.iter_fields(parent):
-            if fieldname == "body" and isinstance(value, list) and id(parent) in in_function | {
-                    id(n) for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}:
+            if fieldname == "body" and isinstance(value, list) and id(parent) in bodies:
                 for i, stmt in enumerate(value):
                     if _is_docstring(stmt, parent) or isinstance(stmt, (ast.Import, ast.ImportFrom, ast.Pass)):
                         continue
