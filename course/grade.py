@@ -84,9 +84,9 @@ def run_one(student: str, ex_id: str, path: Path, *, timeout: float, extra_check
         return Result(student, ex_id, "error", messages=[f"no file {path.name}"])
     start = time.monotonic()
     scratch = tempfile.TemporaryDirectory(prefix="pagedsim-grade-")  # cwd: files a submission writes land here
-    proc = subprocess.Popen((command or child_command)(ex_id, path, extra_checks), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=_env(), start_new_session=True,
-                            cwd=scratch.name)
+    proc = subprocess.Popen((command or child_command)(ex_id, path, extra_checks), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+                            start_new_session=True, cwd=scratch.name)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -1,4 +1,7 @@
-"""`pagedsim figures [--out DIR] [--only NAME ...] [--list] [--format png|svg|pdf] [--dpi N] [--style paper|projector]`: regenerate the chapter's figures.
+"""`pagedsim figures`: regenerate the chapter's figures.
+
+    pagedsim figures [--out DIR] [--only NAME ...] [--list]
+                     [--format png|svg|pdf] [--dpi N] [--style paper|projector] [--lang en|zh]
 
 Figure makers are collected from three registries, each a dict
 `name -> maker(out_dir: Path) -> list[Path]`:

@@ -84,10 +84,10 @@ def make(out_dir: Path) -> list[Path]:
     ax.set_xlim(-1, SLOTS + 1)
     ax.set_ylim(9.6, -0.6)
     ax.set_axis_off()
-    fig.text(0.02, 0.96, style.tr("3.1  External fragmentation: first-fit holes vs fixed blocks"), fontsize=style.pt(12),
-             fontweight="bold", va="top")
-    fig.text(0.02, 0.905, style.tr("{slots} token slots. A..E arrive, B and D finish, then F needs {n} slots.", slots=SLOTS,
-                      n=LATE[1]),
+    fig.text(0.02, 0.96, style.tr("3.1  External fragmentation: first-fit holes vs fixed blocks"),
+             fontsize=style.pt(12), fontweight="bold", va="top")
+    fig.text(0.02, 0.905, style.tr("{slots} token slots. A..E arrive, B and D finish, then F needs {n} slots.",
+                                   slots=SLOTS, n=LATE[1]),
              fontsize=style.pt(10), va="top", color=style.grey("#444444"))
 
     owner, fits = first_fit()

@@ -191,14 +191,16 @@ def _caption(ax, snap, layout):
 def _tables(ax, snap, layout, colours):
     x0 = 0.5 + LABEL_W
     for i in range(layout.table_cells):  # logical index header
-        ax.text(x0 + i + 0.45, layout.body_y + 0.35, str(i), ha="center", fontsize=style.pt(7.5), color=style.grey("#666666"))
+        ax.text(x0 + i + 0.45, layout.body_y + 0.35, str(i), ha="center", fontsize=style.pt(7.5),
+                color=style.grey("#666666"))
     seqs = snap.sequences
     shown = seqs if len(seqs) <= layout.table_rows else seqs[:layout.table_rows - 1]
     for r, seq in enumerate(shown):
         y = layout.body_y + 0.6 + r
         colour = style.colour_of(seq.seq_id, colours)
         ax.add_artist(Rectangle((0.5, y + 0.1), 0.5, 0.7, facecolor=colour, edgecolor=style.INK, lw=0.6))
-        ax.text(1.15, y + 0.45, style.tr("seq {s}", s=seq.seq_id), va="center", fontsize=style.pt(9.5), fontweight="bold",
+        ax.text(1.15, y + 0.45, style.tr("seq {s}", s=seq.seq_id), va="center", fontsize=style.pt(9.5),
+                fontweight="bold",
                 gid=f"label-{seq.seq_id}")
         ax.text(x0 - 0.15, y + 0.45, f"{seq.num_tokens} tok", va="center", ha="right", fontsize=style.pt(8))
         blocks = seq.blocks
@@ -212,10 +214,12 @@ def _tables(ax, snap, layout, colours):
             ax.text(x0 + layout.table_cells - 0.55, y + 0.45, f"+{len(blocks) - layout.table_cells + 1}",
                     ha="center", va="center", fontsize=style.pt(8), color=style.grey("#444444"))
     if len(shown) < len(seqs):
-        ax.text(0.5, layout.body_y + 0.6 + len(shown) + 0.45, style.tr("... and {n} more sequences", n=len(seqs) - len(shown)),
+        ax.text(0.5, layout.body_y + 0.6 + len(shown) + 0.45,
+                style.tr("... and {n} more sequences", n=len(seqs) - len(shown)),
                 va="center", fontsize=style.pt(8.5), color=style.grey("#444444"))
     if not seqs:
-        ax.text(0.5, layout.body_y + 1.05, style.tr("(no sequences)"), va="center", fontsize=style.pt(9), color=style.grey("#666666"))
+        ax.text(0.5, layout.body_y + 1.05, style.tr("(no sequences)"), va="center", fontsize=style.pt(9),
+                color=style.grey("#666666"))
 
 
 def _blocks(ax, snap, layout, colours):
@@ -232,7 +236,8 @@ def _blocks(ax, snap, layout, colours):
         if count == 0:
             ax.add_artist(Rectangle((x, y), CELL, CELL, facecolor=style.look().free, edgecolor=style.look().free_edge,
                                    lw=0.8, ls="--", hatch="//" if b in cached else None, gid=f"block-{b}"))
-            ax.text(x + CELL / 2, y + 0.45, str(b), ha="center", va="center", fontsize=style.pt(9.5), color=style.grey("#777777"))
+            ax.text(x + CELL / 2, y + 0.45, str(b), ha="center", va="center", fontsize=style.pt(9.5),
+                    color=style.grey("#777777"))
             if b == head or b in cached:  # grey + dashed already says "free"; name only the special ones
                 ax.text(x + CELL / 2, y + 0.8, style.tr("head" if b == head else "cached"), ha="center", va="center",
                         fontsize=style.pt(6.5), color=style.ACCENT if b == head else style.grey("#777777"))

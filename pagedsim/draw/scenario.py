@@ -50,7 +50,8 @@ def strip_figure(snapshots, picks=None, *, cols: int = STRIP_COLS):
         r, c = divmod(i, cols)
         ax = fig.add_axes(((c * (w + gap)) / W, 1 - (r * (h + gap) + h) / H, w / W, h / H), gid=f"frame-{k}")
         render(snapshots[k], ax=ax, layout=layout, colours=colours)
-        ax.add_artist(plt.Rectangle((0.002, 0.002), 0.996, 0.996, transform=ax.transAxes, fill=False, ec="#999999", lw=0.8,
+        ax.add_artist(plt.Rectangle((0.002, 0.002), 0.996, 0.996, transform=ax.transAxes, fill=False, ec="#999999",
+                                    lw=0.8,
                                     clip_on=False))
     return fig
 

@@ -241,7 +241,8 @@ def _recolour(fig, lk: Look) -> None:
 
     for artist in fig.findobj(lambda a: isinstance(a, (Patch, Line2D, Text))):
         if isinstance(artist, Patch):
-            for get, put in ((artist.get_facecolor, artist.set_facecolor), (artist.get_edgecolor, artist.set_edgecolor)):
+            pairs = ((artist.get_facecolor, artist.set_facecolor), (artist.get_edgecolor, artist.set_edgecolor))
+            for get, put in pairs:
                 c = new(get())
                 if c is not None:
                     put(c)
