@@ -3,7 +3,7 @@
     DIR/
       alice/ex3_4a_free_list.py      files are named like the stubs (course/curriculum.toml)
       alice/ex3_4b_copy_on_write.py
-      bob/ex3_4a_free_list.py
+      bob/ex3_4a_free_list.py         (or anywhere below bob/, e.g. bob/hw3/ex3_4a_free_list.py)
 
     pagedsim grade DIR [--exercise ID ...] [--timeout S] [--json] [--extra-checks PATH ...]
                        [--workers N]
@@ -60,6 +60,16 @@ class Result:
 
 def stub_name(ex) -> str:
     return Path(ex.stub).name
+
+
+def find_submission(folder: Path, ex) -> Path:
+    """The student's file for `ex`: directly in `folder`, else the first one below it (LMS
+    downloads nest folders); a path that does not exist when there is none."""
+    direct = folder / stub_name(ex)
+    if direct.is_file():
+        return direct
+    nested = sorted(p for p in folder.rglob(stub_name(ex)) if p.is_file())
+    return nested[0] if nested else direct
 
 
 def child_command(exercise_id: str, path: Path, extra_checks=()) -> list[str]:
@@ -119,7 +129,7 @@ def plan(root: Path, exercise_ids=None) -> tuple[list[str], list]:
     if exercise_ids:
         chosen = [curriculum.find(i, exercises) for i in exercise_ids]
     else:
-        chosen = [ex for ex in exercises if any((root / s / stub_name(ex)).is_file() for s in students)]
+        chosen = [ex for ex in exercises if any(find_submission(root / s, ex).is_file() for s in students)]
     return students, chosen
 
 
@@ -129,7 +139,7 @@ def grade(root, exercise_ids=None, *, timeout: float = DEFAULT_TIMEOUT, extra_ch
     checker command (tests use a fake)."""
     root = Path(root)
     students, exercises = plan(root, exercise_ids)
-    jobs = [(s, ex.id, (root / s / stub_name(ex)).resolve()) for s in students for ex in exercises]
+    jobs = [(s, ex.id, find_submission(root / s, ex).resolve()) for s in students for ex in exercises]
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         futures = [pool.submit(run_one, s, i, p, timeout=timeout, extra_checks=extra_checks, command=command)
                    for s, i, p in jobs]

@@ -50,7 +50,7 @@ def submissions(root: Path, files: dict) -> Path:
 
 def test_each_file_gets_the_status_its_checker_reported_and_a_missing_file_is_an_error(tmp_path, fake):
     root = submissions(tmp_path / "class", {"ann/ex3_1_first_fit.py": "GOOD", "ben/ex3_1_first_fit.py": "meh",
-                                            "ann/ex3_2_block_layout.py": "GOOD"})
+                                            "ann/upload/hw/ex3_2_block_layout.py": "GOOD"})
     results = grade.grade(root, timeout=20, command=fake)
     got = {(r.student, r.exercise): (r.status, r.passed, r.total, r.failed) for r in results}
     assert got == {("ann", "3.1"): ("pass", 2, 2, []), ("ben", "3.1"): ("fail", 1, 2, ["test_b"]),
