@@ -23,7 +23,6 @@ import argparse
 import importlib
 import json
 import tempfile
-import textwrap
 from pathlib import Path
 
 from . import curriculum, i18n, workspace
@@ -97,8 +96,8 @@ def _report(outcome, *, verbose: bool, hint: bool) -> None:
         many = f"  ({len(checks)} checks)" if len(checks) > 1 else ""
         print(f"FAIL {ex.id}: {message}{many}" + (f"\n      [{', '.join(checks)}]" if verbose else ""))
     if outcome.failures and hint:
-        text = i18n.t("hint: {hint}", hint=ex.hint_in(i18n.lang()))
-        print(textwrap.fill(text, 100, subsequent_indent="      "))
+        from pagedsim.lang import wrap  # CJK-aware: Chinese has no spaces to break at
+        print("\n".join(wrap(i18n.t("hint: {hint}", hint=ex.hint_in(i18n.lang())), 100)))
 
 
 def _choose_impl(ex, args) -> tuple[Path, str | None]:

@@ -92,7 +92,7 @@ def counterexample(exc: BaseException) -> str:
             in_example = line != ")"
             args += " " + re.sub(r"\s*#.*$", "", line) if in_example else ")"
         elif line.startswith("Draw ") and ":" in line:
-            drawn.append(line.split(":", 1)[1].strip())
+            drawn.append(re.sub(r"\s*#.*$", "", line.split(":", 1)[1]).strip())
         elif line.startswith("state.") and "(" in line:
             name, rest = line[len("state."):].split("(", 1)
             if name == "teardown" or name.startswith(("agrees_", "check_")):

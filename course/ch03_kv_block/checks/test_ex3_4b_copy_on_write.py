@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from course.i18n import say
 from pagedsim import BlockPool, KVCacheManager
 
 EXERCISE = "3.4b"
@@ -23,7 +24,7 @@ def grow(impl, pool, table, n, bs=4):
     """Append n tokens to an empty table; returns their slots."""
     copies = []
     slots = [impl.slot_for_append(pool, table, p, bs, copies) for p in range(n)]
-    assert not copies, "appending to a private sequence should never copy a block"
+    assert not copies, say("appending to a private sequence should never copy a block", "往私有序列追加时不应拷贝任何块")
     return slots
 
 
@@ -33,7 +34,9 @@ def test_fork_adds_the_child_as_an_owner_of_every_block(impl):
     parent = []
     grow(impl, pool, parent, 6)
     child = impl.fork(pool, parent)
-    assert child == parent and child is not parent, "fork should return a new list with the same blocks"
+    assert child == parent and child is not parent, say(
+        "fork should return a new list with the same blocks",
+        "fork 应返回一个包含相同块的新列表")
     counts = [pool.ref_count(b) for b in parent]
     assert counts == [2, 2], (
         f"after fork the shared blocks have counts {counts}, expected [2, 2]: "
@@ -57,7 +60,9 @@ def test_appending_into_a_shared_partly_filled_block_copies_it(impl, prompt):
     assert src == parent[-1] and dst == child[-1] and dst != src, (
         f"after a {prompt}-token prompt (table {before}) the copy pair is {copies[0]}; it should be "
         f"(the shared last block {parent[-1]}, the writer's new block {child[-1]})")
-    assert slot == dst * 4 + prompt % 4, f"the appended token's slot is {slot}, expected {dst * 4 + prompt % 4}"
+    assert slot == dst * 4 + prompt % 4, say(
+        f"the appended token's slot is {slot}, expected {dst * 4 + prompt % 4}",
+        f"追加的 token 的 slot 是 {slot}，应为 {dst * 4 + prompt % 4}")
     assert pool.ref_count(src) == 1, (
         f"after copy-on-write the shared block still has count {pool.ref_count(src)}: "
         "the writer must let go of it (pool.free), or it leaks")
@@ -74,8 +79,12 @@ def test_a_full_shared_block_stays_shared_and_is_never_copied(impl):
     child = impl.fork(pool, parent)
     copies = []
     impl.slot_for_append(pool, child, 8, 4, copies)
-    assert copies == [], f"a full shared block was copied ({copies}); full blocks are never written again"
-    assert [pool.ref_count(b) for b in parent] == [2, 2], "full shared blocks should stay shared (count 2)"
+    assert copies == [], say(
+        f"a full shared block was copied ({copies}); full blocks are never written again",
+        f"拷贝了一个已写满的共享块（{copies}）；写满的块不会再被写")
+    assert [pool.ref_count(b) for b in parent] == [2, 2], say(
+        "full shared blocks should stay shared (count 2)",
+        "写满的共享块应保持共享（计数 2）")
 
 
 def test_freeing_the_parent_keeps_the_childs_blocks(impl):
@@ -85,12 +94,14 @@ def test_freeing_the_parent_keeps_the_childs_blocks(impl):
     grow(impl, pool, parent, 6)
     child = impl.fork(pool, parent)
     impl.free_table(pool, parent)
-    assert parent == [], "free_table should empty the table"
+    assert parent == [], say("free_table should empty the table", "free_table 应清空表")
     freed = [b for b in child if pool.is_free(b)]
     assert not freed, (
         f"block(s) {freed} went back to the free list while the child still uses them")
     impl.free_table(pool, child)
-    assert pool.num_free == 6, "after both sequences finish every block should be free"
+    assert pool.num_free == 6, say(
+        "after both sequences finish every block should be free",
+        "两个序列都结束后，所有块都应空闲")
 
 
 def test_free_table_releases_the_last_block_first(impl):
@@ -146,7 +157,9 @@ def test_forks_and_appends_match_the_kv_cache_manager(impl, script):
         want_copies = model.drain_copies()
         assert copies == want_copies, (
             f"appending to seq {seq} made copies {copies}, expected {want_copies}")
-        assert got == want, f"appending to seq {seq} returned slot {got}, expected {want}"
+        assert got == want, say(
+            f"appending to seq {seq} returned slot {got}, expected {want}",
+            f"往序列 {seq} 追加返回 slot {got}，应为 {want}")
     assert pool.ref_counts() == model.pool.ref_counts(), (
         f"ref counts {pool.ref_counts()} differ from the manager's {model.pool.ref_counts()}")
 
