@@ -7,6 +7,8 @@ on the right physical block, and the free list head first. No pixels are compare
 """
 
 import matplotlib
+import matplotlib.figure
+import matplotlib.image
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -37,6 +39,8 @@ def drawn(impl, snap):
     impl.draw_flow(snap, ax)
     artists = {a.get_gid(): a for a in ax.get_children() if a.get_gid()}
     artists["_limits"] = (ax.get_xlim(), ax.get_ylim())
+    artists["_texts"] = [(t.get_text(), t.get_position(), t.get_horizontalalignment()) for t in ax.texts]
+    artists["_axes"] = (ax.get_aspect(), ax.axison)
     plt.close(fig)
     return artists
 
@@ -129,6 +133,40 @@ def test_boxes_sit_on_their_centres_and_the_axes_show_them_all(impl, pictures):
                 f"step {snap.step}: the free-list text at ({tx:.1f}, {ty:.1f}) lies outside the axes")
 
 
+def test_the_layout_helpers_keep_their_documented_grid(impl):
+    """pool_xy: PER_ROW blocks per row, one unit apart; table_xy: one unit below the pool, rows 1.3 apart."""
+    for b in range(20):
+        assert impl.pool_xy(b) == (b % impl.PER_ROW, -(b // impl.PER_ROW)), (
+            f"pool_xy({b}) is {impl.pool_xy(b)}: keep the given pool_xy (column b % PER_ROW, row b // PER_ROW)")
+    for n in (1, 8, 9, 17):
+        for row in range(3):
+            want = (3.0, -(-(-n // impl.PER_ROW) + 1.0 + 1.3 * row))
+            assert impl.table_xy(row, 3, n) == pytest.approx(want), (
+                f"table_xy({row}, 3, {n}) is {impl.table_xy(row, 3, n)}, expected {want}: keep the given table_xy")
+
+
+def test_every_block_and_entry_is_labelled_inside_its_square(impl, pictures):
+    """'#B' in each block, the physical id in each table entry, 'seq S' left of its row; equal aspect, no axes."""
+    for snap, art in pictures:
+        assert art["_axes"] == (1.0, False), (
+            f"step {snap.step}: new_axes should give an equal aspect (squares stay square) and no axis lines")
+        texts = art["_texts"]
+
+        def inside(label, centre):
+            return any(t == label and abs(x - centre[0]) < impl.CELL / 2 and abs(y - centre[1]) < impl.CELL / 2
+                       for t, (x, y), _ in texts)
+        for b in range(snap.num_blocks):
+            assert inside(f"#{b}", impl.pool_xy(b)), f"step {snap.step}: block {b}'s square has no '#{b}' label inside"
+        for row, seq in enumerate(snap.sequences):
+            for i, b in enumerate(seq.blocks):
+                assert inside(str(b), impl.table_xy(row, i, snap.num_blocks)), (
+                    f"step {snap.step}: entry {i} of seq {seq.seq_id} should show its physical block {b} inside")
+            x0, y0 = impl.table_xy(row, 0, snap.num_blocks)
+            assert any(t == f"seq {seq.seq_id}" and abs(y - y0) < 1e-6 and x < x0 - impl.CELL / 2
+                       and (ha == "right" or x < x0 - 2) for t, (x, y), ha in texts), (
+                f"step {snap.step}: no 'seq {seq.seq_id}' label to the left of its table row")
+
+
 def test_the_free_list_is_written_head_first(impl, pictures):
     """The free-list text lists free blocks in allocate() order, not sorted."""
     for snap, art in pictures:
@@ -138,8 +176,20 @@ def test_the_free_list_is_written_head_first(impl, pictures):
         assert got == want, f"step {snap.step}: the free list reads {got!r}, expected {want!r} (head first)"
 
 
-def test_a_trace_becomes_one_png_per_step(impl, tmp_path):
-    """draw_trace writes step-NN.png for every snapshot it is given."""
-    paths = impl.draw_trace(scenario()[-2:], tmp_path)
+def test_a_trace_becomes_one_titled_png_per_step(impl, tmp_path, monkeypatch):
+    """draw_trace writes step-NN.png per snapshot, titled with the step's sentence, and closes its figures."""
+    titles, save = [], matplotlib.figure.Figure.savefig
+
+    def spy(fig, *args, **kwargs):
+        titles.append(fig.axes[0].get_title())
+        return save(fig, *args, **kwargs)
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", spy)
+    snaps, open_before = scenario()[-2:], len(plt.get_fignums())
+    paths = impl.draw_trace(snaps, str(tmp_path))  # a str folder must work too
     assert [p.name for p in paths] == ["step-06.png", "step-07.png"]
-    assert all(p.stat().st_size > 1000 for p in paths), "some PNG is empty"
+    assert titles == [f"step {s.step}: {s.caption}" for s in snaps], f"the pictures are titled {titles}"
+    assert len(plt.get_fignums()) == open_before, "draw_trace leaves figures open: close each after saving"
+    for p in paths:
+        pixels = matplotlib.image.imread(p)[..., :3]  # [h, w, 3] in 0..1
+        inked = float((pixels.min(axis=2) < 0.9).mean())
+        assert inked > 0.05, f"{p.name} is almost blank ({inked:.1%} of its pixels are drawn)"
