@@ -38,6 +38,7 @@ PITCH = 1.25  # grid distance between physical blocks, in layout units
 CELL = 1.05  # side of one physical block
 LABEL_W = 3.4  # width of the "seq A / 9 tok" label column
 NODE_PITCH = 1.1  # distance between free-list nodes
+ROW = 0.82  # distance between block-table rows
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class Layout:
     cols: int  # blocks per grid row
     table_rows: int  # sequence rows reserved
     table_cells: int  # logical slots reserved per row
+    copy_room: bool = False  # some frame draws a copy-on-write arrow under the blocks
 
     @property
     def rows(self) -> int:
@@ -66,7 +68,8 @@ class Layout:
         cols = n if n <= 8 else 6 if n <= 12 else 8 if n <= 32 else 16
         seqs = max(len(s.sequences) for s in snapshots)
         cells = max((len(q.blocks) for s in snapshots for q in s.sequences), default=0)
-        return cls(n, cols, max(2, min(seqs, MAX_SEQS)), max(4, min(cells, MAX_CELLS)))
+        copies = any(s.pending_copies for s in snapshots)
+        return cls(n, cols, max(2, min(seqs, MAX_SEQS)), max(4, min(cells, MAX_CELLS)), copies)
 
     # Derived positions, in units.
     @property
@@ -83,8 +86,8 @@ class Layout:
 
     @property
     def free_y(self) -> float:
-        body = max(self.rows * PITCH, 0.7 + self.table_rows * 1.0)
-        return self.body_y + body + 0.5
+        grid = self.rows * PITCH + (0.6 if self.copy_room else 0.0)  # a copy arrow's label hangs below
+        return self.body_y + max(grid, 0.7 + self.table_rows * ROW) + 0.4  # no idle band above the free list
 
     @property
     def height(self) -> float:
@@ -196,25 +199,25 @@ def _tables(ax, snap, layout, colours):
     seqs = snap.sequences
     shown = seqs if len(seqs) <= layout.table_rows else seqs[:layout.table_rows - 1]
     for r, seq in enumerate(shown):
-        y = layout.body_y + 0.6 + r
+        y = layout.body_y + 0.6 + r * ROW
         colour = style.colour_of(seq.seq_id, colours)
-        ax.add_artist(Rectangle((0.5, y + 0.1), 0.5, 0.7, facecolor=colour, edgecolor=style.INK, lw=0.6))
-        ax.text(1.15, y + 0.45, style.tr("seq {s}", s=seq.seq_id), va="center", fontsize=style.pt(9.5),
+        ax.add_artist(Rectangle((0.5, y + 0.08), 0.5, 0.66, facecolor=colour, edgecolor=style.INK, lw=0.6))
+        ax.text(1.15, y + 0.41, style.tr("seq {s}", s=seq.seq_id), va="center", fontsize=style.pt(9.5),
                 fontweight="bold",
                 gid=f"label-{seq.seq_id}")
-        ax.text(x0 - 0.15, y + 0.45, f"{seq.num_tokens} tok", va="center", ha="right", fontsize=style.pt(8))
+        ax.text(x0 - 0.15, y + 0.41, f"{seq.num_tokens} tok", va="center", ha="right", fontsize=style.pt(8))
         blocks = seq.blocks
         cut = len(blocks) > layout.table_cells
         for i, b in enumerate(blocks[:layout.table_cells - 1] if cut else blocks):
-            ax.add_artist(Rectangle((x0 + i, y + 0.1), 0.9, 0.7, facecolor=colour, edgecolor=style.INK,
+            ax.add_artist(Rectangle((x0 + i, y + 0.08), 0.9, 0.66, facecolor=colour, edgecolor=style.INK,
                                    lw=0.6, gid=f"table-{seq.seq_id}-{i}"))
-            ax.text(x0 + i + 0.45, y + 0.45, str(b), ha="center", va="center", fontsize=style.pt(8.5),
+            ax.text(x0 + i + 0.45, y + 0.41, str(b), ha="center", va="center", fontsize=style.pt(8.5),
                     color=style.text_on(colour))
         if cut:
-            ax.text(x0 + layout.table_cells - 0.55, y + 0.45, f"+{len(blocks) - layout.table_cells + 1}",
+            ax.text(x0 + layout.table_cells - 0.55, y + 0.41, f"+{len(blocks) - layout.table_cells + 1}",
                     ha="center", va="center", fontsize=style.pt(8), color=style.grey("#444444"))
     if len(shown) < len(seqs):
-        ax.text(0.5, layout.body_y + 0.6 + len(shown) + 0.45,
+        ax.text(0.5, layout.body_y + 0.6 + len(shown) * ROW + 0.41,
                 style.tr("... and {n} more sequences", n=len(seqs) - len(shown)),
                 va="center", fontsize=style.pt(8.5), color=style.grey("#444444"))
     if not seqs:

@@ -112,3 +112,13 @@ def test_without_a_cjk_font_chinese_figures_stay_english_with_a_one_line_note(to
     assert capsys.readouterr().err == style.NO_CJK_NOTE + "\n"  # one line, however many figures
     caption = next(t.get_text() for t in fig.axes[0].texts if t.get_gid() == "caption")
     assert caption.startswith("step 5: seq B2 forks from seq B")
+
+
+def test_no_idle_band_between_the_fullest_block_tables_and_the_free_list(tour_snaps):
+    layout = Layout.for_snapshots(tour_snaps)
+    fig = render(tour_snaps[-1], layout=layout)  # the frame with the most table rows
+    ax = fig.axes[0]
+    rows = [p for p in ax.patches if (p.get_gid() or "").startswith("table-")]
+    lowest = max(p.get_y() + p.get_height() for p in rows)
+    title = next(t for t in ax.texts if t.get_text().startswith("free list, head first"))
+    assert 0 < title.get_position()[1] - lowest < 0.7  # layout units (a block is 1.05)
