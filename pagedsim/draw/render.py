@@ -209,10 +209,12 @@ def _tables(ax, snap, layout, colours):
         blocks = seq.blocks
         cut = len(blocks) > layout.table_cells
         for i, b in enumerate(blocks[:layout.table_cells - 1] if cut else blocks):
-            ax.add_artist(Rectangle((x0 + i, y + 0.08), 0.9, 0.66, facecolor=colour, edgecolor=style.INK,
-                                   lw=0.6, gid=f"table-{seq.seq_id}-{i}"))
-            ax.text(x0 + i + 0.45, y + 0.41, str(b), ha="center", va="center", fontsize=style.pt(8.5),
-                    color=style.text_on(colour))
+            dropped = b < 0  # NULL_BLOCK: a sliding window released it
+            ax.add_artist(Rectangle((x0 + i, y + 0.08), 0.9, 0.66, facecolor="white" if dropped else colour,
+                                   edgecolor=style.INK, lw=0.6, ls="--" if dropped else "-",
+                                   gid=f"table-{seq.seq_id}-{i}"))
+            ax.text(x0 + i + 0.45, y + 0.41, "\u2013" if dropped else str(b), ha="center", va="center",
+                    fontsize=style.pt(8.5), color=style.INK if dropped else style.text_on(colour))
         if cut:
             ax.text(x0 + layout.table_cells - 0.55, y + 0.41, f"+{len(blocks) - layout.table_cells + 1}",
                     ha="center", va="center", fontsize=style.pt(8), color=style.grey("#444444"))

@@ -180,3 +180,18 @@ def test_the_scenario_in_the_instructors_kit_runs_without_a_mistake():
     s, pg, out = run_lines(script)
     assert pg.mistakes == 0 and len(s.moments) == 7
     assert [e.kind for e in s.current().events] == ["allocation_failed"]
+
+
+@pytest.mark.draw
+def test_a_block_the_window_released_is_drawn_as_an_empty_dashed_table_cell():
+    from matplotlib.colors import to_hex
+
+    from pagedsim.draw.render import render
+
+    s = Session(Options(window=4))
+    s.run("alloc A 4")
+    s.run("append A 8")
+    ax = render(s.current()).axes[0]
+    cell = next(p for p in ax.patches if p.get_gid() == "table-A-0")
+    assert to_hex(cell.get_facecolor()) == "#ffffff" and cell.get_linestyle() == "--"
+    assert "\u2013" in [t.get_text() for t in ax.texts] and "-1" not in [t.get_text() for t in ax.texts]
