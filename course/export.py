@@ -38,6 +38,8 @@ LEAVE_OUT = (
     "*mutant*",
     "COORD.md",
 )
+PROJECT_TOPS = ("pagedsim", "course", "cuda_kernels", "benchmarks", "figures", "README.md", "pyproject.toml")
+PACKAGES = ("pagedsim/", "course/", "cuda_kernels/")  # what code needs to run (grade's private build)
 SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".hypothesis", "node_modules"}
 
 
@@ -54,16 +56,20 @@ def project_files(root: Path) -> list[str]:
             return sorted(f for f in files if (root / f).is_file())
     except (OSError, subprocess.CalledProcessError):
         pass
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*")
+    # An installed copy (no git): only the project's own folders, never all of site-packages.
+    tops = [root / name for name in PROJECT_TOPS if (root / name).exists()]
+    return sorted(str(p.relative_to(root)) for top in tops for p in ([top] if top.is_file() else top.rglob("*"))
                   if p.is_file() and not SKIP_DIRS & set(p.relative_to(root).parts))
 
 
-def export(dest, root: Path = curriculum.REPO_ROOT) -> list[str]:
-    """Copy the student build into `dest`; returns the relative paths written."""
+def export(dest, root: Path = curriculum.REPO_ROOT, prefixes=None) -> list[str]:
+    """Copy the student build into `dest` (only paths starting with one of `prefixes`, if
+    given); returns the relative paths written."""
     dest = Path(dest)
     if dest.exists() and any(dest.iterdir()):
         raise ValueError(f"{dest} is not empty: choose a new folder")
-    written = [rel for rel in project_files(root) if not left_out(rel)]
+    written = [rel for rel in project_files(root) if not left_out(rel)
+               and (prefixes is None or rel.startswith(tuple(prefixes)))]
     for rel in written:
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,9 @@
 Every (student, exercise) runs `pagedsim check ID --impl FILE --json` in a new
 process group; at the time limit the whole group is killed (SIGKILL), so an endless loop at
 import or inside a check costs exactly `--timeout` seconds and is reported as
-`timeout`. The statuses:
+`timeout`. The checker runs from a private student build (`export-course`, code
+only) made for the run, so the reference solutions are neither importable nor on
+disk where `course.__file__` points. The statuses:
 
     pass     every check passed
     fail     the file imports and runs, some checks fail (their names are listed)
@@ -40,7 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import curriculum
+from . import curriculum, export
 
 STATUSES = ("pass", "fail", "timeout", "error")
 DEFAULT_TIMEOUT = 120.0  # seconds per student x exercise: the checks take ~2-5 s on a slow core
@@ -80,22 +82,23 @@ def child_command(exercise_id: str, path: Path, extra_checks=()) -> list[str]:
     return cmd + (["--extra-checks", *map(str, extra_checks)] if extra_checks else [])
 
 
-def _env() -> dict:
+def _env(root: Path | None = None) -> dict:
+    """The checker's environment: `root` (a student build) first on the import path."""
     env = dict(os.environ, MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1")
-    root = str(curriculum.REPO_ROOT)
+    root = str(root or curriculum.REPO_ROOT)
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
     return env
 
 
 def run_one(student: str, ex_id: str, path: Path, *, timeout: float, extra_checks=(),
-            command=None) -> Result:
+            command=None, build: Path | None = None) -> Result:
     """Grade one file in its own process group; never raises for anything the student did."""
     if not path.is_file():
         return Result(student, ex_id, "error", messages=[f"no file {path.name}"])
     start = time.monotonic()
     scratch = tempfile.TemporaryDirectory(prefix="pagedsim-grade-")  # cwd: files a submission writes land here
     proc = subprocess.Popen((command or child_command)(ex_id, path, extra_checks), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(build),
                             start_new_session=True, cwd=scratch.name)
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -140,10 +143,13 @@ def grade(root, exercise_ids=None, *, timeout: float = DEFAULT_TIMEOUT, extra_ch
     root = Path(root)
     students, exercises = plan(root, exercise_ids)
     jobs = [(s, ex.id, find_submission(root / s, ex).resolve()) for s in students for ex in exercises]
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futures = [pool.submit(run_one, s, i, p, timeout=timeout, extra_checks=extra_checks, command=command)
-                   for s, i, p in jobs]
-        return [f.result() for f in futures]
+    with tempfile.TemporaryDirectory(prefix="pagedsim-grade-build-") as tmp:
+        build = Path(tmp) / "build"  # the code without solutions: nothing to exec or import there
+        export.export(build, prefixes=export.PACKAGES)
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            futures = [pool.submit(run_one, s, i, p, timeout=timeout, extra_checks=extra_checks, command=command,
+                                   build=build) for s, i, p in jobs]
+            return [f.result() for f in futures]
 
 
 def as_json(results) -> dict:

@@ -134,12 +134,15 @@ def test_real_grading_passes_the_correct_file_and_fails_the_stub_and_the_referen
         f"right/{name}": solution_text("3.1"),
         f"stub/{name}": ex.path("stub").read_text(),
         f"thief/{name}": "from course.ch03_kv_block.solutions.ex3_1_first_fit import *\n",
+        f"reader/{name}": "import course, pathlib\nexec((pathlib.Path(course.__file__).parent / "
+                          "'ch03_kv_block/solutions/ex3_1_first_fit.py').read_text())\n",
     })
     got = {r.student: r for r in grade.grade(root, ["3.1"], timeout=240, extra_checks=[hidden])}
     assert got["right"].status == "pass" and got["right"].passed == got["right"].total > 1
     assert got["stub"].status == "fail" and "test_hidden_first_fit_hands_out_offset_zero_first" in got["stub"].failed
     assert got["stub"].total == got["right"].total
-    assert got["thief"].status in ("fail", "error") and got["thief"].passed == 0
+    for cheat in ("thief", "reader"):  # importing the reference, or executing its file's text
+        assert got[cheat].status in ("fail", "error") and got[cheat].passed == 0, got[cheat]
 
 
 @pytest.mark.slow
