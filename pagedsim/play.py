@@ -32,21 +32,19 @@ from .lang import LANGS, detect, t, wrap
 from .play_session import POLICIES, STEPS, Options, Refused, Session
 
 FORMATS = ("png", "svg", "pdf")
-OTHER = {
-    "show": "print the shown step again",
-    "back": "[N] go N steps back in time (default 1)",
-    "forward": "[N] go N steps forward again",
-    "draw": "FILE draw the shown step into FILE (.png, .svg or .pdf)",
-    "help": "this list",
-    "quit": "stop (end of input does the same)",
+OTHER = {  # command -> (arguments, what it does)
+    "show": ("", "print the shown step again"),
+    "back": ("[N]", "go N steps back in time (default 1)"),
+    "forward": ("[N]", "go N steps forward again"),
+    "draw": ("FILE", "draw the shown step into FILE (.png, .svg or .pdf)"),
+    "help": ("", "this list"),
+    "quit": ("", "stop (end of input does the same)"),
 }
 
 
 def help_text() -> str:
-    lines = ["commands:"]
-    lines += [f"  {op} {spec:<13} {what}" for op, (spec, what) in STEPS.items()]
-    lines += [f"  {op:<8} {what}" for op, what in OTHER.items()]
-    return "\n".join(lines)
+    rows = [(f"{op} {spec}".strip(), what) for op, (spec, what) in {**STEPS, **OTHER}.items()]
+    return "\n".join(["commands:"] + [f"  {usage:<20} {what}" for usage, what in rows])
 
 
 class Playground:

@@ -38,7 +38,7 @@ class Refused(ValueError):
 
 # command -> (argument pattern, what it does). SEQ: a name; N: a count; [x]: optional.
 STEPS = {
-    "alloc": ("SEQ N [WORD]", "admit SEQ with an N-token prompt (with --prefix-cache, equal WORDs share a prefix)"),
+    "alloc": ("SEQ N [WORD]", "admit SEQ with an N-token prompt (--prefix-cache: equal WORDs, shared prefix)"),
     "append": ("SEQ [N]", "SEQ decodes N more tokens (default 1)"),
     "fork": ("SEQ CHILD", "CHILD shares every block of SEQ (beam search); counts go up"),
     "free": ("SEQ", "SEQ finishes: its blocks go back, last first"),
