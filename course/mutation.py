@@ -47,29 +47,38 @@ SYMBOL = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv:
 _NEVER_READ = ("pop_blocks fills `out` with a sentinel that every thread overwrites (one thread per entry), "
                "so its value is never observed")
 EQUIVALENT: dict[tuple[str, str], str] = {
-    ("3.7", "operator: out = np.full(num_threads, -2, np.int32)  # -2: a thread that never wrote :: "
+    ("3.7", "operator in pop_blocks: out = np.full(num_threads, -2, np.int32)  # -2: a thread that never wrote :: "
             "unary USub dropped"): _NEVER_READ,
-    ("3.7", "constant: out = np.full(num_threads, -2, np.int32)  # -2: a thread that never wrote :: 2 -> 3"):
+    ("3.7", "constant in pop_blocks: out = np.full(num_threads, -2, np.int32)  # -2: a thread that never wrote :: 2 -> 3"):
         _NEVER_READ,
-    ("3.1", "statement: return None :: deleted"):
+    ("3.1", "statement in allocate: return None :: deleted"):
         "allocate's last line; without it the function falls off its end and returns None all the same",
-    ("3.1", "comparison: while i < len(self.holes) and self.holes[i][0] < start: :: < -> <="):
+    ("3.1", "comparison in free: while i < len(self.holes) and self.holes[i][0] < start: :: "
+            "self.holes[i][0] < start: < -> <="):
         "a freed range never starts where a hole starts (free space and a live range are disjoint), so "
         "holes[i][0] == start never happens on valid input",
-    ("3.1", "comparison: if i > 0 and self.holes[i - 1][0] + self.holes[i - 1][1] == start:  # touches the left "
-            "hole :: > -> >="):
+    ("3.1", "comparison in free: if i > 0 and self.holes[i - 1][0] + self.holes[i - 1][1] == start:  # touches the left "
+            "hole :: i > 0: > -> >="):
         "with i == 0 every hole starts after the freed range, so holes[-1] (the last hole, or the range itself) "
         "never ends exactly at its start: the merge test is false either way",
-    ("3.4a", "statement: return b :: deleted"):
+    ("3.4a", "statement in _check: return b :: deleted"):
         "_check's return value is never used: every caller calls it for the PoolError only",
-    ("3.4a", "comparison: while b != self.tail and len(out) <= self.num_blocks: :: <= -> <"):
+    ("3.4a", "comparison in free_list: while b != self.tail and len(out) <= self.num_blocks: :: "
+             "len(out) <= self.num_blocks: <= -> <"):
         "the length guard only stops a walk of a corrupted (looping) list; on a valid list the tail ends the "
         "walk after at most num_blocks entries either way",
-    ("3.4a", "constant: self.next = [0] * (num_blocks + 2)  # [num_blocks + 2] next node on the free list :: "
+    ("3.4a", "constant in __init__: self.next = [0] * (num_blocks + 2)  # [num_blocks + 2] next node on the free list :: "
              "2 -> 3"): "one unused extra node at the end: no pointer ever names it",
-    ("3.4a", "constant: self.prev = [0] * (num_blocks + 2)  # [num_blocks + 2] previous node on the free list "
+    ("3.4a", "constant in __init__: self.prev = [0] * (num_blocks + 2)  # [num_blocks + 2] previous node on the free list "
              ":: 0 -> 1"): "every prev entry is written (by _push or the sentinel lines) before it is read",
-    ("3.7", "constant: pop_kernel[1, num_threads](stack, top, out) :: 1 -> 2"):
+    ("3.4a", "constant in __init__: self.next = [0] * (num_blocks + 2)  # [num_blocks + 2] next node on the free "
+             "list :: 0 -> 1"): "every next entry is written (by _push or the sentinel lines) before it is read",
+    ("3.4a", "constant in __init__: self.prev = [0] * (num_blocks + 2)  # [num_blocks + 2] previous node on the "
+             "free list :: 2 -> 3"): "one unused extra node at the end: no pointer ever names it",
+    ("3.4a", "statement in __init__: self.prev[self.head], self.next[self.tail] = self.head, self.tail :: deleted"):
+        "prev[head] and next[tail] point out of the list and are never read: walks follow next from the head "
+        "and stop at the tail, and _unlink/_push read the links of blocks and next[head] only",
+    ("3.7", "constant in pop_blocks: pop_kernel[1, num_threads](stack, top, out) :: 1 -> 2"):
         "a second block of threads has i >= out.shape[0] for every thread, so the kernel's guard makes "
         "it do nothing: same outputs, same top",
 }
@@ -83,10 +92,12 @@ class Generic:
     line: int
     change: str  # e.g. "+ -> -"
     source_line: str
+    function: str = ""  # the enclosing function ('' at module level)
 
     @property
     def key(self) -> str:
-        return f"{self.kind}: {self.source_line} :: {self.change}"
+        where = f" in {self.function}" if self.function else ""
+        return f"{self.kind}{where}: {self.source_line} :: {self.change}"
 
 
 def _is_docstring(node, parent) -> bool:
@@ -137,7 +148,9 @@ def _points(tree: ast.Module):
             for k, op in enumerate(node.ops):
                 if type(op) in CMPOPS:
                     new = CMPOPS[type(op)]
-                    out.append((node, "comparison", f"{SYMBOL[type(op)]} -> {SYMBOL[new]}",
+                    left = node.left if k == 0 else node.comparators[k - 1]
+                    what = f"{ast.unparse(left)} {SYMBOL[type(op)]} {ast.unparse(node.comparators[k])}"
+                    out.append((node, "comparison", f"{what}: {SYMBOL[type(op)]} -> {SYMBOL[new]}",
                                 lambda n, k=k, new=new: n.ops.__setitem__(k, new())))
         elif isinstance(node, ast.Constant) and id(node) in in_function:
             v = node.value
@@ -148,9 +161,21 @@ def _points(tree: ast.Module):
     return out
 
 
+def _functions(tree) -> dict[int, str]:
+    """Line number -> name of the innermost function defined over it."""
+    out = {}
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for line in range(fn.lineno, (fn.end_lineno or fn.lineno) + 1):
+                if line not in out or out[line][0] < fn.lineno:
+                    out[line] = (fn.lineno, fn.name)
+    return {line: name for line, (_, name) in out.items()}
+
+
 def generate(exercise_id: str, source: str) -> list[tuple[Generic, str]]:
     """Every generic mutant of `source`, with its mutated source text."""
     lines = source.splitlines()
+    functions = _functions(ast.parse(source))
     count = len(_points(ast.parse(source)))
     out = []
     for index in range(count):
@@ -159,8 +184,8 @@ def generate(exercise_id: str, source: str) -> list[tuple[Generic, str]]:
         apply(node)
         mutated = ast.unparse(ast.fix_missing_locations(tree))
         line = getattr(node, "lineno", 0)
-        out.append((Generic(exercise_id, index, kind, line, change, lines[line - 1].strip() if line else ""),
-                    mutated))
+        out.append((Generic(exercise_id, index, kind, line, change, lines[line - 1].strip() if line else "",
+                            functions.get(line, "")), mutated))
     return out
 
 
