@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import random
 import tempfile
 from dataclasses import dataclass
@@ -44,9 +45,43 @@ SYMBOL = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv:
 
 # (exercise, mutant key) -> why no check can tell it from the solution. The key is
 # "<kind>: <source line, stripped> :: <change>", as `--list` prints it.
+_FIGSIZE = ("new_axes's figure size in inches (given code): every artist sits in data coordinates on an "
+            "equal-aspect axes, so another size scales the same diagram; the checks pin where things are, not inches")
+_COSMETIC = "appearance only (font size, line width, arrow curvature or shrink, title wrapping, PNG dpi): the " \
+            "diagram shows the same blocks, counts, arrows and free list"
+_SAME_Y = "the argument changed is the table column, and only the row's y coordinate ([1]) is used: same value"
+_COUNT_IN_BOX = "the count label moves from 0.1 below the centre to 0.1 above it: still inside its square, below the id"
 _NEVER_READ = ("pop_blocks fills `out` with a sentinel that every thread overwrites (one thread per entry), "
                "so its value is never observed")
 EQUIVALENT: dict[tuple[str, str], str] = {
+    ("3.6", 'operator in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * max(len(snapshot.sequences), 1) + 2 :: + -> - [1]'): _FIGSIZE,
+    ("3.6", 'constant in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * max(len(snapshot.sequences), 1) + 2 :: 2 -> 3'): _FIGSIZE,
+    ("3.6", 'operator in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * max(len(snapshot.sequences), 1) + 2 :: unary USub dropped [1]'): _FIGSIZE,
+    ("3.6", 'operator in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * max(len(snapshot.sequences), 1) + 2 :: * -> /'): _FIGSIZE,
+    ("3.6", 'operator in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * max(len(snapshot.sequences), 1) + 2 :: // -> /'): _FIGSIZE,
+    ("3.6", 'constant in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * max(len(snapshot.sequences), 1) + 2 :: 1.3 -> 2.3'): _FIGSIZE,
+    ("3.6", 'operator in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows + 0.5)) :: + -> - [1]'): _FIGSIZE,
+    ("3.6", 'operator in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows + 0.5)) :: + -> - [2]'): _FIGSIZE,
+    ("3.6", 'operator in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * max(len(snapshot.sequences), 1) + 2 :: unary USub dropped [2]'): _FIGSIZE,
+    ("3.6", 'constant in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * max(len(snapshot.sequences), 1) + 2 :: 1 -> 2'): _FIGSIZE,
+    ("3.6", 'operator in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows + 0.5)) :: * -> / [1]'): _FIGSIZE,
+    ("3.6", 'constant in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows + 0.5)) :: 2.5 -> 3.5'): _FIGSIZE,
+    ("3.6", 'constant in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows + 0.5)) :: 0.5 -> 1.5'): _FIGSIZE,
+    ("3.6", 'constant in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows + 0.5)) :: 1.0 -> 2.0'): _FIGSIZE,
+    ("3.6", 'constant in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows + 0.5)) :: 0.8 -> 1.8'): _FIGSIZE,
+    ("3.6", 'constant in draw_flow: ax.text(x, y + 0.28, f"#{b}", ha="center", va="center", fontsize=7) :: 7 -> 8'): _COSMETIC,
+    ("3.6", 'constant in draw_trace: ax.set_title(f"step {snap.step}: {snap.caption}", fontsize=8, wrap=True) :: 8 -> 9'): _COSMETIC,
+    ("3.6", 'constant in draw_trace: ax.set_title(f"step {snap.step}: {snap.caption}", fontsize=8, wrap=True) :: True -> False'): _COSMETIC,
+    ("3.6", 'constant in draw_trace: fig.savefig(paths[-1], dpi=80, bbox_inches="tight") :: 80 -> 81'): _COSMETIC,
+    ("3.6", 'constant in draw_flow: arrowprops=dict(arrowstyle="->", color="#555555", lw=0.8, shrinkA=8, shrinkB=8, :: 0.8 -> 1.8'): _COSMETIC,
+    ("3.6", 'constant in draw_flow: arrowprops=dict(arrowstyle="->", color="#555555", lw=0.8, shrinkA=8, shrinkB=8, :: 8 -> 9 [1]'): _COSMETIC,
+    ("3.6", 'constant in draw_flow: arrowprops=dict(arrowstyle="->", color="#555555", lw=0.8, shrinkA=8, shrinkB=8, :: 8 -> 9 [2]'): _COSMETIC,
+    ("3.6", 'operator in draw_flow: connectionstyle=f"arc3,rad={0.15 + 0.1 * row}")) :: + -> -'): _COSMETIC,
+    ("3.6", 'constant in draw_flow: connectionstyle=f"arc3,rad={0.15 + 0.1 * row}")) :: 0.15 -> 1.15'): _COSMETIC,
+    ("3.6", 'constant in draw_flow: connectionstyle=f"arc3,rad={0.15 + 0.1 * row}")) :: 0.1 -> 1.1'): _COSMETIC,
+    ("3.6", 'constant in draw_flow: bottom = table_xy(len(snapshot.sequences), 0, n)[1] :: 0 -> 1'): _SAME_Y,
+    ("3.6", 'constant in draw_flow: ax.text(-0.7, table_xy(row, 0, n)[1], f"seq {seq.seq_id}", ha="right", va="center") :: 0 -> 1'): _SAME_Y,
+    ("3.6", 'operator in draw_flow: ax.text(x, y - 0.1, str(count), ha="center", va="center", gid=f"count-{b}") :: - -> +'): _COUNT_IN_BOX,
     ("3.7", "operator in pop_blocks: out = np.full(num_threads, -2, np.int32)  # -2: a thread that never wrote :: "
             "unary USub dropped"): _NEVER_READ,
     ("3.7", "constant in pop_blocks: out = np.full(num_threads, -2, np.int32)  # -2: a thread that never wrote :: 2 -> 3"):
@@ -93,11 +128,12 @@ class Generic:
     change: str  # e.g. "+ -> -"
     source_line: str
     function: str = ""  # the enclosing function ('' at module level)
+    nth: int = 0  # 1, 2, ... when the same change fits several places on the line, in source order
 
     @property
     def key(self) -> str:
         where = f" in {self.function}" if self.function else ""
-        return f"{self.kind}{where}: {self.source_line} :: {self.change}"
+        return f"{self.kind}{where}: {self.source_line} :: {self.change}" + (f" [{self.nth}]" if self.nth else "")
 
 
 def _is_docstring(node, parent) -> bool:
@@ -184,9 +220,18 @@ def generate(exercise_id: str, source: str) -> list[tuple[Generic, str]]:
         apply(node)
         mutated = ast.unparse(ast.fix_missing_locations(tree))
         line = getattr(node, "lineno", 0)
+        col = getattr(node, "col_offset", 0)
         out.append((Generic(exercise_id, index, kind, line, change, lines[line - 1].strip() if line else "",
-                            functions.get(line, "")), mutated))
-    return out
+                            functions.get(line, "")), mutated, col))
+    by_key: dict[str, list] = {}
+    for item in out:
+        by_key.setdefault(item[0].key, []).append(item)
+    numbered = {}
+    for items in by_key.values():
+        if len(items) > 1:
+            for k, item in enumerate(sorted(items, key=lambda it: (it[2], it[0].index)), 1):
+                numbered[item[0].index] = k
+    return [(dataclasses.replace(m, nth=numbered.get(m.index, 0)), text) for m, text, _ in out]
 
 
 @dataclass

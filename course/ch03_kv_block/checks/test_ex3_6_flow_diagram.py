@@ -131,6 +131,15 @@ def test_boxes_sit_on_their_centres_and_the_axes_show_them_all(impl, pictures):
             tx, ty = text.get_position()
             assert x0 <= tx <= x1 and y0 <= ty <= y1, (
                 f"step {snap.step}: the free-list text at ({tx:.1f}, {ty:.1f}) lies outside the axes")
+            edge = impl.table_xy(0, 0, snap.num_blocks)[0] - impl.CELL / 2
+            below = impl.table_xy(len(snap.sequences), 0, snap.num_blocks)[1]
+            assert abs(tx - edge) <= impl.CELL / 2 and abs(ty - below) < 1e-6, (
+                f"step {snap.step}: the free-list text starts at ({tx:.2f}, {ty:.2f}); it belongs under the "
+                f"tables' left edge (x near {edge:.2f}), one row below the last table (y {below:.2f})")
+            top = impl.pool_xy(0)[1] + impl.CELL / 2
+            assert x0 >= edge - 2.1 and y1 <= top + 1 and y0 >= ty - 1.05, (
+                f"step {snap.step}: the axes' limits x {x0:.1f}..{x1:.1f}, y {y0:.1f}..{y1:.1f} leave wide blank "
+                "margins: keep at most one unit around the picture (two on the left)")
 
 
 def test_the_layout_helpers_keep_their_documented_grid(impl):
@@ -162,9 +171,16 @@ def test_every_block_and_entry_is_labelled_inside_its_square(impl, pictures):
                 assert inside(str(b), impl.table_xy(row, i, snap.num_blocks)), (
                     f"step {snap.step}: entry {i} of seq {seq.seq_id} should show its physical block {b} inside")
             x0, y0 = impl.table_xy(row, 0, snap.num_blocks)
-            assert any(t == f"seq {seq.seq_id}" and abs(y - y0) < 1e-6 and x < x0 - impl.CELL / 2
-                       and (ha == "right" or x < x0 - 2) for t, (x, y), ha in texts), (
-                f"step {snap.step}: no 'seq {seq.seq_id}' label to the left of its table row")
+            left = x0 - impl.CELL / 2
+            assert any(t == f"seq {seq.seq_id}" and abs(y - y0) < 1e-6 and left - 1 <= x < left and ha == "right"
+                       for t, (x, y), ha in texts), (
+                f"step {snap.step}: no 'seq {seq.seq_id}' label right-aligned less than a unit left of its row")
+        for b, count in enumerate(snap.ref_counts):
+            ids = [y for t, (x, y), _ in texts if t == f"#{b}"]
+            label = art.get(f"count-{b}")
+            if count and ids and label is not None:
+                assert ids[0] > label.get_position()[1], (
+                    f"step {snap.step}: block {b}'s '#{b}' label should sit above its count, not below it")
 
 
 def test_the_free_list_is_written_head_first(impl, pictures):
