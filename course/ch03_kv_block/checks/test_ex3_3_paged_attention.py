@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from course.i18n import say
 from pagedsim import BlockTable
 
 EXERCISE = "3.3"
@@ -32,11 +33,13 @@ def why_blocks_needed(n, bs, got):
     """The off-by-one behind a wrong blocks_needed(n, bs), in words."""
     head = f"blocks_needed({n}, {bs}) gave {got}; {n} tokens need {-(-n // bs)} block(s)"
     if n == 0:
-        return head + ": no tokens, no blocks"
+        return head + say(": no tokens, no blocks", "：没有 token，就不需要 Block")
     if n % bs and got == n // bs:
-        return head + ": the partly filled last block was dropped; round up (ceil), not down"
+        return head + say(": the partly filled last block was dropped; round up (ceil), not down",
+                          "：漏掉了未填满的最后一个 Block；要向上取整，而不是向下")
     if n % bs == 0 and got == n // bs + 1:
-        return head + ": the tokens fill their blocks exactly, so no extra block (ceil, not floor + 1)"
+        return head + say(": the tokens fill their blocks exactly, so no extra block (ceil, not floor + 1)",
+                          "：token 恰好填满各个 Block，不需要多加一个（向上取整，而不是向下取整再加 1）")
     return head
 
 

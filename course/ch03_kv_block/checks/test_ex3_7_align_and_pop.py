@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course.ch03_kv_block.stepper import Stepper
+from course.i18n import say
 
 EXERCISE = "3.7"
 pytestmark = pytest.mark.ch3_7
@@ -61,9 +62,12 @@ def describe_starts(starts, num_blocks, block_bytes, alignment):
         return f"{call} gave {len(starts)} starts, expected {num_blocks}"
     for i in range(1, num_blocks):
         if starts[i] - starts[i - 1] < block_bytes:
-            return (f"{call}: block {i - 1} starts at {starts[i - 1]} and is {block_bytes} bytes long, but block {i} "
-                    f"starts at {starts[i]}: they overlap by {starts[i - 1] + block_bytes - starts[i]} B. Round the "
-                    f"block size up once to get the stride ({stride}), then start block i at i * stride")
+            return say(f"{call}: block {i - 1} starts at {starts[i - 1]} and is {block_bytes} bytes long, but block "
+                       f"{i} starts at {starts[i]}: they overlap by {starts[i - 1] + block_bytes - starts[i]} B. Round "
+                       f"the block size up once to get the stride ({stride}), then start block i at i * stride",
+                       f"{call}：块 {i - 1} 从 {starts[i - 1]} 开始、长 {block_bytes} 字节，而块 {i} 从 {starts[i]} 开始："
+                       f"两者重叠 {starts[i - 1] + block_bytes - starts[i]} 字节。先把块大小向上取整一次得到步长（{stride}），"
+                       "再让第 i 块从 i × 步长开始")
     bad = [x for x in starts if x % alignment]
     if bad:
         return f"{call} gave {starts}: {bad[0]} is not a multiple of {alignment}"
@@ -97,13 +101,17 @@ def check_pop(stack, top, out, original, log=None):
     assert -2 not in out.tolist(), f"some thread never wrote its result: {out.tolist()}"
     twice = sorted({b for b in handed if handed.count(b) > 1})
     if twice and log is not None and not any(what.startswith("write top") for _, what in log):
-        raise AssertionError(
+        raise AssertionError(say(
             f"two threads handed out block {twice[0]} although every update of top was one atomic step: "
             "a thread that found the stack empty still read a block. The atomic returns the old top; "
-            "the stack was empty when that old value is 0 or less (test old > 0, not old >= 0)")
-    assert not twice, (
+            "the stack was empty when that old value is 0 or less (test old > 0, not old >= 0)",
+            f"每次更新 top 都是一个原子操作，但仍有两个线程拿到了块 {twice[0]}：发现栈已空的线程还是读了一个块。"
+            "原子操作返回旧的 top；旧值 <= 0 表示栈已空（判断 old > 0，而不是 old >= 0）"))
+    assert not twice, say(
         f"two threads popped the same block {twice[0]}: reading top and writing top - 1 are separate "
-        "steps, so another thread read the same top in between; make it one cuda.atomic operation")
+        "steps, so another thread read the same top in between; make it one cuda.atomic operation",
+        f"两个线程弹出了同一个块 {twice[0]}：读 top 和写 top - 1 是分开的两步，另一个线程在中间读到了同一个 top；"
+        "改成一个 cuda.atomic 操作")
     assert set(handed) <= set(original.tolist()), f"handed out {handed}, not all from the free stack"
     want = min(len(original), len(out))
     assert len(handed) == want, (
