@@ -72,7 +72,8 @@ def _alignment_part(sectors) -> None:
           f"sectors instead of 2, but over a whole {worst['tile_bytes']:,}-byte tile only "
           f"{worst['tile_sectors']} instead of 128: {worst['tile_extra']:.1%} more traffic. The chapter "
           "claims ~15% slower kernels; this model predicts under 1%.")
-    _note("a GPU run (benchmarks/gpu_labs.py, alignment part) times the decode kernel on pools 0, 4, 16, 64 "
+    _note("a GPU run (the source repository's benchmarks/gpu_labs.py, alignment part) times the decode "
+          "kernel on pools 0, 4, 16, 64 "
           "and 128 bytes off a 128-B boundary: ~1% slower would agree with the model; ~15% would mean a cost "
           "the model leaves out (e.g. wide vector loads that need aligned addresses).")
 
@@ -85,7 +86,8 @@ def _layout_part(sectors) -> None:
     _note(f"what it means: every load reads whole sectors in both layouts (efficiency fused {eff['fused']:.0%}, "
           f"split {eff['split']:.0%}), so the model predicts about 0% lost by storing K and V apart, "
           "against the chapter's ~30% lower bandwidth utilisation.")
-    _note("a GPU run (benchmarks/gpu_labs.py, layouts part) times the same decode on both layouts: a gap near "
+    _note("a GPU run (the source repository's benchmarks/gpu_labs.py, layouts part) times the same decode "
+          "on both layouts: a gap near "
           "0 agrees with the model; a large one would come from what it ignores (two address streams, DRAM "
           "page locality, prefetching), not from sector counts.")
 
@@ -111,7 +113,8 @@ def _prealloc_part() -> None:
         print(f"  {name:<9} {calls:>4} device allocation(s), {nbytes:>10,} bytes, {secs * 1e3:8.2f} ms")
     _note("what it means: on demand, every new block is a device allocation (a cudaMalloc, and a cudaFree "
           "later); pooled, one allocation at start-up and none while serving. The times above come from "
-          "the simulator (NumPy allocations), not from a GPU; benchmarks/gpu_labs.py (prealloc part) "
+          "the simulator (NumPy allocations), not from a GPU; the source repository's benchmarks/gpu_labs.py "
+          "(prealloc part) "
           "times both strategies on a GPU, where cudaMalloc and cudaFree are driver calls that may synchronise the device.")
 
 
