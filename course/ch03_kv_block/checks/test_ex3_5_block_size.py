@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course.ch03_kv_block.checks._expect import raises
+from course.i18n import say
 from pagedsim import KVCacheManager
 
 EXERCISE = "3.5"
@@ -29,9 +30,11 @@ def manager_waste(lengths, bs):
 def test_waste_counts_the_empty_end_of_each_last_block(impl):
     """Blocks of 16: 16 tokens waste 0, 17 waste 15, 1 wastes 15, so 30 in all."""
     got = impl.waste([16, 17, 1], 16)
-    assert got == 30, (
+    assert got == 30, say(
         f"waste([16, 17, 1], 16) gave {got}, expected 0 + 15 + 15 = 30: a partly filled "
-        "last block is still a whole block (ceil, not floor), and a full one wastes nothing")
+        "last block is still a whole block (ceil, not floor), and a full one wastes nothing",
+        f"waste([16, 17, 1], 16) 得到 {got}，应为 0 + 15 + 15 = 30：未填满的最后一个块也是一整块（向上取整），"
+        "填满的块不浪费")
 
 
 @settings(max_examples=40, derandomize=True, database=None, deadline=None)
@@ -50,9 +53,11 @@ def test_the_largest_block_size_within_budget_and_waste_is_chosen(impl):
     """100 sequences of 520 tokens: blocks of 128 waste 19%, of 64 waste 9.7%, so 64 is chosen."""
     lengths = [520] * 100
     got = impl.choose_block_size(lengths, 1, 10**6, CANDIDATES, 0.1)
-    assert got == 64, f"choose_block_size gave {got}; 128 wastes 19% (> 10%), 64 wastes 9.7%, so 64"
+    assert got == 64, say(f"choose_block_size gave {got}; 128 wastes 19% (> 10%), 64 wastes 9.7%, so 64",
+                          f"choose_block_size 得到 {got}；128 浪费 19%（> 10%），64 浪费 9.7%，所以选 64")
     tight = impl.choose_block_size(lengths, 1, 52_000, CANDIDATES, 0.1)
-    assert tight == 8, f"with a budget of 52,000 bytes only blocks of 8 fit (52,000 slots), got {tight}"
+    assert tight == 8, say(f"with a budget of 52,000 bytes only blocks of 8 fit (52,000 slots), got {tight}",
+                           f"预算 52,000 字节时只有 8 放得下（正好 52,000 个槽位），实际得到 {tight}")
     raises(ValueError, impl.choose_block_size, lengths, 1, 51_999, CANDIDATES, 0.1, match="budget",
            what="choose_block_size with a 51,999-byte budget (no candidate fits)")
 
@@ -101,4 +106,6 @@ def test_the_choice_qualifies_and_no_larger_candidate_does(impl, lengths, bpt, b
                what=f"choose_block_size({lengths}, {bpt}, {budget}, max_waste={limit}) (no candidate qualifies)")
         return
     got = impl.choose_block_size(lengths, bpt, budget, CANDIDATES, limit)
-    assert got == max(good), f"for {lengths}, {budget} bytes, waste <= {limit}: chose {got}, expected {max(good)}"
+    assert got == max(good), say(
+        f"for {lengths}, {budget} bytes, waste <= {limit}: chose {got}, expected {max(good)}",
+        f"对 {lengths}、预算 {budget} 字节、浪费 <= {limit}：选了 {got}，应为 {max(good)}")
