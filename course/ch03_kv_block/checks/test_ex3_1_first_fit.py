@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course.ch03_kv_block.checks._expect import raises
+from course.i18n import say
 from pagedsim import BlockPool
 
 EXERCISE = "3.1"
@@ -34,7 +35,8 @@ def test_allocate_takes_the_front_of_the_first_hole_that_fits(impl):
     """With holes of 2, 8 and 5 slots, a request for 4 goes to the start of the 8-slot hole."""
     a = impl.FirstFit(20)
     a.holes = [(0, 2), (5, 8), (15, 5)]
-    assert a.allocate(4) == 5, "first fit should take the first hole with room (start 5), not a later or smaller one"
+    assert a.allocate(4) == 5, say("first fit should take the first hole with room (start 5), not a later or smaller one",
+                                   "首次适配应取第一个放得下的空洞（起点 5），而不是更靠后或更小的那个")
     assert a.holes == [(0, 2), (9, 4), (15, 5)], f"after taking 4 slots at 5 the holes are {a.holes}"
 
 
@@ -42,7 +44,8 @@ def test_a_hole_of_exactly_the_requested_size_is_used_and_removed(impl):
     """A request the same size as a hole fills it, and the hole disappears from the list."""
     a = impl.FirstFit(10)
     a.holes = [(2, 3), (7, 3)]
-    assert a.allocate(3) == 2, "a hole exactly as big as the request should be used"
+    assert a.allocate(3) == 2, say("a hole exactly as big as the request should be used",
+                                   "大小恰好等于请求的空洞也应被使用（>=，不是 >）")
     assert a.holes == [(7, 3)], f"a filled hole should be removed, holes are {a.holes}"
     assert a.allocate(4) is None and a.holes == [(7, 3)], "a request no hole can hold returns None and changes nothing"
 
@@ -90,7 +93,8 @@ def test_first_fit_matches_a_slot_by_slot_map_on_any_trace(impl, trace):
             fits = [start for start, size in runs(occupied) if size >= arg]
             got = a.allocate(arg)
             want = fits[0] if fits else None
-            assert got == want, f"allocate({arg}) returned {got}; first fit over holes {runs(occupied)} gives {want}"
+            assert got == want, say(f"allocate({arg}) returned {got}; first fit over holes {runs(occupied)} gives {want}",
+                                    f"allocate({arg}) 返回 {got}；在空洞 {runs(occupied)} 上首次适配应得到 {want}")
             if got is not None:
                 occupied[got:got + arg] = [True] * arg
                 live.append((got, arg))
@@ -98,9 +102,10 @@ def test_first_fit_matches_a_slot_by_slot_map_on_any_trace(impl, trace):
             start, size = live.pop(arg % len(live))
             a.free(start, size)
             occupied[start:start + size] = [False] * size
-        assert a.holes == runs(occupied), (
+        assert a.holes == runs(occupied), say(
             f"the holes are {a.holes} but the free slots form the runs {runs(occupied)}: "
-            "holes must be sorted and merged whenever they touch")
+            "holes must be sorted and merged whenever they touch",
+            f"空洞是 {a.holes}，但空闲槽位构成的连续段是 {runs(occupied)}：空洞必须有序，且相邻时要合并")
 
 
 def test_external_fragmentation_is_one_minus_largest_hole_over_free(impl):
