@@ -1,37 +1,50 @@
 """`pagedsim lesson` and `pagedsim check`: the course's two commands.
 
     pagedsim lesson                 list the lessons
-    pagedsim lesson 3.4 [--out DIR] [--no-demo]
+    pagedsim lesson 3.4 [--out DIR] [--no-demo] [--lang en|zh]
     pagedsim check                  list the exercises
-    pagedsim check 3.4a             your stub against its checks
-    pagedsim check 3.4a --impl F    any implementation file against them
+    pagedsim check 3.4a             your file (found in your workspace, see course/workspace.py)
+    pagedsim check 3.4a --impl F    any implementation file
+        [--json] [--timeout S] [--extra-checks PATH ...] [--verbose] [--lang en|zh]
     pagedsim check --all [--solutions]
     pagedsim check --curriculum     refuse missing paths, orphan files, empty hints
-    pagedsim check --mutants        every solution passes and every known bug is caught
+    pagedsim check --mutants [--generic [--sample N]]
+                                    every solution passes, every named bug is caught, and the
+                                    share of generic mutants caught (course/mutation.py)
 
-Exit status 0 means every requested check passed.
+Exit status 0 means every requested check passed; 1 a check failed, timed out or could
+not run; 2 a usage error. With --json the last line of stdout is one JSON object
+(a list with --all).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import tempfile
-import textwrap
 from pathlib import Path
 
-from . import curriculum
+from . import curriculum, i18n, workspace
+from .lessons_text import lesson_text
 
 LESSONS = {s: f"course.ch03_kv_block.lessons.l{s.replace('.', '_')}" for s in
            ("3.1", "3.2", "3.3", "3.4", "3.5", "3.6", "3.7", "3.8")}
 
 
+def _lang_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lang", choices=i18n.LANGS, help="language of the text (default: from the locale, "
+                   "Chinese when LANG or LC_ALL starts with zh, else English)")
+
+
 def lesson_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="pagedsim lesson", description="print and run a chapter-3 lesson")
     p.add_argument("section", nargs="?", help="3.1 ... 3.8")
-    p.add_argument("--out", type=Path, help="where figures go (default: a new temporary folder)")
+    p.add_argument("--out", type=Path, help="where figures go (default: a new temporary folder, printed)")
     p.add_argument("--no-demo", action="store_true", help="print the text only")
+    _lang_arg(p)
     args = p.parse_args(argv)
+    lang = i18n.set_lang(args.lang)
     if args.section is None:
         for s, mod in LESSONS.items():
             print(f"  {s}  {importlib.import_module(mod).TITLE}")
@@ -41,77 +54,87 @@ def lesson_main(argv: list[str]) -> int:
         print(f"pagedsim lesson: no lesson {args.section!r}; choose one of {', '.join(LESSONS)}")
         return 2
     lesson = importlib.import_module(LESSONS[args.section])
-    print(f"== {args.section} {lesson.TITLE} ==\n")
-    print(textwrap.dedent(lesson.TEXT).strip(), "\n")
+    print(lesson_text(lesson, args.section, lang), "\n")
     if not args.no_demo:
         out = args.out or Path(tempfile.mkdtemp(prefix=f"pagedsim-lesson-{args.section}-"))
         out.mkdir(parents=True, exist_ok=True)
-        print("-- demo --")
-        lesson.demo(out)
+        print(i18n.say("-- demo --", "-- 演示 --") + f"  ({i18n.say('files go to', '文件写入')} {out})")
+        from .ch03_kv_block.lessons import NeedsExercise
+        try:
+            lesson.demo(out)
+        except NeedsExercise as e:
+            print(f"({e})")
         print()
-    exercises = [e for e in curriculum.load() if e.section == args.section]
-    for ex in exercises:
-        print(f"exercise {ex.id}: {ex.title}\n  edit   {ex.stub}\n  check  pagedsim check {ex.id}")
+    for ex in (e for e in curriculum.load() if e.section == args.section):
+        mine = workspace.find(ex)
+        where = str(mine) if mine else i18n.say(
+            f"{workspace.DEFAULT}/{Path(ex.stub).name} (create it with `pagedsim workspace`)",
+            f"{workspace.DEFAULT}/{Path(ex.stub).name}（先运行 `pagedsim workspace` 生成）")
+        print(f"{i18n.say('exercise', '练习')} {ex.id}: {ex.title}\n  {i18n.say('edit ', '编辑')}  {where}\n"
+              f"  {i18n.say('check', '检查')}  pagedsim check {ex.id}")
     return 0
 
 
-def _report(outcome, *, verbose_hint: bool) -> None:
+def _report(outcome, *, verbose: bool, hint: bool) -> None:
     ex = outcome.exercise
     if outcome.error:
         print(f"ERROR {ex.id}: {outcome.error}")
     elif outcome.ok:
-        print(f"PASS {ex.id}  {ex.title} ({outcome.passed} checks)")
+        print(f"PASS {ex.id}  {ex.title} ({outcome.passed}/{outcome.total} checks)")
+    else:
+        print(f"{outcome.status.upper()} {ex.id}  {outcome.passed}/{outcome.total} checks pass")
     for reason in outcome.skipped:
         print(f"SKIP {ex.id}: {reason}")
-    shown = set()
+    groups: dict[str, list] = {}
     for f in outcome.failures:
-        if f.message not in shown and len(shown) < 4:
-            print(f"FAIL {ex.id}: {f.message}")
-            shown.add(f.message)
-    if len(outcome.failures) > len(shown):
-        print(f"     ... {len(outcome.failures) - len(shown)} more failing check(s)")
-    if outcome.failures and verbose_hint:
-        print(textwrap.fill(f"hint: {ex.hint}", 100, subsequent_indent="      "))
+        groups.setdefault(f.message, []).append(f.check)
+    for i, (message, checks) in enumerate(groups.items()):
+        if not verbose and i == 4:
+            print("     " + i18n.t("{n} more failing check(s); --verbose shows them all",
+                                    n=sum(map(len, list(groups.values())[4:]))))
+            break
+        many = f"  ({len(checks)} checks)" if len(checks) > 1 else ""
+        print(f"FAIL {ex.id}: {message}{many}" + (f"\n      [{', '.join(checks)}]" if verbose else ""))
+    if outcome.failures and hint:
+        from pagedsim.lang import wrap  # CJK-aware: Chinese has no spaces to break at
+        print("\n".join(wrap(i18n.t("hint: {hint}", hint=ex.hint_in(i18n.lang())), 100)))
 
 
-def _mutants(exercises) -> int:
-    from .ch03_kv_block import mutants
-    from .runner import run_checks
-
-    sol_bad, rows = 0, []
-    with tempfile.TemporaryDirectory(prefix="pagedsim-mutants-") as tmp:
-        for ex in exercises:
-            sol = run_checks(ex, ex.path("solution"))
-            if not sol.ok:
-                sol_bad += 1
-                _report(sol, verbose_hint=False)
-                print(f"  ^ the reference solution of {ex.id} does not pass its own checks")
-            for m in mutants.for_exercise(ex.id):
-                path = Path(tmp) / f"{ex.id.replace('.', '_')}_{m.name}.py"
-                path.write_text(mutants.apply(m, ex.path("solution").read_text()))
-                res = run_checks(ex, path, stop_at_first=True)
-                caught = res.failures[0].check if res.failures else None
-                rows.append((ex.id, m.name, caught or "NOT CAUGHT" + (f" ({res.error})" if res.error else "")))
-    w0, w1 = max(len(r[1]) for r in rows), max(len(r[2]) for r in rows)
-    print(f"{'exercise':<8} | {'mutant':<{w0}} | caught by")
-    print(f"{'-' * 8}-+-{'-' * w0}-+-{'-' * w1}")
-    for r in rows:
-        print(f"{r[0]:<8} | {r[1]:<{w0}} | {r[2]}")
-    caught = sum(1 for r in rows if not r[2].startswith("NOT CAUGHT"))
-    print(f"\n{caught}/{len(rows)} mutants caught; "
-          f"{len(exercises) - sol_bad}/{len(exercises)} solutions pass")
-    return 1 if sol_bad or caught < len(rows) else 0
+def _choose_impl(ex, args) -> tuple[Path, str | None]:
+    """The file to check and, when it is not the user's own choice, a line saying which it is."""
+    if args.impl:
+        return args.impl, None
+    if args.solutions:
+        return ex.path("solution"), None
+    mine = workspace.find(ex)
+    if mine:
+        return mine, i18n.t("checking {path}", path=mine)
+    return ex.path("stub"), i18n.say(
+        f"no workspace file for {ex.id}: checking the untouched stub. Run `pagedsim workspace` once, "
+        f"then edit {workspace.DEFAULT}/{Path(ex.stub).name}",
+        f"没有找到 {ex.id} 的工作区文件，检查的是原始模板。先运行一次 `pagedsim workspace`，"
+        f"再编辑 {workspace.DEFAULT}/{Path(ex.stub).name}")
 
 
 def check_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="pagedsim check", description="run an exercise's checks")
     p.add_argument("exercise", nargs="?", help="an exercise id such as 3.4a")
-    p.add_argument("--impl", type=Path, help="check this file instead of the exercise's stub")
+    p.add_argument("--impl", type=Path, help="check this file instead of your workspace's")
     p.add_argument("--all", action="store_true", help="every exercise, in course order")
     p.add_argument("--solutions", action="store_true", help="check the reference solutions")
+    p.add_argument("--json", action="store_true", help="print one JSON object per exercise (machine-readable)")
+    p.add_argument("--timeout", type=float, metavar="S", help="seconds allowed per check and for importing "
+                   "the file (default 60)")
+    p.add_argument("--extra-checks", nargs="+", type=Path, default=[], metavar="PATH",
+                   help="more pytest files to run against the same file (fixtures: impl, kernels)")
+    p.add_argument("--verbose", "-v", action="store_true", help="show every failing check")
     p.add_argument("--curriculum", action="store_true", help="validate course/curriculum.toml")
     p.add_argument("--mutants", action="store_true", help="prove the checks catch the known bugs")
+    p.add_argument("--generic", action="store_true", help="with --mutants: also measure generic mutants")
+    p.add_argument("--sample", type=int, metavar="N", help="with --generic: N generic mutants per exercise")
+    _lang_arg(p)
     args = p.parse_args(argv)
+    i18n.set_lang(args.lang)
     exercises = curriculum.load()
     if args.curriculum:
         found = curriculum.problems(exercises)
@@ -120,7 +143,13 @@ def check_main(argv: list[str]) -> int:
         print("curriculum: OK" if not found else f"curriculum: {len(found)} problem(s)")
         return 1 if found else 0
     if args.mutants:
-        return _mutants(exercises)
+        try:
+            from .mutants_report import report
+        except ImportError:
+            print("pagedsim check --mutants: not part of this build (the student copy has no mutants)")
+            return 2
+        chosen = [curriculum.find(args.exercise, exercises)] if args.exercise else exercises
+        return report(chosen, generic=args.generic, sample=args.sample)
     if args.all:
         chosen = exercises
     elif args.exercise:
@@ -131,20 +160,29 @@ def check_main(argv: list[str]) -> int:
             return 2
     else:
         for ex in exercises:
-            print(f"  {ex.id:<5} {ex.title}\n        {ex.stub}")
-        print("\ncheck one with `pagedsim check 3.1`")
+            mine = workspace.find(ex)
+            print(f"  {ex.id:<5} {ex.title}\n        {mine or Path(workspace.DEFAULT) / Path(ex.stub).name}")
+        print("\ncheck one with `pagedsim check 3.1`" + ("" if any(map(workspace.find, exercises)) else
+              "; first copy the stubs to a workspace with `pagedsim workspace`"))
         return 0
-    if args.impl and len(chosen) != 1:
-        print("pagedsim check: --impl needs exactly one exercise id")
+    if (args.impl or args.extra_checks) and len(chosen) != 1:
+        print("pagedsim check: --impl and --extra-checks need exactly one exercise id")
         return 2
     from .runner import run_checks
 
-    failed = 0
+    results = []
     for ex in chosen:
-        impl = args.impl or ex.path("solution" if args.solutions else "stub")
-        outcome = run_checks(ex, impl)
-        _report(outcome, verbose_hint=not args.solutions and len(chosen) == 1)
-        failed += not outcome.ok
-    if len(chosen) > 1:
-        print(f"\n{len(chosen) - failed}/{len(chosen)} exercises pass")
-    return 1 if failed else 0
+        impl, note = _choose_impl(ex, args)
+        if note and not args.json:
+            print(note)
+        outcome = run_checks(ex, impl, seconds=args.timeout, extra_checks=args.extra_checks)
+        results.append(outcome)
+        if not args.json:
+            _report(outcome, verbose=args.verbose, hint=not args.solutions and len(chosen) == 1)
+    if args.json:
+        objs = [o.as_json() for o in results]
+        print(json.dumps(objs[0] if len(objs) == 1 and not args.all else objs, ensure_ascii=False))
+    elif len(chosen) > 1:
+        ok = sum(o.ok for o in results)
+        print("\n" + i18n.t("{ok}/{n} exercises pass", ok=ok, n=len(chosen)))
+    return 0 if all(o.ok for o in results) else 1

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 COURSE_DIR = Path(__file__).resolve().parent
-REPO_ROOT = COURSE_DIR.parent
+REPO_ROOT = COURSE_DIR.parent  # the folder holding the `course` package: the repository, or site-packages
 CURRICULUM = COURSE_DIR / "curriculum.toml"
 FIELDS = ("id", "section", "title", "stub", "solution", "checks", "marker", "hint")
 # Folders whose every .py file must be named by some entry (orphans are refused).
 OWNED_DIRS = {"stub": "course/ch03_kv_block/exercises", "solution": "course/ch03_kv_block/solutions",
-              "checks": "tests/course/ch03"}
+              "checks": "course/ch03_kv_block/checks"}
 
 
 @dataclass(frozen=True)
@@ -27,11 +27,15 @@ class Exercise:
     id: str  # "3.4a"
     section: str  # "3.4": the lesson it belongs to
     title: str
-    stub: str  # repo-relative path of the file the student edits
-    solution: str  # repo-relative path of the reference solution
-    checks: tuple  # repo-relative paths of pytest files
+    stub: str  # path (relative to REPO_ROOT) of the stub copied to the student's workspace
+    solution: str  # path of the reference solution
+    checks: tuple  # paths of the pytest files, shipped in the package
     marker: str  # pytest marker, e.g. "ch3_4"
     hint: str
+    hint_zh: str = ""  # the hint in Chinese (optional; English is shown when empty)
+
+    def hint_in(self, lang: str) -> str:
+        return self.hint_zh if lang == "zh" and self.hint_zh else self.hint
 
     def path(self, field: str) -> Path:
         return REPO_ROOT / getattr(self, field)
@@ -68,7 +72,7 @@ def load(path: Path = CURRICULUM) -> list[Exercise]:
         if missing:
             raise ValueError(f"curriculum entry {i + 1} lacks {missing}")
         out.append(Exercise(**{f: entry[f] for f in FIELDS[:5]}, checks=tuple(entry["checks"]),
-                            marker=entry["marker"], hint=entry["hint"]))
+                            marker=entry["marker"], hint=entry["hint"], hint_zh=entry.get("hint_zh", "")))
     return out
 
 

@@ -1,25 +1,87 @@
-"""Which implementation a check is looking at: the solution, the student's stub, or any file.
+"""Which implementation a check is looking at: the solution, the student's file, or any file.
 
-The checks never import an exercise module by name. They call `load_impl("3.4a")`,
-which reads two environment variables set by `pagedsim check`:
+The checks never import an exercise module by name. They call `load_impl("3.4a")`
+(or take the `impl` fixture), which reads two environment variables set by
+`pagedsim check`:
 
     PAGEDSIM_IMPL      path of the implementation file to load
     PAGEDSIM_EXERCISE  the exercise that path implements
 
 When they are unset (or name another exercise), the reference solution is loaded, so
 a plain `pytest` run checks the solutions and stays green.
+
+A file is imported once per (path, mtime, size). Its import runs under a time limit
+(PAGEDSIM_CHECK_SECONDS, 60 s by default), so a loop at module level ends as a
+CheckTimeout; an import that failed fails the same way again at every later check
+instead of being re-run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from . import curriculum
 
-_cache: dict = {}  # (path, mtime, size) -> module
+DEFAULT_SECONDS = 60.0
+_cache: dict = {}  # (path, mtime, size) -> module, or the BaseException its import raised
+
+
+class CheckTimeout(BaseException):
+    """Raised in code that ran too long; a BaseException so Hypothesis does not retry it."""
+
+
+class ImportFailed(Exception):
+    """The implementation file could not be imported (syntax error, exception, sys.exit)."""
+
+
+class ImportTimeout(ImportFailed):
+    """Importing the implementation file ran past the time limit (a loop at module level)."""
+
+
+def _import_failure(e: BaseException, path: Path) -> ImportFailed:
+    if isinstance(e, SyntaxError):
+        what = f"your file does not parse: line {e.lineno}: {e.msg}"
+    elif isinstance(e, SystemExit):
+        what = f"your file called sys.exit({e.code!r}) while being imported"
+    else:
+        tb, line = e.__traceback__, None
+        while tb is not None:
+            if Path(tb.tb_frame.f_code.co_filename).resolve() == path:
+                line = tb.tb_lineno
+            tb = tb.tb_next
+        at = f" (line {line} of your file)" if line else ""
+        what = f"importing your file raised {type(e).__name__}: {e}{at}"
+    failed = ImportFailed(what)
+    failed.__cause__ = e
+    return failed
+
+
+def check_seconds() -> float:
+    return float(os.environ.get("PAGEDSIM_CHECK_SECONDS") or DEFAULT_SECONDS)
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float, what: str):
+    """Raise CheckTimeout in the main thread if the block runs longer than `seconds`."""
+    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def too_long(signum, frame):
+        raise CheckTimeout(f"{what} ran for over {seconds:g} s: is there an endless loop?")
+    previous = signal.signal(signal.SIGALRM, too_long)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def impl_path(exercise_id: str) -> Path:
@@ -39,6 +101,16 @@ def load_impl(exercise_id: str):
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # dataclasses and pickling look the module up by name
-        spec.loader.exec_module(module)
-        _cache[key] = module
-    return _cache[key]
+        try:
+            with time_limit(check_seconds(), "importing your file"):
+                spec.loader.exec_module(module)
+            _cache[key] = module
+        except BaseException as e:  # noqa: BLE001 - SystemExit and timeouts included, re-raised below
+            sys.modules.pop(name, None)
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            _cache[key] = ImportTimeout(str(e)) if isinstance(e, CheckTimeout) else _import_failure(e, path)
+    found = _cache[key]
+    if isinstance(found, BaseException):
+        raise found
+    return found

@@ -22,6 +22,10 @@ COMMANDS = {
     "lesson": ("course.cli:lesson_main", "print and run a chapter-3 lesson, e.g. `lesson 3.4`"),
     "check": ("course.cli:check_main", "check an exercise, e.g. `check 3.4a`"),
     "conform": ("pagedsim.testing.conform:main", "check your own block manager against the model"),
+    "workspace": ("course.workspace:main", "copy the exercise stubs to your own folder (default ./pagedsim-work)"),
+    "grade": ("course.grade:main", "grade a folder of submissions, one process each, with a time limit"),
+    "export-course": ("course.export:main", "write a student copy of the course without the solutions"),
+    "play": ("pagedsim.play:main", "a playground: type alloc/append/fork/free and watch the blocks"),
 }
 
 

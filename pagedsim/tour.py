@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 
+from . import tour_zh
+from .describe_zh import caption
 from .errors import OutOfBlocks
+from .lang import LANGS, detect, display_width, t, wrap
 from .manager import KVCacheManager
 from .trace import Snapshot
 
@@ -52,6 +56,7 @@ SCRIPT = [
      lambda m: m.append_tokens("C", 1)),
 ]
 
+WHY_START = "3.1: every block is created up front and starts on the free list."
 OUT_OF_BLOCKS_NOTE = (
     "The pool ran dry. The chapter's allocate() would call evict_blocks() here; a real "
     "scheduler (vLLM) instead preempts a sequence -- frees its blocks and recomputes it "
@@ -72,34 +77,47 @@ def tour_manager(steps: int | None = None) -> KVCacheManager:
     return m
 
 
-def format_snapshot(s: Snapshot, per_row: int = 6) -> str:
+CELL = 18  # characters per physical-block cell in the text picture
+
+
+def format_snapshot(s: Snapshot, per_row: int | None = None, width: int = 100, lang: str = "en") -> str:
+    """The snapshot as text: free list, block tables, pending copies, physical blocks.
+    No line is wider than `width` columns; `per_row` blocks per row (default: as many as fit)."""
+    per_row = per_row or max(1, (width - 4) // CELL)
+    say = lambda template, **kw: t(template, lang, tour_zh.ZH, **kw)  # noqa: E731
     owners = {b: [] for b in range(s.num_blocks)}
     for seq in s.sequences:
         for b in seq.blocks:
             if b >= 0:
                 owners[b].append(str(seq.seq_id))
-    free = " -> ".join(map(str, s.free_list)) or "(empty)"
-    lines = [f"  free list, head first ({len(s.free_list)} free): {free}", "  block tables:"]
+    free = " -> ".join(map(str, s.free_list)) or say("(empty)")
+    lines = [say("  free list, head first ({n} free): {free}", n=len(s.free_list), free=free),
+             say("  block tables:")]
     for seq in s.sequences or ():
-        mapping = ", ".join(f"{i}->{b}" for i, b in enumerate(seq.blocks))
+        mapping = ", ".join(f"{i}->{b if b >= 0 else 'dropped'}" for i, b in enumerate(seq.blocks))
         lines.append(f"    {str(seq.seq_id):<3} {seq.num_tokens:>3} tokens   logical->physical: {mapping}")
     if not s.sequences:
-        lines.append("    (no sequences)")
+        lines.append(say("    (no sequences)"))
     if s.pending_copies:
-        lines.append(f"  copy-on-write pairs for the copy_blocks kernel (src, dst): "
-                     f"{list(s.pending_copies)}")
-    lines.append("  physical blocks (owners, ref count, fill):")
+        lines.append(say("  copy-on-write pairs for the copy_blocks kernel (src, dst): {pairs}",
+                         pairs=list(s.pending_copies)))
+    lines.append(say("  physical blocks (owners, ref count, fill): {used} used, {shared} shared, {free} free",
+                     used=sum(1 for c in s.ref_counts if c), shared=sum(1 for c in s.ref_counts if c > 1),
+                     free=len(s.free_list)))
     for start in range(0, s.num_blocks, per_row):
-        ids = range(start, min(start + per_row, s.num_blocks))
         cells = []
-        for b in ids:
+        for b in range(start, min(start + per_row, s.num_blocks)):
             if s.ref_counts[b] == 0:
-                cells.append(f"#{b:<2} free".ljust(17))
+                cell = f"#{b:<2} {say('free')}"
             else:
-                who = "+".join(owners[b])
-                cells.append(f"#{b:<2} {who} x{s.ref_counts[b]} {s.block_fill[b]}/{s.block_size}".ljust(17))
+                cell = f"#{b:<2} {'+'.join(owners[b])} x{s.ref_counts[b]} {s.block_fill[b]}/{s.block_size}"
+            cells.append(cell + " " * max(0, CELL - 1 - display_width(cell)))
         lines.append("    " + " ".join(cells).rstrip())
-    return "\n".join(lines)
+    return "\n".join(out for line in lines for out in wrap(line, width))
+
+
+def terminal_width() -> int:
+    return shutil.get_terminal_size((100, 24)).columns
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,27 +125,49 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=None, help="stop after N steps")
     p.add_argument("--json", action="store_true", help="print the recorded trace as JSON")
     p.add_argument("--draw", metavar="DIR", help="also write PNG frames and a GIF into DIR")
+    p.add_argument("--width", type=int, default=None, metavar="N",
+                   help="no output line wider than N columns (default: the terminal's width)")
+    p.add_argument("--step", action="store_true", help="wait for Enter between steps (live use)")
+    p.add_argument("--lang", choices=LANGS, default=None,
+                   help="en or zh (default: from PAGEDSIM_LANG or the locale)")
     args = p.parse_args(argv)
     if args.steps is not None and args.steps < 0:
         p.error("--steps must be >= 0")
+    if args.width is not None and args.width < 40:
+        p.error("--width must be at least 40")
+    lang, width = detect(args.lang), args.width or terminal_width()
+    say = lambda template, **kw: t(template, lang, tour_zh.ZH, **kw)  # noqa: E731
     m = tour_manager(args.steps)
     snaps = m.trace.snapshots
     if args.json:
         json.dump(m.trace.to_dict(), sys.stdout, indent=1, default=str)
         print()
     else:
-        print(f"pagedsim tour: chapter 3 on a pool of {NUM_BLOCKS} blocks x {BLOCK_SIZE} tokens "
-              f"(free order: LIFO, as in the chapter)\n")
+        show = lambda text: print("\n".join(o for line in text.split("\n") for o in wrap(line, width)))  # noqa: E731
+        show(say("pagedsim tour: chapter 3 on a pool of {n} blocks x {b} tokens (free order: LIFO, as in "
+                 "the chapter)", n=NUM_BLOCKS, b=BLOCK_SIZE) + "\n")
         for s in snaps:
-            why = SCRIPT[s.step - 1][0] if s.step else "3.1: every block is created up front and starts on the free list."
-            print(f"step {s.step}: {s.caption}\n  why: {why}")
-            print(format_snapshot(s))
+            if lang == "zh":
+                why = tour_zh.WHY[s.step - 1] if s.step else tour_zh.WHY_START
+            else:
+                why = SCRIPT[s.step - 1][0] if s.step else WHY_START
+            show(say("step {k}: {caption}", k=s.step, caption=caption(s, lang)))
+            show(say("  why: {why}", why=why))
+            print(format_snapshot(s, width=width, lang=lang))
             print()
+            if args.step and s is not snaps[-1]:
+                print(say("press Enter for the next step (q to stop)"), end=" ", flush=True)
+                answer = sys.stdin.readline()
+                if not answer or answer.strip().lower() == "q":
+                    print()
+                    return 0
         if any(e.kind == "allocation_failed" for e in snaps[-1].events):
-            print(OUT_OF_BLOCKS_NOTE)
+            show(tour_zh.OUT_OF_BLOCKS_NOTE if lang == "zh" else OUT_OF_BLOCKS_NOTE)
     if args.draw:
-        from .draw.animate import write_trace  # matplotlib only when asked for
+        from .draw import style  # matplotlib only when asked for
+        from .draw.animate import write_trace
 
-        for path in write_trace(snaps, args.draw):
-            print(f"wrote {path}", file=sys.stderr)
+        with style.output(lang=lang):
+            for path in write_trace(snaps, args.draw):
+                print(f"wrote {path}", file=sys.stderr)
     return 0

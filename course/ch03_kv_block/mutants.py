@@ -4,7 +4,9 @@ Each mutant is a small patch of one solution file: `old` must occur exactly once
 it and is replaced by `new`. `pagedsim check --mutants` writes every patched file to a
 temporary folder, runs the exercise's checks against it, and fails unless some check
 fails (the mutant is "caught"); it also runs each unpatched solution, which must pass.
-The table in README.md ("Mistakes these checks catch") lists the same mutants.
+course/INSTRUCTORS.md lists the same mutants (never the students' README: it would spoil
+the exercises). The last group are wrong attempts that a student trying the course
+really made and that once passed.
 """
 
 from __future__ import annotations
@@ -148,4 +150,24 @@ MUTANTS += [
       "        b = self.next[self.head]\n        if b == self.tail:\n            raise PoolError(\"no free block\")",
       "        free = self.free_list()\n        b = free[0] if free else self.tail\n"
       "        if b == self.tail:\n            raise PoolError(\"no free block\")"),
+]
+MUTANTS += [
+    # wrong attempts seen when a student went through the course (issue "course v2")
+    M("3.4b", "free_table_first_to_last", "free_table frees the blocks first to last, so the free list order "
+      "differs from vLLM's", "    for b in reversed(table):", "    for b in table:"),
+    M("3.7", "starts_rounded_one_by_one", "block_starts rounds each start up instead of the stride: "
+      "1,200-byte blocks 1 and 2 overlap", "    stride = align_up(block_bytes, alignment)\n"
+      "    return [i * stride for i in range(num_blocks)]",
+      "    return [align_up(i * block_bytes, alignment) for i in range(num_blocks)]"),
+    M("3.7", "empty_test_includes_zero", "the pop is atomic but takes old >= 0 as non-empty",
+      "        if old > 0:", "        if old >= 0:"),
+    M("3.2", "dtype_default_fp32", "dtype_bytes defaults to 4 instead of 2 (FP16)",
+      "dtype_bytes: int = 2", "dtype_bytes: int = 4"),
+    M("3.5", "waste_limit_exclusive", "a waste fraction exactly at max_waste is refused (< instead of <=)",
+      "waste_fraction(lengths, bs) <= max_waste", "waste_fraction(lengths, bs) < max_waste"),
+    M("3.3", "extra_block_when_full", "blocks_needed adds a block even when the tokens fill their blocks",
+      "    return -(-num_tokens // block_size)", "    return num_tokens // block_size + 1"),
+    M("3.6", "box_corner_on_the_centre", "each block's rectangle is placed with its corner, not its centre, "
+      "on pool_xy", "ax.add_patch(Rectangle((x - CELL / 2, y - CELL / 2), CELL, CELL, gid=f\"block-{b}\"",
+      "ax.add_patch(Rectangle((x, y), CELL, CELL, gid=f\"block-{b}\""),
 ]

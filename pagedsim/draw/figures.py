@@ -1,4 +1,7 @@
-"""`pagedsim figures [--out DIR] [--only NAME ...] [--list]`: regenerate the chapter's figures.
+"""`pagedsim figures`: regenerate the chapter's figures.
+
+    pagedsim figures [--out DIR] [--only NAME ...] [--list]
+                     [--format png|svg|pdf] [--dpi N] [--style paper|projector] [--lang en|zh]
 
 Figure makers are collected from three registries, each a dict
 `name -> maker(out_dir: Path) -> list[Path]`:
@@ -9,7 +12,9 @@ Figure makers are collected from three registries, each a dict
 
 Every maker uses fixed seeds, so running this twice writes the same files. The
 default output folder is `figures/` relative to the current directory: run it from
-the repository root to refresh the committed figures.
+the repository root to refresh the committed figures (the defaults: PNG, 100 dpi,
+the paper style). `--format svg` keeps every label as editable text, `--dpi 300`
+prints sharp, and `--style projector` makes slide figures (see `style.output`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # figures are files: never open a window
+
+from . import style  # noqa: E402
 
 REGISTRIES = ("figures_ch3", "figures_workloads", "figures_labs")
 
@@ -45,7 +52,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="output folder (default: figures/ under the current directory)")
     p.add_argument("--only", nargs="+", metavar="NAME", help="make only these figures")
     p.add_argument("--list", action="store_true", help="list the figure names and exit")
+    p.add_argument("--format", choices=style.FORMATS, default="png",
+                   help="png (default), svg (text stays text) or pdf; GIFs stay GIFs")
+    p.add_argument("--dpi", type=int, default=None, help=f"resolution (default {style.DPI})")
+    p.add_argument("--style", choices=tuple(style.LOOKS), default="paper",
+                   help="paper (default, the committed figures) or projector (big text, strong colours)")
+    p.add_argument("--lang", choices=("en", "zh"), default="en",
+                   help="label language (zh needs a CJK font; the committed figures are en)")
     args = p.parse_args(argv)
+    if args.dpi is not None and not 10 <= args.dpi <= 2400:
+        p.error("--dpi must be in 10..2400")
     makers = collect()
     if args.list:
         for name, maker in makers.items():
@@ -61,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for name, maker in makers.items():
         start = time.perf_counter()
-        paths = maker(out)
+        with style.output(fmt=args.format, dpi=args.dpi, look=args.style, lang=args.lang):
+            paths = maker(out)
         took = time.perf_counter() - start
         for path in paths:
             print(f"{name}: wrote {path} ({Path(path).stat().st_size:,} bytes, {took:.1f} s)")

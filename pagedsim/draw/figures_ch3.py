@@ -9,14 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib.pyplot as plt
-import numpy as np
-from PIL import Image
-
-from ..trace import AllocationFailed, CopyOnWrite, SequenceAdded, SequenceForked, SequenceFreed
-from . import anatomy, flow, style, tradeoff
+from . import anatomy, flow, fragmentation, scenario, tradeoff
 from .animate import write_gif
-from .render import Layout, render
+from .scenario import key_frames  # noqa: F401 -- part of this module's interface
 
 
 def tour_snapshots() -> list:
@@ -26,39 +21,11 @@ def tour_snapshots() -> list:
     return tour_manager().trace.snapshots
 
 
-STRIP_COLS, STRIP_GAP = 2, 12  # key frames per row, pixels between them
-
-
-def key_frames(snapshots) -> list[int]:
-    """The start, then the first step of each kind the chapter discusses, in trace order."""
-    picks = {0}
-    for kind in (SequenceAdded, SequenceForked, CopyOnWrite, SequenceFreed, AllocationFailed):
-        k = next((i for i, s in enumerate(snapshots) if any(isinstance(e, kind) for e in s.events)), None)
-        if k is not None:
-            picks.add(k)
-    return sorted(picks)
-
-
 def make_tour(out_dir: Path) -> list[Path]:
-    """3.4: the tour as an animated GIF, plus a PNG strip of its key frames."""
+    """3.4: the tour as an animated GIF, plus its key frames drawn as one (vector) figure."""
     snaps = tour_snapshots()
-    layout, colours = Layout.for_snapshots(snaps), style.seq_colours(snaps)
-    fig, tiles = None, []
-    for k in key_frames(snaps):
-        fig = render(snaps[k], fig, layout=layout, colours=colours)
-        fig.canvas.draw()
-        tiles.append(np.asarray(fig.canvas.buffer_rgba())[..., :3].copy())  # [H, W, 3]
-    plt.close(fig)
-    h, w, _ = tiles[0].shape
-    cols, gap = STRIP_COLS, STRIP_GAP
-    rows = -(-len(tiles) // cols)
-    strip = np.full((rows * (h + gap) - gap, cols * (w + gap) - gap, 3), 170, np.uint8)  # grey gutters
-    for i, tile in enumerate(tiles):
-        r, c = divmod(i, cols)
-        strip[r * (h + gap):r * (h + gap) + h, c * (w + gap):c * (w + gap) + w] = tile
-    png = Path(out_dir) / "3.4-tour-key-frames.png"
-    Image.fromarray(strip).save(png, optimize=True)
-    return [write_gif(snaps, Path(out_dir) / "3.4-tour.gif"), png]
+    return [write_gif(snaps, Path(out_dir) / "3.4-tour.gif"),
+            scenario.write_strip(snaps, Path(out_dir) / "3.4-tour-key-frames.png")]
 
 
 def make_core_flow(out_dir: Path) -> list[Path]:
@@ -67,6 +34,7 @@ def make_core_flow(out_dir: Path) -> list[Path]:
 
 
 FIGURES = {
+    "3.1-fragmentation": fragmentation.make,
     "3.2-block-anatomy": anatomy.make_anatomy,
     "3.3-logical-vs-physical": flow.make_logical_physical,
     "3.4-tour": make_tour,

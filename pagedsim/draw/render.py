@@ -25,9 +25,11 @@ import textwrap
 from dataclasses import dataclass
 
 from matplotlib.colors import to_hex
+from matplotlib.lines import Line2D
 from matplotlib.patches import Circle, FancyArrowPatch, Patch, Rectangle
 from matplotlib.text import Text
 
+from ..describe_zh import caption
 from . import style
 
 MAX_SEQS = 8  # table rows drawn; with more sequences the last row summarises the rest
@@ -36,6 +38,7 @@ PITCH = 1.25  # grid distance between physical blocks, in layout units
 CELL = 1.05  # side of one physical block
 LABEL_W = 3.4  # width of the "seq A / 9 tok" label column
 NODE_PITCH = 1.1  # distance between free-list nodes
+ROW = 0.82  # distance between block-table rows
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class Layout:
     cols: int  # blocks per grid row
     table_rows: int  # sequence rows reserved
     table_cells: int  # logical slots reserved per row
+    copy_room: bool = False  # some frame draws a copy-on-write arrow under the blocks
 
     @property
     def rows(self) -> int:
@@ -53,7 +57,7 @@ class Layout:
 
     @property
     def unit(self) -> float:  # inches per layout unit: a little smaller for big pools
-        return 0.5 if self.num_blocks <= 32 else 0.4
+        return (0.5 if self.num_blocks <= 32 else 0.4) * style.look().scale
 
     @classmethod
     def for_snapshots(cls, snapshots) -> "Layout":
@@ -64,7 +68,8 @@ class Layout:
         cols = n if n <= 8 else 6 if n <= 12 else 8 if n <= 32 else 16
         seqs = max(len(s.sequences) for s in snapshots)
         cells = max((len(q.blocks) for s in snapshots for q in s.sequences), default=0)
-        return cls(n, cols, max(2, min(seqs, MAX_SEQS)), max(4, min(cells, MAX_CELLS)))
+        copies = any(s.pending_copies for s in snapshots)
+        return cls(n, cols, max(2, min(seqs, MAX_SEQS)), max(4, min(cells, MAX_CELLS)), copies)
 
     # Derived positions, in units.
     @property
@@ -81,12 +86,12 @@ class Layout:
 
     @property
     def free_y(self) -> float:
-        body = max(self.rows * PITCH, 0.7 + self.table_rows * 1.0)
-        return self.body_y + body + 0.6
+        grid = self.rows * PITCH + (0.6 if self.copy_room else 0.0)  # a copy arrow's label hangs below
+        return self.body_y + max(grid, 0.7 + self.table_rows * ROW) + 0.4  # no idle band above the free list
 
     @property
     def height(self) -> float:
-        return self.free_y + 1.7
+        return self.free_y + 2.25  # the free list, then the legend
 
 
 def render(snapshot, fig=None, *, ax=None, layout: Layout | None = None, colours=None):
@@ -108,6 +113,7 @@ def render(snapshot, fig=None, *, ax=None, layout: Layout | None = None, colours
         else:  # reuse the figure (a frame loop); give it this layout's size
             fig.clear()
             fig.set_size_inches(*size)
+        fig._pagedsim_scaled = True  # the look's scale is in layout.unit already
         ax = fig.add_axes((0, 0, 1, 1))
     else:  # drop the previous frame's artists (cheaper than ax.clear(), same result here)
         for artist in [*ax.patches, *ax.texts, *ax.artists, *ax.lines, *ax.collections, *ax.images]:
@@ -120,6 +126,7 @@ def render(snapshot, fig=None, *, ax=None, layout: Layout | None = None, colours
     _tables(ax, snapshot, layout, colours)
     _blocks(ax, snapshot, layout, colours)
     _free_list(ax, snapshot, layout)
+    _legend(ax, layout)
     return fig
 
 
@@ -168,47 +175,56 @@ def block_xy(layout: Layout, b: int) -> tuple[float, float]:
 
 def _caption(ax, snap, layout):
     failed = any(e.kind == "allocation_failed" for e in snap.events)
-    chars = max(40, int(layout.width * layout.unit * 72 / 6.3))  # ~6.3 pt per char at 11 pt
-    text = textwrap.fill(f"step {snap.step}: {snap.caption}", chars)
-    ax.text(0.5, 0.35, text, va="top", ha="left", fontsize=11, gid="caption",
+    chars = max(40, int(layout.width * layout.unit * 72 / (0.57 * style.pt(11))))  # ~0.57 em per char
+    said = caption(snap, style.lang())
+    if style.lang() == "zh":  # no spaces to break at: cut by width (a CJK character is ~1 em)
+        text = style.tr("step {k}: {caption}", k=snap.step, caption=said)
+        text = "\n".join(text[i:i + chars // 2] for i in range(0, len(text), chars // 2))
+    else:
+        text = textwrap.fill(f"step {snap.step}: {said}", chars)
+    ax.text(0.5, 0.35, text, va="top", ha="left", fontsize=style.pt(11), gid="caption",
             color="#AA3377" if failed else style.INK, fontweight="bold" if failed else "normal")
-    ax.text(0.5, layout.body_y - 0.62, "block tables (logical \u2192 physical)", fontsize=10,
+    ax.text(0.5, layout.body_y - 0.62, style.tr("block tables (logical \u2192 physical)"), fontsize=style.pt(10),
             va="bottom", color=style.INK, fontweight="bold")
     ax.text(layout.grid_x, layout.body_y - 0.62,
-            f"physical blocks (B = {snap.block_size} tokens)",
-            fontsize=10, va="bottom", color=style.INK, fontweight="bold")
-    ax.text(layout.grid_x, layout.body_y - 0.24, "grey = free, badge = ref count, bar = fill, orange = changed",
-            fontsize=7.5, va="bottom", color="#555555")
+            style.tr("physical blocks (B = {b} tokens)", b=snap.block_size),
+            fontsize=style.pt(10), va="bottom", color=style.INK, fontweight="bold")
 
 
 def _tables(ax, snap, layout, colours):
     x0 = 0.5 + LABEL_W
     for i in range(layout.table_cells):  # logical index header
-        ax.text(x0 + i + 0.45, layout.body_y + 0.35, str(i), ha="center", fontsize=7.5, color="#666666")
+        ax.text(x0 + i + 0.45, layout.body_y + 0.35, str(i), ha="center", fontsize=style.pt(7.5),
+                color=style.grey("#666666"))
     seqs = snap.sequences
     shown = seqs if len(seqs) <= layout.table_rows else seqs[:layout.table_rows - 1]
     for r, seq in enumerate(shown):
-        y = layout.body_y + 0.6 + r
+        y = layout.body_y + 0.6 + r * ROW
         colour = style.colour_of(seq.seq_id, colours)
-        ax.add_artist(Rectangle((0.5, y + 0.1), 0.5, 0.7, facecolor=colour, edgecolor=style.INK, lw=0.6))
-        ax.text(1.15, y + 0.45, f"seq {seq.seq_id}", va="center", fontsize=9.5, fontweight="bold",
+        ax.add_artist(Rectangle((0.5, y + 0.08), 0.5, 0.66, facecolor=colour, edgecolor=style.INK, lw=0.6))
+        ax.text(1.15, y + 0.41, style.tr("seq {s}", s=seq.seq_id), va="center", fontsize=style.pt(9.5),
+                fontweight="bold",
                 gid=f"label-{seq.seq_id}")
-        ax.text(x0 - 0.15, y + 0.45, f"{seq.num_tokens} tok", va="center", ha="right", fontsize=8)
+        ax.text(x0 - 0.15, y + 0.41, f"{seq.num_tokens} tok", va="center", ha="right", fontsize=style.pt(8))
         blocks = seq.blocks
         cut = len(blocks) > layout.table_cells
         for i, b in enumerate(blocks[:layout.table_cells - 1] if cut else blocks):
-            ax.add_artist(Rectangle((x0 + i, y + 0.1), 0.9, 0.7, facecolor=colour, edgecolor=style.INK,
-                                   lw=0.6, gid=f"table-{seq.seq_id}-{i}"))
-            ax.text(x0 + i + 0.45, y + 0.45, str(b), ha="center", va="center", fontsize=8.5,
-                    color=style.text_on(colour))
+            dropped = b < 0  # NULL_BLOCK: a sliding window released it
+            ax.add_artist(Rectangle((x0 + i, y + 0.08), 0.9, 0.66, facecolor="white" if dropped else colour,
+                                   edgecolor=style.INK, lw=0.6, ls="--" if dropped else "-",
+                                   gid=f"table-{seq.seq_id}-{i}"))
+            ax.text(x0 + i + 0.45, y + 0.41, "\u2013" if dropped else str(b), ha="center", va="center",
+                    fontsize=style.pt(8.5), color=style.INK if dropped else style.text_on(colour))
         if cut:
-            ax.text(x0 + layout.table_cells - 0.55, y + 0.45, f"+{len(blocks) - layout.table_cells + 1}",
-                    ha="center", va="center", fontsize=8, color="#444444")
+            ax.text(x0 + layout.table_cells - 0.55, y + 0.41, f"+{len(blocks) - layout.table_cells + 1}",
+                    ha="center", va="center", fontsize=style.pt(8), color=style.grey("#444444"))
     if len(shown) < len(seqs):
-        ax.text(0.5, layout.body_y + 0.6 + len(shown) + 0.45, f"... and {len(seqs) - len(shown)} more sequences",
-                va="center", fontsize=8.5, color="#444444")
+        ax.text(0.5, layout.body_y + 0.6 + len(shown) * ROW + 0.41,
+                style.tr("... and {n} more sequences", n=len(seqs) - len(shown)),
+                va="center", fontsize=style.pt(8.5), color=style.grey("#444444"))
     if not seqs:
-        ax.text(0.5, layout.body_y + 1.05, "(no sequences)", va="center", fontsize=9, color="#666666")
+        ax.text(0.5, layout.body_y + 1.05, style.tr("(no sequences)"), va="center", fontsize=style.pt(9),
+                color=style.grey("#666666"))
 
 
 def _blocks(ax, snap, layout, colours):
@@ -223,12 +239,13 @@ def _blocks(ax, snap, layout, colours):
         x, y = block_xy(layout, b)
         count, who = snap.ref_counts[b], owners[b]
         if count == 0:
-            ax.add_artist(Rectangle((x, y), CELL, CELL, facecolor=style.FREE, edgecolor=style.FREE_EDGE,
+            ax.add_artist(Rectangle((x, y), CELL, CELL, facecolor=style.look().free, edgecolor=style.look().free_edge,
                                    lw=0.8, ls="--", hatch="//" if b in cached else None, gid=f"block-{b}"))
-            ax.text(x + CELL / 2, y + 0.45, str(b), ha="center", va="center", fontsize=9.5, color="#777777")
+            ax.text(x + CELL / 2, y + 0.45, str(b), ha="center", va="center", fontsize=style.pt(9.5),
+                    color=style.grey("#777777"))
             if b == head or b in cached:  # grey + dashed already says "free"; name only the special ones
-                ax.text(x + CELL / 2, y + 0.8, "head" if b == head else "cached", ha="center", va="center",
-                        fontsize=6.5, color=style.ACCENT if b == head else "#777777")
+                ax.text(x + CELL / 2, y + 0.8, style.tr("head" if b == head else "cached"), ha="center", va="center",
+                        fontsize=style.pt(6.5), color=style.ACCENT if b == head else style.grey("#777777"))
             continue
         first = style.colour_of(who[0], colours) if who else "#BBBBBB"
         ax.add_artist(Rectangle((x, y), CELL, CELL, facecolor=first, edgecolor=style.INK,
@@ -239,7 +256,7 @@ def _blocks(ax, snap, layout, colours):
                                    edgecolor="none", gid=f"share-{b}-{j}"))
         ink = style.text_on(first) if len(who) < 2 else style.INK
         box = dict(boxstyle="round,pad=0.12", fc="white", ec="none", alpha=0.8) if len(who) > 1 else None
-        ax.text(x + CELL / 2, y + 0.36, str(b), ha="center", va="center", fontsize=10,
+        ax.text(x + CELL / 2, y + 0.36, str(b), ha="center", va="center", fontsize=style.pt(10),
                 fontweight="bold", color=ink, bbox=box)
         fill = snap.block_fill[b]
         ax.add_artist(Rectangle((x + 0.1, y + CELL - 0.2), CELL - 0.2, 0.12, facecolor="white",
@@ -247,32 +264,52 @@ def _blocks(ax, snap, layout, colours):
         ax.add_artist(Rectangle((x + 0.1, y + CELL - 0.2), (CELL - 0.2) * fill / snap.block_size, 0.12,
                                facecolor=style.INK, edgecolor="none", gid=f"fill-{b}"))
         ax.text(x + CELL / 2, y + 0.66, f"{fill}/{snap.block_size}", ha="center", va="center",
-                fontsize=6.5, color=ink, bbox=box)
+                fontsize=style.pt(6.5), color=ink, bbox=box)
         ax.add_artist(Circle((x + CELL - 0.05, y + 0.05), 0.19, facecolor="white", edgecolor=style.INK, lw=0.7,
                              zorder=6))
-        ax.text(x + CELL - 0.05, y + 0.06, str(count), ha="center", va="center", fontsize=7,
+        ax.text(x + CELL - 0.05, y + 0.06, str(count), ha="center", va="center", fontsize=style.pt(7),
                 fontweight="bold", gid=f"badge-{b}", zorder=7)
     for b in touched_blocks(snap):  # what this step changed: an orange frame
         x, y = block_xy(layout, b)
         ax.add_artist(Rectangle((x - 0.07, y - 0.07), CELL + 0.14, CELL + 0.14, facecolor="none",
                                 edgecolor=style.ACCENT, lw=2.2, gid=f"touched-{b}", zorder=4))
-    for src, dst in snap.pending_copies:
+    for src, dst in snap.pending_copies:  # below the blocks, clear of the badges, label at its side
         (sx, sy), (dx, dy) = block_xy(layout, src), block_xy(layout, dst)
-        ax.add_artist(FancyArrowPatch((sx + CELL / 2, sy + CELL / 2), (dx + CELL / 2, dy + CELL / 2),
-                                     connectionstyle="arc3,rad=-0.35", arrowstyle="-|>", mutation_scale=14,
-                                     color=style.ACCENT, lw=2.2, gid=f"copy-{src}-{dst}", zorder=5))
-    if snap.pending_copies:
-        pairs = ", ".join(f"{s}\u2192{d}" for s, d in snap.pending_copies)
-        ax.text(layout.grid_x, layout.free_y - 0.35, f"pending copy-on-write (copy_blocks): {pairs}",
-                fontsize=8.5, color=style.ACCENT, va="center")
+        a, b = (sx + CELL / 2, sy + CELL + 0.08), (dx + CELL / 2, dy + CELL + 0.08)
+        rad = 0.45 if dx >= sx else -0.45
+        ax.add_artist(FancyArrowPatch(a, b, connectionstyle=f"arc3,rad={rad}", arrowstyle="-|>",
+                                     mutation_scale=16, color=style.ACCENT, lw=2.6, gid=f"copy-{src}-{dst}",
+                                     zorder=8, shrinkA=0, shrinkB=0))
+        dist = math.hypot(b[0] - a[0], b[1] - a[1])
+        ax.text((a[0] + b[0]) / 2, (a[1] + b[1]) / 2 + abs(rad) * dist / 2 + 0.12,
+                f"copy {src}\u2192{dst}", ha="center", va="top", fontsize=style.pt(9), fontweight="bold",
+                color=style.ACCENT, gid=f"copy-label-{src}-{dst}", zorder=9,
+                bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.9))
+
+
+def _legend(ax, layout):
+    """What the marks mean (issue 12: step pictures get a legend)."""
+    lk = style.look()
+    handles = [
+        Patch(facecolor=lk.free, edgecolor=lk.free_edge, ls="--", label=style.tr("free block")),
+        Line2D([], [], ls="none", marker="o", markersize=9, markerfacecolor="white", markeredgecolor=style.INK,
+               label=style.tr("ref count (badge)")),
+        Patch(facecolor=style.INK, label=style.tr("fill (tokens / B)")),
+        Patch(facecolor="none", edgecolor=style.ACCENT, lw=2.2, label=style.tr("changed this step")),
+        Line2D([], [], color=style.ACCENT, lw=2.6, label=style.tr("copy-on-write src\u2192dst")),
+    ]
+    leg = ax.legend(handles=handles, loc="lower left", ncol=len(handles), frameon=False,
+                    fontsize=style.pt(8.5), handlelength=1.6, columnspacing=1.2, borderaxespad=0.2,
+                    bbox_to_anchor=(0.5 / layout.width, 0.0))
+    leg.set_gid("legend")
 
 
 def _free_list(ax, snap, layout):
     y = layout.free_y
-    ax.text(0.5, y, f"free list, head first = allocate() order ({len(snap.free_list)} free)",
-            fontsize=10, fontweight="bold", va="center")
+    ax.text(0.5, y, style.tr("free list, head first = allocate() order ({n} free)", n=len(snap.free_list)),
+            fontsize=style.pt(10), fontweight="bold", va="center")
     y += 0.45
-    ax.text(0.5, y + 0.4, "HEAD", fontsize=8.5, va="center", color=style.ACCENT, fontweight="bold")
+    ax.text(0.5, y + 0.4, "HEAD", fontsize=style.pt(8.5), va="center", color=style.ACCENT, fontweight="bold")
     x = 2.0
     room = max(1, int((layout.width - x - 1.6) // NODE_PITCH))
     free = snap.free_list
@@ -281,15 +318,16 @@ def _free_list(ax, snap, layout):
     for i, b in enumerate(shown):
         nx = x + i * NODE_PITCH
         ax.add_artist(FancyArrowPatch(prev, (nx, y + 0.4), arrowstyle="-|>", mutation_scale=9,
-                                     color="#555555", lw=0.9, shrinkA=1, shrinkB=1))
-        ax.add_artist(Rectangle((nx, y + 0.05), 0.7, 0.7, facecolor=style.FREE, edgecolor=style.FREE_EDGE,
+                                     color=style.grey("#555555"), lw=0.9, shrinkA=1, shrinkB=1))
+        ax.add_artist(Rectangle((nx, y + 0.05), 0.7, 0.7, facecolor=style.look().free, edgecolor=style.look().free_edge,
                                lw=0.8, gid=f"free-{i}"))
-        ax.text(nx + 0.35, y + 0.4, str(b), ha="center", va="center", fontsize=8.5)
+        ax.text(nx + 0.35, y + 0.4, str(b), ha="center", va="center", fontsize=style.pt(8.5))
         prev = (nx + 0.7, y + 0.4)
     end = x + len(shown) * NODE_PITCH
     ax.add_artist(FancyArrowPatch(prev, (end, y + 0.4), arrowstyle="-|>", mutation_scale=9,
-                                 color="#555555", lw=0.9, shrinkA=1, shrinkB=1))
+                                 color=style.grey("#555555"), lw=0.9, shrinkA=1, shrinkB=1))
     rest = len(free) - len(shown)
-    tail = f"... +{rest} more" if rest else ("empty: the next allocate() fails" if not free else "TAIL")
-    ax.text(end + 0.1, y + 0.4, tail, va="center", fontsize=8.5,
-            color="#AA3377" if not free else "#555555", gid="free-tail")
+    tail = (style.tr("... +{n} more", n=rest) if rest else
+            style.tr("empty: the next allocate() fails") if not free else "TAIL")
+    ax.text(end + 0.1, y + 0.4, tail, va="center", fontsize=style.pt(8.5),
+            color="#AA3377" if not free else style.grey("#555555"), gid="free-tail")

@@ -8,10 +8,24 @@ keeps its colour for the whole animation even after older sequences finish.
 
 `save` writes PNGs at a fixed dpi with no timestamp or software-version metadata, so
 regenerating a figure from the same seed gives the same bytes.
+
+Output settings for `pagedsim figures --format --dpi --style` are held here and set
+with `with output(fmt="svg", dpi=300, look="projector"):`; `save` obeys them:
+
+    fmt     png, svg or pdf: a maker's "x.png" is written as "x.svg" / "x.pdf". SVG keeps
+            text as <text> elements (svg.fonttype "none"), so labels stay editable;
+            PDF embeds TrueType fonts (pdf.fonttype 42). Neither carries a date.
+    dpi     raster resolution (PNG and the pixels inside PDF/SVG); default DPI.
+    look    "paper" (the default, what figures/ holds) or "projector": darker, saturated
+            colours (Tol "bright"), no pale fills, every text at least 12 pt, and figures
+            made 1.4x larger so their geometry grows with the text (13.3 in = a 16:9 slide).
 """
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -19,7 +33,10 @@ import matplotlib
 matplotlib.use("Agg", force=False)  # headless unless a GUI backend was chosen before us
 
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.colors import to_rgb  # noqa: E402
+from matplotlib.colors import to_hex, to_rgb, to_rgba  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.text import Text  # noqa: E402
 
 SEQ_COLOURS = (  # Tol muted, ordered so neighbours in admission order contrast
     "#88CCEE",  # cyan
@@ -47,13 +64,119 @@ RC = {
 }
 
 
+PROJECTOR_COLOURS = (  # Tol bright/vibrant, the darker half: nothing washes out on a projector
+    "#0077BB", "#CC3311", "#009988", "#AA3377", "#332288", "#997700", "#117733", "#882255", "#555555",
+)
+FORMATS = ("png", "svg", "pdf")
+
+
+@dataclass(frozen=True)
+class Look:
+    name: str
+    seq_colours: tuple  # sequence colours in admission order
+    free: str  # fill of a free block
+    free_edge: str
+    grey: str | None  # secondary text colour (None: keep each caller's grey)
+    min_pt: float  # no text smaller than this
+    scale: float  # figure size factor, so geometry grows with the text
+
+
+LOOKS = {
+    "paper": Look("paper", SEQ_COLOURS, FREE, FREE_EDGE, None, 0.0, 1.0),
+    "projector": Look("projector", PROJECTOR_COLOURS, "#B0B0B0", "#333333", "#222222", 12.0, 1.4),
+}
+_out = {"fmt": "png", "dpi": None, "look": LOOKS["paper"], "lang": "en"}
+CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans SC", "Source Han Sans SC", "WenQuanYi Zen Hei",
+             "WenQuanYi Micro Hei", "Droid Sans Fallback", "AR PL UMing CN", "SimHei", "Microsoft YaHei",
+             "PingFang SC")
+NO_CJK_NOTE = ("pagedsim: no CJK font found (e.g. `apt-get install fonts-noto-cjk`); "
+               "figure text stays English")
+
+
+def cjk_font() -> str | None:
+    """The first installed font that has Chinese glyphs, or None. Fonts installed after
+    matplotlib built its cache are found by file name and registered."""
+    from matplotlib import font_manager
+
+    installed = {f.name for f in font_manager.fontManager.ttflist}
+    if not installed & set(CJK_FONTS):
+        for path in font_manager.findSystemFonts():
+            if any(key in Path(path).name.lower() for key in ("cjk", "wqy", "sourcehansans", "droidsansfallback")):
+                try:
+                    font_manager.fontManager.addfont(path)
+                except (OSError, RuntimeError, ValueError):
+                    continue
+        installed = {f.name for f in font_manager.fontManager.ttflist}
+    return next((name for name in CJK_FONTS if name in installed), None)
+
+
+def look() -> Look:
+    return _out["look"]
+
+
+@contextlib.contextmanager
+def output(fmt: str = "png", dpi: int | None = None, look: str = "paper", lang: str = "en"):
+    """Within the block, `save` writes `fmt` at `dpi` in the named look, with labels in
+    `lang`. Chinese needs a CJK font: without one, a one-line note goes to stderr and
+    the labels stay English (never boxes for missing glyphs)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
+    if look not in LOOKS:
+        raise ValueError(f"style must be one of {tuple(LOOKS)}, got {look!r}")
+    if dpi is not None and not (isinstance(dpi, int) and 10 <= dpi <= 2400):
+        raise ValueError(f"dpi must be an int in 10..2400, got {dpi!r}")
+    rc = {}
+    if lang == "zh":
+        font = cjk_font()
+        if font is None:
+            if not _out.get("noted"):  # once per process, not once per figure
+                print(NO_CJK_NOTE, file=sys.stderr)
+                _out["noted"] = True
+            lang = "en"
+        else:
+            rc = {"font.family": ["sans-serif"], "font.sans-serif": [font, "DejaVu Sans"]}
+    elif lang != "en":
+        raise ValueError(f"lang must be en or zh, got {lang!r}")
+    saved = dict(_out)
+    _out.update(fmt=fmt, dpi=dpi, look=LOOKS[look], lang=lang)
+    try:
+        with plt.rc_context(rc):
+            yield
+    finally:
+        _out.update(saved)
+
+
+def lang() -> str:
+    """The language figures are labelled in now ("zh" only with a CJK font)."""
+    return _out["lang"]
+
+
+def tr(text: str, **fields) -> str:
+    """`text` in the current language (see labels_zh.py), with `fields` filled in."""
+    if _out["lang"] == "zh":
+        from .labels_zh import ZH
+
+        text = ZH.get(text, text)
+    return text.format(**fields) if fields else text
+
+
+def pt(size: float) -> float:
+    """A font size in the current look (never under its minimum)."""
+    return max(size, look().min_pt)
+
+
+def grey(colour: str) -> str:
+    """A secondary-text grey in the current look (darker on a projector)."""
+    return look().grey or colour
+
+
 def seq_colours(snapshots) -> dict:
     """seq_id -> colour, in order of first appearance across `snapshots`."""
-    out: dict = {}
+    palette, out = look().seq_colours, {}
     for snap in snapshots:
         for s in snap.sequences:
             if s.seq_id not in out:
-                out[s.seq_id] = SEQ_COLOURS[len(out) % len(SEQ_COLOURS)]
+                out[s.seq_id] = palette[len(out) % len(palette)]
     return out
 
 
@@ -61,7 +184,8 @@ def colour_of(seq_id, colours: dict) -> str:
     """The colour of `seq_id`; sequences missing from `colours` get one by position."""
     if seq_id in colours:
         return colours[seq_id]
-    return SEQ_COLOURS[len(colours) % len(SEQ_COLOURS)]
+    palette = look().seq_colours
+    return palette[len(colours) % len(palette)]
 
 
 def text_on(colour) -> str:
@@ -82,11 +206,64 @@ def new_figure(width: float, height: float):
         return plt.figure(figsize=(width, height), dpi=DPI)
 
 
+METADATA = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None},
+            "pdf": {"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None}}
+SAVE_RC = {"svg.fonttype": "none", "svg.hashsalt": "pagedsim", "pdf.fonttype": 42}
+
+
+def fit_look(fig) -> None:
+    """Apply the current look to a finished figure: scale it (once) and raise small text."""
+    lk = look()
+    if lk.scale != 1.0 and not getattr(fig, "_pagedsim_scaled", False):
+        w, h = fig.get_size_inches()
+        fig.set_size_inches(w * lk.scale, h * lk.scale)
+        fig._pagedsim_scaled = True
+    if lk.min_pt:
+        for text in fig.findobj(Text):
+            if text.get_text() and text.get_fontsize() < lk.min_pt:
+                text.set_fontsize(lk.min_pt)
+    if lk.name != "paper":
+        _recolour(fig, lk)
+
+
+def _recolour(fig, lk: Look) -> None:
+    """Swap the paper palette for the look's in a finished figure (alpha is kept), so that
+    every maker gets projector colours without knowing about looks."""
+    swap = {to_hex(a).lower(): b for a, b in zip(SEQ_COLOURS, lk.seq_colours)}
+    swap.update({FREE.lower(): lk.free, FREE_EDGE.lower(): lk.free_edge})
+    if lk.grey:
+        swap.update({g: lk.grey for g in ("#555555", "#666666", "#777777", "#888888", "#999999")})
+
+    def new(colour):
+        rgba = to_rgba(colour)
+        key = to_hex(rgba).lower()
+        return to_rgba(swap[key], rgba[3]) if key in swap and rgba[3] > 0 else None
+
+    for artist in fig.findobj(lambda a: isinstance(a, (Patch, Line2D, Text))):
+        if isinstance(artist, Patch):
+            pairs = ((artist.get_facecolor, artist.set_facecolor), (artist.get_edgecolor, artist.set_edgecolor))
+            for get, put in pairs:
+                c = new(get())
+                if c is not None:
+                    put(c)
+        else:
+            c = new(artist.get_color())
+            if c is not None:
+                artist.set_color(c)
+
+
 def save(fig, path, *, dpi: int = DPI, close: bool = True) -> Path:
-    """Write `fig` to `path` (PNG) without timestamps or version strings; returns the path."""
+    """Write `fig` to `path` without timestamps or version strings; returns the path written.
+    Under `output(...)`, a ".png" path becomes the chosen format and `dpi` the chosen dpi."""
     path = Path(path)
+    fmt = _out["fmt"]
+    if path.suffix == ".png" and fmt != "png":
+        path = path.with_suffix("." + fmt)
+    fmt = path.suffix.lstrip(".").lower()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi, metadata={"Software": None}, facecolor="white")
+    fit_look(fig)
+    with plt.rc_context(SAVE_RC):
+        fig.savefig(path, dpi=_out["dpi"] or dpi, metadata=METADATA.get(fmt), facecolor="white", format=fmt)
     if close:
         plt.close(fig)
     return path

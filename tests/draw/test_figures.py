@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pagedsim.draw import anatomy, figures, figures_ch3, flow, style, tradeoff
+from pagedsim.draw import anatomy, figures, figures_ch3, flow, fragmentation, scenario, style, tradeoff
 from pagedsim.draw.animate import GIF_DPI
 from pagedsim.draw.render import Layout
 from pagedsim.sizing import preset
@@ -22,14 +22,15 @@ def px(size, dpi=style.DPI):
 def expected_sizes(tour_snaps):
     lay = Layout.for_snapshots(tour_snaps)
     frame = (lay.width * lay.unit, lay.height * lay.unit)
-    w, h = px(frame)
-    rows = math.ceil(len(figures_ch3.key_frames(tour_snaps)) / figures_ch3.STRIP_COLS)
-    gap = figures_ch3.STRIP_GAP
+    n = len(figures_ch3.key_frames(tour_snaps))
+    cols, rows = scenario.STRIP_COLS, math.ceil(n / scenario.STRIP_COLS)
+    strip = (cols * frame[0] + (cols - 1) * scenario.STRIP_GAP, rows * frame[1] + (rows - 1) * scenario.STRIP_GAP)
     return {
+        "3.1-fragmentation.png": px(fragmentation.SIZE),
         "3.2-block-anatomy.png": px(anatomy.ANATOMY_SIZE),
         "3.3-logical-vs-physical.png": px(flow.LOGICAL_SIZE),
         "3.4-tour.gif": px(frame, GIF_DPI),
-        "3.4-tour-key-frames.png": (figures_ch3.STRIP_COLS * (w + gap) - gap, rows * (h + gap) - gap),
+        "3.4-tour-key-frames.png": px(strip),
         "3.5-block-size-tradeoff.png": px(tradeoff.SIZE),
         "3.6-core-flow.png": px(flow.FLOW_SIZE),
         "3.7-alignment.png": px(anatomy.ALIGNMENT_SIZE),

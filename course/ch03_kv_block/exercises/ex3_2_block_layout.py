@@ -15,6 +15,12 @@ index * stride, where each dimension's stride is the product of the sizes to its
 `kv_pool[:, layer]` is then exactly the per-layer cache [num_blocks, 2, H_kv, B, D]
 that the kernels take (a view, not a copy).
 
+中文：一个 Block 存放 block_size 个 token 在每一层、每个 KV 头上的 K 和 V：
+bytes_per_block = block_size × num_layers × 2 × num_kv_heads × head_dim × dtype_bytes（dtype_bytes
+默认 2，即 FP16；本章的例子是 8 MiB）。整个池是一个 C 顺序数组
+kv_pool[num_blocks, num_layers, 2, num_kv_heads, block_size, head_dim]：最后一维变化最快，元素的
+扁平偏移 = Σ 下标 × 步长，每一维的步长是它右边各维大小的乘积；slot = block × block_size + token。
+
 Reference: vLLM's cache layout (csrc/cache_kernels.cu, reshape_and_cache); NumPy's
 "Internal memory layout of an ndarray" (strides).
 """

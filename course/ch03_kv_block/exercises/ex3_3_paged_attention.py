@@ -14,6 +14,12 @@ through that table. Layout of one layer's cache (vLLM's, and the kernels'):
 
 Query head h reads KV head h // (H // H_kv) (grouped-query attention).
 
+中文：序列的 token 只在逻辑上连续。第 p 个 token 在逻辑块 p // block_size 的偏移
+p % block_size，Block Table 给出这个逻辑块对应的物理块：slot(p) = table[p // block_size] ×
+block_size + p % block_size。blocks_needed 向上取整（0 个 token 需要 0 个 Block）。一次 decode 的
+注意力通过这张表读取之前每个 token 的 K 和 V；查询头 h 读 KV 头 h // (H // H_kv)；softmax 之前
+先减去每行最大值，scale 默认 1/sqrt(D)。
+
 Reference: Kwon et al., SOSP 2023, section 4.1 (PagedAttention) and 4.3 (block tables).
 """
 

@@ -12,6 +12,13 @@ The links live in parallel lists indexed by block id, with two sentinel nodes:
 allocate() pops the block right after the head; free(b) drops one owner and pushes b
 back right after the head (LIFO, as in the chapter) only when its count reaches 0.
 
+中文：本章的 BlockManager 用单向链表保存空闲块；这里像 vLLM v1 的 FreeKVCacheBlockQueue 一样
+用双向链表，这样也能 O(1) 地从中间摘下一个块（take，用于前缀缓存命中）。链接存放在按块号
+索引的并行列表里，另有两个哨兵：head = num_blocks，tail = num_blocks + 1；ref[b] 是块 b 的持有者数，
+为 0 当且仅当 b 在空闲链表上。allocate() 取头哨兵之后的块；free(b) 减少一个持有者，只有计数
+降到 0 时才把 b 插回头哨兵之后（后进先出）。重复释放、take 一个在用的块、incref 一个空闲块都
+抛 PoolError，且不改变任何状态。
+
 Reference: vLLM v1, vllm/v1/core/kv_cache_utils.py (FreeKVCacheBlockQueue) and
 block_pool.py; Kwon et al., SOSP 2023, section 4.2.
 """
@@ -51,6 +58,8 @@ class FreeListPool:
             raise PoolError(f"block {b!r} is not in [0, {self.num_blocks})")
         return b
 
+    # take, incref and free start with self._check(b): an id that is not an int in
+    # [0, num_blocks) raises PoolError before anything changes.
     # ---- the exercise: replace each TODO line and the raise under it ------
     def _unlink(self, b: int) -> None:
         """Remove node b from the free list in O(1); num_free goes down by one."""

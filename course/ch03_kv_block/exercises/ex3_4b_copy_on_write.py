@@ -15,6 +15,12 @@ writing into a shared, partly filled last block, the writer gets a private copy:
 Tables here are plain lists of physical block ids; `pool` is a pagedsim.BlockPool
 (allocate, incref, free, ref_count).
 
+中文：beam search 和并行采样会 fork 一个序列：子序列拿到父序列完整的 Block Table，每个块
+多一个持有者。写满的块不会再被写，可以一直共享；最后一个块如果没写满，两个序列的下一个
+token 都会写进去。所以往共享的、未写满的最后一个块写之前，写者先得到私有副本：分配新块 dst，
+记录 (src, dst) 交给拷贝内核，pool.free(src) 放弃对 src 的持有，把 dst 放进自己的表。序列结束时
+free_table 从最后一个块往前释放。
+
 Reference: Kwon et al., SOSP 2023, section 4.4 (parallel sampling, beam search,
 copy-on-write at block granularity).
 """
@@ -41,5 +47,5 @@ def slot_for_append(pool, table: list[int], position: int, block_size: int, copi
 
 def free_table(pool, table: list[int]) -> None:
     """The sequence finished: drop its ownership of every block (last block first)."""
-    # TODO(student): pool.free every block, then empty the table.
+    # TODO(student): pool.free every block, the last one first (reversed), then empty the table.
     raise NotImplementedError("free_table")

@@ -10,6 +10,12 @@ makes the chapter's trade-off a rule:
         all sequences fit in the budget:  allocated slots * bytes_per_token <= budget
         and the waste stays small:        empty slots / allocated slots   <= max_waste
 
+中文：L 个 token 占 ceil(L / B) 个 B 槽位的 Block，最后一个块末尾的空槽位就是浪费（内部碎片，
+每个序列最多 B - 1）。浪费比例 = 空槽位 / 已分配槽位。choose_block_size 把本章的权衡写成规则：
+在候选值中取最大的 B，使所有序列放得进预算（已分配槽位 × 每 token 字节数 <= 预算），且浪费比例
+<= max_waste（两处都是 <=，恰好等于也算合格）；默认候选 (8, 16, 32, 64, 128)，默认上限 10%；
+没有合格值时抛出提到 budget 的 ValueError。
+
 Reference: Kwon et al., SOSP 2023, section 7.2 (the block-size ablation; vLLM defaults to 16).
 """
 

@@ -12,11 +12,26 @@ matplotlib artists, each tagged with a gid so a check can find it:
     map-S-I        an arrow (ax.annotate) from table entry I of S to its physical block
     free-list      one Text: "free list: 3 -> 1 -> 2" head first, or "free list: empty"
 
-Where things go is fixed by `pool_xy` and `table_xy` below: block B is centred at
+Labels without a gid: "#B" inside every block's square, above its count; the physical id
+inside every table entry's square; "seq S" right-aligned less than a unit left of each
+table row. The free-list text starts under the tables' left edge, one row below the last
+table. Margins: at most one unit of blank space around the picture (two on the left, for
+the "seq S" labels).
+
+Where things go is fixed by `pool_xy` and `table_xy` below (keep them as they are: the
+pool is a grid of PER_ROW blocks per row, one unit apart, and the tables start one unit
+below it, 1.3 units apart): block B is centred at
 pool_xy(B); entry I of the sequence in row R (its position in snapshot.sequences) at
 table_xy(R, I, num_blocks). An arrow is ax.annotate("", xy=<block centre>,
 xytext=<entry centre>, gid=..., arrowprops=...). Patches do not widen the axes by
 themselves: finish with ax.set_xlim/ax.set_ylim so the whole picture shows.
+
+中文：本章的图有三部分：物理块池（空闲或在用）、把逻辑块映射到物理块的 Block Table，以及
+allocate() 取块的空闲链表。模拟器从不画图，只记录快照；你的 draw_flow 把一个快照变成 matplotlib
+图元，每个都带 gid 以便检查找到它：block-B（以 pool_xy(B) 为中心、边长 CELL 的矩形，空闲用
+FREE_COLOUR，在用用 USED_COLOUR）、count-B（在用块里的计数）、table-S-I（以 table_xy 为中心的
+表项矩形）、map-S-I（从表项指向物理块的箭头）、free-list（表头在前的空闲链表文字）。最后用
+set_xlim/set_ylim 让整幅图可见。
 
 Reference: matplotlib's artist tutorial (Rectangle, Text, Axes.annotate, gids).
 """

@@ -13,6 +13,13 @@ same block and one block is lost. `cuda.atomic.sub(top, 0, 1)` does the read and
 write as one indivisible step and returns the old value, so each thread gets its
 own index.
 
+中文：对齐：GPU 以 32 字节扇区、128 字节缓存行读取全局内存；起始地址不是 128 倍数的块，每次
+读取都会多碰一行。所以第 i 个块放在 i × 步长，步长是块大小向上取整到 128 的倍数——只取整一次，
+不要对每个起点分别取整（1200 字节的块会重叠）。并发弹栈：空闲块放在 free_stack，top[0] 是个数。
+分两步读 top 再写 top - 1，会被另一个读到同一个 top 的线程插队，两个线程拿到同一个块；
+cuda.atomic.sub(top, 0, 1) 一步完成读和写并返回旧值。旧值 <= 0 表示栈已空，写 -1；
+i >= out.shape[0] 的线程什么也不做。
+
 Reference: CUDA C++ Best Practices Guide, "Coalesced Access to Global Memory";
 CUDA C++ Programming Guide, "Atomic Functions"; Numba's cuda.atomic documentation.
 """
@@ -42,6 +49,7 @@ def pop_kernel(free_stack, top, out):
 
     free_stack[0:top[0]] are the free block ids; a thread that finds the stack empty
     writes -1. top[0] may end below 0 when more threads ask than blocks are free.
+    Threads with i >= out.shape[0] (a launch rounded up to a block size) do nothing.
     """
     # TODO(student): pop one block per thread; reading and decrementing top must be ONE atomic step.
     raise NotImplementedError("pop_kernel")

@@ -1,5 +1,43 @@
 """Chapter 3's lessons, one module per section: `pagedsim lesson 3.1` ... `pagedsim lesson 3.7`.
 
-Each module has TITLE, TEXT (English, then Chinese) and demo(out_dir), which runs
-the section's demonstration on the simulator, the kernels or the pictures.
+Each module has TITLE (and TITLE_ZH), TEXT (English), TEXT_ZH (Chinese), FIGURES (names in
+`pagedsim figures --list`, with what to look at) and demo(out_dir), which runs the
+section's demonstration on the simulator, the kernels or the pictures.
+
+A demo that needs an exercise's code gets it from `reference(ID)`: the reference
+solution, or, in a student build without the solutions (`pagedsim export-course`), the
+student's own workspace file once it is written.
 """
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from pathlib import Path
+
+
+class NeedsExercise(RuntimeError):
+    """This part of a demo needs an exercise's code, and neither the reference nor yours is there."""
+
+
+def reference(exercise_id: str):
+    from course import curriculum, workspace
+
+    ex = curriculum.find(exercise_id)
+    name = Path(ex.solution).with_suffix("").as_posix().replace("/", ".")
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        pass
+    mine = workspace.find(ex)
+    if mine is not None:
+        spec = importlib.util.spec_from_file_location(f"_lesson_yours_{exercise_id.replace('.', '_')}", mine)
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+            return module
+        except Exception as e:  # noqa: BLE001 - a half-written file: say so below
+            raise NeedsExercise(f"this part of the demo runs exercise {exercise_id}'s code; yours raised "
+                                f"{type(e).__name__}: {e}") from e
+    raise NeedsExercise(f"this part of the demo runs exercise {exercise_id}'s code: write it in "
+                        f"{workspace.DEFAULT}/{Path(ex.stub).name} (this build has no reference solutions)")

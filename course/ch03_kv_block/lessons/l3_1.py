@@ -7,6 +7,8 @@ import random
 from pagedsim import BlockPool, blocks_needed
 
 TITLE = "Why fixed-size blocks?"
+TITLE_ZH = "为什么用固定大小的 Block？"
+FIGURES = [("3.1-fragmentation", "first-fit holes against fixed blocks: free space that no request can use")]
 TEXT = """
 Give every sequence one contiguous range sized to its length, and memory soon looks like
 Swiss cheese: after a few sequences finish, the free space is many holes, each too small
@@ -18,7 +20,8 @@ any need; a sequence's blocks need not be neighbours. What remains is a little
 The demo replays one random trace twice over the same 240 token slots: once with a
 first-fit allocator of variable-size ranges (exercise 3.1's reference solution), once
 with a pool of 30 fixed blocks of 8 slots, and counts the requests each one refuses.
-
+"""
+TEXT_ZH = """
 给每个序列分配一段与其长度相同的连续空间，内存很快就会千疮百孔：几个序列结束后，空闲空间
 变成许多小洞，每个都放不下下一个请求，加起来却绰绰有余。这就是"外部碎片"。把 KV Cache
 切成固定大小的 Block，任何空闲 Block 都能满足任何需求，序列的 Block 也不必相邻；剩下的只是
@@ -41,7 +44,10 @@ def random_trace(seed: int = 3, steps: int = 120):
 
 
 def demo(out_dir) -> None:
-    from course.ch03_kv_block.solutions.ex3_1_first_fit import FirstFit, external_fragmentation
+    from course.ch03_kv_block.lessons import reference
+
+    ref = reference("3.1")
+    FirstFit, external_fragmentation = ref.FirstFit, ref.external_fragmentation
 
     capacity, bs = 240, 8
     ff, pool = FirstFit(capacity), BlockPool(capacity // bs, bs)

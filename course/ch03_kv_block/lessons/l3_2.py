@@ -7,6 +7,8 @@ import numpy as np
 from pagedsim.sizing import PRESETS
 
 TITLE = "The inside of a block"
+TITLE_ZH = "Block 的内部"
+FIGURES = [("3.2-block-anatomy", "one block's layout (K, V, heads x tokens x head_dim, all layers) and its bytes")]
 TEXT = """
 One block holds the K and V vectors of block_size tokens, for every layer and every KV
 head. Its size is block_size x num_layers x 2 (K and V) x num_kv_heads x head_dim x bytes
@@ -18,7 +20,8 @@ The whole pool is one array, kv_pool[num_blocks, num_layers, 2, H_kv, block_size
 K and V of a block sit side by side and kv_pool[:, layer] is a per-layer cache view that
 the kernels use without copying. The demo prints block sizes for a few models, the
 pool's strides, and writes K/V with the write_kv kernel through such a view.
-
+"""
+TEXT_ZH = """
 一个 Block 存放 block_size 个 token 在每一层、每个 KV 头上的 K 和 V。大小为 block_size ×
 层数 × 2（K 和 V）× KV 头数 × head_dim × 每元素字节数：按本章的例子（16 个 token、32 层、
 32 个 128 维的头、FP16）是 8 MiB，所以一块 GPU 只能放几千个 Block。使用 GQA 时只计 KV 头，

@@ -7,6 +7,8 @@ import numpy as np
 from pagedsim import KVCacheManager
 
 TITLE = "Logical blocks vs physical blocks"
+TITLE_ZH = "逻辑块与物理块"
+FIGURES = [("3.3-logical-vs-physical", "two sequences contiguous in logical blocks, scattered in physical memory")]
 TEXT = """
 A sequence's tokens are contiguous only in *logical* space: token p is in logical block
 p // block_size, at offset p % block_size. The block table maps each logical block to a
@@ -17,7 +19,8 @@ slots, and the paged_attention kernel reads them back through the table.
 
 The demo interleaves two sequences so their blocks mix, prints the tables and slots, and
 runs the paged_attention kernel against a NumPy float64 reference.
-
+"""
+TEXT_ZH = """
 序列的 token 只在"逻辑"上连续：第 p 个 token 位于逻辑块 p // block_size 的偏移 p % block_size。
 Block Table 把每个逻辑块映射到物理块（池里任何位置都行），所以序列的内存可以分散存放：
 block_table[逻辑块] = 物理块，一次数组索引，O(1)。token 的 slot = 物理块 × block_size + 偏移；

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pagedsim import BlockError, BlockPool, KVCacheManager
 
 TITLE = "Allocating and freeing blocks"
+TITLE_ZH = "分配与释放 Block"
+FIGURES = [("3.4-tour", "the tour as an animated GIF and a strip of key frames: fork, copy-on-write, free")]
 TEXT = """
 Blocks are borrowed from a shared pool and handed back when a sequence ends. The pool
 keeps its free blocks on a linked list: allocate() pops the head and free() pushes the
@@ -16,7 +18,8 @@ filled last block, it first gets its own copy (copy-on-write).
 
 The demo runs a fork, a copy-on-write and a finish on pagedsim's manager and prints each
 step's sentence, the free list and the counts; then it shows a double free being refused.
-
+"""
+TEXT_ZH = """
 Block 从公共的池里借出，序列结束时交还。池把空闲 Block 串成链表：allocate() 取表头，free() 插回表头，都是
 O(1)，不搬数据。本章的坑：Block 可能被"共享"（beam search、并行采样、fork 出的序列），所以
 每个 Block 带引用计数。fork() 给每个共享块加一；free() 减一，只有降到 0 才回到空闲链表。

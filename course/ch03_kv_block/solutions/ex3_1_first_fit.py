@@ -30,7 +30,10 @@ class FirstFit:
         return sum(size for _, size in self.holes)
 
     def allocate(self, size: int) -> int | None:
-        """Take `size` slots from the front of the first hole that has room; None if none has."""
+        """Take `size` slots from the front of the first hole that has room; None if none has.
+
+        A size that is not a positive int raises ValueError and changes nothing.
+        """
         if not isinstance(size, int) or size < 1:
             raise ValueError(f"size must be a positive int, got {size!r}")
         for i, (start, hole) in enumerate(self.holes):

@@ -51,6 +51,8 @@ class FreeListPool:
             raise PoolError(f"block {b!r} is not in [0, {self.num_blocks})")
         return b
 
+    # take, incref and free start with self._check(b): an id that is not an int in
+    # [0, num_blocks) raises PoolError before anything changes.
     # ---- the exercise ------------------------------------------------------
     def _unlink(self, b: int) -> None:
         """Remove node b from the free list in O(1); num_free goes down by one."""

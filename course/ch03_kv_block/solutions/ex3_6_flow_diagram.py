@@ -12,7 +12,15 @@ matplotlib artists, each tagged with a gid so a check can find it:
     map-S-I        an arrow (ax.annotate) from table entry I of S to its physical block
     free-list      one Text: "free list: 3 -> 1 -> 2" head first, or "free list: empty"
 
-Where things go is fixed by `pool_xy` and `table_xy` below: block B is centred at
+Labels without a gid: "#B" inside every block's square, above its count; the physical id
+inside every table entry's square; "seq S" right-aligned less than a unit left of each
+table row. The free-list text starts under the tables' left edge, one row below the last
+table. Margins: at most one unit of blank space around the picture (two on the left, for
+the "seq S" labels).
+
+Where things go is fixed by `pool_xy` and `table_xy` below (keep them as they are: the
+pool is a grid of PER_ROW blocks per row, one unit apart, and the tables start one unit
+below it, 1.3 units apart): block B is centred at
 pool_xy(B); entry I of the sequence in row R (its position in snapshot.sequences) at
 table_xy(R, I, num_blocks). An arrow is ax.annotate("", xy=<block centre>,
 xytext=<entry centre>, gid=..., arrowprops=...). Patches do not widen the axes by

@@ -41,6 +41,7 @@ def pop_kernel(free_stack, top, out):
 
     free_stack[0:top[0]] are the free block ids; a thread that finds the stack empty
     writes -1. top[0] may end below 0 when more threads ask than blocks are free.
+    Threads with i >= out.shape[0] (a launch rounded up to a block size) do nothing.
     """
     i = cuda.grid(1)
     if i < out.shape[0]:

@@ -1,0 +1,3 @@
+"""Fixtures for a plain `pytest course/ch03_kv_block/checks` run (the reference solutions)."""
+
+from course.check_fixtures import impl, kernels  # noqa: F401

@@ -1,0 +1,132 @@
+"""Checks for exercise 3.1: first fit over variable-size ranges (chapter 3.1).
+
+The allocator is compared with a slot-by-slot occupancy map: after every step its
+holes must be exactly the maximal runs of free slots, and allocate must return the
+start of the first run long enough (Hypothesis drives random traces). A fixed trace
+then shows external fragmentation: first fit refuses a request that the free slots,
+added up, could hold, while a pool of fixed blocks serves it.
+"""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from course.ch03_kv_block.checks._expect import raises
+from course.i18n import say
+from pagedsim import BlockPool
+
+EXERCISE = "3.1"
+pytestmark = pytest.mark.ch3_1
+
+
+def runs(occupied: list[bool]) -> list[tuple[int, int]]:
+    """Maximal runs of free slots, as (start, size), from an occupancy map."""
+    out, start = [], None
+    for i, used in enumerate(occupied + [True]):
+        if not used and start is None:
+            start = i
+        elif used and start is not None:
+            out.append((start, i - start))
+            start = None
+    return out
+
+
+def test_allocate_takes_the_front_of_the_first_hole_that_fits(impl):
+    """With holes of 2, 8 and 5 slots, a request for 4 goes to the start of the 8-slot hole."""
+    a = impl.FirstFit(20)
+    a.holes = [(0, 2), (5, 8), (15, 5)]
+    assert a.allocate(4) == 5, say("first fit should take the first hole with room (start 5), not a later or smaller one",
+                                   "首次适配应取第一个放得下的空洞（起点 5），而不是更靠后或更小的那个")
+    assert a.holes == [(0, 2), (9, 4), (15, 5)], f"after taking 4 slots at 5 the holes are {a.holes}"
+
+
+def test_a_hole_of_exactly_the_requested_size_is_used_and_removed(impl):
+    """A request the same size as a hole fills it, and the hole disappears from the list."""
+    a = impl.FirstFit(10)
+    a.holes = [(2, 3), (7, 3)]
+    assert a.allocate(3) == 2, say("a hole exactly as big as the request should be used",
+                                   "大小恰好等于请求的空洞也应被使用（>=，不是 >）")
+    assert a.holes == [(7, 3)], f"a filled hole should be removed, holes are {a.holes}"
+    assert a.allocate(4) is None and a.holes == [(7, 3)], "a request no hole can hold returns None and changes nothing"
+
+
+def test_bad_sizes_are_refused_and_change_nothing(impl):
+    """A capacity or request that is not a positive int raises ValueError; 1 is the smallest allowed."""
+    for bad in (0, -3, 2.5):
+        raises(ValueError, impl.FirstFit, bad, what=f"FirstFit({bad!r})")
+    one = impl.FirstFit(1)
+    assert one.capacity == 1 and one.holes == [(0, 1)], "FirstFit(1) should hold one hole (0, 1)"
+    a = impl.FirstFit(10)
+    for bad in (0, -3, 2.5):
+        raises(ValueError, a.allocate, bad, what=f"allocate({bad!r})")
+        assert a.holes == [(0, 10)], f"a refused allocate({bad!r}) changed the holes to {a.holes}"
+    assert a.allocate(1) == 0 and a.holes == [(1, 9)], "allocate(1), the smallest request, should take slot 0"
+
+
+def test_free_merges_the_range_with_both_neighbouring_holes(impl):
+    """Freeing the range between two holes leaves one hole covering all three."""
+    a = impl.FirstFit(12)
+    a.holes = [(0, 3), (6, 6)]
+    a.free(3, 3)
+    assert a.holes == [(0, 12)], f"freeing [3, 6) between holes [0, 3) and [6, 12) left {a.holes}, expected one hole"
+    b = impl.FirstFit(12)
+    b.holes = [(4, 2)]
+    b.free(9, 3)
+    b.free(0, 2)
+    assert b.holes == [(0, 2), (4, 2), (9, 3)], f"frees that touch no hole should stay separate: {b.holes}"
+
+
+@st.composite
+def traces(draw):
+    """A list of ("alloc", size) and ("free", k) steps over a 32-slot region."""
+    return draw(st.lists(st.one_of(st.tuples(st.just("alloc"), st.integers(1, 9)),
+                                   st.tuples(st.just("free"), st.integers(0, 99))), max_size=30))
+
+
+@settings(max_examples=40, derandomize=True, database=None, deadline=None)
+@given(traces())
+def test_first_fit_matches_a_slot_by_slot_map_on_any_trace(impl, trace):
+    """On random traces the holes are always the maximal free runs, and first fit picks the first that fits."""
+    a, occupied, live = impl.FirstFit(32), [False] * 32, []
+    for op, arg in trace:
+        if op == "alloc":
+            fits = [start for start, size in runs(occupied) if size >= arg]
+            got = a.allocate(arg)
+            want = fits[0] if fits else None
+            assert got == want, say(f"allocate({arg}) returned {got}; first fit over holes {runs(occupied)} gives {want}",
+                                    f"allocate({arg}) 返回 {got}；在空洞 {runs(occupied)} 上首次适配应得到 {want}")
+            if got is not None:
+                occupied[got:got + arg] = [True] * arg
+                live.append((got, arg))
+        elif live:
+            start, size = live.pop(arg % len(live))
+            a.free(start, size)
+            occupied[start:start + size] = [False] * size
+        assert a.holes == runs(occupied), say(
+            f"the holes are {a.holes} but the free slots form the runs {runs(occupied)}: "
+            "holes must be sorted and merged whenever they touch",
+            f"空洞是 {a.holes}，但空闲槽位构成的连续段是 {runs(occupied)}：空洞必须有序，且相邻时要合并")
+
+
+def test_external_fragmentation_is_one_minus_largest_hole_over_free(impl):
+    """Holes of 2 and 3 slots: 5 free, the largest is 3, so fragmentation is 1 - 3/5 = 0.4."""
+    got = impl.external_fragmentation([(0, 2), (5, 3)])
+    assert got == pytest.approx(0.4), f"external_fragmentation of holes 2 and 3 gave {got}, expected 0.4"
+    assert impl.external_fragmentation([(0, 7)]) == 0.0, "one hole means no external fragmentation"
+    assert impl.external_fragmentation([]) == 0.0, "no free space means no external fragmentation (not an error)"
+
+
+def test_first_fit_refuses_a_request_that_fixed_blocks_serve(impl):
+    """External fragmentation: 6 slots are free in pieces of 2, so first fit refuses 6; blocks do not."""
+    a = impl.FirstFit(12)
+    starts = [a.allocate(2) for _ in range(6)]
+    for start in starts[::2]:
+        a.free(start, 2)
+    assert a.free_slots() == 6 and a.allocate(6) is None, (
+        "with 6 free slots in three separate 2-slot holes a 6-slot request must be refused")
+    assert impl.external_fragmentation(a.holes) == pytest.approx(2 / 3)
+    pool = BlockPool(6, 2)  # the same 12 slots as 6 fixed blocks of 2
+    blocks = [pool.allocate() for _ in range(6)]
+    for b in blocks[::2]:
+        pool.free(b)
+    assert [pool.allocate() for _ in range(3)], "fixed blocks serve a 6-slot request from any 3 free blocks"

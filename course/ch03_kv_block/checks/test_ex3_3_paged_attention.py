@@ -1,0 +1,148 @@
+"""Checks for exercise 3.3: logical -> physical translation and paged attention (chapter 3.3).
+
+Translation is compared with pagedsim's own BlockTable on random tables (Hypothesis);
+attention with a dense float64 softmax written here, with cuda_kernels.reference, and
+with the CUDA kernel (under Numba's simulator when there is no GPU) on fresh random
+data, including logits large enough to overflow exp() without the max subtraction.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from course.i18n import say
+from pagedsim import BlockTable
+
+EXERCISE = "3.3"
+pytestmark = pytest.mark.ch3_3
+CHECK = settings(max_examples=40, derandomize=True, database=None, deadline=None)
+
+
+@st.composite
+def tables(draw):
+    """(block_size, physical ids of a table, num_tokens) with distinct ids in a pool of 64."""
+    bs = draw(st.sampled_from([1, 2, 4, 16]))
+    n = draw(st.integers(1, 6 * bs))
+    need = -(-n // bs)
+    ids = draw(st.lists(st.integers(0, 63), min_size=need, max_size=need, unique=True))
+    return bs, ids, n
+
+
+def why_blocks_needed(n, bs, got):
+    """The off-by-one behind a wrong blocks_needed(n, bs), in words."""
+    head = f"blocks_needed({n}, {bs}) gave {got}; {n} tokens need {-(-n // bs)} block(s)"
+    if n == 0:
+        return head + say(": no tokens, no blocks", "：没有 token，就不需要 Block")
+    if n % bs and got == n // bs:
+        return head + say(": the partly filled last block was dropped; round up (ceil), not down",
+                          "：漏掉了未填满的最后一个 Block；要向上取整，而不是向下")
+    if n % bs == 0 and got == n // bs + 1:
+        return head + say(": the tokens fill their blocks exactly, so no extra block (ceil, not floor + 1)",
+                          "：token 恰好填满各个 Block，不需要多加一个（向上取整，而不是向下取整再加 1）")
+    return head
+
+
+def test_blocks_needed_rounds_a_partly_filled_block_up(impl):
+    """blocks_needed is ceil(num_tokens / block_size): 17 tokens in blocks of 16 take 2."""
+    for n, bs, want in [(17, 16, 2), (1, 16, 1), (33, 16, 3), (16, 16, 1), (32, 16, 2), (5, 1, 5), (0, 16, 0)]:
+        got = impl.blocks_needed(n, bs)
+        assert got == want, why_blocks_needed(n, bs, got)
+
+
+def why_locate(ids, bs, p, got, want):
+    """The off-by-one behind a wrong locate(ids, bs, p), in words."""
+    head = f"token {p} with block_size {bs} and table {ids}: locate gave {got}, expected {want}"
+    logical = p // bs
+    if got[1] != p % bs:
+        return head + f": the offset inside the block is p % block_size = {p % bs}"
+    for near in (logical - 1, logical + 1):
+        if 0 <= near < len(ids) and got[0] == ids[near]:
+            return head + (f": it read table[{near}], but token {p} is in logical block "
+                           f"p // block_size = {logical} (counting from 0)")
+    if got[0] == logical:
+        return head + f": {logical} is the logical block; the physical one is table[{logical}] = {ids[logical]}"
+    return head
+
+
+@CHECK
+@given(tables())
+def test_locate_and_slot_agree_with_the_block_table(impl, case):
+    """Every token's (block, offset) and slot match pagedsim's BlockTable."""
+    bs, ids, n = case
+    ref = BlockTable(bs, ids, n)
+    for p in range(n):
+        got = tuple(impl.locate(ids, bs, p))
+        assert got == ref.locate(p), why_locate(ids, bs, p, got, ref.locate(p))
+        got_slot = impl.slot(ids, bs, p)
+        near = " (off by one)" if abs(got_slot - ref.slot(p)) == 1 else ""
+        assert got_slot == ref.slot(p), (
+            f"token {p} with block_size {bs} and table {ids}: slot gave {got_slot}, expected {ref.slot(p)}{near}: "
+            f"slot = physical block * block_size + offset = {ref.locate(p)[0]} * {bs} + {ref.locate(p)[1]}")
+
+
+def dense_reference(query, keys, values, scale):
+    """softmax(q k^T * scale) v per head, in float64, from K/V already in logical order."""
+    group = query.shape[0] // keys.shape[1]
+    k = np.repeat(keys, group, axis=1).astype(np.float64)  # [T, H, D]
+    v = np.repeat(values, group, axis=1).astype(np.float64)
+    s = np.einsum("hd,thd->ht", query.astype(np.float64), k) * scale  # [H, T]
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    return np.einsum("ht,thd->hd", p / p.sum(axis=1, keepdims=True), v)
+
+
+def random_case(rng, *, heads=4, kv_heads=2, bs=4, d=8, length=11, num_blocks=9, loud=1.0):
+    """A cache filled with noise, one sequence scattered over random blocks, and its logical K/V."""
+    cache = rng.standard_normal((num_blocks, 2, kv_heads, bs, d)).astype(np.float32)  # [N, 2, H_kv, B, D]
+    table = rng.permutation(num_blocks)[: -(-length // bs)]
+    keys = rng.standard_normal((length, kv_heads, d)).astype(np.float32)  # [T, H_kv, D]
+    values = rng.standard_normal((length, kv_heads, d)).astype(np.float32)
+    for p in range(length):
+        cache[table[p // bs], 0, :, p % bs] = keys[p]
+        cache[table[p // bs], 1, :, p % bs] = values[p]
+    query = (rng.standard_normal((heads, d)) * loud).astype(np.float32)  # [H, D]
+    return query, cache, table, keys, values
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_paged_attention_reads_each_token_through_the_table(impl, seed):
+    """Attention over a scattered sequence equals dense attention over its tokens in order."""
+    rng = np.random.default_rng(seed)
+    length = [11, 4, 16][seed]
+    query, cache, table, keys, values = random_case(rng, length=length)
+    got = np.asarray(impl.paged_attention(query, cache, table, length))
+    want = dense_reference(query, keys, values, 1 / np.sqrt(query.shape[1]))
+    assert got.shape == want.shape, f"paged_attention returned shape {got.shape}, expected {want.shape}"
+    assert np.allclose(got, want, atol=1e-5), (
+        f"paged attention differs from dense attention over the same tokens by "
+        f"{np.nanmax(np.abs(got - want)):.3g} (seed {seed}): check the gather, the KV head of each "
+        f"query head (h // (H // H_kv)) and the default scale 1/sqrt(D)")
+
+
+def test_paged_attention_survives_large_logits(impl):
+    """Logits near 1000 must not overflow: softmax subtracts the row maximum first."""
+    rng = np.random.default_rng(7)
+    query, cache, table, keys, values = random_case(rng, loud=400.0)
+    got = np.asarray(impl.paged_attention(query, cache, table, 11, scale=1.0), dtype=np.float64)
+    want = dense_reference(query, keys, values, 1.0)
+    assert np.isfinite(got).all(), (
+        "softmax overflowed on large logits (inf/nan in the output): subtract each row's "
+        "maximum logit before np.exp")
+    assert np.allclose(got, want, atol=1e-5), "attention on large logits is wrong"
+
+
+def test_paged_attention_matches_the_kernel_reference_and_the_cuda_kernel(impl, kernels):
+    """Your NumPy paged attention agrees with cuda_kernels.reference and the CUDA kernel."""
+    ck = kernels
+    from cuda_kernels import reference
+
+    rng = np.random.default_rng(11)
+    query, cache, table, _, _ = random_case(rng, heads=2, kv_heads=1, bs=4, d=4, length=7, num_blocks=5)
+    got = np.asarray(impl.paged_attention(query, cache, table, 7))
+    tables_ = np.asarray(table, np.int32)[None]  # [1, max_blocks]
+    lens = np.array([7], np.int32)
+    ref = reference.paged_attention(query[None], cache, tables_, lens)[0]
+    assert np.allclose(got, ref, atol=1e-5), "your paged attention disagrees with cuda_kernels.reference"
+    out = ck.paged_attention(query[None], cache, tables_, lens)[0]
+    assert np.allclose(got, out, atol=1e-4), (
+        f"your paged attention and the CUDA kernel ({ck.backend()}) disagree by {np.abs(got - out).max():.3g}")

@@ -1,0 +1,245 @@
+"""Checks for exercise 3.4b: fork and copy-on-write on append (chapter 3.4).
+
+Step checks read the pool's counts after each call; a Hypothesis run replays random
+forks and appends against pagedsim's KVCacheManager (same pool order, so the same
+slots and copies); and an end-to-end run writes K/V through the slots, copies blocks
+for every (src, dst) pair, and checks that each beam's attention equals dense
+attention over that beam's own tokens -- in NumPy, and with the CUDA kernels
+(write_kv, copy_blocks, paged_attention) under the simulator.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from course.i18n import say
+from pagedsim import BlockPool, KVCacheManager
+
+EXERCISE = "3.4b"
+pytestmark = pytest.mark.ch3_4
+
+
+def grow(impl, pool, table, n, bs=4):
+    """Append n tokens to an empty table; returns their slots."""
+    copies = []
+    slots = [impl.slot_for_append(pool, table, p, bs, copies) for p in range(n)]
+    assert not copies, say("appending to a private sequence should never copy a block", "往私有序列追加时不应拷贝任何块")
+    return slots
+
+
+def test_fork_adds_the_child_as_an_owner_of_every_block(impl):
+    """After fork every block of the parent has count 2 and the child has its own list."""
+    pool = BlockPool(6, 4)
+    parent = []
+    grow(impl, pool, parent, 6)
+    child = impl.fork(pool, parent)
+    assert child == parent and child is not parent, say(
+        "fork should return a new list with the same blocks",
+        "fork 应返回一个包含相同块的新列表")
+    counts = [pool.ref_count(b) for b in parent]
+    assert counts == [2, 2], (
+        f"after fork the shared blocks have counts {counts}, expected [2, 2]: "
+        "the fork never added the child as an owner (ref count not incremented)")
+
+
+@pytest.mark.parametrize("prompt", [6, 2, 10])
+def test_appending_into_a_shared_partly_filled_block_copies_it(impl, prompt):
+    """The writer of a shared, partly filled last block gets a private copy and a (src, dst) pair."""
+    pool = BlockPool(8, 4)
+    parent = []
+    grow(impl, pool, parent, prompt)  # 6 tokens: blocks [0, 1], block 1 holds 2 of 4 tokens
+    before = list(parent)
+    child = impl.fork(pool, parent)
+    copies = []
+    slot = impl.slot_for_append(pool, child, prompt, 4, copies)
+    assert len(copies) == 1, (
+        "appending into a shared, partly filled block wrote into it without copy-on-write: "
+        "the other sequence's next token would overwrite this one")
+    src, dst = copies[0]
+    assert src == parent[-1] and dst == child[-1] and dst != src, (
+        f"after a {prompt}-token prompt (table {before}) the copy pair is {copies[0]}; it should be "
+        f"(the shared last block {parent[-1]}, the writer's new block {child[-1]})")
+    assert slot == dst * 4 + prompt % 4, say(
+        f"the appended token's slot is {slot}, expected {dst * 4 + prompt % 4}",
+        f"追加的 token 的 slot 是 {slot}，应为 {dst * 4 + prompt % 4}")
+    assert pool.ref_count(src) == 1, (
+        f"after copy-on-write the shared block still has count {pool.ref_count(src)}: "
+        "the writer must let go of it (pool.free), or it leaks")
+    assert parent == before and child[:-1] == before[:-1], (
+        f"copy-on-write changed the wrong table entry: parent {parent}, child {child}; only the child's "
+        "last entry may change")
+
+
+def test_a_full_shared_block_stays_shared_and_is_never_copied(impl):
+    """Forking at a block boundary: the next token takes a fresh block, no copy is made."""
+    pool = BlockPool(6, 4)
+    parent = []
+    grow(impl, pool, parent, 8)
+    child = impl.fork(pool, parent)
+    copies = []
+    impl.slot_for_append(pool, child, 8, 4, copies)
+    assert copies == [], say(
+        f"a full shared block was copied ({copies}); full blocks are never written again",
+        f"拷贝了一个已写满的共享块（{copies}）；写满的块不会再被写")
+    assert [pool.ref_count(b) for b in parent] == [2, 2], say(
+        "full shared blocks should stay shared (count 2)",
+        "写满的共享块应保持共享（计数 2）")
+
+
+def test_freeing_the_parent_keeps_the_childs_blocks(impl):
+    """After fork, the parent finishing must not free blocks the child still reads."""
+    pool = BlockPool(6, 4)
+    parent = []
+    grow(impl, pool, parent, 6)
+    child = impl.fork(pool, parent)
+    impl.free_table(pool, parent)
+    assert parent == [], say("free_table should empty the table", "free_table 应清空表")
+    freed = [b for b in child if pool.is_free(b)]
+    assert not freed, (
+        f"block(s) {freed} went back to the free list while the child still uses them")
+    impl.free_table(pool, child)
+    assert pool.num_free == 6, say(
+        "after both sequences finish every block should be free",
+        "两个序列都结束后，所有块都应空闲")
+
+
+def test_free_table_releases_the_last_block_first(impl):
+    """A finished sequence's blocks go back last first, so its first block is the next one reused."""
+    pool = BlockPool(6, 4)
+    table = []
+    grow(impl, pool, table, 10)  # blocks [0, 1, 2]
+    impl.free_table(pool, table)
+    order = pool.free_list()
+    assert order[:3] == [0, 1, 2], (
+        f"after free_table of blocks [0, 1, 2] the free list starts {order[:3]}, expected [0, 1, 2]: "
+        + ("the blocks were freed first to last; free the last block first (reversed), as vLLM does"
+           if order[:3] == [2, 1, 0] else "free every block of the table exactly once, last block first"))
+
+
+@st.composite
+def scripts(draw):
+    """A prompt length and a list of ("append", seq) / ("fork", parent) / ("finish", seq) operations."""
+    ops = draw(st.lists(st.tuples(st.sampled_from(["append", "append", "fork", "finish"]), st.integers(0, 3)),
+                        max_size=14))
+    return draw(st.integers(1, 9)), ops
+
+
+@settings(max_examples=40, derandomize=True, database=None, deadline=None)
+@given(scripts())
+def test_forks_and_appends_match_the_kv_cache_manager(impl, script):
+    """Random forks and appends give the same slots, copies and counts as pagedsim's manager."""
+    prompt, ops = script
+    model = KVCacheManager(24, 4, trace=False)
+    pool = BlockPool(24, 4)
+    tables = {0: []}
+    model.add_sequence(0, prompt)
+    grow(impl, pool, tables[0], prompt)
+    for op, k in ops:
+        if not tables:
+            break
+        seq = sorted(tables)[k % len(tables)]
+        if op == "finish":
+            model.free_sequence(seq)
+            impl.free_table(pool, tables.pop(seq))
+            assert pool.free_list() == model.pool.free_list(), (
+                f"after seq {seq} finished the free list is {pool.free_list()}, but the manager's is "
+                f"{model.pool.free_list()}: free_table should release the table's blocks last first")
+            continue
+        if op == "fork":
+            new = max(tables) + 1
+            model.fork(seq, new)
+            tables[new] = impl.fork(pool, tables[seq])
+            continue
+        copies = []
+        want = model.append_tokens(seq, 1)[0]
+        got = impl.slot_for_append(pool, tables[seq], model.num_tokens(seq) - 1, 4, copies)
+        want_copies = model.drain_copies()
+        assert copies == want_copies, (
+            f"appending to seq {seq} made copies {copies}, expected {want_copies}")
+        assert got == want, say(
+            f"appending to seq {seq} returned slot {got}, expected {want}",
+            f"往序列 {seq} 追加返回 slot {got}，应为 {want}")
+    assert pool.ref_counts() == model.pool.ref_counts(), (
+        f"ref counts {pool.ref_counts()} differ from the manager's {model.pool.ref_counts()}")
+
+
+def run_two_beams(impl, rng, write, copy, attend):
+    """A 6-token prompt, a fork, then 3 different tokens per beam; returns (got, want) [2, H, D]."""
+    bs, heads, kv_heads, d = 4, 2, 1, 4
+    pool = BlockPool(8, bs)
+    cache = rng.standard_normal((8, 2, kv_heads, bs, d)).astype(np.float32)  # [N, 2, H_kv, B, D] noise
+    tables, history = {"A": []}, {"A": []}
+    new_kv = lambda: rng.standard_normal((2, kv_heads, d)).astype(np.float32)  # noqa: E731
+    prompt = [new_kv() for _ in range(6)]
+    slots = grow(impl, pool, tables["A"], 6, bs)
+    write(cache, slots, prompt)
+    history["A"] = list(prompt)
+    tables["B"], history["B"] = impl.fork(pool, tables["A"]), list(prompt)
+    for _ in range(3):
+        copies, slots, tokens = [], [], []
+        for seq in ("A", "B"):
+            slots.append(impl.slot_for_append(pool, tables[seq], len(history[seq]), bs, copies))
+            tokens.append(new_kv())
+            history[seq].append(tokens[-1])
+        if copies:
+            copy(cache, copies)  # before the new tokens are written
+        write(cache, slots, tokens)
+    query = rng.standard_normal((2, heads, d)).astype(np.float32)  # [S, H, D]
+    got = attend(query, cache, [tables["A"], tables["B"]], [len(history["A"]), len(history["B"])])
+    want = []
+    for s, seq in enumerate(("A", "B")):
+        kv = np.asarray(history[seq], np.float64)  # [T, 2, H_kv, D]
+        k, v = np.repeat(kv[:, 0], heads // kv_heads, 1), np.repeat(kv[:, 1], heads // kv_heads, 1)
+        logits = np.einsum("hd,thd->ht", query[s].astype(np.float64), k) / np.sqrt(d)
+        p = np.exp(logits - logits.max(1, keepdims=True))
+        want.append(np.einsum("ht,thd->hd", p / p.sum(1, keepdims=True), v))
+    return np.asarray(got, np.float64), np.asarray(want)
+
+
+def numpy_write(cache, slots, tokens):
+    bs = cache.shape[3]
+    for s, kv in zip(slots, tokens):
+        cache[s // bs, :, :, s % bs] = kv  # kv [2, H_kv, D]
+
+
+def numpy_copy(cache, pairs):
+    for src, dst in pairs:
+        cache[dst] = cache[src]
+
+
+def numpy_attend(query, cache, tables, lens):
+    from cuda_kernels import reference  # NumPy float64; never the exercise's own solution
+    width = max(map(len, tables))
+    bt = np.array([t + [0] * (width - len(t)) for t in tables], np.int32)  # [S, max_blocks]
+    return reference.paged_attention(query, cache, bt, np.asarray(lens, np.int32))
+
+
+def assert_beams_agree(got, want):
+    for s, seq in enumerate("AB"):
+        assert np.allclose(got[s], want[s], atol=1e-4), (
+            f"after the fork, beam {seq}'s attention reads the wrong K/V: a beam wrote into a block "
+            f"the other still reads, or a copy went the wrong way (error {np.abs(got[s] - want[s]).max():.3g})")
+
+
+def test_two_beams_after_a_fork_each_attend_to_their_own_tokens_in_numpy(impl):
+    """End to end in NumPy: write, fork, copy-on-write, then attention per beam."""
+    assert_beams_agree(*run_two_beams(impl, np.random.default_rng(3), numpy_write, numpy_copy, numpy_attend))
+
+
+@pytest.mark.kernels
+def test_two_beams_after_a_fork_each_attend_to_their_own_tokens_with_the_kernels(impl, kernels):
+    """End to end with write_kv, copy_blocks and paged_attention (GPU or simulator)."""
+    def write(cache, slots, tokens):
+        kv = np.asarray(tokens)  # [T, 2, H_kv, D]
+        kernels.write_kv(cache, np.ascontiguousarray(kv[:, 0]), np.ascontiguousarray(kv[:, 1]),
+                         np.asarray(slots, np.int64))
+
+    def attend(query, cache, tables, lens):
+        width = max(map(len, tables))
+        bt = np.array([t + [0] * (width - len(t)) for t in tables], np.int32)  # [S, max_blocks]
+        return kernels.paged_attention(query, cache, bt, np.asarray(lens, np.int32))
+
+    got, want = run_two_beams(impl, np.random.default_rng(4), write,
+                              lambda c, pairs: kernels.copy_blocks(c, pairs), attend)
+    assert_beams_agree(got, want)

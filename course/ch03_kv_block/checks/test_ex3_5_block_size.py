@@ -1,0 +1,111 @@
+"""Checks for exercise 3.5: waste per block size and the choice of a block size (chapter 3.5).
+
+Waste is compared with what pagedsim's KVCacheManager reports after admitting the same
+sequences (`usage().empty_slots`); the choice is checked against its definition on
+random workloads: the answer qualifies, and every larger candidate does not.
+"""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from course.ch03_kv_block.checks._expect import raises
+from course.i18n import say
+from pagedsim import KVCacheManager
+
+EXERCISE = "3.5"
+pytestmark = pytest.mark.ch3_5
+CANDIDATES = (8, 16, 32, 64, 128)
+
+
+def manager_waste(lengths, bs):
+    """Empty slots and allocated slots, measured by admitting every sequence into a manager."""
+    m = KVCacheManager(sum(-(-n // bs) for n in lengths) + 1, bs, trace=False)
+    for i, n in enumerate(lengths):
+        m.add_sequence(i, n)
+    u = m.usage()
+    return u.empty_slots, u.blocks_used * bs
+
+
+def test_waste_counts_the_empty_end_of_each_last_block(impl):
+    """Blocks of 16: 16 tokens waste 0, 17 waste 15, 1 wastes 15, so 30 in all."""
+    got = impl.waste([16, 17, 1], 16)
+    assert got == 30, say(
+        f"waste([16, 17, 1], 16) gave {got}, expected 0 + 15 + 15 = 30: a partly filled "
+        "last block is still a whole block (ceil, not floor), and a full one wastes nothing",
+        f"waste([16, 17, 1], 16) 得到 {got}，应为 0 + 15 + 15 = 30：未填满的最后一个块也是一整块（向上取整），"
+        "填满的块不浪费")
+
+
+@settings(max_examples=40, derandomize=True, database=None, deadline=None)
+@given(st.lists(st.integers(0, 300), max_size=12), st.sampled_from([1, 3, 8, 16, 32]))
+def test_waste_matches_the_kv_cache_manager(impl, lengths, bs):
+    """For any workload, waste and its fraction match what the manager allocates."""
+    empty, allocated = manager_waste(lengths, bs)
+    assert impl.waste(lengths, bs) == empty, (
+        f"waste({lengths}, {bs}) gave {impl.waste(lengths, bs)}, but the manager has {empty} empty slots")
+    want = empty / allocated if allocated else 0.0
+    assert impl.waste_fraction(lengths, bs) == pytest.approx(want), (
+        f"waste_fraction({lengths}, {bs}) gave {impl.waste_fraction(lengths, bs)}, expected {want}")
+
+
+def test_the_largest_block_size_within_budget_and_waste_is_chosen(impl):
+    """100 sequences of 520 tokens: blocks of 128 waste 19%, of 64 waste 9.7%, so 64 is chosen."""
+    lengths = [520] * 100
+    got = impl.choose_block_size(lengths, 1, 10**6, CANDIDATES, 0.1)
+    assert got == 64, say(f"choose_block_size gave {got}; 128 wastes 19% (> 10%), 64 wastes 9.7%, so 64",
+                          f"choose_block_size 得到 {got}；128 浪费 19%（> 10%），64 浪费 9.7%，所以选 64")
+    tight = impl.choose_block_size(lengths, 1, 52_000, CANDIDATES, 0.1)
+    assert tight == 8, say(f"with a budget of 52,000 bytes only blocks of 8 fit (52,000 slots), got {tight}",
+                           f"预算 52,000 字节时只有 8 放得下（正好 52,000 个槽位），实际得到 {tight}")
+    raises(ValueError, impl.choose_block_size, lengths, 1, 51_999, CANDIDATES, 0.1, match="budget",
+           what="choose_block_size with a 51,999-byte budget (no candidate fits)")
+
+
+def test_a_waste_or_budget_exactly_at_the_limit_qualifies(impl):
+    """Both tests are <=: a waste fraction equal to max_waste, or memory equal to the budget, is allowed."""
+    try:
+        got = impl.choose_block_size([9, 10], 1, 20, (10,), 0.05)  # 1 empty slot of 20: exactly 5%
+    except ValueError:
+        got = "ValueError"
+    assert got == 10, (
+        f"blocks of 10 for sequences of 9 and 10 tokens waste exactly 1/20 = 5% and fill the 20-byte budget "
+        f"exactly; with max_waste=0.05 that qualifies (<=, not <), but choose_block_size gave {got}")
+
+
+@pytest.mark.parametrize("bs", CANDIDATES)
+def test_the_default_candidates_and_waste_limit_are_8_to_128_and_10_percent(impl, bs):
+    """Called without candidates or max_waste, the choice uses (8, 16, 32, 64, 128) and 10%."""
+    lengths = [3 * bs] * 4  # exact multiples of bs: no waste; the budget holds them in blocks of bs only
+    try:
+        got = impl.choose_block_size(lengths, 1, sum(lengths))
+    except ValueError as e:
+        raise AssertionError(
+            f"choose_block_size({lengths}, 1, {sum(lengths)}) with the default candidates raised ValueError "
+            f"({e}); blocks of {bs} hold these sequences with no waste in exactly that budget") from None
+    assert got == bs, (
+        f"with the default candidates, four sequences of {3 * bs} tokens in a {sum(lengths)}-byte budget "
+        f"should choose {bs}, got {got}: the defaults must be candidates=(8, 16, 32, 64, 128), max_waste=0.1")
+    chosen = impl.choose_block_size([520] * 100, 1, 10**6)
+    assert chosen == 64, (
+        f"with the default max_waste, 100 sequences of 520 tokens chose {chosen}: 128 wastes 19% (over the "
+        "default 10%), 64 wastes 9.7%, so 64")
+
+
+@settings(max_examples=40, derandomize=True, database=None, deadline=None)
+@given(st.lists(st.integers(1, 400), min_size=1, max_size=10), st.integers(1, 4),
+       st.integers(0, 8000), st.sampled_from([0.05, 0.1, 0.3]))
+def test_the_choice_qualifies_and_no_larger_candidate_does(impl, lengths, bpt, budget, limit):
+    """On random workloads the chosen size passes both tests and every larger one fails one."""
+    def ok(bs):
+        empty, allocated = manager_waste(lengths, bs)
+        return allocated * bpt <= budget and empty / allocated <= limit
+    good = [bs for bs in CANDIDATES if ok(bs)]
+    if not good:
+        raises(ValueError, impl.choose_block_size, lengths, bpt, budget, CANDIDATES, limit,
+               what=f"choose_block_size({lengths}, {bpt}, {budget}, max_waste={limit}) (no candidate qualifies)")
+        return
+    got = impl.choose_block_size(lengths, bpt, budget, CANDIDATES, limit)
+    assert got == max(good), say(
+        f"for {lengths}, {budget} bytes, waste <= {limit}: chose {got}, expected {max(good)}",
+        f"对 {lengths}、预算 {budget} 字节、浪费 <= {limit}：选了 {got}，应为 {max(good)}")

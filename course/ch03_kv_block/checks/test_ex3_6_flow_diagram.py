@@ -1,0 +1,211 @@
+"""Checks for exercise 3.6: the core flow diagram, drawn from a pool's trace (chapter 3.6).
+
+A short scenario runs on pagedsim's KVCacheManager (admit, fork, finish, copy-on-write);
+the picture of every snapshot is then read back through its artists, found by gid:
+colours of free and used blocks, ref-count labels, one arrow per table entry landing
+on the right physical block, and the free list head first. No pixels are compared.
+"""
+
+import matplotlib
+import matplotlib.figure
+import matplotlib.image
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.colors import same_color  # noqa: E402
+
+from pagedsim import KVCacheManager  # noqa: E402
+
+EXERCISE = "3.6"
+pytestmark = [pytest.mark.ch3_6, pytest.mark.draw]
+
+
+def scenario():
+    """A (6 tokens), B (3) and D (5) arrive; A forks C; B and D finish; C appends (copy-on-write)."""
+    m = KVCacheManager(8, 4)
+    m.add_sequence("A", 6)
+    m.add_sequence("B", 3)
+    m.add_sequence("D", 5)
+    m.fork("A", "C")
+    m.free_sequence("B")
+    m.free_sequence("D")  # the free list is now 3, 4, 2, 5, 6, 7: not in block order
+    m.append_tokens("C", 1)
+    return m.trace.snapshots
+
+
+def drawn(impl, snap):
+    fig, ax = impl.new_axes(snap)
+    impl.draw_flow(snap, ax)
+    artists = {a.get_gid(): a for a in ax.get_children() if a.get_gid()}
+    artists["_limits"] = (ax.get_xlim(), ax.get_ylim())
+    artists["_texts"] = [(t.get_text(), t.get_position(), t.get_horizontalalignment()) for t in ax.texts]
+    artists["_axes"] = (ax.get_aspect(), ax.axison)
+    plt.close(fig)
+    return artists
+
+
+def centre_and_size(box):
+    """(centre x, centre y, width, height) of a Rectangle, in data coordinates."""
+    (x, y), w, h = box.get_xy(), box.get_width(), box.get_height()
+    return x + w / 2, y + h / 2, w, h
+
+
+@pytest.fixture(scope="module")
+def pictures(impl):
+    return [(snap, drawn(impl, snap)) for snap in scenario()]
+
+
+def test_every_physical_block_is_drawn_grey_when_free_and_coloured_when_used(impl, pictures):
+    """block-B rectangles: one per physical block, FREE_COLOUR exactly when its count is 0."""
+    for snap, art in pictures:
+        for b in range(snap.num_blocks):
+            box = art.get(f"block-{b}")
+            assert box is not None, f"step {snap.step}: no rectangle with gid block-{b}"
+            want = impl.FREE_COLOUR if snap.ref_counts[b] == 0 else impl.USED_COLOUR
+            assert same_color(box.get_facecolor(), want), (
+                f"step {snap.step}: block {b} has count {snap.ref_counts[b]} but is drawn "
+                f"{'as used' if snap.ref_counts[b] == 0 else 'as free'}")
+
+
+def test_used_blocks_show_their_reference_count(impl, pictures):
+    """count-B texts: present for every used block and equal to its count (2 when shared)."""
+    for snap, art in pictures:
+        for b, count in enumerate(snap.ref_counts):
+            label = art.get(f"count-{b}")
+            if count:
+                assert label is not None and label.get_text() == str(count), (
+                    f"step {snap.step}: block {b} is held by {count} sequence(s) but its count label "
+                    f"says {label.get_text() if label else 'nothing'}")
+            else:
+                assert label is None, f"step {snap.step}: free block {b} should have no count label"
+
+
+def test_each_table_entry_has_an_arrow_to_its_physical_block(impl, pictures):
+    """map-S-I arrows start at table entry I of S and end on the physical block it names."""
+    for snap, art in pictures:
+        arrows = [g for g in art if g.startswith("map-")]
+        want = sum(len(s.blocks) for s in snap.sequences)
+        assert len(arrows) == want, f"step {snap.step}: {len(arrows)} arrows for {want} table entries"
+        for row, seq in enumerate(snap.sequences):
+            for i, b in enumerate(seq.blocks):
+                arrow = art.get(f"map-{seq.seq_id}-{i}")
+                assert arrow is not None, f"step {snap.step}: no arrow map-{seq.seq_id}-{i}"
+                assert tuple(arrow.xy) == impl.pool_xy(b), (
+                    f"step {snap.step}: seq {seq.seq_id}'s logical block {i} maps to physical block {b}, "
+                    f"but its arrow ends at {tuple(arrow.xy)} instead of pool_xy({b}) = {impl.pool_xy(b)}")
+                assert tuple(arrow.xyann) == impl.table_xy(row, i, snap.num_blocks), (
+                    f"step {snap.step}: arrow map-{seq.seq_id}-{i} should start at its table entry")
+                cell = art.get(f"table-{seq.seq_id}-{i}")
+                assert cell is not None, f"step {snap.step}: no rectangle table-{seq.seq_id}-{i}"
+
+
+def test_boxes_sit_on_their_centres_and_the_axes_show_them_all(impl, pictures):
+    """block-B is a CELL x CELL square centred on pool_xy(B), table-S-I on table_xy; nothing is cut off."""
+    for snap, art in pictures:
+        (x0, x1), (y0, y1) = art["_limits"]
+        boxes = [(f"block-{b}", impl.pool_xy(b)) for b in range(snap.num_blocks)]
+        boxes += [(f"table-{seq.seq_id}-{i}", impl.table_xy(row, i, snap.num_blocks))
+                  for row, seq in enumerate(snap.sequences) for i in range(len(seq.blocks))]
+        for gid, centre in boxes:
+            if gid not in art:
+                continue  # reported by the checks above
+            cx, cy, w, h = centre_and_size(art[gid])
+            assert max(abs(cx - centre[0]), abs(cy - centre[1])) < 1e-6, (
+                f"step {snap.step}: {gid} is centred at ({cx:.2f}, {cy:.2f}), not at {centre}: "
+                "a Rectangle's xy is its lower-left corner, so pass (x - CELL / 2, y - CELL / 2)")
+            assert abs(w - impl.CELL) < 1e-6 and abs(h - impl.CELL) < 1e-6, (
+                f"step {snap.step}: {gid} is {w:.2f} x {h:.2f}, expected CELL x CELL = {impl.CELL} x {impl.CELL}")
+            assert x0 <= cx - w / 2 and cx + w / 2 <= x1 and y0 <= cy - h / 2 and cy + h / 2 <= y1, (
+                f"step {snap.step}: {gid} lies outside the axes' limits x {x0:.1f}..{x1:.1f}, y {y0:.1f}..{y1:.1f}: "
+                "finish with ax.set_xlim / ax.set_ylim so the whole picture shows")
+        for b, count in enumerate(snap.ref_counts):
+            label = art.get(f"count-{b}")
+            if count and label is not None:
+                lx, ly = label.get_position()
+                bx, by = impl.pool_xy(b)
+                assert abs(lx - bx) < impl.CELL / 2 and abs(ly - by) < impl.CELL / 2, (
+                    f"step {snap.step}: the count of block {b} is written at ({lx:.2f}, {ly:.2f}), outside its box")
+        text = art.get("free-list")
+        if text is not None:
+            tx, ty = text.get_position()
+            assert x0 <= tx <= x1 and y0 <= ty <= y1, (
+                f"step {snap.step}: the free-list text at ({tx:.1f}, {ty:.1f}) lies outside the axes")
+            edge = impl.table_xy(0, 0, snap.num_blocks)[0] - impl.CELL / 2
+            below = impl.table_xy(len(snap.sequences), 0, snap.num_blocks)[1]
+            assert abs(tx - edge) <= impl.CELL / 2 and abs(ty - below) < 1e-6, (
+                f"step {snap.step}: the free-list text starts at ({tx:.2f}, {ty:.2f}); it belongs under the "
+                f"tables' left edge (x near {edge:.2f}), one row below the last table (y {below:.2f})")
+            top = impl.pool_xy(0)[1] + impl.CELL / 2
+            assert x0 >= edge - 2.1 and y1 <= top + 1 and y0 >= ty - 1.05, (
+                f"step {snap.step}: the axes' limits x {x0:.1f}..{x1:.1f}, y {y0:.1f}..{y1:.1f} leave wide blank "
+                "margins: keep at most one unit around the picture (two on the left)")
+
+
+def test_the_layout_helpers_keep_their_documented_grid(impl):
+    """pool_xy: PER_ROW blocks per row, one unit apart; table_xy: one unit below the pool, rows 1.3 apart."""
+    for b in range(20):
+        assert impl.pool_xy(b) == (b % impl.PER_ROW, -(b // impl.PER_ROW)), (
+            f"pool_xy({b}) is {impl.pool_xy(b)}: keep the given pool_xy (column b % PER_ROW, row b // PER_ROW)")
+    for n in (1, 8, 9, 17):
+        for row in range(3):
+            want = (3.0, -(-(-n // impl.PER_ROW) + 1.0 + 1.3 * row))
+            assert impl.table_xy(row, 3, n) == pytest.approx(want), (
+                f"table_xy({row}, 3, {n}) is {impl.table_xy(row, 3, n)}, expected {want}: keep the given table_xy")
+
+
+def test_every_block_and_entry_is_labelled_inside_its_square(impl, pictures):
+    """'#B' in each block, the physical id in each table entry, 'seq S' left of its row; equal aspect, no axes."""
+    for snap, art in pictures:
+        assert art["_axes"] == (1.0, False), (
+            f"step {snap.step}: new_axes should give an equal aspect (squares stay square) and no axis lines")
+        texts = art["_texts"]
+
+        def inside(label, centre):
+            return any(t == label and abs(x - centre[0]) < impl.CELL / 2 and abs(y - centre[1]) < impl.CELL / 2
+                       for t, (x, y), _ in texts)
+        for b in range(snap.num_blocks):
+            assert inside(f"#{b}", impl.pool_xy(b)), f"step {snap.step}: block {b}'s square has no '#{b}' label inside"
+        for row, seq in enumerate(snap.sequences):
+            for i, b in enumerate(seq.blocks):
+                assert inside(str(b), impl.table_xy(row, i, snap.num_blocks)), (
+                    f"step {snap.step}: entry {i} of seq {seq.seq_id} should show its physical block {b} inside")
+            x0, y0 = impl.table_xy(row, 0, snap.num_blocks)
+            left = x0 - impl.CELL / 2
+            assert any(t == f"seq {seq.seq_id}" and abs(y - y0) < 1e-6 and left - 1 <= x < left and ha == "right"
+                       for t, (x, y), ha in texts), (
+                f"step {snap.step}: no 'seq {seq.seq_id}' label right-aligned less than a unit left of its row")
+        for b, count in enumerate(snap.ref_counts):
+            ids = [y for t, (x, y), _ in texts if t == f"#{b}"]
+            label = art.get(f"count-{b}")
+            if count and ids and label is not None:
+                assert ids[0] > label.get_position()[1], (
+                    f"step {snap.step}: block {b}'s '#{b}' label should sit above its count, not below it")
+
+
+def test_the_free_list_is_written_head_first(impl, pictures):
+    """The free-list text lists free blocks in allocate() order, not sorted."""
+    for snap, art in pictures:
+        text = art.get("free-list")
+        want = "free list: " + (" -> ".join(map(str, snap.free_list)) or "empty")
+        got = text.get_text() if text is not None else None
+        assert got == want, f"step {snap.step}: the free list reads {got!r}, expected {want!r} (head first)"
+
+
+def test_a_trace_becomes_one_titled_png_per_step(impl, tmp_path, monkeypatch):
+    """draw_trace writes step-NN.png per snapshot, titled with the step's sentence, and closes its figures."""
+    titles, save = [], matplotlib.figure.Figure.savefig
+
+    def spy(fig, *args, **kwargs):
+        titles.append(fig.axes[0].get_title())
+        return save(fig, *args, **kwargs)
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", spy)
+    snaps, open_before = scenario()[-2:], len(plt.get_fignums())
+    paths = impl.draw_trace(snaps, str(tmp_path))  # a str folder must work too
+    assert [p.name for p in paths] == ["step-06.png", "step-07.png"]
+    assert titles == [f"step {s.step}: {s.caption}" for s in snaps], f"the pictures are titled {titles}"
+    assert len(plt.get_fignums()) == open_before, "draw_trace leaves figures open: close each after saving"
+    for p in paths:
+        pixels = matplotlib.image.imread(p)[..., :3]  # [h, w, 3] in 0..1
+        inked = float((pixels.min(axis=2) < 0.9).mean())
+        assert inked > 0.05, f"{p.name} is almost blank ({inked:.1%} of its pixels are drawn)"

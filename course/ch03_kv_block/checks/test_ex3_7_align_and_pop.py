@@ -1,0 +1,176 @@
+"""Checks for exercise 3.7: aligned block starts and a concurrent pop (chapter 3.7).
+
+Alignment is checked by its definition on random sizes. The pop kernel is checked in
+two ways, and they are not equally strong:
+
+* deterministically, by course.ch03_kv_block.stepper, which runs the kernel's Python
+  body with one simulated thread per request and interleaves their memory accesses
+  in a chosen order (round robin, then seeded random orders). A pop that reads top
+  and writes top - 1 as two steps hands one block to two threads under round robin,
+  every time. An atomic is one step and cannot be split.
+* end to end, by launching the kernel (GPU, or Numba's CUDA simulator). This shows
+  the kernel runs and pops correctly, but a racy kernel may also pass here: the
+  simulator does not interleave threads at every memory access.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from course.ch03_kv_block.stepper import Stepper
+from course.i18n import say
+
+EXERCISE = "3.7"
+pytestmark = pytest.mark.ch3_7
+
+
+def test_align_up_rounds_up_to_the_next_multiple_of_128(impl):
+    """0 -> 0, 1 -> 128, 128 -> 128, 129 -> 256, 8,388,608 stays."""
+    for n, want in [(0, 0), (1, 128), (127, 128), (128, 128), (129, 256), (8_388_608, 8_388_608)]:
+        got = impl.align_up(n)
+        assert got == want, (
+            f"align_up({n}) gave {got}, expected {want}: round up to the next multiple of 128, "
+            "and leave a size that is already a multiple alone")
+
+
+@settings(max_examples=50, derandomize=True, database=None, deadline=None)
+@given(st.integers(0, 10**7), st.sampled_from([1, 2, 32, 64, 128, 256, 4096]))
+def test_align_up_is_the_smallest_aligned_size_not_below_n(impl, n, alignment):
+    """For any size and power-of-two alignment: a multiple, not smaller, less than one step above."""
+    got = impl.align_up(n, alignment)
+    assert got % alignment == 0, f"align_up({n}, {alignment}) = {got} is not a multiple of {alignment}"
+    assert got >= n, f"align_up({n}, {alignment}) = {got} rounds down: the block would overlap the next one"
+    assert got - n < alignment, f"align_up({n}, {alignment}) = {got} pads by a whole extra step"
+
+
+def test_every_block_starts_on_a_128_byte_boundary_and_blocks_never_overlap(impl):
+    """Blocks of 1,000 bytes start at 0, 1024, 2048, ...: aligned, disjoint, and no more padding than needed."""
+    starts = list(impl.block_starts(5, 1000))
+    assert starts == [0, 1024, 2048, 3072, 4096], (
+        f"block_starts(5, 1000) gave {starts}, expected a stride of 1024 (1000 rounded up to 128)")
+
+
+def describe_starts(starts, num_blocks, block_bytes, alignment):
+    """'' when the starts are right, else the first thing wrong with them, in words."""
+    stride = -(-block_bytes // alignment) * alignment
+    want = [i * stride for i in range(num_blocks)]
+    if starts == want:
+        return ""
+    call = f"block_starts({num_blocks}, {block_bytes}, {alignment})"
+    if len(starts) != num_blocks:
+        return f"{call} gave {len(starts)} starts, expected {num_blocks}"
+    for i in range(1, num_blocks):
+        if starts[i] - starts[i - 1] < block_bytes:
+            return say(f"{call}: block {i - 1} starts at {starts[i - 1]} and is {block_bytes} bytes long, but block "
+                       f"{i} starts at {starts[i]}: they overlap by {starts[i - 1] + block_bytes - starts[i]} B. Round "
+                       f"the block size up once to get the stride ({stride}), then start block i at i * stride",
+                       f"{call}：块 {i - 1} 从 {starts[i - 1]} 开始、长 {block_bytes} 字节，而块 {i} 从 {starts[i]} 开始："
+                       f"两者重叠 {starts[i - 1] + block_bytes - starts[i]} 字节。先把块大小向上取整一次得到步长（{stride}），"
+                       "再让第 i 块从 i × 步长开始")
+    bad = [x for x in starts if x % alignment]
+    if bad:
+        return f"{call} gave {starts}: {bad[0]} is not a multiple of {alignment}"
+    return f"{call} gave {starts}, expected {want}: every block is {stride} bytes after the previous one, no more"
+
+
+@settings(max_examples=40, derandomize=True, database=None, deadline=None)
+@given(st.integers(1, 6000), st.sampled_from([128, 128, 64, 256]), st.integers(2, 6))
+def test_block_starts_use_one_rounded_stride_for_any_size(impl, block_bytes, alignment, num_blocks):
+    """For any block size the starts are i * stride, with the stride the size rounded up once."""
+    problem = describe_starts(list(impl.block_starts(num_blocks, block_bytes, alignment)), num_blocks,
+                              block_bytes, alignment)
+    assert not problem, problem
+
+
+@pytest.mark.parametrize("block_bytes", [1200, 1000, 128, 129, 8_388_608])
+def test_block_starts_with_the_default_alignment_on_several_sizes(impl, block_bytes):
+    """1,200-byte blocks: rounding each start instead of the stride makes blocks 1 and 2 overlap."""
+    problem = describe_starts(list(impl.block_starts(4, block_bytes)), 4, block_bytes, 128)
+    assert not problem, problem
+
+
+def fresh(num_free=8, num_threads=6, seed=0):
+    stack = np.random.default_rng(seed).permutation(40)[:num_free].astype(np.int32)  # free block ids
+    return stack, np.array([num_free], np.int32), np.full(num_threads, -2, np.int32)
+
+
+def check_pop(stack, top, out, original, log=None):
+    """No block handed out twice or lost; empty-stack threads wrote -1."""
+    handed = [int(b) for b in out if b >= 0]
+    assert -2 not in out.tolist(), f"some thread never wrote its result: {out.tolist()}"
+    twice = sorted({b for b in handed if handed.count(b) > 1})
+    if twice and log is not None and not any(what.startswith("write top") for _, what in log):
+        raise AssertionError(say(
+            f"two threads handed out block {twice[0]} although every update of top was one atomic step: "
+            "a thread that found the stack empty still read a block. The atomic returns the old top; "
+            "the stack was empty when that old value is 0 or less (test old > 0, not old >= 0)",
+            f"每次更新 top 都是一个原子操作，但仍有两个线程拿到了块 {twice[0]}：发现栈已空的线程还是读了一个块。"
+            "原子操作返回旧的 top；旧值 <= 0 表示栈已空（判断 old > 0，而不是 old >= 0）"))
+    assert not twice, say(
+        f"two threads popped the same block {twice[0]}: reading top and writing top - 1 are separate "
+        "steps, so another thread read the same top in between; make it one cuda.atomic operation",
+        f"两个线程弹出了同一个块 {twice[0]}：读 top 和写 top - 1 是分开的两步，另一个线程在中间读到了同一个 top；"
+        "改成一个 cuda.atomic 操作")
+    assert set(handed) <= set(original.tolist()), f"handed out {handed}, not all from the free stack"
+    want = min(len(original), len(out))
+    assert len(handed) == want, (
+        f"{len(out)} threads asked and {len(original)} blocks were free, but {len(handed)} were handed out")
+    left = original[: max(int(top[0]), 0)].tolist()
+    assert sorted(left + handed) == sorted(original.tolist()), (
+        f"a block was lost: handed out {sorted(handed)}, still free {sorted(left)}, "
+        f"but the stack held {sorted(original.tolist())}")
+
+
+def test_the_pop_hands_out_distinct_blocks_when_threads_interleave_step_by_step(impl):
+    """Round robin over memory accesses (the lost-update order): 6 threads, 8 free blocks."""
+    stack, top, out = fresh()
+    original = stack.copy()
+    log = Stepper("round_robin").run(impl.pop_kernel, len(out), stack, top, out,
+                                     names=["free_stack", "top", "out"])
+    check_pop(stack, top, out, original, log)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_pop_is_correct_under_random_interleavings(impl, seed):
+    """Seeded random orders of memory accesses: 5 threads, 4 free blocks (one thread finds none)."""
+    stack, top, out = fresh(num_free=4, num_threads=5, seed=seed)
+    original = stack.copy()
+    log = Stepper(seed).run(impl.pop_kernel, len(out), stack, top, out, names=["free_stack", "top", "out"])
+    check_pop(stack, top, out, original, log)
+    assert (out == -1).sum() == 1, f"with 4 free blocks and 5 threads exactly one should get -1: {out.tolist()}"
+
+
+def test_a_thread_that_finds_the_stack_empty_writes_minus_one(impl):
+    """top = 0: the stack is empty (free_stack still holds an old id); the thread must write -1."""
+    stack, top, out = np.array([7, 9], np.int32), np.array([0], np.int32), np.full(1, -2, np.int32)
+    Stepper("round_robin").run(impl.pop_kernel, 1, stack, top, out, names=["free_stack", "top", "out"])
+    assert out[0] == -1, (
+        f"with top = 0 (no free block) the thread wrote {out[0]} instead of -1"
+        + (f": it handed out block {out[0]}, read at free_stack[-1]. The atomic returned the old top, 0; "
+           "an old top of 0 or less means empty (test old > 0, not old >= 0)" if out[0] in (7, 9) else ""))
+    assert top[0] <= 0, f"popping from an empty stack left top at {top[0]}"
+
+
+def test_threads_beyond_the_output_do_nothing(impl):
+    """A launch rounds threads up to a block size: 6 threads for 4 requests; threads 4 and 5 must not pop."""
+    stack, top, out = fresh(num_free=8, num_threads=4)
+    original = stack.copy()
+    try:
+        Stepper("round_robin").run(impl.pop_kernel, 6, stack, top, out, names=["free_stack", "top", "out"])
+    except IndexError as e:
+        raise AssertionError(f"with 6 threads and 4 outputs a thread wrote past out ({e}): "
+                             "guard with i < out.shape[0] (not <=)") from None
+    assert top[0] == 4, (
+        f"6 threads for 4 outputs left top at {top[0]}, expected 8 - 4 = 4: threads with i >= out.shape[0] "
+        "must not pop a block")
+    check_pop(stack, top, out, original)
+
+
+@pytest.mark.kernels
+def test_the_pop_kernel_launches_and_hands_out_each_block_once(impl, kernels):
+    """A real launch (GPU, or the simulator): 24 threads, 16 free blocks."""
+    stack, top, out = fresh(num_free=16, num_threads=24, seed=9)
+    original = stack.copy()
+    out, after = impl.pop_blocks(stack, 24)
+    check_pop(stack, np.array([after]), out, original)

@@ -1,0 +1,106 @@
+"""`pagedsim export-course DIR`: a copy of the project for students, without the answers.
+
+It copies the tracked files of the repository (`git ls-files`; outside a git checkout,
+every file except caches and virtual environments) into DIR, leaving out:
+
+    course/ch03_kv_block/solutions/   the reference solutions
+    course/ch03_kv_block/mutants.py   the catalogue of known bugs (an answer key too)
+    course/grade.py, export.py, mutation.py   the instructor's tools
+    tests/                            the project's own tests (they run the solutions)
+    anything named *instructor* / *INSTRUCTOR*, or *mutant*
+
+The checks stay (they do not need the solutions), so in the copy `pip install .` then
+`pagedsim check 3.4a` works as usual. After copying, the export proves what it
+promised: no solution file's text appears anywhere in DIR (compared byte for byte),
+and it prints how many files it wrote. DIR must not exist or be empty.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from . import curriculum
+
+LEAVE_OUT = (
+    "course/ch03_kv_block/solutions/*",
+    "course/ch03_kv_block/mutants.py",
+    "course/grade.py",
+    "course/export.py",
+    "course/mutation.py",
+    "tests/*",
+    "*instructor*",
+    "*INSTRUCTOR*",
+    "*mutant*",
+    "COORD.md",
+)
+PROJECT_TOPS = ("pagedsim", "course", "cuda_kernels", "benchmarks", "figures", "README.md", "pyproject.toml")
+PACKAGES = ("pagedsim/", "course/", "cuda_kernels/")  # what code needs to run (grade's private build)
+SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".hypothesis", "node_modules"}
+
+
+def left_out(rel: str) -> bool:
+    return any(fnmatch.fnmatch(rel, pattern) for pattern in LEAVE_OUT)
+
+
+def project_files(root: Path) -> list[str]:
+    """Repository-relative paths of the files a checkout holds (tracked ones under git)."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True)
+        files = [f for f in out.stdout.decode().split("\0") if f]
+        if files:
+            return sorted(f for f in files if (root / f).is_file())
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    # An installed copy (no git): only the project's own folders, never all of site-packages.
+    tops = [root / name for name in PROJECT_TOPS if (root / name).exists()]
+    return sorted(str(p.relative_to(root)) for top in tops for p in ([top] if top.is_file() else top.rglob("*"))
+                  if p.is_file() and not SKIP_DIRS & set(p.relative_to(root).parts))
+
+
+def export(dest, root: Path = curriculum.REPO_ROOT, prefixes=None) -> list[str]:
+    """Copy the student build into `dest` (only paths starting with one of `prefixes`, if
+    given); returns the relative paths written."""
+    dest = Path(dest)
+    if dest.exists() and any(dest.iterdir()):
+        raise ValueError(f"{dest} is not empty: choose a new folder")
+    written = [rel for rel in project_files(root) if not left_out(rel)
+               and (prefixes is None or rel.startswith(tuple(prefixes)))]
+    for rel in written:
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / rel, target)
+    leaks = answer_leaks(dest, root)
+    if leaks:
+        raise AssertionError(f"the export still holds solution text: {', '.join(leaks)}")
+    return written
+
+
+def answer_leaks(dest: Path, root: Path = curriculum.REPO_ROOT) -> list[str]:
+    """Files under `dest` whose bytes equal a reference solution's (or the mutant catalogue's)."""
+    answers = {p.read_bytes() for ex in curriculum.load() if (p := ex.path("solution")).is_file()}
+    catalogue = root / "course/ch03_kv_block/mutants.py"
+    if catalogue.is_file():
+        answers.add(catalogue.read_bytes())
+    return sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file() and p.read_bytes() in answers)
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="pagedsim export-course", description=__doc__.split("\n\n")[0])
+    p.add_argument("dir", type=Path, help="where the student copy goes (new or empty folder)")
+    args = p.parse_args(argv)
+    try:
+        written = export(args.dir)
+    except ValueError as e:
+        p.error(str(e))
+    print(f"wrote {len(written)} files to {args.dir} (no solutions, no mutant catalogue, no tests)")
+    print(f"students: cd {args.dir} && pip install . && pagedsim check 3.1")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

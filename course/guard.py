@@ -1,0 +1,52 @@
+"""Keep the reference solutions out of reach while a student's file is checked.
+
+A submission that is only `from course.ch03_kv_block.solutions.ex3_4a_free_list import *`
+must not pass. While `solutions_hidden()` is active, a finder placed first on
+`sys.meta_path` refuses every module under SOLUTIONS with an ImportError, and any such
+module already imported is taken out of `sys.modules` for the duration (and put back
+after). The checks themselves never import the solutions.
+
+This closes the import route only; a student build without the solutions
+(the instructor's export) closes the rest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+SOLUTIONS = "course.ch03_kv_block.solutions"
+
+
+class SolutionsHidden(ImportError):
+    """Raised for an import of the reference solutions during a check."""
+
+
+class _Blocker:
+    """A meta-path finder that refuses the solutions package and its modules."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == SOLUTIONS or name.startswith(SOLUTIONS + "."):
+            raise SolutionsHidden(f"{name} cannot be imported while your code is checked: "
+                                  "the reference solutions are hidden; write the exercise yourself")
+        return None
+
+
+@contextlib.contextmanager
+def solutions_hidden():
+    hidden = {k: sys.modules.pop(k) for k in list(sys.modules)
+              if k == SOLUTIONS or k.startswith(SOLUTIONS + ".")}
+    parent = sys.modules.get("course.ch03_kv_block")
+    attr = getattr(parent, "solutions", None) if parent else None
+    if attr is not None:
+        delattr(parent, "solutions")
+    blocker = _Blocker()
+    sys.meta_path.insert(0, blocker)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(blocker)
+        sys.modules.update(hidden)
+        if attr is not None:
+            parent.solutions = attr

@@ -1,0 +1,59 @@
+"""English or Chinese for the course's own words: lessons, FAIL messages, hints.
+
+The language is, in order: `--lang en|zh` (the CLI calls `set_lang`, which also sets
+PAGEDSIM_LANG so that checks see it), else PAGEDSIM_LANG, else the locale: Chinese
+when LC_ALL, LC_MESSAGES or LANG starts with "zh", English otherwise.
+
+    t(template, **kw)   a framing sentence of the runner or CLI, looked up in ZH
+    say(en, zh)         a check's own message, written in both languages at the call site
+"""
+
+from __future__ import annotations
+
+import os
+
+from pagedsim import lang as _lang
+
+LANGS = _lang.LANGS
+
+# English template -> Chinese template (same {fields}).
+ZH = {
+    "not implemented yet: {what}": "尚未实现：{what}",
+    "a function": "某个函数",
+    "counterexample: {example}": "反例：{example}",
+    " (line {line} of your file)": "（你的文件第 {line} 行）",
+    "{doc}: your code raised {name}: {what}{at}": "{doc}：你的代码抛出了 {name}：{what}{at}",
+    "this check": "这项检查",
+    "no such file: {path}": "没有这个文件：{path}",
+    "importing your file": "导入你的文件",
+    "hint: {hint}": "提示：{hint}",
+    "{n} more failing check(s); --verbose shows them all": "还有 {n} 项检查未通过；加 --verbose 查看全部",
+    "checking {path}": "检查 {path}",
+    "{ok}/{n} exercises pass": "{ok}/{n} 个练习通过",
+}
+
+
+def detect() -> str:
+    """The environment's language; the rule lives in pagedsim.lang (shared with the tour and play)."""
+    return _lang.detect()
+
+
+def set_lang(lang: str | None) -> str:
+    """Fix the language for this process and the checks it runs; None keeps the detected one."""
+    if lang is not None and lang not in LANGS:
+        raise ValueError(f"--lang must be one of {', '.join(LANGS)}, got {lang!r}")
+    os.environ["PAGEDSIM_LANG"] = lang or detect()
+    return os.environ["PAGEDSIM_LANG"]
+
+
+def lang() -> str:
+    return detect()
+
+
+def t(template: str, **kw) -> str:
+    text = ZH.get(template, template) if lang() == "zh" else template
+    return text.format(**kw)
+
+
+def say(en: str, zh: str) -> str:
+    return zh if lang() == "zh" else en

@@ -1,0 +1,204 @@
+"""The chapter-3 notebooks: one per section, generated from the lessons so they never drift.
+
+    python -m course.notebooks            (re)write course/ch03_kv_block/notebooks/3.x.ipynb
+    python -m course.notebooks --check    exit 1 if a notebook differs from what the lessons give
+
+Each notebook (nbformat 4, no outputs stored) holds the lesson's text in English and
+Chinese, then four code cells that call the helpers below: the lesson's demo, its
+figures, an interactive stepper over a trace (matplotlib's `to_jshtml`: play, pause,
+step) and the exercise's check against the student's workspace file. Opening one needs
+the README's install plus Jupyter; nothing here imports IPython unless it is there.
+
+tests/course/test_notebooks.py executes every code cell in order, headless (Agg), with
+PAGEDSIM_NOTEBOOK_FAST=1: figures and stepper frames at a low resolution, and the labs'
+figures (whole sweeps, drawn by their own tests) named instead of drawn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from .lessons_text import lesson_text
+
+SECTIONS = ("3.1", "3.2", "3.3", "3.4", "3.5", "3.6", "3.7")
+FOLDER = Path(__file__).resolve().parent / "ch03_kv_block" / "notebooks"
+FAST = os.environ.get("PAGEDSIM_NOTEBOOK_FAST") == "1"
+
+
+def _lesson(section: str):
+    return importlib.import_module(f"course.ch03_kv_block.lessons.l{section.replace('.', '_')}")
+
+
+def _display(obj, fallback: str) -> None:
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+        if get_ipython() is not None:
+            display(obj() if callable(obj) else obj)
+            return
+    except ImportError:
+        pass
+    print(fallback)
+
+
+# ---- helpers the notebooks call ---------------------------------------------
+def out_dir(section: str) -> Path:
+    """Where this notebook writes: ./pagedsim-notebook-<section>/ under the current folder (printed)."""
+    path = Path.cwd() / f"pagedsim-notebook-{section}"
+    path.mkdir(parents=True, exist_ok=True)
+    print(f"files from this notebook go to {path}")
+    return path
+
+
+def demo(section: str, out: Path) -> None:
+    """Run the lesson's demo, as `pagedsim lesson SECTION` does."""
+    import matplotlib
+    matplotlib.use("Agg", force=False)
+    from .ch03_kv_block.lessons import NeedsExercise
+    try:
+        _lesson(section).demo(out)
+    except NeedsExercise as e:
+        print(f"({e})")
+
+
+def figures(section: str, out: Path) -> list[Path]:
+    """Draw the lesson's figures into `out` and show them (the 3.4 tour as its key-frame strip)."""
+    from pagedsim.draw import figures as registry
+    from pagedsim.draw import style
+
+    makers, paths = registry.collect(), []
+    with style.output("png", dpi=30 if FAST else None):
+        for name, _ in getattr(_lesson(section), "FIGURES", ()):
+            if FAST and not name.startswith("3."):  # the labs' figures run whole sweeps: named only
+                print(f"figure {name}: pagedsim figures --only {name} --out DIR (not drawn in the fast run)")
+            elif name == "3.4-tour":  # the GIF is the stepper below; keep the strip
+                from pagedsim.draw import scenario
+                from pagedsim.draw.figures_ch3 import tour_snapshots
+                paths.append(scenario.write_strip(tour_snapshots(), out / "3.4-tour-key-frames.png"))
+            else:
+                paths += [p for p in makers[name](out) if p.suffix == ".png"]
+    for path in paths:
+        def image(p=path):
+            from IPython.display import Image
+            return Image(filename=str(p))
+        _display(image, f"figure: {path}")
+    return paths
+
+
+def snapshots(section: str) -> list:
+    """The trace the section's stepper plays."""
+    from pagedsim import KVCacheManager
+    if section == "3.6":
+        return _lesson("3.6").manager_snapshots()
+    if section == "3.3":
+        m = KVCacheManager(10, 4)
+        m.add_sequence("A", 5)
+        m.add_sequence("B", 6)
+        m.append_tokens("A", 4)
+        return m.trace.snapshots
+    from pagedsim.draw.figures_ch3 import tour_snapshots
+    return tour_snapshots()
+
+
+def stepper(section: str):
+    """An HTML player over the section's trace: play, pause and step through it."""
+    import matplotlib
+    matplotlib.use("Agg", force=False)
+    from pagedsim.draw import animate
+
+    snaps = snapshots(section)[: 3 if FAST else 12]
+    with matplotlib.rc_context({"figure.dpi": 30 if FAST else 72, "animation.embed_limit": 60}):
+        html = animate.to_html(snaps)
+
+    def player():
+        from IPython.display import HTML
+        return HTML(html)
+    _display(player, f"stepper: {len(snaps)} steps ({len(html):,} bytes of HTML; open the notebook in Jupyter to play it)")
+    return None
+
+
+def check(exercise_id: str) -> bool:
+    """`pagedsim check ID` on your workspace file (or the untouched stub), printed the same way."""
+    from . import curriculum, workspace
+    from .cli import _report
+    from .runner import run_checks
+
+    ex = curriculum.find(exercise_id)
+    mine = workspace.find(ex)
+    print(f"checking {mine}" if mine else f"no workspace file for {ex.id}: checking the untouched stub "
+          f"(run `pagedsim workspace` in this folder, then edit {workspace.DEFAULT}/{Path(ex.stub).name})")
+    outcome = run_checks(ex, mine or ex.path("stub"))
+    _report(outcome, verbose=False, hint=True)
+    return outcome.ok
+
+
+# ---- the generator ----------------------------------------------------------
+def _cell(kind: str, text: str) -> dict:
+    lines = text.strip("\n").splitlines(keepends=True)
+    cell = {"cell_type": kind, "metadata": {}, "source": lines}
+    if kind == "code":
+        cell.update(execution_count=None, outputs=[])
+    return cell
+
+
+def notebook(section: str) -> dict:
+    from . import curriculum
+
+    lesson = _lesson(section)
+    exercises = [e for e in curriculum.load() if e.section == section]
+    cells = [
+        _cell("markdown", "# " + lesson_text(lesson, section, "en").replace("== ", "", 1).replace(" ==", "", 1)),
+        _cell("markdown", "## 中文\n\n" + lesson_text(lesson, section, "zh").split("\n", 1)[1].strip()),
+        _cell("markdown", "Setup: `pip install -e .` (or `pip install pagedsim`) as in the README, plus Jupyter. "
+                          "The cells below write only into the folder the first one prints."),
+        _cell("code", f'from course import notebooks as nb\n\nOUT = nb.out_dir("{section}")'),
+        _cell("markdown", "## The demo\n\nThe same demonstration as `pagedsim lesson " + section + "`."),
+        _cell("code", f'nb.demo("{section}", OUT)'),
+        _cell("markdown", "## The figures"),
+        _cell("code", f'paths = nb.figures("{section}", OUT)'),
+        _cell("markdown", "## Step through a trace\n\nPlay, pause and step: one frame per step of the block manager."),
+        _cell("code", f'nb.stepper("{section}")'),
+        _cell("markdown", "## Your exercise\n\n" + "\n".join(
+            f"- {e.id}: {e.title}. Edit `pagedsim-work/{Path(e.stub).name}` (made by `pagedsim workspace` "
+            "in the folder you run this notebook from), then run the cell." for e in exercises)),
+        _cell("code", "\n".join(f'nb.check("{e.id}")' for e in exercises)),
+    ]
+    return {"cells": cells, "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
+                                                        "name": "python3"},
+                                         "language_info": {"name": "python"}},
+            "nbformat": 4, "nbformat_minor": 5}
+
+
+def render(section: str) -> str:
+    nb = notebook(section)
+    for i, cell in enumerate(nb["cells"]):
+        cell["id"] = f"s{section.replace('.', '-')}-{i:02d}"
+    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m course.notebooks", description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", action="store_true", help="fail if a notebook is out of date")
+    args = p.parse_args(argv)
+    stale = []
+    for section in SECTIONS:
+        path, text = FOLDER / f"{section}.ipynb", render(section)
+        if args.check:
+            if not path.is_file() or path.read_text(encoding="utf-8") != text:
+                stale.append(path.name)
+            continue
+        FOLDER.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path}")
+    if stale:
+        print(f"out of date: {', '.join(stale)}; run python -m course.notebooks", file=sys.stderr)
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

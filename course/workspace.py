@@ -1,0 +1,75 @@
+"""`pagedsim workspace [DIR]`: copy the exercise stubs to a folder of your own.
+
+Students never edit the stubs inside the package (a `git pull` or a reinstall would
+collide with their work, and a non-editable install has no stubs to edit at all). The
+workspace is a plain folder holding one file per exercise, named like the stubs
+(ex3_4a_free_list.py, ...), plus a marker file. `pagedsim check 3.4a` looks for the
+exercise's file, in order:
+
+    --impl FILE                                  that file
+    $PAGEDSIM_WORKSPACE/ex3_4a_free_list.py      a workspace named by the environment
+    ./ex3_4a_free_list.py                        the current folder, if it is a workspace
+    ./pagedsim-work/ex3_4a_free_list.py          the default workspace under the current folder
+
+and says which file it checked. Existing files are never overwritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+from pathlib import Path
+
+from . import curriculum
+
+DEFAULT = "pagedsim-work"
+MARKER = ".pagedsim-workspace"
+
+
+def candidates(ex: curriculum.Exercise) -> list[Path]:
+    name = Path(ex.stub).name
+    out = []
+    if os.environ.get("PAGEDSIM_WORKSPACE"):
+        out.append(Path(os.environ["PAGEDSIM_WORKSPACE"]) / name)
+    if (Path.cwd() / MARKER).is_file():
+        out.append(Path.cwd() / name)
+    out.append(Path.cwd() / DEFAULT / name)
+    return out
+
+
+def find(ex: curriculum.Exercise) -> Path | None:
+    """The student's file for `ex`, or None when no workspace holds it."""
+    return next((p for p in candidates(ex) if p.is_file()), None)
+
+
+def create(folder: Path, exercises=None) -> tuple[list[Path], list[Path]]:
+    """Copy every stub into `folder`; returns (copied, already there and kept)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / MARKER).write_text("pagedsim course workspace: `pagedsim check ID` finds your files here\n")
+    copied, kept = [], []
+    for ex in exercises or curriculum.load():
+        dst = folder / Path(ex.stub).name
+        if dst.exists():
+            kept.append(dst)
+        else:
+            shutil.copyfile(ex.path("stub"), dst)
+            copied.append(dst)
+    return copied, kept
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="pagedsim workspace", description="copy the exercise stubs to a folder of yours")
+    p.add_argument("folder", nargs="?", type=Path, default=Path(DEFAULT),
+                   help=f"where the files go (default: ./{DEFAULT})")
+    args = p.parse_args(argv)
+    copied, kept = create(args.folder)
+    where = args.folder.resolve()
+    print(f"workspace: {where}")
+    for path in copied:
+        print(f"  new   {path.name}")
+    for path in kept:
+        print(f"  kept  {path.name} (already there; never overwritten)")
+    hint = "" if args.folder == Path(DEFAULT) else f"  (from another folder: PAGEDSIM_WORKSPACE={where})"
+    print(f"\nedit the files there, then run `pagedsim check 3.1` from {where.parent}{hint}")
+    return 0

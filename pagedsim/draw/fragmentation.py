@@ -1,0 +1,143 @@
+"""3.1: external fragmentation -- first-fit holes against fixed-size blocks (PagedAttention Sec. 3).
+
+The same five requests (A..E) fill a 48-slot memory, then B and D finish. A sixth
+request F of 12 tokens arrives:
+
+    first fit, one contiguous range per request   18 slots are free, but in holes of
+                                                  6, 8 and 4: F is refused (external
+                                                  fragmentation)
+    fixed blocks of B = 4 slots, any block will do  F takes the 3 free blocks wherever
+                                                  they are; the only waste is inside
+                                                  each request's last block (internal)
+
+Both layouts are computed here by a 20-line first-fit model and a free-list model;
+the picture draws what they return. Reference: Kwon et al., SOSP 2023, Sec. 3 and Fig. 3.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from matplotlib.patches import Rectangle
+
+from . import style
+
+SLOTS, BLOCK = 48, 4
+REQUESTS = (("A", 10), ("B", 6), ("C", 12), ("D", 8), ("E", 8))
+FINISHED = ("B", "D")
+LATE = ("F", 12)
+SIZE = (11.0, 5.2)  # inches
+
+
+def first_fit(requests=REQUESTS, finished=FINISHED, late=LATE, slots=SLOTS):
+    """owner per slot (None = hole) after the requests and the frees; and whether `late` fit."""
+    owner = [None] * slots
+
+    def place(name, n):
+        run = 0
+        for i in range(slots):
+            run = run + 1 if owner[i] is None else 0
+            if run == n:
+                owner[i - n + 1:i + 1] = [name] * n
+                return True
+        return False
+
+    for name, n in requests:
+        assert place(name, n), f"{name} must fit in the fresh memory"
+    owner = [None if o in finished else o for o in owner]
+    return owner, place(*late)
+
+
+def fixed_blocks(requests=REQUESTS, finished=FINISHED, late=LATE, slots=SLOTS, block=BLOCK):
+    """(owner, tokens held) per block after the same story, with LIFO reuse of freed blocks."""
+    free = list(range(slots // block))  # head first
+    held: dict = {}
+    for name, n in (*requests, late):
+        if name == late[0]:
+            for gone in finished:  # the frees happen before the late request
+                free[:0] = reversed(held.pop(gone)[0])
+        need = -(-n // block)
+        blocks, free = free[:need], free[need:]
+        held[name] = (blocks, n)
+    out = [(None, 0)] * (slots // block)
+    for name, (blocks, n) in held.items():
+        for i, b in enumerate(blocks):
+            out[b] = (name, min(block, n - i * block))
+    return out
+
+
+def _bar(ax, y, owners, colours, *, label):
+    for i, o in enumerate(owners):
+        colour = colours.get(o, "white")
+        ax.add_patch(Rectangle((i, y), 1, 1, facecolor=colour, edgecolor=style.INK if o else "#999999",
+                               lw=0.4, hatch=None if o else "///", gid=f"slot-{label}-{i}"))
+    ax.text(-0.6, y + 0.5, label, ha="right", va="center", fontsize=style.pt(10), fontweight="bold")
+
+
+def make(out_dir: Path) -> list[Path]:
+    """3.1: first-fit leaves holes too small for a new request; fixed blocks fit it."""
+    names = [n for n, _ in (*REQUESTS, LATE)]
+    palette = style.look().seq_colours
+    colours = {n: palette[i % len(palette)] for i, n in enumerate(names)}
+    fig = style.new_figure(*style.whole_pixels(*SIZE))
+    ax = fig.add_axes((0.1, 0.04, 0.86, 0.8))
+    ax.set_xlim(-1, SLOTS + 1)
+    ax.set_ylim(9.6, -0.6)
+    ax.set_axis_off()
+    fig.text(0.02, 0.96, style.tr("3.1  External fragmentation: first-fit holes vs fixed blocks"),
+             fontsize=style.pt(12), fontweight="bold", va="top")
+    fig.text(0.02, 0.905, style.tr("{slots} token slots. A..E arrive, B and D finish, then F needs {n} slots.",
+                                   slots=SLOTS, n=LATE[1]),
+             fontsize=style.pt(10), va="top", color=style.grey("#444444"))
+
+    owner, fits = first_fit()
+    holes, run = [], 0
+    for o in [*owner, "end"]:
+        if o is None:
+            run += 1
+        elif run:
+            holes.append(run)
+            run = 0
+    _bar(ax, 0.6, owner, colours, label=style.tr("first fit"))
+    _names(ax, 0.6, owner)
+    assert not fits, "the story needs a refused late request"
+    ax.text(0, 2.15, style.tr("free: {free} slots in holes of {holes}  \u2192  F ({n}) is refused: no hole is big "
+                              "enough (external fragmentation)", free=owner.count(None),
+                              holes=", ".join(map(str, holes)), n=LATE[1]),
+            fontsize=style.pt(10.5), va="center", color="#AA3377", gid="first-fit-verdict")
+
+    blocks = fixed_blocks()
+    slots = [o for o, n in blocks for k in range(BLOCK)]
+    _bar(ax, 4.4, [o if k < n else None for o, n in blocks for k in range(BLOCK)], colours,
+         label=style.tr("blocks of {b}", b=BLOCK))
+    for b in range(len(blocks) + 1):  # block boundaries
+        ax.plot([b * BLOCK, b * BLOCK], [4.2, 5.6], color=style.INK, lw=1.6)
+    for b, (o, n) in enumerate(blocks):
+        ax.text(b * BLOCK + BLOCK / 2, 5.95, f"#{b}", ha="center", va="center", fontsize=style.pt(8.5),
+                color=style.grey("#555555"))
+    _names(ax, 4.4, slots)
+    wasted = sum(BLOCK - n for o, n in blocks if o)
+    taken = ", ".join(str(b) for b, (o, _) in enumerate(blocks) if o == "F")
+    ax.text(0, 7.0, style.tr("F takes blocks {blocks}: they need not be next to each other. Waste: {waste} slots, "
+                             "only inside last blocks (internal, < B per request)", blocks=taken, waste=wasted),
+            fontsize=style.pt(10.5), va="center", gid="blocks-verdict")
+    ax.add_patch(Rectangle((0, 8.3), 1.2, 0.8, facecolor="white", edgecolor="#999999", hatch="///", lw=0.4))
+    ax.text(1.6, 8.7, style.tr("empty slot"), va="center", fontsize=style.pt(9.5))
+    ax.add_patch(Rectangle((9, 8.3), 1.2, 0.8, facecolor=colours["A"], edgecolor=style.INK, lw=0.4))
+    ax.text(10.6, 8.7, style.tr("a request's tokens"), va="center", fontsize=style.pt(9.5))
+    ax.plot([21, 21], [8.2, 9.2], color=style.INK, lw=1.6)
+    ax.text(21.6, 8.7, style.tr("block boundary"), va="center", fontsize=style.pt(9.5))
+    return [style.save(fig, Path(out_dir) / "3.1-fragmentation.png")]
+
+
+def _names(ax, y, owners):
+    """Each request's name once, centred on its first run of slots."""
+    i = 0
+    while i < len(owners):
+        j = i
+        while j < len(owners) and owners[j] == owners[i]:
+            j += 1
+        if owners[i] is not None:
+            ax.text((i + j) / 2, y - 0.35, owners[i], ha="center", va="center", fontsize=style.pt(10),
+                    fontweight="bold", color=style.INK)
+        i = j

@@ -1,0 +1,82 @@
+"""Any trace as slides: one frame per step, a key-frame strip, and a GIF.
+
+Used by `pagedsim play SCRIPT --draw DIR`, `pagedsim play --trace T.json --draw DIR`
+and by the 3.4 figure. The key-frame strip is ONE figure with one axes per frame
+(`render(..., ax=...)` into each), so in SVG and PDF it stays vector: every label is
+text you can edit, nothing is pasted pixels. Frames share one `Layout` and one
+colour map, so blocks stay put and a sequence keeps its colour across frames.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+from ..trace import AllocationFailed, CopyOnWrite, SequenceAdded, SequenceForked, SequenceFreed
+from . import style
+from .animate import write_gif
+from .render import Layout, render
+
+STRIP_COLS = 2  # key frames per row
+STRIP_GAP = 0.15  # inches between frames (paper look)
+
+
+def key_frames(snapshots) -> list[int]:
+    """The start, then the first step of each kind the chapter discusses, in trace order."""
+    picks = {0}
+    for kind in (SequenceAdded, SequenceForked, CopyOnWrite, SequenceFreed, AllocationFailed):
+        k = next((i for i, s in enumerate(snapshots) if any(isinstance(e, kind) for e in s.events)), None)
+        if k is not None:
+            picks.add(k)
+    return sorted(picks)
+
+
+def strip_figure(snapshots, picks=None, *, cols: int = STRIP_COLS):
+    """One figure: the frames `picks` (default: key_frames) in a grid, `cols` per row."""
+    snapshots = list(snapshots)
+    picks = key_frames(snapshots) if picks is None else list(picks)
+    if not picks:
+        raise ValueError("no frames to draw")
+    layout, colours = Layout.for_snapshots(snapshots), style.seq_colours(snapshots)
+    w, h = layout.width * layout.unit, layout.height * layout.unit  # inches per frame
+    gap = STRIP_GAP * style.look().scale
+    cols = min(cols, len(picks))
+    rows = -(-len(picks) // cols)
+    W, H = style.whole_pixels(cols * w + (cols - 1) * gap, rows * h + (rows - 1) * gap)
+    fig = style.new_figure(W, H)
+    fig._pagedsim_scaled = True  # layout.unit already carries the look's scale
+    for i, k in enumerate(picks):
+        r, c = divmod(i, cols)
+        ax = fig.add_axes(((c * (w + gap)) / W, 1 - (r * (h + gap) + h) / H, w / W, h / H), gid=f"frame-{k}")
+        render(snapshots[k], ax=ax, layout=layout, colours=colours)
+        ax.add_artist(plt.Rectangle((0.002, 0.002), 0.996, 0.996, transform=ax.transAxes, fill=False, ec="#999999",
+                                    lw=0.8,
+                                    clip_on=False))
+    return fig
+
+
+def write_strip(snapshots, path, picks=None) -> Path:
+    return style.save(strip_figure(snapshots, picks), path)
+
+
+def draw_one(snapshots, k: int, path) -> Path:
+    """Frame `k` of `snapshots`, laid out for the whole trace, into `path` (format from its suffix)."""
+    snapshots = list(snapshots)
+    fig = render(snapshots[k], layout=Layout.for_snapshots(snapshots), colours=style.seq_colours(snapshots))
+    return style.save(fig, path)
+
+
+def write_all(snapshots, out_dir, *, fmt: str = "png", name: str = "scenario", lang: str = "en") -> list[Path]:
+    """`<name>_step_000.<fmt>` ... one per snapshot, `<name>-key-frames.<fmt>` and `<name>.gif`."""
+    snapshots, out_dir = list(snapshots), Path(out_dir)
+    layout, colours = Layout.for_snapshots(snapshots), style.seq_colours(snapshots)
+    paths, fig = [], None
+    with style.output(fmt=fmt, look=style.look().name, lang=lang):
+        for k, snap in enumerate(snapshots):
+            fig = render(snap, fig, layout=layout, colours=colours)
+            paths.append(style.save(fig, out_dir / f"{name}_step_{k:03d}.png", close=False))
+        plt.close(fig)
+        paths.append(write_strip(snapshots, out_dir / f"{name}-key-frames.png"))
+        paths.append(write_gif(snapshots, out_dir / f"{name}.gif"))
+    return paths

@@ -1,0 +1,64 @@
+"""`pagedsim check` from a student's side: the workspace, the JSON line, the hidden solutions,
+a file that loops or exits at import, and messages matched to the symptom.
+
+Each run is in-process (course.runner.run_checks or course.cli.check_main) on exercise
+3.1, whose checks take well under a second.
+"""
+
+import json
+
+from course import cli, curriculum, workspace
+from course.runner import counterexample, run_checks
+
+EX = curriculum.find("3.1")
+
+
+def test_workspace_copies_every_stub_once_and_check_finds_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PAGEDSIM_WORKSPACE", raising=False)
+    assert workspace.main([]) == 0
+    mine = tmp_path / workspace.DEFAULT / "ex3_1_first_fit.py"
+    assert workspace.find(EX) == mine and mine.read_text() == EX.path("stub").read_text()
+    mine.write_text(EX.path("solution").read_text())
+    workspace.main([])  # never overwrites
+    assert mine.read_text() == EX.path("solution").read_text()
+    capsys.readouterr()
+    assert cli.check_main(["3.1", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["status"] == "pass" and result["passed"] == result["total"] > 0 and result["failed"] == []
+
+
+def test_a_file_that_imports_the_solution_is_an_error_not_a_pass(tmp_path):
+    cheat = tmp_path / "cheat.py"
+    cheat.write_text("from course.ch03_kv_block.solutions.ex3_1_first_fit import *\n")
+    out = run_checks(EX, cheat, seconds=20).as_json()
+    assert out["status"] == "error" and out["passed"] == 0
+    assert "reference solutions are hidden" in out["messages"][0]
+    import course.ch03_kv_block.solutions.ex3_1_first_fit  # noqa: F401 - importable again afterwards
+
+
+def test_a_loop_at_import_times_out_and_sys_exit_is_an_error(tmp_path):
+    loop, leave = tmp_path / "loop.py", tmp_path / "leave.py"
+    loop.write_text("while True:\n    pass\n")
+    leave.write_text("import sys\nsys.exit(3)\n")
+    timed = run_checks(EX, loop, seconds=0.5).as_json()
+    assert timed["status"] == "timeout" and "importing your file ran for over 0.5 s" in timed["messages"][0]
+    exited = run_checks(EX, leave, seconds=5).as_json()
+    assert exited["status"] == "error" and "sys.exit(3)" in exited["messages"][0]
+
+
+def test_a_refusal_that_never_happens_says_did_not_raise(tmp_path):
+    lax = tmp_path / "lax.py"
+    lax.write_text(EX.path("solution").read_text().replace(
+        '            raise ValueError(f"size must be a positive int, got {size!r}")', "            return None"))
+    messages = run_checks(EX, lax, seconds=20).as_json()["messages"]
+    assert "allocate(0) did not raise ValueError" in messages, messages
+    assert not any("raised Failed" in m for m in messages)
+
+
+def test_a_state_machine_counterexample_becomes_a_short_call_line():
+    class Found(AssertionError):
+        __notes__ = ["Failing test case: <state machine>", "state = PoolMachine()", "state.agrees_with_the_model()",
+                     "state.allocate()", "Draw 1: 0  # or any other generated value",
+                     "state.release(data=data(...))", "state.teardown()"]
+    assert counterexample(Found()) == "allocate(); release(0)"

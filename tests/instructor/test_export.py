@@ -1,0 +1,51 @@
+"""`pagedsim export-course`: the student build holds the course but none of the answers."""
+
+import subprocess
+import sys
+
+import pytest
+
+from course import curriculum, export
+
+
+@pytest.fixture(scope="module")
+def student_copy(tmp_path_factory):
+    dest = tmp_path_factory.mktemp("student") / "course-copy"
+    export.export(dest)
+    return dest
+
+
+def test_the_student_copy_has_the_stubs_and_checks_but_no_solutions_or_mutant_catalogue(student_copy):
+    for ex in curriculum.load():
+        assert (student_copy / ex.stub).is_file(), ex.stub
+        assert not (student_copy / ex.solution).exists(), ex.solution
+        for check in ex.checks:
+            assert (student_copy / check).is_file(), check
+    assert not (student_copy / "course/ch03_kv_block/solutions").exists()
+    assert not (student_copy / "course/ch03_kv_block/mutants.py").exists()
+    assert not (student_copy / "tests").exists() and (student_copy / "pyproject.toml").is_file()
+    assert export.answer_leaks(student_copy) == []
+
+
+def test_in_the_student_copy_the_reference_cannot_be_imported(student_copy):
+    code = "from course.ch03_kv_block.solutions.ex3_4a_free_list import *"
+    run = subprocess.run([sys.executable, "-c", code], cwd=student_copy, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(student_copy), "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 1 and "No module named 'course.ch03_kv_block.solutions'" in run.stderr
+
+
+def test_a_copied_solution_is_found_as_a_leak(student_copy, tmp_path):
+    leaked = student_copy / "course/leaked.py"
+    leaked.write_bytes(curriculum.find("3.4a").path("solution").read_bytes())
+    try:
+        assert export.answer_leaks(student_copy) == ["course/leaked.py"]
+    finally:
+        leaked.unlink()
+
+
+def test_exporting_into_a_folder_that_is_not_empty_is_refused(tmp_path, capsys):
+    (tmp_path / "keep.txt").write_text("mine")
+    with pytest.raises(SystemExit):
+        export.main([str(tmp_path)])
+    assert "is not empty" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]

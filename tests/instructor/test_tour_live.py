@@ -1,0 +1,83 @@
+"""`pagedsim tour` for live use: a width limit, a press-Enter step mode, and Chinese."""
+
+import io
+
+import pytest
+
+from pagedsim import tour, tour_zh
+from pagedsim.lang import detect, display_width, wrap
+
+
+def tour_output(capsys, *args, stdin=None, monkeypatch=None) -> str:
+    if stdin is not None:
+        monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+    assert tour.main(list(args)) == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("width", [80, 100])
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_no_tour_line_is_wider_than_the_width_asked_for(capsys, width, lang):
+    out = tour_output(capsys, "--width", str(width), "--lang", lang)
+    widest = max(out.splitlines(), key=display_width)
+    assert display_width(widest) <= width, widest
+    assert out.count("\n") > 100  # the whole tour was printed, not cut short
+
+
+def test_a_narrow_width_puts_fewer_blocks_on_a_row(capsys):
+    def rows(width):
+        out = tour_output(capsys, "--width", str(width), "--steps", "0")
+        return [line.split()[0::2] for line in out.splitlines() if line.startswith("    #")]
+
+    assert rows(100)[0] == ["#0", "#1", "#2", "#3", "#4"] and len(rows(100)) == 3
+    assert rows(60)[0] == ["#0", "#1", "#2"] and len(rows(60)) == 4
+
+
+def test_step_mode_waits_for_enter_between_steps_and_q_stops(capsys, monkeypatch):
+    out = tour_output(capsys, "--step", "--width", "100", stdin="\n\nq\n", monkeypatch=monkeypatch)
+    assert out.count("press Enter for the next step") == 3
+    assert "step 2:" in out and "step 3:" not in out
+
+
+def test_step_mode_stops_cleanly_at_the_end_of_input(capsys, monkeypatch):
+    out = tour_output(capsys, "--step", "--steps", "3", stdin="", monkeypatch=monkeypatch)
+    assert "step 0:" in out and "step 1:" not in out
+
+
+def test_chinese_explains_every_step_in_chinese_and_keeps_the_ids(capsys):
+    assert len(tour_zh.WHY) == len(tour.SCRIPT)
+    out = tour_output(capsys, "--lang", "zh", "--width", "100")
+    assert "原因：" in out and "空闲链表" in out and "块池用完了" in out
+    assert "why:" not in out and "序列 B2 从序列 B 分叉，共享块 2、3（计数变为 2）" in out
+
+
+def test_chinese_captions_state_the_same_numbers_as_the_english_ones():
+    import re
+
+    from pagedsim.describe_zh import caption
+
+    for snap in tour.tour_manager().trace.snapshots:
+        zh, en = caption(snap, "zh"), caption(snap, "en")
+        assert sorted(re.findall(r"\d+", zh)) == sorted(re.findall(r"\d+", en)), (en, zh)
+        words = set(re.findall(r"[A-Za-z_]{4,}", zh))
+        assert words <= {"token", "OutOfBlocks", "append_tokens", "add_sequence"}, zh  # names only
+
+
+def test_the_locale_chooses_chinese_unless_told_otherwise(monkeypatch):
+    monkeypatch.delenv("PAGEDSIM_LANG", raising=False)
+    monkeypatch.delenv("LC_ALL", raising=False)
+    monkeypatch.delenv("LC_MESSAGES", raising=False)
+    monkeypatch.setenv("LANG", "zh_CN.UTF-8")
+    assert detect() == "zh" and detect("en") == "en"
+    monkeypatch.setenv("LC_ALL", "en_GB.UTF-8")
+    assert detect() == "en"
+    with pytest.raises(ValueError, match="lang must be one of"):
+        detect("fr")
+
+
+def test_wrapping_cuts_at_spaces_or_between_chinese_characters_and_keeps_every_character():
+    line = "  why: " + "word " * 30 + "块表" * 20
+    lines = wrap(line, 40)
+    assert all(display_width(x) <= 40 for x in lines)
+    assert "".join(x.strip() for x in lines).replace(" ", "") == line.strip().replace(" ", "")
+    assert wrap("short", 40) == ["short"]
