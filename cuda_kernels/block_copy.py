@@ -7,8 +7,15 @@ a host pool of the same layout (vLLM's swap_blocks; PagedAttention 4.5, swapping
 staged through one contiguous device buffer so the host side is a single transfer.
 
 One kernel does all three: dst[pairs[i, 1]] = src[pairs[i, 0]], bit for bit.
-Grid: (num_pairs, 2, num_kv_heads), one thread block per (pair, K or V, head); its
-threads stride over the block_size x head_dim elements, which are contiguous.
+A block's [2, H_kv, B, D] elements are contiguous (the launchers check it), so a block
+is one run of `block_bytes` bytes and the copy is a flat one:
+  * vector path (`copy_blocks_vec`): when the run is a whole number of 16-byte chunks and
+    both pools' data pointers and block strides are 16-byte aligned, every thread moves
+    UNROLL chunks with `primitives.load16` / `vecstore.store16` (ld.global.nc.v4.u32 /
+    st.global.v4.u32), all UNROLL loads issued before the first store, so 64 bytes per
+    thread are in flight. Grid: (num_pairs, chunks / (threads * UNROLL)), one element
+    offset per chunk, no division;
+  * scalar path (`copy_blocks_kernel`): otherwise, one element per thread and step.
 """
 
 from __future__ import annotations
@@ -19,6 +26,10 @@ from numba import cuda
 from . import _backend
 from . import _checks as ck
 from .layout import check_kv_cache
+from .primitives import device_address, load16
+from .vecstore import store16
+
+UNROLL = 4  # 16-byte chunks per thread per CTA
 
 
 @cuda.jit
@@ -35,12 +46,46 @@ def copy_blocks_kernel(src, dst, pairs):
         dst[b, kv, head, offset, d] = src[a, kv, head, offset, d]
 
 
+@cuda.jit
+def copy_blocks_vec(src, dst, pairs, chunks):
+    """dst block pairs[p, 1] = src block pairs[p, 0], `chunks` 16-byte chunks per block."""
+    vec = 16 // src.itemsize  # elements per chunk
+    a = pairs[cuda.blockIdx.x, 0]
+    b = pairs[cuda.blockIdx.x, 1]
+    nt = cuda.blockDim.x
+    c0 = cuda.blockIdx.y * (nt * UNROLL) + cuda.threadIdx.x
+    s0 = a * (src.strides[0] // src.itemsize) + c0 * vec  # element index of chunk c0
+    d0 = b * (dst.strides[0] // dst.itemsize) + c0 * vec
+    step = nt * vec
+    n = min(UNROLL, (chunks - c0 + nt - 1) // nt) if c0 < chunks else 0  # chunks of this thread
+    if n == UNROLL:  # the steady case: four loads in flight, then four stores
+        w0 = load16(src, s0)
+        w1 = load16(src, s0 + step)
+        w2 = load16(src, s0 + 2 * step)
+        w3 = load16(src, s0 + 3 * step)
+        store16(dst, d0, w0)
+        store16(dst, d0 + step, w1)
+        store16(dst, d0 + 2 * step, w2)
+        store16(dst, d0 + 3 * step, w3)
+    else:
+        for k in range(n):
+            store16(dst, d0 + k * step, load16(src, s0 + k * step))
+
+
 def check_pairs(pairs, num_src: int, num_dst: int, same_pool: bool) -> np.ndarray:
-    """(src, dst) pairs as int32 [n, 2]: ids in range, no dst twice, and (in one pool)
-    no block both written and read, since the copies run in parallel."""
-    arr = np.asarray(pairs, dtype=np.int64) if len(pairs) else np.zeros((0, 2), np.int64)
-    if arr.ndim != 2 or arr.shape[1] != 2:
+    """(src, dst) pairs as int32 [n, 2]: ints (never floats, strings or bools), ids in
+    range, no dst twice, and (in one pool) no block both written and read, since the
+    copies run in parallel."""
+    arr = ck.index_array("pairs", pairs, 2)
+    if isinstance(arr, np.ndarray) and arr.size == 0:
+        arr = np.zeros((0, 2), np.int64)
+    if not isinstance(arr, np.ndarray):
+        raise ck.ArgumentTypeError(f"pairs must be a list of (src, dst) int pairs or an int array, "
+                                   f"got {type(pairs).__name__}")
+    ck.require_array("pairs", arr, 2, (np.int32, np.int64))
+    if arr.shape[1] != 2:
         raise ValueError(f"pairs must be (src, dst) pairs, got an array of shape {arr.shape}")
+    arr = arr.astype(np.int64)
     for col, role, limit in ((0, "src", num_src), (1, "dst", num_dst)):
         at = ck.first_bad((arr[:, col] < 0) | (arr[:, col] >= limit))
         if at is not None:
@@ -58,10 +103,29 @@ def check_pairs(pairs, num_src: int, num_dst: int, same_pool: bool) -> np.ndarra
     return arr.astype(np.int32)
 
 
+def vector_chunks(src, dst) -> int:
+    """16-byte chunks per block when the vector path applies to this src/dst pair, else 0."""
+    block_bytes = int(np.prod(src.shape[1:])) * np.dtype(src.dtype).itemsize
+    if block_bytes % 16 or not all(_blocks_aligned16(a) for a in (src, dst)):
+        return 0
+    return block_bytes // 16
+
+
+def _blocks_aligned16(pool) -> bool:
+    """Every block starts on a 16-byte boundary (its data pointer and its block stride)."""
+    return device_address(pool) % 16 == 0 and (pool.shape[0] < 2 or pool.strides[0] % 16 == 0)
+
+
 def _launch(src, dst, pairs: np.ndarray, num_kv_heads: int) -> None:
-    if len(pairs):
-        copy_blocks_kernel[(len(pairs), 2, num_kv_heads), _backend.block_threads()](
-            src, dst, cuda.to_device(pairs))
+    if not len(pairs):
+        return
+    threads = _backend.block_threads()
+    chunks = vector_chunks(src, dst)
+    if chunks:
+        spans = -(-chunks // (threads * UNROLL))
+        copy_blocks_vec[(len(pairs), spans), threads](src, dst, cuda.to_device(pairs), chunks)
+    else:
+        copy_blocks_kernel[(len(pairs), 2, num_kv_heads), threads](src, dst, cuda.to_device(pairs))
 
 
 def copy_blocks(kv_cache, pairs) -> None:

@@ -65,11 +65,11 @@ def kernel_specs():
     """(name, python function, signature) for every kernel the package launches."""
     from numba import types as t
 
-    from .block_copy import copy_blocks_kernel
+    from .block_copy import copy_blocks_kernel, copy_blocks_vec
     from .decode import make_decode_kernel
     from .layout import load_k, load_v
     from .merge import merge_partitions
-    from .write_kv import write_kv_kernel
+    from .write_kv import write_kv_kernel, write_kv_vec
     from . import layout_demo
 
     f16c5, f16a5 = t.Array(t.float16, 5, "C"), t.Array(t.float16, 5, "A")
@@ -79,10 +79,14 @@ def kernel_specs():
         return (cache, cache, q, t.Array(t.int32, 2, "C"), t.Array(t.int32, 1, "C"), t.int32,
                 t.float32, t.int32, t.int32, t.int32, f32c4, f32c3, f32c3)
 
+    write_sig = (f16c5, t.Array(t.float16, 3, "C"), t.Array(t.float16, 3, "C"), t.Array(t.int64, 1, "C"))
+    pairs = t.Array(t.int32, 2, "C")
     specs = [
-        ("write_kv[f16]", write_kv_kernel.py_func,
-         (f16c5, t.Array(t.float16, 3, "C"), t.Array(t.float16, 3, "C"), t.Array(t.int64, 1, "C"))),
-        ("copy_blocks[f16]", copy_blocks_kernel.py_func, (f16c5, f16c5, t.Array(t.int32, 2, "C"))),
+        ("write_kv[f16]", write_kv_kernel.py_func, write_sig),
+        ("write_kv_vec[f16]", write_kv_vec.py_func, write_sig),
+        ("copy_blocks[f16]", copy_blocks_kernel.py_func, (f16c5, f16c5, pairs)),
+        ("copy_blocks_vec[f16]", copy_blocks_vec.py_func, (f16c5, f16c5, pairs, t.int64)),
+        ("copy_blocks_vec[f16,pool-view]", copy_blocks_vec.py_func, (f16a5, f16a5, pairs, t.int64)),
         ("merge_partitions", merge_partitions.py_func, (f32c4, f32c3, f32c3, f32c3)),
     ]
     for dtype, group, head_dim, cache in ((t.float16, 8, 128, f16c5), (t.float16, 1, 128, f16c5),
