@@ -7,6 +7,7 @@ plain-Python stand-ins with the same names and meaning.
                            -> ld.global.nc.v4.u32 on sm_80 / sm_90
     half2_to_float2(word)  bitcast i32 -> <2 x half>, fpext -> <2 x float>  (cvt.f32.f16 x2)
     bits_to_float(word)    bitcast i32 -> float (free: a register rename)
+    itemsize(array)        the element size as a compile-time constant
 
 Reference: NVVM IR specification (address spaces, !invariant.load); PTX ISA, ld.
 """
@@ -45,6 +46,20 @@ def load16(typingctx, array, index):
         return context.make_tuple(builder, sig.return_type, words)
 
     return sig, codegen
+
+
+@intrinsic
+def itemsize(typingctx, array):
+    """The array's element size in bytes as a compile-time constant (numba's
+    `array.itemsize` is a run-time field: dividing strides by it costs a 64-bit division)."""
+    if not isinstance(array, types.Array):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return context.get_constant(types.intp, context.get_abi_sizeof(
+            context.get_data_type(sig.args[0].dtype)))
+
+    return types.intp(array), codegen
 
 
 def _from_word(result_type, convert):

@@ -2,6 +2,7 @@
 reductions, online-softmax state), so that a kernel body reads as its algorithm.
 
     load16(array, index)         -> (u32, u32, u32, u32)  one 16-byte global load
+    itemsize(array)              -> int                   element bytes, a compile-time constant
     half2_to_float2(word)        -> (float32, float32)    unpack two float16 from a u32
     bits_to_float(word)          -> float32               reinterpret a u32 as float32
     unpack16(raw, dst, fp16)                              16 raw bytes -> dst[0:8] or dst[0:4]
@@ -41,10 +42,11 @@ FULL_MASK = 0xFFFFFFFF
 
 if _backend.backend() == "simulator":
     from ._simulator import (bits_to_float, device_address, half2_to_float2,  # noqa: F401
-                             install_shuffles, load16)
+                             install_shuffles, itemsize, load16)
     install_shuffles()
 else:
-    from ._intrinsics import bits_to_float, device_address, half2_to_float2, load16  # noqa: F401
+    from ._intrinsics import (bits_to_float, device_address, half2_to_float2,  # noqa: F401
+                              itemsize, load16)
 
 
 def vec_width(dtype) -> int:
