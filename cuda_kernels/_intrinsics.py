@@ -8,6 +8,7 @@ plain-Python stand-ins with the same names and meaning.
     half2_to_float2(word)  bitcast i32 -> <2 x half>, fpext -> <2 x float>  (cvt.f32.f16 x2)
     bits_to_float(word)    bitcast i32 -> float (free: a register rename)
     itemsize(array)        the element size as a compile-time constant
+    fast_exp2(x)           ex2.approx.ftz.f32 (one MUFU.EX2)
 
 Reference: NVVM IR specification (address spaces, !invariant.load); PTX ISA, ld.
 """
@@ -82,6 +83,21 @@ def _halves(context, builder, sig, bits):
                          ir.VectorType(ir.FloatType(), 2))
     halves = [builder.extract_element(pair, ir.Constant(_I32, i)) for i in range(2)]
     return context.make_tuple(builder, sig.return_type, halves)
+
+
+@intrinsic
+def fast_exp2(typingctx, x):
+    """2^x with one MUFU.EX2 (PTX ex2.approx.ftz.f32: 2 ulp, denormals flushed);
+    2^-inf = +0. libdevice's exp2f adds denormal range fixes around the same MUFU."""
+    if x != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        fty = ir.FunctionType(ir.FloatType(), [ir.FloatType()])
+        asm = ir.InlineAsm(fty, "ex2.approx.ftz.f32 $0, $1;", "=f,f")
+        return builder.call(asm, [args[0]])
+
+    return types.float32(types.float32), codegen
 
 
 # (lo, hi) float32 from the two float16 packed in a u32 (lo = the lower address)

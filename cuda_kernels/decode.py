@@ -39,8 +39,10 @@ import numpy as np
 from numba import cuda, float32, int32, uint32
 
 from .primitives import load16, softmax_rescale, unpack16, vec_width
-from .primitives import exp_or_zero, warp_sum
+from .primitives import exp2_or_zero, warp_sum
 
+LOG2E = 1.4426950408889634  # scores are kept in log2 units: exp(x) = 2^(x log2 e)
+SLACK = float32(8.0)  # lazy rescaling: the running max moves only when exceeded by > 2^8
 ACC_BUDGET = 64  # floats of q (and as many of accumulators) a lane may hold
 SHARED_BUDGET = 40 * 1024  # bytes of the rows' states merged at the end
 
@@ -151,16 +153,65 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
     fetch_k, fetch_v = (_fetcher(fn, VECTOR, VPL, LPR, VEC, NVEC, D) for fn in (load_k, load_v))
     to_float = _unpacker(VECTOR, VPL, VEC, FP16)
 
+    SHIFT = B.bit_length() - 1 if B & (B - 1) == 0 else -1  # log2(B) for a power of two
+
     @cuda.jit(device=True)
     def locate(j, hi, kept, start, seq, block_tables):
-        """Table lookup for attended index j: (block, offset, valid)."""
+        """Table lookup for attended index j: (block, offset, valid). Unsigned indices
+        skip numba's negative-index wraparound; a power-of-two B divides by a shift."""
         valid = j < hi
-        pos = j if j < kept else start + (j - kept)
-        logical = int32(pos // B)
+        pos = uint32(j if j < kept else start + (j - kept))
+        if SHIFT >= 0:
+            logical = pos >> SHIFT
+        else:
+            logical = pos // uint32(B)
         block = int32(0)
         if valid:
-            block = block_tables[seq, logical] if paged else logical
-        return block, int32(pos - logical * B), valid
+            block = block_tables[uint32(seq), logical] if paged else int32(logical)
+        return block, int32(pos - logical * uint32(B)), valid
+
+    @cuda.jit(device=True)
+    def issue(k_src, v_src, seq, kv_head, col, row, blk, off, ok, k_buf, v_buf, ahead, hi,
+              kept, start, block_tables):
+        """Loads for the next step into (k_buf, v_buf) from the table entries read one
+        step earlier; then read the table entries of the step after (index `ahead`)."""
+        for t in range(TPR):
+            fetch_k(k_src, seq, blk[t], kv_head, off[t], ok[t] != 0, col, k_buf, t * VPL * RAW_N)
+            fetch_v(v_src, seq, blk[t], kv_head, off[t], ok[t] != 0, col, v_buf, t * VPL * RAW_N)
+            blk[t], off[t], ok[t] = locate(ahead + t * R + row, hi, kept, start, seq, block_tables)
+
+    @cuda.jit(device=True)
+    def attend(k_buf, v_buf, q, acc, m, lsum, s, kv, first, hi):
+        """One step: this row's TPR tokens, attended indices first + t * R (< hi: unmasked)."""
+        for t in range(TPR):  # scores q . k for this row's tokens and the CTA's heads
+            to_float(k_buf, t * VPL * RAW_N, kv)
+            valid = first + t * R < hi
+            for h in range(HPC):
+                dot = float32(0)
+                for i in range(SLOT):
+                    dot += q[h * SLOT + i] * kv[i]
+                dot = warp_sum(dot, LPR)
+                s[t * HPC + h] = dot if valid else -math.inf
+        for h in range(HPC):  # online softmax, once per step
+            top = s[h]
+            for t in range(1, TPR):
+                top = max(top, s[t * HPC + h])
+            m_new, alpha = softmax_rescale(m[h], top, SLACK)
+            if alpha < 1:  # rare once the max has settled: skip HPC x SLOT multiplies
+                m[h] = m_new
+                lsum[h] *= alpha
+                for i in range(SLOT):
+                    acc[h * SLOT + i] *= alpha
+            for t in range(TPR):
+                p = exp2_or_zero(s[t * HPC + h], m_new)
+                s[t * HPC + h] = p
+                lsum[h] += p
+        for t in range(TPR):  # acc += p * v
+            to_float(v_buf, t * VPL * RAW_N, kv)
+            for h in range(HPC):
+                p = s[t * HPC + h]
+                for i in range(SLOT):
+                    acc[h * SLOT + i] += p * kv[i]
 
     @cuda.jit
     def paged_decode(k_src, v_src, query, block_tables, context_lens, scale, sinks, window,
@@ -176,16 +227,17 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
         row = warp * RPW + lane // LPR  # this lane's row in the CTA, [0, R)
         col = lane - (lane // LPR) * LPR  # its place in the row: vectors col, col + LPR, ...
 
-        q = cuda.local.array(HS, float32)  # [HPC, SLOT]: q * scale
+        scale2 = float32(scale * LOG2E)
+        q = cuda.local.array(HS, float32)  # [HPC, SLOT]: q * scale * log2(e)
         acc = cuda.local.array(HS, float32)  # [HPC, SLOT]: sum_t p_t v_t
         m = cuda.local.array(HPC, float32)  # running max (same in every lane of a row)
         lsum = cuda.local.array(HPC, float32)  # running sum of exp(score - m)
         s = cuda.local.array(TH, float32)  # [TPR, HPC] scores of this step
         kv = cuda.local.array(SLOT, float32)  # one unpacked K or V row slice
-        k_cur = cuda.local.array(BUF, RAW_T)  # raw K/V of this step ...
-        v_cur = cuda.local.array(BUF, RAW_T)
-        k_nxt = cuda.local.array(BUF, RAW_T)  # ... and of the next one
-        v_nxt = cuda.local.array(BUF, RAW_T)
+        k_a = cuda.local.array(BUF, RAW_T)  # raw K/V of even steps ...
+        v_a = cuda.local.array(BUF, RAW_T)
+        k_b = cuda.local.array(BUF, RAW_T)  # ... and of odd steps
+        v_b = cuda.local.array(BUF, RAW_T)
         blk = cuda.local.array(TPR, int32)  # table entries two steps ahead
         off = cuda.local.array(TPR, int32)
         ok = cuda.local.array(TPR, int32)
@@ -194,7 +246,7 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
             head = head0 + min(h, heads - 1)  # padded heads compute a copy, never written
             for i in range(SLOT):
                 d = (col + (i // VEC) * LPR) * VEC + i % VEC
-                q[h * SLOT + i] = float32(query[seq, head, d]) * scale if d < D else float32(0)
+                q[h * SLOT + i] = float32(query[seq, head, d]) * scale2 if d < D else float32(0)
                 acc[h * SLOT + i] = float32(0)
             m[h] = -math.inf
             lsum[h] = float32(0)
@@ -213,50 +265,20 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
         # prologue: step 0's K/V in flight, step 1's table entries read
         for t in range(TPR):
             b0, o0, v0 = locate(lo + t * R + row, hi, kept, start, seq, block_tables)
-            fetch_k(k_src, seq, b0, kv_head, o0, v0, col, k_nxt, t * VPL * RAW_N)
-            fetch_v(v_src, seq, b0, kv_head, o0, v0, col, v_nxt, t * VPL * RAW_N)
+            fetch_k(k_src, seq, b0, kv_head, o0, v0, col, k_a, t * VPL * RAW_N)
+            fetch_v(v_src, seq, b0, kv_head, o0, v0, col, v_a, t * VPL * RAW_N)
             blk[t], off[t], ok[t] = locate(lo + per_step + t * R + row, hi, kept, start, seq,
                                            block_tables)
-        for step in range(steps):
-            for i in range(TPR * VPL * RAW_N):
-                k_cur[i] = k_nxt[i]
-                v_cur[i] = v_nxt[i]
+        for step in range(steps):  # ping-pong: A and B swap roles, no register copies
             base = lo + step * per_step
-            for t in range(TPR):  # issue the next step's loads before this step's math
-                fetch_k(k_src, seq, blk[t], kv_head, off[t], ok[t] != 0, col, k_nxt,
-                          t * VPL * RAW_N)
-                fetch_v(v_src, seq, blk[t], kv_head, off[t], ok[t] != 0, col, v_nxt,
-                          t * VPL * RAW_N)
-                blk[t], off[t], ok[t] = locate(base + 2 * per_step + t * R + row, hi, kept,
-                                               start, seq, block_tables)
-            for t in range(TPR):  # scores q . k for this row's tokens and the CTA's heads
-                to_float(k_cur, t * VPL * RAW_N, kv)
-                valid = base + t * R + row < hi
-                for h in range(HPC):
-                    dot = float32(0)
-                    for i in range(SLOT):
-                        dot += q[h * SLOT + i] * kv[i]
-                    dot = warp_sum(dot, LPR)
-                    s[t * HPC + h] = dot if valid else -math.inf
-            for h in range(HPC):  # online softmax, once per step
-                top = s[h]
-                for t in range(1, TPR):
-                    top = max(top, s[t * HPC + h])
-                m_new, alpha = softmax_rescale(m[h], top)
-                m[h] = m_new
-                lsum[h] *= alpha
-                for i in range(SLOT):
-                    acc[h * SLOT + i] *= alpha
-                for t in range(TPR):
-                    p = exp_or_zero(s[t * HPC + h], m_new)
-                    s[t * HPC + h] = p
-                    lsum[h] += p
-            for t in range(TPR):  # acc += p * v
-                to_float(v_cur, t * VPL * RAW_N, kv)
-                for h in range(HPC):
-                    p = s[t * HPC + h]
-                    for i in range(SLOT):
-                        acc[h * SLOT + i] += p * kv[i]
+            if step % 2 == 0:
+                issue(k_src, v_src, seq, kv_head, col, row, blk, off, ok, k_b, v_b,
+                      base + 2 * per_step, hi, kept, start, block_tables)
+                attend(k_a, v_a, q, acc, m, lsum, s, kv, base + row, hi)
+            else:
+                issue(k_src, v_src, seq, kv_head, col, row, blk, off, ok, k_a, v_a,
+                      base + 2 * per_step, hi, kept, start, block_tables)
+                attend(k_b, v_b, q, acc, m, lsum, s, kv, base + row, hi)
 
         # merge the rows' softmax states once, through shared memory
         acc_s = cuda.shared.array((R, HPC, DV), float32)
@@ -279,11 +301,11 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
                     top = max(top, m_s[r, h])
             total = float32(0)
             for r in range(R):
-                weight = math.exp(m_s[r, h] - top) if l_s[r, h] > 0 else float32(0)
+                weight = math.exp2(m_s[r, h] - top) if l_s[r, h] > 0 else float32(0)
                 total += weight * l_s[r, h]
                 m_s[r, h] = weight
             total_s[h] = total
-            max_logits[seq, head0 + h, part] = top
+            max_logits[seq, head0 + h, part] = top / LOG2E  # natural units for merge.py
             exp_sums[seq, head0 + h, part] = total
         cuda.syncthreads()  # the rows' weights and each head's total are ready
         for i in range(tid, heads * D, NT):  # every (head, d), whatever the thread count

@@ -30,7 +30,7 @@ from .primitives import itemsize
 def k_row(cache, seq, block, kv_head, offset):
     """Element index of cache[block, 0, kv_head, offset, 0] from the data pointer: a
     64-bit block term plus one 32-bit in-block offset per token."""
-    item = itemsize(cache)  # a constant: the divisions below become shifts
+    item = itemsize(cache)  # a constant: the divisions are shifts, hoisted out of loops
     inner = int32(kv_head * (cache.strides[2] // item) + offset * (cache.strides[3] // item))
     return block * (cache.strides[0] // item) + inner
 
@@ -39,7 +39,8 @@ def k_row(cache, seq, block, kv_head, offset):
 def v_row(cache, seq, block, kv_head, offset):
     """Element index of cache[block, 1, kv_head, offset, 0]."""
     item = itemsize(cache)
-    inner = int32((cache.strides[1] + kv_head * cache.strides[2] + offset * cache.strides[3]) // item)
+    inner = int32(cache.strides[1] // item + kv_head * (cache.strides[2] // item)
+                  + offset * (cache.strides[3] // item))
     return block * (cache.strides[0] // item) + inner
 
 

@@ -3,13 +3,16 @@ reductions, online-softmax state), so that a kernel body reads as its algorithm.
 
     load16(array, index)         -> (u32, u32, u32, u32)  one 16-byte global load
     itemsize(array)              -> int                   element bytes, a compile-time constant
+    fast_exp2(x)                 -> float32               2^x, one MUFU.EX2 (ex2.approx.ftz)
     half2_to_float2(word)        -> (float32, float32)    unpack two float16 from a u32
     bits_to_float(word)          -> float32               reinterpret a u32 as float32
     unpack16(raw, dst, fp16)                              16 raw bytes -> dst[0:8] or dst[0:4]
     warp_sum(value, width) / warp_max(value, width)       xor-butterfly over `width` lanes
-    softmax_rescale(m_old, tile_max) -> (m_new, alpha)    online-softmax step (Milakov & Gimelshein 2018)
-    exp_or_zero(score, m)                                 exp(score - m), 0 for a masked score
+    softmax_rescale(m_old, tile_max, slack) -> (m, alpha) online-softmax step (Milakov & Gimelshein 2018)
+    exp2_or_zero(score, m)                                2^(score - m), 0 for a masked score
     merge_states(m_a, l_a, m_b, l_b) -> (m, l, w_a, w_b)  combine two partial softmax states
+The softmax pieces work in base 2 (scores in log2 units: q pre-multiplied by
+scale * log2(e)), as FlashAttention does: `fast_exp2` is one MUFU.EX2.
 
 `load16(array, index)` reads the 16 bytes that start at element `index` of `array`,
 counted from the array's data pointer in elements of its dtype (so a strided view is
@@ -42,11 +45,11 @@ FULL_MASK = 0xFFFFFFFF
 
 if _backend.backend() == "simulator":
     from ._simulator import (bits_to_float, device_address, half2_to_float2,  # noqa: F401
-                             install_shuffles, itemsize, load16)
+                             fast_exp2, install_shuffles, itemsize, load16)
     install_shuffles()
 else:
-    from ._intrinsics import (bits_to_float, device_address, half2_to_float2,  # noqa: F401
-                              itemsize, load16)
+    from ._intrinsics import (bits_to_float, device_address, fast_exp2,  # noqa: F401
+                              half2_to_float2, itemsize, load16)
 
 
 def vec_width(dtype) -> int:
@@ -97,35 +100,37 @@ def warp_max(value, width):
 
 
 @cuda.jit(device=True)
-def softmax_rescale(m_old, tile_max):
-    """New running max and the factor alpha = exp(m_old - m_new) that rescales the old
-    running sum and accumulators. Before any unmasked score both maxima are -inf:
-    then m stays -inf and alpha is 1 (nothing to rescale)."""
-    m_new = max(m_old, tile_max)
-    alpha = float32(1)
-    if m_new > -math.inf:
-        alpha = math.exp(m_old - m_new)
-    return m_new, alpha
+def softmax_rescale(m_old, tile_max, slack):
+    """Online-softmax step in base 2: the new running max and alpha = 2^(m_old - m_new),
+    the factor for the old running sum and accumulators.
+
+    The max moves only when the tile's max exceeds it by more than `slack` (log2 units,
+    FlashAttention-3's lazy rescaling): otherwise alpha is exactly 1, the caller may skip
+    the rescale, and exp2(score - m) stays <= 2^slack. slack = 0 is the textbook rule.
+    Before any unmasked score both are -inf: m stays -inf and alpha is 1."""
+    if tile_max > m_old + slack:
+        return tile_max, fast_exp2(m_old - tile_max)
+    return m_old, float32(1)
 
 
 @cuda.jit(device=True)
-def exp_or_zero(score, m):
-    """exp(score - m), and exactly 0 for a masked score (-inf)."""
+def exp2_or_zero(score, m):
+    """2^(score - m), and exactly 0 for a masked score (-inf)."""
     if score > -math.inf:
-        return math.exp(score - m)
+        return fast_exp2(score - m)
     return float32(0)
 
 
 @cuda.jit(device=True)
 def merge_states(m_a, l_a, m_b, l_b):
-    """Merge softmax states (m, l) of two disjoint token sets. Returns the merged (m, l)
-    and the weights w_a, w_b by which each side's accumulator is scaled:
+    """Merge base-2 softmax states (m, l) of two disjoint token sets. Returns the merged
+    (m, l) and the weights w_a, w_b by which each side's accumulator is scaled:
     acc = w_a * acc_a + w_b * acc_b. An empty side (l = 0) gets weight 0."""
     m = max(m_a, m_b)
     w_a = float32(0)
     w_b = float32(0)
     if l_a > 0:
-        w_a = math.exp(m_a - m)
+        w_a = fast_exp2(m_a - m)
     if l_b > 0:
-        w_b = math.exp(m_b - m)
+        w_b = fast_exp2(m_b - m)
     return m, l_a * w_a + l_b * w_b, w_a, w_b

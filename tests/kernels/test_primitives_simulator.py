@@ -153,30 +153,39 @@ def test_load16_faults_on_a_misaligned_or_out_of_bounds_address_like_a_gpu():
     assert not primitives.aligned16(np.zeros(17, np.float32)[1:])
 
 
-def test_online_softmax_pieces_merge_two_halves_into_the_full_softmax():
-    scores = np.random.default_rng(3).standard_normal(10).astype(np.float32)
+@pytest.mark.parametrize("slack", [0.0, 8.0])
+def test_online_softmax_pieces_merge_two_halves_into_the_full_softmax(slack):
+    """Base-2 states of two halves (one with a masked token), merged, give the softmax
+    of all scores; lazy rescaling (slack 8) only changes where the max is kept."""
+    scores = (np.random.default_rng(3).standard_normal(10) * 6).astype(np.float32)
     scores[2] = -np.inf  # a masked token
+    values = np.random.default_rng(4).standard_normal(10).astype(np.float32)
     out = np.zeros(8, np.float32)
 
     @cuda.jit
-    def kernel(s, out):
-        states = cuda.local.array(4, np.float32)
+    def kernel(s, v, out):
+        states = cuda.local.array(6, np.float32)  # (m, l, acc) per half
         for half in range(2):
-            m, lsum = -math.inf, np.float32(0)
+            m, lsum, acc = -math.inf, np.float32(0), np.float32(0)
             for i in range(5 * half, 5 * half + 5):
-                m, alpha = primitives.softmax_rescale(m, s[i])
-                lsum = lsum * alpha + primitives.exp_or_zero(s[i], m)
-            states[2 * half], states[2 * half + 1] = m, lsum
-        m, lsum, w_a, w_b = primitives.merge_states(states[0], states[1], states[2], states[3])
-        out[0], out[1], out[2], out[3] = m, lsum, w_a, w_b
-        empty = primitives.merge_states(-math.inf, np.float32(0), states[2], states[3])
+                m, alpha = primitives.softmax_rescale(m, s[i], slack)
+                p = primitives.exp2_or_zero(s[i], m)
+                lsum = lsum * alpha + p
+                acc = acc * alpha + p * v[i]
+            states[3 * half], states[3 * half + 1], states[3 * half + 2] = m, lsum, acc
+        m, lsum, w_a, w_b = primitives.merge_states(states[0], states[1], states[3], states[4])
+        out[0], out[1], out[2] = m, lsum, (w_a * states[2] + w_b * states[5]) / lsum
+        empty = primitives.merge_states(-math.inf, np.float32(0), states[3], states[4])
         out[4], out[5], out[6], out[7] = empty
-        out[4] = primitives.softmax_rescale(-math.inf, -math.inf)[1]  # alpha with nothing seen
+        out[3] = primitives.softmax_rescale(-math.inf, -math.inf, slack)[1]  # nothing seen yet
 
-    kernel[1, 1](scores, out)
-    finite = scores[np.isfinite(scores)].astype(np.float64)
-    assert out[0] == finite.max()
-    assert math.isclose(out[1], np.exp(finite - finite.max()).sum(), rel_tol=1e-6)
-    assert out[4] == 1.0 and out[6] == 0.0 and out[7] == 1.0  # the empty side weighs 0
-    second = scores[5:].astype(np.float64)
-    assert math.isclose(out[5], np.exp(second - second.max()).sum(), rel_tol=1e-6)
+    kernel[1, 1](scores, values, out)
+    keep = np.isfinite(scores)
+    s2, v = scores[keep].astype(np.float64), values[keep].astype(np.float64)
+    p = 2.0 ** (s2 - out[0])
+    assert out[0] <= s2.max() <= out[0] + slack  # the kept max lags by at most the slack
+    assert math.isclose(out[1], p.sum(), rel_tol=1e-5)
+    assert math.isclose(out[2], (p * v).sum() / p.sum(), rel_tol=1e-5, abs_tol=1e-6)
+    assert out[3] == 1.0 and out[6] == 0.0 and out[7] == 1.0  # the empty side weighs 0
+    second = scores[5:].astype(np.float64)  # merging with an empty state changes nothing
+    assert math.isclose(out[5], (2.0 ** (second - out[4])).sum(), rel_tol=1e-5)
