@@ -16,6 +16,8 @@ primitives with the semantics the CUDA C++ Programming Guide documents
     exist in the block): every such lane must call it, as CUDA requires. A lane not in
     its own mask, or reading a lane outside the mask (undefined in CUDA), raises; lanes
     that never arrive (a divergent shuffle) raise after a timeout instead of hanging.
+  * `cuda.shared.array` is replaced by a thread-safe copy of numba's own (see
+    `_shared_array`: its unlocked check-then-create could hand two lanes two arrays).
   * load16(array, index): the 16 bytes at element `index` from the array's data
     pointer, read from memory like the GPU does; a misaligned or out-of-bounds address
     raises (on a GPU: a misaligned-address or illegal-address fault).
@@ -24,6 +26,7 @@ primitives with the semantics the CUDA C++ Programming Guide documents
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 
 import numpy as np
@@ -128,12 +131,36 @@ def install_shuffles() -> None:
     Every shuffle hands the GIL to each lane's thread in turn, and the simulator's block
     manager polls in a busy loop; Python's default 5 ms thread switch interval makes that
     slow, so the interval is lowered to SWITCH_INTERVAL_S (2-3x faster kernels here)."""
-    import sys
-
-    from numba.cuda.simulator.kernelapi import FakeCUDAModule
+    from numba.cuda.simulator.kernelapi import FakeCUDAModule, FakeCUDAShared
     sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
     for fn in (shfl_sync, shfl_up_sync, shfl_down_sync, shfl_xor_sync):
         setattr(FakeCUDAModule, fn.__name__, staticmethod(fn))
+    FakeCUDAShared.array = _shared_array
+
+
+def _shared_array(self, shape, dtype, alignment=None):
+    """numba's simulated `cuda.shared.array`, made thread-safe.
+
+    The simulator gives every thread of a launch the same array for a given source line,
+    created by the first thread that asks; its check-then-create is not locked, so two
+    lane threads arriving together could each create one and no longer share memory
+    (seen as garbage in a kernel's output, once in tens of runs). Same logic, under a lock."""
+    from numba.cuda import types
+    from numba.cuda.np import numpy_support
+    if alignment is not None:
+        raise RuntimeError("Array alignment is not supported in cudasim")
+    if isinstance(dtype, types.Type):
+        dtype = numpy_support.as_dtype(dtype)
+    if shape == 0:  # dynamic shared memory: one buffer for all
+        count = self._dynshared_size // dtype.itemsize
+        return np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
+    caller = sys._getframe(1)
+    key = (caller.f_code.co_filename, caller.f_lineno)
+    with _lock:
+        found = self._allocations.get(key)
+        if found is None:
+            found = self._allocations[key] = np.empty(shape, dtype)
+    return found
 
 
 def _numpy_of(array) -> np.ndarray:

@@ -7,18 +7,20 @@ Vector or scalar: vector loaders need head_dim % (16 / itemsize) == 0 and 16-byt
 aligned K/V (data pointer and outer strides); otherwise the launcher takes the
 loaders' scalar `fallback` (or refuses when there is none).
 
-Split-K rule (`choose_partition`, FlashInfer's idea of sizing KV chunks to the GPU,
-vLLM v1/v2's split into partitions): the GPU holds `slots` = SMs x resident CTAs per SM
+Split-K rule (`choose_partition`; FlashInfer's decode plan sizes KV chunks to the GPU,
+vLLM v0's paged_attention_v2 splits into fixed 512-token partitions): the GPU holds `slots` = SMs x resident CTAs per SM
 (the occupancy of this kernel, from the driver; 132 x 2 assumed under the simulator).
 The total work is ctas_per_seq x the sum of attended lengths; the partition size is that
 work spread evenly over the slots, rounded up to GRAIN tokens, at least MIN_PARTITION
 and at most MAX_PASS (no CTA walks more than MAX_PASS tokens in one pass). Sequences
-longer than the partition are split, shorter ones run in one pass; a batch whose work
-already fills the GPU gets no split unless a sequence exceeds MAX_PASS.
+longer than the partition are split, shorter ones run in one pass: in a batch of equal
+lengths that fills the GPU nothing is split, while one 32K sequence among 63 short ones
+is cut to the even share instead of walking 32K tokens in 8 serial CTAs.
 """
 
 from __future__ import annotations
 
+import warnings
 
 import numpy as np
 from numba import cuda
@@ -86,14 +88,20 @@ def sm_count() -> int:
     return int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
 
 
-def cta_slots(kernel, args, threads: int) -> tuple:
-    """(kernel to launch, SMs x resident CTAs per SM) from the driver's occupancy
-    calculator; the simulator assumes SIMULATED_SMS x SIMULATED_CTAS_PER_SM."""
+def cta_slots(kernel, args, threads: int) -> int:
+    """SMs x resident CTAs per SM of `kernel` launched with `args` and `threads`, from the
+    driver's occupancy calculator (numba's max_cooperative_grid_blocks). Compiling for
+    the launch's exact argument types registers the overload the launch then reuses.
+    The simulator assumes SIMULATED_SMS x SIMULATED_CTAS_PER_SM."""
     if _backend.backend() != "gpu":
-        return kernel, SIMULATED_SMS * SIMULATED_CTAS_PER_SM
-    special = kernel.specialize(*args)
-    (compiled,) = special.overloads.values()
-    return special, int(compiled.max_cooperative_grid_blocks(threads))
+        return SIMULATED_SMS * SIMULATED_CTAS_PER_SM
+    try:
+        compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+        return int(compiled.max_cooperative_grid_blocks(threads))
+    except Exception as exc:  # not silent: the rule still works, with an assumed occupancy
+        warnings.warn(f"occupancy query failed ({exc!r}); assuming {SIMULATED_CTAS_PER_SM} "
+                      f"CTAs per SM", RuntimeWarning, stacklevel=2)
+        return sm_count() * SIMULATED_CTAS_PER_SM
 
 
 def choose_partition(counts, ctas_per_seq: int, slots: int, *, min_partition=MIN_PARTITION,
@@ -197,9 +205,8 @@ def decode_with(loaders: Loaders, k_src, v_src, query, block_tables, context_len
     part = partition_size or DEFAULT_PARTITION
     if mode == "auto":
         probe = (_empty((1, 1, 1, 1)), _empty((1, 1, 1)), _empty((1, 1, 1)))  # types only
-        kernel, slots = cta_slots(kernel, (k_src, v_src, d_query, d_tables, d_lens,
-                                           np.float32(1), np.int32(0), np.int32(0),
-                                           np.int32(1)) + probe, threads)
+        slots = cta_slots(kernel, (k_src, v_src, d_query, d_tables, d_lens, np.float32(1),
+                                   np.int32(0), np.int32(0), np.int32(1)) + probe, threads)
         part = choose_partition(count, num_kv_heads * chunks, slots)
     if mode == "single":
         part = longest

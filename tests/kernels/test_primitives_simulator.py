@@ -189,3 +189,29 @@ def test_online_softmax_pieces_merge_two_halves_into_the_full_softmax(slack):
     assert out[3] == 1.0 and out[6] == 0.0 and out[7] == 1.0  # the empty side weighs 0
     second = scores[5:].astype(np.float64)  # merging with an empty state changes nothing
     assert math.isclose(out[5], (2.0 ** (second - out[4])).sum(), rel_tol=1e-5)
+
+
+def test_lanes_asking_for_a_shared_array_at_once_all_get_the_same_one(monkeypatch):
+    """numba's simulator creates a shared array without a lock: two lanes arriving
+    together could each create one (seen once in ~30 decode launches as garbage output).
+    Slowing the creation down makes that window wide; the installed version holds."""
+    import threading
+    import time
+
+    from numba.cuda.simulator.kernelapi import FakeCUDAShared
+    shared = FakeCUDAShared(0)
+    real_empty = np.empty
+
+    def slow_empty(*args, **kwargs):
+        time.sleep(0.02)
+        return real_empty(*args, **kwargs)
+
+    monkeypatch.setattr(np, "empty", slow_empty)
+    got = []
+    lanes = [threading.Thread(target=lambda: got.append(shared.array(4, np.float32)))
+             for _ in range(4)]
+    for lane in lanes:
+        lane.start()
+    for lane in lanes:
+        lane.join()
+    assert len(got) == 4 and all(array is got[0] for array in got)
