@@ -56,6 +56,9 @@ def _empty(shape) -> "cuda.devicearray.DeviceNDArray":
     return buf
 
 
+SHARED_LIMIT = 48 * 1024  # static shared memory per CTA
+
+
 def shared_bytes(head_dim: int, group: int, dtype, warps: int) -> int:
     """Static shared memory of `decode.make_decode_kernel`: the rows' states merged at
     the end, acc [rows, HPC, nvec * vec], m and l [rows, HPC], totals [HPC], float32."""

@@ -12,14 +12,17 @@ The thread mapping follows FlashInfer's decode kernel (vec_size x bdx lanes per 
   * each row takes its own tokens (token j of a step goes to row j % R, TPR tokens per row
     per step), and computes the scores of the HPC query heads of its CTA: every K/V
     vector read serves HPC heads (GQA: K/V read once per group of up to HPC heads);
-  * q (times scale), each row's running max m, running sum l and the HPC x head_dim slice
-    of output accumulators live in registers; K/V stay 16 raw bytes until unpacked there;
+  * q (times scale * log2 e), each row's running max m, running sum l and the HPC x
+    head_dim slice of output accumulators live in registers; K/V stay 16 raw bytes until
+    unpacked there; the softmax is base 2 (one MUFU.EX2 per exp) and rescales lazily:
+    the running max moves only when a score beats it by more than SLACK (FlashAttention-3),
+    so the HPC x head_dim rescale multiplies are skipped once the max has settled;
   * a dot product is a per-lane partial sum finished by `warp_sum` over the row's lanes
     (xor shuffles); no shared memory and no barrier inside the token loop;
   * the block table is read once per token (the row's lanes read one word, a broadcast),
     and the loader turns (block, kv_head, offset) into one row index per token;
   * register double buffering: step s+1's K/V loads (and step s+2's table reads) are
-    issued before step s's math;
+    issued before step s's math, into the other of two ping-pong buffers (no copies);
   * at the end every row's softmax state (m, l, acc) goes to shared memory once and is
     merged there (the log-sum-exp weights computed once per row and head).
 Groups larger than HPC (multi-query attention, e.g. 71 query heads on one KV head) are
@@ -38,8 +41,7 @@ import math
 import numpy as np
 from numba import cuda, float32, int32, uint32
 
-from .primitives import load16, softmax_rescale, unpack16, vec_width
-from .primitives import exp2_or_zero, warp_sum
+from .primitives import exp2_or_zero, load16, softmax_rescale, unpack16, vec_width, warp_sum
 
 LOG2E = 1.4426950408889634  # scores are kept in log2 units: exp(x) = 2^(x log2 e)
 SLACK = float32(8.0)  # lazy rescaling: the running max moves only when exceeded by > 2^8

@@ -133,6 +133,23 @@ def test_the_factory_builds_a_kernel_for_split_token_major_pools():
     assert rel_err(out, reference.paged_attention(query, cache, tables, lens)) < 1e-5
 
 
+@settings(max_examples=100)
+@given(head_dim=st.integers(1, 512), group=st.integers(1, 128), fp16=st.booleans(),
+       warps=st.sampled_from([1, 2, 4, 8]))
+def test_the_thread_mapping_covers_head_dim_and_every_head_within_the_budgets(
+        head_dim, group, fp16, warps):
+    from cuda_kernels.attention import SHARED_LIMIT, shared_bytes
+    from cuda_kernels.decode import ACC_BUDGET, geometry
+    dtype = np.float16 if fp16 else np.float32
+    g = geometry(head_dim, group, dtype, warps)
+    assert g["vec"] * 2 ** (not fp16) == 8 and g["lpr"] & (g["lpr"] - 1) == 0 and g["lpr"] <= 32
+    assert g["lpr"] * g["vpl"] * g["vec"] >= head_dim > (g["nvec"] - 1) * g["vec"]
+    assert g["rows"] * g["lpr"] == 32 * warps
+    assert g["hpc"] * g["chunks"] >= group > g["hpc"] * (g["chunks"] - 1)  # balanced chunks
+    assert g["hpc"] * g["vpl"] * g["vec"] <= max(ACC_BUDGET, g["vpl"] * g["vec"])
+    assert shared_bytes(head_dim, group, dtype, warps) <= SHARED_LIMIT
+
+
 def test_a_cache_off_a_16_byte_boundary_falls_back_to_scalar_loads_and_stays_right():
     from numba import cuda
 
