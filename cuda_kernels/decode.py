@@ -9,6 +9,8 @@ The thread mapping follows FlashInfer's decode kernel (vec_size x bdx lanes per 
   * a lane owns 16-byte vectors of head_dim: VEC = 8 float16 or 4 float32 values, loaded
     with one `primitives.load16` (ld.global.nc.v4.u32); LPR lanes (a power of two) cover
     one K or V row, so a warp holds RPW = 32 / LPR rows and a CTA of NW warps R = NW * RPW;
+    for groups of at most SMALL_GROUP heads a lane takes two vectors of a row (VPL = 2),
+    halving the shuffle steps per byte while registers are cheap;
   * each row takes its own tokens (token j of a step goes to row j % R, TPR tokens per row
     per step), and computes the scores of the HPC query heads of its CTA: every K/V
     vector read serves HPC heads (GQA: K/V read once per group of up to HPC heads);
@@ -46,6 +48,7 @@ from .primitives import exp2_or_zero, load16, softmax_rescale, unpack16, vec_wid
 LOG2E = 1.4426950408889634  # scores are kept in log2 units: exp(x) = 2^(x log2 e)
 SLACK = float32(8.0)  # lazy rescaling: the running max moves only when exceeded by > 2^8
 ACC_BUDGET = 64  # floats of q (and as many of accumulators) a lane may hold
+SMALL_GROUP = 2  # up to this many heads per KV head, a lane owns two vectors per row
 SHARED_BUDGET = 40 * 1024  # bytes of the rows' states merged at the end
 
 
@@ -53,16 +56,18 @@ def geometry(head_dim: int, group_size: int, dtype, warps: int = 4) -> dict:
     """The compile-time shape of the thread mapping (see the module docstring)."""
     vec = vec_width(dtype)
     nvec = -(-head_dim // vec)  # 16-byte vectors per row (the last may be partial: scalar path)
+    lanes = nvec if group_size > SMALL_GROUP else -(-nvec // 2)  # small groups: 2 vectors a lane
     lpr = 1
-    while lpr < min(nvec, 32):
+    while lpr < min(lanes, 32):
         lpr *= 2
     vpl = -(-nvec // lpr)  # vectors per lane
     rows = warps * (32 // lpr)
     max_heads = max(1, min(ACC_BUDGET // (vpl * vec), SHARED_BUDGET // (4 * rows * (nvec * vec + 3))))
     chunks = -(-group_size // max_heads)
     hpc = -(-group_size // chunks)  # heads per CTA, balanced over the chunks
+    tpr = 1 if vpl > 1 else 2  # tokens per row per step: 16-64 bytes a lane in flight
     return dict(vec=vec, nvec=nvec, lpr=lpr, vpl=vpl, rpw=32 // lpr, warps=warps,
-                rows=rows, hpc=hpc, chunks=chunks)
+                rows=rows, hpc=hpc, chunks=chunks, tpr=tpr)
 
 
 def _fetcher(row_fn, vector, VPL, LPR, VEC, NVEC, D):
@@ -110,7 +115,7 @@ def _unpacker(vector, VPL, VEC, FP16):
 
 
 def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_size: int,
-                       warps: int = 4, tokens_per_row: int = 2, paged: bool = True):
+                       warps: int = 4, tokens_per_row=None, paged: bool = True):
     """Build a decode kernel for one layout (`layout.Loaders`) and one storage dtype.
 
     Loader contracts (`@cuda.jit(device=True)` functions):
@@ -140,7 +145,7 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
     D, G, B = int(head_dim), int(group_size), int(block_size)
     VEC, NVEC, LPR, VPL, RPW, NW, R = (g[k] for k in ("vec", "nvec", "lpr", "vpl", "rpw",
                                                         "warps", "rows"))
-    HPC, CHUNKS, TPR = g["hpc"], g["chunks"], int(tokens_per_row)
+    HPC, CHUNKS, TPR = g["hpc"], g["chunks"], int(tokens_per_row or g["tpr"])
     NT = NW * 32
     FP16 = np.dtype(dtype).itemsize == 2
     VECTOR = bool(loaders.vector)
