@@ -20,7 +20,7 @@ from numba import cuda
 from . import _backend
 from . import _checks as ck
 from .layout import check_kv_cache
-from .primitives import aligned16, load16
+from .primitives import aligned16, itemsize, load16
 from .vecstore import store16
 
 
@@ -47,7 +47,7 @@ def write_kv_vec(kv_cache, key, value, slot_mapping):
     slot = slot_mapping[token]
     if slot < 0:  # padding token
         return
-    item = kv_cache.itemsize
+    item = itemsize(kv_cache)  # a compile-time constant: the divisions below are shifts
     vec = 16 // item  # elements per 16-byte chunk
     per_head = kv_cache.shape[4] // vec  # chunks per head row
     heads = key.shape[1]

@@ -54,7 +54,7 @@ CASES = {
     "unknown_mode": (attention(mode="fast"), r"mode must be one of"),
     "partition_of_zero": (attention(mode="split", partition_size=0), r"partition_size = 0"),
     "partition_for_single_pass": (attention(mode="single", partition_size=4), r"partition_size applies only"),
-    "scale_not_finite": (attention(scale=float("nan")), r"scale must be a finite number"),
+    "scale_not_finite": (attention(scale=float("nan")), r"scale must be a finite float32"),
     "copy_from_a_block_past_the_cache": (lambda: ck.copy_blocks(CACHE.copy(), [(0, 1), (7, 2)]),
                                          r"pairs\[1\] src = 7 is out of range"),
     "copy_to_the_same_block_twice": (lambda: ck.copy_blocks(CACHE.copy(), [(0, 2), (1, 2)]),
@@ -169,6 +169,17 @@ def test_copy_and_swap_refuse_ill_typed_or_out_of_range_pairs(pairs, which):
     raises_clearly_and_changes_nothing(call, cache, host)
 
 
+@FUZZ
+@given(host=st.sampled_from([CACHE.tolist(), CACHE.astype(np.float64), CACHE[:, :1], CACHE[0], None, 7,
+                             np.zeros((4, 2, 2, 4, 4), np.float32), np.zeros((4, 2, 2, 4, 8), np.float16)]),
+       out=st.booleans())
+def test_swap_refuses_a_host_pool_of_the_wrong_kind_or_layout(host, out):
+    cache = CACHE.copy()
+    call = (lambda: ck.swap_out(cache, host, [(0, 1)])) if out else (lambda: ck.swap_in(host, cache, [(1, 0)]))
+    buffers = (cache, host) if isinstance(host, np.ndarray) else (cache,)
+    raises_clearly_and_changes_nothing(call, *buffers)
+
+
 def attention_args(**change):
     args = dict(query=QUERY, kv_cache=CACHE, block_tables=TABLES, context_lens=LENS)
     args.update(change)
@@ -176,6 +187,7 @@ def attention_args(**change):
 
 
 ATTENTION_BAD = [
+    ("scale", BAD_SCALE),
     ("window", st.one_of(NOT_INT, HUGE, st.integers(-(2**40), 0))),
     ("sinks", st.one_of(NOT_INT, HUGE, st.integers(-(2**40), -1), st.none())),
     ("partition_size", st.one_of(NOT_INT, HUGE, st.integers(-(2**40), 0))),
