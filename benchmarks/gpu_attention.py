@@ -11,8 +11,8 @@
    same kernel (same G, dtype, head_dim, mode, layout) is checked on the device against
    the float64 reference on a small instance (`config_checks`). Per configuration:
      paged        the paged kernel over a shuffled block table;
-     contiguous   the same kernel over each sequence's K/V stored contiguously
-                  (`gpu_roofline.contiguous_case`): paging_overhead_pct compares the two;
+     contiguous   the same kernel body over each sequence's K/V stored contiguously, no
+                  table (`cuda_kernels.labs.contiguous`): paging_overhead_pct compares them;
      roofline     a read-only kernel reading the same K/V bytes with 16-byte loads;
                   pct_of_roofline = roofline time / kernel time;
      torch_sdpa   torch's scaled_dot_product_attention on contiguous K/V [B, H_kv, L, D]
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import time
@@ -40,10 +39,11 @@ import numpy as np
 
 import cuda_kernels as ck
 from cuda_kernels import attention, layout_demo, reference
+from cuda_kernels.labs import contiguous
 from numba import cuda
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gpu_roofline as roof  # noqa: E402
+import gpu_common as common  # noqa: E402
 
 GRID = [  # (batch, context, num_heads, num_kv_heads, dtype): G = heads / kv_heads
     (64, 4096, 32, 8, "float16"),   # the issue's long-context batch decode, G=4
@@ -125,29 +125,6 @@ def _ok(out, want, tol) -> bool:
     return bool(np.isfinite(out).all() and np.abs(out - want).max() <= tol * np.abs(want).max())
 
 
-def decode_launcher(cache, query, tables, lens, block_size, num_kv_heads, mode, part):
-    """A closure launching exactly what paged_attention launches, minus host checks."""
-    num_seqs, num_heads, dim = query.shape
-    kernel, threads = attention.kernel_for(ck.BLOCK_MAJOR, dim, num_heads // num_kv_heads)
-    longest = int(lens.copy_to_host().max())
-    part = longest if mode == "single" else part
-    num_parts = -(-longest // part)
-    out = attention._empty((num_seqs, num_heads, dim))  # NaN-poisoned while POISON is on
-    partial = (out.reshape(num_seqs, num_heads, 1, dim) if num_parts == 1 else
-               attention._empty((num_seqs, num_heads, num_parts, dim)))
-    m = attention._empty((num_seqs, num_heads, num_parts))
-    s = attention._empty((num_seqs, num_heads, num_parts))
-    scale = np.float32(1 / math.sqrt(dim))
-
-    def launch():
-        kernel[(num_kv_heads, num_seqs, num_parts), threads](
-            cache, cache, query, tables, lens, np.int32(block_size), scale, np.int32(0),
-            np.int32(0), np.int32(part), partial, m, s)
-        if num_parts > 1:
-            attention.merge_partitions[(num_heads, num_seqs), threads](partial, m, s, out)
-    return launch, out
-
-
 def time_ms(launches, runs: int, timed: bool):
     """Median over `runs` samples of the mean time of PER_SAMPLE back-to-back launches,
     cycling through `launches` (rotated buffers). One launch is queued before the start
@@ -194,12 +171,16 @@ def check_config(rng, heads, kv_heads, dim, dtype, mode, layout, dry) -> bool:
     host = rng.standard_normal((num_blocks, 2, kv_heads, bs, dim)).astype(dtype)
     query = rng.standard_normal((len(lens), heads, dim)).astype(dtype)
     want = reference.paged_attention(query, host, tables, lens)
-    cache, table, block = host, tables, bs
-    if layout == "contiguous":
-        cache, table, block = roof.contiguous_cache(host, tables, lens)
     attention.POISON["on"] = True
-    launch, out = decode_launcher(cuda.to_device(cache), cuda.to_device(query), cuda.to_device(table),
-                                  cuda.to_device(lens), block, kv_heads, mode, 16 if dry else 64)
+    if layout == "contiguous":
+        flat = contiguous.contiguous_cache(host, tables, lens)
+        cache, table, loaders, block = flat, np.zeros((len(lens), 1), np.int32), contiguous.CONTIGUOUS, flat.shape[3]
+    else:
+        cache, table, loaders, block = host, tables, ck.BLOCK_MAJOR, bs
+    d_cache = cuda.to_device(cache)
+    launch, out = common.decode_launch(loaders, d_cache, d_cache, cuda.to_device(query), cuda.to_device(table),
+                                       cuda.to_device(lens), block_size=block, num_kv_heads=kv_heads, mode=mode,
+                                       part=16 if dry else 64, paged=layout == "paged")
     launch()
     attention.POISON["on"] = None
     return _ok(out.copy_to_host(), want, 1e-5 if dtype == "float32" else 2e-3)
@@ -219,7 +200,7 @@ def torch_sdpa_ms(batch, context, heads, kv_heads, dim, dtype, runs, timed):
     kv_bytes = 2 * batch * context * kv_heads * dim * q.element_size()
     kvs = [(torch.randn(batch, kv_heads, context, dim, device="cuda", dtype=tdtype),
             torch.randn(batch, kv_heads, context, dim, device="cuda", dtype=tdtype))
-           for _ in range(roof.rotation(kv_bytes))]
+           for _ in range(common.rotation(kv_bytes))]
     launches = [lambda k=k, v=v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True) for k, v in kvs]
     torch.cuda.synchronize()
     return time_ms(launches, runs, timed)
@@ -231,15 +212,15 @@ def bench_case(rng, batch, context, heads, kv_heads, dtype, dim, runs, timed, co
     per_seq = -(-context // bs)
     num_blocks = batch * per_seq
     kv_bytes = batch * context * kv_heads * dim * item * 2
-    copies = roof.rotation(kv_bytes) if timed else 1
+    copies = common.rotation(kv_bytes) if timed else 1
     query = cuda.to_device(rng.standard_normal((batch, heads, dim)).astype(dtype))
     lens = cuda.to_device(np.full(batch, context, np.int32))
     paged = [filled(rng, (num_blocks, 2, kv_heads, bs, dim), dtype) for _ in range(copies)]
     table = cuda.to_device(rng.permutation(num_blocks).reshape(batch, per_seq).astype(np.int32))
     flat = [filled(rng, (batch, 2, kv_heads, context, dim), dtype) for _ in range(copies)]
-    flat_table = cuda.to_device(np.arange(batch, dtype=np.int32)[:, None])
+    flat_table = cuda.to_device(np.zeros((batch, 1), np.int32))  # never read (paged=False)
     blocks = 8 * attention.sm_count() if timed else 2
-    roof_ms = time_ms([roof.read_roofline_launch(c.reshape(c.size), blocks, 256 if timed else 16)
+    roof_ms = time_ms([common.read_roofline_launch(c.reshape(c.size), blocks, 256 if timed else 16)
                        for c in paged], runs, timed)
     moved = kv_bytes + batch * heads * dim * item + batch * heads * dim * 4
     base = {"batch": batch, "context": context, "heads": heads, "kv_heads": kv_heads,
@@ -256,10 +237,12 @@ def bench_case(rng, batch, context, heads, kv_heads, dtype, dim, runs, timed, co
     rows = [row("read-only", "roofline", roof_ms)]
     for mode in ("single", "split"):
         timed_pair = {}
-        for layout, caches, tab, block in (("paged", paged, table, bs), ("contiguous", flat, flat_table, context)):
+        for layout, caches, tab, loaders, block in (("paged", paged, table, ck.BLOCK_MAJOR, bs),
+                                                    ("contiguous", flat, flat_table, contiguous.CONTIGUOUS, context)):
             ok = check_config(rng, heads, kv_heads, dim, dtype, mode, layout, dry)
-            launches = [decode_launcher(c, query, tab, lens, block, kv_heads, mode,
-                                        attention.DEFAULT_PARTITION)[0] for c in caches]
+            launches = [common.decode_launch(loaders, c, c, query, tab, lens, block_size=block,
+                                             num_kv_heads=kv_heads, mode=mode, part=attention.DEFAULT_PARTITION,
+                                             paged=layout == "paged", longest=context)[0] for c in caches]
             timed_pair[layout] = row(mode, layout, time_ms(launches, runs, timed) if ok else None, ok)
         p, c = timed_pair["paged"], timed_pair["contiguous"]
         if p["median_ms"] and c["median_ms"]:
@@ -280,22 +263,29 @@ def copy_rows(rng, dtype, runs, timed, copy_gbs, dry) -> list[dict]:
     cache = filled(rng, (num_blocks, 2, heads, bs, dim), dtype)
     half = num_blocks // 2
     pairs = cuda.to_device(np.stack([np.arange(half), np.arange(half) + half], 1).astype(np.int32))
-    chunks = block_copy.vector_chunks(cache, cache)
     threads = 128 if timed else 16
-    spans = -(-chunks // (threads * block_copy.UNROLL))
-    copy_ms = time_ms(lambda: block_copy.copy_blocks_vec[(half, spans), threads](cache, cache, pairs, chunks),
-                      runs, timed)
+    copy = lambda: block_copy.launch_pairs(cache, cache, pairs, half, heads)  # noqa: E731
+    copy()  # checked before it is timed: the second half is now the first, bit for bit
+    host = cache.copy_to_host()
+    copy_ok = host[half:].tobytes() == host[:half].tobytes()
+    copy_ms = time_ms(copy, runs, timed) if copy_ok else None
     copied = 2 * half * cache.nbytes // num_blocks  # read + write
     tokens = 16 if dry else 65536
     key = filled(rng, (tokens, heads, dim), dtype)
     value = filled(rng, (tokens, heads, dim), dtype)
-    slots = cuda.to_device(rng.permutation(num_blocks * bs)[:tokens].astype(np.int64))
-    write_ms = time_ms(lambda: write_kv_vec[tokens, threads](cache, key, value, slots), runs, timed)
+    slots_host = rng.permutation(num_blocks * bs)[:tokens].astype(np.int64)
+    slots = cuda.to_device(slots_host)
+    write = lambda: write_kv_vec[tokens, threads](cache, key, value, slots)  # noqa: E731
+    write()
+    host, want_k = cache.copy_to_host(), key.copy_to_host()
+    write_ok = bool(np.array_equal(host[slots_host // bs, 0, :, slots_host % bs], want_k))
+    write_ms = time_ms(write, runs, timed) if write_ok else None
     written = 2 * 2 * key.nbytes  # K and V, read + write
-    return [{"kernel": name, "dtype": dtype, "bytes_moved": n, "median_ms": ms,
+    return [{"kernel": name, "dtype": dtype, "checked_on_device": ok, "bytes_moved": n, "median_ms": ms,
              "gb_per_s": n / ms / 1e6 if ms else None,
              "pct_of_copy": 100 * n / ms / 1e6 / copy_gbs if ms and copy_gbs else None}
-            for name, n, ms in (("copy_blocks", copied, copy_ms), ("write_kv", written, write_ms))]
+            for name, n, ms, ok in (("copy_blocks", copied, copy_ms, copy_ok),
+                                    ("write_kv", written, write_ms, write_ok))]
 
 
 def _device_name() -> str:
@@ -345,6 +335,7 @@ def main(argv=None) -> int:
     failed = [k for k, ok in report["correctness"].items() if not ok]
     failed += [f"{c['mode']}/{c['layout']}/G={c['group']}/{c['dtype']}" for c in report["cases"]
                if not c["checked_on_device"]]
+    failed += [c["kernel"] for c in report["copies"] if not c["checked_on_device"]]
     if failed:
         print(f"gpu_attention: kernels disagree with the reference: {failed}", file=sys.stderr)
     return 1 if failed else 0

@@ -1,24 +1,27 @@
-"""Reference points for benchmarks/gpu_attention.py: what reading the bytes costs, and
-what a contiguous cache costs, with the decode kernel itself unchanged.
+"""Shared pieces of the GPU benchmarks (gpu_attention.py, gpu_labs.py).
 
+    decode_launch    a closure launching exactly what `attention.decode_with` launches for
+                     a layout's loaders (kernel, grid, partial buffers, merge), minus the
+                     host-side checks, on buffers already on the device: what is timed;
     read_roofline    a read-only kernel streaming the same K/V bytes with 16-byte loads
                      (`primitives.load16`), xor-folding them into one word per thread so
                      nothing is optimised away: the most a decode kernel could achieve;
-    contiguous_case  the SAME decode kernel (same factory, same loaders) over a cache in
-                     which every sequence owns one block as long as its context, so its
-                     K/V are contiguous per head and its table is one entry that every
-                     tile reads from L1: the paging-overhead baseline (vLLM/FlashInfer
-                     compare against FlashAttention on contiguous KV the same way);
-    rotated          buffers cycled between launches, so that the working set is at least
-                     4x the L2 (60 MB on an H100/H200) and no launch reads from L2.
+    rotation         how many copies of a buffer to cycle between launches, so that the
+                     working set is at least 4x the L2 (60 MB on an H100/H200) and no
+                     launch reads from L2.
+The contiguous-KV baseline kernel lives in `cuda_kernels.labs.contiguous`.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import cuda, uint32
 
-from cuda_kernels.primitives import load16
+from cuda_kernels import attention
+from cuda_kernels.merge import merge_partitions
+from cuda_kernels.primitives import itemsize, load16
 
 L2_BYTES = 60 * 2**20
 WORKING_SET = 4 * L2_BYTES
@@ -27,7 +30,7 @@ WORKING_SET = 4 * L2_BYTES
 @cuda.jit
 def read_all(src, chunks, sink):
     """xor of every 16-byte chunk of `src` (flat, 16-byte aligned), one word per thread."""
-    vec = 16 // src.itemsize
+    vec = 16 // itemsize(src)
     acc = uint32(0)
     i = cuda.grid(1)
     stride = cuda.gridsize(1)
@@ -45,18 +48,32 @@ def read_roofline_launch(flat, blocks: int, threads: int):
     return lambda: read_all[blocks, threads](flat, chunks, sink)
 
 
-def contiguous_cache(paged_host: np.ndarray, tables: np.ndarray, lens: np.ndarray):
-    """[S, 2, H_kv, L, D] cache + table [[0], [1], ...]: each sequence one block of L tokens,
-    holding the same K/V as the paged cache (L = the longest context)."""
-    num_seqs, longest = len(lens), int(lens.max())
-    _, _, heads, bs, dim = paged_host.shape
-    out = np.zeros((num_seqs, 2, heads, longest, dim), paged_host.dtype)
-    for s, n in enumerate(lens):
-        blocks = paged_host[tables[s, :-(-n // bs)]]  # [nb, 2, H, B, D]
-        out[s, :, :, :n] = blocks.transpose(1, 2, 0, 3, 4).reshape(2, heads, -1, dim)[:, :, :n]
-    return out, np.arange(num_seqs, dtype=np.int32)[:, None], longest
-
-
 def rotation(nbytes: int) -> int:
     """Copies of a buffer of `nbytes` to cycle through so the working set reaches 4x L2."""
     return max(1, -(-WORKING_SET // max(nbytes, 1)))
+
+
+def decode_launch(loaders, k_src, v_src, query, tables, lens, *, block_size: int, num_kv_heads: int,
+                  mode: str, part: int, paged: bool = True, longest: int | None = None):
+    """(launch, out): launch() runs the decode kernel (and the merge when split) on device
+    buffers; out [S, H, D] float32 holds the result afterwards. mode "single" covers the
+    longest context in one partition; "split" uses partitions of `part` tokens."""
+    num_seqs, num_heads, dim = query.shape
+    kernel, threads, chunks = attention.kernel_for(loaders, dim, num_heads // num_kv_heads,
+                                                   np.dtype(k_src.dtype), block_size, paged=paged)
+    longest = longest or int(lens.copy_to_host().max())
+    part = longest if mode == "single" else part
+    num_parts = -(-longest // part)
+    out = attention._empty((num_seqs, num_heads, dim))  # NaN-poisoned while POISON is on
+    partial = (out.reshape(num_seqs, num_heads, 1, dim) if num_parts == 1 else
+               attention._empty((num_seqs, num_heads, num_parts, dim)))
+    m = attention._empty((num_seqs, num_heads, num_parts))
+    s = attention._empty((num_seqs, num_heads, num_parts))
+    args = (k_src, v_src, query, tables, lens, np.float32(1 / math.sqrt(dim)), np.int32(0),
+            np.int32(0), np.int32(part), partial, m, s)
+
+    def launch():
+        kernel[(num_kv_heads * chunks, num_seqs, num_parts), threads](*args)
+        if num_parts > 1:
+            merge_partitions[(num_heads, num_seqs), min(threads, 128)](partial, m, s, out)
+    return launch, out

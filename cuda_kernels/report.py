@@ -2,8 +2,10 @@
 
     python -m cuda_kernels.report [--json] [--arch sm_90 ...] [--ptx-dir DIR]
 
-For each kernel (including decode-factory instances for two layouts, and the 3.7 labs'
-`alloc.PTX_KERNELS` and `labs.PTX_KERNELS`) and each arch (default sm_80 and sm_90):
+For each kernel (write_kv, copy_blocks and merge in their vector and scalar forms; decode-
+factory instances: vector fp16/fp32, a pool view, the scalar fallback, the contiguous
+baseline; the 3.7 labs' `alloc.PTX_KERNELS` and `labs.PTX_KERNELS`) and each arch
+(default sm_80 and sm_90):
   1. `numba.cuda.compile_ptx` -> PTX (written to DIR/<kernel>_<arch>.ptx with --ptx-dir);
   2. `ptxas -v -arch=<arch>` -> a cubin, and registers, shared memory, stack and spill bytes;
   3. `nvdisasm -c` (or `cuobjdump -sass`) on the cubin -> SASS.
@@ -62,21 +64,23 @@ def find_ptxas() -> str | None:
 
 
 def kernel_specs():
-    """(name, python function, signature) for every kernel the package launches."""
+    """(name, python function, signature[, threads]) for every kernel the package launches."""
     from numba import types as t
+
+    import numpy as np
 
     from .block_copy import copy_blocks_kernel, copy_blocks_vec
     from .decode import make_decode_kernel
-    from .layout import load_k, load_v
+    from .labs.contiguous import CONTIGUOUS
+    from .layout import BLOCK_MAJOR, BLOCK_MAJOR_SCALAR
     from .merge import merge_partitions
     from .write_kv import write_kv_kernel, write_kv_vec
-    from . import layout_demo
 
     f16c5, f16a5 = t.Array(t.float16, 5, "C"), t.Array(t.float16, 5, "A")
     f32c3, f32c4 = t.Array(t.float32, 3, "C"), t.Array(t.float32, 4, "C")
 
     def decode_sig(cache, q):
-        return (cache, cache, q, t.Array(t.int32, 2, "C"), t.Array(t.int32, 1, "C"), t.int32,
+        return (cache, cache, q, t.Array(t.int32, 2, "C"), t.Array(t.int32, 1, "C"),
                 t.float32, t.int32, t.int32, t.int32, f32c4, f32c3, f32c3)
 
     write_sig = (f16c5, t.Array(t.float16, 3, "C"), t.Array(t.float16, 3, "C"), t.Array(t.int64, 1, "C"))
@@ -89,21 +93,28 @@ def kernel_specs():
         ("copy_blocks_vec[f16,pool-view]", copy_blocks_vec.py_func, (f16a5, f16a5, pairs, t.int64)),
         ("merge_partitions", merge_partitions.py_func, (f32c4, f32c3, f32c3, f32c3)),
     ]
-    for dtype, group, head_dim, cache in ((t.float16, 8, 128, f16c5), (t.float16, 1, 128, f16c5),
-                                          (t.float32, 4, 80, t.Array(t.float32, 5, "C")),
-                                          (t.float16, 4, 128, f16a5)):
-        kern = make_decode_kernel(load_k, load_v, head_dim, group, 128, 32)
-        view = "pool-view" if cache.layout == "A" else dtype.name
-        specs.append((f"paged_decode[{view},G={group},D={head_dim}]", kern.py_func,
-                      decode_sig(cache, t.Array(dtype, 3, "C"))))
-    kern = make_decode_kernel(layout_demo.load_k_nhd, layout_demo.load_v_nhd, 128, 8, 128, 32)
-    specs.append(("paged_decode[split-NHD,G=8,D=128]", kern.py_func,
-                  decode_sig(t.Array(t.float16, 4, "C"), t.Array(t.float16, 3, "C"))))
+    warps = 4  # the GPU launch configuration (`attention.launch_warps` on a GPU)
+    threads = 32 * warps
+    # (name, loaders, numba dtype, group, head_dim, cache type, paged, block_size); the NHD
+    # layout and the other lab layouts come with labs.PTX_KERNELS below
+    decodes = [
+        ("float16,G=8,D=128", BLOCK_MAJOR, t.float16, 8, 128, f16c5, True, 16),
+        ("float16,G=1,D=128", BLOCK_MAJOR, t.float16, 1, 128, f16c5, True, 16),
+        ("float32,G=4,D=80", BLOCK_MAJOR, t.float32, 4, 80, t.Array(t.float32, 5, "C"), True, 16),
+        ("pool-view,G=4,D=128", BLOCK_MAJOR, t.float16, 4, 128, f16a5, True, 16),
+        ("scalar,float16,G=8,D=128", BLOCK_MAJOR_SCALAR, t.float16, 8, 128, f16c5, True, 16),
+        ("contiguous,float16,G=4,D=128", CONTIGUOUS, t.float16, 4, 128, f16c5, False, 4096),
+    ]
+    for name, loaders, dtype, group, head_dim, cache, paged, block_size in decodes:
+        kern = make_decode_kernel(loaders, head_dim, group, np.dtype(dtype.name), block_size,
+                                  warps=warps, paged=paged)
+        specs.append((f"paged_decode[{name}]", kern.py_func,
+                      decode_sig(cache, t.Array(dtype, 3, "C")), threads))
     # The chapter 3.7 labs: concurrent allocators and the layout/alignment decode variants.
     from . import alloc, labs
     for package in (alloc, labs):
         prefix = package.__name__.rsplit(".", 1)[-1]
-        specs += [(f"{prefix}.{name}", func, sig) for name, func, sig in package.PTX_KERNELS]
+        specs += [(f"{prefix}.{name}", *rest) for name, *rest in package.PTX_KERNELS]
     return specs
 
 
@@ -191,7 +202,7 @@ def _with_threads(spec: tuple) -> tuple:
     return spec if len(spec) == 4 else (*spec, DEFAULT_THREADS)
 
 
-COLUMNS = (("kernel", 40, "s"), ("arch", 6, "s"), ("registers", 5, "d"), ("shared_bytes", 7, "d"),
+COLUMNS = (("kernel", 44, "s"), ("arch", 6, "s"), ("registers", 5, "d"), ("shared_bytes", 7, "d"),
            ("spill_bytes", 6, "d"), ("global_load_bits", 5, "d"), ("shuffles", 5, "d"),
            ("barriers", 4, "d"), ("loop_sass", 6, "d"), ("sass_per_kv_byte", 8, ".3f"),
            ("ctas_per_sm", 5, "d"), ("warps_per_sm", 5, "d"))

@@ -86,7 +86,7 @@ def test_the_sector_model_and_its_figure_load_no_numba(tmp_path):
 def test_the_layout_registry_names_every_layout_once_for_the_model_and_the_kernels():
     from cuda_kernels.labs import PTX_KERNELS, layouts
     assert set(layouts.LOADERS) == set(sc.LAYOUTS) == set(layouts.LAYOUTS)
-    assert {name.split("[")[0] for name, _, _ in PTX_KERNELS} == {f"decode_{n}" for n in sc.LAYOUTS}
+    assert {row[0].split("[")[0] for row in PTX_KERNELS} == {f"decode_{n}" for n in sc.LAYOUTS}
     with pytest.raises(ValueError, match="layout must be one of"):
         sc.layout("hnd")
     with pytest.raises(ValueError, match="layout must be one of"):
