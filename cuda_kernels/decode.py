@@ -19,8 +19,9 @@ The thread mapping follows FlashInfer's decode kernel (vec_size x bdx lanes per 
     unpacked there; the softmax is base 2 (one MUFU.EX2 per exp) and rescales lazily:
     the running max moves only when a score beats it by more than SLACK (FlashAttention-3),
     so the HPC x head_dim rescale multiplies are skipped once the max has settled;
-  * a dot product is a per-lane partial sum finished by `warp_sum` over the row's lanes
-    (xor shuffles); no shared memory and no barrier inside the token loop;
+  * a dot product is a per-lane partial sum finished over the row's lanes by xor shuffles;
+    `group_sums` finishes all TPR x HPC of a step at once (a reduce-scatter, then a
+    broadcast); no shared memory and no barrier inside the token loop;
   * the block table is read once per token (the row's lanes read one word, a broadcast),
     and the loader turns (block, kv_head, offset) into one row index per token;
   * register double buffering: step s+1's K/V loads (and step s+2's table reads) are
@@ -43,7 +44,7 @@ import math
 import numpy as np
 from numba import cuda, float32, int32, uint32
 
-from .primitives import exp2_or_zero, load16, softmax_rescale, unpack16, vec_width, warp_sum
+from .primitives import exp2_or_zero, group_sums, load16, softmax_rescale, unpack16, vec_width
 
 LOG2E = 1.4426950408889634  # scores are kept in log2 units: exp(x) = 2^(x log2 e)
 SLACK = float32(8.0)  # lazy rescaling: the running max moves only when exceeded by > 2^8
@@ -156,6 +157,7 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
     SLOT = VPL * VEC  # floats of one head (or one K/V row) per lane
     load_k, load_v = loaders.load_k, loaders.load_v
     HS, TH, BUF, DV = HPC * SLOT, TPR * HPC, TPR * VPL * RAW_N, NVEC * VEC  # array sizes
+    NP = 1 << (TH - 1).bit_length()  # TH padded to a power of two for group_sums
 
     fetch_k, fetch_v = (_fetcher(fn, VECTOR, VPL, LPR, VEC, NVEC, D) for fn in (load_k, load_v))
     to_float = _unpacker(VECTOR, VPL, VEC, FP16)
@@ -188,17 +190,22 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
             blk[t], off[t], ok[t] = locate(ahead + t * R + row, hi, kept, start, seq, block_tables)
 
     @cuda.jit(device=True)
-    def attend(k_buf, v_buf, q, acc, m, lsum, s, kv, first, hi):
+    def attend(k_buf, v_buf, q, acc, m, lsum, dots, s, kv, lane, first, hi):
         """One step: this row's TPR tokens, attended indices first + t * R (< hi: unmasked)."""
-        for t in range(TPR):  # scores q . k for this row's tokens and the CTA's heads
+        for t in range(TPR):  # this lane's part of q . k for the row's tokens and CTA's heads
             to_float(k_buf, t * VPL * RAW_N, kv)
-            valid = first + t * R < hi
             for h in range(HPC):
                 dot = float32(0)
                 for i in range(SLOT):
                     dot += q[h * SLOT + i] * kv[i]
-                dot = warp_sum(dot, LPR)
-                s[t * HPC + h] = dot if valid else -math.inf
+                dots[t * HPC + h] = dot
+        for i in range(TH, NP):
+            dots[i] = float32(0)
+        group_sums(dots, NP, LPR, lane, s)  # all TPR x HPC dot products over the row's lanes
+        for t in range(TPR):
+            if first + t * R >= hi:  # a masked token
+                for h in range(HPC):
+                    s[t * HPC + h] = -math.inf
         for h in range(HPC):  # online softmax, once per step
             top = s[h]
             for t in range(1, TPR):
@@ -239,7 +246,8 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
         acc = cuda.local.array(HS, float32)  # [HPC, SLOT]: sum_t p_t v_t
         m = cuda.local.array(HPC, float32)  # running max (same in every lane of a row)
         lsum = cuda.local.array(HPC, float32)  # running sum of exp(score - m)
-        s = cuda.local.array(TH, float32)  # [TPR, HPC] scores of this step
+        dots = cuda.local.array(NP, float32)  # this lane's partial dot products, padded
+        s = cuda.local.array(NP, float32)  # [TPR, HPC] scores of this step (then p)
         kv = cuda.local.array(SLOT, float32)  # one unpacked K or V row slice
         k_a = cuda.local.array(BUF, RAW_T)  # raw K/V of even steps ...
         v_a = cuda.local.array(BUF, RAW_T)
@@ -281,11 +289,11 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
             if step % 2 == 0:
                 issue(k_src, v_src, seq, kv_head, col, row, blk, off, ok, k_b, v_b,
                       base + 2 * per_step, hi, kept, start, block_tables)
-                attend(k_a, v_a, q, acc, m, lsum, s, kv, base + row, hi)
+                attend(k_a, v_a, q, acc, m, lsum, dots, s, kv, lane, base + row, hi)
             else:
                 issue(k_src, v_src, seq, kv_head, col, row, blk, off, ok, k_a, v_a,
                       base + 2 * per_step, hi, kept, start, block_tables)
-                attend(k_b, v_b, q, acc, m, lsum, s, kv, base + row, hi)
+                attend(k_b, v_b, q, acc, m, lsum, dots, s, kv, lane, base + row, hi)
 
         # merge the rows' softmax states once, through shared memory
         acc_s = cuda.shared.array((R, HPC, DV), float32)

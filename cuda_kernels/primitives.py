@@ -8,6 +8,7 @@ reductions, online-softmax state), so that a kernel body reads as its algorithm.
     bits_to_float(word)          -> float32               reinterpret a u32 as float32
     unpack16(raw, dst, fp16)                              16 raw bytes -> dst[0:8] or dst[0:4]
     warp_sum(value, width) / warp_max(value, width)       xor-butterfly over `width` lanes
+    group_sums(vals, n, width, lane, out)                 n sums over `width` lanes at once
     softmax_rescale(m_old, tile_max, slack) -> (m, alpha) online-softmax step (Milakov & Gimelshein 2018)
     exp2_or_zero(score, m)                                2^(score - m), 0 for a masked score
     merge_states(m_a, l_a, m_b, l_b) -> (m, l, w_a, w_b)  combine two partial softmax states
@@ -97,6 +98,42 @@ def warp_max(value, width):
         value = max(value, cuda.shfl_xor_sync(FULL_MASK, value, offset))
         offset >>= 1
     return value
+
+
+@cuda.jit(device=True)
+def group_sums(vals, n, width, lane, out):
+    """out[0:n] <- the sums over the aligned group of `width` lanes of vals[0:n], in every
+    lane of the group (vals is scratch). n and width are powers of two.
+
+    A reduce-scatter, then a broadcast: at each xor step a lane keeps half of its values
+    and sends the other half, so n values cost n/2 + n/4 + ... shuffles instead of
+    n x log2(width) for n separate butterflies; the owner of each total then broadcasts
+    it (n more shuffles)."""
+    cur = n
+    offset = width >> 1
+    while offset > 0 and cur > 1:  # reduce-scatter: halve the list at every step
+        half = cur >> 1
+        upper = (lane & offset) != 0
+        for j in range(half):
+            send = vals[j] if upper else vals[j + half]
+            keep = vals[j + half] if upper else vals[j]
+            vals[j] = keep + cuda.shfl_xor_sync(FULL_MASK, send, offset)
+        cur = half
+        offset >>= 1
+    while offset > 0:  # one value per lane left: finish it over the remaining lanes
+        vals[0] += cuda.shfl_xor_sync(FULL_MASK, vals[0], offset)
+        offset >>= 1
+    first = lane & ~(width - 1)  # first lane of this lane's group
+    for k in range(n):  # total k sits at position k % cur of the lane whose bits spell k
+        owner = 0
+        size = n
+        step = width >> 1
+        while step > 0 and size > 1:
+            size >>= 1
+            if k & size:
+                owner += step
+            step >>= 1
+        out[k] = cuda.shfl_sync(FULL_MASK, vals[k & (cur - 1)], first + owner)
 
 
 @cuda.jit(device=True)

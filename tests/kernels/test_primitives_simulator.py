@@ -215,3 +215,21 @@ def test_lanes_asking_for_a_shared_array_at_once_all_get_the_same_one(monkeypatc
     for lane in lanes:
         lane.join()
     assert len(got) == 4 and all(array is got[0] for array in got)
+
+
+@pytest.mark.parametrize("n,width", [(8, 16), (32, 16), (1, 4), (4, 1), (2, 32), (16, 2)])
+def test_group_sums_gives_every_lane_of_a_group_all_n_totals(n, width):
+    values = np.random.default_rng(n * width).standard_normal((32, n)).astype(np.float32)
+    out = np.full((32, n), np.nan, np.float32)
+
+    @cuda.jit
+    def kernel(values, out):
+        lane = cuda.threadIdx.x
+        vals = cuda.local.array(32, np.float32)
+        for k in range(n):
+            vals[k] = values[lane, k]
+        primitives.group_sums(vals, n, width, lane, out[lane])
+
+    kernel[1, 32](values, out)
+    want = values.astype(np.float64).reshape(32 // width, width, n).sum(1)  # [groups, n]
+    assert np.allclose(out, np.repeat(want, width, axis=0), rtol=1e-5, atol=1e-5)
