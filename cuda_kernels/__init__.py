@@ -10,7 +10,8 @@ Launchers (all validate before launching; ValueError names the bad argument):
     paged_attention(query, kv_cache, block_tables, context_lens, scale=None, *,
                     mode="auto", partition_size=None, window=None, sinks=0)  attention.py
     copy_blocks(kv_cache, pairs); swap_out(kv_cache, host, pairs); swap_in(host, kv_cache, pairs)
-Kernel factory for other layouts: decode.make_decode_kernel(loaders, head_dim, ...),
+Building blocks every kernel imports: primitives.py (16-byte loads, warp reductions,
+online softmax). Kernel factory for other layouts: decode.make_decode_kernel(loaders, ...),
 launched through attention.decode_with. References: cuda_kernels.reference.
 Cache layout (layout.py): kv_cache[num_blocks, 2, num_kv_heads, block_size, head_dim].
 """
