@@ -162,9 +162,10 @@ def filled(rng, shape, dtype):
     return dev
 
 
-def check_config(rng, heads, kv_heads, dim, dtype, mode, layout, dry) -> bool:
-    """The timed kernel (same G, dtype, head_dim, mode, layout and launcher) on a small
-    instance, on the device, against the float64 reference."""
+def check_config(rng, heads, kv_heads, dim, dtype, mode, layout, dry, context) -> bool:
+    """The timed kernel itself (same compiled kernel: G, dtype, head_dim, block size, and
+    for the contiguous layout the same row length `context`; same launcher and mode) on a
+    few short sequences, on the device, against the float64 reference."""
     bs = 16
     lens = np.array([5, 20] if dry else [37, 300, 1], np.int32)
     tables, num_blocks = reference.scattered_block_tables(rng, lens, bs, spare=2)
@@ -173,7 +174,7 @@ def check_config(rng, heads, kv_heads, dim, dtype, mode, layout, dry) -> bool:
     want = reference.paged_attention(query, host, tables, lens)
     attention.POISON["on"] = True
     if layout == "contiguous":
-        flat = contiguous.contiguous_cache(host, tables, lens)
+        flat = contiguous.contiguous_cache(host, tables, lens, max(context, int(lens.max())))
         cache, table, loaders, block = flat, np.zeros((len(lens), 1), np.int32), contiguous.CONTIGUOUS, flat.shape[3]
     else:
         cache, table, loaders, block = host, tables, ck.BLOCK_MAJOR, bs
@@ -239,7 +240,7 @@ def bench_case(rng, batch, context, heads, kv_heads, dtype, dim, runs, timed, co
         timed_pair = {}
         for layout, caches, tab, loaders, block in (("paged", paged, table, ck.BLOCK_MAJOR, bs),
                                                     ("contiguous", flat, flat_table, contiguous.CONTIGUOUS, context)):
-            ok = check_config(rng, heads, kv_heads, dim, dtype, mode, layout, dry)
+            ok = check_config(rng, heads, kv_heads, dim, dtype, mode, layout, dry, context)
             launches = [common.decode_launch(loaders, c, c, query, tab, lens, block_size=block,
                                              num_kv_heads=kv_heads, mode=mode, part=attention.DEFAULT_PARTITION,
                                              paged=layout == "paged", longest=context)[0] for c in caches]

@@ -43,12 +43,15 @@ def contiguous_kernel(head_dim: int, group: int, dtype, max_len: int):
     return kernel_for(CONTIGUOUS, head_dim, group, dtype, max_len, paged=False)
 
 
-def contiguous_cache(paged: np.ndarray, tables: np.ndarray, lens) -> np.ndarray:
+def contiguous_cache(paged: np.ndarray, tables: np.ndarray, lens, length: int | None = None) -> np.ndarray:
     """[S, 2, H_kv, L, D] holding the same K/V as the paged cache [N, 2, H_kv, B, D] read
-    through `tables`, L = the longest length (shorter sequences zero-padded)."""
+    through `tables`; L = `length` (default: the longest length), the rest zero-padded."""
     lens = np.asarray(lens)
     _, _, heads, bs, dim = paged.shape
-    out = np.zeros((len(lens), 2, heads, int(lens.max()), dim), paged.dtype)
+    length = int(lens.max()) if length is None else length
+    if length < int(lens.max()):
+        raise ValueError(f"length {length} is shorter than the longest sequence {int(lens.max())}")
+    out = np.zeros((len(lens), 2, heads, length, dim), paged.dtype)
     for s, n in enumerate(lens):
         blocks = paged[tables[s, :-(-int(n) // bs)]]  # [nb, 2, H, B, D]
         out[s, :, :, :n] = blocks.transpose(1, 2, 0, 3, 4).reshape(2, heads, -1, dim)[:, :, :n]
