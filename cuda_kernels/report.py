@@ -31,7 +31,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from . import _backend, disasm
@@ -183,18 +184,35 @@ def _allow_device_functions_without_gpu() -> None:
         dispatcher.get_current_device = _NoDevice
 
 
-def collect(archs, ptx_dir: Path | None = None) -> list[dict]:
+def collect(archs, ptx_dir: Path | None = None, workers: int | None = None) -> list[dict]:
+    """Every (kernel, arch) row, in kernel_specs() order. numba's compiler holds a
+    process-wide lock, so the jobs are shared among `workers` forked processes (default:
+    the CPU count, at most 4), each rebuilding the specs and compiling its share."""
     _allow_device_functions_without_gpu()
-    ptxas = find_ptxas()
-    if ptxas is None:
+    if find_ptxas() is None:
         raise RuntimeError("ptxas not found: install the ptx extra (nvidia-cuda-nvcc)")
     if ptx_dir is not None:
         ptx_dir.mkdir(parents=True, exist_ok=True)
+    jobs = [(i, a) for i in range(len(kernel_specs())) for a in archs]
+    workers = max(1, min(workers or os.cpu_count() or 1, 4, len(jobs)))
     with tempfile.TemporaryDirectory() as tmp:
-        jobs = [(*_with_threads(spec), a) for spec in kernel_specs() for a in archs]
-        # numba's compiler holds a lock, so threads overlap only the ptxas/nvdisasm runs
-        with ThreadPoolExecutor(2) as pool:
-            return list(pool.map(lambda j: _one(ptxas, *j, Path(tmp), ptx_dir), jobs))
+        args = [(i, a, tmp, ptx_dir) for i, a in jobs]
+        if workers == 1:
+            return [_job(*a) for a in args]
+        fork = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(workers, mp_context=fork) as pool:
+            return list(pool.map(_job, *zip(*args), chunksize=1))
+
+
+_SPECS: list = []
+
+
+def _job(index: int, arch: str, tmp: str, ptx_dir: Path | None) -> dict:
+    """One row, in a worker: the specs are rebuilt once per process (they hold closures,
+    which do not pickle), then kernel `index` is compiled for `arch`."""
+    if not _SPECS:
+        _SPECS.extend(_with_threads(spec) for spec in kernel_specs())
+    return _one(find_ptxas(), *_SPECS[index], arch, Path(tmp), ptx_dir)
 
 
 def _with_threads(spec: tuple) -> tuple:
