@@ -7,8 +7,10 @@
 
 Each layout is a pair of address functions handed to the kernels helper's factory
 (`cuda_kernels.decode.make_decode_kernel`, launched by `attention.decode_with`), so
-every variant runs the same kernel body and differs only in index arithmetic; `nhd`
-reuses `cuda_kernels.layout_demo.SPLIT_NHD`. The layout names, array ranks and index
+every variant runs the same kernel body and differs only in index arithmetic: fused,
+split and nhd with 16-byte loads (scalar fallback when misaligned), vllm with scalar
+loads (its key rows are not contiguous in d); `nhd`'s fallback is
+`cuda_kernels.layout_demo.SPLIT_NHD`. The layout names, array ranks and index
 formulas come from the one registry, `pagedsim.labs.sectors.LAYOUTS`; this module only
 attaches a loader pair to each name (an import-time check keeps the two in step). `convert` rewrites a fused cache into
 any layout, so all four hold the same numbers and must give the same attention.
@@ -22,20 +24,36 @@ FlashInfer docs, "KV-Cache Layout".
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, int32
 
 from cuda_kernels import _checks as ck
 from cuda_kernels.attention import decode_with
 from cuda_kernels.layout import BLOCK_MAJOR, Loaders, check_kv_cache
 from cuda_kernels.layout_demo import SPLIT_NHD
+from cuda_kernels.primitives import itemsize
 from pagedsim.labs.sectors import LAYOUTS
 from pagedsim.labs.sectors import layout as registered
-
 
 
 @cuda.jit(device=True)
 def load_split(pool, block, kv_head, offset, d):
     return float32(pool[block, kv_head, offset, d])  # pool: [N, H_kv, B, D]
+
+
+@cuda.jit(device=True)
+def split_row(pool, seq, block, kv_head, offset):
+    """Element index of pool[block, kv_head, offset, 0], pool [N, H_kv, B, D]."""
+    item = itemsize(pool)
+    inner = int32(kv_head * (pool.strides[1] // item) + offset * (pool.strides[2] // item))
+    return block * (pool.strides[0] // item) + inner
+
+
+@cuda.jit(device=True)
+def nhd_row(pool, seq, block, kv_head, offset):
+    """Element index of pool[block, offset, kv_head, 0], pool [N, B, H_kv, D]."""
+    item = itemsize(pool)
+    inner = int32(offset * (pool.strides[1] // item) + kv_head * (pool.strides[2] // item))
+    return block * (pool.strides[0] // item) + inner
 
 
 @cuda.jit(device=True)
@@ -50,10 +68,15 @@ def load_v_vllm(value, block, kv_head, offset, d):
     return float32(value[block, kv_head, d, offset])  # value: [N, H_kv, D, B]
 
 
+# Layouts whose token rows are contiguous in d get the vector contract (16-byte loads,
+# one row index per token), with the scalar loaders as the fallback, exactly as the
+# chapter's fused cache does: the lab then compares layouts, not load widths. vLLM's
+# key rows are split into x-element pieces B*x apart, so it stays scalar.
+SPLIT_SCALAR = Loaders("split k/v pools [N,H,B,D] scalar", load_split, load_split)
 LOADERS = {
     "fused": BLOCK_MAJOR,
-    "split": Loaders("split k/v pools [N,H,B,D]", load_split, load_split),
-    "nhd": SPLIT_NHD,
+    "split": Loaders("split k/v pools [N,H,B,D]", split_row, split_row, vector=True, fallback=SPLIT_SCALAR),
+    "nhd": Loaders("split k/v pools [N,B,H,D] (NHD)", nhd_row, nhd_row, vector=True, fallback=SPLIT_NHD),
     "vllm": Loaders("vllm key [N,H,D/x,B,x], value [N,H,D,B]", load_k_vllm, load_v_vllm),
 }
 if set(LOADERS) != set(LAYOUTS):
