@@ -1,19 +1,27 @@
-"""Benchmark the paged-attention kernels on a real GPU (issue 3, part 6).
+"""Benchmark the paged-attention kernels on a real GPU, with numbers that can be trusted.
 
-    python benchmarks/gpu_attention.py --out results.json      # on a GPU, < 5 minutes
+    python benchmarks/gpu_attention.py --out results.json      # on a GPU, < 8 minutes
     python benchmarks/gpu_attention.py --dry-run --out x.json  # tiny grid, simulator OK
 
-1. device-to-device copy bandwidth (the roofline: bytes read + bytes written / time);
-2. correctness of every kernel against cuda_kernels.reference, on the device, with
+1. device-to-device copy bandwidth (bytes read + bytes written / time);
+2. correctness of every launcher against cuda_kernels.reference, on the device, with
    NaN-poisoned buffers (write_kv, single, split, window, copy_blocks, swap, factory);
-3. single-pass vs split-K decode over (batch, context, heads, kv_heads), head_dim 128,
-   float16, block_size 16: CUDA events around each launch, median of many runs, K/V
-   larger than L2. Bytes moved = K/V read once + query + float32 output; reported as
-   GB/s and as % of the copy bandwidth;
-4. the same kernel on a contiguous layout (each sequence's blocks in order, an
-   identity block table) to price the paging indirection;
-5. the chapter 3.7 labs (`gpu_labs.run`: layouts, alignment offsets, allocator kernels,
-   pre-allocation), unless --no-labs.
+3. decode over (batch, context, heads, kv_heads) for groups G = 1, 4, 8, 32, float16 and
+   float32, single-pass and split-K, block_size 16. Before a configuration is timed, the
+   same kernel (same G, dtype, head_dim, mode, layout) is checked on the device against
+   the float64 reference on a small instance (`config_checks`). Per configuration:
+     paged        the paged kernel over a shuffled block table;
+     contiguous   the same kernel body over each sequence's K/V stored contiguously, no
+                  table (`cuda_kernels.labs.contiguous`): paging_overhead_pct compares them;
+     roofline     a read-only kernel reading the same K/V bytes with 16-byte loads;
+                  pct_of_roofline = roofline time / kernel time;
+     torch_sdpa   torch's scaled_dot_product_attention on contiguous K/V [B, H_kv, L, D]
+                  (enable_gqa), when torch is importable (else the row is absent).
+   Timing: CUDA events around PER_SAMPLE back-to-back launches (launch overhead hidden
+   behind queued work), median of `runs` samples; caches rotate so that every working
+   set is >= 4x the 60 MB L2. bytes_moved = K/V read once + query + float32 output;
+4. copy_blocks (large copies) and write_kv rows, as % of the copy bandwidth;
+5. the chapter 3.7 labs (`gpu_labs.run`), unless --no-labs.
 Under the simulator it refuses (exit 2) unless --dry-run: then timings are null,
 because the simulator records no time. No number here is ever made up.
 """
@@ -22,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import time
@@ -32,13 +39,22 @@ import numpy as np
 
 import cuda_kernels as ck
 from cuda_kernels import attention, layout_demo, reference
+from cuda_kernels.labs import contiguous
 from numba import cuda
 
-GRID = [  # (batch, context, num_heads, num_kv_heads)
-    (1, 32768, 32, 8), (4, 16384, 32, 8), (8, 8192, 32, 8), (32, 4096, 32, 8),
-    (64, 2048, 32, 8), (128, 1024, 32, 8), (16, 4096, 32, 32), (8, 8192, 64, 8),
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_common as common  # noqa: E402
+
+GRID = [  # (batch, context, num_heads, num_kv_heads, dtype): G = heads / kv_heads
+    (64, 4096, 32, 8, "float16"),   # the issue's long-context batch decode, G=4
+    (64, 4096, 8, 8, "float16"),    # G=1 (MHA)
+    (32, 4096, 64, 8, "float16"),   # G=8
+    (64, 4096, 32, 1, "float16"),   # G=32 (MQA-like)
+    (4, 32768, 32, 8, "float16"),   # few long sequences: split-K territory
+    (32, 4096, 32, 8, "float32"),
 ]
-DRY_GRID = [(2, 40, 4, 2), (1, 24, 8, 1)]
+DRY_GRID = [(2, 40, 4, 2, "float16"), (1, 24, 8, 1, "float32")]
+PER_SAMPLE = 10  # launches between one pair of events
 
 
 def copy_bandwidth(nbytes: int, runs: int, timed: bool) -> dict:
@@ -109,84 +125,173 @@ def _ok(out, want, tol) -> bool:
     return bool(np.isfinite(out).all() and np.abs(out - want).max() <= tol * np.abs(want).max())
 
 
-def decode_launcher(cache, query, tables, lens, block_size, num_kv_heads, mode, part):
-    """A closure launching exactly what paged_attention launches, minus host checks."""
-    num_seqs, num_heads, dim = query.shape
-    kernel, threads = attention.kernel_for(ck.BLOCK_MAJOR, dim, num_heads // num_kv_heads)
-    longest = int(lens.copy_to_host().max())
-    part = longest if mode == "single" else part
-    num_parts = -(-longest // part)
-    out = cuda.device_array((num_seqs, num_heads, dim), np.float32)
-    partial = (out.reshape(num_seqs, num_heads, 1, dim) if num_parts == 1 else
-               cuda.device_array((num_seqs, num_heads, num_parts, dim), np.float32))
-    m = cuda.device_array((num_seqs, num_heads, num_parts), np.float32)
-    s = cuda.device_array((num_seqs, num_heads, num_parts), np.float32)
-    scale = np.float32(1 / math.sqrt(dim))
-
-    def launch():
-        kernel[(num_kv_heads, num_seqs, num_parts), threads](
-            cache, cache, query, tables, lens, np.int32(block_size), scale, np.int32(0),
-            np.int32(0), np.int32(part), partial, m, s)
-        if num_parts > 1:
-            attention.merge_partitions[(num_heads, num_seqs), threads](partial, m, s, out)
-    return launch
-
-
-def time_ms(launch, runs: int, timed: bool):
-    """Median over `runs` samples of the mean time of `per_sample` back-to-back launches.
-
-    One launch is queued before the start event, so the GPU is already busy when the
-    timed launches are enqueued and Python's launch overhead is not measured."""
-    launch()  # compile and warm up
+def time_ms(launches, runs: int, timed: bool):
+    """Median over `runs` samples of the mean time of PER_SAMPLE back-to-back launches,
+    cycling through `launches` (rotated buffers). One launch is queued before the start
+    event, so the GPU is busy when the timed launches are enqueued: Python's launch
+    overhead is hidden behind queued work, not measured."""
+    launches = launches if isinstance(launches, list) else [launches]
+    for launch in launches:  # compile and warm up
+        launch()
     cuda.synchronize()
-    per_sample = 5 if timed else 1
-    times = []
+    per_sample = PER_SAMPLE if timed else 1
+    times, k = [], 0
     for _ in range(runs):
         start, end = cuda.event(), cuda.event()
-        launch()
+        launches[k % len(launches)]()
         start.record()
         for _ in range(per_sample):
-            launch()
+            k += 1
+            launches[k % len(launches)]()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) / per_sample)
     return statistics.median(times) if timed else None
 
 
-def bench_case(rng, batch, context, heads, kv_heads, dim, runs, timed, copy_gbs) -> list[dict]:
+def filled(rng, shape, dtype):
+    """A device array of `shape` with random values (one host piece reused: values do not
+    matter for timing, only the bytes)."""
+    dev = cuda.device_array(shape, dtype)
+    per = int(np.prod(shape[1:]))
+    chunk = min(shape[0], max(1, (1 << 26) // per))
+    piece = rng.standard_normal((chunk,) + tuple(shape[1:])).astype(dtype)
+    for b in range(0, shape[0], chunk):
+        n = min(chunk, shape[0] - b)
+        dev[b:b + n].copy_to_device(piece[:n])
+    return dev
+
+
+def check_config(rng, heads, kv_heads, dim, dtype, mode, layout, dry, context) -> bool:
+    """The timed kernel itself (same compiled kernel: G, dtype, head_dim, block size, and
+    for the contiguous layout the same row length `context`; same launcher and mode) on a
+    few short sequences, on the device, against the float64 reference."""
     bs = 16
+    lens = np.array([5, 20] if dry else [37, 300, 1], np.int32)
+    tables, num_blocks = reference.scattered_block_tables(rng, lens, bs, spare=2)
+    host = rng.standard_normal((num_blocks, 2, kv_heads, bs, dim)).astype(dtype)
+    query = rng.standard_normal((len(lens), heads, dim)).astype(dtype)
+    want = reference.paged_attention(query, host, tables, lens)
+    attention.POISON["on"] = True
+    if layout == "contiguous":
+        flat = contiguous.contiguous_cache(host, tables, lens, max(context, int(lens.max())))
+        cache, table, loaders, block = flat, np.zeros((len(lens), 1), np.int32), contiguous.CONTIGUOUS, flat.shape[3]
+    else:
+        cache, table, loaders, block = host, tables, ck.BLOCK_MAJOR, bs
+    d_cache = cuda.to_device(cache)
+    launch, out = common.decode_launch(loaders, d_cache, d_cache, cuda.to_device(query), cuda.to_device(table),
+                                       cuda.to_device(lens), block_size=block, num_kv_heads=kv_heads, mode=mode,
+                                       part=16 if dry else 64, paged=layout == "paged")
+    launch()
+    attention.POISON["on"] = None
+    return _ok(out.copy_to_host(), want, 1e-5 if dtype == "float32" else 2e-3)
+
+
+def torch_sdpa_ms(batch, context, heads, kv_heads, dim, dtype, runs, timed):
+    """torch's scaled_dot_product_attention on contiguous K/V [B, H_kv, L, D], or None."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None
+    if not timed or not torch.cuda.is_available():
+        return None
+    tdtype = getattr(torch, dtype)
+    q = torch.randn(batch, heads, 1, dim, device="cuda", dtype=tdtype)
+    kv_bytes = 2 * batch * context * kv_heads * dim * q.element_size()
+    kvs = [(torch.randn(batch, kv_heads, context, dim, device="cuda", dtype=tdtype),
+            torch.randn(batch, kv_heads, context, dim, device="cuda", dtype=tdtype))
+           for _ in range(common.rotation(kv_bytes))]
+    launches = [lambda k=k, v=v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True) for k, v in kvs]
+    torch.cuda.synchronize()
+    return time_ms(launches, runs, timed)
+
+
+def bench_case(rng, batch, context, heads, kv_heads, dtype, dim, runs, timed, copy_gbs, dry) -> list[dict]:
+    bs = 16
+    item = np.dtype(dtype).itemsize
     per_seq = -(-context // bs)
     num_blocks = batch * per_seq
-    cache = cuda.device_array((num_blocks, 2, kv_heads, bs, dim), np.float16)  # [N, 2, H_kv, B, D]
-    chunk = min(num_blocks, max(1, (1 << 26) // (2 * kv_heads * bs * dim)))  # ~128 MiB pieces
-    piece = rng.standard_normal((chunk, 2, kv_heads, bs, dim)).astype(np.float16)
-    for b in range(0, num_blocks, chunk):  # values do not matter for timing: reuse one piece
-        n = min(chunk, num_blocks - b)
-        cache[b:b + n].copy_to_device(piece[:n])
-    query = cuda.to_device(rng.standard_normal((batch, heads, dim)).astype(np.float16))
+    kv_bytes = batch * context * kv_heads * dim * item * 2
+    copies = common.rotation(kv_bytes) if timed else 1
+    query = cuda.to_device(rng.standard_normal((batch, heads, dim)).astype(dtype))
     lens = cuda.to_device(np.full(batch, context, np.int32))
-    layouts = {"paged": rng.permutation(num_blocks).reshape(batch, per_seq).astype(np.int32),
-               "contiguous": np.arange(num_blocks, dtype=np.int32).reshape(batch, per_seq)}
-    kv_bytes = batch * context * kv_heads * dim * 2 * 2
-    moved = kv_bytes + batch * heads * dim * 2 + batch * heads * dim * 4
-    rows = []
+    paged = [filled(rng, (num_blocks, 2, kv_heads, bs, dim), dtype) for _ in range(copies)]
+    table = cuda.to_device(rng.permutation(num_blocks).reshape(batch, per_seq).astype(np.int32))
+    flat = [filled(rng, (batch, 2, kv_heads, context, dim), dtype) for _ in range(copies)]
+    flat_table = cuda.to_device(np.zeros((batch, 1), np.int32))  # never read (paged=False)
+    blocks = 8 * attention.sm_count() if timed else 2
+    roof_ms = time_ms([common.read_roofline_launch(c.reshape(c.size), blocks, 256 if timed else 16)
+                       for c in paged], runs, timed)
+    moved = kv_bytes + batch * heads * dim * item + batch * heads * dim * 4
+    base = {"batch": batch, "context": context, "heads": heads, "kv_heads": kv_heads,
+            "group": heads // kv_heads, "head_dim": dim, "dtype": dtype, "kv_bytes": kv_bytes,
+            "bytes_moved": moved, "working_set_copies": copies}
+
+    def row(mode, layout, ms, ok=True):
+        bps = moved / ms * 1e3 if ms else None
+        return {**base, "mode": mode, "layout": layout, "checked_on_device": ok, "median_ms": ms,
+                "bytes_per_s": bps, "gb_per_s": bps / 1e9 if bps else None,
+                "pct_of_roofline": 100 * roof_ms / ms if ms and roof_ms else None,
+                "pct_of_copy": 100 * bps / 1e9 / copy_gbs if bps and copy_gbs else None}
+
+    rows = [row("read-only", "roofline", roof_ms)]
     for mode in ("single", "split"):
-        for name, table in layouts.items():
-            launch = decode_launcher(cache, query, cuda.to_device(table), lens, bs, kv_heads,
-                                     mode, attention.DEFAULT_PARTITION)
-            ms = time_ms(launch, runs, timed)
-            gbs = moved / ms / 1e6 if ms else None
-            rows.append({"batch": batch, "context": context, "heads": heads, "kv_heads": kv_heads,
-                         "head_dim": dim, "dtype": "float16", "mode": mode, "layout": name,
-                         "auto_mode": ck.choose_mode(batch, kv_heads, context, attention.DEFAULT_PARTITION,
-                                                     attention.sm_count()),
-                         "kv_bytes": kv_bytes, "median_ms": ms, "gb_per_s": gbs,
-                         "pct_of_copy": 100 * gbs / copy_gbs if gbs and copy_gbs else None})
-    for mode in ("single", "split"):
-        paged, flat = (r for r in rows if r["mode"] == mode)
-        if paged["median_ms"] and flat["median_ms"]:
-            paged["paging_overhead_pct"] = 100 * (paged["median_ms"] / flat["median_ms"] - 1)
+        timed_pair = {}
+        for layout, caches, tab, loaders, block in (("paged", paged, table, ck.BLOCK_MAJOR, bs),
+                                                    ("contiguous", flat, flat_table, contiguous.CONTIGUOUS, context)):
+            ok = check_config(rng, heads, kv_heads, dim, dtype, mode, layout, dry, context)
+            launches = [common.decode_launch(loaders, c, c, query, tab, lens, block_size=block,
+                                             num_kv_heads=kv_heads, mode=mode, part=attention.DEFAULT_PARTITION,
+                                             paged=layout == "paged", longest=context)[0] for c in caches]
+            timed_pair[layout] = row(mode, layout, time_ms(launches, runs, timed) if ok else None, ok)
+        p, c = timed_pair["paged"], timed_pair["contiguous"]
+        if p["median_ms"] and c["median_ms"]:
+            p["paging_overhead_pct"] = 100 * (p["median_ms"] / c["median_ms"] - 1)
+        rows += [p, c]
+    try:  # a peer, not a kernel of ours: a torch without enable_gqa (< 2.5) only loses the row
+        torch_ms = torch_sdpa_ms(batch, context, heads, kv_heads, dim, dtype, runs, timed)
+    except Exception as error:  # noqa: BLE001
+        rows.append({**base, "mode": "sdpa", "layout": "torch_contiguous", "checked_on_device": True,
+                     "median_ms": None, "error": f"{type(error).__name__}: {error}"})
+        torch_ms = None
+    if torch_ms is not None:
+        rows.append(row("sdpa", "torch_contiguous", torch_ms))
     return rows
+
+
+def copy_rows(rng, dtype, runs, timed, copy_gbs, dry) -> list[dict]:
+    """copy_blocks over many large block pairs, and write_kv of a big batch of tokens."""
+    from cuda_kernels import block_copy
+    from cuda_kernels.write_kv import write_kv_vec
+    heads, bs, dim = (2, 4, 16) if dry else (8, 16, 128)
+    num_blocks = 8 if dry else 8192  # fp16: 8192 x 64 KiB = 512 MiB
+    cache = filled(rng, (num_blocks, 2, heads, bs, dim), dtype)
+    half = num_blocks // 2
+    pairs = cuda.to_device(np.stack([np.arange(half), np.arange(half) + half], 1).astype(np.int32))
+    threads = 128 if timed else 16
+    copy = lambda: block_copy.launch_pairs(cache, cache, pairs, half, heads)  # noqa: E731
+    copy()  # checked before it is timed: the second half is now the first, bit for bit
+    host = cache.copy_to_host()
+    copy_ok = host[half:].tobytes() == host[:half].tobytes()
+    copy_ms = time_ms(copy, runs, timed) if copy_ok else None
+    copied = 2 * half * cache.nbytes // num_blocks  # read + write
+    tokens = 16 if dry else 65536
+    key = filled(rng, (tokens, heads, dim), dtype)
+    value = filled(rng, (tokens, heads, dim), dtype)
+    slots_host = rng.permutation(num_blocks * bs)[:tokens].astype(np.int64)
+    slots = cuda.to_device(slots_host)
+    write = lambda: write_kv_vec[tokens, threads](cache, key, value, slots)  # noqa: E731
+    write()
+    host, want_k = cache.copy_to_host(), key.copy_to_host()
+    write_ok = bool(np.array_equal(host[slots_host // bs, 0, :, slots_host % bs], want_k))
+    write_ms = time_ms(write, runs, timed) if write_ok else None
+    written = 2 * 2 * key.nbytes  # K and V, read + write
+    return [{"kernel": name, "dtype": dtype, "checked_on_device": ok, "bytes_moved": n, "median_ms": ms,
+             "gb_per_s": n / ms / 1e6 if ms else None,
+             "pct_of_copy": 100 * n / ms / 1e6 / copy_gbs if ms and copy_gbs else None}
+            for name, n, ms, ok in (("copy_blocks", copied, copy_ms, copy_ok),
+                                    ("write_kv", written, write_ms, write_ok))]
 
 
 def _device_name() -> str:
@@ -209,16 +314,20 @@ def main(argv=None) -> int:
         return 2
     began = time.perf_counter()
     rng = np.random.default_rng(0)
-    runs = args.runs or (1 if args.dry_run else 50)
+    runs = args.runs or (1 if args.dry_run else 20)
     grid, dim = (DRY_GRID, 16) if args.dry_run else (GRID, 128)
     report = {"backend": ck.backend(), "dry_run": args.dry_run, "timings_valid": on_gpu,
               "device": _device_name() if on_gpu else "simulator"}
     report["copy"] = copy_bandwidth(1 << 16 if args.dry_run else 1 << 30, runs, on_gpu)
     report["correctness"] = check_correctness(rng, dim, args.dry_run)
+    report["roofline_check"] = common.roofline_reads_every_byte_once(
+        rng, (1 << 12) + 48 if args.dry_run else (1 << 24) + 48, 2 if args.dry_run else 1056,
+        16 if args.dry_run else 256)
     report["cases"] = []
     for case in grid:
-        report["cases"] += bench_case(rng, *case, dim, runs, on_gpu, report["copy"]["gb_per_s"])
+        report["cases"] += bench_case(rng, *case, dim, runs, on_gpu, report["copy"]["gb_per_s"], args.dry_run)
         print(f"done {case} after {time.perf_counter() - began:.0f} s", file=sys.stderr)
+    report["copies"] = copy_rows(rng, "float16", runs, on_gpu, report["copy"]["gb_per_s"], args.dry_run)
     if not args.no_labs:  # the 3.7 labs run in the same command, into the same JSON
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         import gpu_labs
@@ -233,6 +342,10 @@ def main(argv=None) -> int:
     else:
         print(text)
     failed = [k for k, ok in report["correctness"].items() if not ok]
+    failed += [f"{c['mode']}/{c['layout']}/G={c['group']}/{c['dtype']}" for c in report["cases"]
+               if not c["checked_on_device"]]
+    failed += [c["kernel"] for c in report["copies"] if not c["checked_on_device"]]
+    failed += [] if report["roofline_check"] else ["read-only roofline kernel"]
     if failed:
         print(f"gpu_attention: kernels disagree with the reference: {failed}", file=sys.stderr)
     return 1 if failed else 0

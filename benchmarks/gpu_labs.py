@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from cuda_kernels.alloc import kernels as AK
 from cuda_kernels.alloc import prefix as AP
 from cuda_kernels.labs import alignment, layouts, prealloc
 from numba import cuda
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_common as common  # noqa: E402
 
 FULL = {"seqs": 64, "context": 2048, "kv_heads": 8, "group": 4, "dim": 128, "block": 16, "runs": 10,
         "requests": [1_000, 10_000, 100_000, 1_000_000], "prealloc": [256, 4096]}
@@ -70,13 +73,10 @@ def _problem(cfg, rng):
 
 def _raw_decode(name, k_dev, v_dev, d_q, d_tables, d_lens, cfg):
     """A closure launching the layout's kernel once, single pass, on prepared device buffers."""
-    S, L, Hkv, G, D, B = (cfg[k] for k in ("seqs", "context", "kv_heads", "group", "dim", "block"))
-    kernel, threads = attention.kernel_for(layouts.LOADERS[name], D, G)
-    out = cuda.device_array((S, Hkv * G, 1, D), np.float32)
-    ml, es = (cuda.device_array((S, Hkv * G, 1), np.float32) for _ in range(2))
-    args = (k_dev, v_dev, d_q, d_tables, d_lens, np.int32(B), np.float32(1 / math.sqrt(D)),
-            np.int32(0), np.int32(0), np.int32(L), out, ml, es)
-    return lambda: kernel[(Hkv, S, 1), threads](*args)
+    loaders = attention.usable_loaders(layouts.LOADERS[name], k_dev, v_dev, cfg["dim"])
+    return common.decode_launch(loaders, k_dev, v_dev, d_q, d_tables, d_lens, block_size=cfg["block"],
+                                num_kv_heads=cfg["kv_heads"], mode="single", part=cfg["context"],
+                                longest=cfg["context"])[0]
 
 
 def bench_layouts(cfg, problem, timed: bool) -> list[dict]:

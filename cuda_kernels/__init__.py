@@ -10,7 +10,8 @@ Launchers (all validate before launching; ValueError names the bad argument):
     paged_attention(query, kv_cache, block_tables, context_lens, scale=None, *,
                     mode="auto", partition_size=None, window=None, sinks=0)  attention.py
     copy_blocks(kv_cache, pairs); swap_out(kv_cache, host, pairs); swap_in(host, kv_cache, pairs)
-Kernel factory for other layouts: decode.make_decode_kernel(load_k, load_v, ...),
+Building blocks every kernel imports: primitives.py (16-byte loads, warp reductions,
+online softmax). Kernel factory for other layouts: decode.make_decode_kernel(loaders, ...),
 launched through attention.decode_with. References: cuda_kernels.reference.
 Cache layout (layout.py): kv_cache[num_blocks, 2, num_kv_heads, block_size, head_dim].
 """
@@ -19,12 +20,12 @@ from ._backend import backend, select
 
 select()
 
-from .attention import choose_mode, decode_with, paged_attention  # noqa: E402
+from .attention import choose_partition, decode_with, paged_attention  # noqa: E402
 from .block_copy import copy_blocks, swap_in, swap_out  # noqa: E402
 from .decode import make_decode_kernel  # noqa: E402
 from .layout import BLOCK_MAJOR, Loaders, new_kv_cache  # noqa: E402
 from .write_kv import write_kv  # noqa: E402
 
 __all__ = ["backend", "write_kv", "paged_attention", "copy_blocks", "swap_out", "swap_in",
-           "make_decode_kernel", "decode_with", "choose_mode", "Loaders", "BLOCK_MAJOR",
+           "make_decode_kernel", "decode_with", "choose_partition", "Loaders", "BLOCK_MAJOR",
            "new_kv_cache"]

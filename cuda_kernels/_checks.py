@@ -1,8 +1,18 @@
 """Host-side checks shared by every launcher, and host <-> device array plumbing.
 
 Every launcher validates its arguments here *before* any launch, so a kernel can
-trust its inputs: no block id, slot or token index it touches can be out of range.
-A violation raises ValueError naming the argument (and the offending index).
+trust its inputs: no block id, slot or token index it touches can be out of range,
+and a refused call has changed no buffer. A violation names the argument (and the
+offending index):
+    TypeError           a wrong kind of thing: a bool or float where an int is wanted,
+                        a list of strings as slots (`ArgumentTypeError` for an array of
+                        the wrong dtype or rank: it is a TypeError *and* a ValueError, so
+                        callers written against the older ValueError still catch it);
+    ValueError          a wrong value: out of range, not finite, not representable in
+                        the kernel's int32 / float32 argument.
+`require_int` is the one integer validator (kernel int arguments are int32, so values
+must be below 2**31); `index_array` is the one integer-array validator (lists are
+accepted only when every element is an int, never a bool, float or string).
 
 Arrays may be NumPy arrays (copied to the device and, for outputs, back) or device
 arrays (used in place). A strided view such as `kv_pool[:, layer]` of a device pool
@@ -15,6 +25,12 @@ import numpy as np
 from numba import cuda
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
+INT32_LIMIT = 2**31  # kernel integer arguments are int32
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+class ArgumentTypeError(TypeError, ValueError):
+    """An argument of the wrong kind (not an array, wrong dtype or rank)."""
 
 
 def is_device(a) -> bool:
@@ -28,12 +44,12 @@ def shape_of(a) -> tuple:
 
 def require_array(name: str, a, ndim: int, dtypes=None):
     if not (isinstance(a, np.ndarray) or is_device(a)):
-        raise ValueError(f"{name} must be a NumPy or CUDA device array, got {type(a).__name__}")
+        raise ArgumentTypeError(f"{name} must be a NumPy or CUDA device array, got {type(a).__name__}")
     if len(a.shape) != ndim:
-        raise ValueError(f"{name} must have {ndim} dimensions, got shape {shape_of(a)}")
+        raise ArgumentTypeError(f"{name} must have {ndim} dimensions, got shape {shape_of(a)}")
     if dtypes is not None and np.dtype(a.dtype) not in [np.dtype(d) for d in dtypes]:
         names = "/".join(np.dtype(d).name for d in dtypes)
-        raise ValueError(f"{name} must be {names}, got {np.dtype(a.dtype).name}")
+        raise ArgumentTypeError(f"{name} must be {names}, got {np.dtype(a.dtype).name}")
 
 
 def require_shape(name: str, a, expected: tuple):
@@ -56,10 +72,33 @@ def require_c_contiguous(name: str, a):
     require_inner_contiguous(name, a, skip=0)
 
 
+def index_array(name: str, a, ndim: int):
+    """A list/tuple of ints (nested `ndim` deep) -> int64 array; anything else passes
+    through for `require_array`. Floats, strings, bools and ragged rows are refused,
+    never truncated or parsed."""
+    if not isinstance(a, (list, tuple)):
+        return a
+    flat = list(a)
+    for _ in range(ndim - 1):
+        if not all(isinstance(r, (list, tuple, np.ndarray)) for r in flat):
+            raise ArgumentTypeError(f"{name} must be a {ndim}-D nest of ints (a list of rows)")
+        widths = sorted({len(r) for r in flat})
+        if len(widths) > 1:
+            raise ValueError(f"{name} has rows of different lengths {widths}")
+        flat = [x for r in flat for x in r]
+    bad = next((x for x in flat if isinstance(x, (bool, np.bool_))
+                or not isinstance(x, (int, np.integer))), None)
+    if bad is not None:
+        raise TypeError(f"{name} must hold ints, got {bad!r} ({type(bad).__name__})")
+    if any(not -(2**63) <= int(x) < 2**63 for x in flat):
+        raise ValueError(f"{name} holds a value outside int64")
+    arr = np.asarray(a, dtype=np.int64)
+    return arr if arr.ndim == ndim else arr.reshape((0,) * ndim)  # [] for an empty nest
+
+
 def host_ints(name: str, a, ndim: int) -> np.ndarray:
-    """Index arrays are small: read them on the host to check them (lists are accepted)."""
-    if isinstance(a, (list, tuple)):
-        a = np.asarray(a, dtype=np.int64)
+    """Index arrays are small: read them on the host to check them (lists of ints are accepted)."""
+    a = index_array(name, a, ndim)
     require_array(name, a, ndim, (np.int32, np.int64))
     return a.copy_to_host() if is_device(a) else np.asarray(a)
 
@@ -81,12 +120,29 @@ def require_range(name: str, values: np.ndarray, lo: int, hi: int, what: str = "
         raise ValueError(f"{name}[{idx}] = {int(values[at])} is out of range [{lo}, {hi}){what}")
 
 
-def require_int(name: str, value, lo: int, hi: int | None = None) -> int:
+def require_int(name: str, value, lo: int, hi: int | None = INT32_LIMIT) -> int:
+    """The one integer validator: an int (Python or NumPy, never a bool) in [lo, hi).
+    hi defaults to 2**31, the bound of a kernel's int32 argument; None lifts it."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an int, got {value!r}")
+        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
     if value < lo or (hi is not None and value >= hi):
-        raise ValueError(f"{name} = {value} must be >= {lo}" + (f" and < {hi}" if hi else ""))
+        raise ValueError(f"{name} = {value} must be >= {lo}" + (f" and < {hi}" if hi is not None else ""))
     return int(value)
+
+
+def require_scale(scale, head_dim: int) -> float:
+    """The softmax scale as a finite float32 (default 1/sqrt(head_dim)); a bool, a
+    string or an array is a TypeError, NaN, inf or a value past float32 a ValueError."""
+    if scale is None:
+        return 1.0 / float(np.sqrt(head_dim))
+    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.integer, np.floating)):
+        raise TypeError(f"scale must be a real number, got {scale!r} ({type(scale).__name__})")
+    if isinstance(scale, (int, np.integer)) and abs(int(scale)) > FLOAT32_MAX:
+        raise ValueError(f"scale must be a finite float32, got {scale!r}")
+    value = float(scale)
+    if not np.isfinite(value) or abs(value) > FLOAT32_MAX:
+        raise ValueError(f"scale must be a finite float32, got {scale!r}")
+    return value
 
 
 def to_device(a, dtype=None):

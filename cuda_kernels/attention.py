@@ -1,32 +1,43 @@
-"""Host launcher for paged decode attention: validation, mode choice, grids.
+"""Host launcher for paged decode attention: validation, the split-K plan, grids.
 
 `paged_attention` reads the chapter's per-layer cache; `decode_with` is the same
-launcher for any layout whose address functions are given as `layout.Loaders`
-(issue 7 builds its variants through it).
+launcher for any layout given as `layout.Loaders` (the 3.7 labs build theirs on it).
 
-Mode rule for mode="auto" (`choose_mode`): split-K when the longest attended context
-spans at least two partitions (longest >= 2 * partition_size) AND the single-pass grid,
-num_seqs * num_kv_heads thread blocks, is smaller than 2 x the number of SMs, so it
-cannot keep the GPU busy. Otherwise single pass (no partial buffers, no second
-kernel). Partition size defaults to 512 tokens. The SM count is read from the device
-(132 assumed under the simulator, an H100/H200).
+Vector or scalar: vector loaders need head_dim % (16 / itemsize) == 0 and 16-byte
+aligned K/V (data pointer and outer strides); otherwise the launcher takes the
+loaders' scalar `fallback` (or refuses when there is none).
+
+Split-K rule (`choose_partition`; FlashInfer's decode plan sizes KV chunks to the GPU,
+vLLM v0's paged_attention_v2 splits into fixed 512-token partitions): the GPU holds `slots` = SMs x resident CTAs per SM
+(the occupancy of this kernel, from the driver; 132 x 2 assumed under the simulator).
+The total work is ctas_per_seq x the sum of attended lengths; the partition size is that
+work spread evenly over the slots, rounded up to GRAIN tokens, at least MIN_PARTITION
+and at most MAX_PASS (no CTA walks more than MAX_PASS tokens in one pass). Sequences
+longer than the partition are split, shorter ones run in one pass: in a batch of equal
+lengths that fills the GPU nothing is split, while one 32K sequence among 63 short ones
+is cut to the even share instead of walking 32K tokens in 8 serial CTAs.
 """
 
 from __future__ import annotations
 
-import math
+import warnings
 
 import numpy as np
 from numba import cuda
 
 from . import _backend
 from . import _checks as ck
-from .decode import make_decode_kernel
+from .decode import geometry, make_decode_kernel
 from .layout import BLOCK_MAJOR, Loaders, check_kv_cache
 from .merge import merge_partitions
+from .primitives import aligned16, vec_width
 
-DEFAULT_PARTITION = 512  # tokens per split-K partition (vLLM's v2 uses 512)
+DEFAULT_PARTITION = 512  # tokens per split-K partition when mode="split" names none (vLLM v2)
+MIN_PARTITION = 256  # the auto rule never splits finer: a partition amortises its merge
+MAX_PASS = 8192  # the auto rule never lets one CTA walk more tokens than this
+GRAIN = 64  # auto partition sizes are multiples of this
 SIMULATED_SMS = 132
+SIMULATED_CTAS_PER_SM = 2
 MODES = ("auto", "single", "split")
 # Fill output and partial buffers with NaN before launch, so that an element a kernel
 # forgets to write shows up. On by default under the simulator; the GPU benchmark
@@ -45,35 +56,33 @@ def _empty(shape) -> "cuda.devicearray.DeviceNDArray":
     return buf
 
 
-SHARED_LIMIT = 48 * 1024  # static shared memory per thread block
+SHARED_LIMIT = 48 * 1024  # static shared memory per CTA
 
 
-def shared_bytes(head_dim: int, group: int, tile: int) -> int:
-    """Static shared memory of `decode.make_decode_kernel` (its shared arrays)."""
-    floats = group * head_dim + tile * (head_dim + 1) + tile * head_dim + group * tile + 3 * group
-    return 4 * floats + 2 * 4 * tile
+def shared_bytes(head_dim: int, group: int, dtype, warps: int) -> int:
+    """Static shared memory of `decode.make_decode_kernel`: the rows' states merged at
+    the end, acc [rows, HPC, nvec * vec], m and l [rows, HPC], totals [HPC], float32."""
+    g = geometry(head_dim, group, dtype, warps)
+    return 4 * g["hpc"] * (g["rows"] * (g["nvec"] * g["vec"] + 2) + 1)
 
 
-def launch_config(head_dim: int, group: int) -> tuple[int, int]:
-    """(threads, tile): 128 threads and the largest tile of 32, 16 or 8 tokens whose
-    shared arrays fit in 48 KiB on a GPU; 16 threads and 8 tokens in the simulator,
-    where every thread is a Python thread."""
-    if _backend.backend() != "gpu":
-        return 16, 8
-    for tile in (32, 16, 8):
-        if shared_bytes(head_dim, group, tile) <= SHARED_LIMIT:
-            return 128, tile
-    raise ValueError(f"head_dim={head_dim} with {group} query heads per KV head needs "
-                     f"{shared_bytes(head_dim, group, 8)} bytes of shared memory (> 48 KiB)")
+def launch_warps() -> int:
+    """4 warps (128 threads) per CTA on a GPU; 1 warp under the simulator, where every
+    thread is a Python thread (warp-level code needs whole 32-lane warps)."""
+    return 4 if _backend.backend() == "gpu" else 1
 
 
-def kernel_for(loaders: Loaders, head_dim: int, group_size: int):
-    threads, tile = launch_config(head_dim, group_size)
-    key = (loaders.name, head_dim, group_size, threads, tile)
+def kernel_for(loaders: Loaders, head_dim: int, group_size: int, dtype, block_size: int,
+               paged: bool = True):
+    """(kernel, threads, chunks): the compiled-kernel cache. Launch grid:
+    (num_kv_heads * chunks, num_seqs, num_partitions)."""
+    warps = launch_warps()
+    dtype = np.dtype(dtype)
+    key = (loaders.name, head_dim, group_size, dtype.name, block_size, warps, paged)
     if key not in _kernels:
-        _kernels[key] = make_decode_kernel(loaders.load_k, loaders.load_v, head_dim,
-                                           group_size, threads, tile)
-    return _kernels[key], threads
+        _kernels[key] = make_decode_kernel(loaders, head_dim, group_size, dtype, block_size,
+                                           warps=warps, paged=paged)
+    return _kernels[key], 32 * warps, geometry(head_dim, group_size, dtype, warps)["chunks"]
 
 
 def sm_count() -> int:
@@ -82,12 +91,33 @@ def sm_count() -> int:
     return int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
 
 
-def choose_mode(num_seqs: int, num_kv_heads: int, longest: int, partition_size: int,
-                sms: int) -> str:
-    """The auto rule: 'split' for long contexts whose single-pass grid is too small."""
-    if longest >= 2 * partition_size and num_seqs * num_kv_heads < 2 * sms:
-        return "split"
-    return "single"
+def cta_slots(kernel, args, threads: int) -> int:
+    """SMs x resident CTAs per SM of `kernel` launched with `args` and `threads`, from the
+    driver's occupancy calculator (numba's max_cooperative_grid_blocks). Compiling for
+    the launch's exact argument types registers the overload the launch then reuses.
+    The simulator assumes SIMULATED_SMS x SIMULATED_CTAS_PER_SM."""
+    if _backend.backend() != "gpu":
+        return SIMULATED_SMS * SIMULATED_CTAS_PER_SM
+    try:
+        compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+        return int(compiled.max_cooperative_grid_blocks(threads))
+    except Exception as exc:  # not silent: the rule still works, with an assumed occupancy
+        warnings.warn(f"occupancy query failed ({exc!r}); assuming {SIMULATED_CTAS_PER_SM} "
+                      f"CTAs per SM", RuntimeWarning, stacklevel=2)
+        return sm_count() * SIMULATED_CTAS_PER_SM
+
+
+def choose_partition(counts, ctas_per_seq: int, slots: int, *, min_partition=MIN_PARTITION,
+                     max_pass=MAX_PASS, grain=GRAIN) -> int:
+    """Tokens per partition for mode="auto" (module docstring). `counts`: attended tokens
+    per sequence; ctas_per_seq: CTAs one partition of one sequence launches (KV heads x
+    head chunks); slots: SMs x resident CTAs. A result >= max(counts) means one pass."""
+    counts = np.asarray(counts, np.int64)
+    if counts.size == 0 or counts.min() < 0 or ctas_per_seq < 1 or slots < 1:
+        raise ValueError("counts must be non-negative, ctas_per_seq and slots positive")
+    even = -(-int(counts.sum()) * ctas_per_seq // slots)  # tokens per slot, spread evenly
+    part = max(min_partition, -(-even // grain) * grain)
+    return int(min(part, max_pass))
 
 
 def attended_ranges(context_lens: np.ndarray, window, sinks: int):
@@ -123,8 +153,8 @@ def decode_with(loaders: Loaders, k_src, v_src, query, block_tables, context_len
                 scale=None, mode="auto", partition_size=None, window=None, sinks=0):
     """`paged_attention` for any layout: validate, choose the mode, launch.
 
-    loaders: `layout.Loaders(name, load_k, load_v)`; `name` must be unique per pair of
-    address functions (it keys the compiled-kernel cache). k_src/v_src: device arrays
+    loaders: `layout.Loaders`; `name` must be unique per pair of address functions (it
+    keys the compiled-kernel cache). k_src/v_src: device arrays
     (NumPy is copied over) handed unchanged to load_k/load_v; the caller checks their
     layout. num_blocks bounds the block ids; block_size maps positions to blocks.
     Everything else is validated here exactly as for `paged_attention`.
@@ -159,30 +189,32 @@ def decode_with(loaders: Loaders, k_src, v_src, query, block_tables, context_len
                                         (first + block_size > start[:, None]))
     ck.require_range("block_tables", tables, 0, num_blocks,
                      f" (the cache has {num_blocks} blocks)", mask=touched)
-    if scale is None:
-        scale = 1.0 / math.sqrt(head_dim)
-    if not isinstance(scale, (int, float, np.floating)) or not math.isfinite(scale):
-        raise ValueError(f"scale must be a finite number, got {scale!r}")
+    scale = ck.require_scale(scale, head_dim)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if partition_size is not None:
         if mode == "single":
             raise ValueError("partition_size applies only to mode='split' or 'auto'")
         partition_size = ck.require_int("partition_size", partition_size, 1)
-    part = partition_size or DEFAULT_PARTITION
+    group = num_heads // num_kv_heads
+    k_src, v_src = ck.to_device(k_src), ck.to_device(v_src)
+    dtype = np.dtype(k_src.dtype)
+    loaders = usable_loaders(loaders, k_src, v_src, head_dim)
+    kernel, threads, chunks = kernel_for(loaders, head_dim, group, dtype, block_size)
+    d_query = ck.to_device(query)
+    d_tables = ck.to_device(tables if not ck.is_device(block_tables) else block_tables)
+    d_lens = ck.to_device(lens if not ck.is_device(context_lens) else context_lens)
     longest = int(count.max())
+    part = partition_size or DEFAULT_PARTITION
     if mode == "auto":
-        mode = choose_mode(num_seqs, num_kv_heads, longest, part, sm_count())
+        probe = (_empty((1, 1, 1, 1)), _empty((1, 1, 1)), _empty((1, 1, 1)))  # types only
+        slots = cta_slots(kernel, (k_src, v_src, d_query, d_tables, d_lens, np.float32(1),
+                                   np.int32(0), np.int32(0), np.int32(1)) + probe, threads)
+        part = choose_partition(count, num_kv_heads * chunks, slots)
     if mode == "single":
         part = longest
     num_parts = -(-longest // part)
 
-    group = num_heads // num_kv_heads
-    kernel, threads = kernel_for(loaders, head_dim, group)
-    k_src, v_src = ck.to_device(k_src), ck.to_device(v_src)
-    d_query = ck.to_device(query)
-    d_tables = ck.to_device(tables if not ck.is_device(block_tables) else block_tables)
-    d_lens = ck.to_device(lens if not ck.is_device(context_lens) else context_lens)
     out = _empty((num_seqs, num_heads, head_dim))  # [S, H, D]
     if num_parts == 1:
         partial = out.reshape(num_seqs, num_heads, 1, head_dim)
@@ -190,9 +222,22 @@ def decode_with(loaders: Loaders, k_src, v_src, query, block_tables, context_len
         partial = _empty((num_seqs, num_heads, num_parts, head_dim))  # [S, H, P, D]
     max_logits = _empty((num_seqs, num_heads, num_parts))  # [S, H, P]
     exp_sums = _empty((num_seqs, num_heads, num_parts))  # [S, H, P]
-    kernel[(num_kv_heads, num_seqs, num_parts), threads](
-        k_src, v_src, d_query, d_tables, d_lens, np.int32(block_size), np.float32(scale),
-        np.int32(sinks), np.int32(window or 0), np.int32(part), partial, max_logits, exp_sums)
+    kernel[(num_kv_heads * chunks, num_seqs, num_parts), threads](
+        k_src, v_src, d_query, d_tables, d_lens, np.float32(scale), np.int32(sinks),
+        np.int32(window or 0), np.int32(part), partial, max_logits, exp_sums)
     if num_parts > 1:
         merge_partitions[(num_heads, num_seqs), min(threads, 128)](partial, max_logits, exp_sums, out)
     return out if ck.is_device(query) else out.copy_to_host()
+
+
+def usable_loaders(loaders: Loaders, k_src, v_src, head_dim: int) -> Loaders:
+    """`loaders` when its 16-byte loads are legal here, else its scalar fallback."""
+    if not loaders.vector:
+        return loaders
+    if head_dim % vec_width(k_src.dtype) == 0 and aligned16(k_src) and aligned16(v_src):
+        return loaders
+    if loaders.fallback is None:
+        raise ValueError(f"{loaders.name}: 16-byte loads need head_dim % "
+                         f"{vec_width(k_src.dtype)} == 0 and 16-byte aligned K/V, and these "
+                         f"loaders have no scalar fallback")
+    return loaders.fallback

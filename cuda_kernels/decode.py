@@ -1,101 +1,270 @@
-"""The paged decode-attention kernel, built by a factory from two address functions.
+"""The paged decode-attention kernel, built by a factory from a layout's loaders.
 
 One query token per sequence attends to its cached K/V through its block table
-(PagedAttention, Kwon et al. 2023; vLLM csrc/attention/paged_attention_v1/v2.cu).
-The same kernel body serves the single-pass kernel (one partition covering the whole
-context) and the split-K kernel (FlashDecoding, Dao et al. 2023; vLLM's v2), whose
-partial results `merge.py` combines with log-sum-exp.
+(PagedAttention, Kwon et al. 2023; vLLM csrc/attention/paged_attention_v1/v2.cu). The
+same body is the single-pass kernel (one partition spans the context) and the split-K
+kernel (FlashDecoding; vLLM's v2), whose partials `merge.py` combines by log-sum-exp.
+The thread mapping follows FlashInfer's decode kernel (vec_size x bdx lanes per row):
 
-GQA: one thread block handles one (sequence, KV head, partition) and *all* G query
-heads of that KV head's group, so each K/V element is read from global memory once
-per group (FlashInfer's grouping), not once per query head (vLLM's v1).
+  * a lane owns 16-byte vectors of head_dim: VEC = 8 float16 or 4 float32 values, loaded
+    with one `primitives.load16` (ld.global.nc.v4.u32); LPR lanes (a power of two) cover
+    one K or V row, so a warp holds RPW = 32 / LPR rows and a CTA of NW warps R = NW * RPW;
+    for groups of at most SMALL_GROUP heads a lane takes two vectors of a row (VPL = 2),
+    halving the shuffle steps per byte while registers are cheap;
+  * each row takes its own tokens (token j of a step goes to row j % R, TPR tokens per row
+    per step), and computes the scores of the HPC query heads of its CTA: every K/V
+    vector read serves HPC heads (GQA: K/V read once per group of up to HPC heads);
+  * q (times scale * log2 e), each row's running max m, running sum l and the HPC x
+    head_dim slice of output accumulators live in registers; K/V stay 16 raw bytes until
+    unpacked there; the softmax is base 2 (one MUFU.EX2 per exp) and rescales lazily:
+    the running max moves only when a score beats it by more than SLACK (FlashAttention-3),
+    so the HPC x head_dim rescale multiplies are skipped once the max has settled;
+  * a dot product is a per-lane partial sum finished over the row's lanes by xor shuffles;
+    `group_sums` finishes all TPR x HPC of a step at once (a reduce-scatter, then a
+    broadcast); no shared memory and no barrier inside the token loop;
+  * the block table is read once per token (the row's lanes read one word, a broadcast),
+    and the loader turns (block, kv_head, offset) into one row index per token;
+  * register double buffering: step s+1's K/V loads (and step s+2's table reads) are
+    issued before step s's math, into the other of two ping-pong buffers (no copies);
+  * at the end every row's softmax state (m, l, acc) goes to shared memory once and is
+    merged there (the log-sum-exp weights computed once per row and head).
+Groups larger than HPC (multi-query attention, e.g. 71 query heads on one KV head) are
+split into chunks of heads across the grid's x dimension: every head is initialised,
+normalised and written whatever the thread count.
 
-Per tile of T tokens the block (NT threads):
-  1. maps tile tokens to (physical block, offset) through the block table;
-  2. loads the K and V tile into shared memory, flat over (token, d): consecutive
-     threads read consecutive head_dim elements (coalesced), converted to float32;
-  3. computes the G x T scores q_h . k_t, each thread taking one token and HPT heads
-     so a key element read from shared memory serves HPT dot products (K rows are
-     padded to D+1 floats: consecutive tokens hit different banks);
-  4. one thread per head updates the running max m, the running sum l and the
-     rescale factor alpha = exp(m_old - m_new) (safe online softmax);
-  5. each thread owns output elements d = tid, tid + NT, ... for all G heads: it
-     rescales them by alpha and adds p[h, t] * v[t, d]; each v[t, d] is read from
-     shared memory once and used by the G heads.
-The end writes acc / l (normalised), m and l for the partition.
-
-Sliding window (window > 0): the attended tokens are the first `kept = min(sinks, L)`
-positions plus positions [start, L), start = max(L - window, kept). Attended index j
-maps to position j (j < kept) or start + j - kept; dropped blocks are never read.
+Sliding window (window > 0): attended index j maps to position j (j < kept) or
+start + j - kept, kept = min(sinks, L), start = max(L - window, kept); dropped blocks are
+never read. Everything is accumulated in float32.
 """
 
 from __future__ import annotations
 
 import math
 
-from numba import cuda, float32, int32
+import numpy as np
+from numba import cuda, float32, int32, uint32
+
+from .primitives import exp2_or_zero, group_sums, load16, softmax_rescale, unpack16, vec_width
+
+LOG2E = 1.4426950408889634  # scores are kept in log2 units: exp(x) = 2^(x log2 e)
+SLACK = float32(8.0)  # lazy rescaling: the running max moves only when exceeded by > 2^8
+ACC_BUDGET = 64  # floats of q (and as many of accumulators) a lane may hold
+SMALL_GROUP = 2  # up to this many heads per KV head, a lane owns two vectors per row
+SHARED_BUDGET = 40 * 1024  # bytes of the rows' states merged at the end
 
 
-def _heads_per_thread(group: int, tile: int, threads: int) -> int:
-    """Largest divisor of the group size that still gives every thread a (token, heads) job."""
-    return max(h for h in range(1, group + 1) if group % h == 0 and (group // h) * tile >= threads
-               or h == 1)
+def geometry(head_dim: int, group_size: int, dtype, warps: int = 4) -> dict:
+    """The compile-time shape of the thread mapping (see the module docstring)."""
+    vec = vec_width(dtype)
+    nvec = -(-head_dim // vec)  # 16-byte vectors per row (the last may be partial: scalar path)
+    lanes = nvec if group_size > SMALL_GROUP else -(-nvec // 2)  # small groups: 2 vectors a lane
+    lpr = 1
+    while lpr < min(lanes, 32):
+        lpr *= 2
+    vpl = -(-nvec // lpr)  # vectors per lane
+    rows = warps * (32 // lpr)
+    max_heads = max(1, min(ACC_BUDGET // (vpl * vec), SHARED_BUDGET // (4 * rows * (nvec * vec + 3))))
+    chunks = -(-group_size // max_heads)
+    hpc = -(-group_size // chunks)  # heads per CTA, balanced over the chunks
+    tpr = 1 if vpl > 1 else 2  # tokens per row per step: 16-64 bytes a lane in flight
+    return dict(vec=vec, nvec=nvec, lpr=lpr, vpl=vpl, rpw=32 // lpr, warps=warps,
+                rows=rows, hpc=hpc, chunks=chunks, tpr=tpr)
 
 
-def make_decode_kernel(load_k, load_v, head_dim: int, group_size: int,
-                       threads: int = 128, tile: int = 32):
-    """Build a decode kernel for one K/V layout.
+def _fetcher(row_fn, vector, VPL, LPR, VEC, NVEC, D):
+    """Device function: raw[at : at + VPL * words] <- this lane's vectors of one K or V
+    row (zeros where the token is masked or the vector lies past head_dim)."""
+    if vector:
+        @cuda.jit(device=True)
+        def fetch(src, seq, block, kv_head, offset, valid, col, raw, at):
+            start = row_fn(src, seq, block, kv_head, offset)  # unconditional: loop-invariant parts hoist
+            for jv in range(VPL):
+                c = col + jv * LPR
+                if valid and c < NVEC:
+                    word = load16(src, start + c * VEC)  # 16 bytes, one ld.global.nc.v4
+                    for w in range(4):
+                        raw[at + jv * 4 + w] = word[w]
+                else:
+                    for w in range(4):
+                        raw[at + jv * 4 + w] = 0
+    else:
+        @cuda.jit(device=True)
+        def fetch(src, seq, block, kv_head, offset, valid, col, raw, at):
+            for jv in range(VPL):
+                for e in range(VEC):
+                    d = (col + jv * LPR) * VEC + e
+                    value = float32(0)
+                    if valid and d < D:
+                        value = row_fn(src, block, kv_head, offset, d)
+                    raw[at + jv * VEC + e] = value
+    return fetch
 
-    Contract for the address functions (both `@cuda.jit(device=True)`):
-        load_k(k_src, block, kv_head, offset, d) -> float32
-        load_v(v_src, block, kv_head, offset, d) -> float32
-    return element `d` of the key (value) of the token at `offset` in physical block
-    `block`, KV head `kv_head`, converted to float32. `k_src`/`v_src` are whatever
-    arrays the caller launches with (the same array twice for the chapter's layout).
-    Consecutive `d` should be consecutive addresses, for coalescing.
 
-    head_dim (D), group_size (G = num_heads // num_kv_heads), threads (NT) and tile (T,
-    tokens per shared-memory tile) are compile-time constants.
+def _unpacker(vector, VPL, VEC, FP16):
+    """Device function: dst[0 : VPL * VEC] <- float32 of the raw vectors at raw[at:]."""
+    if vector:
+        @cuda.jit(device=True)
+        def to_float(raw, at, dst):
+            for jv in range(VPL):
+                unpack16(raw[at + jv * 4: at + jv * 4 + 4], dst[jv * VEC: jv * VEC + VEC], FP16)
+    else:
+        @cuda.jit(device=True)
+        def to_float(raw, at, dst):
+            for i in range(VPL * VEC):
+                dst[i] = raw[at + i]
+    return to_float
 
-    The returned kernel is launched as
-        kernel[(num_kv_heads, num_seqs, num_partitions), threads](
-            k_src, v_src,
+
+def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_size: int,
+                       warps: int = 4, tokens_per_row=None, paged: bool = True):
+    """Build a decode kernel for one layout (`layout.Loaders`) and one storage dtype.
+
+    Loader contracts (`@cuda.jit(device=True)` functions):
+      vector loaders (loaders.vector): load_k(k_src, seq, block, kv_head, offset) -> int,
+        the element index (from k_src's data pointer) of d = 0 of that token's key row;
+        the row is contiguous in d and 16-byte aligned (the host checks); load_v likewise;
+      scalar loaders: load_k(k_src, block, kv_head, offset, d) -> float32, element d.
+    `block` is the physical block read from the table, or with paged=False (a contiguous
+    cache, no table) the logical block pos // block_size.
+
+    head_dim, group_size, dtype (of K/V), block_size, warps and tokens_per_row are
+    compile-time constants. Launch with `warps * 32` threads and
+        grid (num_kv_heads * chunks, num_seqs, num_partitions), chunks = geometry()["chunks"]
+        kernel[grid, threads](k_src, v_src,
             query,          # [S, H, D] float32/float16, H = num_kv_heads * G
             block_tables,   # [S, max_blocks] int32, only attended blocks are read
             context_lens,   # [S] int32, >= 1
-            block_size, scale, sinks, window, partition_size,   # int32, float32, int32 x3
-            out,            # [S, H, num_partitions, D] float32: normalised partial outputs
-            max_logits,     # [S, H, num_partitions] float32: max scaled score per partition
-            exp_sums)       # [S, H, num_partitions] float32: sum of exp(score - max)
+            scale, sinks, window, partition_size,   # float32, int32 x3
+            out,            # [S, H, P, D] float32: normalised partial outputs
+            max_logits,     # [S, H, P] float32: max scaled score per partition
+            exp_sums)       # [S, H, P] float32: sum of exp(score - max)
     window <= 0 means full attention. A partition covers attended indices
-    [p * partition_size, (p + 1) * partition_size); an empty one writes l = 0, out = 0.
-    The kernel trusts its arguments: the host launcher validates them.
+    [p * partition_size, (p + 1) * partition_size); an empty one writes l = 0, out = 0,
+    m = -inf. The kernel trusts its arguments: the host launcher validates them.
     """
-    D, G, NT, T = int(head_dim), int(group_size), int(threads), int(tile)
-    DP = D + 1  # padded key row stride in shared memory
-    GD = G * D
-    HPT = _heads_per_thread(G, T, NT)
-    DPT = (D + NT - 1) // NT  # head_dim elements per thread in the output
-    ACC = G * DPT  # accumulators per thread: every head of the group, for those d
+    g = geometry(head_dim, group_size, dtype, warps)
+    D, G, B = int(head_dim), int(group_size), int(block_size)
+    VEC, NVEC, LPR, VPL, RPW, NW, R = (g[k] for k in ("vec", "nvec", "lpr", "vpl", "rpw",
+                                                        "warps", "rows"))
+    HPC, CHUNKS, TPR = g["hpc"], g["chunks"], int(tokens_per_row or g["tpr"])
+    NT = NW * 32
+    FP16 = np.dtype(dtype).itemsize == 2
+    VECTOR = bool(loaders.vector)
+    if VECTOR and D % VEC:
+        raise ValueError(f"vector loaders need head_dim % {VEC} == 0, got {D}")
+    RAW_N = 4 if VECTOR else VEC  # words (u32) or floats held per vector before unpacking
+    RAW_T = uint32 if VECTOR else float32
+    SLOT = VPL * VEC  # floats of one head (or one K/V row) per lane
+    load_k, load_v = loaders.load_k, loaders.load_v
+    HS, TH, BUF, DV = HPC * SLOT, TPR * HPC, TPR * VPL * RAW_N, NVEC * VEC  # array sizes
+    NP = 1 << (TH - 1).bit_length()  # TH padded to a power of two for group_sums
+
+    fetch_k, fetch_v = (_fetcher(fn, VECTOR, VPL, LPR, VEC, NVEC, D) for fn in (load_k, load_v))
+    to_float = _unpacker(VECTOR, VPL, VEC, FP16)
+
+    SHIFT = B.bit_length() - 1 if B & (B - 1) == 0 else -1  # log2(B) for a power of two
+
+    @cuda.jit(device=True)
+    def locate(j, hi, kept, start, seq, block_tables):
+        """Table lookup for attended index j: (block, offset, valid). Unsigned indices
+        skip numba's negative-index wraparound; a power-of-two B divides by a shift."""
+        valid = j < hi
+        pos = uint32(j if j < kept else start + (j - kept))
+        if SHIFT >= 0:
+            logical = pos >> SHIFT
+        else:
+            logical = pos // uint32(B)
+        block = int32(0)
+        if valid:
+            block = block_tables[uint32(seq), logical] if paged else int32(logical)
+        return block, int32(pos - logical * uint32(B)), valid
+
+    @cuda.jit(device=True)
+    def issue(k_src, v_src, seq, kv_head, col, row, blk, off, ok, k_buf, v_buf, ahead, hi,
+              kept, start, block_tables):
+        """Loads for the next step into (k_buf, v_buf) from the table entries read one
+        step earlier; then read the table entries of the step after (index `ahead`)."""
+        for t in range(TPR):
+            fetch_k(k_src, seq, blk[t], kv_head, off[t], ok[t] != 0, col, k_buf, t * VPL * RAW_N)
+            fetch_v(v_src, seq, blk[t], kv_head, off[t], ok[t] != 0, col, v_buf, t * VPL * RAW_N)
+            blk[t], off[t], ok[t] = locate(ahead + t * R + row, hi, kept, start, seq, block_tables)
+
+    @cuda.jit(device=True)
+    def attend(k_buf, v_buf, q, acc, m, lsum, dots, s, kv, lane, first, hi):
+        """One step: this row's TPR tokens, attended indices first + t * R (< hi: unmasked)."""
+        for t in range(TPR):  # this lane's part of q . k for the row's tokens and CTA's heads
+            to_float(k_buf, t * VPL * RAW_N, kv)
+            for h in range(HPC):
+                dot = float32(0)
+                for i in range(SLOT):
+                    dot += q[h * SLOT + i] * kv[i]
+                dots[t * HPC + h] = dot
+        for i in range(TH, NP):
+            dots[i] = float32(0)
+        group_sums(dots, NP, LPR, lane, s)  # all TPR x HPC dot products over the row's lanes
+        for t in range(TPR):
+            if first + t * R >= hi:  # a masked token
+                for h in range(HPC):
+                    s[t * HPC + h] = -math.inf
+        for h in range(HPC):  # online softmax, once per step
+            top = s[h]
+            for t in range(1, TPR):
+                top = max(top, s[t * HPC + h])
+            m_new, alpha = softmax_rescale(m[h], top, SLACK)
+            if alpha < 1:  # rare once the max has settled: skip HPC x SLOT multiplies
+                m[h] = m_new
+                lsum[h] *= alpha
+                for i in range(SLOT):
+                    acc[h * SLOT + i] *= alpha
+            for t in range(TPR):
+                p = exp2_or_zero(s[t * HPC + h], m_new)
+                s[t * HPC + h] = p
+                lsum[h] += p
+        for t in range(TPR):  # acc += p * v
+            to_float(v_buf, t * VPL * RAW_N, kv)
+            for h in range(HPC):
+                p = s[t * HPC + h]
+                for i in range(SLOT):
+                    acc[h * SLOT + i] += p * kv[i]
 
     @cuda.jit
-    def paged_decode(k_src, v_src, query, block_tables, context_lens, block_size, scale,
-                     sinks, window, partition_size, out, max_logits, exp_sums):
-        kv_head = cuda.blockIdx.x
+    def paged_decode(k_src, v_src, query, block_tables, context_lens, scale, sinks, window,
+                     partition_size, out, max_logits, exp_sums):
+        kv_head = cuda.blockIdx.x // CHUNKS
+        head0 = kv_head * G + (cuda.blockIdx.x - kv_head * CHUNKS) * HPC
+        heads = min(HPC, kv_head * G + G - head0)  # heads of this CTA (the last chunk may be short)
         seq = cuda.blockIdx.y
         part = cuda.blockIdx.z
         tid = cuda.threadIdx.x
-        q_s = cuda.shared.array((G, D), float32)  # the group's queries, times scale
-        k_s = cuda.shared.array((T, DP), float32)  # [T, D+1] key tile
-        v_s = cuda.shared.array((T, D), float32)  # [T, D] value tile
-        p_s = cuda.shared.array((G, T), float32)  # scores, then exp(score - max)
-        blk_s = cuda.shared.array(T, int32)  # physical block of each tile token
-        off_s = cuda.shared.array(T, int32)  # its offset inside that block
-        m_s = cuda.shared.array(G, float32)  # running max per head
-        l_s = cuda.shared.array(G, float32)  # running sum of exp per head
-        a_s = cuda.shared.array(G, float32)  # this tile's rescale factor per head
-        dots = cuda.local.array(HPT, float32)  # scores of one token for HPT heads
-        acc = cuda.local.array(ACC, float32)  # acc[h*DPT + j] is [h, tid + j*NT] of [G, D]
+        warp = tid // 32
+        lane = tid - warp * 32
+        row = warp * RPW + lane // LPR  # this lane's row in the CTA, [0, R)
+        col = lane - (lane // LPR) * LPR  # its place in the row: vectors col, col + LPR, ...
+
+        scale2 = float32(scale * LOG2E)
+        q = cuda.local.array(HS, float32)  # [HPC, SLOT]: q * scale * log2(e)
+        acc = cuda.local.array(HS, float32)  # [HPC, SLOT]: sum_t p_t v_t
+        m = cuda.local.array(HPC, float32)  # running max (same in every lane of a row)
+        lsum = cuda.local.array(HPC, float32)  # running sum of exp(score - m)
+        dots = cuda.local.array(NP, float32)  # this lane's partial dot products, padded
+        s = cuda.local.array(NP, float32)  # [TPR, HPC] scores of this step (then p)
+        kv = cuda.local.array(SLOT, float32)  # one unpacked K or V row slice
+        k_a = cuda.local.array(BUF, RAW_T)  # raw K/V of even steps ...
+        v_a = cuda.local.array(BUF, RAW_T)
+        k_b = cuda.local.array(BUF, RAW_T)  # ... and of odd steps
+        v_b = cuda.local.array(BUF, RAW_T)
+        blk = cuda.local.array(TPR, int32)  # table entries two steps ahead
+        off = cuda.local.array(TPR, int32)
+        ok = cuda.local.array(TPR, int32)
+
+        for h in range(HPC):
+            head = head0 + min(h, heads - 1)  # padded heads compute a copy, never written
+            for i in range(SLOT):
+                d = (col + (i // VEC) * LPR) * VEC + i % VEC
+                q[h * SLOT + i] = float32(query[seq, head, d]) * scale2 if d < D else float32(0)
+                acc[h * SLOT + i] = float32(0)
+            m[h] = -math.inf
+            lsum[h] = float32(0)
 
         length = context_lens[seq]
         kept = 0
@@ -105,83 +274,61 @@ def make_decode_kernel(load_k, load_v, head_dim: int, group_size: int,
             start = max(length - window, kept)
         lo = part * partition_size
         hi = min(lo + partition_size, kept + length - start)
-        head0 = kv_head * G
+        per_step = R * TPR
+        steps = (max(hi - lo, 0) + per_step - 1) // per_step  # the same in every lane
 
-        for i in range(tid, GD, NT):
+        # prologue: step 0's K/V in flight, step 1's table entries read
+        for t in range(TPR):
+            b0, o0, v0 = locate(lo + t * R + row, hi, kept, start, seq, block_tables)
+            fetch_k(k_src, seq, b0, kv_head, o0, v0, col, k_a, t * VPL * RAW_N)
+            fetch_v(v_src, seq, b0, kv_head, o0, v0, col, v_a, t * VPL * RAW_N)
+            blk[t], off[t], ok[t] = locate(lo + per_step + t * R + row, hi, kept, start, seq,
+                                           block_tables)
+        for step in range(steps):  # ping-pong: A and B swap roles, no register copies
+            base = lo + step * per_step
+            if step % 2 == 0:
+                issue(k_src, v_src, seq, kv_head, col, row, blk, off, ok, k_b, v_b,
+                      base + 2 * per_step, hi, kept, start, block_tables)
+                attend(k_a, v_a, q, acc, m, lsum, dots, s, kv, lane, base + row, hi)
+            else:
+                issue(k_src, v_src, seq, kv_head, col, row, blk, off, ok, k_a, v_a,
+                      base + 2 * per_step, hi, kept, start, block_tables)
+                attend(k_b, v_b, q, acc, m, lsum, dots, s, kv, lane, base + row, hi)
+
+        # merge the rows' softmax states once, through shared memory
+        acc_s = cuda.shared.array((R, HPC, DV), float32)
+        m_s = cuda.shared.array((R, HPC), float32)  # row maxima, then the rows' weights
+        l_s = cuda.shared.array((R, HPC), float32)
+        total_s = cuda.shared.array(HPC, float32)
+        for h in range(HPC):
+            for i in range(SLOT):
+                c = col + (i // VEC) * LPR
+                if c < NVEC:
+                    acc_s[row, h, c * VEC + i % VEC] = acc[h * SLOT + i]
+            if col == 0:
+                m_s[row, h] = m[h]
+                l_s[row, h] = lsum[h]
+        cuda.syncthreads()  # every row's state is in shared memory
+        for h in range(tid, heads, NT):  # one thread per head, whatever the group size
+            top = float32(-math.inf)
+            for r in range(R):
+                if l_s[r, h] > 0:
+                    top = max(top, m_s[r, h])
+            total = float32(0)
+            for r in range(R):
+                weight = math.exp2(m_s[r, h] - top) if l_s[r, h] > 0 else float32(0)
+                total += weight * l_s[r, h]
+                m_s[r, h] = weight
+            total_s[h] = total
+            max_logits[seq, head0 + h, part] = top / LOG2E  # natural units for merge.py
+            exp_sums[seq, head0 + h, part] = total
+        cuda.syncthreads()  # the rows' weights and each head's total are ready
+        for i in range(tid, heads * D, NT):  # every (head, d), whatever the thread count
             h = i // D
-            q_s[h, i - h * D] = float32(query[seq, head0 + h, i - h * D]) * scale
-        if tid < G:
-            m_s[tid] = -math.inf
-            l_s[tid] = float32(0)
-        for k in range(ACC):
-            acc[k] = float32(0)
-        cuda.syncthreads()  # q_s, m_s, l_s initialised before any tile uses them
-
-        for base in range(lo, hi, T):
-            count = min(T, hi - base)
-            if tid < count:
-                j = base + tid
-                pos = j if j < kept else start + (j - kept)
-                logical = pos // block_size
-                blk_s[tid] = block_tables[seq, logical]
-                off_s[tid] = pos - logical * block_size
-            # blk_s/off_s are visible; the previous tile's readers of v_s, p_s, a_s are done
-            cuda.syncthreads()
-            for i in range(tid, count * D, NT):
-                t = i // D
-                d = i - t * D
-                k_s[t, d] = load_k(k_src, blk_s[t], kv_head, off_s[t], d)
-                v_s[t, d] = load_v(v_src, blk_s[t], kv_head, off_s[t], d)
-            cuda.syncthreads()  # the K/V tile is in shared memory before scores read it
-            for i in range(tid, (G // HPT) * count, NT):
-                h0 = (i // count) * HPT
-                t = i - (i // count) * count
-                for r in range(HPT):
-                    dots[r] = float32(0)
-                for d in range(D):
-                    key = k_s[t, d]  # one shared load, reused by HPT heads
-                    for r in range(HPT):
-                        dots[r] += q_s[h0 + r, d] * key
-                for r in range(HPT):
-                    p_s[h0 + r, t] = dots[r]
-            cuda.syncthreads()  # all G x count scores are written before the softmax
-            if tid < G:
-                m_old = m_s[tid]
-                m_new = m_old
-                for t in range(count):
-                    m_new = max(m_new, p_s[tid, t])
-                total = float32(0)
-                for t in range(count):
-                    e = math.exp(p_s[tid, t] - m_new)
-                    p_s[tid, t] = e
-                    total += e
-                alpha = math.exp(m_old - m_new)
-                a_s[tid] = alpha
-                l_s[tid] = l_s[tid] * alpha + total
-                m_s[tid] = m_new
-            cuda.syncthreads()  # probabilities and alpha are visible before accumulation
-            for j in range(DPT):
-                d = tid + j * NT
-                if d < D:
-                    for h in range(G):
-                        acc[h * DPT + j] *= a_s[h]
-                    for t in range(count):
-                        v = v_s[t, d]  # one shared load, reused by the G heads
-                        for h in range(G):
-                            acc[h * DPT + j] += p_s[h, t] * v
-
-        # No barrier needed: l_s and m_s were last written before a barrier above.
-        for j in range(DPT):
-            d = tid + j * NT
-            if d < D:
-                for h in range(G):
-                    total = l_s[h]
-                    value = float32(0)
-                    if total > 0:
-                        value = acc[h * DPT + j] / total
-                    out[seq, head0 + h, part, d] = value
-        if tid < G:
-            max_logits[seq, head0 + tid, part] = m_s[tid]
-            exp_sums[seq, head0 + tid, part] = l_s[tid]
+            d = i - h * D
+            num = float32(0)
+            for r in range(R):
+                num += m_s[r, h] * acc_s[r, h, d]
+            out[seq, head0 + h, part, d] = num / total_s[h] if total_s[h] > 0 else float32(0)
 
     return paged_decode

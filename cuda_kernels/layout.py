@@ -8,8 +8,11 @@ view `kv_pool[:, layer]` has the same inner layout with a larger outer stride; e
 launcher accepts it in place. Within a (block, head), the block_size x head_dim
 elements are contiguous: consecutive threads reading consecutive `d` coalesce.
 
-`load_k` / `load_v` are the address functions handed to the decode-kernel factory
-(see `decode.make_decode_kernel`); other layouts (issue 7) supply their own pair.
+A layout is just its loaders (`Loaders`), handed to the decode-kernel factory
+(`decode.make_decode_kernel`); other layouts (issue 7, the 3.7 labs) supply their own.
+`BLOCK_MAJOR` gives the vector contract (one row index per token, 16-byte loads) and
+names `BLOCK_MAJOR_SCALAR` (one float32 per element) as the fallback the launcher uses
+when head_dim is not a multiple of the vector width or the cache is not 16-byte aligned.
 """
 
 from __future__ import annotations
@@ -17,9 +20,28 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, int32
 
 from . import _checks as ck
+from .primitives import itemsize
+
+
+@cuda.jit(device=True)
+def k_row(cache, seq, block, kv_head, offset):
+    """Element index of cache[block, 0, kv_head, offset, 0] from the data pointer: a
+    64-bit block term plus one 32-bit in-block offset per token."""
+    item = itemsize(cache)  # a constant: the divisions are shifts, hoisted out of loops
+    inner = int32(kv_head * (cache.strides[2] // item) + offset * (cache.strides[3] // item))
+    return block * (cache.strides[0] // item) + inner
+
+
+@cuda.jit(device=True)
+def v_row(cache, seq, block, kv_head, offset):
+    """Element index of cache[block, 1, kv_head, offset, 0]."""
+    item = itemsize(cache)
+    inner = int32(cache.strides[1] // item + kv_head * (cache.strides[2] // item)
+                  + offset * (cache.strides[3] // item))
+    return block * (cache.strides[0] // item) + inner
 
 
 @cuda.jit(device=True)
@@ -33,13 +55,22 @@ def load_v(cache, block, kv_head, offset, d):
 
 
 class Loaders(NamedTuple):
-    """How a decode kernel reads K and V. `name` keys the compiled-kernel cache."""
+    """How a decode kernel reads K and V (contracts: `decode.make_decode_kernel`).
+
+    name keys the compiled-kernel cache. vector=False: load_k(src, block, kv_head,
+    offset, d) -> float32. vector=True: load_k(src, seq, block, kv_head, offset) -> the
+    element index of the token's row start, rows contiguous in d. fallback: the scalar
+    Loaders to use when 16-byte loads are impossible (else the launcher refuses)."""
     name: str
     load_k: Callable
     load_v: Callable
+    vector: bool = False
+    fallback: "Loaders | None" = None
 
 
-BLOCK_MAJOR = Loaders("kv_cache[N,2,H,B,D]", load_k, load_v)
+BLOCK_MAJOR_SCALAR = Loaders("kv_cache[N,2,H,B,D] scalar", load_k, load_v)
+BLOCK_MAJOR = Loaders("kv_cache[N,2,H,B,D]", k_row, v_row, vector=True,
+                      fallback=BLOCK_MAJOR_SCALAR)
 
 
 def check_kv_cache(name: str, kv_cache) -> tuple[int, int, int, int]:

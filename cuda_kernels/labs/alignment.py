@@ -9,7 +9,7 @@ the unchanged kernel (`cuda_kernels.paged_attention`) runs on it.
 
 A 4-byte offset is legal for float32 and float16 scalar loads (the kernel's), but it
 would fault a 16-byte vector load: vectorised kernels cannot even run misaligned.
-`sectors.alignment_table` gives the theory; `benchmarks/gpu_labs.py` measures.
+`pagedsim.labs.sectors.alignment_table` gives the theory; `benchmarks/gpu_labs.py` measures.
 
 Reference: CUDA C++ Best Practices Guide, "Misaligned Accesses" (about 10% lower
 bandwidth for an offset copy on their GPU).

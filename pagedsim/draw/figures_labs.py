@@ -3,7 +3,7 @@
     race_timeline     one bad interleaving of the racy pop (threads as lanes), next to the
                       same start under compare-and-swap (`pagedsim.interleavings`)
     layout_sectors    which bytes one warp's load touches in each KV layout, and how many
-                      32-byte sectors that costs (`cuda_kernels.labs.sectors`)
+                      32-byte sectors that costs (`pagedsim.labs.sectors`)
     alignment_sectors the same count for block starts 0..128 bytes off a 128-byte boundary
 
 All three are computed from index arithmetic or exhaustive enumeration: no GPU, no timing.
@@ -80,7 +80,7 @@ def race_timeline(out_dir: Path) -> list[Path]:
 def _sector_strip(ax, w, title: str) -> None:
     """Each lane's bytes as a bar over the 32-byte sector grid, untouched 128-B lines cut out."""
     import numpy as np
-    from cuda_kernels.labs import sectors as sc
+    from pagedsim.labs import sectors as sc
 
     lines = np.unique(np.concatenate([np.arange(a // sc.LINE, (a + w.nbytes - 1) // sc.LINE + 1)
                                       for a in w.addresses]))
@@ -108,7 +108,7 @@ def _sector_strip(ax, w, title: str) -> None:
 
 def layout_sectors(out_dir: Path) -> list[Path]:
     """One warp's K load per layout and thread mapping: bytes per lane over the sector grid."""
-    from cuda_kernels.labs import sectors as sc
+    from pagedsim.labs import sectors as sc
 
     g = sc.Geometry()
     fig = new_figure(12, 10)
@@ -130,7 +130,7 @@ def layout_sectors(out_dir: Path) -> list[Path]:
 
 def alignment_sectors(out_dir: Path) -> list[Path]:
     """Sectors and lines one warp's 128-byte load touches at each offset, and the predicted extra."""
-    from cuda_kernels.labs import sectors as sc
+    from pagedsim.labs import sectors as sc
 
     offsets = (0, 4, 16, 64, 128)
     fig = new_figure(11, 5.0)

@@ -69,3 +69,14 @@ def test_the_gpu_benchmarks_dry_run_checks_every_kernel_and_reports_no_timing(tm
     assert report["backend"] == "simulator" and not report["timings_valid"]
     assert len(report["correctness"]) == 16 and all(report["correctness"].values())
     assert report["cases"] and all(case["median_ms"] is None for case in report["cases"])
+
+
+def test_the_simulator_stand_ins_are_installed_only_on_the_simulator_backend():
+    probe = ("import sys, cuda_kernels.primitives; "
+             "print('cuda_kernels._simulator' in sys.modules, 'cuda_kernels._intrinsics' in sys.modules)")
+    simulated = run(probe, PAGEDSIM_CUDA="simulator")
+    assert simulated.returncode == 0, simulated.stderr
+    assert simulated.stdout.split() == ["True", "False"]
+    real = run(probe, PAGEDSIM_CUDA="gpu")  # compiling needs no GPU; the stand-ins stay out
+    assert real.returncode == 0, real.stderr
+    assert real.stdout.split() == ["False", "True"]

@@ -112,3 +112,75 @@ def test_kernels_use_a_per_layer_view_of_the_whole_model_pool_in_place():
         out = ck.paged_attention(query, view, tables, np.array([13], np.int32))
         want_out = reference.paged_attention(query, want[:, layer], tables, [13])
         assert rel_err(out, want_out) < 1e-5
+
+
+def random_bits(rng, shape, dtype):
+    """Arbitrary bit patterns (NaN payloads, infinities, subnormals): a copy must keep every bit."""
+    raw = rng.integers(0, 256, int(np.prod(shape)) * np.dtype(dtype).itemsize, dtype=np.uint8)
+    return raw.view(dtype).reshape(shape)
+
+
+def poisoned_pool(rng, shape, dtype, blocks):
+    """A cache of random bits with `blocks` (the destinations) filled with NaN first."""
+    cache = random_bits(rng, shape, dtype)
+    cache[list(blocks)] = np.nan
+    return cache
+
+
+@settings(max_examples=8, deadline=None)
+@given(fp16=st.booleans(), heads=st.integers(1, 3), block_size=st.sampled_from([1, 4, 16]),
+       head_dim=st.sampled_from([3, 8, 24, 64]), seed=st.integers(0, 2**31))
+def test_copy_blocks_is_bit_exact_on_the_vector_and_the_scalar_path(fp16, heads, block_size, head_dim,
+                                                                   seed):
+    from numba import cuda
+    from cuda_kernels.block_copy import vector_chunks
+    rng = np.random.default_rng(seed)
+    dtype = np.float16 if fp16 else np.float32
+    pairs = [(0, 5), (2, 3), (4, 1)]
+    cache = poisoned_pool(rng, (6, 2, heads, block_size, head_dim), dtype, [5, 3, 1])
+    want = cache.copy()
+    for src, dst in pairs:
+        want[dst] = want[src]
+    dev = cuda.to_device(cache)
+    block_bytes = 2 * heads * block_size * head_dim * np.dtype(dtype).itemsize
+    assert (vector_chunks(dev, dev) > 0) == (block_bytes % 16 == 0)  # which path runs
+    ck.copy_blocks(dev, pairs)
+    assert dev.copy_to_host().tobytes() == want.tobytes()
+
+
+def test_the_vector_copy_falls_back_to_scalar_for_a_pool_not_16_byte_aligned():
+    from cuda_kernels.block_copy import vector_chunks
+    raw = np.zeros(2 * 2 * 1 * 4 * 8 * 4 + 32, np.uint8)
+    skip = (4 - raw.ctypes.data) % 16
+    misaligned = raw[skip:skip + 512].view(np.float32).reshape(2, 2, 1, 4, 8)
+    assert misaligned.ctypes.data % 16 == 4  # 4 bytes past a 16-byte boundary
+    aligned = np.zeros((2, 2, 1, 4, 8), np.float32)
+    assert vector_chunks(aligned, aligned) == 2 * 4 * 8 * 4 // 16
+    assert vector_chunks(misaligned, aligned) == 0 and vector_chunks(aligned, misaligned) == 0
+    want = misaligned.copy()
+    want[1] = want[0]
+    ck.copy_blocks(misaligned, [(0, 1)])  # the scalar path still copies
+    assert misaligned.tobytes() == want.tobytes()
+
+
+@settings(max_examples=8, deadline=None)
+@given(fp16=st.booleans(), heads=st.integers(1, 3), head_dim=st.sampled_from([3, 8, 16, 40]),
+       tokens=st.integers(1, 5), seed=st.integers(0, 2**31))
+def test_write_kv_is_bit_exact_on_the_vector_and_the_scalar_path(fp16, heads, head_dim, tokens, seed):
+    from cuda_kernels.write_kv import use_vector_path
+    rng = np.random.default_rng(seed)
+    dtype = np.float16 if fp16 else np.float32
+    block_size, num_blocks = 4, 3
+    slots = rng.choice(num_blocks * block_size, tokens, replace=False)
+    slots[rng.random(tokens) < 0.2] = -1  # padding tokens write nothing
+    cache = np.full((num_blocks, 2, heads, block_size, head_dim), np.nan, dtype)
+    key = random_bits(rng, (tokens, heads, head_dim), dtype)
+    value = random_bits(rng, (tokens, heads, head_dim), dtype)
+    want = cache.copy()
+    for t, slot in enumerate(slots):
+        if slot >= 0:
+            want[slot // block_size, 0, :, slot % block_size] = key[t]
+            want[slot // block_size, 1, :, slot % block_size] = value[t]
+    assert use_vector_path(cache, key, value) == (head_dim * np.dtype(dtype).itemsize % 16 == 0)
+    ck.write_kv(cache, key, value, slots)
+    assert cache.tobytes() == want.tobytes()

@@ -1,5 +1,5 @@
 """The real-GPU gate without a GPU: every kernel compiles to PTX for sm_80 and sm_90,
-and ptxas reports no register spills."""
+ptxas reports no register spills, and the PTX/SASS figures are read correctly."""
 
 import json
 import os
@@ -7,13 +7,94 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cuda_kernels.attention import shared_bytes
+from cuda_kernels import disasm
 from cuda_kernels.report import find_ptxas, kernel_specs, parse_ptxas
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.ptx
+
+
+PTX = """
+\tld.global.u32 \t%r1, [%rd1];
+@%p1 ld.global.nc.v4.u32 \t{%r2, %r3, %r4, %r5}, [%rd2];
+\tld.global.u16 \t%rs1, [%rd3];
+\tld.shared.v4.f32 \t{%f1, %f2, %f3, %f4}, [%rd4];
+\tshfl.sync.bfly.b32 \t%r6|%p2, %r5, 16, 31, -1;
+\tshfl.sync.bfly.b32 \t%r7|%p3, %r6, 8, 31, -1;
+\tbar.sync \t0;
+"""
+
+# A tile loop (.L_x_1, closed at 0x0090) holding a 32-bit table read and two 128-bit K/V
+# loads, around an inner loop (.L_x_2) with one more 128-bit load; a forward branch; EXIT.
+SASS = """
+        /*0000*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
+.L_x_1:
+        /*0010*/                   LDG.E R8, desc[UR4][R6.64] ;
+        /*0020*/                   LDG.E.128.CONSTANT R12, desc[UR4][R10.64] ;
+.L_x_2:
+        /*0030*/                   LDG.E.128 R16, desc[UR4][R10.64+0x10] ;
+        /*0040*/                   FFMA R20, R16, R17, R20 ;
+        /*0050*/               @P0 BRA `(.L_x_2) ;
+        /*0060*/                   NOP ;
+        /*0070*/                   SHFL.BFLY PT, R21, R20, 0x10, 0x1f ;
+        /*0080*/              @!P1 BRA `(.L_x_3) ;
+        /*0090*/               @P2 BRA `(.L_x_1) ;
+.L_x_3:
+        /*00a0*/                   EXIT ;
+"""
+
+
+def test_ptx_figures_are_the_widest_global_load_and_the_shuffle_and_barrier_counts():
+    assert disasm.ptx_stats(PTX) == {"global_load_bits": 128, "shuffles": 2, "barriers": 1}
+    scalar = "\tld.global.u16 \t%rs1, [%rd3];\n\tld.global.s32 \t%r1, [%rd1];\n\tbar.sync \t0;\n"
+    assert disasm.ptx_stats(scalar) == {"global_load_bits": 32, "shuffles": 0, "barriers": 1}
+    assert disasm.ptx_stats("\tcp.async.cg.shared.global [%r1], [%rd1], 16;\n")["global_load_bits"] == 128
+
+
+def test_sass_branches_resolve_labels_and_backward_ones_close_loops():
+    ins = disasm.parse_sass(SASS)
+    assert [i.addr for i in ins] == list(range(0, 0xb0, 0x10))
+    assert [i.load_bits for i in ins[:4]] == [128, 32, 128, 128]
+    assert ins[5].target == 0x30 and ins[8].target == 0xa0
+    assert disasm.loops(ins) == [(1, 9), (3, 5)]  # (first, last) instruction indices
+
+
+def test_the_steady_loop_is_the_one_holding_the_most_kv_loads_and_counts_per_byte():
+    ins = disasm.parse_sass(SASS)
+    # the tile loop holds 2 of the 128-bit loads (the one before it is outside any loop);
+    # 9 instructions less the NOP, over 2 loads x 32 lanes x 16 bytes
+    assert disasm.steady_loop(ins) == {"loop_sass": 8, "loop_kv_loads": 2, "loop_kv_bits": 128,
+                                       "loop_inner_loops": 1, "sass_per_kv_byte": round(8 / 1024, 4)}
+    # told K/V are 32-bit, the table read is the only K/V load, still in the tile loop
+    assert disasm.steady_loop(ins, kv_bits=32)["loop_kv_loads"] == 1
+    # a scalar fp16 kernel: 16-bit loads beat the 32-bit table read as K/V
+    half = SASS.replace("LDG.E.128", "LDG.E.U16")
+    assert disasm.steady_loop(disasm.parse_sass(half))["loop_kv_bits"] == 16
+    assert disasm.steady_loop(disasm.parse_sass("/*0000*/ EXIT ;"))["loop_sass"] is None
+
+
+def test_cuobjdump_listings_with_hex_branch_targets_parse_the_same():
+    hexed = SASS.replace("`(.L_x_2)", "0x30").replace("`(.L_x_1)", "0x10").replace("`(.L_x_3)", "0xa0")
+    hexed = "\n".join(l for l in hexed.splitlines() if not l.startswith(".L"))
+    assert disasm.loops(disasm.parse_sass(hexed)) == [(1, 9), (3, 5)]
+
+
+@pytest.mark.parametrize("arch, regs, smem, threads, ctas, limit", [
+    ("sm_90", 40, 38368, 128, 5, "shared"),  # (38368 + 1024 reserved) -> 228 KiB / 39424 = 5
+    ("sm_80", 40, 38368, 128, 4, "shared"),  # 164 KiB / 39424 = 4
+    ("sm_90", 128, 0, 256, 2, "registers"),  # 128 x 32 per warp, 8 warps: 65536 / 32768 = 2
+    ("sm_90", 33, 0, 128, 12, "registers"),  # 33 -> 40 per thread: 51 warps -> 12 CTAs of 4
+    ("sm_90", 16, 0, 32, 32, "ctas"),
+    ("sm_80", 16, 0, 1024, 2, "warps"),
+])
+def test_occupancy_is_the_tightest_of_warps_ctas_registers_and_shared_memory(arch, regs, smem, threads,
+                                                                               ctas, limit):
+    got = disasm.occupancy(arch, regs, smem, threads)
+    assert got == {"ctas_per_sm": ctas, "warps_per_sm": ctas * -(-threads // 32), "limited_by": limit}
 
 
 def test_ptxas_output_over_several_functions_takes_the_max_registers_and_sums_spills():
@@ -36,13 +117,13 @@ def test_ptxas_output_is_parsed_into_registers_shared_stack_and_spills():
 
 
 @pytest.mark.skipif(find_ptxas() is None, reason="needs the ptx extra (nvidia-cuda-nvcc)")
-def test_every_kernel_compiles_for_sm80_and_sm90_without_spilling():
+def test_every_kernel_compiles_for_sm80_and_sm90_without_spilling(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    done = subprocess.run([sys.executable, "-m", "cuda_kernels.report", "--json"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-m", "cuda_kernels.report", "--json", "--ptx-dir",
+                           str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
-    names = {name for name, _, _ in kernel_specs()}
+    names = {spec[0] for spec in kernel_specs()}
     # the chapter 3.7 labs' allocators and every layout variant are in the gate too
     assert {"alloc.alloc_cas", "alloc.free_blocks", "alloc.block_scan"} <= names
     assert {n.split("[")[0] for n in names} >= {f"labs.decode_{x}" for x in ("fused", "split", "nhd", "vllm")}
@@ -54,4 +135,11 @@ def test_every_kernel_compiles_for_sm80_and_sm90_without_spilling():
     decode = [r for r in rows if r["kernel"].startswith("paged_decode")]
     assert all(0 < r["shared_bytes"] <= 48 * 1024 for r in decode)  # static shared limit
     g8 = next(r for r in decode if r["kernel"] == "paged_decode[float16,G=8,D=128]")
-    assert g8["shared_bytes"] == shared_bytes(128, 8, 32)  # the launcher's estimate is exact
+    assert g8["shared_bytes"] == shared_bytes(128, 8, np.float16, 4)  # the launcher's estimate is exact
+    # every row carries the PTX/SASS figures, and every kernel's PTX was written for checking
+    assert all(r["global_load_bits"] >= 8 and r["ctas_per_sm"] >= 1 for r in rows)
+    assert all(r["loop_sass"] is None or r["sass_per_kv_byte"] > 0 for r in decode)
+    assert all(r["loop_sass"] for r in decode)  # a decode kernel always has a K/V loop
+    assert len(list(tmp_path.glob("*.ptx"))) == len(rows)
+    written = (tmp_path / "paged_decode_float16_G_8_D_128_sm_90.ptx").read_text()
+    assert disasm.ptx_stats(written)["barriers"] == g8["barriers"]

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import cuda_kernels as ck
 from cuda_kernels import layout_demo, reference
-from cuda_kernels.attention import DEFAULT_PARTITION, choose_mode
+from cuda_kernels.attention import choose_partition
 
 
 def scattered_case(rng, lens, block_size, num_kv_heads, group, head_dim, dtype=np.float32):
@@ -21,7 +21,7 @@ def scattered_case(rng, lens, block_size, num_kv_heads, group, head_dim, dtype=n
     return query, cache, tables, np.asarray(lens, np.int32)
 
 
-@settings(max_examples=12)
+@settings(max_examples=8)
 @given(lens=st.lists(st.integers(1, 40), min_size=1, max_size=2), partition=st.integers(1, 24),
        seed=st.integers(0, 2**31))
 def test_split_k_equals_single_pass_to_float32_rounding_for_any_partition_size(lens, partition, seed):
@@ -57,8 +57,29 @@ def test_every_gqa_group_size_reads_the_shared_kv_head(group):
     assert rel_err(ck.paged_attention(*case), reference.paged_attention(*case)) < 1e-5
 
 
-@pytest.mark.parametrize("head_dim,dtype", [(80, np.float32), (96, np.float16), (128, np.float16)])
+@pytest.mark.parametrize("group,head_dim,dtype,lens,split", [
+    (17, 8, np.float32, [13, 5], 8), (17, 64, np.float16, [9], 6), (32, 8, np.float16, [7], None),
+    (64, 16, np.float32, [6], None), (71, 8, np.float32, [7], 4)])
+def test_multi_query_groups_larger_than_a_cta_initialise_and_write_every_head(
+        group, head_dim, dtype, lens, split):
+    """One KV head, up to Falcon's 71 query heads: more heads than the simulator's 32
+    threads and than one CTA holds, so the group is split into chunks across the grid."""
+    from cuda_kernels.decode import geometry
+    assert geometry(head_dim, group, dtype, 1)["chunks"] > 1
+    rng = np.random.default_rng(group)
+    case = scattered_case(rng, lens, 4, 1, group, head_dim, dtype)
+    tol = 2e-3 if dtype == np.float16 else 1e-5
+    want = reference.paged_attention(*case)
+    assert rel_err(ck.paged_attention(*case, mode="single"), want) < tol
+    if split:
+        assert rel_err(ck.paged_attention(*case, mode="split", partition_size=split), want) < tol
+
+
+@pytest.mark.parametrize("head_dim,dtype", [(80, np.float32), (96, np.float16), (128, np.float16),
+                                            (64, np.float16), (72, np.float16),
+                                            (36, np.float16), (6, np.float32)])
 def test_head_dims_that_are_not_powers_of_two_work(head_dim, dtype):
+    """36 (fp16) and 6 (fp32) are not whole 16-byte vectors: the scalar loaders run."""
     rng = np.random.default_rng(head_dim)
     case = scattered_case(rng, [9], 8, 1, 2, head_dim, dtype)
     tol = 2e-3 if dtype == np.float16 else 1e-5
@@ -82,11 +103,22 @@ def test_device_inputs_give_a_device_output():
     assert rel_err(out.copy_to_host(), reference.paged_attention(query, cache, tables, lens)) < 1e-5
 
 
-def test_auto_mode_splits_only_long_contexts_on_a_grid_too_small_for_the_gpu():
-    long = 2 * DEFAULT_PARTITION
-    assert choose_mode(4, 8, long, DEFAULT_PARTITION, 132) == "split"
-    assert choose_mode(4, 8, long - 1, DEFAULT_PARTITION, 132) == "single"  # one partition
-    assert choose_mode(64, 8, 8 * long, DEFAULT_PARTITION, 132) == "single"  # grid fills the GPU
+def test_one_long_sequence_in_a_full_batch_is_split_and_short_ones_are_not():
+    """64 sequences x 8 KV heads already fill 132 SMs x 2 CTAs, but one 32K sequence
+    would walk 32K tokens in 8 serial CTAs: the rule splits it to the even share."""
+    lens = [1024] * 63 + [32768]
+    part = choose_partition(lens, 8, 264)
+    assert 1024 <= part < 32768 and part % 64 == 0
+    assert part == -(-(63 * 1024 + 32768) * 8 // 264 // 64) * 64  # the work spread evenly
+    assert choose_partition([1024] * 64, 8, 264) >= 1024  # all short: one pass each
+
+
+def test_a_small_batch_is_split_to_fill_the_slots_but_never_below_the_minimum():
+    assert choose_partition([4096], 8, 264) == 256  # 32K token-heads / 264 slots < 256
+    assert choose_partition([100_000], 1, 4) == 8192  # capped: no pass longer than MAX_PASS
+    assert choose_partition([16384] * 4, 8, 264) == 2048  # 4 x 8 x 16K / 264 -> 1986 -> 2048
+    with pytest.raises(ValueError):
+        choose_partition([10], 0, 264)
 
 
 def test_the_factory_builds_a_kernel_for_split_token_major_pools():
@@ -101,6 +133,43 @@ def test_the_factory_builds_a_kernel_for_split_token_major_pools():
     assert rel_err(out, reference.paged_attention(query, cache, tables, lens)) < 1e-5
 
 
+@settings(max_examples=100)
+@given(head_dim=st.integers(1, 512), group=st.integers(1, 128), fp16=st.booleans(),
+       warps=st.sampled_from([1, 2, 4, 8]))
+def test_the_thread_mapping_covers_head_dim_and_every_head_within_the_budgets(
+        head_dim, group, fp16, warps):
+    from cuda_kernels.attention import SHARED_LIMIT, shared_bytes
+    from cuda_kernels.decode import ACC_BUDGET, geometry
+    dtype = np.float16 if fp16 else np.float32
+    g = geometry(head_dim, group, dtype, warps)
+    assert g["vec"] * 2 ** (not fp16) == 8 and g["lpr"] & (g["lpr"] - 1) == 0 and g["lpr"] <= 32
+    assert g["lpr"] * g["vpl"] * g["vec"] >= head_dim > (g["nvec"] - 1) * g["vec"]
+    assert g["rows"] * g["lpr"] == 32 * warps
+    assert g["hpc"] * g["chunks"] >= group > g["hpc"] * (g["chunks"] - 1)  # balanced chunks
+    assert g["hpc"] * g["vpl"] * g["vec"] <= max(ACC_BUDGET, g["vpl"] * g["vec"])
+    assert shared_bytes(head_dim, group, dtype, warps) <= SHARED_LIMIT
+
+
+def test_a_cache_off_a_16_byte_boundary_falls_back_to_scalar_loads_and_stays_right():
+    from numba import cuda
+
+    from cuda_kernels.attention import usable_loaders
+    from cuda_kernels.layout import BLOCK_MAJOR, BLOCK_MAJOR_SCALAR, Loaders
+    rng = np.random.default_rng(5)
+    query, cache, tables, lens = scattered_case(rng, [10], 4, 1, 2, 16, np.float16)
+    flat = cuda.to_device(np.zeros(cache.size + 8, np.float16))
+    shifted = flat[1:1 + cache.size].reshape(cache.shape)  # 2 bytes past a 16-byte boundary
+    shifted.copy_to_device(cache)
+    assert usable_loaders(BLOCK_MAJOR, shifted, shifted, 16) is BLOCK_MAJOR_SCALAR
+    aligned = cuda.to_device(cache)
+    assert usable_loaders(BLOCK_MAJOR, aligned, aligned, 16) is BLOCK_MAJOR
+    want = reference.paged_attention(query, cache, tables, lens)
+    assert rel_err(ck.paged_attention(query, shifted, tables, lens), want) < 2e-3
+    no_fallback = Loaders("vector only", BLOCK_MAJOR.load_k, BLOCK_MAJOR.load_v, vector=True)
+    with pytest.raises(ValueError, match="no scalar fallback"):
+        usable_loaders(no_fallback, shifted, shifted, 16)
+
+
 def test_the_simulator_poisons_output_buffers_so_an_unwritten_element_fails():
     from cuda_kernels.attention import _empty
     assert np.isnan(_empty((2, 3, 4)).copy_to_host()).all()
@@ -109,12 +178,12 @@ def test_the_simulator_poisons_output_buffers_so_an_unwritten_element_fails():
 
 
 def test_the_gpu_launch_configuration_runs_correctly_in_the_simulator(monkeypatch):
-    """128 threads, 32-token tiles, D = 128, G = 8: the shape the GPU runs (slow here,
-    so one sequence, one KV head)."""
+    """4 warps (128 threads), D = 128: the shape the GPU runs, with eight rows' states
+    merged through shared memory (slow here: one sequence, one KV head, G = 3)."""
     from cuda_kernels import attention
-    monkeypatch.setattr(attention, "launch_config", lambda head_dim, group: (128, 32))
+    monkeypatch.setattr(attention, "launch_warps", lambda: 4)
     rng = np.random.default_rng(11)
-    case = scattered_case(rng, [45], 16, 1, 8, 128, np.float16)
+    case = scattered_case(rng, [45], 16, 1, 3, 128, np.float16)
     want = reference.paged_attention(*case)
     assert rel_err(ck.paged_attention(*case, mode="single"), want) < 2e-3
     assert rel_err(ck.paged_attention(*case, mode="split", partition_size=40), want) < 2e-3

@@ -54,7 +54,7 @@ CASES = {
     "unknown_mode": (attention(mode="fast"), r"mode must be one of"),
     "partition_of_zero": (attention(mode="split", partition_size=0), r"partition_size = 0"),
     "partition_for_single_pass": (attention(mode="single", partition_size=4), r"partition_size applies only"),
-    "scale_not_finite": (attention(scale=float("nan")), r"scale must be a finite number"),
+    "scale_not_finite": (attention(scale=float("nan")), r"scale must be a finite float32"),
     "copy_from_a_block_past_the_cache": (lambda: ck.copy_blocks(CACHE.copy(), [(0, 1), (7, 2)]),
                                          r"pairs\[1\] src = 7 is out of range"),
     "copy_to_the_same_block_twice": (lambda: ck.copy_blocks(CACHE.copy(), [(0, 2), (1, 2)]),
@@ -87,3 +87,136 @@ def test_a_rejected_write_leaves_the_cache_unchanged():
 def test_table_entries_past_the_context_are_never_validated():
     tables = np.array([[0, 1, 123456], [2, 3, -5]], np.int32)
     assert np.isfinite(ck.paged_attention(QUERY, CACHE, tables, LENS)).all()
+
+
+# ---- Fuzzing every launcher with ill-typed and out-of-range arguments -------------------
+# Each example replaces ONE argument of a valid call with a bad value. The launcher must
+# raise TypeError or ValueError (not OverflowError, not a NumPy error, never launch) and
+# leave every buffer it could write exactly as it was.
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from cuda_kernels.layout import BLOCK_MAJOR  # noqa: E402
+
+FUZZ = settings(max_examples=40, deadline=None)
+SCALAR_NOT_INT = st.one_of(st.booleans(), st.floats(allow_nan=True), st.text(max_size=3),
+                           st.just(np.float64(4.0)), st.just(np.bool_(True)), st.just(np.array(2)))
+NOT_INT = st.one_of(SCALAR_NOT_INT, st.lists(st.integers(0, 3), max_size=2))
+HUGE = st.integers(2**31, 2**70)
+NOT_AN_INT_ELEMENT = st.one_of(st.floats(allow_nan=True), st.text(max_size=2), st.booleans(),
+                               st.none(), st.integers(2**63, 2**70))
+
+
+def with_one_bad(good: list, bad):
+    """A list of ints with `bad` put in at a place drawn by the caller."""
+    return st.integers(0, len(good)).map(lambda i: good[:i] + [bad] + good[i:])
+
+
+BAD_INDEX_LIST = NOT_AN_INT_ELEMENT.flatmap(lambda bad: with_one_bad([0, 1], bad))
+BAD_INDEX_ARRAY = st.sampled_from([np.array([0.0, 1.0]), np.array([True, False]), np.array(["0", "1"]),
+                                   np.array([0, 1], np.uint8).view(np.int8)[:1].astype(np.float16)])
+BAD_SCALE = st.one_of(st.booleans(), st.text(max_size=2), st.just(float("nan")), st.just(float("inf")),
+                      st.just(-float("inf")), st.floats(3.5e38, 1e308), st.floats(-1e308, -3.5e38),
+                      st.integers(2**129, 2**300), st.just([1.0]), st.just(np.array([0.5])), st.just(1 + 2j))
+
+
+def raises_clearly_and_changes_nothing(call, *buffers):
+    before = [np.array(b, copy=True) for b in buffers]
+    try:
+        call()
+    except (TypeError, ValueError) as error:
+        assert str(error), "an error must say what is wrong"
+    else:
+        raise AssertionError("the launcher accepted a bad argument")
+    for b, was in zip(buffers, before):
+        assert np.asarray(b).tobytes() == was.tobytes(), "a refused call changed a buffer"
+
+
+@FUZZ
+@given(data=st.data())
+def test_write_kv_refuses_every_ill_typed_or_out_of_range_argument(data):
+    cache = CACHE.copy()
+    args = dict(kv_cache=cache, key=KEY, value=KEY, slot_mapping=np.array([0, 5]))
+    name, bad = data.draw(st.sampled_from([
+        ("slot_mapping", BAD_INDEX_LIST), ("slot_mapping", BAD_INDEX_ARRAY),
+        ("slot_mapping", st.one_of(SCALAR_NOT_INT, st.none())),
+        ("slot_mapping", st.lists(st.integers(16, 2**62), min_size=2, max_size=2)),
+        ("key", st.sampled_from([KEY.tolist(), KEY.astype(np.float64), KEY[0], None, 3])),
+        ("value", st.sampled_from([KEY.astype(np.float16), KEY[:, :, :4], "v"])),
+        ("kv_cache", st.sampled_from([CACHE.tolist(), CACHE.astype(np.int32), CACHE[0]]))]))
+    args[name] = data.draw(bad)
+    raises_clearly_and_changes_nothing(lambda: ck.write_kv(**args), cache)
+
+
+def pair_strategies(limit: int):
+    bad_row = NOT_AN_INT_ELEMENT.flatmap(lambda bad: st.sampled_from([(bad, 1), (0, bad)]))
+    return st.one_of(
+        bad_row.map(lambda row: [(2, 3), row]),
+        st.sampled_from([[0, 1], [(0,)], [(0, 1, 2)], [[0, 1], [2]], "01", 5, None,
+                         np.array([[0.0, 1.0]]), np.array([[True, False]]), [(0, 1.5)], [("0", "1")]]),
+        st.tuples(st.integers(limit, 2**70), st.integers(0, limit - 1)).map(lambda p: [p]),
+        st.tuples(st.integers(0, limit - 1), st.integers(-(2**70), -1)).map(lambda p: [p]))
+
+
+@FUZZ
+@given(pairs=pair_strategies(4), which=st.sampled_from(["copy", "swap_out", "swap_in"]))
+def test_copy_and_swap_refuse_ill_typed_or_out_of_range_pairs(pairs, which):
+    cache, host = CACHE.copy(), np.zeros_like(CACHE)
+    call = {"copy": lambda: ck.copy_blocks(cache, pairs),
+            "swap_out": lambda: ck.swap_out(cache, host, pairs),
+            "swap_in": lambda: ck.swap_in(host, cache, pairs)}[which]
+    raises_clearly_and_changes_nothing(call, cache, host)
+
+
+@FUZZ
+@given(host=st.sampled_from([CACHE.tolist(), CACHE.astype(np.float64), CACHE[:, :1], CACHE[0], None, 7,
+                             np.zeros((4, 2, 2, 4, 4), np.float32), np.zeros((4, 2, 2, 4, 8), np.float16)]),
+       out=st.booleans())
+def test_swap_refuses_a_host_pool_of_the_wrong_kind_or_layout(host, out):
+    cache = CACHE.copy()
+    call = (lambda: ck.swap_out(cache, host, [(0, 1)])) if out else (lambda: ck.swap_in(host, cache, [(1, 0)]))
+    buffers = (cache, host) if isinstance(host, np.ndarray) else (cache,)
+    raises_clearly_and_changes_nothing(call, *buffers)
+
+
+def attention_args(**change):
+    args = dict(query=QUERY, kv_cache=CACHE, block_tables=TABLES, context_lens=LENS)
+    args.update(change)
+    return args
+
+
+ATTENTION_BAD = [
+    ("scale", BAD_SCALE),
+    ("window", st.one_of(NOT_INT, HUGE, st.integers(-(2**40), 0))),
+    ("sinks", st.one_of(NOT_INT, HUGE, st.integers(-(2**40), -1), st.none())),
+    ("partition_size", st.one_of(NOT_INT, HUGE, st.integers(-(2**40), 0))),
+    ("block_tables", st.one_of(BAD_INDEX_LIST.map(lambda row: [row, [2, 3]]), BAD_INDEX_ARRAY)),
+    ("context_lens", st.one_of(BAD_INDEX_LIST, BAD_INDEX_ARRAY, st.just([5, 2**40]))),
+    ("query", st.sampled_from([QUERY.tolist(), QUERY.astype(np.float64), QUERY[0], None])),
+]
+
+
+@FUZZ
+@given(data=st.data())
+def test_paged_attention_refuses_every_ill_typed_or_out_of_range_argument(data):
+    name, bad = data.draw(st.sampled_from(ATTENTION_BAD))
+    value = data.draw(bad)
+    extra = {"window": 4} if name == "sinks" else {"mode": "split"} if name == "partition_size" else {}
+    cache = CACHE.copy()
+    args = attention_args(kv_cache=cache, **extra, **{name: value})
+    raises_clearly_and_changes_nothing(lambda: ck.paged_attention(**args), cache)
+
+
+@FUZZ
+@given(data=st.data())
+def test_decode_with_refuses_every_ill_typed_or_out_of_range_argument(data):
+    name, bad = data.draw(st.sampled_from(ATTENTION_BAD))
+    value = data.draw(bad)
+    cache = CACHE.copy()
+    args = attention_args(**{name: value})
+    extra = {"window": 4} if name == "sinks" else {"mode": "split"} if name == "partition_size" else {}
+    kw = {k: args[k] for k in ("scale", "window", "sinks", "partition_size") if k in args}
+    raises_clearly_and_changes_nothing(lambda: ck.decode_with(
+        BLOCK_MAJOR, cache, cache, args["query"], args["block_tables"], args["context_lens"],
+        num_blocks=4, num_kv_heads=2, block_size=4, head_dim=8, **extra, **kw), cache)

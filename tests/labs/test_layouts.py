@@ -81,3 +81,14 @@ def test_layout_arguments_are_checked_before_launch():
     k_src, v_src = layouts.convert("split", cache)
     with pytest.raises(ValueError, match="dtypes differ"):
         layouts.decode("split", q, k_src, v_src.astype(np.float16), tables, lens)
+
+
+def test_split_and_nhd_use_the_same_16_byte_loads_as_fused_and_vllm_stays_scalar():
+    from cuda_kernels.attention import usable_loaders
+    cache = np.zeros((2, 2, 1, 4, 8), np.float16)  # head_dim 8: one 16-byte vector per row
+    for name, vector in (("fused", True), ("split", True), ("nhd", True), ("vllm", False)):
+        k_src, v_src = layouts.convert(name, cache)
+        assert usable_loaders(layouts.LOADERS[name], k_src, v_src, 8).vector is vector, name
+    odd = np.zeros((2, 2, 1, 4, 12), np.float16)  # 24-byte rows: the scalar fallback
+    k_src, v_src = layouts.convert("split", odd)
+    assert not usable_loaders(layouts.LOADERS["split"], k_src, v_src, 12).vector

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cuda_kernels.labs import sectors as sc
+from pagedsim.labs import sectors as sc
 
 pytestmark = pytest.mark.ch3_7
 
@@ -69,3 +69,25 @@ def test_model_rejects_unknown_names():
         sc.warp_load("fused", "rows")
     with pytest.raises(ValueError, match="which"):
         sc.warp_load("fused", "kernel", "q")
+
+
+def test_the_sector_model_and_its_figure_load_no_numba(tmp_path):
+    import subprocess
+    import sys
+    code = ("import sys; import pagedsim.labs.sectors; from pagedsim.draw import figures_labs; "
+            f"figures_labs.layout_sectors({str(tmp_path)!r}); print(sorted(m for m in sys.modules "
+            "if m.split('.')[0] in ('numba', 'cuda_kernels')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    assert (tmp_path / "layout_sectors.png").exists()
+
+
+def test_the_layout_registry_names_every_layout_once_for_the_model_and_the_kernels():
+    from cuda_kernels.labs import PTX_KERNELS, layouts
+    assert set(layouts.LOADERS) == set(sc.LAYOUTS) == set(layouts.LAYOUTS)
+    assert {row[0].split("[")[0] for row in PTX_KERNELS} == {f"decode_{n}" for n in sc.LAYOUTS}
+    with pytest.raises(ValueError, match="layout must be one of"):
+        sc.layout("hnd")
+    with pytest.raises(ValueError, match="layout must be one of"):
+        layouts.convert("hnd", np.zeros((1, 2, 1, 1, 8), np.float32))

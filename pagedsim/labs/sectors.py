@@ -1,11 +1,16 @@
-"""How many 32-byte sectors one warp's load touches, per KV-cache layout. Pure NumPy, no GPU.
+"""The KV-cache layout registry, and how many 32-byte sectors one warp's load touches
+in each layout. Pure NumPy: drawing a figure from it loads no numba.
 
 A warp's global load is served in 32-byte sectors (and 128-byte cache lines); a load
 is fully efficient when the bytes its 32 lanes ask for fill every sector it touches.
 This model computes, from the index arithmetic alone, the byte addresses each lane
 reads, then counts distinct sectors and lines. It predicts; the GPU script measures.
 
-Layouts of the K (and V) cache, element (block n, kv head h, token t, dim d):
+`LAYOUTS` is the one registry of cache layouts: each `KVLayout` names the layout, the
+rank of its K and V arrays (from which `cuda_kernels.labs` builds the PTX signatures)
+and the element index of (block n, kv head h, token t, dim d). The kernel side attaches
+its address functions by the same names (`cuda_kernels.labs.layouts.LOADERS`, checked
+to cover exactly these names); a new layout is one entry here and one loader pair there.
 
     fused   kv_cache[N, 2, H, B, D]           K at [:, 0], V at [:, 1] (the chapter's)
     split   k_pool[N, H, B, D], v_pool[N, H, B, D]  (vLLM paper footnote; two allocations)
@@ -28,13 +33,13 @@ References: CUDA C++ Best Practices Guide, "Coalesced Access to Global Memory"
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 SECTOR = 32  # bytes
 LINE = 128  # bytes
 WARP = 32
-LAYOUTS = ("fused", "split", "nhd", "vllm")
 MAPPINGS = ("kernel", "vec16")
 
 
@@ -51,23 +56,55 @@ class Geometry:
         return 16 // self.elem_bytes  # elements per 16-byte vector
 
 
-def element_offset(layout: str, which: str, g: Geometry, n, h, t, d):
+@dataclass(frozen=True)
+class KVLayout:
+    """One cache layout: its arrays' ranks and element index (in elements, from the array start)."""
+    name: str
+    shape: str  # the arrays, as the docstring table writes them
+    k_ndim: int
+    v_ndim: int
+    same_array: bool  # K and V live in one array (then k_src is v_src)
+    index: Callable  # (which, N, H, B, D, x, n, h, t, d) -> element index
+
+
+def _fused(which, N, H, B, D, x, n, h, t, d):
+    return (((n * 2 + (which == "v")) * H + h) * B + t) * D + d
+
+
+def _split(which, N, H, B, D, x, n, h, t, d):
+    return ((n * H + h) * B + t) * D + d
+
+
+def _nhd(which, N, H, B, D, x, n, h, t, d):
+    return ((n * B + t) * H + h) * D + d
+
+
+def _vllm(which, N, H, B, D, x, n, h, t, d):
+    if which == "k":
+        return (((n * H + h) * (D // x) + d // x) * B + t) * x + d % x
+    return ((n * H + h) * D + d) * B + t
+
+
+LAYOUTS = {spec.name: spec for spec in (
+    KVLayout("fused", "kv_cache[N, 2, H, B, D]", 5, 5, True, _fused),
+    KVLayout("split", "k_pool[N, H, B, D], v_pool[N, H, B, D]", 4, 4, False, _split),
+    KVLayout("nhd", "k_pool[N, B, H, D], v_pool[N, B, H, D]", 4, 4, False, _nhd),
+    KVLayout("vllm", "key[N, H, D/x, B, x], value[N, H, D, B]", 5, 4, False, _vllm),
+)}
+
+
+def layout(name: str) -> KVLayout:
+    """The registry entry for `name`; ValueError naming the known layouts otherwise."""
+    if not isinstance(name, str) or name not in LAYOUTS:
+        raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {name!r}")
+    return LAYOUTS[name]
+
+
+def element_offset(layout_name: str, which: str, g: Geometry, n, h, t, d):
     """Byte offset of element (n, h, t, d) of K (which="k") or V (which="v") from its array start."""
-    N, H, B, D, x = g.num_blocks, g.num_kv_heads, g.block_size, g.head_dim, g.x
+    spec = layout(layout_name)
     n, h, t, d = (np.asarray(a, dtype=np.int64) for a in (n, h, t, d))
-    kv = 0 if which == "k" else 1
-    if layout == "fused":
-        idx = (((n * 2 + kv) * H + h) * B + t) * D + d
-    elif layout == "split":
-        idx = ((n * H + h) * B + t) * D + d
-    elif layout == "nhd":
-        idx = ((n * B + t) * H + h) * D + d
-    elif layout == "vllm" and which == "k":
-        idx = (((n * H + h) * (D // x) + d // x) * B + t) * x + d % x
-    elif layout == "vllm":
-        idx = ((n * H + h) * D + d) * B + t
-    else:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    idx = spec.index(which, g.num_blocks, g.num_kv_heads, g.block_size, g.head_dim, g.x, n, h, t, d)
     return idx * g.elem_bytes
 
 
@@ -177,7 +214,7 @@ def kv_distance(layout: str, g: Geometry = Geometry(), block: int = 3, head: int
     k = int(element_offset(layout, "k", g, block, head, 0, 0))
     v = int(element_offset(layout, "v", g, block, head, 0, 0))
     pool = g.num_blocks * g.num_kv_heads * g.block_size * g.head_dim * g.elem_bytes
-    return v - k + (pool if layout in ("split", "nhd", "vllm") else 0)
+    return v - k + (0 if LAYOUTS[layout].same_array else pool)
 
 
 def format_table(rows: list[dict]) -> str:

@@ -1,0 +1,218 @@
+"""Plain-Python stand-ins for the primitives Numba's CUDA simulator lacks.
+
+The simulator runs every CUDA thread as a Python thread and has no warp shuffles, and
+it cannot run an `@intrinsic`. Installed only when the simulator backend is active
+(`primitives` imports this module only then), these give the kernels the same
+primitives with the semantics the CUDA C++ Programming Guide documents
+("Warp Shuffle Functions"):
+
+  * shfl_sync(mask, v, src_lane), shfl_up_sync(mask, v, delta),
+    shfl_down_sync(mask, v, delta), shfl_xor_sync(mask, v, lane_mask): numba's API,
+    width 32 as numba compiles them. `shuffle(mode, mask, v, b, width)` is the general
+    form with CUDA's `width`: lanes are split into aligned groups of `width`; idx reads
+    lane (src % width) of its own group; up/down return the caller's own value when the
+    source falls outside its group; xor may read an earlier group, not a later one.
+  * Each call is a warp-synchronous exchange among the lanes named in `mask` (those that
+    exist in the block): every such lane must call it, as CUDA requires. A lane not in
+    its own mask, or reading a lane outside the mask (undefined in CUDA), raises; lanes
+    that never arrive (a divergent shuffle) raise after a timeout instead of hanging.
+  * `cuda.shared.array` is replaced by a thread-safe copy of numba's own (see
+    `_shared_array`: its unlocked check-then-create could hand two lanes two arrays).
+  * load16(array, index): the 16 bytes at element `index` from the array's data
+    pointer, read from memory like the GPU does; a misaligned or out-of-bounds address
+    raises (on a GPU: a misaligned-address or illegal-address fault).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+
+import numpy as np
+
+WARP = 32
+TIMEOUT_S = 60.0
+MODES = ("idx", "up", "down", "xor")
+_lock = threading.Lock()
+
+
+class _Round:
+    """One shuffle of one warp: the lanes expected, the values they brought."""
+
+    def __init__(self, lanes):
+        self.lanes = lanes
+        self.values: dict = {}
+        self.done = threading.Event()
+
+
+def _me():
+    """(block manager, warp, lane, threads in the block) of the calling simulator thread."""
+    thread = threading.current_thread()
+    manager = getattr(thread, "_manager", None)
+    if manager is None:
+        raise RuntimeError("warp shuffles can only be called inside a simulated kernel")
+    size = int(np.prod(manager._block_dim))
+    return manager, thread.thread_id // WARP, thread.thread_id % WARP, size
+
+
+def _exchange(mask: int, value):
+    """Wait until every lane of `mask` in this warp has arrived; return {lane: value}."""
+    manager, warp, lane, size = _me()
+    if not (mask >> lane) & 1:
+        raise RuntimeError(f"shuffle called by lane {lane} which is not in its mask {mask:#010x}")
+    lanes = frozenset(i for i in range(WARP) if (mask >> i) & 1 and warp * WARP + i < size)
+    with _lock:
+        rooms = manager.__dict__.setdefault("_shuffle_rooms", {})
+        current = rooms.get((warp, mask))
+        if current is None:
+            current = rooms[(warp, mask)] = _Round(lanes)
+        current.values[lane] = value
+        if len(current.values) == len(current.lanes):
+            del rooms[(warp, mask)]  # the next shuffle of these lanes starts a new round
+            current.done.set()
+    if not current.done.wait(TIMEOUT_S):
+        missing = sorted(current.lanes - set(current.values))
+        raise RuntimeError(f"warp {warp}: lanes {missing} of mask {mask:#010x} never reached "
+                           f"the shuffle (divergent shfl_sync)")
+    return current.values
+
+
+def source_lane(mode: str, lane: int, b: int, width: int) -> int:
+    """The lane whose value `lane` receives (itself when CUDA says 'own value')."""
+    if width < 1 or width > WARP or width & (width - 1):
+        raise ValueError(f"width must be a power of two in [1, 32], got {width}")
+    first = lane & ~(width - 1)  # first lane of this lane's group
+    if mode == "idx":
+        return first + b % width
+    if mode == "up":
+        return lane - b if lane - b >= first else lane
+    if mode == "down":
+        return lane + b if lane + b < first + width else lane
+    if mode == "xor":
+        src = lane ^ b
+        return src if src < first + width else lane
+    raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+
+
+def shuffle(mode: str, mask: int, value, b: int, width: int = WARP):
+    """CUDA's __shfl*_sync(mask, value, b, width) for the calling simulated lane."""
+    _, _, lane, _ = _me()
+    src = source_lane(mode, lane, int(b), int(width))
+    values = _exchange(int(mask) & 0xFFFFFFFF, value)
+    if src not in values:
+        raise RuntimeError(f"lane {lane} reads lane {src}, which is not in mask {mask:#010x} "
+                           f"(undefined in CUDA)")
+    return values[src]
+
+
+def shfl_sync(mask, value, src_lane):
+    return shuffle("idx", mask, value, src_lane)
+
+
+def shfl_up_sync(mask, value, delta):
+    return shuffle("up", mask, value, delta)
+
+
+def shfl_down_sync(mask, value, delta):
+    return shuffle("down", mask, value, delta)
+
+
+def shfl_xor_sync(mask, value, lane_mask):
+    return shuffle("xor", mask, value, lane_mask)
+
+
+SWITCH_INTERVAL_S = 5e-4
+
+
+def install_shuffles() -> None:
+    """Give the simulator's in-kernel `cuda` module the four shuffles (idempotent).
+
+    Every shuffle hands the GIL to each lane's thread in turn, and the simulator's block
+    manager polls in a busy loop; Python's default 5 ms thread switch interval makes that
+    slow, so the interval is lowered to SWITCH_INTERVAL_S (2-3x faster kernels here)."""
+    from numba.cuda.simulator.kernelapi import FakeCUDAModule, FakeCUDAShared
+    sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
+    for fn in (shfl_sync, shfl_up_sync, shfl_down_sync, shfl_xor_sync):
+        setattr(FakeCUDAModule, fn.__name__, staticmethod(fn))
+    FakeCUDAShared.array = _shared_array
+
+
+def _shared_array(self, shape, dtype, alignment=None):
+    """numba's simulated `cuda.shared.array`, made thread-safe.
+
+    The simulator gives every thread of a launch the same array for a given source line,
+    created by the first thread that asks; its check-then-create is not locked, so two
+    lane threads arriving together could each create one and no longer share memory
+    (seen as garbage in a kernel's output, once in tens of runs). Same logic, under a lock."""
+    from numba.cuda import types
+    from numba.cuda.np import numpy_support
+    if alignment is not None:
+        raise RuntimeError("Array alignment is not supported in cudasim")
+    if isinstance(dtype, types.Type):
+        dtype = numpy_support.as_dtype(dtype)
+    if shape == 0:  # dynamic shared memory: one buffer for all
+        count = self._dynshared_size // dtype.itemsize
+        return np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
+    caller = sys._getframe(1)
+    key = (caller.f_code.co_filename, caller.f_lineno)
+    with _lock:
+        found = self._allocations.get(key)
+        if found is None:
+            found = self._allocations[key] = np.empty(shape, dtype)
+    return found
+
+
+def _numpy_of(array) -> np.ndarray:
+    """The NumPy array behind a simulator device array (in or out of a kernel)."""
+    while not isinstance(array, np.ndarray):
+        inner = array.__dict__.get("_item")
+        array = inner if inner is not None else array._ary
+    return array
+
+
+def device_address(array) -> int:
+    """Address of the first element (the simulator's device memory is host memory)."""
+    return int(_numpy_of(array).ctypes.data)
+
+
+def _extent(a: np.ndarray) -> tuple[int, int]:
+    """[lo, hi) byte addresses the array's elements occupy."""
+    lo = hi = a.ctypes.data
+    for n, s in zip(a.shape, a.strides):
+        if n > 1:
+            lo, hi = lo + min(0, (n - 1) * s), hi + max(0, (n - 1) * s)
+    return lo, hi + a.itemsize
+
+
+def load16(array, index):
+    """(u32, u32, u32, u32): the 16 bytes starting at element `index` of `array`."""
+    a = _numpy_of(array)
+    address = a.ctypes.data + int(index) * a.itemsize
+    lo, hi = _extent(a)
+    if address % 16:
+        raise RuntimeError(f"load16: misaligned address (element {index}, {address % 16} bytes "
+                           f"past a 16-byte boundary)")
+    if address < lo or address + 16 > hi:
+        raise RuntimeError(f"load16: element {index} is outside the array (16 bytes from it)")
+    words = np.frombuffer(ctypes.string_at(address, 16), np.uint32)
+    return tuple(np.uint32(w) for w in words)
+
+
+def itemsize(array):
+    return _numpy_of(array).itemsize
+
+
+def fast_exp2(x):
+    """2^x in float32 (the GPU's ex2.approx differs by at most 2 ulp)."""
+    return np.float32(np.exp2(np.float32(x)))
+
+
+def half2_to_float2(word):
+    """(lo, hi) float32 from the two float16 packed in a u32 (lo = lower address)."""
+    lo, hi = np.array([word], np.uint32).view(np.float16).astype(np.float32)
+    return lo, hi
+
+
+def bits_to_float(word):
+    return np.array([word], np.uint32).view(np.float32)[0]

@@ -1,0 +1,173 @@
+"""The small named pieces every kernel is built from (FlashInfer's style: vec_t, warp
+reductions, online-softmax state), so that a kernel body reads as its algorithm.
+
+    load16(array, index)         -> (u32, u32, u32, u32)  one 16-byte global load
+    itemsize(array)              -> int                   element bytes, a compile-time constant
+    fast_exp2(x)                 -> float32               2^x, one MUFU.EX2 (ex2.approx.ftz)
+    half2_to_float2(word)        -> (float32, float32)    unpack two float16 from a u32
+    bits_to_float(word)          -> float32               reinterpret a u32 as float32
+    unpack16(raw, dst, fp16)                              16 raw bytes -> dst[0:8] or dst[0:4]
+    warp_sum(value, width) / warp_max(value, width)       xor-butterfly over `width` lanes
+    group_sums(vals, n, width, lane, out)                 n sums over `width` lanes at once
+    softmax_rescale(m_old, tile_max, slack) -> (m, alpha) online-softmax step (Milakov & Gimelshein 2018)
+    exp2_or_zero(score, m)                                2^(score - m), 0 for a masked score
+    merge_states(m_a, l_a, m_b, l_b) -> (m, l, w_a, w_b)  combine two partial softmax states
+The softmax pieces work in base 2 (scores in log2 units: q pre-multiplied by
+scale * log2(e)), as FlashAttention does: `fast_exp2` is one MUFU.EX2.
+
+`load16(array, index)` reads the 16 bytes that start at element `index` of `array`,
+counted from the array's data pointer in elements of its dtype (so a strided view is
+addressed with its own element strides). The caller guarantees 16-byte alignment and
+that the 16 bytes lie inside the array; the host launcher checks that once
+(`aligned16`). On a GPU it is an `@intrinsic` emitting LLVM `load <4 x i32>, align 16`
+from the global address space with `!invariant.load`, which NVVM turns into
+`ld.global.nc.v4.u32` (one 128-bit load per lane, through the read-only path). K/V
+therefore stay in their storage type until they sit in registers; `unpack16` converts
+them to float32 there.
+
+Under Numba's CUDA simulator an intrinsic cannot run and warp shuffles do not exist,
+so `_simulator.py` supplies plain-Python stand-ins with CUDA's documented semantics
+(installed only when the simulator backend is active, see `_backend.py`). The kernel
+bodies never ask which backend they run on.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda, float32
+
+from . import _backend
+
+VEC_BYTES = 16
+FULL_MASK = 0xFFFFFFFF
+
+
+if _backend.backend() == "simulator":
+    from ._simulator import (bits_to_float, device_address, half2_to_float2,  # noqa: F401
+                             fast_exp2, install_shuffles, itemsize, load16)
+    install_shuffles()
+else:
+    from ._intrinsics import (bits_to_float, device_address, fast_exp2,  # noqa: F401
+                              half2_to_float2, itemsize, load16)
+
+
+def vec_width(dtype) -> int:
+    """Elements of `dtype` in one 16-byte vector: 8 for float16, 4 for float32."""
+    return VEC_BYTES // np.dtype(dtype).itemsize
+
+
+def aligned16(array) -> bool:
+    """True when the array's data pointer and every stride but the last are multiples of
+    16 bytes, so every row start `index` with index * itemsize % 16 == 0 is aligned."""
+    address = device_address(array)
+    return address % VEC_BYTES == 0 and all(
+        s % VEC_BYTES == 0 for s, n in zip(array.strides[:-1], array.shape[:-1]) if n > 1)
+
+
+@cuda.jit(device=True)
+def unpack16(raw, dst, fp16):
+    """16 raw bytes (4 x u32) -> float32 dst[0:8] (fp16=True) or dst[0:4] (float32)."""
+    if fp16:
+        for i in range(4):
+            lo, hi = half2_to_float2(raw[i])
+            dst[2 * i] = lo
+            dst[2 * i + 1] = hi
+    else:
+        for i in range(4):
+            dst[i] = bits_to_float(raw[i])
+
+
+@cuda.jit(device=True)
+def warp_sum(value, width):
+    """Sum of `value` over the aligned group of `width` lanes (a power of two <= 32)
+    holding this lane; every lane of the group gets the sum."""
+    offset = width >> 1
+    while offset > 0:
+        value += cuda.shfl_xor_sync(FULL_MASK, value, offset)
+        offset >>= 1
+    return value
+
+
+@cuda.jit(device=True)
+def warp_max(value, width):
+    """Max of `value` over the aligned group of `width` lanes holding this lane."""
+    offset = width >> 1
+    while offset > 0:
+        value = max(value, cuda.shfl_xor_sync(FULL_MASK, value, offset))
+        offset >>= 1
+    return value
+
+
+@cuda.jit(device=True)
+def group_sums(vals, n, width, lane, out):
+    """out[0:n] <- the sums over the aligned group of `width` lanes of vals[0:n], in every
+    lane of the group (vals is scratch). n and width are powers of two.
+
+    A reduce-scatter, then a broadcast: at each xor step a lane keeps half of its values
+    and sends the other half, so n values cost n/2 + n/4 + ... shuffles instead of
+    n x log2(width) for n separate butterflies; the owner of each total then broadcasts
+    it (n more shuffles)."""
+    cur = n
+    offset = width >> 1
+    while offset > 0 and cur > 1:  # reduce-scatter: halve the list at every step
+        half = cur >> 1
+        upper = (lane & offset) != 0
+        for j in range(half):
+            send = vals[j] if upper else vals[j + half]
+            keep = vals[j + half] if upper else vals[j]
+            vals[j] = keep + cuda.shfl_xor_sync(FULL_MASK, send, offset)
+        cur = half
+        offset >>= 1
+    while offset > 0:  # one value per lane left: finish it over the remaining lanes
+        vals[0] += cuda.shfl_xor_sync(FULL_MASK, vals[0], offset)
+        offset >>= 1
+    first = lane & ~(width - 1)  # first lane of this lane's group
+    for k in range(n):  # total k sits at position k % cur of the lane whose bits spell k
+        owner = 0
+        size = n
+        step = width >> 1
+        while step > 0 and size > 1:
+            size >>= 1
+            if k & size:
+                owner += step
+            step >>= 1
+        out[k] = cuda.shfl_sync(FULL_MASK, vals[k & (cur - 1)], first + owner)
+
+
+@cuda.jit(device=True)
+def softmax_rescale(m_old, tile_max, slack):
+    """Online-softmax step in base 2: the new running max and alpha = 2^(m_old - m_new),
+    the factor for the old running sum and accumulators.
+
+    The max moves only when the tile's max exceeds it by more than `slack` (log2 units,
+    FlashAttention-3's lazy rescaling): otherwise alpha is exactly 1, the caller may skip
+    the rescale, and exp2(score - m) stays <= 2^slack. slack = 0 is the textbook rule.
+    Before any unmasked score both are -inf: m stays -inf and alpha is 1."""
+    if tile_max > m_old + slack:
+        return tile_max, fast_exp2(m_old - tile_max)
+    return m_old, float32(1)
+
+
+@cuda.jit(device=True)
+def exp2_or_zero(score, m):
+    """2^(score - m), and exactly 0 for a masked score (-inf)."""
+    if score > -math.inf:
+        return fast_exp2(score - m)
+    return float32(0)
+
+
+@cuda.jit(device=True)
+def merge_states(m_a, l_a, m_b, l_b):
+    """Merge base-2 softmax states (m, l) of two disjoint token sets. Returns the merged
+    (m, l) and the weights w_a, w_b by which each side's accumulator is scaled:
+    acc = w_a * acc_a + w_b * acc_b. An empty side (l = 0) gets weight 0."""
+    m = max(m_a, m_b)
+    w_a = float32(0)
+    w_b = float32(0)
+    if l_a > 0:
+        w_a = fast_exp2(m_a - m)
+    if l_b > 0:
+        w_b = fast_exp2(m_b - m)
+    return m, l_a * w_a + l_b * w_b, w_a, w_b
