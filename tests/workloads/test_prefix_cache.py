@@ -64,17 +64,18 @@ def test_block_floor_counts_shared_tokens_left_in_an_unshared_block():
 
 
 def evict_one(eviction, free_first):
-    """Cache [1 2] then [3 4]; free them in `free_first` order; force one eviction."""
-    m = PrefixCachingManager(4, 2, eviction=eviction)
-    m.add_sequence("a", 2, tokens=[1, 2])
-    m.add_sequence("b", 2, tokens=[3, 4])
+    """Cache [1 2] then [3 4] (a third token each, as a hit is capped at n - 1 tokens); free
+    them in `free_first` order; force exactly one eviction."""
+    m = PrefixCachingManager(6, 2, eviction=eviction)
+    m.add_sequence("a", 3, tokens=[1, 2, 0])
+    m.add_sequence("b", 3, tokens=[3, 4, 0])
     if eviction == "lfu":
         for i in range(3):  # [1 2] gets hit three times
-            m.add_sequence(f"h{i}", 2, tokens=[1, 2])
+            m.add_sequence(f"h{i}", 3, tokens=[1, 2, 5])
             m.free_sequence(f"h{i}")
     for s in free_first:
         m.free_sequence(s)
-    m.add_sequence("c", 6, tokens=[7, 8, 9, 10, 11, 12])  # 2 uncached blocks + 1 eviction
+    m.add_sequence("c", 10, tokens=list(range(7, 17)))  # 4 uncached blocks + 1 eviction
     assert m.stats.evictions == 1
     m.check_invariants()
     return {t: bool(m.match(t)) for t in ((1, 2), (3, 4))}
@@ -152,7 +153,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
     def append(self, data, token):
         s = data.draw(st.sampled_from(sorted(self.tokens)))
         try:
-            slots = self.m.append_tokens(s, 1)
+            slots = self.m.append_tokens(s, 1, token_ids=[token])  # generated blocks get cached
         except OutOfBlocks:
             return
         self.apply_copies()
