@@ -4,12 +4,14 @@ One seeded trace (synthetic by default, or `--trace FILE`) is served by the
 continuous-batching driver with prefix caching on (prompts share seeded system
 prompts, `workloads.prompt_tokens`), once per combination of
 
-    cached-block eviction   lru | lfu | fifo      (policies/prefix_cache.py)
-    preemption              recompute | swap      (policies/preemption.py)
+    cached-block eviction   lru (v1's order) | lfu | fifo    (policies/cache_pool.py)
+    scheduler               v1: token budget, recompute only (scheduler_v1.py), first;
+                            v0: recompute | swap (policies/preemption.py), beside it
 
-in the same KV memory. The host pool for `swap` holds `--swap-gib` GiB of blocks
-(vLLM's default swap space is 4 GiB). Reported per run: prefix-cache hit rate,
-evictions, block floor, preemptions, recomputed tokens, bytes swapped and steps.
+in the same KV memory. The host pool for v0's `swap` holds `--swap-gib` GiB of
+blocks (v0's default swap space is 4 GiB). Reported per run: prefix-cache hit rate
+(tokens, v1's definition), evictions, preemptions, tokens preemption discarded,
+tokens actually recomputed after cache hits, bytes swapped and steps.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from ..scheduler import Scheduler
 from ..sizing import preset
 from .waste import DEFAULT_MEMORY_TOKENS, add_trace_args, load_requests
 
-COLUMNS = ("eviction", "preemption", "hit_rate", "evictions", "block_floor", "preemptions",
-           "recomputed_tokens", "swapped_mib", "steps")
+COLUMNS = ("mode", "eviction", "preemption", "hit_rate", "evictions", "preemptions",
+           "discarded_tokens", "recomputed_tokens", "swapped_mib", "steps")
 
 
 def compare(requests, tokens, *, block_size: int = 16, memory_tokens: int = DEFAULT_MEMORY_TOKENS,
@@ -33,18 +35,23 @@ def compare(requests, tokens, *, block_size: int = 16, memory_tokens: int = DEFA
     block_bytes = preset(model).bytes_per_block(block_size)
     host_blocks = int(swap_gib * 2**30 // block_bytes)
     rows = []
-    for eviction in EVICTION_POLICIES:
-        for preemption in PREEMPTION_POLICIES:
-            m = PrefixCachingManager(memory_tokens // block_size, block_size, eviction=eviction,
-                                     trace=False)
+    runs = [("v1", e, "recompute") for e in EVICTION_POLICIES]
+    runs += [("v0", e, p) for e in EVICTION_POLICIES for p in PREEMPTION_POLICIES]
+    for mode, eviction, preemption in runs:
+        m = PrefixCachingManager(memory_tokens // block_size, block_size, eviction=eviction,
+                                 trace=False)
+        if mode == "v1":
+            s = Scheduler(requests, m, mode="v1", tokens=tokens, record=False).run()
+        else:
             s = Scheduler(requests, m, preemption, tokens=tokens, host_blocks=host_blocks,
                           block_bytes=block_bytes, record=False).run()
-            rows.append({"eviction": eviction, "preemption": preemption,
-                         "hit_rate": m.stats.hit_rate, "evictions": m.stats.evictions,
-                         "block_floor": m.stats.block_floor, "preemptions": s.preemptions,
-                         "recomputed_tokens": s.recomputed_tokens,
-                         "swapped_mib": getattr(s.policy, "bytes_swapped", 0) / 2**20,
-                         "steps": s.now})
+        rows.append({"mode": mode, "eviction": eviction, "preemption": preemption,
+                     "hit_rate": m.stats.hit_rate, "evictions": m.stats.evictions,
+                     "block_floor": m.stats.block_floor, "preemptions": s.preemptions,
+                     "discarded_tokens": s.discarded_tokens,
+                     "recomputed_tokens": s.recomputed_tokens,
+                     "swapped_mib": getattr(getattr(s, "policy", None), "bytes_swapped", 0) / 2**20,
+                     "steps": s.now})
     return rows
 
 
