@@ -11,7 +11,6 @@ writes the frames and a GIF (needs matplotlib, imported only then).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
@@ -103,13 +102,14 @@ def format_snapshot(s: Snapshot, per_row: int = 6) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="pagedsim tour", description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=None, help="stop after N steps")
+    from .cli import ArgParser, int_in, writable_dir
+    p = ArgParser(prog="pagedsim tour", description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int_in(0, 10**6), default=None, help="stop after N steps")
     p.add_argument("--json", action="store_true", help="print the recorded trace as JSON")
     p.add_argument("--draw", metavar="DIR", help="also write PNG frames and a GIF into DIR")
     args = p.parse_args(argv)
-    if args.steps is not None and args.steps < 0:
-        p.error("--steps must be >= 0")
+    if args.draw:  # fail on an unwritable folder before printing anything
+        writable_dir(args.draw)
     m = tour_manager(args.steps)
     snaps = m.trace.snapshots
     if args.json:
