@@ -33,7 +33,6 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from .block_table import blocks_needed
 from .errors import OutOfBlocks, count_arg
 from .policies.prefix_cache import PrefixCachingManager
 
@@ -114,15 +113,15 @@ class SchedulerV1:
         self._left = [r.num_seqs for r in self.requests]  # unfinished samples per request
 
     def _fan_out(self, tokens, output_tokens, priorities):
-        nb, bs, out = self.manager.num_blocks, self.manager.block_size, []
+        nb, out = self.manager.num_blocks, []
         for i, r in enumerate(self.requests):
             if r.beam_width > 1:
                 raise ValueError(f"request {i} uses beam search; vLLM v1 runs it at the entry "
                                  f"point, not in the scheduler (use mode='v0')")
-            if blocks_needed(r.total_len - 1, bs) > nb:
-                raise ValueError(f"request {i} ({r.total_len} tokens) needs "
-                                 f"{blocks_needed(r.total_len - 1, bs)} blocks, more than the "
-                                 f"pool's {nb}")
+            peak = self.manager.peak_blocks(r.prompt_len, r.total_len - 1)  # last token: no KV
+            if peak > nb:
+                raise ValueError(f"request {i} ({r.total_len} tokens) needs {peak} blocks, "
+                                 f"more than the pool's {nb}")
             prompt = (tuple(synthetic_token(i, "p", p) for p in range(r.prompt_len))
                       if tokens is None else _ids(tokens[i], r.prompt_len, f"tokens[{i}]"))
             given = None if output_tokens is None else _ids(output_tokens[i], None,

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from .. import trace as tr
 from ..block_table import NULL_BLOCK, BlockTable, blocks_needed
-from ..errors import SequenceError, count_arg, token_ids_arg
+from ..errors import count_arg, token_ids_arg
 from ..manager import KVCacheManager
 from .cache_pool import (EVICTION_KEYS, EVICTION_POLICIES, ROOT, CacheStats, CachingBlockPool,
                          chained_hash)
@@ -258,13 +258,6 @@ class PrefixCachingManager(KVCacheManager):
         rest = tokens[len(hits) * bs:(len(hits) + 1) * bs]
         return max((_common(pool.tokens_of(c), rest) for c in pool.children_of(parent)
                     if pool.tokens_of(c) != rest), default=0)
-
-    def _check_new(self, seq_id) -> None:
-        try:
-            if seq_id in self._tables:
-                raise SequenceError(f"sequence {seq_id!r} already exists")
-        except TypeError:
-            raise SequenceError(f"sequence id must be hashable, got {seq_id!r}") from None
 
     # ---- per-sequence state follows the base operations --------------------------------
     def fork(self, parent_id, child_id) -> None:
