@@ -85,11 +85,15 @@ class SchedulerV1:
     def __init__(self, requests, manager, *, max_num_batched_tokens: int = 2048,
                  max_num_seqs: int = 256, victim: str = "fcfs", tokens=None,
                  output_tokens=None, priorities=None, record: bool = True,
-                 max_stalled_steps: int = 1000):
+                 max_stalled_steps: int = 1000, num_lookahead_tokens: int = 0):
         self.max_num_batched_tokens = count_arg("max_num_batched_tokens",
                                                 max_num_batched_tokens, 1)
         self.max_num_seqs = count_arg("max_num_seqs", max_num_seqs, 1)
         self.max_stalled_steps = count_arg("max_stalled_steps", max_stalled_steps, 1)
+        # slots reserved past each request's tokens (v1: speculative tokens); blocks only
+        self.num_lookahead_tokens = count_arg("num_lookahead_tokens", num_lookahead_tokens)
+        if self.num_lookahead_tokens and not isinstance(manager, PrefixCachingManager):
+            raise ValueError("num_lookahead_tokens needs allocate_slots (a PrefixCachingManager)")
         if victim not in V1_VICTIMS:
             raise ValueError(f"victim must be one of {V1_VICTIMS}, got {victim!r}")
         self.victim = victim
@@ -118,7 +122,8 @@ class SchedulerV1:
             if r.beam_width > 1:
                 raise ValueError(f"request {i} uses beam search; vLLM v1 runs it at the entry "
                                  f"point, not in the scheduler (use mode='v0')")
-            peak = self.manager.peak_blocks(r.prompt_len, r.total_len - 1)  # last token: no KV
+            peak = self.manager.peak_blocks(  # the last sampled token gets no KV
+                r.prompt_len, r.total_len - 1 + self.num_lookahead_tokens)
             if peak > nb:
                 raise ValueError(f"request {i} ({r.total_len} tokens) needs {peak} blocks, "
                                  f"more than the pool's {nb}")
@@ -217,7 +222,7 @@ class SchedulerV1:
     def _allocate(self, req: V1Request, n: int):
         m, sent = self.manager, tuple(req.unsent)
         if self._cached:
-            new = m.allocate_slots(req.req_id, n, 0, sent or None)
+            new = m.allocate_slots(req.req_id, n, self.num_lookahead_tokens, sent or None)
         else:
             try:
                 new = m.append_tokens(req.req_id, n)
@@ -232,7 +237,8 @@ class SchedulerV1:
         if self._cached:
             computed = m.get_computed_blocks(tokens)
             n = min(len(tokens) - computed.num_tokens, budget)
-            if m.allocate_slots(req.req_id, n, 0, tokens, computed) is None:
+            if m.allocate_slots(req.req_id, n, self.num_lookahead_tokens, tokens,
+                                computed) is None:
                 return False
             req.num_computed = computed.num_tokens
         else:

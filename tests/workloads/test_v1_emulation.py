@@ -161,3 +161,24 @@ def test_the_simulator_agrees_with_a_plain_emulation_of_v1(work, bs, spare, budg
     assert m.stats.hit_tokens == emu.hit_tokens
     assert (s.preemptions, s.recomputed_tokens) == (emu.preemptions, emu.recomputed)
     assert m.num_free_blocks == num_blocks and s.finished == len(reqs)
+
+
+def test_the_chat_benchmark_matches_v1_hits_worked_out_by_hand():
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).parents[2] / "benchmarks" / "chat_prefix_cache.py"
+    spec = importlib.util.spec_from_file_location("chat_prefix_cache", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    chat = bench.chat_workload(conversations=3, turns=4, seed=5)
+    got = bench.run(chat, block_size=16, num_blocks=4096)
+    bs, expected = 16, []
+    for t in range(4):  # random 32k-vocabulary text: only a conversation's own history hits
+        hits = 0
+        for conv in chat:
+            history = [tok for msg, resp in conv[:t] for tok in msg + resp]
+            prompt = history + conv[t][0]
+            kv = len(history) - 1 if t else 0  # the previous answer's last token has no KV
+            hits += min(kv // bs, (len(prompt) - 1) // bs) * bs
+        expected.append(hits)
+    assert [row["hit_tokens"] for row in got["per_turn"]] == expected

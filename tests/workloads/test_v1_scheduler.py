@@ -103,3 +103,17 @@ def test_v1_refuses_beam_search_which_it_runs_at_the_entry_point():
 
 def test_mode_v1_builds_the_v1_scheduler():
     assert isinstance(v1([Request(2, 2)]), SchedulerV1)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 20), st.integers(1, 6)), min_size=1, max_size=4),
+       st.integers(1, 3), st.integers(2, 8))
+def test_lookahead_slots_are_reserved_without_breaking_the_budget_or_the_pool(
+        shapes, lookahead, budget):
+    reqs = [Request(p, o) for p, o in shapes]
+    bs = 2
+    num_blocks = max(-(-(r.total_len - 1 + lookahead) // bs) for r in reqs) + 1
+    s = v1(reqs, num_blocks=num_blocks, bs=bs, max_num_batched_tokens=budget,
+           num_lookahead_tokens=lookahead).run(check=True)
+    assert s.finished == len(reqs) and s.manager.num_free_blocks == num_blocks
+    assert all(r.scheduled_tokens <= budget for r in s.records)
