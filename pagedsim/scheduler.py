@@ -42,7 +42,7 @@ from .block_table import blocks_needed
 from .errors import count_arg
 from .policies.preemption import Group, RecomputePolicy, make_policy
 from .policies.prefix_cache import PrefixCachingManager
-from .scheduler_v1 import SchedulerV1, V1StepRecord, run_steps, synthetic_token
+from .scheduler_v1 import SchedulerV1, V1StepRecord, prompt_ids, run_steps, synthetic_token
 
 MODES = ("v0", "v1")
 
@@ -96,13 +96,16 @@ class Scheduler:
         self.max_running = max_running  # cap on running sequences (None: blocks decide)
         self.beam_reshuffle = beam_reshuffle
         # request index -> prompt token ids (for prefix caching), as tuples once
-        self.tokens = None if tokens is None else [tuple(np.asarray(t).tolist()) for t in tokens]
         self.watermark = int(watermark * manager.num_blocks)  # blocks admission leaves free
         self.record = record
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         nb = manager.num_blocks
         self.requests = list(requests)
+        if tokens is not None and len(tokens) != len(self.requests):
+            raise ValueError(f"tokens has {len(tokens)} prompts for {len(self.requests)} requests")
+        self.tokens = None if tokens is None else [  # checked now, not halfway through a run
+            prompt_ids(tokens[i], r.prompt_len, f"tokens[{i}]") for i, r in enumerate(self.requests)]
         for i, r in enumerate(self.requests):
             per_seq = manager.peak_blocks(r.prompt_len, r.total_len)
             worst = r.num_seqs * per_seq + r.num_seqs + self.watermark

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from .errors import OutOfBlocks, count_arg
+from .errors import OutOfBlocks, count_arg, token_ids_arg
 from .policies.prefix_cache import PrefixCachingManager
 
 V1_VICTIMS = ("fcfs", "priority")
@@ -118,6 +118,11 @@ class SchedulerV1:
 
     def _fan_out(self, tokens, output_tokens, priorities):
         nb, out = self.manager.num_blocks, []
+        for name, column in (("tokens", tokens), ("output_tokens", output_tokens),
+                             ("priorities", priorities)):
+            if column is not None and len(column) != len(self.requests):
+                raise ValueError(f"{name} has {len(column)} entries for "
+                                 f"{len(self.requests)} requests")
         for i, r in enumerate(self.requests):
             if r.beam_width > 1:
                 raise ValueError(f"request {i} uses beam search; vLLM v1 runs it at the entry "
@@ -128,9 +133,9 @@ class SchedulerV1:
                 raise ValueError(f"request {i} ({r.total_len} tokens) needs {peak} blocks, "
                                  f"more than the pool's {nb}")
             prompt = (tuple(synthetic_token(i, "p", p) for p in range(r.prompt_len))
-                      if tokens is None else _ids(tokens[i], r.prompt_len, f"tokens[{i}]"))
-            given = None if output_tokens is None else _ids(output_tokens[i], None,
-                                                            f"output_tokens[{i}]")
+                      if tokens is None else prompt_ids(tokens[i], r.prompt_len, f"tokens[{i}]"))
+            given = None if output_tokens is None else prompt_ids(output_tokens[i], None,
+                                                                  f"output_tokens[{i}]")
             if given is not None and len(given) < r.output_len:
                 raise ValueError(f"output_tokens[{i}] has {len(given)} ids for "
                                  f"output_len {r.output_len}")
@@ -293,6 +298,6 @@ def run_steps(sched, max_steps: int, check: bool):
     return sched
 
 
-def _ids(value, n, name) -> tuple:
-    from .errors import token_ids_arg
+def prompt_ids(value, n, name) -> tuple:
+    """Token ids (a list, tuple or 1-D integer array) as a tuple of exactly n ints (None: any)."""
     return token_ids_arg(name, value.tolist() if hasattr(value, "tolist") else value, n)

@@ -117,3 +117,15 @@ def test_lookahead_slots_are_reserved_without_breaking_the_budget_or_the_pool(
            num_lookahead_tokens=lookahead).run(check=True)
     assert s.finished == len(reqs) and s.manager.num_free_blocks == num_blocks
     assert all(r.scheduled_tokens <= budget for r in s.records)
+
+
+@pytest.mark.parametrize("mode", ["v0", "v1"])
+@pytest.mark.parametrize("tokens, error", [
+    ([[1, 2, 2**70]], ValueError),  # out of int64: a clear error, not an OverflowError
+    ([[1, 2]], ValueError),  # two ids for a three-token prompt
+    ([[1, 2, 3], [4, 5, 6]], ValueError),  # a prompt for a request that does not exist
+    ([[1, 2, 3.5]], TypeError),
+])
+def test_prompt_token_ids_are_checked_when_the_scheduler_is_built(mode, tokens, error):
+    with pytest.raises(error):
+        Scheduler([Request(3, 2)], PrefixCachingManager(16, 4), mode=mode, tokens=tokens)
