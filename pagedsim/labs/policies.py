@@ -16,11 +16,11 @@ tokens actually recomputed after cache hits, bytes swapped and steps.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 
 from .. import workloads
+from ..cli import ArgParser, float_in, int_in
+from ..errors import MAX_BLOCK_SIZE, MAX_NUM_BLOCKS
 from ..policies import EVICTION_POLICIES, PREEMPTION_POLICIES, PrefixCachingManager
 from ..scheduler import Scheduler
 from ..sizing import preset
@@ -56,26 +56,22 @@ def compare(requests, tokens, *, block_size: int = 16, memory_tokens: int = DEFA
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="pagedsim policies", description=__doc__.split("\n")[0])
+    ap = ArgParser(prog="pagedsim policies", description=__doc__.split("\n")[0])
     add_trace_args(ap)
     ap.set_defaults(num_requests=300)
-    ap.add_argument("--block-size", type=int, default=16)
-    ap.add_argument("--memory-tokens", type=int, default=DEFAULT_MEMORY_TOKENS)
-    ap.add_argument("--swap-gib", type=float, default=4.0, help="host swap space (GiB)")
+    ap.add_argument("--block-size", type=int_in(1, MAX_BLOCK_SIZE), default=16)
+    ap.add_argument("--memory-tokens", type=int_in(1, MAX_BLOCK_SIZE * MAX_NUM_BLOCKS),
+                    default=DEFAULT_MEMORY_TOKENS)
+    ap.add_argument("--swap-gib", type=float_in(0, 2**20), default=4.0, help="host swap space (GiB)")
     ap.add_argument("--model", default="opt-13b", help="sizing preset for block bytes")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    try:
-        if args.block_size < 1 or args.memory_tokens < args.block_size or args.swap_gib < 0:
-            raise ValueError("need --block-size >= 1, --memory-tokens >= --block-size, "
-                             "--swap-gib >= 0")
-        requests, source = load_requests(args)
-        tokens = workloads.prompt_tokens(requests, args.seed)
-        rows = compare(requests, tokens, block_size=args.block_size,
-                       memory_tokens=args.memory_tokens, swap_gib=args.swap_gib, model=args.model)
-    except (ValueError, OSError) as e:
-        print(f"pagedsim policies: error: {e}", file=sys.stderr)
-        return 2
+    if args.memory_tokens < args.block_size:
+        ap.error("--memory-tokens must hold at least one block (>= --block-size)")
+    requests, source = load_requests(args)  # errors: one line from pagedsim.cli.main
+    tokens = workloads.prompt_tokens(requests, args.seed)
+    rows = compare(requests, tokens, block_size=args.block_size,
+                   memory_tokens=args.memory_tokens, swap_gib=args.swap_gib, model=args.model)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0

@@ -33,10 +33,11 @@ ASSUMPTIONS (defaults; every one is a flag, none is a measurement of ours):
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 
+from ..cli import ArgParser, float_in, int_in
+from ..errors import MAX_BLOCK_SIZE
 from ..sizing import preset
 
 LENGTHS = (16, 64, 256, 512, 1024, 2048)
@@ -79,34 +80,28 @@ def crossover_gbps(l: int, spec, params, block_size, tflops, mfu, latency_us) ->
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="pagedsim swapcost", description=__doc__.split("\n")[0])
+    ap = ArgParser(prog="pagedsim swapcost", description=__doc__.split("\n")[0])
+    positive = float_in(0, 1e30, open_low=True)
     ap.add_argument("--model", default="opt-13b", help="a sizing preset")
-    ap.add_argument("--params", type=float, default=None, help="parameter count (default ~12*L*d^2)")
-    ap.add_argument("--tflops", type=float, default=312.0, help="GPU peak dense FP16 TFLOPS (A100)")
-    ap.add_argument("--mfu", type=float, default=0.5, help="fraction of peak a prefill reaches")
-    ap.add_argument("--pcie-gbps", type=float, default=25.0, help="effective PCIe GB/s per direction")
-    ap.add_argument("--copy-latency-us", type=float, default=10.0, help="fixed cost per block copy")
-    ap.add_argument("--block-size", type=int, default=16)
-    ap.add_argument("--hit-fraction", type=float, default=None,
+    ap.add_argument("--params", type=positive, default=None,
+                    help="parameter count (default ~12*L*d^2)")
+    ap.add_argument("--tflops", type=positive, default=312.0, help="GPU peak dense FP16 TFLOPS (A100)")
+    ap.add_argument("--mfu", type=float_in(0, 1, open_low=True), default=0.5,
+                    help="fraction of peak a prefill reaches")
+    ap.add_argument("--pcie-gbps", type=positive, default=25.0, help="effective PCIe GB/s per direction")
+    ap.add_argument("--copy-latency-us", type=float_in(0, 1e9), default=10.0,
+                    help="fixed cost per block copy")
+    ap.add_argument("--block-size", type=int_in(1, MAX_BLOCK_SIZE), default=16)
+    ap.add_argument("--hit-fraction", type=float_in(0, 1), default=None,
                     help="fraction of a preempted sequence served by the prefix cache "
                          "(default: measured on a v1 run)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    for name in ("tflops", "mfu", "pcie_gbps"):
-        if not math.isfinite(getattr(args, name)) or getattr(args, name) <= 0:
-            ap.error(f"--{name.replace('_', '-')} must be positive and finite")
-    if args.mfu > 1:
-        ap.error("--mfu is a fraction of peak: at most 1")
-    if (args.block_size < 1 or not math.isfinite(args.copy_latency_us)
-            or args.copy_latency_us < 0):
-        ap.error("--block-size must be positive and --copy-latency-us non-negative")
-    if args.hit_fraction is not None and not 0.0 <= args.hit_fraction <= 1.0:
-        ap.error("--hit-fraction must be in [0, 1]")
-    h = measured_hit_fraction() if args.hit_fraction is None else args.hit_fraction
     try:
         spec = preset(args.model)
     except ValueError as e:
         ap.error(str(e))
+    h = measured_hit_fraction() if args.hit_fraction is None else args.hit_fraction
     params = args.params or params_of(spec)
     rows = []
     for l in LENGTHS:
