@@ -88,7 +88,7 @@ class BlockPool:
 
     def is_shared(self, block_id: int) -> bool:
         """Is the block held by more than one table (so a write must copy it first)?"""
-        return self._num_shared != 0 and self._ref[self._check_id(block_id)] > 1
+        return self._ref[self._check_id(block_id)] > 1
 
     def head(self) -> int | None:
         """The block `allocate()` would hand out next, or None when none is free."""
