@@ -141,9 +141,12 @@ def test_a_reclaimer_runs_before_out_of_blocks_and_the_request_is_planned_again(
     victims = list(m.seq_ids())
     calls = []
 
-    def reclaim(manager, short, protect):
+    def reclaim(manager, short, protect):  # like the scheduler: preempt until enough is free
         calls.append((short, set(protect)))
-        for s in [s for s in victims if s not in protect and s in manager][:1]:
+        start = manager.num_free_blocks
+        for s in [s for s in victims if s not in protect and s in manager]:
+            if manager.num_free_blocks - start >= short:
+                break
             manager.free_sequence(s)
 
     m.reclaimer = reclaim
@@ -152,7 +155,7 @@ def test_a_reclaimer_runs_before_out_of_blocks_and_the_request_is_planned_again(
     try:
         m.add_sequence("big", want)
     except OutOfBlocks:
-        assert not fits_after_all or m.seq_ids() == []
+        assert not fits_after_all  # every other sequence was given up first
     else:
         assert "big" in m
     assert all("big" in protect for _, protect in calls)
