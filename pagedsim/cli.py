@@ -3,9 +3,9 @@
 Sub-commands are imported only when used, so `pagedsim tour` never loads
 matplotlib or numba. Each target is a `main(argv: list[str]) -> int` function.
 
-Errors are handled here, once: a `ValueError`, `TypeError`, `OutOfBlocks` or `OSError`
-(an unwritable output path, a missing trace) escaping a command becomes one line on
-stderr, `pagedsim COMMAND: error: ...`, and exit status 2; never a traceback. Commands
+Errors are handled here, once: a `ValueError`, `TypeError`, `OSError` (an unwritable
+output path, a missing trace), `RuntimeError` (`OutOfBlocks`, a stalled scheduler) or
+`MemoryError` escaping a command becomes one line on stderr, `pagedsim COMMAND: error: ...`, and exit status 2; never a traceback. Commands
 build their parsers with `ArgParser`, whose usage errors are one line on stderr too,
 and check numbers at parse time with `int_in` / `float_in`.
 """
@@ -111,14 +111,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pagedsim: error: unknown command {name!r} (see pagedsim --help)", file=sys.stderr)
         return 2
     module_name, func_name = COMMANDS[name][0].split(":")
-    from .errors import OutOfBlocks
     try:
         func = getattr(importlib.import_module(module_name), func_name)
         return int(func(rest) or 0)
     except BrokenPipeError:  # `pagedsim tour | head`: the reader left; that is not an error
         sys.stdout = None
         return 0
-    except (ValueError, TypeError, OSError, OutOfBlocks, MemoryError, RecursionError) as e:
+    except (ValueError, TypeError, OSError, RuntimeError, MemoryError) as e:
         print(f"pagedsim {name}: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
