@@ -118,15 +118,17 @@ class PrefixCachingManager(KVCacheManager):
         self._check_new(seq_id)
         if new_token_ids is None:
             raise ValueError(f"new sequence {seq_id!r} needs new_token_ids (its prompt)")
-        tokens = _ids(new_token_ids)
         hits: list = []
         if computed is not None:
             if not isinstance(computed, ComputedBlocks):
                 raise TypeError(f"computed must come from get_computed_blocks, got {computed!r}")
             hits = list(computed.blocks)
-            if (computed.token_ids != tokens
-                    or self._match(tokens, len(hits)) != hits):
-                raise ValueError("computed blocks are stale or belong to other token ids")
+        # the ids get_computed_blocks already checked need no second pass
+        same = computed is not None and new_token_ids is computed.token_ids
+        tokens = computed.token_ids if same else _ids(new_token_ids)
+        if computed is not None and ((not same and computed.token_ids != tokens)
+                                     or self._match(tokens, len(hits)) != hits):
+            raise ValueError("computed blocks are stale or belong to other token ids")
         done = len(hits) * self.block_size
         if done + n > len(tokens):
             raise ValueError(f"{done} cached + {n} new tokens exceed the {len(tokens)} known")
@@ -158,18 +160,18 @@ class PrefixCachingManager(KVCacheManager):
             return None
         if known is not None:
             known.extend(new)
-        before = set(table.blocks)
+        count = len(table.blocks)
         if need:
             self._make_room(seq_id, table, grow)  # fits: the reclaimer is never asked
         first = table.num_tokens
         table.num_tokens = max(first, target)
         self._ahead[seq_id] = table.num_tokens - done - n
-        if table.num_tokens > first:
+        if self._tracing and table.num_tokens > first:
             self._emit(tr.TokensAppended, seq_id, first,
                        tuple(table.slot(p) for p in range(first, table.num_tokens)))
         self._cache_full_blocks(seq_id)
         self._end_step()
-        return [b for b in table.blocks if b not in before]
+        return table.blocks[count - cow:]  # a copy-on-write replaced the last block too
 
     # ---- shared by both shapes -------------------------------------------------------
     def _blocks_to_take(self, hits, num_tokens: int) -> int:
