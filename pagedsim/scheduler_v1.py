@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from .block_table import blocks_needed
 from .errors import OutOfBlocks, count_arg, token_ids_arg
 from .policies.prefix_cache import PrefixCachingManager
 
@@ -127,8 +128,7 @@ class SchedulerV1:
             if r.beam_width > 1:
                 raise ValueError(f"request {i} uses beam search; vLLM v1 runs it at the entry "
                                  f"point, not in the scheduler (use mode='v0')")
-            peak = self.manager.peak_blocks(  # the last sampled token gets no KV
-                r.prompt_len, r.total_len - 1 + self.num_lookahead_tokens)
+            peak = self._peak_blocks(r)
             if peak > nb:
                 raise ValueError(f"request {i} ({r.total_len} tokens) needs {peak} blocks, "
                                  f"more than the pool's {nb}")
@@ -147,6 +147,14 @@ class SchedulerV1:
                                                       prio)))
         out.sort(key=lambda x: (x[0], x[1].arrival))
         return out
+
+    def _peak_blocks(self, r) -> int:
+        """Most blocks one sample can hold: all its KV (the last sampled token has none), or
+        -- when a window drops blocks -- what it keeps plus one chunk of at most the budget."""
+        m, ahead = self.manager, self.num_lookahead_tokens
+        kv = r.total_len - 1 + ahead
+        chunk = blocks_needed(min(kv, self.max_num_batched_tokens + ahead), m.block_size)
+        return min(blocks_needed(kv, m.block_size), m.peak_blocks(r.prompt_len, kv) + chunk + 1)
 
     # ---- results -------------------------------------------------------------
     @property

@@ -23,9 +23,10 @@ The index maps a chained hash to the blocks that hold it (v1's
 requests that compute the same block at once both keep theirs). A hit is never
 trusted on the hash alone: the tokens are compared, and so is the *content id* of
 the parent -- an id interned per distinct (parent content id, tokens), shared by
-duplicate blocks and dropped when no cached block holds it -- so a colliding hash
-function cannot splice two prefixes together, while a child still matches after
-any duplicate of its parent, as v1's hash chain does.
+duplicate blocks, and kept while a cached block holds it, a later block of its
+prefix is cached, or a live sequence continues from it (`pin`) -- so a colliding hash function cannot splice two prefixes together, while a
+child still matches after its parent was evicted or duplicated, as v1's hash chain
+does (a sliding window's hit may start past evicted blocks).
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ class CacheStats:
 class CachingBlockPool(BlockPool):
     """A BlockPool whose free list keeps cached blocks behind uncached ones (see module doc)."""
 
-    __slots__ = ("eviction", "stats", "_key", "_by_hash", "_children", "_content", "_cid",
+    __slots__ = ("eviction", "stats", "_key", "_by_hash", "_children", "_content", "_node", "_cid",
                  "_next_cid", "_hits", "_born", "_stamp", "_heap", "_clock", "_evict_key")
 
     def __init__(self, num_blocks: int, block_size: int, eviction: str = "lru",
@@ -96,7 +97,9 @@ class CachingBlockPool(BlockPool):
         self._key: dict[int, tuple] = {}  # cached block -> (hash, tokens, parent content id)
         self._by_hash: dict[int, list[int]] = {}  # hash -> cached blocks with that hash
         self._children: dict[int, list[int]] = {}  # parent content id -> cached children
-        self._content: dict[tuple, list] = {}  # (parent id, tokens) -> [content id, blocks]
+        self._content: dict[tuple, int] = {}  # (parent content id, tokens) -> content id
+        self._node: dict[int, list] = {}  # content id -> [parent id, tokens, cached blocks, refs]
+        # refs: child contents plus pins (live sequences whose next block will follow it)
         self._cid = [ROOT] * n  # [num_blocks] content id of each cached block
         self._next_cid = ROOT + 1  # content ids are never reused
         self._hits = [0] * n  # [num_blocks] times each cached block was hit
@@ -133,6 +136,15 @@ class CachingBlockPool(BlockPool):
                 return b
         return None
 
+    def content_id(self, parent: int, tokens: tuple) -> int | None:
+        """The id of `tokens` after `parent`, or None if no cached block holds it or a later block."""
+        return self._content.get((parent, tokens))
+
+    def block_with(self, cid: int) -> int | None:
+        """A cached block holding content `cid` (the oldest), or None."""
+        blocks = self._node[cid][2]
+        return blocks[0] if blocks else None
+
     def children_of(self, parent: int) -> list[int]:
         return self._children.get(parent, [])
 
@@ -143,12 +155,15 @@ class CachingBlockPool(BlockPool):
     def cache(self, b: int, h: int, tokens: tuple, parent: int) -> None:
         """Record that allocated block b holds `tokens` after `parent` (v1: cache_full_blocks)."""
         assert b not in self._key and self._ref[b] > 0, f"block {b} cannot be cached now"
-        entry = self._content.get((parent, tokens))
-        if entry is None:
-            entry = self._content[(parent, tokens)] = [self._next_cid, 0]
+        cid = self._content.get((parent, tokens))
+        if cid is None:
+            cid = self._content[(parent, tokens)] = self._next_cid
             self._next_cid += 1
-        entry[1] += 1
-        self._cid[b] = entry[0]
+            self._node[cid] = [parent, tokens, [], 0]
+            if parent != ROOT:
+                self._node[parent][3] += 1
+        self._node[cid][2].append(b)
+        self._cid[b] = cid
         self._key[b] = (h, tokens, parent)
         self._by_hash.setdefault(h, []).append(b)
         self._children.setdefault(parent, []).append(b)
@@ -171,11 +186,29 @@ class CachingBlockPool(BlockPool):
         self._children[parent].remove(b)
         if not self._children[parent]:
             del self._children[parent]
-        entry = self._content[(parent, tokens)]
-        entry[1] -= 1
-        if not entry[1]:  # no cached block holds this content: its children become orphans
-            del self._content[(parent, tokens)]
+        cid = self._cid[b]
+        self._node[cid][2].remove(b)
+        self._prune(cid)
         self._stamp[b] += 1
+
+    def pin(self, cid: int) -> None:
+        """Keep content `cid` alive: a live sequence will hash its next block after it."""
+        if cid != ROOT:
+            self._node[cid][3] += 1
+
+    def unpin(self, cid: int) -> None:
+        if cid != ROOT:
+            self._node[cid][3] -= 1
+            self._prune(cid)
+
+    def _prune(self, cid: int) -> None:
+        """Drop content ids that nothing holds any more, walking up the prefix."""
+        while cid != ROOT and not self._node[cid][2] and not self._node[cid][3]:
+            parent, tokens, _, _ = self._node.pop(cid)
+            del self._content[(parent, tokens)]
+            cid = parent
+            if cid != ROOT:
+                self._node[cid][3] -= 1
 
     # ---- the free list -------------------------------------------------------------
     def allocate(self) -> int:
@@ -230,5 +263,12 @@ class CachingBlockPool(BlockPool):
         assert flags == sorted(flags), "a cached free block sits ahead of an uncached one"
         for b, (h, tokens, parent) in self._key.items():
             assert b in self._by_hash[h] and b in self._children[parent], f"block {b} index drift"
-            assert self._content[(parent, tokens)][0] == self._cid[b], f"block {b} content drift"
+            assert self._content[(parent, tokens)] == self._cid[b], f"block {b} content drift"
+            assert b in self._node[self._cid[b]][2], f"block {b} content drift"
             assert len(tokens) == self.block_size, f"cached block {b} is not full"
+        children = {}
+        for parent, _, _, _ in self._node.values():
+            children[parent] = children.get(parent, 0) + 1
+        for cid, (_, _, blocks, refs) in self._node.items():
+            assert refs >= children.get(cid, 0), f"content {cid} has fewer refs than children"
+            assert blocks or refs, f"content {cid} is held by nothing but was not dropped"

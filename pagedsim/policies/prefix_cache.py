@@ -37,7 +37,6 @@ from ..errors import count_arg, token_ids_arg
 from ..manager import KVCacheManager
 from .cache_pool import (EVICTION_KEYS, EVICTION_POLICIES, ROOT, CacheStats, CachingBlockPool,
                          chained_hash)
-from .sliding_window import SlidingWindowManager
 
 
 @dataclass(frozen=True)
@@ -177,7 +176,7 @@ class PrefixCachingManager(KVCacheManager):
     def _blocks_to_take(self, hits, num_tokens: int) -> int:
         """Free blocks an admission uses: new blocks, plus cached hits now on the free list."""
         fresh = blocks_needed(num_tokens, self.block_size) - len(hits)
-        return max(fresh, 0) + sum(1 for b in hits if not self.pool.ref_count(b))
+        return max(fresh, 0) + sum(1 for b in hits if b != NULL_BLOCK and not self.pool.ref_count(b))
 
     def _admit(self, seq_id, tokens: tuple, hits: list, computed: int, ahead: int) -> None:
         """Touch the hits, allocate the rest, record stats and hash the full blocks."""
@@ -192,6 +191,9 @@ class PrefixCachingManager(KVCacheManager):
         self._tables[seq_id] = table
         self._emit(tr.SequenceAdded, seq_id, computed + ahead)
         for logical, b in enumerate(hits):
+            if b == NULL_BLOCK:  # a sliding window's hit may start past blocks it never reads
+                table.blocks.append(b)
+                continue
             shared = pool.ref_count(b) > 0
             pool.touch(b)
             table.blocks.append(b)
@@ -205,7 +207,7 @@ class PrefixCachingManager(KVCacheManager):
         self._known[seq_id] = list(tokens)
         self._ahead[seq_id] = ahead
         h = pool.hash_of(hits[-1]) if hits else 0
-        self._chain[seq_id] = (len(hits), h, pool.parent_key(hits[-1]) if hits else ROOT)
+        self._set_chain(seq_id, (len(hits), h, pool.parent_key(hits[-1]) if hits else ROOT))
         self._cache_full_blocks(seq_id)
 
     def _cache_full_blocks(self, seq_id) -> None:
@@ -229,7 +231,15 @@ class PrefixCachingManager(KVCacheManager):
                 pool.cache(b, h, block_tokens, parent)
             parent = pool.parent_key(b)
         if full > done:
-            self._chain[seq_id] = (full, h, parent)
+            self._set_chain(seq_id, (full, h, parent))
+
+    def _set_chain(self, seq_id, chain: tuple) -> None:
+        """(blocks hashed, last hash, last content id); the content id is pinned meanwhile."""
+        self.pool.pin(chain[2])
+        old = self._chain.get(seq_id)
+        self._chain[seq_id] = chain
+        if old is not None:
+            self.pool.unpin(old[2])
 
     def _on_tokens_appended(self, seq_id, first_position: int, token_ids: tuple) -> None:
         known = self._known.get(seq_id)
@@ -267,12 +277,15 @@ class PrefixCachingManager(KVCacheManager):
         known = self._known.get(parent_id)
         self._known[child_id] = None if known is None else list(known)
         if parent_id in self._chain:
-            self._chain[child_id] = self._chain[parent_id]
+            self._set_chain(child_id, self._chain[parent_id])
         self._ahead[child_id] = self._ahead.get(parent_id, 0)
 
     def free_sequence(self, seq_id) -> None:
         super().free_sequence(seq_id)  # reversed order: the tail block is evicted first (v1)
-        for d in (self._known, self._chain, self._ahead):
+        chain = self._chain.pop(seq_id, None)
+        if chain is not None:
+            self.pool.unpin(chain[2])
+        for d in (self._known, self._ahead):
             d.pop(seq_id, None)
 
     def snapshot(self, events=(), caption=None) -> tr.Snapshot:
@@ -286,15 +299,12 @@ class PrefixCachingManager(KVCacheManager):
             assert done <= len(self._tables[seq_id].blocks), f"seq {seq_id!r} hashed too far"
 
 
-class SlidingWindowPrefixCachingManager(SlidingWindowManager, PrefixCachingManager):
-    """Sliding window + prefix caching (v1): blocks that slide out are freed but stay cached.
-
-    v1's SlidingWindowManager frees window-skipped blocks at allocation time
-    (`remove_skipped_blocks`) and, since they keep their hash, they go to the tail of
-    the free queue as eviction candidates. Here they are dropped at the end of each
-    step, after hashing. Differs from v1: a hit must start at block 0 (v1 may also
-    hit a window's worth of blocks further in, with null blocks before them).
-    """
+def __getattr__(name: str):
+    """The sliding-window variant lives in sliding_window_cache.py (imported lazily: it imports us)."""
+    if name == "SlidingWindowPrefixCachingManager":
+        from .sliding_window_cache import SlidingWindowPrefixCachingManager
+        return SlidingWindowPrefixCachingManager
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _ids(tokens) -> tuple:
@@ -311,5 +321,5 @@ def _common(a: tuple, b: tuple) -> int:
     return n
 
 
-__all__ = ["PrefixCachingManager", "SlidingWindowPrefixCachingManager", "ComputedBlocks",
+__all__ = ["PrefixCachingManager", "ComputedBlocks",
            "CacheStats", "CachingBlockPool", "EVICTION_KEYS", "EVICTION_POLICIES", "chained_hash"]

@@ -6,7 +6,8 @@ from hypothesis import given, settings, strategies as st
 
 from pagedsim import OutOfBlocks
 from pagedsim.policies import prefix_cache as pc
-from pagedsim.policies.prefix_cache import PrefixCachingManager, SlidingWindowPrefixCachingManager
+from pagedsim.policies.prefix_cache import PrefixCachingManager
+from pagedsim.policies.sliding_window_cache import SlidingWindowPrefixCachingManager
 
 
 def state(m):
@@ -143,6 +144,40 @@ def test_blocks_that_slide_out_of_the_window_stay_cached():
     m.add_sequence("b", 9, tokens=list(range(9)))
     assert m.stats.hit_tokens == 8  # all four full blocks: two were free, two shared
     m.check_invariants()
+
+
+def test_a_sliding_window_hit_starts_past_evicted_blocks_it_would_never_read():
+    m = SlidingWindowPrefixCachingManager(8, 2, window=4)  # a hit needs ceil(3/2) = 2 blocks
+    tokens = list(range(12))
+    m.add_sequence("a", 12, tokens=tokens)  # blocks 0..3 slide out (freed, still cached)
+    m.free_sequence("a")
+    m.add_sequence("x", 8, tokens=[50 + t for t in range(8)])  # 2 uncached + evicts 2 oldest
+    assert m.stats.evictions == 2
+    assert PrefixCachingManager._match(m, tuple(tokens), 6) == []  # full attention: block 0 is gone
+    m.add_sequence("b", 13, tokens=tokens + [99])
+    table = m.block_table("b")
+    assert m.stats.hit_tokens == 12  # the last two cached blocks, null blocks before them
+    assert table[:4] == [-1, -1, -1, -1] and -1 not in table[4:]
+    m.check_invariants()
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 24), st.integers(1, 6), st.integers(0, 1)),
+                min_size=1, max_size=5),
+       st.integers(1, 9), st.sampled_from([1, 2, 4]), st.integers(0, 3))
+def test_a_sliding_window_cache_under_the_v1_scheduler_keeps_every_invariant(
+        shapes, window, bs, spare):
+    from pagedsim.scheduler import Scheduler
+    from pagedsim.workloads import Request
+    reqs = [Request(p, o) for p, o, _ in shapes]
+    tokens = [[7 * k] * p for p, _, k in shapes]  # two families of prompts that repeat
+    m = SlidingWindowPrefixCachingManager(64, bs, window=window, trace=False)
+    need = max(min(-(-(r.total_len - 1) // bs),  # the whole KV, or the window + one chunk
+                   m.peak_blocks(r.prompt_len, r.total_len - 1) + -(-min(r.total_len - 1, 5) // bs) + 1)
+               for r in reqs)
+    m = SlidingWindowPrefixCachingManager(need + spare, bs, window=window, trace=False)
+    s = Scheduler(reqs, m, mode="v1", tokens=tokens, max_num_batched_tokens=5).run(check=True)
+    assert s.finished == len(reqs) and m.num_free_blocks == m.num_blocks
 
 
 def free_hit_holders(manager, short, protect):
