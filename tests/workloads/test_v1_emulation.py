@@ -19,8 +19,9 @@ from pagedsim.workloads import Request
 class Emulated:
     """v1's block pool + scheduler, the slow obvious way."""
 
-    def __init__(self, num_blocks, bs, budget, max_seqs):
+    def __init__(self, num_blocks, bs, budget, max_seqs, by_priority=False):
         self.bs, self.budget, self.max_seqs = bs, budget, max_seqs
+        self.by_priority = by_priority
         self.free = list(range(num_blocks))  # front = next handed out
         self.ref = [0] * num_blocks
         self.name = [None] * num_blocks  # the token prefix a cached block ends
@@ -85,7 +86,14 @@ class Emulated:
                 n = min(len(r["prompt"]) + len(r["out"]) - r["done"], budget)
                 ok = self.allocate(r, n)
                 while not ok:
-                    victim = running.pop()
+                    if self.by_priority:  # the least urgent; ties: the latest to arrive
+                        victim = max(running, key=lambda q: (q["priority"], q["index"]))
+                        running.remove(victim)
+                        if id(victim) in sched:  # scheduled earlier this step: undo that
+                            budget += sched.pop(id(victim))[1]
+                            i -= 1
+                    else:
+                        victim = running.pop()
                     self.release(victim)
                     waiting.insert(0, victim)
                     self.preemptions += 1
@@ -145,15 +153,19 @@ def workloads(draw):
 
 @settings(max_examples=40, deadline=None)
 @given(workloads(), st.sampled_from([1, 2, 4]), st.integers(0, 6), st.sampled_from([3, 8, 64]),
-       st.sampled_from([1, 2, 8]))
-def test_the_simulator_agrees_with_a_plain_emulation_of_v1(work, bs, spare, budget, max_seqs):
+       st.sampled_from([1, 2, 8]), st.none() | st.lists(st.integers(0, 2), min_size=6, max_size=6))
+def test_the_simulator_agrees_with_a_plain_emulation_of_v1(work, bs, spare, budget, max_seqs,
+                                                         priorities):
     reqs, tokens, outputs = work
     num_blocks = max(-(-(r.total_len - 1) // bs) for r in reqs) + spare  # tight: preemptions
     m = PrefixCachingManager(num_blocks, bs, trace=False)
+    prio = None if priorities is None else priorities[:len(reqs)]
     s = Scheduler(reqs, m, mode="v1", max_num_batched_tokens=budget, max_num_seqs=max_seqs,
-                  tokens=tokens, output_tokens=outputs).run(check=True)
-    emu = Emulated(num_blocks, bs, budget, max_seqs)
+                  tokens=tokens, output_tokens=outputs, priorities=prio,
+                  victim="fcfs" if prio is None else "priority").run(check=True)
+    emu = Emulated(num_blocks, bs, budget, max_seqs, by_priority=prio is not None)
     emu.run([{"prompt": list(tokens[i]), "out": [], "done": 0, "high": 0, "blocks": [],
+              "index": i, "priority": 0 if prio is None else prio[i],
               "arrival": r.arrival_step, "outputs": outputs[i] if k == 0 else
               [synthetic_token(i, k, j) for j in range(r.output_len)]}
              for i, r in enumerate(reqs) for k in range(r.n)])
