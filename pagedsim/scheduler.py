@@ -14,8 +14,9 @@ to `step()` is one model iteration:
        copies), victim groups are preempted first -- by default the most recently
        admitted -- with the chosen policy (`recompute` or `swap`, see policies/).
        Beams are then re-ranked synthetically: each beam, with probability
-       `beam_reshuffle`, is replaced by a fork of another beam (vLLM's beam search
-       frees losing beams and forks winning ones the same way).
+       `beam_reshuffle`, is replaced by a fork of another beam (vLLM v0's beam search
+       frees losing beams and forks winning ones the same way; v1 runs beam search
+       outside the scheduler).
     2. if nothing was preempted: swapped groups come back first (FCFS), and then
        waiting groups are admitted in arrival order while their prompt blocks, plus
        one block per sequence of headroom for the next decode, plus a watermark (1% of
