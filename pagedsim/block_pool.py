@@ -27,8 +27,8 @@ through `_push`, one at a time, so a subclass that decides where a freed block g
 (a caching pool, say) overrides `_push` alone, and `allocate`/`allocate_many` if it
 decides which block is handed out.
 
-Other classes read the pool only through its public queries (`num_free`,
-`num_shared`, `ref_count`, `is_shared`, `head`, `free_list`, `ref_counts`).
+Other classes read the pool only through its public queries (the counters `num_free`
+and `num_shared`, and `ref_count`, `is_shared`, `head`, `free_list`, `ref_counts`).
 
 Invariants (checked by `check_invariants`):
     * walking the list from the head visits exactly `num_free` blocks, then the tail;
@@ -46,7 +46,7 @@ FREE_ORDERS = ("lifo", "fifo")
 
 class BlockPool:
     __slots__ = ("num_blocks", "block_size", "free_order", "_ref", "_prev", "_next",
-                 "_head", "_tail", "_num_free", "_num_shared")
+                 "_head", "_tail", "num_free", "num_shared")
 
     def __init__(self, num_blocks: int, block_size: int, free_order: str = "lifo"):
         num_blocks = count_arg("num_blocks", num_blocks, 1, MAX_NUM_BLOCKS)
@@ -66,22 +66,16 @@ class BlockPool:
         self._next[num_blocks - 1] = tail
         self._prev = [head] + list(range(num_blocks - 1)) + [head, num_blocks - 1]
         self._prev[tail] = num_blocks - 1
-        self._num_free = num_blocks  # length of the free list
-        self._num_shared = 0  # blocks whose count is above 1 (lets callers skip copy-on-write checks)
+        # Two counters everyone may read and only the pool writes (plain attributes, like
+        # vLLM v1's FreeKVCacheBlockQueue.num_free_blocks, because the manager reads them
+        # on every token; check_invariants recounts both):
+        self.num_free = num_blocks  # length of the free list
+        self.num_shared = 0  # blocks whose count is above 1 (lets callers skip copy-on-write checks)
 
     # ---- queries -----------------------------------------------------------
     @property
-    def num_free(self) -> int:
-        return self._num_free
-
-    @property
-    def num_shared(self) -> int:
-        """Blocks held by more than one table."""
-        return self._num_shared
-
-    @property
     def num_used(self) -> int:
-        return self.num_blocks - self._num_free
+        return self.num_blocks - self.num_free
 
     def ref_count(self, block_id: int) -> int:
         return self._ref[self._check_id(block_id)]
@@ -122,8 +116,8 @@ class BlockPool:
     def allocate_many(self, k: int) -> list[int]:
         """Pop `k` blocks from the head in one splice; all or nothing."""
         k = count_arg("k", k)
-        if k > self._num_free:
-            raise OutOfBlocks(k, self._num_free, f"allocate_many({k})")
+        if k > self.num_free:
+            raise OutOfBlocks(k, self.num_free, f"allocate_many({k})")
         nxt, ref, head = self._next, self._ref, self._head
         out, b = [], nxt[head]
         for _ in range(k):
@@ -132,7 +126,7 @@ class BlockPool:
             b = nxt[b]
         nxt[head] = b  # head now skips the whole run
         self._prev[b] = head
-        self._num_free -= k
+        self.num_free -= k
         return out
 
     def take(self, block_id: int) -> int:
@@ -152,7 +146,7 @@ class BlockPool:
         count = self._ref[b] + 1
         self._ref[b] = count
         if count == 2:
-            self._num_shared += 1
+            self.num_shared += 1
         return count
 
     def free(self, block_id: int) -> int:
@@ -169,43 +163,65 @@ class BlockPool:
         if not count:
             self._push(b)
         elif count == 1:
-            self._num_shared -= 1
+            self.num_shared -= 1
         return count
 
     def release(self, blocks) -> None:
-        """`free` for many blocks, in order, all or nothing: every id is checked first.
+        """`free` for many blocks, in order; all or nothing.
 
-        The blocks whose count reaches 0 rejoin the list as one spliced run, in exactly
-        the order `free` called on each in turn would leave them."""
-        blocks = self._check_ids(blocks)
-        ref, nxt, prv, lifo = self._ref, self._next, self._prev, self.free_order == "lifo"
-        if lifo:  # one at a time at the head would leave the last freed in front: link backwards
-            blocks.reverse()
+        Every id is checked as its count drops; on a bad one the counts already dropped
+        are put back before the error is raised. The blocks whose count reaches 0 then
+        rejoin the list as one spliced run, in exactly the order `free` called on each
+        in turn would leave them."""
+        if type(blocks) is not list:
+            if isinstance(blocks, (str, bytes)) or not hasattr(blocks, "__iter__"):
+                raise TypeError(f"blocks must be an iterable of block ids, got "
+                                f"{type(blocks).__name__}")
+            blocks = list(blocks)
+        ref, gone, unshared, done = self._ref, [], 0, 0
+        try:
+            for b in blocks:
+                count = ref[b] - 1  # TypeError / IndexError for a bad id: undone below
+                if count < 0 or type(b) is not int or b < 0:
+                    raise IndexError(b)
+                ref[b] = count
+                done += 1
+                if not count:
+                    gone.append(b)
+                elif count == 1:
+                    unshared += 1
+        except (IndexError, TypeError):
+            for b in blocks[:done]:
+                ref[b] += 1
+            checked = self._check_ids(blocks)  # the precise error for the first bad id
+            return self.release(checked)  # NumPy integers: valid ids after all
+        self.num_shared -= unshared
+        self._splice(gone)
+
+    def _splice(self, gone: list) -> None:
+        """Link blocks whose count just reached 0 onto the list, as `_push` each in turn would."""
+        if not gone:
+            return
+        nxt, prv = self._next, self._prev
+        if self.free_order == "lifo":  # each one in turn at the head: the last freed leads
+            gone.reverse()
             left, right = self._head, nxt[self._head]
         else:
             left, right = prv[self._tail], self._tail
-        freed = unshared = 0
-        for b in blocks:
-            count = ref[b] - 1
-            ref[b] = count
-            if count:
-                unshared += count == 1
-                continue
+        for b in gone:
             nxt[left] = b
             prv[b] = left
             left = b
-            freed += 1
         nxt[left] = right
         prv[right] = left
-        self._num_free += freed
-        self._num_shared -= unshared
+        self.num_free += len(gone)
 
     # ---- the intrusive list --------------------------------------------------
     def _unlink(self, b: int) -> None:
         p, n = self._prev[b], self._next[b]
         self._next[p] = n
         self._prev[n] = p
-        self._num_free -= 1
+        self.num_free -= 1
 
     def _push(self, b: int, to_head: bool | None = None) -> None:
         """Put block b back on the free list: at the head, or at the tail (default: free_order)."""
@@ -220,7 +236,7 @@ class BlockPool:
         self._prev[b], self._next[b] = p, n
         self._next[p] = b
         self._prev[n] = b
-        self._num_free += 1
+        self.num_free += 1
 
     def _check_id(self, block_id) -> int:
         if type(block_id) is not int:
@@ -273,12 +289,12 @@ class BlockPool:
             seen.add(node)
             steps += 1
             assert steps <= self.num_blocks, "free list is longer than the pool"
-        assert steps == self._num_free, (
-            f"free list walk has {steps} blocks but num_free is {self._num_free}"
+        assert steps == self.num_free, (
+            f"free list walk has {steps} blocks but num_free is {self.num_free}"
         )
         shared = sum(1 for count in self._ref if count > 1)
-        assert shared == self._num_shared, (
-            f"{shared} blocks have a count above 1 but num_shared is {self._num_shared}")
+        assert shared == self.num_shared, (
+            f"{shared} blocks have a count above 1 but num_shared is {self.num_shared}")
         for b, count in enumerate(self._ref):
             assert count >= 0, f"block {b} has negative ref count {count}"
             assert (count == 0) == (b in seen), (

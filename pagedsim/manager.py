@@ -35,10 +35,11 @@ from __future__ import annotations
 import numpy as np
 
 from . import trace as tr
+from .batch import decode_need, plan_copies, start_positions
 from .block_pool import BlockPool
-from .block_table import NULL_BLOCK, BlockTable, blocks_needed
-from .errors import BlockError, OutOfBlocks, SequenceError, count_arg as _count, token_ids_arg
-from .usage import Usage
+from .block_table import NULL_BLOCK, BlockTable, blocks_needed, restore_plan
+from .errors import OutOfBlocks, SequenceError, count_arg as _count, token_ids_arg
+from .usage import Usage, block_fill
 
 
 class KVCacheManager:
@@ -113,8 +114,7 @@ class KVCacheManager:
     def blocks_for_decode(self, seq_ids) -> int:
         """Free blocks `decode_step(seq_ids)` needs: one at each block boundary, one for
         each first write into a shared, partly filled last block (copy-on-write)."""
-        seq_ids, batch = self._batch(seq_ids)
-        return self._decode_need(seq_ids, batch)
+        return decode_need(self._batch(seq_ids)[1], self.pool, self.block_size)
 
     def peak_blocks(self, prompt_len: int, total_len: int) -> int:
         """The most blocks one sequence holds at once while it grows from prompt_len to total_len."""
@@ -127,12 +127,7 @@ class KVCacheManager:
         return out
 
     def usage(self) -> Usage:
-        fill = self._block_fill()
-        stored = sum(fill)
-        used = self.pool.num_used
-        return Usage(self.num_blocks, used, self.pool.num_free, stored,
-                     sum(t.num_tokens for t in self._tables.values()),
-                     used * self.block_size - stored)
+        return Usage.of(self._tables.values(), self.pool)
 
     # ---- operations ------------------------------------------------------------
     def add_sequence(self, seq_id, num_tokens: int) -> np.ndarray:
@@ -161,12 +156,12 @@ class KVCacheManager:
             table = self._tables[seq_id]
         except (KeyError, TypeError):
             raise SequenceError(f"unknown sequence {seq_id!r}") from None
-        if type(n) is not int or n < 1:
+        if token_ids is not None or type(n) is not int or n < 1:
             n = _count("n", n)
-        if token_ids is not None:
-            token_ids = token_ids_arg("token_ids", token_ids, n)
-        if n == 0:
-            return []
+            if token_ids is not None:
+                token_ids = token_ids_arg("token_ids", token_ids, n)
+            if not n:
+                return []
         bs, blocks, pos = self.block_size, table.blocks, table.num_tokens
         end = pos + n
         if len(blocks) * bs < end or (pos % bs and self.pool.num_shared
@@ -187,9 +182,9 @@ class KVCacheManager:
     def decode_step(self, seq_ids, with_slots: bool = True, token_ids=None) -> list[int] | None:
         """Append one token to each listed sequence, as one step: one scheduler iteration.
 
-        A sequence listed k times gets k tokens. The blocks, copies and slots are exactly
-        those of `append_tokens(s, 1)` for each entry in order; all or nothing for the
-        whole batch. `token_ids`, if given, has one id per entry. Returns the new tokens'
+        A sequence listed k times gets k tokens. It takes the same blocks and makes the
+        same copies as `append_tokens(s, 1)` for each entry in turn (the copies are handed
+        their blocks first, see batch.py); all or nothing for the whole batch. `token_ids`, if given, has one id per entry. Returns the new tokens'
         slots, or None when `with_slots` is False.
         """
         seq_ids, batch = self._batch(seq_ids)
@@ -199,36 +194,26 @@ class KVCacheManager:
             token_ids = token_ids_arg("token_ids", token_ids, len(seq_ids))
         pool, bs = self.pool, self.block_size
         if len(batch) > pool.num_free:  # each entry needs at most one block: count exactly
-            self._reserve(lambda: self._decode_need(seq_ids, batch), set(seq_ids),
+            self._reserve(lambda: decode_need(batch, pool, bs), set(seq_ids),
                           f"decode_step({len(batch)} seqs)")
         positions = None  # each entry's position, when someone reads it
         if with_slots or self._tracing or token_ids is not None:
-            positions = self._positions(batch)
-        takers = []  # tables that take a block, in entry order
-        copied: dict = {}  # id(table) -> the shared block it copies away from (None: none)
-        drops: dict = {}  # shared block -> writers in this batch that copy away from it
-        shared = pool.num_shared
+            positions = start_positions(batch)
+        copied = []  # (table, shared block, its private copy, the shared block's count after)
+        copies = plan_copies(batch, pool, bs)
+        for (t, src), dst in zip(copies, pool.allocate_many(len(copies))):
+            t.blocks[-1] = dst  # copy-on-write: the writer lets go of the shared block
+            self._copies.append((src, dst))
+            copied.append((t, src, dst, pool.free(src)))
+        takers = []  # tables whose next token starts a block, in entry order
         for t in batch:
             pos = t.num_tokens
             if not pos % bs:
                 takers.append(t)
-                if shared:
-                    copied.setdefault(id(t), None)
-            elif shared and id(t) not in copied and self._copy_needed(t, copied, drops):
-                takers.append(t)
             t.num_tokens = pos + 1
-        taken = []  # (table, block, shared block it replaces or None), for the trace
-        for t, b in zip(takers, pool.allocate_many(len(takers))):
-            src = copied.get(id(t))
-            if src is None or t.blocks[-1] != src:  # a boundary: the block is appended
-                t.blocks.append(b)
-                src = None
-            else:  # copy-on-write: the writer lets go of the shared block
-                t.blocks[-1] = b
-                self._copies.append((src, b))
-                count = pool.free(src)
-            if self._tracing:
-                taken.append((t, b, src, count if src is not None else 0))
+        new = pool.allocate_many(len(takers))
+        for t, b in zip(takers, new):
+            t.blocks.append(b)
         if positions is None:
             self._end_step()
             return None
@@ -237,7 +222,7 @@ class KVCacheManager:
             for s, p, token in zip(seq_ids, positions, token_ids):
                 self._on_tokens_appended(s, p, (token,))
         if self._tracing:
-            self._trace_decode(seq_ids, batch, positions, slots, taken)
+            self._trace_decode(seq_ids, batch, positions, slots, copied, zip(takers, new))
         self._end_step()
         return slots if with_slots else None
 
@@ -250,7 +235,9 @@ class KVCacheManager:
         table may not name a label twice. All or nothing. Returns {label: physical block},
         for the copy that brings the data back.
         """
-        plan = self._check_restore(tables)
+        plan = restore_plan(tables, self.block_size, self.drops_blocks)
+        for seq_id in plan:
+            self._check_new(seq_id)
         distinct = {b for labels, _ in plan.values() for b in labels if b != NULL_BLOCK}
         if len(distinct) > self.pool.num_free:
             self._reserve(len(distinct), set(plan), f"restore_sequences({len(plan)} seqs)")
@@ -331,31 +318,6 @@ class KVCacheManager:
             missing = next(s for s in seq_ids if s not in self)
             raise SequenceError(f"unknown sequence {missing!r}") from None
 
-    def _check_restore(self, tables) -> dict:
-        """Validate restore_sequences' argument; {seq_id: (labels as a tuple, num_tokens)}."""
-        if not isinstance(tables, dict):
-            raise TypeError(f"tables must be a dict, got {type(tables).__name__}")
-        plan = {}
-        for seq_id, entry in tables.items():
-            self._check_new(seq_id)
-            if not isinstance(entry, (tuple, list)) or len(entry) != 2:
-                raise TypeError(f"seq {seq_id!r}: expected (labels, num_tokens), got {entry!r}")
-            labels, num_tokens = entry
-            num_tokens = _count("num_tokens", num_tokens)
-            if isinstance(labels, (str, bytes)) or not hasattr(labels, "__len__"):
-                raise TypeError(f"seq {seq_id!r}: labels must be a sequence of ints")
-            labels = tuple(_count("label", b, NULL_BLOCK) for b in labels)
-            if len(labels) != blocks_needed(num_tokens, self.block_size):
-                raise ValueError(f"seq {seq_id!r}: {len(labels)} labels for {num_tokens} tokens")
-            named = [b for b in labels if b != NULL_BLOCK]
-            if len(set(named)) != len(named):
-                raise BlockError(f"seq {seq_id!r} names a block twice: {list(labels)}")
-            if len(named) != len(labels) and (not self.drops_blocks or labels[-1] == NULL_BLOCK):
-                raise BlockError(f"seq {seq_id!r}: NULL_BLOCK is allowed only for blocks a "
-                                 f"sliding window dropped, never for the last one")
-            plan[seq_id] = (labels, num_tokens)
-        return plan
-
     def _reserve(self, need, protect, what: str) -> None:
         """Return once `need` blocks are free, else record the refusal and raise OutOfBlocks.
 
@@ -404,54 +366,16 @@ class KVCacheManager:
         table.blocks.append(b)
         self._emit(tr.BlockAllocated, seq_id, b, logical)
 
-    @staticmethod
-    def _positions(batch) -> list[int]:
-        """Where each entry's token goes: a table listed k times fills k positions in turn."""
-        positions = [t.num_tokens for t in batch]
-        if len(set(map(id, batch))) != len(batch):
-            seen: dict = {}
-            for i, t in enumerate(batch):
-                k = seen.get(id(t), 0)
-                positions[i] += k
-                seen[id(t)] = k + 1
-        return positions
-
-    def _copy_needed(self, t: BlockTable, copied: dict, drops: dict) -> bool:
-        """Must this decode write copy t's last block? (earlier writers in the batch let go of it)"""
-        src = t.blocks[-1]
-        if self.pool.ref_count(src) - drops.get(src, 0) <= 1:
-            return False
-        copied[id(t)] = src
-        drops[src] = drops.get(src, 0) + 1
-        return True
-
-    def _decode_need(self, seq_ids, batch) -> int:
-        """Count what decode_step's loop takes, without changing anything."""
-        bs, shared = self.block_size, self.pool.num_shared
-        need, pos_after, copied, drops = 0, {}, {}, {}
-        for t in batch:
-            pos = pos_after.get(id(t), t.num_tokens)
-            if not pos % bs:
-                need += 1
-                if shared:
-                    copied.setdefault(id(t), None)
-            elif shared and id(t) not in copied and self._copy_needed(t, copied, drops):
-                need += 1
-            pos_after[id(t)] = pos + 1
-        return need
-
-    def _trace_decode(self, seq_ids, batch, positions, slots, taken) -> None:
+    def _trace_decode(self, seq_ids, batch, positions, slots, copied, grown) -> None:
         owner = {id(t): s for s, t in zip(seq_ids, batch)}
-        step = self.step + 1
         for s, p, slot in zip(seq_ids, positions, slots):
-            self._sink.emit(tr.TokensAppended(step, s, p, (slot,)))
-        for t, b, src, count in taken:
-            s = owner[id(t)]
-            if src is not None:
-                self._emit(tr.CopyOnWrite, s, src, b, count + 1)
-            self._emit(tr.BlockAllocated, s, b, t.blocks.index(b))
-            if src is not None:
-                self._emit(tr.BlockReleased, s, src, count)
+            self._sink.emit(tr.TokensAppended(self.step + 1, s, p, (slot,)))
+        for t, src, dst, count in copied:
+            self._emit(tr.CopyOnWrite, owner[id(t)], src, dst, count + 1)
+            self._emit(tr.BlockAllocated, owner[id(t)], dst, t.blocks.index(dst))
+            self._emit(tr.BlockReleased, owner[id(t)], src, count)
+        for t, b in grown:
+            self._emit(tr.BlockAllocated, owner[id(t)], b, t.blocks.index(b))
 
     def _emit(self, kind, *fields) -> None:
         """Record `kind(step, *fields)` in the current step; nothing is built when tracing is off.
@@ -465,14 +389,6 @@ class KVCacheManager:
         if self._tracing:
             self._sink.end_step(self.snapshot)
 
-    def _block_fill(self) -> list[int]:
-        fill, bs = [0] * self.num_blocks, self.block_size
-        for t in self._tables.values():
-            for i, b in enumerate(t.blocks):
-                if b != NULL_BLOCK:
-                    fill[b] = max(fill[b], min(bs, t.num_tokens - i * bs))
-        return fill
-
     def snapshot(self, events=(), caption: str | None = None) -> tr.Snapshot:
         """The whole state as frozen data (for pictures, the tour and time travel)."""
         events = tuple(events)
@@ -484,7 +400,7 @@ class KVCacheManager:
             block_size=self.block_size,
             free_list=tuple(self.pool.free_list()),
             ref_counts=tuple(self.pool.ref_counts()),
-            block_fill=tuple(self._block_fill()),
+            block_fill=tuple(block_fill(self._tables.values(), self.num_blocks, self.block_size)),
             sequences=tuple(tr.SeqState(s, tuple(t.blocks), t.num_tokens)
                             for s, t in self._tables.items()),
             pending_copies=tuple(self._copies),
