@@ -65,6 +65,8 @@ class KVCacheManager:
         self._copies: list[tuple[int, int]] = []  # copy-on-write pairs awaiting the kernel
         self._sink = tr.Trace(snapshots) if trace else tr.NULL_SINK
         self._tracing = trace  # build events at all? (False: nothing is built)
+        # Can a step end by just counting it? (no trace, and no subclass hooks _end_step)
+        self._quiet_steps = not trace and type(self)._end_step is KVCacheManager._end_step
         self.step = 0  # number of completed public steps
         # Called as reclaimer(manager, blocks_short, protect) when an allocation finds too few
         # free blocks. It may free blocks of sequences not in `protect` (preempt, swap out);
@@ -163,17 +165,20 @@ class KVCacheManager:
             if not n:
                 return []
         bs, blocks, pos = self.block_size, table.blocks, table.num_tokens
-        end = pos + n
-        if len(blocks) * bs < end or (pos % bs and self.pool.num_shared
-                                      and self.pool.is_shared(blocks[-1])):
+        off = pos % bs  # where the first new token lands in its block
+        if not off or (n > 1 and pos + n > len(blocks) * bs) or (
+                self.pool.num_shared and self.pool.is_shared(blocks[-1])):
             self._make_room(seq_id, table, n)  # copy-on-write and new blocks, all or nothing
-        table.num_tokens = end
+        table.num_tokens = pos + n
         if n == 1:
-            slots = [blocks[pos // bs] * bs + pos % bs]
+            slots = [blocks[pos // bs] * bs + off]
         else:
-            slots = [blocks[p // bs] * bs + p % bs for p in range(pos, end)]
+            slots = [blocks[p // bs] * bs + p % bs for p in range(pos, pos + n)]
         if token_ids is not None:
             self._on_tokens_appended(seq_id, pos, token_ids)
+        if self._quiet_steps:  # nothing to record and no end-of-step hook: just count it
+            self.step += 1
+            return slots
         if self._tracing:
             self._sink.emit(tr.TokensAppended(self.step + 1, seq_id, pos, tuple(slots)), True)
         self._end_step()
@@ -343,22 +348,29 @@ class KVCacheManager:
 
     def _make_room(self, seq_id, table: BlockTable, n: int) -> None:
         """Give `table` the blocks for `n` more tokens: a private last block, then new ones."""
-        bs = self.block_size
-        plan = lambda: (blocks_needed(table.num_tokens + n, bs) - len(table.blocks)  # noqa: E731
-                        + bool(table.num_tokens % bs and self.pool.is_shared(table.blocks[-1])))
-        if plan() > self.pool.num_free:
-            self._reserve(plan, {seq_id}, f"append_tokens({n})")
-        if table.num_tokens % bs and self.pool.is_shared(table.blocks[-1]):
-            src = table.blocks[-1]
-            dst = self.pool.allocate()
-            count = self.pool.free(src)  # the writer lets go of the shared block (count >= 1 stays)
-            table.blocks[-1] = dst
+        if self._room_needed(table, n) > self.pool.num_free:
+            self._reserve(lambda: self._room_needed(table, n), {seq_id}, f"append_tokens({n})")
+        pool, bs, blocks = self.pool, self.block_size, table.blocks
+        if table.num_tokens % bs and pool.num_shared and pool.is_shared(blocks[-1]):
+            src = blocks[-1]
+            dst = pool.allocate()
+            count = pool.free(src)  # the writer lets go of the shared block (count >= 1 stays)
+            blocks[-1] = dst
             self._copies.append((src, dst))
             self._emit(tr.CopyOnWrite, seq_id, src, dst, count + 1)
-            self._emit(tr.BlockAllocated, seq_id, dst, len(table.blocks) - 1)
+            self._emit(tr.BlockAllocated, seq_id, dst, len(blocks) - 1)
             self._emit(tr.BlockReleased, seq_id, src, count)
-        for logical in range(len(table.blocks), blocks_needed(table.num_tokens + n, bs)):
-            self._grow(seq_id, table, logical)
+        first = len(blocks)
+        blocks += pool.allocate_many(-(-(table.num_tokens + n) // bs) - first)
+        if self._tracing:
+            for logical in range(first, len(blocks)):
+                self._emit(tr.BlockAllocated, seq_id, blocks[logical], logical)
+
+    def _room_needed(self, table: BlockTable, n: int) -> int:
+        """Free blocks `n` more tokens take: new blocks, plus one if the last must be copied."""
+        bs, pool = self.block_size, self.pool
+        copy = bool(table.num_tokens % bs and pool.num_shared and pool.is_shared(table.blocks[-1]))
+        return -(-(table.num_tokens + n) // bs) - len(table.blocks) + copy
 
     def _grow(self, seq_id, table: BlockTable, logical: int) -> None:
         """Append one freshly allocated block to `table` as logical block `logical`."""
