@@ -115,7 +115,8 @@ class BlockPool:
 
     def allocate_many(self, k: int) -> list[int]:
         """Pop `k` blocks from the head in one splice; all or nothing."""
-        k = count_arg("k", k)
+        if type(k) is not int or k < 0:
+            k = count_arg("k", k)
         if k > self.num_free:
             raise OutOfBlocks(k, self.num_free, f"allocate_many({k})")
         nxt, ref, head = self._next, self._ref, self._head

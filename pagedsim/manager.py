@@ -141,13 +141,17 @@ class KVCacheManager:
         need = blocks_needed(num_tokens, self.block_size)
         if need > self.pool.num_free:
             self._reserve(need, {seq_id}, f"add_sequence({num_tokens} tokens)")
-        table = BlockTable(self.block_size, self.pool.allocate_many(need), num_tokens)
+        table = BlockTable(self.block_size, (), num_tokens)
+        table.blocks = self.pool.allocate_many(need)  # a fresh list: no copy needed
         self._tables[seq_id] = table
         if self._tracing:
             self._emit(tr.SequenceAdded, seq_id, num_tokens)
             for logical, b in enumerate(table.blocks):
                 self._emit(tr.BlockAllocated, seq_id, b, logical)
-        self._end_step()
+        if self._quiet_steps:
+            self.step += 1
+        else:
+            self._end_step()
         return table.slot_mapping()
 
     def append_tokens(self, seq_id, n: int = 1, token_ids=None) -> list[int]:
@@ -205,11 +209,12 @@ class KVCacheManager:
         if with_slots or self._tracing or token_ids is not None:
             positions = start_positions(batch)
         copied = []  # (table, shared block, its private copy, the shared block's count after)
-        copies = plan_copies(batch, pool, bs)
-        for (t, src), dst in zip(copies, pool.allocate_many(len(copies))):
-            t.blocks[-1] = dst  # copy-on-write: the writer lets go of the shared block
-            self._copies.append((src, dst))
-            copied.append((t, src, dst, pool.free(src)))
+        if pool.num_shared:
+            copies = plan_copies(batch, pool, bs)
+            for (t, src), dst in zip(copies, pool.allocate_many(len(copies))):
+                t.blocks[-1] = dst  # copy-on-write: the writer lets go of the shared block
+                self._copies.append((src, dst))
+                copied.append((t, src, dst, pool.free(src)))
         takers = []  # tables whose next token starts a block, in entry order
         for t in batch:
             pos = t.num_tokens
@@ -219,8 +224,11 @@ class KVCacheManager:
         new = pool.allocate_many(len(takers))
         for t, b in zip(takers, new):
             t.blocks.append(b)
-        if positions is None:
-            self._end_step()
+        if positions is None:  # no slots wanted, nothing to trace
+            if self._quiet_steps:
+                self.step += 1
+            else:
+                self._end_step()
             return None
         slots = [t.blocks[p // bs] * bs + p % bs for t, p in zip(batch, positions)]
         if token_ids is not None:
@@ -284,6 +292,9 @@ class KVCacheManager:
             named = [b for b in named if b != NULL_BLOCK]
         self.pool.release(named)
         del self._tables[seq_id]
+        if self._quiet_steps:
+            self.step += 1
+            return
         if self._tracing:
             self._emit(tr.SequenceFreed, seq_id, table.num_tokens)
             for b in named:
