@@ -299,14 +299,6 @@ class PrefixCachingManager(KVCacheManager):
             assert done <= len(self._tables[seq_id].blocks), f"seq {seq_id!r} hashed too far"
 
 
-def __getattr__(name: str):
-    """The sliding-window variant lives in sliding_window_cache.py (imported lazily: it imports us)."""
-    if name == "SlidingWindowPrefixCachingManager":
-        from .sliding_window_cache import SlidingWindowPrefixCachingManager
-        return SlidingWindowPrefixCachingManager
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def _ids(tokens) -> tuple:
     """Token ids as a tuple of Python ints in [0, 2**63) (TypeError / ValueError otherwise)."""
     return token_ids_arg("token_ids", tokens)
