@@ -26,6 +26,9 @@ _OFFSETS: dict[int, np.ndarray] = {}  # block_size -> arange(block_size), shared
 
 def blocks_needed(num_tokens: int, block_size: int) -> int:
     """ceil(num_tokens / block_size): a partly filled last block still takes a whole block."""
+    if type(block_size) is not int or block_size < 1 or type(num_tokens) is not int or num_tokens < 0:
+        num_tokens = count_arg("num_tokens", num_tokens)
+        block_size = count_arg("block_size", block_size, 1)
     return -(-num_tokens // block_size)
 
 
@@ -33,6 +36,10 @@ class BlockTable:
     __slots__ = ("block_size", "blocks", "num_tokens")
 
     def __init__(self, block_size: int, blocks=(), num_tokens: int = 0):
+        if type(block_size) is not int or block_size < 1 or type(num_tokens) is not int \
+                or num_tokens < 0:
+            block_size = count_arg("block_size", block_size, 1)
+            num_tokens = count_arg("num_tokens", num_tokens)
         self.block_size = block_size  # tokens per block
         self.blocks = list(blocks)  # logical index -> physical block id
         self.num_tokens = num_tokens  # tokens stored; the last block may be partly full

@@ -121,8 +121,20 @@ def synthetic(name: str, num_requests: int, seed: int = 0, *, n: int = 1,
     return [Request(int(p), int(o), n, beam_width) for p, o in zip(prompts, outputs)]
 
 
+def _requests(requests) -> list[Request]:
+    """`requests` as a list, every item a Request (TypeError otherwise)."""
+    if isinstance(requests, (str, bytes)) or not hasattr(requests, "__iter__"):
+        raise TypeError(f"requests must be an iterable of Request, got {type(requests).__name__}")
+    requests = list(requests)
+    for r in requests:
+        if not isinstance(r, Request):
+            raise TypeError(f"requests must hold Request objects, got {type(r).__name__}")
+    return requests
+
+
 def as_arrays(requests) -> dict[str, np.ndarray]:
     """Columns of a request list as int64 arrays (for the vectorised labs)."""
+    requests = _requests(requests)
     fields = ("prompt_len", "output_len", "n", "beam_width", "arrival_step")
     return {f: np.fromiter((getattr(r, f) for r in requests), np.int64, len(requests))
             for f in fields}
@@ -134,7 +146,7 @@ REQUIRED = COLUMNS[:2]
 
 def write_csv(requests, path) -> None:
     """Write a trace; optional columns are written only if some request uses them."""
-    requests = list(requests)
+    requests = _requests(requests)
     cols = list(REQUIRED) + [c for c in COLUMNS[2:]
                              if any(getattr(r, c) != Request.__dataclass_fields__[c].default
                                     for r in requests)]
@@ -198,6 +210,7 @@ def prompt_tokens(requests, seed: int = 0, *, num_prefixes: int = 8, vocab: int 
     (a few popular system prompts, many rare ones) and keeps at least one unique
     token at the end. The rest of the prompt is fresh random tokens.
     """
+    requests = _requests(requests)
     seed = count_arg("seed", seed, 0, (1 << 64) - 1)
     num_prefixes = count_arg("num_prefixes", num_prefixes, 1, 1 << 16)
     vocab = count_arg("vocab", vocab, 1, 1 << 62)

@@ -106,7 +106,19 @@ def test_sizing_refuses_bad_shapes_and_budgets(field, bad, zero):
 
 @FUZZ
 @given(bad=WRONG_TYPES)
-def test_prompt_tokens_refuses_bad_arguments(bad):
+def test_prompt_tokens_and_request_lists_refuse_bad_arguments(bad):
     reqs = [Request(3, 1)]
     refused(lambda: workloads.prompt_tokens(reqs, num_prefixes=bad), TypeError)
     refused(lambda: workloads.prompt_tokens(reqs, prefix_lens=(5, 2)), ValueError)
+    for call in (workloads.as_arrays, workloads.prompt_tokens,
+                 lambda rs: workloads.write_csv(rs, "/nonexistent/never-written.csv")):
+        refused(lambda: call(reqs + [bad]), TypeError)
+        refused(lambda: call("not requests"), TypeError)
+
+
+def test_block_tables_and_blocks_needed_refuse_a_zero_block_size():
+    from pagedsim import BlockTable, blocks_needed
+    refused(lambda: blocks_needed(5, 0), ValueError)
+    refused(lambda: blocks_needed(2.5, 4), TypeError)
+    refused(lambda: BlockTable(0), ValueError)
+    refused(lambda: BlockTable(4, [], -1), ValueError)
