@@ -36,6 +36,7 @@ from .waste import (DEFAULT_MEMORY_TOKENS, MAX_MEMORY_TOKENS, add_trace_args, ce
                     load_requests, sums, waste_figure)
 
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+MAX_SIM_REQUESTS = 20_000  # the driver runs once per block size: beyond this, hours
 COLUMNS = ("block_size", "waste", "mean_entries", "max_entries", "max_batch", "preemptions",
            "hit_rate")
 
@@ -69,7 +70,7 @@ def sweep(requests, block_sizes=BLOCK_SIZES, memory_tokens: int = DEFAULT_MEMORY
     if not requests:
         raise ValueError("the trace has no requests; nothing to sweep")
     memory_tokens = count_arg("memory_tokens", memory_tokens, 1, MAX_MEMORY_TOKENS)
-    sim_requests = count_arg("sim_requests", sim_requests, 0, workloads.MAX_REQUESTS)
+    sim_requests = count_arg("sim_requests", sim_requests, 0, MAX_SIM_REQUESTS)
     cols = workloads.as_arrays(requests)
     sim = requests[:sim_requests]
     tokens = workloads.prompt_tokens(sim, seed)
@@ -120,7 +121,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--memory-tokens", type=int_in(1, MAX_MEMORY_TOKENS),
                     default=DEFAULT_MEMORY_TOKENS,
                     help="KV memory in token slots (default: 12 GB of OPT-13B KV)")
-    ap.add_argument("--sim-requests", type=int_in(0, workloads.MAX_REQUESTS), default=200,
+    ap.add_argument("--sim-requests", type=int_in(0, MAX_SIM_REQUESTS), default=200,
                     help="requests served by the driver for preemptions and hit rate")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--figure", default="figures", help="folder for sweep.png ('' to skip)")
