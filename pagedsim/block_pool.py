@@ -15,15 +15,20 @@ Because a doubly linked list can also unlink a block from the *middle* in O(1)
 (`take`), which prefix caching needs when a freed-but-still-cached block is hit
 again -- the same reason vLLM v1's `FreeKVCacheBlockQueue` is built this way.
 
-Order: `allocate()` always pops the head. `free_order` decides where a block whose
-count reaches 0 goes back:
-    "lifo"  to the head, as in the chapter's code (the hottest block is reused first);
-    "fifo"  to the tail, vLLM's order (the least recently freed block is reused first,
-            which is LRU eviction order for cached blocks).
+This is vLLM v1's free queue (`FreeKVCacheBlockQueue`). Order: `allocate()` always
+pops the head. `free_order` decides where a block whose count reaches 0 goes back:
+    "lifo"  to the head, the chapter's order (the hottest block is reused first);
+    "fifo"  to the tail, as vLLM v1 does with prefix caching off (older v1 appended every
+            freed block). With prefix caching see policies/prefix_cache.py: recent v1 puts
+            unhashed blocks at the front and hashed ones at the back.
 
-`allocate_many` and `release` are the bulk paths the manager uses on its hot path;
-they splice the list directly rather than calling `allocate`/`_push` per block, so a
-subclass that hooks those (a caching pool, say) must override the bulk paths too.
+`allocate_many` pops a run of blocks in one splice; `release` returns many blocks
+through `_push`, one at a time, so a subclass that decides where a freed block goes
+(a caching pool, say) overrides `_push` alone, and `allocate`/`allocate_many` if it
+decides which block is handed out.
+
+Other classes read the pool only through its public queries (the counters `num_free`
+and `num_shared`, and `ref_count`, `is_shared`, `head`, `free_list`, `ref_counts`).
 
 Invariants (checked by `check_invariants`):
     * walking the list from the head visits exactly `num_free` blocks, then the tail;
@@ -34,21 +39,20 @@ Invariants (checked by `check_invariants`):
 
 from __future__ import annotations
 
-import operator
-
-from .errors import BlockError, OutOfBlocks
+from .errors import MAX_BLOCK_SIZE, MAX_NUM_BLOCKS, BlockError, OutOfBlocks, count_arg
 
 FREE_ORDERS = ("lifo", "fifo")
 
 
 class BlockPool:
     __slots__ = ("num_blocks", "block_size", "free_order", "_ref", "_prev", "_next",
-                 "_head", "_tail", "_num_free", "_num_shared")
+                 "_head", "_tail", "num_free", "num_shared")
 
     def __init__(self, num_blocks: int, block_size: int, free_order: str = "lifo"):
-        for name, value in (("num_blocks", num_blocks), ("block_size", block_size)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        num_blocks = count_arg("num_blocks", num_blocks, 1, MAX_NUM_BLOCKS)
+        block_size = count_arg("block_size", block_size, 1, MAX_BLOCK_SIZE)
+        if not isinstance(free_order, str):
+            raise TypeError(f"free_order must be a str, got {type(free_order).__name__}")
         if free_order not in FREE_ORDERS:
             raise ValueError(f"free_order must be one of {FREE_ORDERS}, got {free_order!r}")
         self.num_blocks = num_blocks  # physical blocks, fixed for the pool's life
@@ -62,25 +66,28 @@ class BlockPool:
         self._next[num_blocks - 1] = tail
         self._prev = [head] + list(range(num_blocks - 1)) + [head, num_blocks - 1]
         self._prev[tail] = num_blocks - 1
-        self._num_free = num_blocks  # length of the free list
-        self._num_shared = 0  # blocks whose count is above 1 (lets callers skip copy-on-write checks)
+        # Two counters everyone may read and only the pool writes (plain attributes, like
+        # vLLM v1's FreeKVCacheBlockQueue.num_free_blocks, because the manager reads them
+        # on every token; check_invariants recounts both):
+        self.num_free = num_blocks  # length of the free list
+        self.num_shared = 0  # blocks whose count is above 1 (lets callers skip copy-on-write checks)
 
     # ---- queries -----------------------------------------------------------
     @property
-    def num_free(self) -> int:
-        return self._num_free
-
-    @property
-    def num_shared(self) -> int:
-        """Blocks held by more than one table."""
-        return self._num_shared
-
-    @property
     def num_used(self) -> int:
-        return self.num_blocks - self._num_free
+        return self.num_blocks - self.num_free
 
     def ref_count(self, block_id: int) -> int:
         return self._ref[self._check_id(block_id)]
+
+    def is_shared(self, block_id: int) -> bool:
+        """Is the block held by more than one table (so a write must copy it first)?"""
+        return self._ref[self._check_id(block_id)] > 1
+
+    def head(self) -> int | None:
+        """The block `allocate()` would hand out next, or None when none is free."""
+        b = self._next[self._head]
+        return None if b == self._tail else b
 
     def is_free(self, block_id: int) -> bool:
         return self._ref[self._check_id(block_id)] == 0
@@ -108,8 +115,10 @@ class BlockPool:
 
     def allocate_many(self, k: int) -> list[int]:
         """Pop `k` blocks from the head in one splice; all or nothing."""
-        if k > self._num_free:
-            raise OutOfBlocks(k, self._num_free, f"allocate_many({k})")
+        if type(k) is not int or k < 0:
+            k = count_arg("k", k)
+        if k > self.num_free:
+            raise OutOfBlocks(k, self.num_free, f"allocate_many({k})")
         nxt, ref, head = self._next, self._ref, self._head
         out, b = [], nxt[head]
         for _ in range(k):
@@ -118,7 +127,7 @@ class BlockPool:
             b = nxt[b]
         nxt[head] = b  # head now skips the whole run
         self._prev[b] = head
-        self._num_free -= k
+        self.num_free -= k
         return out
 
     def take(self, block_id: int) -> int:
@@ -138,7 +147,7 @@ class BlockPool:
         count = self._ref[b] + 1
         self._ref[b] = count
         if count == 2:
-            self._num_shared += 1
+            self.num_shared += 1
         return count
 
     def free(self, block_id: int) -> int:
@@ -155,58 +164,71 @@ class BlockPool:
         if not count:
             self._push(b)
         elif count == 1:
-            self._num_shared -= 1
+            self.num_shared -= 1
         return count
 
     def release(self, blocks) -> None:
-        """`free` for many blocks an owner is known to hold (no per-id checks: the
-        caller -- the manager -- only ever holds valid, allocated ids)."""
-        ref, nxt, prv = self._ref, self._next, self._prev
-        if not self._num_shared:  # every count is 1: all of them go back, chained at once
-            order = list(blocks)
-            if self.free_order == "lifo":  # one by one at the head would leave them reversed
-                order.reverse()
-                left = self._head
-                right = nxt[left]
-            else:
-                right = self._tail
-                left = prv[right]
-            for b in order:
-                ref[b] = 0
-                nxt[left] = b
-                prv[b] = left
-                left = b
-            nxt[left] = right
-            prv[right] = left
-            self._num_free += len(order)
+        """`free` for many blocks, in order; all or nothing.
+
+        Every id is checked as its count drops; on a bad one the counts already dropped
+        are put back before the error is raised. The blocks whose count reaches 0 then
+        rejoin the list as one spliced run, in exactly the order `free` called on each
+        in turn would leave them."""
+        if type(blocks) is not list:
+            if isinstance(blocks, (str, bytes)) or not hasattr(blocks, "__iter__"):
+                raise TypeError(f"blocks must be an iterable of block ids, got "
+                                f"{type(blocks).__name__}")
+            blocks = list(blocks)
+        ref, gone, unshared, done = self._ref, [], 0, 0
+        try:
+            for b in blocks:
+                count = ref[b] - 1  # TypeError / IndexError for a bad id: undone below
+                if count < 0 or type(b) is not int or b < 0:
+                    raise IndexError(b)
+                ref[b] = count
+                done += 1
+                if not count:
+                    gone.append(b)
+                elif count == 1:
+                    unshared += 1
+        except (IndexError, TypeError):
+            for b in blocks[:done]:
+                ref[b] += 1
+            checked = self._check_ids(blocks)  # the precise error for the first bad id
+            return self.release(checked)  # NumPy integers: valid ids after all
+        self.num_shared -= unshared
+        self._splice(gone)
+
+    def _splice(self, gone: list) -> None:
+        """Link blocks whose count just reached 0 onto the list, as `_push` each in turn would."""
+        if not gone:
             return
-        lifo = self.free_order == "lifo"
-        for b in blocks:
-            count = ref[b] - 1
-            ref[b] = count
-            if count == 0:
-                if lifo:
-                    p = self._head
-                    n = nxt[p]
-                else:
-                    n = self._tail
-                    p = prv[n]
-                prv[b], nxt[b] = p, n
-                nxt[p] = b
-                prv[n] = b
-                self._num_free += 1
-            elif count == 1:
-                self._num_shared -= 1
+        nxt, prv = self._next, self._prev
+        if self.free_order == "lifo":  # each one in turn at the head: the last freed leads
+            gone.reverse()
+            left, right = self._head, nxt[self._head]
+        else:
+            left, right = prv[self._tail], self._tail
+        for b in gone:
+            nxt[left] = b
+            prv[b] = left
+            left = b
+        nxt[left] = right
+        prv[right] = left
+        self.num_free += len(gone)
 
     # ---- the intrusive list --------------------------------------------------
     def _unlink(self, b: int) -> None:
         p, n = self._prev[b], self._next[b]
         self._next[p] = n
         self._prev[n] = p
-        self._num_free -= 1
+        self.num_free -= 1
 
-    def _push(self, b: int) -> None:
-        if self.free_order == "lifo":  # insert right after the head sentinel
+    def _push(self, b: int, to_head: bool | None = None) -> None:
+        """Put block b back on the free list: at the head, or at the tail (default: free_order)."""
+        if to_head is None:
+            to_head = self.free_order == "lifo"
+        if to_head:  # insert right after the head sentinel
             p = self._head
             n = self._next[p]
         else:  # insert right before the tail sentinel
@@ -215,21 +237,41 @@ class BlockPool:
         self._prev[b], self._next[b] = p, n
         self._next[p] = b
         self._prev[n] = b
-        self._num_free += 1
+        self.num_free += 1
 
     def _check_id(self, block_id) -> int:
         if type(block_id) is not int:
-            if isinstance(block_id, bool):
-                raise BlockError(f"block id must be an int, got the bool {block_id!r}")
-            try:
-                block_id = operator.index(block_id)
-            except TypeError:
-                raise BlockError(
-                    f"block id must be an int, got {type(block_id).__name__} {block_id!r}"
-                ) from None
+            block_id = count_arg("block id", block_id, low=None)  # TypeError if not an int
         if not 0 <= block_id < self.num_blocks:
             raise BlockError(f"block {block_id} is out of range [0, {self.num_blocks})")
         return block_id
+
+    def _check_ids(self, blocks) -> list[int]:
+        """`blocks` as a list of valid, allocated ids, each held at least as often as listed."""
+        if isinstance(blocks, (str, bytes)) or not hasattr(blocks, "__iter__"):
+            raise TypeError(f"blocks must be an iterable of block ids, got {type(blocks).__name__}")
+        blocks = list(blocks)
+        if not blocks:
+            return blocks
+        if set(map(type, blocks)) != {int}:
+            blocks = [self._check_id(b) for b in blocks]
+        elif min(blocks) < 0 or max(blocks) >= self.num_blocks:
+            for b in blocks:
+                self._check_id(b)  # raises for the first one out of range
+        ref = self._ref
+        if len(set(blocks)) == len(blocks):
+            if 0 in map(ref.__getitem__, blocks):
+                bad = next(b for b in blocks if not ref[b])
+                raise BlockError(f"block {bad} is already free (double free)")
+            return blocks
+        listed: dict[int, int] = {}
+        for b in blocks:
+            listed[b] = listed.get(b, 0) + 1
+        bad = next((b for b, k in listed.items() if ref[b] < k), None)
+        if bad is not None:
+            raise BlockError(f"block {bad} is listed {listed[bad]} times but has "
+                             f"{ref[bad]} owner(s)")
+        return blocks
 
     # ---- invariants ----------------------------------------------------------
     def check_invariants(self) -> None:
@@ -248,12 +290,12 @@ class BlockPool:
             seen.add(node)
             steps += 1
             assert steps <= self.num_blocks, "free list is longer than the pool"
-        assert steps == self._num_free, (
-            f"free list walk has {steps} blocks but num_free is {self._num_free}"
+        assert steps == self.num_free, (
+            f"free list walk has {steps} blocks but num_free is {self.num_free}"
         )
         shared = sum(1 for count in self._ref if count > 1)
-        assert shared == self._num_shared, (
-            f"{shared} blocks have a count above 1 but num_shared is {self._num_shared}")
+        assert shared == self.num_shared, (
+            f"{shared} blocks have a count above 1 but num_shared is {self.num_shared}")
         for b, count in enumerate(self._ref):
             assert count >= 0, f"block {b} has negative ref count {count}"
             assert (count == 0) == (b in seen), (

@@ -18,12 +18,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import BlockError, count_arg
+
 NULL_BLOCK = -1  # a dropped logical block (sliding window); never a valid physical id
 _OFFSETS: dict[int, np.ndarray] = {}  # block_size -> arange(block_size), shared read-only
 
 
 def blocks_needed(num_tokens: int, block_size: int) -> int:
     """ceil(num_tokens / block_size): a partly filled last block still takes a whole block."""
+    if type(block_size) is not int or block_size < 1 or type(num_tokens) is not int or num_tokens < 0:
+        num_tokens = count_arg("num_tokens", num_tokens)
+        block_size = count_arg("block_size", block_size, 1)
     return -(-num_tokens // block_size)
 
 
@@ -31,6 +36,10 @@ class BlockTable:
     __slots__ = ("block_size", "blocks", "num_tokens")
 
     def __init__(self, block_size: int, blocks=(), num_tokens: int = 0):
+        if type(block_size) is not int or block_size < 1 or type(num_tokens) is not int \
+                or num_tokens < 0:
+            block_size = count_arg("block_size", block_size, 1)
+            num_tokens = count_arg("num_tokens", num_tokens)
         self.block_size = block_size  # tokens per block
         self.blocks = list(blocks)  # logical index -> physical block id
         self.num_tokens = num_tokens  # tokens stored; the last block may be partly full
@@ -105,3 +114,33 @@ class BlockTable:
             f"table has {len(self.blocks)} blocks for {self.num_tokens} tokens; "
             f"expected ceil({self.num_tokens}/{self.block_size}) = {need}"
         )
+
+
+def restore_plan(tables, block_size: int, drops_blocks: bool) -> dict:
+    """Validate `restore_sequences`' argument: {seq_id: (labels tuple, num_tokens)}.
+
+    Each entry is (labels, num_tokens) with one label per logical block; a table may not
+    name a label twice, and NULL_BLOCK is allowed only where a sliding window dropped a
+    block (`drops_blocks`), never as the last block.
+    """
+    if not isinstance(tables, dict):
+        raise TypeError(f"tables must be a dict, got {type(tables).__name__}")
+    plan = {}
+    for seq_id, entry in tables.items():
+        if not isinstance(entry, (tuple, list)) or len(entry) != 2:
+            raise TypeError(f"seq {seq_id!r}: expected (labels, num_tokens), got {entry!r}")
+        labels, num_tokens = entry
+        num_tokens = count_arg("num_tokens", num_tokens)
+        if isinstance(labels, (str, bytes)) or not hasattr(labels, "__len__"):
+            raise TypeError(f"seq {seq_id!r}: labels must be a sequence of ints")
+        labels = tuple(count_arg("label", b, NULL_BLOCK) for b in labels)
+        if len(labels) != blocks_needed(num_tokens, block_size):
+            raise ValueError(f"seq {seq_id!r}: {len(labels)} labels for {num_tokens} tokens")
+        named = [b for b in labels if b != NULL_BLOCK]
+        if len(set(named)) != len(named):
+            raise BlockError(f"seq {seq_id!r} names a block twice: {list(labels)}")
+        if len(named) != len(labels) and (not drops_blocks or labels[-1] == NULL_BLOCK):
+            raise BlockError(f"seq {seq_id!r}: NULL_BLOCK is allowed only for blocks a "
+                             f"sliding window dropped, never for the last one")
+        plan[seq_id] = (labels, num_tokens)
+    return plan

@@ -1,13 +1,24 @@
-"""The two ways a caller can misuse the block manager.
+"""The ways a caller can misuse the simulator, and the one integer-argument validator.
 
 `OutOfBlocks` is not a bug: the pool is simply full, and a scheduler is expected to
-catch it (preempt, swap, or wait). `BlockError` is a bug in the caller: freeing a
-block twice, naming a block that does not exist, or passing something that is not
-a block id. Both are raised *before* any state changes, so after either one the
-pool and every block table are exactly as they were.
+catch it (preempt, swap, or wait). `BlockError` and `SequenceError` are bugs in the
+caller: freeing a block twice, naming a block or sequence that does not exist.
+An argument of the wrong *type* is a `TypeError`; one of the right type but out of
+range is a `ValueError`. Every one of them is raised *before* any state changes, so
+after it the pool, every block table and every counter are exactly as they were.
+
+Size limits (documented so that a typo cannot exhaust memory or overflow int64):
+
+    MAX_NUM_BLOCKS   2**22  blocks in one pool (three Python lists of that length)
+    MAX_BLOCK_SIZE   2**16  tokens per block
+    MAX_TOKEN_ID     2**63 - 1  token ids are stored as int64
 """
 
 import operator
+
+MAX_NUM_BLOCKS = 1 << 22
+MAX_BLOCK_SIZE = 1 << 16
+MAX_TOKEN_ID = (1 << 63) - 1
 
 
 class OutOfBlocks(RuntimeError):
@@ -30,16 +41,34 @@ class SequenceError(ValueError):
     """A sequence id that is unknown (or already present) for the operation."""
 
 
-def count_arg(name: str, value) -> int:
-    """`value` as a non-negative int (NumPy integers accepted), or a ValueError naming `name`."""
-    if type(value) is int and value >= 0:
-        return value
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-    try:
+def count_arg(name: str, value, low: int | None = 0, high: int | None = None) -> int:
+    """`value` as a Python int in [low, high] (NumPy integers accepted; None: unbounded).
+
+    TypeError for anything that is not an integer (a bool, a float, a string, None);
+    ValueError, naming `name`, for an integer out of range.
+    """
+    if type(value) is not int:
+        if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
         value = operator.index(value)
-    except TypeError:
-        raise ValueError(f"{name} must be a non-negative int, got {value!r}") from None
-    if value < 0:
-        raise ValueError(f"{name} must be a non-negative int, got {value}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        bound = (f">= {low}" if high is None else f"<= {high}" if low is None
+                 else f"in [{low}, {high}]")
+        raise ValueError(f"{name} must be an int {bound}, got {value}")
     return value
+
+
+def token_ids_arg(name: str, value, n: int | None = None) -> tuple:
+    """`value` as a tuple of Python ints in [0, MAX_TOKEN_ID], exactly `n` of them if n is given.
+
+    A string, a set, a generator or a bare int is a TypeError (a sequence is required)."""
+    if (isinstance(value, (str, bytes, set, frozenset, dict))
+            or not hasattr(value, "__len__") or not hasattr(value, "__getitem__")):
+        raise TypeError(f"{name} must be a sequence of ints, got {type(value).__name__}")
+    if getattr(value, "ndim", 1) != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {value.shape}")
+    if n is not None and len(value) != n:
+        raise ValueError(f"{name} has {len(value)} entries for {n} token(s)")
+    if type(value) is tuple and all(type(t) is int and 0 <= t <= MAX_TOKEN_ID for t in value):
+        return value
+    return tuple(count_arg(f"{name} entry", t, 0, MAX_TOKEN_ID) for t in value)

@@ -33,9 +33,10 @@ compare-and-swap can); CUDA C++ Programming Guide, "Atomic Functions".
 
 from __future__ import annotations
 
-import argparse
 import math
 from dataclasses import dataclass
+
+from .errors import count_arg
 
 IMPLS = ("racy", "cas", "atomic_add")
 STEPS_PER_POP = {"racy": 3, "atomic_add": 2}  # fixed-length pops only; CAS can retry
@@ -101,11 +102,13 @@ def explore(impl: str, threads: int, stack: tuple[int, ...] | None = None):
     `stack` holds the free block ids, bottom first; the pop takes from the end.
     It must hold at least `threads` ids so that no pop finds the stack empty.
     """
+    if not isinstance(impl, str):
+        raise TypeError(f"impl must be a str, got {type(impl).__name__}")
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
-    if not 1 <= threads <= 4:
-        raise ValueError(f"threads must be 1..4 (the walk grows factorially), got {threads}")
-    stack = tuple(range(10, 10 + threads + 1)) if stack is None else tuple(stack)
+    threads = count_arg("threads (the walk grows factorially)", threads, 1, 4)
+    stack = (tuple(range(10, 10 + threads + 1)) if stack is None
+             else tuple(count_arg("stack entry", b, None) for b in stack))
     if len(stack) < threads:
         raise ValueError(f"stack needs at least {threads} ids, got {len(stack)}")
 
@@ -177,13 +180,13 @@ def format_schedule(out: Outcome) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="pagedsim race", description=__doc__.split("\n\n")[0])
+    from .cli import ArgParser, int_in
+    p = ArgParser(prog="pagedsim race", description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, choices=(2, 3), default=2)
     p.add_argument("--impl", choices=IMPLS, default="racy")
-    p.add_argument("--show", type=int, default=1, help="print this many bad schedules (default 1)")
+    p.add_argument("--show", type=int_in(0, 10**6), default=1,
+                   help="print this many bad schedules (default 1)")
     args = p.parse_args(argv)
-    if args.show < 0:
-        p.error("--show must be >= 0")
     s = summarize(args.impl, args.threads)
     print(f"{args.impl} pop, {args.threads} threads, free stack {list(range(10, 11 + args.threads))} (top at the end)")
     line = f"interleavings walked: {s.total}"

@@ -1,5 +1,10 @@
 """A continuous-batching driver: iteration-level scheduling over one KV-cache manager (Orca; vLLM Sec. 4.5).
 
+Two modes. `Scheduler(..., mode="v1")` is vLLM v1's token-budget scheduler (chunked
+prefill, recompute-only preemption, no watermark; see scheduler_v1.py). The default,
+`mode="v0"`, is described here and follows vLLM v0's scheduler and block manager:
+whole-prompt admission, a watermark, group preemption, swap, fork and copy-on-write.
+
 Each request becomes a *group* of sequences that share its prompt: `n` parallel
 samples or `beam_width` beams, forked from the prompt with copy-on-write. One call
 to `step()` is one model iteration:
@@ -9,31 +14,38 @@ to `step()` is one model iteration:
        copies), victim groups are preempted first -- by default the most recently
        admitted -- with the chosen policy (`recompute` or `swap`, see policies/).
        Beams are then re-ranked synthetically: each beam, with probability
-       `beam_reshuffle`, is replaced by a fork of another beam (vLLM's beam search
-       frees losing beams and forks winning ones the same way).
+       `beam_reshuffle`, is replaced by a fork of another beam (vLLM v0's beam search
+       frees losing beams and forks winning ones the same way; v1 runs beam search
+       outside the scheduler).
     2. if nothing was preempted: swapped groups come back first (FCFS), and then
        waiting groups are admitted in arrival order while their prompt blocks, plus
        one block per sequence of headroom for the next decode, plus a watermark (1% of
-       the pool, as in vLLM) fit in the free blocks.
+       the pool, v0's default) fit in the free blocks.
        A recomputed group prefills its prompt and the tokens it had generated.
     3. a `StepRecord` of the usage is appended to `records`.
 
 Groups finish after `output_len` decode steps and free their blocks at once. The
-manager's `evictor` hook is pointed at the same victim choice, so an allocation
-that runs short anywhere preempts instead of failing.
+manager's `reclaimer` hook is pointed at the same victim choice, so an allocation
+that runs short anywhere preempts instead of failing. With prefix caching, decoded
+tokens carry ids, so generated blocks are cached too, and `recomputed_tokens` counts
+only tokens prefilled again after cache hits (`discarded_tokens`: what was freed).
 """
 
 from __future__ import annotations
 
-import inspect
+import math
 from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 
 from .block_table import blocks_needed
+from .errors import count_arg
 from .policies.preemption import Group, RecomputePolicy, make_policy
 from .policies.prefix_cache import PrefixCachingManager
+from .scheduler_v1 import SchedulerV1, V1StepRecord, prompt_ids, run_steps, synthetic_token
+
+MODES = ("v0", "v1")
 
 VICTIMS = ("newest", "oldest")
 
@@ -47,17 +59,37 @@ class StepRecord:
     blocks_used: int
     logical_tokens: int  # sum of running sequences' lengths
     unshared_blocks: int  # blocks the running sequences would hold without any sharing
+    scheduled_tokens: int = 0  # prefill_tokens + decode_tokens
+    prefill_tokens: int = 0  # prompt (and recomputed) tokens prefilled, net of cache hits
+    decode_tokens: int = 0  # one per running sequence decoded
 
 
 class Scheduler:
-    def __init__(self, requests, manager, policy="recompute", *, victim: str = "newest",
-                 max_running: int | None = None, host_blocks: int = 0, block_bytes: int = 1,
-                 beam_reshuffle: float = 0.25, seed: int = 0, tokens=None, record: bool = True,
-                 watermark: float = 0.01):
+    """The v0 driver; `Scheduler(..., mode="v1", max_num_batched_tokens=, max_num_seqs=)` builds
+    a `SchedulerV1` instead."""
+
+    def __new__(cls, *args, mode: str = "v0", **kwargs):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if mode == "v1":
+            return SchedulerV1(*args, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(self, requests, manager, policy="recompute", *, mode: str = "v0",
+                 victim: str = "newest", max_running: int | None = None, host_blocks: int = 0,
+                 block_bytes: int = 1, beam_reshuffle: float = 0.25, seed: int = 0,
+                 tokens=None, record: bool = True, watermark: float = 0.01,
+                 max_stalled_steps: int = 1000):
         if victim not in VICTIMS:
             raise ValueError(f"victim must be one of {VICTIMS}, got {victim!r}")
-        if not 0.0 <= beam_reshuffle <= 1.0:
-            raise ValueError(f"beam_reshuffle must be in [0, 1], got {beam_reshuffle!r}")
+        beam_reshuffle = _fraction("beam_reshuffle", beam_reshuffle, 1.0)
+        watermark = _fraction("watermark", watermark, 1.0)
+        if watermark >= 1.0:
+            raise ValueError(f"watermark must be below 1 (it would keep the whole pool free), "
+                             f"got {watermark!r}")
+        if max_running is not None:
+            max_running = count_arg("max_running", max_running, 1)
+        self.max_stalled_steps = count_arg("max_stalled_steps", max_stalled_steps, 1)
         self.manager = manager
         self.policy = (make_policy(policy, host_blocks=host_blocks, block_bytes=block_bytes)
                        if isinstance(policy, str) else policy)
@@ -65,17 +97,22 @@ class Scheduler:
         self.max_running = max_running  # cap on running sequences (None: blocks decide)
         self.beam_reshuffle = beam_reshuffle
         # request index -> prompt token ids (for prefix caching), as tuples once
-        self.tokens = None if tokens is None else [tuple(np.asarray(t).tolist()) for t in tokens]
         self.watermark = int(watermark * manager.num_blocks)  # blocks admission leaves free
         self.record = record
+        self.seed = seed
         self.rng = np.random.default_rng(seed)
-        bs, nb = manager.block_size, manager.num_blocks
+        nb = manager.num_blocks
         self.requests = list(requests)
+        if tokens is not None and len(tokens) != len(self.requests):
+            raise ValueError(f"tokens has {len(tokens)} prompts for {len(self.requests)} requests")
+        self.tokens = None if tokens is None else [  # checked now, not halfway through a run
+            prompt_ids(tokens[i], r.prompt_len, f"tokens[{i}]") for i, r in enumerate(self.requests)]
         for i, r in enumerate(self.requests):
-            per_seq = blocks_needed(r.total_len, bs)
-            if hasattr(manager, "kept"):  # a sliding window caps what a sequence holds
-                per_seq = max(manager.kept(r.total_len) + 1, blocks_needed(r.prompt_len, bs))
-            worst = r.num_seqs * per_seq + r.num_seqs
+            per_seq = manager.peak_blocks(r.prompt_len, r.total_len)
+            worst = r.num_seqs * per_seq + r.num_seqs + self.watermark
+            if max_running is not None and r.num_seqs > max_running:
+                raise ValueError(f"request {i} has {r.num_seqs} sequences; max_running "
+                                 f"{max_running} can never admit it")
             if worst > nb:
                 raise ValueError(f"request {i} ({r.num_seqs} x {r.total_len} tokens) needs up to "
                                  f"{worst} blocks, more than the pool's {nb}")
@@ -88,10 +125,11 @@ class Scheduler:
         self.now = 0  # steps taken
         self.finished = 0
         self._admitted = 0  # admission counter (Group.order)
-        manager.evictor = self._evict
-        # Skip building the slot list when the manager can (the driver never writes K/V).
-        params = inspect.signature(manager.decode_step).parameters
-        self._decode_kwargs = {"with_slots": False} if "with_slots" in params else {}
+        self._cached = self.tokens is not None and isinstance(manager, PrefixCachingManager)
+        self.recomputed_tokens = 0  # tokens prefilled again after a preemption, net of cache hits
+        self._prefill = self._decoded = 0  # this step's token counts
+        self._preempted: set = set()  # keys of groups preempted at least once
+        manager.reclaimer = self._evict
 
     # ---- results -------------------------------------------------------------
     @property
@@ -103,22 +141,23 @@ class Scheduler:
         return self.policy.preemptions
 
     @property
-    def recomputed_tokens(self) -> int:
+    def discarded_tokens(self) -> int:
+        """Tokens whose KV preemption freed (the recompute cost without a prefix cache)."""
         return self.policy.recomputed_tokens
 
-    def run(self, max_steps: int = 10**8, check: bool = False) -> "Scheduler":
-        """Step until every request is finished; `check` runs check_invariants after each step."""
-        while not self.done:
-            if self.now >= max_steps:
-                raise RuntimeError(f"not finished after {max_steps} steps")
-            self.step()
-            if check:
-                self.manager.check_invariants()
-        return self
+    @property
+    def arrivals_pending(self) -> bool:
+        return bool(self._arrivals)
+
+    def run(self, max_steps: int = 10**7, check: bool = False) -> "Scheduler":
+        """Step until every request is finished (see `scheduler_v1.run_steps`)."""
+        return run_steps(self, max_steps, check)
 
     # ---- one iteration ------------------------------------------------------------
-    def step(self) -> None:
+    def step(self) -> int:
+        """One iteration. Returns the tokens it computed (prefilled + decoded)."""
         self.now += 1
+        self._prefill = self._decoded = 0
         arrivals, reqs = self._arrivals, self.requests
         while arrivals and reqs[arrivals[0]].arrival_step < self.now:
             i = arrivals.popleft()
@@ -127,11 +166,13 @@ class Scheduler:
             self.waiting.append(Group(i, r.prompt_len, r.output_len, seqs))
         before = self.policy.preemptions
         self._decode()
+        swapped_in = 0
         if self.policy.preemptions == before:
             while self.swapped and self.policy.swap_in(self.manager, self.swapped[0]):
                 g = self.swapped.popleft()
                 g.order = self._next_order()
                 self.running.append(g)
+                swapped_in += 1
             if not self.swapped:
                 while self.waiting and self._admit(self.waiting[0]):
                     self.running.append(self.waiting.popleft())
@@ -142,15 +183,23 @@ class Scheduler:
                 len(self.swapped), m.pool.num_used,
                 sum(len(g.seq_ids) * (g.prompt_len + g.generated) for g in self.running),
                 sum(len(g.seq_ids) * blocks_needed(g.prompt_len + g.generated, m.block_size)
-                    for g in self.running)))
+                    for g in self.running),
+                self._prefill + self._decoded, self._prefill, self._decoded))
+        return self._prefill + self._decoded + swapped_in
 
     def _decode(self) -> None:
         m = self.manager
-        while self.running and self._blocks_for_decode() > m.num_free_blocks:
+        while self.running and m.blocks_for_decode(self._running_seqs()) > m.num_free_blocks:
             self._preempt(self._pick(self.running))
         if not self.running:
             return
-        m.decode_step([s for g in self.running for s in g.seq_ids], **self._decode_kwargs)
+        seqs = self._running_seqs()
+        ids = None
+        if self._cached:
+            ids = [synthetic_token(s[0], s[1], g.prompt_len + g.generated)
+                   for g in self.running for s in g.seq_ids]
+        m.decode_step(seqs, with_slots=False, token_ids=ids)
+        self._decoded = len(seqs)
         still = []
         for g in self.running:
             g.generated += 1
@@ -164,14 +213,8 @@ class Scheduler:
                 still.append(g)
         self.running = still
 
-    def _blocks_for_decode(self) -> int:
-        tables, ref, bs = self.manager._tables, self.manager.pool._ref, self.manager.block_size
-        need = 0
-        for g in self.running:
-            for s in g.seq_ids:
-                t = tables[s]
-                need += t.num_tokens % bs == 0 or ref[t.blocks[-1]] > 1
-        return need
+    def _running_seqs(self) -> list:
+        return [s for g in self.running for s in g.seq_ids]
 
     def _rerank(self, g: Group) -> None:
         m, beams = self.manager, g.seq_ids
@@ -192,24 +235,35 @@ class Scheduler:
         need = blocks_needed(p, bs) + k + self.watermark  # headroom for the next decode
         if g.generated:
             need += k * (blocks_needed(p + g.generated, bs) - p // bs)
-        if need > m.num_free_blocks and cached:  # blocks already in use cost nothing
-            need -= sum(1 for b in m.match(tokens) if m.pool._ref[b])
+        if need > m.num_free_blocks and cached:  # hits on blocks in use cost nothing
+            need -= sum(1 for b in m.get_computed_blocks(tokens).blocks if m.pool.ref_count(b))
         if need > m.num_free_blocks:
             return False
         first = g.seq_ids[0]
         if cached:
+            hit_before = m.stats.hit_tokens
             m.add_sequence(first, p, tokens)
+            prefilled = p - (m.stats.hit_tokens - hit_before)
         else:
             m.add_sequence(first, p)
+            prefilled = p
         for s in g.seq_ids[1:]:
             m.fork(first, s)
         if g.generated:
+            beams = self.requests[g.key].beam_width > 1  # a beam's history is not its own ids
             for s in g.seq_ids:
-                m.append_tokens(s, g.generated)
+                ids = None if not cached or beams else [
+                    synthetic_token(s[0], s[1], q) for q in range(p, p + g.generated)]
+                m.append_tokens(s, g.generated, token_ids=ids)
+            prefilled += k * g.generated
+        if g.key in self._preempted:
+            self.recomputed_tokens += prefilled
+        self._prefill += prefilled
         g.order = self._next_order()
         return True
 
     def _preempt(self, g: Group) -> None:
+        self._preempted.add(g.key)
         self.running.remove(g)
         if self.policy.preempt(self.manager, g) == "swap":
             self.swapped.append(g)
@@ -221,7 +275,7 @@ class Scheduler:
         return pick(groups, key=lambda g: g.order)
 
     def _evict(self, manager, blocks_short: int, protect: set) -> None:
-        """The manager's evictor hook: preempt groups that hold no protected sequence."""
+        """The manager's reclaimer hook: preempt groups that hold no protected sequence."""
         while blocks_short > 0:
             candidates = [g for g in self.running if not protect.intersection(g.seq_ids)]
             if not candidates:
@@ -238,4 +292,15 @@ class Scheduler:
         return sum(len(g.seq_ids) for g in self.running)
 
 
-__all__ = ["Scheduler", "StepRecord", "Group", "RecomputePolicy", "VICTIMS"]
+def _fraction(name: str, value, high: float) -> float:
+    """A real number in [0, high] (TypeError for a non-number or bool, ValueError otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or not 0.0 <= value <= high:
+        raise ValueError(f"{name} must be in [0, {high:g}], got {value!r}")
+    return value
+
+
+__all__ = ["Scheduler", "SchedulerV1", "StepRecord", "V1StepRecord", "Group", "RecomputePolicy",
+           "VICTIMS", "MODES"]

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import count_arg
+
 ALIGNMENT = 128  # bytes; a GPU memory transaction covers 128 aligned bytes (4 sectors of 32)
 
 
@@ -32,10 +34,12 @@ class ModelSpec:
     num_heads: int | None = None  # query heads; None means the same as num_kv_heads
 
     def __post_init__(self):
-        for field in ("num_layers", "num_kv_heads", "head_dim", "dtype_bytes"):
+        if not isinstance(self.name, str):
+            raise TypeError(f"ModelSpec.name must be a str, got {type(self.name).__name__}")
+        for field in ("num_layers", "num_kv_heads", "head_dim", "dtype_bytes", "num_heads"):
             value = getattr(self, field)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"ModelSpec.{field} must be a positive int, got {value!r}")
+            if value is not None or field != "num_heads":
+                object.__setattr__(self, field, count_arg(f"ModelSpec.{field}", value, 1))
         if self.num_heads is not None and self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"num_heads ({self.num_heads}) must be a multiple of "
@@ -52,8 +56,7 @@ class ModelSpec:
 
     def bytes_per_block(self, block_size: int) -> int:
         """One whole-model block: `block_size` tokens of K and V."""
-        _check_positive("block_size", block_size)
-        return block_size * self.bytes_per_token()
+        return count_arg("block_size", block_size, 1) * self.bytes_per_token()
 
 
 PRESETS: dict[str, ModelSpec] = {
@@ -71,6 +74,8 @@ PRESETS: dict[str, ModelSpec] = {
 
 
 def preset(name: str) -> ModelSpec:
+    if not isinstance(name, str):
+        raise TypeError(f"preset name must be a str, got {type(name).__name__}")
     try:
         return PRESETS[name]
     except KeyError:
@@ -79,7 +84,8 @@ def preset(name: str) -> ModelSpec:
 
 def align_up(nbytes: int, alignment: int = ALIGNMENT) -> int:
     """Round `nbytes` up to the next multiple of `alignment` (a power of two)."""
-    _check_positive("alignment", alignment)
+    nbytes = count_arg("nbytes", nbytes)
+    alignment = count_arg("alignment", alignment, 1)
     if alignment & (alignment - 1):
         raise ValueError(f"alignment must be a power of two, got {alignment}")
     return (nbytes + alignment - 1) & ~(alignment - 1)
@@ -106,9 +112,8 @@ def fit_blocks(budget_bytes: int, block_bytes: int, alignment: int = ALIGNMENT) 
 
     The pool's base address is assumed aligned, so block i starts at i * stride.
     """
-    _check_positive("block_bytes", block_bytes)
-    if not isinstance(budget_bytes, int) or budget_bytes < 0:
-        raise ValueError(f"budget_bytes must be a non-negative int, got {budget_bytes!r}")
+    block_bytes = count_arg("block_bytes", block_bytes, 1)
+    budget_bytes = count_arg("budget_bytes", budget_bytes)
     stride = align_up(block_bytes, alignment)
     n = budget_bytes // stride
     return BlockFit(
@@ -119,7 +124,3 @@ def fit_blocks(budget_bytes: int, block_bytes: int, alignment: int = ALIGNMENT) 
         unused_bytes=budget_bytes - n * stride,
     )
 
-
-def _check_positive(name: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")

@@ -11,7 +11,6 @@ writes the frames and a GIF (needs matplotlib, imported only then).
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
@@ -121,8 +120,9 @@ def terminal_width() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="pagedsim tour", description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=None, help="stop after N steps")
+    from .cli import ArgParser, int_in, writable_dir
+    p = ArgParser(prog="pagedsim tour", description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int_in(0, 10**6), default=None, help="stop after N steps")
     p.add_argument("--json", action="store_true", help="print the recorded trace as JSON")
     p.add_argument("--draw", metavar="DIR", help="also write PNG frames and a GIF into DIR")
     p.add_argument("--width", type=int, default=None, metavar="N",
@@ -131,10 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lang", choices=LANGS, default=None,
                    help="en or zh (default: from PAGEDSIM_LANG or the locale)")
     args = p.parse_args(argv)
-    if args.steps is not None and args.steps < 0:
-        p.error("--steps must be >= 0")
     if args.width is not None and args.width < 40:
         p.error("--width must be at least 40")
+    if args.draw:  # fail on an unwritable folder before printing anything
+        writable_dir(args.draw)
     lang, width = detect(args.lang), args.width or terminal_width()
     say = lambda template, **kw: t(template, lang, tour_zh.ZH, **kw)  # noqa: E731
     m = tour_manager(args.steps)

@@ -7,6 +7,10 @@ course replay these records; nothing here knows about matplotlib.
 
 Snapshots are plain frozen data, so stepping back to snapshot k shows exactly the
 state after step k ("time travel"), and `to_dict` makes them JSON-ready.
+
+A manager writes to a *sink*: a `Trace` when tracing is on, `NULL_SINK` when it is
+off. The manager checks `sink.recording` before it builds an event, so with tracing
+off no event object is ever made and the state change runs the same code either way.
 """
 
 from __future__ import annotations
@@ -125,13 +129,45 @@ class Snapshot:
         return out
 
 
+class NullSink:
+    """Where events go when tracing is off: nowhere (and nothing is built for it)."""
+
+    recording = False
+    keep_snapshots = False
+
+    def emit(self, event: Event, first_of_step: bool = False) -> None:
+        pass
+
+    def end_step(self, snapshot_fn) -> None:
+        pass
+
+
+NULL_SINK = NullSink()
+
+
 class Trace:
     """Events in order, and (if `keep_snapshots`) one snapshot per step, starting at step 0."""
+
+    recording = True
 
     def __init__(self, keep_snapshots: bool = True):
         self.keep_snapshots = keep_snapshots
         self.events: list[Event] = []
         self.snapshots: list[Snapshot] = []
+        self._step_start = 0  # index in events where the current step began
+
+    def emit(self, event: Event, first_of_step: bool = False) -> None:
+        """Record one event of the current step (`first_of_step`: put it ahead of the others)."""
+        if first_of_step:
+            self.events.insert(self._step_start, event)
+        else:
+            self.events.append(event)
+
+    def end_step(self, snapshot_fn) -> None:
+        """Close the current step; keep `snapshot_fn(events of the step)` if snapshots are on."""
+        if self.keep_snapshots:
+            self.snapshots.append(snapshot_fn(self.events[self._step_start:]))
+        self._step_start = len(self.events)
 
     def to_dict(self) -> dict:
         return {
@@ -186,6 +222,16 @@ def describe(events) -> str:
         if kept:
             text += ("; " if back else ": ") + ", ".join(
                 f"block {e.block} stays (count {e.ref_count})" for e in kept)
+        return text
+    appended = [e for e in events if isinstance(e, TokensAppended)]
+    if len(appended) > 1:  # a decode step: one token for each of several sequences
+        text = f"decode step: {len(appended)} sequences append one token each"
+        cow = [e for e in events if isinstance(e, CopyOnWrite)]
+        if cow:
+            text += "; copy-on-write " + ", ".join(f"{e.src} -> {e.dst}" for e in cow)
+        fresh = [e.block for e in allocated if e.block not in {c.dst for c in cow}]
+        if fresh:
+            text += f"; full last blocks take {_ids(fresh)}"
         return text
     if isinstance(head, TokensAppended):
         n = len(head.slots)

@@ -4,6 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .block_table import NULL_BLOCK
+
+
+def block_fill(tables, num_blocks: int, block_size: int) -> list[int]:
+    """Tokens held by each physical block (0 if free): the fullest owner's view of it."""
+    fill = [0] * num_blocks
+    for t in tables:
+        for i, b in enumerate(t.blocks):
+            if b != NULL_BLOCK:
+                fill[b] = max(fill[b], min(block_size, t.num_tokens - i * block_size))
+    return fill
+
 
 @dataclass(frozen=True)
 class Usage:
@@ -13,6 +25,14 @@ class Usage:
     tokens_stored: int  # physical token slots holding data (a shared prefix counts once)
     logical_tokens: int  # sum of every sequence's length (a shared prefix counts per owner)
     empty_slots: int  # allocated slots with no token yet: internal fragmentation
+
+    @classmethod
+    def of(cls, tables, pool) -> "Usage":
+        """The usage of a pool whose blocks the given tables hold."""
+        tables = list(tables)
+        stored = sum(block_fill(tables, pool.num_blocks, pool.block_size))
+        return cls(pool.num_blocks, pool.num_used, pool.num_free, stored,
+                   sum(t.num_tokens for t in tables), pool.num_used * pool.block_size - stored)
 
     @property
     def utilization(self) -> float:

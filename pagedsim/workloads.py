@@ -16,8 +16,17 @@ measured means land within a few percent for a few thousand requests.
     sharegpt   1.0 / 0.9      1024 / 1024   prompt + output <= 2048, OPT's context length
     alpaca     0.6 / 0.8       256 /  512   the paper's Alpaca histograms end there
 
-A trace is also a CSV file with the header `prompt_len,output_len` and optional
-columns `n` (parallel samples), `beam_width` and `arrival_step`.
+A trace is also a CSV file (UTF-8, a byte-order mark allowed) with the header
+`prompt_len,output_len` and optional columns `n` (parallel samples), `beam_width` and
+`arrival_step`. A header with no rows is a valid, empty trace.
+
+Limits, so that a typo cannot exhaust memory and no sum over a trace can overflow
+int64 (per request, samples x length^2 stays below 2**58):
+
+    MAX_SEQ_LEN    2**24 tokens per prompt or output (16.7M; the longest contexts today)
+    MAX_SAMPLES    256 parallel samples or beams per request
+    MAX_REQUESTS   1,000,000 requests in one trace
+    MAX_ARRIVAL    2**31 - 1, the last arrival step
 """
 
 from __future__ import annotations
@@ -27,6 +36,13 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from .errors import count_arg
+
+MAX_SEQ_LEN = 1 << 24
+MAX_SAMPLES = 256
+MAX_REQUESTS = 1_000_000
+MAX_ARRIVAL = (1 << 31) - 1
 
 
 @dataclass(frozen=True)
@@ -38,12 +54,11 @@ class Request:
     arrival_step: int = 0  # the scheduler step at which the request becomes waiting
 
     def __post_init__(self):
-        for name, low in (("prompt_len", 1), ("output_len", 1), ("n", 1), ("beam_width", 1),
-                          ("arrival_step", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-                raise ValueError(f"Request.{name} must be an int >= {low}, got {value!r}")
-            object.__setattr__(self, name, int(value))
+        for name, low, high in (("prompt_len", 1, MAX_SEQ_LEN), ("output_len", 1, MAX_SEQ_LEN),
+                                ("n", 1, MAX_SAMPLES), ("beam_width", 1, MAX_SAMPLES),
+                                ("arrival_step", 0, MAX_ARRIVAL)):
+            object.__setattr__(self, name, count_arg(f"Request.{name}", getattr(self, name),
+                                                     low, high))
         if self.n > 1 and self.beam_width > 1:
             raise ValueError("a request uses either parallel sampling (n) or beam search, not both")
 
@@ -85,10 +100,12 @@ def _solve_mu(mean: float, sigma: float, cap: float) -> float:
 
 def lengths(name: str, num_requests: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The prompt and output lengths of `synthetic`, as two int64 arrays."""
+    if not isinstance(name, str):
+        raise TypeError(f"workload name must be a str, got {type(name).__name__}")
     if name not in DATASETS:
         raise ValueError(f"unknown workload {name!r}; choose one of {sorted(DATASETS)}")
-    if isinstance(num_requests, bool) or not isinstance(num_requests, int) or num_requests < 0:
-        raise ValueError(f"num_requests must be a non-negative int, got {num_requests!r}")
+    num_requests = count_arg("num_requests", num_requests, 0, MAX_REQUESTS)
+    seed = count_arg("seed", seed, 0, (1 << 64) - 1)
     rng = np.random.default_rng(seed)
     out = []
     for mean, sigma, cap in DATASETS[name]:
@@ -104,8 +121,20 @@ def synthetic(name: str, num_requests: int, seed: int = 0, *, n: int = 1,
     return [Request(int(p), int(o), n, beam_width) for p, o in zip(prompts, outputs)]
 
 
+def _requests(requests) -> list[Request]:
+    """`requests` as a list, every item a Request (TypeError otherwise)."""
+    if isinstance(requests, (str, bytes)) or not hasattr(requests, "__iter__"):
+        raise TypeError(f"requests must be an iterable of Request, got {type(requests).__name__}")
+    requests = list(requests)
+    for r in requests:
+        if not isinstance(r, Request):
+            raise TypeError(f"requests must hold Request objects, got {type(r).__name__}")
+    return requests
+
+
 def as_arrays(requests) -> dict[str, np.ndarray]:
     """Columns of a request list as int64 arrays (for the vectorised labs)."""
+    requests = _requests(requests)
     fields = ("prompt_len", "output_len", "n", "beam_width", "arrival_step")
     return {f: np.fromiter((getattr(r, f) for r in requests), np.int64, len(requests))
             for f in fields}
@@ -117,7 +146,7 @@ REQUIRED = COLUMNS[:2]
 
 def write_csv(requests, path) -> None:
     """Write a trace; optional columns are written only if some request uses them."""
-    requests = list(requests)
+    requests = _requests(requests)
     cols = list(REQUIRED) + [c for c in COLUMNS[2:]
                              if any(getattr(r, c) != Request.__dataclass_fields__[c].default
                                     for r in requests)]
@@ -129,34 +158,46 @@ def write_csv(requests, path) -> None:
 
 
 def read_csv(path) -> list[Request]:
-    """Read a trace. Raises ValueError naming the file, line and column of a bad row."""
-    with open(path, newline="") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None:
-            raise ValueError(f"{path}: empty file; expected the header {','.join(REQUIRED)}")
-        header = [h.strip() for h in header]
-        missing = [c for c in REQUIRED if c not in header]
-        unknown = [c for c in header if c not in COLUMNS]
-        if missing or unknown or len(set(header)) != len(header):
-            raise ValueError(f"{path}: bad header {header}: needs {list(REQUIRED)}, may add "
-                             f"{list(COLUMNS[2:])}, each once")
-        out = []
-        for line, row in enumerate(reader, start=2):
-            if not row or all(not cell.strip() for cell in row):
-                continue
-            if len(row) != len(header):
-                raise ValueError(f"{path}:{line}: expected {len(header)} fields, got {len(row)}")
-            values = {}
-            for col, cell in zip(header, row):
-                try:
-                    values[col] = int(cell.strip())
-                except ValueError:
-                    raise ValueError(f"{path}:{line}: {col} must be an integer, got {cell!r}") from None
+    """Read a trace. Raises ValueError naming the file, line and column of a bad row
+    (OSError if the file cannot be opened)."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            return _read_rows(csv.reader(f), path)
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except csv.Error as e:
+        raise ValueError(f"{path}: not a CSV file ({e})") from None
+
+
+def _read_rows(reader, path) -> list[Request]:
+    """The requests of a CSV reader positioned at the header."""
+    header = next(reader, None)
+    if header is None:
+        raise ValueError(f"{path}: empty file; expected the header {','.join(REQUIRED)}")
+    header = [h.strip() for h in header]
+    missing = [c for c in REQUIRED if c not in header]
+    unknown = [c for c in header if c not in COLUMNS]
+    if missing or unknown or len(set(header)) != len(header):
+        raise ValueError(f"{path}: bad header {header}: needs {list(REQUIRED)}, may add "
+                         f"{list(COLUMNS[2:])}, each once")
+    out = []
+    for line, row in enumerate(reader, start=2):
+        if not row or all(not cell.strip() for cell in row):
+            continue
+        if len(out) == MAX_REQUESTS:
+            raise ValueError(f"{path}: more than {MAX_REQUESTS:,} requests")
+        if len(row) != len(header):
+            raise ValueError(f"{path}:{line}: expected {len(header)} fields, got {len(row)}")
+        values = {}
+        for col, cell in zip(header, row):
             try:
-                out.append(Request(**values))
-            except ValueError as e:
-                raise ValueError(f"{path}:{line}: {e}") from None
+                values[col] = int(cell.strip())
+            except ValueError:
+                raise ValueError(f"{path}:{line}: {col} must be an integer, got {cell[:20]!r}") from None
+        try:
+            out.append(Request(**values))
+        except ValueError as e:
+            raise ValueError(f"{path}:{line}: {e}") from None
     return out
 
 
@@ -169,11 +210,16 @@ def prompt_tokens(requests, seed: int = 0, *, num_prefixes: int = 8, vocab: int 
     (a few popular system prompts, many rare ones) and keeps at least one unique
     token at the end. The rest of the prompt is fresh random tokens.
     """
+    requests = _requests(requests)
+    seed = count_arg("seed", seed, 0, (1 << 64) - 1)
+    num_prefixes = count_arg("num_prefixes", num_prefixes, 1, 1 << 16)
+    vocab = count_arg("vocab", vocab, 1, 1 << 62)
+    if not isinstance(prefix_lens, (tuple, list)) or len(prefix_lens) != 2:
+        raise TypeError(f"prefix_lens must be a (low, high) pair, got {prefix_lens!r}")
+    lo, hi = (count_arg("prefix_lens", x, 1, MAX_SEQ_LEN) for x in prefix_lens)
+    if lo > hi:
+        raise ValueError(f"prefix_lens must have low <= high, got {prefix_lens}")
     rng = np.random.default_rng(seed)
-    lo, hi = prefix_lens
-    if num_prefixes < 1 or not 1 <= lo <= hi:
-        raise ValueError(f"need num_prefixes >= 1 and 1 <= prefix_lens[0] <= prefix_lens[1], "
-                         f"got {num_prefixes}, {prefix_lens}")
     prefixes = [rng.integers(0, vocab, int(rng.integers(lo, hi + 1))) for _ in range(num_prefixes)]
     weights = 1.0 / np.arange(1, num_prefixes + 1)
     choice = rng.choice(num_prefixes, size=len(requests), p=weights / weights.sum())

@@ -3,12 +3,13 @@
     pagedsim figures [--out DIR] [--only NAME ...] [--list]
                      [--format png|svg|pdf] [--dpi N] [--style paper|projector] [--lang en|zh]
 
-Figure makers are collected from three registries, each a dict
-`name -> maker(out_dir: Path) -> list[Path]`:
+Figure makers are collected from the registries named in REGISTRIES, each a module
+with a dict `FIGURES: name -> maker(out_dir: Path) -> list[Path]`:
 
-    figures_ch3.FIGURES        chapter 3's own diagrams (3.2 - 3.7)
-    figures_workloads.FIGURES  workloads and eviction policies
-    figures_labs.FIGURES       the labs (waste, sweep, swap cost)
+    pagedsim.draw.figures_ch3   chapter 3's own diagrams (3.2 - 3.7), from the tour
+    pagedsim.labs.sweep         the workload labs: waste breakdown and block-size sweep
+                                (the lab computes the rows; draw/figures_workloads.py draws them)
+    pagedsim.draw.figures_labs  the race timeline and the sector / alignment strips
 
 Every maker uses fixed seeds, so running this twice writes the same files. The
 default output folder is `figures/` relative to the current directory: run it from
@@ -27,18 +28,20 @@ from pathlib import Path
 
 import matplotlib
 
+from ..cli import writable_dir
+
 matplotlib.use("Agg")  # figures are files: never open a window
 
 from . import style  # noqa: E402
 
-REGISTRIES = ("figures_ch3", "figures_workloads", "figures_labs")
+REGISTRIES = ("pagedsim.draw.figures_ch3", "pagedsim.labs.sweep", "pagedsim.draw.figures_labs")
 
 
 def collect() -> dict:
     """Every registered maker, in registry order; a name may be registered only once."""
     makers: dict = {}
     for module in REGISTRIES:
-        registry = getattr(importlib.import_module(f"pagedsim.draw.{module}"), "FIGURES", {}) or {}
+        registry = getattr(importlib.import_module(module), "FIGURES", {}) or {}
         for name, maker in registry.items():
             if name in makers:
                 raise ValueError(f"figure {name!r} is registered twice (again in {module})")
@@ -73,8 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             p.error(f"unknown figure(s) {', '.join(unknown)}; `--list` shows the names")
         makers = {n: makers[n] for n in args.only}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = writable_dir(args.out)  # an unwritable folder fails here, before any figure
     for name, maker in makers.items():
         start = time.perf_counter()
         with style.output(fmt=args.format, dpi=args.dpi, look=args.style, lang=args.lang):

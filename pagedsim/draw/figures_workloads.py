@@ -1,8 +1,9 @@
 """Figures for workloads and eviction: the memory-waste breakdown (vLLM Fig. 2) and the block-size sweep.
 
-Both are drawn from this project's own measurements (`pagedsim.labs.waste`,
-`pagedsim.labs.sweep`) on a seeded synthetic ShareGPT trace; the paper's Figure 2
-token-state shares are overlaid as markers for comparison, not as data we measured.
+This module only turns rows into pictures: the rows come from the labs
+(`pagedsim.labs.waste`, `pagedsim.labs.sweep`), which also register the figures
+(`labs.sweep.FIGURES`); nothing here imports a lab. The paper's Figure 2 token-state
+shares are overlaid as markers for comparison, not as data we measured.
 """
 
 from __future__ import annotations
@@ -88,27 +89,3 @@ def draw_sweep(rows, out_dir: Path, title: str = "", name: str = "block_size_swe
         ax.grid(alpha=0.3)
     fig.suptitle(f"Block size sweep: {title}", fontsize=11)
     return style.save(fig, Path(out_dir) / name)
-
-
-def make_waste(out_dir: Path) -> list[Path]:
-    """Memory-waste breakdown, paged vs Orca max/pow2/oracle (like vLLM Fig. 2)."""
-    from .. import workloads
-    from ..labs.waste import breakdown
-    reqs = workloads.synthetic("sharegpt", 10_000, seed=0)
-    by_mode = {mode: breakdown(reqs, 16, 2048, mode) for mode in ("static", "continuous")}
-    return [draw_waste(by_mode, out_dir)]
-
-
-def make_sweep(out_dir: Path) -> list[Path]:
-    """Block sizes 1..256 on synthetic ShareGPT: waste, tables, batch, preemptions, hits."""
-    from .. import workloads
-    from ..labs.sweep import DEFAULT_MEMORY_TOKENS, sweep, sweep_title
-    reqs = workloads.synthetic("sharegpt", 10_000, seed=0)  # `pagedsim sweep`'s defaults
-    title = sweep_title("sharegpt (synthetic, 10000 requests, seed 0)", 200, DEFAULT_MEMORY_TOKENS)
-    return [draw_sweep(sweep(reqs), out_dir, title)]
-
-
-FIGURES: dict = {  # name -> callable(out_dir: pathlib.Path) -> list[pathlib.Path]
-    "waste_breakdown": make_waste,
-    "block_size_sweep": make_sweep,
-}

@@ -23,6 +23,8 @@ import heapq
 
 import numpy as np
 
+from ..errors import count_arg
+
 
 def _range_min_table(values: np.ndarray) -> list[np.ndarray]:
     """Sparse table: level j holds min(values[i : i + 2**j])."""
@@ -51,9 +53,14 @@ def external_fragmentation(size, output_len, arrival, memory: int, queue: str = 
     """
     if queue not in ("fcfs", "any"):
         raise ValueError(f"queue must be 'fcfs' or 'any', got {queue!r}")
-    size = np.asarray(size, dtype=np.int64)
-    output_len = np.asarray(output_len, dtype=np.int64)
-    arrival = np.asarray(arrival, dtype=np.int64)
+    memory = count_arg("memory", memory, 1)
+    size, output_len, arrival = (_int_column(name, values) for name, values in
+                                 (("size", size), ("output_len", output_len), ("arrival", arrival)))
+    if not len(size) == len(output_len) == len(arrival):
+        raise ValueError(f"size, output_len and arrival differ in length: "
+                         f"{len(size)}, {len(output_len)}, {len(arrival)}")
+    if len(size) and (size.min() < 1 or output_len.min() < 1 or arrival.min() < 0):
+        raise ValueError("sizes and output lengths must be >= 1 and arrivals >= 0")
     n = len(size)
     if n == 0:
         return 0
@@ -94,6 +101,15 @@ def external_fragmentation(size, output_len, arrival, memory: int, queue: str = 
             total += (nxt - now) * sum(length for _, length in holes if length < smallest)
         now = nxt
     return total
+
+
+def _int_column(name: str, values) -> np.ndarray:
+    """A 1-D int64 array of `values`; TypeError for anything that is not integers."""
+    array = np.asarray(values)
+    if array.ndim != 1 or not (array.size == 0 or np.issubdtype(array.dtype, np.integer)):
+        raise TypeError(f"{name} must be a 1-D sequence of integers, got {array.dtype} "
+                        f"with shape {array.shape}")
+    return array.astype(np.int64)
 
 
 def _holes(starts: list[int], ends: dict, memory: int) -> list[tuple[int, int]]:

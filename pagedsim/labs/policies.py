@@ -4,28 +4,30 @@ One seeded trace (synthetic by default, or `--trace FILE`) is served by the
 continuous-batching driver with prefix caching on (prompts share seeded system
 prompts, `workloads.prompt_tokens`), once per combination of
 
-    cached-block eviction   lru | lfu | fifo      (policies/prefix_cache.py)
-    preemption              recompute | swap      (policies/preemption.py)
+    cached-block eviction   lru (v1's order) | lfu | fifo    (policies/cache_pool.py)
+    scheduler               v1: token budget, recompute only (scheduler_v1.py), first;
+                            v0: recompute | swap (policies/preemption.py), beside it
 
-in the same KV memory. The host pool for `swap` holds `--swap-gib` GiB of blocks
-(vLLM's default swap space is 4 GiB). Reported per run: prefix-cache hit rate,
-evictions, block floor, preemptions, recomputed tokens, bytes swapped and steps.
+in the same KV memory. The host pool for v0's `swap` holds `--swap-gib` GiB of
+blocks (v0's default swap space is 4 GiB). Reported per run: prefix-cache hit rate
+(tokens, v1's definition), evictions, preemptions, tokens preemption discarded,
+tokens actually recomputed after cache hits, bytes swapped and steps.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 
 from .. import workloads
+from ..cli import ArgParser, float_in, int_in
+from ..errors import MAX_BLOCK_SIZE, MAX_NUM_BLOCKS
 from ..policies import EVICTION_POLICIES, PREEMPTION_POLICIES, PrefixCachingManager
 from ..scheduler import Scheduler
 from ..sizing import preset
 from .waste import DEFAULT_MEMORY_TOKENS, add_trace_args, load_requests
 
-COLUMNS = ("eviction", "preemption", "hit_rate", "evictions", "block_floor", "preemptions",
-           "recomputed_tokens", "swapped_mib", "steps")
+COLUMNS = ("mode", "eviction", "preemption", "hit_rate", "evictions", "preemptions",
+           "discarded_tokens", "recomputed_tokens", "swapped_mib", "steps")
 
 
 def compare(requests, tokens, *, block_size: int = 16, memory_tokens: int = DEFAULT_MEMORY_TOKENS,
@@ -33,42 +35,43 @@ def compare(requests, tokens, *, block_size: int = 16, memory_tokens: int = DEFA
     block_bytes = preset(model).bytes_per_block(block_size)
     host_blocks = int(swap_gib * 2**30 // block_bytes)
     rows = []
-    for eviction in EVICTION_POLICIES:
-        for preemption in PREEMPTION_POLICIES:
-            m = PrefixCachingManager(memory_tokens // block_size, block_size, eviction=eviction,
-                                     trace=False)
+    runs = [("v1", e, "recompute") for e in EVICTION_POLICIES]
+    runs += [("v0", e, p) for e in EVICTION_POLICIES for p in PREEMPTION_POLICIES]
+    for mode, eviction, preemption in runs:
+        m = PrefixCachingManager(memory_tokens // block_size, block_size, eviction=eviction,
+                                 trace=False)
+        if mode == "v1":
+            s = Scheduler(requests, m, mode="v1", tokens=tokens, record=False).run()
+        else:
             s = Scheduler(requests, m, preemption, tokens=tokens, host_blocks=host_blocks,
                           block_bytes=block_bytes, record=False).run()
-            rows.append({"eviction": eviction, "preemption": preemption,
-                         "hit_rate": m.stats.hit_rate, "evictions": m.stats.evictions,
-                         "block_floor": m.stats.block_floor, "preemptions": s.preemptions,
-                         "recomputed_tokens": s.recomputed_tokens,
-                         "swapped_mib": getattr(s.policy, "bytes_swapped", 0) / 2**20,
-                         "steps": s.now})
+        rows.append({"mode": mode, "eviction": eviction, "preemption": preemption,
+                     "hit_rate": m.stats.hit_rate, "evictions": m.stats.evictions,
+                     "block_floor": m.stats.block_floor, "preemptions": s.preemptions,
+                     "discarded_tokens": s.discarded_tokens,
+                     "recomputed_tokens": s.recomputed_tokens,
+                     "swapped_mib": getattr(getattr(s, "policy", None), "bytes_swapped", 0) / 2**20,
+                     "steps": s.now})
     return rows
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="pagedsim policies", description=__doc__.split("\n")[0])
+    ap = ArgParser(prog="pagedsim policies", description=__doc__.split("\n")[0])
     add_trace_args(ap)
     ap.set_defaults(num_requests=300)
-    ap.add_argument("--block-size", type=int, default=16)
-    ap.add_argument("--memory-tokens", type=int, default=DEFAULT_MEMORY_TOKENS)
-    ap.add_argument("--swap-gib", type=float, default=4.0, help="host swap space (GiB)")
+    ap.add_argument("--block-size", type=int_in(1, MAX_BLOCK_SIZE), default=16)
+    ap.add_argument("--memory-tokens", type=int_in(1, MAX_BLOCK_SIZE * MAX_NUM_BLOCKS),
+                    default=DEFAULT_MEMORY_TOKENS)
+    ap.add_argument("--swap-gib", type=float_in(0, 2**20), default=4.0, help="host swap space (GiB)")
     ap.add_argument("--model", default="opt-13b", help="sizing preset for block bytes")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    try:
-        if args.block_size < 1 or args.memory_tokens < args.block_size or args.swap_gib < 0:
-            raise ValueError("need --block-size >= 1, --memory-tokens >= --block-size, "
-                             "--swap-gib >= 0")
-        requests, source = load_requests(args)
-        tokens = workloads.prompt_tokens(requests, args.seed)
-        rows = compare(requests, tokens, block_size=args.block_size,
-                       memory_tokens=args.memory_tokens, swap_gib=args.swap_gib, model=args.model)
-    except (ValueError, OSError) as e:
-        print(f"pagedsim policies: error: {e}", file=sys.stderr)
-        return 2
+    if args.memory_tokens < args.block_size:
+        ap.error("--memory-tokens must hold at least one block (>= --block-size)")
+    requests, source = load_requests(args)  # errors: one line from pagedsim.cli.main
+    tokens = workloads.prompt_tokens(requests, args.seed)
+    rows = compare(requests, tokens, block_size=args.block_size,
+                   memory_tokens=args.memory_tokens, swap_gib=args.swap_gib, model=args.model)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..block_table import blocks_needed
+from ..errors import MAX_BLOCK_SIZE, count_arg
 from ..manager import KVCacheManager
 from ..scheduler import Scheduler
 
@@ -31,6 +32,7 @@ PAPER = {  # the vLLM paper's reported savings on Alpaca (Sec. 6.3)
 
 def saving(requests, block_size: int, *, n: int = 1, beam_width: int = 1,
            beam_reshuffle: float = 0.25, seed: int = 0) -> float:
+    block_size = count_arg("block_size", block_size, 1, MAX_BLOCK_SIZE)
     reqs = [replace(r, n=n, beam_width=beam_width, arrival_step=0) for r in requests]
     k = max(n, beam_width)
     blocks = sum(k * blocks_needed(r.total_len, block_size) + k for r in reqs) + 1

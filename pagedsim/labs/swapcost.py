@@ -1,5 +1,7 @@
 """Swap or recompute? A first-order cost model for bringing back a preempted sequence (vLLM Sec. 4.5, Fig. 19).
 
+Swap is vLLM v0's alternative; v1 preempts by recompute only (see below).
+
     swap       K/V of l tokens go to the host and come back over PCIe:
                    t_swap = 2 * (ceil(l/B) * copy_latency + l * bytes_per_token / pcie_bandwidth)
                (vLLM's swap_blocks issues one copy per block, hence a per-block latency)
@@ -8,7 +10,15 @@
                    (weights, plus causal attention scores and values; d_model = heads * head_dim)
                    t_recompute = flops / (peak_flops * mfu)
 
-Swap time is linear in l, recompute has a quadratic attention term, so for each
+vLLM v1's argument (it preempts by recompute only): freed full blocks stay in the
+prefix cache, so re-admission recomputes only tokens past the cached prefix. With
+a fraction h of the l tokens served from cache, only tokens [h*l, l) are computed:
+
+    t_recompute_v1 = t_recompute(l) - t_recompute(h * l)
+
+h is measured (`measured_hit_fraction`: 1 - recomputed / discarded tokens of a v1
+scheduler run on a synthetic ShareGPT trace) unless `--hit-fraction` is given.
+Swap (v0 only) time is linear in l, recompute has a quadratic attention term, so for each
 length there is a PCIe bandwidth above which swapping wins:
 
     bandwidth* = 2 * l * bytes_per_token / (t_recompute - 2 * ceil(l/B) * copy_latency)
@@ -23,10 +33,11 @@ ASSUMPTIONS (defaults; every one is a flag, none is a measurement of ours):
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 
+from ..cli import ArgParser, float_in, int_in
+from ..errors import MAX_BLOCK_SIZE
 from ..sizing import preset
 
 LENGTHS = (16, 64, 256, 512, 1024, 2048)
@@ -49,6 +60,18 @@ def recompute_seconds(l: int, spec, params: float, tflops: float, mfu: float) ->
     return flops / (tflops * 1e12 * mfu)
 
 
+def measured_hit_fraction(num_requests: int = 40, num_blocks: int = 250, block_size: int = 16,
+                          seed: int = 0) -> float:
+    """Fraction of the tokens preemption discarded that the prefix cache served back (v1)."""
+    from ..policies import PrefixCachingManager
+    from ..scheduler import Scheduler
+    from ..workloads import synthetic
+    m = PrefixCachingManager(num_blocks, block_size, trace=False)
+    s = Scheduler(synthetic("sharegpt", num_requests, seed), m, mode="v1",
+                  max_num_batched_tokens=512, record=False).run()
+    return 1.0 - s.recomputed_tokens / s.discarded_tokens if s.discarded_tokens else 0.0
+
+
 def crossover_gbps(l: int, spec, params, block_size, tflops, mfu, latency_us) -> float | None:
     """PCIe bandwidth at which swap and recompute tie (None: recompute always wins)."""
     spare = (recompute_seconds(l, spec, params, tflops, mfu)
@@ -57,25 +80,28 @@ def crossover_gbps(l: int, spec, params, block_size, tflops, mfu, latency_us) ->
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="pagedsim swapcost", description=__doc__.split("\n")[0])
+    ap = ArgParser(prog="pagedsim swapcost", description=__doc__.split("\n")[0])
+    positive = float_in(0, 1e30, open_low=True)
     ap.add_argument("--model", default="opt-13b", help="a sizing preset")
-    ap.add_argument("--params", type=float, default=None, help="parameter count (default ~12*L*d^2)")
-    ap.add_argument("--tflops", type=float, default=312.0, help="GPU peak dense FP16 TFLOPS (A100)")
-    ap.add_argument("--mfu", type=float, default=0.5, help="fraction of peak a prefill reaches")
-    ap.add_argument("--pcie-gbps", type=float, default=25.0, help="effective PCIe GB/s per direction")
-    ap.add_argument("--copy-latency-us", type=float, default=10.0, help="fixed cost per block copy")
-    ap.add_argument("--block-size", type=int, default=16)
+    ap.add_argument("--params", type=positive, default=None,
+                    help="parameter count (default ~12*L*d^2)")
+    ap.add_argument("--tflops", type=positive, default=312.0, help="GPU peak dense FP16 TFLOPS (A100)")
+    ap.add_argument("--mfu", type=float_in(0, 1, open_low=True), default=0.5,
+                    help="fraction of peak a prefill reaches")
+    ap.add_argument("--pcie-gbps", type=positive, default=25.0, help="effective PCIe GB/s per direction")
+    ap.add_argument("--copy-latency-us", type=float_in(0, 1e9), default=10.0,
+                    help="fixed cost per block copy")
+    ap.add_argument("--block-size", type=int_in(1, MAX_BLOCK_SIZE), default=16)
+    ap.add_argument("--hit-fraction", type=float_in(0, 1), default=None,
+                    help="fraction of a preempted sequence served by the prefix cache "
+                         "(default: measured on a v1 run)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    for name in ("tflops", "mfu", "pcie_gbps"):
-        if getattr(args, name) <= 0:
-            ap.error(f"--{name.replace('_', '-')} must be positive")
-    if args.block_size < 1 or args.copy_latency_us < 0:
-        ap.error("--block-size must be positive and --copy-latency-us non-negative")
     try:
         spec = preset(args.model)
     except ValueError as e:
         ap.error(str(e))
+    h = measured_hit_fraction() if args.hit_fraction is None else args.hit_fraction
     params = args.params or params_of(spec)
     rows = []
     for l in LENGTHS:
@@ -83,20 +109,26 @@ def main(argv: list[str]) -> int:
         r = recompute_seconds(l, spec, params, args.tflops, args.mfu)
         x = crossover_gbps(l, spec, params, args.block_size, args.tflops, args.mfu,
                            args.copy_latency_us)
+        r1 = r - recompute_seconds(int(h * l), spec, params, args.tflops, args.mfu)
         rows.append({"tokens": l, "swap_ms": 1e3 * s, "recompute_ms": 1e3 * r,
+                     "recompute_v1_ms": 1e3 * r1,
                      "cheaper": "swap" if s < r else "recompute", "crossover_gbps": x})
     if args.json:
-        print(json.dumps({"assumptions": vars(args) | {"params": params}, "rows": rows}, indent=2))
+        print(json.dumps({"assumptions": vars(args) | {"params": params, "hit_fraction": h},
+                          "rows": rows}, indent=2))
         return 0
     print(f"ASSUMED: {spec.name} ({spec.bytes_per_token():,} B/token, {params / 1e9:.1f}e9 params), "
           f"{args.tflops:g} TFLOPS x {args.mfu:g} MFU, PCIe {args.pcie_gbps:g} GB/s, "
           f"{args.copy_latency_us:g} us per block copy, block size {args.block_size}")
-    print(f"{'tokens':>6}  {'swap out+in':>11}  {'recompute':>9}  {'cheaper':>9}  "
-          f"{'swap wins above':>15}")
+    print(f"prefix-cache hit fraction on re-admission: {100 * h:.1f}% "
+          f"({'measured, v1 scheduler, synthetic ShareGPT' if args.hit_fraction is None else 'given'})")
+    print(f"{'tokens':>6}  {'swap out+in':>11}  {'recompute':>9}  {'v1 recompute':>12}  "
+          f"{'cheaper':>9}  {'swap wins above':>15}")
     for row in rows:
         x = row["crossover_gbps"]
         print(f"{row['tokens']:>6}  {row['swap_ms']:>8.2f} ms  {row['recompute_ms']:>6.2f} ms  "
-              f"{row['cheaper']:>9}  {('%.1f GB/s' % x) if x else 'never':>15}")
+              f"{row['recompute_v1_ms']:>9.2f} ms  {row['cheaper']:>9}  "
+              f"{('%.1f GB/s' % x) if x else 'never':>15}")
     l = 512
     print(f"\ncrossover at {l} tokens, by PCIe bandwidth:")
     for gbps in BANDWIDTHS:

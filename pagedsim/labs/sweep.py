@@ -20,7 +20,6 @@ large blocks waste the tail of every sequence and share fewer prefix tokens.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -29,11 +28,15 @@ import numpy as np
 
 from .. import workloads
 from ..block_table import blocks_needed
+from ..cli import ArgParser, int_in, writable_dir
+from ..errors import count_arg
 from ..policies import PrefixCachingManager
 from ..scheduler import Scheduler
-from .waste import DEFAULT_MEMORY_TOKENS, add_trace_args, ceil_sum, load_requests, sums
+from .waste import (DEFAULT_MEMORY_TOKENS, MAX_MEMORY_TOKENS, add_trace_args, ceil_sum, exact_sum,
+                    load_requests, sums, waste_figure)
 
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+MAX_SIM_REQUESTS = 20_000  # the driver runs once per block size: beyond this, hours
 COLUMNS = ("block_size", "waste", "mean_entries", "max_entries", "max_batch", "preemptions",
            "hit_rate")
 
@@ -44,12 +47,12 @@ def analytic_row(cols: dict, block_size: int, memory_tokens: int) -> dict:
     total = p + o
     parts = sums(cols, block_size, max(int(total.max()), 1))["paged"]
     held = parts["token_states"] + parts["internal_fragmentation"]
-    entries = (k * (ceil_sum(total, block_size) - ceil_sum(p, block_size))).sum()
-    per_request = k * -(-total // block_size)
+    entries = exact_sum(k * (ceil_sum(total, block_size) - ceil_sum(p, block_size)))
+    per_request = k * -(-total // block_size)  # <= 2**8 * 2**25 each; the cumsum stays < 2**53
     fits = np.cumsum(per_request) <= memory_tokens // block_size
     return {"block_size": block_size,
             "waste": parts["internal_fragmentation"] / held,
-            "mean_entries": float(entries / (k * o).sum()),
+            "mean_entries": entries / exact_sum(k * o),
             "max_entries": int(-(-total.max() // block_size)),
             "max_batch": int(fits.sum())}
 
@@ -62,6 +65,12 @@ def driver_row(requests, tokens, block_size: int, memory_tokens: int) -> dict:
 
 def sweep(requests, block_sizes=BLOCK_SIZES, memory_tokens: int = DEFAULT_MEMORY_TOKENS,
           sim_requests: int = 200, seed: int = 0) -> list[dict]:
+    """One row per block size (see the module doc). The trace must not be empty."""
+    requests = list(requests)
+    if not requests:
+        raise ValueError("the trace has no requests; nothing to sweep")
+    memory_tokens = count_arg("memory_tokens", memory_tokens, 1, MAX_MEMORY_TOKENS)
+    sim_requests = count_arg("sim_requests", sim_requests, 0, MAX_SIM_REQUESTS)
     cols = workloads.as_arrays(requests)
     sim = requests[:sim_requests]
     tokens = workloads.prompt_tokens(sim, seed)
@@ -92,34 +101,44 @@ def sweep_title(source: str, sim_requests: int, memory_tokens: int) -> str:
     return f"{source}; driver on the first {sim_requests}; {memory_tokens:,} slots"
 
 
+def sweep_figure(out_dir: Path) -> list[Path]:
+    """Block sizes 1..256 on synthetic ShareGPT: waste, tables, batch, preemptions, hits."""
+    from ..draw.figures_workloads import draw_sweep
+    reqs = workloads.synthetic("sharegpt", 10_000, seed=0)  # `pagedsim sweep`'s defaults
+    title = sweep_title("sharegpt (synthetic, 10000 requests, seed 0)", 200, DEFAULT_MEMORY_TOKENS)
+    return [draw_sweep(sweep(reqs), out_dir, title)]
+
+
+FIGURES: dict = {  # name -> callable(out_dir: pathlib.Path) -> list[pathlib.Path]; see draw/figures.py
+    "waste_breakdown": waste_figure,
+    "block_size_sweep": sweep_figure,
+}
+
+
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="pagedsim sweep", description=__doc__.split("\n")[0])
+    ap = ArgParser(prog="pagedsim sweep", description=__doc__.split("\n")[0])
     add_trace_args(ap)
-    ap.add_argument("--memory-tokens", type=int, default=DEFAULT_MEMORY_TOKENS,
+    ap.add_argument("--memory-tokens", type=int_in(1, MAX_MEMORY_TOKENS),
+                    default=DEFAULT_MEMORY_TOKENS,
                     help="KV memory in token slots (default: 12 GB of OPT-13B KV)")
-    ap.add_argument("--sim-requests", type=int, default=200,
+    ap.add_argument("--sim-requests", type=int_in(0, MAX_SIM_REQUESTS), default=200,
                     help="requests served by the driver for preemptions and hit rate")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--figure", default="figures", help="folder for sweep.png ('' to skip)")
     args = ap.parse_args(argv)
-    try:
-        requests, source = load_requests(args)
-        if args.memory_tokens < 1 or args.sim_requests < 0:
-            raise ValueError("--memory-tokens must be positive and --sim-requests non-negative")
-        rows = sweep(requests, memory_tokens=args.memory_tokens, sim_requests=args.sim_requests,
-                     seed=args.seed)
-    except (ValueError, OSError) as e:
-        print(f"pagedsim sweep: error: {e}", file=sys.stderr)
-        return 2
+    folder = writable_dir(args.figure) if args.figure else None  # fail before the work
+    requests, source = load_requests(args)
+    rows = sweep(requests, memory_tokens=args.memory_tokens, sim_requests=args.sim_requests,
+                 seed=args.seed)
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
         print(f"trace: {source}; memory {args.memory_tokens} token slots; driver on the first "
               f"{min(args.sim_requests, len(requests))} requests")
         print(format_rows(rows))
-    if args.figure:
+    if folder is not None:
         from ..draw.figures_workloads import draw_sweep
-        path = draw_sweep(rows, Path(args.figure), title=sweep_title(
+        path = draw_sweep(rows, folder, title=sweep_title(
             source, min(args.sim_requests, len(requests)), args.memory_tokens))
         print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
     return 0

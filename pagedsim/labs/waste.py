@@ -22,7 +22,9 @@ sharing is measured separately by `sharing.py`):
     request. The paged allocator has none: any free block serves any sequence.
 
 Every sum has a closed form per request, so a 10,000-request trace is a handful of
-NumPy array operations. With C(n) = sum_{l=1..n} ceil(l/B) = B*q*(q+1)/2 + r*(q+1)
+NumPy array operations. Per request the terms fit in int64 (the trace limits in
+`workloads` keep samples x length^2 below 2**58, and max_len <= MAX_LEN); the sums over
+requests are taken in Python integers, so no size of trace can overflow them. With C(n) = sum_{l=1..n} ceil(l/B) = B*q*(q+1)/2 + r*(q+1)
 (q, r = divmod(n, B)):
 
     sum_t l             = O*P + O*(O+1)/2
@@ -36,11 +38,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 import numpy as np
 
+from ..cli import ArgParser, int_in
+
 from .. import workloads
+from ..errors import MAX_BLOCK_SIZE, count_arg
 from ..sizing import preset
 from .contiguous import external_fragmentation
 
@@ -48,6 +52,13 @@ ALLOCATORS = ("paged", "max", "pow2", "oracle")
 PARTS = ("token_states", "reserved", "internal_fragmentation", "external_fragmentation")
 # The paper's OPT-13B on one A100-40GB keeps about 12 GB for the KV cache (its Fig. 1).
 DEFAULT_MEMORY_TOKENS = 12 * 10**9 // preset("opt-13b").bytes_per_token()  # 14,648 slots
+MAX_LEN = 1 << 26  # the largest max_len (a contiguous region), 4x the longest sequence
+MAX_MEMORY_TOKENS = 1 << 40  # token slots of contiguous memory
+
+
+def exact_sum(values: np.ndarray) -> int:
+    """The sum of an int64 array as a Python int: no overflow however long the array."""
+    return sum(np.asarray(values).tolist())
 
 
 def ceil_sum(n: np.ndarray, block_size: int) -> np.ndarray:
@@ -77,9 +88,9 @@ def sums(cols: dict, block_size: int, max_len: int, mode: str = "static",
     if len(total) and int(total.max()) > max_len:
         i = int(total.argmax())
         raise ValueError(f"request {i} has {int(total[i])} tokens, more than --max-len {max_len}")
-    tokens = int((k * (o * p + o * (o + 1) // 2)).sum())
-    reserved = int((k * (o * (o - 1) // 2)).sum())
-    paged = int((k * block_size * (ceil_sum(total, block_size) - ceil_sum(p, block_size))).sum())
+    tokens = exact_sum(k * (o * p + o * (o + 1) // 2))
+    reserved = exact_sum(k * (o * (o - 1) // 2))
+    paged = block_size * exact_sum(k * (ceil_sum(total, block_size) - ceil_sum(p, block_size)))
     out = {"paged": {"token_states": tokens, "reserved": 0,
                      "internal_fragmentation": paged - tokens, "external_fragmentation": 0}}
     for name, size in allocation_sizes(total, max_len).items():
@@ -89,7 +100,7 @@ def sums(cols: dict, block_size: int, max_len: int, mode: str = "static",
             ext = external_fragmentation(size[rep], o[rep], cols["arrival_step"][rep],
                                          memory_tokens, queue)
         out[name] = {"token_states": tokens, "reserved": reserved,
-                     "internal_fragmentation": int((k * o * (size - total)).sum()),
+                     "internal_fragmentation": exact_sum(k * o * (size - total)),
                      "external_fragmentation": ext}
     return out
 
@@ -110,12 +121,19 @@ def breakdown(requests, block_size: int = 16, max_len: int = 2048, mode: str = "
 
 
 def _check(block_size, max_len, mode, memory_tokens) -> None:
-    for name, value in (("block_size", block_size), ("max_len", max_len),
-                        ("memory_tokens", memory_tokens)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    count_arg("block_size", block_size, 1, MAX_BLOCK_SIZE)
+    count_arg("max_len", max_len, 1, MAX_LEN)
+    count_arg("memory_tokens", memory_tokens, 1, MAX_MEMORY_TOKENS)
     if mode not in ("static", "continuous"):
         raise ValueError(f"mode must be 'static' or 'continuous', got {mode!r}")
+
+
+def waste_figure(out_dir) -> list:
+    """Memory-waste breakdown, paged vs Orca max/pow2/oracle (like vLLM Fig. 2)."""
+    from ..draw.figures_workloads import draw_waste
+    reqs = workloads.synthetic("sharegpt", 10_000, seed=0)
+    by_mode = {mode: breakdown(reqs, 16, 2048, mode) for mode in ("static", "continuous")}
+    return [draw_waste(by_mode, out_dir)]
 
 
 def format_table(frac: dict) -> str:
@@ -131,24 +149,29 @@ def add_trace_args(parser: argparse.ArgumentParser) -> None:
     src = parser.add_mutually_exclusive_group()
     src.add_argument("--trace", help="CSV trace (prompt_len,output_len[,n,beam_width,arrival_step])")
     src.add_argument("--workload", choices=sorted(workloads.DATASETS), default="sharegpt")
-    parser.add_argument("--num-requests", type=int, default=10_000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--num-requests", type=int_in(1, workloads.MAX_REQUESTS), default=10_000)
+    parser.add_argument("--seed", type=int_in(0, 2**63 - 1), default=0)
 
 
 def load_requests(args) -> tuple[list, str]:
+    """The requests named on the command line; an empty trace is refused (nothing to measure)."""
     if args.trace:
-        return workloads.read_csv(args.trace), args.trace
-    return (workloads.synthetic(args.workload, args.num_requests, args.seed),
-            f"{args.workload} (synthetic, {args.num_requests} requests, seed {args.seed})")
+        requests, source = workloads.read_csv(args.trace), args.trace
+    else:
+        requests = workloads.synthetic(args.workload, args.num_requests, args.seed)
+        source = f"{args.workload} (synthetic, {args.num_requests} requests, seed {args.seed})"
+    if not requests:
+        raise ValueError(f"{source}: the trace has no requests")
+    return requests, source
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="pagedsim waste", description=__doc__.split("\n")[0])
+    ap = ArgParser(prog="pagedsim waste", description=__doc__.split("\n")[0])
     add_trace_args(ap)
-    ap.add_argument("--block-size", type=int, default=16)
-    ap.add_argument("--max-len", type=int, default=2048)
+    ap.add_argument("--block-size", type=int_in(1, MAX_BLOCK_SIZE), default=16)
+    ap.add_argument("--max-len", type=int_in(1, MAX_LEN), default=2048)
     ap.add_argument("--mode", choices=("static", "continuous"), default="static")
-    ap.add_argument("--memory-tokens", type=int, default=DEFAULT_MEMORY_TOKENS,
+    ap.add_argument("--memory-tokens", type=int_in(1, MAX_MEMORY_TOKENS), default=DEFAULT_MEMORY_TOKENS,
                     help="contiguous memory for --mode continuous (default: 12 GB of OPT-13B KV)")
     ap.add_argument("--queue", choices=("fcfs", "any"), default="fcfs",
                     help="external fragmentation: free space the queue's head cannot use "
@@ -158,13 +181,9 @@ def main(argv: list[str]) -> int:
                     help="also print the blocks saved by sharing (n / beam_width 2, 4, 6; "
                          "driver run on the first 1000 requests)")
     args = ap.parse_args(argv)
-    try:
-        requests, source = load_requests(args)
-        frac = breakdown(requests, args.block_size, args.max_len, args.mode, args.memory_tokens,
-                         args.queue)
-    except (ValueError, OSError) as e:
-        print(f"pagedsim waste: error: {e}", file=sys.stderr)
-        return 2
+    requests, source = load_requests(args)  # errors: one line on stderr, from pagedsim.cli
+    frac = breakdown(requests, args.block_size, args.max_len, args.mode, args.memory_tokens,
+                     args.queue)
     if args.json:
         print(json.dumps(frac, indent=2))
     else:

@@ -1,18 +1,26 @@
 """What the block manager does under pressure and with repetition: one module per policy.
 
-    preemption.py      recompute / swap a victim group when the pool runs dry
-    prefix_cache.py    reuse full prompt blocks across requests (lru / lfu / fifo eviction)
+    preemption.py      recompute / swap a victim group when the pool runs dry (v0)
+    cache_pool.py      the caching pool: hash index, free order, eviction keys (v1)
+    prefix_cache.py    reuse every full computed block, prompt and generated, across
+                       requests (vLLM v1 prefix caching; lru / lfu / fifo eviction)
     sliding_window.py  return blocks that fell out of the attention window (with sinks)
+    sliding_window_cache.py  sliding window + prefix caching: skipped blocks stay cached,
+                       v1's hit rule (v1)
 
 Everything is selectable by name: `make_policy("recompute" | "swap", ...)` and
-`PrefixCachingManager(..., eviction="lru" | "lfu" | "fifo")`.
+`PrefixCachingManager(..., eviction="lru" | "lfu" | "fifo")`; a new eviction policy is
+one entry in `EVICTION_KEYS`.
 """
 
+from .cache_pool import EVICTION_KEYS, EVICTION_POLICIES, CacheStats, CachingBlockPool, chained_hash
 from .preemption import PREEMPTION_POLICIES, Group, RecomputePolicy, SwapPolicy, make_policy
-from .prefix_cache import EVICTION_POLICIES, CacheStats, PrefixCachingManager, chained_hash
+from .prefix_cache import ComputedBlocks, PrefixCachingManager
 from .sliding_window import SlidingWindowManager
+from .sliding_window_cache import SlidingWindowPrefixCachingManager
 
 __all__ = [
-    "PREEMPTION_POLICIES", "EVICTION_POLICIES", "Group", "RecomputePolicy", "SwapPolicy",
-    "make_policy", "PrefixCachingManager", "CacheStats", "chained_hash", "SlidingWindowManager",
+    "PREEMPTION_POLICIES", "EVICTION_POLICIES", "EVICTION_KEYS", "Group", "RecomputePolicy",
+    "SwapPolicy", "make_policy", "PrefixCachingManager", "SlidingWindowPrefixCachingManager",
+    "ComputedBlocks", "CachingBlockPool", "CacheStats", "chained_hash", "SlidingWindowManager",
 ]

@@ -1,5 +1,8 @@
 """Preemption under memory pressure: recompute or swap (vLLM paper Sec. 4.5; vLLM's swap_blocks).
 
+Swap and group preemption follow vLLM v0 (v1 is recompute-only, see the scheduler's
+mode="v1").
+
 When the running sequences need more blocks than are free, the scheduler picks a
 victim *group* (all sequences of one request, since they share blocks) and hands it
 to a policy:
@@ -11,7 +14,10 @@ to a policy:
                free the GPU blocks, and later bring them back into fresh GPU blocks,
                keeping the sharing between the group's sequences. Counted:
                `bytes_swapped` (out and in). If the host pool is full, the group
-               falls back to recompute, as vLLM does.
+               falls back to recompute. That fallback is ours: vLLM v0 raises
+               instead (RuntimeError "Aborted due to the lack of CPU swap space"),
+               and vLLM v1 has no swap at all (it preempts by recompute only,
+               relying on the prefix cache).
 
 The (gpu, host) / (host, gpu) pairs wait in `drain_swaps()` for the
 `cuda_kernels.swap_out` / `swap_in` launchers, like copy-on-write pairs wait for
@@ -23,6 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..block_table import NULL_BLOCK
+from ..errors import count_arg
+
+MAX_HOST_BLOCKS = 1 << 24  # the host pool is a Python list of free ids
 
 PREEMPTION_POLICIES = ("recompute", "swap")
 
@@ -45,7 +54,9 @@ class RecomputePolicy:
 
     def __init__(self):
         self.preemptions = 0  # groups preempted
-        self.recomputed_tokens = 0  # tokens that have to be prefilled again
+        # tokens whose KV was discarded (an upper bound; the scheduler's recomputed_tokens
+        # subtracts prefix-cache hits on re-admission)
+        self.recomputed_tokens = 0
 
     def preempt(self, manager, group: Group) -> str:
         """Free the group's blocks. Returns "recompute": the scheduler requeues it."""
@@ -61,8 +72,8 @@ class SwapPolicy(RecomputePolicy):
 
     def __init__(self, host_blocks: int, block_bytes: int = 1):
         super().__init__()
-        if isinstance(host_blocks, bool) or not isinstance(host_blocks, int) or host_blocks < 0:
-            raise ValueError(f"host_blocks must be a non-negative int, got {host_blocks!r}")
+        host_blocks = count_arg("host_blocks", host_blocks, 0, MAX_HOST_BLOCKS)
+        block_bytes = count_arg("block_bytes", block_bytes, 1)
         self.host_blocks = host_blocks  # size of the fixed host pool, in blocks
         self.block_bytes = block_bytes  # bytes one whole-model block occupies
         self.bytes_swapped = 0  # bytes moved over PCIe, both directions
@@ -116,6 +127,8 @@ class SwapPolicy(RecomputePolicy):
 
 def make_policy(name: str, *, host_blocks: int = 0, block_bytes: int = 1):
     """A preemption policy by name: "recompute" or "swap"."""
+    if not isinstance(name, str):
+        raise TypeError(f"preemption policy must be a str, got {type(name).__name__}")
     if name == "recompute":
         return RecomputePolicy()
     if name == "swap":

@@ -1,251 +1,307 @@
-"""Automatic prefix caching: full blocks found again by a chained hash (vLLM v1 kv_cache_utils).
+"""Automatic prefix caching with vLLM v1's rules (v1 kv_cache_manager.py, single_type_kv_cache_manager.py).
 
-A *full* prompt block is named by a chained hash of (parent block's hash, its own
-tokens), so equal hashes mean "the same tokens after the same prefix". A hit is
-never trusted on the hash alone: the candidate's tokens are compared, and its
-recorded parent must be the block we matched one position earlier (with the same
-*generation*, bumped every time a block is evicted and reused), so the whole prefix
-is confirmed exactly even if the hash function collides.
+Every *full* block whose tokens are known is named by a chained hash of (parent
+block's hash, its own tokens) and stays findable until its block is handed out again
+(`cache_pool.py`). That includes blocks filled by *generated* tokens: the ids reach
+the manager through `append_tokens(..., token_ids=...)`, `decode_step(...,
+token_ids=...)` or `allocate_slots(..., new_token_ids=...)`, and a block is hashed
+as soon as it fills. A sampled token whose KV has not been computed has no slot, so
+it never counts.
 
-When a cached block's count falls to 0 it keeps its contents and hash and goes back
-to the free list, behind every uncached free block:
+Looking up a prompt of n tokens (v1's `get_computed_blocks`):
 
-    head -> [uncached free blocks ...] [cached free blocks ...] <- tail
+    hit = the longest run of cached full blocks from the start, capped at n - 1 tokens
 
-`allocate()` therefore hands out an uncached block while there is one. Only when
-all free blocks hold cached contents does it *evict* one, chosen by name:
+The cap is v1's `max_cache_hit_length = num_tokens - 1`: the last token must be
+computed to get its logits, so a block-aligned, fully cached prompt recomputes its
+last block. Stats are in tokens (`hit_tokens` of `prompt_tokens`), block counts
+beside them.
 
-    lru   the one whose last owner let go longest ago
-    lfu   the one hit the fewest times (ties: lru)
-    fifo  the one cached first
-
-A later request with the same prefix takes a cached free block back out of the
-middle of the list with `BlockPool.take`, in O(1). Only prompt blocks are cached.
-
-Stats: hits and misses (full prompt blocks), evictions, and the *block floor*:
-prompt tokens that match a cached sequence but could not be shared because they do
-not fill a block (compared against the cached children of the last matched block).
+Two ways in:
+    v1 shape   `get_computed_blocks(token_ids)` (a pure lookup), then
+               `allocate_slots(seq, num_new_tokens, num_lookahead_tokens, new_token_ids,
+               computed=...)`: new blocks, or None when short with nothing changed.
+               It never preempts: the v1 scheduler does that and retries.
+    v0 shape   `add_sequence(seq, n, tokens)`: lookup and allocation in one call. A
+               reclaimer may run when short; the whole request is then planned again,
+               because a reclaimer can free the very sequence holding the hits.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 from dataclasses import dataclass
 
-import numpy as np
-
-from ..block_pool import BlockPool
-from ..errors import OutOfBlocks
-from ..block_table import BlockTable, blocks_needed
-from ..manager import KVCacheManager
 from .. import trace as tr
-
-EVICTION_POLICIES = ("lru", "lfu", "fifo")
-ROOT = (-1, 0)  # the (block, generation) "parent" of a prompt's first block
-
-
-def chained_hash(parent_hash: int, tokens: tuple) -> int:
-    return hash((parent_hash, tokens))
+from ..block_table import NULL_BLOCK, BlockTable, blocks_needed
+from ..errors import count_arg, token_ids_arg
+from ..manager import KVCacheManager
+from .cache_pool import (EVICTION_KEYS, EVICTION_POLICIES, ROOT, CacheStats, CachingBlockPool,
+                         chained_hash)
 
 
-@dataclass
-class CacheStats:
-    hits: int = 0  # full prompt blocks found in the cache
-    misses: int = 0  # full prompt blocks that had to be computed
-    evictions: int = 0  # cached blocks whose contents were overwritten
-    block_floor: int = 0  # shared prefix tokens left unshared by a partial block
+@dataclass(frozen=True)
+class ComputedBlocks:
+    """What `get_computed_blocks` found (v1 returns KVCacheBlocks and num_computed_tokens)."""
 
-    @property
-    def hit_rate(self) -> float:
-        total = self.hits + self.misses
-        return self.hits / total if total else 0.0
-
-
-class CachingBlockPool(BlockPool):
-    """A pool whose free list keeps cached blocks behind uncached ones (see module doc)."""
-
-    def __init__(self, num_blocks: int, block_size: int, cache: "PrefixCachingManager"):
-        super().__init__(num_blocks, block_size, "fifo")
-        self._cache = cache
-
-    def allocate(self) -> int:
-        b = self._next[self._head]
-        if b != self._tail and b in self._cache._key:  # only cached blocks are free
-            b = self._cache._pick_victim()
-            self._cache._forget(b)
-            self._cache.stats.evictions += 1
-            return self.take(b)
-        return super().allocate()
-
-    def allocate_many(self, k: int) -> list[int]:
-        """`allocate` k times (each may evict), all or nothing."""
-        if k > self._num_free:
-            raise OutOfBlocks(k, self._num_free, f"allocate_many({k})")
-        return [self.allocate() for _ in range(k)]
-
-    def release(self, blocks) -> None:
-        """`free` each block, so cached ones are queued for eviction in order."""
-        for b in blocks:
-            self.free(b)
-
-    def _push(self, b: int) -> None:
-        if b in self._cache._key:  # cached: to the tail, in eviction order
-            n = self._tail
-            p = self._prev[n]
-            self._cache._became_free(b)
-        else:  # uncached: to the head, handed out first
-            p = self._head
-            n = self._next[p]
-        self._prev[b], self._next[b] = p, n
-        self._next[p] = b
-        self._prev[n] = b
-        self._num_free += 1
+    token_ids: tuple  # the lookup's token ids
+    blocks: tuple  # cached blocks holding its first len(blocks) * block_size tokens
+    num_tokens: int  # tokens served by them (v1: num_new_computed_tokens)
 
 
 class PrefixCachingManager(KVCacheManager):
     def __init__(self, num_blocks: int, block_size: int, *, eviction: str = "lru",
                  hash_fn=chained_hash, **kwargs):
-        if eviction not in EVICTION_POLICIES:
-            raise ValueError(f"eviction must be one of {EVICTION_POLICIES}, got {eviction!r}")
-        self.eviction = eviction  # which cached free block to overwrite first
-        self.hash_fn = hash_fn  # (parent_hash, tokens) -> int; collisions are tolerated
         self.stats = CacheStats()
-        self._key: dict[int, tuple] = {}  # cached block -> (hash, tokens, parent (block, gen))
-        self._by_hash: dict[int, list[int]] = {}  # hash -> cached blocks with that hash
-        self._children: dict[tuple, list[int]] = {}  # parent (block, gen) -> cached children
-        self._gen: list[int] = [0] * num_blocks  # bumped when a block's cached contents die
-        self._hits: list[int] = [0] * num_blocks  # times each cached block was hit
-        self._clock = itertools.count()  # logical time for lru/fifo keys
-        self._born: list[int] = [0] * num_blocks  # when the block was cached (fifo)
-        self._stamp: list[int] = [0] * num_blocks  # invalidates stale heap entries
-        self._heap: list[tuple] = []  # (key, stamp, block) for cached free blocks
-        super().__init__(num_blocks, block_size, **kwargs)
-        self.pool = CachingBlockPool(num_blocks, block_size, self)
-        if self.trace is not None and self.trace.snapshots:
-            self.trace.snapshots[0] = self.snapshot(caption=self.trace.snapshots[0].caption)
+        pool = CachingBlockPool(num_blocks, block_size, eviction, self.stats)
+        self.eviction = eviction  # a key of EVICTION_KEYS
+        self.hash_fn = hash_fn  # (parent_hash, tokens) -> int; collisions are tolerated
+        self._known: dict = {}  # seq -> token ids known so far (None: stopped knowing)
+        self._chain: dict = {}  # seq -> (blocks hashed, last hash, last parent key)
+        self._ahead: dict = {}  # seq -> lookahead slots allocated past the computed tokens
+        super().__init__(num_blocks, block_size, pool=pool, **kwargs)
 
-    # ---- admission with a prefix lookup ------------------------------------------
+    # ---- lookups (no side effects) -------------------------------------------------
     def match(self, tokens) -> list[int]:
-        """The cached blocks that hold `tokens`' longest prefix of full blocks (no side effects)."""
-        return self._match(_as_tuple(tokens))[0]
+        """The cached blocks holding `tokens`' longest prefix of full blocks (no cap)."""
+        tokens = _ids(tokens)
+        return self._match(tokens, len(tokens) // self.block_size)
 
-    def add_sequence(self, seq_id, num_tokens: int, tokens=None) -> list[int]:
+    def get_computed_blocks(self, token_ids) -> ComputedBlocks:
+        """v1's lookup: cached full blocks for the prompt, at most len - 1 tokens' worth."""
+        tokens = _ids(token_ids)
+        hits = self._match(tokens, max(len(tokens) - 1, 0) // self.block_size)
+        return ComputedBlocks(tokens, tuple(hits), len(hits) * self.block_size)
+
+    def cached_free_blocks(self) -> list[int]:
+        return self.pool.cached_free_blocks()
+
+    def num_computed_tokens(self, seq_id) -> int:
+        return self._table(seq_id).num_tokens - self._ahead.get(seq_id, 0)
+
+    # ---- v0 shape: lookup and allocate in one call -----------------------------------
+    def add_sequence(self, seq_id, num_tokens: int, tokens=None):
         if tokens is None:
             return super().add_sequence(seq_id, num_tokens)
-        tokens = _as_tuple(tokens)
+        self._check_new(seq_id)
+        num_tokens = count_arg("num_tokens", num_tokens)
+        tokens = _ids(tokens)
         if len(tokens) != num_tokens:
             raise ValueError(f"tokens has {len(tokens)} entries but num_tokens is {num_tokens}")
+        cap = max(num_tokens - 1, 0) // self.block_size
+
+        def plan() -> int:  # blocks this admission takes off the free list, planned afresh
+            hits = self._match(tokens, cap)
+            return self._blocks_to_take(hits, num_tokens)
+
+        self._reserve(plan, {seq_id}, f"add_sequence({num_tokens} tokens, cached)")
+        hits = self._match(tokens, cap)  # the reclaimer may have changed what is cached
+        self._admit(seq_id, tokens, hits, num_tokens, 0)
+        self._end_step()
+        return self._table(seq_id).slot_mapping()
+
+    # ---- v1 shape ------------------------------------------------------------------
+    def allocate_slots(self, seq_id, num_new_tokens: int, num_lookahead_tokens: int = 0,
+                       new_token_ids=None, computed: ComputedBlocks | None = None):
+        """Slots for `num_new_tokens` more computed tokens (+ lookahead), as v1 does.
+
+        A new sequence needs `new_token_ids` (its prompt, or prompt + output after a
+        preemption) and may bring `computed` from `get_computed_blocks` for those ids.
+        A running one may bring `new_token_ids` sampled since its last call. Returns
+        the newly allocated blocks, or None -- with nothing changed -- when the free
+        blocks (counting cached free hits, which leave the free list) are too few.
+        """
+        n = count_arg("num_new_tokens", num_new_tokens)
+        ahead = count_arg("num_lookahead_tokens", num_lookahead_tokens)
         if seq_id in self._tables:
-            return super().add_sequence(seq_id, num_tokens)  # raises the usual error
-        bs = self.block_size
-        hits, _ = self._match(tokens)
-        need = blocks_needed(num_tokens, bs) - sum(1 for b in hits if self.pool._ref[b])
-        self._reserve(need, seq_id, f"add_sequence({num_tokens} tokens, cached)")
-        hits, floor = self._match(tokens)  # an evictor may have changed the pool
-        full = num_tokens // bs
-        self.stats.hits += len(hits)
-        self.stats.misses += full - len(hits)
-        self.stats.block_floor += floor
+            return self._extend(seq_id, n, ahead, new_token_ids, computed)
+        self._check_new(seq_id)
+        if new_token_ids is None:
+            raise ValueError(f"new sequence {seq_id!r} needs new_token_ids (its prompt)")
+        hits: list = []
+        if computed is not None:
+            if not isinstance(computed, ComputedBlocks):
+                raise TypeError(f"computed must come from get_computed_blocks, got {computed!r}")
+            hits = list(computed.blocks)
+        # the ids get_computed_blocks already checked need no second pass
+        same = computed is not None and new_token_ids is computed.token_ids
+        tokens = computed.token_ids if same else _ids(new_token_ids)
+        if computed is not None and ((not same and computed.token_ids != tokens)
+                                     or self._match(tokens, len(hits)) != hits):
+            raise ValueError("computed blocks are stale or belong to other token ids")
+        done = len(hits) * self.block_size
+        if done + n > len(tokens):
+            raise ValueError(f"{done} cached + {n} new tokens exceed the {len(tokens)} known")
+        if self._blocks_to_take(hits, done + n + ahead) > self.pool.num_free:
+            return None
+        before = set(hits)
+        self._admit(seq_id, tokens, hits, done + n, ahead)
+        self._end_step()
+        return [b for b in self._tables[seq_id].blocks if b not in before]
+
+    def _extend(self, seq_id, n, ahead, new_token_ids, computed):
+        if computed is not None:
+            raise ValueError(f"sequence {seq_id!r} is running; computed blocks are for new ones")
+        table = self._tables[seq_id]
+        known = self._known.get(seq_id)
+        new = () if new_token_ids is None else _ids(new_token_ids)
+        if new and known is None:
+            raise ValueError(f"sequence {seq_id!r} has unknown token ids; cannot append to them")
+        done = table.num_tokens - self._ahead.get(seq_id, 0)
+        if known is not None and done + n > len(known) + len(new):
+            raise ValueError(f"{done} computed + {n} new tokens exceed the "
+                             f"{len(known) + len(new)} known for {seq_id!r}")
+        target = done + n + ahead
+        grow = max(0, target - table.num_tokens)
+        cow = bool(n and table.num_tokens % self.block_size
+                   and self.pool.is_shared(table.blocks[-1]))  # v0 fork only: v1 never shares a partial block
+        need = blocks_needed(table.num_tokens + grow, self.block_size) - len(table.blocks) + cow
+        if need > self.pool.num_free:
+            return None
+        if known is not None:
+            known.extend(new)
+        count = len(table.blocks)
+        if need:
+            self._make_room(seq_id, table, grow)  # fits: the reclaimer is never asked
+        first = table.num_tokens
+        table.num_tokens = max(first, target)
+        self._ahead[seq_id] = table.num_tokens - done - n
+        if self._tracing and table.num_tokens > first:
+            self._emit(tr.TokensAppended, seq_id, first,
+                       tuple(table.slot(p) for p in range(first, table.num_tokens)))
+        self._cache_full_blocks(seq_id)
+        self._end_step()
+        return table.blocks[count - cow:]  # a copy-on-write replaced the last block too
+
+    # ---- shared by both shapes -------------------------------------------------------
+    def _blocks_to_take(self, hits, num_tokens: int) -> int:
+        """Free blocks an admission uses: new blocks, plus cached hits now on the free list."""
+        fresh = blocks_needed(num_tokens, self.block_size) - len(hits)
+        return max(fresh, 0) + sum(1 for b in hits if b != NULL_BLOCK and not self.pool.ref_count(b))
+
+    def _admit(self, seq_id, tokens: tuple, hits: list, computed: int, ahead: int) -> None:
+        """Touch the hits, allocate the rest, record stats and hash the full blocks."""
+        bs, pool, st = self.block_size, self.pool, self.stats
+        st.requests += 1
+        st.prompt_tokens += len(tokens)
+        st.hit_tokens += len(hits) * bs
+        st.hits += len(hits)
+        st.misses += len(tokens) // bs - len(hits)
+        st.block_floor += self._floor(tokens, hits)
         table = BlockTable(bs)
         self._tables[seq_id] = table
-        self._emit(tr.SequenceAdded(self.step + 1, seq_id, num_tokens))
+        self._emit(tr.SequenceAdded, seq_id, computed + ahead)
         for logical, b in enumerate(hits):
-            if self.pool._ref[b]:
-                count = self.pool.incref(b)
-                self._emit(tr.BlockShared(self.step + 1, seq_id, b, count))
-            else:
-                self.pool.take(b)
-                self._emit(tr.BlockAllocated(self.step + 1, seq_id, b, logical))
-            self._hits[b] += 1
+            if b == NULL_BLOCK:  # a sliding window's hit may start past blocks it never reads
+                table.blocks.append(b)
+                continue
+            shared = pool.ref_count(b) > 0
+            pool.touch(b)
             table.blocks.append(b)
-        for logical in range(len(hits), blocks_needed(num_tokens, bs)):
+            if shared:
+                self._emit(tr.BlockShared, seq_id, b, pool.ref_count(b))
+            else:
+                self._emit(tr.BlockAllocated, seq_id, b, logical)
+        for logical in range(len(hits), blocks_needed(computed + ahead, bs)):
             self._grow(seq_id, table, logical)
-        table.num_tokens = num_tokens
-        parent = ROOT if not hits else (hits[-1], self._gen[hits[-1]])
-        h = self._key[hits[-1]][0] if hits else 0
-        for logical in range(len(hits), full):  # newly computed full blocks join the cache
-            b = table.blocks[logical]
-            block_tokens = tokens[logical * bs:(logical + 1) * bs]
-            h = self.hash_fn(h, block_tokens)
-            self._remember(b, h, block_tokens, parent)
-            parent = (b, self._gen[b])
-        self._end_step()
-        return table.slot_mapping()
+        table.num_tokens = computed + ahead
+        self._known[seq_id] = list(tokens)
+        self._ahead[seq_id] = ahead
+        h = pool.hash_of(hits[-1]) if hits else 0
+        self._set_chain(seq_id, (len(hits), h, pool.parent_key(hits[-1]) if hits else ROOT))
+        self._cache_full_blocks(seq_id)
 
-    def _match(self, tokens: tuple) -> tuple[list[int], int]:
-        bs, hits, h, parent = self.block_size, [], 0, ROOT
-        for logical in range(len(tokens) // bs):
+    def _cache_full_blocks(self, seq_id) -> None:
+        """Hash every block that is full of computed, known tokens (v1: cache_blocks)."""
+        known = self._known.get(seq_id)
+        if known is None:
+            return
+        bs, pool, table = self.block_size, self.pool, self._tables[seq_id]
+        done, h, parent = self._chain[seq_id]
+        full = min(table.num_tokens - self._ahead.get(seq_id, 0), len(known)) // bs
+        for logical in range(done, full):
+            b = table.blocks[logical]
+            if b == NULL_BLOCK:  # dropped before it could be hashed: the chain ends here
+                self._known[seq_id] = None
+                return
+            block_tokens = tuple(known[logical * bs:(logical + 1) * bs])
+            if pool.is_cached(b):  # a hit, or a block shared by fork: already named
+                h = pool.hash_of(b)
+            else:
+                h = self.hash_fn(h, block_tokens)
+                pool.cache(b, h, block_tokens, parent)
+            parent = pool.parent_key(b)
+        if full > done:
+            self._set_chain(seq_id, (full, h, parent))
+
+    def _set_chain(self, seq_id, chain: tuple) -> None:
+        """(blocks hashed, last hash, last content id); the content id is pinned meanwhile."""
+        self.pool.pin(chain[2])
+        old = self._chain.get(seq_id)
+        self._chain[seq_id] = chain
+        if old is not None:
+            self.pool.unpin(old[2])
+
+    def _on_tokens_appended(self, seq_id, first_position: int, token_ids: tuple) -> None:
+        known = self._known.get(seq_id)
+        if known is None:
+            return
+        if first_position != len(known):  # tokens were appended without ids: stop hashing
+            self._known[seq_id] = None
+            return
+        known.extend(token_ids)
+        self._cache_full_blocks(seq_id)
+
+    def _match(self, tokens: tuple, max_blocks: int) -> list[int]:
+        bs, pool, hits, h, parent = self.block_size, self.pool, [], 0, ROOT
+        for logical in range(max_blocks):
             block_tokens = tokens[logical * bs:(logical + 1) * bs]
             h = self.hash_fn(h, block_tokens)
-            found = next((b for b in self._by_hash.get(h, ())
-                          if self._key[b][1] == block_tokens and self._key[b][2] == parent), None)
+            found = pool.lookup(h, block_tokens, parent)
             if found is None:
                 break
             hits.append(found)
-            parent = (found, self._gen[found])
+            parent = pool.parent_key(found)
+        return hits
+
+    def _floor(self, tokens: tuple, hits: list) -> int:
+        """Tokens after the hits that agree with a cached child but do not fill a block."""
+        bs, pool = self.block_size, self.pool
+        parent = pool.parent_key(hits[-1]) if hits else ROOT
         rest = tokens[len(hits) * bs:(len(hits) + 1) * bs]
-        floor = max((_common(self._key[c][1], rest) for c in self._children.get(parent, ())),
-                    default=0)
-        return hits, floor
+        return max((_common(pool.tokens_of(c), rest) for c in pool.children_of(parent)
+                    if pool.tokens_of(c) != rest), default=0)
 
-    # ---- cache bookkeeping ---------------------------------------------------------
-    def _remember(self, b: int, h: int, block_tokens: tuple, parent: tuple) -> None:
-        self._key[b] = (h, block_tokens, parent)
-        self._by_hash.setdefault(h, []).append(b)
-        self._children.setdefault(parent, []).append(b)
-        self._born[b] = next(self._clock)
-        self._hits[b] = 0
+    # ---- per-sequence state follows the base operations --------------------------------
+    def fork(self, parent_id, child_id) -> None:
+        super().fork(parent_id, child_id)
+        known = self._known.get(parent_id)
+        self._known[child_id] = None if known is None else list(known)
+        if parent_id in self._chain:
+            self._set_chain(child_id, self._chain[parent_id])
+        self._ahead[child_id] = self._ahead.get(parent_id, 0)
 
-    def _forget(self, b: int) -> None:
-        h, _, parent = self._key.pop(b)
-        self._by_hash[h].remove(b)
-        if not self._by_hash[h]:
-            del self._by_hash[h]
-        self._children[parent].remove(b)
-        if not self._children[parent]:
-            del self._children[parent]
-        self._gen[b] += 1  # children naming (b, old gen) can no longer match
-        self._stamp[b] += 1
-
-    def _became_free(self, b: int) -> None:
-        self._stamp[b] += 1
-        now = next(self._clock)
-        key = {"lru": (now,), "lfu": (self._hits[b], now), "fifo": (self._born[b],)}[self.eviction]
-        heapq.heappush(self._heap, (key, self._stamp[b], b))
-
-    def _pick_victim(self) -> int:
-        ref, key = self.pool._ref, self._key
-        while True:
-            _, stamp, b = heapq.heappop(self._heap)
-            if stamp == self._stamp[b] and not ref[b] and b in key:
-                return b
-
-    def cached_free_blocks(self) -> list[int]:
-        return [b for b in self.pool.free_list() if b in self._key]
+    def free_sequence(self, seq_id) -> None:
+        super().free_sequence(seq_id)  # reversed order: the tail block is evicted first (v1)
+        chain = self._chain.pop(seq_id, None)
+        if chain is not None:
+            self.pool.unpin(chain[2])
+        for d in (self._known, self._ahead):
+            d.pop(seq_id, None)
 
     def snapshot(self, events=(), caption=None) -> tr.Snapshot:
-        snap = super().snapshot(events, caption)
-        if not isinstance(self.pool, CachingBlockPool):  # called from the base __init__
-            return snap
         from dataclasses import replace
-        return replace(snap, cached_blocks=tuple(self.cached_free_blocks()))
+        return replace(super().snapshot(events, caption),
+                       cached_blocks=tuple(self.pool.cached_free_blocks()))
 
     def check_invariants(self) -> None:
         super().check_invariants()
-        free = self.pool.free_list()
-        flags = [b in self._key for b in free]
-        assert flags == sorted(flags), "a cached free block sits ahead of an uncached one"
-        for b, (h, block_tokens, parent) in self._key.items():
-            assert b in self._by_hash[h] and b in self._children[parent], f"block {b} index drift"
-            assert len(block_tokens) == self.block_size, f"cached block {b} is not full"
+        for seq_id, (done, _, _) in self._chain.items():
+            assert done <= len(self._tables[seq_id].blocks), f"seq {seq_id!r} hashed too far"
 
 
-def _as_tuple(tokens) -> tuple:
-    """Token ids as a tuple of Python ints (hashable; fast to slice and compare)."""
-    if type(tokens) is tuple:
-        return tokens
-    return tuple(np.asarray(tokens, dtype=np.int64).tolist())
+def _ids(tokens) -> tuple:
+    """Token ids as a tuple of Python ints in [0, 2**63) (TypeError / ValueError otherwise)."""
+    return token_ids_arg("token_ids", tokens)
 
 
 def _common(a: tuple, b: tuple) -> int:
@@ -255,3 +311,7 @@ def _common(a: tuple, b: tuple) -> int:
             break
         n += 1
     return n
+
+
+__all__ = ["PrefixCachingManager", "ComputedBlocks",
+           "CacheStats", "CachingBlockPool", "EVICTION_KEYS", "EVICTION_POLICIES", "chained_hash"]

@@ -12,22 +12,27 @@ logical numbering of the later blocks intact (vLLM's sliding-window manager mark
 such entries with a null block the same way). The kernel side is
 `paged_attention(..., window=W, sinks=S)`, which masks exactly the same positions.
 
-Blocks are dropped at the end of every public step, and after every decode step,
-so the live blocks of a sequence never exceed ceil(S/B) + ceil(W/B) + 1.
+Blocks are dropped at the end of every public step (a decode step included), so the
+live blocks of a sequence never exceed ceil(S/B) + ceil(W/B) + 1.
 """
 
 from __future__ import annotations
 
-from ..block_table import NULL_BLOCK
-from ..manager import KVCacheManager, _count
+from ..block_table import NULL_BLOCK, blocks_needed
+from ..errors import MAX_BLOCK_SIZE, count_arg
+from ..manager import KVCacheManager
 from .. import trace as tr
+
+MAX_WINDOW = (1 << 31) - 1  # the kernels take window and sinks as int32
 
 
 class SlidingWindowManager(KVCacheManager):
+    drops_blocks = True  # tables hold NULL_BLOCK for blocks behind the window
+
     def __init__(self, num_blocks: int, block_size: int, *, window: int, sinks: int = 0, **kwargs):
-        window, sinks = _count("window", window), _count("sinks", sinks)
-        if window < 1:
-            raise ValueError(f"window must be a positive int, got {window}")
+        block_size = count_arg("block_size", block_size, 1, MAX_BLOCK_SIZE)
+        window = count_arg("window", window, 1, MAX_WINDOW)
+        sinks = count_arg("sinks", sinks, 0, MAX_WINDOW)
         self.window = window  # W: the most recent tokens every query sees
         self.sinks = sinks  # S: the first tokens every query also sees
         self.first_droppable = -(-sinks // block_size)  # first logical block with no sink token
@@ -37,16 +42,16 @@ class SlidingWindowManager(KVCacheManager):
 
     def kept(self, num_tokens: int) -> int:
         """How many logical blocks stay named for a sequence of `num_tokens` tokens."""
+        num_tokens = count_arg("num_tokens", num_tokens)
         bs = self.block_size
-        total = -(-num_tokens // bs)
         gone = max(0, (num_tokens - self.window) // bs - self.first_droppable)
-        return total - gone
+        return blocks_needed(num_tokens, bs) - gone
 
-    def decode_step(self, seq_ids, *args, **kwargs):
-        slots = super().decode_step(seq_ids, *args, **kwargs)
-        if self.trace is None:  # the traced path already slid in _end_step
-            self._slide_all()
-        return slots
+    def peak_blocks(self, prompt_len: int, total_len: int) -> int:
+        """A whole prompt is held until the step ends; later, the window plus one new block."""
+        prompt_len = count_arg("prompt_len", prompt_len)
+        return max(blocks_needed(prompt_len, self.block_size),
+                   self.kept(max(prompt_len, count_arg("total_len", total_len))) + 1)
 
     def fork(self, parent_id, child_id) -> None:
         super().fork(parent_id, child_id)
@@ -71,7 +76,7 @@ class SlidingWindowManager(KVCacheManager):
                     count = self.pool.free(b)
                     table.blocks[i] = NULL_BLOCK
                     self.dropped_blocks += 1
-                    self._emit(tr.BlockReleased(self.step + 1, seq_id, b, count))
+                    self._emit(tr.BlockReleased, seq_id, b, count)
                 i += 1
             self._next_drop[seq_id] = i
 

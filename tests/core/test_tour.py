@@ -34,7 +34,13 @@ def test_json_prints_the_trace(capsys):
     assert data["events"][0]["kind"] == "sequence_added"
 
 
-def test_the_cli_lists_its_commands(capsys):
-    assert main([]) == 0
+def test_the_cli_lists_its_commands_and_its_version(capsys):
+    assert main(["--help"]) == 0
     assert "tour" in capsys.readouterr().out
+    assert main([]) == 2  # no command is a usage error: the list goes to stderr
+    assert "tour" in capsys.readouterr().err
     assert main(["no-such-command"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    from pagedsim import __version__
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"pagedsim {__version__}\n"

@@ -56,7 +56,7 @@ def test_policy_comparison_covers_every_combination_and_only_swap_moves_bytes():
 def test_policies_cli_prints_a_row_per_combination(capsys):
     assert policies.main(["--workload", "alpaca", "--num-requests", "30",
                           "--memory-tokens", "512"]) == 0
-    assert len(capsys.readouterr().out.strip().splitlines()) == 2 + 6
+    assert len(capsys.readouterr().out.strip().splitlines()) == 2 + 3 + 6  # v1 rows, then v0
 
 
 def test_swap_cost_by_hand_and_the_crossover_is_where_the_costs_meet():

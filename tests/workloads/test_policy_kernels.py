@@ -127,3 +127,32 @@ def test_a_prefix_cache_hit_gives_the_same_attention_as_recomputing(seed, tail):
     b = cuda_kernels.paged_attention(query, kv2, np.array([fresh.block_table("second").blocks], np.int32), lens)
     assert np.isfinite(a).all()
     np.testing.assert_array_equal(a, b)
+
+
+@settings(max_examples=3)
+@given(st.integers(0, 2**32 - 1))
+def test_a_hit_on_blocks_filled_by_generated_tokens_gives_the_same_attention(seed):
+    rng = np.random.default_rng(seed)
+    bs = 2
+    prompt, answer = ([int(t) for t in rng.integers(0, 50, k)] for k in (3, 4))
+    m = PrefixCachingManager(12, bs, trace=False)
+    kv = np.full((12, 2, H_KV, bs, D), np.nan, np.float32)  # unwritten slots are NaN
+    m.add_sequence("turn1", 3, tokens=prompt)
+    m.append_tokens("turn1", 3, token_ids=answer[:3])  # the last sampled token never gets KV
+    fill(kv, m, "turn1", prompt + answer[:3], 0)
+    m.free_sequence("turn1")
+    second = prompt + answer + [int(rng.integers(0, 50))]  # the next turn: history + message
+    m.add_sequence("turn2", len(second), tokens=second)
+    assert m.stats.hit_tokens == 6  # blocks [p p] [p a] [a a]: two of them hold generated KV
+    fill(kv, m, "turn2", second, 6)
+
+    fresh = KVCacheManager(12, bs, trace=False)
+    kv2 = np.full_like(kv, np.nan)
+    fresh.add_sequence("turn2", len(second))
+    fill(kv2, fresh, "turn2", second, 0)
+    query = rng.standard_normal((1, 2, D)).astype(np.float32)
+    lens = np.array([len(second)], np.int32)
+    a = cuda_kernels.paged_attention(query, kv, np.array([m.block_table("turn2").blocks], np.int32), lens)
+    b = cuda_kernels.paged_attention(query, kv2, np.array([fresh.block_table("turn2").blocks], np.int32), lens)
+    assert np.isfinite(a).all()
+    np.testing.assert_array_equal(a, b)

@@ -64,17 +64,18 @@ def test_block_floor_counts_shared_tokens_left_in_an_unshared_block():
 
 
 def evict_one(eviction, free_first):
-    """Cache [1 2] then [3 4]; free them in `free_first` order; force one eviction."""
-    m = PrefixCachingManager(4, 2, eviction=eviction)
-    m.add_sequence("a", 2, tokens=[1, 2])
-    m.add_sequence("b", 2, tokens=[3, 4])
+    """Cache [1 2] then [3 4] (a third token each, as a hit is capped at n - 1 tokens); free
+    them in `free_first` order; force exactly one eviction."""
+    m = PrefixCachingManager(6, 2, eviction=eviction)
+    m.add_sequence("a", 3, tokens=[1, 2, 0])
+    m.add_sequence("b", 3, tokens=[3, 4, 0])
     if eviction == "lfu":
         for i in range(3):  # [1 2] gets hit three times
-            m.add_sequence(f"h{i}", 2, tokens=[1, 2])
+            m.add_sequence(f"h{i}", 3, tokens=[1, 2, 5])
             m.free_sequence(f"h{i}")
     for s in free_first:
         m.free_sequence(s)
-    m.add_sequence("c", 6, tokens=[7, 8, 9, 10, 11, 12])  # 2 uncached blocks + 1 eviction
+    m.add_sequence("c", 10, tokens=list(range(7, 17)))  # 4 uncached blocks + 1 eviction
     assert m.stats.evictions == 1
     m.check_invariants()
     return {t: bool(m.match(t)) for t in ((1, 2), (3, 4))}
@@ -119,7 +120,8 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         hash_fn = (lambda parent, tokens: 0) if collide else chained_hash
         self.m = PrefixCachingManager(num_blocks, block_size, eviction=eviction, hash_fn=hash_fn, trace=False)
         self.kv = {}
-        self.tokens = {}
+        self.tokens = {}  # seq -> tokens whose KV is written (its computed tokens)
+        self.pending = {}  # seq -> prompt tokens allocate_slots has not computed yet (v1 chunks)
         self.next_id = 0
 
     def write(self, slots, toks):
@@ -147,17 +149,49 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         self.write(list(slots)[skip:], toks[skip:])
         self.tokens[s] = list(toks)
 
+    @rule(prefix=st.sampled_from(PREFIXES), cut=st.integers(1, 6),
+          tail=st.lists(st.integers(0, 3), max_size=3), chunk=st.integers(1, 4))
+    def admit_v1(self, prefix, cut, tail, chunk):
+        """v1's way in: a pure lookup, then allocate_slots for one chunk of the rest."""
+        toks = prefix[:cut] + tail
+        s, before = self.next_id, self.m.snapshot()
+        hit = self.m.get_computed_blocks(toks)
+        n = min(len(toks) - hit.num_tokens, chunk)
+        if self.m.allocate_slots(s, n, 0, toks, hit) is None:
+            after = self.m.snapshot()
+            assert (after.free_list, after.ref_counts, after.sequences) == (
+                before.free_list, before.ref_counts, before.sequences)
+            return
+        self.next_id += 1
+        done = hit.num_tokens + n
+        self.write(list(self.m.slot_mapping(s))[hit.num_tokens:], toks[hit.num_tokens:done])
+        self.tokens[s], self.pending[s] = list(toks[:done]), list(toks[done:])
+
+    @precondition(lambda self: any(self.pending.values()))
+    @rule(data=st.data(), chunk=st.integers(1, 4))
+    def prefill_chunk(self, data, chunk):
+        s = data.draw(st.sampled_from(sorted(k for k, v in self.pending.items() if v)))
+        first = len(self.tokens[s])
+        n = min(chunk, len(self.pending[s]))
+        if self.m.allocate_slots(s, n) is None:
+            return
+        self.apply_copies()
+        self.write(list(self.m.slot_mapping(s))[first:], self.pending[s][:n])
+        self.tokens[s] += self.pending[s][:n]
+        del self.pending[s][:n]
+
     @precondition(lambda self: self.tokens)
     @rule(data=st.data(), token=st.integers(0, 3))
     def append(self, data, token):
         s = data.draw(st.sampled_from(sorted(self.tokens)))
         try:
-            slots = self.m.append_tokens(s, 1)
+            slots = self.m.append_tokens(s, 1, token_ids=[token])  # generated blocks get cached
         except OutOfBlocks:
             return
         self.apply_copies()
         self.write(slots, [token])
         self.tokens[s].append(token)
+        self.pending[s] = []  # the prompt's rest is abandoned: the appended token took its place
 
     @precondition(lambda self: self.tokens)
     @rule(data=st.data())
@@ -165,6 +199,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         s = data.draw(st.sampled_from(sorted(self.tokens)))
         self.m.fork(s, self.next_id)
         self.tokens[self.next_id] = list(self.tokens[s])
+        self.pending[self.next_id] = list(self.pending.get(s, []))
         self.next_id += 1
 
     @precondition(lambda self: self.tokens)
@@ -173,6 +208,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         s = data.draw(st.sampled_from(sorted(self.tokens)))
         self.m.free_sequence(s)
         del self.tokens[s]
+        self.pending.pop(s, None)
 
     @invariant()
     def every_live_sequence_reads_back_its_tokens(self):

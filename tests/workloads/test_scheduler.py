@@ -52,9 +52,11 @@ def test_recompute_preempts_the_most_recently_admitted_group_and_counts_its_toke
     s.step()  # each wants a third block, none is free -> preempt b, the newer one
     assert [g.key for g in s.running] == [0]
     assert s.preemptions == 1
-    assert s.recomputed_tokens == 4 + 4  # b's prompt plus the 4 tokens it had generated
+    assert s.discarded_tokens == 4 + 4  # b's prompt plus the 4 tokens it had generated
+    assert s.recomputed_tokens == 0  # counted when b is prefilled again
     assert [g.key for g in s.waiting] == [1]
     s.run(check=True)
+    assert s.recomputed_tokens == 4 + 4  # no prefix cache: all of it is computed again
     assert m.num_free_blocks == 4
 
 

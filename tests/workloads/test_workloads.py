@@ -1,5 +1,7 @@
 """Workloads: seeded synthetic traces with the paper's mean lengths, and CSV traces."""
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -29,7 +31,7 @@ def test_synthetic_is_seeded_and_carries_n_and_beam_width():
 def test_unknown_workload_and_bad_requests_are_refused():
     with pytest.raises(ValueError, match="unknown workload 'lmsys'"):
         workloads.synthetic("lmsys", 3)
-    with pytest.raises(ValueError, match="Request.output_len must be an int >= 1"):
+    with pytest.raises(ValueError, match=r"Request.output_len must be an int in \[1, "):
         Request(3, 0)
     with pytest.raises(ValueError, match="either parallel sampling"):
         Request(3, 3, n=2, beam_width=2)
@@ -66,13 +68,23 @@ def test_csv_with_only_the_required_columns_gets_defaults(tmp_path):
     ("prompt_len,output_len,colour\n1,2,3\n", "bad header"),
     ("prompt_len,output_len\n10,abc\n", ":2: output_len must be an integer, got 'abc'"),
     ("prompt_len,output_len\n10,5\n10\n", ":3: expected 2 fields, got 1"),
-    ("prompt_len,output_len,n\n10,5,0\n", ":2: Request.n must be an int >= 1"),
+    ("prompt_len,output_len,n\n10,5,0\n", ":2: Request.n must be an int in [1, 256], got 0"),
+    ("prompt_len,output_len\n3000000000,5\n", ":2: Request.prompt_len must be an int in [1, 16777216]"),
+    ("prompt_len,output_len\n\xff\xfe,5\n", "not UTF-8 text"),
 ])
 def test_bad_csv_rows_raise_errors_naming_the_line(tmp_path, text, message):
     path = tmp_path / "bad.csv"
-    path.write_text(text)
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    path.write_bytes(text.encode("latin-1"))
+    with pytest.raises(ValueError, match=re.escape(message)):
         workloads.read_csv(path)
+
+
+def test_a_byte_order_mark_is_accepted_and_a_header_alone_is_an_empty_trace(tmp_path):
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbfprompt_len,output_len\r\n7,3\r\n")
+    assert workloads.read_csv(path) == [Request(7, 3)]
+    path.write_text("prompt_len,output_len\n")
+    assert workloads.read_csv(path) == []
 
 
 def test_prompt_tokens_share_seeded_prefixes_and_keep_a_unique_tail():

@@ -1,0 +1,274 @@
+"""The prefix cache's block pool: cached free blocks, a hash index, and eviction by name (vLLM v1 block_pool.py).
+
+vLLM v1 keeps a freed block's contents and hash until the block is handed out again
+(`BlockPool.free_blocks` / `get_new_blocks` / `_maybe_evict_cached_block`). This pool
+does the same on top of `BlockPool`'s intrusive free list:
+
+    head -> [uncached free blocks ...] [cached free blocks ...] <- tail
+
+A freed block *without* a hash goes to the head and one *with* a hash to the tail --
+recent vLLM v1's order (`free_block_queue.prepend_n(blocks_without_hash)`, then
+`append_n(blocks_with_hash)`). `allocate()` therefore hands out an uncached block
+while there is one; only when every free block is cached does it *evict* one, chosen
+by an entry of `EVICTION_KEYS` (the smallest key goes first):
+
+    lru   the one whose last owner let go longest ago (v1's only order: free-queue order)
+    lfu   the one hit the fewest times (ties: lru)            -- ours, for the lab
+    fifo  the one cached first                                -- ours, for the lab
+
+A new policy is one more entry: a function (pool, block, now) -> sortable key.
+
+The index maps a chained hash to the blocks that hold it (v1's
+`cached_block_hash_to_block`, which also allows several blocks per hash: two
+requests that compute the same block at once both keep theirs). A hit is never
+trusted on the hash alone: the tokens are compared, and so is the *content id* of
+the parent -- an id interned per distinct (parent content id, tokens), shared by
+duplicate blocks, and kept while a cached block holds it, a later block of its
+prefix is cached, or a live sequence continues from it (`pin`) -- so a colliding hash function cannot splice two prefixes together, while a
+child still matches after its parent was evicted or duplicated, as v1's hash chain
+does (a sliding window's hit may start past evicted blocks).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass
+
+from ..block_pool import BlockPool
+from ..errors import OutOfBlocks, count_arg
+
+ROOT = 0  # the content id "parent" of a sequence's first block
+
+# name -> (pool, block, now) -> key; the cached free block with the smallest key is evicted
+EVICTION_KEYS = {
+    "lru": lambda pool, b, now: (now,),
+    "lfu": lambda pool, b, now: (pool.hits_of(b), now),
+    "fifo": lambda pool, b, now: (pool.born_of(b),),
+}
+EVICTION_POLICIES = tuple(EVICTION_KEYS)
+
+
+def chained_hash(parent_hash: int, tokens: tuple) -> int:
+    """v1's hash_block_tokens without extra keys: the block's tokens after its parent's hash."""
+    return hash((parent_hash, tokens))
+
+
+@dataclass
+class CacheStats:
+    """Counted once per admission (v1 counts in get_computed_blocks, so a retried lookup counts again)."""
+
+    requests: int = 0  # admissions that looked the cache up (v1: PrefixCacheStats.requests)
+    prompt_tokens: int = 0  # tokens looked up (v1: PrefixCacheStats.queries)
+    hit_tokens: int = 0  # of those, served by cached blocks (v1: PrefixCacheStats.hits)
+    hits: int = 0  # the same hits, in full blocks
+    misses: int = 0  # full prompt blocks that were computed
+    evictions: int = 0  # cached blocks whose contents were overwritten
+    block_floor: int = 0  # prompt tokens matching a cached block that did not fill a block
+
+    @property
+    def hit_rate(self) -> float:
+        """Fraction of prompt tokens served from the cache (v1's prefix-cache hit rate)."""
+        return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def block_hit_rate(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+
+
+class CachingBlockPool(BlockPool):
+    """A BlockPool whose free list keeps cached blocks behind uncached ones (see module doc)."""
+
+    __slots__ = ("eviction", "stats", "_key", "_by_hash", "_children", "_content", "_node", "_cid",
+                 "_next_cid", "_hits", "_born", "_stamp", "_heap", "_clock", "_evict_key")
+
+    def __init__(self, num_blocks: int, block_size: int, eviction: str = "lru",
+                 stats: CacheStats | None = None):
+        if not isinstance(eviction, str):
+            raise TypeError(f"eviction must be a str, got {type(eviction).__name__}")
+        if eviction not in EVICTION_KEYS:
+            raise ValueError(f"eviction must be one of {EVICTION_POLICIES}, got {eviction!r}")
+        super().__init__(num_blocks, block_size, "fifo")
+        n = self.num_blocks
+        self.eviction = eviction  # which cached free block is overwritten first
+        self.stats = stats if stats is not None else CacheStats()
+        self._evict_key = EVICTION_KEYS[eviction]
+        self._key: dict[int, tuple] = {}  # cached block -> (hash, tokens, parent content id)
+        self._by_hash: dict[int, list[int]] = {}  # hash -> cached blocks with that hash
+        self._children: dict[int, list[int]] = {}  # parent content id -> cached children
+        self._content: dict[tuple, int] = {}  # (parent content id, tokens) -> content id
+        self._node: dict[int, list] = {}  # content id -> [parent id, tokens, cached blocks, refs]
+        # refs: child contents plus pins (live sequences whose next block will follow it)
+        self._cid = [ROOT] * n  # [num_blocks] content id of each cached block
+        self._next_cid = ROOT + 1  # content ids are never reused
+        self._hits = [0] * n  # [num_blocks] times each cached block was hit
+        self._born = [0] * n  # [num_blocks] logical time the block was cached (fifo)
+        self._stamp = [0] * n  # [num_blocks] invalidates stale heap entries
+        self._heap: list[tuple] = []  # (key, stamp, block) for cached free blocks
+        self._clock = itertools.count()  # logical time for the keys
+
+    # ---- queries -------------------------------------------------------------------
+    def is_cached(self, b: int) -> bool:
+        return b in self._key
+
+    def hash_of(self, b: int) -> int:
+        return self._key[b][0]
+
+    def tokens_of(self, b: int) -> tuple:
+        return self._key[b][1]
+
+    def parent_key(self, b: int) -> int:
+        """How a child block names cached block b as its parent: b's content id."""
+        return self._cid[b]
+
+    def hits_of(self, b: int) -> int:
+        return self._hits[b]
+
+    def born_of(self, b: int) -> int:
+        return self._born[b]
+
+    def lookup(self, h: int, tokens: tuple, parent: tuple) -> int | None:
+        """The cached block holding `tokens` right after `parent`, or None."""
+        key = self._key
+        for b in self._by_hash.get(h, ()):
+            if key[b][1] == tokens and key[b][2] == parent:
+                return b
+        return None
+
+    def content_id(self, parent: int, tokens: tuple) -> int | None:
+        """The id of `tokens` after `parent`, or None if no cached block holds it or a later block."""
+        return self._content.get((parent, tokens))
+
+    def block_with(self, cid: int) -> int | None:
+        """A cached block holding content `cid` (the oldest), or None."""
+        blocks = self._node[cid][2]
+        return blocks[0] if blocks else None
+
+    def children_of(self, parent: int) -> list[int]:
+        return self._children.get(parent, [])
+
+    def cached_free_blocks(self) -> list[int]:
+        return [b for b in self.free_list() if b in self._key]
+
+    # ---- cache changes -------------------------------------------------------------
+    def cache(self, b: int, h: int, tokens: tuple, parent: int) -> None:
+        """Record that allocated block b holds `tokens` after `parent` (v1: cache_full_blocks)."""
+        assert b not in self._key and self._ref[b] > 0, f"block {b} cannot be cached now"
+        cid = self._content.get((parent, tokens))
+        if cid is None:
+            cid = self._content[(parent, tokens)] = self._next_cid
+            self._next_cid += 1
+            self._node[cid] = [parent, tokens, [], 0]
+            if parent != ROOT:
+                self._node[parent][3] += 1
+        self._node[cid][2].append(b)
+        self._cid[b] = cid
+        self._key[b] = (h, tokens, parent)
+        self._by_hash.setdefault(h, []).append(b)
+        self._children.setdefault(parent, []).append(b)
+        self._born[b] = next(self._clock)
+        self._hits[b] = 0
+
+    def touch(self, b: int) -> None:
+        """A hit: one more owner, taking b off the free list if it was free (v1: touch)."""
+        if self._ref[b]:
+            self.incref(b)
+        else:
+            self.take(b)
+        self._hits[b] += 1
+
+    def _forget(self, b: int) -> None:
+        h, tokens, parent = self._key.pop(b)
+        self._by_hash[h].remove(b)
+        if not self._by_hash[h]:
+            del self._by_hash[h]
+        self._children[parent].remove(b)
+        if not self._children[parent]:
+            del self._children[parent]
+        cid = self._cid[b]
+        self._node[cid][2].remove(b)
+        self._prune(cid)
+        self._stamp[b] += 1
+
+    def pin(self, cid: int) -> None:
+        """Keep content `cid` alive: a live sequence will hash its next block after it."""
+        if cid != ROOT:
+            self._node[cid][3] += 1
+
+    def unpin(self, cid: int) -> None:
+        if cid != ROOT:
+            self._node[cid][3] -= 1
+            self._prune(cid)
+
+    def _prune(self, cid: int) -> None:
+        """Drop content ids that nothing holds any more, walking up the prefix."""
+        while cid != ROOT and not self._node[cid][2] and not self._node[cid][3]:
+            parent, tokens, _, _ = self._node.pop(cid)
+            del self._content[(parent, tokens)]
+            cid = parent
+            if cid != ROOT:
+                self._node[cid][3] -= 1
+
+    # ---- the free list -------------------------------------------------------------
+    def allocate(self) -> int:
+        b = self.head()
+        if b is not None and b in self._key:  # every free block is cached: evict one
+            b = self._pick_victim()
+            self._forget(b)
+            self.stats.evictions += 1
+            return self.take(b)
+        return super().allocate()
+
+    def allocate_many(self, k: int) -> list[int]:
+        """`allocate` k times (each may evict), all or nothing."""
+        k = count_arg("k", k)
+        if k > self.num_free:
+            raise OutOfBlocks(k, self.num_free, f"allocate_many({k})")
+        return [self.allocate() for _ in range(k)]
+
+    def release(self, blocks) -> None:
+        """v1's free_blocks: unhashed blocks go to the head as one run (prepend_n, order
+        kept), hashed ones to the tail in the order given (append_n). All or nothing."""
+        blocks = self._check_ids(blocks)
+        unhashed = []
+        for b in blocks:
+            count = self._ref[b]
+            if count > 1:
+                self.free(b)
+            elif b in self._key:
+                self.free(b)  # count 0: _push queues it at the tail for eviction
+            else:
+                unhashed.append(b)
+        for b in reversed(unhashed):  # each at the head in turn: the first given leads
+            self.free(b)
+
+    def _push(self, b: int, to_head: bool | None = None) -> None:
+        cached = b in self._key
+        if cached:  # queued for eviction under its policy's key
+            self._stamp[b] += 1
+            key = self._evict_key(self, b, next(self._clock))
+            heapq.heappush(self._heap, (key, self._stamp[b], b))
+        super()._push(b, to_head=not cached)
+
+    def _pick_victim(self) -> int:
+        while True:
+            _, stamp, b = heapq.heappop(self._heap)
+            if stamp == self._stamp[b] and not self._ref[b] and b in self._key:
+                return b
+
+    def check_invariants(self) -> None:
+        super().check_invariants()
+        flags = [b in self._key for b in self.free_list()]
+        assert flags == sorted(flags), "a cached free block sits ahead of an uncached one"
+        for b, (h, tokens, parent) in self._key.items():
+            assert b in self._by_hash[h] and b in self._children[parent], f"block {b} index drift"
+            assert self._content[(parent, tokens)] == self._cid[b], f"block {b} content drift"
+            assert b in self._node[self._cid[b]][2], f"block {b} content drift"
+            assert len(tokens) == self.block_size, f"cached block {b} is not full"
+        children = {}
+        for parent, _, _, _ in self._node.values():
+            children[parent] = children.get(parent, 0) + 1
+        for cid, (_, _, blocks, refs) in self._node.items():
+            assert refs >= children.get(cid, 0), f"content {cid} has fewer refs than children"
+            assert blocks or refs, f"content {cid} is held by nothing but was not dropped"

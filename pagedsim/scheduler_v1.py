@@ -1,0 +1,311 @@
+"""vLLM v1's scheduler: one token budget per step, chunked prefill, recompute-only preemption (v1 sched/scheduler.py).
+
+There are no prefill and decode phases. Every request has `num_computed_tokens` and
+`num_tokens` (prompt + sampled output), and each step gives requests tokens to
+compute until the budget `max_num_batched_tokens` is spent:
+
+    1. running requests first, in order: each gets min(num_tokens - num_computed,
+       budget) tokens -- a decode is 1 token, a long prompt is prefilled in chunks
+       over several steps. When `allocate_slots` returns None, the *last* running
+       request is preempted (`running.pop()`, v1's FCFS victim; with
+       `victim="priority"`, the largest (priority, arrival)); its blocks are freed --
+       full ones stay in the prefix cache -- and it goes to the front of the waiting
+       queue with num_computed = 0. If the victim is the request itself, the step
+       stops scheduling running requests.
+    2. only if nothing was preempted: waiting requests, in order, while fewer than
+       `max_num_seqs` run. Each is looked up (`get_computed_blocks`, capped at
+       num_tokens - 1), then allocated for as much of the rest as the budget allows.
+    3. the model "runs": every request whose computed tokens caught up with its
+       tokens samples one token; one with `output_len` tokens sampled is freed. The
+       last sampled token never gets KV, so it never fills a block.
+
+No watermark, no swap, no beam search (v1 runs beam search at the entry point).
+Parallel sampling (n > 1) fans out into n independent requests with the same
+prompt; they share the prompt's full blocks through the prefix cache only.
+
+Recomputation is counted through the cache: `recomputed_tokens` counts tokens this
+request had computed before and computes again, so tokens served from cached blocks
+on re-admission are not counted; `discarded_tokens` counts what preemption freed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from .block_table import blocks_needed
+from .errors import OutOfBlocks, count_arg, token_ids_arg
+from .policies.prefix_cache import PrefixCachingManager
+
+V1_VICTIMS = ("fcfs", "priority")
+
+
+def synthetic_token(*key) -> int:
+    """A deterministic pseudo-random token id for (request, sample, position)."""
+    return hash(("pagedsim", *key)) & ((1 << 62) - 1)
+
+
+@dataclass(eq=False)
+class V1Request:
+    """One request as v1's scheduler sees it (parallel samples are separate requests)."""
+
+    req_id: tuple  # (request index, sample index): also the manager's sequence id
+    prompt: tuple  # prompt token ids
+    output_len: int  # tokens to sample
+    outputs: tuple  # ids it will sample, in order (length output_len)
+    arrival: int  # request index: ties in priority order
+    priority: int = 0
+    sampled: list = field(default_factory=list)  # ids sampled so far
+    num_computed: int = 0  # tokens whose KV is computed (or scheduled this step)
+    high: int = 0  # most tokens ever computed (to count recomputation)
+    unsent: list = field(default_factory=list)  # sampled ids not yet given to the manager
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt) + len(self.sampled)
+
+    def token_ids(self) -> tuple:
+        return self.prompt + tuple(self.sampled)
+
+
+@dataclass(frozen=True)
+class V1StepRecord:
+    step: int
+    running: int  # running requests after the step's scheduling
+    waiting: int  # waiting requests (new and preempted)
+    blocks_used: int
+    scheduled_tokens: int  # prefill_tokens + decode_tokens <= max_num_batched_tokens
+    prefill_tokens: int  # prompt (or recomputed) tokens computed this step
+    decode_tokens: int  # one per request computing only its latest sampled token
+    preempted: int  # requests preempted this step
+
+
+class SchedulerV1:
+    mode = "v1"
+
+    def __init__(self, requests, manager, *, max_num_batched_tokens: int = 2048,
+                 max_num_seqs: int = 256, victim: str = "fcfs", tokens=None,
+                 output_tokens=None, priorities=None, record: bool = True,
+                 max_stalled_steps: int = 1000, num_lookahead_tokens: int = 0):
+        self.max_num_batched_tokens = count_arg("max_num_batched_tokens",
+                                                max_num_batched_tokens, 1)
+        self.max_num_seqs = count_arg("max_num_seqs", max_num_seqs, 1)
+        self.max_stalled_steps = count_arg("max_stalled_steps", max_stalled_steps, 1)
+        # slots reserved past each request's tokens (v1: speculative tokens); blocks only
+        self.num_lookahead_tokens = count_arg("num_lookahead_tokens", num_lookahead_tokens)
+        if self.num_lookahead_tokens and not isinstance(manager, PrefixCachingManager):
+            raise ValueError("num_lookahead_tokens needs allocate_slots (a PrefixCachingManager)")
+        if victim not in V1_VICTIMS:
+            raise ValueError(f"victim must be one of {V1_VICTIMS}, got {victim!r}")
+        self.victim = victim
+        self.manager = manager
+        self.record = record
+        self.requests = list(requests)
+        self._cached = isinstance(manager, PrefixCachingManager)
+        manager.reclaimer = None  # v1 preempts in the scheduler, never inside an allocation
+        self._pending = deque(self._fan_out(tokens, output_tokens, priorities))
+        self.waiting: deque[V1Request] = deque()
+        self.running: list[V1Request] = []
+        self.records: list[V1StepRecord] = []
+        self.now = 0
+        self.finished = 0  # requests (all samples) finished
+        self.finished_seqs = 0
+        self.preemptions = 0
+        self.recomputed_tokens = 0  # tokens computed again after a preemption, net of cache hits
+        self.discarded_tokens = 0  # computed tokens freed by preemption
+        self.prefill_tokens = 0
+        self.decode_tokens = 0
+        self._left = [r.num_seqs for r in self.requests]  # unfinished samples per request
+
+    def _fan_out(self, tokens, output_tokens, priorities):
+        nb, out = self.manager.num_blocks, []
+        for name, column in (("tokens", tokens), ("output_tokens", output_tokens),
+                             ("priorities", priorities)):
+            if column is not None and len(column) != len(self.requests):
+                raise ValueError(f"{name} has {len(column)} entries for "
+                                 f"{len(self.requests)} requests")
+        for i, r in enumerate(self.requests):
+            if r.beam_width > 1:
+                raise ValueError(f"request {i} uses beam search; vLLM v1 runs it at the entry "
+                                 f"point, not in the scheduler (use mode='v0')")
+            peak = self._peak_blocks(r)
+            if peak > nb:
+                raise ValueError(f"request {i} ({r.total_len} tokens) needs {peak} blocks, "
+                                 f"more than the pool's {nb}")
+            prompt = (tuple(synthetic_token(i, "p", p) for p in range(r.prompt_len))
+                      if tokens is None else prompt_ids(tokens[i], r.prompt_len, f"tokens[{i}]"))
+            given = None if output_tokens is None else prompt_ids(output_tokens[i], None,
+                                                                  f"output_tokens[{i}]")
+            if given is not None and len(given) < r.output_len:
+                raise ValueError(f"output_tokens[{i}] has {len(given)} ids for "
+                                 f"output_len {r.output_len}")
+            prio = 0 if priorities is None else count_arg(f"priorities[{i}]", priorities[i])
+            for k in range(r.n):
+                outs = (given[:r.output_len] if given is not None and k == 0 else
+                        tuple(synthetic_token(i, k, j) for j in range(r.output_len)))
+                out.append((r.arrival_step, V1Request((i, k), prompt, r.output_len, outs, i,
+                                                      prio)))
+        out.sort(key=lambda x: (x[0], x[1].arrival))
+        return out
+
+    def _peak_blocks(self, r) -> int:
+        """Most blocks one sample can hold: all its KV (the last sampled token has none), or
+        -- when a window drops blocks -- what it keeps plus one chunk of at most the budget."""
+        m, ahead = self.manager, self.num_lookahead_tokens
+        kv = r.total_len - 1 + ahead
+        chunk = blocks_needed(min(kv, self.max_num_batched_tokens + ahead), m.block_size)
+        return min(blocks_needed(kv, m.block_size), m.peak_blocks(r.prompt_len, kv) + chunk + 1)
+
+    # ---- results -------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return not (self._pending or self.waiting or self.running)
+
+    @property
+    def arrivals_pending(self) -> bool:
+        return bool(self._pending)
+
+    def run(self, max_steps: int = 10**7, check: bool = False) -> "SchedulerV1":
+        """Step until every request is finished (see `run_steps`)."""
+        return run_steps(self, max_steps, check)
+
+    # ---- one step --------------------------------------------------------------
+    def step(self) -> int:
+        """One engine step: schedule, then 'run the model'. Returns the tokens scheduled."""
+        self.now += 1
+        while self._pending and self._pending[0][0] < self.now:
+            self.waiting.append(self._pending.popleft()[1])
+        budget, scheduled, preempted = self.max_num_batched_tokens, {}, 0
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            n = min(req.num_tokens - req.num_computed, budget)
+            new = self._allocate(req, n)
+            while new is None:
+                victim = self._pick_victim()
+                if victim in scheduled:
+                    budget += scheduled.pop(victim)
+                    i -= 1
+                self._preempt(victim)
+                preempted += 1
+                if victim is req:
+                    break
+                new = self._allocate(req, n)
+            if new is None:
+                break
+            scheduled[req] = n
+            budget -= n
+            i += 1
+        while (not preempted and self.waiting and budget > 0
+               and len(self.running) < self.max_num_seqs):
+            req = self.waiting[0]
+            if not self._admit(req, budget, scheduled):
+                break
+            budget -= scheduled[req]
+            self.waiting.popleft()
+            self.running.append(req)
+        return self._execute(scheduled, preempted)
+
+    def _execute(self, scheduled: dict, preempted: int) -> int:
+        prefill = decode = 0
+        for req, n in scheduled.items():
+            start = req.num_computed
+            if n == 1 and req.sampled and start == req.num_tokens - 1:
+                decode += 1
+            else:
+                prefill += n
+            self.recomputed_tokens += max(0, min(start + n, req.high) - start)
+            req.num_computed = start + n
+            req.high = max(req.high, req.num_computed)
+            if req.num_computed == req.num_tokens:  # caught up: the model samples a token
+                token = req.outputs[len(req.sampled)]
+                req.sampled.append(token)
+                req.unsent.append(token)
+                if len(req.sampled) == req.output_len:
+                    self._finish(req)
+        self.prefill_tokens += prefill
+        self.decode_tokens += decode
+        if self.record:
+            self.records.append(V1StepRecord(
+                self.now, len(self.running), len(self.waiting), self.manager.pool.num_used,
+                prefill + decode, prefill, decode, preempted))
+        return prefill + decode
+
+    # ---- allocation, admission, preemption ----------------------------------------
+    def _allocate(self, req: V1Request, n: int):
+        m, sent = self.manager, tuple(req.unsent)
+        if self._cached:
+            new = m.allocate_slots(req.req_id, n, self.num_lookahead_tokens, sent or None)
+        else:
+            try:
+                new = m.append_tokens(req.req_id, n)
+            except OutOfBlocks:
+                new = None
+        if new is not None:
+            req.unsent.clear()
+        return new
+
+    def _admit(self, req: V1Request, budget: int, scheduled: dict) -> bool:
+        m, tokens = self.manager, req.token_ids()
+        if self._cached:
+            computed = m.get_computed_blocks(tokens)
+            n = min(len(tokens) - computed.num_tokens, budget)
+            if m.allocate_slots(req.req_id, n, self.num_lookahead_tokens, tokens,
+                                computed) is None:
+                return False
+            req.num_computed = computed.num_tokens
+        else:
+            n = min(len(tokens), budget)
+            if not m.can_allocate(n):
+                return False
+            m.add_sequence(req.req_id, n)
+        req.unsent.clear()
+        scheduled[req] = n
+        return True
+
+    def _pick_victim(self) -> V1Request:
+        if self.victim == "priority":
+            victim = max(self.running, key=lambda r: (r.priority, r.arrival))
+            self.running.remove(victim)
+            return victim
+        return self.running.pop()
+
+    def _preempt(self, req: V1Request) -> None:
+        self.preemptions += 1
+        self.discarded_tokens += req.num_computed
+        self.manager.free_sequence(req.req_id)
+        req.num_computed = 0
+        req.unsent.clear()
+        self.waiting.appendleft(req)
+
+    def _finish(self, req: V1Request) -> None:
+        self.manager.free_sequence(req.req_id)
+        self.running.remove(req)
+        self.finished_seqs += 1
+        i = req.req_id[0]
+        self._left[i] -= 1
+        if not self._left[i]:
+            self.finished += 1
+
+
+def run_steps(sched, max_steps: int, check: bool):
+    """Step `sched` until done; `check` runs check_invariants after each step. Raises
+    RuntimeError after `max_steps` steps, or after `sched.max_stalled_steps` steps that
+    computed nothing while nothing was left to arrive (what waits can never fit)."""
+    stalled = 0
+    while not sched.done:
+        if sched.now >= max_steps:
+            raise RuntimeError(f"not finished after {max_steps} steps")
+        progress = sched.step()
+        if check:
+            sched.manager.check_invariants()
+        stalled = 0 if progress or sched.arrivals_pending else stalled + 1
+        if stalled >= sched.max_stalled_steps:
+            raise RuntimeError(f"no progress for {stalled} steps: {len(sched.waiting)} waiting "
+                               f"requests can never be scheduled")
+    return sched
+
+
+def prompt_ids(value, n, name) -> tuple:
+    """Token ids (a list, tuple or 1-D integer array) as a tuple of exactly n ints (None: any)."""
+    return token_ids_arg(name, value.tolist() if hasattr(value, "tolist") else value, n)
