@@ -159,7 +159,7 @@ class Session:
     def _rebuild(self, keep: list) -> None:
         self.manager = self.options.manager()
         if self.options.policy != "none":
-            self.manager.evictor = self._evict
+            self.manager.reclaimer = self._reclaim
         self.moments, self.cursor = [], 0
         self.host: dict = {}  # swapped-out seq -> (table, num_tokens)
         self.preempted: dict = {}  # recompute-preempted seq -> num_tokens to prefill again
@@ -213,8 +213,8 @@ class Session:
         live = [s for s in self.manager.seq_ids() if s not in protect]
         return live[-1] if live else None  # the newest, as vLLM's default scheduler picks
 
-    def _evict(self, manager, short: int, protect: set) -> None:
-        """The manager's evictor: preempt the newest unprotected sequences until `short` blocks are free."""
+    def _reclaim(self, manager, short: int, protect: set) -> None:
+        """The manager's reclaimer: preempt the newest unprotected sequences until `short` blocks are free."""
         while short > 0:
             seq = self._victim(protect)
             if seq is None:

@@ -10,20 +10,14 @@ calls only, so the manager can change behind it (see "Re-pointing" below):
     slots / table             slot_mapping, block_table
 
 Prefix caching here follows vLLM v1's rule that only *computed* blocks may be hit: the
-current manager registers a prompt's full blocks at admission, before their K/V exist,
-so the adapter keeps `ready`: block -> the token prefix whose K/V it holds in full
-(set when the engine finishes writing the block, dropped when it is reused). A hit
-counts only while ready. A hit still being computed by a running sequence makes the
-admission wait a step. v1's cap (a hit covers at most num_tokens - 1 tokens: the last
-token's logits are needed) is applied by the scheduler: when every prompt block is a ready
-hit it computes only the last token, and does not rewrite that token's K/V, which the hit
-block already holds (v1, whose hits are whole blocks, recomputes that whole last block).
-
-Re-pointing after the `core` branch (v1 manager): `admit` becomes get_computed_blocks +
-allocate_slots (hit tokens come from the manager; `ready` can go once the manager hashes
-blocks only when computed), `append` becomes allocate_slots(seq, 1, new_token_ids=...)
-or append_tokens(seq, 1, token_ids=...), and the evictor hook (renamed `reclaimer`) stays
-unused: the engine preempts by itself before asking for blocks.
+manager registers a prompt's full blocks at admission, before their K/V exist, so the
+adapter keeps `ready`: block -> the token prefix whose K/V it holds in full (set when
+the engine finishes writing the block, dropped when it is reused). A hit counts only
+while ready; a hit still being computed by a running sequence makes the admission wait
+a step. The manager applies v1's cap (a hit covers at most num_tokens - 1 tokens, in
+whole blocks), so a fully cached, block-aligned prompt recomputes its last block. The
+manager's `reclaimer` hook stays unused: the engine preempts by itself before asking
+for blocks.
 """
 
 from __future__ import annotations

@@ -30,14 +30,15 @@ def test_beam_search_keeps_the_best_beams_forks_a_double_winner_and_frees_a_lose
     assert ("free", b) in actions and any(x[0] == "fork" and x[1] == a for x in actions)
 
 
-def test_a_fully_cached_prompt_computes_only_its_last_token_and_does_not_rewrite_it():
+def test_a_fully_cached_block_aligned_prompt_recomputes_its_last_block_as_v1_does():
     model = TinyModel(ModelConfig(layers=1, heads=2, kv_heads=1, head_dim=8, hidden=16, mlp=32))
     engine = PagedEngine(model, 8, 2, max_batched_tokens=8, prefix_caching=True, backend="numpy")
     prompt = (3, 4, 5, 6)
     engine.generate([Request(prompt, 1)])
     engine.generate([Request(prompt, 1)])
     last = engine.log[-1]
-    assert last["seqs"] == ["r1.0[3:4]"] and engine.scheduler.stats["cached_tokens"] == 3
+    # v1 caps a hit at num_tokens - 1 tokens, in whole blocks: block 0 is hit, block 1 recomputed
+    assert last["seqs"] == ["r1.0[2:4]"] and engine.scheduler.stats["cached_tokens"] == 2
 
 
 def test_admission_waits_for_a_hit_that_another_sequence_is_still_computing():

@@ -1,8 +1,3 @@
-"""The kit's own tests import the example managers in examples/conform/ as modules."""
+"""The kit's own tests import the example managers in examples/conform/ as modules (see kit_paths)."""
 
-import pathlib
-import sys
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples" / "conform"
-sys.path.insert(0, str(EXAMPLES))
+import kit_paths  # noqa: F401  (puts examples/conform on sys.path before any test module imports)
