@@ -124,7 +124,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--sim-requests", type=int_in(0, MAX_SIM_REQUESTS), default=200,
                     help="requests served by the driver for preemptions and hit rate")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--figure", default="figures", help="folder for sweep.png ('' to skip)")
+    ap.add_argument("--figure", default=None, metavar="DIR",
+                    help="also write block_size_sweep.png into DIR (default: no file)")
     args = ap.parse_args(argv)
     folder = writable_dir(args.figure) if args.figure else None  # fail before the work
     requests, source = load_requests(args)
