@@ -1,5 +1,8 @@
 """Block size sweep, 1..256: what a bigger block buys and costs (vLLM paper Sec. 7.2, Fig. 18a).
 
+The driver is the v0-mode scheduler (recompute preemption) over a prefix cache with
+vLLM v1's rules (full blocks only, hits capped at num_tokens - 1).
+
 For each block size B, on one workload:
 
     waste         internal fragmentation of the paged allocator, as a fraction of the
