@@ -11,7 +11,8 @@ which is exactly what vLLM's `slot_mapping` holds and what the `write_kv` kernel
 consumes. A table always has ceil(num_tokens / block_size) entries.
 
 Entries equal to NULL_BLOCK (-1) mark logical blocks that were dropped (a sliding
-window); translating a token that lives in one raises.
+window); translating a token that lives in one raises. This is vLLM v1's null block
+(`BlockPool.null_block`, block 0 set aside at start-up); ours is not a pool block.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """`pagedsim tour`: chapter 3's block manager, one step at a time, on a 12-block pool.
 
+Its fork and copy-on-write follow vLLM v0 (v1 shares only full blocks, through the
+prefix cache); its free list is v1's free queue (block_pool.py).
+
 The script follows the chapter: two sequences grow across block boundaries (3.3),
 one forks for beam search so blocks are shared and copy-on-write happens (3.4),
 one finishes and its blocks go back to the free list, and finally the pool runs

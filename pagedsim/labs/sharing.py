@@ -1,5 +1,9 @@
 """Memory saved by sharing blocks: parallel sampling and beam search (vLLM paper Sec. 4.4, Fig. 15).
 
+Sharing here is vLLM v0's: one group per request, forked, with copy-on-write (the
+paper's mechanism). v1 turns n samples into n requests that share full prompt blocks
+through the prefix cache, and runs beam search outside the scheduler.
+
 Each request of the trace is run through the continuous-batching driver with
 `n` samples or `beam_width` beams, in a pool large enough that nothing is preempted.
 At every step the driver records the blocks in use and the blocks the same running

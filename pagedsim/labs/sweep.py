@@ -1,5 +1,8 @@
 """Block size sweep, 1..256: what a bigger block buys and costs (vLLM paper Sec. 7.2, Fig. 18a).
 
+The driver is the v0-mode scheduler (recompute preemption) over a prefix cache with
+vLLM v1's rules (full blocks only, hits capped at num_tokens - 1).
+
 For each block size B, on one workload:
 
     waste         internal fragmentation of the paged allocator, as a fraction of the
@@ -124,7 +127,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--sim-requests", type=int_in(0, MAX_SIM_REQUESTS), default=200,
                     help="requests served by the driver for preemptions and hit rate")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--figure", default="figures", help="folder for sweep.png ('' to skip)")
+    ap.add_argument("--figure", default=None, metavar="DIR",
+                    help="also write block_size_sweep.png into DIR (default: no file)")
     args = ap.parse_args(argv)
     folder = writable_dir(args.figure) if args.figure else None  # fail before the work
     requests, source = load_requests(args)

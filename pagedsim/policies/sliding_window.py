@@ -8,8 +8,10 @@ never be attended again once it lies entirely before the window and holds no sin
     (i + 1) * B <= ctx - W   and   i * B >= S
 
 so the manager frees it and writes NULL_BLOCK into the table entry, keeping the
-logical numbering of the later blocks intact (vLLM's sliding-window manager marks
-such entries with a null block the same way). The kernel side is
+logical numbering of the later blocks intact (vLLM v1's SlidingWindowManager marks
+such entries with its null block the same way, in remove_skipped_blocks; attention
+sinks are StreamingLLM's, not a vLLM mechanism). With prefix caching on, the v1
+combination is in sliding_window_cache.py. The kernel side is
 `paged_attention(..., window=W, sinks=S)`, which masks exactly the same positions.
 
 Blocks are dropped at the end of every public step (a decode step included), so the

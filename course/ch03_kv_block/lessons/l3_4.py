@@ -1,12 +1,18 @@
-"""Lesson 3.4: allocating and freeing blocks -- the free list and reference counts."""
+"""Lesson 3.4: allocating and freeing blocks -- the free list and reference counts.
+
+Mechanisms and versions: the free list is vLLM v1's FreeKVCacheBlockQueue; fork and
+copy-on-write are vLLM v0 (BlockSpaceManager); sharing through the prefix cache, with a
+hit capped at num_tokens - 1, is v1 (pagedsim.policies.prefix_cache).
+"""
 
 from __future__ import annotations
 
 from pagedsim import BlockError, BlockPool, KVCacheManager
+from pagedsim.policies.prefix_cache import PrefixCachingManager
 
 TITLE = "Allocating and freeing blocks"
 TITLE_ZH = "分配与释放 Block"
-FIGURES = [("3.4-tour", "the tour as an animated GIF and a strip of key frames: fork, copy-on-write, free")]
+FIGURES = [("3.4-tour", "the tour as an animated GIF and a strip of key frames: fork, copy-on-write (v0), free")]
 TEXT = """
 Blocks are borrowed from a shared pool and handed back when a sequence ends. The pool
 keeps its free blocks on a linked list: allocate() pops the head and free() pushes the
@@ -16,18 +22,47 @@ fork() adds one to every shared block; free() drops one, and the block returns t
 free list only when its count reaches 0. When a sharer appends into a shared, partly
 filled last block, it first gets its own copy (copy-on-write).
 
-The demo runs a fork, a copy-on-write and a finish on pagedsim's manager and prints each
-step's sentence, the free list and the counts; then it shows a double free being refused.
+Which vLLM is this? The free list as a doubly linked queue, with O(1) removal from the
+middle, is v1's FreeKVCacheBlockQueue. fork() and copy-on-write are v0's block manager.
+v1 never forks: a request for n samples becomes n requests, and they share their full
+prompt blocks through the prefix cache (the same reference counts, raised by a cache
+hit instead of a fork). A partly filled block is never shared in v1, so there is nothing
+to copy on write. A cache hit is also capped at num_tokens - 1: the last prompt token
+must be computed again to get its logits, so a prompt that fills its blocks exactly
+recomputes its last block.
+
+The demo first runs v0's way: a fork, a copy-on-write and a finish on pagedsim's manager,
+printing each step's sentence, the free list and the counts, then a double free being
+refused. Then v1's way: two requests with the same 32-token prompt on a prefix-caching
+manager (blocks of 16): the second reuses block 0 and computes the second block's 16
+tokens again, into a block of its own.
 """
 TEXT_ZH = """
 Block 从公共的池里借出，序列结束时交还。池把空闲 Block 串成链表：allocate() 取表头，free() 插回表头，都是
 O(1)，不搬数据。本章的坑：Block 可能被"共享"（beam search、并行采样、fork 出的序列），所以
 每个 Block 带引用计数。fork() 给每个共享块加一；free() 减一，只有降到 0 才回到空闲链表。
 共享者往一个共享的、未填满的最后一个 Block 追加时，先得到自己的副本（写时复制）。
+
+这是哪个版本的 vLLM？双向链表形式的空闲队列（可以 O(1) 从中间摘除）是 v1 的 FreeKVCacheBlockQueue；
+fork() 和写时复制属于 v0 的 Block 管理器。v1 从不 fork：要 n 个采样的请求被拆成 n 个请求，它们通过
+前缀缓存共享完整的 prompt Block（引用计数还是那一套，只是由缓存命中而不是 fork 加一）。v1 从不共享
+未填满的 Block，所以也没有写时复制。缓存命中最多 num_tokens - 1 个 token：最后一个 prompt token
+必须重新计算才能得到它的 logits，所以恰好填满整块的 prompt 要重算最后一个 Block。
+
+演示先走 v0 的路：在 pagedsim 的管理器上做一次 fork、一次写时复制和一次结束，打印每一步的说明、
+空闲链表和引用计数，再演示重复释放被拒绝。然后走 v1 的路：两个请求带着同样的 32 个 token 的 prompt
+进入带前缀缓存的管理器（每块 16 个 token）：第二个复用 Block 0，把第二个 Block 的 16 个
+token 重新计算一遍，写进自己的新 Block。
 """
 
+NAME_MAP = [("BlockPool.allocate()", "FreeKVCacheBlockQueue.popleft()"),
+            ("BlockPool.take(b)", "FreeKVCacheBlockQueue.remove(block)"),
+            ("BlockPool.ref_count(b)", "KVCacheBlock.ref_cnt"),
+            ("PrefixCachingManager.get_computed_blocks", "KVCacheManager.get_computed_blocks"),
+            ("PrefixCachingManager.allocate_slots", "KVCacheManager.allocate_slots")]
 
-def demo(out_dir) -> None:
+
+def _v0_fork_demo() -> None:
     m = KVCacheManager(6, 4)
     m.add_sequence("A", 6)
     m.fork("A", "B")
@@ -45,3 +80,29 @@ def demo(out_dir) -> None:
         pool.free(b)
     except BlockError as e:
         print(f"a double free is refused: BlockError: {e}")
+
+
+def _v1_cache_demo() -> None:
+    m = PrefixCachingManager(8, 16)
+    prompt = list(range(1000, 1032))  # 32 tokens: exactly two full blocks of 16
+    for seq in ("A", "B"):
+        before = (m.stats.hit_tokens, m.stats.prompt_tokens)
+        computed = m.get_computed_blocks(prompt)
+        new = m.allocate_slots(seq, len(prompt) - computed.num_tokens, new_token_ids=prompt, computed=computed)
+        hit, looked_up = m.stats.hit_tokens - before[0], m.stats.prompt_tokens - before[1]
+        print(f"request {seq}: block table {m.block_table(seq).blocks}, cached blocks reused "
+              f"{list(computed.blocks)}, new blocks {new}; hit_tokens/prompt_tokens = {hit}/{looked_up}")
+    counts = {b: m.pool.ref_count(b) for b in sorted(set(m.block_table("A").blocks + m.block_table("B").blocks))}
+    print(f"reference counts {counts}: block 0 is shared (count 2). Block 1 is full and cached too, but B's "
+          "hit is capped at n - 1 = 31 tokens, which holds one full block, so B computes its last 16 tokens "
+          "again, into block 2")
+
+
+def demo(out_dir) -> None:
+    print("v0: fork and copy-on-write")
+    _v0_fork_demo()
+    print("\nv1: no fork; two requests share a full prompt block through the prefix cache")
+    _v1_cache_demo()
+    print("\nnames here -> vLLM v1 (the full map is in the project's docs: docs/vllm-name-map.md in the repository):")
+    for ours, theirs in NAME_MAP:
+        print(f"  {ours:<42} {theirs}")

@@ -15,6 +15,7 @@ from pagedsim.sizing import preset
 TITLE = "Choosing the block size"
 TITLE_ZH = "选择 Block 大小"
 NUM_REQUESTS, SEED, SIZES = 500, 0, (1, 4, 8, 16, 32, 64, 128, 256)
+SHARED_PREFIX = 100  # tokens two prompts share (a system prompt), for the prefix-cache column
 FIGURES = [("3.5-block-size-tradeoff", "waste (%) and table entries against B, the numbers of the table below"),
            ("block_size_sweep", "the same waste column, plus batch size, preemptions and prefix hits in a fixed memory")]
 TEXT = """
@@ -36,8 +37,15 @@ reading KV, and blocks larger than the (short) Alpaca sequences waste memory and
 performance. So vLLM defaults to 16: the smallest size the kernel is efficient with, and
 small enough that waste stays near 2% on chat-like traces.
 
+Prefix-cache side. vLLM v1's prefix cache stores and matches *full* blocks only: of a
+prefix of P tokens that two prompts share, a hit serves floor(P / B) * B tokens (and
+never a prompt's last token, which is always computed). The rest is computed again by
+every request. So a large B also loses more of every shared system prompt; the sweep's
+hit_rate column falls as B grows for that reason alone.
+
 The demo prints, per B, the waste, the table entries (= lookups per sequence per step) and
-the bytes one lookup brings in for Llama-2-7B; then it applies exercise 3.5's rule for a
+the bytes one lookup brings in for Llama-2-7B, and how many tokens of a 100-token shared
+prefix a cache hit can serve; then it applies exercise 3.5's rule for a
 2% and a 5% waste limit. The rule sees only memory: it picks the largest B under the
 limit, so the limit you accept decides between 16 and 32. It cannot see the kernel side,
 which is why 8 or smaller is never the answer in practice.
@@ -47,7 +55,11 @@ preemptions. That is not a free win: each new block reserves room for B future t
 the scheduler admits fewer sequences at a time (max_batch falls) and a running sequence
 needs a new block only every B tokens; with fewer, larger allocations, the pool runs dry
 less often mid-decode. The price is a smaller batch and fewer prefix-cache hits (a shared
-prefix counts only in whole blocks).
+prefix counts only in whole blocks). The sweep's driver is pagedsim's v0-shaped scheduler,
+preempting by recompute. Swap, group preemption and the admission watermark are v0 only;
+v1 preempts by recompute alone: the last running request goes back to the front of the
+waiting queue, and its full blocks stay in the prefix cache, so part of the recompute is
+a cache hit (`pagedsim swapcost` measures that fraction).
 """
 TEXT_ZH = """
 B 个 token 一个 Block，两种代价方向相反。
@@ -63,7 +75,13 @@ Alpaca 上把 block size 从 1 扫到 256（7.2 节，图 18b），ShareGPT 上 
 32 最好；Block 太小时读 KV 的线程吃不满 GPU，Block 比（较短的）Alpaca 序列还大时浪费显存、性能下降。
 所以 vLLM 默认 16：内核能高效工作的最小值，同时在对话类负载上浪费约 2%。
 
-演示对每个 B 打印浪费、表项数（= 每个序列每步的查表次数）以及 Llama-2-7B 每次查表读入的字节数；
+前缀缓存方面：vLLM v1 的前缀缓存只存、只匹配"整块"：两个 prompt 共享 P 个 token 的前缀时，命中
+只能提供 floor(P / B) × B 个 token（而且永远不含 prompt 的最后一个 token，它总要计算）。其余部分
+每个请求都要重算。所以 B 大还会丢掉每个共享 system prompt 的更多部分；sweep 的 hit_rate 列随 B
+增大而下降，单是这个原因就够了。
+
+演示对每个 B 打印浪费、表项数（= 每个序列每步的查表次数）、Llama-2-7B 每次查表读入的字节数，
+以及 100 个 token 的共享前缀里缓存命中能提供多少 token；
 再用练习 3.5 的规则分别以 2% 和 5% 的浪费上限做选择。规则只看显存：取上限内最大的 B，所以你接受
 的上限决定了 16 还是 32；它看不到内核那一面，这就是实际中从不选 8 或更小的原因。
 
@@ -71,6 +89,9 @@ Alpaca 上把 block size 从 1 扫到 256（7.2 节，图 18b），ShareGPT 上 
 未来 token 预留空间，调度器同时接纳的序列更少（max_batch 下降），运行中的序列每 B 个 token 才
 需要一个新 Block，分配更少更大，池在 decode 中途耗尽的次数就少。代价是批更小、前缀缓存命中更少
 （共享前缀只按整块计）。
+sweep 的驱动是 pagedsim 按 v0 形态写的调度器，用重算做抢占。swap、按组抢占和准入水位线只属于 v0；
+v1 只用重算抢占：最后一个运行中的请求回到等待队列的最前面，它的整块留在前缀缓存里，所以重算有一部分
+是缓存命中（`pagedsim swapcost` 测量这个比例）。
 """
 
 
@@ -92,10 +113,12 @@ def demo(out_dir) -> None:
     spec = preset("llama-2-7b")
     per_lookup = lambda b: b * 2 * spec.num_kv_heads * spec.head_dim * spec.dtype_bytes  # noqa: E731 - one layer
     print(f"workload: synthetic ShareGPT, {NUM_REQUESTS} requests, seed {SEED}: {len(lengths):,} decode steps")
-    print(f"{'B':>4} {'waste':>7} {'lookups/seq/step':>17} {'KV bytes per lookup (1 layer)':>30}")
+    print(f"{'B':>4} {'waste':>7} {'lookups/seq/step':>17} {'KV bytes per lookup (1 layer)':>30} "
+          f"{'hit of a ' + str(SHARED_PREFIX) + '-token prefix':>26}")
     for b in SIZES:
         entries = sum(-(-n // b) for n in lengths) / len(lengths)
-        print(f"{b:>4} {waste_fraction(lengths, b):>7.1%} {entries:>17.1f} {per_lookup(b):>30,}")
+        hit = SHARED_PREFIX // b * b  # full blocks only (v1)
+        print(f"{b:>4} {waste_fraction(lengths, b):>7.1%} {entries:>17.1f} {per_lookup(b):>30,} {hit:>26}")
     print("same waste numbers: `pagedsim figures --only 3.5-block-size-tradeoff` and "
           f"`pagedsim sweep --num-requests {NUM_REQUESTS} --figure DIR`")
     unbounded = 10**18  # the pool's size is set by the GPU, not by B: no budget limit here

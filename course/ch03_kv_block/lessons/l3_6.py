@@ -1,4 +1,8 @@
-"""Lesson 3.6: the core flow diagram, drawn from a real trace of your own pool."""
+"""Lesson 3.6: the core flow diagram, drawn from a real trace of your own pool.
+
+The scenario's fork and copy-on-write follow vLLM v0's block manager; v1 has neither
+(it shares full blocks through the prefix cache, see lesson 3.4).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,8 @@ from pagedsim.trace import SeqState, Snapshot
 
 TITLE = "The core flow diagram"
 TITLE_ZH = "核心流程图"
-FIGURES = [("3.6-core-flow", "free pool -> allocated blocks -> block tables, drawn from the tour's trace; the demo also draws step-NN.png with your draw_flow")]
+FIGURES = [("3.6-core-flow", "free pool -> allocated blocks -> block tables, drawn from the tour's trace "
+              "(its fork and copy-on-write are v0); the demo also draws step-NN.png with your draw_flow")]
 TEXT = """
 The chapter's figure has three parts: the free block pool, the allocated blocks, and the
 block tables that translate logical blocks to physical ones. Allocation takes from the
@@ -22,6 +27,11 @@ on *your* pool from exercise 3.4a with *your* fork and copy-on-write from 3.4b, 
 snapshot after each step, compares them with pagedsim's manager, and draws every step
 with *your* draw_flow from 3.6. Each part you have not written yet is replaced by the
 reference solution, and the demo says so.
+
+Fork and copy-on-write are vLLM v0's way to share blocks (beam search and parallel
+sampling inside one sequence group); the captions mark them "(v0)". vLLM v1 has neither:
+it shares only full blocks, through the prefix cache (lesson 3.4), so a v1 trace of the
+same requests would show shared full blocks and no copy.
 """
 TEXT_ZH = """
 本章的图有三部分：空闲 Block 池、已分配的 Block，以及把逻辑块翻译成物理块的 Block Table。
@@ -29,6 +39,10 @@ TEXT_ZH = """
 演示在*你的*空闲链表（练习 3.4a）上、用*你的* fork 和写时复制（3.4b）运行一个小场景，逐步记录
 快照并与 pagedsim 的管理器对比，再用*你的* draw_flow（3.6）画出每一步。还没写完的部分用参考
 答案代替，演示会说明。
+
+fork 和写时复制是 vLLM v0 共享 Block 的方式（一个序列组内的 beam search 和并行采样），图注里标为
+"(v0)"。vLLM v1 两者都没有：它只通过前缀缓存共享整块（见 3.4 节），所以同样的请求在 v1 下只会看到
+共享的整块，不会有复制。
 """
 
 BLOCK_SIZE = 4
@@ -94,10 +108,10 @@ def own_snapshots(pool_mod, cow_mod, num_blocks=8):
                 cow_mod.slot_for_append(pool, tables[seq], lengths[seq], BLOCK_SIZE, copies)
                 lengths[seq] += 1
             caption = f"seq {seq} {'arrives with' if op == 'add' else 'appends'} {arg} token(s)"
-            caption += f"; copy-on-write {copies}" if copies else ""
+            caption += f"; copy-on-write (v0) {copies}" if copies else ""
         elif op == "fork":
             tables[arg], lengths[arg] = cow_mod.fork(pool, tables[seq]), lengths[seq]
-            caption = f"seq {arg} forks from seq {seq}"
+            caption = f"seq {arg} forks from seq {seq} (v0 fork)"
         else:
             cow_mod.free_table(pool, tables.pop(seq))
             del lengths[seq]
@@ -161,4 +175,5 @@ def demo(out_dir) -> None:
     print(f"{len(paths)} pictures: {paths[0].parent}/step-00.png ... {paths[-1].name}")
     for snap in snaps:
         print(f"  step {snap.step}: {snap.caption}; free list {list(snap.free_list)}")
-    print("look at: the arrows of A and C both reach block 0 (count 2); C's last entry is its private copy.")
+    print("look at: the arrows of A and C both reach block 0 (count 2); C's last entry is its private copy "
+          "(v0 copy-on-write).")

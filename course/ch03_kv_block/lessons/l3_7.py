@@ -22,7 +22,10 @@ row r at base + r * pitch; a block pool is a 2-D array whose rows are blocks. (2
 allocation: when many threads pop blocks at once, reading the free-list top and writing
 top - 1 must be one atomic step, or two threads get the same block. (3) Pre-allocation:
 carve the whole pool with one device allocation at start-up (vLLM does this after profiling
-free memory), so that serving a request allocates no device memory at all.
+free memory), so that serving a request allocates no device memory at all. vLLM v1 also
+sets block 0 aside at start-up as the *null block*: table entries that hold no KV (blocks
+a sliding window has dropped, padding) point at it. pagedsim marks them with
+NULL_BLOCK = -1 instead, so all num_blocks blocks of its pool are usable.
 
 The chapter reports two measured numbers: about 30% lower bandwidth utilisation when K and
 V were stored apart (3.2), and about 15% slower kernels without 128-byte alignment (3.7).
@@ -39,7 +42,9 @@ Block 互相重叠）。CUDA 的 cudaMallocPitch 对二维数组做同样的事�
 补齐到 pitch 并返回它，第 r 行位于 base + r × pitch；Block 池就是以 Block 为行的二维数组。
 (2) 并发分配：多个线程同时取 Block 时，读栈顶和写回 栈顶-1 必须是一个原子操作，否则两个线程会拿到
 同一个 Block。(3) 预分配：启动时用一次设备分配切好整个池（vLLM 在测出空闲显存后这样做），服务
-请求时不再分配任何显存。
+请求时不再分配任何显存。vLLM v1 还在启动时把 Block 0 留作"空块"（null block）：不存 KV 的表项
+（滑动窗口丢掉的 Block、填充）都指向它。pagedsim 改用 NULL_BLOCK = -1 标记这些表项，所以池里全部
+num_blocks 个 Block 都可用。
 
 本章给出两个实测数字：K/V 分开存放带宽利用率降约 30%，不做 128 字节对齐内核慢约 15%。构建课程时
 没有 GPU，所以这里不显示任何 GPU 计时；演示只给出不用 GPU 能算出的东西，并在每张表下说明模型的
@@ -116,6 +121,10 @@ def _prealloc_part() -> None:
           "the simulator (NumPy allocations), not from a GPU; the source repository's benchmarks/gpu_labs.py "
           "(prealloc part) "
           "times both strategies on a GPU, where cudaMalloc and cudaFree are driver calls that may synchronise the device.")
+    from pagedsim import NULL_BLOCK
+    _note(f"the null block: vLLM v1 takes block 0 off its free queue at start-up and points table entries "
+          f"that hold no KV at it; pagedsim writes NULL_BLOCK = {NULL_BLOCK} in those entries and keeps "
+          "every pool block usable.")
 
 
 def racy_pop(free_stack, top, out):
