@@ -120,7 +120,8 @@ def kernel_specs():
     i32 = t.Array(t.int32, 1, "C")
     for dtype, group, head_dim, tile, cache in ((t.float16, 8, 128, 32, f16c5), (t.float16, 1, 128, 32, f16c5),
                                                 (t.float32, 4, 80, 32, t.Array(t.float32, 5, "C"))):
-        kern = make_prefill_kernel(head_dim, group, 128, tile, max(1, 16 // group))
+        kern = make_prefill_kernel(head_dim, group, 128, tile, max(1, 16 // group),
+                                   loaders=BLOCK_MAJOR, dtype=np.dtype(dtype.name))
         specs.append((f"paged_prefill[{dtype.name},G={group},D={head_dim}]", kern.py_func,
                       (cache, t.Array(dtype, 3, "C"), t.Array(t.int32, 2, "C"), i32, i32, i32, i32,
                        t.int32, t.float32, t.int32, t.int32, t.int32, f32c3), 128))
