@@ -1,6 +1,6 @@
 """Churn benchmark: KVCacheManager against a bare-Python floor, side by side in one run.
 
-The standard workload (issue 2): a pool of 65,536 blocks of 16 tokens; 4,000 requests
+The standard churn workload: a pool of 65,536 blocks of 16 tokens; 4,000 requests
 with lognormal prompt and output lengths (means near 160 and 340 tokens, clipped to
 [1, 2048], seed 0); up to 256 sequences running; each step appends one token to every
 running sequence; a block is allocated only when the last one is full; a finished
