@@ -18,9 +18,9 @@ where query token i (0-based) of a prompt attends prefix + i + 1 positions.
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda
 
-from cuda_kernels import attention, prefill, reference
+from cuda_kernels import attention, prefill, reference  # first: it selects the CUDA backend
+from numba import cuda
 
 import gpu_common as common
 
