@@ -16,13 +16,13 @@ The contiguous-KV baseline kernel lives in `cuda_kernels.labs.contiguous`.
 
 from __future__ import annotations
 
-import math
 import statistics
 
 import numpy as np
 from numba import cuda, uint32
 
 from cuda_kernels import attention
+from cuda_kernels._checks import require_scale
 from cuda_kernels.merge import merge_partitions
 from cuda_kernels.primitives import itemsize, load16
 
@@ -91,7 +91,7 @@ def decode_launch(loaders, k_src, v_src, query, tables, lens, *, block_size: int
                attention._empty((num_seqs, num_heads, num_parts, dim)))
     m = attention._empty((num_seqs, num_heads, num_parts))
     s = attention._empty((num_seqs, num_heads, num_parts))
-    args = (k_src, v_src, query, tables, lens, np.float32(1 / math.sqrt(dim)), np.int32(0),
+    args = (k_src, v_src, query, tables, lens, np.float32(require_scale(None, dim)), np.int32(0),
             np.int32(0), np.int32(part), partial, m, s)
 
     def launch():

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from cuda_kernels import attention, prefill, reference  # first: it selects the CUDA backend
+from cuda_kernels._checks import require_scale
 from numba import cuda
 
 import gpu_common as common
@@ -62,7 +63,7 @@ def prefill_rows(rng, case, dim: int, runs: int, timed: bool, dry: bool) -> list
     q_lens = np.full(batch, new, np.int64)
     starts = cuda.to_device(np.arange(batch + 1, dtype=np.int32) * new)
     out = cuda.device_array((batch * new, heads, dim), np.float32)
-    launches = [prefill.launcher(c, query, table, lens, starts, q_lens, scale=1 / np.sqrt(dim),
+    launches = [prefill.launcher(c, query, table, lens, starts, q_lens, scale=require_scale(None, dim),
                                  causal=True, window=None, sinks=0, out=out) for c in caches]
     ms = common.time_ms(launches, runs, timed) if ok else None
     attended = batch * (new * prefix + new * (new + 1) // 2)  # (query token, position) pairs
