@@ -18,8 +18,10 @@ Decode is the case query_len = 1: then p + 1 = context_len, and the row is exact
 what `paged_attention` computes (tests check both the kernels and the references).
 Shared pieces have one home each: the window rule (`window_span` on the device,
 `attention.attended_ranges` on the host, `reference.attended_positions` in the
-reference), the default scale and the window/sinks arguments (`_checks`), and the
-cache layout's address functions (`layout.load_k/load_v`).
+reference); the query, scale and window/sinks validators (`_checks`, as for decode; the
+ragged batch's own checks are in `_prefill_checks`); the cache layout's loaders and the
+vector-or-scalar choice (`layout.BLOCK_MAJOR`, `attention.usable_loaders`); the 16-byte
+load and the online-softmax steps (`primitives`).
 
 Grid: (num_work, num_kv_heads). A work item is (sequence, first query token) for a
 tile of QT query tokens; the host lists only non-empty tiles (FlashInfer's
@@ -57,7 +59,8 @@ from numba import cuda, float32, int32, uint32
 
 from . import _backend
 from . import _checks as ck
-from .attention import _empty, attended_ranges, usable_loaders
+from ._prefill_checks import check_batch
+from .attention import _empty, usable_loaders
 from .decode import LOG2E, SLACK
 from .layout import BLOCK_MAJOR, Loaders, check_kv_cache
 from .primitives import exp2_or_zero, load16, softmax_rescale, unpack16, vec_width
@@ -293,46 +296,6 @@ def kernel_for(head_dim: int, group: int, loaders: Loaders = BLOCK_MAJOR, dtype=
     return _kernels[key], threads, q_tile
 
 
-def _check_batch(query, num_kv_heads, head_dim, block_size, num_blocks, block_tables,
-                 context_lens, query_start_loc, causal, window, sinks):
-    """Validate everything but the cache; returns (tables, lens, starts) on the host."""
-    total_q = ck.check_query(query, num_kv_heads, head_dim, "token")[0]
-    tables = ck.host_ints("block_tables", block_tables, 2)
-    lens = ck.host_ints("context_lens", context_lens, 1)
-    starts = ck.host_ints("query_start_loc", query_start_loc, 1)
-    if tables.dtype != np.int32 or lens.dtype != np.int32 or starts.dtype != np.int32:
-        raise ValueError("block_tables, context_lens and query_start_loc must be int32")
-    num_seqs = len(lens)
-    ck.require_shape("query_start_loc", starts, (num_seqs + 1,))
-    if tables.shape[0] != num_seqs:
-        raise ValueError(f"block_tables has {tables.shape[0]} rows for {num_seqs} sequences")
-    if starts[0] != 0 or starts[-1] != total_q:
-        raise ValueError(f"query_start_loc must run from 0 to {total_q} (the query's tokens), "
-                         f"got {int(starts[0])} .. {int(starts[-1])}")
-    q_lens = np.diff(starts.astype(np.int64))
-    ck.require_range("query lengths (query_start_loc diffs)", q_lens, 0, 2**31)
-    max_blocks = tables.shape[1]
-    ck.require_range("context_lens", lens, 1, max_blocks * block_size + 1,
-                     f": block_tables has {max_blocks} blocks of {block_size} tokens")
-    at = ck.first_bad(lens < q_lens)
-    if at is not None:
-        raise ValueError(f"context_lens[{at[0]}] = {int(lens[at])} is shorter than its "
-                         f"{int(q_lens[at])} query tokens")
-    if not isinstance(causal, (bool, np.bool_)):
-        raise ValueError(f"causal must be a bool, got {causal!r}")
-    ctx = lens.astype(np.int64)
-    len_lo = ctx - q_lens + 1 if causal else ctx  # positions seen by each first / last row
-    kept_hi, _, _ = attended_ranges(ctx, window, sinks)
-    _, start_lo, _ = attended_ranges(len_lo, window, sinks)
-    first = np.arange(max_blocks, dtype=np.int64)[None, :] * block_size  # [1, max_blocks]
-    touched = ((first < kept_hi[:, None]) |
-               ((first < ctx[:, None]) & (first + block_size > start_lo[:, None])))
-    touched &= (q_lens > 0)[:, None]
-    ck.require_range("block_tables", tables, 0, num_blocks,
-                     f" (the cache has {num_blocks} blocks)", mask=touched)
-    return tables, lens, starts, q_lens
-
-
 def paged_prefill(query, kv_cache, block_tables, context_lens, query_start_loc, scale=None,
                   causal=True, window=0, sinks=0):
     """Prefill attention over kv_cache[N, 2, H_kv, B, D] -> float32 [total_q, H, D].
@@ -345,7 +308,7 @@ def paged_prefill(query, kv_cache, block_tables, context_lens, query_start_loc, 
     """
     num_blocks, num_kv_heads, block_size, head_dim = check_kv_cache("kv_cache", kv_cache)
     window, sinks = ck.window_args(window, sinks, zero_is_full=True)
-    tables, lens, starts, q_lens = _check_batch(
+    tables, lens, starts, q_lens = check_batch(
         query, num_kv_heads, head_dim, block_size, num_blocks, block_tables, context_lens,
         query_start_loc, causal, window, sinks)
     scale = ck.require_scale(scale, head_dim)
