@@ -1,6 +1,6 @@
 """Labs benchmark: the waste comparison and the block-size sweep over a 10,000-request trace.
 
-Target (issue 5): both together in <= 10 s on the 2-core development machine.
+Target: both together in <= 10 s on the 2-core development machine.
 
     waste static       closed-form sums over the trace (NumPy), 4 allocators
     waste continuous   the same plus the event-driven first-fit replay of 3 contiguous allocators

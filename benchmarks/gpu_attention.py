@@ -20,8 +20,10 @@
    Timing: CUDA events around PER_SAMPLE back-to-back launches (launch overhead hidden
    behind queued work), median of `runs` samples; caches rotate so that every working
    set is >= 4x the 60 MB L2. bytes_moved = K/V read once + query + float32 output;
-4. copy_blocks (large copies) and write_kv rows, as % of the copy bandwidth;
-5. the chapter 3.7 labs (`gpu_labs.run`), unless --no-labs.
+4. paged prefill (`gpu_prefill.py`): prompts behind a cached prefix, GQA, checked on the
+   device against reference_prefill before it is timed; tokens/s and FLOP/s;
+5. copy_blocks (large copies) and write_kv rows, as % of the copy bandwidth;
+6. the chapter 3.7 labs (`gpu_labs.run`), unless --no-labs.
 Under the simulator it refuses (exit 2) unless --dry-run: then timings are null,
 because the simulator records no time. No number here is ever made up.
 """
@@ -44,9 +46,10 @@ from numba import cuda
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_common as common  # noqa: E402
+import gpu_prefill  # noqa: E402
 
 GRID = [  # (batch, context, num_heads, num_kv_heads, dtype): G = heads / kv_heads
-    (64, 4096, 32, 8, "float16"),   # the issue's long-context batch decode, G=4
+    (64, 4096, 32, 8, "float16"),   # long-context batch decode (the 85%-of-roofline target), G=4
     (64, 4096, 8, 8, "float16"),    # G=1 (MHA)
     (32, 4096, 64, 8, "float16"),   # G=8
     (64, 4096, 32, 1, "float16"),   # G=32 (MQA-like)
@@ -54,7 +57,6 @@ GRID = [  # (batch, context, num_heads, num_kv_heads, dtype): G = heads / kv_hea
     (32, 4096, 32, 8, "float32"),
 ]
 DRY_GRID = [(2, 40, 4, 2, "float16"), (1, 24, 8, 1, "float32")]
-PER_SAMPLE = 10  # launches between one pair of events
 
 
 def copy_bandwidth(nbytes: int, runs: int, timed: bool) -> dict:
@@ -97,16 +99,16 @@ def check_correctness(rng, dim: int, dry: bool) -> dict:
         d_args = (cuda.to_device(query), d_cache, cuda.to_device(tables), cuda.to_device(lens))
         for mode, part in (("single", None), ("split", 64), ("split", 7)):
             out = ck.paged_attention(*d_args, mode=mode, partition_size=part).copy_to_host()
-            results[f"paged_attention[{name},{mode},P={part}]"] = _ok(out, want, tol)
+            results[f"paged_attention[{name},{mode},P={part}]"] = common.close(out, want, tol)
         win = ck.paged_attention(*d_args, window=50, sinks=4, mode="split", partition_size=32)
-        results[f"paged_attention[{name},window]"] = _ok(
+        results[f"paged_attention[{name},window]"] = common.close(
             win.copy_to_host(), reference.windowed_attention(query, host, tables, lens, 50, 4), tol)
         k_pool = cuda.to_device(np.ascontiguousarray(host[:, 0].transpose(0, 2, 1, 3)))
         v_pool = cuda.to_device(np.ascontiguousarray(host[:, 1].transpose(0, 2, 1, 3)))
         nhd = ck.decode_with(layout_demo.SPLIT_NHD, k_pool, v_pool, query, tables, lens,
                              num_blocks=num_blocks, num_kv_heads=kv_heads, block_size=bs,
                              head_dim=dim, mode="split", partition_size=64)
-        results[f"factory[split-NHD,{name}]"] = _ok(nhd, want, tol)
+        results[f"factory[split-NHD,{name}]"] = common.close(nhd, want, tol)
         spare = sorted(set(range(num_blocks)) - set(tables.ravel().tolist()))  # unused blocks
         ck.copy_blocks(d_cache, [(int(tables[2, 0]), spare[0])])
         results[f"copy_blocks[{name}]"] = bool(np.array_equal(
@@ -118,48 +120,6 @@ def check_correctness(rng, dim: int, dry: bool) -> dict:
                                         == host[tables[2, 1]].tobytes())
     attention.POISON["on"] = None
     return results
-
-
-def _ok(out, want, tol) -> bool:
-    out = np.asarray(out, np.float64)
-    return bool(np.isfinite(out).all() and np.abs(out - want).max() <= tol * np.abs(want).max())
-
-
-def time_ms(launches, runs: int, timed: bool):
-    """Median over `runs` samples of the mean time of PER_SAMPLE back-to-back launches,
-    cycling through `launches` (rotated buffers). One launch is queued before the start
-    event, so the GPU is busy when the timed launches are enqueued: Python's launch
-    overhead is hidden behind queued work, not measured."""
-    launches = launches if isinstance(launches, list) else [launches]
-    for launch in launches:  # compile and warm up
-        launch()
-    cuda.synchronize()
-    per_sample = PER_SAMPLE if timed else 1
-    times, k = [], 0
-    for _ in range(runs):
-        start, end = cuda.event(), cuda.event()
-        launches[k % len(launches)]()
-        start.record()
-        for _ in range(per_sample):
-            k += 1
-            launches[k % len(launches)]()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / per_sample)
-    return statistics.median(times) if timed else None
-
-
-def filled(rng, shape, dtype):
-    """A device array of `shape` with random values (one host piece reused: values do not
-    matter for timing, only the bytes)."""
-    dev = cuda.device_array(shape, dtype)
-    per = int(np.prod(shape[1:]))
-    chunk = min(shape[0], max(1, (1 << 26) // per))
-    piece = rng.standard_normal((chunk,) + tuple(shape[1:])).astype(dtype)
-    for b in range(0, shape[0], chunk):
-        n = min(chunk, shape[0] - b)
-        dev[b:b + n].copy_to_device(piece[:n])
-    return dev
 
 
 def check_config(rng, heads, kv_heads, dim, dtype, mode, layout, dry, context) -> bool:
@@ -184,7 +144,7 @@ def check_config(rng, heads, kv_heads, dim, dtype, mode, layout, dry, context) -
                                        part=16 if dry else 64, paged=layout == "paged")
     launch()
     attention.POISON["on"] = None
-    return _ok(out.copy_to_host(), want, 1e-5 if dtype == "float32" else 2e-3)
+    return common.close(out.copy_to_host(), want, 1e-5 if dtype == "float32" else 2e-3)
 
 
 def torch_sdpa_ms(batch, context, heads, kv_heads, dim, dtype, runs, timed):
@@ -204,7 +164,7 @@ def torch_sdpa_ms(batch, context, heads, kv_heads, dim, dtype, runs, timed):
            for _ in range(common.rotation(kv_bytes))]
     launches = [lambda k=k, v=v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True) for k, v in kvs]
     torch.cuda.synchronize()
-    return time_ms(launches, runs, timed)
+    return common.time_ms(launches, runs, timed)
 
 
 def bench_case(rng, batch, context, heads, kv_heads, dtype, dim, runs, timed, copy_gbs, dry) -> list[dict]:
@@ -216,12 +176,12 @@ def bench_case(rng, batch, context, heads, kv_heads, dtype, dim, runs, timed, co
     copies = common.rotation(kv_bytes) if timed else 1
     query = cuda.to_device(rng.standard_normal((batch, heads, dim)).astype(dtype))
     lens = cuda.to_device(np.full(batch, context, np.int32))
-    paged = [filled(rng, (num_blocks, 2, kv_heads, bs, dim), dtype) for _ in range(copies)]
+    paged = [common.filled(rng, (num_blocks, 2, kv_heads, bs, dim), dtype) for _ in range(copies)]
     table = cuda.to_device(rng.permutation(num_blocks).reshape(batch, per_seq).astype(np.int32))
-    flat = [filled(rng, (batch, 2, kv_heads, context, dim), dtype) for _ in range(copies)]
+    flat = [common.filled(rng, (batch, 2, kv_heads, context, dim), dtype) for _ in range(copies)]
     flat_table = cuda.to_device(np.zeros((batch, 1), np.int32))  # never read (paged=False)
     blocks = 8 * attention.sm_count() if timed else 2
-    roof_ms = time_ms([common.read_roofline_launch(c.reshape(c.size), blocks, 256 if timed else 16)
+    roof_ms = common.time_ms([common.read_roofline_launch(c.reshape(c.size), blocks, 256 if timed else 16)
                        for c in paged], runs, timed)
     moved = kv_bytes + batch * heads * dim * item + batch * heads * dim * 4
     base = {"batch": batch, "context": context, "heads": heads, "kv_heads": kv_heads,
@@ -244,7 +204,7 @@ def bench_case(rng, batch, context, heads, kv_heads, dtype, dim, runs, timed, co
             launches = [common.decode_launch(loaders, c, c, query, tab, lens, block_size=block,
                                              num_kv_heads=kv_heads, mode=mode, part=attention.DEFAULT_PARTITION,
                                              paged=layout == "paged", longest=context)[0] for c in caches]
-            timed_pair[layout] = row(mode, layout, time_ms(launches, runs, timed) if ok else None, ok)
+            timed_pair[layout] = row(mode, layout, common.time_ms(launches, runs, timed) if ok else None, ok)
         p, c = timed_pair["paged"], timed_pair["contiguous"]
         if p["median_ms"] and c["median_ms"]:
             p["paging_overhead_pct"] = 100 * (p["median_ms"] / c["median_ms"] - 1)
@@ -266,7 +226,7 @@ def copy_rows(rng, dtype, runs, timed, copy_gbs, dry) -> list[dict]:
     from cuda_kernels.write_kv import write_kv_vec
     heads, bs, dim = (2, 4, 16) if dry else (8, 16, 128)
     num_blocks = 8 if dry else 8192  # fp16: 8192 x 64 KiB = 512 MiB
-    cache = filled(rng, (num_blocks, 2, heads, bs, dim), dtype)
+    cache = common.filled(rng, (num_blocks, 2, heads, bs, dim), dtype)
     half = num_blocks // 2
     pairs = cuda.to_device(np.stack([np.arange(half), np.arange(half) + half], 1).astype(np.int32))
     threads = 128 if timed else 16
@@ -274,18 +234,18 @@ def copy_rows(rng, dtype, runs, timed, copy_gbs, dry) -> list[dict]:
     copy()  # checked before it is timed: the second half is now the first, bit for bit
     host = cache.copy_to_host()
     copy_ok = host[half:].tobytes() == host[:half].tobytes()
-    copy_ms = time_ms(copy, runs, timed) if copy_ok else None
+    copy_ms = common.time_ms(copy, runs, timed) if copy_ok else None
     copied = 2 * half * cache.nbytes // num_blocks  # read + write
     tokens = 16 if dry else 65536
-    key = filled(rng, (tokens, heads, dim), dtype)
-    value = filled(rng, (tokens, heads, dim), dtype)
+    key = common.filled(rng, (tokens, heads, dim), dtype)
+    value = common.filled(rng, (tokens, heads, dim), dtype)
     slots_host = rng.permutation(num_blocks * bs)[:tokens].astype(np.int64)
     slots = cuda.to_device(slots_host)
     write = lambda: write_kv_vec[tokens, threads](cache, key, value, slots)  # noqa: E731
     write()
     host, want_k = cache.copy_to_host(), key.copy_to_host()
     write_ok = bool(np.array_equal(host[slots_host // bs, 0, :, slots_host % bs], want_k))
-    write_ms = time_ms(write, runs, timed) if write_ok else None
+    write_ms = common.time_ms(write, runs, timed) if write_ok else None
     written = 2 * 2 * key.nbytes  # K and V, read + write
     return [{"kernel": name, "dtype": dtype, "checked_on_device": ok, "bytes_moved": n, "median_ms": ms,
              "gb_per_s": n / ms / 1e6 if ms else None,
@@ -327,6 +287,9 @@ def main(argv=None) -> int:
     for case in grid:
         report["cases"] += bench_case(rng, *case, dim, runs, on_gpu, report["copy"]["gb_per_s"], args.dry_run)
         print(f"done {case} after {time.perf_counter() - began:.0f} s", file=sys.stderr)
+    report["prefill"] = gpu_prefill.prefill_rows(
+        rng, gpu_prefill.DRY_PREFILL if args.dry_run else gpu_prefill.PREFILL, dim, runs, on_gpu,
+        args.dry_run)
     report["copies"] = copy_rows(rng, "float16", runs, on_gpu, report["copy"]["gb_per_s"], args.dry_run)
     if not args.no_labs:  # the 3.7 labs run in the same command, into the same JSON
         sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -344,7 +307,7 @@ def main(argv=None) -> int:
     failed = [k for k, ok in report["correctness"].items() if not ok]
     failed += [f"{c['mode']}/{c['layout']}/G={c['group']}/{c['dtype']}" for c in report["cases"]
                if not c["checked_on_device"]]
-    failed += [c["kernel"] for c in report["copies"] if not c["checked_on_device"]]
+    failed += [c["kernel"] for c in report["copies"] + report["prefill"] if not c["checked_on_device"]]
     failed += [] if report["roofline_check"] else ["read-only roofline kernel"]
     if failed:
         print(f"gpu_attention: kernels disagree with the reference: {failed}", file=sys.stderr)

@@ -6,6 +6,8 @@
     read_roofline    a read-only kernel streaming the same K/V bytes with 16-byte loads
                      (`primitives.load16`), xor-folding them into one word per thread so
                      nothing is optimised away: the most a decode kernel could achieve;
+    close, time_ms, filled   the correctness test, the event timer and random device buffers
+                     every row uses;
     rotation         how many copies of a buffer to cycle between launches, so that the
                      working set is at least 4x the L2 (60 MB on an H100/H200) and no
                      launch reads from L2.
@@ -14,17 +16,19 @@ The contiguous-KV baseline kernel lives in `cuda_kernels.labs.contiguous`.
 
 from __future__ import annotations
 
-import math
+import statistics
 
 import numpy as np
 from numba import cuda, uint32
 
 from cuda_kernels import attention
+from cuda_kernels._checks import require_scale
 from cuda_kernels.merge import merge_partitions
 from cuda_kernels.primitives import itemsize, load16
 
 L2_BYTES = 60 * 2**20
 WORKING_SET = 4 * L2_BYTES
+PER_SAMPLE = 10  # launches between one pair of events
 
 
 @cuda.jit
@@ -87,7 +91,7 @@ def decode_launch(loaders, k_src, v_src, query, tables, lens, *, block_size: int
                attention._empty((num_seqs, num_heads, num_parts, dim)))
     m = attention._empty((num_seqs, num_heads, num_parts))
     s = attention._empty((num_seqs, num_heads, num_parts))
-    args = (k_src, v_src, query, tables, lens, np.float32(1 / math.sqrt(dim)), np.int32(0),
+    args = (k_src, v_src, query, tables, lens, np.float32(require_scale(None, dim)), np.int32(0),
             np.int32(0), np.int32(part), partial, m, s)
 
     def launch():
@@ -95,3 +99,46 @@ def decode_launch(loaders, k_src, v_src, query, tables, lens, *, block_size: int
         if num_parts > 1:
             merge_partitions[(num_heads, num_seqs), min(threads, 128)](partial, m, s, out)
     return launch, out
+
+
+def close(out, want, tol) -> bool:
+    """Finite, and within tol x the largest |want| of the float64 reference everywhere."""
+    out = np.asarray(out, np.float64)
+    return bool(np.isfinite(out).all() and np.abs(out - want).max() <= tol * np.abs(want).max())
+
+
+def time_ms(launches, runs: int, timed: bool):
+    """Median over `runs` samples of the mean time of PER_SAMPLE back-to-back launches,
+    cycling through `launches` (rotated buffers). One launch is queued before the start
+    event, so the GPU is busy when the timed launches are enqueued: Python's launch
+    overhead is hidden behind queued work, not measured."""
+    launches = launches if isinstance(launches, list) else [launches]
+    for launch in launches:  # compile and warm up
+        launch()
+    cuda.synchronize()
+    per_sample = PER_SAMPLE if timed else 1
+    times, k = [], 0
+    for _ in range(runs):
+        start, end = cuda.event(), cuda.event()
+        launches[k % len(launches)]()
+        start.record()
+        for _ in range(per_sample):
+            k += 1
+            launches[k % len(launches)]()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / per_sample)
+    return statistics.median(times) if timed else None
+
+
+def filled(rng, shape, dtype):
+    """A device array of `shape` with random values (one host piece reused: values do not
+    matter for timing, only the bytes)."""
+    dev = cuda.device_array(shape, dtype)
+    per = int(np.prod(shape[1:]))
+    chunk = min(shape[0], max(1, (1 << 26) // per))
+    piece = rng.standard_normal((chunk,) + tuple(shape[1:])).astype(dtype)
+    for b in range(0, shape[0], chunk):
+        n = min(chunk, shape[0] - b)
+        dev[b:b + n].copy_to_device(piece[:n])
+    return dev

@@ -1,4 +1,4 @@
-"""Measure the chapter 3.7 claims on a real GPU (issue 7): layouts, alignment, allocators, pre-allocation.
+"""Measure the chapter 3.7 claims on a real GPU: layouts, alignment, allocators, pre-allocation.
 
     python benchmarks/gpu_labs.py --out labs.json            # on a GPU, < 5 minutes
     python benchmarks/gpu_labs.py --dry-run --out labs.json  # tiny sizes, simulator OK

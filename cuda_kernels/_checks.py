@@ -158,16 +158,6 @@ def write_back(host, dev):
         host[...] = dev.copy_to_host()
 
 
-def default_scale(scale, head_dim: int) -> float:
-    """The softmax scale every attention launcher uses: 1/sqrt(head_dim) unless given."""
-    if scale is None:
-        return float(1.0 / np.sqrt(head_dim))
-    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.floating)) \
-            or not np.isfinite(scale):
-        raise ValueError(f"scale must be a finite number, got {scale!r}")
-    return float(scale)
-
-
 def window_args(window, sinks, zero_is_full: bool = False):
     """(window or None, sinks): the sliding-window arguments of the attention launchers.
 

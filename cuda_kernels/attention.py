@@ -159,15 +159,7 @@ def decode_with(loaders: Loaders, k_src, v_src, query, block_tables, context_len
     layout. num_blocks bounds the block ids; block_size maps positions to blocks.
     Everything else is validated here exactly as for `paged_attention`.
     """
-    ck.require_array("query", query, 3, ck.FLOAT_DTYPES)
-    ck.require_c_contiguous("query", query)
-    num_seqs, num_heads, q_dim = ck.shape_of(query)
-    if q_dim != head_dim:
-        raise ValueError(f"query head_dim {q_dim} does not match the cache's {head_dim}")
-    if num_seqs < 1 or num_heads < 1:
-        raise ValueError(f"query must hold at least one sequence and head, got {ck.shape_of(query)}")
-    if num_heads % num_kv_heads:
-        raise ValueError(f"query has {num_heads} heads, not a multiple of num_kv_heads={num_kv_heads}")
+    num_seqs, num_heads, _ = ck.check_query(query, num_kv_heads, head_dim, "sequence")
     tables = ck.host_ints("block_tables", block_tables, 2)
     lens = ck.host_ints("context_lens", context_lens, 1)
     if tables.dtype != np.int32 or lens.dtype != np.int32:
@@ -178,11 +170,7 @@ def decode_with(loaders: Loaders, k_src, v_src, query, block_tables, context_len
     max_blocks = tables.shape[1]
     ck.require_range("context_lens", lens, 1, max_blocks * block_size + 1,
                      f": block_tables has {max_blocks} blocks of {block_size} tokens")
-    if window is not None:
-        window = ck.require_int("window", window, 1)
-    sinks = ck.require_int("sinks", sinks, 0)
-    if window is None and sinks:
-        raise ValueError("sinks needs a window: pass window=... as well")
+    window, sinks = ck.window_args(window, sinks)
     kept, start, count = attended_ranges(lens, window, sinks)
     first = np.arange(max_blocks, dtype=np.int64)[None, :] * block_size  # [1, max_blocks]
     touched = (first < kept[:, None]) | ((first < lens[:, None]) &

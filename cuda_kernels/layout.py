@@ -9,7 +9,7 @@ launcher accepts it in place. Within a (block, head), the block_size x head_dim
 elements are contiguous: consecutive threads reading consecutive `d` coalesce.
 
 A layout is just its loaders (`Loaders`), handed to the decode-kernel factory
-(`decode.make_decode_kernel`); other layouts (issue 7, the 3.7 labs) supply their own.
+(`decode.make_decode_kernel`); other layouts (the chapter 3.7 layout labs) supply their own.
 `BLOCK_MAJOR` gives the vector contract (one row index per token, 16-byte loads) and
 names `BLOCK_MAJOR_SCALAR` (one float32 per element) as the fallback the launcher uses
 when head_dim is not a multiple of the vector width or the cache is not 16-byte aligned.

@@ -18,8 +18,10 @@ Decode is the case query_len = 1: then p + 1 = context_len, and the row is exact
 what `paged_attention` computes (tests check both the kernels and the references).
 Shared pieces have one home each: the window rule (`window_span` on the device,
 `attention.attended_ranges` on the host, `reference.attended_positions` in the
-reference), the default scale and the window/sinks arguments (`_checks`), and the
-cache layout's address functions (`layout.load_k/load_v`).
+reference); the query, scale and window/sinks validators (`_checks`, as for decode; the
+ragged batch's own checks are in `_prefill_checks`); the cache layout's loaders and the
+vector-or-scalar choice (`layout.BLOCK_MAJOR`, `attention.usable_loaders`); the 16-byte
+load and the online-softmax steps (`primitives`).
 
 Grid: (num_work, num_kv_heads). A work item is (sequence, first query token) for a
 tile of QT query tokens; the host lists only non-empty tiles (FlashInfer's
@@ -29,14 +31,23 @@ K/V element is read from global memory once per group (GQA), as in decode.
 
 Per KV tile of T attended positions, the block (NT threads):
   1. maps the tile's positions to (physical block, offset) through the block table;
-  2. loads K and V into shared memory as float32 (consecutive threads, consecutive d);
+  2. loads K and V into shared memory as float32. With the cache's vector loaders
+     (`layout.BLOCK_MAJOR`: head_dim a multiple of 8 fp16 / 4 fp32 values and a 16-byte
+     aligned cache) one thread takes one 16-byte vector of a row with
+     `primitives.load16` (ld.global.nc.v4.u32) and unpacks it in registers; otherwise
+     the launcher picks the scalar fallback (`attention.usable_loaders`, as decode
+     does) and one thread reads one element;
   3. computes the R x T scores (R = QT * G rows), -inf where a row may not attend;
   4. one thread per row updates the running max, the running sum and the rescale
-     factor (safe online softmax, float32);
+     factor: the online softmax of `primitives` in base 2 (q is pre-multiplied by
+     scale * log2 e, `softmax_rescale` with decode's lazy SLACK, `exp2_or_zero`);
   5. each thread owns head_dim elements d = tid, tid + NT, ... of all R rows in
      registers and adds p[row, t] * v[t, d]; each v[t, d] read from shared memory
      serves the R rows (decode's accumulation with rows in place of heads).
 q (pre-scaled) stays in shared memory; the end writes acc / l.
+`attention.paged_attention` (decode) keeps its whole state in registers instead: with
+one query row per head there is nothing to share, while here a K/V tile in shared
+memory serves QT x G rows.
 """
 
 from __future__ import annotations
@@ -44,12 +55,15 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import cuda, float32, int32
+from numba import cuda, float32, int32, uint32
 
 from . import _backend
 from . import _checks as ck
-from .attention import _empty, attended_ranges
-from .layout import check_kv_cache, load_k, load_v
+from ._prefill_checks import check_batch
+from .attention import _empty, usable_loaders
+from .decode import LOG2E, SLACK
+from .layout import BLOCK_MAJOR, Loaders, check_kv_cache
+from .primitives import exp2_or_zero, load16, softmax_rescale, unpack16, vec_width
 
 SHARED_LIMIT = 48 * 1024  # static shared memory per thread block
 _kernels: dict = {}
@@ -64,8 +78,49 @@ def window_span(length, window, sinks):
     return kept, max(length - window, kept)
 
 
-def make_prefill_kernel(head_dim: int, group_size: int, threads: int, tile: int, q_tile: int):
-    """Build the prefill kernel; D, G, NT, T (KV tile) and QT (query tile) are compile-time.
+def _tile_loader(loaders: Loaders, D: int, NT: int, VEC: int, FP16: bool):
+    """Device function load_tile(cache, seq, kv_head, count, blk_s, off_s, k_s, v_s, tid):
+    k_s[t, 0:D], v_s[t, 0:D] <- float32 K/V rows of the tile's `count` tokens, the NT
+    threads sharing the work: one 16-byte vector each with vector loaders, else one
+    element each (the loaders' contracts: `decode.make_decode_kernel`)."""
+    load_k, load_v = loaders.load_k, loaders.load_v
+    if loaders.vector:
+        NVEC = D // VEC  # the launcher guarantees D % VEC == 0 for vector loaders
+
+        @cuda.jit(device=True)
+        def put16(cache, index, raw, vals, dst, t, d0):
+            """dst[t, d0 : d0 + VEC] <- float32 of the 16 bytes at element `index`."""
+            word = load16(cache, index)  # one ld.global.nc.v4.u32
+            for w in range(4):
+                raw[w] = word[w]
+            unpack16(raw, vals, FP16)
+            for i in range(VEC):
+                dst[t, d0 + i] = vals[i]
+
+        @cuda.jit(device=True)
+        def load_tile(cache, seq, kv_head, count, blk_s, off_s, k_s, v_s, tid):
+            raw = cuda.local.array(4, uint32)
+            vals = cuda.local.array(VEC, float32)
+            for e in range(tid, count * NVEC, NT):
+                t = e // NVEC
+                d0 = (e - t * NVEC) * VEC
+                put16(cache, load_k(cache, seq, blk_s[t], kv_head, off_s[t]) + d0, raw, vals, k_s, t, d0)
+                put16(cache, load_v(cache, seq, blk_s[t], kv_head, off_s[t]) + d0, raw, vals, v_s, t, d0)
+    else:
+        @cuda.jit(device=True)
+        def load_tile(cache, seq, kv_head, count, blk_s, off_s, k_s, v_s, tid):
+            for e in range(tid, count * D, NT):
+                t = e // D
+                d = e - t * D
+                k_s[t, d] = load_k(cache, blk_s[t], kv_head, off_s[t], d)
+                v_s[t, d] = load_v(cache, blk_s[t], kv_head, off_s[t], d)
+    return load_tile
+
+
+def make_prefill_kernel(head_dim: int, group_size: int, threads: int, tile: int, q_tile: int,
+                        loaders: Loaders = BLOCK_MAJOR, dtype=np.float16):
+    """Build the prefill kernel; D, G, NT, T (KV tile), QT (query tile), the layout's
+    loaders and the cache dtype are compile-time (vector loaders need D % VEC == 0).
 
     Launched as kernel[(num_work, num_kv_heads), NT](
         cache,            # [N, 2, H_kv, B, D] float32/float16
@@ -82,6 +137,10 @@ def make_prefill_kernel(head_dim: int, group_size: int, threads: int, tile: int,
     DP = D + 1  # padded key row: consecutive tokens in different banks
     DPT = (D + NT - 1) // NT  # head_dim elements per thread in the output
     ACC = R * DPT  # accumulators per thread: every row of the tile, for those d
+    VEC = vec_width(dtype)
+    if loaders.vector and D % VEC:
+        raise ValueError(f"vector loaders need head_dim % {VEC} == 0, got {D}")
+    load_tile = _tile_loader(loaders, D, NT, VEC, np.dtype(dtype).itemsize == 2)
 
     @cuda.jit
     def paged_prefill_kernel(cache, query, block_tables, context_lens, query_start_loc,
@@ -109,6 +168,7 @@ def make_prefill_kernel(head_dim: int, group_size: int, threads: int, tile: int,
         ctx = context_lens[seq]
         rows = min(QT, q_len - first)  # valid query tokens in this tile
         head0 = kv_head * G
+        scale2 = float32(scale * LOG2E)  # scores in log2 units: exp(x) = 2^(x log2 e)
         past = ctx - q_len + first  # position of the tile's first query token
         len_lo = ctx  # positions seen by the first and the last row
         len_hi = ctx
@@ -126,7 +186,7 @@ def make_prefill_kernel(head_dim: int, group_size: int, threads: int, tile: int,
             i = r // G
             value = float32(0)
             if i < rows:
-                value = float32(query[q0 + first + i, head0 + r - i * G, d]) * scale
+                value = float32(query[q0 + first + i, head0 + r - i * G, d]) * scale2
             q_s[r, d] = value
         for r in range(tid, R, NT):
             m_s[r] = -math.inf
@@ -146,11 +206,7 @@ def make_prefill_kernel(head_dim: int, group_size: int, threads: int, tile: int,
                 off_s[t] = pos - logical * block_size
             # the tile map is visible; the previous tile's readers of v_s, p_s, a_s are done
             cuda.syncthreads()
-            for e in range(tid, count * D, NT):
-                t = e // D
-                d = e - t * D
-                k_s[t, d] = load_k(cache, blk_s[t], kv_head, off_s[t], d)
-                v_s[t, d] = load_v(cache, blk_s[t], kv_head, off_s[t], d)
+            load_tile(cache, seq, kv_head, count, blk_s, off_s, k_s, v_s, tid)
             cuda.syncthreads()  # the K/V tile is in shared memory before scores read it
             for e in range(tid, R * count, NT):
                 r = e // count
@@ -169,21 +225,16 @@ def make_prefill_kernel(head_dim: int, group_size: int, threads: int, tile: int,
                 p_s[r, t] = score
             cuda.syncthreads()  # all R x count scores are written before the softmax
             for r in range(tid, R, NT):
-                m_old = m_s[r]
-                m_new = m_old
+                top = float32(-math.inf)
                 for t in range(count):
-                    m_new = max(m_new, p_s[r, t])
-                alpha = float32(1)
+                    top = max(top, p_s[r, t])
+                # a row with nothing attended yet keeps m = -inf, alpha = 1 and p = 0
+                m_new, alpha = softmax_rescale(m_s[r], top, SLACK)
                 total = float32(0)
-                if m_new != -math.inf:  # a row with nothing attended yet keeps its state
-                    for t in range(count):
-                        e = math.exp(p_s[r, t] - m_new)
-                        p_s[r, t] = e
-                        total += e
-                    alpha = math.exp(m_old - m_new)
-                else:
-                    for t in range(count):
-                        p_s[r, t] = float32(0)
+                for t in range(count):
+                    e = exp2_or_zero(p_s[r, t], m_new)
+                    p_s[r, t] = e
+                    total += e
                 a_s[r] = alpha
                 l_s[r] = l_s[r] * alpha + total
                 m_s[r] = m_new
@@ -235,52 +286,14 @@ def launch_config(head_dim: int, group: int) -> tuple[int, int, int]:
                      f"{shared_bytes(head_dim, group, 8)} bytes of shared memory (> 48 KiB)")
 
 
-def kernel_for(head_dim: int, group: int):
+def kernel_for(head_dim: int, group: int, loaders: Loaders = BLOCK_MAJOR, dtype=np.float16):
     threads, tile, q_tile = launch_config(head_dim, group)
-    key = (head_dim, group, threads, tile, q_tile)
+    dtype = np.dtype(dtype)
+    key = (loaders.name, dtype.name, head_dim, group, threads, tile, q_tile)
     if key not in _kernels:
-        _kernels[key] = make_prefill_kernel(head_dim, group, threads, tile, q_tile)
+        _kernels[key] = make_prefill_kernel(head_dim, group, threads, tile, q_tile,
+                                            loaders=loaders, dtype=dtype)
     return _kernels[key], threads, q_tile
-
-
-def _check_batch(query, num_kv_heads, head_dim, block_size, num_blocks, block_tables,
-                 context_lens, query_start_loc, causal, window, sinks):
-    """Validate everything but the cache; returns (tables, lens, starts) on the host."""
-    total_q = ck.check_query(query, num_kv_heads, head_dim, "token")[0]
-    tables = ck.host_ints("block_tables", block_tables, 2)
-    lens = ck.host_ints("context_lens", context_lens, 1)
-    starts = ck.host_ints("query_start_loc", query_start_loc, 1)
-    if tables.dtype != np.int32 or lens.dtype != np.int32 or starts.dtype != np.int32:
-        raise ValueError("block_tables, context_lens and query_start_loc must be int32")
-    num_seqs = len(lens)
-    ck.require_shape("query_start_loc", starts, (num_seqs + 1,))
-    if tables.shape[0] != num_seqs:
-        raise ValueError(f"block_tables has {tables.shape[0]} rows for {num_seqs} sequences")
-    if starts[0] != 0 or starts[-1] != total_q:
-        raise ValueError(f"query_start_loc must run from 0 to {total_q} (the query's tokens), "
-                         f"got {int(starts[0])} .. {int(starts[-1])}")
-    q_lens = np.diff(starts.astype(np.int64))
-    ck.require_range("query lengths (query_start_loc diffs)", q_lens, 0, 2**31)
-    max_blocks = tables.shape[1]
-    ck.require_range("context_lens", lens, 1, max_blocks * block_size + 1,
-                     f": block_tables has {max_blocks} blocks of {block_size} tokens")
-    at = ck.first_bad(lens < q_lens)
-    if at is not None:
-        raise ValueError(f"context_lens[{at[0]}] = {int(lens[at])} is shorter than its "
-                         f"{int(q_lens[at])} query tokens")
-    if not isinstance(causal, (bool, np.bool_)):
-        raise ValueError(f"causal must be a bool, got {causal!r}")
-    ctx = lens.astype(np.int64)
-    len_lo = ctx - q_lens + 1 if causal else ctx  # positions seen by each first / last row
-    kept_hi, _, _ = attended_ranges(ctx, window, sinks)
-    _, start_lo, _ = attended_ranges(len_lo, window, sinks)
-    first = np.arange(max_blocks, dtype=np.int64)[None, :] * block_size  # [1, max_blocks]
-    touched = ((first < kept_hi[:, None]) |
-               ((first < ctx[:, None]) & (first + block_size > start_lo[:, None])))
-    touched &= (q_lens > 0)[:, None]
-    ck.require_range("block_tables", tables, 0, num_blocks,
-                     f" (the cache has {num_blocks} blocks)", mask=touched)
-    return tables, lens, starts, q_lens
 
 
 def paged_prefill(query, kv_cache, block_tables, context_lens, query_start_loc, scale=None,
@@ -295,20 +308,29 @@ def paged_prefill(query, kv_cache, block_tables, context_lens, query_start_loc, 
     """
     num_blocks, num_kv_heads, block_size, head_dim = check_kv_cache("kv_cache", kv_cache)
     window, sinks = ck.window_args(window, sinks, zero_is_full=True)
-    tables, lens, starts, q_lens = _check_batch(
+    tables, lens, starts, q_lens = check_batch(
         query, num_kv_heads, head_dim, block_size, num_blocks, block_tables, context_lens,
         query_start_loc, causal, window, sinks)
-    scale = ck.default_scale(scale, head_dim)
-    group = query.shape[1] // num_kv_heads
-    kernel, threads, q_tile = kernel_for(head_dim, group)
-    work = [(s, f) for s, n in enumerate(q_lens.tolist()) for f in range(0, n, q_tile)]
-    work_seq = np.array([w[0] for w in work], np.int32)  # [num_work]
-    work_first = np.array([w[1] for w in work], np.int32)  # [num_work]
-    cache = ck.to_device(kv_cache)
+    scale = ck.require_scale(scale, head_dim)
     out = _empty(ck.shape_of(query))  # [total_q, H, D]
-    kernel[(len(work), num_kv_heads), threads](
-        cache, ck.to_device(query), ck.to_device(tables), ck.to_device(lens),
-        ck.to_device(starts), cuda.to_device(work_seq), cuda.to_device(work_first),
-        np.int32(block_size), np.float32(scale), np.int32(bool(causal)), np.int32(window or 0),
-        np.int32(sinks), out)
+    launcher(ck.to_device(kv_cache), ck.to_device(query), ck.to_device(tables), ck.to_device(lens),
+             ck.to_device(starts), q_lens, scale=scale, causal=causal, window=window,
+             sinks=sinks, out=out)()
     return out if ck.is_device(query) else out.copy_to_host()
+
+
+def launcher(cache, query, tables, lens, starts, q_lens, *, scale: float, causal: bool,
+             window, sinks: int, out):
+    """launch() running the prefill kernel on device buffers into out [total_q, H, D]
+    float32, with no checks: `paged_prefill` validates first, the GPU benchmark times
+    launch() alone. q_lens: the host's query lengths (the work list is built here)."""
+    num_kv_heads, head_dim = cache.shape[2], cache.shape[4]
+    loaders = usable_loaders(BLOCK_MAJOR, cache, cache, head_dim)  # 16-byte loads, or scalar
+    kernel, threads, q_tile = kernel_for(head_dim, query.shape[1] // num_kv_heads, loaders,
+                                         cache.dtype)
+    work = [(s, f) for s, n in enumerate(np.asarray(q_lens).tolist()) for f in range(0, n, q_tile)]
+    work_seq = cuda.to_device(np.array([w[0] for w in work], np.int32))  # [num_work]
+    work_first = cuda.to_device(np.array([w[1] for w in work], np.int32))  # [num_work]
+    args = (cache, query, tables, lens, starts, work_seq, work_first, np.int32(cache.shape[3]),
+            np.float32(scale), np.int32(bool(causal)), np.int32(window or 0), np.int32(sinks), out)
+    return lambda: kernel[(len(work), num_kv_heads), threads](*args)

@@ -62,7 +62,8 @@ def paged_attention(query, kv_cache, block_tables, context_lens, scale=None, *,
 
 def windowed_attention(query, kv_cache, block_tables, context_lens, window: int,
                        sinks: int = 0, scale=None) -> np.ndarray:
-    """The sliding-window reference (issue 5): first `sinks` plus last `window` tokens."""
+    """The sliding-window reference with StreamingLLM-style attention sinks: the first
+    `sinks` plus the last `window` tokens."""
     return paged_attention(query, kv_cache, block_tables, context_lens, scale,
                            window=window, sinks=sinks)
 

