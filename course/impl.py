@@ -18,13 +18,12 @@ instead of being re-run.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
+
+from pagedsim.testing.contract import alarm
 
 from . import curriculum
 
@@ -66,22 +65,10 @@ def check_seconds() -> float:
     return float(os.environ.get("PAGEDSIM_CHECK_SECONDS") or DEFAULT_SECONDS)
 
 
-@contextlib.contextmanager
 def time_limit(seconds: float, what: str):
     """Raise CheckTimeout in the main thread if the block runs longer than `seconds`."""
-    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def too_long(signum, frame):
-        raise CheckTimeout(f"{what} ran for over {seconds:g} s: is there an endless loop?")
-    previous = signal.signal(signal.SIGALRM, too_long)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    return alarm(seconds, lambda: CheckTimeout(
+        f"{what} ran for over {seconds:g} s: is there an endless loop?"))
 
 
 def impl_path(exercise_id: str) -> Path:

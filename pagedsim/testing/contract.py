@@ -51,8 +51,11 @@ class Hung(BaseException):
 
 
 @contextmanager
-def time_limit(seconds, what: str, script: list[str]):
-    """Raise `Hung` if the body runs longer than `seconds` (POSIX main thread only)."""
+def alarm(seconds, make_error):
+    """Raise `make_error()` in the body if it runs longer than `seconds` (SIGALRM).
+
+    A no-op where a timer cannot interrupt: off POSIX, outside the main thread, or
+    seconds falsy. The course's checks share this (course/impl.py)."""
     usable = (seconds and hasattr(signal, "setitimer")
               and threading.current_thread() is threading.main_thread())
     if not usable:
@@ -60,8 +63,7 @@ def time_limit(seconds, what: str, script: list[str]):
         return
 
     def on_alarm(signum, frame):
-        raise Hung(render(f"{what} did not return within {seconds:g} s (an infinite loop?)",
-                          script, "# <- hangs here"), list(script))
+        raise make_error()
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -70,6 +72,13 @@ def time_limit(seconds, what: str, script: list[str]):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def time_limit(seconds, what: str, script: list[str]):
+    """Raise `Hung` if the body runs longer than `seconds` (POSIX main thread only)."""
+    return alarm(seconds, lambda: Hung(render(
+        f"{what} did not return within {seconds:g} s (an infinite loop?)", script,
+        "# <- hangs here"), list(script)))
 
 
 class Managed:
