@@ -84,7 +84,10 @@ def _first_line(text: str) -> str:
 def counterexample(exc: BaseException) -> str:
     """Hypothesis's shrunk example as one short line: the calls of a state machine (its
     invariants, named agrees_* or check_*, left out, drawn values filled in), or the
-    arguments of a property. '' when there is none."""
+    arguments of a property; or a check's own `exc.calls` (the testing kit's script,
+    already in the student's terms). '' when there is none."""
+    if isinstance(getattr(exc, "calls", None), str):
+        return exc.calls
     notes = [line.strip() for n in getattr(exc, "__notes__", []) if isinstance(n, str) for line in n.splitlines()]
     calls, drawn, args, in_example = [], [], "", False
     for line in notes:

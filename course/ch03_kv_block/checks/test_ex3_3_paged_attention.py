@@ -4,6 +4,10 @@ Translation is compared with pagedsim's own BlockTable on random tables (Hypothe
 attention with a dense float64 softmax written here, with cuda_kernels.reference, and
 with the CUDA kernel (under Numba's simulator when there is no GPU) on fresh random
 data, including logits large enough to overflow exp() without the max subtraction.
+The testing kit's caches (pagedsim.testing.paged_caches: scattered blocks, every slot
+no token owns poisoned, GQA groups, odd head dims) are the widest attention check; its
+float64 reference_attention is the answer, and a failing case is shown as the one
+paged_case(...) call that rebuilds it.
 """
 
 import numpy as np
@@ -13,6 +17,8 @@ from hypothesis import strategies as st
 
 from course.i18n import say
 from pagedsim import BlockTable
+from pagedsim.testing import paged_caches, reference_attention
+from pagedsim.testing.caches import POISON
 
 EXERCISE = "3.3"
 pytestmark = pytest.mark.ch3_3
@@ -146,3 +152,38 @@ def test_paged_attention_matches_the_kernel_reference_and_the_cuda_kernel(impl, 
     out = ck.paged_attention(query[None], cache, tables_, lens)[0]
     assert np.allclose(got, out, atol=1e-4), (
         f"your paged attention and the CUDA kernel ({ck.backend()}) disagree by {np.abs(got - out).max():.3g}")
+
+
+def why_kit_case_differs(got, want, case, s):
+    """What a wrong answer on one of the kit's caches points at, in words."""
+    n, bs, table = int(case.context_lens[s]), case.kv_cache.shape[3], case.block_tables[s].tolist()
+    heads, kv_heads = case.query.shape[1], case.kv_cache.shape[2]
+    where = say(f"sequence {s} of {len(case.context_lens)} (context_len {n}, block_size {bs}, table {table}, "
+                f"{heads} query heads on {kv_heads} KV head(s))",
+                f"第 {s} 个序列（共 {len(case.context_lens)} 个；context_len {n}，block_size {bs}，"
+                f"表 {table}，{heads} 个查询头对应 {kv_heads} 个 KV 头）")
+    if np.abs(got).max() > POISON / 10:
+        return say(f"{where}: your output holds the poison value {POISON:g}, so it read a slot no token "
+                   "owns: a position >= context_len, the empty tail of the last block, or a block the "
+                   "table does not name",
+                   f"{where}：输出里出现了毒值 {POISON:g}，说明读到了不属于任何 token 的 slot："
+                   "位置 >= context_len、最后一个 Block 的空尾，或表里没有的 Block")
+    return say(f"{where}: your attention differs from the float64 reference by "
+               f"{np.abs(got - want).max():.3g}: check the gather through the table and the KV head of "
+               "each query head (h // (H // H_kv))",
+               f"{where}：你的注意力与 float64 参考结果相差 {np.abs(got - want).max():.3g}："
+               "检查按表取 K/V 的下标，以及每个查询头对应的 KV 头（h // (H // H_kv)）")
+
+
+@CHECK
+@given(case=paged_caches(max_seqs=2, max_context=14, dtypes=("float32",)))
+def test_paged_attention_matches_the_reference_on_the_testing_kits_poisoned_caches(impl, case):
+    """On scattered caches whose unowned slots are poisoned, every sequence matches the reference."""
+    want = reference_attention(*case.args)  # [S, H, D] float64
+    for s, n in enumerate(case.context_lens):
+        got = np.asarray(impl.paged_attention(case.query[s], case.kv_cache, case.block_tables[s], int(n),
+                                              scale=case.scale), dtype=np.float64)
+        assert got.shape == want[s].shape, (
+            f"paged_attention returned shape {got.shape}, expected [H, D] = {want[s].shape}")
+        assert np.allclose(got, want[s], atol=case.tolerance, rtol=case.tolerance), \
+            why_kit_case_differs(got, want[s], case, s)

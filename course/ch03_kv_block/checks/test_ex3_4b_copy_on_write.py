@@ -5,8 +5,13 @@ forks and appends against pagedsim's KVCacheManager (same pool order, so the sam
 slots and copies); and an end-to-end run writes K/V through the slots, copies blocks
 for every (src, dst) pair, and checks that each beam's attention equals dense
 attention over that beam's own tokens -- in NumPy, and with the CUDA kernels
-(write_kv, copy_blocks, paged_attention) under the simulator.
+(write_kv, copy_blocks, paged_attention) under the simulator. The testing kit's state
+machine (pagedsim.testing.check_manager) drives your three functions as one block
+manager and keeps a shadow KV memory: every token written to its slot, every copy
+pair applied, and every live sequence must read back exactly its own tokens.
 """
+
+import re
 
 import numpy as np
 import pytest
@@ -14,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course.i18n import say
-from pagedsim import BlockPool, KVCacheManager
+from pagedsim import BlockPool, KVCacheManager, OutOfBlocks
+from pagedsim.testing import NonConformance, check_manager
 
 EXERCISE = "3.4b"
 pytestmark = pytest.mark.ch3_4
@@ -162,6 +168,73 @@ def test_forks_and_appends_match_the_kv_cache_manager(impl, script):
             f"往序列 {seq} 追加返回 slot {got}，应为 {want}")
     assert pool.ref_counts() == model.pool.ref_counts(), (
         f"ref counts {pool.ref_counts()} differ from the manager's {model.pool.ref_counts()}")
+
+
+class YourTables:
+    """Your fork / slot_for_append / free_table over one BlockPool, with the names the
+    testing kit drives (pagedsim/testing/contract.py). Adding or appending n tokens calls
+    slot_for_append once per token; a call the pool cannot serve is refused up front
+    (OutOfBlocks) so that it changes nothing, as the kit's all-or-nothing rule asks."""
+
+    def __init__(self, impl, num_blocks, block_size):
+        self.impl, self.pool, self.bs = impl, BlockPool(num_blocks, block_size), block_size
+        self.tables, self.lens, self.copies = {}, {}, []
+
+    def _grow(self, seq, n):
+        table, have = self.tables[seq], self.lens[seq]
+        need = -(-(have + n) // self.bs) - -(-have // self.bs)  # new blocks
+        need += bool(have % self.bs and self.pool.ref_count(table[-1]) > 1)  # + a copy-on-write
+        if need > self.pool.num_free:
+            raise OutOfBlocks(need, self.pool.num_free, f"{n} more tokens for seq {seq}")
+        for p in range(have, have + n):
+            self.impl.slot_for_append(self.pool, table, p, self.bs, self.copies)
+            self.lens[seq] = p + 1
+
+    def add_sequence(self, seq, n):
+        self.tables[seq], self.lens[seq] = [], 0
+        try:
+            self._grow(seq, n)
+        except OutOfBlocks:
+            del self.tables[seq], self.lens[seq]
+            raise
+
+    def append_tokens(self, seq, n):
+        self._grow(seq, n)
+
+    def fork(self, parent, child):
+        self.tables[child], self.lens[child] = self.impl.fork(self.pool, self.tables[parent]), self.lens[parent]
+
+    def free_sequence(self, seq):
+        self.impl.free_table(self.pool, self.tables.pop(seq))
+        del self.lens[seq]
+
+    def block_table(self, seq):
+        return list(self.tables[seq])
+
+    @property
+    def num_free_blocks(self):
+        return self.pool.num_free
+
+    def drain_copies(self):
+        out, self.copies = self.copies, []
+        return out
+
+
+def test_your_functions_keep_every_sequences_tokens_in_the_testing_kits_shadow_memory(impl):
+    """Run as a block manager by pagedsim.testing, every sequence reads back exactly its own tokens."""
+    try:
+        check_manager(lambda num_blocks, block_size: YourTables(impl, num_blocks, block_size),
+                      examples=40, steps=20, seed=0)
+    except NonConformance as e:
+        problem, _, script = str(e).partition("\n\nMinimal counterexample")
+        failure = AssertionError(problem.strip() + say(
+            " (add_sequence / append_tokens run your slot_for_append once per token, fork your fork, "
+            "free_sequence your free_table)",
+            "（add_sequence / append_tokens 对每个 token 调用一次你的 slot_for_append，fork 调用你的 fork，"
+            "free_sequence 调用你的 free_table）"))
+        calls = "; ".join(line.split("  # ")[0].strip() for line in script.splitlines()[1:])
+        failure.calls = re.sub(r"m = factory\((\d+), (\d+)\)", r"m = YourTables(BlockPool(\1, \2))", calls)
+        raise failure from None
 
 
 def run_two_beams(impl, rng, write, copy, attend):
