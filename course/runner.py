@@ -29,7 +29,7 @@ import pytest
 
 from . import check_fixtures, i18n
 from .curriculum import COURSE_DIR, REPO_ROOT, Exercise
-from .guard import solutions_hidden
+from .guard import keep_first, solutions_hidden
 from .impl import DEFAULT_SECONDS, CheckTimeout, ImportFailed, ImportTimeout, time_limit
 
 INI = COURSE_DIR / "checks.ini"
@@ -158,6 +158,10 @@ def _describe(item, excinfo, impl: Path) -> Failure:
 class _Collector:
     def __init__(self, outcome: Outcome, seconds: float):
         self.outcome, self.seconds = outcome, seconds
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_configure(self, config):
+        keep_first()  # pytest's assertion rewriter went in front of the solutions' blocker
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
