@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from conftest import EXAMPLES, ROOT
+from kit_paths import EXAMPLES, ROOT
 
 FEW = ["--examples", "20", "--steps", "20"]
 

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from conftest import ROOT
+from kit_paths import ROOT
 
 
 def test_importing_the_kit_loads_neither_matplotlib_nor_numba_nor_pytest():

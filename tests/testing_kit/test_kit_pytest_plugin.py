@@ -6,7 +6,7 @@ import subprocess
 import sys
 import tomllib
 
-from conftest import EXAMPLES, ROOT
+from kit_paths import EXAMPLES, ROOT
 
 OUTSIDE_SUITE = f"""\
 import sys
