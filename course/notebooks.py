@@ -11,14 +11,16 @@ without an exercise, the capstone 3.8, ends after the stepper). Opening one need
 the README's install plus Jupyter; nothing here imports IPython unless it is there.
 
 tests/course/test_notebooks.py executes every code cell in order, headless (Agg), with
-PAGEDSIM_NOTEBOOK_FAST=1: figures and stepper frames at a low resolution, and the labs'
-figures (whole sweeps, drawn by their own tests) named instead of drawn.
+PAGEDSIM_NOTEBOOK_FAST=1: figures and stepper frames at a low resolution, the labs'
+figures (whole sweeps, drawn by their own tests) named instead of drawn, and 3.8's
+engine on its NumPy path instead of the kernels.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import os
 import sys
@@ -61,8 +63,10 @@ def demo(section: str, out: Path) -> None:
     import matplotlib
     matplotlib.use("Agg", force=False)
     from .ch03_kv_block.lessons import NeedsExercise
+    lesson = _lesson(section)
+    fast = {"backend": "numpy"} if FAST and "backend" in inspect.signature(lesson.demo).parameters else {}
     try:
-        _lesson(section).demo(out)
+        lesson.demo(out, **fast)  # fast: 3.8's engine on NumPy (the simulator's kernels are tested elsewhere)
     except NeedsExercise as e:
         print(f"({e})")
 
