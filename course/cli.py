@@ -80,9 +80,11 @@ def _report(outcome, *, verbose: bool, hint: bool) -> None:
     if outcome.error:
         print(f"ERROR {ex.id}: {outcome.error}")
     elif outcome.ok:
-        print(f"PASS {ex.id}  {ex.title} ({outcome.passed}/{outcome.total} checks)")
+        print(i18n.t("PASS {id}  {title} ({passed}/{total} checks)", id=ex.id, title=ex.title,
+                     passed=outcome.passed, total=outcome.total))
     else:
-        print(f"{outcome.status.upper()} {ex.id}  {outcome.passed}/{outcome.total} checks pass")
+        print(i18n.t("{status} {id}  {passed}/{total} checks pass", status=outcome.status.upper(), id=ex.id,
+                     passed=outcome.passed, total=outcome.total))
     for reason in outcome.skipped:
         print(f"SKIP {ex.id}: {reason}")
     groups: dict[str, list] = {}
@@ -93,7 +95,7 @@ def _report(outcome, *, verbose: bool, hint: bool) -> None:
             print("     " + i18n.t("{n} more failing check(s); --verbose shows them all",
                                     n=sum(map(len, list(groups.values())[4:]))))
             break
-        many = f"  ({len(checks)} checks)" if len(checks) > 1 else ""
+        many = i18n.t("  ({n} checks)", n=len(checks)) if len(checks) > 1 else ""
         print(f"FAIL {ex.id}: {message}{many}" + (f"\n      [{', '.join(checks)}]" if verbose else ""))
     if outcome.failures and hint:
         from pagedsim.lang import wrap  # CJK-aware: Chinese has no spaces to break at

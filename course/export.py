@@ -10,8 +10,9 @@ every file except caches and virtual environments) into DIR, leaving out:
     anything named *instructor* / *INSTRUCTOR*, or *mutant*
 
 The checks stay (they do not need the solutions), so in the copy `pip install .` then
-`pagedsim check 3.4a` works as usual. After copying, the export proves what it
-promised: no solution file's text appears anywhere in DIR (compared byte for byte),
+`pagedsim check 3.4a` works as usual (exported from an installed wheel, which has no
+pyproject.toml, the copy gets one written from the installed package's metadata).
+After copying, the export proves what it promised: no solution file's text appears anywhere in DIR (compared byte for byte),
 and it prints how many files it wrote. DIR must not exist or be empty.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import json
 import shutil
 import subprocess
 import sys
@@ -74,10 +76,37 @@ def export(dest, root: Path = curriculum.REPO_ROOT, prefixes=None) -> list[str]:
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / rel, target)
+    if prefixes is None and "pyproject.toml" not in written:  # exported from an installed wheel
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / "pyproject.toml").write_text(installed_pyproject(), encoding="utf-8")
+        written.append("pyproject.toml")
     leaks = answer_leaks(dest, root)
     if leaks:
         raise AssertionError(f"the export still holds solution text: {', '.join(leaks)}")
     return written
+
+
+def installed_pyproject(dist=None) -> str:
+    """A pyproject.toml for a copy exported from an installed pagedsim (a wheel carries
+    none), so that `pip install .` works in it: the installed distribution's name,
+    version, dependencies (no extras) and commands, and the packages as the repository's
+    pyproject.toml lists them."""
+    if dist is None:
+        from importlib import metadata
+        dist = metadata.distribution("pagedsim")
+    q = json.dumps  # a TOML basic string is written like a JSON string
+    deps = [r.split(";")[0].strip() for r in dist.requires or () if "extra ==" not in r]
+    groups = {"console_scripts": "[project.scripts]", "pytest11": "[project.entry-points.pytest11]"}
+    entries = [line for group, head in groups.items() for line in
+               [head, *(f"{q(ep.name)} = {q(ep.value)}" for ep in dist.entry_points if ep.group == group), ""]]
+    return "\n".join([
+        "# Written by `pagedsim export-course` from the installed package (it carries no pyproject.toml).",
+        "[build-system]", 'requires = ["setuptools>=77"]', 'build-backend = "setuptools.build_meta"', "",
+        "[project]", f"name = {q(dist.metadata['Name'])}", f"version = {q(dist.version)}",
+        f"requires-python = {q(dist.metadata.get('Requires-Python') or '>=3.10')}",
+        "dependencies = [" + ", ".join(map(q, deps)) + "]", "", *entries,
+        "[tool.setuptools.packages.find]", 'include = ["pagedsim*", "cuda_kernels*", "course*"]', "",
+        "[tool.setuptools.package-data]", 'course = ["**/*.md", "*.toml", "*.ini", "**/*.ipynb"]', ""])
 
 
 def answer_leaks(dest: Path, root: Path = curriculum.REPO_ROOT) -> list[str]:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -136,6 +137,22 @@ def plan(root: Path, exercise_ids=None) -> tuple[list[str], list]:
     return students, chosen
 
 
+def private_checks(build: Path, extra_checks) -> list[Path]:
+    """Copies of the instructor's extra check files inside the private build, next to the
+    course's own checks, whether git tracks them or not: run from there they import the
+    build's `course` (never the source tree's, with its solutions), and a path given
+    relative to where `grade` was started still works in the checker's scratch folder."""
+    folder = build / Path(curriculum.load()[0].checks[0]).parent  # [build]/course/ch03_kv_block/checks
+    copies = []
+    for i, src in enumerate(map(Path, extra_checks)):
+        dest = folder / src.name
+        if dest.exists():  # never replace one of the course's checks
+            dest = folder / f"test_extra_{i}_{src.name}"
+        shutil.copyfile(src, dest)
+        copies.append(dest)
+    return copies
+
+
 def grade(root, exercise_ids=None, *, timeout: float = DEFAULT_TIMEOUT, extra_checks=(), workers: int = 2,
           command=None) -> list[Result]:
     """Grade every (student, exercise) of `root`; `command(ex_id, path, extra)` replaces the
@@ -146,8 +163,9 @@ def grade(root, exercise_ids=None, *, timeout: float = DEFAULT_TIMEOUT, extra_ch
     with tempfile.TemporaryDirectory(prefix="pagedsim-grade-build-") as tmp:
         build = Path(tmp) / "build"  # the code without solutions: nothing to exec or import there
         export.export(build, prefixes=export.PACKAGES)
+        extra = private_checks(build, extra_checks)
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            futures = [pool.submit(run_one, s, i, p, timeout=timeout, extra_checks=extra_checks, command=command,
+            futures = [pool.submit(run_one, s, i, p, timeout=timeout, extra_checks=extra, command=command,
                                    build=build) for s, i, p in jobs]
             return [f.result() for f in futures]
 

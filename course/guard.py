@@ -6,6 +6,11 @@ must not pass. While `solutions_hidden()` is active, a finder placed first on
 module already imported is taken out of `sys.modules` for the duration (and put back
 after). The checks themselves never import the solutions.
 
+pytest puts its assertion-rewriting finder first on `sys.meta_path` when it starts, and
+that finder imports on its own any module of a package marked for rewriting (an
+installed pagedsim registers a pytest plugin, so pytest marks `course` too): the
+runner calls `keep_first()` once pytest is configured, so the refusal comes first again.
+
 This closes the import route only; a student build without the solutions
 (the instructor's export) closes the rest.
 """
@@ -50,3 +55,12 @@ def solutions_hidden():
         sys.modules.update(hidden)
         if attr is not None:
             parent.solutions = attr
+
+
+def keep_first() -> None:
+    """Put the active blockers back at the front of `sys.meta_path`, ahead of any finder
+    that was inserted after `solutions_hidden()` began (pytest's assertion rewriter)."""
+    blockers = [f for f in sys.meta_path if isinstance(f, _Blocker)]
+    for f in blockers:
+        sys.meta_path.remove(f)
+    sys.meta_path[:0] = blockers

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pagedsim.testing.contract import alarm
 
-from . import curriculum
+from . import curriculum, i18n
 
 DEFAULT_SECONDS = 60.0
 _cache: dict = {}  # (path, mtime, size) -> module, or the BaseException its import raised
@@ -45,17 +45,17 @@ class ImportTimeout(ImportFailed):
 
 def _import_failure(e: BaseException, path: Path) -> ImportFailed:
     if isinstance(e, SyntaxError):
-        what = f"your file does not parse: line {e.lineno}: {e.msg}"
+        what = i18n.t("your file does not parse: line {line}: {msg}", line=e.lineno, msg=e.msg)
     elif isinstance(e, SystemExit):
-        what = f"your file called sys.exit({e.code!r}) while being imported"
+        what = i18n.t("your file called sys.exit({code}) while being imported", code=repr(e.code))
     else:
         tb, line = e.__traceback__, None
         while tb is not None:
             if Path(tb.tb_frame.f_code.co_filename).resolve() == path:
                 line = tb.tb_lineno
             tb = tb.tb_next
-        at = f" (line {line} of your file)" if line else ""
-        what = f"importing your file raised {type(e).__name__}: {e}{at}"
+        at = i18n.t(" (line {line} of your file)", line=line) if line else ""
+        what = i18n.t("importing your file raised {name}: {what}{at}", name=type(e).__name__, what=e, at=at)
     failed = ImportFailed(what)
     failed.__cause__ = e
     return failed
@@ -67,8 +67,8 @@ def check_seconds() -> float:
 
 def time_limit(seconds: float, what: str):
     """Raise CheckTimeout in the main thread if the block runs longer than `seconds`."""
-    return alarm(seconds, lambda: CheckTimeout(
-        f"{what} ran for over {seconds:g} s: is there an endless loop?"))
+    return alarm(seconds, lambda: CheckTimeout(i18n.t(
+        "{what} ran for over {seconds:g} s: is there an endless loop?", what=what, seconds=seconds)))
 
 
 def impl_path(exercise_id: str) -> Path:
@@ -89,7 +89,7 @@ def load_impl(exercise_id: str):
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # dataclasses and pickling look the module up by name
         try:
-            with time_limit(check_seconds(), "importing your file"):
+            with time_limit(check_seconds(), i18n.t("importing your file")):
                 spec.loader.exec_module(module)
             _cache[key] = module
         except BaseException as e:  # noqa: BLE001 - SystemExit and timeouts included, re-raised below

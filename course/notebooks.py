@@ -6,18 +6,21 @@
 Each notebook (nbformat 4, no outputs stored) holds the lesson's text in English and
 Chinese, then four code cells that call the helpers below: the lesson's demo, its
 figures, an interactive stepper over a trace (matplotlib's `to_jshtml`: play, pause,
-step) and the exercise's check against the student's workspace file. Opening one needs
+step) and the exercise's check against the student's workspace file (a section
+without an exercise, the capstone 3.8, ends after the stepper). Opening one needs
 the README's install plus Jupyter; nothing here imports IPython unless it is there.
 
 tests/course/test_notebooks.py executes every code cell in order, headless (Agg), with
-PAGEDSIM_NOTEBOOK_FAST=1: figures and stepper frames at a low resolution, and the labs'
-figures (whole sweeps, drawn by their own tests) named instead of drawn.
+PAGEDSIM_NOTEBOOK_FAST=1: figures and stepper frames at a low resolution, the labs'
+figures (whole sweeps, drawn by their own tests) named instead of drawn, and 3.8's
+engine on its NumPy path instead of the kernels.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import os
 import sys
@@ -25,7 +28,7 @@ from pathlib import Path
 
 from .lessons_text import lesson_text
 
-SECTIONS = ("3.1", "3.2", "3.3", "3.4", "3.5", "3.6", "3.7")
+SECTIONS = ("3.1", "3.2", "3.3", "3.4", "3.5", "3.6", "3.7", "3.8")
 FOLDER = Path(__file__).resolve().parent / "ch03_kv_block" / "notebooks"
 FAST = os.environ.get("PAGEDSIM_NOTEBOOK_FAST") == "1"
 
@@ -60,8 +63,10 @@ def demo(section: str, out: Path) -> None:
     import matplotlib
     matplotlib.use("Agg", force=False)
     from .ch03_kv_block.lessons import NeedsExercise
+    lesson = _lesson(section)
+    fast = {"backend": "numpy"} if FAST and "backend" in inspect.signature(lesson.demo).parameters else {}
     try:
-        _lesson(section).demo(out)
+        lesson.demo(out, **fast)  # fast: 3.8's engine on NumPy (the simulator's kernels are tested elsewhere)
     except NeedsExercise as e:
         print(f"({e})")
 
@@ -95,6 +100,10 @@ def snapshots(section: str) -> list:
     from pagedsim import KVCacheManager
     if section == "3.6":
         return _lesson("3.6").manager_snapshots()
+    if section == "3.8":  # the capstone's run, on the NumPy path (same tables as the kernels')
+        from pagedsim.engine.generate import run, step_frames
+        engine, marks, _ = run(backend="numpy")
+        return step_frames(engine, marks)
     if section == "3.3":
         m = KVCacheManager(10, 4)
         m.add_sequence("A", 5)
@@ -163,11 +172,15 @@ def notebook(section: str) -> dict:
         _cell("code", f'paths = nb.figures("{section}", OUT)'),
         _cell("markdown", "## Step through a trace\n\nPlay, pause and step: one frame per step of the block manager."),
         _cell("code", f'nb.stepper("{section}")'),
-        _cell("markdown", "## Your exercise\n\n" + "\n".join(
-            f"- {e.id}: {e.title}. Edit `pagedsim-work/{Path(e.stub).name}` (made by `pagedsim workspace` "
-            "in the folder you run this notebook from), then run the cell." for e in exercises)),
-        _cell("code", "\n".join(f'nb.check("{e.id}")' for e in exercises)),
     ]
+    if exercises:
+        cells += [
+            _cell("markdown", "## Your exercise\n\n" + "\n".join(
+                f"- {e.id}: {e.title}. Edit `pagedsim-work/{Path(e.stub).name}` (made by `pagedsim workspace` "
+                "in the folder you run this notebook from), then run the cell." for e in exercises)),
+            _cell("code", "\n".join(f'nb.check("{e.id}")' for e in exercises))]
+    else:
+        cells.append(_cell("markdown", "## No exercise\n\nThis section has no exercise to check."))
     return {"cells": cells, "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
                                                         "name": "python3"},
                                          "language_info": {"name": "python"}},

@@ -29,7 +29,7 @@ import pytest
 
 from . import check_fixtures, i18n
 from .curriculum import COURSE_DIR, REPO_ROOT, Exercise
-from .guard import solutions_hidden
+from .guard import keep_first, solutions_hidden
 from .impl import DEFAULT_SECONDS, CheckTimeout, ImportFailed, ImportTimeout, time_limit
 
 INI = COURSE_DIR / "checks.ini"
@@ -84,7 +84,10 @@ def _first_line(text: str) -> str:
 def counterexample(exc: BaseException) -> str:
     """Hypothesis's shrunk example as one short line: the calls of a state machine (its
     invariants, named agrees_* or check_*, left out, drawn values filled in), or the
-    arguments of a property. '' when there is none."""
+    arguments of a property; or a check's own `exc.calls` (the testing kit's script,
+    already in the student's terms). '' when there is none."""
+    if isinstance(getattr(exc, "calls", None), str):
+        return exc.calls
     notes = [line.strip() for n in getattr(exc, "__notes__", []) if isinstance(n, str) for line in n.splitlines()]
     calls, drawn, args, in_example = [], [], "", False
     for line in notes:
@@ -155,6 +158,10 @@ def _describe(item, excinfo, impl: Path) -> Failure:
 class _Collector:
     def __init__(self, outcome: Outcome, seconds: float):
         self.outcome, self.seconds = outcome, seconds
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_configure(self, config):
+        keep_first()  # pytest's assertion rewriter went in front of the solutions' blocker
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):

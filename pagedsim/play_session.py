@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 
 from .describe_zh import caption
 from .errors import BlockError, OutOfBlocks, SequenceError
+from .lang import t
 from .manager import KVCacheManager
 
 POLICIES = ("none", "recompute", "swap")
@@ -95,6 +96,32 @@ class Options:
         return KVCacheManager(self.num_blocks, self.block_size, free_order="lifo")
 
 
+# A note's English template -> its Chinese (same {fields}); `Note.said(lang)` picks one.
+NOTES_ZH = {
+    "the pool ran dry": "池已耗尽",
+    "the pool ran dry even after preempting": "抢占之后池仍然耗尽",
+    "the pool ran dry (with --policy recompute a sequence would be preempted)":
+        "池已耗尽（用 --policy recompute 会抢占一个序列）",
+    "swapped seq {seq} out to the host ({n} blocks)": "序列 {seq} 被换出到主机内存（{n} 个 Block）",
+    "preempted seq {seq}: {n} tokens to recompute": "抢占了序列 {seq}：{n} 个 token 需要重算",
+    "swapped seq {seq} back in": "序列 {seq} 换回了显存",
+    "recomputed seq {seq}: its {n} tokens are prefilled again": "重算序列 {seq}：它的 {n} 个 token 重新 prefill",
+    "`{command}` (preemption): {said}": "`{command}`（抢占）：{said}",
+}
+
+
+class Note(str):
+    """A note, in English as a str, that keeps its template and fields for `said(lang)`."""
+
+    def __new__(cls, template: str, **fields):
+        note = super().__new__(cls, template.format(**fields))
+        note.template, note.fields = template, fields
+        return note
+
+    def said(self, lang: str) -> str:
+        return t(self.template, lang, NOTES_ZH, **self.fields)
+
+
 @dataclass
 class Moment:
     command: str  # the command as typed
@@ -134,8 +161,9 @@ class Session:
             for i in range(k + 1, m.snapshot + 1):
                 snap = self.snapshots[i]
                 said = caption(snap, lang)
-                words = f"`{m.command}`: " + "; ".join([*m.notes, said]) if i == m.snapshot else \
-                    f"`{m.command}` (preemption): {said}"
+                notes = [n.said(lang) if isinstance(n, Note) else n for n in m.notes]
+                words = f"`{m.command}`: " + "; ".join([*notes, said]) if i == m.snapshot else \
+                    t("`{command}` (preemption): {said}", lang, NOTES_ZH, command=m.command, said=said)
                 out.append(replace(snap, caption=words))
             k = m.snapshot
         return out
@@ -200,8 +228,8 @@ class Session:
         except Refused:
             raise
         except OutOfBlocks:
-            notes.append("the pool ran dry" + (" even after preempting" if self.options.policy != "none"
-                                               else " (with --policy recompute a sequence would be preempted)"))
+            notes.append(Note("the pool ran dry" + (" even after preempting" if self.options.policy != "none"
+                                                    else " (with --policy recompute a sequence would be preempted)")))
         except (SequenceError, BlockError, ValueError, TypeError) as e:  # refused before any change
             raise Refused(str(e)) from None
         finally:
@@ -228,10 +256,12 @@ class Session:
         if self.options.policy == "swap":
             table = m.block_table(seq)
             self.host[seq] = (list(table.blocks), table.num_tokens)
-            self._pending_notes.append(f"swapped seq {seq} out to the host ({len(table)} blocks)")
+            self._pending_notes.append(Note("swapped seq {seq} out to the host ({n} blocks)",
+                                            seq=seq, n=len(table)))
         else:
             self.preempted[seq] = m.num_tokens(seq)
-            self._pending_notes.append(f"preempted seq {seq}: {m.num_tokens(seq)} tokens to recompute")
+            self._pending_notes.append(Note("preempted seq {seq}: {n} tokens to recompute",
+                                            seq=seq, n=m.num_tokens(seq)))
         m.free_sequence(seq)
 
     def _resume(self, seq) -> str:
@@ -240,7 +270,7 @@ class Session:
             labels, n = self.host[seq]
             m.restore_sequences({seq: (labels, n)})  # the old ids are only labels here
             del self.host[seq]
-            return f"swapped seq {seq} back in"
+            return Note("swapped seq {seq} back in", seq=seq)
         if seq in self.preempted:
             n = self.preempted[seq]
             if self.options.prefix_cache:
@@ -248,5 +278,5 @@ class Session:
             else:
                 m.add_sequence(seq, n)
             del self.preempted[seq]
-            return f"recomputed seq {seq}: its {n} tokens are prefilled again"
+            return Note("recomputed seq {seq}: its {n} tokens are prefilled again", seq=seq, n=n)
         raise Refused(f"seq {seq} was not preempted")

@@ -96,8 +96,9 @@ def format_snapshot(s: Snapshot, per_row: int | None = None, width: int = 100, l
     lines = [say("  free list, head first ({n} free): {free}", n=len(s.free_list), free=free),
              say("  block tables:")]
     for seq in s.sequences or ():
-        mapping = ", ".join(f"{i}->{b if b >= 0 else 'dropped'}" for i, b in enumerate(seq.blocks))
-        lines.append(f"    {str(seq.seq_id):<3} {seq.num_tokens:>3} tokens   logical->physical: {mapping}")
+        mapping = ", ".join(f"{i}->{b if b >= 0 else say('dropped')}" for i, b in enumerate(seq.blocks))
+        lines.append(say("    {seq:<3} {n:>3} tokens   logical->physical: {mapping}", seq=str(seq.seq_id),
+                         n=seq.num_tokens, mapping=mapping))
     if not s.sequences:
         lines.append(say("    (no sequences)"))
     if s.pending_copies:

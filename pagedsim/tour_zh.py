@@ -34,6 +34,8 @@ ZH = {
     "  why: {why}": "  原因：{why}",
     "  free list, head first ({n} free): {free}": "  空闲链表，表头在前（{n} 块空闲）：{free}",
     "  block tables:": "  块表：",
+    "    {seq:<3} {n:>3} tokens   logical->physical: {mapping}": "    {seq:<3} {n:>3} 个 token   逻辑->物理：{mapping}",
+    "dropped": "已丢弃",
     "    (no sequences)": "    （没有序列）",
     "(empty)": "（空）",
     "  copy-on-write pairs for the copy_blocks kernel (src, dst): {pairs}":

@@ -21,6 +21,8 @@ ZH = {
     "changed this step": "本步改动",
     "copy-on-write src\u2192dst": "写时复制 src\u2192dst",
     "head": "表头",
+    "{n} tok": "{n} 个 token",
+    "copy {src}\u2192{dst}": "复制 {src}\u2192{dst}",
     "cached": "已缓存",
     "3.1  External fragmentation: first-fit holes vs fixed blocks": "3.1  外部碎片：首次适配留下的空洞 vs 固定大小的块",
     "{slots} token slots. A..E arrive, B and D finish, then F needs {n} slots.":

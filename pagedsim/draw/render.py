@@ -205,7 +205,7 @@ def _tables(ax, snap, layout, colours):
         ax.text(1.15, y + 0.41, style.tr("seq {s}", s=seq.seq_id), va="center", fontsize=style.pt(9.5),
                 fontweight="bold",
                 gid=f"label-{seq.seq_id}")
-        ax.text(x0 - 0.15, y + 0.41, f"{seq.num_tokens} tok", va="center", ha="right", fontsize=style.pt(8))
+        ax.text(x0 - 0.15, y + 0.41, style.tr("{n} tok", n=seq.num_tokens), va="center", ha="right", fontsize=style.pt(8))
         blocks = seq.blocks
         cut = len(blocks) > layout.table_cells
         for i, b in enumerate(blocks[:layout.table_cells - 1] if cut else blocks):
@@ -282,7 +282,7 @@ def _blocks(ax, snap, layout, colours):
                                      zorder=8, shrinkA=0, shrinkB=0))
         dist = math.hypot(b[0] - a[0], b[1] - a[1])
         ax.text((a[0] + b[0]) / 2, (a[1] + b[1]) / 2 + abs(rad) * dist / 2 + 0.12,
-                f"copy {src}\u2192{dst}", ha="center", va="top", fontsize=style.pt(9), fontweight="bold",
+                style.tr("copy {src}\u2192{dst}", src=src, dst=dst), ha="center", va="top", fontsize=style.pt(9), fontweight="bold",
                 color=style.ACCENT, gid=f"copy-label-{src}-{dst}", zorder=9,
                 bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.9))
 

@@ -37,6 +37,29 @@ def test_a_file_that_imports_the_solution_is_an_error_not_a_pass(tmp_path):
     import course.ch03_kv_block.solutions.ex3_1_first_fit  # noqa: F401 - importable again afterwards
 
 
+def test_the_solutions_stay_hidden_when_pytest_marks_the_course_for_assertion_rewriting(tmp_path, monkeypatch):
+    """An installed pagedsim registers a pytest plugin, so pytest marks `course` for rewriting
+    and its rewriting finder, first on sys.meta_path, would import the solutions itself."""
+    from course import runner
+
+    info = tmp_path / "site" / "pagedsim_fake-0.1.dist-info"  # what `pip install pagedsim` leaves
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pagedsim-fake\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[pytest11]\npagedsim_fake = course.i18n\n")
+    (info / "RECORD").write_text("course/__init__.py,,\npagedsim_fake-0.1.dist-info/METADATA,,\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    cheat = tmp_path / "cheat.py"
+    cheat.write_text("from course.ch03_kv_block.solutions.ex3_1_first_fit import *\n")
+    with monkeypatch.context() as m:  # the setup really opens the hole: without keep_first it passes
+        m.setattr(runner, "keep_first", lambda: None)
+        assert run_checks(EX, cheat, seconds=20).as_json()["status"] == "pass"
+    again = tmp_path / "cheat_again.py"  # a new file: the first one's import is cached
+    again.write_text(cheat.read_text())
+    out = run_checks(EX, again, seconds=20).as_json()
+    assert out["status"] == "error" and "reference solutions are hidden" in out["messages"][0], out
+
+
 def test_a_loop_at_import_times_out_and_sys_exit_is_an_error(tmp_path):
     loop, leave = tmp_path / "loop.py", tmp_path / "leave.py"
     loop.write_text("while True:\n    pass\n")

@@ -6,10 +6,15 @@ from course import cli
 from course.ch03_kv_block.lessons import l3_8
 
 
-def test_lesson_3_8_is_listed_and_prints_its_text(capsys):
-    assert cli.lesson_main(["3.8", "--no-demo"]) == 0
+def test_lesson_3_8_prints_its_text_in_the_language_asked_for(capsys, monkeypatch):
+    monkeypatch.setenv("PAGEDSIM_LANG", "en")  # --lang sets it for the checks: restored after the test
+    assert cli.lesson_main(["3.8", "--no-demo", "--lang", "en"]) == 0
     out = capsys.readouterr().out
-    assert "== 3.8 Capstone" in out and "paged_prefill" in out and "收官" in out
+    assert "== 3.8 Capstone" in out and "paged_prefill" in out and "收官" not in out
+    assert "pagedsim figures --only 3.6-core-flow" in out
+    assert cli.lesson_main(["3.8", "--no-demo", "--lang", "zh"]) == 0
+    out = capsys.readouterr().out
+    assert "== 3.8 收官" in out and "paged_prefill" in out and "Everything so far" not in out
 
 
 def test_the_capstone_demo_names_a_moment_for_every_section_and_matches_the_dense_engine(

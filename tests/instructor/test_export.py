@@ -49,3 +49,28 @@ def test_exporting_into_a_folder_that_is_not_empty_is_refused(tmp_path, capsys):
         export.main([str(tmp_path)])
     assert "is not empty" in capsys.readouterr().err
     assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
+
+
+def test_an_export_from_an_installed_wheel_gets_a_pyproject_from_the_package_metadata(tmp_path, monkeypatch):
+    """A wheel carries no pyproject.toml: the copy gets one, so `pip install .` works in it."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    from types import SimpleNamespace
+
+    ep = lambda group, name, value: SimpleNamespace(group=group, name=name, value=value)  # noqa: E731
+    dist = SimpleNamespace(
+        version="0.1.0", metadata={"Name": "pagedsim", "Requires-Python": ">=3.10"},
+        requires=["numpy>=2.0", "pytest>=9.0", 'nvidia-cuda-nvcc>=13.5; extra == "ptx"'],
+        entry_points=[ep("console_scripts", "pagedsim", "pagedsim.cli:main"),
+                      ep("pytest11", "pagedsim.testing.plugin", "pagedsim.testing.plugin")])
+    project = tomllib.loads(export.installed_pyproject(dist))
+    assert project["project"]["name"] == "pagedsim" and project["project"]["version"] == "0.1.0"
+    assert project["project"]["dependencies"] == ["numpy>=2.0", "pytest>=9.0"]  # no extras
+    assert project["project"]["scripts"] == {"pagedsim": "pagedsim.cli:main"}
+    assert project["project"]["entry-points"]["pytest11"] == {"pagedsim.testing.plugin": "pagedsim.testing.plugin"}
+    root = tmp_path / "site-packages"  # no git, no pyproject.toml: what an installed copy looks like
+    (root / "pagedsim").mkdir(parents=True)
+    (root / "pagedsim" / "__init__.py").write_text("")
+    monkeypatch.setattr(export, "installed_pyproject", lambda: "# written\n")
+    written = export.export(tmp_path / "copy", root=root)
+    assert written == ["pagedsim/__init__.py", "pyproject.toml"]
+    assert (tmp_path / "copy" / "pyproject.toml").read_text() == "# written\n"

@@ -123,9 +123,26 @@ def test_hidden_first_fit_hands_out_offset_zero_first():
 """
 
 
+def test_extra_checks_are_copied_into_the_private_build_next_to_the_course_checks(tmp_path, monkeypatch):
+    """Tracked by git or not, anywhere on disk: the build gets a copy, and a clash is renamed."""
+    checks = tmp_path / "build" / Path(curriculum.find("3.1").checks[0]).parent
+    checks.mkdir(parents=True)
+    (checks / "test_ex3_1_first_fit.py").write_text("# the course's own check\n")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "test_ex3_1_first_fit.py").write_text(HIDDEN)
+    (tmp_path / "mine" / "hidden_more.py").write_text(HIDDEN)
+    monkeypatch.chdir(tmp_path / "mine")
+    copies = grade.private_checks(tmp_path / "build", [Path("test_ex3_1_first_fit.py"), Path("hidden_more.py")])
+    assert [c.parent for c in copies] == [checks, checks] and all(c.is_absolute() for c in copies)
+    assert [c.name for c in copies] == ["test_extra_0_test_ex3_1_first_fit.py", "hidden_more.py"]
+    assert all(c.read_text() == HIDDEN for c in copies)
+    assert (checks / "test_ex3_1_first_fit.py").read_text() == "# the course's own check\n"
+
+
 @pytest.mark.slow
-def test_real_grading_passes_the_correct_file_and_fails_the_stub_and_the_reference_import(tmp_path):
-    """One run with the instructor's hidden check added: it counts, and its name is reported."""
+def test_real_grading_passes_the_correct_file_and_fails_the_stub_and_the_reference_import(tmp_path, monkeypatch):
+    """One run with the instructor's hidden check added (an untracked file, given by a relative
+    path): it counts, and its name is reported."""
     ex = curriculum.find("3.1")
     name = Path(ex.stub).name
     hidden = tmp_path / "hidden_checks.py"
@@ -137,7 +154,8 @@ def test_real_grading_passes_the_correct_file_and_fails_the_stub_and_the_referen
         f"reader/{name}": "import course, pathlib\nexec((pathlib.Path(course.__file__).parent / "
                           "'ch03_kv_block/solutions/ex3_1_first_fit.py').read_text())\n",
     })
-    got = {r.student: r for r in grade.grade(root, ["3.1"], timeout=240, extra_checks=[hidden])}
+    monkeypatch.chdir(tmp_path)  # the checker runs in its own scratch folder: the path must still work
+    got = {r.student: r for r in grade.grade(root, ["3.1"], timeout=240, extra_checks=[Path(hidden.name)])}
     assert got["right"].status == "pass" and got["right"].passed == got["right"].total > 1
     assert got["stub"].status == "fail" and "test_hidden_first_fit_hands_out_offset_zero_first" in got["stub"].failed
     assert got["stub"].total == got["right"].total

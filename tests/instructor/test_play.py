@@ -51,6 +51,21 @@ def test_a_pool_that_runs_dry_is_a_step_of_its_own_not_an_exception():
     assert "Traceback" not in out
 
 
+def test_the_playgrounds_own_notes_are_in_chinese_under_lang_zh():
+    s, _, _ = run_lines(FORK_SCRIPT)
+    dry = s.timeline("zh")[6].caption
+    assert "池已耗尽" in dry and "the pool ran dry" not in dry, dry
+    s = Session(Options(num_blocks=4, block_size=4, policy="recompute"))
+    for cmd in ("alloc A 4", "alloc B 8", "append A 5"):
+        s.run(cmd)
+    said = s.timeline("zh")[-1].caption
+    assert "抢占了序列 B：8 个 token 需要重算" in said and "preempted" not in said, said
+    assert "preempted seq B: 8 tokens to recompute" in s.timeline("en")[-1].caption
+    from pagedsim.tour import format_snapshot
+    text = format_snapshot(s.current(), lang="zh")
+    assert "个 token   逻辑->物理：" in text and "logical->physical" not in text, text
+
+
 @pytest.mark.parametrize("line, reason", [
     ("append Z 2", "unknown sequence 'Z'"),
     ("alloc A x", "'x' is not a whole number"),

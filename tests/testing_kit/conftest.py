@@ -1,3 +1,7 @@
-"""The kit's own tests import the example managers in examples/conform/ as modules (see kit_paths)."""
+"""The kit's own tests import the example managers in examples/conform/ as modules."""
 
-import kit_paths  # noqa: F401  (puts examples/conform on sys.path before any test module imports)
+import sys
+
+from kit_paths import EXAMPLES
+
+sys.path.insert(0, str(EXAMPLES))

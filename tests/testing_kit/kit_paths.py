@@ -1,9 +1,10 @@
-"""Where the kit's tests find the repository and its example managers (examples/conform/)."""
+"""Where the kit's tests find the repository and the example managers (examples/conform/).
+
+A module of its own, not conftest.py: several test folders have a conftest.py, and a
+`from conftest import ...` gets whichever one pytest imported last when folders are
+run together (`pytest tests/course tests/testing_kit`)."""
 
 import pathlib
-import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "conform"
-if str(EXAMPLES) not in sys.path:  # the examples are imported as top-level modules
-    sys.path.insert(0, str(EXAMPLES))

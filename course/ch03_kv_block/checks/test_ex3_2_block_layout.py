@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from course.i18n import say
 from pagedsim.sizing import ModelSpec
 
 EXERCISE = "3.2"
@@ -20,13 +21,16 @@ pytestmark = pytest.mark.ch3_2
 def test_the_chapters_block_is_8_mib(impl):
     """16 tokens x 32 layers x K,V x 32 heads x 128 dims x 2 bytes = 8,388,608 bytes."""
     got = impl.bytes_per_block(16, 32, 32, 128, 2)
-    assert got == 16 * 32 * 2 * 32 * 128 * 2, (
+    assert got == 16 * 32 * 2 * 32 * 128 * 2, say(
         f"bytes_per_block for the chapter's example gave {got:,}, expected 8,388,608: "
-        "count K and V, every layer and the bytes per element")
+        "count K and V, every layer and the bytes per element",
+        f"本章示例的 bytes_per_block 得到 {got:,}，应为 8,388,608：要算上 K 和 V、每一层以及每个元素的字节数")
     default = impl.bytes_per_block(16, 32, 32, 128)
-    assert default == got, (
+    assert default == got, say(
         f"bytes_per_block(16, 32, 32, 128) without dtype_bytes gave {default:,}, expected {got:,}: "
-        "dtype_bytes should default to 2 (FP16), as in the chapter")
+        "dtype_bytes should default to 2 (FP16), as in the chapter",
+        f"不传 dtype_bytes 时 bytes_per_block(16, 32, 32, 128) 得到 {default:,}，应为 {got:,}："
+        "dtype_bytes 默认应为 2（FP16），与本章一致")
 
 
 @settings(max_examples=30, derandomize=True, database=None, deadline=None)
@@ -36,7 +40,9 @@ def test_bytes_per_block_agrees_with_the_model_spec(impl, bs, layers, kv_heads, 
     """bytes_per_block matches pagedsim.sizing for any model shape and dtype."""
     want = ModelSpec("x", layers, kv_heads, dim, dtype_bytes).bytes_per_block(bs)
     got = impl.bytes_per_block(bs, layers, kv_heads, dim, dtype_bytes)
-    assert got == want, f"bytes_per_block({bs}, {layers}, {kv_heads}, {dim}, {dtype_bytes}) gave {got}, expected {want}"
+    assert got == want, say(
+        f"bytes_per_block({bs}, {layers}, {kv_heads}, {dim}, {dtype_bytes}) gave {got}, expected {want}",
+        f"bytes_per_block({bs}, {layers}, {kv_heads}, {dim}, {dtype_bytes}) 得到 {got}，应为 {want}")
 
 
 @st.composite
@@ -54,11 +60,15 @@ def test_flat_offset_agrees_with_numpy_indexing(impl, case):
     shape, index = case
     pool = np.arange(np.prod(shape)).reshape(shape)  # [N, L, 2, H_kv, B, D]: each element holds its offset
     got = impl.flat_offset(shape, *index)
-    assert got == pool[index], (
+    numpy_strides = tuple(s // pool.itemsize for s in pool.strides)
+    assert got == pool[index], say(
         f"flat_offset{index} in a pool of shape {shape} gave {got}, NumPy says {pool[index]}: "
-        f"check each dimension's stride (NumPy's are {tuple(s // 8 for s in pool.strides)})")
-    assert tuple(impl.strides(shape)) == tuple(s // pool.itemsize for s in pool.strides), (
-        f"strides({shape}) disagree with NumPy's")
+        f"check each dimension's stride (NumPy's are {numpy_strides})",
+        f"形状为 {shape} 的池中 flat_offset{index} 得到 {got}，NumPy 给出 {pool[index]}："
+        f"检查每一维的步长（NumPy 的是 {numpy_strides}）")
+    assert tuple(impl.strides(shape)) == numpy_strides, say(
+        f"strides({shape}) disagree with NumPy's {numpy_strides}",
+        f"strides({shape}) 与 NumPy 的 {numpy_strides} 不一致")
 
 
 def test_slot_offset_uses_block_size_to_split_the_slot(impl):
@@ -66,9 +76,11 @@ def test_slot_offset_uses_block_size_to_split_the_slot(impl):
     shape = (3, 2, 2, 2, 4, 5)  # [N, L, 2, H_kv, B, D]: B (4) differs from D (5)
     pool = np.arange(np.prod(shape)).reshape(shape)
     got = impl.slot_offset(shape, 7, 1, 1, 0, 2)
-    assert got == pool[1, 1, 1, 0, 3, 2], (
+    assert got == pool[1, 1, 1, 0, 3, 2], say(
         f"slot_offset(slot 7) gave {got}, expected {pool[1, 1, 1, 0, 3, 2]}: "
-        "slot // block_size is the block and slot % block_size the token")
+        "slot // block_size is the block and slot % block_size the token",
+        f"slot_offset(slot 7) 得到 {got}，应为 {pool[1, 1, 1, 0, 3, 2]}："
+        "slot // block_size 是 Block，slot % block_size 是 token")
 
 
 @pytest.mark.kernels
@@ -88,7 +100,10 @@ def test_slot_offsets_find_what_write_kv_wrote(impl, kernels):
             for d in range(shape[5]):
                 for kv, src in ((0, key), (1, value)):
                     got = flat[impl.slot_offset(shape, int(s), layer, kv, h, d)]
-                    assert got == src[t, h, d], (
+                    assert got == src[t, h, d], say(
                         f"write_kv put {'KV'[kv]} of token {t} (slot {s}, head {h}, dim {d}) somewhere "
-                        f"else than slot_offset says (found {got} there)")
-    assert np.isnan(pool[:, [0, 2]]).all(), "write_kv into layer 1 touched other layers"
+                        f"else than slot_offset says (found {got} there)",
+                        f"write_kv 把 token {t}（slot {s}，head {h}，dim {d}）的 {'KV'[kv]} 写到了 "
+                        f"slot_offset 所说之外的地方（那里是 {got}）")
+    assert np.isnan(pool[:, [0, 2]]).all(), say("write_kv into layer 1 touched other layers",
+                                                "向第 1 层 write_kv 时改动了其他层")

@@ -4,6 +4,10 @@ Translation is compared with pagedsim's own BlockTable on random tables (Hypothe
 attention with a dense float64 softmax written here, with cuda_kernels.reference, and
 with the CUDA kernel (under Numba's simulator when there is no GPU) on fresh random
 data, including logits large enough to overflow exp() without the max subtraction.
+The testing kit's caches (pagedsim.testing.paged_caches: scattered blocks, every slot
+no token owns poisoned, GQA groups, odd head dims) are the widest attention check; its
+float64 reference_attention is the answer, and a failing case is shown as the one
+paged_case(...) call that rebuilds it.
 """
 
 import numpy as np
@@ -13,6 +17,8 @@ from hypothesis import strategies as st
 
 from course.i18n import say
 from pagedsim import BlockTable
+from pagedsim.testing import paged_caches, reference_attention
+from pagedsim.testing.caches import POISON
 
 EXERCISE = "3.3"
 pytestmark = pytest.mark.ch3_3
@@ -31,7 +37,8 @@ def tables(draw):
 
 def why_blocks_needed(n, bs, got):
     """The off-by-one behind a wrong blocks_needed(n, bs), in words."""
-    head = f"blocks_needed({n}, {bs}) gave {got}; {n} tokens need {-(-n // bs)} block(s)"
+    head = say(f"blocks_needed({n}, {bs}) gave {got}; {n} tokens need {-(-n // bs)} block(s)",
+               f"blocks_needed({n}, {bs}) 得到 {got}；{n} 个 token 需要 {-(-n // bs)} 个 Block")
     if n == 0:
         return head + say(": no tokens, no blocks", "：没有 token，就不需要 Block")
     if n % bs and got == n // bs:
@@ -52,16 +59,20 @@ def test_blocks_needed_rounds_a_partly_filled_block_up(impl):
 
 def why_locate(ids, bs, p, got, want):
     """The off-by-one behind a wrong locate(ids, bs, p), in words."""
-    head = f"token {p} with block_size {bs} and table {ids}: locate gave {got}, expected {want}"
+    head = say(f"token {p} with block_size {bs} and table {ids}: locate gave {got}, expected {want}",
+               f"block_size 为 {bs}、表为 {ids} 时，token {p} 的 locate 得到 {got}，应为 {want}")
     logical = p // bs
     if got[1] != p % bs:
-        return head + f": the offset inside the block is p % block_size = {p % bs}"
+        return head + say(f": the offset inside the block is p % block_size = {p % bs}",
+                          f"：块内偏移是 p % block_size = {p % bs}")
     for near in (logical - 1, logical + 1):
         if 0 <= near < len(ids) and got[0] == ids[near]:
-            return head + (f": it read table[{near}], but token {p} is in logical block "
-                           f"p // block_size = {logical} (counting from 0)")
+            return head + say(f": it read table[{near}], but token {p} is in logical block "
+                              f"p // block_size = {logical} (counting from 0)",
+                              f"：读的是 table[{near}]，但 token {p} 在逻辑块 p // block_size = {logical}（从 0 数起）")
     if got[0] == logical:
-        return head + f": {logical} is the logical block; the physical one is table[{logical}] = {ids[logical]}"
+        return head + say(f": {logical} is the logical block; the physical one is table[{logical}] = {ids[logical]}",
+                          f"：{logical} 是逻辑块号；物理块是 table[{logical}] = {ids[logical]}")
     return head
 
 
@@ -76,9 +87,12 @@ def test_locate_and_slot_agree_with_the_block_table(impl, case):
         assert got == ref.locate(p), why_locate(ids, bs, p, got, ref.locate(p))
         got_slot = impl.slot(ids, bs, p)
         near = " (off by one)" if abs(got_slot - ref.slot(p)) == 1 else ""
-        assert got_slot == ref.slot(p), (
-            f"token {p} with block_size {bs} and table {ids}: slot gave {got_slot}, expected {ref.slot(p)}{near}: "
-            f"slot = physical block * block_size + offset = {ref.locate(p)[0]} * {bs} + {ref.locate(p)[1]}")
+        (block, offset), want = ref.locate(p), ref.slot(p)
+        assert got_slot == want, say(
+            f"token {p} with block_size {bs} and table {ids}: slot gave {got_slot}, expected {want}{near}: "
+            f"slot = physical block * block_size + offset = {block} * {bs} + {offset}",
+            f"block_size 为 {bs}、表为 {ids} 时，token {p} 的 slot 得到 {got_slot}，应为 {want}{near}："
+            f"slot = 物理块 * block_size + 偏移 = {block} * {bs} + {offset}")
 
 
 def dense_reference(query, keys, values, scale):
@@ -112,11 +126,14 @@ def test_paged_attention_reads_each_token_through_the_table(impl, seed):
     query, cache, table, keys, values = random_case(rng, length=length)
     got = np.asarray(impl.paged_attention(query, cache, table, length))
     want = dense_reference(query, keys, values, 1 / np.sqrt(query.shape[1]))
-    assert got.shape == want.shape, f"paged_attention returned shape {got.shape}, expected {want.shape}"
-    assert np.allclose(got, want, atol=1e-5), (
+    assert got.shape == want.shape, say(f"paged_attention returned shape {got.shape}, expected {want.shape}",
+                                        f"paged_attention 返回的形状是 {got.shape}，应为 {want.shape}")
+    assert np.allclose(got, want, atol=1e-5), say(
         f"paged attention differs from dense attention over the same tokens by "
         f"{np.nanmax(np.abs(got - want)):.3g} (seed {seed}): check the gather, the KV head of each "
-        f"query head (h // (H // H_kv)) and the default scale 1/sqrt(D)")
+        f"query head (h // (H // H_kv)) and the default scale 1/sqrt(D)",
+        f"分页注意力与同样 token 上的稠密注意力相差 {np.nanmax(np.abs(got - want)):.3g}（seed {seed}）："
+        "检查取 K/V 的下标、每个查询头对应的 KV 头（h // (H // H_kv)）以及默认 scale 1/sqrt(D)")
 
 
 def test_paged_attention_survives_large_logits(impl):
@@ -125,10 +142,12 @@ def test_paged_attention_survives_large_logits(impl):
     query, cache, table, keys, values = random_case(rng, loud=400.0)
     got = np.asarray(impl.paged_attention(query, cache, table, 11, scale=1.0), dtype=np.float64)
     want = dense_reference(query, keys, values, 1.0)
-    assert np.isfinite(got).all(), (
+    assert np.isfinite(got).all(), say(
         "softmax overflowed on large logits (inf/nan in the output): subtract each row's "
-        "maximum logit before np.exp")
-    assert np.allclose(got, want, atol=1e-5), "attention on large logits is wrong"
+        "maximum logit before np.exp",
+        "logit 很大时 softmax 溢出了（输出里有 inf/nan）：在 np.exp 之前减去每行的最大 logit")
+    assert np.allclose(got, want, atol=1e-5), say("attention on large logits is wrong",
+                                                  "logit 很大时注意力结果不对")
 
 
 def test_paged_attention_matches_the_kernel_reference_and_the_cuda_kernel(impl, kernels):
@@ -142,7 +161,45 @@ def test_paged_attention_matches_the_kernel_reference_and_the_cuda_kernel(impl, 
     tables_ = np.asarray(table, np.int32)[None]  # [1, max_blocks]
     lens = np.array([7], np.int32)
     ref = reference.paged_attention(query[None], cache, tables_, lens)[0]
-    assert np.allclose(got, ref, atol=1e-5), "your paged attention disagrees with cuda_kernels.reference"
+    assert np.allclose(got, ref, atol=1e-5), say("your paged attention disagrees with cuda_kernels.reference",
+                                                 "你的分页注意力与 cuda_kernels.reference 不一致")
     out = ck.paged_attention(query[None], cache, tables_, lens)[0]
-    assert np.allclose(got, out, atol=1e-4), (
-        f"your paged attention and the CUDA kernel ({ck.backend()}) disagree by {np.abs(got - out).max():.3g}")
+    assert np.allclose(got, out, atol=1e-4), say(
+        f"your paged attention and the CUDA kernel ({ck.backend()}) disagree by {np.abs(got - out).max():.3g}",
+        f"你的分页注意力与 CUDA 内核（{ck.backend()}）相差 {np.abs(got - out).max():.3g}")
+
+
+def why_kit_case_differs(got, want, case, s):
+    """What a wrong answer on one of the kit's caches points at, in words."""
+    n, bs, table = int(case.context_lens[s]), case.kv_cache.shape[3], case.block_tables[s].tolist()
+    heads, kv_heads = case.query.shape[1], case.kv_cache.shape[2]
+    where = say(f"sequence {s} of {len(case.context_lens)} (context_len {n}, block_size {bs}, table {table}, "
+                f"{heads} query heads on {kv_heads} KV head(s))",
+                f"第 {s} 个序列（共 {len(case.context_lens)} 个；context_len {n}，block_size {bs}，"
+                f"表 {table}，{heads} 个查询头对应 {kv_heads} 个 KV 头）")
+    if np.abs(got).max() > POISON / 10:
+        return say(f"{where}: your output holds the poison value {POISON:g}, so it read a slot no token "
+                   "owns: a position >= context_len, the empty tail of the last block, or a block the "
+                   "table does not name",
+                   f"{where}：输出里出现了毒值 {POISON:g}，说明读到了不属于任何 token 的 slot："
+                   "位置 >= context_len、最后一个 Block 的空尾，或表里没有的 Block")
+    return say(f"{where}: your attention differs from the float64 reference by "
+               f"{np.abs(got - want).max():.3g}: check the gather through the table and the KV head of "
+               "each query head (h // (H // H_kv))",
+               f"{where}：你的注意力与 float64 参考结果相差 {np.abs(got - want).max():.3g}："
+               "检查按表取 K/V 的下标，以及每个查询头对应的 KV 头（h // (H // H_kv)）")
+
+
+@CHECK
+@given(case=paged_caches(max_seqs=2, max_context=14, dtypes=("float32",)))
+def test_paged_attention_matches_the_reference_on_the_testing_kits_poisoned_caches(impl, case):
+    """On scattered caches whose unowned slots are poisoned, every sequence matches the reference."""
+    want = reference_attention(*case.args)  # [S, H, D] float64
+    for s, n in enumerate(case.context_lens):
+        got = np.asarray(impl.paged_attention(case.query[s], case.kv_cache, case.block_tables[s], int(n),
+                                              scale=case.scale), dtype=np.float64)
+        assert got.shape == want[s].shape, say(
+            f"paged_attention returned shape {got.shape}, expected [H, D] = {want[s].shape}",
+            f"paged_attention 返回的形状是 {got.shape}，应为 [H, D] = {want[s].shape}")
+        assert np.allclose(got, want[s], atol=case.tolerance, rtol=case.tolerance), \
+            why_kit_case_differs(got, want[s], case, s)

@@ -24,8 +24,9 @@ def walk_invariants(pool) -> list[int]:
     n, order, node = pool.num_blocks, [], pool.head
     while True:
         nxt = pool.next[node]
-        assert pool.prev[nxt] == node, (
-            f"the free list's links disagree: next[{node}] is {nxt} but prev[{nxt}] is {pool.prev[nxt]}")
+        assert pool.prev[nxt] == node, say(
+            f"the free list's links disagree: next[{node}] is {nxt} but prev[{nxt}] is {pool.prev[nxt]}",
+            f"空闲链表的指针不一致：next[{node}] 是 {nxt}，但 prev[{nxt}] 是 {pool.prev[nxt]}")
         if nxt == pool.tail:
             break
         assert 0 <= nxt < n and nxt not in order, say(
@@ -33,8 +34,9 @@ def walk_invariants(pool) -> list[int]:
             f"空闲链表成环或跑出了池，位置 {nxt}")
         order.append(nxt)
         node = nxt
-    assert pool.free_list() == order, (
-        f"free_list() returns {pool.free_list()} but the pointers give {order}")
+    assert pool.free_list() == order, say(
+        f"free_list() returns {pool.free_list()} but the pointers give {order}",
+        f"free_list() 返回 {pool.free_list()}，但按指针走得到 {order}")
     assert len(order) == pool.num_free, (
         say(f"the free list holds {len(order)} blocks but num_free says {pool.num_free}: a block was lost",
             f"空闲链表里有 {len(order)} 个块，但 num_free 是 {pool.num_free}：丢了一个块"))
@@ -88,8 +90,9 @@ def test_freeing_a_shared_block_keeps_it_until_the_last_owner_frees(impl):
         f"free() of a block with count 2 should return 1, got {left}",
         f"计数为 2 的块 free() 应返回 1，实际 {left}")
     walk_invariants(pool)
-    assert pool.free(b) == 0 and b in walk_invariants(pool), (
-        "the last owner's free() should put the block back on the free list")
+    assert pool.free(b) == 0 and b in walk_invariants(pool), say(
+        "the last owner's free() should put the block back on the free list",
+        "最后一个持有者的 free() 应把块放回空闲链表")
 
 
 def test_a_double_free_is_refused_and_changes_nothing(impl):
@@ -99,16 +102,17 @@ def test_a_double_free_is_refused_and_changes_nothing(impl):
     pool.free(b)
     before = (walk_invariants(pool), list(pool.ref), pool.num_free)
     raises(impl.PoolError, pool.free, b, what=f"a double free (free({b}) of a block already free)")
-    assert (walk_invariants(pool), list(pool.ref), pool.num_free) == before, (
-        "a refused double free still changed the pool")
+    assert (walk_invariants(pool), list(pool.ref), pool.num_free) == before, say(
+        "a refused double free still changed the pool", "被拒绝的重复释放仍然改变了池")
 
 
 def test_take_unlinks_a_block_from_the_middle_and_keeps_its_neighbours(impl):
     """take(b) removes b from the middle of the free list; its neighbours are joined."""
     pool = impl.FreeListPool(5)
     assert pool.take(2) == 2, say("take(2) should return 2", "take(2) 应返回 2")
-    assert walk_invariants(pool) == [0, 1, 3, 4], (
-        "after take(2) the free list should be 0, 1, 3, 4: the unlink lost or kept a block")
+    assert walk_invariants(pool) == [0, 1, 3, 4], say(
+        "after take(2) the free list should be 0, 1, 3, 4: the unlink lost or kept a block",
+        "take(2) 之后空闲链表应为 0, 1, 3, 4：摘除时丢了或留下了一个块")
     raises(impl.PoolError, pool.take, 2, what="take(2) of a block in use")
 
 
@@ -134,8 +138,8 @@ def test_ids_outside_the_pool_are_refused_and_change_nothing(impl):
     for op in ("take", "incref", "free"):
         for bad in (-1, 3, 4, "1"):
             raises(impl.PoolError, getattr(pool, op), bad, what=f"{op}({bad!r}) on a pool of 3 blocks")
-            assert (walk_invariants(pool), list(pool.ref), pool.num_free) == before, (
-                f"a refused {op}({bad!r}) still changed the pool")
+            assert (walk_invariants(pool), list(pool.ref), pool.num_free) == before, say(
+                f"a refused {op}({bad!r}) still changed the pool", f"被拒绝的 {op}({bad!r}) 仍然改变了池")
     assert pool.free(b) == 0
 
 
@@ -168,9 +172,11 @@ def work_per_operation(impl, num_blocks):
 def test_allocate_take_and_free_do_constant_work_whatever_the_pool_size(impl):
     """O(1): the same operations touch as many list entries in a pool of 10,000 as in one of 10."""
     small, large = work_per_operation(impl, 10), work_per_operation(impl, 10_000)
-    assert large == small, (
+    assert large == small, say(
         f"the same five operations touched {small} list entries in a pool of 10 blocks but {large} "
-        "in a pool of 10,000: something walks the free list; allocate, take and free must be O(1)")
+        "in a pool of 10,000: something walks the free list; allocate, take and free must be O(1)",
+        f"同样的五个操作在 10 个块的池里访问了 {small} 个列表元素，在 10,000 个块的池里却访问了 {large} 个："
+        "有代码在遍历空闲链表；allocate、take 和 free 必须是 O(1)")
 
 
 def test_the_pool_matches_a_simple_model_under_any_sequence_of_operations():

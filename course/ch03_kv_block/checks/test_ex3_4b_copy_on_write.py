@@ -5,8 +5,13 @@ forks and appends against pagedsim's KVCacheManager (same pool order, so the sam
 slots and copies); and an end-to-end run writes K/V through the slots, copies blocks
 for every (src, dst) pair, and checks that each beam's attention equals dense
 attention over that beam's own tokens -- in NumPy, and with the CUDA kernels
-(write_kv, copy_blocks, paged_attention) under the simulator.
+(write_kv, copy_blocks, paged_attention) under the simulator. The testing kit's state
+machine (pagedsim.testing.check_manager) drives your three functions as one block
+manager and keeps a shadow KV memory: every token written to its slot, every copy
+pair applied, and every live sequence must read back exactly its own tokens.
 """
+
+import re
 
 import numpy as np
 import pytest
@@ -14,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course.i18n import say
-from pagedsim import BlockPool, KVCacheManager
+from pagedsim import BlockPool, KVCacheManager, OutOfBlocks
+from pagedsim.testing import NonConformance, check_manager
 
 EXERCISE = "3.4b"
 pytestmark = pytest.mark.ch3_4
@@ -38,9 +44,10 @@ def test_fork_adds_the_child_as_an_owner_of_every_block(impl):
         "fork should return a new list with the same blocks",
         "fork 应返回一个包含相同块的新列表")
     counts = [pool.ref_count(b) for b in parent]
-    assert counts == [2, 2], (
+    assert counts == [2, 2], say(
         f"after fork the shared blocks have counts {counts}, expected [2, 2]: "
-        "the fork never added the child as an owner (ref count not incremented)")
+        "the fork never added the child as an owner (ref count not incremented)",
+        f"fork 之后共享块的计数是 {counts}，应为 [2, 2]：fork 没有把子序列记为持有者（引用计数没有加一）")
 
 
 @pytest.mark.parametrize("prompt", [6, 2, 10])
@@ -53,22 +60,27 @@ def test_appending_into_a_shared_partly_filled_block_copies_it(impl, prompt):
     child = impl.fork(pool, parent)
     copies = []
     slot = impl.slot_for_append(pool, child, prompt, 4, copies)
-    assert len(copies) == 1, (
+    assert len(copies) == 1, say(
         "appending into a shared, partly filled block wrote into it without copy-on-write: "
-        "the other sequence's next token would overwrite this one")
+        "the other sequence's next token would overwrite this one",
+        "往共享且未填满的块追加时没有写时复制就直接写入：另一个序列的下一个 token 会覆盖它")
     src, dst = copies[0]
-    assert src == parent[-1] and dst == child[-1] and dst != src, (
+    assert src == parent[-1] and dst == child[-1] and dst != src, say(
         f"after a {prompt}-token prompt (table {before}) the copy pair is {copies[0]}; it should be "
-        f"(the shared last block {parent[-1]}, the writer's new block {child[-1]})")
+        f"(the shared last block {parent[-1]}, the writer's new block {child[-1]})",
+        f"{prompt} 个 token 的 prompt（表 {before}）之后，复制对是 {copies[0]}；应为"
+        f"（共享的最后一块 {parent[-1]}，写入者的新块 {child[-1]}）")
     assert slot == dst * 4 + prompt % 4, say(
         f"the appended token's slot is {slot}, expected {dst * 4 + prompt % 4}",
         f"追加的 token 的 slot 是 {slot}，应为 {dst * 4 + prompt % 4}")
-    assert pool.ref_count(src) == 1, (
+    assert pool.ref_count(src) == 1, say(
         f"after copy-on-write the shared block still has count {pool.ref_count(src)}: "
-        "the writer must let go of it (pool.free), or it leaks")
-    assert parent == before and child[:-1] == before[:-1], (
+        "the writer must let go of it (pool.free), or it leaks",
+        f"写时复制之后共享块的计数仍是 {pool.ref_count(src)}：写入者必须放开它（pool.free），否则会泄漏")
+    assert parent == before and child[:-1] == before[:-1], say(
         f"copy-on-write changed the wrong table entry: parent {parent}, child {child}; only the child's "
-        "last entry may change")
+        "last entry may change",
+        f"写时复制改错了表项：父序列 {parent}，子序列 {child}；只有子序列的最后一项可以改变")
 
 
 def test_a_full_shared_block_stays_shared_and_is_never_copied(impl):
@@ -96,8 +108,9 @@ def test_freeing_the_parent_keeps_the_childs_blocks(impl):
     impl.free_table(pool, parent)
     assert parent == [], say("free_table should empty the table", "free_table 应清空表")
     freed = [b for b in child if pool.is_free(b)]
-    assert not freed, (
-        f"block(s) {freed} went back to the free list while the child still uses them")
+    assert not freed, say(
+        f"block(s) {freed} went back to the free list while the child still uses them",
+        f"块 {freed} 回到了空闲链表，而子序列还在用它们")
     impl.free_table(pool, child)
     assert pool.num_free == 6, say(
         "after both sequences finish every block should be free",
@@ -111,10 +124,14 @@ def test_free_table_releases_the_last_block_first(impl):
     grow(impl, pool, table, 10)  # blocks [0, 1, 2]
     impl.free_table(pool, table)
     order = pool.free_list()
-    assert order[:3] == [0, 1, 2], (
+    forward = order[:3] == [2, 1, 0]
+    assert order[:3] == [0, 1, 2], say(
         f"after free_table of blocks [0, 1, 2] the free list starts {order[:3]}, expected [0, 1, 2]: "
         + ("the blocks were freed first to last; free the last block first (reversed), as vLLM does"
-           if order[:3] == [2, 1, 0] else "free every block of the table exactly once, last block first"))
+           if forward else "free every block of the table exactly once, last block first"),
+        f"对块 [0, 1, 2] 调用 free_table 之后，空闲链表以 {order[:3]} 开头，应为 [0, 1, 2]："
+        + ("块是从前往后释放的；要从最后一块开始释放（reversed），与 vLLM 一致"
+           if forward else "表中每个块恰好释放一次，从最后一块开始"))
 
 
 @st.composite
@@ -142,9 +159,11 @@ def test_forks_and_appends_match_the_kv_cache_manager(impl, script):
         if op == "finish":
             model.free_sequence(seq)
             impl.free_table(pool, tables.pop(seq))
-            assert pool.free_list() == model.pool.free_list(), (
+            assert pool.free_list() == model.pool.free_list(), say(
                 f"after seq {seq} finished the free list is {pool.free_list()}, but the manager's is "
-                f"{model.pool.free_list()}: free_table should release the table's blocks last first")
+                f"{model.pool.free_list()}: free_table should release the table's blocks last first",
+                f"序列 {seq} 结束后空闲链表是 {pool.free_list()}，而管理器的是 {model.pool.free_list()}："
+                "free_table 应从最后一块开始释放")
             continue
         if op == "fork":
             new = max(tables) + 1
@@ -155,13 +174,82 @@ def test_forks_and_appends_match_the_kv_cache_manager(impl, script):
         want = model.append_tokens(seq, 1)[0]
         got = impl.slot_for_append(pool, tables[seq], model.num_tokens(seq) - 1, 4, copies)
         want_copies = model.drain_copies()
-        assert copies == want_copies, (
-            f"appending to seq {seq} made copies {copies}, expected {want_copies}")
+        assert copies == want_copies, say(
+            f"appending to seq {seq} made copies {copies}, expected {want_copies}",
+            f"往序列 {seq} 追加产生的复制是 {copies}，应为 {want_copies}")
         assert got == want, say(
             f"appending to seq {seq} returned slot {got}, expected {want}",
             f"往序列 {seq} 追加返回 slot {got}，应为 {want}")
-    assert pool.ref_counts() == model.pool.ref_counts(), (
-        f"ref counts {pool.ref_counts()} differ from the manager's {model.pool.ref_counts()}")
+    assert pool.ref_counts() == model.pool.ref_counts(), say(
+        f"ref counts {pool.ref_counts()} differ from the manager's {model.pool.ref_counts()}",
+        f"引用计数 {pool.ref_counts()} 与管理器的 {model.pool.ref_counts()} 不同")
+
+
+class YourTables:
+    """Your fork / slot_for_append / free_table over one BlockPool, with the names the
+    testing kit drives (pagedsim/testing/contract.py). Adding or appending n tokens calls
+    slot_for_append once per token; a call the pool cannot serve is refused up front
+    (OutOfBlocks) so that it changes nothing, as the kit's all-or-nothing rule asks."""
+
+    def __init__(self, impl, num_blocks, block_size):
+        self.impl, self.pool, self.bs = impl, BlockPool(num_blocks, block_size), block_size
+        self.tables, self.lens, self.copies = {}, {}, []
+
+    def _grow(self, seq, n):
+        table, have = self.tables[seq], self.lens[seq]
+        need = -(-(have + n) // self.bs) - -(-have // self.bs)  # new blocks
+        need += bool(have % self.bs and self.pool.ref_count(table[-1]) > 1)  # + a copy-on-write
+        if need > self.pool.num_free:
+            raise OutOfBlocks(need, self.pool.num_free, f"{n} more tokens for seq {seq}")
+        for p in range(have, have + n):
+            self.impl.slot_for_append(self.pool, table, p, self.bs, self.copies)
+            self.lens[seq] = p + 1
+
+    def add_sequence(self, seq, n):
+        self.tables[seq], self.lens[seq] = [], 0
+        try:
+            self._grow(seq, n)
+        except OutOfBlocks:
+            del self.tables[seq], self.lens[seq]
+            raise
+
+    def append_tokens(self, seq, n):
+        self._grow(seq, n)
+
+    def fork(self, parent, child):
+        self.tables[child], self.lens[child] = self.impl.fork(self.pool, self.tables[parent]), self.lens[parent]
+
+    def free_sequence(self, seq):
+        self.impl.free_table(self.pool, self.tables.pop(seq))
+        del self.lens[seq]
+
+    def block_table(self, seq):
+        return list(self.tables[seq])
+
+    @property
+    def num_free_blocks(self):
+        return self.pool.num_free
+
+    def drain_copies(self):
+        out, self.copies = self.copies, []
+        return out
+
+
+def test_your_functions_keep_every_sequences_tokens_in_the_testing_kits_shadow_memory(impl):
+    """Run as a block manager by pagedsim.testing, every sequence reads back exactly its own tokens."""
+    try:
+        check_manager(lambda num_blocks, block_size: YourTables(impl, num_blocks, block_size),
+                      examples=40, steps=20, seed=0)
+    except NonConformance as e:
+        problem, _, script = str(e).partition("\n\nMinimal counterexample")
+        failure = AssertionError(problem.strip() + say(
+            " (add_sequence / append_tokens run your slot_for_append once per token, fork your fork, "
+            "free_sequence your free_table)",
+            "（add_sequence / append_tokens 对每个 token 调用一次你的 slot_for_append，fork 调用你的 fork，"
+            "free_sequence 调用你的 free_table）"))
+        calls = "; ".join(line.split("  # ")[0].strip() for line in script.splitlines()[1:])
+        failure.calls = re.sub(r"m = factory\((\d+), (\d+)\)", r"m = YourTables(BlockPool(\1, \2))", calls)
+        raise failure from None
 
 
 def run_two_beams(impl, rng, write, copy, attend):
@@ -217,9 +305,12 @@ def numpy_attend(query, cache, tables, lens):
 
 def assert_beams_agree(got, want):
     for s, seq in enumerate("AB"):
-        assert np.allclose(got[s], want[s], atol=1e-4), (
+        err = np.abs(got[s] - want[s]).max()
+        assert np.allclose(got[s], want[s], atol=1e-4), say(
             f"after the fork, beam {seq}'s attention reads the wrong K/V: a beam wrote into a block "
-            f"the other still reads, or a copy went the wrong way (error {np.abs(got[s] - want[s]).max():.3g})")
+            f"the other still reads, or a copy went the wrong way (error {err:.3g})",
+            f"fork 之后 beam {seq} 的注意力读到了错误的 K/V：某个 beam 写进了另一个还在读的块，"
+            f"或者复制方向反了（误差 {err:.3g}）")
 
 
 def test_two_beams_after_a_fork_each_attend_to_their_own_tokens_in_numpy(impl):

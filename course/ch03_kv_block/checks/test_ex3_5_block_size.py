@@ -42,11 +42,13 @@ def test_waste_counts_the_empty_end_of_each_last_block(impl):
 def test_waste_matches_the_kv_cache_manager(impl, lengths, bs):
     """For any workload, waste and its fraction match what the manager allocates."""
     empty, allocated = manager_waste(lengths, bs)
-    assert impl.waste(lengths, bs) == empty, (
-        f"waste({lengths}, {bs}) gave {impl.waste(lengths, bs)}, but the manager has {empty} empty slots")
+    got = impl.waste(lengths, bs)
+    assert got == empty, say(f"waste({lengths}, {bs}) gave {got}, but the manager has {empty} empty slots",
+                             f"waste({lengths}, {bs}) 得到 {got}，但管理器有 {empty} 个空槽位")
     want = empty / allocated if allocated else 0.0
-    assert impl.waste_fraction(lengths, bs) == pytest.approx(want), (
-        f"waste_fraction({lengths}, {bs}) gave {impl.waste_fraction(lengths, bs)}, expected {want}")
+    got = impl.waste_fraction(lengths, bs)
+    assert got == pytest.approx(want), say(f"waste_fraction({lengths}, {bs}) gave {got}, expected {want}",
+                                           f"waste_fraction({lengths}, {bs}) 得到 {got}，应为 {want}")
 
 
 def test_the_largest_block_size_within_budget_and_waste_is_chosen(impl):
@@ -68,9 +70,11 @@ def test_a_waste_or_budget_exactly_at_the_limit_qualifies(impl):
         got = impl.choose_block_size([9, 10], 1, 20, (10,), 0.05)  # 1 empty slot of 20: exactly 5%
     except ValueError:
         got = "ValueError"
-    assert got == 10, (
+    assert got == 10, say(
         f"blocks of 10 for sequences of 9 and 10 tokens waste exactly 1/20 = 5% and fill the 20-byte budget "
-        f"exactly; with max_waste=0.05 that qualifies (<=, not <), but choose_block_size gave {got}")
+        f"exactly; with max_waste=0.05 that qualifies (<=, not <), but choose_block_size gave {got}",
+        f"9 和 10 个 token 的序列用 10 个 token 的块，恰好浪费 1/20 = 5%，也恰好用满 20 字节预算；"
+        f"max_waste=0.05 时它符合条件（<=，不是 <），但 choose_block_size 给出 {got}")
 
 
 @pytest.mark.parametrize("bs", CANDIDATES)
@@ -80,16 +84,22 @@ def test_the_default_candidates_and_waste_limit_are_8_to_128_and_10_percent(impl
     try:
         got = impl.choose_block_size(lengths, 1, sum(lengths))
     except ValueError as e:
-        raise AssertionError(
+        raise AssertionError(say(
             f"choose_block_size({lengths}, 1, {sum(lengths)}) with the default candidates raised ValueError "
-            f"({e}); blocks of {bs} hold these sequences with no waste in exactly that budget") from None
-    assert got == bs, (
+            f"({e}); blocks of {bs} hold these sequences with no waste in exactly that budget",
+            f"用默认候选值时 choose_block_size({lengths}, 1, {sum(lengths)}) 抛出了 ValueError（{e}）；"
+            f"{bs} 个 token 的块恰好在这个预算内无浪费地装下这些序列")) from None
+    assert got == bs, say(
         f"with the default candidates, four sequences of {3 * bs} tokens in a {sum(lengths)}-byte budget "
-        f"should choose {bs}, got {got}: the defaults must be candidates=(8, 16, 32, 64, 128), max_waste=0.1")
+        f"should choose {bs}, got {got}: the defaults must be candidates=(8, 16, 32, 64, 128), max_waste=0.1",
+        f"用默认候选值时，{sum(lengths)} 字节预算里的四个 {3 * bs} token 序列应选 {bs}，实际选了 {got}："
+        "默认值必须是 candidates=(8, 16, 32, 64, 128)、max_waste=0.1")
     chosen = impl.choose_block_size([520] * 100, 1, 10**6)
-    assert chosen == 64, (
+    assert chosen == 64, say(
         f"with the default max_waste, 100 sequences of 520 tokens chose {chosen}: 128 wastes 19% (over the "
-        "default 10%), 64 wastes 9.7%, so 64")
+        "default 10%), 64 wastes 9.7%, so 64",
+        f"用默认 max_waste 时，100 个 520 token 的序列选了 {chosen}：128 浪费 19%（超过默认的 10%），"
+        "64 浪费 9.7%，所以应选 64")
 
 
 @settings(max_examples=40, derandomize=True, database=None, deadline=None)

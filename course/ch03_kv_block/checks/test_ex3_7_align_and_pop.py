@@ -29,9 +29,10 @@ def test_align_up_rounds_up_to_the_next_multiple_of_128(impl):
     """0 -> 0, 1 -> 128, 128 -> 128, 129 -> 256, 8,388,608 stays."""
     for n, want in [(0, 0), (1, 128), (127, 128), (128, 128), (129, 256), (8_388_608, 8_388_608)]:
         got = impl.align_up(n)
-        assert got == want, (
+        assert got == want, say(
             f"align_up({n}) gave {got}, expected {want}: round up to the next multiple of 128, "
-            "and leave a size that is already a multiple alone")
+            "and leave a size that is already a multiple alone",
+            f"align_up({n}) 得到 {got}，应为 {want}：向上取整到下一个 128 的倍数，已经是倍数的大小保持不变")
 
 
 @settings(max_examples=50, derandomize=True, database=None, deadline=None)
@@ -39,16 +40,19 @@ def test_align_up_rounds_up_to_the_next_multiple_of_128(impl):
 def test_align_up_is_the_smallest_aligned_size_not_below_n(impl, n, alignment):
     """For any size and power-of-two alignment: a multiple, not smaller, less than one step above."""
     got = impl.align_up(n, alignment)
-    assert got % alignment == 0, f"align_up({n}, {alignment}) = {got} is not a multiple of {alignment}"
-    assert got >= n, f"align_up({n}, {alignment}) = {got} rounds down: the block would overlap the next one"
-    assert got - n < alignment, f"align_up({n}, {alignment}) = {got} pads by a whole extra step"
+    call = f"align_up({n}, {alignment}) = {got}"
+    assert got % alignment == 0, say(f"{call} is not a multiple of {alignment}", f"{call} 不是 {alignment} 的倍数")
+    assert got >= n, say(f"{call} rounds down: the block would overlap the next one",
+                         f"{call} 向下取整了：这个块会与下一个块重叠")
+    assert got - n < alignment, say(f"{call} pads by a whole extra step", f"{call} 多补了一整个步长")
 
 
 def test_every_block_starts_on_a_128_byte_boundary_and_blocks_never_overlap(impl):
     """Blocks of 1,000 bytes start at 0, 1024, 2048, ...: aligned, disjoint, and no more padding than needed."""
     starts = list(impl.block_starts(5, 1000))
-    assert starts == [0, 1024, 2048, 3072, 4096], (
-        f"block_starts(5, 1000) gave {starts}, expected a stride of 1024 (1000 rounded up to 128)")
+    assert starts == [0, 1024, 2048, 3072, 4096], say(
+        f"block_starts(5, 1000) gave {starts}, expected a stride of 1024 (1000 rounded up to 128)",
+        f"block_starts(5, 1000) 得到 {starts}，步长应为 1024（1000 向上取整到 128 的倍数）")
 
 
 def describe_starts(starts, num_blocks, block_bytes, alignment):
@@ -59,7 +63,8 @@ def describe_starts(starts, num_blocks, block_bytes, alignment):
         return ""
     call = f"block_starts({num_blocks}, {block_bytes}, {alignment})"
     if len(starts) != num_blocks:
-        return f"{call} gave {len(starts)} starts, expected {num_blocks}"
+        return say(f"{call} gave {len(starts)} starts, expected {num_blocks}",
+                   f"{call} 给出 {len(starts)} 个起点，应为 {num_blocks} 个")
     for i in range(1, num_blocks):
         if starts[i] - starts[i - 1] < block_bytes:
             return say(f"{call}: block {i - 1} starts at {starts[i - 1]} and is {block_bytes} bytes long, but block "
@@ -70,8 +75,10 @@ def describe_starts(starts, num_blocks, block_bytes, alignment):
                        "再让第 i 块从 i × 步长开始")
     bad = [x for x in starts if x % alignment]
     if bad:
-        return f"{call} gave {starts}: {bad[0]} is not a multiple of {alignment}"
-    return f"{call} gave {starts}, expected {want}: every block is {stride} bytes after the previous one, no more"
+        return say(f"{call} gave {starts}: {bad[0]} is not a multiple of {alignment}",
+                   f"{call} 给出 {starts}：{bad[0]} 不是 {alignment} 的倍数")
+    return say(f"{call} gave {starts}, expected {want}: every block is {stride} bytes after the previous one, no more",
+               f"{call} 给出 {starts}，应为 {want}：每个块都比前一个块晚 {stride} 字节，不多不少")
 
 
 @settings(max_examples=40, derandomize=True, database=None, deadline=None)
@@ -98,7 +105,8 @@ def fresh(num_free=8, num_threads=6, seed=0):
 def check_pop(stack, top, out, original, log=None):
     """No block handed out twice or lost; empty-stack threads wrote -1."""
     handed = [int(b) for b in out if b >= 0]
-    assert -2 not in out.tolist(), f"some thread never wrote its result: {out.tolist()}"
+    assert -2 not in out.tolist(), say(f"some thread never wrote its result: {out.tolist()}",
+                                       f"有线程没有写出结果：{out.tolist()}")
     twice = sorted({b for b in handed if handed.count(b) > 1})
     if twice and log is not None and not any(what.startswith("write top") for _, what in log):
         raise AssertionError(say(
@@ -112,14 +120,17 @@ def check_pop(stack, top, out, original, log=None):
         "steps, so another thread read the same top in between; make it one cuda.atomic operation",
         f"两个线程弹出了同一个块 {twice[0]}：读 top 和写 top - 1 是分开的两步，另一个线程在中间读到了同一个 top；"
         "改成一个 cuda.atomic 操作")
-    assert set(handed) <= set(original.tolist()), f"handed out {handed}, not all from the free stack"
+    assert set(handed) <= set(original.tolist()), say(f"handed out {handed}, not all from the free stack",
+                                                      f"分出的块 {handed} 不全来自空闲栈")
     want = min(len(original), len(out))
-    assert len(handed) == want, (
-        f"{len(out)} threads asked and {len(original)} blocks were free, but {len(handed)} were handed out")
+    assert len(handed) == want, say(
+        f"{len(out)} threads asked and {len(original)} blocks were free, but {len(handed)} were handed out",
+        f"{len(out)} 个线程申请、{len(original)} 个块空闲，却分出了 {len(handed)} 个")
     left = original[: max(int(top[0]), 0)].tolist()
-    assert sorted(left + handed) == sorted(original.tolist()), (
+    assert sorted(left + handed) == sorted(original.tolist()), say(
         f"a block was lost: handed out {sorted(handed)}, still free {sorted(left)}, "
-        f"but the stack held {sorted(original.tolist())}")
+        f"but the stack held {sorted(original.tolist())}",
+        f"丢了一个块：分出 {sorted(handed)}，仍空闲 {sorted(left)}，但栈里原有 {sorted(original.tolist())}")
 
 
 def test_the_pop_hands_out_distinct_blocks_when_threads_interleave_step_by_step(impl):
@@ -138,18 +149,24 @@ def test_the_pop_is_correct_under_random_interleavings(impl, seed):
     original = stack.copy()
     log = Stepper(seed).run(impl.pop_kernel, len(out), stack, top, out, names=["free_stack", "top", "out"])
     check_pop(stack, top, out, original, log)
-    assert (out == -1).sum() == 1, f"with 4 free blocks and 5 threads exactly one should get -1: {out.tolist()}"
+    assert (out == -1).sum() == 1, say(f"with 4 free blocks and 5 threads exactly one should get -1: {out.tolist()}",
+                                       f"4 个空闲块、5 个线程时应恰好有一个线程得到 -1：{out.tolist()}")
 
 
 def test_a_thread_that_finds_the_stack_empty_writes_minus_one(impl):
     """top = 0: the stack is empty (free_stack still holds an old id); the thread must write -1."""
     stack, top, out = np.array([7, 9], np.int32), np.array([0], np.int32), np.full(1, -2, np.int32)
     Stepper("round_robin").run(impl.pop_kernel, 1, stack, top, out, names=["free_stack", "top", "out"])
-    assert out[0] == -1, (
+    stale = out[0] in (7, 9)
+    assert out[0] == -1, say(
         f"with top = 0 (no free block) the thread wrote {out[0]} instead of -1"
         + (f": it handed out block {out[0]}, read at free_stack[-1]. The atomic returned the old top, 0; "
-           "an old top of 0 or less means empty (test old > 0, not old >= 0)" if out[0] in (7, 9) else ""))
-    assert top[0] <= 0, f"popping from an empty stack left top at {top[0]}"
+           "an old top of 0 or less means empty (test old > 0, not old >= 0)" if stale else ""),
+        f"top = 0（没有空闲块）时线程写了 {out[0]}，而不是 -1"
+        + (f"：它分出了在 free_stack[-1] 读到的块 {out[0]}。原子操作返回旧的 top，即 0；"
+           "旧 top <= 0 表示栈已空（判断 old > 0，而不是 old >= 0）" if stale else ""))
+    assert top[0] <= 0, say(f"popping from an empty stack left top at {top[0]}",
+                            f"从空栈弹出后 top 停在 {top[0]}")
 
 
 def test_threads_beyond_the_output_do_nothing(impl):
@@ -159,11 +176,14 @@ def test_threads_beyond_the_output_do_nothing(impl):
     try:
         Stepper("round_robin").run(impl.pop_kernel, 6, stack, top, out, names=["free_stack", "top", "out"])
     except IndexError as e:
-        raise AssertionError(f"with 6 threads and 4 outputs a thread wrote past out ({e}): "
-                             "guard with i < out.shape[0] (not <=)") from None
-    assert top[0] == 4, (
+        raise AssertionError(say(f"with 6 threads and 4 outputs a thread wrote past out ({e}): "
+                                 "guard with i < out.shape[0] (not <=)",
+                                 f"6 个线程、4 个输出时有线程写到了 out 之外（{e}）："
+                                 "用 i < out.shape[0]（不是 <=）做保护")) from None
+    assert top[0] == 4, say(
         f"6 threads for 4 outputs left top at {top[0]}, expected 8 - 4 = 4: threads with i >= out.shape[0] "
-        "must not pop a block")
+        "must not pop a block",
+        f"6 个线程、4 个输出后 top 停在 {top[0]}，应为 8 - 4 = 4：i >= out.shape[0] 的线程不能弹出块")
     check_pop(stack, top, out, original)
 
 

@@ -1,4 +1,4 @@
-"""Chapter 3's lessons, one module per section: `pagedsim lesson 3.1` ... `pagedsim lesson 3.7`.
+"""Chapter 3's lessons, one module per section: `pagedsim lesson 3.1` ... `pagedsim lesson 3.8`.
 
 Each module has TITLE (and TITLE_ZH), TEXT (English), TEXT_ZH (Chinese), FIGURES (names in
 `pagedsim figures --list`, with what to look at) and demo(out_dir), which runs the

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 TITLE = "Capstone: the blocks serve a model"
+TITLE_ZH = "收官：Block 为模型服务"
+FIGURES = [("3.6-core-flow", "the flow diagram the demo draws after every engine step of its run "
+            "(generate-step_000.png ... in the demo's folder; `pagedsim generate --draw DIR` draws them too)"),
+           ("3.4-tour", "fork, copy-on-write and free on a small pool: the moments 3.4 points at in the run")]
 TEXT = """
 Everything so far moved block ids around. Here the ids carry a real model's K and V. A
 tiny transformer (2 layers, 4 query and 2 KV heads, head_dim 16, seeded weights) serves four
@@ -40,7 +44,11 @@ token is always computed, because its logits are needed. Chunked prefill with a 
 budget is also v1. Preemption when the pool runs dry is v0: swapping copies the blocks
 out and back. v1 recomputes instead, and the prefix cache makes that recompute cheap.
 
-收官：前面各节搬动的只是 Block 编号，这里编号背后是真实模型的 K/V。一个小 Transformer
+`pagedsim generate` runs the same workload with other pool sizes, budgets, block sizes and
+preemption policies, and prints every step's batch.
+"""
+TEXT_ZH = """
+前面各节搬动的只是 Block 编号，这里编号背后是真实模型的 K/V。一个小 Transformer
 （2 层，4 个查询头、2 个 KV 头，head_dim 16，固定种子的权重）在 10 个 Block × 4 token 的池上
 服务 4 个请求：贪心、n=2 采样、宽度 2 的 beam search，以及第一个 prompt 的重复。每步最多 8 个
 token。注意力由内核完成：write_kv 按 slot 写入新 token 的 K/V，paged_prefill 计算 prompt 分块，
@@ -51,6 +59,8 @@ paged_attention 负责逐 token 解码，它们都通过 Block 表读 K/V。另�
 每一步的核心流程图；3.7 预分配、128 字节对齐、单线程分配。前缀缓存（v1，最后一个 token 必须
 重算）和按 token 预算的分块 prefill（v1）超出本章范围，都注明了所属版本；换出式抢占属于 v0，
 v1 改为重算，前缀缓存让重算变得便宜。
+
+`pagedsim generate` 用其他的池大小、token 预算、Block 大小和抢占策略运行同样的负载，并打印每一步的批。
 """
 
 
@@ -95,7 +105,8 @@ def demo(out_dir, backend: str = "kernels") -> None:
     print("3.5 the same workload with other block sizes (NumPy path, same tables):")
     for size in (2, 4, 8):
         again, _, other = run(blocks=40 // size, block_size=size, backend="numpy")
-        print(f"    B = {size}: at most {_peak_waste(again)} slots reserved but empty; prefix cache skipped {other['skipped_by_prefix_cache']} of "
+        print(f"    B = {size}: at most {_peak_waste(again)} slots reserved but empty; prefix cache "
+              f"skipped {other['skipped_by_prefix_cache']} of "
               f"{other['skipped_by_prefix_cache'] + other['computed_tokens']} tokens, "
               f"{other['preempted_swap'] + other['preempted_recompute']} preemptions, tokens "
               f"match: {other['tokens_match']}")
