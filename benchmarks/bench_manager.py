@@ -78,7 +78,7 @@ class Manager:
     def __init__(self, trace: bool, with_slots: bool = False):
         self.m = KVCacheManager(NUM_BLOCKS, BLOCK_SIZE, trace=trace, snapshots=False)
         self.with_slots = with_slots
-        self.add = self.m.add_sequence
+        self.add = functools.partial(self.m.add_sequence, with_slots=with_slots)
         self.finish = self.m.free_sequence
         self.step = functools.partial(self.m.decode_step, with_slots=with_slots)
 

@@ -43,12 +43,16 @@ class KVCacheManager(ManagerState):
     """The block manager: admits, grows, forks, restores and frees sequences (see module doc)."""
 
     # ---- operations ------------------------------------------------------------
-    def add_sequence(self, seq_id, num_tokens: int) -> np.ndarray:
+    def add_sequence(self, seq_id, num_tokens: int, *,
+                     with_slots: bool = True) -> np.ndarray | None:
         """Admit a sequence with a prompt of `num_tokens` tokens.
 
-        Returns the prompt's slot mapping (int64 array), ready for `write_kv`."""
+        Returns the prompt's slot mapping (int64 array), ready for `write_kv`, or None
+        when `with_slots` is False (a scheduler that asks for slots later saves the array)."""
         self._check_new(seq_id)
         num_tokens = _count("num_tokens", num_tokens)
+        if not isinstance(with_slots, bool):
+            raise TypeError(f"with_slots must be a bool, got {type(with_slots).__name__}")
         need = blocks_needed(num_tokens, self.block_size)
         if need > self.pool.num_free:
             self._reserve(need, {seq_id}, f"add_sequence({num_tokens} tokens)")
@@ -63,7 +67,7 @@ class KVCacheManager(ManagerState):
             self.step += 1
         else:
             self._end_step()
-        return table.slot_mapping()
+        return table.slot_mapping() if with_slots else None
 
     def append_tokens(self, seq_id, n: int = 1, token_ids=None) -> list[int]:
         """Append `n` tokens to a sequence (their ids, if given, reach `_on_tokens_appended`).

@@ -228,3 +228,19 @@ def test_restoring_more_than_fits_or_a_live_id_changes_nothing():
     after = m.snapshot()
     assert (after.free_list, after.ref_counts, after.sequences) == (
         before.free_list, before.ref_counts, before.sequences)
+
+
+def test_add_sequence_without_slots_returns_none_and_admits_the_same_blocks():
+    with_slots, without = KVCacheManager(8, 4), KVCacheManager(8, 4)
+    slots = with_slots.add_sequence("A", 6)
+    assert without.add_sequence("A", 6, with_slots=False) is None
+    assert list(without.block_table("A")) == list(with_slots.block_table("A"))
+    assert list(without.slot_mapping("A")) == list(slots)
+
+
+def test_add_sequence_refuses_a_non_bool_with_slots_and_changes_nothing():
+    m = KVCacheManager(8, 4)
+    with pytest.raises(TypeError, match="with_slots"):
+        m.add_sequence("A", 6, with_slots="no")
+    assert "A" not in m and m.num_free_blocks == 8
+    m.check_invariants()
