@@ -152,7 +152,7 @@ MUTANTS += [
       "        if b == self.tail:\n            raise PoolError(\"no free block\")"),
 ]
 MUTANTS += [
-    # wrong attempts seen when a student went through the course (issue "course v2")
+    # wrong attempts seen when a student went through the course
     M("3.4b", "free_table_first_to_last", "free_table frees the blocks first to last, so the free list order "
       "differs from vLLM's", "    for b in reversed(table):", "    for b in table:"),
     M("3.7", "starts_rounded_one_by_one", "block_starts rounds each start up instead of the stride: "

@@ -288,7 +288,7 @@ def _blocks(ax, snap, layout, colours):
 
 
 def _legend(ax, layout):
-    """What the marks mean (issue 12: step pictures get a legend)."""
+    """What the marks mean: the legend of every step picture."""
     lk = style.look()
     handles = [
         Patch(facecolor=lk.free, edgecolor=lk.free_edge, ls="--", label=style.tr("free block")),

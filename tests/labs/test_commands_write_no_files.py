@@ -1,4 +1,4 @@
-"""Commands write files only where the user says (issue 12 §5): run in an empty folder, none appears.
+"""Commands write files only where the user says: run in an empty folder, none appears.
 
 `pagedsim figures` (writes figures/ by design), `workspace` and `export-course` are left
 out: making files is what they are for, and each prints the paths it writes.
