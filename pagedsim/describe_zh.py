@@ -49,6 +49,16 @@ def describe_zh(events) -> str:
         if kept:
             text += "；" + "，".join(f"块 {e.block} 保留（计数 {e.ref_count}）" for e in kept)
         return text
+    appended = [e for e in events if isinstance(e, tr.TokensAppended)]
+    if len(appended) > 1:  # a decode step: one token for each of several sequences
+        text = f"解码一步：{len(appended)} 个序列各追加一个 token"
+        cow = [e for e in events if isinstance(e, tr.CopyOnWrite)]
+        if cow:
+            text += "；写时复制 " + "、".join(f"{e.src} -> {e.dst}" for e in cow)
+        fresh = [b for b in allocated if b not in {c.dst for c in cow}]
+        if fresh:
+            text += f"；已满的最后一块取得{_ids(fresh)}"
+        return text
     if isinstance(head, tr.TokensAppended):
         n = len(head.slots)
         where = (f"token {head.first_position}（槽位 {head.slots[0]}）" if n == 1 else

@@ -63,6 +63,25 @@ def test_chinese_captions_state_the_same_numbers_as_the_english_ones():
         assert words <= {"token", "OutOfBlocks", "append_tokens", "add_sequence"}, zh  # names only
 
 
+def test_a_chinese_decode_step_caption_names_every_sequence_count_and_copy_like_the_english_one():
+    import re
+
+    from pagedsim.describe_zh import describe_zh
+    from pagedsim.manager import KVCacheManager
+    from pagedsim.trace import describe
+
+    m = KVCacheManager(num_blocks=8, block_size=2)
+    m.add_sequence("A", 2)
+    m.fork("A", "B")
+    m.add_sequence("C", 1)
+    m.decode_step(["A", "B", "C"])  # A and B share a full block; C fills its last one
+    events = m.trace.snapshots[-1].events
+    zh, en = describe_zh(events), describe(events)
+    assert en.startswith("decode step: 3 sequences"), en
+    assert zh.startswith("解码一步：3 个序列"), zh
+    assert sorted(re.findall(r"\d+", zh)) == sorted(re.findall(r"\d+", en)), (en, zh)
+
+
 def test_the_locale_chooses_chinese_unless_told_otherwise(monkeypatch):
     monkeypatch.delenv("PAGEDSIM_LANG", raising=False)
     monkeypatch.delenv("LC_ALL", raising=False)
