@@ -58,12 +58,12 @@ def wrap(line: str, width: int, indent: str = "      ") -> list[str]:
             if cur != start:
                 cur += " "
             continue
-        while display_width(tok) > width - display_width(start):  # a word longer than a line
-            room = width - display_width(start)
+        while tok and display_width(tok) > width - display_width(start):  # a word longer than a line
+            room = max(1, width - display_width(start))  # at least one character: a tiny width ends too
             if cur != start:
                 out.append(cur.rstrip())
                 cur = start = lead + indent
-                room = width - display_width(start)
+                room = max(1, width - display_width(start))
             out.append(start + tok[:room])
             tok, cur, start = tok[room:], lead + indent, lead + indent
         if display_width(cur) + display_width(tok) > width and cur.strip():

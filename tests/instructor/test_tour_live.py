@@ -100,3 +100,10 @@ def test_wrapping_cuts_at_spaces_or_between_chinese_characters_and_keeps_every_c
     assert all(display_width(x) <= 40 for x in lines)
     assert "".join(x.strip() for x in lines).replace(" ", "") == line.strip().replace(" ", "")
     assert wrap("short", 40) == ["short"]
+
+
+@pytest.mark.parametrize("width", [-5, 0, 3, 7])
+def test_wrapping_at_a_width_narrower_than_the_indent_ends_and_keeps_every_character(width):
+    line = "  why: " + "word " * 3 + "块表" * 2
+    lines = wrap(line, width)
+    assert "".join(x.strip() for x in lines).replace(" ", "") == line.strip().replace(" ", "")
