@@ -58,8 +58,7 @@ def lang() -> str:
 
 
 def t(template: str, **kw) -> str:
-    text = ZH.get(template, template) if lang() == "zh" else template
-    return text.format(**kw)
+    return _lang.t(template, lang(), ZH, **kw)
 
 
 def say(en: str, zh: str) -> str:
