@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 
 from ..trace import AllocationFailed, CopyOnWrite, SequenceAdded, SequenceForked, SequenceFreed
 from . import style
-from .animate import write_gif
+from .animate import write_frames, write_gif
 from .render import Layout, render
 
 STRIP_COLS = 2  # key frames per row
@@ -70,13 +70,8 @@ def draw_one(snapshots, k: int, path) -> Path:
 def write_all(snapshots, out_dir, *, fmt: str = "png", name: str = "scenario", lang: str = "en") -> list[Path]:
     """`<name>_step_000.<fmt>` ... one per snapshot, `<name>-key-frames.<fmt>` and `<name>.gif`."""
     snapshots, out_dir = list(snapshots), Path(out_dir)
-    layout, colours = Layout.for_snapshots(snapshots), style.seq_colours(snapshots)
-    paths, fig = [], None
     with style.output(fmt=fmt, look=style.look().name, lang=lang):
-        for k, snap in enumerate(snapshots):
-            fig = render(snap, fig, layout=layout, colours=colours)
-            paths.append(style.save(fig, out_dir / f"{name}_step_{k:03d}.png", close=False))
-        plt.close(fig)
+        paths = write_frames(snapshots, out_dir, prefix=f"{name}_step")
         paths.append(write_strip(snapshots, out_dir / f"{name}-key-frames.png"))
         paths.append(write_gif(snapshots, out_dir / f"{name}.gif"))
     return paths
