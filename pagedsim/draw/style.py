@@ -38,6 +38,9 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
+from ..lang import t as _t  # noqa: E402
+from .labels_zh import ZH as _ZH  # noqa: E402
+
 SEQ_COLOURS = (  # Tol muted, ordered so neighbours in admission order contrast
     "#88CCEE",  # cyan
     "#CC6677",  # rose
@@ -153,11 +156,7 @@ def lang() -> str:
 
 def tr(text: str, **fields) -> str:
     """`text` in the current language (see labels_zh.py), with `fields` filled in."""
-    if _out["lang"] == "zh":
-        from .labels_zh import ZH
-
-        text = ZH.get(text, text)
-    return text.format(**fields) if fields else text
+    return _t(text, _out["lang"], _ZH, **fields)
 
 
 def pt(size: float) -> float:
