@@ -92,11 +92,11 @@ def kv_for(tokens, pos):
 
 def fill(kv, manager, seq, tokens, skip):
     """Write K/V of positions >= skip (the positions a prefix-cache hit did not cover)."""
-    slots = manager.slot_mapping(seq)
-    for pos in range(skip, len(tokens)):
-        k_v = kv_for(tokens, pos)  # [2, H_kv, D]
-        key, value = k_v[0][None].copy(), k_v[1][None].copy()  # [1, H_kv, D]
-        cuda_kernels.write_kv(kv, key, value, slots[pos:pos + 1])
+    if skip >= len(tokens):
+        return
+    k_v = np.stack([kv_for(tokens, pos) for pos in range(skip, len(tokens))])  # [T, 2, H_kv, D]
+    key, value = k_v[:, 0].copy(), k_v[:, 1].copy()  # [T, H_kv, D] each
+    cuda_kernels.write_kv(kv, key, value, manager.slot_mapping(seq)[skip:len(tokens)])  # one launch
 
 
 @settings(max_examples=3)
