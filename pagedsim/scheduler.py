@@ -96,7 +96,6 @@ class Scheduler:
         self.victim = victim  # which running group is preempted first
         self.max_running = max_running  # cap on running sequences (None: blocks decide)
         self.beam_reshuffle = beam_reshuffle
-        # request index -> prompt token ids (for prefix caching), as tuples once
         self.watermark = int(watermark * manager.num_blocks)  # blocks admission leaves free
         self.record = record
         self.seed = seed
@@ -105,7 +104,9 @@ class Scheduler:
         self.requests = list(requests)
         if tokens is not None and len(tokens) != len(self.requests):
             raise ValueError(f"tokens has {len(tokens)} prompts for {len(self.requests)} requests")
-        self.tokens = None if tokens is None else [  # checked now, not halfway through a run
+        # request index -> prompt token ids (for prefix caching), as tuples, checked now,
+        # not halfway through a run
+        self.tokens = None if tokens is None else [
             prompt_ids(tokens[i], r.prompt_len, f"tokens[{i}]") for i, r in enumerate(self.requests)]
         for i, r in enumerate(self.requests):
             per_seq = manager.peak_blocks(r.prompt_len, r.total_len)
