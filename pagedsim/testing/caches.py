@@ -66,6 +66,7 @@ def paged_case(*, context_lens=(5,), block_size: int = 4, num_kv_heads: int = 1,
     lens, bs = spec["context_lens"], block_size
     need = [-(-n // bs) for n in lens]
     num_blocks = 1 + sum(need) + spare_blocks  # + one padding block
+    # cuda_kernels.reference.scattered_block_tables plus a padding block (no Numba import)
     ids = rng.permutation(num_blocks)
     pad = int(ids[0])  # short rows point at this (poisoned) block
     tables = np.full((len(lens), max(need)), pad, np.int32)  # [S, max_blocks]
@@ -98,7 +99,10 @@ def paged_caches(*, max_seqs: int = 3, max_context: int = 20, block_sizes=(1, 2,
 
 def reference_attention(query, kv_cache, block_tables, context_lens, scale=None) -> np.ndarray:
     """[S, H, D] float64: softmax(q K^T * scale) V over each sequence's blocks (GQA:
-    query head h reads KV head h // group). Gathers through the table, like the kernel."""
+    query head h reads KV head h // group). Gathers through the table, like the kernel.
+
+    The same maths as `cuda_kernels.reference.paged_attention`, kept here because
+    importing `cuda_kernels` loads Numba; test_kit_attention.py checks the two agree."""
     q = np.asarray(query, np.float64)  # [S, H, D]
     kv = np.asarray(kv_cache, np.float64)  # [N, 2, H_kv, B, D]
     num_heads, head_dim = q.shape[1:]
