@@ -152,8 +152,10 @@ class PrefixCachingManager(KVCacheManager):
                              f"{len(known) + len(new)} known for {seq_id!r}")
         target = done + n + ahead
         grow = max(0, target - table.num_tokens)
-        cow = bool(n and table.num_tokens % self.block_size
-                   and self.pool.is_shared(table.blocks[-1]))  # v0 fork only: v1 never shares a partial block
+        # a slot handed out in a shared, partly filled last block (a new token or a lookahead
+        # slot) needs a private copy first; v0 fork only: v1 never shares a partial block
+        cow = bool((n or grow) and table.num_tokens % self.block_size
+                   and self.pool.is_shared(table.blocks[-1]))
         need = blocks_needed(table.num_tokens + grow, self.block_size) - len(table.blocks) + cow
         if need > self.pool.num_free:
             return None

@@ -207,3 +207,17 @@ def test_a_reclaimer_that_frees_the_hits_is_replanned_and_refusals_change_nothin
         m.check_invariants()
     used = {b for s in m.seq_ids() for b in m.block_table(s)}
     assert m.num_free_blocks == num_blocks - len(used)
+
+
+def test_a_lookahead_slot_in_a_shared_partly_filled_block_copies_it_first_or_changes_nothing():
+    m = PrefixCachingManager(num_blocks=3, block_size=4)
+    m.allocate_slots("a", 5, new_token_ids=list(range(5)))
+    m.fork("a", "b")  # v0 sharing: b's last block (1 of 4 slots used) is a's too
+    m.add_sequence("c", 4)  # takes the last free block
+    before = (list(m.block_table("b")), m.num_tokens("b"), m.num_free_blocks)
+    assert m.allocate_slots("b", 0, num_lookahead_tokens=1) is None  # the copy needs a block
+    assert (list(m.block_table("b")), m.num_tokens("b"), m.num_free_blocks) == before
+    m.free_sequence("c")
+    assert m.allocate_slots("b", 0, num_lookahead_tokens=1) == [2]
+    assert m.drain_copies() == [(1, 2)] and list(m.block_table("a")) == [0, 1]
+    m.check_invariants()
