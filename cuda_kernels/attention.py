@@ -137,6 +137,20 @@ def attended_ranges(context_lens: np.ndarray, window, sinks: int):
     return kept, start, kept + lens - start
 
 
+def check_read_blocks(tables, block_size: int, num_blocks: int, kept, start, ends, rows=None):
+    """Every block-table entry a kernel reads lies in [0, num_blocks): entry b of sequence
+    s is read when its block holds one of the first kept[s] positions or overlaps
+    [start[s], ends[s]) (`attended_ranges`); rows (bool [S]) limits this to the sequences
+    that launch work. Entries of skipped blocks may be anything (-1)."""
+    first = np.arange(tables.shape[1], dtype=np.int64)[None, :] * block_size  # [1, max_blocks]
+    touched = (first < kept[:, None]) | ((first < ends[:, None]) &
+                                        (first + block_size > start[:, None]))
+    if rows is not None:
+        touched &= rows[:, None]
+    ck.require_range("block_tables", tables, 0, num_blocks,
+                     f" (the cache has {num_blocks} blocks)", mask=touched)
+
+
 def paged_attention(query, kv_cache, block_tables, context_lens, scale=None, *, mode="auto",
                     partition_size=None, window=None, sinks=0):
     """Decode attention over kv_cache[num_blocks, 2, H_kv, B, D] -> float32 [S, H, D].
@@ -178,11 +192,7 @@ def decode_with(loaders: Loaders, k_src, v_src, query, block_tables, context_len
                      f": block_tables has {max_blocks} blocks of {block_size} tokens")
     window, sinks = ck.window_args(window, sinks)
     kept, start, count = attended_ranges(lens, window, sinks)
-    first = np.arange(max_blocks, dtype=np.int64)[None, :] * block_size  # [1, max_blocks]
-    touched = (first < kept[:, None]) | ((first < lens[:, None]) &
-                                        (first + block_size > start[:, None]))
-    ck.require_range("block_tables", tables, 0, num_blocks,
-                     f" (the cache has {num_blocks} blocks)", mask=touched)
+    check_read_blocks(tables, block_size, num_blocks, kept, start, lens)
     scale = ck.require_scale(scale, head_dim)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
