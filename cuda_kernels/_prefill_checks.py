@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _checks as ck
-from .attention import attended_ranges
+from .attention import attended_ranges, check_read_blocks
 
 
 def check_batch(query, num_kv_heads, head_dim, block_size, num_blocks, block_tables,
@@ -48,10 +48,5 @@ def check_batch(query, num_kv_heads, head_dim, block_size, num_blocks, block_tab
     len_lo = ctx - q_lens + 1 if causal else ctx  # positions seen by each first / last row
     kept_hi, _, _ = attended_ranges(ctx, window, sinks)
     _, start_lo, _ = attended_ranges(len_lo, window, sinks)
-    first = np.arange(max_blocks, dtype=np.int64)[None, :] * block_size  # [1, max_blocks]
-    touched = ((first < kept_hi[:, None]) |
-               ((first < ctx[:, None]) & (first + block_size > start_lo[:, None])))
-    touched &= (q_lens > 0)[:, None]
-    ck.require_range("block_tables", tables, 0, num_blocks,
-                     f" (the cache has {num_blocks} blocks)", mask=touched)
+    check_read_blocks(tables, block_size, num_blocks, kept_hi, start_lo, ctx, rows=q_lens > 0)
     return tables, lens, starts, q_lens

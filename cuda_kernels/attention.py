@@ -44,6 +44,7 @@ MODES = ("auto", "single", "split")
 # turns it on for its correctness pass.
 POISON = {"on": None}
 _kernels: dict = {}
+_slots: dict = {}  # (kernel, launch argument types, threads) -> cta_slots, on a GPU
 
 
 def _empty(shape) -> "cuda.devicearray.DeviceNDArray":
@@ -95,12 +96,17 @@ def cta_slots(kernel, args, threads: int) -> int:
     """SMs x resident CTAs per SM of `kernel` launched with `args` and `threads`, from the
     driver's occupancy calculator (numba's max_cooperative_grid_blocks). Compiling for
     the launch's exact argument types registers the overload the launch then reuses.
+    The answer is cached per (kernel, argument types, threads): later launches of the
+    same overload skip the compile lookup and the driver query.
     The simulator assumes SIMULATED_SMS x SIMULATED_CTAS_PER_SM."""
     if _backend.backend() != "gpu":
         return SIMULATED_SMS * SIMULATED_CTAS_PER_SM
     try:
-        compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
-        return int(compiled.max_cooperative_grid_blocks(threads))
+        types = tuple(kernel.typeof_pyval(a) for a in args)
+        key = (kernel, types, threads)
+        if key not in _slots:  # occupancy depends only on the compiled code and the block size
+            _slots[key] = int(kernel.compile(types).max_cooperative_grid_blocks(threads))
+        return _slots[key]
     except Exception as exc:  # not silent: the rule still works, with an assumed occupancy
         warnings.warn(f"occupancy query failed ({exc!r}); assuming {SIMULATED_CTAS_PER_SM} "
                       f"CTAs per SM", RuntimeWarning, stacklevel=2)
@@ -129,6 +135,20 @@ def attended_ranges(context_lens: np.ndarray, window, sinks: int):
     kept = np.minimum(sinks, lens)
     start = np.maximum(lens - window, kept)
     return kept, start, kept + lens - start
+
+
+def check_read_blocks(tables, block_size: int, num_blocks: int, kept, start, ends, rows=None):
+    """Every block-table entry a kernel reads lies in [0, num_blocks): entry b of sequence
+    s is read when its block holds one of the first kept[s] positions or overlaps
+    [start[s], ends[s]) (`attended_ranges`); rows (bool [S]) limits this to the sequences
+    that launch work. Entries of skipped blocks may be anything (-1)."""
+    first = np.arange(tables.shape[1], dtype=np.int64)[None, :] * block_size  # [1, max_blocks]
+    touched = (first < kept[:, None]) | ((first < ends[:, None]) &
+                                        (first + block_size > start[:, None]))
+    if rows is not None:
+        touched &= rows[:, None]
+    ck.require_range("block_tables", tables, 0, num_blocks,
+                     f" (the cache has {num_blocks} blocks)", mask=touched)
 
 
 def paged_attention(query, kv_cache, block_tables, context_lens, scale=None, *, mode="auto",
@@ -172,11 +192,7 @@ def decode_with(loaders: Loaders, k_src, v_src, query, block_tables, context_len
                      f": block_tables has {max_blocks} blocks of {block_size} tokens")
     window, sinks = ck.window_args(window, sinks)
     kept, start, count = attended_ranges(lens, window, sinks)
-    first = np.arange(max_blocks, dtype=np.int64)[None, :] * block_size  # [1, max_blocks]
-    touched = (first < kept[:, None]) | ((first < lens[:, None]) &
-                                        (first + block_size > start[:, None]))
-    ck.require_range("block_tables", tables, 0, num_blocks,
-                     f" (the cache has {num_blocks} blocks)", mask=touched)
+    check_read_blocks(tables, block_size, num_blocks, kept, start, lens)
     scale = ck.require_scale(scale, head_dim)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -194,18 +210,19 @@ def decode_with(loaders: Loaders, k_src, v_src, query, block_tables, context_len
     d_lens = ck.to_device(lens if not ck.is_device(context_lens) else context_lens)
     longest = int(count.max())
     part = partition_size or DEFAULT_PARTITION
-    if mode == "auto":
-        probe = (_empty((1, 1, 1, 1)), _empty((1, 1, 1)), _empty((1, 1, 1)))  # types only
+    out = _empty((num_seqs, num_heads, head_dim))  # [S, H, D]
+    one_pass = out.reshape(num_seqs, num_heads, 1, head_dim)  # partial when P == 1
+    if mode == "auto":  # out stands in for max_logits / exp_sums: same type, [S, H, P] float32
         slots = cta_slots(kernel, (k_src, v_src, d_query, d_tables, d_lens, np.float32(1),
-                                   np.int32(0), np.int32(0), np.int32(1)) + probe, threads)
+                                   np.int32(0), np.int32(0), np.int32(1), one_pass, out, out),
+                          threads)
         part = choose_partition(count, num_kv_heads * chunks, slots)
     if mode == "single":
         part = longest
     num_parts = -(-longest // part)
 
-    out = _empty((num_seqs, num_heads, head_dim))  # [S, H, D]
     if num_parts == 1:
-        partial = out.reshape(num_seqs, num_heads, 1, head_dim)
+        partial = one_pass
     else:
         partial = _empty((num_seqs, num_heads, num_parts, head_dim))  # [S, H, P, D]
     max_logits = _empty((num_seqs, num_heads, num_parts))  # [S, H, P]

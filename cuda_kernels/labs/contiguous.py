@@ -14,25 +14,23 @@ the same way). `contiguous_cache` rewrites a paged cache into this layout.
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda, int32
+from numba import cuda
 
 from cuda_kernels.attention import kernel_for
-from cuda_kernels.layout import Loaders
-from cuda_kernels.primitives import itemsize
+from cuda_kernels.layout import Loaders, k_row, v_row
 
 
 @cuda.jit(device=True)
 def contig_k_row(cache, seq, block, kv_head, offset):
-    item = itemsize(cache)
-    inner = int32(kv_head * (cache.strides[2] // item) + offset * (cache.strides[3] // item))
-    return seq * (cache.strides[0] // item) + inner
+    """Element index of cache[seq, 0, kv_head, offset, 0]: the fused cache's row with
+    the sequence in place of the block (`layout.k_row`)."""
+    return k_row(cache, seq, seq, kv_head, offset)
 
 
 @cuda.jit(device=True)
 def contig_v_row(cache, seq, block, kv_head, offset):
-    item = itemsize(cache)
-    inner = int32((cache.strides[1] + kv_head * cache.strides[2] + offset * cache.strides[3]) // item)
-    return seq * (cache.strides[0] // item) + inner
+    """Element index of cache[seq, 1, kv_head, offset, 0] (`layout.v_row`)."""
+    return v_row(cache, seq, seq, kv_head, offset)
 
 
 CONTIGUOUS = Loaders("contiguous cache[S,2,H,L,D]", contig_k_row, contig_v_row, vector=True)

@@ -50,10 +50,9 @@ def split_row(pool, seq, block, kv_head, offset):
 
 @cuda.jit(device=True)
 def nhd_row(pool, seq, block, kv_head, offset):
-    """Element index of pool[block, offset, kv_head, 0], pool [N, B, H_kv, D]."""
-    item = itemsize(pool)
-    inner = int32(offset * (pool.strides[1] // item) + kv_head * (pool.strides[2] // item))
-    return block * (pool.strides[0] // item) + inner
+    """Element index of pool[block, offset, kv_head, 0], pool [N, B, H_kv, D]: `split_row`
+    with the two inner indices swapped."""
+    return split_row(pool, seq, block, offset, kv_head)
 
 
 @cuda.jit(device=True)
