@@ -98,7 +98,7 @@ def _report(outcome, *, verbose: bool, hint: bool) -> None:
         many = i18n.t("  ({n} checks)", n=len(checks)) if len(checks) > 1 else ""
         print(f"FAIL {ex.id}: {message}{many}" + (f"\n      [{', '.join(checks)}]" if verbose else ""))
     if outcome.failures and hint:
-        from pagedsim.lang import wrap  # CJK-aware: Chinese has no spaces to break at
+        from pagedsim.app.lang import wrap  # CJK-aware: Chinese has no spaces to break at
         print("\n".join(wrap(i18n.t("hint: {hint}", hint=ex.hint_in(i18n.lang())), 100)))
 
 

@@ -79,7 +79,7 @@ def child_command(exercise_id: str, path: Path, extra_checks=()) -> list[str]:
     """The command one grading process runs: `pagedsim check ID --impl FILE --json`, which
     prints one JSON object on its last stdout line and hides the reference solutions from
     the file it checks (course/guard.py)."""
-    cmd = [sys.executable, "-m", "pagedsim.cli", "check", exercise_id, "--impl", str(path), "--json"]
+    cmd = [sys.executable, "-m", "pagedsim.app.cli", "check", exercise_id, "--impl", str(path), "--json"]
     return cmd + (["--extra-checks", *map(str, extra_checks)] if extra_checks else [])
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from pagedsim import lang as _lang
+from pagedsim.app import lang as _lang
 
 LANGS = _lang.LANGS
 
@@ -41,7 +41,7 @@ ZH = {
 
 
 def detect() -> str:
-    """The environment's language; the rule lives in pagedsim.lang (shared with the tour and play)."""
+    """The environment's language; the rule lives in pagedsim.app.lang (shared with the tour and play)."""
     return _lang.detect()
 
 

@@ -26,7 +26,7 @@ popped at once would need a second counter (reserve, then commit after a
 `cuda.threadfence()`), and an index-based CAS stack would meet the ABA problem.
 
 Reference: CUDA C++ Programming Guide, "Atomic Functions"; vLLM v1 block_pool.py (the
-host-side pool this mirrors); `pagedsim.interleavings` for the step-by-step race.
+host-side pool this mirrors); `pagedsim.labs.interleavings` for the step-by-step race.
 """
 
 from numba import cuda

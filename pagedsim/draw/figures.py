@@ -28,7 +28,7 @@ from pathlib import Path
 
 import matplotlib
 
-from ..cli import writable_dir
+from ..app.cli import writable_dir
 
 matplotlib.use("Agg")  # figures are files: never open a window
 

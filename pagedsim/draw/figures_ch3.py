@@ -16,7 +16,7 @@ from .scenario import key_frames  # noqa: F401 -- part of this module's interfac
 
 def tour_snapshots() -> list:
     """The snapshots of `pagedsim tour` (12 blocks x 4 tokens, fork, copy-on-write, OutOfBlocks)."""
-    from ..tour import tour_manager
+    from ..app.tour import tour_manager
 
     return tour_manager().trace.snapshots
 

@@ -1,7 +1,7 @@
 """Figures for the chapter 3.7 labs: a race drawn step by step, and the sector-count predictions.
 
     race_timeline     one bad interleaving of the racy pop (threads as lanes), next to the
-                      same start under compare-and-swap (`pagedsim.interleavings`)
+                      same start under compare-and-swap (`pagedsim.labs.interleavings`)
     layout_sectors    which bytes one warp's load touches in each KV layout, and how many
                       32-byte sectors that costs (`pagedsim.labs.sectors`)
     alignment_sectors the same count for block starts 0..128 bytes off a 128-byte boundary
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from matplotlib.patches import Rectangle
 
-from pagedsim import interleavings as il
+from pagedsim.labs import interleavings as il
 from pagedsim.draw.style import ACCENT, FREE, FREE_EDGE, INK, SEQ_COLOURS, new_figure, save
 
 LANE_COLOURS = SEQ_COLOURS[:3]

@@ -38,7 +38,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from ..lang import t as _t  # noqa: E402
+from ..app.lang import t as _t  # noqa: E402
 from .labels_zh import ZH as _ZH  # noqa: E402
 
 SEQ_COLOURS = (  # Tol muted, ordered so neighbours in admission order contrast

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 
 from .. import workloads
-from ..cli import ArgParser, float_in, int_in
+from ..app.cli import ArgParser, float_in, int_in
 from ..errors import MAX_BLOCK_SIZE, MAX_NUM_BLOCKS
 from ..policies import EVICTION_POLICIES, PREEMPTION_POLICIES, PrefixCachingManager
 from ..scheduler import Scheduler
@@ -68,7 +68,7 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     if args.memory_tokens < args.block_size:
         ap.error("--memory-tokens must hold at least one block (>= --block-size)")
-    requests, source = load_requests(args)  # errors: one line from pagedsim.cli.main
+    requests, source = load_requests(args)  # errors: one line from pagedsim.app.cli.main
     tokens = workloads.prompt_tokens(requests, args.seed)
     rows = compare(requests, tokens, block_size=args.block_size,
                    memory_tokens=args.memory_tokens, swap_gib=args.swap_gib, model=args.model)

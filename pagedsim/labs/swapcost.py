@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import math
 
-from ..cli import ArgParser, float_in, int_in
+from ..app.cli import ArgParser, float_in, int_in
 from ..errors import MAX_BLOCK_SIZE
 from ..sizing import preset
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import workloads
 from ..block_table import blocks_needed
-from ..cli import ArgParser, int_in, writable_dir
+from ..app.cli import ArgParser, int_in, writable_dir
 from ..errors import count_arg
 from ..policies import PrefixCachingManager
 from ..scheduler import Scheduler

@@ -41,7 +41,7 @@ import json
 
 import numpy as np
 
-from ..cli import ArgParser, int_in
+from ..app.cli import ArgParser, int_in
 
 from .. import workloads
 from ..errors import MAX_BLOCK_SIZE, count_arg
@@ -181,7 +181,7 @@ def main(argv: list[str]) -> int:
                     help="also print the blocks saved by sharing (n / beam_width 2, 4, 6; "
                          "driver run on the first 1000 requests)")
     args = ap.parse_args(argv)
-    requests, source = load_requests(args)  # errors: one line on stderr, from pagedsim.cli
+    requests, source = load_requests(args)  # errors: one line on stderr, from pagedsim.app.cli
     frac = breakdown(requests, args.block_size, args.max_len, args.mode, args.memory_tokens,
                      args.queue)
     if args.json:

@@ -1,28 +1,62 @@
-"""The simulator core stays light: importing it never pulls in matplotlib or numba."""
+"""The simulator core stays the model: importing it never pulls in matplotlib or numba,
+nor any of the apps built on it (`pagedsim.app`, `draw`, `labs`, `engine`, `testing`)."""
 
 import pkgutil
 import subprocess
 import sys
 
 import pagedsim
+from pagedsim.app import MOVED
+
+APPS = ("pagedsim.app", "pagedsim.draw", "pagedsim.labs", "pagedsim.engine", "pagedsim.testing")
 
 
 def core_modules():
     names = ["pagedsim"]
     for info in pkgutil.walk_packages(pagedsim.__path__, "pagedsim."):
-        if not info.name.startswith("pagedsim.draw"):
+        if info.name in MOVED or info.name in ("pagedsim._moved", "pagedsim.__main__"):
+            continue
+        if not info.name.startswith(APPS):
             names.append(info.name)
     return names
 
 
-def test_the_core_never_imports_matplotlib_or_numba():
-    modules = core_modules()
-    assert "pagedsim.manager" in modules and "pagedsim.tour" in modules
+def imported_after(modules):
     code = ("import importlib, sys\n"
             f"for name in {modules!r}:\n"
             "    importlib.import_module(name)\n"
-            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('matplotlib', 'numba'))\n"
-            "print(heavy)\n"
-            "sys.exit(1 if heavy else 0)\n")
+            "print('\\n'.join(sorted(sys.modules)))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert done.returncode == 0, f"core imported heavy modules: {done.stdout} {done.stderr[-2000:]}"
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.split()
+
+
+def test_the_core_is_exactly_the_model():
+    modules = core_modules()
+    assert "pagedsim.manager" in modules and "pagedsim.policies.prefix_cache" in modules
+    assert not any(name.startswith(APPS) or name in MOVED for name in modules)
+
+
+def test_the_core_never_imports_matplotlib_numba_or_an_app():
+    loaded = imported_after(core_modules())
+    heavy = [m for m in loaded if m.split(".")[0] in ("matplotlib", "numba")]
+    apps = [m for m in loaded if m.startswith(APPS) or m in MOVED]
+    assert heavy == [], f"core imported heavy modules: {heavy}"
+    assert apps == [], f"core imported app modules: {apps}"
+
+
+def test_the_tour_itself_stays_light():
+    loaded = imported_after(["pagedsim.app.tour", "pagedsim.app.play"])
+    assert not [m for m in loaded if m.split(".")[0] in ("matplotlib", "numba")]
+
+
+def test_each_moved_module_is_an_alias_of_its_new_home():
+    import importlib
+    import warnings
+
+    for old, new in MOVED.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            module = importlib.import_module(old)
+        assert module is importlib.import_module(new), old
+        assert sys.modules[old] is sys.modules[new]

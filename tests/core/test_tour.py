@@ -2,8 +2,8 @@
 
 import json
 
-from pagedsim.cli import main
-from pagedsim.tour import SCRIPT, tour_manager
+from pagedsim.app.cli import main
+from pagedsim.app.tour import SCRIPT, tour_manager
 
 
 def test_the_tour_shows_sharing_copy_on_write_a_finish_and_running_dry(capsys):

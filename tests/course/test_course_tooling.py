@@ -26,7 +26,7 @@ def pagedsim(*args, timeout=300):
     """Run `pagedsim ARGS` in a fresh interpreter (the checks run pytest in-process)."""
     env = {**os.environ, "MPLBACKEND": "Agg"}
     env.pop("PAGEDSIM_IMPL", None)
-    return subprocess.run([sys.executable, "-m", "pagedsim.cli", *args], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "pagedsim.app.cli", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -8,7 +8,7 @@ import pytest
 matplotlib.use("Agg")
 
 from pagedsim import KVCacheManager, OutOfBlocks  # noqa: E402
-from pagedsim.tour import tour_manager  # noqa: E402
+from pagedsim.app.tour import tour_manager  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

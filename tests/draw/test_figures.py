@@ -114,7 +114,7 @@ def test_key_frames_include_the_fork_the_copy_on_write_and_the_failure(tour_snap
 
 
 def test_tour_draw_writes_its_frames_and_a_gif(tmp_path, capsys):
-    from pagedsim.tour import main as tour_main
+    from pagedsim.app.tour import main as tour_main
 
     assert tour_main(["--steps", "2", "--draw", str(tmp_path)]) == 0
     names = sorted(p.name for p in tmp_path.iterdir())
@@ -125,7 +125,7 @@ def test_the_simulator_core_never_imports_matplotlib():
     import subprocess
     import sys
 
-    code = ("import sys, pagedsim, pagedsim.tour, pagedsim.workloads; "
-            "pagedsim.tour.tour_manager(); print('matplotlib' in sys.modules)")
+    code = ("import sys, pagedsim, pagedsim.app.tour, pagedsim.workloads; "
+            "pagedsim.app.tour.tour_manager(); print('matplotlib' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

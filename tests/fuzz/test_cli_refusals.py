@@ -14,7 +14,7 @@ TIME_LIMIT = 60  # seconds; every row finishes in a few
 
 def run(args, cwd):
     env = {**os.environ, "PYTHONPATH": str(REPO), "MPLBACKEND": "Agg"}
-    return subprocess.run([sys.executable, "-m", "pagedsim.cli", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "pagedsim.app.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=TIME_LIMIT)
 
 

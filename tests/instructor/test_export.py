@@ -60,12 +60,12 @@ def test_an_export_from_an_installed_wheel_gets_a_pyproject_from_the_package_met
     dist = SimpleNamespace(
         version="0.1.0", metadata={"Name": "pagedsim", "Requires-Python": ">=3.10"},
         requires=["numpy>=2.0", "pytest>=9.0", 'nvidia-cuda-nvcc>=13.5; extra == "ptx"'],
-        entry_points=[ep("console_scripts", "pagedsim", "pagedsim.cli:main"),
+        entry_points=[ep("console_scripts", "pagedsim", "pagedsim.app.cli:main"),
                       ep("pytest11", "pagedsim.testing.plugin", "pagedsim.testing.plugin")])
     project = tomllib.loads(export.installed_pyproject(dist))
     assert project["project"]["name"] == "pagedsim" and project["project"]["version"] == "0.1.0"
     assert project["project"]["dependencies"] == ["numpy>=2.0", "pytest>=9.0"]  # no extras
-    assert project["project"]["scripts"] == {"pagedsim": "pagedsim.cli:main"}
+    assert project["project"]["scripts"] == {"pagedsim": "pagedsim.app.cli:main"}
     assert project["project"]["entry-points"]["pytest11"] == {"pagedsim.testing.plugin": "pagedsim.testing.plugin"}
     root = tmp_path / "site-packages"  # no git, no pyproject.toml: what an installed copy looks like
     (root / "pagedsim").mkdir(parents=True)

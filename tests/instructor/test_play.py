@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from pagedsim import play
-from pagedsim.play_session import Options, Refused, Session, parse
-from pagedsim.tour import tour_manager
-from pagedsim.trace_json import load_snapshots, snapshots_from_dict
+from pagedsim.app import play
+from pagedsim.app.play_session import Options, Refused, Session, parse
+from pagedsim.app.tour import tour_manager
+from pagedsim.app.trace_json import load_snapshots, snapshots_from_dict
 
 FORK_SCRIPT = """# beam search, copy-on-write, then the pool runs dry
 alloc A 6
@@ -61,7 +61,7 @@ def test_the_playgrounds_own_notes_are_in_chinese_under_lang_zh():
     said = s.timeline("zh")[-1].caption
     assert "抢占了序列 B：8 个 token 需要重算" in said and "preempted" not in said, said
     assert "preempted seq B: 8 tokens to recompute" in s.timeline("en")[-1].caption
-    from pagedsim.tour import format_snapshot
+    from pagedsim.app.tour import format_snapshot
     text = format_snapshot(s.current(), lang="zh")
     assert "个 token   逻辑->物理：" in text and "logical->physical" not in text, text
 
@@ -140,7 +140,7 @@ def test_parse_turns_counts_into_ints_and_refuses_extra_words():
 
 
 def test_a_trace_saved_by_tour_json_reads_back_to_the_same_snapshots(tmp_path, capsys):
-    from pagedsim.tour import main as tour_main
+    from pagedsim.app.tour import main as tour_main
 
     assert tour_main(["--json"]) == 0
     path = tmp_path / "tour.json"
@@ -178,7 +178,7 @@ def test_a_scenario_script_is_drawn_end_to_end_frames_key_frames_and_a_gif(tmp_p
 
 @pytest.mark.draw
 def test_a_loaded_trace_is_drawn(tmp_path, capsys):
-    from pagedsim.tour import main as tour_main
+    from pagedsim.app.tour import main as tour_main
 
     assert tour_main(["--json", "--steps", "1"]) == 0
     path = tmp_path / "t.json"

@@ -4,8 +4,8 @@ import io
 
 import pytest
 
-from pagedsim import tour, tour_zh
-from pagedsim.lang import detect, display_width, wrap
+from pagedsim.app import tour, tour_zh
+from pagedsim.app.lang import detect, display_width, wrap
 
 
 def tour_output(capsys, *args, stdin=None, monkeypatch=None) -> str:
@@ -54,7 +54,7 @@ def test_chinese_explains_every_step_in_chinese_and_keeps_the_ids(capsys):
 def test_chinese_captions_state_the_same_numbers_as_the_english_ones():
     import re
 
-    from pagedsim.describe_zh import caption
+    from pagedsim.app.describe_zh import caption
 
     for snap in tour.tour_manager().trace.snapshots:
         zh, en = caption(snap, "zh"), caption(snap, "en")
@@ -66,7 +66,7 @@ def test_chinese_captions_state_the_same_numbers_as_the_english_ones():
 def test_a_chinese_decode_step_caption_names_every_sequence_count_and_copy_like_the_english_one():
     import re
 
-    from pagedsim.describe_zh import describe_zh
+    from pagedsim.app.describe_zh import describe_zh
     from pagedsim.manager import KVCacheManager
     from pagedsim.trace import describe
 

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from pagedsim import cli
+from pagedsim.app import cli
 
 SMALL = ["--num-requests", "20"]
 COMMANDS = {

@@ -4,7 +4,7 @@ import pytest
 from matplotlib.colors import to_hex
 from matplotlib.patches import Rectangle
 
-from pagedsim import interleavings as il
+from pagedsim.labs import interleavings as il
 from pagedsim.draw import figures_labs
 from pagedsim.draw.style import ACCENT, new_figure
 

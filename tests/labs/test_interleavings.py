@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pagedsim import interleavings as il
+from pagedsim.labs import interleavings as il
 
 pytestmark = pytest.mark.ch3_7
 
@@ -102,6 +102,6 @@ def test_race_command_reports_no_bad_schedule_for_cas(capsys):
 
 
 def test_pagedsim_race_is_dispatched_by_the_cli(capsys):
-    from pagedsim import cli
+    from pagedsim.app import cli
     assert cli.main(["race", "--impl", "atomic_add", "--threads", "3"]) == 0
     assert "interleavings walked: 90" in capsys.readouterr().out

@@ -15,7 +15,7 @@ FEW = ["--examples", "20", "--steps", "20"]
 
 def conform(*args, timeout=120):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    done = subprocess.run([sys.executable, "-m", "pagedsim.cli", "conform", *args], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "pagedsim.app.cli", "conform", *args], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=timeout)
     return done.returncode, done.stdout, done.stderr
 

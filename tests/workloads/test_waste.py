@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from pagedsim import cli
+from pagedsim.app import cli
 from pagedsim import workloads
 from pagedsim.labs import waste
 from pagedsim.labs.contiguous import external_fragmentation

@@ -164,12 +164,12 @@ def demo(out_dir) -> None:
     except ImportError as e:
         print(f"\n(the pre-allocation lab cuda_kernels.labs.prealloc is not available: {e})")
     try:
-        from pagedsim.interleavings import summarize
+        from pagedsim.labs.interleavings import summarize
         for impl in ("racy", "atomic_add"):
             s = summarize(impl, 2)
             print(f"pagedsim race: {impl} pop, 2 threads: {s.bad} of {s.total} interleavings go wrong")
     except ImportError as e:
-        print(f"(pagedsim.interleavings is not available: {e})")
+        print(f"(pagedsim.labs.interleavings is not available: {e})")
     for name, kernel in (("racy pop", racy_pop), ("atomic pop", pop_kernel)):
         stack, top, out = np.arange(10, 14, dtype=np.int32), np.array([4], np.int32), np.full(3, -2, np.int32)
         log = Stepper("round_robin").run(kernel, 3, stack, top, out, names=["free_stack", "top", "out"])

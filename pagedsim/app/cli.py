@@ -1,0 +1,135 @@
+"""The `pagedsim` command: one sub-command per job, each living in its own module.
+
+Sub-commands are imported only when used, so `pagedsim tour` never loads
+matplotlib or numba. Each target is a `main(argv: list[str]) -> int` function.
+
+Errors are handled here, once: a `ValueError`, `TypeError`, `OSError` (an unwritable
+output path, a missing trace), `RuntimeError` (`OutOfBlocks`, a stalled scheduler) or
+`MemoryError` escaping a command becomes one line on stderr, `pagedsim COMMAND: error: ...`, and exit status 2; never a traceback. Commands
+build their parsers with `ArgParser`, whose usage errors are one line on stderr too,
+and check numbers at parse time with `int_in` / `float_in`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+import pathlib
+import sys
+import tempfile
+
+COMMANDS = {
+    # name: (module:function, one-line help)
+    "tour": ("pagedsim.app.tour:main", "walk through chapter 3 on a small pool, step by step"),
+    "figures": ("pagedsim.draw.figures:main", "regenerate every figure in figures/"),
+    "waste": ("pagedsim.labs.waste:main", "memory-waste breakdown: paged vs max/pow2/oracle"),
+    "sweep": ("pagedsim.labs.sweep:main", "block sizes 1..256 on a workload"),
+    "policies": ("pagedsim.labs.policies:main", "compare eviction policies on one trace"),
+    "swapcost": ("pagedsim.labs.swapcost:main", "swap vs recompute: the cost model"),
+    "race": ("pagedsim.labs.interleavings:main", "enumerate interleavings of a concurrent block pop"),
+    "generate": ("pagedsim.engine.generate:main", "serve a tiny model from the blocks; compare with a dense engine"),
+    "lesson": ("course.cli:lesson_main", "print and run a chapter-3 lesson, e.g. `lesson 3.4`"),
+    "check": ("course.cli:check_main", "check an exercise, e.g. `check 3.4a`"),
+    "conform": ("pagedsim.testing.conform:main", "check your own block manager against the model"),
+    "workspace": ("course.workspace:main", "copy the exercise stubs to your own folder (default ./pagedsim-work)"),
+    "grade": ("course.grade:main", "grade a folder of submissions, one process each, with a time limit"),
+    "export-course": ("course.export:main", "write a student copy of the course without the solutions"),
+    "play": ("pagedsim.app.play:main", "a playground: type alloc/append/fork/free and watch the blocks"),
+}
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: pagedsim COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += ["", "`pagedsim COMMAND --help` describes each one."]
+    return "\n".join(lines)
+
+
+class ArgParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line on stderr (exit status 2)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def int_in(low: int, high: int):
+    """An argparse `type`: an integer in [low, high]."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be in [{low:,}, {high:,}], got {value:,}")
+        return value
+    parse.__name__ = "integer"
+    return parse
+
+
+def float_in(low: float, high: float, *, open_low: bool = False):
+    """An argparse `type`: a finite number in [low, high] (or (low, high] with open_low)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value) or value > high or value < low or (open_low and value == low):
+            raise argparse.ArgumentTypeError(
+                f"must be a finite number in {'(' if open_low else '['}{low:g}, {high:g}], "
+                f"got {text}")
+        return value
+    parse.__name__ = "number"
+    return parse
+
+
+def writable_dir(path: str) -> pathlib.Path:
+    """Make the folder if needed and prove a file can be written in it (before any work)."""
+    folder = pathlib.Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile(dir=folder):  # OSError if the folder cannot take a new file
+        pass
+    return folder
+
+
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, OSError) and error.filename is not None and str(error.filename) not in text:
+        text += f": {error.filename}"
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    if argv and argv[0] in ("-V", "--version"):
+        from .. import __version__
+        print(f"pagedsim {__version__}")
+        return 0
+    if not argv:
+        print(_usage(), file=sys.stderr)
+        return 2
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"pagedsim: error: unknown command {name!r} (see pagedsim --help)", file=sys.stderr)
+        return 2
+    module_name, func_name = COMMANDS[name][0].split(":")
+    try:
+        func = getattr(importlib.import_module(module_name), func_name)
+        return int(func(rest) or 0)
+    except BrokenPipeError:  # `pagedsim tour | head`: the reader left; that is not an error
+        sys.stdout = None
+        return 0
+    except (ValueError, TypeError, OSError, RuntimeError, MemoryError) as e:
+        print(f"pagedsim {name}: error: {_one_line(e)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"pagedsim {name}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

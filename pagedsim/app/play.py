@@ -1,0 +1,201 @@
+"""`pagedsim play`: a playground for the block manager, typed or scripted.
+
+    pagedsim play                       type commands (stdin), see the pool after each
+    pagedsim play SCRIPT --draw DIR     run a scenario script; write frames, key frames, a GIF
+    pagedsim play --trace T.json --draw DIR   draw a trace saved by `pagedsim tour --json`
+
+Step commands (they run on a real `KVCacheManager`, see play_session.STEPS):
+    alloc SEQ N [WORD]   append SEQ [N]   fork SEQ CHILD   free SEQ   evict [SEQ]   resume SEQ
+Other commands:
+    show             print the pool again        back [N] / forward [N]   travel in time
+    draw FILE        draw the shown step (.png, .svg or .pdf)
+    help             this list                   quit         stop reading
+Lines starting with # are comments. A scenario script is just these lines in a file.
+
+After every command the free list, the block tables and the counts are printed as
+text. A mistake (unknown sequence, a typo, a missing number) is explained in one
+line and changes nothing; a pool that runs dry is a step of its own, printed and
+drawn as such. Options pick the manager: `--prefix-cache` (vLLM v1 automatic prefix
+caching), `--window N` (sliding window), `--policy recompute|swap` (preempt the
+newest sequence when the pool is short, as vLLM v0's scheduler does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import tour, tour_zh
+from .describe_zh import caption
+from .lang import LANGS, detect, t, wrap
+from .play_session import POLICIES, STEPS, Options, Refused, Session
+
+FORMATS = ("png", "svg", "pdf")
+OTHER = {  # command -> (arguments, what it does)
+    "show": ("", "print the shown step again"),
+    "back": ("[N]", "go N steps back in time (default 1)"),
+    "forward": ("[N]", "go N steps forward again"),
+    "draw": ("FILE", "draw the shown step into FILE (.png, .svg or .pdf)"),
+    "help": ("", "this list"),
+    "quit": ("", "stop (end of input does the same)"),
+}
+
+
+def help_text() -> str:
+    rows = [(f"{op} {spec}".strip(), what) for op, (spec, what) in {**STEPS, **OTHER}.items()]
+    return "\n".join(["commands:"] + [f"  {usage:<20} {what}" for usage, what in rows])
+
+
+class Playground:
+    """Reads commands, drives a `Session`, prints what happened. Never raises for a user mistake."""
+
+    def __init__(self, session: Session, *, out=None, width: int = 100, lang: str = "en", look: str = "paper"):
+        self.session, self.width, self.lang, self.look = session, width, lang, look
+        self.out = out or sys.stdout
+        self.mistakes = 0
+
+    def say(self, text: str) -> None:
+        print("\n".join(o for line in text.split("\n") for o in wrap(line, self.width)), file=self.out)
+
+    def show(self) -> None:
+        s = self.session
+        snap = s.timeline(self.lang)[-1]
+        where = f"moment {s.cursor}/{len(s.moments)}" + ("  (in the past: `forward` or a new command)"
+                                                         if s.cursor < len(s.moments) else "")
+        self.say(t("step {k}: {caption}", self.lang, tour_zh.ZH, k=snap.step, caption=snap.caption))
+        self.say(f"  [{where}]")
+        self.say(tour.format_snapshot(snap, width=self.width, lang=self.lang))
+
+    def command(self, line: str) -> bool:
+        """Run one line; False when the user asked to stop."""
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            return True
+        op, *words = text.split()
+        try:
+            if op in ("quit", "exit", "q"):
+                return False
+            if op == "help":
+                self.say(help_text())
+            elif op == "show":
+                self.show()
+            elif op in ("back", "forward"):
+                n = _count(words, op)
+                (self.session.back if op == "back" else self.session.forward)(n)
+                self.show()
+            elif op == "draw":
+                if len(words) != 1:
+                    raise Refused("usage: draw FILE (for example draw step.png)")
+                self.say(f"wrote {draw_step(self.session, Path(words[0]), self.lang, self.look)}")
+            else:
+                self.session.run(text)
+                self.show()
+        except Refused as e:
+            self.mistakes += 1
+            self.say(f"! {text}: {e}")
+        except Exception as e:  # noqa: BLE001 -- a playground never shows a traceback
+            self.mistakes += 1
+            self.say(f"! {text}: pagedsim could not do this ({type(e).__name__}: {e}); please report it")
+        return True
+
+    def loop(self, lines, *, echo: bool = False, prompt: str = "") -> None:
+        for line in lines:
+            if echo and line.strip():
+                self.say(f"> {line.rstrip()}")
+            if not self.command(line):
+                break
+            if prompt:
+                print(prompt, end="", file=self.out, flush=True)
+
+
+def _count(words, op) -> int:
+    if not words:
+        return 1
+    if len(words) > 1 or not words[0].isdigit() or int(words[0]) < 1:
+        raise Refused(f"usage: {op} [N], N a positive whole number")
+    return int(words[0])
+
+
+def draw_step(session: Session, path: Path, lang: str = "en", look: str = "paper") -> Path:
+    """Draw the shown step into `path`; the format comes from the suffix."""
+    fmt = path.suffix.lstrip(".").lower()
+    if fmt not in FORMATS:
+        raise Refused(f"draw: {path.name} must end in .png, .svg or .pdf")
+    from ..draw import scenario  # matplotlib only now
+
+    from ..draw import style
+
+    with style.output(fmt=fmt, lang=lang, look=look):
+        return scenario.draw_one(session.timeline(lang), session.cursor, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="pagedsim play", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=help_text())
+    p.add_argument("script", nargs="?", type=Path, help="a scenario file (default: read stdin)")
+    p.add_argument("--trace", type=Path, metavar="FILE", help="a trace from `pagedsim tour --json` to draw")
+    p.add_argument("--draw", type=Path, metavar="DIR", help="write one frame per step, the key frames and a GIF")
+    p.add_argument("--format", choices=FORMATS, default="png", help="format of the frames (default png)")
+    p.add_argument("--style", choices=("paper", "projector"), default="paper",
+                   help="projector: text >= 12 pt and strong colours, for slides")
+    p.add_argument("--blocks", type=int, default=12, help="blocks in the pool (default 12)")
+    p.add_argument("--block-size", type=int, default=4, help="tokens per block (default 4)")
+    p.add_argument("--prefix-cache", action="store_true", help="share full prompt blocks (equal WORDs)")
+    p.add_argument("--window", type=int, metavar="N", help="sliding-window attention over N tokens")
+    p.add_argument("--policy", choices=POLICIES, default="none",
+                   help="when the pool is short: none (the step fails), recompute or swap the newest")
+    p.add_argument("--width", type=int, default=None, help="line width (default: the terminal's)")
+    p.add_argument("--lang", choices=LANGS, default=None, help="en or zh (default: the locale)")
+    args = p.parse_args(argv)
+    if not 1 <= args.blocks <= 4096 or not 1 <= args.block_size <= 1024:
+        p.error("--blocks must be in 1..4096 and --block-size in 1..1024")
+    if args.window is not None and args.window < 1:
+        p.error("--window must be a positive number of tokens")
+    lang, width = detect(args.lang), args.width or tour.terminal_width()
+    if args.trace:
+        return _draw_trace(args, p, width, lang)
+    try:
+        session = Session(Options(args.blocks, args.block_size, args.prefix_cache, args.window, args.policy))
+    except Refused as e:
+        p.error(str(e))
+    play = Playground(session, width=width, lang=lang, look=args.style)
+    if args.script:
+        if not args.script.is_file():
+            p.error(f"no such script: {args.script}")
+        play.loop(args.script.read_text(encoding="utf-8").splitlines(), echo=True)
+    else:
+        live = sys.stdin.isatty()
+        if live:
+            play.say(f"pagedsim play: {args.blocks} blocks x {args.block_size} tokens. `help` lists the "
+                     f"commands, `quit` stops.")
+            print("play> ", end="", flush=True)
+        play.loop(sys.stdin, echo=not live, prompt="play> " if live else "")
+    if args.draw:
+        _write(session.timeline(lang), args, lang)
+    return 1 if args.script and play.mistakes else 0
+
+
+def _draw_trace(args, p, width: int, lang: str) -> int:
+    from .trace_json import load_snapshots
+
+    try:
+        snaps = load_snapshots(args.trace)
+    except (OSError, ValueError) as e:
+        p.error(f"--trace: {e}")
+    for s in snaps:
+        print("\n".join(wrap(t("step {k}: {caption}", lang, tour_zh.ZH, k=s.step, caption=caption(s, lang)),
+                              width)))
+        print(tour.format_snapshot(s, width=width, lang=lang))
+    if args.draw:
+        _write(snaps, args, lang)
+    return 0
+
+
+def _write(snapshots, args, lang: str) -> None:
+    from ..draw import scenario, style  # matplotlib only now
+
+    with style.output(look=args.style):
+        for path in scenario.write_all(snapshots, args.draw, fmt=args.format, lang=lang):
+            print(f"wrote {path}", file=sys.stderr)

@@ -1,0 +1,282 @@
+"""The playground's state: a real block manager, a timeline of commands, and time travel.
+
+A `Session` owns one `KVCacheManager` (optionally `PrefixCachingManager` or
+`SlidingWindowManager`) and the list of commands that built its state. Each accepted
+command is one *moment* of the timeline; `back` and `forward` only move a cursor
+over the recorded snapshots. Typing a new command while the cursor is in the past
+cuts the future off and rebuilds the manager by replaying the kept commands (the
+simulator is deterministic, so the replay lands in exactly the shown state), like
+undo in an editor.
+
+Rules a classroom needs:
+    * a refused command (unknown sequence, bad number) changes nothing and is not
+      part of the timeline; `Refused` carries the one-line reason;
+    * a pool that runs dry is a *step* (the manager records AllocationFailed), so it
+      is kept, printed and drawn like any other;
+    * copy-on-write pairs are drained after every command, so a snapshot shows
+      only the pairs its own step made;
+    * with a preemption policy (v0-style scheduler behaviour, vLLM paper Sec. 4.5) a
+      short pool preempts the newest other sequence: `recompute` frees it, `swap`
+      also keeps its table on the host so `resume` can bring it back.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field, replace
+
+from .describe_zh import caption
+from ..errors import BlockError, OutOfBlocks, SequenceError
+from .lang import t
+from ..manager import KVCacheManager
+
+POLICIES = ("none", "recompute", "swap")
+
+
+class Refused(ValueError):
+    """A command the session did not run; the message is one line for the user."""
+
+
+# command -> (argument pattern, what it does). SEQ: a name; N: a count; [x]: optional.
+STEPS = {
+    "alloc": ("SEQ N [WORD]", "admit SEQ with an N-token prompt (--prefix-cache: equal WORDs, shared prefix)"),
+    "append": ("SEQ [N]", "SEQ decodes N more tokens (default 1)"),
+    "fork": ("SEQ CHILD", "CHILD shares every block of SEQ (beam search); counts go up"),
+    "free": ("SEQ", "SEQ finishes: its blocks go back, last first"),
+    "evict": ("[SEQ]", "preempt SEQ (default: the newest) by --policy: recompute, or swap to the host"),
+    "resume": ("SEQ", "bring a preempted SEQ back (swap in, or recompute its tokens)"),
+}
+
+
+def parse(text: str) -> tuple[str, list]:
+    """`alloc A 6` -> ("alloc", ["A", 6]); a Refused names what is wrong."""
+    op, *words = text.split()
+    if op not in STEPS:
+        raise Refused(f"unknown command {op!r} (`help` lists them)")
+    pattern = STEPS[op][0].split()
+    required = [p for p in pattern if not p.startswith("[")]
+    if not len(required) <= len(words) <= len(pattern):
+        raise Refused(f"usage: {op} {STEPS[op][0]}")
+    args = []
+    for spec, word in zip(pattern, words):
+        if spec.strip("[]") == "N":
+            if not word.isdigit():
+                raise Refused(f"{op}: {word!r} is not a whole number of tokens")
+            args.append(int(word))
+        else:
+            args.append(word)
+    return op, args
+
+
+def prompt_tokens(word: str, n: int) -> list[int]:
+    """n token ids that depend only on `word`: equal words give equal prefixes (prefix caching)."""
+    base = zlib.crc32(word.encode()) % 100_000 * 10_000
+    return [base + i for i in range(n)]
+
+
+@dataclass
+class Options:
+    num_blocks: int = 12
+    block_size: int = 4
+    prefix_cache: bool = False
+    window: int | None = None  # sliding window in tokens (None: full attention)
+    policy: str = "none"  # what a short pool does: none (the step fails), recompute, swap
+
+    def manager(self) -> KVCacheManager:
+        if self.policy not in POLICIES:
+            raise Refused(f"--policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
+        if self.prefix_cache and self.window:
+            raise Refused("choose --prefix-cache or --window, not both")
+        if self.prefix_cache:
+            from ..policies.prefix_cache import PrefixCachingManager
+            return PrefixCachingManager(self.num_blocks, self.block_size)
+        if self.window:
+            from ..policies.sliding_window import SlidingWindowManager
+            return SlidingWindowManager(self.num_blocks, self.block_size, window=self.window)
+        return KVCacheManager(self.num_blocks, self.block_size, free_order="lifo")
+
+
+# A note's English template -> its Chinese (same {fields}); `Note.said(lang)` picks one.
+NOTES_ZH = {
+    "the pool ran dry": "池已耗尽",
+    "the pool ran dry even after preempting": "抢占之后池仍然耗尽",
+    "the pool ran dry (with --policy recompute a sequence would be preempted)":
+        "池已耗尽（用 --policy recompute 会抢占一个序列）",
+    "swapped seq {seq} out to the host ({n} blocks)": "序列 {seq} 被换出到主机内存（{n} 个 Block）",
+    "preempted seq {seq}: {n} tokens to recompute": "抢占了序列 {seq}：{n} 个 token 需要重算",
+    "swapped seq {seq} back in": "序列 {seq} 换回了显存",
+    "recomputed seq {seq}: its {n} tokens are prefilled again": "重算序列 {seq}：它的 {n} 个 token 重新 prefill",
+    "`{command}` (preemption): {said}": "`{command}`（抢占）：{said}",
+}
+
+
+class Note(str):
+    """A note, in English as a str, that keeps its template and fields for `said(lang)`."""
+
+    def __new__(cls, template: str, **fields):
+        note = super().__new__(cls, template.format(**fields))
+        note.template, note.fields = template, fields
+        return note
+
+    def said(self, lang: str) -> str:
+        return t(self.template, lang, NOTES_ZH, **self.fields)
+
+
+@dataclass
+class Moment:
+    command: str  # the command as typed
+    snapshot: int  # index of the last snapshot it produced
+    notes: list = field(default_factory=list)  # what happened besides the manager's caption
+
+
+class Session:
+    def __init__(self, options: Options | None = None):
+        self.options = options or Options()
+        self._rebuild([])
+
+    # ---- the timeline --------------------------------------------------------
+    @property
+    def snapshots(self) -> list:
+        return self.manager.trace.snapshots
+
+    def current(self):
+        """The snapshot the cursor shows (cursor 0: the empty pool)."""
+        return self.snapshots[self.moments[self.cursor - 1].snapshot if self.cursor else 0]
+
+    def back(self, n: int = 1) -> None:
+        if self.cursor == 0:
+            raise Refused("already at the start: nothing to go back to")
+        self.cursor = max(0, self.cursor - n)
+
+    def forward(self, n: int = 1) -> None:
+        if self.cursor == len(self.moments):
+            raise Refused("already at the newest step: nothing to go forward to")
+        self.cursor = min(len(self.moments), self.cursor + n)
+
+    def timeline(self, lang: str = "en") -> list:
+        """The snapshots up to the cursor, each captioned with the command that made it."""
+        first = self.snapshots[0]
+        out, k = [replace(first, caption=caption(first, lang))], 0
+        for m in self.moments[:self.cursor]:
+            for i in range(k + 1, m.snapshot + 1):
+                snap = self.snapshots[i]
+                said = caption(snap, lang)
+                notes = [n.said(lang) if isinstance(n, Note) else n for n in m.notes]
+                words = f"`{m.command}`: " + "; ".join([*notes, said]) if i == m.snapshot else \
+                    t("`{command}` (preemption): {said}", lang, NOTES_ZH, command=m.command, said=said)
+                out.append(replace(snap, caption=words))
+            k = m.snapshot
+        return out
+
+    # ---- running commands ------------------------------------------------------
+    def run(self, text: str) -> Moment:
+        """Apply one step command (see STEPS); a refused one changes nothing and raises Refused."""
+        op, args = parse(text)
+        if self.cursor < len(self.moments):  # typing in the past: the future is cut off
+            self._rebuild(self.moments[:self.cursor])
+        before = len(self.snapshots)
+        notes = self._apply(op, args)
+        if len(self.snapshots) == before:  # the manager recorded no step
+            raise Refused("nothing changed")
+        self.manager.check_invariants()
+        moment = Moment(" ".join(text.split()), len(self.snapshots) - 1, notes + self._pending_notes)
+        self.moments.append(moment)
+        self.cursor = len(self.moments)
+        return moment
+
+    def _rebuild(self, keep: list) -> None:
+        self.manager = self.options.manager()
+        if self.options.policy != "none":
+            self.manager.reclaimer = self._reclaim
+        self.moments, self.cursor = [], 0
+        self.host: dict = {}  # swapped-out seq -> (table, num_tokens)
+        self.preempted: dict = {}  # recompute-preempted seq -> num_tokens to prefill again
+        self.prompts: dict = {}  # seq -> prompt word (prefix caching)
+        self._pending_notes: list = []
+        for m in keep:
+            self.run(m.command)
+
+    def _apply(self, op: str, args: list) -> list:
+        m, notes = self.manager, []
+        self._pending_notes = []
+        try:
+            if op == "alloc":
+                seq, n = args[0], args[1]
+                if seq in self.host or seq in self.preempted:
+                    raise Refused(f"seq {seq} is preempted: `resume {seq}` brings it back")
+                if self.options.prefix_cache:
+                    word = args[2] if len(args) > 2 else seq
+                    self.prompts[seq] = word
+                    m.add_sequence(seq, n, prompt_tokens(word, n))
+                else:
+                    m.add_sequence(seq, n)
+            elif op == "append":
+                m.append_tokens(args[0], args[1] if len(args) > 1 else 1)
+            elif op == "fork":
+                m.fork(args[0], args[1])
+            elif op == "free":
+                m.free_sequence(args[0])
+            elif op == "evict":
+                seq = args[0] if args else self._victim(set())
+                if seq is None:
+                    raise Refused("no live sequence to evict")
+                if seq not in m:
+                    raise Refused(f"no live sequence {seq!r}")
+                self._preempt(seq)
+            elif op == "resume":
+                notes.append(self._resume(args[0]))
+        except Refused:
+            raise
+        except OutOfBlocks:
+            notes.append(Note("the pool ran dry" + (" even after preempting" if self.options.policy != "none"
+                                                    else " (with --policy recompute a sequence would be preempted)")))
+        except (SequenceError, BlockError, ValueError, TypeError) as e:  # refused before any change
+            raise Refused(str(e)) from None
+        finally:
+            m.drain_copies()  # the copy kernel runs after every step: pairs show only where made
+        return notes
+
+    # ---- preemption (the chapter's evict_blocks) ------------------------------
+    def _victim(self, protect: set):
+        live = [s for s in self.manager.seq_ids() if s not in protect]
+        return live[-1] if live else None  # the newest, as vLLM's default scheduler picks
+
+    def _reclaim(self, manager, short: int, protect: set) -> None:
+        """The manager's reclaimer: preempt the newest unprotected sequences until `short` blocks are free."""
+        while short > 0:
+            seq = self._victim(protect)
+            if seq is None:
+                return
+            before = manager.num_free_blocks
+            self._preempt(seq)
+            short -= manager.num_free_blocks - before
+
+    def _preempt(self, seq) -> None:
+        m = self.manager
+        if self.options.policy == "swap":
+            table = m.block_table(seq)
+            self.host[seq] = (list(table.blocks), table.num_tokens)
+            self._pending_notes.append(Note("swapped seq {seq} out to the host ({n} blocks)",
+                                            seq=seq, n=len(table)))
+        else:
+            self.preempted[seq] = m.num_tokens(seq)
+            self._pending_notes.append(Note("preempted seq {seq}: {n} tokens to recompute",
+                                            seq=seq, n=m.num_tokens(seq)))
+        m.free_sequence(seq)
+
+    def _resume(self, seq) -> str:
+        m = self.manager
+        if seq in self.host:
+            labels, n = self.host[seq]
+            m.restore_sequences({seq: (labels, n)})  # the old ids are only labels here
+            del self.host[seq]
+            return Note("swapped seq {seq} back in", seq=seq)
+        if seq in self.preempted:
+            n = self.preempted[seq]
+            if self.options.prefix_cache:
+                m.add_sequence(seq, n, prompt_tokens(self.prompts.get(seq, seq), n))
+            else:
+                m.add_sequence(seq, n)
+            del self.preempted[seq]
+            return Note("recomputed seq {seq}: its {n} tokens are prefilled again", seq=seq, n=n)
+        raise Refused(f"seq {seq} was not preempted")

@@ -1,0 +1,177 @@
+"""`pagedsim tour`: chapter 3's block manager, one step at a time, on a 12-block pool.
+
+Its fork and copy-on-write follow vLLM v0 (v1 shares only full blocks, through the
+prefix cache); its free list is v1's free queue (block_pool.py).
+
+The script follows the chapter: two sequences grow across block boundaries (3.3),
+one forks for beam search so blocks are shared and copy-on-write happens (3.4),
+one finishes and its blocks go back to the free list, and finally the pool runs
+dry and the `OutOfBlocks` that follows is explained. Each step prints the event,
+the free list head first, every block table, and every physical block's owners,
+count and fill. `--json` prints the recorded trace instead; `--draw DIR` also
+writes the frames and a GIF (needs matplotlib, imported only then).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+from . import tour_zh
+from .describe_zh import caption
+from ..errors import OutOfBlocks
+from .lang import LANGS, detect, display_width, t, wrap
+from ..manager import KVCacheManager
+from ..trace import Snapshot
+
+NUM_BLOCKS, BLOCK_SIZE = 12, 4
+
+# (why this step matters, the operation). Each operation is one manager step.
+SCRIPT = [
+    ("3.4: allocate() pops the head of the free list, so A's 6 prompt tokens take the "
+     "first two blocks; the second is only half full.",
+     lambda m: m.add_sequence("A", 6)),
+    ("3.3: B's blocks come next on the free list. Logical blocks 0, 1 of B are physical 2, 3.",
+     lambda m: m.add_sequence("B", 5)),
+    ("A decodes two tokens. They fit in A's partly filled last block: no allocation.",
+     lambda m: m.append_tokens("A", 2)),
+    ("A's last block is full, so its next token needs a new block from the free list.",
+     lambda m: m.append_tokens("A", 1)),
+    ("3.4 pitfall: beam search forks B into B2. Nothing is copied; both tables name the same "
+     "blocks, and each block's ref count goes to 2.",
+     lambda m: m.fork("B", "B2")),
+    ("B writes into its shared, partly filled last block. Writing in place would corrupt B2, "
+     "so B gets a private copy: a new block plus a (src, dst) pair for the copy kernel.",
+     lambda m: m.append_tokens("B", 1)),
+    ("B2 is now the only owner of block 3 (count 1), so it appends in place.",
+     lambda m: m.append_tokens("B2", 1)),
+    ("A finishes. Its blocks are released last-first; each count drops to 0, so each "
+     "block rejoins the free list (LIFO: at the head).",
+     lambda m: m.free_sequence("A")),
+    ("C arrives with a 20-token prompt and reuses A's freed blocks first.",
+     lambda m: m.add_sequence("C", 20)),
+    ("D takes every block that is left: the free list is now empty.",
+     lambda m: m.add_sequence("D", 13)),
+    ("C needs a sixth block for its next token, but the free list is empty. The manager "
+     "raises OutOfBlocks and changes nothing.",
+     lambda m: m.append_tokens("C", 1)),
+]
+
+WHY_START = "3.1: every block is created up front and starts on the free list."
+OUT_OF_BLOCKS_NOTE = (
+    "The pool ran dry. The chapter's allocate() would call evict_blocks() here; a real "
+    "scheduler (vLLM) instead preempts a sequence -- frees its blocks and recomputes it "
+    "later, or swaps its blocks to CPU memory -- and retries. The failed call left every "
+    "table and count exactly as before. See `pagedsim policies`.")
+
+
+def tour_manager(steps: int | None = None) -> KVCacheManager:
+    """Run the tour's script (all of it, or the first `steps` steps) and return the manager."""
+    m = KVCacheManager(NUM_BLOCKS, BLOCK_SIZE, free_order="lifo")
+    for _, op in SCRIPT[:steps]:
+        try:
+            op(m)
+        except OutOfBlocks:
+            pass  # recorded in the trace as an AllocationFailed step
+        m.drain_copies()  # the copy_blocks kernel consumes copy-on-write pairs after each step
+        m.check_invariants()
+    return m
+
+
+CELL = 18  # characters per physical-block cell in the text picture
+
+
+def format_snapshot(s: Snapshot, per_row: int | None = None, width: int = 100, lang: str = "en") -> str:
+    """The snapshot as text: free list, block tables, pending copies, physical blocks.
+    No line is wider than `width` columns; `per_row` blocks per row (default: as many as fit)."""
+    per_row = per_row or max(1, (width - 4) // CELL)
+    say = lambda template, **kw: t(template, lang, tour_zh.ZH, **kw)  # noqa: E731
+    owners = {b: [] for b in range(s.num_blocks)}
+    for seq in s.sequences:
+        for b in seq.blocks:
+            if b >= 0:
+                owners[b].append(str(seq.seq_id))
+    free = " -> ".join(map(str, s.free_list)) or say("(empty)")
+    lines = [say("  free list, head first ({n} free): {free}", n=len(s.free_list), free=free),
+             say("  block tables:")]
+    for seq in s.sequences or ():
+        mapping = ", ".join(f"{i}->{b if b >= 0 else say('dropped')}" for i, b in enumerate(seq.blocks))
+        lines.append(say("    {seq:<3} {n:>3} tokens   logical->physical: {mapping}", seq=str(seq.seq_id),
+                         n=seq.num_tokens, mapping=mapping))
+    if not s.sequences:
+        lines.append(say("    (no sequences)"))
+    if s.pending_copies:
+        lines.append(say("  copy-on-write pairs for the copy_blocks kernel (src, dst): {pairs}",
+                         pairs=list(s.pending_copies)))
+    lines.append(say("  physical blocks (owners, ref count, fill): {used} used, {shared} shared, {free} free",
+                     used=sum(1 for c in s.ref_counts if c), shared=sum(1 for c in s.ref_counts if c > 1),
+                     free=len(s.free_list)))
+    for start in range(0, s.num_blocks, per_row):
+        cells = []
+        for b in range(start, min(start + per_row, s.num_blocks)):
+            if s.ref_counts[b] == 0:
+                cell = f"#{b:<2} {say('free')}"
+            else:
+                cell = f"#{b:<2} {'+'.join(owners[b])} x{s.ref_counts[b]} {s.block_fill[b]}/{s.block_size}"
+            cells.append(cell + " " * max(0, CELL - 1 - display_width(cell)))
+        lines.append("    " + " ".join(cells).rstrip())
+    return "\n".join(out for line in lines for out in wrap(line, width))
+
+
+def terminal_width() -> int:
+    return shutil.get_terminal_size((100, 24)).columns
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .cli import ArgParser, int_in, writable_dir
+    p = ArgParser(prog="pagedsim tour", description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int_in(0, 10**6), default=None, help="stop after N steps")
+    p.add_argument("--json", action="store_true", help="print the recorded trace as JSON")
+    p.add_argument("--draw", metavar="DIR", help="also write PNG frames and a GIF into DIR")
+    p.add_argument("--width", type=int, default=None, metavar="N",
+                   help="no output line wider than N columns (default: the terminal's width)")
+    p.add_argument("--step", action="store_true", help="wait for Enter between steps (live use)")
+    p.add_argument("--lang", choices=LANGS, default=None,
+                   help="en or zh (default: from PAGEDSIM_LANG or the locale)")
+    args = p.parse_args(argv)
+    if args.width is not None and args.width < 40:
+        p.error("--width must be at least 40")
+    if args.draw:  # fail on an unwritable folder before printing anything
+        writable_dir(args.draw)
+    lang, width = detect(args.lang), args.width or terminal_width()
+    say = lambda template, **kw: t(template, lang, tour_zh.ZH, **kw)  # noqa: E731
+    m = tour_manager(args.steps)
+    snaps = m.trace.snapshots
+    if args.json:
+        json.dump(m.trace.to_dict(), sys.stdout, indent=1, default=str)
+        print()
+    else:
+        show = lambda text: print("\n".join(o for line in text.split("\n") for o in wrap(line, width)))  # noqa: E731
+        show(say("pagedsim tour: chapter 3 on a pool of {n} blocks x {b} tokens (free order: LIFO, as in "
+                 "the chapter)", n=NUM_BLOCKS, b=BLOCK_SIZE) + "\n")
+        for s in snaps:
+            if lang == "zh":
+                why = tour_zh.WHY[s.step - 1] if s.step else tour_zh.WHY_START
+            else:
+                why = SCRIPT[s.step - 1][0] if s.step else WHY_START
+            show(say("step {k}: {caption}", k=s.step, caption=caption(s, lang)))
+            show(say("  why: {why}", why=why))
+            print(format_snapshot(s, width=width, lang=lang))
+            print()
+            if args.step and s is not snaps[-1]:
+                print(say("press Enter for the next step (q to stop)"), end=" ", flush=True)
+                answer = sys.stdin.readline()
+                if not answer or answer.strip().lower() == "q":
+                    print()
+                    return 0
+        if any(e.kind == "allocation_failed" for e in snaps[-1].events):
+            show(tour_zh.OUT_OF_BLOCKS_NOTE if lang == "zh" else OUT_OF_BLOCKS_NOTE)
+    if args.draw:
+        from ..draw import style  # matplotlib only when asked for
+        from ..draw.animate import write_trace
+
+        with style.output(lang=lang):
+            for path in write_trace(snaps, args.draw):
+                print(f"wrote {path}", file=sys.stderr)
+    return 0
