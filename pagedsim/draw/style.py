@@ -37,6 +37,7 @@ from matplotlib.colors import to_hex, to_rgb, to_rgba  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
+from matplotlib.ticker import LogFormatter, LogFormatterSciNotation  # noqa: E402
 
 from ..app.lang import t as _t  # noqa: E402
 from .labels_zh import ZH as _ZH  # noqa: E402
@@ -218,11 +219,28 @@ def fit_look(fig) -> None:
         fig.set_size_inches(w * lk.scale, h * lk.scale)
         fig._pagedsim_scaled = True
     if lk.min_pt:
+        _raise_ticks(fig, lk.min_pt)
         for text in fig.findobj(Text):
             if text.get_text() and text.get_fontsize() < lk.min_pt:
                 text.set_fontsize(lk.min_pt)
     if lk.name != "paper":
         _recolour(fig, lk)
+
+
+def _raise_ticks(fig, min_pt: float) -> None:
+    """Tick labels are made at draw time from each axis's tick settings, so raise those too.
+    Log axes label 10^k in mathtext, whose exponent is set at 70% of the label size: they
+    get plain numbers instead (10, 100, 1000), so no superscript falls under `min_pt`."""
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            for which in ("major", "minor"):
+                ticks = axis.get_major_ticks() if which == "major" else axis.get_minor_ticks()
+                if ticks and ticks[0].label1.get_fontsize() < min_pt:
+                    axis.set_tick_params(which=which, labelsize=min_pt)
+            for get, put in ((axis.get_major_formatter, axis.set_major_formatter),
+                             (axis.get_minor_formatter, axis.set_minor_formatter)):
+                if isinstance(get(), LogFormatterSciNotation):
+                    put(LogFormatter(base=get()._base, labelOnlyBase=get().labelOnlyBase))
 
 
 def _recolour(fig, lk: Look) -> None:
