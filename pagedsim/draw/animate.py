@@ -10,6 +10,7 @@ Reference: matplotlib's animation gallery, "Saving animations".
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -18,8 +19,14 @@ from matplotlib.animation import FuncAnimation, PillowWriter
 from . import style
 from .render import Layout, render
 
-GIF_DPI = 100  # the same scale as the PNG frames, so small labels stay legible
-FRAME_MS = 1400  # how long each step stays on screen
+GIF_DPI = 100  # the lowest GIF resolution: the PNG frames' scale
+GIF_MIN_WIDTH = 1280  # pixels: a GIF is rendered at whatever dpi makes it at least this wide
+FRAME_MS = 3000  # how long each step stays on screen: time to read the caption aloud
+
+
+def gif_dpi(layout: Layout) -> int:
+    """The dpi that makes a frame of `layout` at least GIF_MIN_WIDTH pixels wide."""
+    return max(GIF_DPI, math.ceil(GIF_MIN_WIDTH / (layout.width * layout.unit)))
 
 
 def _setup(snapshots):
@@ -41,7 +48,8 @@ def animation(snapshots, *, interval: int = FRAME_MS):
         render(snapshots[k], ax=ax, layout=layout, colours=colours)
         return ax.get_children()
 
-    anim = FuncAnimation(fig, draw, frames=len(snapshots), interval=interval, blit=False, repeat=True)
+    anim = FuncAnimation(fig, draw, frames=len(snapshots), interval=interval, blit=False,
+                         repeat=True)
     return anim, fig
 
 
@@ -57,9 +65,13 @@ def write_frames(snapshots, out_dir, *, prefix: str = "frame") -> list[Path]:
     return paths
 
 
-def write_gif(snapshots, path, *, interval: int = FRAME_MS, dpi: int = GIF_DPI) -> Path:
-    """An animated GIF of the whole trace (loops forever)."""
+def write_gif(snapshots, path, *, interval: int = FRAME_MS, dpi: int | None = None) -> Path:
+    """An animated GIF of the whole trace (loops forever), `interval` ms a frame, at `dpi`
+    (default: `gif_dpi`, at least GIF_MIN_WIDTH pixels wide)."""
     path = Path(path)
+    snapshots = list(snapshots)
+    if dpi is None and snapshots:
+        dpi = gif_dpi(Layout.for_snapshots(snapshots))
     path.parent.mkdir(parents=True, exist_ok=True)
     anim, fig = animation(snapshots, interval=interval)
     # FuncAnimation asks the canvas for an extra redraw after every frame; the writer's

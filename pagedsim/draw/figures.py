@@ -2,6 +2,7 @@
 
     pagedsim figures [--out DIR] [--only NAME ...] [--list]
                      [--format png|svg|pdf] [--dpi N] [--style paper|projector] [--lang en|zh]
+                     [--slides]
 
 Figure makers are collected from the registries named in REGISTRIES, each a module
 with a dict `FIGURES: name -> maker(out_dir: Path) -> list[Path]`:
@@ -15,7 +16,9 @@ Every maker uses fixed seeds, so running this twice writes the same files. The
 default output folder is `figures/` relative to the current directory: run it from
 the repository root to refresh the committed figures (the defaults: PNG, 100 dpi,
 the paper style). `--format svg` keeps every label as editable text, `--dpi 300`
-prints sharp, and `--style projector` makes slide figures (see `style.output`).
+prints sharp, and `--style projector` makes slide figures (see `style.output`). `--slides`
+is the projector style (unless `--style` says otherwise) with one frame per file: 3.4's
+key frames become 3.4-tour-slide-<i>-step-<k>.png instead of one six-panel strip.
 """
 
 from __future__ import annotations
@@ -58,8 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--format", choices=style.FORMATS, default="png",
                    help="png (default), svg (text stays text) or pdf; GIFs stay GIFs")
     p.add_argument("--dpi", type=int, default=None, help=f"resolution (default {style.DPI})")
-    p.add_argument("--style", choices=tuple(style.LOOKS), default="paper",
-                   help="paper (default, the committed figures) or projector (big text, strong colours)")
+    p.add_argument("--style", choices=tuple(style.LOOKS), default=None,
+                   help="paper (default: the committed figures) or projector (big text, strong "
+                   "colours)")
+    p.add_argument("--slides", action="store_true",
+                   help="for a slide deck: projector style, and one key frame per file")
     p.add_argument("--lang", choices=("en", "zh"), default="en",
                    help="label language (zh needs a CJK font; the committed figures are en)")
     args = p.parse_args(argv)
@@ -79,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     out = writable_dir(args.out)  # an unwritable folder fails here, before any figure
     for name, maker in makers.items():
         start = time.perf_counter()
-        with style.output(fmt=args.format, dpi=args.dpi, look=args.style, lang=args.lang):
+        look = args.style or ("projector" if args.slides else "paper")
+        with style.output(fmt=args.format, dpi=args.dpi, look=look, lang=args.lang,
+                          slides=args.slides):
             paths = maker(out)
         took = time.perf_counter() - start
         for path in paths:

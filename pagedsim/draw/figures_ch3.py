@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import anatomy, flow, fragmentation, scenario, tradeoff
+from . import anatomy, flow, fragmentation, scenario, style, tradeoff
 from .animate import write_gif
 from .scenario import key_frames  # noqa: F401 -- part of this module's interface
 
@@ -24,8 +24,10 @@ def tour_snapshots() -> list:
 def make_tour(out_dir: Path) -> list[Path]:
     """3.4: the tour as an animated GIF, plus its key frames drawn as one (vector) figure."""
     snaps = tour_snapshots()
-    return [write_gif(snaps, Path(out_dir) / "3.4-tour.gif"),
-            scenario.write_strip(snaps, Path(out_dir) / "3.4-tour-key-frames.png")]
+    gif = write_gif(snaps, Path(out_dir) / "3.4-tour.gif")
+    if style.slides():  # one key frame per file, for a lecture hall
+        return [gif, *scenario.write_slides(snaps, out_dir, "3.4-tour")]
+    return [gif, scenario.write_strip(snaps, Path(out_dir) / "3.4-tour-key-frames.png")]
 
 
 def make_core_flow(out_dir: Path) -> list[Path]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from ..manager import KVCacheManager
-from ..trace import BlockAllocated, TokensAppended
+from ..trace import BlockAllocated, SequenceAdded, SequenceFreed, TokensAppended
 from . import style
 
 LOGICAL_SIZE, FLOW_SIZE = (12, 5.6), (10.5, 7.0)  # inches
@@ -45,7 +45,8 @@ def _box(ax, x, y, w, h, colour, text, gid=None, **kw):
 
 def make_logical_physical(out_dir: Path) -> list[Path]:
     """3.3: contiguous logical blocks of two sequences, scattered in physical memory."""
-    snap = scattered_manager().snapshot()
+    m = scattered_manager()
+    snap = m.snapshot()
     colours = style.seq_colours([snap])
     n = snap.num_blocks
     fig = style.new_figure(*LOGICAL_SIZE)
@@ -78,9 +79,22 @@ def make_logical_physical(out_dir: Path) -> list[Path]:
                 ha="left", fontsize=9.5, family="DejaVu Sans Mono", va="center")
     ax.text(-3.0, 9.0, "3.3  Logical blocks are contiguous; physical blocks are wherever the free list put "
             "them", fontsize=12.5, fontweight="bold", va="top")
-    ax.text(-3.0, 8.45, "Two 8-token sequences admitted between A and B finished and left their blocks at "
-            "the head of the free list (LIFO); A and B then decode in turn and grow into those holes.", fontsize=9, color="#444444")
+    ax.text(-3.0, 8.55, logical_subtitle(m), fontsize=9, va="top", color="#444444", gid="subtitle")
     return [style.save(fig, Path(out_dir) / "3.3-logical-vs-physical.png")]
+
+
+def logical_subtitle(m: KVCacheManager) -> str:
+    """3.3's subtitle, read from the run's trace: who was admitted in what order, who finished."""
+    events = m.trace.events
+    added = [e for e in events if isinstance(e, SequenceAdded)]
+    freed = [e.seq_id for e in events if isinstance(e, SequenceFreed)]
+    kept = [e.seq_id for e in added if e.seq_id not in freed]
+    order = ", ".join(str(e.seq_id) for e in added)
+    sizes = ", ".join(f"{e.seq_id} {e.num_tokens}" for e in added)
+    return (f"Admitted in the order {order} (prompt tokens: {sizes}); "
+            f"{' and '.join(map(str, freed))} then finished and left their blocks at the head "
+            f"of the free list (LIFO),\nso {' and '.join(map(str, kept))}, decoding in turn, "
+            "grow into those holes.")
 
 
 def make_core_flow(out_dir: Path, snapshots) -> list[Path]:

@@ -38,6 +38,8 @@ PITCH = 1.25  # grid distance between physical blocks, in layout units
 CELL = 1.05  # side of one physical block
 LABEL_W = 3.4  # width of the "seq A / 9 tok" label column
 NODE_PITCH = 1.1  # distance between free-list nodes
+COPY_BAND = 0.9  # extra room under each grid row for a copy-on-write arrow and its label
+COPY_DEPTH = 0.3  # how far a copy arrow's arc dips below the blocks
 ROW = 0.82  # distance between block-table rows
 
 
@@ -81,12 +83,17 @@ class Layout:
         return self.grid_x + self.cols * PITCH + 0.3
 
     @property
+    def row_pitch(self) -> float:  # with a copy arrow in the trace, rows part to make room for it
+        return PITCH + (COPY_BAND if self.copy_room else 0.0)
+
+    @property
     def body_y(self) -> float:
         return 2.4  # below the caption and the panel titles
 
     @property
     def free_y(self) -> float:
-        grid = self.rows * PITCH + (0.6 if self.copy_room else 0.0)  # a copy arrow's label hangs below
+        grid = self.rows * PITCH + (self.rows - 1 + 0.6) * (self.row_pitch - PITCH)  # under the
+        # last row a copy label needs less room: the free list's margin below takes the rest
         return self.body_y + max(grid, 0.7 + self.table_rows * ROW) + 0.4  # no idle band above the free list
 
     @property
@@ -94,13 +101,15 @@ class Layout:
         return self.free_y + 2.25  # the free list, then the legend
 
 
-def render(snapshot, fig=None, *, ax=None, layout: Layout | None = None, colours=None):
+def render(snapshot, fig=None, *, ax=None, layout: Layout | None = None, colours=None,
+           legend: bool = True):
     """Draw `snapshot`; returns the figure.
 
     Without `ax` it draws on `fig` (cleared and resized) or on a new figure sized for
     `layout`. With `ax` it clears that axes and draws into it (the animator and the
     stepper do this). Pass one `layout` and `colours` for every frame of a trace so
-    frames line up and each sequence keeps its colour (`style.seq_colours`).
+    frames line up and each sequence keeps its colour (`style.seq_colours`). `legend=False`
+    leaves the legend band empty (a strip of frames draws one legend, not one per frame).
     """
     layout = layout or Layout.for_snapshots([snapshot])
     if layout.num_blocks != snapshot.num_blocks:
@@ -126,7 +135,8 @@ def render(snapshot, fig=None, *, ax=None, layout: Layout | None = None, colours
     _tables(ax, snapshot, layout, colours)
     _blocks(ax, snapshot, layout, colours)
     _free_list(ax, snapshot, layout)
-    _legend(ax, layout)
+    if legend:
+        _legend(ax, layout)
     return fig
 
 
@@ -170,7 +180,7 @@ def touched_blocks(snap) -> list[int]:
 def block_xy(layout: Layout, b: int) -> tuple[float, float]:
     """Top-left corner of physical block `b` in layout units."""
     row, col = divmod(b, layout.cols)
-    return layout.grid_x + col * PITCH, layout.body_y + row * PITCH
+    return layout.grid_x + col * PITCH, layout.body_y + row * layout.row_pitch
 
 
 def _caption(ax, snap, layout):
@@ -276,11 +286,11 @@ def _blocks(ax, snap, layout, colours):
     for src, dst in snap.pending_copies:  # below the blocks, clear of the badges, label at its side
         (sx, sy), (dx, dy) = block_xy(layout, src), block_xy(layout, dst)
         a, b = (sx + CELL / 2, sy + CELL + 0.08), (dx + CELL / 2, dy + CELL + 0.08)
-        rad = 0.45 if dx >= sx else -0.45
+        dist = math.hypot(b[0] - a[0], b[1] - a[1])
+        rad = min(0.45, 2 * COPY_DEPTH / max(dist, 1e-9)) * (1 if dx >= sx else -1)  # dips COPY_DEPTH
         ax.add_artist(FancyArrowPatch(a, b, connectionstyle=f"arc3,rad={rad}", arrowstyle="-|>",
                                      mutation_scale=16, color=style.ACCENT, lw=2.6, gid=f"copy-{src}-{dst}",
                                      zorder=8, shrinkA=0, shrinkB=0))
-        dist = math.hypot(b[0] - a[0], b[1] - a[1])
         ax.text((a[0] + b[0]) / 2, (a[1] + b[1]) / 2 + abs(rad) * dist / 2 + 0.12,
                 style.tr("copy {src}\u2192{dst}", src=src, dst=dst), ha="center", va="top", fontsize=style.pt(9), fontweight="bold",
                 color=style.ACCENT, gid=f"copy-label-{src}-{dst}", zorder=9,

@@ -1,10 +1,12 @@
-"""Any trace as slides: one frame per step, a key-frame strip, and a GIF.
+"""Any trace as slides: one frame per step, a key-frame strip (or one file per key frame), a GIF.
 
 Used by `pagedsim play SCRIPT --draw DIR`, `pagedsim play --trace T.json --draw DIR`
 and by the 3.4 figure. The key-frame strip is ONE figure with one axes per frame
 (`render(..., ax=...)` into each), so in SVG and PDF it stays vector: every label is
 text you can edit, nothing is pasted pixels. Frames share one `Layout` and one
-colour map, so blocks stay put and a sequence keeps its colour across frames.
+colour map, so blocks stay put and a sequence keeps its colour across frames; only the
+strip's last frame draws the legend. For a lecture hall, `write_slides` (what
+`pagedsim figures --slides` writes) puts each key frame in its own file instead.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ def key_frames(snapshots) -> list[int]:
     """The start, then the first step of each kind the chapter discusses, in trace order."""
     picks = {0}
     for kind in (SequenceAdded, SequenceForked, CopyOnWrite, SequenceFreed, AllocationFailed):
-        k = next((i for i, s in enumerate(snapshots) if any(isinstance(e, kind) for e in s.events)), None)
+        k = next((i for i, s in enumerate(snapshots) if any(isinstance(e, kind) for e in s.events)),
+                 None)
         if k is not None:
             picks.add(k)
     return sorted(picks)
@@ -49,7 +52,7 @@ def strip_figure(snapshots, picks=None, *, cols: int = STRIP_COLS):
     for i, k in enumerate(picks):
         r, c = divmod(i, cols)
         ax = fig.add_axes(((c * (w + gap)) / W, 1 - (r * (h + gap) + h) / H, w / W, h / H), gid=f"frame-{k}")
-        render(snapshots[k], ax=ax, layout=layout, colours=colours)
+        render(snapshots[k], ax=ax, layout=layout, colours=colours, legend=i == len(picks) - 1)
         ax.add_artist(plt.Rectangle((0.002, 0.002), 0.996, 0.996, transform=ax.transAxes, fill=False, ec="#999999",
                                     lw=0.8,
                                     clip_on=False))
@@ -58,6 +61,15 @@ def strip_figure(snapshots, picks=None, *, cols: int = STRIP_COLS):
 
 def write_strip(snapshots, path, picks=None) -> Path:
     return style.save(strip_figure(snapshots, picks), path)
+
+
+def write_slides(snapshots, out_dir, name: str, picks=None) -> list[Path]:
+    """One file per key frame (`pagedsim figures --slides`): `<name>-slide-<i>-step-<k>.png`,
+    each a whole frame with its own legend, laid out for the whole trace."""
+    snapshots = list(snapshots)
+    picks = key_frames(snapshots) if picks is None else list(picks)
+    return [draw_one(snapshots, k, Path(out_dir) / f"{name}-slide-{i + 1}-step-{k:02d}.png")
+            for i, k in enumerate(picks)]
 
 
 def draw_one(snapshots, k: int, path) -> Path:

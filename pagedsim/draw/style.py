@@ -19,6 +19,8 @@ with `with output(fmt="svg", dpi=300, look="projector"):`; `save` obeys them:
     look    "paper" (the default, what figures/ holds) or "projector": darker, saturated
             colours (Tol "bright"), no pale fills, every text at least 12 pt, and figures
             made 1.4x larger so their geometry grows with the text (13.3 in = a 16:9 slide).
+    slides  True for `pagedsim figures --slides`: a figure made of several frames (3.4's
+            key frames) is written one frame per file, each with its own legend.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ LOOKS = {
     "paper": Look("paper", SEQ_COLOURS, FREE, FREE_EDGE, None, 0.0, 1.0),
     "projector": Look("projector", PROJECTOR_COLOURS, "#B0B0B0", "#333333", "#222222", 12.0, 1.4),
 }
-_out = {"fmt": "png", "dpi": None, "look": LOOKS["paper"], "lang": "en"}
+_out = {"fmt": "png", "dpi": None, "look": LOOKS["paper"], "lang": "en", "slides": False}
 CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans SC", "Source Han Sans SC", "WenQuanYi Zen Hei",
              "WenQuanYi Micro Hei", "Droid Sans Fallback", "AR PL UMing CN", "SimHei", "Microsoft YaHei",
              "PingFang SC")
@@ -119,9 +121,10 @@ def look() -> Look:
 
 
 @contextlib.contextmanager
-def output(fmt: str = "png", dpi: int | None = None, look: str = "paper", lang: str = "en"):
+def output(fmt: str = "png", dpi: int | None = None, look: str = "paper", lang: str = "en",
+           slides: bool = False):
     """Within the block, `save` writes `fmt` at `dpi` in the named look, with labels in
-    `lang`. Chinese needs a CJK font: without one, a one-line note goes to stderr and
+    `lang`; with `slides`, makers of multi-frame figures write one frame per file. Chinese needs a CJK font: without one, a one-line note goes to stderr and
     the labels stay English (never boxes for missing glyphs)."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
@@ -142,12 +145,17 @@ def output(fmt: str = "png", dpi: int | None = None, look: str = "paper", lang: 
     elif lang != "en":
         raise ValueError(f"lang must be en or zh, got {lang!r}")
     saved = dict(_out)
-    _out.update(fmt=fmt, dpi=dpi, look=LOOKS[look], lang=lang)
+    _out.update(fmt=fmt, dpi=dpi, look=LOOKS[look], lang=lang, slides=bool(slides))
     try:
         with plt.rc_context(rc):
             yield
     finally:
         _out.update(saved)
+
+
+def slides() -> bool:
+    """True under `pagedsim figures --slides`: one frame per file."""
+    return _out["slides"]
 
 
 def lang() -> str:

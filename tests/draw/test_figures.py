@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from pagedsim.draw import anatomy, figures, figures_ch3, flow, fragmentation, scenario, style, tradeoff
-from pagedsim.draw.animate import GIF_DPI
+from pagedsim.draw.animate import gif_dpi
 from pagedsim.draw.render import Layout
 from pagedsim.sizing import preset
 from pagedsim.workloads import synthetic
@@ -29,7 +29,7 @@ def expected_sizes(tour_snaps):
         "3.1-fragmentation.png": px(fragmentation.SIZE),
         "3.2-block-anatomy.png": px(anatomy.ANATOMY_SIZE),
         "3.3-logical-vs-physical.png": px(flow.LOGICAL_SIZE),
-        "3.4-tour.gif": px(frame, GIF_DPI),
+        "3.4-tour.gif": px(frame, gif_dpi(lay)),
         "3.4-tour-key-frames.png": px(strip),
         "3.5-block-size-tradeoff.png": px(tradeoff.SIZE),
         "3.6-core-flow.png": px(flow.FLOW_SIZE),
