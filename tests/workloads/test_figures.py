@@ -20,7 +20,7 @@ def test_waste_figure_stacks_four_parts_per_bar_and_marks_the_papers_numbers(tmp
     plt.close("all")
 
 
-def test_sweep_figure_has_four_panels(tmp_path, monkeypatch):
+def test_sweep_figure_has_five_panels_and_a_notes_panel(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
     from pagedsim.draw import figures_workloads as fw
     from pagedsim.draw import style
@@ -31,6 +31,6 @@ def test_sweep_figure_has_four_panels(tmp_path, monkeypatch):
              "max_batch": 30 - b // 16, "preemptions": 10, "hit_rate": 0.5} for b in (1, 16, 256)]
     fw.draw_sweep(rows, tmp_path, "test")
     fig = saved["fig"]
-    assert len(fig.axes) == 5  # 2 x 2 panels plus the hit-rate twin axis
-    assert [len(ax.lines) for ax in fig.axes] == [1, 1, 1, 1, 1]
+    assert len(fig.axes) == 6  # five panels, each on its own axis, and the notes
+    assert [len(ax.lines) for ax in fig.axes] == [1, 1, 1, 1, 1, 0]
     plt.close("all")
