@@ -1,7 +1,8 @@
 """Figures for the chapter 3.7 labs: a race drawn step by step, and the sector-count predictions.
 
-    race_timeline     one bad interleaving of the racy pop (threads as lanes), next to the
-                      same start under compare-and-swap (`pagedsim.labs.interleavings`)
+    race_timeline     one bad interleaving of the racy pop (threads as lanes), then the
+                      exercise's atomic.sub pop and the allocator kernel's compare-and-swap
+                      pop on overlapping schedules (`pagedsim.labs.interleavings`)
     layout_sectors    which bytes one warp's load touches in each KV layout, and how many
                       32-byte sectors that costs (`pagedsim.labs.sectors`)
     alignment_sectors the same count for block starts 0..128 bytes off a 128-byte boundary
@@ -15,8 +16,8 @@ from pathlib import Path
 
 from matplotlib.patches import Rectangle
 
-from pagedsim.labs import interleavings as il
 from pagedsim.draw.style import ACCENT, FREE, FREE_EDGE, INK, SEQ_COLOURS, new_figure, save
+from pagedsim.labs import interleavings as il
 
 LANE_COLOURS = SEQ_COLOURS[:3]
 
@@ -31,10 +32,12 @@ def _draw_schedule(ax, out: il.Outcome, title: str) -> None:
         hot = s.addr.startswith("stack") and s.value in dup
         face = ACCENT if hot else ("#FFFFFF" if s.op == "cas fail" else LANE_COLOURS[s.thread])
         ax.add_patch(Rectangle((k + 0.05, y + 0.12), 0.9, 0.76, facecolor=face, edgecolor=INK,
-                               linewidth=2.2 if hot else 0.8, linestyle="--" if s.op == "cas fail" else "-"))
+                               linewidth=2.2 if hot else 0.8,
+                               linestyle="--" if s.op == "cas fail" else "-"))
         label = {"read": "read", "write": "write", "cas ok": "CAS ok", "cas fail": "CAS fail",
-                 "atomic_add": "atomic"}[s.op]
-        ax.text(k + 0.5, y + 0.62, f"{label}\n{s.addr}", ha="center", va="center", fontsize=7.5, color=INK)
+                 "atomic_add": "atomic.sub"}[s.op]  # t = atomic.sub(top, 0, 1) = atomic_add(-1)
+        ax.text(k + 0.5, y + 0.62, f"{label}\n{s.addr}", ha="center", va="center", fontsize=7.5,
+                color=INK)
         ax.text(k + 0.5, y + 0.24, f"= {s.value}", ha="center", va="center", fontsize=8, color=INK,
                 fontweight="bold" if hot else "normal")
         if s.addr == "top" and s.op in ("write", "cas ok", "atomic_add"):
@@ -42,7 +45,8 @@ def _draw_schedule(ax, out: il.Outcome, title: str) -> None:
         ax.text(k + 0.5, -0.45, str(top), ha="center", va="center", fontsize=9, color=INK)
     ax.text(-0.15, -0.45, "top", ha="right", va="center", fontsize=9, color=INK)
     want = out.start_top - n
-    ax.text(len(out.steps) + 0.2, -0.45, f"ends {top}, should be {want}" if top != want else f"ends {top}: right",
+    ends = f"ends {top}, should be {want}" if top != want else f"ends {top}: right"
+    ax.text(len(out.steps) + 0.2, -0.45, ends,
             va="center", fontsize=9,
             color=ACCENT if top != want else INK)
     for i in range(n):
@@ -59,27 +63,44 @@ def _draw_schedule(ax, out: il.Outcome, title: str) -> None:
         ax.spines[side].set_visible(False)
 
 
+def overlapping(impl: str) -> il.Outcome:
+    """The first schedule of `impl` in which the two threads' first steps interleave (for CAS:
+    one whose compare-and-swap fails and retries)."""
+    for out in il.explore(impl, 2):
+        if impl == "cas" and any(s.op == "cas fail" for s in out.steps):
+            return out
+        if impl != "cas" and out.steps[0].thread != out.steps[1].thread:
+            return out
+    raise AssertionError(f"no overlapping schedule of {impl}")  # the walk always has one
+
+
 def race_timeline(out_dir: Path) -> list[Path]:
-    """The first bad schedule of the racy pop for 2 threads, and CAS retrying on the same start."""
+    """The first bad schedule of the racy pop for 2 threads; the exercise's atomic.sub pop and the
+    allocator kernel's compare-and-swap pop on an overlapping schedule."""
     racy = il.summarize("racy", 2)
-    cas_runs = [o for o in il.explore("cas", 2) if any(s.op == "cas fail" for s in o.steps)]
-    cas = cas_runs[0]
-    fig = new_figure(10, 5.6)
-    a1, a2 = fig.subplots(2, 1, gridspec_kw={"height_ratios": [1, 1], "hspace": 0.75})
+    fig = new_figure(10, 8.0)
+    a1, a2, a3 = fig.subplots(3, 1, gridspec_kw={"hspace": 0.85})
     _draw_schedule(a1, racy.first_bad,
-                   f"racy pop: {racy.bad} of {racy.total} interleavings hand one block to two threads; "
-                   f"here block {racy.first_bad.duplicates[0]} (orange)")
+                   f"racy pop: {racy.bad} of {racy.total} interleavings hand one block to two "
+                   f"threads; here block {racy.first_bad.duplicates[0]} (orange)")
+    sub = il.summarize("atomic_add", 2)
+    _draw_schedule(a2, overlapping("atomic_add"),
+                   f"exercise 3.7's pop, t = cuda.atomic.sub(top, 0, 1): {sub.bad} bad of "
+                   f"{sub.total}; read and decrement are one step")
     cs = il.summarize("cas", 2)
-    _draw_schedule(a2, cas, f"compare-and-swap pop: 0 bad of {cs.total} interleavings; "
-                            f"a failed CAS (dashed) retries with the top it saw")
-    fig.suptitle("Two threads pop the free stack [10, 11, 12] at once", fontsize=12, x=0.02, ha="left")
-    fig.subplots_adjust(left=0.1, right=0.93, top=0.86, bottom=0.1)
+    _draw_schedule(a3, overlapping("cas"),
+                   f"cuda_kernels.alloc's compare-and-swap pop: {cs.bad} bad of {cs.total}; "
+                   "a failed CAS (dashed) retries with the top it saw")
+    fig.suptitle("Two threads pop the free stack [10, 11, 12] at once", fontsize=12, x=0.02,
+                 ha="left")
+    fig.subplots_adjust(left=0.1, right=0.93, top=0.9, bottom=0.07)
     return [save(fig, Path(out_dir) / "race_timeline.png")]
 
 
 def _sector_strip(ax, w, title: str) -> None:
     """Each lane's bytes as a bar over the 32-byte sector grid, untouched 128-B lines cut out."""
     import numpy as np
+
     from pagedsim.labs import sectors as sc
 
     lines = np.unique(np.concatenate([np.arange(a // sc.LINE, (a + w.nbytes - 1) // sc.LINE + 1)
@@ -91,7 +112,8 @@ def _sector_strip(ax, w, title: str) -> None:
 
     for a in w.addresses:
         for sector in range(int(a) // sc.SECTOR, (int(a) + w.nbytes - 1) // sc.SECTOR + 1):
-            ax.axvspan(x_of(sector * sc.SECTOR), x_of(sector * sc.SECTOR) + sc.SECTOR, color=FREE, zorder=0)
+            ax.axvspan(x_of(sector * sc.SECTOR), x_of(sector * sc.SECTOR) + sc.SECTOR, color=FREE,
+                       zorder=0)
     for i in range(len(lines) + 1):
         ax.axvline(i * sc.LINE, color=FREE_EDGE, linewidth=0.8, zorder=1)
     ax.barh(np.arange(sc.WARP), w.nbytes, left=[x_of(a) for a in w.addresses], height=0.8,
@@ -120,16 +142,17 @@ def layout_sectors(out_dir: Path) -> list[Path]:
             _sector_strip(axes[r, c], w, f"{layout}, {which.upper()}, {mapping}")
             if c == 0:
                 axes[r, c].set_ylabel("lane")
-    fig.suptitle(f"One warp's load, fp16, B={g.block_size}, D={g.head_dim}. 'kernel': lanes over head_dim "
-                 f"(the factory kernel); 'vec16': 16 B per lane over tokens (vLLM)", fontsize=11)
-    fig.supxlabel("bytes of the 128-byte lines the warp touches, side by side (untouched lines cut out); "
-                  "grey: 32-byte sectors fetched", fontsize=10)
+    fig.suptitle(f"One warp's load, fp16, B={g.block_size}, D={g.head_dim}. 'kernel': lanes over "
+                 f"head_dim (the factory kernel); 'vec16': 16 B per lane over tokens (vLLM)",
+                 fontsize=11)
+    fig.supxlabel("bytes of the 128-byte lines the warp touches, side by side (untouched lines cut "
+                  "out); grey: 32-byte sectors fetched", fontsize=10)
     fig.subplots_adjust(left=0.05, right=0.98, top=0.92, bottom=0.07, hspace=0.75, wspace=0.2)
     return [save(fig, Path(out_dir) / "layout_sectors.png")]
 
 
 def alignment_sectors(out_dir: Path) -> list[Path]:
-    """Sectors and lines one warp's 128-byte load touches at each offset, and the predicted extra."""
+    """Sectors and lines one warp's 128-byte load touches at each offset; the predicted extra."""
     from pagedsim.labs import sectors as sc
 
     offsets = (0, 4, 16, 64, 128)
@@ -140,7 +163,8 @@ def alignment_sectors(out_dir: Path) -> list[Path]:
     for i, o in enumerate(offsets):
         y = len(offsets) - 1 - i
         for s in range(o // 32, (o + 127) // 32 + 1):
-            left.add_patch(Rectangle((s * 32, y + 0.1), 32, 0.8, facecolor=FREE, edgecolor=FREE_EDGE))
+            left.add_patch(Rectangle((s * 32, y + 0.1), 32, 0.8, facecolor=FREE,
+                                     edgecolor=FREE_EDGE))
         left.add_patch(Rectangle((o, y + 0.3), 128, 0.4, facecolor=SEQ_COLOURS[4]))
         n_sec, n_line = sc.misaligned_run(128, o)
         left.text(300, y + 0.5, f"{n_sec} sectors, {n_line} line{'s' if n_line > 1 else ''}",
@@ -149,7 +173,8 @@ def alignment_sectors(out_dir: Path) -> list[Path]:
         left.axvline(x, color=INK, linewidth=1)
     left.set_xlim(0, 390)
     left.set_ylim(0, len(offsets))
-    left.set_yticks([len(offsets) - 1 - i + 0.5 for i in range(len(offsets))], [f"+{o} B" for o in offsets])
+    left.set_yticks([len(offsets) - 1 - i + 0.5 for i in range(len(offsets))],
+                    [f"+{o} B" for o in offsets])
     left.set_xticks(range(0, 257, 32))
     left.set_xlabel("bytes from a 128-byte boundary (grey: 32-byte sectors fetched)")
     left.set_title("32 lanes x 4 B (fp32) starting at the offset", fontsize=10)
@@ -157,18 +182,22 @@ def alignment_sectors(out_dir: Path) -> list[Path]:
     for j, (es, label) in enumerate([(4, "fp32 warp load (128 B)"), (2, "fp16 warp load (64 B)")]):
         rows = sc.alignment_table(offsets, sc.Geometry(elem_bytes=es))
         xs = [k + (j - 1) * width for k in range(len(offsets))]
-        bars = right.bar(xs, [100 * r["warp_extra"] for r in rows], width, color=SEQ_COLOURS[j], label=label)
-        right.bar_label(bars, fmt=lambda v: f"{v:.0f}%" if v else "", fontsize=9)
+        bars = right.bar(xs, [100 * r["warp_extra"] for r in rows], width, color=SEQ_COLOURS[j],
+                         label=label, edgecolor=INK, linewidth=0.8)  # a 0 bar: a dark line at 0
+        right.bar_label(bars, fmt=lambda v: f"{v:.0f}%" if v else "0", fontsize=9, gid="bar-label")
     rows = sc.alignment_table(offsets, sc.Geometry(elem_bytes=2))
-    bars = right.bar([k + width for k in range(len(offsets))], [100 * r["tile_extra"] for r in rows], width,
-                     color=SEQ_COLOURS[2], label=f"fp16 whole K tile ({rows[0]['tile_bytes']} B)")
-    right.bar_label(bars, fmt=lambda v: f"{v:.1f}%" if v else "", fontsize=9)
+    bars = right.bar([k + width for k in range(len(offsets))],
+                     [100 * r["tile_extra"] for r in rows], width, color=SEQ_COLOURS[2],
+                     edgecolor=INK, linewidth=0.8,
+                     label=f"fp16 whole K tile ({rows[0]['tile_bytes']} B)")
+    right.bar_label(bars, fmt=lambda v: f"{v:.1f}%" if v else "0", fontsize=9, gid="bar-label")
     right.set_xticks(range(len(offsets)), [f"+{o}" for o in offsets])
     right.set_xlabel("block start offset (bytes)")
     right.set_ylabel("extra sectors (%)")
-    right.set_ylim(0, 80)
+    right.set_ylim(-4, 80)  # room under 0, so a zero-height bar's outline clears the axis
+    right.axhline(0, color=INK, linewidth=0.6)
     right.legend(fontsize=9, loc="upper right")
-    right.set_title("predicted extra traffic (theory, no GPU)", fontsize=10)
+    right.set_title("predicted extra traffic (theory, no GPU); 0: no extra sector", fontsize=10)
     fig.subplots_adjust(left=0.08, right=0.98, top=0.82, bottom=0.13, wspace=0.3)
     return [save(fig, Path(out_dir) / "alignment_sectors.png")]
 
