@@ -47,12 +47,18 @@ def _block(ax, x, y, spec: ModelSpec, label: str):
             fontsize=9, color="#444444", va="bottom")
     for dx, colour, name in ((0, K_COLOUR, "K"), (w + 0.5, V_COLOUR, "V")):
         ax.add_patch(Rectangle((x + dx, y), w, h, facecolor=colour, edgecolor=style.INK, lw=1))
-        ax.vlines([x + dx + cw * t for t in range(1, BLOCK_SIZE)], y, y + h, color="white", lw=0.6)
-        ax.hlines([y + rh * r for r in range(1, spec.num_kv_heads)], x + dx, x + dx + w, color="white", lw=0.4)
+        # the cell grid in ink, so it reads from the back of a hall (white lines vanish there)
+        ax.vlines([x + dx + cw * t for t in range(1, BLOCK_SIZE)], y, y + h, color=style.INK,
+                  lw=0.7, alpha=0.55, gid="grid")
+        ax.hlines([y + rh * r for r in range(1, spec.num_kv_heads)], x + dx, x + dx + w,
+                  color=style.INK, lw=0.5, alpha=0.45, gid="grid")
         ax.text(x + dx + w / 2, y - 0.15, f"{name}: {spec.num_kv_heads} heads \u00d7 {BLOCK_SIZE} tokens",
                 ha="center", va="top", fontsize=9, fontweight="bold")
     ax.text(x - 0.15, y + h / 2, f"{spec.num_kv_heads}\nKV\nheads", ha="right", va="center", fontsize=8.5)
     ax.text(x, y + h + 0.7, label, fontsize=10.5, fontweight="bold", va="bottom")
+    # one cell picked out: the unit the caption talks about
+    ax.add_patch(Rectangle((x, y + h - rh), cw, rh, facecolor="none", edgecolor=style.ACCENT, lw=2.0,
+                           gid="one-cell", zorder=5))
     return h
 
 
@@ -65,10 +71,12 @@ def make_anatomy(out_dir: Path) -> list[Path]:
     ax.set_axis_off()
     ax.text(0.4, 11.5, "3.2  What one KV block holds (block_size = 16 tokens, FP16); grids drawn to scale",
             fontsize=13, fontweight="bold", va="top")
-    ax.text(0.4, 10.85, "Each small cell is one head_dim vector: 128 values \u00d7 2 bytes = 256 B. "
-            "A block stores K and V of 16 tokens for every head of every layer.", fontsize=9.5, va="top")
+    ax.text(0.4, 10.85, "Each small cell (one outlined in orange) is one head_dim vector: 128 values "
+            "\u00d7 2 bytes = 256 B. A block stores K and V of 16 tokens for every head of every "
+            "layer.", fontsize=9.5, va="top")
     y = 9.5
-    for name, note in (("chapter3", "MHA: 32 query heads, 32 KV heads"),
+    for name, note in (("chapter3", "the chapter's worked example, shaped like Llama-2-7B; "
+                                    "MHA: 32 query heads, 32 KV heads"),
                        ("llama-3-8b", "GQA: 32 query heads share 8 KV heads")):
         spec = preset(name)
         h = _block(ax, 1.6, y - spec.num_kv_heads * 0.11 - 0.8, spec, f"{name}  ({note})")

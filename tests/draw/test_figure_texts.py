@@ -66,3 +66,26 @@ def test_the_waste_note_quotes_both_the_bars_and_the_papers_markers():
     assert "pow2 (ours 50%/40%, paper 27%)" in note
     assert "oracle (ours 75%/60%, paper 38%)" in note
     assert "max_len alone, agrees (ours 25%/20%" in note
+
+
+def test_the_3_2_cell_grid_is_inked_and_the_chapter3_preset_explained(tmp_path, monkeypatch):
+    from matplotlib.colors import to_hex
+
+    from pagedsim.draw import anatomy, style
+    from pagedsim.sizing import preset
+
+    saved = []
+    monkeypatch.setattr(style, "save", lambda fig, path, **kw: saved.append(fig))
+    anatomy.make_anatomy(tmp_path)
+    ax = saved[0].axes[0]
+    grids = [c for c in ax.collections if c.get_gid() == "grid"]
+    assert len(grids) == 8  # 2 models x (K, V) x (columns, rows)
+    for grid in grids:
+        assert to_hex(grid.get_colors()[0]) == style.INK.lower() and grid.get_alpha() >= 0.4
+    assert sum(p.get_gid() == "one-cell" for p in ax.patches) == 2
+    texts = [t.get_text() for t in ax.texts]
+    said = "chapter3  (the chapter's worked example, shaped like Llama-2-7B"
+    assert any(t.startswith(said) for t in texts)
+    shape = ("num_layers", "num_kv_heads", "head_dim", "dtype_bytes")
+    chapter3, llama2 = preset("chapter3"), preset("llama-2-7b")
+    assert [getattr(chapter3, f) for f in shape] == [getattr(llama2, f) for f in shape]
