@@ -70,10 +70,14 @@ def write_gif(snapshots, path, *, interval: int = FRAME_MS, dpi: int | None = No
     (default: `gif_dpi`, at least GIF_MIN_WIDTH pixels wide)."""
     path = Path(path)
     snapshots = list(snapshots)
-    if dpi is None and snapshots:
-        dpi = gif_dpi(Layout.for_snapshots(snapshots))
+    layout = Layout.for_snapshots(snapshots) if snapshots else None
+    if dpi is None and layout is not None:
+        dpi = gif_dpi(layout)
     path.parent.mkdir(parents=True, exist_ok=True)
     anim, fig = animation(snapshots, interval=interval)
+    # whole pixels at this dpi too, whichever way the Pillow writer rounds
+    size = (layout.width * layout.unit, layout.height * layout.unit)
+    fig.set_size_inches(*style.whole_pixels(*size, dpi))
     # FuncAnimation asks the canvas for an extra redraw after every frame; the writer's
     # savefig already draws it, so skip the duplicate (halves the time on Agg).
     fig.canvas.draw_idle = lambda *args, **kwargs: None

@@ -12,6 +12,8 @@ ZH = {
     "empty: the next allocate() fails": "空：下一次 allocate() 会失败",
     "... +{n} more": "…… 另有 {n} 块",
     "(no sequences)": "（没有序列）",
+    "finished: its blocks are freed": "已结束：它的块已释放",
+    "preempted: out of the pool until step {k}": "被抢占：直到第 {k} 步才回到池中",
     "... and {n} more sequences": "…… 另有 {n} 个序列",
     "seq {s}": "序列 {s}",
     "step {k}: {caption}": "第 {k} 步：{caption}",

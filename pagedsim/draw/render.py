@@ -30,6 +30,7 @@ from matplotlib.patches import Circle, FancyArrowPatch, Patch, Rectangle
 from matplotlib.text import Text
 
 from ..app.describe_zh import caption
+from ..trace import SequenceAdded, SequenceForked, SequenceFreed
 from . import style
 
 MAX_SEQS = 8  # table rows drawn; with more sequences the last row summarises the rest
@@ -52,6 +53,7 @@ class Layout:
     table_rows: int  # sequence rows reserved
     table_cells: int  # logical slots reserved per row
     copy_room: bool = False  # some frame draws a copy-on-write arrow under the blocks
+    gone: tuple = ()  # (step, ((seq_id, back_step | None), ...)): who left the pool at each step
 
     @property
     def rows(self) -> int:
@@ -71,7 +73,15 @@ class Layout:
         seqs = max(len(s.sequences) for s in snapshots)
         cells = max((len(q.blocks) for s in snapshots for q in s.sequences), default=0)
         copies = any(s.pending_copies for s in snapshots)
-        return cls(n, cols, max(2, min(seqs, MAX_SEQS)), max(4, min(cells, MAX_CELLS)), copies)
+        gone = departures(snapshots)
+        seqs = max(seqs, *(len(s.sequences) + len(g) for s, g in zip(snapshots, gone, strict=True)))
+        marks = tuple((s.step, g) for s, g in zip(snapshots, gone, strict=True) if g)
+        return cls(n, cols, max(2, min(seqs, MAX_SEQS)), max(4, min(cells, MAX_CELLS)), copies,
+                   marks)
+
+    def departed(self, step: int) -> tuple:
+        """((seq_id, back_step | None), ...) for the frame of `step` (see `departures`)."""
+        return next((g for k, g in self.gone if k == step), ())
 
     # Derived positions, in units.
     @property
@@ -99,6 +109,25 @@ class Layout:
     @property
     def height(self) -> float:
         return self.free_y + 2.25  # the free list, then the legend
+
+
+def departures(snapshots) -> list[tuple]:
+    """For each frame: the sequences that left the pool in it, as (seq_id, back). A sequence
+    left if the previous frame had it, or this frame's events free it, and this frame does
+    not; back is the step of the next frame that has it again or re-adds it (it was preempted
+    or swapped out), or None (it finished). A pure function of the trace."""
+    live = [{q.seq_id for q in s.sequences} for s in snapshots]
+    added = [{getattr(e, "seq_id", getattr(e, "child", None)) for e in s.events
+              if isinstance(e, (SequenceAdded, SequenceForked))} for s in snapshots]
+    out = []
+    for k, snap in enumerate(snapshots):
+        before = [q.seq_id for q in snapshots[k - 1].sequences] if k else []
+        freed = [e.seq_id for e in snap.events if isinstance(e, SequenceFreed)]
+        left = [sid for sid in dict.fromkeys([*before, *freed]) if sid not in live[k]]
+        back = [next((snapshots[j].step for j in range(k + 1, len(snapshots))
+                      if sid in live[j] or sid in added[j]), None) for sid in left]
+        out.append(tuple(zip(left, back, strict=True)))
+    return out
 
 
 def render(snapshot, fig=None, *, ax=None, layout: Layout | None = None, colours=None,
@@ -228,6 +257,9 @@ def _tables(ax, snap, layout, colours):
         if cut:
             ax.text(x0 + layout.table_cells - 0.55, y + 0.41, f"+{len(blocks) - layout.table_cells + 1}",
                     ha="center", va="center", fontsize=style.pt(8), color=style.grey("#444444"))
+    rows = len(shown) + (len(shown) < len(seqs))
+    for j, (sid, back) in enumerate(layout.departed(snap.step)[:max(0, layout.table_rows - rows)]):
+        _gone_row(ax, layout.body_y + 0.6 + (rows + j) * ROW, sid, back, colours)
     if len(shown) < len(seqs):
         ax.text(0.5, layout.body_y + 0.6 + len(shown) * ROW + 0.41,
                 style.tr("... and {n} more sequences", n=len(seqs) - len(shown)),
@@ -235,6 +267,19 @@ def _tables(ax, snap, layout, colours):
     if not seqs:
         ax.text(0.5, layout.body_y + 1.05, style.tr("(no sequences)"), va="center", fontsize=style.pt(9),
                 color=style.grey("#666666"))
+
+
+def _gone_row(ax, y, seq_id, back, colours):
+    """A sequence that left the pool at this step: its colour as a dashed outline, and why."""
+    colour = style.colour_of(seq_id, colours)
+    ax.add_artist(Rectangle((0.5, y + 0.08), 0.5, 0.66, facecolor="white", edgecolor=colour, lw=1.6,
+                            ls="--", gid=f"gone-{seq_id}"))
+    ax.text(1.15, y + 0.41, style.tr("seq {s}", s=seq_id), va="center", fontsize=style.pt(9.5),
+            color=style.grey("#666666"))
+    why = (style.tr("finished: its blocks are freed") if back is None else
+           style.tr("preempted: out of the pool until step {k}", k=back))
+    ax.text(0.5 + LABEL_W, y + 0.41, why, va="center", fontsize=style.pt(8.5),
+            color=style.grey("#666666"), style="italic", gid=f"gone-why-{seq_id}")
 
 
 def _blocks(ax, snap, layout, colours):

@@ -76,10 +76,13 @@ def run(blocks: int = 10, block_size: int = 4, budget: int = 8, policy: str = "s
 
 
 def step_frames(engine, marks) -> list:
-    """The manager's snapshot after each engine step, captioned with that step's batch."""
+    """The manager's snapshot after each engine step, numbered by engine step (as `generate`
+    prints them) and captioned with that step's batch."""
     snaps = engine.blocks.manager.trace.snapshots
-    return [replace(snaps[m], caption=f"engine step {i + 1}: " + " ".join(engine.log[i]["seqs"]))
-            for i, m in enumerate(marks)]
+    spans = zip([0, *(m + 1 for m in marks)], marks, strict=False)  # manager steps of engine step i
+    return [replace(snaps[m], step=i + 1, caption="batch " + " ".join(engine.log[i]["seqs"]),
+                    events=tuple(e for s in snaps[a:m + 1] for e in s.events))
+            for i, (a, m) in enumerate(spans)]
 
 
 def main(argv: list[str] | None = None) -> int:
