@@ -11,6 +11,21 @@ attention only the KV heads count, which is why Llama-3-8B's blocks are 4x small
 `fit_blocks` answers the pre-allocation question of 3.7: given a memory budget,
 how many blocks can be carved out when each block's start is rounded up to an
 alignment boundary (128 bytes by default), and how many bytes that padding costs.
+
+`kv_capacity` answers the serving question (`pagedsim capacity`): how many blocks and
+tokens fit in the memory left for the KV cache, and how many requests of max_model_len
+tokens that is. It follows vLLM v1 (vllm/v1/core/kv_cache_utils.py) for a model whose
+layers all use full attention, which vLLM puts in one KV cache group:
+
+    page_size_bytes = 2 * block_size * num_kv_heads * head_dim * dtype_bytes   (one layer)
+    num_blocks      = available_bytes // page_size_bytes // num_layers          (get_num_blocks)
+    num_tokens      = num_blocks * block_size             "GPU KV cache size: N tokens"
+    max_concurrency = num_blocks / ceil(max_model_len / block_size)
+                      "Maximum concurrency for X tokens per request: Y.YYx"
+
+vLLM keeps one tensor per layer, so it divides by page_size_bytes and then by the number
+of layers; since both are whole numbers, that is the same as dividing once by
+bytes_per_block (floor(floor(a / p) / L) = floor(a / (p * L))).
 """
 
 from __future__ import annotations
@@ -79,16 +94,24 @@ def preset(name: str) -> ModelSpec:
     try:
         return PRESETS[name]
     except KeyError:
-        raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}") from None
+        raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}"
+                         ) from None
+
+
+def padding_to(nbytes: int, alignment: int = ALIGNMENT) -> int:
+    """Bytes to add to `nbytes` to reach a multiple of `alignment` (a power of two), in
+    0..alignment-1."""
+    nbytes = count_arg("nbytes", nbytes)
+    alignment = count_arg("alignment", alignment, 1)
+    if alignment & (alignment - 1):
+        raise ValueError(f"alignment must be a power of two, got {alignment}")
+    return -nbytes % alignment  # Python's % takes the sign of the divisor: never negative
 
 
 def align_up(nbytes: int, alignment: int = ALIGNMENT) -> int:
     """Round `nbytes` up to the next multiple of `alignment` (a power of two)."""
     nbytes = count_arg("nbytes", nbytes)
-    alignment = count_arg("alignment", alignment, 1)
-    if alignment & (alignment - 1):
-        raise ValueError(f"alignment must be a power of two, got {alignment}")
-    return (nbytes + alignment - 1) & ~(alignment - 1)
+    return nbytes + padding_to(nbytes, alignment)
 
 
 @dataclass(frozen=True)
@@ -114,13 +137,48 @@ def fit_blocks(budget_bytes: int, block_bytes: int, alignment: int = ALIGNMENT) 
     """
     block_bytes = count_arg("block_bytes", block_bytes, 1)
     budget_bytes = count_arg("budget_bytes", budget_bytes)
-    stride = align_up(block_bytes, alignment)
-    n = budget_bytes // stride
+    pad = padding_to(block_bytes, alignment)  # per block
+    n = budget_bytes // (block_bytes + pad)
     return BlockFit(
         num_blocks=n,
         block_bytes=block_bytes,
-        stride_bytes=stride,
-        padding_bytes=n * (stride - block_bytes),
-        unused_bytes=budget_bytes - n * stride,
+        stride_bytes=block_bytes + pad,
+        padding_bytes=n * pad,
+        unused_bytes=budget_bytes - n * (block_bytes + pad),
     )
 
+
+
+@dataclass(frozen=True)
+class KVCapacity:
+    """How much KV cache fits, in the quantities vLLM v1 logs at startup."""
+
+    bytes_per_token: int  # K and V of one token over all layers
+    page_size_bytes: int  # one block of one layer: vLLM's KVCacheSpec.page_size_bytes
+    bytes_per_block: int  # one block over all layers
+    num_blocks: int  # blocks that fit in the available bytes
+    num_tokens: int  # num_blocks * block_size: "GPU KV cache size: N tokens"
+    blocks_per_request: int  # blocks one request of max_model_len tokens needs
+    max_concurrency: float  # num_blocks / blocks_per_request: "Maximum concurrency ...: Y.YYx"
+
+
+def kv_capacity(spec: ModelSpec, block_size: int, available_bytes: int,
+                max_model_len: int) -> KVCapacity:
+    """Blocks, tokens and requests of `max_model_len` tokens that `available_bytes` of KV cache
+    hold for `spec` (its dtype_bytes is the KV cache dtype), as vLLM v1 computes them for a
+    full-attention model (one KV cache group; see the module docstring)."""
+    block_size = count_arg("block_size", block_size, 1)
+    available_bytes = count_arg("available_bytes", available_bytes)
+    max_model_len = count_arg("max_model_len", max_model_len, 1)
+    page = 2 * block_size * spec.num_kv_heads * spec.head_dim * spec.dtype_bytes
+    num_blocks = available_bytes // page // spec.num_layers
+    per_request = -(-max_model_len // block_size)
+    return KVCapacity(
+        bytes_per_token=spec.bytes_per_token(),
+        page_size_bytes=page,
+        bytes_per_block=page * spec.num_layers,
+        num_blocks=num_blocks,
+        num_tokens=num_blocks * block_size,
+        blocks_per_request=per_request,
+        max_concurrency=num_blocks / per_request,
+    )

@@ -36,6 +36,7 @@ COMMANDS = {
     "grade": ("course.grade:main", "grade a folder of submissions, one process each, with a time limit"),
     "export-course": ("course.export:main", "write a student copy of the course without the solutions"),
     "play": ("pagedsim.app.play:main", "a playground: type alloc/append/fork/free and watch the blocks"),
+    "capacity": ("pagedsim.app.capacity:main", "how many KV tokens fit model Y on GPU X (vLLM v1's arithmetic)"),
 }
 
 

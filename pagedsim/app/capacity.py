@@ -1,0 +1,291 @@
+"""`pagedsim capacity`: how many KV-cache tokens fit model Y on GPU X, the way vLLM v1 reports it.
+
+    pagedsim capacity --model llama-3-8b --gpu H100-80GB
+    pagedsim capacity --model ./my-model/ --gpu-memory 24GiB --max-model-len 32768 --dtype fp8
+    pagedsim capacity --model mistral-7b --kv-cache-memory 20GiB --json
+
+It prints what vLLM v1 logs at startup -- "GPU KV cache size: N tokens" and "Maximum
+concurrency for X tokens per request: Y.YYx" -- with the arithmetic behind it
+(`pagedsim.sizing.kv_capacity`, which follows vllm/v1/core/kv_cache_utils.py):
+
+    available       = gpu_memory * gpu_memory_utilization - weights - other   (or --kv-cache-memory)
+    page_size_bytes = 2 * block_size * num_kv_heads * head_dim * kv_dtype_bytes (one layer)
+    num_blocks      = available // page_size_bytes // num_layers
+    num_tokens      = num_blocks * block_size
+    concurrency     = num_blocks / ceil(max_model_len / block_size)
+
+What it cannot know. vLLM does not compute `available` from a formula: it loads the weights,
+runs a profiling forward pass of max_num_batched_tokens, and subtracts the measured peak
+(weights + activations + non-torch memory such as NCCL buffers) from total memory x
+utilization; CUDA graphs are captured afterwards. Here the weights are estimated from the
+config's shapes (parameters x bytes of the model dtype; override with --weights-bytes, e.g.
+for a quantized checkpoint) and everything else is --other-bytes (default 0), so the result is
+an upper bound on what vLLM will find. --kv-cache-memory skips all of that, as vLLM's
+kv_cache_memory_bytes does. Every layer is counted as full attention: for a model with a
+sliding window, vLLM v1's hybrid allocator frees blocks outside the window, so it fits more
+requests than this says (a note says so). One GPU, no tensor parallelism.
+
+Model presets are real config.json values (Hugging Face hub); --model DIR reads DIR/config.json
+(hidden_size, num_attention_heads, num_key_value_heads, head_dim, num_hidden_layers,
+torch_dtype, sliding_window, max_position_embeddings). GPU presets are nominal capacities in
+GiB (80GB = 80 GiB); the driver reports a little less, so pass --gpu-memory for your card.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+from ..sizing import ModelSpec, kv_capacity
+from .cli import ArgParser, float_in, int_in
+
+GiB = 2**30
+MAX_BYTES = 2**50  # a PiB: far above any one GPU
+MAX_LEN = 2**24  # tokens per request
+MAX_BLOCK = 512
+
+GPUS = {  # nominal memory, GiB
+    "A100-40GB": 40 * GiB, "A100-80GB": 80 * GiB, "H100-80GB": 80 * GiB, "H100-94GB": 94 * GiB,
+    "H200-141GB": 141 * GiB, "B200-180GB": 180 * GiB, "L4": 24 * GiB, "L40S": 48 * GiB,
+    "A10G": 24 * GiB, "T4": 16 * GiB, "RTX-4090": 24 * GiB, "RTX-3090": 24 * GiB,
+}
+
+
+def _cfg(layers, hidden, heads, kv, inter, vocab, max_pos, dtype="bfloat16", **extra):
+    return dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+                num_key_value_heads=kv, intermediate_size=inter, vocab_size=vocab,
+                max_position_embeddings=max_pos, torch_dtype=dtype, **extra)
+
+
+MODELS = {  # config.json values of the Hugging Face checkpoints
+    "llama-2-7b": _cfg(32, 4096, 32, 32, 11008, 32000, 4096, "float16"),
+    "llama-2-13b": _cfg(40, 5120, 40, 40, 13824, 32000, 4096, "float16"),
+    "llama-3-8b": _cfg(32, 4096, 32, 8, 14336, 128256, 8192),
+    "llama-3.1-8b": _cfg(32, 4096, 32, 8, 14336, 128256, 131072),
+    "llama-3-70b": _cfg(80, 8192, 64, 8, 28672, 128256, 8192),
+    "llama-3.1-70b": _cfg(80, 8192, 64, 8, 28672, 128256, 131072),
+    "mistral-7b": _cfg(32, 4096, 32, 8, 14336, 32000, 32768, sliding_window=4096),  # v0.1
+    "mixtral-8x7b": _cfg(32, 4096, 32, 8, 14336, 32000, 32768, num_local_experts=8),
+    "qwen2-7b": _cfg(28, 3584, 28, 4, 18944, 152064, 131072, sliding_window=131072,
+                     use_sliding_window=False),
+    "qwen2.5-72b": _cfg(80, 8192, 64, 8, 29568, 152064, 32768),
+    # Gemma 2's checkpoint says float32; vLLM serves Gemma 2 in bfloat16
+    "gemma-2-9b": _cfg(42, 3584, 16, 8, 14336, 256000, 8192, head_dim=256, sliding_window=4096,
+                       tie_word_embeddings=True),
+    "opt-13b": dict(num_hidden_layers=40, hidden_size=5120, num_attention_heads=40, ffn_dim=20480,
+                    vocab_size=50272, max_position_embeddings=2048, torch_dtype="float16",
+                    model_type="opt", tie_word_embeddings=True),
+}
+DTYPES = {"fp16": 2, "bf16": 2, "fp8": 1, "fp32": 4}
+TORCH_DTYPES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32",
+                "float": "fp32"}
+UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+         "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def byte_count(text: str) -> int:
+    """An argparse `type`: bytes as an integer with an optional unit (24GiB, 80e9, 512MB)."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?(?:e[0-9]+)?)\s*([a-z]*)\s*", str(text).lower())
+    if not m or m.group(2) not in UNITS:
+        raise argparse.ArgumentTypeError(
+            f"expected bytes such as 85899345920, 80GiB or 24e9, got {text!r}")
+    value = round(float(m.group(1)) * UNITS[m.group(2)])
+    if value > MAX_BYTES:
+        raise argparse.ArgumentTypeError(f"must be at most 2**50 bytes, got {text!r}")
+    return value
+
+
+byte_count.__name__ = "bytes"
+
+
+def gpu_name(text: str) -> str:
+    """An argparse `type`: a GPU preset, in any letter case."""
+    name = next((g for g in GPUS if g.lower() == str(text).lower()), None)
+    if name is None:
+        raise argparse.ArgumentTypeError(f"unknown GPU {text!r}; choose one of {', '.join(GPUS)}")
+    return name
+
+
+def _field(cfg: dict, key: str, source: str, default=None) -> int:
+    value = cfg.get(key, default)
+    if value is None:
+        raise ValueError(f"{source}: config has no {key!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{source}: {key} must be a positive integer, got {value!r}")
+    return value
+
+
+def read_config(cfg, source: str) -> dict:
+    """The KV-cache shape and weight estimate of a config.json dict, checked field by field."""
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{source}: a config must be a JSON object, got {type(cfg).__name__}")
+    if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
+        cfg = cfg["text_config"]  # multimodal checkpoints nest the language model's config
+    layers = _field(cfg, "num_hidden_layers", source)
+    hidden = _field(cfg, "hidden_size", source)
+    heads = _field(cfg, "num_attention_heads", source)
+    kv = _field(cfg, "num_key_value_heads", source, heads)  # absent: multi-head attention
+    if heads % kv:
+        raise ValueError(f"{source}: num_attention_heads ({heads}) is not a multiple of "
+                         f"num_key_value_heads ({kv})")
+    if cfg.get("head_dim") is None and hidden % heads:
+        raise ValueError(f"{source}: hidden_size ({hidden}) is not a multiple of "
+                         f"num_attention_heads ({heads}) and there is no head_dim")
+    head_dim = _field(cfg, "head_dim", source, hidden // heads)
+    dtype = cfg.get("torch_dtype", cfg.get("dtype", "float16"))
+    if dtype not in TORCH_DTYPES:
+        raise ValueError(f"{source}: torch_dtype {dtype!r} is not one of {sorted(TORCH_DTYPES)}")
+    window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
+    if window is not None:
+        window = _field(cfg, "sliding_window", source)
+    max_pos = cfg.get("max_position_embeddings")
+    return dict(num_layers=layers, num_heads=heads, num_kv_heads=kv, head_dim=head_dim,
+                dtype=TORCH_DTYPES[dtype], sliding_window=window,
+                max_position_embeddings=_field(cfg, "max_position_embeddings", source)
+                if max_pos is not None else None,
+                params=estimate_params(cfg, layers, hidden, heads, kv, head_dim, source))
+
+
+def estimate_params(cfg, layers, hidden, heads, kv, head_dim, source) -> int:
+    """Parameters from the shapes: embeddings (and an untied LM head), the q/k/v/o projections
+    and the MLP (3 matrices when gated, 2 for OPT-style; times the experts of an MoE).
+    Norms and biases are left out (well under 0.1%)."""
+    gated = cfg.get("model_type") not in ("opt", "gpt2", "gpt_neox", "falcon", "bloom")
+    inter = _field(cfg, "intermediate_size" if "intermediate_size" in cfg else "ffn_dim", source)
+    experts = _field(cfg, "num_local_experts", source, 1)
+    vocab = _field(cfg, "vocab_size", source)
+    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv * head_dim
+    mlp = (3 if gated else 2) * hidden * inter * experts
+    untied = not cfg.get("tie_word_embeddings", False)
+    return vocab * hidden * (2 if untied else 1) + layers * (attention + mlp)
+
+
+def load_model(text: str) -> tuple[str, dict]:
+    """(name, read_config(...)) for a preset name, a folder holding config.json, or a file."""
+    key = text.lower().split("/")[-1].removeprefix("meta-")
+    if key in MODELS and not Path(text).exists():
+        return key, read_config(MODELS[key], key)
+    path = Path(text)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise ValueError(f"--model {text!r} is neither a preset ({', '.join(MODELS)}) nor a "
+                         "folder or file with a config.json")
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not a JSON config ({e.__class__.__name__}: {e})") from None
+    return str(path), read_config(cfg, str(path))
+
+
+def plan(args) -> dict:
+    """Everything `capacity` reports, as one dict (what --json prints)."""
+    name, model = load_model(args.model)
+    kv_dtype = model["dtype"] if args.dtype == "auto" else args.dtype
+    if kv_dtype == "fp32" and args.dtype == "auto":
+        kv_dtype = "fp16"  # vLLM's "auto" serves float32 checkpoints in float16
+    max_len = args.max_model_len or model["max_position_embeddings"]
+    if max_len is None:
+        raise ValueError(f"{name} has no max_position_embeddings: pass --max-model-len")
+    limit = model["max_position_embeddings"]
+    if limit is not None and max_len > limit:
+        raise ValueError(f"--max-model-len {max_len:,} is longer than the model's "
+                         f"max_position_embeddings ({limit:,}); vLLM refuses it too")
+    weight_bytes = DTYPES["fp16" if model["dtype"] == "fp32" else model["dtype"]]
+    weights = (args.weights_bytes if args.weights_bytes is not None
+               else model["params"] * weight_bytes)
+    out = dict(model=name, **{k: model[k] for k in ("num_layers", "num_heads", "num_kv_heads",
+                                                    "head_dim", "sliding_window")},
+               parameters_estimated=model["params"], kv_cache_dtype=kv_dtype,
+               kv_bytes_per_element=DTYPES[kv_dtype], block_size=args.block_size,
+               max_model_len=max_len)
+    if args.kv_cache_memory is not None:
+        available = args.kv_cache_memory
+        out.update(source="--kv-cache-memory (vLLM's kv_cache_memory_bytes)")
+    else:
+        if args.gpu is None and args.gpu_memory is None:
+            raise ValueError("say how much memory: --gpu PRESET, --gpu-memory BYTES or "
+                             "--kv-cache-memory BYTES")
+        total = GPUS[args.gpu] if args.gpu else args.gpu_memory
+        requested = int(total * args.gpu_memory_utilization)
+        available = requested - weights - args.other_bytes
+        out.update(gpu=args.gpu, gpu_memory_bytes=total,
+                   gpu_memory_utilization=args.gpu_memory_utilization, requested_bytes=requested,
+                   weights_bytes=weights, weights_estimated=args.weights_bytes is None,
+                   other_bytes=args.other_bytes)
+        if available <= 0:
+            raise ValueError(f"nothing left for the KV cache: {total:,} B x "
+                             f"{args.gpu_memory_utilization:g} = {requested:,} B, weights "
+                             f"{weights:,} B, other {args.other_bytes:,} B")
+    spec = ModelSpec(name, model["num_layers"], model["num_kv_heads"], model["head_dim"],
+                     DTYPES[kv_dtype])
+    cap = kv_capacity(spec, args.block_size, available, max_len)
+    out.update(kv_cache_memory_bytes=available, **vars(cap))
+    return out
+
+
+def report(r: dict) -> str:
+    """The human-readable report, ending with vLLM's two startup log lines."""
+    lines = [f"model      {r['model']}: {r['num_layers']} layers, {r['num_heads']} query / "
+             f"{r['num_kv_heads']} KV heads, head_dim {r['head_dim']}, about "
+             f"{r['parameters_estimated'] / 1e9:.2f} B parameters",
+             f"per token  {r['bytes_per_token']:,} B = 2 (K, V) x {r['num_layers']} layers x "
+             f"{r['num_kv_heads']} KV heads x {r['head_dim']} x {r['kv_bytes_per_element']} B "
+             f"({r['kv_cache_dtype']})",
+             f"per block  {r['bytes_per_block']:,} B ({r['bytes_per_block'] / 2**20:.2f} MiB) for "
+             f"{r['block_size']} tokens; one layer's block (vLLM's page_size_bytes) "
+             f"{r['page_size_bytes']:,} B"]
+    if "gpu_memory_bytes" in r:
+        how = "estimated: parameters x bytes of the model dtype" if r["weights_estimated"] else (
+            "--weights-bytes")
+        lines.append(f"memory     {r['gpu'] or 'GPU'} {r['gpu_memory_bytes']:,} B x "
+                     f"{r['gpu_memory_utilization']:g} = {r['requested_bytes']:,} B, minus weights "
+                     f"{r['weights_bytes']:,} B ({how}) and other {r['other_bytes']:,} B")
+    kv = r["kv_cache_memory_bytes"]
+    lines += [f"KV cache   {kv:,} B ({kv / 2**30:.2f} GiB) = {r['num_blocks']:,} blocks of "
+              f"{r['block_size']} tokens",
+              f"GPU KV cache size: {r['num_tokens']:,} tokens",
+              f"Maximum concurrency for {r['max_model_len']:,} tokens per request: "
+              f"{r['max_concurrency']:.2f}x"]
+    if r["num_blocks"] < r["blocks_per_request"]:
+        lines.append(f"note: one request of {r['max_model_len']:,} tokens needs "
+                     f"{r['blocks_per_request']:,} blocks; vLLM would refuse to start")
+    if r["sliding_window"]:
+        lines.append(f"note: sliding window {r['sliding_window']:,} counted as full attention; "
+                     "vLLM v1 frees blocks outside the window, so it fits more requests")
+    if "gpu_memory_bytes" in r:
+        lines.append("not counted: activations and non-torch memory (vLLM measures them with a "
+                     "profiling run; add them with --other-bytes)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    ap = ArgParser(prog="pagedsim capacity", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True, metavar="PRESET|DIR",
+                    help=f"a preset ({', '.join(MODELS)}) or a folder/file with config.json")
+    mem = ap.add_mutually_exclusive_group()
+    mem.add_argument("--gpu", type=gpu_name, metavar="PRESET",
+                     help=f"a GPU preset, nominal memory: {', '.join(GPUS)}")
+    mem.add_argument("--gpu-memory", type=byte_count, metavar="BYTES",
+                     help="total GPU memory, e.g. 85899345920 or 80GiB")
+    ap.add_argument("--gpu-memory-utilization", type=float_in(0.0, 1.0, open_low=True),
+                    default=0.9, help="fraction of GPU memory vLLM may use (default 0.9)")
+    ap.add_argument("--kv-cache-memory", type=byte_count, metavar="BYTES",
+                    help="KV cache bytes, as vLLM's kv_cache_memory_bytes (overrides the rest)")
+    ap.add_argument("--weights-bytes", type=byte_count, metavar="BYTES",
+                    help="weight memory (default: estimated from the config's shapes)")
+    ap.add_argument("--other-bytes", type=byte_count, metavar="BYTES", default=0,
+                    help="activations, CUDA graphs, NCCL... (default 0: not counted)")
+    ap.add_argument("--block-size", type=int_in(1, MAX_BLOCK), default=16,
+                    help="tokens per block (default 16, as vLLM on CUDA)")
+    ap.add_argument("--dtype", choices=("auto", *DTYPES), default="auto",
+                    help="KV cache dtype (default auto: the model's dtype)")
+    ap.add_argument("--max-model-len", type=int_in(1, MAX_LEN), metavar="TOKENS",
+                    help="tokens per request (default: the model's max_position_embeddings)")
+    ap.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    args = ap.parse_args(argv)
+    result = plan(args)
+    print(json.dumps(result, indent=2) if args.json else report(result))
+    return 0

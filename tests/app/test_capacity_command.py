@@ -1,0 +1,178 @@
+"""`pagedsim capacity` against hand computations, written out here, and refusing bad input.
+
+Every expected number below is worked by hand from vLLM v1's formulas
+(vllm/v1/core/kv_cache_utils.py): page_size_bytes = 2 * B * kv_heads * head_dim * dtype,
+num_blocks = available // page_size_bytes // layers, tokens = num_blocks * B,
+concurrency = num_blocks / ceil(max_model_len / B).
+"""
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pagedsim.app import capacity, cli
+
+
+def run(capsys, *argv):
+    try:
+        rc = cli.main(["capacity", *argv])
+    except SystemExit as e:  # a usage error: what the process would exit with
+        rc = e.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def numbers(capsys, *argv):
+    rc, out, err = run(capsys, *argv, "--json")
+    assert rc == 0, err
+    return json.loads(out)
+
+
+def test_llama_3_8b_in_16_gib_of_kv_cache(capsys):
+    r = numbers(capsys, "--model", "llama-3-8b", "--kv-cache-memory", "16GiB")
+    # per token: 2 (K, V) x 32 layers x 8 KV heads x 128 x 2 B = 131,072 B
+    assert r["bytes_per_token"] == 131_072
+    # one layer's block: 2 x 16 tokens x 8 x 128 x 2 B = 65,536 B; all 32 layers: 2 MiB
+    assert (r["page_size_bytes"], r["bytes_per_block"]) == (65_536, 2_097_152)
+    # 17,179,869,184 B // 65,536 = 262,144 // 32 layers = 8,192 blocks = 131,072 tokens
+    assert (r["num_blocks"], r["num_tokens"]) == (8_192, 131_072)
+    # max_model_len 8,192 (the config's) = 512 blocks a request: 8,192 / 512 = 16x
+    assert r["max_model_len"] == 8_192 and r["max_concurrency"] == 16.0
+
+
+def test_mistral_7b_on_an_a100_80gb_with_estimated_weights(capsys):
+    r = numbers(capsys, "--model", "mistral-7b", "--gpu", "A100-80GB")
+    # parameters: embeddings and LM head 32,000 x 4,096 x 2 = 262,144,000; per layer
+    # q,o 2 x 4,096 x 4,096 + k,v 2 x 4,096 x 1,024 = 41,943,040, MLP 3 x 4,096 x 14,336
+    # = 176,160,768; 32 layers: 6,979,321,856; total 7,241,465,856 x 2 B = 14,482,931,712 B
+    assert r["weights_bytes"] == 14_482_931_712 and r["weights_estimated"] is True
+    # 80 GiB x 0.9 = 77,309,411,328 B; minus the weights: 62,826,479,616 B
+    assert (r["requested_bytes"], r["kv_cache_memory_bytes"]) == (77_309_411_328, 62_826_479_616)
+    # // 65,536 = 958,656 // 32 = 29,958 blocks = 479,328 tokens; 32,768 tokens = 2,048 blocks
+    assert (r["num_blocks"], r["num_tokens"]) == (29_958, 479_328)
+    assert r["max_concurrency"] == pytest.approx(29_958 / 2_048)
+    assert r["sliding_window"] == 4096
+
+
+def test_gemma_2_9b_uses_its_own_head_dim_and_an_fp8_cache(capsys):
+    argv = ("--model", "gemma-2-9b", "--gpu-memory", "24GiB", "--weights-bytes", "18.5e9",
+            "--dtype", "fp8")
+    r = numbers(capsys, *argv)
+    # head_dim is 256 (config), not hidden 3,584 / 16 heads = 224
+    # per token: 2 x 42 x 8 x 256 x 1 B = 172,032 B; page: 2 x 16 x 8 x 256 x 1 = 65,536 B
+    assert (r["head_dim"], r["bytes_per_token"], r["page_size_bytes"]) == (256, 172_032, 65_536)
+    # 24 GiB x 0.9 = 23,192,823,398 B - 18,500,000,000 = 4,692,823,398 // 65,536 = 71,606
+    # // 42 layers = 1,704 blocks = 27,264 tokens; 8,192 tokens = 512 blocks: 3.328125x
+    assert (r["kv_cache_memory_bytes"], r["num_blocks"], r["num_tokens"]) == (
+        4_692_823_398, 1_704, 27_264)
+    assert r["max_concurrency"] == 1_704 / 512
+
+
+def test_opt_13b_with_32_token_blocks_prints_vllms_two_log_lines(capsys):
+    argv = ("--model", "opt-13b", "--kv-cache-memory", "12e9", "--block-size", "32")
+    rc, out, _ = run(capsys, *argv)
+    assert rc == 0
+    # page: 2 x 32 x 40 heads x 128 x 2 B = 655,360 B; 12e9 // 655,360 = 18,310 // 40 = 457
+    # blocks = 14,624 tokens; 2,048 tokens = 64 blocks: 457 / 64 = 7.140625
+    assert "GPU KV cache size: 14,624 tokens" in out.splitlines()
+    assert "Maximum concurrency for 2,048 tokens per request: 7.14x" in out.splitlines()
+    assert "per token  819,200 B = 2 (K, V) x 40 layers x 40 KV heads x 128 x 2 B" in out
+
+
+def test_a_local_config_json_is_read_field_by_field(tmp_path, capsys):
+    cfg = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+               intermediate_size=128, vocab_size=1000, max_position_embeddings=256,
+               torch_dtype="float32")
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    r = numbers(capsys, "--model", str(tmp_path), "--kv-cache-memory", "65536",
+                "--block-size", "8")
+    # head_dim 64 / 4 = 16; float32 is served as fp16 by vLLM's auto dtype: 2 B
+    # per token 2 x 2 layers x 2 KV heads x 16 x 2 B = 256 B; page 2 x 8 x 2 x 16 x 2 = 1,024 B
+    # 65,536 // 1,024 = 64 // 2 layers = 32 blocks = 256 tokens = one 256-token request
+    assert (r["kv_cache_dtype"], r["bytes_per_token"], r["page_size_bytes"]) == (
+        "fp16", 256, 1024)
+    assert (r["num_blocks"], r["num_tokens"], r["max_concurrency"]) == (32, 256, 1.0)
+    # parameters: 1,000 x 64 x 2 (embeddings, untied head) = 128,000, plus 2 layers x
+    # (q,o 2 x 64 x 64 = 8,192 + k,v 2 x 64 x 32 = 4,096 + MLP 3 x 64 x 128 = 24,576) = 73,728
+    assert r["parameters_estimated"] == 201_728
+
+
+def test_too_little_memory_for_one_request_is_reported_as_vllm_would_refuse(capsys):
+    rc, out, _ = run(capsys, "--model", "llama-3.1-8b", "--kv-cache-memory", "1GiB")
+    # 1 GiB // 65,536 // 32 = 512 blocks; 131,072 tokens need 8,192 blocks
+    assert rc == 0 and "GPU KV cache size: 8,192 tokens" in out
+    assert "needs 8,192 blocks; vLLM would refuse to start" in out
+
+
+def test_presets_are_named_as_on_the_hub_too(capsys):
+    assert capacity.load_model("meta-llama/Meta-Llama-3-8B")[0] == "llama-3-8b"
+    assert capacity.load_model("Mistral-7B")[0] == "mistral-7b"
+    assert numbers(capsys, "--model", "llama-3-8b", "--gpu", "h100-80gb")["gpu"] == "H100-80GB"
+
+
+BAD = [
+    ("--model", "gpt-9", "--gpu", "L4"),
+    ("--model", "llama-3-8b", "--gpu", "Z100"),
+    ("--model", "llama-3-8b"),
+    ("--model", "llama-3-8b", "--gpu", "L4", "--gpu-memory", "24GiB"),
+    ("--model", "llama-3-8b", "--gpu-memory", "12XB"),
+    ("--model", "llama-3-8b", "--gpu-memory", "-5"),
+    ("--model", "llama-3-8b", "--gpu", "L4", "--gpu-memory-utilization", "0"),
+    ("--model", "llama-3-8b", "--gpu", "L4", "--gpu-memory-utilization", "1.5"),
+    ("--model", "llama-3-8b", "--gpu", "L4", "--gpu-memory-utilization", "nan"),
+    ("--model", "llama-3-8b", "--gpu", "L4", "--block-size", "0"),
+    ("--model", "llama-3-8b", "--gpu", "L4", "--dtype", "int4"),
+    ("--model", "llama-3-8b", "--gpu", "L4", "--max-model-len", "100000"),
+    ("--model", "llama-3-70b", "--gpu", "L4"),
+    ("--model", "llama-3-8b", "--gpu", "L4", "--weights-bytes", "1e30"),
+]
+
+
+@pytest.mark.parametrize("argv", BAD, ids=lambda a: " ".join(a[2:]) or a[1])
+def test_bad_arguments_exit_2_with_one_line_and_no_traceback(argv, capsys):
+    rc, out, err = run(capsys, *argv)
+    assert rc == 2 and out == ""
+    assert len(err.splitlines()) == 1 and err.startswith("pagedsim capacity: error:")
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("cfg, says", [
+    ("{not json", "not a JSON config"),
+    ("[1, 2]", "must be a JSON object"),
+    ('{"hidden_size": 64}', "no 'num_hidden_layers'"),
+    ('{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 6, '
+     '"num_key_value_heads": 4}', "not a multiple of num_key_value_heads"),
+    ('{"num_hidden_layers": true, "hidden_size": 64, "num_attention_heads": 4}',
+     "num_hidden_layers must be a positive integer"),
+    ('{"num_hidden_layers": 2, "hidden_size": 60, "num_attention_heads": 8}', "no head_dim"),
+    ('{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, '
+     '"torch_dtype": "int3", "intermediate_size": 8, "vocab_size": 8}', "torch_dtype 'int3'"),
+])
+def test_a_broken_config_json_is_named_in_one_line(cfg, says, tmp_path, capsys):
+    (tmp_path / "config.json").write_text(cfg)
+    rc, out, err = run(capsys, "--model", str(tmp_path), "--kv-cache-memory", "1GiB")
+    assert rc == 2 and out == "" and len(err.splitlines()) == 1
+    assert says in err and str(tmp_path) in err
+
+
+@given(st.text(max_size=12), st.sampled_from(["--gpu-memory", "--kv-cache-memory",
+                                             "--max-model-len", "--block-size",
+                                             "--gpu-memory-utilization", "--weights-bytes"]))
+def test_any_text_for_a_number_is_either_used_or_refused_in_one_line(text, flag):
+    import contextlib
+    import io
+
+    err, out = io.StringIO(), io.StringIO()
+    argv = ["capacity", "--model", "llama-3-8b", "--gpu", "H100-80GB", f"{flag}={text}"]
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        try:
+            rc = cli.main(argv)
+        except SystemExit as e:
+            rc = e.code
+    if rc == 0:
+        assert "GPU KV cache size:" in out.getvalue()
+    else:
+        assert rc == 2 and len(err.getvalue().splitlines()) == 1
+        assert "Traceback" not in err.getvalue()
