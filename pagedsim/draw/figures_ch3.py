@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import anatomy, flow, fragmentation, scenario, style, tradeoff
+from . import anatomy, flow, fragmentation, kernel_cost, scenario, style, tradeoff
 from .animate import write_gif
 from .scenario import key_frames  # noqa: F401 -- part of this module's interface
 
@@ -41,6 +41,7 @@ FIGURES = {
     "3.3-logical-vs-physical": flow.make_logical_physical,
     "3.4-tour": make_tour,
     "3.5-block-size-tradeoff": tradeoff.make,
+    "3.5b-kernel-cost": kernel_cost.make,
     "3.6-core-flow": make_core_flow,
     "3.7-alignment": anatomy.make_alignment,
 }

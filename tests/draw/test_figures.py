@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pagedsim.draw import anatomy, figures, figures_ch3, flow, fragmentation, scenario, style, tradeoff
+from pagedsim.draw import (anatomy, figures, figures_ch3, flow, fragmentation, kernel_cost, scenario,
+                           style, tradeoff)
 from pagedsim.draw.animate import gif_dpi
 from pagedsim.draw.render import Layout
 from pagedsim.sizing import preset
@@ -32,6 +33,7 @@ def expected_sizes(tour_snaps):
         "3.4-tour.gif": px(frame, gif_dpi(lay)),
         "3.4-tour-key-frames.png": px(strip),
         "3.5-block-size-tradeoff.png": px(tradeoff.SIZE),
+        "3.5b-kernel-cost.png": px(kernel_cost.SIZE),
         "3.6-core-flow.png": px(flow.FLOW_SIZE),
         "3.7-alignment.png": px(anatomy.ALIGNMENT_SIZE),
     }
