@@ -108,8 +108,15 @@ def gpu_name(text: str) -> str:
     return name
 
 
+ALIASES = {  # other names older or non-Llama configs use for the same field
+    "num_hidden_layers": ("n_layer", "num_layers"), "hidden_size": ("n_embd", "d_model"),
+    "num_attention_heads": ("n_head",), "num_key_value_heads": ("num_kv_heads", "n_kv_heads"),
+    "intermediate_size": ("ffn_dim", "n_inner"),
+}
+
+
 def _field(cfg: dict, key: str, source: str, default=None) -> int:
-    value = cfg.get(key, default)
+    value = next((cfg[k] for k in (key, *ALIASES.get(key, ())) if cfg.get(k) is not None), default)
     if value is None:
         raise ValueError(f"{source}: config has no {key!r}")
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -141,11 +148,14 @@ def read_config(cfg, source: str) -> dict:
     if window is not None:
         window = _field(cfg, "sliding_window", source)
     max_pos = cfg.get("max_position_embeddings")
+    try:
+        params, unknown = estimate_params(cfg, layers, hidden, heads, kv, head_dim, source), None
+    except ValueError as e:  # only needed when the weights are to be estimated
+        params, unknown = None, str(e)
     return dict(num_layers=layers, num_heads=heads, num_kv_heads=kv, head_dim=head_dim,
                 dtype=TORCH_DTYPES[dtype], sliding_window=window,
                 max_position_embeddings=_field(cfg, "max_position_embeddings", source)
-                if max_pos is not None else None,
-                params=estimate_params(cfg, layers, hidden, heads, kv, head_dim, source))
+                if max_pos is not None else None, params=params, params_unknown=unknown)
 
 
 def estimate_params(cfg, layers, hidden, heads, kv, head_dim, source) -> int:
@@ -153,7 +163,7 @@ def estimate_params(cfg, layers, hidden, heads, kv, head_dim, source) -> int:
     and the MLP (3 matrices when gated, 2 for OPT-style; times the experts of an MoE).
     Norms and biases are left out (well under 0.1%)."""
     gated = cfg.get("model_type") not in ("opt", "gpt2", "gpt_neox", "falcon", "bloom")
-    inter = _field(cfg, "intermediate_size" if "intermediate_size" in cfg else "ffn_dim", source)
+    inter = _field(cfg, "intermediate_size", source)
     experts = _field(cfg, "num_local_experts", source, 1)
     vocab = _field(cfg, "vocab_size", source)
     attention = 2 * hidden * heads * head_dim + 2 * hidden * kv * head_dim
@@ -194,8 +204,12 @@ def plan(args) -> dict:
         raise ValueError(f"--max-model-len {max_len:,} is longer than the model's "
                          f"max_position_embeddings ({limit:,}); vLLM refuses it too")
     weight_bytes = DTYPES["fp16" if model["dtype"] == "fp32" else model["dtype"]]
-    weights = (args.weights_bytes if args.weights_bytes is not None
-               else model["params"] * weight_bytes)
+    weights = args.weights_bytes
+    if weights is None and args.kv_cache_memory is None:
+        if model["params"] is None:
+            raise ValueError(f"cannot estimate the weights ({model['params_unknown']}): pass "
+                             "--weights-bytes or --kv-cache-memory")
+        weights = model["params"] * weight_bytes
     out = dict(model=name, **{k: model[k] for k in ("num_layers", "num_heads", "num_kv_heads",
                                                     "head_dim", "sliding_window")},
                parameters_estimated=model["params"], kv_cache_dtype=kv_dtype,
@@ -228,9 +242,10 @@ def plan(args) -> dict:
 
 def report(r: dict) -> str:
     """The human-readable report, ending with vLLM's two startup log lines."""
+    params = r["parameters_estimated"]
     lines = [f"model      {r['model']}: {r['num_layers']} layers, {r['num_heads']} query / "
-             f"{r['num_kv_heads']} KV heads, head_dim {r['head_dim']}, about "
-             f"{r['parameters_estimated'] / 1e9:.2f} B parameters",
+             f"{r['num_kv_heads']} KV heads, head_dim {r['head_dim']}, "
+             + (f"about {params / 1e9:.2f} B parameters" if params else "parameters unknown"),
              f"per token  {r['bytes_per_token']:,} B = 2 (K, V) x {r['num_layers']} layers x "
              f"{r['num_kv_heads']} KV heads x {r['head_dim']} x {r['kv_bytes_per_element']} B "
              f"({r['kv_cache_dtype']})",
@@ -262,7 +277,9 @@ def report(r: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    ap = ArgParser(prog="pagedsim capacity", description=__doc__.split("\n\n")[0])
+    ap = ArgParser(prog="pagedsim capacity", description=__doc__.split("\n\n")[0],
+                   epilog="\n\n".join(__doc__.split("\n\n")[2:6]),
+                   formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, metavar="PRESET|DIR",
                     help=f"a preset ({', '.join(MODELS)}) or a folder/file with config.json")
     mem = ap.add_mutually_exclusive_group()

@@ -176,3 +176,30 @@ def test_any_text_for_a_number_is_either_used_or_refused_in_one_line(text, flag)
     else:
         assert rc == 2 and len(err.getvalue().splitlines()) == 1
         assert "Traceback" not in err.getvalue()
+
+
+def test_a_config_with_only_the_kv_fields_is_enough_given_the_kv_memory(tmp_path, capsys):
+    cfg = dict(hidden_size=5120, num_attention_heads=40, num_key_value_heads=8, head_dim=128,
+               num_hidden_layers=40, torch_dtype="bfloat16", sliding_window=None)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    r = numbers(capsys, "--model", str(tmp_path), "--kv-cache-memory", "10GiB",
+                "--max-model-len", "32768")
+    # page 2 x 16 x 8 x 128 x 2 = 65,536 B; 10 GiB // 65,536 = 163,840 // 40 = 4,096 blocks
+    # = 65,536 tokens; 32,768 tokens = 2,048 blocks: 2.00x
+    assert (r["num_blocks"], r["num_tokens"], r["max_concurrency"]) == (4_096, 65_536, 2.0)
+    assert r["parameters_estimated"] is None and r["sliding_window"] is None
+    rc, out, err = run(capsys, "--model", str(tmp_path), "--gpu", "L4", "--max-model-len", "64")
+    assert rc == 2 and "cannot estimate the weights" in err and "--weights-bytes" in err
+
+
+def test_gpt2_style_field_names_are_understood(tmp_path, capsys):
+    cfg = dict(n_layer=12, n_embd=768, n_head=12, n_inner=3072, vocab_size=50257,
+               max_position_embeddings=1024, torch_dtype="float32", model_type="gpt2",
+               tie_word_embeddings=True)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    r = numbers(capsys, "--model", str(tmp_path), "--kv-cache-memory", "1GiB")
+    # head_dim 768 / 12 = 64; fp32 served as fp16: page 2 x 16 x 12 x 64 x 2 = 49,152 B
+    # 1 GiB // 49,152 = 21,845 // 12 layers = 1,820 blocks = 29,120 tokens
+    assert (r["head_dim"], r["page_size_bytes"], r["num_blocks"]) == (64, 49_152, 1_820)
+    # about 124 M parameters (GPT-2 small: 124 M)
+    assert 120e6 < r["parameters_estimated"] < 126e6
