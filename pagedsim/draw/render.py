@@ -12,8 +12,11 @@ stepper's "step back" real time travel. Picture layout (y grows downwards):
 
 Artists carry gids so tests can find them without looking at pixels:
 `block-<b>` (one rectangle per physical block), `share-<b>-<j>` (stripes of extra
-owners), `touched-<b>` (orange frame: this step's events name block b), `badge-<b>` (ref count text), `fill-<b>` (fill bar), `free-<i>` (i-th free
-list node), `table-<seq>-<i>` (logical slot i), `copy-<src>-<dst>`, `caption`.
+owners), `touched-<b>` (orange frame: this step's events name block b), `badge-<b>`
+(ref count text), `fill-<b>` (fill bar), `free-<i>` (i-th free
+list node), `table-<seq>-<i>` (logical slot i), `copy-<src>-<dst>`, `caption`, and
+`gone-<seq>` / `gone-why-<seq>` (a sequence that left the pool in this frame, finished or
+preempted: `departures` reads that from the trace, and `Layout` carries it per step).
 Reference: Kwon et al., "Efficient Memory Management for LLM Serving with
 PagedAttention" (SOSP 2023), figures 6-8, which draw the same three structures.
 """
@@ -104,7 +107,8 @@ class Layout:
     def free_y(self) -> float:
         grid = self.rows * PITCH + (self.rows - 1 + 0.6) * (self.row_pitch - PITCH)  # under the
         # last row a copy label needs less room: the free list's margin below takes the rest
-        return self.body_y + max(grid, 0.7 + self.table_rows * ROW) + 0.4  # no idle band above the free list
+        tables = 0.7 + self.table_rows * ROW
+        return self.body_y + max(grid, tables) + 0.4  # no idle band above the free list
 
     @property
     def height(self) -> float:
@@ -142,7 +146,8 @@ def render(snapshot, fig=None, *, ax=None, layout: Layout | None = None, colours
     """
     layout = layout or Layout.for_snapshots([snapshot])
     if layout.num_blocks != snapshot.num_blocks:
-        raise ValueError(f"layout is for {layout.num_blocks} blocks, snapshot has {snapshot.num_blocks}")
+        raise ValueError(f"layout is for {layout.num_blocks} blocks, "
+                         f"snapshot has {snapshot.num_blocks}")
     colours = colours if colours is not None else style.seq_colours([snapshot])
     if ax is None:
         size = style.whole_pixels(layout.width * layout.unit, layout.height * layout.unit)
@@ -172,11 +177,13 @@ def render(snapshot, fig=None, *, ax=None, layout: Layout | None = None, colours
 def describe_artists(fig) -> list[tuple]:
     """Every patch and text of `fig` as plain tuples (kind, gid, colour, text/geometry): what
     tests compare instead of pixels."""
-    out = [("figtext", t.get_gid(), t.get_text(), _r(t.get_position()), to_hex(t.get_color())) for t in fig.texts]
+    out = [("figtext", t.get_gid(), t.get_text(), _r(t.get_position()),
+            to_hex(t.get_color())) for t in fig.texts]
     for ax in fig.axes:
         for a in ax.get_children():
             if isinstance(a, Text):
-                out.append(("text", a.get_gid(), a.get_text(), _r(a.get_position()), to_hex(a.get_color())))
+                out.append(("text", a.get_gid(), a.get_text(), _r(a.get_position()),
+                            to_hex(a.get_color())))
             elif isinstance(a, Patch):
                 if isinstance(a, Rectangle):
                     geom = _r((*a.get_xy(), a.get_width(), a.get_height()))
@@ -186,7 +193,8 @@ def describe_artists(fig) -> list[tuple]:
                     geom = _r(sum(a._posA_posB, ())) if a._posA_posB else ()
                 else:
                     geom = ()
-                out.append((type(a).__name__, a.get_gid(), to_hex(a.get_facecolor(), keep_alpha=True),
+                out.append((type(a).__name__, a.get_gid(),
+                            to_hex(a.get_facecolor(), keep_alpha=True),
                             to_hex(a.get_edgecolor(), keep_alpha=True), geom))
     return out
 
@@ -214,7 +222,8 @@ def block_xy(layout: Layout, b: int) -> tuple[float, float]:
 
 def _caption(ax, snap, layout):
     failed = any(e.kind == "allocation_failed" for e in snap.events)
-    chars = max(40, int(layout.width * layout.unit * 72 / (0.57 * style.pt(11))))  # ~0.57 em per char
+    # ~0.57 em per character
+    chars = max(40, int(layout.width * layout.unit * 72 / (0.57 * style.pt(11))))
     said = caption(snap, style.lang())
     if style.lang() == "zh":  # no spaces to break at: cut by width (a CJK character is ~1 em)
         text = style.tr("step {k}: {caption}", k=snap.step, caption=said)
@@ -223,7 +232,8 @@ def _caption(ax, snap, layout):
         text = textwrap.fill(f"step {snap.step}: {said}", chars)
     ax.text(0.5, 0.35, text, va="top", ha="left", fontsize=style.pt(11), gid="caption",
             color="#AA3377" if failed else style.INK, fontweight="bold" if failed else "normal")
-    ax.text(0.5, layout.body_y - 0.62, style.tr("block tables (logical \u2192 physical)"), fontsize=style.pt(10),
+    ax.text(0.5, layout.body_y - 0.62, style.tr("block tables (logical \u2192 physical)"),
+            fontsize=style.pt(10),
             va="bottom", color=style.INK, fontweight="bold")
     ax.text(layout.grid_x, layout.body_y - 0.62,
             style.tr("physical blocks (B = {b} tokens)", b=snap.block_size),
@@ -240,22 +250,28 @@ def _tables(ax, snap, layout, colours):
     for r, seq in enumerate(shown):
         y = layout.body_y + 0.6 + r * ROW
         colour = style.colour_of(seq.seq_id, colours)
-        ax.add_artist(Rectangle((0.5, y + 0.08), 0.5, 0.66, facecolor=colour, edgecolor=style.INK, lw=0.6))
-        ax.text(1.15, y + 0.41, style.tr("seq {s}", s=seq.seq_id), va="center", fontsize=style.pt(9.5),
+        ax.add_artist(Rectangle((0.5, y + 0.08), 0.5, 0.66, facecolor=colour, edgecolor=style.INK,
+                                lw=0.6))
+        ax.text(1.15, y + 0.41, style.tr("seq {s}", s=seq.seq_id), va="center",
+                fontsize=style.pt(9.5),
                 fontweight="bold",
                 gid=f"label-{seq.seq_id}")
-        ax.text(x0 - 0.15, y + 0.41, style.tr("{n} tok", n=seq.num_tokens), va="center", ha="right", fontsize=style.pt(8))
+        ax.text(x0 - 0.15, y + 0.41, style.tr("{n} tok", n=seq.num_tokens), va="center",
+                ha="right", fontsize=style.pt(8))
         blocks = seq.blocks
         cut = len(blocks) > layout.table_cells
         for i, b in enumerate(blocks[:layout.table_cells - 1] if cut else blocks):
             dropped = b < 0  # NULL_BLOCK: a sliding window released it
-            ax.add_artist(Rectangle((x0 + i, y + 0.08), 0.9, 0.66, facecolor="white" if dropped else colour,
+            ax.add_artist(Rectangle((x0 + i, y + 0.08), 0.9, 0.66,
+                                    facecolor="white" if dropped else colour,
                                    edgecolor=style.INK, lw=0.6, ls="--" if dropped else "-",
                                    gid=f"table-{seq.seq_id}-{i}"))
-            ax.text(x0 + i + 0.45, y + 0.41, "\u2013" if dropped else str(b), ha="center", va="center",
+            ax.text(x0 + i + 0.45, y + 0.41, "\u2013" if dropped else str(b), ha="center",
+                    va="center",
                     fontsize=style.pt(8.5), color=style.INK if dropped else style.text_on(colour))
         if cut:
-            ax.text(x0 + layout.table_cells - 0.55, y + 0.41, f"+{len(blocks) - layout.table_cells + 1}",
+            ax.text(x0 + layout.table_cells - 0.55, y + 0.41,
+                    f"+{len(blocks) - layout.table_cells + 1}",
                     ha="center", va="center", fontsize=style.pt(8), color=style.grey("#444444"))
     rows = len(shown) + (len(shown) < len(seqs))
     for j, (sid, back) in enumerate(layout.departed(snap.step)[:max(0, layout.table_rows - rows)]):
@@ -265,7 +281,8 @@ def _tables(ax, snap, layout, colours):
                 style.tr("... and {n} more sequences", n=len(seqs) - len(shown)),
                 va="center", fontsize=style.pt(8.5), color=style.grey("#444444"))
     if not seqs:
-        ax.text(0.5, layout.body_y + 1.05, style.tr("(no sequences)"), va="center", fontsize=style.pt(9),
+        ax.text(0.5, layout.body_y + 1.05, style.tr("(no sequences)"), va="center",
+                fontsize=style.pt(9),
                 color=style.grey("#666666"))
 
 
@@ -294,35 +311,46 @@ def _blocks(ax, snap, layout, colours):
         x, y = block_xy(layout, b)
         count, who = snap.ref_counts[b], owners[b]
         if count == 0:
-            ax.add_artist(Rectangle((x, y), CELL, CELL, facecolor=style.look().free, edgecolor=style.look().free_edge,
-                                   lw=0.8, ls="--", hatch="//" if b in cached else None, gid=f"block-{b}"))
-            ax.text(x + CELL / 2, y + 0.45, str(b), ha="center", va="center", fontsize=style.pt(9.5),
+            ax.add_artist(Rectangle((x, y), CELL, CELL, facecolor=style.look().free,
+                                    edgecolor=style.look().free_edge,
+                                   lw=0.8, ls="--", hatch="//" if b in cached else None,
+                                   gid=f"block-{b}"))
+            ax.text(x + CELL / 2, y + 0.45, str(b), ha="center", va="center",
+                    fontsize=style.pt(9.5),
                     color=style.grey("#777777"))
-            if b == head or b in cached:  # grey + dashed already says "free"; name only the special ones
-                ax.text(x + CELL / 2, y + 0.8, style.tr("head" if b == head else "cached"), ha="center", va="center",
-                        fontsize=style.pt(6.5), color=style.ACCENT if b == head else style.grey("#777777"))
+            # grey + dashed already says "free": name only the special ones
+            if b == head or b in cached:
+                ax.text(x + CELL / 2, y + 0.8, style.tr("head" if b == head else "cached"),
+                        ha="center", va="center",
+                        fontsize=style.pt(6.5),
+                        color=style.ACCENT if b == head else style.grey("#777777"))
             continue
         first = style.colour_of(who[0], colours) if who else "#BBBBBB"
         ax.add_artist(Rectangle((x, y), CELL, CELL, facecolor=first, edgecolor=style.INK,
                                lw=1.8 if count > 1 else 0.8, gid=f"block-{b}"))
         for j, seq_id in enumerate(who[1:], start=1):  # extra owners: vertical stripes
             w = CELL / len(who)
-            ax.add_artist(Rectangle((x + j * w, y), w, CELL, facecolor=style.colour_of(seq_id, colours),
+            ax.add_artist(Rectangle((x + j * w, y), w, CELL,
+                                    facecolor=style.colour_of(seq_id, colours),
                                    edgecolor="none", gid=f"share-{b}-{j}"))
         ink = style.text_on(first) if len(who) < 2 else style.INK
-        box = dict(boxstyle="round,pad=0.12", fc="white", ec="none", alpha=0.8) if len(who) > 1 else None
+        box = (dict(boxstyle="round,pad=0.12", fc="white", ec="none", alpha=0.8)
+               if len(who) > 1 else None)
         ax.text(x + CELL / 2, y + 0.36, str(b), ha="center", va="center", fontsize=style.pt(10),
                 fontweight="bold", color=ink, bbox=box)
         fill = snap.block_fill[b]
         ax.add_artist(Rectangle((x + 0.1, y + CELL - 0.2), CELL - 0.2, 0.12, facecolor="white",
                                edgecolor=style.INK, lw=0.4))
-        ax.add_artist(Rectangle((x + 0.1, y + CELL - 0.2), (CELL - 0.2) * fill / snap.block_size, 0.12,
+        ax.add_artist(Rectangle((x + 0.1, y + CELL - 0.2), (CELL - 0.2) * fill / snap.block_size,
+                                0.12,
                                facecolor=style.INK, edgecolor="none", gid=f"fill-{b}"))
         ax.text(x + CELL / 2, y + 0.66, f"{fill}/{snap.block_size}", ha="center", va="center",
                 fontsize=style.pt(6.5), color=ink, bbox=box)
-        ax.add_artist(Circle((x + CELL - 0.05, y + 0.05), 0.19, facecolor="white", edgecolor=style.INK, lw=0.7,
+        ax.add_artist(Circle((x + CELL - 0.05, y + 0.05), 0.19, facecolor="white",
+                             edgecolor=style.INK, lw=0.7,
                              zorder=6))
-        ax.text(x + CELL - 0.05, y + 0.06, str(count), ha="center", va="center", fontsize=style.pt(7),
+        ax.text(x + CELL - 0.05, y + 0.06, str(count), ha="center", va="center",
+                fontsize=style.pt(7),
                 fontweight="bold", gid=f"badge-{b}", zorder=7)
     for b in touched_blocks(snap):  # what this step changed: an orange frame
         x, y = block_xy(layout, b)
@@ -332,12 +360,15 @@ def _blocks(ax, snap, layout, colours):
         (sx, sy), (dx, dy) = block_xy(layout, src), block_xy(layout, dst)
         a, b = (sx + CELL / 2, sy + CELL + 0.08), (dx + CELL / 2, dy + CELL + 0.08)
         dist = math.hypot(b[0] - a[0], b[1] - a[1])
-        rad = min(0.45, 2 * COPY_DEPTH / max(dist, 1e-9)) * (1 if dx >= sx else -1)  # dips COPY_DEPTH
+        rad = min(0.45, 2 * COPY_DEPTH / max(dist,
+                                             1e-9)) * (1 if dx >= sx else -1)  # dips COPY_DEPTH
         ax.add_artist(FancyArrowPatch(a, b, connectionstyle=f"arc3,rad={rad}", arrowstyle="-|>",
-                                     mutation_scale=16, color=style.ACCENT, lw=2.6, gid=f"copy-{src}-{dst}",
+                                     mutation_scale=16, color=style.ACCENT, lw=2.6,
+                                     gid=f"copy-{src}-{dst}",
                                      zorder=8, shrinkA=0, shrinkB=0))
         ax.text((a[0] + b[0]) / 2, (a[1] + b[1]) / 2 + abs(rad) * dist / 2 + 0.12,
-                style.tr("copy {src}\u2192{dst}", src=src, dst=dst), ha="center", va="top", fontsize=style.pt(9), fontweight="bold",
+                style.tr("copy {src}\u2192{dst}", src=src, dst=dst), ha="center", va="top",
+                fontsize=style.pt(9), fontweight="bold",
                 color=style.ACCENT, gid=f"copy-label-{src}-{dst}", zorder=9,
                 bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.9))
 
@@ -347,10 +378,12 @@ def _legend(ax, layout):
     lk = style.look()
     handles = [
         Patch(facecolor=lk.free, edgecolor=lk.free_edge, ls="--", label=style.tr("free block")),
-        Line2D([], [], ls="none", marker="o", markersize=9, markerfacecolor="white", markeredgecolor=style.INK,
+        Line2D([], [], ls="none", marker="o", markersize=9, markerfacecolor="white",
+               markeredgecolor=style.INK,
                label=style.tr("ref count (badge)")),
         Patch(facecolor=style.INK, label=style.tr("fill (tokens / B)")),
-        Patch(facecolor="none", edgecolor=style.ACCENT, lw=2.2, label=style.tr("changed this step")),
+        Patch(facecolor="none", edgecolor=style.ACCENT, lw=2.2,
+              label=style.tr("changed this step")),
         Line2D([], [], color=style.ACCENT, lw=2.6, label=style.tr("copy-on-write src\u2192dst")),
     ]
     leg = ax.legend(handles=handles, loc="lower left", ncol=len(handles), frameon=False,
@@ -361,10 +394,12 @@ def _legend(ax, layout):
 
 def _free_list(ax, snap, layout):
     y = layout.free_y
-    ax.text(0.5, y, style.tr("free list, head first = allocate() order ({n} free)", n=len(snap.free_list)),
+    ax.text(0.5, y, style.tr("free list, head first = allocate() order ({n} free)",
+                             n=len(snap.free_list)),
             fontsize=style.pt(10), fontweight="bold", va="center")
     y += 0.45
-    ax.text(0.5, y + 0.4, "HEAD", fontsize=style.pt(8.5), va="center", color=style.ACCENT, fontweight="bold")
+    ax.text(0.5, y + 0.4, "HEAD", fontsize=style.pt(8.5), va="center", color=style.ACCENT,
+            fontweight="bold")
     x = 2.0
     room = max(1, int((layout.width - x - 1.6) // NODE_PITCH))
     free = snap.free_list
@@ -374,7 +409,8 @@ def _free_list(ax, snap, layout):
         nx = x + i * NODE_PITCH
         ax.add_artist(FancyArrowPatch(prev, (nx, y + 0.4), arrowstyle="-|>", mutation_scale=9,
                                      color=style.grey("#555555"), lw=0.9, shrinkA=1, shrinkB=1))
-        ax.add_artist(Rectangle((nx, y + 0.05), 0.7, 0.7, facecolor=style.look().free, edgecolor=style.look().free_edge,
+        ax.add_artist(Rectangle((nx, y + 0.05), 0.7, 0.7, facecolor=style.look().free,
+                                edgecolor=style.look().free_edge,
                                lw=0.8, gid=f"free-{i}"))
         ax.text(nx + 0.35, y + 0.4, str(b), ha="center", va="center", fontsize=style.pt(8.5))
         prev = (nx + 0.7, y + 0.4)

@@ -51,11 +51,11 @@ def strip_figure(snapshots, picks=None, *, cols: int = STRIP_COLS):
     fig._pagedsim_scaled = True  # layout.unit already carries the look's scale
     for i, k in enumerate(picks):
         r, c = divmod(i, cols)
-        ax = fig.add_axes(((c * (w + gap)) / W, 1 - (r * (h + gap) + h) / H, w / W, h / H), gid=f"frame-{k}")
+        box = ((c * (w + gap)) / W, 1 - (r * (h + gap) + h) / H, w / W, h / H)
+        ax = fig.add_axes(box, gid=f"frame-{k}")
         render(snapshots[k], ax=ax, layout=layout, colours=colours, legend=i == len(picks) - 1)
-        ax.add_artist(plt.Rectangle((0.002, 0.002), 0.996, 0.996, transform=ax.transAxes, fill=False, ec="#999999",
-                                    lw=0.8,
-                                    clip_on=False))
+        ax.add_artist(plt.Rectangle((0.002, 0.002), 0.996, 0.996, transform=ax.transAxes,
+                                    fill=False, ec="#999999", lw=0.8, clip_on=False))
     return fig
 
 
@@ -73,13 +73,15 @@ def write_slides(snapshots, out_dir, name: str, picks=None) -> list[Path]:
 
 
 def draw_one(snapshots, k: int, path) -> Path:
-    """Frame `k` of `snapshots`, laid out for the whole trace, into `path` (format from its suffix)."""
+    """Frame `k` of `snapshots`, laid out for the whole trace, into `path` (format: its suffix)."""
     snapshots = list(snapshots)
-    fig = render(snapshots[k], layout=Layout.for_snapshots(snapshots), colours=style.seq_colours(snapshots))
+    fig = render(snapshots[k], layout=Layout.for_snapshots(snapshots),
+                 colours=style.seq_colours(snapshots))
     return style.save(fig, path)
 
 
-def write_all(snapshots, out_dir, *, fmt: str = "png", name: str = "scenario", lang: str = "en") -> list[Path]:
+def write_all(snapshots, out_dir, *, fmt: str = "png", name: str = "scenario",
+              lang: str = "en") -> list[Path]:
     """`<name>_step_000.<fmt>` ... one per snapshot, `<name>-key-frames.<fmt>` and `<name>.gif`."""
     snapshots, out_dir = list(snapshots), Path(out_dir)
     with style.output(fmt=fmt, look=style.look().name, lang=lang):

@@ -71,7 +71,8 @@ RC = {
 
 
 PROJECTOR_COLOURS = (  # Tol bright/vibrant, the darker half: nothing washes out on a projector
-    "#0077BB", "#CC3311", "#009988", "#AA3377", "#332288", "#997700", "#117733", "#882255", "#555555",
+    "#0077BB", "#CC3311", "#009988", "#AA3377", "#332288", "#997700", "#117733", "#882255",
+    "#555555",
 )
 FORMATS = ("png", "svg", "pdf")
 
@@ -92,9 +93,9 @@ LOOKS = {
     "projector": Look("projector", PROJECTOR_COLOURS, "#B0B0B0", "#333333", "#222222", 12.0, 1.4),
 }
 _out = {"fmt": "png", "dpi": None, "look": LOOKS["paper"], "lang": "en", "slides": False}
-CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans SC", "Source Han Sans SC", "WenQuanYi Zen Hei",
-             "WenQuanYi Micro Hei", "Droid Sans Fallback", "AR PL UMing CN", "SimHei", "Microsoft YaHei",
-             "PingFang SC")
+CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans SC", "Source Han Sans SC",
+             "WenQuanYi Zen Hei", "WenQuanYi Micro Hei", "Droid Sans Fallback", "AR PL UMing CN",
+             "SimHei", "Microsoft YaHei", "PingFang SC")
 NO_CJK_NOTE = ("pagedsim: no CJK font found (e.g. `apt-get install fonts-noto-cjk`); "
                "figure text stays English")
 
@@ -107,7 +108,8 @@ def cjk_font() -> str | None:
     installed = {f.name for f in font_manager.fontManager.ttflist}
     if not installed & set(CJK_FONTS):
         for path in font_manager.findSystemFonts():
-            if any(key in Path(path).name.lower() for key in ("cjk", "wqy", "sourcehansans", "droidsansfallback")):
+            keys = ("cjk", "wqy", "sourcehansans", "droidsansfallback")
+            if any(key in Path(path).name.lower() for key in keys):
                 try:
                     font_manager.fontManager.addfont(path)
                 except (OSError, RuntimeError, ValueError):
@@ -124,8 +126,9 @@ def look() -> Look:
 def output(fmt: str = "png", dpi: int | None = None, look: str = "paper", lang: str = "en",
            slides: bool = False):
     """Within the block, `save` writes `fmt` at `dpi` in the named look, with labels in
-    `lang`; with `slides`, makers of multi-frame figures write one frame per file. Chinese needs a CJK font: without one, a one-line note goes to stderr and
-    the labels stay English (never boxes for missing glyphs)."""
+    `lang`; with `slides`, makers of multi-frame figures write one frame per file. Chinese
+    needs a CJK font: without one, a one-line note goes to stderr and the labels stay
+    English (never boxes for missing glyphs)."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
     if look not in LOOKS:
@@ -254,7 +257,7 @@ def _raise_ticks(fig, min_pt: float) -> None:
 def _recolour(fig, lk: Look) -> None:
     """Swap the paper palette for the look's in a finished figure (alpha is kept), so that
     every maker gets projector colours without knowing about looks."""
-    swap = {to_hex(a).lower(): b for a, b in zip(SEQ_COLOURS, lk.seq_colours)}
+    swap = {to_hex(a).lower(): b for a, b in zip(SEQ_COLOURS, lk.seq_colours, strict=True)}
     swap.update({FREE.lower(): lk.free, FREE_EDGE.lower(): lk.free_edge})
     if lk.grey:
         swap.update({g: lk.grey for g in ("#555555", "#666666", "#777777", "#888888", "#999999")})
@@ -266,7 +269,8 @@ def _recolour(fig, lk: Look) -> None:
 
     for artist in fig.findobj(lambda a: isinstance(a, (Patch, Line2D, Text))):
         if isinstance(artist, Patch):
-            pairs = ((artist.get_facecolor, artist.set_facecolor), (artist.get_edgecolor, artist.set_edgecolor))
+            pairs = ((artist.get_facecolor, artist.set_facecolor),
+                     (artist.get_edgecolor, artist.set_edgecolor))
             for get, put in pairs:
                 c = new(get())
                 if c is not None:
@@ -288,7 +292,8 @@ def save(fig, path, *, dpi: int = DPI, close: bool = True) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fit_look(fig)
     with plt.rc_context(SAVE_RC):
-        fig.savefig(path, dpi=_out["dpi"] or dpi, metadata=METADATA.get(fmt), facecolor="white", format=fmt)
+        fig.savefig(path, dpi=_out["dpi"] or dpi, metadata=METADATA.get(fmt), facecolor="white",
+                    format=fmt)
     if close:
         plt.close(fig)
     return path
