@@ -23,7 +23,9 @@ for a quantized checkpoint) and everything else is --other-bytes (default 0), so
 an upper bound on what vLLM will find. --kv-cache-memory skips all of that, as vLLM's
 kv_cache_memory_bytes does. Every layer is counted as full attention: for a model with a
 sliding window, vLLM v1's hybrid allocator frees blocks outside the window, so it fits more
-requests than this says (a note says so). One GPU, no tensor parallelism.
+requests than this says (a note says so). With --tensor-parallel-size N every number is one
+GPU's, as vLLM logs it: each GPU holds num_kv_heads / N KV heads (one, replicated, when N is
+larger) and 1/N of the weights.
 
 Model presets are real config.json values (Hugging Face hub); --model DIR reads DIR/config.json
 (hidden_size, num_attention_heads, num_key_value_heads, head_dim, num_hidden_layers,
@@ -209,12 +211,18 @@ def plan(args) -> dict:
         if model["params"] is None:
             raise ValueError(f"cannot estimate the weights ({model['params_unknown']}): pass "
                              "--weights-bytes or --kv-cache-memory")
-        weights = model["params"] * weight_bytes
+        weights = model["params"] * weight_bytes // args.tensor_parallel_size
+    tp, kv_heads = args.tensor_parallel_size, model["num_kv_heads"]
+    if model["num_heads"] % tp or (kv_heads % tp and tp % kv_heads):
+        raise ValueError(f"--tensor-parallel-size {tp} must divide num_attention_heads "
+                         f"({model['num_heads']}) and divide or be a multiple of "
+                         f"num_key_value_heads ({kv_heads}), as vLLM requires")
+    kv_per_gpu = max(1, kv_heads // tp)
     out = dict(model=name, **{k: model[k] for k in ("num_layers", "num_heads", "num_kv_heads",
                                                     "head_dim", "sliding_window")},
                parameters_estimated=model["params"], kv_cache_dtype=kv_dtype,
                kv_bytes_per_element=DTYPES[kv_dtype], block_size=args.block_size,
-               max_model_len=max_len)
+               max_model_len=max_len, tensor_parallel_size=tp, kv_heads_per_gpu=kv_per_gpu)
     if args.kv_cache_memory is not None:
         available = args.kv_cache_memory
         out.update(source="--kv-cache-memory (vLLM's kv_cache_memory_bytes)")
@@ -233,7 +241,7 @@ def plan(args) -> dict:
             raise ValueError(f"nothing left for the KV cache: {total:,} B x "
                              f"{args.gpu_memory_utilization:g} = {requested:,} B, weights "
                              f"{weights:,} B, other {args.other_bytes:,} B")
-    spec = ModelSpec(name, model["num_layers"], model["num_kv_heads"], model["head_dim"],
+    spec = ModelSpec(name, model["num_layers"], kv_per_gpu, model["head_dim"],
                      DTYPES[kv_dtype])
     cap = kv_capacity(spec, args.block_size, available, max_len)
     out.update(kv_cache_memory_bytes=available, **vars(cap))
@@ -247,8 +255,9 @@ def report(r: dict) -> str:
              f"{r['num_kv_heads']} KV heads, head_dim {r['head_dim']}, "
              + (f"about {params / 1e9:.2f} B parameters" if params else "parameters unknown"),
              f"per token  {r['bytes_per_token']:,} B = 2 (K, V) x {r['num_layers']} layers x "
-             f"{r['num_kv_heads']} KV heads x {r['head_dim']} x {r['kv_bytes_per_element']} B "
-             f"({r['kv_cache_dtype']})",
+             f"{r['kv_heads_per_gpu']} KV heads x {r['head_dim']} x {r['kv_bytes_per_element']} B "
+             f"({r['kv_cache_dtype']})" + (f", on each of {r['tensor_parallel_size']} GPUs"
+                                           if r["tensor_parallel_size"] > 1 else ""),
              f"per block  {r['bytes_per_block']:,} B ({r['bytes_per_block'] / 2**20:.2f} MiB) for "
              f"{r['block_size']} tokens; one layer's block (vLLM's page_size_bytes) "
              f"{r['page_size_bytes']:,} B"]
@@ -301,6 +310,8 @@ def main(argv: list[str]) -> int:
                     help="KV cache dtype (default auto: the model's dtype)")
     ap.add_argument("--max-model-len", type=int_in(1, MAX_LEN), metavar="TOKENS",
                     help="tokens per request (default: the model's max_position_embeddings)")
+    ap.add_argument("--tensor-parallel-size", type=int_in(1, 1024), default=1, metavar="N",
+                    help="GPUs the model is split over; the numbers are per GPU (default 1)")
     ap.add_argument("--json", action="store_true", help="print the numbers as JSON")
     args = ap.parse_args(argv)
     result = plan(args)

@@ -203,3 +203,19 @@ def test_gpt2_style_field_names_are_understood(tmp_path, capsys):
     assert (r["head_dim"], r["page_size_bytes"], r["num_blocks"]) == (64, 49_152, 1_820)
     # about 124 M parameters (GPT-2 small: 124 M)
     assert 120e6 < r["parameters_estimated"] < 126e6
+
+
+def test_llama_3_70b_over_four_h100s_is_reported_per_gpu(capsys):
+    r = numbers(capsys, "--model", "llama-3-70b", "--gpu", "H100-80GB",
+                "--tensor-parallel-size", "4")
+    # parameters 128,256 x 8,192 x 2 = 2,101,346,304 + 80 layers x (q,o 2 x 8,192 x 8,192 +
+    # k,v 2 x 8,192 x 1,024 + MLP 3 x 8,192 x 28,672 = 855,638,016) = 70,552,387,584;
+    # x 2 B / 4 GPUs = 35,276,193,792 B each; 77,309,411,328 - that = 42,033,217,536 B
+    assert (r["weights_bytes"], r["kv_cache_memory_bytes"]) == (35_276_193_792, 42_033_217_536)
+    # 8 KV heads / 4 = 2 per GPU: page 2 x 16 x 2 x 128 x 2 = 16,384 B
+    # 42,033,217,536 // 16,384 = 2,565,504 // 80 = 32,068 blocks = 513,088 tokens; / 512 = 62.63x
+    assert (r["kv_heads_per_gpu"], r["page_size_bytes"], r["num_blocks"]) == (2, 16_384, 32_068)
+    assert r["num_tokens"] == 513_088 and f"{r['max_concurrency']:.2f}" == "62.63"
+    rc, _, err = run(capsys, "--model", "llama-3-70b", "--gpu", "H100-80GB",
+                     "--tensor-parallel-size", "3")
+    assert rc == 2 and "must divide num_attention_heads (64)" in err
