@@ -52,7 +52,7 @@ def run(blocks: int = 10, block_size: int = 4, budget: int = 8, policy: str = "s
     """Serve `workload()` step by step. Returns (engine, marks, summary): marks[i] is the
     manager snapshot index after engine step i + 1; summary is what `generate` reports."""
     model = TinyModel(ModelConfig())
-    engine = PagedEngine(model, blocks, block_size, max_batched_tokens=budget,
+    engine = PagedEngine(model, blocks, block_size, max_num_batched_tokens=budget,
                          prefix_caching=prefix_caching, policy=policy, backend=backend,
                          trace=True, check=True)
     requests = workload()

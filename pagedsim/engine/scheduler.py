@@ -1,7 +1,7 @@
 """The engine's scheduler: a token budget per step, chunked prefill, preemption.
 
 Each step (vLLM v1's order) serves running requests first, then swapped ones, then
-waiting ones, within `max_batched_tokens`:
+waiting ones, within `max_num_batched_tokens` (vLLM's name for the step's budget):
   * a decoding request costs one token per live sequence and one slot each
     (append: a new block at a boundary, a private copy of a shared tail);
   * a request still prefilling gets the next chunk of its remaining tokens that the
@@ -44,11 +44,11 @@ class Item:
 
 
 class Scheduler:
-    def __init__(self, blocks: BlockAdapter, kv, max_batched_tokens: int, policy: str):
+    def __init__(self, blocks: BlockAdapter, kv, max_num_batched_tokens: int, policy: str):
         if policy not in ("recompute", "swap"):
             raise ValueError(f"policy must be 'recompute' or 'swap', got {policy!r}")
         self.blocks, self.kv = blocks, kv
-        self.budget, self.policy = max_batched_tokens, policy
+        self.budget, self.policy = max_num_batched_tokens, policy
         self.waiting: deque = deque()
         self.running: list = []
         self.swapped: deque = deque()
@@ -82,7 +82,7 @@ class Scheduler:
                 return budget
             for s in seqs:
                 while self.blocks.num_tokens(s) < len(state.tokens[s]):
-                    copies = self.blocks.append(s)
+                    copies = self.blocks.append(s, state.tokens[s][self.blocks.num_tokens(s)])
                     if copies is not None:
                         if copies:
                             self.kv.copy(copies)

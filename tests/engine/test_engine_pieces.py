@@ -32,7 +32,7 @@ def test_beam_search_keeps_the_best_beams_forks_a_double_winner_and_frees_a_lose
 
 def test_a_fully_cached_block_aligned_prompt_recomputes_its_last_block_as_v1_does():
     model = TinyModel(ModelConfig(layers=1, heads=2, kv_heads=1, head_dim=8, hidden=16, mlp=32))
-    engine = PagedEngine(model, 8, 2, max_batched_tokens=8, prefix_caching=True, backend="numpy")
+    engine = PagedEngine(model, 8, 2, max_num_batched_tokens=8, prefix_caching=True, backend="numpy")
     prompt = (3, 4, 5, 6)
     engine.generate([Request(prompt, 1)])
     engine.generate([Request(prompt, 1)])
@@ -73,7 +73,7 @@ def test_a_bad_request_is_refused_before_the_engine_changes_anything():
     engine = PagedEngine(model, 8, 2, backend="numpy")
     with pytest.raises(ValueError, match=r"token ids must lie in \[0, 96\)"):
         engine.submit(Request((1, 96), 2))
-    with pytest.raises(TypeError, match="token ids must be integers"):
+    with pytest.raises(TypeError, match="prompt entry must be an int, got float 1.5"):
         engine.submit(Request((1.5,), 2))
     with pytest.raises(ValueError, match="up to 17 blocks alone; the pool has 8"):
         engine.submit(Request((1,), 1, n=17))  # the pool check comes first

@@ -46,7 +46,7 @@ def mixes(draw, max_requests=4, max_prompt=12):
 
 def assert_same(model, mix, backend):
     requests, block_size, num_blocks, budget, policy, caching = mix
-    engine = PagedEngine(model, num_blocks, block_size, max_batched_tokens=budget, policy=policy,
+    engine = PagedEngine(model, num_blocks, block_size, max_num_batched_tokens=budget, policy=policy,
                          prefix_caching=caching, backend=backend, check=True)
     paged = engine.generate(requests)
     dense = DenseEngine(model).generate(requests)
