@@ -136,6 +136,20 @@ class PagedEngine:
         self.log.append(record)
         return record
 
+    def block_tokens(self) -> dict:
+        """block -> the token ids it holds: live sequences' blocks, and the free blocks the
+        prefix cache can still hit (their K/V is complete). For labelling pictures."""
+        bs = self.blocks.block_size
+        out = {b: prefix[-bs:] for b, prefix in self.blocks.ready.items()}
+        for run in self.runs:
+            if run.status != "running":
+                continue
+            for s in run.state.seq_keys():
+                tokens = run.state.tokens[s][:self.blocks.num_tokens(s)]
+                for i, b in enumerate(self.blocks.table(s)):
+                    out[b] = tuple(tokens[i * bs:(i + 1) * bs])
+        return out
+
     def _advance(self, run: Run, logits: dict) -> None:
         state = run.state
         if any(run.computed[s] < len(state.tokens[s]) for s in state.seq_keys()):

@@ -30,6 +30,7 @@ class Run:
     computed: dict = field(default_factory=dict)  # seq -> tokens whose K/V is in the cache
     order: int = 0  # admission counter: larger = admitted later
     hold: int = 0  # positions below this already hold K/V from a cache hit: not rewritten
+    hit_tokens: int = 0  # tokens served by prefix-cache hits, over every admission
     status: str = "waiting"  # waiting | running | swapped | done
 
 
@@ -117,6 +118,7 @@ class Scheduler:
         run.computed = {seq: min(cached, len(tokens) - 1)}  # v1's cap: compute the last token
         run.hold = cached
         self.stats["cached_tokens"] += run.computed[seq]
+        run.hit_tokens += run.computed[seq]
         self._order += 1
         run.order, run.status = self._order, "running"
         self.running.append(run)
