@@ -72,10 +72,15 @@ class LabelledSnapshot(Snapshot):
     block_labels: tuple = ()  # [num_blocks] the text each block holds ("" when none)
 
 
+def text(tok, ids):
+    """The text of token ids, or None without a tokenizer (a --prompt-ids run)."""
+    return None if tok is None else tok.decode(list(ids))
+
+
 def labels(engine: PagedEngine, tok) -> tuple:
     """The text each physical block holds (live blocks and cache-hittable free ones)."""
     held = engine.block_tokens()
-    return tuple(tok.decode(list(held[b])) if b in held else ""
+    return tuple(text(tok, held[b]) or "" if b in held else ""
                  for b in range(engine.blocks.manager.num_blocks))
 
 
@@ -94,9 +99,9 @@ def serve(engine: PagedEngine, requests: list, tok) -> tuple:
 
 def report(tok, states, runs) -> list:
     """Per request: prompt, generated token ids and text per sequence, prompt hit tokens."""
-    return [dict(prompt=tok.decode(list(s.request.prompt)), prompt_token_ids=list(s.request.prompt),
+    return [dict(prompt=text(tok, s.request.prompt), prompt_token_ids=list(s.request.prompt),
                  hit_tokens=run.hit_tokens,
-                 outputs=[dict(token_ids=out, text=tok.decode(out)) for out in s.outputs()])
+                 outputs=[dict(token_ids=out, text=text(tok, out)) for out in s.outputs()])
             for s, run in zip(states, runs, strict=True)]
 
 
@@ -110,9 +115,12 @@ def run(model=None, tok=None, prompts=None, *, max_tokens: int = 32, blocks=None
         model, tok = load()
     stop = getattr(model, "info", {}).get("stop_token_ids", ())
     overrides = dict(overrides or {})
-    if prompts:
-        requests = [Request(tuple(tok.encode(p).ids), max_tokens, stop_token_ids=stop,
-                            **overrides) for p in prompts]
+    if (not prompts or turns or any(isinstance(p, str) for p in prompts)) and tok is None:
+        raise ValueError("text prompts, the default workload and --turns need the "
+                         "checkpoint's tokenizer.json; give --prompt-ids instead")
+    if prompts:  # text, or token ids
+        requests = [Request(tuple(tok.encode(p).ids) if isinstance(p, str) else tuple(p),
+                            max_tokens, stop_token_ids=stop, **overrides) for p in prompts]
     else:
         requests = [replace(r, **overrides) for r in mix(tok, max_tokens, stop)]
     if turns:
@@ -166,8 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     from .generate_cli import parser
     p = parser()
     args = p.parse_args(argv)
+    directory = DEFAULT_MODEL if args.model is None else Path(args.model)
     try:
-        model, tok = load(args.model)
+        model = load_model(directory)
+        tok = None if args.prompt_ids and not args.prompt and \
+            not (directory / "tokenizer.json").exists() else load_tokenizer(directory)
     except CheckpointError as e:  # names the file and the field: nothing to add
         print(f"pagedsim generate: error: {e}", file=sys.stderr)
         return 2
@@ -175,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
                                        temperature=args.temperature, top_p=args.top_p,
                                        seed=args.seed).items() if v is not None}
     try:
-        engine, marks, summary = run(model, tok, args.prompt, max_tokens=args.max_tokens,
+        prompts = (args.prompt or []) + (args.prompt_ids or [])
+        engine, marks, summary = run(model, tok, prompts, max_tokens=args.max_tokens,
                                      blocks=args.blocks, block_size=args.block_size,
                                      budget=args.budget, policy=args.policy,
                                      prefix_caching=not args.no_prefix_cache,

@@ -8,7 +8,20 @@ bad flag is one line on stderr and exit status 2.
 
 from __future__ import annotations
 
+import argparse
+
 from ..app.cli import ArgParser, float_in, int_in
+
+
+def token_ids(text: str) -> tuple:
+    """An argparse `type`: comma-separated non-negative token ids."""
+    try:
+        ids = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected token ids like 1,2,3, got {text!r}") from None
+    if not ids or min(ids) < 0:
+        raise argparse.ArgumentTypeError(f"token ids must be >= 0, got {text!r}")
+    return ids
 
 
 def parser() -> ArgParser:
@@ -18,6 +31,8 @@ def parser() -> ArgParser:
                    help="a local Hugging Face checkpoint (default: the shipped Shakespeare model)")
     p.add_argument("--prompt", action="append", metavar="TEXT",
                    help="a prompt (repeatable; default: a mixed workload of four requests)")
+    p.add_argument("--prompt-ids", action="append", type=token_ids, metavar="ID,ID,...",
+                   help="a prompt as token ids (repeatable; needs no tokenizer.json)")
     p.add_argument("--max-tokens", type=int_in(1, 4096), default=32,
                    help="tokens generated per sequence (default 32)")
     p.add_argument("--temperature", type=float_in(0, 100), help="0 = greedy (default)")
@@ -64,8 +79,11 @@ def print_report(engine, s: dict, args) -> None:
     for i, r in enumerate(s["requests"]):
         head = f"turn {i + 1}" if args.turns else f"r{i}"
         print(f"\n{head}: {len(r['prompt_token_ids'])} prompt tokens, {r['hit_tokens']} hit in "
-              f"the prefix cache\n  prompt: {r['prompt']!r}")
+              f"the prefix cache\n  prompt: {r['prompt']!r}"
+              if r["prompt"] is not None else f"the prefix cache\n  prompt: "
+              f"{r['prompt_token_ids']}")
         for j, out in enumerate(r["outputs"]):
-            print(f"  output {j}: {out['text']!r}")
+            print(f"  output {j}: {out['text']!r}" if out["text"] is not None
+                  else f"  output {j}: {out['token_ids']}")
     print(f"\nmatches the dense engine: tokens {'yes' if s['tokens_match'] else 'NO'}, "
           f"max logit difference {s['max_logit_diff']:.2e}")

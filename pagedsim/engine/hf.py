@@ -48,9 +48,11 @@ def _json(path: Path) -> dict:
 
 
 def _field(raw: dict, path: Path, name: str, kind, default=None, positive=True):
-    value = raw.get(name, default)
-    if value is None and default is None and name not in raw:
-        raise CheckpointError(f"{path}: field {name} is missing")
+    value = raw.get(name)
+    if value is None:  # absent or null: the default, as transformers' configs do
+        if default is None:
+            raise CheckpointError(f"{path}: field {name} is missing")
+        value = default
     ok = (type(value) is bool) if kind is bool else (
         isinstance(value, (int, float)) and not isinstance(value, bool)
         and (kind is float or float(value).is_integer()))

@@ -155,3 +155,21 @@ def test_loading_a_bf16_checkpoint_peaks_under_two_and_a_half_times_its_size(tmp
     peak_kib, params = map(int, done.stdout.split())
     assert params * 2 <= size < params * 2 + 100_000  # the file really is bf16
     assert peak_kib * 1024 < 2.5 * size, f"peak {peak_kib * 1024:,} B for a {size:,} B checkpoint"
+
+
+def test_generate_serves_a_checkpoint_without_a_tokenizer_from_token_ids(tmp_path):
+    d = write_checkpoint(tmp_path, family="qwen2", tie=True)
+    (d / "tokenizer.json").unlink()
+    done = subprocess.run([sys.executable, "-m", "pagedsim", "generate", "--model", str(d),
+                           "--prompt-ids", ",".join(map(str, PROMPT)), "--max-tokens", "6",
+                           "--json", "--backend", "numpy"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    (req,) = json.loads(done.stdout)["summary"]["requests"]
+    assert req["prompt"] is None and req["outputs"][0]["text"] is None
+    assert req["outputs"][0]["token_ids"] == reference_greedy(d, PROMPT, 6)
+
+
+def test_a_null_kv_head_count_means_as_many_kv_heads_as_query_heads(tmp_path):
+    d = write_checkpoint(tmp_path, heads=4, kv_heads=4, extra={"num_key_value_heads": None})
+    assert load_model(d).config.kv_heads == 4

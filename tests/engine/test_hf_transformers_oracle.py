@@ -86,3 +86,14 @@ def test_a_bf16_checkpoint_matches_transformers_reading_it_in_float32(tmp_path):
     model = load_model(tmp_path)
     assert model.info["dtype"] == "bfloat16"
     np.testing.assert_allclose(sequence_logits(model, PROMPT), ref_logits, rtol=0, atol=LOGIT_TOL)
+
+
+def test_a_sharded_save_pretrained_checkpoint_loads_through_its_index(tmp_path):
+    hf = save(tmp_path, "qwen2-gqa-untied", 0.2)
+    hf.save_pretrained(tmp_path, max_shard_size="100KB")
+    assert (tmp_path / "model.safetensors.index.json").is_file()
+    (tmp_path / "model.safetensors").unlink(missing_ok=True)
+    with torch.no_grad():
+        ref_logits = hf(torch.tensor([PROMPT])).logits[0].numpy()
+    np.testing.assert_allclose(sequence_logits(load_model(tmp_path), PROMPT), ref_logits,
+                               rtol=0, atol=LOGIT_TOL)
