@@ -148,7 +148,7 @@ def run(model=None, tok=None, prompts=None, *, max_tokens: int = 32, blocks=None
     dense = DenseEngine(model).generate([s.request for s in states])
     stats = engine.scheduler.stats
     summary = dict(
-        model=model.name, parameters=model.num_parameters, backend=engine.backend.name,
+        model=Path(model.name).name, parameters=model.num_parameters, backend=engine.backend.name,
         attention=engine.backend.where(), steps=len(engine.log), blocks=blocks,
         block_size=block_size, budget=budget, block_bytes=engine.kv.block_bytes,
         computed_tokens=stats["computed_tokens"], skipped_by_prefix_cache=stats["cached_tokens"],

@@ -61,7 +61,9 @@ def parser() -> ArgParser:
 def print_report(engine, s: dict, args) -> None:
     print(f"pagedsim generate: {s['model']} ({s['parameters']:,} parameters, float32), "
           f"attention: {s['attention']}")
-    print(f"{len(engine.runs)} requests, pool of {s['blocks']} blocks x {s['block_size']} tokens, "
+    many = "s" if len(engine.runs) > 1 else ""
+    print(f"{len(engine.runs)} request{many}, pool of {s['blocks']} blocks x {s['block_size']} "
+          f"tokens, "
           f"budget {s['budget']} tokens/step, prefix caching "
           f"{'off' if args.no_prefix_cache else 'on'}")
     for rec in engine.log:

@@ -80,3 +80,18 @@ def test_a_bad_request_is_refused_before_the_engine_changes_anything():
     with pytest.raises(ValueError, match="up to 17 blocks alone; the pool has 8"):
         engine.submit(Request((1,), 1, n=17))  # the pool check comes first
     assert engine.runs == [] and not engine.scheduler.waiting and engine.blocks.num_free == 8
+
+
+def test_top_p_samples_only_from_the_smallest_set_reaching_that_probability():
+    rng = np.random.default_rng(1)
+    logits = rng.standard_normal(40).astype(np.float32) * 3
+    p = np.exp(logits - logits.max())
+    p /= p.sum()
+    order = np.argsort(-p)
+    nucleus = set(order[:int(np.searchsorted(np.cumsum(p[order]), 0.5)) + 1].tolist())
+    draws = {sample(logits, 1.0, seed, 0, 0, top_p=0.5) for seed in range(200)}
+    assert draws <= nucleus and len(draws) > 1
+    assert {sample(logits, 1.0, seed, 0, 0, top_p=1e-9) for seed in range(50)} == \
+        {int(np.argmax(logits))}
+    assert [sample(logits, 1.0, s, 0, 0, top_p=1.0) for s in range(20)] == \
+        [sample(logits, 1.0, s, 0, 0) for s in range(20)]
