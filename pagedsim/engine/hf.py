@@ -83,6 +83,8 @@ def _rope_theta(raw: dict, path: Path) -> float:
 def load_config(directory) -> tuple[ModelConfig, dict]:
     """(ModelConfig, info): info holds architecture, stop token ids, dtype and max length."""
     directory = Path(directory)
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory}: no such checkpoint directory")
     path = directory / "config.json"
     raw = _json(path)
     archs = raw.get("architectures")

@@ -173,3 +173,16 @@ def test_generate_serves_a_checkpoint_without_a_tokenizer_from_token_ids(tmp_pat
 def test_a_null_kv_head_count_means_as_many_kv_heads_as_query_heads(tmp_path):
     d = write_checkpoint(tmp_path, heads=4, kv_heads=4, extra={"num_key_value_heads": None})
     assert load_model(d).config.kv_heads == 4
+
+
+def test_a_folder_that_does_not_exist_or_holds_garbage_is_named(tmp_path):
+    with pytest.raises(CheckpointError, match="no such checkpoint directory"):
+        load_model(tmp_path / "absent")
+    d = write_checkpoint(tmp_path / "half")
+    data = (d / "model.safetensors").read_bytes()
+    (d / "model.safetensors").write_bytes(data[:len(data) // 2])
+    with pytest.raises(CheckpointError, match=r"model.safetensors: cannot read safetensors"):
+        load_model(d)
+    (d / "tokenizer.json").write_text("{}")
+    with pytest.raises(CheckpointError, match=r"tokenizer.json: not a tokenizers file"):
+        load_tokenizer(d)
