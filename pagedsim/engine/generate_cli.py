@@ -80,6 +80,9 @@ def print_report(engine, s: dict, args) -> None:
           f"({s['preempted_swap']} swapped, {s['preempted_recompute']} recomputed)")
     for i, r in enumerate(s["requests"]):
         head = f"turn {i + 1}" if args.turns else f"r{i}"
+        if args.turns and i:  # how much of the hit is the previous turn's answer
+            own = r["hit_tokens"] - len(s["requests"][i - 1]["prompt_token_ids"])
+            head += f" (its hits include {max(own, 0)} tokens of turn {i}'s answer)"
         print(f"\n{head}: {len(r['prompt_token_ids'])} prompt tokens, {r['hit_tokens']} hit in "
               f"the prefix cache\n  prompt: {r['prompt']!r}"
               if r["prompt"] is not None else f"the prefix cache\n  prompt: "
