@@ -14,7 +14,10 @@ manager registers a prompt's full blocks at admission, before their K/V exist, s
 adapter keeps `ready`: block -> the token prefix whose K/V it holds in full (set when
 the engine finishes writing the block, dropped when it is reused). A hit counts only
 while ready; a hit still being computed by a running sequence makes the admission wait
-a step. The manager applies v1's cap (a hit covers at most num_tokens - 1 tokens, in
+a step. Every appended token's id reaches the manager (`append_tokens(...,
+token_ids=...)`), so blocks filled by generated text are named and hit too, as in v1:
+a follow-up prompt that repeats a conversation hits its answers' blocks. The manager
+applies v1's cap (a hit covers at most num_tokens - 1 tokens, in
 whole blocks), so a fully cached, block-aligned prompt recomputes its last block. The
 manager's `reclaimer` hook stays unused: the engine preempts by itself before asking
 for blocks.

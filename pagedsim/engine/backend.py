@@ -84,7 +84,9 @@ def gather(cache: np.ndarray, table, length: int) -> tuple:
 
 
 def gpu_visible() -> bool:
-    """An NVIDIA driver is visible (cuda_kernels' rule, without importing numba)."""
+    """A GPU is usable: PAGEDSIM_CUDA=gpu, or the driver's /dev/nvidiactl exists (a
+    stricter test than cuda_kernels', which also accepts a loadable libcuda; this one
+    must not import numba)."""
     forced = os.environ.get("PAGEDSIM_CUDA", "").strip().lower()
     if forced:
         return forced == "gpu"
