@@ -97,3 +97,22 @@ def test_a_sharded_save_pretrained_checkpoint_loads_through_its_index(tmp_path):
         ref_logits = hf(torch.tensor([PROMPT])).logits[0].numpy()
     np.testing.assert_allclose(sequence_logits(load_model(tmp_path), PROMPT), ref_logits,
                                rtol=0, atol=LOGIT_TOL)
+
+
+@pytest.mark.parametrize("case", ["llama-gqa-untied", "qwen2-gqa-tied"])
+def test_the_command_line_gives_transformers_greedy_tokens(tmp_path, case):
+    import json
+    import subprocess
+    import sys
+    hf = save(tmp_path, case)
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([PROMPT]), do_sample=False, max_new_tokens=12,
+                          attention_mask=torch.ones(1, len(PROMPT), dtype=torch.long))
+    done = subprocess.run([sys.executable, "-m", "pagedsim", "generate", "--model", str(tmp_path),
+                           "--prompt-ids", ",".join(map(str, PROMPT)), "--max-tokens", "12",
+                           "--temperature", "0", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)["summary"]
+    assert summary["tokens_match"]  # paged == dense
+    assert summary["requests"][0]["outputs"][0]["token_ids"] == out[0, len(PROMPT):].tolist()
