@@ -45,8 +45,9 @@ def parser() -> ArgParser:
     p.add_argument("--blocks", type=int_in(1, 1_000_000),
                    help="blocks in the pool (default: 16 for the mix, else room for all)")
     p.add_argument("--block-size", type=int_in(1, 1024), default=16)
-    p.add_argument("--budget", type=int_in(1, 1_000_000), default=64,
-                   help="max_num_batched_tokens per step (default 64)")
+    p.add_argument("--budget", "--max-num-batched-tokens", dest="budget",
+                   type=int_in(1, 1_000_000), default=64,
+                   help="vLLM's max_num_batched_tokens: tokens per step (default 64)")
     p.add_argument("--policy", choices=("recompute", "swap"), default="swap",
                    help="preemption of a single-sequence request (several sequences always swap)")
     p.add_argument("--no-prefix-cache", action="store_true")
