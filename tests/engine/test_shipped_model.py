@@ -95,3 +95,16 @@ def test_turn_two_is_served_from_turn_ones_prompt_and_answer():
         answer = before["outputs"][0]["token_ids"]
         assert after["prompt_token_ids"][:len(before["prompt_token_ids"]) + 40] == \
             before["prompt_token_ids"] + answer
+
+
+@pytest.mark.kernels
+def test_the_kernels_serve_the_shipped_model_as_the_dense_engine_does():
+    from pagedsim.engine import DenseEngine, PagedEngine, Request
+    model, tok = load()
+    requests = [Request(tuple(tok.encode("JULIET.\nO Romeo, Romeo").ids), 3),
+                Request(tuple(tok.encode("JULIET.\nO Romeo, wherefore").ids), 2, beam_width=2)]
+    engine = PagedEngine(model, 12, 16, backend="kernels", prefix_caching=True, check=True)
+    paged = engine.generate(requests)
+    assert "cuda_kernels" in engine.backend.where()
+    for p, d in zip(paged, DenseEngine(model).generate(requests), strict=True):
+        assert p.outputs() == d.outputs()
