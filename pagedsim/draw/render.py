@@ -344,8 +344,13 @@ def _blocks(ax, snap, layout, colours):
         ax.add_artist(Rectangle((x + 0.1, y + CELL - 0.2), (CELL - 0.2) * fill / snap.block_size,
                                 0.12,
                                facecolor=style.INK, edgecolor="none", gid=f"fill-{b}"))
-        ax.text(x + CELL / 2, y + 0.66, f"{fill}/{snap.block_size}", ha="center", va="center",
-                fontsize=style.pt(6.5), color=ink, bbox=box)
+        text = block_label(snap, b)  # the text the block holds, when the trace knows it
+        if text:
+            ax.text(x + CELL / 2, y + 0.64, text, ha="center", va="center", fontsize=style.pt(4.5),
+                    color=ink, bbox=box, gid=f"text-{b}", linespacing=0.9)
+        else:
+            ax.text(x + CELL / 2, y + 0.66, f"{fill}/{snap.block_size}", ha="center", va="center",
+                    fontsize=style.pt(6.5), color=ink, bbox=box)
         ax.add_artist(Circle((x + CELL - 0.05, y + 0.05), 0.19, facecolor="white",
                              edgecolor=style.INK, lw=0.7,
                              zorder=6))
@@ -371,6 +376,15 @@ def _blocks(ax, snap, layout, colours):
                 fontsize=style.pt(9), fontweight="bold",
                 color=style.ACCENT, gid=f"copy-label-{src}-{dst}", zorder=9,
                 bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.9))
+
+
+def block_label(snap, b: int) -> str:
+    """A snapshot may carry `block_labels` (the engine's text per block): two short lines."""
+    labels = getattr(snap, "block_labels", ())
+    text = labels[b] if b < len(labels) else ""
+    text = text.replace("\n", "\u21b5")
+    half = -(-len(text) // 2)
+    return text[:half] + "\n" + text[half:] if len(text) > 8 else text
 
 
 def _legend(ax, layout):

@@ -1,21 +1,31 @@
-"""A mini serving engine: pagedsim's block manager serving a tiny transformer.
+"""A mini serving engine: pagedsim's block manager serving a Llama-family model.
 
-    model.py      the tiny Llama-shaped model (seeded NumPy weights), minus attention
-    requests.py   requests, sampling, parallel samples and beam search (shared by both engines)
-    dense.py      the reference engine: contiguous per-sequence K/V, NumPy attention
-    adapter.py    the engine's only door into the block manager and its prefix cache
-    kvstore.py    the paged K/V and who reads it: cuda_kernels, or the NumPy references
-    scheduler.py  token budget, chunked prefill, preemption by swap or recompute
-    paged.py      the paged engine: write_kv + paged_prefill / paged_attention per step
-    generate.py   `pagedsim generate`: a small mixed workload, step by step
+    model.py            the transformer (Llama / Qwen2 / Mistral equations, NumPy float32),
+                        minus attention; TinyModel = seeded random weights
+    hf.py               a local Hugging Face checkpoint -> model + tokenizer (offline)
+    requests.py         requests, sampling, parallel samples and beam search (both engines)
+    dense.py            the reference engine: contiguous per-sequence K/V, NumPy attention
+    adapter.py          the engine's only door into the block manager and its prefix cache
+    backend.py          the one seam for attention: NumPy or the kernels, chosen once
+    kernels_backend.py  that seam on cuda_kernels (the only import of cuda_kernels)
+    kvstore.py          the paged K/V per layer, read and written through the backend
+    scheduler.py        token budget, chunked prefill, preemption by swap or recompute
+    paged.py            the paged engine: write_kv + paged_prefill / paged_attention per step
+    generate.py         `pagedsim generate`: text from the shipped model, step by step
 
-This package imports cuda_kernels (numba) when the kernels run; pagedsim's core never
-imports this package.
+Where the engine sits: it ships inside the pagedsim package but is *not* part of
+pagedsim's core. It is a consumer of two libraries -- the core (through adapter.py,
+public calls only) and cuda_kernels (through kernels_backend.py, only when the kernels
+are asked for) -- like pagedsim.app and pagedsim.labs, and nothing in the core or in
+cuda_kernels imports it (tests/core/test_core_imports.py). It stays in the package,
+rather than beside it, so that `pip install pagedsim` and `pagedsim generate` bring the
+shipped model and the command with them.
 """
 
 from .dense import DenseEngine
-from .model import ModelConfig, TinyModel
+from .model import ModelConfig, TinyModel, Transformer
 from .paged import PagedEngine
 from .requests import Request, RequestState
 
-__all__ = ["DenseEngine", "ModelConfig", "TinyModel", "PagedEngine", "Request", "RequestState"]
+__all__ = ["DenseEngine", "ModelConfig", "TinyModel", "Transformer", "PagedEngine", "Request",
+           "RequestState"]

@@ -4,7 +4,7 @@ Everything the engine asks of the manager goes through `BlockAdapter`, using pub
 calls only, so the manager can change behind it (see "Re-pointing" below):
 
     admit(seq, tokens)        add_sequence (with the prefix cache: match + add_sequence)
-    append(seq)               append_tokens(seq, 1) + drain_copies (copy-on-write pairs)
+    append(seq, token)        append_tokens(seq, 1, token_ids) + drain_copies (CoW pairs)
     fork / free               fork, free_sequence (v0 sharing for beams and n > 1)
     swap_out / swap_in        block_table + free_sequence / restore_sequences (v0 swapping)
     slots / table             slot_mapping, block_table
@@ -14,7 +14,10 @@ manager registers a prompt's full blocks at admission, before their K/V exist, s
 adapter keeps `ready`: block -> the token prefix whose K/V it holds in full (set when
 the engine finishes writing the block, dropped when it is reused). A hit counts only
 while ready; a hit still being computed by a running sequence makes the admission wait
-a step. The manager applies v1's cap (a hit covers at most num_tokens - 1 tokens, in
+a step. Every appended token's id reaches the manager (`append_tokens(...,
+token_ids=...)`), so blocks filled by generated text are named and hit too, as in v1:
+a follow-up prompt that repeats a conversation hits its answers' blocks. The manager
+applies v1's cap (a hit covers at most num_tokens - 1 tokens, in
 whole blocks), so a fully cached, block-aligned prompt recomputes its last block. The
 manager's `reclaimer` hook stays unused: the engine preempts by itself before asking
 for blocks.
@@ -28,7 +31,6 @@ from ..block_table import NULL_BLOCK, blocks_needed
 from ..errors import OutOfBlocks
 from ..manager import KVCacheManager
 from ..policies.prefix_cache import PrefixCachingManager
-
 
 
 class BlockAdapter:
@@ -101,12 +103,13 @@ class BlockAdapter:
                 self.ready.pop(table[i], None)
 
     # ---- growth, sharing, release ------------------------------------------------------
-    def append(self, seq):
-        """One more slot for `seq`. Returns copy-on-write (src, dst) pairs, or None (no
-        change) when the pool is short."""
+    def append(self, seq, token: int):
+        """One more slot for `seq`, holding `token`. Returns copy-on-write (src, dst) pairs,
+        or None (no change) when the pool is short. The id reaches the prefix cache, which
+        names a block of generated tokens as soon as it fills (v1 caches those too)."""
         before = self.table(seq)
         try:
-            self.manager.append_tokens(seq, 1)
+            self.manager.append_tokens(seq, 1, token_ids=(int(token),))
         except OutOfBlocks:
             return None
         for b in set(self.table(seq)) - set(before):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model import TinyModel
+from .model import Transformer
 from .requests import Request, RequestState
 
 
@@ -28,8 +28,17 @@ def dense_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.einsum("htl,lhd->thd", p, vv).astype(np.float32)
 
 
+def sequence_logits(model: Transformer, tokens) -> np.ndarray:
+    """Logits [T, V] at every position of one sequence (a whole-sequence causal forward)."""
+    h = model.embed_tokens(tokens)
+    for layer in range(model.config.layers):
+        q, k, v = model.qkv(layer, h, np.arange(len(h)))
+        h = model.finish(layer, h, dense_attention(q, k, v))
+    return model.logits(h)
+
+
 class DenseEngine:
-    def __init__(self, model: TinyModel):
+    def __init__(self, model: Transformer):
         self.model = model
 
     def forward(self, cache: list, tokens, start: int) -> np.ndarray:

@@ -1,133 +1,210 @@
-"""`pagedsim generate`: a small mixed workload served by the paged engine, step by step.
+"""`pagedsim generate`: a real model served from pagedsim's blocks, step by step.
 
-Four requests share a pool that is too small for all of them at once:
-    r0  a prompt that starts with a shared "system" prefix, greedy
-    r1  the same prefix plus a question, n = 2 seeded samples (v0 fork + copy-on-write)
+With no --model it serves the shipped character-level Shakespeare model
+(models/shakespeare: one token per character, so a block of 16 tokens holds 16
+characters); --model DIR serves a local Hugging Face checkpoint (hf.py). With no
+--prompt it runs a small mixed workload on a pool too small for all of it at once:
+
+    r0  a speech that starts with a shared prefix, greedy
+    r1  the same prefix, another speaker: n = 2 seeded samples (v0 fork + copy-on-write)
     r2  beam search, width 2 (forks, copy-on-write, beams freed)
     r3  r0's prompt again: a prefix-cache hit capped at num_tokens - 1 (v1)
-Each step prints its batch (prefill and decode tokens per sequence) and what the block
-manager did (blocks allocated, shared, copied, freed; preemptions). The end reports
-tokens computed vs skipped by prefix caching, bytes moved by copy-on-write and by
-swapping, and whether every token and logit matched the dense engine.
-`--json` prints the same as JSON; `--draw DIR` writes the manager's snapshot after
-each engine step with pagedsim.draw's tour renderer.
+
+Each step prints its batch and what the block manager did; the end prints each
+request's text, the tokens its prompt hit in the prefix cache, and whether every token
+and logit matched the dense engine. --turns N serves a conversation instead: each turn's
+prompt is the previous prompt, its answer and the next speaker's cue, so turn 2 on hits
+the blocks of turn 1's prompt *and* answer (v1 caches generated blocks too).
+--json prints the same as JSON; --draw DIR writes the manager's snapshot after each
+engine step, every block labelled with the text it holds.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 
+from ..trace import Snapshot
 from .dense import DenseEngine
-from .model import ModelConfig, TinyModel
+from .hf import CheckpointError, load_model, load_tokenizer
 from .paged import PagedEngine
 from .requests import Request
 
-SYSTEM = (11, 12, 13, 14, 15, 16, 17, 18)  # two blocks of 4: the shared prefix
+DEFAULT_MODEL = Path(__file__).with_name("models") / "shakespeare"
+SHARED = "ROMEO.\nBut soft, what light through yonder window breaks?\n"
+CUES = ("\n\nJULIET.\n", "\n\nROMEO.\n")  # --turns: the next speaker, alternating
 
 
-def workload() -> list:
-    return [Request(SYSTEM + (21, 22), 4),
-            Request(SYSTEM + (31, 32, 33), 3, n=2, temperature=0.8, seed=7),
-            Request((41, 42, 43, 44, 45, 46), 3, beam_width=2),
-            Request(SYSTEM + (21, 22), 2)]
+def load(model_dir=None) -> tuple:
+    """(model, tokenizer) from DIR, or the shipped model."""
+    directory = DEFAULT_MODEL if model_dir is None else Path(model_dir)
+    return load_model(directory), load_tokenizer(directory)
+
+
+def mix(tok, max_tokens: int, stop=()) -> list:
+    """The default workload (see the module docstring)."""
+    def enc(text):
+        return tuple(tok.encode(text).ids)
+    first = enc(SHARED + "It is the east, and Juliet is the sun.\n")
+    return [Request(first, max_tokens, stop_token_ids=stop),
+            Request(enc(SHARED + "\nJULIET.\n"), max_tokens, n=2, temperature=0.8, seed=7,
+                    stop_token_ids=stop),
+            Request(enc("FRIAR LAWRENCE.\nThese violent delights"), max_tokens, beam_width=2),
+            Request(first, max(1, max_tokens // 2), stop_token_ids=stop)]
 
 
 def compare(dense: list, paged: list) -> dict:
     """Tokens equal per request, and the largest logit difference over shared positions."""
-    tokens = all(d.outputs() == p.outputs() for d, p in zip(dense, paged))
+    pairs = list(zip(dense, paged, strict=True))
     diffs = [float(np.abs(d.logits[k] - p.logits[k]).max())
-             for d, p in zip(dense, paged) for k in d.logits if k in p.logits]
-    same_keys = all(set(d.logits) == set(p.logits) for d, p in zip(dense, paged))
-    return dict(tokens_match=tokens, logit_positions_match=same_keys,
+             for d, p in pairs for k in d.logits if k in p.logits]
+    return dict(tokens_match=all(d.outputs() == p.outputs() for d, p in pairs),
+                logit_positions_match=all(set(d.logits) == set(p.logits) for d, p in pairs),
                 max_logit_diff=max(diffs, default=0.0))
 
 
-def run(blocks: int = 10, block_size: int = 4, budget: int = 8, policy: str = "swap",
-        prefix_caching: bool = True, backend: str = "kernels") -> tuple:
-    """Serve `workload()` step by step. Returns (engine, marks, summary): marks[i] is the
-    manager snapshot index after engine step i + 1; summary is what `generate` reports."""
-    model = TinyModel(ModelConfig())
-    engine = PagedEngine(model, blocks, block_size, max_batched_tokens=budget,
-                         prefix_caching=prefix_caching, policy=policy, backend=backend,
-                         trace=True, check=True)
-    requests = workload()
-    marks = []
+@dataclass(frozen=True)
+class LabelledSnapshot(Snapshot):
+    block_labels: tuple = ()  # [num_blocks] the text each block holds ("" when none)
+
+
+def text(tok, ids):
+    """The text of token ids, or None without a tokenizer (a --prompt-ids run)."""
+    return None if tok is None else tok.decode(list(ids))
+
+
+def labels(engine: PagedEngine, tok) -> tuple:
+    """The text each physical block holds (live blocks and cache-hittable free ones)."""
+    held = engine.block_tokens()
+    return tuple(text(tok, held[b]) or "" if b in held else ""
+                 for b in range(engine.blocks.manager.num_blocks))
+
+
+def serve(engine: PagedEngine, requests: list, tok) -> tuple:
+    """Submit and step to the end. Returns (states, marks, block labels per step)."""
+    marks, texts = [], []
+    first = len(engine.runs)
     for r in requests:
         engine.submit(r)
     while not all(run.status == "done" for run in engine.runs):
         engine.step()
         marks.append(len(engine.blocks.manager.trace.snapshots) - 1)
-    paged = [run.state for run in engine.runs]
-    dense = DenseEngine(model).generate(requests)
+        texts.append(labels(engine, tok))
+    return [run.state for run in engine.runs[first:]], marks, texts
+
+
+def report(tok, states, runs) -> list:
+    """Per request: prompt, generated token ids and text per sequence, prompt hit tokens."""
+    return [dict(prompt=text(tok, s.request.prompt), prompt_token_ids=list(s.request.prompt),
+                 hit_tokens=run.hit_tokens,
+                 outputs=[dict(token_ids=out, text=text(tok, out)) for out in s.outputs()])
+            for s, run in zip(states, runs, strict=True)]
+
+
+def run(model=None, tok=None, prompts=None, *, max_tokens: int = 32, blocks=None,
+        block_size: int = 16, budget: int = 64, policy: str = "swap",
+        prefix_caching: bool = True, backend="auto", turns: int = 0, overrides=None) -> tuple:
+    """Serve the mix, the prompts, or `turns` turns of a conversation, then the dense
+    engine. Returns (engine, marks, summary): marks[i] is the manager snapshot index after
+    engine step i + 1; summary is what `generate` reports."""
+    if model is None:
+        model, tok = load()
+    stop = getattr(model, "info", {}).get("stop_token_ids", ())
+    overrides = dict(overrides or {})
+    if (not prompts or turns or any(isinstance(p, str) for p in prompts)) and tok is None:
+        raise ValueError("text prompts, the default workload and --turns need the "
+                         "checkpoint's tokenizer.json; give --prompt-ids instead")
+    if prompts:  # text, or token ids
+        requests = [Request(tuple(tok.encode(p).ids) if isinstance(p, str) else tuple(p),
+                            max_tokens, stop_token_ids=stop, **overrides) for p in prompts]
+    else:
+        requests = [replace(r, **overrides) for r in mix(tok, max_tokens, stop)]
+    if turns:
+        requests = requests[:1]
+    if blocks is None:  # room for every request at once, plus the cache
+        from ..block_table import blocks_needed
+        longest = (turns or 1) * (len(requests[0].prompt) + max_tokens + 16)
+        blocks = 16 if not prompts and not turns else sum(
+            r.width * blocks_needed(max(longest, len(r.prompt) + max_tokens), block_size)
+            for r in requests) + 4
+    engine = PagedEngine(model, blocks, block_size, max_num_batched_tokens=budget,
+                         prefix_caching=prefix_caching, policy=policy, backend=backend,
+                         trace=True, check=True)
+    states, marks, texts = [], [], []
+    for turn in range(max(turns, 1)):
+        if turn:  # the transcript so far, then the next speaker
+            last = states[-1]
+            cue = tuple(tok.encode(CUES[(turn - 1) % len(CUES)]).ids)
+            prompt = tuple(last.request.prompt) + tuple(last.outputs()[0]) + cue
+            requests = [replace(requests[0], prompt=prompt)]
+        got, m, t = serve(engine, requests, tok)
+        states += got
+        marks += m
+        texts += t
+    dense = DenseEngine(model).generate([s.request for s in states])
     stats = engine.scheduler.stats
     summary = dict(
-        steps=len(engine.log), backend=backend, block_bytes=engine.kv.block_bytes,
+        model=Path(model.name).name, parameters=model.num_parameters, backend=engine.backend.name,
+        attention=engine.backend.where(), steps=len(engine.log), blocks=blocks,
+        block_size=block_size, budget=budget, block_bytes=engine.kv.block_bytes,
         computed_tokens=stats["computed_tokens"], skipped_by_prefix_cache=stats["cached_tokens"],
         recomputed_after_preemption=stats["recomputed_tokens"],
         preempted_recompute=stats["preempted_recompute"], preempted_swap=stats["preempted_swap"],
         cow_bytes=stats["cow_bytes"], swap_bytes=stats["swap_bytes"],
-        outputs=[s.outputs() for s in paged], **compare(dense, paged))
+        requests=report(tok, states, engine.runs), **compare(dense, states))
+    engine.block_labels = texts
     return engine, marks, summary
 
 
 def step_frames(engine, marks) -> list:
     """The manager's snapshot after each engine step, numbered by engine step (as `generate`
-    prints them) and captioned with that step's batch."""
+    prints them), captioned with that step's batch, carrying all of the step's events, and
+    each block labelled with the text it holds."""
     snaps = engine.blocks.manager.trace.snapshots
+    texts = getattr(engine, "block_labels", [()] * len(marks))
     spans = zip([0, *(m + 1 for m in marks)], marks, strict=False)  # manager steps of engine step i
-    return [replace(snaps[m], step=i + 1, caption="batch " + " ".join(engine.log[i]["seqs"]),
-                    events=tuple(e for s in snaps[a:m + 1] for e in s.events))
-            for i, (a, m) in enumerate(spans)]
+    return [LabelledSnapshot(**{**vars(snaps[m]), "step": i + 1,
+                                "caption": "batch " + " ".join(engine.log[i]["seqs"]),
+                                "events": tuple(e for s in snaps[a:m + 1] for e in s.events)},
+                             block_labels=texts[i]) for i, (a, m) in enumerate(spans)]
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="pagedsim generate", description=__doc__.split("\n\n")[0])
-    p.add_argument("--blocks", type=int, default=10, help="blocks in the pool (default 10)")
-    p.add_argument("--block-size", type=int, default=4)
-    p.add_argument("--budget", type=int, default=8, help="max_batched_tokens per step")
-    p.add_argument("--policy", choices=("recompute", "swap"), default="swap",
-                   help="preemption of a single-sequence request (several sequences always swap)")
-    p.add_argument("--no-prefix-cache", action="store_true")
-    p.add_argument("--backend", choices=("kernels", "numpy"), default="kernels")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--draw", metavar="DIR", help="write a PNG per engine step and a GIF")
+    from .generate_cli import parser
+    p = parser()
     args = p.parse_args(argv)
+    directory = DEFAULT_MODEL if args.model is None else Path(args.model)
     try:
-        engine, marks, summary = run(args.blocks, args.block_size, args.budget, args.policy,
-                                     not args.no_prefix_cache, args.backend)
+        model = load_model(directory)
+        tok = None if args.prompt_ids and not args.prompt and \
+            not (directory / "tokenizer.json").exists() else load_tokenizer(directory)
+    except CheckpointError as e:  # names the file and the field: nothing to add
+        print(f"pagedsim generate: error: {e}", file=sys.stderr)
+        return 2
+    overrides = {k: v for k, v in dict(n=args.n, beam_width=args.beam_width,
+                                       temperature=args.temperature, top_p=args.top_p,
+                                       seed=args.seed).items() if v is not None}
+    try:
+        prompts = (args.prompt or []) + (args.prompt_ids or [])
+        engine, marks, summary = run(model, tok, prompts, max_tokens=args.max_tokens,
+                                     blocks=args.blocks, block_size=args.block_size,
+                                     budget=args.budget, policy=args.policy,
+                                     prefix_caching=not args.no_prefix_cache,
+                                     backend=args.backend, turns=args.turns, overrides=overrides)
     except ValueError as e:  # a pool or budget too small for one request, a bad size
         p.error(str(e))
     if args.json:
         json.dump(dict(steps=engine.log, summary=summary), sys.stdout, indent=1)
         print()
     else:
-        print(f"pagedsim generate: {len(engine.runs)} requests, pool of {args.blocks} blocks x "
-              f"{args.block_size} tokens, budget {args.budget} tokens/step, kernels: {args.backend}")
-        for rec in engine.log:
-            extra = "".join(f", {k.replace('_', ' ')} {v}" for k, v in rec.items()
-                            if k.startswith("preempted"))
-            print(f"step {rec['step']:>2}: prefill {rec['prefill_tokens']:>2} + decode "
-                  f"{rec['decode_tokens']} tokens | blocks +{rec['allocated']} allocated, "
-                  f"{rec['shared']} shared, {rec['copied']} copied, {rec['freed']} freed, "
-                  f"{rec['free_blocks']} free{extra}\n         {' '.join(rec['seqs'])}")
-        s = summary
-        print(f"\ntokens computed {s['computed_tokens']}, skipped by prefix caching "
-              f"{s['skipped_by_prefix_cache']}, recomputed after preemption "
-              f"{s['recomputed_after_preemption']}")
-        print(f"bytes copied: copy-on-write {s['cow_bytes']}, swapping {s['swap_bytes']} "
-              f"({s['preempted_swap']} swapped, {s['preempted_recompute']} recomputed)")
-        for i, out in enumerate(s["outputs"]):
-            print(f"r{i}: {out}")
-        print(f"matches the dense engine: tokens {'yes' if s['tokens_match'] else 'NO'}, "
-              f"max logit difference {s['max_logit_diff']:.2e}")
+        from .generate_cli import print_report
+        print_report(engine, summary, args)
     if args.draw:
         from ..draw.animate import write_trace  # matplotlib only when asked for
-        frames = step_frames(engine, marks)
-        for path in write_trace(frames, args.draw, name="generate"):
+        for path in write_trace(step_frames(engine, marks), args.draw, name="generate"):
             print(f"wrote {path}", file=sys.stderr)
     return 0 if summary["tokens_match"] else 1

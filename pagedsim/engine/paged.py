@@ -1,69 +1,117 @@
-"""The paged engine: the tiny model served from pagedsim's blocks by the kernels.
+"""The paged engine: a model served from pagedsim's blocks by an attention backend.
 
-One `step()`: the scheduler picks each sequence's positions [start, end); the runner
-embeds those tokens, and per layer writes their K/V into their slots (`write_kv`,
-skipping positions a capped cache hit already holds), runs `paged_prefill` for the
-prefill chunks (query length > 1, ragged, packed by `query_start_loc`) and
-`paged_attention` for the decodes (query length 1), then the rest of the layer in
-NumPy. Sequences that reached their last token hand their logits to their request,
-whose fork/free actions go back to the block manager. Nano-vllm's ModelRunner +
-LLMEngine.step, reduced to the blocks.
+One `step()` (nano-vllm's LLMEngine.step + ModelRunner, reduced to the blocks): the
+scheduler picks each sequence's positions [start, end) within vLLM's token budget
+`max_num_batched_tokens`; the runner embeds those tokens, and per layer writes their
+K/V into their slots (`write_kv`, skipping positions a capped cache hit already holds),
+runs `paged_prefill` for the prefill chunks (query length > 1, ragged, packed by
+`query_start_loc`) and `paged_attention` for the decodes (query length 1), then the
+rest of the layer in NumPy. Sequences that reached their last token hand their logits
+to their request, whose fork/free actions go back to the block manager. Which code
+reads the blocks (NumPy, or cuda_kernels on a GPU or the simulator) is the injected
+backend (backend.py).
 """
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ..block_table import blocks_needed
+from ..errors import count_arg
 from .adapter import BlockAdapter
-from .kvstore import BACKENDS
-from .model import TinyModel
-from .requests import RequestState
+from .backend import choose
+from .kvstore import PagedKV
+from .model import Transformer
+from .requests import Request, RequestState
 from .scheduler import Run, Scheduler
 
 
 class PagedEngine:
-    def __init__(self, model: TinyModel, num_blocks: int, block_size: int, *,
-                 max_batched_tokens: int = 16, prefix_caching: bool = False,
+    def __init__(self, model: Transformer, num_blocks: int, block_size: int, *,
+                 max_num_batched_tokens: int = 16, prefix_caching: bool = False,
                  policy: str = "recompute", host_blocks: int | None = None,
-                 backend: str = "kernels", trace: bool = False, check: bool = False):
+                 backend="auto", trace: bool = False, check: bool = False,
+                 max_batched_tokens: int | None = None):
+        """`backend`: "auto" (kernels on a GPU, NumPy on the CPU), "numpy", "kernels", or an
+        attention backend object (backend.py). `max_batched_tokens` is the deprecated name
+        of vLLM's `max_num_batched_tokens`, the token budget of one step."""
+        if max_batched_tokens is not None:
+            warnings.warn("max_batched_tokens is deprecated: use max_num_batched_tokens (vLLM's "
+                          "name)", DeprecationWarning, stacklevel=2)
+            max_num_batched_tokens = max_batched_tokens
+        if not isinstance(model, Transformer):
+            raise TypeError(f"model must be a Transformer (TinyModel or hf.load_model), got "
+                            f"{type(model).__name__}")
+        count_arg("max_num_batched_tokens", max_num_batched_tokens, 1)
+        for name, flag in (("prefix_caching", prefix_caching), ("trace", trace), ("check", check)):
+            if type(flag) is not bool:
+                raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+        if policy not in ("recompute", "swap"):
+            raise ValueError(f"policy must be 'recompute' or 'swap', got {policy!r}")
+        host_blocks = 4 * count_arg("num_blocks", num_blocks, 1) if host_blocks is None \
+            else count_arg("host_blocks", host_blocks, 0)
         c = model.config
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {sorted(BACKENDS)}, got {backend!r}")
-        host_blocks = 4 * num_blocks if host_blocks is None else host_blocks
         self.model, self.check = model, check
         self.blocks = BlockAdapter(num_blocks, block_size, prefix_caching=prefix_caching,
                                    host_blocks=host_blocks, trace=trace)
-        self.kv = BACKENDS[backend](c.layers, num_blocks, c.kv_heads, block_size, c.head_dim,
-                                    host_blocks)
-        self.scheduler = Scheduler(self.blocks, self.kv, max_batched_tokens, policy)
+        self.backend = choose(backend)  # the one place the attention backend is picked
+        self.kv = PagedKV(self.backend, c.layers, num_blocks, c.kv_heads, block_size,
+                          c.head_dim, host_blocks)
+        self.scheduler = Scheduler(self.blocks, self.kv, max_num_batched_tokens, policy)
         self.runs: list = []
         self.log: list = []  # one dict per step: what ran and what the blocks did
 
-    def submit(self, request) -> None:
-        """Queue a request; refuse one that could never fit the pool or the token budget."""
+    @property
+    def max_num_batched_tokens(self) -> int:
+        return self.scheduler.budget
+
+    def refuse(self, request) -> None:
+        """Raise if `request` could never be served; changes nothing."""
+        if not isinstance(request, Request):
+            raise TypeError(f"a request must be a Request, got {type(request).__name__}")
         self.model.check_tokens(request.prompt)
+        window = self.model.config.sliding_window
+        if window is not None and len(request.prompt) + request.max_tokens > window:
+            raise ValueError(f"prompt + max_tokens = {len(request.prompt) + request.max_tokens} "
+                             f"exceeds the model's sliding_window {window}")
         bs, pool = self.blocks.block_size, self.blocks.manager.num_blocks
         worst = request.width * blocks_needed(len(request.prompt) + request.max_tokens, bs)
         if worst > pool:
             raise ValueError(f"request needs up to {worst} blocks alone; the pool has {pool}")
         if request.width > self.scheduler.budget:
-            raise ValueError(f"request runs {request.width} sequences; max_batched_tokens is "
-                             f"{self.scheduler.budget}")
+            raise ValueError(f"request runs {request.width} sequences; max_num_batched_tokens "
+                             f"is {self.scheduler.budget}")
+
+    def submit(self, request) -> None:
+        """Queue a request; refuse one that could never fit the pool or the token budget."""
+        self.refuse(request)
         run = Run(RequestState(len(self.runs), request))
         self.runs.append(run)
         self.scheduler.add(run)
 
     def generate(self, requests, max_steps: int = 10_000) -> list:
+        """Serve `requests` to the end; RequestState per request (all refused if one is bad)."""
+        if isinstance(requests, Request) or not hasattr(requests, "__iter__"):
+            raise TypeError(f"requests must be a list of Request, got {type(requests).__name__}")
+        requests = list(requests)
+        for r in requests:
+            self.refuse(r)
+        count_arg("max_steps", max_steps, 1)
+        first = len(self.runs)
         for r in requests:
             self.submit(r)
         for _ in range(max_steps):
             if all(run.status == "done" for run in self.runs):
-                return [run.state for run in self.runs]
+                return [run.state for run in self.runs[first:]]
             self.step()
         raise RuntimeError(f"not finished after {max_steps} steps")
 
     def step(self) -> dict:
+        if all(run.status == "done" for run in self.runs):
+            raise RuntimeError("nothing to step: no request is waiting or running "
+                               "(submit one first)")
         before = dict(self.scheduler.stats)
         items = self.scheduler.schedule()
         if not items:
@@ -87,6 +135,20 @@ class PagedEngine:
                        if k.startswith("preempted") and v != before[k]})
         self.log.append(record)
         return record
+
+    def block_tokens(self) -> dict:
+        """block -> the token ids it holds: live sequences' blocks, and the free blocks the
+        prefix cache can still hit (their K/V is complete). For labelling pictures."""
+        bs = self.blocks.block_size
+        out = {b: prefix[-bs:] for b, prefix in self.blocks.ready.items()}
+        for run in self.runs:
+            if run.status != "running":
+                continue
+            for s in run.state.seq_keys():
+                tokens = run.state.tokens[s][:self.blocks.num_tokens(s)]
+                for i, b in enumerate(self.blocks.table(s)):
+                    out[b] = tuple(tokens[i * bs:(i + 1) * bs])
+        return out
 
     def _advance(self, run: Run, logits: dict) -> None:
         state = run.state
@@ -125,15 +187,17 @@ class PagedEngine:
             parts = []
             if prefill:
                 tables, lens, starts = pre_args
-                parts.append(self.kv.prefill(layer, np.ascontiguousarray(q[:split]), tables, lens, starts))
+                parts.append(self.kv.prefill(layer, np.ascontiguousarray(q[:split]), tables,
+                                             lens, starts))
             if decode:
                 tables, lens, _ = dec_args
                 parts.append(self.kv.decode(layer, np.ascontiguousarray(q[split:]), tables, lens))
             h = m.finish(layer, h, np.concatenate(parts))
         last = np.cumsum([i.end - i.start for i in order]) - 1
-        ends = [(n, i) for n, i in zip(last, order) if i.end == len(i.run.state.tokens[i.seq])]
+        ends = [(n, i) for n, i in zip(last, order, strict=True)
+                if i.end == len(i.run.state.tokens[i.seq])]
         out = m.logits(h[[n for n, _ in ends]]) if ends else []
-        return {i.seq: row for (_, i), row in zip(ends, out)}
+        return {i.seq: row for (_, i), row in zip(ends, out, strict=True)}
 
     def _batch(self, items: list):
         """(block_tables int32 [S, max_blocks] padded with -1, context_lens, query_start_loc)."""

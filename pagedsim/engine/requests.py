@@ -15,33 +15,63 @@ composition, so preemption and scheduling cannot change a token:
 n > 1 (parallel sampling, v0 style) forks n - 1 children after the prompt; beam search
 (beam_width W, vLLM v0's beam search) keeps the W best (beam, token) by cumulative
 log-probability, forking a beam that wins twice and freeing beams that win nothing.
-Every request generates exactly max_tokens tokens (no end-of-sequence token).
+top_p < 1 samples from the smallest set of tokens whose probability reaches top_p
+(nucleus sampling; vLLM's SamplingParams.top_p). A sampled sequence ends early when it
+emits one of `stop_token_ids` (the token is kept, as in vLLM's output ids); otherwise,
+and always under beam search, it generates exactly max_tokens tokens.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from ..errors import count_arg, token_ids_arg
 
 
 @dataclass(frozen=True)
 class Request:
     prompt: tuple  # token ids
-    max_tokens: int  # tokens generated per sequence
+    max_tokens: int  # tokens generated per sequence (fewer if a stop token comes first)
     n: int = 1  # parallel samples (ignored with beam search)
     beam_width: int = 0  # 0: sampling; W >= 1: beam search with W beams
     temperature: float = 0.0  # 0: greedy
-    seed: int = 0
+    seed: int = 0  # with (sample index, step): the sampling stream
+    top_p: float = 1.0  # nucleus sampling: 1 keeps every token
+    stop_token_ids: tuple = ()  # a sampled sequence ends after emitting one of these
 
     def __post_init__(self):
-        if len(self.prompt) < 1 or self.max_tokens < 1 or self.n < 1 or self.beam_width < 0:
-            raise ValueError(f"bad request {self}: need a prompt, max_tokens >= 1, n >= 1")
+        prompt = token_ids_arg("prompt", self.prompt)
+        if not prompt:
+            raise ValueError("prompt must hold at least one token id")
+        object.__setattr__(self, "prompt", prompt)
+        object.__setattr__(self, "stop_token_ids",
+                           token_ids_arg("stop_token_ids", self.stop_token_ids))
+        count_arg("max_tokens", self.max_tokens, 1)
+        count_arg("n", self.n, 1)
+        count_arg("beam_width", self.beam_width, 0)
+        count_arg("seed", self.seed, 0, 2**63 - 1)
+        object.__setattr__(self, "temperature", _real("temperature", self.temperature))
+        object.__setattr__(self, "top_p", _real("top_p", self.top_p, 1.0))
+        if self.top_p == 0:
+            raise ValueError("top_p must be in (0, 1], got 0")
 
     @property
     def width(self) -> int:
         """Sequences the request runs at once after its prompt."""
         return self.beam_width or self.n
+
+
+def _real(name: str, value, high: float = math.inf) -> float:
+    """A finite real number in [0, high] (a bool, a string or NaN is refused)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    value = float(value)
+    if not (math.isfinite(value) and 0 <= value <= high):
+        raise ValueError(f"{name} must be a finite number in [0, {high:g}], got {value}")
+    return value
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -50,12 +80,19 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return x - np.log(np.exp(x).sum())
 
 
-def sample(logits: np.ndarray, temperature: float, seed: int, index: int, step: int) -> int:
+def sample(logits: np.ndarray, temperature: float, seed: int, index: int, step: int,
+           top_p: float = 1.0) -> int:
     if temperature == 0:
         return int(np.argmax(logits))
+    x = np.asarray(logits, np.float64) / temperature
+    if top_p < 1:  # keep the most probable tokens until their mass reaches top_p
+        p = np.exp(log_softmax(x))
+        order = np.lexsort((np.arange(len(p)), -p))
+        keep = order[:int(np.searchsorted(np.cumsum(p[order]), top_p)) + 1]
+        x = np.where(np.isin(np.arange(len(p)), keep), x, -np.inf)
     u = np.random.default_rng([seed, index, step]).random(len(logits))
     gumbel = -np.log(-np.log(np.clip(u, 1e-300, 1.0)))
-    return int(np.argmax(np.asarray(logits, np.float64) / temperature + gumbel))
+    return int(np.argmax(x + gumbel))
 
 
 class RequestState:
@@ -66,6 +103,7 @@ class RequestState:
         self.tokens = {self.key(0): list(request.prompt)}  # seq key -> all tokens so far
         self.score = {self.key(0): 0.0}  # cumulative log-probability (beam search)
         self.index = {self.key(0): 0}  # sample index: the sampling stream of the sequence
+        self.finished: dict = {}  # seq key -> all tokens, for sequences that hit a stop token
         self.generated = 0  # tokens generated per sequence so far
         self.logits: dict = {}  # tuple(tokens) -> logits at their last token (for comparisons)
         self._next = 1
@@ -75,16 +113,17 @@ class RequestState:
 
     @property
     def done(self) -> bool:
-        return self.generated >= self.request.max_tokens
+        return self.generated >= self.request.max_tokens or not self.tokens
 
     def seq_keys(self) -> list:
         return list(self.tokens)
 
     def outputs(self) -> list:
         """Generated tokens of each sequence: by score (beams) or by sample index."""
-        order = sorted(self.tokens, key=lambda s: (-self.score[s], self.index[s])
+        every = {**self.tokens, **self.finished}
+        order = sorted(every, key=lambda s: (-self.score[s], self.index[s])
                        if self.request.beam_width else self.index[s])
-        return [self.tokens[s][len(self.request.prompt):] for s in order]
+        return [every[s][len(self.request.prompt):] for s in order]
 
     def advance(self, logits: dict) -> list:
         """Consume logits {seq: [V]} for every live sequence; append tokens; return actions."""
@@ -113,6 +152,9 @@ class RequestState:
         for s, token, score, index in appends:
             self.tokens[s].append(token)
             self.score[s], self.index[s] = score, index
+            if token in self.request.stop_token_ids and not self.request.beam_width:
+                self.finished[s] = self.tokens.pop(s)
+                actions.append(("free", s))
         self.generated += 1
         return actions
 
@@ -120,8 +162,10 @@ class RequestState:
         r, step = self.request, self.generated
         if step == 0 and r.n > 1:  # the prompt's logits serve all n samples
             (s, row), = logits.items()
-            return [(s, sample(row, r.temperature, r.seed, i, step), 0.0, i) for i in range(r.n)]
-        return [(s, sample(row, r.temperature, r.seed, self.index[s], step), 0.0, self.index[s])
+            return [(s, sample(row, r.temperature, r.seed, i, step, r.top_p), 0.0, i)
+                    for i in range(r.n)]
+        return [(s, sample(row, r.temperature, r.seed, self.index[s], step, r.top_p), 0.0,
+                 self.index[s])
                 for s, row in sorted(logits.items(), key=lambda kv: self.index[kv[0]])]
 
     def _beam_picks(self, logits: dict) -> list:

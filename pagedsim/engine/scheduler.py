@@ -1,7 +1,7 @@
 """The engine's scheduler: a token budget per step, chunked prefill, preemption.
 
 Each step (vLLM v1's order) serves running requests first, then swapped ones, then
-waiting ones, within `max_batched_tokens`:
+waiting ones, within `max_num_batched_tokens` (vLLM's name for the step's budget):
   * a decoding request costs one token per live sequence and one slot each
     (append: a new block at a boundary, a private copy of a shared tail);
   * a request still prefilling gets the next chunk of its remaining tokens that the
@@ -30,6 +30,7 @@ class Run:
     computed: dict = field(default_factory=dict)  # seq -> tokens whose K/V is in the cache
     order: int = 0  # admission counter: larger = admitted later
     hold: int = 0  # positions below this already hold K/V from a cache hit: not rewritten
+    hit_tokens: int = 0  # tokens served by prefix-cache hits, over every admission
     status: str = "waiting"  # waiting | running | swapped | done
 
 
@@ -44,11 +45,11 @@ class Item:
 
 
 class Scheduler:
-    def __init__(self, blocks: BlockAdapter, kv, max_batched_tokens: int, policy: str):
+    def __init__(self, blocks: BlockAdapter, kv, max_num_batched_tokens: int, policy: str):
         if policy not in ("recompute", "swap"):
             raise ValueError(f"policy must be 'recompute' or 'swap', got {policy!r}")
         self.blocks, self.kv = blocks, kv
-        self.budget, self.policy = max_batched_tokens, policy
+        self.budget, self.policy = max_num_batched_tokens, policy
         self.waiting: deque = deque()
         self.running: list = []
         self.swapped: deque = deque()
@@ -82,7 +83,7 @@ class Scheduler:
                 return budget
             for s in seqs:
                 while self.blocks.num_tokens(s) < len(state.tokens[s]):
-                    copies = self.blocks.append(s)
+                    copies = self.blocks.append(s, state.tokens[s][self.blocks.num_tokens(s)])
                     if copies is not None:
                         if copies:
                             self.kv.copy(copies)
@@ -117,6 +118,7 @@ class Scheduler:
         run.computed = {seq: min(cached, len(tokens) - 1)}  # v1's cap: compute the last token
         run.hold = cached
         self.stats["cached_tokens"] += run.computed[seq]
+        run.hit_tokens += run.computed[seq]
         self._order += 1
         run.order, run.status = self._order, "running"
         self.running.append(run)

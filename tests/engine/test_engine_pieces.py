@@ -1,5 +1,5 @@
 """The engine's pieces: sampling that ignores batch composition, v1's capped cache hit,
-waiting for a hit still being computed, and `pagedsim generate`."""
+waiting for a hit still being computed, and `pagedsim generate` on the shipped model."""
 
 import json
 
@@ -32,7 +32,8 @@ def test_beam_search_keeps_the_best_beams_forks_a_double_winner_and_frees_a_lose
 
 def test_a_fully_cached_block_aligned_prompt_recomputes_its_last_block_as_v1_does():
     model = TinyModel(ModelConfig(layers=1, heads=2, kv_heads=1, head_dim=8, hidden=16, mlp=32))
-    engine = PagedEngine(model, 8, 2, max_batched_tokens=8, prefix_caching=True, backend="numpy")
+    engine = PagedEngine(model, 8, 2, max_num_batched_tokens=8, prefix_caching=True,
+                         backend="numpy")
     prompt = (3, 4, 5, 6)
     engine.generate([Request(prompt, 1)])
     engine.generate([Request(prompt, 1)])
@@ -58,14 +59,15 @@ def test_generate_reports_cache_hits_copies_swaps_and_a_match_with_the_dense_eng
     assert s["skipped_by_prefix_cache"] > 0 and s["cow_bytes"] > 0 and s["swap_bytes"] > 0
     assert sum(step["prefill_tokens"] + step["decode_tokens"] for step in out["steps"]) == \
         s["computed_tokens"]
-    assert max(step["prefill_tokens"] + step["decode_tokens"] for step in out["steps"]) <= 8
+    assert max(step["prefill_tokens"] + step["decode_tokens"] for step in out["steps"]) <= 64
+    assert s["backend"] == "numpy" and s["attention"] == "NumPy paged attention on the CPU"
 
 
 def test_generate_refuses_a_pool_too_small_for_one_request_with_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exit_:
         generate_main(["--backend", "numpy", "--blocks", "5"])
     assert exit_.value.code == 2
-    assert "needs up to 8 blocks alone; the pool has 5" in capsys.readouterr().err
+    assert "needs up to 9 blocks alone; the pool has 5" in capsys.readouterr().err
 
 
 def test_a_bad_request_is_refused_before_the_engine_changes_anything():
@@ -73,8 +75,23 @@ def test_a_bad_request_is_refused_before_the_engine_changes_anything():
     engine = PagedEngine(model, 8, 2, backend="numpy")
     with pytest.raises(ValueError, match=r"token ids must lie in \[0, 96\)"):
         engine.submit(Request((1, 96), 2))
-    with pytest.raises(TypeError, match="token ids must be integers"):
+    with pytest.raises(TypeError, match="prompt entry must be an int, got float 1.5"):
         engine.submit(Request((1.5,), 2))
     with pytest.raises(ValueError, match="up to 17 blocks alone; the pool has 8"):
         engine.submit(Request((1,), 1, n=17))  # the pool check comes first
     assert engine.runs == [] and not engine.scheduler.waiting and engine.blocks.num_free == 8
+
+
+def test_top_p_samples_only_from_the_smallest_set_reaching_that_probability():
+    rng = np.random.default_rng(1)
+    logits = rng.standard_normal(40).astype(np.float32) * 3
+    p = np.exp(logits - logits.max())
+    p /= p.sum()
+    order = np.argsort(-p)
+    nucleus = set(order[:int(np.searchsorted(np.cumsum(p[order]), 0.5)) + 1].tolist())
+    draws = {sample(logits, 1.0, seed, 0, 0, top_p=0.5) for seed in range(200)}
+    assert draws <= nucleus and len(draws) > 1
+    assert {sample(logits, 1.0, seed, 0, 0, top_p=1e-9) for seed in range(50)} == \
+        {int(np.argmax(logits))}
+    assert [sample(logits, 1.0, s, 0, 0, top_p=1.0) for s in range(20)] == \
+        [sample(logits, 1.0, s, 0, 0) for s in range(20)]

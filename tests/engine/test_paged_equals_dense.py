@@ -46,11 +46,11 @@ def mixes(draw, max_requests=4, max_prompt=12):
 
 def assert_same(model, mix, backend):
     requests, block_size, num_blocks, budget, policy, caching = mix
-    engine = PagedEngine(model, num_blocks, block_size, max_batched_tokens=budget, policy=policy,
-                         prefix_caching=caching, backend=backend, check=True)
+    engine = PagedEngine(model, num_blocks, block_size, max_num_batched_tokens=budget,
+                         policy=policy, prefix_caching=caching, backend=backend, check=True)
     paged = engine.generate(requests)
     dense = DenseEngine(model).generate(requests)
-    for d, p in zip(dense, paged):
+    for d, p in zip(dense, paged, strict=True):
         assert p.outputs() == d.outputs()
         assert set(p.logits) == set(d.logits)
         for key, row in d.logits.items():
@@ -74,7 +74,8 @@ def test_paged_engine_on_the_kernels_equals_dense_engine(mix):
 @pytest.mark.parametrize("policy", ["recompute", "swap"])
 def test_a_tight_pool_with_beams_preempts_on_the_kernels_and_still_matches(policy):
     prefix = (1, 2, 3, 4)
-    requests = [Request(prefix + (5, 6), 3, beam_width=2), Request(prefix + (7,), 3, n=2, temperature=0.9),
+    requests = [Request(prefix + (5, 6), 3, beam_width=2),
+                Request(prefix + (7,), 3, n=2, temperature=0.9),
                 Request(prefix + (5, 6), 2), Request((9, 8, 7, 6, 5), 3)]
     engine = assert_same(SMALL, (requests, 2, 10, 6, policy, True), "kernels")
     stats = engine.scheduler.stats

@@ -1,130 +1,169 @@
-"""Lesson 3.8 (capstone): one `pagedsim generate` run, read as the whole chapter."""
+"""Lesson 3.8 (capstone): a real model served from the blocks, read as the whole chapter."""
 
 from __future__ import annotations
 
 TITLE = "Capstone: the blocks serve a model"
 TITLE_ZH = "收官：Block 为模型服务"
 FIGURES = [("3.6-core-flow", "the flow diagram the demo draws after every engine step of its run "
-            "(generate-step_000.png ... in the demo's folder; `pagedsim generate --draw DIR` draws them too)"),
-           ("3.4-tour", "fork, copy-on-write and free on a small pool: the moments 3.4 points at in the run")]
+            "(generate-step_000.png ... in the demo's folder; `pagedsim generate --draw DIR` draws "
+            "them too, each block labelled with the text it holds)"),
+           ("3.4-tour", "fork, copy-on-write and free on a small pool: the moments 3.4 points at "
+            "in the run")]
 TEXT = """
-Everything so far moved block ids around. Here the ids carry a real model's K and V. A
-tiny transformer (2 layers, 4 query and 2 KV heads, head_dim 16, seeded weights) serves four
-requests from a pool of 10 blocks x 4 tokens. The requests are a greedy prompt, two
-sampled answers to one question (n = 2), a beam search of width 2, and a repeat of the
-first prompt. A step has a budget of 8 tokens. Attention runs through the kernels:
-`write_kv` puts each new token's K/V into its slot; `paged_prefill` serves prompt chunks and
-`paged_attention` serves single-token decodes. Both read K/V only through block tables.
-A dense engine with contiguous per-sequence arrays and no blocks runs the same requests.
-The run is correct if not one token differs.
+Everything so far moved block ids around. Here the ids carry a real model's K and V. The
+model is small but trained: a Llama-shaped transformer (3 layers, 4 query and 2 KV heads,
+tied embeddings, about 150k parameters) that scripts/train_tiny_model.py trained on
+Shakespeare's plays, one token per character. So a block of 16 tokens holds 16
+characters of text, and you can read what every block holds. It is loaded like any
+Hugging Face checkpoint (config.json, model.safetensors, tokenizer.json).
 
-Watch the demo for one moment from each section:
-  3.1  Requests of different lengths share one pool. No request needs a contiguous range,
-       so a freed block is always usable: the pool fragments only inside last blocks.
-  3.2  One block id names K and V of every layer. The demo prints the block's bytes, and
-       copy-on-write and swapping move exactly whole blocks of that size.
-  3.3  The block table is a kernel argument. A prompt's slots come from it (write_kv),
-       and a query reads K/V through it (paged_prefill, paged_attention).
-  3.4  n = 2 and beam search fork: the children share the prompt's blocks, and their ref
-       counts go up. The first write into a shared, half-full last block copies it
-       (copy_blocks). A beam that falls out is freed; a block returns to the free list
-       only when its count reaches 0.
-  3.5  The block size sets the grain of everything: the waste in last blocks, and how much
-       of a shared prefix the prefix cache can hit (full blocks only). The demo reruns the
-       workload with B = 2, 4 and 8.
-  3.6  The core flow diagram, drawn after every engine step of this run (PNG files).
-  3.7  The pool is allocated once, before the first request, and poisoned with NaN, so
-       a read of a slot that was never written would show up in the output. Every block
-       starts at block id x block bytes; the demo checks that this stride is a
-       multiple of 128 bytes. One scheduler thread does all the allocation, so 3.7's racing pops
-       cannot happen here. vLLM's scheduler is single-threaded for the same reason.
-Two mechanisms go beyond the chapter, and the labels say which vLLM version they follow.
-Prefix caching (v1) lets the repeated prompt skip its cached full blocks, but the last
-token is always computed, because its logits are needed. Chunked prefill with a token
-budget is also v1. Preemption when the pool runs dry is v0: swapping copies the blocks
-out and back. v1 recomputes instead, and the prefix cache makes that recompute cheap.
+Four requests share a pool of 16 blocks: a speech by Romeo (greedy), the same opening
+line followed by Juliet's cue with n = 2 samples, a beam search of width 2, and Romeo's
+prompt again. A step has a budget of 64 tokens (max_num_batched_tokens). Attention reads
+K/V only through block tables: `write_kv` puts each new token's K/V into its slot,
+`paged_prefill` serves prompt chunks and `paged_attention` single-token decodes (or
+their NumPy twins on a CPU). A dense engine with contiguous per-sequence arrays and no
+blocks runs the same requests; the run is correct if not one token differs.
 
-`pagedsim generate` runs the same workload with other pool sizes, budgets, block sizes and
-preemption policies, and prints every step's batch.
+The demo answers four questions from the run:
+  1. Which blocks does a prompt get? ceil(len / 16) of them, wherever the free list had
+     them; it prints each block's text.
+  2. How does a shared prompt prefix hit? Juliet's request begins with Romeo's first 48
+     characters: three full blocks it does not compute (prefix caching, v1). The repeated
+     prompt hits every full block but the last, since its last token must be computed.
+  3. How do beams fork and copy? The second beam starts as a fork: it shares every block
+     (ref counts go up). The first write into the shared, half-full last block copies it
+     (copy-on-write, v0 beam search); a beam that falls out is freed.
+  4. How does the table grow as text is generated? One slot per token; a new block every
+     16 characters. The demo prints Romeo's table at each new block with that block's text.
+Then one moment from each section:
+  3.1  requests of different lengths share one pool; no request needs a contiguous range.
+  3.2  one block id names K and V of every layer: copy-on-write and swapping move whole
+       blocks of the printed size.
+  3.3  the block table is a kernel argument; a token's slot is block * 16 + offset.
+  3.4  fork, ref counts, copy-on-write and free, as in question 3.
+  3.5  the block size sets the grain of hits and of waste: the run again with B = 8 and 32.
+  3.6  the core flow diagram, drawn after every engine step of this run (PNG files).
+  3.7  the pool is allocated once, before the first request, and poisoned with NaN.
+Preemption when the pool runs dry is v0's swap; v1 recomputes instead, and its prefix
+cache -- which also keeps the blocks of generated text -- makes the recompute cheap. The
+demo ends with a one-sentence verdict computed from what it printed.
+
+`pagedsim generate` runs the same workload (or your --prompt) with other pools, budgets
+and block sizes; `pagedsim generate --turns 3` shows turn 2 served from turn 1's blocks.
 """
 TEXT_ZH = """
-前面各节搬动的只是 Block 编号，这里编号背后是真实模型的 K/V。一个小 Transformer
-（2 层，4 个查询头、2 个 KV 头，head_dim 16，固定种子的权重）在 10 个 Block × 4 token 的池上
-服务 4 个请求：贪心、n=2 采样、宽度 2 的 beam search，以及第一个 prompt 的重复。每步最多 8 个
-token。注意力由内核完成：write_kv 按 slot 写入新 token 的 K/V，paged_prefill 计算 prompt 分块，
-paged_attention 负责逐 token 解码，它们都通过 Block 表读 K/V。另有一个不用 Block 的稠密引擎，
-对同样的请求逐 token 比较，一个 token 都不能差。演示把每一节对应到运行中的某一刻：3.1 不同
-长度共用一个池；3.2 一个 Block 号同时指向各层的 K 和 V，写时复制与换出都按整块搬运；3.3 Block
-表就是内核参数；3.4 fork、引用计数、写时复制；3.5 Block 大小决定浪费与前缀缓存的粒度；3.6
-每一步的核心流程图；3.7 预分配、128 字节对齐、单线程分配。前缀缓存（v1，最后一个 token 必须
-重算）和按 token 预算的分块 prefill（v1）超出本章范围，都注明了所属版本；换出式抢占属于 v0，
-v1 改为重算，前缀缓存让重算变得便宜。
+前面各节搬动的只是 Block 编号，这里编号背后是一个真实模型的 K/V。模型很小但经过训练：
+Llama 结构（3 层，4 个查询头、2 个 KV 头，词嵌入共享，约 15 万参数），由
+scripts/train_tiny_model.py 在莎士比亚剧本上按字符训练。于是一个 16 token 的 Block 正好是
+16 个字符，每个 Block 装了什么文字都能读出来。它和任何 Hugging Face 检查点一样加载
+（config.json、model.safetensors、tokenizer.json）。
 
-`pagedsim generate` 用其他的池大小、token 预算、Block 大小和抢占策略运行同样的负载，并打印每一步的批。
+四个请求共用 16 个 Block 的池：罗密欧的台词（贪心）；同样的开头接朱丽叶的提示，n=2 采样；
+宽度 2 的 beam search；以及罗密欧 prompt 的重复。每步最多 64 个 token（max_num_batched_tokens）。
+注意力只通过 Block 表读 K/V：write_kv 写入 slot，paged_prefill 计算 prompt 分块，
+paged_attention 逐 token 解码（CPU 上用等价的 NumPy 实现）。不用 Block 的稠密引擎运行同样的
+请求，一个 token 都不能差。
+
+演示回答四个问题：1. 一个 prompt 得到哪些 Block（打印每个 Block 的文字）；2. 共享前缀如何
+命中（朱丽叶的请求跳过与罗密欧相同的 3 个满 Block，v1 前缀缓存；重复的 prompt 命中除最后一块
+以外的所有满 Block）；3. beam 如何 fork 与复制（共享、引用计数、写时复制、淘汰的 beam 被释放）；
+4. 生成文本时 Block 表如何增长（每 16 个字符一个新 Block）。然后把 3.1–3.7 各节对应到运行中的
+某一刻。换出式抢占属于 v0；v1 改为重算，而它的前缀缓存也保留生成文本的 Block，让重算变便宜。
+演示最后给出由打印结果计算出的一句结论。
+
+`pagedsim generate` 可换池大小、预算、Block 大小或你自己的 --prompt；
+`pagedsim generate --turns 3` 展示第 2 轮如何命中第 1 轮的 Block。
 """
 
 
-def _first(log, key):
-    """The first engine step whose record has a non-zero `key`, or None."""
-    return next((r for r in log if r.get(key)), None)
+def _tables_at(engine, marks, i) -> dict:
+    snap = engine.blocks.manager.trace.snapshots[marks[i]]
+    return {str(q.seq_id): (list(q.blocks), q.num_tokens) for q in snap.sequences}
 
 
-def _peak_waste(engine) -> int:
-    """Most slots ever reserved but empty (the unfilled tails of used blocks, 3.5)."""
-    bs = engine.blocks.block_size
-    return max(sum(bs - fill for fill, count in zip(s.block_fill, s.ref_counts) if count)
-               for s in engine.blocks.manager.trace.snapshots)
+def _first_step(engine, marks, seq) -> int:
+    return next(i for i in range(len(marks)) if seq in _tables_at(engine, marks, i))
 
 
-def demo(out_dir, backend: str = "kernels") -> None:
-    from pagedsim.engine.generate import run, step_frames, workload
+def _growth(engine, marks, seq) -> list:
+    """(step index, table) each time `seq`'s table got a new block."""
+    out, width = [], 0
+    for i in range(len(marks)):
+        table = _tables_at(engine, marks, i).get(seq)
+        if table and len(table[0]) > width:
+            width = len(table[0])
+            out.append((i, table))
+    return out
 
-    engine, marks, s = run(backend=backend)
-    log, bs = engine.log, engine.blocks.block_size
-    print(f"requests: {[(len(r.prompt), r.max_tokens, r.n, r.beam_width) for r in workload()]} "
-          f"(prompt, tokens, n, beams); {s['steps']} steps on {s['backend']}")
-    for rec in log:
-        print(f"  step {rec['step']}: {' '.join(rec['seqs'])}")
+
+def demo(out_dir, backend: str = "auto", model_dir=None) -> None:
+    from pagedsim.engine.generate import load, run, step_frames
+
+    model, tok = load(model_dir)
+    engine, marks, s = run(model, tok, backend=backend)
+    log, bs, texts = engine.log, engine.blocks.block_size, engine.block_labels
+    reqs = s["requests"]
+    print(f"model: {s['parameters']:,} parameters, {model.config.layers} layers; "
+          f"{s['steps']} engine steps, attention: {s['attention']}")
+    start = _first_step(engine, marks, "r0.0")
+    blocks, n = _tables_at(engine, marks, start)["r0.0"]
+    print(f"\n1. r0's prompt has {len(reqs[0]['prompt_token_ids'])} characters, so it gets "
+          f"{len(blocks)} blocks of {bs}: {blocks}")
+    for b in blocks:
+        print(f"     block {b:>2} = {texts[start][b]!r}")
+    r1 = _first_step(engine, marks, "r1.0")
+    shared = [b for b in _tables_at(engine, marks, r1)["r1.0"][0] if b in blocks]
+    print(f"2. r1 starts with the same {reqs[1]['hit_tokens']} characters: it hit "
+          f"{reqs[1]['hit_tokens']} tokens in the prefix cache, blocks {shared} of r0's table; "
+          f"r3, r0's prompt again, hit {reqs[3]['hit_tokens']} of its "
+          f"{len(reqs[3]['prompt_token_ids'])} (the last block is recomputed for its logits).")
+    fork = next(i for i in range(len(marks)) if "r2.1" in _tables_at(engine, marks, i))
+    t = _tables_at(engine, marks, fork)
+    copies = sum(rec["copied"] for rec in log)
+    print(f"3. at engine step {fork + 1} beam r2.1 forked from r2.0: tables {t['r2.0'][0]} and "
+          f"{t['r2.1'][0]}, all blocks shared; copy-on-write copied {copies} blocks in the run. "
+          f"The beams read {[o['text'] for o in reqs[2]['outputs']]}.")
+    grow = _growth(engine, marks, "r0.0")
+    print(f"4. r0's table as its text grew ({len(grow)} sizes):")
+    for i, (table, num) in grow:
+        print(f"     step {i + 1:>2}: {num:>3} tokens, blocks {table}; newest = "
+              f"{texts[i][table[-1]]!r}")
+    print(f"   r0 wrote: {reqs[0]['outputs'][0]['text']!r}")
+
     frames = step_frames(engine, marks)
     peak = max(frames, key=lambda f: len(f.sequences))
-    tables = {str(q.seq_id): list(q.blocks) for q in peak.sequences}
-    print(f"\n3.1 after engine step {frames.index(peak) + 1}, the tables are {tables}. Each "
-          f"sequence's blocks are wherever the free list had them, not one contiguous range.")
-    print(f"3.2 one block = 2 layers x (K, V) x 2 KV heads x {bs} tokens x 16 dims x 4 bytes = "
-          f"{s['block_bytes']} bytes; copy-on-write moved {s['cow_bytes']} bytes, swapping "
-          f"{s['swap_bytes']} (whole blocks: {s['cow_bytes'] // s['block_bytes']} and "
-          f"{s['swap_bytes'] // s['block_bytes']}).")
-    seq, blocks = max(tables.items(), key=lambda kv: kv[1][0])  # the most scattered start
-    slots = [b * bs + o for b in blocks[:1] for o in range(bs)]
-    print(f"3.3 {seq}'s table {blocks} is a row of block_tables; its first {bs} tokens were "
-          f"written by write_kv to slots {slots} (block * {bs} + offset).")
-    shared, copied = _first(log, "shared"), _first(log, "copied")
-    if shared and copied:
-        print(f"3.4 step {shared['step']}: {shared['shared']} block references shared (a fork or "
-              f"a cache hit); step {copied['step']}: the first copy-on-write, run by copy_blocks.")
-    print("3.5 the same workload with other block sizes (NumPy path, same tables):")
-    for size in (2, 4, 8):
-        again, _, other = run(blocks=40 // size, block_size=size, backend="numpy")
-        print(f"    B = {size}: at most {_peak_waste(again)} slots reserved but empty; prefix cache "
-              f"skipped {other['skipped_by_prefix_cache']} of "
-              f"{other['skipped_by_prefix_cache'] + other['computed_tokens']} tokens, "
-              f"{other['preempted_swap'] + other['preempted_recompute']} preemptions, tokens "
-              f"match: {other['tokens_match']}")
+    print(f"\n3.1 after engine step {frames.index(peak) + 1}, {len(peak.sequences)} sequences of "
+          f"{sorted({q.num_tokens for q in peak.sequences})} tokens share the pool; no table is a "
+          f"contiguous range it had to reserve.")
+    c = model.config
+    print(f"3.2 one block = {c.layers} layers x (K, V) x {c.kv_heads} KV heads x {bs} tokens x "
+          f"{c.head_dim} dims x 4 bytes = {s['block_bytes']} bytes; copy-on-write moved "
+          f"{s['cow_bytes']} bytes and swapping {s['swap_bytes']} (whole blocks).")
+    print(f"3.3 r0's first token went to slot {blocks[0]} * {bs} + 0 = {blocks[0] * bs}; its "
+          f"table {blocks} is a row of block_tables for paged_prefill and paged_attention.")
+    print(f"3.4 {sum(rec['shared'] for rec in log)} block references were shared by forks and "
+          f"hits, {copies} blocks copied on write, {sum(rec['freed'] for rec in log)} freed.")
+    print("3.5 the same run with other block sizes:")
+    for size in (8, 32):
+        _, _, other = run(model, tok, blocks=256 // size, block_size=size, backend=backend)
+        print(f"    B = {size:>2}: prefix cache served {other['skipped_by_prefix_cache']} tokens, "
+              f"tokens match: {other['tokens_match']}")
     try:
         from pagedsim.draw.animate import write_frames
         paths = write_frames(frames, out_dir, prefix="generate-step")
         print(f"3.6 wrote {len(paths)} flow diagrams, one per engine step, to {out_dir}")
     except ImportError as e:
         print(f"3.6 (no pictures: {e})")
-    per_layer = s["block_bytes"] // engine.model.config.layers
-    print(f"3.7 the pool was allocated once ({engine.blocks.manager.num_blocks} blocks, NaN-poisoned); "
-          f"each layer's cache puts block b at b x {per_layer} bytes, a multiple of 128: "
-          f"{per_layer % 128 == 0}.")
-    pre = _first(log, "preempted_swap") or _first(log, "preempted_recompute")
-    if pre:
-        print(f"beyond: step {pre['step']} preempted a request (v0 swap); it came back later "
-              f"with its blocks' contents intact.")
-    print(f"beyond: the prefix cache skipped {s['skipped_by_prefix_cache']} prompt tokens; "
-          f"{s['computed_tokens']} tokens were computed.")
+    print(f"3.7 the pool was allocated once ({engine.blocks.manager.num_blocks} blocks x "
+          f"{c.layers} layers, NaN-poisoned): a read of an unwritten slot would show in the "
+          f"logits. {s['preempted_swap']} preemptions swapped out and back (v0).")
+    generated = sum(len(o["token_ids"]) for r in reqs for o in r["outputs"])
     print(f"\nthe dense engine agrees: tokens {'identical' if s['tokens_match'] else 'DIFFERENT'}, "
           f"largest logit difference {s['max_logit_diff']:.1e} (float32 rounding)")
+    hits = sum(r["hit_tokens"] for r in reqs)
+    verdict = "served correctly" if s["tokens_match"] else "NOT served correctly"
+    print(f"Verdict: the blocks {verdict} -- {generated} generated characters "
+          f"{'equal' if s['tokens_match'] else 'differ from'} the dense engine's, while "
+          f"{hits} prompt tokens came from the prefix cache and {copies} blocks were copied "
+          f"instead of whole sequences.")

@@ -1,0 +1,95 @@
+"""`pagedsim generate`'s command line: its flags, and the report it prints.
+
+The flags follow vLLM's SamplingParams and engine arguments where they exist
+(--max-tokens, --temperature, --top-p, --seed, -n, --beam-width;
+--budget is max_num_batched_tokens). The parser is pagedsim.app.cli.ArgParser, so a
+bad flag is one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..app.cli import ArgParser, float_in, int_in
+
+
+def token_ids(text: str) -> tuple:
+    """An argparse `type`: comma-separated non-negative token ids."""
+    try:
+        ids = tuple(int(t) for t in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected token ids like 1,2,3, got {text!r}") from None
+    if not ids or min(ids) < 0:
+        raise argparse.ArgumentTypeError(f"token ids must be >= 0, got {text!r}")
+    return ids
+
+
+def parser() -> ArgParser:
+    from .generate import __doc__ as doc
+    p = ArgParser(prog="pagedsim generate", description=doc.split("\n\n")[0])
+    p.add_argument("--model", metavar="DIR",
+                   help="a local Hugging Face checkpoint (default: the shipped Shakespeare model)")
+    p.add_argument("--prompt", action="append", metavar="TEXT",
+                   help="a prompt (repeatable; default: a mixed workload of four requests)")
+    p.add_argument("--prompt-ids", action="append", type=token_ids, metavar="ID,ID,...",
+                   help="a prompt as token ids (repeatable; needs no tokenizer.json)")
+    p.add_argument("--max-tokens", type=int_in(1, 4096), default=32,
+                   help="tokens generated per sequence (default 32)")
+    p.add_argument("--temperature", type=float_in(0, 100), help="0 = greedy (default)")
+    p.add_argument("--top-p", type=float_in(0, 1, open_low=True), help="nucleus sampling")
+    p.add_argument("--seed", type=int_in(0, 2**63 - 1), help="sampling seed")
+    p.add_argument("-n", type=int_in(1, 64), help="parallel samples per prompt")
+    p.add_argument("--beam-width", type=int_in(0, 64), help="beam search with W beams")
+    p.add_argument("--turns", type=int_in(0, 32), default=0,
+                   help="serve a conversation of N turns: each prompt is the transcript so far")
+    p.add_argument("--blocks", type=int_in(1, 1_000_000),
+                   help="blocks in the pool (default: 16 for the mix, else room for all)")
+    p.add_argument("--block-size", type=int_in(1, 1024), default=16)
+    p.add_argument("--budget", "--max-num-batched-tokens", dest="budget",
+                   type=int_in(1, 1_000_000), default=64,
+                   help="vLLM's max_num_batched_tokens: tokens per step (default 64)")
+    p.add_argument("--policy", choices=("recompute", "swap"), default="swap",
+                   help="preemption of a single-sequence request (several sequences always swap)")
+    p.add_argument("--no-prefix-cache", action="store_true")
+    p.add_argument("--backend", choices=("auto", "numpy", "kernels"), default="auto",
+                   help="attention: auto = kernels on a GPU, NumPy on the CPU; kernels without "
+                        "a GPU = Numba's CUDA simulator (slow: tiny models only)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--draw", metavar="DIR", help="write a PNG per engine step and a GIF")
+    return p
+
+
+def print_report(engine, s: dict, args) -> None:
+    print(f"pagedsim generate: {s['model']} ({s['parameters']:,} parameters, float32), "
+          f"attention: {s['attention']}")
+    many = "s" if len(engine.runs) > 1 else ""
+    print(f"{len(engine.runs)} request{many}, pool of {s['blocks']} blocks x {s['block_size']} "
+          f"tokens, "
+          f"budget {s['budget']} tokens/step, prefix caching "
+          f"{'off' if args.no_prefix_cache else 'on'}")
+    for rec in engine.log:
+        extra = "".join(f", {k.replace('_', ' ')} {v}" for k, v in rec.items()
+                        if k.startswith("preempted"))
+        print(f"step {rec['step']:>2}: prefill {rec['prefill_tokens']:>3} + decode "
+              f"{rec['decode_tokens']} tokens | blocks +{rec['allocated']} allocated, "
+              f"{rec['shared']} shared, {rec['copied']} copied, {rec['freed']} freed, "
+              f"{rec['free_blocks']} free{extra}")
+    print(f"\ntokens computed {s['computed_tokens']}, served by the prefix cache "
+          f"{s['skipped_by_prefix_cache']}, recomputed after preemption "
+          f"{s['recomputed_after_preemption']}")
+    print(f"bytes copied: copy-on-write {s['cow_bytes']}, swapping {s['swap_bytes']} "
+          f"({s['preempted_swap']} swapped, {s['preempted_recompute']} recomputed)")
+    for i, r in enumerate(s["requests"]):
+        head = f"turn {i + 1}" if args.turns else f"r{i}"
+        if args.turns and i:  # how much of the hit is the previous turn's answer
+            own = r["hit_tokens"] - len(s["requests"][i - 1]["prompt_token_ids"])
+            head += f" (its hits include {max(own, 0)} tokens of turn {i}'s answer)"
+        print(f"\n{head}: {len(r['prompt_token_ids'])} prompt tokens, {r['hit_tokens']} hit in "
+              f"the prefix cache\n  prompt: {r['prompt']!r}"
+              if r["prompt"] is not None else f"the prefix cache\n  prompt: "
+              f"{r['prompt_token_ids']}")
+        for j, out in enumerate(r["outputs"]):
+            print(f"  output {j}: {out['text']!r}" if out["text"] is not None
+                  else f"  output {j}: {out['token_ids']}")
+    print(f"\nmatches the dense engine: tokens {'yes' if s['tokens_match'] else 'NO'}, "
+          f"max logit difference {s['max_logit_diff']:.2e}")

@@ -1,0 +1,101 @@
+"""Bad input to the engine is refused with a TypeError or ValueError that names the
+argument, before anything changes: requests, model configs, engines, generate, step."""
+
+import math
+
+import pytest
+
+from pagedsim.engine import ModelConfig, PagedEngine, Request, TinyModel
+from pagedsim.engine.backend import NumpyAttention, choose
+
+SMALL = TinyModel(ModelConfig(layers=1, heads=2, kv_heads=1, head_dim=8, hidden=16, mlp=32))
+
+BAD_REQUESTS = [
+    (dict(max_tokens=2.5), TypeError, "max_tokens"),
+    (dict(max_tokens=0), ValueError, "max_tokens"),
+    (dict(n=True), TypeError, "n must be an int"),
+    (dict(n=1.5), TypeError, "n must be an int"),
+    (dict(n=0), ValueError, "n must be"),
+    (dict(temperature=math.nan), ValueError, "temperature must be a finite number"),
+    (dict(temperature=math.inf), ValueError, "temperature must be a finite number"),
+    (dict(temperature=-1), ValueError, "temperature must be a finite number"),
+    (dict(temperature="hot"), TypeError, "temperature must be a number"),
+    (dict(beam_width=1.5), TypeError, "beam_width"),
+    (dict(beam_width=-1), ValueError, "beam_width"),
+    (dict(seed="x"), TypeError, "seed"),
+    (dict(seed=-1), ValueError, "seed"),
+    (dict(top_p=0), ValueError, "top_p"),
+    (dict(top_p=1.5), ValueError, "top_p"),
+    (dict(top_p=math.nan), ValueError, "top_p"),
+    (dict(stop_token_ids=5), TypeError, "stop_token_ids"),
+]
+
+
+@pytest.mark.parametrize("kwargs, error, words", BAD_REQUESTS)
+def test_a_request_with_a_bad_field_is_refused_with_an_error_naming_it(kwargs, error, words):
+    fields = dict(prompt=(1, 2), max_tokens=3) | kwargs
+    with pytest.raises(error, match=words):
+        Request(**fields)
+
+
+@pytest.mark.parametrize("prompt, error", [((), ValueError), ("ab", TypeError), (5, TypeError),
+                                           ((1, -2), ValueError), ((True,), TypeError)])
+def test_a_request_needs_a_non_empty_sequence_of_token_ids(prompt, error):
+    with pytest.raises(error, match="prompt"):
+        Request(prompt, 2)
+
+
+@pytest.mark.parametrize("field, value, error", [
+    ("vocab", 0, ValueError), ("layers", 0, ValueError), ("hidden", 2.0, TypeError),
+    ("kv_heads", 3, ValueError), ("head_dim", 7, ValueError), ("rope_base", math.nan, ValueError),
+    ("rms_eps", 0, ValueError), ("tie_embeddings", 1, TypeError),
+    ("sliding_window", 0, ValueError)])
+def test_a_model_config_with_a_bad_field_is_refused(field, value, error):
+    with pytest.raises(error, match=field):
+        ModelConfig(**{field: value})
+
+
+@pytest.mark.parametrize("budget, error", [(0, ValueError), (-5, ValueError), (2.5, TypeError)])
+def test_an_engine_needs_a_positive_token_budget(budget, error):
+    with pytest.raises(error, match="max_num_batched_tokens"):
+        PagedEngine(SMALL, 8, 4, max_num_batched_tokens=budget, backend="numpy")
+
+
+def test_the_old_budget_name_still_works_and_warns_that_it_is_deprecated():
+    with pytest.warns(DeprecationWarning, match="max_num_batched_tokens"):
+        engine = PagedEngine(SMALL, 8, 4, max_batched_tokens=3, backend="numpy")
+    assert engine.max_num_batched_tokens == 3
+
+
+def test_generate_refuses_something_that_is_not_a_request_before_submitting_any():
+    engine = PagedEngine(SMALL, 8, 4, backend="numpy")
+    with pytest.raises(TypeError, match="a request must be a Request, got int"):
+        engine.generate([Request((1, 2), 2), 5])
+    with pytest.raises(TypeError, match="requests must be a list of Request"):
+        engine.generate(Request((1, 2), 2))
+    assert engine.runs == [] and engine.blocks.num_free == 8
+
+
+def test_stepping_an_engine_with_nothing_submitted_says_so():
+    engine = PagedEngine(SMALL, 8, 4, backend="numpy")
+    with pytest.raises(RuntimeError, match="nothing to step: no request is waiting or running"):
+        engine.step()
+    assert engine.log == []
+
+
+def test_the_backend_is_chosen_in_one_place_and_an_object_can_be_injected():
+    assert choose("numpy").name == "numpy"
+    with pytest.raises(ValueError, match="backend must be one of auto, numpy, kernels"):
+        choose("cuda")
+    with pytest.raises(TypeError, match="lacks new_cache"):
+        choose(object())
+    calls = []
+
+    class Counting(NumpyAttention):
+        def decode(self, *args):
+            calls.append("decode")
+            return super().decode(*args)
+
+    engine = PagedEngine(SMALL, 8, 4, backend=Counting())
+    engine.generate([Request((1, 2, 3), 3)])
+    assert calls and engine.kv.name == "numpy"
