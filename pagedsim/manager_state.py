@@ -58,8 +58,7 @@ class ManagerState:
         # the request is then planned again.
         self.reclaimer = None
         if trace and snapshots:
-            self._sink.snapshots.append(self.snapshot(caption=(
-                f"a pool of {pool.num_blocks} blocks x {pool.block_size} tokens, all free")))
+            self._sink.snapshots.append(self.snapshot())  # step 0: the pool as created
 
     @property
     def trace(self) -> tr.Trace | None:
@@ -162,7 +161,7 @@ class ManagerState:
         events = tuple(events)
         return tr.Snapshot(
             step=self.step,
-            caption=caption if caption is not None else tr.describe(events),
+            custom_caption=caption,
             events=events,
             num_blocks=self.num_blocks,
             block_size=self.block_size,

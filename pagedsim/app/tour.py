@@ -18,12 +18,12 @@ import json
 import shutil
 import sys
 
-from . import tour_zh
-from .describe_zh import caption
 from ..errors import OutOfBlocks
-from .lang import LANGS, detect, display_width, t, wrap
 from ..manager import KVCacheManager
 from ..trace import Snapshot
+from . import tour_zh, view_zh
+from .captions import caption
+from .lang import LANGS, detect, display_width, t, wrap
 
 NUM_BLOCKS, BLOCK_SIZE = 12, 4
 
@@ -86,7 +86,7 @@ def format_snapshot(s: Snapshot, per_row: int | None = None, width: int = 100, l
     """The snapshot as text: free list, block tables, pending copies, physical blocks.
     No line is wider than `width` columns; `per_row` blocks per row (default: as many as fit)."""
     per_row = per_row or max(1, (width - 4) // CELL)
-    say = lambda template, **kw: t(template, lang, tour_zh.ZH, **kw)  # noqa: E731
+    say = lambda template, **kw: t(template, lang, view_zh.ZH, **kw)  # noqa: E731
     owners = {b: [] for b in range(s.num_blocks)}
     for seq in s.sequences:
         for b in seq.blocks:

@@ -29,7 +29,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Circle, FancyArrowPatch, Patch, Rectangle
 from matplotlib.text import Text
 
-from ..app.describe_zh import caption
+from ..app.captions import caption
 from . import style
 
 MAX_SEQS = 8  # table rows drawn; with more sequences the last row summarises the rest

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 
 import numpy as np
 
@@ -78,7 +77,7 @@ def run(blocks: int = 10, block_size: int = 4, budget: int = 8, policy: str = "s
 def step_frames(engine, marks) -> list:
     """The manager's snapshot after each engine step, captioned with that step's batch."""
     snaps = engine.blocks.manager.trace.snapshots
-    return [replace(snaps[m], caption=f"engine step {i + 1}: " + " ".join(engine.log[i]["seqs"]))
+    return [snaps[m].with_caption(f"engine step {i + 1}: " + " ".join(engine.log[i]["seqs"]))
             for i, m in enumerate(marks)]
 
 
