@@ -145,11 +145,9 @@ class ManagerState:
 
     # ---- steps, snapshots, invariants ----------------------------------------------
     def _emit(self, kind, *fields) -> None:
-        """Record `kind(step, *fields)` in the current step; nothing is built when tracing is off.
-
-        (An already built Event is accepted too, for subclasses written before the sink.)"""
+        """Record `kind(step, *fields)` in the current step; nothing is built when tracing is off."""
         if self._tracing:
-            self._sink.emit(kind if isinstance(kind, tr.Event) else kind(self.step + 1, *fields))
+            self._sink.emit(kind(self.step + 1, *fields))
 
     def _end_step(self) -> None:
         self.step += 1
