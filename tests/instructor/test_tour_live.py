@@ -106,3 +106,15 @@ def test_wrapping_at_a_width_narrower_than_the_indent_ends_and_keeps_every_chara
     line = "  why: " + "word " * 3 + "块表" * 2
     lines = wrap(line, width)
     assert "".join(x.strip() for x in lines).replace(" ", "") == line.strip().replace(" ", "")
+
+
+def test_set_lang_exports_the_choice_for_subprocesses_and_refuses_others_leaving_it(monkeypatch):
+    from pagedsim.app.lang import ENV, say, set_lang
+
+    monkeypatch.setenv(ENV, "en")
+    assert set_lang("zh") == "zh" and detect() == "zh" and say("free", "空闲") == "空闲"
+    with pytest.raises(ValueError, match="--lang must be one of en, zh, got 'fr'"):
+        set_lang("fr", argument="--lang")
+    assert detect() == "zh" and say("free", "空闲", "en") == "free"
+    monkeypatch.setenv(ENV, "en")
+    assert set_lang(None) == "en"
