@@ -35,7 +35,8 @@ def contig_v_row(cache, seq, block, kv_head, offset):
 CONTIGUOUS = Loaders("contiguous cache[S,2,H,L,D]", contig_k_row, contig_v_row, vector=True)
 
 
-def contiguous_cache(paged: np.ndarray, tables: np.ndarray, lens, length: int | None = None) -> np.ndarray:
+def contiguous_cache(paged: np.ndarray, tables: np.ndarray, lens,
+                     length: int | None = None) -> np.ndarray:
     """[S, 2, H_kv, L, D] holding the same K/V as the paged cache [N, 2, H_kv, B, D] read
     through `tables`; L = `length` (default: the longest length), the rest zero-padded."""
     lens = np.asarray(lens)
