@@ -58,8 +58,7 @@ class ManagerState:
         # the request is then planned again.
         self.reclaimer = None
         if trace and snapshots:
-            self._sink.snapshots.append(self.snapshot(caption=(
-                f"a pool of {pool.num_blocks} blocks x {pool.block_size} tokens, all free")))
+            self._sink.snapshots.append(self.snapshot())  # step 0: the pool as created
 
     @property
     def trace(self) -> tr.Trace | None:
@@ -146,11 +145,9 @@ class ManagerState:
 
     # ---- steps, snapshots, invariants ----------------------------------------------
     def _emit(self, kind, *fields) -> None:
-        """Record `kind(step, *fields)` in the current step; nothing is built when tracing is off.
-
-        (An already built Event is accepted too, for subclasses written before the sink.)"""
+        """Record `kind(step, *fields)` in the current step; nothing is built when tracing is off."""
         if self._tracing:
-            self._sink.emit(kind if isinstance(kind, tr.Event) else kind(self.step + 1, *fields))
+            self._sink.emit(kind(self.step + 1, *fields))
 
     def _end_step(self) -> None:
         self.step += 1
@@ -162,7 +159,7 @@ class ManagerState:
         events = tuple(events)
         return tr.Snapshot(
             step=self.step,
-            caption=caption if caption is not None else tr.describe(events),
+            custom_caption=caption,
             events=events,
             num_blocks=self.num_blocks,
             block_size=self.block_size,

@@ -6,7 +6,9 @@ state change inside it is an *event* tagged with that step, and (optionally) a
 course replay these records; nothing here knows about matplotlib.
 
 Snapshots are plain frozen data, so stepping back to snapshot k shows exactly the
-state after step k ("time travel"), and `to_dict` makes them JSON-ready.
+state after step k ("time travel"), and `to_dict` makes them JSON-ready. They hold no
+sentences: `Snapshot.caption` tells the step's story (`story.py`) in English when asked,
+unless a caller gave the step its own words (`with_caption`, kept in `custom_caption`).
 
 A manager writes to a *sink*: a `Trace` when tracing is on, `NULL_SINK` when it is
 off. The manager checks `sink.recording` before it builds an event, so with tracing
@@ -15,7 +17,7 @@ off no event object is ever made and the state change runs the same code either 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,7 @@ class SeqState:
 @dataclass(frozen=True)
 class Snapshot:
     step: int
-    caption: str  # the step's events in words
+    custom_caption: str | None  # a caller's own words for the step; None: told from the events
     events: tuple  # the events of this step
     num_blocks: int
     block_size: int
@@ -112,6 +114,22 @@ class Snapshot:
     sequences: tuple  # SeqState for every live sequence, in admission order
     pending_copies: tuple = ()  # (src, dst) pairs not yet drained
     cached_blocks: tuple = field(default=())  # free blocks that still hold reusable contents
+
+    @property
+    def story(self):
+        """What the step did, as typed data (`story.story_of`)."""
+        return _story.story_of(self)
+
+    @property
+    def caption(self) -> str:
+        """The step in English words, told on demand (other languages: `pagedsim.app.captions`)."""
+        return english(self.story)
+
+    def with_caption(self, text: str) -> Snapshot:
+        """This snapshot, captioned with `text` in every language instead of its story."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        return replace(self, custom_caption=text)
 
     def owners(self, block: int) -> list:
         return [s.seq_id for s in self.sequences if block in s.blocks]
@@ -123,9 +141,14 @@ class Snapshot:
         raise KeyError(seq_id)
 
     def to_dict(self) -> dict:
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        """JSON-ready: every field, plus `caption` in English (`custom_caption` only if set)."""
+        out = {"step": self.step, "caption": self.caption}
+        out.update((f.name, getattr(self, f.name)) for f in fields(self)
+                   if f.name not in ("step", "custom_caption"))
         out["events"] = [e.to_dict() for e in self.events]
         out["sequences"] = [asdict(s) for s in self.sequences]
+        if self.custom_caption is not None:
+            out["custom_caption"] = self.custom_caption
         return out
 
 
@@ -180,74 +203,16 @@ def _snake(name: str) -> str:
     return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
 
 
-def _ids(blocks) -> str:
-    blocks = list(blocks)
-    return ("block " if len(blocks) == 1 else "blocks ") + ", ".join(map(str, blocks))
-
-
 def describe(events) -> str:
-    """One English sentence for the events of one step (the figure captions and the tour)."""
-    events = list(events)
-    if not events:
-        return "nothing changed"
-    head = events[0]
-    allocated = [e for e in events if isinstance(e, BlockAllocated)]
-    if isinstance(head, AllocationFailed):
-        return (f"seq {head.seq_id} {head.what} needs {head.needed} free block(s) but only "
-                f"{head.available} {'is' if head.available == 1 else 'are'} free: "
-                f"OutOfBlocks, nothing changed")
-    if isinstance(head, SequenceAdded):
-        text = f"seq {head.seq_id} arrives with {head.num_tokens} tokens"
-        shared = [e.block for e in events if isinstance(e, BlockShared)]
-        if shared:  # a prefix-cache hit on blocks another sequence still holds
-            text += f", shares cached {_ids(shared)}"
-        if allocated:
-            text += f" and takes {_ids(e.block for e in allocated)}"
-        return text
-    if isinstance(head, SequenceForked):
-        shared = [e for e in events if isinstance(e, BlockShared)]
-        counts = {e.ref_count for e in shared}
-        counts = (f"count now {counts.pop()}" if len(counts) == 1 else
-                  "counts now " + ", ".join(f"{e.block}: {e.ref_count}" for e in shared))
-        return (f"seq {head.child} forks from seq {head.parent} and shares "
-                f"{_ids(e.block for e in shared)} ({counts})" if shared else
-                f"seq {head.child} forks from empty seq {head.parent}")
-    if isinstance(head, SequenceFreed):
-        released = [e for e in events if isinstance(e, BlockReleased)]
-        back = [e.block for e in released if e.ref_count == 0]
-        kept = [e for e in released if e.ref_count > 0]
-        text = f"seq {head.seq_id} finishes"
-        if back:
-            text += f": {_ids(back)} {'returns' if len(back) == 1 else 'return'} to the free list"
-        if kept:
-            text += ("; " if back else ": ") + ", ".join(
-                f"block {e.block} stays (count {e.ref_count})" for e in kept)
-        return text
-    appended = [e for e in events if isinstance(e, TokensAppended)]
-    if len(appended) > 1:  # a decode step: one token for each of several sequences
-        text = f"decode step: {len(appended)} sequences append one token each"
-        cow = [e for e in events if isinstance(e, CopyOnWrite)]
-        if cow:
-            text += "; copy-on-write " + ", ".join(f"{e.src} -> {e.dst}" for e in cow)
-        fresh = [e.block for e in allocated if e.block not in {c.dst for c in cow}]
-        if fresh:
-            text += f"; full last blocks take {_ids(fresh)}"
-        return text
-    if isinstance(head, TokensAppended):
-        n = len(head.slots)
-        where = (f"token {head.first_position} (slot {head.slots[0]})" if n == 1 else
-                 f"tokens {head.first_position}..{head.first_position + n - 1}")
-        text = f"seq {head.seq_id} appends {where}"
-        cow = [e for e in events if isinstance(e, CopyOnWrite)]
-        for e in cow:
-            text += (f": block {e.src} is shared (count {e.src_ref_count}), so copy-on-write "
-                     f"gives seq {e.seq_id} block {e.dst}")
-        fresh = [e.block for e in allocated if e.block not in {c.dst for c in cow}]
-        if fresh:
-            text += f"{';' if cow else ':'} the last block is full, so it takes {_ids(fresh)}"
-        dropped = [e.block for e in events if isinstance(e, BlockReleased)
-                   and e.block not in {c.src for c in cow}]
-        if dropped:  # a sliding window let go of blocks behind it
-            text += f"; {_ids(dropped)} fell out of the window and {'is' if len(dropped) == 1 else 'are'} released"
-        return text
-    return "; ".join(e.kind for e in events)
+    """One English sentence for the events of one step (see `story.py` and `captions_en.py`)."""
+    return english(_story.tell(events))
+
+
+def english(story) -> str:
+    """`story` told with the English table."""
+    return story.words(_story.Phrasebook(EN))
+
+
+# below the events, which story.py reads from this module
+from . import story as _story  # noqa: E402
+from .captions_en import EN  # noqa: E402

@@ -4,5 +4,5 @@
     exercises/   the stubs students edit (`pagedsim check 3.4a`)
     solutions/   the reference solutions, kept apart from the stubs
     mutants.py   known-buggy variants of the solutions that the checks must catch
-    stepper.py   a step-by-step scheduler for CUDA-style Python kernels (3.7)
+    interleaver.py  a step-by-step scheduler for CUDA-style Python kernels (3.7)
 """

@@ -1,7 +1,7 @@
 """Chapter 3.7 labs: KV-cache layouts, block alignment, and pre-allocation, measured not repeated.
 
-    layouts     the decode kernel over fused, split, NHD and vLLM-packed caches (the layout
-                registry and the NumPy sector model live in `pagedsim.labs.sectors`)
+    layouts     the decode kernel over every registered cache layout (the registry is
+                `pagedsim.labs.kv_layouts`, the NumPy sector model `pagedsim.labs.sectors`)
     alignment   the same kernel over a pool 0..128 bytes off a 128-byte boundary
     prealloc    one device allocation per block vs one pool
 
@@ -30,7 +30,8 @@ def _ptx_kernels() -> list:
         spec, ld = LAYOUTS[name], LOADERS[name]
         kern = make_decode_kernel(ld, PTX_HEAD_DIM, PTX_GROUP, np.dtype(dtype), PTX_BLOCK_SIZE,
                                   warps=PTX_THREADS // 32)
-        k, v = (f"{dtype}[{', '.join([':'] * (n - 1) + ['::1'])}]" for n in (spec.k_ndim, spec.v_ndim))
+        k, v = (f"{dtype}[{', '.join([':'] * (n - 1) + ['::1'])}]"
+                for n in (spec.k_ndim, spec.v_ndim))
         sig = f"void({k}, {v}, {_TAIL.format(q=dtype)})"
         rows.append((f"decode_{name}[{dtype},G={PTX_GROUP},D={PTX_HEAD_DIM}]", kern.py_func, sig,
                      PTX_THREADS))

@@ -16,7 +16,6 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from cuda_kernels.attention import kernel_for
 from cuda_kernels.layout import Loaders, k_row, v_row
 
 
@@ -36,12 +35,8 @@ def contig_v_row(cache, seq, block, kv_head, offset):
 CONTIGUOUS = Loaders("contiguous cache[S,2,H,L,D]", contig_k_row, contig_v_row, vector=True)
 
 
-def contiguous_kernel(head_dim: int, group: int, dtype, max_len: int):
-    """(kernel, threads, chunks) of the table-free decode kernel for caches with L = max_len."""
-    return kernel_for(CONTIGUOUS, head_dim, group, dtype, max_len, paged=False)
-
-
-def contiguous_cache(paged: np.ndarray, tables: np.ndarray, lens, length: int | None = None) -> np.ndarray:
+def contiguous_cache(paged: np.ndarray, tables: np.ndarray, lens,
+                     length: int | None = None) -> np.ndarray:
     """[S, 2, H_kv, L, D] holding the same K/V as the paged cache [N, 2, H_kv, B, D] read
     through `tables`; L = `length` (default: the longest length), the rest zero-padded."""
     lens = np.asarray(lens)

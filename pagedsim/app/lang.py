@@ -1,10 +1,18 @@
-"""English or Chinese for the tour, the playground and figure captions (`--lang en|zh`).
+"""English or Chinese for every app and the course (`--lang en|zh`): the one language rule.
 
 The language is `--lang` when given, else PAGEDSIM_LANG, else the locale: Chinese when
-LC_ALL, LC_MESSAGES or LANG starts with "zh", English otherwise (the same rule as
-course/i18n.py). `t(template, lang, **fields)` looks an English template up in a ZH
-table and fills it; a template without a translation stays English, so nothing is lost.
-Identifiers (seq ids, block ids, `allocate()`) are never translated.
+LC_ALL, LC_MESSAGES or LANG starts with "zh", English otherwise.
+
+    detect(chosen)          that rule: "en" or "zh"
+    set_lang(chosen)        decide once and export it in PAGEDSIM_LANG, so subprocesses
+                            (a check run, a grader's worker) see the same language
+    t(template, lang, ZH)   an English template looked up in a ZH table and filled in; a
+                            template without a translation stays English, so nothing is lost
+    say(en, zh, lang)       a sentence written in both languages at the call site
+    display_width, wrap     terminal columns of mixed English/CJK text, and line wrapping
+
+Identifiers (seq ids, block ids, `allocate()`) are never translated. The captions' own
+tables are in `captions.py`.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import os
 import re
 
 LANGS = ("en", "zh")
+ENV = "PAGEDSIM_LANG"  # the variable `set_lang` exports and `detect` reads first
 
 
 def detect(chosen: str | None = None) -> str:
@@ -21,7 +30,7 @@ def detect(chosen: str | None = None) -> str:
         if chosen not in LANGS:
             raise ValueError(f"lang must be one of {LANGS}, got {chosen!r}")
         return chosen
-    env = os.environ.get("PAGEDSIM_LANG", "")
+    env = os.environ.get(ENV, "")
     if env in LANGS:
         return env
     for var in ("LC_ALL", "LC_MESSAGES", "LANG"):
@@ -29,6 +38,21 @@ def detect(chosen: str | None = None) -> str:
         if value:
             return "zh" if value.lower().startswith("zh") else "en"
     return "en"
+
+
+def set_lang(chosen: str | None = None, argument: str = "lang") -> str:
+    """Decide the language (`chosen`, else `detect()`) and export it in PAGEDSIM_LANG.
+    ValueError naming `argument` (e.g. "--lang") for anything but "en", "zh" or None;
+    the environment is then left as it was."""
+    if chosen is not None and chosen not in LANGS:
+        raise ValueError(f"{argument} must be one of {', '.join(LANGS)}, got {chosen!r}")
+    os.environ[ENV] = chosen or detect()
+    return os.environ[ENV]
+
+
+def say(en: str, zh: str, lang: str | None = None) -> str:
+    """`zh` when the language (`lang`, else `detect()`) is Chinese, else `en`."""
+    return zh if detect(lang) == "zh" else en
 
 
 def t(template: str, lang: str, table: dict, **fields) -> str:
@@ -58,8 +82,9 @@ def wrap(line: str, width: int, indent: str = "      ") -> list[str]:
             if cur != start:
                 cur += " "
             continue
-        while tok and display_width(tok) > width - display_width(start):  # a word longer than a line
-            room = max(1, width - display_width(start))  # at least one character: a tiny width ends too
+        # a word longer than a line; at least one character per line, so a tiny width ends too
+        while tok and display_width(tok) > width - display_width(start):
+            room = max(1, width - display_width(start))
             if cur != start:
                 out.append(cur.rstrip())
                 cur = start = lead + indent

@@ -26,8 +26,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import tour, tour_zh
-from .describe_zh import caption
+from . import tour, view_zh
+from .captions import caption
 from .lang import LANGS, detect, t, wrap
 from .play_session import POLICIES, STEPS, Options, Refused, Session
 
@@ -63,7 +63,7 @@ class Playground:
         snap = s.timeline(self.lang)[-1]
         where = f"moment {s.cursor}/{len(s.moments)}" + ("  (in the past: `forward` or a new command)"
                                                          if s.cursor < len(s.moments) else "")
-        self.say(t("step {k}: {caption}", self.lang, tour_zh.ZH, k=snap.step, caption=snap.caption))
+        self.say(t("step {k}: {caption}", self.lang, view_zh.ZH, k=snap.step, caption=snap.caption))
         self.say(f"  [{where}]")
         self.say(tour.format_snapshot(snap, width=self.width, lang=self.lang))
 
@@ -185,7 +185,7 @@ def _draw_trace(args, p, width: int, lang: str) -> int:
     except (OSError, ValueError) as e:
         p.error(f"--trace: {e}")
     for s in snaps:
-        print("\n".join(wrap(t("step {k}: {caption}", lang, tour_zh.ZH, k=s.step, caption=caption(s, lang)),
+        print("\n".join(wrap(t("step {k}: {caption}", lang, view_zh.ZH, k=s.step, caption=caption(s, lang)),
                               width)))
         print(tour.format_snapshot(s, width=width, lang=lang))
     if args.draw:

@@ -23,12 +23,12 @@ Rules a classroom needs:
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from .describe_zh import caption
 from ..errors import BlockError, OutOfBlocks, SequenceError
-from .lang import t
 from ..manager import KVCacheManager
+from .captions import caption
+from .lang import t
 
 POLICIES = ("none", "recompute", "swap")
 
@@ -156,7 +156,7 @@ class Session:
     def timeline(self, lang: str = "en") -> list:
         """The snapshots up to the cursor, each captioned with the command that made it."""
         first = self.snapshots[0]
-        out, k = [replace(first, caption=caption(first, lang))], 0
+        out, k = [first.with_caption(caption(first, lang))], 0
         for m in self.moments[:self.cursor]:
             for i in range(k + 1, m.snapshot + 1):
                 snap = self.snapshots[i]
@@ -164,7 +164,7 @@ class Session:
                 notes = [n.said(lang) if isinstance(n, Note) else n for n in m.notes]
                 words = f"`{m.command}`: " + "; ".join([*notes, said]) if i == m.snapshot else \
                     t("`{command}` (preemption): {said}", lang, NOTES_ZH, command=m.command, said=said)
-                out.append(replace(snap, caption=words))
+                out.append(snap.with_caption(words))
             k = m.snapshot
         return out
 

@@ -18,12 +18,12 @@ import json
 import shutil
 import sys
 
-from . import tour_zh
-from .describe_zh import caption
 from ..errors import OutOfBlocks
-from .lang import LANGS, detect, display_width, t, wrap
 from ..manager import KVCacheManager
 from ..trace import Snapshot
+from . import tour_zh, view_zh
+from .captions import caption
+from .lang import LANGS, detect, display_width, t, wrap
 
 NUM_BLOCKS, BLOCK_SIZE = 12, 4
 
@@ -82,11 +82,12 @@ def tour_manager(steps: int | None = None) -> KVCacheManager:
 CELL = 18  # characters per physical-block cell in the text picture
 
 
-def format_snapshot(s: Snapshot, per_row: int | None = None, width: int = 100, lang: str = "en") -> str:
+def format_snapshot(s: Snapshot, per_row: int | None = None, width: int = 100,
+                    lang: str = "en") -> str:
     """The snapshot as text: free list, block tables, pending copies, physical blocks.
     No line is wider than `width` columns; `per_row` blocks per row (default: as many as fit)."""
     per_row = per_row or max(1, (width - 4) // CELL)
-    say = lambda template, **kw: t(template, lang, tour_zh.ZH, **kw)  # noqa: E731
+    say = lambda template, **kw: t(template, lang, view_zh.ZH, **kw)  # noqa: E731
     owners = {b: [] for b in range(s.num_blocks)}
     for seq in s.sequences:
         for b in seq.blocks:
@@ -96,24 +97,26 @@ def format_snapshot(s: Snapshot, per_row: int | None = None, width: int = 100, l
     lines = [say("  free list, head first ({n} free): {free}", n=len(s.free_list), free=free),
              say("  block tables:")]
     for seq in s.sequences or ():
-        mapping = ", ".join(f"{i}->{b if b >= 0 else say('dropped')}" for i, b in enumerate(seq.blocks))
-        lines.append(say("    {seq:<3} {n:>3} tokens   logical->physical: {mapping}", seq=str(seq.seq_id),
-                         n=seq.num_tokens, mapping=mapping))
+        mapping = ", ".join(f"{i}->{b if b >= 0 else say('dropped')}"
+                            for i, b in enumerate(seq.blocks))
+        lines.append(say("    {seq:<3} {n:>3} tokens   logical->physical: {mapping}",
+                         seq=str(seq.seq_id), n=seq.num_tokens, mapping=mapping))
     if not s.sequences:
         lines.append(say("    (no sequences)"))
     if s.pending_copies:
         lines.append(say("  copy-on-write pairs for the copy_blocks kernel (src, dst): {pairs}",
                          pairs=list(s.pending_copies)))
-    lines.append(say("  physical blocks (owners, ref count, fill): {used} used, {shared} shared, {free} free",
-                     used=sum(1 for c in s.ref_counts if c), shared=sum(1 for c in s.ref_counts if c > 1),
-                     free=len(s.free_list)))
+    lines.append(say("  physical blocks (owners, ref count, fill): {used} used, {shared} shared, "
+                     "{free} free", used=sum(1 for c in s.ref_counts if c),
+                     shared=sum(1 for c in s.ref_counts if c > 1), free=len(s.free_list)))
     for start in range(0, s.num_blocks, per_row):
         cells = []
         for b in range(start, min(start + per_row, s.num_blocks)):
             if s.ref_counts[b] == 0:
                 cell = f"#{b:<2} {say('free')}"
             else:
-                cell = f"#{b:<2} {'+'.join(owners[b])} x{s.ref_counts[b]} {s.block_fill[b]}/{s.block_size}"
+                who = "+".join(owners[b])
+                cell = f"#{b:<2} {who} x{s.ref_counts[b]} {s.block_fill[b]}/{s.block_size}"
             cells.append(cell + " " * max(0, CELL - 1 - display_width(cell)))
         lines.append("    " + " ".join(cells).rstrip())
     return "\n".join(out for line in lines for out in wrap(line, width))
@@ -147,9 +150,11 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(m.trace.to_dict(), sys.stdout, indent=1, default=str)
         print()
     else:
-        show = lambda text: print("\n".join(o for line in text.split("\n") for o in wrap(line, width)))  # noqa: E731
-        show(say("pagedsim tour: chapter 3 on a pool of {n} blocks x {b} tokens (free order: LIFO, as in "
-                 "the chapter)", n=NUM_BLOCKS, b=BLOCK_SIZE) + "\n")
+        def show(text):
+            print("\n".join(o for line in text.split("\n") for o in wrap(line, width)))
+
+        show(say("pagedsim tour: chapter 3 on a pool of {n} blocks x {b} tokens (free order: LIFO, "
+                 "as in the chapter)", n=NUM_BLOCKS, b=BLOCK_SIZE) + "\n")
         for s in snaps:
             if lang == "zh":
                 why = tour_zh.WHY[s.step - 1] if s.step else tour_zh.WHY_START

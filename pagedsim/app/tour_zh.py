@@ -1,14 +1,17 @@
-"""Chinese text for `pagedsim tour --lang zh` and the playground (English templates -> Chinese).
+"""Chinese for `pagedsim tour --lang zh`: the tour's explanations and its own lines.
 
 WHY lists the tour's explanations in the order of tour.SCRIPT; a test checks the
-lengths agree. Captions made by `trace.describe` stay English (they name ids and
-calls), everything that explains them is here.
+lengths agree. The snapshot view the tour shares with the playground is in
+`view_zh.py`, the captions in `captions.py`.
 """
+
+from .view_zh import ZH as VIEW_ZH
 
 WHY_START = "3.1：所有块在开始时一次性创建，全部挂在空闲链表上。"
 
 WHY = [
-    "3.4：allocate() 从空闲链表头部取块，所以 A 的 6 个提示词 token 占用前两个块；第二块只填了一半。",
+    "3.4：allocate() 从空闲链表头部取块，所以 A 的 6 个提示词 token 占用前两个块；"
+    "第二块只填了一半。",
     "3.3：B 拿到空闲链表上接下来的块。B 的逻辑块 0、1 对应物理块 2、3。",
     "A 解码两个 token。它们正好放进 A 最后那个未满的块：不需要分配。",
     "A 的最后一块已满，下一个 token 需要从空闲链表取一个新块。",
@@ -24,24 +27,17 @@ WHY = [
 
 OUT_OF_BLOCKS_NOTE = (
     "块池用完了。本章的 allocate() 此时会调用 evict_blocks()；真实的调度器（vLLM）则会抢占一个序列"
-    "——释放它的块、之后重新计算，或者把它的块换出到 CPU 内存——然后重试。失败的调用没有改动任何块表和计数。"
+    "——释放它的块、之后重新计算，或者把它的块换出到 CPU 内存——然后重试。"
+    "失败的调用没有改动任何块表和计数。"
     "参见 `pagedsim policies`。")
 
+# everything the tour prints: the shared snapshot view, plus the tour's own lines
 ZH = {
-    "pagedsim tour: chapter 3 on a pool of {n} blocks x {b} tokens (free order: LIFO, as in the chapter)":
-        "pagedsim tour：第 3 章，块池共 {n} 块 x 每块 {b} 个 token（空闲顺序：后进先出，与本章一致）",
-    "step {k}: {caption}": "第 {k} 步：{caption}",
+    **VIEW_ZH,
+    "pagedsim tour: chapter 3 on a pool of {n} blocks x {b} tokens (free order: LIFO, as in the "
+    "chapter)":
+        "pagedsim tour：第 3 章，块池共 {n} 块 x 每块 {b} 个 token"
+        "（空闲顺序：后进先出，与本章一致）",
     "  why: {why}": "  原因：{why}",
-    "  free list, head first ({n} free): {free}": "  空闲链表，表头在前（{n} 块空闲）：{free}",
-    "  block tables:": "  块表：",
-    "    {seq:<3} {n:>3} tokens   logical->physical: {mapping}": "    {seq:<3} {n:>3} 个 token   逻辑->物理：{mapping}",
-    "dropped": "已丢弃",
-    "    (no sequences)": "    （没有序列）",
-    "(empty)": "（空）",
-    "  copy-on-write pairs for the copy_blocks kernel (src, dst): {pairs}":
-        "  写时复制对，交给 copy_blocks 内核 (src, dst)：{pairs}",
-    "  physical blocks (owners, ref count, fill): {used} used, {shared} shared, {free} free":
-        "  物理块（持有者、引用计数、填充）：已用 {used}，共享 {shared}，空闲 {free}",
-    "free": "空闲",
     "press Enter for the next step (q to stop)": "按回车看下一步（输入 q 结束）",
 }

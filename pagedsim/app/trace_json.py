@@ -40,6 +40,7 @@ def event_from_dict(d: dict) -> tr.Event:
 def snapshot_from_dict(d: dict) -> tr.Snapshot:
     try:
         values = {f.name: d[f.name] for f in fields(tr.Snapshot) if f.name in d}
+        values.setdefault("custom_caption", None)  # absent: the step is told from its events
         values["events"] = tuple(event_from_dict(e) for e in d.get("events", ()))
         values["sequences"] = tuple(tr.SeqState(s["seq_id"], tuple(s["blocks"]), s["num_tokens"])
                                     for s in d["sequences"])

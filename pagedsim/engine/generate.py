@@ -168,7 +168,7 @@ def step_frames(engine, marks) -> list:
     texts = getattr(engine, "block_labels", [()] * len(marks))
     spans = zip([0, *(m + 1 for m in marks)], marks, strict=False)  # manager steps of engine step i
     return [LabelledSnapshot(**{**vars(snaps[m]), "step": i + 1,
-                                "caption": "batch " + " ".join(engine.log[i]["seqs"]),
+                                "custom_caption": "batch " + " ".join(engine.log[i]["seqs"]),
                                 "events": tuple(e for s in snaps[a:m + 1] for e in s.events)},
                              block_labels=texts[i]) for i, (a, m) in enumerate(spans)]
 

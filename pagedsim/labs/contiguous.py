@@ -1,4 +1,5 @@
-"""A contiguous KV allocator under continuous batching: first-fit placement, external fragmentation.
+"""A contiguous KV allocator under continuous batching: first-fit placement, external
+fragmentation.
 
 Orca-style systems give each request one contiguous region of `size[i]` token slots
 (max_len, the next power of two of L, or exactly L). This module replays such a
@@ -54,6 +55,15 @@ def external_fragmentation(size, output_len, arrival, memory: int, queue: str = 
     if queue not in ("fcfs", "any"):
         raise ValueError(f"queue must be 'fcfs' or 'any', got {queue!r}")
     memory = count_arg("memory", memory, 1)
+    size, output_len, arrival = _requests(size, output_len, arrival, memory)
+    if len(size) == 0:
+        return 0
+    order = np.argsort(arrival, kind="stable")
+    return _replay(size[order], output_len[order], arrival[order], memory, queue)
+
+
+def _requests(size, output_len, arrival, memory: int):
+    """The three columns as int64 arrays, checked against each other and `memory`."""
     size, output_len, arrival = (_int_column(name, values) for name, values in
                                  (("size", size), ("output_len", output_len), ("arrival", arrival)))
     if not len(size) == len(output_len) == len(arrival):
@@ -61,44 +71,62 @@ def external_fragmentation(size, output_len, arrival, memory: int, queue: str = 
                          f"{len(size)}, {len(output_len)}, {len(arrival)}")
     if len(size) and (size.min() < 1 or output_len.min() < 1 or arrival.min() < 0):
         raise ValueError("sizes and output lengths must be >= 1 and arrivals >= 0")
-    n = len(size)
-    if n == 0:
-        return 0
-    if int(size.max()) > memory:
+    if len(size) and int(size.max()) > memory:
         i = int(size.argmax())
-        raise ValueError(f"request {i} needs {int(size[i])} contiguous slots but memory is {memory}")
-    order = np.argsort(arrival, kind="stable")
-    size, output_len, arrival = size[order], output_len[order], arrival[order]
-    rmq = _range_min_table(size)
-    starts: list[int] = []  # sorted start addresses of live regions
-    ends: dict[int, int] = {}  # start -> end address
-    finishing: list[tuple[int, int]] = []  # heap of (last step + 1, start)
+        raise ValueError(f"request {i} needs {int(size[i])} contiguous slots but memory is "
+                         f"{memory}")
+    return size, output_len, arrival
+
+
+class _Regions:
+    """The live contiguous regions of a memory of `memory` slots, placed first fit."""
+
+    def __init__(self, memory: int):
+        self.memory = memory
+        self.starts: list[int] = []  # sorted start addresses of live regions
+        self.ends: dict[int, int] = {}  # start -> end address
+        self.finishing: list[tuple[int, int]] = []  # heap of (last step + 1, start)
+
+    def free_finished(self, now: int) -> None:
+        while self.finishing and self.finishing[0][0] <= now:
+            _, start = heapq.heappop(self.finishing)
+            self.starts.pop(bisect.bisect_left(self.starts, start))
+            del self.ends[start]
+
+    def place(self, need: int, until: int) -> bool:
+        """Put a region of `need` slots, live until step `until`, in the first hole it fits."""
+        at = next((s for s, length in self.holes() if length >= need), None)
+        if at is None:
+            return False
+        bisect.insort(self.starts, at)
+        self.ends[at] = at + need
+        heapq.heappush(self.finishing, (until, at))
+        return True
+
+    def holes(self) -> list[tuple[int, int]]:
+        return _holes(self.starts, self.ends, self.memory)
+
+    def next_finish(self) -> int | None:
+        return self.finishing[0][0] if self.finishing else None
+
+
+def _replay(size, output_len, arrival, memory: int, queue: str) -> int:
+    """The event-by-event replay of requests sorted by arrival (see the module docstring)."""
+    n, rmq, regions = len(size), _range_min_table(size), _Regions(memory)
     head = arrived = 0  # waiting requests are [head, arrived)
     now, total = 0, 0
-    while head < n or finishing:
-        while finishing and finishing[0][0] <= now:  # free what finished
-            _, start = heapq.heappop(finishing)
-            starts.pop(bisect.bisect_left(starts, start))
-            del ends[start]
+    while head < n or regions.finishing:
+        regions.free_finished(now)
         while arrived < n and arrival[arrived] <= now:
             arrived += 1
-        holes = _holes(starts, ends, memory)
-        while head < arrived:  # FCFS admission, first fit
-            need = int(size[head])
-            at = next((s for s, length in holes if length >= need), None)
-            if at is None:
-                break
-            bisect.insort(starts, at)
-            ends[at] = at + need
-            heapq.heappush(finishing, (now + int(output_len[head]), at))
-            head += 1
-            holes = _holes(starts, ends, memory)
-        nxt = finishing[0][0] if finishing else None
+        while head < arrived and regions.place(int(size[head]), now + int(output_len[head])):
+            head += 1  # FCFS admission, first fit
+        nxt = regions.next_finish()
         if arrived < n and (nxt is None or arrival[arrived] < nxt):
             nxt = int(arrival[arrived])
         if head < arrived:
             smallest = int(size[head]) if queue == "fcfs" else _range_min(rmq, head, arrived)
-            total += (nxt - now) * sum(length for _, length in holes if length < smallest)
+            total += (nxt - now) * sum(length for _, length in regions.holes() if length < smallest)
         now = nxt
     return total
 

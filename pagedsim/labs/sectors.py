@@ -1,21 +1,12 @@
-"""The KV-cache layout registry, and how many 32-byte sectors one warp's load touches
-in each layout. Pure NumPy: drawing a figure from it loads no numba.
+"""How many 32-byte sectors one warp's load touches in each KV-cache layout.
+Pure NumPy: drawing a figure from it loads no numba.
 
 A warp's global load is served in 32-byte sectors (and 128-byte cache lines); a load
 is fully efficient when the bytes its 32 lanes ask for fill every sector it touches.
 This model computes, from the index arithmetic alone, the byte addresses each lane
 reads, then counts distinct sectors and lines. It predicts; the GPU script measures.
-
-`LAYOUTS` is the one registry of cache layouts: each `KVLayout` names the layout, the
-rank of its K and V arrays (from which `cuda_kernels.labs` builds the PTX signatures)
-and the element index of (block n, kv head h, token t, dim d). The kernel side attaches
-its address functions by the same names (`cuda_kernels.labs.layouts.LOADERS`, checked
-to cover exactly these names); a new layout is one entry here and one loader pair there.
-
-    fused   kv_cache[N, 2, H, B, D]           K at [:, 0], V at [:, 1] (the chapter's)
-    split   k_pool[N, H, B, D], v_pool[N, H, B, D]  (vLLM paper footnote; two allocations)
-    nhd     k_pool[N, B, H, D], v_pool[N, B, H, D]  (token-major, FlashInfer's NHD)
-    vllm    key[N, H, D/x, B, x], value[N, H, D, B]  (vLLM v0 csrc; x = 16 B / element size)
+The layouts and their index arithmetic come from the registry, `kv_layouts.LAYOUTS`
+(re-exported here as `LAYOUTS` and `layout`); every table below covers all of them.
 
 Thread mappings (which (token, dim) lane l reads in one load instruction):
 
@@ -33,9 +24,15 @@ References: CUDA C++ Best Practices Guide, "Coalesced Access to Global Memory"
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
+
+from . import kv_layouts as _kv
+from .kv_layouts import LAYOUTS, KVLayout, layout
+
+__all__ = ["LAYOUTS", "KVLayout", "layout", "Geometry", "WarpLoad", "MAPPINGS", "element_offset",
+           "lane_elements", "warp_load", "touched", "misaligned_run", "alignment_table",
+           "layout_table", "kv_distance", "format_table", "SECTOR", "LINE", "WARP"]
 
 SECTOR = 32  # bytes
 LINE = 128  # bytes
@@ -56,52 +53,9 @@ class Geometry:
         return 16 // self.elem_bytes  # elements per 16-byte vector
 
 
-@dataclass(frozen=True)
-class KVLayout:
-    """One cache layout: its arrays' ranks and element index (in elements, from the array start)."""
-    name: str
-    shape: str  # the arrays, as the docstring table writes them
-    k_ndim: int
-    v_ndim: int
-    same_array: bool  # K and V live in one array (then k_src is v_src)
-    index: Callable  # (which, N, H, B, D, x, n, h, t, d) -> element index
-
-
-def _fused(which, N, H, B, D, x, n, h, t, d):
-    return (((n * 2 + (which == "v")) * H + h) * B + t) * D + d
-
-
-def _split(which, N, H, B, D, x, n, h, t, d):
-    return ((n * H + h) * B + t) * D + d
-
-
-def _nhd(which, N, H, B, D, x, n, h, t, d):
-    return ((n * B + t) * H + h) * D + d
-
-
-def _vllm(which, N, H, B, D, x, n, h, t, d):
-    if which == "k":
-        return (((n * H + h) * (D // x) + d // x) * B + t) * x + d % x
-    return ((n * H + h) * D + d) * B + t
-
-
-LAYOUTS = {spec.name: spec for spec in (
-    KVLayout("fused", "kv_cache[N, 2, H, B, D]", 5, 5, True, _fused),
-    KVLayout("split", "k_pool[N, H, B, D], v_pool[N, H, B, D]", 4, 4, False, _split),
-    KVLayout("nhd", "k_pool[N, B, H, D], v_pool[N, B, H, D]", 4, 4, False, _nhd),
-    KVLayout("vllm", "key[N, H, D/x, B, x], value[N, H, D, B]", 5, 4, False, _vllm),
-)}
-
-
-def layout(name: str) -> KVLayout:
-    """The registry entry for `name`; ValueError naming the known layouts otherwise."""
-    if not isinstance(name, str) or name not in LAYOUTS:
-        raise ValueError(f"layout must be one of {tuple(LAYOUTS)}, got {name!r}")
-    return LAYOUTS[name]
-
-
 def element_offset(layout_name: str, which: str, g: Geometry, n, h, t, d):
-    """Byte offset of element (n, h, t, d) of K (which="k") or V (which="v") from its array start."""
+    """Byte offset of element (n, h, t, d) of K (which="k") or V (which="v") from its array
+    start."""
     spec = layout(layout_name)
     n, h, t, d = (np.asarray(a, dtype=np.int64) for a in (n, h, t, d))
     idx = spec.index(which, g.num_blocks, g.num_kv_heads, g.block_size, g.head_dim, g.x, n, h, t, d)
@@ -143,7 +97,8 @@ def touched(addresses: np.ndarray, nbytes: int, unit: int) -> int:
     """Distinct `unit`-byte pieces covered by [a, a + nbytes) for every a."""
     first = addresses // unit
     last = (addresses + nbytes - 1) // unit
-    return len(set(np.concatenate([np.arange(f, l + 1) for f, l in zip(first, last)]).tolist()))
+    pieces = [np.arange(a, b + 1) for a, b in zip(first, last, strict=True)]
+    return len(set(np.concatenate(pieces).tolist()))
 
 
 def warp_load(layout: str, mapping: str, which: str = "k", g: Geometry = Geometry(),
@@ -152,13 +107,14 @@ def warp_load(layout: str, mapping: str, which: str = "k", g: Geometry = Geometr
     if which not in ("k", "v"):
         raise ValueError(f"which must be 'k' or 'v', got {which!r}")
     if g.head_dim % g.x or WARP % g.block_size and mapping == "vec16":
-        raise ValueError(f"head_dim must be a multiple of x={g.x}, block_size must divide 32 for vec16")
+        raise ValueError(f"head_dim must be a multiple of x={g.x}, "
+                         "block_size must divide 32 for vec16")
     t, d, nbytes = lane_elements(mapping, g)
-    if layout == "vllm" and which == "v" and mapping == "vec16":
-        # the value layout [.., D, B] packs 16-byte vectors along tokens: lane l reads
+    if which in _kv.layout(layout).vec16_along_tokens and mapping == "vec16":
+        # a layout whose vectors run along tokens (vLLM's value [.., D, B]): lane l reads
         # x tokens starting at (l % (B/x)) * x of dim l // (B/x), as vLLM's value loop does
         if g.block_size % g.x:
-            raise ValueError(f"vec16 on the vllm value layout needs block_size % {g.x} == 0")
+            raise ValueError(f"vec16 on the {layout} {which} layout needs block_size % {g.x} == 0")
         per_d = g.block_size // g.x
         lanes = np.arange(WARP)
         t, d = (lanes % per_d) * g.x, lanes // per_d
@@ -168,7 +124,8 @@ def warp_load(layout: str, mapping: str, which: str = "k", g: Geometry = Geometr
 
 
 def misaligned_run(run_bytes: int, offset_bytes: int) -> tuple[int, int]:
-    """(sectors, lines) for one contiguous run of run_bytes starting offset_bytes past a 128-B boundary."""
+    """(sectors, lines) for one contiguous run of run_bytes starting offset_bytes past a
+    128-byte boundary."""
     a = np.array([offset_bytes])
     return touched(a, run_bytes, SECTOR), touched(a, run_bytes, LINE)
 
@@ -196,11 +153,11 @@ def alignment_table(offsets=(0, 4, 16, 64, 128), g: Geometry = Geometry()) -> li
 def layout_table(g: Geometry = Geometry()) -> list[dict]:
     """Every layout x mapping x (K, V): sectors, lines and efficiency of one warp load."""
     rows = []
-    for layout in LAYOUTS:
+    for name in LAYOUTS:
         for mapping in MAPPINGS:
             for which in ("k", "v"):
-                w = warp_load(layout, mapping, which, g)
-                rows.append({"layout": layout, "mapping": mapping, "which": which,
+                w = warp_load(name, mapping, which, g)
+                rows.append({"layout": name, "mapping": mapping, "which": which,
                              "requested": w.requested, "sectors": w.sectors, "lines": w.lines,
                              "efficiency": round(w.efficiency, 3)})
     return rows

@@ -73,7 +73,7 @@ class PoolMachine(RuleBasedStateMachine):
 
 
 PoolMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=50)
-test_block_pool_state_machine = PoolMachine.TestCase
+test_block_pool_state_machine = pytest.mark.slow(PoolMachine.TestCase)
 
 
 class ManagerMachine(RuleBasedStateMachine):
@@ -189,7 +189,7 @@ class ManagerMachine(RuleBasedStateMachine):
 
 
 ManagerMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=60)
-test_kv_cache_manager_state_machine = ManagerMachine.TestCase
+test_kv_cache_manager_state_machine = pytest.mark.slow(ManagerMachine.TestCase)
 
 
 class PoolThatNeverDecrements(BlockPool):

@@ -90,6 +90,7 @@ def test_the_instructors_guide_lists_every_mutant_and_the_student_readmes_none()
         assert not spoilers, f"the student's {readme} gives away the mutants {spoilers}"
 
 
+@pytest.mark.slow
 def test_a_caught_mutant_is_reported_in_the_students_terms(tmp_path):
     ex = curriculum.find("3.4a")
     m = next(m for m in mutants.for_exercise("3.4a") if m.name == "free_ignores_the_count")

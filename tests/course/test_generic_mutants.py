@@ -26,6 +26,7 @@ def test_the_generator_makes_all_four_kinds_and_never_touches_docstrings_or_anno
         assert "->" not in m.change or m.line, m
 
 
+@pytest.mark.slow
 def test_every_listed_equivalent_mutant_names_exactly_one_mutant():
     keys = [(ex.id, m.key) for ex in EXERCISES
             for m, _ in mutation.generate(ex.id, ex.path("solution").read_text(encoding="utf-8"))]
@@ -34,6 +35,7 @@ def test_every_listed_equivalent_mutant_names_exactly_one_mutant():
     assert all(len(reason) > 30 for reason in mutation.EQUIVALENT.values()), "each exclusion needs a reason"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("exercise_id", ["3.1", "3.2", "3.3", "3.5"])
 def test_a_seeded_sample_of_generic_mutants_is_caught(exercise_id):
     results = mutation.measure(curriculum.find(exercise_id), sample=2, seed=1)

@@ -29,6 +29,7 @@ def test_every_notebook_is_valid_nbformat_4_and_matches_its_lesson():
             f"{path.name} is out of date: run python -m course.notebooks")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("section", notebooks.SECTIONS)
 def test_every_code_cell_of_the_notebook_runs_in_order(section, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)

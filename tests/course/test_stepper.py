@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from course.ch03_kv_block.stepper import Stepper
+from course.ch03_kv_block.interleaver import Stepper
 
 
 def two_writes(a, b, out):

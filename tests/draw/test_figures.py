@@ -46,6 +46,7 @@ def made(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # the module's `made` fixture draws every chapter figure (~20 s)
 def test_each_chapter_figure_is_a_non_blank_image_of_the_expected_size(made, tour_snaps):
     sizes = expected_sizes(tour_snaps)
     assert sorted(p.name for p in made.iterdir()) == sorted(sizes)
@@ -59,11 +60,13 @@ def test_each_chapter_figure_is_a_non_blank_image_of_the_expected_size(made, tou
         assert len(np.unique(packed)) > 8, f"{name} has too few colours"
 
 
+@pytest.mark.slow  # the module's `made` fixture draws every chapter figure (~20 s)
 def test_the_tour_gif_has_one_frame_per_tour_step(made, tour_snaps):
     with Image.open(made / "3.4-tour.gif") as gif:
         assert gif.n_frames == len(tour_snaps)
 
 
+@pytest.mark.slow  # the module's `made` fixture draws every chapter figure (~20 s)
 def test_regenerating_a_figure_gives_the_same_bytes(made, tmp_path):
     figures.main(["--out", str(tmp_path), "--only", "3.5-block-size-tradeoff", "3.3-logical-vs-physical"])
     for name in ("3.5-block-size-tradeoff.png", "3.3-logical-vs-physical.png"):

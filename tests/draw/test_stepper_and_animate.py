@@ -7,7 +7,7 @@ from PIL import Image
 
 from pagedsim.draw.animate import to_html, write_gif, write_trace
 from pagedsim.draw.render import describe_artists
-from pagedsim.draw.stepper import Stepper
+from pagedsim.draw.trace_viewer import Stepper
 
 pytestmark = pytest.mark.draw
 

@@ -48,20 +48,6 @@ def bad_token_ids(n):
     )
 
 
-def pool_state(pool):
-    return (pool.free_list(), pool.ref_counts(), pool.num_free, pool.num_shared)
-
-
-def manager_state(m):
-    """Everything a caller can observe, the step counter and the trace included."""
-    snap = m.snapshot()
-    events = len(m.trace.events) if m.trace is not None else None
-    snaps = len(m.trace.snapshots) if m.trace is not None else None
-    window = dict(getattr(m, "_next_drop", {}))
-    return (snap.free_list, snap.ref_counts, snap.sequences, snap.pending_copies, m.step,
-            events, snaps, pool_state(m.pool), window, getattr(m, "dropped_blocks", None))
-
-
 @st.composite
 def busy_managers(draw, window=False):
     """A manager (plain or sliding-window) after a few random valid operations."""

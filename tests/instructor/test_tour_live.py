@@ -54,7 +54,7 @@ def test_chinese_explains_every_step_in_chinese_and_keeps_the_ids(capsys):
 def test_chinese_captions_state_the_same_numbers_as_the_english_ones():
     import re
 
-    from pagedsim.app.describe_zh import caption
+    from pagedsim.app.captions import caption
 
     for snap in tour.tour_manager().trace.snapshots:
         zh, en = caption(snap, "zh"), caption(snap, "en")
@@ -66,9 +66,8 @@ def test_chinese_captions_state_the_same_numbers_as_the_english_ones():
 def test_a_chinese_decode_step_caption_names_every_sequence_count_and_copy_like_the_english_one():
     import re
 
-    from pagedsim.app.describe_zh import describe_zh
+    from pagedsim.app.captions import describe
     from pagedsim.manager import KVCacheManager
-    from pagedsim.trace import describe
 
     m = KVCacheManager(num_blocks=8, block_size=2)
     m.add_sequence("A", 2)
@@ -76,7 +75,7 @@ def test_a_chinese_decode_step_caption_names_every_sequence_count_and_copy_like_
     m.add_sequence("C", 1)
     m.decode_step(["A", "B", "C"])  # A and B share a full block; C fills its last one
     events = m.trace.snapshots[-1].events
-    zh, en = describe_zh(events), describe(events)
+    zh, en = describe(events, "zh"), describe(events, "en")
     assert en.startswith("decode step: 3 sequences"), en
     assert zh.startswith("解码一步：3 个序列"), zh
     assert sorted(re.findall(r"\d+", zh)) == sorted(re.findall(r"\d+", en)), (en, zh)
@@ -107,3 +106,15 @@ def test_wrapping_at_a_width_narrower_than_the_indent_ends_and_keeps_every_chara
     line = "  why: " + "word " * 3 + "块表" * 2
     lines = wrap(line, width)
     assert "".join(x.strip() for x in lines).replace(" ", "") == line.strip().replace(" ", "")
+
+
+def test_set_lang_exports_the_choice_for_subprocesses_and_refuses_others_leaving_it(monkeypatch):
+    from pagedsim.app.lang import ENV, say, set_lang
+
+    monkeypatch.setenv(ENV, "en")
+    assert set_lang("zh") == "zh" and detect() == "zh" and say("free", "空闲") == "空闲"
+    with pytest.raises(ValueError, match="--lang must be one of en, zh, got 'fr'"):
+        set_lang("fr", argument="--lang")
+    assert detect() == "zh" and say("free", "空闲", "en") == "free"
+    monkeypatch.setenv(ENV, "en")
+    assert set_lang(None) == "en"

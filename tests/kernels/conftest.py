@@ -6,6 +6,7 @@ Every test in this folder gets the `kernels` marker (PTX tests add `ptx`).
 
 import numpy as np
 import pytest
+from helpers import random_cache  # noqa: F401  (shared; this folder imports it from here)
 
 import cuda_kernels  # noqa: F401  (selects the backend before numba.cuda is imported)
 
@@ -25,12 +26,6 @@ def padded_tables(tables, max_blocks=None, fill=GARBAGE) -> np.ndarray:
     for i, t in enumerate(tables):
         out[i, :len(t)] = list(t)
     return out
-
-
-def random_cache(rng, num_blocks, num_kv_heads, block_size, head_dim, dtype=np.float32):
-    # [num_blocks, 2, H_kv, B, D]
-    shape = (num_blocks, 2, num_kv_heads, block_size, head_dim)
-    return rng.standard_normal(shape).astype(dtype)
 
 
 def random_query(rng, num_seqs, num_heads, head_dim, dtype=np.float32):

@@ -26,6 +26,7 @@ def test_this_machine_without_a_gpu_runs_the_simulator():
         assert cuda_kernels.backend() == "simulator"
 
 
+@pytest.mark.slow
 def test_the_environment_variable_forces_the_simulator_quietly_and_numba_follows():
     done = run("import cuda_kernels; from numba.cuda.core import config; "
                "print(cuda_kernels.backend(), config.ENABLE_CUDASIM)", PAGEDSIM_CUDA="simulator")

@@ -2,6 +2,7 @@
 compared with the NumPy float64 reference that gathers through the block table."""
 
 import numpy as np
+import pytest
 from conftest import padded_tables, random_query, rel_err
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -56,6 +57,7 @@ def fill_cache(mgr, rng, num_kv_heads, head_dim, dtype):
     return cache, truth
 
 
+@pytest.mark.slow
 @settings(max_examples=15)
 @given(mgr=histories(), num_kv_heads=st.integers(1, 2), group=st.sampled_from([1, 2, 4]),
        head_dim=st.sampled_from([8, 12, 16]), fp16=st.booleans(), seed=st.integers(0, 2**31))

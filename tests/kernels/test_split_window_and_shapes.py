@@ -57,6 +57,7 @@ def test_every_gqa_group_size_reads_the_shared_kv_head(group):
     assert rel_err(ck.paged_attention(*case), reference.paged_attention(*case)) < 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group,head_dim,dtype,lens,split", [
     (17, 8, np.float32, [13, 5], 8), (17, 64, np.float16, [9], 6), (32, 8, np.float16, [7], None),
     (64, 16, np.float32, [6], None), (71, 8, np.float32, [7], 4)])

@@ -20,6 +20,7 @@ def conform(*args, timeout=120):
     return done.returncode, done.stdout, done.stderr
 
 
+@pytest.mark.slow
 def test_the_deque_allocator_conforms_with_one_summary_line():
     code, out, err = conform("examples/conform/deque_allocator.py:DequeBlockManager",
                              "--check-free-order", "fifo", *FEW)
@@ -27,6 +28,7 @@ def test_the_deque_allocator_conforms_with_one_summary_line():
     assert out.startswith("pagedsim conform: OK: manager: ") and out.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_the_vllm_names_adapter_and_a_numpy_attention_conform():
     code, out, err = conform("examples/conform/vllm_names.py:make_adapter", "--attention",
                              "examples/conform/numpy_attention.py:paged_attention", *FEW)
@@ -34,6 +36,7 @@ def test_the_vllm_names_adapter_and_a_numpy_attention_conform():
     assert "manager: " in out and "attention: 20 steps over 20 generated examples conform" in out
 
 
+@pytest.mark.slow
 def test_the_buggy_fork_example_exits_1_with_the_minimal_script_the_guide_shows():
     code, out, _ = conform("examples/conform/buggy_fork.py:ForkWithoutIncref")
     assert code == 1

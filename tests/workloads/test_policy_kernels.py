@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 cuda_kernels = pytest.importorskip("cuda_kernels")
 from cuda_kernels import reference  # noqa: E402
+from helpers import random_cache  # noqa: E402
 
 from pagedsim import KVCacheManager  # noqa: E402
 from pagedsim.policies import PrefixCachingManager, SlidingWindowManager, SwapPolicy  # noqa: E402
@@ -16,10 +17,6 @@ from pagedsim.policies.preemption import Group  # noqa: E402
 
 pytestmark = pytest.mark.kernels
 H_KV, D = 2, 4  # KV heads, head dim
-
-
-def random_cache(rng, num_blocks, block_size, dtype=np.float32):
-    return rng.standard_normal((num_blocks, 2, H_KV, block_size, D)).astype(dtype)  # [N, 2, H_kv, B, D]
 
 
 def gather(kv, manager, seq):
@@ -37,7 +34,7 @@ def test_a_swap_round_trip_restores_the_kv_bit_exactly(seed, dtype, prompt):
     m.add_sequence(("g", 0), prompt)
     m.fork(("g", 0), ("g", 1))
     m.append_tokens(("g", 1), 1)
-    kv = random_cache(rng, 8, 2, dtype)
+    kv = random_cache(rng, 8, H_KV, 2, D, dtype)
     for src, dst in m.drain_copies():
         kv[dst] = kv[src]
     before = {s: gather(kv, m, s) for s in m.seq_ids()}
@@ -68,7 +65,7 @@ def test_windowed_kernel_over_the_managers_tables_equals_the_windowed_reference(
     m.add_sequence("b", 1)
     for _ in range(length):
         m.decode_step(["a", "b"])
-    kv = random_cache(rng, 24, bs)
+    kv = random_cache(rng, 24, H_KV, bs, D)
     tables = [m.block_table(s).blocks for s in ("a", "b")]
     assert NULL_IN(tables[0]) == (m.kept(m.num_tokens("a")) < len(tables[0]))
     width = max(map(len, tables))

@@ -3,7 +3,7 @@
 Alignment is checked by its definition on random sizes. The pop kernel is checked in
 two ways, and they are not equally strong:
 
-* deterministically, by course.ch03_kv_block.stepper, which runs the kernel's Python
+* deterministically, by course.ch03_kv_block.interleaver, which runs the kernel's Python
   body with one simulated thread per request and interleaves their memory accesses
   in a chosen order (round robin, then seeded random orders). A pop that reads top
   and writes top - 1 as two steps hands one block to two threads under round robin,
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from course.ch03_kv_block.stepper import Stepper
+from course.ch03_kv_block.interleaver import Stepper
 from course.i18n import say
 
 EXERCISE = "3.7"

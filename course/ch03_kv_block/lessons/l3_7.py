@@ -141,7 +141,7 @@ def demo(out_dir) -> None:
 
     ref = reference("3.7")
     block_starts, pop_kernel = ref.block_starts, ref.pop_kernel
-    from course.ch03_kv_block.stepper import Stepper
+    from course.ch03_kv_block.interleaver import Stepper
 
     budget = 40 * 2**30
     print(f"{'model':<12} {'block bytes':>12} {'stride':>12} {'blocks in 40 GiB':>17}")

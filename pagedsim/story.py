@@ -1,0 +1,279 @@
+"""What one step did, as typed data: the one case analysis behind every caption.
+
+`tell(events)` reads the events of one manager step (see `trace.py`) and returns a
+*story*: a small frozen record such as `Arrival(seq_id="A", num_tokens=6, shared=(),
+taken=(0, 1))`. A story knows how its sentence is put together (`words(book)`), but
+not the words: those come from a *phrasebook*, one template table per language
+(English: `captions_en.EN`; Chinese and the language switch: `pagedsim.app.captions`).
+So the case analysis is written once, and a language is one table.
+
+`story_of(snapshot)` is the story of a recorded step. Step 0 is the pool as created;
+a snapshot that carries its own words (`Snapshot.custom_caption`, set with
+`Snapshot.with_caption`) tells exactly those words in every language.
+
+How to add a story: write a frozen dataclass with a `words(book)` method that uses
+template keys of its own, teach `tell` when to return it, and add its keys to every
+table. `tests/captions/test_story.py` renders every story kind with every table, so a
+missing key fails there, not in front of a class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import trace as tr
+
+
+class Phrasebook:
+    """One language's templates, looked up by key.
+
+    `say(key, *variants, **fields)` uses the first `key.variant` the table has, else
+    `key`, and fills in the fields. The variant "one" is asked for when a count is 1, so
+    English can say "block 3 returns" and "blocks 3, 4 return"; a language without
+    plurals just leaves the variant out. `key.sep` (else `sep`) joins lists."""
+
+    def __init__(self, table: dict):
+        self.table = table
+
+    def say(self, key: str, *variants, **fields) -> str:
+        template = next((self.table[f"{key}.{v}"] for v in variants
+                         if v and f"{key}.{v}" in self.table), None)
+        return (template if template is not None else self.table[key]).format(**fields)
+
+    def join(self, key: str, items) -> str:
+        return self.table.get(f"{key}.sep", self.table["sep"]).join(items)
+
+    def items(self, key: str, rows) -> str:
+        """Each row (a dict) through the template `key.item`, joined."""
+        return self.join(key, [self.say(f"{key}.item", **row) for row in rows])
+
+    def blocks(self, blocks) -> str:
+        """'block 3' or 'blocks 3, 4' (in this language)."""
+        blocks = list(blocks)
+        return self.say("blocks", one(blocks), list=self.join("blocks", map(str, blocks)))
+
+
+def one(items) -> str | None:
+    """The variant to ask for: "one" when `items` (a count or a collection) is exactly 1."""
+    return "one" if (items if isinstance(items, int) else len(items)) == 1 else None
+
+
+class Story:
+    """A step's story; subclasses are frozen dataclasses."""
+
+    def words(self, book: Phrasebook) -> str:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class PoolCreated(Story):
+    num_blocks: int
+    block_size: int
+
+    def words(self, book):
+        return book.say("pool", num_blocks=self.num_blocks, block_size=self.block_size)
+
+
+@dataclass(frozen=True)
+class Quiet(Story):
+    """A step with no events."""
+
+    def words(self, book):
+        return book.say("quiet")
+
+
+@dataclass(frozen=True)
+class Custom(Story):
+    """A caller's own words for a step (the playground's commands, the engine's batches)."""
+    text: str
+
+    def words(self, book):
+        return self.text
+
+
+@dataclass(frozen=True)
+class Refusal(Story):
+    """An all-or-nothing refusal: OutOfBlocks, nothing changed."""
+    seq_id: object
+    what: str  # the refused operation
+    needed: int  # free blocks it needed
+    available: int  # free blocks there were
+
+    def words(self, book):
+        return book.say("refused", one(self.available), seq_id=self.seq_id, what=self.what,
+                        needed=self.needed, available=self.available)
+
+
+@dataclass(frozen=True)
+class Arrival(Story):
+    seq_id: object
+    num_tokens: int  # prompt length
+    shared: tuple  # blocks a prefix-cache hit shares with a live sequence
+    taken: tuple  # blocks popped from the free list
+
+    def words(self, book):
+        text = book.say("arrival", seq_id=self.seq_id, num_tokens=self.num_tokens)
+        if self.shared:
+            text += book.say("arrival.shared", blocks=book.blocks(self.shared))
+        if self.taken:
+            text += book.say("arrival.taken", blocks=book.blocks(self.taken))
+        return text
+
+
+@dataclass(frozen=True)
+class Fork(Story):
+    """Beam-search fork (v0): the child names every block of the parent."""
+    parent: object
+    child: object
+    shared: tuple  # (block, ref count after the increment) per shared block
+
+    def words(self, book):
+        if not self.shared:
+            return book.say("fork.empty", parent=self.parent, child=self.child)
+        counts = {count for _, count in self.shared}
+        counts = (book.say("fork.count", count=counts.pop()) if len(counts) == 1 else
+                  book.say("fork.counts", items=book.items(
+                      "fork.counts", [{"block": b, "count": c} for b, c in self.shared])))
+        return book.say("fork", parent=self.parent, child=self.child,
+                        blocks=book.blocks(b for b, _ in self.shared), counts=counts)
+
+
+@dataclass(frozen=True)
+class Finish(Story):
+    seq_id: object
+    returned: tuple  # blocks whose count fell to 0: back on the free list
+    kept: tuple  # (block, count) of blocks another owner still holds
+
+    def words(self, book):
+        text = book.say("finish", seq_id=self.seq_id)
+        if self.returned:
+            text += book.say("finish.back", one(self.returned), blocks=book.blocks(self.returned))
+        if self.kept:
+            rows = [{"block": b, "count": c} for b, c in self.kept]
+            text += book.say("finish.kept", None if self.returned else "alone",
+                             items=book.items("finish.kept", rows))
+        return text
+
+
+@dataclass(frozen=True)
+class DecodeStep(Story):
+    """One token for each of several sequences (`decode_step`)."""
+    num_seqs: int
+    copies: tuple  # (src, dst) copy-on-write pairs
+    fresh: tuple  # blocks taken because a last block was full
+
+    def words(self, book):
+        text = book.say("decode", num_seqs=self.num_seqs)
+        if self.copies:
+            text += book.say("decode.copies", items=book.items(
+                "decode.copies", [{"src": s, "dst": d} for s, d in self.copies]))
+        if self.fresh:
+            text += book.say("decode.fresh", blocks=book.blocks(self.fresh))
+        return text
+
+
+@dataclass(frozen=True)
+class Append(Story):
+    seq_id: object
+    first_position: int  # position of the first appended token
+    slots: tuple  # slot of each appended token
+    copies: tuple  # (src, src count before, writer, dst) per copy-on-write
+    fresh: tuple  # blocks taken because the last block was full
+    dropped: tuple  # blocks a sliding window released
+
+    def words(self, book):
+        n = len(self.slots)
+        where = book.say("append.where", one(n), first=self.first_position,
+                         last=self.first_position + n - 1, slot=self.slots[0] if n else None)
+        text = book.say("append", seq_id=self.seq_id, where=where)
+        for src, count, writer, dst in self.copies:
+            text += book.say("append.copy", src=src, count=count, seq_id=writer, dst=dst)
+        if self.fresh:
+            text += book.say("append.fresh", None if self.copies else "alone",
+                             blocks=book.blocks(self.fresh))
+        if self.dropped:
+            text += book.say("append.dropped", one(self.dropped), blocks=book.blocks(self.dropped))
+        return text
+
+
+@dataclass(frozen=True)
+class Unnamed(Story):
+    """Events no story covers yet: their kinds, in order."""
+    kinds: tuple
+
+    def words(self, book):
+        return book.say("unnamed", items=book.join("unnamed", self.kinds))
+
+
+def _of(events, cls) -> list:
+    return [e for e in events if isinstance(e, cls)]
+
+
+def _taken(events) -> tuple:
+    return tuple(e.block for e in _of(events, tr.BlockAllocated))
+
+
+def _refused(head, events) -> Story:
+    return Refusal(head.seq_id, head.what, head.needed, head.available)
+
+
+def _arrival(head, events) -> Story:
+    return Arrival(head.seq_id, head.num_tokens,
+                   tuple(e.block for e in _of(events, tr.BlockShared)), _taken(events))
+
+
+def _fork(head, events) -> Story:
+    return Fork(head.parent, head.child,
+                tuple((e.block, e.ref_count) for e in _of(events, tr.BlockShared)))
+
+
+def _finish(head, events) -> Story:
+    released = _of(events, tr.BlockReleased)
+    return Finish(head.seq_id, tuple(e.block for e in released if e.ref_count == 0),
+                  tuple((e.block, e.ref_count) for e in released if e.ref_count > 0))
+
+
+def _decode(events) -> Story:
+    cow = _of(events, tr.CopyOnWrite)
+    copied = {c.dst for c in cow}
+    return DecodeStep(len(_of(events, tr.TokensAppended)), tuple((c.src, c.dst) for c in cow),
+                      tuple(b for b in _taken(events) if b not in copied))
+
+
+def _append(head, events) -> Story:
+    cow = _of(events, tr.CopyOnWrite)
+    copied, sources = {c.dst for c in cow}, {c.src for c in cow}
+    return Append(head.seq_id, head.first_position, tuple(head.slots),
+                  tuple((c.src, c.src_ref_count, c.seq_id, c.dst) for c in cow),
+                  tuple(b for b in _taken(events) if b not in copied),
+                  tuple(e.block for e in _of(events, tr.BlockReleased) if e.block not in sources))
+
+
+# the step's first event -> its story (checked in order, before the decode rule)
+_BY_HEAD = ((tr.AllocationFailed, _refused), (tr.SequenceAdded, _arrival),
+            (tr.SequenceForked, _fork), (tr.SequenceFreed, _finish))
+
+
+def tell(events) -> Story:
+    """The story of one step's events."""
+    events = tuple(events)
+    if not events:
+        return Quiet()
+    head = events[0]
+    for cls, build in _BY_HEAD:
+        if isinstance(head, cls):
+            return build(head, events)
+    if len(_of(events, tr.TokensAppended)) > 1:
+        return _decode(events)
+    if isinstance(head, tr.TokensAppended):
+        return _append(head, events)
+    return Unnamed(tuple(e.kind for e in events))
+
+
+def story_of(snapshot) -> Story:
+    """The story of a recorded step: its own words, the new pool (step 0), or its events."""
+    if snapshot.custom_caption is not None:
+        return Custom(snapshot.custom_caption)
+    if snapshot.step == 0 and not snapshot.events:
+        return PoolCreated(snapshot.num_blocks, snapshot.block_size)
+    return tell(snapshot.events)
