@@ -104,8 +104,10 @@ def _tile_loader(loaders: Loaders, D: int, NT: int, VEC: int, FP16: bool):
             for e in range(tid, count * NVEC, NT):
                 t = e // NVEC
                 d0 = (e - t * NVEC) * VEC
-                put16(cache, load_k(cache, seq, blk_s[t], kv_head, off_s[t]) + d0, raw, vals, k_s, t, d0)
-                put16(cache, load_v(cache, seq, blk_s[t], kv_head, off_s[t]) + d0, raw, vals, v_s, t, d0)
+                k_at = load_k(cache, seq, blk_s[t], kv_head, off_s[t]) + d0
+                v_at = load_v(cache, seq, blk_s[t], kv_head, off_s[t]) + d0
+                put16(cache, k_at, raw, vals, k_s, t, d0)
+                put16(cache, v_at, raw, vals, v_s, t, d0)
     else:
         @cuda.jit(device=True)
         def load_tile(cache, seq, kv_head, count, blk_s, off_s, k_s, v_s, tid):
@@ -232,9 +234,11 @@ def make_prefill_kernel(head_dim: int, group_size: int, threads: int, tile: int,
                 m_new, alpha = softmax_rescale(m_s[r], top, SLACK)
                 total = float32(0)
                 for t in range(count):
-                    e = exp2_or_zero(p_s[r, t], m_new)
-                    p_s[r, t] = e
+                    score = p_s[r, t]
+                    e = exp2_or_zero(score, m_new)
                     total += e
+                    # a masked token's weight is -0.0: see the accumulation below
+                    p_s[r, t] = e if score != -math.inf else float32(-0.0)
                 a_s[r] = alpha
                 l_s[r] = l_s[r] * alpha + total
                 m_s[r] = m_new
@@ -244,10 +248,17 @@ def make_prefill_kernel(head_dim: int, group_size: int, threads: int, tile: int,
                 if d < D:
                     for r in range(R):
                         acc[r * DPT + j] *= a_s[r]
+                    finite = True
+                    for t in range(count):
+                        finite = finite and v_s[t, d] - v_s[t, d] == 0  # no NaN, no inf
                     for t in range(count):
                         v = v_s[t, d]  # one shared load, reused by the R rows
                         for r in range(R):
-                            acc[r * DPT + j] += p_s[r, t] * v
+                            p = p_s[r, t]
+                            # 0 x NaN is NaN: a NaN/inf value a row does not attend
+                            # (weight -0.0) must not reach it, as in the reference
+                            if finite or p != 0 or math.copysign(float32(1), p) > 0:
+                                acc[r * DPT + j] += p * v
 
         # No barrier needed: l_s was last written before a barrier above.
         for j in range(DPT):
@@ -258,7 +269,7 @@ def make_prefill_kernel(head_dim: int, group_size: int, threads: int, tile: int,
                     if i < rows:
                         total = l_s[r]
                         value = float32(0)
-                        if total > 0:
+                        if total != 0:  # NaN stays NaN
                             value = acc[r * DPT + j] / total
                         out[q0 + first + i, head0 + r - i * G, d] = value
 

@@ -12,6 +12,7 @@ reductions, online-softmax state), so that a kernel body reads as its algorithm.
     softmax_rescale(m_old, tile_max, slack) -> (m, alpha) online-softmax step
                                  (Milakov & Gimelshein 2018)
     exp2_or_zero(score, m)                                2^(score - m), 0 for a masked score
+                                 (-inf); a NaN score stays NaN
     merge_states(m_a, l_a, m_b, l_b) -> (m, l, w_a, w_b)  combine two partial softmax states
 Tensor cores (sm_80+; `_intrinsics` on a GPU, `_tensor_sim` under the simulator):
     mma_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)
@@ -247,8 +248,9 @@ def softmax_rescale(m_old, tile_max, slack):
 
 @cuda.jit(device=True)
 def exp2_or_zero(score, m):
-    """2^(score - m), and exactly 0 for a masked score (-inf)."""
-    if score > -math.inf:
+    """2^(score - m), and exactly 0 for a masked score (-inf). A NaN score gives NaN, as
+    IEEE arithmetic (and the float64 reference) does: it is not a masked score."""
+    if score != -math.inf:
         return fast_exp2(score - m)
     return float32(0)
 
