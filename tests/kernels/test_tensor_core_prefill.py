@@ -31,7 +31,7 @@ def batch(rng, prefixes, q_lens, kv_heads, group, head_dim, block_size, qdtype=n
 
 @st.composite
 def tensor_batches(draw):
-    head_dim = draw(st.sampled_from([16, 16, 32, 48, 64, 128]))
+    head_dim = draw(st.sampled_from([16, 16, 32, 48, 64]))
     group = draw(st.sampled_from([1, 2, 3, 4, 8, 16]))
     block_size = draw(st.sampled_from([1, 2, 5, 16, 256]))
     kv_heads = draw(st.integers(1, 2))
@@ -42,7 +42,7 @@ def tensor_batches(draw):
     return batch(rng, prefixes, q_lens, kv_heads, group, head_dim, block_size)
 
 
-@settings(max_examples=10)
+@settings(max_examples=8)
 @given(args=tensor_batches(), causal=st.booleans())
 def test_the_tensor_core_prefill_matches_the_float64_reference_on_ragged_chunked_batches(
         args, causal):
@@ -53,11 +53,11 @@ def test_the_tensor_core_prefill_matches_the_float64_reference_on_ragged_chunked
     assert rel_err(out, want) < TOL
 
 
-@pytest.mark.parametrize("head_dim, group", [(256, 1), (16, 16), (80, 3)])
+@pytest.mark.parametrize("head_dim, group", [(256, 1), (128, 8), (16, 16), (80, 3)])
 def test_the_largest_head_dim_the_widest_group_and_a_padded_row_layout_are_served(
         head_dim, group):
-    """D=256 (16 k-steps), G=16 (one query token per warp), D=80 (10 chunks a row: the
-    odd-stride padded layout instead of the XOR swizzle)."""
+    """D=256 (16 k-steps), the headline D=128 with G=8, G=16 (one query token per warp),
+    D=80 (10 chunks a row: the odd-stride padded layout instead of the XOR swizzle)."""
     rng = np.random.default_rng(head_dim + group)
     query, cache, tables, lens, starts = batch(rng, [9, 0], [5, 3], 1, group, head_dim, 4)
     out = paged_prefill(query, cache, tables, lens, starts, path="tensor")
@@ -134,4 +134,6 @@ def test_the_gpu_configuration_is_a_warpgroup_with_tiles_that_fit_shared_memory(
     for head_dim in range(16, 257, 16):
         warps, tile = prefill_tc.launch_config(head_dim)
         stride = prefill_tc.swizzle_shape(head_dim // 8)[0]
-        assert warps == 4 and 2 * tile * stride * 16 <= prefill_tc.SHARED_BUDGET
+        kv_tiles, p_tile, maps = 2 * tile * stride * 16, 16 * warps * tile * 2, 2 * tile * 8
+        assert warps == 4 and kv_tiles <= prefill_tc.SHARED_BUDGET
+        assert kv_tiles + p_tile + maps <= 48 * 1024  # all static shared memory
