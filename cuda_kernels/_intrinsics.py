@@ -268,3 +268,92 @@ def _make_pack(kind: str):
 # u32 holding (lo, hi) rounded to nearest-even: lo in bits 0-15 (the lower address)
 pack_f16x2 = _make_pack("f16")
 pack_bf16x2 = _make_pack("bf16")
+
+
+# ---- Hopper warpgroup MMA (sm_90a): wgmma.mma_async with A in registers ---------------------
+
+@intrinsic
+def smem_desc(typingctx, array, index, lbo, sbo, swizzle):
+    """The 64-bit wgmma shared-memory matrix descriptor of the matrix starting at element
+    `index` of a shared array: start address >> 4 in bits 0-13, leading-dimension byte
+    offset >> 4 in 16-29, stride-dimension byte offset >> 4 in 32-45, base offset 0,
+    swizzle mode (0 none, 1 128-byte, 2 64-byte, 3 32-byte) in bits 62-63."""
+    if not isinstance(array, types.Array) or not all(
+            isinstance(v, types.Integer) for v in (index, lbo, sbo, swizzle)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        address = builder.zext(_shared_address(context, builder, sig.args[0], args[0],
+                                               args[1], sig.args[1]), _I64)
+
+        def field(value, vtype, shift):
+            v = context.cast(builder, value, vtype, types.uint64)
+            v = builder.and_(builder.lshr(v, ir.Constant(_I64, 4)), ir.Constant(_I64, 0x3FFF))
+            return builder.shl(v, ir.Constant(_I64, shift))
+
+        start = builder.and_(builder.lshr(address, ir.Constant(_I64, 4)),
+                             ir.Constant(_I64, 0x3FFF))
+        mode = builder.shl(context.cast(builder, args[4], sig.args[4], types.uint64),
+                           ir.Constant(_I64, 62))
+        desc = builder.or_(builder.or_(start, field(args[2], sig.args[2], 16)),
+                           builder.or_(field(args[3], sig.args[3], 32), mode))
+        return desc
+
+    return types.uint64(array, index, lbo, sbo, swizzle), codegen
+
+
+@intrinsic
+def wgmma_m64n8k16_f16(typingctx, desc, a0, a1, a2, a3, d0, d1, d2, d3, accumulate):
+    """wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16: D (+)= A @ B for the warpgroup;
+    A from registers (four f16x2 words per lane), B [16 x 8] from the descriptor, D four
+    f32 per lane; accumulate 0 ignores the old D. Needs wgmma_fence before and
+    wgmma_commit / wgmma_wait after, and cc (9, 0, 'a')."""
+    if not isinstance(desc, types.Integer):
+        return None
+    sig = types.UniTuple(types.float32, 4)(desc, a0, a1, a2, a3, d0, d1, d2, d3, accumulate)
+    text = ("{ .reg .pred p; setp.ne.b32 p, $9, 0; "
+            "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
+            "{$0, $1, $2, $3}, {$4, $5, $6, $7}, $8, p, 1, 1, 0; }")
+
+    def codegen(context, builder, sig, args):
+        words = [_u32(context, builder, v, t) for v, t in zip(args[1:5], sig.args[1:5],
+                                                                strict=True)]
+        acc = [_f32(context, builder, v, t) for v, t in zip(args[5:9], sig.args[5:9],
+                                                              strict=True)]
+        flag = _u32(context, builder, args[9], sig.args[9])
+        desc64 = context.cast(builder, args[0], sig.args[0], types.uint64)
+        out = _asm(builder, ir.LiteralStructType([_F32] * 4), [*words, desc64, flag, *acc],
+                   text, "=f,=f,=f,=f,r,r,r,r,l,r,0,1,2,3,~{memory}", side_effect=True)
+        vals = [builder.extract_value(out, i) for i in range(4)]
+        return context.make_tuple(builder, sig.return_type, vals)
+
+    return sig, codegen
+
+
+def _wgmma_sync(text):
+    def typer(typingctx):
+        def codegen(context, builder, sig, args):
+            _asm(builder, ir.VoidType(), [], text, "~{memory}", side_effect=True)
+            return context.get_dummy_value()
+
+        return types.void(), codegen
+
+    return intrinsic(typer)
+
+
+wgmma_fence = _wgmma_sync("wgmma.fence.sync.aligned;")
+wgmma_commit = _wgmma_sync("wgmma.commit_group.sync.aligned;")
+
+
+@intrinsic
+def wgmma_wait(typingctx, pending):
+    """wgmma.wait_group.sync.aligned N (a compile-time integer)."""
+    if not isinstance(pending, types.IntegerLiteral):
+        return None
+    text = f"wgmma.wait_group.sync.aligned {int(pending.literal_value)};"
+
+    def codegen(context, builder, sig, args):
+        _asm(builder, ir.VoidType(), [], text, "~{memory}", side_effect=True)
+        return context.get_dummy_value()
+
+    return types.void(pending), codegen
