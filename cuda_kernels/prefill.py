@@ -66,6 +66,7 @@ from .layout import BLOCK_MAJOR, Loaders, check_kv_cache
 from .primitives import exp2_or_zero, load16, softmax_rescale, unpack16, vec_width
 
 SHARED_LIMIT = 48 * 1024  # static shared memory per thread block
+LAST_PATH = {"path": None}  # the kernel the last paged_prefill call ran: "tensor"/"cuda_core"
 _kernels: dict = {}
 
 
@@ -317,7 +318,8 @@ def paged_prefill(query, kv_cache, block_tables, context_lens, query_start_loc, 
     1/sqrt(D). window 0 (or None) is full attention; sinks needs a window. path: "auto"
     (tensor cores when the shape allows, `_prefill_checks.choose_path`), "tensor"
     (`prefill_tc`; ValueError on a shape it cannot serve) or "cuda_core" (this module's
-    kernel); `choose_path(path, kv_cache)` tells which one a call runs. NumPy query ->
+    kernel); `choose_path(path, kv_cache)` tells which one a call runs, LAST_PATH which one
+    the last call ran. NumPy query ->
     NumPy result; device query -> device result.
     """
     num_blocks, num_kv_heads, block_size, head_dim = check_kv_cache("kv_cache", kv_cache)
@@ -331,6 +333,7 @@ def paged_prefill(query, kv_cache, block_tables, context_lens, query_start_loc, 
     launcher(ck.to_device(kv_cache), ck.to_device(query), ck.to_device(tables), ck.to_device(lens),
              ck.to_device(starts), q_lens, scale=scale, causal=causal, window=window,
              sinks=sinks, out=out, path=path)()
+    LAST_PATH["path"] = path
     return out if ck.is_device(query) else out.copy_to_host()
 
 

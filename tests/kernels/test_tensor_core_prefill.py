@@ -88,7 +88,9 @@ def test_tensor_and_cuda_core_paths_agree_and_auto_takes_tensor_cores_when_it_ca
     tensor = paged_prefill(query, cache, tables, lens, starts, path="tensor")
     core = paged_prefill(query, cache, tables, lens, starts, path="cuda_core")
     assert np.abs(tensor - core).max() < 2e-2  # two fp16 roundings apart at most
-    assert choose_path("auto", cache) == "tensor"
+    assert choose_path("auto", cache) == "tensor" and prefill.LAST_PATH["path"] == "cuda_core"
+    paged_prefill(query, cache, tables, lens, starts)
+    assert prefill.LAST_PATH["path"] == "tensor"
     assert choose_path("auto", cache.astype(np.float32)) == "cuda_core"
     assert choose_path("auto", cache[..., :24]) == "cuda_core"  # 24 is not a multiple of 16
     launch = prefill.launcher(*(prefill.ck.to_device(a) for a in (cache, query, tables, lens,
