@@ -8,14 +8,18 @@ aligned K/V (data pointer and outer strides); otherwise the launcher takes the
 loaders' scalar `fallback` (or refuses when there is none).
 
 Split-K rule (`choose_partition`; FlashInfer's decode plan sizes KV chunks to the GPU,
-vLLM v0's paged_attention_v2 splits into fixed 512-token partitions): the GPU holds `slots` = SMs x resident CTAs per SM
-(the occupancy of this kernel, from the driver; 132 x 2 assumed under the simulator).
-The total work is ctas_per_seq x the sum of attended lengths; the partition size is that
-work spread evenly over the slots, rounded up to GRAIN tokens, at least MIN_PARTITION
-and at most MAX_PASS (no CTA walks more than MAX_PASS tokens in one pass). Sequences
-longer than the partition are split, shorter ones run in one pass: in a batch of equal
-lengths that fills the GPU nothing is split, while one 32K sequence among 63 short ones
-is cut to the even share instead of walking 32K tokens in 8 serial CTAs.
+vLLM v0's paged_attention_v2 splits into fixed 512-token partitions): the GPU holds
+`slots` = SMs x resident CTAs per SM (the occupancy of this kernel, from the driver;
+132 x 2 assumed under the simulator). The rule counts CTAs, not tokens per slot: for a
+partition size P the launch has ctas_per_seq x sum_s ceil(count_s / P) CTAs with work,
+which run in ceil(CTAs / slots) waves, each as long as its longest CTA (min(P, longest)
+tokens plus a fixed CTA_OVERHEAD_TOKENS). The cheapest P among the multiples of GRAIN in
+[MIN_PARTITION, MAX_PASS] wins (ties: the larger P). So a batch that fills the GPU in
+whole waves runs in one pass, one 32K sequence among 63 short ones is cut into pieces
+the size of the short ones, and 64 x 4096 tokens x 8 KV heads on 396 slots (G = 4 on an
+H200) is cut into 3 partitions (1,536 CTAs, 4 full waves) instead of running 512 CTAs
+in 2 waves, the second a third full (what spreading tokens evenly over slots gave:
+5,312-token partitions, a single pass with a wave tail).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ DEFAULT_PARTITION = 512  # tokens per split-K partition when mode="split" names 
 MIN_PARTITION = 256  # the auto rule never splits finer: a partition amortises its merge
 MAX_PASS = 8192  # the auto rule never lets one CTA walk more tokens than this
 GRAIN = 64  # auto partition sizes are multiples of this
+CTA_OVERHEAD_TOKENS = 64  # the auto rule's price of one more CTA, in tokens walked
 SIMULATED_SMS = 132
 SIMULATED_CTAS_PER_SM = 2
 MODES = ("auto", "single", "split")
@@ -113,17 +118,39 @@ def cta_slots(kernel, args, threads: int) -> int:
         return sm_count() * SIMULATED_CTAS_PER_SM
 
 
+def plan_cost(counts, part: int, ctas_per_seq: int, slots: int) -> int:
+    """The cost model of `choose_partition`, in token-steps of one CTA: the waves of CTAs
+    that have work, times the tokens the longest CTA of a wave walks (plus
+    CTA_OVERHEAD_TOKENS for its prologue, its final merge and the split-K merge)."""
+    counts = np.asarray(counts, np.int64)
+    ctas = ctas_per_seq * int((-(-counts // part)).sum())  # empty partitions exit at once
+    waves = -(-ctas // slots)
+    return waves * (min(part, int(counts.max())) + CTA_OVERHEAD_TOKENS)
+
+
 def choose_partition(counts, ctas_per_seq: int, slots: int, *, min_partition=MIN_PARTITION,
                      max_pass=MAX_PASS, grain=GRAIN) -> int:
     """Tokens per partition for mode="auto" (module docstring). `counts`: attended tokens
     per sequence; ctas_per_seq: CTAs one partition of one sequence launches (KV heads x
-    head chunks); slots: SMs x resident CTAs. A result >= max(counts) means one pass."""
+    head chunks); slots: SMs x resident CTAs. Every multiple of `grain` in
+    [min_partition, max_pass] up to the longest count is costed by `plan_cost`, which
+    counts CTAs (so whole waves) rather than spreading tokens over slots; the cheapest
+    wins, ties going to the larger partition (fewer partials to merge). A result >=
+    max(counts) means one pass."""
     counts = np.asarray(counts, np.int64)
     if counts.size == 0 or counts.min() < 0 or ctas_per_seq < 1 or slots < 1:
         raise ValueError("counts must be non-negative, ctas_per_seq and slots positive")
-    even = -(-int(counts.sum()) * ctas_per_seq // slots)  # tokens per slot, spread evenly
-    part = max(min_partition, -(-even // grain) * grain)
-    return int(min(part, max_pass))
+    longest = max(int(counts.max()), 1)
+    top = min(max_pass, -(-longest // grain) * grain)
+    first = -(-min_partition // grain) * grain
+    if top <= first:  # nothing to split: one pass (or the finest split allowed)
+        return int(first)
+    best = None
+    for part in range(top, first - 1, -grain):  # largest first: ties keep the larger
+        cost = plan_cost(counts, part, ctas_per_seq, slots)
+        if best is None or cost < best[0]:
+            best = (cost, part)
+    return int(best[1])
 
 
 def attended_ranges(context_lens: np.ndarray, window, sinks: int):
@@ -231,7 +258,8 @@ def decode_with(loaders: Loaders, k_src, v_src, query, block_tables, context_len
         k_src, v_src, d_query, d_tables, d_lens, np.float32(scale), np.int32(sinks),
         np.int32(window or 0), np.int32(part), partial, max_logits, exp_sums)
     if num_parts > 1:
-        merge_partitions[(num_heads, num_seqs), min(threads, 128)](partial, max_logits, exp_sums, out)
+        merge_partitions[(num_heads, num_seqs), min(threads, 128)](partial, max_logits,
+                                                                   exp_sums, out)
     return out if ck.is_device(query) else out.copy_to_host()
 
 
