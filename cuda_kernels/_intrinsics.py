@@ -103,5 +103,167 @@ def fast_exp2(typingctx, x):
 # (lo, hi) float32 from the two float16 packed in a u32 (lo = the lower address)
 half2_to_float2 = _from_word(types.UniTuple(types.float32, 2), _halves)
 # the float32 whose bits are the u32 `word`
-bits_to_float = _from_word(types.float32,
-                           lambda context, builder, sig, bits: builder.bitcast(bits, ir.FloatType()))
+bits_to_float = _from_word(
+    types.float32, lambda context, builder, sig, bits: builder.bitcast(bits, ir.FloatType()))
+
+
+# ---- tensor cores: mma.sync, ldmatrix, cp.async, f16x2 packing (sm_80+) -------------------
+# The fragment conventions are stated once, in primitives.py's docstring.
+
+_F32 = ir.FloatType()
+_I64 = ir.IntType(64)
+
+
+def _asm(builder, result, operands, text, constraints, side_effect=False):
+    """Call one inline-PTX statement; `result` is an llvmlite type (a struct for several)."""
+    fty = ir.FunctionType(result, [op.type for op in operands])
+    return builder.call(ir.InlineAsm(fty, text, constraints, side_effect=side_effect), operands)
+
+
+def _u32(context, builder, value, vtype):
+    return context.cast(builder, value, vtype, types.uint32)
+
+
+def _f32(context, builder, value, vtype):
+    return context.cast(builder, value, vtype, types.float32)
+
+
+def _make_mma(kind: str):
+    text = (f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 "
+            "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
+    constraints = ",".join(["=f"] * 4 + ["r"] * 6 + ["f"] * 4)
+
+    def typer(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        words, accs = (a0, a1, a2, a3, b0, b1), (c0, c1, c2, c3)
+        if not all(isinstance(w, types.Integer) for w in words):
+            return None
+        if not all(isinstance(c, (types.Float, types.Integer)) for c in accs):
+            return None
+        sig = types.UniTuple(types.float32, 4)(*words, *accs)
+
+        def codegen(context, builder, sig, args):
+            pairs = list(zip(args, sig.args, strict=True))
+            ops = [_u32(context, builder, v, t) for v, t in pairs[:6]]
+            ops += [_f32(context, builder, v, t) for v, t in pairs[6:]]
+            out = _asm(builder, ir.LiteralStructType([_F32] * 4), ops, text, constraints)
+            vals = [builder.extract_value(out, i) for i in range(4)]
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return sig, codegen
+
+    return intrinsic(typer)
+
+
+# D = A @ B + C on one 16x8x16 tile: A four u32 (f16x2 / bf16x2), B two u32, C/D four f32
+mma_f16 = _make_mma("f16")
+mma_bf16 = _make_mma("bf16")
+
+
+def _shared_address(context, builder, array_type, array, index, index_type):
+    """The 32-bit shared-window address of element `index` of a shared array."""
+    ary = context.make_array(array_type)(context, builder, value=array)
+    at = context.cast(builder, index, index_type, types.intp)
+    element = builder.gep(ary.data, [at])
+    shared = builder.addrspacecast(element, ir.PointerType(element.type.pointee, 3))
+    return builder.ptrtoint(shared, _I32)
+
+
+def _make_ldmatrix(count: int, trans: bool):
+    regs = ", ".join(f"${i}" for i in range(count))
+    text = (f"ldmatrix.sync.aligned.m8n8.x{count}{'.trans' if trans else ''}.shared.b16 "
+            f"{{{regs}}}, [${count}];")
+    constraints = ",".join(["=r"] * count + ["r", "~{memory}"])
+
+    def typer(typingctx, array, index):
+        if not isinstance(array, types.Array) or not isinstance(index, types.Integer):
+            return None
+        ret = types.uint32 if count == 1 else types.UniTuple(types.uint32, count)
+
+        def codegen(context, builder, sig, args):
+            address = _shared_address(context, builder, sig.args[0], args[0], args[1],
+                                      sig.args[1])
+            result = _I32 if count == 1 else ir.LiteralStructType([_I32] * count)
+            out = _asm(builder, result, [address], text, constraints, side_effect=True)
+            if count == 1:
+                return out
+            vals = [builder.extract_value(out, i) for i in range(count)]
+            return context.make_tuple(builder, sig.return_type, vals)
+
+        return ret(array, index), codegen
+
+    return intrinsic(typer)
+
+
+ldmatrix_x1, ldmatrix_x2, ldmatrix_x4 = (_make_ldmatrix(n, False) for n in (1, 2, 4))
+ldmatrix_x1_trans, ldmatrix_x2_trans, ldmatrix_x4_trans = (_make_ldmatrix(n, True)
+                                                           for n in (1, 2, 4))
+
+
+@intrinsic
+def cp_async16(typingctx, dst, dst_index, src, src_index, nbytes):
+    """cp.async.cg.shared.global: 16 bytes src[src_index..] -> dst[dst_index..] (shared),
+    of which the first `nbytes` (16 or 0) are read and the rest zero-filled."""
+    if not (isinstance(dst, types.Array) and isinstance(src, types.Array)
+            and all(isinstance(v, types.Integer) for v in (dst_index, src_index, nbytes))):
+        return None
+
+    def codegen(context, builder, sig, args):
+        to = _shared_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        ary = context.make_array(sig.args[2])(context, builder, value=args[2])
+        at = context.cast(builder, args[3], sig.args[3], types.intp)
+        element = builder.gep(ary.data, [at])
+        glob = builder.addrspacecast(element, ir.PointerType(element.type.pointee, 1))
+        size = _u32(context, builder, args[4], sig.args[4])
+        _asm(builder, ir.VoidType(), [to, builder.ptrtoint(glob, _I64), size],
+             "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}",
+             side_effect=True)
+        return context.get_dummy_value()
+
+    return types.void(dst, dst_index, src, src_index, nbytes), codegen
+
+
+@intrinsic
+def cp_async_commit(typingctx):
+    """cp.async.commit_group: close this thread's group of cp.async copies."""
+    def codegen(context, builder, sig, args):
+        _asm(builder, ir.VoidType(), [], "cp.async.commit_group;", "~{memory}",
+             side_effect=True)
+        return context.get_dummy_value()
+
+    return types.void(), codegen
+
+
+@intrinsic
+def cp_async_wait(typingctx, pending):
+    """cp.async.wait_group N (N a compile-time integer): wait until at most N of this
+    thread's committed groups are still in flight."""
+    if not isinstance(pending, types.IntegerLiteral):
+        return None
+    text = f"cp.async.wait_group {int(pending.literal_value)};"
+
+    def codegen(context, builder, sig, args):
+        _asm(builder, ir.VoidType(), [], text, "~{memory}", side_effect=True)
+        return context.get_dummy_value()
+
+    return types.void(pending), codegen
+
+
+def _make_pack(kind: str):
+    text = f"cvt.rn.{kind}x2.f32 $0, $2, $1;"  # cvt's first source goes to the upper half
+
+    def typer(typingctx, lo, hi):
+        if not all(isinstance(v, (types.Float, types.Integer)) for v in (lo, hi)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            ops = [_f32(context, builder, v, t) for v, t in zip(args, sig.args, strict=True)]
+            return _asm(builder, _I32, ops, text, "=r,f,f")
+
+        return types.uint32(lo, hi), codegen
+
+    return intrinsic(typer)
+
+
+# u32 holding (lo, hi) rounded to nearest-even: lo in bits 0-15 (the lower address)
+pack_f16x2 = _make_pack("f16")
+pack_bf16x2 = _make_pack("bf16")

@@ -56,25 +56,27 @@ def _me():
     return manager, thread.thread_id // WARP, thread.thread_id % WARP, size
 
 
-def _exchange(mask: int, value):
-    """Wait until every lane of `mask` in this warp has arrived; return {lane: value}."""
+def _exchange(mask: int, value, kind: str = "shfl"):
+    """Wait until every lane of `mask` in this warp has arrived; return {lane: value}.
+    `kind` names the warp-wide operation (a shuffle, an mma, an ldmatrix): lanes that
+    reach different kinds of operation never meet, and the timeout reports it."""
     manager, warp, lane, size = _me()
     if not (mask >> lane) & 1:
         raise RuntimeError(f"shuffle called by lane {lane} which is not in its mask {mask:#010x}")
     lanes = frozenset(i for i in range(WARP) if (mask >> i) & 1 and warp * WARP + i < size)
     with _lock:
         rooms = manager.__dict__.setdefault("_shuffle_rooms", {})
-        current = rooms.get((warp, mask))
+        current = rooms.get((warp, mask, kind))
         if current is None:
-            current = rooms[(warp, mask)] = _Round(lanes)
+            current = rooms[(warp, mask, kind)] = _Round(lanes)
         current.values[lane] = value
         if len(current.values) == len(current.lanes):
-            del rooms[(warp, mask)]  # the next shuffle of these lanes starts a new round
+            del rooms[(warp, mask, kind)]  # the next call of these lanes starts a new round
             current.done.set()
     if not current.done.wait(TIMEOUT_S):
         missing = sorted(current.lanes - set(current.values))
         raise RuntimeError(f"warp {warp}: lanes {missing} of mask {mask:#010x} never reached "
-                           f"the shuffle (divergent shfl_sync)")
+                           f"the {kind} (divergent {kind}_sync)")
     return current.values
 
 
@@ -179,7 +181,7 @@ def device_address(array) -> int:
 def _extent(a: np.ndarray) -> tuple[int, int]:
     """[lo, hi) byte addresses the array's elements occupy."""
     lo = hi = a.ctypes.data
-    for n, s in zip(a.shape, a.strides):
+    for n, s in zip(a.shape, a.strides, strict=True):
         if n > 1:
             lo, hi = lo + min(0, (n - 1) * s), hi + max(0, (n - 1) * s)
     return lo, hi + a.itemsize

@@ -9,9 +9,41 @@ reductions, online-softmax state), so that a kernel body reads as its algorithm.
     unpack16(raw, dst, fp16)                              16 raw bytes -> dst[0:8] or dst[0:4]
     warp_sum(value, width) / warp_max(value, width)       xor-butterfly over `width` lanes
     group_sums(vals, n, width, lane, out)                 n sums over `width` lanes at once
-    softmax_rescale(m_old, tile_max, slack) -> (m, alpha) online-softmax step (Milakov & Gimelshein 2018)
+    softmax_rescale(m_old, tile_max, slack) -> (m, alpha) online-softmax step
+                                 (Milakov & Gimelshein 2018)
     exp2_or_zero(score, m)                                2^(score - m), 0 for a masked score
     merge_states(m_a, l_a, m_b, l_b) -> (m, l, w_a, w_b)  combine two partial softmax states
+Tensor cores (sm_80+; `_intrinsics` on a GPU, `_tensor_sim` under the simulator):
+    mma_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)
+                                 mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32
+    mma_bf16(...)                the same with bf16 A/B words
+    ldmatrix_x1/_x2/_x4(smem, index) -> u32 | (u32,)*2 | (u32,)*4   ldmatrix ... .shared.b16
+    ldmatrix_x1_trans/_x2_trans/_x4_trans(smem, index)              the same with .trans
+    cp_async16(smem, smem_index, src, src_index, nbytes)  cp.async.cg.shared.global, 16 B
+                                 (nbytes 16 reads them all; 0 reads nothing and writes zeros)
+    cp_async_commit()            cp.async.commit_group
+    cp_async_wait(N)             cp.async.wait_group N, N a compile-time integer literal
+    pack_f16x2(lo, hi) / pack_bf16x2(lo, hi) -> u32   cvt.rn: lo in bits 0-15
+    swizzle_shape(chunks) -> (stride, period, width)  host: a row layout of 16-byte chunks
+    swizzled(row, chunk, stride, period, width) -> chunk slot   its conflict-free position
+Fragment conventions (PTX ISA, "Matrix Fragments for mma.m16n8k16"), per lane with
+g = lane >> 2 and t = lane % 4; a u32 word holds two b16 elements, the first (lower
+column / row index) in its low half, exactly as `pack_f16x2(lo, hi)` builds it:
+    A [16 x 16], row-major:  a0 = A[g, 2t:2t+2]      a1 = A[g+8, 2t:2t+2]
+                             a2 = A[g, 2t+8:2t+10]   a3 = A[g+8, 2t+8:2t+10]
+    B [16 x 8] (k x n):      b0 = B[2t:2t+2, g]      b1 = B[2t+8:2t+10, g]
+    C, D [16 x 8], f32:      c0, c1 = C[g, 2t], C[g, 2t+1]; c2, c3 = C[g+8, 2t], C[g+8, 2t+1]
+ldmatrix (m8n8, b16): `index` is this lane's row address, an element index of the shared
+array whose 8 elements (16 bytes, 16-byte aligned) form one row of an 8x8 matrix; lanes
+8j .. 8j+7 give rows 0..7 of matrix j (j < 1, 2, 4 for x1, x2, x4). Register j of lane l
+gets matrix j's row l // 4, columns 2 (l % 4), +1, or with .trans column l // 4, rows
+2 (l % 4), +1. So x4 from a row-major 16x16 tile (lane l's address: row l % 16, column
+8 (l // 16)) yields a0..a3; x4 from K rows (tokens) gives b0/b1 of K^T; x4.trans from V
+rows gives b0/b1 of V. A C fragment pair (c0, c1) packed is an A fragment word: the
+FlashAttention-2 trick that feeds P = softmax(S) back to the next mma from registers.
+cp.async: copies land only after the thread's cp_async_wait retires their group; other
+threads see them after a barrier (`cuda.syncthreads()`) that follows the wait.
+
 The softmax pieces work in base 2 (scores in log2 units: q pre-multiplied by
 scale * log2(e)), as FlashAttention does: `fast_exp2` is one MUFU.EX2.
 
@@ -45,12 +77,53 @@ FULL_MASK = 0xFFFFFFFF
 
 
 if _backend.backend() == "simulator":
-    from ._simulator import (bits_to_float, device_address, half2_to_float2,  # noqa: F401
-                             fast_exp2, install_shuffles, itemsize, load16)
+    from ._simulator import (  # noqa: F401
+        bits_to_float,
+        device_address,
+        fast_exp2,
+        half2_to_float2,
+        install_shuffles,
+        itemsize,
+        load16,
+    )
+    from ._tensor_sim import (  # noqa: F401
+        cp_async16,
+        cp_async_commit,
+        cp_async_wait,
+        ldmatrix_x1,
+        ldmatrix_x1_trans,
+        ldmatrix_x2,
+        ldmatrix_x2_trans,
+        ldmatrix_x4,
+        ldmatrix_x4_trans,
+        mma_bf16,
+        mma_f16,
+        pack_bf16x2,
+        pack_f16x2,
+    )
     install_shuffles()
 else:
-    from ._intrinsics import (bits_to_float, device_address, fast_exp2,  # noqa: F401
-                              half2_to_float2, itemsize, load16)
+    from ._intrinsics import (  # noqa: F401
+        bits_to_float,
+        cp_async16,
+        cp_async_commit,
+        cp_async_wait,
+        device_address,
+        fast_exp2,
+        half2_to_float2,
+        itemsize,
+        ldmatrix_x1,
+        ldmatrix_x1_trans,
+        ldmatrix_x2,
+        ldmatrix_x2_trans,
+        ldmatrix_x4,
+        ldmatrix_x4_trans,
+        load16,
+        mma_bf16,
+        mma_f16,
+        pack_bf16x2,
+        pack_f16x2,
+    )
 
 
 def vec_width(dtype) -> int:
@@ -63,7 +136,28 @@ def aligned16(array) -> bool:
     16 bytes, so every row start `index` with index * itemsize % 16 == 0 is aligned."""
     address = device_address(array)
     return address % VEC_BYTES == 0 and all(
-        s % VEC_BYTES == 0 for s, n in zip(array.strides[:-1], array.shape[:-1]) if n > 1)
+        s % VEC_BYTES == 0
+        for s, n in zip(array.strides[:-1], array.shape[:-1], strict=True) if n > 1)
+
+
+def swizzle_shape(chunks: int) -> tuple[int, int, int]:
+    """(stride, period, width) for shared-memory rows of `chunks` 16-byte chunks read 8
+    rows at a time at one chunk column (ldmatrix), as `swizzled` places them.
+
+    A power-of-two row of chunks is XOR-swizzled: chunk c of row r goes to slot
+    c ^ ((r // period) % width), width = min(chunks, 8), period = max(1, 8 // chunks), so
+    the 8 rows of one ldmatrix hit 8 distinct 16-byte bank groups (CUTLASS's Swizzle<3,3,3>
+    for 128-byte rows). Any other row is padded to an odd number of chunks, which is
+    conflict-free on its own: r * stride mod 8 differs for the 8 rows."""
+    if chunks & (chunks - 1) == 0:
+        return chunks, max(1, 8 // chunks), min(chunks, 8)
+    return chunks | 1, 1, 1
+
+
+@cuda.jit(device=True)
+def swizzled(row, chunk, stride, period, width):
+    """The slot (in 16-byte chunks from the array start) of `chunk` of `row`."""
+    return row * stride + (chunk ^ ((row // period) % width))
 
 
 @cuda.jit(device=True)

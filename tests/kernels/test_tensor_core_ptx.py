@@ -1,0 +1,78 @@
+"""On the real CUDA target (compiled, no GPU needed) the tensor-core primitives are the
+instructions they name: ptxas turns them into HMMA.16816.F32 (and .BF16), LDSM.16.M88.*
+(LDSM.16.MT88.* with .trans), LDGSTS.E.BYPASS.128 and F2FP.*PACK_AB on sm_80 and sm_90,
+with no spills."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.ptx
+
+PROBE = """
+import json, re, subprocess, sys, tempfile
+from pathlib import Path
+import numpy as np
+from numba import cuda
+from numba.cuda import compile_ptx
+from numba.cuda import types as t
+from cuda_kernels import primitives as pr, report
+
+report._allow_device_functions_without_gpu()
+
+def kernel(q, cache, out):
+    lane = cuda.threadIdx.x
+    smem = cuda.shared.array((2, 64, 16), np.float16)
+    pr.cp_async16(smem, lane * 8, cache, lane * 8, 16)
+    pr.cp_async_commit()
+    pr.cp_async_wait(0)
+    cuda.syncthreads()  # the copies are visible before ldmatrix reads them
+    a0, a1, a2, a3 = pr.ldmatrix_x4(smem, (lane % 16) * 16 + (lane // 16) * 8)
+    b0, b1 = pr.ldmatrix_x2_trans(smem, (lane % 16) * 16)
+    c0, c1, c2, c3 = pr.ldmatrix_x4_trans(smem, lane * 16)
+    b2 = pr.ldmatrix_x1(smem, (lane % 8) * 16)
+    e0, e1 = pr.ldmatrix_x2(smem, (lane % 16) * 16 + 8)
+    w = pr.pack_f16x2(q[lane], q[lane + 1])
+    d0, d1, d2, d3 = pr.mma_f16(a0, a1, a2, w, b0, b1, 0.0, 0.0, 0.0, 0.0)
+    d0, d1, d2, d3 = pr.mma_f16(c0, c1, c2, c3, e0, e1, d0, d1, d2, d3)
+    f0, f1, f2, f3 = pr.mma_bf16(a0, a1, a2, pr.pack_bf16x2(d0, d1), b0, b2, d0, d1, d2, d3)
+    out[lane] = f0 + f1 + f2 + f3
+
+sig = (t.Array(t.float32, 1, "C"), t.Array(t.float16, 1, "C"), t.Array(t.float32, 1, "C"))
+rows = {}
+with tempfile.TemporaryDirectory() as tmp:
+    for cc in ((8, 0), (9, 0)):
+        arch = f"sm_{cc[0]}{cc[1]}"
+        ptx, _ = compile_ptx(kernel, sig, cc=cc)
+        path = Path(tmp) / f"probe_{arch}.ptx"
+        path.write_text(ptx)
+        cubin = path.with_suffix(".cubin")
+        done = subprocess.run([report.find_ptxas(), "-v", f"-arch={arch}", str(path), "-o",
+                               str(cubin)], capture_output=True, text=True, check=True)
+        sass = report.disassemble(cubin)
+        ops = re.findall(r"\\b(HMMA|LDSM|LDGSTS|F2FP)(\\.[A-Z0-9_.]+)", sass)
+        rows[arch] = {"ptxas": report.parse_ptxas(done.stderr),
+                      "sass": sorted(a + b for a, b in ops)}
+print(json.dumps(rows))
+"""
+
+
+def test_tensor_core_primitives_assemble_to_hmma_ldsm_ldgsts_on_sm80_and_sm90():
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PAGEDSIM_CUDA="gpu", NUMBA_ENABLE_CUDASIM="0")
+    done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(done.stdout.strip().splitlines()[-1])
+    for arch in ("sm_80", "sm_90"):
+        sass, ptxas = rows[arch]["sass"], rows[arch]["ptxas"]
+        assert ptxas["spill_bytes"] == 0 and ptxas["stack_bytes"] == 0, (arch, ptxas)
+        assert sass.count("HMMA.16816.F32") == 2, (arch, sass)
+        assert sass.count("HMMA.16816.F32.BF16") == 1, (arch, sass)
+        assert {"LDSM.16.M88.4", "LDSM.16.MT88.2", "LDSM.16.MT88.4", "LDSM.16.M88",
+                "LDSM.16.M88.2", "LDGSTS.E.BYPASS.128"} <= set(sass), (arch, sass)
+        assert sum(op.startswith("F2FP") and "PACK_AB" in op for op in sass) == 2, (arch, sass)
