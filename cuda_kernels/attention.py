@@ -32,6 +32,7 @@ from numba import cuda
 from . import _backend
 from . import _checks as ck
 from .decode import geometry, make_decode_kernel
+from .decode_tc import make_tc_decode_kernel, tc_geometry, tc_supported
 from .layout import BLOCK_MAJOR, Loaders, check_kv_cache
 from .merge import merge_partitions
 from .primitives import aligned16, vec_width
@@ -44,6 +45,11 @@ CTA_OVERHEAD_TOKENS = 64  # the auto rule's price of one more CTA, in tokens wal
 SIMULATED_SMS = 132
 SIMULATED_CTAS_PER_SM = 2
 MODES = ("auto", "single", "split")
+PATHS = ("auto", "tensor", "cuda_core")
+TC_MIN_GROUP = 4  # path="auto" takes the tensor cores from this group size up (FlashInfer)
+# The last launch's plan, for reading back what "auto" chose: path, partition_size,
+# num_partitions, threads (the benchmark rows and tests read it).
+LAST_PLAN: dict = {}
 # Fill output and partial buffers with NaN before launch, so that an element a kernel
 # forgets to write shows up. On by default under the simulator; the GPU benchmark
 # turns it on for its correctness pass.
@@ -79,16 +85,46 @@ def launch_warps() -> int:
 
 
 def kernel_for(loaders: Loaders, head_dim: int, group_size: int, dtype, block_size: int,
-               paged: bool = True):
-    """(kernel, threads, chunks): the compiled-kernel cache. Launch grid:
+               paged: bool = True, path: str = "cuda_core"):
+    """(kernel, threads, chunks): the compiled-kernel cache, for path "cuda_core"
+    (`decode.py`) or "tensor" (`decode_tc.py`). Launch grid:
     (num_kv_heads * chunks, num_seqs, num_partitions)."""
-    warps = launch_warps()
     dtype = np.dtype(dtype)
-    key = (loaders.name, head_dim, group_size, dtype.name, block_size, warps, paged)
+    if path == "tensor":  # warps from the shared-memory budget; one under the simulator
+        warps = tc_geometry(head_dim, group_size)["warps"] if launch_warps() > 1 else 1
+    else:
+        warps = launch_warps()
+    key = (loaders.name, head_dim, group_size, dtype.name, block_size, warps, paged, path)
     if key not in _kernels:
-        _kernels[key] = make_decode_kernel(loaders, head_dim, group_size, dtype, block_size,
-                                           warps=warps, paged=paged)
-    return _kernels[key], 32 * warps, geometry(head_dim, group_size, dtype, warps)["chunks"]
+        if path == "tensor":
+            _kernels[key] = make_tc_decode_kernel(loaders, head_dim, group_size, block_size,
+                                                  warps=warps, paged=paged)
+        else:
+            _kernels[key] = make_decode_kernel(loaders, head_dim, group_size, dtype,
+                                               block_size, warps=warps, paged=paged)
+    chunks = (tc_geometry(head_dim, group_size, warps) if path == "tensor" else
+              geometry(head_dim, group_size, dtype, warps))["chunks"]
+    return _kernels[key], 32 * warps, chunks
+
+
+def choose_path(path: str, loaders: Loaders, dtype, head_dim: int, group: int) -> str:
+    """"tensor" or "cuda_core" for a launch. `loaders` are the ones the launch will use
+    (after `usable_loaders`). "auto" takes the tensor cores for groups of TC_MIN_GROUP
+    heads or more when the shape allows (`decode_tc.tc_supported`, vector loaders);
+    "tensor" on a shape it cannot serve is a ValueError saying why."""
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+    if path == "cuda_core":
+        return path
+    reason = tc_supported(dtype, head_dim)
+    if reason is None and not loaders.vector:
+        reason = ("the tensor-core path needs 16-byte aligned K/V rows (these fall back to "
+                  "scalar loads)")
+    if path == "tensor":
+        if reason:
+            raise ValueError(reason)
+        return path
+    return "tensor" if reason is None and group >= TC_MIN_GROUP else "cuda_core"
 
 
 def sm_count() -> int:
@@ -179,12 +215,13 @@ def check_read_blocks(tables, block_size: int, num_blocks: int, kept, start, end
 
 
 def paged_attention(query, kv_cache, block_tables, context_lens, scale=None, *, mode="auto",
-                    partition_size=None, window=None, sinks=0):
+                    partition_size=None, window=None, sinks=0, path="auto"):
     """Decode attention over kv_cache[num_blocks, 2, H_kv, B, D] -> float32 [S, H, D].
 
     query [S, H, D] (float32/float16), block_tables int32 [S, max_blocks], context_lens
     int32 [S]. scale defaults to 1/sqrt(D). window/sinks: attend only to the first
     `sinks` and the last `window` tokens (table entries of skipped blocks may be -1).
+    path: "auto" | "tensor" | "cuda_core" (`choose_path`); what ran is LAST_PLAN["path"].
     NumPy query -> NumPy result; device query -> device result.
     """
     num_blocks, num_kv_heads, block_size, head_dim = check_kv_cache("kv_cache", kv_cache)
@@ -192,12 +229,13 @@ def paged_attention(query, kv_cache, block_tables, context_lens, scale=None, *, 
     return decode_with(BLOCK_MAJOR, cache, cache, query, block_tables, context_lens,
                        num_blocks=num_blocks, num_kv_heads=num_kv_heads, block_size=block_size,
                        head_dim=head_dim, scale=scale, mode=mode,
-                       partition_size=partition_size, window=window, sinks=sinks)
+                       partition_size=partition_size, window=window, sinks=sinks, path=path)
 
 
 def decode_with(loaders: Loaders, k_src, v_src, query, block_tables, context_lens, *,
                 num_blocks: int, num_kv_heads: int, block_size: int, head_dim: int,
-                scale=None, mode="auto", partition_size=None, window=None, sinks=0):
+                scale=None, mode="auto", partition_size=None, window=None, sinks=0,
+                path="auto"):
     """`paged_attention` for any layout: validate, choose the mode, launch.
 
     loaders: `layout.Loaders`; `name` must be unique per pair of address functions (it
@@ -231,7 +269,8 @@ def decode_with(loaders: Loaders, k_src, v_src, query, block_tables, context_len
     k_src, v_src = ck.to_device(k_src), ck.to_device(v_src)
     dtype = np.dtype(k_src.dtype)
     loaders = usable_loaders(loaders, k_src, v_src, head_dim)
-    kernel, threads, chunks = kernel_for(loaders, head_dim, group, dtype, block_size)
+    path = choose_path(path, loaders, dtype, head_dim, group)
+    kernel, threads, chunks = kernel_for(loaders, head_dim, group, dtype, block_size, path=path)
     d_query = ck.to_device(query)
     d_tables = ck.to_device(tables if not ck.is_device(block_tables) else block_tables)
     d_lens = ck.to_device(lens if not ck.is_device(context_lens) else context_lens)
@@ -247,6 +286,12 @@ def decode_with(loaders: Loaders, k_src, v_src, query, block_tables, context_len
     if mode == "single":
         part = longest
     num_parts = -(-longest // part)
+    ck.require_grid("paged_attention", (num_kv_heads * chunks, num_seqs, num_parts),
+                    ("KV heads x head chunks", "sequences", "partitions (longest context / "
+                     f"partition_size {part})"))
+    LAST_PLAN.clear()
+    LAST_PLAN.update(path=path, partition_size=int(part), num_partitions=int(num_parts),
+                     threads=int(threads))
 
     if num_parts == 1:
         partial = one_pass
@@ -258,8 +303,9 @@ def decode_with(loaders: Loaders, k_src, v_src, query, block_tables, context_len
         k_src, v_src, d_query, d_tables, d_lens, np.float32(scale), np.int32(sinks),
         np.int32(window or 0), np.int32(part), partial, max_logits, exp_sums)
     if num_parts > 1:
-        merge_partitions[(num_heads, num_seqs), min(threads, 128)](partial, max_logits,
-                                                                   exp_sums, out)
+        grid = ck.require_grid("merge_partitions", (num_heads, num_seqs, 1),
+                               ("heads", "sequences", ""))
+        merge_partitions[grid, min(threads, 128)](partial, max_logits, exp_sums, out)
     return out if ck.is_device(query) else out.copy_to_host()
 
 

@@ -21,9 +21,10 @@ warp-uniform branch, laid out by the kernel outside its hot loop.
 NaN propagates as in IEEE arithmetic (and the float64 reference): a NaN score is not
 "masked" (only -inf is), so its exp is NaN and poisons the running sum and the output.
 
-Under the simulator `cuda.any_sync` does not exist; `install_votes` adds a stand-in
-with CUDA's semantics (non-zero iff the predicate is non-zero in any lane of `mask`)
-built on the shuffle stand-ins' warp exchange.
+Under the simulator `cuda.any_sync` and `cuda.syncwarp` do not exist; `install_votes`
+adds stand-ins with CUDA's semantics (any_sync: non-zero iff the predicate is non-zero
+in any lane of `mask`; syncwarp: the lanes of `mask` wait for one another), built on
+the shuffle stand-ins' warp exchange.
 """
 
 from __future__ import annotations
@@ -105,14 +106,23 @@ def exp2_masked(score, m):
 def _any_sync(mask, predicate):
     """Simulator stand-in for CUDA's __any_sync: 1 if any lane of `mask` votes non-zero."""
     from ._simulator import _exchange
-    return int(any(bool(v) for v in _exchange(int(mask) & 0xFFFFFFFF, bool(predicate)).values()))
+    votes = _exchange(int(mask) & 0xFFFFFFFF, bool(predicate), "vote")
+    return int(any(bool(v) for v in votes.values()))
+
+
+def _syncwarp(mask=FULL_MASK):
+    """Simulator stand-in for __syncwarp: the lanes of `mask` wait for one another."""
+    from ._simulator import _exchange
+    _exchange(int(mask) & 0xFFFFFFFF, None, "syncwarp")
 
 
 def install_votes() -> None:
-    """Give the simulator's in-kernel `cuda` module `any_sync` (idempotent)."""
+    """Give the simulator's in-kernel `cuda` module `any_sync` and `syncwarp` (idempotent)."""
     from numba.cuda.simulator.kernelapi import FakeCUDAModule
     if not hasattr(FakeCUDAModule, "any_sync"):
         FakeCUDAModule.any_sync = staticmethod(_any_sync)
+    if not hasattr(FakeCUDAModule, "syncwarp"):
+        FakeCUDAModule.syncwarp = staticmethod(_syncwarp)
 
 
 if _backend.backend() == "simulator":
