@@ -141,5 +141,17 @@ def test_every_kernel_compiles_for_sm80_and_sm90_without_spilling(tmp_path):
     assert all(r["loop_sass"] is None or r["sass_per_kv_byte"] > 0 for r in decode)
     assert all(r["loop_sass"] for r in decode)  # a decode kernel always has a K/V loop
     assert len(list(tmp_path.glob("*.ptx"))) == len(rows)
+    # issue 24's targets on sm_90 (D=128, fp16): tensor-core decode <= 0.1 warp SASS per K/V
+    # byte at G=4 and G=8 with HMMA, LDSM and LDGSTS in the loop; CUDA-core G=4 <= 0.17
+    at = {r["kernel"]: r for r in rows if r["arch"] == "sm_90"}
+    for group in (4, 8):
+        tc = at[f"paged_decode_tc[float16,G={group},D=128]"]
+        assert tc["hmma"] > 0 and tc["ldsm"] > 0 and tc["ldgsts"] > 0, tc
+        assert tc["sass_per_kv_byte"] <= 0.1 and tc["path"] == "tensor", tc
+        assert tc["bound"] == "memory" and tc["expected_pct_of_peak"] == 100.0, tc
+    core = at["paged_decode[float16,G=4,D=128]"]
+    assert core["sass_per_kv_byte"] <= 0.17 and core["hmma"] == 0 and core["path"] == "cuda_core"
+    assert all(set(r) >= {"hmma", "ldsm", "ldgsts", "loop_sass_per_hmma", "flops_per_loop_sass",
+                          "bound", "expected_pct_of_peak"} for r in rows)
     written = (tmp_path / "paged_decode_float16_G_8_D_128_sm_90.ptx").read_text()
     assert disasm.ptx_stats(written)["barriers"] == g8["barriers"]
