@@ -12,7 +12,9 @@ a chunk, a decode token) with NaN-poisoned output, against `reference_prefill`
 
 Figures: tokens_per_s = new tokens / time; flop_per_s counts 4 x head_dim FLOPs per
 (query head, attended position): 2 D for q.k, 2 D for p.v (the softmax is left out),
-where query token i (0-based) of a prompt attends prefix + i + 1 positions.
+where query token i (0-based) of a prompt attends prefix + i + 1 positions; tflop_per_s
+and pct_of_tensor_peak (of the ~990 TFLOP/s dense fp16 peak, `gpu_common`); then the
+peers' rows (`gpu_common.prefill_peer_rows`) with the same FLOP count.
 """
 
 from __future__ import annotations
@@ -68,9 +70,12 @@ def prefill_rows(rng, case, dim: int, runs: int, timed: bool, dry: bool) -> list
     ms = common.time_ms(launches, runs, timed) if ok else None
     attended = batch * (new * prefix + new * (new + 1) // 2)  # (query token, position) pairs
     flops = 4 * dim * heads * attended
+    peers = common.prefill_peer_rows(case, dim, runs, timed, flops)
     return [{"kernel": "paged_prefill", "batch": batch, "new_tokens": new, "cached_prefix": prefix,
              "heads": heads, "kv_heads": kv_heads, "group": heads // kv_heads, "head_dim": dim,
              "dtype": dtype, "block_size": BLOCK_SIZE, "kv_bytes": kv_bytes,
              "working_set_copies": copies, "flop": flops, "checked_on_device": ok, "median_ms": ms,
              "tokens_per_s": batch * new / ms * 1e3 if ms else None,
-             "flop_per_s": flops / ms * 1e3 if ms else None}]
+             "flop_per_s": flops / ms * 1e3 if ms else None,
+             "tflop_per_s": common.tflops(flops, ms),
+             "pct_of_tensor_peak": common.pct_of_tensor_peak(flops, ms)}] + peers
