@@ -48,8 +48,9 @@ import math
 import numpy as np
 from numba import cuda, float32, int32, uint32
 
+from .decode_loads import fetcher, make_locate, unpacker
 from .decode_steps import broadcast, exp2_masked, owned_index, reduce_scatter
-from .primitives import FULL_MASK, load16, softmax_rescale, unpack16, vec_width
+from .primitives import FULL_MASK, softmax_rescale, vec_width
 
 LOG2E = 1.4426950408889634  # scores are kept in log2 units: exp(x) = 2^(x log2 e)
 SLACK = float32(8.0)  # lazy rescaling: the running max moves only when exceeded by > 2^8
@@ -75,50 +76,6 @@ def geometry(head_dim: int, group_size: int, dtype, warps: int = 4) -> dict:
     tpr = 1 if vpl > 1 else 2  # tokens per row per step: 16-64 bytes a lane in flight
     return dict(vec=vec, nvec=nvec, lpr=lpr, vpl=vpl, rpw=32 // lpr, warps=warps,
                 rows=rows, hpc=hpc, chunks=chunks, tpr=tpr)
-
-
-def _fetcher(row_fn, vector, VPL, LPR, VEC, NVEC, D):
-    """Device function: raw[at : at + VPL * words] <- this lane's vectors of one K or V
-    row (zeros where the token is masked or the vector lies past head_dim)."""
-    if vector:
-        @cuda.jit(device=True)
-        def fetch(src, seq, block, kv_head, offset, valid, col, raw, at):
-            start = row_fn(src, seq, block, kv_head, offset)  # unconditional: invariants hoist
-            for jv in range(VPL):
-                c = col + jv * LPR
-                if valid and c < NVEC:
-                    word = load16(src, start + c * VEC)  # 16 bytes, one ld.global.nc.v4
-                    for w in range(4):
-                        raw[at + jv * 4 + w] = word[w]
-                else:
-                    for w in range(4):
-                        raw[at + jv * 4 + w] = 0
-    else:
-        @cuda.jit(device=True)
-        def fetch(src, seq, block, kv_head, offset, valid, col, raw, at):
-            for jv in range(VPL):
-                for e in range(VEC):
-                    d = (col + jv * LPR) * VEC + e
-                    value = float32(0)
-                    if valid and d < D:
-                        value = row_fn(src, block, kv_head, offset, d)
-                    raw[at + jv * VEC + e] = value
-    return fetch
-
-
-def _unpacker(vector, VPL, VEC, FP16):
-    """Device function: dst[0 : VPL * VEC] <- float32 of the raw vectors at raw[at:]."""
-    if vector:
-        @cuda.jit(device=True)
-        def to_float(raw, at, dst):
-            for jv in range(VPL):
-                unpack16(raw[at + jv * 4: at + jv * 4 + 4], dst[jv * VEC: jv * VEC + VEC], FP16)
-    else:
-        @cuda.jit(device=True)
-        def to_float(raw, at, dst):
-            for i in range(VPL * VEC):
-                dst[i] = raw[at + i]
-    return to_float
 
 
 def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_size: int,
@@ -166,26 +123,10 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
     NP = 1 << (TH - 1).bit_length()  # TH padded to a power of two for the reduce-scatter
     OWN = max(1, NP // LPR)  # scores each lane finishes (and exponentiates) per step
 
-    fetch_k, fetch_v = (_fetcher(fn, VECTOR, VPL, LPR, VEC, NVEC, D) for fn in (load_k, load_v))
-    to_float = _unpacker(VECTOR, VPL, VEC, FP16)
+    fetch_k, fetch_v = (fetcher(fn, VECTOR, VPL, LPR, VEC, NVEC, D) for fn in (load_k, load_v))
+    to_float = unpacker(VECTOR, VPL, VEC, FP16)
 
-    SHIFT = B.bit_length() - 1 if B & (B - 1) == 0 else -1  # log2(B) for a power of two
-
-    @cuda.jit(device=True)
-    def locate(j, hi, kept, start, seq, block_tables):
-        """Table lookup for attended index j: (block, offset, valid). Unsigned indices
-        skip numba's negative-index wraparound; a power-of-two B divides by a shift."""
-        j = int32(j)
-        valid = j < hi
-        pos = uint32(j if j < kept else start + (j - kept))
-        if SHIFT >= 0:
-            logical = pos >> SHIFT
-        else:
-            logical = pos // uint32(B)
-        block = int32(0)
-        if valid:
-            block = block_tables[uint32(seq), logical] if paged else int32(logical)
-        return block, int32(pos - logical * uint32(B)), valid
+    locate = make_locate(B, paged)
 
     @cuda.jit(device=True)
     def issue(k_src, v_src, seq, kv_head, col, row, blk, off, ok, k_buf, v_buf, ahead, hi,

@@ -37,6 +37,7 @@ import numpy as np
 from numba import cuda, float32, int32
 from numba.cuda.types import float16, uint32
 
+from .decode_loads import make_locate
 from .decode_steps import exp2_masked
 from .primitives import (
     FULL_MASK,
@@ -105,24 +106,13 @@ def make_tc_decode_kernel(loaders, head_dim: int, group_size: int, block_size: i
     STAGE_E = NW * 2 * TOK * ROWE  # one array holds every warp's two stages
     MERGE = (NW, HPC, D) if NW > 1 else (1, 1, 1)
     load_k, load_v = loaders.load_k, loaders.load_v
-    SHIFT = B.bit_length() - 1 if B & (B - 1) == 0 else -1
 
     @cuda.jit(device=True)
     def slot(warp, stage, token, chunk):
         """Element index in a stage array of 16-byte `chunk` of `token`'s row."""
         return swizzled((warp * 2 + stage) * TOK + token, chunk, STRIDE, PERIOD, WIDTH) * 8
 
-    @cuda.jit(device=True)
-    def locate(j, hi, kept, start, seq, block_tables):
-        """(block, offset, valid) of attended index j (as in decode.py)."""
-        j = int32(j)
-        valid = j < hi
-        pos = uint32(j if j < kept else start + (j - kept))
-        logical = pos >> SHIFT if SHIFT >= 0 else pos // uint32(B)
-        block = int32(0)
-        if valid:
-            block = block_tables[uint32(seq), logical] if paged else int32(logical)
-        return block, int32(pos - logical * uint32(B)), valid
+    locate = make_locate(B, paged)
 
     @cuda.jit(device=True)
     def copy_slab(k_src, v_src, k_sh, v_sh, warp, stage, first, lane, hi, kept, start, seq,

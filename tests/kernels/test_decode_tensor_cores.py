@@ -134,3 +134,17 @@ def test_the_cuda_core_path_can_be_forced_for_a_group_auto_sends_to_tensor_cores
     got = ck.paged_attention(*case, path="cuda_core")
     assert attention.LAST_PLAN["path"] == "cuda_core"
     assert rel_err(got, reference.paged_attention(*case)) < 1e-3
+
+
+def test_a_cache_off_a_16_byte_boundary_leaves_auto_on_cuda_cores_and_refuses_tensor():
+    """cp.async and ldmatrix need 16-byte aligned rows: the scalar fallback serves it."""
+    rng = np.random.default_rng(12)
+    query, cache, tables, lens = fp16_case(rng, [10], 4, 1, 4, 16)
+    flat = cuda.to_device(np.zeros(cache.size + 8, np.float16))
+    shifted = flat[1:1 + cache.size].reshape(cache.shape)  # 2 bytes past a 16-byte boundary
+    shifted.copy_to_device(cache)
+    got = ck.paged_attention(query, shifted, tables, lens)
+    assert attention.LAST_PLAN["path"] == "cuda_core"
+    assert rel_err(got, reference.paged_attention(query, cache, tables, lens)) < 1e-3
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        ck.paged_attention(query, shifted, tables, lens, path="tensor")
