@@ -148,3 +148,14 @@ def test_a_cache_off_a_16_byte_boundary_leaves_auto_on_cuda_cores_and_refuses_te
     assert rel_err(got, reference.paged_attention(query, cache, tables, lens)) < 1e-3
     with pytest.raises(ValueError, match="16-byte aligned"):
         ck.paged_attention(query, shifted, tables, lens, path="tensor")
+
+
+@pytest.mark.parametrize("head_dim,group,block_size,lens", [
+    (256, 4, 256, [20]), (16, 16, 1, [33, 2]), (144, 3, 5, [18])])
+def test_the_extreme_shapes_the_tensor_path_serves(head_dim, group, block_size, lens):
+    """The largest head_dim and block size, the smallest block, a head_dim (144) whose
+    rows are not a power of two of 16-byte chunks (padded rows in shared memory)."""
+    rng = np.random.default_rng(head_dim + group)
+    case = fp16_case(rng, lens, block_size, 1, group, head_dim)
+    got = ck.paged_attention(*case, path="tensor")
+    assert rel_err(got, reference.paged_attention(*case)) < TOL
