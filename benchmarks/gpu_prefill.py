@@ -12,12 +12,18 @@ a chunk, a decode token) with NaN-poisoned output, against `reference_prefill`
 
 Figures: tokens_per_s = new tokens / time; flop_per_s counts 4 x head_dim FLOPs per
 (query head, attended position): 2 D for q.k, 2 D for p.v (the softmax is left out),
-where query token i (0-based) of a prompt attends prefix + i + 1 positions; tflop_per_s
-and pct_of_tensor_peak (of the ~990 TFLOP/s dense fp16 peak, `gpu_common`); then the
-peers' rows (`gpu_common.prefill_peer_rows`) with the same FLOP count.
+where query token i (0-based) of a prompt attends prefix + i + 1 positions.
+
+Paths: the row times path="auto" (what users get) and says which kernel it ran
+(`path_ran`: "tensor" for `prefill_tc`, "cuda_core" for `prefill`'s kernel); `by_path`
+times each fixed path the same way, each checked on the device first, with TFLOP/s and
+% of the dense fp16 tensor-core peak (TENSOR_PEAK_TFLOPS, an H200: about 990 TFLOP/s).
+A path that cannot serve the shape is listed with the reason and no timing. Then the
+peers' rows (`gpu_common.prefill_peer_rows`: torch SDPA's flash backend, flash_attn,
+FlashInfer, on contiguous K/V, when importable) with the same FLOP count.
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (cuda_kernels must come before numba)
 
 import numpy as np
 
@@ -31,12 +37,19 @@ import gpu_common as common
 PREFILL = (8, 1024, 1024, 32, 8, "float16")
 DRY_PREFILL = (2, 6, 5, 4, 2, "float16")
 BLOCK_SIZE = 16
+PATHS = ("tensor", "cuda_core")  # timed next to "auto"
+TENSOR_PEAK_TFLOPS = 990.0  # H200 dense fp16 tensor cores (H100 SXM: 989)
 
 
-def check_prefill(rng, heads, kv_heads, dim, dtype, dry) -> bool:
+def _tflops(flop: int, ms):
+    return flop / ms / 1e9 if ms else None
+
+
+def check_prefill(rng, heads, kv_heads, dim, dtype, dry, path="auto") -> bool:
     """The timed kernel on a small ragged batch, on the device, against the float64 reference."""
     lens = np.array([9, 4, 3] if dry else [300, 90, 41], np.int32)
-    q_lens = [5, 4, 1] if dry else [200, 90, 1]  # a prompt after a cached prefix, a whole prompt, a decode
+    # a prompt after a cached prefix, a whole prompt, a decode
+    q_lens = [5, 4, 1] if dry else [200, 90, 1]
     starts = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
     tables, num_blocks = reference.scattered_block_tables(rng, lens, BLOCK_SIZE, spare=2)
     host = rng.standard_normal((num_blocks, 2, kv_heads, BLOCK_SIZE, dim)).astype(dtype)
@@ -44,9 +57,10 @@ def check_prefill(rng, heads, kv_heads, dim, dtype, dry) -> bool:
     want = reference.reference_prefill(query, host, tables, lens, starts)
     attention.POISON["on"] = True
     out = prefill.paged_prefill(cuda.to_device(query), cuda.to_device(host), cuda.to_device(tables),
-                                cuda.to_device(lens), cuda.to_device(starts))
+                                cuda.to_device(lens), cuda.to_device(starts), path=path)
     attention.POISON["on"] = None
-    return common.close(out.copy_to_host(), want, 1e-5 if dtype == "float32" else 2e-3)
+    # fp16: P is rounded to fp16 before P V on tensor cores (FlashAttention-2 does the same)
+    return common.close(out.copy_to_host(), want, 1e-5 if dtype == "float32" else 4e-3)
 
 
 def prefill_rows(rng, case, dim: int, runs: int, timed: bool, dry: bool) -> list[dict]:
@@ -56,26 +70,43 @@ def prefill_rows(rng, case, dim: int, runs: int, timed: bool, dry: bool) -> list
     num_blocks = batch * per_seq
     item = np.dtype(dtype).itemsize
     kv_bytes = 2 * batch * ctx * kv_heads * dim * item
-    ok = check_prefill(rng, heads, kv_heads, dim, dtype, dry)
     copies = common.rotation(kv_bytes) if timed else 1
-    caches = [common.filled(rng, (num_blocks, 2, kv_heads, BLOCK_SIZE, dim), dtype) for _ in range(copies)]
+    caches = [common.filled(rng, (num_blocks, 2, kv_heads, BLOCK_SIZE, dim), dtype)
+              for _ in range(copies)]
     table = cuda.to_device(rng.permutation(num_blocks).reshape(batch, per_seq).astype(np.int32))
     query = common.filled(rng, (batch * new, heads, dim), dtype)  # [total_q, H, D]
     lens = cuda.to_device(np.full(batch, ctx, np.int32))
     q_lens = np.full(batch, new, np.int64)
     starts = cuda.to_device(np.arange(batch + 1, dtype=np.int32) * new)
     out = cuda.device_array((batch * new, heads, dim), np.float32)
-    launches = [prefill.launcher(c, query, table, lens, starts, q_lens, scale=require_scale(None, dim),
-                                 causal=True, window=None, sinks=0, out=out) for c in caches]
-    ms = common.time_ms(launches, runs, timed) if ok else None
     attended = batch * (new * prefix + new * (new + 1) // 2)  # (query token, position) pairs
     flops = 4 * dim * heads * attended
-    peers = common.prefill_peer_rows(case, dim, runs, timed, flops)
+
+    def timed_path(path: str) -> dict:
+        """Check `path` on the device, then time it: {path, path_ran, checked, ms, ...}."""
+        try:
+            ran = prefill.choose_path(path, caches[0])
+        except ValueError as why:  # "tensor" on a shape it cannot serve
+            return {"path": path, "path_ran": None, "skipped": str(why),
+                    "checked_on_device": None, "median_ms": None}
+        ok = check_prefill(rng, heads, kv_heads, dim, dtype, dry, path)
+        launches = [prefill.launcher(c, query, table, lens, starts, q_lens,
+                                     scale=require_scale(None, dim), causal=True, window=None,
+                                     sinks=0, out=out, path=path) for c in caches]
+        ms = common.time_ms(launches, runs, timed) if ok else None
+        return {"path": path, "path_ran": ran, "checked_on_device": ok, "median_ms": ms,
+                "tflop_per_s": _tflops(flops, ms),
+                "pct_of_tensor_peak": 100 * _tflops(flops, ms) / TENSOR_PEAK_TFLOPS if ms else None}
+
+    auto = timed_path("auto")
+    ms = auto["median_ms"]
     return [{"kernel": "paged_prefill", "batch": batch, "new_tokens": new, "cached_prefix": prefix,
              "heads": heads, "kv_heads": kv_heads, "group": heads // kv_heads, "head_dim": dim,
              "dtype": dtype, "block_size": BLOCK_SIZE, "kv_bytes": kv_bytes,
-             "working_set_copies": copies, "flop": flops, "checked_on_device": ok, "median_ms": ms,
+             "working_set_copies": copies, "flop": flops,
+             "checked_on_device": auto["checked_on_device"], "median_ms": ms, "path": "auto",
+             "path_ran": auto["path_ran"],
              "tokens_per_s": batch * new / ms * 1e3 if ms else None,
              "flop_per_s": flops / ms * 1e3 if ms else None,
-             "tflop_per_s": common.tflops(flops, ms),
-             "pct_of_tensor_peak": common.pct_of_tensor_peak(flops, ms)}] + peers
+             "by_path": [auto] + [timed_path(p) for p in PATHS]}] + common.prefill_peer_rows(
+                 case, dim, runs, timed, flops)

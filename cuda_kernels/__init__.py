@@ -9,9 +9,15 @@ Launchers (all validate before launching; ValueError names the bad argument):
     write_kv(kv_cache, key, value, slot_mapping)            write_kv.py
     paged_attention(query, kv_cache, block_tables, context_lens, scale=None, *,
                     mode="auto", partition_size=None, window=None, sinks=0)  attention.py
+    paged_prefill(query, kv_cache, block_tables, context_lens, query_start_loc, scale=None,
+                  causal=True, window=0, sinks=0, path="auto")              prefill.py
+                  path "tensor": prefill_tc.py (mma.sync, FlashAttention-2 style);
+                  "cuda_core": prefill.py's kernel; "auto": tensor cores when the shape
+                  allows (_prefill_checks.choose_path says which)
     copy_blocks(kv_cache, pairs); swap_out(kv_cache, host, pairs); swap_in(host, kv_cache, pairs)
 Building blocks every kernel imports: primitives.py (16-byte loads, warp reductions,
-online softmax). Kernel factory for other layouts: decode.make_decode_kernel(loaders, ...),
+online softmax, and the tensor-core pieces: mma, ldmatrix, cp.async, f16x2 packing).
+Kernel factory for other layouts: decode.make_decode_kernel(loaders, ...),
 launched through attention.decode_with. References: cuda_kernels.reference.
 Cache layout (layout.py): kv_cache[num_blocks, 2, num_kv_heads, block_size, head_dim].
 """
@@ -24,8 +30,10 @@ from .attention import choose_partition, decode_with, paged_attention  # noqa: E
 from .block_copy import copy_blocks, swap_in, swap_out  # noqa: E402
 from .decode import make_decode_kernel  # noqa: E402
 from .layout import BLOCK_MAJOR, Loaders, new_kv_cache  # noqa: E402
+from .prefill import paged_prefill  # noqa: E402
 from .write_kv import write_kv  # noqa: E402
 
-__all__ = ["backend", "write_kv", "paged_attention", "copy_blocks", "swap_out", "swap_in",
+__all__ = ["backend", "write_kv", "paged_attention", "paged_prefill", "copy_blocks", "swap_out",
+           "swap_in",
            "make_decode_kernel", "decode_with", "choose_partition", "Loaders", "BLOCK_MAJOR",
            "new_kv_cache"]

@@ -160,12 +160,13 @@ mma_bf16 = _make_mma("bf16")
 
 
 def _shared_address(context, builder, array_type, array, index, index_type):
-    """The 32-bit shared-window address of element `index` of a shared array."""
+    """The 32-bit shared-window address of element `index` of a shared array, computed in
+    32 bits (shared memory is < 4 GiB): the index arithmetic feeding it narrows to i32."""
     ary = context.make_array(array_type)(context, builder, value=array)
-    at = context.cast(builder, index, index_type, types.intp)
-    element = builder.gep(ary.data, [at])
-    shared = builder.addrspacecast(element, ir.PointerType(element.type.pointee, 3))
-    return builder.ptrtoint(shared, _I32)
+    shared = builder.addrspacecast(ary.data, ir.PointerType(ary.data.type.pointee, 3))
+    size = context.get_abi_sizeof(context.get_data_type(array_type.dtype))
+    at = context.cast(builder, index, index_type, types.int32)
+    return builder.add(builder.ptrtoint(shared, _I32), builder.mul(at, ir.Constant(_I32, size)))
 
 
 def _make_ldmatrix(count: int, trans: bool):

@@ -7,6 +7,11 @@ the query's token count without going down, every context at least as long as it
 tokens, and every block-table entry the kernel will read (the attended blocks of each
 sequence with queries, windowed as `attention.attended_ranges` says) inside the cache.
 A refused batch has launched nothing and changed nothing.
+
+`choose_path` decides which kernel serves a call: "tensor" (`prefill_tc`, mma.sync) when
+the cache is float16, 16-byte aligned and head_dim a multiple of 16 in [16, 256], else
+"cuda_core" (`prefill.make_prefill_kernel`, the fallback for any shape). "auto" picks
+the first that can serve; asking for "tensor" on a shape it cannot serve is an error.
 """
 
 from __future__ import annotations
@@ -15,6 +20,26 @@ import numpy as np
 
 from . import _checks as ck
 from .attention import attended_ranges, check_read_blocks
+from .primitives import aligned16
+
+PATHS = ("auto", "tensor", "cuda_core")
+
+
+def choose_path(path, kv_cache) -> str:
+    """"tensor" or "cuda_core": the kernel that serves `path` for this cache."""
+    from .prefill_tc import unservable
+    if not isinstance(path, str) or path not in PATHS:
+        raise ValueError(f"path must be one of {', '.join(map(repr, PATHS))}, got {path!r}")
+    if path == "cuda_core":
+        return path
+    why = unservable(int(kv_cache.shape[4]), kv_cache.dtype)
+    if why is None and not aligned16(kv_cache):
+        why = "the tensor-core path needs a 16-byte aligned kv_cache (data and strides)"
+    if why is None:
+        return "tensor"
+    if path == "tensor":
+        raise ValueError(f"path='tensor': {why}")
+    return "cuda_core"
 
 
 def check_batch(query, num_kv_heads, head_dim, block_size, num_blocks, block_tables,

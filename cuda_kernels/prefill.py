@@ -59,7 +59,7 @@ from numba import cuda, float32, int32, uint32
 
 from . import _backend
 from . import _checks as ck
-from ._prefill_checks import check_batch
+from ._prefill_checks import check_batch, choose_path
 from .attention import _empty, usable_loaders
 from .decode import LOG2E, SLACK
 from .layout import BLOCK_MAJOR, Loaders, check_kv_cache
@@ -104,8 +104,10 @@ def _tile_loader(loaders: Loaders, D: int, NT: int, VEC: int, FP16: bool):
             for e in range(tid, count * NVEC, NT):
                 t = e // NVEC
                 d0 = (e - t * NVEC) * VEC
-                put16(cache, load_k(cache, seq, blk_s[t], kv_head, off_s[t]) + d0, raw, vals, k_s, t, d0)
-                put16(cache, load_v(cache, seq, blk_s[t], kv_head, off_s[t]) + d0, raw, vals, v_s, t, d0)
+                k_at = load_k(cache, seq, blk_s[t], kv_head, off_s[t]) + d0
+                v_at = load_v(cache, seq, blk_s[t], kv_head, off_s[t]) + d0
+                put16(cache, k_at, raw, vals, k_s, t, d0)
+                put16(cache, v_at, raw, vals, v_s, t, d0)
     else:
         @cuda.jit(device=True)
         def load_tile(cache, seq, kv_head, count, blk_s, off_s, k_s, v_s, tid):
@@ -232,9 +234,11 @@ def make_prefill_kernel(head_dim: int, group_size: int, threads: int, tile: int,
                 m_new, alpha = softmax_rescale(m_s[r], top, SLACK)
                 total = float32(0)
                 for t in range(count):
-                    e = exp2_or_zero(p_s[r, t], m_new)
-                    p_s[r, t] = e
+                    score = p_s[r, t]
+                    e = exp2_or_zero(score, m_new)
                     total += e
+                    # a masked token's weight is -0.0: see the accumulation below
+                    p_s[r, t] = e if score != -math.inf else float32(-0.0)
                 a_s[r] = alpha
                 l_s[r] = l_s[r] * alpha + total
                 m_s[r] = m_new
@@ -244,10 +248,17 @@ def make_prefill_kernel(head_dim: int, group_size: int, threads: int, tile: int,
                 if d < D:
                     for r in range(R):
                         acc[r * DPT + j] *= a_s[r]
+                    finite = True
+                    for t in range(count):
+                        finite = finite and v_s[t, d] - v_s[t, d] == 0  # no NaN, no inf
                     for t in range(count):
                         v = v_s[t, d]  # one shared load, reused by the R rows
                         for r in range(R):
-                            acc[r * DPT + j] += p_s[r, t] * v
+                            p = p_s[r, t]
+                            # 0 x NaN is NaN: a NaN/inf value a row does not attend
+                            # (weight -0.0) must not reach it, as in the reference
+                            if finite or p != 0 or math.copysign(float32(1), p) > 0:
+                                acc[r * DPT + j] += p * v
 
         # No barrier needed: l_s was last written before a barrier above.
         for j in range(DPT):
@@ -258,7 +269,7 @@ def make_prefill_kernel(head_dim: int, group_size: int, threads: int, tile: int,
                     if i < rows:
                         total = l_s[r]
                         value = float32(0)
-                        if total > 0:
+                        if total != 0:  # NaN stays NaN
                             value = acc[r * DPT + j] / total
                         out[q0 + first + i, head0 + r - i * G, d] = value
 
@@ -297,16 +308,20 @@ def kernel_for(head_dim: int, group: int, loaders: Loaders = BLOCK_MAJOR, dtype=
 
 
 def paged_prefill(query, kv_cache, block_tables, context_lens, query_start_loc, scale=None,
-                  causal=True, window=0, sinks=0):
+                  causal=True, window=0, sinks=0, path="auto"):
     """Prefill attention over kv_cache[N, 2, H_kv, B, D] -> float32 [total_q, H, D].
 
     query [total_q, H, D] float32/float16, packed by sequence; query_start_loc int32
     [S + 1] (sequence s owns rows starting at query_start_loc[s]); block_tables int32
     [S, max_blocks]; context_lens int32 [S], each >= its query length. scale defaults to
-    1/sqrt(D). window 0 (or None) is full attention; sinks needs a window. NumPy query ->
+    1/sqrt(D). window 0 (or None) is full attention; sinks needs a window. path: "auto"
+    (tensor cores when the shape allows, `_prefill_checks.choose_path`), "tensor"
+    (`prefill_tc`; ValueError on a shape it cannot serve) or "cuda_core" (this module's
+    kernel); `choose_path(path, kv_cache)` tells which one a call runs. NumPy query ->
     NumPy result; device query -> device result.
     """
     num_blocks, num_kv_heads, block_size, head_dim = check_kv_cache("kv_cache", kv_cache)
+    path = choose_path(path, kv_cache)
     window, sinks = ck.window_args(window, sinks, zero_is_full=True)
     tables, lens, starts, q_lens = check_batch(
         query, num_kv_heads, head_dim, block_size, num_blocks, block_tables, context_lens,
@@ -315,23 +330,34 @@ def paged_prefill(query, kv_cache, block_tables, context_lens, query_start_loc, 
     out = _empty(ck.shape_of(query))  # [total_q, H, D]
     launcher(ck.to_device(kv_cache), ck.to_device(query), ck.to_device(tables), ck.to_device(lens),
              ck.to_device(starts), q_lens, scale=scale, causal=causal, window=window,
-             sinks=sinks, out=out)()
+             sinks=sinks, out=out, path=path)()
     return out if ck.is_device(query) else out.copy_to_host()
 
 
 def launcher(cache, query, tables, lens, starts, q_lens, *, scale: float, causal: bool,
-             window, sinks: int, out):
+             window, sinks: int, out, path: str = "auto"):
     """launch() running the prefill kernel on device buffers into out [total_q, H, D]
     float32, with no checks: `paged_prefill` validates first, the GPU benchmark times
-    launch() alone. q_lens: the host's query lengths (the work list is built here)."""
+    launch() alone. q_lens: the host's query lengths (the work list is built here).
+    launch.path says which kernel it runs ("tensor" or "cuda_core")."""
     num_kv_heads, head_dim = cache.shape[2], cache.shape[4]
-    loaders = usable_loaders(BLOCK_MAJOR, cache, cache, head_dim)  # 16-byte loads, or scalar
-    kernel, threads, q_tile = kernel_for(head_dim, query.shape[1] // num_kv_heads, loaders,
-                                         cache.dtype)
+    group = query.shape[1] // num_kv_heads
+    path = choose_path(path, cache)
+    if path == "tensor":
+        from . import prefill_tc
+        kernel, threads, q_tile = prefill_tc.kernel_for(head_dim, group, cache.shape[3])
+    else:
+        loaders = usable_loaders(BLOCK_MAJOR, cache, cache, head_dim)  # 16-byte or scalar
+        kernel, threads, q_tile = kernel_for(head_dim, group, loaders, cache.dtype)
     work = [(s, f) for s, n in enumerate(np.asarray(q_lens).tolist()) for f in range(0, n, q_tile)]
     work_seq = cuda.to_device(np.array([w[0] for w in work], np.int32))  # [num_work]
     work_first = cuda.to_device(np.array([w[1] for w in work], np.int32))  # [num_work]
     args = (cache, query, tables, lens, starts, work_seq, work_first, np.int32(cache.shape[3]),
             np.float32(scale), np.int32(bool(causal)), np.int32(window or 0), np.int32(sinks), out)
     ck.require_grid("paged_prefill", (len(work), num_kv_heads, 1), ("query tiles", "KV heads", ""))
-    return lambda: kernel[(len(work), num_kv_heads), threads](*args)
+
+    def launch():
+        kernel[(len(work), num_kv_heads), threads](*args)
+
+    launch.path = path
+    return launch

@@ -12,6 +12,7 @@ reductions, online-softmax state), so that a kernel body reads as its algorithm.
     softmax_rescale(m_old, tile_max, slack) -> (m, alpha) online-softmax step
                                  (Milakov & Gimelshein 2018)
     exp2_or_zero(score, m)                                2^(score - m), 0 for a masked score
+                                 (-inf); a NaN score stays NaN
     merge_states(m_a, l_a, m_b, l_b) -> (m, l, w_a, w_b)  combine two partial softmax states
 Tensor cores (sm_80+; `_intrinsics` on a GPU, `_tensor_sim` under the simulator):
     mma_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)
@@ -24,8 +25,8 @@ Tensor cores (sm_80+; `_intrinsics` on a GPU, `_tensor_sim` under the simulator)
     cp_async_commit()            cp.async.commit_group
     cp_async_wait(N)             cp.async.wait_group N, N a compile-time integer literal
     pack_f16x2(lo, hi) / pack_bf16x2(lo, hi) -> u32   cvt.rn: lo in bits 0-15
-    swizzle_shape(chunks) -> (stride, period, width)  host: a row layout of 16-byte chunks
-    swizzled(row, chunk, stride, period, width) -> chunk slot   its conflict-free position
+    swizzle_shape(chunks) -> (stride, shift, mask)  host: a row layout of 16-byte chunks
+    swizzled(row, chunk, stride, shift, mask) -> chunk slot   its conflict-free position
 Fragment conventions (PTX ISA, "Matrix Fragments for mma.m16n8k16"), per lane with
 g = lane >> 2 and t = lane % 4; a u32 word holds two b16 elements, the first (lower
 column / row index) in its low half, exactly as `pack_f16x2(lo, hi)` builds it:
@@ -141,23 +142,24 @@ def aligned16(array) -> bool:
 
 
 def swizzle_shape(chunks: int) -> tuple[int, int, int]:
-    """(stride, period, width) for shared-memory rows of `chunks` 16-byte chunks read 8
+    """(stride, shift, mask) for shared-memory rows of `chunks` 16-byte chunks read 8
     rows at a time at one chunk column (ldmatrix), as `swizzled` places them.
 
     A power-of-two row of chunks is XOR-swizzled: chunk c of row r goes to slot
-    c ^ ((r // period) % width), width = min(chunks, 8), period = max(1, 8 // chunks), so
-    the 8 rows of one ldmatrix hit 8 distinct 16-byte bank groups (CUTLASS's Swizzle<3,3,3>
-    for 128-byte rows). Any other row is padded to an odd number of chunks, which is
-    conflict-free on its own: r * stride mod 8 differs for the 8 rows."""
+    c ^ ((r >> shift) & mask), mask = min(chunks, 8) - 1, 2^shift = max(1, 8 // chunks),
+    so the 8 rows of one ldmatrix hit 8 distinct 16-byte bank groups (CUTLASS's
+    Swizzle<3,3,3> for 128-byte rows). Any other row is padded to an odd number of chunks,
+    conflict-free on its own (r * stride mod 8 differs for the 8 rows), with mask 0."""
     if chunks & (chunks - 1) == 0:
-        return chunks, max(1, 8 // chunks), min(chunks, 8)
-    return chunks | 1, 1, 1
+        return chunks, max(0, 3 - chunks.bit_length() + 1), min(chunks, 8) - 1
+    return chunks | 1, 0, 0
 
 
 @cuda.jit(device=True)
-def swizzled(row, chunk, stride, period, width):
-    """The slot (in 16-byte chunks from the array start) of `chunk` of `row`."""
-    return row * stride + (chunk ^ ((row // period) % width))
+def swizzled(row, chunk, stride, shift, mask):
+    """The slot (in 16-byte chunks from the array start) of `chunk` of `row` (row >= 0);
+    bit operations only, so no signed-division fix-ups."""
+    return row * stride + (chunk ^ ((row >> shift) & mask))
 
 
 @cuda.jit(device=True)
@@ -246,8 +248,9 @@ def softmax_rescale(m_old, tile_max, slack):
 
 @cuda.jit(device=True)
 def exp2_or_zero(score, m):
-    """2^(score - m), and exactly 0 for a masked score (-inf)."""
-    if score > -math.inf:
+    """2^(score - m), and exactly 0 for a masked score (-inf). A NaN score gives NaN, as
+    IEEE arithmetic (and the float64 reference) does: it is not a masked score."""
+    if score != -math.inf:
         return fast_exp2(score - m)
     return float32(0)
 

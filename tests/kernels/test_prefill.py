@@ -33,7 +33,8 @@ def ragged_batches(draw):
     if sum(q_lens) == 0:
         q_lens[0] = 1
     rng = np.random.default_rng(draw(st.integers(0, 2**31)))
-    tables, num_blocks = reference.scattered_block_tables(rng, lens, block_size, spare=1, fill=10**6)
+    tables, num_blocks = reference.scattered_block_tables(rng, lens, block_size, spare=1,
+                                                          fill=10**6)
     cache = rng.standard_normal((num_blocks, 2, num_kv_heads, block_size, head_dim)).astype(dtype)
     starts = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
     query = rng.standard_normal((int(starts[-1]), num_kv_heads * group, head_dim)).astype(dtype)
@@ -43,10 +44,12 @@ def ragged_batches(draw):
 @settings(max_examples=12)
 @given(batch=ragged_batches(), window=st.sampled_from([0, 0, 1, 3]), sinks=st.integers(0, 2),
        causal=st.booleans())
-def test_paged_prefill_matches_the_float64_reference_on_ragged_batches(batch, window, sinks, causal):
+def test_paged_prefill_matches_the_float64_reference_on_ragged_batches(batch, window, sinks,
+                                                                       causal):
     cache, tables, lens, starts, query = batch
     sinks = sinks if window else 0
-    out = paged_prefill(query, cache, tables, lens, starts, causal=causal, window=window, sinks=sinks)
+    out = paged_prefill(query, cache, tables, lens, starts, causal=causal, window=window,
+                        sinks=sinks)
     want = reference_prefill(query, cache, tables, lens, starts, causal=causal, window=window,
                              sinks=sinks)
     assert out.dtype == np.float32 and out.shape == query.shape
@@ -85,7 +88,7 @@ def test_other_thread_and_tile_shapes_give_the_same_output(config, monkeypatch):
     threads than rows."""
     monkeypatch.setattr(prefill, "launch_config", lambda head_dim, group: config)
     rng = np.random.default_rng(3)
-    lens, q_lens = np.array([10, 5], np.int32), [6, 1]
+    lens = np.array([10, 5], np.int32)  # query lengths 6 and 1
     tables, num_blocks = reference.scattered_block_tables(rng, lens, 2)
     cache = rng.standard_normal((num_blocks, 2, 1, 2, 5)).astype(np.float32)
     starts = np.array([0, 6, 7], np.int32)
@@ -173,3 +176,43 @@ def test_prefill_reads_16_byte_vectors_when_head_dim_allows_and_scalars_otherwis
     assert rel_err(out, reference_prefill(query, cache, tables, lens, starts)) < 3e-3
     (name, *_), = prefill._kernels  # the one kernel built for this call
     assert name.endswith(" scalar") == (loads == "scalar")
+
+
+def nan_case(where, dtype, head_dim):
+    """A prompt of 6 tokens behind a 14-token cached prefix (block size 4) with one NaN:
+    in a query, in K or V at position 6 (every row attends it), or at position 16 (rows
+    0..1 mask it: causally it is their future)."""
+    rng = np.random.default_rng(17)
+    lens, starts = np.array([20], np.int32), np.array([0, 6], np.int32)
+    tables, num_blocks = reference.scattered_block_tables(rng, lens, 4)
+    cache = rng.standard_normal((num_blocks, 2, 1, 4, head_dim)).astype(dtype)
+    query = rng.standard_normal((6, 2, head_dim)).astype(dtype)
+    kv, pos = {"k_seen": (0, 6), "v_seen": (1, 6), "k_future": (0, 16),
+               "v_future": (1, 16)}.get(where, (None, None))
+    if where == "query":
+        query[2, 1, 3] = np.nan
+    else:
+        cache[tables[0, pos // 4], kv, 0, pos % 4, 1] = np.nan
+    return query, cache, tables, lens, starts
+
+
+NAN_PATHS = [("cuda_core", np.float32, 8), ("cuda_core", np.float16, 16),
+             ("tensor", np.float16, 16)]
+
+
+@pytest.mark.parametrize("path, dtype, head_dim", NAN_PATHS)
+@pytest.mark.parametrize("where", ["query", "k_seen", "v_seen", "k_future", "v_future"])
+def test_a_nan_in_q_k_or_v_propagates_exactly_where_the_float64_reference_puts_it(
+        where, path, dtype, head_dim):
+    """IEEE propagation: a NaN query row, or a NaN key a row attends, makes that row NaN;
+    a NaN value makes its component NaN for the rows attending it; a row that masks the
+    token is untouched (0 x NaN must not leak into it)."""
+    query, cache, tables, lens, starts = nan_case(where, dtype, head_dim)
+    out = paged_prefill(query, cache, tables, lens, starts, path=path)
+    want = reference_prefill(query, cache, tables, lens, starts)
+    assert np.isnan(want).any()  # the case means something
+    assert np.array_equal(np.isnan(out), np.isnan(want))
+    finite = ~np.isnan(want)
+    tol = 1e-5 if dtype == np.float32 else 4e-3
+    if finite.any():  # a NaN key everybody attends leaves nothing finite
+        assert np.abs(out[finite] - want[finite]).max() < tol * np.abs(want[finite]).max()

@@ -248,8 +248,8 @@ def test_packing_rounds_to_nearest_even_with_lo_in_the_low_half(kind):
 
 @pytest.mark.parametrize("chunks", [1, 2, 4, 8, 16, 32, 6, 10, 12])
 def test_swizzled_rows_put_any_8_consecutive_rows_of_one_chunk_in_distinct_bank_groups(chunks):
-    stride, period, width = pr.swizzle_shape(chunks)
-    slots = {(r, c): pr.swizzled.py_func(r, c, stride, period, width)
+    stride, shift, mask = pr.swizzle_shape(chunks)
+    slots = {(r, c): pr.swizzled.py_func(r, c, stride, shift, mask)
              for r in range(64) for c in range(chunks)}
     assert len(set(slots.values())) == len(slots)  # a bijection onto the array
     assert all(r * stride <= s < (r + 1) * stride for (r, _), s in slots.items())  # own row

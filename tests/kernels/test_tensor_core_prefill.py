@@ -1,0 +1,139 @@
+"""paged_prefill on tensor cores (path="tensor", `prefill_tc`) against the float64
+reference, on fresh random ragged batches behind cached prefixes, outputs poisoned with
+NaN first (the simulator launcher always poisons). One warp, 16-token tiles under the
+simulator: every mma, ldmatrix and cp.async goes through the PTX-faithful stand-ins."""
+
+import numpy as np
+import pytest
+from conftest import rel_err
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cuda_kernels import prefill, prefill_tc, reference
+from cuda_kernels._prefill_checks import choose_path
+from cuda_kernels.prefill import paged_prefill
+from cuda_kernels.reference import reference_prefill
+
+TOL = 4e-3  # P is rounded to fp16 before P V, as in FlashAttention-2
+
+
+def batch(rng, prefixes, q_lens, kv_heads, group, head_dim, block_size, qdtype=np.float16):
+    """(query, cache, tables, lens, starts): sequence s has prefixes[s] cached tokens and
+    q_lens[s] new ones, its blocks scattered in a pool with spare blocks."""
+    lens = np.array([p + n for p, n in zip(prefixes, q_lens, strict=True)], np.int32)
+    tables, num_blocks = reference.scattered_block_tables(rng, lens, block_size, spare=2,
+                                                          fill=10**6)
+    cache = rng.standard_normal((num_blocks, 2, kv_heads, block_size, head_dim))
+    starts = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+    query = rng.standard_normal((int(starts[-1]), kv_heads * group, head_dim))
+    return query.astype(qdtype), cache.astype(np.float16), tables, lens, starts
+
+
+@st.composite
+def tensor_batches(draw):
+    head_dim = draw(st.sampled_from([16, 16, 32, 48, 64]))
+    group = draw(st.sampled_from([1, 2, 3, 4, 8, 16]))
+    block_size = draw(st.sampled_from([1, 2, 5, 16, 256]))
+    kv_heads = draw(st.integers(1, 2))
+    seqs = draw(st.integers(1, 3))
+    prefixes = [draw(st.integers(0, 40)) for _ in range(seqs)]
+    q_lens = [draw(st.integers(1, 12)) for _ in range(seqs)]
+    rng = np.random.default_rng(draw(st.integers(0, 2**31)))
+    return batch(rng, prefixes, q_lens, kv_heads, group, head_dim, block_size)
+
+
+@settings(max_examples=8)
+@given(args=tensor_batches(), causal=st.booleans())
+def test_the_tensor_core_prefill_matches_the_float64_reference_on_ragged_chunked_batches(
+        args, causal):
+    query, cache, tables, lens, starts = args
+    out = paged_prefill(query, cache, tables, lens, starts, causal=causal, path="tensor")
+    want = reference_prefill(query, cache, tables, lens, starts, causal=causal)
+    assert out.shape == query.shape and out.dtype == np.float32
+    assert rel_err(out, want) < TOL
+
+
+@pytest.mark.parametrize("head_dim, group", [(256, 1), (128, 8), (16, 16), (80, 3)])
+def test_the_largest_head_dim_the_widest_group_and_a_padded_row_layout_are_served(
+        head_dim, group):
+    """D=256 (16 k-steps), the headline D=128 with G=8, G=16 (one query token per warp),
+    D=80 (10 chunks a row: the odd-stride padded layout instead of the XOR swizzle)."""
+    rng = np.random.default_rng(head_dim + group)
+    query, cache, tables, lens, starts = batch(rng, [9, 0], [5, 3], 1, group, head_dim, 4)
+    out = paged_prefill(query, cache, tables, lens, starts, path="tensor")
+    assert rel_err(out, reference_prefill(query, cache, tables, lens, starts)) < TOL
+
+
+@pytest.mark.parametrize("window, sinks, causal", [(5, 0, True), (7, 2, True), (4, 1, False)])
+def test_windows_and_sinks_on_tensor_cores_follow_the_reference(window, sinks, causal):
+    """A context of 70 tokens: sink tiles, the window's seam, full tiles in between and
+    the causal diagonal all occur."""
+    rng = np.random.default_rng(window * 10 + sinks)
+    query, cache, tables, lens, starts = batch(rng, [50, 3], [20, 2], 2, 2, 32, 8)
+    kw = dict(window=window, sinks=sinks, causal=causal)
+    out = paged_prefill(query, cache, tables, lens, starts, path="tensor", **kw)
+    assert rel_err(out, reference_prefill(query, cache, tables, lens, starts, **kw)) < TOL
+
+
+def test_a_long_cached_prefix_runs_the_unmasked_tile_loop_and_a_float32_query_is_accepted():
+    rng = np.random.default_rng(2)
+    query, cache, tables, lens, starts = batch(rng, [70], [4], 1, 4, 16, 16, np.float32)
+    out = paged_prefill(query, cache, tables, lens, starts, path="tensor")
+    assert rel_err(out, reference_prefill(query, cache, tables, lens, starts)) < TOL
+
+
+def test_tensor_and_cuda_core_paths_agree_and_auto_takes_tensor_cores_when_it_can():
+    rng = np.random.default_rng(4)
+    query, cache, tables, lens, starts = batch(rng, [6, 20], [10, 1], 2, 4, 32, 4)
+    tensor = paged_prefill(query, cache, tables, lens, starts, path="tensor")
+    core = paged_prefill(query, cache, tables, lens, starts, path="cuda_core")
+    assert np.abs(tensor - core).max() < 2e-2  # two fp16 roundings apart at most
+    assert choose_path("auto", cache) == "tensor"
+    assert choose_path("auto", cache.astype(np.float32)) == "cuda_core"
+    assert choose_path("auto", cache[..., :24]) == "cuda_core"  # 24 is not a multiple of 16
+    launch = prefill.launcher(*(prefill.ck.to_device(a) for a in (cache, query, tables, lens,
+                                                                   starts)),
+                              np.diff(starts), scale=0.25, causal=True, window=0, sinks=0,
+                              out=prefill._empty(query.shape), path="auto")
+    assert launch.path == "tensor"
+
+
+CANNOT = {
+    "a float32 cache": (np.float32, 32, r"path='tensor': .*float16 cache, got float32"),
+    "head_dim 24": (np.float16, 24, r"path='tensor': .*multiple of 16 .*got 24"),
+    "head_dim 272": (np.float16, 272, r"path='tensor': .*\[16, 256\], got 272"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CANNOT))
+def test_forcing_tensor_cores_on_a_shape_they_cannot_serve_is_a_value_error(name):
+    dtype, head_dim, message = CANNOT[name]
+    rng = np.random.default_rng(0)
+    query, cache, tables, lens, starts = batch(rng, [2], [2], 1, 1, head_dim, 4)
+    cache = cache.astype(dtype)
+    before = cache.copy()
+    with pytest.raises(ValueError, match=message):
+        paged_prefill(query, cache, tables, lens, starts, path="tensor")
+    assert np.array_equal(cache, before)
+    got = paged_prefill(query, cache, tables, lens, starts, path="auto")  # the fallback serves
+    assert rel_err(got, reference_prefill(query, cache, tables, lens, starts)) < TOL
+
+
+@pytest.mark.parametrize("path", ["gpu", "", None, 3, "Tensor"])
+def test_an_unknown_path_is_a_value_error_naming_path(path):
+    rng = np.random.default_rng(0)
+    query, cache, tables, lens, starts = batch(rng, [2], [2], 1, 1, 16, 4)
+    with pytest.raises(ValueError, match=r"path must be one of 'auto', 'tensor', 'cuda_core'"):
+        paged_prefill(query, cache, tables, lens, starts, path=path)
+
+
+def test_the_gpu_configuration_is_a_warpgroup_with_tiles_that_fit_shared_memory(monkeypatch):
+    monkeypatch.setattr(prefill_tc._backend, "backend", lambda: "gpu")
+    assert prefill_tc.launch_config(128) == (4, 64)
+    assert prefill_tc.launch_config(256) == (4, 32)
+    for head_dim in range(16, 257, 16):
+        warps, tile = prefill_tc.launch_config(head_dim)
+        stride = prefill_tc.swizzle_shape(head_dim // 8)[0]
+        kv_tiles, p_tile, maps = 2 * tile * stride * 16, 16 * warps * tile * 2, 2 * tile * 8
+        assert warps == 4 and kv_tiles <= prefill_tc.SHARED_BUDGET
+        assert kv_tiles + p_tile + maps <= 48 * 1024  # all static shared memory
