@@ -101,7 +101,7 @@ def make_tc_decode_kernel(loaders, head_dim: int, group_size: int, block_size: i
     KD, ND, CH = D // 16, D // 8, D // 8  # k-steps of QK^T, 8-dim tiles of O, row chunks
     CPL = CH // 2  # chunks each lane copies per row (two lanes per token)
     QA_N, O_N = 4 * KD, 4 * ND  # registers of Q's A fragments and O's accumulators
-    STRIDE, PERIOD, WIDTH = swizzle_shape(CH)
+    STRIDE, SWZ_SHIFT, SWZ_MASK = swizzle_shape(CH)
     ROWE = STRIDE * 8  # halves per shared row
     STAGE_E = NW * 2 * TOK * ROWE  # one array holds every warp's two stages
     MERGE = (NW, HPC, D) if NW > 1 else (1, 1, 1)
@@ -110,7 +110,7 @@ def make_tc_decode_kernel(loaders, head_dim: int, group_size: int, block_size: i
     @cuda.jit(device=True)
     def slot(warp, stage, token, chunk):
         """Element index in a stage array of 16-byte `chunk` of `token`'s row."""
-        return swizzled((warp * 2 + stage) * TOK + token, chunk, STRIDE, PERIOD, WIDTH) * 8
+        return swizzled((warp * 2 + stage) * TOK + token, chunk, STRIDE, SWZ_SHIFT, SWZ_MASK) * 8
 
     locate = make_locate(B, paged)
 
