@@ -68,7 +68,10 @@ def test_the_steady_loop_is_the_one_holding_the_most_kv_loads_and_counts_per_byt
     # the tile loop holds 2 of the 128-bit loads (the one before it is outside any loop);
     # 9 instructions less the NOP, over 2 loads x 32 lanes x 16 bytes
     assert disasm.steady_loop(ins) == {"loop_sass": 8, "loop_kv_loads": 2, "loop_kv_bits": 128,
-                                       "loop_inner_loops": 1, "sass_per_kv_byte": round(8 / 1024, 4)}
+                                       "loop_inner_loops": 1, "sass_per_kv_byte": round(8 / 1024, 4),
+                                       "loop_kv_bytes": 1024, "hmma": 0, "hgmma": 0, "ldsm": 0,
+                                       "ldgsts": 0, "loop_flops": 64, "tensor_flops": 0,
+                                       "loop_sass_per_hmma": None, "flops_per_loop_sass": 8.0}
     # told K/V are 32-bit, the table read is the only K/V load, still in the tile loop
     assert disasm.steady_loop(ins, kv_bits=32)["loop_kv_loads"] == 1
     # a scalar fp16 kernel: 16-bit loads beat the 32-bit table read as K/V
