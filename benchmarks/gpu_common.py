@@ -9,26 +9,133 @@
     close, time_ms, filled   the correctness test, the event timer and random device buffers
                      every row uses;
     rotation         how many copies of a buffer to cycle between launches, so that the
-                     working set is at least 4x the L2 (60 MB on an H100/H200) and no
-                     launch reads from L2.
+                     working set is at least 4x the L2 (50 MB on an H100 and an H200) and
+                     no launch reads from L2;
+    Phases           the per-phase time guard: each phase has a budget and starts only if
+                     it fits in what is left of TOTAL_S (8 minutes), else it is skipped
+                     and says so; it records each phase's seconds and JIT compile time
+                     (time in numba's compiler lock: `CompileClock`);
+    tflops, pct_of_tensor_peak, peak constants   from `cuda_kernels.roofline` (H200);
+    auto_launch      what paged_attention's path="auto" launches (its plan, read back
+                     from attention.LAST_PLAN), as a timed closure.
 The contiguous-KV baseline kernel lives in `cuda_kernels.labs.contiguous`.
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 
 import numpy as np
 from numba import cuda, uint32
 
-from cuda_kernels import attention
+from cuda_kernels import attention, roofline
 from cuda_kernels._checks import require_scale
 from cuda_kernels.merge import merge_partitions
 from cuda_kernels.primitives import itemsize, load16
 
-L2_BYTES = 60 * 2**20
+L2_BYTES = roofline.L2_BYTES  # 50 MB on an H100 and an H200
 WORKING_SET = 4 * L2_BYTES
 PER_SAMPLE = 10  # launches between one pair of events
+TOTAL_S = 480.0  # the whole run stays under 8 minutes
+TENSOR_PEAK_TFLOPS = roofline.TENSOR_FLOPS_S / 1e12  # H200 dense fp16, ~990
+HBM_GB_S = roofline.HBM_BYTES_S / 1e9  # 4,300 achievable (4,800 nominal)
+
+
+def tflops(flop: float, ms) -> float | None:
+    """TFLOP/s of `flop` operations in `ms` milliseconds (None when untimed)."""
+    return flop / ms / 1e9 if ms else None
+
+
+def pct_of_tensor_peak(flop: float, ms) -> float | None:
+    rate = tflops(flop, ms)
+    return 100 * rate / TENSOR_PEAK_TFLOPS if rate else None
+
+
+class CompileClock:
+    """Seconds spent in (and number of outermost entries into) numba's global compiler
+    lock while installed: every JIT compile holds it, a kernel's compile including its
+    device functions' (nested entries are not counted again). numba-cuda broadcasts the
+    lock as "numba-cuda:compiler_lock" (numba itself as "numba:compiler_lock")."""
+
+    def __init__(self):
+        self.seconds, self.count, self._depth, self._t0 = 0.0, 0, 0, 0.0
+        try:
+            from numba.cuda.core import event
+            self._kind = "numba-cuda:compiler_lock"
+        except ImportError:  # older numba-cuda: numba's own events
+            from numba.core import event
+            self._kind = "numba:compiler_lock"
+        outer = self
+
+        class _Listener(event.Listener):
+            def on_start(self, ev):
+                if outer._depth == 0:
+                    outer._t0 = time.perf_counter()
+                outer._depth += 1
+
+            def on_end(self, ev):
+                outer._depth -= 1
+                if outer._depth == 0:
+                    outer.seconds += time.perf_counter() - outer._t0
+                    outer.count += 1
+
+        self._event, self._listener = event, _Listener()
+
+    def __enter__(self):
+        self._event.register(self._kind, self._listener)
+        return self
+
+    def __exit__(self, *exc):
+        self._event.unregister(self._kind, self._listener)
+
+
+class Phases:
+    """The per-phase time guard. `run(name, budget_s, fn)` calls fn(guard) when budget_s
+    fits in what is left of total_s, else skips it; fn may call guard.left() between its
+    cases to stop early (and then reports what it left out). `record` holds, per phase:
+    seconds, compile_s, compiles, and skipped (the reason) when it did not run."""
+
+    def __init__(self, total_s: float = TOTAL_S, clock=time.perf_counter):
+        self.clock, self.began = clock, clock()
+        self.deadline = self.began + total_s
+        self.record: dict = {}
+        self._phase_end = self.deadline
+
+    def left(self) -> float:
+        """Seconds left for the running phase: its budget, cut at the run's deadline."""
+        return min(self._phase_end, self.deadline) - self.clock()
+
+    def run(self, name: str, budget_s: float, fn, default=None):
+        if self.deadline - self.clock() < budget_s:
+            self.record[name] = {"skipped": f"needs {budget_s:.0f} s, "
+                                            f"{max(self.deadline - self.clock(), 0):.0f} s left"}
+            return default
+        start = self.clock()
+        self._phase_end = start + budget_s
+        with CompileClock() as compiles:
+            result = fn(self)
+        self.record[name] = {"seconds": round(self.clock() - start, 2),
+                             "compile_s": round(compiles.seconds, 2), "compiles": compiles.count}
+        self._phase_end = self.deadline
+        return result
+
+
+def auto_launch(loaders, k_src, v_src, query, tables, lens, *, block_size: int,
+                num_kv_heads: int, paged: bool = True):
+    """(launch, out, plan): the launch paged_attention's path="auto" makes on these device
+    buffers. The plan (path, partition_size, num_partitions) comes from one call of the
+    real launcher (`attention.decode_with`), so it is exactly what a user gets."""
+    dim = query.shape[2]
+    attention.decode_with(loaders, k_src, v_src, query, tables, lens,
+                          num_blocks=k_src.shape[0], num_kv_heads=num_kv_heads,
+                          block_size=block_size, head_dim=dim)
+    plan = dict(attention.LAST_PLAN)
+    mode = "single" if plan["num_partitions"] == 1 else "split"
+    launch, out = decode_launch(loaders, k_src, v_src, query, tables, lens,
+                                block_size=block_size, num_kv_heads=num_kv_heads, mode=mode,
+                                part=plan["partition_size"], paged=paged, path=plan["path"])
+    return launch, out, plan
 
 
 @cuda.jit
@@ -75,14 +182,17 @@ def rotation(nbytes: int) -> int:
     return max(1, -(-WORKING_SET // max(nbytes, 1)))
 
 
-def decode_launch(loaders, k_src, v_src, query, tables, lens, *, block_size: int, num_kv_heads: int,
-                  mode: str, part: int, paged: bool = True, longest: int | None = None):
-    """(launch, out): launch() runs the decode kernel (and the merge when split) on device
-    buffers; out [S, H, D] float32 holds the result afterwards. mode "single" covers the
-    longest context in one partition; "split" uses partitions of `part` tokens."""
+def decode_launch(loaders, k_src, v_src, query, tables, lens, *, block_size: int,
+                  num_kv_heads: int, mode: str, part: int, paged: bool = True,
+                  longest: int | None = None, path: str = "cuda_core"):
+    """(launch, out): launch() runs the decode kernel of `path` ("cuda_core" or "tensor")
+    (and the merge when split) on device buffers; out [S, H, D] float32 holds the result
+    afterwards. mode "single" covers the longest context in one partition; "split" uses
+    partitions of `part` tokens."""
     num_seqs, num_heads, dim = query.shape
     kernel, threads, chunks = attention.kernel_for(loaders, dim, num_heads // num_kv_heads,
-                                                   np.dtype(k_src.dtype), block_size, paged=paged)
+                                                   np.dtype(k_src.dtype), block_size,
+                                                   paged=paged, path=path)
     longest = longest or int(lens.copy_to_host().max())
     part = longest if mode == "single" else part
     num_parts = -(-longest // part)
@@ -142,3 +252,75 @@ def filled(rng, shape, dtype):
         n = min(chunk, shape[0] - b)
         dev[b:b + n].copy_to_device(piece[:n])
     return dev
+
+
+def _torch_prefill_peers(batch, new, prefix, heads, kv_heads, dim, dtype):
+    """{name: launch} of the prefill peers importable here, on contiguous K/V with the
+    bottom-right causal mask of a cached prefix (query token i sees prefix + i + 1 keys)."""
+    import torch  # noqa: F401  (ImportError: no peers at all)
+    import torch.nn.functional as F
+    tdtype = getattr(torch, dtype)
+    ctx = prefix + new
+
+    def rand(*shape):
+        return torch.randn(*shape, device="cuda", dtype=tdtype)
+
+    peers = {}
+    q = rand(batch, heads, new, dim)  # [B, H, L, D]
+    k, v = rand(batch, kv_heads, ctx, dim), rand(batch, kv_heads, ctx, dim)
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        from torch.nn.attention.bias import causal_lower_right
+        mask = causal_lower_right(new, ctx)
+
+        def sdpa():
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        peers["torch_sdpa_flash"] = sdpa
+    except ImportError:
+        pass
+    try:
+        from flash_attn import flash_attn_func  # [B, L, H, D]; causal is bottom-right (>= 2.1)
+        qf, kf, vf = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+        peers["flash_attn"] = lambda: flash_attn_func(qf, kf, vf, causal=True)
+    except ImportError:
+        pass
+    try:
+        import flashinfer  # one prompt at a time: [L, H, D]
+        qs = [q[b].transpose(0, 1).contiguous() for b in range(batch)]
+        ks = [k[b].transpose(0, 1).contiguous() for b in range(batch)]
+        vs = [v[b].transpose(0, 1).contiguous() for b in range(batch)]
+        peers["flashinfer_single_prefill"] = lambda: [
+            flashinfer.single_prefill_with_kv_cache(a, b, c, causal=True)
+            for a, b, c in zip(qs, ks, vs, strict=True)]
+    except ImportError:
+        pass
+    return peers
+
+
+def prefill_peer_rows(case, dim: int, runs: int, timed: bool, flop: int) -> list[dict]:
+    """Timed rows of the prefill peers (torch SDPA's flash backend, flash_attn, FlashInfer)
+    that are importable, on contiguous K/V; a peer that fails says why in its row. None
+    without a GPU or torch: the rows are then absent, never made up."""
+    batch, new, prefix, heads, kv_heads, dtype = case
+    if not timed:
+        return []
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            return []
+        peers = _torch_prefill_peers(batch, new, prefix, heads, kv_heads, dim, dtype)
+    except ImportError:
+        return []
+    rows = []
+    for name, launch in peers.items():
+        row = {"kernel": name, "layout": "contiguous", "peer": True, "flop": flop}
+        try:
+            torch.cuda.synchronize()
+            ms = time_ms(launch, runs, timed)
+            row.update(median_ms=ms, tflop_per_s=tflops(flop, ms),
+                       pct_of_tensor_peak=pct_of_tensor_peak(flop, ms))
+        except Exception as error:  # noqa: BLE001  (a peer's failure loses only its row)
+            row.update(median_ms=None, error=f"{type(error).__name__}: {error}")
+        rows.append(row)
+    return rows

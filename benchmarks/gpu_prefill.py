@@ -18,7 +18,9 @@ Paths: the row times path="auto" (what users get) and says which kernel it ran
 (`path_ran`: "tensor" for `prefill_tc`, "cuda_core" for `prefill`'s kernel); `by_path`
 times each fixed path the same way, each checked on the device first, with TFLOP/s and
 % of the dense fp16 tensor-core peak (TENSOR_PEAK_TFLOPS, an H200: about 990 TFLOP/s).
-A path that cannot serve the shape is listed with the reason and no timing.
+A path that cannot serve the shape is listed with the reason and no timing. Then the
+peers' rows (`gpu_common.prefill_peer_rows`: torch SDPA's flash backend, flash_attn,
+FlashInfer, on contiguous K/V, when importable) with the same FLOP count.
 """
 
 from __future__ import annotations  # noqa: I001 (cuda_kernels must come before numba)
@@ -106,4 +108,5 @@ def prefill_rows(rng, case, dim: int, runs: int, timed: bool, dry: bool) -> list
              "path_ran": auto["path_ran"],
              "tokens_per_s": batch * new / ms * 1e3 if ms else None,
              "flop_per_s": flops / ms * 1e3 if ms else None,
-             "by_path": [auto] + [timed_path(p) for p in PATHS]}]
+             "by_path": [auto] + [timed_path(p) for p in PATHS]}] + common.prefill_peer_rows(
+                 case, dim, runs, timed, flops)

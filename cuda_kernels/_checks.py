@@ -26,6 +26,7 @@ from numba import cuda
 
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 INT32_LIMIT = 2**31  # kernel integer arguments are int32
+GRID_LIMITS = (2**31 - 1, 65535, 65535)  # CUDA's max grid x, y, z (every cc >= 3.0)
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
@@ -44,7 +45,8 @@ def shape_of(a) -> tuple:
 
 def require_array(name: str, a, ndim: int, dtypes=None):
     if not (isinstance(a, np.ndarray) or is_device(a)):
-        raise ArgumentTypeError(f"{name} must be a NumPy or CUDA device array, got {type(a).__name__}")
+        raise ArgumentTypeError(f"{name} must be a NumPy or CUDA device array, "
+                                f"got {type(a).__name__}")
     if len(a.shape) != ndim:
         raise ArgumentTypeError(f"{name} must have {ndim} dimensions, got shape {shape_of(a)}")
     if dtypes is not None and np.dtype(a.dtype) not in [np.dtype(d) for d in dtypes]:
@@ -61,7 +63,8 @@ def require_inner_contiguous(name: str, a, skip: int = 1):
     """Dims after the first `skip` must be C-contiguous (the outer stride may be anything)."""
     item = np.dtype(a.dtype).itemsize
     expect = item
-    for size, stride in zip(reversed(a.shape[skip:]), reversed(a.strides[skip:])):
+    for size, stride in zip(reversed(a.shape[skip:]), reversed(a.strides[skip:]),
+                            strict=True):
         if size > 1 and stride != expect:
             raise ValueError(f"{name} must be C-contiguous in its inner dimensions "
                              f"(strides {tuple(a.strides)}, shape {shape_of(a)})")
@@ -126,7 +129,8 @@ def require_int(name: str, value, lo: int, hi: int | None = INT32_LIMIT) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
     if value < lo or (hi is not None and value >= hi):
-        raise ValueError(f"{name} = {value} must be >= {lo}" + (f" and < {hi}" if hi is not None else ""))
+        raise ValueError(f"{name} = {value} must be >= {lo}"
+                         + (f" and < {hi}" if hi is not None else ""))
     return int(value)
 
 
@@ -135,7 +139,8 @@ def require_scale(scale, head_dim: int) -> float:
     string or an array is a TypeError, NaN, inf or a value past float32 a ValueError."""
     if scale is None:
         return 1.0 / float(np.sqrt(head_dim))
-    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.integer, np.floating)):
+    if isinstance(scale, (bool, np.bool_)) or not isinstance(
+            scale, (int, float, np.integer, np.floating)):
         raise TypeError(f"scale must be a real number, got {scale!r} ({type(scale).__name__})")
     if isinstance(scale, (int, np.integer)) and abs(int(scale)) > FLOAT32_MAX:
         raise ValueError(f"scale must be a finite float32, got {scale!r}")
@@ -184,5 +189,18 @@ def check_query(query, num_kv_heads: int, head_dim: int, what: str = "sequence")
     if rows < 1 or num_heads < 1:
         raise ValueError(f"query must hold at least one {what} and head, got {shape_of(query)}")
     if num_heads % num_kv_heads:
-        raise ValueError(f"query has {num_heads} heads, not a multiple of num_kv_heads={num_kv_heads}")
+        raise ValueError(f"query has {num_heads} heads, not a multiple of "
+                         f"num_kv_heads={num_kv_heads}")
     return rows, num_heads, q_dim
+
+
+def require_grid(launcher: str, grid: tuple, names: tuple) -> tuple:
+    """A launch grid CUDA can run: x < 2**31, y and z <= 65,535 (CUDA C++ Programming
+    Guide, "Compute Capabilities"), every dimension >= 1. names[i] says what dimension i
+    counts, for the message. The simulator does not enforce the limits; this does, for
+    every launcher, before anything is launched or changed."""
+    for axis, (size, limit, name) in enumerate(zip(grid, GRID_LIMITS, names, strict=True)):
+        if size > limit:
+            raise ValueError(f"{launcher}: {size} {name} exceed the grid's "
+                             f"{'xyz'[axis]} limit of {limit:,}")
+    return tuple(int(n) for n in grid)

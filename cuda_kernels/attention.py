@@ -7,15 +7,26 @@ Vector or scalar: vector loaders need head_dim % (16 / itemsize) == 0 and 16-byt
 aligned K/V (data pointer and outer strides); otherwise the launcher takes the
 loaders' scalar `fallback` (or refuses when there is none).
 
+Path (`choose_path`): "cuda_core" is `decode.py`, "tensor" is `decode_tc.py` (the
+group's heads as the M rows of mma.m16n8k16, FlashInfer's `use_tensor_cores`; vLLM v1's
+FlashInfer backend makes the same choice for GQA). "auto" takes the tensor cores for
+groups of TC_MIN_GROUP = 4 heads or more when K/V are float16 with 16-byte aligned rows
+and head_dim is a multiple of 16 in [16, 256]; LAST_PLAN records what ran. Both paths
+share the split-K plan and the merge.
+
 Split-K rule (`choose_partition`; FlashInfer's decode plan sizes KV chunks to the GPU,
-vLLM v0's paged_attention_v2 splits into fixed 512-token partitions): the GPU holds `slots` = SMs x resident CTAs per SM
-(the occupancy of this kernel, from the driver; 132 x 2 assumed under the simulator).
-The total work is ctas_per_seq x the sum of attended lengths; the partition size is that
-work spread evenly over the slots, rounded up to GRAIN tokens, at least MIN_PARTITION
-and at most MAX_PASS (no CTA walks more than MAX_PASS tokens in one pass). Sequences
-longer than the partition are split, shorter ones run in one pass: in a batch of equal
-lengths that fills the GPU nothing is split, while one 32K sequence among 63 short ones
-is cut to the even share instead of walking 32K tokens in 8 serial CTAs.
+vLLM v0's paged_attention_v2 splits into fixed 512-token partitions): the GPU holds
+`slots` = SMs x resident CTAs per SM (the occupancy of this kernel, from the driver;
+132 x 2 assumed under the simulator). The rule counts CTAs, not tokens per slot: for a
+partition size P the launch has ctas_per_seq x sum_s ceil(count_s / P) CTAs with work,
+which run in ceil(CTAs / slots) waves, each as long as its longest CTA (min(P, longest)
+tokens plus a fixed CTA_OVERHEAD_TOKENS). The cheapest P among the multiples of GRAIN in
+[MIN_PARTITION, MAX_PASS] wins (ties: the larger P). So a batch that fills the GPU in
+whole waves runs in one pass, one 32K sequence among 63 short ones is cut into pieces
+the size of the short ones, and 64 x 4096 tokens x 8 KV heads on 396 slots (G = 4 on an
+H200) is cut into 3 partitions (1,536 CTAs, 4 full waves) instead of running 512 CTAs
+in 2 waves, the second a third full (what spreading tokens evenly over slots gave:
+5,312-token partitions, a single pass with a wave tail).
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ from numba import cuda
 from . import _backend
 from . import _checks as ck
 from .decode import geometry, make_decode_kernel
+from .decode_tc import make_tc_decode_kernel, tc_geometry, tc_supported
 from .layout import BLOCK_MAJOR, Loaders, check_kv_cache
 from .merge import merge_partitions
 from .primitives import aligned16, vec_width
@@ -36,9 +48,15 @@ DEFAULT_PARTITION = 512  # tokens per split-K partition when mode="split" names 
 MIN_PARTITION = 256  # the auto rule never splits finer: a partition amortises its merge
 MAX_PASS = 8192  # the auto rule never lets one CTA walk more tokens than this
 GRAIN = 64  # auto partition sizes are multiples of this
+CTA_OVERHEAD_TOKENS = 64  # the auto rule's price of one more CTA, in tokens walked
 SIMULATED_SMS = 132
 SIMULATED_CTAS_PER_SM = 2
 MODES = ("auto", "single", "split")
+PATHS = ("auto", "tensor", "cuda_core")
+TC_MIN_GROUP = 4  # path="auto" takes the tensor cores from this group size up (FlashInfer)
+# The last launch's plan, for reading back what "auto" chose: path, partition_size,
+# num_partitions, threads (the benchmark rows and tests read it).
+LAST_PLAN: dict = {}
 # Fill output and partial buffers with NaN before launch, so that an element a kernel
 # forgets to write shows up. On by default under the simulator; the GPU benchmark
 # turns it on for its correctness pass.
@@ -74,16 +92,46 @@ def launch_warps() -> int:
 
 
 def kernel_for(loaders: Loaders, head_dim: int, group_size: int, dtype, block_size: int,
-               paged: bool = True):
-    """(kernel, threads, chunks): the compiled-kernel cache. Launch grid:
+               paged: bool = True, path: str = "cuda_core"):
+    """(kernel, threads, chunks): the compiled-kernel cache, for path "cuda_core"
+    (`decode.py`) or "tensor" (`decode_tc.py`). Launch grid:
     (num_kv_heads * chunks, num_seqs, num_partitions)."""
-    warps = launch_warps()
     dtype = np.dtype(dtype)
-    key = (loaders.name, head_dim, group_size, dtype.name, block_size, warps, paged)
+    if path == "tensor":  # warps from the shared-memory budget; one under the simulator
+        warps = tc_geometry(head_dim, group_size)["warps"] if launch_warps() > 1 else 1
+    else:
+        warps = launch_warps()
+    key = (loaders.name, head_dim, group_size, dtype.name, block_size, warps, paged, path)
     if key not in _kernels:
-        _kernels[key] = make_decode_kernel(loaders, head_dim, group_size, dtype, block_size,
-                                           warps=warps, paged=paged)
-    return _kernels[key], 32 * warps, geometry(head_dim, group_size, dtype, warps)["chunks"]
+        if path == "tensor":
+            _kernels[key] = make_tc_decode_kernel(loaders, head_dim, group_size, block_size,
+                                                  warps=warps, paged=paged)
+        else:
+            _kernels[key] = make_decode_kernel(loaders, head_dim, group_size, dtype,
+                                               block_size, warps=warps, paged=paged)
+    chunks = (tc_geometry(head_dim, group_size, warps) if path == "tensor" else
+              geometry(head_dim, group_size, dtype, warps))["chunks"]
+    return _kernels[key], 32 * warps, chunks
+
+
+def choose_path(path: str, loaders: Loaders, dtype, head_dim: int, group: int) -> str:
+    """"tensor" or "cuda_core" for a launch. `loaders` are the ones the launch will use
+    (after `usable_loaders`). "auto" takes the tensor cores for groups of TC_MIN_GROUP
+    heads or more when the shape allows (`decode_tc.tc_supported`, vector loaders);
+    "tensor" on a shape it cannot serve is a ValueError saying why."""
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+    if path == "cuda_core":
+        return path
+    reason = tc_supported(dtype, head_dim)
+    if reason is None and not loaders.vector:
+        reason = ("the tensor-core path needs 16-byte aligned K/V rows (these fall back to "
+                  "scalar loads)")
+    if path == "tensor":
+        if reason:
+            raise ValueError(reason)
+        return path
+    return "tensor" if reason is None and group >= TC_MIN_GROUP else "cuda_core"
 
 
 def sm_count() -> int:
@@ -113,17 +161,39 @@ def cta_slots(kernel, args, threads: int) -> int:
         return sm_count() * SIMULATED_CTAS_PER_SM
 
 
+def plan_cost(counts, part: int, ctas_per_seq: int, slots: int) -> int:
+    """The cost model of `choose_partition`, in token-steps of one CTA: the waves of CTAs
+    that have work, times the tokens the longest CTA of a wave walks (plus
+    CTA_OVERHEAD_TOKENS for its prologue, its final merge and the split-K merge)."""
+    counts = np.asarray(counts, np.int64)
+    ctas = ctas_per_seq * int((-(-counts // part)).sum())  # empty partitions exit at once
+    waves = -(-ctas // slots)
+    return waves * (min(part, int(counts.max())) + CTA_OVERHEAD_TOKENS)
+
+
 def choose_partition(counts, ctas_per_seq: int, slots: int, *, min_partition=MIN_PARTITION,
                      max_pass=MAX_PASS, grain=GRAIN) -> int:
     """Tokens per partition for mode="auto" (module docstring). `counts`: attended tokens
     per sequence; ctas_per_seq: CTAs one partition of one sequence launches (KV heads x
-    head chunks); slots: SMs x resident CTAs. A result >= max(counts) means one pass."""
+    head chunks); slots: SMs x resident CTAs. Every multiple of `grain` in
+    [min_partition, max_pass] up to the longest count is costed by `plan_cost`, which
+    counts CTAs (so whole waves) rather than spreading tokens over slots; the cheapest
+    wins, ties going to the larger partition (fewer partials to merge). A result >=
+    max(counts) means one pass."""
     counts = np.asarray(counts, np.int64)
     if counts.size == 0 or counts.min() < 0 or ctas_per_seq < 1 or slots < 1:
         raise ValueError("counts must be non-negative, ctas_per_seq and slots positive")
-    even = -(-int(counts.sum()) * ctas_per_seq // slots)  # tokens per slot, spread evenly
-    part = max(min_partition, -(-even // grain) * grain)
-    return int(min(part, max_pass))
+    longest = max(int(counts.max()), 1)
+    top = min(max_pass, -(-longest // grain) * grain)
+    first = -(-min_partition // grain) * grain
+    if top <= first:  # nothing to split: one pass (or the finest split allowed)
+        return int(first)
+    best = None
+    for part in range(top, first - 1, -grain):  # largest first: ties keep the larger
+        cost = plan_cost(counts, part, ctas_per_seq, slots)
+        if best is None or cost < best[0]:
+            best = (cost, part)
+    return int(best[1])
 
 
 def attended_ranges(context_lens: np.ndarray, window, sinks: int):
@@ -152,12 +222,13 @@ def check_read_blocks(tables, block_size: int, num_blocks: int, kept, start, end
 
 
 def paged_attention(query, kv_cache, block_tables, context_lens, scale=None, *, mode="auto",
-                    partition_size=None, window=None, sinks=0):
+                    partition_size=None, window=None, sinks=0, path="auto"):
     """Decode attention over kv_cache[num_blocks, 2, H_kv, B, D] -> float32 [S, H, D].
 
     query [S, H, D] (float32/float16), block_tables int32 [S, max_blocks], context_lens
     int32 [S]. scale defaults to 1/sqrt(D). window/sinks: attend only to the first
     `sinks` and the last `window` tokens (table entries of skipped blocks may be -1).
+    path: "auto" | "tensor" | "cuda_core" (`choose_path`); what ran is LAST_PLAN["path"].
     NumPy query -> NumPy result; device query -> device result.
     """
     num_blocks, num_kv_heads, block_size, head_dim = check_kv_cache("kv_cache", kv_cache)
@@ -165,12 +236,13 @@ def paged_attention(query, kv_cache, block_tables, context_lens, scale=None, *, 
     return decode_with(BLOCK_MAJOR, cache, cache, query, block_tables, context_lens,
                        num_blocks=num_blocks, num_kv_heads=num_kv_heads, block_size=block_size,
                        head_dim=head_dim, scale=scale, mode=mode,
-                       partition_size=partition_size, window=window, sinks=sinks)
+                       partition_size=partition_size, window=window, sinks=sinks, path=path)
 
 
 def decode_with(loaders: Loaders, k_src, v_src, query, block_tables, context_lens, *,
                 num_blocks: int, num_kv_heads: int, block_size: int, head_dim: int,
-                scale=None, mode="auto", partition_size=None, window=None, sinks=0):
+                scale=None, mode="auto", partition_size=None, window=None, sinks=0,
+                path="auto"):
     """`paged_attention` for any layout: validate, choose the mode, launch.
 
     loaders: `layout.Loaders`; `name` must be unique per pair of address functions (it
@@ -204,7 +276,8 @@ def decode_with(loaders: Loaders, k_src, v_src, query, block_tables, context_len
     k_src, v_src = ck.to_device(k_src), ck.to_device(v_src)
     dtype = np.dtype(k_src.dtype)
     loaders = usable_loaders(loaders, k_src, v_src, head_dim)
-    kernel, threads, chunks = kernel_for(loaders, head_dim, group, dtype, block_size)
+    path = choose_path(path, loaders, dtype, head_dim, group)
+    kernel, threads, chunks = kernel_for(loaders, head_dim, group, dtype, block_size, path=path)
     d_query = ck.to_device(query)
     d_tables = ck.to_device(tables if not ck.is_device(block_tables) else block_tables)
     d_lens = ck.to_device(lens if not ck.is_device(context_lens) else context_lens)
@@ -220,6 +293,12 @@ def decode_with(loaders: Loaders, k_src, v_src, query, block_tables, context_len
     if mode == "single":
         part = longest
     num_parts = -(-longest // part)
+    ck.require_grid("paged_attention", (num_kv_heads * chunks, num_seqs, num_parts),
+                    ("KV heads x head chunks", "sequences", "partitions (longest context / "
+                     f"partition_size {part})"))
+    LAST_PLAN.clear()
+    LAST_PLAN.update(path=path, partition_size=int(part), num_partitions=int(num_parts),
+                     threads=int(threads))
 
     if num_parts == 1:
         partial = one_pass
@@ -231,7 +310,9 @@ def decode_with(loaders: Loaders, k_src, v_src, query, block_tables, context_len
         k_src, v_src, d_query, d_tables, d_lens, np.float32(scale), np.int32(sinks),
         np.int32(window or 0), np.int32(part), partial, max_logits, exp_sums)
     if num_parts > 1:
-        merge_partitions[(num_heads, num_seqs), min(threads, 128)](partial, max_logits, exp_sums, out)
+        grid = ck.require_grid("merge_partitions", (num_heads, num_seqs, 1),
+                               ("heads", "sequences", ""))
+        merge_partitions[grid, min(threads, 128)](partial, max_logits, exp_sums, out)
     return out if ck.is_device(query) else out.copy_to_host()
 
 

@@ -137,9 +137,13 @@ def launch_pairs(src, dst, d_pairs, num_pairs: int, num_kv_heads: int) -> None:
     chunks = vector_chunks(src, dst)
     if chunks:  # enough CTAs per pair to fill the GPU, each looping over its share
         spans = min(-(-chunks // (threads * UNROLL)), max(1, 8 * SPAN_TARGET // num_pairs))
-        copy_blocks_vec[(num_pairs, spans), threads](src, dst, d_pairs, chunks)
+        grid = ck.require_grid("copy_blocks", (num_pairs, spans, 1),
+                               ("block pairs", "spans per block", ""))
+        copy_blocks_vec[grid, threads](src, dst, d_pairs, chunks)
     else:
-        copy_blocks_kernel[(num_pairs, 2, num_kv_heads), threads](src, dst, d_pairs)
+        grid = ck.require_grid("copy_blocks", (num_pairs, 2, num_kv_heads),
+                               ("block pairs", "K/V", "KV heads"))
+        copy_blocks_kernel[grid, threads](src, dst, d_pairs)
 
 
 def copy_blocks(kv_cache, pairs) -> None:
@@ -154,7 +158,8 @@ def copy_blocks(kv_cache, pairs) -> None:
 def _check_host(host_cache, kv_cache):
     num_blocks, num_kv_heads, block_size, head_dim = check_kv_cache("kv_cache", kv_cache)
     if not isinstance(host_cache, np.ndarray):
-        raise ck.ArgumentTypeError(f"host_cache must be a NumPy array, got {type(host_cache).__name__}")
+        raise ck.ArgumentTypeError(f"host_cache must be a NumPy array, "
+                                   f"got {type(host_cache).__name__}")
     num_host = check_kv_cache("host_cache", host_cache)[0]
     if host_cache.shape[1:] != tuple(kv_cache.shape[1:]) or host_cache.dtype != kv_cache.dtype:
         raise ValueError(f"host_cache {host_cache.shape[1:]} {host_cache.dtype} must match "

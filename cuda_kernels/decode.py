@@ -17,11 +17,15 @@ The thread mapping follows FlashInfer's decode kernel (vec_size x bdx lanes per 
   * q (times scale * log2 e), each row's running max m, running sum l and the HPC x
     head_dim slice of output accumulators live in registers; K/V stay 16 raw bytes until
     unpacked there; the softmax is base 2 (one MUFU.EX2 per exp) and rescales lazily:
-    the running max moves only when a score beats it by more than SLACK (FlashAttention-3),
-    so the HPC x head_dim rescale multiplies are skipped once the max has settled;
-  * a dot product is a per-lane partial sum finished over the row's lanes by xor shuffles;
-    `group_sums` finishes all TPR x HPC of a step at once (a reduce-scatter, then a
-    broadcast); no shared memory and no barrier inside the token loop;
+    the running max moves only when a score beats it by more than SLACK (FlashAttention-3);
+  * a dot product is a per-lane partial sum finished over the row's lanes by xor shuffles:
+    a reduce-scatter leaves each lane its own of the step's TPR x HPC scores, whose exp
+    only that lane computes (`decode_steps`), and the probabilities are then broadcast;
+    no shared memory and no barrier inside the token loop;
+  * whether a score moved a max is one warp vote: the rare step that must rescale leaves
+    the hot loop (a warp-uniform `break`), is finished by `regrow` (rescale HPC x SLOT
+    accumulators, recompute the exps) and the hot loop resumes, so the hot loop holds no
+    rescale multiplies, not even predicated-off ones;
   * the block table is read once per token (the row's lanes read one word, a broadcast),
     and the loader turns (block, kv_head, offset) into one row index per token;
   * register double buffering: step s+1's K/V loads (and step s+2's table reads) are
@@ -44,7 +48,9 @@ import math
 import numpy as np
 from numba import cuda, float32, int32, uint32
 
-from .primitives import exp2_or_zero, group_sums, load16, softmax_rescale, unpack16, vec_width
+from .decode_loads import fetcher, make_locate, unpacker
+from .decode_steps import broadcast, exp2_masked, owned_index, reduce_scatter
+from .primitives import FULL_MASK, softmax_rescale, vec_width
 
 LOG2E = 1.4426950408889634  # scores are kept in log2 units: exp(x) = 2^(x log2 e)
 SLACK = float32(8.0)  # lazy rescaling: the running max moves only when exceeded by > 2^8
@@ -63,56 +69,13 @@ def geometry(head_dim: int, group_size: int, dtype, warps: int = 4) -> dict:
         lpr *= 2
     vpl = -(-nvec // lpr)  # vectors per lane
     rows = warps * (32 // lpr)
-    max_heads = max(1, min(ACC_BUDGET // (vpl * vec), SHARED_BUDGET // (4 * rows * (nvec * vec + 3))))
+    max_heads = max(1, min(ACC_BUDGET // (vpl * vec),
+                           SHARED_BUDGET // (4 * rows * (nvec * vec + 3))))
     chunks = -(-group_size // max_heads)
     hpc = -(-group_size // chunks)  # heads per CTA, balanced over the chunks
     tpr = 1 if vpl > 1 else 2  # tokens per row per step: 16-64 bytes a lane in flight
     return dict(vec=vec, nvec=nvec, lpr=lpr, vpl=vpl, rpw=32 // lpr, warps=warps,
                 rows=rows, hpc=hpc, chunks=chunks, tpr=tpr)
-
-
-def _fetcher(row_fn, vector, VPL, LPR, VEC, NVEC, D):
-    """Device function: raw[at : at + VPL * words] <- this lane's vectors of one K or V
-    row (zeros where the token is masked or the vector lies past head_dim)."""
-    if vector:
-        @cuda.jit(device=True)
-        def fetch(src, seq, block, kv_head, offset, valid, col, raw, at):
-            start = row_fn(src, seq, block, kv_head, offset)  # unconditional: loop-invariant parts hoist
-            for jv in range(VPL):
-                c = col + jv * LPR
-                if valid and c < NVEC:
-                    word = load16(src, start + c * VEC)  # 16 bytes, one ld.global.nc.v4
-                    for w in range(4):
-                        raw[at + jv * 4 + w] = word[w]
-                else:
-                    for w in range(4):
-                        raw[at + jv * 4 + w] = 0
-    else:
-        @cuda.jit(device=True)
-        def fetch(src, seq, block, kv_head, offset, valid, col, raw, at):
-            for jv in range(VPL):
-                for e in range(VEC):
-                    d = (col + jv * LPR) * VEC + e
-                    value = float32(0)
-                    if valid and d < D:
-                        value = row_fn(src, block, kv_head, offset, d)
-                    raw[at + jv * VEC + e] = value
-    return fetch
-
-
-def _unpacker(vector, VPL, VEC, FP16):
-    """Device function: dst[0 : VPL * VEC] <- float32 of the raw vectors at raw[at:]."""
-    if vector:
-        @cuda.jit(device=True)
-        def to_float(raw, at, dst):
-            for jv in range(VPL):
-                unpack16(raw[at + jv * 4: at + jv * 4 + 4], dst[jv * VEC: jv * VEC + VEC], FP16)
-    else:
-        @cuda.jit(device=True)
-        def to_float(raw, at, dst):
-            for i in range(VPL * VEC):
-                dst[i] = raw[at + i]
-    return to_float
 
 
 def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_size: int,
@@ -157,27 +120,13 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
     SLOT = VPL * VEC  # floats of one head (or one K/V row) per lane
     load_k, load_v = loaders.load_k, loaders.load_v
     HS, TH, BUF, DV = HPC * SLOT, TPR * HPC, TPR * VPL * RAW_N, NVEC * VEC  # array sizes
-    NP = 1 << (TH - 1).bit_length()  # TH padded to a power of two for group_sums
+    NP = 1 << (TH - 1).bit_length()  # TH padded to a power of two for the reduce-scatter
+    OWN = max(1, NP // LPR)  # scores each lane finishes (and exponentiates) per step
 
-    fetch_k, fetch_v = (_fetcher(fn, VECTOR, VPL, LPR, VEC, NVEC, D) for fn in (load_k, load_v))
-    to_float = _unpacker(VECTOR, VPL, VEC, FP16)
+    fetch_k, fetch_v = (fetcher(fn, VECTOR, VPL, LPR, VEC, NVEC, D) for fn in (load_k, load_v))
+    to_float = unpacker(VECTOR, VPL, VEC, FP16)
 
-    SHIFT = B.bit_length() - 1 if B & (B - 1) == 0 else -1  # log2(B) for a power of two
-
-    @cuda.jit(device=True)
-    def locate(j, hi, kept, start, seq, block_tables):
-        """Table lookup for attended index j: (block, offset, valid). Unsigned indices
-        skip numba's negative-index wraparound; a power-of-two B divides by a shift."""
-        valid = j < hi
-        pos = uint32(j if j < kept else start + (j - kept))
-        if SHIFT >= 0:
-            logical = pos >> SHIFT
-        else:
-            logical = pos // uint32(B)
-        block = int32(0)
-        if valid:
-            block = block_tables[uint32(seq), logical] if paged else int32(logical)
-        return block, int32(pos - logical * uint32(B)), valid
+    locate = make_locate(B, paged)
 
     @cuda.jit(device=True)
     def issue(k_src, v_src, seq, kv_head, col, row, blk, off, ok, k_buf, v_buf, ahead, hi,
@@ -190,9 +139,12 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
             blk[t], off[t], ok[t] = locate(ahead + t * R + row, hi, kept, start, seq, block_tables)
 
     @cuda.jit(device=True)
-    def attend(k_buf, v_buf, q, acc, m, lsum, dots, s, kv, lane, first, hi):
-        """One step: this row's TPR tokens, attended indices first + t * R (< hi: unmasked)."""
-        for t in range(TPR):  # this lane's part of q . k for the row's tokens and CTA's heads
+    def score(k_buf, q, dots, own_p, kv, m_own, lane, first, hi):
+        """This step's scores: q . k for the row's TPR tokens (attended indices first + t * R,
+        masked when >= hi) and the CTA's heads, finished over the row's lanes, each lane
+        keeping OWN of them. own_p <- their 2^(s - m), valid unless the max must move;
+        returns the warp vote "some score beats its head's max by more than SLACK"."""
+        for t in range(TPR):  # this lane's part of q . k
             to_float(k_buf, t * VPL * RAW_N, kv)
             for h in range(HPC):
                 dot = float32(0)
@@ -201,26 +153,54 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
                 dots[t * HPC + h] = dot
         for i in range(TH, NP):
             dots[i] = float32(0)
-        group_sums(dots, NP, LPR, lane, s)  # all TPR x HPC dot products over the row's lanes
+        reduce_scatter(dots, NP, LPR, lane)
+        grow = False
+        for j in range(OWN):  # the lane's own totals: (token t, head h) = divmod(k, HPC)
+            k = owned_index(lane, j, NP, LPR)
+            t = k // HPC
+            h = k - t * HPC
+            if k >= TH or first + t * R >= hi:
+                dots[j] = -math.inf  # a padding slot or a masked token
+            grow = grow or dots[j] > m_own[j] + SLACK
+            own_p[j] = exp2_masked(dots[j], m_own[j])
+        return cuda.any_sync(FULL_MASK, grow)
+
+    @cuda.jit(device=True)
+    def settle(own_p, s, lsum, lane):
+        """The common case: the max stays; s[0:NP] <- every p of the row, l += p."""
+        broadcast(own_p, NP, LPR, lane, s)
         for t in range(TPR):
-            if first + t * R >= hi:  # a masked token
-                for h in range(HPC):
-                    s[t * HPC + h] = -math.inf
-        for h in range(HPC):  # online softmax, once per step
+            for h in range(HPC):
+                lsum[h] += s[t * HPC + h]
+
+    @cuda.jit(device=True)
+    def regrow(dots, s, acc, m, m_own, lsum, lane):
+        """The rare case (warp-uniform): move each head's max where a score beat it,
+        rescale its sum and accumulators by alpha, then s[0:NP] <- the exps, l += p."""
+        broadcast(dots, NP, LPR, lane, s)
+        for h in range(HPC):
             top = s[h]
             for t in range(1, TPR):
                 top = max(top, s[t * HPC + h])
             m_new, alpha = softmax_rescale(m[h], top, SLACK)
-            if alpha < 1:  # rare once the max has settled: skip HPC x SLOT multiplies
-                m[h] = m_new
-                lsum[h] *= alpha
-                for i in range(SLOT):
-                    acc[h * SLOT + i] *= alpha
+            m[h] = m_new
+            lsum[h] *= alpha
+            for i in range(SLOT):
+                acc[h * SLOT + i] *= alpha
             for t in range(TPR):
-                p = exp2_or_zero(s[t * HPC + h], m_new)
+                p = exp2_masked(s[t * HPC + h], m_new)
                 s[t * HPC + h] = p
                 lsum[h] += p
-        for t in range(TPR):  # acc += p * v
+        for j in range(OWN):  # the maxima of the lane's own scores' heads, for `score`
+            k = owned_index(lane, j, NP, LPR)
+            h = k - (k // HPC) * HPC
+            for hh in range(HPC):
+                m_own[j] = m[hh] if h == hh else m_own[j]
+
+    @cuda.jit(device=True)
+    def accumulate(v_buf, s, acc, kv):
+        """acc += p * v for the row's TPR tokens and the CTA's heads."""
+        for t in range(TPR):
             to_float(v_buf, t * VPL * RAW_N, kv)
             for h in range(HPC):
                 p = s[t * HPC + h]
@@ -247,7 +227,9 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
         m = cuda.local.array(HPC, float32)  # running max (same in every lane of a row)
         lsum = cuda.local.array(HPC, float32)  # running sum of exp(score - m)
         dots = cuda.local.array(NP, float32)  # this lane's partial dot products, padded
-        s = cuda.local.array(NP, float32)  # [TPR, HPC] scores of this step (then p)
+        s = cuda.local.array(NP, float32)  # [TPR, HPC] this step's p, in every lane
+        own_p = cuda.local.array(OWN, float32)  # p of the lane's own scores
+        m_own = cuda.local.array(OWN, float32)  # the running max of their heads
         kv = cuda.local.array(SLOT, float32)  # one unpacked K or V row slice
         k_a = cuda.local.array(BUF, RAW_T)  # raw K/V of even steps ...
         v_a = cuda.local.array(BUF, RAW_T)
@@ -265,17 +247,19 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
                 acc[h * SLOT + i] = float32(0)
             m[h] = -math.inf
             lsum[h] = float32(0)
+        for j in range(OWN):
+            m_own[j] = -math.inf
 
         length = context_lens[seq]
-        kept = 0
-        start = 0
+        kept = int32(0)  # attended indices and counts are int32: no 64-bit compares
+        start = int32(0)
         if window > 0:
-            kept = min(sinks, length)
-            start = max(length - window, kept)
-        lo = part * partition_size
-        hi = min(lo + partition_size, kept + length - start)
-        per_step = R * TPR
-        steps = (max(hi - lo, 0) + per_step - 1) // per_step  # the same in every lane
+            kept = int32(min(sinks, length))
+            start = int32(max(length - window, kept))
+        lo = int32(part * partition_size)
+        hi = int32(min(lo + partition_size, kept + length - start))
+        per_step = int32(R * TPR)
+        steps = int32((max(hi - lo, 0) + per_step - 1) // per_step)  # the same in every lane
 
         # prologue: step 0's K/V in flight, step 1's table entries read
         for t in range(TPR):
@@ -284,16 +268,32 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
             fetch_v(v_src, seq, b0, kv_head, o0, v0, col, v_a, t * VPL * RAW_N)
             blk[t], off[t], ok[t] = locate(lo + per_step + t * R + row, hi, kept, start, seq,
                                            block_tables)
-        for step in range(steps):  # ping-pong: A and B swap roles, no register copies
-            base = lo + step * per_step
-            if step % 2 == 0:
-                issue(k_src, v_src, seq, kv_head, col, row, blk, off, ok, k_b, v_b,
-                      base + 2 * per_step, hi, kept, start, block_tables)
-                attend(k_a, v_a, q, acc, m, lsum, dots, s, kv, lane, base + row, hi)
-            else:
-                issue(k_src, v_src, seq, kv_head, col, row, blk, off, ok, k_a, v_a,
-                      base + 2 * per_step, hi, kept, start, block_tables)
-                attend(k_b, v_b, q, acc, m, lsum, dots, s, kv, lane, base + row, hi)
+        step = int32(0)
+        while step < steps:
+            while step < steps:  # the hot loop; ping-pong: A and B swap roles, no copies
+                base = int32(lo + step * per_step)
+                if step % 2 == 0:
+                    issue(k_src, v_src, seq, kv_head, col, row, blk, off, ok, k_b, v_b,
+                          base + 2 * per_step, hi, kept, start, block_tables)
+                    if score(k_a, q, dots, own_p, kv, m_own, lane, base + row, hi):
+                        break  # warp-uniform: the whole warp leaves to move the max
+                    settle(own_p, s, lsum, lane)
+                    accumulate(v_a, s, acc, kv)
+                else:
+                    issue(k_src, v_src, seq, kv_head, col, row, blk, off, ok, k_a, v_a,
+                          base + 2 * per_step, hi, kept, start, block_tables)
+                    if score(k_b, q, dots, own_p, kv, m_own, lane, base + row, hi):
+                        break
+                    settle(own_p, s, lsum, lane)
+                    accumulate(v_b, s, acc, kv)
+                step = int32(step + 1)
+            if step < steps:  # finish the step whose scores moved a max (rare)
+                regrow(dots, s, acc, m, m_own, lsum, lane)
+                if step % 2 == 0:
+                    accumulate(v_a, s, acc, kv)
+                else:
+                    accumulate(v_b, s, acc, kv)
+                step = int32(step + 1)
 
         # merge the rows' softmax states once, through shared memory
         acc_s = cuda.shared.array((R, HPC, DV), float32)
@@ -312,11 +312,11 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
         for h in range(tid, heads, NT):  # one thread per head, whatever the group size
             top = float32(-math.inf)
             for r in range(R):
-                if l_s[r, h] > 0:
+                if l_s[r, h] != 0:  # a non-empty row (NaN included: it must propagate)
                     top = max(top, m_s[r, h])
             total = float32(0)
             for r in range(R):
-                weight = math.exp2(m_s[r, h] - top) if l_s[r, h] > 0 else float32(0)
+                weight = math.exp2(m_s[r, h] - top) if l_s[r, h] != 0 else float32(0)
                 total += weight * l_s[r, h]
                 m_s[r, h] = weight
             total_s[h] = total
@@ -329,6 +329,6 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
             num = float32(0)
             for r in range(R):
                 num += m_s[r, h] * acc_s[r, h, d]
-            out[seq, head0 + h, part, d] = num / total_s[h] if total_s[h] > 0 else float32(0)
+            out[seq, head0 + h, part, d] = num / total_s[h] if total_s[h] != 0 else float32(0)
 
     return paged_decode

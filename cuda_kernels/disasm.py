@@ -22,6 +22,15 @@ the steady-state loop is found from the control flow alone, so it holds for any 
                      counts once; `loop_inner_loops` says how many there are)
   sass_per_kv_byte   loop_sass / K/V bytes one warp loads per trip (32 lanes x width / 8 per
                      K/V load, all lanes assumed active). Unrolling scales both, so it cancels.
+  loop_kv_bytes      those K/V bytes per trip (per warp)
+  hmma, hgmma, ldsm, ldgsts   tensor-core mma (HMMA.*, and Hopper's warpgroup HGMMA.*),
+                     ldmatrix (LDSM.*) and cp.async (LDGSTS.*) instructions in that loop
+  loop_flops         floating-point operations one warp's trip performs: HMMA.16816 does
+                     2 x 16 x 8 x 16 = 4,096 (HMMA.1688: 2,048), HGMMA.64xNx16 2 x 64 x N x 16,
+                     FFMA/HFMA2 2 and 4 per lane, FADD/FMUL/FMNMX 1 per lane (x 32 lanes);
+                     MUFU, conversions and integer work count 0; tensor_flops: HMMA/HGMMA's
+  loop_sass_per_hmma loop_sass / hmma (None without HMMA); flops_per_loop_sass loop_flops /
+                     loop_sass (what one issue slot buys)
 
 Occupancy (`occupancy`): resident CTAs per SM from the per-SM limits below, the way the
 CUDA occupancy calculator does it: registers are allocated per warp in units of 256 (regs
@@ -45,7 +54,8 @@ RESERVED_SHARED = 1024  # bytes per CTA, sm_80+
 WARP = 32
 
 _PTX_LOAD = re.compile(r"^\s*(?:@!?%\w+\s+)?ld\.global((?:\.\w+)+)", re.M)
-_PTX_CP_ASYNC = re.compile(r"^\s*(?:@!?%\w+\s+)?cp\.async\.\S*global\S*\s+[^;]*,\s*(\d+)\s*[,;]", re.M)
+_PTX_CP_ASYNC = re.compile(r"^\s*(?:@!?%\w+\s+)?cp\.async\.\S*global\S*\s+[^;]*,\s*(\d+)\s*[,;]",
+                           re.M)
 _PTX_SHFL = re.compile(r"^\s*(?:@!?%\w+\s+)?shfl\.sync\b", re.M)
 _PTX_BAR = re.compile(r"^\s*(?:@!?%\w+\s+)?(?:bar|barrier)\.sync\b", re.M)
 
@@ -53,7 +63,8 @@ _PTX_BAR = re.compile(r"^\s*(?:@!?%\w+\s+)?(?:bar|barrier)\.sync\b", re.M)
 def _ptx_bits(suffixes: str) -> int:
     parts = suffixes.strip(".").split(".")
     lanes = next((int(p[1:]) for p in parts if re.fullmatch(r"v[248]", p)), 1)
-    width = next((int(m.group(1)) for p in reversed(parts) if (m := re.fullmatch(r"[a-z]+(\d+)", p))), 0)
+    width = next((int(m.group(1)) for p in reversed(parts)
+                  if (m := re.fullmatch(r"[a-z]+(\d+)", p))), 0)
     return lanes * width
 
 
@@ -127,12 +138,41 @@ def loops(instrs: list[Instr]) -> list[tuple[int, int]]:
     return sorted(found)
 
 
+_HGMMA = re.compile(r"HGMMA\.64x(\d+)x16")
+_LANE_FLOPS = {"FFMA": 2, "HFMA2": 4, "FADD": 1, "FMUL": 1, "FMNMX": 1}
+
+
+def instr_flops(opcode: str) -> int:
+    """Floating-point operations of one warp-wide instruction (module docstring)."""
+    head = opcode.split(".")[0]
+    if head == "HMMA":
+        return 2048 if ".1688" in opcode else 4096 if ".16816" in opcode else 0
+    if head == "HGMMA":
+        m = _HGMMA.match(opcode)
+        return 2 * 64 * int(m.group(1)) * 16 if m else 0
+    return WARP * _LANE_FLOPS.get(head, 0)
+
+
+def loop_mix(instrs: list[Instr], a: int, b: int) -> dict:
+    """Tensor-core, ldmatrix and cp.async counts and FLOPs of instrs[a..b]."""
+    heads = [instrs[k].opcode.split(".")[0] for k in range(a, b + 1)]
+    return {"hmma": heads.count("HMMA"), "hgmma": heads.count("HGMMA"),
+            "ldsm": heads.count("LDSM"), "ldgsts": heads.count("LDGSTS"),
+            "loop_flops": sum(instr_flops(instrs[k].opcode) for k in range(a, b + 1)),
+            "tensor_flops": sum(instr_flops(instrs[k].opcode) for k in range(a, b + 1)
+                                if heads[k - a] in ("HMMA", "HGMMA"))}
+
+
 def steady_loop(instrs: list[Instr], kv_bits: int | None = None) -> dict:
     """The steady-state loop's figures (see the module docstring); None values if no loop loads."""
     spans = loops(instrs)
     in_loop = {k for a, b in spans for k in range(a, b + 1)}
     widths = [instrs[k].load_bits for k in in_loop if instrs[k].load_bits]
-    empty = {"loop_sass": None, "loop_kv_loads": 0, "loop_kv_bits": None, "loop_inner_loops": None, "sass_per_kv_byte": None}
+    empty = {"loop_sass": None, "loop_kv_loads": 0, "loop_kv_bits": None,
+             "loop_inner_loops": None, "sass_per_kv_byte": None, "loop_kv_bytes": None,
+             "hmma": None, "hgmma": None, "ldsm": None, "ldgsts": None, "loop_flops": None,
+             "tensor_flops": None,
+             "loop_sass_per_hmma": None, "flops_per_loop_sass": None}
     if not widths:
         return empty
     bits = kv_bits or (max(widths) if max(widths) > 32 else min(widths))
@@ -147,8 +187,12 @@ def steady_loop(instrs: list[Instr], kv_bits: int | None = None) -> dict:
     sass = sum(1 for k in range(a, b + 1) if instrs[k].opcode.split(".")[0] != "NOP")
     kv_bytes = count * WARP * bits // 8
     inner = sum(1 for c, d in spans if a <= c and d <= b and (c, d) != (a, b))
-    return {"loop_sass": sass, "loop_kv_loads": count, "loop_kv_bits": bits, "loop_inner_loops": inner,
-            "sass_per_kv_byte": round(sass / kv_bytes, 4)}
+    mix = loop_mix(instrs, a, b)
+    return {"loop_sass": sass, "loop_kv_loads": count, "loop_kv_bits": bits,
+            "loop_inner_loops": inner, "sass_per_kv_byte": round(sass / kv_bytes, 4),
+            "loop_kv_bytes": kv_bytes, **mix,
+            "loop_sass_per_hmma": round(sass / mix["hmma"], 2) if mix["hmma"] else None,
+            "flops_per_loop_sass": round(mix["loop_flops"] / sass, 2)}
 
 
 def occupancy(arch: str, registers: int, shared_bytes: int, threads: int) -> dict:

@@ -7,7 +7,9 @@ non-empty partitions, w_p = l_p * exp(m_p - M), and the exact softmax output is
     out = sum_p w_p o_p / sum_p w_p.
 Grid: one thread block per (head, sequence); each thread owns head_dim elements
 d = tid, tid + NT, ... No shared memory or barriers: each thread recomputes M, which
-reads only num_partitions floats.
+reads only num_partitions floats. An empty partition (l = 0) is skipped; a NaN one is
+not, so a NaN anywhere in a sequence's scores reaches its output (IEEE, as the float64
+reference does).
 """
 
 from __future__ import annotations
@@ -26,14 +28,14 @@ def merge_partitions(partial, max_logits, exp_sums, out):
     head_dim = partial.shape[3]
     top = float32(-math.inf)
     for p in range(num_parts):
-        if exp_sums[seq, head, p] > 0:
+        if exp_sums[seq, head, p] != 0:  # non-empty (a NaN sum included: it propagates)
             top = max(top, max_logits[seq, head, p])
     for d in range(cuda.threadIdx.x, head_dim, cuda.blockDim.x):
         num = float32(0)
         den = float32(0)
         for p in range(num_parts):
             weight = exp_sums[seq, head, p]
-            if weight > 0:
+            if weight != 0:
                 weight *= math.exp(max_logits[seq, head, p] - top)
                 num += weight * partial[seq, head, p, d]
                 den += weight

@@ -357,6 +357,7 @@ def launcher(cache, query, tables, lens, starts, q_lens, *, scale: float, causal
     work_first = cuda.to_device(np.array([w[1] for w in work], np.int32))  # [num_work]
     args = (cache, query, tables, lens, starts, work_seq, work_first, np.int32(cache.shape[3]),
             np.float32(scale), np.int32(bool(causal)), np.int32(window or 0), np.int32(sinks), out)
+    ck.require_grid("paged_prefill", (len(work), num_kv_heads, 1), ("query tiles", "KV heads", ""))
 
     def launch():
         kernel[(len(work), num_kv_heads), threads](*args)

@@ -11,8 +11,14 @@ baseline; the 3.7 labs' `alloc.PTX_KERNELS` and `labs.PTX_KERNELS`) and each arc
   3. `nvdisasm -c` (or `cuobjdump -sass`) on the cubin -> SASS.
 Each row then carries the figures of `disasm.py` (whose docstring states how the
 steady-state loop is found): global_load_bits, shuffles, barriers from the PTX;
-loop_sass and sass_per_kv_byte from the SASS; ctas_per_sm / warps_per_sm, an occupancy
-estimate from registers, shared memory and the CTA's thread count.
+loop_sass, sass_per_kv_byte, hmma / hgmma / ldsm / ldgsts (counts in the steady-state
+loop), loop_sass_per_hmma and flops_per_loop_sass from the SASS; ctas_per_sm /
+warps_per_sm, an occupancy estimate from registers, shared memory and the CTA's thread
+count; bound (memory, issue or tensor), peak and expected_pct_of_peak from the H200
+model of `roofline.py` (formula and constants in its docstring), issue_budget_pct
+(sass_per_kv_byte over the 0.243 SASS per byte an H200 can issue at 4.3 TB/s); path:
+"tensor" or "cuda_core" for the decode kernels (paged_decode_tc is what path="auto"
+launches for G >= 4, float16, head_dim % 16 == 0).
 
 compile_ptx needs no GPU but does need numba's real CUDA target, so under the simulator
 this module re-runs itself in a subprocess with PAGEDSIM_CUDA=gpu and NUMBA_ENABLE_CUDASIM=0.
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import re
 import shutil
@@ -31,11 +38,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from . import _backend, disasm
+from . import _backend, disasm, roofline
 
 ARCHS = ("sm_80", "sm_90")
 DEFAULT_THREADS = 128
@@ -66,9 +72,8 @@ def find_ptxas() -> str | None:
 
 def kernel_specs():
     """(name, python function, signature[, threads]) for every kernel the package launches."""
-    from numba import types as t
-
     import numpy as np
+    from numba import types as t
 
     from .block_copy import copy_blocks_kernel, copy_blocks_vec
     from .decode import make_decode_kernel
@@ -84,7 +89,8 @@ def kernel_specs():
         return (cache, cache, q, t.Array(t.int32, 2, "C"), t.Array(t.int32, 1, "C"),
                 t.float32, t.int32, t.int32, t.int32, f32c4, f32c3, f32c3)
 
-    write_sig = (f16c5, t.Array(t.float16, 3, "C"), t.Array(t.float16, 3, "C"), t.Array(t.int64, 1, "C"))
+    write_sig = (f16c5, t.Array(t.float16, 3, "C"), t.Array(t.float16, 3, "C"),
+                 t.Array(t.int64, 1, "C"))
     pairs = t.Array(t.int32, 2, "C")
     specs = [
         ("write_kv[f16]", write_kv_kernel.py_func, write_sig),
@@ -100,6 +106,7 @@ def kernel_specs():
     # layout and the other lab layouts come with labs.PTX_KERNELS below
     decodes = [
         ("float16,G=8,D=128", BLOCK_MAJOR, t.float16, 8, 128, f16c5, True, 16),
+        ("float16,G=4,D=128", BLOCK_MAJOR, t.float16, 4, 128, f16c5, True, 16),
         ("float16,G=1,D=128", BLOCK_MAJOR, t.float16, 1, 128, f16c5, True, 16),
         ("float32,G=4,D=80", BLOCK_MAJOR, t.float32, 4, 80, t.Array(t.float32, 5, "C"), True, 16),
         ("pool-view,G=4,D=128", BLOCK_MAJOR, t.float16, 4, 128, f16a5, True, 16),
@@ -111,6 +118,12 @@ def kernel_specs():
                                   warps=warps, paged=paged)
         specs.append((f"paged_decode[{name}]", kern.py_func,
                       decode_sig(cache, t.Array(dtype, 3, "C")), threads))
+    from .decode_tc import make_tc_decode_kernel, tc_geometry  # path="tensor", as on a GPU
+    for group in (4, 8, 16):
+        kern = make_tc_decode_kernel(BLOCK_MAJOR, 128, group, 16)
+        specs.append((f"paged_decode_tc[float16,G={group},D=128]", kern.py_func,
+                      decode_sig(f16c5, t.Array(t.float16, 3, "C")),
+                      32 * tc_geometry(128, group)["warps"]))
     # The chapter 3.7 labs: concurrent allocators and the layout/alignment decode variants.
     from . import alloc, labs
     for package in (alloc, labs):
@@ -118,7 +131,8 @@ def kernel_specs():
         specs += [(f"{prefix}.{name}", *rest) for name, *rest in package.PTX_KERNELS]
     from .prefill import make_prefill_kernel  # paged prefill: (NT=128, T, QT) as on a GPU
     i32 = t.Array(t.int32, 1, "C")
-    for dtype, group, head_dim, tile, cache in ((t.float16, 8, 128, 32, f16c5), (t.float16, 1, 128, 32, f16c5),
+    for dtype, group, head_dim, tile, cache in ((t.float16, 8, 128, 32, f16c5),
+                                                (t.float16, 1, 128, 32, f16c5),
                                                 (t.float32, 4, 80, 32, t.Array(t.float32, 5, "C"))):
         kern = make_prefill_kernel(head_dim, group, 128, tile, max(1, 16 // group),
                                    loaders=BLOCK_MAJOR, dtype=np.dtype(dtype.name))
@@ -172,14 +186,24 @@ def _one(ptxas: str, name: str, func, sig, threads: int, arch: str, tmp: Path,
     if ptx_dir is not None:
         (ptx_dir / path.name).write_text(ptx)
     cubin = tmp / f"{stem}.cubin"
-    done = _run([ptxas, "-v", f"-arch={arch}", str(path), "-o", str(cubin)], f"ptxas on {name} for {arch}")
+    done = _run([ptxas, "-v", f"-arch={arch}", str(path), "-o", str(cubin)],
+                f"ptxas on {name} for {arch}")
     row = {"kernel": name, "arch": arch, "threads": threads, **parse_ptxas(done.stderr),
            **disasm.ptx_stats(ptx)}
     sass = disassemble(cubin)
     row.update(disasm.steady_loop(disasm.parse_sass(sass)) if sass is not None else
                disasm.steady_loop([]))
     row.update(disasm.occupancy(arch, row["registers"], row["shared_bytes"], threads))
+    row.update(roofline.bound(row))
+    row["path"] = path_of(name)
     return row
+
+
+def path_of(kernel: str) -> str | None:
+    """The paged_attention path a decode kernel serves ("tensor" / "cuda_core")."""
+    if kernel.startswith("paged_decode_tc["):
+        return "tensor"
+    return "cuda_core" if kernel.startswith("paged_decode[") else None
 
 
 class _NoDevice:
@@ -220,7 +244,7 @@ def collect(archs, ptx_dir: Path | None = None, workers: int | None = None) -> l
         else:
             fork = multiprocessing.get_context("fork")
             with ProcessPoolExecutor(workers, mp_context=fork) as pool:
-                per_kernel = list(pool.map(_job, *zip(*args), chunksize=1))
+                per_kernel = list(pool.map(_job, *zip(*args, strict=True), chunksize=1))
     return [row for rows in per_kernel for row in rows]
 
 
@@ -243,23 +267,26 @@ def _with_threads(spec: tuple) -> tuple:
 COLUMNS = (("kernel", 44, "s"), ("arch", 6, "s"), ("registers", 5, "d"), ("shared_bytes", 7, "d"),
            ("spill_bytes", 6, "d"), ("global_load_bits", 5, "d"), ("shuffles", 5, "d"),
            ("barriers", 4, "d"), ("loop_sass", 6, "d"), ("sass_per_kv_byte", 8, ".3f"),
-           ("ctas_per_sm", 5, "d"), ("warps_per_sm", 5, "d"))
+           ("hmma", 5, "d"), ("loop_sass_per_hmma", 7, ".1f"), ("ctas_per_sm", 5, "d"),
+           ("warps_per_sm", 5, "d"), ("bound", 7, "s"), ("expected_pct_of_peak", 6, ".1f"))
 HEADS = ("kernel", "arch", "regs", "smem B", "spill", "ldbit", "shfl", "bar", "loop", "sass/B",
-         "CTA/SM", "warp/SM")
+         "hmma", "sass/mma", "CTA/SM", "warp/SM", "bound", "%peak")
 
 
 def table(rows: list[dict]) -> str:
-    head = " ".join(f"{h:{w}}" if f == "s" else f"{h:>{w}}" for h, (_, w, f) in zip(HEADS, COLUMNS))
+    head = " ".join(f"{h:{w}}" if f == "s" else f"{h:>{w}}"
+                    for h, (_, w, f) in zip(HEADS, COLUMNS, strict=True))
     lines = [head, "-" * len(head)]
     for r in rows:
-        cells = [(f"{r[k]:{w}{f}}" if f == "s" else f"{r[k]:>{w}{f}}") if r[k] is not None else f"{'-':>{w}}"
-                 for k, w, f in COLUMNS]
+        cells = [(f"{r[k]:{w}{f}}" if f == "s" else f"{r[k]:>{w}{f}}")
+                 if r.get(k) is not None else f"{'-':>{w}}" for k, w, f in COLUMNS]
         lines.append(" ".join(cells))
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cuda_kernels.report", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m cuda_kernels.report",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
     parser.add_argument("--arch", action="append", choices=ARCHS, help="repeatable; default: both")
     parser.add_argument("--ptx-dir", type=Path, help="also write each kernel's PTX here")
@@ -269,7 +296,8 @@ def main(argv=None) -> int:
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
         argv = sys.argv[1:] if argv is None else argv
-        return subprocess.run([sys.executable, "-m", "cuda_kernels.report", *argv], env=env).returncode
+        return subprocess.run([sys.executable, "-m", "cuda_kernels.report", *argv],
+                              env=env).returncode
     began = time.perf_counter()
     rows = collect(tuple(args.arch or ARCHS), args.ptx_dir)
     if args.json:

@@ -104,6 +104,8 @@ def write_kv(kv_cache, key, value, slot_mapping) -> None:
         return
     cache, d_key, d_value = ck.to_device(kv_cache), ck.to_device(key), ck.to_device(value)
     kernel = write_kv_vec if use_vector_path(cache, d_key, d_value) else write_kv_kernel
+    ck.require_grid("write_kv", (num_tokens, 1, 1), ("tokens", "", ""))
     kernel[num_tokens, _backend.block_threads()](
-        cache, d_key, d_value, ck.to_device(slots) if not ck.is_device(slot_mapping) else slot_mapping)
+        cache, d_key, d_value,
+        ck.to_device(slots) if not ck.is_device(slot_mapping) else slot_mapping)
     ck.write_back(kv_cache, cache)

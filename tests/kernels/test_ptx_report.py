@@ -68,7 +68,10 @@ def test_the_steady_loop_is_the_one_holding_the_most_kv_loads_and_counts_per_byt
     # the tile loop holds 2 of the 128-bit loads (the one before it is outside any loop);
     # 9 instructions less the NOP, over 2 loads x 32 lanes x 16 bytes
     assert disasm.steady_loop(ins) == {"loop_sass": 8, "loop_kv_loads": 2, "loop_kv_bits": 128,
-                                       "loop_inner_loops": 1, "sass_per_kv_byte": round(8 / 1024, 4)}
+                                       "loop_inner_loops": 1, "sass_per_kv_byte": round(8 / 1024, 4),
+                                       "loop_kv_bytes": 1024, "hmma": 0, "hgmma": 0, "ldsm": 0,
+                                       "ldgsts": 0, "loop_flops": 64, "tensor_flops": 0,
+                                       "loop_sass_per_hmma": None, "flops_per_loop_sass": 8.0}
     # told K/V are 32-bit, the table read is the only K/V load, still in the tile loop
     assert disasm.steady_loop(ins, kv_bits=32)["loop_kv_loads"] == 1
     # a scalar fp16 kernel: 16-bit loads beat the 32-bit table read as K/V
@@ -141,5 +144,18 @@ def test_every_kernel_compiles_for_sm80_and_sm90_without_spilling(tmp_path):
     assert all(r["loop_sass"] is None or r["sass_per_kv_byte"] > 0 for r in decode)
     assert all(r["loop_sass"] for r in decode)  # a decode kernel always has a K/V loop
     assert len(list(tmp_path.glob("*.ptx"))) == len(rows)
+    # issue 24's targets on sm_90 (D=128, fp16): tensor-core decode <= 0.1 warp SASS per K/V
+    # byte at G=4 and G=8 with HMMA, LDSM and LDGSTS in the loop; CUDA-core G=4 <= 0.17
+    at = {r["kernel"]: r for r in rows if r["arch"] == "sm_90"}
+    for group in (4, 8):
+        tc = at[f"paged_decode_tc[float16,G={group},D=128]"]
+        assert tc["hmma"] > 0 and tc["ldsm"] > 0 and tc["ldgsts"] > 0, tc
+        assert tc["sass_per_kv_byte"] <= 0.1 and tc["path"] == "tensor", tc
+        assert tc["bound"] == "memory" and tc["expected_pct_of_peak"] == 100.0, tc
+    core = at["paged_decode[float16,G=4,D=128]"]
+    assert core["sass_per_kv_byte"] <= 0.17 and core["hmma"] == 0
+    assert core["path"] == "cuda_core"
+    assert all(set(r) >= {"hmma", "ldsm", "ldgsts", "loop_sass_per_hmma", "flops_per_loop_sass",
+                          "bound", "expected_pct_of_peak"} for r in rows)
     written = (tmp_path / "paged_decode_float16_G_8_D_128_sm_90.ptx").read_text()
     assert disasm.ptx_stats(written)["barriers"] == g8["barriers"]

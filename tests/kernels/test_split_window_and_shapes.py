@@ -24,7 +24,8 @@ def scattered_case(rng, lens, block_size, num_kv_heads, group, head_dim, dtype=n
 @settings(max_examples=8)
 @given(lens=st.lists(st.integers(1, 40), min_size=1, max_size=2), partition=st.integers(1, 24),
        seed=st.integers(0, 2**31))
-def test_split_k_equals_single_pass_to_float32_rounding_for_any_partition_size(lens, partition, seed):
+def test_split_k_equals_single_pass_to_float32_rounding_for_any_partition_size(lens, partition,
+                                                                               seed):
     rng = np.random.default_rng(seed)
     case = scattered_case(rng, lens, 4, 1, 2, 8)
     single = ck.paged_attention(*case, mode="single")
@@ -46,7 +47,8 @@ def test_windowed_attention_matches_the_windowed_reference_and_skips_dropped_blo
         if not attended & set(range(4 * logical, 4 * logical + 4)):
             tables[0, logical] = -1  # NULL_BLOCK: must be neither read nor validated
     out = ck.paged_attention(query, cache, tables, lens, window=window, sinks=sinks,
-                             mode="split" if split else "single", partition_size=3 if split else None)
+                             mode="split" if split else "single",
+                             partition_size=3 if split else None)
     assert rel_err(out, want) < 1e-5
 
 
@@ -104,22 +106,55 @@ def test_device_inputs_give_a_device_output():
     assert rel_err(out.copy_to_host(), reference.paged_attention(query, cache, tables, lens)) < 1e-5
 
 
+def waves_and_tail(counts, part, ctas_per_seq, slots):
+    """(waves, CTAs in the last wave) of a plan, counted here without plan_cost."""
+    ctas = ctas_per_seq * sum(-(-c // part) for c in counts)
+    return -(-ctas // slots), ctas - (-(-ctas // slots) - 1) * slots
+
+
+def test_the_headline_batch_is_split_into_full_waves_instead_of_one_pass_with_a_tail():
+    """64 x 4096 tokens x 8 KV heads on 396 slots (132 SMs x 3 CTAs at G = 4): spreading
+    tokens over slots gave 5,312-token partitions, one pass of 512 CTAs in 2 waves whose
+    second is 116 CTAs. Counting CTAs cuts each sequence in 3: 1,536 CTAs in 4 waves."""
+    part = choose_partition([4096] * 64, 8, 396)
+    assert part == 1408 and -(-4096 // part) == 3
+    assert waves_and_tail([4096] * 64, part, 8, 396) == (4, 348)
+    assert waves_and_tail([4096] * 64, 4096, 8, 396) == (2, 116)
+    assert 4 * (part + 64) < 2 * (4096 + 64)  # the model's makespan: 5,888 < 8,320
+
+
 def test_one_long_sequence_in_a_full_batch_is_split_and_short_ones_are_not():
     """64 sequences x 8 KV heads already fill 132 SMs x 2 CTAs, but one 32K sequence
-    would walk 32K tokens in 8 serial CTAs: the rule splits it to the even share."""
+    would walk 32K tokens in 8 serial CTAs: it is cut into pieces the short ones' size."""
     lens = [1024] * 63 + [32768]
     part = choose_partition(lens, 8, 264)
-    assert 1024 <= part < 32768 and part % 64 == 0
-    assert part == -(-(63 * 1024 + 32768) * 8 // 264 // 64) * 64  # the work spread evenly
+    assert part == 1024  # 32 pieces: 760 CTAs in 3 waves of 1,024 tokens
     assert choose_partition([1024] * 64, 8, 264) >= 1024  # all short: one pass each
 
 
 def test_a_small_batch_is_split_to_fill_the_slots_but_never_below_the_minimum():
-    assert choose_partition([4096], 8, 264) == 256  # 32K token-heads / 264 slots < 256
-    assert choose_partition([100_000], 1, 4) == 8192  # capped: no pass longer than MAX_PASS
-    assert choose_partition([16384] * 4, 8, 264) == 2048  # 4 x 8 x 16K / 264 -> 1986 -> 2048
+    assert choose_partition([4096], 8, 264) == 256  # 128 CTAs of 256: still one wave
+    assert choose_partition([100_000], 1, 4) <= 8192  # capped: no pass longer than MAX_PASS
+    assert choose_partition([16384] * 4, 8, 264) == 2048  # 256 CTAs: one wave, nothing idle
+    assert choose_partition([5, 3], 8, 264) == 256  # short: one pass of the minimum size
     with pytest.raises(ValueError):
         choose_partition([10], 0, 264)
+
+
+@settings(max_examples=40)
+@given(counts=st.lists(st.integers(1, 20000), min_size=1, max_size=6),
+       ctas=st.integers(1, 16), slots=st.integers(1, 600))
+def test_the_chosen_partition_is_the_cheapest_multiple_of_the_grain_in_range(counts, ctas, slots):
+    """Brute force over every allowed size, with waves counted by `waves_and_tail`."""
+    part = choose_partition(counts, ctas, slots)
+    assert part % 64 == 0 and 256 <= part <= 8192
+
+    def cost(p):
+        return waves_and_tail(counts, p, ctas, slots)[0] * (min(p, max(counts)) + 64)
+
+    sizes = [p for p in range(256, 8193, 64) if p <= max(-(-max(counts) // 64) * 64, 256)]
+    assert cost(part) == min(cost(p) for p in sizes)
+    assert part == max(p for p in sizes if cost(p) == cost(part))
 
 
 def test_the_factory_builds_a_kernel_for_split_token_major_pools():

@@ -1,0 +1,129 @@
+"""The decode kernel's per-step softmax pieces: each score's exp computed by one lane.
+
+A decode step ends with TH = TPR x HPC dot products (tokens x heads), each a partial sum
+spread over the LPR lanes of a row. `primitives.group_sums` finishes them with a
+reduce-scatter and then broadcasts every total to every lane, so each lane used to
+compute all TH exps of its row: LPR times the work. Here the two halves are separate:
+
+    reduce_scatter(vals, n, width, lane)   after it, vals[0:own] hold this lane's totals
+    owned_index(lane, j, n, width)         which of the n totals vals[j] is
+    broadcast(vals, n, width, lane, out)   out[0:n] <- every total, in every lane
+    exp2_masked(score, m)                  2^(score - m); exactly 0 for a masked score
+
+so a lane computes exp only for the totals it owns (one each at G = 4 and 8, D = 128)
+and the row's lanes then exchange probabilities instead of scores. The lazy rescale of
+FlashAttention-3 makes that the common case: while no score beats its head's running
+max by more than SLACK, the max stays put and p = 2^(s - m) is final. Whether any lane
+of the warp saw such a score is one warp vote (`cuda.any_sync`, VOTE.ANY), so the rare
+path that moves the max, rescales the accumulators and recomputes the exps is a
+warp-uniform branch, laid out by the kernel outside its hot loop.
+
+NaN propagates as in IEEE arithmetic (and the float64 reference): a NaN score is not
+"masked" (only -inf is), so its exp is NaN and poisons the running sum and the output.
+
+Under the simulator `cuda.any_sync` and `cuda.syncwarp` do not exist; `install_votes`
+adds stand-ins with CUDA's semantics (any_sync: non-zero iff the predicate is non-zero
+in any lane of `mask`; syncwarp: the lanes of `mask` wait for one another), built on
+the shuffle stand-ins' warp exchange.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import cuda, float32
+
+from . import _backend
+from .primitives import FULL_MASK, fast_exp2
+
+
+@cuda.jit(device=True)
+def reduce_scatter(vals, n, width, lane):
+    """Sum vals[0:n] over the aligned group of `width` lanes (n, width powers of two),
+    leaving each lane own = max(1, n // width) of the totals in vals[0:own] (when
+    width > n, width // n lanes hold each total). Returns own."""
+    cur = n
+    offset = width >> 1
+    while offset > 0 and cur > 1:  # keep half, send half, at every xor distance
+        half = cur >> 1
+        upper = (lane & offset) != 0
+        for j in range(half):
+            send = vals[j] if upper else vals[j + half]
+            keep = vals[j + half] if upper else vals[j]
+            vals[j] = keep + cuda.shfl_xor_sync(FULL_MASK, send, offset)
+        cur = half
+        offset >>= 1
+    while offset > 0:  # one total per lane: finish it over the lanes left
+        vals[0] += cuda.shfl_xor_sync(FULL_MASK, vals[0], offset)
+        offset >>= 1
+    return cur
+
+
+@cuda.jit(device=True)
+def owned_index(lane, j, n, width):
+    """The index k in [0, n) of the total that `reduce_scatter` left in vals[j] of `lane`:
+    at each halving the lanes with the xor bit set kept the upper half."""
+    k = j
+    size = n
+    step = width >> 1
+    while step > 0 and size > 1:
+        size >>= 1
+        if lane & step:
+            k += size
+        step >>= 1
+    return k
+
+
+@cuda.jit(device=True)
+def broadcast(vals, n, width, lane, out):
+    """out[0:n] <- the n totals `reduce_scatter` spread over the group, in every lane."""
+    own = n
+    step = width >> 1
+    while step > 0 and own > 1:
+        own >>= 1
+        step >>= 1
+    first = lane & ~(width - 1)
+    for k in range(n):
+        owner = 0  # the lane whose xor bits spell k's upper bits
+        size = n
+        step = width >> 1
+        while step > 0 and size > 1:
+            size >>= 1
+            if k & size:
+                owner += step
+            step >>= 1
+        out[k] = cuda.shfl_sync(FULL_MASK, vals[k & (own - 1)], first + owner)
+
+
+@cuda.jit(device=True)
+def exp2_masked(score, m):
+    """2^(score - m), exactly 0 for a masked score (-inf); NaN stays NaN."""
+    if score == -math.inf:
+        return float32(0)
+    return fast_exp2(score - m)
+
+
+def _any_sync(mask, predicate):
+    """Simulator stand-in for CUDA's __any_sync: 1 if any lane of `mask` votes non-zero."""
+    from ._simulator import _exchange
+    votes = _exchange(int(mask) & 0xFFFFFFFF, bool(predicate), "vote")
+    return int(any(bool(v) for v in votes.values()))
+
+
+def _syncwarp(mask=FULL_MASK):
+    """Simulator stand-in for __syncwarp: the lanes of `mask` wait for one another."""
+    from ._simulator import _exchange
+    _exchange(int(mask) & 0xFFFFFFFF, None, "syncwarp")
+
+
+def install_votes() -> None:
+    """Give the simulator's in-kernel `cuda` module `any_sync` and `syncwarp` (idempotent)."""
+    from numba.cuda.simulator.kernelapi import FakeCUDAModule
+    if not hasattr(FakeCUDAModule, "any_sync"):
+        FakeCUDAModule.any_sync = staticmethod(_any_sync)
+    if not hasattr(FakeCUDAModule, "syncwarp"):
+        FakeCUDAModule.syncwarp = staticmethod(_syncwarp)
+
+
+if _backend.backend() == "simulator":
+    install_votes()

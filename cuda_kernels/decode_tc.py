@@ -1,0 +1,317 @@
+"""The tensor-core decode kernel: a GQA group's heads are the M rows of mma.m16n8k16.
+
+FlashInfer's decode with `use_tensor_cores` (and vLLM v1's FlashInfer backend for GQA):
+the G query heads that share a KV head form the rows of the A operand, so every K/V
+byte read feeds G rows of an mma instead of G scalar dot products. Grid and outputs are
+those of `decode.make_decode_kernel` (split-K partials merged by `merge.py`):
+    grid (num_kv_heads * chunks, num_seqs, num_partitions), NW warps per CTA;
+    chunks = ceil(G / 16): a CTA serves HPC <= 16 heads (rows HPC..15 are zero padding).
+
+Each warp walks 16-token slabs of its partition (warp w takes slabs w, w + NW, ...):
+  * copy: lane l copies half of token l // 2's K and V rows (D / 16 chunks of 16 bytes
+    each) with cp.async into the warp's shared stage (two stages: slab s + 1 is in flight
+    while slab s computes); rows are XOR-swizzled (`primitives.swizzled`) so that the
+    8 rows an ldmatrix reads hit distinct banks; a masked token copies zeros (src-size 0);
+  * S = Q K^T: Q (times scale * log2 e, as fp16) stays in registers as A fragments; per
+    16 dims, one ldmatrix.x4 of K rows gives the B fragments of both 8-token halves:
+    2 x D / 16 mma per slab; each lane then holds 8 of the 16 x 16 scores, rows g, g + 8;
+  * online softmax on the fragments, base 2, lazy (FlashAttention-3): a warp vote asks
+    whether any score beats its row's max by more than SLACK; if not (the common case)
+    p = 2^(s - m) for the lane's own 8 scores, no shuffle; if so, the warp leaves the hot
+    loop, takes the row max over the quad (2 shuffles), rescales l and the accumulators,
+    and resumes. NaN propagates (`decode_steps.exp2_masked`);
+  * O += P V: the score fragments packed to f16x2 are P's A fragments (FlashAttention-2);
+    ldmatrix.x4.trans of V rows gives the B fragments of two 8-dim tiles: D / 8 mma.
+At the end the quad sums l; with NW > 1 the warps' states (m, l, O) meet in shared
+memory and are merged by log-sum-exp; with one warp each lane writes its own rows.
+
+Shapes it serves (`tc_supported`): float16 K/V, vector loaders, head_dim a multiple of
+16 up to 256, any group size and block size.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda, float32, int32
+from numba.cuda.types import float16, uint32
+
+from .decode_loads import make_locate
+from .decode_steps import exp2_masked
+from .primitives import (
+    FULL_MASK,
+    cp_async16,
+    cp_async_commit,
+    cp_async_wait,
+    ldmatrix_x4,
+    ldmatrix_x4_trans,
+    mma_f16,
+    pack_f16x2,
+    softmax_rescale,
+    swizzle_shape,
+    swizzled,
+)
+
+LOG2E = 1.4426950408889634
+SLACK = float32(8.0)
+M, TOK = 16, 16  # mma rows (heads) and tokens per warp per slab
+SHARED_LIMIT = 48 * 1024
+
+
+def tc_supported(dtype, head_dim: int) -> str | None:
+    """None when the tensor-core kernel serves this shape, else the reason it does not."""
+    if np.dtype(dtype) != np.float16:
+        return f"the tensor-core path needs float16 K/V, got {np.dtype(dtype).name}"
+    if head_dim % 16 or not 16 <= head_dim <= 256:
+        return f"the tensor-core path needs head_dim a multiple of 16 in [16, 256], got {head_dim}"
+    return None
+
+
+def tc_geometry(head_dim: int, group_size: int, warps: int | None = None) -> dict:
+    """Compile-time shape: heads per CTA, chunks, warps (the most of 4, 2, 1 whose
+    shared memory fits SHARED_LIMIT, unless given) and the shared bytes."""
+    chunks = -(-group_size // M)
+    hpc = -(-group_size // chunks)
+    stride = swizzle_shape(head_dim // 8)[0]
+
+    def shared(nw):
+        stages = 2 * nw * 2 * TOK * stride * 8 * 2  # K and V, two stages, fp16
+        merge = 4 * (nw * hpc * head_dim + 2 * nw * M) if nw > 1 else 0
+        return stages + merge
+
+    nw = warps or next((n for n in (4, 2, 1) if shared(n) <= SHARED_LIMIT), 1)
+    return dict(hpc=hpc, chunks=chunks, warps=nw, shared=shared(nw), stride=stride)
+
+
+def make_tc_decode_kernel(loaders, head_dim: int, group_size: int, block_size: int,
+                          warps: int | None = None, paged: bool = True):
+    """Build the tensor-core decode kernel; launch contract of `make_decode_kernel`
+    (same arguments, grid (num_kv_heads * chunks, num_seqs, num_partitions)) with
+    `tc_geometry(...)["warps"] * 32` threads. Needs vector loaders and float16 K/V."""
+    if not loaders.vector:
+        raise ValueError("the tensor-core decode needs vector (row-index) loaders")
+    D, G, B = int(head_dim), int(group_size), int(block_size)
+    reason = tc_supported(np.float16, D)
+    if reason:
+        raise ValueError(reason)
+    geo = tc_geometry(D, G, warps)
+    HPC, CHUNKS, NW = geo["hpc"], geo["chunks"], geo["warps"]
+    NT = 32 * NW
+    KD, ND, CH = D // 16, D // 8, D // 8  # k-steps of QK^T, 8-dim tiles of O, row chunks
+    CPL = CH // 2  # chunks each lane copies per row (two lanes per token)
+    QA_N, O_N = 4 * KD, 4 * ND  # registers of Q's A fragments and O's accumulators
+    STRIDE, SWZ_SHIFT, SWZ_MASK = swizzle_shape(CH)
+    ROWE = STRIDE * 8  # halves per shared row
+    STAGE_E = NW * 2 * TOK * ROWE  # one array holds every warp's two stages
+    MERGE = (NW, HPC, D) if NW > 1 else (1, 1, 1)
+    load_k, load_v = loaders.load_k, loaders.load_v
+
+    @cuda.jit(device=True)
+    def slot(warp, stage, token, chunk):
+        """Element index in a stage array of 16-byte `chunk` of `token`'s row."""
+        return swizzled((warp * 2 + stage) * TOK + token, chunk, STRIDE, SWZ_SHIFT, SWZ_MASK) * 8
+
+    locate = make_locate(B, paged)
+
+    @cuda.jit(device=True)
+    def copy_slab(k_src, v_src, k_sh, v_sh, warp, stage, first, lane, hi, kept, start, seq,
+                  kv_head, block_tables):
+        """cp.async this warp's slab [first, first + 16) into `stage`, then commit."""
+        token = lane >> 1
+        block, off, valid = locate(first + token, hi, kept, start, seq, block_tables)
+        nbytes = 16 if valid else 0  # a masked token lands as zeros
+        k_row = load_k(k_src, seq, block, kv_head, off)
+        v_row = load_v(v_src, seq, block, kv_head, off)
+        for i in range(CPL):
+            c = (lane & 1) + 2 * i
+            at = slot(warp, stage, token, c)
+            cp_async16(k_sh, at, k_src, k_row + c * 8, nbytes)
+            cp_async16(v_sh, at, v_src, v_row + c * 8, nbytes)
+        cp_async_commit()
+
+    @cuda.jit(device=True)
+    def scores(k_sh, qa, s, m, warp, stage, lane, first, hi):
+        """s[0:8] <- this lane's scores of the slab (-inf where masked); returns the
+        warp vote "a score beats its row's max by more than SLACK"."""
+        for i in range(8):
+            s[i] = float32(0)
+        mi = lane >> 3
+        token = 8 * (mi >> 1) + (lane & 7)  # ldmatrix row address: matrices (half, chunk)
+        for kk in range(KD):
+            b0, b1, b2, b3 = ldmatrix_x4(k_sh, slot(warp, stage, token, 2 * kk + (mi & 1)))
+            s[0], s[1], s[2], s[3] = mma_f16(qa[4 * kk], qa[4 * kk + 1], qa[4 * kk + 2],
+                                             qa[4 * kk + 3], b0, b1, s[0], s[1], s[2], s[3])
+            s[4], s[5], s[6], s[7] = mma_f16(qa[4 * kk], qa[4 * kk + 1], qa[4 * kk + 2],
+                                             qa[4 * kk + 3], b2, b3, s[4], s[5], s[6], s[7])
+        t = lane & 3
+        grow = False
+        for i in range(8):  # element i: row g (+8 when i & 2), token 8 (i >> 2) + 2t + (i & 1)
+            if first + 8 * (i >> 2) + 2 * t + (i & 1) >= hi:
+                s[i] = -math.inf
+            grow = grow or s[i] > m[(i >> 1) & 1] + SLACK
+        return cuda.any_sync(FULL_MASK, grow)
+
+    @cuda.jit(device=True)
+    def settle(s, m, lsum):
+        """Common case: p = 2^(s - m) for the lane's scores; l += p (the lane's part)."""
+        for i in range(8):
+            s[i] = exp2_masked(s[i], m[(i >> 1) & 1])
+            lsum[(i >> 1) & 1] += s[i]
+
+    @cuda.jit(device=True)
+    def regrow(s, m, lsum, o):
+        """Rare case (warp-uniform): move the rows' maxima, rescale, then settle."""
+        for r in range(2):
+            top = max(max(s[2 * r], s[2 * r + 1]), max(s[2 * r + 4], s[2 * r + 5]))
+            top = max(top, cuda.shfl_xor_sync(FULL_MASK, top, 1))  # the quad holds the row
+            top = max(top, cuda.shfl_xor_sync(FULL_MASK, top, 2))
+            m_new, alpha = softmax_rescale(m[r], top, SLACK)
+            m[r] = m_new
+            lsum[r] *= alpha
+            for nd in range(ND):
+                o[4 * nd + 2 * r] *= alpha
+                o[4 * nd + 2 * r + 1] *= alpha
+        settle(s, m, lsum)
+
+    @cuda.jit(device=True)
+    def accumulate(v_sh, s, o, warp, stage, lane):
+        """O += P V over the slab: P's A fragments are the score fragments, packed."""
+        a0 = pack_f16x2(s[0], s[1])
+        a1 = pack_f16x2(s[2], s[3])
+        a2 = pack_f16x2(s[4], s[5])
+        a3 = pack_f16x2(s[6], s[7])
+        mi = lane >> 3
+        token = 8 * (mi & 1) + (lane & 7)  # matrices (tokens 0-7 | 8-15) x (chunk, chunk + 1)
+        for nd2 in range(ND // 2):
+            b0, b1, b2, b3 = ldmatrix_x4_trans(v_sh, slot(warp, stage, token,
+                                                          2 * nd2 + (mi >> 1)))
+            x = 8 * nd2
+            o[x], o[x + 1], o[x + 2], o[x + 3] = mma_f16(a0, a1, a2, a3, b0, b1, o[x], o[x + 1],
+                                                         o[x + 2], o[x + 3])
+            o[x + 4], o[x + 5], o[x + 6], o[x + 7] = mma_f16(a0, a1, a2, a3, b2, b3, o[x + 4],
+                                                             o[x + 5], o[x + 6], o[x + 7])
+
+    @cuda.jit
+    def paged_decode_tc(k_src, v_src, query, block_tables, context_lens, scale, sinks, window,
+                        partition_size, out, max_logits, exp_sums):
+        kv_head = cuda.blockIdx.x // CHUNKS
+        head0 = kv_head * G + (cuda.blockIdx.x - kv_head * CHUNKS) * HPC
+        heads = min(HPC, kv_head * G + G - head0)
+        seq = cuda.blockIdx.y
+        part = cuda.blockIdx.z
+        tid = cuda.threadIdx.x
+        warp = tid >> 5
+        lane = tid & 31
+        g = lane >> 2
+        t = lane & 3
+        k_sh = cuda.shared.array(STAGE_E, float16)  # [NW, 2 stages, 16 tokens, ROWE]
+        v_sh = cuda.shared.array(STAGE_E, float16)
+        o_sh = cuda.shared.array(MERGE, float32)  # [NW, HPC, D]: the warps' O, to merge
+        m_sh = cuda.shared.array((NW, M), float32)  # row maxima, then the warps' weights
+        l_sh = cuda.shared.array((NW, M), float32)
+        qa = cuda.local.array(QA_N, uint32)  # Q's A fragments
+        o = cuda.local.array(O_N, float32)  # O's C fragments: rows g, g + 8
+        s = cuda.local.array(8, float32)  # the slab's scores, then p
+        m = cuda.local.array(2, float32)  # running max of rows g, g + 8
+        lsum = cuda.local.array(2, float32)  # this lane's part of their sums
+
+        scale2 = float32(scale * LOG2E)
+        for kk in range(KD):
+            for w in range(4):
+                r = g + 8 * (w & 1)
+                d = 16 * kk + 2 * t + 8 * (w >> 1)
+                lo = float32(query[seq, head0 + r, d]) * scale2 if r < heads else float32(0)
+                hi2 = float32(query[seq, head0 + r, d + 1]) * scale2 if r < heads else float32(0)
+                qa[4 * kk + w] = pack_f16x2(lo, hi2)
+        for i in range(O_N):
+            o[i] = float32(0)
+        for r in range(2):
+            m[r] = -math.inf
+            lsum[r] = float32(0)
+
+        length = context_lens[seq]
+        kept = int32(0)
+        start = int32(0)
+        if window > 0:
+            kept = int32(min(sinks, length))
+            start = int32(max(length - window, kept))
+        lo_j = int32(part * partition_size)
+        hi = int32(min(lo_j + partition_size, kept + length - start))
+        per_step = int32(NW * TOK)
+        steps = int32((max(hi - lo_j, 0) + per_step - 1) // per_step)  # the same in every warp
+        mine = int32(lo_j + warp * TOK)  # this warp's first slab
+
+        copy_slab(k_src, v_src, k_sh, v_sh, warp, 0, mine, lane, hi, kept, start, seq, kv_head,
+                  block_tables)
+        step = int32(0)
+        while step < steps:
+            while step < steps:  # the hot loop
+                stage = step & 1
+                first = int32(mine + step * per_step)
+                cuda.syncwarp(FULL_MASK)  # every lane is done reading the other stage
+                copy_slab(k_src, v_src, k_sh, v_sh, warp, stage ^ 1, first + per_step, lane, hi,
+                          kept, start, seq, kv_head, block_tables)
+                cp_async_wait(1)  # this lane's copies of the slab have landed ...
+                cuda.syncwarp(FULL_MASK)  # ... and so have every other lane's
+                if scores(k_sh, qa, s, m, warp, stage, lane, first, hi):
+                    break  # warp-uniform: leave to move a max
+                settle(s, m, lsum)
+                accumulate(v_sh, s, o, warp, stage, lane)
+                step = int32(step + 1)
+            if step < steps:  # finish the slab whose scores moved a max (rare)
+                regrow(s, m, lsum, o)
+                accumulate(v_sh, s, o, warp, step & 1, lane)
+                step = int32(step + 1)
+        cp_async_wait(0)  # no copy may land after the CTA's shared memory is reused
+
+        for r in range(2):  # the row sums over the quad
+            lsum[r] += cuda.shfl_xor_sync(FULL_MASK, lsum[r], 1)
+            lsum[r] += cuda.shfl_xor_sync(FULL_MASK, lsum[r], 2)
+        if NW == 1:  # one warp: each lane normalises and writes its own rows
+            for r in range(2):
+                row = g + 8 * r
+                if row < heads:
+                    total = lsum[r]
+                    for nd in range(ND):
+                        for e in range(2):
+                            val = o[4 * nd + 2 * r + e] / total if total != 0 else float32(0)
+                            out[seq, head0 + row, part, 8 * nd + 2 * t + e] = val
+                    if t == 0:
+                        max_logits[seq, head0 + row, part] = m[r] / LOG2E
+                        exp_sums[seq, head0 + row, part] = total
+        else:  # the warps' states meet in shared memory
+            for r in range(2):
+                row = g + 8 * r
+                if t == 0:
+                    m_sh[warp, row] = m[r]
+                    l_sh[warp, row] = lsum[r]
+                if row < heads:
+                    for nd in range(ND):
+                        for e in range(2):
+                            o_sh[warp, row, 8 * nd + 2 * t + e] = o[4 * nd + 2 * r + e]
+            cuda.syncthreads()  # every warp's (m, l, O) is in shared memory
+            for h in range(tid, heads, NT):
+                top = float32(-math.inf)
+                for w in range(NW):
+                    if l_sh[w, h] != 0:
+                        top = max(top, m_sh[w, h])
+                total = float32(0)
+                for w in range(NW):
+                    weight = math.exp2(m_sh[w, h] - top) if l_sh[w, h] != 0 else float32(0)
+                    total += weight * l_sh[w, h]
+                    m_sh[w, h] = weight
+                l_sh[0, h] = total  # warp 0's sum is no longer needed: the head's total
+                max_logits[seq, head0 + h, part] = top / LOG2E
+                exp_sums[seq, head0 + h, part] = total
+            cuda.syncthreads()  # the weights and totals are ready
+            for i in range(tid, heads * D, NT):
+                h = i // D
+                d = i - h * D
+                num = float32(0)
+                for w in range(NW):
+                    num += m_sh[w, h] * o_sh[w, h, d]
+                total = l_sh[0, h]
+                out[seq, head0 + h, part, d] = num / total if total != 0 else float32(0)
+
+    return paged_decode_tc
