@@ -18,8 +18,10 @@ type, ValueError/SequenceError/BlockError for a wrong value) and works out how m
 blocks it needs *before* touching anything; `OutOfBlocks` means the pool is really too
 small. If a `reclaimer` is set (the scheduler's preemption, the chapter's
 evict_blocks()), a short allocation first asks it to free blocks of other sequences,
-then plans the request again. Each public call is one trace step (see `trace.py`);
-with tracing off the same code runs and no event is built.
+then plans the request again; a request that needs more blocks than the whole pool is
+refused without asking (v1 refuses it at admission, instead of preempting everyone for
+it). Each public call is one trace step (see `trace.py`); with tracing off the same code
+runs and no event is built.
 
 Sharing, fork and copy-on-write follow vLLM v0's block manager; v1 shares blocks only
 through the prefix cache (policies/prefix_cache.py).
@@ -233,7 +235,9 @@ class KVCacheManager(ManagerState):
         if not isinstance(protect, (set, frozenset)):
             protect = {protect}
         need, available = plan(), self.pool.num_free
-        while need > available and self.reclaimer is not None:
+        # more than the whole pool can never fit: refused at once, nobody is preempted for it
+        # (v1 rejects such a request at admission)
+        while self.pool.num_blocks >= need > available and self.reclaimer is not None:
             self.reclaimer(self, need - available, set(protect))
             if self.pool.num_free <= available:  # nothing freed: give up
                 break

@@ -91,6 +91,10 @@ class ManagerState:
     def num_tokens(self, seq_id) -> int:
         return self._table(seq_id).num_tokens
 
+    def num_computed_tokens(self, seq_id) -> int:
+        """Tokens whose KV is computed: all of them here (a prefix cache's lookahead is not)."""
+        return self._table(seq_id).num_tokens
+
     def slot_mapping(self, seq_id) -> np.ndarray:
         return self._table(seq_id).slot_mapping()
 

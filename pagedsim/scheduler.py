@@ -43,7 +43,8 @@ from .block_table import blocks_needed
 from .errors import count_arg
 from .policies.preemption import Group, RecomputePolicy, make_policy
 from .policies.prefix_cache import PrefixCachingManager
-from .scheduler_v1 import SchedulerV1, V1StepRecord, prompt_ids, run_steps, synthetic_token
+from .scheduler_v1 import (SchedulerV1, V1StepRecord, check_scheduler_args, prompt_ids, run_steps,
+                           synthetic_token)
 
 MODES = ("v0", "v1")
 
@@ -80,6 +81,7 @@ class Scheduler:
                  block_bytes: int = 1, beam_reshuffle: float = 0.25, seed: int = 0,
                  tokens=None, record: bool = True, watermark: float = 0.01,
                  max_stalled_steps: int = 1000):
+        requests = check_scheduler_args(requests, manager, record)
         if victim not in VICTIMS:
             raise ValueError(f"victim must be one of {VICTIMS}, got {victim!r}")
         beam_reshuffle = _fraction("beam_reshuffle", beam_reshuffle, 1.0)
@@ -101,7 +103,7 @@ class Scheduler:
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         nb = manager.num_blocks
-        self.requests = list(requests)
+        self.requests = requests
         if tokens is not None and len(tokens) != len(self.requests):
             raise ValueError(f"tokens has {len(tokens)} prompts for {len(self.requests)} requests")
         # request index -> prompt token ids (for prefix caching), as tuples, checked now,

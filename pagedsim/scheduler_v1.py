@@ -1,25 +1,32 @@
-"""vLLM v1's scheduler: one token budget per step, chunked prefill, recompute-only preemption (v1 sched/scheduler.py).
+"""vLLM v1's scheduler: one token budget, chunked prefill, recompute-only preemption (v1).
+
+The reference is vLLM v1's core/sched/scheduler.py.
 
 There are no prefill and decode phases. Every request has `num_computed_tokens` and
 `num_tokens` (prompt + sampled output), and each step gives requests tokens to
 compute until the budget `max_num_batched_tokens` is spent:
 
     1. running requests first, in order: each gets min(num_tokens - num_computed,
-       budget) tokens -- a decode is 1 token, a long prompt is prefilled in chunks
-       over several steps. When `allocate_slots` returns None, the *last* running
-       request is preempted (`running.pop()`, v1's FCFS victim; with
-       `victim="priority"`, the largest (priority, arrival)); its blocks are freed --
-       full ones stay in the prefix cache -- and it goes to the front of the waiting
-       queue with num_computed = 0. If the victim is the request itself, the step
-       stops scheduling running requests.
-    2. only if nothing was preempted: waiting requests, in order, while fewer than
-       `max_num_seqs` run. Each is looked up (`get_computed_blocks`, capped at
-       num_tokens - 1), then allocated for as much of the rest as the budget allows.
+       budget, long_prefill_token_threshold if set) tokens -- a decode is 1 token, a
+       long prompt is prefilled in chunks over several steps. When `allocate_slots`
+       returns None, the *last* running request is preempted (`running.pop()`, v1's
+       FCFS victim; with `policy="priority"`, the largest (priority, arrival_time));
+       its blocks are freed -- full ones stay in the prefix cache -- and it goes back
+       to the waiting queue with num_computed = 0. If the victim is the request
+       itself, the step stops scheduling running requests.
+    2. only if nothing was preempted: waiting requests, in the queue's order
+       (request_queue.py: FCFS, or (priority, arrival_time) under
+       `policy="priority"`), while fewer than `max_num_seqs` run. Each is looked up
+       (`get_computed_blocks`, capped at num_tokens - 1), then allocated for as much
+       of the rest as the budget allows.
     3. the model "runs": every request whose computed tokens caught up with its
        tokens samples one token; one with `output_len` tokens sampled is freed. The
        last sampled token never gets KV, so it never fills a block.
 
-No watermark, no swap, no beam search (v1 runs beam search at the entry point).
+A request longer than `max_model_len`, or one whose blocks could never fit in the
+whole pool, is refused when the scheduler is built (ValueError): v1 rejects it at
+admission instead of preempting everyone for it. No watermark, no swap, no beam
+search (v1 runs beam search at the entry point).
 Parallel sampling (n > 1) fans out into n independent requests with the same
 prompt; they share the prompt's full blocks through the prefix cache only.
 
@@ -35,9 +42,12 @@ from dataclasses import dataclass, field
 
 from .block_table import blocks_needed
 from .errors import OutOfBlocks, count_arg, token_ids_arg
+from .manager import KVCacheManager
 from .policies.prefix_cache import PrefixCachingManager
+from .request_queue import SCHEDULING_POLICIES, make_request_queue
+from .workloads import Request
 
-V1_VICTIMS = ("fcfs", "priority")
+V1_VICTIMS = SCHEDULING_POLICIES  # v1's scheduling policies: they choose the victim too
 
 
 def synthetic_token(*key) -> int:
@@ -59,6 +69,7 @@ class V1Request:
     num_computed: int = 0  # tokens whose KV is computed (or scheduled this step)
     high: int = 0  # most tokens ever computed (to count recomputation)
     unsent: list = field(default_factory=list)  # sampled ids not yet given to the manager
+    arrival_time: int = 0  # the step it arrives (v1: Request.arrival_time)
 
     @property
     def num_tokens(self) -> int:
@@ -86,25 +97,34 @@ class SchedulerV1:
     def __init__(self, requests, manager, *, max_num_batched_tokens: int = 2048,
                  max_num_seqs: int = 256, victim: str = "fcfs", tokens=None,
                  output_tokens=None, priorities=None, record: bool = True,
-                 max_stalled_steps: int = 1000, num_lookahead_tokens: int = 0):
+                 max_stalled_steps: int = 1000, num_lookahead_tokens: int = 0,
+                 policy: str | None = None, long_prefill_token_threshold: int = 0,
+                 max_model_len: int | None = None):
+        requests = check_scheduler_args(requests, manager, record)
         self.max_num_batched_tokens = count_arg("max_num_batched_tokens",
                                                 max_num_batched_tokens, 1)
+        # v1: a prefill chunk of one request is capped at this many tokens (0: no cap)
+        self.long_prefill_token_threshold = count_arg("long_prefill_token_threshold",
+                                                      long_prefill_token_threshold)
+        # v1: requests longer than this are refused (None: what the pool could ever hold)
+        self.max_model_len = None if max_model_len is None else count_arg(
+            "max_model_len", max_model_len, 1)
         self.max_num_seqs = count_arg("max_num_seqs", max_num_seqs, 1)
         self.max_stalled_steps = count_arg("max_stalled_steps", max_stalled_steps, 1)
         # slots reserved past each request's tokens (v1: speculative tokens); blocks only
         self.num_lookahead_tokens = count_arg("num_lookahead_tokens", num_lookahead_tokens)
         if self.num_lookahead_tokens and not isinstance(manager, PrefixCachingManager):
             raise ValueError("num_lookahead_tokens needs allocate_slots (a PrefixCachingManager)")
-        if victim not in V1_VICTIMS:
-            raise ValueError(f"victim must be one of {V1_VICTIMS}, got {victim!r}")
-        self.victim = victim
+        if policy is not None:  # v1's name; `victim` is the older one
+            victim = policy
+        self.waiting = make_request_queue(victim)  # TypeError / ValueError for a bad name
+        self.victim = self.policy = victim
         self.manager = manager
         self.record = record
-        self.requests = list(requests)
+        self.requests = requests
         self._cached = isinstance(manager, PrefixCachingManager)
-        manager.reclaimer = None  # v1 preempts in the scheduler, never inside an allocation
         self._pending = deque(self._fan_out(tokens, output_tokens, priorities))
-        self.waiting: deque[V1Request] = deque()
+        manager.reclaimer = None  # v1 preempts in the scheduler, never inside an allocation
         self.running: list[V1Request] = []
         self.records: list[V1StepRecord] = []
         self.now = 0
@@ -125,6 +145,9 @@ class SchedulerV1:
                 raise ValueError(f"{name} has {len(column)} entries for "
                                  f"{len(self.requests)} requests")
         for i, r in enumerate(self.requests):
+            if self.max_model_len is not None and r.total_len > self.max_model_len:
+                raise ValueError(f"request {i} ({r.total_len} tokens) is longer than "
+                                 f"max_model_len {self.max_model_len}")
             if r.beam_width > 1:
                 raise ValueError(f"request {i} uses beam search; vLLM v1 runs it at the entry "
                                  f"point, not in the scheduler (use mode='v0')")
@@ -144,7 +167,7 @@ class SchedulerV1:
                 outs = (given[:r.output_len] if given is not None and k == 0 else
                         tuple(synthetic_token(i, k, j) for j in range(r.output_len)))
                 out.append((r.arrival_step, V1Request((i, k), prompt, r.output_len, outs, i,
-                                                      prio)))
+                                                      prio, arrival_time=r.arrival_step)))
         out.sort(key=lambda x: (x[0], x[1].arrival))
         return out
 
@@ -174,12 +197,12 @@ class SchedulerV1:
         """One engine step: schedule, then 'run the model'. Returns the tokens scheduled."""
         self.now += 1
         while self._pending and self._pending[0][0] < self.now:
-            self.waiting.append(self._pending.popleft()[1])
+            self.waiting.add_request(self._pending.popleft()[1])
         budget, scheduled, preempted = self.max_num_batched_tokens, {}, 0
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
-            n = min(req.num_tokens - req.num_computed, budget)
+            n = self._chunk(req.num_tokens - req.num_computed, budget)
             new = self._allocate(req, n)
             while new is None:
                 victim = self._pick_victim()
@@ -198,11 +221,11 @@ class SchedulerV1:
             i += 1
         while (not preempted and self.waiting and budget > 0
                and len(self.running) < self.max_num_seqs):
-            req = self.waiting[0]
+            req = self.waiting.peek_request()
             if not self._admit(req, budget, scheduled):
                 break
             budget -= scheduled[req]
-            self.waiting.popleft()
+            self.waiting.pop_request()
             self.running.append(req)
         return self._execute(scheduled, preempted)
 
@@ -249,13 +272,13 @@ class SchedulerV1:
         m, tokens = self.manager, req.token_ids()
         if self._cached:
             computed = m.get_computed_blocks(tokens)
-            n = min(len(tokens) - computed.num_tokens, budget)
+            n = self._chunk(len(tokens) - computed.num_tokens, budget)
             if m.allocate_slots(req.req_id, n, self.num_lookahead_tokens, tokens,
                                 computed) is None:
                 return False
             req.num_computed = computed.num_tokens
         else:
-            n = min(len(tokens), budget)
+            n = self._chunk(len(tokens), budget)
             if not m.can_allocate(n):
                 return False
             m.add_sequence(req.req_id, n)
@@ -263,9 +286,14 @@ class SchedulerV1:
         scheduled[req] = n
         return True
 
+    def _chunk(self, left: int, budget: int) -> int:
+        """Tokens to compute for a request now: what is left, within budget and threshold."""
+        cap = self.long_prefill_token_threshold
+        return min(left, budget, cap) if cap else min(left, budget)
+
     def _pick_victim(self) -> V1Request:
         if self.victim == "priority":
-            victim = max(self.running, key=lambda r: (r.priority, r.arrival))
+            victim = max(self.running, key=priority_rank)
             self.running.remove(victim)
             return victim
         return self.running.pop()
@@ -276,7 +304,7 @@ class SchedulerV1:
         self.manager.free_sequence(req.req_id)
         req.num_computed = 0
         req.unsent.clear()
-        self.waiting.appendleft(req)
+        self.waiting.prepend_request(req)
 
     def _finish(self, req: V1Request) -> None:
         self.manager.free_sequence(req.req_id)
@@ -304,6 +332,28 @@ def run_steps(sched, max_steps: int, check: bool):
             raise RuntimeError(f"no progress for {stalled} steps: {len(sched.waiting)} waiting "
                                f"requests can never be scheduled")
     return sched
+
+
+def priority_rank(req: V1Request) -> tuple:
+    """v1's request order under the priority policy: (priority, arrival_time), then ids."""
+    return (req.priority, req.arrival_time, req.arrival, req.req_id)
+
+
+def check_scheduler_args(requests, manager, record) -> list:
+    """The arguments both schedulers share: Requests (returned as a list), a manager and a
+    bool; TypeError if not."""
+    if not isinstance(manager, KVCacheManager):
+        raise TypeError(f"manager must be a KVCacheManager, got {type(manager).__name__}")
+    if not isinstance(record, bool):
+        raise TypeError(f"record must be a bool, got {type(record).__name__}")
+    if isinstance(requests, (str, bytes)) or not hasattr(requests, "__iter__"):
+        raise TypeError(f"requests must be an iterable of Request, got "
+                        f"{type(requests).__name__}")
+    requests = list(requests)
+    for i, r in enumerate(requests):
+        if not isinstance(r, Request):
+            raise TypeError(f"requests[{i}] must be a Request, got {type(r).__name__} {r!r}")
+    return requests
 
 
 def prompt_ids(value, n, name) -> tuple:

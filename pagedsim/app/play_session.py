@@ -100,6 +100,8 @@ class Options:
 NOTES_ZH = {
     "the pool ran dry": "池已耗尽",
     "the pool ran dry even after preempting": "抢占之后池仍然耗尽",
+    "it needs {n} blocks, more than the whole pool of {m}: it can never fit, so nothing was "
+    "preempted for it": "它需要 {n} 个 Block，比整个池的 {m} 个还多：永远放不下，所以没有为它抢占任何序列",
     "the pool ran dry (with --policy recompute a sequence would be preempted)":
         "池已耗尽（用 --policy recompute 会抢占一个序列）",
     "swapped seq {seq} out to the host ({n} blocks)": "序列 {seq} 被换出到主机内存（{n} 个 Block）",
@@ -227,14 +229,22 @@ class Session:
                 notes.append(self._resume(args[0]))
         except Refused:
             raise
-        except OutOfBlocks:
-            notes.append(Note("the pool ran dry" + (" even after preempting" if self.options.policy != "none"
-                                                    else " (with --policy recompute a sequence would be preempted)")))
+        except OutOfBlocks as e:
+            notes.append(self._dry_note(e))
         except (SequenceError, BlockError, ValueError, TypeError) as e:  # refused before any change
             raise Refused(str(e)) from None
         finally:
             m.drain_copies()  # the copy kernel runs after every step: pairs show only where made
         return notes
+
+    def _dry_note(self, e: OutOfBlocks) -> Note:
+        if e.needed > self.manager.num_blocks:  # refused at admission: nobody was preempted
+            return Note("it needs {n} blocks, more than the whole pool of {m}: it can never "
+                        "fit, so nothing was preempted for it", n=e.needed,
+                        m=self.manager.num_blocks)
+        if self.options.policy != "none":
+            return Note("the pool ran dry even after preempting")
+        return Note("the pool ran dry (with --policy recompute a sequence would be preempted)")
 
     # ---- preemption (the chapter's evict_blocks) ------------------------------
     def _victim(self, protect: set):

@@ -1,4 +1,6 @@
-"""Automatic prefix caching with vLLM v1's rules (v1 kv_cache_manager.py, single_type_kv_cache_manager.py).
+"""Automatic prefix caching with vLLM v1's rules (v1).
+
+References: v1 kv_cache_manager.py and single_type_kv_cache_manager.py.
 
 Every *full* block whose tokens are known is named by a chained hash of (parent
 block's hash, its own tokens) and stays findable until its block is handed out again
@@ -35,8 +37,14 @@ from .. import trace as tr
 from ..block_table import NULL_BLOCK, BlockTable, blocks_needed
 from ..errors import count_arg, token_ids_arg
 from ..manager import KVCacheManager
-from .cache_pool import (EVICTION_KEYS, EVICTION_POLICIES, ROOT, CacheStats, CachingBlockPool,
-                         chained_hash)
+from .cache_pool import (
+    EVICTION_KEYS,
+    EVICTION_POLICIES,
+    ROOT,
+    CacheStats,
+    CachingBlockPool,
+    chained_hash,
+)
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,9 @@ class ComputedBlocks:
 class PrefixCachingManager(KVCacheManager):
     def __init__(self, num_blocks: int, block_size: int, *, eviction: str = "lru",
                  hash_fn=chained_hash, **kwargs):
+        if not callable(hash_fn):
+            raise TypeError(f"hash_fn must be callable (parent_hash, tokens) -> int, got "
+                            f"{type(hash_fn).__name__}")
         self.stats = CacheStats()
         pool = CachingBlockPool(num_blocks, block_size, eviction, self.stats)
         self.eviction = eviction  # a key of EVICTION_KEYS
@@ -125,9 +136,8 @@ class PrefixCachingManager(KVCacheManager):
         # the ids get_computed_blocks already checked need no second pass
         same = computed is not None and new_token_ids is computed.token_ids
         tokens = computed.token_ids if same else _ids(new_token_ids)
-        if computed is not None and ((not same and computed.token_ids != tokens)
-                                     or self._match(tokens, len(hits)) != hits):
-            raise ValueError("computed blocks are stale or belong to other token ids")
+        if computed is not None:
+            self._check_computed(computed, tokens, hits, same)
         done = len(hits) * self.block_size
         if done + n > len(tokens):
             raise ValueError(f"{done} cached + {n} new tokens exceed the {len(tokens)} known")
@@ -135,8 +145,21 @@ class PrefixCachingManager(KVCacheManager):
             return None
         before = set(hits)
         self._admit(seq_id, tokens, hits, done + n, ahead)
-        self._end_step()
-        return [b for b in self._tables[seq_id].blocks if b not in before]
+        self._end_step()  # a sliding window may drop some of them at once: those are gone
+        return [b for b in self._tables[seq_id].blocks if b not in before and b != NULL_BLOCK]
+
+    def _check_computed(self, computed: ComputedBlocks, tokens: tuple, hits: list,
+                        same: bool) -> None:
+        """What get_computed_blocks returned, checked again: a forged one is a ValueError."""
+        bs = self.block_size
+        if computed.num_tokens != len(hits) * bs:
+            raise ValueError(f"computed.num_tokens is {computed.num_tokens!r} but its "
+                             f"{len(hits)} blocks hold {len(hits) * bs} tokens")
+        if len(hits) * bs > max(len(tokens) - 1, 0):  # v1: max_cache_hit_length
+            raise ValueError(f"computed blocks cover {len(hits) * bs} of {len(tokens)} tokens; "
+                             f"a hit is capped at num_tokens - 1 (the last token is computed)")
+        if (not same and computed.token_ids != tokens) or self._match(tokens, len(hits)) != hits:
+            raise ValueError("computed blocks are stale or belong to other token ids")
 
     def _extend(self, seq_id, n, ahead, new_token_ids, computed):
         if computed is not None:
@@ -172,13 +195,15 @@ class PrefixCachingManager(KVCacheManager):
                        tuple(table.slot(p) for p in range(first, table.num_tokens)))
         self._cache_full_blocks(seq_id)
         self._end_step()
-        return table.blocks[count - cow:]  # a copy-on-write replaced the last block too
+        new_blocks = table.blocks[count - cow:]  # a copy-on-write replaced the last block too
+        return [b for b in new_blocks if b != NULL_BLOCK]  # a window may drop some at once
 
     # ---- shared by both shapes -------------------------------------------------------
     def _blocks_to_take(self, hits, num_tokens: int) -> int:
         """Free blocks an admission uses: new blocks, plus cached hits now on the free list."""
         fresh = blocks_needed(num_tokens, self.block_size) - len(hits)
-        return max(fresh, 0) + sum(1 for b in hits if b != NULL_BLOCK and not self.pool.ref_count(b))
+        waking = sum(1 for b in hits if b != NULL_BLOCK and not self.pool.ref_count(b))
+        return max(fresh, 0) + waking
 
     def _admit(self, seq_id, tokens: tuple, hits: list, computed: int, ahead: int) -> None:
         """Touch the hits, allocate the rest, record stats and hash the full blocks."""
@@ -308,7 +333,7 @@ def _ids(tokens) -> tuple:
 
 def _common(a: tuple, b: tuple) -> int:
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):  # the common prefix of two lengths
         if x != y:
             break
         n += 1
