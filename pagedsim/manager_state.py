@@ -21,7 +21,8 @@ from . import trace as tr
 from .batch import decode_need
 from .block_pool import BlockPool
 from .block_table import NULL_BLOCK, BlockTable, blocks_needed
-from .errors import SequenceError, count_arg as _count
+from .errors import SequenceError
+from .errors import count_arg as _count
 from .usage import Usage, block_fill
 
 
@@ -98,9 +99,23 @@ class ManagerState:
     def slot_mapping(self, seq_id) -> np.ndarray:
         return self._table(seq_id).slot_mapping()
 
+    def get_num_common_prefix_blocks(self, request_id, num_running_requests: int) -> int:
+        """Leading blocks of `request_id` that every one of the `num_running_requests`
+        running requests holds: a block's count equals that number (v1, for cascade
+        attention, which computes attention over such a shared prefix once)."""
+        table = self._table(request_id)
+        n = _count("num_running_requests", num_running_requests, 1)
+        common = 0
+        for b in table.blocks:
+            if b == NULL_BLOCK or self.pool.ref_count(b) != n:
+                break
+            common += 1
+        return common
+
     def can_allocate(self, num_tokens: int) -> bool:
         """Would a new sequence of `num_tokens` tokens fit in the free blocks right now?"""
-        return blocks_needed(_count("num_tokens", num_tokens), self.block_size) <= self.pool.num_free
+        need = blocks_needed(_count("num_tokens", num_tokens), self.block_size)
+        return need <= self.pool.num_free
 
     def blocks_for_decode(self, seq_ids) -> int:
         """Free blocks `decode_step(seq_ids)` needs: one at each block boundary, one for
@@ -108,7 +123,7 @@ class ManagerState:
         return decode_need(self._batch(seq_ids)[1], self.pool, self.block_size)
 
     def peak_blocks(self, prompt_len: int, total_len: int) -> int:
-        """The most blocks one sequence holds at once while it grows from prompt_len to total_len."""
+        """The most blocks one sequence holds at once while growing from prompt_len to total_len."""
         return blocks_needed(max(_count("prompt_len", prompt_len), _count("total_len", total_len)),
                              self.block_size)
 

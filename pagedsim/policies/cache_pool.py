@@ -1,4 +1,6 @@
-"""The prefix cache's block pool: cached free blocks, a hash index, and eviction by name (vLLM v1 block_pool.py).
+"""The prefix cache's block pool: cached free blocks, a hash index, eviction by name (v1).
+
+The reference is vLLM v1's block_pool.py.
 
 vLLM v1 keeps a freed block's contents and hash until the block is handed out again
 (`BlockPool.free_blocks` / `get_new_blocks` / `_maybe_evict_cached_block`). This pool
@@ -24,7 +26,8 @@ requests that compute the same block at once both keep theirs). A hit is never
 trusted on the hash alone: the tokens are compared, and so is the *content id* of
 the parent -- an id interned per distinct (parent content id, tokens), shared by
 duplicate blocks, and kept while a cached block holds it, a later block of its
-prefix is cached, or a live sequence continues from it (`pin`) -- so a colliding hash function cannot splice two prefixes together, while a
+prefix is cached, or a live sequence continues from it (`pin`) -- so a colliding hash
+function cannot splice two prefixes together, while a
 child still matches after its parent was evicted or duplicated, as v1's hash chain
 does (a sliding window's hit may start past evicted blocks).
 """
@@ -37,6 +40,7 @@ from dataclasses import dataclass
 
 from ..block_pool import BlockPool
 from ..errors import OutOfBlocks, count_arg
+from ..kv_events import MEDIUM_GPU, AllBlocksCleared, BlockRemoved
 
 ROOT = 0  # the content id "parent" of a sequence's first block
 
@@ -56,7 +60,7 @@ def chained_hash(parent_hash: int, tokens: tuple) -> int:
 
 @dataclass
 class CacheStats:
-    """Counted once per admission (v1 counts in get_computed_blocks, so a retried lookup counts again)."""
+    """Counted once per admission (v1 counts in get_computed_blocks: a retried lookup twice)."""
 
     requests: int = 0  # admissions that looked the cache up (v1: PrefixCacheStats.requests)
     prompt_tokens: int = 0  # tokens looked up (v1: PrefixCacheStats.queries)
@@ -81,10 +85,14 @@ class CachingBlockPool(BlockPool):
     """A BlockPool whose free list keeps cached blocks behind uncached ones (see module doc)."""
 
     __slots__ = ("eviction", "stats", "_key", "_by_hash", "_children", "_content", "_node", "_cid",
-                 "_next_cid", "_hits", "_born", "_stamp", "_heap", "_clock", "_evict_key")
+                 "_next_cid", "_hits", "_born", "_stamp", "_heap", "_clock", "_evict_key",
+                 "kv_event_queue")
 
     def __init__(self, num_blocks: int, block_size: int, eviction: str = "lru",
-                 stats: CacheStats | None = None):
+                 stats: CacheStats | None = None, enable_kv_cache_events: bool = False):
+        if not isinstance(enable_kv_cache_events, bool):
+            raise TypeError(f"enable_kv_cache_events must be a bool, got "
+                            f"{type(enable_kv_cache_events).__name__}")
         if not isinstance(eviction, str):
             raise TypeError(f"eviction must be a str, got {type(eviction).__name__}")
         if eviction not in EVICTION_KEYS:
@@ -107,6 +115,8 @@ class CachingBlockPool(BlockPool):
         self._stamp = [0] * n  # [num_blocks] invalidates stale heap entries
         self._heap: list[tuple] = []  # (key, stamp, block) for cached free blocks
         self._clock = itertools.count()  # logical time for the keys
+        # KV cache events awaiting take_events() (v1: BlockPool.kv_event_queue); None: off
+        self.kv_event_queue: list | None = [] if enable_kv_cache_events else None
 
     # ---- queries -------------------------------------------------------------------
     def is_cached(self, b: int) -> bool:
@@ -137,13 +147,47 @@ class CachingBlockPool(BlockPool):
         return None
 
     def content_id(self, parent: int, tokens: tuple) -> int | None:
-        """The id of `tokens` after `parent`, or None if no cached block holds it or a later block."""
+        """The id of `tokens` after `parent`; None if no cached block holds it or a later one."""
         return self._content.get((parent, tokens))
 
     def block_with(self, cid: int) -> int | None:
         """A cached block holding content `cid` (the oldest), or None."""
         blocks = self._node[cid][2]
         return blocks[0] if blocks else None
+
+    def root_of(self, extra_keys: tuple) -> int | None:
+        """The content id a prompt with these extra keys starts from (ROOT when there are none),
+        or None when no cached block starts such a prompt (so nothing can hit)."""
+        return ROOT if not extra_keys else self._content.get((ROOT, ("extra keys", extra_keys)))
+
+    def intern_root(self, extra_keys: tuple) -> int:
+        """`root_of`, made on first use: a content node with no block of its own. Blocks of
+        one tenant (cache_salt) or adapter (LoRA) chain from it, never from another's."""
+        cid = self.root_of(extra_keys)
+        if cid is None:
+            cid = self._content[(ROOT, ("extra keys", extra_keys))] = self._next_cid
+            self._next_cid += 1
+            self._node[cid] = [ROOT, ("extra keys", extra_keys), [], 0]
+        return cid
+
+    def take_events(self) -> list:
+        """The queued KV cache events, oldest first; the queue is emptied (v1: take_events)."""
+        if self.kv_event_queue is None:
+            return []
+        out, self.kv_event_queue = self.kv_event_queue, []
+        return out
+
+    def reset(self) -> bool:
+        """Forget every cached block (v1: BlockPool.reset_prefix_cache); False, with nothing
+        changed, while any block is in use."""
+        if self.num_free != self.num_blocks:
+            return False
+        for b in list(self._key):
+            self._forget(b)  # content ids no live sequence pins are pruned with their blocks
+        self._heap.clear()
+        if self.kv_event_queue is not None:
+            self.kv_event_queue.append(AllBlocksCleared())
+        return True
 
     def children_of(self, parent: int) -> list[int]:
         return self._children.get(parent, [])
@@ -215,6 +259,8 @@ class CachingBlockPool(BlockPool):
         b = self.head()
         if b is not None and b in self._key:  # every free block is cached: evict one
             b = self._pick_victim()
+            if self.kv_event_queue is not None:  # v1: _maybe_evict_cached_block
+                self.kv_event_queue.append(BlockRemoved([self._key[b][0]], MEDIUM_GPU))
             self._forget(b)
             self.stats.evictions += 1
             return self.take(b)

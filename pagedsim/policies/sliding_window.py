@@ -73,6 +73,11 @@ class SlidingWindowManager(KVCacheManager):
         return max(blocks_needed(prompt_len, self.block_size),
                    self.kept(max(prompt_len, count_arg("total_len", total_len))) + 1)
 
+    def get_num_common_prefix_blocks(self, request_id, num_running_requests: int) -> int:
+        """Always 0, as in v1: cascade attention is for full attention only."""
+        super().get_num_common_prefix_blocks(request_id, num_running_requests)  # the checks
+        return 0
+
     def fork(self, parent_id, child_id) -> None:
         super().fork(parent_id, child_id)
         self._next_drop[child_id] = self._next_drop.get(parent_id, self.first_droppable)
