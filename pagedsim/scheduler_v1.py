@@ -69,7 +69,7 @@ class V1Request:
     num_computed: int = 0  # tokens whose KV is computed (or scheduled this step)
     high: int = 0  # most tokens ever computed (to count recomputation)
     unsent: list = field(default_factory=list)  # sampled ids not yet given to the manager
-    arrival_time: int = 0  # the step it arrives (v1: Request.arrival_time)
+    arrival_time: float = 0  # its arrival step, or the arrival_times given (v1's name)
 
     @property
     def num_tokens(self) -> int:
@@ -99,7 +99,7 @@ class SchedulerV1:
                  output_tokens=None, priorities=None, record: bool = True,
                  max_stalled_steps: int = 1000, num_lookahead_tokens: int = 0,
                  policy: str | None = None, long_prefill_token_threshold: int = 0,
-                 max_model_len: int | None = None):
+                 max_model_len: int | None = None, arrival_times=None):
         requests = check_scheduler_args(requests, manager, record)
         self.max_num_batched_tokens = count_arg("max_num_batched_tokens",
                                                 max_num_batched_tokens, 1)
@@ -123,7 +123,7 @@ class SchedulerV1:
         self.record = record
         self.requests = requests
         self._cached = isinstance(manager, PrefixCachingManager)
-        self._pending = deque(self._fan_out(tokens, output_tokens, priorities))
+        self._pending = deque(self._fan_out(tokens, output_tokens, priorities, arrival_times))
         manager.reclaimer = None  # v1 preempts in the scheduler, never inside an allocation
         self.running: list[V1Request] = []
         self.records: list[V1StepRecord] = []
@@ -137,10 +137,14 @@ class SchedulerV1:
         self.decode_tokens = 0
         self._left = [r.num_seqs for r in self.requests]  # unfinished samples per request
 
-    def _fan_out(self, tokens, output_tokens, priorities):
+    def _fan_out(self, tokens, output_tokens, priorities, arrival_times):
         nb, out = self.manager.num_blocks, []
         for name, column in (("tokens", tokens), ("output_tokens", output_tokens),
-                             ("priorities", priorities)):
+                             ("priorities", priorities), ("arrival_times", arrival_times)):
+            if column is not None and (isinstance(column, (str, bytes)) or
+                                       not hasattr(column, "__len__")):
+                raise TypeError(f"{name} must be a sequence with one entry per request, got "
+                                f"{type(column).__name__}")
             if column is not None and len(column) != len(self.requests):
                 raise ValueError(f"{name} has {len(column)} entries for "
                                  f"{len(self.requests)} requests")
@@ -163,11 +167,13 @@ class SchedulerV1:
                 raise ValueError(f"output_tokens[{i}] has {len(given)} ids for "
                                  f"output_len {r.output_len}")
             prio = 0 if priorities is None else count_arg(f"priorities[{i}]", priorities[i])
+            arrived = (r.arrival_step if arrival_times is None else
+                       _time_arg(f"arrival_times[{i}]", arrival_times[i]))
             for k in range(r.n):
                 outs = (given[:r.output_len] if given is not None and k == 0 else
                         tuple(synthetic_token(i, k, j) for j in range(r.output_len)))
                 out.append((r.arrival_step, V1Request((i, k), prompt, r.output_len, outs, i,
-                                                      prio, arrival_time=r.arrival_step)))
+                                                      prio, arrival_time=arrived)))
         out.sort(key=lambda x: (x[0], x[1].arrival))
         return out
 
@@ -332,6 +338,15 @@ def run_steps(sched, max_steps: int, check: bool):
             raise RuntimeError(f"no progress for {stalled} steps: {len(sched.waiting)} waiting "
                                f"requests can never be scheduled")
     return sched
+
+
+def _time_arg(name: str, value) -> float:
+    """A finite, non-negative arrival time (v1's Request.arrival_time orders ties only)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    if not 0 <= value < float("inf"):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return value
 
 
 def priority_rank(req: V1Request) -> tuple:

@@ -189,6 +189,28 @@ class CachingBlockPool(BlockPool):
             self.kv_event_queue.append(AllBlocksCleared())
         return True
 
+    def evict_blocks(self, block_ids) -> None:
+        """Forget the cached contents of these blocks (v1's evict_blocks, used when a KV load
+        fails); ids that hold nothing cached are skipped. A free one moves to the head, where
+        uncached free blocks wait. All ids are checked first: all or nothing."""
+        ids = [self._check_id(b) for b in self._iterable(block_ids)]
+        for b in dict.fromkeys(ids):
+            if b not in self._key:
+                continue
+            if self.kv_event_queue is not None:
+                self.kv_event_queue.append(BlockRemoved([self._key[b][0]], MEDIUM_GPU))
+            self._forget(b)
+            if not self._ref[b]:
+                self._unlink(b)
+                self._push(b)  # uncached now: to the head
+
+    @staticmethod
+    def _iterable(blocks) -> list:
+        if isinstance(blocks, (str, bytes)) or not hasattr(blocks, "__iter__"):
+            raise TypeError(f"block_ids must be an iterable of block ids, got "
+                            f"{type(blocks).__name__}")
+        return list(blocks)
+
     def children_of(self, parent: int) -> list[int]:
         return self._children.get(parent, [])
 

@@ -101,15 +101,15 @@ class SlidingWindowManager(KVCacheManager):
         stop = (num_computed_tokens - self.window + 1) // self.block_size  # [.., stop) skipped
         if i >= stop:
             return
-        while i < stop:
-            b = table.blocks[i]
+        # the last block first, as v1 does: it ends the longer prefix, so it is evicted first
+        for logical in range(stop - 1, i - 1, -1):
+            b = table.blocks[logical]
             if b != NULL_BLOCK:
                 count = self.pool.free(b)
-                table.blocks[i] = NULL_BLOCK
+                table.blocks[logical] = NULL_BLOCK
                 self.dropped_blocks += 1
                 self._emit(tr.BlockReleased, seq_id, b, count)
-            i += 1
-        self._next_drop[seq_id] = i
+        self._next_drop[seq_id] = stop
 
     def check_invariants(self) -> None:
         super().check_invariants()
