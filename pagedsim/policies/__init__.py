@@ -7,6 +7,9 @@
     sliding_window.py  return blocks that fell out of the attention window (with sinks)
     sliding_window_cache.py  sliding window + prefix caching: skipped blocks stay cached,
                        v1's hit rule (v1)
+    allocate_slots.py  the v1-shaped calls: get_computed_blocks, then allocate_slots (v1)
+    hybrid.py          two KV cache groups (full attention + sliding window) over one
+                       pool, hits aligned across groups (v1 HybridKVCacheCoordinator)
 
 Everything is selectable by name: `make_policy("recompute" | "swap", ...)` and
 `PrefixCachingManager(..., eviction="lru" | "lfu" | "fifo")`; a new eviction policy is

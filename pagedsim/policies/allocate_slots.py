@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import trace as tr
-from ..block_table import NULL_BLOCK, blocks_needed
+from ..block_table import blocks_needed
 from ..errors import count_arg, token_ids_arg
 
 
@@ -86,8 +86,10 @@ class V1Slots:
             return None
         before = set(hits)
         self._admit(seq_id, tokens, hits, done + n, ahead, keys)
-        self._end_step()  # a sliding window may drop some of them at once: those are gone
-        return [b for b in self._tables[seq_id].blocks if b not in before and b != NULL_BLOCK]
+        # the blocks this step's KV goes to, taken before a sliding window drops any of them
+        new = [b for b in self._tables[seq_id].blocks if b not in before]
+        self._end_step()
+        return new
 
     def _check_computed(self, computed: ComputedBlocks, tokens: tuple, hits: list,
                         same: bool, keys: tuple) -> None:
@@ -106,6 +108,25 @@ class V1Slots:
                 self._match(tokens, len(hits), keys) != hits:
             raise ValueError("computed blocks are stale or belong to other token ids")
 
+    def blocks_to_extend(self, seq_id, num_new_tokens: int, num_lookahead_tokens: int = 0) -> int:
+        """Free blocks `allocate_slots(seq_id, num_new_tokens, num_lookahead_tokens)` takes
+        from a running sequence (v1: get_num_blocks_to_allocate); changes nothing."""
+        table = self._table(seq_id)
+        n = count_arg("num_new_tokens", num_new_tokens)
+        ahead = count_arg("num_lookahead_tokens", num_lookahead_tokens)
+        done = table.num_tokens - self._ahead.get(seq_id, 0)
+        return self._extend_plan(table, done + n + ahead, n)[3]
+
+    def _extend_plan(self, table, target: int, n: int) -> tuple:
+        """(target, tokens to grow, copy-on-write?, free blocks needed) for an extension."""
+        grow = max(0, target - table.num_tokens)
+        # a slot handed out in a shared, partly filled last block (a new token or a lookahead
+        # slot) needs a private copy first; v0 fork only: v1 never shares a partial block
+        cow = bool((n or grow) and table.num_tokens % self.block_size
+                   and self.pool.is_shared(table.blocks[-1]))
+        need = blocks_needed(table.num_tokens + grow, self.block_size) - len(table.blocks) + cow
+        return target, grow, cow, need
+
     def _extend(self, seq_id, n, ahead, new_token_ids, computed):
         if computed is not None:
             raise ValueError(f"sequence {seq_id!r} is running; computed blocks are for new ones")
@@ -118,13 +139,7 @@ class V1Slots:
         if known is not None and done + n > len(known) + len(new):
             raise ValueError(f"{done} computed + {n} new tokens exceed the "
                              f"{len(known) + len(new)} known for {seq_id!r}")
-        target = done + n + ahead
-        grow = max(0, target - table.num_tokens)
-        # a slot handed out in a shared, partly filled last block (a new token or a lookahead
-        # slot) needs a private copy first; v0 fork only: v1 never shares a partial block
-        cow = bool((n or grow) and table.num_tokens % self.block_size
-                   and self.pool.is_shared(table.blocks[-1]))
-        need = blocks_needed(table.num_tokens + grow, self.block_size) - len(table.blocks) + cow
+        target, grow, cow, need = self._extend_plan(table, done + n + ahead, n)
         if need > self.pool.num_free:
             return None
         if known is not None:
@@ -139,6 +154,6 @@ class V1Slots:
             self._emit(tr.TokensAppended, seq_id, first,
                        tuple(table.slot(p) for p in range(first, table.num_tokens)))
         self._cache_full_blocks(seq_id)
-        self._end_step()
-        new_blocks = table.blocks[count - cow:]  # a copy-on-write replaced the last block too
-        return [b for b in new_blocks if b != NULL_BLOCK]  # a window may drop some at once
+        new = table.blocks[count - cow:]  # a copy-on-write replaced the last block too
+        self._end_step()  # (a sliding window may free some of them now, as v1 does next step)
+        return new

@@ -86,7 +86,7 @@ class CachingBlockPool(BlockPool):
 
     __slots__ = ("eviction", "stats", "_key", "_by_hash", "_children", "_content", "_node", "_cid",
                  "_next_cid", "_hits", "_born", "_stamp", "_heap", "_clock", "_evict_key",
-                 "kv_event_queue")
+                 "kv_event_queue", "_protected")
 
     def __init__(self, num_blocks: int, block_size: int, eviction: str = "lru",
                  stats: CacheStats | None = None, enable_kv_cache_events: bool = False):
@@ -117,6 +117,7 @@ class CachingBlockPool(BlockPool):
         self._clock = itertools.count()  # logical time for the keys
         # KV cache events awaiting take_events() (v1: BlockPool.kv_event_queue); None: off
         self.kv_event_queue: list | None = [] if enable_kv_cache_events else None
+        self._protected: frozenset = frozenset()  # cached free blocks eviction must skip
 
     # ---- queries -------------------------------------------------------------------
     def is_cached(self, b: int) -> bool:
@@ -320,10 +321,30 @@ class CachingBlockPool(BlockPool):
         super()._push(b, to_head=not cached)
 
     def _pick_victim(self) -> int:
+        kept = []  # protected entries, pushed back once a victim is found
         while True:
-            _, stamp, b = heapq.heappop(self._heap)
+            entry = heapq.heappop(self._heap)
+            _, stamp, b = entry
             if stamp == self._stamp[b] and not self._ref[b] and b in self._key:
-                return b
+                if b not in self._protected:
+                    for e in kept:
+                        heapq.heappush(self._heap, e)
+                    return b
+                kept.append(entry)
+
+    def protecting(self, blocks):
+        """A context in which these cached free blocks are never evicted (a hybrid manager's
+        later group keeps its hits while an earlier group allocates; vLLM issue #33775)."""
+        pool = self
+
+        class _Protect:
+            def __enter__(self):
+                pool._protected = frozenset(blocks)
+
+            def __exit__(self, *exc):
+                pool._protected = frozenset()
+
+        return _Protect()
 
     def check_invariants(self) -> None:
         super().check_invariants()

@@ -58,13 +58,24 @@ from .cache_pool import (
 
 class PrefixCachingManager(V1Slots, KVCacheManager):
     def __init__(self, num_blocks: int, block_size: int, *, eviction: str = "lru",
-                 hash_fn=chained_hash, enable_kv_cache_events: bool = False, **kwargs):
+                 hash_fn=chained_hash, enable_kv_cache_events: bool = False,
+                 pool: CachingBlockPool | None = None, group_idx: int = 0, **kwargs):
         if not callable(hash_fn):
             raise TypeError(f"hash_fn must be callable (parent_hash, tokens) -> int, got "
                             f"{type(hash_fn).__name__}")
-        self.stats = CacheStats()
-        pool = CachingBlockPool(num_blocks, block_size, eviction, self.stats,
-                                enable_kv_cache_events)
+        self.group_idx = count_arg("group_idx", group_idx)  # KV cache group (hybrid: 0, 1)
+        # a group's blocks chain from their own root, as v1's BlockHashWithGroupId keeps
+        # the groups' hashes apart in one index
+        self._group_keys = (("kv_cache_group", group_idx),) if group_idx else ()
+        if pool is None:
+            self.stats = CacheStats()
+            pool = CachingBlockPool(num_blocks, block_size, eviction, self.stats,
+                                    enable_kv_cache_events)
+        elif not isinstance(pool, CachingBlockPool):
+            raise TypeError(f"pool must be a CachingBlockPool, got {type(pool).__name__}")
+        else:  # one pool shared by the groups of a hybrid manager
+            self.stats = pool.stats
+            self.shares_pool = True
         self.eviction = eviction  # a key of EVICTION_KEYS
         self.hash_fn = hash_fn  # (parent_hash, tokens) -> int; collisions are tolerated
         self._known: dict = {}  # seq -> token ids known so far (None: stopped knowing)
@@ -73,10 +84,10 @@ class PrefixCachingManager(V1Slots, KVCacheManager):
         self._extra: dict = {}  # seq -> its extra keys (cache_salt, lora_id), normalised
         super().__init__(num_blocks, block_size, pool=pool, **kwargs)
 
-    @staticmethod
-    def extra_keys(cache_salt=None, lora_id=None) -> tuple:
-        """The extra keys a prompt's hashes depend on, as a tuple (empty: none)."""
-        keys = ()
+    def extra_keys(self, cache_salt=None, lora_id=None) -> tuple:
+        """The extra keys a prompt's hashes depend on, as a tuple (empty: none): its KV
+        cache group (when not the first), its cache_salt, its LoRA adapter."""
+        keys = self._group_keys
         if cache_salt is not None:
             if not isinstance(cache_salt, str):
                 raise TypeError(f"cache_salt must be a str, got {type(cache_salt).__name__}")
@@ -107,7 +118,7 @@ class PrefixCachingManager(V1Slots, KVCacheManager):
                      lora_id=None):
         keys = self.extra_keys(cache_salt, lora_id)
         if tokens is None:
-            if keys:
+            if cache_salt is not None or lora_id is not None:
                 raise ValueError("extra keys (cache_salt, lora_id) need the prompt's tokens")
             return super().add_sequence(seq_id, num_tokens)
         self._check_new(seq_id)
@@ -203,6 +214,7 @@ class PrefixCachingManager(V1Slots, KVCacheManager):
 
         `stored` holds (logical, hash, parent hash or None at the prompt start, tokens)."""
         lora = dict(self._extra.get(seq_id, ())).get("lora_id")
+        group = self.group_idx if self.shares_pool else None
         runs: list = []
         for entry in stored:
             if runs and runs[-1][-1][0] == entry[0] - 1:
@@ -212,7 +224,7 @@ class PrefixCachingManager(V1Slots, KVCacheManager):
         for run in runs:
             self.pool.kv_event_queue.append(BlockStored(
                 [h for _, h, _, _ in run], run[0][2], [t for *_, tokens in run for t in tokens],
-                self.block_size, lora_id=lora))
+                self.block_size, lora_id=lora, group_idx=group))
 
     # ---- v1 extras: reset, events ---------------------------------------------------
     def reset_prefix_cache(self) -> bool:

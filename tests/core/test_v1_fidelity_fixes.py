@@ -34,10 +34,12 @@ def test_lookahead_slots_do_not_push_the_window_forward():
     m.check_invariants()
 
 
-def test_new_blocks_returned_by_allocate_slots_never_hold_the_null_block():
+def test_new_blocks_returned_by_allocate_slots_are_where_the_step_writes_never_null():
     m = SlidingWindowPrefixCachingManager(16, 2, window=4)
     new = m.allocate_slots("s", 9, new_token_ids=list(range(9)))  # 3 blocks slide out at once
-    assert NULL_BLOCK not in new and new == [b for b in m.block_table("s") if b != NULL_BLOCK]
+    assert NULL_BLOCK not in new and len(new) == 5  # the step's KV goes to all five
+    assert m.block_table("s").blocks == [NULL_BLOCK] * 3 + new[3:]
+    assert all(m.pool.is_free(b) and m.pool.is_cached(b) for b in new[:3])
 
 
 # ---- 2. v1's drop count ------------------------------------------------------------------
