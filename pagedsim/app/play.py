@@ -149,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--block-size", type=int, default=4, help="tokens per block (default 4)")
     p.add_argument("--prefix-cache", action="store_true", help="share full prompt blocks (equal WORDs)")
     p.add_argument("--window", type=int, metavar="N", help="sliding-window attention over N tokens")
+    p.add_argument("--hybrid", type=int, metavar="N",
+                   help="two KV cache groups (vLLM v1): full attention + a window of N tokens")
     p.add_argument("--policy", choices=POLICIES, default="none",
                    help="when the pool is short: none (the step fails), recompute or swap the newest")
     p.add_argument("--width", type=int, default=None, help="line width (default: the terminal's)")
@@ -164,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.events:
         return _draw_events(args, p, width, lang)
     try:
-        session = Session(Options(args.blocks, args.block_size, args.prefix_cache, args.window, args.policy))
+        session = Session(Options(args.blocks, args.block_size, args.prefix_cache, args.window, args.policy,
+                                  args.hybrid))
     except Refused as e:
         p.error(str(e))
     play = Playground(session, width=width, lang=lang, look=args.style)

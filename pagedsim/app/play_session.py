@@ -81,12 +81,15 @@ class Options:
     prefix_cache: bool = False
     window: int | None = None  # sliding window in tokens (None: full attention)
     policy: str = "none"  # what a short pool does: none (the step fails), recompute, swap
+    hybrid: int | None = None  # two KV cache groups: full attention + a window of N tokens
 
     def manager(self) -> KVCacheManager:
         if self.policy not in POLICIES:
             raise Refused(f"--policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
         if self.prefix_cache and self.window:
             raise Refused("choose --prefix-cache or --window, not both")
+        if self.hybrid is not None:
+            return self._hybrid()
         if self.prefix_cache:
             from ..policies.prefix_cache import PrefixCachingManager
             return PrefixCachingManager(self.num_blocks, self.block_size)
@@ -94,6 +97,17 @@ class Options:
             from ..policies.sliding_window import SlidingWindowManager
             return SlidingWindowManager(self.num_blocks, self.block_size, window=self.window)
         return KVCacheManager(self.num_blocks, self.block_size, free_order="lifo")
+
+
+    def _hybrid(self):
+        """vLLM v1's hybrid allocator: both groups' tables are shown (A:full, A:window)."""
+        if self.prefix_cache or self.window or self.policy != "none":
+            raise Refused("--hybrid already caches prefixes and windows its second group; it "
+                          "takes no --prefix-cache, --window or --policy")
+        if type(self.hybrid) is not int or self.hybrid < 1:
+            raise Refused(f"--hybrid must be a positive number of tokens, got {self.hybrid!r}")
+        from ..policies.hybrid import HybridManager
+        return HybridManager(self.num_blocks, self.block_size, window=self.hybrid)
 
 
 # A note's English template -> its Chinese (same {fields}); `Note.said(lang)` picks one.
@@ -206,7 +220,7 @@ class Session:
                 seq, n = args[0], args[1]
                 if seq in self.host or seq in self.preempted:
                     raise Refused(f"seq {seq} is preempted: `resume {seq}` brings it back")
-                if self.options.prefix_cache:
+                if self.options.prefix_cache or self.options.hybrid is not None:
                     word = args[2] if len(args) > 2 else seq
                     self.prompts[seq] = word
                     m.add_sequence(seq, n, prompt_tokens(word, n))
@@ -215,6 +229,9 @@ class Session:
             elif op == "append":
                 m.append_tokens(args[0], args[1] if len(args) > 1 else 1)
             elif op == "fork":
+                if self.options.hybrid is not None:
+                    raise Refused("fork is vLLM v0's; the hybrid allocator is v1, which shares "
+                                  "blocks only through the prefix cache")
                 m.fork(args[0], args[1])
             elif op == "free":
                 m.free_sequence(args[0])

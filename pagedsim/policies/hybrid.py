@@ -66,6 +66,7 @@ class HybridManager:
             num_blocks, block_size, window=window, pool=self.pool, group_idx=1, trace=False)
         self.groups = (self.full, self.window)
         self.step = 0
+        self._short = 0  # free blocks the last refused allocate_slots needed
         self._trace = tr.Trace() if trace else None
         if trace:
             self._trace.snapshots.append(self.snapshot(caption=(
@@ -138,6 +139,7 @@ class HybridManager:
                                                                   new_token_ids)
             need = sum(g.blocks_to_extend(seq_id, n, ahead) for g in self.groups)
             if need > self.pool.num_free:
+                self._short = need
                 return None
             got = tuple(g.allocate_slots(seq_id, n, ahead, new) for g in self.groups)
             return self._after("extends", seq_id, got)
@@ -168,6 +170,7 @@ class HybridManager:
         need = sum(g._blocks_to_take(list(h), done + n + ahead)
                    for g, h in zip(self.groups, hits, strict=True))
         if need > self.pool.num_free:
+            self._short = need
             return None
         with self.pool.protecting(b for b in hits[1] if b >= 0):
             got_full = self.full.allocate_slots(seq_id, n, ahead, tokens, per_group[0],
@@ -204,9 +207,10 @@ class HybridManager:
         self.step += 1
         if self._trace is not None:
             self._trace.snapshots.append(self.snapshot(caption=(
-                f"seq {seq_id} {what} needs more blocks than the {self.pool.num_free} free "
-                f"ones in the two groups together: OutOfBlocks, nothing changed")))
-        raise OutOfBlocks(self.pool.num_free + 1, self.pool.num_free, f"seq {seq_id!r} {what}")
+                f"seq {seq_id} {what} needs {self._short} free blocks in the two groups "
+                f"together but only {self.pool.num_free} are free: OutOfBlocks, nothing "
+                f"changed")))
+        raise OutOfBlocks(self._short, self.pool.num_free, f"seq {seq_id!r} {what}")
 
     def free_sequence(self, seq_id) -> None:
         if seq_id not in self.full:

@@ -118,3 +118,23 @@ def test_bad_calls_are_refused_with_nothing_changed():
         with pytest.raises(error):
             call()
         assert state(m) == before
+
+
+def test_the_playgrounds_hybrid_option_shows_both_groups_tables_and_refuses_fork():
+    from pagedsim.app.play_session import Options, Refused, Session
+
+    s = Session(Options(num_blocks=14, hybrid=6))
+    s.run("alloc A 10 hello")
+    s.run("alloc B 10 hello")  # the same prompt: both groups hit
+    snap = s.current()
+    assert [q.seq_id for q in snap.sequences] == ["A:full", "A:window", "B:full", "B:window"]
+    assert snap.sequence("B:full").blocks[:2] == snap.sequence("A:full").blocks[:2]
+    assert NULL_BLOCK in snap.sequence("B:window").blocks
+    with pytest.raises(Refused, match="fork"):
+        s.run("fork A C")
+    s.run("alloc Z 99")  # a pool that runs dry is a step, and says so truthfully
+    assert "OutOfBlocks, nothing changed" in s.timeline()[-1].caption
+    assert s.manager.seq_ids() == ["A", "B"]
+    for bad in ({"prefix_cache": True}, {"window": 4}, {"policy": "swap"}):
+        with pytest.raises(Refused):
+            Session(Options(hybrid=6, **bad))
