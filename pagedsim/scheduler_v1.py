@@ -141,8 +141,8 @@ class SchedulerV1:
         nb, out = self.manager.num_blocks, []
         for name, column in (("tokens", tokens), ("output_tokens", output_tokens),
                              ("priorities", priorities), ("arrival_times", arrival_times)):
-            if column is not None and (isinstance(column, (str, bytes)) or
-                                       not hasattr(column, "__len__")):
+            if column is not None and (isinstance(column, (str, bytes, dict, set, frozenset))
+                                       or not hasattr(column, "__getitem__")):
                 raise TypeError(f"{name} must be a sequence with one entry per request, got "
                                 f"{type(column).__name__}")
             if column is not None and len(column) != len(self.requests):
