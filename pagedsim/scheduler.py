@@ -41,7 +41,7 @@ import numpy as np
 
 from .block_table import blocks_needed
 from .errors import count_arg
-from .policies.preemption import Group, RecomputePolicy, make_policy
+from .policies.preemption import Group, RecomputePolicy, make_policy, preemption_class
 from .policies.prefix_cache import PrefixCachingManager
 from .scheduler_v1 import (SchedulerV1, V1StepRecord, check_scheduler_args, prompt_ids, run_steps,
                            synthetic_token)
@@ -268,7 +268,8 @@ class Scheduler:
     def _preempt(self, g: Group) -> None:
         self._preempted.add(g.key)
         self.running.remove(g)
-        if self.policy.preempt(self.manager, g) == "swap":
+        applied = self.policy.preempt(self.manager, g)  # the policy's name, or its fallback's
+        if preemption_class(applied).keeps_kv:
             self.swapped.append(g)
         else:
             self.waiting.appendleft(g)

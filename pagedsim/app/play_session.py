@@ -29,8 +29,9 @@ from .describe_zh import caption
 from ..errors import BlockError, OutOfBlocks, SequenceError
 from .lang import t
 from ..manager import KVCacheManager
+from ..policies.preemption import PREEMPTION, PREEMPTION_POLICIES
 
-POLICIES = ("none", "recompute", "swap")
+POLICIES = ("none",) + PREEMPTION_POLICIES  # none: a short pool fails the step
 
 
 class Refused(ValueError):
@@ -280,7 +281,7 @@ class Session:
 
     def _preempt(self, seq) -> None:
         m = self.manager
-        if self.options.policy == "swap":
+        if PREEMPTION[self.options.policy].keeps_kv:  # swap: the table waits on the host
             table = m.block_table(seq)
             self.host[seq] = (list(table.blocks), table.num_tokens)
             self._pending_notes.append(Note("swapped seq {seq} out to the host ({n} blocks)",

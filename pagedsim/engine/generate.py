@@ -22,6 +22,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..policies.preemption import PREEMPTION_POLICIES
 from .dense import DenseEngine
 from .model import ModelConfig, TinyModel
 from .paged import PagedEngine
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--blocks", type=int, default=10, help="blocks in the pool (default 10)")
     p.add_argument("--block-size", type=int, default=4)
     p.add_argument("--budget", type=int, default=8, help="max_batched_tokens per step")
-    p.add_argument("--policy", choices=("recompute", "swap"), default="swap",
+    p.add_argument("--policy", choices=PREEMPTION_POLICIES, default="swap",
                    help="preemption of a single-sequence request (several sequences always swap)")
     p.add_argument("--no-prefix-cache", action="store_true")
     p.add_argument("--backend", choices=("kernels", "numpy"), default="kernels")

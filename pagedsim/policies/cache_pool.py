@@ -18,7 +18,11 @@ by an entry of `EVICTION_KEYS` (the smallest key goes first):
     lfu   the one hit the fewest times (ties: lru)            -- ours, for the lab
     fifo  the one cached first                                -- ours, for the lab
 
-A new policy is one more entry: a function (pool, block, now) -> sortable key.
+How to add one: add an entry to `EVICTION_KEYS`, a function (pool, block, now) ->
+sortable key (`now` is a logical clock, `pool.hits_of(b)` and `pool.born_of(b)` are
+there to read). `PrefixCachingManager(eviction=...)`, the policies lab and the name
+checks take their choices from it; tests/core/test_registries.py checks that every prose
+list of the names (README, the package docs, the labs) matches it.
 
 The index maps a chained hash to the blocks that hold it (v1's
 `cached_block_hash_to_block`, which also allows several blocks per hash: two
