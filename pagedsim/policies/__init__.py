@@ -35,6 +35,7 @@ from .sliding_window_cache import SlidingWindowPrefixCachingManager
 
 __all__ = [
     "PREEMPTION", "PREEMPTION_POLICIES", "HostPool", "preemption_class", "EVICTION_POLICIES",
-    "EVICTION_KEYS", "Group", "RecomputePolicy", "SwapPolicy", "make_policy", "PrefixCachingManager", "SlidingWindowPrefixCachingManager",
+    "EVICTION_KEYS", "Group", "RecomputePolicy", "SwapPolicy", "make_policy",
+    "PrefixCachingManager", "SlidingWindowPrefixCachingManager",
     "ComputedBlocks", "CachingBlockPool", "CacheStats", "chained_hash", "SlidingWindowManager",
 ]
