@@ -41,18 +41,18 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from .block_table import blocks_needed
-from .errors import OutOfBlocks, count_arg, token_ids_arg
-from .manager import KVCacheManager
+from .errors import OutOfBlocks, count_arg
 from .policies.prefix_cache import PrefixCachingManager
 from .request_queue import SCHEDULING_POLICIES, make_request_queue
-from .workloads import Request
+from .scheduler_common import (  # noqa: F401 -- the old home of these names
+    check_scheduler_args,
+    prompt_ids,
+    run_steps,
+    synthetic_token,
+    time_arg,
+)
 
 V1_VICTIMS = SCHEDULING_POLICIES  # v1's scheduling policies: they choose the victim too
-
-
-def synthetic_token(*key) -> int:
-    """A deterministic pseudo-random token id for (request, sample, position)."""
-    return hash(("pagedsim", *key)) & ((1 << 62) - 1)
 
 
 @dataclass(eq=False)
@@ -168,7 +168,7 @@ class SchedulerV1:
                                  f"output_len {r.output_len}")
             prio = 0 if priorities is None else count_arg(f"priorities[{i}]", priorities[i])
             arrived = (r.arrival_step if arrival_times is None else
-                       _time_arg(f"arrival_times[{i}]", arrival_times[i]))
+                       time_arg(f"arrival_times[{i}]", arrival_times[i]))
             for k in range(r.n):
                 outs = (given[:r.output_len] if given is not None and k == 0 else
                         tuple(synthetic_token(i, k, j) for j in range(r.output_len)))
@@ -322,55 +322,6 @@ class SchedulerV1:
             self.finished += 1
 
 
-def run_steps(sched, max_steps: int, check: bool):
-    """Step `sched` until done; `check` runs check_invariants after each step. Raises
-    RuntimeError after `max_steps` steps, or after `sched.max_stalled_steps` steps that
-    computed nothing while nothing was left to arrive (what waits can never fit)."""
-    stalled = 0
-    while not sched.done:
-        if sched.now >= max_steps:
-            raise RuntimeError(f"not finished after {max_steps} steps")
-        progress = sched.step()
-        if check:
-            sched.manager.check_invariants()
-        stalled = 0 if progress or sched.arrivals_pending else stalled + 1
-        if stalled >= sched.max_stalled_steps:
-            raise RuntimeError(f"no progress for {stalled} steps: {len(sched.waiting)} waiting "
-                               f"requests can never be scheduled")
-    return sched
-
-
-def _time_arg(name: str, value) -> float:
-    """A finite, non-negative arrival time (v1's Request.arrival_time orders ties only)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
-    if not 0 <= value < float("inf"):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return value
-
-
 def priority_rank(req: V1Request) -> tuple:
     """v1's request order under the priority policy: (priority, arrival_time), then ids."""
     return (req.priority, req.arrival_time, req.arrival, req.req_id)
-
-
-def check_scheduler_args(requests, manager, record) -> list:
-    """The arguments both schedulers share: Requests (returned as a list), a manager and a
-    bool; TypeError if not."""
-    if not isinstance(manager, KVCacheManager):
-        raise TypeError(f"manager must be a KVCacheManager, got {type(manager).__name__}")
-    if not isinstance(record, bool):
-        raise TypeError(f"record must be a bool, got {type(record).__name__}")
-    if isinstance(requests, (str, bytes)) or not hasattr(requests, "__iter__"):
-        raise TypeError(f"requests must be an iterable of Request, got "
-                        f"{type(requests).__name__}")
-    requests = list(requests)
-    for i, r in enumerate(requests):
-        if not isinstance(r, Request):
-            raise TypeError(f"requests[{i}] must be a Request, got {type(r).__name__} {r!r}")
-    return requests
-
-
-def prompt_ids(value, n, name) -> tuple:
-    """Token ids (a list, tuple or 1-D integer array) as a tuple of exactly n ints (None: any)."""
-    return token_ids_arg(name, value.tolist() if hasattr(value, "tolist") else value, n)
