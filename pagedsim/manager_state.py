@@ -43,7 +43,7 @@ class ManagerState:
         elif (pool.num_blocks, pool.block_size) != (num_blocks, block_size):
             raise ValueError(f"pool has {pool.num_blocks} blocks x {pool.block_size} tokens, "
                              f"not {num_blocks!r} x {block_size!r}")
-        elif pool.num_free != pool.num_blocks:
+        elif pool.num_free_blocks != pool.num_blocks:
             raise ValueError("pool must start with every block free")
         self.pool = pool
         self.block_size = pool.block_size
@@ -74,7 +74,7 @@ class ManagerState:
 
     @property
     def num_free_blocks(self) -> int:
-        return self.pool.num_free
+        return self.pool.num_free_blocks
 
     def seq_ids(self) -> list:
         return list(self._tables)
@@ -115,7 +115,7 @@ class ManagerState:
     def can_allocate(self, num_tokens: int) -> bool:
         """Would a new sequence of `num_tokens` tokens fit in the free blocks right now?"""
         need = blocks_needed(_count("num_tokens", num_tokens), self.block_size)
-        return need <= self.pool.num_free
+        return need <= self.pool.num_free_blocks
 
     def blocks_for_decode(self, seq_ids) -> int:
         """Free blocks `decode_step(seq_ids)` needs: one at each block boundary, one for

@@ -53,7 +53,7 @@ class PriorityRequestQueue:
 
     def add_request(self, req) -> None:
         heapq.heappush(self._heap, (req.priority, req.arrival_time, req.arrival,
-                                    req.req_id, req))  # the ids make every key distinct
+                                    req.request_id, req))  # the ids make every key distinct
 
     prepend_request = add_request  # v1: a preempted request is ordered like any other
 

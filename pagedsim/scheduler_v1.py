@@ -6,13 +6,13 @@ There are no prefill and decode phases. Every request has `num_computed_tokens` 
 `num_tokens` (prompt + sampled output), and each step gives requests tokens to
 compute until the budget `max_num_batched_tokens` is spent:
 
-    1. running requests first, in order: each gets min(num_tokens - num_computed,
+    1. running requests first, in order: each gets min(num_tokens - num_computed_tokens,
        budget, long_prefill_token_threshold if set) tokens -- a decode is 1 token, a
        long prompt is prefilled in chunks over several steps. When `allocate_slots`
        returns None, the *last* running request is preempted (`running.pop()`, v1's
        FCFS victim; with `policy="priority"`, the largest (priority, arrival_time));
        its blocks are freed -- full ones stay in the prefix cache -- and it goes back
-       to the waiting queue with num_computed = 0. If the victim is the request
+       to the waiting queue with num_computed_tokens = 0. If the victim is the request
        itself, the step stops scheduling running requests.
     2. only if nothing was preempted: waiting requests, in the queue's order
        (request_queue.py: FCFS, or (priority, arrival_time) under
@@ -59,14 +59,14 @@ V1_VICTIMS = SCHEDULING_POLICIES  # v1's scheduling policies: they choose the vi
 class V1Request:
     """One request as v1's scheduler sees it (parallel samples are separate requests)."""
 
-    req_id: tuple  # (request index, sample index): also the manager's sequence id
+    request_id: tuple  # (request index, sample index): also the manager's sequence id
     prompt: tuple  # prompt token ids
     output_len: int  # tokens to sample
     outputs: tuple  # ids it will sample, in order (length output_len)
     arrival: int  # request index: ties in priority order
     priority: int = 0
     sampled: list = field(default_factory=list)  # ids sampled so far
-    num_computed: int = 0  # tokens whose KV is computed (or scheduled this step)
+    num_computed_tokens: int = 0  # tokens whose KV is computed (or scheduled this step)
     high: int = 0  # most tokens ever computed (to count recomputation)
     unsent: list = field(default_factory=list)  # sampled ids not yet given to the manager
     arrival_time: float = 0  # its arrival step, or the arrival_times given (v1's name)
@@ -77,6 +77,19 @@ class V1Request:
 
     def token_ids(self) -> tuple:
         return self.prompt + tuple(self.sampled)
+
+    # the older names (v0's words), kept for code written before the v1 names
+    @property
+    def req_id(self) -> tuple:
+        return self.request_id
+
+    @property
+    def num_computed(self) -> int:
+        return self.num_computed_tokens
+
+    @num_computed.setter
+    def num_computed(self, value: int) -> None:
+        self.num_computed_tokens = value
 
 
 @dataclass(frozen=True)
@@ -208,7 +221,7 @@ class SchedulerV1:
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
-            n = self._chunk(req.num_tokens - req.num_computed, budget)
+            n = self._chunk(req.num_tokens - req.num_computed_tokens, budget)
             new = self._allocate(req, n)
             while new is None:
                 victim = self._pick_victim()
@@ -238,15 +251,15 @@ class SchedulerV1:
     def _execute(self, scheduled: dict, preempted: int) -> int:
         prefill = decode = 0
         for req, n in scheduled.items():
-            start = req.num_computed
+            start = req.num_computed_tokens
             if n == 1 and req.sampled and start == req.num_tokens - 1:
                 decode += 1
             else:
                 prefill += n
             self.recomputed_tokens += max(0, min(start + n, req.high) - start)
-            req.num_computed = start + n
-            req.high = max(req.high, req.num_computed)
-            if req.num_computed == req.num_tokens:  # caught up: the model samples a token
+            req.num_computed_tokens = start + n
+            req.high = max(req.high, req.num_computed_tokens)
+            if req.num_computed_tokens == req.num_tokens:  # caught up: the model samples a token
                 token = req.outputs[len(req.sampled)]
                 req.sampled.append(token)
                 req.unsent.append(token)
@@ -264,10 +277,10 @@ class SchedulerV1:
     def _allocate(self, req: V1Request, n: int):
         m, sent = self.manager, tuple(req.unsent)
         if self._cached:
-            new = m.allocate_slots(req.req_id, n, self.num_lookahead_tokens, sent or None)
+            new = m.allocate_slots(req.request_id, n, self.num_lookahead_tokens, sent or None)
         else:
             try:
-                new = m.append_tokens(req.req_id, n)
+                new = m.append_tokens(req.request_id, n)
             except OutOfBlocks:
                 new = None
         if new is not None:
@@ -279,15 +292,15 @@ class SchedulerV1:
         if self._cached:
             computed = m.get_computed_blocks(tokens)
             n = self._chunk(len(tokens) - computed.num_tokens, budget)
-            if m.allocate_slots(req.req_id, n, self.num_lookahead_tokens, tokens,
+            if m.allocate_slots(req.request_id, n, self.num_lookahead_tokens, tokens,
                                 computed) is None:
                 return False
-            req.num_computed = computed.num_tokens
+            req.num_computed_tokens = computed.num_tokens
         else:
             n = self._chunk(len(tokens), budget)
             if not m.can_allocate(n):
                 return False
-            m.add_sequence(req.req_id, n)
+            m.add_sequence(req.request_id, n)
         req.unsent.clear()
         scheduled[req] = n
         return True
@@ -306,17 +319,17 @@ class SchedulerV1:
 
     def _preempt(self, req: V1Request) -> None:
         self.preemptions += 1
-        self.discarded_tokens += req.num_computed
-        self.manager.free_sequence(req.req_id)
-        req.num_computed = 0
+        self.discarded_tokens += req.num_computed_tokens
+        self.manager.free_sequence(req.request_id)
+        req.num_computed_tokens = 0
         req.unsent.clear()
         self.waiting.prepend_request(req)
 
     def _finish(self, req: V1Request) -> None:
-        self.manager.free_sequence(req.req_id)
+        self.manager.free_sequence(req.request_id)
         self.running.remove(req)
         self.finished_seqs += 1
-        i = req.req_id[0]
+        i = req.request_id[0]
         self._left[i] -= 1
         if not self._left[i]:
             self.finished += 1
@@ -324,4 +337,4 @@ class SchedulerV1:
 
 def priority_rank(req: V1Request) -> tuple:
     """v1's request order under the priority policy: (priority, arrival_time), then ids."""
-    return (req.priority, req.arrival_time, req.arrival, req.req_id)
+    return (req.priority, req.arrival_time, req.arrival, req.request_id)

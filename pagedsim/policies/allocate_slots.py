@@ -82,7 +82,7 @@ class V1Slots:
         done = len(hits) * self.block_size
         if done + n > len(tokens):
             raise ValueError(f"{done} cached + {n} new tokens exceed the {len(tokens)} known")
-        if self._blocks_to_take(hits, done + n + ahead) > self.pool.num_free:
+        if self._blocks_to_take(hits, done + n + ahead) > self.pool.num_free_blocks:
             return None
         before = set(hits)
         self._admit(seq_id, tokens, hits, done + n, ahead, keys)
@@ -140,7 +140,7 @@ class V1Slots:
             raise ValueError(f"{done} computed + {n} new tokens exceed the "
                              f"{len(known) + len(new)} known for {seq_id!r}")
         target, grow, cow, need = self._extend_plan(table, done + n + ahead, n)
-        if need > self.pool.num_free:
+        if need > self.pool.num_free_blocks:
             return None
         if known is not None:
             known.extend(new)

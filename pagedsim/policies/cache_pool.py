@@ -185,7 +185,7 @@ class CachingBlockPool(BlockPool):
     def reset(self) -> bool:
         """Forget every cached block (v1: BlockPool.reset_prefix_cache); False, with nothing
         changed, while any block is in use."""
-        if self.num_free != self.num_blocks:
+        if self.num_free_blocks != self.num_blocks:
             return False
         for b in list(self._key):
             self._forget(b)  # content ids no live sequence pins are pruned with their blocks
@@ -296,8 +296,8 @@ class CachingBlockPool(BlockPool):
     def allocate_many(self, k: int) -> list[int]:
         """`allocate` k times (each may evict), all or nothing."""
         k = count_arg("k", k)
-        if k > self.num_free:
-            raise OutOfBlocks(k, self.num_free, f"allocate_many({k})")
+        if k > self.num_free_blocks:
+            raise OutOfBlocks(k, self.num_free_blocks, f"allocate_many({k})")
         return [self.allocate() for _ in range(k)]
 
     def release(self, blocks) -> None:

@@ -80,7 +80,7 @@ class HybridManager:
 
     @property
     def num_free_blocks(self) -> int:
-        return self.pool.num_free
+        return self.pool.num_free_blocks
 
     @property
     def trace(self):
@@ -138,7 +138,7 @@ class HybridManager:
             new = None if new_token_ids is None else token_ids_arg("new_token_ids",
                                                                   new_token_ids)
             need = sum(g.blocks_to_extend(seq_id, n, ahead) for g in self.groups)
-            if need > self.pool.num_free:
+            if need > self.pool.num_free_blocks:
                 self._short = need
                 return None
             got = tuple(g.allocate_slots(seq_id, n, ahead, new) for g in self.groups)
@@ -169,7 +169,7 @@ class HybridManager:
             raise ValueError(f"{done} cached + {n} new tokens exceed the {len(tokens)} known")
         need = sum(g._blocks_to_take(list(h), done + n + ahead)
                    for g, h in zip(self.groups, hits, strict=True))
-        if need > self.pool.num_free:
+        if need > self.pool.num_free_blocks:
             self._short = need
             return None
         with self.pool.protecting(b for b in hits[1] if b >= 0):
@@ -208,9 +208,9 @@ class HybridManager:
         if self._trace is not None:
             self._trace.snapshots.append(self.snapshot(caption=(
                 f"seq {seq_id} {what} needs {self._short} free blocks in the two groups "
-                f"together but only {self.pool.num_free} are free: OutOfBlocks, nothing "
+                f"together but only {self.pool.num_free_blocks} are free: OutOfBlocks, nothing "
                 f"changed")))
-        raise OutOfBlocks(self._short, self.pool.num_free, f"seq {seq_id!r} {what}")
+        raise OutOfBlocks(self._short, self.pool.num_free_blocks, f"seq {seq_id!r} {what}")
 
     def free_sequence(self, seq_id) -> None:
         if seq_id not in self.full:
