@@ -365,3 +365,10 @@ class CachingBlockPool(BlockPool):
         for cid, (_, _, blocks, refs) in self._node.items():
             assert refs >= children.get(cid, 0), f"content {cid} has fewer refs than children"
             assert blocks or refs, f"content {cid} is held by nothing but was not dropped"
+        for (parent, tokens), cid in self._content.items():  # extra-key roots hold no block
+            if tokens and tokens[0] == "extra keys":
+                assert parent == ROOT and not self._node[cid][2], f"root {cid} holds a block"
+        assert not self._protected, "blocks stayed protected from eviction after a step"
+        queue = self.kv_event_queue or ()
+        assert all(type(e).__name__ in ("BlockStored", "BlockRemoved", "AllBlocksCleared")
+                   for e in queue), "something other than a KV cache event was queued"

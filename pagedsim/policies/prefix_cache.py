@@ -308,6 +308,14 @@ class PrefixCachingManager(V1Slots, KVCacheManager):
         super().check_invariants()
         for seq_id, (done, _, _) in self._chain.items():
             assert done <= len(self._tables[seq_id].blocks), f"seq {seq_id!r} hashed too far"
+        assert set(self._extra) <= set(self._tables), "extra keys kept for a finished sequence"
+        for seq_id, keys in self._extra.items():  # every live prompt chains from its own root
+            assert keys[:len(self._group_keys)] == self._group_keys, (
+                f"seq {seq_id!r} lost its KV cache group's key")
+        for seq_id in self._tables:
+            ahead = self._ahead.get(seq_id, 0)
+            assert 0 <= ahead <= self._tables[seq_id].num_tokens, (
+                f"seq {seq_id!r} has {ahead} lookahead slots for {self._tables[seq_id].num_tokens}")
 
 
 def _ids(tokens) -> tuple:

@@ -7,6 +7,7 @@ pytestmark = pytest.mark.draw
 
 def test_the_hybrid_figure_shows_both_groups_tables_of_every_request_over_one_pool(tmp_path):
     import matplotlib.pyplot as plt
+
     from pagedsim.draw import hybrid, scenario
 
     snaps = hybrid.hybrid_snapshots()
