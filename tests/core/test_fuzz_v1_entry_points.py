@@ -134,3 +134,39 @@ def test_any_event_stream_reads_or_is_refused_with_a_value_error(lines):
         assert str(e).startswith("line ")
     else:
         assert isinstance(events, list)
+
+
+@pytest.mark.parametrize("mode, error", [(5, TypeError), ("v2", ValueError), (None, TypeError)])
+def test_make_scheduler_refuses_an_unknown_mode(mode, error):
+    from pagedsim.scheduler import make_scheduler
+    m = KVCacheManager(16, 4)
+    with pytest.raises(error, match="mode"):
+        make_scheduler([Request(4, 3)], m, mode=mode)
+    assert m.reclaimer is None
+
+
+@pytest.mark.parametrize("name, error", [("lifo", ValueError), (3, TypeError), (None, TypeError)])
+def test_an_unknown_scheduling_policy_is_refused(name, error):
+    from pagedsim.request_queue import make_request_queue
+    with pytest.raises(error, match="policy"):
+        make_request_queue(name)
+
+
+@pytest.mark.parametrize("host_blocks, error", [(-1, ValueError), (2.5, TypeError),
+                                                 ("8", TypeError), (1 << 30, ValueError)])
+def test_a_host_pool_of_a_bad_size_is_refused(host_blocks, error):
+    from pagedsim.policies import HostPool, make_policy
+    with pytest.raises(error, match="host_blocks"):
+        HostPool(host_blocks)
+    with pytest.raises(error, match="host_blocks"):
+        make_policy("swap", host_blocks=host_blocks)
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "x", "1.5"])
+def test_play_hybrid_with_a_bad_window_exits_2_with_one_line(value, capsys):
+    from pagedsim.app import play
+    with pytest.raises(SystemExit) as e:
+        play.main(["--hybrid", value])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and "Traceback" not in "\n".join(err) and "hybrid" in err[-1]
