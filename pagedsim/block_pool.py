@@ -27,11 +27,12 @@ through `_push`, one at a time, so a subclass that decides where a freed block g
 (a caching pool, say) overrides `_push` alone, and `allocate`/`allocate_many` if it
 decides which block is handed out.
 
-Other classes read the pool only through its public queries (the counters `num_free`
-and `num_shared`, and `ref_count`, `is_shared`, `head`, `free_list`, `ref_counts`).
+Other classes read the pool only through its public queries (the counters
+`num_free_blocks` -- v1's name; `num_free` is the older one, kept for the course -- and
+`num_shared`, and `ref_count`, `is_shared`, `head`, `free_list`, `ref_counts`).
 
 Invariants (checked by `check_invariants`):
-    * walking the list from the head visits exactly `num_free` blocks, then the tail;
+    * walking the list from the head visits exactly `num_free_blocks` blocks, then the tail;
     * prev/next are symmetric: _prev[_next[x]] == x for every node on the list;
     * a block is on the list exactly when its count is 0;
     * `num_shared` equals the number of blocks whose count is above 1.
@@ -46,7 +47,7 @@ FREE_ORDERS = ("lifo", "fifo")
 
 class BlockPool:
     __slots__ = ("num_blocks", "block_size", "free_order", "_ref", "_prev", "_next",
-                 "_head", "_tail", "num_free", "num_shared")
+                 "_head", "_tail", "num_free_blocks", "num_shared")
 
     def __init__(self, num_blocks: int, block_size: int, free_order: str = "lifo"):
         num_blocks = count_arg("num_blocks", num_blocks, 1, MAX_NUM_BLOCKS)
@@ -66,16 +67,21 @@ class BlockPool:
         self._next[num_blocks - 1] = tail
         self._prev = [head] + list(range(num_blocks - 1)) + [head, num_blocks - 1]
         self._prev[tail] = num_blocks - 1
-        # Two counters everyone may read and only the pool writes (plain attributes, like
-        # vLLM v1's FreeKVCacheBlockQueue.num_free_blocks, because the manager reads them
+        # Two counters everyone may read and only the pool writes (plain attributes, as
+        # vLLM v1's FreeKVCacheBlockQueue.num_free_blocks is, because the manager reads them
         # on every token; check_invariants recounts both):
-        self.num_free = num_blocks  # length of the free list
-        self.num_shared = 0  # blocks whose count is above 1 (lets callers skip copy-on-write checks)
+        self.num_free_blocks = num_blocks  # length of the free list
+        self.num_shared = 0  # blocks whose count is above 1 (callers skip copy-on-write checks)
 
     # ---- queries -----------------------------------------------------------
     @property
+    def num_free(self) -> int:
+        """The older name of `num_free_blocks` (the course's lessons use it)."""
+        return self.num_free_blocks
+
+    @property
     def num_used(self) -> int:
-        return self.num_blocks - self.num_free
+        return self.num_blocks - self.num_free_blocks
 
     def ref_count(self, block_id: int) -> int:
         return self._ref[self._check_id(block_id)]
@@ -117,8 +123,8 @@ class BlockPool:
         """Pop `k` blocks from the head in one splice; all or nothing."""
         if type(k) is not int or k < 0:
             k = count_arg("k", k)
-        if k > self.num_free:
-            raise OutOfBlocks(k, self.num_free, f"allocate_many({k})")
+        if k > self.num_free_blocks:
+            raise OutOfBlocks(k, self.num_free_blocks, f"allocate_many({k})")
         nxt, ref, head = self._next, self._ref, self._head
         out, b = [], nxt[head]
         for _ in range(k):
@@ -127,7 +133,7 @@ class BlockPool:
             b = nxt[b]
         nxt[head] = b  # head now skips the whole run
         self._prev[b] = head
-        self.num_free -= k
+        self.num_free_blocks -= k
         return out
 
     def take(self, block_id: int) -> int:
@@ -215,14 +221,14 @@ class BlockPool:
             left = b
         nxt[left] = right
         prv[right] = left
-        self.num_free += len(gone)
+        self.num_free_blocks += len(gone)
 
     # ---- the intrusive list --------------------------------------------------
     def _unlink(self, b: int) -> None:
         p, n = self._prev[b], self._next[b]
         self._next[p] = n
         self._prev[n] = p
-        self.num_free -= 1
+        self.num_free_blocks -= 1
 
     def _push(self, b: int, to_head: bool | None = None) -> None:
         """Put block b back on the free list: at the head, or at the tail (default: free_order)."""
@@ -237,7 +243,7 @@ class BlockPool:
         self._prev[b], self._next[b] = p, n
         self._next[p] = b
         self._prev[n] = b
-        self.num_free += 1
+        self.num_free_blocks += 1
 
     def _check_id(self, block_id) -> int:
         if type(block_id) is not int:
@@ -290,8 +296,8 @@ class BlockPool:
             seen.add(node)
             steps += 1
             assert steps <= self.num_blocks, "free list is longer than the pool"
-        assert steps == self.num_free, (
-            f"free list walk has {steps} blocks but num_free is {self.num_free}"
+        assert steps == self.num_free_blocks, (
+            f"free list walk has {steps} blocks but num_free_blocks is {self.num_free_blocks}"
         )
         shared = sum(1 for count in self._ref if count > 1)
         assert shared == self.num_shared, (

@@ -18,8 +18,10 @@ type, ValueError/SequenceError/BlockError for a wrong value) and works out how m
 blocks it needs *before* touching anything; `OutOfBlocks` means the pool is really too
 small. If a `reclaimer` is set (the scheduler's preemption, the chapter's
 evict_blocks()), a short allocation first asks it to free blocks of other sequences,
-then plans the request again. Each public call is one trace step (see `trace.py`);
-with tracing off the same code runs and no event is built.
+then plans the request again; a request that needs more blocks than the whole pool is
+refused without asking (v1 refuses it at admission, instead of preempting everyone for
+it). Each public call is one trace step (see `trace.py`); with tracing off the same code
+runs and no event is built.
 
 Sharing, fork and copy-on-write follow vLLM v0's block manager; v1 shares blocks only
 through the prefix cache (policies/prefix_cache.py).
@@ -54,7 +56,7 @@ class KVCacheManager(ManagerState):
         if not isinstance(with_slots, bool):
             raise TypeError(f"with_slots must be a bool, got {type(with_slots).__name__}")
         need = blocks_needed(num_tokens, self.block_size)
-        if need > self.pool.num_free:
+        if need > self.pool.num_free_blocks:
             self._reserve(need, {seq_id}, f"add_sequence({num_tokens} tokens)")
         table = BlockTable(self.block_size, (), num_tokens)
         table.blocks = self.pool.allocate_many(need)  # a fresh list: no copy needed
@@ -117,7 +119,7 @@ class KVCacheManager(ManagerState):
         if token_ids is not None:
             token_ids = token_ids_arg("token_ids", token_ids, len(seq_ids))
         pool, bs = self.pool, self.block_size
-        if len(batch) > pool.num_free:  # each entry needs at most one block: count exactly
+        if len(batch) > pool.num_free_blocks:  # each entry needs at most one block: count exactly
             self._reserve(lambda: decode_need(batch, pool, bs), set(seq_ids),
                           f"decode_step({len(batch)} seqs)")
         positions = None  # each entry's position, when someone reads it
@@ -167,7 +169,7 @@ class KVCacheManager(ManagerState):
         for seq_id in plan:
             self._check_new(seq_id)
         distinct = {b for labels, _ in plan.values() for b in labels if b != NULL_BLOCK}
-        if len(distinct) > self.pool.num_free:
+        if len(distinct) > self.pool.num_free_blocks:
             self._reserve(len(distinct), set(plan), f"restore_sequences({len(plan)} seqs)")
         fresh = iter(self.pool.allocate_many(len(distinct)))
         placed = {}
@@ -232,12 +234,14 @@ class KVCacheManager(ManagerState):
         plan = need if callable(need) else (lambda: need)
         if not isinstance(protect, (set, frozenset)):
             protect = {protect}
-        need, available = plan(), self.pool.num_free
-        while need > available and self.reclaimer is not None:
+        need, available = plan(), self.pool.num_free_blocks
+        # more than the whole pool can never fit: refused at once, nobody is preempted for it
+        # (v1 rejects such a request at admission)
+        while self.pool.num_blocks >= need > available and self.reclaimer is not None:
             self.reclaimer(self, need - available, set(protect))
-            if self.pool.num_free <= available:  # nothing freed: give up
+            if self.pool.num_free_blocks <= available:  # nothing freed: give up
                 break
-            need, available = plan(), self.pool.num_free
+            need, available = plan(), self.pool.num_free_blocks
         if need <= available:
             return
         seq_id = next(iter(protect)) if len(protect) == 1 else "batch"
@@ -247,7 +251,7 @@ class KVCacheManager(ManagerState):
 
     def _make_room(self, seq_id, table: BlockTable, n: int) -> None:
         """Give `table` the blocks for `n` more tokens: a private last block, then new ones."""
-        if self._room_needed(table, n) > self.pool.num_free:
+        if self._room_needed(table, n) > self.pool.num_free_blocks:
             self._reserve(lambda: self._room_needed(table, n), {seq_id}, f"append_tokens({n})")
         pool, bs, blocks = self.pool, self.block_size, table.blocks
         if table.num_tokens % bs and pool.num_shared and pool.is_shared(blocks[-1]):

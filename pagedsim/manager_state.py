@@ -21,7 +21,8 @@ from . import trace as tr
 from .batch import decode_need
 from .block_pool import BlockPool
 from .block_table import NULL_BLOCK, BlockTable, blocks_needed
-from .errors import SequenceError, count_arg as _count
+from .errors import SequenceError
+from .errors import count_arg as _count
 from .usage import Usage, block_fill
 
 
@@ -42,7 +43,7 @@ class ManagerState:
         elif (pool.num_blocks, pool.block_size) != (num_blocks, block_size):
             raise ValueError(f"pool has {pool.num_blocks} blocks x {pool.block_size} tokens, "
                              f"not {num_blocks!r} x {block_size!r}")
-        elif pool.num_free != pool.num_blocks:
+        elif pool.num_free_blocks != pool.num_blocks:
             raise ValueError("pool must start with every block free")
         self.pool = pool
         self.block_size = pool.block_size
@@ -72,7 +73,7 @@ class ManagerState:
 
     @property
     def num_free_blocks(self) -> int:
-        return self.pool.num_free
+        return self.pool.num_free_blocks
 
     def seq_ids(self) -> list:
         return list(self._tables)
@@ -90,12 +91,30 @@ class ManagerState:
     def num_tokens(self, seq_id) -> int:
         return self._table(seq_id).num_tokens
 
+    def num_computed_tokens(self, seq_id) -> int:
+        """Tokens whose KV is computed: all of them here (a prefix cache's lookahead is not)."""
+        return self._table(seq_id).num_tokens
+
     def slot_mapping(self, seq_id) -> np.ndarray:
         return self._table(seq_id).slot_mapping()
 
+    def get_num_common_prefix_blocks(self, request_id, num_running_requests: int) -> int:
+        """Leading blocks of `request_id` that every one of the `num_running_requests`
+        running requests holds: a block's count equals that number (v1, for cascade
+        attention, which computes attention over such a shared prefix once)."""
+        table = self._table(request_id)
+        n = _count("num_running_requests", num_running_requests, 1)
+        common = 0
+        for b in table.blocks:
+            if b == NULL_BLOCK or self.pool.ref_count(b) != n:
+                break
+            common += 1
+        return common
+
     def can_allocate(self, num_tokens: int) -> bool:
         """Would a new sequence of `num_tokens` tokens fit in the free blocks right now?"""
-        return blocks_needed(_count("num_tokens", num_tokens), self.block_size) <= self.pool.num_free
+        need = blocks_needed(_count("num_tokens", num_tokens), self.block_size)
+        return need <= self.pool.num_free_blocks
 
     def blocks_for_decode(self, seq_ids) -> int:
         """Free blocks `decode_step(seq_ids)` needs: one at each block boundary, one for
@@ -103,7 +122,7 @@ class ManagerState:
         return decode_need(self._batch(seq_ids)[1], self.pool, self.block_size)
 
     def peak_blocks(self, prompt_len: int, total_len: int) -> int:
-        """The most blocks one sequence holds at once while it grows from prompt_len to total_len."""
+        """The most blocks one sequence holds at once while growing from prompt_len to total_len."""
         return blocks_needed(max(_count("prompt_len", prompt_len), _count("total_len", total_len)),
                              self.block_size)
 
@@ -172,7 +191,18 @@ class ManagerState:
         )
 
     def check_invariants(self) -> None:
+        references = self.table_references()
+        if self.shares_pool:  # the owner of the pool sums every manager's references
+            return
         self.pool.check_invariants()
+        ref = self.pool.ref_counts()
+        assert sum(ref) == references, (
+            f"ref counts sum to {sum(ref)} but tables hold {references} references")
+
+    shares_pool = False  # True for a KV cache group of a hybrid manager (policies/hybrid.py)
+
+    def table_references(self) -> int:
+        """Check every table against the pool; the number of block references they hold."""
         ref = self.pool.ref_counts()
         references = 0
         for seq_id, table in self._tables.items():
@@ -184,5 +214,4 @@ class ManagerState:
             for b in named:
                 assert ref[b] > 0, f"seq {seq_id!r} names block {b}, which is free"
             references += len(named)
-        assert sum(ref) == references, (
-            f"ref counts sum to {sum(ref)} but tables hold {references} references")
+        return references

@@ -1,25 +1,32 @@
-"""vLLM v1's scheduler: one token budget per step, chunked prefill, recompute-only preemption (v1 sched/scheduler.py).
+"""vLLM v1's scheduler: one token budget, chunked prefill, recompute-only preemption (v1).
+
+The reference is vLLM v1's core/sched/scheduler.py.
 
 There are no prefill and decode phases. Every request has `num_computed_tokens` and
 `num_tokens` (prompt + sampled output), and each step gives requests tokens to
 compute until the budget `max_num_batched_tokens` is spent:
 
-    1. running requests first, in order: each gets min(num_tokens - num_computed,
-       budget) tokens -- a decode is 1 token, a long prompt is prefilled in chunks
-       over several steps. When `allocate_slots` returns None, the *last* running
-       request is preempted (`running.pop()`, v1's FCFS victim; with
-       `victim="priority"`, the largest (priority, arrival)); its blocks are freed --
-       full ones stay in the prefix cache -- and it goes to the front of the waiting
-       queue with num_computed = 0. If the victim is the request itself, the step
-       stops scheduling running requests.
-    2. only if nothing was preempted: waiting requests, in order, while fewer than
-       `max_num_seqs` run. Each is looked up (`get_computed_blocks`, capped at
-       num_tokens - 1), then allocated for as much of the rest as the budget allows.
+    1. running requests first, in order: each gets min(num_tokens - num_computed_tokens,
+       budget, long_prefill_token_threshold if set) tokens -- a decode is 1 token, a
+       long prompt is prefilled in chunks over several steps. When `allocate_slots`
+       returns None, the *last* running request is preempted (`running.pop()`, v1's
+       FCFS victim; with `policy="priority"`, the largest (priority, arrival_time));
+       its blocks are freed -- full ones stay in the prefix cache -- and it goes back
+       to the waiting queue with num_computed_tokens = 0. If the victim is the request
+       itself, the step stops scheduling running requests.
+    2. only if nothing was preempted: waiting requests, in the queue's order
+       (request_queue.py: FCFS, or (priority, arrival_time) under
+       `policy="priority"`), while fewer than `max_num_seqs` run. Each is looked up
+       (`get_computed_blocks`, capped at num_tokens - 1), then allocated for as much
+       of the rest as the budget allows.
     3. the model "runs": every request whose computed tokens caught up with its
        tokens samples one token; one with `output_len` tokens sampled is freed. The
        last sampled token never gets KV, so it never fills a block.
 
-No watermark, no swap, no beam search (v1 runs beam search at the entry point).
+A request longer than `max_model_len`, or one whose blocks could never fit in the
+whole pool, is refused when the scheduler is built (ValueError): v1 rejects it at
+admission instead of preempting everyone for it. No watermark, no swap, no beam
+search (v1 runs beam search at the entry point).
 Parallel sampling (n > 1) fans out into n independent requests with the same
 prompt; they share the prompt's full blocks through the prefix cache only.
 
@@ -34,31 +41,35 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from .block_table import blocks_needed
-from .errors import OutOfBlocks, count_arg, token_ids_arg
+from .errors import OutOfBlocks, count_arg
 from .policies.prefix_cache import PrefixCachingManager
+from .request_queue import SCHEDULING_POLICIES, make_request_queue
+from .scheduler_common import (  # noqa: F401 -- the old home of these names
+    check_scheduler_args,
+    prompt_ids,
+    run_steps,
+    synthetic_token,
+    time_arg,
+)
 
-V1_VICTIMS = ("fcfs", "priority")
-
-
-def synthetic_token(*key) -> int:
-    """A deterministic pseudo-random token id for (request, sample, position)."""
-    return hash(("pagedsim", *key)) & ((1 << 62) - 1)
+V1_VICTIMS = SCHEDULING_POLICIES  # v1's scheduling policies: they choose the victim too
 
 
 @dataclass(eq=False)
 class V1Request:
     """One request as v1's scheduler sees it (parallel samples are separate requests)."""
 
-    req_id: tuple  # (request index, sample index): also the manager's sequence id
+    request_id: tuple  # (request index, sample index): also the manager's sequence id
     prompt: tuple  # prompt token ids
     output_len: int  # tokens to sample
     outputs: tuple  # ids it will sample, in order (length output_len)
     arrival: int  # request index: ties in priority order
     priority: int = 0
     sampled: list = field(default_factory=list)  # ids sampled so far
-    num_computed: int = 0  # tokens whose KV is computed (or scheduled this step)
+    num_computed_tokens: int = 0  # tokens whose KV is computed (or scheduled this step)
     high: int = 0  # most tokens ever computed (to count recomputation)
     unsent: list = field(default_factory=list)  # sampled ids not yet given to the manager
+    arrival_time: float = 0  # its arrival step, or the arrival_times given (v1's name)
 
     @property
     def num_tokens(self) -> int:
@@ -66,6 +77,19 @@ class V1Request:
 
     def token_ids(self) -> tuple:
         return self.prompt + tuple(self.sampled)
+
+    # the older names (v0's words), kept for code written before the v1 names
+    @property
+    def req_id(self) -> tuple:
+        return self.request_id
+
+    @property
+    def num_computed(self) -> int:
+        return self.num_computed_tokens
+
+    @num_computed.setter
+    def num_computed(self, value: int) -> None:
+        self.num_computed_tokens = value
 
 
 @dataclass(frozen=True)
@@ -86,25 +110,34 @@ class SchedulerV1:
     def __init__(self, requests, manager, *, max_num_batched_tokens: int = 2048,
                  max_num_seqs: int = 256, victim: str = "fcfs", tokens=None,
                  output_tokens=None, priorities=None, record: bool = True,
-                 max_stalled_steps: int = 1000, num_lookahead_tokens: int = 0):
+                 max_stalled_steps: int = 1000, num_lookahead_tokens: int = 0,
+                 policy: str | None = None, long_prefill_token_threshold: int = 0,
+                 max_model_len: int | None = None, arrival_times=None):
+        requests = check_scheduler_args(requests, manager, record)
         self.max_num_batched_tokens = count_arg("max_num_batched_tokens",
                                                 max_num_batched_tokens, 1)
+        # v1: a prefill chunk of one request is capped at this many tokens (0: no cap)
+        self.long_prefill_token_threshold = count_arg("long_prefill_token_threshold",
+                                                      long_prefill_token_threshold)
+        # v1: requests longer than this are refused (None: what the pool could ever hold)
+        self.max_model_len = None if max_model_len is None else count_arg(
+            "max_model_len", max_model_len, 1)
         self.max_num_seqs = count_arg("max_num_seqs", max_num_seqs, 1)
         self.max_stalled_steps = count_arg("max_stalled_steps", max_stalled_steps, 1)
         # slots reserved past each request's tokens (v1: speculative tokens); blocks only
         self.num_lookahead_tokens = count_arg("num_lookahead_tokens", num_lookahead_tokens)
         if self.num_lookahead_tokens and not isinstance(manager, PrefixCachingManager):
             raise ValueError("num_lookahead_tokens needs allocate_slots (a PrefixCachingManager)")
-        if victim not in V1_VICTIMS:
-            raise ValueError(f"victim must be one of {V1_VICTIMS}, got {victim!r}")
-        self.victim = victim
+        if policy is not None:  # v1's name; `victim` is the older one
+            victim = policy
+        self.waiting = make_request_queue(victim)  # TypeError / ValueError for a bad name
+        self.victim = self.policy = victim
         self.manager = manager
         self.record = record
-        self.requests = list(requests)
+        self.requests = requests
         self._cached = isinstance(manager, PrefixCachingManager)
+        self._pending = deque(self._fan_out(tokens, output_tokens, priorities, arrival_times))
         manager.reclaimer = None  # v1 preempts in the scheduler, never inside an allocation
-        self._pending = deque(self._fan_out(tokens, output_tokens, priorities))
-        self.waiting: deque[V1Request] = deque()
         self.running: list[V1Request] = []
         self.records: list[V1StepRecord] = []
         self.now = 0
@@ -117,14 +150,21 @@ class SchedulerV1:
         self.decode_tokens = 0
         self._left = [r.num_seqs for r in self.requests]  # unfinished samples per request
 
-    def _fan_out(self, tokens, output_tokens, priorities):
+    def _fan_out(self, tokens, output_tokens, priorities, arrival_times):
         nb, out = self.manager.num_blocks, []
         for name, column in (("tokens", tokens), ("output_tokens", output_tokens),
-                             ("priorities", priorities)):
+                             ("priorities", priorities), ("arrival_times", arrival_times)):
+            if column is not None and (isinstance(column, (str, bytes, dict, set, frozenset))
+                                       or not hasattr(column, "__getitem__")):
+                raise TypeError(f"{name} must be a sequence with one entry per request, got "
+                                f"{type(column).__name__}")
             if column is not None and len(column) != len(self.requests):
                 raise ValueError(f"{name} has {len(column)} entries for "
                                  f"{len(self.requests)} requests")
         for i, r in enumerate(self.requests):
+            if self.max_model_len is not None and r.total_len > self.max_model_len:
+                raise ValueError(f"request {i} ({r.total_len} tokens) is longer than "
+                                 f"max_model_len {self.max_model_len}")
             if r.beam_width > 1:
                 raise ValueError(f"request {i} uses beam search; vLLM v1 runs it at the entry "
                                  f"point, not in the scheduler (use mode='v0')")
@@ -140,11 +180,13 @@ class SchedulerV1:
                 raise ValueError(f"output_tokens[{i}] has {len(given)} ids for "
                                  f"output_len {r.output_len}")
             prio = 0 if priorities is None else count_arg(f"priorities[{i}]", priorities[i])
+            arrived = (r.arrival_step if arrival_times is None else
+                       time_arg(f"arrival_times[{i}]", arrival_times[i]))
             for k in range(r.n):
                 outs = (given[:r.output_len] if given is not None and k == 0 else
                         tuple(synthetic_token(i, k, j) for j in range(r.output_len)))
                 out.append((r.arrival_step, V1Request((i, k), prompt, r.output_len, outs, i,
-                                                      prio)))
+                                                      prio, arrival_time=arrived)))
         out.sort(key=lambda x: (x[0], x[1].arrival))
         return out
 
@@ -174,12 +216,12 @@ class SchedulerV1:
         """One engine step: schedule, then 'run the model'. Returns the tokens scheduled."""
         self.now += 1
         while self._pending and self._pending[0][0] < self.now:
-            self.waiting.append(self._pending.popleft()[1])
+            self.waiting.add_request(self._pending.popleft()[1])
         budget, scheduled, preempted = self.max_num_batched_tokens, {}, 0
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
-            n = min(req.num_tokens - req.num_computed, budget)
+            n = self._chunk(req.num_tokens - req.num_computed_tokens, budget)
             new = self._allocate(req, n)
             while new is None:
                 victim = self._pick_victim()
@@ -198,26 +240,26 @@ class SchedulerV1:
             i += 1
         while (not preempted and self.waiting and budget > 0
                and len(self.running) < self.max_num_seqs):
-            req = self.waiting[0]
+            req = self.waiting.peek_request()
             if not self._admit(req, budget, scheduled):
                 break
             budget -= scheduled[req]
-            self.waiting.popleft()
+            self.waiting.pop_request()
             self.running.append(req)
         return self._execute(scheduled, preempted)
 
     def _execute(self, scheduled: dict, preempted: int) -> int:
         prefill = decode = 0
         for req, n in scheduled.items():
-            start = req.num_computed
+            start = req.num_computed_tokens
             if n == 1 and req.sampled and start == req.num_tokens - 1:
                 decode += 1
             else:
                 prefill += n
             self.recomputed_tokens += max(0, min(start + n, req.high) - start)
-            req.num_computed = start + n
-            req.high = max(req.high, req.num_computed)
-            if req.num_computed == req.num_tokens:  # caught up: the model samples a token
+            req.num_computed_tokens = start + n
+            req.high = max(req.high, req.num_computed_tokens)
+            if req.num_computed_tokens == req.num_tokens:  # caught up: the model samples a token
                 token = req.outputs[len(req.sampled)]
                 req.sampled.append(token)
                 req.unsent.append(token)
@@ -235,10 +277,10 @@ class SchedulerV1:
     def _allocate(self, req: V1Request, n: int):
         m, sent = self.manager, tuple(req.unsent)
         if self._cached:
-            new = m.allocate_slots(req.req_id, n, self.num_lookahead_tokens, sent or None)
+            new = m.allocate_slots(req.request_id, n, self.num_lookahead_tokens, sent or None)
         else:
             try:
-                new = m.append_tokens(req.req_id, n)
+                new = m.append_tokens(req.request_id, n)
             except OutOfBlocks:
                 new = None
         if new is not None:
@@ -249,63 +291,50 @@ class SchedulerV1:
         m, tokens = self.manager, req.token_ids()
         if self._cached:
             computed = m.get_computed_blocks(tokens)
-            n = min(len(tokens) - computed.num_tokens, budget)
-            if m.allocate_slots(req.req_id, n, self.num_lookahead_tokens, tokens,
+            n = self._chunk(len(tokens) - computed.num_tokens, budget)
+            if m.allocate_slots(req.request_id, n, self.num_lookahead_tokens, tokens,
                                 computed) is None:
                 return False
-            req.num_computed = computed.num_tokens
+            req.num_computed_tokens = computed.num_tokens
         else:
-            n = min(len(tokens), budget)
+            n = self._chunk(len(tokens), budget)
             if not m.can_allocate(n):
                 return False
-            m.add_sequence(req.req_id, n)
+            m.add_sequence(req.request_id, n)
         req.unsent.clear()
         scheduled[req] = n
         return True
 
+    def _chunk(self, left: int, budget: int) -> int:
+        """Tokens to compute for a request now: what is left, within budget and threshold."""
+        cap = self.long_prefill_token_threshold
+        return min(left, budget, cap) if cap else min(left, budget)
+
     def _pick_victim(self) -> V1Request:
         if self.victim == "priority":
-            victim = max(self.running, key=lambda r: (r.priority, r.arrival))
+            victim = max(self.running, key=priority_rank)
             self.running.remove(victim)
             return victim
         return self.running.pop()
 
     def _preempt(self, req: V1Request) -> None:
         self.preemptions += 1
-        self.discarded_tokens += req.num_computed
-        self.manager.free_sequence(req.req_id)
-        req.num_computed = 0
+        self.discarded_tokens += req.num_computed_tokens
+        self.manager.free_sequence(req.request_id)
+        req.num_computed_tokens = 0
         req.unsent.clear()
-        self.waiting.appendleft(req)
+        self.waiting.prepend_request(req)
 
     def _finish(self, req: V1Request) -> None:
-        self.manager.free_sequence(req.req_id)
+        self.manager.free_sequence(req.request_id)
         self.running.remove(req)
         self.finished_seqs += 1
-        i = req.req_id[0]
+        i = req.request_id[0]
         self._left[i] -= 1
         if not self._left[i]:
             self.finished += 1
 
 
-def run_steps(sched, max_steps: int, check: bool):
-    """Step `sched` until done; `check` runs check_invariants after each step. Raises
-    RuntimeError after `max_steps` steps, or after `sched.max_stalled_steps` steps that
-    computed nothing while nothing was left to arrive (what waits can never fit)."""
-    stalled = 0
-    while not sched.done:
-        if sched.now >= max_steps:
-            raise RuntimeError(f"not finished after {max_steps} steps")
-        progress = sched.step()
-        if check:
-            sched.manager.check_invariants()
-        stalled = 0 if progress or sched.arrivals_pending else stalled + 1
-        if stalled >= sched.max_stalled_steps:
-            raise RuntimeError(f"no progress for {stalled} steps: {len(sched.waiting)} waiting "
-                               f"requests can never be scheduled")
-    return sched
-
-
-def prompt_ids(value, n, name) -> tuple:
-    """Token ids (a list, tuple or 1-D integer array) as a tuple of exactly n ints (None: any)."""
-    return token_ids_arg(name, value.tolist() if hasattr(value, "tolist") else value, n)
+def priority_rank(req: V1Request) -> tuple:
+    """v1's request order under the priority policy: (priority, arrival_time), then ids."""
+    return (req.priority, req.arrival_time, req.arrival, req.request_id)

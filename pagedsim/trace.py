@@ -95,6 +95,11 @@ class AllocationFailed(Event):
 
 
 @dataclass(frozen=True)
+class PrefixCacheReset(Event):
+    num_blocks: int  # cached free blocks forgotten (v1: reset_prefix_cache)
+
+
+@dataclass(frozen=True)
 class SeqState:
     seq_id: object
     blocks: tuple  # logical -> physical

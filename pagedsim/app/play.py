@@ -3,6 +3,9 @@
     pagedsim play                       type commands (stdin), see the pool after each
     pagedsim play SCRIPT --draw DIR     run a scenario script; write frames, key frames, a GIF
     pagedsim play --trace T.json --draw DIR   draw a trace saved by `pagedsim tour --json`
+    pagedsim play --events E.jsonl --draw DIR  replay and draw a KV cache event stream
+                                        (vLLM v1's BlockStored / BlockRemoved / AllBlocksCleared
+                                        as JSON lines, see pagedsim/kv_events.py)
 
 Step commands (they run on a real `KVCacheManager`, see play_session.STEPS):
     alloc SEQ N [WORD]   append SEQ [N]   fork SEQ CHILD   free SEQ   evict [SEQ]   resume SEQ
@@ -136,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
                                 epilog=help_text())
     p.add_argument("script", nargs="?", type=Path, help="a scenario file (default: read stdin)")
     p.add_argument("--trace", type=Path, metavar="FILE", help="a trace from `pagedsim tour --json` to draw")
+    p.add_argument("--events", type=Path, metavar="FILE",
+                   help="a JSON-lines stream of vLLM KV cache events to replay and draw")
     p.add_argument("--draw", type=Path, metavar="DIR", help="write one frame per step, the key frames and a GIF")
     p.add_argument("--format", choices=FORMATS, default="png", help="format of the frames (default png)")
     p.add_argument("--style", choices=("paper", "projector"), default="paper",
@@ -144,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--block-size", type=int, default=4, help="tokens per block (default 4)")
     p.add_argument("--prefix-cache", action="store_true", help="share full prompt blocks (equal WORDs)")
     p.add_argument("--window", type=int, metavar="N", help="sliding-window attention over N tokens")
+    p.add_argument("--hybrid", type=int, metavar="N",
+                   help="two KV cache groups (vLLM v1): full attention + a window of N tokens")
     p.add_argument("--policy", choices=POLICIES, default="none",
                    help="when the pool is short: none (the step fails), recompute or swap the newest")
     p.add_argument("--width", type=int, default=None, help="line width (default: the terminal's)")
@@ -156,8 +163,11 @@ def main(argv: list[str] | None = None) -> int:
     lang, width = detect(args.lang), args.width or tour.terminal_width()
     if args.trace:
         return _draw_trace(args, p, width, lang)
+    if args.events:
+        return _draw_events(args, p, width, lang)
     try:
-        session = Session(Options(args.blocks, args.block_size, args.prefix_cache, args.window, args.policy))
+        session = Session(Options(args.blocks, args.block_size, args.prefix_cache, args.window, args.policy,
+                                  args.hybrid))
     except Refused as e:
         p.error(str(e))
     play = Playground(session, width=width, lang=lang, look=args.style)
@@ -187,6 +197,22 @@ def _draw_trace(args, p, width: int, lang: str) -> int:
     for s in snaps:
         print("\n".join(wrap(t("step {k}: {caption}", lang, view_zh.ZH, k=s.step, caption=caption(s, lang)),
                               width)))
+        print(tour.format_snapshot(s, width=width, lang=lang))
+    if args.draw:
+        _write(snaps, args, lang)
+    return 0
+
+
+def _draw_events(args, p, width: int, lang: str) -> int:
+    from ..kv_events import read_stream, replay
+
+    try:
+        with open(args.events, encoding="utf-8") as f:
+            snaps = replay(read_stream(f))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        p.error(f"--events: {e}")
+    for s in snaps:
+        print("\n".join(wrap(f"event {s.step}: {s.caption}", width)))
         print(tour.format_snapshot(s, width=width, lang=lang))
     if args.draw:
         _write(snaps, args, lang)

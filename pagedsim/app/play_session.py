@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 
 from ..errors import BlockError, OutOfBlocks, SequenceError
 from ..manager import KVCacheManager
+from ..policies.preemption import PREEMPTION, PREEMPTION_POLICIES
 from .captions import caption
 from .lang import t
 
-POLICIES = ("none", "recompute", "swap")
+POLICIES = ("none",) + PREEMPTION_POLICIES  # none: a short pool fails the step
 
 
 class Refused(ValueError):
@@ -81,12 +82,15 @@ class Options:
     prefix_cache: bool = False
     window: int | None = None  # sliding window in tokens (None: full attention)
     policy: str = "none"  # what a short pool does: none (the step fails), recompute, swap
+    hybrid: int | None = None  # two KV cache groups: full attention + a window of N tokens
 
     def manager(self) -> KVCacheManager:
         if self.policy not in POLICIES:
             raise Refused(f"--policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
         if self.prefix_cache and self.window:
             raise Refused("choose --prefix-cache or --window, not both")
+        if self.hybrid is not None:
+            return self._hybrid()
         if self.prefix_cache:
             from ..policies.prefix_cache import PrefixCachingManager
             return PrefixCachingManager(self.num_blocks, self.block_size)
@@ -96,10 +100,23 @@ class Options:
         return KVCacheManager(self.num_blocks, self.block_size, free_order="lifo")
 
 
+    def _hybrid(self):
+        """vLLM v1's hybrid allocator: both groups' tables are shown (A:full, A:window)."""
+        if self.prefix_cache or self.window or self.policy != "none":
+            raise Refused("--hybrid already caches prefixes and windows its second group; it "
+                          "takes no --prefix-cache, --window or --policy")
+        if type(self.hybrid) is not int or self.hybrid < 1:
+            raise Refused(f"--hybrid must be a positive number of tokens, got {self.hybrid!r}")
+        from ..policies.hybrid import HybridManager
+        return HybridManager(self.num_blocks, self.block_size, window=self.hybrid)
+
+
 # A note's English template -> its Chinese (same {fields}); `Note.said(lang)` picks one.
 NOTES_ZH = {
     "the pool ran dry": "池已耗尽",
     "the pool ran dry even after preempting": "抢占之后池仍然耗尽",
+    "it needs {n} blocks, more than the whole pool of {m}: it can never fit, so nothing was "
+    "preempted for it": "它需要 {n} 个 Block，比整个池的 {m} 个还多：永远放不下，所以没有为它抢占任何序列",
     "the pool ran dry (with --policy recompute a sequence would be preempted)":
         "池已耗尽（用 --policy recompute 会抢占一个序列）",
     "swapped seq {seq} out to the host ({n} blocks)": "序列 {seq} 被换出到主机内存（{n} 个 Block）",
@@ -204,7 +221,7 @@ class Session:
                 seq, n = args[0], args[1]
                 if seq in self.host or seq in self.preempted:
                     raise Refused(f"seq {seq} is preempted: `resume {seq}` brings it back")
-                if self.options.prefix_cache:
+                if self.options.prefix_cache or self.options.hybrid is not None:
                     word = args[2] if len(args) > 2 else seq
                     self.prompts[seq] = word
                     m.add_sequence(seq, n, prompt_tokens(word, n))
@@ -213,6 +230,9 @@ class Session:
             elif op == "append":
                 m.append_tokens(args[0], args[1] if len(args) > 1 else 1)
             elif op == "fork":
+                if self.options.hybrid is not None:
+                    raise Refused("fork is vLLM v0's; the hybrid allocator is v1, which shares "
+                                  "blocks only through the prefix cache")
                 m.fork(args[0], args[1])
             elif op == "free":
                 m.free_sequence(args[0])
@@ -227,14 +247,22 @@ class Session:
                 notes.append(self._resume(args[0]))
         except Refused:
             raise
-        except OutOfBlocks:
-            notes.append(Note("the pool ran dry" + (" even after preempting" if self.options.policy != "none"
-                                                    else " (with --policy recompute a sequence would be preempted)")))
+        except OutOfBlocks as e:
+            notes.append(self._dry_note(e))
         except (SequenceError, BlockError, ValueError, TypeError) as e:  # refused before any change
             raise Refused(str(e)) from None
         finally:
             m.drain_copies()  # the copy kernel runs after every step: pairs show only where made
         return notes
+
+    def _dry_note(self, e: OutOfBlocks) -> Note:
+        if e.needed > self.manager.num_blocks:  # refused at admission: nobody was preempted
+            return Note("it needs {n} blocks, more than the whole pool of {m}: it can never "
+                        "fit, so nothing was preempted for it", n=e.needed,
+                        m=self.manager.num_blocks)
+        if self.options.policy != "none":
+            return Note("the pool ran dry even after preempting")
+        return Note("the pool ran dry (with --policy recompute a sequence would be preempted)")
 
     # ---- preemption (the chapter's evict_blocks) ------------------------------
     def _victim(self, protect: set):
@@ -253,7 +281,7 @@ class Session:
 
     def _preempt(self, seq) -> None:
         m = self.manager
-        if self.options.policy == "swap":
+        if PREEMPTION[self.options.policy].keeps_kv:  # swap: the table waits on the host
             table = m.block_table(seq)
             self.host[seq] = (list(table.blocks), table.num_tokens)
             self._pending_notes.append(Note("swapped seq {seq} out to the host ({n} blocks)",

@@ -11,6 +11,7 @@ with a dict `FIGURES: name -> maker(out_dir: Path) -> list[Path]`:
     pagedsim.labs.sweep         the workload labs: waste breakdown and block-size sweep
                                 (the lab computes the rows; draw/figures_workloads.py draws them)
     pagedsim.draw.figures_labs  the race timeline and the sector / alignment strips
+    pagedsim.draw.hybrid        the hybrid allocator's two KV cache groups over one pool
 
 Every maker uses fixed seeds, so running this twice writes the same files. The
 default output folder is `figures/` relative to the current directory: run it from
@@ -37,7 +38,8 @@ matplotlib.use("Agg")  # figures are files: never open a window
 
 from . import style  # noqa: E402
 
-REGISTRIES = ("pagedsim.draw.figures_ch3", "pagedsim.labs.sweep", "pagedsim.draw.figures_labs")
+REGISTRIES = ("pagedsim.draw.figures_ch3", "pagedsim.labs.sweep", "pagedsim.draw.figures_labs",
+              "pagedsim.draw.hybrid")
 
 
 def collect() -> dict:

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..block_table import NULL_BLOCK, blocks_needed
+from ..block_table import blocks_needed
 from ..errors import OutOfBlocks
 from ..manager import KVCacheManager
+from ..policies.preemption import HostPool
 from ..policies.prefix_cache import PrefixCachingManager
 
 
@@ -40,7 +41,7 @@ class BlockAdapter:
         self.manager = cls(num_blocks, block_size, trace=trace)
         self.block_size = block_size
         self.prefix_caching = prefix_caching
-        self.host_free = list(range(host_blocks - 1, -1, -1))  # a stack of host block ids
+        self.host = HostPool(host_blocks)  # the swap policy's host side (policies/preemption.py)
         self.swapped: dict = {}  # seq -> (host labels per logical block, num_tokens)
         self.ready: dict = {}  # block -> tuple of the tokens whose K/V it holds in full
         self._mark = 0  # trace events already counted by `events_since_mark`
@@ -126,29 +127,27 @@ class BlockAdapter:
     def swap_out(self, seqs):
         """Free the sequences' blocks into the host pool. Returns (gpu, host) pairs for the
         copy, or None (no change) when the host pool is too small."""
-        tables = {s: self.manager.block_table(s) for s in seqs}
-        distinct = list(dict.fromkeys(b for t in tables.values() for b in t if b != NULL_BLOCK))
-        if len(distinct) > len(self.host_free):
+        moved = self.host.swap_out(self.manager, seqs)
+        if moved is None:
             return None
-        host = {b: self.host_free.pop() for b in distinct}
-        for s, t in tables.items():
-            self.swapped[s] = ([host[b] for b in t], t.num_tokens)
-            self.manager.free_sequence(s)
-        return [(b, host[b]) for b in distinct]
+        pairs, saved = moved
+        self.swapped.update(saved)
+        return pairs
 
     def blocks_to_swap_in(self, seqs) -> int:
-        return len({b for s in seqs for b in self.swapped[s][0]})
+        return self.host.blocks_to_swap_in({s: self.swapped[s] for s in seqs})
 
     def swap_in(self, seqs):
         """Bring swapped sequences back into fresh blocks, keeping their sharing. Returns
         (host, gpu) pairs, or None (no change) when blocks are short."""
-        if self.blocks_to_swap_in(seqs) > self.num_free:
+        pairs = self.host.swap_in(self.manager, {s: self.swapped[s] for s in seqs})
+        if pairs is None:
             return None
-        placed = self.manager.restore_sequences({s: self.swapped.pop(s) for s in seqs})
-        self.host_free += list(placed)
-        for b in placed.values():
+        for s in seqs:
+            del self.swapped[s]
+        for _, b in pairs:
             self.ready.pop(b, None)
-        return list(placed.items())
+        return pairs
 
     # ---- what happened, for the step log ---------------------------------------------------
     def events_since_mark(self) -> dict:

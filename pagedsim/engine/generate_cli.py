@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 from ..app.cli import ArgParser, float_in, int_in
+from ..policies.preemption import PREEMPTION_POLICIES
 
 
 def token_ids(text: str) -> tuple:
@@ -48,7 +49,7 @@ def parser() -> ArgParser:
     p.add_argument("--budget", "--max-num-batched-tokens", dest="budget",
                    type=int_in(1, 1_000_000), default=64,
                    help="vLLM's max_num_batched_tokens: tokens per step (default 64)")
-    p.add_argument("--policy", choices=("recompute", "swap"), default="swap",
+    p.add_argument("--policy", choices=PREEMPTION_POLICIES, default="swap",
                    help="preemption of a single-sequence request (several sequences always swap)")
     p.add_argument("--no-prefix-cache", action="store_true")
     p.add_argument("--backend", choices=("auto", "numpy", "kernels"), default="auto",

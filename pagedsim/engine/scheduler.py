@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from ..policies.preemption import preemption_class
 from .adapter import BlockAdapter
 from .requests import RequestState
 
@@ -46,8 +47,7 @@ class Item:
 
 class Scheduler:
     def __init__(self, blocks: BlockAdapter, kv, max_num_batched_tokens: int, policy: str):
-        if policy not in ("recompute", "swap"):
-            raise ValueError(f"policy must be 'recompute' or 'swap', got {policy!r}")
+        self.keeps_kv = preemption_class(policy).keeps_kv  # the registry decides (preemption.py)
         self.blocks, self.kv = blocks, kv
         self.budget, self.policy = max_num_batched_tokens, policy
         self.waiting: deque = deque()
@@ -127,7 +127,7 @@ class Scheduler:
     def preempt(self, run: Run) -> None:
         seqs = run.state.seq_keys()
         self.running.remove(run)
-        if len(seqs) > 1 or self.policy == "swap":
+        if len(seqs) > 1 or self.keeps_kv:
             pairs = self.blocks.swap_out(seqs)
             if pairs is not None:
                 self.kv.swap_out(pairs)

@@ -7,20 +7,35 @@
     sliding_window.py  return blocks that fell out of the attention window (with sinks)
     sliding_window_cache.py  sliding window + prefix caching: skipped blocks stay cached,
                        v1's hit rule (v1)
+    allocate_slots.py  the v1-shaped calls: get_computed_blocks, then allocate_slots (v1)
+    hybrid.py          two KV cache groups (full attention + sliding window) over one
+                       pool, hits aligned across groups (v1 HybridKVCacheCoordinator)
 
 Everything is selectable by name: `make_policy("recompute" | "swap", ...)` and
-`PrefixCachingManager(..., eviction="lru" | "lfu" | "fifo")`; a new eviction policy is
-one entry in `EVICTION_KEYS`.
+`PrefixCachingManager(..., eviction="lru" | "lfu" | "fifo")`. A new preemption policy is
+one class and one entry in `PREEMPTION`, a new eviction policy one entry in
+`EVICTION_KEYS` (each registry says how); tests/core/test_registries.py keeps every prose
+list of the names in step.
 """
 
 from .cache_pool import EVICTION_KEYS, EVICTION_POLICIES, CacheStats, CachingBlockPool, chained_hash
-from .preemption import PREEMPTION_POLICIES, Group, RecomputePolicy, SwapPolicy, make_policy
+from .preemption import (
+    PREEMPTION,
+    PREEMPTION_POLICIES,
+    Group,
+    HostPool,
+    RecomputePolicy,
+    SwapPolicy,
+    make_policy,
+    preemption_class,
+)
 from .prefix_cache import ComputedBlocks, PrefixCachingManager
 from .sliding_window import SlidingWindowManager
 from .sliding_window_cache import SlidingWindowPrefixCachingManager
 
 __all__ = [
-    "PREEMPTION_POLICIES", "EVICTION_POLICIES", "EVICTION_KEYS", "Group", "RecomputePolicy",
-    "SwapPolicy", "make_policy", "PrefixCachingManager", "SlidingWindowPrefixCachingManager",
+    "PREEMPTION", "PREEMPTION_POLICIES", "HostPool", "preemption_class", "EVICTION_POLICIES",
+    "EVICTION_KEYS", "Group", "RecomputePolicy", "SwapPolicy", "make_policy",
+    "PrefixCachingManager", "SlidingWindowPrefixCachingManager",
     "ComputedBlocks", "CachingBlockPool", "CacheStats", "chained_hash", "SlidingWindowManager",
 ]

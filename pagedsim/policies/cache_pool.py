@@ -1,4 +1,6 @@
-"""The prefix cache's block pool: cached free blocks, a hash index, and eviction by name (vLLM v1 block_pool.py).
+"""The prefix cache's block pool: cached free blocks, a hash index, eviction by name (v1).
+
+The reference is vLLM v1's block_pool.py.
 
 vLLM v1 keeps a freed block's contents and hash until the block is handed out again
 (`BlockPool.free_blocks` / `get_new_blocks` / `_maybe_evict_cached_block`). This pool
@@ -16,7 +18,11 @@ by an entry of `EVICTION_KEYS` (the smallest key goes first):
     lfu   the one hit the fewest times (ties: lru)            -- ours, for the lab
     fifo  the one cached first                                -- ours, for the lab
 
-A new policy is one more entry: a function (pool, block, now) -> sortable key.
+How to add one: add an entry to `EVICTION_KEYS`, a function (pool, block, now) ->
+sortable key (`now` is a logical clock, `pool.hits_of(b)` and `pool.born_of(b)` are
+there to read). `PrefixCachingManager(eviction=...)`, the policies lab and the name
+checks take their choices from it; tests/core/test_registries.py checks that every prose
+list of the names (README, the package docs, the labs) matches it.
 
 The index maps a chained hash to the blocks that hold it (v1's
 `cached_block_hash_to_block`, which also allows several blocks per hash: two
@@ -24,7 +30,8 @@ requests that compute the same block at once both keep theirs). A hit is never
 trusted on the hash alone: the tokens are compared, and so is the *content id* of
 the parent -- an id interned per distinct (parent content id, tokens), shared by
 duplicate blocks, and kept while a cached block holds it, a later block of its
-prefix is cached, or a live sequence continues from it (`pin`) -- so a colliding hash function cannot splice two prefixes together, while a
+prefix is cached, or a live sequence continues from it (`pin`) -- so a colliding hash
+function cannot splice two prefixes together, while a
 child still matches after its parent was evicted or duplicated, as v1's hash chain
 does (a sliding window's hit may start past evicted blocks).
 """
@@ -33,10 +40,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from dataclasses import dataclass
 
 from ..block_pool import BlockPool
 from ..errors import OutOfBlocks, count_arg
+from ..kv_events import MEDIUM_GPU, AllBlocksCleared, BlockRemoved
+from .cache_stats import CacheStats, chained_hash  # noqa: F401 -- re-exported here
 
 ROOT = 0  # the content id "parent" of a sequence's first block
 
@@ -49,42 +57,18 @@ EVICTION_KEYS = {
 EVICTION_POLICIES = tuple(EVICTION_KEYS)
 
 
-def chained_hash(parent_hash: int, tokens: tuple) -> int:
-    """v1's hash_block_tokens without extra keys: the block's tokens after its parent's hash."""
-    return hash((parent_hash, tokens))
-
-
-@dataclass
-class CacheStats:
-    """Counted once per admission (v1 counts in get_computed_blocks, so a retried lookup counts again)."""
-
-    requests: int = 0  # admissions that looked the cache up (v1: PrefixCacheStats.requests)
-    prompt_tokens: int = 0  # tokens looked up (v1: PrefixCacheStats.queries)
-    hit_tokens: int = 0  # of those, served by cached blocks (v1: PrefixCacheStats.hits)
-    hits: int = 0  # the same hits, in full blocks
-    misses: int = 0  # full prompt blocks that were computed
-    evictions: int = 0  # cached blocks whose contents were overwritten
-    block_floor: int = 0  # prompt tokens matching a cached block that did not fill a block
-
-    @property
-    def hit_rate(self) -> float:
-        """Fraction of prompt tokens served from the cache (v1's prefix-cache hit rate)."""
-        return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-
-    @property
-    def block_hit_rate(self) -> float:
-        total = self.hits + self.misses
-        return self.hits / total if total else 0.0
-
-
 class CachingBlockPool(BlockPool):
     """A BlockPool whose free list keeps cached blocks behind uncached ones (see module doc)."""
 
     __slots__ = ("eviction", "stats", "_key", "_by_hash", "_children", "_content", "_node", "_cid",
-                 "_next_cid", "_hits", "_born", "_stamp", "_heap", "_clock", "_evict_key")
+                 "_next_cid", "_hits", "_born", "_stamp", "_heap", "_clock", "_evict_key",
+                 "kv_event_queue", "_protected")
 
     def __init__(self, num_blocks: int, block_size: int, eviction: str = "lru",
-                 stats: CacheStats | None = None):
+                 stats: CacheStats | None = None, enable_kv_cache_events: bool = False):
+        if not isinstance(enable_kv_cache_events, bool):
+            raise TypeError(f"enable_kv_cache_events must be a bool, got "
+                            f"{type(enable_kv_cache_events).__name__}")
         if not isinstance(eviction, str):
             raise TypeError(f"eviction must be a str, got {type(eviction).__name__}")
         if eviction not in EVICTION_KEYS:
@@ -107,6 +91,9 @@ class CachingBlockPool(BlockPool):
         self._stamp = [0] * n  # [num_blocks] invalidates stale heap entries
         self._heap: list[tuple] = []  # (key, stamp, block) for cached free blocks
         self._clock = itertools.count()  # logical time for the keys
+        # KV cache events awaiting take_events() (v1: BlockPool.kv_event_queue); None: off
+        self.kv_event_queue: list | None = [] if enable_kv_cache_events else None
+        self._protected: frozenset = frozenset()  # cached free blocks eviction must skip
 
     # ---- queries -------------------------------------------------------------------
     def is_cached(self, b: int) -> bool:
@@ -137,13 +124,69 @@ class CachingBlockPool(BlockPool):
         return None
 
     def content_id(self, parent: int, tokens: tuple) -> int | None:
-        """The id of `tokens` after `parent`, or None if no cached block holds it or a later block."""
+        """The id of `tokens` after `parent`; None if no cached block holds it or a later one."""
         return self._content.get((parent, tokens))
 
     def block_with(self, cid: int) -> int | None:
         """A cached block holding content `cid` (the oldest), or None."""
         blocks = self._node[cid][2]
         return blocks[0] if blocks else None
+
+    def root_of(self, extra_keys: tuple) -> int | None:
+        """The content id a prompt with these extra keys starts from (ROOT when there are none),
+        or None when no cached block starts such a prompt (so nothing can hit)."""
+        return ROOT if not extra_keys else self._content.get((ROOT, ("extra keys", extra_keys)))
+
+    def intern_root(self, extra_keys: tuple) -> int:
+        """`root_of`, made on first use: a content node with no block of its own. Blocks of
+        one tenant (cache_salt) or adapter (LoRA) chain from it, never from another's."""
+        cid = self.root_of(extra_keys)
+        if cid is None:
+            cid = self._content[(ROOT, ("extra keys", extra_keys))] = self._next_cid
+            self._next_cid += 1
+            self._node[cid] = [ROOT, ("extra keys", extra_keys), [], 0]
+        return cid
+
+    def take_events(self) -> list:
+        """The queued KV cache events, oldest first; the queue is emptied (v1: take_events)."""
+        if self.kv_event_queue is None:
+            return []
+        out, self.kv_event_queue = self.kv_event_queue, []
+        return out
+
+    def reset(self) -> bool:
+        """Forget every cached block (v1: BlockPool.reset_prefix_cache); False, with nothing
+        changed, while any block is in use."""
+        if self.num_free_blocks != self.num_blocks:
+            return False
+        for b in list(self._key):
+            self._forget(b)  # content ids no live sequence pins are pruned with their blocks
+        self._heap.clear()
+        if self.kv_event_queue is not None:
+            self.kv_event_queue.append(AllBlocksCleared())
+        return True
+
+    def evict_blocks(self, block_ids) -> None:
+        """Forget the cached contents of these blocks (v1's evict_blocks, used when a KV load
+        fails); ids that hold nothing cached are skipped. A free one moves to the head, where
+        uncached free blocks wait. All ids are checked first: all or nothing."""
+        ids = [self._check_id(b) for b in self._iterable(block_ids)]
+        for b in dict.fromkeys(ids):
+            if b not in self._key:
+                continue
+            if self.kv_event_queue is not None:
+                self.kv_event_queue.append(BlockRemoved([self._key[b][0]], MEDIUM_GPU))
+            self._forget(b)
+            if not self._ref[b]:
+                self._unlink(b)
+                self._push(b)  # uncached now: to the head
+
+    @staticmethod
+    def _iterable(blocks) -> list:
+        if isinstance(blocks, (str, bytes)) or not hasattr(blocks, "__iter__"):
+            raise TypeError(f"block_ids must be an iterable of block ids, got "
+                            f"{type(blocks).__name__}")
+        return list(blocks)
 
     def children_of(self, parent: int) -> list[int]:
         return self._children.get(parent, [])
@@ -215,6 +258,8 @@ class CachingBlockPool(BlockPool):
         b = self.head()
         if b is not None and b in self._key:  # every free block is cached: evict one
             b = self._pick_victim()
+            if self.kv_event_queue is not None:  # v1: _maybe_evict_cached_block
+                self.kv_event_queue.append(BlockRemoved([self._key[b][0]], MEDIUM_GPU))
             self._forget(b)
             self.stats.evictions += 1
             return self.take(b)
@@ -223,8 +268,8 @@ class CachingBlockPool(BlockPool):
     def allocate_many(self, k: int) -> list[int]:
         """`allocate` k times (each may evict), all or nothing."""
         k = count_arg("k", k)
-        if k > self.num_free:
-            raise OutOfBlocks(k, self.num_free, f"allocate_many({k})")
+        if k > self.num_free_blocks:
+            raise OutOfBlocks(k, self.num_free_blocks, f"allocate_many({k})")
         return [self.allocate() for _ in range(k)]
 
     def release(self, blocks) -> None:
@@ -252,10 +297,30 @@ class CachingBlockPool(BlockPool):
         super()._push(b, to_head=not cached)
 
     def _pick_victim(self) -> int:
+        kept = []  # protected entries, pushed back once a victim is found
         while True:
-            _, stamp, b = heapq.heappop(self._heap)
+            entry = heapq.heappop(self._heap)
+            _, stamp, b = entry
             if stamp == self._stamp[b] and not self._ref[b] and b in self._key:
-                return b
+                if b not in self._protected:
+                    for e in kept:
+                        heapq.heappush(self._heap, e)
+                    return b
+                kept.append(entry)
+
+    def protecting(self, blocks):
+        """A context in which these cached free blocks are never evicted (a hybrid manager's
+        later group keeps its hits while an earlier group allocates; vLLM issue #33775)."""
+        pool = self
+
+        class _Protect:
+            def __enter__(self):
+                pool._protected = frozenset(blocks)
+
+            def __exit__(self, *exc):
+                pool._protected = frozenset()
+
+        return _Protect()
 
     def check_invariants(self) -> None:
         super().check_invariants()
@@ -272,3 +337,10 @@ class CachingBlockPool(BlockPool):
         for cid, (_, _, blocks, refs) in self._node.items():
             assert refs >= children.get(cid, 0), f"content {cid} has fewer refs than children"
             assert blocks or refs, f"content {cid} is held by nothing but was not dropped"
+        for (parent, tokens), cid in self._content.items():  # extra-key roots hold no block
+            if tokens and tokens[0] == "extra keys":
+                assert parent == ROOT and not self._node[cid][2], f"root {cid} holds a block"
+        assert not self._protected, "blocks stayed protected from eviction after a step"
+        queue = self.kv_event_queue or ()
+        assert all(type(e).__name__ in ("BlockStored", "BlockRemoved", "AllBlocksCleared")
+                   for e in queue), "something other than a KV cache event was queued"

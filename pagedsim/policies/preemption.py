@@ -1,7 +1,7 @@
-"""Preemption under memory pressure: recompute or swap (vLLM paper Sec. 4.5; vLLM's swap_blocks).
+"""Preemption under memory pressure: one class per policy, one registry (vLLM paper Sec. 4.5).
 
 Swap and group preemption follow vLLM v0 (v1 is recompute-only, see the scheduler's
-mode="v1").
+mode="v1"; vLLM's swap_blocks moves the data).
 
 When the running sequences need more blocks than are free, the scheduler picks a
 victim *group* (all sequences of one request, since they share blocks) and hands it
@@ -21,7 +21,16 @@ to a policy:
 
 The (gpu, host) / (host, gpu) pairs wait in `drain_swaps()` for the
 `cuda_kernels.swap_out` / `swap_in` launchers, like copy-on-write pairs wait for
-`copy_blocks`.
+`copy_blocks`. `HostPool` is the host side on its own (fixed host block ids, tables
+saved as labels); the engine's block adapter uses it too.
+
+How to add a policy: write one class with a `name`, `keeps_kv` (does a preempted group
+wait for a swap-in, or is it recomputed?), `preempt(manager, group)` returning the name
+of the policy that was applied, `swap_in(manager, group)` and a classmethod
+`make(**options)`; then add one entry to `PREEMPTION`. The v0 scheduler, the engine,
+`pagedsim play --policy` and `pagedsim generate --policy` take their choices from
+`PREEMPTION_POLICIES`, and tests/core/test_registries.py checks every prose list of the
+names against it.
 """
 
 from __future__ import annotations
@@ -33,7 +42,6 @@ from ..errors import count_arg
 
 MAX_HOST_BLOCKS = 1 << 24  # the host pool is a Python list of free ids
 
-PREEMPTION_POLICIES = ("recompute", "swap")
 
 
 @dataclass
@@ -49,8 +57,53 @@ class Group:
     swapped: dict = field(default_factory=dict)  # seq -> (host block ids, num_tokens) while swapped
 
 
+class HostPool:
+    """A fixed pool of host (CPU) blocks for swapped-out sequences (vLLM v0's swap space)."""
+
+    def __init__(self, host_blocks: int):
+        self.num_blocks = count_arg("host_blocks", host_blocks, 0, MAX_HOST_BLOCKS)
+        self._free = list(range(self.num_blocks - 1, -1, -1))  # a stack; pop() gives 0 first
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def swap_out(self, manager, seq_ids):
+        """Free the sequences' blocks into host blocks: ((gpu, host) pairs, {seq: (labels,
+        num_tokens)}), or None -- nothing changed -- when the host pool is too small.
+        Blocks the sequences share are copied once and stay shared."""
+        tables = {s: manager.block_table(s) for s in seq_ids}
+        distinct = list(dict.fromkeys(b for t in tables.values() for b in t if b != NULL_BLOCK))
+        if len(distinct) > len(self._free):
+            return None
+        host = {b: self._free.pop() for b in distinct}
+        saved = {s: ([host.get(b, NULL_BLOCK) for b in t], t.num_tokens)
+                 for s, t in tables.items()}
+        for s in tables:
+            manager.free_sequence(s)
+        return [(b, host[b]) for b in distinct], saved
+
+    @staticmethod
+    def blocks_to_swap_in(saved: dict) -> int:
+        return len({b for labels, _ in saved.values() for b in labels if b != NULL_BLOCK})
+
+    def swap_in(self, manager, saved: dict):
+        """Bring saved sequences back into fresh GPU blocks, keeping their sharing: the
+        (host, gpu) pairs, or None -- nothing changed -- when the GPU blocks are too few."""
+        if self.blocks_to_swap_in(saved) > manager.num_free_blocks:
+            return None
+        gpu = manager.restore_sequences(saved)  # host block -> new GPU block
+        self._free += list(gpu)
+        return list(gpu.items())
+
+
 class RecomputePolicy:
     name = "recompute"
+    keeps_kv = False  # a preempted group is recomputed when it is admitted again
+
+    @classmethod
+    def make(cls, **options):
+        return cls()
 
     def __init__(self):
         self.preemptions = 0  # groups preempted
@@ -66,26 +119,32 @@ class RecomputePolicy:
             manager.free_sequence(s)
         return "recompute"
 
+    def swap_in(self, manager, group: Group) -> bool:
+        return False  # nothing is kept: the group waits to be recomputed
+
 
 class SwapPolicy(RecomputePolicy):
     name = "swap"
+    keeps_kv = True  # a preempted group waits on the host until it is swapped back in
+
+    @classmethod
+    def make(cls, *, host_blocks: int = 0, block_bytes: int = 1, **options):
+        return cls(host_blocks, block_bytes)
 
     def __init__(self, host_blocks: int, block_bytes: int = 1):
         super().__init__()
-        host_blocks = count_arg("host_blocks", host_blocks, 0, MAX_HOST_BLOCKS)
-        block_bytes = count_arg("block_bytes", block_bytes, 1)
-        self.host_blocks = host_blocks  # size of the fixed host pool, in blocks
-        self.block_bytes = block_bytes  # bytes one whole-model block occupies
+        self.host = HostPool(host_blocks)
+        self.host_blocks = self.host.num_blocks  # size of the fixed host pool, in blocks
+        self.block_bytes = count_arg("block_bytes", block_bytes, 1)  # bytes of one block
         self.bytes_swapped = 0  # bytes moved over PCIe, both directions
         self.swap_outs = 0
         self.swap_ins = 0
-        self._host_free = list(range(host_blocks - 1, -1, -1))  # a stack; pop() gives 0 first
         self._pairs_out: list[tuple[int, int]] = []  # (gpu, host) awaiting swap_out
         self._pairs_in: list[tuple[int, int]] = []  # (host, gpu) awaiting swap_in
 
     @property
     def host_free(self) -> int:
-        return len(self._host_free)
+        return self.host.num_free
 
     def drain_swaps(self) -> tuple[list, list]:
         out, inn = self._pairs_out, self._pairs_in
@@ -93,44 +152,45 @@ class SwapPolicy(RecomputePolicy):
         return out, inn
 
     def preempt(self, manager, group: Group) -> str:
-        tables = {s: manager.block_table(s) for s in group.seq_ids}
-        distinct = list(dict.fromkeys(b for t in tables.values() for b in t if b != NULL_BLOCK))
-        if len(distinct) > len(self._host_free):
+        moved = self.host.swap_out(manager, group.seq_ids)
+        if moved is None:
             return super().preempt(manager, group)  # no host room: fall back to recompute
-        host = {b: self._host_free.pop() for b in distinct}
-        self._pairs_out += [(b, host[b]) for b in distinct]
-        group.swapped = {s: ([host.get(b, NULL_BLOCK) for b in t], t.num_tokens)
-                         for s, t in tables.items()}
-        for s in group.seq_ids:
-            manager.free_sequence(s)
+        pairs, group.swapped = moved
+        self._pairs_out += pairs
         self.preemptions += 1
         self.swap_outs += 1
-        self.bytes_swapped += len(distinct) * self.block_bytes
+        self.bytes_swapped += len(pairs) * self.block_bytes
         return "swap"
 
     def blocks_to_swap_in(self, group: Group) -> int:
-        return len({b for blocks, _ in group.swapped.values() for b in blocks if b != NULL_BLOCK})
+        return self.host.blocks_to_swap_in(group.swapped)
 
     def swap_in(self, manager, group: Group) -> bool:
         """Bring a swapped group back if its blocks fit; False (and no change) if not."""
-        need = self.blocks_to_swap_in(group)
-        if need > manager.num_free_blocks:
+        pairs = self.host.swap_in(manager, group.swapped)
+        if pairs is None:
             return False
-        gpu = manager.restore_sequences(group.swapped)  # host block -> new GPU block
-        self._pairs_in += list(gpu.items())
-        self._host_free += list(gpu)
+        self._pairs_in += pairs
         group.swapped = {}
         self.swap_ins += 1
-        self.bytes_swapped += need * self.block_bytes
+        self.bytes_swapped += len(pairs) * self.block_bytes
         return True
 
 
-def make_policy(name: str, *, host_blocks: int = 0, block_bytes: int = 1):
-    """A preemption policy by name: "recompute" or "swap"."""
+# name -> class: the one place a preemption policy is registered (see the module doc)
+PREEMPTION = {cls.name: cls for cls in (RecomputePolicy, SwapPolicy)}
+PREEMPTION_POLICIES = tuple(PREEMPTION)
+
+
+def preemption_class(name: str):
+    """The registered class of a policy name (TypeError / ValueError for a bad name)."""
     if not isinstance(name, str):
         raise TypeError(f"preemption policy must be a str, got {type(name).__name__}")
-    if name == "recompute":
-        return RecomputePolicy()
-    if name == "swap":
-        return SwapPolicy(host_blocks, block_bytes)
-    raise ValueError(f"preemption policy must be one of {PREEMPTION_POLICIES}, got {name!r}")
+    if name not in PREEMPTION:
+        raise ValueError(f"preemption policy must be one of {PREEMPTION_POLICIES}, got {name!r}")
+    return PREEMPTION[name]
+
+
+def make_policy(name: str, *, host_blocks: int = 0, block_bytes: int = 1):
+    """A preemption policy by name, from PREEMPTION."""
+    return preemption_class(name).make(host_blocks=host_blocks, block_bytes=block_bytes)

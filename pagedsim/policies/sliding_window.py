@@ -1,29 +1,39 @@
-"""Sliding-window attention with attention sinks: old blocks go back to the pool (3.x, Mistral, StreamingLLM).
+"""Sliding-window attention with attention sinks: old blocks go back to the pool (v1).
 
-With a window of W tokens and S sink tokens, a query at context length `ctx` attends
-to positions p with p < S (the sinks, Xiao et al. 2023, "StreamingLLM") or
-p >= ctx - W (the window). Logical block i covers positions [i*B, (i+1)*B). It can
-never be attended again once it lies entirely before the window and holds no sink:
+References: the chapter's 3.x, Mistral, StreamingLLM.
 
-    (i + 1) * B <= ctx - W   and   i * B >= S
+With a window of W tokens and S sink tokens, the query at position q attends to
+positions p with p < S (the sinks, Xiao et al. 2023, "StreamingLLM") or
+q - W < p <= q (the window: W tokens, itself included). Logical block i covers
+positions [i*B, (i+1)*B). Once n tokens are computed, the next query is at position
+n and reads nothing before n - W + 1, so block i can never be attended again when
 
-so the manager frees it and writes NULL_BLOCK into the table entry, keeping the
-logical numbering of the later blocks intact (vLLM v1's SlidingWindowManager marks
-such entries with its null block the same way, in remove_skipped_blocks; attention
-sinks are StreamingLLM's, not a vLLM mechanism). With prefix caching on, the v1
-combination is in sliding_window_cache.py. The kernel side is
-`paged_attention(..., window=W, sinks=S)`, which masks exactly the same positions.
+    (i + 1) * B <= n - W + 1   and   i * B >= S
+
+The manager frees it and writes NULL_BLOCK into the table entry, keeping the logical
+numbering of the later blocks intact. This is vLLM v1's
+`SlidingWindowManager.remove_skipped_blocks(request_id, num_computed_tokens)`: v1
+skips the first num_computed_tokens - W + 1 tokens (`get_num_skipped_tokens`) and marks
+their blocks with its null block. Attention sinks are StreamingLLM's, not a vLLM
+mechanism. With prefix caching on, the v1 combination is in sliding_window_cache.py.
+
+n counts *computed* tokens only: lookahead slots (v1's speculative tokens) are
+allocated but not computed, so they never push the window forward. A step's own
+tokens count as computed when it ends (the simulator has no separate model run), so
+the table after a step serves the next token's query; the kernel side is
+`paged_attention(..., window=W, sinks=S)` run for that query, which masks exactly the
+positions dropped here.
 
 Blocks are dropped at the end of every public step (a decode step included), so the
-live blocks of a sequence never exceed ceil(S/B) + ceil(W/B) + 1.
+live blocks of a sequence never exceed ceil(S/B) + ceil(W/B) + 1 (+ its lookahead).
 """
 
 from __future__ import annotations
 
+from .. import trace as tr
 from ..block_table import NULL_BLOCK, blocks_needed
 from ..errors import MAX_BLOCK_SIZE, count_arg
 from ..manager import KVCacheManager
-from .. import trace as tr
 
 MAX_WINDOW = (1 << 31) - 1  # the kernels take window and sinks as int32
 
@@ -42,11 +52,19 @@ class SlidingWindowManager(KVCacheManager):
         self._next_drop: dict = {}  # seq -> next logical block that may be dropped
         super().__init__(num_blocks, block_size, **kwargs)
 
-    def kept(self, num_tokens: int) -> int:
-        """How many logical blocks stay named for a sequence of `num_tokens` tokens."""
+    def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
+        """Tokens the next query never reads again, sinks aside: n - W + 1 (v1's name)."""
+        n = count_arg("num_computed_tokens", num_computed_tokens)
+        return max(0, n - self.window + 1)
+
+    def kept(self, num_tokens: int, num_computed_tokens: int | None = None) -> int:
+        """How many logical blocks stay named for a table of `num_tokens` slots of which
+        `num_computed_tokens` (default: all) are computed."""
         num_tokens = count_arg("num_tokens", num_tokens)
+        done = num_tokens if num_computed_tokens is None else count_arg(
+            "num_computed_tokens", num_computed_tokens, 0, num_tokens)
         bs = self.block_size
-        gone = max(0, (num_tokens - self.window) // bs - self.first_droppable)
+        gone = max(0, self.get_num_skipped_tokens(done) // bs - self.first_droppable)
         return blocks_needed(num_tokens, bs) - gone
 
     def peak_blocks(self, prompt_len: int, total_len: int) -> int:
@@ -54,6 +72,11 @@ class SlidingWindowManager(KVCacheManager):
         prompt_len = count_arg("prompt_len", prompt_len)
         return max(blocks_needed(prompt_len, self.block_size),
                    self.kept(max(prompt_len, count_arg("total_len", total_len))) + 1)
+
+    def get_num_common_prefix_blocks(self, request_id, num_running_requests: int) -> int:
+        """Always 0, as in v1: cascade attention is for full attention only."""
+        super().get_num_common_prefix_blocks(request_id, num_running_requests)  # the checks
+        return 0
 
     def fork(self, parent_id, child_id) -> None:
         super().fork(parent_id, child_id)
@@ -68,23 +91,29 @@ class SlidingWindowManager(KVCacheManager):
         super()._end_step()
 
     def _slide_all(self) -> None:
-        bs, limit = self.block_size, self.window
-        for seq_id, table in self._tables.items():
-            i = self._next_drop.get(seq_id, self.first_droppable)
-            stop = (table.num_tokens - limit) // bs  # blocks [.., stop) lie before the window
-            while i < stop:
-                b = table.blocks[i]
-                if b != NULL_BLOCK:
-                    count = self.pool.free(b)
-                    table.blocks[i] = NULL_BLOCK
-                    self.dropped_blocks += 1
-                    self._emit(tr.BlockReleased, seq_id, b, count)
-                i += 1
-            self._next_drop[seq_id] = i
+        for seq_id in self._tables:
+            self._remove_skipped_blocks(seq_id, self.num_computed_tokens(seq_id))
+
+    def _remove_skipped_blocks(self, seq_id, num_computed_tokens: int) -> None:
+        """v1's remove_skipped_blocks: free the blocks the next query never reads."""
+        table = self._tables[seq_id]
+        i = self._next_drop.get(seq_id, self.first_droppable)
+        stop = (num_computed_tokens - self.window + 1) // self.block_size  # [.., stop) skipped
+        if i >= stop:
+            return
+        # the last block first, as v1 does: it ends the longer prefix, so it is evicted first
+        for logical in range(stop - 1, i - 1, -1):
+            b = table.blocks[logical]
+            if b != NULL_BLOCK:
+                count = self.pool.free(b)
+                table.blocks[logical] = NULL_BLOCK
+                self.dropped_blocks += 1
+                self._emit(tr.BlockReleased, seq_id, b, count)
+        self._next_drop[seq_id] = stop
 
     def check_invariants(self) -> None:
         super().check_invariants()
         for seq_id, table in self._tables.items():
             named = sum(1 for b in table.blocks if b != NULL_BLOCK)
-            assert named == self.kept(table.num_tokens), (
-                f"seq {seq_id!r} names {named} blocks; the window keeps {self.kept(table.num_tokens)}")
+            keep = self.kept(table.num_tokens, self.num_computed_tokens(seq_id))
+            assert named == keep, f"seq {seq_id!r} names {named} blocks; the window keeps {keep}"

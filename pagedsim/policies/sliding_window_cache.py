@@ -20,18 +20,20 @@ used only when `sinks == 0`; otherwise a hit must start at block 0.
 from __future__ import annotations
 
 from ..block_table import NULL_BLOCK
-from .cache_pool import ROOT
 from .prefix_cache import PrefixCachingManager
 from .sliding_window import SlidingWindowManager
 
 
 class SlidingWindowPrefixCachingManager(SlidingWindowManager, PrefixCachingManager):
-    def _match(self, tokens: tuple, max_blocks: int) -> list[int]:
+    def _match(self, tokens: tuple, max_blocks: int, keys: tuple = ()) -> list[int]:
         if self.sinks:
-            return super()._match(tokens, max_blocks)
+            return super()._match(tokens, max_blocks, keys)
         bs, pool = self.block_size, self.pool
         run_needed = max(1, -(-(self.window - 1) // bs))  # v1: sliding_window_contiguous_blocks
-        cached, cid = [], ROOT  # cached[i]: a block holding logical block i, or None
+        cid = pool.root_of(keys)  # where the prompt's chain starts (its extra keys)
+        if cid is None:
+            return []
+        cached = []  # cached[i]: a block holding logical block i, or None
         for i in range(max_blocks):
             cid = pool.content_id(cid, tokens[i * bs:(i + 1) * bs])
             if cid is None:  # no cached block holds this prefix or anything after it

@@ -1,0 +1,1 @@
+"""Captions: what a step's caption says a policy did (a window drop, a prefix-cache hit)."""

@@ -1,0 +1,1 @@
+"""Workloads: seeded synthetic traces and CSV traces."""

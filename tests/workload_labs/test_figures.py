@@ -34,3 +34,4 @@ def test_sweep_figure_has_five_panels_and_a_notes_panel(tmp_path, monkeypatch):
     assert len(fig.axes) == 6  # five panels, each on its own axis, and the notes
     assert [len(ax.lines) for ax in fig.axes] == [1, 1, 1, 1, 1, 0]
     plt.close("all")
+

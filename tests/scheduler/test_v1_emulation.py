@@ -74,6 +74,11 @@ class Emulated:
         self.free = front + self.free + back
         r["blocks"], r["done"] = [], 0
 
+    @staticmethod
+    def rank(r):
+        """v1's Request order under the priority policy: (priority, arrival_time, id)."""
+        return (r["priority"], r["arrival"], r["index"], r["sample"])
+
     def run(self, reqs):
         waiting, running, now, pending = [], [], 0, sorted(reqs, key=lambda r: r["arrival"])
         while pending or waiting or running:
@@ -87,7 +92,7 @@ class Emulated:
                 ok = self.allocate(r, n)
                 while not ok:
                     if self.by_priority:  # the least urgent; ties: the latest to arrive
-                        victim = max(running, key=lambda q: (q["priority"], q["index"]))
+                        victim = max(running, key=self.rank)
                         running.remove(victim)
                         if id(victim) in sched:  # scheduled earlier this step: undo that
                             budget += sched.pop(id(victim))[1]
@@ -107,6 +112,8 @@ class Emulated:
                 budget -= n
                 i += 1
             while not preempted and waiting and budget > 0 and len(running) < self.max_seqs:
+                if self.by_priority:  # v1's priority queue: the most urgent, then the oldest
+                    waiting.sort(key=self.rank)
                 r = waiting[0]
                 tokens = r["prompt"] + r["out"]
                 hits = self.lookup(tokens)
@@ -165,7 +172,7 @@ def test_the_simulator_agrees_with_a_plain_emulation_of_v1(work, bs, spare, budg
                   victim="fcfs" if prio is None else "priority").run(check=True)
     emu = Emulated(num_blocks, bs, budget, max_seqs, by_priority=prio is not None)
     emu.run([{"prompt": list(tokens[i]), "out": [], "done": 0, "high": 0, "blocks": [],
-              "index": i, "priority": 0 if prio is None else prio[i],
+              "index": i, "sample": k, "priority": 0 if prio is None else prio[i],
               "arrival": r.arrival_step, "outputs": outputs[i] if k == 0 else
               [synthetic_token(i, k, j) for j in range(r.output_len)]}
              for i, r in enumerate(reqs) for k in range(r.n)])

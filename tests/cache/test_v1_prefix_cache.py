@@ -138,11 +138,11 @@ def test_stale_computed_blocks_are_refused():
 
 def test_blocks_that_slide_out_of_the_window_stay_cached():
     m = SlidingWindowPrefixCachingManager(16, 2, window=4)
-    m.add_sequence("a", 9, tokens=list(range(9)))  # blocks 0, 1 lie before the window
-    assert m.block_table("a")[:2] == [-1, -1]
-    assert len(m.cached_free_blocks()) == 2  # freed by the window, still findable
+    m.add_sequence("a", 9, tokens=list(range(9)))  # the next query reads 6..9: blocks 0-2 go
+    assert m.block_table("a")[:4] == [-1, -1, -1, 3]
+    assert len(m.cached_free_blocks()) == 3  # freed by the window, still findable
     m.add_sequence("b", 9, tokens=list(range(9)))
-    assert m.stats.hit_tokens == 8  # all four full blocks: two were free, two shared
+    assert m.stats.hit_tokens == 8  # four blocks' worth: two null, then blocks 2 (free) and 3
     m.check_invariants()
 
 
@@ -152,12 +152,13 @@ def test_a_sliding_window_hit_starts_past_evicted_blocks_it_would_never_read():
     m.add_sequence("a", 12, tokens=tokens)  # blocks 0..3 slide out (freed, still cached)
     m.free_sequence("a")
     m.add_sequence("x", 8, tokens=[50 + t for t in range(8)])  # 2 uncached + evicts 2 oldest
-    assert m.stats.evictions == 2
-    assert PrefixCachingManager._match(m, tuple(tokens), 6) == []  # full attention: block 0 is gone
+    assert m.stats.evictions == 2  # blocks 3 and 2: a window frees its last block first (v1)
+    assert PrefixCachingManager._match(m, tuple(tokens), 6) == [0, 1]  # full attention: 2 is gone
     m.add_sequence("b", 13, tokens=tokens + [99])
     table = m.block_table("b")
     assert m.stats.hit_tokens == 12  # the last two cached blocks, null blocks before them
-    assert table[:4] == [-1, -1, -1, -1] and -1 not in table[4:]
+    # null blocks before the hit; b's next query (13) reads 10..13, so hit block 4 goes too
+    assert table[:5] == [-1] * 5 and -1 not in table[5:]
     m.check_invariants()
 
 

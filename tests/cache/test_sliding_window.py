@@ -12,9 +12,9 @@ from pagedsim.workloads import Request
 def test_blocks_entirely_behind_the_window_are_freed_and_marked_null():
     # B = 4, W = 6, S = 2: block 0 holds the sinks and always stays.
     m = SlidingWindowManager(10, 4, window=6, sinks=2)
-    m.add_sequence("a", 12)  # positions 0..11; window starts at 6: block 1 (4..7) still needed
+    m.add_sequence("a", 12)  # the next query (12) reads 7..12: block 1 (4..7) still needed
     assert m.block_table("a") == [0, 1, 2]
-    m.append_tokens("a", 2)  # 14 tokens: window starts at 8, block 1 (4..7) lies before it
+    m.append_tokens("a", 2)  # 14 tokens: the next query reads 9..14, block 1 (4..7) goes
     assert m.block_table("a") == [0, NULL_BLOCK, 2, 3]
     assert m.pool.is_free(1) and m.dropped_blocks == 1
     assert list(m.slot_mapping("a")[4:8]) == [-1] * 4
@@ -23,15 +23,15 @@ def test_blocks_entirely_behind_the_window_are_freed_and_marked_null():
 
 def test_without_sinks_the_first_block_goes_too():
     m = SlidingWindowManager(10, 4, window=4)
-    m.add_sequence("a", 9)  # window = positions 5..8: block 0 (0..3) is gone
+    m.add_sequence("a", 9)  # the next query (9) reads 6..9: block 0 (0..3) is gone
     assert m.block_table("a") == [NULL_BLOCK, 1, 2]
 
 
 def test_a_shared_block_dropped_by_one_fork_stays_for_the_other():
-    m = SlidingWindowManager(10, 2, window=2, trace=False)
-    m.add_sequence("a", 3)  # [0, 1]; window 1..2 keeps both
+    m = SlidingWindowManager(10, 2, window=3, trace=False)
+    m.add_sequence("a", 3)  # [0, 1]; the next query (position 3) reads 1..3: both stay
     m.fork("a", "b")
-    m.decode_step(["a"])  # a has 4 tokens: block 0 (0..1) is behind a's window
+    m.decode_step(["a"])  # a has 4 tokens: its next query reads 2..4, block 0 (0..1) goes
     assert m.block_table("a")[0] == NULL_BLOCK and m.block_table("b")[0] == 0
     assert m.pool.ref_count(0) == 1
     m.check_invariants()

@@ -1,0 +1,33 @@
+"""The prefix cache's counters and its default hash (v1 PrefixCacheStats, hash_block_tokens)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def chained_hash(parent_hash: int, tokens: tuple) -> int:
+    """v1's hash_block_tokens without extra keys: the block's tokens after its parent's hash."""
+    return hash((parent_hash, tokens))
+
+
+@dataclass
+class CacheStats:
+    """Counted once per admission (v1 counts in get_computed_blocks: a retried lookup twice)."""
+
+    requests: int = 0  # admissions that looked the cache up (v1: PrefixCacheStats.requests)
+    prompt_tokens: int = 0  # tokens looked up (v1: PrefixCacheStats.queries)
+    hit_tokens: int = 0  # of those, served by cached blocks (v1: PrefixCacheStats.hits)
+    hits: int = 0  # the same hits, in full blocks
+    misses: int = 0  # full prompt blocks that were computed
+    evictions: int = 0  # cached blocks whose contents were overwritten
+    block_floor: int = 0  # prompt tokens matching a cached block that did not fill a block
+
+    @property
+    def hit_rate(self) -> float:
+        """Fraction of prompt tokens served from the cache (v1's prefix-cache hit rate)."""
+        return self.hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def block_hit_rate(self) -> float:
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0

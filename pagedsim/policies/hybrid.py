@@ -1,0 +1,276 @@
+"""The hybrid allocator: full-attention and sliding-window KV cache groups over one pool (v1).
+
+Gemma-style models interleave full-attention layers with sliding-window layers. vLLM v1
+puts each kind in its own *KV cache group* (`KVCacheGroupSpec`); every group keeps its
+own block table per request, all groups draw blocks from one `BlockPool`, and the
+`HybridKVCacheCoordinator` (v1 kv_cache_coordinator.py) keeps them in step:
+
+    lookup     each group finds its longest cache hit, and the hit is *aligned*: the full
+               group finds k blocks from the start; the window group then searches within
+               those k (from the right, ceil((W - 1) / B) cached blocks suffice, null
+               blocks before them); the full group's hit is cut to the window group's
+               length. Both groups then reuse the same number of tokens.
+    allocate   all or nothing across groups: the blocks both groups need (new blocks plus
+               cached free hits) are counted first; a short pool returns None, changing
+               nothing. The window group's cached free hits are protected while the full
+               group allocates, so one group never evicts the other's hits (vLLM #33775).
+    drop       each group drops on its own: the window group frees what its next query
+               never reads (remove_skipped_blocks), the full group keeps everything.
+
+Here each group is a manager of its own (`PrefixCachingManager` group 0,
+`SlidingWindowPrefixCachingManager` group 1) over one shared `CachingBlockPool`. A
+group's hashes chain from a root of its own, as v1's `BlockHashWithGroupId` keeps the
+groups apart in one index. `snapshot()` shows both tables of a request ("A:full",
+"A:window") over the one pool, for the playground and `draw/hybrid.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import trace as tr
+from ..errors import OutOfBlocks, SequenceError, count_arg, token_ids_arg
+from ..usage import block_fill
+from .allocate_slots import ComputedBlocks
+from .cache_pool import CacheStats, CachingBlockPool
+from .prefix_cache import PrefixCachingManager
+from .sliding_window_cache import SlidingWindowPrefixCachingManager
+
+GROUPS = ("full", "window")  # group 0, group 1
+
+
+@dataclass(frozen=True)
+class HybridComputedBlocks:
+    """What `HybridManager.get_computed_blocks` found: one aligned hit per group."""
+
+    token_ids: tuple  # the lookup's token ids
+    blocks: tuple  # (full-attention hit blocks, sliding-window hit blocks), equally long
+    num_tokens: int  # tokens both groups reuse
+    per_group: tuple = ()  # the ComputedBlocks each group checks again
+
+
+class HybridManager:
+    """Two KV cache groups (full attention, sliding window) over one pool (see module doc)."""
+
+    def __init__(self, num_blocks: int, block_size: int, *, window: int,
+                 eviction: str = "lru", enable_kv_cache_events: bool = False,
+                 trace: bool = True):
+        if not isinstance(trace, bool):
+            raise TypeError(f"trace must be a bool, got {type(trace).__name__}")
+        self.stats = CacheStats()
+        self.pool = CachingBlockPool(num_blocks, block_size, eviction, self.stats,
+                                     enable_kv_cache_events)
+        self.block_size = self.pool.block_size
+        self.full = PrefixCachingManager(num_blocks, block_size, pool=self.pool, trace=False)
+        self.window = SlidingWindowPrefixCachingManager(
+            num_blocks, block_size, window=window, pool=self.pool, group_idx=1, trace=False)
+        self.groups = (self.full, self.window)
+        self.step = 0
+        self._short = 0  # free blocks the last refused allocate_slots needed
+        self._trace = tr.Trace() if trace else None
+        if trace:
+            self._trace.snapshots.append(self.snapshot(caption=(
+                f"a pool of {num_blocks} blocks x {block_size} tokens shared by two KV cache "
+                f"groups: full attention and a sliding window of {window} tokens")))
+
+    # ---- queries -----------------------------------------------------------------------
+    @property
+    def num_blocks(self) -> int:
+        return self.pool.num_blocks
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free_blocks
+
+    @property
+    def trace(self):
+        return self._trace
+
+    def seq_ids(self) -> list:
+        return self.full.seq_ids()
+
+    def __contains__(self, seq_id) -> bool:
+        return seq_id in self.full
+
+    def block_tables(self, seq_id) -> tuple:
+        """(full-attention table, sliding-window table) of a sequence, as copies."""
+        return self.full.block_table(seq_id), self.window.block_table(seq_id)
+
+    def num_tokens(self, seq_id) -> int:
+        return self.full.num_tokens(seq_id)
+
+    def num_computed_tokens(self, seq_id) -> int:
+        return self.full.num_computed_tokens(seq_id)
+
+    def get_num_common_prefix_blocks(self, request_id, num_running_requests: int) -> list:
+        """One count per group, as v1's KVCacheManager returns (the window group: 0)."""
+        return [g.get_num_common_prefix_blocks(request_id, num_running_requests)
+                for g in self.groups]
+
+    def take_events(self) -> list:
+        return self.pool.take_events()
+
+    # ---- the v1 calls ------------------------------------------------------------------
+    def get_computed_blocks(self, token_ids, *, cache_salt=None,
+                            lora_id=None) -> HybridComputedBlocks:
+        """The aligned hit of both groups, capped at num_tokens - 1 (see module doc)."""
+        tokens = token_ids_arg("token_ids", token_ids)
+        keys = [g.extra_keys(cache_salt, lora_id) for g in self.groups]
+        cap = max(len(tokens) - 1, 0) // self.block_size
+        full = self.full._match(tokens, cap, keys[0])
+        window = self.window._match(tokens, len(full), keys[1])
+        full = full[:len(window)]
+        n = len(full) * self.block_size
+        per_group = tuple(ComputedBlocks(tokens, tuple(hits), n, k)
+                          for hits, k in zip((full, window), keys, strict=True))
+        return HybridComputedBlocks(tokens, (tuple(full), tuple(window)), n, per_group)
+
+    def allocate_slots(self, seq_id, num_new_tokens: int, num_lookahead_tokens: int = 0,
+                       new_token_ids=None, computed: HybridComputedBlocks | None = None, *,
+                       cache_salt=None, lora_id=None):
+        """Slots in both groups, all or nothing; (full blocks, window blocks) or None."""
+        n = count_arg("num_new_tokens", num_new_tokens)
+        ahead = count_arg("num_lookahead_tokens", num_lookahead_tokens)
+        if seq_id in self.full:
+            if computed is not None or cache_salt is not None or lora_id is not None:
+                raise ValueError(f"sequence {seq_id!r} is running; computed blocks and extra "
+                                 f"keys are for new ones")
+            new = None if new_token_ids is None else token_ids_arg("new_token_ids",
+                                                                  new_token_ids)
+            need = sum(g.blocks_to_extend(seq_id, n, ahead) for g in self.groups)
+            if need > self.pool.num_free_blocks:
+                self._short = need
+                return None
+            got = tuple(g.allocate_slots(seq_id, n, ahead, new) for g in self.groups)
+            return self._after("extends", seq_id, got)
+        return self._admit(seq_id, n, ahead, new_token_ids, computed, cache_salt, lora_id)
+
+    def _admit(self, seq_id, n, ahead, new_token_ids, computed, cache_salt, lora_id):
+        self.full._check_new(seq_id)
+        if new_token_ids is None:
+            raise ValueError(f"new sequence {seq_id!r} needs new_token_ids (its prompt)")
+        if computed is None:
+            tokens = token_ids_arg("new_token_ids", new_token_ids)
+            per_group = [None, None]
+            keys = [g.extra_keys(cache_salt, lora_id) for g in self.groups]
+            hits = ((), ())
+        elif not isinstance(computed, HybridComputedBlocks) or len(computed.per_group) != 2:
+            raise TypeError(f"computed must come from HybridManager.get_computed_blocks, got "
+                            f"{computed!r}")
+        else:
+            tokens = computed.token_ids if new_token_ids is computed.token_ids else \
+                token_ids_arg("new_token_ids", new_token_ids)
+            per_group, hits = list(computed.per_group), computed.blocks
+            keys = [g.extra_keys(cache_salt, lora_id) for g in self.groups]
+            for g, c, k in zip(self.groups, per_group, keys, strict=True):
+                g._check_computed(c, tokens, list(c.blocks), tokens is c.token_ids, k)
+        done = computed.num_tokens if computed is not None else 0
+        if done + n > len(tokens):
+            raise ValueError(f"{done} cached + {n} new tokens exceed the {len(tokens)} known")
+        need = sum(g._blocks_to_take(list(h), done + n + ahead)
+                   for g, h in zip(self.groups, hits, strict=True))
+        if need > self.pool.num_free_blocks:
+            self._short = need
+            return None
+        with self.pool.protecting(b for b in hits[1] if b >= 0):
+            got_full = self.full.allocate_slots(seq_id, n, ahead, tokens, per_group[0],
+                                                cache_salt=cache_salt, lora_id=lora_id)
+        got_window = self.window.allocate_slots(seq_id, n, ahead, tokens, per_group[1],
+                                                cache_salt=cache_salt, lora_id=lora_id)
+        assert got_full is not None and got_window is not None, "the groups' need was miscounted"
+        return self._after("arrives", seq_id, (got_full, got_window))
+
+    # ---- the playground's calls --------------------------------------------------------
+    def add_sequence(self, seq_id, num_tokens: int, tokens=None):
+        """Admit a prompt (ids default to 0, 1, ...) with its cache hit, in one call. A short
+        pool is a recorded step and OutOfBlocks, with nothing else changed."""
+        num_tokens = count_arg("num_tokens", num_tokens)
+        ids = list(range(num_tokens)) if tokens is None else tokens
+        hit = self.get_computed_blocks(ids)
+        got = self.allocate_slots(seq_id, num_tokens - hit.num_tokens, new_token_ids=ids,
+                                  computed=hit)
+        return self._or_refuse(got, seq_id, f"add_sequence({num_tokens} tokens)")
+
+    def append_tokens(self, seq_id, n: int = 1, token_ids=None):
+        """`n` more tokens in both groups; a short pool as in add_sequence."""
+        if seq_id not in self.full:
+            raise SequenceError(f"unknown sequence {seq_id!r}")
+        n = count_arg("n", n)
+        if token_ids is None and self.full._known.get(seq_id) is not None:
+            token_ids = [self.full.num_tokens(seq_id) + i for i in range(n)]  # ids go on
+        got = self.allocate_slots(seq_id, n, new_token_ids=token_ids)
+        return self._or_refuse(got, seq_id, f"append_tokens({n})")
+
+    def _or_refuse(self, got, seq_id, what: str):
+        if got is not None:
+            return got
+        self.step += 1
+        if self._trace is not None:
+            self._trace.snapshots.append(self.snapshot(caption=(
+                f"seq {seq_id} {what} needs {self._short} free blocks in the two groups "
+                f"together but only {self.pool.num_free_blocks} are free: OutOfBlocks, nothing "
+                f"changed")))
+        raise OutOfBlocks(self._short, self.pool.num_free_blocks, f"seq {seq_id!r} {what}")
+
+    def free_sequence(self, seq_id) -> None:
+        if seq_id not in self.full:
+            raise SequenceError(f"unknown sequence {seq_id!r}")
+        for g in self.groups:
+            g.free_sequence(seq_id)
+        self._after("finishes", seq_id, None)
+
+    def reset_prefix_cache(self) -> bool:
+        if not self.pool.reset():
+            return False
+        self._after("reset", None, None)
+        return True
+
+    def drain_copies(self) -> list:
+        return []  # v1 shares blocks only through the cache: no copy-on-write
+
+    # ---- steps, snapshots, invariants --------------------------------------------------
+    def _after(self, what: str, seq_id, got):
+        self.step += 1
+        if self._trace is not None:
+            self._trace.snapshots.append(self.snapshot(caption=self._caption(what, seq_id)))
+        return got
+
+    def _caption(self, what: str, seq_id) -> str:
+        if what == "reset":
+            return "reset_prefix_cache(): every cached block is forgotten"
+        if what == "finishes":
+            return f"seq {seq_id} finishes: both groups free its blocks (full blocks stay cached)"
+        full, window = self.block_tables(seq_id)
+        named = sum(1 for b in window if b >= 0)
+        return (f"seq {seq_id} {what} ({full.num_tokens} tokens): the full-attention group "
+                f"holds {len(full)} blocks, the sliding-window group {named} of {len(window)}"
+                f" (the rest fell out of its window)")
+
+    def snapshot(self, caption: str = "") -> tr.Snapshot:
+        """Both groups' tables over the one pool: seq "A" shows as "A:full" and "A:window"."""
+        tables = [(f"{s}:{name}", g._tables[s]) for s in self.full.seq_ids()
+                  for name, g in zip(GROUPS, self.groups, strict=True)]
+        return tr.Snapshot(
+            step=self.step, caption=caption, events=(), num_blocks=self.num_blocks,
+            block_size=self.block_size, free_list=tuple(self.pool.free_list()),
+            ref_counts=tuple(self.pool.ref_counts()),
+            block_fill=tuple(block_fill([t for _, t in tables], self.num_blocks,
+                                        self.block_size)),
+            sequences=tuple(tr.SeqState(name, tuple(t.blocks), t.num_tokens)
+                            for name, t in tables),
+            cached_blocks=tuple(self.pool.cached_free_blocks()))
+
+    def check_invariants(self) -> None:
+        """The pool's own, each group's tables, and the sum of references over both groups;
+        both groups hold the same sequences, at the same length."""
+        self.pool.check_invariants()
+        references = sum(g.table_references() for g in self.groups)
+        for g in self.groups:
+            g.check_invariants()
+        assert sum(self.pool.ref_counts()) == references, (
+            f"ref counts sum to {sum(self.pool.ref_counts())} but the groups' tables hold "
+            f"{references} references")
+        assert self.full.seq_ids() == self.window.seq_ids(), "the groups hold other sequences"
+        for s in self.full.seq_ids():
+            assert self.full.num_tokens(s) == self.window.num_tokens(s), (
+                f"seq {s!r} has different lengths in the two groups")

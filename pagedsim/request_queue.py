@@ -1,0 +1,79 @@
+"""The v1 scheduler's waiting queue, in its two orders (vLLM v1 core/sched/request_queue.py).
+
+    fcfs      arrival order; a preempted request goes back to the *front*
+              (v1's FCFSRequestQueue, `prepend_request`)
+    priority  a heap on (priority, arrival_time, arrival): the smallest priority value
+              is admitted first, ties in arrival order; a preempted request simply
+              rejoins the heap (v1's PriorityRequestQueue, which orders requests by
+              `Request.__lt__` on the same keys)
+
+Both answer the same calls, so the scheduler never asks which one it holds:
+`add_request`, `prepend_request`, `peek_request`, `pop_request`, `len()`, `bool()`
+and iteration (in admission order).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+SCHEDULING_POLICIES = ("fcfs", "priority")
+
+
+class FCFSRequestQueue:
+    """Arrival order; preempted requests in front."""
+
+    def __init__(self):
+        self._queue: deque = deque()  # front = next to admit
+
+    def add_request(self, req) -> None:
+        self._queue.append(req)
+
+    def prepend_request(self, req) -> None:
+        self._queue.appendleft(req)
+
+    def peek_request(self):
+        return self._queue[0]
+
+    def pop_request(self):
+        return self._queue.popleft()
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def __iter__(self):
+        return iter(list(self._queue))
+
+
+class PriorityRequestQueue:
+    """A heap on (priority, arrival_time, arrival); preempted requests rejoin it."""
+
+    def __init__(self):
+        self._heap: list = []  # (priority, arrival_time, arrival, request)
+
+    def add_request(self, req) -> None:
+        heapq.heappush(self._heap, (req.priority, req.arrival_time, req.arrival,
+                                    req.request_id, req))  # the ids make every key distinct
+
+    prepend_request = add_request  # v1: a preempted request is ordered like any other
+
+    def peek_request(self):
+        return self._heap[0][-1]
+
+    def pop_request(self):
+        return heapq.heappop(self._heap)[-1]
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def __iter__(self):
+        return iter([entry[-1] for entry in sorted(self._heap)])
+
+
+def make_request_queue(policy: str):
+    """The waiting queue for a scheduling policy: "fcfs" or "priority"."""
+    if not isinstance(policy, str):
+        raise TypeError(f"policy must be a str, got {type(policy).__name__}")
+    if policy not in SCHEDULING_POLICIES:
+        raise ValueError(f"policy must be one of {SCHEDULING_POLICIES}, got {policy!r}")
+    return PriorityRequestQueue() if policy == "priority" else FCFSRequestQueue()

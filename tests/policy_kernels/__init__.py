@@ -1,0 +1,1 @@
+"""Policies against the kernels (CUDA simulator): swap round trips, windows, cache hits."""

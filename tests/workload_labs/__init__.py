@@ -1,0 +1,1 @@
+"""The labs over workloads: memory waste, block-size sweep, policy comparison, their figures."""
