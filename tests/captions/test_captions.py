@@ -7,10 +7,11 @@ from pagedsim.policies.sliding_window import SlidingWindowManager
 def test_a_window_drop_is_named_in_the_caption():
     m = SlidingWindowManager(10, 2, window=4)
     m.add_sequence("A", 4)
-    m.append_tokens("A", 3)  # 7 tokens; the window keeps positions 3..6, so block 0 goes
+    first, second = m.trace.snapshots[-1].sequences[0].blocks  # positions 0..1 and 2..3
+    m.append_tokens("A", 3)  # 7 computed tokens: the next query (position 7) reads 4..7 (v1)
     caption = m.trace.snapshots[-1].caption
     assert "fell out of the window" in caption
-    assert f"block {m.trace.snapshots[-2].sequences[0].blocks[0]} fell" in caption
+    assert f"blocks {second}, {first} fell" in caption  # the last one first, as v1 frees them
 
 
 def test_a_prefix_hit_on_a_live_block_is_named_in_the_caption():
