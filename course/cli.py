@@ -22,8 +22,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import sys
 import tempfile
 from pathlib import Path
+
+from pagedsim.app.cli import float_in, int_in
 
 from . import curriculum, i18n, workspace
 from .lessons_text import lesson_text
@@ -51,7 +54,7 @@ def lesson_main(argv: list[str]) -> int:
         print("\nrun one with `pagedsim lesson 3.1`")
         return 0
     if args.section not in LESSONS:
-        print(f"pagedsim lesson: no lesson {args.section!r}; choose one of {', '.join(LESSONS)}")
+        print(f"pagedsim lesson: no lesson {args.section!r}; choose one of {', '.join(LESSONS)}", file=sys.stderr)
         return 2
     lesson = importlib.import_module(LESSONS[args.section])
     print(lesson_text(lesson, args.section, lang), "\n")
@@ -125,15 +128,16 @@ def check_main(argv: list[str]) -> int:
     p.add_argument("--all", action="store_true", help="every exercise, in course order")
     p.add_argument("--solutions", action="store_true", help="check the reference solutions")
     p.add_argument("--json", action="store_true", help="print one JSON object per exercise (machine-readable)")
-    p.add_argument("--timeout", type=float, metavar="S", help="seconds allowed per check and for importing "
-                   "the file (default 60)")
+    p.add_argument("--timeout", type=float_in(0, 86_400, open_low=True), metavar="S",
+                   help="seconds allowed per check and for importing the file (default 60)")
     p.add_argument("--extra-checks", nargs="+", type=Path, default=[], metavar="PATH",
                    help="more pytest files to run against the same file (fixtures: impl, kernels)")
     p.add_argument("--verbose", "-v", action="store_true", help="show every failing check")
     p.add_argument("--curriculum", action="store_true", help="validate course/curriculum.toml")
     p.add_argument("--mutants", action="store_true", help="prove the checks catch the known bugs")
     p.add_argument("--generic", action="store_true", help="with --mutants: also measure generic mutants")
-    p.add_argument("--sample", type=int, metavar="N", help="with --generic: N generic mutants per exercise")
+    p.add_argument("--sample", type=int_in(1, 100_000), metavar="N",
+                   help="with --generic: N generic mutants per exercise")
     _lang_arg(p)
     args = p.parse_args(argv)
     i18n.set_lang(args.lang)
@@ -148,7 +152,8 @@ def check_main(argv: list[str]) -> int:
         try:
             from .mutants_report import report
         except ImportError:
-            print("pagedsim check --mutants: not part of this build (the student copy has no mutants)")
+            print("pagedsim check --mutants: not part of this build (the student copy has no mutants)",
+                  file=sys.stderr)
             return 2
         chosen = [curriculum.find(args.exercise, exercises)] if args.exercise else exercises
         return report(chosen, generic=args.generic, sample=args.sample)
@@ -158,8 +163,12 @@ def check_main(argv: list[str]) -> int:
         try:
             chosen = [curriculum.find(args.exercise, exercises)]
         except KeyError as e:
-            print(f"pagedsim check: {e.args[0]}")
+            print(f"pagedsim check: {e.args[0]}", file=sys.stderr)
             return 2
+    elif args.impl or args.extra_checks:
+        print("pagedsim check: --impl and --extra-checks need an exercise id (e.g. pagedsim check 3.4a "
+              "--impl FILE)", file=sys.stderr)
+        return 2
     else:
         for ex in exercises:
             mine = workspace.find(ex)
@@ -168,7 +177,7 @@ def check_main(argv: list[str]) -> int:
               "; first copy the stubs to a workspace with `pagedsim workspace`"))
         return 0
     if (args.impl or args.extra_checks) and len(chosen) != 1:
-        print("pagedsim check: --impl and --extra-checks need exactly one exercise id")
+        print("pagedsim check: --impl and --extra-checks need exactly one exercise id", file=sys.stderr)
         return 2
     from .runner import run_checks
 

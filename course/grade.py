@@ -44,7 +44,9 @@ from pathlib import Path
 
 from pagedsim.app.cli import ArgParser, float_in, int_in
 
-from . import curriculum, export, jail
+from pagedsim.testing import jail
+
+from . import curriculum, export
 
 STATUSES = ("pass", "fail", "timeout", "error")
 DEFAULT_TIMEOUT = 120.0  # seconds per student x exercise: the checks take ~2-5 s on a slow core
@@ -103,10 +105,13 @@ class Job:
     digest: str = ""
 
     @classmethod
-    def make(cls, jobs: Path, build: Path, path: Path, extra_checks=()) -> tuple[Job, list[Path]]:
+    def make(cls, jobs: Path, build: dict, path: Path, extra_checks=()) -> tuple[Job, list[Path]]:
+        """Write the build (held in memory, so no job can change another's) and the file."""
         folder = Path(tempfile.mkdtemp(prefix="job-", dir=jobs))
         job = cls(folder, folder / "code", folder / "submission" / path.name, folder / "scratch")
-        shutil.copytree(build, job.code, symlinks=True)
+        for rel, data in build.items():
+            (job.code / rel).parent.mkdir(parents=True, exist_ok=True)
+            (job.code / rel).write_bytes(data)
         extra = private_checks(job.code, extra_checks)
         job.submission.parent.mkdir()
         shutil.copyfile(path, job.submission)
@@ -125,11 +130,14 @@ class Job:
 
 
 def run_one(student: str, ex_id: str, path: Path, *, timeout: float, extra_checks=(), command=None,
-            build: Path, jobs: Path, sandbox: bool = False) -> Result:
+            build: dict, jobs: Path, sandbox: bool = False) -> Result:
     """Grade one file in its own session, from its own copy of the checks; never raises for
     anything the student did. The session and every descendant are killed when it ends."""
     if not path.is_file():
         return Result(student, ex_id, "error", messages=[f"no file {path.name}"], sandbox=sandbox)
+    refused = refuse(path)
+    if refused:
+        return Result(student, ex_id, "error", messages=[refused], sandbox=sandbox)
     job, extra = Job.make(jobs, build, path, extra_checks)
     start = time.monotonic()
     proc = subprocess.Popen((command or child_command)(ex_id, job.submission, extra), stdin=subprocess.DEVNULL,
@@ -184,13 +192,25 @@ def private_checks(build: Path, extra_checks) -> list[Path]:
     relative to where `grade` was started still works in the checker's scratch folder."""
     folder = build / Path(curriculum.load()[0].checks[0]).parent  # [build]/course/ch03_kv_block/checks
     copies = []
-    for i, src in enumerate(map(Path, extra_checks)):
-        dest = folder / src.name
+    for i, src in enumerate(extra_checks):  # a path, or (name, bytes) read when grading began
+        name, data = (src[0], src[1]) if isinstance(src, tuple) else (Path(src).name, Path(src).read_bytes())
+        dest = folder / name
         if dest.exists():  # never replace one of the course's checks
-            dest = folder / f"test_extra_{i}_{src.name}"
-        shutil.copyfile(src, dest)
+            dest = folder / f"test_extra_{i}_{name}"
+        dest.write_bytes(data)
         copies.append(dest)
     return copies
+
+
+def refuse(path: Path) -> str:
+    """Why a handed-in file is not graded at all: a link (to the solution, or anywhere), or a
+    byte-for-byte copy of a reference solution; '' when it is graded."""
+    if path.is_symlink() or path.resolve() != path.absolute():
+        return f"{path.name} is (or is under) a symbolic link, not a file of your own: not graded"
+    data = path.read_bytes()
+    if any(data == p.read_bytes() for p in solutions_on_disk()):
+        return f"{path.name} is a copy of the reference solution: not graded"
+    return ""
 
 
 def solutions_on_disk() -> list[Path]:
@@ -224,7 +244,7 @@ def grade(root, exercise_ids=None, *, timeout: float = DEFAULT_TIMEOUT, extra_ch
     if sandbox and jail.bwrap() is None:
         raise ValueError("--sandbox needs bubblewrap (apt-get install bubblewrap), which is not available here")
     students, exercises = plan(root, exercise_ids)
-    todo = [(s, ex.id, find_submission(root / s, ex).resolve()) for s in students for ex in exercises]
+    todo = [(s, ex.id, find_submission(root / s, ex)) for s in students for ex in exercises]
     jail.become_subreaper()
     keep = jail.descendants(os.getpid())
     before = jail.snapshot(root)
@@ -239,10 +259,12 @@ def grade(root, exercise_ids=None, *, timeout: float = DEFAULT_TIMEOUT, extra_ch
             windows[s, i] = (t0, time.time())
 
     with tempfile.TemporaryDirectory(prefix="pagedsim-grade-") as tmp:
-        build, jobs = Path(tmp) / "build", Path(tmp) / "jobs"  # outside every student's folder
-        export.export(build, prefixes=export.PACKAGES)  # the code without solutions
+        jobs = Path(tmp) / "jobs"  # outside every student's folder
+        written = export.export(Path(tmp) / "build", prefixes=export.PACKAGES)  # the code without solutions
+        build = {rel: (Path(tmp) / "build" / rel).read_bytes() for rel in written}
+        shutil.rmtree(Path(tmp) / "build")
         jobs.mkdir()
-        extra = list(extra_checks)
+        extra = [(Path(c).name, Path(c).read_bytes()) for c in extra_checks]  # no job can change them
         try:
             with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
                 results = [f.result() for f in [pool.submit(one, s, i, p) for s, i, p in todo]]

@@ -4,7 +4,7 @@
         mod = sub.module()            # the student's file, imported in the child (course/remote.py)
         mod.allocate(...)             # every use is a message; nothing of the file runs here
 
-The child is `python -m course.isolation FD`: it points its stdin, stdout and stderr at
+The child is `child_main(FD)` in a fresh Python: it points its stdin, stdout and stderr at
 /dev/null (a print, or an `atexit` hook that writes a fake result to fd 1, goes nowhere),
 keeps the reference solutions unimportable (course/guard.py), and serves the grader's
 requests until the socket closes. It runs in its own session; this process is made the
@@ -22,9 +22,10 @@ import sys
 import types
 from pathlib import Path
 
-from . import jail, remote
+from pagedsim.testing import jail, remote
 
 IMPORT_EXITED = "your file ended its own process while being imported ({why})"
+HIDE = ("course/ch03_kv_block/solutions", "course/ch03_kv_block/mutants.py")  # never mounted in the sandbox
 
 
 class Submission:
@@ -44,13 +45,15 @@ class Submission:
 
     def start(self) -> remote.Channel:
         ours, theirs = socket.socketpair()
-        argv = [sys.executable, "-m", "course.isolation", str(theirs.fileno())]
+        serve = "import sys; from course.isolation import child_main; child_main(int(sys.argv[1]))"
+        argv = [sys.executable, "-c", serve, str(theirs.fileno())]
         env = dict(os.environ, MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1")
         env["PYTHONPATH"] = os.pathsep.join([str(self.code_root), *filter(None, [env.get("PYTHONPATH")])])
         work = self.scratch / "child"
         work.mkdir(parents=True, exist_ok=True)
         if self.sandbox:
-            argv = jail.sandbox_argv(argv, code_root=self.code_root, files=[self.path], scratch=self.scratch)
+            argv = jail.sandbox_argv(argv, code_root=self.code_root, files=[self.path], scratch=self.scratch,
+                                     hide=HIDE)
         self.proc = subprocess.Popen(argv, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
                                      cwd=work, start_new_session=True)
@@ -150,26 +153,11 @@ _STATE: dict = {}
 
 
 def child_main(fd: int) -> None:
-    sock = socket.socket(fileno=fd)
-    null = os.open(os.devnull, os.O_RDWR)
-    os.dup2(null, 0)
-    out = os.environ.get("PAGEDSIM_CHILD_OUTPUT")  # for debugging the grader; else prints go nowhere
-    out = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND) if out else null
-    for std in (1, 2):
-        os.dup2(out, std)
     from .guard import _Blocker
 
     sys.meta_path.insert(0, _Blocker())  # the reference solutions stay unimportable in here
-    ch = remote.Channel(sock, trusting=True)
-    ch.helpers.update(import_impl=_import_impl, import_module=_import_module, stepper_run=_stepper_run,
-                      impl_path=lambda: _STATE.get("impl"))
-    while True:
-        try:
-            head, data = ch._recv_message()
-        except (remote.ChildDied, OSError):
-            os._exit(0)
-        if head == "req":
-            ch._serve(data)
+    remote.serve(fd, dict(import_impl=_import_impl, import_module=_import_module, stepper_run=_stepper_run,
+                          impl_path=lambda: _STATE.get("impl")))
 
 
 if __name__ == "__main__":

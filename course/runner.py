@@ -217,7 +217,7 @@ class _ChildModules:
         return None
 
     def create_module(self, spec):
-        from .remote import ask
+        from pagedsim.testing.remote import ask
 
         self.sub.current()
         return ask(self.sub.ch, "import_module", spec.name)

@@ -26,6 +26,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from .cli import ArgParser, int_in
+
 from . import tour, tour_zh
 from .describe_zh import caption
 from .lang import LANGS, detect, t, wrap
@@ -56,7 +58,8 @@ class Playground:
         self.mistakes = 0
 
     def say(self, text: str) -> None:
-        print("\n".join(o for line in text.split("\n") for o in wrap(line, self.width)), file=self.out)
+        lines = (printable(line) for line in text.split("\n"))
+        print("\n".join(o for line in lines for o in wrap(line, self.width)), file=self.out)
 
     def show(self) -> None:
         s = self.session
@@ -109,6 +112,12 @@ class Playground:
                 print(prompt, end="", file=self.out, flush=True)
 
 
+def printable(text: str) -> str:
+    """`text` with control characters (ANSI escapes, a carriage return) written as escapes, so a
+    sequence name cannot move the cursor or recolour the terminal."""
+    return "".join(c if c.isprintable() or c == "\t" else ascii(c)[1:-1] for c in str(text))
+
+
 def _count(words, op) -> int:
     if not words:
         return 1
@@ -131,28 +140,26 @@ def draw_step(session: Session, path: Path, lang: str = "en", look: str = "paper
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="pagedsim play", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=help_text())
+    p = ArgParser(prog="pagedsim play", description=__doc__.split("\n\n")[0],
+                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=help_text())
     p.add_argument("script", nargs="?", type=Path, help="a scenario file (default: read stdin)")
     p.add_argument("--trace", type=Path, metavar="FILE", help="a trace from `pagedsim tour --json` to draw")
     p.add_argument("--draw", type=Path, metavar="DIR", help="write one frame per step, the key frames and a GIF")
     p.add_argument("--format", choices=FORMATS, default="png", help="format of the frames (default png)")
     p.add_argument("--style", choices=("paper", "projector"), default="paper",
                    help="projector: text >= 12 pt and strong colours, for slides")
-    p.add_argument("--blocks", type=int, default=12, help="blocks in the pool (default 12)")
-    p.add_argument("--block-size", type=int, default=4, help="tokens per block (default 4)")
+    p.add_argument("--blocks", type=int_in(1, 4096), default=12, help="blocks in the pool (default 12)")
+    p.add_argument("--block-size", type=int_in(1, 1024), default=4, help="tokens per block (default 4)")
     p.add_argument("--prefix-cache", action="store_true", help="share full prompt blocks (equal WORDs)")
-    p.add_argument("--window", type=int, metavar="N", help="sliding-window attention over N tokens")
+    p.add_argument("--window", type=int_in(1, 1 << 20), metavar="N", help="sliding-window attention over N tokens")
     p.add_argument("--policy", choices=POLICIES, default="none",
                    help="when the pool is short: none (the step fails), recompute or swap the newest")
-    p.add_argument("--width", type=int, default=None, help="line width (default: the terminal's)")
+    p.add_argument("--width", type=int_in(20, 1000), default=None,
+                   help="line width, 20..1000 (default: the terminal's)")
     p.add_argument("--lang", choices=LANGS, default=None, help="en or zh (default: the locale)")
     args = p.parse_args(argv)
-    if not 1 <= args.blocks <= 4096 or not 1 <= args.block_size <= 1024:
-        p.error("--blocks must be in 1..4096 and --block-size in 1..1024")
-    if args.window is not None and args.window < 1:
-        p.error("--window must be a positive number of tokens")
+    if args.trace and args.script:
+        p.error("give a SCRIPT or --trace FILE, not both (a trace is drawn as saved; a script builds a new one)")
     lang, width = detect(args.lang), args.width or tour.terminal_width()
     if args.trace:
         return _draw_trace(args, p, width, lang)
@@ -163,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     play = Playground(session, width=width, lang=lang, look=args.style)
     if args.script:
         if not args.script.is_file():
-            p.error(f"no such script: {args.script}")
-        play.loop(args.script.read_text(encoding="utf-8").splitlines(), echo=True)
+            p.error(f"no such script: {printable(args.script)}")
+        play.loop(args.script.read_text(encoding="utf-8-sig").splitlines(), echo=True)
     else:
         live = sys.stdin.isatty()
         if live:
@@ -183,11 +190,11 @@ def _draw_trace(args, p, width: int, lang: str) -> int:
     try:
         snaps = load_snapshots(args.trace)
     except (OSError, ValueError) as e:
-        p.error(f"--trace: {e}")
+        p.error(f"--trace: {printable(e)}")
     for s in snaps:
-        print("\n".join(wrap(t("step {k}: {caption}", lang, tour_zh.ZH, k=s.step, caption=caption(s, lang)),
-                              width)))
-        print(tour.format_snapshot(s, width=width, lang=lang))
+        print("\n".join(wrap(printable(t("step {k}: {caption}", lang, tour_zh.ZH, k=s.step,
+                                          caption=caption(s, lang))), width)))
+        print("\n".join(printable(line) for line in tour.format_snapshot(s, width=width, lang=lang).split("\n")))
     if args.draw:
         _write(snaps, args, lang)
     return 0

@@ -26,8 +26,6 @@ import time
 from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36
-SOLUTIONS = ("course/ch03_kv_block/solutions",)
-ANSWER_FILES = ("course/ch03_kv_block/mutants.py",)
 
 
 def become_subreaper() -> bool:
@@ -129,9 +127,10 @@ def _bind(flag: str, path: str) -> list[str]:
     return [flag, path, path] if os.path.exists(path) else []
 
 
-def sandbox_argv(argv: list[str], *, code_root: Path, files=(), scratch: Path) -> list[str]:
+def sandbox_argv(argv: list[str], *, code_root: Path, files=(), scratch: Path, hide=()) -> list[str]:
     """`argv` under bubblewrap: read-only system, Python and `code_root`; `files` read-only;
-    `scratch` writable; solutions and the mutant catalogue hidden wherever they are bound."""
+    `scratch` writable; the relative paths `hide` (folders emptied, files blanked) hidden
+    wherever they appear under a bound root or its site-packages."""
     exe = bwrap()
     if exe is None:
         raise RuntimeError("bubblewrap (bwrap) is not available")
@@ -147,13 +146,12 @@ def sandbox_argv(argv: list[str], *, code_root: Path, files=(), scratch: Path) -
         out += ["--ro-bind", exe_real, exe_real]
     for f in files:
         out += ["--ro-bind", str(Path(f).resolve()), str(Path(f).resolve())]
-    for root in roots:  # an installed or source `course` package: its answers are never mounted
+    for root in roots:  # e.g. an installed or source `course` package: its answers are never mounted
         for hidden in [*Path(root).glob("lib/python*/site-packages"), Path(root)]:
-            for rel in SOLUTIONS:
+            for rel in hide:
                 if (hidden / rel).is_dir():
                     out += ["--tmpfs", str(hidden / rel)]
-            for rel in ANSWER_FILES:
-                if (hidden / rel).is_file():
+                elif (hidden / rel).is_file():
                     out += ["--ro-bind", "/dev/null", str(hidden / rel)]
     scratch = str(Path(scratch).resolve())
     out += ["--bind", scratch, scratch, "--chdir", scratch, "--"]

@@ -1,8 +1,8 @@
-"""A submission in another process: the checks call it through a socket, never share memory with it.
+"""Code under test in another process: the checks call it through a socket, never share memory with it.
 
-`pagedsim check --impl` and `pagedsim grade` run the checks (pytest included) in the
-grader's process and the student's file in a child process (course/remote_child.py,
-started by course/jail.py). The two talk over one socket, in messages that are pickles:
+`pagedsim check --impl`, `pagedsim grade` (course/isolation.py) and `pagedsim conform`
+run the checks (pytest and Hypothesis included) in the grader's process and the code
+under test in a child process (started by `serve`). The two talk over one socket, in messages that are pickles:
 
     getattr / setattr / call / special (len, [], iter, ==, repr, ...)   on an object
     import_impl, import_module, stepper_run                             child-only helpers
@@ -304,6 +304,29 @@ class Channel:
         if op == "asarray":
             return np.asarray(obj)
         raise PermissionError(f"unknown request {op!r}")
+
+
+def serve(fd: int, helpers: dict) -> None:
+    """The child's whole life: stdin/stdout/stderr to /dev/null ($PAGEDSIM_CHILD_OUTPUT, for
+    debugging, takes the output instead), then serve requests until the socket closes."""
+    import os
+
+    sock = socket.socket(fileno=fd)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    out = os.environ.get("PAGEDSIM_CHILD_OUTPUT")
+    out = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND) if out else null
+    for std in (1, 2):
+        os.dup2(out, std)
+    ch = Channel(sock, trusting=True)
+    ch.helpers.update(helpers)
+    while True:
+        try:
+            head, data = ch._recv_message()
+        except (ChildDied, OSError):
+            os._exit(0)
+        if head == "req":
+            ch._serve(data)
 
 
 class _Raised(Exception):
