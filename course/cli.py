@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pagedsim.app.cli import float_in, int_in
+from pagedsim.app.cli import ArgParser, float_in, int_in
 
 from . import curriculum, i18n, workspace
 from .lessons_text import lesson_text
@@ -41,7 +41,7 @@ def _lang_arg(p: argparse.ArgumentParser) -> None:
 
 
 def lesson_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="pagedsim lesson", description="print and run a chapter-3 lesson")
+    p = ArgParser(prog="pagedsim lesson", description="print and run a chapter-3 lesson")
     p.add_argument("section", nargs="?", help="3.1 ... 3.8")
     p.add_argument("--out", type=Path, help="where figures go (default: a new temporary folder, printed)")
     p.add_argument("--no-demo", action="store_true", help="print the text only")
@@ -54,7 +54,8 @@ def lesson_main(argv: list[str]) -> int:
         print("\nrun one with `pagedsim lesson 3.1`")
         return 0
     if args.section not in LESSONS:
-        print(f"pagedsim lesson: no lesson {args.section!r}; choose one of {', '.join(LESSONS)}", file=sys.stderr)
+        print(f"pagedsim lesson: no lesson {args.section!r}; choose one of {', '.join(LESSONS)}",
+              file=sys.stderr)
         return 2
     lesson = importlib.import_module(LESSONS[args.section])
     print(lesson_text(lesson, args.section, lang), "\n")
@@ -122,7 +123,7 @@ def _choose_impl(ex, args) -> tuple[Path, str | None]:
 
 
 def check_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="pagedsim check", description="run an exercise's checks")
+    p = ArgParser(prog="pagedsim check", description="run an exercise's checks")
     p.add_argument("exercise", nargs="?", help="an exercise id such as 3.4a")
     p.add_argument("--impl", type=Path, help="check this file instead of your workspace's")
     p.add_argument("--all", action="store_true", help="every exercise, in course order")
@@ -152,8 +153,8 @@ def check_main(argv: list[str]) -> int:
         try:
             from .mutants_report import report
         except ImportError:
-            print("pagedsim check --mutants: not part of this build (the student copy has no mutants)",
-                  file=sys.stderr)
+            print("pagedsim check --mutants: not part of this build (the student copy has no "
+                  "mutants)", file=sys.stderr)
             return 2
         chosen = [curriculum.find(args.exercise, exercises)] if args.exercise else exercises
         return report(chosen, generic=args.generic, sample=args.sample)
@@ -165,19 +166,16 @@ def check_main(argv: list[str]) -> int:
         except KeyError as e:
             print(f"pagedsim check: {e.args[0]}", file=sys.stderr)
             return 2
-    elif args.impl or args.extra_checks:
-        print("pagedsim check: --impl and --extra-checks need an exercise id (e.g. pagedsim check 3.4a "
-              "--impl FILE)", file=sys.stderr)
-        return 2
-    else:
+    elif not (args.impl or args.extra_checks):
         for ex in exercises:
             mine = workspace.find(ex)
             print(f"  {ex.id:<5} {ex.title}\n        {mine or Path(workspace.DEFAULT) / Path(ex.stub).name}")
         print("\ncheck one with `pagedsim check 3.1`" + ("" if any(map(workspace.find, exercises)) else
               "; first copy the stubs to a workspace with `pagedsim workspace`"))
         return 0
-    if (args.impl or args.extra_checks) and len(chosen) != 1:
-        print("pagedsim check: --impl and --extra-checks need exactly one exercise id", file=sys.stderr)
+    if (args.impl or args.extra_checks) and (args.all or not args.exercise):
+        print("pagedsim check: --impl and --extra-checks need one exercise id (e.g. pagedsim "
+              "check 3.4a --impl FILE)", file=sys.stderr)
         return 2
     from .runner import run_checks
 

@@ -93,10 +93,12 @@ def check_destination(dest, root: Path = curriculum.REPO_ROOT) -> Path:
     dest, here = Path(dest), Path(root).resolve()
     where = dest.resolve()
     if where == here or here in where.parents or where in here.parents:
-        raise ValueError(f"{dest} is inside (or holds) the project being exported ({here}): choose a folder "
-                         "outside it")
-    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise ValueError(f"{dest} is not an empty folder: choose a new folder")
+        raise ValueError(f"{dest} is inside (or holds) the project being exported ({here}): "
+                         "choose a folder outside it")
+    if dest.exists() and not dest.is_dir():
+        raise ValueError(f"{dest} is a file: choose a new folder")
+    if dest.exists() and any(dest.iterdir()):
+        raise ValueError(f"{dest} is not empty: choose a new folder")
     return dest
 
 
@@ -134,7 +136,8 @@ def answer_leaks(dest: Path, root: Path = curriculum.REPO_ROOT) -> list[str]:
 
 def main(argv: list[str]) -> int:
     p = ArgParser(prog="pagedsim export-course", description=__doc__.split("\n\n")[0])
-    p.add_argument("dir", help="where the student copy goes (new or empty folder, outside the project)")
+    p.add_argument("dir", help="where the student copy goes (a new or empty folder, outside the "
+                   "project)")
     args = p.parse_args(argv)
     try:
         check_destination(args.dir)

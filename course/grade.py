@@ -43,7 +43,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pagedsim.app.cli import ArgParser, float_in, int_in
-
 from pagedsim.testing import jail
 
 from . import curriculum, export
@@ -83,23 +82,39 @@ def child_command(exercise_id: str, path: Path, extra_checks=()) -> list[str]:
     """The command one grading process runs: `pagedsim check ID --impl FILE --json`. It runs the
     checks itself and the file in a child process of its own (course/isolation.py), then prints
     one JSON object on its last stdout line, after that child and all it started are dead."""
-    cmd = [sys.executable, "-m", "pagedsim.app.cli", "check", exercise_id, "--impl", str(path), "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pagedsim.app.cli",
+        "check",
+        exercise_id,
+        "--impl",
+        str(path),
+        "--json",
+    ]
     return cmd + (["--extra-checks", *map(str, extra_checks)] if extra_checks else [])
 
 
 def _env(root: Path, scratch: Path, sandbox: bool) -> dict:
     """The checker's environment: its private copy of the code (`root`) alone on the import path."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PAGEDSIM_")}
-    env.update(MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1", PYTHONPATH=str(root),
-               PAGEDSIM_SCRATCH=str(scratch), PAGEDSIM_SANDBOX="1" if sandbox else "0")
+    env.update(
+        MPLBACKEND="Agg",
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONNOUSERSITE="1",
+        PYTHONPATH=str(root),
+        PAGEDSIM_SCRATCH=str(scratch),
+        PAGEDSIM_SANDBOX="1" if sandbox else "0",
+    )
     return env
 
 
 @dataclass
 class Job:
     """One student x exercise: a private folder outside every student's, made for this job alone."""
+
     folder: Path
-    code: Path  # a copy of the build (code and checks, no solutions), read-only, hashed before and after
+    code: Path  # the build (code and checks, no solutions): read-only, hashed before and after
     submission: Path  # a read-only copy of the student's file
     scratch: Path  # the only place the job may write
     digest: str = ""
@@ -129,8 +144,18 @@ class Job:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def run_one(student: str, ex_id: str, path: Path, *, timeout: float, extra_checks=(), command=None,
-            build: dict, jobs: Path, sandbox: bool = False) -> Result:
+def run_one(
+    student: str,
+    ex_id: str,
+    path: Path,
+    *,
+    timeout: float,
+    extra_checks=(),
+    command=None,
+    build: dict,
+    jobs: Path,
+    sandbox: bool = False,
+) -> Result:
     """Grade one file in its own session, from its own copy of the checks; never raises for
     anything the student did. The session and every descendant are killed when it ends."""
     if not path.is_file():
@@ -140,38 +165,70 @@ def run_one(student: str, ex_id: str, path: Path, *, timeout: float, extra_check
         return Result(student, ex_id, "error", messages=[refused], sandbox=sandbox)
     job, extra = Job.make(jobs, build, path, extra_checks)
     start = time.monotonic()
-    proc = subprocess.Popen((command or child_command)(ex_id, job.submission, extra), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
-                            env=_env(job.code, job.scratch, sandbox), start_new_session=True, cwd=job.scratch)
+    proc = subprocess.Popen(
+        (command or child_command)(ex_id, job.submission, extra),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        env=_env(job.code, job.scratch, sandbox),
+        start_new_session=True,
+        cwd=job.scratch,
+    )
     timed_out = False
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
     finally:
-        jail.kill_tree(proc.pid, sessions={proc.pid})  # every time: the checker, the student, their children
+        jail.kill_tree(
+            proc.pid, sessions={proc.pid}
+        )  # every time: the checker, the student, their children
     if timed_out:
         out, err = proc.communicate()
     took = round(time.monotonic() - start, 2)
     tampered = job.tampered()
     job.remove()
     if tampered:
-        return Result(student, ex_id, "error", seconds=took, sandbox=sandbox, messages=[
-            "the job changed its private copy of the checks or of the submission: not graded"])
+        return Result(
+            student,
+            ex_id,
+            "error",
+            seconds=took,
+            sandbox=sandbox,
+            messages=[
+                "the job changed its private copy of the checks or of the submission: not graded"
+            ],
+        )
     if timed_out:
-        return Result(student, ex_id, "timeout", seconds=took, sandbox=sandbox,
-                      messages=[f"killed after {timeout:g} s: an endless loop, or far too slow"])
+        return Result(
+            student,
+            ex_id,
+            "timeout",
+            seconds=took,
+            sandbox=sandbox,
+            messages=[f"killed after {timeout:g} s: an endless loop, or far too slow"],
+        )
     lines = [ln for ln in out.splitlines() if ln.strip()]
     try:
         data = json.loads(lines[-1]) if lines else None
     except ValueError:
         data = None
     if isinstance(data, dict) and data.get("status") in STATUSES:
-        keep = {k: data[k] for k in ("status", "passed", "total", "failed", "messages") if k in data}
+        keep = {
+            k: data[k] for k in ("status", "passed", "total", "failed", "messages") if k in data
+        }
         return Result(student, ex_id, seconds=took, sandbox=sandbox, **keep)
     tail = (err.strip().splitlines() or ["(nothing on stderr)"])[-1]
-    return Result(student, ex_id, "error", seconds=took, sandbox=sandbox,
-                  messages=[f"the checker exited with code {proc.returncode} before reporting: {tail[:200]}"])
+    return Result(
+        student,
+        ex_id,
+        "error",
+        seconds=took,
+        sandbox=sandbox,
+        messages=[f"the checker exited with code {proc.returncode} before reporting: {tail[:200]}"],
+    )
 
 
 def plan(root: Path, exercise_ids=None) -> tuple[list[str], list]:
@@ -181,7 +238,9 @@ def plan(root: Path, exercise_ids=None) -> tuple[list[str], list]:
     if exercise_ids:
         chosen = [curriculum.find(i, exercises) for i in exercise_ids]
     else:
-        chosen = [ex for ex in exercises if any(find_submission(root / s, ex).is_file() for s in students)]
+        chosen = [
+            ex for ex in exercises if any(find_submission(root / s, ex).is_file() for s in students)
+        ]
     return students, chosen
 
 
@@ -190,10 +249,14 @@ def private_checks(build: Path, extra_checks) -> list[Path]:
     course's own checks, whether git tracks them or not: run from there they import the
     build's `course` (never the source tree's, with its solutions), and a path given
     relative to where `grade` was started still works in the checker's scratch folder."""
-    folder = build / Path(curriculum.load()[0].checks[0]).parent  # [build]/course/ch03_kv_block/checks
+    folder = (
+        build / Path(curriculum.load()[0].checks[0]).parent
+    )  # [build]/course/ch03_kv_block/checks
     copies = []
     for i, src in enumerate(extra_checks):  # a path, or (name, bytes) read when grading began
-        name, data = (src[0], src[1]) if isinstance(src, tuple) else (Path(src).name, Path(src).read_bytes())
+        name, data = (
+            (src[0], src[1]) if isinstance(src, tuple) else (Path(src).name, Path(src).read_bytes())
+        )
         dest = folder / name
         if dest.exists():  # never replace one of the course's checks
             dest = folder / f"test_extra_{i}_{name}"
@@ -234,15 +297,25 @@ def _attribute(writes: list[str], windows: dict) -> dict:
     return blamed
 
 
-def grade(root, exercise_ids=None, *, timeout: float = DEFAULT_TIMEOUT, extra_checks=(), workers: int = 2,
-          command=None, sandbox: bool | None = None) -> list[Result]:
+def grade(
+    root,
+    exercise_ids=None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    extra_checks=(),
+    workers: int = 2,
+    command=None,
+    sandbox: bool | None = None,
+) -> list[Result]:
     """Grade every (student, exercise) of `root`; `command(ex_id, path, extra)` replaces the
     checker command (tests use a fake). `sandbox` (default: when bubblewrap works here) runs
     each submission under bubblewrap."""
     root = Path(root).resolve()
     sandbox = jail.bwrap() is not None if sandbox is None else sandbox
     if sandbox and jail.bwrap() is None:
-        raise ValueError("--sandbox needs bubblewrap (apt-get install bubblewrap), which is not available here")
+        raise ValueError(
+            "--sandbox needs bubblewrap (apt-get install bubblewrap), which is not available here"
+        )
     students, exercises = plan(root, exercise_ids)
     todo = [(s, ex.id, find_submission(root / s, ex)) for s in students for ex in exercises]
     jail.become_subreaper()
@@ -253,18 +326,31 @@ def grade(root, exercise_ids=None, *, timeout: float = DEFAULT_TIMEOUT, extra_ch
     def one(s, i, p):
         t0 = time.time()
         try:
-            return run_one(s, i, p, timeout=timeout, extra_checks=extra, command=command, build=build,
-                           jobs=jobs, sandbox=sandbox)
+            return run_one(
+                s,
+                i,
+                p,
+                timeout=timeout,
+                extra_checks=extra,
+                command=command,
+                build=build,
+                jobs=jobs,
+                sandbox=sandbox,
+            )
         finally:
             windows[s, i] = (t0, time.time())
 
     with tempfile.TemporaryDirectory(prefix="pagedsim-grade-") as tmp:
         jobs = Path(tmp) / "jobs"  # outside every student's folder
-        written = export.export(Path(tmp) / "build", prefixes=export.PACKAGES)  # the code without solutions
+        written = export.export(
+            Path(tmp) / "build", prefixes=export.PACKAGES
+        )  # the code without solutions
         build = {rel: (Path(tmp) / "build" / rel).read_bytes() for rel in written}
         shutil.rmtree(Path(tmp) / "build")
         jobs.mkdir()
-        extra = [(Path(c).name, Path(c).read_bytes()) for c in extra_checks]  # no job can change them
+        extra = [
+            (Path(c).name, Path(c).read_bytes()) for c in extra_checks
+        ]  # no job can change them
         try:
             with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
                 results = [f.result() for f in [pool.submit(one, s, i, p) for s, i, p in todo]]
@@ -275,9 +361,14 @@ def grade(root, exercise_ids=None, *, timeout: float = DEFAULT_TIMEOUT, extra_ch
     for r in results:
         wrote = blamed.get((r.student, r.exercise))
         if wrote:
-            names = ", ".join(os.path.relpath(w, root) for w in wrote[:3]) + (" ..." if len(wrote) > 3 else "")
+            names = ", ".join(os.path.relpath(w, root) for w in wrote[:3]) + (
+                " ..." if len(wrote) > 3 else ""
+            )
             r.status, r.passed = "error", 0
-            r.messages = [f"wrote outside its scratch folder, in the submissions folder: {names}", *r.messages]
+            r.messages = [
+                f"wrote outside its scratch folder, in the submissions folder: {names}",
+                *r.messages,
+            ]
     return results
 
 
@@ -293,19 +384,28 @@ def table(results) -> str:
     names = {r.student: printable(r.student) for r in results}
     students = list(dict.fromkeys(r.student for r in results))
     ids = list(dict.fromkeys(r.exercise for r in results))
-    cell = {(r.student, r.exercise): (f"{r.passed}/{r.total}" if r.status in ("pass", "fail") else r.status.upper())
-            for r in results}
+    cell = {
+        (r.student, r.exercise): (
+            f"{r.passed}/{r.total}" if r.status in ("pass", "fail") else r.status.upper()
+        )
+        for r in results
+    }
     w0 = max([7, *(len(names[s]) for s in students)])
     widths = [max(len(i), 7, *(len(cell[s, i]) for s in students)) for i in ids]
-    lines = [f"{'student':<{w0}}  " + "  ".join(f"{i:>{w}}" for i, w in zip(ids, widths))]
+    columns = list(zip(ids, widths, strict=True))
+    lines = [f"{'student':<{w0}}  " + "  ".join(f"{i:>{w}}" for i, w in columns)]
     lines.append("-" * len(lines[0]))
     for s in students:
-        lines.append(f"{names[s]:<{w0}}  " + "  ".join(f"{cell[s, i]:>{w}}" for i, w in zip(ids, widths)))
+        lines.append(f"{names[s]:<{w0}}  " + "  ".join(f"{cell[s, i]:>{w}}" for i, w in columns))
     notes = [r for r in results if r.status != "pass"]
     if notes:
         lines.append("")
     for r in notes:
-        what = ", ".join(r.failed) if r.status == "fail" and r.failed else (r.messages[0] if r.messages else "")
+        what = (
+            ", ".join(r.failed)
+            if r.status == "fail" and r.failed
+            else (r.messages[0] if r.messages else "")
+        )
         lines.append(printable(f"{names[r.student]} {r.exercise} {r.status}: {what}")[:160])
     return "\n".join(lines)
 
@@ -319,17 +419,41 @@ def printable(text: str) -> str:
 def parser() -> ArgParser:
     p = ArgParser(prog="pagedsim grade", description=__doc__.split("\n\n")[0])
     p.add_argument("dir", type=Path, help="one folder per student, files named like the stubs")
-    p.add_argument("--exercise", nargs="+", metavar="ID", help="grade only these exercises (e.g. 3.4a 3.4b)")
-    p.add_argument("--timeout", type=float_in(0, 86_400, open_low=True), default=DEFAULT_TIMEOUT, metavar="S",
-                   help=f"seconds per student x exercise before its session is killed (default {DEFAULT_TIMEOUT:g})")
-    p.add_argument("--json", action="store_true", help="print {student: {exercise: result}} as JSON")
-    p.add_argument("--extra-checks", nargs="+", default=[], type=Path, metavar="PATH",
-                   help="the instructor's hidden pytest files, run with the exercise's own checks")
-    p.add_argument("--workers", type=int_in(1, 64), default=min(2, os.cpu_count() or 1),
-                   help="submissions graded at the same time (default: 2, or 1 on one core)")
-    p.add_argument("--sandbox", action=argparse.BooleanOptionalAction, default=None,
-                   help="run each submission under bubblewrap: read-only file system but its scratch "
-                        "folder, no network, its own PID namespace (default: on when bwrap works here)")
+    p.add_argument(
+        "--exercise", nargs="+", metavar="ID", help="grade only these exercises (e.g. 3.4a 3.4b)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float_in(0, 86_400, open_low=True),
+        default=DEFAULT_TIMEOUT,
+        metavar="S",
+        help=f"seconds per student x exercise before its session is killed "
+        f"(default {DEFAULT_TIMEOUT:g})",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print {student: {exercise: result}} as JSON"
+    )
+    p.add_argument(
+        "--extra-checks",
+        nargs="+",
+        default=[],
+        type=Path,
+        metavar="PATH",
+        help="the instructor's hidden pytest files, run with the exercise's own checks",
+    )
+    p.add_argument(
+        "--workers",
+        type=int_in(1, 64),
+        default=min(2, os.cpu_count() or 1),
+        help="submissions graded at the same time (default: 2, or 1 on one core)",
+    )
+    p.add_argument(
+        "--sandbox",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run each submission under bubblewrap: read-only file system but its scratch "
+        "folder, no network, its own PID namespace (default: on when bwrap works here)",
+    )
     return p
 
 
@@ -346,23 +470,47 @@ def main(argv: list[str]) -> int:
         p.error("--sandbox needs bubblewrap (apt-get install bubblewrap), which does not work here")
     answers = solutions_on_disk()
     if answers and not sandbox and args.sandbox is None:
-        p.error(f"the reference solutions are on disk ({printable(answers[0].parent)}) and no sandbox can hide "
-                "them from submissions: install bubblewrap, run from a copy made by `pagedsim export-course`, "
-                "or pass --no-sandbox to accept it")
+        p.error(
+            f"the reference solutions are on disk ({printable(answers[0].parent)}) and no sandbox "
+            "can hide them from submissions: install bubblewrap, run from a copy made by "
+            "`pagedsim export-course`, "
+            "or pass --no-sandbox to accept it"
+        )
     try:
-        results = grade(args.dir, args.exercise, timeout=args.timeout, extra_checks=args.extra_checks,
-                        workers=args.workers, sandbox=sandbox)
+        results = grade(
+            args.dir,
+            args.exercise,
+            timeout=args.timeout,
+            extra_checks=args.extra_checks,
+            workers=args.workers,
+            sandbox=sandbox,
+        )
     except KeyError as e:
         p.error(str(e.args[0]))
     if args.json:
         print(json.dumps(as_json(results), indent=1))
     elif not results:
-        print(f"pagedsim grade: nothing to grade in {printable(args.dir)} (one folder per student, files named "
-              f"like the stubs, e.g. alice/ex3_4a_free_list.py)")
+        print(
+            f"pagedsim grade: nothing to grade in {printable(args.dir)} (one folder per student, "
+            "files named "
+            f"like the stubs, e.g. alice/ex3_4a_free_list.py)"
+        )
     else:
         print(table(results))
-        print("\n" + ("sandbox: bubblewrap (read-only file system but scratch, no network, own PID namespace)"
-                      if sandbox else "sandbox: off" + (f"; the reference solutions under "
-                                                        f"{printable(answers[0].parent)} were readable by "
-                                                        "submissions" if answers else "")))
+        print(
+            "\n"
+            + (
+                "sandbox: bubblewrap (read-only file system but scratch, no network, "
+                "own PID namespace)"
+                if sandbox
+                else "sandbox: off"
+                + (
+                    f"; the reference solutions under "
+                    f"{printable(answers[0].parent)} were readable by "
+                    "submissions"
+                    if answers
+                    else ""
+                )
+            )
+        )
     return 0

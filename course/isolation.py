@@ -25,7 +25,10 @@ from pathlib import Path
 from pagedsim.testing import jail, remote
 
 IMPORT_EXITED = "your file ended its own process while being imported ({why})"
-HIDE = ("course/ch03_kv_block/solutions", "course/ch03_kv_block/mutants.py")  # never mounted in the sandbox
+HIDE = (
+    "course/ch03_kv_block/solutions",
+    "course/ch03_kv_block/mutants.py",
+)  # never mounted in the sandbox
 
 
 class Submission:
@@ -48,15 +51,25 @@ class Submission:
         serve = "import sys; from course.isolation import child_main; child_main(int(sys.argv[1]))"
         argv = [sys.executable, "-c", serve, str(theirs.fileno())]
         env = dict(os.environ, MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1")
-        env["PYTHONPATH"] = os.pathsep.join([str(self.code_root), *filter(None, [env.get("PYTHONPATH")])])
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(self.code_root), *filter(None, [env.get("PYTHONPATH")])]
+        )
         work = self.scratch / "child"
         work.mkdir(parents=True, exist_ok=True)
         if self.sandbox:
-            argv = jail.sandbox_argv(argv, code_root=self.code_root, files=[self.path], scratch=self.scratch,
-                                     hide=HIDE)
-        self.proc = subprocess.Popen(argv, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                                     cwd=work, start_new_session=True)
+            argv = jail.sandbox_argv(
+                argv, code_root=self.code_root, files=[self.path], scratch=self.scratch, hide=HIDE
+            )
+        self.proc = subprocess.Popen(
+            argv,
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            cwd=work,
+            start_new_session=True,
+        )
         theirs.close()
         self.ch = remote.Channel(ours, trusting=False, on_dead=self._kill)
         self.ch.impl_file = str(self.path)
@@ -97,7 +110,9 @@ class Submission:
             self.ch.kill("closed")
         elif self.proc is not None:
             self._kill()
-        jail.kill_tree(None, orphans_of_self=False, sessions={self.proc.pid} if self.proc else set())
+        jail.kill_tree(
+            None, orphans_of_self=False, sessions={self.proc.pid} if self.proc else set()
+        )
         self.ch = None
 
 
@@ -117,7 +132,7 @@ class _Live(types.ModuleType):
         return f"<module {self.__dict__['_sub'].path.name!r} (run in its own process)>"
 
 
-# -- the child ---------------------------------------------------------------------------------------
+# -- the child ------------------------------------------------------------------------------
 def _import_impl(path: str, exercise_id: str):
     import importlib.util
 
@@ -156,8 +171,15 @@ def child_main(fd: int) -> None:
     from .guard import _Blocker
 
     sys.meta_path.insert(0, _Blocker())  # the reference solutions stay unimportable in here
-    remote.serve(fd, dict(import_impl=_import_impl, import_module=_import_module, stepper_run=_stepper_run,
-                          impl_path=lambda: _STATE.get("impl")))
+    remote.serve(
+        fd,
+        dict(
+            import_impl=_import_impl,
+            import_module=_import_module,
+            stepper_run=_stepper_run,
+            impl_path=lambda: _STATE.get("impl"),
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -265,7 +265,8 @@ def run_checks(ex: Exercise, impl: Path | str, *, stop_at_first: bool = False, s
         outcome.error = i18n.t("no such file: {path}", path=impl)
         return outcome
     seconds = float(seconds or DEFAULT_SECONDS)
-    checks = [str(REPO_ROOT / c) for c in ex.checks] + [str(Path(p).resolve()) for p in extra_checks]
+    checks = [str(REPO_ROOT / c) for c in ex.checks]
+    checks += [str(Path(p).resolve()) for p in extra_checks]
     reference = impl == ex.path("solution").resolve()
     isolate = not reference if isolate is None else isolate
     scratch = Path(os.environ.get("PAGEDSIM_SCRATCH") or tempfile.mkdtemp(prefix="pagedsim-check-"))
@@ -286,11 +287,13 @@ def run_checks(ex: Exercise, impl: Path | str, *, stop_at_first: bool = False, s
         from .isolation import Submission
 
         sandbox = os.environ.get("PAGEDSIM_SANDBOX") == "1" if sandbox is None else sandbox
-        child = _in_child(Submission(impl, ex.id, scratch=scratch, code_root=REPO_ROOT, sandbox=sandbox), checks)
+        sub = Submission(impl, ex.id, scratch=scratch, code_root=REPO_ROOT, sandbox=sandbox)
+        child = _in_child(sub, checks)
     else:
         child = contextlib.nullcontext()
     try:
-        with hide, child, contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        quiet = contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO())
+        with hide, child, quiet[0], quiet[1]:
             code = pytest.main(args, plugins=[_Collector(outcome, seconds), check_fixtures])
     finally:
         for k, v in saved.items():

@@ -60,8 +60,10 @@ def create(folder: Path, exercises=None) -> tuple[list[Path], list[Path]]:
 
 
 def main(argv: list[str]) -> int:
-    p = ArgParser(prog="pagedsim workspace", description="copy the exercise stubs to a folder of yours")
-    p.add_argument("folder", nargs="?", default=DEFAULT, help=f"where the files go (default: ./{DEFAULT})")
+    p = ArgParser(prog="pagedsim workspace",
+                  description="copy the exercise stubs to a folder of yours")
+    p.add_argument("folder", nargs="?", default=DEFAULT,
+                   help=f"where the files go (default: ./{DEFAULT})")
     args = p.parse_args(argv)
     if not args.folder.strip():
         p.error("the folder name is empty: name a folder (or leave it out for ./pagedsim-work)")

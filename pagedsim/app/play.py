@@ -26,9 +26,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from .cli import ArgParser, int_in
-
 from . import tour, tour_zh
+from .cli import ArgParser, int_in
 from .describe_zh import caption
 from .lang import LANGS, detect, t, wrap
 from .play_session import POLICIES, STEPS, Options, Refused, Session
@@ -131,9 +130,10 @@ def draw_step(session: Session, path: Path, lang: str = "en", look: str = "paper
     fmt = path.suffix.lstrip(".").lower()
     if fmt not in FORMATS:
         raise Refused(f"draw: {path.name} must end in .png, .svg or .pdf")
-    from ..draw import scenario  # matplotlib only now
-
-    from ..draw import style
+    from ..draw import (
+        scenario,  # matplotlib only now
+        style,
+    )
 
     with style.output(fmt=fmt, lang=lang, look=look):
         return scenario.draw_one(session.timeline(lang), session.cursor, path)
@@ -148,10 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--format", choices=FORMATS, default="png", help="format of the frames (default png)")
     p.add_argument("--style", choices=("paper", "projector"), default="paper",
                    help="projector: text >= 12 pt and strong colours, for slides")
-    p.add_argument("--blocks", type=int_in(1, 4096), default=12, help="blocks in the pool (default 12)")
-    p.add_argument("--block-size", type=int_in(1, 1024), default=4, help="tokens per block (default 4)")
+    p.add_argument("--blocks", type=int_in(1, 4096), default=12,
+                   help="blocks in the pool (default 12)")
+    p.add_argument("--block-size", type=int_in(1, 1024), default=4,
+                   help="tokens per block (default 4)")
     p.add_argument("--prefix-cache", action="store_true", help="share full prompt blocks (equal WORDs)")
-    p.add_argument("--window", type=int_in(1, 1 << 20), metavar="N", help="sliding-window attention over N tokens")
+    p.add_argument("--window", type=int_in(1, 1 << 20), metavar="N",
+                   help="sliding-window attention over N tokens")
     p.add_argument("--policy", choices=POLICIES, default="none",
                    help="when the pool is short: none (the step fails), recompute or swap the newest")
     p.add_argument("--width", type=int_in(20, 1000), default=None,
@@ -159,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lang", choices=LANGS, default=None, help="en or zh (default: the locale)")
     args = p.parse_args(argv)
     if args.trace and args.script:
-        p.error("give a SCRIPT or --trace FILE, not both (a trace is drawn as saved; a script builds a new one)")
+        p.error("give a SCRIPT or --trace FILE, not both (a trace is drawn as saved; a script "
+                "builds a new one)")
     lang, width = detect(args.lang), args.width or tour.terminal_width()
     if args.trace:
         return _draw_trace(args, p, width, lang)
@@ -194,7 +198,8 @@ def _draw_trace(args, p, width: int, lang: str) -> int:
     for s in snaps:
         print("\n".join(wrap(printable(t("step {k}: {caption}", lang, tour_zh.ZH, k=s.step,
                                           caption=caption(s, lang))), width)))
-        print("\n".join(printable(line) for line in tour.format_snapshot(s, width=width, lang=lang).split("\n")))
+        text = tour.format_snapshot(s, width=width, lang=lang)
+        print("\n".join(printable(line) for line in text.split("\n")))
     if args.draw:
         _write(snaps, args, lang)
     return 0

@@ -47,24 +47,50 @@ class Expired(BaseException):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = ArgParser(prog="pagedsim conform", description=(
-        "Check a block manager built by MODULE:FACTORY(num_blocks, block_size) against "
-        "pagedsim's KVCacheManager, and optionally a paged-attention function against the "
-        "float64 reference."))
+    p = ArgParser(
+        prog="pagedsim conform",
+        description=(
+            "Check a block manager built by MODULE:FACTORY(num_blocks, block_size) against "
+            "pagedsim's KVCacheManager, and optionally a paged-attention function against the "
+            "float64 reference."
+        ),
+    )
     p.add_argument("target", help="MODULE:FACTORY, MODULE a file path or an importable name")
-    p.add_argument("--attention", metavar="MODULE:FN",
-                   help="also check fn(query, kv_cache, block_tables, context_lens, scale)")
-    p.add_argument("--examples", type=int_in(1, 1_000_000), default=100,
-                   help="Hypothesis examples (default 100)")
-    p.add_argument("--steps", type=int_in(1, 100_000), default=40,
-                   help="calls per manager example (default 40)")
+    p.add_argument(
+        "--attention",
+        metavar="MODULE:FN",
+        help="also check fn(query, kv_cache, block_tables, context_lens, scale)",
+    )
+    p.add_argument(
+        "--examples",
+        type=int_in(1, 1_000_000),
+        default=100,
+        help="Hypothesis examples (default 100)",
+    )
+    p.add_argument(
+        "--steps",
+        type=int_in(1, 100_000),
+        default=40,
+        help="calls per manager example (default 40)",
+    )
     p.add_argument("--seed", type=int_in(0, 2**63 - 1), default=0, help="random seed (default 0)")
-    p.add_argument("--check-free-order", choices=("lifo", "fifo"),
-                   help="also require the model's block ids for this free order")
-    p.add_argument("--call-timeout", type=float_in(0, 3600, open_low=True), default=10.0,
-                   help="seconds one call into user code may take (default 10)")
-    p.add_argument("--timeout", type=float_in(0, 86_400, open_low=True), default=600.0,
-                   help="seconds the whole check may take before it is killed (default 600)")
+    p.add_argument(
+        "--check-free-order",
+        choices=("lifo", "fifo"),
+        help="also require the model's block ids for this free order",
+    )
+    p.add_argument(
+        "--call-timeout",
+        type=float_in(0, 3600, open_low=True),
+        default=10.0,
+        help="seconds one call into user code may take (default 10)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float_in(0, 86_400, open_low=True),
+        default=600.0,
+        help="seconds the whole check may take before it is killed (default 600)",
+    )
     return p
 
 
@@ -84,8 +110,7 @@ def load(target: str):
             if not os.path.isfile(path):
                 raise LoadError(f"no such file: {module_name}")
             sys.path.insert(0, os.path.dirname(path))  # its siblings import as in a script
-            spec = importlib.util.spec_from_file_location(
-                f"conform_target_{abs(hash(path))}", path)
+            spec = importlib.util.spec_from_file_location(f"conform_target_{abs(hash(path))}", path)
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
         else:
@@ -143,10 +168,15 @@ class Target:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
         serve = "import sys; from pagedsim.testing.conform import main; main(sys.argv[1:])"
-        self.proc = subprocess.Popen([sys.executable, "-c", serve, CHILD_FLAG, str(theirs.fileno())],
-                                     pass_fds=[theirs.fileno()], env=env,
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", serve, CHILD_FLAG, str(theirs.fileno())],
+            pass_fds=[theirs.fileno()],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         theirs.close()
         self.ch = remote.Channel(ours, trusting=False, on_dead=self.kill)
         self.loaded = {}
@@ -177,8 +207,10 @@ class Target:
             except remote.ChildDied:
                 if self.expired:
                     raise Expired() from None
-                raise LoadError(f"cannot load {target!r}: its process ended while importing it "
-                                f"(exit status {self.proc.poll()})") from None
+                raise LoadError(
+                    f"cannot load {target!r}: its process ended while importing it "
+                    f"(exit status {self.proc.poll()})"
+                ) from None
         return self.loaded[target]
 
     def live(self, target: str, call_timeout=None):
@@ -192,6 +224,7 @@ class Target:
                 if self.expired:
                     raise Expired() from None
                 raise
+
         call.__name__ = target.rpartition(":")[2]
         return call
 
@@ -232,7 +265,9 @@ def run_checks(args) -> int:
             return 2
         factory = target.live(args.target, args.call_timeout)
         fn = target.live(args.attention, args.call_timeout) if args.attention else None
-        return _verdict(args, target, factory, fn, check_manager, check_attention, (NonConformance, Hung))
+        return _verdict(
+            args, target, factory, fn, check_manager, check_attention, (NonConformance, Hung)
+        )
     except Expired:
         return _too_slow(args)
     finally:
@@ -240,8 +275,10 @@ def run_checks(args) -> int:
 
 
 def _too_slow(args) -> int:
-    print(f"pagedsim conform: {args.target} did NOT finish within {args.timeout:g} s and "
-          f"was killed (a call that never returns?)")
+    print(
+        f"pagedsim conform: {args.target} did NOT finish within {args.timeout:g} s and "
+        f"was killed (a call that never returns?)"
+    )
     return 1
 
 
@@ -249,8 +286,11 @@ def _verdict(args, target, factory, fn, check_manager, check_attention, failures
     common = dict(examples=args.examples, seed=args.seed, call_timeout=args.call_timeout)
     done = []
     try:
-        done.append(check_manager(factory, steps=args.steps,
-                                  check_free_order=args.check_free_order, **common))
+        done.append(
+            check_manager(
+                factory, steps=args.steps, check_free_order=args.check_free_order, **common
+            )
+        )
         if fn is not None:
             done.append(check_attention(fn, **common))
     except failures as exc:

@@ -65,7 +65,9 @@ def descendants(pid: int, table=None) -> set[int]:
     return found
 
 
-def kill_tree(pid: int | None, *, sessions=(), orphans_of_self: bool = False, keep=frozenset()) -> None:
+def kill_tree(
+    pid: int | None, *, sessions=(), orphans_of_self: bool = False, keep=frozenset()
+) -> None:
     """SIGKILL `pid`, every process in `sessions`, their descendants, and (with `orphans_of_self`)
     every descendant of this process not in `keep`; repeat until a pass finds nobody."""
     me = os.getpid()
@@ -109,9 +111,16 @@ def bwrap() -> str | None:
         ok = False
         if exe:
             import subprocess
+
             try:
-                ok = subprocess.run([exe, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
-                                    capture_output=True, timeout=20).returncode == 0
+                ok = (
+                    subprocess.run(
+                        [exe, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
+                        capture_output=True,
+                        timeout=20,
+                    ).returncode
+                    == 0
+                )
             except (OSError, subprocess.SubprocessError):
                 ok = False
         _PROBED = exe if ok else ""
@@ -127,18 +136,34 @@ def _bind(flag: str, path: str) -> list[str]:
     return [flag, path, path] if os.path.exists(path) else []
 
 
-def sandbox_argv(argv: list[str], *, code_root: Path, files=(), scratch: Path, hide=()) -> list[str]:
+def sandbox_argv(
+    argv: list[str], *, code_root: Path, files=(), scratch: Path, hide=()
+) -> list[str]:
     """`argv` under bubblewrap: read-only system, Python and `code_root`; `files` read-only;
     `scratch` writable; the relative paths `hide` (folders emptied, files blanked) hidden
     wherever they appear under a bound root or its site-packages."""
     exe = bwrap()
     if exe is None:
         raise RuntimeError("bubblewrap (bwrap) is not available")
-    out = [exe, "--die-with-parent", "--new-session", "--unshare-all", "--cap-drop", "ALL",
-           "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    out = [
+        exe,
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-all",
+        "--cap-drop",
+        "ALL",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+    ]
     for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc"):
         out += _bind("--ro-bind", top)
-    roots = list(dict.fromkeys(str(Path(p).resolve()) for p in (sys.base_prefix, sys.prefix, code_root)))
+    roots = list(
+        dict.fromkeys(str(Path(p).resolve()) for p in (sys.base_prefix, sys.prefix, code_root))
+    )
     for root in roots:
         out += ["--ro-bind", root, root]
     exe_real = str(Path(sys.executable).resolve().parent)
@@ -146,7 +171,9 @@ def sandbox_argv(argv: list[str], *, code_root: Path, files=(), scratch: Path, h
         out += ["--ro-bind", exe_real, exe_real]
     for f in files:
         out += ["--ro-bind", str(Path(f).resolve()), str(Path(f).resolve())]
-    for root in roots:  # e.g. an installed or source `course` package: its answers are never mounted
+    for (
+        root
+    ) in roots:  # e.g. an installed or source `course` package: its answers are never mounted
         for hidden in [*Path(root).glob("lib/python*/site-packages"), Path(root)]:
             for rel in hide:
                 if (hidden / rel).is_dir():

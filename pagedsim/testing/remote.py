@@ -1,8 +1,9 @@
-"""Code under test in another process: the checks call it through a socket, never share memory with it.
+"""Code under test in another process: the checks call it through a socket, never share memory.
 
 `pagedsim check --impl`, `pagedsim grade` (course/isolation.py) and `pagedsim conform`
 run the checks (pytest and Hypothesis included) in the grader's process and the code
-under test in a child process (started by `serve`). The two talk over one socket, in messages that are pickles:
+under test in a child process (started by `serve`). The two talk over one socket, in
+messages that are pickles:
 
     getattr / setattr / call / special (len, [], iter, ==, repr, ...)   on an object
     import_impl, import_module, stepper_run                             child-only helpers
@@ -38,24 +39,96 @@ import types
 
 import numpy as np
 
-PLAIN = {type(None), bool, int, float, complex, str, bytes, bytearray, tuple, list, dict, set, frozenset, range,
-         slice, type(Ellipsis), pathlib.PosixPath, pathlib.PurePosixPath}
+PLAIN = {
+    type(None),
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    bytearray,
+    tuple,
+    list,
+    dict,
+    set,
+    frozenset,
+    range,
+    slice,
+    type(Ellipsis),
+    pathlib.PosixPath,
+    pathlib.PurePosixPath,
+}
 MUTABLE = (list, dict, set, bytearray, np.ndarray)  # copied back after a call
-SAFE_GLOBALS = {("builtins", n) for n in ("complex", "set", "frozenset", "range", "slice", "bytearray")} | {
-    (m, n) for m in ("numpy._core.multiarray", "numpy.core.multiarray") for n in ("_reconstruct", "scalar")} | {
-    ("numpy", "ndarray"), ("numpy", "dtype"), ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"),
-    ("numpy._core.numeric", "_frombuffer"), ("numpy.core.numeric", "_frombuffer")}
+SAFE_GLOBALS = (
+    {("builtins", n) for n in ("complex", "set", "frozenset", "range", "slice", "bytearray")}
+    | {
+        (m, n)
+        for m in ("numpy._core.multiarray", "numpy.core.multiarray")
+        for n in ("_reconstruct", "scalar")
+    }
+    | {
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("pathlib", "PosixPath"),
+        ("pathlib", "PurePosixPath"),
+        ("numpy._core.numeric", "_frombuffer"),
+        ("numpy.core.numeric", "_frombuffer"),
+    }
+)
 EXC_MODULES = ("builtins", "pagedsim", "course", "cuda_kernels", "numpy", "numba")
-SPECIAL = {"__len__", "__getitem__", "__setitem__", "__delitem__", "__iter__", "__next__", "__contains__",
-           "__bool__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__repr__", "__str__",
-           "__hash__", "__int__", "__float__", "__index__", "__add__", "__sub__", "__mul__", "__neg__"}
-OPERATORS = {"__len__": len, "__getitem__": operator.getitem, "__setitem__": operator.setitem,
-             "__delitem__": operator.delitem, "__iter__": iter, "__next__": next,
-             "__contains__": lambda o, x: x in o, "__bool__": bool, "__eq__": operator.eq, "__ne__": operator.ne,
-             "__lt__": operator.lt, "__le__": operator.le, "__gt__": operator.gt, "__ge__": operator.ge,
-             "__repr__": repr, "__str__": str, "__hash__": hash, "__int__": int, "__float__": float,
-             "__index__": operator.index, "__add__": operator.add, "__sub__": operator.sub,
-             "__mul__": operator.mul, "__neg__": operator.neg}
+SPECIAL = {
+    "__len__",
+    "__getitem__",
+    "__setitem__",
+    "__delitem__",
+    "__iter__",
+    "__next__",
+    "__contains__",
+    "__bool__",
+    "__eq__",
+    "__ne__",
+    "__lt__",
+    "__le__",
+    "__gt__",
+    "__ge__",
+    "__repr__",
+    "__str__",
+    "__hash__",
+    "__int__",
+    "__float__",
+    "__index__",
+    "__add__",
+    "__sub__",
+    "__mul__",
+    "__neg__",
+}
+OPERATORS = {
+    "__len__": len,
+    "__getitem__": operator.getitem,
+    "__setitem__": operator.setitem,
+    "__delitem__": operator.delitem,
+    "__iter__": iter,
+    "__next__": next,
+    "__contains__": lambda o, x: x in o,
+    "__bool__": bool,
+    "__eq__": operator.eq,
+    "__ne__": operator.ne,
+    "__lt__": operator.lt,
+    "__le__": operator.le,
+    "__gt__": operator.gt,
+    "__ge__": operator.ge,
+    "__repr__": repr,
+    "__str__": str,
+    "__hash__": hash,
+    "__int__": int,
+    "__float__": float,
+    "__index__": operator.index,
+    "__add__": operator.add,
+    "__sub__": operator.sub,
+    "__mul__": operator.mul,
+    "__neg__": operator.neg,
+}
 DEPTH = 4  # exception causes carried across
 
 
@@ -77,15 +150,19 @@ def is_plain(obj) -> bool:
 
 
 def _exc_class_by_value(cls) -> bool:
-    """An exception class the other side can name: builtins, or pagedsim/course/... by module path."""
+    """An exception class the other side can name: builtins, or pagedsim/course/... by module."""
     mod = getattr(cls, "__module__", "")
     top = sys.modules.get(mod)
-    return (mod.split(".")[0] in EXC_MODULES and top is not None
-            and getattr(top, cls.__qualname__, None) is cls and "<" not in cls.__qualname__)
+    return (
+        mod.split(".")[0] in EXC_MODULES
+        and top is not None
+        and getattr(top, cls.__qualname__, None) is cls
+        and "<" not in cls.__qualname__
+    )
 
 
 def _safe_global(obj) -> bool:
-    """A class or function that plain data pickles by name (np.ndarray, numpy's _reconstruct, set)."""
+    """A class or function that plain data pickles by name (np.ndarray, numpy's _reconstruct)."""
     if not isinstance(obj, (type, types.BuiltinFunctionType, types.FunctionType)):
         return False
     mod, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
@@ -110,8 +187,13 @@ class _Pickler(pickle.Pickler):
             return None if _exc_class_by_value(obj) else self.ch.class_pid(obj)
         if isinstance(obj, BaseException) and _exc_class_by_value(type(obj)):
             return None
-        kind = ("module" if isinstance(obj, types.ModuleType) else
-                "function" if isinstance(obj, types.FunctionType) else "object")
+        kind = (
+            "module"
+            if isinstance(obj, types.ModuleType)
+            else "function"
+            if isinstance(obj, types.FunctionType)
+            else "object"
+        )
         return ("mine", self.ch.export(obj), kind, getattr(obj, "__name__", type(obj).__name__))
 
 
@@ -139,7 +221,9 @@ class Channel:
     def __init__(self, sock: socket.socket, *, trusting: bool, on_dead=None):
         self.sock, self.trusting, self.on_dead = sock, trusting, on_dead
         self.exports: dict[int, object] = {}
-        self.proxies: dict[int, object] = {}  # their id -> our proxy (stand-in classes stay the same class)
+        self.proxies: dict[
+            int, object
+        ] = {}  # their id -> our proxy (stand-in classes stay the same class)
         self.seq, self.dead = 0, None  # dead: why this channel can no longer be used
         self.helpers: dict = {}  # op -> function, for the child's extra requests
 
@@ -150,9 +234,14 @@ class Channel:
         return key
 
     def class_pid(self, cls):
-        bases = tuple(b if _exc_class_by_value(b) else self.class_pid(b) for b in cls.__bases__
-                      if issubclass(b, BaseException))
-        bases = tuple(("global", b.__module__, b.__qualname__) if isinstance(b, type) else b for b in bases)
+        bases = tuple(
+            b if _exc_class_by_value(b) else self.class_pid(b)
+            for b in cls.__bases__
+            if issubclass(b, BaseException)
+        )
+        bases = tuple(
+            ("global", b.__module__, b.__qualname__) if isinstance(b, type) else b for b in bases
+        )
         return ("mine", self.export(cls), "excclass", cls.__name__, bases)
 
     def dumps(self, obj, aliases=None) -> bytes:
@@ -197,7 +286,7 @@ class Channel:
             return cls if isinstance(cls, type) and issubclass(cls, BaseException) else Exception
         return self.resolve(b, ())
 
-    # -- the conversation ---------------------------------------------------------------------------
+    # -- the conversation ------------------------------------------------------------------
     def _send(self, data: bytes) -> None:
         self.sock.sendall(struct.pack("!Q", len(data)) + data)
 
@@ -270,7 +359,9 @@ class Channel:
             value = self.perform(op, payload)
             if op == "call":
                 back = _collect_back(payload[1], payload[2])
-                aliases = {id(a): (i, a) for i, a in enumerate(payload[1]) if isinstance(a, MUTABLE)}
+                aliases = {
+                    id(a): (i, a) for i, a in enumerate(payload[1]) if isinstance(a, MUTABLE)
+                }
             reply = ("ok", seq, value, back)
         except BaseException as e:  # noqa: BLE001 - every failure goes back as the caller's exception
             if isinstance(e, KeyboardInterrupt) and not self.trusting:
@@ -380,10 +471,20 @@ def encode_exception(e: BaseException, ch: Channel, depth: int = 0):
         tb = tb.tb_next
     cls = type(e)
     if isinstance(e, (SystemExit, KeyboardInterrupt, GeneratorExit)) and ch.trusting:
-        cls, e = RuntimeError, RuntimeError(f"your code called sys.exit({getattr(e, 'code', '')!r}) "
-                                            f"during a check" if isinstance(e, SystemExit) else repr(e))
+        cls, e = (
+            RuntimeError,
+            RuntimeError(
+                f"your code called sys.exit({getattr(e, 'code', '')!r}) during a check"
+                if isinstance(e, SystemExit)
+                else repr(e)
+            ),
+        )
     args = tuple(a if is_plain(a) or not isinstance(a, BaseException) else repr(a) for a in e.args)
-    attrs = {k: v for k, v in vars(e).items() if not k.startswith("_")} if hasattr(e, "__dict__") else {}
+    attrs = (
+        {k: v for k, v in vars(e).items() if not k.startswith("_")}
+        if hasattr(e, "__dict__")
+        else {}
+    )
     cause = e.__cause__ if e.__cause__ is not None else e.__context__
     inner = encode_exception(cause, ch, depth + 1) if cause is not None and depth < DEPTH else None
     return (cls, args, _text(e), frames, attrs, inner, list(getattr(e, "__notes__", []) or []))
@@ -404,10 +505,13 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def build_exception(enc, ch: Channel) -> BaseException:
-    """The other side's exception, as an exception of this side, with its frames in the student's file."""
+    """The other side's exception as one of this side, with its frames in the student's file."""
     cls, args, text, frames, attrs, inner, notes = enc
-    if not (isinstance(cls, type) and issubclass(cls, BaseException)) or issubclass(
-            cls, (SystemExit, KeyboardInterrupt, GeneratorExit)) and not ch.trusting:
+    if (
+        not (isinstance(cls, type) and issubclass(cls, BaseException))
+        or issubclass(cls, (SystemExit, KeyboardInterrupt, GeneratorExit))
+        and not ch.trusting
+    ):
         cls, args = RemoteError, (f"{getattr(cls, '__name__', cls)}: {text}",)
     try:
         exc = cls(*args)
@@ -500,10 +604,18 @@ class Remote:
         return self._ask("special", "__hash__", ())
 
     def _pagedsim_stepper_run(self, stepper, num_threads, arrays, names):
-        """course/ch03_kv_block/stepper.py's run(), done where the kernel lives; arrays change here too."""
-        log, after = ask(object.__getattribute__(self, "_ch"),
-            "stepper_run", self, stepper.schedule, stepper.timeout, num_threads, list(arrays), names)
-        for mine, new in zip(arrays, after):
+        """The stepper's run() (course/ch03_kv_block/stepper.py), done where the kernel lives."""
+        log, after = ask(
+            object.__getattribute__(self, "_ch"),
+            "stepper_run",
+            self,
+            stepper.schedule,
+            stepper.timeout,
+            num_threads,
+            list(arrays),
+            names,
+        )
+        for mine, new in zip(arrays, after, strict=True):
             mine[...] = new
         stepper.log = log
         return log
@@ -512,6 +624,7 @@ class Remote:
 def _special(name):
     def method(self, *args):
         return self._ask("special", name, args)
+
     method.__name__ = name
     return method
 
@@ -526,7 +639,9 @@ class RemoteModule(types.ModuleType):
     def __init__(self, ch: Channel, key: int, name: str):
         super().__init__(name)
         self.__dict__["_remote"] = Remote(ch, key, name)
-        self.__dict__["__path__"] = []  # so that `import matplotlib.figure` may look for a submodule
+        self.__dict__[
+            "__path__"
+        ] = []  # so that `import matplotlib.figure` may look for a submodule
 
     def __getattr__(self, name):
         if name.startswith("__") and name.endswith("__"):
@@ -534,7 +649,9 @@ class RemoteModule(types.ModuleType):
         return getattr(self.__dict__["_remote"], name)
 
     def __setattr__(self, name, value):
-        if name.startswith("__") and name.endswith("__"):  # the import system's bookkeeping stays here
+        if name.startswith("__") and name.endswith(
+            "__"
+        ):  # the import system's bookkeeping stays here
             self.__dict__[name] = value
         else:
             setattr(self.__dict__["_remote"], name, value)

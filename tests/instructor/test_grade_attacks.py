@@ -1,7 +1,8 @@
 """Submissions that try to game `pagedsim grade`, and the verdict each one gets.
 
 Each attacker is the untouched stub of exercise 3.5 (its checks fail) with one attack run at
-import, appended: rewriting the checks through `course.__file__` (its own copy, and the shared build),
+import, appended: rewriting the checks through `course.__file__` (its own copy, and the
+shared build),
 an `atexit` hook that writes a fake pass line to fd 1, monkeypatching the runner's
 `Outcome.status` and pytest's `TestReport.from_item_and_call`, exec-ing the solution's text,
 handing in a symlink to it, writing into the submissions folder, and leaving a `setsid`
@@ -25,14 +26,16 @@ EX = curriculum.find("3.5")
 NAME = Path(EX.stub).name
 STUB = EX.path("stub").read_text()
 SOLUTION = EX.path("solution")
-FAKE_PASS = json.dumps({"exercise": "3.5", "status": "pass", "passed": 42, "total": 42, "failed": [],
-                        "messages": []})
+FAKE_PASS = json.dumps(
+    {"exercise": "3.5", "status": "pass", "passed": 42, "total": 42, "failed": [], "messages": []}
+)
 
-REWRITE = f"""
+REWRITE = """
 import course, glob, pathlib
 FAKE = "def test_everything_passes():\\n    pass\\n"
 targets = list(pathlib.Path(course.__file__).parent.rglob("test_ex3_5_block_size.py"))
-targets += [pathlib.Path(p) for p in glob.glob("/tmp/pagedsim-grade-*/build/course/**/test_ex3_5*.py",
+SHARED = "/tmp/pagedsim-grade-*/build/course/**/test_ex3_5*.py"
+targets += [pathlib.Path(p) for p in glob.glob(SHARED,
                                                recursive=True)]
 for p in targets:
     try:
@@ -68,10 +71,11 @@ def plant(folder: Path) -> str:
 
 
 def survivor(mark: Path) -> str:
-    """A grandchild in a session of its own: it notes its pid, waits for `mark`.go, then writes `mark`."""
+    """A grandchild in a session of its own: notes its pid, waits for `mark`.go, writes `mark`."""
     return f"""
 import subprocess, sys
-subprocess.Popen([sys.executable, "-c", "import os, time\\nif os.fork(): os._exit(0)\\nos.setsid()\\n"
+subprocess.Popen([sys.executable, "-c", "import os, time\\nif os.fork(): os._exit(0)\\n"
+                  "os.setsid()\\n"
                   "open({str(mark)!r} + '.pid', 'w').write(str(os.getpid()))\\n"
                   "while not os.path.exists({str(mark)!r} + '.go'): time.sleep(0.05)\\n"
                   "open({str(mark)!r}, 'w').write('alive')"], start_new_session=True)
@@ -106,25 +110,46 @@ def assert_not_passed(got, who):
     assert got[who].status != "pass" and got[who].passed == 0, (who, got[who])
 
 
-needs_bwrap = pytest.mark.skipif(jail.bwrap() is None, reason="bubblewrap (bwrap) is not installed or cannot "
-                                 "create namespaces here: apt-get install bubblewrap")
+needs_bwrap = pytest.mark.skipif(
+    jail.bwrap() is None,
+    reason="bubblewrap (bwrap) is not installed or cannot "
+    "create namespaces here: apt-get install bubblewrap",
+)
 
 
 @pytest.mark.slow
-def test_without_a_sandbox_every_attack_is_a_fail_or_an_error_and_nothing_outlives_grading(tmp_path):
+def test_without_a_sandbox_every_attack_is_a_fail_or_an_error_and_nothing_outlives_grading(
+    tmp_path,
+):
     root = tmp_path / "class"
     mark = tmp_path / "survivor-wrote-this"
-    write(root, {"a_rewrite": STUB + REWRITE, "b_forge": STUB + ATEXIT + PATCH_RUNNER + PATCH_PYTEST,
-                 "e_plant": STUB + plant(root / "e_plant"), "f_survivor": STUB + survivor(mark),
-                 "g_good": SOLUTION.read_text() + "\n# mine\n", "z_later": STUB})
+    write(
+        root,
+        {
+            "a_rewrite": STUB + REWRITE,
+            "b_forge": STUB + ATEXIT + PATCH_RUNNER + PATCH_PYTEST,
+            "e_plant": STUB + plant(root / "e_plant"),
+            "f_survivor": STUB + survivor(mark),
+            "g_good": SOLUTION.read_text() + "\n# mine\n",
+            "z_later": STUB,
+        },
+    )
     (root / "h_link").mkdir()
     (root / "h_link" / NAME).symlink_to(SOLUTION)
     got = graded(root, sandbox=False)
-    assert got["g_good"].status == "pass" and got["g_good"].passed == got["g_good"].total > 5, got["g_good"]
+    assert got["g_good"].status == "pass" and got["g_good"].passed == got["g_good"].total > 5, got[
+        "g_good"
+    ]
     for who in ("a_rewrite", "b_forge", "e_plant", "f_survivor", "h_link"):
         assert_not_passed(got, who)
-    assert got["a_rewrite"].status == "error" and "changed its private copy" in got["a_rewrite"].messages[0]
-    assert got["e_plant"].status == "error" and "wrote outside its scratch folder" in got["e_plant"].messages[0]
+    assert (
+        got["a_rewrite"].status == "error"
+        and "changed its private copy" in got["a_rewrite"].messages[0]
+    )
+    assert (
+        got["e_plant"].status == "error"
+        and "wrote outside its scratch folder" in got["e_plant"].messages[0]
+    )
     assert "symbolic link" in got["h_link"].messages[0]
     later = got["z_later"]
     assert later.status == "fail" and later.total == got["g_good"].total, later
@@ -140,8 +165,15 @@ def test_without_a_sandbox_every_attack_is_a_fail_or_an_error_and_nothing_outliv
 @pytest.mark.slow
 def test_in_the_sandbox_the_solution_is_not_on_disk_and_writes_fail(tmp_path):
     root = tmp_path / "class"
-    write(root, {"a_all": STUB + REWRITE + ATEXIT + PATCH_RUNNER + plant(root / "a_all"),
-                 "c_exec": STUB + EXEC_SOLUTION, "g_good": SOLUTION.read_text() + "\n# mine\n", "z_later": STUB})
+    write(
+        root,
+        {
+            "a_all": STUB + REWRITE + ATEXIT + PATCH_RUNNER + plant(root / "a_all"),
+            "c_exec": STUB + EXEC_SOLUTION,
+            "g_good": SOLUTION.read_text() + "\n# mine\n",
+            "z_later": STUB,
+        },
+    )
     got = graded(root, sandbox=True)
     assert got["g_good"].status == "pass" and got["g_good"].sandbox, got["g_good"]
     for who in ("a_all", "c_exec"):
@@ -174,16 +206,25 @@ raise RuntimeError(" ".join(facts))
 @needs_bwrap
 @pytest.mark.slow
 def test_the_sandbox_has_no_network_a_read_only_file_system_but_scratch_and_its_own_pids(tmp_path):
-    root = write(tmp_path / "class", {"probe": PROBE.format(outside=str(tmp_path / "outside.txt"),
-                                                            solution=str(SOLUTION))})
+    root = write(
+        tmp_path / "class",
+        {"probe": PROBE.format(outside=str(tmp_path / "outside.txt"), solution=str(SOLUTION))},
+    )
     (result,) = grade.grade(root, ["3.5"], timeout=60, sandbox=True)
-    facts = dict(f.split("=") for f in result.messages[0].split("RuntimeError: ")[1].split(" (line")[0].split())
-    assert facts["net"] == "none" and facts["fs"] == "readonly" and facts["scratch"] == "writable", facts
+    facts = dict(
+        f.split("=")
+        for f in result.messages[0].split("RuntimeError: ")[1].split(" (line")[0].split()
+    )
+    assert (
+        facts["net"] == "none" and facts["fs"] == "readonly" and facts["scratch"] == "writable"
+    ), facts
     assert facts["solutions"] == "False" and int(facts["pid"]) < 10, facts
     assert not (tmp_path / "outside.txt").exists()
 
 
-def test_grade_refuses_to_run_unsandboxed_while_the_solutions_are_on_disk(tmp_path, monkeypatch, capsys):
+def test_grade_refuses_to_run_unsandboxed_while_the_solutions_are_on_disk(
+    tmp_path, monkeypatch, capsys
+):
     monkeypatch.setattr(jail, "bwrap", lambda: None)
     write(tmp_path / "class", {"ann": STUB})
     with pytest.raises(SystemExit) as stop:
@@ -196,12 +237,21 @@ def test_grade_refuses_to_run_unsandboxed_while_the_solutions_are_on_disk(tmp_pa
 @pytest.mark.slow
 def test_check_impl_ignores_a_forged_pass_line_and_a_patched_runner(tmp_path):
     import subprocess
+
     forged = tmp_path / NAME
     forged.write_text(STUB + ATEXIT + PATCH_RUNNER)
     env = dict(os.environ, PYTHONPATH=str(curriculum.REPO_ROOT))
-    run = subprocess.run([sys.executable, "-m", "pagedsim.app.cli", "check", "3.5", "--impl", str(forged),
-                          "--json"], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    run = subprocess.run(
+        [sys.executable, "-m", "pagedsim.app.cli", "check", "3.5", "--impl", str(forged), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
     last = json.loads(run.stdout.strip().splitlines()[-1])
-    assert run.returncode == 1 and last["status"] == "fail" and last["passed"] == 0, run.stdout[-500:]
+    assert run.returncode == 1 and last["status"] == "fail" and last["passed"] == 0, run.stdout[
+        -500:
+    ]
     assert FAKE_PASS not in run.stdout
     shutil.rmtree(tmp_path, ignore_errors=True)

@@ -8,7 +8,6 @@ import textwrap
 import time
 
 import pytest
-
 from kit_paths import EXAMPLES, ROOT
 
 FEW = ["--examples", "20", "--steps", "20"]
