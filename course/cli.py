@@ -22,8 +22,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import sys
 import tempfile
 from pathlib import Path
+
+from pagedsim.app.cli import ArgParser, float_in, int_in
 
 from . import curriculum, i18n, workspace
 from .lessons_text import lesson_text
@@ -38,7 +41,7 @@ def _lang_arg(p: argparse.ArgumentParser) -> None:
 
 
 def lesson_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="pagedsim lesson", description="print and run a chapter-3 lesson")
+    p = ArgParser(prog="pagedsim lesson", description="print and run a chapter-3 lesson")
     p.add_argument("section", nargs="?", help="3.1 ... 3.8")
     p.add_argument("--out", type=Path, help="where figures go (default: a new temporary folder, printed)")
     p.add_argument("--no-demo", action="store_true", help="print the text only")
@@ -51,7 +54,8 @@ def lesson_main(argv: list[str]) -> int:
         print("\nrun one with `pagedsim lesson 3.1`")
         return 0
     if args.section not in LESSONS:
-        print(f"pagedsim lesson: no lesson {args.section!r}; choose one of {', '.join(LESSONS)}")
+        print(f"pagedsim lesson: no lesson {args.section!r}; choose one of {', '.join(LESSONS)}",
+              file=sys.stderr)
         return 2
     lesson = importlib.import_module(LESSONS[args.section])
     print(lesson_text(lesson, args.section, lang), "\n")
@@ -119,21 +123,22 @@ def _choose_impl(ex, args) -> tuple[Path, str | None]:
 
 
 def check_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="pagedsim check", description="run an exercise's checks")
+    p = ArgParser(prog="pagedsim check", description="run an exercise's checks")
     p.add_argument("exercise", nargs="?", help="an exercise id such as 3.4a")
     p.add_argument("--impl", type=Path, help="check this file instead of your workspace's")
     p.add_argument("--all", action="store_true", help="every exercise, in course order")
     p.add_argument("--solutions", action="store_true", help="check the reference solutions")
     p.add_argument("--json", action="store_true", help="print one JSON object per exercise (machine-readable)")
-    p.add_argument("--timeout", type=float, metavar="S", help="seconds allowed per check and for importing "
-                   "the file (default 60)")
+    p.add_argument("--timeout", type=float_in(0, 86_400, open_low=True), metavar="S",
+                   help="seconds allowed per check and for importing the file (default 60)")
     p.add_argument("--extra-checks", nargs="+", type=Path, default=[], metavar="PATH",
                    help="more pytest files to run against the same file (fixtures: impl, kernels)")
     p.add_argument("--verbose", "-v", action="store_true", help="show every failing check")
     p.add_argument("--curriculum", action="store_true", help="validate course/curriculum.toml")
     p.add_argument("--mutants", action="store_true", help="prove the checks catch the known bugs")
     p.add_argument("--generic", action="store_true", help="with --mutants: also measure generic mutants")
-    p.add_argument("--sample", type=int, metavar="N", help="with --generic: N generic mutants per exercise")
+    p.add_argument("--sample", type=int_in(1, 100_000), metavar="N",
+                   help="with --generic: N generic mutants per exercise")
     _lang_arg(p)
     args = p.parse_args(argv)
     i18n.set_lang(args.lang)
@@ -148,7 +153,8 @@ def check_main(argv: list[str]) -> int:
         try:
             from .mutants_report import report
         except ImportError:
-            print("pagedsim check --mutants: not part of this build (the student copy has no mutants)")
+            print("pagedsim check --mutants: not part of this build (the student copy has no "
+                  "mutants)", file=sys.stderr)
             return 2
         chosen = [curriculum.find(args.exercise, exercises)] if args.exercise else exercises
         return report(chosen, generic=args.generic, sample=args.sample)
@@ -158,17 +164,18 @@ def check_main(argv: list[str]) -> int:
         try:
             chosen = [curriculum.find(args.exercise, exercises)]
         except KeyError as e:
-            print(f"pagedsim check: {e.args[0]}")
+            print(f"pagedsim check: {e.args[0]}", file=sys.stderr)
             return 2
-    else:
+    elif not (args.impl or args.extra_checks):
         for ex in exercises:
             mine = workspace.find(ex)
             print(f"  {ex.id:<5} {ex.title}\n        {mine or Path(workspace.DEFAULT) / Path(ex.stub).name}")
         print("\ncheck one with `pagedsim check 3.1`" + ("" if any(map(workspace.find, exercises)) else
               "; first copy the stubs to a workspace with `pagedsim workspace`"))
         return 0
-    if (args.impl or args.extra_checks) and len(chosen) != 1:
-        print("pagedsim check: --impl and --extra-checks need exactly one exercise id")
+    if (args.impl or args.extra_checks) and (args.all or not args.exercise):
+        print("pagedsim check: --impl and --extra-checks need one exercise id (e.g. pagedsim "
+              "check 3.4a --impl FILE)", file=sys.stderr)
         return 2
     from .runner import run_checks
 

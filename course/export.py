@@ -18,13 +18,14 @@ and it prints how many files it wrote. DIR must not exist or be empty.
 
 from __future__ import annotations
 
-import argparse
 import fnmatch
 import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from pagedsim.app.cli import ArgParser
 
 from . import curriculum
 
@@ -67,9 +68,7 @@ def project_files(root: Path) -> list[str]:
 def export(dest, root: Path = curriculum.REPO_ROOT, prefixes=None) -> list[str]:
     """Copy the student build into `dest` (only paths starting with one of `prefixes`, if
     given); returns the relative paths written."""
-    dest = Path(dest)
-    if dest.exists() and any(dest.iterdir()):
-        raise ValueError(f"{dest} is not empty: choose a new folder")
+    dest = check_destination(dest, root)
     written = [rel for rel in project_files(root) if not left_out(rel)
                and (prefixes is None or rel.startswith(tuple(prefixes)))]
     for rel in written:
@@ -84,6 +83,23 @@ def export(dest, root: Path = curriculum.REPO_ROOT, prefixes=None) -> list[str]:
     if leaks:
         raise AssertionError(f"the export still holds solution text: {', '.join(leaks)}")
     return written
+
+
+def check_destination(dest, root: Path = curriculum.REPO_ROOT) -> Path:
+    """`dest` as a Path, or ValueError: an empty name (that would be the current folder), a
+    folder inside the project being exported (or holding it), or one that is not empty."""
+    if not str(dest).strip():
+        raise ValueError("the destination folder is empty: name a new folder")
+    dest, here = Path(dest), Path(root).resolve()
+    where = dest.resolve()
+    if where == here or here in where.parents or where in here.parents:
+        raise ValueError(f"{dest} is inside (or holds) the project being exported ({here}): "
+                         "choose a folder outside it")
+    if dest.exists() and not dest.is_dir():
+        raise ValueError(f"{dest} is a file: choose a new folder")
+    if dest.exists() and any(dest.iterdir()):
+        raise ValueError(f"{dest} is not empty: choose a new folder")
+    return dest
 
 
 def installed_pyproject(dist=None) -> str:
@@ -119,13 +135,16 @@ def answer_leaks(dest: Path, root: Path = curriculum.REPO_ROOT) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="pagedsim export-course", description=__doc__.split("\n\n")[0])
-    p.add_argument("dir", type=Path, help="where the student copy goes (new or empty folder)")
+    p = ArgParser(prog="pagedsim export-course", description=__doc__.split("\n\n")[0])
+    p.add_argument("dir", help="where the student copy goes (a new or empty folder, outside the "
+                   "project)")
     args = p.parse_args(argv)
     try:
+        check_destination(args.dir)
         written = export(args.dir)
     except ValueError as e:
         p.error(str(e))
+    args.dir = Path(args.dir)
     print(f"wrote {len(written)} files to {args.dir} (no solutions, no mutant catalogue, no tests)")
     print(f"students: cd {args.dir} && pip install . && pagedsim check 3.1")
     return 0

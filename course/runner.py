@@ -10,24 +10,35 @@ for each failing check, the one sentence a student needs:
     <check>: your code raised X: ... (line N) any other exception, with the line in the student's file
     ... (counterexample: allocate(); ...)    a Hypothesis failure: its shrunk example as calls
 
-While any file but the reference solution is checked, the solutions cannot be
-imported (course/guard.py), the file's import and every check run under a time limit
-(course/impl.py), and an import that loops or crashes makes the outcome "timeout" or
-"error" rather than a hang or a traceback.
+Any file but the reference solution runs in a child process of its own
+(course/isolation.py): the checks and pytest stay here, every use of the file is a
+message (course/remote.py), and so its prints, exits, atexit hooks and monkeypatches
+reach only its own process; the verdict is computed here alone. matplotlib, which a
+drawing exercise and its checks share, is the child's too (`_ChildModules`). In there
+the solutions cannot be imported (course/guard.py); the file's import and every check
+run under a time limit (course/impl.py), and an import that loops or crashes makes the
+outcome "timeout" or "error" rather than a hang or a traceback. What this does not do
+alone: keep a file from reading the solutions on disk or writing outside its folder;
+`pagedsim grade` adds a solution-free build and, where bubblewrap exists, a sandbox.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.machinery
 import io
 import os
 import re
+import shutil
+import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from . import check_fixtures, i18n
+from . import impl as impl_module
 from .curriculum import COURSE_DIR, REPO_ROOT, Exercise
 from .guard import keep_first, solutions_hidden
 from .impl import DEFAULT_SECONDS, CheckTimeout, ImportFailed, ImportTimeout, time_limit
@@ -190,16 +201,77 @@ class _Collector:
             self.outcome.error = f"could not collect {report.nodeid}: {_first_line(str(report.longrepr))}"
 
 
+SHARED = ("matplotlib",)  # libraries whose objects the submission makes and the checks read
+
+
+class _ChildModules:
+    """A finder that makes `import matplotlib...` here give the child's modules (a figure the
+    student drew is read where it lives)."""
+
+    def __init__(self, sub):
+        self.sub = sub
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in SHARED:
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        from pagedsim.testing.remote import ask
+
+        self.sub.current()
+        return ask(self.sub.ch, "import_module", spec.name)
+
+    def exec_module(self, module):
+        pass
+
+
+@contextlib.contextmanager
+def _in_child(sub, check_files):
+    """While the checks run: load_impl gives the child's module, matplotlib is the child's, and the
+    check modules are imported afresh (so none holds a module of an earlier run)."""
+    def purge():
+        files = {str(Path(f).resolve()) for f in check_files}
+        return {k: sys.modules.pop(k) for k, m in list(sys.modules.items())
+                if k.split(".")[0] in SHARED or k.startswith("course.ch03_kv_block.checks")
+                or str(getattr(m, "__file__", None) or "") in files}
+
+    saved, finder = purge(), _ChildModules(sub)
+    impl_module._remote = sub
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+        impl_module._remote = None
+        for key in [k for k in impl_module._cache if k[0] == "remote"]:
+            del impl_module._cache[key]
+        sub.close()
+        purge()
+        sys.modules.update(saved)
+
+
 def run_checks(ex: Exercise, impl: Path | str, *, stop_at_first: bool = False, seconds: float | None = None,
-               extra_checks=(), markers: str | None = None) -> Outcome:
-    """Run `ex`'s checks (and any extra pytest files) against the file `impl`; nothing is printed."""
+               extra_checks=(), markers: str | None = None, isolate: bool | None = None,
+               sandbox: bool | None = None) -> Outcome:
+    """Run `ex`'s checks (and any extra pytest files) against the file `impl`; nothing is printed.
+
+    `isolate` (default: every file but the reference solution) runs the file in a child
+    process; `sandbox` (default: $PAGEDSIM_SANDBOX is 1, as `pagedsim grade` sets it) runs
+    that child under bubblewrap."""
     impl = Path(impl).resolve()
     outcome = Outcome(ex, impl)
     if not impl.is_file():
         outcome.error = i18n.t("no such file: {path}", path=impl)
         return outcome
     seconds = float(seconds or DEFAULT_SECONDS)
-    args = [str(REPO_ROOT / c) for c in ex.checks] + [str(Path(p).resolve()) for p in extra_checks]
+    checks = [str(REPO_ROOT / c) for c in ex.checks]
+    checks += [str(Path(p).resolve()) for p in extra_checks]
+    reference = impl == ex.path("solution").resolve()
+    isolate = not reference if isolate is None else isolate
+    scratch = Path(os.environ.get("PAGEDSIM_SCRATCH") or tempfile.mkdtemp(prefix="pagedsim-check-"))
+    own_scratch = not os.environ.get("PAGEDSIM_SCRATCH")
+    args = checks + ["--basetemp", str(scratch / "pytest")]
     args += ["-c", str(INI), "--rootdir", str(COURSE_DIR), "-p", "no:terminal", "-p", "no:cacheprovider",
              "-p", "no:randomly", "-W", "ignore::pytest.PytestAssertRewriteWarning"]
     if markers:
@@ -210,14 +282,24 @@ def run_checks(ex: Exercise, impl: Path | str, *, stop_at_first: bool = False, s
                PAGEDSIM_CHECK_SECONDS=str(seconds))
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    reference = impl == ex.path("solution").resolve()
     hide = contextlib.nullcontext() if reference else solutions_hidden()
+    if isolate:
+        from .isolation import Submission
+
+        sandbox = os.environ.get("PAGEDSIM_SANDBOX") == "1" if sandbox is None else sandbox
+        sub = Submission(impl, ex.id, scratch=scratch, code_root=REPO_ROOT, sandbox=sandbox)
+        child = _in_child(sub, checks)
+    else:
+        child = contextlib.nullcontext()
     try:
-        with hide, contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        quiet = contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO())
+        with hide, child, quiet[0], quiet[1]:
             code = pytest.main(args, plugins=[_Collector(outcome, seconds), check_fixtures])
     finally:
         for k, v in saved.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+        if own_scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED) \
             and outcome.error is None:
         outcome.error = f"pytest stopped with {pytest.ExitCode(code).name}"

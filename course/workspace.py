@@ -16,10 +16,11 @@ and says which file it checked. Existing files are never overwritten.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 from pathlib import Path
+
+from pagedsim.app.cli import ArgParser
 
 from . import curriculum
 
@@ -59,10 +60,16 @@ def create(folder: Path, exercises=None) -> tuple[list[Path], list[Path]]:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="pagedsim workspace", description="copy the exercise stubs to a folder of yours")
-    p.add_argument("folder", nargs="?", type=Path, default=Path(DEFAULT),
+    p = ArgParser(prog="pagedsim workspace",
+                  description="copy the exercise stubs to a folder of yours")
+    p.add_argument("folder", nargs="?", default=DEFAULT,
                    help=f"where the files go (default: ./{DEFAULT})")
     args = p.parse_args(argv)
+    if not args.folder.strip():
+        p.error("the folder name is empty: name a folder (or leave it out for ./pagedsim-work)")
+    args.folder = Path(args.folder)
+    if args.folder.exists() and not args.folder.is_dir():
+        p.error(f"{args.folder} is a file, not a folder")
     copied, kept = create(args.folder)
     where = args.folder.resolve()
     print(f"workspace: {where}")

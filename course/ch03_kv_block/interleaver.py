@@ -113,6 +113,8 @@ class Stepper:
 
     def run(self, kernel, num_threads: int, *arrays: np.ndarray, names=None) -> list[tuple[int, str]]:
         """Run `kernel(*arrays)` as `num_threads` threads of one block; arrays change in place."""
+        if getattr(type(kernel), "__pagedsim_remote__", False):  # a submission in its own process
+            return kernel._pagedsim_stepper_run(self, num_threads, arrays, names)  # (course/remote.py)
         fn = getattr(kernel, "py_func", None) or getattr(kernel, "fn", None) or kernel
         fake = _FakeCuda(self, num_threads)
         func = types.FunctionType(fn.__code__, {**fn.__globals__, "cuda": fake}, fn.__name__,

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from . import tour, view_zh
 from .captions import caption
+from .cli import ArgParser, int_in
 from .lang import LANGS, detect, t, wrap
 from .play_session import POLICIES, STEPS, Options, Refused, Session
 
@@ -59,7 +60,8 @@ class Playground:
         self.mistakes = 0
 
     def say(self, text: str) -> None:
-        print("\n".join(o for line in text.split("\n") for o in wrap(line, self.width)), file=self.out)
+        lines = (printable(line) for line in text.split("\n"))
+        print("\n".join(o for line in lines for o in wrap(line, self.width)), file=self.out)
 
     def show(self) -> None:
         s = self.session
@@ -112,6 +114,12 @@ class Playground:
                 print(prompt, end="", file=self.out, flush=True)
 
 
+def printable(text: str) -> str:
+    """`text` with control characters (ANSI escapes, a carriage return) written as escapes, so a
+    sequence name cannot move the cursor or recolour the terminal."""
+    return "".join(c if c.isprintable() or c == "\t" else ascii(c)[1:-1] for c in str(text))
+
+
 def _count(words, op) -> int:
     if not words:
         return 1
@@ -125,18 +133,18 @@ def draw_step(session: Session, path: Path, lang: str = "en", look: str = "paper
     fmt = path.suffix.lstrip(".").lower()
     if fmt not in FORMATS:
         raise Refused(f"draw: {path.name} must end in .png, .svg or .pdf")
-    from ..draw import scenario  # matplotlib only now
-
-    from ..draw import style
+    from ..draw import (
+        scenario,  # matplotlib only now
+        style,
+    )
 
     with style.output(fmt=fmt, lang=lang, look=look):
         return scenario.draw_one(session.timeline(lang), session.cursor, path)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="pagedsim play", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=help_text())
+    p = ArgParser(prog="pagedsim play", description=__doc__.split("\n\n")[0],
+                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=help_text())
     p.add_argument("script", nargs="?", type=Path, help="a scenario file (default: read stdin)")
     p.add_argument("--trace", type=Path, metavar="FILE", help="a trace from `pagedsim tour --json` to draw")
     p.add_argument("--events", type=Path, metavar="FILE",
@@ -145,21 +153,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--format", choices=FORMATS, default="png", help="format of the frames (default png)")
     p.add_argument("--style", choices=("paper", "projector"), default="paper",
                    help="projector: text >= 12 pt and strong colours, for slides")
-    p.add_argument("--blocks", type=int, default=12, help="blocks in the pool (default 12)")
-    p.add_argument("--block-size", type=int, default=4, help="tokens per block (default 4)")
+    p.add_argument("--blocks", type=int_in(1, 4096), default=12,
+                   help="blocks in the pool (default 12)")
+    p.add_argument("--block-size", type=int_in(1, 1024), default=4,
+                   help="tokens per block (default 4)")
     p.add_argument("--prefix-cache", action="store_true", help="share full prompt blocks (equal WORDs)")
-    p.add_argument("--window", type=int, metavar="N", help="sliding-window attention over N tokens")
-    p.add_argument("--hybrid", type=int, metavar="N",
+    p.add_argument("--window", type=int_in(1, 1 << 20), metavar="N",
+                   help="sliding-window attention over N tokens")
+    p.add_argument("--hybrid", type=int_in(1, 1 << 20), metavar="N",
                    help="two KV cache groups (vLLM v1): full attention + a window of N tokens")
     p.add_argument("--policy", choices=POLICIES, default="none",
                    help="when the pool is short: none (the step fails), recompute or swap the newest")
-    p.add_argument("--width", type=int, default=None, help="line width (default: the terminal's)")
+    p.add_argument("--width", type=int_in(20, 1000), default=None,
+                   help="line width, 20..1000 (default: the terminal's)")
     p.add_argument("--lang", choices=LANGS, default=None, help="en or zh (default: the locale)")
     args = p.parse_args(argv)
-    if not 1 <= args.blocks <= 4096 or not 1 <= args.block_size <= 1024:
-        p.error("--blocks must be in 1..4096 and --block-size in 1..1024")
-    if args.window is not None and args.window < 1:
-        p.error("--window must be a positive number of tokens")
+    if sum(map(bool, (args.script, args.trace, args.events))) > 1:
+        p.error("give one of SCRIPT, --trace FILE or --events FILE (a trace or an event stream "
+                "is drawn as saved; a script builds a new one)")
     lang, width = detect(args.lang), args.width or tour.terminal_width()
     if args.trace:
         return _draw_trace(args, p, width, lang)
@@ -173,8 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     play = Playground(session, width=width, lang=lang, look=args.style)
     if args.script:
         if not args.script.is_file():
-            p.error(f"no such script: {args.script}")
-        play.loop(args.script.read_text(encoding="utf-8").splitlines(), echo=True)
+            p.error(f"no such script: {printable(args.script)}")
+        play.loop(args.script.read_text(encoding="utf-8-sig").splitlines(), echo=True)
     else:
         live = sys.stdin.isatty()
         if live:
@@ -193,11 +204,12 @@ def _draw_trace(args, p, width: int, lang: str) -> int:
     try:
         snaps = load_snapshots(args.trace)
     except (OSError, ValueError) as e:
-        p.error(f"--trace: {e}")
+        p.error(f"--trace: {printable(e)}")
     for s in snaps:
-        print("\n".join(wrap(t("step {k}: {caption}", lang, view_zh.ZH, k=s.step, caption=caption(s, lang)),
-                              width)))
-        print(tour.format_snapshot(s, width=width, lang=lang))
+        print("\n".join(wrap(printable(t("step {k}: {caption}", lang, view_zh.ZH, k=s.step,
+                                          caption=caption(s, lang))), width)))
+        text = tour.format_snapshot(s, width=width, lang=lang)
+        print("\n".join(printable(line) for line in text.split("\n")))
     if args.draw:
         _write(snaps, args, lang)
     return 0
@@ -210,10 +222,11 @@ def _draw_events(args, p, width: int, lang: str) -> int:
         with open(args.events, encoding="utf-8") as f:
             snaps = replay(read_stream(f))
     except (OSError, UnicodeDecodeError, ValueError) as e:
-        p.error(f"--events: {e}")
+        p.error(f"--events: {printable(e)}")
     for s in snaps:
-        print("\n".join(wrap(f"event {s.step}: {s.caption}", width)))
-        print(tour.format_snapshot(s, width=width, lang=lang))
+        print("\n".join(wrap(printable(f"event {s.step}: {s.caption}"), width)))
+        text = tour.format_snapshot(s, width=width, lang=lang)
+        print("\n".join(printable(line) for line in text.split("\n")))
     if args.draw:
         _write(snaps, args, lang)
     return 0

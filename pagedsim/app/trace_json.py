@@ -3,8 +3,11 @@
 `Trace.to_dict()` stores every snapshot with its events as plain JSON (event `kind`
 in snake case, tuples as lists). `snapshots_from_dict` rebuilds frozen `Snapshot`s
 with typed events, so the renderer and the playground draw a loaded trace exactly
-like a live one. Bad input raises ValueError naming the first thing that is wrong.
-Core module: no matplotlib.
+like a live one. Bad input raises ValueError naming the first thing that is wrong:
+every number is checked for its type and range (a step is a whole number >= 0, block
+ids lie in the pool, free-list entries are distinct, a block holds 0..block_size
+tokens), so nothing downstream meets a block that does not exist. A UTF-8 byte-order
+mark is accepted, as the CSV workloads accept one. No matplotlib here.
 """
 
 from __future__ import annotations
@@ -37,7 +40,59 @@ def event_from_dict(d: dict) -> tr.Event:
         raise ValueError(f"event {kind!r} lacks field {e.args[0]!r}") from None
 
 
+def _whole(value, what: str, low: int = 0, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} must be a whole number, got {value!r}"[:200])
+    if value < low or (high is not None and value > high):
+        span = f"{low}..{high}" if high is not None else f">= {low}"
+        raise ValueError(f"{what} must be {span}, got {value}")
+    return value
+
+
+def _blocks(values, what: str, num_blocks: int, *, distinct: bool = False) -> None:
+    if not isinstance(values, (list, tuple)):
+        raise ValueError(f"{what} must be a list of block ids, got {values!r}"[:200])
+    for v in values:
+        _whole(v, f"{what} entry", 0, num_blocks - 1)
+    if distinct and len(set(values)) != len(values):
+        raise ValueError(f"{what} names a block twice: {list(values)}"[:200])
+
+
+def validate(d: dict) -> None:
+    """Refuse a snapshot whose numbers cannot describe a pool (before anything is built)."""
+    if not isinstance(d, dict):
+        raise ValueError(f"a snapshot must be an object, got {type(d).__name__}")
+    step = d.get("step")
+    _whole(step, "step")
+    where = f"snapshot {step}"
+    n = _whole(d.get("num_blocks"), f"{where}: num_blocks", 1, 1 << 20)
+    bs = _whole(d.get("block_size"), f"{where}: block_size", 1, 1 << 16)
+    _blocks(d.get("free_list", ()), f"{where}: free_list", n, distinct=True)
+    _blocks(d.get("cached_blocks", ()), f"{where}: cached_blocks", n, distinct=True)
+    for name, high in (("ref_counts", None), ("block_fill", bs)):
+        values = d.get(name, ())
+        if not isinstance(values, (list, tuple)):
+            raise ValueError(f"{where}: {name} must be a list, got {values!r}"[:200])
+        for v in values:
+            _whole(v, f"{where}: {name} entry", 0, high)
+    for name in ("sequences", "events", "pending_copies"):
+        if not isinstance(d.get(name, []), list):
+            raise ValueError(f"{where}: {name} must be a list, got {d.get(name)!r}"[:200])
+    if not all(isinstance(e, dict) for e in d.get("events", [])):
+        raise ValueError(f"{where}: every event must be an object")
+    if not isinstance(d.get("caption", ""), str):
+        raise ValueError(f"{where}: caption must be text")
+    for s in d.get("sequences", ()):
+        if not isinstance(s, dict):
+            raise ValueError(f"{where}: a sequence must be an object, got {s!r}"[:200])
+        _blocks(s.get("blocks", ()), f"{where}: table of {s.get('seq_id')!r}", n)
+        _whole(s.get("num_tokens"), f"{where}: num_tokens of {s.get('seq_id')!r}", 0)
+    for pair in d.get("pending_copies", ()):
+        _blocks(pair, f"{where}: pending copy", n)
+
+
 def snapshot_from_dict(d: dict) -> tr.Snapshot:
+    validate(d)
     try:
         values = {f.name: d[f.name] for f in fields(tr.Snapshot) if f.name in d}
         values.setdefault("custom_caption", None)  # absent: the step is told from its events
@@ -68,7 +123,9 @@ def snapshots_from_dict(d: dict) -> list[tr.Snapshot]:
 def load_snapshots(path) -> list[tr.Snapshot]:
     """The snapshots of a JSON trace file (from `pagedsim tour --json > FILE`)."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(Path(path).read_text(encoding="utf-8-sig"))
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text (byte {e.start})") from None
     return snapshots_from_dict(data)

@@ -8,20 +8,32 @@ FACTORY(num_blocks, block_size) builds a manager (see pagedsim.testing.contract)
 Exit codes: 0 conforms (one summary line), 1 does not (the minimal counterexample as
 Python calls), 2 the target cannot be loaded (one line saying why).
 
-The checks run in a child process. Each call into user code has a time limit
-(--call-timeout, via SIGALRM), and the parent kills the child after --timeout
-seconds, so a loop or a hang in user code always ends the command.
+The verdict is the parent's alone: the checks (Hypothesis included) run in this
+process, and the target runs in a child process of its own, called through a socket
+(pagedsim/testing/remote.py: every method call is a message, the results come back as
+data). So nothing the target does (printing a fake "OK", `sys.exit(0)` or `os._exit(0)`
+in the factory, ignoring SIGALRM, patching the kit) can make the command print
+"conforms" or exit 0: a child that ends early is a failure. Each call into the target
+has a time limit (--call-timeout, measured here; a hung child is killed and restarted
+for the next call), and after --timeout seconds the child is killed for good, so a loop
+or a hang in user code always ends the command.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import os
+import signal
+import socket
 import subprocess
 import sys
+import threading
 import traceback
+
+from ..app.cli import ArgParser, float_in, int_in
 
 CHILD_FLAG = "--child"
 
@@ -30,34 +42,55 @@ class LoadError(Exception):
     """The target named on the command line cannot be imported or is not callable."""
 
 
-def positive(kind):
-    def parse(text):
-        value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-        return value
-    return parse
+class Expired(BaseException):
+    """--timeout passed: the target's process is gone and no call may start it again."""
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pagedsim conform", description=(
-        "Check a block manager built by MODULE:FACTORY(num_blocks, block_size) against "
-        "pagedsim's KVCacheManager, and optionally a paged-attention function against the "
-        "float64 reference."))
+    p = ArgParser(
+        prog="pagedsim conform",
+        description=(
+            "Check a block manager built by MODULE:FACTORY(num_blocks, block_size) against "
+            "pagedsim's KVCacheManager, and optionally a paged-attention function against the "
+            "float64 reference."
+        ),
+    )
     p.add_argument("target", help="MODULE:FACTORY, MODULE a file path or an importable name")
-    p.add_argument("--attention", metavar="MODULE:FN",
-                   help="also check fn(query, kv_cache, block_tables, context_lens, scale)")
-    p.add_argument("--examples", type=positive(int), default=100,
-                   help="Hypothesis examples (default 100)")
-    p.add_argument("--steps", type=positive(int), default=40,
-                   help="calls per manager example (default 40)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--check-free-order", choices=("lifo", "fifo"),
-                   help="also require the model's block ids for this free order")
-    p.add_argument("--call-timeout", type=positive(float), default=10.0,
-                   help="seconds one call into user code may take (default 10)")
-    p.add_argument("--timeout", type=positive(float), default=600.0,
-                   help="seconds the whole check may take before it is killed (default 600)")
+    p.add_argument(
+        "--attention",
+        metavar="MODULE:FN",
+        help="also check fn(query, kv_cache, block_tables, context_lens, scale)",
+    )
+    p.add_argument(
+        "--examples",
+        type=int_in(1, 1_000_000),
+        default=100,
+        help="Hypothesis examples (default 100)",
+    )
+    p.add_argument(
+        "--steps",
+        type=int_in(1, 100_000),
+        default=40,
+        help="calls per manager example (default 40)",
+    )
+    p.add_argument("--seed", type=int_in(0, 2**63 - 1), default=0, help="random seed (default 0)")
+    p.add_argument(
+        "--check-free-order",
+        choices=("lifo", "fifo"),
+        help="also require the model's block ids for this free order",
+    )
+    p.add_argument(
+        "--call-timeout",
+        type=float_in(0, 3600, open_low=True),
+        default=10.0,
+        help="seconds one call into user code may take (default 10)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float_in(0, 86_400, open_low=True),
+        default=600.0,
+        help="seconds the whole check may take before it is killed (default 600)",
+    )
     return p
 
 
@@ -77,8 +110,7 @@ def load(target: str):
             if not os.path.isfile(path):
                 raise LoadError(f"no such file: {module_name}")
             sys.path.insert(0, os.path.dirname(path))  # its siblings import as in a script
-            spec = importlib.util.spec_from_file_location(
-                f"conform_target_{abs(hash(path))}", path)
+            spec = importlib.util.spec_from_file_location(f"conform_target_{abs(hash(path))}", path)
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
         else:
@@ -96,31 +128,182 @@ def load(target: str):
     return obj
 
 
+class Target:
+    """The user's code in a child process; `live(name)` is a callable here that loads `name`
+    there, and loads it again in a fresh child after a time limit stopped the last one."""
+
+    def __init__(self, timeout: float):
+        from . import jail
+
+        jail.become_subreaper()
+        self.proc = self.ch = None
+        self.loaded: dict = {}
+        self.expired = False
+        self.timer = threading.Timer(timeout, self.expire)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def expire(self) -> None:
+        self.expired = True
+        self.kill()
+
+    def kill(self) -> None:
+        from . import jail
+
+        if self.proc is not None:
+            jail.kill_tree(self.proc.pid, sessions={self.proc.pid})
+            self.proc.wait()
+
+    def close(self) -> None:
+        self.timer.cancel()
+        if self.ch is not None and not self.ch.dead:
+            self.ch.kill("closed")
+        self.kill()
+
+    def _start(self) -> None:
+        from . import remote
+
+        ours, theirs = socket.socketpair()
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+        serve = "import sys; from pagedsim.testing.conform import main; main(sys.argv[1:])"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", serve, CHILD_FLAG, str(theirs.fileno())],
+            pass_fds=[theirs.fileno()],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        theirs.close()
+        self.ch = remote.Channel(ours, trusting=False, on_dead=self.kill)
+        self.loaded = {}
+
+    def start(self) -> None:
+        """A child that has imported the kit and answers (its start-up is never timed)."""
+        from . import remote
+
+        with _alarm_paused():
+            self._start()
+            remote.ask(self.ch, "load", None, os.getcwd())
+
+    def get(self, target: str, call_timeout=None):
+        """The object `target` names, loaded in a live child (LoadError if it cannot be): a
+        restarted child and its import are not counted in the time limit of the call that
+        needs them, but the import has a limit of its own."""
+        from . import remote
+        from .contract import time_limit
+
+        if self.expired:
+            raise Expired()
+        if self.ch is None or (self.ch.dead and self.ch.dead.startswith("stopped")):
+            self.start()
+        if target not in self.loaded:
+            try:
+                with _alarm_paused(), time_limit(call_timeout, f"importing {target}", []):
+                    self.loaded[target] = remote.ask(self.ch, "load", target, os.getcwd())
+            except remote.ChildDied:
+                if self.expired:
+                    raise Expired() from None
+                raise LoadError(
+                    f"cannot load {target!r}: its process ended while importing it "
+                    f"(exit status {self.proc.poll()})"
+                ) from None
+        return self.loaded[target]
+
+    def live(self, target: str, call_timeout=None):
+        def call(*args, **kwargs):
+            from . import remote
+
+            obj = self.get(target, call_timeout)
+            try:
+                return obj(*args, **kwargs)
+            except remote.ChildDied:
+                if self.expired:
+                    raise Expired() from None
+                raise
+
+        call.__name__ = target.rpartition(":")[2]
+        return call
+
+
+def _child_load(target, cwd: str):
+    os.chdir(cwd)
+    return None if target is None else load(target)
+
+
+@contextlib.contextmanager
+def _alarm_paused():
+    """Stop the running SIGALRM timer for the body, then let it run on with the time it had."""
+    usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    left = signal.setitimer(signal.ITIMER_REAL, 0)[0] if usable else 0
+    try:
+        yield
+    finally:
+        if left > 0:
+            signal.setitimer(signal.ITIMER_REAL, left)
+
+
 def run_checks(args) -> int:
-    """In the child: load, check, print, return the exit code."""
+    """Here, in the parent: load the target in its child, check it, print, return the exit code."""
     from .attention import check_attention
     from .contract import Hung, NonConformance, time_limit
     from .run import check_manager
 
+    target = Target(args.timeout)
     try:
-        with time_limit(args.call_timeout, f"importing {args.target}", []):
-            factory = load(args.target)
-            fn = load(args.attention) if args.attention else None
-    except (LoadError, Hung) as exc:
-        print(f"pagedsim conform: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return 2
+        try:
+            target.start()
+            with time_limit(args.call_timeout, f"importing {args.target}", []):
+                target.get(args.target)
+                if args.attention:
+                    target.get(args.attention)
+        except (LoadError, Hung) as exc:
+            print(f"pagedsim conform: {str(exc).splitlines()[0]}", file=sys.stderr)
+            return 2
+        factory = target.live(args.target, args.call_timeout)
+        fn = target.live(args.attention, args.call_timeout) if args.attention else None
+        return _verdict(
+            args, target, factory, fn, check_manager, check_attention, (NonConformance, Hung)
+        )
+    except Expired:
+        return _too_slow(args)
+    finally:
+        target.close()
+
+
+def _too_slow(args) -> int:
+    print(
+        f"pagedsim conform: {args.target} did NOT finish within {args.timeout:g} s and "
+        f"was killed (a call that never returns?)"
+    )
+    return 1
+
+
+def _verdict(args, target, factory, fn, check_manager, check_attention, failures) -> int:
     common = dict(examples=args.examples, seed=args.seed, call_timeout=args.call_timeout)
     done = []
     try:
-        done.append(check_manager(factory, steps=args.steps,
-                                  check_free_order=args.check_free_order, **common))
+        done.append(
+            check_manager(
+                factory, steps=args.steps, check_free_order=args.check_free_order, **common
+            )
+        )
         if fn is not None:
             done.append(check_attention(fn, **common))
-    except (NonConformance, Hung) as exc:
+    except failures as exc:
+        if target.expired:
+            return _too_slow(args)
         what = args.attention if fn is not None and len(done) == 1 else args.target
         print(f"pagedsim conform: {what} does NOT conform.\n\n{exc}")
         return 1
+    except Expired:
+        raise
     except Exception:  # noqa: BLE001 -- e.g. Hypothesis's Flaky for a nondeterministic manager
+        if target.expired:
+            return _too_slow(args)
         traceback.print_exc()
         print(f"pagedsim conform: checking {args.target} failed (traceback above)")
         return 1
@@ -130,7 +313,10 @@ def run_checks(args) -> int:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == [CHILD_FLAG]:
-        return run_checks(parser().parse_args(argv[1:]))
+        from .remote import serve
+
+        serve(int(argv[1]), {"load": _child_load})
+        return 0
     args = parser().parse_args(argv)  # bad options exit 2 here, before any child starts
     try:
         for target in filter(None, (args.target, args.attention)):
@@ -138,16 +324,7 @@ def main(argv: list[str]) -> int:
     except LoadError as exc:
         print(f"pagedsim conform: {exc}", file=sys.stderr)
         return 2
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    cmd = [sys.executable, "-m", "pagedsim.testing.conform", CHILD_FLAG, *argv]
-    try:
-        return subprocess.run(cmd, env=env, timeout=args.timeout).returncode
-    except subprocess.TimeoutExpired:  # subprocess.run has killed the child
-        print(f"pagedsim conform: {args.target} did NOT finish within {args.timeout:g} s and "
-              f"was killed (a call that never returns?)")
-        return 1
+    return run_checks(args)
 
 
 if __name__ == "__main__":

@@ -118,7 +118,7 @@ class Managed:
         for name in ("add_sequence", "append_tokens", "fork", "free_sequence", "block_table",
                      "num_free_blocks"):
             if not hasattr(value, name):
-                self.fail(f"{text} returned {type(value).__name__}, which has no `{name}` "
+                self.fail(f"{text} returned {type_name(value)}, which has no `{name}` "
                           f"(see pagedsim.testing.contract for the names the kit needs)")
         self.obj = value
 
@@ -159,6 +159,14 @@ def as_int(name: str, value, managed: Managed) -> int:
         return operator.index(value)
     except TypeError:
         managed.fail(f"m.{name} is {value!r}: expected an int (or a method returning one)")
+
+
+def type_name(value) -> str:
+    """The name of `value`'s class; for an object in the target's process (conform runs the
+    target there, pagedsim/testing/remote.py), the name it has there."""
+    if getattr(type(value), "__pagedsim_remote__", False):
+        return object.__getattribute__(value, "_name")
+    return type(value).__name__
 
 
 def describe(exc: BaseException) -> str:

@@ -39,7 +39,9 @@ def test_a_file_that_imports_the_solution_is_an_error_not_a_pass(tmp_path):
 
 def test_the_solutions_stay_hidden_when_pytest_marks_the_course_for_assertion_rewriting(tmp_path, monkeypatch):
     """An installed pagedsim registers a pytest plugin, so pytest marks `course` for rewriting
-    and its rewriting finder, first on sys.meta_path, would import the solutions itself."""
+    and its rewriting finder, first on sys.meta_path, would import the solutions itself.
+    In-process checking (isolate=False) is where that hole exists: a file checked in its own
+    process never imports anything in the checker's."""
     from course import runner
 
     info = tmp_path / "site" / "pagedsim_fake-0.1.dist-info"  # what `pip install pagedsim` leaves
@@ -53,10 +55,10 @@ def test_the_solutions_stay_hidden_when_pytest_marks_the_course_for_assertion_re
     cheat.write_text("from course.ch03_kv_block.solutions.ex3_1_first_fit import *\n")
     with monkeypatch.context() as m:  # the setup really opens the hole: without keep_first it passes
         m.setattr(runner, "keep_first", lambda: None)
-        assert run_checks(EX, cheat, seconds=20).as_json()["status"] == "pass"
+        assert run_checks(EX, cheat, seconds=20, isolate=False).as_json()["status"] == "pass"
     again = tmp_path / "cheat_again.py"  # a new file: the first one's import is cached
     again.write_text(cheat.read_text())
-    out = run_checks(EX, again, seconds=20).as_json()
+    out = run_checks(EX, again, seconds=20, isolate=False).as_json()
     assert out["status"] == "error" and "reference solutions are hidden" in out["messages"][0], out
 
 

@@ -123,7 +123,7 @@ def test_every_solution_passes_and_every_mutant_is_caught():
 
 def test_check_refuses_an_unknown_exercise_and_lists_them_without_one(capsys):
     assert cli.check_main(["9.9"]) == 2
-    assert "no exercise '9.9'" in capsys.readouterr().out
+    assert "no exercise '9.9'" in capsys.readouterr().err
     assert cli.check_main([]) == 0
     assert "3.4a" in capsys.readouterr().out
 

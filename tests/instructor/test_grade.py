@@ -17,11 +17,11 @@ from course import curriculum, grade
 
 FAKE = textwrap.dedent('''
     import json, os, subprocess, sys, time
-    ex, path = sys.argv[1], sys.argv[2]
+    ex, path, notes = sys.argv[1], sys.argv[2], sys.argv[3]
     text = open(path).read()
     if "LOOP" in text:  # a child that outlives us unless the whole group is killed
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-        open(path + ".pid", "w").write(str(child.pid))
+        open(os.path.join(notes, "loop.pid"), "w").write(str(child.pid))
         while True:
             time.sleep(0.05)
     if "DIE" in text:
@@ -38,7 +38,8 @@ FAKE = textwrap.dedent('''
 def fake(tmp_path):
     script = tmp_path / "fake_check.py"
     script.write_text(FAKE)
-    return lambda ex_id, path, extra=(): [sys.executable, str(script), ex_id, str(path)]
+    return lambda ex_id, path, extra=(): [sys.executable, str(script), ex_id, str(path),
+                                          str(tmp_path)]
 
 
 def submissions(root: Path, files: dict) -> Path:
@@ -63,7 +64,7 @@ def test_a_loop_is_killed_at_the_limit_with_everything_it_started(tmp_path, fake
     root = submissions(tmp_path / "class", {"cat/ex3_1_first_fit.py": "LOOP"})
     (result,) = grade.grade(root, timeout=1.5, command=fake)
     assert result.status == "timeout" and "killed after 1.5 s" in result.messages[0]
-    pid = int((root / "cat/ex3_1_first_fit.py.pid").read_text())
+    pid = int((tmp_path / "loop.pid").read_text())
     assert wait_until_gone(pid), f"the loop's child {pid} survived the kill"
 
 
@@ -90,14 +91,15 @@ def test_a_checker_that_dies_without_a_result_is_an_error_that_quotes_its_last_w
 def test_json_and_table_output(tmp_path, fake, capsys, monkeypatch):
     root = submissions(tmp_path / "class", {"ann/ex3_1_first_fit.py": "GOOD", "ben/ex3_1_first_fit.py": "meh"})
     monkeypatch.setattr(grade, "child_command", fake)
-    assert grade.main([str(root), "--json", "--timeout", "20"]) == 0
+    assert grade.main([str(root), "--json", "--timeout", "20", "--no-sandbox"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["ben"]["3.1"]["status"] == "fail" and data["ben"]["3.1"]["failed"] == ["test_b"]
     assert set(data["ann"]["3.1"]) >= {"status", "passed", "total", "failed", "messages"}
-    assert grade.main([str(root), "--timeout", "20"]) == 0
+    assert grade.main([str(root), "--timeout", "20", "--no-sandbox"]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].split() == ["student", "3.1"] and table[2].split() == ["ann", "2/2"]
     assert "ben 3.1 fail: test_b" in table
+    assert table[-1].startswith("sandbox: off; the reference solutions")
 
 
 def test_bad_arguments_are_refused(tmp_path, capsys):
@@ -148,7 +150,7 @@ def test_real_grading_passes_the_correct_file_and_fails_the_stub_and_the_referen
     hidden = tmp_path / "hidden_checks.py"
     hidden.write_text(HIDDEN)
     root = submissions(tmp_path / "class", {
-        f"right/{name}": solution_text("3.1"),
+        f"right/{name}": solution_text("3.1") + "\n# my own copy\n",
         f"stub/{name}": ex.path("stub").read_text(),
         f"thief/{name}": "from course.ch03_kv_block.solutions.ex3_1_first_fit import *\n",
         f"reader/{name}": "import course, pathlib\nexec((pathlib.Path(course.__file__).parent / "

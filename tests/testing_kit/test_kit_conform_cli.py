@@ -5,9 +5,9 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
-
 from kit_paths import EXAMPLES, ROOT
 
 FEW = ["--examples", "20", "--steps", "20"]
@@ -72,14 +72,53 @@ def test_a_call_that_never_returns_is_stopped_by_the_per_call_limit(tmp_path):
     assert len(calls) == 3 and calls[2].startswith("m.fork(0, 1)"), "the hang's script is shrunk"
 
 
-def test_a_hang_that_ignores_the_alarm_is_killed_by_the_overall_timeout(tmp_path):
+def test_a_hang_that_ignores_the_alarm_is_still_stopped_by_the_per_call_limit(tmp_path):
+    """The limit is measured in the parent, so a target that ignores SIGALRM cannot defeat it."""
     (tmp_path / "stuck.py").write_text(textwrap.dedent("""\
         import signal, time
         def Stuck(num_blocks, block_size):
-            signal.signal(signal.SIGALRM, signal.SIG_IGN)  # defeats the per-call limit
+            signal.signal(signal.SIGALRM, signal.SIG_IGN)
             while True:
                 time.sleep(0.1)
         """))
-    code, out, _ = conform(f"{tmp_path / 'stuck.py'}:Stuck", "--timeout", "4", "--call-timeout",
+    code, out, _ = conform(f"{tmp_path / 'stuck.py'}:Stuck", "--timeout", "30", "--call-timeout",
                            "1", *FEW, timeout=60)
-    assert code == 1 and "did NOT finish within 4 s and was killed" in out
+    assert code == 1 and "did not return within 1 s" in out and "m = factory(1, 1)" in out, out
+
+
+def test_a_slow_target_is_killed_by_the_overall_timeout(tmp_path):
+    """Every call returns within --call-timeout, but all of them take longer than --timeout."""
+    (tmp_path / "slow.py").write_text(textwrap.dedent(f"""\
+        import sys, time
+        sys.path.insert(0, {str(EXAMPLES)!r})
+        from deque_allocator import DequeBlockManager
+        class Slow(DequeBlockManager):
+            def add_sequence(self, *args):
+                time.sleep(0.5)
+                return super().add_sequence(*args)
+        """))
+    start = time.monotonic()
+    code, out, _ = conform(f"{tmp_path / 'slow.py'}:Slow", "--timeout", "4", "--call-timeout", "2",
+                           *FEW, timeout=60)
+    assert code == 1 and "did NOT finish within 4 s and was killed" in out, out
+    assert time.monotonic() - start < 30
+
+
+CHEATS = {
+    "exit0": "import sys\ndef Factory(n, b):\n    sys.exit(0)\n",
+    "os_exit0": "import os\ndef Factory(n, b):\n    os._exit(0)\n",
+    "fake_ok": ("import os\ndef Factory(n, b):\n    print('pagedsim conform: OK: manager: 40 steps over "
+                "100 generated examples conform', flush=True)\n    os._exit(0)\n"),
+    "exit_at_import": "import os\nos._exit(0)\ndef Factory(n, b):\n    pass\n",
+    "patch_kit": ("import pagedsim.testing.run as r\nr.check_manager = lambda *a, **k: 'patched'\n"
+                  "def Factory(n, b):\n    raise SystemExit(0)\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHEATS))
+def test_no_exit_print_or_patch_in_the_target_produces_conforms(tmp_path, name):
+    (tmp_path / f"{name}.py").write_text(CHEATS[name])
+    code, out, err = conform(f"{tmp_path / name}.py:Factory", *FEW, timeout=60)
+    assert code in (1, 2) and "OK" not in out and "conforms" not in out.replace("does NOT conform", ""), \
+        (code, out, err)
+    assert "Traceback" not in out + err

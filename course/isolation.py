@@ -1,0 +1,186 @@
+"""The submission's process: started, asked, restarted after a time limit, and always killed.
+
+    with Submission(path, exercise_id, scratch=..., sandbox=False) as sub:
+        mod = sub.module()            # the student's file, imported in the child (course/remote.py)
+        mod.allocate(...)             # every use is a message; nothing of the file runs here
+
+The child is `child_main(FD)` in a fresh Python: it points its stdin, stdout and stderr at
+/dev/null (a print, or an `atexit` hook that writes a fake result to fd 1, goes nowhere),
+keeps the reference solutions unimportable (course/guard.py), and serves the grader's
+requests until the socket closes. It runs in its own session; this process is made the
+subreaper of its orphans, and closing the Submission kills the child, its session and
+every descendant (course/jail.py), at the end of every run and after every time limit.
+With `sandbox=True` it runs under bubblewrap (jail.sandbox_argv).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+from pagedsim.testing import jail, remote
+
+IMPORT_EXITED = "your file ended its own process while being imported ({why})"
+HIDE = (
+    "course/ch03_kv_block/solutions",
+    "course/ch03_kv_block/mutants.py",
+)  # never mounted in the sandbox
+
+
+class Submission:
+    def __init__(self, path, exercise_id: str, *, scratch, code_root=None, sandbox: bool = False):
+        self.path, self.exercise_id = Path(path).resolve(), exercise_id
+        self.scratch, self.sandbox = Path(scratch), sandbox
+        self.code_root = Path(code_root) if code_root else Path(__file__).resolve().parent.parent
+        self.proc = self.ch = None
+        self._module = None
+        jail.become_subreaper()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def start(self) -> remote.Channel:
+        ours, theirs = socket.socketpair()
+        serve = "import sys; from course.isolation import child_main; child_main(int(sys.argv[1]))"
+        argv = [sys.executable, "-c", serve, str(theirs.fileno())]
+        env = dict(os.environ, MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1")
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(self.code_root), *filter(None, [env.get("PYTHONPATH")])]
+        )
+        work = self.scratch / "child"
+        work.mkdir(parents=True, exist_ok=True)
+        if self.sandbox:
+            argv = jail.sandbox_argv(
+                argv, code_root=self.code_root, files=[self.path], scratch=self.scratch, hide=HIDE
+            )
+        self.proc = subprocess.Popen(
+            argv,
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            cwd=work,
+            start_new_session=True,
+        )
+        theirs.close()
+        self.ch = remote.Channel(ours, trusting=False, on_dead=self._kill)
+        self.ch.impl_file = str(self.path)
+        return self.ch
+
+    def _kill(self) -> None:
+        if self.proc is not None:
+            jail.kill_tree(self.proc.pid, sessions={self.proc.pid})
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def module(self):
+        """The student's module as a module object here: imported in the child on first use, and
+        imported again in a fresh child after a time limit stopped the last one."""
+        self.current()
+        return _Live(self)
+
+    def current(self):
+        """The module in a live child; raises ImportFailed (or a time limit) as load_impl does."""
+        from .impl import ImportFailed
+
+        if self.ch is None or self.ch.dead:
+            self.close()
+            self.start()
+            try:
+                self._module = remote.ask(self.ch, "import_impl", str(self.path), self.exercise_id)
+            except remote.ChildDied as e:
+                code = self.proc.poll() if self.proc else None
+                why = f"exit status {code}" if code is not None else str(e)
+                self.close()
+                raise ImportFailed(IMPORT_EXITED.format(why=why)) from None
+        return self._module
+
+    def close(self) -> None:
+        if self.ch is not None and not self.ch.dead:
+            self.ch.kill("closed")
+        elif self.proc is not None:
+            self._kill()
+        jail.kill_tree(
+            None, orphans_of_self=False, sessions={self.proc.pid} if self.proc else set()
+        )
+        self.ch = None
+
+
+class _Live(types.ModuleType):
+    """Stands for the student's module across restarts of its process."""
+
+    def __init__(self, sub: Submission):
+        super().__init__(f"your file {sub.path.name}")
+        self.__dict__["_sub"] = sub
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return getattr(self.__dict__["_sub"].current(), name)
+
+    def __repr__(self):
+        return f"<module {self.__dict__['_sub'].path.name!r} (run in its own process)>"
+
+
+# -- the child ------------------------------------------------------------------------------
+def _import_impl(path: str, exercise_id: str):
+    import importlib.util
+
+    from .impl import _import_failure
+
+    name = f"_course_impl_{exercise_id.replace('.', '_')}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as e:  # noqa: BLE001 - SystemExit included: it becomes the grader's ImportFailed
+        sys.modules.pop(name, None)
+        raise _import_failure(e, Path(path).resolve()) from None
+    _STATE["impl"] = str(Path(path).resolve())
+    return module
+
+
+def _import_module(name: str):
+    import importlib
+
+    return importlib.import_module(name)
+
+
+def _stepper_run(kernel, schedule, timeout, num_threads, arrays, names):
+    from .ch03_kv_block.interleaver import Stepper
+
+    log = Stepper(schedule, timeout).run(kernel, num_threads, *arrays, names=names)
+    return log, arrays
+
+
+_STATE: dict = {}
+
+
+def child_main(fd: int) -> None:
+    from .guard import _Blocker
+
+    sys.meta_path.insert(0, _Blocker())  # the reference solutions stay unimportable in here
+    remote.serve(
+        fd,
+        dict(
+            import_impl=_import_impl,
+            import_module=_import_module,
+            stepper_run=_stepper_run,
+            impl_path=lambda: _STATE.get("impl"),
+        ),
+    )
+
+
+if __name__ == "__main__":
+    child_main(int(sys.argv[1]))
