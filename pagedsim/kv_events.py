@@ -221,7 +221,7 @@ def _snapshot(k, text, chains, stored, num_blocks, bs) -> tr.Snapshot:
     for slot, _, tokens in stored.values():
         fill[slot] = len(tokens)
     return tr.Snapshot(
-        step=k, caption=text, events=(), num_blocks=num_blocks, block_size=bs,
+        step=k, custom_caption=text, events=(), num_blocks=num_blocks, block_size=bs,
         free_list=tuple(s for s in range(num_blocks) if not refs[s]), ref_counts=tuple(refs),
         block_fill=tuple(fill),
         sequences=tuple(tr.SeqState(f"h{_short(h)}", slots, n) for h, slots, n in chains))

@@ -251,7 +251,7 @@ class HybridManager:
         tables = [(f"{s}:{name}", g._tables[s]) for s in self.full.seq_ids()
                   for name, g in zip(GROUPS, self.groups, strict=True)]
         return tr.Snapshot(
-            step=self.step, caption=caption, events=(), num_blocks=self.num_blocks,
+            step=self.step, custom_caption=caption, events=(), num_blocks=self.num_blocks,
             block_size=self.block_size, free_list=tuple(self.pool.free_list()),
             ref_counts=tuple(self.pool.ref_counts()),
             block_fill=tuple(block_fill([t for _, t in tables], self.num_blocks,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pagedsim.app import play, play_session
-from pagedsim.engine import generate
+from pagedsim.engine import generate_cli
 from pagedsim.policies import EVICTION_KEYS, PREEMPTION, PREEMPTION_POLICIES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +64,7 @@ def test_the_registries_own_docstring_tables_name_every_entry():
 
 def test_the_command_lines_take_their_choices_from_the_registry():
     assert play_session.POLICIES == ("none",) + PREEMPTION_POLICIES
-    assert "choices=PREEMPTION_POLICIES" in Path(generate.__file__).read_text(encoding="utf-8")
+    assert "choices=PREEMPTION_POLICIES" in Path(generate_cli.__file__).read_text(encoding="utf-8")
     assert "choices=POLICIES" in Path(play.__file__).read_text(encoding="utf-8")
 
 

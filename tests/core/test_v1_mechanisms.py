@@ -9,7 +9,7 @@ import pytest
 
 from pagedsim import kv_events as ke
 from pagedsim.policies import PrefixCachingManager, SlidingWindowManager
-from tests.fuzz.kit import manager_state
+from tests.helpers import manager_state
 
 BS = 4
 
