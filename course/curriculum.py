@@ -84,6 +84,12 @@ def find(exercise_id: str, exercises: list[Exercise] | None = None) -> Exercise:
     raise KeyError(f"no exercise {exercise_id!r}; known: {', '.join(e.id for e in exercises)}")
 
 
+def markers(exercises: list[Exercise] | None = None) -> dict[str, str]:
+    """Each section's pytest marker -> its section, in course order: the one list pytest registers."""
+    exercises = load() if exercises is None else exercises
+    return {ex.marker: ex.section for ex in exercises}
+
+
 def problems(exercises: list[Exercise] | None = None) -> list[str]:
     """Everything wrong with the curriculum, one sentence each; [] means it is sound."""
     exercises = load() if exercises is None else exercises

@@ -171,3 +171,27 @@ MUTANTS += [
       "on pool_xy", "ax.add_patch(Rectangle((x - CELL / 2, y - CELL / 2), CELL, CELL, gid=f\"block-{b}\"",
       "ax.add_patch(Rectangle((x, y), CELL, CELL, gid=f\"block-{b}\""),
 ]
+MUTANTS += [
+    # output dtype and contract; ordering and repeats of the inputs; in place vs a copy
+    M("3.3", "returns_float32", "paged_attention returns float32 although its docstring promises float64",
+      "    return np.einsum(\"ht,thd->hd\", weights, values[:, kv_head])  # [H, D]",
+      "    return np.einsum(\"ht,thd->hd\", weights, values[:, kv_head]).astype(np.float32)"),
+    M("3.3", "scales_the_query_in_place", "paged_attention multiplies the caller's query by the scale in place",
+      "    logits = np.einsum(\"hd,thd->ht\", query.astype(np.float64), keys[:, kv_head]) * scale  # [H, T]",
+      "    query *= scale\n    logits = np.einsum(\"hd,thd->ht\", query.astype(np.float64), keys[:, kv_head])"),
+    M("3.5", "candidates_assumed_sorted", "choose_block_size walks reversed(candidates), assuming they come sorted",
+      "    for bs in sorted(candidates, reverse=True):", "    for bs in reversed(candidates):"),
+]
+MUTANTS += [
+    M("3.1", "largest_hole_assumed_last", "external_fragmentation takes the last hole as the largest one",
+      "    return 1.0 - max(size for _, size in holes) / free if free else 0.0",
+      "    return 1.0 - holes[-1][1] / free if free else 0.0"),
+    M("3.2", "strides_as_a_list", "strides returns a list, not the tuple its docstring promises",
+      "    return tuple(reversed(out))", "    return out[::-1]"),
+    M("3.2", "bytes_from_bits", "bytes_per_block goes through bits and a true division, so it returns a float",
+      "    return block_size * num_layers * 2 * num_kv_heads * head_dim * dtype_bytes",
+      "    return block_size * num_layers * 2 * num_kv_heads * head_dim * (dtype_bytes * 8) / 8"),
+    M("3.7", "align_up_with_a_float_ceil", "align_up rounds with math.ceil of a float division and returns a float",
+      "    return (nbytes + alignment - 1) & ~(alignment - 1)",
+      "    return -(-nbytes / alignment // 1) * alignment"),
+]

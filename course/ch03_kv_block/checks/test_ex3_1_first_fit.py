@@ -146,3 +146,21 @@ def test_first_fit_refuses_a_request_that_fixed_blocks_serve(impl):
         pool.free(b)
     assert [pool.allocate() for _ in range(3)], say("fixed blocks serve a 6-slot request from any 3 free blocks",
                                                     "固定大小的块可以用任意 3 个空闲块满足 6 槽位的请求")
+
+
+def test_external_fragmentation_counts_equal_holes_and_takes_them_in_any_order(impl):
+    """Holes of 2, 4 and 2 slots given out of order: 8 free, the largest is 4, so 1 - 4/8 = 0.5."""
+    holes = [(10, 2), (0, 4), (20, 2)]
+    given_holes = list(holes)
+    got = impl.external_fragmentation(holes)
+    assert got == pytest.approx(0.5), say(
+        f"external_fragmentation({given_holes}) gave {got}, expected 1 - 4/8 = 0.5: two holes of the same "
+        "size both count as free space, and the largest hole is not necessarily the first or the last",
+        f"external_fragmentation({given_holes}) 得到 {got}，应为 1 - 4/8 = 0.5：两个同样大小的空洞都算空闲空间，"
+        "最大的空洞也不一定是第一个或最后一个")
+    assert holes == given_holes, say(
+        f"external_fragmentation changed the list it was given: {given_holes} became {holes}",
+        f"external_fragmentation 改动了传入的列表：{given_holes} 变成了 {holes}")
+    assert isinstance(got, float), say(
+        f"external_fragmentation returned a {type(got).__name__}; it should return a float",
+        f"external_fragmentation 返回了 {type(got).__name__}；应返回 float")

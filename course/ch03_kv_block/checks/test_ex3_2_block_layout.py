@@ -107,3 +107,25 @@ def test_slot_offsets_find_what_write_kv_wrote(impl, kernels):
                         f"slot_offset 所说之外的地方（那里是 {got}）")
     assert np.isnan(pool[:, [0, 2]]).all(), say("write_kv into layer 1 touched other layers",
                                                 "向第 1 层 write_kv 时改动了其他层")
+
+
+def test_the_results_are_integers_and_strides_a_tuple_even_with_repeated_sizes(impl):
+    """bytes_per_block and offsets are ints; strides of [4, 4, 4] (a list, sizes repeated) is the tuple (16, 4, 1)."""
+    got = impl.bytes_per_block(16, 32, 32, 128, 2)
+    assert isinstance(got, (int, np.integer)) and not isinstance(got, bool), say(
+        f"bytes_per_block(16, 32, 32, 128, 2) returned {got!r} of type {type(got).__name__}: a number of bytes "
+        "is an int; multiply integers only (no / and no float factors)",
+        f"bytes_per_block(16, 32, 32, 128, 2) 返回了类型为 {type(got).__name__} 的 {got!r}：字节数是 int；"
+        "只用整数相乘（不要用 /，也不要有浮点因子）")
+    for shape, want in [([4, 4, 4], (16, 4, 1)), ((2, 3, 2, 3), (18, 6, 3, 1)), ((5,), (1,)), ((), ())]:
+        got = impl.strides(shape)
+        assert isinstance(got, tuple) and got == want, say(
+            f"strides({shape!r}) gave {got!r}, expected the tuple {want}: each stride is the product of the "
+            "sizes to its right (by position, so repeated sizes do not matter)",
+            f"strides({shape!r}) 得到 {got!r}，应为元组 {want}：每个步长是它右边各维大小的乘积（按位置算，大小重复不影响）")
+    shape = (3, 2, 2, 2, 4, 4)
+    offset = impl.flat_offset(shape, 2, 1, 1, 1, 3, 2)
+    assert isinstance(offset, (int, np.integer)) and offset == np.ravel_multi_index((2, 1, 1, 1, 3, 2), shape), say(
+        f"flat_offset({shape}, 2, 1, 1, 1, 3, 2) gave {offset!r}, expected the int "
+        f"{np.ravel_multi_index((2, 1, 1, 1, 3, 2), shape)}",
+        f"flat_offset({shape}, 2, 1, 1, 1, 3, 2) 得到 {offset!r}，应为整数 {np.ravel_multi_index((2, 1, 1, 1, 3, 2), shape)}")

@@ -203,3 +203,46 @@ def test_paged_attention_matches_the_reference_on_the_testing_kits_poisoned_cach
             f"paged_attention 返回的形状是 {got.shape}，应为 [H, D] = {want[s].shape}")
         assert np.allclose(got, want[s], atol=case.tolerance, rtol=case.tolerance), \
             why_kit_case_differs(got, want[s], case, s)
+
+
+def test_the_translation_functions_return_plain_integers(impl):
+    """blocks_needed and slot return ints, and locate a pair of ints, even for a NumPy table."""
+    table = np.array([7, 3, 5], np.int64)
+    got = {"blocks_needed(17, 16)": impl.blocks_needed(17, 16), "slot(table, 4, 9)": impl.slot(table, 4, 9)}
+    pair = impl.locate(table, 4, 9)
+    got.update({"locate(table, 4, 9)[0]": pair[0], "locate(table, 4, 9)[1]": pair[1]})
+    for call, value in got.items():
+        assert isinstance(value, (int, np.integer)) and not isinstance(value, bool), say(
+            f"{call} returned {value!r} of type {type(value).__name__}; it should be an int",
+            f"{call} 返回了类型为 {type(value).__name__} 的 {value!r}；应返回 int")
+    assert len(pair) == 2 and (int(pair[0]), int(pair[1])) == (5, 1), say(
+        f"locate([7, 3, 5], 4, 9) gave {pair}, expected (5, 1)", f"locate([7, 3, 5], 4, 9) 得到 {pair}，应为 (5, 1)")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_paged_attention_returns_float64_and_leaves_its_inputs_alone(impl, dtype):
+    """The docstring promises a float64 [H, D] array, whatever the cache's dtype; the inputs are not changed."""
+    rng = np.random.default_rng(5)
+    query, cache, table, keys, values = random_case(rng, length=9)
+    query, cache = query.astype(dtype), cache.astype(dtype)
+    before = (query.copy(), cache.copy(), table.copy())
+    got = impl.paged_attention(query, cache, list(table), 9)
+    assert isinstance(got, np.ndarray), say(
+        f"paged_attention returned a {type(got).__name__}; it should return a NumPy array",
+        f"paged_attention 返回了 {type(got).__name__}；应返回 NumPy 数组")
+    assert got.dtype == np.float64, say(
+        f"with a {dtype} cache, paged_attention returned {got.dtype}; its docstring promises float64: "
+        "compute (and return) in float64 so that it matches a float64 reference to 1e-9, not just to the input's precision",
+        f"cache 为 {dtype} 时 paged_attention 返回了 {got.dtype}；文档承诺 float64："
+        "用 float64 计算并返回，结果才能与 float64 参考值在 1e-9 内一致，而不只是输入的精度")
+    want = dense_reference(query, keys.astype(dtype), values.astype(dtype), 1 / np.sqrt(query.shape[1]))
+    assert got.shape == want.shape and np.allclose(got, want, atol=1e-9, rtol=1e-9), say(
+        f"with a {dtype} cache and a list as the table, paged_attention differs from a float64 dense "
+        f"softmax by {np.abs(got - want).max() if got.shape == want.shape else got.shape}: "
+        "convert K, V and the query to float64 before the dot products",
+        f"cache 为 {dtype}、表为 list 时，paged_attention 与 float64 稠密 softmax 相差 "
+        f"{np.abs(got - want).max() if got.shape == want.shape else got.shape}：先把 K、V 和 query 转成 float64 再算点积")
+    for name, old, new in zip(("query", "kv_cache", "block_table"), before, (query, cache, table)):
+        assert np.array_equal(old, new), say(
+            f"paged_attention changed its argument {name} in place; work on a copy",
+            f"paged_attention 就地修改了参数 {name}；请在副本上计算")

@@ -5,6 +5,7 @@ sequences (`usage().empty_slots`); the choice is checked against its definition 
 random workloads: the answer qualifies, and every larger candidate does not.
 """
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -119,3 +120,52 @@ def test_the_choice_qualifies_and_no_larger_candidate_does(impl, lengths, bpt, b
     assert got == max(good), say(
         f"for {lengths}, {budget} bytes, waste <= {limit}: chose {got}, expected {max(good)}",
         f"对 {lengths}、预算 {budget} 字节、浪费 <= {limit}：选了 {got}，应为 {max(good)}")
+
+
+@settings(max_examples=40, derandomize=True, database=None, deadline=None)
+@given(st.lists(st.sampled_from([4, 8, 16, 32, 64, 128]), min_size=1, max_size=7),
+       st.lists(st.integers(1, 300), min_size=1, max_size=8), st.integers(0, 6000),
+       st.sampled_from([0.05, 0.1, 0.5]))
+def test_the_choice_does_not_depend_on_the_order_or_repeats_of_the_candidates(impl, candidates, lengths,
+                                                                           budget, limit):
+    """Candidates in any order, repeated or not, as a list the choice must not change: the largest qualifying one."""
+    def ok(bs):
+        empty, allocated = manager_waste(lengths, bs)
+        return allocated <= budget and empty / allocated <= limit
+    given_list = list(candidates)
+    call = f"choose_block_size({lengths}, 1, {budget}, candidates={given_list}, max_waste={limit})"
+    good = [bs for bs in candidates if ok(bs)]
+    if not good:
+        raises(ValueError, impl.choose_block_size, lengths, 1, budget, candidates, limit,
+               what=f"{call} (no candidate qualifies)")
+    else:
+        got = impl.choose_block_size(lengths, 1, budget, candidates, limit)
+        assert got == max(good), say(
+            f"{call} gave {got}, expected {max(good)}: the candidates come in any order (and may repeat), "
+            "so sort them (largest first) before trying them",
+            f"{call} 得到 {got}，应为 {max(good)}：候选值可以是任意顺序（也可能重复），要先从大到小排序再逐个尝试")
+        assert isinstance(got, (int, np.integer)) and not isinstance(got, bool), say(
+            f"{call} returned {got!r} of type {type(got).__name__}; it should return one of the candidates, an int",
+            f"{call} 返回了类型为 {type(got).__name__} 的 {got!r}；应返回候选值之一（int）")
+    assert candidates == given_list, say(
+        f"choose_block_size reordered or changed the caller's candidates list in place: {given_list} became "
+        f"{candidates}; sort a copy (sorted(...)), not the argument",
+        f"choose_block_size 就地改动了调用者的 candidates 列表：{given_list} 变成了 {candidates}；"
+        "请排序副本（sorted(...)），不要改参数")
+
+
+def test_waste_takes_any_sequence_of_lengths_and_an_empty_one_wastes_nothing(impl):
+    """waste and waste_fraction accept a tuple or a NumPy array, return an int and a float, and are 0 on []."""
+    for lengths in ([], (), np.array([], dtype=np.int64)):
+        got = (impl.waste(lengths, 16), impl.waste_fraction(lengths, 16))
+        assert got == (0, 0.0), say(f"with no sequences ({lengths!r}) waste and waste_fraction gave {got}, "
+                                    "expected (0, 0.0): nothing allocated wastes nothing",
+                                    f"没有序列（{lengths!r}）时 waste 和 waste_fraction 得到 {got}，应为 (0, 0.0)")
+    for lengths in ((16, 17, 1), np.array([16, 17, 1])):
+        w, f = impl.waste(lengths, 16), impl.waste_fraction(lengths, 16)
+        assert w == 30 and f == pytest.approx(30 / 64), say(
+            f"waste and waste_fraction of {lengths!r} with blocks of 16 gave {w} and {f}, expected 30 and 30/64",
+            f"{lengths!r} 在块大小 16 下的 waste 和 waste_fraction 得到 {w} 和 {f}，应为 30 和 30/64")
+        assert isinstance(w, (int, np.integer)) and isinstance(f, (float, np.floating)), say(
+            f"waste returned a {type(w).__name__} and waste_fraction a {type(f).__name__}; expected int and float",
+            f"waste 返回了 {type(w).__name__}，waste_fraction 返回了 {type(f).__name__}；应为 int 和 float")

@@ -194,3 +194,19 @@ def test_the_pop_kernel_launches_and_hands_out_each_block_once(impl, kernels):
     original = stack.copy()
     out, after = impl.pop_blocks(stack, 24)
     check_pop(stack, np.array([after]), out, original)
+
+
+def test_alignment_returns_ints_and_a_pool_of_no_blocks_has_no_starts(impl):
+    """align_up returns an int; block_starts returns a list of ints, and [] for 0 blocks."""
+    got = impl.align_up(1200)
+    assert isinstance(got, (int, np.integer)) and not isinstance(got, bool) and got == 1280, say(
+        f"align_up(1200) returned {got!r} of type {type(got).__name__}, expected the int 1280: "
+        "use integer arithmetic (no math.ceil of a float division)",
+        f"align_up(1200) 返回了类型为 {type(got).__name__} 的 {got!r}，应为整数 1280：用整数运算（不要对浮点除法取 math.ceil）")
+    starts = impl.block_starts(3, 1200)
+    assert list(starts) == [0, 1280, 2560] and all(isinstance(s, (int, np.integer)) for s in starts), say(
+        f"block_starts(3, 1200) gave {starts!r}, expected the ints [0, 1280, 2560]",
+        f"block_starts(3, 1200) 得到 {starts!r}，应为整数 [0, 1280, 2560]")
+    empty = impl.block_starts(0, 1200)
+    assert list(empty) == [], say(f"block_starts(0, 1200) gave {empty!r}; a pool of no blocks has no starts: []",
+                                  f"block_starts(0, 1200) 得到 {empty!r}；没有块的池没有起点：[]")
