@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import re
 import tempfile
 from pathlib import Path
 
@@ -75,6 +76,12 @@ def lesson_main(argv: list[str]) -> int:
     return 0
 
 
+def template(message: str) -> str:
+    """A message with its numbers (seeds, block ids, counts) blanked: messages that differ only
+    there say the same thing and are shown once."""
+    return re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "#", message)
+
+
 def _report(outcome, *, verbose: bool, hint: bool) -> None:
     ex = outcome.exercise
     if outcome.error:
@@ -87,16 +94,22 @@ def _report(outcome, *, verbose: bool, hint: bool) -> None:
                      passed=outcome.passed, total=outcome.total))
     for reason in outcome.skipped:
         print(f"SKIP {ex.id}: {reason}")
-    groups: dict[str, list] = {}
+    groups: dict[str, tuple] = {}  # template -> (the first message, the checks that failed with it)
     for f in outcome.failures:
-        groups.setdefault(f.message, []).append(f.check)
-    for i, (message, checks) in enumerate(groups.items()):
+        key = template(f.message.splitlines()[0])
+        first, checks = groups.setdefault(key, (f.message, []))
+        checks.append(f.check)
+        if "\n" in f.message and "\n" not in first:  # keep a counterexample when one of them has it
+            groups[key] = (f.message, checks)
+    for i, (message, checks) in enumerate(groups.values()):
         if not verbose and i == 4:
             print("     " + i18n.t("{n} more failing check(s); --verbose shows them all",
                                     n=sum(map(len, list(groups.values())[4:]))))
             break
         many = i18n.t("  ({n} checks)", n=len(checks)) if len(checks) > 1 else ""
-        print(f"FAIL {ex.id}: {message}{many}" + (f"\n      [{', '.join(checks)}]" if verbose else ""))
+        head, _, tail = message.partition("\n")
+        print(f"FAIL {ex.id}: {head}{many}" + (f"\n{tail}" if tail else "")
+              + (f"\n      [{', '.join(checks)}]" if verbose else ""))
     if outcome.failures and hint:
         from pagedsim.app.lang import wrap  # CJK-aware: Chinese has no spaces to break at
         print("\n".join(wrap(i18n.t("hint: {hint}", hint=ex.hint_in(i18n.lang())), 100)))

@@ -1,19 +1,21 @@
 """Checks for exercise 3.4a: the free list with reference counts (chapter 3.4).
 
 The pool is compared step by step with a plain-Python model (a list for the free
-list, a dict for the counts) by a Hypothesis state machine, and its pointers are
+list, a dict for the counts) on Hypothesis's lists of calls, and its pointers are
 walked after every step: the walk length equals num_free, prev/next are symmetric,
-and a block is on the list exactly when its count is 0.
+and a block is on the list exactly when its count is 0. A failing list of calls is cut
+down to the shortest one that fails the same way and shown as the student's own calls
+(pool = FreeListPool(6); pool.allocate(); pool.incref(0); pool.free(0)).
 """
 
+import re
+
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from course.ch03_kv_block.checks._expect import raises
 from course.i18n import say
-from course.impl import load_impl
 
 EXERCISE = "3.4a"
 pytestmark = pytest.mark.ch3_4
@@ -37,13 +39,21 @@ def walk_invariants(pool) -> list[int]:
     assert pool.free_list() == order, say(
         f"free_list() returns {pool.free_list()} but the pointers give {order}",
         f"free_list() 返回 {pool.free_list()}，但按指针走得到 {order}")
-    assert len(order) == pool.num_free, (
-        say(f"the free list holds {len(order)} blocks but num_free says {pool.num_free}: a block was lost",
-            f"空闲链表里有 {len(order)} 个块，但 num_free 是 {pool.num_free}：丢了一个块"))
     for b in range(n):
         assert (pool.ref[b] == 0) == (b in order), (
-            say(f"block {b} has count {pool.ref[b]} but is {'on' if b in order else 'off'} the free list",
-                f"块 {b} 的计数是 {pool.ref[b]}，却{'在' if b in order else '不在'}空闲链表上"))
+            say(f"block {b} has count {pool.ref[b]} but is {'on' if b in order else 'off'} the free list"
+                + ("" if pool.ref[b] or b in order else ": a block was lost"),
+                f"块 {b} 的计数是 {pool.ref[b]}，却{'在' if b in order else '不在'}空闲链表上"
+                + ("" if pool.ref[b] or b in order else "：丢了一个块")))
+    if len(order) != pool.num_free:  # the list is right (checked above): the counter is wrong
+        which = ("_unlink (or allocate/take) never lowers it" if pool.num_free > len(order)
+                 else "_push (or free) never raises it")
+        which_zh = ("_unlink（或 allocate/take）没有把它减一" if pool.num_free > len(order)
+                    else "_push（或 free）没有把它加一")
+        raise AssertionError(say(
+            f"num_free is not kept up to date: it says {pool.num_free}, but the free list is right and "
+            f"holds {len(order)} blocks: {which}",
+            f"num_free 没有及时更新：它是 {pool.num_free}，但空闲链表本身是对的，有 {len(order)} 个块：{which_zh}"))
     return order
 
 
@@ -179,76 +189,80 @@ def test_allocate_take_and_free_do_constant_work_whatever_the_pool_size(impl):
         "有代码在遍历空闲链表；allocate、take 和 free 必须是 O(1)")
 
 
-def test_the_pool_matches_a_simple_model_under_any_sequence_of_operations():
-    """A Hypothesis state machine: every step agrees with a list-and-dict model."""
-    impl = load_impl(EXERCISE)
+CALLS = ("allocate", "incref", "free", "take")
 
-    class PoolMachine(RuleBasedStateMachine):
-        def __init__(self):
-            super().__init__()
-            self.pool = impl.FreeListPool(6)
-            self.free = list(range(6))  # the model's free list, head first
-            self.count = {}  # the model's counts of allocated blocks
 
-        @precondition(lambda self: self.free)
-        @rule()
-        def allocate(self):
-            b = self.pool.allocate()
-            assert b == self.free[0], say(
-                f"allocate() returned {b} but the head of the free list was {self.free[0]}",
-                f"allocate() 返回 {b}，但空闲链表表头是 {self.free[0]}")
-            self.free.pop(0)
-            self.count[b] = 1
+def as_calls(calls) -> list[str]:
+    """[(name, block)] as the student writes them: allocate(), incref(0), ..."""
+    return ["allocate()" if name == "allocate" else f"{name}({b})" for name, b in calls]
 
-        @precondition(lambda self: self.count)
-        @rule(data=st.data())
-        def share(self, data):
-            b = data.draw(st.sampled_from(sorted(self.count)))
-            self.count[b] += 1
-            assert self.pool.incref(b) == self.count[b], say(
-                f"incref({b}) returned the wrong count",
-                f"incref({b}) 返回的计数不对")
 
-        @precondition(lambda self: self.count)
-        @rule(data=st.data())
-        def release(self, data):
-            b = data.draw(st.sampled_from(sorted(self.count)))
-            self.count[b] -= 1
-            assert self.pool.free(b) == self.count[b], say(
-                f"free({b}) returned the wrong count",
-                f"free({b}) 返回的计数不对")
-            if not self.count[b]:
-                del self.count[b]
-                self.free.insert(0, b)
+def replay(impl, calls) -> None:
+    """Run the calls [(name, block)] on FreeListPool(6) and a list-and-dict model. A call the model refuses (a double free, incref or take of the wrong block)
+    must raise PoolError; everything else must agree with the model after every step."""
+    pool, free, count, done = impl.FreeListPool(6), list(range(6)), {}, []
+    for (name, b), call in zip(calls, as_calls(calls)):
+        done.append(call)
+        refused = (not free) if name == "allocate" else (b in free) != (name == "take")
+        if refused:
+            raises(impl.PoolError, getattr(pool, name), *([] if name == "allocate" else [b]),
+                   what=f"{done[-1]} (block {b} is {'free' if b in free else 'in use'})"
+                   if name != "allocate" else "allocate() with no free block")
+        elif name in ("allocate", "take"):
+            b = free[0] if name == "allocate" else b
+            got = pool.allocate() if name == "allocate" else pool.take(b)
+            assert got == b, say(f"{done[-1]} returned {got}, but the head of the free list was {b}",
+                                 f"{done[-1]} 返回 {got}，但空闲链表表头是 {b}")
+            free.remove(b)
+            count[b] = 1
+        else:
+            count[b] += 1 if name == "incref" else -1
+            got = getattr(pool, name)(b)
+            assert got == count[b], say(f"{done[-1]} returned {got}; the count is now {count[b]}",
+                                        f"{done[-1]} 返回 {got}；现在的计数是 {count[b]}")
+            if not count[b]:
+                del count[b]
+                free.insert(0, b)
+        order = walk_invariants(pool)
+        assert order == free, say(f"after {done[-1]} the free list is {order} but should be {free}",
+                                  f"{done[-1]} 之后空闲链表是 {order}，应为 {free}")
+        counts = {b: c for b, c in enumerate(pool.ref) if c}
+        assert counts == count, say(f"after {done[-1]} the counts are {counts} but should be {count}",
+                                    f"{done[-1]} 之后计数是 {counts}，应为 {count}")
 
-        @precondition(lambda self: self.free)
-        @rule(data=st.data())
-        def take(self, data):
-            b = data.draw(st.sampled_from(self.free))
-            assert self.pool.take(b) == b
-            self.free.remove(b)
-            self.count[b] = 1
 
-        @precondition(lambda self: self.free)
-        @rule(data=st.data())
-        def double_free(self, data):
-            b = data.draw(st.sampled_from(self.free))
-            try:
-                self.pool.free(b)
-            except impl.PoolError:
-                return
-            raise AssertionError(f"a double free of block {b} was accepted")
+def failure(impl, calls):
+    """How replaying `calls` fails, as (exception type, message with its numbers and call left out)."""
+    try:
+        replay(impl, calls)
+    except NotImplementedError:
+        raise
+    except Exception as e:
+        return type(e), re.sub(r"\d+", "#", re.sub(r"^after \S+ ", "", str(e)))
+    return None
 
-        @invariant()
-        def agrees_with_the_model(self):
-            order = walk_invariants(self.pool)
-            assert order == self.free, say(
-                f"the free list is {order} but should be {self.free}",
-                f"空闲链表是 {order}，应为 {self.free}")
-            counts = {b: c for b, c in enumerate(self.pool.ref) if c}
-            assert counts == self.count, say(
-                f"the counts are {counts} but should be {self.count}",
-                f"计数是 {counts}，应为 {self.count}")
 
-    run_state_machine_as_test(PoolMachine, settings=settings(
-        max_examples=40, stateful_step_count=20, derandomize=True, database=None, deadline=None))
+def shortest_failing(impl, calls):
+    """Drop calls one at a time while the same failure remains: the script a student can replay."""
+    want, calls, i = failure(impl, calls), list(calls), 0
+    while i < len(calls):
+        shorter = calls[:i] + calls[i + 1:]
+        if failure(impl, shorter) == want:
+            calls = shorter
+        else:
+            i += 1
+    return calls
+
+
+@settings(max_examples=60, derandomize=True, database=None, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(CALLS), st.integers(0, 5)), max_size=20))
+def test_the_pool_matches_a_simple_model_under_any_sequence_of_calls(impl, calls):
+    """Any sequence of allocate, incref, free and take agrees with a list-and-dict model, step by step."""
+    if failure(impl, calls) is None:
+        return
+    shortest = shortest_failing(impl, calls)
+    try:
+        replay(impl, shortest)
+    except Exception as e:
+        e.calls = "; ".join(["pool = FreeListPool(6)"] + [f"pool.{call}" for call in as_calls(shortest)])
+        raise
