@@ -14,9 +14,12 @@ call instead of the whole check. Calls inside the file are not wrapped.
 one marker per curriculum section (ch3_1, ...), so that no list of markers is kept by hand.
 """
 
+import atexit
 import functools
 import inspect
 import os
+import shutil
+import tempfile
 import types
 
 import pytest
@@ -27,8 +30,31 @@ from course.impl import load_impl
 def pytest_configure(config):
     from course import curriculum
 
+    if os.environ.get("PAGEDSIM_EXERCISE"):  # under `pagedsim check`: nothing lands in the student's folder
+        _private_hypothesis_home()
     for marker, section in curriculum.markers().items():
         config.addinivalue_line("markers", f"{marker}: checks for course section {section}")
+
+
+_HOME: list = []  # [the temporary folder, the home Hypothesis had before the run]
+
+
+def _private_hypothesis_home() -> None:
+    """Point Hypothesis's storage (its .hypothesis/ folder) at one temporary folder per process."""
+    from hypothesis import configuration
+
+    if not _HOME:
+        _HOME.append(tempfile.mkdtemp(prefix="pagedsim-hypothesis-"))
+        atexit.register(shutil.rmtree, _HOME[0], True)
+    _HOME[1:] = [getattr(configuration, "__hypothesis_home_directory", None)]
+    configuration.set_hypothesis_home_dir(_HOME[0])
+
+
+def pytest_unconfigure(config):
+    if len(_HOME) == 2:  # give an in-process caller (a test, a notebook) its own home back
+        from hypothesis import configuration
+
+        configuration.set_hypothesis_home_dir(_HOME.pop())
 
 
 def short(value, limit: int = 60) -> str:

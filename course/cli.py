@@ -71,7 +71,7 @@ def lesson_main(argv: list[str]) -> int:
         where = str(mine) if mine else i18n.say(
             f"{workspace.DEFAULT}/{Path(ex.stub).name} (create it with `pagedsim workspace`)",
             f"{workspace.DEFAULT}/{Path(ex.stub).name}（先运行 `pagedsim workspace` 生成）")
-        print(f"{i18n.say('exercise', '练习')} {ex.id}: {ex.title}\n  {i18n.say('edit ', '编辑')}  {where}\n"
+        print(f"{i18n.say('exercise', '练习')} {ex.id}: {ex.title_in(lang)}\n  {i18n.say('edit ', '编辑')}  {where}\n"
               f"  {i18n.say('check', '检查')}  pagedsim check {ex.id}")
     return 0
 
@@ -87,7 +87,7 @@ def _report(outcome, *, verbose: bool, hint: bool) -> None:
     if outcome.error:
         print(f"ERROR {ex.id}: {outcome.error}")
     elif outcome.ok:
-        print(i18n.t("PASS {id}  {title} ({passed}/{total} checks)", id=ex.id, title=ex.title,
+        print(i18n.t("PASS {id}  {title} ({passed}/{total} checks)", id=ex.id, title=ex.title_in(i18n.lang()),
                      passed=outcome.passed, total=outcome.total))
     else:
         print(i18n.t("{status} {id}  {passed}/{total} checks pass", status=outcome.status.upper(), id=ex.id,
@@ -176,7 +176,7 @@ def check_main(argv: list[str]) -> int:
     else:
         for ex in exercises:
             mine = workspace.find(ex)
-            print(f"  {ex.id:<5} {ex.title}\n        {mine or Path(workspace.DEFAULT) / Path(ex.stub).name}")
+            print(f"  {ex.id:<5} {ex.title_in(i18n.lang())}\n        {mine or Path(workspace.DEFAULT) / Path(ex.stub).name}")
         print("\ncheck one with `pagedsim check 3.1`" + ("" if any(map(workspace.find, exercises)) else
               "; first copy the stubs to a workspace with `pagedsim workspace`"))
         return 0

@@ -33,9 +33,13 @@ class Exercise:
     marker: str  # pytest marker, e.g. "ch3_4"
     hint: str
     hint_zh: str = ""  # the hint in Chinese (optional; English is shown when empty)
+    title_zh: str = ""  # the title in Chinese (optional, likewise)
 
     def hint_in(self, lang: str) -> str:
         return self.hint_zh if lang == "zh" and self.hint_zh else self.hint
+
+    def title_in(self, lang: str) -> str:
+        return self.title_zh if lang == "zh" and self.title_zh else self.title
 
     def path(self, field: str) -> Path:
         return REPO_ROOT / getattr(self, field)
@@ -72,7 +76,8 @@ def load(path: Path = CURRICULUM) -> list[Exercise]:
         if missing:
             raise ValueError(f"curriculum entry {i + 1} lacks {missing}")
         out.append(Exercise(**{f: entry[f] for f in FIELDS[:5]}, checks=tuple(entry["checks"]),
-                            marker=entry["marker"], hint=entry["hint"], hint_zh=entry.get("hint_zh", "")))
+                            marker=entry["marker"], hint=entry["hint"], hint_zh=entry.get("hint_zh", ""),
+                            title_zh=entry.get("title_zh", "")))
     return out
 
 

@@ -2,10 +2,13 @@
 a file that loops or exits at import, and messages matched to the symptom.
 
 Each run is in-process (course.runner.run_checks or course.cli.check_main) on exercise
-3.1, whose checks take well under a second.
+3.1, whose checks take well under a second, except the one that needs a fresh interpreter.
 """
 
 import json
+import os
+import subprocess
+import sys
 
 from course import cli, curriculum, workspace
 from course.runner import counterexample, run_checks
@@ -85,3 +88,14 @@ def test_a_state_machine_counterexample_becomes_a_short_call_line():
                      "state.allocate()", "Draw 1: 0  # or any other generated value",
                      "state.release(data=data(...))", "state.teardown()"]
     assert counterexample(Found()) == "allocate(); release(0)"
+
+
+def test_a_check_leaves_no_hypothesis_folder_in_the_students_folder(tmp_path):
+    """A fresh interpreter in the student's folder: Hypothesis would put .hypothesis/ there."""
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    env.pop("PAGEDSIM_IMPL", None)
+    run = subprocess.run([sys.executable, "-m", "pagedsim.app.cli", "check", "3.4a", "--impl",
+                          str(curriculum.find("3.4a").path("solution"))], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "PASS 3.4a" in run.stdout, run.stdout + run.stderr
+    assert list(tmp_path.iterdir()) == [], "pagedsim check wrote into the current folder"

@@ -9,6 +9,7 @@ curriculum refuses orphans, missing paths and empty hints.
 import ast
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -132,6 +133,13 @@ def test_each_lesson_prints_its_text_and_runs_its_demo(section, tmp_path, capsys
     assert cli.lesson_main([section, "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert f"== {section} " in out and "-- demo --" in out and "pagedsim check 3." in out
+    demo = re.split(r"\nexercise 3\.\w+: ", out.split("-- demo --", 1)[1])[0].strip().splitlines()
+    assert demo[-1].startswith("verdict: ") and len(demo[-1]) > 60, f"lesson {section} ends without a verdict"
+    if section == "3.3":  # the error printed is judged against a stated tolerance
+        err = re.search(r"reference\| = (\S+)", out).group(1)
+        assert f"max error {err} is within the tolerance 1e-05" in demo[-1], demo[-1]
+    if section == "3.4":
+        assert any(line.startswith("look at: ") for line in demo)
     if section == "3.7":
         assert "pending (no GPU was available)" in out
     if section == "3.6":

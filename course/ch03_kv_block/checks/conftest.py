@@ -1,3 +1,3 @@
 """Fixtures and section markers for a plain `pytest course/ch03_kv_block/checks` run (the reference solutions)."""
 
-from course.check_fixtures import impl, kernels, pytest_configure  # noqa: F401
+from course.check_fixtures import impl, kernels, pytest_configure, pytest_unconfigure  # noqa: F401

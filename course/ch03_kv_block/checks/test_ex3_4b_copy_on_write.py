@@ -165,7 +165,20 @@ def scripts(draw):
 @given(scripts())
 def test_forks_and_appends_match_the_kv_cache_manager(impl, script):
     """Random forks and appends give the same slots, copies and counts as pagedsim's manager."""
+    done = []  # the calls made so far, as the student writes them
+    try:
+        replay_against_the_manager(impl, script, done)
+    except AssertionError as e:
+        e.calls = "; ".join(done)
+        raise
+
+
+def replay_against_the_manager(impl, script, done):
+    """Run the script through your functions and KVCacheManager side by side; `done` records your calls."""
     prompt, ops = script
+    done += ["pool = BlockPool(24, 4)", "t0, copies = [], []",
+             "slot_for_append(pool, t0, 0, 4, copies)" if prompt == 1 else
+             f"for p in range({prompt}): slot_for_append(pool, t0, p, 4, copies)"]
     model = KVCacheManager(24, 4, trace=False)
     pool = BlockPool(24, 4)
     tables = {0: []}
@@ -177,6 +190,7 @@ def test_forks_and_appends_match_the_kv_cache_manager(impl, script):
         seq = sorted(tables)[k % len(tables)]
         if op == "finish":
             model.free_sequence(seq)
+            done.append(f"free_table(pool, t{seq})")
             impl.free_table(pool, tables.pop(seq))
             assert pool.free_list() == model.pool.free_list(), why_free_lists_differ(
                 seq, pool.free_list(), model.pool.free_list(), pool)
@@ -184,10 +198,12 @@ def test_forks_and_appends_match_the_kv_cache_manager(impl, script):
         if op == "fork":
             new = max(tables) + 1
             model.fork(seq, new)
+            done.append(f"t{new} = fork(pool, t{seq})")
             tables[new] = impl.fork(pool, tables[seq])
             continue
         copies = []
         want = model.append_tokens(seq, 1)[0]
+        done.append(f"slot_for_append(pool, t{seq}, {model.num_tokens(seq) - 1}, 4, copies)")
         got = impl.slot_for_append(pool, tables[seq], model.num_tokens(seq) - 1, 4, copies)
         want_copies = model.drain_copies()
         assert copies == want_copies, say(

@@ -166,8 +166,13 @@ def test_boxes_sit_on_their_centres_and_the_axes_show_them_all(impl, pictures):
                 "图四周最多留一个单位（左边两个）")
 
 
-def test_the_layout_helpers_keep_their_documented_grid(impl):
+def test_the_layout_helpers_keep_their_documented_grid_and_the_drawing_uses_them(impl, pictures):
     """pool_xy: PER_ROW blocks per row, one unit apart; table_xy: one unit below the pool, rows 1.3 apart."""
+    _, artists = pictures[0]
+    box = artists.get("block-0")
+    assert box is not None and centre_and_size(box)[:2] == pytest.approx(impl.pool_xy(0)), say(
+        "block 0's box should be centred on pool_xy(0): draw every block with the given helper",
+        "块 0 的方框应以 pool_xy(0) 为中心：用给定的辅助函数画每个块")
     for b in range(20):
         assert impl.pool_xy(b) == (b % impl.PER_ROW, -(b // impl.PER_ROW)), say(
             f"pool_xy({b}) is {impl.pool_xy(b)}: keep the given pool_xy (column b % PER_ROW, row b // PER_ROW)",

@@ -15,6 +15,7 @@ TITLE = "The core flow diagram"
 TITLE_ZH = "核心流程图"
 FIGURES = [("3.6-core-flow", "free pool -> allocated blocks -> block tables, drawn from the tour's trace "
               "(its fork and copy-on-write are v0); the demo also draws step-NN.png with your draw_flow")]
+FIGURES_ZH = ["空闲池 -> 已分配的块 -> Block Table，按导览的轨迹绘制（其中的 fork 和 copy-on-write 属于 v0）；演示还会用你的 draw_flow 画出 step-NN.png"]  # the captions of FIGURES, in order
 TEXT = """
 The chapter's figure has three parts: the free block pool, the allocated blocks, and the
 block tables that translate logical blocks to physical ones. Allocation takes from the
@@ -177,3 +178,14 @@ def demo(out_dir) -> None:
         print(f"  step {snap.step}: {snap.caption}; free list {list(snap.free_list)}")
     print("look at: the arrows of A and C both reach block 0 (count 2); C's last entry is its private copy "
           "(v0 copy-on-write).")
+    from course.ch03_kv_block.lessons import verdict
+
+    if differences:
+        verdict(f"your run differs from pagedsim's manager at {len(differences)} point(s): the pictures show "
+                "where, and the checks of 3.4a and 3.4b say which rule is broken",
+                f"你的运行与 pagedsim 的管理器有 {len(differences)} 处不同：图里能看到在哪里，3.4a 和 3.4b 的检查会指出违反了哪条规则")
+    else:
+        verdict(f"all {len(snaps)} steps match pagedsim's manager, so the {len(paths)} pictures show the real "
+                "free list and counts: sharing is visible as two arrows into one block with count 2",
+                f"全部 {len(snaps)} 步都与 pagedsim 的管理器一致，所以这 {len(paths)} 张图显示的是真实的空闲链表和计数："
+                "共享就是两支箭头指向计数为 2 的同一个块")

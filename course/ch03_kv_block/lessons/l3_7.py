@@ -12,6 +12,10 @@ FIGURES = [("3.7-alignment", "block starts packed vs rounded up to 128 B, and th
            ("alignment_sectors", "the sectors one warp load touches at each start offset (the model below)"),
            ("layout_sectors", "K and V together or apart: the sectors one warp's load touches"),
            ("race_timeline", "the first bad schedule of the racy pop")]
+FIGURES_ZH = ["紧密排列与向上对齐到 128 B 的块起点，以及对齐的代价",
+              "一次 warp 读取在每个起始偏移处触及的 sector（下面的模型）",
+              "K 和 V 放在一起还是分开：一次 warp 读取触及的 sector",
+              "有竞争的弹栈的第一个出错调度"]  # the captions of FIGURES, in order
 TEXT = """
 Three pitfalls. (1) Alignment: GPU loads are served in 32-byte sectors and 128-byte lines,
 so every block should start on a 128-byte boundary; round the block's stride *up* to a
@@ -145,8 +149,10 @@ def demo(out_dir) -> None:
 
     budget = 40 * 2**30
     print(f"{'model':<12} {'block bytes':>12} {'stride':>12} {'blocks in 40 GiB':>17}")
+    model_padding = 0.0
     for spec in PRESETS.values():
         fit = fit_blocks(budget, spec.bytes_per_block(16))
+        model_padding = max(model_padding, fit.padding_fraction)
         print(f"{spec.name:<12} {fit.block_bytes:>12,} {fit.stride_bytes:>12,} {fit.num_blocks:>17,}")
     odd = fit_blocks(budget, 1000)
     print(f"a 1,000-byte block is padded to {odd.stride_bytes}: {odd.padding_fraction:.1%} of the pool is padding")
@@ -170,9 +176,19 @@ def demo(out_dir) -> None:
             print(f"pagedsim race: {impl} pop, 2 threads: {s.bad} of {s.total} interleavings go wrong")
     except ImportError as e:
         print(f"(pagedsim.labs.interleavings is not available: {e})")
+    handed = {}
     for name, kernel in (("racy pop", racy_pop), ("atomic pop", pop_kernel)):
         stack, top, out = np.arange(10, 14, dtype=np.int32), np.array([4], np.int32), np.full(3, -2, np.int32)
         log = Stepper("round_robin").run(kernel, 3, stack, top, out, names=["free_stack", "top", "out"])
         print(f"\n{name}, 3 threads, round robin: blocks handed out {out.tolist()}, top ends at {top[0]}")
         for tid, what in log[:6]:
             print(f"   thread {tid}: {what}")
+        handed[name] = out.tolist()
+    from course.ch03_kv_block.lessons import verdict
+
+    racy, atomic = (len(set(handed[k])) for k in ("racy pop", "atomic pop"))
+    verdict(f"aligned strides cost {odd.padding_fraction:.1%} of a pool of 1,000-byte blocks and at most "
+            f"{model_padding:.1%} for the models' blocks; the racy pop gave 3 threads {racy} distinct block(s), the atomic pop {atomic}: one "
+            "atomic read-and-decrement is what makes a concurrent pop safe",
+            f"对齐的步长在 1000 字节 Block 的池里占 {odd.padding_fraction:.1%}，对各模型的 Block 最多占 {model_padding:.1%}；"
+            f"有竞争的弹栈让 3 个线程拿到 {racy} 个不同的块，原子弹栈是 {atomic} 个：并发弹栈安全靠的是一次原子的读并减一")
