@@ -1,16 +1,20 @@
 """The chapter-3 notebooks: one per section, generated from the lessons so they never drift.
 
-    python -m course.notebooks            (re)write course/ch03_kv_block/notebooks/3.x.ipynb
-    python -m course.notebooks --check    exit 1 if a notebook differs from what the lessons give
+    python -m course.notebooks [3.x ...]   (re)write course/ch03_kv_block/notebooks/3.x.ipynb, executed:
+                                           every code cell run in order, its outputs stored
+    python -m course.notebooks --no-execute   the same cells without outputs
+    python -m course.notebooks --check     exit 1 if a notebook's cells differ from what the lessons give
 
-Each notebook (nbformat 4, no outputs stored) holds the lesson's text in English and
+Each notebook (nbformat 4, stored with its outputs so that GitHub shows its figures) holds
+the lesson's text in English and
 Chinese, then four code cells that call the helpers below: the lesson's demo, its
 figures, an interactive stepper over a trace (matplotlib's `to_jshtml`: play, pause,
 step) and the exercise's check against the student's workspace file (a section
 without an exercise, the capstone 3.8, ends after the stepper). Opening one needs
 the README's install plus Jupyter; nothing here imports IPython unless it is there.
 
-tests/course/test_notebooks.py executes every code cell in order, headless (Agg), with
+tests/course/test_notebooks.py checks, cheaply, that the stored cells are the generator's and
+that every code cell has outputs; its slow test executes every code cell in order, headless (Agg), with
 PAGEDSIM_NOTEBOOK_FAST=1: figures and stepper frames at a low resolution, the labs'
 figures (whole sweeps, drawn by their own tests) named instead of drawn, and 3.8's
 engine on its NumPy path instead of the kernels.
@@ -19,11 +23,15 @@ engine on its NumPy path instead of the kernels.
 from __future__ import annotations
 
 import argparse
+import base64
+import contextlib
 import importlib
+import io
 import inspect
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from .lessons_text import lesson_text
@@ -37,12 +45,21 @@ def _lesson(section: str):
     return importlib.import_module(f"course.ch03_kv_block.lessons.l{section.replace('.', '_')}")
 
 
-def _display(obj, fallback: str) -> None:
+_RECORD: list | None = None  # while `--execute` runs a notebook: the cell's rich outputs go here
+
+
+def _display(mime: dict, fallback: str) -> None:
+    """Show a MIME bundle ({"image/png": base64 text} or {"text/html": ...}) in Jupyter, record it
+    while `--execute` runs the notebook, or print the fallback line anywhere else."""
+    if _RECORD is not None:
+        _RECORD.append({"output_type": "display_data", "data": {**mime, "text/plain": [fallback]},
+                        "metadata": {}})
+        return
     try:
         from IPython import get_ipython
         from IPython.display import display
         if get_ipython() is not None:
-            display(obj() if callable(obj) else obj)
+            display(mime, raw=True)
             return
     except ImportError:
         pass
@@ -88,10 +105,8 @@ def figures(section: str, out: Path) -> list[Path]:
             else:
                 paths += [p for p in makers[name](out) if p.suffix == ".png"]
     for path in paths:
-        def image(p=path):
-            from IPython.display import Image
-            return Image(filename=str(p))
-        _display(image, f"figure: {path}")
+        _display({"image/png": base64.b64encode(path.read_bytes()).decode("ascii")},
+                 f"figure: {path.relative_to(out.parent) if path.is_relative_to(out.parent) else path}")
     return paths
 
 
@@ -124,15 +139,17 @@ def stepper(section: str):
     with matplotlib.rc_context({"figure.dpi": 30 if FAST else 72, "animation.embed_limit": 60}):
         html = animate.to_html(snaps)
 
-    def player():
-        from IPython.display import HTML
-        return HTML(html)
-    _display(player, f"stepper: {len(snaps)} steps ({len(html):,} bytes of HTML; open the notebook in Jupyter to play it)")
+    note = f"stepper: {len(snaps)} steps (open the notebook in Jupyter to play it)"
+    if _RECORD is not None:  # a stored notebook keeps the line, not megabytes of frames GitHub cannot play
+        print(note)
+    else:
+        _display({"text/html": html}, note)
     return None
 
 
-def check(exercise_id: str) -> bool:
-    """`pagedsim check ID` on your workspace file (or the untouched stub), printed the same way."""
+def check(exercise_id: str) -> None:
+    """`pagedsim check ID` on your workspace file (or the untouched stub), printed the same way.
+    Returns None, so that the cell shows the report and no True or False under it."""
     from . import curriculum, workspace
     from .cli import _report
     from .runner import run_checks
@@ -143,7 +160,6 @@ def check(exercise_id: str) -> bool:
           f"(run `pagedsim workspace` in this folder, then edit {workspace.DEFAULT}/{Path(ex.stub).name})")
     outcome = run_checks(ex, mine or ex.path("stub"))
     _report(outcome, verbose=False, hint=True)
-    return outcome.ok
 
 
 # ---- the generator ----------------------------------------------------------
@@ -187,31 +203,79 @@ def notebook(section: str) -> dict:
             "nbformat": 4, "nbformat_minor": 5}
 
 
-def render(section: str) -> str:
-    nb = notebook(section)
+def render(section: str, executed: dict | None = None) -> str:
+    """The notebook's JSON text: as generated, or `executed` (the same cells with their outputs)."""
+    nb = executed or notebook(section)
     for i, cell in enumerate(nb["cells"]):
         cell["id"] = f"s{section.replace('.', '-')}-{i:02d}"
     return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
 
 
+def without_outputs(nb: dict) -> dict:
+    """A copy of a notebook with every code cell's outputs and count cleared: what the generator wrote."""
+    nb = json.loads(json.dumps(nb))
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            cell.update(outputs=[], execution_count=None)
+    return nb
+
+
+def execute(section: str) -> dict:
+    """Run the notebook's code cells in order in one namespace, in a temporary folder, in English,
+    and return it with their outputs: printed text as a stream, figures as PNG display data.
+    The temporary folder's path is shown as `.`; the check cells check the untouched stubs."""
+    global _RECORD
+    nb, count = notebook(section), 0
+    saved_env = {k: os.environ.get(k) for k in ("PAGEDSIM_WORKSPACE", "PAGEDSIM_LANG", "MPLBACKEND")}
+    saved_cwd = Path.cwd()
+    os.environ.pop("PAGEDSIM_WORKSPACE", None)
+    os.environ.update(PAGEDSIM_LANG="en", MPLBACKEND="Agg")
+    try:
+        with tempfile.TemporaryDirectory(prefix="pagedsim-notebook-run-") as tmp:
+            os.chdir(tmp)
+            namespace = {"__name__": "__main__"}
+            for cell in (c for c in nb["cells"] if c["cell_type"] == "code"):
+                _RECORD, printed, count = [], io.StringIO(), count + 1
+                with contextlib.redirect_stdout(printed):
+                    exec(compile("".join(cell["source"]), f"{section}.ipynb", "exec"), namespace)  # noqa: S102
+                text = printed.getvalue().replace(str(Path(tmp).resolve()), ".").replace(tmp, ".")
+                stream = [{"output_type": "stream", "name": "stdout", "text": text.splitlines(keepends=True)}]
+                cell.update(outputs=(stream if text else []) + _RECORD, execution_count=count)
+    finally:
+        _RECORD = None
+        os.chdir(saved_cwd)
+        for k, v in saved_env.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    return nb
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m course.notebooks", description=__doc__.split("\n\n")[0])
-    p.add_argument("--check", action="store_true", help="fail if a notebook is out of date")
+    p.add_argument("sections", nargs="*", metavar="SECTION", help=f"which notebooks (default: {', '.join(SECTIONS)})")
+    p.add_argument("--check", action="store_true", help="fail if a notebook's cells differ from the lessons")
+    p.add_argument("--no-execute", action="store_true", help="write the cells without running them")
     args = p.parse_args(argv)
+    unknown = [s for s in args.sections if s not in SECTIONS]
+    if unknown:
+        p.error(f"no notebook {unknown[0]!r}; choose from {', '.join(SECTIONS)}")
     stale = []
-    for section in SECTIONS:
-        path, text = FOLDER / f"{section}.ipynb", render(section)
+    for section in args.sections or SECTIONS:
+        path = FOLDER / f"{section}.ipynb"
         if args.check:
-            if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            stored = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+            if stored is None or render(section, without_outputs(stored)) != render(section):
                 stale.append(path.name)
             continue
+        text = render(section) if args.no_execute else render(section, execute(section))
         FOLDER.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
-        print(f"wrote {path}")
+        print(f"wrote {path}" + ("" if args.no_execute else " (executed, with its outputs)"))
     if stale:
         print(f"out of date: {', '.join(stale)}; run python -m course.notebooks", file=sys.stderr)
     return 1 if stale else 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # run the imported module's main: the cells record into its _RECORD
+    from course.notebooks import main as _main
+
+    raise SystemExit(_main())
