@@ -29,8 +29,7 @@ from pathlib import Path
 from . import curriculum, i18n, workspace
 from .lessons_text import lesson_text
 
-LESSONS = {s: f"course.ch03_kv_block.lessons.l{s.replace('.', '_')}" for s in
-           ("3.1", "3.2", "3.3", "3.4", "3.5", "3.6", "3.7", "3.8")}
+LESSONS = {s: curriculum.lesson_module(s) for s in curriculum.sections()}  # from the lessons' files
 
 
 def _lang_arg(p: argparse.ArgumentParser) -> None:
@@ -40,7 +39,7 @@ def _lang_arg(p: argparse.ArgumentParser) -> None:
 
 def lesson_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="pagedsim lesson", description="print and run a chapter-3 lesson")
-    p.add_argument("section", nargs="?", help="3.1 ... 3.8")
+    p.add_argument("section", nargs="?", help=f"{next(iter(LESSONS))} ... {list(LESSONS)[-1]}")
     p.add_argument("--out", type=Path, help="where figures go (default: a new temporary folder, printed)")
     p.add_argument("--no-demo", action="store_true", help="print the text only")
     _lang_arg(p)

@@ -89,6 +89,21 @@ def find(exercise_id: str, exercises: list[Exercise] | None = None) -> Exercise:
     raise KeyError(f"no exercise {exercise_id!r}; known: {', '.join(e.id for e in exercises)}")
 
 
+LESSONS_DIR = COURSE_DIR / "ch03_kv_block" / "lessons"
+
+
+def sections() -> list[str]:
+    """Every lesson, in course order, from its file: lessons/l3_1.py is section "3.1" (a section
+    with no exercise, like the capstone 3.8, has a lesson all the same)."""
+    found = [f.stem[1:].replace("_", ".") for f in LESSONS_DIR.glob("l*_*.py")]
+    return sorted(found, key=lambda s: tuple(int(part) for part in s.split(".")))
+
+
+def lesson_module(section: str) -> str:
+    """The import name of a section's lesson."""
+    return f"course.ch03_kv_block.lessons.l{section.replace('.', '_')}"
+
+
 def markers(exercises: list[Exercise] | None = None) -> dict[str, str]:
     """Each section's pytest marker -> its section, in course order: the one list pytest registers."""
     exercises = load() if exercises is None else exercises
@@ -117,6 +132,9 @@ def problems(exercises: list[Exercise] | None = None) -> list[str]:
                 out.append(f"exercise {ex.id}: {rel} does not exist")
         if ex.stub == ex.solution:
             out.append(f"exercise {ex.id}: the stub and the solution are the same file")
+        if ex.section not in sections():
+            out.append(f"exercise {ex.id}: section {ex.section} has no lesson ({LESSONS_DIR.name}/"
+                       f"l{ex.section.replace('.', '_')}.py)")
     for folder in OWNED_DIRS.values():
         for f in sorted((REPO_ROOT / folder).glob("*.py")):
             rel = f.relative_to(REPO_ROOT).as_posix()

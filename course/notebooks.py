@@ -34,15 +34,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+from . import curriculum
 from .lessons_text import lesson_text
 
-SECTIONS = ("3.1", "3.2", "3.3", "3.4", "3.5", "3.6", "3.7", "3.8")
+SECTIONS = tuple(curriculum.sections())  # one notebook per lesson
 FOLDER = Path(__file__).resolve().parent / "ch03_kv_block" / "notebooks"
 FAST = os.environ.get("PAGEDSIM_NOTEBOOK_FAST") == "1"
 
 
 def _lesson(section: str):
-    return importlib.import_module(f"course.ch03_kv_block.lessons.l{section.replace('.', '_')}")
+    return importlib.import_module(curriculum.lesson_module(section))
 
 
 _RECORD: list | None = None  # while `--execute` runs a notebook: the cell's rich outputs go here
@@ -172,8 +173,6 @@ def _cell(kind: str, text: str) -> dict:
 
 
 def notebook(section: str) -> dict:
-    from . import curriculum
-
     lesson = _lesson(section)
     exercises = [e for e in curriculum.load() if e.section == section]
     cells = [
