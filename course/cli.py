@@ -23,6 +23,7 @@ import argparse
 import importlib
 import json
 import re
+import sys
 import tempfile
 from pathlib import Path
 
@@ -38,7 +39,9 @@ def _lang_arg(p: argparse.ArgumentParser) -> None:
 
 
 def lesson_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="pagedsim lesson", description="print and run a chapter-3 lesson")
+    from pagedsim.app.cli import ArgParser
+
+    p = ArgParser(prog="pagedsim lesson", description="print and run a chapter-3 lesson")
     p.add_argument("section", nargs="?", help=f"{next(iter(LESSONS))} ... {list(LESSONS)[-1]}")
     p.add_argument("--out", type=Path, help="where figures go (default: a new temporary folder, printed)")
     p.add_argument("--no-demo", action="store_true", help="print the text only")
@@ -51,8 +54,7 @@ def lesson_main(argv: list[str]) -> int:
         print("\nrun one with `pagedsim lesson 3.1`")
         return 0
     if args.section not in LESSONS:
-        print(f"pagedsim lesson: no lesson {args.section!r}; choose one of {', '.join(LESSONS)}")
-        return 2
+        return _usage_error("pagedsim lesson", f"no lesson {args.section!r}; choose one of {', '.join(LESSONS)}")
     lesson = importlib.import_module(LESSONS[args.section])
     print(lesson_text(lesson, args.section, lang), "\n")
     if not args.no_demo:
@@ -130,58 +132,61 @@ def _choose_impl(ex, args) -> tuple[Path, str | None]:
         f"再编辑 {workspace.DEFAULT}/{Path(ex.stub).name}")
 
 
-def check_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="pagedsim check", description="run an exercise's checks")
+def _usage_error(prog: str, message: str) -> int:
+    """A usage error as ArgParser words it: one line on stderr, exit status 2."""
+    print(f"{prog}: error: {message} (see --help)", file=sys.stderr)
+    return 2
+
+
+def _check_parser():
+    from pagedsim.app.cli import ArgParser, float_in, int_in
+
+    p = ArgParser(prog="pagedsim check", description="run an exercise's checks")
     p.add_argument("exercise", nargs="?", help="an exercise id such as 3.4a")
     p.add_argument("--impl", type=Path, help="check this file instead of your workspace's")
     p.add_argument("--all", action="store_true", help="every exercise, in course order")
     p.add_argument("--solutions", action="store_true", help="check the reference solutions")
     p.add_argument("--json", action="store_true", help="print one JSON object per exercise (machine-readable)")
-    p.add_argument("--timeout", type=float, metavar="S", help="seconds allowed per check and for importing "
-                   "the file (default 60)")
+    p.add_argument("--timeout", type=float_in(0, 86_400, open_low=True), metavar="S",
+                   help="seconds allowed per check and for importing the file (default 60)")
     p.add_argument("--extra-checks", nargs="+", type=Path, default=[], metavar="PATH",
                    help="more pytest files to run against the same file (fixtures: impl, kernels)")
     p.add_argument("--verbose", "-v", action="store_true", help="show every failing check")
     p.add_argument("--curriculum", action="store_true", help="validate course/curriculum.toml")
     p.add_argument("--mutants", action="store_true", help="prove the checks catch the known bugs")
     p.add_argument("--generic", action="store_true", help="with --mutants: also measure generic mutants")
-    p.add_argument("--sample", type=int, metavar="N", help="with --generic: N generic mutants per exercise")
+    p.add_argument("--sample", type=int_in(1, 10**6), metavar="N",
+                   help="with --generic: N generic mutants per exercise")
     _lang_arg(p)
-    args = p.parse_args(argv)
-    i18n.set_lang(args.lang)
-    exercises = curriculum.load()
-    if args.curriculum:
-        found = curriculum.problems(exercises)
-        for line in found:
-            print(f"curriculum: {line}")
-        print("curriculum: OK" if not found else f"curriculum: {len(found)} problem(s)")
-        return 1 if found else 0
-    if args.mutants:
-        try:
-            from .mutants_report import report
-        except ImportError:
-            print("pagedsim check --mutants: not part of this build (the student copy has no mutants)")
-            return 2
-        chosen = [curriculum.find(args.exercise, exercises)] if args.exercise else exercises
-        return report(chosen, generic=args.generic, sample=args.sample)
-    if args.all:
-        chosen = exercises
-    elif args.exercise:
-        try:
-            chosen = [curriculum.find(args.exercise, exercises)]
-        except KeyError as e:
-            print(f"pagedsim check: {e.args[0]}")
-            return 2
-    else:
-        for ex in exercises:
-            mine = workspace.find(ex)
-            print(f"  {ex.id:<5} {ex.title_in(i18n.lang())}\n        {mine or Path(workspace.DEFAULT) / Path(ex.stub).name}")
-        print("\ncheck one with `pagedsim check 3.1`" + ("" if any(map(workspace.find, exercises)) else
-              "; first copy the stubs to a workspace with `pagedsim workspace`"))
-        return 0
-    if (args.impl or args.extra_checks) and len(chosen) != 1:
-        print("pagedsim check: --impl and --extra-checks need exactly one exercise id")
-        return 2
+    return p
+
+
+def _curriculum_report(exercises) -> int:
+    found = curriculum.problems(exercises)
+    for line in found:
+        print(f"curriculum: {line}")
+    print("curriculum: OK" if not found else f"curriculum: {len(found)} problem(s)")
+    return 1 if found else 0
+
+
+def _mutants_report(args, chosen) -> int:
+    try:
+        from .mutants_report import report
+    except ImportError:
+        return _usage_error("pagedsim check", "--mutants is not part of this build (the student copy has no mutants)")
+    return report(chosen, generic=args.generic, sample=args.sample)
+
+
+def _list_exercises(exercises) -> int:
+    for ex in exercises:
+        mine = workspace.find(ex)
+        print(f"  {ex.id:<5} {ex.title_in(i18n.lang())}\n        {mine or Path(workspace.DEFAULT) / Path(ex.stub).name}")
+    print("\ncheck one with `pagedsim check 3.1`" + ("" if any(map(workspace.find, exercises)) else
+          "; first copy the stubs to a workspace with `pagedsim workspace`"))
+    return 0
+
+
+def _run_and_report(chosen, args) -> int:
     from .runner import run_checks
 
     results = []
@@ -200,3 +205,23 @@ def check_main(argv: list[str]) -> int:
         ok = sum(o.ok for o in results)
         print("\n" + i18n.t("{ok}/{n} exercises pass", ok=ok, n=len(chosen)))
     return 0 if all(o.ok for o in results) else 1
+
+
+def check_main(argv: list[str]) -> int:
+    args = _check_parser().parse_args(argv)
+    i18n.set_lang(args.lang)
+    exercises = curriculum.load()
+    if args.curriculum:
+        return _curriculum_report(exercises)
+    try:
+        one = [curriculum.find(args.exercise, exercises)] if args.exercise else None
+    except KeyError as e:
+        return _usage_error("pagedsim check", e.args[0])
+    if args.mutants:
+        return _mutants_report(args, one or exercises)
+    if not (args.all or one):
+        return _list_exercises(exercises)
+    chosen = exercises if args.all else one
+    if (args.impl or args.extra_checks) and len(chosen) != 1:
+        return _usage_error("pagedsim check", "--impl and --extra-checks need exactly one exercise id")
+    return _run_and_report(chosen, args)

@@ -142,58 +142,98 @@ def _is_docstring(node, parent) -> bool:
             and isinstance(node.value.value, str) and bool(body) and body[0] is node)
 
 
-def _points(tree: ast.Module):
-    """Every mutation point: (node, kind, change, apply) where apply(node) mutates in place."""
-    out = []
-    in_annotation = set()  # never evaluated (from __future__ import annotations): no mutant there
+def _annotation_nodes(tree) -> set:
+    """ids of nodes inside annotations: never evaluated (from __future__ import annotations)."""
+    out = set()
     for node in ast.walk(tree):
-        notes = [getattr(node, "returns", None), getattr(node, "annotation", None)]
-        for n in notes:
+        for n in (getattr(node, "returns", None), getattr(node, "annotation", None)):
             if n is not None:
-                in_annotation.update(id(x) for x in ast.walk(n))
-    in_function = set()
+                out.update(id(x) for x in ast.walk(n))
+    return out
+
+
+def _function_nodes(tree) -> set:
+    """ids of nodes inside a function body, or in its default values."""
+    out = set()
     for fn in ast.walk(tree):
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            in_function.update(id(n) for n in ast.walk(fn) if n is not fn)
-            in_function.update(id(a) for a in fn.args.defaults + fn.args.kw_defaults if a is not None)
+            out.update(id(n) for n in ast.walk(fn) if n is not fn)
+            out.update(id(a) for a in fn.args.defaults + fn.args.kw_defaults if a is not None)
+    return out
+
+
+def _statement_points(tree, in_function: set) -> list:
+    """Deleting one statement of a function body (not a docstring, an import or a pass)."""
     bodies = in_function | {id(n) for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    out = []
     for parent in ast.walk(tree):
         for fieldname, value in ast.iter_fields(parent):
-            if fieldname == "body" and isinstance(value, list) and id(parent) in bodies:
-                for i, stmt in enumerate(value):
-                    if _is_docstring(stmt, parent) or isinstance(stmt, (ast.Import, ast.ImportFrom, ast.Pass)):
-                        continue
-                    out.append((stmt, "statement", "deleted",
-                                lambda _n, body=value, i=i: body.__setitem__(i, ast.Pass())))
+            if fieldname != "body" or not isinstance(value, list) or id(parent) not in bodies:
+                continue
+            for i, stmt in enumerate(value):
+                if _is_docstring(stmt, parent) or isinstance(stmt, (ast.Import, ast.ImportFrom, ast.Pass)):
+                    continue
+                out.append((stmt, "statement", "deleted",
+                            lambda _n, body=value, i=i: body.__setitem__(i, ast.Pass())))
+    return out
+
+
+def _drop_unary(n) -> None:
+    if isinstance(n.op, ast.Not):  # `not x` becomes `not not x`
+        n.operand = ast.UnaryOp(ast.Not(), n.operand)
+    else:
+        n.op = ast.UAdd()
+
+
+def _operator_points(node) -> list:
+    if isinstance(node, (ast.BinOp, ast.AugAssign)) and type(node.op) in BINOPS:
+        new = BINOPS[type(node.op)]
+        return [(node, "operator", f"{SYMBOL[type(node.op)]} -> {SYMBOL[new]}",
+                 lambda n, new=new: setattr(n, "op", new()))]
+    if isinstance(node, ast.BoolOp):
+        new = ast.Or if isinstance(node.op, ast.And) else ast.And
+        return [(node, "operator", f"{SYMBOL[type(node.op)]} -> {SYMBOL[new]}",
+                 lambda n, new=new: setattr(n, "op", new()))]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Not, ast.Invert)):
+        return [(node, "operator", f"unary {type(node.op).__name__} dropped", _drop_unary)]
+    return []
+
+
+def _comparison_points(node) -> list:
+    out = []
+    for k, op in enumerate(node.ops):
+        if type(op) in CMPOPS:
+            new = CMPOPS[type(op)]
+            left = node.left if k == 0 else node.comparators[k - 1]
+            what = f"{ast.unparse(left)} {SYMBOL[type(op)]} {ast.unparse(node.comparators[k])}"
+            out.append((node, "comparison", f"{what}: {SYMBOL[type(op)]} -> {SYMBOL[new]}",
+                        lambda n, k=k, new=new: n.ops.__setitem__(k, new())))
+    return out
+
+
+def _constant_points(node) -> list:
+    v = node.value
+    if isinstance(v, bool):
+        return [(node, "constant", f"{v} -> {not v}", lambda n: setattr(n, "value", not n.value))]
+    if isinstance(v, (int, float)):
+        return [(node, "constant", f"{v!r} -> {v + 1!r}", lambda n: setattr(n, "value", n.value + 1))]
+    return []
+
+
+def _points(tree: ast.Module):
+    """Every mutation point: (node, kind, change, apply) where apply(node) mutates in place.
+    Statements come first, then the expressions in ast.walk order (the indices are stable)."""
+    in_annotation, in_function = _annotation_nodes(tree), _function_nodes(tree)
+    out = _statement_points(tree, in_function)
     for node in ast.walk(tree):
         if id(node) in in_annotation:
             continue
-        if isinstance(node, (ast.BinOp, ast.AugAssign)) and type(node.op) in BINOPS:
-            new = BINOPS[type(node.op)]
-            out.append((node, "operator", f"{SYMBOL[type(node.op)]} -> {SYMBOL[new]}",
-                        lambda n, new=new: setattr(n, "op", new())))
-        elif isinstance(node, ast.BoolOp):
-            new = ast.Or if isinstance(node.op, ast.And) else ast.And
-            out.append((node, "operator", f"{SYMBOL[type(node.op)]} -> {SYMBOL[new]}",
-                        lambda n, new=new: setattr(n, "op", new())))
-        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Not, ast.Invert)):
-            out.append((node, "operator", f"unary {type(node.op).__name__} dropped",
-                        lambda n: setattr(n, "op", ast.UAdd()) if not isinstance(n.op, ast.Not)
-                        else setattr(n, "op", ast.Not()) or setattr(n, "operand", ast.UnaryOp(ast.Not(), n.operand))))
-        elif isinstance(node, ast.Compare):
-            for k, op in enumerate(node.ops):
-                if type(op) in CMPOPS:
-                    new = CMPOPS[type(op)]
-                    left = node.left if k == 0 else node.comparators[k - 1]
-                    what = f"{ast.unparse(left)} {SYMBOL[type(op)]} {ast.unparse(node.comparators[k])}"
-                    out.append((node, "comparison", f"{what}: {SYMBOL[type(op)]} -> {SYMBOL[new]}",
-                                lambda n, k=k, new=new: n.ops.__setitem__(k, new())))
-        elif isinstance(node, ast.Constant) and id(node) in in_function:
-            v = node.value
-            if isinstance(v, bool):
-                out.append((node, "constant", f"{v} -> {not v}", lambda n: setattr(n, "value", not n.value)))
-            elif isinstance(v, (int, float)):
-                out.append((node, "constant", f"{v!r} -> {v + 1!r}", lambda n: setattr(n, "value", n.value + 1)))
+        if isinstance(node, ast.Compare):
+            out += _comparison_points(node)
+        elif isinstance(node, ast.Constant):
+            out += _constant_points(node) if id(node) in in_function else []
+        else:
+            out += _operator_points(node)
     return out
 
 

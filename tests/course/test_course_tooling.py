@@ -131,7 +131,8 @@ def test_every_solution_passes_and_every_mutant_is_caught():
 
 def test_check_refuses_an_unknown_exercise_and_lists_them_without_one(capsys):
     assert cli.check_main(["9.9"]) == 2
-    assert "no exercise '9.9'" in capsys.readouterr().out
+    err = capsys.readouterr().err
+    assert err.startswith("pagedsim check: error: no exercise '9.9'") and err.count("\n") == 1
     assert cli.check_main([]) == 0
     assert "3.4a" in capsys.readouterr().out
 
