@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from course.ch03_kv_block.checks._kit_zh import in_chinese
 from course.i18n import say
 from pagedsim import BlockPool, KVCacheManager, OutOfBlocks
 from pagedsim.testing import NonConformance, check_manager
@@ -277,7 +278,8 @@ def test_your_functions_keep_every_sequences_tokens_in_the_testing_kits_shadow_m
         missing = re.search(r"raised NotImplementedError: ?(\w*)", problem)
         if missing:  # the untouched stub: say "not implemented yet", as every other check does
             raise NotImplementedError(missing.group(1)) from None
-        failure = AssertionError(problem.strip() + say(
+        problem = problem.strip()
+        failure = AssertionError(say(problem, in_chinese(problem)) + say(
             " (add_sequence / append_tokens run your slot_for_append once per token, fork your fork, "
             "free_sequence your free_table)",
             "（add_sequence / append_tokens 对每个 token 调用一次你的 slot_for_append，fork 调用你的 fork，"
