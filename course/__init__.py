@@ -21,8 +21,19 @@ from importlib.util import find_spec
 _ALL = {
     "lesson": ("course.cli:lesson_main", "print and run a chapter-3 lesson, e.g. `lesson 3.4`"),
     "check": ("course.cli:check_main", "check an exercise, e.g. `check 3.4a`"),
-    "workspace": ("course.workspace:main", "copy the exercise stubs to your own folder (default ./pagedsim-work)"),
-    "grade": ("course.grade:main", "grade a folder of submissions, one process each, with a time limit"),
-    "export-course": ("course.export:main", "write a student copy of the course without the solutions"),
+    "workspace": (
+        "course.workspace:main",
+        "copy the exercise stubs to your own folder (default ./pagedsim-work)",
+    ),
+    "grade": (
+        "course.grade:main",
+        "grade a folder of submissions, one process each, with a time limit",
+    ),
+    "export-course": (
+        "course.export:main",
+        "write a student copy of the course without the solutions",
+    ),
 }
-COMMANDS = {name: entry for name, entry in _ALL.items() if find_spec(entry[0].split(":")[0]) is not None}
+COMMANDS = {
+    name: entry for name, entry in _ALL.items() if find_spec(entry[0].split(":")[0]) is not None
+}

@@ -30,7 +30,9 @@ from course.impl import load_impl
 def pytest_configure(config):
     from course import curriculum
 
-    if os.environ.get("PAGEDSIM_EXERCISE"):  # under `pagedsim check`: nothing lands in the student's folder
+    if os.environ.get(
+        "PAGEDSIM_EXERCISE"
+    ):  # under `pagedsim check`: nothing lands in the student's folder
         _private_hypothesis_home()
     for marker, section in curriculum.markers().items():
         config.addinivalue_line("markers", f"{marker}: checks for course section {section}")
@@ -76,12 +78,15 @@ def _wrap(fn, name: str, bound: bool):
         except Exception as e:
             if getattr(e, "raised_by", None) is None:
                 shown = args[1:] if bound else args
-                text = ", ".join([*map(short, shown), *(f"{k}={short(v)}" for k, v in kwargs.items())])
+                text = ", ".join(
+                    [*map(short, shown), *(f"{k}={short(v)}" for k, v in kwargs.items())]
+                )
                 try:
                     e.raised_by = f"{name}({text})"
                 except AttributeError:  # an exception type with __slots__
                     pass
             raise
+
     return call
 
 
@@ -95,13 +100,27 @@ def traced(module):
         if inspect.isfunction(value):
             setattr(view, name, _wrap(value, name, bound=False))
         elif inspect.isclass(value) and not issubclass(value, BaseException):
-            methods = {k: _wrap(v, k, bound=True) for k, v in vars(value).items()
-                       if inspect.isfunction(v) and (not k.startswith("_") or k == "__init__")}
+            methods = {
+                k: _wrap(v, k, bound=True)
+                for k, v in vars(value).items()
+                if inspect.isfunction(v) and (not k.startswith("_") or k == "__init__")
+            }
             if "__init__" in methods:
                 methods["__init__"] = _wrap(value.__init__, name, bound=True)
             try:
-                setattr(view, name, type(name, (value,), {**methods, "__module__": value.__module__,
-                                                         "__qualname__": value.__qualname__}))
+                setattr(
+                    view,
+                    name,
+                    type(
+                        name,
+                        (value,),
+                        {
+                            **methods,
+                            "__module__": value.__module__,
+                            "__qualname__": value.__qualname__,
+                        },
+                    ),
+                )
             except TypeError:  # a class that refuses subclasses: leave it as it is
                 pass
     return view

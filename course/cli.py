@@ -34,7 +34,8 @@ LESSONS = {s: curriculum.lesson_module(s) for s in curriculum.sections()}  # fro
 
 
 def _lang_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--lang", choices=i18n.LANGS, help="language of the text (default: from the locale, "
+    p.add_argument("--lang", choices=i18n.LANGS, help="language of the text (default: from the "
+                                                      "locale, "
                    "Chinese when LANG or LC_ALL starts with zh, else English)")
 
 
@@ -43,7 +44,8 @@ def lesson_main(argv: list[str]) -> int:
 
     p = ArgParser(prog="pagedsim lesson", description="print and run a chapter-3 lesson")
     p.add_argument("section", nargs="?", help=f"{next(iter(LESSONS))} ... {list(LESSONS)[-1]}")
-    p.add_argument("--out", type=Path, help="where figures go (default: a new temporary folder, printed)")
+    p.add_argument("--out", type=Path, help="where figures go (default: a new temporary folder, "
+                                            "printed)")
     p.add_argument("--no-demo", action="store_true", help="print the text only")
     _lang_arg(p)
     args = p.parse_args(argv)
@@ -54,13 +56,15 @@ def lesson_main(argv: list[str]) -> int:
         print("\nrun one with `pagedsim lesson 3.1`")
         return 0
     if args.section not in LESSONS:
-        return _usage_error("pagedsim lesson", f"no lesson {args.section!r}; choose one of {', '.join(LESSONS)}")
+        return _usage_error("pagedsim lesson", f"no lesson {args.section!r}; choose one of "
+                                               f"{', '.join(LESSONS)}")
     lesson = importlib.import_module(LESSONS[args.section])
     print(lesson_text(lesson, args.section, lang), "\n")
     if not args.no_demo:
         out = args.out or Path(tempfile.mkdtemp(prefix=f"pagedsim-lesson-{args.section}-"))
         out.mkdir(parents=True, exist_ok=True)
-        print(i18n.say("-- demo --", "-- 演示 --") + f"  ({i18n.say('files go to', '文件写入')} {out})")
+        print(i18n.say("-- demo --", "-- 演示 --") + f"  ({i18n.say('files go to', '文件写入')} "
+                                                   f"{out})")
         from .ch03_kv_block.lessons import NeedsExercise
         try:
             lesson.demo(out)
@@ -72,8 +76,9 @@ def lesson_main(argv: list[str]) -> int:
         where = str(mine) if mine else i18n.say(
             f"{workspace.DEFAULT}/{Path(ex.stub).name} (create it with `pagedsim workspace`)",
             f"{workspace.DEFAULT}/{Path(ex.stub).name}（先运行 `pagedsim workspace` 生成）")
-        print(f"{i18n.say('exercise', '练习')} {ex.id}: {ex.title_in(lang)}\n  {i18n.say('edit ', '编辑')}  {where}\n"
-              f"  {i18n.say('check', '检查')}  pagedsim check {ex.id}")
+        print(f"{i18n.say('exercise', '练习')} {ex.id}: {ex.title_in(lang)}\n  "
+              f"{i18n.say('edit ', '编辑')}  {where}\n  {i18n.say('check', '检查')}  pagedsim "
+              f"check {ex.id}")
     return 0
 
 
@@ -126,8 +131,8 @@ def _choose_impl(ex, args) -> tuple[Path, str | None]:
     if mine:
         return mine, i18n.t("checking {path}", path=mine)
     return ex.path("stub"), i18n.say(
-        f"no workspace file for {ex.id}: checking the untouched stub. Run `pagedsim workspace` once, "
-        f"then edit {workspace.DEFAULT}/{Path(ex.stub).name}",
+        f"no workspace file for {ex.id}: checking the untouched stub. Run `pagedsim workspace` "
+        f"once, then edit {workspace.DEFAULT}/{Path(ex.stub).name}",
         f"没有找到 {ex.id} 的工作区文件，检查的是原始模板。先运行一次 `pagedsim workspace`，"
         f"再编辑 {workspace.DEFAULT}/{Path(ex.stub).name}")
 
@@ -146,7 +151,8 @@ def _check_parser():
     p.add_argument("--impl", type=Path, help="check this file instead of your workspace's")
     p.add_argument("--all", action="store_true", help="every exercise, in course order")
     p.add_argument("--solutions", action="store_true", help="check the reference solutions")
-    p.add_argument("--json", action="store_true", help="print one JSON object per exercise (machine-readable)")
+    p.add_argument("--json", action="store_true", help="print one JSON object per exercise "
+                                                       "(machine-readable)")
     p.add_argument("--timeout", type=float_in(0, 86_400, open_low=True), metavar="S",
                    help="seconds allowed per check and for importing the file (default 60)")
     p.add_argument("--extra-checks", nargs="+", type=Path, default=[], metavar="PATH",
@@ -154,7 +160,8 @@ def _check_parser():
     p.add_argument("--verbose", "-v", action="store_true", help="show every failing check")
     p.add_argument("--curriculum", action="store_true", help="validate course/curriculum.toml")
     p.add_argument("--mutants", action="store_true", help="prove the checks catch the known bugs")
-    p.add_argument("--generic", action="store_true", help="with --mutants: also measure generic mutants")
+    p.add_argument("--generic", action="store_true", help="with --mutants: also measure generic "
+                                                          "mutants")
     p.add_argument("--sample", type=int_in(1, 10**6), metavar="N",
                    help="with --generic: N generic mutants per exercise")
     _lang_arg(p)
@@ -173,14 +180,16 @@ def _mutants_report(args, chosen) -> int:
     try:
         from .mutants_report import report
     except ImportError:
-        return _usage_error("pagedsim check", "--mutants is not part of this build (the student copy has no mutants)")
+        return _usage_error("pagedsim check", "--mutants is not part of this build (the student "
+                                              "copy has no mutants)")
     return report(chosen, generic=args.generic, sample=args.sample)
 
 
 def _list_exercises(exercises) -> int:
     for ex in exercises:
         mine = workspace.find(ex)
-        print(f"  {ex.id:<5} {ex.title_in(i18n.lang())}\n        {mine or Path(workspace.DEFAULT) / Path(ex.stub).name}")
+        print(f"  {ex.id:<5} {ex.title_in(i18n.lang())}\n        "
+              f"{mine or Path(workspace.DEFAULT) / Path(ex.stub).name}")
     print("\ncheck one with `pagedsim check 3.1`" + ("" if any(map(workspace.find, exercises)) else
           "; first copy the stubs to a workspace with `pagedsim workspace`"))
     return 0
@@ -223,5 +232,6 @@ def check_main(argv: list[str]) -> int:
         return _list_exercises(exercises)
     chosen = exercises if args.all else one
     if (args.impl or args.extra_checks) and len(chosen) != 1:
-        return _usage_error("pagedsim check", "--impl and --extra-checks need exactly one exercise id")
+        return _usage_error("pagedsim check", "--impl and --extra-checks need exactly one exercise "
+                                              "id")
     return _run_and_report(chosen, args)

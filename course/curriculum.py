@@ -58,7 +58,8 @@ def _parse_subset(text: str) -> dict:
             continue
         m = re.fullmatch(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(".*"|\[.*\])', line)
         if m is None or current is None:
-            raise ValueError(f"curriculum.toml line {lineno}: outside the supported subset: {raw!r}")
+            raise ValueError(f"curriculum.toml line {lineno}: outside the supported subset: "
+                             f"{raw!r}")
         current[m.group(1)] = json.loads(m.group(2))  # TOML basic strings here are JSON strings
     return {"exercise": tables}
 
@@ -123,7 +124,8 @@ def problems(exercises: list[Exercise] | None = None) -> list[str]:
         if not ex.title.strip():
             out.append(f"exercise {ex.id} has an empty title")
         if not re.fullmatch(r"ch\d+_\d+", ex.marker) or ex.marker != "ch" + ex.section.replace(".", "_"):
-            out.append(f"exercise {ex.id}: marker {ex.marker!r} does not match section {ex.section}")
+            out.append(f"exercise {ex.id}: marker {ex.marker!r} does not match section "
+                       f"{ex.section}")
         if not ex.checks:
             out.append(f"exercise {ex.id} lists no checks")
         for rel in (ex.stub, ex.solution, *ex.checks):

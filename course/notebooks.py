@@ -26,8 +26,8 @@ import argparse
 import base64
 import contextlib
 import importlib
-import io
 import inspect
+import io
 import json
 import os
 import sys
@@ -98,7 +98,8 @@ def figures(section: str, out: Path) -> list[Path]:
     with style.output("png", dpi=30 if FAST else None):
         for name, _ in getattr(_lesson(section), "FIGURES", ()):
             if FAST and not name.startswith("3."):  # the labs' figures run whole sweeps: named only
-                print(f"figure {name}: pagedsim figures --only {name} --out DIR (not drawn in the fast run)")
+                print(f"figure {name}: pagedsim figures --only {name} --out DIR (not drawn in the "
+                      f"fast run)")
             elif name == "3.4-tour":  # the GIF is the stepper below; keep the strip
                 from pagedsim.draw import scenario
                 from pagedsim.draw.figures_ch3 import tour_snapshots
@@ -157,8 +158,10 @@ def check(exercise_id: str) -> None:
 
     ex = curriculum.find(exercise_id)
     mine = workspace.find(ex)
-    print(f"checking {mine}" if mine else f"no workspace file for {ex.id}: checking the untouched stub "
-          f"(run `pagedsim workspace` in this folder, then edit {workspace.DEFAULT}/{Path(ex.stub).name})")
+    print(f"checking {mine}" if mine else f"no workspace file for {ex.id}: checking the untouched "
+                                          f"stub "
+          f"(run `pagedsim workspace` in this folder, then edit "
+          f"{workspace.DEFAULT}/{Path(ex.stub).name})")
     outcome = run_checks(ex, mine or ex.path("stub"))
     _report(outcome, verbose=False, hint=True)
 
@@ -178,20 +181,23 @@ def notebook(section: str) -> dict:
     cells = [
         _cell("markdown", "# " + lesson_text(lesson, section, "en").replace("== ", "", 1).replace(" ==", "", 1)),
         _cell("markdown", "## 中文\n\n" + lesson_text(lesson, section, "zh").split("\n", 1)[1].strip()),
-        _cell("markdown", "Setup: `pip install -e .` (or `pip install pagedsim`) as in the README, plus Jupyter. "
-                          "The cells below write only into the folder the first one prints."),
+        _cell("markdown", "Setup: `pip install -e .` (or `pip install pagedsim`) as in the README, "
+                          "plus Jupyter. The cells below write only into the folder the first one "
+                          "prints."),
         _cell("code", f'from course import notebooks as nb\n\nOUT = nb.out_dir("{section}")'),
         _cell("markdown", "## The demo\n\nThe same demonstration as `pagedsim lesson " + section + "`."),
         _cell("code", f'nb.demo("{section}", OUT)'),
         _cell("markdown", "## The figures"),
         _cell("code", f'paths = nb.figures("{section}", OUT)'),
-        _cell("markdown", "## Step through a trace\n\nPlay, pause and step: one frame per step of the block manager."),
+        _cell("markdown", "## Step through a trace\n\nPlay, pause and step: one frame per step of "
+                          "the block manager."),
         _cell("code", f'nb.stepper("{section}")'),
     ]
     if exercises:
         cells += [
             _cell("markdown", "## Your exercise\n\n" + "\n".join(
-                f"- {e.id}: {e.title}. Edit `pagedsim-work/{Path(e.stub).name}` (made by `pagedsim workspace` "
+                f"- {e.id}: {e.title}. Edit `pagedsim-work/{Path(e.stub).name}` (made by `pagedsim "
+                f"workspace` "
                 "in the folder you run this notebook from), then run the cell." for e in exercises)),
             _cell("code", "\n".join(f'nb.check("{e.id}")' for e in exercises))]
     else:
@@ -250,8 +256,10 @@ def execute(section: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m course.notebooks", description=__doc__.split("\n\n")[0])
-    p.add_argument("sections", nargs="*", metavar="SECTION", help=f"which notebooks (default: {', '.join(SECTIONS)})")
-    p.add_argument("--check", action="store_true", help="fail if a notebook's cells differ from the lessons")
+    p.add_argument("sections", nargs="*", metavar="SECTION", help=f"which notebooks (default: "
+                                                                  f"{', '.join(SECTIONS)})")
+    p.add_argument("--check", action="store_true", help="fail if a notebook's cells differ from "
+                                                        "the lessons")
     p.add_argument("--no-execute", action="store_true", help="write the cells without running them")
     args = p.parse_args(argv)
     unknown = [s for s in args.sections if s not in SECTIONS]

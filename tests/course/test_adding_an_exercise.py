@@ -53,7 +53,7 @@ FIGURES = []
 def demo(out_dir) -> None:
     print("verdict: nothing happened, as planned")
 '''
-ENTRY = '''
+ENTRY = """
 [[exercise]]
 id = "3.9"
 section = "3.9"
@@ -63,8 +63,8 @@ solution = "course/ch03_kv_block/solutions/ex3_9_double.py"
 checks = ["course/ch03_kv_block/checks/test_ex3_9_double.py"]
 marker = "ch3_9"
 hint = "Multiply by two."
-'''
-PROBE = textwrap.dedent('''
+"""
+PROBE = textwrap.dedent("""
     import json, pytest
     from course import cli, curriculum, notebooks, workspace
     from course.runner import INI, run_checks
@@ -79,12 +79,14 @@ PROBE = textwrap.dedent('''
                       "workspace": [p.name for p in workspace.candidates(ex)],
                       "solution": solution.status, "stub": [stub.passed, [f.kind for f in stub.failures]],
                       "strict": int(strict)}))
-''')
+""")
 
 
 def test_a_new_exercise_needs_only_its_files_and_one_curriculum_entry(tmp_path):
     copy = tmp_path / "course"
-    shutil.copytree(curriculum.COURSE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__", "notebooks"))
+    shutil.copytree(
+        curriculum.COURSE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__", "notebooks")
+    )
     ch = copy / "ch03_kv_block"
     (ch / "exercises" / "ex3_9_double.py").write_text(STUB)
     (ch / "solutions" / "ex3_9_double.py").write_text(SOLUTION)
@@ -92,16 +94,29 @@ def test_a_new_exercise_needs_only_its_files_and_one_curriculum_entry(tmp_path):
     (ch / "lessons" / "l3_9.py").write_text(LESSON)
     with open(copy / "curriculum.toml", "a", encoding="utf-8") as f:
         f.write(ENTRY)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(curriculum.REPO_ROOT)]),
-           "MPLBACKEND": "Agg"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(curriculum.REPO_ROOT)]),
+        "MPLBACKEND": "Agg",
+    }
     env.pop("PAGEDSIM_IMPL", None)
-    run = subprocess.run([sys.executable, "-c", PROBE], cwd=tmp_path, env=env, capture_output=True,
-                         text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     seen = json.loads(run.stdout.strip().splitlines()[-1])
-    assert seen["course"] == copy.as_posix(), "the probe imported the repository's course, not the copy"
+    assert seen["course"] == copy.as_posix(), (
+        "the probe imported the repository's course, not the copy"
+    )
     assert seen["problems"] == []
-    assert seen["markers"][-1] == "ch3_9" and seen["strict"] == 0, "ch3_9 is not registered as a marker"
+    assert seen["markers"][-1] == "ch3_9" and seen["strict"] == 0, (
+        "ch3_9 is not registered as a marker"
+    )
     assert seen["lessons"][-1] == "3.9" and seen["notebooks"][-1] == "3.9"
     assert "ex3_9_double.py" in seen["workspace"]
     assert seen["solution"] == "pass" and seen["stub"] == [0, ["not_implemented"]]

@@ -76,7 +76,8 @@ def test_a_loop_at_import_times_out_and_sys_exit_is_an_error(tmp_path):
 def test_a_refusal_that_never_happens_says_did_not_raise(tmp_path):
     lax = tmp_path / "lax.py"
     lax.write_text(EX.path("solution").read_text().replace(
-        '            raise ValueError(f"size must be a positive int, got {size!r}")', "            return None"))
+        '            raise ValueError(f"size must be a positive int, got {size!r}")', "            "
+                                                                                      "return None"))
     messages = run_checks(EX, lax, seconds=20).as_json()["messages"]
     assert "allocate(0) did not raise ValueError" in messages, messages
     assert not any("raised Failed" in m for m in messages)

@@ -45,7 +45,8 @@ def test_every_code_cell_is_stored_with_the_outputs_of_its_run(section):
     pictures = [o for c in code for o in c["outputs"] if "image/png" in o.get("data", {})]
     assert len(pictures) >= 1, f"{section}.ipynb stores no figure"
     assert "/tmp" not in text and "Traceback" not in text
-    assert "False" not in text and "True" not in text.replace("shares memory with the pool: True", "")
+    assert "False" not in text and "True" not in text.replace("shares memory with the pool: "
+                                                              "True", "")
 
 
 def test_a_check_cell_returns_nothing_so_jupyter_shows_no_false(capsys):

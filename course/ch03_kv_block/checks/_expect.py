@@ -26,9 +26,10 @@ def raises(expected, call, *args, what: str, match: str | None = None, **kwargs)
         raise
     except expected as e:
         if match and not re.search(match, str(e)):
-            raise AssertionError(say(f"{what} raised {name} as it should, but its message {str(e)!r} "
-                                     f"does not mention {match!r}",
-                                     f"{what} 按要求抛出了 {name}，但消息 {str(e)!r} 没有提到 {match!r}")) from None
+            raise AssertionError(say(f"{what} raised {name} as it should, but its message "
+                                     f"{str(e)!r} does not mention {match!r}",
+                                     f"{what} 按要求抛出了 {name}，但消息 {str(e)!r} 没有提到 "
+                                     f"{match!r}")) from None
         return e
     except Exception as e:  # the wrong exception: say which
         raise AssertionError(say(f"{what} raised {type(e).__name__}: {e} instead of {name}",

@@ -24,7 +24,8 @@ def test_the_chapters_block_is_8_mib(impl):
     assert got == 16 * 32 * 2 * 32 * 128 * 2, say(
         f"bytes_per_block for the chapter's example gave {got:,}, expected 8,388,608: "
         "count K and V, every layer and the bytes per element",
-        f"本章示例的 bytes_per_block 得到 {got:,}，应为 8,388,608：要算上 K 和 V、每一层以及每个元素的字节数")
+        f"本章示例的 bytes_per_block 得到 {got:,}，应为 8,388,608：要算上 K 和 V、每一层以及每个"
+        f"元素的字节数")
     default = impl.bytes_per_block(16, 32, 32, 128)
     assert default == got, say(
         f"bytes_per_block(16, 32, 32, 128) without dtype_bytes gave {default:,}, expected {got:,}: "
@@ -41,8 +42,10 @@ def test_bytes_per_block_agrees_with_the_model_spec(impl, bs, layers, kv_heads, 
     want = ModelSpec("x", layers, kv_heads, dim, dtype_bytes).bytes_per_block(bs)
     got = impl.bytes_per_block(bs, layers, kv_heads, dim, dtype_bytes)
     assert got == want, say(
-        f"bytes_per_block({bs}, {layers}, {kv_heads}, {dim}, {dtype_bytes}) gave {got}, expected {want}",
-        f"bytes_per_block({bs}, {layers}, {kv_heads}, {dim}, {dtype_bytes}) 得到 {got}，应为 {want}")
+        f"bytes_per_block({bs}, {layers}, {kv_heads}, {dim}, {dtype_bytes}) gave {got}, expected "
+        f"{want}",
+        f"bytes_per_block({bs}, {layers}, {kv_heads}, {dim}, {dtype_bytes}) 得到 {got}，应为 "
+        f"{want}")
 
 
 @st.composite
@@ -101,8 +104,8 @@ def test_slot_offsets_find_what_write_kv_wrote(impl, kernels):
                 for kv, src in ((0, key), (1, value)):
                     got = flat[impl.slot_offset(shape, int(s), layer, kv, h, d)]
                     assert got == src[t, h, d], say(
-                        f"write_kv put {'KV'[kv]} of token {t} (slot {s}, head {h}, dim {d}) somewhere "
-                        f"else than slot_offset says (found {got} there)",
+                        f"write_kv put {'KV'[kv]} of token {t} (slot {s}, head {h}, dim {d}) "
+                        f"somewhere else than slot_offset says (found {got} there)",
                         f"write_kv 把 token {t}（slot {s}，head {h}，dim {d}）的 {'KV'[kv]} 写到了 "
                         f"slot_offset 所说之外的地方（那里是 {got}）")
     assert np.isnan(pool[:, [0, 2]]).all(), say("write_kv into layer 1 touched other layers",
@@ -113,19 +116,24 @@ def test_the_results_are_integers_and_strides_a_tuple_even_with_repeated_sizes(i
     """bytes_per_block and offsets are ints; strides of [4, 4, 4] (a list, sizes repeated) is the tuple (16, 4, 1)."""
     got = impl.bytes_per_block(16, 32, 32, 128, 2)
     assert isinstance(got, (int, np.integer)) and not isinstance(got, bool), say(
-        f"bytes_per_block(16, 32, 32, 128, 2) returned {got!r} of type {type(got).__name__}: a number of bytes "
+        f"bytes_per_block(16, 32, 32, 128, 2) returned {got!r} of type {type(got).__name__}: a "
+        f"number of bytes "
         "is an int; multiply integers only (no / and no float factors)",
-        f"bytes_per_block(16, 32, 32, 128, 2) 返回了类型为 {type(got).__name__} 的 {got!r}：字节数是 int；"
+        f"bytes_per_block(16, 32, 32, 128, 2) 返回了类型为 {type(got).__name__} 的 {got!r}：字节"
+        f"数是 int；"
         "只用整数相乘（不要用 /，也不要有浮点因子）")
     for shape, want in [([4, 4, 4], (16, 4, 1)), ((2, 3, 2, 3), (18, 6, 3, 1)), ((5,), (1,)), ((), ())]:
         got = impl.strides(shape)
         assert isinstance(got, tuple) and got == want, say(
-            f"strides({shape!r}) gave {got!r}, expected the tuple {want}: each stride is the product of the "
+            f"strides({shape!r}) gave {got!r}, expected the tuple {want}: each stride is the "
+            f"product of the "
             "sizes to its right (by position, so repeated sizes do not matter)",
-            f"strides({shape!r}) 得到 {got!r}，应为元组 {want}：每个步长是它右边各维大小的乘积（按位置算，大小重复不影响）")
+            f"strides({shape!r}) 得到 {got!r}，应为元组 {want}：每个步长是它右边各维大小的乘积（"
+            f"按位置算，大小重复不影响）")
     shape = (3, 2, 2, 2, 4, 4)
     offset = impl.flat_offset(shape, 2, 1, 1, 1, 3, 2)
     assert isinstance(offset, (int, np.integer)) and offset == np.ravel_multi_index((2, 1, 1, 1, 3, 2), shape), say(
         f"flat_offset({shape}, 2, 1, 1, 1, 3, 2) gave {offset!r}, expected the int "
         f"{np.ravel_multi_index((2, 1, 1, 1, 3, 2), shape)}",
-        f"flat_offset({shape}, 2, 1, 1, 1, 3, 2) 得到 {offset!r}，应为整数 {np.ravel_multi_index((2, 1, 1, 1, 3, 2), shape)}")
+        f"flat_offset({shape}, 2, 1, 1, 1, 3, 2) 得到 {offset!r}，应为整数 "
+        f"{np.ravel_multi_index((2, 1, 1, 1, 3, 2), shape)}")

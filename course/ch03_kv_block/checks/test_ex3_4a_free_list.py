@@ -27,7 +27,8 @@ def walk_invariants(pool) -> list[int]:
     while True:
         nxt = pool.next[node]
         assert pool.prev[nxt] == node, say(
-            f"the free list's links disagree: next[{node}] is {nxt} but prev[{nxt}] is {pool.prev[nxt]}",
+            f"the free list's links disagree: next[{node}] is {nxt} but prev[{nxt}] is "
+            f"{pool.prev[nxt]}",
             f"空闲链表的指针不一致：next[{node}] 是 {nxt}，但 prev[{nxt}] 是 {pool.prev[nxt]}")
         if nxt == pool.tail:
             break
@@ -41,7 +42,8 @@ def walk_invariants(pool) -> list[int]:
         f"free_list() 返回 {pool.free_list()}，但按指针走得到 {order}")
     for b in range(n):
         assert (pool.ref[b] == 0) == (b in order), (
-            say(f"block {b} has count {pool.ref[b]} but is {'on' if b in order else 'off'} the free list"
+            say(f"block {b} has count {pool.ref[b]} but is {'on' if b in order else 'off'} the "
+                f"free list"
                 + ("" if pool.ref[b] or b in order else ": a block was lost"),
                 f"块 {b} 的计数是 {pool.ref[b]}，却{'在' if b in order else '不在'}空闲链表上"
                 + ("" if pool.ref[b] or b in order else "：丢了一个块")))
@@ -51,9 +53,10 @@ def walk_invariants(pool) -> list[int]:
         which_zh = ("_unlink（或 allocate/take）没有把它减一" if pool.num_free > len(order)
                     else "_push（或 free）没有把它加一")
         raise AssertionError(say(
-            f"num_free is not kept up to date: it says {pool.num_free}, but the free list is right and "
-            f"holds {len(order)} blocks: {which}",
-            f"num_free 没有及时更新：它是 {pool.num_free}，但空闲链表本身是对的，有 {len(order)} 个块：{which_zh}"))
+            f"num_free is not kept up to date: it says {pool.num_free}, but the free list is right "
+            f"and holds {len(order)} blocks: {which}",
+            f"num_free 没有及时更新：它是 {pool.num_free}，但空闲链表本身是对的，有 {len(order)} "
+            f"个块：{which_zh}"))
     return order
 
 
@@ -67,7 +70,8 @@ def test_a_new_pool_hands_out_every_block_exactly_once(impl):
     assert got == [0, 1, 2, 3, 4], say(
         f"a fresh pool handed out {got}, expected 0, 1, 2, 3, 4",
         f"新池分配出 {got}，应为 0, 1, 2, 3, 4")
-    assert [pool.ref[b] for b in got] == [1] * 5, say("an allocated block should have count 1", "刚分配的块计数应为 1")
+    assert [pool.ref[b] for b in got] == [1] * 5, say("an allocated block should have count "
+                                                      "1", "刚分配的块计数应为 1")
     raises(impl.PoolError, pool.allocate, what="allocate() on a pool with no free block")
     walk_invariants(pool)
 
@@ -94,7 +98,8 @@ def test_freeing_a_shared_block_keeps_it_until_the_last_owner_frees(impl):
         "对只有一个持有者的块 incref() 应返回 2")
     left = pool.free(b)
     assert b not in pool.free_list(), say(
-        "freeing a block shared by two sequences returned it to the free list while seq B still uses it",
+        "freeing a block shared by two sequences returned it to the free list while seq B still "
+        "uses it",
         "释放一个被两个序列共享的块时把它放回了空闲链表，而序列 B 还在用它")
     assert left == 1, say(
         f"free() of a block with count 2 should return 1, got {left}",
@@ -147,9 +152,11 @@ def test_ids_outside_the_pool_are_refused_and_change_nothing(impl):
     before = (walk_invariants(pool), list(pool.ref), pool.num_free)
     for op in ("take", "incref", "free"):
         for bad in (-1, 3, 4, "1"):
-            raises(impl.PoolError, getattr(pool, op), bad, what=f"{op}({bad!r}) on a pool of 3 blocks")
+            raises(impl.PoolError, getattr(pool, op), bad, what=f"{op}({bad!r}) on a pool of 3 "
+                                                                f"blocks")
             assert (walk_invariants(pool), list(pool.ref), pool.num_free) == before, say(
-                f"a refused {op}({bad!r}) still changed the pool", f"被拒绝的 {op}({bad!r}) 仍然改变了池")
+                f"a refused {op}({bad!r}) still changed the pool", f"被拒绝的 {op}({bad!r}) 仍然"
+                                                                   f"改变了池")
     assert pool.free(b) == 0
 
 
@@ -185,7 +192,8 @@ def test_allocate_take_and_free_do_constant_work_whatever_the_pool_size(impl):
     assert large == small, say(
         f"the same five operations touched {small} list entries in a pool of 10 blocks but {large} "
         "in a pool of 10,000: something walks the free list; allocate, take and free must be O(1)",
-        f"同样的五个操作在 10 个块的池里访问了 {small} 个列表元素，在 10,000 个块的池里却访问了 {large} 个："
+        f"同样的五个操作在 10 个块的池里访问了 {small} 个列表元素，在 10,000 个块的池里却访问了 "
+        f"{large} 个："
         "有代码在遍历空闲链表；allocate、take 和 free 必须是 O(1)")
 
 
@@ -201,7 +209,7 @@ def replay(impl, calls) -> None:
     """Run the calls [(name, block)] on FreeListPool(6) and a list-and-dict model. A call the model refuses (a double free, incref or take of the wrong block)
     must raise PoolError; everything else must agree with the model after every step."""
     pool, free, count, done = impl.FreeListPool(6), list(range(6)), {}, []
-    for (name, b), call in zip(calls, as_calls(calls)):
+    for (name, b), call in zip(calls, as_calls(calls), strict=True):
         done.append(call)
         refused = (not free) if name == "allocate" else (b in free) != (name == "take")
         if refused:
@@ -211,7 +219,8 @@ def replay(impl, calls) -> None:
         elif name in ("allocate", "take"):
             b = free[0] if name == "allocate" else b
             got = pool.allocate() if name == "allocate" else pool.take(b)
-            assert got == b, say(f"{done[-1]} returned {got}, but the head of the free list was {b}",
+            assert got == b, say(f"{done[-1]} returned {got}, but the head of the free list was "
+                                 f"{b}",
                                  f"{done[-1]} 返回 {got}，但空闲链表表头是 {b}")
             free.remove(b)
             count[b] = 1
@@ -227,7 +236,8 @@ def replay(impl, calls) -> None:
         assert order == free, say(f"after {done[-1]} the free list is {order} but should be {free}",
                                   f"{done[-1]} 之后空闲链表是 {order}，应为 {free}")
         counts = {b: c for b, c in enumerate(pool.ref) if c}
-        assert counts == count, say(f"after {done[-1]} the counts are {counts} but should be {count}",
+        assert counts == count, say(f"after {done[-1]} the counts are {counts} but should be "
+                                    f"{count}",
                                     f"{done[-1]} 之后计数是 {counts}，应为 {count}")
 
 

@@ -48,7 +48,8 @@ def test_fork_adds_the_child_as_an_owner_of_every_block(impl):
     assert counts == [2, 2], say(
         f"after fork the shared blocks have counts {counts}, expected [2, 2]: "
         "the fork never added the child as an owner (ref count not incremented)",
-        f"fork 之后共享块的计数是 {counts}，应为 [2, 2]：fork 没有把子序列记为持有者（引用计数没有加一）")
+        f"fork 之后共享块的计数是 {counts}，应为 [2, 2]：fork 没有把子序列记为持有者（引用计数没"
+        f"有加一）")
 
 
 @pytest.mark.parametrize("prompt", [6, 2, 10])
@@ -67,8 +68,8 @@ def test_appending_into_a_shared_partly_filled_block_copies_it(impl, prompt):
         "往共享且未填满的块追加时没有写时复制就直接写入：另一个序列的下一个 token 会覆盖它")
     src, dst = copies[0]
     assert src == parent[-1] and dst == child[-1] and dst != src, say(
-        f"after a {prompt}-token prompt (table {before}) the copy pair is {copies[0]}; it should be "
-        f"(the shared last block {parent[-1]}, the writer's new block {child[-1]})",
+        f"after a {prompt}-token prompt (table {before}) the copy pair is {copies[0]}; it should "
+        f"be (the shared last block {parent[-1]}, the writer's new block {child[-1]})",
         f"{prompt} 个 token 的 prompt（表 {before}）之后，复制对是 {copies[0]}；应为"
         f"（共享的最后一块 {parent[-1]}，写入者的新块 {child[-1]}）")
     assert slot == dst * 4 + prompt % 4, say(
@@ -77,9 +78,11 @@ def test_appending_into_a_shared_partly_filled_block_copies_it(impl, prompt):
     assert pool.ref_count(src) == 1, say(
         f"after copy-on-write the shared block still has count {pool.ref_count(src)}: "
         "the writer must let go of it (pool.free), or it leaks",
-        f"写时复制之后共享块的计数仍是 {pool.ref_count(src)}：写入者必须放开它（pool.free），否则会泄漏")
+        f"写时复制之后共享块的计数仍是 {pool.ref_count(src)}：写入者必须放开它（pool.free），否"
+        f"则会泄漏")
     assert parent == before and child[:-1] == before[:-1], say(
-        f"copy-on-write changed the wrong table entry: parent {parent}, child {child}; only the child's "
+        f"copy-on-write changed the wrong table entry: parent {parent}, child {child}; only the "
+        f"child's "
         "last entry may change",
         f"写时复制改错了表项：父序列 {parent}，子序列 {child}；只有子序列的最后一项可以改变")
 
@@ -127,7 +130,8 @@ def test_free_table_releases_the_last_block_first(impl):
     order = pool.free_list()
     forward = order[:3] == [2, 1, 0]
     assert order[:3] == [0, 1, 2], say(
-        f"after free_table of blocks [0, 1, 2] the free list starts {order[:3]}, expected [0, 1, 2]: "
+        f"after free_table of blocks [0, 1, 2] the free list starts {order[:3]}, expected [0, 1, "
+        f"2]: "
         + ("the blocks were freed first to last; free the last block first (reversed), as vLLM does"
            if forward else "free every block of the table exactly once, last block first"),
         f"对块 [0, 1, 2] 调用 free_table 之后，空闲链表以 {order[:3]} 开头，应为 [0, 1, 2]："
@@ -140,18 +144,23 @@ def why_free_lists_differ(seq, got, want, pool):
     leaked, early = sorted(set(want) - set(got)), sorted(set(got) - set(want))
     if leaked:
         counts = [pool.ref_count(b) for b in leaked]
-        return say(f"after seq {seq} finished, block(s) {leaked} should be free but still have count(s) {counts}: "
-                   "a leak; some owner never let go of them (after a copy-on-write the writer must pool.free "
-                   "the shared block it copied from)",
+        return say(f"after seq {seq} finished, block(s) {leaked} should be free but still have "
+                   f"count(s) {counts}: "
+                   "a leak; some owner never let go of them (after a copy-on-write the writer must "
+                   "pool.free the shared block it copied from)",
                    f"序列 {seq} 结束后，块 {leaked} 应该空闲，但计数仍是 {counts}：泄漏了；"
-                   "有持有者没有释放它们（copy-on-write 之后，写入方必须对被复制的共享块调用 pool.free）")
+                   "有持有者没有释放它们（copy-on-write 之后，写入方必须对被复制的共享块调用 "
+                   "pool.free）")
     if early:
-        return say(f"after seq {seq} finished, block(s) {early} are free although another sequence still "
+        return say(f"after seq {seq} finished, block(s) {early} are free although another sequence "
+                   f"still "
                    "holds them: a block was freed too often",
-                   f"序列 {seq} 结束后，块 {early} 已空闲，但另一个序列仍持有它们：某个块被多释放了")
+                   f"序列 {seq} 结束后，块 {early} 已空闲，但另一个序列仍持有它们：某个块被多释"
+                   f"放了")
     return say(f"after seq {seq} finished the free list is {got}, but the manager's is {want}: "
                "free_table should release the table's blocks last first",
-               f"序列 {seq} 结束后空闲链表是 {got}，而管理器的是 {want}：free_table 应从最后一块开始释放")
+               f"序列 {seq} 结束后空闲链表是 {got}，而管理器的是 {want}：free_table 应从最后一块"
+               f"开始释放")
 
 
 @st.composite
@@ -280,12 +289,13 @@ def test_your_functions_keep_every_sequences_tokens_in_the_testing_kits_shadow_m
             raise NotImplementedError(missing.group(1)) from None
         problem = problem.strip()
         failure = AssertionError(say(problem, in_chinese(problem)) + say(
-            " (add_sequence / append_tokens run your slot_for_append once per token, fork your fork, "
-            "free_sequence your free_table)",
-            "（add_sequence / append_tokens 对每个 token 调用一次你的 slot_for_append，fork 调用你的 fork，"
-            "free_sequence 调用你的 free_table）"))
+            " (add_sequence / append_tokens run your slot_for_append once per token, fork your "
+            "fork, free_sequence your free_table)",
+            "（add_sequence / append_tokens 对每个 token 调用一次你的 slot_for_append，fork 调用"
+            "你的 fork，free_sequence 调用你的 free_table）"))
         calls = "; ".join(line.split("  # ")[0].strip() for line in script.splitlines()[1:])
-        failure.calls = re.sub(r"m = factory\((\d+), (\d+)\)", r"m = YourTables(BlockPool(\1, \2))", calls)
+        failure.calls = re.sub(r"m = factory\((\d+), (\d+)\)", r"m = YourTables(BlockPool(\1, "
+                                                               r"\2))", calls)
         raise failure from None
 
 
@@ -344,8 +354,8 @@ def assert_beams_agree(got, want):
     for s, seq in enumerate("AB"):
         err = np.abs(got[s] - want[s]).max()
         assert np.allclose(got[s], want[s], atol=1e-4), say(
-            f"after the fork, beam {seq}'s attention reads the wrong K/V: a beam wrote into a block "
-            f"the other still reads, or a copy went the wrong way (error {err:.3g})",
+            f"after the fork, beam {seq}'s attention reads the wrong K/V: a beam wrote into a "
+            f"block the other still reads, or a copy went the wrong way (error {err:.3g})",
             f"fork 之后 beam {seq} 的注意力读到了错误的 K/V：某个 beam 写进了另一个还在读的块，"
             f"或者复制方向反了（误差 {err:.3g}）")
 
@@ -371,3 +381,19 @@ def test_two_beams_after_a_fork_each_attend_to_their_own_tokens_with_the_kernels
     got, want = run_two_beams(impl, np.random.default_rng(4), write,
                               lambda c, pairs: kernels.copy_blocks(c, pairs), attend)
     assert_beams_agree(got, want)
+
+
+def test_an_empty_table_forks_into_a_new_empty_list_and_frees_nothing(impl):
+    """fork of [] is a new [] and free_table of [] changes nothing: a sequence with no tokens holds no block."""
+    pool = BlockPool(4, 4)
+    before = (pool.free_list(), pool.ref_counts())
+    empty = []
+    child = impl.fork(pool, empty)
+    assert child == [] and child is not empty, say(
+        f"fork(pool, []) returned {child!r}; it should be a new empty list (the child's own table)",
+        f"fork(pool, []) 返回了 {child!r}；应返回一个新的空列表（子序列自己的表）")
+    impl.free_table(pool, empty)
+    assert (pool.free_list(), pool.ref_counts()) == before and empty == [], say(
+        "fork or free_table of an empty table changed the pool; a table with no blocks owns "
+        "nothing",
+        "对空表调用 fork 或 free_table 改变了池；没有块的表不拥有任何东西")

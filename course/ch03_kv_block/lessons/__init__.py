@@ -48,7 +48,8 @@ def reference(exercise_id: str):
             spec.loader.exec_module(module)
             return module
         except Exception as e:  # noqa: BLE001 - a half-written file: say so below
-            raise NeedsExercise(f"this part of the demo runs exercise {exercise_id}'s code; yours raised "
-                                f"{type(e).__name__}: {e}") from e
+            raise NeedsExercise(f"this part of the demo runs exercise {exercise_id}'s code; yours "
+                                f"raised {type(e).__name__}: {e}") from e
     raise NeedsExercise(f"this part of the demo runs exercise {exercise_id}'s code: write it in "
-                        f"{workspace.DEFAULT}/{Path(ex.stub).name} (this build has no reference solutions)")
+                        f"{workspace.DEFAULT}/{Path(ex.stub).name} (this build has no reference "
+                        f"solutions)")
