@@ -93,10 +93,12 @@ def _report(outcome, *, verbose: bool, hint: bool) -> None:
     if outcome.error:
         print(f"ERROR {ex.id}: {outcome.error}")
     elif outcome.ok:
-        print(i18n.t("PASS {id}  {title} ({passed}/{total} checks)", id=ex.id, title=ex.title_in(i18n.lang()),
+        print(i18n.t("PASS {id}  {title} ({passed}/{total} checks)", id=ex.id,
+                     title=ex.title_in(i18n.lang()),
                      passed=outcome.passed, total=outcome.total))
     else:
-        print(i18n.t("{status} {id}  {passed}/{total} checks pass", status=outcome.status.upper(), id=ex.id,
+        print(i18n.t("{status} {id}  {passed}/{total} checks pass", status=outcome.status.upper(),
+                     id=ex.id,
                      passed=outcome.passed, total=outcome.total))
     for reason in outcome.skipped:
         print(f"SKIP {ex.id}: {reason}")

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 COURSE_DIR = Path(__file__).resolve().parent
-REPO_ROOT = COURSE_DIR.parent  # the folder holding the `course` package: the repository, or site-packages
+# the folder holding the `course` package: the repository, or site-packages
+REPO_ROOT = COURSE_DIR.parent
 CURRICULUM = COURSE_DIR / "curriculum.toml"
 FIELDS = ("id", "section", "title", "stub", "solution", "checks", "marker", "hint")
 # Folders whose every .py file must be named by some entry (orphans are refused).
-OWNED_DIRS = {"stub": "course/ch03_kv_block/exercises", "solution": "course/ch03_kv_block/solutions",
+OWNED_DIRS = {"stub": "course/ch03_kv_block/exercises",
+              "solution": "course/ch03_kv_block/solutions",
               "checks": "course/ch03_kv_block/checks"}
 
 
@@ -77,7 +79,8 @@ def load(path: Path = CURRICULUM) -> list[Exercise]:
         if missing:
             raise ValueError(f"curriculum entry {i + 1} lacks {missing}")
         out.append(Exercise(**{f: entry[f] for f in FIELDS[:5]}, checks=tuple(entry["checks"]),
-                            marker=entry["marker"], hint=entry["hint"], hint_zh=entry.get("hint_zh", ""),
+                            marker=entry["marker"], hint=entry["hint"],
+                            hint_zh=entry.get("hint_zh", ""),
                             title_zh=entry.get("title_zh", "")))
     return out
 
@@ -106,7 +109,7 @@ def lesson_module(section: str) -> str:
 
 
 def markers(exercises: list[Exercise] | None = None) -> dict[str, str]:
-    """Each section's pytest marker -> its section, in course order: the one list pytest registers."""
+    """Each section's pytest marker -> its section, in course order: what pytest registers."""
     exercises = load() if exercises is None else exercises
     return {ex.marker: ex.section for ex in exercises}
 
@@ -123,7 +126,8 @@ def problems(exercises: list[Exercise] | None = None) -> list[str]:
             out.append(f"exercise {ex.id} has an empty hint")
         if not ex.title.strip():
             out.append(f"exercise {ex.id} has an empty title")
-        if not re.fullmatch(r"ch\d+_\d+", ex.marker) or ex.marker != "ch" + ex.section.replace(".", "_"):
+        want = "ch" + ex.section.replace(".", "_")
+        if not re.fullmatch(r"ch\d+_\d+", ex.marker) or ex.marker != want:
             out.append(f"exercise {ex.id}: marker {ex.marker!r} does not match section "
                        f"{ex.section}")
         if not ex.checks:

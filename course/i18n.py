@@ -49,7 +49,7 @@ def set_lang(lang: str | None) -> str:
     """Fix the language for this process and the checks it runs; None keeps the detected one."""
     if lang is not None and lang not in LANGS:
         raise ValueError(f"--lang must be one of {', '.join(LANGS)}, got {lang!r}")
-    os.environ["PAGEDSIM_LANG"] = lang or detect()
+    os.environ["PAGEDSIM_LANG"] = _lang.detect(lang)  # the one rule, in pagedsim.app.lang
     return os.environ["PAGEDSIM_LANG"]
 
 

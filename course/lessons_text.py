@@ -29,4 +29,5 @@ def lesson_text(lesson, section: str, lang: str = "en") -> str:
     title = getattr(lesson, "TITLE_ZH", lesson.TITLE) if lang == "zh" else lesson.TITLE
     body = getattr(lesson, "TEXT_ZH", None) if lang == "zh" else None
     body = textwrap.dedent(body or lesson.TEXT).strip()
-    return "\n".join([f"== {section} {title} ==", "", body, "", *figure_lines(lesson, lang)]).rstrip()
+    lines = [f"== {section} {title} ==", "", body, "", *figure_lines(lesson, lang)]
+    return "\n".join(lines).rstrip()

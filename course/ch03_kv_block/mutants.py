@@ -237,3 +237,10 @@ MUTANTS += [
       "    return (nbytes + alignment - 1) & ~(alignment - 1)",
       "    return -(-nbytes / alignment // 1) * alignment"),
 ]
+MUTANTS += [
+    M("3.3", "scale_argument_ignored", "paged_attention always uses 1/sqrt(D) and ignores the scale it is given",
+      "    scale = 1.0 / np.sqrt(head_dim) if scale is None else scale", "    scale = 1.0 / np.sqrt(head_dim)"),
+    M("3.5", "waste_with_a_float_ceil", "waste rounds up with np.ceil of a float division, so it returns a float",
+      "    return sum(-(-n // block_size) * block_size - n for n in lengths)",
+      "    return sum(float(-(-n // block_size) * block_size - n) for n in lengths)"),
+]

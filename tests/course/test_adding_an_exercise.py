@@ -72,12 +72,14 @@ PROBE = textwrap.dedent("""
     ex = curriculum.find("3.9")
     solution, stub = run_checks(ex, ex.path("solution")), run_checks(ex, ex.path("stub"))
     strict = pytest.main([str(curriculum.REPO_ROOT / ex.checks[0]), "-q", "-c", str(INI),
-                          "-p", "course.check_fixtures", "-p", "no:cacheprovider", "--strict-markers"])
+                          "-p", "course.check_fixtures", "-p", "no:cacheprovider",
+                          "--strict-markers"])
     print(json.dumps({"course": curriculum.COURSE_DIR.as_posix(), "problems": curriculum.problems(),
                       "markers": list(curriculum.markers()), "lessons": list(cli.LESSONS),
                       "notebooks": list(notebooks.SECTIONS),
                       "workspace": [p.name for p in workspace.candidates(ex)],
-                      "solution": solution.status, "stub": [stub.passed, [f.kind for f in stub.failures]],
+                      "solution": solution.status,
+                      "stub": [stub.passed, [f.kind for f in stub.failures]],
                       "strict": int(strict)}))
 """)
 

@@ -58,6 +58,17 @@ def test_the_curriculum_check_refuses_orphans_missing_paths_and_empty_hints():
         assert f"orphan file {rel}: no curriculum entry names it" in found
 
 
+def test_the_readmes_that_list_the_exercises_and_lessons_name_every_one_in_the_curriculum():
+    """The prose lists are checked against the curriculum and the lessons' files, not kept by hand."""
+    for readme in ("README.md", "course/ch03_kv_block/README.md", "course/ch03_kv_block/README.zh.md"):
+        text = (REPO / readme).read_text(encoding="utf-8")
+        missing = [e.id for e in EXERCISES if not re.search(rf"(?<![\d.]){re.escape(e.id)}(?![\d.a-z])", text)]
+        assert not missing, f"{readme} does not name the exercises {missing}"
+    text = (REPO / "course/ch03_kv_block/README.md").read_text(encoding="utf-8")
+    missing = [s for s in curriculum.sections() if f"pagedsim lesson {s}`" not in text]
+    assert not missing, f"the course README's table has no row for the lessons {missing}"
+
+
 def test_every_stub_has_one_todo_line_before_each_not_implemented_error():
     for ex in EXERCISES:
         lines = ex.path("stub").read_text().splitlines()

@@ -1,4 +1,4 @@
-"""Under --lang zh, 3.4b's model-comparison messages (the testing kit's, English only) read in Chinese.
+"""Under --lang zh, 3.4b's model-comparison messages (the kit's, English only) read in Chinese.
 
 One sample per sentence template of pagedsim/testing/machine.py, written as the kit writes
 it; after translation only calls, identifiers and numbers may stay in Latin letters.

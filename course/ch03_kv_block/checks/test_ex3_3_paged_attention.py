@@ -155,8 +155,12 @@ def test_paged_attention_survives_large_logits(impl):
         "softmax overflowed on large logits (inf/nan in the output): subtract each row's "
         "maximum logit before np.exp",
         "logit 很大时 softmax 溢出了（输出里有 inf/nan）：在 np.exp 之前减去每行的最大 logit")
-    assert np.allclose(got, want, atol=1e-5), say("attention on large logits is wrong",
-                                                  "logit 很大时注意力结果不对")
+    ignored = np.allclose(got, dense_reference(query, keys, values, 1 / np.sqrt(query.shape[1])))
+    assert np.allclose(got, want, atol=1e-5), say(
+        "attention on large logits is wrong" + (": with scale=1.0 your result is the one for the default "
+                                                "scale 1/sqrt(D), so the scale argument is ignored" if ignored else ""),
+        "logit 很大时注意力结果不对" + ("：传入 scale=1.0 时你的结果却是默认 scale 1/sqrt(D) 的结果，scale 参数被忽略了"
+                                   if ignored else ""))
 
 
 def test_paged_attention_matches_the_kernel_reference_and_the_cuda_kernel(impl, kernels):
@@ -195,6 +199,13 @@ def why_kit_case_differs(got, want, case, s):
                    "the table does not name",
                    f"{where}：输出里出现了毒值 {POISON:g}，说明读到了不属于任何 token 的 slot："
                    "位置 >= context_len、最后一个 Block 的空尾，或表里没有的 Block")
+    query, cache, tables, lens = case.args[:4]
+    default = reference_attention(query, cache, tables, lens)[s]  # scale left at 1/sqrt(D)
+    if case.scale is not None and np.allclose(got, default, atol=1e-6) and not np.allclose(default, want):
+        return say(f"{where}: your answer is what the default scale 1/sqrt(D) gives, but the call "
+                   f"passed scale={case.scale:g}: use the scale argument when it is given",
+                   f"{where}：你的结果是默认 scale 1/sqrt(D) 的结果，但调用传入了 scale={case.scale:g}："
+                   "给了 scale 参数就要用它")
     return say(f"{where}: your attention differs from the float64 reference by "
                f"{np.abs(got - want).max():.3g}: check the gather through the table and the KV "
                f"head of "
