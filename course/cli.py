@@ -34,9 +34,13 @@ LESSONS = {s: curriculum.lesson_module(s) for s in curriculum.sections()}  # fro
 
 
 def _lang_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--lang", choices=i18n.LANGS, help="language of the text (default: from the "
-                                                      "locale, "
-                   "Chinese when LANG or LC_ALL starts with zh, else English)")
+    p.add_argument(
+        "--lang",
+        choices=i18n.LANGS,
+        help="language of the text (default: from the "
+        "locale, "
+        "Chinese when LANG or LC_ALL starts with zh, else English)",
+    )
 
 
 def lesson_main(argv: list[str]) -> int:
@@ -44,8 +48,9 @@ def lesson_main(argv: list[str]) -> int:
 
     p = ArgParser(prog="pagedsim lesson", description="print and run a chapter-3 lesson")
     p.add_argument("section", nargs="?", help=f"{next(iter(LESSONS))} ... {list(LESSONS)[-1]}")
-    p.add_argument("--out", type=Path, help="where figures go (default: a new temporary folder, "
-                                            "printed)")
+    p.add_argument(
+        "--out", type=Path, help="where figures go (default: a new temporary folder, printed)"
+    )
     p.add_argument("--no-demo", action="store_true", help="print the text only")
     _lang_arg(p)
     args = p.parse_args(argv)
@@ -56,16 +61,20 @@ def lesson_main(argv: list[str]) -> int:
         print("\nrun one with `pagedsim lesson 3.1`")
         return 0
     if args.section not in LESSONS:
-        return _usage_error("pagedsim lesson", f"no lesson {args.section!r}; choose one of "
-                                               f"{', '.join(LESSONS)}")
+        return _usage_error(
+            "pagedsim lesson", f"no lesson {args.section!r}; choose one of {', '.join(LESSONS)}"
+        )
     lesson = importlib.import_module(LESSONS[args.section])
     print(lesson_text(lesson, args.section, lang), "\n")
     if not args.no_demo:
         out = args.out or Path(tempfile.mkdtemp(prefix=f"pagedsim-lesson-{args.section}-"))
         out.mkdir(parents=True, exist_ok=True)
-        print(i18n.say("-- demo --", "-- 演示 --") + f"  ({i18n.say('files go to', '文件写入')} "
-                                                   f"{out})")
+        print(
+            i18n.say("-- demo --", "-- 演示 --") + f"  ({i18n.say('files go to', '文件写入')} "
+            f"{out})"
+        )
         from .ch03_kv_block.lessons import NeedsExercise
+
         try:
             lesson.demo(out)
         except NeedsExercise as e:
@@ -73,12 +82,19 @@ def lesson_main(argv: list[str]) -> int:
         print()
     for ex in (e for e in curriculum.load() if e.section == args.section):
         mine = workspace.find(ex)
-        where = str(mine) if mine else i18n.say(
-            f"{workspace.DEFAULT}/{Path(ex.stub).name} (create it with `pagedsim workspace`)",
-            f"{workspace.DEFAULT}/{Path(ex.stub).name}（先运行 `pagedsim workspace` 生成）")
-        print(f"{i18n.say('exercise', '练习')} {ex.id}: {ex.title_in(lang)}\n  "
-              f"{i18n.say('edit ', '编辑')}  {where}\n  {i18n.say('check', '检查')}  pagedsim "
-              f"check {ex.id}")
+        where = (
+            str(mine)
+            if mine
+            else i18n.say(
+                f"{workspace.DEFAULT}/{Path(ex.stub).name} (create it with `pagedsim workspace`)",
+                f"{workspace.DEFAULT}/{Path(ex.stub).name}（先运行 `pagedsim workspace` 生成）",
+            )
+        )
+        print(
+            f"{i18n.say('exercise', '练习')} {ex.id}: {ex.title_in(lang)}\n  "
+            f"{i18n.say('edit ', '编辑')}  {where}\n  {i18n.say('check', '检查')}  pagedsim "
+            f"check {ex.id}"
+        )
     return 0
 
 
@@ -93,13 +109,25 @@ def _report(outcome, *, verbose: bool, hint: bool) -> None:
     if outcome.error:
         print(f"ERROR {ex.id}: {outcome.error}")
     elif outcome.ok:
-        print(i18n.t("PASS {id}  {title} ({passed}/{total} checks)", id=ex.id,
-                     title=ex.title_in(i18n.lang()),
-                     passed=outcome.passed, total=outcome.total))
+        print(
+            i18n.t(
+                "PASS {id}  {title} ({passed}/{total} checks)",
+                id=ex.id,
+                title=ex.title_in(i18n.lang()),
+                passed=outcome.passed,
+                total=outcome.total,
+            )
+        )
     else:
-        print(i18n.t("{status} {id}  {passed}/{total} checks pass", status=outcome.status.upper(),
-                     id=ex.id,
-                     passed=outcome.passed, total=outcome.total))
+        print(
+            i18n.t(
+                "{status} {id}  {passed}/{total} checks pass",
+                status=outcome.status.upper(),
+                id=ex.id,
+                passed=outcome.passed,
+                total=outcome.total,
+            )
+        )
     for reason in outcome.skipped:
         print(f"SKIP {ex.id}: {reason}")
     groups: dict[str, tuple] = {}  # template -> (the first message, the checks that failed with it)
@@ -111,15 +139,24 @@ def _report(outcome, *, verbose: bool, hint: bool) -> None:
             groups[key] = (f.message, checks)
     for i, (message, checks) in enumerate(groups.values()):
         if not verbose and i == 4:
-            print("     " + i18n.t("{n} more failing check(s); --verbose shows them all",
-                                    n=sum(map(len, list(groups.values())[4:]))))
+            print(
+                "     "
+                + i18n.t(
+                    "{n} more failing check(s); --verbose shows them all",
+                    n=sum(map(len, list(groups.values())[4:])),
+                )
+            )
             break
         many = i18n.t("  ({n} checks)", n=len(checks)) if len(checks) > 1 else ""
         head, _, tail = message.partition("\n")
-        print(f"FAIL {ex.id}: {head}{many}" + (f"\n{tail}" if tail else "")
-              + (f"\n      [{', '.join(checks)}]" if verbose else ""))
+        print(
+            f"FAIL {ex.id}: {head}{many}"
+            + (f"\n{tail}" if tail else "")
+            + (f"\n      [{', '.join(checks)}]" if verbose else "")
+        )
     if outcome.failures and hint:
         from pagedsim.app.lang import wrap  # CJK-aware: Chinese has no spaces to break at
+
         print("\n".join(wrap(i18n.t("hint: {hint}", hint=ex.hint_in(i18n.lang())), 100)))
 
 
@@ -136,7 +173,8 @@ def _choose_impl(ex, args) -> tuple[Path, str | None]:
         f"no workspace file for {ex.id}: checking the untouched stub. Run `pagedsim workspace` "
         f"once, then edit {workspace.DEFAULT}/{Path(ex.stub).name}",
         f"没有找到 {ex.id} 的工作区文件，检查的是原始模板。先运行一次 `pagedsim workspace`，"
-        f"再编辑 {workspace.DEFAULT}/{Path(ex.stub).name}")
+        f"再编辑 {workspace.DEFAULT}/{Path(ex.stub).name}",
+    )
 
 
 def _usage_error(prog: str, message: str) -> int:
@@ -153,19 +191,35 @@ def _check_parser():
     p.add_argument("--impl", type=Path, help="check this file instead of your workspace's")
     p.add_argument("--all", action="store_true", help="every exercise, in course order")
     p.add_argument("--solutions", action="store_true", help="check the reference solutions")
-    p.add_argument("--json", action="store_true", help="print one JSON object per exercise "
-                                                       "(machine-readable)")
-    p.add_argument("--timeout", type=float_in(0, 86_400, open_low=True), metavar="S",
-                   help="seconds allowed per check and for importing the file (default 60)")
-    p.add_argument("--extra-checks", nargs="+", type=Path, default=[], metavar="PATH",
-                   help="more pytest files to run against the same file (fixtures: impl, kernels)")
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON object per exercise (machine-readable)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float_in(0, 86_400, open_low=True),
+        metavar="S",
+        help="seconds allowed per check and for importing the file (default 60)",
+    )
+    p.add_argument(
+        "--extra-checks",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="PATH",
+        help="more pytest files to run against the same file (fixtures: impl, kernels)",
+    )
     p.add_argument("--verbose", "-v", action="store_true", help="show every failing check")
     p.add_argument("--curriculum", action="store_true", help="validate course/curriculum.toml")
     p.add_argument("--mutants", action="store_true", help="prove the checks catch the known bugs")
-    p.add_argument("--generic", action="store_true", help="with --mutants: also measure generic "
-                                                          "mutants")
-    p.add_argument("--sample", type=int_in(1, 10**6), metavar="N",
-                   help="with --generic: N generic mutants per exercise")
+    p.add_argument(
+        "--generic", action="store_true", help="with --mutants: also measure generic mutants"
+    )
+    p.add_argument(
+        "--sample",
+        type=int_in(1, 10**6),
+        metavar="N",
+        help="with --generic: N generic mutants per exercise",
+    )
     _lang_arg(p)
     return p
 
@@ -182,18 +236,28 @@ def _mutants_report(args, chosen) -> int:
     try:
         from .mutants_report import report
     except ImportError:
-        return _usage_error("pagedsim check", "--mutants is not part of this build (the student "
-                                              "copy has no mutants)")
+        return _usage_error(
+            "pagedsim check",
+            "--mutants is not part of this build (the student copy has no mutants)",
+        )
     return report(chosen, generic=args.generic, sample=args.sample)
 
 
 def _list_exercises(exercises) -> int:
     for ex in exercises:
         mine = workspace.find(ex)
-        print(f"  {ex.id:<5} {ex.title_in(i18n.lang())}\n        "
-              f"{mine or Path(workspace.DEFAULT) / Path(ex.stub).name}")
-    print("\ncheck one with `pagedsim check 3.1`" + ("" if any(map(workspace.find, exercises)) else
-          "; first copy the stubs to a workspace with `pagedsim workspace`"))
+        print(
+            f"  {ex.id:<5} {ex.title_in(i18n.lang())}\n        "
+            f"{mine or Path(workspace.DEFAULT) / Path(ex.stub).name}"
+        )
+    print(
+        "\ncheck one with `pagedsim check 3.1`"
+        + (
+            ""
+            if any(map(workspace.find, exercises))
+            else "; first copy the stubs to a workspace with `pagedsim workspace`"
+        )
+    )
     return 0
 
 
@@ -234,6 +298,7 @@ def check_main(argv: list[str]) -> int:
         return _list_exercises(exercises)
     chosen = exercises if args.all else one
     if (args.impl or args.extra_checks) and len(chosen) != 1:
-        return _usage_error("pagedsim check", "--impl and --extra-checks need exactly one exercise "
-                                              "id")
+        return _usage_error(
+            "pagedsim check", "--impl and --extra-checks need exactly one exercise id"
+        )
     return _run_and_report(chosen, args)

@@ -19,9 +19,11 @@ REPO_ROOT = COURSE_DIR.parent
 CURRICULUM = COURSE_DIR / "curriculum.toml"
 FIELDS = ("id", "section", "title", "stub", "solution", "checks", "marker", "hint")
 # Folders whose every .py file must be named by some entry (orphans are refused).
-OWNED_DIRS = {"stub": "course/ch03_kv_block/exercises",
-              "solution": "course/ch03_kv_block/solutions",
-              "checks": "course/ch03_kv_block/checks"}
+OWNED_DIRS = {
+    "stub": "course/ch03_kv_block/exercises",
+    "solution": "course/ch03_kv_block/solutions",
+    "checks": "course/ch03_kv_block/checks",
+}
 
 
 @dataclass(frozen=True)
@@ -60,8 +62,9 @@ def _parse_subset(text: str) -> dict:
             continue
         m = re.fullmatch(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(".*"|\[.*\])', line)
         if m is None or current is None:
-            raise ValueError(f"curriculum.toml line {lineno}: outside the supported subset: "
-                             f"{raw!r}")
+            raise ValueError(
+                f"curriculum.toml line {lineno}: outside the supported subset: {raw!r}"
+            )
         current[m.group(1)] = json.loads(m.group(2))  # TOML basic strings here are JSON strings
     return {"exercise": tables}
 
@@ -70,6 +73,7 @@ def load(path: Path = CURRICULUM) -> list[Exercise]:
     text = Path(path).read_text(encoding="utf-8")
     try:
         import tomllib
+
         data = tomllib.loads(text)
     except ModuleNotFoundError:  # Python 3.10
         data = _parse_subset(text)
@@ -78,10 +82,16 @@ def load(path: Path = CURRICULUM) -> list[Exercise]:
         missing = [f for f in FIELDS if f not in entry]
         if missing:
             raise ValueError(f"curriculum entry {i + 1} lacks {missing}")
-        out.append(Exercise(**{f: entry[f] for f in FIELDS[:5]}, checks=tuple(entry["checks"]),
-                            marker=entry["marker"], hint=entry["hint"],
-                            hint_zh=entry.get("hint_zh", ""),
-                            title_zh=entry.get("title_zh", "")))
+        out.append(
+            Exercise(
+                **{f: entry[f] for f in FIELDS[:5]},
+                checks=tuple(entry["checks"]),
+                marker=entry["marker"],
+                hint=entry["hint"],
+                hint_zh=entry.get("hint_zh", ""),
+                title_zh=entry.get("title_zh", ""),
+            )
+        )
     return out
 
 
@@ -128,8 +138,9 @@ def problems(exercises: list[Exercise] | None = None) -> list[str]:
             out.append(f"exercise {ex.id} has an empty title")
         want = "ch" + ex.section.replace(".", "_")
         if not re.fullmatch(r"ch\d+_\d+", ex.marker) or ex.marker != want:
-            out.append(f"exercise {ex.id}: marker {ex.marker!r} does not match section "
-                       f"{ex.section}")
+            out.append(
+                f"exercise {ex.id}: marker {ex.marker!r} does not match section {ex.section}"
+            )
         if not ex.checks:
             out.append(f"exercise {ex.id} lists no checks")
         for rel in (ex.stub, ex.solution, *ex.checks):
@@ -139,8 +150,10 @@ def problems(exercises: list[Exercise] | None = None) -> list[str]:
         if ex.stub == ex.solution:
             out.append(f"exercise {ex.id}: the stub and the solution are the same file")
         if ex.section not in sections():
-            out.append(f"exercise {ex.id}: section {ex.section} has no lesson ({LESSONS_DIR.name}/"
-                       f"l{ex.section.replace('.', '_')}.py)")
+            out.append(
+                f"exercise {ex.id}: section {ex.section} has no lesson ({LESSONS_DIR.name}/"
+                f"l{ex.section.replace('.', '_')}.py)"
+            )
     for folder in OWNED_DIRS.values():
         for f in sorted((REPO_ROOT / folder).glob("*.py")):
             rel = f.relative_to(REPO_ROOT).as_posix()

@@ -15,8 +15,11 @@ def figure_lines(lesson, lang: str) -> list[str]:
     figures = getattr(lesson, "FIGURES", ())
     if not figures:
         return []
-    head = "figures for this lesson (draw them with the command shown):" if lang == "en" else \
-        "本节的图（用所示命令生成）："
+    head = (
+        "figures for this lesson (draw them with the command shown):"
+        if lang == "en"
+        else "本节的图（用所示命令生成）："
+    )
     captions = getattr(lesson, "FIGURES_ZH", None) if lang == "zh" else None
     lines = [head]
     for i, (name, what) in enumerate(figures):

@@ -27,8 +27,14 @@ def pagedsim(*args, timeout=300):
     """Run `pagedsim ARGS` in a fresh interpreter (the checks run pytest in-process)."""
     env = {**os.environ, "MPLBACKEND": "Agg"}
     env.pop("PAGEDSIM_IMPL", None)
-    return subprocess.run([sys.executable, "-m", "pagedsim.app.cli", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "pagedsim.app.cli", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def course_order(exercise_id):
@@ -48,9 +54,11 @@ def test_the_fallback_toml_reader_agrees_with_tomllib():
 
 
 def test_the_curriculum_check_refuses_orphans_missing_paths_and_empty_hints():
-    broken = [dataclasses.replace(EXERCISES[0], hint="  "),
-              dataclasses.replace(EXERCISES[1], stub="course/ch03_kv_block/exercises/nope.py"),
-              *EXERCISES[3:]]  # 3.3 left out: its stub, solution and checks become orphans
+    broken = [
+        dataclasses.replace(EXERCISES[0], hint="  "),
+        dataclasses.replace(EXERCISES[1], stub="course/ch03_kv_block/exercises/nope.py"),
+        *EXERCISES[3:],
+    ]  # 3.3 left out: its stub, solution and checks become orphans
     found = curriculum.problems(broken)
     assert "exercise 3.1 has an empty hint" in found
     assert "exercise 3.2: course/ch03_kv_block/exercises/nope.py does not exist" in found
@@ -60,9 +68,17 @@ def test_the_curriculum_check_refuses_orphans_missing_paths_and_empty_hints():
 
 def test_the_readmes_that_list_the_exercises_and_lessons_name_every_one_in_the_curriculum():
     """The prose lists are checked against the curriculum and the lessons' files, not kept by hand."""
-    for readme in ("README.md", "course/ch03_kv_block/README.md", "course/ch03_kv_block/README.zh.md"):
+    for readme in (
+        "README.md",
+        "course/ch03_kv_block/README.md",
+        "course/ch03_kv_block/README.zh.md",
+    ):
         text = (REPO / readme).read_text(encoding="utf-8")
-        missing = [e.id for e in EXERCISES if not re.search(rf"(?<![\d.]){re.escape(e.id)}(?![\d.a-z])", text)]
+        missing = [
+            e.id
+            for e in EXERCISES
+            if not re.search(rf"(?<![\d.]){re.escape(e.id)}(?![\d.a-z])", text)
+        ]
         assert not missing, f"{readme} does not name the exercises {missing}"
     text = (REPO / "course/ch03_kv_block/README.md").read_text(encoding="utf-8")
     missing = [s for s in curriculum.sections() if f"pagedsim lesson {s}`" not in text]
@@ -75,14 +91,19 @@ def test_every_stub_has_one_todo_line_before_each_not_implemented_error():
         raises = [i for i, line in enumerate(lines) if "raise NotImplementedError" in line]
         assert raises, f"{ex.stub} raises NotImplementedError nowhere"
         for i in raises:
-            assert lines[i - 1].strip().startswith("# TODO(student): "), f"{ex.stub}:{i + 1} lacks its TODO line"
-        assert "NotImplementedError" not in ex.path("solution").read_text(), f"{ex.solution} is a stub"
+            assert lines[i - 1].strip().startswith("# TODO(student): "), (
+                f"{ex.stub}:{i + 1} lacks its TODO line"
+            )
+        assert "NotImplementedError" not in ex.path("solution").read_text(), (
+            f"{ex.solution} is a stub"
+        )
 
 
 def test_stubs_and_solutions_define_the_same_public_names():
     def names(path):
         tree = ast.parse(path.read_text())
         return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+
     for ex in EXERCISES:
         assert names(ex.path("stub")) == names(ex.path("solution")), ex.id
 
@@ -114,8 +135,10 @@ def test_a_caught_mutant_is_reported_in_the_students_terms(tmp_path):
     bad.write_text(mutants.apply(m, ex.path("solution").read_text()))
     run = pagedsim("check", "3.4a", "--impl", str(bad))
     assert run.returncode == 1
-    assert ("FAIL 3.4a: freeing a block shared by two sequences returned it to the free list "
-            "while seq B still uses it") in run.stdout
+    assert (
+        "FAIL 3.4a: freeing a block shared by two sequences returned it to the free list "
+        "while seq B still uses it"
+    ) in run.stdout
     assert "Traceback" not in run.stdout + run.stderr and "hint:" in run.stdout
 
 
@@ -136,7 +159,10 @@ def test_every_solution_passes_and_every_mutant_is_caught():
     run = pagedsim("check", "--mutants", timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     n = len(EXERCISES)
-    assert f"{len(mutants.MUTANTS)}/{len(mutants.MUTANTS)} mutants caught; {n}/{n} solutions pass" in run.stdout
+    assert (
+        f"{len(mutants.MUTANTS)}/{len(mutants.MUTANTS)} mutants caught; {n}/{n} solutions pass"
+        in run.stdout
+    )
     assert "NOT CAUGHT" not in run.stdout
 
 
@@ -154,7 +180,9 @@ def test_each_lesson_prints_its_text_and_runs_its_demo(section, tmp_path, capsys
     out = capsys.readouterr().out
     assert f"== {section} " in out and "-- demo --" in out and "pagedsim check 3." in out
     demo = re.split(r"\nexercise 3\.\w+: ", out.split("-- demo --", 1)[1])[0].strip().splitlines()
-    assert demo[-1].startswith("verdict: ") and len(demo[-1]) > 60, f"lesson {section} ends without a verdict"
+    assert demo[-1].startswith("verdict: ") and len(demo[-1]) > 60, (
+        f"lesson {section} ends without a verdict"
+    )
     if section == "3.3":  # the error printed is judged against a stated tolerance
         err = re.search(r"reference\| = (\S+)", out).group(1)
         assert f"max error {err} is within the tolerance 1e-05" in demo[-1], demo[-1]

@@ -17,16 +17,16 @@ TOOK = [
 HINTS = {
     " (did it free blocks another sequence still holds? fork must count the child's reference to "
     "every shared block)": "（是不是释放了另一个序列还持有的块？fork 必须为每个共享块记上子序列"
-                           "的引用）",
+    "的引用）",
     " (a leak: free must release every block whose count drops to 0)": "（泄漏：计数降到 0 的每"
-                                                                       "个块都必须释放）",
+    "个块都必须释放）",
     " (fork shares the parent's blocks; it needs no new ones)": "（fork 共享父序列的块，不需要新"
-                                                                "块）",
+    "块）",
     " (too few: ceil(tokens / block_size) blocks, plus a copy when appending into a shared, partly "
     "filled last block)": "（太少了：需要 ceil(tokens / block_size) 个块，往共享且未填满的最后一"
-                          "块追加时还要多一个副本）",
+    "块追加时还要多一个副本）",
     " (too many: ceil(tokens / block_size) blocks are enough)": "（太多了：ceil(tokens / "
-                                                                "block_size) "
+    "block_size) "
     "个块就够了）",
 }
 COW = (

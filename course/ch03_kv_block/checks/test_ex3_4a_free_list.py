@@ -29,34 +29,46 @@ def walk_invariants(pool) -> list[int]:
         assert pool.prev[nxt] == node, say(
             f"the free list's links disagree: next[{node}] is {nxt} but prev[{nxt}] is "
             f"{pool.prev[nxt]}",
-            f"空闲链表的指针不一致：next[{node}] 是 {nxt}，但 prev[{nxt}] 是 {pool.prev[nxt]}")
+            f"空闲链表的指针不一致：next[{node}] 是 {nxt}，但 prev[{nxt}] 是 {pool.prev[nxt]}",
+        )
         if nxt == pool.tail:
             break
         assert 0 <= nxt < n and nxt not in order, say(
             f"the free list loops or leaves the pool at {nxt}",
-            f"空闲链表成环或跑出了池，位置 {nxt}")
+            f"空闲链表成环或跑出了池，位置 {nxt}",
+        )
         order.append(nxt)
         node = nxt
     assert pool.free_list() == order, say(
         f"free_list() returns {pool.free_list()} but the pointers give {order}",
-        f"free_list() 返回 {pool.free_list()}，但按指针走得到 {order}")
+        f"free_list() 返回 {pool.free_list()}，但按指针走得到 {order}",
+    )
     for b in range(n):
-        assert (pool.ref[b] == 0) == (b in order), (
-            say(f"block {b} has count {pool.ref[b]} but is {'on' if b in order else 'off'} the "
-                f"free list"
-                + ("" if pool.ref[b] or b in order else ": a block was lost"),
-                f"块 {b} 的计数是 {pool.ref[b]}，却{'在' if b in order else '不在'}空闲链表上"
-                + ("" if pool.ref[b] or b in order else "：丢了一个块")))
+        assert (pool.ref[b] == 0) == (b in order), say(
+            f"block {b} has count {pool.ref[b]} but is {'on' if b in order else 'off'} the "
+            f"free list" + ("" if pool.ref[b] or b in order else ": a block was lost"),
+            f"块 {b} 的计数是 {pool.ref[b]}，却{'在' if b in order else '不在'}空闲链表上"
+            + ("" if pool.ref[b] or b in order else "：丢了一个块"),
+        )
     if len(order) != pool.num_free:  # the list is right (checked above): the counter is wrong
-        which = ("_unlink (or allocate/take) never lowers it" if pool.num_free > len(order)
-                 else "_push (or free) never raises it")
-        which_zh = ("_unlink（或 allocate/take）没有把它减一" if pool.num_free > len(order)
-                    else "_push（或 free）没有把它加一")
-        raise AssertionError(say(
-            f"num_free is not kept up to date: it says {pool.num_free}, but the free list is right "
-            f"and holds {len(order)} blocks: {which}",
-            f"num_free 没有及时更新：它是 {pool.num_free}，但空闲链表本身是对的，有 {len(order)} "
-            f"个块：{which_zh}"))
+        which = (
+            "_unlink (or allocate/take) never lowers it"
+            if pool.num_free > len(order)
+            else "_push (or free) never raises it"
+        )
+        which_zh = (
+            "_unlink（或 allocate/take）没有把它减一"
+            if pool.num_free > len(order)
+            else "_push（或 free）没有把它加一"
+        )
+        raise AssertionError(
+            say(
+                f"num_free is not kept up to date: it says {pool.num_free}, but the free list is "
+                f"right and holds {len(order)} blocks: {which}",
+                f"num_free 没有及时更新：它是 {pool.num_free}，但空闲链表本身是对的，有 "
+                f"{len(order)} 个块：{which_zh}",
+            )
+        )
     return order
 
 
@@ -64,14 +76,16 @@ def test_a_new_pool_hands_out_every_block_exactly_once(impl):
     """allocate() on a fresh pool hands out 0, 1, 2, ... each once, then refuses."""
     pool = impl.FreeListPool(5)
     assert walk_invariants(pool) == [0, 1, 2, 3, 4], say(
-        "a new pool's free list should be 0, 1, 2, 3, 4",
-        "新池的空闲链表应为 0, 1, 2, 3, 4")
+        "a new pool's free list should be 0, 1, 2, 3, 4", "新池的空闲链表应为 0, 1, 2, 3, 4"
+    )
     got = [pool.allocate() for _ in range(5)]
     assert got == [0, 1, 2, 3, 4], say(
         f"a fresh pool handed out {got}, expected 0, 1, 2, 3, 4",
-        f"新池分配出 {got}，应为 0, 1, 2, 3, 4")
-    assert [pool.ref[b] for b in got] == [1] * 5, say("an allocated block should have count "
-                                                      "1", "刚分配的块计数应为 1")
+        f"新池分配出 {got}，应为 0, 1, 2, 3, 4",
+    )
+    assert [pool.ref[b] for b in got] == [1] * 5, say(
+        "an allocated block should have count 1", "刚分配的块计数应为 1"
+    )
     raises(impl.PoolError, pool.allocate, what="allocate() on a pool with no free block")
     walk_invariants(pool)
 
@@ -81,12 +95,14 @@ def test_a_freed_block_is_the_next_one_allocated(impl):
     pool = impl.FreeListPool(4)
     a, b = pool.allocate(), pool.allocate()
     assert pool.free(a) == 0 and pool.free(b) == 0, say(
-        "free() of a single-owner block should return 0",
-        "只有一个持有者的块，free() 应返回 0")
+        "free() of a single-owner block should return 0", "只有一个持有者的块，free() 应返回 0"
+    )
     assert walk_invariants(pool) == [b, a, 2, 3], say(
-        "freed blocks should go to the head of the free list",
-        "释放的块应插到空闲链表表头")
-    assert pool.allocate() == b, say("the block freed last should be allocated first", "最后释放的块应最先被分配（后进先出）")
+        "freed blocks should go to the head of the free list", "释放的块应插到空闲链表表头"
+    )
+    assert pool.allocate() == b, say(
+        "the block freed last should be allocated first", "最后释放的块应最先被分配（后进先出）"
+    )
 
 
 def test_freeing_a_shared_block_keeps_it_until_the_last_owner_frees(impl):
@@ -95,19 +111,23 @@ def test_freeing_a_shared_block_keeps_it_until_the_last_owner_frees(impl):
     b = pool.allocate()
     assert pool.incref(b) == 2, say(
         "incref() on a block with one owner should return 2",
-        "对只有一个持有者的块 incref() 应返回 2")
+        "对只有一个持有者的块 incref() 应返回 2",
+    )
     left = pool.free(b)
     assert b not in pool.free_list(), say(
         "freeing a block shared by two sequences returned it to the free list while seq B still "
         "uses it",
-        "释放一个被两个序列共享的块时把它放回了空闲链表，而序列 B 还在用它")
+        "释放一个被两个序列共享的块时把它放回了空闲链表，而序列 B 还在用它",
+    )
     assert left == 1, say(
         f"free() of a block with count 2 should return 1, got {left}",
-        f"计数为 2 的块 free() 应返回 1，实际 {left}")
+        f"计数为 2 的块 free() 应返回 1，实际 {left}",
+    )
     walk_invariants(pool)
     assert pool.free(b) == 0 and b in walk_invariants(pool), say(
         "the last owner's free() should put the block back on the free list",
-        "最后一个持有者的 free() 应把块放回空闲链表")
+        "最后一个持有者的 free() 应把块放回空闲链表",
+    )
 
 
 def test_a_double_free_is_refused_and_changes_nothing(impl):
@@ -118,7 +138,8 @@ def test_a_double_free_is_refused_and_changes_nothing(impl):
     before = (walk_invariants(pool), list(pool.ref), pool.num_free)
     raises(impl.PoolError, pool.free, b, what=f"a double free (free({b}) of a block already free)")
     assert (walk_invariants(pool), list(pool.ref), pool.num_free) == before, say(
-        "a refused double free still changed the pool", "被拒绝的重复释放仍然改变了池")
+        "a refused double free still changed the pool", "被拒绝的重复释放仍然改变了池"
+    )
 
 
 def test_take_unlinks_a_block_from_the_middle_and_keeps_its_neighbours(impl):
@@ -127,7 +148,8 @@ def test_take_unlinks_a_block_from_the_middle_and_keeps_its_neighbours(impl):
     assert pool.take(2) == 2, say("take(2) should return 2", "take(2) 应返回 2")
     assert walk_invariants(pool) == [0, 1, 3, 4], say(
         "after take(2) the free list should be 0, 1, 3, 4: the unlink lost or kept a block",
-        "take(2) 之后空闲链表应为 0, 1, 3, 4：摘除时丢了或留下了一个块")
+        "take(2) 之后空闲链表应为 0, 1, 3, 4：摘除时丢了或留下了一个块",
+    )
     raises(impl.PoolError, pool.take, 2, what="take(2) of a block in use")
 
 
@@ -136,8 +158,8 @@ def test_incref_of_a_free_block_is_refused(impl):
     pool = impl.FreeListPool(2)
     raises(impl.PoolError, pool.incref, 1, what="incref(1) of a free block")
     assert walk_invariants(pool) == [0, 1], say(
-        "a refused incref() changed the free list",
-        "被拒绝的 incref() 改变了空闲链表")
+        "a refused incref() changed the free list", "被拒绝的 incref() 改变了空闲链表"
+    )
 
 
 def test_ids_outside_the_pool_are_refused_and_change_nothing(impl):
@@ -145,18 +167,20 @@ def test_ids_outside_the_pool_are_refused_and_change_nothing(impl):
     raises(ValueError, impl.FreeListPool, 0, what="FreeListPool(0)")
     raises(ValueError, impl.FreeListPool, 2.0, what="FreeListPool(2.0)")
     assert walk_invariants(impl.FreeListPool(1)) == [0], say(
-        "FreeListPool(1) should hold one free block",
-        "FreeListPool(1) 应有一个空闲块")
+        "FreeListPool(1) should hold one free block", "FreeListPool(1) 应有一个空闲块"
+    )
     pool = impl.FreeListPool(3)
     b = pool.allocate()
     before = (walk_invariants(pool), list(pool.ref), pool.num_free)
     for op in ("take", "incref", "free"):
         for bad in (-1, 3, 4, "1"):
-            raises(impl.PoolError, getattr(pool, op), bad, what=f"{op}({bad!r}) on a pool of 3 "
-                                                                f"blocks")
+            raises(
+                impl.PoolError, getattr(pool, op), bad, what=f"{op}({bad!r}) on a pool of 3 blocks"
+            )
             assert (walk_invariants(pool), list(pool.ref), pool.num_free) == before, say(
-                f"a refused {op}({bad!r}) still changed the pool", f"被拒绝的 {op}({bad!r}) 仍然"
-                                                                   f"改变了池")
+                f"a refused {op}({bad!r}) still changed the pool",
+                f"被拒绝的 {op}({bad!r}) 仍然改变了池",
+            )
     assert pool.free(b) == 0
 
 
@@ -194,7 +218,8 @@ def test_allocate_take_and_free_do_constant_work_whatever_the_pool_size(impl):
         "in a pool of 10,000: something walks the free list; allocate, take and free must be O(1)",
         f"同样的五个操作在 10 个块的池里访问了 {small} 个列表元素，在 10,000 个块的池里却访问了 "
         f"{large} 个："
-        "有代码在遍历空闲链表；allocate、take 和 free 必须是 O(1)")
+        "有代码在遍历空闲链表；allocate、take 和 free 必须是 O(1)",
+    )
 
 
 CALLS = ("allocate", "incref", "free", "take")
@@ -213,32 +238,43 @@ def replay(impl, calls) -> None:
         done.append(call)
         refused = (not free) if name == "allocate" else (b in free) != (name == "take")
         if refused:
-            raises(impl.PoolError, getattr(pool, name), *([] if name == "allocate" else [b]),
-                   what=f"{done[-1]} (block {b} is {'free' if b in free else 'in use'})"
-                   if name != "allocate" else "allocate() with no free block")
+            raises(
+                impl.PoolError,
+                getattr(pool, name),
+                *([] if name == "allocate" else [b]),
+                what=f"{done[-1]} (block {b} is {'free' if b in free else 'in use'})"
+                if name != "allocate"
+                else "allocate() with no free block",
+            )
         elif name in ("allocate", "take"):
             b = free[0] if name == "allocate" else b
             got = pool.allocate() if name == "allocate" else pool.take(b)
-            assert got == b, say(f"{done[-1]} returned {got}, but the head of the free list was "
-                                 f"{b}",
-                                 f"{done[-1]} 返回 {got}，但空闲链表表头是 {b}")
+            assert got == b, say(
+                f"{done[-1]} returned {got}, but the head of the free list was {b}",
+                f"{done[-1]} 返回 {got}，但空闲链表表头是 {b}",
+            )
             free.remove(b)
             count[b] = 1
         else:
             count[b] += 1 if name == "incref" else -1
             got = getattr(pool, name)(b)
-            assert got == count[b], say(f"{done[-1]} returned {got}; the count is now {count[b]}",
-                                        f"{done[-1]} 返回 {got}；现在的计数是 {count[b]}")
+            assert got == count[b], say(
+                f"{done[-1]} returned {got}; the count is now {count[b]}",
+                f"{done[-1]} 返回 {got}；现在的计数是 {count[b]}",
+            )
             if not count[b]:
                 del count[b]
                 free.insert(0, b)
         order = walk_invariants(pool)
-        assert order == free, say(f"after {done[-1]} the free list is {order} but should be {free}",
-                                  f"{done[-1]} 之后空闲链表是 {order}，应为 {free}")
+        assert order == free, say(
+            f"after {done[-1]} the free list is {order} but should be {free}",
+            f"{done[-1]} 之后空闲链表是 {order}，应为 {free}",
+        )
         counts = {b: c for b, c in enumerate(pool.ref) if c}
-        assert counts == count, say(f"after {done[-1]} the counts are {counts} but should be "
-                                    f"{count}",
-                                    f"{done[-1]} 之后计数是 {counts}，应为 {count}")
+        assert counts == count, say(
+            f"after {done[-1]} the counts are {counts} but should be {count}",
+            f"{done[-1]} 之后计数是 {counts}，应为 {count}",
+        )
 
 
 def failure(impl, calls):
@@ -256,7 +292,7 @@ def shortest_failing(impl, calls):
     """Drop calls one at a time while the same failure remains: the script a student can replay."""
     want, calls, i = failure(impl, calls), list(calls), 0
     while i < len(calls):
-        shorter = calls[:i] + calls[i + 1:]
+        shorter = calls[:i] + calls[i + 1 :]
         if failure(impl, shorter) == want:
             calls = shorter
         else:
@@ -274,5 +310,7 @@ def test_the_pool_matches_a_simple_model_under_any_sequence_of_calls(impl, calls
     try:
         replay(impl, shortest)
     except Exception as e:
-        e.calls = "; ".join(["pool = FreeListPool(6)"] + [f"pool.{call}" for call in as_calls(shortest)])
+        e.calls = "; ".join(
+            ["pool = FreeListPool(6)"] + [f"pool.{call}" for call in as_calls(shortest)]
+        )
         raise

@@ -42,14 +42,20 @@ def reference(exercise_id: str):
         pass
     mine = workspace.find(ex)
     if mine is not None:
-        spec = importlib.util.spec_from_file_location(f"_lesson_yours_{exercise_id.replace('.', '_')}", mine)
+        spec = importlib.util.spec_from_file_location(
+            f"_lesson_yours_{exercise_id.replace('.', '_')}", mine
+        )
         module = importlib.util.module_from_spec(spec)
         try:
             spec.loader.exec_module(module)
             return module
         except Exception as e:  # noqa: BLE001 - a half-written file: say so below
-            raise NeedsExercise(f"this part of the demo runs exercise {exercise_id}'s code; yours "
-                                f"raised {type(e).__name__}: {e}") from e
-    raise NeedsExercise(f"this part of the demo runs exercise {exercise_id}'s code: write it in "
-                        f"{workspace.DEFAULT}/{Path(ex.stub).name} (this build has no reference "
-                        f"solutions)")
+            raise NeedsExercise(
+                f"this part of the demo runs exercise {exercise_id}'s code; yours "
+                f"raised {type(e).__name__}: {e}"
+            ) from e
+    raise NeedsExercise(
+        f"this part of the demo runs exercise {exercise_id}'s code: write it in "
+        f"{workspace.DEFAULT}/{Path(ex.stub).name} (this build has no reference "
+        f"solutions)"
+    )
