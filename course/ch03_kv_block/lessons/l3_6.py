@@ -173,14 +173,20 @@ def compare(yours, reference) -> list[str]:
         if a.free_list != b.free_list:
             first = next(
                 i
-                for i, (x, y) in enumerate(zip(a.free_list + (None,), b.free_list + (None,), strict=False))
+                for i, (x, y) in enumerate(
+                    zip(a.free_list + (None,), b.free_list + (None,), strict=False)
+                )
                 if x != y
             )
             what.append(
                 f"free list {list(a.free_list)} vs the manager's {list(b.free_list)} "
                 f"(first difference at position {first})"
             )
-        counts = [blk for blk, (x, y) in enumerate(zip(a.ref_counts, b.ref_counts, strict=False)) if x != y]
+        counts = [
+            blk
+            for blk, (x, y) in enumerate(zip(a.ref_counts, b.ref_counts, strict=False))
+            if x != y
+        ]
         what += [
             f"block {blk} has count {a.ref_counts[blk]}, the manager's {b.ref_counts[blk]}"
             for blk in counts
