@@ -1,11 +1,39 @@
 """The pagedsim course: lessons, exercises and checks that follow the chapter on KV blocks.
 
-    course/curriculum.toml   the exercises in course order (id, stub, solution, checks, hint)
+    course/curriculum.toml   the exercises in course order (id, stub, solution, checks, hint):
+                             the one list; markers, lessons and notebooks are derived from it
     course/curriculum.py     loads it (tomllib, or a tiny reader on Python 3.10) and validates it
     course/impl.py           which implementation a check loads: solution, stub, or any file
     course/runner.py         runs an exercise's checks in-process and words each failure
     course/cli.py            `pagedsim lesson 3.4` and `pagedsim check 3.4a`
-    course/ch03_kv_block/    chapter 3: lessons, stubs, solutions, mutants, the stepper
+    course/ch03_kv_block/    chapter 3: lessons, stubs, solutions, checks, mutants, the stepper
 
-The checks themselves are pytest files in tests/course/ch03/ (marker ch3_1 ... ch3_7).
+The checks themselves are pytest files in course/ch03_kv_block/checks/ (one marker per
+section, registered from the curriculum); tests/course/ch03/ runs them on the solutions.
+
+COMMANDS is what the course adds to the `pagedsim` command (pagedsim/app/cli.py merges it):
+name -> (module:function, one-line help). A command whose module this build lacks (the
+student copy has no grading or export) is left out, so it is never listed to crash.
 """
+
+from importlib.util import find_spec
+
+_ALL = {
+    "lesson": ("course.cli:lesson_main", "print and run a chapter-3 lesson, e.g. `lesson 3.4`"),
+    "check": ("course.cli:check_main", "check an exercise, e.g. `check 3.4a`"),
+    "workspace": (
+        "course.workspace:main",
+        "copy the exercise stubs to your own folder (default ./pagedsim-work)",
+    ),
+    "grade": (
+        "course.grade:main",
+        "grade a folder of submissions, one process each, with a time limit",
+    ),
+    "export-course": (
+        "course.export:main",
+        "write a student copy of the course without the solutions",
+    ),
+}
+COMMANDS = {
+    name: entry for name, entry in _ALL.items() if find_spec(entry[0].split(":")[0]) is not None
+}

@@ -4,15 +4,126 @@
               solution in a plain pytest run, the student's file under `pagedsim check`
     kernels   the `cuda_kernels` package (a GPU or Numba's CUDA simulator), or a skip
 
+`impl` is the module seen through `traced`: each function and method the file defines
+is wrapped so that an exception leaving it carries the student's own call in
+`exc.raised_by` (for example "external_fragmentation([])"), and the runner names that
+call instead of the whole check. Calls inside the file are not wrapped.
+
 `pagedsim check` registers this module as a pytest plugin, so files passed with
-`--extra-checks` get both fixtures without a conftest of their own.
+`--extra-checks` get both fixtures without a conftest of their own; it also registers
+one marker per curriculum section (ch3_1, ...), so that no list of markers is kept by hand.
 """
 
+import atexit
+import functools
+import inspect
 import os
+import shutil
+import tempfile
+import types
 
 import pytest
 
 from course.impl import load_impl
+
+
+def pytest_configure(config):
+    from course import curriculum
+
+    if os.environ.get(
+        "PAGEDSIM_EXERCISE"
+    ):  # under `pagedsim check`: nothing lands in the student's folder
+        _private_hypothesis_home()
+    for marker, section in curriculum.markers().items():
+        config.addinivalue_line("markers", f"{marker}: checks for course section {section}")
+
+
+_HOME: list = []  # [the temporary folder, the home Hypothesis had before the run]
+
+
+def _private_hypothesis_home() -> None:
+    """Point Hypothesis's storage (its .hypothesis/ folder) at one temporary folder per process."""
+    from hypothesis import configuration
+
+    if not _HOME:
+        _HOME.append(tempfile.mkdtemp(prefix="pagedsim-hypothesis-"))
+        atexit.register(shutil.rmtree, _HOME[0], True)
+    _HOME[1:] = [getattr(configuration, "__hypothesis_home_directory", None)]
+    configuration.set_hypothesis_home_dir(_HOME[0])
+
+
+def pytest_unconfigure(config):
+    if len(_HOME) == 2:  # give an in-process caller (a test, a notebook) its own home back
+        from hypothesis import configuration
+
+        configuration.set_hypothesis_home_dir(_HOME.pop())
+
+
+def short(value, limit: int = 60) -> str:
+    """A call argument as the student would write it, cut to `limit` characters."""
+    shape = getattr(value, "shape", None)
+    if shape is not None and getattr(value, "dtype", None) is not None and len(shape) > 1:
+        return f"<{value.dtype} array of shape {tuple(shape)}>"
+    text = repr(value.tolist()) if hasattr(value, "tolist") and shape is not None else repr(value)
+    return text if len(text) <= limit else text[: limit - 4] + " ..."
+
+
+def _wrap(fn, name: str, bound: bool):
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except NotImplementedError:
+            raise
+        except Exception as e:
+            if getattr(e, "raised_by", None) is None:
+                shown = args[1:] if bound else args
+                text = ", ".join(
+                    [*map(short, shown), *(f"{k}={short(v)}" for k, v in kwargs.items())]
+                )
+                try:
+                    e.raised_by = f"{name}({text})"
+                except AttributeError:  # an exception type with __slots__
+                    pass
+            raise
+
+    return call
+
+
+def traced(module):
+    """A view of `module` whose own functions and classes name the call that raised."""
+    view = types.ModuleType(module.__name__, module.__doc__)
+    view.__dict__.update(vars(module))
+    for name, value in vars(module).items():
+        if getattr(value, "__module__", None) != module.__name__:
+            continue  # imported: np, cuda, pagedsim's classes
+        if inspect.isfunction(value):
+            setattr(view, name, _wrap(value, name, bound=False))
+        elif inspect.isclass(value) and not issubclass(value, BaseException):
+            methods = {
+                k: _wrap(v, k, bound=True)
+                for k, v in vars(value).items()
+                if inspect.isfunction(v) and (not k.startswith("_") or k == "__init__")
+            }
+            if "__init__" in methods:
+                methods["__init__"] = _wrap(value.__init__, name, bound=True)
+            try:
+                setattr(
+                    view,
+                    name,
+                    type(
+                        name,
+                        (value,),
+                        {
+                            **methods,
+                            "__module__": value.__module__,
+                            "__qualname__": value.__qualname__,
+                        },
+                    ),
+                )
+            except TypeError:  # a class that refuses subclasses: leave it as it is
+                pass
+    return view
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +131,7 @@ def impl(request):
     exercise = getattr(request.module, "EXERCISE", None) or os.environ.get("PAGEDSIM_EXERCISE")
     if exercise is None:
         pytest.fail("this check file names no EXERCISE and PAGEDSIM_EXERCISE is unset")
-    return load_impl(exercise)
+    return traced(load_impl(exercise))
 
 
 @pytest.fixture

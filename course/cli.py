@@ -22,28 +22,35 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
 
-from pagedsim.app.cli import ArgParser, float_in, int_in
-
 from . import curriculum, i18n, workspace
 from .lessons_text import lesson_text
 
-LESSONS = {s: f"course.ch03_kv_block.lessons.l{s.replace('.', '_')}" for s in
-           ("3.1", "3.2", "3.3", "3.4", "3.5", "3.6", "3.7", "3.8")}
+LESSONS = {s: curriculum.lesson_module(s) for s in curriculum.sections()}  # from the lessons' files
 
 
 def _lang_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--lang", choices=i18n.LANGS, help="language of the text (default: from the locale, "
-                   "Chinese when LANG or LC_ALL starts with zh, else English)")
+    p.add_argument(
+        "--lang",
+        choices=i18n.LANGS,
+        help="language of the text (default: from the "
+        "locale, "
+        "Chinese when LANG or LC_ALL starts with zh, else English)",
+    )
 
 
 def lesson_main(argv: list[str]) -> int:
+    from pagedsim.app.cli import ArgParser
+
     p = ArgParser(prog="pagedsim lesson", description="print and run a chapter-3 lesson")
-    p.add_argument("section", nargs="?", help="3.1 ... 3.8")
-    p.add_argument("--out", type=Path, help="where figures go (default: a new temporary folder, printed)")
+    p.add_argument("section", nargs="?", help=f"{next(iter(LESSONS))} ... {list(LESSONS)[-1]}")
+    p.add_argument(
+        "--out", type=Path, help="where figures go (default: a new temporary folder, printed)"
+    )
     p.add_argument("--no-demo", action="store_true", help="print the text only")
     _lang_arg(p)
     args = p.parse_args(argv)
@@ -54,16 +61,20 @@ def lesson_main(argv: list[str]) -> int:
         print("\nrun one with `pagedsim lesson 3.1`")
         return 0
     if args.section not in LESSONS:
-        print(f"pagedsim lesson: no lesson {args.section!r}; choose one of {', '.join(LESSONS)}",
-              file=sys.stderr)
-        return 2
+        return _usage_error(
+            "pagedsim lesson", f"no lesson {args.section!r}; choose one of {', '.join(LESSONS)}"
+        )
     lesson = importlib.import_module(LESSONS[args.section])
     print(lesson_text(lesson, args.section, lang), "\n")
     if not args.no_demo:
         out = args.out or Path(tempfile.mkdtemp(prefix=f"pagedsim-lesson-{args.section}-"))
         out.mkdir(parents=True, exist_ok=True)
-        print(i18n.say("-- demo --", "-- 演示 --") + f"  ({i18n.say('files go to', '文件写入')} {out})")
+        print(
+            i18n.say("-- demo --", "-- 演示 --") + f"  ({i18n.say('files go to', '文件写入')} "
+            f"{out})"
+        )
         from .ch03_kv_block.lessons import NeedsExercise
+
         try:
             lesson.demo(out)
         except NeedsExercise as e:
@@ -71,12 +82,26 @@ def lesson_main(argv: list[str]) -> int:
         print()
     for ex in (e for e in curriculum.load() if e.section == args.section):
         mine = workspace.find(ex)
-        where = str(mine) if mine else i18n.say(
-            f"{workspace.DEFAULT}/{Path(ex.stub).name} (create it with `pagedsim workspace`)",
-            f"{workspace.DEFAULT}/{Path(ex.stub).name}（先运行 `pagedsim workspace` 生成）")
-        print(f"{i18n.say('exercise', '练习')} {ex.id}: {ex.title}\n  {i18n.say('edit ', '编辑')}  {where}\n"
-              f"  {i18n.say('check', '检查')}  pagedsim check {ex.id}")
+        where = (
+            str(mine)
+            if mine
+            else i18n.say(
+                f"{workspace.DEFAULT}/{Path(ex.stub).name} (create it with `pagedsim workspace`)",
+                f"{workspace.DEFAULT}/{Path(ex.stub).name}（先运行 `pagedsim workspace` 生成）",
+            )
+        )
+        print(
+            f"{i18n.say('exercise', '练习')} {ex.id}: {ex.title_in(lang)}\n  "
+            f"{i18n.say('edit ', '编辑')}  {where}\n  {i18n.say('check', '检查')}  pagedsim "
+            f"check {ex.id}"
+        )
     return 0
+
+
+def template(message: str) -> str:
+    """A message with its numbers (seeds, block ids, counts) blanked: messages that differ only
+    there say the same thing and are shown once."""
+    return re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "#", message)
 
 
 def _report(outcome, *, verbose: bool, hint: bool) -> None:
@@ -84,25 +109,54 @@ def _report(outcome, *, verbose: bool, hint: bool) -> None:
     if outcome.error:
         print(f"ERROR {ex.id}: {outcome.error}")
     elif outcome.ok:
-        print(i18n.t("PASS {id}  {title} ({passed}/{total} checks)", id=ex.id, title=ex.title,
-                     passed=outcome.passed, total=outcome.total))
+        print(
+            i18n.t(
+                "PASS {id}  {title} ({passed}/{total} checks)",
+                id=ex.id,
+                title=ex.title_in(i18n.lang()),
+                passed=outcome.passed,
+                total=outcome.total,
+            )
+        )
     else:
-        print(i18n.t("{status} {id}  {passed}/{total} checks pass", status=outcome.status.upper(), id=ex.id,
-                     passed=outcome.passed, total=outcome.total))
+        print(
+            i18n.t(
+                "{status} {id}  {passed}/{total} checks pass",
+                status=outcome.status.upper(),
+                id=ex.id,
+                passed=outcome.passed,
+                total=outcome.total,
+            )
+        )
     for reason in outcome.skipped:
         print(f"SKIP {ex.id}: {reason}")
-    groups: dict[str, list] = {}
+    groups: dict[str, tuple] = {}  # template -> (the first message, the checks that failed with it)
     for f in outcome.failures:
-        groups.setdefault(f.message, []).append(f.check)
-    for i, (message, checks) in enumerate(groups.items()):
+        key = template(f.message.splitlines()[0])
+        first, checks = groups.setdefault(key, (f.message, []))
+        checks.append(f.check)
+        if "\n" in f.message and "\n" not in first:  # keep a counterexample when one of them has it
+            groups[key] = (f.message, checks)
+    for i, (message, checks) in enumerate(groups.values()):
         if not verbose and i == 4:
-            print("     " + i18n.t("{n} more failing check(s); --verbose shows them all",
-                                    n=sum(map(len, list(groups.values())[4:]))))
+            print(
+                "     "
+                + i18n.t(
+                    "{n} more failing check(s); --verbose shows them all",
+                    n=sum(map(len, list(groups.values())[4:])),
+                )
+            )
             break
         many = i18n.t("  ({n} checks)", n=len(checks)) if len(checks) > 1 else ""
-        print(f"FAIL {ex.id}: {message}{many}" + (f"\n      [{', '.join(checks)}]" if verbose else ""))
+        head, _, tail = message.partition("\n")
+        print(
+            f"FAIL {ex.id}: {head}{many}"
+            + (f"\n{tail}" if tail else "")
+            + (f"\n      [{', '.join(checks)}]" if verbose else "")
+        )
     if outcome.failures and hint:
         from pagedsim.app.lang import wrap  # CJK-aware: Chinese has no spaces to break at
+
         print("\n".join(wrap(i18n.t("hint: {hint}", hint=ex.hint_in(i18n.lang())), 100)))
 
 
@@ -116,67 +170,98 @@ def _choose_impl(ex, args) -> tuple[Path, str | None]:
     if mine:
         return mine, i18n.t("checking {path}", path=mine)
     return ex.path("stub"), i18n.say(
-        f"no workspace file for {ex.id}: checking the untouched stub. Run `pagedsim workspace` once, "
-        f"then edit {workspace.DEFAULT}/{Path(ex.stub).name}",
+        f"no workspace file for {ex.id}: checking the untouched stub. Run `pagedsim workspace` "
+        f"once, then edit {workspace.DEFAULT}/{Path(ex.stub).name}",
         f"没有找到 {ex.id} 的工作区文件，检查的是原始模板。先运行一次 `pagedsim workspace`，"
-        f"再编辑 {workspace.DEFAULT}/{Path(ex.stub).name}")
+        f"再编辑 {workspace.DEFAULT}/{Path(ex.stub).name}",
+    )
 
 
-def check_main(argv: list[str]) -> int:
+def _usage_error(prog: str, message: str) -> int:
+    """A usage error as ArgParser words it: one line on stderr, exit status 2."""
+    print(f"{prog}: error: {message} (see --help)", file=sys.stderr)
+    return 2
+
+
+def _check_parser():
+    from pagedsim.app.cli import ArgParser, float_in, int_in
+
     p = ArgParser(prog="pagedsim check", description="run an exercise's checks")
     p.add_argument("exercise", nargs="?", help="an exercise id such as 3.4a")
     p.add_argument("--impl", type=Path, help="check this file instead of your workspace's")
     p.add_argument("--all", action="store_true", help="every exercise, in course order")
     p.add_argument("--solutions", action="store_true", help="check the reference solutions")
-    p.add_argument("--json", action="store_true", help="print one JSON object per exercise (machine-readable)")
-    p.add_argument("--timeout", type=float_in(0, 86_400, open_low=True), metavar="S",
-                   help="seconds allowed per check and for importing the file (default 60)")
-    p.add_argument("--extra-checks", nargs="+", type=Path, default=[], metavar="PATH",
-                   help="more pytest files to run against the same file (fixtures: impl, kernels)")
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON object per exercise (machine-readable)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float_in(0, 86_400, open_low=True),
+        metavar="S",
+        help="seconds allowed per check and for importing the file (default 60)",
+    )
+    p.add_argument(
+        "--extra-checks",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="PATH",
+        help="more pytest files to run against the same file (fixtures: impl, kernels)",
+    )
     p.add_argument("--verbose", "-v", action="store_true", help="show every failing check")
     p.add_argument("--curriculum", action="store_true", help="validate course/curriculum.toml")
     p.add_argument("--mutants", action="store_true", help="prove the checks catch the known bugs")
-    p.add_argument("--generic", action="store_true", help="with --mutants: also measure generic mutants")
-    p.add_argument("--sample", type=int_in(1, 100_000), metavar="N",
-                   help="with --generic: N generic mutants per exercise")
+    p.add_argument(
+        "--generic", action="store_true", help="with --mutants: also measure generic mutants"
+    )
+    p.add_argument(
+        "--sample",
+        type=int_in(1, 10**6),
+        metavar="N",
+        help="with --generic: N generic mutants per exercise",
+    )
     _lang_arg(p)
-    args = p.parse_args(argv)
-    i18n.set_lang(args.lang)
-    exercises = curriculum.load()
-    if args.curriculum:
-        found = curriculum.problems(exercises)
-        for line in found:
-            print(f"curriculum: {line}")
-        print("curriculum: OK" if not found else f"curriculum: {len(found)} problem(s)")
-        return 1 if found else 0
-    if args.mutants:
-        try:
-            from .mutants_report import report
-        except ImportError:
-            print("pagedsim check --mutants: not part of this build (the student copy has no "
-                  "mutants)", file=sys.stderr)
-            return 2
-        chosen = [curriculum.find(args.exercise, exercises)] if args.exercise else exercises
-        return report(chosen, generic=args.generic, sample=args.sample)
-    if args.all:
-        chosen = exercises
-    elif args.exercise:
-        try:
-            chosen = [curriculum.find(args.exercise, exercises)]
-        except KeyError as e:
-            print(f"pagedsim check: {e.args[0]}", file=sys.stderr)
-            return 2
-    elif not (args.impl or args.extra_checks):
-        for ex in exercises:
-            mine = workspace.find(ex)
-            print(f"  {ex.id:<5} {ex.title}\n        {mine or Path(workspace.DEFAULT) / Path(ex.stub).name}")
-        print("\ncheck one with `pagedsim check 3.1`" + ("" if any(map(workspace.find, exercises)) else
-              "; first copy the stubs to a workspace with `pagedsim workspace`"))
-        return 0
-    if (args.impl or args.extra_checks) and (args.all or not args.exercise):
-        print("pagedsim check: --impl and --extra-checks need one exercise id (e.g. pagedsim "
-              "check 3.4a --impl FILE)", file=sys.stderr)
-        return 2
+    return p
+
+
+def _curriculum_report(exercises) -> int:
+    found = curriculum.problems(exercises)
+    for line in found:
+        print(f"curriculum: {line}")
+    print("curriculum: OK" if not found else f"curriculum: {len(found)} problem(s)")
+    return 1 if found else 0
+
+
+def _mutants_report(args, chosen) -> int:
+    try:
+        from .mutants_report import report
+    except ImportError:
+        return _usage_error(
+            "pagedsim check",
+            "--mutants is not part of this build (the student copy has no mutants)",
+        )
+    return report(chosen, generic=args.generic, sample=args.sample)
+
+
+def _list_exercises(exercises) -> int:
+    for ex in exercises:
+        mine = workspace.find(ex)
+        print(
+            f"  {ex.id:<5} {ex.title_in(i18n.lang())}\n        "
+            f"{mine or Path(workspace.DEFAULT) / Path(ex.stub).name}"
+        )
+    print(
+        "\ncheck one with `pagedsim check 3.1`"
+        + (
+            ""
+            if any(map(workspace.find, exercises))
+            else "; first copy the stubs to a workspace with `pagedsim workspace`"
+        )
+    )
+    return 0
+
+
+def _run_and_report(chosen, args) -> int:
     from .runner import run_checks
 
     results = []
@@ -195,3 +280,30 @@ def check_main(argv: list[str]) -> int:
         ok = sum(o.ok for o in results)
         print("\n" + i18n.t("{ok}/{n} exercises pass", ok=ok, n=len(chosen)))
     return 0 if all(o.ok for o in results) else 1
+
+
+def check_main(argv: list[str]) -> int:
+    args = _check_parser().parse_args(argv)
+    i18n.set_lang(args.lang)
+    exercises = curriculum.load()
+    if args.curriculum:
+        return _curriculum_report(exercises)
+    try:
+        one = [curriculum.find(args.exercise, exercises)] if args.exercise else None
+    except KeyError as e:
+        return _usage_error("pagedsim check", e.args[0])
+    if args.mutants:
+        return _mutants_report(args, one or exercises)
+    if (args.impl or args.extra_checks) and not one:
+        return _usage_error(
+            "pagedsim check",
+            "--impl and --extra-checks need one exercise id (e.g. pagedsim check 3.4a --impl FILE)",
+        )
+    if not (args.all or one):
+        return _list_exercises(exercises)
+    chosen = exercises if args.all else one
+    if (args.impl or args.extra_checks) and len(chosen) != 1:
+        return _usage_error(
+            "pagedsim check", "--impl and --extra-checks need exactly one exercise id"
+        )
+    return _run_and_report(chosen, args)

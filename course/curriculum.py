@@ -14,12 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 COURSE_DIR = Path(__file__).resolve().parent
-REPO_ROOT = COURSE_DIR.parent  # the folder holding the `course` package: the repository, or site-packages
+# the folder holding the `course` package: the repository, or site-packages
+REPO_ROOT = COURSE_DIR.parent
 CURRICULUM = COURSE_DIR / "curriculum.toml"
 FIELDS = ("id", "section", "title", "stub", "solution", "checks", "marker", "hint")
 # Folders whose every .py file must be named by some entry (orphans are refused).
-OWNED_DIRS = {"stub": "course/ch03_kv_block/exercises", "solution": "course/ch03_kv_block/solutions",
-              "checks": "course/ch03_kv_block/checks"}
+OWNED_DIRS = {
+    "stub": "course/ch03_kv_block/exercises",
+    "solution": "course/ch03_kv_block/solutions",
+    "checks": "course/ch03_kv_block/checks",
+}
 
 
 @dataclass(frozen=True)
@@ -33,9 +37,13 @@ class Exercise:
     marker: str  # pytest marker, e.g. "ch3_4"
     hint: str
     hint_zh: str = ""  # the hint in Chinese (optional; English is shown when empty)
+    title_zh: str = ""  # the title in Chinese (optional, likewise)
 
     def hint_in(self, lang: str) -> str:
         return self.hint_zh if lang == "zh" and self.hint_zh else self.hint
+
+    def title_in(self, lang: str) -> str:
+        return self.title_zh if lang == "zh" and self.title_zh else self.title
 
     def path(self, field: str) -> Path:
         return REPO_ROOT / getattr(self, field)
@@ -54,7 +62,9 @@ def _parse_subset(text: str) -> dict:
             continue
         m = re.fullmatch(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(".*"|\[.*\])', line)
         if m is None or current is None:
-            raise ValueError(f"curriculum.toml line {lineno}: outside the supported subset: {raw!r}")
+            raise ValueError(
+                f"curriculum.toml line {lineno}: outside the supported subset: {raw!r}"
+            )
         current[m.group(1)] = json.loads(m.group(2))  # TOML basic strings here are JSON strings
     return {"exercise": tables}
 
@@ -63,6 +73,7 @@ def load(path: Path = CURRICULUM) -> list[Exercise]:
     text = Path(path).read_text(encoding="utf-8")
     try:
         import tomllib
+
         data = tomllib.loads(text)
     except ModuleNotFoundError:  # Python 3.10
         data = _parse_subset(text)
@@ -71,8 +82,16 @@ def load(path: Path = CURRICULUM) -> list[Exercise]:
         missing = [f for f in FIELDS if f not in entry]
         if missing:
             raise ValueError(f"curriculum entry {i + 1} lacks {missing}")
-        out.append(Exercise(**{f: entry[f] for f in FIELDS[:5]}, checks=tuple(entry["checks"]),
-                            marker=entry["marker"], hint=entry["hint"], hint_zh=entry.get("hint_zh", "")))
+        out.append(
+            Exercise(
+                **{f: entry[f] for f in FIELDS[:5]},
+                checks=tuple(entry["checks"]),
+                marker=entry["marker"],
+                hint=entry["hint"],
+                hint_zh=entry.get("hint_zh", ""),
+                title_zh=entry.get("title_zh", ""),
+            )
+        )
     return out
 
 
@@ -82,6 +101,27 @@ def find(exercise_id: str, exercises: list[Exercise] | None = None) -> Exercise:
         if ex.id == exercise_id:
             return ex
     raise KeyError(f"no exercise {exercise_id!r}; known: {', '.join(e.id for e in exercises)}")
+
+
+LESSONS_DIR = COURSE_DIR / "ch03_kv_block" / "lessons"
+
+
+def sections() -> list[str]:
+    """Every lesson, in course order, from its file: lessons/l3_1.py is section "3.1" (a section
+    with no exercise, like the capstone 3.8, has a lesson all the same)."""
+    found = [f.stem[1:].replace("_", ".") for f in LESSONS_DIR.glob("l*_*.py")]
+    return sorted(found, key=lambda s: tuple(int(part) for part in s.split(".")))
+
+
+def lesson_module(section: str) -> str:
+    """The import name of a section's lesson."""
+    return f"course.ch03_kv_block.lessons.l{section.replace('.', '_')}"
+
+
+def markers(exercises: list[Exercise] | None = None) -> dict[str, str]:
+    """Each section's pytest marker -> its section, in course order: what pytest registers."""
+    exercises = load() if exercises is None else exercises
+    return {ex.marker: ex.section for ex in exercises}
 
 
 def problems(exercises: list[Exercise] | None = None) -> list[str]:
@@ -96,8 +136,11 @@ def problems(exercises: list[Exercise] | None = None) -> list[str]:
             out.append(f"exercise {ex.id} has an empty hint")
         if not ex.title.strip():
             out.append(f"exercise {ex.id} has an empty title")
-        if not re.fullmatch(r"ch\d+_\d+", ex.marker) or ex.marker != "ch" + ex.section.replace(".", "_"):
-            out.append(f"exercise {ex.id}: marker {ex.marker!r} does not match section {ex.section}")
+        want = "ch" + ex.section.replace(".", "_")
+        if not re.fullmatch(r"ch\d+_\d+", ex.marker) or ex.marker != want:
+            out.append(
+                f"exercise {ex.id}: marker {ex.marker!r} does not match section {ex.section}"
+            )
         if not ex.checks:
             out.append(f"exercise {ex.id} lists no checks")
         for rel in (ex.stub, ex.solution, *ex.checks):
@@ -106,6 +149,11 @@ def problems(exercises: list[Exercise] | None = None) -> list[str]:
                 out.append(f"exercise {ex.id}: {rel} does not exist")
         if ex.stub == ex.solution:
             out.append(f"exercise {ex.id}: the stub and the solution are the same file")
+        if ex.section not in sections():
+            out.append(
+                f"exercise {ex.id}: section {ex.section} has no lesson ({LESSONS_DIR.name}/"
+                f"l{ex.section.replace('.', '_')}.py)"
+            )
     for folder in OWNED_DIRS.values():
         for f in sorted((REPO_ROOT / folder).glob("*.py")):
             rel = f.relative_to(REPO_ROOT).as_posix()

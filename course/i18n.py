@@ -27,13 +27,16 @@ ZH = {
     "no such file: {path}": "没有这个文件：{path}",
     "importing your file": "导入你的文件",
     "hint: {hint}": "提示：{hint}",
-    "{n} more failing check(s); --verbose shows them all": "还有 {n} 项检查未通过；加 --verbose 查看全部",
+    "{n} more failing check(s); --verbose shows them all":
+        "还有 {n} 项检查未通过；加 --verbose 查看全部",
     "checking {path}": "检查 {path}",
     "{ok}/{n} exercises pass": "{ok}/{n} 个练习通过",
     "your file does not parse: line {line}: {msg}": "你的文件有语法错误：第 {line} 行：{msg}",
-    "your file called sys.exit({code}) while being imported": "你的文件在导入时调用了 sys.exit({code})",
+    "your file called sys.exit({code}) while being imported":
+        "你的文件在导入时调用了 sys.exit({code})",
     "importing your file raised {name}: {what}{at}": "导入你的文件时抛出了 {name}：{what}{at}",
-    "{what} ran for over {seconds:g} s: is there an endless loop?": "{what} 运行超过 {seconds:g} 秒：是不是有死循环？",
+    "{what} ran for over {seconds:g} s: is there an endless loop?":
+        "{what} 运行超过 {seconds:g} 秒：是不是有死循环？",
     "PASS {id}  {title} ({passed}/{total} checks)": "PASS {id}  {title}（{passed}/{total} 项检查）",
     "{status} {id}  {passed}/{total} checks pass": "{status} {id}  {passed}/{total} 项检查通过",
     "  ({n} checks)": "（{n} 项检查）",
@@ -41,7 +44,7 @@ ZH = {
 
 
 def detect() -> str:
-    """The environment's language; the rule lives in pagedsim.app.lang (shared with the tour and play)."""
+    """The environment's language, by the rule of pagedsim.app.lang (shared with tour and play)."""
     return _lang.detect()
 
 
@@ -49,7 +52,7 @@ def set_lang(lang: str | None) -> str:
     """Fix the language for this process and the checks it runs; None keeps the detected one."""
     if lang is not None and lang not in LANGS:
         raise ValueError(f"--lang must be one of {', '.join(LANGS)}, got {lang!r}")
-    os.environ["PAGEDSIM_LANG"] = lang or detect()
+    os.environ["PAGEDSIM_LANG"] = _lang.detect(lang)  # the rule of pagedsim.app.lang
     return os.environ["PAGEDSIM_LANG"]
 
 

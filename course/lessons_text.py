@@ -1,7 +1,8 @@
 """What `pagedsim lesson` prints before the demo: the title, the text in one language, the figures.
 
 A lesson module has TITLE, TEXT (English), TEXT_ZH (Chinese, optional: English is shown
-when it is missing) and FIGURES: (name in `pagedsim figures --list`, what to look at).
+when it is missing), FIGURES: (name in `pagedsim figures --list`, what to look at) and
+FIGURES_ZH, the captions in Chinese in the same order (optional).
 The notebooks (course/notebooks.py) use the same function, so text and notebook agree.
 """
 
@@ -14,11 +15,15 @@ def figure_lines(lesson, lang: str) -> list[str]:
     figures = getattr(lesson, "FIGURES", ())
     if not figures:
         return []
-    head = "figures for this lesson (draw them with the command shown):" if lang == "en" else \
-        "本节的图（用所示命令生成）："
+    head = (
+        "figures for this lesson (draw them with the command shown):"
+        if lang == "en"
+        else "本节的图（用所示命令生成）："
+    )
+    captions = getattr(lesson, "FIGURES_ZH", None) if lang == "zh" else None
     lines = [head]
-    for name, what in figures:
-        lines.append(f"  {name}: {what}")
+    for i, (name, what) in enumerate(figures):
+        lines.append(f"  {name}: {captions[i] if captions and i < len(captions) else what}")
         lines.append(f"      pagedsim figures --only {name} --out DIR")
     return lines
 
@@ -27,4 +32,5 @@ def lesson_text(lesson, section: str, lang: str = "en") -> str:
     title = getattr(lesson, "TITLE_ZH", lesson.TITLE) if lang == "zh" else lesson.TITLE
     body = getattr(lesson, "TEXT_ZH", None) if lang == "zh" else None
     body = textwrap.dedent(body or lesson.TEXT).strip()
-    return "\n".join([f"== {section} {title} ==", "", body, "", *figure_lines(lesson, lang)]).rstrip()
+    lines = [f"== {section} {title} ==", "", body, "", *figure_lines(lesson, lang)]
+    return "\n".join(lines).rstrip()

@@ -1,4 +1,4 @@
-"""Generic mutation testing of the reference solutions: how many small random bugs do the checks catch?
+"""Generic mutation testing of the reference solutions: how many small random bugs do checks catch?
 
 The named mutants (ch03_kv_block/mutants.py) are the mistakes students make. This module
 adds the blind measure: every *generic* mutant of a solution, made by rewriting its
@@ -33,89 +33,285 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-BINOPS = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult, ast.FloorDiv: ast.Div,
-          ast.Mod: ast.FloorDiv, ast.BitAnd: ast.BitOr, ast.BitOr: ast.BitAnd, ast.Pow: ast.Mult,
-          ast.LShift: ast.RShift, ast.RShift: ast.LShift}
-CMPOPS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
-          ast.NotEq: ast.Eq, ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn, ast.NotIn: ast.In}
-SYMBOL = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
-          ast.BitAnd: "&", ast.BitOr: "|", ast.Pow: "**", ast.LShift: "<<", ast.RShift: ">>",
-          ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=",
-          ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in", ast.And: "and", ast.Or: "or"}
+BINOPS = {
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+    ast.Mult: ast.Div,
+    ast.Div: ast.Mult,
+    ast.FloorDiv: ast.Div,
+    ast.Mod: ast.FloorDiv,
+    ast.BitAnd: ast.BitOr,
+    ast.BitOr: ast.BitAnd,
+    ast.Pow: ast.Mult,
+    ast.LShift: ast.RShift,
+    ast.RShift: ast.LShift,
+}
+CMPOPS = {
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+}
+SYMBOL = {
+    ast.Add: "+",
+    ast.Sub: "-",
+    ast.Mult: "*",
+    ast.Div: "/",
+    ast.FloorDiv: "//",
+    ast.Mod: "%",
+    ast.BitAnd: "&",
+    ast.BitOr: "|",
+    ast.Pow: "**",
+    ast.LShift: "<<",
+    ast.RShift: ">>",
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.GtE: ">=",
+    ast.Eq: "==",
+    ast.NotEq: "!=",
+    ast.Is: "is",
+    ast.IsNot: "is not",
+    ast.In: "in",
+    ast.NotIn: "not in",
+    ast.And: "and",
+    ast.Or: "or",
+}
 
 # (exercise, mutant key) -> why no check can tell it from the solution. The key is
 # "<kind>: <source line, stripped> :: <change>", as `--list` prints it.
-_FIGSIZE = ("new_axes's figure size in inches (given code): every artist sits in data coordinates on an "
-            "equal-aspect axes, so another size scales the same diagram; the checks pin where things are, not inches")
-_COSMETIC = "appearance only (font size, line width, arrow curvature or shrink, title wrapping, PNG dpi): the " \
-            "diagram shows the same blocks, counts, arrows and free list"
-_SAME_Y = "the argument changed is the table column, and only the row's y coordinate ([1]) is used: same value"
-_COUNT_IN_BOX = "the count label moves from 0.1 below the centre to 0.1 above it: still inside its square, below the id"
-_NEVER_READ = ("pop_blocks fills `out` with a sentinel that every thread overwrites (one thread per entry), "
-               "so its value is never observed")
+_FIGSIZE = (
+    "new_axes's figure size in inches (given code): every artist sits in data coordinates "
+    "on an equal-aspect axes, so another size scales the same diagram; the checks pin "
+    "where things are, not inches"
+)
+_COSMETIC = (
+    "appearance only (font size, line width, arrow curvature or shrink, title wrapping, PNG dpi): "
+    "the diagram shows the same blocks, counts, arrows and free list"
+)
+_SAME_Y = (
+    "the argument changed is the table column, and only the row's y coordinate ([1]) is used: "
+    "same value"
+)
+_COUNT_IN_BOX = (
+    "the count label moves from 0.1 below the centre to 0.1 above it: still inside its square, "
+    "below the id"
+)
+_NEVER_READ = (
+    "pop_blocks fills `out` with a sentinel that every thread overwrites (one thread "
+    "per entry), so its value is never observed"
+)
 EQUIVALENT: dict[tuple[str, str], str] = {
-    ("3.6", 'operator in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * max(len(snapshot.sequences), 1) + 2 :: + -> - [1]'): _FIGSIZE,
-    ("3.6", 'constant in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * max(len(snapshot.sequences), 1) + 2 :: 2 -> 3'): _FIGSIZE,
-    ("3.6", 'operator in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * max(len(snapshot.sequences), 1) + 2 :: unary USub dropped [1]'): _FIGSIZE,
-    ("3.6", 'operator in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * max(len(snapshot.sequences), 1) + 2 :: * -> /'): _FIGSIZE,
-    ("3.6", 'operator in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * max(len(snapshot.sequences), 1) + 2 :: // -> /'): _FIGSIZE,
-    ("3.6", 'constant in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * max(len(snapshot.sequences), 1) + 2 :: 1.3 -> 2.3'): _FIGSIZE,
-    ("3.6", 'operator in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows + 0.5)) :: + -> - [1]'): _FIGSIZE,
-    ("3.6", 'operator in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows + 0.5)) :: + -> - [2]'): _FIGSIZE,
-    ("3.6", 'operator in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * max(len(snapshot.sequences), 1) + 2 :: unary USub dropped [2]'): _FIGSIZE,
-    ("3.6", 'constant in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * max(len(snapshot.sequences), 1) + 2 :: 1 -> 2'): _FIGSIZE,
-    ("3.6", 'operator in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows + 0.5)) :: * -> / [1]'): _FIGSIZE,
-    ("3.6", 'constant in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows + 0.5)) :: 2.5 -> 3.5'): _FIGSIZE,
-    ("3.6", 'constant in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows + 0.5)) :: 0.5 -> 1.5'): _FIGSIZE,
-    ("3.6", 'constant in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows + 0.5)) :: 1.0 -> 2.0'): _FIGSIZE,
-    ("3.6", 'constant in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows + 0.5)) :: 0.8 -> 1.8'): _FIGSIZE,
-    ("3.6", 'constant in draw_flow: ax.text(x, y + 0.28, f"#{b}", ha="center", va="center", fontsize=7) :: 7 -> 8'): _COSMETIC,
-    ("3.6", 'constant in draw_trace: ax.set_title(f"step {snap.step}: {snap.caption}", fontsize=8, wrap=True) :: 8 -> 9'): _COSMETIC,
-    ("3.6", 'constant in draw_trace: ax.set_title(f"step {snap.step}: {snap.caption}", fontsize=8, wrap=True) :: True -> False'): _COSMETIC,
-    ("3.6", 'constant in draw_trace: fig.savefig(paths[-1], dpi=80, bbox_inches="tight") :: 80 -> 81'): _COSMETIC,
-    ("3.6", 'constant in draw_flow: arrowprops=dict(arrowstyle="->", color="#555555", lw=0.8, shrinkA=8, shrinkB=8, :: 0.8 -> 1.8'): _COSMETIC,
-    ("3.6", 'constant in draw_flow: arrowprops=dict(arrowstyle="->", color="#555555", lw=0.8, shrinkA=8, shrinkB=8, :: 8 -> 9 [1]'): _COSMETIC,
-    ("3.6", 'constant in draw_flow: arrowprops=dict(arrowstyle="->", color="#555555", lw=0.8, shrinkA=8, shrinkB=8, :: 8 -> 9 [2]'): _COSMETIC,
-    ("3.6", 'operator in draw_flow: connectionstyle=f"arc3,rad={0.15 + 0.1 * row}")) :: + -> -'): _COSMETIC,
-    ("3.6", 'constant in draw_flow: connectionstyle=f"arc3,rad={0.15 + 0.1 * row}")) :: 0.15 -> 1.15'): _COSMETIC,
-    ("3.6", 'constant in draw_flow: connectionstyle=f"arc3,rad={0.15 + 0.1 * row}")) :: 0.1 -> 1.1'): _COSMETIC,
-    ("3.6", 'constant in draw_flow: bottom = table_xy(len(snapshot.sequences), 0, n)[1] :: 0 -> 1'): _SAME_Y,
-    ("3.6", 'constant in draw_flow: ax.text(-0.7, table_xy(row, 0, n)[1], f"seq {seq.seq_id}", ha="right", va="center") :: 0 -> 1'): _SAME_Y,
-    ("3.6", 'operator in draw_flow: ax.text(x, y - 0.1, str(count), ha="center", va="center", gid=f"count-{b}") :: - -> +'): _COUNT_IN_BOX,
-    ("3.7", "operator in pop_blocks: out = np.full(num_threads, -2, np.int32)  # -2: a thread that never wrote :: "
-            "unary USub dropped"): _NEVER_READ,
-    ("3.7", "constant in pop_blocks: out = np.full(num_threads, -2, np.int32)  # -2: a thread that never wrote :: 2 -> 3"):
-        _NEVER_READ,
-    ("3.1", "statement in allocate: return None :: deleted"):
-        "allocate's last line; without it the function falls off its end and returns None all the same",
-    ("3.1", "comparison in free: while i < len(self.holes) and self.holes[i][0] < start: :: "
-            "self.holes[i][0] < start: < -> <="):
-        "a freed range never starts where a hole starts (free space and a live range are disjoint), so "
-        "holes[i][0] == start never happens on valid input",
-    ("3.1", "comparison in free: if i > 0 and self.holes[i - 1][0] + self.holes[i - 1][1] == start:  # touches the left "
-            "hole :: i > 0: > -> >="):
-        "with i == 0 every hole starts after the freed range, so holes[-1] (the last hole, or the range itself) "
-        "never ends exactly at its start: the merge test is false either way",
-    ("3.4a", "statement in _check: return b :: deleted"):
-        "_check's return value is never used: every caller calls it for the PoolError only",
-    ("3.4a", "comparison in free_list: while b != self.tail and len(out) <= self.num_blocks: :: "
-             "len(out) <= self.num_blocks: <= -> <"):
-        "the length guard only stops a walk of a corrupted (looping) list; on a valid list the tail ends the "
-        "walk after at most num_blocks entries either way",
-    ("3.4a", "constant in __init__: self.next = [0] * (num_blocks + 2)  # [num_blocks + 2] next node on the free list :: "
-             "2 -> 3"): "one unused extra node at the end: no pointer ever names it",
-    ("3.4a", "constant in __init__: self.prev = [0] * (num_blocks + 2)  # [num_blocks + 2] previous node on the free list "
-             ":: 0 -> 1"): "every prev entry is written (by _push or the sentinel lines) before it is read",
-    ("3.4a", "constant in __init__: self.next = [0] * (num_blocks + 2)  # [num_blocks + 2] next node on the free "
-             "list :: 0 -> 1"): "every next entry is written (by _push or the sentinel lines) before it is read",
-    ("3.4a", "constant in __init__: self.prev = [0] * (num_blocks + 2)  # [num_blocks + 2] previous node on the "
-             "free list :: 2 -> 3"): "one unused extra node at the end: no pointer ever names it",
-    ("3.4a", "statement in __init__: self.prev[self.head], self.next[self.tail] = self.head, self.tail :: deleted"):
-        "prev[head] and next[tail] point out of the list and are never read: walks follow next from the head "
-        "and stop at the tail, and _unlink/_push read the links of blocks and next[head] only",
-    ("3.7", "constant in pop_blocks: pop_kernel[1, num_threads](stack, top, out) :: 1 -> 2"):
-        "a second block of threads has i >= out.shape[0] for every thread, so the kernel's guard makes "
-        "it do nothing: same outputs, same top",
+    (
+        "3.6",
+        "operator in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * "
+        "max(len(snapshot.sequences), 1) + 2 :: + -> - [1]",
+    ): _FIGSIZE,
+    (
+        "3.6",
+        "constant in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * "
+        "max(len(snapshot.sequences), 1) + 2 :: 2 -> 3",
+    ): _FIGSIZE,
+    (
+        "3.6",
+        "operator in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * "
+        "max(len(snapshot.sequences), 1) + 2 :: unary USub dropped [1]",
+    ): _FIGSIZE,
+    (
+        "3.6",
+        "operator in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * "
+        "max(len(snapshot.sequences), 1) + 2 :: * -> /",
+    ): _FIGSIZE,
+    (
+        "3.6",
+        "operator in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * "
+        "max(len(snapshot.sequences), 1) + 2 :: // -> /",
+    ): _FIGSIZE,
+    (
+        "3.6",
+        "constant in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * "
+        "max(len(snapshot.sequences), 1) + 2 :: 1.3 -> 2.3",
+    ): _FIGSIZE,
+    (
+        "3.6",
+        "operator in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows "
+        "+ 0.5)) :: + -> - [1]",
+    ): _FIGSIZE,
+    (
+        "3.6",
+        "operator in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows "
+        "+ 0.5)) :: + -> - [2]",
+    ): _FIGSIZE,
+    (
+        "3.6",
+        "operator in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * "
+        "max(len(snapshot.sequences), 1) + 2 :: unary USub dropped [2]",
+    ): _FIGSIZE,
+    (
+        "3.6",
+        "constant in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * "
+        "max(len(snapshot.sequences), 1) + 2 :: 1 -> 2",
+    ): _FIGSIZE,
+    (
+        "3.6",
+        "operator in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows "
+        "+ 0.5)) :: * -> / [1]",
+    ): _FIGSIZE,
+    (
+        "3.6",
+        "constant in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows "
+        "+ 0.5)) :: 2.5 -> 3.5",
+    ): _FIGSIZE,
+    (
+        "3.6",
+        "constant in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows "
+        "+ 0.5)) :: 0.5 -> 1.5",
+    ): _FIGSIZE,
+    (
+        "3.6",
+        "constant in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows "
+        "+ 0.5)) :: 1.0 -> 2.0",
+    ): _FIGSIZE,
+    (
+        "3.6",
+        "constant in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows "
+        "+ 0.5)) :: 0.8 -> 1.8",
+    ): _FIGSIZE,
+    (
+        "3.6",
+        'constant in draw_flow: ax.text(x, y + 0.28, f"#{b}", ha="center", va="center", '
+        "fontsize=7) :: 7 -> 8",
+    ): _COSMETIC,
+    (
+        "3.6",
+        'constant in draw_trace: ax.set_title(f"step {snap.step}: {snap.caption}", fontsize=8, '
+        "wrap=True) :: 8 -> 9",
+    ): _COSMETIC,
+    (
+        "3.6",
+        'constant in draw_trace: ax.set_title(f"step {snap.step}: {snap.caption}", fontsize=8, '
+        "wrap=True) :: True -> False",
+    ): _COSMETIC,
+    (
+        "3.6",
+        'constant in draw_trace: fig.savefig(paths[-1], dpi=80, bbox_inches="tight") :: 80 -> 81',
+    ): _COSMETIC,
+    (
+        "3.6",
+        'constant in draw_flow: arrowprops=dict(arrowstyle="->", color="#555555", lw=0.8, '
+        "shrinkA=8, shrinkB=8, :: 0.8 -> 1.8",
+    ): _COSMETIC,
+    (
+        "3.6",
+        'constant in draw_flow: arrowprops=dict(arrowstyle="->", color="#555555", lw=0.8, '
+        "shrinkA=8, shrinkB=8, :: 8 -> 9 [1]",
+    ): _COSMETIC,
+    (
+        "3.6",
+        'constant in draw_flow: arrowprops=dict(arrowstyle="->", color="#555555", lw=0.8, '
+        "shrinkA=8, shrinkB=8, :: 8 -> 9 [2]",
+    ): _COSMETIC,
+    (
+        "3.6",
+        'operator in draw_flow: connectionstyle=f"arc3,rad={0.15 + 0.1 * row}")) :: + -> -',
+    ): _COSMETIC,
+    (
+        "3.6",
+        'constant in draw_flow: connectionstyle=f"arc3,rad={0.15 + 0.1 * row}")) :: 0.15 -> 1.15',
+    ): _COSMETIC,
+    (
+        "3.6",
+        'constant in draw_flow: connectionstyle=f"arc3,rad={0.15 + 0.1 * row}")) :: 0.1 -> 1.1',
+    ): _COSMETIC,
+    (
+        "3.6",
+        "constant in draw_flow: bottom = table_xy(len(snapshot.sequences), 0, n)[1] :: 0 -> 1",
+    ): _SAME_Y,
+    (
+        "3.6",
+        'constant in draw_flow: ax.text(-0.7, table_xy(row, 0, n)[1], f"seq {seq.seq_id}", '
+        'ha="right", va="center") :: 0 -> 1',
+    ): _SAME_Y,
+    (
+        "3.6",
+        'operator in draw_flow: ax.text(x, y - 0.1, str(count), ha="center", va="center", '
+        'gid=f"count-{b}") :: - -> +',
+    ): _COUNT_IN_BOX,
+    (
+        "3.7",
+        "operator in pop_blocks: out = np.full(num_threads, -2, np.int32)  # -2: a thread that "
+        "never wrote :: unary USub dropped",
+    ): _NEVER_READ,
+    (
+        "3.7",
+        "constant in pop_blocks: out = np.full(num_threads, -2, np.int32)  # -2: a thread that "
+        "never wrote :: 2 -> 3",
+    ): _NEVER_READ,
+    (
+        "3.1",
+        "statement in allocate: return None :: deleted",
+    ): "allocate's last line; without it the function falls off its end and returns None all the "
+    "same",
+    (
+        "3.1",
+        "comparison in free: while i < len(self.holes) and self.holes[i][0] < start: :: "
+        "self.holes[i][0] < start: < -> <=",
+    ): "a freed range never starts where a hole starts (free space and a live range are "
+    "disjoint), so holes[i][0] == start never happens on valid input",
+    (
+        "3.1",
+        "comparison in free: if i > 0 and self.holes[i - 1][0] + self.holes[i - 1][1] == "
+        "start:  # touches the left hole :: i > 0: > -> >=",
+    ): "with i == 0 every hole starts after the freed range, so holes[-1] (the last hole, or the "
+    "range itself) never ends exactly at its start: the merge test is false either way",
+    (
+        "3.4a",
+        "statement in _check: return b :: deleted",
+    ): "_check's return value is never used: every caller calls it for the PoolError only",
+    (
+        "3.4a",
+        "comparison in free_list: while b != self.tail and len(out) <= self.num_blocks: :: "
+        "len(out) <= self.num_blocks: <= -> <",
+    ): "the length guard only stops a walk of a corrupted (looping) list; on a valid list the "
+    "tail ends the walk after at most num_blocks entries either way",
+    (
+        "3.4a",
+        "constant in __init__: self.next = [0] * (num_blocks + 2)  # [num_blocks + 2] next "
+        "node on the free list :: 2 -> 3",
+    ): "one unused extra node at the end: no pointer ever names it",
+    (
+        "3.4a",
+        "constant in __init__: self.prev = [0] * (num_blocks + 2)  # [num_blocks + 2] "
+        "previous node on the free list :: 0 -> 1",
+    ): "every prev entry is written (by _push or the sentinel lines) before it is read",
+    (
+        "3.4a",
+        "constant in __init__: self.next = [0] * (num_blocks + 2)  # [num_blocks + 2] next "
+        "node on the free list :: 0 -> 1",
+    ): "every next entry is written (by _push or the sentinel lines) before it is read",
+    (
+        "3.4a",
+        "constant in __init__: self.prev = [0] * (num_blocks + 2)  # [num_blocks + 2] "
+        "previous node on the free list :: 2 -> 3",
+    ): "one unused extra node at the end: no pointer ever names it",
+    (
+        "3.4a",
+        "statement in __init__: self.prev[self.head], self.next[self.tail] = self.head, "
+        "self.tail :: deleted",
+    ): "prev[head] and next[tail] point out of the list and are never read: walks follow next "
+    "from the head and stop at the tail, and _unlink/_push read the links of blocks and "
+    "next[head] only",
+    (
+        "3.7",
+        "constant in pop_blocks: pop_kernel[1, num_threads](stack, top, out) :: 1 -> 2",
+    ): "a second block of threads has i >= out.shape[0] for every thread, so the kernel's guard "
+    "makes it do nothing: same outputs, same top",
 }
 
 
@@ -133,67 +329,144 @@ class Generic:
     @property
     def key(self) -> str:
         where = f" in {self.function}" if self.function else ""
-        return f"{self.kind}{where}: {self.source_line} :: {self.change}" + (f" [{self.nth}]" if self.nth else "")
+        return f"{self.kind}{where}: {self.source_line} :: {self.change}" + (
+            f" [{self.nth}]" if self.nth else ""
+        )
 
 
 def _is_docstring(node, parent) -> bool:
     body = getattr(parent, "body", None)
-    return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
-            and isinstance(node.value.value, str) and bool(body) and body[0] is node)
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+        and bool(body)
+        and body[0] is node
+    )
+
+
+def _annotation_nodes(tree) -> set:
+    """ids of nodes inside annotations: never evaluated (from __future__ import annotations)."""
+    out = set()
+    for node in ast.walk(tree):
+        for n in (getattr(node, "returns", None), getattr(node, "annotation", None)):
+            if n is not None:
+                out.update(id(x) for x in ast.walk(n))
+    return out
+
+
+def _function_nodes(tree) -> set:
+    """ids of nodes inside a function body, or in its default values."""
+    out = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.update(id(n) for n in ast.walk(fn) if n is not fn)
+            out.update(id(a) for a in fn.args.defaults + fn.args.kw_defaults if a is not None)
+    return out
+
+
+def _statement_points(tree, in_function: set) -> list:
+    """Deleting one statement of a function body (not a docstring, an import or a pass)."""
+    bodies = in_function | {
+        id(n) for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    out = []
+    for parent in ast.walk(tree):
+        for fieldname, value in ast.iter_fields(parent):
+            if fieldname != "body" or not isinstance(value, list) or id(parent) not in bodies:
+                continue
+            for i, stmt in enumerate(value):
+                if _is_docstring(stmt, parent) or isinstance(
+                    stmt, (ast.Import, ast.ImportFrom, ast.Pass)
+                ):
+                    continue
+                out.append(
+                    (
+                        stmt,
+                        "statement",
+                        "deleted",
+                        lambda _n, body=value, i=i: body.__setitem__(i, ast.Pass()),
+                    )
+                )
+    return out
+
+
+def _drop_unary(n) -> None:
+    if isinstance(n.op, ast.Not):  # `not x` becomes `not not x`
+        n.operand = ast.UnaryOp(ast.Not(), n.operand)
+    else:
+        n.op = ast.UAdd()
+
+
+def _operator_points(node) -> list:
+    if isinstance(node, (ast.BinOp, ast.AugAssign)) and type(node.op) in BINOPS:
+        new = BINOPS[type(node.op)]
+        return [
+            (
+                node,
+                "operator",
+                f"{SYMBOL[type(node.op)]} -> {SYMBOL[new]}",
+                lambda n, new=new: setattr(n, "op", new()),
+            )
+        ]
+    if isinstance(node, ast.BoolOp):
+        new = ast.Or if isinstance(node.op, ast.And) else ast.And
+        return [
+            (
+                node,
+                "operator",
+                f"{SYMBOL[type(node.op)]} -> {SYMBOL[new]}",
+                lambda n, new=new: setattr(n, "op", new()),
+            )
+        ]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Not, ast.Invert)):
+        return [(node, "operator", f"unary {type(node.op).__name__} dropped", _drop_unary)]
+    return []
+
+
+def _comparison_points(node) -> list:
+    out = []
+    for k, op in enumerate(node.ops):
+        if type(op) in CMPOPS:
+            new = CMPOPS[type(op)]
+            left = node.left if k == 0 else node.comparators[k - 1]
+            what = f"{ast.unparse(left)} {SYMBOL[type(op)]} {ast.unparse(node.comparators[k])}"
+            out.append(
+                (
+                    node,
+                    "comparison",
+                    f"{what}: {SYMBOL[type(op)]} -> {SYMBOL[new]}",
+                    lambda n, k=k, new=new: n.ops.__setitem__(k, new()),
+                )
+            )
+    return out
+
+
+def _constant_points(node) -> list:
+    v = node.value
+    if isinstance(v, bool):
+        return [(node, "constant", f"{v} -> {not v}", lambda n: setattr(n, "value", not n.value))]
+    if isinstance(v, (int, float)):
+        return [
+            (node, "constant", f"{v!r} -> {v + 1!r}", lambda n: setattr(n, "value", n.value + 1))
+        ]
+    return []
 
 
 def _points(tree: ast.Module):
-    """Every mutation point: (node, kind, change, apply) where apply(node) mutates in place."""
-    out = []
-    in_annotation = set()  # never evaluated (from __future__ import annotations): no mutant there
-    for node in ast.walk(tree):
-        notes = [getattr(node, "returns", None), getattr(node, "annotation", None)]
-        for n in notes:
-            if n is not None:
-                in_annotation.update(id(x) for x in ast.walk(n))
-    in_function = set()
-    for fn in ast.walk(tree):
-        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            in_function.update(id(n) for n in ast.walk(fn) if n is not fn)
-            in_function.update(id(a) for a in fn.args.defaults + fn.args.kw_defaults if a is not None)
-    bodies = in_function | {id(n) for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    for parent in ast.walk(tree):
-        for fieldname, value in ast.iter_fields(parent):
-            if fieldname == "body" and isinstance(value, list) and id(parent) in bodies:
-                for i, stmt in enumerate(value):
-                    if _is_docstring(stmt, parent) or isinstance(stmt, (ast.Import, ast.ImportFrom, ast.Pass)):
-                        continue
-                    out.append((stmt, "statement", "deleted",
-                                lambda _n, body=value, i=i: body.__setitem__(i, ast.Pass())))
+    """Every mutation point: (node, kind, change, apply) where apply(node) mutates in place.
+    Statements come first, then the expressions in ast.walk order (the indices are stable)."""
+    in_annotation, in_function = _annotation_nodes(tree), _function_nodes(tree)
+    out = _statement_points(tree, in_function)
     for node in ast.walk(tree):
         if id(node) in in_annotation:
             continue
-        if isinstance(node, (ast.BinOp, ast.AugAssign)) and type(node.op) in BINOPS:
-            new = BINOPS[type(node.op)]
-            out.append((node, "operator", f"{SYMBOL[type(node.op)]} -> {SYMBOL[new]}",
-                        lambda n, new=new: setattr(n, "op", new())))
-        elif isinstance(node, ast.BoolOp):
-            new = ast.Or if isinstance(node.op, ast.And) else ast.And
-            out.append((node, "operator", f"{SYMBOL[type(node.op)]} -> {SYMBOL[new]}",
-                        lambda n, new=new: setattr(n, "op", new())))
-        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Not, ast.Invert)):
-            out.append((node, "operator", f"unary {type(node.op).__name__} dropped",
-                        lambda n: setattr(n, "op", ast.UAdd()) if not isinstance(n.op, ast.Not)
-                        else setattr(n, "op", ast.Not()) or setattr(n, "operand", ast.UnaryOp(ast.Not(), n.operand))))
-        elif isinstance(node, ast.Compare):
-            for k, op in enumerate(node.ops):
-                if type(op) in CMPOPS:
-                    new = CMPOPS[type(op)]
-                    left = node.left if k == 0 else node.comparators[k - 1]
-                    what = f"{ast.unparse(left)} {SYMBOL[type(op)]} {ast.unparse(node.comparators[k])}"
-                    out.append((node, "comparison", f"{what}: {SYMBOL[type(op)]} -> {SYMBOL[new]}",
-                                lambda n, k=k, new=new: n.ops.__setitem__(k, new())))
-        elif isinstance(node, ast.Constant) and id(node) in in_function:
-            v = node.value
-            if isinstance(v, bool):
-                out.append((node, "constant", f"{v} -> {not v}", lambda n: setattr(n, "value", not n.value)))
-            elif isinstance(v, (int, float)):
-                out.append((node, "constant", f"{v!r} -> {v + 1!r}", lambda n: setattr(n, "value", n.value + 1)))
+        if isinstance(node, ast.Compare):
+            out += _comparison_points(node)
+        elif isinstance(node, ast.Constant):
+            out += _constant_points(node) if id(node) in in_function else []
+        else:
+            out += _operator_points(node)
     return out
 
 
@@ -221,8 +494,21 @@ def generate(exercise_id: str, source: str) -> list[tuple[Generic, str]]:
         mutated = ast.unparse(ast.fix_missing_locations(tree))
         line = getattr(node, "lineno", 0)
         col = getattr(node, "col_offset", 0)
-        out.append((Generic(exercise_id, index, kind, line, change, lines[line - 1].strip() if line else "",
-                            functions.get(line, "")), mutated, col))
+        out.append(
+            (
+                Generic(
+                    exercise_id,
+                    index,
+                    kind,
+                    line,
+                    change,
+                    lines[line - 1].strip() if line else "",
+                    functions.get(line, ""),
+                ),
+                mutated,
+                col,
+            )
+        )
     by_key: dict[str, list] = {}
     for item in out:
         by_key.setdefault(item[0].key, []).append(item)
@@ -248,7 +534,9 @@ def measure(ex, *, sample: int | None = None, seed: int = 0, seconds: float = 10
     source = ex.path("solution").read_text(encoding="utf-8")
     mutants = generate(ex.id, source)
     if sample is not None and sample < len(mutants):
-        mutants = sorted(random.Random(f"{seed}-{ex.id}").sample(mutants, sample), key=lambda m: m[0].index)
+        mutants = sorted(
+            random.Random(f"{seed}-{ex.id}").sample(mutants, sample), key=lambda m: m[0].index
+        )
     results = []
     with tempfile.TemporaryDirectory(prefix="pagedsim-generic-") as tmp:
         for m, text in mutants:
@@ -277,13 +565,17 @@ def score(results: list[Result]) -> tuple[int, int, int]:
 def main(argv: list[str] | None = None) -> int:
     from . import curriculum
 
-    p = argparse.ArgumentParser(prog="python -m course.mutation", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m course.mutation", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("exercises", nargs="*", help="exercise ids (default: all)")
     p.add_argument("--sample", type=int, help="a seeded sample of N mutants per exercise")
     p.add_argument("--list", action="store_true", help="list the mutants without running them")
     p.add_argument("--survivors", action="store_true", help="print every mutant no check caught")
     args = p.parse_args(argv)
-    exercises = [curriculum.find(i) for i in args.exercises] if args.exercises else curriculum.load()
+    exercises = (
+        [curriculum.find(i) for i in args.exercises] if args.exercises else curriculum.load()
+    )
     total_caught = total = 0
     for ex in exercises:
         if args.list:
@@ -293,12 +585,18 @@ def main(argv: list[str] | None = None) -> int:
         results = measure(ex, sample=args.sample)
         caught, counted, eq = score(results)
         total_caught, total = total_caught + caught, total + counted
-        print(f"{ex.id:<5} {caught:>4}/{counted:<4} generic mutants caught ({caught / max(counted, 1):.1%})"
-              + (f", {eq} listed as equivalent" if eq else ""), flush=True)
+        print(
+            f"{ex.id:<5} {caught:>4}/{counted:<4} generic mutants caught "
+            f"({caught / max(counted, 1):.1%})" + (f", {eq} listed as equivalent" if eq else ""),
+            flush=True,
+        )
         if args.survivors:
             for r in results:
                 if r.caught_by is None and r.equivalent is None:
-                    print(f"      survived #{r.mutant.index} line {r.mutant.line}: {r.mutant.key}", flush=True)
+                    print(
+                        f"      survived #{r.mutant.index} line {r.mutant.line}: {r.mutant.key}",
+                        flush=True,
+                    )
     if not args.list:
         print(f"all   {total_caught:>4}/{total:<4} ({total_caught / max(total, 1):.1%})")
     return 0

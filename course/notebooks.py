@@ -1,16 +1,21 @@
 """The chapter-3 notebooks: one per section, generated from the lessons so they never drift.
 
-    python -m course.notebooks            (re)write course/ch03_kv_block/notebooks/3.x.ipynb
-    python -m course.notebooks --check    exit 1 if a notebook differs from what the lessons give
+    python -m course.notebooks [3.x ...]   (re)write course/ch03_kv_block/notebooks/3.x.ipynb,
+                                           executed: every cell run in order, its outputs stored
+    python -m course.notebooks --no-execute   the same cells without outputs
+    python -m course.notebooks --check     exit 1 if a notebook's cells differ from the lessons' own
 
-Each notebook (nbformat 4, no outputs stored) holds the lesson's text in English and
+Each notebook (nbformat 4, stored with its outputs so that GitHub shows its figures) holds
+the lesson's text in English and
 Chinese, then four code cells that call the helpers below: the lesson's demo, its
 figures, an interactive stepper over a trace (matplotlib's `to_jshtml`: play, pause,
 step) and the exercise's check against the student's workspace file (a section
 without an exercise, the capstone 3.8, ends after the stepper). Opening one needs
 the README's install plus Jupyter; nothing here imports IPython unless it is there.
 
-tests/course/test_notebooks.py executes every code cell in order, headless (Agg), with
+tests/course/test_notebooks.py checks, cheaply, that the stored cells are the generator's and
+that every code cell has outputs; its slow test executes every code cell in order, headless
+(Agg), with
 PAGEDSIM_NOTEBOOK_FAST=1: figures and stepper frames at a low resolution, the labs'
 figures (whole sweeps, drawn by their own tests) named instead of drawn, and 3.8's
 engine on its NumPy path instead of the kernels.
@@ -19,30 +24,50 @@ engine on its NumPy path instead of the kernels.
 from __future__ import annotations
 
 import argparse
+import base64
+import contextlib
 import importlib
 import inspect
+import io
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
+from . import curriculum
 from .lessons_text import lesson_text
 
-SECTIONS = ("3.1", "3.2", "3.3", "3.4", "3.5", "3.6", "3.7", "3.8")
+SECTIONS = tuple(curriculum.sections())  # one notebook per lesson
 FOLDER = Path(__file__).resolve().parent / "ch03_kv_block" / "notebooks"
 FAST = os.environ.get("PAGEDSIM_NOTEBOOK_FAST") == "1"
 
 
 def _lesson(section: str):
-    return importlib.import_module(f"course.ch03_kv_block.lessons.l{section.replace('.', '_')}")
+    return importlib.import_module(curriculum.lesson_module(section))
 
 
-def _display(obj, fallback: str) -> None:
+_RECORD: list | None = None  # while `--execute` runs a notebook: the cell's rich outputs go here
+
+
+def _display(mime: dict, fallback: str) -> None:
+    """Show a MIME bundle ({"image/png": base64 text} or {"text/html": ...}) in Jupyter, record it
+    while `--execute` runs the notebook, or print the fallback line anywhere else."""
+    if _RECORD is not None:
+        _RECORD.append(
+            {
+                "output_type": "display_data",
+                "data": {**mime, "text/plain": [fallback]},
+                "metadata": {},
+            }
+        )
+        return
     try:
         from IPython import get_ipython
         from IPython.display import display
+
         if get_ipython() is not None:
-            display(obj() if callable(obj) else obj)
+            display(mime, raw=True)
             return
     except ImportError:
         pass
@@ -51,7 +76,7 @@ def _display(obj, fallback: str) -> None:
 
 # ---- helpers the notebooks call ---------------------------------------------
 def out_dir(section: str) -> Path:
-    """Where this notebook writes: ./pagedsim-notebook-<section>/ under the current folder (printed)."""
+    """Where this notebook writes (printed): ./pagedsim-notebook-<section>/ in the current dir."""
     path = Path.cwd() / f"pagedsim-notebook-{section}"
     path.mkdir(parents=True, exist_ok=True)
     print(f"files from this notebook go to {path}")
@@ -61,12 +86,20 @@ def out_dir(section: str) -> Path:
 def demo(section: str, out: Path) -> None:
     """Run the lesson's demo, as `pagedsim lesson SECTION` does."""
     import matplotlib
+
     matplotlib.use("Agg", force=False)
     from .ch03_kv_block.lessons import NeedsExercise
+
     lesson = _lesson(section)
-    fast = {"backend": "numpy"} if FAST and "backend" in inspect.signature(lesson.demo).parameters else {}
+    fast = (
+        {"backend": "numpy"}
+        if FAST and "backend" in inspect.signature(lesson.demo).parameters
+        else {}
+    )
     try:
-        lesson.demo(out, **fast)  # fast: 3.8's engine on NumPy (the simulator's kernels are tested elsewhere)
+        lesson.demo(
+            out, **fast
+        )  # fast: 3.8's engine on NumPy (the simulator's kernels are tested elsewhere)
     except NeedsExercise as e:
         print(f"({e})")
 
@@ -80,28 +113,36 @@ def figures(section: str, out: Path) -> list[Path]:
     with style.output("png", dpi=30 if FAST else None):
         for name, _ in getattr(_lesson(section), "FIGURES", ()):
             if FAST and not name.startswith("3."):  # the labs' figures run whole sweeps: named only
-                print(f"figure {name}: pagedsim figures --only {name} --out DIR (not drawn in the fast run)")
+                print(
+                    f"figure {name}: pagedsim figures --only {name} --out DIR (not drawn in the "
+                    f"fast run)"
+                )
             elif name == "3.4-tour":  # the GIF is the stepper below; keep the strip
                 from pagedsim.draw import scenario
                 from pagedsim.draw.figures_ch3 import tour_snapshots
-                paths.append(scenario.write_strip(tour_snapshots(), out / "3.4-tour-key-frames.png"))
+
+                paths.append(
+                    scenario.write_strip(tour_snapshots(), out / "3.4-tour-key-frames.png")
+                )
             else:
                 paths += [p for p in makers[name](out) if p.suffix == ".png"]
     for path in paths:
-        def image(p=path):
-            from IPython.display import Image
-            return Image(filename=str(p))
-        _display(image, f"figure: {path}")
+        _display(
+            {"image/png": base64.b64encode(path.read_bytes()).decode("ascii")},
+            f"figure: {path.relative_to(out.parent) if path.is_relative_to(out.parent) else path}",
+        )
     return paths
 
 
 def snapshots(section: str) -> list:
     """The trace the section's stepper plays."""
     from pagedsim import KVCacheManager
+
     if section == "3.6":
         return _lesson("3.6").manager_snapshots()
     if section == "3.8":  # the capstone's run, on the NumPy path (same tables as the kernels')
         from pagedsim.engine.generate import run, step_frames
+
         engine, marks, _ = run(backend="numpy")
         return step_frames(engine, marks)
     if section == "3.3":
@@ -111,12 +152,14 @@ def snapshots(section: str) -> list:
         m.append_tokens("A", 4)
         return m.trace.snapshots
     from pagedsim.draw.figures_ch3 import tour_snapshots
+
     return tour_snapshots()
 
 
 def stepper(section: str):
     """An HTML player over the section's trace: play, pause and step through it."""
     import matplotlib
+
     matplotlib.use("Agg", force=False)
     from pagedsim.draw import animate
 
@@ -124,26 +167,35 @@ def stepper(section: str):
     with matplotlib.rc_context({"figure.dpi": 30 if FAST else 72, "animation.embed_limit": 60}):
         html = animate.to_html(snaps)
 
-    def player():
-        from IPython.display import HTML
-        return HTML(html)
-    _display(player, f"stepper: {len(snaps)} steps ({len(html):,} bytes of HTML; open the notebook in Jupyter to play it)")
+    note = f"stepper: {len(snaps)} steps (open the notebook in Jupyter to play it)"
+    if (
+        _RECORD is not None
+    ):  # a stored notebook keeps the line, not megabytes of frames GitHub cannot play
+        print(note)
+    else:
+        _display({"text/html": html}, note)
     return None
 
 
-def check(exercise_id: str) -> bool:
-    """`pagedsim check ID` on your workspace file (or the untouched stub), printed the same way."""
+def check(exercise_id: str) -> None:
+    """`pagedsim check ID` on your workspace file (or the untouched stub), printed the same way.
+    Returns None, so that the cell shows the report and no True or False under it."""
     from . import curriculum, workspace
     from .cli import _report
     from .runner import run_checks
 
     ex = curriculum.find(exercise_id)
     mine = workspace.find(ex)
-    print(f"checking {mine}" if mine else f"no workspace file for {ex.id}: checking the untouched stub "
-          f"(run `pagedsim workspace` in this folder, then edit {workspace.DEFAULT}/{Path(ex.stub).name})")
+    print(
+        f"checking {mine}"
+        if mine
+        else f"no workspace file for {ex.id}: checking the untouched "
+        f"stub "
+        f"(run `pagedsim workspace` in this folder, then edit "
+        f"{workspace.DEFAULT}/{Path(ex.stub).name})"
+    )
     outcome = run_checks(ex, mine or ex.path("stub"))
     _report(outcome, verbose=False, hint=True)
-    return outcome.ok
 
 
 # ---- the generator ----------------------------------------------------------
@@ -156,62 +208,154 @@ def _cell(kind: str, text: str) -> dict:
 
 
 def notebook(section: str) -> dict:
-    from . import curriculum
-
     lesson = _lesson(section)
     exercises = [e for e in curriculum.load() if e.section == section]
     cells = [
-        _cell("markdown", "# " + lesson_text(lesson, section, "en").replace("== ", "", 1).replace(" ==", "", 1)),
-        _cell("markdown", "## 中文\n\n" + lesson_text(lesson, section, "zh").split("\n", 1)[1].strip()),
-        _cell("markdown", "Setup: `pip install -e .` (or `pip install pagedsim`) as in the README, plus Jupyter. "
-                          "The cells below write only into the folder the first one prints."),
+        _cell(
+            "markdown",
+            "# " + lesson_text(lesson, section, "en").replace("== ", "", 1).replace(" ==", "", 1),
+        ),
+        _cell(
+            "markdown", "## 中文\n\n" + lesson_text(lesson, section, "zh").split("\n", 1)[1].strip()
+        ),
+        _cell(
+            "markdown",
+            "Setup: `pip install -e .` (or `pip install pagedsim`) as in the README, "
+            "plus Jupyter. The cells below write only into the folder the first one "
+            "prints.",
+        ),
         _cell("code", f'from course import notebooks as nb\n\nOUT = nb.out_dir("{section}")'),
-        _cell("markdown", "## The demo\n\nThe same demonstration as `pagedsim lesson " + section + "`."),
+        _cell(
+            "markdown",
+            "## The demo\n\nThe same demonstration as `pagedsim lesson " + section + "`.",
+        ),
         _cell("code", f'nb.demo("{section}", OUT)'),
         _cell("markdown", "## The figures"),
         _cell("code", f'paths = nb.figures("{section}", OUT)'),
-        _cell("markdown", "## Step through a trace\n\nPlay, pause and step: one frame per step of the block manager."),
+        _cell(
+            "markdown",
+            "## Step through a trace\n\nPlay, pause and step: one frame per step of "
+            "the block manager.",
+        ),
         _cell("code", f'nb.stepper("{section}")'),
     ]
     if exercises:
         cells += [
-            _cell("markdown", "## Your exercise\n\n" + "\n".join(
-                f"- {e.id}: {e.title}. Edit `pagedsim-work/{Path(e.stub).name}` (made by `pagedsim workspace` "
-                "in the folder you run this notebook from), then run the cell." for e in exercises)),
-            _cell("code", "\n".join(f'nb.check("{e.id}")' for e in exercises))]
+            _cell(
+                "markdown",
+                "## Your exercise\n\n"
+                + "\n".join(
+                    f"- {e.id}: {e.title}. Edit `pagedsim-work/{Path(e.stub).name}` "
+                    "(made by `pagedsim workspace` "
+                    "in the folder you run this notebook from), then run the cell."
+                    for e in exercises
+                ),
+            ),
+            _cell("code", "\n".join(f'nb.check("{e.id}")' for e in exercises)),
+        ]
     else:
         cells.append(_cell("markdown", "## No exercise\n\nThis section has no exercise to check."))
-    return {"cells": cells, "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
-                                                        "name": "python3"},
-                                         "language_info": {"name": "python"}},
-            "nbformat": 4, "nbformat_minor": 5}
+    return {
+        "cells": cells,
+        "metadata": {
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+            "language_info": {"name": "python"},
+        },
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
 
 
-def render(section: str) -> str:
-    nb = notebook(section)
+def render(section: str, executed: dict | None = None) -> str:
+    """The notebook's JSON text: as generated, or `executed` (the same cells with their outputs)."""
+    nb = executed or notebook(section)
     for i, cell in enumerate(nb["cells"]):
         cell["id"] = f"s{section.replace('.', '-')}-{i:02d}"
     return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
 
 
+def without_outputs(nb: dict) -> dict:
+    """A copy of a notebook with every code cell's outputs and count cleared (as generated)."""
+    nb = json.loads(json.dumps(nb))
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            cell.update(outputs=[], execution_count=None)
+    return nb
+
+
+def execute(section: str) -> dict:
+    """Run the notebook's code cells in order in one namespace, in a temporary folder, in English,
+    and return it with their outputs: printed text as a stream, figures as PNG display data.
+    The temporary folder's path is shown as `.`; the check cells check the untouched stubs."""
+    global _RECORD
+    nb, count = notebook(section), 0
+    saved_env = {
+        k: os.environ.get(k) for k in ("PAGEDSIM_WORKSPACE", "PAGEDSIM_LANG", "MPLBACKEND")
+    }
+    saved_cwd = Path.cwd()
+    os.environ.pop("PAGEDSIM_WORKSPACE", None)
+    os.environ.update(PAGEDSIM_LANG="en", MPLBACKEND="Agg")
+    try:
+        with tempfile.TemporaryDirectory(prefix="pagedsim-notebook-run-") as tmp:
+            os.chdir(tmp)
+            namespace = {"__name__": "__main__"}
+            for cell in (c for c in nb["cells"] if c["cell_type"] == "code"):
+                _RECORD, printed, count = [], io.StringIO(), count + 1
+                with contextlib.redirect_stdout(printed):
+                    exec(compile("".join(cell["source"]), f"{section}.ipynb", "exec"), namespace)  # noqa: S102
+                text = printed.getvalue().replace(str(Path(tmp).resolve()), ".").replace(tmp, ".")
+                stream = [
+                    {
+                        "output_type": "stream",
+                        "name": "stdout",
+                        "text": text.splitlines(keepends=True),
+                    }
+                ]
+                cell.update(outputs=(stream if text else []) + _RECORD, execution_count=count)
+    finally:
+        _RECORD = None
+        os.chdir(saved_cwd)
+        for k, v in saved_env.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    return nb
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m course.notebooks", description=__doc__.split("\n\n")[0])
-    p.add_argument("--check", action="store_true", help="fail if a notebook is out of date")
+    p = argparse.ArgumentParser(
+        prog="python -m course.notebooks", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument(
+        "sections",
+        nargs="*",
+        metavar="SECTION",
+        help=f"which notebooks (default: {', '.join(SECTIONS)})",
+    )
+    p.add_argument(
+        "--check", action="store_true", help="fail if a notebook's cells differ from the lessons"
+    )
+    p.add_argument("--no-execute", action="store_true", help="write the cells without running them")
     args = p.parse_args(argv)
+    unknown = [s for s in args.sections if s not in SECTIONS]
+    if unknown:
+        p.error(f"no notebook {unknown[0]!r}; choose from {', '.join(SECTIONS)}")
     stale = []
-    for section in SECTIONS:
-        path, text = FOLDER / f"{section}.ipynb", render(section)
+    for section in args.sections or SECTIONS:
+        path = FOLDER / f"{section}.ipynb"
         if args.check:
-            if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            stored = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+            if stored is None or render(section, without_outputs(stored)) != render(section):
                 stale.append(path.name)
             continue
+        text = render(section) if args.no_execute else render(section, execute(section))
         FOLDER.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
-        print(f"wrote {path}")
+        print(f"wrote {path}" + ("" if args.no_execute else " (executed, with its outputs)"))
     if stale:
         print(f"out of date: {', '.join(stale)}; run python -m course.notebooks", file=sys.stderr)
     return 1 if stale else 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # run the imported module's main: the cells record into its _RECORD
+    from course.notebooks import main as _main
+
+    raise SystemExit(_main())

@@ -160,6 +160,7 @@ def _describe(item, excinfo, impl: Path) -> Failure:
         if not msg or msg.startswith("assert "):
             msg = doc
         return Failure(item.name, msg + tail)
+    doc = getattr(exc, "raised_by", None) or doc  # the student's call that raised (check_fixtures.traced)
     where = [e for e in excinfo.traceback if Path(str(e.path)).resolve() == impl]
     at = i18n.t(" (line {line} of your file)", line=where[-1].lineno + 1) if where else ""
     return Failure(item.name, i18n.t("{doc}: your code raised {name}: {what}{at}", doc=doc,

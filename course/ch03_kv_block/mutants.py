@@ -26,7 +26,9 @@ class Mutant:
 def apply(m: Mutant, source: str) -> str:
     found = source.count(m.old)
     if found != 1:
-        raise ValueError(f"mutant {m.exercise}/{m.name}: its patch matches {found} places in the solution")
+        raise ValueError(
+            f"mutant {m.exercise}/{m.name}: its patch matches {found} places in the solution"
+        )
     return source.replace(m.old, m.new)
 
 
@@ -37,137 +39,414 @@ def for_exercise(exercise_id: str) -> list[Mutant]:
 M = Mutant
 MUTANTS: list[Mutant] = [
     # 3.4a: the free list
-    M("3.4a", "free_ignores_the_count", "free() puts the block back even though another owner holds it",
-      "        self.ref[b] -= 1\n        if not self.ref[b]:\n            self._push(b)",
-      "        self.ref[b] -= 1\n        self._push(b)"),
-    M("3.4a", "double_free_accepted", "free() of an already-free block is not refused",
-      "        if not self.ref[b]:\n            raise PoolError(f\"block {b} is already free (double free)\")\n",
-      ""),
-    M("3.4a", "unlink_loses_a_block", "_unlink() joins prev[b] to next[next[b]], dropping b's neighbour",
-      "        self.next[p] = n\n        self.prev[n] = p\n",
-      "        self.next[p] = self.next[n]\n        self.prev[self.next[n]] = p\n"),
-    M("3.4a", "incref_of_a_free_block_accepted", "incref() shares a block that nobody holds",
-      "        if not self.ref[b]:\n            raise PoolError(f\"block {b} is free; allocate it before sharing it\")\n",
-      ""),
+    M(
+        "3.4a",
+        "free_ignores_the_count",
+        "free() puts the block back even though another owner holds it",
+        "        self.ref[b] -= 1\n        if not self.ref[b]:\n            self._push(b)",
+        "        self.ref[b] -= 1\n        self._push(b)",
+    ),
+    M(
+        "3.4a",
+        "double_free_accepted",
+        "free() of an already-free block is not refused",
+        '        if not self.ref[b]:\n            raise PoolError(f"block {b} is already free '
+        '(double free)")\n',
+        "",
+    ),
+    M(
+        "3.4a",
+        "unlink_loses_a_block",
+        "_unlink() joins prev[b] to next[next[b]], dropping b's neighbour",
+        "        self.next[p] = n\n        self.prev[n] = p\n",
+        "        self.next[p] = self.next[n]\n        self.prev[self.next[n]] = p\n",
+    ),
+    M(
+        "3.4a",
+        "incref_of_a_free_block_accepted",
+        "incref() shares a block that nobody holds",
+        '        if not self.ref[b]:\n            raise PoolError(f"block {b} is free; allocate it '
+        'before sharing it")\n',
+        "",
+    ),
 ]
 MUTANTS += [
     # 3.3: translation and paged attention
-    M("3.3", "block_count_floor", "the block count is tokens // block_size, dropping a partly filled block",
-      "    return -(-num_tokens // block_size)", "    return num_tokens // block_size"),
-    M("3.3", "slot_wrong_stride", "the slot multiplies the offset, not the block, by block_size",
-      "    return block * block_size + offset", "    return offset * block_size + block"),
-    M("3.3", "logical_used_as_physical", "locate() returns the logical block and never reads the table",
-      "    return int(block_table[logical]), offset", "    return logical, offset"),
-    M("3.3", "softmax_without_max", "softmax calls exp() on raw logits, which overflows when they are large",
-      "    logits -= logits.max(axis=1, keepdims=True)  # exp of large logits would overflow\n", ""),
-    M("3.3", "gqa_wrong_kv_head", "query head h reads KV head h % H_kv instead of h // (H // H_kv)",
-      "kv_head = np.arange(num_heads) // (num_heads // num_kv_heads)",
-      "kv_head = np.arange(num_heads) % num_kv_heads"),
+    M(
+        "3.3",
+        "block_count_floor",
+        "the block count is tokens // block_size, dropping a partly filled block",
+        "    return -(-num_tokens // block_size)",
+        "    return num_tokens // block_size",
+    ),
+    M(
+        "3.3",
+        "slot_wrong_stride",
+        "the slot multiplies the offset, not the block, by block_size",
+        "    return block * block_size + offset",
+        "    return offset * block_size + block",
+    ),
+    M(
+        "3.3",
+        "logical_used_as_physical",
+        "locate() returns the logical block and never reads the table",
+        "    return int(block_table[logical]), offset",
+        "    return logical, offset",
+    ),
+    M(
+        "3.3",
+        "softmax_without_max",
+        "softmax calls exp() on raw logits, which overflows when they are large",
+        "    logits -= logits.max(axis=1, keepdims=True)  # exp of large logits would overflow\n",
+        "",
+    ),
+    M(
+        "3.3",
+        "gqa_wrong_kv_head",
+        "query head h reads KV head h % H_kv instead of h // (H // H_kv)",
+        "kv_head = np.arange(num_heads) // (num_heads // num_kv_heads)",
+        "kv_head = np.arange(num_heads) % num_kv_heads",
+    ),
 ]
 MUTANTS += [
     # 3.4b: fork and copy-on-write
-    M("3.4b", "fork_without_incref", "fork copies the table but never increments the ref counts",
-      "    for b in child:\n        pool.incref(b)\n", ""),
-    M("3.4b", "copy_on_write_skipped", "appending writes into a shared, partly filled block",
-      "    elif pool.ref_count(table[-1]) > 1:", "    elif False:"),
-    M("3.4b", "cow_keeps_the_source", "copy-on-write never lets go of the shared block (a leak)",
-      "        pool.free(src)\n", ""),
-    M("3.4b", "copy_pair_reversed", "the copy pair is recorded as (dst, src)",
-      "        copies.append((src, dst))", "        copies.append((dst, src))"),
-    M("3.4b", "free_table_forgets_the_last_block", "free_table releases every block but the last",
-      "    for b in reversed(table):", "    for b in reversed(table[:-1]):"),
+    M(
+        "3.4b",
+        "fork_without_incref",
+        "fork copies the table but never increments the ref counts",
+        "    for b in child:\n        pool.incref(b)\n",
+        "",
+    ),
+    M(
+        "3.4b",
+        "copy_on_write_skipped",
+        "appending writes into a shared, partly filled block",
+        "    elif pool.ref_count(table[-1]) > 1:",
+        "    elif False:",
+    ),
+    M(
+        "3.4b",
+        "cow_keeps_the_source",
+        "copy-on-write never lets go of the shared block (a leak)",
+        "        pool.free(src)\n",
+        "",
+    ),
+    M(
+        "3.4b",
+        "copy_pair_reversed",
+        "the copy pair is recorded as (dst, src)",
+        "        copies.append((src, dst))",
+        "        copies.append((dst, src))",
+    ),
+    M(
+        "3.4b",
+        "free_table_forgets_the_last_block",
+        "free_table releases every block but the last",
+        "    for b in reversed(table):",
+        "    for b in reversed(table[:-1]):",
+    ),
 ]
 MUTANTS += [
     # 3.1: first fit
-    M("3.1", "best_fit_instead", "allocate picks the smallest hole that fits, not the first",
-      "        for i, (start, hole) in enumerate(self.holes):\n            if hole >= size:",
-      "        fitting = [(h, i) for i, (s, h) in enumerate(self.holes) if h >= size]\n"
-      "        for i, (start, hole) in [(i, self.holes[i]) for _, i in sorted(fitting)[:1]]:\n"
-      "            if hole >= size:"),
-    M("3.1", "exact_fit_refused", "a hole exactly the size of the request is skipped (> instead of >=)",
-      "            if hole >= size:", "            if hole > size:"),
-    M("3.1", "free_without_merging", "free inserts the range but never merges it with touching holes",
-      "        self.holes.insert(i, (start, size))\n", "        self.holes.insert(i, (start, size))\n        return\n"),
-    M("3.1", "fragmentation_of_no_free_space", "external_fragmentation of an empty hole list crashes instead of returning 0",
-      "    return 1.0 - max(size for _, size in holes) / free if free else 0.0",
-      "    return 1.0 - max(size for _, size in holes) / free"),
+    M(
+        "3.1",
+        "best_fit_instead",
+        "allocate picks the smallest hole that fits, not the first",
+        "        for i, (start, hole) in enumerate(self.holes):\n            if hole >= size:",
+        "        fitting = [(h, i) for i, (s, h) in enumerate(self.holes) if h >= size]\n"
+        "        for i, (start, hole) in [(i, self.holes[i]) for _, i in sorted(fitting)[:1]]:\n"
+        "            if hole >= size:",
+    ),
+    M(
+        "3.1",
+        "exact_fit_refused",
+        "a hole exactly the size of the request is skipped (> instead of >=)",
+        "            if hole >= size:",
+        "            if hole > size:",
+    ),
+    M(
+        "3.1",
+        "free_without_merging",
+        "free inserts the range but never merges it with touching holes",
+        "        self.holes.insert(i, (start, size))\n",
+        "        self.holes.insert(i, (start, size))\n        return\n",
+    ),
+    M(
+        "3.1",
+        "fragmentation_of_no_free_space",
+        "external_fragmentation of an empty hole list crashes instead of returning 0",
+        "    return 1.0 - max(size for _, size in holes) / free if free else 0.0",
+        "    return 1.0 - max(size for _, size in holes) / free",
+    ),
 ]
 MUTANTS += [
     # 3.2: block layout
-    M("3.2", "bytes_without_k_and_v", "bytes per block counts K only (forgets the factor 2)",
-      "    return block_size * num_layers * 2 * num_kv_heads * head_dim * dtype_bytes",
-      "    return block_size * num_layers * num_kv_heads * head_dim * dtype_bytes"),
-    M("3.2", "bytes_without_dtype", "bytes per block counts elements, not bytes",
-      "    return block_size * num_layers * 2 * num_kv_heads * head_dim * dtype_bytes",
-      "    return block_size * num_layers * 2 * num_kv_heads * head_dim"),
-    M("3.2", "strides_from_the_left", "strides are running products from the left (Fortran order)",
-      "    for size in reversed(shape):\n        out.append(step)\n        step *= size\n    return tuple(reversed(out))",
-      "    for size in shape:\n        out.append(step)\n        step *= size\n    return tuple(out)"),
-    M("3.2", "slot_split_by_head_dim", "the slot is split with head_dim instead of block_size (wrong stride)",
-      "    block, token = divmod(slot, shape[4])", "    block, token = divmod(slot, shape[5])"),
+    M(
+        "3.2",
+        "bytes_without_k_and_v",
+        "bytes per block counts K only (forgets the factor 2)",
+        "    return block_size * num_layers * 2 * num_kv_heads * head_dim * dtype_bytes",
+        "    return block_size * num_layers * num_kv_heads * head_dim * dtype_bytes",
+    ),
+    M(
+        "3.2",
+        "bytes_without_dtype",
+        "bytes per block counts elements, not bytes",
+        "    return block_size * num_layers * 2 * num_kv_heads * head_dim * dtype_bytes",
+        "    return block_size * num_layers * 2 * num_kv_heads * head_dim",
+    ),
+    M(
+        "3.2",
+        "strides_from_the_left",
+        "strides are running products from the left (Fortran order)",
+        "    for size in reversed(shape):\n        out.append(step)\n        step *= size\n    "
+        "return tuple(reversed(out))",
+        "    for size in shape:\n        out.append(step)\n        step *= size\n    return "
+        "tuple(out)",
+    ),
+    M(
+        "3.2",
+        "slot_split_by_head_dim",
+        "the slot is split with head_dim instead of block_size (wrong stride)",
+        "    block, token = divmod(slot, shape[4])",
+        "    block, token = divmod(slot, shape[5])",
+    ),
 ]
 MUTANTS += [
     # 3.5: block size
-    M("3.5", "block_count_floor", "a sequence's blocks are counted as tokens // block_size",
-      "    return sum(-(-n // block_size) * block_size - n for n in lengths)",
-      "    return sum(n // block_size * block_size - n for n in lengths)"),
-    M("3.5", "extra_block_when_full", "a sequence that fills its last block exactly is given one more",
-      "    return sum(-(-n // block_size) * block_size - n for n in lengths)",
-      "    return sum((n // block_size + 1) * block_size - n for n in lengths)"),
-    M("3.5", "smallest_block_chosen", "the candidates are tried from the smallest up",
-      "    for bs in sorted(candidates, reverse=True):", "    for bs in sorted(candidates):"),
-    M("3.5", "budget_ignored", "the choice never compares the memory needed with the budget",
-      "        if allocated * bytes_per_token <= budget_bytes and waste_fraction",
-      "        if waste_fraction"),
+    M(
+        "3.5",
+        "block_count_floor",
+        "a sequence's blocks are counted as tokens // block_size",
+        "    return sum(-(-n // block_size) * block_size - n for n in lengths)",
+        "    return sum(n // block_size * block_size - n for n in lengths)",
+    ),
+    M(
+        "3.5",
+        "extra_block_when_full",
+        "a sequence that fills its last block exactly is given one more",
+        "    return sum(-(-n // block_size) * block_size - n for n in lengths)",
+        "    return sum((n // block_size + 1) * block_size - n for n in lengths)",
+    ),
+    M(
+        "3.5",
+        "smallest_block_chosen",
+        "the candidates are tried from the smallest up",
+        "    for bs in sorted(candidates, reverse=True):",
+        "    for bs in sorted(candidates):",
+    ),
+    M(
+        "3.5",
+        "budget_ignored",
+        "the choice never compares the memory needed with the budget",
+        "        if allocated * bytes_per_token <= budget_bytes and waste_fraction",
+        "        if waste_fraction",
+    ),
 ]
 MUTANTS += [
     # 3.7: alignment and the concurrent pop
-    M("3.7", "align_rounds_down", "align_up rounds down, so a block overlaps the next one",
-      "    return (nbytes + alignment - 1) & ~(alignment - 1)", "    return nbytes & ~(alignment - 1)"),
-    M("3.7", "align_pads_aligned_sizes", "align_up adds a whole extra step to sizes already aligned",
-      "    return (nbytes + alignment - 1) & ~(alignment - 1)", "    return (nbytes + alignment) & ~(alignment - 1)"),
-    M("3.7", "starts_not_aligned", "block i starts at i * block_bytes, ignoring the alignment",
-      "    stride = align_up(block_bytes, alignment)", "    stride = block_bytes"),
-    M("3.7", "pop_not_atomic", "the pop reads top and writes top - 1 as two separate steps",
-      "        old = cuda.atomic.sub(top, 0, 1)", "        old = top[0]\n        top[0] = old - 1"),
-    M("3.7", "pop_ignores_an_empty_stack", "a thread that finds the stack empty still reads free_stack[old - 1]",
-      "        if old > 0:\n            out[i] = free_stack[old - 1]",
-      "        if True:\n            out[i] = free_stack[old - 1]"),
+    M(
+        "3.7",
+        "align_rounds_down",
+        "align_up rounds down, so a block overlaps the next one",
+        "    return (nbytes + alignment - 1) & ~(alignment - 1)",
+        "    return nbytes & ~(alignment - 1)",
+    ),
+    M(
+        "3.7",
+        "align_pads_aligned_sizes",
+        "align_up adds a whole extra step to sizes already aligned",
+        "    return (nbytes + alignment - 1) & ~(alignment - 1)",
+        "    return (nbytes + alignment) & ~(alignment - 1)",
+    ),
+    M(
+        "3.7",
+        "starts_not_aligned",
+        "block i starts at i * block_bytes, ignoring the alignment",
+        "    stride = align_up(block_bytes, alignment)",
+        "    stride = block_bytes",
+    ),
+    M(
+        "3.7",
+        "pop_not_atomic",
+        "the pop reads top and writes top - 1 as two separate steps",
+        "        old = cuda.atomic.sub(top, 0, 1)",
+        "        old = top[0]\n        top[0] = old - 1",
+    ),
+    M(
+        "3.7",
+        "pop_ignores_an_empty_stack",
+        "a thread that finds the stack empty still reads free_stack[old - 1]",
+        "        if old > 0:\n            out[i] = free_stack[old - 1]",
+        "        if True:\n            out[i] = free_stack[old - 1]",
+    ),
 ]
 MUTANTS += [
     # 3.6: the flow diagram
-    M("3.6", "free_and_used_colours_swapped", "free blocks are painted in the used colour and vice versa",
-      "facecolor=USED_COLOUR if count else FREE_COLOUR", "facecolor=FREE_COLOUR if count else USED_COLOUR"),
-    M("3.6", "arrow_to_the_logical_index", "each arrow points at the block with the logical index, not the physical id",
-      '            ax.annotate("", xy=pool_xy(b),', '            ax.annotate("", xy=pool_xy(i),'),
-    M("3.6", "shared_count_not_shown", "every used block is labelled 1, so sharing is invisible",
-      "            ax.text(x, y - 0.1, str(count),", "            ax.text(x, y - 0.1, str(1),"),
-    M("3.6", "free_list_sorted", "the free list is written in block order instead of allocation order",
-      '    order = " -> ".join(map(str, snapshot.free_list))', '    order = " -> ".join(map(str, sorted(snapshot.free_list)))'),
+    M(
+        "3.6",
+        "free_and_used_colours_swapped",
+        "free blocks are painted in the used colour and vice versa",
+        "facecolor=USED_COLOUR if count else FREE_COLOUR",
+        "facecolor=FREE_COLOUR if count else USED_COLOUR",
+    ),
+    M(
+        "3.6",
+        "arrow_to_the_logical_index",
+        "each arrow points at the block with the logical index, not the physical id",
+        '            ax.annotate("", xy=pool_xy(b),',
+        '            ax.annotate("", xy=pool_xy(i),',
+    ),
+    M(
+        "3.6",
+        "shared_count_not_shown",
+        "every used block is labelled 1, so sharing is invisible",
+        "            ax.text(x, y - 0.1, str(count),",
+        "            ax.text(x, y - 0.1, str(1),",
+    ),
+    M(
+        "3.6",
+        "free_list_sorted",
+        "the free list is written in block order instead of allocation order",
+        '    order = " -> ".join(map(str, snapshot.free_list))',
+        '    order = " -> ".join(map(str, sorted(snapshot.free_list)))',
+    ),
 ]
 MUTANTS += [
-    M("3.4a", "allocate_walks_the_list", "allocate() builds the whole free list to take its first block: O(n)",
-      "        b = self.next[self.head]\n        if b == self.tail:\n            raise PoolError(\"no free block\")",
-      "        free = self.free_list()\n        b = free[0] if free else self.tail\n"
-      "        if b == self.tail:\n            raise PoolError(\"no free block\")"),
+    M(
+        "3.4a",
+        "allocate_walks_the_list",
+        "allocate() builds the whole free list to take its first block: O(n)",
+        "        b = self.next[self.head]\n        if b == self.tail:\n            raise "
+        'PoolError("no free block")',
+        "        free = self.free_list()\n        b = free[0] if free else self.tail\n"
+        '        if b == self.tail:\n            raise PoolError("no free block")',
+    ),
 ]
 MUTANTS += [
     # wrong attempts seen when a student went through the course
-    M("3.4b", "free_table_first_to_last", "free_table frees the blocks first to last, so the free list order "
-      "differs from vLLM's", "    for b in reversed(table):", "    for b in table:"),
-    M("3.7", "starts_rounded_one_by_one", "block_starts rounds each start up instead of the stride: "
-      "1,200-byte blocks 1 and 2 overlap", "    stride = align_up(block_bytes, alignment)\n"
-      "    return [i * stride for i in range(num_blocks)]",
-      "    return [align_up(i * block_bytes, alignment) for i in range(num_blocks)]"),
-    M("3.7", "empty_test_includes_zero", "the pop is atomic but takes old >= 0 as non-empty",
-      "        if old > 0:", "        if old >= 0:"),
-    M("3.2", "dtype_default_fp32", "dtype_bytes defaults to 4 instead of 2 (FP16)",
-      "dtype_bytes: int = 2", "dtype_bytes: int = 4"),
-    M("3.5", "waste_limit_exclusive", "a waste fraction exactly at max_waste is refused (< instead of <=)",
-      "waste_fraction(lengths, bs) <= max_waste", "waste_fraction(lengths, bs) < max_waste"),
-    M("3.3", "extra_block_when_full", "blocks_needed adds a block even when the tokens fill their blocks",
-      "    return -(-num_tokens // block_size)", "    return num_tokens // block_size + 1"),
-    M("3.6", "box_corner_on_the_centre", "each block's rectangle is placed with its corner, not its centre, "
-      "on pool_xy", "ax.add_patch(Rectangle((x - CELL / 2, y - CELL / 2), CELL, CELL, gid=f\"block-{b}\"",
-      "ax.add_patch(Rectangle((x, y), CELL, CELL, gid=f\"block-{b}\""),
+    M(
+        "3.4b",
+        "free_table_first_to_last",
+        "free_table frees the blocks first to last, so the free list order differs from vLLM's",
+        "    for b in reversed(table):",
+        "    for b in table:",
+    ),
+    M(
+        "3.7",
+        "starts_rounded_one_by_one",
+        "block_starts rounds each start up instead of the "
+        "stride: "
+        "1,200-byte blocks 1 and 2 overlap",
+        "    stride = align_up(block_bytes, alignment)\n"
+        "    return [i * stride for i in range(num_blocks)]",
+        "    return [align_up(i * block_bytes, alignment) for i in range(num_blocks)]",
+    ),
+    M(
+        "3.7",
+        "empty_test_includes_zero",
+        "the pop is atomic but takes old >= 0 as non-empty",
+        "        if old > 0:",
+        "        if old >= 0:",
+    ),
+    M(
+        "3.2",
+        "dtype_default_fp32",
+        "dtype_bytes defaults to 4 instead of 2 (FP16)",
+        "dtype_bytes: int = 2",
+        "dtype_bytes: int = 4",
+    ),
+    M(
+        "3.5",
+        "waste_limit_exclusive",
+        "a waste fraction exactly at max_waste is refused (< instead of <=)",
+        "waste_fraction(lengths, bs) <= max_waste",
+        "waste_fraction(lengths, bs) < max_waste",
+    ),
+    M(
+        "3.3",
+        "extra_block_when_full",
+        "blocks_needed adds a block even when the tokens fill their blocks",
+        "    return -(-num_tokens // block_size)",
+        "    return num_tokens // block_size + 1",
+    ),
+    M(
+        "3.6",
+        "box_corner_on_the_centre",
+        "each block's rectangle is placed with its corner, not its centre, on pool_xy",
+        'ax.add_patch(Rectangle((x - CELL / 2, y - CELL / 2), CELL, CELL, gid=f"block-{b}"',
+        'ax.add_patch(Rectangle((x, y), CELL, CELL, gid=f"block-{b}"',
+    ),
+]
+MUTANTS += [
+    # output dtype and contract; ordering and repeats of the inputs; in place vs a copy
+    M(
+        "3.3",
+        "returns_float32",
+        "paged_attention returns float32 although its docstring promises float64",
+        '    return np.einsum("ht,thd->hd", weights, values[:, kv_head])  # [H, D]',
+        '    return np.einsum("ht,thd->hd", weights, values[:, kv_head]).astype(np.float32)',
+    ),
+    M(
+        "3.3",
+        "scales_the_query_in_place",
+        "paged_attention multiplies the caller's query by the scale in place",
+        '    logits = np.einsum("hd,thd->ht", query.astype(np.float64), keys[:, kv_head]) * scale  '
+        "# [H, T]",
+        '    query *= scale\n    logits = np.einsum("hd,thd->ht", query.astype(np.float64), '
+        "keys[:, kv_head])",
+    ),
+    M(
+        "3.5",
+        "candidates_assumed_sorted",
+        "choose_block_size walks reversed(candidates), assuming they come sorted",
+        "    for bs in sorted(candidates, reverse=True):",
+        "    for bs in reversed(candidates):",
+    ),
+]
+MUTANTS += [
+    M(
+        "3.1",
+        "largest_hole_assumed_last",
+        "external_fragmentation takes the last hole as the largest one",
+        "    return 1.0 - max(size for _, size in holes) / free if free else 0.0",
+        "    return 1.0 - holes[-1][1] / free if free else 0.0",
+    ),
+    M(
+        "3.2",
+        "strides_as_a_list",
+        "strides returns a list, not the tuple its docstring promises",
+        "    return tuple(reversed(out))",
+        "    return out[::-1]",
+    ),
+    M(
+        "3.2",
+        "bytes_from_bits",
+        "bytes_per_block goes through bits and a true division, so it returns a float",
+        "    return block_size * num_layers * 2 * num_kv_heads * head_dim * dtype_bytes",
+        "    return block_size * num_layers * 2 * num_kv_heads * head_dim * (dtype_bytes * 8) / 8",
+    ),
+    M(
+        "3.7",
+        "align_up_with_a_float_ceil",
+        "align_up rounds with math.ceil of a float division and returns a float",
+        "    return (nbytes + alignment - 1) & ~(alignment - 1)",
+        "    return -(-nbytes / alignment // 1) * alignment",
+    ),
+]
+MUTANTS += [
+    M(
+        "3.3",
+        "scale_argument_ignored",
+        "paged_attention always uses 1/sqrt(D) and ignores the scale it is given",
+        "    scale = 1.0 / np.sqrt(head_dim) if scale is None else scale",
+        "    scale = 1.0 / np.sqrt(head_dim)",
+    ),
+    M(
+        "3.5",
+        "waste_with_a_float_ceil",
+        "waste rounds up with np.ceil of a float division, so it returns a float",
+        "    return sum(-(-n // block_size) * block_size - n for n in lengths)",
+        "    return sum(float(-(-n // block_size) * block_size - n) for n in lengths)",
+    ),
 ]

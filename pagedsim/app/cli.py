@@ -29,15 +29,15 @@ COMMANDS = {
     "swapcost": ("pagedsim.labs.swapcost:main", "swap vs recompute: the cost model"),
     "race": ("pagedsim.labs.interleavings:main", "enumerate interleavings of a concurrent block pop"),
     "generate": ("pagedsim.engine.generate:main", "serve a tiny model from the blocks; compare with a dense engine"),
-    "lesson": ("course.cli:lesson_main", "print and run a chapter-3 lesson, e.g. `lesson 3.4`"),
-    "check": ("course.cli:check_main", "check an exercise, e.g. `check 3.4a`"),
     "conform": ("pagedsim.testing.conform:main", "check your own block manager against the model"),
-    "workspace": ("course.workspace:main", "copy the exercise stubs to your own folder (default ./pagedsim-work)"),
-    "grade": ("course.grade:main", "grade a folder of submissions, one process each, with a time limit"),
-    "export-course": ("course.export:main", "write a student copy of the course without the solutions"),
     "play": ("pagedsim.app.play:main", "a playground: type alloc/append/fork/free and watch the blocks"),
     "capacity": ("pagedsim.app.capacity:main", "how many KV tokens fit model Y on GPU X (vLLM v1's arithmetic)"),
 }
+try:  # the course registers its own commands (lesson, check, workspace, ...): course.COMMANDS
+    from course import COMMANDS as _COURSE_COMMANDS
+except ImportError:  # pagedsim installed without the course
+    _COURSE_COMMANDS = {}
+COMMANDS.update(_COURSE_COMMANDS)
 
 
 def _usage() -> str:

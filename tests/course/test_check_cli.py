@@ -2,10 +2,13 @@
 a file that loops or exits at import, and messages matched to the symptom.
 
 Each run is in-process (course.runner.run_checks or course.cli.check_main) on exercise
-3.1, whose checks take well under a second.
+3.1, whose checks take well under a second, except the one that needs a fresh interpreter.
 """
 
 import json
+import os
+import subprocess
+import sys
 
 from course import cli, curriculum, workspace
 from course.runner import counterexample, run_checks
@@ -25,7 +28,11 @@ def test_workspace_copies_every_stub_once_and_check_finds_it(tmp_path, monkeypat
     capsys.readouterr()
     assert cli.check_main(["3.1", "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert result["status"] == "pass" and result["passed"] == result["total"] > 0 and result["failed"] == []
+    assert (
+        result["status"] == "pass"
+        and result["passed"] == result["total"] > 0
+        and result["failed"] == []
+    )
 
 
 def test_a_file_that_imports_the_solution_is_an_error_not_a_pass(tmp_path):
@@ -37,7 +44,9 @@ def test_a_file_that_imports_the_solution_is_an_error_not_a_pass(tmp_path):
     import course.ch03_kv_block.solutions.ex3_1_first_fit  # noqa: F401 - importable again afterwards
 
 
-def test_the_solutions_stay_hidden_when_pytest_marks_the_course_for_assertion_rewriting(tmp_path, monkeypatch):
+def test_the_solutions_stay_hidden_when_pytest_marks_the_course_for_assertion_rewriting(
+    tmp_path, monkeypatch
+):
     """An installed pagedsim registers a pytest plugin, so pytest marks `course` for rewriting
     and its rewriting finder, first on sys.meta_path, would import the solutions itself.
     In-process checking (isolate=False) is where that hole exists: a file checked in its own
@@ -53,7 +62,9 @@ def test_the_solutions_stay_hidden_when_pytest_marks_the_course_for_assertion_re
     monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
     cheat = tmp_path / "cheat.py"
     cheat.write_text("from course.ch03_kv_block.solutions.ex3_1_first_fit import *\n")
-    with monkeypatch.context() as m:  # the setup really opens the hole: without keep_first it passes
+    with (
+        monkeypatch.context() as m
+    ):  # the setup really opens the hole: without keep_first it passes
         m.setattr(runner, "keep_first", lambda: None)
         assert run_checks(EX, cheat, seconds=20, isolate=False).as_json()["status"] == "pass"
     again = tmp_path / "cheat_again.py"  # a new file: the first one's import is cached
@@ -67,15 +78,24 @@ def test_a_loop_at_import_times_out_and_sys_exit_is_an_error(tmp_path):
     loop.write_text("while True:\n    pass\n")
     leave.write_text("import sys\nsys.exit(3)\n")
     timed = run_checks(EX, loop, seconds=0.5).as_json()
-    assert timed["status"] == "timeout" and "importing your file ran for over 0.5 s" in timed["messages"][0]
+    assert (
+        timed["status"] == "timeout"
+        and "importing your file ran for over 0.5 s" in timed["messages"][0]
+    )
     exited = run_checks(EX, leave, seconds=5).as_json()
     assert exited["status"] == "error" and "sys.exit(3)" in exited["messages"][0]
 
 
 def test_a_refusal_that_never_happens_says_did_not_raise(tmp_path):
     lax = tmp_path / "lax.py"
-    lax.write_text(EX.path("solution").read_text().replace(
-        '            raise ValueError(f"size must be a positive int, got {size!r}")', "            return None"))
+    lax.write_text(
+        EX.path("solution")
+        .read_text()
+        .replace(
+            '            raise ValueError(f"size must be a positive int, got {size!r}")',
+            "            return None",
+        )
+    )
     messages = run_checks(EX, lax, seconds=20).as_json()["messages"]
     assert "allocate(0) did not raise ValueError" in messages, messages
     assert not any("raised Failed" in m for m in messages)
@@ -83,7 +103,38 @@ def test_a_refusal_that_never_happens_says_did_not_raise(tmp_path):
 
 def test_a_state_machine_counterexample_becomes_a_short_call_line():
     class Found(AssertionError):
-        __notes__ = ["Failing test case: <state machine>", "state = PoolMachine()", "state.agrees_with_the_model()",
-                     "state.allocate()", "Draw 1: 0  # or any other generated value",
-                     "state.release(data=data(...))", "state.teardown()"]
+        __notes__ = [
+            "Failing test case: <state machine>",
+            "state = PoolMachine()",
+            "state.agrees_with_the_model()",
+            "state.allocate()",
+            "Draw 1: 0  # or any other generated value",
+            "state.release(data=data(...))",
+            "state.teardown()",
+        ]
+
     assert counterexample(Found()) == "allocate(); release(0)"
+
+
+def test_a_check_leaves_no_hypothesis_folder_in_the_students_folder(tmp_path):
+    """A fresh interpreter in the student's folder: Hypothesis would put .hypothesis/ there."""
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    env.pop("PAGEDSIM_IMPL", None)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pagedsim.app.cli",
+            "check",
+            "3.4a",
+            "--impl",
+            str(curriculum.find("3.4a").path("solution")),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0 and "PASS 3.4a" in run.stdout, run.stdout + run.stderr
+    assert list(tmp_path.iterdir()) == [], "pagedsim check wrote into the current folder"

@@ -9,6 +9,7 @@ curriculum refuses orphans, missing paths and empty hints.
 import ast
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,12 +27,23 @@ def pagedsim(*args, timeout=300):
     """Run `pagedsim ARGS` in a fresh interpreter (the checks run pytest in-process)."""
     env = {**os.environ, "MPLBACKEND": "Agg"}
     env.pop("PAGEDSIM_IMPL", None)
-    return subprocess.run([sys.executable, "-m", "pagedsim.app.cli", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "pagedsim.app.cli", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
-def test_the_curriculum_lists_every_section_in_course_order_and_is_sound():
-    assert [e.id for e in EXERCISES] == ["3.1", "3.2", "3.3", "3.4a", "3.4b", "3.5", "3.6", "3.7"]
+def course_order(exercise_id):
+    return tuple(int(p) for p in exercise_id.rstrip("abcdefgh").split(".")), exercise_id
+
+
+def test_the_curriculum_lists_the_exercises_in_course_order_and_is_sound():
+    assert [e.id for e in EXERCISES] == sorted((e.id for e in EXERCISES), key=course_order)
+    assert {e.section for e in EXERCISES} <= set(curriculum.sections())
     assert curriculum.problems(EXERCISES) == []
 
 
@@ -42,14 +54,35 @@ def test_the_fallback_toml_reader_agrees_with_tomllib():
 
 
 def test_the_curriculum_check_refuses_orphans_missing_paths_and_empty_hints():
-    broken = [dataclasses.replace(EXERCISES[0], hint="  "),
-              dataclasses.replace(EXERCISES[1], stub="course/ch03_kv_block/exercises/nope.py"),
-              *EXERCISES[3:]]  # 3.3 left out: its stub, solution and checks become orphans
+    broken = [
+        dataclasses.replace(EXERCISES[0], hint="  "),
+        dataclasses.replace(EXERCISES[1], stub="course/ch03_kv_block/exercises/nope.py"),
+        *EXERCISES[3:],
+    ]  # 3.3 left out: its stub, solution and checks become orphans
     found = curriculum.problems(broken)
     assert "exercise 3.1 has an empty hint" in found
     assert "exercise 3.2: course/ch03_kv_block/exercises/nope.py does not exist" in found
     for rel in (EXERCISES[2].stub, EXERCISES[2].solution, *EXERCISES[2].checks):
         assert f"orphan file {rel}: no curriculum entry names it" in found
+
+
+def test_the_readmes_that_list_the_exercises_and_lessons_name_every_one_in_the_curriculum():
+    """The prose lists are checked against the curriculum and the lessons' files, not kept by hand."""
+    for readme in (
+        "README.md",
+        "course/ch03_kv_block/README.md",
+        "course/ch03_kv_block/README.zh.md",
+    ):
+        text = (REPO / readme).read_text(encoding="utf-8")
+        missing = [
+            e.id
+            for e in EXERCISES
+            if not re.search(rf"(?<![\d.]){re.escape(e.id)}(?![\d.a-z])", text)
+        ]
+        assert not missing, f"{readme} does not name the exercises {missing}"
+    text = (REPO / "course/ch03_kv_block/README.md").read_text(encoding="utf-8")
+    missing = [s for s in curriculum.sections() if f"pagedsim lesson {s}`" not in text]
+    assert not missing, f"the course README's table has no row for the lessons {missing}"
 
 
 def test_every_stub_has_one_todo_line_before_each_not_implemented_error():
@@ -58,14 +91,19 @@ def test_every_stub_has_one_todo_line_before_each_not_implemented_error():
         raises = [i for i, line in enumerate(lines) if "raise NotImplementedError" in line]
         assert raises, f"{ex.stub} raises NotImplementedError nowhere"
         for i in raises:
-            assert lines[i - 1].strip().startswith("# TODO(student): "), f"{ex.stub}:{i + 1} lacks its TODO line"
-        assert "NotImplementedError" not in ex.path("solution").read_text(), f"{ex.solution} is a stub"
+            assert lines[i - 1].strip().startswith("# TODO(student): "), (
+                f"{ex.stub}:{i + 1} lacks its TODO line"
+            )
+        assert "NotImplementedError" not in ex.path("solution").read_text(), (
+            f"{ex.solution} is a stub"
+        )
 
 
 def test_stubs_and_solutions_define_the_same_public_names():
     def names(path):
         tree = ast.parse(path.read_text())
         return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+
     for ex in EXERCISES:
         assert names(ex.path("stub")) == names(ex.path("solution")), ex.id
 
@@ -98,8 +136,10 @@ def test_a_caught_mutant_is_reported_in_the_students_terms(tmp_path):
     bad.write_text(mutants.apply(m, ex.path("solution").read_text()))
     run = pagedsim("check", "3.4a", "--impl", str(bad))
     assert run.returncode == 1
-    assert ("FAIL 3.4a: freeing a block shared by two sequences returned it to the free list "
-            "while seq B still uses it") in run.stdout
+    assert (
+        "FAIL 3.4a: freeing a block shared by two sequences returned it to the free list "
+        "while seq B still uses it"
+    ) in run.stdout
     assert "Traceback" not in run.stdout + run.stderr and "hint:" in run.stdout
 
 
@@ -110,29 +150,45 @@ def test_every_stub_fails_its_checks_with_not_implemented_yet():
     for ex in EXERCISES:
         assert f"FAIL {ex.id}: not implemented yet: " in run.stdout, f"{ex.id}:\n{run.stdout}"
     assert "PASS" not in run.stdout and "Traceback" not in run.stdout + run.stderr
-    assert "0/8 exercises pass" in run.stdout
+    assert f"0/{len(EXERCISES)} exercises pass" in run.stdout
+    for ex in EXERCISES:  # an untouched stub passes none of its checks
+        assert f"FAIL {ex.id}  0/" in run.stdout, f"the untouched stub of {ex.id} passes some check"
 
 
 @pytest.mark.slow
 def test_every_solution_passes_and_every_mutant_is_caught():
     run = pagedsim("check", "--mutants", timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert f"{len(mutants.MUTANTS)}/{len(mutants.MUTANTS)} mutants caught; 8/8 solutions pass" in run.stdout
+    n = len(EXERCISES)
+    assert (
+        f"{len(mutants.MUTANTS)}/{len(mutants.MUTANTS)} mutants caught; {n}/{n} solutions pass"
+        in run.stdout
+    )
     assert "NOT CAUGHT" not in run.stdout
 
 
 def test_check_refuses_an_unknown_exercise_and_lists_them_without_one(capsys):
     assert cli.check_main(["9.9"]) == 2
-    assert "no exercise '9.9'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("pagedsim check: error: no exercise '9.9'") and err.count("\n") == 1
     assert cli.check_main([]) == 0
     assert "3.4a" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("section", ["3.1", "3.2", "3.3", "3.4", "3.5", "3.6", "3.7"])
+@pytest.mark.parametrize("section", sorted({e.section for e in EXERCISES}, key=course_order))
 def test_each_lesson_prints_its_text_and_runs_its_demo(section, tmp_path, capsys):
     assert cli.lesson_main([section, "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert f"== {section} " in out and "-- demo --" in out and "pagedsim check 3." in out
+    demo = re.split(r"\nexercise 3\.\w+: ", out.split("-- demo --", 1)[1])[0].strip().splitlines()
+    assert demo[-1].startswith("verdict: ") and len(demo[-1]) > 60, (
+        f"lesson {section} ends without a verdict"
+    )
+    if section == "3.3":  # the error printed is judged against a stated tolerance
+        err = re.search(r"reference\| = (\S+)", out).group(1)
+        assert f"max error {err} is within the tolerance 1e-05" in demo[-1], demo[-1]
+    if section == "3.4":
+        assert any(line.startswith("look at: ") for line in demo)
     if section == "3.7":
         assert "pending (no GPU was available)" in out
     if section == "3.6":

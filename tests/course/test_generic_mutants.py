@@ -28,11 +28,16 @@ def test_the_generator_makes_all_four_kinds_and_never_touches_docstrings_or_anno
 
 @pytest.mark.slow
 def test_every_listed_equivalent_mutant_names_exactly_one_mutant():
-    keys = [(ex.id, m.key) for ex in EXERCISES
-            for m, _ in mutation.generate(ex.id, ex.path("solution").read_text(encoding="utf-8"))]
+    keys = [
+        (ex.id, m.key)
+        for ex in EXERCISES
+        for m, _ in mutation.generate(ex.id, ex.path("solution").read_text(encoding="utf-8"))
+    ]
     wrong = {k: keys.count(k) for k in mutation.EQUIVALENT if keys.count(k) != 1}
     assert not wrong, f"EQUIVALENT entries that name no mutant, or several at once: {wrong}"
-    assert all(len(reason) > 30 for reason in mutation.EQUIVALENT.values()), "each exclusion needs a reason"
+    assert all(len(reason) > 30 for reason in mutation.EQUIVALENT.values()), (
+        "each exclusion needs a reason"
+    )
 
 
 @pytest.mark.slow

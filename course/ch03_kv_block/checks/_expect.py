@@ -26,11 +26,19 @@ def raises(expected, call, *args, what: str, match: str | None = None, **kwargs)
         raise
     except expected as e:
         if match and not re.search(match, str(e)):
-            raise AssertionError(say(f"{what} raised {name} as it should, but its message {str(e)!r} "
-                                     f"does not mention {match!r}",
-                                     f"{what} 按要求抛出了 {name}，但消息 {str(e)!r} 没有提到 {match!r}")) from None
+            raise AssertionError(
+                say(
+                    f"{what} raised {name} as it should, but its message "
+                    f"{str(e)!r} does not mention {match!r}",
+                    f"{what} 按要求抛出了 {name}，但消息 {str(e)!r} 没有提到 {match!r}",
+                )
+            ) from None
         return e
     except Exception as e:  # the wrong exception: say which
-        raise AssertionError(say(f"{what} raised {type(e).__name__}: {e} instead of {name}",
-                                 f"{what} 抛出的是 {type(e).__name__}：{e}，而不是 {name}")) from e
+        raise AssertionError(
+            say(
+                f"{what} raised {type(e).__name__}: {e} instead of {name}",
+                f"{what} 抛出的是 {type(e).__name__}：{e}，而不是 {name}",
+            )
+        ) from e
     raise AssertionError(say(f"{what} did not raise {name}", f"{what} 没有抛出 {name}"))

@@ -24,32 +24,49 @@ def test_the_chapters_block_is_8_mib(impl):
     assert got == 16 * 32 * 2 * 32 * 128 * 2, say(
         f"bytes_per_block for the chapter's example gave {got:,}, expected 8,388,608: "
         "count K and V, every layer and the bytes per element",
-        f"本章示例的 bytes_per_block 得到 {got:,}，应为 8,388,608：要算上 K 和 V、每一层以及每个元素的字节数")
+        f"本章示例的 bytes_per_block 得到 {got:,}，应为 8,388,608：要算上 K 和 V、每一层以及每个"
+        f"元素的字节数",
+    )
     default = impl.bytes_per_block(16, 32, 32, 128)
     assert default == got, say(
         f"bytes_per_block(16, 32, 32, 128) without dtype_bytes gave {default:,}, expected {got:,}: "
         "dtype_bytes should default to 2 (FP16), as in the chapter",
         f"不传 dtype_bytes 时 bytes_per_block(16, 32, 32, 128) 得到 {default:,}，应为 {got:,}："
-        "dtype_bytes 默认应为 2（FP16），与本章一致")
+        "dtype_bytes 默认应为 2（FP16），与本章一致",
+    )
 
 
 @settings(max_examples=30, derandomize=True, database=None, deadline=None)
-@given(st.integers(1, 64), st.integers(1, 48), st.integers(1, 16), st.sampled_from([64, 80, 128]),
-       st.sampled_from([1, 2, 4]))
+@given(
+    st.integers(1, 64),
+    st.integers(1, 48),
+    st.integers(1, 16),
+    st.sampled_from([64, 80, 128]),
+    st.sampled_from([1, 2, 4]),
+)
 def test_bytes_per_block_agrees_with_the_model_spec(impl, bs, layers, kv_heads, dim, dtype_bytes):
     """bytes_per_block matches pagedsim.sizing for any model shape and dtype."""
     want = ModelSpec("x", layers, kv_heads, dim, dtype_bytes).bytes_per_block(bs)
     got = impl.bytes_per_block(bs, layers, kv_heads, dim, dtype_bytes)
     assert got == want, say(
-        f"bytes_per_block({bs}, {layers}, {kv_heads}, {dim}, {dtype_bytes}) gave {got}, expected {want}",
-        f"bytes_per_block({bs}, {layers}, {kv_heads}, {dim}, {dtype_bytes}) 得到 {got}，应为 {want}")
+        f"bytes_per_block({bs}, {layers}, {kv_heads}, {dim}, {dtype_bytes}) gave {got}, expected "
+        f"{want}",
+        f"bytes_per_block({bs}, {layers}, {kv_heads}, {dim}, {dtype_bytes}) 得到 {got}，应为 "
+        f"{want}",
+    )
 
 
 @st.composite
 def pool_index(draw):
     """A small pool shape (N, L, 2, H, B, D) and one valid index into it."""
-    shape = (draw(st.integers(1, 4)), draw(st.integers(1, 3)), 2, draw(st.integers(1, 3)),
-             draw(st.integers(1, 4)), draw(st.integers(1, 5)))
+    shape = (
+        draw(st.integers(1, 4)),
+        draw(st.integers(1, 3)),
+        2,
+        draw(st.integers(1, 3)),
+        draw(st.integers(1, 4)),
+        draw(st.integers(1, 5)),
+    )
     return shape, tuple(draw(st.integers(0, n - 1)) for n in shape)
 
 
@@ -58,17 +75,21 @@ def pool_index(draw):
 def test_flat_offset_agrees_with_numpy_indexing(impl, case):
     """flat_offset(shape, *index) is the number NumPy finds at kv_pool[index] in an arange pool."""
     shape, index = case
-    pool = np.arange(np.prod(shape)).reshape(shape)  # [N, L, 2, H_kv, B, D]: each element holds its offset
+    pool = np.arange(np.prod(shape)).reshape(
+        shape
+    )  # [N, L, 2, H_kv, B, D]: each element holds its offset
     got = impl.flat_offset(shape, *index)
     numpy_strides = tuple(s // pool.itemsize for s in pool.strides)
     assert got == pool[index], say(
         f"flat_offset{index} in a pool of shape {shape} gave {got}, NumPy says {pool[index]}: "
         f"check each dimension's stride (NumPy's are {numpy_strides})",
         f"形状为 {shape} 的池中 flat_offset{index} 得到 {got}，NumPy 给出 {pool[index]}："
-        f"检查每一维的步长（NumPy 的是 {numpy_strides}）")
+        f"检查每一维的步长（NumPy 的是 {numpy_strides}）",
+    )
     assert tuple(impl.strides(shape)) == numpy_strides, say(
         f"strides({shape}) disagree with NumPy's {numpy_strides}",
-        f"strides({shape}) 与 NumPy 的 {numpy_strides} 不一致")
+        f"strides({shape}) 与 NumPy 的 {numpy_strides} 不一致",
+    )
 
 
 def test_slot_offset_uses_block_size_to_split_the_slot(impl):
@@ -80,7 +101,8 @@ def test_slot_offset_uses_block_size_to_split_the_slot(impl):
         f"slot_offset(slot 7) gave {got}, expected {pool[1, 1, 1, 0, 3, 2]}: "
         "slot // block_size is the block and slot % block_size the token",
         f"slot_offset(slot 7) 得到 {got}，应为 {pool[1, 1, 1, 0, 3, 2]}："
-        "slot // block_size 是 Block，slot % block_size 是 token")
+        "slot // block_size 是 Block，slot % block_size 是 token",
+    )
 
 
 @pytest.mark.kernels
@@ -101,9 +123,48 @@ def test_slot_offsets_find_what_write_kv_wrote(impl, kernels):
                 for kv, src in ((0, key), (1, value)):
                     got = flat[impl.slot_offset(shape, int(s), layer, kv, h, d)]
                     assert got == src[t, h, d], say(
-                        f"write_kv put {'KV'[kv]} of token {t} (slot {s}, head {h}, dim {d}) somewhere "
-                        f"else than slot_offset says (found {got} there)",
+                        f"write_kv put {'KV'[kv]} of token {t} (slot {s}, head {h}, dim {d}) "
+                        f"somewhere else than slot_offset says (found {got} there)",
                         f"write_kv 把 token {t}（slot {s}，head {h}，dim {d}）的 {'KV'[kv]} 写到了 "
-                        f"slot_offset 所说之外的地方（那里是 {got}）")
-    assert np.isnan(pool[:, [0, 2]]).all(), say("write_kv into layer 1 touched other layers",
-                                                "向第 1 层 write_kv 时改动了其他层")
+                        f"slot_offset 所说之外的地方（那里是 {got}）",
+                    )
+    assert np.isnan(pool[:, [0, 2]]).all(), say(
+        "write_kv into layer 1 touched other layers", "向第 1 层 write_kv 时改动了其他层"
+    )
+
+
+def test_the_results_are_integers_and_strides_a_tuple_even_with_repeated_sizes(impl):
+    """bytes_per_block and offsets are ints; strides of [4, 4, 4] (a list, sizes repeated) is the tuple (16, 4, 1)."""
+    got = impl.bytes_per_block(16, 32, 32, 128, 2)
+    assert isinstance(got, (int, np.integer)) and not isinstance(got, bool), say(
+        f"bytes_per_block(16, 32, 32, 128, 2) returned {got!r} of type {type(got).__name__}: a "
+        f"number of bytes "
+        "is an int; multiply integers only (no / and no float factors)",
+        f"bytes_per_block(16, 32, 32, 128, 2) 返回了类型为 {type(got).__name__} 的 {got!r}：字节"
+        f"数是 int；"
+        "只用整数相乘（不要用 /，也不要有浮点因子）",
+    )
+    for shape, want in [
+        ([4, 4, 4], (16, 4, 1)),
+        ((2, 3, 2, 3), (18, 6, 3, 1)),
+        ((5,), (1,)),
+        ((), ()),
+    ]:
+        got = impl.strides(shape)
+        assert isinstance(got, tuple) and got == want, say(
+            f"strides({shape!r}) gave {got!r}, expected the tuple {want}: each stride is the "
+            f"product of the "
+            "sizes to its right (by position, so repeated sizes do not matter)",
+            f"strides({shape!r}) 得到 {got!r}，应为元组 {want}：每个步长是它右边各维大小的乘积（"
+            f"按位置算，大小重复不影响）",
+        )
+    shape = (3, 2, 2, 2, 4, 4)
+    offset = impl.flat_offset(shape, 2, 1, 1, 1, 3, 2)
+    assert isinstance(offset, (int, np.integer)) and offset == np.ravel_multi_index(
+        (2, 1, 1, 1, 3, 2), shape
+    ), say(
+        f"flat_offset({shape}, 2, 1, 1, 1, 3, 2) gave {offset!r}, expected the int "
+        f"{np.ravel_multi_index((2, 1, 1, 1, 3, 2), shape)}",
+        f"flat_offset({shape}, 2, 1, 1, 1, 3, 2) 得到 {offset!r}，应为整数 "
+        f"{np.ravel_multi_index((2, 1, 1, 1, 3, 2), shape)}",
+    )

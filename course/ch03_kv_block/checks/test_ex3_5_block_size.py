@@ -5,6 +5,7 @@ sequences (`usage().empty_slots`); the choice is checked against its definition 
 random workloads: the answer qualifies, and every larger candidate does not.
 """
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -33,8 +34,10 @@ def test_waste_counts_the_empty_end_of_each_last_block(impl):
     assert got == 30, say(
         f"waste([16, 17, 1], 16) gave {got}, expected 0 + 15 + 15 = 30: a partly filled "
         "last block is still a whole block (ceil, not floor), and a full one wastes nothing",
-        f"waste([16, 17, 1], 16) 得到 {got}，应为 0 + 15 + 15 = 30：未填满的最后一个块也是一整块（向上取整），"
-        "填满的块不浪费")
+        f"waste([16, 17, 1], 16) 得到 {got}，应为 0 + 15 + 15 = 30：未填满的最后一个块也是一整块"
+        f"（向上取整），"
+        "填满的块不浪费",
+    )
 
 
 @settings(max_examples=40, derandomize=True, database=None, deadline=None)
@@ -43,25 +46,42 @@ def test_waste_matches_the_kv_cache_manager(impl, lengths, bs):
     """For any workload, waste and its fraction match what the manager allocates."""
     empty, allocated = manager_waste(lengths, bs)
     got = impl.waste(lengths, bs)
-    assert got == empty, say(f"waste({lengths}, {bs}) gave {got}, but the manager has {empty} empty slots",
-                             f"waste({lengths}, {bs}) 得到 {got}，但管理器有 {empty} 个空槽位")
+    assert got == empty, say(
+        f"waste({lengths}, {bs}) gave {got}, but the manager has {empty} empty slots",
+        f"waste({lengths}, {bs}) 得到 {got}，但管理器有 {empty} 个空槽位",
+    )
     want = empty / allocated if allocated else 0.0
     got = impl.waste_fraction(lengths, bs)
-    assert got == pytest.approx(want), say(f"waste_fraction({lengths}, {bs}) gave {got}, expected {want}",
-                                           f"waste_fraction({lengths}, {bs}) 得到 {got}，应为 {want}")
+    assert got == pytest.approx(want), say(
+        f"waste_fraction({lengths}, {bs}) gave {got}, expected {want}",
+        f"waste_fraction({lengths}, {bs}) 得到 {got}，应为 {want}",
+    )
 
 
 def test_the_largest_block_size_within_budget_and_waste_is_chosen(impl):
     """100 sequences of 520 tokens: blocks of 128 waste 19%, of 64 waste 9.7%, so 64 is chosen."""
     lengths = [520] * 100
     got = impl.choose_block_size(lengths, 1, 10**6, CANDIDATES, 0.1)
-    assert got == 64, say(f"choose_block_size gave {got}; 128 wastes 19% (> 10%), 64 wastes 9.7%, so 64",
-                          f"choose_block_size 得到 {got}；128 浪费 19%（> 10%），64 浪费 9.7%，所以选 64")
+    assert got == 64, say(
+        f"choose_block_size gave {got}; 128 wastes 19% (> 10%), 64 wastes 9.7%, so 64",
+        f"choose_block_size 得到 {got}；128 浪费 19%（> 10%），64 浪费 9.7%，所以选 64",
+    )
     tight = impl.choose_block_size(lengths, 1, 52_000, CANDIDATES, 0.1)
-    assert tight == 8, say(f"with a budget of 52,000 bytes only blocks of 8 fit (52,000 slots), got {tight}",
-                           f"预算 52,000 字节时只有 8 放得下（正好 52,000 个槽位），实际得到 {tight}")
-    raises(ValueError, impl.choose_block_size, lengths, 1, 51_999, CANDIDATES, 0.1, match="budget",
-           what="choose_block_size with a 51,999-byte budget (no candidate fits)")
+    assert tight == 8, say(
+        f"with a budget of 52,000 bytes only blocks of 8 fit (52,000 slots), got {tight}",
+        f"预算 52,000 字节时只有 8 放得下（正好 52,000 个槽位），实际得到 {tight}",
+    )
+    raises(
+        ValueError,
+        impl.choose_block_size,
+        lengths,
+        1,
+        51_999,
+        CANDIDATES,
+        0.1,
+        match="budget",
+        what="choose_block_size with a 51,999-byte budget (no candidate fits)",
+    )
 
 
 def test_a_waste_or_budget_exactly_at_the_limit_qualifies(impl):
@@ -71,51 +91,160 @@ def test_a_waste_or_budget_exactly_at_the_limit_qualifies(impl):
     except ValueError:
         got = "ValueError"
     assert got == 10, say(
-        f"blocks of 10 for sequences of 9 and 10 tokens waste exactly 1/20 = 5% and fill the 20-byte budget "
-        f"exactly; with max_waste=0.05 that qualifies (<=, not <), but choose_block_size gave {got}",
+        f"blocks of 10 for sequences of 9 and 10 tokens waste exactly 1/20 = 5% and fill the "
+        f"20-byte budget exactly; with max_waste=0.05 that qualifies (<=, not <), but "
+        f"choose_block_size gave {got}",
         f"9 和 10 个 token 的序列用 10 个 token 的块，恰好浪费 1/20 = 5%，也恰好用满 20 字节预算；"
-        f"max_waste=0.05 时它符合条件（<=，不是 <），但 choose_block_size 给出 {got}")
+        f"max_waste=0.05 时它符合条件（<=，不是 <），但 choose_block_size 给出 {got}",
+    )
 
 
 @pytest.mark.parametrize("bs", CANDIDATES)
 def test_the_default_candidates_and_waste_limit_are_8_to_128_and_10_percent(impl, bs):
     """Called without candidates or max_waste, the choice uses (8, 16, 32, 64, 128) and 10%."""
-    lengths = [3 * bs] * 4  # exact multiples of bs: no waste; the budget holds them in blocks of bs only
+    lengths = [
+        3 * bs
+    ] * 4  # exact multiples of bs: no waste; the budget holds them in blocks of bs only
     try:
         got = impl.choose_block_size(lengths, 1, sum(lengths))
     except ValueError as e:
-        raise AssertionError(say(
-            f"choose_block_size({lengths}, 1, {sum(lengths)}) with the default candidates raised ValueError "
-            f"({e}); blocks of {bs} hold these sequences with no waste in exactly that budget",
-            f"用默认候选值时 choose_block_size({lengths}, 1, {sum(lengths)}) 抛出了 ValueError（{e}）；"
-            f"{bs} 个 token 的块恰好在这个预算内无浪费地装下这些序列")) from None
+        raise AssertionError(
+            say(
+                f"choose_block_size({lengths}, 1, {sum(lengths)}) with the default candidates "
+                f"raised ValueError ({e}); blocks of {bs} hold these sequences with no waste in "
+                f"exactly that budget",
+                f"用默认候选值时 choose_block_size({lengths}, 1, {sum(lengths)}) 抛出了 ValueError"
+                f"（{e}）；{bs} 个 token 的块恰好在这个预算内无浪费地装下这些序列",
+            )
+        ) from None
     assert got == bs, say(
-        f"with the default candidates, four sequences of {3 * bs} tokens in a {sum(lengths)}-byte budget "
-        f"should choose {bs}, got {got}: the defaults must be candidates=(8, 16, 32, 64, 128), max_waste=0.1",
-        f"用默认候选值时，{sum(lengths)} 字节预算里的四个 {3 * bs} token 序列应选 {bs}，实际选了 {got}："
-        "默认值必须是 candidates=(8, 16, 32, 64, 128)、max_waste=0.1")
+        f"with the default candidates, four sequences of {3 * bs} tokens in a {sum(lengths)}-byte "
+        f"budget should choose {bs}, got {got}: the defaults must be candidates=(8, 16, 32, 64, "
+        f"128), max_waste=0.1",
+        f"用默认候选值时，{sum(lengths)} 字节预算里的四个 {3 * bs} token 序列应选 {bs}，实际选了 "
+        f"{got}："
+        "默认值必须是 candidates=(8, 16, 32, 64, 128)、max_waste=0.1",
+    )
     chosen = impl.choose_block_size([520] * 100, 1, 10**6)
     assert chosen == 64, say(
-        f"with the default max_waste, 100 sequences of 520 tokens chose {chosen}: 128 wastes 19% (over the "
+        f"with the default max_waste, 100 sequences of 520 tokens chose {chosen}: 128 wastes 19% "
+        f"(over the "
         "default 10%), 64 wastes 9.7%, so 64",
-        f"用默认 max_waste 时，100 个 520 token 的序列选了 {chosen}：128 浪费 19%（超过默认的 10%），"
-        "64 浪费 9.7%，所以应选 64")
+        f"用默认 max_waste 时，100 个 520 token 的序列选了 {chosen}：128 浪费 19%（超过默认的 "
+        f"10%），"
+        "64 浪费 9.7%，所以应选 64",
+    )
 
 
 @settings(max_examples=40, derandomize=True, database=None, deadline=None)
-@given(st.lists(st.integers(1, 400), min_size=1, max_size=10), st.integers(1, 4),
-       st.integers(0, 8000), st.sampled_from([0.05, 0.1, 0.3]))
+@given(
+    st.lists(st.integers(1, 400), min_size=1, max_size=10),
+    st.integers(1, 4),
+    st.integers(0, 8000),
+    st.sampled_from([0.05, 0.1, 0.3]),
+)
 def test_the_choice_qualifies_and_no_larger_candidate_does(impl, lengths, bpt, budget, limit):
     """On random workloads the chosen size passes both tests and every larger one fails one."""
+
     def ok(bs):
         empty, allocated = manager_waste(lengths, bs)
         return allocated * bpt <= budget and empty / allocated <= limit
+
     good = [bs for bs in CANDIDATES if ok(bs)]
     if not good:
-        raises(ValueError, impl.choose_block_size, lengths, bpt, budget, CANDIDATES, limit,
-               what=f"choose_block_size({lengths}, {bpt}, {budget}, max_waste={limit}) (no candidate qualifies)")
+        raises(
+            ValueError,
+            impl.choose_block_size,
+            lengths,
+            bpt,
+            budget,
+            CANDIDATES,
+            limit,
+            what=f"choose_block_size({lengths}, {bpt}, {budget}, max_waste={limit}) (no "
+            f"candidate qualifies)",
+        )
         return
     got = impl.choose_block_size(lengths, bpt, budget, CANDIDATES, limit)
     assert got == max(good), say(
         f"for {lengths}, {budget} bytes, waste <= {limit}: chose {got}, expected {max(good)}",
-        f"对 {lengths}、预算 {budget} 字节、浪费 <= {limit}：选了 {got}，应为 {max(good)}")
+        f"对 {lengths}、预算 {budget} 字节、浪费 <= {limit}：选了 {got}，应为 {max(good)}",
+    )
+
+
+@settings(max_examples=40, derandomize=True, database=None, deadline=None)
+@given(
+    st.lists(st.sampled_from([4, 8, 16, 32, 64, 128]), min_size=1, max_size=7),
+    st.lists(st.integers(1, 300), max_size=8),
+    st.integers(0, 6000),
+    st.sampled_from([0.05, 0.1, 0.5]),
+)
+def test_the_choice_does_not_depend_on_the_order_or_repeats_of_the_candidates(
+    impl, candidates, lengths, budget, limit
+):
+    """Candidates in any order, repeated or not, in a list it must not change (and no sequences at all):
+    the choice is the largest qualifying candidate."""
+
+    def ok(bs):  # no sequences at all: nothing allocated, nothing wasted, every candidate fits
+        empty, allocated = manager_waste(lengths, bs)
+        return allocated <= budget and (empty / allocated if allocated else 0.0) <= limit
+
+    given_list = list(candidates)
+    call = f"choose_block_size({lengths}, 1, {budget}, candidates={given_list}, max_waste={limit})"
+    good = [bs for bs in candidates if ok(bs)]
+    if not good:
+        raises(
+            ValueError,
+            impl.choose_block_size,
+            lengths,
+            1,
+            budget,
+            candidates,
+            limit,
+            what=f"{call} (no candidate qualifies)",
+        )
+    else:
+        got = impl.choose_block_size(lengths, 1, budget, candidates, limit)
+        assert got == max(good), say(
+            f"{call} gave {got}, expected {max(good)}: the candidates come in any order (and may "
+            f"repeat), "
+            "so sort them (largest first) before trying them",
+            f"{call} 得到 {got}，应为 {max(good)}：候选值可以是任意顺序（也可能重复），要先从大"
+            f"到小排序再逐个尝试",
+        )
+        assert isinstance(got, (int, np.integer)) and not isinstance(got, bool), say(
+            f"{call} returned {got!r} of type {type(got).__name__}; it should return one of the "
+            f"candidates, an int",
+            f"{call} 返回了类型为 {type(got).__name__} 的 {got!r}；应返回候选值之一（int）",
+        )
+    assert candidates == given_list, say(
+        f"choose_block_size reordered or changed the caller's candidates list in place: "
+        f"{given_list} became {candidates}; sort a copy (sorted(...)), not the argument",
+        f"choose_block_size 就地改动了调用者的 candidates 列表：{given_list} 变成了 {candidates}；"
+        "请排序副本（sorted(...)），不要改参数",
+    )
+
+
+def test_waste_takes_any_sequence_of_lengths_and_an_empty_one_wastes_nothing(impl):
+    """waste and waste_fraction accept a tuple or a NumPy array, return an int and a float, and are 0 on []."""
+    for lengths in ([], (), np.array([], dtype=np.int64)):
+        got = (impl.waste(lengths, 16), impl.waste_fraction(lengths, 16))
+        assert got == (0, 0.0), say(
+            f"with no sequences ({lengths!r}) waste and waste_fraction "
+            f"gave {got}, "
+            "expected (0, 0.0): nothing allocated wastes nothing",
+            f"没有序列（{lengths!r}）时 waste 和 waste_fraction 得到 {got}，应为 (0, 0.0)",
+        )
+    for lengths in ((16, 17, 1), np.array([16, 17, 1])):
+        w, f = impl.waste(lengths, 16), impl.waste_fraction(lengths, 16)
+        assert w == 30 and f == pytest.approx(30 / 64), say(
+            f"waste and waste_fraction of {lengths!r} with blocks of 16 gave {w} and {f}, expected "
+            f"30 and 30/64",
+            f"{lengths!r} 在块大小 16 下的 waste 和 waste_fraction 得到 {w} 和 {f}，应为 30 和 "
+            f"30/64",
+        )
+        assert isinstance(w, (int, np.integer)) and isinstance(f, (float, np.floating)), say(
+            f"waste returned a {type(w).__name__} and waste_fraction a {type(f).__name__}; "
+            f"expected int and float",
+            f"waste 返回了 {type(w).__name__}，waste_fraction 返回了 {type(f).__name__}；应为 int "
+            f"和 float",
+        )

@@ -32,7 +32,9 @@ def test_align_up_rounds_up_to_the_next_multiple_of_128(impl):
         assert got == want, say(
             f"align_up({n}) gave {got}, expected {want}: round up to the next multiple of 128, "
             "and leave a size that is already a multiple alone",
-            f"align_up({n}) 得到 {got}，应为 {want}：向上取整到下一个 128 的倍数，已经是倍数的大小保持不变")
+            f"align_up({n}) 得到 {got}，应为 {want}：向上取整到下一个 128 的倍数，已经是倍数的大"
+            f"小保持不变",
+        )
 
 
 @settings(max_examples=50, derandomize=True, database=None, deadline=None)
@@ -41,10 +43,16 @@ def test_align_up_is_the_smallest_aligned_size_not_below_n(impl, n, alignment):
     """For any size and power-of-two alignment: a multiple, not smaller, less than one step above."""
     got = impl.align_up(n, alignment)
     call = f"align_up({n}, {alignment}) = {got}"
-    assert got % alignment == 0, say(f"{call} is not a multiple of {alignment}", f"{call} 不是 {alignment} 的倍数")
-    assert got >= n, say(f"{call} rounds down: the block would overlap the next one",
-                         f"{call} 向下取整了：这个块会与下一个块重叠")
-    assert got - n < alignment, say(f"{call} pads by a whole extra step", f"{call} 多补了一整个步长")
+    assert got % alignment == 0, say(
+        f"{call} is not a multiple of {alignment}", f"{call} 不是 {alignment} 的倍数"
+    )
+    assert got >= n, say(
+        f"{call} rounds down: the block would overlap the next one",
+        f"{call} 向下取整了：这个块会与下一个块重叠",
+    )
+    assert got - n < alignment, say(
+        f"{call} pads by a whole extra step", f"{call} 多补了一整个步长"
+    )
 
 
 def test_every_block_starts_on_a_128_byte_boundary_and_blocks_never_overlap(impl):
@@ -52,7 +60,8 @@ def test_every_block_starts_on_a_128_byte_boundary_and_blocks_never_overlap(impl
     starts = list(impl.block_starts(5, 1000))
     assert starts == [0, 1024, 2048, 3072, 4096], say(
         f"block_starts(5, 1000) gave {starts}, expected a stride of 1024 (1000 rounded up to 128)",
-        f"block_starts(5, 1000) 得到 {starts}，步长应为 1024（1000 向上取整到 128 的倍数）")
+        f"block_starts(5, 1000) 得到 {starts}，步长应为 1024（1000 向上取整到 128 的倍数）",
+    )
 
 
 def describe_starts(starts, num_blocks, block_bytes, alignment):
@@ -63,30 +72,46 @@ def describe_starts(starts, num_blocks, block_bytes, alignment):
         return ""
     call = f"block_starts({num_blocks}, {block_bytes}, {alignment})"
     if len(starts) != num_blocks:
-        return say(f"{call} gave {len(starts)} starts, expected {num_blocks}",
-                   f"{call} 给出 {len(starts)} 个起点，应为 {num_blocks} 个")
+        return say(
+            f"{call} gave {len(starts)} starts, expected {num_blocks}",
+            f"{call} 给出 {len(starts)} 个起点，应为 {num_blocks} 个",
+        )
     for i in range(1, num_blocks):
         if starts[i] - starts[i - 1] < block_bytes:
-            return say(f"{call}: block {i - 1} starts at {starts[i - 1]} and is {block_bytes} bytes long, but block "
-                       f"{i} starts at {starts[i]}: they overlap by {starts[i - 1] + block_bytes - starts[i]} B. Round "
-                       f"the block size up once to get the stride ({stride}), then start block i at i * stride",
-                       f"{call}：块 {i - 1} 从 {starts[i - 1]} 开始、长 {block_bytes} 字节，而块 {i} 从 {starts[i]} 开始："
-                       f"两者重叠 {starts[i - 1] + block_bytes - starts[i]} 字节。先把块大小向上取整一次得到步长（{stride}），"
-                       "再让第 i 块从 i × 步长开始")
+            return say(
+                f"{call}: block {i - 1} starts at {starts[i - 1]} and is {block_bytes} "
+                f"bytes long, but block {i} starts at {starts[i]}: they overlap by "
+                f"{starts[i - 1] + block_bytes - starts[i]} B. Round the block size up once "
+                f"to get the stride ({stride}), then start block i at i * stride",
+                f"{call}：块 {i - 1} 从 {starts[i - 1]} 开始、长 {block_bytes} 字节，而块 "
+                f"{i} 从 {starts[i]} 开始：两者重叠 "
+                f"{starts[i - 1] + block_bytes - starts[i]} 字节。先把块大小向上取整一次"
+                f"得到步长（{stride}），"
+                "再让第 i 块从 i × 步长开始",
+            )
     bad = [x for x in starts if x % alignment]
     if bad:
-        return say(f"{call} gave {starts}: {bad[0]} is not a multiple of {alignment}",
-                   f"{call} 给出 {starts}：{bad[0]} 不是 {alignment} 的倍数")
-    return say(f"{call} gave {starts}, expected {want}: every block is {stride} bytes after the previous one, no more",
-               f"{call} 给出 {starts}，应为 {want}：每个块都比前一个块晚 {stride} 字节，不多不少")
+        return say(
+            f"{call} gave {starts}: {bad[0]} is not a multiple of {alignment}",
+            f"{call} 给出 {starts}：{bad[0]} 不是 {alignment} 的倍数",
+        )
+    return say(
+        f"{call} gave {starts}, expected {want}: every block is {stride} bytes after the "
+        f"previous one, no more",
+        f"{call} 给出 {starts}，应为 {want}：每个块都比前一个块晚 {stride} 字节，不多不少",
+    )
 
 
 @settings(max_examples=40, derandomize=True, database=None, deadline=None)
 @given(st.integers(1, 6000), st.sampled_from([128, 128, 64, 256]), st.integers(2, 6))
 def test_block_starts_use_one_rounded_stride_for_any_size(impl, block_bytes, alignment, num_blocks):
     """For any block size the starts are i * stride, with the stride the size rounded up once."""
-    problem = describe_starts(list(impl.block_starts(num_blocks, block_bytes, alignment)), num_blocks,
-                              block_bytes, alignment)
+    problem = describe_starts(
+        list(impl.block_starts(num_blocks, block_bytes, alignment)),
+        num_blocks,
+        block_bytes,
+        alignment,
+    )
     assert not problem, problem
 
 
@@ -98,47 +123,65 @@ def test_block_starts_with_the_default_alignment_on_several_sizes(impl, block_by
 
 
 def fresh(num_free=8, num_threads=6, seed=0):
-    stack = np.random.default_rng(seed).permutation(40)[:num_free].astype(np.int32)  # free block ids
+    stack = (
+        np.random.default_rng(seed).permutation(40)[:num_free].astype(np.int32)
+    )  # free block ids
     return stack, np.array([num_free], np.int32), np.full(num_threads, -2, np.int32)
 
 
 def check_pop(stack, top, out, original, log=None):
     """No block handed out twice or lost; empty-stack threads wrote -1."""
     handed = [int(b) for b in out if b >= 0]
-    assert -2 not in out.tolist(), say(f"some thread never wrote its result: {out.tolist()}",
-                                       f"有线程没有写出结果：{out.tolist()}")
+    assert -2 not in out.tolist(), say(
+        f"some thread never wrote its result: {out.tolist()}", f"有线程没有写出结果：{out.tolist()}"
+    )
     twice = sorted({b for b in handed if handed.count(b) > 1})
     if twice and log is not None and not any(what.startswith("write top") for _, what in log):
-        raise AssertionError(say(
-            f"two threads handed out block {twice[0]} although every update of top was one atomic step: "
-            "a thread that found the stack empty still read a block. The atomic returns the old top; "
-            "the stack was empty when that old value is 0 or less (test old > 0, not old >= 0)",
-            f"每次更新 top 都是一个原子操作，但仍有两个线程拿到了块 {twice[0]}：发现栈已空的线程还是读了一个块。"
-            "原子操作返回旧的 top；旧值 <= 0 表示栈已空（判断 old > 0，而不是 old >= 0）"))
+        raise AssertionError(
+            say(
+                f"two threads handed out block {twice[0]} although every update of top was one "
+                f"atomic step: "
+                "a thread that found the stack empty still read a block. The atomic returns the "
+                "old top; the stack was empty when that old value is 0 or less (test old > 0, not "
+                "old >= 0)",
+                f"每次更新 top 都是一个原子操作，但仍有两个线程拿到了块 {twice[0]}：发现栈已空的"
+                f"线程还是读了一个块。"
+                "原子操作返回旧的 top；旧值 <= 0 表示栈已空（判断 old > 0，而不是 old >= 0）",
+            )
+        )
     assert not twice, say(
-        f"two threads popped the same block {twice[0]}: reading top and writing top - 1 are separate "
+        f"two threads popped the same block {twice[0]}: reading top and writing top - 1 are "
+        f"separate "
         "steps, so another thread read the same top in between; make it one cuda.atomic operation",
-        f"两个线程弹出了同一个块 {twice[0]}：读 top 和写 top - 1 是分开的两步，另一个线程在中间读到了同一个 top；"
-        "改成一个 cuda.atomic 操作")
-    assert set(handed) <= set(original.tolist()), say(f"handed out {handed}, not all from the free stack",
-                                                      f"分出的块 {handed} 不全来自空闲栈")
+        f"两个线程弹出了同一个块 {twice[0]}：读 top 和写 top - 1 是分开的两步，另一个线程在中间"
+        f"读到了同一个 top；"
+        "改成一个 cuda.atomic 操作",
+    )
+    assert set(handed) <= set(original.tolist()), say(
+        f"handed out {handed}, not all from the free stack", f"分出的块 {handed} 不全来自空闲栈"
+    )
     want = min(len(original), len(out))
     assert len(handed) == want, say(
-        f"{len(out)} threads asked and {len(original)} blocks were free, but {len(handed)} were handed out",
-        f"{len(out)} 个线程申请、{len(original)} 个块空闲，却分出了 {len(handed)} 个")
+        f"{len(out)} threads asked and {len(original)} blocks were free, but {len(handed)} were "
+        f"handed out",
+        f"{len(out)} 个线程申请、{len(original)} 个块空闲，却分出了 {len(handed)} 个",
+    )
     left = original[: max(int(top[0]), 0)].tolist()
     assert sorted(left + handed) == sorted(original.tolist()), say(
         f"a block was lost: handed out {sorted(handed)}, still free {sorted(left)}, "
         f"but the stack held {sorted(original.tolist())}",
-        f"丢了一个块：分出 {sorted(handed)}，仍空闲 {sorted(left)}，但栈里原有 {sorted(original.tolist())}")
+        f"丢了一个块：分出 {sorted(handed)}，仍空闲 {sorted(left)}，但栈里原有 "
+        f"{sorted(original.tolist())}",
+    )
 
 
 def test_the_pop_hands_out_distinct_blocks_when_threads_interleave_step_by_step(impl):
     """Round robin over memory accesses (the lost-update order): 6 threads, 8 free blocks."""
     stack, top, out = fresh()
     original = stack.copy()
-    log = Stepper("round_robin").run(impl.pop_kernel, len(out), stack, top, out,
-                                     names=["free_stack", "top", "out"])
+    log = Stepper("round_robin").run(
+        impl.pop_kernel, len(out), stack, top, out, names=["free_stack", "top", "out"]
+    )
     check_pop(stack, top, out, original, log)
 
 
@@ -147,26 +190,43 @@ def test_the_pop_is_correct_under_random_interleavings(impl, seed):
     """Seeded random orders of memory accesses: 5 threads, 4 free blocks (one thread finds none)."""
     stack, top, out = fresh(num_free=4, num_threads=5, seed=seed)
     original = stack.copy()
-    log = Stepper(seed).run(impl.pop_kernel, len(out), stack, top, out, names=["free_stack", "top", "out"])
+    log = Stepper(seed).run(
+        impl.pop_kernel, len(out), stack, top, out, names=["free_stack", "top", "out"]
+    )
     check_pop(stack, top, out, original, log)
-    assert (out == -1).sum() == 1, say(f"with 4 free blocks and 5 threads exactly one should get -1: {out.tolist()}",
-                                       f"4 个空闲块、5 个线程时应恰好有一个线程得到 -1：{out.tolist()}")
+    assert (out == -1).sum() == 1, say(
+        f"with 4 free blocks and 5 threads exactly one should get -1: {out.tolist()}",
+        f"4 个空闲块、5 个线程时应恰好有一个线程得到 -1：{out.tolist()}",
+    )
 
 
 def test_a_thread_that_finds_the_stack_empty_writes_minus_one(impl):
     """top = 0: the stack is empty (free_stack still holds an old id); the thread must write -1."""
     stack, top, out = np.array([7, 9], np.int32), np.array([0], np.int32), np.full(1, -2, np.int32)
-    Stepper("round_robin").run(impl.pop_kernel, 1, stack, top, out, names=["free_stack", "top", "out"])
+    Stepper("round_robin").run(
+        impl.pop_kernel, 1, stack, top, out, names=["free_stack", "top", "out"]
+    )
     stale = out[0] in (7, 9)
     assert out[0] == -1, say(
         f"with top = 0 (no free block) the thread wrote {out[0]} instead of -1"
-        + (f": it handed out block {out[0]}, read at free_stack[-1]. The atomic returned the old top, 0; "
-           "an old top of 0 or less means empty (test old > 0, not old >= 0)" if stale else ""),
+        + (
+            f": it handed out block {out[0]}, read at free_stack[-1]. The atomic returned the old "
+            f"top, 0; "
+            "an old top of 0 or less means empty (test old > 0, not old >= 0)"
+            if stale
+            else ""
+        ),
         f"top = 0（没有空闲块）时线程写了 {out[0]}，而不是 -1"
-        + (f"：它分出了在 free_stack[-1] 读到的块 {out[0]}。原子操作返回旧的 top，即 0；"
-           "旧 top <= 0 表示栈已空（判断 old > 0，而不是 old >= 0）" if stale else ""))
-    assert top[0] <= 0, say(f"popping from an empty stack left top at {top[0]}",
-                            f"从空栈弹出后 top 停在 {top[0]}")
+        + (
+            f"：它分出了在 free_stack[-1] 读到的块 {out[0]}。原子操作返回旧的 top，即 0；"
+            "旧 top <= 0 表示栈已空（判断 old > 0，而不是 old >= 0）"
+            if stale
+            else ""
+        ),
+    )
+    assert top[0] <= 0, say(
+        f"popping from an empty stack left top at {top[0]}", f"从空栈弹出后 top 停在 {top[0]}"
+    )
 
 
 def test_threads_beyond_the_output_do_nothing(impl):
@@ -174,16 +234,25 @@ def test_threads_beyond_the_output_do_nothing(impl):
     stack, top, out = fresh(num_free=8, num_threads=4)
     original = stack.copy()
     try:
-        Stepper("round_robin").run(impl.pop_kernel, 6, stack, top, out, names=["free_stack", "top", "out"])
+        Stepper("round_robin").run(
+            impl.pop_kernel, 6, stack, top, out, names=["free_stack", "top", "out"]
+        )
     except IndexError as e:
-        raise AssertionError(say(f"with 6 threads and 4 outputs a thread wrote past out ({e}): "
-                                 "guard with i < out.shape[0] (not <=)",
-                                 f"6 个线程、4 个输出时有线程写到了 out 之外（{e}）："
-                                 "用 i < out.shape[0]（不是 <=）做保护")) from None
+        raise AssertionError(
+            say(
+                f"with 6 threads and 4 outputs a thread wrote past out ({e}): "
+                "guard with i < out.shape[0] (not <=)",
+                f"6 个线程、4 个输出时有线程写到了 out 之外（{e}）："
+                "用 i < out.shape[0]（不是 <=）做保护",
+            )
+        ) from None
     assert top[0] == 4, say(
-        f"6 threads for 4 outputs left top at {top[0]}, expected 8 - 4 = 4: threads with i >= out.shape[0] "
+        f"6 threads for 4 outputs left top at {top[0]}, expected 8 - 4 = 4: threads with i >= "
+        f"out.shape[0] "
         "must not pop a block",
-        f"6 个线程、4 个输出后 top 停在 {top[0]}，应为 8 - 4 = 4：i >= out.shape[0] 的线程不能弹出块")
+        f"6 个线程、4 个输出后 top 停在 {top[0]}，应为 8 - 4 = 4：i >= out.shape[0] 的线程不能弹"
+        f"出块",
+    )
     check_pop(stack, top, out, original)
 
 
@@ -194,3 +263,26 @@ def test_the_pop_kernel_launches_and_hands_out_each_block_once(impl, kernels):
     original = stack.copy()
     out, after = impl.pop_blocks(stack, 24)
     check_pop(stack, np.array([after]), out, original)
+
+
+def test_alignment_returns_ints_and_a_pool_of_no_blocks_has_no_starts(impl):
+    """align_up returns an int; block_starts returns a list of ints, and [] for 0 blocks."""
+    got = impl.align_up(1200)
+    assert isinstance(got, (int, np.integer)) and not isinstance(got, bool) and got == 1280, say(
+        f"align_up(1200) returned {got!r} of type {type(got).__name__}, expected the int 1280: "
+        "use integer arithmetic (no math.ceil of a float division)",
+        f"align_up(1200) 返回了类型为 {type(got).__name__} 的 {got!r}，应为整数 1280：用整数运算"
+        f"（不要对浮点除法取 math.ceil）",
+    )
+    starts = impl.block_starts(3, 1200)
+    assert list(starts) == [0, 1280, 2560] and all(
+        isinstance(s, (int, np.integer)) for s in starts
+    ), say(
+        f"block_starts(3, 1200) gave {starts!r}, expected the ints [0, 1280, 2560]",
+        f"block_starts(3, 1200) 得到 {starts!r}，应为整数 [0, 1280, 2560]",
+    )
+    empty = impl.block_starts(0, 1200)
+    assert list(empty) == [], say(
+        f"block_starts(0, 1200) gave {empty!r}; a pool of no blocks has no starts: []",
+        f"block_starts(0, 1200) 得到 {empty!r}；没有块的池没有起点：[]",
+    )

@@ -1,8 +1,10 @@
 """Chapter 3's lessons, one module per section: `pagedsim lesson 3.1` ... `pagedsim lesson 3.8`.
 
 Each module has TITLE (and TITLE_ZH), TEXT (English), TEXT_ZH (Chinese), FIGURES (names in
-`pagedsim figures --list`, with what to look at) and demo(out_dir), which runs the
-section's demonstration on the simulator, the kernels or the pictures.
+`pagedsim figures --list`, with what to look at, and FIGURES_ZH the same in Chinese) and
+demo(out_dir), which runs the section's demonstration on the simulator, the kernels or the
+pictures and ends with `verdict(...)`: one sentence, computed from the numbers it printed,
+that says what they mean.
 
 A demo that needs an exercise's code gets it from `reference(ID)`: the reference
 solution, or, in a student build without the solutions (`pagedsim export-course`), the
@@ -14,6 +16,15 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from pathlib import Path
+
+
+def verdict(en: str, zh: str) -> str:
+    """Print a demo's last line: its conclusion in one sentence, in the course's language."""
+    from course.i18n import say
+
+    line = say(f"verdict: {en}", f"结论：{zh}")
+    print(line)
+    return line
 
 
 class NeedsExercise(RuntimeError):
@@ -31,13 +42,20 @@ def reference(exercise_id: str):
         pass
     mine = workspace.find(ex)
     if mine is not None:
-        spec = importlib.util.spec_from_file_location(f"_lesson_yours_{exercise_id.replace('.', '_')}", mine)
+        spec = importlib.util.spec_from_file_location(
+            f"_lesson_yours_{exercise_id.replace('.', '_')}", mine
+        )
         module = importlib.util.module_from_spec(spec)
         try:
             spec.loader.exec_module(module)
             return module
         except Exception as e:  # noqa: BLE001 - a half-written file: say so below
-            raise NeedsExercise(f"this part of the demo runs exercise {exercise_id}'s code; yours raised "
-                                f"{type(e).__name__}: {e}") from e
-    raise NeedsExercise(f"this part of the demo runs exercise {exercise_id}'s code: write it in "
-                        f"{workspace.DEFAULT}/{Path(ex.stub).name} (this build has no reference solutions)")
+            raise NeedsExercise(
+                f"this part of the demo runs exercise {exercise_id}'s code; yours "
+                f"raised {type(e).__name__}: {e}"
+            ) from e
+    raise NeedsExercise(
+        f"this part of the demo runs exercise {exercise_id}'s code: write it in "
+        f"{workspace.DEFAULT}/{Path(ex.stub).name} (this build has no reference "
+        f"solutions)"
+    )

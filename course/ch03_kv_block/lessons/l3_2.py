@@ -8,7 +8,15 @@ from pagedsim.sizing import PRESETS
 
 TITLE = "The inside of a block"
 TITLE_ZH = "Block 的内部"
-FIGURES = [("3.2-block-anatomy", "one block's layout (K, V, heads x tokens x head_dim, all layers) and its bytes")]
+FIGURES = [
+    (
+        "3.2-block-anatomy",
+        "one block's layout (K, V, heads x tokens x head_dim, all layers) and its bytes",
+    )
+]
+FIGURES_ZH = [
+    "一个 Block 的布局（K、V，头 × token × head_dim，所有层）及其字节数"
+]  # the captions of FIGURES, in order
 TEXT = """
 One block holds the K and V vectors of block_size tokens, for every layer and every KV
 head. Its size is block_size x num_layers x 2 (K and V) x num_kv_heads x head_dim x bytes
@@ -31,9 +39,23 @@ TEXT_ZH = """
 
 
 def demo(out_dir) -> None:
+    from course.ch03_kv_block.lessons import verdict
+
     print(f"{'model':<12} {'bytes/token':>12} {'bytes/block (16 tokens)':>24}")
+    sizes = {}
     for spec in PRESETS.values():
-        print(f"{spec.name:<12} {spec.bytes_per_token():>12,} {spec.bytes_per_block(16):>24,}")
+        sizes[spec.name] = spec.bytes_per_block(16)
+        print(f"{spec.name:<12} {spec.bytes_per_token():>12,} {sizes[spec.name]:>24,}")
+    small, large = min(sizes, key=sizes.get), max(sizes, key=sizes.get)
+    kv_memory = 40 * 2**30
+    meaning = (
+        f"a 16-token block costs {sizes[small] / 2**20:g} MiB ({small}) to "
+        f"{sizes[large] / 2**20:g} MiB ({large}), so 40 GiB of KV cache holds only "
+        f"{kv_memory // sizes[large]:,} to {kv_memory // sizes[small]:,} blocks",
+        f"一个 16 token 的 Block 占 {sizes[small] / 2**20:g} MiB（{small}）到 "
+        f"{sizes[large] / 2**20:g} MiB（{large}），所以 40 GiB 的 KV 缓存只能放 "
+        f"{kv_memory // sizes[large]:,} 到 {kv_memory // sizes[small]:,} 个 Block",
+    )
     shape = (6, 3, 2, 2, 4, 8)  # [N, L, 2, H_kv, B, D]
     pool = np.full(shape, np.nan, np.float32)
     print(f"\nkv_pool{list(shape)} element strides: {[s // 4 for s in pool.strides]}")
@@ -41,13 +63,42 @@ def demo(out_dir) -> None:
         import cuda_kernels
     except ImportError as e:
         print(f"(skipping the write_kv run: cuda_kernels is not available: {e})")
+        verdict(
+            meaning[0] + "; every block is a few MiB, which is why the pool is counted in blocks",
+            meaning[1] + "；每个 Block 都有几 MiB，所以池按 Block 计数",
+        )
         return
     rng = np.random.default_rng(0)
     key = rng.standard_normal((3, 2, 8)).astype(np.float32)  # [T, H_kv, D]
     value = rng.standard_normal((3, 2, 8)).astype(np.float32)
     view = pool[:, 1]  # [N, 2, H_kv, B, D] layer 1, a view
     cuda_kernels.write_kv(view, key, value, np.array([5, 6, 13]))
-    print(f"write_kv ({cuda_kernels.backend()}) wrote 3 tokens to slots 5, 6, 13 of layer 1 "
-          f"through a view (shares memory with the pool: {np.shares_memory(view, pool)})")
-    print(f"  K of token 0 head 0 is now kv_pool[1, 1, 0, 0, 1, :4] = {pool[1, 1, 0, 0, 1, :4].round(3)}")
-    print(f"  numbers written: {int(np.isfinite(pool).sum())} = 3 tokens x 2 (K,V) x 2 heads x 8 dims")
+    print(
+        f"write_kv ({cuda_kernels.backend()}) wrote 3 tokens to slots 5, 6, 13 of layer 1 "
+        f"through a view (shares memory with the pool: {np.shares_memory(view, pool)})"
+    )
+    print(
+        f"  K of token 0 head 0 is now kv_pool[1, 1, 0, 0, 1, :4] = "
+        f"{pool[1, 1, 0, 0, 1, :4].round(3)}"
+    )
+    written = int(np.isfinite(pool).sum())
+    print(f"  numbers written: {written} = 3 tokens x 2 (K,V) x 2 heads x 8 dims")
+    exact = written == 3 * 2 * 2 * 8
+    verdict(
+        meaning[0]
+        + (
+            "; and the kernel, writing through kv_pool[:, 1], filled exactly the 96 "
+            "numbers of 3 tokens, so the view and the strides above address the pool "
+            "correctly"
+            if exact
+            else f"; but the kernel filled {written} numbers instead of 96: the view is "
+            f"not the pool"
+        ),
+        meaning[1]
+        + (
+            "；内核通过 kv_pool[:, 1] 恰好写入了 3 个 token 的 96 个数，说明视图和"
+            "上面的步长正确地寻址了池"
+            if exact
+            else f"；但内核写了 {written} 个数而不是 96 个：视图并不是池本身"
+        ),
+    )

@@ -12,7 +12,15 @@ from pagedsim.policies.prefix_cache import PrefixCachingManager
 
 TITLE = "Allocating and freeing blocks"
 TITLE_ZH = "分配与释放 Block"
-FIGURES = [("3.4-tour", "the tour as an animated GIF and a strip of key frames: fork, copy-on-write (v0), free")]
+FIGURES = [
+    (
+        "3.4-tour",
+        "the tour as an animated GIF and a strip of key frames: fork, copy-on-write (v0), free",
+    )
+]
+FIGURES_ZH = [
+    "导览的 GIF 动画和一排关键帧：fork、copy-on-write（v0）、释放"
+]  # the captions of FIGURES, in order
 TEXT = """
 Blocks are borrowed from a shared pool and handed back when a sequence ends. The pool
 keeps its free blocks on a linked list: allocate() pops the head and free() pushes the
@@ -55,14 +63,16 @@ fork() 和写时复制属于 v0 的 Block 管理器。v1 从不 fork：要 n 个
 token 重新计算一遍，写进自己的新 Block。
 """
 
-NAME_MAP = [("BlockPool.allocate()", "FreeKVCacheBlockQueue.popleft()"),
-            ("BlockPool.take(b)", "FreeKVCacheBlockQueue.remove(block)"),
-            ("BlockPool.ref_count(b)", "KVCacheBlock.ref_cnt"),
-            ("PrefixCachingManager.get_computed_blocks", "KVCacheManager.get_computed_blocks"),
-            ("PrefixCachingManager.allocate_slots", "KVCacheManager.allocate_slots")]
+NAME_MAP = [
+    ("BlockPool.allocate()", "FreeKVCacheBlockQueue.popleft()"),
+    ("BlockPool.take(b)", "FreeKVCacheBlockQueue.remove(block)"),
+    ("BlockPool.ref_count(b)", "KVCacheBlock.ref_cnt"),
+    ("PrefixCachingManager.get_computed_blocks", "KVCacheManager.get_computed_blocks"),
+    ("PrefixCachingManager.allocate_slots", "KVCacheManager.allocate_slots"),
+]
 
 
-def _v0_fork_demo() -> None:
+def _v0_fork_demo() -> dict:
     m = KVCacheManager(6, 4)
     m.add_sequence("A", 6)
     m.fork("A", "B")
@@ -72,37 +82,83 @@ def _v0_fork_demo() -> None:
         counts = {b: c for b, c in enumerate(snap.ref_counts) if c}
         print(f"step {snap.step}: {snap.caption}")
         print(f"         free list {list(snap.free_list)}  counts {counts}")
-    print(f"copy-on-write pairs for copy_blocks: {m.drain_copies()}")
+    copies = m.drain_copies()
+    print(f"copy-on-write pairs for copy_blocks: {copies}")
     pool = BlockPool(2, 4)
     b = pool.allocate()
     pool.free(b)
+    refused = False
     try:
         pool.free(b)
     except BlockError as e:
+        refused = True
         print(f"a double free is refused: BlockError: {e}")
+    return {"copies": copies, "refused": refused, "free": m.num_free_blocks, "blocks": 6}
 
 
-def _v1_cache_demo() -> None:
+def _v1_cache_demo() -> dict:
     m = PrefixCachingManager(8, 16)
     prompt = list(range(1000, 1032))  # 32 tokens: exactly two full blocks of 16
     for seq in ("A", "B"):
         before = (m.stats.hit_tokens, m.stats.prompt_tokens)
         computed = m.get_computed_blocks(prompt)
-        new = m.allocate_slots(seq, len(prompt) - computed.num_tokens, new_token_ids=prompt, computed=computed)
+        new = m.allocate_slots(
+            seq, len(prompt) - computed.num_tokens, new_token_ids=prompt, computed=computed
+        )
         hit, looked_up = m.stats.hit_tokens - before[0], m.stats.prompt_tokens - before[1]
-        print(f"request {seq}: block table {m.block_table(seq).blocks}, cached blocks reused "
-              f"{list(computed.blocks)}, new blocks {new}; hit_tokens/prompt_tokens = {hit}/{looked_up}")
-    counts = {b: m.pool.ref_count(b) for b in sorted(set(m.block_table("A").blocks + m.block_table("B").blocks))}
-    print(f"reference counts {counts}: block 0 is shared (count 2). Block 1 is full and cached too, but B's "
-          "hit is capped at n - 1 = 31 tokens, which holds one full block, so B computes its last 16 tokens "
-          "again, into block 2")
+        print(
+            f"request {seq}: block table {m.block_table(seq).blocks}, cached blocks reused "
+            f"{list(computed.blocks)}, new blocks {new}; hit_tokens/prompt_tokens = "
+            f"{hit}/{looked_up}"
+        )
+    counts = {
+        b: m.pool.ref_count(b)
+        for b in sorted(set(m.block_table("A").blocks + m.block_table("B").blocks))
+    }
+    print(
+        f"reference counts {counts}: block 0 is shared (count 2). Block 1 is full and cached "
+        f"too, but B's "
+        "hit is capped at n - 1 = 31 tokens, which holds one full block, so B computes its last "
+        "16 tokens again, into block 2"
+    )
+    return {"shared": sorted(b for b, c in counts.items() if c > 1)}
 
 
 def demo(out_dir) -> None:
+    from course.ch03_kv_block.lessons import verdict
+
     print("v0: fork and copy-on-write")
-    _v0_fork_demo()
+    v0 = _v0_fork_demo()
     print("\nv1: no fork; two requests share a full prompt block through the prefix cache")
-    _v1_cache_demo()
-    print("\nnames here -> vLLM v1 (the full map is in the project's docs: docs/vllm-name-map.md in the repository):")
+    v1 = _v1_cache_demo()
+    print(
+        "\nnames here -> vLLM v1 (the full map is in the project's docs: docs/vllm-name-map.md "
+        "in the repository):"
+    )
     for ours, theirs in NAME_MAP:
         print(f"  {ours:<42} {theirs}")
+    print(
+        "look at: the counts after the fork (2 on both of A's blocks), the one copy-on-write "
+        "pair when B writes into the half-full shared block, and the v1 counts (block 0 shared "
+        "without any fork)."
+    )
+    v0_ok = len(v0["copies"]) == 1 and v0["refused"]
+    verdict(
+        (
+            f"v0 shared both blocks at the fork and copied exactly {len(v0['copies'])} (the "
+            f"half-full one B wrote into), a double free was refused, and v1 shared block(s) "
+            f"{v1['shared']} through the prefix cache: "
+            "counts, not copies, make sharing cheap"
+        )
+        if v0_ok
+        else f"expected one copy-on-write pair and a refused double free, got {v0['copies']} and "
+        f"refused={v0['refused']}",
+        (
+            f"v0 在 fork 时共享了两个 Block，只复制了 {len(v0['copies'])} 个（B 写入的那个半满 "
+            f"Block），重复释放被拒绝，v1 通过前缀缓存共享了 Block {v1['shared']}：让共享变便宜"
+            f"的是计数，而不是复制"
+        )
+        if v0_ok
+        else f"应有一对 copy-on-write 和一次被拒绝的重复释放，实际是 {v0['copies']} 和 "
+        f"refused={v0['refused']}",
+    )

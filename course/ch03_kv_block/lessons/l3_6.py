@@ -13,8 +13,19 @@ from pagedsim.trace import SeqState, Snapshot
 
 TITLE = "The core flow diagram"
 TITLE_ZH = "核心流程图"
-FIGURES = [("3.6-core-flow", "free pool -> allocated blocks -> block tables, drawn from the tour's trace "
-              "(its fork and copy-on-write are v0); the demo also draws step-NN.png with your draw_flow")]
+FIGURES = [
+    (
+        "3.6-core-flow",
+        "free pool -> allocated blocks -> block tables, drawn from the tour's "
+        "trace "
+        "(its fork and copy-on-write are v0); the demo also draws step-NN.png with your "
+        "draw_flow",
+    )
+]
+FIGURES_ZH = [
+    "空闲池 -> 已分配的块 -> Block Table，按导览的轨迹绘制（其中的 fork 和 "
+    "copy-on-write 属于 v0）；演示还会用你的 draw_flow 画出 step-NN.png"
+]  # the captions of FIGURES, in order
 TEXT = """
 The chapter's figure has three parts: the free block pool, the allocated blocks, and the
 block tables that translate logical blocks to physical ones. Allocation takes from the
@@ -46,8 +57,15 @@ fork 和写时复制是 vLLM v0 共享 Block 的方式（一个序列组内的 b
 """
 
 BLOCK_SIZE = 4
-SCRIPT = [("add", "A", 6), ("add", "B", 3), ("add", "D", 5), ("fork", "A", "C"),
-          ("free", "B"), ("free", "D"), ("append", "C", 1)]
+SCRIPT = [
+    ("add", "A", 6),
+    ("add", "B", 3),
+    ("add", "D", 5),
+    ("fork", "A", "C"),
+    ("free", "B"),
+    ("free", "D"),
+    ("append", "C", 1),
+]
 
 
 def _yours_or_reference(exercise_id: str, probe):
@@ -56,7 +74,10 @@ def _yours_or_reference(exercise_id: str, probe):
 
     ex = curriculum.find(exercise_id)
     mine = workspace.find(ex) or ex.path("stub")
-    for field, path, who in (("yours", mine, f"yours ({mine.name})"), ("ref", ex.path("solution"), "the reference")):
+    for field, path, who in (
+        ("yours", mine, f"yours ({mine.name})"),
+        ("ref", ex.path("solution"), "the reference"),
+    ):
         if not path.is_file():  # a student build has no solutions
             continue
         spec = importlib.util.spec_from_file_location(f"_lesson_{field}_{exercise_id}", path)
@@ -68,10 +89,15 @@ def _yours_or_reference(exercise_id: str, probe):
         except NotImplementedError:
             continue
         except Exception as e:  # noqa: BLE001 - a half-written file: say so, use the reference
-            print(f"your {exercise_id} raised {type(e).__name__}: {e}; using the reference solution")
+            print(
+                f"your {exercise_id} raised {type(e).__name__}: {e}; using the reference solution"
+            )
     from course.ch03_kv_block.lessons import NeedsExercise
-    raise NeedsExercise(f"this demo runs exercise {exercise_id}'s code: finish {mine.name} first "
-                        "(this build has no reference solutions)")
+
+    raise NeedsExercise(
+        f"this demo runs exercise {exercise_id}'s code: finish {mine.name} first "
+        "(this build has no reference solutions)"
+    )
 
 
 class _Adapter:
@@ -94,9 +120,19 @@ def own_snapshots(pool_mod, cow_mod, num_blocks=8):
         for s, t in tables.items():
             for i, b in enumerate(t):
                 fill[b] = max(fill[b], min(BLOCK_SIZE, lengths[s] - i * BLOCK_SIZE))
-        snaps.append(Snapshot(step, caption, (), num_blocks, BLOCK_SIZE, tuple(pool.pool.free_list()),
-                              tuple(pool.pool.ref), tuple(fill),
-                              tuple(SeqState(s, tuple(t), lengths[s]) for s, t in tables.items())))
+        snaps.append(
+            Snapshot(
+                step,
+                caption,
+                (),
+                num_blocks,
+                BLOCK_SIZE,
+                tuple(pool.pool.free_list()),
+                tuple(pool.pool.ref),
+                tuple(fill),
+                tuple(SeqState(s, tuple(t), lengths[s]) for s, t in tables.items()),
+            )
+        )
 
     record(0, f"a pool of {num_blocks} blocks x {BLOCK_SIZE} tokens, all free")
     for step, (op, seq, arg) in enumerate([(*s, None)[:3] for s in SCRIPT], 1):
@@ -124,21 +160,37 @@ def manager_snapshots():
     m = KVCacheManager(8, BLOCK_SIZE)
     for op, seq, *rest in SCRIPT:
         {"add": m.add_sequence, "append": m.append_tokens, "fork": m.fork}.get(
-            op, lambda s: m.free_sequence(s))(seq, *rest)
+            op, lambda s: m.free_sequence(s)
+        )(seq, *rest)
     return m.trace.snapshots
 
 
 def compare(yours, reference) -> list[str]:
     """One line per step where your pool differs from the manager: which step, which blocks."""
     out = []
-    for a, b in zip(yours, reference):
+    for a, b in zip(yours, reference, strict=False):  # a half-done run may stop early
         what = []
         if a.free_list != b.free_list:
-            first = next(i for i, (x, y) in enumerate(zip(a.free_list + (None,), b.free_list + (None,))) if x != y)
-            what.append(f"free list {list(a.free_list)} vs the manager's {list(b.free_list)} "
-                        f"(first difference at position {first})")
-        counts = [blk for blk, (x, y) in enumerate(zip(a.ref_counts, b.ref_counts)) if x != y]
-        what += [f"block {blk} has count {a.ref_counts[blk]}, the manager's {b.ref_counts[blk]}" for blk in counts]
+            first = next(
+                i
+                for i, (x, y) in enumerate(
+                    zip(a.free_list + (None,), b.free_list + (None,), strict=False)
+                )
+                if x != y
+            )
+            what.append(
+                f"free list {list(a.free_list)} vs the manager's {list(b.free_list)} "
+                f"(first difference at position {first})"
+            )
+        counts = [
+            blk
+            for blk, (x, y) in enumerate(zip(a.ref_counts, b.ref_counts, strict=False))
+            if x != y
+        ]
+        what += [
+            f"block {blk} has count {a.ref_counts[blk]}, the manager's {b.ref_counts[blk]}"
+            for blk in counts
+        ]
         if what:
             out.append(f"step {a.step} ({b.caption}): " + "; ".join(what))
     return out
@@ -148,7 +200,9 @@ def demo(out_dir) -> None:
     import matplotlib.pyplot as plt
 
     pool_mod, who_pool = _yours_or_reference("3.4a", lambda m: m.FreeListPool(2).allocate())
-    cow_mod, who_cow = _yours_or_reference("3.4b", lambda m: m.fork(_Adapter(pool_mod.FreeListPool(2)), []))
+    cow_mod, who_cow = _yours_or_reference(
+        "3.4b", lambda m: m.fork(_Adapter(pool_mod.FreeListPool(2)), [])
+    )
 
     def probe_draw(m):
         fig, ax = m.new_axes(manager_snapshots()[1])
@@ -156,13 +210,20 @@ def demo(out_dir) -> None:
             m.draw_flow(manager_snapshots()[1], ax)
         finally:
             plt.close(fig)
+
     draw_mod, who_draw = _yours_or_reference("3.6", probe_draw)
-    print(f"pool: {who_pool} (3.4a); fork and copy-on-write: {who_cow} (3.4b); draw_flow: {who_draw} (3.6)")
+    print(
+        f"pool: {who_pool} (3.4a); fork and copy-on-write: {who_cow} (3.4b); draw_flow: "
+        f"{who_draw} (3.6)"
+    )
     try:
         snaps = own_snapshots(pool_mod, cow_mod)
     except Exception as e:  # a half-finished exercise: say so and draw the reference run instead
-        print(f"your pool or copy-on-write raised {type(e).__name__}: {e} -- run `pagedsim check 3.4a` "
-              "and `pagedsim check 3.4b`; drawing pagedsim's manager's run instead")
+        print(
+            f"your pool or copy-on-write raised {type(e).__name__}: {e} -- run `pagedsim check "
+            f"3.4a` "
+            "and `pagedsim check 3.4b`; drawing pagedsim's manager's run instead"
+        )
         snaps = manager_snapshots()
     differences = compare(snaps, manager_snapshots())
     if not differences:
@@ -175,5 +236,27 @@ def demo(out_dir) -> None:
     print(f"{len(paths)} pictures: {paths[0].parent}/step-00.png ... {paths[-1].name}")
     for snap in snaps:
         print(f"  step {snap.step}: {snap.caption}; free list {list(snap.free_list)}")
-    print("look at: the arrows of A and C both reach block 0 (count 2); C's last entry is its private copy "
-          "(v0 copy-on-write).")
+    print(
+        "look at: the arrows of A and C both reach block 0 (count 2); C's last entry is its "
+        "private copy (v0 copy-on-write)."
+    )
+    from course.ch03_kv_block.lessons import verdict
+
+    if differences:
+        verdict(
+            f"your run differs from pagedsim's manager at {len(differences)} point(s): the "
+            f"pictures show "
+            "where, and the checks of 3.4a and 3.4b say which rule is broken",
+            f"你的运行与 pagedsim 的管理器有 {len(differences)} 处不同：图里能看到在哪"
+            f"里，3.4a 和 3.4b 的检查会指出违反了哪条规则",
+        )
+    else:
+        verdict(
+            f"all {len(snaps)} steps match pagedsim's manager, so the {len(paths)} pictures "
+            f"show the real "
+            "free list and counts: sharing is visible as two arrows into one block with count "
+            "2",
+            f"全部 {len(snaps)} 步都与 pagedsim 的管理器一致，所以这 {len(paths)} 张图显示的"
+            f"是真实的空闲链表和计数："
+            "共享就是两支箭头指向计数为 2 的同一个块",
+        )

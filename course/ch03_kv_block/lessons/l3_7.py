@@ -8,10 +8,21 @@ from pagedsim.sizing import PRESETS, fit_blocks
 
 TITLE = "Pitfalls in real projects"
 TITLE_ZH = "真实项目中的坑"
-FIGURES = [("3.7-alignment", "block starts packed vs rounded up to 128 B, and the padding it costs"),
-           ("alignment_sectors", "the sectors one warp load touches at each start offset (the model below)"),
-           ("layout_sectors", "K and V together or apart: the sectors one warp's load touches"),
-           ("race_timeline", "the first bad schedule of the racy pop")]
+FIGURES = [
+    ("3.7-alignment", "block starts packed vs rounded up to 128 B, and the padding it costs"),
+    (
+        "alignment_sectors",
+        "the sectors one warp load touches at each start offset (the model below)",
+    ),
+    ("layout_sectors", "K and V together or apart: the sectors one warp's load touches"),
+    ("race_timeline", "the first bad schedule of the racy pop"),
+]
+FIGURES_ZH = [
+    "紧密排列与向上对齐到 128 B 的块起点，以及对齐的代价",
+    "一次 warp 读取在每个起始偏移处触及的 sector（下面的模型）",
+    "K 和 V 放在一起还是分开：一次 warp 读取触及的 sector",
+    "有竞争的弹栈的第一个出错调度",
+]  # the captions of FIGURES, in order
 TEXT = """
 Three pitfalls. (1) Alignment: GPU loads are served in 32-byte sectors and 128-byte lines,
 so every block should start on a 128-byte boundary; round the block's stride *up* to a
@@ -56,6 +67,7 @@ num_blocks 个 Block 都可用。
 def _note(text: str) -> None:
     """A paragraph under a table, wrapped to 100 columns."""
     import textwrap
+
     print(textwrap.fill(text, 100, initial_indent="  ", subsequent_indent="    "))
 
 
@@ -73,28 +85,40 @@ def _alignment_part(sectors) -> None:
     print("\npredicted sectors for one block start offset (model, not a measurement):")
     print(sectors.format_table(rows))
     worst = max(rows, key=lambda r: r["tile_extra"])
-    _note(f"what it means: a misaligned start makes one warp's 64-byte load touch {worst['warp_sectors']} "
-          f"sectors instead of 2, but over a whole {worst['tile_bytes']:,}-byte tile only "
-          f"{worst['tile_sectors']} instead of 128: {worst['tile_extra']:.1%} more traffic. The chapter "
-          "claims ~15% slower kernels; this model predicts under 1%.")
-    _note("a GPU run (the source repository's benchmarks/gpu_labs.py, alignment part) times the decode "
-          "kernel on pools 0, 4, 16, 64 "
-          "and 128 bytes off a 128-B boundary: ~1% slower would agree with the model; ~15% would mean a cost "
-          "the model leaves out (e.g. wide vector loads that need aligned addresses).")
+    _note(
+        f"what it means: a misaligned start makes one warp's 64-byte load touch "
+        f"{worst['warp_sectors']} sectors instead of 2, but over a whole "
+        f"{worst['tile_bytes']:,}-byte tile only {worst['tile_sectors']} instead of 128: "
+        f"{worst['tile_extra']:.1%} more traffic. The chapter "
+        "claims ~15% slower kernels; this model predicts under 1%."
+    )
+    _note(
+        "a GPU run (the source repository's benchmarks/gpu_labs.py, alignment part) times the "
+        "decode kernel on pools 0, 4, 16, 64 "
+        "and 128 bytes off a 128-B boundary: ~1% slower would agree with the model; ~15% would "
+        "mean a cost the model leaves out (e.g. wide vector loads that need aligned addresses)."
+    )
 
 
 def _layout_part(sectors) -> None:
     rows = [r for r in sectors.layout_table() if r["layout"] in ("fused", "split")]
     print("\npredicted sectors per warp load, K and V together (fused) or apart (split):")
     print(sectors.format_table(rows))
-    eff = {lay: min(r["efficiency"] for r in rows if r["layout"] == lay) for lay in ("fused", "split")}
-    _note(f"what it means: every load reads whole sectors in both layouts (efficiency fused {eff['fused']:.0%}, "
-          f"split {eff['split']:.0%}), so the model predicts about 0% lost by storing K and V apart, "
-          "against the chapter's ~30% lower bandwidth utilisation.")
-    _note("a GPU run (the source repository's benchmarks/gpu_labs.py, layouts part) times the same decode "
-          "on both layouts: a gap near "
-          "0 agrees with the model; a large one would come from what it ignores (two address streams, DRAM "
-          "page locality, prefetching), not from sector counts.")
+    eff = {
+        lay: min(r["efficiency"] for r in rows if r["layout"] == lay) for lay in ("fused", "split")
+    }
+    _note(
+        f"what it means: every load reads whole sectors in both layouts (efficiency fused "
+        f"{eff['fused']:.0%}, split {eff['split']:.0%}), so the model predicts about 0% lost by "
+        f"storing K and V apart, "
+        "against the chapter's ~30% lower bandwidth utilisation."
+    )
+    _note(
+        "a GPU run (the source repository's benchmarks/gpu_labs.py, layouts part) times the same "
+        "decode on both layouts: a gap near "
+        "0 agrees with the model; a large one would come from what it ignores (two address "
+        "streams, DRAM page locality, prefetching), not from sector counts."
+    )
 
 
 def _prealloc_part() -> None:
@@ -106,25 +130,41 @@ def _prealloc_part() -> None:
 
     shape, n = prealloc.block_shape(2, 16, 64), 256  # [2, H_kv, B, D] per block, fp16
     times = {}
-    for name, run in (("on demand", lambda c: prealloc.on_demand(n, shape, np.float16, c)),
-                      ("pooled", lambda c: prealloc.pooled(n, n, shape, np.float16, c))):
+    for name, run in (
+        ("on demand", lambda c: prealloc.on_demand(n, shape, np.float16, c)),
+        ("pooled", lambda c: prealloc.pooled(n, n, shape, np.float16, c)),
+    ):
         counter = prealloc.AllocCounter()
         start = time.perf_counter()
         run(counter)
         times[name] = (counter.calls, counter.bytes, time.perf_counter() - start)
     import cuda_kernels
-    print(f"\npre-allocation, {n} blocks of {np.prod(shape) * 2:,} bytes, on {cuda_kernels.backend()}:")
+
+    print(
+        f"\npre-allocation, {n} blocks of {np.prod(shape) * 2:,} bytes, on "
+        f"{cuda_kernels.backend()}:"
+    )
     for name, (calls, nbytes, secs) in times.items():
-        print(f"  {name:<9} {calls:>4} device allocation(s), {nbytes:>10,} bytes, {secs * 1e3:8.2f} ms")
-    _note("what it means: on demand, every new block is a device allocation (a cudaMalloc, and a cudaFree "
-          "later); pooled, one allocation at start-up and none while serving. The times above come from "
-          "the simulator (NumPy allocations), not from a GPU; the source repository's benchmarks/gpu_labs.py "
-          "(prealloc part) "
-          "times both strategies on a GPU, where cudaMalloc and cudaFree are driver calls that may synchronise the device.")
+        print(
+            f"  {name:<9} {calls:>4} device allocation(s), {nbytes:>10,} bytes, "
+            f"{secs * 1e3:8.2f} ms"
+        )
+    _note(
+        "what it means: on demand, every new block is a device allocation (a cudaMalloc, and a "
+        "cudaFree later); pooled, one allocation at start-up and none while serving. The times "
+        "above come from the simulator (NumPy allocations), not from a GPU; the source "
+        "repository's benchmarks/gpu_labs.py (prealloc part) "
+        "times both strategies on a GPU, where cudaMalloc and cudaFree are driver calls that may "
+        "synchronise the device."
+    )
     from pagedsim import NULL_BLOCK
-    _note(f"the null block: vLLM v1 takes block 0 off its free queue at start-up and points table entries "
-          f"that hold no KV at it; pagedsim writes NULL_BLOCK = {NULL_BLOCK} in those entries and keeps "
-          "every pool block usable.")
+
+    _note(
+        f"the null block: vLLM v1 takes block 0 off its free queue at start-up and points table "
+        f"entries that hold no KV at it; pagedsim writes NULL_BLOCK = {NULL_BLOCK} in those "
+        f"entries and keeps "
+        "every pool block usable."
+    )
 
 
 def racy_pop(free_stack, top, out):
@@ -145,13 +185,24 @@ def demo(out_dir) -> None:
 
     budget = 40 * 2**30
     print(f"{'model':<12} {'block bytes':>12} {'stride':>12} {'blocks in 40 GiB':>17}")
+    model_padding = 0.0
     for spec in PRESETS.values():
         fit = fit_blocks(budget, spec.bytes_per_block(16))
-        print(f"{spec.name:<12} {fit.block_bytes:>12,} {fit.stride_bytes:>12,} {fit.num_blocks:>17,}")
+        model_padding = max(model_padding, fit.padding_fraction)
+        print(
+            f"{spec.name:<12} {fit.block_bytes:>12,} {fit.stride_bytes:>12,} {fit.num_blocks:>17,}"
+        )
     odd = fit_blocks(budget, 1000)
-    print(f"a 1,000-byte block is padded to {odd.stride_bytes}: {odd.padding_fraction:.1%} of the pool is padding")
-    print(f"1,200-byte blocks: one rounded stride gives starts {block_starts(4, 1200)}; rounding each start "
-          "would give [0, 1280, 2432, 3712], and block 1 (1280..2480) would overlap block 2 by 48 B")
+    print(
+        f"a 1,000-byte block is padded to {odd.stride_bytes}: {odd.padding_fraction:.1%} of the "
+        f"pool is padding"
+    )
+    print(
+        f"1,200-byte blocks: one rounded stride gives starts {block_starts(4, 1200)}; rounding "
+        f"each start "
+        "would give [0, 1280, 2432, 3712], and block 1 (1280..2480) would overlap block 2 by 48 "
+        "B"
+    )
     try:
         sectors = _sectors()
         _alignment_part(sectors)
@@ -165,14 +216,40 @@ def demo(out_dir) -> None:
         print(f"\n(the pre-allocation lab cuda_kernels.labs.prealloc is not available: {e})")
     try:
         from pagedsim.labs.interleavings import summarize
+
         for impl in ("racy", "atomic_add"):
             s = summarize(impl, 2)
-            print(f"pagedsim race: {impl} pop, 2 threads: {s.bad} of {s.total} interleavings go wrong")
+            print(
+                f"pagedsim race: {impl} pop, 2 threads: {s.bad} of {s.total} interleavings go wrong"
+            )
     except ImportError as e:
         print(f"(pagedsim.labs.interleavings is not available: {e})")
+    handed = {}
     for name, kernel in (("racy pop", racy_pop), ("atomic pop", pop_kernel)):
-        stack, top, out = np.arange(10, 14, dtype=np.int32), np.array([4], np.int32), np.full(3, -2, np.int32)
-        log = Stepper("round_robin").run(kernel, 3, stack, top, out, names=["free_stack", "top", "out"])
-        print(f"\n{name}, 3 threads, round robin: blocks handed out {out.tolist()}, top ends at {top[0]}")
+        stack, top, out = (
+            np.arange(10, 14, dtype=np.int32),
+            np.array([4], np.int32),
+            np.full(3, -2, np.int32),
+        )
+        log = Stepper("round_robin").run(
+            kernel, 3, stack, top, out, names=["free_stack", "top", "out"]
+        )
+        print(
+            f"\n{name}, 3 threads, round robin: blocks handed out {out.tolist()}, top ends at "
+            f"{top[0]}"
+        )
         for tid, what in log[:6]:
             print(f"   thread {tid}: {what}")
+        handed[name] = out.tolist()
+    from course.ch03_kv_block.lessons import verdict
+
+    racy, atomic = (len(set(handed[k])) for k in ("racy pop", "atomic pop"))
+    verdict(
+        f"aligned strides cost {odd.padding_fraction:.1%} of a pool of 1,000-byte blocks and "
+        f"at most {model_padding:.1%} for the models' blocks; the racy pop gave 3 threads "
+        f"{racy} distinct block(s), the atomic pop {atomic}: one "
+        "atomic read-and-decrement is what makes a concurrent pop safe",
+        f"对齐的步长在 1000 字节 Block 的池里占 {odd.padding_fraction:.1%}，对各模型的 Block "
+        f"最多占 {model_padding:.1%}；有竞争的弹栈让 3 个线程拿到 {racy} 个不同的块，原子弹"
+        f"栈是 {atomic} 个：并发弹栈安全靠的是一次原子的读并减一",
+    )
