@@ -37,7 +37,8 @@ import numpy as np
 from . import trace as tr
 from .batch import decode_need, plan_copies, start_positions
 from .block_table import NULL_BLOCK, BlockTable, blocks_needed, restore_plan
-from .errors import OutOfBlocks, SequenceError, count_arg as _count, token_ids_arg
+from .errors import OutOfBlocks, SequenceError, token_ids_arg
+from .errors import count_arg as _count
 from .manager_state import ManagerState
 
 

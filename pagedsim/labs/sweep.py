@@ -30,13 +30,21 @@ from pathlib import Path
 import numpy as np
 
 from .. import workloads
-from ..block_table import blocks_needed
 from ..app.cli import ArgParser, int_in, writable_dir
+from ..block_table import blocks_needed
 from ..errors import count_arg
 from ..policies import PrefixCachingManager
 from ..scheduler import Scheduler
-from .waste import (DEFAULT_MEMORY_TOKENS, MAX_MEMORY_TOKENS, add_trace_args, ceil_sum, exact_sum,
-                    load_requests, sums, waste_figure)
+from .waste import (
+    DEFAULT_MEMORY_TOKENS,
+    MAX_MEMORY_TOKENS,
+    add_trace_args,
+    ceil_sum,
+    exact_sum,
+    load_requests,
+    sums,
+    waste_figure,
+)
 
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MAX_SIM_REQUESTS = 20_000  # the driver runs once per block size: beyond this, hours
