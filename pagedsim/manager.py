@@ -129,7 +129,7 @@ class KVCacheManager(ManagerState):
         copied = []  # (table, shared block, its private copy, the shared block's count after)
         if pool.num_shared:
             copies = plan_copies(batch, pool, bs)
-            for (t, src), dst in zip(copies, pool.allocate_many(len(copies))):
+            for (t, src), dst in zip(copies, pool.allocate_many(len(copies)), strict=True):
                 t.blocks[-1] = dst  # copy-on-write: the writer lets go of the shared block
                 self._copies.append((src, dst))
                 copied.append((t, src, dst, pool.free(src)))
@@ -140,7 +140,7 @@ class KVCacheManager(ManagerState):
                 takers.append(t)
             t.num_tokens = pos + 1
         new = pool.allocate_many(len(takers))
-        for t, b in zip(takers, new):
+        for t, b in zip(takers, new, strict=True):
             t.blocks.append(b)
         if positions is None:  # no slots wanted, nothing to trace
             if self._quiet_steps:
@@ -148,12 +148,13 @@ class KVCacheManager(ManagerState):
             else:
                 self._end_step()
             return None
-        slots = [t.blocks[p // bs] * bs + p % bs for t, p in zip(batch, positions)]
+        slots = [t.blocks[p // bs] * bs + p % bs for t, p in zip(batch, positions, strict=True)]
         if token_ids is not None:
-            for s, p, token in zip(seq_ids, positions, token_ids):
+            for s, p, token in zip(seq_ids, positions, token_ids, strict=True):
                 self._on_tokens_appended(s, p, (token,))
         if self._tracing:
-            self._trace_decode(seq_ids, batch, positions, slots, copied, zip(takers, new))
+            self._trace_decode(seq_ids, batch, positions, slots, copied,
+                               zip(takers, new, strict=True))
         self._end_step()
         return slots if with_slots else None
 
@@ -283,8 +284,8 @@ class KVCacheManager(ManagerState):
         self._emit(tr.BlockAllocated, seq_id, b, logical)
 
     def _trace_decode(self, seq_ids, batch, positions, slots, copied, grown) -> None:
-        owner = {id(t): s for s, t in zip(seq_ids, batch)}
-        for s, p, slot in zip(seq_ids, positions, slots):
+        owner = {id(t): s for s, t in zip(seq_ids, batch, strict=True)}
+        for s, p, slot in zip(seq_ids, positions, slots, strict=True):
             self._sink.emit(tr.TokensAppended(self.step + 1, s, p, (slot,)))
         for t, src, dst, count in copied:
             self._emit(tr.CopyOnWrite, owner[id(t)], src, dst, count + 1)

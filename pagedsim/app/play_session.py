@@ -59,7 +59,7 @@ def parse(text: str) -> tuple[str, list]:
     if not len(required) <= len(words) <= len(pattern):
         raise Refused(f"usage: {op} {STEPS[op][0]}")
     args = []
-    for spec, word in zip(pattern, words):
+    for spec, word in zip(pattern, words, strict=False):
         if spec.strip("[]") == "N":
             if not word.isdigit():
                 raise Refused(f"{op}: {word!r} is not a whole number of tokens")

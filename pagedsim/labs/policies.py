@@ -82,5 +82,5 @@ def main(argv: list[str]) -> int:
         else str(r[c]) for c in COLUMNS) for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
     for row in cells:
-        print("  ".join(c.rjust(w) for c, w in zip(row, widths)))
+        print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
     return 0

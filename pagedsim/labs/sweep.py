@@ -104,7 +104,7 @@ def format_rows(rows) -> str:
             f"{v:.1f}" if isinstance(v, float) else str(v))
     table = [COLUMNS] + [tuple(cell(c, r[c]) for c in COLUMNS) for r in rows]
     widths = [max(len(t[i]) for t in table) for i in range(len(COLUMNS))]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(t, widths)) for t in table)
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(t, widths, strict=True)) for t in table)
 
 
 def sweep_title(source: str, sim_requests: int, memory_tokens: int) -> str:

@@ -141,7 +141,8 @@ def format_table(frac: dict) -> str:
                       for name in ALLOCATORS if name in frac]
     widths = [max(len(r[i]) for r in rows) for i in range(len(heads))]
     return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                               for i, (c, w) in enumerate(zip(r, widths))) for r in rows)
+                               for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+                     for r in rows)
 
 
 def add_trace_args(parser: argparse.ArgumentParser) -> None:
