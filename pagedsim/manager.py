@@ -111,8 +111,9 @@ class KVCacheManager(ManagerState):
 
         A sequence listed k times gets k tokens. It takes the same blocks and makes the
         same copies as `append_tokens(s, 1)` for each entry in turn (the copies are handed
-        their blocks first, see batch.py); all or nothing for the whole batch. `token_ids`, if given, has one id per entry. Returns the new tokens'
-        slots, or None when `with_slots` is False.
+        their blocks first, see batch.py); all or nothing for the whole batch. `token_ids`,
+        if given, has one id per entry. Returns the new tokens' slots, or None when
+        `with_slots` is False.
         """
         seq_ids, batch = self._batch(seq_ids)
         if not isinstance(with_slots, bool):

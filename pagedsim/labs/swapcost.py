@@ -1,4 +1,5 @@
-"""Swap or recompute? A first-order cost model for bringing back a preempted sequence (vLLM Sec. 4.5, Fig. 19).
+"""Swap or recompute? A first-order cost model for bringing back a preempted sequence
+(vLLM Sec. 4.5, Fig. 19).
 
 Swap is vLLM v0's alternative; v1 preempts by recompute only (see below).
 
@@ -80,15 +81,17 @@ def crossover_gbps(length: int, spec, params, block_size, tflops, mfu, latency_u
 
 
 def main(argv: list[str]) -> int:
-    ap = ArgParser(prog="pagedsim swapcost", description=__doc__.split("\n")[0])
+    ap = ArgParser(prog="pagedsim swapcost", description=__doc__.split("\n\n")[0])
     positive = float_in(0, 1e30, open_low=True)
     ap.add_argument("--model", default="opt-13b", help="a sizing preset")
     ap.add_argument("--params", type=positive, default=None,
                     help="parameter count (default ~12*L*d^2)")
-    ap.add_argument("--tflops", type=positive, default=312.0, help="GPU peak dense FP16 TFLOPS (A100)")
+    ap.add_argument("--tflops", type=positive, default=312.0,
+                    help="GPU peak dense FP16 TFLOPS (A100)")
     ap.add_argument("--mfu", type=float_in(0, 1, open_low=True), default=0.5,
                     help="fraction of peak a prefill reaches")
-    ap.add_argument("--pcie-gbps", type=positive, default=25.0, help="effective PCIe GB/s per direction")
+    ap.add_argument("--pcie-gbps", type=positive, default=25.0,
+                    help="effective PCIe GB/s per direction")
     ap.add_argument("--copy-latency-us", type=float_in(0, 1e9), default=10.0,
                     help="fixed cost per block copy")
     ap.add_argument("--block-size", type=int_in(1, MAX_BLOCK_SIZE), default=16)
@@ -117,11 +120,12 @@ def main(argv: list[str]) -> int:
         print(json.dumps({"assumptions": vars(args) | {"params": params, "hit_fraction": h},
                           "rows": rows}, indent=2))
         return 0
-    print(f"ASSUMED: {spec.name} ({spec.bytes_per_token():,} B/token, {params / 1e9:.1f}e9 params), "
+    print(f"ASSUMED: {spec.name} ({spec.bytes_per_token():,} B/token, "
+          f"{params / 1e9:.1f}e9 params), "
           f"{args.tflops:g} TFLOPS x {args.mfu:g} MFU, PCIe {args.pcie_gbps:g} GB/s, "
           f"{args.copy_latency_us:g} us per block copy, block size {args.block_size}")
-    print(f"prefix-cache hit fraction on re-admission: {100 * h:.1f}% "
-          f"({'measured, v1 scheduler, synthetic ShareGPT' if args.hit_fraction is None else 'given'})")
+    how = "measured, v1 scheduler, synthetic ShareGPT" if args.hit_fraction is None else "given"
+    print(f"prefix-cache hit fraction on re-admission: {100 * h:.1f}% ({how})")
     print(f"{'tokens':>6}  {'swap out+in':>11}  {'recompute':>9}  {'v1 recompute':>12}  "
           f"{'cheaper':>9}  {'swap wins above':>15}")
     for row in rows:

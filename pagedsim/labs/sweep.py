@@ -120,7 +120,8 @@ def sweep_figure(out_dir: Path) -> list[Path]:
     return [draw_sweep(sweep(reqs), out_dir, title)]
 
 
-FIGURES: dict = {  # name -> callable(out_dir: pathlib.Path) -> list[pathlib.Path]; see draw/figures.py
+# name -> callable(out_dir: pathlib.Path) -> list[pathlib.Path]; see draw/figures.py
+FIGURES: dict = {
     "waste_breakdown": waste_figure,
     "block_size_sweep": sweep_figure,
 }
