@@ -13,9 +13,9 @@ from .block_pool import BlockPool
 from .block_table import NULL_BLOCK, BlockTable, blocks_needed
 from .errors import BlockError, OutOfBlocks, SequenceError
 from .manager import KVCacheManager
-from .usage import Usage
 from .sizing import PRESETS, ModelSpec, fit_blocks, preset
 from .trace import Snapshot, Trace
+from .usage import Usage
 
 __all__ = [
     "BlockPool", "BlockTable", "KVCacheManager", "OutOfBlocks", "BlockError", "SequenceError",

@@ -27,7 +27,8 @@ _OFFSETS: dict[int, np.ndarray] = {}  # block_size -> arange(block_size), shared
 
 def blocks_needed(num_tokens: int, block_size: int) -> int:
     """ceil(num_tokens / block_size): a partly filled last block still takes a whole block."""
-    if type(block_size) is not int or block_size < 1 or type(num_tokens) is not int or num_tokens < 0:
+    if (type(block_size) is not int or block_size < 1
+            or type(num_tokens) is not int or num_tokens < 0):
         num_tokens = count_arg("num_tokens", num_tokens)
         block_size = count_arg("block_size", block_size, 1)
     return -(-num_tokens // block_size)
@@ -106,7 +107,8 @@ class BlockTable:
         return BlockTable(self.block_size, self.blocks, self.num_tokens)
 
     def __repr__(self) -> str:
-        return f"BlockTable({self.blocks}, num_tokens={self.num_tokens}, block_size={self.block_size})"
+        return (f"BlockTable({self.blocks}, num_tokens={self.num_tokens}, "
+                f"block_size={self.block_size})")
 
     def check(self) -> None:
         """The one structural rule: the table's length matches its token count."""

@@ -37,7 +37,8 @@ import numpy as np
 from . import trace as tr
 from .batch import decode_need, plan_copies, start_positions
 from .block_table import NULL_BLOCK, BlockTable, blocks_needed, restore_plan
-from .errors import OutOfBlocks, SequenceError, count_arg as _count, token_ids_arg
+from .errors import OutOfBlocks, SequenceError, token_ids_arg
+from .errors import count_arg as _count
 from .manager_state import ManagerState
 
 
@@ -110,8 +111,9 @@ class KVCacheManager(ManagerState):
 
         A sequence listed k times gets k tokens. It takes the same blocks and makes the
         same copies as `append_tokens(s, 1)` for each entry in turn (the copies are handed
-        their blocks first, see batch.py); all or nothing for the whole batch. `token_ids`, if given, has one id per entry. Returns the new tokens'
-        slots, or None when `with_slots` is False.
+        their blocks first, see batch.py); all or nothing for the whole batch. `token_ids`,
+        if given, has one id per entry. Returns the new tokens' slots, or None when
+        `with_slots` is False.
         """
         seq_ids, batch = self._batch(seq_ids)
         if not isinstance(with_slots, bool):
@@ -128,7 +130,7 @@ class KVCacheManager(ManagerState):
         copied = []  # (table, shared block, its private copy, the shared block's count after)
         if pool.num_shared:
             copies = plan_copies(batch, pool, bs)
-            for (t, src), dst in zip(copies, pool.allocate_many(len(copies))):
+            for (t, src), dst in zip(copies, pool.allocate_many(len(copies)), strict=True):
                 t.blocks[-1] = dst  # copy-on-write: the writer lets go of the shared block
                 self._copies.append((src, dst))
                 copied.append((t, src, dst, pool.free(src)))
@@ -139,7 +141,7 @@ class KVCacheManager(ManagerState):
                 takers.append(t)
             t.num_tokens = pos + 1
         new = pool.allocate_many(len(takers))
-        for t, b in zip(takers, new):
+        for t, b in zip(takers, new, strict=True):
             t.blocks.append(b)
         if positions is None:  # no slots wanted, nothing to trace
             if self._quiet_steps:
@@ -147,12 +149,13 @@ class KVCacheManager(ManagerState):
             else:
                 self._end_step()
             return None
-        slots = [t.blocks[p // bs] * bs + p % bs for t, p in zip(batch, positions)]
+        slots = [t.blocks[p // bs] * bs + p % bs for t, p in zip(batch, positions, strict=True)]
         if token_ids is not None:
-            for s, p, token in zip(seq_ids, positions, token_ids):
+            for s, p, token in zip(seq_ids, positions, token_ids, strict=True):
                 self._on_tokens_appended(s, p, (token,))
         if self._tracing:
-            self._trace_decode(seq_ids, batch, positions, slots, copied, zip(takers, new))
+            self._trace_decode(seq_ids, batch, positions, slots, copied,
+                               zip(takers, new, strict=True))
         self._end_step()
         return slots if with_slots else None
 
@@ -282,8 +285,8 @@ class KVCacheManager(ManagerState):
         self._emit(tr.BlockAllocated, seq_id, b, logical)
 
     def _trace_decode(self, seq_ids, batch, positions, slots, copied, grown) -> None:
-        owner = {id(t): s for s, t in zip(seq_ids, batch)}
-        for s, p, slot in zip(seq_ids, positions, slots):
+        owner = {id(t): s for s, t in zip(seq_ids, batch, strict=True)}
+        for s, p, slot in zip(seq_ids, positions, slots, strict=True):
             self._sink.emit(tr.TokensAppended(self.step + 1, s, p, (slot,)))
         for t, src, dst, count in copied:
             self._emit(tr.CopyOnWrite, owner[id(t)], src, dst, count + 1)

@@ -164,7 +164,8 @@ class ManagerState:
 
     # ---- steps, snapshots, invariants ----------------------------------------------
     def _emit(self, kind, *fields) -> None:
-        """Record `kind(step, *fields)` in the current step; nothing is built when tracing is off."""
+        """Record `kind(step, *fields)` in the current step; nothing is built when tracing is
+        off."""
         if self._tracing:
             self._sink.emit(kind(self.step + 1, *fields))
 

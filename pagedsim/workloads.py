@@ -116,9 +116,10 @@ def lengths(name: str, num_requests: int, seed: int = 0) -> tuple[np.ndarray, np
 
 def synthetic(name: str, num_requests: int, seed: int = 0, *, n: int = 1,
               beam_width: int = 1) -> list[Request]:
-    """`num_requests` seeded requests with the dataset's length statistics, all arriving at step 0."""
+    """`num_requests` seeded requests with the dataset's length statistics, all arriving at
+    step 0."""
     prompts, outputs = lengths(name, num_requests, seed)
-    return [Request(int(p), int(o), n, beam_width) for p, o in zip(prompts, outputs)]
+    return [Request(int(p), int(o), n, beam_width) for p, o in zip(prompts, outputs, strict=True)]
 
 
 def _requests(requests) -> list[Request]:
@@ -189,11 +190,12 @@ def _read_rows(reader, path) -> list[Request]:
         if len(row) != len(header):
             raise ValueError(f"{path}:{line}: expected {len(header)} fields, got {len(row)}")
         values = {}
-        for col, cell in zip(header, row):
+        for col, cell in zip(header, row, strict=True):
             try:
                 values[col] = int(cell.strip())
             except ValueError:
-                raise ValueError(f"{path}:{line}: {col} must be an integer, got {cell[:20]!r}") from None
+                raise ValueError(f"{path}:{line}: {col} must be an integer, "
+                                 f"got {cell[:20]!r}") from None
         try:
             out.append(Request(**values))
         except ValueError as e:
@@ -224,7 +226,7 @@ def prompt_tokens(requests, seed: int = 0, *, num_prefixes: int = 8, vocab: int 
     weights = 1.0 / np.arange(1, num_prefixes + 1)
     choice = rng.choice(num_prefixes, size=len(requests), p=weights / weights.sum())
     out = []
-    for r, k in zip(requests, choice):
+    for r, k in zip(requests, choice, strict=True):
         shared = prefixes[k][: max(0, r.prompt_len - 1)]
         out.append(np.concatenate([shared, rng.integers(0, vocab, r.prompt_len - len(shared))]))
     return out

@@ -40,11 +40,13 @@ class Refused(ValueError):
 
 # command -> (argument pattern, what it does). SEQ: a name; N: a count; [x]: optional.
 STEPS = {
-    "alloc": ("SEQ N [WORD]", "admit SEQ with an N-token prompt (--prefix-cache: equal WORDs, shared prefix)"),
+    "alloc": ("SEQ N [WORD]",
+              "admit SEQ with an N-token prompt (--prefix-cache: equal WORDs, shared prefix)"),
     "append": ("SEQ [N]", "SEQ decodes N more tokens (default 1)"),
     "fork": ("SEQ CHILD", "CHILD shares every block of SEQ (beam search); counts go up"),
     "free": ("SEQ", "SEQ finishes: its blocks go back, last first"),
-    "evict": ("[SEQ]", "preempt SEQ (default: the newest) by --policy: recompute, or swap to the host"),
+    "evict": ("[SEQ]",
+              "preempt SEQ (default: the newest) by --policy: recompute, or swap to the host"),
     "resume": ("SEQ", "bring a preempted SEQ back (swap in, or recompute its tokens)"),
 }
 
@@ -59,7 +61,7 @@ def parse(text: str) -> tuple[str, list]:
     if not len(required) <= len(words) <= len(pattern):
         raise Refused(f"usage: {op} {STEPS[op][0]}")
     args = []
-    for spec, word in zip(pattern, words):
+    for spec, word in zip(pattern, words, strict=False):
         if spec.strip("[]") == "N":
             if not word.isdigit():
                 raise Refused(f"{op}: {word!r} is not a whole number of tokens")
@@ -116,13 +118,15 @@ NOTES_ZH = {
     "the pool ran dry": "池已耗尽",
     "the pool ran dry even after preempting": "抢占之后池仍然耗尽",
     "it needs {n} blocks, more than the whole pool of {m}: it can never fit, so nothing was "
-    "preempted for it": "它需要 {n} 个 Block，比整个池的 {m} 个还多：永远放不下，所以没有为它抢占任何序列",
+    "preempted for it":
+        "它需要 {n} 个 Block，比整个池的 {m} 个还多：永远放不下，所以没有为它抢占任何序列",
     "the pool ran dry (with --policy recompute a sequence would be preempted)":
         "池已耗尽（用 --policy recompute 会抢占一个序列）",
     "swapped seq {seq} out to the host ({n} blocks)": "序列 {seq} 被换出到主机内存（{n} 个 Block）",
     "preempted seq {seq}: {n} tokens to recompute": "抢占了序列 {seq}：{n} 个 token 需要重算",
     "swapped seq {seq} back in": "序列 {seq} 换回了显存",
-    "recomputed seq {seq}: its {n} tokens are prefilled again": "重算序列 {seq}：它的 {n} 个 token 重新 prefill",
+    "recomputed seq {seq}: its {n} tokens are prefilled again":
+        "重算序列 {seq}：它的 {n} 个 token 重新 prefill",
     "`{command}` (preemption): {said}": "`{command}`（抢占）：{said}",
 }
 
@@ -180,7 +184,8 @@ class Session:
                 said = caption(snap, lang)
                 notes = [n.said(lang) if isinstance(n, Note) else n for n in m.notes]
                 words = f"`{m.command}`: " + "; ".join([*notes, said]) if i == m.snapshot else \
-                    t("`{command}` (preemption): {said}", lang, NOTES_ZH, command=m.command, said=said)
+                    t("`{command}` (preemption): {said}", lang, NOTES_ZH, command=m.command,
+                      said=said)
                 out.append(snap.with_caption(words))
             k = m.snapshot
         return out
@@ -196,7 +201,8 @@ class Session:
         if len(self.snapshots) == before:  # the manager recorded no step
             raise Refused("nothing changed")
         self.manager.check_invariants()
-        moment = Moment(" ".join(text.split()), len(self.snapshots) - 1, notes + self._pending_notes)
+        moment = Moment(" ".join(text.split()), len(self.snapshots) - 1,
+                        notes + self._pending_notes)
         self.moments.append(moment)
         self.cursor = len(self.moments)
         return moment
@@ -270,7 +276,8 @@ class Session:
         return live[-1] if live else None  # the newest, as vLLM's default scheduler picks
 
     def _reclaim(self, manager, short: int, protect: set) -> None:
-        """The manager's reclaimer: preempt the newest unprotected sequences until `short` blocks are free."""
+        """The manager's reclaimer: preempt the newest unprotected sequences until `short`
+        blocks are free."""
         while short > 0:
             seq = self._victim(protect)
             if seq is None:

@@ -1,4 +1,5 @@
-"""Eviction and preemption policies compared on one trace: hit rate, recomputed tokens, bytes swapped.
+"""Eviction and preemption policies compared on one trace: hit rate, recomputed tokens,
+bytes swapped.
 
 One seeded trace (synthetic by default, or `--trace FILE`) is served by the
 continuous-batching driver with prefix caching on (prompts share seeded system
@@ -56,13 +57,14 @@ def compare(requests, tokens, *, block_size: int = 16, memory_tokens: int = DEFA
 
 
 def main(argv: list[str]) -> int:
-    ap = ArgParser(prog="pagedsim policies", description=__doc__.split("\n")[0])
+    ap = ArgParser(prog="pagedsim policies", description=__doc__.split("\n\n")[0])
     add_trace_args(ap)
     ap.set_defaults(num_requests=300)
     ap.add_argument("--block-size", type=int_in(1, MAX_BLOCK_SIZE), default=16)
     ap.add_argument("--memory-tokens", type=int_in(1, MAX_BLOCK_SIZE * MAX_NUM_BLOCKS),
                     default=DEFAULT_MEMORY_TOKENS)
-    ap.add_argument("--swap-gib", type=float_in(0, 2**20), default=4.0, help="host swap space (GiB)")
+    ap.add_argument("--swap-gib", type=float_in(0, 2**20), default=4.0,
+                    help="host swap space (GiB)")
     ap.add_argument("--model", default="opt-13b", help="sizing preset for block bytes")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -82,5 +84,5 @@ def main(argv: list[str]) -> int:
         else str(r[c]) for c in COLUMNS) for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
     for row in cells:
-        print("  ".join(c.rjust(w) for c, w in zip(row, widths)))
+        print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
     return 0

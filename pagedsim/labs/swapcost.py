@@ -1,4 +1,5 @@
-"""Swap or recompute? A first-order cost model for bringing back a preempted sequence (vLLM Sec. 4.5, Fig. 19).
+"""Swap or recompute? A first-order cost model for bringing back a preempted sequence
+(vLLM Sec. 4.5, Fig. 19).
 
 Swap is vLLM v0's alternative; v1 preempts by recompute only (see below).
 
@@ -49,14 +50,14 @@ def params_of(spec) -> float:
     return 12.0 * spec.num_layers * d * d
 
 
-def swap_seconds(l: int, spec, block_size: int, gbps: float, latency_us: float) -> float:
-    blocks = math.ceil(l / block_size)
-    return 2 * (blocks * latency_us * 1e-6 + l * spec.bytes_per_token() / (gbps * 1e9))
+def swap_seconds(length: int, spec, block_size: int, gbps: float, latency_us: float) -> float:
+    blocks = math.ceil(length / block_size)
+    return 2 * (blocks * latency_us * 1e-6 + length * spec.bytes_per_token() / (gbps * 1e9))
 
 
-def recompute_seconds(l: int, spec, params: float, tflops: float, mfu: float) -> float:
+def recompute_seconds(length: int, spec, params: float, tflops: float, mfu: float) -> float:
     d = spec.query_heads * spec.head_dim
-    flops = 2 * params * l + 2 * spec.num_layers * l * l * d
+    flops = 2 * params * length + 2 * spec.num_layers * length * length * d
     return flops / (tflops * 1e12 * mfu)
 
 
@@ -72,23 +73,25 @@ def measured_hit_fraction(num_requests: int = 40, num_blocks: int = 250, block_s
     return 1.0 - s.recomputed_tokens / s.discarded_tokens if s.discarded_tokens else 0.0
 
 
-def crossover_gbps(l: int, spec, params, block_size, tflops, mfu, latency_us) -> float | None:
+def crossover_gbps(length: int, spec, params, block_size, tflops, mfu, latency_us) -> float | None:
     """PCIe bandwidth at which swap and recompute tie (None: recompute always wins)."""
-    spare = (recompute_seconds(l, spec, params, tflops, mfu)
-             - 2 * math.ceil(l / block_size) * latency_us * 1e-6)
-    return 2 * l * spec.bytes_per_token() / spare / 1e9 if spare > 0 else None
+    spare = (recompute_seconds(length, spec, params, tflops, mfu)
+             - 2 * math.ceil(length / block_size) * latency_us * 1e-6)
+    return 2 * length * spec.bytes_per_token() / spare / 1e9 if spare > 0 else None
 
 
 def main(argv: list[str]) -> int:
-    ap = ArgParser(prog="pagedsim swapcost", description=__doc__.split("\n")[0])
+    ap = ArgParser(prog="pagedsim swapcost", description=__doc__.split("\n\n")[0])
     positive = float_in(0, 1e30, open_low=True)
     ap.add_argument("--model", default="opt-13b", help="a sizing preset")
     ap.add_argument("--params", type=positive, default=None,
                     help="parameter count (default ~12*L*d^2)")
-    ap.add_argument("--tflops", type=positive, default=312.0, help="GPU peak dense FP16 TFLOPS (A100)")
+    ap.add_argument("--tflops", type=positive, default=312.0,
+                    help="GPU peak dense FP16 TFLOPS (A100)")
     ap.add_argument("--mfu", type=float_in(0, 1, open_low=True), default=0.5,
                     help="fraction of peak a prefill reaches")
-    ap.add_argument("--pcie-gbps", type=positive, default=25.0, help="effective PCIe GB/s per direction")
+    ap.add_argument("--pcie-gbps", type=positive, default=25.0,
+                    help="effective PCIe GB/s per direction")
     ap.add_argument("--copy-latency-us", type=float_in(0, 1e9), default=10.0,
                     help="fixed cost per block copy")
     ap.add_argument("--block-size", type=int_in(1, MAX_BLOCK_SIZE), default=16)
@@ -104,24 +107,25 @@ def main(argv: list[str]) -> int:
     h = measured_hit_fraction() if args.hit_fraction is None else args.hit_fraction
     params = args.params or params_of(spec)
     rows = []
-    for l in LENGTHS:
-        s = swap_seconds(l, spec, args.block_size, args.pcie_gbps, args.copy_latency_us)
-        r = recompute_seconds(l, spec, params, args.tflops, args.mfu)
-        x = crossover_gbps(l, spec, params, args.block_size, args.tflops, args.mfu,
+    for length in LENGTHS:
+        s = swap_seconds(length, spec, args.block_size, args.pcie_gbps, args.copy_latency_us)
+        r = recompute_seconds(length, spec, params, args.tflops, args.mfu)
+        x = crossover_gbps(length, spec, params, args.block_size, args.tflops, args.mfu,
                            args.copy_latency_us)
-        r1 = r - recompute_seconds(int(h * l), spec, params, args.tflops, args.mfu)
-        rows.append({"tokens": l, "swap_ms": 1e3 * s, "recompute_ms": 1e3 * r,
+        r1 = r - recompute_seconds(int(h * length), spec, params, args.tflops, args.mfu)
+        rows.append({"tokens": length, "swap_ms": 1e3 * s, "recompute_ms": 1e3 * r,
                      "recompute_v1_ms": 1e3 * r1,
                      "cheaper": "swap" if s < r else "recompute", "crossover_gbps": x})
     if args.json:
         print(json.dumps({"assumptions": vars(args) | {"params": params, "hit_fraction": h},
                           "rows": rows}, indent=2))
         return 0
-    print(f"ASSUMED: {spec.name} ({spec.bytes_per_token():,} B/token, {params / 1e9:.1f}e9 params), "
+    print(f"ASSUMED: {spec.name} ({spec.bytes_per_token():,} B/token, "
+          f"{params / 1e9:.1f}e9 params), "
           f"{args.tflops:g} TFLOPS x {args.mfu:g} MFU, PCIe {args.pcie_gbps:g} GB/s, "
           f"{args.copy_latency_us:g} us per block copy, block size {args.block_size}")
-    print(f"prefix-cache hit fraction on re-admission: {100 * h:.1f}% "
-          f"({'measured, v1 scheduler, synthetic ShareGPT' if args.hit_fraction is None else 'given'})")
+    how = "measured, v1 scheduler, synthetic ShareGPT" if args.hit_fraction is None else "given"
+    print(f"prefix-cache hit fraction on re-admission: {100 * h:.1f}% ({how})")
     print(f"{'tokens':>6}  {'swap out+in':>11}  {'recompute':>9}  {'v1 recompute':>12}  "
           f"{'cheaper':>9}  {'swap wins above':>15}")
     for row in rows:
@@ -129,11 +133,11 @@ def main(argv: list[str]) -> int:
         print(f"{row['tokens']:>6}  {row['swap_ms']:>8.2f} ms  {row['recompute_ms']:>6.2f} ms  "
               f"{row['recompute_v1_ms']:>9.2f} ms  {row['cheaper']:>9}  "
               f"{('%.1f GB/s' % x) if x else 'never':>15}")
-    l = 512
-    print(f"\ncrossover at {l} tokens, by PCIe bandwidth:")
+    length = 512
+    print(f"\ncrossover at {length} tokens, by PCIe bandwidth:")
     for gbps in BANDWIDTHS:
-        s = swap_seconds(l, spec, args.block_size, gbps, args.copy_latency_us)
-        r = recompute_seconds(l, spec, params, args.tflops, args.mfu)
+        s = swap_seconds(length, spec, args.block_size, gbps, args.copy_latency_us)
+        r = recompute_seconds(length, spec, params, args.tflops, args.mfu)
         print(f"  {gbps:>3} GB/s  swap {1e3 * s:6.2f} ms  recompute {1e3 * r:6.2f} ms  -> "
               f"{'swap' if s < r else 'recompute'}")
     return 0

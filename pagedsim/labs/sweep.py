@@ -30,13 +30,21 @@ from pathlib import Path
 import numpy as np
 
 from .. import workloads
-from ..block_table import blocks_needed
 from ..app.cli import ArgParser, int_in, writable_dir
+from ..block_table import blocks_needed
 from ..errors import count_arg
 from ..policies import PrefixCachingManager
 from ..scheduler import Scheduler
-from .waste import (DEFAULT_MEMORY_TOKENS, MAX_MEMORY_TOKENS, add_trace_args, ceil_sum, exact_sum,
-                    load_requests, sums, waste_figure)
+from .waste import (
+    DEFAULT_MEMORY_TOKENS,
+    MAX_MEMORY_TOKENS,
+    add_trace_args,
+    ceil_sum,
+    exact_sum,
+    load_requests,
+    sums,
+    waste_figure,
+)
 
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MAX_SIM_REQUESTS = 20_000  # the driver runs once per block size: beyond this, hours
@@ -96,7 +104,7 @@ def format_rows(rows) -> str:
             f"{v:.1f}" if isinstance(v, float) else str(v))
     table = [COLUMNS] + [tuple(cell(c, r[c]) for c in COLUMNS) for r in rows]
     widths = [max(len(t[i]) for t in table) for i in range(len(COLUMNS))]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(t, widths)) for t in table)
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(t, widths, strict=True)) for t in table)
 
 
 def sweep_title(source: str, sim_requests: int, memory_tokens: int) -> str:
@@ -112,7 +120,8 @@ def sweep_figure(out_dir: Path) -> list[Path]:
     return [draw_sweep(sweep(reqs), out_dir, title)]
 
 
-FIGURES: dict = {  # name -> callable(out_dir: pathlib.Path) -> list[pathlib.Path]; see draw/figures.py
+# name -> callable(out_dir: pathlib.Path) -> list[pathlib.Path]; see draw/figures.py
+FIGURES: dict = {
     "waste_breakdown": waste_figure,
     "block_size_sweep": sweep_figure,
 }

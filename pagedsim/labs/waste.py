@@ -24,8 +24,8 @@ sharing is measured separately by `sharing.py`):
 Every sum has a closed form per request, so a 10,000-request trace is a handful of
 NumPy array operations. Per request the terms fit in int64 (the trace limits in
 `workloads` keep samples x length^2 below 2**58, and max_len <= MAX_LEN); the sums over
-requests are taken in Python integers, so no size of trace can overflow them. With C(n) = sum_{l=1..n} ceil(l/B) = B*q*(q+1)/2 + r*(q+1)
-(q, r = divmod(n, B)):
+requests are taken in Python integers, so no size of trace can overflow them. With
+C(n) = sum_{l=1..n} ceil(l/B) = B*q*(q+1)/2 + r*(q+1) (q, r = divmod(n, B)):
 
     sum_t l             = O*P + O*(O+1)/2
     sum_t (L - l)       = O*(O-1)/2
@@ -41,9 +41,8 @@ import json
 
 import numpy as np
 
-from ..app.cli import ArgParser, int_in
-
 from .. import workloads
+from ..app.cli import ArgParser, int_in
 from ..errors import MAX_BLOCK_SIZE, count_arg
 from ..sizing import preset
 from .contiguous import external_fragmentation
@@ -79,7 +78,8 @@ def allocation_sizes(total_len: np.ndarray, max_len: int) -> dict[str, np.ndarra
 
 
 def sums(cols: dict, block_size: int, max_len: int, mode: str = "static",
-         memory_tokens: int = DEFAULT_MEMORY_TOKENS, queue: str = "fcfs") -> dict[str, dict[str, int]]:
+         memory_tokens: int = DEFAULT_MEMORY_TOKENS,
+         queue: str = "fcfs") -> dict[str, dict[str, int]]:
     """Slot-step sums of each part, per allocator. `cols` comes from `workloads.as_arrays`."""
     _check(block_size, max_len, mode, memory_tokens)
     p, o = cols["prompt_len"], cols["output_len"]
@@ -142,12 +142,14 @@ def format_table(frac: dict) -> str:
                       for name in ALLOCATORS if name in frac]
     widths = [max(len(r[i]) for r in rows) for i in range(len(heads))]
     return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                               for i, (c, w) in enumerate(zip(r, widths))) for r in rows)
+                               for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+                     for r in rows)
 
 
 def add_trace_args(parser: argparse.ArgumentParser) -> None:
     src = parser.add_mutually_exclusive_group()
-    src.add_argument("--trace", help="CSV trace (prompt_len,output_len[,n,beam_width,arrival_step])")
+    src.add_argument("--trace",
+                     help="CSV trace (prompt_len,output_len[,n,beam_width,arrival_step])")
     src.add_argument("--workload", choices=sorted(workloads.DATASETS), default="sharegpt")
     parser.add_argument("--num-requests", type=int_in(1, workloads.MAX_REQUESTS), default=10_000)
     parser.add_argument("--seed", type=int_in(0, 2**63 - 1), default=0)
@@ -171,7 +173,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--block-size", type=int_in(1, MAX_BLOCK_SIZE), default=16)
     ap.add_argument("--max-len", type=int_in(1, MAX_LEN), default=2048)
     ap.add_argument("--mode", choices=("static", "continuous"), default="static")
-    ap.add_argument("--memory-tokens", type=int_in(1, MAX_MEMORY_TOKENS), default=DEFAULT_MEMORY_TOKENS,
+    ap.add_argument("--memory-tokens", type=int_in(1, MAX_MEMORY_TOKENS),
+                    default=DEFAULT_MEMORY_TOKENS,
                     help="contiguous memory for --mode continuous (default: 12 GB of OPT-13B KV)")
     ap.add_argument("--queue", choices=("fcfs", "any"), default="fcfs",
                     help="external fragmentation: free space the queue's head cannot use "
