@@ -42,7 +42,7 @@ def churn_workload(seed: int = 0, n: int = NUM_REQUESTS):
     prompt = rng.lognormal(np.log(160) - sigma**2 / 2, sigma, n)
     output = rng.lognormal(np.log(340) - sigma**2 / 2, sigma, n)
     clip = lambda x: np.clip(np.rint(x), 1, 2048).astype(int).tolist()  # noqa: E731
-    return list(zip(clip(prompt), clip(output)))
+    return list(zip(clip(prompt), clip(output), strict=True))
 
 
 class Floor:

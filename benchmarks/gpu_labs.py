@@ -17,7 +17,7 @@ script refuses (exit 2) unless --dry-run, and then every timing is null: the
 simulator records no time. No number here is ever made up.
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (cuda_kernels must come before numba)
 
 import argparse
 import json
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-import cuda_kernels
+import cuda_kernels  # first: it selects the CUDA backend before numba.cuda is imported
 from cuda_kernels import attention
 from cuda_kernels.alloc import DevicePool
 from cuda_kernels.alloc import kernels as AK
@@ -74,9 +74,9 @@ def _problem(cfg, rng):
 def _raw_decode(name, k_dev, v_dev, d_q, d_tables, d_lens, cfg):
     """A closure launching the layout's kernel once, single pass, on prepared device buffers."""
     loaders = attention.usable_loaders(layouts.LOADERS[name], k_dev, v_dev, cfg["dim"])
-    return common.decode_launch(loaders, k_dev, v_dev, d_q, d_tables, d_lens, block_size=cfg["block"],
-                                num_kv_heads=cfg["kv_heads"], mode="single", part=cfg["context"],
-                                longest=cfg["context"])[0]
+    return common.decode_launch(loaders, k_dev, v_dev, d_q, d_tables, d_lens,
+                                block_size=cfg["block"], num_kv_heads=cfg["kv_heads"],
+                                mode="single", part=cfg["context"], longest=cfg["context"])[0]
 
 
 def bench_layouts(cfg, problem, timed: bool) -> list[dict]:
@@ -84,7 +84,8 @@ def bench_layouts(cfg, problem, timed: bool) -> list[dict]:
     d_q, d_tables, d_lens = cuda.to_device(query), cuda.to_device(tables), cuda.to_device(lens)
     kv_bytes = cache.nbytes
     attention.POISON["on"] = True
-    base = layouts.decode("fused", d_q, *(2 * (cuda.to_device(cache),)), tables, lens, mode="single")
+    base = layouts.decode("fused", d_q, *(2 * (cuda.to_device(cache),)), tables, lens,
+                          mode="single")
     base = base.copy_to_host()
     rows = []
     for name in layouts.LAYOUTS:
@@ -94,8 +95,8 @@ def bench_layouts(cfg, problem, timed: bool) -> list[dict]:
         got = layouts.decode(name, d_q, k_dev, v_dev, tables, lens, mode="single").copy_to_host()
         err = float(np.max(np.abs(got - base)))
         ms = _timed(_raw_decode(name, k_dev, v_dev, d_q, d_tables, d_lens, cfg), cfg["runs"], timed)
-        rows.append({"layout": name, "max_abs_diff_vs_fused": err, "kv_bytes": kv_bytes, "median_ms": ms,
-                     "gb_per_s": kv_bytes / ms / 1e6 if ms else None})
+        rows.append({"layout": name, "max_abs_diff_vs_fused": err, "kv_bytes": kv_bytes,
+                     "median_ms": ms, "gb_per_s": kv_bytes / ms / 1e6 if ms else None})
         del k_dev, v_dev
     return rows
 
@@ -110,7 +111,8 @@ def bench_alignment(cfg, problem, timed: bool) -> list[dict]:
         pool.copy_to_device(cache)
         got = attention.paged_attention(d_q, pool, tables, lens, mode="single").copy_to_host()
         base = got if base is None else base
-        ms = _timed(_raw_decode("fused", pool, pool, d_q, d_tables, d_lens, cfg), cfg["runs"], timed)
+        ms = _timed(_raw_decode("fused", pool, pool, d_q, d_tables, d_lens, cfg), cfg["runs"],
+                    timed)
         rows.append({"offset": offset, "address_mod_128": alignment.device_address(pool) % 128,
                      "max_abs_diff_vs_offset_0": float(np.max(np.abs(got - base))),
                      "kv_bytes": cache.nbytes, "median_ms": ms,
@@ -133,13 +135,15 @@ def bench_allocators(cfg, rng, timed: bool) -> list[dict]:
             d_granted = cuda.device_array(n, np.int32)
             grid = (n + 127) // 128
 
-            def reset():
+            # the closures run inside this iteration (in _timed): bind its values as defaults
+            def reset(pool=pool, top0=top0, ids0=ids0, d_table=d_table, n=n):
                 pool.top.copy_to_device(top0)
                 pool.free_ids.copy_to_device(ids0)
                 d_table.copy_to_device(np.full((n, 4), -1, np.int32))
 
             if method == "prefix_sum":
-                def launch():
+                def launch(d_counts=d_counts, grid=grid, pool=pool, d_table=d_table,
+                           d_granted=d_granted):
                     offsets = AP.exclusive_scan(d_counts)
                     AP.take_slices_kernel[grid, 128](d_counts, offsets, 0, pool.free_ids, pool.ref,
                                                      d_table, d_granted)
@@ -147,14 +151,17 @@ def bench_allocators(cfg, rng, timed: bool) -> list[dict]:
                 kernel = {"cas": AK.alloc_cas_kernel, "atomic_add": AK.alloc_atomic_add_kernel,
                           "racy": AK.alloc_racy_kernel}[method]
 
-                def launch():
-                    kernel[grid, 128](d_counts, pool.free_ids, pool.top, pool.ref, d_table, d_granted)
+                def launch(kernel=kernel, grid=grid, d_counts=d_counts, pool=pool,
+                           d_table=d_table, d_granted=d_granted):
+                    kernel[grid, 128](d_counts, pool.free_ids, pool.top, pool.ref, d_table,
+                                      d_granted)
             ms = _timed(launch, cfg["runs"], timed, reset)
             table = d_table.copy_to_host()
             ids = table[table >= 0]
             rows.append({"method": method, "requests": n, "blocks": total, "median_ms": ms,
                          "blocks_per_s": total / ms * 1e3 if ms else None,
-                         "handed_out": int(ids.size), "handed_out_twice": int(ids.size - np.unique(ids).size)})
+                         "handed_out": int(ids.size),
+                         "handed_out_twice": int(ids.size - np.unique(ids).size)})
     return rows
 
 

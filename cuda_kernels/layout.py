@@ -1,6 +1,6 @@
 """The chapter's cache layout (3.2) and the device functions that read it.
 
-Per layer:   kv_cache[num_blocks, 2, num_kv_heads, block_size, head_dim]   (K at [:, 0], V at [:, 1])
+Per layer:   kv_cache[num_blocks, 2, num_kv_heads, block_size, head_dim]  (K at [:, 0], V at [:, 1])
 Whole model: kv_pool[num_blocks, num_layers, 2, num_kv_heads, block_size, head_dim]
 
 K and V of one block sit next to each other, so one block id names both. A layer's
@@ -88,4 +88,5 @@ def check_kv_cache(name: str, kv_cache) -> tuple[int, int, int, int]:
 
 def new_kv_cache(num_blocks, num_kv_heads, block_size, head_dim, dtype=np.float32):
     """A zeroed NumPy cache in the per-layer layout."""
-    return np.zeros((num_blocks, 2, num_kv_heads, block_size, head_dim), dtype)  # [N, 2, H_kv, B, D]
+    # [N, 2, H_kv, B, D]
+    return np.zeros((num_blocks, 2, num_kv_heads, block_size, head_dim), dtype)

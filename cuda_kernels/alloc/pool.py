@@ -53,7 +53,8 @@ class DevicePool:
             raise ValueError(f"num_blocks must be a positive int, got {num_blocks!r}")
         self.num_blocks = int(num_blocks)
         # reversed so that block 0 is popped first, like the host pool's LIFO order
-        self.free_ids = cuda.to_device(np.arange(num_blocks - 1, -1, -1, dtype=np.int32))  # [num_blocks]
+        # [num_blocks]
+        self.free_ids = cuda.to_device(np.arange(num_blocks - 1, -1, -1, dtype=np.int32))
         self.top = cuda.to_device(np.array([num_blocks], dtype=np.int32))  # [1]
         self.ref = cuda.to_device(np.zeros(num_blocks, dtype=np.int32))  # [num_blocks]
 
@@ -69,7 +70,8 @@ class DevicePool:
         return self.ref.copy_to_host()
 
     def allocate(self, counts, method: str = "cas") -> tuple[np.ndarray, np.ndarray]:
-        """Request i takes counts[i] blocks. Returns (table [n, max k] int32 padded -1, granted bool[n]).
+        """Request i takes counts[i] blocks. Returns (table [n, max k] int32 padded -1,
+        granted bool[n]).
 
         "cas" may refuse single requests when the pool runs short (granted False, nothing
         taken for them); the other methods need the whole batch to fit and raise
@@ -85,13 +87,14 @@ class DevicePool:
         granted = np.zeros(n, dtype=np.int32)
         if n == 0:
             return table[:, :width], granted.astype(bool)
-        d_counts, d_table, d_granted = cuda.to_device(c), cuda.to_device(table), cuda.to_device(granted)
+        d_counts, d_table, d_granted = (cuda.to_device(c), cuda.to_device(table),
+                                        cuda.to_device(granted))
         args = (self.free_ids, self.top, self.ref, d_table, d_granted)
         if method == "prefix_sum":
             d_offsets = P.exclusive_scan(d_counts)
             base = free - total
-            P.take_slices_kernel[_grid(n), THREADS](d_counts, d_offsets, base, self.free_ids, self.ref,
-                                                    d_table, d_granted)
+            P.take_slices_kernel[_grid(n), THREADS](d_counts, d_offsets, base, self.free_ids,
+                                                    self.ref, d_table, d_granted)
             self.top.copy_to_device(np.array([base], dtype=np.int32))
         else:
             kernel = {"cas": K.alloc_cas_kernel, "atomic_add": K.alloc_atomic_add_kernel,
@@ -109,26 +112,31 @@ class DevicePool:
             K.incref_kernel[_grid(b.size), THREADS](cuda.to_device(b), self.ref)
 
     def free(self, blocks) -> np.ndarray:
-        """Drop one owner per entry; returns released: bool[len(blocks)], True where a count hit 0."""
+        """Drop one owner per entry; returns released: bool[len(blocks)], True where a count
+        hit 0.
+        """
         b = _as_ids("blocks", blocks, self.num_blocks)
         ref = self.ref_counts()
         drops = np.bincount(b, minlength=self.num_blocks)
         if (drops > ref).any():
             bad = np.flatnonzero(drops > ref)
-            raise ValueError(f"blocks frees block id(s) {bad.tolist()} more often than they are owned")
+            raise ValueError(f"blocks frees block id(s) {bad.tolist()} more often than they are "
+                             "owned")
         released = np.zeros(b.size, dtype=np.int32)
         if b.size:
             d_released = cuda.to_device(released)
-            K.free_kernel[_grid(b.size), THREADS](cuda.to_device(b), self.free_ids, self.top, self.ref,
-                                                  d_released)
+            K.free_kernel[_grid(b.size), THREADS](cuda.to_device(b), self.free_ids, self.top,
+                                                  self.ref, d_released)
             released = d_released.copy_to_host()
         return released.astype(bool)
 
     def check_invariants(self) -> None:
         """Free ids are distinct and have count 0; every block is either free or owned."""
         free, ref = self.free_list(), self.ref_counts()
-        assert len(set(free.tolist())) == free.size, f"an id is on the free stack twice: {sorted(free)}"
+        assert len(set(free.tolist())) == free.size, (
+            f"an id is on the free stack twice: {sorted(free)}")
         assert (ref[free] == 0).all(), "a block on the free stack has owners"
         assert (ref >= 0).all(), "a negative ref count"
         owned = int((ref > 0).sum())
-        assert owned + free.size == self.num_blocks, f"{self.num_blocks - owned - free.size} block(s) lost"
+        assert owned + free.size == self.num_blocks, (
+            f"{self.num_blocks - owned - free.size} block(s) lost")

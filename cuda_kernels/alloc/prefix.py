@@ -26,7 +26,9 @@ SCAN_BUF = 512  # 2 * SCAN_TPB, spelled out: shared array sizes must be plain co
 
 
 def block_scan(values, excl, block_sums):
-    """Block b, thread t: excl[i] = sum of values[b*TPB : i] (i = b*TPB + t); block_sums[b] = block total."""
+    """Block b, thread t: excl[i] = sum of values[b*TPB : i] (i = b*TPB + t);
+    block_sums[b] = block total.
+    """
     buf = cuda.shared.array(SCAN_BUF, int32)  # [2, SCAN_TPB]: ping-pong buffers
     t = cuda.threadIdx.x
     i = cuda.blockIdx.x * SCAN_TPB + t
@@ -76,7 +78,9 @@ take_slices_kernel = cuda.jit(take_slices)
 
 
 def exclusive_scan(d_values):
-    """Exclusive prefix sum of a 1-D int32 device array, on the device. Returns a new device array."""
+    """Exclusive prefix sum of a 1-D int32 device array, on the device. Returns a new
+    device array.
+    """
     n = d_values.shape[0]
     nblocks = (n + SCAN_TPB - 1) // SCAN_TPB
     d_excl = cuda.device_array(n, dtype=np.int32)

@@ -1,4 +1,5 @@
-"""The alignment lab: the chapter's decode kernel over a pool whose blocks start off a 128-byte boundary.
+"""The alignment lab: the chapter's decode kernel over a pool whose blocks start off a
+128-byte boundary.
 
 Chapter 3.7 advises starting every block on a 128-byte boundary (a cache line). To
 measure what breaking that costs, `offset_pool` carves the pool out of a flat byte
@@ -36,12 +37,15 @@ def device_address(arr) -> int:
 
 
 def offset_pool(shape, dtype, offset: int):
-    """A zeroed C-contiguous device array of `shape`/`dtype` starting `offset` bytes past a 128-B boundary."""
+    """A zeroed C-contiguous device array of `shape`/`dtype` starting `offset` bytes past
+    a 128-B boundary.
+    """
     dtype = np.dtype(dtype)
     if not isinstance(offset, (int, np.integer)) or offset < 0:
         raise ValueError(f"offset must be a non-negative int of bytes, got {offset!r}")
     if offset % dtype.itemsize:
-        raise ValueError(f"offset {offset} is not a multiple of the {dtype.name} size {dtype.itemsize}")
+        raise ValueError(f"offset {offset} is not a multiple of the {dtype.name} size "
+                         f"{dtype.itemsize}")
     nbytes = int(np.prod(shape)) * dtype.itemsize
     flat = cuda.to_device(np.zeros(nbytes + offset + 2 * LINE, np.uint8))  # room to slide the start
     start = (-device_address(flat)) % LINE + offset
@@ -56,4 +60,5 @@ def decode_at_offset(offset: int, query, kv_cache: np.ndarray, block_tables, con
     check_kv_cache("kv_cache", kv_cache)
     pool = offset_pool(kv_cache.shape, kv_cache.dtype, offset)
     pool.copy_to_device(np.ascontiguousarray(kv_cache))
-    return paged_attention(query, pool, block_tables, context_lens, **kw), device_address(pool) % LINE
+    return (paged_attention(query, pool, block_tables, context_lens, **kw),
+            device_address(pool) % LINE)

@@ -71,12 +71,14 @@ def compare(num_blocks: int, num_kv_heads: int = 2, block_size: int = 16, head_d
     blocks = on_demand(num_blocks, shape, dtype, a)
     cache, ids = pooled(pool_blocks, num_blocks, shape, dtype, b)
     assert len(blocks) == len(ids) == num_blocks and len(set(ids)) == num_blocks
-    return {"num_blocks": int(num_blocks), "block_bytes": int(np.prod(shape)) * np.dtype(dtype).itemsize,
+    return {"num_blocks": int(num_blocks),
+            "block_bytes": int(np.prod(shape)) * np.dtype(dtype).itemsize,
             "on_demand": asdict(a), "pooled": asdict(b), "pool_blocks": int(pool_blocks)}
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m cuda_kernels.labs.prealloc", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m cuda_kernels.labs.prealloc",
+                                description=__doc__.split("\n")[0])
     p.add_argument("--blocks", type=int, default=64)
     args = p.parse_args(argv)
     print(json.dumps(compare(args.blocks), indent=1))

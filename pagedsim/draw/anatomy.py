@@ -52,13 +52,37 @@ def _block(ax, x, y, spec: ModelSpec, label: str):
                   lw=0.7, alpha=0.55, gid="grid")
         ax.hlines([y + rh * r for r in range(1, spec.num_kv_heads)], x + dx, x + dx + w,
                   color=style.INK, lw=0.5, alpha=0.45, gid="grid")
-        ax.text(x + dx + w / 2, y - 0.15, f"{name}: {spec.num_kv_heads} heads \u00d7 {BLOCK_SIZE} tokens",
-                ha="center", va="top", fontsize=9, fontweight="bold")
-    ax.text(x - 0.15, y + h / 2, f"{spec.num_kv_heads}\nKV\nheads", ha="right", va="center", fontsize=8.5)
+        ax.text(
+            x + dx + w / 2,
+            y - 0.15,
+            f"{name}: {spec.num_kv_heads} heads \u00d7 {BLOCK_SIZE} tokens",
+            ha="center",
+            va="top",
+            fontsize=9,
+            fontweight="bold",
+        )
+    ax.text(
+        x - 0.15,
+        y + h / 2,
+        f"{spec.num_kv_heads}\nKV\nheads",
+        ha="right",
+        va="center",
+        fontsize=8.5,
+    )
     ax.text(x, y + h + 0.7, label, fontsize=10.5, fontweight="bold", va="bottom")
     # one cell picked out: the unit the caption talks about
-    ax.add_patch(Rectangle((x, y + h - rh), cw, rh, facecolor="none", edgecolor=style.ACCENT, lw=2.0,
-                           gid="one-cell", zorder=5))
+    ax.add_patch(
+        Rectangle(
+            (x, y + h - rh),
+            cw,
+            rh,
+            facecolor="none",
+            edgecolor=style.ACCENT,
+            lw=2.0,
+            gid="one-cell",
+            zorder=5,
+        )
+    )
     return h
 
 
@@ -69,11 +93,23 @@ def make_anatomy(out_dir: Path) -> list[Path]:
     ax.set_xlim(0, 24)
     ax.set_ylim(-0.6, 11.8)
     ax.set_axis_off()
-    ax.text(0.4, 11.5, "3.2  What one KV block holds (block_size = 16 tokens, FP16); grids drawn to scale",
-            fontsize=13, fontweight="bold", va="top")
-    ax.text(0.4, 10.85, "Each small cell (one outlined in orange) is one head_dim vector: 128 values "
-            "\u00d7 2 bytes = 256 B. A block stores K and V of 16 tokens for every head of every "
-            "layer.", fontsize=9.5, va="top")
+    ax.text(
+        0.4,
+        11.5,
+        "3.2  What one KV block holds (block_size = 16 tokens, FP16); grids drawn to scale",
+        fontsize=13,
+        fontweight="bold",
+        va="top",
+    )
+    ax.text(
+        0.4,
+        10.85,
+        "Each small cell (one outlined in orange) is one head_dim vector: 128 values "
+        "\u00d7 2 bytes = 256 B. A block stores K and V of 16 tokens for every head of every "
+        "layer.",
+        fontsize=9.5,
+        va="top",
+    )
     y = 9.5
     for name, note in (("chapter3", "the chapter's worked example, shaped like Llama-2-7B; "
                                     "MHA: 32 query heads, 32 KV heads"),
@@ -82,14 +118,37 @@ def make_anatomy(out_dir: Path) -> list[Path]:
         h = _block(ax, 1.6, y - spec.num_kv_heads * 0.11 - 0.8, spec, f"{name}  ({note})")
         tx = 15.2
         ax.text(tx, y - 0.5, f"{name}: bytes per block", fontsize=10.5, fontweight="bold", va="top")
-        ax.text(tx, y - 1.1, "= B \u00d7 layers \u00d7 2 (K,V) \u00d7 KV heads \u00d7 head_dim \u00d7 bytes",
-                fontsize=9, va="top", color="#444444")
-        ax.text(tx, y - 1.65, "= " + formula(spec), fontsize=9.5, va="top", family="DejaVu Sans Mono")
-        ax.text(tx, y - 2.2, f"per token: {spec.bytes_per_token():,} B", fontsize=9, va="top", color="#444444")
+        ax.text(
+            tx,
+            y - 1.1,
+            "= B \u00d7 layers \u00d7 2 (K,V) \u00d7 KV heads \u00d7 head_dim \u00d7 bytes",
+            fontsize=9,
+            va="top",
+            color="#444444",
+        )
+        ax.text(
+            tx, y - 1.65, "= " + formula(spec), fontsize=9.5, va="top", family="DejaVu Sans Mono"
+        )
+        ax.text(
+            tx,
+            y - 2.2,
+            f"per token: {spec.bytes_per_token():,} B",
+            fontsize=9,
+            va="top",
+            color="#444444",
+        )
         y -= h + 2.6
-    ratio = preset("chapter3").bytes_per_block(BLOCK_SIZE) // preset("llama-3-8b").bytes_per_block(BLOCK_SIZE)
-    ax.text(15.2, 0.3, f"GQA stores {ratio}x fewer bytes per block,\nso the same memory holds {ratio}x "
-            "more tokens.", fontsize=10, va="top", color=style.INK)
+    ratio = (preset("chapter3").bytes_per_block(BLOCK_SIZE)
+             // preset("llama-3-8b").bytes_per_block(BLOCK_SIZE))
+    ax.text(
+        15.2,
+        0.3,
+        f"GQA stores {ratio}x fewer bytes per block,\nso the same memory holds {ratio}x "
+        "more tokens.",
+        fontsize=10,
+        va="top",
+        color=style.INK,
+    )
     return [style.save(fig, Path(out_dir) / "3.2-block-anatomy.png")]
 
 
@@ -108,7 +167,9 @@ def make_alignment(out_dir: Path) -> list[Path]:
     ax.set_xlim(-60, end + 60)
     ax.set_ylim(-0.2, 2.3)
     ax.vlines(range(0, end + 1, ALIGNMENT), -0.1, 2.05, color="#DDDDDD", lw=0.6, zorder=0)
-    for row, (y, step, title) in enumerate(((1.3, size, "packed\n(no padding)"), (0.15, stride, f"aligned\nto {ALIGNMENT} B"))):
+    for _row, (y, step, title) in enumerate(
+        ((1.3, size, "packed\n(no padding)"), (0.15, stride, f"aligned\nto {ALIGNMENT} B"))
+    ):
         for i in range(TOY_BLOCKS):
             start = i * step
             ax.add_patch(Rectangle((start, y), size, 0.55, facecolor=style.SEQ_COLOURS[i % 2 * 6],
@@ -116,27 +177,55 @@ def make_alignment(out_dir: Path) -> list[Path]:
             ax.text(start + size / 2, y + 0.275, f"block {i}", ha="center", va="center", fontsize=9,
                     color=style.text_on(style.SEQ_COLOURS[i % 2 * 6]))
             ok = start % ALIGNMENT == 0
-            ax.text(start, y + 0.62, f"{start}" + ("" if ok else f"\n(+{start % ALIGNMENT})"), ha="center",
-                    va="bottom", fontsize=7.5, color=style.INK if ok else "#AA3377")
+            ax.text(
+                start,
+                y + 0.62,
+                f"{start}" + ("" if ok else f"\n(+{start % ALIGNMENT})"),
+                ha="center",
+                va="bottom",
+                fontsize=7.5,
+                color=style.INK if ok else "#AA3377",
+            )
             if step > size:
                 ax.add_patch(Rectangle((start + size, y), step - size, 0.55, facecolor="white",
                                        edgecolor=style.ACCENT, hatch="////", lw=0.8))
         ax.text(-70, y + 0.275, title, ha="right", va="center", fontsize=10, fontweight="bold")
     ax.set_yticks([])
     ax.set_xticks(range(0, end + 1, 4 * ALIGNMENT))
-    ax.set_xlabel(f"byte address (grey lines every {ALIGNMENT} B; (+n): the block starts n bytes past a "
-                  f"{ALIGNMENT}-byte boundary)")
+    ax.set_xlabel(
+        f"byte address (grey lines every {ALIGNMENT} B; (+n): the block starts n bytes past a "
+        f"{ALIGNMENT}-byte boundary)"
+    )
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
     budget = 64 * 1024
     packed, aligned = fit_blocks(budget, size, alignment=1), fit_blocks(budget, size)
-    fig.text(0.02, 0.96, f"3.7  Block alignment: a toy block of {TOY_BLOCK_SIZE} tokens \u00d7 head_dim "
-             f"{TOY.head_dim} (1 layer, 1 KV head, FP16) = {size:,} B", fontsize=12.5, fontweight="bold", va="top")
-    fig.text(0.02, 0.895, f"align_up({size}, {ALIGNMENT}) = {stride}: each block gets {stride - size} B of "
-             f"padding (hatched), {100 * (stride - size) / stride:.2f}% of its stride.", fontsize=10, va="top")
-    fig.text(0.02, 0.06, f"In a {budget // 1024} KiB budget: packed {packed.num_blocks} blocks, aligned "
-             f"{aligned.num_blocks} blocks ({aligned.padding_bytes:,} B of padding). The chapter's 8 MiB "
-             f"block ({preset('chapter3').bytes_per_block(16):,} B) is already a multiple of {ALIGNMENT}: "
-             f"padding {align_up(preset('chapter3').bytes_per_block(16)) - preset('chapter3').bytes_per_block(16)} B.",
-             fontsize=9.5, va="bottom")
+    fig.text(
+        0.02,
+        0.96,
+        f"3.7  Block alignment: a toy block of {TOY_BLOCK_SIZE} tokens \u00d7 head_dim "
+        f"{TOY.head_dim} (1 layer, 1 KV head, FP16) = {size:,} B",
+        fontsize=12.5,
+        fontweight="bold",
+        va="top",
+    )
+    fig.text(
+        0.02,
+        0.895,
+        f"align_up({size}, {ALIGNMENT}) = {stride}: each block gets {stride - size} B of "
+        f"padding (hatched), {100 * (stride - size) / stride:.2f}% of its stride.",
+        fontsize=10,
+        va="top",
+    )
+    chapter_block = preset("chapter3").bytes_per_block(16)
+    fig.text(
+        0.02,
+        0.06,
+        f"In a {budget // 1024} KiB budget: packed {packed.num_blocks} blocks, aligned "
+        f"{aligned.num_blocks} blocks ({aligned.padding_bytes:,} B of padding). The chapter's "
+        f"8 MiB block ({chapter_block:,} B) is already a multiple of {ALIGNMENT}: "
+        f"padding {align_up(chapter_block) - chapter_block} B.",
+        fontsize=9.5,
+        va="bottom",
+    )
     return [style.save(fig, Path(out_dir) / "3.7-alignment.png")]

@@ -40,7 +40,15 @@ def scattered_manager() -> KVCacheManager:
 def _box(ax, x, y, w, h, colour, text, gid=None, **kw):
     ax.add_patch(Rectangle((x, y), w, h, facecolor=colour, edgecolor=kw.pop("ec", style.INK),
                            lw=kw.pop("lw", 0.8), gid=gid, **kw))
-    ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=9, color=style.text_on(colour))
+    ax.text(
+        x + w / 2,
+        y + h / 2,
+        text,
+        ha="center",
+        va="center",
+        fontsize=9,
+        color=style.text_on(colour),
+    )
 
 
 def make_logical_physical(out_dir: Path) -> list[Path]:
@@ -59,11 +67,24 @@ def make_logical_physical(out_dir: Path) -> list[Path]:
         owner = snap.owners(b)
         colour = style.colour_of(owner[0], colours) if owner else style.FREE
         _box(ax, b + 0.05, phys_y, 0.9, 0.9, colour, str(b), ls="-" if owner else "--")
-    ax.text(-3.0, phys_y + 0.45, "physical blocks\n(GPU memory)", va="center", fontsize=10, fontweight="bold")
-    for seq, y, side in zip(snap.sequences, (7.0, 1.0), (1, -1)):
+    ax.text(
+        -3.0,
+        phys_y + 0.45,
+        "physical blocks\n(GPU memory)",
+        va="center",
+        fontsize=10,
+        fontweight="bold",
+    )
+    for seq, y, side in zip(snap.sequences, (7.0, 1.0), (1, -1), strict=True):
         colour = style.colour_of(seq.seq_id, colours)
-        ax.text(-3.0, y + 0.45, f"seq {seq.seq_id}: logical\n({seq.num_tokens} tokens)", va="center",
-                fontsize=10, fontweight="bold")
+        ax.text(
+            -3.0,
+            y + 0.45,
+            f"seq {seq.seq_id}: logical\n({seq.num_tokens} tokens)",
+            va="center",
+            fontsize=10,
+            fontweight="bold",
+        )
         x0 = (n - len(seq.blocks)) / 2
         for i, b in enumerate(seq.blocks):
             last = min(snap.block_size, seq.num_tokens - i * snap.block_size)
@@ -72,13 +93,30 @@ def make_logical_physical(out_dir: Path) -> list[Path]:
                     ha="center", va="bottom" if side > 0 else "top", fontsize=7.5, color="#555555")
             start = (x0 + i + 0.5, y if side > 0 else y + 0.9)
             end = (b + 0.5, phys_y + 0.9 if side > 0 else phys_y)
-            ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=10, color=colour,
-                                         lw=1.3, shrinkA=1, shrinkB=1, alpha=0.9))
+            ax.add_patch(
+                FancyArrowPatch(
+                    start,
+                    end,
+                    arrowstyle="-|>",
+                    mutation_scale=10,
+                    color=colour,
+                    lw=1.3,
+                    shrinkA=1,
+                    shrinkB=1,
+                    alpha=0.9,
+                )
+            )
         table = ", ".join(map(str, seq.blocks))
         ax.text(x0 + len(seq.blocks) + 0.5, y + 0.45, f"block table {seq.seq_id} = [{table}]",
                 ha="left", fontsize=9.5, family="DejaVu Sans Mono", va="center")
-    ax.text(-3.0, 9.0, "3.3  Logical blocks are contiguous; physical blocks are wherever the free list put "
-            "them", fontsize=12.5, fontweight="bold", va="top")
+    ax.text(
+        -3.0,
+        9.0,
+        "3.3  Logical blocks are contiguous; physical blocks are wherever the free list put them",
+        fontsize=12.5,
+        fontweight="bold",
+        va="top",
+    )
     ax.text(-3.0, 8.55, logical_subtitle(m), fontsize=9, va="top", color="#444444", gid="subtitle")
     return [style.save(fig, Path(out_dir) / "3.3-logical-vs-physical.png")]
 
@@ -98,9 +136,15 @@ def logical_subtitle(m: KVCacheManager) -> str:
 
 
 def make_core_flow(out_dir: Path, snapshots) -> list[Path]:
-    """3.6: free pool -> allocated blocks -> block tables, from the first step that grows a table."""
-    k = next(i for i, s in enumerate(snapshots) if s.events and isinstance(s.events[0], TokensAppended)
-             and any(isinstance(e, BlockAllocated) for e in s.events))
+    """3.6: free pool -> allocated blocks -> block tables, from the first step that grows a
+    table."""
+    k = next(
+        i
+        for i, s in enumerate(snapshots)
+        if s.events
+        and isinstance(s.events[0], TokensAppended)
+        and any(isinstance(e, BlockAllocated) for e in s.events)
+    )
     before, snap = snapshots[k - 1], snapshots[k]
     new = next(e.block for e in snap.events if isinstance(e, BlockAllocated))
     colours = style.seq_colours(snapshots[:k + 1])
@@ -111,49 +155,114 @@ def make_core_flow(out_dir: Path, snapshots) -> list[Path]:
     ax.set_xlim(0, 17.5)
     ax.set_ylim(top + 1.2, -0.2)
     ax.set_axis_off()
-    ax.text(0.3, 0.2, "3.6  The core flow, from a real trace: free pool \u2192 allocated blocks \u2192 "
-            "block tables", fontsize=12.5, fontweight="bold", va="top")
+    ax.text(
+        0.3,
+        0.2,
+        "3.6  The core flow, from a real trace: free pool \u2192 allocated blocks \u2192 "
+        "block tables",
+        fontsize=12.5,
+        fontweight="bold",
+        va="top",
+    )
     ax.text(0.3, 0.85, f"step {snap.step}: {snap.caption}", fontsize=9.5, va="top", color="#444444")
     heads = ("free pool\n(free list, head first)", "physical blocks\n(id, owner, ref count)",
              "block tables\n(logical \u2192 physical)")
-    for x, title in zip((0.6, 6.4, 12.6), heads):
+    for x, title in zip((0.6, 6.4, 12.6), heads, strict=True):
         ax.text(x, 1.6, title, fontsize=10.5, fontweight="bold", va="top")
     y0 = 2.7
     pool = [new] + list(snap.free_list)  # the popped block, ghosted, then the list now
     for i, b in enumerate(pool):
         y = y0 + i * 0.8
         popped = i == 0
-        _box(ax, 0.9, y, 1.2, 0.6, "white" if popped else style.FREE, str(b), ls="--" if popped else "-",
-             ec=style.ACCENT if popped else style.FREE_EDGE, lw=1.6 if popped else 0.8)
+        _box(
+            ax,
+            0.9,
+            y,
+            1.2,
+            0.6,
+            "white" if popped else style.FREE,
+            str(b),
+            ls="--" if popped else "-",
+            ec=style.ACCENT if popped else style.FREE_EDGE,
+            lw=1.6 if popped else 0.8,
+        )
         if i > 1:
-            ax.add_patch(FancyArrowPatch((1.5, y - 0.2), (1.5, y), arrowstyle="-|>", mutation_scale=8,
-                                         color="#666666", shrinkA=0, shrinkB=0))
-    ax.text(2.3, y0 + 0.3, f"was the head at step {before.step}", fontsize=8, va="center", color=style.ACCENT)
+            ax.add_patch(
+                FancyArrowPatch(
+                    (1.5, y - 0.2),
+                    (1.5, y),
+                    arrowstyle="-|>",
+                    mutation_scale=8,
+                    color="#666666",
+                    shrinkA=0,
+                    shrinkB=0,
+                )
+            )
+    ax.text(
+        2.3,
+        y0 + 0.3,
+        f"was the head at step {before.step}",
+        fontsize=8,
+        va="center",
+        color=style.ACCENT,
+    )
     ax.text(2.3, y0 + 1.1, "head now", fontsize=8, va="center", color="#555555")
     for b in range(n):  # physical memory, one column
         y = y0 + b * 0.8
         owners = snap.owners(b)
         colour = style.colour_of(owners[0], colours) if owners else style.FREE
-        label = f"{b}: " + ("+".join(map(str, owners)) + f"  x{snap.ref_counts[b]}" if owners else "free")
+        label = f"{b}: " + (
+            "+".join(map(str, owners)) + f"  x{snap.ref_counts[b]}" if owners else "free"
+        )
         _box(ax, 6.7, y, 2.6, 0.6, colour, label, ls="-" if owners else "--",
              lw=2.2 if b == new else 0.8, ec=style.ACCENT if b == new else style.INK)
-    ax.add_patch(FancyArrowPatch((2.1, y0 + 0.3), (6.7, y0 + new * 0.8 + 0.3), arrowstyle="-|>",
-                                 mutation_scale=16, color=style.ACCENT, lw=2.2, connectionstyle="arc3,rad=-0.15"))
+    ax.add_patch(
+        FancyArrowPatch(
+            (2.1, y0 + 0.3),
+            (6.7, y0 + new * 0.8 + 0.3),
+            arrowstyle="-|>",
+            mutation_scale=16,
+            color=style.ACCENT,
+            lw=2.2,
+            connectionstyle="arc3,rad=-0.15",
+        )
+    )
     ax.text(3.6, y0 + 2.3 + new * 0.2, "allocate():\npop the head,\nref count = 1", fontsize=9,
             color=style.ACCENT, fontweight="bold")
-    ax.text(0.6, top + 0.8, "free(): when a count drops to 0 the block is pushed back at the head (LIFO)",
-            fontsize=9, color="#444444")
+    ax.text(
+        0.6,
+        top + 0.8,
+        "free(): when a count drops to 0 the block is pushed back at the head (LIFO)",
+        fontsize=9,
+        color="#444444",
+    )
     y = y0 - 0.25
     for seq in snap.sequences:  # block tables stacked in one column: no arrow crosses a cell
         colour = style.colour_of(seq.seq_id, colours)
-        ax.text(12.6, y + 0.3, f"seq {seq.seq_id} ({seq.num_tokens} tokens)", fontsize=9.5, fontweight="bold",
-                va="center")
+        ax.text(
+            12.6,
+            y + 0.3,
+            f"seq {seq.seq_id} ({seq.num_tokens} tokens)",
+            fontsize=9.5,
+            fontweight="bold",
+            va="center",
+        )
         y += 0.75
         for i, b in enumerate(seq.blocks):
             _box(ax, 12.9, y, 1.6, 0.6, colour, f"L{i} \u2192 {b}")
-            ax.add_patch(FancyArrowPatch((12.9, y + 0.3), (9.3, y0 + b * 0.8 + 0.3), arrowstyle="-|>",
-                                         mutation_scale=10, color=colour, lw=1.2, alpha=0.9,
-                                         shrinkA=1, shrinkB=2))
+            ax.add_patch(
+                FancyArrowPatch(
+                    (12.9, y + 0.3),
+                    (9.3, y0 + b * 0.8 + 0.3),
+                    arrowstyle="-|>",
+                    mutation_scale=10,
+                    color=colour,
+                    lw=1.2,
+                    alpha=0.9,
+                    shrinkA=1,
+                    shrinkB=2,
+                )
+            )
             y += 0.8
         y += 0.5
     return [style.save(fig, Path(out_dir) / "3.6-core-flow.png")]

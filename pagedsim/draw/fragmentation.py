@@ -69,8 +69,18 @@ def fixed_blocks(requests=REQUESTS, finished=FINISHED, late=LATE, slots=SLOTS, b
 def _bar(ax, y, owners, colours, *, label):
     for i, o in enumerate(owners):
         colour = colours.get(o, "white")
-        ax.add_patch(Rectangle((i, y), 1, 1, facecolor=colour, edgecolor=style.INK if o else "#999999",
-                               lw=0.4, hatch=None if o else "///", gid=f"slot-{label}-{i}"))
+        ax.add_patch(
+            Rectangle(
+                (i, y),
+                1,
+                1,
+                facecolor=colour,
+                edgecolor=style.INK if o else "#999999",
+                lw=0.4,
+                hatch=None if o else "///",
+                gid=f"slot-{label}-{i}",
+            )
+        )
     ax.text(-0.6, y + 0.5, label, ha="right", va="center", fontsize=style.pt(10), fontweight="bold")
 
 
@@ -86,9 +96,18 @@ def make(out_dir: Path) -> list[Path]:
     ax.set_axis_off()
     fig.text(0.02, 0.96, style.tr("3.1  External fragmentation: first-fit holes vs fixed blocks"),
              fontsize=style.pt(12), fontweight="bold", va="top")
-    fig.text(0.02, 0.905, style.tr("{slots} token slots. A..E arrive, B and D finish, then F needs {n} slots.",
-                                   slots=SLOTS, n=LATE[1]),
-             fontsize=style.pt(10), va="top", color=style.grey("#444444"))
+    fig.text(
+        0.02,
+        0.905,
+        style.tr(
+            "{slots} token slots. A..E arrive, B and D finish, then F needs {n} slots.",
+            slots=SLOTS,
+            n=LATE[1],
+        ),
+        fontsize=style.pt(10),
+        va="top",
+        color=style.grey("#444444"),
+    )
 
     owner, fits = first_fit()
     holes, run = [], 0
@@ -101,10 +120,21 @@ def make(out_dir: Path) -> list[Path]:
     _bar(ax, 0.6, owner, colours, label=style.tr("first fit"))
     _names(ax, 0.6, owner)
     assert not fits, "the story needs a refused late request"
-    ax.text(0, 2.15, style.tr("free: {free} slots in holes of {holes}  \u2192  F ({n}) is refused: no hole is big "
-                              "enough (external fragmentation)", free=owner.count(None),
-                              holes=", ".join(map(str, holes)), n=LATE[1]),
-            fontsize=style.pt(10.5), va="center", color="#AA3377", gid="first-fit-verdict")
+    ax.text(
+        0,
+        2.15,
+        style.tr(
+            "free: {free} slots in holes of {holes}  \u2192  F ({n}) is refused: no hole is big "
+            "enough (external fragmentation)",
+            free=owner.count(None),
+            holes=", ".join(map(str, holes)),
+            n=LATE[1],
+        ),
+        fontsize=style.pt(10.5),
+        va="center",
+        color="#AA3377",
+        gid="first-fit-verdict",
+    )
 
     blocks = fixed_blocks()
     slots = [o for o, n in blocks for k in range(BLOCK)]
@@ -112,16 +142,35 @@ def make(out_dir: Path) -> list[Path]:
          label=style.tr("blocks of {b}", b=BLOCK))
     for b in range(len(blocks) + 1):  # block boundaries
         ax.plot([b * BLOCK, b * BLOCK], [4.2, 5.6], color=style.INK, lw=1.6)
-    for b, (o, n) in enumerate(blocks):
-        ax.text(b * BLOCK + BLOCK / 2, 5.95, f"#{b}", ha="center", va="center", fontsize=style.pt(8.5),
-                color=style.grey("#555555"))
+    for b, (_o, _n) in enumerate(blocks):
+        ax.text(
+            b * BLOCK + BLOCK / 2,
+            5.95,
+            f"#{b}",
+            ha="center",
+            va="center",
+            fontsize=style.pt(8.5),
+            color=style.grey("#555555"),
+        )
     _names(ax, 4.4, slots)
     wasted = sum(BLOCK - n for o, n in blocks if o)
     taken = ", ".join(str(b) for b, (o, _) in enumerate(blocks) if o == "F")
-    ax.text(0, 7.0, style.tr("F takes blocks {blocks}: they need not be next to each other. Waste: {waste} slots, "
-                             "only inside last blocks (internal, < B per request)", blocks=taken, waste=wasted),
-            fontsize=style.pt(10.5), va="center", gid="blocks-verdict")
-    ax.add_patch(Rectangle((0, 8.3), 1.2, 0.8, facecolor="white", edgecolor="#999999", hatch="///", lw=0.4))
+    ax.text(
+        0,
+        7.0,
+        style.tr(
+            "F takes blocks {blocks}: they need not be next to each other. Waste: {waste} slots, "
+            "only inside last blocks (internal, < B per request)",
+            blocks=taken,
+            waste=wasted,
+        ),
+        fontsize=style.pt(10.5),
+        va="center",
+        gid="blocks-verdict",
+    )
+    ax.add_patch(
+        Rectangle((0, 8.3), 1.2, 0.8, facecolor="white", edgecolor="#999999", hatch="///", lw=0.4)
+    )
     ax.text(1.6, 8.7, style.tr("empty slot"), va="center", fontsize=style.pt(9.5))
     ax.add_patch(Rectangle((9, 8.3), 1.2, 0.8, facecolor=colours["A"], edgecolor=style.INK, lw=0.4))
     ax.text(10.6, 8.7, style.tr("a request's tokens"), va="center", fontsize=style.pt(9.5))
@@ -138,6 +187,14 @@ def _names(ax, y, owners):
         while j < len(owners) and owners[j] == owners[i]:
             j += 1
         if owners[i] is not None:
-            ax.text((i + j) / 2, y - 0.35, owners[i], ha="center", va="center", fontsize=style.pt(10),
-                    fontweight="bold", color=style.INK)
+            ax.text(
+                (i + j) / 2,
+                y - 0.35,
+                owners[i],
+                ha="center",
+                va="center",
+                fontsize=style.pt(10),
+                fontweight="bold",
+                color=style.INK,
+            )
         i = j

@@ -32,12 +32,18 @@ class Stepper:
         self.fig = style.new_figure(lay.width * lay.unit, h * lay.unit)
         self.ax = self.fig.add_axes((0, BAR / h, 1, lay.height / h))
         w = 1.4 / lay.width  # button width as a figure fraction
-        self._prev = Button(self.fig.add_axes((0.5 - w - 0.01, 0.12 * BAR / h, w, 0.75 * BAR / h)), "\u2190 prev")
-        self._next = Button(self.fig.add_axes((0.5 + 0.01, 0.12 * BAR / h, w, 0.75 * BAR / h)), "next \u2192")
+        self._prev = Button(
+            self.fig.add_axes((0.5 - w - 0.01, 0.12 * BAR / h, w, 0.75 * BAR / h)), "\u2190 prev"
+        )
+        self._next = Button(
+            self.fig.add_axes((0.5 + 0.01, 0.12 * BAR / h, w, 0.75 * BAR / h)), "next \u2192"
+        )
         self._prev.on_clicked(lambda _event: self.prev())
         self._next.on_clicked(lambda _event: self.next())
         self.fig.canvas.mpl_connect("key_press_event", self._on_key)
-        self._where = self.fig.text(0.5 + w + 0.03, 0.5 * BAR / h, "", va="center", fontsize=9, color="#555555")
+        self._where = self.fig.text(
+            0.5 + w + 0.03, 0.5 * BAR / h, "", va="center", fontsize=9, color="#555555"
+        )
         self.index = -1
         self.go(start)
 

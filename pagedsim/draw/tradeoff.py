@@ -53,20 +53,40 @@ def make(out_dir: Path) -> list[Path]:
     fig = style.new_figure(*SIZE)
     ax1, ax2 = fig.subplots(1, 2)
     ax1.plot(bs, waste, "o-", color=style.SEQ_COLOURS[1], lw=2)
-    for b, w in zip(bs, waste):
-        ax1.annotate(f"{w:.1f}%", (b, w), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=8.5)
+    for b, w in zip(bs, waste, strict=True):
+        ax1.annotate(
+            f"{w:.1f}%",
+            (b, w),
+            textcoords="offset points",
+            xytext=(0, 8),
+            ha="center",
+            fontsize=8.5,
+        )
     ax1.set_ylabel("wasted slots (% of allocated slots)")
     ax1.set_title("internal fragmentation grows with B")
     ax1.set_ylim(0, max(waste) * 1.18)
     best = BLOCK_SIZES[int(np.argmin(waste))]
-    ax1.text(0.03, 0.93, f"least waste: B={best} ({data[best][0]:.1f}%, {data[best][1]:.0f} entries)\n"
-             f"B=16: {data[16][0]:.1f}% waste, {data[16][1]:.1f} entries", transform=ax1.transAxes,
-             va="top", fontsize=9, bbox=dict(boxstyle="round", fc="white", ec="#BBBBBB"))
+    ax1.text(
+        0.03,
+        0.93,
+        f"least waste: B={best} ({data[best][0]:.1f}%, {data[best][1]:.0f} entries)\n"
+        f"B=16: {data[16][0]:.1f}% waste, {data[16][1]:.1f} entries",
+        transform=ax1.transAxes,
+        va="top",
+        fontsize=9,
+        bbox=dict(boxstyle="round", fc="white", ec="#BBBBBB"),
+    )
     ax2.plot(bs, entries, "s-", color=style.SEQ_COLOURS[4], lw=2)
-    for b, e in zip(bs, entries):
+    for b, e in zip(bs, entries, strict=True):
         last = b == bs[-1]
-        ax2.annotate(f"{e:.1f}", (b, e), textcoords="offset points", xytext=(-4 if last else 6, -14 if last else 6),
-                     ha="right" if last else "left", fontsize=8.5)
+        ax2.annotate(
+            f"{e:.1f}",
+            (b, e),
+            textcoords="offset points",
+            xytext=(-4 if last else 6, -14 if last else 6),
+            ha="right" if last else "left",
+            fontsize=8.5,
+        )
     ax2.set_yscale("log")
     ax2.set_ylim(entries.min() / 1.6, entries.max() * 2.2)
     ax2.set_ylabel("block-table entries per sequence (mean)")
@@ -78,11 +98,20 @@ def make(out_dir: Path) -> list[Path]:
         ax.grid(True, alpha=0.3)
         ax.axvline(16, color="#888888", ls=":", lw=1)
         ax.text(16, ax.get_ylim()[1], " vLLM default B=16", fontsize=8, va="top", color="#555555")
-    fig.suptitle(f"Block-size trade-off on {NUM_REQUESTS} synthetic ShareGPT-like requests (seed {SEED}; "
-                 f"mean prompt {np.mean([r.prompt_len for r in requests]):.0f}, "
-                 f"output {np.mean([r.output_len for r in requests]):.0f} tokens)", fontsize=11)
-    fig.text(0.5, 0.015, "l = sequence length after each decode step;  wasted = sum(ceil(l/B)*B - l) / "
-             "sum(ceil(l/B)*B) over all steps;  entries = mean of ceil(l/B)", ha="center", fontsize=9,
-             color="#444444")
+    fig.suptitle(
+        f"Block-size trade-off on {NUM_REQUESTS} synthetic ShareGPT-like requests (seed {SEED}; "
+        f"mean prompt {np.mean([r.prompt_len for r in requests]):.0f}, "
+        f"output {np.mean([r.output_len for r in requests]):.0f} tokens)",
+        fontsize=11,
+    )
+    fig.text(
+        0.5,
+        0.015,
+        "l = sequence length after each decode step;  wasted = sum(ceil(l/B)*B - l) / "
+        "sum(ceil(l/B)*B) over all steps;  entries = mean of ceil(l/B)",
+        ha="center",
+        fontsize=9,
+        color="#444444",
+    )
     fig.tight_layout(rect=(0, 0.05, 1, 0.95))
     return [style.save(fig, Path(out_dir) / "3.5-block-size-tradeoff.png")]
