@@ -92,6 +92,11 @@ def _first_line(text: str) -> str:
     return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
 
 
+def _summary(doc: str) -> str:
+    """A check's message: the first paragraph of its docstring, wrapped lines joined."""
+    return " ".join((doc or "").strip().split("\n\n")[0].split())
+
+
 def counterexample(exc: BaseException) -> str:
     """Hypothesis's shrunk example as one short line: the calls of a state machine (its
     invariants, named agrees_* or check_*, left out, drawn values filled in), or the
@@ -130,7 +135,7 @@ def counterexample(exc: BaseException) -> str:
 
 def _describe(item, excinfo, impl: Path) -> Failure:
     func = getattr(item, "function", None)
-    doc = _first_line(getattr(func, "__doc__", None) or "").rstrip(".") or item.name.replace("_", " ")
+    doc = _summary(getattr(func, "__doc__", None) or "").rstrip(".") or item.name.replace("_", " ")
     exc = excinfo.value
     while isinstance(getattr(exc, "exceptions", None), tuple) and exc.exceptions:  # an ExceptionGroup
         exc = exc.exceptions[0]
