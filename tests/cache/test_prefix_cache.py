@@ -1,7 +1,8 @@
 """Prefix caching: chained hashes confirmed by tokens, cached free blocks, lru/lfu/fifo eviction."""
 
 import pytest
-from hypothesis import settings, strategies as st
+from hypothesis import settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from pagedsim import OutOfBlocks

@@ -2,7 +2,8 @@
 allocate_slots / get_computed_blocks, the free order, refusals that change nothing."""
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pagedsim import OutOfBlocks
 from pagedsim.policies import prefix_cache as pc

@@ -7,7 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pagedsim import NULL_BLOCK, BlockTable, KVCacheManager, OutOfBlocks, SequenceError, blocks_needed
+from pagedsim import (
+    NULL_BLOCK,
+    BlockTable,
+    KVCacheManager,
+    OutOfBlocks,
+    SequenceError,
+    blocks_needed,
+)
 from pagedsim.trace import AllocationFailed, CopyOnWrite, describe
 
 

@@ -18,8 +18,17 @@ import numpy as np
 import pytest
 from hypothesis import Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, initialize, invariant,
-                                 multiple, precondition, rule, run_state_machine_as_test)
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    initialize,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from pagedsim import BlockError, BlockPool, KVCacheManager, OutOfBlocks
 from pagedsim.testing import NonConformance, check_manager, manager_machine

@@ -6,8 +6,17 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pagedsim.draw import (anatomy, figures, figures_ch3, flow, fragmentation, kernel_cost, scenario,
-                           style, tradeoff)
+from pagedsim.draw import (
+    anatomy,
+    figures,
+    figures_ch3,
+    flow,
+    fragmentation,
+    kernel_cost,
+    scenario,
+    style,
+    tradeoff,
+)
 from pagedsim.draw.animate import gif_dpi
 from pagedsim.draw.render import Layout
 from pagedsim.sizing import preset

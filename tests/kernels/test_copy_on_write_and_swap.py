@@ -133,6 +133,7 @@ def poisoned_pool(rng, shape, dtype, blocks):
 def test_copy_blocks_is_bit_exact_on_the_vector_and_the_scalar_path(fp16, heads, block_size, head_dim,
                                                                    seed):
     from numba import cuda
+
     from cuda_kernels.block_copy import vector_chunks
     rng = np.random.default_rng(seed)
     dtype = np.float16 if fp16 else np.float32

@@ -5,12 +5,13 @@ Tiny shapes: the CUDA simulator runs every thread as a Python thread.
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 cuda_kernels = pytest.importorskip("cuda_kernels")
-from cuda_kernels import reference  # noqa: E402
 from helpers import random_cache  # noqa: E402
 
+from cuda_kernels import reference  # noqa: E402
 from pagedsim import KVCacheManager  # noqa: E402
 from pagedsim.policies import PrefixCachingManager, SlidingWindowManager, SwapPolicy  # noqa: E402
 from pagedsim.policies.preemption import Group  # noqa: E402

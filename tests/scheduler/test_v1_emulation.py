@@ -8,7 +8,8 @@ on the hit, computed, preempted and recomputed token counts, on multi-turn,
 parallel-sampling and preemption workloads.
 """
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pagedsim.policies import PrefixCachingManager
 from pagedsim.scheduler import Scheduler

@@ -7,6 +7,7 @@ pytestmark = pytest.mark.draw
 
 def test_waste_figure_stacks_four_parts_per_bar_and_marks_the_papers_numbers(tmp_path):
     import matplotlib.pyplot as plt
+
     from pagedsim.draw import figures_workloads as fw
     from pagedsim.labs.waste import breakdown
     from pagedsim.workloads import synthetic
@@ -22,6 +23,7 @@ def test_waste_figure_stacks_four_parts_per_bar_and_marks_the_papers_numbers(tmp
 
 def test_sweep_figure_has_five_panels_and_a_notes_panel(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
+
     from pagedsim.draw import figures_workloads as fw
     from pagedsim.draw import style
 

@@ -4,10 +4,11 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from pagedsim.app import cli
 from pagedsim import workloads
+from pagedsim.app import cli
 from pagedsim.labs import waste
 from pagedsim.labs.contiguous import external_fragmentation
 from pagedsim.workloads import Request
