@@ -126,7 +126,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         self.next_id = 0
 
     def write(self, slots, toks):
-        for slot, t in zip(slots, toks):
+        for slot, t in zip(slots, toks, strict=True):
             self.kv[int(slot)] = t
 
     def apply_copies(self):

@@ -150,7 +150,7 @@ class ManagerMachine(RuleBasedStateMachine):
         except OutOfBlocks:
             return self._refused(lambda: self.m.decode_step(seqs))
         self._apply_copies()
-        for seq, slot in zip(seqs, slots):
+        for seq, slot in zip(seqs, slots, strict=True):
             self.memory[slot] = self.next_value
             self.tokens[seq] = self.tokens[seq] + [self.next_value]
             self.next_value += 1

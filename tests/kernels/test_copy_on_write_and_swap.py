@@ -35,7 +35,7 @@ def test_after_a_fork_and_divergent_appends_each_sequence_attends_to_exactly_its
         v = rng.standard_normal((len(slots), heads, dim)).astype(np.float32)
         ck.copy_blocks(cache, mgr.drain_copies())  # copy-on-write before the write lands
         ck.write_kv(cache, k, v, np.asarray(slots))
-        tokens[seq] += list(zip(k, v))
+        tokens[seq] += list(zip(k, v, strict=True))
 
     write(0, mgr.add_sequence(0, prompt))
     mgr.fork(0, 1)

@@ -82,7 +82,7 @@ def test_the_steady_loop_is_the_one_holding_the_most_kv_loads_and_counts_per_byt
 
 def test_cuobjdump_listings_with_hex_branch_targets_parse_the_same():
     hexed = SASS.replace("`(.L_x_2)", "0x30").replace("`(.L_x_1)", "0x10").replace("`(.L_x_3)", "0xa0")
-    hexed = "\n".join(l for l in hexed.splitlines() if not l.startswith(".L"))
+    hexed = "\n".join(line for line in hexed.splitlines() if not line.startswith(".L"))
     assert disasm.loops(disasm.parse_sass(hexed)) == [(1, 9), (3, 5)]
 
 

@@ -129,7 +129,7 @@ def raises_clearly_and_changes_nothing(call, *buffers):
         assert str(error), "an error must say what is wrong"
     else:
         raise AssertionError("the launcher accepted a bad argument")
-    for b, was in zip(buffers, before):
+    for b, was in zip(buffers, before, strict=True):
         assert np.asarray(b).tobytes() == was.tobytes(), "a refused call changed a buffer"
 
 

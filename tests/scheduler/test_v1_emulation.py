@@ -145,7 +145,7 @@ def workloads(draw):
     """Multi-turn chats (a turn's prompt = an earlier turn's prompt + output + more) and
     parallel samples, all from a small vocabulary so that prefixes repeat."""
     reqs, tokens, outputs = [], [], []
-    for i in range(draw(st.integers(1, 6))):
+    for _i in range(draw(st.integers(1, 6))):
         out = [draw(st.integers(0, 3)) for _ in range(draw(st.integers(1, 6)))]
         if tokens and draw(st.booleans()):  # a next turn of an earlier request
             j = draw(st.integers(0, len(tokens) - 1))

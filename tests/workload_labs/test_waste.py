@@ -88,13 +88,13 @@ def brute_force(reqs, block_size, max_len):
     for r in reqs:
         L = r.total_len
         for t in range(1, r.output_len + 1):
-            l = r.prompt_len + t
-            for a, held in (("paged", -(-l // block_size) * block_size), ("max", max_len),
+            cur = r.prompt_len + t
+            for a, held in (("paged", -(-cur // block_size) * block_size), ("max", max_len),
                             ("pow2", 1 << (L - 1).bit_length()), ("oracle", L)):
-                reserved = 0 if a == "paged" else L - l
-                out[a]["token_states"] += r.num_seqs * l
+                reserved = 0 if a == "paged" else L - cur
+                out[a]["token_states"] += r.num_seqs * cur
                 out[a]["reserved"] += r.num_seqs * reserved
-                out[a]["internal_fragmentation"] += r.num_seqs * (held - l - reserved)
+                out[a]["internal_fragmentation"] += r.num_seqs * (held - cur - reserved)
     return out
 
 
@@ -141,7 +141,7 @@ def naive_external(size, out, arrival, memory):
                 min_size=1, max_size=8))
 def test_event_driven_first_fit_equals_a_step_by_step_replay(rows):
     rows = sorted(rows, key=lambda r: r[2])
-    size, out, arr = (list(c) for c in zip(*rows))
+    size, out, arr = (list(c) for c in zip(*rows, strict=True))
     assert external_fragmentation(size, out, arr, 12) == naive_external(size, out, arr, 12)
 
 
