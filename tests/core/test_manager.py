@@ -168,8 +168,12 @@ def test_snapshots_are_time_travel_to_the_exact_earlier_state():
         op()
         states.append(m.snapshot())
     for recorded, live in zip(m.trace.snapshots, states, strict=True):
-        assert (recorded.free_list, recorded.ref_counts, recorded.sequences, recorded.block_fill) == (
-            live.free_list, live.ref_counts, live.sequences, live.block_fill)
+        assert (
+            recorded.free_list,
+            recorded.ref_counts,
+            recorded.sequences,
+            recorded.block_fill,
+        ) == (live.free_list, live.ref_counts, live.sequences, live.block_fill)
 
 
 def test_a_refused_operation_is_recorded_but_changes_nothing():

@@ -105,8 +105,12 @@ def assert_same_attention(rng, cached, fresh, seq, length):
     """Decode attention of `seq` over (kv, manager) `cached` equals it over `fresh`, bit for bit."""
     query = rng.standard_normal((1, 2, D)).astype(np.float32)
     lens = np.array([length], np.int32)
-    a, b = (cuda_kernels.paged_attention(query, kv, np.array([m.block_table(seq).blocks], np.int32), lens)
-            for kv, m in (cached, fresh))
+    a, b = (
+        cuda_kernels.paged_attention(
+            query, kv, np.array([m.block_table(seq).blocks], np.int32), lens
+        )
+        for kv, m in (cached, fresh)
+    )
     assert np.isfinite(a).all()
     np.testing.assert_array_equal(a, b)
 

@@ -165,7 +165,9 @@ def test_waste_cli_prints_json_keyed_by_allocator(tmp_path, capsys):
 
 
 def test_waste_cli_table_names_every_part(capsys):
-    assert waste.main(["--workload", "alpaca", "--num-requests", "200", "--mode", "continuous"]) == 0
+    assert (
+        waste.main(["--workload", "alpaca", "--num-requests", "200", "--mode", "continuous"]) == 0
+    )
     out = capsys.readouterr().out
     for word in ("token_states", "reserved", "internal_fragmentation", "external_fragmentation",
                  "paged", "oracle"):
