@@ -1,7 +1,8 @@
 """Prefix caching: chained hashes confirmed by tokens, cached free blocks, lru/lfu/fifo eviction."""
 
 import pytest
-from hypothesis import settings, strategies as st
+from hypothesis import settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from pagedsim import OutOfBlocks
@@ -114,18 +115,24 @@ class PrefixCacheMachine(RuleBasedStateMachine):
     used it, or a wrong prefix-cache hit, would show up as a wrong token.
     """
 
-    @initialize(eviction=st.sampled_from(["lru", "lfu", "fifo"]), block_size=st.sampled_from([1, 2, 3]),
-                collide=st.booleans(), num_blocks=st.integers(3, 8))
+    @initialize(
+        eviction=st.sampled_from(["lru", "lfu", "fifo"]),
+        block_size=st.sampled_from([1, 2, 3]),
+        collide=st.booleans(),
+        num_blocks=st.integers(3, 8),
+    )
     def setup(self, eviction, block_size, collide, num_blocks):
         hash_fn = (lambda parent, tokens: 0) if collide else chained_hash
-        self.m = PrefixCachingManager(num_blocks, block_size, eviction=eviction, hash_fn=hash_fn, trace=False)
+        self.m = PrefixCachingManager(
+            num_blocks, block_size, eviction=eviction, hash_fn=hash_fn, trace=False
+        )
         self.kv = {}
         self.tokens = {}  # seq -> tokens whose KV is written (its computed tokens)
         self.pending = {}  # seq -> prompt tokens allocate_slots has not computed yet (v1 chunks)
         self.next_id = 0
 
     def write(self, slots, toks):
-        for slot, t in zip(slots, toks):
+        for slot, t in zip(slots, toks, strict=True):
             self.kv[int(slot)] = t
 
     def apply_copies(self):
@@ -135,7 +142,11 @@ class PrefixCacheMachine(RuleBasedStateMachine):
                 if src * bs + o in self.kv:
                     self.kv[dst * bs + o] = self.kv[src * bs + o]
 
-    @rule(prefix=st.sampled_from(PREFIXES), cut=st.integers(1, 6), tail=st.lists(st.integers(0, 3), max_size=3))
+    @rule(
+        prefix=st.sampled_from(PREFIXES),
+        cut=st.integers(1, 6),
+        tail=st.lists(st.integers(0, 3), max_size=3),
+    )
     def add(self, prefix, cut, tail):
         toks = prefix[:cut] + tail
         s, hits = self.next_id, self.m.stats.hits

@@ -1,7 +1,8 @@
 """Sliding window with attention sinks: blocks behind the window go back, sink blocks stay."""
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pagedsim import NULL_BLOCK
 from pagedsim.policies import SlidingWindowManager

@@ -2,7 +2,8 @@
 allocate_slots / get_computed_blocks, the free order, refusals that change nothing."""
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pagedsim import OutOfBlocks
 from pagedsim.policies import prefix_cache as pc
@@ -173,9 +174,13 @@ def test_a_sliding_window_cache_under_the_v1_scheduler_keeps_every_invariant(
     reqs = [Request(p, o) for p, o, _ in shapes]
     tokens = [[7 * k] * p for p, _, k in shapes]  # two families of prompts that repeat
     m = SlidingWindowPrefixCachingManager(64, bs, window=window, trace=False)
-    need = max(min(-(-(r.total_len - 1) // bs),  # the whole KV, or the window + one chunk
-                   m.peak_blocks(r.prompt_len, r.total_len - 1) + -(-min(r.total_len - 1, 5) // bs) + 1)
-               for r in reqs)
+    need = max(
+        min(
+            -(-(r.total_len - 1) // bs),  # the whole KV, or the window + one chunk
+            m.peak_blocks(r.prompt_len, r.total_len - 1) + -(-min(r.total_len - 1, 5) // bs) + 1,
+        )
+        for r in reqs
+    )
     m = SlidingWindowPrefixCachingManager(need + spare, bs, window=window, trace=False)
     s = Scheduler(reqs, m, mode="v1", tokens=tokens, max_num_batched_tokens=5).run(check=True)
     assert s.finished == len(reqs) and m.num_free_blocks == m.num_blocks

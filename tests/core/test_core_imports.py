@@ -55,7 +55,7 @@ def test_each_moved_module_is_an_alias_of_its_new_home():
     import warnings
 
     for old, new in MOVED.items():
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True):
             warnings.simplefilter("always")
             module = importlib.import_module(old)
         assert module is importlib.import_module(new), old

@@ -7,7 +7,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pagedsim import NULL_BLOCK, BlockTable, KVCacheManager, OutOfBlocks, SequenceError, blocks_needed
+from pagedsim import (
+    NULL_BLOCK,
+    BlockTable,
+    KVCacheManager,
+    OutOfBlocks,
+    SequenceError,
+    blocks_needed,
+)
 from pagedsim.trace import AllocationFailed, CopyOnWrite, describe
 
 
@@ -160,15 +167,19 @@ def test_snapshots_are_time_travel_to_the_exact_earlier_state():
                lambda: m.append_tokens("A", 2), lambda: m.free_sequence("B")):
         op()
         states.append(m.snapshot())
-    for recorded, live in zip(m.trace.snapshots, states):
-        assert (recorded.free_list, recorded.ref_counts, recorded.sequences, recorded.block_fill) == (
-            live.free_list, live.ref_counts, live.sequences, live.block_fill)
+    for recorded, live in zip(m.trace.snapshots, states, strict=True):
+        assert (
+            recorded.free_list,
+            recorded.ref_counts,
+            recorded.sequences,
+            recorded.block_fill,
+        ) == (live.free_list, live.ref_counts, live.sequences, live.block_fill)
 
 
 def test_a_refused_operation_is_recorded_but_changes_nothing():
     m = KVCacheManager(1, 2)
     m.add_sequence("A", 2)
-    with pytest.raises(Exception):
+    with pytest.raises(OutOfBlocks):
         m.append_tokens("A", 1)
     last = m.trace.snapshots[-1]
     assert isinstance(last.events[0], AllocationFailed)

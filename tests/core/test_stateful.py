@@ -18,8 +18,17 @@ import numpy as np
 import pytest
 from hypothesis import Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, initialize, invariant,
-                                 multiple, precondition, rule, run_state_machine_as_test)
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    initialize,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from pagedsim import BlockError, BlockPool, KVCacheManager, OutOfBlocks
 from pagedsim.testing import NonConformance, check_manager, manager_machine
@@ -141,7 +150,7 @@ class ManagerMachine(RuleBasedStateMachine):
         except OutOfBlocks:
             return self._refused(lambda: self.m.decode_step(seqs))
         self._apply_copies()
-        for seq, slot in zip(seqs, slots):
+        for seq, slot in zip(seqs, slots, strict=True):
             self.memory[slot] = self.next_value
             self.tokens[seq] = self.tokens[seq] + [self.next_value]
             self.next_value += 1

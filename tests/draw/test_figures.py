@@ -6,8 +6,17 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pagedsim.draw import (anatomy, figures, figures_ch3, flow, fragmentation, kernel_cost, scenario,
-                           style, tradeoff)
+from pagedsim.draw import (
+    anatomy,
+    figures,
+    figures_ch3,
+    flow,
+    fragmentation,
+    kernel_cost,
+    scenario,
+    style,
+    tradeoff,
+)
 from pagedsim.draw.animate import gif_dpi
 from pagedsim.draw.render import Layout
 from pagedsim.sizing import preset
@@ -25,7 +34,10 @@ def expected_sizes(tour_snaps):
     frame = (lay.width * lay.unit, lay.height * lay.unit)
     n = len(figures_ch3.key_frames(tour_snaps))
     cols, rows = scenario.STRIP_COLS, math.ceil(n / scenario.STRIP_COLS)
-    strip = (cols * frame[0] + (cols - 1) * scenario.STRIP_GAP, rows * frame[1] + (rows - 1) * scenario.STRIP_GAP)
+    strip = (
+        cols * frame[0] + (cols - 1) * scenario.STRIP_GAP,
+        rows * frame[1] + (rows - 1) * scenario.STRIP_GAP,
+    )
     return {
         "3.1-fragmentation.png": px(fragmentation.SIZE),
         "3.2-block-anatomy.png": px(anatomy.ANATOMY_SIZE),
@@ -56,7 +68,8 @@ def test_each_chapter_figure_is_a_non_blank_image_of_the_expected_size(made, tou
             pixels = np.asarray(im.convert("RGB"))  # [H, W, 3]
         inked = (pixels.min(axis=2) < 235).mean()
         assert inked > 0.03, f"{name} is almost blank ({inked:.1%} inked)"
-        packed = pixels[::3, ::3].astype(np.int32) @ np.array([1 << 16, 1 << 8, 1])  # one int per colour
+        # one int per colour
+        packed = pixels[::3, ::3].astype(np.int32) @ np.array([1 << 16, 1 << 8, 1])
         assert len(np.unique(packed)) > 8, f"{name} has too few colours"
 
 
@@ -68,7 +81,9 @@ def test_the_tour_gif_has_one_frame_per_tour_step(made, tour_snaps):
 
 @pytest.mark.slow  # the module's `made` fixture draws every chapter figure (~20 s)
 def test_regenerating_a_figure_gives_the_same_bytes(made, tmp_path):
-    figures.main(["--out", str(tmp_path), "--only", "3.5-block-size-tradeoff", "3.3-logical-vs-physical"])
+    figures.main(
+        ["--out", str(tmp_path), "--only", "3.5-block-size-tradeoff", "3.3-logical-vs-physical"]
+    )
     for name in ("3.5-block-size-tradeoff.png", "3.3-logical-vs-physical.png"):
         assert (tmp_path / name).read_bytes() == (made / name).read_bytes()
 

@@ -16,7 +16,11 @@ pytestmark = pytest.mark.draw
 
 def by_gid(fig, pattern):
     rx = re.compile(pattern)
-    return {a.get_gid(): a for a in fig.axes[0].get_children() if a.get_gid() and rx.fullmatch(a.get_gid())}
+    return {
+        a.get_gid(): a
+        for a in fig.axes[0].get_children()
+        if a.get_gid() and rx.fullmatch(a.get_gid())
+    }
 
 
 def check_consistent(snap, fig):
@@ -104,7 +108,9 @@ def test_a_crowded_pool_of_64_blocks_and_9_sequences_fits_without_clipping(crowd
     renderer, box = fig.canvas.get_renderer(), fig.bbox
     for t in fig.axes[0].texts:
         ext = t.get_window_extent(renderer)
-        assert box.x0 <= ext.x0 and ext.x1 <= box.x1 and box.y0 <= ext.y0 and ext.y1 <= box.y1, t.get_text()
+        assert box.x0 <= ext.x0 and ext.x1 <= box.x1 and box.y0 <= ext.y0 and ext.y1 <= box.y1, (
+            t.get_text()
+        )
     assert min(t.get_fontsize() for t in fig.axes[0].texts) >= 6.5
 
 

@@ -25,7 +25,8 @@ def test_projector_frames_have_no_text_under_12_pt_and_no_pale_colours(tour_snap
         paper = render(tour_snaps[6], layout=Layout.for_snapshots(tour_snaps))
         assert min(t.get_fontsize() for t in texts(paper)) < 8  # the paper look is untouched
     luminance = [0.2126 * r + 0.7152 * g + 0.0722 * b for r, g, b in map(style.to_rgb, palette)]
-    assert max(luminance) < 0.5  # every sequence colour is dark enough for white text on a projector
+    # every sequence colour is dark enough for white text on a projector
+    assert max(luminance) < 0.5
     assert fig.get_size_inches()[0] == pytest.approx(paper.get_size_inches()[0] * 1.4, abs=0.02)
 
 
@@ -39,7 +40,8 @@ def test_the_copy_on_write_label_sits_next_to_its_arrow(tour_snaps):
     (ax_, ay), (bx, by) = arrow._posA_posB
     lx, ly = label.get_position()
     assert label.get_text() == f"copy {src}\u2192{dst}"
-    assert abs(lx - (ax_ + bx) / 2) < 0.01 and 0 < ly - max(ay, by) < 1.2  # centred just below the curve
+    # centred just below the curve
+    assert abs(lx - (ax_ + bx) / 2) < 0.01 and 0 < ly - max(ay, by) < 1.2
 
 
 def test_every_step_picture_has_a_legend_naming_each_mark(tour_snaps):
@@ -47,7 +49,12 @@ def test_every_step_picture_has_a_legend_naming_each_mark(tour_snaps):
     legend = fig.axes[0].get_legend()
     assert legend is not None and legend.get_gid() == "legend"
     assert [t.get_text() for t in legend.get_texts()] == [
-        "free block", "ref count (badge)", "fill (tokens / B)", "changed this step", "copy-on-write src\u2192dst"]
+        "free block",
+        "ref count (badge)",
+        "fill (tokens / B)",
+        "changed this step",
+        "copy-on-write src\u2192dst",
+    ]
 
 
 def test_the_key_frame_strip_is_one_figure_with_one_vector_panel_per_key_frame(tour_snaps):
@@ -82,16 +89,22 @@ def test_pdf_output_and_bad_output_settings(tour_snaps, tmp_path):
 
 def test_first_fit_refuses_the_late_request_that_fixed_blocks_accept():
     owner, fits = fragmentation.first_fit()
-    assert not fits and owner.count(None) >= fragmentation.LATE[1]  # enough free slots, no hole big enough
+    # enough free slots, no hole big enough
+    assert not fits and owner.count(None) >= fragmentation.LATE[1]
     blocks = fragmentation.fixed_blocks()
     taken = [b for b, (o, _) in enumerate(blocks) if o == "F"]
-    assert len(taken) == 3 and taken != list(range(taken[0], taken[0] + 3))  # scattered blocks are fine
-    assert sum(n for o, n in blocks if o) == sum(n for name, n in (*fragmentation.REQUESTS, fragmentation.LATE)
-                                                if name not in fragmentation.FINISHED)
+    # scattered blocks are fine
+    assert len(taken) == 3 and taken != list(range(taken[0], taken[0] + 3))
+    assert sum(n for o, n in blocks if o) == sum(
+        n
+        for name, n in (*fragmentation.REQUESTS, fragmentation.LATE)
+        if name not in fragmentation.FINISHED
+    )
 
 
 def test_chinese_labels_are_drawn_when_a_cjk_font_is_installed(tour_snaps, monkeypatch):
-    monkeypatch.setattr(style, "cjk_font", lambda: "DejaVu Sans")  # stands in for Noto Sans CJK here
+    # stands in for Noto Sans CJK here
+    monkeypatch.setattr(style, "cjk_font", lambda: "DejaVu Sans")
     with style.output(lang="zh"):
         fig = render(tour_snaps[5], layout=Layout.for_snapshots(tour_snaps))
         import matplotlib
@@ -103,7 +116,9 @@ def test_chinese_labels_are_drawn_when_a_cjk_font_is_installed(tour_snaps, monke
     assert "块表（逻辑 \u2192 物理）" in words and "空闲块" in words and "序列 B2" in words
 
 
-def test_without_a_cjk_font_chinese_figures_stay_english_with_a_one_line_note(tour_snaps, monkeypatch, capsys):
+def test_without_a_cjk_font_chinese_figures_stay_english_with_a_one_line_note(
+    tour_snaps, monkeypatch, capsys
+):
     monkeypatch.setattr(style, "cjk_font", lambda: None)
     monkeypatch.setitem(style._out, "noted", False)
     for _ in range(2):

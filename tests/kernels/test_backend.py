@@ -14,7 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(code: str, **env_changes):
-    env = {k: v for k, v in os.environ.items() if k not in ("PAGEDSIM_CUDA", "NUMBA_ENABLE_CUDASIM")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("PAGEDSIM_CUDA", "NUMBA_ENABLE_CUDASIM")
+    }
     env.update(env_changes, PYTHONPATH=str(ROOT))
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           cwd=ROOT, timeout=120)
@@ -41,8 +43,10 @@ def test_a_bad_mode_in_the_environment_is_refused():
 
 
 def test_importing_numba_cuda_first_in_another_mode_is_reported_not_hidden():
-    done = run("import os; os.environ['NUMBA_ENABLE_CUDASIM'] = '1'; import numba.cuda; "
-               "os.environ['PAGEDSIM_CUDA'] = 'gpu'; import cuda_kernels; print(cuda_kernels.backend())")
+    done = run(
+        "import os; os.environ['NUMBA_ENABLE_CUDASIM'] = '1'; import numba.cuda; "
+        "os.environ['PAGEDSIM_CUDA'] = 'gpu'; import cuda_kernels; print(cuda_kernels.backend())"
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "simulator"
     assert "already imported in simulator mode" in done.stderr
@@ -71,13 +75,18 @@ def test_the_gpu_benchmarks_dry_run_checks_every_kernel_and_reports_no_timing(tm
     assert len(report["correctness"]) == 16 and all(report["correctness"].values())
     assert report["cases"] and all(case["median_ms"] is None for case in report["cases"])
     (row,) = report["prefill"]
-    assert row["kernel"] == "paged_prefill" and row["checked_on_device"] and row["median_ms"] is None
-    assert row["flop"] == 4 * 16 * 4 * 2 * (6 * 5 + 6 * 7 // 2)  # D * heads * (prefix + causal) pairs
+    assert (
+        row["kernel"] == "paged_prefill" and row["checked_on_device"] and row["median_ms"] is None
+    )
+    # D * heads * (prefix + causal) pairs
+    assert row["flop"] == 4 * 16 * 4 * 2 * (6 * 5 + 6 * 7 // 2)
 
 
 def test_the_simulator_stand_ins_are_installed_only_on_the_simulator_backend():
-    probe = ("import sys, cuda_kernels.primitives; "
-             "print('cuda_kernels._simulator' in sys.modules, 'cuda_kernels._intrinsics' in sys.modules)")
+    probe = (
+        "import sys, cuda_kernels.primitives; "
+        "print('cuda_kernels._simulator' in sys.modules, 'cuda_kernels._intrinsics' in sys.modules)"
+    )
     simulated = run(probe, PAGEDSIM_CUDA="simulator")
     assert simulated.returncode == 0, simulated.stderr
     assert simulated.stdout.split() == ["True", "False"]

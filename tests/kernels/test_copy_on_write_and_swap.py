@@ -35,7 +35,7 @@ def test_after_a_fork_and_divergent_appends_each_sequence_attends_to_exactly_its
         v = rng.standard_normal((len(slots), heads, dim)).astype(np.float32)
         ck.copy_blocks(cache, mgr.drain_copies())  # copy-on-write before the write lands
         ck.write_kv(cache, k, v, np.asarray(slots))
-        tokens[seq] += list(zip(k, v))
+        tokens[seq] += list(zip(k, v, strict=True))
 
     write(0, mgr.add_sequence(0, prompt))
     mgr.fork(0, 1)
@@ -130,9 +130,11 @@ def poisoned_pool(rng, shape, dtype, blocks):
 @settings(max_examples=8, deadline=None)
 @given(fp16=st.booleans(), heads=st.integers(1, 3), block_size=st.sampled_from([1, 4, 16]),
        head_dim=st.sampled_from([3, 8, 24, 64]), seed=st.integers(0, 2**31))
-def test_copy_blocks_is_bit_exact_on_the_vector_and_the_scalar_path(fp16, heads, block_size, head_dim,
-                                                                   seed):
+def test_copy_blocks_is_bit_exact_on_the_vector_and_the_scalar_path(
+    fp16, heads, block_size, head_dim, seed
+):
     from numba import cuda
+
     from cuda_kernels.block_copy import vector_chunks
     rng = np.random.default_rng(seed)
     dtype = np.float16 if fp16 else np.float32
@@ -166,7 +168,9 @@ def test_the_vector_copy_falls_back_to_scalar_for_a_pool_not_16_byte_aligned():
 @settings(max_examples=8, deadline=None)
 @given(fp16=st.booleans(), heads=st.integers(1, 3), head_dim=st.sampled_from([3, 8, 16, 40]),
        tokens=st.integers(1, 5), seed=st.integers(0, 2**31))
-def test_write_kv_is_bit_exact_on_the_vector_and_the_scalar_path(fp16, heads, head_dim, tokens, seed):
+def test_write_kv_is_bit_exact_on_the_vector_and_the_scalar_path(
+    fp16, heads, head_dim, tokens, seed
+):
     from cuda_kernels.write_kv import use_vector_path
     rng = np.random.default_rng(seed)
     dtype = np.float16 if fp16 else np.float32

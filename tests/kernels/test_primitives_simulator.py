@@ -53,10 +53,20 @@ def test_every_mode_and_width_follows_the_cuda_definition(mode, b, width):
 
     got = run_lanes(32, body)[:, 0]
     first = [(lane // width) * width for lane in range(32)]
-    want = {"idx": [f + b % width for f in first],
-            "up": [lane - b if lane - b >= f else lane for lane, f in zip(range(32), first)],
-            "down": [lane + b if lane + b < f + width else lane for lane, f in zip(range(32), first)],
-            "xor": [lane ^ b if (lane ^ b) < f + width else lane for lane, f in zip(range(32), first)]}
+    want = {
+        "idx": [f + b % width for f in first],
+        "up": [
+            lane - b if lane - b >= f else lane for lane, f in zip(range(32), first, strict=True)
+        ],
+        "down": [
+            lane + b if lane + b < f + width else lane
+            for lane, f in zip(range(32), first, strict=True)
+        ],
+        "xor": [
+            lane ^ b if (lane ^ b) < f + width else lane
+            for lane, f in zip(range(32), first, strict=True)
+        ],
+    }
     assert got.tolist() == [float(v) for v in want[mode]]
 
 

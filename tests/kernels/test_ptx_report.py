@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cuda_kernels.attention import shared_bytes
 from cuda_kernels import disasm
+from cuda_kernels.attention import shared_bytes
 from cuda_kernels.report import find_ptxas, kernel_specs, parse_ptxas
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +52,10 @@ def test_ptx_figures_are_the_widest_global_load_and_the_shuffle_and_barrier_coun
     assert disasm.ptx_stats(PTX) == {"global_load_bits": 128, "shuffles": 2, "barriers": 1}
     scalar = "\tld.global.u16 \t%rs1, [%rd3];\n\tld.global.s32 \t%r1, [%rd1];\n\tbar.sync \t0;\n"
     assert disasm.ptx_stats(scalar) == {"global_load_bits": 32, "shuffles": 0, "barriers": 1}
-    assert disasm.ptx_stats("\tcp.async.cg.shared.global [%r1], [%rd1], 16;\n")["global_load_bits"] == 128
+    assert (
+        disasm.ptx_stats("\tcp.async.cg.shared.global [%r1], [%rd1], 16;\n")["global_load_bits"]
+        == 128
+    )
 
 
 def test_sass_branches_resolve_labels_and_backward_ones_close_loops():
@@ -67,11 +70,22 @@ def test_the_steady_loop_is_the_one_holding_the_most_kv_loads_and_counts_per_byt
     ins = disasm.parse_sass(SASS)
     # the tile loop holds 2 of the 128-bit loads (the one before it is outside any loop);
     # 9 instructions less the NOP, over 2 loads x 32 lanes x 16 bytes
-    assert disasm.steady_loop(ins) == {"loop_sass": 8, "loop_kv_loads": 2, "loop_kv_bits": 128,
-                                       "loop_inner_loops": 1, "sass_per_kv_byte": round(8 / 1024, 4),
-                                       "loop_kv_bytes": 1024, "hmma": 0, "hgmma": 0, "ldsm": 0,
-                                       "ldgsts": 0, "loop_flops": 64, "tensor_flops": 0,
-                                       "loop_sass_per_hmma": None, "flops_per_loop_sass": 8.0}
+    assert disasm.steady_loop(ins) == {
+        "loop_sass": 8,
+        "loop_kv_loads": 2,
+        "loop_kv_bits": 128,
+        "loop_inner_loops": 1,
+        "sass_per_kv_byte": round(8 / 1024, 4),
+        "loop_kv_bytes": 1024,
+        "hmma": 0,
+        "hgmma": 0,
+        "ldsm": 0,
+        "ldgsts": 0,
+        "loop_flops": 64,
+        "tensor_flops": 0,
+        "loop_sass_per_hmma": None,
+        "flops_per_loop_sass": 8.0,
+    }
     # told K/V are 32-bit, the table read is the only K/V load, still in the tile loop
     assert disasm.steady_loop(ins, kv_bits=32)["loop_kv_loads"] == 1
     # a scalar fp16 kernel: 16-bit loads beat the 32-bit table read as K/V
@@ -81,8 +95,10 @@ def test_the_steady_loop_is_the_one_holding_the_most_kv_loads_and_counts_per_byt
 
 
 def test_cuobjdump_listings_with_hex_branch_targets_parse_the_same():
-    hexed = SASS.replace("`(.L_x_2)", "0x30").replace("`(.L_x_1)", "0x10").replace("`(.L_x_3)", "0xa0")
-    hexed = "\n".join(l for l in hexed.splitlines() if not l.startswith(".L"))
+    hexed = (
+        SASS.replace("`(.L_x_2)", "0x30").replace("`(.L_x_1)", "0x10").replace("`(.L_x_3)", "0xa0")
+    )
+    hexed = "\n".join(line for line in hexed.splitlines() if not line.startswith(".L"))
     assert disasm.loops(disasm.parse_sass(hexed)) == [(1, 9), (3, 5)]
 
 
@@ -94,10 +110,15 @@ def test_cuobjdump_listings_with_hex_branch_targets_parse_the_same():
     ("sm_90", 16, 0, 32, 32, "ctas"),
     ("sm_80", 16, 0, 1024, 2, "warps"),
 ])
-def test_occupancy_is_the_tightest_of_warps_ctas_registers_and_shared_memory(arch, regs, smem, threads,
-                                                                               ctas, limit):
+def test_occupancy_is_the_tightest_of_warps_ctas_registers_and_shared_memory(
+    arch, regs, smem, threads, ctas, limit
+):
     got = disasm.occupancy(arch, regs, smem, threads)
-    assert got == {"ctas_per_sm": ctas, "warps_per_sm": ctas * -(-threads // 32), "limited_by": limit}
+    assert got == {
+        "ctas_per_sm": ctas,
+        "warps_per_sm": ctas * -(-threads // 32),
+        "limited_by": limit,
+    }
 
 
 def test_ptxas_output_over_several_functions_takes_the_max_registers_and_sums_spills():
@@ -112,9 +133,11 @@ def test_ptxas_output_over_several_functions_takes_the_max_registers_and_sums_sp
 
 
 def test_ptxas_output_is_parsed_into_registers_shared_stack_and_spills():
-    text = ("ptxas info    : Used 72 registers, used 1 barriers, 38368 bytes smem, 432 bytes cmem[0]\n"
-            "ptxas info    : Function properties for f\n"
-            "    16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n")
+    text = (
+        "ptxas info    : Used 72 registers, used 1 barriers, 38368 bytes smem, 432 bytes cmem[0]\n"
+        "ptxas info    : Function properties for f\n"
+        "    16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n"
+    )
     assert parse_ptxas(text) == {"registers": 72, "shared_bytes": 38368, "stack_bytes": 16,
                                  "spill_bytes": 20}
 
@@ -122,23 +145,36 @@ def test_ptxas_output_is_parsed_into_registers_shared_stack_and_spills():
 @pytest.mark.skipif(find_ptxas() is None, reason="needs the ptx extra (nvidia-cuda-nvcc)")
 def test_every_kernel_compiles_for_sm80_and_sm90_without_spilling(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    done = subprocess.run([sys.executable, "-m", "cuda_kernels.report", "--json", "--ptx-dir",
-                           str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-m", "cuda_kernels.report", "--json", "--ptx-dir", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     names = {spec[0] for spec in kernel_specs()}
     # the chapter 3.7 labs' allocators and every layout variant are in the gate too
     assert {"alloc.alloc_cas", "alloc.free_blocks", "alloc.block_scan"} <= names
-    assert {n.split("[")[0] for n in names} >= {f"labs.decode_{x}" for x in ("fused", "split", "nhd", "vllm")}
-    assert {(r["kernel"], r["arch"]) for r in rows} == {(n, a) for n in names for a in ("sm_80", "sm_90")}
-    assert all(set(r) >= {"kernel", "arch", "registers", "shared_bytes", "spill_bytes"} for r in rows)
+    assert {n.split("[")[0] for n in names} >= {
+        f"labs.decode_{x}" for x in ("fused", "split", "nhd", "vllm")
+    }
+    assert {(r["kernel"], r["arch"]) for r in rows} == {
+        (n, a) for n in names for a in ("sm_80", "sm_90")
+    }
+    assert all(
+        set(r) >= {"kernel", "arch", "registers", "shared_bytes", "spill_bytes"} for r in rows
+    )
     spilled = [(r["kernel"], r["arch"], r["spill_bytes"]) for r in rows if r["spill_bytes"]]
     assert not spilled, f"register spills: {spilled}"
     assert all(0 < r["registers"] <= 255 for r in rows)
     decode = [r for r in rows if r["kernel"].startswith("paged_decode")]
     assert all(0 < r["shared_bytes"] <= 48 * 1024 for r in decode)  # static shared limit
     g8 = next(r for r in decode if r["kernel"] == "paged_decode[float16,G=8,D=128]")
-    assert g8["shared_bytes"] == shared_bytes(128, 8, np.float16, 4)  # the launcher's estimate is exact
+    # the launcher's estimate is exact
+    assert g8["shared_bytes"] == shared_bytes(128, 8, np.float16, 4)
     # every row carries the PTX/SASS figures, and every kernel's PTX was written for checking
     assert all(r["global_load_bits"] >= 8 and r["ctas_per_sm"] >= 1 for r in rows)
     assert all(r["loop_sass"] is None or r["sass_per_kv_byte"] > 0 for r in decode)

@@ -28,45 +28,95 @@ def write(**change):
 
 CASES = {
     "cache_with_four_dims": (write(kv_cache=CACHE[:, 0]), r"kv_cache must have 5 dimensions"),
-    "cache_without_k_and_v_pair": (write(kv_cache=np.zeros((4, 3, 2, 4, 8), np.float32)),
-                                   r"kv_cache .*dimension 1 is 3"),
-    "cache_of_float64": (write(kv_cache=CACHE.astype(np.float64)), r"kv_cache must be float32/float16"),
-    "cache_not_contiguous_inside": (write(kv_cache=np.zeros((4, 2, 2, 8, 8), np.float32)[:, :, :, ::2]),
-                                    r"kv_cache must be C-contiguous in its inner"),
+    "cache_without_k_and_v_pair": (
+        write(kv_cache=np.zeros((4, 3, 2, 4, 8), np.float32)),
+        r"kv_cache .*dimension 1 is 3",
+    ),
+    "cache_of_float64": (
+        write(kv_cache=CACHE.astype(np.float64)),
+        r"kv_cache must be float32/float16",
+    ),
+    "cache_not_contiguous_inside": (
+        write(kv_cache=np.zeros((4, 2, 2, 8, 8), np.float32)[:, :, :, ::2]),
+        r"kv_cache must be C-contiguous in its inner",
+    ),
     "key_of_wrong_shape": (write(key=KEY[:, :1]), r"key must have shape \(2, 2, 8\)"),
     "value_of_other_dtype": (write(value=KEY.astype(np.float16)), r"value must be float32"),
-    "slot_past_the_cache": (write(slot_mapping=np.array([0, 16])), r"slot_mapping\[1\] = 16 is out of range"),
-    "slot_written_twice": (write(slot_mapping=np.array([3, 3])), r"slot_mapping names slot 3 twice"),
-    "slot_mapping_of_floats": (write(slot_mapping=np.array([0.0, 1.0])), r"slot_mapping must be int32/int64"),
-    "query_of_float64": (attention(query=QUERY.astype(np.float64)), r"query must be float32/float16"),
+    "slot_past_the_cache": (
+        write(slot_mapping=np.array([0, 16])),
+        r"slot_mapping\[1\] = 16 is out of range",
+    ),
+    "slot_written_twice": (
+        write(slot_mapping=np.array([3, 3])),
+        r"slot_mapping names slot 3 twice",
+    ),
+    "slot_mapping_of_floats": (
+        write(slot_mapping=np.array([0.0, 1.0])),
+        r"slot_mapping must be int32/int64",
+    ),
+    "query_of_float64": (
+        attention(query=QUERY.astype(np.float64)),
+        r"query must be float32/float16",
+    ),
     "query_head_dim_mismatch": (attention(query=QUERY[:, :, :4].copy()), r"query head_dim 4"),
-    "heads_not_a_multiple_of_kv_heads": (attention(query=QUERY[:, :3].copy()), r"not a multiple of num_kv_heads=2"),
-    "tables_of_int64": (attention(block_tables=TABLES.astype(np.int64)), r"block_tables and context_lens must be int32"),
-    "tables_with_too_few_rows": (attention(block_tables=TABLES[:1]), r"block_tables has 1 rows for 2"),
-    "context_past_the_table": (attention(context_lens=np.array([5, 9], np.int32)), r"context_lens\[1\] = 9 is out of range"),
+    "heads_not_a_multiple_of_kv_heads": (
+        attention(query=QUERY[:, :3].copy()),
+        r"not a multiple of num_kv_heads=2",
+    ),
+    "tables_of_int64": (
+        attention(block_tables=TABLES.astype(np.int64)),
+        r"block_tables and context_lens must be int32",
+    ),
+    "tables_with_too_few_rows": (
+        attention(block_tables=TABLES[:1]),
+        r"block_tables has 1 rows for 2",
+    ),
+    "context_past_the_table": (
+        attention(context_lens=np.array([5, 9], np.int32)),
+        r"context_lens\[1\] = 9 is out of range",
+    ),
     "empty_context": (attention(context_lens=np.array([0, 8], np.int32)), r"context_lens\[0\] = 0"),
-    "block_id_past_the_cache": (attention(block_tables=np.array([[0, 4], [2, 3]], np.int32)),
-                                r"block_tables\[\(0, 1\)\] = 4 is out of range \[0, 4\)"),
-    "null_block_inside_the_context": (attention(block_tables=np.array([[0, 1], [-1, 3]], np.int32)),
-                                      r"block_tables\[\(1, 0\)\] = -1"),
+    "block_id_past_the_cache": (
+        attention(block_tables=np.array([[0, 4], [2, 3]], np.int32)),
+        r"block_tables\[\(0, 1\)\] = 4 is out of range \[0, 4\)",
+    ),
+    "null_block_inside_the_context": (
+        attention(block_tables=np.array([[0, 1], [-1, 3]], np.int32)),
+        r"block_tables\[\(1, 0\)\] = -1",
+    ),
     "window_of_zero": (attention(window=0), r"window = 0 must be >= 1"),
     "sinks_without_window": (attention(sinks=2), r"sinks needs a window"),
     "unknown_mode": (attention(mode="fast"), r"mode must be one of"),
     "partition_of_zero": (attention(mode="split", partition_size=0), r"partition_size = 0"),
-    "partition_for_single_pass": (attention(mode="single", partition_size=4), r"partition_size applies only"),
+    "partition_for_single_pass": (
+        attention(mode="single", partition_size=4),
+        r"partition_size applies only",
+    ),
     "scale_not_finite": (attention(scale=float("nan")), r"scale must be a finite float32"),
-    "copy_from_a_block_past_the_cache": (lambda: ck.copy_blocks(CACHE.copy(), [(0, 1), (7, 2)]),
-                                         r"pairs\[1\] src = 7 is out of range"),
-    "copy_to_the_same_block_twice": (lambda: ck.copy_blocks(CACHE.copy(), [(0, 2), (1, 2)]),
-                                     r"pairs\[1\] writes block 2, already a dst"),
-    "copy_into_a_block_being_read": (lambda: ck.copy_blocks(CACHE.copy(), [(0, 1), (1, 2)]),
-                                     r"pairs\[0\] writes block 1, which another pair reads"),
-    "copy_pairs_that_are_not_pairs": (lambda: ck.copy_blocks(CACHE.copy(), [(0, 1, 2)]),
-                                      r"pairs must be \(src, dst\) pairs"),
-    "swap_to_a_host_pool_of_other_layout": (lambda: ck.swap_out(CACHE, np.zeros((4, 2, 1, 4, 8), np.float32), [(0, 0)]),
-                                            r"host_cache .* must match kv_cache"),
-    "swap_to_a_block_past_the_host_pool": (lambda: ck.swap_out(CACHE, np.zeros((2,) + CACHE.shape[1:], np.float32), [(0, 2)]),
-                                           r"pairs\[0\] dst = 2 is out of range"),
+    "copy_from_a_block_past_the_cache": (
+        lambda: ck.copy_blocks(CACHE.copy(), [(0, 1), (7, 2)]),
+        r"pairs\[1\] src = 7 is out of range",
+    ),
+    "copy_to_the_same_block_twice": (
+        lambda: ck.copy_blocks(CACHE.copy(), [(0, 2), (1, 2)]),
+        r"pairs\[1\] writes block 2, already a dst",
+    ),
+    "copy_into_a_block_being_read": (
+        lambda: ck.copy_blocks(CACHE.copy(), [(0, 1), (1, 2)]),
+        r"pairs\[0\] writes block 1, which another pair reads",
+    ),
+    "copy_pairs_that_are_not_pairs": (
+        lambda: ck.copy_blocks(CACHE.copy(), [(0, 1, 2)]),
+        r"pairs must be \(src, dst\) pairs",
+    ),
+    "swap_to_a_host_pool_of_other_layout": (
+        lambda: ck.swap_out(CACHE, np.zeros((4, 2, 1, 4, 8), np.float32), [(0, 0)]),
+        r"host_cache .* must match kv_cache",
+    ),
+    "swap_to_a_block_past_the_host_pool": (
+        lambda: ck.swap_out(CACHE, np.zeros((2,) + CACHE.shape[1:], np.float32), [(0, 2)]),
+        r"pairs\[0\] dst = 2 is out of range",
+    ),
 }
 
 
@@ -114,11 +164,27 @@ def with_one_bad(good: list, bad):
 
 
 BAD_INDEX_LIST = NOT_AN_INT_ELEMENT.flatmap(lambda bad: with_one_bad([0, 1], bad))
-BAD_INDEX_ARRAY = st.sampled_from([np.array([0.0, 1.0]), np.array([True, False]), np.array(["0", "1"]),
-                                   np.array([0, 1], np.uint8).view(np.int8)[:1].astype(np.float16)])
-BAD_SCALE = st.one_of(st.booleans(), st.text(max_size=2), st.just(float("nan")), st.just(float("inf")),
-                      st.just(-float("inf")), st.floats(3.5e38, 1e308), st.floats(-1e308, -3.5e38),
-                      st.integers(2**129, 2**300), st.just([1.0]), st.just(np.array([0.5])), st.just(1 + 2j))
+BAD_INDEX_ARRAY = st.sampled_from(
+    [
+        np.array([0.0, 1.0]),
+        np.array([True, False]),
+        np.array(["0", "1"]),
+        np.array([0, 1], np.uint8).view(np.int8)[:1].astype(np.float16),
+    ]
+)
+BAD_SCALE = st.one_of(
+    st.booleans(),
+    st.text(max_size=2),
+    st.just(float("nan")),
+    st.just(float("inf")),
+    st.just(-float("inf")),
+    st.floats(3.5e38, 1e308),
+    st.floats(-1e308, -3.5e38),
+    st.integers(2**129, 2**300),
+    st.just([1.0]),
+    st.just(np.array([0.5])),
+    st.just(1 + 2j),
+)
 
 
 def raises_clearly_and_changes_nothing(call, *buffers):
@@ -129,7 +195,7 @@ def raises_clearly_and_changes_nothing(call, *buffers):
         assert str(error), "an error must say what is wrong"
     else:
         raise AssertionError("the launcher accepted a bad argument")
-    for b, was in zip(buffers, before):
+    for b, was in zip(buffers, before, strict=True):
         assert np.asarray(b).tobytes() == was.tobytes(), "a refused call changed a buffer"
 
 
@@ -153,10 +219,24 @@ def pair_strategies(limit: int):
     bad_row = NOT_AN_INT_ELEMENT.flatmap(lambda bad: st.sampled_from([(bad, 1), (0, bad)]))
     return st.one_of(
         bad_row.map(lambda row: [(2, 3), row]),
-        st.sampled_from([[0, 1], [(0,)], [(0, 1, 2)], [[0, 1], [2]], "01", 5, None,
-                         np.array([[0.0, 1.0]]), np.array([[True, False]]), [(0, 1.5)], [("0", "1")]]),
+        st.sampled_from(
+            [
+                [0, 1],
+                [(0,)],
+                [(0, 1, 2)],
+                [[0, 1], [2]],
+                "01",
+                5,
+                None,
+                np.array([[0.0, 1.0]]),
+                np.array([[True, False]]),
+                [(0, 1.5)],
+                [("0", "1")],
+            ]
+        ),
         st.tuples(st.integers(limit, 2**70), st.integers(0, limit - 1)).map(lambda p: [p]),
-        st.tuples(st.integers(0, limit - 1), st.integers(-(2**70), -1)).map(lambda p: [p]))
+        st.tuples(st.integers(0, limit - 1), st.integers(-(2**70), -1)).map(lambda p: [p]),
+    )
 
 
 @FUZZ
@@ -170,12 +250,28 @@ def test_copy_and_swap_refuse_ill_typed_or_out_of_range_pairs(pairs, which):
 
 
 @FUZZ
-@given(host=st.sampled_from([CACHE.tolist(), CACHE.astype(np.float64), CACHE[:, :1], CACHE[0], None, 7,
-                             np.zeros((4, 2, 2, 4, 4), np.float32), np.zeros((4, 2, 2, 4, 8), np.float16)]),
-       out=st.booleans())
+@given(
+    host=st.sampled_from(
+        [
+            CACHE.tolist(),
+            CACHE.astype(np.float64),
+            CACHE[:, :1],
+            CACHE[0],
+            None,
+            7,
+            np.zeros((4, 2, 2, 4, 4), np.float32),
+            np.zeros((4, 2, 2, 4, 8), np.float16),
+        ]
+    ),
+    out=st.booleans(),
+)
 def test_swap_refuses_a_host_pool_of_the_wrong_kind_or_layout(host, out):
     cache = CACHE.copy()
-    call = (lambda: ck.swap_out(cache, host, [(0, 1)])) if out else (lambda: ck.swap_in(host, cache, [(1, 0)]))
+    call = (
+        (lambda: ck.swap_out(cache, host, [(0, 1)]))
+        if out
+        else (lambda: ck.swap_in(host, cache, [(1, 0)]))
+    )
     buffers = (cache, host) if isinstance(host, np.ndarray) else (cache,)
     raises_clearly_and_changes_nothing(call, *buffers)
 
@@ -202,7 +298,9 @@ ATTENTION_BAD = [
 def test_paged_attention_refuses_every_ill_typed_or_out_of_range_argument(data):
     name, bad = data.draw(st.sampled_from(ATTENTION_BAD))
     value = data.draw(bad)
-    extra = {"window": 4} if name == "sinks" else {"mode": "split"} if name == "partition_size" else {}
+    extra = (
+        {"window": 4} if name == "sinks" else {"mode": "split"} if name == "partition_size" else {}
+    )
     cache = CACHE.copy()
     args = attention_args(kv_cache=cache, **extra, **{name: value})
     raises_clearly_and_changes_nothing(lambda: ck.paged_attention(**args), cache)
@@ -215,7 +313,9 @@ def test_decode_with_refuses_every_ill_typed_or_out_of_range_argument(data):
     value = data.draw(bad)
     cache = CACHE.copy()
     args = attention_args(**{name: value})
-    extra = {"window": 4} if name == "sinks" else {"mode": "split"} if name == "partition_size" else {}
+    extra = (
+        {"window": 4} if name == "sinks" else {"mode": "split"} if name == "partition_size" else {}
+    )
     kw = {k: args[k] for k in ("scale", "window", "sinks", "partition_size") if k in args}
     raises_clearly_and_changes_nothing(lambda: ck.decode_with(
         BLOCK_MAJOR, cache, cache, args["query"], args["block_tables"], args["context_lens"],

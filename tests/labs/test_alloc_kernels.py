@@ -1,4 +1,5 @@
-"""Device block pool under the simulator: atomics and prefix sums never double-hand or lose a block."""
+"""Device block pool under the simulator: atomics and prefix sums never double-hand or lose a
+block."""
 
 import numpy as np
 import pytest
@@ -65,8 +66,10 @@ def test_free_returns_exactly_the_blocks_whose_count_reaches_zero(case, data):
     pool = DevicePool(num_blocks)
     table, _ = pool.allocate(counts, "atomic_add")
     ids = table[table >= 0]
-    shared = np.array(data.draw(st.lists(st.sampled_from(ids.tolist()), max_size=20)) if ids.size else [],
-                      dtype=np.int32)
+    shared = np.array(
+        data.draw(st.lists(st.sampled_from(ids.tolist()), max_size=20)) if ids.size else [],
+        dtype=np.int32,
+    )
     pool.incref(shared)  # forks: some blocks get extra owners
     expected_ref = np.zeros(num_blocks, dtype=np.int64)
     np.add.at(expected_ref, ids, 1)

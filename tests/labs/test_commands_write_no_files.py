@@ -23,14 +23,20 @@ COMMANDS = {
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
-def test_a_command_run_without_a_path_leaves_the_current_folder_empty(name, tmp_path, monkeypatch, capsys):
+def test_a_command_run_without_a_path_leaves_the_current_folder_empty(
+    name, tmp_path, monkeypatch, capsys
+):
     monkeypatch.chdir(tmp_path)
     assert cli.main(COMMANDS[name]) == 0
     capsys.readouterr()
-    assert sorted(os.listdir(tmp_path)) == [], f"`pagedsim {name}` wrote {sorted(os.listdir(tmp_path))}"
+    assert sorted(os.listdir(tmp_path)) == [], (
+        f"`pagedsim {name}` wrote {sorted(os.listdir(tmp_path))}"
+    )
 
 
-def test_sweep_writes_its_figure_only_into_the_folder_given_and_prints_the_path(tmp_path, monkeypatch, capsys):
+def test_sweep_writes_its_figure_only_into_the_folder_given_and_prints_the_path(
+    tmp_path, monkeypatch, capsys
+):
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "mine"
     assert cli.main([*COMMANDS["sweep"], "--figure", str(out)]) == 0

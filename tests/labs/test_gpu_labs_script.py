@@ -35,7 +35,15 @@ def test_dry_run_checks_every_variant_and_reports_no_timing(tmp_path):
         assert row["handed_out"] == row["blocks"]
         if row["method"] != "racy":
             assert row["handed_out_twice"] == 0
-    assert {row["strategy"]: row["device_allocations"] for row in r["prealloc"]} == {"on_demand": 4, "pooled": 1}
-    timings = [row[k] for sec in ("layouts", "alignment", "allocators", "prealloc") for row in r[sec]
-               for k in ("median_ms", "seconds") if k in row]
+    assert {row["strategy"]: row["device_allocations"] for row in r["prealloc"]} == {
+        "on_demand": 4,
+        "pooled": 1,
+    }
+    timings = [
+        row[k]
+        for sec in ("layouts", "alignment", "allocators", "prealloc")
+        for row in r[sec]
+        for k in ("median_ms", "seconds")
+        if k in row
+    ]
     assert timings and all(t is None for t in timings)  # the simulator measures nothing

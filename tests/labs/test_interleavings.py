@@ -12,10 +12,14 @@ pytestmark = pytest.mark.ch3_7
 @st.composite
 def free_stacks(draw, threads):
     """Distinct block ids, at least `threads` of them (so no pop finds the stack empty)."""
-    return tuple(draw(st.lists(st.integers(0, 99), min_size=threads, max_size=threads + 2, unique=True)))
+    return tuple(
+        draw(st.lists(st.integers(0, 99), min_size=threads, max_size=threads + 2, unique=True))
+    )
 
 
-@pytest.mark.parametrize("impl,threads", [("racy", 2), ("racy", 3), ("atomic_add", 2), ("atomic_add", 3)])
+@pytest.mark.parametrize(
+    "impl,threads", [("racy", 2), ("racy", 3), ("atomic_add", 2), ("atomic_add", 3)]
+)
 def test_fixed_length_pops_walk_exactly_the_multinomial_count_of_schedules(impl, threads):
     k = il.STEPS_PER_POP[impl]
     outs = list(il.explore(impl, threads))
@@ -37,7 +41,10 @@ def test_racy_pop_hands_one_block_to_two_threads_unless_the_pops_do_not_overlap(
     # only the two serial orders (all of thread 0 then all of thread 1, or the reverse) are safe
     assert (s.total, s.bad, s.duplicated) == (20, 18, 18)
     good = [o for o in il.explore("racy", 2) if not o.bad]
-    assert {tuple(st.thread for st in o.steps) for o in good} == {(0, 0, 0, 1, 1, 1), (1, 1, 1, 0, 0, 0)}
+    assert {tuple(st.thread for st in o.steps) for o in good} == {
+        (0, 0, 0, 1, 1, 1),
+        (1, 1, 1, 0, 0, 0),
+    }
 
 
 def test_a_bad_racy_schedule_reads_the_same_top_twice_before_either_write():

@@ -13,7 +13,9 @@ pytestmark = [pytest.mark.kernels, pytest.mark.ch3_7]
 @settings(max_examples=5)
 @given(st.integers(1, 40), st.integers(0, 10))
 def test_on_demand_makes_one_allocation_per_block_and_the_pool_makes_one(n, spare):
-    r = prealloc.compare(n, num_kv_heads=2, block_size=4, head_dim=8, dtype=np.float32, pool_blocks=n + spare)
+    r = prealloc.compare(
+        n, num_kv_heads=2, block_size=4, head_dim=8, dtype=np.float32, pool_blocks=n + spare
+    )
     block_bytes = 2 * 2 * 4 * 8 * 4
     assert r["block_bytes"] == block_bytes
     assert r["on_demand"] == {"calls": n, "bytes": n * block_bytes}

@@ -1,4 +1,5 @@
-"""The sector-count model: what each layout and each misalignment costs one warp, from index arithmetic."""
+"""The sector-count model: what each layout and each misalignment costs one warp, from index
+arithmetic."""
 
 import numpy as np
 import pytest
@@ -21,14 +22,18 @@ def test_fused_and_split_cost_the_same_sectors_and_differ_only_in_k_to_v_distanc
     g = sc.Geometry()
     for mapping in sc.MAPPINGS:
         for which in "kv":
-            a, b = sc.warp_load("fused", mapping, which, g), sc.warp_load("split", mapping, which, g)
+            a, b = (
+                sc.warp_load("fused", mapping, which, g),
+                sc.warp_load("split", mapping, which, g),
+            )
             assert (a.sectors, a.lines) == (b.sectors, b.lines)
     block_bytes = g.num_kv_heads * g.block_size * g.head_dim * g.elem_bytes
     assert sc.kv_distance("fused", g) == block_bytes  # V follows K inside the block
     assert sc.kv_distance("split", g) > 10 * block_bytes  # V lives in the other pool
 
 
-def test_vllm_key_packing_halves_efficiency_for_lanes_over_head_dim_but_is_full_for_its_own_mapping():
+# the test's name is its one-line spec (and its pytest id): kept whole rather than renamed
+def test_vllm_key_packing_halves_efficiency_for_lanes_over_head_dim_but_is_full_for_its_own_mapping():  # noqa: E501
     g = sc.Geometry(elem_bytes=2, block_size=16, head_dim=128)
     mine = sc.warp_load("vllm", "kernel", "k", g)
     # 32 fp16 lanes = 4 chunks of x=8 elements, each chunk 16 B in its own sector
@@ -46,7 +51,9 @@ def test_vllm_value_layout_scatters_a_lanes_over_head_dim_load_into_one_sector_p
 
 
 @given(st.sampled_from([2, 4]), st.integers(0, 255))
-def test_misalignment_costs_one_extra_sector_exactly_when_the_offset_is_not_a_multiple_of_32(es, offset):
+def test_misalignment_costs_one_extra_sector_exactly_when_the_offset_is_not_a_multiple_of_32(
+    es, offset
+):
     offset -= offset % es
     g = sc.Geometry(elem_bytes=es)
     aligned = sc.warp_load("fused", "kernel", "k", g).sectors
@@ -55,10 +62,14 @@ def test_misalignment_costs_one_extra_sector_exactly_when_the_offset_is_not_a_mu
 
 
 def test_alignment_table_predicts_the_per_warp_and_per_tile_extra_traffic():
-    rows = {r["offset"]: r for r in sc.alignment_table(g=sc.Geometry(elem_bytes=4, block_size=16, head_dim=128))}
+    rows = {
+        r["offset"]: r
+        for r in sc.alignment_table(g=sc.Geometry(elem_bytes=4, block_size=16, head_dim=128))
+    }
     assert rows[0]["warp_sectors"] == 4 and rows[128]["warp_extra"] == 0
     assert rows[4]["warp_extra"] == pytest.approx(0.25) and rows[16]["warp_sectors"] == 5
-    assert rows[64]["warp_sectors"] == 4 and rows[64]["warp_lines"] == 2  # sector-aligned, line-straddling
+    # sector-aligned, line-straddling
+    assert rows[64]["warp_sectors"] == 4 and rows[64]["warp_lines"] == 2
     assert rows[4]["tile_extra"] == pytest.approx(1 / 256)  # 8 KiB tile: one sector more
 
 

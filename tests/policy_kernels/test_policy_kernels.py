@@ -5,12 +5,13 @@ Tiny shapes: the CUDA simulator runs every thread as a Python thread.
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 cuda_kernels = pytest.importorskip("cuda_kernels")
-from cuda_kernels import reference  # noqa: E402
 from helpers import random_cache  # noqa: E402
 
+from cuda_kernels import reference  # noqa: E402
 from pagedsim import KVCacheManager  # noqa: E402
 from pagedsim.policies import PrefixCachingManager, SlidingWindowManager, SwapPolicy  # noqa: E402
 from pagedsim.policies.preemption import Group  # noqa: E402
@@ -104,8 +105,12 @@ def assert_same_attention(rng, cached, fresh, seq, length):
     """Decode attention of `seq` over (kv, manager) `cached` equals it over `fresh`, bit for bit."""
     query = rng.standard_normal((1, 2, D)).astype(np.float32)
     lens = np.array([length], np.int32)
-    a, b = (cuda_kernels.paged_attention(query, kv, np.array([m.block_table(seq).blocks], np.int32), lens)
-            for kv, m in (cached, fresh))
+    a, b = (
+        cuda_kernels.paged_attention(
+            query, kv, np.array([m.block_table(seq).blocks], np.int32), lens
+        )
+        for kv, m in (cached, fresh)
+    )
     assert np.isfinite(a).all()
     np.testing.assert_array_equal(a, b)
 

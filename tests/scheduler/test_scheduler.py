@@ -1,7 +1,8 @@
 """The continuous-batching driver with recompute and swap preemption: invariants, no leaks."""
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pagedsim import KVCacheManager
 from pagedsim.policies import PrefixCachingManager, RecomputePolicy, SwapPolicy, make_policy

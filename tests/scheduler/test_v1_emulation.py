@@ -8,7 +8,8 @@ on the hit, computed, preempted and recomputed token counts, on multi-turn,
 parallel-sampling and preemption workloads.
 """
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pagedsim.policies import PrefixCachingManager
 from pagedsim.scheduler import Scheduler
@@ -144,7 +145,7 @@ def workloads(draw):
     """Multi-turn chats (a turn's prompt = an earlier turn's prompt + output + more) and
     parallel samples, all from a small vocabulary so that prefixes repeat."""
     reqs, tokens, outputs = [], [], []
-    for i in range(draw(st.integers(1, 6))):
+    for _i in range(draw(st.integers(1, 6))):
         out = [draw(st.integers(0, 3)) for _ in range(draw(st.integers(1, 6)))]
         if tokens and draw(st.booleans()):  # a next turn of an earlier request
             j = draw(st.integers(0, len(tokens) - 1))

@@ -2,7 +2,8 @@
 and the options neither mode can ever serve, refused at construction."""
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pagedsim import KVCacheManager
 from pagedsim.policies import PrefixCachingManager

@@ -7,6 +7,7 @@ pytestmark = pytest.mark.draw
 
 def test_waste_figure_stacks_four_parts_per_bar_and_marks_the_papers_numbers(tmp_path):
     import matplotlib.pyplot as plt
+
     from pagedsim.draw import figures_workloads as fw
     from pagedsim.labs.waste import breakdown
     from pagedsim.workloads import synthetic
@@ -22,11 +23,14 @@ def test_waste_figure_stacks_four_parts_per_bar_and_marks_the_papers_numbers(tmp
 
 def test_sweep_figure_has_five_panels_and_a_notes_panel(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
+
     from pagedsim.draw import figures_workloads as fw
     from pagedsim.draw import style
 
     saved = {}
-    monkeypatch.setattr(style, "save", lambda fig, path, **kw: saved.setdefault("fig", fig) and path)
+    monkeypatch.setattr(
+        style, "save", lambda fig, path, **kw: saved.setdefault("fig", fig) and path
+    )
     rows = [{"block_size": b, "waste": b / 512, "mean_entries": 64 / b, "max_entries": 128 // b,
              "max_batch": 30 - b // 16, "preemptions": 10, "hit_rate": 0.5} for b in (1, 16, 256)]
     fw.draw_sweep(rows, tmp_path, "test")

@@ -25,7 +25,7 @@ def test_doubling_the_block_size_never_lowers_waste_nor_raises_tables_or_batch()
     reqs = workloads.synthetic("alpaca", 60, seed=3)
     rows = sweep.sweep(reqs, memory_tokens=4096, sim_requests=20)
     assert [r["block_size"] for r in rows] == list(sweep.BLOCK_SIZES)
-    for a, b in zip(rows, rows[1:]):
+    for a, b in zip(rows, rows[1:], strict=False):
         assert b["waste"] >= a["waste"]
         assert b["mean_entries"] <= a["mean_entries"]
         assert b["max_batch"] <= a["max_batch"]

@@ -4,10 +4,11 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from pagedsim.app import cli
 from pagedsim import workloads
+from pagedsim.app import cli
 from pagedsim.labs import waste
 from pagedsim.labs.contiguous import external_fragmentation
 from pagedsim.workloads import Request
@@ -87,13 +88,13 @@ def brute_force(reqs, block_size, max_len):
     for r in reqs:
         L = r.total_len
         for t in range(1, r.output_len + 1):
-            l = r.prompt_len + t
-            for a, held in (("paged", -(-l // block_size) * block_size), ("max", max_len),
+            cur = r.prompt_len + t
+            for a, held in (("paged", -(-cur // block_size) * block_size), ("max", max_len),
                             ("pow2", 1 << (L - 1).bit_length()), ("oracle", L)):
-                reserved = 0 if a == "paged" else L - l
-                out[a]["token_states"] += r.num_seqs * l
+                reserved = 0 if a == "paged" else L - cur
+                out[a]["token_states"] += r.num_seqs * cur
                 out[a]["reserved"] += r.num_seqs * reserved
-                out[a]["internal_fragmentation"] += r.num_seqs * (held - l - reserved)
+                out[a]["internal_fragmentation"] += r.num_seqs * (held - cur - reserved)
     return out
 
 
@@ -140,7 +141,7 @@ def naive_external(size, out, arrival, memory):
                 min_size=1, max_size=8))
 def test_event_driven_first_fit_equals_a_step_by_step_replay(rows):
     rows = sorted(rows, key=lambda r: r[2])
-    size, out, arr = (list(c) for c in zip(*rows))
+    size, out, arr = (list(c) for c in zip(*rows, strict=True))
     assert external_fragmentation(size, out, arr, 12) == naive_external(size, out, arr, 12)
 
 
@@ -164,7 +165,9 @@ def test_waste_cli_prints_json_keyed_by_allocator(tmp_path, capsys):
 
 
 def test_waste_cli_table_names_every_part(capsys):
-    assert waste.main(["--workload", "alpaca", "--num-requests", "200", "--mode", "continuous"]) == 0
+    assert (
+        waste.main(["--workload", "alpaca", "--num-requests", "200", "--mode", "continuous"]) == 0
+    )
     out = capsys.readouterr().out
     for word in ("token_states", "reserved", "internal_fragmentation", "external_fragmentation",
                  "paged", "oracle"):

@@ -4,7 +4,8 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pagedsim import workloads
 from pagedsim.workloads import Request
@@ -62,16 +63,22 @@ def test_csv_with_only_the_required_columns_gets_defaults(tmp_path):
     assert workloads.read_csv(path) == [Request(10, 20), Request(3, 4)]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("", "empty file"),
-    ("prompt_len\n3\n", "bad header"),
-    ("prompt_len,output_len,colour\n1,2,3\n", "bad header"),
-    ("prompt_len,output_len\n10,abc\n", ":2: output_len must be an integer, got 'abc'"),
-    ("prompt_len,output_len\n10,5\n10\n", ":3: expected 2 fields, got 1"),
-    ("prompt_len,output_len,n\n10,5,0\n", ":2: Request.n must be an int in [1, 256], got 0"),
-    ("prompt_len,output_len\n3000000000,5\n", ":2: Request.prompt_len must be an int in [1, 16777216]"),
-    ("prompt_len,output_len\n\xff\xfe,5\n", "not UTF-8 text"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "empty file"),
+        ("prompt_len\n3\n", "bad header"),
+        ("prompt_len,output_len,colour\n1,2,3\n", "bad header"),
+        ("prompt_len,output_len\n10,abc\n", ":2: output_len must be an integer, got 'abc'"),
+        ("prompt_len,output_len\n10,5\n10\n", ":3: expected 2 fields, got 1"),
+        ("prompt_len,output_len,n\n10,5,0\n", ":2: Request.n must be an int in [1, 256], got 0"),
+        (
+            "prompt_len,output_len\n3000000000,5\n",
+            ":2: Request.prompt_len must be an int in [1, 16777216]",
+        ),
+        ("prompt_len,output_len\n\xff\xfe,5\n", "not UTF-8 text"),
+    ],
+)
 def test_bad_csv_rows_raise_errors_naming_the_line(tmp_path, text, message):
     path = tmp_path / "bad.csv"
     path.write_bytes(text.encode("latin-1"))
