@@ -42,8 +42,7 @@ class FirstFit:
 
         A size that is not a positive int raises ValueError and changes nothing.
         """
-        # TODO(student): scan self.holes in order; shrink (or delete) the first hole
-        # with size >= size.
+        # TODO(student): scan self.holes in order; shrink or delete the first hole of size >= size.
         raise NotImplementedError("allocate")
 
     def free(self, start: int, size: int) -> None:

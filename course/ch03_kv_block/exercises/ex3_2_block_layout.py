@@ -54,6 +54,5 @@ def flat_offset(
 
 def slot_offset(shape: tuple, slot: int, layer: int, kv: int, head: int, dim: int) -> int:
     """Element offset of one number of the token in cache slot `slot` (slot = block * B + token)."""
-    # TODO(student): split the slot into (block, token) with block_size = shape[4], 
-    # then flat_offset.
+    # TODO(student): split the slot into (block, token), block_size = shape[4], then flat_offset.
     raise NotImplementedError("slot_offset")

@@ -41,6 +41,5 @@ def choose_block_size(lengths, bytes_per_token: int, budget_bytes: int,
 
     Raises ValueError naming the budget when no candidate qualifies.
     """
-    # TODO(student): try candidates from largest to smallest; return the first that passes both
-    # tests.
+    # TODO(student): try candidates from largest to smallest; return the first to pass both tests.
     raise NotImplementedError("choose_block_size")

@@ -75,8 +75,8 @@ def new_axes(snapshot):
 
 def draw_flow(snapshot, ax) -> None:
     """Draw the pool, every block table with its arrows, and the free list, on `ax`."""
-    # TODO(student): add the block-B, count-B, table-S-I, map-S-I and free-list artists (see the
-    # module docstring).
+    # (the module docstring describes each artist)
+    # TODO(student): add the block-B, count-B, table-S-I, map-S-I and free-list artists.
     raise NotImplementedError("draw_flow")
 
 
