@@ -90,8 +90,42 @@ def _wrap(fn, name: str, bound: bool):
     return call
 
 
+class _Named:
+    """A name served on demand by a submission in its own process (course/isolation.py),
+    whose calls name the call that raised; indexing (a kernel launch) and attributes pass
+    through, and the stepper still sees a remote kernel (`__pagedsim_remote__`)."""
+
+    __pagedsim_remote__ = True
+
+    def __init__(self, target, name: str):
+        self._target, self._call = target, _wrap(target, name, bound=False)
+
+    def __call__(self, *args, **kwargs):
+        return self._call(*args, **kwargs)
+
+    def __getitem__(self, key):
+        return self._target[key]
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["_target"], name)
+
+
+class _LazyView(types.ModuleType):
+    """A view of a module whose names are served on demand (a submission in its own process)."""
+
+    def __getattr__(self, name):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        value = getattr(self.__dict__["_source"], name)
+        return _Named(value, name) if callable(value) and not isinstance(value, type) else value
+
+
 def traced(module):
     """A view of `module` whose own functions and classes name the call that raised."""
+    if "__getattr__" in vars(type(module)):  # served on demand: name each call as it is made
+        lazy = _LazyView(module.__name__, module.__doc__)
+        lazy.__dict__["_source"] = module
+        return lazy
     view = types.ModuleType(module.__name__, module.__doc__)
     view.__dict__.update(vars(module))
     for name, value in vars(module).items():

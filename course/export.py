@@ -12,8 +12,9 @@ every file except caches and virtual environments) into DIR, leaving out:
 The checks stay (they do not need the solutions), so in the copy `pip install .` then
 `pagedsim check 3.4a` works as usual (exported from an installed wheel, which has no
 pyproject.toml, the copy gets one written from the installed package's metadata).
-After copying, the export proves what it promised: no solution file's text appears anywhere in DIR (compared byte for byte),
-and it prints how many files it wrote. DIR must not exist or be empty.
+After copying, the export proves what it promised: no solution file's text appears anywhere
+in DIR (compared byte for byte), and it prints how many files it wrote. DIR must not exist or
+be empty.
 """
 
 from __future__ import annotations
@@ -41,8 +42,11 @@ LEAVE_OUT = (
     "*mutant*",
     "COORD.md",
 )
-PROJECT_TOPS = ("pagedsim", "course", "cuda_kernels", "benchmarks", "figures", "README.md", "pyproject.toml")
-PACKAGES = ("pagedsim/", "course/", "cuda_kernels/")  # what code needs to run (grade's private build)
+PROJECT_TOPS = (
+    "pagedsim", "course", "cuda_kernels", "benchmarks", "figures", "README.md", "pyproject.toml"
+)
+# what code needs to run (grade's private build)
+PACKAGES = ("pagedsim/", "course/", "cuda_kernels/")
 SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".hypothesis", "node_modules"}
 
 
@@ -61,7 +65,8 @@ def project_files(root: Path) -> list[str]:
         pass
     # An installed copy (no git): only the project's own folders, never all of site-packages.
     tops = [root / name for name in PROJECT_TOPS if (root / name).exists()]
-    return sorted(str(p.relative_to(root)) for top in tops for p in ([top] if top.is_file() else top.rglob("*"))
+    return sorted(str(p.relative_to(root)) for top in tops
+                  for p in ([top] if top.is_file() else top.rglob("*"))
                   if p.is_file() and not SKIP_DIRS & set(p.relative_to(root).parts))
 
 
@@ -114,15 +119,20 @@ def installed_pyproject(dist=None) -> str:
     deps = [r.split(";")[0].strip() for r in dist.requires or () if "extra ==" not in r]
     groups = {"console_scripts": "[project.scripts]", "pytest11": "[project.entry-points.pytest11]"}
     entries = [line for group, head in groups.items() for line in
-               [head, *(f"{q(ep.name)} = {q(ep.value)}" for ep in dist.entry_points if ep.group == group), ""]]
+               [head, *(f"{q(ep.name)} = {q(ep.value)}"
+                        for ep in dist.entry_points if ep.group == group), ""]]
     return "\n".join([
-        "# Written by `pagedsim export-course` from the installed package (it carries no pyproject.toml).",
-        "[build-system]", 'requires = ["setuptools>=77"]', 'build-backend = "setuptools.build_meta"', "",
+        "# Written by `pagedsim export-course` from the installed package "
+        "(it carries no pyproject.toml).",
+        "[build-system]", 'requires = ["setuptools>=77"]',
+        'build-backend = "setuptools.build_meta"', "",
         "[project]", f"name = {q(dist.metadata['Name'])}", f"version = {q(dist.version)}",
         f"requires-python = {q(dist.metadata.get('Requires-Python') or '>=3.10')}",
         "dependencies = [" + ", ".join(map(q, deps)) + "]", "", *entries,
-        "[tool.setuptools.packages.find]", 'include = ["pagedsim*", "cuda_kernels*", "course*"]', "",
-        "[tool.setuptools.package-data]", 'course = ["**/*.md", "*.toml", "*.ini", "**/*.ipynb"]', ""])
+        "[tool.setuptools.packages.find]",
+        'include = ["pagedsim*", "cuda_kernels*", "course*"]', "",
+        "[tool.setuptools.package-data]",
+        'course = ["**/*.md", "*.toml", "*.ini", "**/*.ipynb"]', ""])
 
 
 def answer_leaks(dest: Path, root: Path = curriculum.REPO_ROOT) -> list[str]:
@@ -131,7 +141,8 @@ def answer_leaks(dest: Path, root: Path = curriculum.REPO_ROOT) -> list[str]:
     catalogue = root / "course/ch03_kv_block/mutants.py"
     if catalogue.is_file():
         answers.add(catalogue.read_bytes())
-    return sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file() and p.read_bytes() in answers)
+    return sorted(str(p.relative_to(dest)) for p in dest.rglob("*")
+                  if p.is_file() and p.read_bytes() in answers)
 
 
 def main(argv: list[str]) -> int:

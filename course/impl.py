@@ -59,7 +59,8 @@ def _import_failure(e: BaseException, path: Path) -> ImportFailed:
                 line = tb.tb_lineno
             tb = tb.tb_next
         at = i18n.t(" (line {line} of your file)", line=line) if line else ""
-        what = i18n.t("importing your file raised {name}: {what}{at}", name=type(e).__name__, what=e, at=at)
+        what = i18n.t("importing your file raised {name}: {what}{at}",
+                      name=type(e).__name__, what=e, at=at)
     failed = ImportFailed(what)
     failed.__cause__ = e
     return failed
@@ -72,7 +73,8 @@ def check_seconds() -> float:
 def time_limit(seconds: float, what: str):
     """Raise CheckTimeout in the main thread if the block runs longer than `seconds`."""
     return alarm(seconds, lambda: CheckTimeout(i18n.t(
-        "{what} ran for over {seconds:g} s: is there an endless loop?", what=what, seconds=seconds)))
+        "{what} ran for over {seconds:g} s: is there an endless loop?",
+        what=what, seconds=seconds)))
 
 
 def impl_path(exercise_id: str) -> Path:
@@ -120,7 +122,8 @@ def load_impl(exercise_id: str):
             sys.modules.pop(name, None)
             if isinstance(e, KeyboardInterrupt):
                 raise
-            _cache[key] = ImportTimeout(str(e)) if isinstance(e, CheckTimeout) else _import_failure(e, path)
+            _cache[key] = (ImportTimeout(str(e)) if isinstance(e, CheckTimeout)
+                           else _import_failure(e, path))
     found = _cache[key]
     if isinstance(found, BaseException):
         raise found

@@ -7,7 +7,7 @@ for each failing check, the one sentence a student needs:
 
     not implemented yet: allocate            the stub still raises NotImplementedError
     <the assertion's message>                checks phrase every assert in the student's terms
-    <check>: your code raised X: ... (line N) any other exception, with the line in the student's file
+    <check>: your code raised X: ... (line N) any other exception and its line in the student's file
     ... (counterexample: allocate(); ...)    a Hypothesis failure: its shrunk example as calls
 
 Any file but the reference solution runs in a child process of its own
@@ -72,7 +72,8 @@ class Outcome:
 
     @property
     def status(self) -> str:
-        """pass | fail | timeout | error, as `pagedsim check --json` and `pagedsim grade` report it."""
+        """pass | fail | timeout | error, as `pagedsim check --json` and `pagedsim grade` report
+        it."""
         kinds = {f.kind for f in self.failures}
         if "timeout" in kinds:
             return "timeout"
@@ -85,7 +86,8 @@ class Outcome:
         if self.error:
             messages.insert(0, self.error)
         return {"exercise": self.exercise.id, "status": self.status, "passed": self.passed,
-                "total": self.total, "failed": [f.check for f in self.failures], "messages": messages}
+                "total": self.total, "failed": [f.check for f in self.failures],
+                "messages": messages}
 
 
 def _first_line(text: str) -> str:
@@ -104,7 +106,8 @@ def counterexample(exc: BaseException) -> str:
     already in the student's terms). '' when there is none."""
     if isinstance(getattr(exc, "calls", None), str):
         return exc.calls
-    notes = [line.strip() for n in getattr(exc, "__notes__", []) if isinstance(n, str) for line in n.splitlines()]
+    notes = [line.strip() for n in getattr(exc, "__notes__", []) if isinstance(n, str)
+             for line in n.splitlines()]
     calls, drawn, args, in_example = [], [], "", False
     for line in notes:
         if in_example:
@@ -120,7 +123,8 @@ def counterexample(exc: BaseException) -> str:
             rest = rest.replace("data=data(...)", ", ".join(drawn)).strip(", ")
             calls.append(f"{name}({rest})")
             drawn = []
-        elif line.startswith(("Falsifying example:", "Failing test case:")) and "<state machine>" not in line:
+        elif (line.startswith(("Falsifying example:", "Failing test case:"))
+              and "<state machine>" not in line):
             args = line.split(":", 1)[1].strip()
             in_example = args.endswith("(")
     if calls:
@@ -129,7 +133,8 @@ def counterexample(exc: BaseException) -> str:
     if not m:
         return ""
     text = re.sub(r"\bimpl=<module [^>]*>,?", "", m.group(1))
-    text = re.sub(r"\s+", " ", text).replace("( ", "(").replace("[ ", "[").replace(", )", ")").replace(", ]", "]")
+    text = (re.sub(r"\s+", " ", text).replace("( ", "(").replace("[ ", "[")
+            .replace(", )", ")").replace(", ]", "]"))
     return text.strip().rstrip(",")
 
 
@@ -137,7 +142,8 @@ def _describe(item, excinfo, impl: Path) -> Failure:
     func = getattr(item, "function", None)
     doc = _summary(getattr(func, "__doc__", None) or "").rstrip(".") or item.name.replace("_", " ")
     exc = excinfo.value
-    while isinstance(getattr(exc, "exceptions", None), tuple) and exc.exceptions:  # an ExceptionGroup
+    # an ExceptionGroup
+    while isinstance(getattr(exc, "exceptions", None), tuple) and exc.exceptions:
         exc = exc.exceptions[0]
     chain, seen = exc, set()
     while chain is not None and id(chain) not in seen:  # NotImplementedError may be wrapped
@@ -148,9 +154,11 @@ def _describe(item, excinfo, impl: Path) -> Failure:
                 if Path(tb.tb_frame.f_code.co_filename).resolve() == impl:
                     where.append(tb.tb_frame.f_code.co_name)
                 tb = tb.tb_next
-            what = re.sub(r"^tid=\[.*?\] ctaid=\[.*?\]: ", "", _first_line(str(chain)))  # simulator prefix
+            # the simulator's prefix
+            what = re.sub(r"^tid=\[.*?\] ctaid=\[.*?\]: ", "", _first_line(str(chain)))
             what = what or (where[-1] if where else i18n.t("a function"))
-            return Failure(item.name, i18n.t("not implemented yet: {what}", what=what), "not_implemented")
+            return Failure(item.name, i18n.t("not implemented yet: {what}", what=what),
+                           "not_implemented")
         chain = chain.__cause__ or chain.__context__
     if isinstance(exc, CheckTimeout):
         return Failure(item.name, f"{doc}: {exc}", "timeout")
@@ -165,11 +173,13 @@ def _describe(item, excinfo, impl: Path) -> Failure:
         if not msg or msg.startswith("assert "):
             msg = doc
         return Failure(item.name, msg + tail)
-    doc = getattr(exc, "raised_by", None) or doc  # the student's call that raised (check_fixtures.traced)
+    # the student's call that raised (check_fixtures.traced)
+    doc = getattr(exc, "raised_by", None) or doc
     where = [e for e in excinfo.traceback if Path(str(e.path)).resolve() == impl]
     at = i18n.t(" (line {line} of your file)", line=where[-1].lineno + 1) if where else ""
     return Failure(item.name, i18n.t("{doc}: your code raised {name}: {what}{at}", doc=doc,
-                                     name=type(exc).__name__, what=_first_line(str(exc)), at=at) + tail, "raised")
+                                     name=type(exc).__name__, what=_first_line(str(exc)),
+                                     at=at) + tail, "raised")
 
 
 class _Collector:
@@ -204,7 +214,9 @@ class _Collector:
 
     def pytest_collectreport(self, report):
         if report.failed:
-            self.outcome.error = f"could not collect {report.nodeid}: {_first_line(str(report.longrepr))}"
+            self.outcome.error = (
+                f"could not collect {report.nodeid}: {_first_line(str(report.longrepr))}"
+            )
 
 
 SHARED = ("matplotlib",)  # libraries whose objects the submission makes and the checks read
@@ -257,9 +269,9 @@ def _in_child(sub, check_files):
         sys.modules.update(saved)
 
 
-def run_checks(ex: Exercise, impl: Path | str, *, stop_at_first: bool = False, seconds: float | None = None,
-               extra_checks=(), markers: str | None = None, isolate: bool | None = None,
-               sandbox: bool | None = None) -> Outcome:
+def run_checks(ex: Exercise, impl: Path | str, *, stop_at_first: bool = False,
+               seconds: float | None = None, extra_checks=(), markers: str | None = None,
+               isolate: bool | None = None, sandbox: bool | None = None) -> Outcome:
     """Run `ex`'s checks (and any extra pytest files) against the file `impl`; nothing is printed.
 
     `isolate` (default: every file but the reference solution) runs the file in a child
@@ -278,8 +290,9 @@ def run_checks(ex: Exercise, impl: Path | str, *, stop_at_first: bool = False, s
     scratch = Path(os.environ.get("PAGEDSIM_SCRATCH") or tempfile.mkdtemp(prefix="pagedsim-check-"))
     own_scratch = not os.environ.get("PAGEDSIM_SCRATCH")
     args = checks + ["--basetemp", str(scratch / "pytest")]
-    args += ["-c", str(INI), "--rootdir", str(COURSE_DIR), "-p", "no:terminal", "-p", "no:cacheprovider",
-             "-p", "no:randomly", "-W", "ignore::pytest.PytestAssertRewriteWarning"]
+    args += ["-c", str(INI), "--rootdir", str(COURSE_DIR), "-p", "no:terminal",
+             "-p", "no:cacheprovider", "-p", "no:randomly",
+             "-W", "ignore::pytest.PytestAssertRewriteWarning"]
     if markers:
         args += ["-m", markers]
     if stop_at_first:
@@ -306,7 +319,7 @@ def run_checks(ex: Exercise, impl: Path | str, *, stop_at_first: bool = False, s
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
         if own_scratch:
             shutil.rmtree(scratch, ignore_errors=True)
-    if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED) \
-            and outcome.error is None:
+    if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED,
+                    pytest.ExitCode.NO_TESTS_COLLECTED) and outcome.error is None:
         outcome.error = f"pytest stopped with {pytest.ExitCode(code).name}"
     return outcome

@@ -47,7 +47,9 @@ def find(ex: curriculum.Exercise) -> Path | None:
 def create(folder: Path, exercises=None) -> tuple[list[Path], list[Path]]:
     """Copy every stub into `folder`; returns (copied, already there and kept)."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / MARKER).write_text("pagedsim course workspace: `pagedsim check ID` finds your files here\n")
+    (folder / MARKER).write_text(
+        "pagedsim course workspace: `pagedsim check ID` finds your files here\n"
+    )
     copied, kept = [], []
     for ex in exercises or curriculum.load():
         dst = folder / Path(ex.stub).name
@@ -77,6 +79,7 @@ def main(argv: list[str]) -> int:
         print(f"  new   {path.name}")
     for path in kept:
         print(f"  kept  {path.name} (already there; never overwritten)")
-    hint = "" if args.folder == Path(DEFAULT) else f"  (from another folder: PAGEDSIM_WORKSPACE={where})"
+    hint = ("" if args.folder == Path(DEFAULT)
+            else f"  (from another folder: PAGEDSIM_WORKSPACE={where})")
     print(f"\nedit the files there, then run `pagedsim check 3.1` from {where.parent}{hint}")
     return 0

@@ -111,16 +111,19 @@ class Stepper:
             raise TimeoutError("stepper: the scheduler never resumed this thread")
         self.log.append((tid, what))
 
-    def run(self, kernel, num_threads: int, *arrays: np.ndarray, names=None) -> list[tuple[int, str]]:
+    def run(
+        self, kernel, num_threads: int, *arrays: np.ndarray, names=None
+    ) -> list[tuple[int, str]]:
         """Run `kernel(*arrays)` as `num_threads` threads of one block; arrays change in place."""
         if getattr(type(kernel), "__pagedsim_remote__", False):  # a submission in its own process
-            return kernel._pagedsim_stepper_run(self, num_threads, arrays, names)  # (course/remote.py)
+            # (course/remote.py)
+            return kernel._pagedsim_stepper_run(self, num_threads, arrays, names)
         fn = getattr(kernel, "py_func", None) or getattr(kernel, "fn", None) or kernel
         fake = _FakeCuda(self, num_threads)
         func = types.FunctionType(fn.__code__, {**fn.__globals__, "cuda": fake}, fn.__name__,
                                   fn.__defaults__, fn.__closure__)
         names = names or [f"arg{i}" for i in range(len(arrays))]
-        wrapped = [StepArray(self, a, n) for a, n in zip(arrays, names)]
+        wrapped = [StepArray(self, a, n) for a, n in zip(arrays, names, strict=False)]
         self._back = threading.Semaphore(0)
         self._go = [threading.Semaphore(0) for _ in range(num_threads)]
         done, errors = [False] * num_threads, []
@@ -135,7 +138,9 @@ class Stepper:
             self._back.release()
 
         rng = random.Random(self.schedule) if self.schedule != "round_robin" else None
-        threads = [threading.Thread(target=body, args=(t,), daemon=True) for t in range(num_threads)]
+        threads = [
+            threading.Thread(target=body, args=(t,), daemon=True) for t in range(num_threads)
+        ]
         for t in threads:  # start them one by one; each stops at its first memory access
             t.start()
             self._wait()
@@ -155,4 +160,6 @@ class Stepper:
 
     def _wait(self):
         if not self._back.acquire(timeout=self.timeout):
-            raise TimeoutError("stepper: a kernel thread did not reach its next memory access in time")
+            raise TimeoutError(
+                "stepper: a kernel thread did not reach its next memory access in time"
+            )

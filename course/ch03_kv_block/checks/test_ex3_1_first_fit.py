@@ -64,7 +64,8 @@ def test_a_hole_of_exactly_the_requested_size_is_used_and_removed(impl):
 
 
 def test_bad_sizes_are_refused_and_change_nothing(impl):
-    """A capacity or request that is not a positive int raises ValueError; 1 is the smallest allowed."""
+    """A capacity or request that is not a positive int raises ValueError; 1 is the smallest
+    allowed."""
     for bad in (0, -3, 2.5):
         raises(ValueError, impl.FirstFit, bad, what=f"FirstFit({bad!r})")
     one = impl.FirstFit(1)
@@ -119,7 +120,8 @@ def traces(draw):
 @settings(max_examples=40, derandomize=True, database=None, deadline=None)
 @given(traces())
 def test_first_fit_matches_a_slot_by_slot_map_on_any_trace(impl, trace):
-    """On random traces the holes are always the maximal free runs, and first fit picks the first that fits."""
+    """On random traces the holes are always the maximal free runs, and first fit picks the first
+    that fits."""
     a, occupied, live = impl.FirstFit(32), [False] * 32, []
     for op, arg in trace:
         if op == "alloc":
@@ -163,7 +165,8 @@ def test_external_fragmentation_is_one_minus_largest_hole_over_free(impl):
 
 
 def test_first_fit_refuses_a_request_that_fixed_blocks_serve(impl):
-    """External fragmentation: 6 slots are free in pieces of 2, so first fit refuses 6; blocks do not."""
+    """External fragmentation: 6 slots are free in pieces of 2, so first fit refuses 6; blocks do
+    not."""
     a = impl.FirstFit(12)
     starts = [a.allocate(2) for _ in range(6)]
     for start in starts[::2]:

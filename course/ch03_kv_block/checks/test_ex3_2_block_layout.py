@@ -134,7 +134,8 @@ def test_slot_offsets_find_what_write_kv_wrote(impl, kernels):
 
 
 def test_the_results_are_integers_and_strides_a_tuple_even_with_repeated_sizes(impl):
-    """bytes_per_block and offsets are ints; strides of [4, 4, 4] (a list, sizes repeated) is the tuple (16, 4, 1)."""
+    """bytes_per_block and offsets are ints; strides of [4, 4, 4] (a list, sizes repeated) is the
+    tuple (16, 4, 1)."""
     got = impl.bytes_per_block(16, 32, 32, 128, 2)
     assert isinstance(got, (int, np.integer)) and not isinstance(got, bool), say(
         f"bytes_per_block(16, 32, 32, 128, 2) returned {got!r} of type {type(got).__name__}: a "

@@ -267,7 +267,8 @@ def why_kit_case_differs(got, want, case, s):
 @CHECK
 @given(case=paged_caches(max_seqs=2, max_context=14, dtypes=("float32",)))
 def test_paged_attention_matches_the_reference_on_the_testing_kits_poisoned_caches(impl, case):
-    """On scattered caches whose unowned slots are poisoned, every sequence matches the reference."""
+    """On scattered caches whose unowned slots are poisoned, every sequence matches the
+    reference."""
     want = reference_attention(*case.args)  # [S, H, D] float64
     for s, n in enumerate(case.context_lens):
         got = np.asarray(
@@ -307,7 +308,8 @@ def test_the_translation_functions_return_plain_integers(impl):
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_paged_attention_returns_float64_and_leaves_its_inputs_alone(impl, dtype):
-    """The docstring promises a float64 [H, D] array, whatever the cache's dtype; the inputs are not changed."""
+    """The docstring promises a float64 [H, D] array, whatever the cache's dtype; the inputs are not
+    changed."""
     rng = np.random.default_rng(5)
     query, cache, table, keys, values = random_case(rng, length=9)
     query, cache = query.astype(dtype), cache.astype(dtype)

@@ -163,7 +163,8 @@ def test_incref_of_a_free_block_is_refused(impl):
 
 
 def test_ids_outside_the_pool_are_refused_and_change_nothing(impl):
-    """take, incref and free of -1, num_blocks or a non-int raise PoolError (self._check) and change nothing."""
+    """take, incref and free of -1, num_blocks or a non-int raise PoolError (self._check) and change
+    nothing."""
     raises(ValueError, impl.FreeListPool, 0, what="FreeListPool(0)")
     raises(ValueError, impl.FreeListPool, 2.0, what="FreeListPool(2.0)")
     assert walk_invariants(impl.FreeListPool(1)) == [0], say(
@@ -231,7 +232,8 @@ def as_calls(calls) -> list[str]:
 
 
 def replay(impl, calls) -> None:
-    """Run the calls [(name, block)] on FreeListPool(6) and a list-and-dict model. A call the model refuses (a double free, incref or take of the wrong block)
+    """Run the calls [(name, block)] on FreeListPool(6) and a list-and-dict model. A call the model
+    refuses (a double free, incref or take of the wrong block)
     must raise PoolError; everything else must agree with the model after every step."""
     pool, free, count, done = impl.FreeListPool(6), list(range(6)), {}, []
     for (name, b), call in zip(calls, as_calls(calls), strict=True):
@@ -278,7 +280,8 @@ def replay(impl, calls) -> None:
 
 
 def failure(impl, calls):
-    """How replaying `calls` fails, as (exception type, message with its numbers and call left out)."""
+    """How replaying `calls` fails, as (exception type, message with its numbers and call left
+    out)."""
     try:
         replay(impl, calls)
     except NotImplementedError:
@@ -331,7 +334,8 @@ BLOCK = st.one_of(st.integers(0, 1), st.integers(0, 5))
 @settings(max_examples=300, derandomize=True, database=None, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(CALLS), BLOCK), max_size=20))
 def test_the_pool_matches_a_simple_model_under_any_sequence_of_calls(impl, calls):
-    """Any sequence of allocate, incref, free and take agrees with a list-and-dict model, step by step."""
+    """Any sequence of allocate, incref, free and take agrees with a list-and-dict model, step by
+    step."""
     if failure(impl, calls) is None:
         return
     shortest = shortest_failing(impl, calls)

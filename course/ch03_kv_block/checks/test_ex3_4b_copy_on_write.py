@@ -58,7 +58,8 @@ def test_fork_adds_the_child_as_an_owner_of_every_block(impl):
 
 @pytest.mark.parametrize("prompt", [6, 2, 10])
 def test_appending_into_a_shared_partly_filled_block_copies_it(impl, prompt):
-    """The writer of a shared, partly filled last block gets a private copy and a (src, dst) pair."""
+    """The writer of a shared, partly filled last block gets a private copy and a (src, dst)
+    pair."""
     pool = BlockPool(8, 4)
     parent = []
     grow(impl, pool, parent, prompt)  # 6 tokens: blocks [0, 1], block 1 holds 2 of 4 tokens
@@ -133,7 +134,8 @@ def test_freeing_the_parent_keeps_the_childs_blocks(impl):
 
 
 def test_free_table_releases_the_last_block_first(impl):
-    """A finished sequence's blocks go back last first, so its first block is the next one reused."""
+    """A finished sequence's blocks go back last first, so its first block is the next one
+    reused."""
     pool = BlockPool(6, 4)
     table = []
     grow(impl, pool, table, 10)  # blocks [0, 1, 2]
@@ -188,7 +190,8 @@ def why_free_lists_differ(seq, got, want, pool):
 
 @st.composite
 def scripts(draw):
-    """A prompt length and a list of ("append", seq) / ("fork", parent) / ("finish", seq) operations."""
+    """A prompt length and a list of ("append", seq) / ("fork", parent) / ("finish", seq)
+    operations."""
     ops = draw(
         st.lists(
             st.tuples(st.sampled_from(["append", "append", "fork", "finish"]), st.integers(0, 3)),
@@ -211,7 +214,8 @@ def test_forks_and_appends_match_the_kv_cache_manager(impl, script):
 
 
 def replay_against_the_manager(impl, script, done):
-    """Run the script through your functions and KVCacheManager side by side; `done` records your calls."""
+    """Run the script through your functions and KVCacheManager side by side; `done` records your
+    calls."""
     prompt, ops = script
     done += [
         "pool = BlockPool(24, 4)",
@@ -316,7 +320,8 @@ class YourTables:
 
 
 def test_your_functions_keep_every_sequences_tokens_in_the_testing_kits_shadow_memory(impl):
-    """Run as a block manager by pagedsim.testing, every sequence reads back exactly its own tokens."""
+    """Run as a block manager by pagedsim.testing, every sequence reads back exactly its own
+    tokens."""
     try:
         check_manager(
             lambda num_blocks, block_size: YourTables(impl, num_blocks, block_size),
@@ -450,7 +455,8 @@ def test_two_beams_after_a_fork_each_attend_to_their_own_tokens_with_the_kernels
 
 
 def test_an_empty_table_forks_into_a_new_empty_list_and_frees_nothing(impl):
-    """fork of [] is a new [] and free_table of [] changes nothing: a sequence with no tokens holds no block."""
+    """fork of [] is a new [] and free_table of [] changes nothing: a sequence with no tokens holds
+    no block."""
     pool = BlockPool(4, 4)
     before = (pool.free_list(), pool.ref_counts())
     empty = []

@@ -85,7 +85,8 @@ def test_the_largest_block_size_within_budget_and_waste_is_chosen(impl):
 
 
 def test_a_waste_or_budget_exactly_at_the_limit_qualifies(impl):
-    """Both tests are <=: a waste fraction equal to max_waste, or memory equal to the budget, is allowed."""
+    """Both tests are <=: a waste fraction equal to max_waste, or memory equal to the budget, is
+    allowed."""
     try:
         got = impl.choose_block_size([9, 10], 1, 20, (10,), 0.05)  # 1 empty slot of 20: exactly 5%
     except ValueError:
@@ -181,7 +182,8 @@ def test_the_choice_qualifies_and_no_larger_candidate_does(impl, lengths, bpt, b
 def test_the_choice_does_not_depend_on_the_order_or_repeats_of_the_candidates(
     impl, candidates, lengths, budget, limit
 ):
-    """Candidates in any order, repeated or not, in a list it must not change (and no sequences at all):
+    """Candidates in any order, repeated or not, in a list it must not change (and no sequences at
+    all):
     the choice is the largest qualifying candidate."""
 
     def ok(bs):  # no sequences at all: nothing allocated, nothing wasted, every candidate fits
@@ -225,7 +227,8 @@ def test_the_choice_does_not_depend_on_the_order_or_repeats_of_the_candidates(
 
 
 def test_waste_takes_any_sequence_of_lengths_and_an_empty_one_wastes_nothing(impl):
-    """waste and waste_fraction accept a tuple or a NumPy array, return an int and a float, and are 0 on []."""
+    """waste and waste_fraction accept a tuple or a NumPy array, return an int and a float, and are
+    0 on []."""
     for lengths in ([], (), np.array([], dtype=np.int64)):
         got = (impl.waste(lengths, 16), impl.waste_fraction(lengths, 16))
         assert got == (0, 0.0), say(

@@ -23,7 +23,8 @@ pytestmark = [pytest.mark.ch3_6, pytest.mark.draw]
 
 
 def scenario():
-    """A (6 tokens), B (3) and D (5) arrive; A forks C; B and D finish; C appends (copy-on-write)."""
+    """A (6 tokens), B (3) and D (5) arrive; A forks C; B and D finish; C appends
+    (copy-on-write)."""
     m = KVCacheManager(8, 4)
     m.add_sequence("A", 6)
     m.add_sequence("B", 3)
@@ -132,7 +133,8 @@ def test_each_table_entry_has_an_arrow_to_its_physical_block(impl, pictures):
 
 
 def test_boxes_sit_on_their_centres_and_the_axes_show_them_all(impl, pictures):
-    """block-B is a CELL x CELL square centred on pool_xy(B), table-S-I on table_xy; nothing is cut off."""
+    """block-B is a CELL x CELL square centred on pool_xy(B), table-S-I on table_xy; nothing is cut
+    off."""
     for snap, art in pictures:
         (x0, x1), (y0, y1) = art["_limits"]
         boxes = [(f"block-{b}", impl.pool_xy(b)) for b in range(snap.num_blocks)]
@@ -206,7 +208,8 @@ def test_boxes_sit_on_their_centres_and_the_axes_show_them_all(impl, pictures):
 
 
 def test_the_layout_helpers_keep_their_documented_grid_and_the_drawing_uses_them(impl, pictures):
-    """pool_xy: PER_ROW blocks per row, one unit apart; table_xy: one unit below the pool, rows 1.3 apart."""
+    """pool_xy: PER_ROW blocks per row, one unit apart; table_xy: one unit below the pool, rows 1.3
+    apart."""
     _, artists = pictures[0]
     box = artists.get("block-0")
     assert box is not None and centre_and_size(box)[:2] == pytest.approx(impl.pool_xy(0)), say(
@@ -232,7 +235,8 @@ def test_the_layout_helpers_keep_their_documented_grid_and_the_drawing_uses_them
 
 
 def test_every_block_and_entry_is_labelled_inside_its_square(impl, pictures):
-    """'#B' in each block, the physical id in each table entry, 'seq S' left of its row; equal aspect, no axes."""
+    """'#B' in each block, the physical id in each table entry, 'seq S' left of its row; equal
+    aspect, no axes."""
     for snap, art in pictures:
         assert art["_axes"] == (1.0, False), say(
             f"step {snap.step}: new_axes should give an equal aspect (squares stay square) and no "
@@ -298,7 +302,8 @@ def test_the_free_list_is_written_head_first(impl, pictures):
 
 
 def test_a_trace_becomes_one_titled_png_per_step(impl, tmp_path, monkeypatch):
-    """draw_trace writes step-NN.png per snapshot, titled with the step's sentence, and closes its figures."""
+    """draw_trace writes step-NN.png per snapshot, titled with the step's sentence, and closes its
+    figures."""
     titles, save = [], matplotlib.figure.Figure.savefig
 
     def spy(fig, *args, **kwargs):

@@ -40,7 +40,8 @@ def test_align_up_rounds_up_to_the_next_multiple_of_128(impl):
 @settings(max_examples=50, derandomize=True, database=None, deadline=None)
 @given(st.integers(0, 10**7), st.sampled_from([1, 2, 32, 64, 128, 256, 4096]))
 def test_align_up_is_the_smallest_aligned_size_not_below_n(impl, n, alignment):
-    """For any size and power-of-two alignment: a multiple, not smaller, less than one step above."""
+    """For any size and power-of-two alignment: a multiple, not smaller, less than one step
+    above."""
     got = impl.align_up(n, alignment)
     call = f"align_up({n}, {alignment}) = {got}"
     assert got % alignment == 0, say(
@@ -56,7 +57,8 @@ def test_align_up_is_the_smallest_aligned_size_not_below_n(impl, n, alignment):
 
 
 def test_every_block_starts_on_a_128_byte_boundary_and_blocks_never_overlap(impl):
-    """Blocks of 1,000 bytes start at 0, 1024, 2048, ...: aligned, disjoint, and no more padding than needed."""
+    """Blocks of 1,000 bytes start at 0, 1024, 2048, ...: aligned, disjoint, and no more padding
+    than needed."""
     starts = list(impl.block_starts(5, 1000))
     assert starts == [0, 1024, 2048, 3072, 4096], say(
         f"block_starts(5, 1000) gave {starts}, expected a stride of 1024 (1000 rounded up to 128)",
@@ -230,7 +232,8 @@ def test_a_thread_that_finds_the_stack_empty_writes_minus_one(impl):
 
 
 def test_threads_beyond_the_output_do_nothing(impl):
-    """A launch rounds threads up to a block size: 6 threads for 4 requests; threads 4 and 5 must not pop."""
+    """A launch rounds threads up to a block size: 6 threads for 4 requests; threads 4 and 5 must
+    not pop."""
     stack, top, out = fresh(num_free=8, num_threads=4)
     original = stack.copy()
     try:

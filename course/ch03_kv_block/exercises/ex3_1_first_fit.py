@@ -1,4 +1,5 @@
-"""Exercise 3.1 (your file): a variable-size first-fit allocator, to watch external fragmentation appear.
+"""Exercise 3.1 (your file): a variable-size first-fit allocator, to watch external fragmentation
+appear.
 
 Before paging, a serving system gave each sequence one contiguous range of KV slots
 sized to the sequence. This allocator does exactly that over `capacity` slots. Its
@@ -41,7 +42,7 @@ class FirstFit:
 
         A size that is not a positive int raises ValueError and changes nothing.
         """
-        # TODO(student): scan self.holes in order; shrink (or delete) the first hole with size >= size.
+        # TODO(student): scan self.holes in order; shrink or delete the first hole of size >= size.
         raise NotImplementedError("allocate")
 
     def free(self, start: int, size: int) -> None:

@@ -41,7 +41,9 @@ def strides(shape: tuple) -> tuple:
     raise NotImplementedError("strides")
 
 
-def flat_offset(shape: tuple, block: int, layer: int, kv: int, head: int, token: int, dim: int) -> int:
+def flat_offset(
+    shape: tuple, block: int, layer: int, kv: int, head: int, token: int, dim: int
+) -> int:
     """Element offset of kv_pool[block, layer, kv, head, token, dim] for a pool of `shape`.
 
     shape = (num_blocks, num_layers, 2, num_kv_heads, block_size, head_dim); kv is 0 for K, 1 for V.
@@ -52,5 +54,5 @@ def flat_offset(shape: tuple, block: int, layer: int, kv: int, head: int, token:
 
 def slot_offset(shape: tuple, slot: int, layer: int, kv: int, head: int, dim: int) -> int:
     """Element offset of one number of the token in cache slot `slot` (slot = block * B + token)."""
-    # TODO(student): split the slot into (block, token) with block_size = shape[4], then flat_offset.
+    # TODO(student): split the slot into (block, token), block_size = shape[4], then flat_offset.
     raise NotImplementedError("slot_offset")

@@ -51,5 +51,5 @@ def paged_attention(query, kv_cache, block_table, context_len: int, scale=None):
 
     Returns float64 [H, D]. `scale` defaults to 1 / sqrt(D).
     """
-    # TODO(student): gather K and V through the table, softmax(q.K * scale) (max first!), weights @ V.
+    # TODO(student): gather K and V via the table, softmax(q.K * scale) (max first!), weights @ V.
     raise NotImplementedError("paged_attention")

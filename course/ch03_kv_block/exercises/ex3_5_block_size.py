@@ -1,4 +1,5 @@
-"""Exercise 3.5 (your file): how much a block size wastes, and picking one for a workload and a budget.
+"""Exercise 3.5 (your file): how much a block size wastes, and picking one for a workload and a
+budget.
 
 A sequence of L tokens holds ceil(L / B) blocks of B slots; the empty slots at the
 end of its last block are its waste (internal fragmentation, at most B - 1 per
@@ -40,5 +41,5 @@ def choose_block_size(lengths, bytes_per_token: int, budget_bytes: int,
 
     Raises ValueError naming the budget when no candidate qualifies.
     """
-    # TODO(student): try candidates from largest to smallest; return the first that passes both tests.
+    # TODO(student): try candidates from largest to smallest; return the first to pass both tests.
     raise NotImplementedError("choose_block_size")

@@ -1,4 +1,5 @@
-"""Exercise 3.6 (your file): draw the chapter's core flow diagram from one snapshot of a pool's trace.
+"""Exercise 3.6 (your file): draw the chapter's core flow diagram from one snapshot of a pool's
+trace.
 
 The chapter's figure has three parts: the pool of physical blocks (free or in use),
 the block tables that map each sequence's logical blocks to physical ones, and the
@@ -74,7 +75,8 @@ def new_axes(snapshot):
 
 def draw_flow(snapshot, ax) -> None:
     """Draw the pool, every block table with its arrows, and the free list, on `ax`."""
-    # TODO(student): add the block-B, count-B, table-S-I, map-S-I and free-list artists (see the module docstring).
+    # (the module docstring describes each artist)
+    # TODO(student): add the block-B, count-B, table-S-I, map-S-I and free-list artists.
     raise NotImplementedError("draw_flow")
 
 

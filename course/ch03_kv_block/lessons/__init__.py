@@ -28,7 +28,8 @@ def verdict(en: str, zh: str) -> str:
 
 
 class NeedsExercise(RuntimeError):
-    """This part of a demo needs an exercise's code, and neither the reference nor yours is there."""
+    """This part of a demo needs an exercise's code, and neither the reference nor yours is
+    there."""
 
 
 def reference(exercise_id: str):

@@ -46,7 +46,8 @@ manager (blocks of 16): the second reuses block 0 and computes the second block'
 tokens again, into a block of its own.
 """
 TEXT_ZH = """
-Block 从公共的池里借出，序列结束时交还。池把空闲 Block 串成链表：allocate() 取表头，free() 插回表头，都是
+Block 从公共的池里借出，序列结束时交还。池把空闲 Block 串成链表：\
+allocate() 取表头，free() 插回表头，都是
 O(1)，不搬数据。本章的坑：Block 可能被"共享"（beam search、并行采样、fork 出的序列），所以
 每个 Block 带引用计数。fork() 给每个共享块加一；free() 减一，只有降到 0 才回到空闲链表。
 共享者往一个共享的、未填满的最后一个 Block 追加时，先得到自己的副本（写时复制）。

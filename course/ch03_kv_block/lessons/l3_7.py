@@ -72,7 +72,8 @@ def _note(text: str) -> None:
 
 
 def _sectors():
-    """The sector-count model: pagedsim.labs.sectors where it lives, else cuda_kernels.labs.sectors."""
+    """The sector-count model: pagedsim.labs.sectors where it lives, else
+    cuda_kernels.labs.sectors."""
     try:
         from pagedsim.labs import sectors
     except ImportError:

@@ -51,7 +51,8 @@ class FirstFit:
         while i < len(self.holes) and self.holes[i][0] < start:
             i += 1
         self.holes.insert(i, (start, size))
-        if i + 1 < len(self.holes) and start + size == self.holes[i + 1][0]:  # touches the right hole
+        # touches the right hole
+        if i + 1 < len(self.holes) and start + size == self.holes[i + 1][0]:
             self.holes[i] = (start, size + self.holes[i + 1][1])
             del self.holes[i + 1]
         if i > 0 and self.holes[i - 1][0] + self.holes[i - 1][1] == start:  # touches the left hole

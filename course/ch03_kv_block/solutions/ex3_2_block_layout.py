@@ -37,13 +37,15 @@ def strides(shape: tuple) -> tuple:
     return tuple(reversed(out))
 
 
-def flat_offset(shape: tuple, block: int, layer: int, kv: int, head: int, token: int, dim: int) -> int:
+def flat_offset(
+    shape: tuple, block: int, layer: int, kv: int, head: int, token: int, dim: int
+) -> int:
     """Element offset of kv_pool[block, layer, kv, head, token, dim] for a pool of `shape`.
 
     shape = (num_blocks, num_layers, 2, num_kv_heads, block_size, head_dim); kv is 0 for K, 1 for V.
     """
     index = (block, layer, kv, head, token, dim)
-    return sum(i * s for i, s in zip(index, strides(shape)))
+    return sum(i * s for i, s in zip(index, strides(shape)))  # noqa: B905 (solution kept as is)
 
 
 def slot_offset(shape: tuple, slot: int, layer: int, kv: int, head: int, dim: int) -> int:

@@ -72,7 +72,8 @@ def draw_flow(snapshot, ax) -> None:
         x, y = pool_xy(b)
         count = snapshot.ref_counts[b]
         ax.add_patch(Rectangle((x - CELL / 2, y - CELL / 2), CELL, CELL, gid=f"block-{b}",
-                               facecolor=USED_COLOUR if count else FREE_COLOUR, edgecolor="#222222"))
+                               facecolor=USED_COLOUR if count else FREE_COLOUR,
+                               edgecolor="#222222"))
         ax.text(x, y + 0.28, f"#{b}", ha="center", va="center", fontsize=7)
         if count:
             ax.text(x, y - 0.1, str(count), ha="center", va="center", gid=f"count-{b}")
@@ -80,11 +81,13 @@ def draw_flow(snapshot, ax) -> None:
         ax.text(-0.7, table_xy(row, 0, n)[1], f"seq {seq.seq_id}", ha="right", va="center")
         for i, b in enumerate(seq.blocks):
             x, y = table_xy(row, i, n)
-            ax.add_patch(Rectangle((x - CELL / 2, y - CELL / 2), CELL, CELL, gid=f"table-{seq.seq_id}-{i}",
+            ax.add_patch(Rectangle((x - CELL / 2, y - CELL / 2), CELL, CELL,
+                                   gid=f"table-{seq.seq_id}-{i}",
                                    facecolor="white", edgecolor="#222222"))
             ax.text(x, y, str(b), ha="center", va="center")
             ax.annotate("", xy=pool_xy(b), xytext=(x, y), gid=f"map-{seq.seq_id}-{i}",
-                        arrowprops=dict(arrowstyle="->", color="#555555", lw=0.8, shrinkA=8, shrinkB=8,
+                        arrowprops=dict(arrowstyle="->", color="#555555", lw=0.8,
+                                        shrinkA=8, shrinkB=8,
                                         connectionstyle=f"arc3,rad={0.15 + 0.1 * row}"))
     order = " -> ".join(map(str, snapshot.free_list)) or "empty"
     bottom = table_xy(len(snapshot.sequences), 0, n)[1]
