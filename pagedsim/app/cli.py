@@ -5,7 +5,8 @@ matplotlib or numba. Each target is a `main(argv: list[str]) -> int` function.
 
 Errors are handled here, once: a `ValueError`, `TypeError`, `OSError` (an unwritable
 output path, a missing trace), `RuntimeError` (`OutOfBlocks`, a stalled scheduler) or
-`MemoryError` escaping a command becomes one line on stderr, `pagedsim COMMAND: error: ...`, and exit status 2; never a traceback. Commands
+`MemoryError` escaping a command becomes one line on stderr, `pagedsim COMMAND: error: ...`,
+and exit status 2; never a traceback. Commands
 build their parsers with `ArgParser`, whose usage errors are one line on stderr too,
 and check numbers at parse time with `int_in` / `float_in`.
 """
@@ -27,11 +28,15 @@ COMMANDS = {
     "sweep": ("pagedsim.labs.sweep:main", "block sizes 1..256 on a workload"),
     "policies": ("pagedsim.labs.policies:main", "compare eviction policies on one trace"),
     "swapcost": ("pagedsim.labs.swapcost:main", "swap vs recompute: the cost model"),
-    "race": ("pagedsim.labs.interleavings:main", "enumerate interleavings of a concurrent block pop"),
-    "generate": ("pagedsim.engine.generate:main", "serve a tiny model from the blocks; compare with a dense engine"),
+    "race": ("pagedsim.labs.interleavings:main",
+             "enumerate interleavings of a concurrent block pop"),
+    "generate": ("pagedsim.engine.generate:main",
+                 "serve a tiny model from the blocks; compare with a dense engine"),
     "conform": ("pagedsim.testing.conform:main", "check your own block manager against the model"),
-    "play": ("pagedsim.app.play:main", "a playground: type alloc/append/fork/free and watch the blocks"),
-    "capacity": ("pagedsim.app.capacity:main", "how many KV tokens fit model Y on GPU X (vLLM v1's arithmetic)"),
+    "play": ("pagedsim.app.play:main",
+             "a playground: type alloc/append/fork/free and watch the blocks"),
+    "capacity": ("pagedsim.app.capacity:main",
+                 "how many KV tokens fit model Y on GPU X (vLLM v1's arithmetic)"),
 }
 try:  # the course registers its own commands (lesson, check, workspace, ...): course.COMMANDS
     from course import COMMANDS as _COURSE_COMMANDS
@@ -96,7 +101,8 @@ def writable_dir(path: str) -> pathlib.Path:
 
 def _one_line(error: BaseException) -> str:
     text = " ".join(str(error).split()) or type(error).__name__
-    if isinstance(error, OSError) and error.filename is not None and str(error.filename) not in text:
+    if (isinstance(error, OSError) and error.filename is not None
+            and str(error.filename) not in text):
         text += f": {error.filename}"
     return text
 

@@ -54,7 +54,8 @@ def help_text() -> str:
 class Playground:
     """Reads commands, drives a `Session`, prints what happened. Never raises for a user mistake."""
 
-    def __init__(self, session: Session, *, out=None, width: int = 100, lang: str = "en", look: str = "paper"):
+    def __init__(self, session: Session, *, out=None, width: int = 100, lang: str = "en",
+                 look: str = "paper"):
         self.session, self.width, self.lang, self.look = session, width, lang, look
         self.out = out or sys.stdout
         self.mistakes = 0
@@ -66,8 +67,8 @@ class Playground:
     def show(self) -> None:
         s = self.session
         snap = s.timeline(self.lang)[-1]
-        where = f"moment {s.cursor}/{len(s.moments)}" + ("  (in the past: `forward` or a new command)"
-                                                         if s.cursor < len(s.moments) else "")
+        where = f"moment {s.cursor}/{len(s.moments)}" + (
+            "  (in the past: `forward` or a new command)" if s.cursor < len(s.moments) else "")
         self.say(t("step {k}: {caption}", self.lang, view_zh.ZH, k=snap.step, caption=snap.caption))
         self.say(f"  [{where}]")
         self.say(tour.format_snapshot(snap, width=self.width, lang=self.lang))
@@ -101,7 +102,8 @@ class Playground:
             self.say(f"! {text}: {e}")
         except Exception as e:  # noqa: BLE001 -- a playground never shows a traceback
             self.mistakes += 1
-            self.say(f"! {text}: pagedsim could not do this ({type(e).__name__}: {e}); please report it")
+            self.say(f"! {text}: pagedsim could not do this ({type(e).__name__}: {e}); "
+                     "please report it")
         return True
 
     def loop(self, lines, *, echo: bool = False, prompt: str = "") -> None:
@@ -146,24 +148,29 @@ def main(argv: list[str] | None = None) -> int:
     p = ArgParser(prog="pagedsim play", description=__doc__.split("\n\n")[0],
                   formatter_class=argparse.RawDescriptionHelpFormatter, epilog=help_text())
     p.add_argument("script", nargs="?", type=Path, help="a scenario file (default: read stdin)")
-    p.add_argument("--trace", type=Path, metavar="FILE", help="a trace from `pagedsim tour --json` to draw")
+    p.add_argument("--trace", type=Path, metavar="FILE",
+                   help="a trace from `pagedsim tour --json` to draw")
     p.add_argument("--events", type=Path, metavar="FILE",
                    help="a JSON-lines stream of vLLM KV cache events to replay and draw")
-    p.add_argument("--draw", type=Path, metavar="DIR", help="write one frame per step, the key frames and a GIF")
-    p.add_argument("--format", choices=FORMATS, default="png", help="format of the frames (default png)")
+    p.add_argument("--draw", type=Path, metavar="DIR",
+                   help="write one frame per step, the key frames and a GIF")
+    p.add_argument("--format", choices=FORMATS, default="png",
+                   help="format of the frames (default png)")
     p.add_argument("--style", choices=("paper", "projector"), default="paper",
                    help="projector: text >= 12 pt and strong colours, for slides")
     p.add_argument("--blocks", type=int_in(1, 4096), default=12,
                    help="blocks in the pool (default 12)")
     p.add_argument("--block-size", type=int_in(1, 1024), default=4,
                    help="tokens per block (default 4)")
-    p.add_argument("--prefix-cache", action="store_true", help="share full prompt blocks (equal WORDs)")
+    p.add_argument("--prefix-cache", action="store_true",
+                   help="share full prompt blocks (equal WORDs)")
     p.add_argument("--window", type=int_in(1, 1 << 20), metavar="N",
                    help="sliding-window attention over N tokens")
     p.add_argument("--hybrid", type=int_in(1, 1 << 20), metavar="N",
                    help="two KV cache groups (vLLM v1): full attention + a window of N tokens")
     p.add_argument("--policy", choices=POLICIES, default="none",
-                   help="when the pool is short: none (the step fails), recompute or swap the newest")
+                   help="when the pool is short: none (the step fails), "
+                   "recompute or swap the newest")
     p.add_argument("--width", type=int_in(20, 1000), default=None,
                    help="line width, 20..1000 (default: the terminal's)")
     p.add_argument("--lang", choices=LANGS, default=None, help="en or zh (default: the locale)")
@@ -177,8 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.events:
         return _draw_events(args, p, width, lang)
     try:
-        session = Session(Options(args.blocks, args.block_size, args.prefix_cache, args.window, args.policy,
-                                  args.hybrid))
+        session = Session(Options(args.blocks, args.block_size, args.prefix_cache, args.window,
+                                  args.policy, args.hybrid))
     except Refused as e:
         p.error(str(e))
     play = Playground(session, width=width, lang=lang, look=args.style)
@@ -189,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         live = sys.stdin.isatty()
         if live:
-            play.say(f"pagedsim play: {args.blocks} blocks x {args.block_size} tokens. `help` lists the "
-                     f"commands, `quit` stops.")
+            play.say(f"pagedsim play: {args.blocks} blocks x {args.block_size} tokens. "
+                     f"`help` lists the commands, `quit` stops.")
             print("play> ", end="", flush=True)
         play.loop(sys.stdin, echo=not live, prompt="play> " if live else "")
     if args.draw:

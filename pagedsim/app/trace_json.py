@@ -107,13 +107,15 @@ def snapshot_from_dict(d: dict) -> tr.Snapshot:
     except (KeyError, TypeError) as e:
         raise ValueError(f"not a snapshot: missing or malformed {e}") from None
     if len(snap.ref_counts) != snap.num_blocks or len(snap.block_fill) != snap.num_blocks:
-        raise ValueError(f"snapshot {snap.step}: ref_counts/block_fill do not have {snap.num_blocks} entries")
+        raise ValueError(f"snapshot {snap.step}: ref_counts/block_fill do not have "
+                         f"{snap.num_blocks} entries")
     return snap
 
 
 def snapshots_from_dict(d: dict) -> list[tr.Snapshot]:
     if not isinstance(d, dict) or not d.get("snapshots"):
-        raise ValueError("not a pagedsim trace: expected an object with a non-empty 'snapshots' list")
+        raise ValueError("not a pagedsim trace: expected an object with a non-empty "
+                         "'snapshots' list")
     snaps = [snapshot_from_dict(s) for s in d["snapshots"]]
     if len({(s.num_blocks, s.block_size) for s in snaps}) != 1:
         raise ValueError("the snapshots disagree on the pool's size")

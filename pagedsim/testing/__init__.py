@@ -19,7 +19,7 @@ Guide: docs/testing-kit.md.
 """
 
 from .attention import check_attention, compare
-from .caches import PagedCase, paged_case, paged_caches, reference_attention
+from .caches import PagedCase, paged_caches, paged_case, reference_attention
 from .contract import RAN_OUT, Hung, NonConformance
 from .machine import ManagerConformance, manager_machine
 from .run import Summary, check_manager

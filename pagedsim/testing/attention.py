@@ -52,7 +52,7 @@ def compare(fn, case: PagedCase, call_timeout=None) -> None:
         fail(f"fn returned {type(out).__name__}, not an array")
     if got.shape != want.shape:
         fail(f"fn returned shape {got.shape}; expected [S, H, D] = {want.shape}")
-    if not all(np.array_equal(a, b) for a, b in zip(inputs, case.args[:4])):
+    if not all(np.array_equal(a, b) for a, b in zip(inputs, case.args[:4], strict=True)):
         fail("fn changed one of its inputs (query, kv_cache, block_tables or context_lens)")
     if not np.isfinite(got).all():
         fail("fn returned NaN or inf (did it read a poisoned slot, or overflow?)")

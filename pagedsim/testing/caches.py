@@ -72,7 +72,7 @@ def paged_case(*, context_lens=(5,), block_size: int = 4, num_kv_heads: int = 1,
     tables = np.full((len(lens), max(need)), pad, np.int32)  # [S, max_blocks]
     kv = np.full((num_blocks, 2, num_kv_heads, bs, head_dim), POISON)  # [N, 2, H_kv, B, D]
     at = 1
-    for s, (n, k) in enumerate(zip(lens, need)):
+    for s, (n, k) in enumerate(zip(lens, need, strict=True)):
         tables[s, :k] = ids[at:at + k]
         at += k
         pos = np.arange(n)

@@ -223,7 +223,7 @@ class ManagerConformance(RuleBasedStateMachine):
         if tables_before and not hasattr(self.m.obj, "drain_copies"):
             self._infer_copies(tables_before, tables, writes)
         if writes is not None:
-            for p, value in zip(range(start, start + n), values):
+            for p, value in zip(range(start, start + n), values, strict=True):
                 self.memory[tables[seq][p // bs] * bs + p % bs] = value
                 self.writer[value] = (seq, p)
         free = self.m.num_free()

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hypothesis import HealthCheck, Phase, Verbosity, seed as hypothesis_seed, settings
+from hypothesis import HealthCheck, Phase, Verbosity, settings
+from hypothesis import seed as hypothesis_seed
 from hypothesis.stateful import run_state_machine_as_test
 
 from .contract import Hung

@@ -1,4 +1,5 @@
-"""The course's own machinery: the curriculum, the check runner, the stubs, the mutants, the lessons.
+"""The course's own machinery: the curriculum, the check runner, the stubs, the mutants, the
+lessons.
 
 The exercise checks themselves live in tests/course/ch03/ and, in a plain pytest run,
 check the reference solutions. The tests here prove the rest of the promise: every
@@ -67,7 +68,8 @@ def test_the_curriculum_check_refuses_orphans_missing_paths_and_empty_hints():
 
 
 def test_the_readmes_that_list_the_exercises_and_lessons_name_every_one_in_the_curriculum():
-    """The prose lists are checked against the curriculum and the lessons' files, not kept by hand."""
+    """The prose lists are checked against the curriculum and the lessons' files, not kept by
+    hand."""
     for readme in (
         "README.md",
         "course/ch03_kv_block/README.md",

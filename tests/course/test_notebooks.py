@@ -1,8 +1,8 @@
 """The notebooks cannot rot: their cells match the lessons, they are stored with the outputs of
 `python -m course.notebooks`, and (slow) every code cell runs, headless, in order.
 
-In the slow test each notebook's code cells are executed with exec() in one fresh namespace per notebook,
-in a temporary folder, with matplotlib's Agg backend and PAGEDSIM_NOTEBOOK_FAST=1 (figures
+In the slow test each notebook's code cells are executed with exec() in one fresh namespace per
+notebook, in a temporary folder, with matplotlib's Agg backend and PAGEDSIM_NOTEBOOK_FAST=1 (figures
 and stepper frames at a low resolution). No Jupyter is needed.
 """
 
@@ -37,7 +37,8 @@ def test_every_notebook_is_valid_nbformat_4_and_its_cells_are_the_generators():
 
 @pytest.mark.parametrize("section", EXECUTED)
 def test_every_code_cell_is_stored_with_the_outputs_of_its_run(section):
-    """Executed by `python -m course.notebooks`: counts 1, 2, ... and the lesson's own lines in the outputs."""
+    """Executed by `python -m course.notebooks`: counts 1, 2, ... and the lesson's own lines in the
+    outputs."""
     nb = json.loads((notebooks.FOLDER / f"{section}.ipynb").read_text(encoding="utf-8"))
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     assert [c["execution_count"] for c in code] == list(range(1, len(code) + 1)), (

@@ -24,7 +24,8 @@ def bad_counts(high=None):
     negative = st.integers(max_value=-1).map(lambda v: (v, ValueError))
     out = [wrong_type, negative, st.sampled_from([np.int64(-3)]).map(lambda v: (v, ValueError))]
     if high is not None:
-        out.append(st.integers(min_value=high + 1, max_value=high + 2**80).map(lambda v: (v, ValueError)))
+        out.append(st.integers(min_value=high + 1, max_value=high + 2**80)
+                   .map(lambda v: (v, ValueError)))
     return st.one_of(*out)
 
 

@@ -31,7 +31,8 @@ def files(tmp_path_factory):
 
 
 ROWS = {  # name: (arguments, a word the message must contain)
-    "sweep figure under a file": (["sweep", "--trace", "bom.csv", "--figure", "a_file/x"], "a_file"),
+    "sweep figure under a file": (["sweep", "--trace", "bom.csv", "--figure", "a_file/x"],
+                                  "a_file"),
     "tour frames under a file": (["tour", "--draw", "a_file/x"], "a_file"),
     "figures under a file": (["figures", "--out", "a_file/x", "--only", "race_timeline"], "a_file"),
     "a billion requests": (["waste", "--num-requests", "1000000000"], "--num-requests"),

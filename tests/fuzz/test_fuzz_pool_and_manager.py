@@ -4,16 +4,15 @@ the right kind of error, and leaves every observable thing exactly as it was."""
 import copy
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from helpers import manager_state, pool_state
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pagedsim import NULL_BLOCK, BlockError, BlockPool, KVCacheManager, OutOfBlocks
 from pagedsim.errors import MAX_BLOCK_SIZE, MAX_NUM_BLOCKS
 from pagedsim.policies import SlidingWindowManager
 
-from helpers import manager_state, pool_state
-
-from .kit import (WRONG_TYPES, bad_counts, bad_seq_ids_arg, bad_token_ids, busy_managers,
-                  is_clean)
+from .kit import WRONG_TYPES, bad_counts, bad_seq_ids_arg, bad_token_ids, busy_managers, is_clean
 
 FUZZ = settings(max_examples=40, report_multiple_bugs=False)
 
@@ -52,7 +51,7 @@ def test_every_pool_call_refuses_bad_block_ids_and_counts(n, taken, data):
         st.integers(n, 2**70).map(lambda v: (v, BlockError)),
         st.integers(-(2**70), -1).map(lambda v: (v, BlockError))))
     for call in (pool.free, pool.incref, pool.take, pool.ref_count, pool.is_shared):
-        refused(pool_state, pool, lambda: call(value), error)
+        refused(pool_state, pool, lambda call=call: call(value), error)
     refused(pool_state, pool, lambda: pool.release(held + [value]), error)
     count, error = data.draw(bad_counts())
     refused(pool_state, pool, lambda: pool.allocate_many(count), error)
@@ -60,7 +59,7 @@ def test_every_pool_call_refuses_bad_block_ids_and_counts(n, taken, data):
     if held:  # a block listed more often than it is held: nothing is released
         refused(pool_state, pool, lambda: pool.release(held + held[:1]), BlockError)
     for bad_list in ("01", 3, None):
-        refused(pool_state, pool, lambda: pool.release(bad_list), TypeError)
+        refused(pool_state, pool, lambda bad_list=bad_list: pool.release(bad_list), TypeError)
 
 
 @FUZZ
@@ -85,7 +84,8 @@ def test_every_manager_call_refuses_bad_arguments_and_changes_nothing(m, data):
         (lambda: m.decode_step(seqs, with_slots="yes"), TypeError),
     ]
     ids, ids_error = data.draw(bad_seq_ids_arg())
-    calls += [(lambda: m.decode_step(ids), ids_error), (lambda: m.blocks_for_decode(ids), ids_error)]
+    calls += [(lambda: m.decode_step(ids), ids_error),
+              (lambda: m.blocks_for_decode(ids), ids_error)]
     n = data.draw(st.integers(1, 3))
     tokens, error = data.draw(bad_token_ids(n))
     calls += [(lambda: m.append_tokens(seq, n, token_ids=tokens), error)]

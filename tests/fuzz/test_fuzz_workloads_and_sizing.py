@@ -3,7 +3,8 @@ the sizing helpers refuse bad input with TypeError or ValueError and nothing els
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pagedsim import workloads
 from pagedsim.labs import waste
@@ -47,8 +48,8 @@ def test_synthetic_refuses_bad_counts_and_names(bad):
 @given(body=st.binary(max_size=200), bom=st.booleans(), header=st.booleans())
 def test_any_bytes_as_a_csv_give_requests_or_a_value_error(tmp_path_factory, body, bom, header):
     path = tmp_path_factory.mktemp("csv") / "t.csv"
-    path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + (b"prompt_len,output_len\n" if header else b"")
-                     + body)
+    path.write_bytes((b"\xef\xbb\xbf" if bom else b"")
+                     + (b"prompt_len,output_len\n" if header else b"") + body)
     try:
         got = workloads.read_csv(path)
     except ValueError as e:
@@ -112,8 +113,8 @@ def test_prompt_tokens_and_request_lists_refuse_bad_arguments(bad):
     refused(lambda: workloads.prompt_tokens(reqs, prefix_lens=(5, 2)), ValueError)
     for call in (workloads.as_arrays, workloads.prompt_tokens,
                  lambda rs: workloads.write_csv(rs, "/nonexistent/never-written.csv")):
-        refused(lambda: call(reqs + [bad]), TypeError)
-        refused(lambda: call("not requests"), TypeError)
+        refused(lambda call=call: call(reqs + [bad]), TypeError)
+        refused(lambda call=call: call("not requests"), TypeError)
 
 
 def test_block_tables_and_blocks_needed_refuse_a_zero_block_size():

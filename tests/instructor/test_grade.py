@@ -1,4 +1,5 @@
-"""`pagedsim grade`: one process per student x exercise, a hard time limit, statuses that cannot be gamed.
+"""`pagedsim grade`: one process per student x exercise, a hard time limit, statuses that cannot
+be gamed.
 
 The first tests replace the checker with a tiny fake (`command=`), so they exercise the
 process handling alone: the JSON contract, the kill of the whole process group, a
@@ -30,7 +31,8 @@ FAKE = textwrap.dedent('''
     print("noise from the student's prints")
     ok = "GOOD" in text
     print(json.dumps({"exercise": ex, "status": "pass" if ok else "fail", "passed": 2 if ok else 1,
-                      "total": 2, "failed": [] if ok else ["test_b"], "messages": [] if ok else ["b is wrong"]}))
+                      "total": 2, "failed": [] if ok else ["test_b"],
+                      "messages": [] if ok else ["b is wrong"]}))
 ''')
 
 
@@ -49,8 +51,10 @@ def submissions(root: Path, files: dict) -> Path:
     return root
 
 
-def test_each_file_gets_the_status_its_checker_reported_and_a_missing_file_is_an_error(tmp_path, fake):
-    root = submissions(tmp_path / "class", {"ann/ex3_1_first_fit.py": "GOOD", "ben/ex3_1_first_fit.py": "meh",
+def test_each_file_gets_the_status_its_checker_reported_and_a_missing_file_is_an_error(
+        tmp_path, fake):
+    root = submissions(tmp_path / "class", {"ann/ex3_1_first_fit.py": "GOOD",
+                                            "ben/ex3_1_first_fit.py": "meh",
                                             "ann/upload/hw/ex3_2_block_layout.py": "GOOD"})
     results = grade.grade(root, timeout=20, command=fake)
     got = {(r.student, r.exercise): (r.status, r.passed, r.total, r.failed) for r in results}
@@ -81,7 +85,8 @@ def wait_until_gone(pid: int, tries: int = 50) -> bool:
     return False
 
 
-def test_a_checker_that_dies_without_a_result_is_an_error_that_quotes_its_last_words(tmp_path, fake):
+def test_a_checker_that_dies_without_a_result_is_an_error_that_quotes_its_last_words(
+        tmp_path, fake):
     root = submissions(tmp_path / "class", {"dan/ex3_1_first_fit.py": "DIE"})
     (result,) = grade.grade(root, timeout=20, command=fake)
     assert result.status == "error"
@@ -89,7 +94,8 @@ def test_a_checker_that_dies_without_a_result_is_an_error_that_quotes_its_last_w
 
 
 def test_json_and_table_output(tmp_path, fake, capsys, monkeypatch):
-    root = submissions(tmp_path / "class", {"ann/ex3_1_first_fit.py": "GOOD", "ben/ex3_1_first_fit.py": "meh"})
+    root = submissions(tmp_path / "class", {"ann/ex3_1_first_fit.py": "GOOD",
+                                            "ben/ex3_1_first_fit.py": "meh"})
     monkeypatch.setattr(grade, "child_command", fake)
     assert grade.main([str(root), "--json", "--timeout", "20", "--no-sandbox"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -125,7 +131,8 @@ def test_hidden_first_fit_hands_out_offset_zero_first():
 """
 
 
-def test_extra_checks_are_copied_into_the_private_build_next_to_the_course_checks(tmp_path, monkeypatch):
+def test_extra_checks_are_copied_into_the_private_build_next_to_the_course_checks(
+        tmp_path, monkeypatch):
     """Tracked by git or not, anywhere on disk: the build gets a copy, and a clash is renamed."""
     checks = tmp_path / "build" / Path(curriculum.find("3.1").checks[0]).parent
     checks.mkdir(parents=True)
@@ -134,7 +141,8 @@ def test_extra_checks_are_copied_into_the_private_build_next_to_the_course_check
     (tmp_path / "mine" / "test_ex3_1_first_fit.py").write_text(HIDDEN)
     (tmp_path / "mine" / "hidden_more.py").write_text(HIDDEN)
     monkeypatch.chdir(tmp_path / "mine")
-    copies = grade.private_checks(tmp_path / "build", [Path("test_ex3_1_first_fit.py"), Path("hidden_more.py")])
+    copies = grade.private_checks(tmp_path / "build",
+                                  [Path("test_ex3_1_first_fit.py"), Path("hidden_more.py")])
     assert [c.parent for c in copies] == [checks, checks] and all(c.is_absolute() for c in copies)
     assert [c.name for c in copies] == ["test_extra_0_test_ex3_1_first_fit.py", "hidden_more.py"]
     assert all(c.read_text() == HIDDEN for c in copies)
@@ -142,7 +150,8 @@ def test_extra_checks_are_copied_into_the_private_build_next_to_the_course_check
 
 
 @pytest.mark.slow
-def test_real_grading_passes_the_correct_file_and_fails_the_stub_and_the_reference_import(tmp_path, monkeypatch):
+def test_real_grading_passes_the_correct_file_and_fails_the_stub_and_the_reference_import(
+        tmp_path, monkeypatch):
     """One run with the instructor's hidden check added (an untracked file, given by a relative
     path): it counts, and its name is reported."""
     ex = curriculum.find("3.1")
@@ -156,10 +165,13 @@ def test_real_grading_passes_the_correct_file_and_fails_the_stub_and_the_referen
         f"reader/{name}": "import course, pathlib\nexec((pathlib.Path(course.__file__).parent / "
                           "'ch03_kv_block/solutions/ex3_1_first_fit.py').read_text())\n",
     })
-    monkeypatch.chdir(tmp_path)  # the checker runs in its own scratch folder: the path must still work
-    got = {r.student: r for r in grade.grade(root, ["3.1"], timeout=240, extra_checks=[Path(hidden.name)])}
+    # the checker runs in its own scratch folder: the path must still work
+    monkeypatch.chdir(tmp_path)
+    got = {r.student: r
+           for r in grade.grade(root, ["3.1"], timeout=240, extra_checks=[Path(hidden.name)])}
     assert got["right"].status == "pass" and got["right"].passed == got["right"].total > 1
-    assert got["stub"].status == "fail" and "test_hidden_first_fit_hands_out_offset_zero_first" in got["stub"].failed
+    assert got["stub"].status == "fail" \
+        and "test_hidden_first_fit_hands_out_offset_zero_first" in got["stub"].failed
     assert got["stub"].total == got["right"].total
     for cheat in ("thief", "reader"):  # importing the reference, or executing its file's text
         assert got[cheat].status in ("fail", "error") and got[cheat].passed == 0, got[cheat]

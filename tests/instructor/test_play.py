@@ -1,4 +1,5 @@
-"""`pagedsim play`: scripted scenarios on a real manager, time travel, one-line mistakes, drawing."""
+"""`pagedsim play`: scripted scenarios on a real manager, time travel, one-line mistakes,
+drawing."""
 
 import io
 import json
@@ -169,10 +170,12 @@ def test_a_scenario_script_is_drawn_end_to_end_frames_key_frames_and_a_gif(tmp_p
     out = tmp_path / "out"
     assert play.main([str(script), "--blocks", "6", "--draw", str(out), "--format", "svg"]) == 0
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted([f"scenario_step_00{k}.svg" for k in range(5)] + ["scenario-key-frames.svg", "scenario.gif"])
+    assert names == sorted([f"scenario_step_00{k}.svg" for k in range(5)]
+                           + ["scenario-key-frames.svg", "scenario.gif"])
     texts = {k: (out / f"scenario_step_00{k}.svg").read_text() for k in (3, 4)}
     assert "<text" in texts[3] and "copy 1→2" in texts[3]  # the pair, at the step that made it
-    assert "copy 1→2" not in texts[4] and "OutOfBlocks" in texts[4]  # drained; the failed step drawn
+    # drained; the failed step drawn
+    assert "copy 1→2" not in texts[4] and "OutOfBlocks" in texts[4]
     assert (out / "scenario-key-frames.svg").read_text().count("<text") > 100
 
 
@@ -209,4 +212,5 @@ def test_a_block_the_window_released_is_drawn_as_an_empty_dashed_table_cell():
     ax = render(s.current()).axes[0]
     cell = next(p for p in ax.patches if p.get_gid() == "table-A-0")
     assert to_hex(cell.get_facecolor()) == "#ffffff" and cell.get_linestyle() == "--"
-    assert "\u2013" in [t.get_text() for t in ax.texts] and "-1" not in [t.get_text() for t in ax.texts]
+    assert "\u2013" in [t.get_text() for t in ax.texts] \
+        and "-1" not in [t.get_text() for t in ax.texts]

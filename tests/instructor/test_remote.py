@@ -67,7 +67,7 @@ def student(tmp_path):
         yield sub, sub.module(), path
 
 
-def test_a_list_and_an_array_the_callee_changes_change_here_and_a_returned_argument_is_the_same_object(
+def test_a_list_and_an_array_the_callee_changes_change_here_and_a_returned_argument_is_the_same_object(  # noqa: E501 -- "def NAME(" alone is 103 columns; renaming would change the node id
         student):
     _, mod, _ = student
     table = [9]
@@ -95,7 +95,8 @@ def test_a_students_exception_class_comes_back_as_a_stand_in_with_its_base_and_i
         '    raise PoolError(f"block {b} is not yours")') + 1
 
 
-def test_the_checker_serves_the_child_public_methods_of_what_it_handed_over_and_nothing_private(student):
+def test_the_checker_serves_the_child_public_methods_of_what_it_handed_over_and_nothing_private(
+        student):
     _, mod, _ = student
     pool = BlockPool(4, 2)
     assert mod.uses(pool) == (0, 1) and pool.ref_count(0) == 1  # the call ran on this pool
@@ -105,10 +106,12 @@ def test_the_checker_serves_the_child_public_methods_of_what_it_handed_over_and_
 
 
 def test_a_raw_request_for_a_dunder_a_class_or_a_module_is_refused(student):
-    """What a child that writes its own messages could ask for: never a way to the checker's code."""
+    """What a child that writes its own messages could ask for: never a way to the checker's
+    code."""
     sub, _, _ = student
     pool = BlockPool(4, 2)
-    for op, payload in [("getattr", (pool, "__class__")), ("getattr", (pool.allocate, "__globals__")),
+    for op, payload in [("getattr", (pool, "__class__")),
+                        ("getattr", (pool.allocate, "__globals__")),
                         ("getattr", (pool, "__init__")), ("call", (BlockPool, (1, 1), {})),
                         ("getattr", (os, "system")), ("special", (pool, "__reduce__", ())),
                         ("import_impl", ("/etc/passwd", "3.1"))]:
@@ -116,7 +119,8 @@ def test_a_raw_request_for_a_dunder_a_class_or_a_module_is_refused(student):
             sub.ch.perform(op, payload)
 
 
-def test_a_child_that_exits_during_a_call_is_a_child_died_and_the_next_use_starts_a_fresh_one(student):
+def test_a_child_that_exits_during_a_call_is_a_child_died_and_the_next_use_starts_a_fresh_one(
+        student):
     sub, mod, _ = student
     first = sub.proc.pid
     with pytest.raises(remote.ChildDied):

@@ -4,7 +4,7 @@ catching the classic paged-attention bugs (a correct function must pass)."""
 import numpy as np
 import pytest
 
-from pagedsim.testing import (NonConformance, check_attention, paged_case, reference_attention)
+from pagedsim.testing import NonConformance, check_attention, paged_case, reference_attention
 from pagedsim.testing.caches import POISON
 
 FEW = dict(examples=60)

@@ -107,8 +107,8 @@ def test_a_slow_target_is_killed_by_the_overall_timeout(tmp_path):
 CHEATS = {
     "exit0": "import sys\ndef Factory(n, b):\n    sys.exit(0)\n",
     "os_exit0": "import os\ndef Factory(n, b):\n    os._exit(0)\n",
-    "fake_ok": ("import os\ndef Factory(n, b):\n    print('pagedsim conform: OK: manager: 40 steps over "
-                "100 generated examples conform', flush=True)\n    os._exit(0)\n"),
+    "fake_ok": ("import os\ndef Factory(n, b):\n    print('pagedsim conform: OK: manager: "
+                "40 steps over 100 generated examples conform', flush=True)\n    os._exit(0)\n"),
     "exit_at_import": "import os\nos._exit(0)\ndef Factory(n, b):\n    pass\n",
     "patch_kit": ("import pagedsim.testing.run as r\nr.check_manager = lambda *a, **k: 'patched'\n"
                   "def Factory(n, b):\n    raise SystemExit(0)\n"),
@@ -119,6 +119,6 @@ CHEATS = {
 def test_no_exit_print_or_patch_in_the_target_produces_conforms(tmp_path, name):
     (tmp_path / f"{name}.py").write_text(CHEATS[name])
     code, out, err = conform(f"{tmp_path / name}.py:Factory", *FEW, timeout=60)
-    assert code in (1, 2) and "OK" not in out and "conforms" not in out.replace("does NOT conform", ""), \
-        (code, out, err)
+    assert code in (1, 2) and "OK" not in out \
+        and "conforms" not in out.replace("does NOT conform", ""), (code, out, err)
     assert "Traceback" not in out + err

@@ -4,14 +4,20 @@ with a short, readable script, and the strategies draw what they promise."""
 import re
 
 import pytest
-from hypothesis import given, settings
-
 from deque_allocator import DequeBlockManager
+from hypothesis import given, settings
 from kit_buggy_managers import BUGS, HalfwayAllocation, SkipsCopyOnWrite
-from pagedsim import KVCacheManager, SequenceError
-from pagedsim.testing import (NonConformance, Op, check_manager, manager_machine, operations,
-                              requests)
 from vllm_names import make_adapter
+
+from pagedsim import KVCacheManager, SequenceError
+from pagedsim.testing import (
+    NonConformance,
+    Op,
+    check_manager,
+    manager_machine,
+    operations,
+    requests,
+)
 
 FAST = dict(examples=30, steps=20)  # pools of 1..32 blocks of 1, 2, 4 or 8 tokens
 HUNT = dict(FAST, examples=100)  # what `pagedsim conform` runs; a bug stops the search early

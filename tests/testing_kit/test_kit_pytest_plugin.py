@@ -4,8 +4,8 @@ declares installed, gets the `manager_machine` and `paged_cache` fixtures with n
 import os
 import subprocess
 import sys
-import tomllib
 
+import tomllib
 from kit_paths import EXAMPLES, ROOT
 
 OUTSIDE_SUITE = f"""\
