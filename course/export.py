@@ -13,8 +13,9 @@ The checks stay (they do not need the solutions), so in the copy `pip install .`
 `pagedsim check 3.4a` works as usual (exported from an installed wheel, which has no
 pyproject.toml, the copy gets one written from the installed package's metadata).
 After copying, the export proves what it promised: no solution file's text appears anywhere
-in DIR (compared byte for byte), and it prints how many files it wrote. DIR must not exist or
-be empty.
+in DIR (compared byte for byte), and it prints how many files it wrote.
+A Markdown link to a page it left out becomes plain text (course/export_links.py).
+DIR must not exist or be empty.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 from pagedsim.app.cli import ArgParser
 
 from . import curriculum
+from .export_links import unlink_missing
 
 LEAVE_OUT = (
     "course/ch03_kv_block/solutions/*",
@@ -84,6 +86,8 @@ def export(dest, root: Path = curriculum.REPO_ROOT, prefixes=None) -> list[str]:
         dest.mkdir(parents=True, exist_ok=True)
         (dest / "pyproject.toml").write_text(installed_pyproject(), encoding="utf-8")
         written.append("pyproject.toml")
+    if prefixes is None:  # the README must not send a student to a page left out
+        unlink_missing(dest)
     leaks = answer_leaks(dest, root)
     if leaks:
         raise AssertionError(f"the export still holds solution text: {', '.join(leaks)}")

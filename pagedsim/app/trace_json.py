@@ -76,7 +76,7 @@ def validate(d: dict) -> None:
         for v in values:
             _whole(v, f"{where}: {name} entry", 0, high)
     for name in ("sequences", "events", "pending_copies"):
-        if not isinstance(d.get(name, []), list):
+        if not isinstance(d.get(name, []), (list, tuple)):  # JSON arrays, or to_dict() tuples
             raise ValueError(f"{where}: {name} must be a list, got {d.get(name)!r}"[:200])
     if not all(isinstance(e, dict) for e in d.get("events", [])):
         raise ValueError(f"{where}: every event must be an object")

@@ -13,7 +13,8 @@ from pagedsim.policies import PrefixCachingManager, SlidingWindowPrefixCachingMa
 from pagedsim.policies.hybrid import HybridManager
 from pagedsim.scheduler import Scheduler
 from pagedsim.workloads import Request
-from tests.fuzz.kit import WRONG_TYPES, manager_state
+from tests.fuzz.kit import WRONG_TYPES
+from tests.helpers import manager_state
 
 ANY = st.one_of(WRONG_TYPES, st.integers(-5, 5), st.text(max_size=3),
                 st.lists(st.integers(-2, 3), max_size=3))

@@ -20,7 +20,7 @@ from pagedsim.policies import (
 )
 from pagedsim.scheduler import Scheduler
 from pagedsim.workloads import Request
-from tests.fuzz.kit import manager_state
+from tests.helpers import manager_state
 
 
 # ---- 1. lookahead slots are not computed tokens -------------------------------------------

@@ -17,7 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from pagedsim.kv_events import AllBlocksCleared, BlockRemoved, BlockStored
 from pagedsim.policies import PrefixCachingManager, SlidingWindowPrefixCachingManager
-from tests.fuzz.kit import manager_state
+from tests.helpers import manager_state
 
 TOKENS = st.lists(st.integers(0, 2), min_size=1, max_size=12)  # small vocabulary: repeats
 SALTS = st.sampled_from([None, None, "a", "b"])

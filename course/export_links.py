@@ -1,0 +1,49 @@
+"""Markdown links in a student copy that would point at a file the export left out.
+
+`pagedsim export-course` leaves the instructor's pages out; a README that links to them
+would send a student to a missing file. `unlink_missing(dest)` rewrites every relative
+Markdown link `[text](path)` whose target does not exist in the copy to plain `text`
+(noting that it is in the instructor's copy), and returns the links it rewrote.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
+NOTE = " (in the instructor's copy)"
+
+
+def _is_relative(target: str) -> bool:
+    return not re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I) and not target.startswith("#")
+
+
+def unlink_missing(dest: Path) -> list[str]:
+    """Rewrite, in every .md file under `dest`, the relative links to missing files."""
+    dest = Path(dest)
+    rewritten = []
+    for md in sorted(dest.rglob("*.md")):
+        text = md.read_text(encoding="utf-8")
+
+        def plain(m: re.Match, md=md) -> str:
+            label, target = m.group(1), m.group(2)
+            path = target.split("#", 1)[0]
+            if not path or not _is_relative(target) or (md.parent / path).exists():
+                return m.group(0)
+            rewritten.append(f"{md.relative_to(dest)}: {target}")
+            return label + NOTE
+
+        new = LINK.sub(plain, text)
+        if new != text:
+            md.write_text(new, encoding="utf-8")
+    return rewritten
+
+
+def missing_links(dest: Path) -> list[str]:
+    """Relative Markdown links under `dest` that point at a missing file (should be none)."""
+    dest = Path(dest)
+    return [f"{md.relative_to(dest)}: {m.group(2)}" for md in sorted(dest.rglob("*.md"))
+            for m in LINK.finditer(md.read_text(encoding="utf-8"))
+            if _is_relative(m.group(2)) and m.group(2).split("#", 1)[0]
+            and not (md.parent / m.group(2).split("#", 1)[0]).exists()]
