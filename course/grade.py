@@ -282,18 +282,22 @@ def solutions_on_disk() -> list[Path]:
     return [p for ex in curriculum.load() if (p := ex.path("solution")).is_file()]
 
 
-def _attribute(writes: list[str], windows: dict) -> dict:
+def _attribute(writes: list[str], windows: dict, root=None) -> dict:
     """{(student, exercise): [paths]}: each file written under DIR, blamed on the jobs that ran
-    when it was last modified (one job when they ran one at a time)."""
+    when it was last modified (one job when they ran one at a time). A file inside a
+    student's own folder is blamed on that student's running jobs alone, when there are any."""
     blamed: dict = {}
     for path in writes:
         try:
             when = os.lstat(path).st_mtime
         except OSError:
             when = None  # removed: every job could have
-        for key, (t0, t1) in windows.items():
-            if when is None or t0 - 1 <= when <= t1 + 1:
-                blamed.setdefault(key, []).append(path)
+        running = [key for key, (t0, t1) in windows.items()
+                   if when is None or t0 - 1 <= when <= t1 + 1]
+        own = [key for key in running if root is not None
+               and Path(os.path.abspath(Path(root, key[0]))) in Path(os.path.abspath(path)).parents]
+        for key in own or running:
+            blamed.setdefault(key, []).append(path)
     return blamed
 
 
@@ -357,7 +361,7 @@ def grade(
         finally:
             jail.kill_tree(None, orphans_of_self=True, keep=keep)  # whatever escaped its session
             jail.writable(Path(tmp))
-    blamed = _attribute(jail.changed(before, jail.snapshot(root)), windows)
+    blamed = _attribute(jail.changed(before, jail.snapshot(root)), windows, root)
     for r in results:
         wrote = blamed.get((r.student, r.exercise))
         if wrote:

@@ -205,17 +205,15 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     (
         "3.6",
         'constant in draw_flow: arrowprops=dict(arrowstyle="->", color="#555555", lw=0.8, '
-        "shrinkA=8, shrinkB=8, :: 0.8 -> 1.8",
+        ":: 0.8 -> 1.8",
     ): _COSMETIC,
     (
         "3.6",
-        'constant in draw_flow: arrowprops=dict(arrowstyle="->", color="#555555", lw=0.8, '
-        "shrinkA=8, shrinkB=8, :: 8 -> 9 [1]",
+        "constant in draw_flow: shrinkA=8, shrinkB=8, :: 8 -> 9 [1]",
     ): _COSMETIC,
     (
         "3.6",
-        'constant in draw_flow: arrowprops=dict(arrowstyle="->", color="#555555", lw=0.8, '
-        "shrinkA=8, shrinkB=8, :: 8 -> 9 [2]",
+        "constant in draw_flow: shrinkA=8, shrinkB=8, :: 8 -> 9 [2]",
     ): _COSMETIC,
     (
         "3.6",

@@ -169,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hybrid", type=int_in(1, 1 << 20), metavar="N",
                    help="two KV cache groups (vLLM v1): full attention + a window of N tokens")
     p.add_argument("--policy", choices=POLICIES, default="none",
-                   help="when the pool is short: none (the step fails), "
-                   "recompute or swap the newest")
+                   help="when the pool is short: "
+                   "none (the step fails), recompute or swap the newest")
     p.add_argument("--width", type=int_in(20, 1000), default=None,
                    help="line width, 20..1000 (default: the terminal's)")
     p.add_argument("--lang", choices=LANGS, default=None, help="en or zh (default: the locale)")
