@@ -190,26 +190,17 @@ def run_one(
     took = round(time.monotonic() - start, 2)
     tampered = job.tampered()
     job.remove()
+
+    def refused(status: str, message: str) -> Result:  # a verdict the checker did not write
+        return Result(student, ex_id, status, seconds=took, sandbox=sandbox, messages=[message])
+
     if tampered:
-        return Result(
-            student,
-            ex_id,
+        return refused(
             "error",
-            seconds=took,
-            sandbox=sandbox,
-            messages=[
-                "the job changed its private copy of the checks or of the submission: not graded"
-            ],
+            "the job changed its private copy of the checks or of the submission: not graded",
         )
     if timed_out:
-        return Result(
-            student,
-            ex_id,
-            "timeout",
-            seconds=took,
-            sandbox=sandbox,
-            messages=[f"killed after {timeout:g} s: an endless loop, or far too slow"],
-        )
+        return refused("timeout", f"killed after {timeout:g} s: an endless loop, or far too slow")
     lines = [ln for ln in out.splitlines() if ln.strip()]
     try:
         data = json.loads(lines[-1]) if lines else None
@@ -221,13 +212,8 @@ def run_one(
         }
         return Result(student, ex_id, seconds=took, sandbox=sandbox, **keep)
     tail = (err.strip().splitlines() or ["(nothing on stderr)"])[-1]
-    return Result(
-        student,
-        ex_id,
-        "error",
-        seconds=took,
-        sandbox=sandbox,
-        messages=[f"the checker exited with code {proc.returncode} before reporting: {tail[:200]}"],
+    return refused(
+        "error", f"the checker exited with code {proc.returncode} before reporting: {tail[:200]}"
     )
 
 
