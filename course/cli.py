@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -98,12 +97,6 @@ def lesson_main(argv: list[str]) -> int:
     return 0
 
 
-def template(message: str) -> str:
-    """A message with its numbers (seeds, block ids, counts) blanked: messages that differ only
-    there say the same thing and are shown once."""
-    return re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "#", message)
-
-
 def _report(outcome, *, verbose: bool, hint: bool) -> None:
     ex = outcome.exercise
     if outcome.error:
@@ -130,20 +123,16 @@ def _report(outcome, *, verbose: bool, hint: bool) -> None:
         )
     for reason in outcome.skipped:
         print(f"SKIP {ex.id}: {reason}")
-    groups: dict[str, tuple] = {}  # template -> (the first message, the checks that failed with it)
-    for f in outcome.failures:
-        key = template(f.message.splitlines()[0])
-        first, checks = groups.setdefault(key, (f.message, []))
-        checks.append(f.check)
-        if "\n" in f.message and "\n" not in first:  # keep a counterexample when one of them has it
-            groups[key] = (f.message, checks)
-    for i, (message, checks) in enumerate(groups.values()):
+    from .runner import fold  # the runner imports pytest: only once checks ran
+
+    groups = fold(outcome.failures)
+    for i, (message, checks) in enumerate(groups):
         if not verbose and i == 4:
             print(
                 "     "
                 + i18n.t(
                     "{n} more failing check(s); --verbose shows them all",
-                    n=sum(map(len, list(groups.values())[4:])),
+                    n=sum(len(checks) for _, checks in groups[4:]),
                 )
             )
             break

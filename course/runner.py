@@ -82,12 +82,34 @@ class Outcome:
         return "fail" if self.failures or not self.passed else "pass"
 
     def as_json(self) -> dict:
-        messages = list(dict.fromkeys(f.message for f in self.failures))
+        """The outcome for `--json`: `messages` holds one message per kind of failure (folded
+        by `template`, as the text report folds them), the error first."""
+        messages = [message for message, _ in fold(self.failures)]
         if self.error:
             messages.insert(0, self.error)
         return {"exercise": self.exercise.id, "status": self.status, "passed": self.passed,
                 "total": self.total, "failed": [f.check for f in self.failures],
                 "messages": messages}
+
+
+def template(message: str) -> str:
+    """A message with its numbers (seeds, block ids, counts) blanked: messages that differ only
+    there say the same thing and are shown once."""
+    return re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "#", message)
+
+
+def fold(failures) -> list[tuple[str, list[str]]]:
+    """[(message, the checks that failed with it)], one entry per template of a message's first
+    line, in the order first seen; the message kept is the first one that carries a
+    counterexample (a second line), else the first."""
+    groups: dict[str, tuple[str, list[str]]] = {}
+    for f in failures:
+        key = template(f.message.splitlines()[0] if f.message else "")
+        first, checks = groups.setdefault(key, (f.message, []))
+        checks.append(f.check)
+        if "\n" in f.message and "\n" not in first:
+            groups[key] = (f.message, checks)
+    return list(groups.values())
 
 
 def _first_line(text: str) -> str:
