@@ -19,20 +19,25 @@
     auto_launch      what paged_attention's path="auto" launches (its plan, read back
                      from attention.LAST_PLAN), as a timed closure.
 The contiguous-KV baseline kernel lives in `cuda_kernels.labs.contiguous`.
+
+Import order: `cuda_kernels` is imported before anything from numba, so this module
+chooses the backend itself (a GPU, else the simulator) whichever script imports it first;
+numba reads NUMBA_ENABLE_CUDASIM only once, when numba.cuda first loads.
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001  (cuda_kernels before numba: see below)
 
 import statistics
 import time
 
 import numpy as np
-from numba import cuda, uint32
 
+import cuda_kernels  # noqa: F401  (first: it selects the CUDA backend before numba.cuda loads)
 from cuda_kernels import attention, roofline
 from cuda_kernels._checks import require_scale
 from cuda_kernels.merge import merge_partitions
 from cuda_kernels.primitives import itemsize, load16
+from numba import cuda, uint32
 
 L2_BYTES = roofline.L2_BYTES  # 50 MB on an H100 and an H200
 WORKING_SET = 4 * L2_BYTES

@@ -1,7 +1,10 @@
-"""The GPU benchmark's shared machinery without a GPU: the per-phase time guard on a fake
-clock, the compile clock on a real numba compile, the peak helpers, the auto plan, and
-the tensor-core configurations through the benchmark's own device check."""
+"""The GPU benchmark's shared machinery without a GPU: gpu_common imported alone picks
+the backend, the per-phase time guard on a fake clock, the compile clock on a real numba
+compile, the peak helpers, the auto plan, and the tensor-core configurations through the
+benchmark's own device check."""
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,9 +14,43 @@ from numba import cuda
 
 import cuda_kernels as ck
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
 import gpu_attention  # noqa: E402
 import gpu_common as common  # noqa: E402
+
+# what the fresh interpreter prints: the backend cuda_kernels chose and numba's own mode
+PROBE = """
+import sys
+sys.path.insert(0, "benchmarks")
+import gpu_common
+import cuda_kernels
+from numba.cuda.core import config
+print(cuda_kernels.backend(), "simulator" if config.ENABLE_CUDASIM else "gpu")
+"""
+
+
+def probe(**env):
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("NUMBA_ENABLE_CUDASIM", "PAGEDSIM_CUDA")}
+    clean["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), clean.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", PROBE],
+                          cwd=ROOT, env={**clean, **env}, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_gpu_common_imported_first_in_a_fresh_process_selects_the_backend_itself():
+    done = probe(PAGEDSIM_CUDA="simulator")
+    assert done.returncode == 0, done.stderr  # no "numba.cuda was already imported" warning
+    assert done.stdout.split() == ["simulator", "simulator"]
+
+
+@pytest.mark.skipif(ck._backend._driver_visible(), reason="an NVIDIA driver is visible here")
+def test_without_a_driver_gpu_common_alone_falls_back_to_the_simulator_and_says_so():
+    done = probe()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["simulator", "simulator"]
+    assert "running kernels on Numba's CUDA simulator" in done.stderr
 
 
 class FakeClock:
