@@ -31,7 +31,9 @@ to its last token). The report uses the issue's headline shape, `HEADLINE` (8 pr
 1,024 new tokens behind a 1,024-token cached prefix, 8 KV heads, D=128), with the row's
 own G and tiles. The L2 credit is given only when the K/V of the (sequence, KV head) pairs
 that the resident CTAs work on at once fits in L2 (`l2_footprint`): CTAs are launched
-query tile first, so the resident ones share a few pairs' K/V.
+query tile first, so the resident ones share a few pairs' K/V. A prefill kernel whose
+K/V loop only loads (the CUDA-core `prefill.py`: its math runs in separate loops over the
+shared tile) gets no bound rather than a wrong one.
 
 H200 (SXM) constants:
     ISSUE_S         132 SMs x 4 schedulers x 1.98 GHz = 1.045e12 warp instructions/s
@@ -110,16 +112,23 @@ def headline_reuse(group: int, q_tile: int, kv_tile: int, ctas_per_sm: int, head
     return {"reuse": round(reuse, 2), "l2_footprint_bytes": foot, "reuse_case": case}
 
 
-def model(row: dict, reuse: float = 1.0) -> dict:
+NO_MATH_IN_LOOP = ("the loop that loads K/V performs no floating-point math (the math runs "
+                   "in other loops, which one loop's static count cannot weigh): no bound")
+
+
+def model(row: dict, reuse: float = 1.0, expects_flops: bool = False) -> dict:
     """The full model for a report row carrying the steady-loop figures (module
-    docstring); None values when it has no K/V loop."""
+    docstring); None values when it has no K/V loop, and also (with `bound_note`
+    saying why) when `expects_flops` (a prefill kernel) but the K/V loop has none."""
     sass, nbytes = row.get("loop_sass"), row.get("loop_kv_bytes")
     keys = ("bound", "peak", "expected_pct_of_peak", "expected_pct_of_tensor_peak",
             "issue_budget_pct", "reuse", "hbm_bytes", "flops_per_hbm_byte")
-    if not sass or not nbytes:
-        return dict.fromkeys(keys)
     if not reuse >= 1:
         raise ValueError(f"reuse must be >= 1 (CTAs reading each K/V byte), got {reuse}")
+    if not sass or not nbytes:
+        return dict.fromkeys(keys)
+    if expects_flops and not row.get("loop_flops"):
+        return {**dict.fromkeys(keys), "reuse": reuse, "bound_note": NO_MATH_IN_LOOP}
     hbm = nbytes / reuse
     flops = row.get("loop_flops") or 0
     times = {"tensor": (row.get("tensor_flops") or 0) / TENSOR_FLOPS_S,

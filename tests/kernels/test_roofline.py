@@ -128,3 +128,13 @@ def test_causal_reuse_lies_between_one_and_the_number_of_query_tiles(new, prefix
     full = roofline.prefill_reuse(new, prefix, qt, kt, causal=False)
     assert full == math.ceil(new / qt)  # without a mask every query tile reads every tile
     assert 1 <= roofline.prefill_reuse(new, prefix, qt, kt) <= full
+
+
+def test_a_prefill_whose_kv_loop_only_loads_gets_no_bound_and_says_why():
+    """The CUDA-core prefill: its K/V loop copies the tile to shared memory (98 SASS, no
+    FLOPs); crediting it with reuse would call it L2-bound at 0% of any peak."""
+    loader = {"loop_sass": 98, "loop_kv_bytes": 1024, "tensor_flops": 0, "loop_flops": 0}
+    got = roofline.model(loader, 512.0, expects_flops=True)
+    assert got["bound"] is None and got["reuse"] == 512.0
+    assert got["bound_note"] == roofline.NO_MATH_IN_LOOP
+    assert roofline.model(loader)["bound"] == "memory"  # a copy loop is judged as one
