@@ -212,15 +212,16 @@ _NAME_FIELD = re.compile(r"\b([A-Z])=(\d+)")
 def prefill_case(kernel: str, func, ctas_per_sm: int) -> dict:
     """For a prefill kernel, its K/V reuse at roofline.HEADLINE: G and D from the row's
     name (`...[dtype,G=g,D=d]`), the query tokens per CTA (QT) and the K/V tile (T) from
-    the kernel's compile-time constants (its Python closure); {} for other kernels."""
+    the kernel's compile-time constants (its Python closure); {} for other kernels, and
+    reuse None (so no bound, rather than a wrong one) when those are not found."""
     if not kernel.startswith("paged_prefill"):
         return {}
     fields = {k: int(v) for k, v in _NAME_FIELD.findall(kernel)}
     consts = dict(zip(func.__code__.co_freevars,
                       (c.cell_contents for c in func.__closure__ or ()), strict=True))
     if not {"G", "D"} <= set(fields) or not {"QT", "T"} <= set(consts):
-        raise ValueError(f"{kernel}: a prefill row needs G= and D= in its name and QT, T "
-                         f"constants in its kernel to state its K/V reuse")
+        return {"reuse": None, "reuse_case": "needs G= and D= in the row's name and QT, T "
+                                             "constants in its kernel"}
     itemsize = 4 if "float32" in kernel else 2
     return {"q_tile": consts["QT"], "kv_tile": consts["T"],
             **roofline.headline_reuse(fields["G"], consts["QT"], consts["T"], ctas_per_sm,

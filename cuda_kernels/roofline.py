@@ -116,13 +116,19 @@ NO_MATH_IN_LOOP = ("the loop that loads K/V performs no floating-point math (the
                    "in other loops, which one loop's static count cannot weigh): no bound")
 
 
-def model(row: dict, reuse: float = 1.0, expects_flops: bool = False) -> dict:
+NO_REUSE = "the K/V reuse of this kernel is not known (no QT / T constants): no bound"
+
+
+def model(row: dict, reuse: float | None = 1.0, expects_flops: bool = False) -> dict:
     """The full model for a report row carrying the steady-loop figures (module
     docstring); None values when it has no K/V loop, and also (with `bound_note`
-    saying why) when `expects_flops` (a prefill kernel) but the K/V loop has none."""
+    saying why) when `expects_flops` (a prefill kernel) but the K/V loop has none, or
+    when reuse is None (not known)."""
     sass, nbytes = row.get("loop_sass"), row.get("loop_kv_bytes")
     keys = ("bound", "peak", "expected_pct_of_peak", "expected_pct_of_tensor_peak",
             "issue_budget_pct", "reuse", "hbm_bytes", "flops_per_hbm_byte")
+    if reuse is None:
+        return {**dict.fromkeys(keys), "bound_note": NO_REUSE}
     if not reuse >= 1:
         raise ValueError(f"reuse must be >= 1 (CTAs reading each K/V byte), got {reuse}")
     if not sass or not nbytes:

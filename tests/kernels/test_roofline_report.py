@@ -4,9 +4,7 @@ copy of that table holding the same columns (its numbers are regenerated, not te
 
 from pathlib import Path
 
-import pytest
-
-from cuda_kernels import report, report_format
+from cuda_kernels import report, report_format, roofline
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -32,13 +30,18 @@ def test_a_prefill_row_takes_its_reuse_from_its_name_and_its_kernels_constants()
     assert core["reuse"] == round(reads / 64, 2)
 
 
-def test_only_prefill_rows_get_a_reuse_and_a_prefill_row_without_constants_is_refused():
+def test_only_prefill_rows_get_a_reuse_and_one_without_constants_gets_no_bound():
     assert report.prefill_case("paged_decode[float16,G=4,D=128]", kernel_with(), 3) == {}
 
     def bare():
         return None
-    with pytest.raises(ValueError, match="needs G= and D= in its name and QT, T"):
-        report.prefill_case("paged_prefill_tc[float16,G=4,D=128]", bare, 2)
+    case = report.prefill_case("paged_prefill_tc[float16,G=4,D=128]", bare, 2)
+    assert case["reuse"] is None and "QT, T" in case["reuse_case"]
+    unnamed = report.prefill_case("paged_prefill_tc[float16]", kernel_with(QT=16, T=64), 2)
+    assert unnamed["reuse"] is None
+    row = {"loop_sass": 526, "loop_kv_bytes": 8192, "tensor_flops": 540672, "loop_flops": 1}
+    got = roofline.model(row, case["reuse"], expects_flops=True)
+    assert got["bound"] is None and got["bound_note"] == roofline.NO_REUSE
 
 
 ROWS = [
