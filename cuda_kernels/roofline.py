@@ -87,8 +87,8 @@ def l2_footprint(resident_ctas: int, new_tokens: int, cached_prefix: int, q_tile
                  head_dim: int, itemsize: int) -> int:
     """Bytes of K and V of the (sequence, KV head) pairs that `resident_ctas` CTAs,
     consecutive in launch order (query tiles of one pair first), touch at once."""
-    _positive(resident_ctas=resident_ctas, q_tile=q_tile, head_dim=head_dim,
-              itemsize=itemsize)
+    _positive(resident_ctas=resident_ctas, new_tokens=new_tokens, q_tile=q_tile,
+              head_dim=head_dim, itemsize=itemsize)
     q_tiles = -(-new_tokens // q_tile)
     pairs = -(-resident_ctas // q_tiles) + 1  # +1: the window may straddle two pairs
     return pairs * (cached_prefix + new_tokens) * head_dim * itemsize * 2
@@ -114,8 +114,6 @@ def headline_reuse(group: int, q_tile: int, kv_tile: int, ctas_per_sm: int, head
 
 NO_MATH_IN_LOOP = ("the loop that loads K/V performs no floating-point math (the math runs "
                    "in other loops, which one loop's static count cannot weigh): no bound")
-
-
 NO_REUSE = "the K/V reuse of this kernel is not known (no QT / T constants): no bound"
 
 
@@ -158,5 +156,7 @@ def bound(row: dict) -> dict:
 
 def _positive(**values: int) -> None:
     for name, value in values.items():
-        if not isinstance(value, int) or value < 1:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        if value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")

@@ -104,6 +104,8 @@ def test_bad_arguments_are_refused_by_name():
         roofline.prefill_reuse(8, 0, q_tile=0, kv_tile=4)
     with pytest.raises(ValueError, match="cached_prefix must be >= 0"):
         roofline.prefill_reuse(8, -1, q_tile=2, kv_tile=4)
+    with pytest.raises(TypeError, match="kv_tile must be an int, got float"):
+        roofline.prefill_reuse(8, 0, q_tile=2, kv_tile=4.0)
 
 
 def test_a_row_without_a_loop_has_every_model_field_none():
