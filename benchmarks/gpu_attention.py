@@ -1,47 +1,58 @@
 """Benchmark the paged-attention kernels on a real GPU, with numbers that can be trusted.
 
-    python benchmarks/gpu_attention.py --out results.json      # on a GPU, < 8 minutes
-    python benchmarks/gpu_attention.py --dry-run --out x.json  # tiny grid, simulator OK
+    PYTHONPATH=. python benchmarks/gpu_attention.py --out r.json   # on a GPU, < 8 minutes
+    PYTHONPATH=. python benchmarks/gpu_attention.py --dry-run --out x.json  # simulator OK
+    ... --phases prefill,decode                                     # a subset, in run order
 
-1. device-to-device copy bandwidth (bytes read + bytes written / time);
-2. correctness of every launcher against cuda_kernels.reference, on the device, with
-   NaN-poisoned buffers (write_kv, single, split, window, copy_blocks, swap, factory);
-3. decode over (batch, context, heads, kv_heads) for groups G = 1, 4, 8, 32, float16 and
-   float32, block_size 16: each path ("cuda_core", and "tensor" where the shape allows:
-   float16, head_dim % 16 == 0) single-pass and split-K, and "auto" (what
-   paged_attention(mode="auto", path="auto") launches, with the path, partition_size and
-   num_partitions it chose). Before a configuration is timed, the same kernel (same G,
-   dtype, head_dim, mode, layout, path) is checked on the device against the float64
-   reference on a small instance (`check_config`). Per configuration:
-     paged        the paged kernel over a shuffled block table;
-     contiguous   the same kernel body over each sequence's K/V stored contiguously, no
-                  table (`cuda_kernels.labs.contiguous`): paging_overhead_pct compares them;
-     roofline     a read-only kernel reading the same K/V bytes with 16-byte loads;
-                  pct_of_roofline = roofline time / kernel time;
-     torch_sdpa   torch's scaled_dot_product_attention on contiguous K/V [B, H_kv, L, D]
-                  (enable_gqa), when torch is importable (else the row is absent).
-   Timing: CUDA events around PER_SAMPLE back-to-back launches (launch overhead hidden
-   behind queued work), median of `runs` samples; caches rotate so that every working
-   set is >= 4x the 50 MB L2 (H100, H200). bytes_moved = K/V read once + query + float32
-   output;
-4. paged prefill (`gpu_prefill.py`): prompts behind a cached prefix, GQA, checked on the
-   device against reference_prefill before it is timed; tokens/s, TFLOP/s and % of the
-   dense fp16 tensor peak; peer rows (torch SDPA's flash backend, flash_attn, FlashInfer)
-   on contiguous K/V when importable;
-5. copy_blocks (large copies) and write_kv rows, as % of the copy bandwidth;
-6. the chapter 3.7 labs (`gpu_labs.run`), unless --no-labs.
-Each of these is a phase under `gpu_common.Phases`: the run stays under 8 minutes, a
-phase that would not fit is skipped (and says so), and report["phases"] gives each
-phase's seconds and JIT compile time (compile_s, compiles).
-Under the simulator it refuses (exit 2) unless --dry-run: then timings are null,
-because the simulator records no time. No number here is ever made up.
+Phases, in run order (the issue's targets first; benchmarks/README.md says what each
+measures and how long it takes):
+  copy         device-to-device copy bandwidth (bytes read + bytes written / time);
+  prefill      paged prefill (`gpu_prefill.py`): prompts behind a cached prefix, GQA,
+               checked on the device against reference_prefill before it is timed;
+               tokens/s, TFLOP/s and % of the dense fp16 tensor peak per path (auto,
+               tensor, cuda_core, and the path auto ran); peer rows (torch SDPA's flash
+               backend, flash_attn, FlashInfer) on contiguous K/V when importable;
+  decode       decode over (batch, context, heads, kv_heads), G = 4, 8, 1, 32, float16 and
+               float32, block_size 16: each path ("cuda_core", and "tensor" where the shape
+               allows: float16, head_dim % 16 == 0) single-pass and split-K, and "auto"
+               (what paged_attention(mode="auto", path="auto") launches, with the path,
+               partition_size and num_partitions it chose). Before a configuration is
+               timed, the same kernel is checked on the device against the float64
+               reference on a small instance (`gpu_checks.check_config`). Rows:
+                 paged       the paged kernel over a shuffled block table;
+                 contiguous  the same kernel body over each sequence's K/V stored
+                             contiguously (`cuda_kernels.labs.contiguous`):
+                             paging_overhead_pct compares them;
+                 roofline    a read-only kernel reading the same K/V bytes with 16-byte
+                             loads; pct_of_roofline = roofline time / kernel time;
+                 torch_sdpa  torch's scaled_dot_product_attention on contiguous K/V
+                             [B, H_kv, L, D] (enable_gqa), when torch is importable;
+  correctness  every launcher against cuda_kernels.reference on the device, NaN-poisoned
+               buffers (`gpu_checks.check_correctness`), and the roofline kernel's sum;
+  copies       copy_blocks (large copies) and write_kv rows, as % of the copy bandwidth;
+  labs         the chapter 3.7 labs (`gpu_labs.run`), unless --no-labs.
+Timing: CUDA events around PER_SAMPLE back-to-back launches (launch overhead hidden behind
+queued work), median of `runs` samples; caches rotate so that every working set is >= 4x
+the 50 MB L2 (H100, H200). bytes_moved = K/V read once + query + float32 output.
+
+Each phase runs under `gpu_common.Phases`: it starts only if its budget (PHASE_S) fits in
+what is left of 7 minutes, so the run ends inside 8; a decode case starts only if the
+longest case so far fits. A phase that raises (a launch error, a missing module) is
+recorded with its error and the next phase runs; a kernel that disagrees with the
+reference is reported and never timed. report["phases"] gives each phase's seconds and JIT
+compile time (compile_s, compiles). The JSON is rewritten after every phase, so a run cut
+short keeps what it measured; at the end report["targets"] holds issue 24's GPU targets
+with the measured value and PASS / FAIL / NOT MEASURED (`gpu_summary.py`), and the same
+summary is written as Markdown next to the JSON (r.md) and printed. The exit status is 1
+when a kernel disagreed or a phase failed. Under the simulator it refuses (exit 2) unless
+--dry-run: then timings are null, because the simulator records no time. No number here
+is ever made up.
 """
 
 from __future__ import annotations  # noqa: I001  (cuda_kernels before numba: see below)
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -49,7 +60,7 @@ from pathlib import Path
 import numpy as np
 
 import cuda_kernels as ck  # first: it selects the CUDA backend before numba.cuda is imported
-from cuda_kernels import attention, layout_demo, reference
+from cuda_kernels import attention
 from cuda_kernels.decode_tc import tc_supported
 from cuda_kernels.labs import contiguous
 from numba import cuda
@@ -57,113 +68,25 @@ from numba import cuda
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_common as common  # noqa: E402
 import gpu_prefill  # noqa: E402
+import gpu_summary  # noqa: E402
+from gpu_checks import check_config, check_correctness  # noqa: E402
+from gpu_copies import copy_bandwidth, copy_rows  # noqa: E402
 
 GRID = [  # (batch, context, num_heads, num_kv_heads, dtype): G = heads / kv_heads
     (64, 4096, 32, 8, "float16"),   # long-context batch decode (the 85%-of-roofline target), G=4
+    (32, 4096, 64, 8, "float16"),   # G=8 (the 75% target)
     (64, 4096, 8, 8, "float16"),    # G=1 (MHA)
-    (32, 4096, 64, 8, "float16"),   # G=8
     (64, 4096, 32, 1, "float16"),   # G=32 (MQA-like)
     (4, 32768, 32, 8, "float16"),   # few long sequences: split-K territory
     (32, 4096, 32, 8, "float32"),
 ]
 DRY_GRID = [(2, 40, 4, 2, "float16"), (1, 24, 8, 1, "float32")]
-# Seconds each phase may take on a GPU (`gpu_common.Phases`: a phase that does not fit in
-# what is left of the 8 minutes is skipped; a decode case starts only with CASE_S left).
-PHASE_S = {"copy": 10, "correctness": 60, "decode": 230, "prefill": 60, "copies": 20,
-           "labs": 90}
+# Seconds each phase may take on a GPU, in run order, the targets' phases first
+# (`gpu_common.Phases`: a phase that does not fit in what is left of TOTAL_S is skipped; a
+# decode case starts only if the longest case so far, at least CASE_S, fits in its phase).
+PHASE_S = {"copy": 10, "prefill": 75, "decode": 200, "correctness": 60, "copies": 20,
+           "labs": 55}
 CASE_S = 25
-
-
-def copy_bandwidth(nbytes: int, runs: int, timed: bool) -> dict:
-    src = cuda.to_device(np.ones(nbytes // 4, np.float32))
-    dst = cuda.device_array_like(src)
-    times = []
-    for _ in range(runs):
-        start, end = cuda.event(), cuda.event()
-        start.record()
-        dst.copy_to_device(src)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    ms = statistics.median(times) if timed else None
-    return {"bytes": 2 * nbytes, "median_ms": ms,
-            "gb_per_s": 2 * nbytes / ms / 1e6 if ms else None}
-
-
-def check_correctness(rng, dim: int, dry: bool) -> dict:
-    """Every launcher on device inputs, compared with the float64 reference."""
-    attention.POISON["on"] = True
-    bs, heads, kv_heads = 16, 8, 2
-    lens = np.array([1, 20 if dry else 37, 33 if dry else 300, 16], np.int32)
-    tables, num_blocks = reference.scattered_block_tables(rng, lens, bs, spare=4)
-    results = {}
-    for dtype, tol in ((np.float32, 1e-5), (np.float16, 2e-3)):
-        name = np.dtype(dtype).name
-        cache = np.full((num_blocks, 2, kv_heads, bs, dim), np.nan, dtype)
-        slots = np.concatenate([tables[i, p // bs] * bs + p % bs for i, n in enumerate(lens)
-                                for p in [np.arange(n)]])
-        key = rng.standard_normal((len(slots), kv_heads, dim)).astype(dtype)
-        value = rng.standard_normal((len(slots), kv_heads, dim)).astype(dtype)
-        d_cache = cuda.to_device(cache)
-        ck.write_kv(d_cache, cuda.to_device(key), cuda.to_device(value), cuda.to_device(slots))
-        host = d_cache.copy_to_host()
-        results[f"write_kv[{name}]"] = bool(np.array_equal(
-            host[slots // bs, 0, :, slots % bs], key))
-        query = rng.standard_normal((len(lens), heads, dim)).astype(dtype)
-        want = reference.paged_attention(query, host, tables, lens)
-        d_args = (cuda.to_device(query), d_cache, cuda.to_device(tables), cuda.to_device(lens))
-        for mode, part in (("single", None), ("split", 64), ("split", 7)):
-            out = ck.paged_attention(*d_args, mode=mode, partition_size=part).copy_to_host()
-            results[f"paged_attention[{name},{mode},P={part}]"] = common.close(out, want, tol)
-        win = ck.paged_attention(*d_args, window=50, sinks=4, mode="split", partition_size=32)
-        results[f"paged_attention[{name},window]"] = common.close(
-            win.copy_to_host(), reference.windowed_attention(query, host, tables, lens, 50, 4), tol)
-        k_pool = cuda.to_device(np.ascontiguousarray(host[:, 0].transpose(0, 2, 1, 3)))
-        v_pool = cuda.to_device(np.ascontiguousarray(host[:, 1].transpose(0, 2, 1, 3)))
-        nhd = ck.decode_with(layout_demo.SPLIT_NHD, k_pool, v_pool, query, tables, lens,
-                             num_blocks=num_blocks, num_kv_heads=kv_heads, block_size=bs,
-                             head_dim=dim, mode="split", partition_size=64)
-        results[f"factory[split-NHD,{name}]"] = common.close(nhd, want, tol)
-        spare = sorted(set(range(num_blocks)) - set(tables.ravel().tolist()))  # unused blocks
-        ck.copy_blocks(d_cache, [(int(tables[2, 0]), spare[0])])
-        results[f"copy_blocks[{name}]"] = bool(np.array_equal(
-            d_cache.copy_to_host()[spare[0]], host[tables[2, 0]], equal_nan=True))
-        pool = np.zeros((3,) + cache.shape[1:], dtype)
-        ck.swap_out(d_cache, pool, [(int(tables[2, 1]), 1)])
-        ck.swap_in(pool, d_cache, [(1, spare[1])])
-        results[f"swap[{name}]"] = bool(d_cache.copy_to_host()[spare[1]].tobytes()
-                                        == host[tables[2, 1]].tobytes())
-    attention.POISON["on"] = None
-    return results
-
-
-def check_config(rng, heads, kv_heads, dim, dtype, mode, layout, dry, context,
-                 path="cuda_core") -> bool:
-    """The timed kernel itself (same compiled kernel: G, dtype, head_dim, block size, and
-    for the contiguous layout the same row length `context`; same launcher and mode) on a
-    few short sequences, on the device, against the float64 reference."""
-    bs = 16
-    lens = np.array([5, 20] if dry else [37, 300, 1], np.int32)
-    tables, num_blocks = reference.scattered_block_tables(rng, lens, bs, spare=2)
-    host = rng.standard_normal((num_blocks, 2, kv_heads, bs, dim)).astype(dtype)
-    query = rng.standard_normal((len(lens), heads, dim)).astype(dtype)
-    want = reference.paged_attention(query, host, tables, lens)
-    attention.POISON["on"] = True
-    if layout == "contiguous":
-        flat = contiguous.contiguous_cache(host, tables, lens, max(context, int(lens.max())))
-        cache, table = flat, np.zeros((len(lens), 1), np.int32)
-        loaders, block = contiguous.CONTIGUOUS, flat.shape[3]
-    else:
-        cache, table, loaders, block = host, tables, ck.BLOCK_MAJOR, bs
-    d_cache = cuda.to_device(cache)
-    launch, out = common.decode_launch(loaders, d_cache, d_cache, cuda.to_device(query),
-                                       cuda.to_device(table), cuda.to_device(lens),
-                                       block_size=block, num_kv_heads=kv_heads, mode=mode,
-                                       part=16 if dry else 64, paged=layout == "paged",
-                                       path=path)
-    launch()
-    attention.POISON["on"] = None
-    return common.close(out.copy_to_host(), want, 1e-5 if dtype == "float32" else 2e-3)
 
 
 def torch_sdpa_ms(batch, context, heads, kv_heads, dim, dtype, runs, timed):
@@ -262,126 +185,131 @@ def bench_case(rng, batch, context, heads, kv_heads, dtype, dim, runs, timed, co
     return rows
 
 
-def copy_rows(rng, dtype, runs, timed, copy_gbs, dry) -> list[dict]:
-    """copy_blocks over many large block pairs, and write_kv of a big batch of tokens."""
-    from cuda_kernels import block_copy
-    from cuda_kernels.write_kv import write_kv_vec
-    heads, bs, dim = (2, 4, 16) if dry else (8, 16, 128)
-    num_blocks = 8 if dry else 8192  # fp16: 8192 x 64 KiB = 512 MiB
-    cache = common.filled(rng, (num_blocks, 2, heads, bs, dim), dtype)
-    half = num_blocks // 2
-    pairs = cuda.to_device(np.stack([np.arange(half), np.arange(half) + half], 1).astype(np.int32))
-    threads = 128 if timed else 16
-    copy = lambda: block_copy.launch_pairs(cache, cache, pairs, half, heads)  # noqa: E731
-    copy()  # checked before it is timed: the second half is now the first, bit for bit
-    host = cache.copy_to_host()
-    copy_ok = host[half:].tobytes() == host[:half].tobytes()
-    copy_ms = common.time_ms(copy, runs, timed) if copy_ok else None
-    copied = 2 * half * cache.nbytes // num_blocks  # read + write
-    tokens = 16 if dry else 65536
-    key = common.filled(rng, (tokens, heads, dim), dtype)
-    value = common.filled(rng, (tokens, heads, dim), dtype)
-    slots_host = rng.permutation(num_blocks * bs)[:tokens].astype(np.int64)
-    slots = cuda.to_device(slots_host)
-    write = lambda: write_kv_vec[tokens, threads](cache, key, value, slots)  # noqa: E731
-    write()
-    host, want_k = cache.copy_to_host(), key.copy_to_host()
-    write_ok = bool(np.array_equal(host[slots_host // bs, 0, :, slots_host % bs], want_k))
-    write_ms = common.time_ms(write, runs, timed) if write_ok else None
-    written = 2 * 2 * key.nbytes  # K and V, read + write
-    return [{"kernel": name, "dtype": dtype, "checked_on_device": ok, "bytes_moved": n,
-             "median_ms": ms,
-             "gb_per_s": n / ms / 1e6 if ms else None,
-             "pct_of_copy": 100 * n / ms / 1e6 / copy_gbs if ms and copy_gbs else None}
-            for name, n, ms, ok in (("copy_blocks", copied, copy_ms, copy_ok),
-                                    ("write_kv", written, write_ms, write_ok))]
-
-
 def _device_name() -> str:
     name = cuda.get_current_device().name
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", help="write the JSON results here (default: stdout)")
+    parser.add_argument("--out", help="write the JSON results here (default: stdout), and the "
+                        "Markdown summary next to it (.md)")
     parser.add_argument("--dry-run", action="store_true",
                         help="tiny grid; allowed on the simulator")
     parser.add_argument("--runs", type=int, default=None,
                         help="timed samples per case (default 20; 1 with --dry-run)")
     parser.add_argument("--no-labs", action="store_true",
                         help="skip the chapter 3.7 labs (benchmarks/gpu_labs.py), run by default")
-    args = parser.parse_args(argv)
-    on_gpu = ck.backend() == "gpu"
-    if not on_gpu and not args.dry_run:
-        print("gpu_attention: no GPU (cuda_kernels runs on the simulator); refusing to time "
-              "anything. Use --dry-run to check the script itself.", file=sys.stderr)
-        return 2
-    began = time.perf_counter()
+    parser.add_argument("--phases", help="comma-separated subset of the phases, in run order: "
+                        + ",".join(PHASE_S))
+    return parser
+
+
+def _phases(args, report: dict, began: float) -> list:
+    """(name, fn) of every phase, in run order: the headline targets first."""
     rng = np.random.default_rng(0)
-    runs = args.runs or (1 if args.dry_run else 20)
-    grid, dim = (DRY_GRID, 16) if args.dry_run else (GRID, 128)
-    report = {"backend": ck.backend(), "dry_run": args.dry_run, "timings_valid": on_gpu,
-              "device": _device_name() if on_gpu else "simulator"}
-    guard = common.Phases(common.TOTAL_S if on_gpu else float("inf"))
-    copy_gbs = None
+    on_gpu, dry = report["timings_valid"], args.dry_run
+    runs = args.runs or (1 if dry else 20)
+    grid, dim = (DRY_GRID, 16) if dry else (GRID, 128)
 
     def copy_phase(_):
-        nonlocal copy_gbs
-        report["copy"] = copy_bandwidth(1 << 16 if args.dry_run else 1 << 30, runs, on_gpu)
-        copy_gbs = report["copy"]["gb_per_s"]
+        report["copy"] = copy_bandwidth(1 << 16 if dry else 1 << 30, runs, on_gpu)
 
-    def correctness_phase(_):
-        report["correctness"] = check_correctness(rng, dim, args.dry_run)
-        report["roofline_check"] = common.roofline_reads_every_byte_once(
-            rng, (1 << 12) + 48 if args.dry_run else (1 << 24) + 48,
-            2 if args.dry_run else 1056, 16 if args.dry_run else 256)
-
-    def decode_phase(phase):
-        report["cases"], report["cases_left_out"] = [], []
-        for case in grid:
-            if phase.left() < CASE_S:  # skip the rest rather than overrun the phase
-                report["cases_left_out"].append(list(case))
-                continue
-            report["cases"] += bench_case(rng, *case, dim, runs, on_gpu, copy_gbs, args.dry_run)
-            print(f"done {case} after {time.perf_counter() - began:.0f} s", file=sys.stderr)
+    def copy_gbs():
+        return (report.get("copy") or {}).get("gb_per_s")
 
     def prefill_phase(_):
         report["prefill"] = gpu_prefill.prefill_rows(
-            rng, gpu_prefill.DRY_PREFILL if args.dry_run else gpu_prefill.PREFILL, dim, runs,
-            on_gpu, args.dry_run)
+            rng, gpu_prefill.DRY_PREFILL if dry else gpu_prefill.PREFILL, dim, runs, on_gpu, dry)
+
+    def decode_phase(phase):
+        report["cases"], report["cases_left_out"] = [], []
+        longest = CASE_S  # a case starts only if the longest case so far fits in what is left
+        for case in grid:
+            if phase.left() < longest:
+                report["cases_left_out"].append(list(case))
+                continue
+            t0 = time.perf_counter()
+            report["cases"] += bench_case(rng, *case, dim, runs, on_gpu, copy_gbs(), dry)
+            longest = max(longest, time.perf_counter() - t0)
+            print(f"done {case} after {time.perf_counter() - began:.0f} s", file=sys.stderr)
+
+    def correctness_phase(_):
+        report["correctness"] = check_correctness(rng, dim, dry)
+        report["roofline_check"] = common.roofline_reads_every_byte_once(
+            rng, (1 << 12) + 48 if dry else (1 << 24) + 48, 2 if dry else 1056, 16 if dry else 256)
 
     def copies_phase(_):
-        report["copies"] = copy_rows(rng, "float16", runs, on_gpu, copy_gbs, args.dry_run)
+        report["copies"] = copy_rows(rng, "float16", runs, on_gpu, copy_gbs(), dry)
 
-    def labs_phase(_):  # the 3.7 labs run in the same command, into the same JSON
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
+    def labs_phase(phase):  # the 3.7 labs run in the same command, into the same JSON
         import gpu_labs
 
-        report["labs"] = gpu_labs.run(args.dry_run)
+        report["labs"] = gpu_labs.run(dry, left=phase.left)
         print(f"labs done after {time.perf_counter() - began:.0f} s", file=sys.stderr)
 
-    phases = [("copy", copy_phase), ("correctness", correctness_phase),
-              ("decode", decode_phase), ("prefill", prefill_phase), ("copies", copies_phase)]
-    phases += [] if args.no_labs else [("labs", labs_phase)]
-    for name, fn in phases:
-        guard.run(name, PHASE_S[name], fn)
-    report["phases"] = guard.record
-    report["seconds"] = time.perf_counter() - began
-    text = json.dumps(report, indent=1)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
-    else:
-        print(text)
+    phases = {"copy": copy_phase, "prefill": prefill_phase, "decode": decode_phase,
+              "correctness": correctness_phase, "copies": copies_phase, "labs": labs_phase}
+    chosen = args.phases.split(",") if args.phases else list(PHASE_S)
+    unknown = sorted(set(chosen) - set(phases))
+    if unknown:
+        raise SystemExit(f"gpu_attention: unknown phase(s) {unknown}; choose from {list(PHASE_S)}")
+    if args.no_labs and "labs" in chosen:
+        chosen.remove("labs")
+    return [(name, phases[name]) for name in PHASE_S if name in chosen]
+
+
+def failures(report: dict) -> list[str]:
+    """Every kernel that disagreed with the reference, and every phase that raised."""
     failed = [k for k, ok in report.get("correctness", {}).items() if not ok]
     failed += [f"{c['mode']}/{c['layout']}/{c['path']}/G={c['group']}/{c['dtype']}"
                for c in report.get("cases", []) if not c["checked_on_device"]]
     failed += [c["kernel"] for c in report.get("copies", []) + report.get("prefill", [])
                if not c.get("peer") and not c["checked_on_device"]]
     failed += [] if report.get("roofline_check", True) else ["read-only roofline kernel"]
+    failed += [f"phase {name}: {rec['error']}" for name, rec in report.get("phases", {}).items()
+               if "error" in rec]
+    return failed
+
+
+def _write(report: dict, out: str | None, final: bool) -> None:
+    """The JSON (after every phase, so a run cut short keeps what it measured) and, at the
+    end, the Markdown summary next to it."""
+    text = json.dumps(report, indent=1, default=str)
+    if out:
+        Path(out).write_text(text + "\n")
+        if final:
+            Path(out).with_suffix(".md").write_text(gpu_summary.markdown(report) + "\n")
+    elif final:
+        print(text)
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    on_gpu = ck.backend() == "gpu"
+    if not on_gpu and not args.dry_run:
+        print("gpu_attention: no GPU (cuda_kernels runs on the simulator); refusing to time "
+              "anything. Use --dry-run to check the script itself.", file=sys.stderr)
+        return 2
+    began = time.perf_counter()
+    report = {"backend": ck.backend(), "dry_run": args.dry_run, "timings_valid": on_gpu,
+              "device": _device_name() if on_gpu else "simulator"}
+    guard = common.Phases(common.TOTAL_S if on_gpu else float("inf"), began=began)
+    for name, fn in _phases(args, report, began):
+        guard.run(name, PHASE_S[name], fn)
+        report["phases"] = guard.record
+        if "error" in guard.record[name]:
+            print(f"gpu_attention: phase {name} failed, going on: {guard.record[name]['error']}",
+                  file=sys.stderr)
+        _write(report, args.out, final=False)
+    report["seconds"] = time.perf_counter() - began
+    report["targets"] = gpu_summary.targets(report)
+    _write(report, args.out, final=True)
+    print(gpu_summary.markdown(report), file=sys.stdout if args.out else sys.stderr)
+    failed = failures(report)
     if failed:
-        print(f"gpu_attention: kernels disagree with the reference: {failed}", file=sys.stderr)
+        print(f"gpu_attention: kernels disagree with the reference or phases failed: {failed}",
+              file=sys.stderr)
     return 1 if failed else 0
 
 

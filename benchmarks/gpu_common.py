@@ -12,32 +12,40 @@
                      working set is at least 4x the L2 (50 MB on an H100 and an H200) and
                      no launch reads from L2;
     Phases           the per-phase time guard: each phase has a budget and starts only if
-                     it fits in what is left of TOTAL_S (8 minutes), else it is skipped
-                     and says so; it records each phase's seconds and JIT compile time
-                     (time in numba's compiler lock: `CompileClock`);
+                     it fits in what is left of TOTAL_S (7 minutes of phases, so that one
+                     case overrunning its estimate still ends the run inside 8), else it is
+                     skipped and says so; a phase that raises is recorded and the next one
+                     runs; it records each phase's seconds and JIT compile time (time in
+                     numba's compiler lock: `CompileClock`);
     tflops, pct_of_tensor_peak, peak constants   from `cuda_kernels.roofline` (H200);
     auto_launch      what paged_attention's path="auto" launches (its plan, read back
                      from attention.LAST_PLAN), as a timed closure.
 The contiguous-KV baseline kernel lives in `cuda_kernels.labs.contiguous`.
+
+Import order: `cuda_kernels` is imported before anything from numba, so this module
+chooses the backend itself (a GPU, else the simulator) whichever script imports it first;
+numba reads NUMBA_ENABLE_CUDASIM only once, when numba.cuda first loads.
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001  (cuda_kernels before numba: see below)
 
 import statistics
 import time
+import traceback
 
 import numpy as np
-from numba import cuda, uint32
 
+import cuda_kernels  # noqa: F401  (first: it selects the CUDA backend before numba.cuda loads)
 from cuda_kernels import attention, roofline
 from cuda_kernels._checks import require_scale
 from cuda_kernels.merge import merge_partitions
 from cuda_kernels.primitives import itemsize, load16
+from numba import cuda, uint32
 
 L2_BYTES = roofline.L2_BYTES  # 50 MB on an H100 and an H200
 WORKING_SET = 4 * L2_BYTES
 PER_SAMPLE = 10  # launches between one pair of events
-TOTAL_S = 480.0  # the whole run stays under 8 minutes
+TOTAL_S = 420.0  # phases stop starting after 7 minutes: the whole run stays under 8
 TENSOR_PEAK_TFLOPS = roofline.TENSOR_FLOPS_S / 1e12  # H200 dense fp16, ~990
 HBM_GB_S = roofline.HBM_BYTES_S / 1e9  # 4,300 achievable (4,800 nominal)
 
@@ -93,11 +101,15 @@ class CompileClock:
 class Phases:
     """The per-phase time guard. `run(name, budget_s, fn)` calls fn(guard) when budget_s
     fits in what is left of total_s, else skips it; fn may call guard.left() between its
-    cases to stop early (and then reports what it left out). `record` holds, per phase:
-    seconds, compile_s, compiles, and skipped (the reason) when it did not run."""
+    cases to stop early (and then reports what it left out). An exception in fn ends that
+    phase only: it is recorded (error, and the last frames in traceback) and the run goes
+    on. `record` holds, per phase: seconds, compile_s, compiles, and skipped (the reason)
+    when it did not run. `began` (default: now) is when the run's clock started, e.g. at
+    the script's first line, so imports count against total_s too."""
 
-    def __init__(self, total_s: float = TOTAL_S, clock=time.perf_counter):
-        self.clock, self.began = clock, clock()
+    def __init__(self, total_s: float = TOTAL_S, clock=time.perf_counter,
+                 began: float | None = None):
+        self.clock, self.began = clock, clock() if began is None else began
         self.deadline = self.began + total_s
         self.record: dict = {}
         self._phase_end = self.deadline
@@ -113,10 +125,18 @@ class Phases:
             return default
         start = self.clock()
         self._phase_end = start + budget_s
+        failed = None
         with CompileClock() as compiles:
-            result = fn(self)
+            try:
+                result = fn(self)
+            except Exception as error:  # noqa: BLE001  (one phase's failure ends it alone)
+                result, failed = default, error
         self.record[name] = {"seconds": round(self.clock() - start, 2),
                              "compile_s": round(compiles.seconds, 2), "compiles": compiles.count}
+        if failed is not None:
+            self.record[name]["error"] = f"{type(failed).__name__}: {failed}"
+            self.record[name]["traceback"] = "".join(
+                traceback.format_exception(failed, limit=-4)).strip()
         self._phase_end = self.deadline
         return result
 

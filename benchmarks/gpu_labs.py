@@ -205,22 +205,33 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run(dry_run: bool) -> dict:
-    """Every 3.7 lab measurement as one JSON-ready dict (timings only on a GPU)."""
+# Seconds a section may need on a GPU: with a time guard (`left`), a section starts only
+# if this much is left, else it is listed in "skipped" (gpu_attention's labs phase).
+SECTION_S = {"layouts": 20, "alignment": 10, "allocators": 15, "prealloc": 5}
+
+
+def run(dry_run: bool, left=None) -> dict:
+    """Every 3.7 lab measurement as one JSON-ready dict (timings only on a GPU). `left`,
+    when given, returns the seconds left to this run: a section that would not fit is
+    skipped and named in result["skipped"]."""
     on_gpu = cuda_kernels.backend() == "gpu"
     cfg = DRY if dry_run else FULL
     timed = on_gpu
     rng = np.random.default_rng(0)
     began = time.perf_counter()
     problem = _problem(cfg, rng)
-    result = {
-        "backend": cuda_kernels.backend(), "dry_run": dry_run, "config": cfg,
-        "device": cuda.get_current_device().name.decode() if on_gpu else None,
-        "layouts": bench_layouts(cfg, problem, timed),
-        "alignment": bench_alignment(cfg, problem, timed),
-        "allocators": bench_allocators(cfg, rng, timed),
-        "prealloc": bench_prealloc(cfg, timed),
-    }
+    result = {"backend": cuda_kernels.backend(), "dry_run": dry_run, "config": cfg,
+              "device": cuda.get_current_device().name.decode() if on_gpu else None,
+              "skipped": []}
+    sections = {"layouts": lambda: bench_layouts(cfg, problem, timed),
+                "alignment": lambda: bench_alignment(cfg, problem, timed),
+                "allocators": lambda: bench_allocators(cfg, rng, timed),
+                "prealloc": lambda: bench_prealloc(cfg, timed)}
+    for name, section in sections.items():
+        if left is not None and left() < SECTION_S[name]:
+            result["skipped"].append(name)
+            continue
+        result[name] = section()
     result["wall_s"] = time.perf_counter() - began if timed else None
     return result
 

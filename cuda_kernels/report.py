@@ -1,6 +1,6 @@
 """Compile every kernel to PTX, SASS and ptxas resource use: the real-GPU gate, without a GPU.
 
-    python -m cuda_kernels.report [--json] [--arch sm_90 ...] [--ptx-dir DIR]
+    python -m cuda_kernels.report [--json | --markdown] [--arch sm_90 ...] [--ptx-dir DIR]
 
 For each kernel (write_kv, copy_blocks and merge in their vector and scalar forms; decode-
 factory instances: vector fp16/fp32, a pool view, the scalar fallback, the contiguous
@@ -14,9 +14,13 @@ steady-state loop is found): global_load_bits, shuffles, barriers from the PTX;
 loop_sass, sass_per_kv_byte, hmma / hgmma / ldsm / ldgsts (counts in the steady-state
 loop), loop_sass_per_hmma and flops_per_loop_sass from the SASS; ctas_per_sm /
 warps_per_sm, an occupancy estimate from registers, shared memory and the CTA's thread
-count; bound (memory, issue or tensor), peak and expected_pct_of_peak from the H200
-model of `roofline.py` (formula and constants in its docstring), issue_budget_pct
-(sass_per_kv_byte over the 0.243 SASS per byte an H200 can issue at 4.3 TB/s); path:
+count; from the H200 model of `roofline.py` (formula, constants and sources in its
+docstring): bound (tensor, issue, l2 or memory), peak, expected_pct_of_peak,
+expected_pct_of_tensor_peak, hbm_bytes, flops_per_hbm_byte (the arithmetic intensity
+used) and issue_budget_pct (sass_per_kv_byte over the 0.243 SASS per byte an H200 can
+issue at 4.3 TB/s); reuse, how many CTAs read each K/V byte: 1 for decode, and for the
+prefill rows (`prefill_case`) the count at roofline.HEADLINE with the row's G, query
+tokens per CTA (q_tile) and K/V tile (kv_tile), with reuse_case saying so; path:
 "tensor" or "cuda_core" for the decode kernels (paged_decode_tc is what path="auto"
 launches for G >= 4, float16, head_dim % 16 == 0).
 
@@ -42,6 +46,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from . import _backend, disasm, roofline
+from .report_format import markdown, table
 
 ARCHS = ("sm_80", "sm_90")
 DEFAULT_THREADS = 128
@@ -194,9 +199,33 @@ def _one(ptxas: str, name: str, func, sig, threads: int, arch: str, tmp: Path,
     row.update(disasm.steady_loop(disasm.parse_sass(sass)) if sass is not None else
                disasm.steady_loop([]))
     row.update(disasm.occupancy(arch, row["registers"], row["shared_bytes"], threads))
-    row.update(roofline.bound(row))
+    case = prefill_case(name, func, row["ctas_per_sm"])
+    row.update(case)
+    row.update(roofline.model(row, case.get("reuse", 1.0), expects_flops=bool(case)))
     row["path"] = path_of(name)
     return row
+
+
+_NAME_FIELD = re.compile(r"\b([A-Z])=(\d+)")
+
+
+def prefill_case(kernel: str, func, ctas_per_sm: int) -> dict:
+    """For a prefill kernel, its K/V reuse at roofline.HEADLINE: G and D from the row's
+    name (`...[dtype,G=g,D=d]`), the query tokens per CTA (QT) and the K/V tile (T) from
+    the kernel's compile-time constants (its Python closure); {} for other kernels, and
+    reuse None (so no bound, rather than a wrong one) when those are not found."""
+    if not kernel.startswith("paged_prefill"):
+        return {}
+    fields = {k: int(v) for k, v in _NAME_FIELD.findall(kernel)}
+    consts = dict(zip(func.__code__.co_freevars,
+                      (c.cell_contents for c in func.__closure__ or ()), strict=True))
+    if not {"G", "D"} <= set(fields) or not {"QT", "T"} <= set(consts):
+        return {"reuse": None, "reuse_case": "needs G= and D= in the row's name and QT, T "
+                                             "constants in its kernel"}
+    itemsize = 4 if "float32" in kernel else 2
+    return {"q_tile": consts["QT"], "kv_tile": consts["T"],
+            **roofline.headline_reuse(fields["G"], consts["QT"], consts["T"], ctas_per_sm,
+                                      fields["D"], itemsize)}
 
 
 def path_of(kernel: str) -> str | None:
@@ -204,6 +233,19 @@ def path_of(kernel: str) -> str | None:
     if kernel.startswith("paged_decode_tc["):
         return "tensor"
     return "cuda_core" if kernel.startswith("paged_decode[") else None
+
+
+def git_commit() -> str | None:
+    """The short commit of the checkout this module runs from (None outside git)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        done = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode:
+        return None
+    return done.stdout.strip() or None
 
 
 class _NoDevice:
@@ -264,30 +306,12 @@ def _with_threads(spec: tuple) -> tuple:
     return spec if len(spec) == 4 else (*spec, DEFAULT_THREADS)
 
 
-COLUMNS = (("kernel", 44, "s"), ("arch", 6, "s"), ("registers", 5, "d"), ("shared_bytes", 7, "d"),
-           ("spill_bytes", 6, "d"), ("global_load_bits", 5, "d"), ("shuffles", 5, "d"),
-           ("barriers", 4, "d"), ("loop_sass", 6, "d"), ("sass_per_kv_byte", 8, ".3f"),
-           ("hmma", 5, "d"), ("loop_sass_per_hmma", 7, ".1f"), ("ctas_per_sm", 5, "d"),
-           ("warps_per_sm", 5, "d"), ("bound", 7, "s"), ("expected_pct_of_peak", 6, ".1f"))
-HEADS = ("kernel", "arch", "regs", "smem B", "spill", "ldbit", "shfl", "bar", "loop", "sass/B",
-         "hmma", "sass/mma", "CTA/SM", "warp/SM", "bound", "%peak")
-
-
-def table(rows: list[dict]) -> str:
-    head = " ".join(f"{h:{w}}" if f == "s" else f"{h:>{w}}"
-                    for h, (_, w, f) in zip(HEADS, COLUMNS, strict=True))
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        cells = [(f"{r[k]:{w}{f}}" if f == "s" else f"{r[k]:>{w}{f}}")
-                 if r.get(k) is not None else f"{'-':>{w}}" for k, w, f in COLUMNS]
-        lines.append(" ".join(cells))
-    return "\n".join(lines)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cuda_kernels.report",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    parser.add_argument("--markdown", action="store_true",
+                        help="print the README's decode/prefill table (report_format.py)")
     parser.add_argument("--arch", action="append", choices=ARCHS, help="repeatable; default: both")
     parser.add_argument("--ptx-dir", type=Path, help="also write each kernel's PTX here")
     args = parser.parse_args(argv)
@@ -302,6 +326,8 @@ def main(argv=None) -> int:
     rows = collect(tuple(args.arch or ARCHS), args.ptx_dir)
     if args.json:
         print(json.dumps(rows, indent=1))
+    elif args.markdown:
+        print(markdown(rows, git_commit()))
     else:
         print(table(rows))
         print(f"{len(rows)} kernels compiled in {time.perf_counter() - began:.1f} s; "

@@ -1,7 +1,11 @@
-"""The GPU benchmark's shared machinery without a GPU: the per-phase time guard on a fake
-clock, the compile clock on a real numba compile, the peak helpers, the auto plan, and
-the tensor-core configurations through the benchmark's own device check."""
+"""The GPU benchmark's shared machinery without a GPU: gpu_common imported alone picks
+the backend, the per-phase time guard on a fake clock, the compile clock on a real numba
+compile, the peak helpers, the auto plan, and the tensor-core configurations through the
+benchmark's own device check."""
 
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,9 +15,44 @@ from numba import cuda
 
 import cuda_kernels as ck
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
 import gpu_attention  # noqa: E402
 import gpu_common as common  # noqa: E402
+import gpu_summary  # noqa: E402
+
+# what the fresh interpreter prints: the backend cuda_kernels chose and numba's own mode
+PROBE = """
+import sys
+sys.path.insert(0, "benchmarks")
+import gpu_common
+import cuda_kernels
+from numba.cuda.core import config
+print(cuda_kernels.backend(), "simulator" if config.ENABLE_CUDASIM else "gpu")
+"""
+
+
+def probe(**env):
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("NUMBA_ENABLE_CUDASIM", "PAGEDSIM_CUDA")}
+    clean["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), clean.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", PROBE],
+                          cwd=ROOT, env={**clean, **env}, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_gpu_common_imported_first_in_a_fresh_process_selects_the_backend_itself():
+    done = probe(PAGEDSIM_CUDA="simulator")
+    assert done.returncode == 0, done.stderr  # no "numba.cuda was already imported" warning
+    assert done.stdout.split() == ["simulator", "simulator"]
+
+
+@pytest.mark.skipif(ck._backend._driver_visible(), reason="an NVIDIA driver is visible here")
+def test_without_a_driver_gpu_common_alone_falls_back_to_the_simulator_and_says_so():
+    done = probe()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["simulator", "simulator"]
+    assert "running kernels on Numba's CUDA simulator" in done.stderr
 
 
 class FakeClock:
@@ -101,3 +140,109 @@ def test_the_benchmarks_tensor_core_configurations_pass_its_device_check(layout,
     assert gpu_attention.check_config(rng, heads=4, kv_heads=1, dim=16, dtype="float16",
                                       mode=mode, layout=layout, dry=True, context=24,
                                       path="tensor")
+
+
+def test_a_phase_that_raises_is_recorded_and_the_next_phase_still_runs():
+    clock = FakeClock()
+    guard = common.Phases(total_s=100, clock=clock)
+
+    def broken(g):
+        clock.now += 3
+        raise ModuleNotFoundError("No module named 'flash_attn'")
+
+    assert guard.run("peers", 10, broken, default="none") == "none"
+    assert guard.run("after", 10, lambda g: "ran") == "ran"
+    assert guard.record["peers"]["error"] == "ModuleNotFoundError: No module named 'flash_attn'"
+    assert "raise ModuleNotFoundError" in guard.record["peers"]["traceback"]
+    assert guard.record["peers"]["seconds"] == 3 and "error" not in guard.record["after"]
+
+
+def test_the_run_clock_can_start_before_the_guard_is_built():
+    clock = FakeClock()
+    clock.now = 50
+    guard = common.Phases(total_s=100, clock=clock, began=20)  # 30 s already spent
+    assert guard.run("late", 71, lambda g: "ran", default="skipped") == "skipped"
+    assert guard.record["late"] == {"skipped": "needs 71 s, 70 s left"}
+
+
+def measured_report(prefill_ms=2.0, sdpa_ms=1.8, g4_pct=86.0, g8_pct=60.0, valid=True):
+    def decode(batch, heads, pct):
+        return {"mode": "auto", "layout": "paged", "dtype": "float16", "batch": batch,
+                "context": 4096, "heads": heads, "kv_heads": 8, "group": heads // 8,
+                "checked_on_device": True, "pct_of_roofline": pct, "median_ms": 0.5,
+                "gb_per_s": 3900.0, "path": "tensor", "num_partitions": 1}
+    return {"timings_valid": valid, "device": "NVIDIA H200", "backend": "gpu", "dry_run": False,
+            "prefill": [{"kernel": "paged_prefill", "checked_on_device": True, "path_ran": "tensor",
+                         "median_ms": prefill_ms, "by_path": []},
+                        {"kernel": "torch_sdpa_flash", "peer": True, "median_ms": sdpa_ms}],
+            "cases": [decode(64, 32, g4_pct), decode(32, 64, g8_pct)],
+            "phases": {"prefill": {"seconds": 40.0, "compile_s": 12.5, "compiles": 3}}}
+
+
+def test_each_gpu_target_gets_its_measured_value_next_to_the_goal_and_a_verdict():
+    got = {t["target"]: t for t in gpu_summary.targets(measured_report())}
+    assert got["prefill_vs_sdpa_flash"]["measured"] == 0.9  # 1.8 ms / 2.0 ms
+    assert got["prefill_vs_sdpa_flash"]["verdict"] == "PASS"
+    assert (got["decode_g4_pct_of_roofline"]["goal"], got["decode_g4_pct_of_roofline"]["verdict"]
+            ) == (85.0, "PASS")
+    assert got["decode_g8_pct_of_roofline"]["verdict"] == "FAIL"  # 60 < 75
+    slow = {t["target"]: t["verdict"] for t in gpu_summary.targets(measured_report(3.0))}
+    assert slow["prefill_vs_sdpa_flash"] == "FAIL"  # 1.8 / 3.0 = 0.6 < 0.8
+
+
+def test_a_target_without_a_valid_measurement_says_why_and_never_passes():
+    untimed = gpu_summary.targets(measured_report(valid=False))
+    assert {t["verdict"] for t in untimed} == {"NOT MEASURED"}
+    assert all(t["measured"] is None for t in untimed)
+    report = measured_report()
+    report["prefill"] = report["prefill"][:1]  # torch not importable: no SDPA row
+    report["cases"] = []
+    report["phases"]["decode"] = {"skipped": "needs 200 s, 12 s left"}
+    got = {t["target"]: t for t in gpu_summary.targets(report)}
+    assert got["prefill_vs_sdpa_flash"]["verdict"] == "NOT MEASURED"
+    assert "no torch_sdpa_flash row" in got["prefill_vs_sdpa_flash"]["detail"]
+    assert got["decode_g4_pct_of_roofline"]["detail"] == (
+        "phase decode skipped: needs 200 s, 12 s left")
+
+
+def test_the_markdown_summary_lists_targets_and_phases_with_compile_times():
+    text = gpu_summary.markdown(measured_report())
+    assert "| prefill speed vs torch SDPA flash" in text and "| 0.900 x | >= 0.8 x | PASS |" in text
+    assert "| prefill | 40.0 | 12.5 | 3 | ran |" in text
+    assert text.count("| FAIL |") == 1
+
+
+def test_the_labs_skip_the_sections_that_do_not_fit_in_the_time_left():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_labs
+    result = gpu_labs.run(True, left=lambda: 12.0)  # 12 s: alignment (10) and prealloc (5)
+    assert result["skipped"] == ["layouts", "allocators"]
+    assert "layouts" not in result and len(result["alignment"]) == 5 and result["prealloc"]
+
+
+def test_a_kernel_that_disagrees_or_a_phase_that_fails_is_reported_and_the_run_goes_on(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_attention.gpu_prefill, "check_prefill", lambda *a, **k: False)
+    out = tmp_path / "r.json"
+    status = gpu_attention.main(["--dry-run", "--phases", "copy,prefill", "--out", str(out)])
+    report = json.loads(out.read_text())
+    assert status == 1 and list(report["phases"]) == ["copy", "prefill"]
+    assert report["prefill"][0]["checked_on_device"] is False
+    assert report["prefill"][0]["median_ms"] is None  # an unchecked kernel is never timed
+    assert gpu_attention.failures(report) == ["paged_prefill"]
+
+    def broken(*args):
+        raise RuntimeError("CUDA_ERROR_ILLEGAL_ADDRESS")
+    monkeypatch.setattr(gpu_attention, "copy_bandwidth", broken)
+    status = gpu_attention.main(["--dry-run", "--phases", "copy,prefill", "--out", str(out)])
+    report = json.loads(out.read_text())
+    assert status == 1 and report["phases"]["copy"]["error"].startswith("RuntimeError")
+    assert "seconds" in report["phases"]["prefill"]  # the next phase ran
+    assert {t["verdict"] for t in report["targets"]} == {"NOT MEASURED"}
+    summary = out.with_suffix(".md").read_text()
+    assert "| copy |" in summary and "failed: RuntimeError: CUDA_ERROR_ILLEGAL_ADDRESS" in summary
+
+
+def test_an_unknown_phase_is_refused_by_name():
+    with pytest.raises(SystemExit, match=r"unknown phase\(s\) \['decoder'\]"):
+        gpu_attention.main(["--dry-run", "--phases", "decoder"])

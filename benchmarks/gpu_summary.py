@@ -1,0 +1,129 @@
+"""The verdict of a `gpu_attention.py` run: issue 24's GPU targets and a short Markdown table.
+
+    targets(report)   one entry per target: what was measured, the goal, and PASS / FAIL,
+                      or NOT MEASURED with the reason (no GPU, a phase skipped or failed, a
+                      peer not importable, a row unchecked). Never a number made up.
+    markdown(report)  the targets, the phases (seconds, JIT compile seconds and count, or
+                      why a phase was skipped or failed), the decode rows that
+                      paged_attention(path="auto") runs, and the prefill rows
+
+Targets (issue 24, "How it will be judged", on the headline shapes of gpu_attention.GRID
+and gpu_prefill.PREFILL):
+    prefill_vs_sdpa_flash   torch SDPA flash time / paged_prefill(path="auto") time, on 8
+                            prompts x 1,024 new tokens behind a 1,024-token cached prefix,
+                            GQA 32/8, D=128, fp16: at least 0.8 (parity is the goal)
+    decode_g4_pct_of_roofline  pct_of_roofline of the auto decode row at G = 4 (batch 64,
+                            context 4,096, 32/8 heads, fp16): at least 85
+    decode_g8_pct_of_roofline  the same at G = 8 (batch 32, 64/8 heads): at least 75
+"""
+
+from __future__ import annotations
+
+# (name, what it compares, goal, how the measured value is found)
+TARGETS = (
+    ("prefill_vs_sdpa_flash", "prefill speed vs torch SDPA flash (8 x 1,024 behind 1,024, "
+     "GQA 32/8, D=128)", 0.8, "x"),
+    ("decode_g4_pct_of_roofline", "decode G=4 auto, % of the read roofline "
+     "(64 x 4,096, 32/8 heads)", 85.0, "%"),
+    ("decode_g8_pct_of_roofline", "decode G=8 auto, % of the read roofline "
+     "(32 x 4,096, 64/8 heads)", 75.0, "%"),
+)
+DECODE_CASE = {4: (64, 4096, 32, 8), 8: (32, 4096, 64, 8)}  # group: (batch, context, H, H_kv)
+
+
+def _prefill_ratio(report: dict) -> tuple[float | None, str]:
+    rows = report.get("prefill") or []
+    ours = next((r for r in rows if r.get("kernel") == "paged_prefill"), None)
+    peer = next((r for r in rows if r.get("kernel") == "torch_sdpa_flash"), None)
+    if ours is None:
+        return None, _absent(report, "prefill")
+    if not ours.get("checked_on_device"):
+        return None, "paged_prefill disagreed with the reference: not timed"
+    if peer is None:
+        return None, "no torch_sdpa_flash row (torch not importable, or no GPU)"
+    if not ours.get("median_ms") or not peer.get("median_ms"):
+        return None, peer.get("error") or "untimed (no GPU)"
+    return peer["median_ms"] / ours["median_ms"], (f"SDPA flash {peer['median_ms']:.3f} ms, "
+                                                   f"ours {ours['median_ms']:.3f} ms "
+                                                   f"(path {ours.get('path_ran')})")
+
+
+def _decode_pct(report: dict, group: int) -> tuple[float | None, str]:
+    batch, context, heads, kv_heads = DECODE_CASE[group]
+    row = next((r for r in report.get("cases") or []
+                if r.get("mode") == "auto" and r.get("layout") == "paged"
+                and r.get("dtype") == "float16" and (r.get("batch"), r.get("context"),
+                                                     r.get("heads"), r.get("kv_heads"))
+                == (batch, context, heads, kv_heads)), None)
+    if row is None:
+        return None, _absent(report, "decode")
+    if not row.get("checked_on_device"):
+        return None, "the auto decode disagreed with the reference: not timed"
+    if row.get("pct_of_roofline") is None:
+        return None, "untimed (no GPU)"
+    return row["pct_of_roofline"], (f"{row['median_ms']:.3f} ms, path {row.get('path')}, "
+                                    f"{row.get('num_partitions')} partition(s)")
+
+
+def _absent(report: dict, phase: str) -> str:
+    record = (report.get("phases") or {}).get(phase, {})
+    if "skipped" in record:
+        return f"phase {phase} skipped: {record['skipped']}"
+    if "error" in record:
+        return f"phase {phase} failed: {record['error']}"
+    return f"no such row in phase {phase} (the dry-run grid has other shapes)"
+
+
+def targets(report: dict) -> list[dict]:
+    finders = {"prefill_vs_sdpa_flash": _prefill_ratio,
+               "decode_g4_pct_of_roofline": lambda r: _decode_pct(r, 4),
+               "decode_g8_pct_of_roofline": lambda r: _decode_pct(r, 8)}
+    out = []
+    for name, what, goal, unit in TARGETS:
+        value, detail = finders[name](report)
+        if value is not None and not report.get("timings_valid"):
+            value, detail = None, "timings are not valid on this backend"
+        verdict = "NOT MEASURED" if value is None else "PASS" if value >= goal else "FAIL"
+        out.append({"target": name, "what": what, "goal": goal, "unit": unit,
+                    "measured": None if value is None else round(value, 3),
+                    "verdict": verdict, "detail": detail})
+    return out
+
+
+def _cell(value, fmt: str = ".3f") -> str:
+    return "-" if value is None else f"{value:{fmt}}"
+
+
+def markdown(report: dict) -> str:
+    lines = [f"gpu_attention on {report.get('device')} ({report.get('backend')}, "
+             f"dry_run={report.get('dry_run')}), {_cell(report.get('seconds'), '.0f')} s", "",
+             "| target | measured | goal | verdict | detail |", "| --- | --- | --- | --- | --- |"]
+    for t in report.get("targets") or targets(report):
+        lines.append(f"| {t['what']} | {_cell(t['measured'])} {t['unit']} | >= {t['goal']} "
+                     f"{t['unit']} | {t['verdict']} | {t['detail']} |")
+    lines += ["", "| phase | seconds | compile s | compiles | status |",
+              "| --- | --- | --- | --- | --- |"]
+    for name, rec in (report.get("phases") or {}).items():
+        status = ("skipped: " + rec["skipped"] if "skipped" in rec else
+                  "failed: " + rec["error"] if "error" in rec else "ran")
+        lines.append(f"| {name} | {_cell(rec.get('seconds'), '.1f')} | "
+                     f"{_cell(rec.get('compile_s'), '.1f')} | {_cell(rec.get('compiles'), 'd')} "
+                     f"| {status} |")
+    lines += ["", "| decode (auto) | G | dtype | path | ms | GB/s | % of roofline | checked |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in report.get("cases") or []:
+        if r.get("mode") == "auto":
+            lines.append(f"| {r['batch']} x {r['context']}, {r['heads']}/{r['kv_heads']} | "
+                         f"{r['group']} | {r['dtype']} | {r.get('path')} | "
+                         f"{_cell(r.get('median_ms'))} | {_cell(r.get('gb_per_s'), '.0f')} | "
+                         f"{_cell(r.get('pct_of_roofline'), '.1f')} | "
+                         f"{r.get('checked_on_device')} |")
+    lines += ["", "| prefill | path ran | ms | TFLOP/s | % of tensor peak | checked |",
+              "| --- | --- | --- | --- | --- | --- |"]
+    for r in report.get("prefill") or []:
+        for p in r.get("by_path") or [r]:
+            lines.append(f"| {r['kernel']} {p.get('path', '')} | {p.get('path_ran', '-')} | "
+                         f"{_cell(p.get('median_ms'))} | {_cell(p.get('tflop_per_s'), '.1f')} | "
+                         f"{_cell(p.get('pct_of_tensor_peak'), '.1f')} | "
+                         f"{p.get('checked_on_device', p.get('error', '-'))} |")
+    return "\n".join(lines)
