@@ -11,7 +11,8 @@ of 1-3 sequences of 1..300 tokens; prefill batches of 1-4 sequences, each a chun
 0..70 new tokens behind a cached prefix of 0..200; causal or not, a sliding window with
 0-3 sinks on a third of the cases; the physical blocks shuffled, unused trailing table
 columns set to -1 or to a huge id, and (windowed cases) the blocks no query reads set to
--1. A case too slow for the simulator is shrunk (`shrink`): the longest chunk or prefix
+-1; on three cases in five a "needle" key sits on the edge of a mask (`plant_needle`).
+A case too slow for the simulator is shrunk (`shrink`): the longest chunk or prefix
 is halved until `cost` (simulated warp x 16-token tiles) fits the budget.
 
 Each case runs path="auto" (recording what it chose) and then every other path that can
@@ -44,6 +45,7 @@ GROUPS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16)
 BLOCK_SIZES = (1, 2, 3, 5, 7, 8, 16, 32, 64, 100, 128, 256)
 TOL_TENSOR = 4e-3
 TOL_CUDA_CORE = 2e-5
+NEEDLE_SCORE = 12.0  # a planted key's score: weight ~0.99 against 300 random ones
 BUDGET = 40  # warp x tile units per case (about 30-40 s of the simulator)
 
 
@@ -63,7 +65,8 @@ def draw_common(rng) -> dict:
                 window=window, sinks=int(rng.integers(0, 4)) if window else 0,
                 scale=None if rng.random() < 0.7 else float(rng.uniform(0.02, 0.4)),
                 fill=int(rng.choice([-1, 10**6])), extra_cols=int(rng.integers(0, 3)),
-                blank_skipped=bool(rng.random() < 0.5), seed=int(rng.integers(2**31)))
+                blank_skipped=bool(rng.random() < 0.5), seed=int(rng.integers(2**31)),
+                needle=[None, None, "first", "last", "outside"][int(rng.integers(5))])
 
 
 def draw_decode(rng, max_ctx: int = 300) -> dict:
@@ -94,7 +97,7 @@ def cost(case: dict) -> float:
     heads, group, width = case["kv_heads"], case["group"], case["head_dim"] / 64
     if case["kind"] == "decode":
         chunks = -(-group // 16)
-        tiles = sum(-(-n // 16) + 1 for n in case["lens"])
+        tiles = sum(-(-n // 16) for n in case["lens"])
         if case["mode"] == "split":
             tiles += sum(-(-n // case["partition_size"]) for n in case["lens"])
         return heads * chunks * tiles * width
@@ -105,16 +108,19 @@ def cost(case: dict) -> float:
 
 
 def shrink(case: dict, budget: float = BUDGET) -> dict:
-    """Halve the largest context or chunk until the case fits the simulator budget."""
+    """Halve the largest context or chunk until the case fits the simulator budget; a
+    context of one 16-token tile is never cut (it costs no more than a shorter one)."""
     while cost(case) > budget:
         if case["kind"] == "decode":
             i = int(np.argmax(case["lens"]))
-            if case["lens"][i] == 1:
+            if case["lens"][i] <= 16:
                 break
-            case["lens"][i] = max(1, case["lens"][i] // 2)
+            case["lens"][i] //= 2
             continue
         ctx = [p + c for p, c in zip(case["prefixes"], case["chunks"], strict=True)]
         i = int(np.argmax(ctx))
+        if ctx[i] <= 16:
+            break
         if case["chunks"][i] > 1 and (case["chunks"][i] * case["group"] > 16
                                       or case["prefixes"][i] <= 1):
             case["chunks"][i] //= 2
@@ -179,11 +185,42 @@ def arrays(case: dict) -> dict:
     cache = rng.standard_normal(shape).astype(case["cache_dtype"])
     rows = len(lens) if case["kind"] == "decode" else sum(case["chunks"])
     query = rng.standard_normal((rows, case["kv_heads"] * case["group"], case["head_dim"]))
-    out = dict(query=query.astype(case["query_dtype"]), kv_cache=cache, block_tables=tables,
+    query = query.astype(case["query_dtype"])
+    plant_needle(case, query, cache, tables)
+    out = dict(query=query, kv_cache=cache, block_tables=tables,
                context_lens=np.array(lens, np.int32))
     if case["kind"] == "prefill":
         out["query_start_loc"] = np.concatenate([[0], np.cumsum(case["chunks"])]).astype(np.int32)
     return out
+
+
+def plant_needle(case: dict, query, cache, tables) -> None:
+    """case["needle"] "first" | "last" | "outside": per sequence and KV head, one key is
+    the direction of the sequence's last query row (its head h * G), scaled so that its
+    score is NEEDLE_SCORE: that row puts almost all its weight there. "first" and "last"
+    are the first and last positions the row attends, "outside" the position just before
+    its window (seen by earlier rows of a causal chunk, not by this one). A mask one
+    position off then fails by O(max |V|), at any context length: random data alone would
+    hide it under the fp16 tolerance once the context is long."""
+    mode = case.get("needle")
+    if not mode:
+        return
+    scale = case["scale"] or 1 / math.sqrt(case["head_dim"])
+    size, row = case["block_size"], 0
+    for s, mask in enumerate(masks(case)):
+        row += mask.shape[0]
+        if mask.shape[0] == 0:
+            continue
+        seen = np.flatnonzero(mask[-1])
+        pos = int(seen[0] if mode == "first" else seen[-1])
+        if mode == "outside":
+            before = int(seen[-1]) - int(case["window"] or 10**9)
+            if before >= 0 and not mask[-1, before] and tables[s, before // size] >= 0:
+                pos = before
+        for h in range(case["kv_heads"]):
+            q = query[row - 1, h * case["group"]].astype(np.float64)
+            key = q * (NEEDLE_SCORE / max(scale * float(q @ q), 1e-6))
+            cache[tables[s, pos // size], 0, h, pos % size] = key
 
 
 def gathered(cache: np.ndarray, table: np.ndarray, ctx: int, needed) -> tuple:

@@ -41,6 +41,7 @@ from sdpa_campaign import (
 )
 
 import cuda_kernels
+from cuda_kernels import reference
 
 TINY = 4  # simulated warp x tile units per Hypothesis example (a few seconds)
 
@@ -56,7 +57,8 @@ def cases(draw, kind: str, budget: float = TINY):
                 window=window, sinks=draw(st.integers(0, 3)) if window else 0,
                 scale=draw(st.one_of(st.none(), st.floats(0.05, 0.5))),
                 fill=draw(st.sampled_from([-1, 10**6])), extra_cols=draw(st.integers(0, 2)),
-                blank_skipped=draw(st.booleans()), seed=draw(st.integers(0, 2**31 - 1)))
+                blank_skipped=draw(st.booleans()), seed=draw(st.integers(0, 2**31 - 1)),
+                needle=draw(st.sampled_from([None, "first", "last", "outside"])))
     if kind == "decode":
         case.update(lens=draw(st.lists(st.integers(1, 48), min_size=1, max_size=2)),
                     mode=draw(st.sampled_from(["auto", "single", "split"])))
@@ -102,6 +104,27 @@ def test_prefill_with_the_path_forced_matches_the_float64_reference_anywhere_in_
 @given(case=st.one_of(cases("decode", 12), cases("prefill", 12)))
 def test_larger_cases_of_both_launchers_match_the_float64_reference(case):
     check_against_reference(case)
+
+
+@pytest.mark.parametrize("needle", ["first", "last", "outside"])
+def test_a_mask_one_position_off_misses_the_tensor_tolerance_by_far_on_a_needle_case(needle):
+    """The tolerances can fail: on 300-token contexts the answer with the needle's edge
+    moved by one position (the last token dropped, the first one dropped, the window one
+    longer) is over 20 x TOL_TENSOR away from the right one."""
+    window = 40 if needle == "outside" else None
+    case = dict(kind="decode", head_dim=64, kv_heads=2, group=4, block_size=16,
+                cache_dtype="float16", query_dtype="float16", window=window, sinks=0,
+                scale=None, fill=-1, extra_cols=0, blank_skipped=False, seed=3,
+                lens=[300, 200], mode="auto", partition_size=None, needle=needle)
+    data = arrays(case)
+    want = numpy_reference(case, data)
+    lens = data["context_lens"]
+    off = {"last": dict(context_lens=lens - 1, window=None),
+           "first": dict(context_lens=lens, window=int(lens.max()) - 1),
+           "outside": dict(context_lens=lens, window=41)}[needle]
+    wrong = reference.paged_attention(data["query"], data["kv_cache"], data["block_tables"],
+                                      off["context_lens"], window=off["window"])
+    assert error(wrong, want, data) > 20 * TOL_TENSOR
 
 
 def torch_or_skip():
