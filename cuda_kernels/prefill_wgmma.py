@@ -1,0 +1,337 @@
+"""Paged prefill on Hopper's warpgroup MMA (wgmma, sm_90a), FlashAttention-3's first step.
+
+The computation of `prefill_tc` (ragged batch behind cached prefixes, causal, window
+and sinks, GQA rows packed into M; see prefill.py for the rules) with the math on
+`wgmma`: one warpgroup per CTA, M = 64 rows, row r = (query token r // G, head r % G).
+It serves an fp16 cache with head_dim a multiple of 16 up to 128. Opt-in only
+(`paged_prefill(path="wgmma")`): it has not yet run on a GPU.
+
+Grid: (num_work, num_kv_heads), 128 threads (4 warps = one warpgroup). Warp w owns rows
+16w .. 16w+15; lane l's rows are 16w + g and 16w + g + 8 (g = l >> 2, t = l % 4).
+
+  * Shared tiles (`wgmma` docstring): a K or V tile of T tokens is ceil(D / 64) panels of
+    T rows x 64 fp16 (128 bytes), the 16-byte chunk c of row r at chunk c ^ (r % 8)
+    (the 128-byte swizzle), panels and tiles on 1024-byte boundaries (`align_pad`
+    skips to the first one: a static shared array has no such alignment). Dims past D
+    in a panel are never written nor read.
+  * S = Q K^T: per k-step of 16 dims one wgmma m64nTk16, A = Q's fragments (registers,
+    loaded once), B = K^T read K-major through a descriptor: start = the k-step's 32
+    bytes in its panel's rows, SBO = 1024 (8 rows), the hardware XOR on the address.
+  * The mask (causal, window, sinks, tile tail) and the online softmax run on the S
+    accumulator in registers: a lane holds 2 rows x T/4 scores; the row max is two quad
+    shuffles (`warp_max` over 4 lanes); each lane keeps partial row sums, summed over
+    the quad once at the end.
+  * O += P V: the exponentiated S fragments packed to f16x2 are the A words of the next
+    wgmma (the C layout of 16 columns is the A layout: no shared-memory round trip);
+    B = V read MN-major (imm-trans-b 1) through a descriptor: start = the k-step's 16
+    tokens (2048 bytes) in the panel, SBO = 1024 (8 tokens), LBO = a panel; one wgmma
+    m64nNk16 per panel, N = 64 (the last: what is left of D).
+  * K/V tiles by cp.async (zero-filled past the span): thread t < T maps token t of the
+    next tile through the block table once per tile; V of tile j streams in while S_j
+    and the softmax run, K of tile j+1 while P_j V_j runs (prefill_tc's pipeline); after
+    each wait, fence.proxy.async makes the copies visible to wgmma, then a barrier.
+  * Every tile goes through the mask (no separate unmasked loop yet), and a NaN in a V
+    row that a row masks inside a partly masked tile reaches that row (0 x NaN), which
+    prefill_tc avoids with its CUDA-core `masked_pv`. Both are left for a GPU session.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda, float32, int32, int64
+
+from . import _backend
+from .decode import LOG2E
+from .layout import k_row
+from .prefill import window_span
+from .primitives import (
+    cp_async16,
+    cp_async_commit,
+    cp_async_wait,
+    fast_exp2,
+    pack_f16x2,
+    warp_max,
+    warp_sum,
+)
+from .wgmma import (
+    SWIZZLE_128B,
+    align_pad,
+    fence_proxy_async,
+    mma_for,
+    smem_desc,
+    wgmma_commit,
+    wgmma_fence,
+    wgmma_wait,
+)
+
+MAX_HEAD_DIM = 128
+THREADS = 128  # one warpgroup
+_kernels: dict = {}
+
+
+def unservable(head_dim: int, cache_dtype) -> str | None:
+    """Why the wgmma kernel cannot serve this shape, or None when it can."""
+    if np.dtype(cache_dtype) != np.float16:
+        return f"the wgmma path needs a float16 cache, got {np.dtype(cache_dtype).name}"
+    if head_dim % 16 or not 16 <= head_dim <= MAX_HEAD_DIM:
+        return (f"the wgmma path needs head_dim a multiple of 16 in [16, {MAX_HEAD_DIM}], "
+                f"got {head_dim}")
+    return None
+
+
+def kv_tile() -> int:
+    """Tokens per K/V tile: 64 on a GPU (S is one m64n64 per k-step), 16 under the
+    simulator (its threads are Python threads)."""
+    return 64 if _backend.backend() == "gpu" else 16
+
+
+def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_size: int):
+    """Build the kernel for D, G, T (tokens per tile, a multiple of 16 up to 64) and the
+    cache's block size B; launched like `prefill_tc.make_prefill_tc_kernel`'s with
+    THREADS threads: kernel[(num_work, num_kv_heads), 128](cache, query, block_tables,
+    context_lens, query_start_loc, work_seq, work_first, block_size, scale, causal,
+    window, sinks, out)."""
+    D, G, T, B = int(head_dim), int(group_size), int(tile), int(block_size)
+    if D % 16 or not 16 <= D <= MAX_HEAD_DIM or T % 16 or not 16 <= T <= 64:
+        raise ValueError(f"head_dim must be a multiple of 16 in [16, {MAX_HEAD_DIM}] and the "
+                         f"tile one in [16, 64], got {D} and {T}")
+    BSH = B.bit_length() - 1 if B & (B - 1) == 0 else -1  # log2(B) when B is 2^k
+    QT = max(1, 64 // G)  # query tokens per CTA
+    R = QT * G  # rows in use (of 64)
+    KS = D // 16  # k-steps of S
+    NCH = D // 8  # 16-byte chunks of a K/V row
+    PANELS = (D + 63) // 64
+    LAST_N = D - 64 * (PANELS - 1)  # width of the last 64-dim panel
+    PANEL = T * 64  # fp16 elements of one panel: T rows of 128 bytes
+    BUF = PANELS * PANEL  # one K (or V) tile
+    COPIES = (T * NCH + THREADS - 1) // THREADS  # 16-byte copies per thread per tile
+    SF, OF = T // 2, D // 2  # accumulator registers of S and O per lane
+    mma_s = mma_for(T, False)  # B = K^T, K-major
+    mma_o = mma_for(64, True)  # B = V, MN-major
+    mma_o_last = mma_for(LAST_N, True)
+
+    @cuda.jit(device=True)
+    def position(j, kept_hi, gap):
+        """The context position of span index j (the window's seam skipped)."""
+        return j if j < kept_hi else gap + (j - kept_hi)
+
+    @cuda.jit(device=True)
+    def map_tile(cache, block_tables, seq, kv_head, base, span, kept_hi, gap, tok_s, b, tid):
+        """tok_s[b, t] <- the cache element index of K's row for token t of the tile at
+        span index `base`, -1 past the span: one block-table read per token per tile."""
+        if tid < T:
+            row = int64(-1)
+            j = int32(base + tid)
+            if j < span:
+                pos = int32(position(j, kept_hi, gap))
+                logical = int32(pos >> BSH) if BSH >= 0 else int32(pos // B)
+                row = k_row(cache, seq, block_tables[seq, logical], kv_head,
+                            int32(pos - logical * B))
+            tok_s[b, tid] = row
+
+    @cuda.jit(device=True)
+    def issue(cache, offset, tok_s, b, kv_s, at, tid):
+        """cp.async the rows mapped in tok_s[b] (+ offset: 0 for K, V's for V) into the
+        tile at kv_s[at:], swizzled; rows past the span become zeros; one commit group."""
+        for n in range(COPIES):
+            e = tid + n * THREADS
+            if e < T * NCH:
+                t = e // NCH
+                c = e - t * NCH
+                row = tok_s[b, t]
+                size = 16 if row >= 0 else 0
+                src = max(row, int64(0)) + offset + 8 * c
+                dst = at + (c >> 3) * PANEL + t * 64 + ((c & 7) ^ (t & 7)) * 8
+                cp_async16(kv_s, dst, cache, src, size)
+        cp_async_commit()
+
+    @cuda.jit(device=True)
+    def seen_by(h, pos, rows_seen):
+        """Does this lane's row h (0: row g, 1: row g + 8) attend position `pos`?"""
+        return pos < rows_seen[3 * h] and (pos < rows_seen[3 * h + 1]
+                                           or pos >= rows_seen[3 * h + 2])
+
+    @cuda.jit(device=True)
+    def scores(kv_s, k_at, qf, s):
+        """S = Q K^T for this tile: KS wgmmas chained on s, the first with accumulate 0."""
+        wgmma_fence()
+        for k in range(KS):
+            desc = smem_desc(kv_s, k_at + (k >> 2) * PANEL + (k & 3) * 16, 16, 1024,
+                             SWIZZLE_128B)
+            mma_s(desc, qf[4 * k], qf[4 * k + 1], qf[4 * k + 2], qf[4 * k + 3], s, 0,
+                  int32(k > 0))
+        wgmma_commit()
+        wgmma_wait(0)
+
+    @cuda.jit(device=True)
+    def values(kv_s, v_at, s, o):
+        """O += P V: P's S fragments packed to f16x2 are the A words, 16 tokens a step."""
+        wgmma_fence()
+        for k in range(T // 16):
+            p0 = pack_f16x2(s[8 * k], s[8 * k + 1])
+            p1 = pack_f16x2(s[8 * k + 2], s[8 * k + 3])
+            p2 = pack_f16x2(s[8 * k + 4], s[8 * k + 5])
+            p3 = pack_f16x2(s[8 * k + 6], s[8 * k + 7])
+            for p in range(PANELS):
+                desc = smem_desc(kv_s, v_at + p * PANEL + k * 16 * 64, PANEL * 2, 1024,
+                                 SWIZZLE_128B)
+                if p < PANELS - 1:
+                    mma_o(desc, p0, p1, p2, p3, o, 32 * p, 1)
+                else:
+                    mma_o_last(desc, p0, p1, p2, p3, o, 32 * p, 1)
+        wgmma_commit()
+        wgmma_wait(0)
+
+    @cuda.jit(device=True)
+    def softmax(s, o, st, base, span, kept_hi, gap, rows_seen, scale2, t4):
+        """Mask this tile's scores, update the running max and sums, rescale O."""
+        for k in range(SF):
+            col = base + 8 * (k >> 2) + 2 * t4 + (k & 1)
+            if col >= span or not seen_by((k >> 1) & 1, position(col, kept_hi, gap),
+                                          rows_seen):
+                s[k] = -math.inf
+        top_lo = float32(-math.inf)
+        top_hi = float32(-math.inf)
+        for k in range(SF):
+            if k & 2 == 0:
+                top_lo = max(top_lo, s[k])
+            else:
+                top_hi = max(top_hi, s[k])
+        new_lo = max(st[0], warp_max(top_lo, 4) * scale2)  # the quad holds the row
+        new_hi = max(st[1], warp_max(top_hi, 4) * scale2)
+        base_lo = new_lo if new_lo > -math.inf else float32(0)  # nothing seen yet
+        base_hi = new_hi if new_hi > -math.inf else float32(0)
+        alpha_lo = fast_exp2(st[0] - base_lo)
+        alpha_hi = fast_exp2(st[1] - base_hi)
+        st[0] = new_lo
+        st[1] = new_hi
+        sum_lo = float32(0)
+        sum_hi = float32(0)
+        for k in range(SF):
+            if k & 2 == 0:
+                s[k] = fast_exp2(s[k] * scale2 - base_lo)
+                sum_lo += s[k]
+            else:
+                s[k] = fast_exp2(s[k] * scale2 - base_hi)
+                sum_hi += s[k]
+        st[2] = st[2] * alpha_lo + sum_lo  # this lane's part of the row sums
+        st[3] = st[3] * alpha_hi + sum_hi
+        for k in range(OF):
+            o[k] *= alpha_lo if k & 2 == 0 else alpha_hi
+
+    @cuda.jit
+    def paged_prefill_wgmma(cache, query, block_tables, context_lens, query_start_loc,
+                            work_seq, work_first, block_size, scale, causal, window, sinks,
+                            out):
+        work = cuda.blockIdx.x
+        kv_head = cuda.blockIdx.y
+        tid = cuda.threadIdx.x
+        lane = tid & 31
+        g = lane >> 2
+        t4 = lane & 3
+        kv_s = cuda.shared.array(2 * BUF + 512, np.float16)  # [pad][K tile][V tile]
+        tok_s = cuda.shared.array((2, T), int64)  # K row of each tile token, per buffer
+        qf = cuda.local.array(4 * KS, np.uint32)  # Q's A words, [k-step][a0..a3]
+        s = cuda.local.array(SF, float32)  # S accumulator, m64nT layout
+        o = cuda.local.array(OF, float32)  # O accumulator, panel p at o[32p:]
+        st = cuda.local.array(4, float32)  # running max of rows g, g+8; their partial sums
+        rows_seen = cuda.local.array(6, int32)  # (length, kept, start) of rows g, g+8
+        k_at = align_pad(kv_s)  # the K tile starts on a 1024-byte boundary, V after it
+        v_at = k_at + BUF
+
+        seq = work_seq[work]
+        first = work_first[work]
+        q0 = query_start_loc[seq]
+        q_len = query_start_loc[seq + 1] - q0
+        ctx = context_lens[seq]
+        rows = min(QT, q_len - first)  # valid query tokens in this CTA
+        head0 = kv_head * G
+        past = ctx - q_len + first  # position of the CTA's first query token
+        len_hi = past + rows if causal else ctx
+        len_lo = past + 1 if causal else ctx
+        kept_hi, _ = window_span(len_hi, window, sinks)
+        _, start_lo = window_span(len_lo, window, sinks)
+        gap = int32(max(start_lo, kept_hi))  # the CTA reads span [0, kept_hi), [gap, len_hi)
+        span = int32(kept_hi + len_hi - gap)
+        kept_hi = int32(kept_hi)
+        v_offset = int64(cache.strides[1] // 2)  # V's row = K's row + this (fp16 elements)
+
+        r_lo = (tid >> 5) * 16 + g  # this lane's rows: r_lo and r_lo + 8
+        for h in range(2):
+            i = min((r_lo + 8 * h) // G, rows - 1)  # its query token (padded rows: unused)
+            length = past + i + 1 if causal else ctx
+            kept, start = window_span(length, window, sinks)
+            rows_seen[3 * h] = length
+            rows_seen[3 * h + 1] = kept
+            rows_seen[3 * h + 2] = start
+        live_lo = r_lo < R and r_lo // G < rows
+        live_hi = r_lo + 8 < R and (r_lo + 8) // G < rows
+        for k in range(KS):  # Q's A words: a0 (row g), a1 (g + 8), a2, a3 (+8 columns)
+            for half in range(4):
+                r = r_lo + 8 * (half & 1)
+                live = live_lo if half & 1 == 0 else live_hi
+                d = 16 * k + 2 * t4 + 8 * (half >> 1)
+                lo = float32(0)
+                hi = float32(0)
+                if live:
+                    at = q0 + first + r // G
+                    lo = float32(query[at, head0 + r % G, d])
+                    hi = float32(query[at, head0 + r % G, d + 1])
+                qf[4 * k + half] = pack_f16x2(lo, hi)
+        for k in range(OF):
+            o[k] = float32(0)
+        st[0] = -math.inf
+        st[1] = -math.inf
+        st[2] = float32(0)
+        st[3] = float32(0)
+        scale2 = float32(scale * LOG2E)
+
+        tiles = (span + T - 1) // T
+        map_tile(cache, block_tables, seq, kv_head, 0, span, kept_hi, gap, tok_s, 0, tid)
+        cuda.syncthreads()  # the first map is visible before any thread copies by it
+        issue(cache, 0, tok_s, 0, kv_s, k_at, tid)
+        for j in range(tiles):
+            b = j & 1
+            cp_async_wait(0)
+            fence_proxy_async()
+            # K_j is visible to the warpgroup's wgmma; every warp is done with P V of the
+            # last tile, so the V tile may be overwritten
+            cuda.syncthreads()
+            issue(cache, v_offset, tok_s, b, kv_s, v_at, tid)
+            if j + 1 < tiles:
+                map_tile(cache, block_tables, seq, kv_head, (j + 1) * T, span, kept_hi, gap,
+                         tok_s, 1 - b, tid)
+            scores(kv_s, k_at, qf, s)
+            softmax(s, o, st, j * T, span, kept_hi, gap, rows_seen, scale2, t4)
+            cp_async_wait(0)
+            fence_proxy_async()
+            # V_j is visible to wgmma; every warp is done with S = Q K^T, so the K tile
+            # may be overwritten; the next tile's map is visible
+            cuda.syncthreads()
+            if j + 1 < tiles:
+                issue(cache, 0, tok_s, 1 - b, kv_s, k_at, tid)
+            values(kv_s, v_at, s, o)
+
+        l_lo = warp_sum(st[2], 4)  # the quad's partial sums: each row's total
+        l_hi = warp_sum(st[3], 4)
+        at_lo = q0 + first + r_lo // G
+        at_hi = q0 + first + (r_lo + 8) // G
+        for k in range(OF):
+            d = 8 * (k >> 2) + 2 * t4 + (k & 1)
+            if k & 2 == 0 and live_lo:
+                out[at_lo, head0 + r_lo % G, d] = o[k] / l_lo
+            if k & 2 != 0 and live_hi:
+                out[at_hi, head0 + (r_lo + 8) % G, d] = o[k] / l_hi
+
+    return paged_prefill_wgmma
+
+
+def kernel_for(head_dim: int, group: int, block_size: int, tile: int | None = None):
+    """(kernel, threads, query tile) for this shape, compiled once."""
+    tile = tile or kv_tile()
+    key = (head_dim, group, tile, block_size)
+    if key not in _kernels:
+        _kernels[key] = make_prefill_wgmma_kernel(head_dim, group, tile, block_size)
+    return _kernels[key], THREADS, max(1, 64 // group)
