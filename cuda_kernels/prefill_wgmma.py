@@ -106,8 +106,10 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
     LAST_N = D - 64 * (PANELS - 1)  # width of the last 64-dim panel
     PANEL = T * 64  # fp16 elements of one panel: T rows of 128 bytes
     BUF = PANELS * PANEL  # one K (or V) tile
+    SMEM = 2 * BUF + 512  # the K and V tiles, and up to 1024 bytes to align them
     COPIES = (T * NCH + THREADS - 1) // THREADS  # 16-byte copies per thread per tile
     SF, OF = T // 2, D // 2  # accumulator registers of S and O per lane
+    QF = 4 * KS  # Q's A words per lane
     mma_s = mma_for(T, False)  # B = K^T, K-major
     mma_o = mma_for(64, True)  # B = V, MN-major
     mma_o_last = mma_for(LAST_N, True)
@@ -194,11 +196,9 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
                 s[k] = -math.inf
         top_lo = float32(-math.inf)
         top_hi = float32(-math.inf)
-        for k in range(SF):
-            if k & 2 == 0:
-                top_lo = max(top_lo, s[k])
-            else:
-                top_hi = max(top_hi, s[k])
+        for n in range(SF // 4):  # loops over 4-register blocks: unrolled, s stays in registers
+            top_lo = max(top_lo, max(s[4 * n], s[4 * n + 1]))
+            top_hi = max(top_hi, max(s[4 * n + 2], s[4 * n + 3]))
         new_lo = max(st[0], warp_max(top_lo, 4) * scale2)  # the quad holds the row
         new_hi = max(st[1], warp_max(top_hi, 4) * scale2)
         base_lo = new_lo if new_lo > -math.inf else float32(0)  # nothing seen yet
@@ -209,17 +209,19 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
         st[1] = new_hi
         sum_lo = float32(0)
         sum_hi = float32(0)
-        for k in range(SF):
-            if k & 2 == 0:
-                s[k] = fast_exp2(s[k] * scale2 - base_lo)
-                sum_lo += s[k]
-            else:
-                s[k] = fast_exp2(s[k] * scale2 - base_hi)
-                sum_hi += s[k]
+        for n in range(SF // 4):
+            for i in range(2):
+                s[4 * n + i] = fast_exp2(s[4 * n + i] * scale2 - base_lo)
+                s[4 * n + 2 + i] = fast_exp2(s[4 * n + 2 + i] * scale2 - base_hi)
+                sum_lo += s[4 * n + i]
+                sum_hi += s[4 * n + 2 + i]
         st[2] = st[2] * alpha_lo + sum_lo  # this lane's part of the row sums
         st[3] = st[3] * alpha_hi + sum_hi
-        for k in range(OF):
-            o[k] *= alpha_lo if k & 2 == 0 else alpha_hi
+        for n in range(OF // 4):
+            o[4 * n] *= alpha_lo
+            o[4 * n + 1] *= alpha_lo
+            o[4 * n + 2] *= alpha_hi
+            o[4 * n + 3] *= alpha_hi
 
     @cuda.jit
     def paged_prefill_wgmma(cache, query, block_tables, context_lens, query_start_loc,
@@ -231,9 +233,9 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
         lane = tid & 31
         g = lane >> 2
         t4 = lane & 3
-        kv_s = cuda.shared.array(2 * BUF + 512, np.float16)  # [pad][K tile][V tile]
+        kv_s = cuda.shared.array(SMEM, np.float16)  # [pad][K tile][V tile]
         tok_s = cuda.shared.array((2, T), int64)  # K row of each tile token, per buffer
-        qf = cuda.local.array(4 * KS, np.uint32)  # Q's A words, [k-step][a0..a3]
+        qf = cuda.local.array(QF, np.uint32)  # Q's A words, [k-step][a0..a3]
         s = cuda.local.array(SF, float32)  # S accumulator, m64nT layout
         o = cuda.local.array(OF, float32)  # O accumulator, panel p at o[32p:]
         st = cuda.local.array(4, float32)  # running max of rows g, g+8; their partial sums
@@ -280,8 +282,9 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
                     lo = float32(query[at, head0 + r % G, d])
                     hi = float32(query[at, head0 + r % G, d + 1])
                 qf[4 * k + half] = pack_f16x2(lo, hi)
-        for k in range(OF):
-            o[k] = float32(0)
+        for n in range(OF // 4):
+            for i in range(4):
+                o[4 * n + i] = float32(0)
         st[0] = -math.inf
         st[1] = -math.inf
         st[2] = float32(0)
@@ -318,12 +321,14 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
         l_hi = warp_sum(st[3], 4)
         at_lo = q0 + first + r_lo // G
         at_hi = q0 + first + (r_lo + 8) // G
-        for k in range(OF):
-            d = 8 * (k >> 2) + 2 * t4 + (k & 1)
-            if k & 2 == 0 and live_lo:
-                out[at_lo, head0 + r_lo % G, d] = o[k] / l_lo
-            if k & 2 != 0 and live_hi:
-                out[at_hi, head0 + (r_lo + 8) % G, d] = o[k] / l_hi
+        for n in range(OF // 4):
+            d = 8 * n + 2 * t4
+            if live_lo:
+                out[at_lo, head0 + r_lo % G, d] = o[4 * n] / l_lo
+                out[at_lo, head0 + r_lo % G, d + 1] = o[4 * n + 1] / l_lo
+            if live_hi:
+                out[at_hi, head0 + (r_lo + 8) % G, d] = o[4 * n + 2] / l_hi
+                out[at_hi, head0 + (r_lo + 8) % G, d + 1] = o[4 * n + 3] / l_hi
 
     return paged_prefill_wgmma
 
