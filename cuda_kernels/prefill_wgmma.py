@@ -43,12 +43,10 @@ import numpy as np
 from numba import cuda, float32, int32, int64
 
 from . import _backend
+from ._wgmma_tiles import make_tile_io, make_tile_order
 from .decode import LOG2E
-from .layout import k_row
 from .prefill import window_span
 from .primitives import (
-    cp_async16,
-    cp_async_commit,
     cp_async_wait,
     fast_exp2,
     pack_f16x2,
@@ -97,57 +95,22 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
     if D % 16 or not 16 <= D <= MAX_HEAD_DIM or T % 16 or not 16 <= T <= 64:
         raise ValueError(f"head_dim must be a multiple of 16 in [16, {MAX_HEAD_DIM}] and the "
                          f"tile one in [16, 64], got {D} and {T}")
-    BSH = B.bit_length() - 1 if B & (B - 1) == 0 else -1  # log2(B) when B is 2^k
     QT = max(1, 64 // G)  # query tokens per CTA
     R = QT * G  # rows in use (of 64)
     KS = D // 16  # k-steps of S
-    NCH = D // 8  # 16-byte chunks of a K/V row
     PANELS = (D + 63) // 64
     LAST_N = D - 64 * (PANELS - 1)  # width of the last 64-dim panel
     PANEL = T * 64  # fp16 elements of one panel: T rows of 128 bytes
     BUF = PANELS * PANEL  # one K (or V) tile
     SMEM = 2 * BUF + 512  # the K and V tiles, and up to 1024 bytes to align them
-    COPIES = (T * NCH + THREADS - 1) // THREADS  # 16-byte copies per thread per tile
     SF, OF = T // 2, D // 2  # accumulator registers of S and O per lane
     QF = 4 * KS  # Q's A words per lane
     mma_s = mma_for(T, False)  # B = K^T, K-major
     mma_o = mma_for(64, True)  # B = V, MN-major
     mma_o_last = mma_for(LAST_N, True)
 
-    @cuda.jit(device=True)
-    def position(j, kept_hi, gap):
-        """The context position of span index j (the window's seam skipped)."""
-        return j if j < kept_hi else gap + (j - kept_hi)
-
-    @cuda.jit(device=True)
-    def map_tile(cache, block_tables, seq, kv_head, base, span, kept_hi, gap, tok_s, b, tid):
-        """tok_s[b, t] <- the cache element index of K's row for token t of the tile at
-        span index `base`, -1 past the span: one block-table read per token per tile."""
-        if tid < T:
-            row = int64(-1)
-            j = int32(base + tid)
-            if j < span:
-                pos = int32(position(j, kept_hi, gap))
-                logical = int32(pos >> BSH) if BSH >= 0 else int32(pos // B)
-                row = k_row(cache, seq, block_tables[seq, logical], kv_head,
-                            int32(pos - logical * B))
-            tok_s[b, tid] = row
-
-    @cuda.jit(device=True)
-    def issue(cache, offset, tok_s, b, kv_s, at, tid):
-        """cp.async the rows mapped in tok_s[b] (+ offset: 0 for K, V's for V) into the
-        tile at kv_s[at:], swizzled; rows past the span become zeros; one commit group."""
-        for n in range(COPIES):
-            e = tid + n * THREADS
-            if e < T * NCH:
-                t = e // NCH
-                c = e - t * NCH
-                row = tok_s[b, t]
-                size = 16 if row >= 0 else 0
-                src = max(row, int64(0)) + offset + 8 * c
-                dst = at + (c >> 3) * PANEL + t * 64 + ((c & 7) ^ (t & 7)) * 8
-                cp_async16(kv_s, dst, cache, src, size)
-        cp_async_commit()
+    position, map_tile, issue_any, issue_whole = make_tile_io(D, T, B, THREADS)
+    tile_at, full_tile = make_tile_order(T, position)
 
     @cuda.jit(device=True)
     def seen_by(h, pos, rows_seen):
@@ -187,13 +150,17 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
         wgmma_wait(0)
 
     @cuda.jit(device=True)
-    def softmax(s, o, st, base, span, kept_hi, gap, rows_seen, scale2, t4):
-        """Mask this tile's scores, update the running max and sums, rescale O."""
+    def mask(s, base, span, kept_hi, gap, rows_seen, t4):
+        """-inf where a row does not see the column (causal, window, tile tail)."""
         for k in range(SF):
             col = base + 8 * (k >> 2) + 2 * t4 + (k & 1)
             if col >= span or not seen_by((k >> 1) & 1, position(col, kept_hi, gap),
                                           rows_seen):
                 s[k] = -math.inf
+
+    @cuda.jit(device=True)
+    def softmax(s, o, st, scale2):
+        """Update the running max and sums from this tile's scores, rescale O."""
         top_lo = float32(-math.inf)
         top_hi = float32(-math.inf)
         for n in range(SF // 4):  # loops over 4-register blocks: unrolled, s stays in registers
@@ -222,6 +189,48 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
             o[4 * n + 1] *= alpha_lo
             o[4 * n + 2] *= alpha_hi
             o[4 * n + 3] *= alpha_hi
+
+    def make_step(masked: bool):
+        """One KV tile: S = Q K^T, (the mask), the online softmax, O += P V."""
+
+        @cuda.jit(device=True)
+        def step(cache, block_tables, seq, kv_head, e, tiles, order, span, kept_hi, gap,
+                 v_offset, tok_s, kv_s, k_at, v_at, tid, qf, s, o, st, rows_seen, scale2, t4):
+            b = e & 1  # this step's map in tok_s[b], the next one's in tok_s[1 - b]
+            # the tile of step e, and of step e + 1 (a full step's next tile is full too)
+            tile = order[0] + e - order[2] if not masked else tile_at(e, order)
+            after = tile + 1 if not masked else tile_at(e + 1, order)
+            cp_async_wait(0)
+            fence_proxy_async()
+            # K of this tile is visible to the warpgroup's wgmma; every warp is done with
+            # the last P V, so the V tile may be overwritten
+            cuda.syncthreads()
+            if masked:
+                issue_any(cache, v_offset, tok_s, b, kv_s, v_at, tid)
+            else:
+                issue_whole(cache, v_offset, tok_s, b, kv_s, v_at, tid)
+            if e + 1 < tiles:
+                map_tile(cache, block_tables, seq, kv_head, after * T, span, kept_hi, gap,
+                         tok_s, 1 - b, tid)
+            scores(kv_s, k_at, qf, s)
+            if masked:
+                mask(s, tile * T, span, kept_hi, gap, rows_seen, t4)
+            softmax(s, o, st, scale2)
+            cp_async_wait(0)
+            fence_proxy_async()
+            # V is visible to wgmma; every warp is done with S = Q K^T, so the K tile may
+            # be overwritten; the next tile's map is visible
+            cuda.syncthreads()
+            if e + 1 < tiles:  # the full steps come last: theirs is always a whole tile
+                if masked:
+                    issue_any(cache, 0, tok_s, 1 - b, kv_s, k_at, tid)
+                else:
+                    issue_whole(cache, 0, tok_s, 1 - b, kv_s, k_at, tid)
+            values(kv_s, v_at, s, o)
+
+        return step
+
+    step_masked, step_full = make_step(True), make_step(False)
 
     @cuda.jit
     def paged_prefill_wgmma(cache, query, block_tables, context_lens, query_start_loc,
@@ -253,7 +262,7 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
         past = ctx - q_len + first  # position of the CTA's first query token
         len_hi = past + rows if causal else ctx
         len_lo = past + 1 if causal else ctx
-        kept_hi, _ = window_span(len_hi, window, sinks)
+        kept_hi, start_hi = window_span(len_hi, window, sinks)
         _, start_lo = window_span(len_lo, window, sinks)
         gap = int32(max(start_lo, kept_hi))  # the CTA reads span [0, kept_hi), [gap, len_hi)
         span = int32(kept_hi + len_hi - gap)
@@ -292,30 +301,25 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
         scale2 = float32(scale * LOG2E)
 
         tiles = (span + T - 1) // T
-        map_tile(cache, block_tables, seq, kv_head, 0, span, kept_hi, gap, tok_s, 0, tid)
-        cuda.syncthreads()  # the first map is visible before any thread copies by it
-        issue(cache, 0, tok_s, 0, kv_s, k_at, tid)
+        first_full = tiles
+        end_full = tiles
         for j in range(tiles):
-            b = j & 1
-            cp_async_wait(0)
-            fence_proxy_async()
-            # K_j is visible to the warpgroup's wgmma; every warp is done with P V of the
-            # last tile, so the V tile may be overwritten
-            cuda.syncthreads()
-            issue(cache, v_offset, tok_s, b, kv_s, v_at, tid)
-            if j + 1 < tiles:
-                map_tile(cache, block_tables, seq, kv_head, (j + 1) * T, span, kept_hi, gap,
-                         tok_s, 1 - b, tid)
-            scores(kv_s, k_at, qf, s)
-            softmax(s, o, st, j * T, span, kept_hi, gap, rows_seen, scale2, t4)
-            cp_async_wait(0)
-            fence_proxy_async()
-            # V_j is visible to wgmma; every warp is done with S = Q K^T, so the K tile
-            # may be overwritten; the next tile's map is visible
-            cuda.syncthreads()
-            if j + 1 < tiles:
-                issue(cache, 0, tok_s, 1 - b, kv_s, k_at, tid)
-            values(kv_s, v_at, s, o)
+            if full_tile(j, span, kept_hi, gap, len_lo, start_hi, window):
+                first_full = min(first_full, j)
+                end_full = j + 1
+        order = (first_full, end_full, tiles - (end_full - first_full))
+        map_tile(cache, block_tables, seq, kv_head, tile_at(0, order) * T, span, kept_hi,
+                 gap, tok_s, 0, tid)
+        cuda.syncthreads()  # the first map is visible before any thread copies by it
+        issue_any(cache, 0, tok_s, 0, kv_s, k_at, tid)
+        for e in range(order[2]):  # the masked tiles, then the full ones: two loops
+            step_masked(cache, block_tables, seq, kv_head, e, tiles, order, span, kept_hi,
+                        gap, v_offset, tok_s, kv_s, k_at, v_at, tid, qf, s, o, st, rows_seen,
+                        scale2, t4)
+        for e in range(order[2], tiles):
+            step_full(cache, block_tables, seq, kv_head, e, tiles, order, span, kept_hi, gap,
+                      v_offset, tok_s, kv_s, k_at, v_at, tid, qf, s, o, st, rows_seen,
+                      scale2, t4)
 
         l_lo = warp_sum(st[2], 4)  # the quad's partial sums: each row's total
         l_hi = warp_sum(st[3], 4)

@@ -86,6 +86,18 @@ def test_windows_and_sinks_on_wgmma_follow_the_reference(window, sinks, causal):
     assert rel_err(out, reference_prefill(query, cache, tables, lens, starts, **kw)) < TOL
 
 
+@pytest.mark.parametrize("prefix, new, window, sinks", [(34, 3, 0, 0), (60, 3, 40, 2)])
+def test_a_long_cached_prefix_runs_the_unmasked_tile_loop_between_masked_tiles(
+        prefix, new, window, sinks):
+    """Tiles every row sees whole (the cached prefix; the window's interior) run in the
+    loop without a mask, after the sink, seam and diagonal tiles."""
+    rng = np.random.default_rng(prefix)
+    query, cache, tables, lens, starts = batch(rng, [prefix], [new], 1, 2, 16, 16)
+    kw = dict(window=window, sinks=sinks)
+    out = paged_prefill(query, cache, tables, lens, starts, path="wgmma", **kw)
+    assert rel_err(out, reference_prefill(query, cache, tables, lens, starts, **kw)) < TOL
+
+
 def test_a_32_token_tile_reads_s_as_an_m64n32_and_p_v_in_two_k_steps(monkeypatch):
     monkeypatch.setattr(prefill_wgmma, "kv_tile", lambda: 32)
     rng = np.random.default_rng(32)
