@@ -105,6 +105,7 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
     SMEM = 2 * BUF + 512  # the K and V tiles, and up to 1024 bytes to align them
     SF, OF = T // 2, D // 2  # accumulator registers of S and O per lane
     QF = 4 * KS  # Q's A words per lane
+    PW = T // 4  # P's A words per lane
     mma_s = mma_for(T, False)  # B = K^T, K-major
     mma_o = mma_for(64, True)  # B = V, MN-major
     mma_o_last = mma_for(LAST_N, True)
@@ -131,21 +132,23 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
         wgmma_wait(0)
 
     @cuda.jit(device=True)
-    def values(kv_s, v_at, s, o):
-        """O += P V: P's S fragments packed to f16x2 are the A words, 16 tokens a step."""
+    def values(kv_s, v_at, s, pw, o):
+        """O += P V: P's S fragments packed to f16x2 (pw) are the A words, 16 tokens a
+        step. All packed before the fence: wgmma_fence must separate every register write
+        from the wgmma that reads it (PTX ISA, wgmma.fence)."""
+        for k in range(SF // 2):
+            pw[k] = pack_f16x2(s[2 * k], s[2 * k + 1])
         wgmma_fence()
         for k in range(T // 16):
-            p0 = pack_f16x2(s[8 * k], s[8 * k + 1])
-            p1 = pack_f16x2(s[8 * k + 2], s[8 * k + 3])
-            p2 = pack_f16x2(s[8 * k + 4], s[8 * k + 5])
-            p3 = pack_f16x2(s[8 * k + 6], s[8 * k + 7])
             for p in range(PANELS):
                 desc = smem_desc(kv_s, v_at + p * PANEL + k * 16 * 64, PANEL * 2, 1024,
                                  SWIZZLE_128B)
                 if p < PANELS - 1:
-                    mma_o(desc, p0, p1, p2, p3, o, 32 * p, 1)
+                    mma_o(desc, pw[4 * k], pw[4 * k + 1], pw[4 * k + 2], pw[4 * k + 3], o,
+                          32 * p, 1)
                 else:
-                    mma_o_last(desc, p0, p1, p2, p3, o, 32 * p, 1)
+                    mma_o_last(desc, pw[4 * k], pw[4 * k + 1], pw[4 * k + 2], pw[4 * k + 3],
+                               o, 32 * p, 1)
         wgmma_commit()
         wgmma_wait(0)
 
@@ -195,7 +198,8 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
 
         @cuda.jit(device=True)
         def step(cache, block_tables, seq, kv_head, e, tiles, order, span, kept_hi, gap,
-                 v_offset, tok_s, kv_s, k_at, v_at, tid, qf, s, o, st, rows_seen, scale2, t4):
+                 v_offset, tok_s, kv_s, k_at, v_at, tid, qf, s, pw, o, st, rows_seen, scale2,
+                 t4):
             b = e & 1  # this step's map in tok_s[b], the next one's in tok_s[1 - b]
             # the tile of step e, and of step e + 1 (a full step's next tile is full too)
             tile = order[0] + e - order[2] if not masked else tile_at(e, order)
@@ -226,7 +230,7 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
                     issue_any(cache, 0, tok_s, 1 - b, kv_s, k_at, tid)
                 else:
                     issue_whole(cache, 0, tok_s, 1 - b, kv_s, k_at, tid)
-            values(kv_s, v_at, s, o)
+            values(kv_s, v_at, s, pw, o)
 
         return step
 
@@ -246,6 +250,7 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
         tok_s = cuda.shared.array((2, T), int64)  # K row of each tile token, per buffer
         qf = cuda.local.array(QF, np.uint32)  # Q's A words, [k-step][a0..a3]
         s = cuda.local.array(SF, float32)  # S accumulator, m64nT layout
+        pw = cuda.local.array(PW, np.uint32)  # P as f16x2: the A words of P V
         o = cuda.local.array(OF, float32)  # O accumulator, panel p at o[32p:]
         st = cuda.local.array(4, float32)  # running max of rows g, g+8; their partial sums
         rows_seen = cuda.local.array(6, int32)  # (length, kept, start) of rows g, g+8
@@ -314,11 +319,11 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
         issue_any(cache, 0, tok_s, 0, kv_s, k_at, tid)
         for e in range(order[2]):  # the masked tiles, then the full ones: two loops
             step_masked(cache, block_tables, seq, kv_head, e, tiles, order, span, kept_hi,
-                        gap, v_offset, tok_s, kv_s, k_at, v_at, tid, qf, s, o, st, rows_seen,
-                        scale2, t4)
+                        gap, v_offset, tok_s, kv_s, k_at, v_at, tid, qf, s, pw, o, st,
+                        rows_seen, scale2, t4)
         for e in range(order[2], tiles):
             step_full(cache, block_tables, seq, kv_head, e, tiles, order, span, kept_hi, gap,
-                      v_offset, tok_s, kv_s, k_at, v_at, tid, qf, s, o, st, rows_seen,
+                      v_offset, tok_s, kv_s, k_at, v_at, tid, qf, s, pw, o, st, rows_seen,
                       scale2, t4)
 
         l_lo = warp_sum(st[2], 4)  # the quad's partial sums: each row's total
