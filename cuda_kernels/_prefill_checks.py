@@ -29,6 +29,17 @@ from .primitives import aligned16
 PATHS = ("auto", "tensor", "cuda_core", "wgmma")
 
 
+def staged_aligned(kv_cache) -> bool:
+    """Is the cache the kernel will read 16-byte aligned? A device array is read in place
+    (its own pointer and strides); a host array is first staged by `_checks.to_device`
+    into a fresh contiguous allocation (256-byte aligned on a GPU), whose strides are
+    multiples of one row: aligned when a row of head_dim elements fills 16-byte units.
+    (Asking a NumPy array for its device address fails on a GPU.)"""
+    if ck.is_device(kv_cache):
+        return aligned16(kv_cache)
+    return int(kv_cache.shape[4]) * np.dtype(kv_cache.dtype).itemsize % 16 == 0
+
+
 def compute_capability() -> tuple[int, int] | None:
     """The current GPU's (major, minor), None under the simulator."""
     if _backend.backend() != "gpu":
@@ -40,7 +51,7 @@ def compute_capability() -> tuple[int, int] | None:
 def _wgmma_refusal(kv_cache) -> str | None:
     from .prefill_wgmma import unservable
     why = unservable(int(kv_cache.shape[4]), kv_cache.dtype)
-    if why is None and not aligned16(kv_cache):
+    if why is None and not staged_aligned(kv_cache):
         why = "the wgmma path needs a 16-byte aligned kv_cache (data and strides)"
     cc = compute_capability()
     if why is None and cc is not None and cc != (9, 0):
@@ -62,7 +73,7 @@ def choose_path(path, kv_cache) -> str:
             raise ValueError(f"path='wgmma': {why}")
         return path
     why = unservable(int(kv_cache.shape[4]), kv_cache.dtype)
-    if why is None and not aligned16(kv_cache):
+    if why is None and not staged_aligned(kv_cache):
         why = "the tensor-core path needs a 16-byte aligned kv_cache (data and strides)"
     if why is None:
         return "tensor"

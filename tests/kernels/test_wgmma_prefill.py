@@ -131,3 +131,17 @@ def test_on_a_gpu_that_is_not_sm90_wgmma_is_refused_naming_its_compute_capabilit
     assert prefill.LAST_PATH["path"] == before
     monkeypatch.setattr(_prefill_checks, "compute_capability", lambda: (9, 0))
     assert choose_path("wgmma", cache) == "wgmma"
+
+
+@pytest.mark.parametrize("path", ["tensor", "wgmma"])
+def test_a_misaligned_host_cache_is_judged_by_the_aligned_copy_it_is_staged_into(path):
+    """A NumPy view starting 2 bytes past an allocation is copied to the device before the
+    kernel runs: the tensor-core paths serve it (and a GPU never asks NumPy for a device
+    address)."""
+    rng = np.random.default_rng(5)
+    query, cache, tables, lens, starts = batch(rng, [4], [3], 1, 2, 16, 4)
+    spare = np.empty(cache.size + 1, np.float16)[1:].reshape(cache.shape)
+    spare[...] = cache
+    assert spare.ctypes.data % 16 and choose_path("auto", spare) == "tensor"
+    out = paged_prefill(query, spare, tables, lens, starts, path=path)
+    assert rel_err(out, reference_prefill(query, cache, tables, lens, starts)) < TOL
