@@ -135,7 +135,8 @@ def d_cells(n: int) -> tuple[np.ndarray, np.ndarray]:
 def _product(got: dict, n: int, trans_b: bool, rows, cols) -> np.ndarray:
     """D [64 x N] float32 = A @ B (+ the old D) from the warpgroup's 128 contributions."""
     words = np.array([got[i][1] for i in range(WARPGROUP)])  # [128, 4]
-    acc_in = np.array([got[i][2] for i in range(WARPGROUP)], np.float64)  # [128, N/2]
+    with np.errstate(invalid="ignore"):  # an unset accumulator (accumulate 0) may be junk
+        acc_in = np.array([got[i][2] for i in range(WARPGROUP)], np.float64)  # [128, N/2]
     A, D = np.zeros((64, 16)), np.zeros((64, n))
     for w in range(4):
         lanes = slice(32 * w, 32 * w + 32)
