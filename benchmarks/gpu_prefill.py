@@ -21,9 +21,22 @@ times each fixed path the same way, each checked on the device first, with TFLOP
 A path that cannot serve the shape is listed with the reason and no timing. Then the
 peers' rows (`gpu_common.prefill_peer_rows`: torch SDPA's flash backend, flash_attn,
 FlashInfer, on contiguous K/V, when importable) with the same FLOP count.
+
+The wgmma row (`wgmma_row`, path="wgmma", opt-in, never yet run on a GPU) runs in a
+child process with a timeout (WGMMA_TIMEOUT_S), so that a fault or a hang on its first
+run cannot take the benchmark down: on the timed shape it first compares its output with
+the tensor path's on the device (max abs diff printed and in the row; outside 4e-3 x the
+largest |output| the row says so and is not timed), then checks it on the small ragged
+batch against the float64 reference, and only then times it. Off sm_90 it is skipped
+with the reason. Its JIT compiles happen in the child (not in the phase's compile_s).
 """
 
 from __future__ import annotations  # noqa: I001 (cuda_kernels must come before numba)
+
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -39,6 +52,7 @@ DRY_PREFILL = (2, 6, 5, 4, 2, "float16")
 BLOCK_SIZE = 16
 PATHS = ("tensor", "cuda_core")  # timed next to "auto"
 TENSOR_PEAK_TFLOPS = 990.0  # H200 dense fp16 tensor cores (H100 SXM: 989)
+WGMMA_TIMEOUT_S = 75  # the wgmma child: two JIT compiles, a comparison, a check, timing
 
 
 def _tflops(flop: int, ms):
@@ -108,5 +122,76 @@ def prefill_rows(rng, case, dim: int, runs: int, timed: bool, dry: bool) -> list
              "path_ran": auto["path_ran"],
              "tokens_per_s": batch * new / ms * 1e3 if ms else None,
              "flop_per_s": flops / ms * 1e3 if ms else None,
-             "by_path": [auto] + [timed_path(p) for p in PATHS]}] + common.prefill_peer_rows(
+             "by_path": [auto] + [timed_path(p) for p in PATHS]
+             + [wgmma_row(caches[0], case, dim, runs, timed, dry)]}] + common.prefill_peer_rows(
                  case, dim, runs, timed, flops)
+
+
+def wgmma_row(cache, case, dim: int, runs: int, timed: bool, dry: bool) -> dict:
+    """path="wgmma" in a child process (module docstring); the row it printed, or why not."""
+    row = {"path": "wgmma", "path_ran": None, "checked_on_device": None, "median_ms": None}
+    try:
+        prefill.choose_path("wgmma", cache)
+    except ValueError as why:  # not an sm_90 GPU, or a shape it cannot serve
+        return {**row, "skipped": str(why)}
+    spec = json.dumps([list(case), dim, runs, timed, dry])
+    try:
+        done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--wgmma-child",
+                               spec], capture_output=True, text=True, timeout=WGMMA_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {**row, "skipped": f"the wgmma child did not finish in {WGMMA_TIMEOUT_S} s"}
+    for line in done.stderr.splitlines():
+        if line.startswith("wgmma"):
+            print(line, file=sys.stderr)
+    if done.returncode:
+        return {**row, "skipped": f"the wgmma child failed (exit {done.returncode}): "
+                                  f"{done.stderr[-600:]}"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _wgmma_child(case, dim: int, runs: int, timed: bool, dry: bool) -> dict:
+    """In the child: compare with the tensor path, check, then time path="wgmma"."""
+    rng = np.random.default_rng(24)
+    batch, new, prefix, heads, kv_heads, dtype = case
+    ctx = prefix + new
+    per_seq = -(-ctx // BLOCK_SIZE)
+    num_blocks = batch * per_seq
+    kv_bytes = 2 * batch * ctx * kv_heads * dim * np.dtype(dtype).itemsize
+    caches = [common.filled(rng, (num_blocks, 2, kv_heads, BLOCK_SIZE, dim), dtype)
+              for _ in range(common.rotation(kv_bytes) if timed else 1)]
+    table = cuda.to_device(rng.permutation(num_blocks).reshape(batch, per_seq).astype(np.int32))
+    query = common.filled(rng, (batch * new, heads, dim), dtype)
+    lens = cuda.to_device(np.full(batch, ctx, np.int32))
+    starts = cuda.to_device(np.arange(batch + 1, dtype=np.int32) * new)
+    outs = {p: cuda.to_device(np.full((batch * new, heads, dim), np.nan, np.float32))
+            for p in ("tensor", "wgmma")}
+
+    def launch(path, c):
+        return prefill.launcher(c, query, table, lens, starts, np.full(batch, new, np.int64),
+                                scale=require_scale(None, dim), causal=True, window=None,
+                                sinks=0, out=outs[path], path=path)
+
+    launch("tensor", caches[0])()
+    launch("wgmma", caches[0])()
+    cuda.synchronize()
+    want, got = outs["tensor"].copy_to_host(), outs["wgmma"].copy_to_host()
+    diff = float(np.abs(got - want).max()) if np.isfinite(got).all() else float("inf")
+    agree = diff <= 4e-3 * float(np.abs(want).max())
+    print(f"wgmma vs the tensor path on {case}, D={dim}: max abs diff {diff:.3g}"
+          f"{'' if agree else ' (disagrees: not timed)'}", file=sys.stderr)
+    row = {"path": "wgmma", "path_ran": "wgmma", "max_abs_diff_vs_tensor": diff,
+           "agrees_with_tensor": agree, "median_ms": None}
+    row["checked_on_device"] = agree and check_prefill(rng, heads, kv_heads, dim, dtype, dry,
+                                                       "wgmma")
+    if not row["checked_on_device"]:
+        return {**row, "skipped": "disagrees with the tensor path" if not agree else
+                "differs from the float64 reference on the ragged check batch"}
+    attended = batch * (new * prefix + new * (new + 1) // 2)
+    flops = 4 * dim * heads * attended
+    ms = common.time_ms([launch("wgmma", c) for c in caches], runs, timed)
+    return {**row, "median_ms": ms, "tflop_per_s": _tflops(flops, ms),
+            "pct_of_tensor_peak": 100 * _tflops(flops, ms) / TENSOR_PEAK_TFLOPS if ms else None}
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--wgmma-child"]:
+    print(json.dumps(_wgmma_child(*json.loads(sys.argv[2]))))

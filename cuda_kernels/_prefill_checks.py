@@ -12,28 +12,68 @@ A refused batch has launched nothing and changed nothing.
 the cache is float16, 16-byte aligned and head_dim a multiple of 16 in [16, 256], else
 "cuda_core" (`prefill.make_prefill_kernel`, the fallback for any shape). "auto" picks
 the first that can serve; asking for "tensor" on a shape it cannot serve is an error.
+"wgmma" (`prefill_wgmma`, Hopper's warpgroup MMA) is opt-in: "auto" never picks it
+until it has run on a GPU. It needs the tensor path's cache with head_dim <= 128 and,
+on a GPU, compute capability 9.0 (sm_90a); under the simulator it runs the stand-ins.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from . import _backend
 from . import _checks as ck
 from .attention import attended_ranges, check_read_blocks
 from .primitives import aligned16
 
-PATHS = ("auto", "tensor", "cuda_core")
+PATHS = ("auto", "tensor", "cuda_core", "wgmma")
+
+
+def staged_aligned(kv_cache) -> bool:
+    """Is the cache the kernel will read 16-byte aligned? A device array is read in place
+    (its own pointer and strides); a host array is first staged by `_checks.to_device`
+    into a fresh contiguous allocation (256-byte aligned on a GPU), whose strides are
+    multiples of one row: aligned when a row of head_dim elements fills 16-byte units.
+    (Asking a NumPy array for its device address fails on a GPU.)"""
+    if ck.is_device(kv_cache):
+        return aligned16(kv_cache)
+    return int(kv_cache.shape[4]) * np.dtype(kv_cache.dtype).itemsize % 16 == 0
+
+
+def compute_capability() -> tuple[int, int] | None:
+    """The current GPU's (major, minor), None under the simulator."""
+    if _backend.backend() != "gpu":
+        return None
+    from numba import cuda
+    return tuple(cuda.get_current_device().compute_capability)
+
+
+def _wgmma_refusal(kv_cache) -> str | None:
+    from .prefill_wgmma import unservable
+    why = unservable(int(kv_cache.shape[4]), kv_cache.dtype)
+    if why is None and not staged_aligned(kv_cache):
+        why = "the wgmma path needs a 16-byte aligned kv_cache (data and strides)"
+    cc = compute_capability()
+    if why is None and cc is not None and cc != (9, 0):
+        why = (f"the wgmma path needs an sm_90 GPU (compute capability 9.0), this one has "
+               f"compute capability {cc[0]}.{cc[1]}")
+    return why
 
 
 def choose_path(path, kv_cache) -> str:
-    """"tensor" or "cuda_core": the kernel that serves `path` for this cache."""
+    """"tensor", "wgmma" or "cuda_core": the kernel that serves `path` for this cache."""
     from .prefill_tc import unservable
     if not isinstance(path, str) or path not in PATHS:
         raise ValueError(f"path must be one of {', '.join(map(repr, PATHS))}, got {path!r}")
     if path == "cuda_core":
         return path
+    if path == "wgmma":
+        why = _wgmma_refusal(kv_cache)
+        if why is not None:
+            raise ValueError(f"path='wgmma': {why}")
+        return path
     why = unservable(int(kv_cache.shape[4]), kv_cache.dtype)
-    if why is None and not aligned16(kv_cache):
+    if why is None and not staged_aligned(kv_cache):
         why = "the tensor-core path needs a 16-byte aligned kv_cache (data and strides)"
     if why is None:
         return "tensor"

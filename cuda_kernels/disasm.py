@@ -26,7 +26,8 @@ the steady-state loop is found from the control flow alone, so it holds for any 
   hmma, hgmma, ldsm, ldgsts   tensor-core mma (HMMA.*, and Hopper's warpgroup HGMMA.*),
                      ldmatrix (LDSM.*) and cp.async (LDGSTS.*) instructions in that loop
   loop_flops         floating-point operations one warp's trip performs: HMMA.16816 does
-                     2 x 16 x 8 x 16 = 4,096 (HMMA.1688: 2,048), HGMMA.64xNx16 2 x 64 x N x 16,
+                     2 x 16 x 8 x 16 = 4,096 (HMMA.1688: 2,048), HGMMA.64xNx16 2 x 64 x N x 16
+                     / 4 (one warpgroup-wide MMA, issued by each of its 4 warps),
                      FFMA/HFMA2 2 and 4 per lane, FADD/FMUL/FMNMX 1 per lane (x 32 lanes);
                      MUFU, conversions and integer work count 0; tensor_flops: HMMA/HGMMA's
   loop_sass_per_hmma loop_sass / hmma (None without HMMA); flops_per_loop_sass loop_flops /
@@ -96,7 +97,7 @@ class Instr:
         return 32
 
 
-_SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+_SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]*)([^;]*);")
 _LABEL = re.compile(r"^\s*(\.L\w+|\$\S+):\s*$")
 _TARGET = re.compile(r"`\((\.L\w+)\)|\b(0x[0-9a-f]+)\b")
 
@@ -149,7 +150,7 @@ def instr_flops(opcode: str) -> int:
         return 2048 if ".1688" in opcode else 4096 if ".16816" in opcode else 0
     if head == "HGMMA":
         m = _HGMMA.match(opcode)
-        return 2 * 64 * int(m.group(1)) * 16 if m else 0
+        return 2 * 64 * int(m.group(1)) * 16 // 4 if m else 0  # each of the 4 warps issues it
     return WARP * _LANE_FLOPS.get(head, 0)
 
 

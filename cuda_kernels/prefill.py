@@ -66,7 +66,7 @@ from .layout import BLOCK_MAJOR, Loaders, check_kv_cache
 from .primitives import exp2_or_zero, load16, softmax_rescale, unpack16, vec_width
 
 SHARED_LIMIT = 48 * 1024  # static shared memory per thread block
-LAST_PATH = {"path": None}  # the kernel the last paged_prefill call ran: "tensor"/"cuda_core"
+LAST_PATH = {"path": None}  # the kernel the last paged_prefill call ran: "tensor"/"wgmma"/...
 _kernels: dict = {}
 
 
@@ -317,10 +317,13 @@ def paged_prefill(query, kv_cache, block_tables, context_lens, query_start_loc, 
     [S, max_blocks]; context_lens int32 [S], each >= its query length. scale defaults to
     1/sqrt(D). window 0 (or None) is full attention; sinks needs a window. path: "auto"
     (tensor cores when the shape allows, `_prefill_checks.choose_path`), "tensor"
-    (`prefill_tc`; ValueError on a shape it cannot serve) or "cuda_core" (this module's
-    kernel); `choose_path(path, kv_cache)` tells which one a call runs, LAST_PATH which one
-    the last call ran. NumPy query ->
-    NumPy result; device query -> device result.
+    (`prefill_tc`; ValueError on a shape it cannot serve), "wgmma" (`prefill_wgmma`,
+    Hopper's warpgroup MMA, fp16 cache, head_dim a multiple of 16 up to 128; opt-in:
+    "auto" never picks it because it has not yet run on a GPU; on a GPU that is not
+    sm_90 it raises ValueError naming the compute capability; under the simulator it
+    runs the PTX-faithful stand-ins) or "cuda_core" (this module's kernel);
+    `choose_path(path, kv_cache)` tells which one a call runs, LAST_PATH which one
+    the last call ran. NumPy query -> NumPy result; device query -> device result.
     """
     num_blocks, num_kv_heads, block_size, head_dim = check_kv_cache("kv_cache", kv_cache)
     path = choose_path(path, kv_cache)
@@ -342,13 +345,16 @@ def launcher(cache, query, tables, lens, starts, q_lens, *, scale: float, causal
     """launch() running the prefill kernel on device buffers into out [total_q, H, D]
     float32, with no checks: `paged_prefill` validates first, the GPU benchmark times
     launch() alone. q_lens: the host's query lengths (the work list is built here).
-    launch.path says which kernel it runs ("tensor" or "cuda_core")."""
+    launch.path says which kernel it runs ("tensor", "wgmma" or "cuda_core")."""
     num_kv_heads, head_dim = cache.shape[2], cache.shape[4]
     group = query.shape[1] // num_kv_heads
     path = choose_path(path, cache)
     if path == "tensor":
         from . import prefill_tc
         kernel, threads, q_tile = prefill_tc.kernel_for(head_dim, group, cache.shape[3])
+    elif path == "wgmma":
+        from . import prefill_wgmma
+        kernel, threads, q_tile = prefill_wgmma.kernel_for(head_dim, group, cache.shape[3])
     else:
         loaders = usable_loaders(BLOCK_MAJOR, cache, cache, head_dim)  # 16-byte or scalar
         kernel, threads, q_tile = kernel_for(head_dim, group, loaders, cache.dtype)

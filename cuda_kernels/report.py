@@ -22,7 +22,9 @@ issue at 4.3 TB/s); reuse, how many CTAs read each K/V byte: 1 for decode, and f
 prefill rows (`prefill_case`) the count at roofline.HEADLINE with the row's G, query
 tokens per CTA (q_tile) and K/V tile (kv_tile), with reuse_case saying so; path:
 "tensor" or "cuda_core" for the decode kernels (paged_decode_tc is what path="auto"
-launches for G >= 4, float16, head_dim % 16 == 0).
+launches for G >= 4, float16, head_dim % 16 == 0). paged_prefill_wgmma (path="wgmma",
+Hopper's warpgroup MMA) exists only for sm_90a: its row comes with --arch sm_90 and says
+arch "sm_90a" (compiled with cc (9, 0, "a"), ptxas -arch=sm_90a, PTX file *_sm_90a.ptx).
 
 compile_ptx needs no GPU but does need numba's real CUDA target, so under the simulator
 this module re-runs itself in a subprocess with PAGEDSIM_CUDA=gpu and NUMBA_ENABLE_CUDASIM=0.
@@ -145,12 +147,24 @@ def kernel_specs():
                       (cache, t.Array(dtype, 3, "C"), t.Array(t.int32, 2, "C"), i32, i32, i32, i32,
                        t.int32, t.float32, t.int32, t.int32, t.int32, f32c3), 128))
     from .prefill_tc import make_prefill_tc_kernel  # tensor cores: 4 warps, 64-token tiles
+    prefill_sig = (f16c5, t.Array(t.float16, 3, "C"), t.Array(t.int32, 2, "C"), i32, i32, i32,
+                   i32, t.int32, t.float32, t.int32, t.int32, t.int32, f32c3)
     for group in (8, 1):
         kern = make_prefill_tc_kernel(128, group, 4, 64, 16)
-        specs.append((f"paged_prefill_tc[float16,G={group},D=128]", kern.py_func,
-                      (f16c5, t.Array(t.float16, 3, "C"), t.Array(t.int32, 2, "C"), i32, i32, i32,
-                       i32, t.int32, t.float32, t.int32, t.int32, t.int32, f32c3), 128))
+        specs.append((f"paged_prefill_tc[float16,G={group},D=128]", kern.py_func, prefill_sig,
+                      128))
+    from .prefill_wgmma import make_prefill_wgmma_kernel  # path="wgmma": sm_90a only
+    specs.append(("paged_prefill_wgmma[float16,G=8,D=128]",
+                  make_prefill_wgmma_kernel(128, 8, 64, 16).py_func, prefill_sig, 128,
+                  {"sm_90": "sm_90a"}))
     return specs
+
+
+def targets(spec: tuple, archs) -> list[tuple[str, str]]:
+    """[(arch, target)] a spec is compiled for: every arch as itself, or, for a spec whose
+    5th element maps archs to targets (wgmma needs sm_90a), only the archs it names."""
+    only = spec[4] if len(spec) > 4 else None
+    return [(a, a) for a in archs] if only is None else [(a, only[a]) for a in archs if a in only]
 
 
 def parse_ptxas(text: str) -> dict:
@@ -182,9 +196,14 @@ def disassemble(cubin: Path) -> str | None:
 
 
 def _one(ptxas: str, name: str, func, sig, threads: int, arch: str, tmp: Path,
-         ptx_dir: Path | None) -> dict:
+         ptx_dir: Path | None, target: str | None = None) -> dict:
+    """One row; `target` is the ptxas arch when it differs from `arch` (sm_90a: cc
+    (9, 0, "a"), whose PTX says .target sm_90a); occupancy uses `arch`'s limits."""
     from numba.cuda import compile_ptx
-    ptx, _ = compile_ptx(func, sig, cc=(int(arch[3]), int(arch[4:])))
+    base, target = arch, target or arch
+    cc = (int(target[3]), int(target[4]), *([target[5:]] if target[5:] else []))
+    ptx, _ = compile_ptx(func, sig, cc=cc)
+    arch = target
     stem = f"{re.sub(r'[^A-Za-z0-9]+', '_', name).strip('_')}_{arch}"
     path = tmp / f"{stem}.ptx"
     path.write_text(ptx)
@@ -198,7 +217,7 @@ def _one(ptxas: str, name: str, func, sig, threads: int, arch: str, tmp: Path,
     sass = disassemble(cubin)
     row.update(disasm.steady_loop(disasm.parse_sass(sass)) if sass is not None else
                disasm.steady_loop([]))
-    row.update(disasm.occupancy(arch, row["registers"], row["shared_bytes"], threads))
+    row.update(disasm.occupancy(base, row["registers"], row["shared_bytes"], threads))
     case = prefill_case(name, func, row["ctas_per_sm"])
     row.update(case)
     row.update(roofline.model(row, case.get("reuse", 1.0), expects_flops=bool(case)))
@@ -229,9 +248,11 @@ def prefill_case(kernel: str, func, ctas_per_sm: int) -> dict:
 
 
 def path_of(kernel: str) -> str | None:
-    """The paged_attention path a decode kernel serves ("tensor" / "cuda_core")."""
+    """The path a decode kernel serves ("tensor" / "cuda_core"), or "wgmma"."""
     if kernel.startswith("paged_decode_tc["):
         return "tensor"
+    if kernel.startswith("paged_prefill_wgmma["):
+        return "wgmma"
     return "cuda_core" if kernel.startswith("paged_decode[") else None
 
 
@@ -297,13 +318,16 @@ def _job(index: int, archs: tuple, tmp: str, ptx_dir: Path | None) -> list[dict]
     """The rows of kernel `index` for every arch, in a worker: the specs are rebuilt once
     per process (they hold closures, which do not pickle)."""
     if not _SPECS:
-        _SPECS.extend(_with_threads(spec) for spec in kernel_specs())
-    return [_one(find_ptxas(), *_SPECS[index], arch, Path(tmp), ptx_dir) for arch in archs]
+        _SPECS.extend(kernel_specs())
+    spec = _SPECS[index]
+    return [_one(find_ptxas(), *_with_threads(spec), arch, Path(tmp), ptx_dir, target)
+            for arch, target in targets(spec, archs)]
 
 
 def _with_threads(spec: tuple) -> tuple:
-    """(name, func, sig[, threads]) -> (name, func, sig, threads); 128 threads by default."""
-    return spec if len(spec) == 4 else (*spec, DEFAULT_THREADS)
+    """(name, func, sig[, threads[, targets]]) -> (name, func, sig, threads); 128 threads
+    by default."""
+    return (*spec[:3], spec[3] if len(spec) > 3 else DEFAULT_THREADS)
 
 
 def main(argv=None) -> int:

@@ -12,7 +12,7 @@ import pytest
 
 from cuda_kernels import disasm
 from cuda_kernels.attention import shared_bytes
-from cuda_kernels.report import find_ptxas, kernel_specs, parse_ptxas
+from cuda_kernels.report import find_ptxas, kernel_specs, parse_ptxas, targets
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.ptx
@@ -162,7 +162,8 @@ def test_every_kernel_compiles_for_sm80_and_sm90_without_spilling(tmp_path):
         f"labs.decode_{x}" for x in ("fused", "split", "nhd", "vllm")
     }
     assert {(r["kernel"], r["arch"]) for r in rows} == {
-        (n, a) for n in names for a in ("sm_80", "sm_90")
+        (spec[0], target) for spec in kernel_specs()
+        for _, target in targets(spec, ("sm_80", "sm_90"))
     }
     assert all(
         set(r) >= {"kernel", "arch", "registers", "shared_bytes", "spill_bytes"} for r in rows
@@ -193,5 +194,9 @@ def test_every_kernel_compiles_for_sm80_and_sm90_without_spilling(tmp_path):
     assert core["path"] == "cuda_core"
     assert all(set(r) >= {"hmma", "ldsm", "ldgsts", "loop_sass_per_hmma", "flops_per_loop_sass",
                           "bound", "expected_pct_of_peak"} for r in rows)
+    # the wgmma prefill is compiled for sm_90a alone, and its loop runs on HGMMA
+    wg = next(r for r in rows if r["kernel"] == "paged_prefill_wgmma[float16,G=8,D=128]")
+    assert wg["arch"] == "sm_90a" and wg["path"] == "wgmma" and wg["hgmma"] > 0, wg
+    assert wg["hmma"] == 0 and wg["ldgsts"] > 0, wg
     written = (tmp_path / "paged_decode_float16_G_8_D_128_sm_90.ptx").read_text()
     assert disasm.ptx_stats(written)["barriers"] == g8["barriers"]

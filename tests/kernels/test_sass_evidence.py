@@ -37,7 +37,8 @@ def test_the_loop_counts_tensor_core_ldmatrix_and_cp_async_instructions_and_flop
 
 @pytest.mark.parametrize("opcode,flops", [
     ("HMMA.16816.F32", 4096), ("HMMA.16816.F32.BF16", 4096), ("HMMA.1688.F32", 2048),
-    ("HGMMA.64x8x16.F32", 2 * 64 * 8 * 16), ("HGMMA.64x128x16.F32", 2 * 64 * 128 * 16),
+    # a warpgroup's HGMMA is issued by each of its 4 warps: a warp's share is a quarter
+    ("HGMMA.64x8x16.F32", 2 * 64 * 8 * 16 // 4), ("HGMMA.64x128x16.F32", 2 * 64 * 128 * 16 // 4),
     ("FFMA", 64), ("HFMA2", 128), ("FADD", 32), ("FMNMX", 32), ("MUFU.EX2", 0), ("IMAD", 0)])
 def test_each_opcode_counts_the_flops_a_warp_instruction_performs(opcode, flops):
     assert disasm.instr_flops(opcode) == flops

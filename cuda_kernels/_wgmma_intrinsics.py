@@ -1,0 +1,119 @@
+"""The GPU side of `wgmma`: Hopper warpgroup MMA of any width N, as inline PTX (sm_90a).
+
+Only imported when the real CUDA target is active; `_wgmma_sim.py` holds the stand-ins
+with the same names and meaning. Kernels using these compile with cc=(9, 0, "a").
+
+    wgmma_n{N}(desc, a0, a1, a2, a3, acc, base, accumulate)      N in SHAPES (8 .. 64)
+        wgmma.mma_async.sync.aligned.m64n{N}k16.f32.f16.f16, imm-trans-b 0: B K-major
+    wgmma_n{N}_t(...)                                              the same, imm-trans-b 1:
+        B MN-major ("transposed": n contiguous in shared memory, e.g. V token-major)
+      A [64 x 16] from registers (four f16x2 words per lane), B [16 x N] through the
+      64-bit shared-memory descriptor `desc`, D [64 x N] in acc[base : base + N/2] (a
+      float32 local array, updated in place; accumulate 0: D = A B, ignoring acc).
+    shared_address(array, index) -> u32   the shared-window address of array[index]
+    fence_proxy_async()                   fence.proxy.async.shared::cta
+    smem_desc, wgmma_fence, wgmma_commit, wgmma_wait: as in `_intrinsics`
+
+The asm text and its N/2 tied f32 operands are generated from N (`wgmma_text`,
+`wgmma_constraints`), not written out per shape. Operands: $0 .. $(N/2 - 1) are D
+(outputs tied to the inputs carrying acc's old values), then the four A words, the
+descriptor (64-bit) and the accumulate flag (turned into the scale-d predicate).
+
+Reference: PTX ISA 8.x, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate".
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba.cuda import types
+from numba.cuda.extending import intrinsic
+
+from ._intrinsics import (  # noqa: F401  (re-exported)
+    _F32,
+    _asm,
+    _shared_address,
+    _u32,
+    _wgmma_sync,
+    smem_desc,
+    wgmma_commit,
+    wgmma_fence,
+    wgmma_wait,
+)
+
+SHAPES = tuple(range(8, 72, 8))  # the N served: 8, 16, ..., 64 (the ISA allows up to 256)
+
+
+def wgmma_text(n: int, trans_b: bool) -> str:
+    """The inline PTX of one m64nNk16 f16 -> f32 wgmma with A in registers."""
+    regs = n // 2
+    d = ", ".join(f"${i}" for i in range(regs))
+    a = ", ".join(f"${regs + i}" for i in range(4))
+    return ("{ .reg .pred p; "
+            f"setp.ne.b32 p, ${regs + 5}, 0; "
+            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 "
+            f"{{{d}}}, {{{a}}}, ${regs + 4}, p, 1, 1, {int(trans_b)}; }}")
+
+
+def wgmma_constraints(n: int) -> str:
+    """N/2 f32 outputs, four u32 A words, the u64 descriptor, the u32 flag, then the N/2
+    old accumulators tied to the outputs; memory clobbered (B is read from shared)."""
+    regs = n // 2
+    return ",".join(["=f"] * regs + ["r"] * 4 + ["l", "r"] + [str(i) for i in range(regs)]
+                    + ["~{memory}"])
+
+
+def _make_wgmma(n: int, trans_b: bool):
+    regs = n // 2
+    text, constraints = wgmma_text(n, trans_b), wgmma_constraints(n)
+
+    def typer(typingctx, desc, a0, a1, a2, a3, acc, base, accumulate):
+        scalars = (desc, a0, a1, a2, a3, base, accumulate)
+        if not all(isinstance(v, types.Integer) for v in scalars):
+            return None
+        if not (isinstance(acc, types.Array) and acc.ndim == 1 and acc.dtype == types.float32):
+            return None
+
+        def codegen(context, builder, sig, args):
+            words = [_u32(context, builder, v, t) for v, t in zip(args[1:5], sig.args[1:5],
+                                                                    strict=True)]
+            desc64 = context.cast(builder, args[0], sig.args[0], types.uint64)
+            flag = _u32(context, builder, args[7], sig.args[7])
+            ary = context.make_array(sig.args[5])(context, builder, value=args[5])
+            at = context.cast(builder, args[6], sig.args[6], types.intp)
+            cells = [builder.gep(ary.data, [builder.add(at, ir.Constant(at.type, i))])
+                     for i in range(regs)]
+            old = [builder.load(c) for c in cells]
+            out = _asm(builder, ir.LiteralStructType([_F32] * regs),
+                       [*words, desc64, flag, *old], text, constraints, side_effect=True)
+            for i, cell in enumerate(cells):
+                builder.store(builder.extract_value(out, i), cell)
+            return context.get_dummy_value()
+
+        return types.void(desc, a0, a1, a2, a3, acc, base, accumulate), codegen
+
+    return intrinsic(typer)
+
+
+WGMMA = {(n, t): _make_wgmma(n, t) for n in SHAPES for t in (False, True)}
+globals().update({f"wgmma_n{n}{'_t' if t else ''}": f for (n, t), f in WGMMA.items()})
+
+
+@intrinsic
+def shared_address(typingctx, array, index):
+    """The 32-bit shared-window address of element `index` of a shared array."""
+    if not isinstance(array, types.Array) or not isinstance(index, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _shared_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+
+    return types.uint32(array, index), codegen
+
+
+# generic-proxy writes to shared memory (st.shared, cp.async) become visible to the async
+# proxy wgmma reads B through (PTX ISA, "Memory Consistency Model": proxies)
+fence_proxy_async = _wgmma_sync("fence.proxy.async.shared::cta;")
+
+__all__ = ["SHAPES", "WGMMA", "fence_proxy_async", "shared_address", "smem_desc",
+           "wgmma_commit", "wgmma_fence", "wgmma_wait", *(
+               f"wgmma_n{n}{'_t' if t else ''}" for n, t in WGMMA)]
