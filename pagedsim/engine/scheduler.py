@@ -156,6 +156,8 @@ class Scheduler:
                 return
             pairs = self.blocks.swap_in(seqs)
             self.kv.swap_in(pairs)
+            for s in seqs:  # the copied-back blocks hold K/V again: hittable once full
+                self.blocks.written(s, run.state.tokens[s], 0, run.computed[s])
             self.stats["swap_bytes"] += len(pairs) * self.kv.block_bytes
             self.swapped.popleft()
             run.status = "running"

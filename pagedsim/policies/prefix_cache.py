@@ -34,7 +34,8 @@ secret) or a `lora_id` (the adapter the KV was computed with) makes a prompt's c
 start from its own root, so two tenants or two adapters with the same prompt never
 share a block. Also v1's: `reset_prefix_cache()` (refused, False, while a block is in
 use), KV cache events (`enable_kv_cache_events=True`, then `take_events()`, see
-kv_events.py) and `get_num_common_prefix_blocks` (manager_state.py).
+kv_events.py) and `get_num_common_prefix_blocks` (manager_state.py). A swapped-in
+sequence is hashed again from its tokens (prefix_restore.py).
 """
 
 from __future__ import annotations
@@ -54,9 +55,10 @@ from .cache_pool import (
     CachingBlockPool,
     chained_hash,
 )
+from .prefix_restore import RestoresPrefixState
 
 
-class PrefixCachingManager(V1Slots, KVCacheManager):
+class PrefixCachingManager(RestoresPrefixState, V1Slots, KVCacheManager):
     def __init__(self, num_blocks: int, block_size: int, *, eviction: str = "lru",
                  hash_fn=chained_hash, enable_kv_cache_events: bool = False,
                  pool: CachingBlockPool | None = None, group_idx: int = 0, **kwargs):
