@@ -73,6 +73,20 @@ def test_admission_waits_for_a_hit_that_another_sequence_is_still_computing():
     blocks.check()
 
 
+def test_a_swapped_in_sequence_can_be_hit_again_and_goes_on_naming_its_new_blocks():
+    blocks = BlockAdapter(8, 2, prefix_caching=True, host_blocks=8)
+    tokens = (1, 2, 3, 4, 5)
+    assert blocks.admit("a", tokens) == 0
+    blocks.written("a", tokens, 0, 5)
+    assert blocks.swap_out(["a"]) is not None
+    blocks.manager.reset_prefix_cache()  # the GPU copies are gone: only the host has them
+    blocks.swap_in(["a"], {"a": (tokens, 5)})
+    assert blocks.admit("b", (1, 2, 3, 4, 9)) == 4  # the restored blocks are hit
+    blocks.append("a", 6)  # the sequence's next full block is named as it fills
+    assert blocks.manager.match((1, 2, 3, 4, 5, 6)) == blocks.table("a")
+    blocks.check()
+
+
 def test_generate_reports_cache_hits_copies_swaps_and_a_match_with_the_dense_engine(capsys):
     assert generate_main(["--backend", "numpy", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
