@@ -6,9 +6,22 @@ engine publishes them over ZMQ in `KVEventBatch`es):
 
     BlockStored       full blocks were hashed and became findable: their block_hashes,
                       the parent_block_hash they chain from (None at the start of a
-                      prompt), their token_ids (block_size per block), lora_id, medium
-    BlockRemoved      cached blocks were evicted (their contents are overwritten)
+                      prompt), their token_ids (block_size per block), lora_id, medium,
+                      lora_name, then the optional extra_keys, group_idx,
+                      kv_cache_spec_kind and kv_cache_spec_sliding_window
+    BlockRemoved      cached blocks were evicted (their contents are overwritten):
+                      block_hashes, medium, group_idx
     AllBlocksCleared  reset_prefix_cache() forgot every cached block
+
+Fields, names and order are those of vLLM's kv_events.py (read at commit 0181ea3).
+group_idx is the KV cache group whose block it was, on stores and removals alike: 0 for
+the only group, 0 or 1 under the hybrid allocator (policies/hybrid.py), as vLLM's
+`BlockRemoved(..., group_idx=get_group_id(block_hash))` says which group lost a block.
+kv_cache_spec_kind is "full_attention" or "sliding_window" (with the window in tokens
+in kv_cache_spec_sliding_window), vLLM's `KVCacheSpecKind` values. extra_keys stays
+None: vLLM sends each block's own extra keys (cache_salt on the first block, the LoRA
+name, multimodal hashes), while pagedsim chains a prompt's extra keys from its root
+(policies/prefix_cache.py), so it has no per-block list to send.
 
 `PrefixCachingManager(..., enable_kv_cache_events=True)` queues the same events, and
 `take_events()` hands them over. Ours differ in the hash values only (Python's hash
@@ -45,14 +58,20 @@ class BlockStored:
     lora_id: int | None = None  # the LoRA adapter the blocks were computed with
     medium: str | None = MEDIUM_GPU  # where the blocks live
     lora_name: str | None = None  # vLLM's newer name for the adapter
-    group_idx: int | None = None  # KV cache group (hybrid allocator); None: the only one
+    extra_keys: list | None = None  # per block: the extra keys hashed with it (see above)
+    group_idx: int | None = None  # KV cache group of the blocks (0: the only one)
+    kv_cache_spec_kind: str | None = None  # "full_attention" | "sliding_window"
+    kv_cache_spec_sliding_window: int | None = None  # the window in tokens (sliding only)
 
 
 @dataclass
 class BlockRemoved:
     block_hashes: list  # hashes of blocks whose contents were evicted
-    medium: str | None = MEDIUM_GPU
-    group_idx: int | None = None
+    medium: str | None = MEDIUM_GPU  # where the blocks lived
+    group_idx: int | None = None  # KV cache group the evicted block belonged to
+
+
+OPTIONAL = ("extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window")
 
 
 @dataclass
@@ -70,9 +89,10 @@ ARRAY_ORDER = {  # field order of vLLM's array-like encoding (older releases)
 
 
 def event_to_json(event) -> dict:
-    """One event as vLLM's tagged JSON object (defaults left out, as msgspec does)."""
+    """One event as vLLM's tagged JSON object (the optional fields left out while None,
+    as msgspec's omit_defaults does; vLLM's other fields have no default)."""
     out = {"type": type(event).__name__}
-    out.update({k: v for k, v in asdict(event).items() if k != "group_idx" or v is not None})
+    out.update({k: v for k, v in asdict(event).items() if k not in OPTIONAL or v is not None})
     return out
 
 
@@ -86,7 +106,7 @@ def event_from_json(obj):
     if not isinstance(obj, dict) or obj.get("type") not in EVENT_TYPES:
         raise ValueError(f"not a KV cache event: {str(obj)[:60]}")
     cls = EVENT_TYPES[obj["type"]]
-    names = set(cls.__dataclass_fields__)  # newer vLLM fields (extra_keys ...) are read past
+    names = set(cls.__dataclass_fields__)  # fields of other vLLM versions are read past
     fields_ = {k: v for k, v in obj.items() if k in names}
     if cls is AllBlocksCleared:
         return cls()

@@ -159,18 +159,22 @@ class KVCacheManager(ManagerState):
         self._end_step()
         return slots if with_slots else None
 
-    def restore_sequences(self, tables: dict) -> dict:
+    def restore_sequences(self, tables: dict, prefix_state=None) -> dict:
         """Re-admit sequences whose KV comes back from elsewhere (a swap-in), as one step.
 
         `tables` maps seq_id -> (labels, num_tokens), one label per logical block
         (NULL_BLOCK for one a sliding window dropped). Entries with the same label get the
         same new physical block, so a prefix the sequences shared before stays shared; one
-        table may not name a label twice. All or nothing. Returns {label: physical block},
-        for the copy that brings the data back.
+        table may not name a label twice. `prefix_state` maps some of those seq_ids to what
+        `prefix_state(seq_id)` returned before the sequence was freed: a prefix cache names
+        the restored full blocks again and goes on hashing the sequence's new ones (v0's
+        block manager re-hashes swapped-in blocks by their tokens). All or nothing.
+        Returns {label: physical block}, for the copy that brings the data back.
         """
         plan = restore_plan(tables, self.block_size, self.drops_blocks)
         for seq_id in plan:
             self._check_new(seq_id)
+        states = self._restore_states(plan, prefix_state)
         distinct = {b for labels, _ in plan.values() for b in labels if b != NULL_BLOCK}
         if len(distinct) > self.pool.num_free_blocks:
             self._reserve(len(distinct), set(plan), f"restore_sequences({len(plan)} seqs)")
@@ -189,8 +193,16 @@ class KVCacheManager(ManagerState):
                     b = placed[label] = next(fresh)
                     self._emit(tr.BlockAllocated, seq_id, b, logical)
                 table.blocks.append(b)
+        for seq_id, state in states.items():
+            self._restore_prefix_state(seq_id, state)
         self._end_step()
         return placed
+
+    def prefix_state(self, seq_id):
+        """What `restore_sequences` needs to go on hashing the sequence after it is freed
+        and restored (a swap); None here: a manager without a prefix cache keeps nothing."""
+        self._table(seq_id)
+        return None
 
     def fork(self, parent_id, child_id) -> None:
         """The child shares every block of the parent; each block's count goes up by one (v0)."""
@@ -225,6 +237,25 @@ class KVCacheManager(ManagerState):
     def _on_tokens_appended(self, seq_id, first_position: int, token_ids: tuple) -> None:
         """Called with the ids of tokens just placed at first_position.. (when the caller gave
         them), inside the same step. A prefix cache hashes blocks as they fill here."""
+
+    def _restore_states(self, plan: dict, prefix_state) -> dict:
+        """Validate restore_sequences' prefix_state: {seq in plan: a state, or None}."""
+        if prefix_state is None:
+            return {}
+        if not isinstance(prefix_state, dict):
+            raise TypeError(f"prefix_state must be a dict, got {type(prefix_state).__name__}")
+        for seq_id, state in prefix_state.items():
+            if seq_id not in plan:
+                raise ValueError(f"prefix_state names seq {seq_id!r}, which is not restored")
+            if state is not None:
+                self._check_prefix_state(seq_id, plan[seq_id][1], state)
+        return {s: state for s, state in prefix_state.items() if state is not None}
+
+    def _check_prefix_state(self, seq_id, num_tokens: int, state) -> None:
+        raise ValueError(f"seq {seq_id!r}: this manager keeps no prefix state, got {state!r}")
+
+    def _restore_prefix_state(self, seq_id, state) -> None:
+        """Called for each restored sequence with a prefix state, inside the same step."""
 
     # ---- planning and recording -------------------------------------------------
     def _reserve(self, need, protect, what: str) -> None:

@@ -137,9 +137,11 @@ class BlockAdapter:
     def blocks_to_swap_in(self, seqs) -> int:
         return self.host.blocks_to_swap_in({s: self.swapped[s] for s in seqs})
 
-    def swap_in(self, seqs):
+    def swap_in(self, seqs, computed=None):
         """Bring swapped sequences back into fresh blocks, keeping their sharing. Returns
-        (host, gpu) pairs, or None (no change) when blocks are short."""
+        (host, gpu) pairs, or None (no change) when blocks are short. `computed` maps a
+        seq to (its tokens, how many hold K/V): the copy brings that K/V back, so those
+        full blocks are ready to be hit again (the manager has named them again)."""
         pairs = self.host.swap_in(self.manager, {s: self.swapped[s] for s in seqs})
         if pairs is None:
             return None
@@ -147,6 +149,8 @@ class BlockAdapter:
             del self.swapped[s]
         for _, b in pairs:
             self.ready.pop(b, None)
+        for s, (tokens, end) in (computed or {}).items():
+            self.written(s, tokens, 0, end)
         return pairs
 
     # ---- what happened, for the step log ---------------------------------------------------

@@ -13,12 +13,15 @@ composition, so preemption and scheduling cannot change a token:
     temperature 0  -> argmax (ties: lowest id)
     temperature >0 -> argmax(logits / T + Gumbel noise from rng(seed, index, step))
 n > 1 (parallel sampling, v0 style) forks n - 1 children after the prompt; beam search
-(beam_width W, vLLM v0's beam search) keeps the W best (beam, token) by cumulative
-log-probability, forking a beam that wins twice and freeing beams that win nothing.
-top_p < 1 samples from the smallest set of tokens whose probability reaches top_p
-(nucleus sampling; vLLM's SamplingParams.top_p). A sampled sequence ends early when it
-emits one of `stop_token_ids` (the token is kept, as in vLLM's output ids); otherwise,
-and always under beam search, it generates exactly max_tokens tokens.
+(beam_width W) keeps the W best (beam, token) by cumulative log-probability, forking a
+beam that wins twice and freeing beams that win nothing; a beam that emits a stop token,
+or reaches max_tokens, becomes a finished hypothesis scored with `length_penalty`, and
+the search may end early, exactly as transformers' generate(num_beams=W) does
+(beam_search.py says which rules and how vLLM differs). top_p < 1 samples from the
+smallest set of tokens whose probability reaches top_p (nucleus sampling; vLLM's
+SamplingParams.top_p). A sampled sequence ends early when it
+emits one of `stop_token_ids` (the token is kept, as in vLLM's output ids); otherwise it
+generates exactly max_tokens tokens.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import count_arg, token_ids_arg
+from . import beam_search as bs
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,8 @@ class Request:
     temperature: float = 0.0  # 0: greedy
     seed: int = 0  # with (sample index, step): the sampling stream
     top_p: float = 1.0  # nucleus sampling: 1 keeps every token
-    stop_token_ids: tuple = ()  # a sampled sequence ends after emitting one of these
+    stop_token_ids: tuple = ()  # a sequence (sampled, or a beam) ends after emitting one
+    length_penalty: float = 1.0  # beam search: hypotheses score log-prob / length ** this
 
     def __post_init__(self):
         prompt = token_ids_arg("prompt", self.prompt)
@@ -57,6 +62,13 @@ class Request:
         object.__setattr__(self, "top_p", _real("top_p", self.top_p, 1.0))
         if self.top_p == 0:
             raise ValueError("top_p must be in (0, 1], got 0")
+        penalty = self.length_penalty
+        if isinstance(penalty, bool) or not isinstance(penalty, (int, float, np.integer,
+                                                                 np.floating)):
+            raise TypeError(f"length_penalty must be a number, got {type(penalty).__name__}")
+        if not math.isfinite(penalty):
+            raise ValueError(f"length_penalty must be a finite number, got {penalty}")
+        object.__setattr__(self, "length_penalty", float(penalty))
 
     @property
     def width(self) -> int:
@@ -104,6 +116,7 @@ class RequestState:
         self.score = {self.key(0): 0.0}  # cumulative log-probability (beam search)
         self.index = {self.key(0): 0}  # sample index: the sampling stream of the sequence
         self.finished: dict = {}  # seq key -> all tokens, for sequences that hit a stop token
+        self.hypotheses: list = []  # beam search: (score, order, all tokens), best first
         self.generated = 0  # tokens generated per sequence so far
         self.logits: dict = {}  # tuple(tokens) -> logits at their last token (for comparisons)
         self._next = 1
@@ -119,11 +132,13 @@ class RequestState:
         return list(self.tokens)
 
     def outputs(self) -> list:
-        """Generated tokens of each sequence: by score (beams) or by sample index."""
+        """Generated tokens of each sequence: the finished hypotheses, best first (beams),
+        or every sample by sample index."""
+        start = len(self.request.prompt)
+        if self.request.beam_width:
+            return [tokens[start:] for _, _, tokens in self.hypotheses]
         every = {**self.tokens, **self.finished}
-        order = sorted(every, key=lambda s: (-self.score[s], self.index[s])
-                       if self.request.beam_width else self.index[s])
-        return [every[s][len(self.request.prompt):] for s in order]
+        return [every[s][start:] for s in sorted(every, key=lambda s: self.index[s])]
 
     def advance(self, logits: dict) -> list:
         """Consume logits {seq: [V]} for every live sequence; append tokens; return actions."""
@@ -169,11 +184,28 @@ class RequestState:
                 for s, row in sorted(logits.items(), key=lambda kv: self.index[kv[0]])]
 
     def _beam_picks(self, logits: dict) -> list:
+        """The surviving beams as picks (none when the search ends early); this step's
+        hypotheses join self.hypotheses. See beam_search.py for the rules."""
+        r = self.request
+        width, length = r.beam_width, self.generated + 1
+        last = length >= r.max_tokens
         beams = sorted(logits, key=lambda s: self.index[s])
-        cand = np.stack([self.score[s] + log_softmax(logits[s]) for s in beams])  # [beams, V]
-        flat = cand.ravel()
-        order = np.lexsort((np.arange(len(flat)), -flat))[:self.request.beam_width]
-        vocab = cand.shape[1]
-        picks = [(beams[i // vocab], int(i % vocab), float(flat[i])) for i in order]
-        # the k-th best keeps beam slot k: a stable sample index per rank
-        return [(s, tok, score, k) for k, (s, tok, score) in enumerate(picks)]
+        cand = bs.top_candidates([self.score[s] for s in beams],
+                                 [log_softmax(logits[s]) for s in beams],
+                                 bs.num_candidates(width, r.stop_token_ids))
+        picks, found = [], list(self.hypotheses)
+        for rank, (b, token, score) in enumerate(cand):
+            if last or token in r.stop_token_ids:
+                if rank < width:
+                    found.append((bs.hypothesis_score(score, length, r.length_penalty),
+                                  (self.generated, rank), [*self.tokens[beams[b]], token]))
+            if token not in r.stop_token_ids and len(picks) < width:
+                # the k-th best keeps beam slot k: a stable sample index per rank
+                picks.append((beams[b], token, score, len(picks)))
+        self.hypotheses = bs.keep_best(found, width)
+        if last:
+            return picks
+        best = bs.hypothesis_score(picks[0][2], length, r.length_penalty) if picks else None
+        if best is None or bs.cannot_improve(self.hypotheses, width, best):
+            return []  # no beam can beat the hypotheses: every beam is freed, the request ends
+        return picks

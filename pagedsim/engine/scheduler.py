@@ -154,7 +154,8 @@ class Scheduler:
             decode_room = sum(len(r.state.tokens) for r in self.running)  # one block per sequence
             if self.blocks.blocks_to_swap_in(seqs) + decode_room > self.blocks.num_free:
                 return
-            pairs = self.blocks.swap_in(seqs)
+            pairs = self.blocks.swap_in(seqs, {s: (run.state.tokens[s], run.computed[s])
+                                               for s in seqs})
             self.kv.swap_in(pairs)
             self.stats["swap_bytes"] += len(pairs) * self.kv.block_bytes
             self.swapped.popleft()

@@ -62,7 +62,7 @@ class CachingBlockPool(BlockPool):
 
     __slots__ = ("eviction", "stats", "_key", "_by_hash", "_children", "_content", "_node", "_cid",
                  "_next_cid", "_hits", "_born", "_stamp", "_heap", "_clock", "_evict_key",
-                 "kv_event_queue", "_protected")
+                 "kv_event_queue", "_protected", "_group")
 
     def __init__(self, num_blocks: int, block_size: int, eviction: str = "lru",
                  stats: CacheStats | None = None, enable_kv_cache_events: bool = False):
@@ -94,6 +94,9 @@ class CachingBlockPool(BlockPool):
         # KV cache events awaiting take_events() (v1: BlockPool.kv_event_queue); None: off
         self.kv_event_queue: list | None = [] if enable_kv_cache_events else None
         self._protected: frozenset = frozenset()  # cached free blocks eviction must skip
+        # cached block -> the KV cache group that cached it (0 unless groups share the pool,
+        # hybrid.py); its BlockRemoved says so, as v1's group_idx does
+        self._group: dict[int, int] = {}
 
     # ---- queries -------------------------------------------------------------------
     def is_cached(self, b: int) -> bool:
@@ -175,7 +178,7 @@ class CachingBlockPool(BlockPool):
             if b not in self._key:
                 continue
             if self.kv_event_queue is not None:
-                self.kv_event_queue.append(BlockRemoved([self._key[b][0]], MEDIUM_GPU))
+                self.kv_event_queue.append(self._removed(b))
             self._forget(b)
             if not self._ref[b]:
                 self._unlink(b)
@@ -195,8 +198,9 @@ class CachingBlockPool(BlockPool):
         return [b for b in self.free_list() if b in self._key]
 
     # ---- cache changes -------------------------------------------------------------
-    def cache(self, b: int, h: int, tokens: tuple, parent: int) -> None:
-        """Record that allocated block b holds `tokens` after `parent` (v1: cache_full_blocks)."""
+    def cache(self, b: int, h: int, tokens: tuple, parent: int, group_idx=None) -> None:
+        """Record that allocated block b holds `tokens` after `parent` (v1: cache_full_blocks);
+        `group_idx` names the KV cache group it belongs to (None: not said)."""
         assert b not in self._key and self._ref[b] > 0, f"block {b} cannot be cached now"
         cid = self._content.get((parent, tokens))
         if cid is None:
@@ -212,6 +216,8 @@ class CachingBlockPool(BlockPool):
         self._children.setdefault(parent, []).append(b)
         self._born[b] = next(self._clock)
         self._hits[b] = 0
+        if group_idx is not None:
+            self._group[b] = group_idx
 
     def touch(self, b: int) -> None:
         """A hit: one more owner, taking b off the free list if it was free (v1: touch)."""
@@ -221,7 +227,12 @@ class CachingBlockPool(BlockPool):
             self.take(b)
         self._hits[b] += 1
 
+    def _removed(self, b: int) -> BlockRemoved:
+        """The event for evicting cached block b: its hash, medium and group (v1's fields)."""
+        return BlockRemoved([self._key[b][0]], MEDIUM_GPU, group_idx=self._group.get(b))
+
     def _forget(self, b: int) -> None:
+        self._group.pop(b, None)
         h, tokens, parent = self._key.pop(b)
         self._by_hash[h].remove(b)
         if not self._by_hash[h]:
@@ -259,7 +270,7 @@ class CachingBlockPool(BlockPool):
         if b is not None and b in self._key:  # every free block is cached: evict one
             b = self._pick_victim()
             if self.kv_event_queue is not None:  # v1: _maybe_evict_cached_block
-                self.kv_event_queue.append(BlockRemoved([self._key[b][0]], MEDIUM_GPU))
+                self.kv_event_queue.append(self._removed(b))
             self._forget(b)
             self.stats.evictions += 1
             return self.take(b)
@@ -341,6 +352,7 @@ class CachingBlockPool(BlockPool):
             if tokens and tokens[0] == "extra keys":
                 assert parent == ROOT and not self._node[cid][2], f"root {cid} holds a block"
         assert not self._protected, "blocks stayed protected from eviction after a step"
+        assert self._group.keys() <= self._key.keys(), "a group kept for an uncached block"
         queue = self.kv_event_queue or ()
         assert all(type(e).__name__ in ("BlockStored", "BlockRemoved", "AllBlocksCleared")
                    for e in queue), "something other than a KV cache event was queued"

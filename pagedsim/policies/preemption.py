@@ -63,6 +63,7 @@ class HostPool:
     def __init__(self, host_blocks: int):
         self.num_blocks = count_arg("host_blocks", host_blocks, 0, MAX_HOST_BLOCKS)
         self._free = list(range(self.num_blocks - 1, -1, -1))  # a stack; pop() gives 0 first
+        self._prefix: dict = {}  # swapped seq -> its manager's prefix_state (None: none kept)
 
     @property
     def num_free(self) -> int:
@@ -80,6 +81,7 @@ class HostPool:
         saved = {s: ([host.get(b, NULL_BLOCK) for b in t], t.num_tokens)
                  for s, t in tables.items()}
         for s in tables:
+            self._prefix[s] = manager.prefix_state(s)  # a prefix cache's hashes come back too
             manager.free_sequence(s)
         return [(b, host[b]) for b in distinct], saved
 
@@ -92,7 +94,10 @@ class HostPool:
         (host, gpu) pairs, or None -- nothing changed -- when the GPU blocks are too few."""
         if self.blocks_to_swap_in(saved) > manager.num_free_blocks:
             return None
-        gpu = manager.restore_sequences(saved)  # host block -> new GPU block
+        prefix = {s: self._prefix[s] for s in saved if s in self._prefix}
+        gpu = manager.restore_sequences(saved, prefix)  # host block -> new GPU block
+        for s in prefix:
+            del self._prefix[s]
         self._free += list(gpu)
         return list(gpu.items())
 

@@ -34,7 +34,8 @@ secret) or a `lora_id` (the adapter the KV was computed with) makes a prompt's c
 start from its own root, so two tenants or two adapters with the same prompt never
 share a block. Also v1's: `reset_prefix_cache()` (refused, False, while a block is in
 use), KV cache events (`enable_kv_cache_events=True`, then `take_events()`, see
-kv_events.py) and `get_num_common_prefix_blocks` (manager_state.py).
+kv_events.py) and `get_num_common_prefix_blocks` (manager_state.py). A swapped-in
+sequence is hashed again from its tokens (prefix_restore.py).
 """
 
 from __future__ import annotations
@@ -54,9 +55,10 @@ from .cache_pool import (
     CachingBlockPool,
     chained_hash,
 )
+from .prefix_restore import RestoresPrefixState
 
 
-class PrefixCachingManager(V1Slots, KVCacheManager):
+class PrefixCachingManager(RestoresPrefixState, V1Slots, KVCacheManager):
     def __init__(self, num_blocks: int, block_size: int, *, eviction: str = "lru",
                  hash_fn=chained_hash, enable_kv_cache_events: bool = False,
                  pool: CachingBlockPool | None = None, group_idx: int = 0, **kwargs):
@@ -200,7 +202,7 @@ class PrefixCachingManager(V1Slots, KVCacheManager):
                 h = pool.hash_of(b)
             else:
                 prev, h = h, self.hash_fn(h, block_tokens)
-                pool.cache(b, h, block_tokens, parent)
+                pool.cache(b, h, block_tokens, parent, self.group_idx)
                 stored.append((logical, h, None if logical == 0 else prev, block_tokens))
             parent = pool.parent_key(b)
         else:
@@ -214,7 +216,9 @@ class PrefixCachingManager(V1Slots, KVCacheManager):
 
         `stored` holds (logical, hash, parent hash or None at the prompt start, tokens)."""
         lora = dict(self._extra.get(seq_id, ())).get("lora_id")
-        group = self.group_idx if self.shares_pool else None
+        window = getattr(self, "window", None)  # a sliding-window group names its window
+        spec = dict(group_idx=self.group_idx, kv_cache_spec_sliding_window=window,
+                    kv_cache_spec_kind="full_attention" if window is None else "sliding_window")
         runs: list = []
         for entry in stored:
             if runs and runs[-1][-1][0] == entry[0] - 1:
@@ -224,7 +228,7 @@ class PrefixCachingManager(V1Slots, KVCacheManager):
         for run in runs:
             self.pool.kv_event_queue.append(BlockStored(
                 [h for _, h, _, _ in run], run[0][2], [t for *_, tokens in run for t in tokens],
-                self.block_size, lora_id=lora, group_idx=group))
+                self.block_size, lora_id=lora, **spec))
 
     # ---- v1 extras: reset, events ---------------------------------------------------
     def reset_prefix_cache(self) -> bool:

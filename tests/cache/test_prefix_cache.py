@@ -7,6 +7,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from pagedsim import OutOfBlocks
 from pagedsim.policies import PrefixCachingManager, chained_hash
+from pagedsim.policies.preemption import HostPool
 
 
 def test_a_freed_prompt_block_is_taken_back_from_the_middle_of_the_free_list():
@@ -107,12 +108,15 @@ PREFIXES = ([1, 2, 3, 4, 5, 6], [1, 2, 7, 7], [9, 8, 7, 6, 5])
 
 
 class PrefixCacheMachine(RuleBasedStateMachine):
-    """Random admissions/appends/forks/frees against a shadow K/V store.
+    """Random admissions/appends/forks/frees/swaps against a shadow K/V store.
 
     Every slot a token is written to holds that token in `kv`; copy-on-write pairs
-    copy whole blocks. After every rule each live sequence must read back its own
-    tokens through its table: a block freed or evicted while a live sequence still
-    used it, or a wrong prefix-cache hit, would show up as a wrong token.
+    copy whole blocks, and a swap copies blocks to `host_kv` and back. After every rule
+    each live sequence must read back its own tokens through its table: a block freed
+    or evicted while a live sequence still used it, or a wrong prefix-cache hit, would
+    show up as a wrong token. And every full block of a sequence whose token ids all
+    reached the manager (`hashed`) must be cached under the chained hash of its token
+    prefix -- after a swap-in too (v0's block manager re-hashes swapped-in blocks).
     """
 
     @initialize(
@@ -129,6 +133,10 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         self.kv = {}
         self.tokens = {}  # seq -> tokens whose KV is written (its computed tokens)
         self.pending = {}  # seq -> prompt tokens allocate_slots has not computed yet (v1 chunks)
+        self.hashed = set()  # live seqs the manager was given every token id of
+        self.host, self.host_kv = HostPool(8), {}
+        self.swapped = {}  # seq -> (saved tables, tokens, hashed?)
+        self.hash_fn = hash_fn
         self.next_id = 0
 
     def write(self, slots, toks):
@@ -159,6 +167,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         skip = (self.m.stats.hits - hits) * self.m.block_size  # hit blocks are not written
         self.write(list(slots)[skip:], toks[skip:])
         self.tokens[s] = list(toks)
+        self.hashed.add(s)
 
     @rule(prefix=st.sampled_from(PREFIXES), cut=st.integers(1, 6),
           tail=st.lists(st.integers(0, 3), max_size=3), chunk=st.integers(1, 4))
@@ -177,6 +186,7 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         done = hit.num_tokens + n
         self.write(list(self.m.slot_mapping(s))[hit.num_tokens:], toks[hit.num_tokens:done])
         self.tokens[s], self.pending[s] = list(toks[:done]), list(toks[done:])
+        self.hashed.add(s)
 
     @precondition(lambda self: any(self.pending.values()))
     @rule(data=st.data(), chunk=st.integers(1, 4))
@@ -202,7 +212,9 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         self.apply_copies()
         self.write(slots, [token])
         self.tokens[s].append(token)
-        self.pending[s] = []  # the prompt's rest is abandoned: the appended token took its place
+        if self.pending.get(s):  # the prompt's rest is abandoned: the appended token took its
+            self.hashed.discard(s)  # place, so the ids known no longer match: hashing stops
+        self.pending[s] = []
 
     @precondition(lambda self: self.tokens)
     @rule(data=st.data())
@@ -211,6 +223,8 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         self.m.fork(s, self.next_id)
         self.tokens[self.next_id] = list(self.tokens[s])
         self.pending[self.next_id] = list(self.pending.get(s, []))
+        if s in self.hashed:
+            self.hashed.add(self.next_id)
         self.next_id += 1
 
     @precondition(lambda self: self.tokens)
@@ -220,6 +234,43 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         self.m.free_sequence(s)
         del self.tokens[s]
         self.pending.pop(s, None)
+        self.hashed.discard(s)
+
+    @precondition(lambda self: any(not self.pending.get(s) for s in self.tokens))
+    @rule(data=st.data())
+    def swap_out(self, data):
+        """v0 swapping: the blocks go to the host, the sequence is freed."""
+        s = data.draw(st.sampled_from(sorted(s for s in self.tokens if not self.pending.get(s))))
+        moved = self.host.swap_out(self.m, [s])
+        if moved is None:
+            return
+        pairs, saved = moved
+        bs = self.m.block_size
+        for gpu, host in pairs:
+            for o in range(bs):
+                if gpu * bs + o in self.kv:
+                    self.host_kv[host * bs + o] = self.kv[gpu * bs + o]
+        self.swapped[s] = (saved, self.tokens.pop(s), s in self.hashed)
+        self.pending.pop(s, None)
+        self.hashed.discard(s)
+
+    @precondition(lambda self: self.swapped)
+    @rule(data=st.data())
+    def swap_in(self, data):
+        s = data.draw(st.sampled_from(sorted(self.swapped)))
+        saved, toks, hashed = self.swapped[s]
+        pairs = self.host.swap_in(self.m, saved)
+        if pairs is None:
+            return
+        bs = self.m.block_size
+        for host, gpu in pairs:
+            for o in range(bs):
+                if host * bs + o in self.host_kv:
+                    self.kv[gpu * bs + o] = self.host_kv[host * bs + o]
+        del self.swapped[s]
+        self.tokens[s] = toks
+        if hashed:
+            self.hashed.add(s)
 
     @invariant()
     def every_live_sequence_reads_back_its_tokens(self):
@@ -231,6 +282,18 @@ class PrefixCacheMachine(RuleBasedStateMachine):
     def no_block_a_live_sequence_uses_is_free_or_cached_free(self):
         live = {b for s in self.tokens for b in self.m.block_table(s)}
         assert live.isdisjoint(self.m.pool.free_list())
+
+    @invariant()
+    def every_full_block_carries_the_hash_of_its_token_prefix(self):
+        bs, pool = self.m.block_size, self.m.pool
+        for s in self.hashed:
+            h, toks = 0, self.tokens[s]
+            for logical, b in enumerate(list(self.m.block_table(s))[:len(toks) // bs]):
+                block_tokens = tuple(toks[logical * bs:(logical + 1) * bs])
+                h = self.hash_fn(h, block_tokens)
+                assert pool.is_cached(b), f"seq {s}: full block {logical} ({b}) has no hash"
+                assert (pool.hash_of(b), pool.tokens_of(b)) == (h, block_tokens), (
+                    f"seq {s}: block {logical} ({b}) is named by another prefix")
 
 
 TestPrefixCacheMachine = PrefixCacheMachine.TestCase

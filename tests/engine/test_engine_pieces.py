@@ -30,6 +30,28 @@ def test_beam_search_keeps_the_best_beams_forks_a_double_winner_and_frees_a_lose
     assert ("free", b) in actions and any(x[0] == "fork" and x[1] == a for x in actions)
 
 
+def test_a_beam_that_emits_a_stop_token_is_kept_as_a_hypothesis_and_stops_growing():
+    state = RequestState(0, Request((1, 2), 5, beam_width=2, stop_token_ids=(3,)))
+    actions = state.advance({"r0.0": np.array([0, 4, 3, 6], np.float32)})  # 3 is the best
+    assert [h[2] for h in state.hypotheses] == [[1, 2, 3]]  # finished, scored, kept
+    assert sorted(map(tuple, state.tokens.values())) == [(1, 2, 1), (1, 2, 2)]  # no stop token
+    assert actions == [("fork", "r0.0", "r0.1")] and not state.done
+
+
+def test_beam_search_ends_early_once_no_live_beam_can_beat_the_finished_ones():
+    state = RequestState(0, Request((1, 2), 9, beam_width=2, stop_token_ids=(3,)))
+    state.advance({"r0.0": np.array([0, 4, 3, 6], np.float32)})
+    a, b = state.seq_keys()
+    stop = np.array([0, 0, 0, 9], np.float32)  # both beams now put almost all mass on 3
+    actions = state.advance({a: stop, b: stop})
+    assert state.done and state.generated == 2 < state.request.max_tokens
+    assert sorted(actions) == [("free", a), ("free", b)] and not state.seq_keys()
+    scores = [h[0] for h in state.hypotheses]
+    assert len(scores) == 2 and scores == sorted(scores, reverse=True)
+    assert all(out[-1] == 3 for out in state.outputs())  # best first, each ending in EOS
+    assert state.outputs()[0] == [3]  # -log p / 1 beats the two-token hypotheses
+
+
 def test_a_fully_cached_block_aligned_prompt_recomputes_its_last_block_as_v1_does():
     model = TinyModel(ModelConfig(layers=1, heads=2, kv_heads=1, head_dim=8, hidden=16, mlp=32))
     engine = PagedEngine(model, 8, 2, max_num_batched_tokens=8, prefix_caching=True,
@@ -48,6 +70,20 @@ def test_admission_waits_for_a_hit_that_another_sequence_is_still_computing():
     assert blocks.admit("b", (1, 2, 3, 4, 9)) is None  # a's blocks hold no K/V yet
     blocks.written("a", (1, 2, 3, 4, 5), 0, 5)
     assert blocks.admit("b", (1, 2, 3, 4, 9)) == 4
+    blocks.check()
+
+
+def test_a_swapped_in_sequence_can_be_hit_again_and_goes_on_naming_its_new_blocks():
+    blocks = BlockAdapter(8, 2, prefix_caching=True, host_blocks=8)
+    tokens = (1, 2, 3, 4, 5)
+    assert blocks.admit("a", tokens) == 0
+    blocks.written("a", tokens, 0, 5)
+    assert blocks.swap_out(["a"]) is not None
+    blocks.manager.reset_prefix_cache()  # the GPU copies are gone: only the host has them
+    blocks.swap_in(["a"], {"a": (tokens, 5)})
+    assert blocks.admit("b", (1, 2, 3, 4, 9)) == 4  # the restored blocks are hit
+    blocks.append("a", 6)  # the sequence's next full block is named as it fills
+    assert blocks.manager.match((1, 2, 3, 4, 5, 6)) == blocks.table("a")
     blocks.check()
 
 

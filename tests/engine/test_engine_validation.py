@@ -28,6 +28,9 @@ BAD_REQUESTS = [
     (dict(top_p=1.5), ValueError, "top_p"),
     (dict(top_p=math.nan), ValueError, "top_p"),
     (dict(stop_token_ids=5), TypeError, "stop_token_ids"),
+    (dict(length_penalty="long"), TypeError, "length_penalty must be a number"),
+    (dict(length_penalty=True), TypeError, "length_penalty must be a number"),
+    (dict(length_penalty=math.inf), ValueError, "length_penalty must be a finite number"),
 ]
 
 

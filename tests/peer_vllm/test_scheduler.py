@@ -65,6 +65,25 @@ def test_schedule_concurrent_partial_requests():
         assert s.records[-1].scheduled_tokens == 1 + 1 + 800 - 224 - 224
 
 
+def test_schedule_partial_requests():
+    """tests/v1/core/test_scheduler.py::test_schedule_partial_requests, in its text-only
+    form (vLLM's sliding-window scheduler variant, main branch; the multimodal one needs
+    an encoder budget pagedsim does not have). Without long_prefill_token_threshold the
+    first prompt is scheduled whole and the next one gets the rest of the budget; a
+    running prefill keeps being chunked until its prompt is done."""
+    s = Scheduler([Request(800, 4) for _ in range(3)], KVCacheManager(9999, 16), mode="v1",
+                  max_num_batched_tokens=1024)
+    s.step()
+    assert ids(s.running) == ["0", "1"] and [r.num_computed for r in s.running] == [800, 224]
+    s.step()  # a decode, 576 tokens finishing prompt 1, and the 447 left for prompt 2
+    assert [r.num_computed for r in s.running] == [801, 800, 447]
+    s.step()  # two decodes and prompt 2's remaining 353
+    assert [r.num_computed for r in s.running] == [802, 801, 800]
+    assert s.records[-1].scheduled_tokens == 1 + 1 + 353
+    s.step()  # every request decodes one token
+    assert s.records[-1].scheduled_tokens == 3
+
+
 def test_schedule_order():
     reqs = [Request(800, 4), Request(800, 4), Request(10, 4), Request(10, 4)]
     s = Scheduler(reqs, KVCacheManager(9999, 16), mode="v1", max_num_batched_tokens=1024,

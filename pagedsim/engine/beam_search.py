@@ -1,0 +1,62 @@
+"""One step of beam search with stop tokens, as Hugging Face transformers' `generate` does it.
+
+The engine follows transformers 5.x `GenerationMixin._beam_search` with do_sample=False and
+its default early_stopping=False, because transformers is the oracle its tests compare with
+(tests/engine/test_hf_transformers_oracle.py). One step, for W beams and S stop tokens:
+
+  * every (beam, token) pair scores  beam log-prob + log_softmax(logits of the beam)[token];
+    the K = max(2, 1 + S) * W best pairs are the candidates, best first (ties: lowest
+    beam, then lowest token id);
+  * a candidate *stops* when its token is a stop token, or when it is the request's last
+    token (max_tokens);
+  * a stopping candidate ranked among the first W becomes a finished hypothesis, scored
+    log-prob / generated_len ** length_penalty (generated_len counts the stop token); the
+    request keeps the W best hypotheses (a bounded best-first list);
+  * the first W candidates that do not stop are the next step's beams (K leaves enough);
+  * the search ends early when W hypotheses are finished and the best beam's
+    log-prob / generated_len ** length_penalty is no better than the worst of them.
+The request's output is its hypotheses, best first.
+
+vLLM differs, and the engine does not follow it here: v1's `LLM.beam_search` (read in
+vllm/beam_search.py at commit 00634b8, `get_beam_search_score`) keeps *every* stop token
+among each beam's 2W best continuations as completed, runs the other beams to max_tokens
+with no early stop, and divides by len(prompt + output), minus one when the last token is
+EOS. On the storage side the engine does what v0's in-engine beam search did: the
+surviving beams fork and append on every step, the last one included.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def num_candidates(beam_width: int, stop_token_ids) -> int:
+    """K: enough candidates that W of them survive even when the best ones all stop."""
+    return max(2, 1 + len(set(stop_token_ids))) * beam_width
+
+
+def top_candidates(scores: list, logprobs: list, k: int) -> list:
+    """The k best (beam index, token, cumulative log-prob), best first.
+
+    scores[b] is beam b's cumulative log-probability, logprobs[b] its [V] log_softmax."""
+    cand = np.stack([s + lp for s, lp in zip(scores, logprobs, strict=True)])  # [beams, V]
+    flat = cand.ravel()
+    order = np.lexsort((np.arange(flat.size), -flat))[:k]
+    vocab = cand.shape[1]
+    return [(int(i // vocab), int(i % vocab), float(flat[i])) for i in order]
+
+
+def hypothesis_score(logprob: float, generated_len: int, length_penalty: float) -> float:
+    """transformers' finished-beam score: the log-prob divided by length ** length_penalty."""
+    return logprob / generated_len ** length_penalty
+
+
+def keep_best(hypotheses: list, width: int) -> list:
+    """The `width` best (score, order, tokens), best first; ties keep the earlier one."""
+    return sorted(hypotheses, key=lambda h: (-h[0], h[1]))[:width]
+
+
+def cannot_improve(hypotheses: list, width: int, best_running: float) -> bool:
+    """transformers' early_stopping=False heuristic: W are finished and the best running
+    beam (already divided by its length ** length_penalty) beats none of them."""
+    return len(hypotheses) == width and best_running <= min(h[0] for h in hypotheses)
