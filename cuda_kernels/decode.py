@@ -50,17 +50,28 @@ from numba import cuda, float32, int32, uint32
 
 from .decode_loads import fetcher, make_locate, unpacker
 from .decode_steps import broadcast, exp2_masked, owned_index, reduce_scatter
-from .primitives import FULL_MASK, softmax_rescale, vec_width
+from .primitives import FULL_MASK, cp_async_commit, cp_async_wait, softmax_rescale, vec_width
 
 LOG2E = 1.4426950408889634  # scores are kept in log2 units: exp(x) = 2^(x log2 e)
 SLACK = float32(8.0)  # lazy rescaling: the running max moves only when exceeded by > 2^8
 ACC_BUDGET = 64  # floats of q (and as many of accumulators) a lane may hold
 SMALL_GROUP = 2  # up to this many heads per KV head, a lane owns two vectors per row
 SHARED_BUDGET = 40 * 1024  # bytes of the rows' states merged at the end
+STAGES = 2  # cp.async ring: step s + 1 in flight while step s computes
+RING_BUDGET = 40 * 1024  # bytes of the ring; above it the kernel keeps K/V in registers
 
 
-def geometry(head_dim: int, group_size: int, dtype, warps: int = 4) -> dict:
-    """The compile-time shape of the thread mapping (see the module docstring)."""
+def ring_bytes(warps: int, tokens_per_row: int, vpl: int) -> int:
+    """Shared bytes of the cp.async ring: STAGES x every lane's K and V chunks of a step."""
+    return STAGES * warps * 32 * 2 * tokens_per_row * vpl * 16
+
+
+def geometry(head_dim: int, group_size: int, dtype, warps: int = 4, staged: bool = True) -> dict:
+    """The compile-time shape of the thread mapping (see the module docstring). `staged`:
+    plan the cp.async ring where it can serve (whole 16-byte vectors, RING_BUDGET), with
+    two tokens per row per step where they fit; "staged" says whether it does. The
+    register path takes two tokens only with one vector a lane (16-32 bytes a lane in
+    flight per operand). "shared": static shared bytes, ring and merge aliased."""
     vec = vec_width(dtype)
     nvec = -(-head_dim // vec)  # 16-byte vectors per row (the last may be partial: scalar path)
     lanes = nvec if group_size > SMALL_GROUP else -(-nvec // 2)  # small groups: 2 vectors a lane
@@ -73,13 +84,19 @@ def geometry(head_dim: int, group_size: int, dtype, warps: int = 4) -> dict:
                            SHARED_BUDGET // (4 * rows * (nvec * vec + 3))))
     chunks = -(-group_size // max_heads)
     hpc = -(-group_size // chunks)  # heads per CTA, balanced over the chunks
-    tpr = 1 if vpl > 1 else 2  # tokens per row per step: 16-64 bytes a lane in flight
+    whole = staged and nvec * vec == head_dim
+    tpr = next((t for t in (2, 1) if whole and ring_bytes(warps, t, vpl) <= RING_BUDGET), 0)
+    ring = ring_bytes(warps, tpr, vpl) if tpr else 0
+    tpr = tpr or (1 if vpl > 1 else 2)  # tokens per row per step
+    merge = 4 * rows * hpc * nvec * vec  # the rows' accumulators, aliased onto the ring
     return dict(vec=vec, nvec=nvec, lpr=lpr, vpl=vpl, rpw=32 // lpr, warps=warps,
-                rows=rows, hpc=hpc, chunks=chunks, tpr=tpr)
+                rows=rows, hpc=hpc, chunks=chunks, tpr=tpr, staged=ring > 0, ring_bytes=ring,
+                shared=max(ring, merge) + 4 * hpc * (2 * rows + 1))
 
 
 def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_size: int,
-                       warps: int = 4, tokens_per_row=None, paged: bool = True):
+                       warps: int = 4, tokens_per_row=None, paged: bool = True,
+                       staged: bool | None = None):
     """Build a decode kernel for one layout (`layout.Loaders`) and one storage dtype.
 
     Loader contracts (`@cuda.jit(device=True)` functions):
@@ -89,6 +106,10 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
       scalar loaders: load_k(k_src, block, kv_head, offset, d) -> float32, element d.
     `block` is the physical block read from the table, or with paged=False (a contiguous
     cache, no table) the logical block pos // block_size.
+
+    staged: K/V through the cp.async ring (True), in registers (False), or None: the ring
+    whenever the loaders are vector ones and it fits RING_BUDGET (`geometry`'s "staged");
+    True where it cannot serve is a ValueError.
 
     head_dim, group_size, dtype (of K/V), block_size, warps and tokens_per_row are
     compile-time constants. Launch with `warps * 32` threads and
@@ -105,47 +126,67 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
     [p * partition_size, (p + 1) * partition_size); an empty one writes l = 0, out = 0,
     m = -inf. The kernel trusts its arguments: the host launcher validates them.
     """
-    g = geometry(head_dim, group_size, dtype, warps)
+    VECTOR = bool(loaders.vector)
+    g = geometry(head_dim, group_size, dtype, warps, staged=VECTOR and staged is not False)
     D, G, B = int(head_dim), int(group_size), int(block_size)
     VEC, NVEC, LPR, VPL, RPW, NW, R = (g[k] for k in ("vec", "nvec", "lpr", "vpl", "rpw",
                                                         "warps", "rows"))
     HPC, CHUNKS, TPR = g["hpc"], g["chunks"], int(tokens_per_row or g["tpr"])
     NT = NW * 32
     FP16 = np.dtype(dtype).itemsize == 2
-    VECTOR = bool(loaders.vector)
     if VECTOR and D % VEC:
         raise ValueError(f"vector loaders need head_dim % {VEC} == 0, got {D}")
-    RAW_N = 4 if VECTOR else VEC  # words (u32) or floats held per vector before unpacking
+    STAGED = g["staged"] and ring_bytes(NW, TPR, VPL) <= RING_BUDGET
+    if staged and not STAGED:
+        raise ValueError("staged=True needs vector loaders and a cp.async ring within "
+                         f"{RING_BUDGET} bytes, got {ring_bytes(NW, TPR, VPL)} bytes")
+    KIND = "staged" if STAGED else "vector" if VECTOR else "scalar"
+    RAW_N = 4 if VECTOR else VEC  # words (u32) or floats per vector before unpacking
     RAW_T = uint32 if VECTOR else float32
     SLOT = VPL * VEC  # floats of one head (or one K/V row) per lane
     load_k, load_v = loaders.load_k, loaders.load_v
-    HS, TH, BUF, DV = HPC * SLOT, TPR * HPC, TPR * VPL * RAW_N, NVEC * VEC  # array sizes
+    HS, TH, DV = HPC * SLOT, TPR * HPC, NVEC * VEC  # array sizes
     NP = 1 << (TH - 1).bit_length()  # TH padded to a power of two for the reduce-scatter
     OWN = max(1, NP // LPR)  # scores each lane finishes (and exponentiates) per step
+    # Where a lane's raw K/V words live: the ring (words; chunk c of a lane's stage at
+    # base + c * 128, its 32 lanes side by side: LDS.128 without bank conflicts) or the
+    # ping-pong register buffers (BUF words each).
+    CPL = 2 * TPR * VPL  # chunks a lane owns in each stage: K (token t, vector jv), then V
+    STRIDE = 32 * 4 if STAGED else RAW_N  # words from one of a lane's vectors to the next
+    STAGE_W = NW * CPL * 32 * 4 if STAGED else 0  # words of one stage
+    V_AT = TPR * VPL * STRIDE if STAGED else 0  # V after K within a stage
+    BUF = 1 if STAGED else TPR * VPL * RAW_N
+    RING_W = max(STAGES * STAGE_W, R * HPC * DV)  # the stages, then the merge's accumulators
 
-    fetch_k, fetch_v = (fetcher(fn, VECTOR, VPL, LPR, VEC, NVEC, D) for fn in (load_k, load_v))
-    to_float = unpacker(VECTOR, VPL, VEC, FP16)
+    fetch_k, fetch_v = (fetcher(fn, KIND, VPL, LPR, VEC, NVEC, D, STRIDE)
+                        for fn in (load_k, load_v))
+    to_float = unpacker(KIND, VPL, VEC, FP16, STRIDE)
 
     locate = make_locate(B, paged)
 
     @cuda.jit(device=True)
-    def issue(k_src, v_src, seq, kv_head, col, row, blk, off, ok, k_buf, v_buf, ahead, hi,
-              kept, start, block_tables):
-        """Loads for the next step into (k_buf, v_buf) from the table entries read one
-        step earlier; then read the table entries of the step after (index `ahead`)."""
+    def issue(k_src, v_src, seq, kv_head, col, row, blk, off, ok, k_buf, v_buf, ring, at,
+              ahead, hi, kept, start, block_tables):
+        """Loads (or cp.async copies, one group) for the next step into (k_buf, v_buf) or
+        the ring stage at `at`, from the table entries read one step earlier; then read
+        the table entries of the step after (index `ahead`)."""
         for t in range(TPR):
-            fetch_k(k_src, seq, blk[t], kv_head, off[t], ok[t] != 0, col, k_buf, t * VPL * RAW_N)
-            fetch_v(v_src, seq, blk[t], kv_head, off[t], ok[t] != 0, col, v_buf, t * VPL * RAW_N)
+            k_at = at + t * VPL * STRIDE
+            fetch_k(k_src, seq, blk[t], kv_head, off[t], ok[t] != 0, col, k_buf, ring, k_at)
+            fetch_v(v_src, seq, blk[t], kv_head, off[t], ok[t] != 0, col, v_buf, ring,
+                    k_at + V_AT)
             blk[t], off[t], ok[t] = locate(ahead + t * R + row, hi, kept, start, seq, block_tables)
+        if STAGED:
+            cp_async_commit()
 
     @cuda.jit(device=True)
-    def score(k_buf, q, dots, own_p, kv, m_own, lane, first, hi):
+    def score(k_buf, ring, at, q, dots, own_p, kv, m_own, lane, first, hi):
         """This step's scores: q . k for the row's TPR tokens (attended indices first + t * R,
         masked when >= hi) and the CTA's heads, finished over the row's lanes, each lane
         keeping OWN of them. own_p <- their 2^(s - m), valid unless the max must move;
         returns the warp vote "some score beats its head's max by more than SLACK"."""
         for t in range(TPR):  # this lane's part of q . k
-            to_float(k_buf, t * VPL * RAW_N, kv)
+            to_float(k_buf, ring, at + t * VPL * STRIDE, kv)
             for h in range(HPC):
                 dot = float32(0)
                 for i in range(SLOT):
@@ -198,10 +239,10 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
                 m_own[j] = m[hh] if h == hh else m_own[j]
 
     @cuda.jit(device=True)
-    def accumulate(v_buf, s, acc, kv):
+    def accumulate(v_buf, ring, at, s, acc, kv):
         """acc += p * v for the row's TPR tokens and the CTA's heads."""
         for t in range(TPR):
-            to_float(v_buf, t * VPL * RAW_N, kv)
+            to_float(v_buf, ring, at + V_AT + t * VPL * STRIDE, kv)
             for h in range(HPC):
                 p = s[t * HPC + h]
                 for i in range(SLOT):
@@ -231,10 +272,13 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
         own_p = cuda.local.array(OWN, float32)  # p of the lane's own scores
         m_own = cuda.local.array(OWN, float32)  # the running max of their heads
         kv = cuda.local.array(SLOT, float32)  # one unpacked K or V row slice
-        k_a = cuda.local.array(BUF, RAW_T)  # raw K/V of even steps ...
+        k_a = cuda.local.array(BUF, RAW_T)  # raw K/V of even steps (register kinds) ...
         v_a = cuda.local.array(BUF, RAW_T)
         k_b = cuda.local.array(BUF, RAW_T)  # ... and of odd steps
         v_b = cuda.local.array(BUF, RAW_T)
+        ring = cuda.shared.array(RING_W, uint32, alignment=16)  # [STAGES, NW, CPL, 32, 4]
+        at_a = uint32((warp * CPL * 32 + lane) * 4) if STAGED else uint32(0)  # even steps' stage
+        at_b = uint32(at_a + STAGE_W)  # odd steps'
         blk = cuda.local.array(TPR, int32)  # table entries two steps ahead
         off = cuda.local.array(TPR, int32)
         ok = cuda.local.array(TPR, int32)
@@ -264,39 +308,49 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
         # prologue: step 0's K/V in flight, step 1's table entries read
         for t in range(TPR):
             b0, o0, v0 = locate(lo + t * R + row, hi, kept, start, seq, block_tables)
-            fetch_k(k_src, seq, b0, kv_head, o0, v0, col, k_a, t * VPL * RAW_N)
-            fetch_v(v_src, seq, b0, kv_head, o0, v0, col, v_a, t * VPL * RAW_N)
+            fetch_k(k_src, seq, b0, kv_head, o0, v0, col, k_a, ring, at_a + t * VPL * STRIDE)
+            fetch_v(v_src, seq, b0, kv_head, o0, v0, col, v_a, ring,
+                    at_a + V_AT + t * VPL * STRIDE)
             blk[t], off[t], ok[t] = locate(lo + per_step + t * R + row, hi, kept, start, seq,
                                            block_tables)
+        if STAGED:
+            cp_async_commit()
         step = int32(0)
         while step < steps:
             while step < steps:  # the hot loop; ping-pong: A and B swap roles, no copies
                 base = int32(lo + step * per_step)
                 if step % 2 == 0:
-                    issue(k_src, v_src, seq, kv_head, col, row, blk, off, ok, k_b, v_b,
-                          base + 2 * per_step, hi, kept, start, block_tables)
-                    if score(k_a, q, dots, own_p, kv, m_own, lane, base + row, hi):
+                    issue(k_src, v_src, seq, kv_head, col, row, blk, off, ok, k_b, v_b, ring,
+                          at_b, base + 2 * per_step, hi, kept, start, block_tables)
+                    if STAGED:
+                        cp_async_wait(1)  # this lane's copies of step s have landed
+                    if score(k_a, ring, at_a, q, dots, own_p, kv, m_own, lane, base + row, hi):
                         break  # warp-uniform: the whole warp leaves to move the max
                     settle(own_p, s, lsum, lane)
-                    accumulate(v_a, s, acc, kv)
+                    accumulate(v_a, ring, at_a, s, acc, kv)
                 else:
-                    issue(k_src, v_src, seq, kv_head, col, row, blk, off, ok, k_a, v_a,
-                          base + 2 * per_step, hi, kept, start, block_tables)
-                    if score(k_b, q, dots, own_p, kv, m_own, lane, base + row, hi):
+                    issue(k_src, v_src, seq, kv_head, col, row, blk, off, ok, k_a, v_a, ring,
+                          at_a, base + 2 * per_step, hi, kept, start, block_tables)
+                    if STAGED:
+                        cp_async_wait(1)
+                    if score(k_b, ring, at_b, q, dots, own_p, kv, m_own, lane, base + row, hi):
                         break
                     settle(own_p, s, lsum, lane)
-                    accumulate(v_b, s, acc, kv)
+                    accumulate(v_b, ring, at_b, s, acc, kv)
                 step = int32(step + 1)
             if step < steps:  # finish the step whose scores moved a max (rare)
                 regrow(dots, s, acc, m, m_own, lsum, lane)
                 if step % 2 == 0:
-                    accumulate(v_a, s, acc, kv)
+                    accumulate(v_a, ring, at_a, s, acc, kv)
                 else:
-                    accumulate(v_b, s, acc, kv)
+                    accumulate(v_b, ring, at_b, s, acc, kv)
                 step = int32(step + 1)
+        if STAGED:
+            cp_async_wait(0)  # the last (masked, zero-fill) copies land before ...
+            cuda.syncthreads()  # ... the ring, read by every warp, becomes the merge's
 
         # merge the rows' softmax states once, through shared memory
-        acc_s = cuda.shared.array((R, HPC, DV), float32)
+        acc_s = ring.view(np.float32)  # [R, HPC, DV] on the ring
         m_s = cuda.shared.array((R, HPC), float32)  # row maxima, then the rows' weights
         l_s = cuda.shared.array((R, HPC), float32)
         total_s = cuda.shared.array(HPC, float32)
@@ -304,7 +358,7 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
             for i in range(SLOT):
                 c = col + (i // VEC) * LPR
                 if c < NVEC:
-                    acc_s[row, h, c * VEC + i % VEC] = acc[h * SLOT + i]
+                    acc_s[(row * HPC + h) * DV + c * VEC + i % VEC] = acc[h * SLOT + i]
             if col == 0:
                 m_s[row, h] = m[h]
                 l_s[row, h] = lsum[h]
@@ -328,7 +382,7 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
             d = i - h * D
             num = float32(0)
             for r in range(R):
-                num += m_s[r, h] * acc_s[r, h, d]
+                num += m_s[r, h] * acc_s[(r * HPC + h) * DV + d]
             out[seq, head0 + h, part, d] = num / total_s[h] if total_s[h] != 0 else float32(0)
 
     return paged_decode
