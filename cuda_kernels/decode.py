@@ -6,9 +6,10 @@ same body is the single-pass kernel (one partition spans the context) and the sp
 kernel (FlashDecoding; vLLM's v2), whose partials `merge.py` combines by log-sum-exp.
 The thread mapping follows FlashInfer's decode kernel (vec_size x bdx lanes per row):
 
-  * a lane owns 16-byte vectors of head_dim: VEC = 8 float16 or 4 float32 values, loaded
-    with one `primitives.load16` (ld.global.nc.v4.u32); LPR lanes (a power of two) cover
-    one K or V row, so a warp holds RPW = 32 / LPR rows and a CTA of NW warps R = NW * RPW;
+  * a lane owns 16-byte vectors of head_dim: VEC = 8 float16 or 4 float32 values, each
+    copied by one `cp_async16` (LDGSTS.128, see the staging below); LPR lanes (a power of
+    two) cover one K or V row, so a warp holds RPW = 32 / LPR rows and a CTA of NW warps
+    R = NW * RPW;
     for groups of at most SMALL_GROUP heads a lane takes two vectors of a row (VPL = 2),
     halving the shuffle steps per byte while registers are cheap;
   * each row takes its own tokens (token j of a step goes to row j % R, TPR tokens per row
@@ -21,17 +22,33 @@ The thread mapping follows FlashInfer's decode kernel (vec_size x bdx lanes per 
   * a dot product is a per-lane partial sum finished over the row's lanes by xor shuffles:
     a reduce-scatter leaves each lane its own of the step's TPR x HPC scores, whose exp
     only that lane computes (`decode_steps`), and the probabilities are then broadcast;
-    no shared memory and no barrier inside the token loop;
+    no barrier and no shared-memory exchange between lanes inside the token loop;
   * whether a score moved a max is one warp vote: the rare step that must rescale leaves
     the hot loop (a warp-uniform `break`), is finished by `regrow` (rescale HPC x SLOT
     accumulators, recompute the exps) and the hot loop resumes, so the hot loop holds no
     rescale multiplies, not even predicated-off ones;
   * the block table is read once per token (the row's lanes read one word, a broadcast),
     and the loader turns (block, kv_head, offset) into one row index per token;
-  * register double buffering: step s+1's K/V loads (and step s+2's table reads) are
-    issued before step s's math, into the other of two ping-pong buffers (no copies);
-  * at the end every row's softmax state (m, l, acc) goes to shared memory once and is
-    merged there (the log-sum-exp weights computed once per row and head).
+  * cp.async staging, so that bytes in flight cost no registers: ONE 16-byte aligned
+    shared array per CTA, a ring of STAGES = 2 stages; in each stage a lane owns CPL =
+    2 x TPR x VPL chunks of 16 bytes (K of token t, vector jv, then V), chunk c of lane l
+    of warp w at word (w * CPL + c) * 128 + 4 l: the 32 lanes of a warp side by side, so
+    the lane's read-back is one LDS.128 without bank conflicts, at its base (computed
+    once) plus a compile-time offset (the even/odd steps' stages are two unrolled copies
+    of the step). Step s + 1's copies (one commit group) and step s + 2's table reads are
+    issued before step s's math; `cp_async_wait(1)` then retires step s's group;
+  * why no barrier in the loop: a lane reads back only the chunks it copied itself, and
+    wait_group makes a thread's own copies visible to that thread; the reverse order is
+    a data dependence: a stage is refilled one step after the lane's math consumed the
+    registers its LDS filled, so those reads have completed (ptxas adds its own guards
+    before LDGSTS). Masked tokens copy zeros (src-size 0), never garbage. Only at the end,
+    after `cp_async_wait(0)`, does one `syncthreads` hand the ring over to the merge;
+  * at the end every row's softmax state (m, l, acc) goes to shared memory once (the
+    accumulators onto the ring) and is merged there (the log-sum-exp weights computed
+    once per row and head).
+Without vector loaders (a misaligned cache, head_dim not a multiple of VEC), or where
+the ring would pass RING_BUDGET, or with staged=False, K/V stay in registers instead:
+step s + 1's loads go into the other of two ping-pong register buffers (ld.global.nc).
 Groups larger than HPC (multi-query attention, e.g. 71 query heads on one KV head) are
 split into chunks of heads across the grid's x dimension: every head is initialised,
 normalised and written whatever the thread count.
@@ -48,50 +65,21 @@ import math
 import numpy as np
 from numba import cuda, float32, int32, uint32
 
+from .decode_geometry import (  # noqa: F401  (geometry and budgets: importable here)
+    ACC_BUDGET,
+    RING_BUDGET,
+    SHARED_BUDGET,
+    SMALL_GROUP,
+    STAGES,
+    geometry,
+    ring_bytes,
+)
 from .decode_loads import fetcher, make_locate, unpacker
 from .decode_steps import broadcast, exp2_masked, owned_index, reduce_scatter
-from .primitives import FULL_MASK, cp_async_commit, cp_async_wait, softmax_rescale, vec_width
+from .primitives import FULL_MASK, cp_async_commit, cp_async_wait, softmax_rescale
 
 LOG2E = 1.4426950408889634  # scores are kept in log2 units: exp(x) = 2^(x log2 e)
 SLACK = float32(8.0)  # lazy rescaling: the running max moves only when exceeded by > 2^8
-ACC_BUDGET = 64  # floats of q (and as many of accumulators) a lane may hold
-SMALL_GROUP = 2  # up to this many heads per KV head, a lane owns two vectors per row
-SHARED_BUDGET = 40 * 1024  # bytes of the rows' states merged at the end
-STAGES = 2  # cp.async ring: step s + 1 in flight while step s computes
-RING_BUDGET = 40 * 1024  # bytes of the ring; above it the kernel keeps K/V in registers
-
-
-def ring_bytes(warps: int, tokens_per_row: int, vpl: int) -> int:
-    """Shared bytes of the cp.async ring: STAGES x every lane's K and V chunks of a step."""
-    return STAGES * warps * 32 * 2 * tokens_per_row * vpl * 16
-
-
-def geometry(head_dim: int, group_size: int, dtype, warps: int = 4, staged: bool = True) -> dict:
-    """The compile-time shape of the thread mapping (see the module docstring). `staged`:
-    plan the cp.async ring where it can serve (whole 16-byte vectors, RING_BUDGET), with
-    two tokens per row per step where they fit; "staged" says whether it does. The
-    register path takes two tokens only with one vector a lane (16-32 bytes a lane in
-    flight per operand). "shared": static shared bytes, ring and merge aliased."""
-    vec = vec_width(dtype)
-    nvec = -(-head_dim // vec)  # 16-byte vectors per row (the last may be partial: scalar path)
-    lanes = nvec if group_size > SMALL_GROUP else -(-nvec // 2)  # small groups: 2 vectors a lane
-    lpr = 1
-    while lpr < min(lanes, 32):
-        lpr *= 2
-    vpl = -(-nvec // lpr)  # vectors per lane
-    rows = warps * (32 // lpr)
-    max_heads = max(1, min(ACC_BUDGET // (vpl * vec),
-                           SHARED_BUDGET // (4 * rows * (nvec * vec + 3))))
-    chunks = -(-group_size // max_heads)
-    hpc = -(-group_size // chunks)  # heads per CTA, balanced over the chunks
-    whole = staged and nvec * vec == head_dim
-    tpr = next((t for t in (2, 1) if whole and ring_bytes(warps, t, vpl) <= RING_BUDGET), 0)
-    ring = ring_bytes(warps, tpr, vpl) if tpr else 0
-    tpr = tpr or (1 if vpl > 1 else 2)  # tokens per row per step
-    merge = 4 * rows * hpc * nvec * vec  # the rows' accumulators, aliased onto the ring
-    return dict(vec=vec, nvec=nvec, lpr=lpr, vpl=vpl, rpw=32 // lpr, warps=warps,
-                rows=rows, hpc=hpc, chunks=chunks, tpr=tpr, staged=ring > 0, ring_bytes=ring,
-                shared=max(ring, merge) + 4 * hpc * (2 * rows + 1))
 
 
 def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_size: int,
@@ -180,11 +168,12 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
             cp_async_commit()
 
     @cuda.jit(device=True)
-    def score(k_buf, ring, at, q, dots, own_p, kv, m_own, lane, first, hi):
-        """This step's scores: q . k for the row's TPR tokens (attended indices first + t * R,
-        masked when >= hi) and the CTA's heads, finished over the row's lanes, each lane
-        keeping OWN of them. own_p <- their 2^(s - m), valid unless the max must move;
-        returns the warp vote "some score beats its head's max by more than SLACK"."""
+    def score(k_buf, ring, at, q, dots, own_p, kv, m_own, lane, base, lim):
+        """This step's scores: q . k for the row's TPR tokens (attended indices base + row +
+        t * R) and the CTA's heads, finished over the row's lanes, each lane keeping OWN of
+        them, masked when base >= lim[j] (`limits`). own_p <- their 2^(s - m), valid unless
+        the max must move; returns the warp vote "some score beats its head's max by more
+        than SLACK"."""
         for t in range(TPR):  # this lane's part of q . k
             to_float(k_buf, ring, at + t * VPL * STRIDE, kv)
             for h in range(HPC):
@@ -196,15 +185,23 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
             dots[i] = float32(0)
         reduce_scatter(dots, NP, LPR, lane)
         grow = False
-        for j in range(OWN):  # the lane's own totals: (token t, head h) = divmod(k, HPC)
-            k = owned_index(lane, j, NP, LPR)
-            t = k // HPC
-            h = k - t * HPC
-            if k >= TH or first + t * R >= hi:
-                dots[j] = -math.inf  # a padding slot or a masked token
+        for j in range(OWN):  # the lane's own totals
+            if base >= lim[j]:
+                dots[j] = -math.inf  # a masked token or a padding slot
             grow = grow or dots[j] > m_own[j] + SLACK
             own_p[j] = exp2_masked(dots[j], m_own[j])
         return cuda.any_sync(FULL_MASK, grow)
+
+    @cuda.jit(device=True)
+    def limits(lim, lane, row, hi):
+        """lim[j] <- the first step base at which the lane's own score j is masked: its
+        total k = (token t, head h) = divmod(k, HPC) has attended index base + row + t * R,
+        masked from hi on; a padding slot (k >= TH) is always masked (base >= 0 > -1).
+        Computed once, so the hot loop compares one int32 per score."""
+        for j in range(OWN):
+            k = owned_index(lane, j, NP, LPR)
+            t = k // HPC
+            lim[j] = int32(hi - row - t * R) if k < TH else int32(-1)
 
     @cuda.jit(device=True)
     def settle(own_p, s, lsum, lane):
@@ -271,6 +268,7 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
         s = cuda.local.array(NP, float32)  # [TPR, HPC] this step's p, in every lane
         own_p = cuda.local.array(OWN, float32)  # p of the lane's own scores
         m_own = cuda.local.array(OWN, float32)  # the running max of their heads
+        lim = cuda.local.array(OWN, int32)  # the step base from which each is masked
         kv = cuda.local.array(SLOT, float32)  # one unpacked K or V row slice
         k_a = cuda.local.array(BUF, RAW_T)  # raw K/V of even steps (register kinds) ...
         v_a = cuda.local.array(BUF, RAW_T)
@@ -304,6 +302,7 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
         hi = int32(min(lo + partition_size, kept + length - start))
         per_step = int32(R * TPR)
         steps = int32((max(hi - lo, 0) + per_step - 1) // per_step)  # the same in every lane
+        limits(lim, lane, row, hi)
 
         # prologue: step 0's K/V in flight, step 1's table entries read
         for t in range(TPR):
@@ -324,7 +323,7 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
                           at_b, base + 2 * per_step, hi, kept, start, block_tables)
                     if STAGED:
                         cp_async_wait(1)  # this lane's copies of step s have landed
-                    if score(k_a, ring, at_a, q, dots, own_p, kv, m_own, lane, base + row, hi):
+                    if score(k_a, ring, at_a, q, dots, own_p, kv, m_own, lane, base, lim):
                         break  # warp-uniform: the whole warp leaves to move the max
                     settle(own_p, s, lsum, lane)
                     accumulate(v_a, ring, at_a, s, acc, kv)
@@ -333,7 +332,7 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
                           at_a, base + 2 * per_step, hi, kept, start, block_tables)
                     if STAGED:
                         cp_async_wait(1)
-                    if score(k_b, ring, at_b, q, dots, own_p, kv, m_own, lane, base + row, hi):
+                    if score(k_b, ring, at_b, q, dots, own_p, kv, m_own, lane, base, lim):
                         break
                     settle(own_p, s, lsum, lane)
                     accumulate(v_b, ring, at_b, s, acc, kv)
