@@ -168,10 +168,11 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
             cp_async_commit()
 
     @cuda.jit(device=True)
-    def score(k_buf, ring, at, q, dots, own_p, kv, m_own, lane, base, lim):
+    def score(k_buf, ring, at, q, dots, own_p, kv, m_own, lane, base, lim, row, hi):
         """This step's scores: q . k for the row's TPR tokens (attended indices base + row +
         t * R) and the CTA's heads, finished over the row's lanes, each lane keeping OWN of
-        them, masked when base >= lim[j] (`limits`). own_p <- their 2^(s - m), valid unless
+        them, masked when base >= lim[j] (`limits`; the register path, at the register
+        limit at G = 8, recomputes the test instead). own_p <- their 2^(s - m), valid unless
         the max must move; returns the warp vote "some score beats its head's max by more
         than SLACK"."""
         for t in range(TPR):  # this lane's part of q . k
@@ -186,7 +187,12 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
         reduce_scatter(dots, NP, LPR, lane)
         grow = False
         for j in range(OWN):  # the lane's own totals
-            if base >= lim[j]:
+            if STAGED:
+                masked = base >= lim[j]
+            else:
+                k = owned_index(lane, j, NP, LPR)
+                masked = k >= TH or base + row + (k // HPC) * R >= hi
+            if masked:
                 dots[j] = -math.inf  # a masked token or a padding slot
             grow = grow or dots[j] > m_own[j] + SLACK
             own_p[j] = exp2_masked(dots[j], m_own[j])
@@ -323,7 +329,8 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
                           at_b, base + 2 * per_step, hi, kept, start, block_tables)
                     if STAGED:
                         cp_async_wait(1)  # this lane's copies of step s have landed
-                    if score(k_a, ring, at_a, q, dots, own_p, kv, m_own, lane, base, lim):
+                    if score(k_a, ring, at_a, q, dots, own_p, kv, m_own, lane, base, lim, row,
+                             hi):
                         break  # warp-uniform: the whole warp leaves to move the max
                     settle(own_p, s, lsum, lane)
                     accumulate(v_a, ring, at_a, s, acc, kv)
@@ -332,7 +339,8 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
                           at_a, base + 2 * per_step, hi, kept, start, block_tables)
                     if STAGED:
                         cp_async_wait(1)
-                    if score(k_b, ring, at_b, q, dots, own_p, kv, m_own, lane, base, lim):
+                    if score(k_b, ring, at_b, q, dots, own_p, kv, m_own, lane, base, lim, row,
+                             hi):
                         break
                     settle(own_p, s, lsum, lane)
                     accumulate(v_b, ring, at_b, s, acc, kv)
