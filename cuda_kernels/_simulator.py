@@ -146,11 +146,12 @@ def _shared_array(self, shape, dtype, alignment=None):
     The simulator gives every thread of a launch the same array for a given source line,
     created by the first thread that asks; its check-then-create is not locked, so two
     lane threads arriving together could each create one and no longer share memory
-    (seen as garbage in a kernel's output, once in tens of runs). Same logic, under a lock."""
+    (seen as garbage in a kernel's output, once in tens of runs). Same logic, under a lock;
+    `alignment` (bytes, a power of two, as on a GPU) places the array's first element."""
     from numba.cuda import types
     from numba.cuda.np import numpy_support
-    if alignment is not None:
-        raise RuntimeError("Array alignment is not supported in cudasim")
+    if alignment is not None and (alignment <= 0 or alignment & (alignment - 1)):
+        raise ValueError(f"shared array alignment must be a power of two, got {alignment}")
     if isinstance(dtype, types.Type):
         dtype = numpy_support.as_dtype(dtype)
     if shape == 0:  # dynamic shared memory: one buffer for all
@@ -161,8 +162,17 @@ def _shared_array(self, shape, dtype, alignment=None):
     with _lock:
         found = self._allocations.get(key)
         if found is None:
-            found = self._allocations[key] = np.empty(shape, dtype)
+            found = self._allocations[key] = _aligned_empty(shape, dtype, alignment or 1)
     return found
+
+
+def _aligned_empty(shape, dtype, alignment: int) -> np.ndarray:
+    """np.empty(shape, dtype) whose data pointer is a multiple of `alignment` bytes."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(nbytes + alignment, np.uint8)
+    skip = -raw.ctypes.data % alignment
+    return raw[skip:skip + nbytes].view(dtype).reshape(shape)
 
 
 def _numpy_of(array) -> np.ndarray:

@@ -79,10 +79,10 @@ SHARED_LIMIT = 48 * 1024  # static shared memory per CTA
 
 
 def shared_bytes(head_dim: int, group: int, dtype, warps: int) -> int:
-    """Static shared memory of `decode.make_decode_kernel`: the rows' states merged at
-    the end, acc [rows, HPC, nvec * vec], m and l [rows, HPC], totals [HPC], float32."""
-    g = geometry(head_dim, group, dtype, warps)
-    return 4 * g["hpc"] * (g["rows"] * (g["nvec"] * g["vec"] + 2) + 1)
+    """Static shared memory of `decode.make_decode_kernel` (`decode.geometry`): the
+    cp.async ring, on which the rows' accumulators are merged at the end, and their
+    m, l [rows, HPC] and totals [HPC], float32."""
+    return geometry(head_dim, group, dtype, warps)["shared"]
 
 
 def launch_warps() -> int:

@@ -2,9 +2,16 @@
 
     make_locate(block_size, paged)   device fn: attended index j -> (block, offset, valid),
                                      shared by `decode.py` and `decode_tc.py`
-    fetcher(row_fn, vector, ...)     device fn: a lane's vectors of one K or V row into
-                                     registers (16-byte loads, or scalar loads)
-    unpacker(vector, ...)            device fn: those raw registers -> float32
+    fetcher(row_fn, kind, ...)       device fn: a lane's vectors of one K or V row, either
+                                     copied by cp.async into its shared-memory stage
+                                     ("staged") or loaded into registers ("vector": 16-byte
+                                     loads, "scalar": one element at a time)
+    unpacker(kind, ...)              device fn: those raw words (shared or registers) -> float32
+
+Every fetch and unpack takes (buf, ring, at): the raw words sit in the local array `buf`
+(register kinds) or in the shared array `ring` (staged), from element `at` on, a lane's
+vector jv of the row at `at + jv * stride`. A staged lane reads back only the 16-byte
+chunks it copied itself, so its own cp.async.wait_group is all the ordering it needs.
 
 The sliding window maps attended index j to position j (j < kept) or start + j - kept
 (`decode.py`'s docstring); a power-of-two block size divides by a shift, and unsigned
@@ -15,7 +22,7 @@ from __future__ import annotations
 
 from numba import cuda, float32, int32, uint32
 
-from .primitives import load16, unpack16
+from .primitives import bits_to_float, cp_async16, half2_to_float2, load16, unpack16
 
 
 def make_locate(block_size: int, paged: bool = True):
@@ -42,45 +49,74 @@ def make_locate(block_size: int, paged: bool = True):
     return locate
 
 
-def fetcher(row_fn, vector, VPL, LPR, VEC, NVEC, D):
-    """Device function: raw[at : at + VPL * words] <- this lane's vectors of one K or V
-    row (zeros where the token is masked or the vector lies past head_dim)."""
-    if vector:
+def fetcher(row_fn, kind, VPL, LPR, VEC, NVEC, D, stride):
+    """Device function fetch(src, seq, block, kv_head, offset, valid, col, buf, ring, at):
+    this lane's vectors col, col + LPR, ... of one K or V row into its words (zeros where
+    the token is masked or the vector lies past head_dim). "staged" issues one 16-byte
+    cp.async per vector (src-size 0 writes the zeros) and leaves the commit to the caller."""
+    if kind == "staged":
+        FULL = VPL * LPR == NVEC  # every lane's every vector lies inside head_dim
+
         @cuda.jit(device=True)
-        def fetch(src, seq, block, kv_head, offset, valid, col, raw, at):
+        def fetch(src, seq, block, kv_head, offset, valid, col, buf, ring, at):
+            start = row_fn(src, seq, block, kv_head, offset)  # unconditional: invariants hoist
+            for jv in range(VPL):
+                c = col + jv * LPR
+                inside = FULL or c < NVEC
+                nbytes = 16 if valid and inside else 0
+                cp_async16(ring, at + jv * stride, src, start + (c * VEC if inside else 0), nbytes)
+    elif kind == "vector":
+        @cuda.jit(device=True)
+        def fetch(src, seq, block, kv_head, offset, valid, col, buf, ring, at):
             start = row_fn(src, seq, block, kv_head, offset)  # unconditional: invariants hoist
             for jv in range(VPL):
                 c = col + jv * LPR
                 if valid and c < NVEC:
                     word = load16(src, start + c * VEC)  # 16 bytes, one ld.global.nc.v4
                     for w in range(4):
-                        raw[at + jv * 4 + w] = word[w]
+                        buf[at + jv * stride + w] = word[w]
                 else:
                     for w in range(4):
-                        raw[at + jv * 4 + w] = 0
+                        buf[at + jv * stride + w] = 0
     else:
         @cuda.jit(device=True)
-        def fetch(src, seq, block, kv_head, offset, valid, col, raw, at):
+        def fetch(src, seq, block, kv_head, offset, valid, col, buf, ring, at):
             for jv in range(VPL):
                 for e in range(VEC):
                     d = (col + jv * LPR) * VEC + e
                     value = float32(0)
                     if valid and d < D:
                         value = row_fn(src, block, kv_head, offset, d)
-                    raw[at + jv * VEC + e] = value
+                    buf[at + jv * stride + e] = value
     return fetch
 
 
-def unpacker(vector, VPL, VEC, FP16):
-    """Device function: dst[0 : VPL * VEC] <- float32 of the raw vectors at raw[at:]."""
-    if vector:
+def unpacker(kind, VPL, VEC, FP16, stride):
+    """Device function to_float(buf, ring, at, dst): dst[0 : VPL * VEC] <- float32 of the
+    lane's raw vectors (staged: four consecutive u32 of the 16-byte aligned ring, which
+    LLVM merges into one ld.shared.v4, LDS.128)."""
+    if kind == "staged":
         @cuda.jit(device=True)
-        def to_float(raw, at, dst):
+        def to_float(buf, ring, at, dst):
             for jv in range(VPL):
-                unpack16(raw[at + jv * 4: at + jv * 4 + 4], dst[jv * VEC: jv * VEC + VEC], FP16)
+                i = at + jv * stride
+                for w in range(4):
+                    word = ring[i + w]
+                    if FP16:
+                        lo, hi = half2_to_float2(word)
+                        dst[jv * VEC + 2 * w] = lo
+                        dst[jv * VEC + 2 * w + 1] = hi
+                    else:
+                        dst[jv * VEC + w] = bits_to_float(word)
+    elif kind == "vector":
+        @cuda.jit(device=True)
+        def to_float(buf, ring, at, dst):
+            for jv in range(VPL):
+                i = at + jv * stride
+                unpack16(buf[i: i + 4], dst[jv * VEC: jv * VEC + VEC], FP16)
     else:
         @cuda.jit(device=True)
-        def to_float(raw, at, dst):
+        def to_float(buf, ring, at, dst):
             for i in range(VPL * VEC):
-                dst[i] = raw[at + i]
+                dst[i] = buf[at + i]
     return to_float

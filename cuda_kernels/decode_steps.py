@@ -3,7 +3,9 @@
 A decode step ends with TH = TPR x HPC dot products (tokens x heads), each a partial sum
 spread over the LPR lanes of a row. `primitives.group_sums` finishes them with a
 reduce-scatter and then broadcasts every total to every lane, so each lane used to
-compute all TH exps of its row: LPR times the work. Here the two halves are separate:
+compute all TH exps of its row: LPR times the work. The decode kernel calls the two
+halves separately (they live in `primitives`, which builds group_sums from them; they
+are importable from here too):
 
     reduce_scatter(vals, n, width, lane)   after it, vals[0:own] hold this lane's totals
     owned_index(lane, j, n, width)         which of the n totals vals[j] is
@@ -34,65 +36,13 @@ import math
 from numba import cuda, float32
 
 from . import _backend
-from .primitives import FULL_MASK, fast_exp2
-
-
-@cuda.jit(device=True)
-def reduce_scatter(vals, n, width, lane):
-    """Sum vals[0:n] over the aligned group of `width` lanes (n, width powers of two),
-    leaving each lane own = max(1, n // width) of the totals in vals[0:own] (when
-    width > n, width // n lanes hold each total). Returns own."""
-    cur = n
-    offset = width >> 1
-    while offset > 0 and cur > 1:  # keep half, send half, at every xor distance
-        half = cur >> 1
-        upper = (lane & offset) != 0
-        for j in range(half):
-            send = vals[j] if upper else vals[j + half]
-            keep = vals[j + half] if upper else vals[j]
-            vals[j] = keep + cuda.shfl_xor_sync(FULL_MASK, send, offset)
-        cur = half
-        offset >>= 1
-    while offset > 0:  # one total per lane: finish it over the lanes left
-        vals[0] += cuda.shfl_xor_sync(FULL_MASK, vals[0], offset)
-        offset >>= 1
-    return cur
-
-
-@cuda.jit(device=True)
-def owned_index(lane, j, n, width):
-    """The index k in [0, n) of the total that `reduce_scatter` left in vals[j] of `lane`:
-    at each halving the lanes with the xor bit set kept the upper half."""
-    k = j
-    size = n
-    step = width >> 1
-    while step > 0 and size > 1:
-        size >>= 1
-        if lane & step:
-            k += size
-        step >>= 1
-    return k
-
-
-@cuda.jit(device=True)
-def broadcast(vals, n, width, lane, out):
-    """out[0:n] <- the n totals `reduce_scatter` spread over the group, in every lane."""
-    own = n
-    step = width >> 1
-    while step > 0 and own > 1:
-        own >>= 1
-        step >>= 1
-    first = lane & ~(width - 1)
-    for k in range(n):
-        owner = 0  # the lane whose xor bits spell k's upper bits
-        size = n
-        step = width >> 1
-        while step > 0 and size > 1:
-            size >>= 1
-            if k & size:
-                owner += step
-            step >>= 1
-        out[k] = cuda.shfl_sync(FULL_MASK, vals[k & (own - 1)], first + owner)
+from .primitives import (  # noqa: F401  (the reduce-scatter pieces: shared primitives)
+    FULL_MASK,
+    broadcast,
+    fast_exp2,
+    owned_index,
+    reduce_scatter,
+)
 
 
 @cuda.jit(device=True)

@@ -8,7 +8,10 @@ reductions, online-softmax state), so that a kernel body reads as its algorithm.
     bits_to_float(word)          -> float32               reinterpret a u32 as float32
     unpack16(raw, dst, fp16)                              16 raw bytes -> dst[0:8] or dst[0:4]
     warp_sum(value, width) / warp_max(value, width)       xor-butterfly over `width` lanes
-    group_sums(vals, n, width, lane, out)                 n sums over `width` lanes at once
+    group_sums(vals, n, width, lane, out)                 n sums over `width` lanes at once:
+        reduce_scatter(vals, n, width, lane) -> own       each lane keeps own of the totals,
+        owned_index(lane, j, n, width) -> k               vals[j] being total k,
+        broadcast(vals, n, width, lane, out)              then every lane gets all n
     softmax_rescale(m_old, tile_max, slack) -> (m, alpha) online-softmax step
                                  (Milakov & Gimelshein 2018)
     exp2_or_zero(score, m)                                2^(score - m), 0 for a masked score
@@ -213,17 +216,13 @@ def warp_max(value, width):
 
 
 @cuda.jit(device=True)
-def group_sums(vals, n, width, lane, out):
-    """out[0:n] <- the sums over the aligned group of `width` lanes of vals[0:n], in every
-    lane of the group (vals is scratch). n and width are powers of two.
-
-    A reduce-scatter, then a broadcast: at each xor step a lane keeps half of its values
-    and sends the other half, so n values cost n/2 + n/4 + ... shuffles instead of
-    n x log2(width) for n separate butterflies; the owner of each total then broadcasts
-    it (n more shuffles)."""
+def reduce_scatter(vals, n, width, lane):
+    """Sum vals[0:n] over the aligned group of `width` lanes (n, width powers of two),
+    leaving each lane own = max(1, n // width) of the totals in vals[0:own] (when
+    width > n, width // n lanes hold each total). Returns own."""
     cur = n
     offset = width >> 1
-    while offset > 0 and cur > 1:  # reduce-scatter: halve the list at every step
+    while offset > 0 and cur > 1:  # keep half, send half, at every xor distance
         half = cur >> 1
         upper = (lane & offset) != 0
         for j in range(half):
@@ -232,12 +231,38 @@ def group_sums(vals, n, width, lane, out):
             vals[j] = keep + cuda.shfl_xor_sync(FULL_MASK, send, offset)
         cur = half
         offset >>= 1
-    while offset > 0:  # one value per lane left: finish it over the remaining lanes
+    while offset > 0:  # one total per lane: finish it over the lanes left
         vals[0] += cuda.shfl_xor_sync(FULL_MASK, vals[0], offset)
         offset >>= 1
-    first = lane & ~(width - 1)  # first lane of this lane's group
-    for k in range(n):  # total k sits at position k % cur of the lane whose bits spell k
-        owner = 0
+    return cur
+
+
+@cuda.jit(device=True)
+def owned_index(lane, j, n, width):
+    """The index k in [0, n) of the total that `reduce_scatter` left in vals[j] of `lane`:
+    at each halving the lanes with the xor bit set kept the upper half."""
+    k = j
+    size = n
+    step = width >> 1
+    while step > 0 and size > 1:
+        size >>= 1
+        if lane & step:
+            k += size
+        step >>= 1
+    return k
+
+
+@cuda.jit(device=True)
+def broadcast(vals, n, width, lane, out):
+    """out[0:n] <- the n totals `reduce_scatter` spread over the group, in every lane."""
+    own = n
+    step = width >> 1
+    while step > 0 and own > 1:
+        own >>= 1
+        step >>= 1
+    first = lane & ~(width - 1)
+    for k in range(n):
+        owner = 0  # the lane whose xor bits spell k's upper bits
         size = n
         step = width >> 1
         while step > 0 and size > 1:
@@ -245,7 +270,20 @@ def group_sums(vals, n, width, lane, out):
             if k & size:
                 owner += step
             step >>= 1
-        out[k] = cuda.shfl_sync(FULL_MASK, vals[k & (cur - 1)], first + owner)
+        out[k] = cuda.shfl_sync(FULL_MASK, vals[k & (own - 1)], first + owner)
+
+
+@cuda.jit(device=True)
+def group_sums(vals, n, width, lane, out):
+    """out[0:n] <- the sums over the aligned group of `width` lanes of vals[0:n], in every
+    lane of the group (vals is scratch). n and width are powers of two.
+
+    A reduce-scatter, then a broadcast: at each xor step a lane keeps half of its values
+    and sends the other half, so n values cost n/2 + n/4 + ... shuffles instead of
+    n x log2(width) for n separate butterflies; the owner of each total then broadcasts
+    it (n more shuffles)."""
+    reduce_scatter(vals, n, width, lane)
+    broadcast(vals, n, width, lane, out)
 
 
 @cuda.jit(device=True)

@@ -192,6 +192,15 @@ def test_every_kernel_compiles_for_sm80_and_sm90_without_spilling(tmp_path):
     core = at["paged_decode[float16,G=4,D=128]"]
     assert core["sass_per_kv_byte"] <= 0.17 and core["hmma"] == 0
     assert core["path"] == "cuda_core"
+    # the CUDA-core decode stages K/V by cp.async (LDGSTS in the loop): within 5% of the
+    # register path's loop at G=1 and G=8 (0.072, 0.243 SASS/B) and with fewer registers
+    # than it had (121, 162, 255); the scalar fallback keeps registers (no LDGSTS)
+    register_path = {1: (0.072, 121), 4: (0.157, 162), 8: (0.243, 255)}
+    for group, (sass_b, regs) in register_path.items():
+        row = at[f"paged_decode[float16,G={group},D=128]"]
+        assert row["ldgsts"] > 0 and row["sass_per_kv_byte"] <= 1.05 * sass_b, row
+        assert row["registers"] < regs, row
+    assert at["paged_decode[scalar,float16,G=8,D=128]"]["ldgsts"] == 0
     assert all(set(r) >= {"hmma", "ldsm", "ldgsts", "loop_sass_per_hmma", "flops_per_loop_sass",
                           "bound", "expected_pct_of_peak"} for r in rows)
     # the wgmma prefill is compiled for sm_90a alone, and its loop runs on HGMMA

@@ -79,3 +79,29 @@ def test_the_bound_is_the_largest_of_the_memory_issue_and_tensor_times():
 
 def test_a_row_without_a_kv_loop_has_no_bound():
     assert roofline.bound({"loop_sass": None, "loop_kv_bytes": None})["bound"] is None
+
+
+# The CUDA-core decode's staged loop: a 32-bit block-table read, two cp.async of K/V with
+# ptxas's never-taken `@!PT LDS` guard before them, the commit (LDGDEPBAR), the wait
+# (DEPBAR), one LDS.128 read-back of the lane's own chunk and the math.
+STAGED_SASS = """
+.L_x_3:
+        /*0000*/              @!P1 LDG.E R94, desc[UR16][R112.64] ;
+        /*0010*/              @!PT LDS RZ, [RZ] ;
+        /*0020*/                   LDGSTS.E.BYPASS.128 [R49], desc[UR16][R32.64], P2 ;
+        /*0030*/                   LDGSTS.E.BYPASS.128 [R49+0x200], desc[UR16][R38.64], P3 ;
+        /*0040*/                   LDGDEPBAR ;
+        /*0050*/                   DEPBAR.LE SB0, 0x1 ;
+        /*0060*/                   LDS.128 R32, [R66] ;
+        /*0070*/                   FFMA R30, R31, R32, R30 ;
+        /*0080*/               @P0 BRA `(.L_x_3) ;
+        /*0090*/                   EXIT ;
+"""
+
+
+def test_a_staged_loop_counts_its_cp_async_as_the_kv_loads_and_not_the_table_read():
+    row = disasm.steady_loop(disasm.parse_sass(STAGED_SASS))
+    assert row["loop_kv_bits"] == 128 and row["loop_kv_loads"] == 2 and row["ldgsts"] == 2
+    assert row["loop_kv_bytes"] == 2 * 32 * 16
+    assert row["loop_sass"] == 9  # every issued instruction, the never-taken guard too
+    assert row["sass_per_kv_byte"] == round(9 / 1024, 4)
