@@ -24,7 +24,7 @@ Registers (the limit that shapes large head_dims): a lane holds O (D/2 / o_split
 S (T/4 floats) and Q (2 QR words, QR = k-steps kept in registers; the rest sit in shared
 memory as qs and come back through ldmatrix). `launch_config` picks per head_dim a shape
 that ptxas compiles without spills on sm_80 and sm_90 (tests/kernels/test_tensor_core_ptx):
-D <= 192: 4 warps, the largest tile of 64/32 tokens whose K and V fit SHARED_BUDGET; larger
+D <= 176: 4 warps, the largest tile of 64/32 tokens whose K and V fit SHARED_BUDGET; larger
 D: 8 warps with O split over the two warps of each row block (both compute the same S).
 
 Toward Hopper (issue 24 section 6): the row blocks are a warpgroup's: the CTA's 64 rows
@@ -50,7 +50,7 @@ from .primitives import pack_f16x2, swizzle_shape, swizzled
 
 SHARED_BUDGET = 40 * 1024  # the K and V tiles, under the 48 KiB static limit
 MAX_HEAD_DIM = 256
-SPLIT_O_ABOVE = 192  # larger head_dims split O over two warps per row block
+SPLIT_O_ABOVE = 176  # larger head_dims split O over two warps per row block
 _kernels: dict = {}
 
 
@@ -65,23 +65,24 @@ def unservable(head_dim: int, cache_dtype) -> str | None:
 
 
 def launch_config(head_dim: int) -> tuple[int, int, int, int]:
-    """(warps, kv tile, q_regs, o_split) for head_dim, chosen so that ptxas spills nothing
-    (tests/kernels/test_tensor_core_ptx.py compiles each on sm_80 and sm_90). On a GPU:
+    """(warps, kv tile, q_regs, o_split) for head_dim, chosen from ptxas's figures
+    (tests/kernels/test_tensor_core_ptx.py compiles them on sm_80 and sm_90). On a GPU:
       D <= SPLIT_O_ABOVE: 4 warps (64 rows, one warpgroup), the largest tile of 64/32/16
         tokens whose K and V tiles fit SHARED_BUDGET;
       larger D: 8 warps, two per row block, each with half of O (o_split 2: S is computed
-        by both), 32-token tiles (16 at D = 256, where S's registers are needed too).
+        by both), 32-token tiles; at D = 256 16-token tiles and Q's last 4 k-steps in
+        shared memory (with all 16 in registers LLVM leaves qf in local memory at G > 1).
     Under the simulator, whose threads are Python threads: 1 warp (2 with o_split) and
-    16-token tiles. Q stays in registers (q_regs = D / 16): keeping some k-steps in
-    shared memory instead (q_regs < D / 16) measured more spills, not fewer."""
+    16-token tiles, with the GPU's q_regs and o_split."""
     k_steps, split = head_dim // 16, 2 if head_dim > SPLIT_O_ABOVE else 1
+    q_regs = 12 if head_dim == 256 else k_steps
     if _backend.backend() != "gpu":
-        return split, 16, k_steps, split
+        return split, 16, q_regs, split
     if split == 2:
-        return 8, 16 if head_dim == 256 else 32, k_steps, 2
+        return 8, 16 if head_dim == 256 else 32, q_regs, 2
     stride = swizzle_shape(head_dim // 8)[0]
     tile = next(t for t in (64, 32, 16) if 2 * t * stride * 16 <= SHARED_BUDGET)
-    return 4, tile, k_steps, 1
+    return 4, tile, q_regs, 1
 
 
 def make_prefill_tc_kernel(head_dim: int, group_size: int, warps: int, tile: int,

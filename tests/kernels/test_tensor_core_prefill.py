@@ -133,9 +133,10 @@ def test_an_unknown_path_is_a_value_error_naming_path(path):
 def test_the_gpu_configuration_is_a_warpgroup_with_tiles_that_fit_shared_memory(monkeypatch):
     monkeypatch.setattr(prefill_tc._backend, "backend", lambda: "gpu")
     assert prefill_tc.launch_config(128) == (4, 64, 8, 1)
-    assert prefill_tc.launch_config(192) == (4, 32, 12, 1)
-    assert prefill_tc.launch_config(224) == (8, 32, 14, 2)  # O split over two warps a row
-    assert prefill_tc.launch_config(256) == (8, 16, 16, 2)
+    assert prefill_tc.launch_config(176) == (4, 32, 11, 1)
+    assert prefill_tc.launch_config(192) == (8, 32, 12, 2)  # O split over two warps a row
+    assert prefill_tc.launch_config(224) == (8, 32, 14, 2)
+    assert prefill_tc.launch_config(256) == (8, 16, 12, 2)  # Q's k-steps 12..15 in qs
     for head_dim in range(16, 257, 16):
         warps, tile, q_regs, o_split = prefill_tc.launch_config(head_dim)
         shape = TileShape.build(head_dim, 1, warps, tile, 16, q_regs, o_split)
@@ -161,7 +162,7 @@ def run_shape(monkeypatch, config, head_dim, group, block_size, prefixes, q_lens
                                                          (192, 4, 6), (192, 2, 16)])
 def test_the_large_head_dims_with_gqa_match_the_reference_behind_cached_prefixes(
         head_dim, group, block_size):
-    """The simulator's launch_config (o_split 2 above D=192, as on a GPU): two ragged
+    """The simulator's launch_config (o_split 2 above D=176, as on a GPU): two ragged
     chunks behind cached prefixes (one spans a block boundary), block sizes 1, 16 and 6."""
     rng = np.random.default_rng(head_dim + group + block_size)
     query, cache, tables, lens, starts = batch(rng, [17, 5], [3, 2], 1, group, head_dim,
@@ -170,6 +171,7 @@ def test_the_large_head_dims_with_gqa_match_the_reference_behind_cached_prefixes
     assert rel_err(out, reference_prefill(query, cache, tables, lens, starts)) < TOL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config, head_dim, block_size", [
     ((2, 16, 3, 2), 48, 6),  # o_split with an odd share of O (3 n-tiles: the x2.trans tile)
     ((1, 16, 1, 1), 64, 1),  # Q's k-steps 1..3 in shared memory, read back by ldmatrix
