@@ -146,13 +146,14 @@ def kernel_specs():
         specs.append((f"paged_prefill[{dtype.name},G={group},D={head_dim}]", kern.py_func,
                       (cache, t.Array(dtype, 3, "C"), t.Array(t.int32, 2, "C"), i32, i32, i32, i32,
                        t.int32, t.float32, t.int32, t.int32, t.int32, f32c3), 128))
-    from .prefill_tc import make_prefill_tc_kernel  # tensor cores: 4 warps, 64-token tiles
+    from .prefill_tc import launch_config, make_prefill_tc_kernel  # the GPU's shapes
     prefill_sig = (f16c5, t.Array(t.float16, 3, "C"), t.Array(t.int32, 2, "C"), i32, i32, i32,
                    i32, t.int32, t.float32, t.int32, t.int32, t.int32, f32c3)
-    for group in (8, 1):
-        kern = make_prefill_tc_kernel(128, group, 4, 64, 16)
-        specs.append((f"paged_prefill_tc[float16,G={group},D=128]", kern.py_func, prefill_sig,
-                      128))
+    for group, head_dim in ((8, 128), (1, 128), (8, 256), (4, 80)):
+        warps, tile, q_regs, o_split = launch_config(head_dim)
+        kern = make_prefill_tc_kernel(head_dim, group, warps, tile, 16, q_regs, o_split)
+        specs.append((f"paged_prefill_tc[float16,G={group},D={head_dim}]", kern.py_func,
+                      prefill_sig, 32 * warps))
     from .prefill_wgmma import make_prefill_wgmma_kernel  # path="wgmma": sm_90a only
     specs.append(("paged_prefill_wgmma[float16,G=8,D=128]",
                   make_prefill_wgmma_kernel(128, 8, 64, 16).py_func, prefill_sig, 128,

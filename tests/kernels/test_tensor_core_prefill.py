@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from cuda_kernels import prefill, prefill_tc, reference
 from cuda_kernels._prefill_checks import choose_path
 from cuda_kernels.prefill import paged_prefill
+from cuda_kernels.prefill_tc_shape import TileShape
 from cuda_kernels.reference import reference_prefill
 
 TOL = 4e-3  # P is rounded to fp16 before P V, as in FlashAttention-2
@@ -131,11 +132,68 @@ def test_an_unknown_path_is_a_value_error_naming_path(path):
 
 def test_the_gpu_configuration_is_a_warpgroup_with_tiles_that_fit_shared_memory(monkeypatch):
     monkeypatch.setattr(prefill_tc._backend, "backend", lambda: "gpu")
-    assert prefill_tc.launch_config(128) == (4, 64)
-    assert prefill_tc.launch_config(256) == (4, 32)
+    assert prefill_tc.launch_config(128) == (4, 64, 8, 1)
+    assert prefill_tc.launch_config(176) == (4, 32, 11, 1)
+    assert prefill_tc.launch_config(192) == (8, 32, 12, 2)  # O split over two warps a row
+    assert prefill_tc.launch_config(224) == (8, 32, 14, 2)
+    assert prefill_tc.launch_config(256) == (8, 16, 12, 2)  # Q's k-steps 12..15 in qs
     for head_dim in range(16, 257, 16):
-        warps, tile = prefill_tc.launch_config(head_dim)
-        stride = prefill_tc.swizzle_shape(head_dim // 8)[0]
-        kv_tiles, p_tile, maps = 2 * tile * stride * 16, 16 * warps * tile * 2, 2 * tile * 8
-        assert warps == 4 and kv_tiles <= prefill_tc.SHARED_BUDGET
-        assert kv_tiles + p_tile + maps <= 48 * 1024  # all static shared memory
+        warps, tile, q_regs, o_split = prefill_tc.launch_config(head_dim)
+        shape = TileShape.build(head_dim, 1, warps, tile, 16, q_regs, o_split)
+        assert shape.ROWS == 64 and shape.NDW * o_split == head_dim // 8  # one warpgroup
+        assert 2 * tile * shape.SC * 16 <= prefill_tc.SHARED_BUDGET
+        assert shape.shared_bytes() <= 48 * 1024  # all static shared memory
+
+
+def run_shape(monkeypatch, config, head_dim, group, block_size, prefixes, q_lens,
+              causal=True):
+    """paged_prefill(path="tensor") with launch_config forced to `config` (warps, tile,
+    q_regs, o_split), against the float64 reference; returns the relative error."""
+    monkeypatch.setattr(prefill_tc, "launch_config", lambda d: config)
+    rng = np.random.default_rng(head_dim * 7 + group + block_size)
+    query, cache, tables, lens, starts = batch(rng, prefixes, q_lens, 1, group, head_dim,
+                                               block_size)
+    out = paged_prefill(query, cache, tables, lens, starts, causal=causal, path="tensor")
+    return rel_err(out, reference_prefill(query, cache, tables, lens, starts, causal=causal))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("head_dim, group, block_size", [(256, 4, 16), (256, 2, 1),
+                                                         (192, 4, 6), (192, 2, 16)])
+def test_the_large_head_dims_with_gqa_match_the_reference_behind_cached_prefixes(
+        head_dim, group, block_size):
+    """The simulator's launch_config (o_split 2 above D=176, as on a GPU): two ragged
+    chunks behind cached prefixes (one spans a block boundary), block sizes 1, 16 and 6."""
+    rng = np.random.default_rng(head_dim + group + block_size)
+    query, cache, tables, lens, starts = batch(rng, [17, 5], [3, 2], 1, group, head_dim,
+                                               block_size)
+    out = paged_prefill(query, cache, tables, lens, starts, path="tensor")
+    assert rel_err(out, reference_prefill(query, cache, tables, lens, starts)) < TOL
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config, head_dim, block_size", [
+    ((2, 16, 3, 2), 48, 6),  # o_split with an odd share of O (3 n-tiles: the x2.trans tile)
+    ((1, 16, 1, 1), 64, 1),  # Q's k-steps 1..3 in shared memory, read back by ldmatrix
+    ((1, 16, 0, 1), 80, 5),  # all of Q in shared memory, on the padded row layout
+])
+def test_split_o_and_q_in_shared_memory_match_the_reference(monkeypatch, config, head_dim,
+                                                            block_size):
+    assert run_shape(monkeypatch, config, head_dim, 2, block_size, [9, 0], [5, 3]) < TOL
+    assert run_shape(monkeypatch, config, head_dim, 2, block_size, [9, 0], [5, 3],
+                     causal=False) < TOL
+
+
+BAD_SHAPES = {
+    "o_split 3": ((64, 1, 4, 16, 16, None, 3), r"o_split must be 1 or 2"),
+    "q_regs past the k-steps": ((64, 1, 4, 16, 16, 5, 1), r"q_regs must be in \[0, 4\], got 5"),
+    "a split through a swizzle group": ((64, 1, 2, 16, 16, None, 2), r"whole swizzle groups"),
+    "a tile wider than the CTA": ((64, 1, 1, 48, 16, None, 1), r"at most the CTA's threads"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_SHAPES))
+def test_a_tile_shape_the_kernel_cannot_take_is_a_value_error(name):
+    args, message = BAD_SHAPES[name]
+    with pytest.raises(ValueError, match=message):
+        TileShape.build(*args)

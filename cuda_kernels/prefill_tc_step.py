@@ -1,0 +1,210 @@
+"""One KV tile of the tensor-core prefill (`prefill_tc`): S = Q K^T on mma.sync, the
+mask where needed, the online softmax on the accumulator fragments, O += P V.
+
+    step_masked, step_full, tile_at = make_steps(shape, loader)
+
+  * S: per k-step of 16 dims (`qk_step`), one ldmatrix_x4 of K rows gives the B fragments
+    of two 8-token n-tiles; Q's A fragments come from registers (k < QR) or from qs
+    through one ldmatrix_x4.
+  * The masks (causal, window, tile tail) exist only in `step_masked`: the kernel runs
+    the masked tiles first, then the run of whole tiles through `step_full`, whose loop
+    holds no mask code (`tile_at` orders them).
+  * Softmax: a lane holds 2 rows x 2T/8 scores; the row max is two quad shuffles; the row
+    sums run on the tensor cores as P times a B fragment of ones (`ONES`), on exactly the
+    fp16 P that P V uses. P's S fragments, packed to f16x2, are P V's A fragments.
+  * NaN and inf follow IEEE as the float64 reference does: a masked tile whose V holds a
+    NaN or inf (one `syncthreads_or`) computes P V on CUDA cores over the tokens each row
+    attends (`masked_pv`), since the mma would add 0 x NaN to rows that mask the token.
+Pipeline (FlashAttention-2's): V of tile j streams in while S_j and the softmax run, K of
+tile j + 1 while P_j V_j runs; two barriers per tile.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import cuda, float32, int32
+
+from .primitives import (
+    cp_async_wait,
+    fast_exp2,
+    ldmatrix_x2_trans,
+    ldmatrix_x4,
+    ldmatrix_x4_trans,
+    mma_f16,
+    pack_f16x2,
+    swizzled,
+    warp_max,
+)
+
+
+def make_steps(shape, loader):
+    """(step_masked, step_full, tile_at) for one kernel shape and its tile loader."""
+    T, RW, SF, NS, NDW, OF = shape.T, shape.RW, shape.SF, shape.NS, shape.NDW, shape.OF
+    QR, KS, ONES = shape.QR, shape.KS, shape.ONES
+    SC, SH, SM = shape.swizzle
+    position, map_tile, not_finite = loader.position, loader.map_tile, loader.not_finite
+    issue_any, issue_whole = loader.issue_any, loader.issue_whole
+
+    @cuda.jit(device=True)
+    def seen_by(h, pos, rows_seen):
+        """Does this lane's row h (0: row g, 1: row g + 8) attend position `pos`?"""
+        return pos < rows_seen[3 * h] and (pos < rows_seen[3 * h + 1]
+                                           or pos >= rows_seen[3 * h + 2])
+
+    @cuda.jit(device=True)
+    def masked_pv(v_s, p_sh, s, o, tid, n0, base, span, kept_hi, gap, rows_seen):
+        """O += P V for a masked tile holding a NaN or inf value, on CUDA cores: a token
+        a row does not attend adds nothing to it (with mma it would add 0 x NaN). P goes
+        through shared memory in fp16, the precision the mma path gives it."""
+        lane = tid & 31
+        row0 = ((tid >> 5) & (RW - 1)) * 16 + (lane >> 2)  # this lane's rows: row0, row0 + 8
+        for k in range(SF):
+            if n0 == 0:  # (with o_split, the warps of a row block hold the same P)
+                p_sh[row0 + 8 * ((k >> 1) & 1), 8 * (k >> 2) + 2 * (lane & 3) + (k & 1)] = s[k]
+        cuda.syncthreads()  # every lane's P is in p_sh before its quad reads it
+        for tok in range(min(T, span - base)):
+            pos = position(base + tok, kept_hi, gap)
+            seen_lo = seen_by(0, pos, rows_seen)
+            seen_hi = seen_by(1, pos, rows_seen)
+            p_lo = float32(p_sh[row0, tok])
+            p_hi = float32(p_sh[row0 + 8, tok])
+            for n in range(NDW):
+                at = swizzled(tok, n0 + n, SC, SH, SM) * 8 + 2 * (lane & 3)
+                for i in range(2):
+                    v = float32(v_s[at + i])
+                    if seen_lo:
+                        o[4 * n + i] += p_lo * v
+                    if seen_hi:
+                        o[4 * n + 2 + i] += p_hi * v
+
+    @cuda.jit(device=True)
+    def qk_step(k_s, kb, k, a0, a1, a2, a3, s):
+        """S += Q K^T over k-step k (dims 16k .. 16k + 15), Q's A fragment a0..a3: one
+        ldmatrix_x4 of K rows gives the B fragments of two 8-token n-tiles."""
+        for n in range(0, NS, 2):  # lane: row 8n + (lane & 7) + 8 (lane >> 4),
+            slot = kb[k & 3] + 8 * n * SC + 8 * (k >> 2)  # chunk 2k + (lane >> 3) & 1
+            b0, b1, b2, b3 = ldmatrix_x4(k_s, slot * 8)
+            c = 4 * n
+            s[c], s[c + 1], s[c + 2], s[c + 3] = mma_f16(
+                a0, a1, a2, a3, b0, b1, s[c], s[c + 1], s[c + 2], s[c + 3])
+            c = 4 * n + 4
+            s[c], s[c + 1], s[c + 2], s[c + 3] = mma_f16(
+                a0, a1, a2, a3, b2, b3, s[c], s[c + 1], s[c + 2], s[c + 3])
+
+    def make_step(masked: bool):
+        """One KV tile: S = Q K^T, (the mask), the online softmax, O += P V."""
+
+        @cuda.jit(device=True)
+        def step(cache, block_tables, seq, kv_head, e, last, order, span, kept_hi, gap,
+                 v_offset, tok_s, k_s, v_s, p_sh, tid, n0, qf, q_s, s, o, st, rows_seen,
+                 scale2, kb, vb, db, qb):
+            lane = tid & 31
+            t4 = lane & 3
+            b = e & 1  # this step's map in tok_s[b], the next one's in tok_s[1 - b]
+            # the tile of step e, and of step e + 1 (a full step's next tile is full too)
+            tile = int32(order[0] + e - order[2]) if not masked else tile_at(e, order)
+            after = int32(tile + 1) if not masked else tile_at(int32(e + 1), order)
+            base = int32(tile * T)
+            cp_async_wait(0)
+            # K of this step's tile is visible; every warp is done with the last P V, so
+            # the V tile may be overwritten
+            cuda.syncthreads()
+            if masked:
+                issue_any(cache, v_offset, tok_s, b, v_s, tid, db)
+            else:
+                issue_whole(cache, v_offset, tok_s, b, v_s, tid, db)
+            if e < last:  # (int32 throughout: 64-bit loop state costs registers)
+                map_tile(cache, block_tables, seq, kv_head, int32(after * T), span,
+                         kept_hi, gap, tok_s, 1 - b, tid)
+            for k in range(SF):
+                s[k] = float32(0)
+            for k in range(QR):  # S = Q K^T, k-steps with Q's A fragments in registers
+                qk_step(k_s, kb, k, qf[4 * k], qf[4 * k + 1], qf[4 * k + 2], qf[4 * k + 3], s)
+            for k in range(QR, KS):  # and from qs: lane's row 16 warp + (lane & 15), chunk
+                a0, a1, a2, a3 = ldmatrix_x4(  # 2 (k - QR) + (lane >> 4)
+                    q_s, (qb[(k - QR) & 3] + 8 * ((k - QR) >> 2)) * 8)
+                qk_step(k_s, kb, k, a0, a1, a2, a3, s)
+            if masked:  # causal diagonal, window edge or tile tail: -inf where not seen
+                for k in range(SF):
+                    col = base + 8 * (k >> 2) + 2 * t4 + (k & 1)
+                    pos = position(col, kept_hi, gap)
+                    if col >= span or not seen_by((k >> 1) & 1, pos, rows_seen):
+                        s[k] = -math.inf
+            top_lo = float32(-math.inf)
+            top_hi = float32(-math.inf)
+            for n in range(NS):
+                top_lo = max(top_lo, max(s[4 * n], s[4 * n + 1]))
+                top_hi = max(top_hi, max(s[4 * n + 2], s[4 * n + 3]))
+            new_lo = max(st[0], warp_max(top_lo, 4) * scale2)  # the quad holds the row
+            new_hi = max(st[1], warp_max(top_hi, 4) * scale2)
+            base_lo = new_lo if new_lo > -math.inf else float32(0)  # nothing seen yet
+            base_hi = new_hi if new_hi > -math.inf else float32(0)
+            alpha_lo = fast_exp2(st[0] - base_lo)
+            alpha_hi = fast_exp2(st[1] - base_hi)
+            st[0] = new_lo
+            st[1] = new_hi
+            for k in range(SF):
+                s[k] = fast_exp2(s[k] * scale2 - (base_lo if k & 2 == 0 else base_hi))
+            for n in range(NDW + 1):  # O and the row sums (the extra n-tile)
+                o[4 * n] *= alpha_lo
+                o[4 * n + 1] *= alpha_lo
+                o[4 * n + 2] *= alpha_hi
+                o[4 * n + 3] *= alpha_hi
+            cp_async_wait(0)
+            if masked:
+                # as below, and: does any V value of the tile (this thread's copies) fail
+                # to be finite? Then the mma's 0 x NaN would leak it into rows that mask it
+                odd = cuda.syncthreads_or(int32(not_finite(v_s, tid))) != 0
+            else:
+                # V is visible; every warp is done with S = Q K^T, so the K tile may be
+                # overwritten; the next step's map is visible
+                cuda.syncthreads()
+            if e < last:  # the full steps come last: theirs is always a whole tile
+                if masked:
+                    issue_any(cache, 0, tok_s, 1 - b, k_s, tid, db)
+                else:
+                    issue_whole(cache, 0, tok_s, 1 - b, k_s, tid, db)
+            if masked and odd:  # rare: P V on CUDA cores, only over the tokens each row sees
+                masked_pv(v_s, p_sh, s, o, tid, n0, base, span, kept_hi, gap, rows_seen)
+            for k in range(NS // 2):  # O += P V over 16 tokens; P's S fragments become A
+                p0 = pack_f16x2(s[8 * k], s[8 * k + 1])
+                p1 = pack_f16x2(s[8 * k + 2], s[8 * k + 3])
+                p2 = pack_f16x2(s[8 * k + 4], s[8 * k + 5])
+                p3 = pack_f16x2(s[8 * k + 6], s[8 * k + 7])
+                c = OF  # row sums on the tensor cores too: P times a B of ones
+                o[c], o[c + 1], o[c + 2], o[c + 3] = mma_f16(
+                    p0, p1, p2, p3, ONES, ONES, o[c], o[c + 1], o[c + 2], o[c + 3])
+                if masked and odd:
+                    continue
+                for n in range(0, NDW - 1, 2):  # lane: row 16k + (lane & 7) + 8 ((lane >> 3)
+                    slot = vb[(n & 7) >> 1] + 16 * k * SC + 8 * (n >> 3)  # & 1), chunk
+                    b0, b1, b2, b3 = ldmatrix_x4_trans(v_s, slot * 8)  # n0 + n + (lane >> 4)
+                    c = 4 * n
+                    o[c], o[c + 1], o[c + 2], o[c + 3] = mma_f16(
+                        p0, p1, p2, p3, b0, b1, o[c], o[c + 1], o[c + 2], o[c + 3])
+                    c = 4 * n + 4
+                    o[c], o[c + 1], o[c + 2], o[c + 3] = mma_f16(
+                        p0, p1, p2, p3, b2, b3, o[c], o[c + 1], o[c + 2], o[c + 3])
+                if NDW & 1:  # an odd share of O (o_split 2): its last n-tile alone
+                    c = 4 * (NDW - 1)  # chunk n0 + NDW - 1 (lanes >= 16: ignored by x2)
+                    slot = vb[((NDW - 1) & 7) >> 1] + 16 * k * SC + 8 * ((NDW - 1) >> 3)
+                    b0, b1 = ldmatrix_x2_trans(v_s, slot * 8)
+                    o[c], o[c + 1], o[c + 2], o[c + 3] = mma_f16(
+                        p0, p1, p2, p3, b0, b1, o[c], o[c + 1], o[c + 2], o[c + 3])
+
+        return step
+
+    step_masked, step_full = make_step(True), make_step(False)
+
+    @cuda.jit(device=True)
+    def tile_at(e, order):
+        """The tile run at step e, order = (first_full, end_full, masked_tiles): the
+        masked tiles first (before, then after the full ones), then the full tiles, which
+        form one run [first_full, end_full)."""
+        first_full, end_full, masked_tiles = order
+        if e >= masked_tiles:
+            return int32(first_full + e - masked_tiles)
+        return e if e < first_full else int32(e + end_full - first_full)
+
+    return step_masked, step_full, tile_at
