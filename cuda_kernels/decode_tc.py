@@ -205,8 +205,8 @@ def make_tc_decode_kernel(loaders, head_dim: int, group_size: int, block_size: i
         lane = tid & 31
         g = lane >> 2
         t = lane & 3
-        k_sh = cuda.shared.array(STAGE_E, float16)  # [NW, 2 stages, 16 tokens, ROWE]
-        v_sh = cuda.shared.array(STAGE_E, float16)
+        k_sh = cuda.shared.array(STAGE_E, float16, alignment=16)  # [NW, 2 stages, 16, ROWE]
+        v_sh = cuda.shared.array(STAGE_E, float16, alignment=16)
         o_sh = cuda.shared.array(MERGE, float32)  # [NW, HPC, D]: the warps' O, to merge
         m_sh = cuda.shared.array((NW, M), float32)  # row maxima, then the warps' weights
         l_sh = cuda.shared.array((NW, M), float32)

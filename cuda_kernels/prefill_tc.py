@@ -70,16 +70,20 @@ def launch_config(head_dim: int) -> tuple[int, int, int, int]:
       D <= SPLIT_O_ABOVE: 4 warps (64 rows, one warpgroup), the largest tile of 64/32/16
         tokens whose K and V tiles fit SHARED_BUDGET;
       larger D: 8 warps, two per row block, each with half of O (o_split 2: S is computed
-        by both), 32-token tiles; at D = 256 16-token tiles and Q's last 4 k-steps in
-        shared memory (with all 16 in registers LLVM leaves qf in local memory at G > 1).
+        by both), 32-token tiles; at D = 256 4 warps (32 rows), 16-token tiles and all of
+        Q in shared memory, read back with ldmatrix (q_regs 0): with any of Q's k-steps in
+        registers LLVM leaves qf in local memory at G > 1 (16-48 bytes of spills), and 64
+        rows of Q in shared memory would not fit the 48 KiB of static shared memory.
     Under the simulator, whose threads are Python threads: 1 warp (2 with o_split) and
     16-token tiles, with the GPU's q_regs and o_split."""
     k_steps, split = head_dim // 16, 2 if head_dim > SPLIT_O_ABOVE else 1
-    q_regs = 12 if head_dim == 256 else k_steps
+    q_regs = 0 if head_dim == 256 else k_steps
     if _backend.backend() != "gpu":
         return split, 16, q_regs, split
+    if head_dim == 256:
+        return 4, 16, q_regs, 2
     if split == 2:
-        return 8, 16 if head_dim == 256 else 32, q_regs, 2
+        return 8, 32, q_regs, 2
     stride = swizzle_shape(head_dim // 8)[0]
     tile = next(t for t in (64, 32, 16) if 2 * t * stride * 16 <= SHARED_BUDGET)
     return 4, tile, q_regs, 1
@@ -143,11 +147,11 @@ def make_prefill_tc_kernel(head_dim: int, group_size: int, warps: int, tile: int
         warp = tid >> 5
         n0 = (warp >> RSH) * NDW if OS > 1 else 0  # this warp's first n-tile of O
         r_lo = ((warp & (RW - 1)) if OS > 1 else warp) * 16 + g  # its rows: r_lo, r_lo + 8
-        k_s = cuda.shared.array(BUF, np.float16)  # K tile: [T rows][SC chunks of 8]
-        v_s = cuda.shared.array(BUF, np.float16)  # V tile, the same layout
+        k_s = cuda.shared.array(BUF, np.float16, alignment=16)  # K tile: [T rows][SC chunks]
+        v_s = cuda.shared.array(BUF, np.float16, alignment=16)  # V tile, the same layout
         tok_s = cuda.shared.array((2, T), int64)  # K row of each tile token, per buffer
-        p_sh = cuda.shared.array((ROWS, T), np.float16)  # P, only for `masked_pv`
-        q_s = cuda.shared.array(QBUF, np.float16)  # Q's k-steps QR..: [row][chunk]
+        p_sh = cuda.shared.array((ROWS, T), np.float16, alignment=16)  # P, for `masked_pv`
+        q_s = cuda.shared.array(QBUF, np.float16, alignment=16)  # Q's k-steps QR..: [row][chunk]
         qf = cuda.local.array(QF, np.uint32)  # Q's A fragments of k-steps < QR, [k][a0..a3]
         s = cuda.local.array(SF, float32)  # S fragments, [n-tile][c0..c3]
         o = cuda.local.array(OL, float32)  # O fragments, [n-tile][c0..c3], then l

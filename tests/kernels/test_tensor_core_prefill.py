@@ -136,11 +136,12 @@ def test_the_gpu_configuration_is_a_warpgroup_with_tiles_that_fit_shared_memory(
     assert prefill_tc.launch_config(176) == (4, 32, 11, 1)
     assert prefill_tc.launch_config(192) == (8, 32, 12, 2)  # O split over two warps a row
     assert prefill_tc.launch_config(224) == (8, 32, 14, 2)
-    assert prefill_tc.launch_config(256) == (8, 16, 12, 2)  # Q's k-steps 12..15 in qs
+    assert prefill_tc.launch_config(256) == (4, 16, 0, 2)  # 32 rows, all of Q in q_s
     for head_dim in range(16, 257, 16):
         warps, tile, q_regs, o_split = prefill_tc.launch_config(head_dim)
         shape = TileShape.build(head_dim, 1, warps, tile, 16, q_regs, o_split)
-        assert shape.ROWS == 64 and shape.NDW * o_split == head_dim // 8  # one warpgroup
+        rows = 32 if head_dim == 256 else 64  # one warpgroup, two row blocks at D=256
+        assert shape.ROWS == rows and shape.NDW * o_split == head_dim // 8
         assert 2 * tile * shape.SC * 16 <= prefill_tc.SHARED_BUDGET
         assert shape.shared_bytes() <= 48 * 1024  # all static shared memory
 
@@ -176,6 +177,7 @@ def test_the_large_head_dims_with_gqa_match_the_reference_behind_cached_prefixes
     ((2, 16, 3, 2), 48, 6),  # o_split with an odd share of O (3 n-tiles: the x2.trans tile)
     ((1, 16, 1, 1), 64, 1),  # Q's k-steps 1..3 in shared memory, read back by ldmatrix
     ((1, 16, 0, 1), 80, 5),  # all of Q in shared memory, on the padded row layout
+    ((4, 16, 0, 2), 128, 3),  # D=256's GPU shape: two row blocks, o_split, Q in shared memory
 ])
 def test_split_o_and_q_in_shared_memory_match_the_reference(monkeypatch, config, head_dim,
                                                             block_size):

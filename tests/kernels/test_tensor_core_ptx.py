@@ -169,6 +169,4 @@ def test_the_tensor_core_prefill_compiles_without_spills_at_every_kind_of_head_d
     spilled = [(d, a, got) for d, a, got in rows if got["spill_bytes"] or got["stack_bytes"]]
     assert all(got["hmma"] > 0 for _, _, got in rows), rows
     assert all(got["loop_sass_per_hmma"] <= 4 for d, _, got in rows if d == 128), rows
-    assert all(d == 256 for d, _, _ in spilled), spilled
-    if spilled:  # the open part of issue 24 (16 bytes at G=8 when last measured)
-        pytest.xfail(f"head_dim 256 still spills: {spilled}")
+    assert not spilled, spilled
