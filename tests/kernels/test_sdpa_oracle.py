@@ -219,10 +219,10 @@ def test_bad_input_is_refused_naming_the_argument_and_changes_nothing(bad, kind,
 
 
 @pytest.mark.parametrize("kind", ["decode", "prefill"])
-def test_forcing_tensor_cores_on_a_float32_cache_or_head_dim_24_is_refused(kind):
+def test_forcing_tensor_cores_on_a_float32_cache_or_head_dim_24_is_refused_naming_path(kind):
     for change in (lambda a: a.astype(np.float32), lambda a: a[..., :24].copy()):
         args = small_batch(kind)
         args["kv_cache"] = change(args["kv_cache"])
         args["query"] = args["query"][..., :args["kv_cache"].shape[4]].copy()
-        with pytest.raises(ValueError, match="tensor-core path needs"):
+        with pytest.raises(ValueError, match=r"^path='tensor': the tensor-core path needs"):
             call(kind, "tensor", args)
