@@ -226,3 +226,26 @@ def test_forcing_tensor_cores_on_a_float32_cache_or_head_dim_24_is_refused_namin
         args["query"] = args["query"][..., :args["kv_cache"].shape[4]].copy()
         with pytest.raises(ValueError, match=r"^path='tensor': the tensor-core path needs"):
             call(kind, "tensor", args)
+
+
+@pytest.mark.parametrize("kind", ["decode", "prefill"])
+def test_a_device_cache_not_16_byte_aligned_falls_back_to_cuda_cores_and_refuses_tensor(kind):
+    """A cache one fp16 element into a device buffer: "auto" runs the CUDA-core kernel's
+    scalar loads and matches the reference; "tensor" is refused before any launch."""
+    from numba import cuda
+
+    case = dict(kind=kind, head_dim=32, kv_heads=1, group=4, block_size=4,
+                cache_dtype="float16", query_dtype="float16", window=None, sinks=0,
+                scale=None, fill=-1, extra_cols=1, blank_skipped=False, seed=11,
+                needle="last")
+    case.update(dict(lens=[23, 7], mode="auto", partition_size=None) if kind == "decode"
+                else dict(prefixes=[13, 0], chunks=[5, 4], causal=True))
+    data = arrays(case)
+    flat = np.zeros(data["kv_cache"].size + 1, np.float16)
+    flat[1:] = data["kv_cache"].ravel()
+    shifted = dict(data, kv_cache=cuda.to_device(flat)[1:].reshape(data["kv_cache"].shape))
+    out, ran = launch(case, shifted, "auto")
+    assert ran == "cuda_core"
+    assert error(out, numpy_reference(case, data), data) <= TOL_CUDA_CORE
+    with pytest.raises(ValueError, match="path='tensor': .*16-byte aligned"):
+        launch(case, shifted, "tensor")
