@@ -41,7 +41,7 @@ import traceback
 import numpy as np
 
 HEAD_DIMS = (16, 24, 32, 40, 48, 64, 80, 96, 112, 128, 160, 192, 256)
-GROUPS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16)
+GROUPS = tuple(range(1, 17))  # every query-heads-per-KV-head count up to 16
 BLOCK_SIZES = (1, 2, 3, 5, 7, 8, 16, 32, 64, 100, 128, 256)
 TOL_TENSOR = 4e-3
 TOL_CUDA_CORE = 2e-5

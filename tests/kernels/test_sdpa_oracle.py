@@ -20,7 +20,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from sdpa_campaign import (
     BLOCK_SIZES,
@@ -87,14 +87,23 @@ def check_against_reference(case):
     assert error(out, numpy_reference(case, data), data) <= tol, case
 
 
+EDGE = dict(kv_heads=1, cache_dtype="float16", query_dtype="float32", scale=None, fill=-1,
+            extra_cols=1, blank_skipped=True)
+
+
 @settings(max_examples=10)
 @given(case=cases("decode"))
+@example(case=dict(EDGE, kind="decode", head_dim=256, group=16, block_size=256, window=None,
+                   sinks=0, lens=[20], mode="auto", partition_size=None, seed=1,
+                   needle="last"))
 def test_decode_with_the_path_forced_matches_the_float64_reference_anywhere_in_the_space(case):
     check_against_reference(case)
 
 
 @settings(max_examples=10)
 @given(case=cases("prefill"))
+@example(case=dict(EDGE, kind="prefill", head_dim=80, group=3, block_size=100, window=9,
+                   sinks=2, prefixes=[25], chunks=[4], causal=True, seed=2, needle="outside"))
 def test_prefill_with_the_path_forced_matches_the_float64_reference_anywhere_in_the_space(case):
     check_against_reference(case)
 
