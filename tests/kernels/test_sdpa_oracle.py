@@ -1,7 +1,7 @@
 """The attention kernels on the space issue 24 is judged on, against float64 oracles.
 
-Cases come from `sdpa_campaign` (its docstring states the space and the tolerances):
-head_dim 16..256 (multiples of 8, and 24/40 that fit no 16-byte tensor tile), 1-2 KV
+Cases come from `sdpa_cases` (the space) and `sdpa_campaign` (the tolerances):
+head_dim 16..256 (HEAD_DIMS; 24 and 40 are not multiples of 16: CUDA cores only), 1-2 KV
 heads, G in 1..16, block sizes 1..256, float16/float32 caches and queries, shuffled
 physical blocks, garbage (-1 or a huge id) in unused trailing table columns and, with a
 window, in the blocks no query reads; decode in every mode; ragged prefill chunks behind
@@ -22,19 +22,15 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from sdpa_campaign import (
+from sdpa_campaign import TOL_CUDA_CORE, TOL_TENSOR, error, launch, run_case
+from sdpa_cases import (
     BLOCK_SIZES,
     GROUPS,
     HEAD_DIMS,
-    TOL_CUDA_CORE,
-    TOL_TENSOR,
     arrays,
     draw_decode,
     draw_prefill,
-    error,
-    launch,
     numpy_reference,
-    run_case,
     sdpa,
     servable,
     shrink,
