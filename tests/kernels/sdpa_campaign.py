@@ -12,7 +12,8 @@ serve the shape ("tensor" where `servable` says so, always "cuda_core"). Every r
 compared with SDPA (`sdpa_cases.sdpa`) on K/V gathered there, not by reference.py, with a
 boolean mask built there (`sdpa_cases.masks`): query token i of a chunk sits at position
 prefix + i and sees the positions <= prefix + i (all of the context when not causal),
-windowed as the first `sinks` plus the last `window` of those. The tolerance is on max |out - sdpa| / max |V|:
+windowed as the first `sinks` plus the last `window` of those. The tolerance is on
+max |out - sdpa| / max |V|:
     tensor paths     TOL_TENSOR = 4e-3: P is rounded to fp16 before P V (relative error
                      2^-11 = 4.9e-4 per weight) and Q is rounded to fp16 (a score error of
                      2^-11 |s|, which exp turns into a relative weight error); 8x margin;
