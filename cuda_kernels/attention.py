@@ -129,7 +129,7 @@ def choose_path(path: str, loaders: Loaders, dtype, head_dim: int, group: int) -
                   "scalar loads)")
     if path == "tensor":
         if reason:
-            raise ValueError(reason)
+            raise ValueError(f"path='tensor': {reason}")  # named as paged_prefill names it
         return path
     return "tensor" if reason is None and group >= TC_MIN_GROUP else "cuda_core"
 

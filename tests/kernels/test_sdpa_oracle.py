@@ -1,7 +1,7 @@
 """The attention kernels on the space issue 24 is judged on, against float64 oracles.
 
-Cases come from `sdpa_campaign` (its docstring states the space and the tolerances):
-head_dim 16..256 (multiples of 8, and 24/40 that fit no 16-byte tensor tile), 1-2 KV
+Cases come from `sdpa_cases` (the space) and `sdpa_campaign` (the tolerances):
+head_dim 16..256 (HEAD_DIMS; 24 and 40 are not multiples of 16: CUDA cores only), 1-2 KV
 heads, G in 1..16, block sizes 1..256, float16/float32 caches and queries, shuffled
 physical blocks, garbage (-1 or a huge id) in unused trailing table columns and, with a
 window, in the blocks no query reads; decode in every mode; ragged prefill chunks behind
@@ -20,21 +20,17 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from sdpa_campaign import (
+from sdpa_campaign import TOL_CUDA_CORE, TOL_TENSOR, error, launch, run_case
+from sdpa_cases import (
     BLOCK_SIZES,
     GROUPS,
     HEAD_DIMS,
-    TOL_CUDA_CORE,
-    TOL_TENSOR,
     arrays,
     draw_decode,
     draw_prefill,
-    error,
-    launch,
     numpy_reference,
-    run_case,
     sdpa,
     servable,
     shrink,
@@ -87,14 +83,23 @@ def check_against_reference(case):
     assert error(out, numpy_reference(case, data), data) <= tol, case
 
 
+EDGE = dict(kv_heads=1, cache_dtype="float16", query_dtype="float32", scale=None, fill=-1,
+            extra_cols=1, blank_skipped=True)
+
+
 @settings(max_examples=10)
 @given(case=cases("decode"))
+@example(case=dict(EDGE, kind="decode", head_dim=256, group=16, block_size=256, window=None,
+                   sinks=0, lens=[20], mode="auto", partition_size=None, seed=1,
+                   needle="last"))
 def test_decode_with_the_path_forced_matches_the_float64_reference_anywhere_in_the_space(case):
     check_against_reference(case)
 
 
 @settings(max_examples=10)
 @given(case=cases("prefill"))
+@example(case=dict(EDGE, kind="prefill", head_dim=80, group=3, block_size=100, window=9,
+                   sinks=2, prefixes=[25], chunks=[4], causal=True, seed=2, needle="outside"))
 def test_prefill_with_the_path_forced_matches_the_float64_reference_anywhere_in_the_space(case):
     check_against_reference(case)
 
@@ -219,10 +224,33 @@ def test_bad_input_is_refused_naming_the_argument_and_changes_nothing(bad, kind,
 
 
 @pytest.mark.parametrize("kind", ["decode", "prefill"])
-def test_forcing_tensor_cores_on_a_float32_cache_or_head_dim_24_is_refused(kind):
+def test_forcing_tensor_cores_on_a_float32_cache_or_head_dim_24_is_refused_naming_path(kind):
     for change in (lambda a: a.astype(np.float32), lambda a: a[..., :24].copy()):
         args = small_batch(kind)
         args["kv_cache"] = change(args["kv_cache"])
         args["query"] = args["query"][..., :args["kv_cache"].shape[4]].copy()
-        with pytest.raises(ValueError, match="tensor-core path needs"):
+        with pytest.raises(ValueError, match=r"^path='tensor': the tensor-core path needs"):
             call(kind, "tensor", args)
+
+
+@pytest.mark.parametrize("kind", ["decode", "prefill"])
+def test_a_device_cache_not_16_byte_aligned_falls_back_to_cuda_cores_and_refuses_tensor(kind):
+    """A cache one fp16 element into a device buffer: "auto" runs the CUDA-core kernel's
+    scalar loads and matches the reference; "tensor" is refused before any launch."""
+    from numba import cuda
+
+    case = dict(kind=kind, head_dim=32, kv_heads=1, group=4, block_size=4,
+                cache_dtype="float16", query_dtype="float16", window=None, sinks=0,
+                scale=None, fill=-1, extra_cols=1, blank_skipped=False, seed=11,
+                needle="last")
+    case.update(dict(lens=[23, 7], mode="auto", partition_size=None) if kind == "decode"
+                else dict(prefixes=[13, 0], chunks=[5, 4], causal=True))
+    data = arrays(case)
+    flat = np.zeros(data["kv_cache"].size + 1, np.float16)
+    flat[1:] = data["kv_cache"].ravel()
+    shifted = dict(data, kv_cache=cuda.to_device(flat)[1:].reshape(data["kv_cache"].shape))
+    out, ran = launch(case, shifted, "auto")
+    assert ran == "cuda_core"
+    assert error(out, numpy_reference(case, data), data) <= TOL_CUDA_CORE
+    with pytest.raises(ValueError, match="path='tensor': .*16-byte aligned"):
+        launch(case, shifted, "tensor")

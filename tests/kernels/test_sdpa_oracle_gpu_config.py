@@ -8,12 +8,13 @@ code a GPU runs for NW > 1 (decode_tc's cross-warp merge, prefill_tc's warp rows
 its whole-tile pipeline) is not exercised by the other tests. Here the backend query
 answers "gpu" after import (kernel bodies never ask; only these launch choices do), the
 occupancy query answers 132 x 2 slots, outputs are poisoned with NaN, and each case is
-compared with the float64 reference (`sdpa_campaign.numpy_reference`). Slow: 128
+compared with the float64 reference (`sdpa_cases.numpy_reference`). Slow: 128
 Python threads per CTA.
 """
 
 import pytest
-from sdpa_campaign import TOL_CUDA_CORE, TOL_TENSOR, arrays, error, launch, numpy_reference
+from sdpa_campaign import TOL_CUDA_CORE, TOL_TENSOR, error, launch
+from sdpa_cases import arrays, numpy_reference
 
 from cuda_kernels import _backend, attention, prefill, prefill_tc
 
