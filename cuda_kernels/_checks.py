@@ -204,3 +204,15 @@ def require_grid(launcher: str, grid: tuple, names: tuple) -> tuple:
             raise ValueError(f"{launcher}: {size} {name} exceed the grid's "
                              f"{'xyz'[axis]} limit of {limit:,}")
     return tuple(int(n) for n in grid)
+
+
+def fp16_mma_refusal(path: str, head_dim: int, cache_dtype, max_head_dim: int) -> str | None:
+    """Why an fp16 matrix-core kernel (`path` names it in the message) cannot serve a cache
+    of this dtype and head_dim, or None: it needs float16 and head_dim a multiple of 16 (one
+    mma k-step) in [16, max_head_dim]."""
+    if np.dtype(cache_dtype) != np.float16:
+        return f"the {path} path needs a float16 cache, got {np.dtype(cache_dtype).name}"
+    if head_dim % 16 or not 16 <= head_dim <= max_head_dim:
+        return (f"the {path} path needs head_dim a multiple of 16 in [16, {max_head_dim}], "
+                f"got {head_dim}")
+    return None

@@ -41,6 +41,7 @@ import numpy as np
 from numba import cuda, float32, int32, int64
 
 from . import _backend
+from ._checks import fp16_mma_refusal
 from .decode import LOG2E
 from .prefill import window_span
 from .prefill_tc_shape import TileShape
@@ -56,12 +57,7 @@ _kernels: dict = {}
 
 def unservable(head_dim: int, cache_dtype) -> str | None:
     """Why the tensor-core kernel cannot serve this shape, or None when it can."""
-    if np.dtype(cache_dtype) != np.float16:
-        return f"the tensor-core path needs a float16 cache, got {np.dtype(cache_dtype).name}"
-    if head_dim % 16 or not 16 <= head_dim <= MAX_HEAD_DIM:
-        return (f"the tensor-core path needs head_dim a multiple of 16 in [16, "
-                f"{MAX_HEAD_DIM}], got {head_dim}")
-    return None
+    return fp16_mma_refusal("tensor-core", head_dim, cache_dtype, MAX_HEAD_DIM)
 
 
 def launch_config(head_dim: int) -> tuple[int, int, int, int]:

@@ -46,6 +46,7 @@ import numpy as np
 from numba import cuda, float32, int32, int64
 
 from . import _backend
+from ._checks import fp16_mma_refusal
 from ._wgmma_tiles import make_tile_io, make_tile_order
 from .decode import LOG2E
 from .prefill import window_span
@@ -74,12 +75,7 @@ _kernels: dict = {}
 
 def unservable(head_dim: int, cache_dtype) -> str | None:
     """Why the wgmma kernel cannot serve this shape, or None when it can."""
-    if np.dtype(cache_dtype) != np.float16:
-        return f"the wgmma path needs a float16 cache, got {np.dtype(cache_dtype).name}"
-    if head_dim % 16 or not 16 <= head_dim <= MAX_HEAD_DIM:
-        return (f"the wgmma path needs head_dim a multiple of 16 in [16, {MAX_HEAD_DIM}], "
-                f"got {head_dim}")
-    return None
+    return fp16_mma_refusal("wgmma", head_dim, cache_dtype, MAX_HEAD_DIM)
 
 
 def kv_tile() -> int:
