@@ -211,34 +211,43 @@ def pack_bf16x2(lo, hi):
 # fence, commit and wait have nothing left to order.
 
 WARPGROUP = 128
-_WINDOW: list = []  # [(window base, host address, nbytes)]
+class SharedWindow:
+    """The simulated 256 KiB shared window: each shared array gets a place `misalign` bytes
+    past a 1024-byte boundary the first time a descriptor names it (`base`), and a window
+    address maps back to the host bytes of the array holding it (`host`)."""
+
+    def __init__(self, misalign: int = 0):
+        self.misalign = misalign
+        self.places: list = []  # [(window base, host address, nbytes)]
+
+    def base(self, a: np.ndarray) -> int:
+        with _lock:
+            for base, host, nbytes in self.places:
+                if host == a.ctypes.data and nbytes == a.nbytes:
+                    return base
+            end = max((b + n for b, _, n in self.places), default=0)
+            base = -(-end // 1024) * 1024 + self.misalign
+            if base + a.nbytes > 1 << 18:  # the window is full: start over
+                self.places.clear()
+                base = self.misalign
+            self.places.append((base, a.ctypes.data, a.nbytes))
+            return base
+
+    def host(self, address: int, width: int = 2) -> int:
+        """The host address of the `width` bytes at window `address`."""
+        with _lock:
+            for base, host, nbytes in self.places:
+                if base <= address and address + width <= base + nbytes:
+                    return host + address - base
+        raise RuntimeError(f"wgmma: address {address:#x} is outside every shared array")
 
 
-def _window_base(a: np.ndarray) -> int:
-    with _lock:
-        for base, host, nbytes in _WINDOW:
-            if host == a.ctypes.data and nbytes == a.nbytes:
-                return base
-        end = max((b + n for b, _, n in _WINDOW), default=0)
-        base = -(-end // 1024) * 1024
-        if base + a.nbytes > 1 << 18:  # the window is full: start over
-            _WINDOW.clear()
-            base = 0
-        _WINDOW.append((base, a.ctypes.data, a.nbytes))
-        return base
-
-
-def _host_address(window_address: int) -> int:
-    with _lock:
-        for base, host, nbytes in _WINDOW:
-            if base <= window_address < base + nbytes:
-                return host + window_address - base
-    raise RuntimeError(f"wgmma: descriptor address {window_address:#x} names no shared array")
+_WINDOW = SharedWindow()
 
 
 def smem_desc(array, index, lbo, sbo, swizzle):
     a = _numpy_of(array)
-    address = _window_base(a) + int(index) * a.itemsize
+    address = _WINDOW.base(a) + int(index) * a.itemsize
     fields = ((address >> 4) & 0x3FFF) | (((int(lbo) >> 4) & 0x3FFF) << 16)
     return np.uint64(fields | (((int(sbo) >> 4) & 0x3FFF) << 32) | ((int(swizzle) & 3) << 62))
 
@@ -258,7 +267,7 @@ def _b_from_descriptor(desc: int) -> np.ndarray:
             else:
                 logical = start + (n // 8) * sbo + (n % 8) * 128 + 2 * k
                 at = logical ^ (((logical >> 7) & 7) << 4)
-            raw = ctypes.string_at(_host_address(at), 2)
+            raw = ctypes.string_at(_WINDOW.host(at), 2)
             B[k, n] = np.frombuffer(raw, np.float16)[0]
     return B
 

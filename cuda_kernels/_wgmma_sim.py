@@ -42,40 +42,27 @@ import threading
 
 import numpy as np
 
-from ._simulator import _lock, _numpy_of
-from ._tensor_sim import A_COLS, A_ROWS, C_COLS, C_ROWS, WARPGROUP, _b16_halves, _warpgroup
+from ._simulator import _numpy_of
+from ._tensor_sim import (
+    A_COLS,
+    A_ROWS,
+    C_COLS,
+    C_ROWS,
+    WARPGROUP,
+    SharedWindow,
+    _b16_halves,
+    _warpgroup,
+)
 
 SHAPES = tuple(range(8, 72, 8))
 MISALIGN = 80  # bytes past a 1024-byte boundary where each shared array is placed
 SWIZZLE_BYTES = {0: 0, 1: 128, 2: 64, 3: 32}
-_WINDOW: list = []  # [(window base, host address, nbytes)]
-
-
-def _window_base(a: np.ndarray) -> int:
-    with _lock:
-        for base, host, nbytes in _WINDOW:
-            if host == a.ctypes.data and nbytes == a.nbytes:
-                return base
-        end = max((b + n for b, _, n in _WINDOW), default=0)
-        base = -(-end // 1024) * 1024 + MISALIGN
-        if base + a.nbytes > 1 << 18:  # the window is full: start over
-            _WINDOW.clear()
-            base = MISALIGN
-        _WINDOW.append((base, a.ctypes.data, a.nbytes))
-        return base
-
-
-def _host_address(window_address: int) -> int:
-    with _lock:
-        for base, host, nbytes in _WINDOW:
-            if base <= window_address and window_address + 2 <= base + nbytes:
-                return host + window_address - base
-    raise RuntimeError(f"wgmma: address {window_address:#x} is outside every shared array")
+_WINDOW = SharedWindow(MISALIGN)
 
 
 def shared_address(array, index):
     a = _numpy_of(array)
-    return np.uint32(_window_base(a) + int(index) * a.itemsize)
+    return np.uint32(_WINDOW.base(a) + int(index) * a.itemsize)
 
 
 def smem_desc(array, index, lbo, sbo, swizzle):
@@ -110,7 +97,7 @@ def read_b(desc: int, n: int, trans_b: bool) -> np.ndarray:
     B = np.zeros((16, n))
     for k in range(16):
         for j in range(n):
-            raw = ctypes.string_at(_host_address(b_address(desc, k, j, trans_b)), 2)
+            raw = ctypes.string_at(_WINDOW.host(b_address(desc, k, j, trans_b)), 2)
             B[k, j] = np.frombuffer(raw, np.float16)[0]
     return B
 

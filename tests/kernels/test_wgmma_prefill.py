@@ -7,28 +7,17 @@ K/V copy through the cp.async stand-in. The path is opt-in and checked before la
 
 import numpy as np
 import pytest
+from conftest import prefill_batch as batch
 from conftest import rel_err
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cuda_kernels import _prefill_checks, prefill, prefill_wgmma, reference
+from cuda_kernels import _prefill_checks, prefill, prefill_wgmma
 from cuda_kernels._prefill_checks import choose_path
 from cuda_kernels.prefill import paged_prefill
 from cuda_kernels.reference import reference_prefill
 
 TOL = 4e-3  # P is rounded to fp16 before P V, as in FlashAttention-2 and -3
-
-
-def batch(rng, prefixes, q_lens, kv_heads, group, head_dim, block_size):
-    """(query, cache, tables, lens, starts): sequence s has prefixes[s] cached tokens and
-    q_lens[s] new ones, its blocks scattered in a pool with spare blocks."""
-    lens = np.array([p + n for p, n in zip(prefixes, q_lens, strict=True)], np.int32)
-    tables, num_blocks = reference.scattered_block_tables(rng, lens, block_size, spare=2,
-                                                          fill=10**6)
-    cache = rng.standard_normal((num_blocks, 2, kv_heads, block_size, head_dim))
-    starts = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
-    query = rng.standard_normal((int(starts[-1]), kv_heads * group, head_dim))
-    return query.astype(np.float16), cache.astype(np.float16), tables, lens, starts
 
 
 @st.composite
