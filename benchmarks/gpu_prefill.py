@@ -17,7 +17,7 @@ where query token i (0-based) of a prompt attends prefix + i + 1 positions.
 Paths: the row times path="auto" (what users get) and says which kernel it ran
 (`path_ran`: "tensor" for `prefill_tc`, "cuda_core" for `prefill`'s kernel); `by_path`
 times each fixed path the same way, each checked on the device first, with TFLOP/s and
-% of the dense fp16 tensor-core peak (TENSOR_PEAK_TFLOPS, an H200: about 990 TFLOP/s).
+% of the dense fp16 tensor-core peak (gpu_common.TENSOR_PEAK_TFLOPS, from roofline.py).
 A path that cannot serve the shape is listed with the reason and no timing. Then the
 peers' rows (`gpu_common.prefill_peer_rows`: torch SDPA's flash backend, flash_attn,
 FlashInfer, on contiguous K/V, when importable) with the same FLOP count.
@@ -51,12 +51,7 @@ PREFILL = (8, 1024, 1024, 32, 8, "float16")
 DRY_PREFILL = (2, 6, 5, 4, 2, "float16")
 BLOCK_SIZE = 16
 PATHS = ("tensor", "cuda_core")  # timed next to "auto"
-TENSOR_PEAK_TFLOPS = 990.0  # H200 dense fp16 tensor cores (H100 SXM: 989)
 WGMMA_TIMEOUT_S = 75  # the wgmma child: two JIT compiles, a comparison, a check, timing
-
-
-def _tflops(flop: int, ms):
-    return flop / ms / 1e9 if ms else None
 
 
 def check_prefill(rng, heads, kv_heads, dim, dtype, dry, path="auto") -> bool:
@@ -109,8 +104,8 @@ def prefill_rows(rng, case, dim: int, runs: int, timed: bool, dry: bool) -> list
                                      sinks=0, out=out, path=path) for c in caches]
         ms = common.time_ms(launches, runs, timed) if ok else None
         return {"path": path, "path_ran": ran, "checked_on_device": ok, "median_ms": ms,
-                "tflop_per_s": _tflops(flops, ms),
-                "pct_of_tensor_peak": 100 * _tflops(flops, ms) / TENSOR_PEAK_TFLOPS if ms else None}
+                "tflop_per_s": common.tflops(flops, ms),
+                "pct_of_tensor_peak": common.pct_of_tensor_peak(flops, ms)}
 
     auto = timed_path("auto")
     ms = auto["median_ms"]
@@ -189,8 +184,8 @@ def _wgmma_child(case, dim: int, runs: int, timed: bool, dry: bool) -> dict:
     attended = batch * (new * prefix + new * (new + 1) // 2)
     flops = 4 * dim * heads * attended
     ms = common.time_ms([launch("wgmma", c) for c in caches], runs, timed)
-    return {**row, "median_ms": ms, "tflop_per_s": _tflops(flops, ms),
-            "pct_of_tensor_peak": 100 * _tflops(flops, ms) / TENSOR_PEAK_TFLOPS if ms else None}
+    return {**row, "median_ms": ms, "tflop_per_s": common.tflops(flops, ms),
+            "pct_of_tensor_peak": common.pct_of_tensor_peak(flops, ms)}
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--wgmma-child"]:
