@@ -25,6 +25,7 @@ from pathlib import Path
 from pagedsim.testing import jail, remote
 
 IMPORT_EXITED = "your file ended its own process while being imported ({why})"
+REFUSED = "your code's process sent a message the grader refused to read: {why}"
 HIDE = (
     "course/ch03_kv_block/solutions",
     "course/ch03_kv_block/mutants.py",
@@ -32,11 +33,17 @@ HIDE = (
 
 
 class Submission:
-    def __init__(self, path, exercise_id: str, *, scratch, code_root=None, sandbox: bool = False):
+    """`limit`: the most bytes one reply of the child may have (default: $PAGEDSIM_MAX_REPLY,
+    else 64 MiB); `refused` says why a reply was not read, when one was not."""
+
+    def __init__(self, path, exercise_id: str, *, scratch, code_root=None, sandbox: bool = False,
+                 limit: int | None = None):
         self.path, self.exercise_id = Path(path).resolve(), exercise_id
         self.scratch, self.sandbox = Path(scratch), sandbox
         self.code_root = Path(code_root) if code_root else Path(__file__).resolve().parent.parent
+        self.limit = limit or int(os.environ.get("PAGEDSIM_MAX_REPLY") or remote.DEFAULT_LIMIT)
         self.proc = self.ch = None
+        self.refused: str | None = None
         self._module = None
         jail.become_subreaper()
 
@@ -50,15 +57,14 @@ class Submission:
         ours, theirs = socket.socketpair()
         serve = "import sys; from course.isolation import child_main; child_main(int(sys.argv[1]))"
         argv = [sys.executable, "-c", serve, str(theirs.fileno())]
-        env = dict(os.environ, MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1")
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(self.code_root), *filter(None, [env.get("PYTHONPATH")])]
-        )
         work = self.scratch / "child"
         work.mkdir(parents=True, exist_ok=True)
+        path = [str(self.code_root), *filter(None, [os.environ.get("PYTHONPATH")])]
+        env = jail.child_env(home=work, pythonpath=os.pathsep.join(path))
         if self.sandbox:
             argv = jail.sandbox_argv(
-                argv, code_root=self.code_root, files=[self.path], scratch=self.scratch, hide=HIDE
+                argv, code_root=self.code_root, files=[self.path], scratch=work,
+                hide=HIDE, env=env,
             )
         self.proc = subprocess.Popen(
             argv,
@@ -71,7 +77,7 @@ class Submission:
             start_new_session=True,
         )
         theirs.close()
-        self.ch = remote.Channel(ours, trusting=False, on_dead=self._kill)
+        self.ch = remote.Channel(ours, trusting=False, on_dead=self._kill, limit=self.limit)
         self.ch.impl_file = str(self.path)
         return self.ch
 
@@ -102,10 +108,14 @@ class Submission:
                 code = self.proc.poll() if self.proc else None
                 why = f"exit status {code}" if code is not None else str(e)
                 self.close()
+                if self.refused:
+                    raise ImportFailed(REFUSED.format(why=self.refused)) from None
                 raise ImportFailed(IMPORT_EXITED.format(why=why)) from None
         return self._module
 
     def close(self) -> None:
+        if self.ch is not None:
+            self.refused = self.refused or self.ch.refused
         if self.ch is not None and not self.ch.dead:
             self.ch.kill("closed")
         elif self.proc is not None:

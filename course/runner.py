@@ -339,6 +339,10 @@ def run_checks(ex: Exercise, impl: Path | str, *, stop_at_first: bool = False,
     finally:
         for k, v in saved.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+        if isolate and sub.refused and outcome.error is None:  # a reply it would not read
+            from .isolation import REFUSED
+
+            outcome.error = REFUSED.format(why=sub.refused)
         if own_scratch:
             shutil.rmtree(scratch, ignore_errors=True)
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED,

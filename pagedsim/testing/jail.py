@@ -137,11 +137,12 @@ def _bind(flag: str, path: str) -> list[str]:
 
 
 def sandbox_argv(
-    argv: list[str], *, code_root: Path, files=(), scratch: Path, hide=()
+    argv: list[str], *, code_root: Path, files=(), scratch: Path, hide=(), env=None
 ) -> list[str]:
     """`argv` under bubblewrap: read-only system, Python and `code_root`; `files` read-only;
     `scratch` writable; the relative paths `hide` (folders emptied, files blanked) hidden
-    wherever they appear under a bound root or its site-packages."""
+    wherever they appear under a bound root or its site-packages; the environment cleared
+    and set to `env` alone."""
     exe = bwrap()
     if exe is None:
         raise RuntimeError("bubblewrap (bwrap) is not available")
@@ -152,6 +153,7 @@ def sandbox_argv(
         "--unshare-all",
         "--cap-drop",
         "ALL",
+        "--clearenv",
         "--dev",
         "/dev",
         "--proc",
@@ -180,9 +182,34 @@ def sandbox_argv(
                     out += ["--tmpfs", str(hidden / rel)]
                 elif (hidden / rel).is_file():
                     out += ["--ro-bind", "/dev/null", str(hidden / rel)]
+    for key, value in (env or {}).items():
+        out += ["--setenv", key, value]
     scratch = str(Path(scratch).resolve())
     out += ["--bind", scratch, scratch, "--chdir", scratch, "--"]
     return out + argv
+
+
+PASSED_ON = ("NUMBA_ENABLE_CUDASIM", "PAGEDSIM_LANG", "PAGEDSIM_CUDA", "PAGEDSIM_CHILD_OUTPUT")
+
+
+def child_env(*, home: Path, pythonpath: str) -> dict[str, str]:
+    """The whole environment of a submission's process: what Python needs, a scratch HOME,
+    LANG, and the few settings of ours in PASSED_ON; nothing else of the grader's (no
+    tokens, no credentials, no paths of its own)."""
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(home),
+        "TMPDIR": str(home),
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": pythonpath,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONHASHSEED": "0",
+        "MPLBACKEND": "Agg",
+        "MPLCONFIGDIR": str(Path(home) / ".matplotlib"),
+    }
+    env.update({k: os.environ[k] for k in PASSED_ON if k in os.environ})
+    return env
 
 
 def tree_hash(folder: Path) -> str:

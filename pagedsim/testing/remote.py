@@ -3,103 +3,80 @@
 `pagedsim check --impl`, `pagedsim grade` (course/isolation.py) and `pagedsim conform`
 run the checks (pytest and Hypothesis included) in the grader's process and the code
 under test in a child process (started by `serve`). The two talk over one socket, in
-messages that are pickles:
+length-prefixed JSON messages with a closed schema (remote_codec.py), in both directions:
 
-    getattr / setattr / call / special (len, [], iter, ==, repr, ...)   on an object
-    import_impl, import_module, stepper_run                             child-only helpers
+    ["R", seq, op, payload]      getattr / setattr / call / special (len, [], iter, ==, ...)
+                                 on an object; import_impl, import_module, stepper_run: the
+                                 child-only helpers
+    ["P", "ok"|"err", seq, value, arguments written back]
 
 A value crosses by copy when it is plain data (None, numbers, str, bytes, tuples, lists,
-dicts, sets, paths, NumPy arrays and scalars) and by *handle* otherwise: the receiver gets
-a proxy (`Remote`) whose every use is a message back. Lists, dicts, sets and arrays passed
-as arguments are copied back after the call (the callee may append to them), and a result
-that *is* one of the arguments comes back as that very object. An exception crosses as
-its class (a student's own exception class becomes a local stand-in with the same name and
-base), its arguments, and the lines of the student's file it passed through, re-raised here
-from frames with that file name, so the runner's messages ("... (line 12 of your file)",
-"not implemented yet: allocate") read exactly as they do in-process.
+dicts, sets, paths, NumPy arrays and scalars of a number or text dtype) and by *handle*
+otherwise: the receiver gets a proxy (`Remote`) whose every use is a message back. Lists,
+dicts, sets and arrays passed as arguments are copied back after the call (the callee may
+append to them), and a result that *is* one of the arguments comes back as that very
+object. An exception crosses as data: its class name (a student's own exception class
+becomes a local stand-in with the same name and its builtin bases), its arguments, and the
+lines of the student's file it passed through, re-raised here from frames with that file
+name, so the runner's messages ("... (line 12 of your file)", "not implemented yet:
+allocate") read exactly as they do in-process.
 
-The grader never trusts what comes back: it unpickles with a short allow-list (plain data,
-NumPy's array constructors, exception classes already imported from the standard library,
-pagedsim or course), and serves the child only public attributes of the objects it handed
-over (no `__globals__`, no classes, no modules), so a submission cannot reach the grader's
-code. The child trusts the grader.
+Nothing the child sends can name code in the grader: JSON has no callables, the decoder
+builds only the schema's values, exception classes come from a fixed table by name, a
+message over the limit (64 MiB by default) is refused before it is read, and anything
+malformed ends the conversation (`Channel.refused` says why). The grader serves the child
+only public attributes of the objects it handed over (no `__globals__`, no classes, no
+modules). Neither side ever unpickles.
 
-The pieces: remote_values.py (what crosses by copy, the allow-list, the write-back of
-mutable arguments), remote_errors.py (exceptions both ways), remote_proxy.py (`Remote`,
-`RemoteModule`, `ask`), and here the pickler, the channel and the child's `serve` loop.
-Every name stays importable from this module.
+The pieces: remote_codec.py (the wire format and its table), remote_values.py (what a proxy
+may ask, the write-back of mutable arguments), remote_errors.py (exceptions both ways),
+remote_proxy.py (`Remote`, `RemoteModule`, `ask`), and here the channel and the child's
+`serve` loop.
 """
 
 from __future__ import annotations
 
-import builtins
-import io
-import pickle
 import socket
 import struct
-import sys
 import types
 
 import numpy as np
 
-from .remote_errors import DEPTH, build_exception, encode_exception, raise_from_frames
+from .remote_codec import DEFAULT_LIMIT, Decoder, Encoder, dump_message, load_message, plain_node
+from .remote_errors import (
+    DEPTH,
+    build_exception,
+    class_from,
+    class_node,
+    encode_exception,
+    raise_from_frames,
+)
 from .remote_proxy import Remote, RemoteModule, _Raised, ask
 from .remote_values import (
-    EXC_MODULES,
     MUTABLE,
     OPERATORS,
-    PLAIN,
-    SAFE_GLOBALS,
     SPECIAL,
     ChildDied,
     RemoteError,
     _collect_back,
-    _exc_class_by_value,
-    _safe_global,
-    _Unpickler,
     _write_back,
-    is_plain,
 )
 
 
-class _Pickler(pickle.Pickler):
-    def __init__(self, file, channel, aliases):
-        super().__init__(file, protocol=4)
-        self.ch, self.aliases = channel, aliases
-
-    def persistent_id(self, obj):
-        if isinstance(obj, RemoteModule):
-            obj = obj.__dict__["_remote"]
-        if isinstance(obj, Remote) and object.__getattribute__(obj, "_ch") is self.ch:
-            return ("their", object.__getattribute__(obj, "_id"))
-        if id(obj) in self.aliases and self.aliases[id(obj)][1] is obj:
-            return ("arg", self.aliases[id(obj)][0])
-        if is_plain(obj) or _safe_global(obj):
-            return None
-        if isinstance(obj, type) and issubclass(obj, BaseException):
-            return None if _exc_class_by_value(obj) else self.ch.class_pid(obj)
-        if isinstance(obj, BaseException) and _exc_class_by_value(type(obj)):
-            return None
-        kind = (
-            "module"
-            if isinstance(obj, types.ModuleType)
-            else "function"
-            if isinstance(obj, types.FunctionType)
-            else "object"
-        )
-        return ("mine", self.ch.export(obj), kind, getattr(obj, "__name__", type(obj).__name__))
-
-
 class Channel:
-    """One end of the socket: sends requests, serves the other end's requests while it waits."""
+    """One end of the socket: sends requests, serves the other end's requests while it waits.
 
-    def __init__(self, sock: socket.socket, *, trusting: bool, on_dead=None):
-        self.sock, self.trusting, self.on_dead = sock, trusting, on_dead
+    `limit` bounds one message from the other end (an untrusting end only): a longer one is
+    refused before it is read, and `refused` says why the conversation ended that way."""
+
+    def __init__(self, sock: socket.socket, *, trusting: bool, on_dead=None,
+                 limit: int = DEFAULT_LIMIT):
+        self.sock, self.trusting, self.on_dead, self.limit = sock, trusting, on_dead, limit
         self.exports: dict[int, object] = {}
-        self.proxies: dict[
-            int, object
-        ] = {}  # their id -> our proxy (stand-in classes stay the same class)
+        # their id -> our proxy (stand-in exception classes stay the same class)
+        self.proxies: dict[int, object] = {}
         self.seq, self.dead = 0, None  # dead: why this channel can no longer be used
+        self.refused: str | None = None  # a message from the other end that was not read
         self.helpers: dict = {}  # op -> function, for the child's extra requests
 
     # -- encoding ---------------------------------------------------------------------------------
@@ -108,76 +85,95 @@ class Channel:
         self.exports[key] = obj
         return key
 
-    def class_pid(self, cls):
-        bases = tuple(
-            b if _exc_class_by_value(b) else self.class_pid(b)
-            for b in cls.__bases__
-            if issubclass(b, BaseException)
-        )
-        bases = tuple(
-            ("global", b.__module__, b.__qualname__) if isinstance(b, type) else b for b in bases
-        )
-        return ("mine", self.export(cls), "excclass", cls.__name__, bases)
+    def encode(self, obj, aliases=None):
+        """`obj` as a node (remote_codec.py): data by copy, anything else by handle."""
+        aliases = aliases or {}
 
-    def dumps(self, obj, aliases=None) -> bytes:
-        buf = io.BytesIO()
-        _Pickler(buf, self, aliases or {}).dump(obj)
-        return buf.getvalue()
+        def alias(o):
+            hit = aliases.get(id(o))
+            return ["g", hit[0]] if hit is not None and hit[1] is o else None
 
-    def loads(self, data: bytes, args=()):
-        return _Unpickler(io.BytesIO(data), self, args).load()
+        def handle(o):
+            if isinstance(o, RemoteModule):
+                o = o.__dict__["_remote"]
+            if isinstance(o, Remote) and object.__getattribute__(o, "_ch") is self:
+                return ["y", object.__getattribute__(o, "_id")]
+            if isinstance(o, BaseException):
+                return encode_exception(o, self, enc.node)
+            if isinstance(o, type) and issubclass(o, BaseException):
+                return class_node(o, self)
+            kind = ("module" if isinstance(o, types.ModuleType)
+                    else "function" if isinstance(o, types.FunctionType) else "object")
+            return ["h", kind, self.export(o), str(getattr(o, "__name__", type(o).__name__))]
 
-    def resolve(self, pid, args):
-        if not isinstance(pid, tuple) or not pid:
-            raise RemoteError("a malformed reference")
-        if pid[0] == "their":
-            if pid[1] not in self.exports:
+        enc = Encoder(alias, handle)
+        return enc.node(obj)
+
+    def decoder(self, args=()) -> Decoder:
+        def ours(key):
+            if key not in self.exports:
                 raise RemoteError("a reference to an object that was never handed over")
-            return self.exports[pid[1]]
-        if pid[0] == "arg":
-            return args[pid[1]]
-        if pid[0] != "mine":
-            raise RemoteError("a malformed reference")
-        key, kind = pid[1], pid[2]
-        if key not in self.proxies:
-            self.proxies[key] = self._make_proxy(key, kind, pid)
-        return self.proxies[key]
+            return self.exports[key]
 
-    def _make_proxy(self, key, kind, pid):
-        if kind == "excclass":
-            bases = tuple(self._base(b) for b in pid[4]) or (Exception,)
-            return type(str(pid[3]), bases, {"__module__": "submission", "_remote": (self, key)})
+        def arg(i):
+            if not 0 <= i < len(args):
+                raise RemoteError("a reference to an argument that was not passed")
+            return args[i]
+
+        def theirs(kind, key, name):
+            if key not in self.proxies:
+                self.proxies[key] = self._make_proxy(key, kind, name)
+            return self.proxies[key]
+
+        def exception(rest, depth):
+            return build_exception(rest, self, dec.value, depth)
+
+        dec = Decoder(theirs=theirs, ours=ours, arg=arg, exc_class=lambda n: class_from(n, self),
+                      exception=exception)
+        return dec
+
+    def decode(self, node, args=()):
+        return self.decoder(args).decode(node)
+
+    def _make_proxy(self, key, kind, name):
         if kind == "module":
-            return RemoteModule(self, key, str(pid[3]))
+            return RemoteModule(self, key, name)
         if kind == "function" and self.trusting:  # a real function, so it binds as a method
-            proxy = Remote(self, key, str(pid[3]))
+            proxy = Remote(self, key, name)
             return lambda *a, **k: proxy(*a, **k)
-        return Remote(self, key, str(pid[3]))
-
-    def _base(self, b):
-        if b[0] == "global":
-            mod = sys.modules.get(b[1])
-            cls = getattr(mod, b[2], None) if mod else getattr(builtins, b[2], None)
-            return cls if isinstance(cls, type) and issubclass(cls, BaseException) else Exception
-        return self.resolve(b, ())
+        return Remote(self, key, name)
 
     # -- the conversation ------------------------------------------------------------------
-    def _send(self, data: bytes) -> None:
+    def _send(self, message) -> None:
+        data = dump_message(message)
         self.sock.sendall(struct.pack("!Q", len(data)) + data)
 
-    def _recv(self) -> bytes:
-        head = self._exact(8)
-        return self._exact(struct.unpack("!Q", head)[0])
+    def _recv(self):
+        """The next message, as plain JSON lists (nothing built yet). Its length is checked
+        against the limit before a byte of it is read, and it is read into one buffer of
+        that length: a peer that sends more cannot make this process hold more."""
+        n = struct.unpack("!Q", self._exact(8))[0]
+        if not self.trusting and n > self.limit:
+            raise self._refuse(f"a reply of {_size(n)} from your code, over the limit of "
+                               f"{_size(self.limit)}")
+        message = load_message(self._exact(n))
+        if type(message) is not list or not message or message[0] not in ("R", "P"):
+            raise RemoteError("a malformed message: no envelope")
+        return message
+
+    def _refuse(self, why: str) -> RemoteError:
+        self.refused = self.refused or why
+        return RemoteError(why)
 
     def _exact(self, n: int) -> bytes:
-        chunks, got = [], 0
+        buf, got = bytearray(n), 0
+        view = memoryview(buf)
         while got < n:
-            part = self.sock.recv(min(n - got, 1 << 20))
+            part = self.sock.recv_into(view[got:], min(n - got, 1 << 20))
             if not part:
                 raise ChildDied("the other process closed the connection")
-            chunks.append(part)
-            got += len(part)
-        return b"".join(chunks)
+            got += part
+        return bytes(buf) if n < 1 << 16 else buf
 
     def request(self, op: str, *payload):
         """Ask the other end; serve its requests until our reply arrives."""
@@ -187,36 +183,39 @@ class Channel:
         mine = self.seq
         args = payload[1] if op == "call" else payload[2] if op == "special" else ()
         try:
-            self._send(b"R" + self.dumps(("req", mine, op, payload)))
+            self._send(["R", mine, op, self.encode(tuple(payload))])
             while True:
-                head, data = self._recv_message()
-                if head == "req":
-                    self._serve(data)
+                message = self._recv()
+                if message[0] == "R":
+                    self._serve(message)
                     continue
-                return self._finish(data, mine, args, op, payload)
+                return self._finish(message, mine, args, op, payload)
         except _Raised:
             raise
         except Exception as e:  # noqa: BLE001 - a dead peer, or a message we refuse: the conversation is over
+            if isinstance(e, RemoteError) and not self.trusting:
+                self._refuse(str(e))
             self.kill(f"{type(e).__name__}: {e}")
             raise ChildDied(self.dead) from None
         except BaseException:  # a time limit (or Ctrl-C) interrupted the conversation midway
             self.kill("stopped at a time limit")
             raise
 
-    def _recv_message(self):
-        data = self._recv()
-        return ("req" if data[:1] == b"R" else "rep"), data[1:]
-
-    def _finish(self, data, mine, args, op, payload):
-        kind, seq, value, back = self.loads(data)
-        if seq != mine:
-            raise RemoteError("a reply out of order")
+    def _finish(self, message, mine, args, op, payload):
+        if len(message) != 5 or message[1] not in ("ok", "err") or message[2] != mine:
+            raise RemoteError("a malformed or out-of-order reply")
+        _tag, kind, _seq, value, back = message
         if op == "call":
+            back = self.decode(back)
+            if type(back) is not dict:
+                raise RemoteError("a malformed message: arguments written back that are not a dict")
             _write_back(payload[1], payload[2], back)
-        value = self.loads(value, args)
+        value = self.decode(value, args)
         if kind == "ok":
             return value
-        raise _Raised(build_exception(value, self))
+        if not isinstance(value, BaseException):
+            raise RemoteError("a malformed message: an error that is not an exception")
+        raise _Raised(value)
 
     def kill(self, why: str) -> None:
         self.dead = self.dead or why
@@ -226,10 +225,15 @@ class Channel:
             if self.on_dead:
                 self.on_dead()
 
-    def _serve(self, data: bytes) -> None:
+    def _serve(self, message) -> None:
         seq, back, aliases, args = 0, {}, {}, ()
         try:
-            _req, seq, op, payload = self.loads(data)
+            if len(message) != 4 or type(message[1]) is not int or type(message[2]) is not str:
+                raise RemoteError("a malformed request")
+            _tag, seq, op, payload = message
+            payload = self.decode(payload)
+            if type(payload) is not tuple or not payload and op not in self.helpers:
+                raise RemoteError("a malformed request")
             args = payload[1] if op == "call" else ()
             value = self.perform(op, payload)
             if op == "call":
@@ -237,18 +241,21 @@ class Channel:
                 aliases = {
                     id(a): (i, a) for i, a in enumerate(payload[1]) if isinstance(a, MUTABLE)
                 }
-            reply = ("ok", seq, value, back)
+            reply = ("ok", value)
         except BaseException as e:  # noqa: BLE001 - every failure goes back as the caller's exception
             if isinstance(e, KeyboardInterrupt) and not self.trusting:
                 raise
-            reply = ("err", seq, encode_exception(e, self), back)
+            reply = ("err", e)
         try:
-            out = self.dumps((reply[0], seq, self.dumps(reply[2], aliases), back))
-        except Exception as e:  # noqa: BLE001 - an unpicklable result
-            failed = encode_exception(TypeError(f"a value could not be sent back: {e}"), self)
-            out = self.dumps(("err", seq, self.dumps(failed), {}))
+            out = ["P", reply[0], seq, self.encode(reply[1], aliases), self.encode(back)]
+            self._send(out)
+            return
+        except (OSError, ChildDied):
+            raise
+        except Exception as e:  # noqa: BLE001 - a result that cannot be sent (a cycle, a huge int)
+            failed = TypeError(f"a value could not be sent back: {type(e).__name__}: {e}")
         del args
-        self._send(b"P" + out)
+        self._send(["P", "err", seq, self.encode(failed), ["d", []]])
 
     def perform(self, op, payload):
         if op in self.helpers and self.trusting:
@@ -272,6 +279,10 @@ class Channel:
         raise PermissionError(f"unknown request {op!r}")
 
 
+def _size(n: int) -> str:
+    return f"{n / (1 << 20):.3g} MiB" if n >= 1 << 20 else f"{n} bytes"
+
+
 def serve(fd: int, helpers: dict) -> None:
     """The child's whole life: stdin/stdout/stderr to /dev/null ($PAGEDSIM_CHILD_OUTPUT, for
     debugging, takes the output instead), then serve requests until the socket closes."""
@@ -288,11 +299,11 @@ def serve(fd: int, helpers: dict) -> None:
     ch.helpers.update(helpers)
     while True:
         try:
-            head, data = ch._recv_message()
-        except (ChildDied, OSError):
+            message = ch._recv()
+        except (ChildDied, OSError, RemoteError):
             os._exit(0)
-        if head == "req":
-            ch._serve(data)
+        if message[0] == "R":
+            ch._serve(message)
 
 
 def _served(obj, op, payload) -> bool:
@@ -306,6 +317,6 @@ def _served(obj, op, payload) -> bool:
     return op in ("call", "asarray")
 
 
-__all__ = ["DEPTH", "EXC_MODULES", "MUTABLE", "OPERATORS", "PLAIN", "SAFE_GLOBALS", "SPECIAL",
-           "Channel", "ChildDied", "Remote", "RemoteError", "RemoteModule", "ask",
-           "build_exception", "encode_exception", "is_plain", "raise_from_frames", "serve"]
+__all__ = ["DEPTH", "MUTABLE", "OPERATORS", "SPECIAL", "Channel", "ChildDied", "Remote",
+           "RemoteError", "RemoteModule", "ask", "build_exception", "encode_exception",
+           "plain_node", "raise_from_frames", "serve"]

@@ -1,59 +1,157 @@
 """Exceptions across the socket: encoded by the side that raised, rebuilt by the other.
 
-Part of pagedsim/testing/remote.py. An exception crosses as its class (one the other side
-can name, else a stand-in), its arguments, its text, public attributes, notes, its cause
-(up to `DEPTH` deep) and the (function, line) frames it passed in the student's file; it
-is re-raised from frames with that file name, so messages read as they do in-process.
-The grader turns an exit or interrupt from the child into a RemoteError, never obeys it.
+Part of pagedsim/testing/remote.py. An exception crosses as data (remote_codec.py's
+`["x", ...]` node): its class, its arguments, its text, public attributes, notes, its
+cause (up to `DEPTH` deep), the (function, line) frames it passed in the student's file and
+its formatted traceback. Its class crosses by *name* only when the name is in
+`KNOWN_EXCEPTIONS` (the builtins, and a fixed list of pagedsim's and the course's own); any
+other class (a student's `PoolError(ValueError)`) becomes a stand-in class here, made with
+`type()`, with that name and the known classes it derives from as bases: no name from the
+other side is ever looked up anywhere else. The exception is re-raised from frames with
+the student's file name, so messages read as they do in-process. The grader turns an exit,
+an interrupt or any class that is not an `Exception` from the child into a RemoteError,
+never obeys it.
 """
 
 from __future__ import annotations
 
+import builtins
 import pathlib
+import sys
+import traceback
 from typing import TYPE_CHECKING
 
-from .remote_values import RemoteError, is_plain
+from .remote_values import RemoteError
 
 if TYPE_CHECKING:
     from .remote import Channel
 
 DEPTH = 4  # exception causes carried across
+MAX_FRAMES = 50  # frames of the student's file kept from one exception
+MAX_LINE = 100_000  # a line number past this is refused (it would be a string that long)
+MAX_TRACEBACK = 20_000  # characters of formatted traceback carried along
+
+# The exception classes that cross by name: every builtin one, and these (module, name)
+# pairs, looked up only in modules this process has already imported.
+_LISTED = (
+    ("pagedsim.errors", "OutOfBlocks"),
+    ("pagedsim.errors", "BlockError"),
+    ("pagedsim.errors", "SequenceError"),
+    ("pagedsim.testing.contract", "NonConformance"),
+    ("pagedsim.testing.conform", "LoadError"),
+    ("course.impl", "ImportFailed"),
+    ("course.impl", "ImportTimeout"),
+    ("course.guard", "SolutionsHidden"),
+    ("course.ch03_kv_block.lessons", "NeedsExercise"),
+    ("cuda_kernels._checks", "ArgumentTypeError"),
+)
+KNOWN_EXCEPTIONS = {
+    **{name: ("builtins", name) for name, v in vars(builtins).items()
+       if isinstance(v, type) and issubclass(v, BaseException)},
+    **{f"{mod}.{name}": (mod, name) for mod, name in _LISTED},
+}
+_NEVER_FROM_CHILD = (SystemExit, KeyboardInterrupt, GeneratorExit)
 
 
-def encode_exception(e: BaseException, ch: Channel, depth: int = 0):
-    """(class, args, text, [(function, line) in the student's file], public attributes, cause)."""
+def known_class(name) -> type | None:
+    """The class a wire name stands for, when it is in the fixed table and imported here."""
+    where = KNOWN_EXCEPTIONS.get(name) if isinstance(name, str) else None
+    if where is None:
+        return None
+    mod = builtins if where[0] == "builtins" else sys.modules.get(where[0])
+    cls = getattr(mod, where[1], None) if mod is not None else None
+    return cls if isinstance(cls, type) and issubclass(cls, BaseException) else None
+
+
+def known_name(cls) -> str | None:
+    """`cls`'s wire name, when it is one of KNOWN_EXCEPTIONS."""
+    mod, name = getattr(cls, "__module__", None), getattr(cls, "__qualname__", None)
+    wire = name if mod == "builtins" else f"{mod}.{name}"
+    return wire if known_class(wire) is cls else None
+
+
+def class_node(cls, ch: Channel):
+    """A class as a node: its name if known, our stand-in's key back, else a stand-in's recipe."""
+    name = known_name(cls)
+    if name is not None:
+        return ["kx", name]
+    back = cls.__dict__.get("_remote")
+    if back is not None and back[0] is ch:
+        return ["y", back[1]]
+    bases = [known_name(c) for c in cls.__mro__[1:] if known_name(c) is not None]
+    return ["xc", ch.export(cls), str(cls.__name__), bases]
+
+
+def class_from(node, ch: Channel) -> type:
+    """The class a `["kx", ...]` or `["xc", ...]` node stands for (stand-ins cached by key)."""
+    if node[0] == "kx":
+        cls = known_class(node[1])
+        if cls is None:
+            raise RemoteError("a malformed message: an exception class outside the known list")
+        return cls
+    _tag, key, name, bases = node
+    if type(key) is not int or type(name) is not str or type(bases) is not list:
+        raise RemoteError("a malformed message: a malformed exception class")
+    if key not in ch.proxies:
+        known = [c for c in (known_class(b) for b in bases[:50]) if c is not None]
+        base = [c for c in known if not any(o is not c and issubclass(o, c) for o in known)]
+        for chosen in (tuple(base), tuple(base[:1]), (Exception,)):
+            try:
+                ch.proxies[key] = type(name[:200] or "Error", chosen or (Exception,),
+                                       {"__module__": "submission", "_remote": (ch, key)})
+                break
+            except TypeError:  # bases with conflicting layouts (OSError with ValueError)
+                continue
+    cls = ch.proxies[key]
+    if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+        raise RemoteError("a malformed message: an exception class that is not one")
+    return cls
+
+
+def encode_exception(e: BaseException, ch: Channel, node, depth: int = 0) -> list:
+    """`e` as an `["x", ...]` node; `node(value)` encodes its arguments and attributes."""
     impl = ch.helpers.get("impl_path", lambda: None)()
     frames, tb = [], e.__traceback__
     while tb is not None:
         if impl and _same_file(tb.tb_frame.f_code.co_filename, impl):
-            frames.append((tb.tb_frame.f_code.co_name, tb.tb_lineno))
+            frames.append([tb.tb_frame.f_code.co_name, tb.tb_lineno])
         tb = tb.tb_next
-    cls = type(e)
-    if isinstance(e, (SystemExit, KeyboardInterrupt, GeneratorExit)) and ch.trusting:
-        cls, e = (
-            RuntimeError,
-            RuntimeError(
-                f"your code called sys.exit({getattr(e, 'code', '')!r}) during a check"
-                if isinstance(e, SystemExit)
-                else repr(e)
-            ),
+    if isinstance(e, _NEVER_FROM_CHILD) and ch.trusting:
+        e = RuntimeError(
+            f"your code called sys.exit({getattr(e, 'code', '')!r}) during a check"
+            if isinstance(e, SystemExit)
+            else repr(e)
         )
-    args = tuple(a if is_plain(a) or not isinstance(a, BaseException) else repr(a) for a in e.args)
-    attrs = (
-        {k: v for k, v in vars(e).items() if not k.startswith("_")}
-        if hasattr(e, "__dict__")
-        else {}
-    )
+    args = [_safe(node, a if not isinstance(a, BaseException) else repr(a)) for a in e.args]
+    attrs = [[k, _safe(node, v)] for k, v in (vars(e).items() if hasattr(e, "__dict__") else ())
+             if isinstance(k, str) and not k.startswith("_")]
     cause = e.__cause__ if e.__cause__ is not None else e.__context__
-    inner = encode_exception(cause, ch, depth + 1) if cause is not None and depth < DEPTH else None
-    return (cls, args, _text(e), frames, attrs, inner, list(getattr(e, "__notes__", []) or []))
+    inner = (encode_exception(cause, ch, node, depth + 1)
+             if cause is not None and depth < DEPTH else None)
+    notes = [str(n) for n in (getattr(e, "__notes__", None) or []) if isinstance(n, str)]
+    return ["x", class_node(type(e), ch), args, _text(e), frames[-MAX_FRAMES:], attrs, inner,
+            notes, _formatted(e)]
 
 
-def _text(e) -> str:
+def _safe(node, value):
     try:
-        return str(e)
+        return node(value)
+    except Exception:  # noqa: BLE001 - a value that cannot cross: its repr does
+        return _text(value, repr)
+
+
+def _text(e, how=str) -> str:
+    try:
+        return how(e)
     except Exception:  # noqa: BLE001
         return f"<{type(e).__name__}>"
+
+
+def _formatted(e) -> str:
+    try:
+        return "".join(traceback.format_exception(e))[-MAX_TRACEBACK:]
+    except Exception:  # noqa: BLE001
+        return ""
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -63,31 +161,40 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def build_exception(enc, ch: Channel) -> BaseException:
-    """The other side's exception as one of this side, with its frames in the student's file."""
-    cls, args, text, frames, attrs, inner, notes = enc
-    if (
-        not (isinstance(cls, type) and issubclass(cls, BaseException))
-        or issubclass(cls, (SystemExit, KeyboardInterrupt, GeneratorExit))
-        and not ch.trusting
-    ):
-        cls, args = RemoteError, (f"{getattr(cls, '__name__', cls)}: {text}",)
-    try:
-        exc = cls(*args)
-    except Exception:  # noqa: BLE001 - a constructor with another signature
-        exc = cls.__new__(cls)
-        exc.args = tuple(args)
-    for k, v in (attrs or {}).items():
-        try:
-            setattr(exc, str(k), v)
-        except Exception:  # noqa: BLE001
-            pass
-    for note in notes or ():
-        if isinstance(note, str) and hasattr(exc, "add_note"):
+def build_exception(rest, ch: Channel, value, depth: int) -> BaseException:
+    """The other side's exception (the fields of an `["x", ...]` node) as one of this side, with
+    its frames in the student's file. `value(node, depth)` decodes a nested value."""
+    cls_node, args, text, frames, attrs, inner, notes, formatted = rest
+    if type(cls_node) is not list or not cls_node or cls_node[0] not in ("kx", "xc", "y"):
+        raise RemoteError("a malformed message: an exception without a class")
+    cls = value(cls_node, depth)
+    if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+        raise RemoteError("a malformed message: an exception class that is not one")
+    for field, kind in ((args, list), (text, str), (frames, list), (attrs, list), (notes, list),
+                        (formatted, str)):
+        if type(field) is not kind:
+            raise RemoteError("a malformed message: a malformed exception")
+    exc = _instance(cls, [value(a, depth) for a in args], text, ch)
+    for pair in attrs:
+        if type(pair) is list and len(pair) == 2 and type(pair[0]) is str:
+            try:
+                setattr(exc, pair[0], value(pair[1], depth))
+            except (AttributeError, TypeError):
+                pass
+    for note in notes:
+        if type(note) is str:
             exc.add_note(note)
+    try:
+        exc.remote_traceback = formatted  # the other side's own account, for a person to read
+    except (AttributeError, TypeError):
+        pass
     if inner is not None:
-        exc.__cause__ = build_exception(inner, ch)
+        if type(inner) is not list or not inner or inner[0] != "x" or depth > DEPTH * 10:
+            raise RemoteError("a malformed message: a malformed cause")
+        exc.__cause__ = value(inner, depth)
     impl = ch.helpers.get("impl_path", lambda: None)() or getattr(ch, "impl_file", None)
+    frames = [f for f in frames if type(f) is list and len(f) == 2 and type(f[0]) is str
+              and type(f[1]) is int and 0 < f[1] <= MAX_LINE][-MAX_FRAMES:]
     if frames and impl:
         try:
             raise_from_frames(exc, frames, str(impl))
@@ -96,13 +203,26 @@ def build_exception(enc, ch: Channel) -> BaseException:
     return exc
 
 
+def _instance(cls, args, text, ch) -> BaseException:
+    """`cls(*args)`: `cls` is a known class or a stand-in, so its constructor is one of ours."""
+    if not ch.trusting and not issubclass(cls, Exception):
+        cls, args = RemoteError, [f"{cls.__name__}: {text}"]
+    try:
+        return cls(*args)
+    except Exception:  # noqa: BLE001 - a constructor with another signature
+        exc = cls.__new__(cls)
+        exc.args = tuple(args)
+        return exc
+
+
 def raise_from_frames(exc: BaseException, frames, filename: str) -> None:
     """Raise `exc` from nested frames named like the student's functions, at their lines."""
     codes = []
     for name, line in frames:
         src = "\n" * (max(int(line), 1) - 1) + "__next()"
         code = compile(src, filename, "exec")
-        codes.append(code.replace(co_name=str(name), co_qualname=str(name)))
+        name = str(name)[:200]
+        codes.append(code.replace(co_name=name, co_qualname=name))
 
     def run(i: int) -> None:
         if i == len(codes):

@@ -1,62 +1,18 @@
-"""What may cross the socket between the grader and the code under test, and how it is read.
+"""What a proxy may ask of the other side's objects, and what comes back into the caller's own.
 
-Part of pagedsim/testing/remote.py (see its docstring for the protocol). Invariants:
-a value crosses by copy only when `is_plain` says so (plain data, NumPy arrays and
-scalars of a non-object dtype); the grader's `_Unpickler` builds nothing but the
-`SAFE_GLOBALS` and exception classes of `EXC_MODULES` that are already imported; a
-proxy forwards only the `SPECIAL` methods, which the serving side runs through
-`OPERATORS`; lists, dicts, sets and arrays (`MUTABLE`) passed to a call are copied
-back into the caller's own objects afterwards.
+Part of pagedsim/testing/remote.py (see its docstring for the protocol; what crosses by
+copy is remote_codec.py's table). Invariants: a proxy forwards only the `SPECIAL`
+methods, which the serving side runs through `OPERATORS`; lists, dicts, sets and arrays
+(`MUTABLE`) passed to a call are copied back into the caller's own objects afterwards.
 """
 
 from __future__ import annotations
 
 import operator
-import pathlib
-import pickle
-import sys
-import types
 
 import numpy as np
 
-PLAIN = {
-    type(None),
-    bool,
-    int,
-    float,
-    complex,
-    str,
-    bytes,
-    bytearray,
-    tuple,
-    list,
-    dict,
-    set,
-    frozenset,
-    range,
-    slice,
-    type(Ellipsis),
-    pathlib.PosixPath,
-    pathlib.PurePosixPath,
-}
 MUTABLE = (list, dict, set, bytearray, np.ndarray)  # copied back after a call
-SAFE_GLOBALS = (
-    {("builtins", n) for n in ("complex", "set", "frozenset", "range", "slice", "bytearray")}
-    | {
-        (m, n)
-        for m in ("numpy._core.multiarray", "numpy.core.multiarray")
-        for n in ("_reconstruct", "scalar")
-    }
-    | {
-        ("numpy", "ndarray"),
-        ("numpy", "dtype"),
-        ("pathlib", "PosixPath"),
-        ("pathlib", "PurePosixPath"),
-        ("numpy._core.numeric", "_frombuffer"),
-        ("numpy.core.numeric", "_frombuffer"),
-    }
-)
-EXC_MODULES = ("builtins", "pagedsim", "course", "cuda_kernels", "numpy", "numba")
 SPECIAL = {
     "__len__",
     "__getitem__",
@@ -117,53 +73,6 @@ class ChildDied(Exception):
 
 class RemoteError(Exception):
     """A message from the submission's process that the grader refused to read."""
-
-
-def is_plain(obj) -> bool:
-    t = type(obj)
-    if t in PLAIN:
-        return True
-    if t is np.ndarray:
-        return obj.dtype != object
-    return isinstance(obj, (np.generic, np.dtype)) and t.__module__.startswith("numpy")
-
-
-def _exc_class_by_value(cls) -> bool:
-    """An exception class the other side can name: builtins, or pagedsim/course/... by module."""
-    mod = getattr(cls, "__module__", "")
-    top = sys.modules.get(mod)
-    return (
-        mod.split(".")[0] in EXC_MODULES
-        and top is not None
-        and getattr(top, cls.__qualname__, None) is cls
-        and "<" not in cls.__qualname__
-    )
-
-
-def _safe_global(obj) -> bool:
-    """A class or function that plain data pickles by name (np.ndarray, numpy's _reconstruct)."""
-    if not isinstance(obj, (type, types.BuiltinFunctionType, types.FunctionType)):
-        return False
-    mod, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
-    return (mod, name) in SAFE_GLOBALS or mod == "numpy.dtypes"
-
-
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, file, channel, args):
-        super().__init__(file)
-        self.ch, self.args = channel, args
-
-    def find_class(self, module, name):
-        if self.ch.trusting or (module, name) in SAFE_GLOBALS or module == "numpy.dtypes":
-            return super().find_class(module, name)
-        if module.split(".")[0] in EXC_MODULES and module in sys.modules:
-            obj = getattr(sys.modules[module], name, None)
-            if isinstance(obj, type) and issubclass(obj, BaseException):
-                return obj
-        raise RemoteError(f"refused a value of type {module}.{name} from the submission's process")
-
-    def persistent_load(self, pid):
-        return self.ch.resolve(pid, self.args)
 
 
 def _collect_back(args, kwargs) -> dict:

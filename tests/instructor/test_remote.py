@@ -129,26 +129,61 @@ def test_a_child_that_exits_during_a_call_is_a_child_died_and_the_next_use_start
     assert mod.Counter().bump() == 1 and sub.proc.pid != first
 
 
+def _exploit(mark) -> bytes:
+    """The pickle that ran code in the grader of d797fc2: numpy.dtypes + __builtins__.get
+    gives `exec`, which the allow-list let through; then exec(touch MARK)."""
+    def text(s):
+        b = s.encode()
+        return b"\x8c" + bytes([len(b)]) + b
+
+    code = f"open({str(mark)!r}, 'w').close()"
+    inner = (b"\x80\x04" + text("numpy.dtypes") + text("__builtins__.get") + b"\x93"
+             + text("exec") + b"\x85R" + text(code) + b"\x85R.")
+    return b"P" + pickle.dumps(("ok", 1, inner, {}), protocol=4)
+
+
 def test_a_reply_that_would_run_code_here_is_refused_and_nothing_runs(tmp_path):
+    """A crafted frame on the socket (the old pickle exploit) is refused unread: the reply is
+    not JSON, so the conversation ends, the channel says why, and nothing ran."""
     mark = tmp_path / "ran"
-
-    class Evil:
-        def __reduce__(self):
-            return os.system, (f"touch {mark}",)
-
     ours, theirs = socket.socketpair()
     ch = remote.Channel(ours, trusting=False)
 
     def child():
         head = theirs.recv(8)
         theirs.recv(struct.unpack("!Q", head)[0])
-        inner = pickle.dumps(Evil())
-        body = b"P" + pickle.dumps(("ok", 1, inner, {}))
+        body = _exploit(mark)
         theirs.sendall(struct.pack("!Q", len(body)) + body)
 
     threading.Thread(target=child, daemon=True).start()
     with pytest.raises(remote.ChildDied) as died:
         ch.request("getattr", None, "x")
-    assert "refused a value of type posix.system" in str(died.value)
+    assert "not JSON" in str(died.value) and ch.refused
     time.sleep(0.2)
     assert not mark.exists()
+
+
+def test_a_submission_that_writes_a_crafted_frame_at_import_gets_an_error_and_nothing_runs(
+        tmp_path):
+    """The attack end to end: the file writes the exploit on its own socket while imported."""
+    mark = tmp_path / "ran"
+    path = tmp_path / "evil.py"
+    path.write_text(
+        "import os, struct, sys\n"
+        f"body = {_exploit(mark)!r}\n"
+        "os.write(int(sys.argv[1]), struct.pack('!Q', len(body)) + body)\n")
+    with Submission(path, "3.1", scratch=tmp_path / "scratch") as sub:
+        with pytest.raises(Exception, match="refused to read") as raised:
+            sub.module()
+    assert type(raised.value).__name__ == "ImportFailed"
+    assert not mark.exists()
+
+
+def test_a_reply_over_the_limit_is_refused_before_it_is_read(tmp_path):
+    path = tmp_path / "big.py"
+    path.write_text("def big():\n    return b'x' * (3 << 20)\n")
+    with Submission(path, "3.1", scratch=tmp_path / "scratch", limit=1 << 20) as sub:
+        with pytest.raises(remote.ChildDied):
+            sub.module().big()
+        sub.close()
+        assert "over the limit of 1 MiB" in sub.refused

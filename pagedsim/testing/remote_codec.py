@@ -1,0 +1,316 @@
+"""The wire format between the grader and the code under test: JSON with a closed schema.
+
+Part of pagedsim/testing/remote.py. A message is one length-prefixed JSON text (8-byte
+big-endian length, then UTF-8). JSON can name no callable, and the decoder below builds
+only the values of this table, each from plain data, through a fixed dispatch:
+
+    null true false 1 2.5 "text"                 themselves (NaN and infinities included)
+    ["b", base64]  ["ba", base64]                bytes, bytearray
+    ["l", [v...]] ["t", ...] ["s", ...] ["fs", ...]   list, tuple, set, frozenset
+    ["d", [[k, v]...]]                           dict (keys str, int, float, bool, None, tuple)
+    ["c", re, im]  ["r", a, b, c]  ["sl", a, b, c]  ["..."]   complex, range, slice, Ellipsis
+    ["p", str]  ["pp", str]                      PosixPath, PurePosixPath
+    ["a", dtype, [shape], base64]                a NumPy array (C order), dtype from DTYPES
+    ["n", dtype, base64]  ["dt", dtype]          a NumPy scalar, a NumPy dtype
+    ["h", kind, key, name]                       the sender's object: an opaque handle here
+    ["y", key]                                   the receiver's own object, handed over earlier
+    ["g", index]                                 the request's index-th argument itself
+    ["kx", name]                                 an exception class of KNOWN_EXCEPTIONS
+    ["xc", key, name, [known base names]]        the sender's own exception class (a stand-in)
+    ["x", class, [args], text, [[function, line]...], [[attr, v]...], cause, [notes], traceback]
+
+A message longer than the receiver's limit is refused before it is read; anything outside
+the table (an unknown tag, a wrong arity, a key that is not a handed-over object, an array
+whose bytes do not match its shape) is a `RemoteError`, never a call. Exceptions are built
+by remote_errors.py from the `["x", ...]` node.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import pathlib
+import re
+
+import numpy as np
+
+from .remote_values import RemoteError
+
+DEFAULT_LIMIT = 64 << 20  # bytes in one message from the submission's process
+MAX_DEPTH = 200  # nesting of one value
+DTYPES = {
+    f"{order}{kind}{size}"
+    for order in "<>|"
+    for kind, sizes in (("b", (1,)), ("i", (1, 2, 4, 8)), ("u", (1, 2, 4, 8)),
+                        ("f", (2, 4, 8)), ("c", (8, 16)))
+    for size in sizes
+}
+_TEXT_DTYPE = re.compile(r"[<>|][US][0-9]{1,7}")
+
+
+def dtype_of(name) -> np.dtype:
+    """A dtype from its wire name; only numbers, booleans and fixed-width text."""
+    if not isinstance(name, str) or not (name in DTYPES or _TEXT_DTYPE.fullmatch(name)):
+        raise RemoteError(f"refused a value of dtype {str(name)[:40]!r} from the other process")
+    return np.dtype(name)
+
+
+def wire_dtype(dt: np.dtype) -> str | None:
+    """`dt`'s wire name, or None when it does not cross by copy (objects, records, dates)."""
+    name = dt.str
+    return name if name in DTYPES or _TEXT_DTYPE.fullmatch(name) else None
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text) -> bytes:
+    if not isinstance(text, str):
+        raise RemoteError("a malformed message: bytes that are not base64 text")
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        raise RemoteError("a malformed message: bytes that are not base64 text") from None
+
+
+def dump_message(message) -> bytes:
+    return json.dumps(message, separators=(",", ":"), allow_nan=True).encode("ascii")
+
+
+def load_message(data: bytes):
+    """JSON text to plain lists, strings and numbers (no node is built yet)."""
+    try:
+        return json.loads(data.decode("utf-8"), object_pairs_hook=_no_objects)
+    except RemoteError:
+        raise
+    except (ValueError, RecursionError, UnicodeDecodeError):
+        raise RemoteError("a malformed message: not JSON text") from None
+
+
+def _no_objects(pairs):
+    raise RemoteError("a malformed message: a JSON object")
+
+
+class Encoder:
+    """Turns values into nodes. `alias(obj)` is a node for a list, dict, set or array that is one
+    of the request's arguments (else None); `handle(obj)` the node of anything not in the table
+    (an object, a function, a module, an exception or an exception class)."""
+
+    def __init__(self, alias, handle):
+        self.alias, self.handle = alias, handle
+
+    def node(self, obj, depth: int = 0):
+        if depth > MAX_DEPTH:
+            raise TypeError("a value nested too deeply to send")
+        t = type(obj)
+        if obj is None or t in (bool, int, float, str):
+            return obj
+        if t in _LEAVES:
+            return _LEAVES[t](obj)
+        d = depth + 1
+        if t in _SEQUENCES:
+            return self.alias(obj) or [_SEQUENCES[t], [self.node(v, d) for v in obj]]
+        if t is dict:
+            pairs = [[self.node(k, d), self.node(v, d)] for k, v in obj.items()]
+            return self.alias(obj) or ["d", pairs]
+        if t is slice:
+            return ["sl", self.node(obj.start, d), self.node(obj.stop, d), self.node(obj.step, d)]
+        if t is np.ndarray and wire_dtype(obj.dtype):
+            return self.alias(obj) or ["a", wire_dtype(obj.dtype), list(obj.shape),
+                                       _b64(np.ascontiguousarray(obj).tobytes())]
+        if isinstance(obj, np.generic) and t.__module__ == "numpy" and wire_dtype(obj.dtype):
+            return ["n", wire_dtype(obj.dtype), _b64(obj.tobytes())]
+        if t.__module__ == "numpy.dtypes" and isinstance(obj, np.dtype) and wire_dtype(obj):
+            return ["dt", wire_dtype(obj)]
+        return self.handle(obj)
+
+
+_LEAVES = {
+    bytes: lambda o: ["b", _b64(o)],
+    bytearray: lambda o: ["ba", _b64(bytes(o))],
+    complex: lambda o: ["c", o.real, o.imag],
+    range: lambda o: ["r", o.start, o.stop, o.step],
+    type(Ellipsis): lambda o: ["..."],
+    pathlib.PosixPath: lambda o: ["p", str(o)],
+    pathlib.PurePosixPath: lambda o: ["pp", str(o)],
+}
+_SEQUENCES = {list: "l", tuple: "t", set: "s", frozenset: "fs"}
+
+
+def plain_node(obj) -> bool:
+    """Whether `obj` crosses by copy (is in the table) rather than as a handle."""
+    t = type(obj)
+    if obj is None or obj is Ellipsis or t in (bool, int, float, str, bytes, bytearray, complex,
+                                               range, slice, list, tuple, set, frozenset, dict,
+                                               pathlib.PosixPath, pathlib.PurePosixPath):
+        return True
+    if t is np.ndarray or isinstance(obj, (np.generic, np.dtype)):
+        return wire_dtype(obj if isinstance(obj, np.dtype) else obj.dtype) is not None
+    return False
+
+
+def _int(v, what: str) -> int:
+    if type(v) is not int:
+        raise RemoteError(f"a malformed message: {what} is not an integer")
+    return v
+
+
+def _str(v, what: str) -> str:
+    if type(v) is not str:
+        raise RemoteError(f"a malformed message: {what} is not text")
+    return v
+
+
+class Decoder:
+    """Turns nodes back into values. The three hooks give handles and exceptions their meaning:
+    `theirs(kind, key, name)` a proxy, `ours(key)` an object handed over, `arg(i)` an argument,
+    `exc_class(node)` and `exception(node)` (remote_errors.py) the rest."""
+
+    def __init__(self, *, theirs, ours, arg, exc_class, exception):
+        self.theirs, self.ours, self.arg = theirs, ours, arg
+        self.exc_class, self.exception = exc_class, exception
+
+    def decode(self, node):
+        """`node` as a value, or a RemoteError: whatever the node, only the table is built."""
+        try:
+            return self.value(node)
+        except RemoteError:
+            raise
+        except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as e:
+            raise RemoteError(f"a malformed message: {type(e).__name__}") from None
+
+    def value(self, node, depth: int = 0):
+        if depth > MAX_DEPTH:
+            raise RemoteError("a malformed message: a value nested too deeply")
+        if node is None or type(node) in (bool, int, str):
+            return node
+        if type(node) is float:
+            return node
+        if type(node) is not list or not node or type(node[0]) is not str:
+            raise RemoteError("a malformed message: a value that is not a tagged list")
+        tag, rest = node[0], node[1:]
+        shape = _ARITY.get(tag)
+        if shape is None:
+            raise RemoteError(f"a malformed message: an unknown tag {tag[:20]!r}")
+        if len(rest) != shape:
+            raise RemoteError(f"a malformed message: {tag!r} with {len(rest)} fields")
+        return getattr(self, "_" + _NAMES[tag])(rest, depth + 1)
+
+    def items(self, seq, depth):
+        if type(seq) is not list:
+            raise RemoteError("a malformed message: items that are not a list")
+        return [self.value(v, depth) for v in seq]
+
+    def _bytes(self, rest, depth):
+        return _unb64(rest[0])
+
+    def _bytearray(self, rest, depth):
+        return bytearray(_unb64(rest[0]))
+
+    def _list(self, rest, depth):
+        return self.items(rest[0], depth)
+
+    def _tuple(self, rest, depth):
+        return tuple(self.items(rest[0], depth))
+
+    def _set(self, rest, depth):
+        return set(self._hashable(self.items(rest[0], depth)))
+
+    def _frozenset(self, rest, depth):
+        return frozenset(self._hashable(self.items(rest[0], depth)))
+
+    def _dict(self, rest, depth):
+        pairs = rest[0]
+        if type(pairs) is not list or any(type(p) is not list or len(p) != 2 for p in pairs):
+            raise RemoteError("a malformed message: a dict that is not a list of pairs")
+        keys = self._hashable([self.value(k, depth) for k, _ in pairs])
+        return dict(zip(keys, [self.value(v, depth) for _, v in pairs], strict=True))
+
+    @staticmethod
+    def _hashable(values):
+        for v in values:
+            if not _is_key(v):
+                raise RemoteError("a malformed message: a set member or dict key that is not "
+                                  "a number, text, bytes or a tuple of them")
+        return values
+
+    def _complex(self, rest, depth):
+        re_, im = rest
+        if type(re_) not in (int, float) or type(im) not in (int, float):
+            raise RemoteError("a malformed message: a complex number that is not two numbers")
+        return complex(re_, im)
+
+    def _range(self, rest, depth):
+        return range(*(_int(v, "a range bound") for v in rest))
+
+    def _slice(self, rest, depth):
+        return slice(*(self.value(v, depth) for v in rest))
+
+    def _ellipsis(self, rest, depth):
+        return Ellipsis
+
+    def _path(self, rest, depth):
+        return pathlib.PosixPath(_str(rest[0], "a path"))
+
+    def _purepath(self, rest, depth):
+        return pathlib.PurePosixPath(_str(rest[0], "a path"))
+
+    def _array(self, rest, depth):
+        dt, shape, data = dtype_of(rest[0]), rest[1], _unb64(rest[2])
+        if type(shape) is not list or len(shape) > 32 or any(type(n) is not int or n < 0
+                                                             for n in shape):
+            raise RemoteError("a malformed message: an array shape that is not a list of sizes")
+        if math.prod(shape) * dt.itemsize != len(data):
+            raise RemoteError("a malformed message: an array whose bytes do not match its shape")
+        return np.frombuffer(data, dtype=dt).reshape(shape).copy()
+
+    def _scalar(self, rest, depth):
+        dt, data = dtype_of(rest[0]), _unb64(rest[1])
+        if len(data) != dt.itemsize:
+            raise RemoteError("a malformed message: a scalar whose bytes do not match its dtype")
+        return np.frombuffer(data, dtype=dt)[0]
+
+    def _dtype(self, rest, depth):
+        return dtype_of(rest[0])
+
+    def _handle(self, rest, depth):
+        kind, key, name = rest
+        if kind not in ("object", "function", "module"):
+            raise RemoteError("a malformed message: an unknown kind of handle")
+        return self.theirs(kind, _int(key, "a handle"), _str(name, "a handle's name")[:200])
+
+    def _ours(self, rest, depth):
+        return self.ours(_int(rest[0], "a handle"))
+
+    def _arg(self, rest, depth):
+        return self.arg(_int(rest[0], "an argument index"))
+
+    def _known_exc(self, rest, depth):
+        return self.exc_class(["kx", *rest])
+
+    def _exc_class(self, rest, depth):
+        return self.exc_class(["xc", *rest])
+
+    def _exception(self, rest, depth):
+        return self.exception(rest, depth)
+
+
+def _is_key(v) -> bool:
+    if v is None or type(v) in (bool, int, float, str, bytes, complex, range, frozenset):
+        return True
+    if type(v) is tuple:
+        return all(_is_key(x) for x in v)
+    return isinstance(v, np.generic)
+
+
+_ARITY = {"b": 1, "ba": 1, "l": 1, "t": 1, "s": 1, "fs": 1, "d": 1, "c": 2, "r": 3, "sl": 3,
+          "...": 0, "p": 1, "pp": 1, "a": 3, "n": 2, "dt": 1, "h": 3, "y": 1, "g": 1, "kx": 1,
+          "xc": 3, "x": 8}
+_NAMES = {"b": "bytes", "ba": "bytearray", "l": "list", "t": "tuple", "s": "set",
+          "fs": "frozenset", "d": "dict", "c": "complex", "r": "range", "sl": "slice",
+          "...": "ellipsis", "p": "path", "pp": "purepath", "a": "array", "n": "scalar",
+          "dt": "dtype", "h": "handle", "y": "ours", "g": "arg", "kx": "known_exc",
+          "xc": "exc_class", "x": "exception"}
