@@ -34,9 +34,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import shutil
 import tempfile
-import time
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -44,10 +45,12 @@ from pagedsim.app.cli import ArgParser, float_in, int_in
 from pagedsim.testing import jail
 
 from . import curriculum, export
+from . import grade_similarity as similarity
 from .grade_job import (  # noqa: F401 -- re-exported: one job's pieces keep their old names
     DEFAULT_TIMEOUT,
     STATUSES,
     Job,
+    Mode,
     Result,
     child_command,
     find_submission,
@@ -57,7 +60,7 @@ from .grade_job import (  # noqa: F401 -- re-exported: one job's pieces keep the
     solutions_on_disk,
     stub_name,
 )
-from .grade_report import as_json, printable, table
+from .grade_report import as_csv, as_json, printable, table, write_gradescope
 
 
 def plan(root: Path, exercise_ids=None) -> tuple[list[str], list]:
@@ -73,23 +76,53 @@ def plan(root: Path, exercise_ids=None) -> tuple[list[str], list]:
     return students, chosen
 
 
-def _attribute(writes: list[str], windows: dict, root=None) -> dict:
-    """{(student, exercise): [paths]}: each file written under DIR, blamed on the jobs that ran
-    when it was last modified (one job when they ran one at a time). A file inside a
-    student's own folder is blamed on that student's running jobs alone, when there are any."""
-    blamed: dict = {}
-    for path in writes:
-        try:
-            when = os.lstat(path).st_mtime
-        except OSError:
-            when = None  # removed: every job could have
-        running = [key for key, (t0, t1) in windows.items()
-                   if when is None or t0 - 1 <= when <= t1 + 1]
-        own = [key for key in running if root is not None
-               and Path(os.path.abspath(Path(root, key[0]))) in Path(os.path.abspath(path)).parents]
-        for key in own or running:
-            blamed.setdefault(key, []).append(path)
-    return blamed
+class Watch:
+    """Who changed a file under DIR: after each job ends, DIR is hashed again (by content) and
+    every change since the last look is blamed on each job that ran since then (the one job,
+    with --workers 1). Files are graded from the bytes read when grading began, so a change
+    never reaches the student whose file it was."""
+
+    def __init__(self, root: Path):
+        self.root, self.lock = root, threading.Lock()
+        self.seen = jail.contents(root)
+        self.running: set = set()
+        self.since: set = set()  # jobs that ran since the last look
+        self.blamed: dict = {}
+
+    def start(self, key) -> None:
+        with self.lock:
+            self.running.add(key)
+            self.since.add(key)
+
+    def end(self, key) -> None:
+        with self.lock:
+            self.running.discard(key)
+            now = jail.contents(self.root)
+            changed = jail.changed(self.seen, now)
+            for job in self.since:
+                if changed:
+                    self.blamed.setdefault(job, []).extend(changed)
+            self.seen, self.since = now, set(self.running)
+
+
+def decide_mode(sandbox: bool | None, *, as_user: bool | None = None, limits=None,
+                max_reply: int = 64 << 20) -> Mode:
+    """The isolation a run gets: bubblewrap when asked or by default where it works, and a uid
+    of its own per job whenever one can run Python here (`as_user` forces it). ValueError
+    when the sandbox was asked for and does not work, or when nothing would isolate a
+    submission and --no-sandbox was not given (then every result would be unverified)."""
+    works = jail.bwrap() is not None
+    if sandbox and not works:
+        raise ValueError("--sandbox needs bubblewrap (apt-get install bubblewrap), "
+                         "which does not work here")
+    use = works if sandbox is None else sandbox
+    own = jail.can_run_as_user(use) if as_user is None else as_user
+    if sandbox is None and not use and not own:
+        raise ValueError("no isolation is available here: bubblewrap does not work and no user "
+                         "of its own can run each job (the grader is not root, or Python sits "
+                         "in a folder only root may enter); install bubblewrap, or pass "
+                         "--no-sandbox to grade anyway with every result marked unverified")
+    return Mode(use, own, limits or jail.Limits(), max_reply)
 
 
 def grade(
@@ -101,39 +134,40 @@ def grade(
     workers: int = 2,
     command=None,
     sandbox: bool | None = None,
+    mode: Mode | None = None,
 ) -> list[Result]:
     """Grade every (student, exercise) of `root`; `command(ex_id, path, extra)` replaces the
-    checker command (tests use a fake). `sandbox` (default: when bubblewrap works here) runs
-    each submission under bubblewrap."""
+    checker command (tests use a fake). `mode` (default: `decide_mode(sandbox)`) says how each
+    submission is isolated."""
     root = Path(root).resolve()
-    sandbox = jail.bwrap() is not None if sandbox is None else sandbox
-    if sandbox and jail.bwrap() is None:
-        raise ValueError(
-            "--sandbox needs bubblewrap (apt-get install bubblewrap), which is not available here"
-        )
     students, exercises = plan(root, exercise_ids)
+    mode = mode or decide_mode(sandbox)
     todo = [(s, ex.id, find_submission(root / s, ex)) for s in students for ex in exercises]
+    originals = {}
+    for s, i, p in todo:  # read once, now: what every job grades
+        try:
+            originals[s, i] = p.read_bytes() if p.is_file() and not p.is_symlink() else None
+        except OSError:
+            originals[s, i] = None
     jail.become_subreaper()
     keep = jail.descendants(os.getpid())
-    before = jail.snapshot(root)
-    windows: dict = {}
+    watch = Watch(root)
+    slots = queue.Queue()
+    for n in range(max(1, workers)):
+        slots.put(n)
 
     def one(s, i, p):
-        t0 = time.time()
+        slot = slots.get()
+        watch.start((s, i))
         try:
             return run_one(
-                s,
-                i,
-                p,
-                timeout=timeout,
-                extra_checks=extra,
-                command=command,
-                build=build,
-                jobs=jobs,
-                sandbox=sandbox,
+                s, i, p, timeout=timeout, extra_checks=extra, command=command, build=build,
+                jobs=jobs, mode=mode, data=originals[s, i],
+                uid=jail.job_uid(slot) if mode.own_uid else None,
             )
         finally:
-            windows[s, i] = (t0, time.time())
+            watch.end((s, i))
+            slots.put(slot)
 
     with tempfile.TemporaryDirectory(prefix="pagedsim-grade-") as tmp:
         jobs = Path(tmp) / "jobs"  # outside every student's folder
@@ -143,6 +177,9 @@ def grade(
         build = {rel: (Path(tmp) / "build" / rel).read_bytes() for rel in written}
         shutil.rmtree(Path(tmp) / "build")
         jobs.mkdir()
+        if mode.own_uid:  # each job's user may pass through (never list) to its own folder
+            for d in (Path(tmp), jobs):
+                d.chmod(0o711)
         extra = [
             (Path(c).name, Path(c).read_bytes()) for c in extra_checks
         ]  # no job can change them
@@ -152,18 +189,18 @@ def grade(
         finally:
             jail.kill_tree(None, orphans_of_self=True, keep=keep)  # whatever escaped its session
             jail.writable(Path(tmp))
-    blamed = _attribute(jail.changed(before, jail.snapshot(root)), windows, root)
     for r in results:
-        wrote = blamed.get((r.student, r.exercise))
+        wrote = sorted(set(watch.blamed.get((r.student, r.exercise), ())))
         if wrote:
-            names = ", ".join(os.path.relpath(w, root) for w in wrote[:3]) + (
-                " ..." if len(wrote) > 3 else ""
-            )
+            names = ", ".join(wrote[:3]) + (" ..." if len(wrote) > 3 else "")
             r.status, r.passed = "error", 0
             r.messages = [
-                f"wrote outside its scratch folder, in the submissions folder: {names}",
+                f"changed files in the submissions folder while it ran: {names}",
                 *r.messages,
             ]
+        data = originals.get((r.student, r.exercise))
+        if data is not None and r.status in ("pass", "fail"):
+            r.similar = similarity.flag(r.exercise, data)
     return results
 
 
@@ -203,41 +240,55 @@ def parser() -> ArgParser:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="run each submission under bubblewrap: read-only file system but its scratch "
-        "folder, no network, its own PID namespace (default: on when bwrap works here)",
+        "folder, no network, its own PID namespace (default: on when bwrap works here). "
+        "--no-sandbox grades even where nothing isolates a submission (results unverified)",
     )
+    p.add_argument("--csv", type=Path, metavar="FILE",
+                   help="also write one row per student x exercise to FILE")
+    p.add_argument("--results-json", type=Path, metavar="FOLDER",
+                   help="also write FOLDER/STUDENT/results.json in Gradescope's format")
+    p.add_argument("--memory-mib", type=int_in(64, 1 << 20), default=2048, metavar="MIB",
+                   help="address space of each submission's process (default 2048)")
+    p.add_argument("--cpu-seconds", type=int_in(1, 86_400), default=300, metavar="S",
+                   help="CPU time of each submission's process (default 300)")
+    p.add_argument("--max-reply-mib", type=int_in(1, 4096), default=64, metavar="MIB",
+                   help="the largest message a submission's process may send (default 64)")
     return p
 
 
 def main(argv: list[str]) -> int:
     p = parser()
     args = p.parse_args(argv)
+    # every argument is checked before anything is probed or started
     if not args.dir.is_dir():
         p.error(f"{printable(args.dir)} is not a folder")
     missing = [printable(c) for c in args.extra_checks if not c.is_file()]
     if missing:
         p.error(f"no such check file: {', '.join(missing)}")
-    sandbox = jail.bwrap() is not None if args.sandbox is None else args.sandbox
-    if args.sandbox and jail.bwrap() is None:
-        p.error("--sandbox needs bubblewrap (apt-get install bubblewrap), which does not work here")
+    try:
+        for i in args.exercise or ():
+            curriculum.find(i)
+    except KeyError as e:
+        p.error(str(e.args[0]))
+    limits = jail.Limits(memory=args.memory_mib << 20, cpu=args.cpu_seconds)
+    try:
+        mode = decide_mode(args.sandbox, limits=limits, max_reply=args.max_reply_mib << 20)
+    except ValueError as e:
+        p.error(str(e))
     answers = solutions_on_disk()
-    if answers and not sandbox and args.sandbox is None:
+    if answers and not mode.sandbox and args.sandbox is None:
         p.error(
             f"the reference solutions are on disk ({printable(answers[0].parent)}) and no sandbox "
             "can hide them from submissions: install bubblewrap, run from a copy made by "
             "`pagedsim export-course`, "
             "or pass --no-sandbox to accept it"
         )
-    try:
-        results = grade(
-            args.dir,
-            args.exercise,
-            timeout=args.timeout,
-            extra_checks=args.extra_checks,
-            workers=args.workers,
-            sandbox=sandbox,
-        )
-    except KeyError as e:
-        p.error(str(e.args[0]))
+    results = grade(args.dir, args.exercise, timeout=args.timeout, extra_checks=args.extra_checks,
+                    workers=args.workers, mode=mode)
+    if args.csv:
+        args.csv.write_text(as_csv(results))
+    if args.results_json:
+        write_gradescope(results, args.results_json)
     if args.json:
         print(json.dumps(as_json(results), indent=1))
     elif not results:
@@ -248,20 +299,20 @@ def main(argv: list[str]) -> int:
         )
     else:
         print(table(results))
-        print(
-            "\n"
-            + (
-                "sandbox: bubblewrap (read-only file system but scratch, no network, "
-                "own PID namespace)"
-                if sandbox
-                else "sandbox: off"
-                + (
-                    f"; the reference solutions under "
-                    f"{printable(answers[0].parent)} were readable by "
-                    "submissions"
-                    if answers
-                    else ""
-                )
-            )
-        )
+        print("\n" + describe(mode, answers))
     return 0
+
+
+def describe(mode: Mode, answers) -> str:
+    """The run's isolation, in one line under the table."""
+    if mode.sandbox:
+        what = ("sandbox: bubblewrap (read-only file system but scratch, no network, "
+                "own PID namespace)")
+    elif mode.own_uid:
+        what = "sandbox: off; each job ran as a user of its own (no access to the grader)"
+    else:
+        what = "sandbox: off and no user of its own: every result is UNVERIFIED"
+    if not mode.sandbox and answers:
+        what += (f"; the reference solutions under {printable(answers[0].parent)} were "
+                 "readable by submissions")
+    return what

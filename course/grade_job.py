@@ -39,6 +39,10 @@ class Result:
     messages: list = field(default_factory=list)  # one line each, in the student's terms
     seconds: float = 0.0
     sandbox: bool = False  # whether the submission ran under bubblewrap
+    verified: bool = False  # whether it was kept from the grader and the other files (Mode)
+    mode: str = "none"  # bubblewrap, own uid, both, or none
+    limits: dict = field(default_factory=dict)  # the job's rlimits (jail.Limits)
+    similar: str = ""  # a flag (never a fail): the reference solution with cosmetic changes
 
 
 def stub_name(ex) -> str:
@@ -72,8 +76,30 @@ def child_command(exercise_id: str, path: Path, extra_checks=()) -> list[str]:
     return cmd + (["--extra-checks", *map(str, extra_checks)] if extra_checks else [])
 
 
-def _env(root: Path, scratch: Path, sandbox: bool) -> dict:
-    """The checker's environment: its private copy of the code (`root`) alone on the import path."""
+@dataclass(frozen=True)
+class Mode:
+    """How the jobs of one run are kept apart from the grader and from each other."""
+
+    sandbox: bool  # under bubblewrap (namespaces, read-only file system but scratch)
+    own_uid: bool  # each job's child as a user of its own (the grader runs as root)
+    limits: jail.Limits = jail.Limits()
+    max_reply: int = 64 << 20  # bytes in one reply of the submission's process
+
+    @property
+    def verified(self) -> bool:
+        """Whether a submission is kept from the grader's processes and the other files: by
+        bubblewrap, or by a uid of its own. Without either, a verdict is not to be trusted."""
+        return self.sandbox or self.own_uid
+
+    @property
+    def name(self) -> str:
+        parts = (["bubblewrap"] if self.sandbox else []) + (["own uid"] if self.own_uid else [])
+        return " + ".join(parts) or "none"
+
+
+def _env(root: Path, scratch: Path, mode: Mode, uid: int | None, digest: dict) -> dict:
+    """The checker's environment: its private copy of the code (`root`) alone on the import
+    path, and what its child must be given (sandbox, uid, limits, the checks' hashes)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PAGEDSIM_")}
     env.update(
         MPLBACKEND="Agg",
@@ -81,40 +107,76 @@ def _env(root: Path, scratch: Path, sandbox: bool) -> dict:
         PYTHONNOUSERSITE="1",
         PYTHONPATH=str(root),
         PAGEDSIM_SCRATCH=str(scratch),
-        PAGEDSIM_SANDBOX="1" if sandbox else "0",
+        PAGEDSIM_SANDBOX="1" if mode.sandbox else "0",
+        PAGEDSIM_LIMITS=json.dumps(mode.limits.as_json()),
+        PAGEDSIM_MAX_REPLY=str(mode.max_reply),
+        PAGEDSIM_CHECKS_DIGEST=json.dumps(digest),
     )
+    for k in jail.PASSED_ON:
+        if k in os.environ:
+            env[k] = os.environ[k]
+    if uid is not None:
+        env["PAGEDSIM_JOB_UID"] = str(uid)
     return env
+
+
+def verify_checks(root: Path) -> str | None:
+    """In the checker, right before pytest imports the checks: the name of a file of the
+    private copy whose content is not what the grader hashed ($PAGEDSIM_CHECKS_DIGEST), if any."""
+    want = json.loads(os.environ.get("PAGEDSIM_CHECKS_DIGEST") or "{}")
+    if not want:
+        return None
+    return next(iter(jail.changed(want, jail.contents(Path(root) / "course"))), None)
 
 
 @dataclass
 class Job:
-    """One student x exercise: a private folder outside every student's, made for this job alone."""
+    """One student x exercise: a private folder outside every student's, made for this job alone.
+
+    With a uid of its own the job's child reads the code and the file through its group
+    (files 0440, folders 0550, owned by root) and writes only in scratch/child, its own."""
 
     folder: Path
     code: Path  # the build (code and checks, no solutions): read-only, hashed before and after
     submission: Path  # a read-only copy of the student's file
-    scratch: Path  # the only place the job may write
-    digest: str = ""
+    scratch: Path  # the checker's scratch; the child's is scratch/child
+    digest: dict = field(default_factory=dict)  # relative path -> sha256, code and file
 
     @classmethod
-    def make(cls, jobs: Path, build: dict, path: Path, extra_checks=()) -> tuple[Job, list[Path]]:
-        """Write the build (held in memory, so no job can change another's) and the file."""
+    def make(cls, jobs: Path, build: dict, name: str, data: bytes, extra_checks=(),
+             uid: int | None = None) -> tuple[Job, list[Path]]:
+        """Write the build and the file (both held in memory since grading began, so no job can
+        change another's) into a new private folder."""
         folder = Path(tempfile.mkdtemp(prefix="job-", dir=jobs))
-        job = cls(folder, folder / "code", folder / "submission" / path.name, folder / "scratch")
-        for rel, data in build.items():
+        job = cls(folder, folder / "code", folder / "submission" / name, folder / "scratch")
+        for rel, body in build.items():
             (job.code / rel).parent.mkdir(parents=True, exist_ok=True)
-            (job.code / rel).write_bytes(data)
+            (job.code / rel).write_bytes(body)
         extra = private_checks(job.code, extra_checks)
         job.submission.parent.mkdir()
-        shutil.copyfile(path, job.submission)
+        job.submission.write_bytes(data)
         job.scratch.mkdir()
         jail.read_only(job.code)
         jail.read_only(job.submission.parent)
-        job.digest = jail.tree_hash(job.code) + jail.tree_hash(job.submission.parent)
+        if uid is not None:
+            jail.share_with(uid, job.code)
+            jail.share_with(uid, job.submission.parent)
+            for d in (folder, job.scratch):
+                d.chmod(0o711)
+        job.digest = job.contents()
         return job, extra
 
-    def tampered(self) -> bool:
-        return jail.tree_hash(self.code) + jail.tree_hash(self.submission.parent) != self.digest
+    def contents(self) -> dict:
+        return {**{f"code/{k}": v for k, v in jail.contents(self.code).items()},
+                **{f"submission/{k}": v for k, v in jail.contents(self.submission.parent).items()}}
+
+    def checks_digest(self) -> dict:
+        return {k[len("code/course/"):]: v for k, v in self.digest.items()
+                if k.startswith("code/course/")}
+
+    def tampered(self) -> list[str]:
+        """The files of the private copy that changed since the job was made."""
+        return jail.changed(self.digest, self.contents())
 
     def remove(self) -> None:
         jail.writable(self.folder)
@@ -131,16 +193,24 @@ def run_one(
     command=None,
     build: dict,
     jobs: Path,
-    sandbox: bool = False,
+    mode: Mode = Mode(False, False),
+    data: bytes | None = None,
+    uid: int | None = None,
 ) -> Result:
     """Grade one file in its own session, from its own copy of the checks; never raises for
-    anything the student did. The session and every descendant are killed when it ends."""
-    if not path.is_file():
-        return Result(student, ex_id, "error", messages=[f"no file {path.name}"], sandbox=sandbox)
-    refused = refuse(path)
+    anything the student did. The session and every descendant are killed when it ends.
+    `data`: the file's bytes as read when grading began (default: read now)."""
+    def result(status: str, messages=(), **kw) -> Result:
+        return Result(student, ex_id, status, messages=list(messages), sandbox=mode.sandbox,
+                      verified=mode.verified, mode=mode.name, limits=mode.limits.as_json(), **kw)
+
+    if data is None and not path.is_file():
+        return result("error", [f"no file {path.name}"])
+    refused = refuse(path, data)
     if refused:
-        return Result(student, ex_id, "error", messages=[refused], sandbox=sandbox)
-    job, extra = Job.make(jobs, build, path, extra_checks)
+        return result("error", [refused])
+    data = path.read_bytes() if data is None else data
+    job, extra = Job.make(jobs, build, path.name, data, extra_checks, uid)
     start = time.monotonic()
     proc = subprocess.Popen(
         (command or child_command)(ex_id, job.submission, extra),
@@ -149,7 +219,7 @@ def run_one(
         stderr=subprocess.PIPE,
         text=True,
         errors="replace",
-        env=_env(job.code, job.scratch, sandbox),
+        env=_env(job.code, job.scratch, mode, uid, job.checks_digest()),
         start_new_session=True,
         cwd=job.scratch,
     )
@@ -159,25 +229,23 @@ def run_one(
     except subprocess.TimeoutExpired:
         timed_out = True
     finally:
-        jail.kill_tree(
-            proc.pid, sessions={proc.pid}
-        )  # every time: the checker, the student, their children
+        # every time: the checker, the student, their children, and all of the job's uid
+        jail.kill_tree(proc.pid, sessions={proc.pid})
+        if uid is not None:
+            jail.kill_user(uid)
     if timed_out:
         out, err = proc.communicate()
     took = round(time.monotonic() - start, 2)
     tampered = job.tampered()
     job.remove()
 
-    def refused(status: str, message: str) -> Result:  # a verdict the checker did not write
-        return Result(student, ex_id, status, seconds=took, sandbox=sandbox, messages=[message])
-
     if tampered:
-        return refused(
-            "error",
-            "the job changed its private copy of the checks or of the submission: not graded",
-        )
+        return result("error", [f"the job changed its private copy of {tampered[0]}"
+                                f"{' and more' if len(tampered) > 1 else ''}: not graded"],
+                      seconds=took)
     if timed_out:
-        return refused("timeout", f"killed after {timeout:g} s: an endless loop, or far too slow")
+        return result("timeout", [f"killed after {timeout:g} s: an endless loop, or far too slow"],
+                      seconds=took)
     lines = [ln for ln in out.splitlines() if ln.strip()]
     try:
         data = json.loads(lines[-1]) if lines else None
@@ -187,19 +255,21 @@ def run_one(
         keep = {
             k: data[k] for k in ("status", "passed", "total", "failed", "messages") if k in data
         }
-        return Result(student, ex_id, seconds=took, sandbox=sandbox, **keep)
+        return result(keep.pop("status"), keep.pop("messages", ()), seconds=took, **keep)
     tail = (err.strip().splitlines() or ["(nothing on stderr)"])[-1]
-    return refused(
-        "error", f"the checker exited with code {proc.returncode} before reporting: {tail[:200]}"
+    return result(
+        "error", [f"the checker exited with code {proc.returncode} before reporting: {tail[:200]}"],
+        seconds=took,
     )
 
 
-def refuse(path: Path) -> str:
+def refuse(path: Path, data: bytes | None = None) -> str:
     """Why a handed-in file is not graded at all: a link (to the solution, or anywhere), or a
-    byte-for-byte copy of a reference solution; '' when it is graded."""
+    byte-for-byte copy of a reference solution; '' when it is graded. `data`: its bytes as
+    read when grading began."""
     if path.is_symlink() or path.resolve() != path.absolute():
         return f"{path.name} is (or is under) a symbolic link, not a file of your own: not graded"
-    data = path.read_bytes()
+    data = path.read_bytes() if data is None else data
     if any(data == p.read_bytes() for p in solutions_on_disk()):
         return f"{path.name} is a copy of the reference solution: not graded"
     return ""

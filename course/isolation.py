@@ -15,6 +15,7 @@ With `sandbox=True` it runs under bubblewrap (jail.sandbox_argv).
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import subprocess
@@ -34,16 +35,24 @@ HIDE = (
 
 class Submission:
     """`limit`: the most bytes one reply of the child may have (default: $PAGEDSIM_MAX_REPLY,
-    else 64 MiB); `refused` says why a reply was not read, when one was not."""
+    else 64 MiB); `refused` says why a reply was not read, when one was not. `uid` (default:
+    $PAGEDSIM_JOB_UID, which `pagedsim grade` sets when it runs as root): run the child as
+    that user, which owns only its scratch folder, and kill every process of that user at
+    the end. `limits` (default: $PAGEDSIM_LIMITS as JSON): the child's rlimits; `limit_hit`
+    names the one it ran into, when it did."""
 
     def __init__(self, path, exercise_id: str, *, scratch, code_root=None, sandbox: bool = False,
-                 limit: int | None = None):
+                 limit: int | None = None, uid: int | None = None, limits=None):
         self.path, self.exercise_id = Path(path).resolve(), exercise_id
         self.scratch, self.sandbox = Path(scratch), sandbox
         self.code_root = Path(code_root) if code_root else Path(__file__).resolve().parent.parent
         self.limit = limit or int(os.environ.get("PAGEDSIM_MAX_REPLY") or remote.DEFAULT_LIMIT)
+        env_uid = os.environ.get("PAGEDSIM_JOB_UID")
+        self.uid = uid if uid is not None else int(env_uid) if env_uid else None
+        self.limits = limits or jail.Limits.from_json(os.environ.get("PAGEDSIM_LIMITS"))
         self.proc = self.ch = None
         self.refused: str | None = None
+        self.limit_hit: str | None = None
         self._module = None
         jail.become_subreaper()
 
@@ -59,6 +68,9 @@ class Submission:
         argv = [sys.executable, "-c", serve, str(theirs.fileno())]
         work = self.scratch / "child"
         work.mkdir(parents=True, exist_ok=True)
+        own = self.uid is not None
+        if own:
+            jail.give_to(self.uid, work)
         path = [str(self.code_root), *filter(None, [os.environ.get("PYTHONPATH")])]
         env = jail.child_env(home=work, pythonpath=os.pathsep.join(path))
         if self.sandbox:
@@ -75,19 +87,34 @@ class Submission:
             env=env,
             cwd=work,
             start_new_session=True,
+            preexec_fn=lambda: self.limits.apply(own),
+            **(dict(user=self.uid, group=self.uid, extra_groups=[]) if own else {}),
         )
         theirs.close()
         self.ch = remote.Channel(ours, trusting=False, on_dead=self._kill, limit=self.limit)
         self.ch.impl_file = str(self.path)
+        self.ch.on_error = self._saw
         return self.ch
+
+    def _saw(self, exc: BaseException) -> None:
+        """An exception from the child: one that a limit caused names the limit."""
+        if isinstance(exc, MemoryError):
+            self.limit_hit = self.limit_hit or jail.memory_reason(self.limits)
+        elif isinstance(exc, OSError) and exc.errno == errno.EMFILE:
+            self.limit_hit = self.limit_hit or f"open files limit {self.limits.open_files}"
+        elif isinstance(exc, OSError) and exc.errno == errno.EAGAIN and self.uid is not None:
+            self.limit_hit = self.limit_hit or f"processes limit {self.limits.processes}"
 
     def _kill(self) -> None:
         if self.proc is not None:
             jail.kill_tree(self.proc.pid, sessions={self.proc.pid})
+            if self.uid is not None:
+                jail.kill_user(self.uid)
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
+            self.limit_hit = self.limit_hit or self.limits.why(self.proc.returncode)
 
     def module(self):
         """The student's module as a module object here: imported in the child on first use, and
@@ -123,6 +150,8 @@ class Submission:
         jail.kill_tree(
             None, orphans_of_self=False, sessions={self.proc.pid} if self.proc else set()
         )
+        if self.uid is not None:
+            jail.kill_user(self.uid)
         self.ch = None
 
 

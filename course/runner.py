@@ -333,12 +333,20 @@ def run_checks(ex: Exercise, impl: Path | str, *, stop_at_first: bool = False,
     else:
         child = contextlib.nullcontext()
     try:
+        from .grade_job import verify_checks
+
+        changed = verify_checks(REPO_ROOT)  # under `pagedsim grade`: right before the import
+        if changed:
+            outcome.error = f"the job's private copy of course/{changed} changed: not graded"
+            return outcome
         quiet = contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO())
         with hide, child, quiet[0], quiet[1]:
             code = pytest.main(args, plugins=[_Collector(outcome, seconds), check_fixtures])
     finally:
         for k, v in saved.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+        if isolate and sub.limit_hit:  # e.g. "memory limit 2 GiB": the run says nothing more
+            outcome.error = sub.limit_hit
         if isolate and sub.refused and outcome.error is None:  # a reply it would not read
             from .isolation import REFUSED
 

@@ -6,23 +6,29 @@
     sandbox_argv(...)      `bwrap` in front of a command: its own PID, network, IPC and user
                            namespaces; the file system read-only but for the scratch folder, and
                            only the folders Python and the code need (no source tree, no solutions)
-    tree_hash(folder)      sha256 over every file's relative path and bytes
-    snapshot(folder)       {path: (size, mtime_ns)} to find files a job wrote
+    job_uid / kill_user    a uid of its own per job (when the grader is root), and every
+                           process of it killed at once, until none is left
+    Limits                 rlimits per job: memory, CPU time, file size, open files, processes
+    child_env(...)         the submission's whole environment (nothing of the grader's)
+    contents(folder)       {relative path: sha256} to find files a job changed, by content
 
-Without bubblewrap a submission runs as the grader's own user: it could then read any file
-that user can, and signal its processes. The hashes and snapshots detect, after the fact,
-what it changed in the places they cover; only the sandbox makes those writes impossible.
+Without bubblewrap and as a user other than root, a submission runs as the grader's own
+user: it could then read any file that user can, and signal its processes; `pagedsim
+grade` refuses that unless told --no-sandbox, and marks such results unverified.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import os
+import resource
 import shutil
 import signal
 import sys
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -189,6 +195,153 @@ def sandbox_argv(
     return out + argv
 
 
+# -- a user of its own per job (when the grader runs as root) ------------------------------------
+UID_BASE = 1_000_000  # job uids: UID_BASE + grader pid * 64 + slot, unique on this machine
+
+
+def job_uid(slot: int) -> int:
+    """A uid (and gid) no other process uses: for one job of this grader, `slot` < 64."""
+    return UID_BASE + os.getpid() * 64 + slot
+
+
+def can_run_as_user(sandbox: bool) -> bool:
+    """Whether a job's user could run this Python (under bubblewrap too, with `sandbox`): only
+    root can switch users, and the interpreter must not sit in a folder only root may enter
+    (e.g. a pyenv under /root). Probed once per value of `sandbox`."""
+    if sandbox not in _USER_PROBED:
+        ok = os.geteuid() == 0
+        if ok:
+            import subprocess
+            import tempfile
+
+            uid = job_uid(63)
+            with tempfile.TemporaryDirectory() as home:
+                give_to(uid, Path(home))
+                argv = [sys.executable, "-S", "-c", "pass"]
+                if sandbox:
+                    argv = sandbox_argv(argv, code_root=Path(home), scratch=Path(home),
+                                        env={"HOME": home})
+                try:
+                    ok = subprocess.run(argv, user=uid, group=uid, extra_groups=[], cwd=home,
+                                        env={"HOME": home}, capture_output=True,
+                                        timeout=30).returncode == 0
+                except (OSError, subprocess.SubprocessError):
+                    ok = False
+                kill_user(uid)
+        _USER_PROBED[sandbox] = ok
+    return _USER_PROBED[sandbox]
+
+
+_USER_PROBED: dict[bool, bool] = {}
+
+
+def processes_of(uid: int) -> list[int]:
+    """The live processes whose real uid is `uid`."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            status = Path(f"/proc/{entry}/status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if fields.get("State", "").strip().startswith("Z"):
+            continue
+        if int(fields.get("Uid", "-1").split()[0]) == uid:
+            out.append(int(entry))
+    return out
+
+
+def kill_user(uid: int) -> None:
+    """SIGKILL every process of `uid` until none is left. A process of that uid sends
+    kill(-1, SIGKILL), which reaches all of them at once (a fork chain cannot outrun it); a
+    /proc sweep from here follows, and both repeat while any remains."""
+    for _ in range(50):
+        left = processes_of(uid)
+        if not left:
+            return
+        import subprocess
+
+        try:
+            subprocess.run([sys.executable, "-S", "-c",
+                            "import os, signal; os.kill(-1, signal.SIGKILL)"],
+                           user=uid, group=uid, extra_groups=[], env={}, timeout=10,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, check=False)
+        except (OSError, subprocess.SubprocessError):
+            pass
+        for p in processes_of(uid):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        _reap()
+        time.sleep(0.02)
+
+
+def give_to(uid: int, folder: Path) -> None:
+    """`folder` (made here) becomes `uid`'s own, mode 0700: the only place its job writes."""
+    os.chown(folder, uid, uid)
+    os.chmod(folder, 0o700)
+
+
+def share_with(gid: int, folder: Path) -> None:
+    """Let group `gid` read (never write) `folder`; nobody else gets in."""
+    for p in [Path(folder), *Path(folder).rglob("*")]:
+        if p.is_symlink():
+            continue
+        os.chown(p, 0, gid)
+        p.chmod(0o550 if p.is_dir() else 0o440)
+
+
+# -- resource limits per job ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Limits:
+    """What one job's submission process may use (setrlimit in the child, before exec)."""
+
+    memory: int = 2 << 30  # bytes of address space (RLIMIT_AS)
+    cpu: int = 300  # seconds of CPU time (RLIMIT_CPU; SIGXCPU past it)
+    file_size: int = 64 << 20  # bytes in any one file it writes (RLIMIT_FSIZE; SIGXFSZ)
+    open_files: int = 256  # file descriptors (RLIMIT_NOFILE)
+    processes: int = 64  # processes of its uid at once (RLIMIT_NPROC; only with a uid of its own)
+
+    def apply(self, own_uid: bool) -> None:
+        """In the child, between fork and exec (so nothing here may import)."""
+        for what, n in ((resource.RLIMIT_AS, self.memory), (resource.RLIMIT_CPU, self.cpu),
+                        (resource.RLIMIT_FSIZE, self.file_size),
+                        (resource.RLIMIT_NOFILE, self.open_files)):
+            resource.setrlimit(what, (n, n))
+        if own_uid:
+            resource.setrlimit(resource.RLIMIT_NPROC, (self.processes, self.processes))
+
+    def why(self, returncode) -> str | None:
+        """The limit a child that ended with `returncode` ran into, in one line, if any."""
+        if returncode == -signal.SIGXCPU:
+            return f"cpu time limit {self.cpu} s"
+        if returncode == -signal.SIGXFSZ:
+            return f"file size limit {_amount(self.file_size)}"
+        return None
+
+    def as_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Limits:
+        return cls(**{k: int(v) for k, v in json.loads(text).items()}) if text else cls()
+
+
+def _amount(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return f"{n} bytes"
+
+
+def memory_reason(limits: Limits) -> str:
+    return f"memory limit {_amount(limits.memory)}"
+
+
 PASSED_ON = ("NUMBA_ENABLE_CUDASIM", "PAGEDSIM_LANG", "PAGEDSIM_CUDA", "PAGEDSIM_CHILD_OUTPUT")
 
 
@@ -212,30 +365,30 @@ def child_env(*, home: Path, pythonpath: str) -> dict[str, str]:
     return env
 
 
-def tree_hash(folder: Path) -> str:
-    h = hashlib.sha256()
-    folder = Path(folder)
-    for p in sorted(folder.rglob("*")):
-        if p.is_file() or p.is_symlink():
-            h.update(str(p.relative_to(folder)).encode() + b"\0")
-            h.update(p.read_bytes() if p.is_file() else os.readlink(p).encode())
-            h.update(b"\0")
-    return h.hexdigest()
-
-
-def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+def contents(folder: Path) -> dict[str, str]:
+    """{relative path: sha256 of its bytes} for every file below `folder` (a link: of its
+    target's name; a file that cannot be read: "unreadable"). Integrity by content: a file
+    rewritten at the same size with its mtime put back still shows."""
     out = {}
-    for p in Path(folder).rglob("*"):
+    folder = Path(folder)
+    for p in folder.rglob("*"):
+        rel = str(p.relative_to(folder))
         try:
-            st = p.lstat()
+            if p.is_symlink():
+                out[rel] = "link:" + hashlib.sha256(os.readlink(p).encode()).hexdigest()
+            elif p.is_file():
+                h = hashlib.sha256()
+                with open(p, "rb") as f:
+                    for chunk in iter(lambda f=f: f.read(1 << 20), b""):
+                        h.update(chunk)
+                out[rel] = h.hexdigest()
         except OSError:
-            continue
-        out[str(p)] = (st.st_size, st.st_mtime_ns)
+            out[rel] = "unreadable"
     return out
 
 
 def changed(before: dict, after: dict) -> list[str]:
-    """Paths added, changed or removed between two snapshots."""
+    """Paths added, changed or removed between two `contents`."""
     return sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
 
 

@@ -78,6 +78,7 @@ class Channel:
         self.seq, self.dead = 0, None  # dead: why this channel can no longer be used
         self.refused: str | None = None  # a message from the other end that was not read
         self.helpers: dict = {}  # op -> function, for the child's extra requests
+        self.on_error = None  # called with each exception the other end raised
 
     # -- encoding ---------------------------------------------------------------------------------
     def export(self, obj) -> int:
@@ -215,6 +216,8 @@ class Channel:
             return value
         if not isinstance(value, BaseException):
             raise RemoteError("a malformed message: an error that is not an exception")
+        if self.on_error is not None:
+            self.on_error(value)
         raise _Raised(value)
 
     def kill(self, why: str) -> None:
