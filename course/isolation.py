@@ -51,6 +51,7 @@ class Submission:
         self.uid = uid if uid is not None else int(env_uid) if env_uid else None
         self.limits = limits or jail.Limits.from_json(os.environ.get("PAGEDSIM_LIMITS"))
         self.proc = self.ch = None
+        self.keep = jail.descendants(os.getpid())  # processes of ours that are not the child's
         self.refused: str | None = None
         self.limit_hit: str | None = None
         self._module = None
@@ -97,7 +98,14 @@ class Submission:
         return self.ch
 
     def _saw(self, exc: BaseException) -> None:
-        """An exception from the child: one that a limit caused names the limit."""
+        """An exception from the child: one that a limit caused (or caused it) names the limit."""
+        for _ in range(remote.DEPTH + 1):
+            self._limit_of(exc)
+            exc = exc.__cause__ or exc.__context__
+            if exc is None:
+                return
+
+    def _limit_of(self, exc: BaseException) -> None:
         if isinstance(exc, MemoryError):
             self.limit_hit = self.limit_hit or jail.memory_reason(self.limits)
         elif isinstance(exc, OSError) and exc.errno == errno.EMFILE:
@@ -107,14 +115,19 @@ class Submission:
 
     def _kill(self) -> None:
         if self.proc is not None:
-            jail.kill_tree(self.proc.pid, sessions={self.proc.pid})
+            try:  # its own end first (a closed socket ends it), so a limit's signal is seen
+                self.proc.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
+            self.limit_hit = self.limit_hit or self.limits.why(self.proc.returncode)
+            jail.kill_tree(self.proc.pid, sessions={self.proc.pid}, orphans_of_self=True,
+                           keep=self.keep)
             if self.uid is not None:
                 jail.kill_user(self.uid)
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
-            self.limit_hit = self.limit_hit or self.limits.why(self.proc.returncode)
 
     def module(self):
         """The student's module as a module object here: imported in the child on first use, and
@@ -147,8 +160,9 @@ class Submission:
             self.ch.kill("closed")
         elif self.proc is not None:
             self._kill()
-        jail.kill_tree(
-            None, orphans_of_self=False, sessions={self.proc.pid} if self.proc else set()
+        jail.kill_tree(  # a setsid and a fork chain came back to us: we are their subreaper
+            None, orphans_of_self=True, keep=self.keep,
+            sessions={self.proc.pid} if self.proc else set(),
         )
         if self.uid is not None:
             jail.kill_user(self.uid)

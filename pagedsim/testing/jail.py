@@ -75,27 +75,46 @@ def kill_tree(
     pid: int | None, *, sessions=(), orphans_of_self: bool = False, keep=frozenset()
 ) -> None:
     """SIGKILL `pid`, every process in `sessions`, their descendants, and (with `orphans_of_self`)
-    every descendant of this process not in `keep`; repeat until a pass finds nobody."""
+    every descendant of this process not in `keep`. First every one found is stopped (SIGSTOP),
+    pass after pass until a pass finds none running, so a chain that forks and exits cannot
+    stay ahead; then all are killed, and the search repeats until a pass finds nobody."""
     me = os.getpid()
-    for _ in range(100):
+
+    def doomed() -> set[int]:
         table = _processes()
-        doomed = {p for p, (_, sid) in table.items() if sid in sessions and p != me}
+        found = {p for p, (_, sid) in table.items() if sid in sessions and p != me}
         if pid is not None and pid in table:
-            doomed.add(pid)
-        for p in list(doomed):
-            doomed |= descendants(p, table)
+            found.add(pid)
+        for p in list(found):
+            found |= descendants(p, table)
         if orphans_of_self:
-            doomed |= descendants(me, table) - set(keep)
-        doomed.discard(me)
-        if not doomed:
+            found |= descendants(me, table) - set(keep)
+        found.discard(me)
+        return found
+
+    stopped: set[int] = set()
+    for _ in range(200):
+        fresh = doomed() - stopped
+        if not fresh:
+            break
+        _signal(fresh, signal.SIGSTOP)
+        stopped |= fresh
+    for _ in range(100):
+        found = doomed() | stopped
+        stopped = set()
+        if not found:
             return
-        for p in doomed:
-            try:
-                os.kill(p, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        _signal(found, signal.SIGKILL)
         _reap()
         time.sleep(0.01)
+
+
+def _signal(pids, sig) -> None:
+    for p in pids:
+        try:
+            os.kill(p, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _reap() -> None:
@@ -257,12 +276,11 @@ def kill_user(uid: int) -> None:
     """SIGKILL every process of `uid` until none is left. A process of that uid sends
     kill(-1, SIGKILL), which reaches all of them at once (a fork chain cannot outrun it); a
     /proc sweep from here follows, and both repeat while any remains."""
-    for _ in range(50):
-        left = processes_of(uid)
-        if not left:
-            return
-        import subprocess
+    import subprocess
 
+    for attempt in range(50):  # kill(-1) at least once: a scan can miss a process mid-fork
+        if attempt and not processes_of(uid) and not processes_of(uid):
+            return
         try:
             subprocess.run([sys.executable, "-S", "-c",
                             "import os, signal; os.kill(-1, signal.SIGKILL)"],
@@ -308,18 +326,20 @@ class Limits:
 
     def apply(self, own_uid: bool) -> None:
         """In the child, between fork and exec (so nothing here may import)."""
-        for what, n in ((resource.RLIMIT_AS, self.memory), (resource.RLIMIT_CPU, self.cpu),
-                        (resource.RLIMIT_FSIZE, self.file_size),
+        for what, n in ((resource.RLIMIT_AS, self.memory), (resource.RLIMIT_FSIZE, self.file_size),
                         (resource.RLIMIT_NOFILE, self.open_files)):
             resource.setrlimit(what, (n, n))
+        # SIGXCPU at the soft limit; the hard one (SIGKILL, which names nothing) a second later
+        resource.setrlimit(resource.RLIMIT_CPU, (self.cpu, self.cpu + 1))
         if own_uid:
             resource.setrlimit(resource.RLIMIT_NPROC, (self.processes, self.processes))
 
     def why(self, returncode) -> str | None:
-        """The limit a child that ended with `returncode` ran into, in one line, if any."""
-        if returncode == -signal.SIGXCPU:
+        """The limit a child that ended with `returncode` ran into, in one line, if any (a
+        signal's number, negative from Python, or 128 + it as bubblewrap passes it on)."""
+        if returncode in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
             return f"cpu time limit {self.cpu} s"
-        if returncode == -signal.SIGXFSZ:
+        if returncode in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
             return f"file size limit {_amount(self.file_size)}"
         return None
 
