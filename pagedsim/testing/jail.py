@@ -210,7 +210,8 @@ def sandbox_argv(
     for key, value in (env or {}).items():
         out += ["--setenv", key, value]
     scratch = str(Path(scratch).resolve())
-    out += ["--bind", scratch, scratch, "--chdir", scratch, "--"]
+    # /tmp read-only once all is mounted: a write anywhere but scratch fails, and says so
+    out += ["--bind", scratch, scratch, "--remount-ro", "/tmp", "--chdir", scratch, "--"]
     return out + argv
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from course import curriculum, grade, grade_job
+from pagedsim.testing import jail
 
 FAKE = textwrap.dedent('''
     import json, os, subprocess, sys, time
@@ -97,25 +98,40 @@ def test_json_and_table_output(tmp_path, fake, capsys, monkeypatch):
     root = submissions(tmp_path / "class", {"ann/ex3_1_first_fit.py": "GOOD",
                                             "ben/ex3_1_first_fit.py": "meh"})
     monkeypatch.setattr(grade_job, "child_command", fake)  # what run_one starts
+    monkeypatch.setattr(jail, "can_run_as_user", lambda sandbox: False)  # same on any machine
     assert grade.main([str(root), "--json", "--timeout", "20", "--no-sandbox"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["ben"]["3.1"]["status"] == "fail" and data["ben"]["3.1"]["failed"] == ["test_b"]
-    assert set(data["ann"]["3.1"]) >= {"status", "passed", "total", "failed", "messages"}
+    assert set(data["ann"]["3.1"]) >= {"status", "passed", "total", "failed", "messages",
+                                       "verified", "mode", "limits"}
+    assert data["ann"]["3.1"]["verified"] is False and data["ann"]["3.1"]["mode"] == "none"
+    assert data["ann"]["3.1"]["limits"]["memory"] == 2 << 30
     assert grade.main([str(root), "--timeout", "20", "--no-sandbox"]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[0].split() == ["student", "3.1"] and table[2].split() == ["ann", "2/2"]
+    assert table[0].split() == ["student", "3.1"]
+    assert table[2].split() == ["ann", "2/2", "unverified"]
     assert "ben 3.1 fail: test_b" in table
-    assert table[-1].startswith("sandbox: off; the reference solutions")
+    assert table[-1].startswith("sandbox: off and no user of its own: every result is UNVERIFIED")
 
 
-def test_bad_arguments_are_refused(tmp_path, capsys):
+@pytest.mark.parametrize("bwrap", [None, "/usr/bin/bwrap"], ids=["no bwrap", "bwrap"])
+def test_bad_arguments_are_refused_before_the_sandbox_is_probed(tmp_path, capsys, monkeypatch,
+                                                                bwrap):
+    """Issue 33: the unknown exercise is named whether or not bubblewrap works here and whether
+    or not the solutions are on disk (the probe is never reached)."""
+    monkeypatch.setattr(jail, "bwrap", lambda: bwrap)
+    monkeypatch.setattr(jail, "can_run_as_user", lambda sandbox: False)
+    monkeypatch.setattr(grade, "solutions_on_disk", lambda: [tmp_path / "solution.py"])
     with pytest.raises(SystemExit):
         grade.main([str(tmp_path / "nowhere")])
+    assert "not a folder" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         grade.main([str(tmp_path), "--timeout", "0"])
+    capsys.readouterr()
     with pytest.raises(SystemExit):
         grade.main([str(tmp_path), "--exercise", "9.9"])
-    assert "9.9" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "9.9" in err and "sandbox" not in err
 
 
 # ---- the real checker --------------------------------------------------------
