@@ -6,14 +6,21 @@
       bob/ex3_4a_free_list.py         (or anywhere below bob/, e.g. bob/hw3/ex3_4a_free_list.py)
 
     pagedsim grade DIR [--exercise ID ...] [--timeout S] [--json] [--extra-checks PATH ...]
-                       [--workers N]
+                       [--workers N] [--sandbox | --no-sandbox] [--csv FILE]
+                       [--results-json FOLDER] [--memory-mib MIB] [--cpu-seconds S]
+                       [--max-reply-mib MIB]
 
 Every (student, exercise) runs `pagedsim check ID --impl FILE --json` in a new
 process group; at the time limit the whole group is killed (SIGKILL), so an endless loop at
 import or inside a check costs exactly `--timeout` seconds and is reported as
 `timeout`. The checker runs from a private student build (`export-course`, code
 only) made for the run, so the reference solutions are neither importable nor on
-disk where `course.__file__` points (one job: grade_job.py; the reports: grade_report.py).
+disk where `course.__file__` points (one job: grade_job.py; the reports: grade_report.py;
+the similarity flag: grade_similarity.py). The files are read once, when grading begins,
+and each job grades those bytes; DIR is hashed file by file after every job (`Watch`).
+How a submission is isolated (`decide_mode`): bubblewrap where it works, a uid of its own
+per job when the grader is root; with neither, grading is refused unless --no-sandbox,
+and every result is then `verified: false` (the threat model: course/INSTRUCTORS.md).
 The statuses:
 
     pass     every check passed
@@ -26,7 +33,8 @@ The statuses:
 test in them must call `course.impl.load_impl(ID)` to get the submission. Without
 `--exercise`, every exercise that at least one student handed in is graded, and a
 student without that file gets `error` ("no file ..."). Exit status: 0 when every
-result was produced (whatever the grades), 2 for bad arguments.
+result was produced (whatever the grades), 2 for bad arguments (checked before anything
+is probed or started).
 """
 
 from __future__ import annotations
