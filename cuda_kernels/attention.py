@@ -226,8 +226,10 @@ def paged_attention(query, kv_cache, block_tables, context_lens, scale=None, *, 
     """Decode attention over kv_cache[num_blocks, 2, H_kv, B, D] -> float32 [S, H, D].
 
     query [S, H, D] (float32/float16), block_tables int32 [S, max_blocks], context_lens
-    int32 [S]. scale defaults to 1/sqrt(D). window/sinks: attend only to the first
-    `sinks` and the last `window` tokens (table entries of skipped blocks may be -1).
+    int32 [S]. scale defaults to 1/sqrt(D); |scale| <= 2^16 (`_checks.MAX_SCALE`: a
+    larger one overflows the float32 scores, so it is refused). window/sinks: attend only
+    to the first `sinks` and the last `window` tokens (table entries of skipped blocks may
+    be -1).
     path: "auto" | "tensor" | "cuda_core" (`choose_path`); what ran is LAST_PLAN["path"].
     NumPy query -> NumPy result; device query -> device result.
     """

@@ -315,7 +315,8 @@ def paged_prefill(query, kv_cache, block_tables, context_lens, query_start_loc, 
     query [total_q, H, D] float32/float16, packed by sequence; query_start_loc int32
     [S + 1] (sequence s owns rows starting at query_start_loc[s]); block_tables int32
     [S, max_blocks]; context_lens int32 [S], each >= its query length. scale defaults to
-    1/sqrt(D). window 0 (or None) is full attention; sinks needs a window. path: "auto"
+    1/sqrt(D), |scale| <= 2^16 (`_checks.MAX_SCALE`). window 0 (or None) is full
+    attention; sinks needs a window. path: "auto"
     (tensor cores when the shape allows, `_prefill_checks.choose_path`), "tensor"
     (`prefill_tc`; ValueError on a shape it cannot serve), "wgmma" (`prefill_wgmma`,
     Hopper's warpgroup MMA, fp16 cache, head_dim a multiple of 16 up to 128; opt-in:

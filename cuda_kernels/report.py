@@ -48,7 +48,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from . import _backend, disasm, roofline
-from .report_format import markdown, table
+from .report_format import ladder_table, markdown, table
 
 ARCHS = ("sm_80", "sm_90")
 DEFAULT_THREADS = 128
@@ -159,6 +159,29 @@ def kernel_specs():
                   make_prefill_wgmma_kernel(128, 8, 64, 16).py_func, prefill_sig, 128,
                   {"sm_90": "sm_90a"}))
     return specs
+
+
+def ladder_specs():
+    """(name, python function, signature, threads) for every rung of `cuda_kernels.ladder`,
+    at the ladder's report case (float16, G = 4, head_dim 128, 16-token blocks)."""
+    from .ladder import RUNGS
+    return [(f"rung{i}.{rung.name}", *rung.ptx_spec()) for i, rung in enumerate(RUNGS, 1)]
+
+
+def ladder_rows(rows: list[dict]) -> list[dict]:
+    """Each rung's row gains cache_reads (`Rung.reads` at the report case's group) and
+    sass_per_cache_byte = sass_per_kv_byte x cache_reads: the loop's issue slots per byte of
+    cache one decode step needs, which is what GQA improves (it loads each byte once for
+    the group; sass_per_kv_byte alone counts per byte loaded)."""
+    from .ladder import RUNGS
+    from .ladder.launch import REPORT_GROUP
+    for row in rows:
+        rung = RUNGS[int(row["kernel"].split(".")[0][4:]) - 1]
+        row["cache_reads"] = rung.reads(REPORT_GROUP)
+        per_byte = row.get("sass_per_kv_byte")
+        row["sass_per_cache_byte"] = None if per_byte is None else round(
+            per_byte * row["cache_reads"], 4)
+    return rows
 
 
 def targets(spec: tuple, archs) -> list[tuple[str, str]]:
@@ -287,22 +310,24 @@ def _allow_device_functions_without_gpu() -> None:
         dispatcher.get_current_device = _NoDevice
 
 
-def collect(archs, ptx_dir: Path | None = None, workers: int | None = None) -> list[dict]:
+def collect(archs, ptx_dir: Path | None = None, workers: int | None = None,
+            ladder: bool = False) -> list[dict]:
     """Every (kernel, arch) row, in kernel_specs() order then arch order. numba's compiler
     holds a process-wide lock, so the kernels are shared among `workers` forked processes
     (default: the CPU count, at most 4), each rebuilding the specs and compiling its
     share. A kernel's archs are compiled by the same worker, one after the other: the
     device functions it calls are compiled once per process (for the cc `_NoDevice`
-    names) and reused by the second arch (the whole report: about 22% less CPU time)."""
+    names) and reused by the second arch (the whole report: about 22% less CPU time).
+    ladder: the rungs of `cuda_kernels.ladder` (`ladder_specs`) instead of the kernels."""
     _allow_device_functions_without_gpu()
     if find_ptxas() is None:
         raise RuntimeError("ptxas not found: install the ptx extra (nvidia-cuda-nvcc)")
     if ptx_dir is not None:
         ptx_dir.mkdir(parents=True, exist_ok=True)
-    kernels = list(range(len(kernel_specs())))
+    kernels = list(range(len(ladder_specs() if ladder else kernel_specs())))
     workers = max(1, min(workers or os.cpu_count() or 1, 4, len(kernels)))
     with tempfile.TemporaryDirectory() as tmp:
-        args = [(i, tuple(archs), tmp, ptx_dir) for i in kernels]
+        args = [(i, tuple(archs), tmp, ptx_dir, ladder) for i in kernels]
         if workers == 1:
             per_kernel = [_job(*a) for a in args]
         else:
@@ -315,11 +340,12 @@ def collect(archs, ptx_dir: Path | None = None, workers: int | None = None) -> l
 _SPECS: list = []
 
 
-def _job(index: int, archs: tuple, tmp: str, ptx_dir: Path | None) -> list[dict]:
+def _job(index: int, archs: tuple, tmp: str, ptx_dir: Path | None,
+         ladder: bool = False) -> list[dict]:
     """The rows of kernel `index` for every arch, in a worker: the specs are rebuilt once
     per process (they hold closures, which do not pickle)."""
     if not _SPECS:
-        _SPECS.extend(kernel_specs())
+        _SPECS.extend(ladder_specs() if ladder else kernel_specs())
     spec = _SPECS[index]
     return [_one(find_ptxas(), *_with_threads(spec), arch, Path(tmp), ptx_dir, target)
             for arch, target in targets(spec, archs)]
@@ -339,6 +365,8 @@ def main(argv=None) -> int:
                         help="print the README's decode/prefill table (report_format.py)")
     parser.add_argument("--arch", action="append", choices=ARCHS, help="repeatable; default: both")
     parser.add_argument("--ptx-dir", type=Path, help="also write each kernel's PTX here")
+    parser.add_argument("--ladder", action="store_true",
+                        help="the rungs of cuda_kernels.ladder instead of the kernels")
     args = parser.parse_args(argv)
     if _backend.backend() != "gpu":  # compile_ptx needs the real CUDA target: re-run
         env = dict(os.environ, PAGEDSIM_CUDA="gpu", NUMBA_ENABLE_CUDASIM="0")
@@ -348,11 +376,15 @@ def main(argv=None) -> int:
         return subprocess.run([sys.executable, "-m", "cuda_kernels.report", *argv],
                               env=env).returncode
     began = time.perf_counter()
-    rows = collect(tuple(args.arch or ARCHS), args.ptx_dir)
+    rows = collect(tuple(args.arch or ARCHS), args.ptx_dir, ladder=args.ladder)
+    if args.ladder:
+        rows = ladder_rows(rows)
     if args.json:
         print(json.dumps(rows, indent=1))
     elif args.markdown:
         print(markdown(rows, git_commit()))
+    elif args.ladder:
+        print(ladder_table(rows))
     else:
         print(table(rows))
         print(f"{len(rows)} kernels compiled in {time.perf_counter() - began:.1f} s; "

@@ -10,6 +10,11 @@ The Markdown header is MARKDOWN_HEADS exactly; a test holds the README's table t
 regenerating the README's table after a kernel change is one command:
     python -m cuda_kernels.report --markdown --arch sm_90
 A missing figure prints as "-", never as a made-up number.
+
+    ladder_table(rows)       `report --ladder`: one row per rung and arch, its loop SASS
+                             per K/V byte, how many times leaner than rung 1 (same arch),
+                             registers and spills, and (`report.ladder_rows`) how often it
+                             loads each cache byte at G = 4 and the SASS per cache byte
 """
 
 from __future__ import annotations
@@ -44,6 +49,28 @@ def table(rows: list[dict]) -> str:
         cells = [(f"{r[k]:{w}{f}}" if f == "s" else f"{r[k]:>{w}{f}}")
                  if r.get(k) is not None else f"{'-':>{w}}" for k, w, f in COLUMNS]
         lines.append(" ".join(cells))
+    return "\n".join(lines)
+
+
+LADDER = (("kernel", "rung", "s"), ("arch", "arch", "s"), ("registers", "registers", "d"),
+          ("spill_bytes", "spills (B)", "d"), ("global_load_bits", "load bits", "d"),
+          ("loop_sass", "loop SASS", "d"), ("loop_kv_bytes", "K/V B per trip", "d"),
+          ("loop_inner_loops", "inner loops", "d"),
+          ("sass_per_kv_byte", "SASS per K/V byte", ".3f"),
+          ("leaner", "x leaner than rung 1", ".1f"), ("cache_reads", "K/V reads (G=4)", ".1f"),
+          ("sass_per_cache_byte", "SASS per cache byte", ".3f"))
+
+
+def ladder_table(rows: list[dict]) -> str:
+    """Markdown: one line per rung and arch, `leaner` = rung 1's sass_per_kv_byte over the
+    row's (same arch)."""
+    first = {r["arch"]: r["sass_per_kv_byte"] for r in rows if r["kernel"].startswith("rung1.")}
+    lines = [markdown_row(h for _, h, _ in LADDER), markdown_row("---" for _ in LADDER)]
+    for r in rows:
+        base, mine = first.get(r["arch"]), r.get("sass_per_kv_byte")
+        r = dict(r, leaner=base / mine if base and mine else None)
+        lines.append(markdown_row("-" if r.get(k) is None else f"{r[k]:{f}}"
+                                  for k, _, f in LADDER))
     return "\n".join(lines)
 
 

@@ -55,6 +55,12 @@ class Rung:
         """Its @cuda.jit kernel (for a factory rung: the instance at the report case)."""
         return self._mod.kernel
 
+    def reads(self, group: int) -> float:
+        """K/V bytes this rung loads per byte of the cache a decode step needs, for groups of
+        `group` query heads per KV head: READS (two-pass rungs read K twice), times the
+        group size for the rungs that read K/V once per query head."""
+        return self._mod.READS * (1 if getattr(self._mod, "PER_GROUP", False) else group)
+
     def decode(self, query, kv_cache, block_tables, context_lens, scale=None, **options):
         return self._mod.decode(query, kv_cache, block_tables, context_lens, scale, **options)
 

@@ -21,6 +21,7 @@ from numba import cuda, float32
 from .launch import prepare
 
 NAME = "naive"
+READS = 1.5  # K/V bytes loaded per cache byte, per query head: K twice, V once
 IDEA = "one thread per (sequence, head), scalar loads through the block table, two passes"
 THREADS = 64
 

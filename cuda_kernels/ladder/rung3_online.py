@@ -19,6 +19,7 @@ from .launch import pow2_at_least, prepare
 from .rung2_cta import MAX_THREADS
 
 NAME = "online_softmax"
+READS = 1.0  # K/V bytes loaded per cache byte, per query head
 IDEA = "one pass: a running max and sum, the accumulator rescaled when the max moves"
 
 

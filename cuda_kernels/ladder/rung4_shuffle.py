@@ -22,6 +22,7 @@ from .launch import prepare
 from .rung2_cta import MAX_THREADS
 
 NAME = "warp_shuffles"
+READS = 1.0  # K/V bytes loaded per cache byte, per query head
 IDEA = "each warp sums its products with shfl_xor; only warp totals go through shared memory"
 MAX_WARPS = MAX_THREADS // 32
 

@@ -28,6 +28,7 @@ from ..primitives import FULL_MASK, itemsize, load16, unpack16, warp_sum
 from .launch import prepare
 
 NAME = "vector_loads"
+READS = 1.0  # K/V bytes loaded per cache byte, per query head
 IDEA = "one warp per (sequence, head); each lane loads 16 bytes, LPR lanes per K/V row"
 
 

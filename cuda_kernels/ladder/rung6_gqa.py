@@ -26,6 +26,8 @@ from ..primitives import FULL_MASK, itemsize, load16, unpack16, warp_sum
 from .launch import REPORT_GROUP, prepare
 
 NAME = "gqa"
+READS = 1.0  # K/V bytes loaded per cache byte, per group of query heads (GQA)
+PER_GROUP = True
 IDEA = "one warp per (sequence, KV head): each K/V load feeds the G query heads of its group"
 MAX_GROUP = 8  # G query vectors + G accumulators of 8 floats per lane: 128 registers
 _kernels: dict = {}
@@ -33,6 +35,8 @@ _kernels: dict = {}
 
 def make_gqa_kernel(G: int):
     """The kernel for groups of G query heads per KV head (G compile-time)."""
+
+    GV = G * 8  # [G, 8] per-head arrays, flat (a local array's size must be a constant)
 
     @cuda.jit
     def gqa_decode(kv_cache, query, block_tables, context_lens, scale, out, lanes_per_row):
@@ -48,8 +52,8 @@ def make_gqa_kernel(G: int):
         es = itemsize(kv_cache)
         at_head = kv_head * (kv_cache.strides[2] // es) + chunk * vpl
         v_off = kv_cache.strides[1] // es
-        q = cuda.local.array(G * 8, float32)  # [G, 8]: head h's q piece, times scale
-        acc = cuda.local.array(G * 8, float32)  # [G, 8]
+        q = cuda.local.array(GV, float32)  # [G, 8]: head h's q piece, times scale
+        acc = cuda.local.array(GV, float32)  # [G, 8]
         m = cuda.local.array(G, float32)  # per head: running max
         l = cuda.local.array(G, float32)  # noqa: E741  per head: running sum
         s = cuda.local.array(G, float32)  # per head: this step's score

@@ -28,6 +28,8 @@ from .launch import REPORT_GROUP, prepare
 from .rung6_gqa import require_group
 
 NAME = "split_k"
+READS = 1.0  # K/V bytes loaded per cache byte, per group of query heads (GQA)
+PER_GROUP = True
 IDEA = "partitions of P tokens run as separate warps; a log-sum-exp merge combines them"
 PARTITION = 512  # tokens per partition, vLLM v0's paged_attention_v2 default
 _kernels: dict = {}
@@ -35,6 +37,8 @@ _kernels: dict = {}
 
 def make_split_kernel(G: int):
     """Rung 6's kernel for groups of G heads, reading one partition per warp."""
+
+    GV = G * 8  # [G, 8] per-head arrays, flat (a local array's size must be a constant)
 
     @cuda.jit
     def split_decode(kv_cache, query, block_tables, context_lens, scale, partial,
@@ -51,8 +55,8 @@ def make_split_kernel(G: int):
         es = itemsize(kv_cache)
         at_head = kv_head * (kv_cache.strides[2] // es) + chunk * vpl
         v_off = kv_cache.strides[1] // es
-        q = cuda.local.array(G * 8, float32)
-        acc = cuda.local.array(G * 8, float32)
+        q = cuda.local.array(GV, float32)
+        acc = cuda.local.array(GV, float32)
         m = cuda.local.array(G, float32)
         l = cuda.local.array(G, float32)  # noqa: E741
         s = cuda.local.array(G, float32)

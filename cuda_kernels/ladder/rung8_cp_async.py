@@ -26,6 +26,8 @@ from ..layout import BLOCK_MAJOR
 from .launch import REPORT_BLOCK, REPORT_GROUP, REPORT_HEAD_DIM, prepare
 
 NAME = "cp_async"
+READS = 1.0  # K/V bytes loaded per cache byte, per group of query heads (GQA)
+PER_GROUP = True
 IDEA = "the production CUDA-core decode: K/V tiles staged through shared memory by cp.async"
 
 

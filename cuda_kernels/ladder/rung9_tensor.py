@@ -25,6 +25,8 @@ from .launch import REPORT_BLOCK, REPORT_GROUP, REPORT_HEAD_DIM, prepare
 from .rung8_cp_async import production_sig
 
 NAME = "tensor_cores"
+READS = 1.0  # K/V bytes loaded per cache byte, per group of query heads (GQA)
+PER_GROUP = True
 IDEA = "the production tensor-core decode: the group's heads as the M rows of mma.m16n8k16"
 
 
