@@ -61,7 +61,7 @@ import numpy as np
 
 import cuda_kernels as ck  # first: it selects the CUDA backend before numba.cuda is imported
 from cuda_kernels import attention
-from cuda_kernels.decode_tc import tc_supported
+from cuda_kernels.fast.decode_tc import tc_supported
 from cuda_kernels.labs import contiguous
 from numba import cuda
 

@@ -17,7 +17,7 @@
                      skipped and says so; a phase that raises is recorded and the next one
                      runs; it records each phase's seconds and JIT compile time (time in
                      numba's compiler lock: `CompileClock`);
-    tflops, pct_of_tensor_peak, peak constants   from `cuda_kernels.roofline` (H200);
+    tflops, pct_of_tensor_peak, peak constants   from `cuda_kernels.tools.roofline` (H200);
     auto_launch      what paged_attention's path="auto" launches (its plan, read back
                      from attention.LAST_PLAN), as a timed closure.
 The contiguous-KV baseline kernel lives in `cuda_kernels.labs.contiguous`.
@@ -36,7 +36,8 @@ import traceback
 import numpy as np
 
 import cuda_kernels  # noqa: F401  (first: it selects the CUDA backend before numba.cuda loads)
-from cuda_kernels import attention, roofline
+from cuda_kernels import attention
+from cuda_kernels.tools import roofline
 from cuda_kernels._checks import require_scale
 from cuda_kernels.merge import merge_partitions
 from cuda_kernels.primitives import itemsize, load16

@@ -38,8 +38,8 @@ from numba import cuda
 
 from . import _backend
 from . import _checks as ck
-from .decode import geometry, make_decode_kernel
-from .decode_tc import make_tc_decode_kernel, tc_geometry, tc_supported
+from .fast.decode import geometry, make_decode_kernel
+from .fast.decode_tc import make_tc_decode_kernel, tc_geometry, tc_supported
 from .layout import BLOCK_MAJOR, Loaders, check_kv_cache
 from .merge import merge_partitions
 from .primitives import aligned16, vec_width

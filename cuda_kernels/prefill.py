@@ -11,12 +11,12 @@ Query token i of a sequence (0 <= i < query_len) sits at position
 p = context_len - query_len + i and, when causal, sees the positions < p + 1: every
 cached token and the new tokens up to itself. With causal=False it sees the whole
 context. A sliding window applies to that per-token length L exactly as the decode
-kernel applies it to context_len (see decode.py): the first `kept = min(sinks, L)`
-positions plus positions [max(L - window, kept), L). `window_span` is that rule.
+kernel applies it to context_len (see fast/decode.py): the first `kept = min(sinks, L)`
+positions plus positions [max(L - window, kept), L). `primitives.window_span` is that rule.
 
 Decode is the case query_len = 1: then p + 1 = context_len, and the row is exactly
 what `paged_attention` computes (tests check both the kernels and the references).
-Shared pieces have one home each: the window rule (`window_span` on the device,
+Shared pieces have one home each: the window rule (`primitives.window_span` on the device,
 `attention.attended_ranges` on the host, `reference.attended_positions` in the
 reference); the query, scale and window/sinks validators (`_checks`, as for decode; the
 ragged batch's own checks are in `_prefill_checks`); the cache layout's loaders and the
@@ -61,22 +61,14 @@ from . import _backend
 from . import _checks as ck
 from ._prefill_checks import check_batch, choose_path
 from .attention import _empty, usable_loaders
-from .decode import LOG2E, SLACK
+from .fast import prefill_tc, prefill_wgmma
+from .fast.decode import LOG2E, SLACK
 from .layout import BLOCK_MAJOR, Loaders, check_kv_cache
-from .primitives import exp2_or_zero, load16, softmax_rescale, unpack16, vec_width
+from .primitives import exp2_or_zero, load16, softmax_rescale, unpack16, vec_width, window_span
 
 SHARED_LIMIT = 48 * 1024  # static shared memory per thread block
 LAST_PATH = {"path": None}  # the kernel the last paged_prefill call ran: "tensor"/"wgmma"/...
 _kernels: dict = {}
-
-
-@cuda.jit(device=True)
-def window_span(length, window, sinks):
-    """(kept, start): a query seeing `length` positions attends [0, kept) and [start, length)."""
-    if window <= 0:
-        return 0, 0
-    kept = min(sinks, length)
-    return kept, max(length - window, kept)
 
 
 def _tile_loader(loaders: Loaders, D: int, NT: int, VEC: int, FP16: bool):
@@ -351,10 +343,8 @@ def launcher(cache, query, tables, lens, starts, q_lens, *, scale: float, causal
     group = query.shape[1] // num_kv_heads
     path = choose_path(path, cache)
     if path == "tensor":
-        from . import prefill_tc
         kernel, threads, q_tile = prefill_tc.kernel_for(head_dim, group, cache.shape[3])
     elif path == "wgmma":
-        from . import prefill_wgmma
         kernel, threads, q_tile = prefill_wgmma.kernel_for(head_dim, group, cache.shape[3])
     else:
         loaders = usable_loaders(BLOCK_MAJOR, cache, cache, head_dim)  # 16-byte or scalar

@@ -17,6 +17,8 @@ reductions, online-softmax state), so that a kernel body reads as its algorithm.
     exp2_or_zero(score, m)                                2^(score - m), 0 for a masked score
                                  (-inf); a NaN score stays NaN
     merge_states(m_a, l_a, m_b, l_b) -> (m, l, w_a, w_b)  combine two partial softmax states
+    window_span(length, window, sinks) -> (kept, start)   the sliding window with sinks: a
+                                 query seeing `length` positions attends [0, kept), [start, length)
 Tensor cores (sm_80+; `_intrinsics` on a GPU, `_tensor_sim` under the simulator):
     mma_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)
                                  mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32
@@ -87,7 +89,7 @@ FULL_MASK = 0xFFFFFFFF
 
 
 if _backend.backend() == "simulator":
-    from ._simulator import (  # noqa: F401
+    from .sim.simulator import (  # noqa: F401
         bits_to_float,
         device_address,
         fast_exp2,
@@ -96,7 +98,7 @@ if _backend.backend() == "simulator":
         itemsize,
         load16,
     )
-    from ._tensor_sim import (  # noqa: F401
+    from .sim.tensor_sim import (  # noqa: F401
         cp_async16,
         cp_async_commit,
         cp_async_wait,
@@ -118,7 +120,7 @@ if _backend.backend() == "simulator":
     )
     install_shuffles()
 else:
-    from ._intrinsics import (  # noqa: F401
+    from .gpu.intrinsics import (  # noqa: F401
         bits_to_float,
         cp_async16,
         cp_async_commit,
@@ -307,6 +309,16 @@ def exp2_or_zero(score, m):
     if score != -math.inf:
         return fast_exp2(score - m)
     return float32(0)
+
+
+@cuda.jit(device=True)
+def window_span(length, window, sinks):
+    """(kept, start): a query seeing `length` positions attends [0, kept) and [start, length)
+    (the first `sinks` and the last `window` positions); window <= 0 is full attention."""
+    if window <= 0:
+        return 0, 0
+    kept = min(sinks, length)
+    return kept, max(length - window, kept)
 
 
 @cuda.jit(device=True)

@@ -47,8 +47,9 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from . import _backend, disasm, roofline
-from .report_format import ladder_table, markdown, table
+from . import _backend
+from .tools import disasm, roofline
+from .tools.report_format import ladder_table, markdown, table
 
 ARCHS = ("sm_80", "sm_90")
 DEFAULT_THREADS = 128
@@ -83,7 +84,7 @@ def kernel_specs():
     from numba import types as t
 
     from .block_copy import copy_blocks_kernel, copy_blocks_vec
-    from .decode import make_decode_kernel
+    from .fast.decode import make_decode_kernel
     from .labs.contiguous import CONTIGUOUS
     from .layout import BLOCK_MAJOR, BLOCK_MAJOR_SCALAR
     from .merge import merge_partitions
@@ -125,7 +126,7 @@ def kernel_specs():
                                   warps=warps, paged=paged)
         specs.append((f"paged_decode[{name}]", kern.py_func,
                       decode_sig(cache, t.Array(dtype, 3, "C")), threads))
-    from .decode_tc import make_tc_decode_kernel, tc_geometry  # path="tensor", as on a GPU
+    from .fast.decode_tc import make_tc_decode_kernel, tc_geometry  # path="tensor", as on a GPU
     for group in (4, 8, 16):
         kern = make_tc_decode_kernel(BLOCK_MAJOR, 128, group, 16)
         specs.append((f"paged_decode_tc[float16,G={group},D=128]", kern.py_func,
@@ -146,7 +147,7 @@ def kernel_specs():
         specs.append((f"paged_prefill[{dtype.name},G={group},D={head_dim}]", kern.py_func,
                       (cache, t.Array(dtype, 3, "C"), t.Array(t.int32, 2, "C"), i32, i32, i32, i32,
                        t.int32, t.float32, t.int32, t.int32, t.int32, f32c3), 128))
-    from .prefill_tc import launch_config, make_prefill_tc_kernel  # the GPU's shapes
+    from .fast.prefill_tc import launch_config, make_prefill_tc_kernel  # the GPU's shapes
     prefill_sig = (f16c5, t.Array(t.float16, 3, "C"), t.Array(t.int32, 2, "C"), i32, i32, i32,
                    i32, t.int32, t.float32, t.int32, t.int32, t.int32, f32c3)
     for group, head_dim in ((8, 128), (1, 128), (8, 256), (4, 80)):
@@ -154,7 +155,7 @@ def kernel_specs():
         kern = make_prefill_tc_kernel(head_dim, group, warps, tile, 16, q_regs, o_split)
         specs.append((f"paged_prefill_tc[float16,G={group},D={head_dim}]", kern.py_func,
                       prefill_sig, 32 * warps))
-    from .prefill_wgmma import make_prefill_wgmma_kernel  # path="wgmma": sm_90a only
+    from .fast.prefill_wgmma import make_prefill_wgmma_kernel  # path="wgmma": sm_90a only
     specs.append(("paged_prefill_wgmma[float16,G=8,D=128]",
                   make_prefill_wgmma_kernel(128, 8, 64, 16).py_func, prefill_sig, 128,
                   {"sm_90": "sm_90a"}))

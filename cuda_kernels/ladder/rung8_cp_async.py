@@ -46,7 +46,7 @@ def decode(query, kv_cache, block_tables, context_lens, scale=None):
 
 
 def ptx_spec(sig):
-    from ..decode import make_decode_kernel
+    from ..fast.decode import make_decode_kernel
     kern = make_decode_kernel(BLOCK_MAJOR, REPORT_HEAD_DIM, REPORT_GROUP, np.float16,
                               REPORT_BLOCK, warps=4)
     return kern.py_func, production_sig(), 128

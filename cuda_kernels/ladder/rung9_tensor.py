@@ -19,7 +19,7 @@ Refuses: a cache that is not float16, or head_dim not a multiple of 16 in [16, 2
 from __future__ import annotations
 
 from ..attention import paged_attention
-from ..decode_tc import tc_supported
+from ..fast.decode_tc import tc_supported
 from ..layout import BLOCK_MAJOR
 from .launch import REPORT_BLOCK, REPORT_GROUP, REPORT_HEAD_DIM, prepare
 from .rung8_cp_async import production_sig
@@ -32,7 +32,7 @@ IDEA = "the production tensor-core decode: the group's heads as the M rows of mm
 
 def __getattr__(name):
     if name == "kernel":
-        from ..decode_tc import make_tc_decode_kernel
+        from ..fast.decode_tc import make_tc_decode_kernel
         return make_tc_decode_kernel(BLOCK_MAJOR, REPORT_HEAD_DIM, REPORT_GROUP, REPORT_BLOCK)
     raise AttributeError(name)
 
@@ -47,6 +47,6 @@ def decode(query, kv_cache, block_tables, context_lens, scale=None):
 
 
 def ptx_spec(sig):
-    from ..decode_tc import make_tc_decode_kernel, tc_geometry
+    from ..fast.decode_tc import make_tc_decode_kernel, tc_geometry
     kern = make_tc_decode_kernel(BLOCK_MAJOR, REPORT_HEAD_DIM, REPORT_GROUP, REPORT_BLOCK)
     return kern.py_func, production_sig(), 32 * tc_geometry(REPORT_HEAD_DIM, REPORT_GROUP)["warps"]

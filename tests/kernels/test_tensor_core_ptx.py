@@ -131,7 +131,8 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 from numba.cuda import types as t
-from cuda_kernels import prefill_tc, report
+from cuda_kernels import report
+from cuda_kernels.fast import prefill_tc
 
 def row(job):
     head_dim, arch = job

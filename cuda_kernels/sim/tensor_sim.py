@@ -30,7 +30,7 @@ import threading
 
 import numpy as np
 
-from ._simulator import WARP, _exchange, _extent, _lock, _numpy_of
+from .simulator import WARP, _exchange, _extent, _lock, _numpy_of
 
 FULL = 0xFFFFFFFF
 _LANE = np.arange(WARP)
@@ -279,7 +279,7 @@ def _warpgroup(kind: str, value) -> dict:
     group, me = thread.thread_id // WARPGROUP, thread.thread_id % WARPGROUP
     if int(np.prod(manager._block_dim)) < WARPGROUP * (group + 1):
         raise RuntimeError(f"{kind} needs a whole warpgroup of 128 threads")
-    from ._simulator import TIMEOUT_S, _Round
+    from .simulator import TIMEOUT_S, _Round
     with _lock:
         rooms = manager.__dict__.setdefault("_shuffle_rooms", {})
         current = rooms.get(("warpgroup", group, kind))

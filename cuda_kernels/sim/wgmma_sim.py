@@ -42,8 +42,8 @@ import threading
 
 import numpy as np
 
-from ._simulator import _numpy_of
-from ._tensor_sim import (
+from .simulator import _numpy_of
+from .tensor_sim import (
     A_COLS,
     A_ROWS,
     C_COLS,

@@ -40,14 +40,13 @@ import math
 import numpy as np
 from numba import cuda, float32, int32, int64
 
-from . import _backend
-from ._checks import fp16_mma_refusal
+from .. import _backend
+from .._checks import fp16_mma_refusal
+from ..primitives import pack_f16x2, swizzle_shape, swizzled, window_span
 from .decode import LOG2E
-from .prefill import window_span
 from .prefill_tc_shape import TileShape
 from .prefill_tc_step import make_steps
 from .prefill_tc_tiles import make_tile_loader
-from .primitives import pack_f16x2, swizzle_shape, swizzled
 
 SHARED_BUDGET = 40 * 1024  # the K and V tiles, under the 48 KiB static limit
 MAX_HEAD_DIM = 256

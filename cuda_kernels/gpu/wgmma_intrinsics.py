@@ -28,7 +28,7 @@ from llvmlite import ir
 from numba.cuda import types
 from numba.cuda.extending import intrinsic
 
-from ._intrinsics import (  # noqa: F401  (re-exported)
+from .intrinsics import (  # noqa: F401  (re-exported)
     _F32,
     _asm,
     _shared_address,

@@ -82,7 +82,7 @@ def markdown(rows: list[dict], as_of: str | None = None) -> str:
     """The README's table of the decode and prefill rows, preceded by one line saying
     which commit it was compiled from."""
     lines = [f"As of {as_of or 'an unknown commit'} (static counts from ptxas and nvdisasm, "
-             f"no GPU; bound and % from cuda_kernels/roofline.py):", "",
+             f"no GPU; bound and % from cuda_kernels/tools/roofline.py):", "",
              markdown_row(MARKDOWN_HEADS), markdown_row("---" for _ in MARKDOWN)]
     for r in rows:
         if not r["kernel"].startswith(MARKDOWN_KERNELS):

@@ -45,18 +45,17 @@ import math
 import numpy as np
 from numba import cuda, float32, int32, int64
 
-from . import _backend
-from ._checks import fp16_mma_refusal
-from ._wgmma_tiles import make_tile_io, make_tile_order
-from .decode import LOG2E
-from .prefill import window_span
-from .primitives import (
+from .. import _backend
+from .._checks import fp16_mma_refusal
+from ..primitives import (
     cp_async_wait,
     fast_exp2,
     pack_f16x2,
     warp_max,
     warp_sum,
+    window_span,
 )
+from .decode import LOG2E
 from .wgmma import (
     SWIZZLE_128B,
     align_pad,
@@ -67,6 +66,7 @@ from .wgmma import (
     wgmma_fence,
     wgmma_wait,
 )
+from .wgmma_tiles import make_tile_io, make_tile_order
 
 MAX_HEAD_DIM = 128
 THREADS = 128  # one warpgroup
