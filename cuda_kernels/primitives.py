@@ -19,7 +19,7 @@ reductions, online-softmax state), so that a kernel body reads as its algorithm.
     merge_states(m_a, l_a, m_b, l_b) -> (m, l, w_a, w_b)  combine two partial softmax states
     window_span(length, window, sinks) -> (kept, start)   the sliding window with sinks: a
                                  query seeing `length` positions attends [0, kept), [start, length)
-Tensor cores (sm_80+; `_intrinsics` on a GPU, `_tensor_sim` under the simulator):
+Tensor cores (sm_80+; `gpu/intrinsics` on a GPU, `sim/tensor_sim` under the simulator):
     mma_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)
                                  mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32
     mma_bf16(...)                the same with bf16 A/B words
@@ -54,7 +54,7 @@ accumulate) -> (d0..d3), a warpgroup (4 warps) multiplying A [64 x 16] (warp w: 
 16w.., the A layout above) by B [16 x 8] from shared memory, D in the C layout per warp;
 smem_desc(smem, index, lbo, sbo, swizzle) builds B's descriptor (K-major; swizzle 0 or 1
 = 128-byte); wgmma_fence() before, wgmma_commit() and wgmma_wait(N) after
-(`_tensor_sim` states the descriptor and swizzle rules its stand-in follows).
+(`sim/tensor_sim` states the descriptor and swizzle rules its stand-in follows).
 
 The softmax pieces work in base 2 (scores in log2 units: q pre-multiplied by
 scale * log2(e)), as FlashAttention does: `fast_exp2` is one MUFU.EX2.
@@ -70,7 +70,7 @@ therefore stay in their storage type until they sit in registers; `unpack16` con
 them to float32 there.
 
 Under Numba's CUDA simulator an intrinsic cannot run and warp shuffles do not exist,
-so `_simulator.py` supplies plain-Python stand-ins with CUDA's documented semantics
+so `sim/simulator.py` supplies plain-Python stand-ins with CUDA's documented semantics
 (installed only when the simulator backend is active, see `_backend.py`). The kernel
 bodies never ask which backend they run on.
 """

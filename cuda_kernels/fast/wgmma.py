@@ -1,5 +1,5 @@
 """Hopper warpgroup MMA (wgmma, sm_90a) for the kernels: one name per shape, the GPU's
-inline PTX (`_wgmma_intrinsics`) or the simulator's stand-ins (`_wgmma_sim`, which
+inline PTX (`gpu/wgmma_intrinsics`) or the simulator's stand-ins (`sim/wgmma_sim`, which
 states the fragment, descriptor and swizzle rules it follows), chosen once here as
 `primitives` chooses its own. Kernel bodies never ask which backend they run on.
 

@@ -1,6 +1,6 @@
 """The GPU side of `primitives`: LLVM intrinsics numba-cuda does not provide.
 
-Only imported when the real CUDA target is active; `_simulator.py` holds the
+Only imported when the real CUDA target is active; `sim/simulator.py` holds the
 plain-Python stand-ins with the same names and meaning.
 
     load16(array, index)   `load <4 x i32>, ptr addrspace(1), align 16, !invariant.load`

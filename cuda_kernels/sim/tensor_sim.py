@@ -1,10 +1,10 @@
 """Simulator stand-ins for the tensor-core primitives: mma.sync, ldmatrix, cp.async, packing.
 
 Installed by `primitives` only when the simulator backend is active (the GPU gets the
-inline PTX of `_intrinsics.py`). Each follows the PTX ISA (version 8.x):
+inline PTX of `gpu/intrinsics.py`). Each follows the PTX ISA (version 8.x):
 
   * mma_f16 / mma_bf16: "Matrix Fragments for mma.m16n8k16 with floating point type".
-    The 32 lanes of the warp meet (as the shuffle stand-ins do, `_simulator._exchange`);
+    The 32 lanes of the warp meet (as the shuffle stand-ins do, `sim/simulator._exchange`);
     each brings its fragments, the stand-in places every element where the ISA's tables
     say that lane and register hold it (A_ROWS/A_COLS, B_ROWS/B_COLS, C_ROWS/C_COLS
     below, with groupID g = lane >> 2 and threadID_in_group t = lane % 4), computes

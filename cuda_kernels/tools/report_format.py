@@ -53,7 +53,7 @@ def table(rows: list[dict]) -> str:
 
 
 LADDER = (("kernel", "rung", "s"), ("arch", "arch", "s"), ("registers", "registers", "d"),
-          ("spill_bytes", "spills (B)", "d"), ("global_load_bits", "load bits", "d"),
+          ("spill_bytes", "spills (B)", "d"), ("loop_kv_bits", "K/V load bits", "d"),
           ("loop_sass", "loop SASS", "d"), ("loop_kv_bytes", "K/V B per trip", "d"),
           ("loop_inner_loops", "inner loops", "d"),
           ("sass_per_kv_byte", "SASS per K/V byte", ".3f"),

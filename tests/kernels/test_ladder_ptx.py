@@ -38,4 +38,5 @@ def test_every_rung_compiles_without_spills_and_the_last_is_five_times_leaner_pe
         per_cache = {r["kernel"].split(".")[1]: r["sass_per_cache_byte"] for r in at}
         assert per_cache["gqa"] < per_cache["vector_loads"] < per_cache["naive"], per_cache
     assert rows[-1]["hmma"] > 0 and rows[0]["hmma"] == 0
-    assert {r["global_load_bits"] for r in rows if r["kernel"].startswith("rung5")} == {128}
+    assert {r["loop_kv_bits"] for r in rows if r["kernel"].startswith("rung5")} == {128}
+    assert {r["loop_kv_bits"] for r in rows if r["kernel"].startswith("rung1")} == {16}
