@@ -59,13 +59,18 @@ from pathlib import Path
 
 import numpy as np
 
-import cuda_kernels as ck  # first: it selects the CUDA backend before numba.cuda is imported
-from cuda_kernels import attention
-from cuda_kernels.fast.decode_tc import tc_supported
-from cuda_kernels.labs import contiguous
-from numba import cuda
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_preflight  # noqa: E402  (imports no numba: it must run before cuda_kernels can fail)
+
+if __name__ == "__main__":  # an old numba-cuda stops here in one line, not in an ImportError
+    gpu_preflight.require()
+
+import cuda_kernels as ck  # noqa: E402, I001  (first of the numba users: it picks the backend)
+from cuda_kernels import attention  # noqa: E402
+from cuda_kernels.fast.decode_tc import tc_supported  # noqa: E402
+from cuda_kernels.labs import contiguous  # noqa: E402
+from numba import cuda  # noqa: E402
+
 import gpu_common as common  # noqa: E402
 import gpu_prefill  # noqa: E402
 import gpu_summary  # noqa: E402
@@ -84,8 +89,8 @@ DRY_GRID = [(2, 40, 4, 2, "float16"), (1, 24, 8, 1, "float32")]
 # Seconds each phase may take on a GPU, in run order, the targets' phases first
 # (`gpu_common.Phases`: a phase that does not fit in what is left of TOTAL_S is skipped; a
 # decode case starts only if the longest case so far, at least CASE_S, fits in its phase).
-PHASE_S = {"copy": 10, "prefill": 75, "decode": 200, "correctness": 60, "copies": 20,
-           "labs": 55}
+PHASE_S = {"copy": 10, "prefill": 75, "decode": 170, "ladder": 40, "correctness": 60,
+           "copies": 20, "labs": 45}
 CASE_S = 25
 
 
@@ -108,6 +113,16 @@ def torch_sdpa_ms(batch, context, heads, kv_heads, dim, dtype, runs, timed):
                 for k, v in kvs]
     torch.cuda.synchronize()
     return common.time_ms(launches, runs, timed)
+
+
+LAUNCH_OVERHEAD = {"ms": None}  # the copy phase's measurement (gpu_common.launch_overhead_ms)
+
+
+def launch_bound(ms) -> bool | None:
+    """True when a row's time is within LAUNCH_BOUND x the per-launch overhead: what it
+    times is mostly the launch, not the kernel."""
+    over = LAUNCH_OVERHEAD["ms"]
+    return None if ms is None or over is None else ms < common.LAUNCH_BOUND * over
 
 
 def bench_case(rng, batch, context, heads, kv_heads, dtype, dim, runs, timed, copy_gbs,
@@ -136,7 +151,7 @@ def bench_case(rng, batch, context, heads, kv_heads, dtype, dim, runs, timed, co
     def row(mode, layout, ms, ok=True, path=None):
         bps = moved / ms * 1e3 if ms else None
         return {**base, "mode": mode, "layout": layout, "path": path, "checked_on_device": ok,
-                "median_ms": ms,
+                "median_ms": ms, "launch_bound": launch_bound(ms),
                 "bytes_per_s": bps, "gb_per_s": bps / 1e9 if bps else None,
                 "pct_of_roofline": 100 * roof_ms / ms if ms and roof_ms else None,
                 "pct_of_copy": 100 * bps / 1e9 / copy_gbs if bps and copy_gbs else None}
@@ -214,6 +229,8 @@ def _phases(args, report: dict, began: float) -> list:
 
     def copy_phase(_):
         report["copy"] = copy_bandwidth(1 << 16 if dry else 1 << 30, runs, on_gpu)
+        report["launch_overhead_ms"] = common.launch_overhead_ms(runs, on_gpu)
+        LAUNCH_OVERHEAD["ms"] = report["launch_overhead_ms"]
 
     def copy_gbs():
         return (report.get("copy") or {}).get("gb_per_s")
@@ -234,6 +251,12 @@ def _phases(args, report: dict, began: float) -> list:
             longest = max(longest, time.perf_counter() - t0)
             print(f"done {case} after {time.perf_counter() - began:.0f} s", file=sys.stderr)
 
+    def ladder_phase(phase):
+        import gpu_ladder
+
+        report["ladder"] = gpu_ladder.rows(rng, runs, on_gpu, dry,
+                                           left=phase.left if on_gpu else lambda: float("inf"))
+
     def correctness_phase(_):
         report["correctness"] = check_correctness(rng, dim, dry)
         report["roofline_check"] = common.roofline_reads_every_byte_once(
@@ -249,7 +272,8 @@ def _phases(args, report: dict, began: float) -> list:
         print(f"labs done after {time.perf_counter() - began:.0f} s", file=sys.stderr)
 
     phases = {"copy": copy_phase, "prefill": prefill_phase, "decode": decode_phase,
-              "correctness": correctness_phase, "copies": copies_phase, "labs": labs_phase}
+              "ladder": ladder_phase, "correctness": correctness_phase,
+              "copies": copies_phase, "labs": labs_phase}
     chosen = args.phases.split(",") if args.phases else list(PHASE_S)
     unknown = sorted(set(chosen) - set(phases))
     if unknown:
@@ -266,6 +290,7 @@ def failures(report: dict) -> list[str]:
                for c in report.get("cases", []) if not c["checked_on_device"]]
     failed += [c["kernel"] for c in report.get("copies", []) + report.get("prefill", [])
                if not c.get("peer") and not c["checked_on_device"]]
+    failed += [r["rung"] for r in report.get("ladder", []) if r.get("checked_on_device") is False]
     failed += [] if report.get("roofline_check", True) else ["read-only roofline kernel"]
     failed += [f"phase {name}: {rec['error']}" for name, rec in report.get("phases", {}).items()
                if "error" in rec]
@@ -293,7 +318,8 @@ def main(argv=None) -> int:
         return 2
     began = time.perf_counter()
     report = {"backend": ck.backend(), "dry_run": args.dry_run, "timings_valid": on_gpu,
-              "device": _device_name() if on_gpu else "simulator"}
+              "device": _device_name() if on_gpu else "simulator",
+              "preflight": gpu_preflight.report()}
     guard = common.Phases(common.TOTAL_S if on_gpu else float("inf"), began=began)
     for name, fn in _phases(args, report, began):
         guard.run(name, PHASE_S[name], fn)

@@ -262,6 +262,24 @@ def time_ms(launches, runs: int, timed: bool):
     return statistics.median(times) if timed else None
 
 
+@cuda.jit
+def nothing(sink):
+    """An empty kernel: its back-to-back launches time the host's launch cost alone."""
+    if cuda.grid(1) > sink.size:  # never true: keeps the argument used
+        sink[0] = 0
+
+
+def launch_overhead_ms(runs: int, timed: bool):
+    """Milliseconds per launch of an empty kernel, PER_SAMPLE launches inside one event
+    window (`time_ms`): the host's per-launch cost, below which no kernel time is real.
+    A row whose median_ms is within LAUNCH_BOUND x this times the launch, not the kernel."""
+    sink = cuda.device_array(32, np.uint32)
+    return time_ms(lambda: nothing[1, 32](sink), runs, timed)
+
+
+LAUNCH_BOUND = 3  # a row under 3x the launch overhead is marked launch_bound
+
+
 def filled(rng, shape, dtype):
     """A device array of `shape` with random values (one host piece reused: values do not
     matter for timing, only the bytes)."""

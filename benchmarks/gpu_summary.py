@@ -126,4 +126,15 @@ def markdown(report: dict) -> str:
                          f"{_cell(p.get('median_ms'))} | {_cell(p.get('tflop_per_s'), '.1f')} | "
                          f"{_cell(p.get('pct_of_tensor_peak'), '.1f')} | "
                          f"{p.get('checked_on_device', p.get('error', '-'))} |")
+    lines += ["", f"launch overhead: {_cell(report.get('launch_overhead_ms'), '.4f')} ms per "
+              f"launch (an empty kernel, back to back in one event window; rows under 3x it "
+              f"are marked launch_bound)"]
+    lines += ["", "| ladder rung | ms | GB/s | % of read roofline | checked |",
+              "| --- | --- | --- | --- | --- |"]
+    for r in report.get("ladder") or []:
+        note = r.get("skipped") or r.get("refused")
+        lines.append(f"| {r['rung']} | {_cell(r.get('median_ms'))} | "
+                     f"{_cell(r.get('gb_per_s'), '.0f')} | "
+                     f"{_cell(r.get('pct_of_roofline'), '.1f')} | "
+                     f"{note or r.get('checked_on_device')} |")
     return "\n".join(lines)

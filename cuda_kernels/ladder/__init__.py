@@ -64,6 +64,10 @@ class Rung:
     def decode(self, query, kv_cache, block_tables, context_lens, scale=None, **options):
         return self._mod.decode(query, kv_cache, block_tables, context_lens, scale, **options)
 
+    def launch(self, case, **options):
+        """Run on a case `launch.prepare` validated (the benchmark times this)."""
+        return self._mod.launch(case, **options)
+
     def ptx_spec(self):
         """(python function, numba signature, threads) at the report case."""
         from .launch import report_sig

@@ -66,7 +66,12 @@ kernel = naive_decode
 
 def decode(query, kv_cache, block_tables, context_lens, scale=None):
     """float32 [S, H, D], as `paged_attention`."""
-    case = prepare(query, kv_cache, block_tables, context_lens, scale)
+    return launch(prepare(query, kv_cache, block_tables, context_lens, scale))
+
+
+def launch(case):
+    """Launch on a validated case (`launch.prepare`): the result, on the device when the
+    query was a device array."""
     out = case.output()
     rows = case.num_seqs * case.num_heads
     naive_decode[-(-rows // THREADS), THREADS](case.cache, case.query, case.tables, case.lens,

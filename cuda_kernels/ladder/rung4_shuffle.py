@@ -71,7 +71,12 @@ kernel = shuffle_decode
 
 def decode(query, kv_cache, block_tables, context_lens, scale=None):
     """float32 [S, H, D], as `paged_attention`; head_dim <= MAX_THREADS."""
-    case = prepare(query, kv_cache, block_tables, context_lens, scale)
+    return launch(prepare(query, kv_cache, block_tables, context_lens, scale))
+
+
+def launch(case):
+    """Launch on a validated case (`launch.prepare`): the result, on the device when the
+    query was a device array."""
     if case.head_dim > MAX_THREADS:
         raise ValueError(f"kv_cache: {NAME} needs head_dim <= {MAX_THREADS}, got {case.head_dim}")
     out = case.output()

@@ -100,7 +100,12 @@ kernel = vector_decode
 
 def decode(query, kv_cache, block_tables, context_lens, scale=None):
     """float32 [S, H, D], as `paged_attention`."""
-    case = prepare(query, kv_cache, block_tables, context_lens, scale)
+    return launch(prepare(query, kv_cache, block_tables, context_lens, scale))
+
+
+def launch(case):
+    """Launch on a validated case (`launch.prepare`): the result, on the device when the
+    query was a device array."""
     lanes = case.require_vector_rows(NAME)
     out = case.output()
     vector_decode[(case.num_heads, case.num_seqs), 32](

@@ -130,7 +130,12 @@ def require_group(case, rung: str) -> int:
 
 def decode(query, kv_cache, block_tables, context_lens, scale=None):
     """float32 [S, H, D], as `paged_attention`."""
-    case = prepare(query, kv_cache, block_tables, context_lens, scale)
+    return launch(prepare(query, kv_cache, block_tables, context_lens, scale))
+
+
+def launch(case):
+    """Launch on a validated case (`launch.prepare`): the result, on the device when the
+    query was a device array."""
     lanes = case.require_vector_rows(NAME)
     out = case.output()
     kernel_for(require_group(case, NAME))[(case.num_kv_heads, case.num_seqs), 32](

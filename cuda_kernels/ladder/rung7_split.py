@@ -132,7 +132,12 @@ kernel = kernel_for(REPORT_GROUP)
 
 def decode(query, kv_cache, block_tables, context_lens, scale=None, *, partition_size=PARTITION):
     """float32 [S, H, D], as `paged_attention`; partition_size tokens per warp."""
-    case = prepare(query, kv_cache, block_tables, context_lens, scale)
+    return launch(prepare(query, kv_cache, block_tables, context_lens, scale), partition_size)
+
+
+def launch(case, partition_size=PARTITION):
+    """Launch on a validated case (`launch.prepare`): the result, on the device when the
+    query was a device array."""
     lanes = case.require_vector_rows(NAME)
     group = require_group(case, NAME)
     part = ck.require_int("partition_size", partition_size, 1)

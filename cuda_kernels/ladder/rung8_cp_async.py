@@ -40,9 +40,14 @@ def __getattr__(name):
 
 def decode(query, kv_cache, block_tables, context_lens, scale=None):
     """float32 [S, H, D]: `paged_attention(..., path="cuda_core")`."""
-    prepare(query, kv_cache, block_tables, context_lens, scale)  # the ladder's checks too
-    return paged_attention(query, kv_cache, block_tables, context_lens, scale,
-                           path="cuda_core")
+    return launch(prepare(query, kv_cache, block_tables, context_lens, scale))
+
+
+def launch(case):
+    """`paged_attention(path="cuda_core")` on a validated case (its own host checks run
+    again: this rung is the production launcher, checks included)."""
+    return case.result(paged_attention(case.query, case.cache, case.tables, case.lens,
+                                       case.scale, path="cuda_core"))
 
 
 def ptx_spec(sig):

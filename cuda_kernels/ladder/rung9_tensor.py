@@ -39,11 +39,16 @@ def __getattr__(name):
 
 def decode(query, kv_cache, block_tables, context_lens, scale=None):
     """float32 [S, H, D]: `paged_attention(..., path="tensor")`."""
-    case = prepare(query, kv_cache, block_tables, context_lens, scale)
+    return launch(prepare(query, kv_cache, block_tables, context_lens, scale))
+
+
+def launch(case):
+    """`paged_attention(path="tensor")` on a validated case, its host checks included."""
     reason = tc_supported(case.dtype, case.head_dim)
     if reason:
         raise ValueError(f"kv_cache: {reason}")
-    return paged_attention(query, kv_cache, block_tables, context_lens, scale, path="tensor")
+    return case.result(paged_attention(case.query, case.cache, case.tables, case.lens,
+                                       case.scale, path="tensor"))
 
 
 def ptx_spec(sig):
