@@ -161,6 +161,17 @@ def require_scale(scale, head_dim: int) -> float:
     return value
 
 
+def require_out_dtype(out_dtype) -> np.dtype:
+    """An output dtype a kernel can store: float32 or float16 (ValueError naming it)."""
+    try:
+        dtype = np.dtype(out_dtype)
+    except TypeError:
+        raise ValueError(f"out_dtype must be float32 or float16, got {out_dtype!r}") from None
+    if dtype not in FLOAT_DTYPES:
+        raise ValueError(f"out_dtype must be float32 or float16, got {out_dtype!r}")
+    return dtype
+
+
 def to_device(a, dtype=None):
     """Device array for a kernel argument: device arrays pass through untouched."""
     if is_device(a):

@@ -65,13 +65,13 @@ _kernels: dict = {}
 _slots: dict = {}  # (kernel, launch argument types, threads) -> cta_slots, on a GPU
 
 
-def _empty(shape) -> "cuda.devicearray.DeviceNDArray":
-    buf = cuda.device_array(shape, np.float32)
+def _empty(shape, dtype=np.float32) -> "cuda.devicearray.DeviceNDArray":
+    buf = cuda.device_array(shape, dtype)
     poison = POISON["on"]
     if poison is None:
         poison = _backend.backend() != "gpu"
     if poison:
-        buf.copy_to_device(np.full(shape, np.nan, np.float32))
+        buf.copy_to_device(np.full(shape, np.nan, dtype))
     return buf
 
 

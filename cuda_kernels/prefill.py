@@ -301,8 +301,8 @@ def kernel_for(head_dim: int, group: int, loaders: Loaders = BLOCK_MAJOR, dtype=
 
 
 def paged_prefill(query, kv_cache, block_tables, context_lens, query_start_loc, scale=None,
-                  causal=True, window=0, sinks=0, path="auto"):
-    """Prefill attention over kv_cache[N, 2, H_kv, B, D] -> float32 [total_q, H, D].
+                  causal=True, window=0, sinks=0, path="auto", out_dtype=np.float32):
+    """Prefill attention over kv_cache[N, 2, H_kv, B, D] -> [total_q, H, D] of out_dtype.
 
     query [total_q, H, D] float32/float16, packed by sequence; query_start_loc int32
     [S + 1] (sequence s owns rows starting at query_start_loc[s]); block_tables int32
@@ -317,15 +317,19 @@ def paged_prefill(query, kv_cache, block_tables, context_lens, query_start_loc, 
     runs the PTX-faithful stand-ins) or "cuda_core" (this module's kernel);
     `choose_path(path, kv_cache)` tells which one a call runs, LAST_PATH which one
     the last call ran. NumPy query -> NumPy result; device query -> device result.
+    out_dtype: float32 (default) or float16, what an fp16 model's next layer reads (and what
+    SDPA and FlashAttention write): every kernel accumulates in float32 and rounds once, on
+    the store, halving the output's bytes.
     """
     num_blocks, num_kv_heads, block_size, head_dim = check_kv_cache("kv_cache", kv_cache)
+    out_dtype = ck.require_out_dtype(out_dtype)
     path = choose_path(path, kv_cache)
     window, sinks = ck.window_args(window, sinks, zero_is_full=True)
     tables, lens, starts, q_lens = check_batch(
         query, num_kv_heads, head_dim, block_size, num_blocks, block_tables, context_lens,
         query_start_loc, causal, window, sinks)
     scale = ck.require_scale(scale, head_dim)
-    out = _empty(ck.shape_of(query))  # [total_q, H, D]
+    out = _empty(ck.shape_of(query), out_dtype)  # [total_q, H, D]
     launcher(ck.to_device(kv_cache), ck.to_device(query), ck.to_device(tables), ck.to_device(lens),
              ck.to_device(starts), q_lens, scale=scale, causal=causal, window=window,
              sinks=sinks, out=out, path=path)()
@@ -336,7 +340,7 @@ def paged_prefill(query, kv_cache, block_tables, context_lens, query_start_loc, 
 def launcher(cache, query, tables, lens, starts, q_lens, *, scale: float, causal: bool,
              window, sinks: int, out, path: str = "auto"):
     """launch() running the prefill kernel on device buffers into out [total_q, H, D]
-    float32, with no checks: `paged_prefill` validates first, the GPU benchmark times
+    (float32 or float16), with no checks: `paged_prefill` validates first, the GPU benchmark times
     launch() alone. q_lens: the host's query lengths (the work list is built here).
     launch.path says which kernel it runs ("tensor", "wgmma" or "cuda_core")."""
     num_kv_heads, head_dim = cache.shape[2], cache.shape[4]
