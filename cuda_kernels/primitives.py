@@ -49,12 +49,9 @@ rows gives b0/b1 of V. A C fragment pair (c0, c1) packed is an A fragment word: 
 FlashAttention-2 trick that feeds P = softmax(S) back to the next mma from registers.
 cp.async: copies land only after the thread's cp_async_wait retires their group; other
 threads see them after a barrier (`cuda.syncthreads()`) that follows the wait.
-Hopper (sm_90a, compile with cc=(9, 0, "a")): wgmma_m64n8k16_f16(desc, a0..a3, d0..d3,
-accumulate) -> (d0..d3), a warpgroup (4 warps) multiplying A [64 x 16] (warp w: rows
-16w.., the A layout above) by B [16 x 8] from shared memory, D in the C layout per warp;
-smem_desc(smem, index, lbo, sbo, swizzle) builds B's descriptor (K-major; swizzle 0 or 1
-= 128-byte); wgmma_fence() before, wgmma_commit() and wgmma_wait(N) after
-(`sim/tensor_sim` states the descriptor and swizzle rules its stand-in follows).
+Hopper's warpgroup MMA (wgmma, sm_90a) has its own module, `fast/wgmma.py` (one
+function per m64nNk16 shape, the descriptor, fence/commit/wait), with its stand-ins in
+`sim/wgmma_sim.py`.
 
 The softmax pieces work in base 2 (scores in log2 units: q pre-multiplied by
 scale * log2(e)), as FlashAttention does: `fast_exp2` is one MUFU.EX2.
@@ -112,11 +109,6 @@ if _backend.backend() == "simulator":
         mma_f16,
         pack_bf16x2,
         pack_f16x2,
-        smem_desc,
-        wgmma_commit,
-        wgmma_fence,
-        wgmma_m64n8k16_f16,
-        wgmma_wait,
     )
     install_shuffles()
 else:
@@ -140,11 +132,6 @@ else:
         mma_f16,
         pack_bf16x2,
         pack_f16x2,
-        smem_desc,
-        wgmma_commit,
-        wgmma_fence,
-        wgmma_m64n8k16_f16,
-        wgmma_wait,
     )
 
 
