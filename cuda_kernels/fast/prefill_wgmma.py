@@ -53,9 +53,9 @@ from ..primitives import (
     pack_f16x2,
     warp_max,
     warp_sum,
-    window_span,
 )
 from .decode import LOG2E
+from .prefill_work import make_work
 from .wgmma import (
     SWIZZLE_128B,
     align_pad,
@@ -111,6 +111,7 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
 
     position, map_tile, issue_any, issue_whole = make_tile_io(D, T, B, THREADS)
     tile_at, full_tile = make_tile_order(T, position)
+    cta_span, row_spans = make_work(QT, G, R)
 
     @cuda.jit(device=True)
     def seen_by(h, pos, rows_seen):
@@ -256,33 +257,13 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
         k_at = align_pad(kv_s)  # the K tile starts on a 1024-byte boundary, V after it
         v_at = k_at + BUF
 
-        seq = work_seq[work]
-        first = work_first[work]
-        q0 = query_start_loc[seq]
-        q_len = query_start_loc[seq + 1] - q0
-        ctx = context_lens[seq]
-        rows = min(QT, q_len - first)  # valid query tokens in this CTA
+        (seq, first, q0, rows, past, ctx, len_lo, len_hi, kept_hi, start_hi, gap,
+         span) = cta_span(work_seq, work_first, query_start_loc, context_lens, work, causal,
+                          window, sinks)
         head0 = kv_head * G
-        past = ctx - q_len + first  # position of the CTA's first query token
-        len_hi = past + rows if causal else ctx
-        len_lo = past + 1 if causal else ctx
-        kept_hi, start_hi = window_span(len_hi, window, sinks)
-        _, start_lo = window_span(len_lo, window, sinks)
-        gap = int32(max(start_lo, kept_hi))  # the CTA reads span [0, kept_hi), [gap, len_hi)
-        span = int32(kept_hi + len_hi - gap)
-        kept_hi = int32(kept_hi)
         v_offset = int64(cache.strides[1] // 2)  # V's row = K's row + this (fp16 elements)
-
         r_lo = (tid >> 5) * 16 + g  # this lane's rows: r_lo and r_lo + 8
-        for h in range(2):
-            i = min((r_lo + 8 * h) // G, rows - 1)  # its query token (padded rows: unused)
-            length = past + i + 1 if causal else ctx
-            kept, start = window_span(length, window, sinks)
-            rows_seen[3 * h] = length
-            rows_seen[3 * h + 1] = kept
-            rows_seen[3 * h + 2] = start
-        live_lo = r_lo < R and r_lo // G < rows
-        live_hi = r_lo + 8 < R and (r_lo + 8) // G < rows
+        live_lo, live_hi = row_spans(r_lo, rows, past, ctx, causal, window, sinks, rows_seen)
         for k in range(KS):  # Q's A words: a0 (row g), a1 (g + 8), a2, a3 (+8 columns)
             for half in range(4):
                 r = r_lo + 8 * (half & 1)
