@@ -6,6 +6,9 @@
 
 Phases, in run order (the issue's targets first; benchmarks/README.md says what each
 measures and how long it takes):
+  compile      (the dry run's, or when named in --phases) numba's compile time of every
+               kernel the run launches, to PTX in parallel processes (`gpu_compile.py`);
+               on a GPU each phase's own compile_s says what its JIT compiles took;
   copy         device-to-device copy bandwidth (bytes read + bytes written / time);
   prefill      paged prefill (`gpu_prefill.py`): prompts behind a cached prefix, GQA,
                checked on the device against reference_prefill before it is timed;
@@ -29,6 +32,8 @@ measures and how long it takes):
                              [B, H_kv, L, D] (enable_gqa), when torch is importable;
   correctness  every launcher against cuda_kernels.reference on the device, NaN-poisoned
                buffers (`gpu_checks.check_correctness`), and the roofline kernel's sum;
+  ladder       every rung of cuda_kernels.ladder, checked, then % of the read roofline
+               (`gpu_ladder.py`);
   copies       copy_blocks (large copies) and write_kv rows, as % of the copy bandwidth;
   labs         the chapter 3.7 labs (`gpu_labs.run`), unless --no-labs.
 Timing: CUDA events around PER_SAMPLE back-to-back launches (launch overhead hidden behind
@@ -89,8 +94,8 @@ DRY_GRID = [(2, 40, 4, 2, "float16"), (1, 24, 8, 1, "float32")]
 # Seconds each phase may take on a GPU, in run order, the targets' phases first
 # (`gpu_common.Phases`: a phase that does not fit in what is left of TOTAL_S is skipped; a
 # decode case starts only if the longest case so far, at least CASE_S, fits in its phase).
-PHASE_S = {"copy": 10, "prefill": 75, "decode": 170, "ladder": 40, "correctness": 60,
-           "copies": 20, "labs": 45}
+PHASE_S = {"compile": 60, "copy": 10, "prefill": 75, "decode": 170, "ladder": 40,
+           "correctness": 60, "copies": 20, "labs": 45}
 CASE_S = 25
 
 
@@ -227,6 +232,11 @@ def _phases(args, report: dict, began: float) -> list:
     runs = args.runs or (1 if dry else 20)
     grid, dim = (DRY_GRID, 16) if dry else (GRID, 128)
 
+    def compile_phase(_):  # numba's compile time of every kernel, without a GPU
+        import gpu_compile
+
+        report["compile"] = gpu_compile.seconds()
+
     def copy_phase(_):
         report["copy"] = copy_bandwidth(1 << 16 if dry else 1 << 30, runs, on_gpu)
         report["launch_overhead_ms"] = common.launch_overhead_ms(runs, on_gpu)
@@ -271,10 +281,11 @@ def _phases(args, report: dict, began: float) -> list:
         report["labs"] = gpu_labs.run(dry, left=phase.left)
         print(f"labs done after {time.perf_counter() - began:.0f} s", file=sys.stderr)
 
-    phases = {"copy": copy_phase, "prefill": prefill_phase, "decode": decode_phase,
-              "ladder": ladder_phase, "correctness": correctness_phase,
+    phases = {"compile": compile_phase, "copy": copy_phase, "prefill": prefill_phase,
+              "decode": decode_phase, "ladder": ladder_phase, "correctness": correctness_phase,
               "copies": copies_phase, "labs": labs_phase}
-    chosen = args.phases.split(",") if args.phases else list(PHASE_S)
+    default = [p for p in PHASE_S if p != "compile" or dry]  # on a GPU each phase's own
+    chosen = args.phases.split(",") if args.phases else default  # compile_s says it
     unknown = sorted(set(chosen) - set(phases))
     if unknown:
         raise SystemExit(f"gpu_attention: unknown phase(s) {unknown}; choose from {list(PHASE_S)}")

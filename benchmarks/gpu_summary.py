@@ -136,6 +136,12 @@ def markdown(report: dict) -> str:
     lines += ["", f"launch overhead: {_cell(report.get('launch_overhead_ms'), '.4f')} ms per "
               f"launch (an empty kernel, back to back in one event window; rows under 3x it "
               f"are marked launch_bound)"]
+    comp = report.get("compile")
+    if comp:
+        lines += ["", f"compile: {comp['kernels']} kernels to PTX for sm_90, "
+                      f"{comp['compile_s_sum']} s one after the other, {comp['wall_s']} s in "
+                      f"{comp['workers']} processes; slowest {comp['slowest']['kernel']} "
+                      f"({comp['slowest']['compile_s']} s)"]
     lines += ["", "| ladder rung | ms | GB/s | % of read roofline | checked |",
               "| --- | --- | --- | --- | --- |"]
     for r in report.get("ladder") or []:

@@ -221,13 +221,18 @@ def disassemble(cubin: Path) -> str | None:
 
 
 def _one(ptxas: str, name: str, func, sig, threads: int, arch: str, tmp: Path,
-         ptx_dir: Path | None, target: str | None = None) -> dict:
+         ptx_dir: Path | None, target: str | None = None, compile_only: bool = False) -> dict:
     """One row; `target` is the ptxas arch when it differs from `arch` (sm_90a: cc
-    (9, 0, "a"), whose PTX says .target sm_90a); occupancy uses `arch`'s limits."""
+    (9, 0, "a"), whose PTX says .target sm_90a); occupancy uses `arch`'s limits.
+    compile_only: just {kernel, arch, compile_s}, the seconds numba's compile to PTX took
+    (typing, lowering, NVVM: what a launch's JIT pays before the driver's ptxas)."""
     from numba.cuda import compile_ptx
     base, target = arch, target or arch
     cc = (int(target[3]), int(target[4]), *([target[5:]] if target[5:] else []))
+    began = time.perf_counter()
     ptx, _ = compile_ptx(func, sig, cc=cc)
+    if compile_only:
+        return {"kernel": name, "arch": target, "compile_s": round(time.perf_counter() - began, 2)}
     arch = target
     stem = f"{re.sub(r'[^A-Za-z0-9]+', '_', name).strip('_')}_{arch}"
     path = tmp / f"{stem}.ptx"
@@ -312,23 +317,24 @@ def _allow_device_functions_without_gpu() -> None:
 
 
 def collect(archs, ptx_dir: Path | None = None, workers: int | None = None,
-            ladder: bool = False) -> list[dict]:
+            ladder: bool = False, compile_only: bool = False) -> list[dict]:
     """Every (kernel, arch) row, in kernel_specs() order then arch order. numba's compiler
     holds a process-wide lock, so the kernels are shared among `workers` forked processes
     (default: the CPU count, at most 4), each rebuilding the specs and compiling its
     share. A kernel's archs are compiled by the same worker, one after the other: the
     device functions it calls are compiled once per process (for the cc `_NoDevice`
     names) and reused by the second arch (the whole report: about 22% less CPU time).
-    ladder: the rungs of `cuda_kernels.ladder` (`ladder_specs`) instead of the kernels."""
+    ladder: the rungs of `cuda_kernels.ladder` (`ladder_specs`) instead of the kernels.
+    compile_only: rows of compile seconds only (`_one`); no ptxas needed."""
     _allow_device_functions_without_gpu()
-    if find_ptxas() is None:
+    if find_ptxas() is None and not compile_only:
         raise RuntimeError("ptxas not found: install the ptx extra (nvidia-cuda-nvcc)")
     if ptx_dir is not None:
         ptx_dir.mkdir(parents=True, exist_ok=True)
     kernels = list(range(len(ladder_specs() if ladder else kernel_specs())))
-    workers = max(1, min(workers or os.cpu_count() or 1, 4, len(kernels)))
+    workers = max(1, min(workers or min(os.cpu_count() or 1, 4), len(kernels)))
     with tempfile.TemporaryDirectory() as tmp:
-        args = [(i, tuple(archs), tmp, ptx_dir, ladder) for i in kernels]
+        args = [(i, tuple(archs), tmp, ptx_dir, ladder, compile_only) for i in kernels]
         if workers == 1:
             per_kernel = [_job(*a) for a in args]
         else:
@@ -342,14 +348,14 @@ _SPECS: list = []
 
 
 def _job(index: int, archs: tuple, tmp: str, ptx_dir: Path | None,
-         ladder: bool = False) -> list[dict]:
+         ladder: bool = False, compile_only: bool = False) -> list[dict]:
     """The rows of kernel `index` for every arch, in a worker: the specs are rebuilt once
     per process (they hold closures, which do not pickle)."""
     if not _SPECS:
         _SPECS.extend(ladder_specs() if ladder else kernel_specs())
     spec = _SPECS[index]
-    return [_one(find_ptxas(), *_with_threads(spec), arch, Path(tmp), ptx_dir, target)
-            for arch, target in targets(spec, archs)]
+    return [_one(find_ptxas(), *_with_threads(spec), arch, Path(tmp), ptx_dir, target,
+                 compile_only) for arch, target in targets(spec, archs)]
 
 
 def _with_threads(spec: tuple) -> tuple:
@@ -368,6 +374,9 @@ def main(argv=None) -> int:
     parser.add_argument("--ptx-dir", type=Path, help="also write each kernel's PTX here")
     parser.add_argument("--ladder", action="store_true",
                         help="the rungs of cuda_kernels.ladder instead of the kernels")
+    parser.add_argument("--compile-only", action="store_true",
+                        help="only time each kernel's compile to PTX (JSON rows)")
+    parser.add_argument("--workers", type=int, help="compiling processes (default: CPUs, <= 4)")
     args = parser.parse_args(argv)
     if _backend.backend() != "gpu":  # compile_ptx needs the real CUDA target: re-run
         env = dict(os.environ, PAGEDSIM_CUDA="gpu", NUMBA_ENABLE_CUDASIM="0")
@@ -377,10 +386,11 @@ def main(argv=None) -> int:
         return subprocess.run([sys.executable, "-m", "cuda_kernels.report", *argv],
                               env=env).returncode
     began = time.perf_counter()
-    rows = collect(tuple(args.arch or ARCHS), args.ptx_dir, ladder=args.ladder)
-    if args.ladder:
+    rows = collect(tuple(args.arch or ARCHS), args.ptx_dir, args.workers, ladder=args.ladder,
+                   compile_only=args.compile_only)
+    if args.ladder and not args.compile_only:
         rows = ladder_rows(rows)
-    if args.json:
+    if args.json or args.compile_only:
         print(json.dumps(rows, indent=1))
     elif args.markdown:
         print(markdown(rows, git_commit()))
