@@ -38,11 +38,11 @@ TOLERANCE = {"tensor_cores": 5e-3}
 
 def check_rung(rung, rng, dry: bool) -> bool:
     """The rung on a small fresh instance, NaN-poisoned output, against float64."""
-    lens = np.array([5, 19, 1] if dry else [37, 300, 129], np.int32)
+    lens = np.array([5, 11] if dry else [37, 300, 129], np.int32)
     dim = 16 if dry else 128
     tables, num_blocks = reference.scattered_block_tables(rng, lens, 16, spare=2)
     cache = rng.standard_normal((num_blocks, 2, 2, 16, dim)).astype(np.float16)
-    query = rng.standard_normal((len(lens), 8, dim)).astype(np.float16)
+    query = rng.standard_normal((len(lens), 4 if dry else 8, dim)).astype(np.float16)
     got = rung.decode(query, cache, tables, lens)
     want = reference.paged_attention(query, cache, tables, lens)
     return common.close(got, want, TOLERANCE.get(rung.name, 1e-3))
