@@ -6,6 +6,9 @@
 
 Phases, in run order (the issue's targets first; benchmarks/README.md says what each
 measures and how long it takes):
+  compile      (the dry run's, or when named in --phases) numba's compile time of every
+               kernel the run launches, to PTX in parallel processes (`gpu_compile.py`);
+               on a GPU each phase's own compile_s says what its JIT compiles took;
   copy         device-to-device copy bandwidth (bytes read + bytes written / time);
   prefill      paged prefill (`gpu_prefill.py`): prompts behind a cached prefix, GQA,
                checked on the device against reference_prefill before it is timed;
@@ -29,6 +32,8 @@ measures and how long it takes):
                              [B, H_kv, L, D] (enable_gqa), when torch is importable;
   correctness  every launcher against cuda_kernels.reference on the device, NaN-poisoned
                buffers (`gpu_checks.check_correctness`), and the roofline kernel's sum;
+  ladder       every rung of cuda_kernels.ladder, checked, then % of the read roofline
+               (`gpu_ladder.py`);
   copies       copy_blocks (large copies) and write_kv rows, as % of the copy bandwidth;
   labs         the chapter 3.7 labs (`gpu_labs.run`), unless --no-labs.
 Timing: CUDA events around PER_SAMPLE back-to-back launches (launch overhead hidden behind
@@ -59,13 +64,18 @@ from pathlib import Path
 
 import numpy as np
 
-import cuda_kernels as ck  # first: it selects the CUDA backend before numba.cuda is imported
-from cuda_kernels import attention
-from cuda_kernels.decode_tc import tc_supported
-from cuda_kernels.labs import contiguous
-from numba import cuda
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_preflight  # noqa: E402  (imports no numba: it must run before cuda_kernels can fail)
+
+if __name__ == "__main__":  # an old numba-cuda stops here in one line, not in an ImportError
+    gpu_preflight.require()
+
+import cuda_kernels as ck  # noqa: E402, I001  (first of the numba users: it picks the backend)
+from cuda_kernels import attention  # noqa: E402
+from cuda_kernels.fast.decode_tc import tc_supported  # noqa: E402
+from cuda_kernels.labs import contiguous  # noqa: E402
+from numba import cuda  # noqa: E402
+
 import gpu_common as common  # noqa: E402
 import gpu_prefill  # noqa: E402
 import gpu_summary  # noqa: E402
@@ -84,8 +94,8 @@ DRY_GRID = [(2, 40, 4, 2, "float16"), (1, 24, 8, 1, "float32")]
 # Seconds each phase may take on a GPU, in run order, the targets' phases first
 # (`gpu_common.Phases`: a phase that does not fit in what is left of TOTAL_S is skipped; a
 # decode case starts only if the longest case so far, at least CASE_S, fits in its phase).
-PHASE_S = {"copy": 10, "prefill": 75, "decode": 200, "correctness": 60, "copies": 20,
-           "labs": 55}
+PHASE_S = {"compile": 60, "copy": 10, "prefill": 75, "decode": 170, "ladder": 40,
+           "correctness": 60, "copies": 20, "labs": 45}
 CASE_S = 25
 
 
@@ -108,6 +118,16 @@ def torch_sdpa_ms(batch, context, heads, kv_heads, dim, dtype, runs, timed):
                 for k, v in kvs]
     torch.cuda.synchronize()
     return common.time_ms(launches, runs, timed)
+
+
+LAUNCH_OVERHEAD = {"ms": None}  # the copy phase's measurement (gpu_common.launch_overhead_ms)
+
+
+def launch_bound(ms) -> bool | None:
+    """True when a row's time is within LAUNCH_BOUND x the per-launch overhead: what it
+    times is mostly the launch, not the kernel."""
+    over = LAUNCH_OVERHEAD["ms"]
+    return None if ms is None or over is None else ms < common.LAUNCH_BOUND * over
 
 
 def bench_case(rng, batch, context, heads, kv_heads, dtype, dim, runs, timed, copy_gbs,
@@ -136,7 +156,7 @@ def bench_case(rng, batch, context, heads, kv_heads, dtype, dim, runs, timed, co
     def row(mode, layout, ms, ok=True, path=None):
         bps = moved / ms * 1e3 if ms else None
         return {**base, "mode": mode, "layout": layout, "path": path, "checked_on_device": ok,
-                "median_ms": ms,
+                "median_ms": ms, "launch_bound": launch_bound(ms),
                 "bytes_per_s": bps, "gb_per_s": bps / 1e9 if bps else None,
                 "pct_of_roofline": 100 * roof_ms / ms if ms and roof_ms else None,
                 "pct_of_copy": 100 * bps / 1e9 / copy_gbs if bps and copy_gbs else None}
@@ -212,8 +232,15 @@ def _phases(args, report: dict, began: float) -> list:
     runs = args.runs or (1 if dry else 20)
     grid, dim = (DRY_GRID, 16) if dry else (GRID, 128)
 
+    def compile_phase(_):  # numba's compile time of every kernel, without a GPU
+        import gpu_compile
+
+        report["compile"] = gpu_compile.seconds()
+
     def copy_phase(_):
         report["copy"] = copy_bandwidth(1 << 16 if dry else 1 << 30, runs, on_gpu)
+        report["launch_overhead_ms"] = common.launch_overhead_ms(runs, on_gpu)
+        LAUNCH_OVERHEAD["ms"] = report["launch_overhead_ms"]
 
     def copy_gbs():
         return (report.get("copy") or {}).get("gb_per_s")
@@ -234,6 +261,12 @@ def _phases(args, report: dict, began: float) -> list:
             longest = max(longest, time.perf_counter() - t0)
             print(f"done {case} after {time.perf_counter() - began:.0f} s", file=sys.stderr)
 
+    def ladder_phase(phase):
+        import gpu_ladder
+
+        report["ladder"] = gpu_ladder.rows(rng, runs, on_gpu, dry,
+                                           left=phase.left if on_gpu else lambda: float("inf"))
+
     def correctness_phase(_):
         report["correctness"] = check_correctness(rng, dim, dry)
         report["roofline_check"] = common.roofline_reads_every_byte_once(
@@ -248,9 +281,11 @@ def _phases(args, report: dict, began: float) -> list:
         report["labs"] = gpu_labs.run(dry, left=phase.left)
         print(f"labs done after {time.perf_counter() - began:.0f} s", file=sys.stderr)
 
-    phases = {"copy": copy_phase, "prefill": prefill_phase, "decode": decode_phase,
-              "correctness": correctness_phase, "copies": copies_phase, "labs": labs_phase}
-    chosen = args.phases.split(",") if args.phases else list(PHASE_S)
+    phases = {"compile": compile_phase, "copy": copy_phase, "prefill": prefill_phase,
+              "decode": decode_phase, "ladder": ladder_phase, "correctness": correctness_phase,
+              "copies": copies_phase, "labs": labs_phase}
+    default = [p for p in PHASE_S if p != "compile" or dry]  # on a GPU each phase's own
+    chosen = args.phases.split(",") if args.phases else default  # compile_s says it
     unknown = sorted(set(chosen) - set(phases))
     if unknown:
         raise SystemExit(f"gpu_attention: unknown phase(s) {unknown}; choose from {list(PHASE_S)}")
@@ -266,6 +301,7 @@ def failures(report: dict) -> list[str]:
                for c in report.get("cases", []) if not c["checked_on_device"]]
     failed += [c["kernel"] for c in report.get("copies", []) + report.get("prefill", [])
                if not c.get("peer") and not c["checked_on_device"]]
+    failed += [r["rung"] for r in report.get("ladder", []) if r.get("checked_on_device") is False]
     failed += [] if report.get("roofline_check", True) else ["read-only roofline kernel"]
     failed += [f"phase {name}: {rec['error']}" for name, rec in report.get("phases", {}).items()
                if "error" in rec]
@@ -293,7 +329,8 @@ def main(argv=None) -> int:
         return 2
     began = time.perf_counter()
     report = {"backend": ck.backend(), "dry_run": args.dry_run, "timings_valid": on_gpu,
-              "device": _device_name() if on_gpu else "simulator"}
+              "device": _device_name() if on_gpu else "simulator",
+              "preflight": gpu_preflight.report()}
     guard = common.Phases(common.TOTAL_S if on_gpu else float("inf"), began=began)
     for name, fn in _phases(args, report, began):
         guard.run(name, PHASE_S[name], fn)

@@ -17,7 +17,7 @@
                      skipped and says so; a phase that raises is recorded and the next one
                      runs; it records each phase's seconds and JIT compile time (time in
                      numba's compiler lock: `CompileClock`);
-    tflops, pct_of_tensor_peak, peak constants   from `cuda_kernels.roofline` (H200);
+    tflops, pct_of_tensor_peak, peak constants   from `cuda_kernels.tools.roofline` (H200);
     auto_launch      what paged_attention's path="auto" launches (its plan, read back
                      from attention.LAST_PLAN), as a timed closure.
 The contiguous-KV baseline kernel lives in `cuda_kernels.labs.contiguous`.
@@ -36,7 +36,8 @@ import traceback
 import numpy as np
 
 import cuda_kernels  # noqa: F401  (first: it selects the CUDA backend before numba.cuda loads)
-from cuda_kernels import attention, roofline
+from cuda_kernels import attention
+from cuda_kernels.tools import roofline
 from cuda_kernels._checks import require_scale
 from cuda_kernels.merge import merge_partitions
 from cuda_kernels.primitives import itemsize, load16
@@ -259,6 +260,24 @@ def time_ms(launches, runs: int, timed: bool):
         end.synchronize()
         times.append(start.elapsed_time(end) / per_sample)
     return statistics.median(times) if timed else None
+
+
+@cuda.jit
+def nothing(sink):
+    """An empty kernel: its back-to-back launches time the host's launch cost alone."""
+    if cuda.grid(1) > sink.size:  # never true: keeps the argument used
+        sink[0] = 0
+
+
+def launch_overhead_ms(runs: int, timed: bool):
+    """Milliseconds per launch of an empty kernel, PER_SAMPLE launches inside one event
+    window (`time_ms`): the host's per-launch cost, below which no kernel time is real.
+    A row whose median_ms is within LAUNCH_BOUND x this times the launch, not the kernel."""
+    sink = cuda.device_array(32, np.uint32)
+    return time_ms(lambda: nothing[1, 32](sink), runs, timed)
+
+
+LAUNCH_BOUND = 3  # a row under 3x the launch overhead is marked launch_bound
 
 
 def filled(rng, shape, dtype):

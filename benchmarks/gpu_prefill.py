@@ -14,6 +14,8 @@ Figures: tokens_per_s = new tokens / time; flop_per_s counts 4 x head_dim FLOPs 
 (query head, attended position): 2 D for q.k, 2 D for p.v (the softmax is left out),
 where query token i (0-based) of a prompt attends prefix + i + 1 positions.
 
+Output: `fp16_out` times path="auto" with out_dtype=float16, as SDPA and FlashAttention
+write it (half the output bytes); the SDPA target compares that row, like for like.
 Paths: the row times path="auto" (what users get) and says which kernel it ran
 (`path_ran`: "tensor" for `prefill_tc`, "cuda_core" for `prefill`'s kernel); `by_path`
 times each fixed path the same way, each checked on the device first, with TFLOP/s and
@@ -51,10 +53,12 @@ PREFILL = (8, 1024, 1024, 32, 8, "float16")
 DRY_PREFILL = (2, 6, 5, 4, 2, "float16")
 BLOCK_SIZE = 16
 PATHS = ("tensor", "cuda_core")  # timed next to "auto"
+OUT_DTYPES = ("float32", "float16")  # paged_prefill's out_dtype: fp16 is what SDPA writes
 WGMMA_TIMEOUT_S = 75  # the wgmma child: two JIT compiles, a comparison, a check, timing
 
 
-def check_prefill(rng, heads, kv_heads, dim, dtype, dry, path="auto") -> bool:
+def check_prefill(rng, heads, kv_heads, dim, dtype, dry, path="auto",
+                  out_dtype="float32") -> bool:
     """The timed kernel on a small ragged batch, on the device, against the float64 reference."""
     lens = np.array([9, 4, 3] if dry else [300, 90, 41], np.int32)
     # a prompt after a cached prefix, a whole prompt, a decode
@@ -66,7 +70,8 @@ def check_prefill(rng, heads, kv_heads, dim, dtype, dry, path="auto") -> bool:
     want = reference.reference_prefill(query, host, tables, lens, starts)
     attention.POISON["on"] = True
     out = prefill.paged_prefill(cuda.to_device(query), cuda.to_device(host), cuda.to_device(tables),
-                                cuda.to_device(lens), cuda.to_device(starts), path=path)
+                                cuda.to_device(lens), cuda.to_device(starts), path=path,
+                                out_dtype=out_dtype)
     attention.POISON["on"] = None
     # fp16: P is rounded to fp16 before P V on tensor cores (FlashAttention-2 does the same)
     return common.close(out.copy_to_host(), want, 1e-5 if dtype == "float32" else 4e-3)
@@ -87,27 +92,29 @@ def prefill_rows(rng, case, dim: int, runs: int, timed: bool, dry: bool) -> list
     lens = cuda.to_device(np.full(batch, ctx, np.int32))
     q_lens = np.full(batch, new, np.int64)
     starts = cuda.to_device(np.arange(batch + 1, dtype=np.int32) * new)
-    out = cuda.device_array((batch * new, heads, dim), np.float32)
+    outs = {d: cuda.device_array((batch * new, heads, dim), d) for d in OUT_DTYPES}
     attended = batch * (new * prefix + new * (new + 1) // 2)  # (query token, position) pairs
     flops = 4 * dim * heads * attended
 
-    def timed_path(path: str) -> dict:
+    def timed_path(path: str, out_dtype: str = "float32") -> dict:
         """Check `path` on the device, then time it: {path, path_ran, checked, ms, ...}."""
         try:
             ran = prefill.choose_path(path, caches[0])
         except ValueError as why:  # "tensor" on a shape it cannot serve
             return {"path": path, "path_ran": None, "skipped": str(why),
                     "checked_on_device": None, "median_ms": None}
-        ok = check_prefill(rng, heads, kv_heads, dim, dtype, dry, path)
+        ok = check_prefill(rng, heads, kv_heads, dim, dtype, dry, path, out_dtype)
         launches = [prefill.launcher(c, query, table, lens, starts, q_lens,
                                      scale=require_scale(None, dim), causal=True, window=None,
-                                     sinks=0, out=out, path=path) for c in caches]
+                                     sinks=0, out=outs[out_dtype], path=path) for c in caches]
         ms = common.time_ms(launches, runs, timed) if ok else None
-        return {"path": path, "path_ran": ran, "checked_on_device": ok, "median_ms": ms,
+        return {"path": path, "out_dtype": out_dtype, "path_ran": ran, "checked_on_device": ok,
+                "median_ms": ms,
                 "tflop_per_s": common.tflops(flops, ms),
                 "pct_of_tensor_peak": common.pct_of_tensor_peak(flops, ms)}
 
     auto = timed_path("auto")
+    half = timed_path("auto", "float16")  # SDPA's own output dtype: the like-for-like row
     ms = auto["median_ms"]
     return [{"kernel": "paged_prefill", "batch": batch, "new_tokens": new, "cached_prefix": prefix,
              "heads": heads, "kv_heads": kv_heads, "group": heads // kv_heads, "head_dim": dim,
@@ -117,7 +124,8 @@ def prefill_rows(rng, case, dim: int, runs: int, timed: bool, dry: bool) -> list
              "path_ran": auto["path_ran"],
              "tokens_per_s": batch * new / ms * 1e3 if ms else None,
              "flop_per_s": flops / ms * 1e3 if ms else None,
-             "by_path": [auto] + [timed_path(p) for p in PATHS]
+             "fp16_out": half,
+             "by_path": [auto, half] + [timed_path(p) for p in PATHS]
              + [wgmma_row(caches[0], case, dim, runs, timed, dry)]}] + common.prefill_peer_rows(
                  case, dim, runs, timed, flops)
 

@@ -28,7 +28,7 @@ select()
 
 from .attention import choose_partition, decode_with, paged_attention  # noqa: E402
 from .block_copy import copy_blocks, swap_in, swap_out  # noqa: E402
-from .decode import make_decode_kernel  # noqa: E402
+from .fast.decode import make_decode_kernel  # noqa: E402
 from .layout import BLOCK_MAJOR, Loaders, new_kv_cache  # noqa: E402
 from .prefill import paged_prefill  # noqa: E402
 from .write_kv import write_kv  # noqa: E402

@@ -28,6 +28,13 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 INT32_LIMIT = 2**31  # kernel integer arguments are int32
 GRID_LIMITS = (2**31 - 1, 65535, 65535)  # CUDA's max grid x, y, z (every cc >= 3.0)
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+# The largest |scale| a launcher accepts. Every kernel folds scale (times log2(e) in the
+# base-2 ones) into q in float32 before the dot products, so a score is about
+# scale * |q| * |k| * head_dim; float32 ends at 2^128. With |scale| <= 2^16, an fp16 K
+# (|k| <= 65504 < 2^16) and head_dim <= 256 = 2^8, a score stays finite for any
+# |q| < 2^95, so the kernels agree with the float64 reference; past it (scale = 1e38,
+# issue 33) a score overflows to inf and inf - inf gave NaN. Real scales are ~1/sqrt(D).
+MAX_SCALE = 2.0**16
 
 
 class ArgumentTypeError(TypeError, ValueError):
@@ -135,8 +142,9 @@ def require_int(name: str, value, lo: int, hi: int | None = INT32_LIMIT) -> int:
 
 
 def require_scale(scale, head_dim: int) -> float:
-    """The softmax scale as a finite float32 (default 1/sqrt(head_dim)); a bool, a
-    string or an array is a TypeError, NaN, inf or a value past float32 a ValueError."""
+    """The softmax scale as a finite float in [-MAX_SCALE, MAX_SCALE] (default
+    1/sqrt(head_dim)); a bool, a string or an array is a TypeError; NaN, inf, a value past
+    float32 or past MAX_SCALE (where a score would overflow float32) a ValueError."""
     if scale is None:
         return 1.0 / float(np.sqrt(head_dim))
     if isinstance(scale, (bool, np.bool_)) or not isinstance(
@@ -147,7 +155,21 @@ def require_scale(scale, head_dim: int) -> float:
     value = float(scale)
     if not np.isfinite(value) or abs(value) > FLOAT32_MAX:
         raise ValueError(f"scale must be a finite float32, got {scale!r}")
+    if abs(value) > MAX_SCALE:
+        raise ValueError(f"scale must lie in [-{MAX_SCALE:g}, {MAX_SCALE:g}] (a larger one "
+                         f"overflows the float32 scores), got {scale!r}")
     return value
+
+
+def require_out_dtype(out_dtype) -> np.dtype:
+    """An output dtype a kernel can store: float32 or float16 (ValueError naming it)."""
+    try:
+        dtype = np.dtype(out_dtype)
+    except TypeError:
+        raise ValueError(f"out_dtype must be float32 or float16, got {out_dtype!r}") from None
+    if dtype not in FLOAT_DTYPES:
+        raise ValueError(f"out_dtype must be float32 or float16, got {out_dtype!r}")
+    return dtype
 
 
 def to_device(a, dtype=None):

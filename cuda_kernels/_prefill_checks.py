@@ -24,6 +24,8 @@ import numpy as np
 from . import _backend
 from . import _checks as ck
 from .attention import attended_ranges, check_read_blocks
+from .fast.prefill_tc import unservable as tc_unservable
+from .fast.prefill_wgmma import unservable as wgmma_unservable
 from .primitives import aligned16
 
 PATHS = ("auto", "tensor", "cuda_core", "wgmma")
@@ -49,8 +51,7 @@ def compute_capability() -> tuple[int, int] | None:
 
 
 def _wgmma_refusal(kv_cache) -> str | None:
-    from .prefill_wgmma import unservable
-    why = unservable(int(kv_cache.shape[4]), kv_cache.dtype)
+    why = wgmma_unservable(int(kv_cache.shape[4]), kv_cache.dtype)
     if why is None and not staged_aligned(kv_cache):
         why = "the wgmma path needs a 16-byte aligned kv_cache (data and strides)"
     cc = compute_capability()
@@ -62,7 +63,6 @@ def _wgmma_refusal(kv_cache) -> str | None:
 
 def choose_path(path, kv_cache) -> str:
     """"tensor", "wgmma" or "cuda_core": the kernel that serves `path` for this cache."""
-    from .prefill_tc import unservable
     if not isinstance(path, str) or path not in PATHS:
         raise ValueError(f"path must be one of {', '.join(map(repr, PATHS))}, got {path!r}")
     if path == "cuda_core":
@@ -72,7 +72,7 @@ def choose_path(path, kv_cache) -> str:
         if why is not None:
             raise ValueError(f"path='wgmma': {why}")
         return path
-    why = unservable(int(kv_cache.shape[4]), kv_cache.dtype)
+    why = tc_unservable(int(kv_cache.shape[4]), kv_cache.dtype)
     if why is None and not staged_aligned(kv_cache):
         why = "the tensor-core path needs a 16-byte aligned kv_cache (data and strides)"
     if why is None:

@@ -38,8 +38,8 @@ from numba import cuda
 
 from . import _backend
 from . import _checks as ck
-from .decode import geometry, make_decode_kernel
-from .decode_tc import make_tc_decode_kernel, tc_geometry, tc_supported
+from .fast.decode import geometry, make_decode_kernel
+from .fast.decode_tc import make_tc_decode_kernel, tc_geometry, tc_supported
 from .layout import BLOCK_MAJOR, Loaders, check_kv_cache
 from .merge import merge_partitions
 from .primitives import aligned16, vec_width
@@ -65,13 +65,13 @@ _kernels: dict = {}
 _slots: dict = {}  # (kernel, launch argument types, threads) -> cta_slots, on a GPU
 
 
-def _empty(shape) -> "cuda.devicearray.DeviceNDArray":
-    buf = cuda.device_array(shape, np.float32)
+def _empty(shape, dtype=np.float32) -> "cuda.devicearray.DeviceNDArray":
+    buf = cuda.device_array(shape, dtype)
     poison = POISON["on"]
     if poison is None:
         poison = _backend.backend() != "gpu"
     if poison:
-        buf.copy_to_device(np.full(shape, np.nan, np.float32))
+        buf.copy_to_device(np.full(shape, np.nan, dtype))
     return buf
 
 
@@ -226,8 +226,10 @@ def paged_attention(query, kv_cache, block_tables, context_lens, scale=None, *, 
     """Decode attention over kv_cache[num_blocks, 2, H_kv, B, D] -> float32 [S, H, D].
 
     query [S, H, D] (float32/float16), block_tables int32 [S, max_blocks], context_lens
-    int32 [S]. scale defaults to 1/sqrt(D). window/sinks: attend only to the first
-    `sinks` and the last `window` tokens (table entries of skipped blocks may be -1).
+    int32 [S]. scale defaults to 1/sqrt(D); |scale| <= 2^16 (`_checks.MAX_SCALE`: a
+    larger one overflows the float32 scores, so it is refused). window/sinks: attend only
+    to the first `sinks` and the last `window` tokens (table entries of skipped blocks may
+    be -1).
     path: "auto" | "tensor" | "cuda_core" (`choose_path`); what ran is LAST_PLAN["path"].
     NumPy query -> NumPy result; device query -> device result.
     """

@@ -11,12 +11,12 @@ Query token i of a sequence (0 <= i < query_len) sits at position
 p = context_len - query_len + i and, when causal, sees the positions < p + 1: every
 cached token and the new tokens up to itself. With causal=False it sees the whole
 context. A sliding window applies to that per-token length L exactly as the decode
-kernel applies it to context_len (see decode.py): the first `kept = min(sinks, L)`
-positions plus positions [max(L - window, kept), L). `window_span` is that rule.
+kernel applies it to context_len (see fast/decode.py): the first `kept = min(sinks, L)`
+positions plus positions [max(L - window, kept), L). `primitives.window_span` is that rule.
 
 Decode is the case query_len = 1: then p + 1 = context_len, and the row is exactly
 what `paged_attention` computes (tests check both the kernels and the references).
-Shared pieces have one home each: the window rule (`window_span` on the device,
+Shared pieces have one home each: the window rule (`primitives.window_span` on the device,
 `attention.attended_ranges` on the host, `reference.attended_positions` in the
 reference); the query, scale and window/sinks validators (`_checks`, as for decode; the
 ragged batch's own checks are in `_prefill_checks`); the cache layout's loaders and the
@@ -61,22 +61,14 @@ from . import _backend
 from . import _checks as ck
 from ._prefill_checks import check_batch, choose_path
 from .attention import _empty, usable_loaders
-from .decode import LOG2E, SLACK
+from .fast import prefill_tc, prefill_wgmma
+from .fast.decode import LOG2E, SLACK
 from .layout import BLOCK_MAJOR, Loaders, check_kv_cache
-from .primitives import exp2_or_zero, load16, softmax_rescale, unpack16, vec_width
+from .primitives import exp2_or_zero, load16, softmax_rescale, unpack16, vec_width, window_span
 
 SHARED_LIMIT = 48 * 1024  # static shared memory per thread block
 LAST_PATH = {"path": None}  # the kernel the last paged_prefill call ran: "tensor"/"wgmma"/...
 _kernels: dict = {}
-
-
-@cuda.jit(device=True)
-def window_span(length, window, sinks):
-    """(kept, start): a query seeing `length` positions attends [0, kept) and [start, length)."""
-    if window <= 0:
-        return 0, 0
-    kept = min(sinks, length)
-    return kept, max(length - window, kept)
 
 
 def _tile_loader(loaders: Loaders, D: int, NT: int, VEC: int, FP16: bool):
@@ -309,13 +301,14 @@ def kernel_for(head_dim: int, group: int, loaders: Loaders = BLOCK_MAJOR, dtype=
 
 
 def paged_prefill(query, kv_cache, block_tables, context_lens, query_start_loc, scale=None,
-                  causal=True, window=0, sinks=0, path="auto"):
-    """Prefill attention over kv_cache[N, 2, H_kv, B, D] -> float32 [total_q, H, D].
+                  causal=True, window=0, sinks=0, path="auto", out_dtype=np.float32):
+    """Prefill attention over kv_cache[N, 2, H_kv, B, D] -> [total_q, H, D] of out_dtype.
 
     query [total_q, H, D] float32/float16, packed by sequence; query_start_loc int32
     [S + 1] (sequence s owns rows starting at query_start_loc[s]); block_tables int32
     [S, max_blocks]; context_lens int32 [S], each >= its query length. scale defaults to
-    1/sqrt(D). window 0 (or None) is full attention; sinks needs a window. path: "auto"
+    1/sqrt(D), |scale| <= 2^16 (`_checks.MAX_SCALE`). window 0 (or None) is full
+    attention; sinks needs a window. path: "auto"
     (tensor cores when the shape allows, `_prefill_checks.choose_path`), "tensor"
     (`prefill_tc`; ValueError on a shape it cannot serve), "wgmma" (`prefill_wgmma`,
     Hopper's warpgroup MMA, fp16 cache, head_dim a multiple of 16 up to 128; opt-in:
@@ -324,15 +317,19 @@ def paged_prefill(query, kv_cache, block_tables, context_lens, query_start_loc, 
     runs the PTX-faithful stand-ins) or "cuda_core" (this module's kernel);
     `choose_path(path, kv_cache)` tells which one a call runs, LAST_PATH which one
     the last call ran. NumPy query -> NumPy result; device query -> device result.
+    out_dtype: float32 (default) or float16, what an fp16 model's next layer reads (and what
+    SDPA and FlashAttention write): every kernel accumulates in float32 and rounds once, on
+    the store, halving the output's bytes.
     """
     num_blocks, num_kv_heads, block_size, head_dim = check_kv_cache("kv_cache", kv_cache)
+    out_dtype = ck.require_out_dtype(out_dtype)
     path = choose_path(path, kv_cache)
     window, sinks = ck.window_args(window, sinks, zero_is_full=True)
     tables, lens, starts, q_lens = check_batch(
         query, num_kv_heads, head_dim, block_size, num_blocks, block_tables, context_lens,
         query_start_loc, causal, window, sinks)
     scale = ck.require_scale(scale, head_dim)
-    out = _empty(ck.shape_of(query))  # [total_q, H, D]
+    out = _empty(ck.shape_of(query), out_dtype)  # [total_q, H, D]
     launcher(ck.to_device(kv_cache), ck.to_device(query), ck.to_device(tables), ck.to_device(lens),
              ck.to_device(starts), q_lens, scale=scale, causal=causal, window=window,
              sinks=sinks, out=out, path=path)()
@@ -343,17 +340,15 @@ def paged_prefill(query, kv_cache, block_tables, context_lens, query_start_loc, 
 def launcher(cache, query, tables, lens, starts, q_lens, *, scale: float, causal: bool,
              window, sinks: int, out, path: str = "auto"):
     """launch() running the prefill kernel on device buffers into out [total_q, H, D]
-    float32, with no checks: `paged_prefill` validates first, the GPU benchmark times
+    (float32 or float16), with no checks: `paged_prefill` validates first, the GPU benchmark times
     launch() alone. q_lens: the host's query lengths (the work list is built here).
     launch.path says which kernel it runs ("tensor", "wgmma" or "cuda_core")."""
     num_kv_heads, head_dim = cache.shape[2], cache.shape[4]
     group = query.shape[1] // num_kv_heads
     path = choose_path(path, cache)
     if path == "tensor":
-        from . import prefill_tc
         kernel, threads, q_tile = prefill_tc.kernel_for(head_dim, group, cache.shape[3])
     elif path == "wgmma":
-        from . import prefill_wgmma
         kernel, threads, q_tile = prefill_wgmma.kernel_for(head_dim, group, cache.shape[3])
     else:
         loaders = usable_loaders(BLOCK_MAJOR, cache, cache, head_dim)  # 16-byte or scalar

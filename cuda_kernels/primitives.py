@@ -17,7 +17,9 @@ reductions, online-softmax state), so that a kernel body reads as its algorithm.
     exp2_or_zero(score, m)                                2^(score - m), 0 for a masked score
                                  (-inf); a NaN score stays NaN
     merge_states(m_a, l_a, m_b, l_b) -> (m, l, w_a, w_b)  combine two partial softmax states
-Tensor cores (sm_80+; `_intrinsics` on a GPU, `_tensor_sim` under the simulator):
+    window_span(length, window, sinks) -> (kept, start)   the sliding window with sinks: a
+                                 query seeing `length` positions attends [0, kept), [start, length)
+Tensor cores (sm_80+; `gpu/intrinsics` on a GPU, `sim/tensor_sim` under the simulator):
     mma_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)
                                  mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32
     mma_bf16(...)                the same with bf16 A/B words
@@ -47,12 +49,9 @@ rows gives b0/b1 of V. A C fragment pair (c0, c1) packed is an A fragment word: 
 FlashAttention-2 trick that feeds P = softmax(S) back to the next mma from registers.
 cp.async: copies land only after the thread's cp_async_wait retires their group; other
 threads see them after a barrier (`cuda.syncthreads()`) that follows the wait.
-Hopper (sm_90a, compile with cc=(9, 0, "a")): wgmma_m64n8k16_f16(desc, a0..a3, d0..d3,
-accumulate) -> (d0..d3), a warpgroup (4 warps) multiplying A [64 x 16] (warp w: rows
-16w.., the A layout above) by B [16 x 8] from shared memory, D in the C layout per warp;
-smem_desc(smem, index, lbo, sbo, swizzle) builds B's descriptor (K-major; swizzle 0 or 1
-= 128-byte); wgmma_fence() before, wgmma_commit() and wgmma_wait(N) after
-(`_tensor_sim` states the descriptor and swizzle rules its stand-in follows).
+Hopper's warpgroup MMA (wgmma, sm_90a) has its own module, `fast/wgmma.py` (one
+function per m64nNk16 shape, the descriptor, fence/commit/wait), with its stand-ins in
+`sim/wgmma_sim.py`.
 
 The softmax pieces work in base 2 (scores in log2 units: q pre-multiplied by
 scale * log2(e)), as FlashAttention does: `fast_exp2` is one MUFU.EX2.
@@ -68,7 +67,7 @@ therefore stay in their storage type until they sit in registers; `unpack16` con
 them to float32 there.
 
 Under Numba's CUDA simulator an intrinsic cannot run and warp shuffles do not exist,
-so `_simulator.py` supplies plain-Python stand-ins with CUDA's documented semantics
+so `sim/simulator.py` supplies plain-Python stand-ins with CUDA's documented semantics
 (installed only when the simulator backend is active, see `_backend.py`). The kernel
 bodies never ask which backend they run on.
 """
@@ -87,7 +86,7 @@ FULL_MASK = 0xFFFFFFFF
 
 
 if _backend.backend() == "simulator":
-    from ._simulator import (  # noqa: F401
+    from .sim.simulator import (  # noqa: F401
         bits_to_float,
         device_address,
         fast_exp2,
@@ -96,7 +95,7 @@ if _backend.backend() == "simulator":
         itemsize,
         load16,
     )
-    from ._tensor_sim import (  # noqa: F401
+    from .sim.tensor_sim import (  # noqa: F401
         cp_async16,
         cp_async_commit,
         cp_async_wait,
@@ -110,15 +109,10 @@ if _backend.backend() == "simulator":
         mma_f16,
         pack_bf16x2,
         pack_f16x2,
-        smem_desc,
-        wgmma_commit,
-        wgmma_fence,
-        wgmma_m64n8k16_f16,
-        wgmma_wait,
     )
     install_shuffles()
 else:
-    from ._intrinsics import (  # noqa: F401
+    from .gpu.intrinsics import (  # noqa: F401
         bits_to_float,
         cp_async16,
         cp_async_commit,
@@ -138,11 +132,6 @@ else:
         mma_f16,
         pack_bf16x2,
         pack_f16x2,
-        smem_desc,
-        wgmma_commit,
-        wgmma_fence,
-        wgmma_m64n8k16_f16,
-        wgmma_wait,
     )
 
 
@@ -307,6 +296,16 @@ def exp2_or_zero(score, m):
     if score != -math.inf:
         return fast_exp2(score - m)
     return float32(0)
+
+
+@cuda.jit(device=True)
+def window_span(length, window, sinks):
+    """(kept, start): a query seeing `length` positions attends [0, kept) and [start, length)
+    (the first `sinks` and the last `window` positions); window <= 0 is full attention."""
+    if window <= 0:
+        return 0, 0
+    kept = min(sinks, length)
+    return kept, max(length - window, kept)
 
 
 @cuda.jit(device=True)

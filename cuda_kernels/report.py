@@ -47,8 +47,9 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from . import _backend, disasm, roofline
-from .report_format import markdown, table
+from . import _backend
+from .tools import disasm, roofline
+from .tools.report_format import ladder_table, markdown, table
 
 ARCHS = ("sm_80", "sm_90")
 DEFAULT_THREADS = 128
@@ -83,7 +84,7 @@ def kernel_specs():
     from numba import types as t
 
     from .block_copy import copy_blocks_kernel, copy_blocks_vec
-    from .decode import make_decode_kernel
+    from .fast.decode import make_decode_kernel
     from .labs.contiguous import CONTIGUOUS
     from .layout import BLOCK_MAJOR, BLOCK_MAJOR_SCALAR
     from .merge import merge_partitions
@@ -125,7 +126,7 @@ def kernel_specs():
                                   warps=warps, paged=paged)
         specs.append((f"paged_decode[{name}]", kern.py_func,
                       decode_sig(cache, t.Array(dtype, 3, "C")), threads))
-    from .decode_tc import make_tc_decode_kernel, tc_geometry  # path="tensor", as on a GPU
+    from .fast.decode_tc import make_tc_decode_kernel, tc_geometry  # path="tensor", as on a GPU
     for group in (4, 8, 16):
         kern = make_tc_decode_kernel(BLOCK_MAJOR, 128, group, 16)
         specs.append((f"paged_decode_tc[float16,G={group},D=128]", kern.py_func,
@@ -146,7 +147,7 @@ def kernel_specs():
         specs.append((f"paged_prefill[{dtype.name},G={group},D={head_dim}]", kern.py_func,
                       (cache, t.Array(dtype, 3, "C"), t.Array(t.int32, 2, "C"), i32, i32, i32, i32,
                        t.int32, t.float32, t.int32, t.int32, t.int32, f32c3), 128))
-    from .prefill_tc import launch_config, make_prefill_tc_kernel  # the GPU's shapes
+    from .fast.prefill_tc import launch_config, make_prefill_tc_kernel  # the GPU's shapes
     prefill_sig = (f16c5, t.Array(t.float16, 3, "C"), t.Array(t.int32, 2, "C"), i32, i32, i32,
                    i32, t.int32, t.float32, t.int32, t.int32, t.int32, f32c3)
     for group, head_dim in ((8, 128), (1, 128), (8, 256), (4, 80)):
@@ -154,11 +155,34 @@ def kernel_specs():
         kern = make_prefill_tc_kernel(head_dim, group, warps, tile, 16, q_regs, o_split)
         specs.append((f"paged_prefill_tc[float16,G={group},D={head_dim}]", kern.py_func,
                       prefill_sig, 32 * warps))
-    from .prefill_wgmma import make_prefill_wgmma_kernel  # path="wgmma": sm_90a only
+    from .fast.prefill_wgmma import make_prefill_wgmma_kernel  # path="wgmma": sm_90a only
     specs.append(("paged_prefill_wgmma[float16,G=8,D=128]",
                   make_prefill_wgmma_kernel(128, 8, 64, 16).py_func, prefill_sig, 128,
                   {"sm_90": "sm_90a"}))
     return specs
+
+
+def ladder_specs():
+    """(name, python function, signature, threads) for every rung of `cuda_kernels.ladder`,
+    at the ladder's report case (float16, G = 4, head_dim 128, 16-token blocks)."""
+    from .ladder import RUNGS
+    return [(f"rung{i}.{rung.name}", *rung.ptx_spec()) for i, rung in enumerate(RUNGS, 1)]
+
+
+def ladder_rows(rows: list[dict]) -> list[dict]:
+    """Each rung's row gains cache_reads (`Rung.reads` at the report case's group) and
+    sass_per_cache_byte = sass_per_kv_byte x cache_reads: the loop's issue slots per byte of
+    cache one decode step needs, which is what GQA improves (it loads each byte once for
+    the group; sass_per_kv_byte alone counts per byte loaded)."""
+    from .ladder import RUNGS
+    from .ladder.launch import REPORT_GROUP
+    for row in rows:
+        rung = RUNGS[int(row["kernel"].split(".")[0][4:]) - 1]
+        row["cache_reads"] = rung.reads(REPORT_GROUP)
+        per_byte = row.get("sass_per_kv_byte")
+        row["sass_per_cache_byte"] = None if per_byte is None else round(
+            per_byte * row["cache_reads"], 4)
+    return rows
 
 
 def targets(spec: tuple, archs) -> list[tuple[str, str]]:
@@ -197,13 +221,18 @@ def disassemble(cubin: Path) -> str | None:
 
 
 def _one(ptxas: str, name: str, func, sig, threads: int, arch: str, tmp: Path,
-         ptx_dir: Path | None, target: str | None = None) -> dict:
+         ptx_dir: Path | None, target: str | None = None, compile_only: bool = False) -> dict:
     """One row; `target` is the ptxas arch when it differs from `arch` (sm_90a: cc
-    (9, 0, "a"), whose PTX says .target sm_90a); occupancy uses `arch`'s limits."""
+    (9, 0, "a"), whose PTX says .target sm_90a); occupancy uses `arch`'s limits.
+    compile_only: just {kernel, arch, compile_s}, the seconds numba's compile to PTX took
+    (typing, lowering, NVVM: what a launch's JIT pays before the driver's ptxas)."""
     from numba.cuda import compile_ptx
     base, target = arch, target or arch
     cc = (int(target[3]), int(target[4]), *([target[5:]] if target[5:] else []))
+    began = time.perf_counter()
     ptx, _ = compile_ptx(func, sig, cc=cc)
+    if compile_only:
+        return {"kernel": name, "arch": target, "compile_s": round(time.perf_counter() - began, 2)}
     arch = target
     stem = f"{re.sub(r'[^A-Za-z0-9]+', '_', name).strip('_')}_{arch}"
     path = tmp / f"{stem}.ptx"
@@ -287,22 +316,25 @@ def _allow_device_functions_without_gpu() -> None:
         dispatcher.get_current_device = _NoDevice
 
 
-def collect(archs, ptx_dir: Path | None = None, workers: int | None = None) -> list[dict]:
+def collect(archs, ptx_dir: Path | None = None, workers: int | None = None,
+            ladder: bool = False, compile_only: bool = False) -> list[dict]:
     """Every (kernel, arch) row, in kernel_specs() order then arch order. numba's compiler
     holds a process-wide lock, so the kernels are shared among `workers` forked processes
     (default: the CPU count, at most 4), each rebuilding the specs and compiling its
     share. A kernel's archs are compiled by the same worker, one after the other: the
     device functions it calls are compiled once per process (for the cc `_NoDevice`
-    names) and reused by the second arch (the whole report: about 22% less CPU time)."""
+    names) and reused by the second arch (the whole report: about 22% less CPU time).
+    ladder: the rungs of `cuda_kernels.ladder` (`ladder_specs`) instead of the kernels.
+    compile_only: rows of compile seconds only (`_one`); no ptxas needed."""
     _allow_device_functions_without_gpu()
-    if find_ptxas() is None:
+    if find_ptxas() is None and not compile_only:
         raise RuntimeError("ptxas not found: install the ptx extra (nvidia-cuda-nvcc)")
     if ptx_dir is not None:
         ptx_dir.mkdir(parents=True, exist_ok=True)
-    kernels = list(range(len(kernel_specs())))
-    workers = max(1, min(workers or os.cpu_count() or 1, 4, len(kernels)))
+    kernels = list(range(len(ladder_specs() if ladder else kernel_specs())))
+    workers = max(1, min(workers or min(os.cpu_count() or 1, 4), len(kernels)))
     with tempfile.TemporaryDirectory() as tmp:
-        args = [(i, tuple(archs), tmp, ptx_dir) for i in kernels]
+        args = [(i, tuple(archs), tmp, ptx_dir, ladder, compile_only) for i in kernels]
         if workers == 1:
             per_kernel = [_job(*a) for a in args]
         else:
@@ -315,14 +347,15 @@ def collect(archs, ptx_dir: Path | None = None, workers: int | None = None) -> l
 _SPECS: list = []
 
 
-def _job(index: int, archs: tuple, tmp: str, ptx_dir: Path | None) -> list[dict]:
+def _job(index: int, archs: tuple, tmp: str, ptx_dir: Path | None,
+         ladder: bool = False, compile_only: bool = False) -> list[dict]:
     """The rows of kernel `index` for every arch, in a worker: the specs are rebuilt once
     per process (they hold closures, which do not pickle)."""
     if not _SPECS:
-        _SPECS.extend(kernel_specs())
+        _SPECS.extend(ladder_specs() if ladder else kernel_specs())
     spec = _SPECS[index]
-    return [_one(find_ptxas(), *_with_threads(spec), arch, Path(tmp), ptx_dir, target)
-            for arch, target in targets(spec, archs)]
+    return [_one(find_ptxas(), *_with_threads(spec), arch, Path(tmp), ptx_dir, target,
+                 compile_only) for arch, target in targets(spec, archs)]
 
 
 def _with_threads(spec: tuple) -> tuple:
@@ -339,6 +372,11 @@ def main(argv=None) -> int:
                         help="print the README's decode/prefill table (report_format.py)")
     parser.add_argument("--arch", action="append", choices=ARCHS, help="repeatable; default: both")
     parser.add_argument("--ptx-dir", type=Path, help="also write each kernel's PTX here")
+    parser.add_argument("--ladder", action="store_true",
+                        help="the rungs of cuda_kernels.ladder instead of the kernels")
+    parser.add_argument("--compile-only", action="store_true",
+                        help="only time each kernel's compile to PTX (JSON rows)")
+    parser.add_argument("--workers", type=int, help="compiling processes (default: CPUs, <= 4)")
     args = parser.parse_args(argv)
     if _backend.backend() != "gpu":  # compile_ptx needs the real CUDA target: re-run
         env = dict(os.environ, PAGEDSIM_CUDA="gpu", NUMBA_ENABLE_CUDASIM="0")
@@ -348,11 +386,16 @@ def main(argv=None) -> int:
         return subprocess.run([sys.executable, "-m", "cuda_kernels.report", *argv],
                               env=env).returncode
     began = time.perf_counter()
-    rows = collect(tuple(args.arch or ARCHS), args.ptx_dir)
-    if args.json:
+    rows = collect(tuple(args.arch or ARCHS), args.ptx_dir, args.workers, ladder=args.ladder,
+                   compile_only=args.compile_only)
+    if args.ladder and not args.compile_only:
+        rows = ladder_rows(rows)
+    if args.json or args.compile_only:
         print(json.dumps(rows, indent=1))
     elif args.markdown:
         print(markdown(rows, git_commit()))
+    elif args.ladder:
+        print(ladder_table(rows))
     else:
         print(table(rows))
         print(f"{len(rows)} kernels compiled in {time.perf_counter() - began:.1f} s; "

@@ -23,7 +23,7 @@ from . import _backend
 
 
 def _simulated_store16(array, index, words):
-    from ._simulator import _numpy_of, load16
+    from .sim.simulator import _numpy_of, load16
     load16(array, index)  # the same alignment and bounds faults as a load of those 16 bytes
     a = _numpy_of(array)
     raw = np.array([int(w) for w in words], np.uint32).tobytes()

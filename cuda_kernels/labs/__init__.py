@@ -22,7 +22,7 @@ _TAIL = ("{q}[:, :, ::1], int32[:, ::1], int32[::1], float32, int32, int32, int3
 def _ptx_kernels() -> list:
     import numpy as np
 
-    from cuda_kernels.decode import make_decode_kernel
+    from cuda_kernels.fast.decode import make_decode_kernel
 
     from .layouts import LAYOUTS, LOADERS
     rows = []

@@ -3,7 +3,7 @@
 The layouts themselves (axis orders, shapes, index arithmetic, `convert`) are the one
 registry `pagedsim.labs.kv_layouts.LAYOUTS`, pure NumPy so the sector model needs no
 numba. This module attaches to each layout name its device loaders (`LOADERS`), the
-address functions handed to the kernels' factory (`cuda_kernels.decode.make_decode_kernel`,
+address functions handed to the kernels' factory (`cuda_kernels.fast.decode.make_decode_kernel`,
 launched by `attention.decode_with`), so every layout runs the same kernel body and
 differs only in index arithmetic:
 

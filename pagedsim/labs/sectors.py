@@ -10,7 +10,7 @@ The layouts and their index arithmetic come from the registry, `kv_layouts.LAYOU
 
 Thread mappings (which (token, dim) lane l reads in one load instruction):
 
-    kernel  the factory kernel's tile loop (`cuda_kernels.decode`): flat index i = l over
+    kernel  the factory kernel's tile loop (`cuda_kernels.fast.decode`): flat index i = l over
             (token, d), so the lanes read dims 0..31 of one token, one element each;
     vec16   vLLM's key loop: lane l reads a 16-byte vector, x elements, of token l % B,
             chunk l // B (B lanes per chunk, so a warp covers 32 // B chunks of B tokens);

@@ -85,7 +85,8 @@ def test_the_gpu_benchmarks_dry_run_checks_every_kernel_and_reports_no_timing(tm
 def test_the_simulator_stand_ins_are_installed_only_on_the_simulator_backend():
     probe = (
         "import sys, cuda_kernels.primitives; "
-        "print('cuda_kernels._simulator' in sys.modules, 'cuda_kernels._intrinsics' in sys.modules)"
+        "print('cuda_kernels.sim.simulator' in sys.modules, "
+        "'cuda_kernels.gpu.intrinsics' in sys.modules)"
     )
     simulated = run(probe, PAGEDSIM_CUDA="simulator")
     assert simulated.returncode == 0, simulated.stderr

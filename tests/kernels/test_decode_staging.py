@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from numba import cuda
 
 import cuda_kernels as ck
-from cuda_kernels import decode, reference
+from cuda_kernels import reference
+from cuda_kernels.fast import decode
 from cuda_kernels.layout import BLOCK_MAJOR, BLOCK_MAJOR_SCALAR
 
 HEAD_DIM, GROUP, KV_HEADS, BLOCK = 16, 4, 2, 4

@@ -1,6 +1,6 @@
 """The decode kernel's per-step pieces on the simulator: the reduce-scatter leaves each
 lane the totals `owned_index` names, `broadcast` gives every lane all of them, the vote
-stand-in follows CUDA's __any_sync, and exp2_masked keeps NaN."""
+stand-in follows CUDA's __any_sync, and primitives.exp2_or_zero (the one masked exp2) keeps NaN."""
 
 import math
 
@@ -9,7 +9,8 @@ import pytest
 from numba import cuda, float32
 
 import cuda_kernels  # noqa: F401  (selects the backend)
-from cuda_kernels.decode_steps import broadcast, exp2_masked, owned_index, reduce_scatter
+from cuda_kernels.fast.decode_steps import broadcast, owned_index, reduce_scatter
+from cuda_kernels.primitives import exp2_or_zero
 
 
 def group_kernel(n, width):
@@ -71,10 +72,10 @@ def test_the_vote_is_one_in_every_lane_exactly_when_some_lane_votes(hot):
 @cuda.jit
 def exp_kernel(scores, m, out):
     i = cuda.threadIdx.x
-    out[i] = exp2_masked(scores[i], m[i])
+    out[i] = exp2_or_zero(scores[i], m[i])
 
 
-def test_exp2_masked_is_zero_only_for_a_masked_score_and_keeps_nan():
+def test_exp2_or_zero_is_zero_only_for_a_masked_score_and_keeps_nan():
     scores = np.array([-math.inf, np.nan, 1.0, 3.0, np.nan], np.float32)
     m = np.array([2.0, 2.0, 2.0, 3.0, -math.inf], np.float32)
     out = np.full(5, 7.0, np.float32)

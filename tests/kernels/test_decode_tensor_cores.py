@@ -11,7 +11,7 @@ from numba import cuda
 
 import cuda_kernels as ck
 from cuda_kernels import attention, reference
-from cuda_kernels.decode_tc import make_tc_decode_kernel, tc_geometry
+from cuda_kernels.fast.decode_tc import make_tc_decode_kernel, tc_geometry
 from cuda_kernels.layout import BLOCK_MAJOR
 from cuda_kernels.merge import merge_partitions
 

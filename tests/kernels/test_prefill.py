@@ -216,3 +216,21 @@ def test_a_nan_in_q_k_or_v_propagates_exactly_where_the_float64_reference_puts_i
     tol = 1e-5 if dtype == np.float32 else 4e-3
     if finite.any():  # a NaN key everybody attends leaves nothing finite
         assert np.abs(out[finite] - want[finite]).max() < tol * np.abs(want[finite]).max()
+
+
+@pytest.mark.parametrize("path", ["cuda_core", "tensor"])
+def test_an_fp16_output_is_the_float32_result_rounded_once(path):
+    """out_dtype=float16 (what SDPA writes): the same float32 accumulation, rounded on the
+    store; a dtype no kernel can store is refused by name."""
+    rng = np.random.default_rng(33)
+    lens = np.array([7, 3], np.int32)
+    tables, num_blocks = reference.scattered_block_tables(rng, lens, 4, spare=1)
+    cache = rng.standard_normal((num_blocks, 2, 1, 4, 16)).astype(np.float16)
+    starts = np.array([0, 3, 5], np.int32)
+    query = rng.standard_normal((5, 2, 16)).astype(np.float16)
+    full = ck.paged_prefill(query, cache, tables, lens, starts, path=path)
+    half = ck.paged_prefill(query, cache, tables, lens, starts, path=path, out_dtype=np.float16)
+    assert half.dtype == np.float16 and np.isfinite(half).all()
+    np.testing.assert_array_equal(half, full.astype(np.float16))
+    with pytest.raises(ValueError, match="out_dtype"):
+        ck.paged_prefill(query, cache, tables, lens, starts, out_dtype=np.int8)

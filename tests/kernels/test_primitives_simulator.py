@@ -14,7 +14,8 @@ import pytest
 from numba import cuda
 
 import cuda_kernels
-from cuda_kernels import _simulator, primitives
+from cuda_kernels import primitives
+from cuda_kernels.sim import simulator as _simulator
 
 pytestmark = pytest.mark.skipif(cuda_kernels.backend() != "simulator",
                                 reason="tests the simulator's stand-ins")

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cuda_kernels import disasm
 from cuda_kernels.attention import shared_bytes
 from cuda_kernels.report import find_ptxas, kernel_specs, parse_ptxas, targets
+from cuda_kernels.tools import disasm
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.ptx

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cuda_kernels import roofline
+from cuda_kernels.tools import roofline
 
 ISSUE_S, HBM, L2, PEAK = 132 * 4 * 1.98e9, 4.3e12, 9.9e12, 990e12
 

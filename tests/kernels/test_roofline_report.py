@@ -4,7 +4,8 @@ copy of that table holding the same columns (its numbers are regenerated, not te
 
 from pathlib import Path
 
-from cuda_kernels import report, report_format, roofline
+from cuda_kernels import report
+from cuda_kernels.tools import report_format, roofline
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -4,9 +4,9 @@ model of `roofline.py` on figures worked out by hand."""
 
 import pytest
 
-from cuda_kernels import disasm, roofline
-
 # A prologue cp.async (outside every loop), then a loop of 2 cp.async of 16 bytes, one
+from cuda_kernels.tools import disasm, roofline
+
 # ldmatrix, two m16n8k16 mma, one FFMA, a predicated FMUL and a loop-closing branch.
 TC_SASS = """
         /*0000*/                   LDGSTS.E.BYPASS.LTC128B.128 [R3], desc[UR4][R4.64] ;

@@ -16,7 +16,8 @@ import pytest
 from sdpa_campaign import TOL_CUDA_CORE, TOL_TENSOR, error, launch
 from sdpa_cases import arrays, numpy_reference
 
-from cuda_kernels import _backend, attention, prefill, prefill_tc
+from cuda_kernels import _backend, attention, prefill
+from cuda_kernels.fast import prefill_tc
 
 COMMON = dict(kv_heads=1, cache_dtype="float16", query_dtype="float16", scale=None,
               fill=-1, extra_cols=1, blank_skipped=True)

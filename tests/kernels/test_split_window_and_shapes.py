@@ -8,8 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cuda_kernels as ck
-from cuda_kernels import layout_demo, reference
+from cuda_kernels import reference
 from cuda_kernels.attention import choose_partition
+from cuda_kernels.labs.layouts import NHD_SCALAR
 
 
 def scattered_case(rng, lens, block_size, num_kv_heads, group, head_dim, dtype=np.float32):
@@ -67,7 +68,7 @@ def test_multi_query_groups_larger_than_a_cta_initialise_and_write_every_head(
         group, head_dim, dtype, lens, split):
     """One KV head, up to Falcon's 71 query heads: more heads than the simulator's 32
     threads and than one CTA holds, so the group is split into chunks across the grid."""
-    from cuda_kernels.decode import geometry
+    from cuda_kernels.fast.decode import geometry
     assert geometry(head_dim, group, dtype, 1)["chunks"] > 1
     rng = np.random.default_rng(group)
     case = scattered_case(rng, lens, 4, 1, group, head_dim, dtype)
@@ -163,7 +164,7 @@ def test_the_factory_builds_a_kernel_for_split_token_major_pools():
     k_pool = np.ascontiguousarray(cache[:, 0].transpose(0, 2, 1, 3))  # [N, B, H_kv, D]
     v_pool = np.ascontiguousarray(cache[:, 1].transpose(0, 2, 1, 3))
     from numba import cuda
-    out = ck.decode_with(layout_demo.SPLIT_NHD, cuda.to_device(k_pool), cuda.to_device(v_pool),
+    out = ck.decode_with(NHD_SCALAR, cuda.to_device(k_pool), cuda.to_device(v_pool),
                          query, tables, lens, num_blocks=cache.shape[0], num_kv_heads=2,
                          block_size=4, head_dim=8, mode="split", partition_size=4)
     assert rel_err(out, reference.paged_attention(query, cache, tables, lens)) < 1e-5
@@ -175,7 +176,7 @@ def test_the_factory_builds_a_kernel_for_split_token_major_pools():
 def test_the_thread_mapping_covers_head_dim_and_every_head_within_the_budgets(
         head_dim, group, fp16, warps):
     from cuda_kernels.attention import SHARED_LIMIT, shared_bytes
-    from cuda_kernels.decode import ACC_BUDGET, geometry
+    from cuda_kernels.fast.decode import ACC_BUDGET, geometry
     dtype = np.float16 if fp16 else np.float32
     g = geometry(head_dim, group, dtype, warps)
     assert g["vec"] * 2 ** (not fp16) == 8 and g["lpr"] & (g["lpr"] - 1) == 0 and g["lpr"] <= 32

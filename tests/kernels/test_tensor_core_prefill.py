@@ -10,10 +10,11 @@ from conftest import rel_err
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cuda_kernels import prefill, prefill_tc
+from cuda_kernels import prefill
 from cuda_kernels._prefill_checks import choose_path
+from cuda_kernels.fast import prefill_tc
+from cuda_kernels.fast.prefill_tc_shape import TileShape
 from cuda_kernels.prefill import paged_prefill
-from cuda_kernels.prefill_tc_shape import TileShape
 from cuda_kernels.reference import reference_prefill
 
 TOL = 4e-3  # P is rounded to fp16 before P V, as in FlashAttention-2

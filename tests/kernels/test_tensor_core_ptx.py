@@ -78,60 +78,14 @@ def test_tensor_core_primitives_assemble_to_hmma_ldsm_ldgsts_on_sm80_and_sm90():
         assert sum(op.startswith("F2FP") and "PACK_AB" in op for op in sass) == 2, (arch, sass)
 
 
-WGMMA_PROBE = """
-import re, subprocess, tempfile
-from pathlib import Path
-import numpy as np
-from numba import cuda
-from numba.cuda import compile_ptx
-from numba.cuda import types as t
-from cuda_kernels import primitives as pr, report
-
-report._allow_device_functions_without_gpu()
-
-def kernel(words, out):
-    tid = cuda.threadIdx.x
-    smem = cuda.shared.array(1024, np.float16)
-    for i in range(8):
-        smem[tid * 8 + i] = 1.0
-    cuda.syncthreads()  # B is written before the warpgroup reads it
-    desc = pr.smem_desc(smem, 0, 128, 256, 0)
-    pr.wgmma_fence()
-    w = words[tid]
-    d = pr.wgmma_m64n8k16_f16(desc, w[0], w[1], w[2], w[3], 0.0, 0.0, 0.0, 0.0, 0)
-    pr.wgmma_commit()
-    pr.wgmma_wait(0)
-    out[tid] = d[0] + d[1] + d[2] + d[3]
-
-ptx, _ = compile_ptx(kernel, (t.Array(t.uint32, 2, "C"), t.Array(t.float32, 1, "C")),
-                     cc=(9, 0, "a"))
-with tempfile.TemporaryDirectory() as tmp:
-    path = Path(tmp) / "wgmma.ptx"
-    path.write_text(ptx)
-    done = subprocess.run([report.find_ptxas(), "-v", "-arch=sm_90a", str(path), "-o",
-                           str(path.with_suffix(".cubin"))], capture_output=True, text=True,
-                          check=True)
-    sass = report.disassemble(path.with_suffix(".cubin"))
-print(".target sm_90a" in ptx, report.parse_ptxas(done.stderr)["spill_bytes"],
-      sorted(set(re.findall(r"\\bHGMMA\\.[0-9x]+\\.F32", sass))))
-"""
-
-
-def test_wgmma_assembles_to_hgmma_64x8x16_on_sm90a_without_spills():
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PAGEDSIM_CUDA="gpu", NUMBA_ENABLE_CUDASIM="0")
-    done = subprocess.run([sys.executable, "-c", WGMMA_PROBE], env=env, capture_output=True,
-                          text=True, timeout=300, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1] == "True 0 ['HGMMA.64x8x16.F32']"
-
-
 PREFILL_PROBE = """
 import json, sys, tempfile
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 from numba.cuda import types as t
-from cuda_kernels import prefill_tc, report
+from cuda_kernels import report
+from cuda_kernels.fast import prefill_tc
 
 def row(job):
     head_dim, arch = job

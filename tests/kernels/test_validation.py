@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import cuda_kernels as ck
+from cuda_kernels import _checks as ck_checks
 
 RNG = np.random.default_rng(0)
 CACHE = RNG.standard_normal((4, 2, 2, 4, 8)).astype(np.float32)  # [N=4, 2, H_kv=2, B=4, D=8]
@@ -181,6 +182,10 @@ BAD_SCALE = st.one_of(
     st.floats(3.5e38, 1e308),
     st.floats(-1e308, -3.5e38),
     st.integers(2**129, 2**300),
+    # finite float32, but a score would overflow (issue 33: 1e38 gave NaN): past MAX_SCALE
+    st.floats(ck_checks.MAX_SCALE, 3.4e38, exclude_min=True),
+    st.floats(-3.4e38, -ck_checks.MAX_SCALE, exclude_max=True),
+    st.sampled_from([1e38, -1e38, 2**17]),
     st.just([1.0]),
     st.just(np.array([0.5])),
     st.just(1 + 2j),
@@ -320,3 +325,14 @@ def test_decode_with_refuses_every_ill_typed_or_out_of_range_argument(data):
     raises_clearly_and_changes_nothing(lambda: ck.decode_with(
         BLOCK_MAJOR, cache, cache, args["query"], args["block_tables"], args["context_lens"],
         num_blocks=4, num_kv_heads=2, block_size=4, head_dim=8, **extra, **kw), cache)
+
+
+@pytest.mark.parametrize("scale", [ck_checks.MAX_SCALE, -ck_checks.MAX_SCALE, 1e-30])
+def test_an_extreme_scale_inside_the_documented_range_matches_the_float64_reference(scale):
+    from cuda_kernels.reference import paged_attention as reference
+
+    lens = np.array([5, 8], np.int32)
+    got = ck.paged_attention(QUERY, CACHE, TABLES, lens, scale)
+    want = reference(QUERY, CACHE, TABLES, lens, scale)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, atol=1e-3)

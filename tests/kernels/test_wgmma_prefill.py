@@ -12,8 +12,9 @@ from conftest import rel_err
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cuda_kernels import _prefill_checks, prefill, prefill_wgmma
+from cuda_kernels import _prefill_checks, prefill
 from cuda_kernels._prefill_checks import choose_path
+from cuda_kernels.fast import prefill_wgmma
 from cuda_kernels.prefill import paged_prefill
 from cuda_kernels.reference import reference_prefill
 

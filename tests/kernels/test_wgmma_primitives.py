@@ -1,4 +1,4 @@
-"""The wgmma stand-ins (`cuda_kernels.wgmma` under the simulator) follow the PTX ISA's
+"""The wgmma stand-ins (`cuda_kernels.fast.wgmma` under the simulator) follow the PTX ISA's
 warpgroup fragments, matrix descriptor and swizzle modes, element by element.
 
 The tables here are written out independently of `_wgmma_sim`: A and D per thread as
@@ -14,7 +14,7 @@ import pytest
 from numba import cuda, float32
 
 import cuda_kernels
-from cuda_kernels import wgmma as wg
+from cuda_kernels.fast import wgmma as wg
 
 pytestmark = pytest.mark.skipif(cuda_kernels.backend() != "simulator",
                                 reason="tests the simulator's stand-ins")

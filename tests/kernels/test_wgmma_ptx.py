@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cuda_kernels._wgmma_intrinsics import wgmma_constraints, wgmma_text
+from cuda_kernels.gpu.wgmma_intrinsics import wgmma_constraints, wgmma_text
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.ptx
@@ -23,7 +23,8 @@ import numpy as np
 from numba import cuda, float32
 from numba.cuda import compile_ptx
 from numba.cuda import types as t
-from cuda_kernels import report, wgmma as wg
+from cuda_kernels import report
+from cuda_kernels.fast import wgmma as wg
 
 report._allow_device_functions_without_gpu()
 

@@ -120,12 +120,3 @@ def test_a_registered_layout_gets_its_own_row_in_the_ptx_and_sass_report():
     assert row["kernel"] == "labs.decode_hnd[float16,G=4,D=128]" and row["arch"] == "sm_90"
     assert row["registers"] > 0 and row["spill_bytes"] == 0
     assert row["global_load_bits"] < 128  # scalar loads: this throwaway has no 16-byte pair
-
-
-def test_the_old_layout_demo_name_still_hands_out_nhds_fallback_with_a_warning():
-    import importlib
-
-    sys.modules.pop("cuda_kernels.layout_demo", None)
-    with pytest.warns(DeprecationWarning, match="NHD_SCALAR"):
-        old = importlib.import_module("cuda_kernels.layout_demo")
-    assert old.SPLIT_NHD is layouts.NHD_SCALAR is layouts.LOADERS["nhd"].fallback

@@ -6,7 +6,7 @@ ISA (8.x), "Asynchronous Warpgroup Level Matrix Multiply-Accumulate":
 
   * Fragments ("Register Fragments", m64nNk16): a warpgroup is 4 consecutive warps
     (threads 128k .. 128k+127); warp w holds rows 16w .. 16w+15. With groupID
-    g = lane >> 2 and t = lane % 4 (A_ROWS/A_COLS, C_ROWS/C_COLS of `_tensor_sim`):
+    g = lane >> 2 and t = lane % 4 (A_ROWS/A_COLS, C_ROWS/C_COLS of `sim/tensor_sim`):
       A [64 x 16], four f16x2 words: a0 = (16w+g, 2t:2t+2), a1 = (16w+g+8, 2t:2t+2),
         a2 = (16w+g, 2t+8:2t+10), a3 = (16w+g+8, 2t+8:2t+10); lower column in the low half;
       D [64 x N], N/2 f32: d[i] = (16w + g + 8 ((i >> 1) & 1), 8 (i >> 2) + 2t + (i & 1)),
@@ -42,8 +42,8 @@ import threading
 
 import numpy as np
 
-from ._simulator import _numpy_of
-from ._tensor_sim import (
+from .simulator import _numpy_of
+from .tensor_sim import (
     A_COLS,
     A_ROWS,
     C_COLS,

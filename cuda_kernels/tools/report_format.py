@@ -10,6 +10,11 @@ The Markdown header is MARKDOWN_HEADS exactly; a test holds the README's table t
 regenerating the README's table after a kernel change is one command:
     python -m cuda_kernels.report --markdown --arch sm_90
 A missing figure prints as "-", never as a made-up number.
+
+    ladder_table(rows)       `report --ladder`: one row per rung and arch, its loop SASS
+                             per K/V byte, how many times leaner than rung 1 (same arch),
+                             registers and spills, and (`report.ladder_rows`) how often it
+                             loads each cache byte at G = 4 and the SASS per cache byte
 """
 
 from __future__ import annotations
@@ -47,6 +52,28 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+LADDER = (("kernel", "rung", "s"), ("arch", "arch", "s"), ("registers", "registers", "d"),
+          ("spill_bytes", "spills (B)", "d"), ("loop_kv_bits", "K/V load bits", "d"),
+          ("loop_sass", "loop SASS", "d"), ("loop_kv_bytes", "K/V B per trip", "d"),
+          ("loop_inner_loops", "inner loops", "d"),
+          ("sass_per_kv_byte", "SASS per K/V byte", ".3f"),
+          ("leaner", "x leaner than rung 1", ".1f"), ("cache_reads", "K/V reads (G=4)", ".1f"),
+          ("sass_per_cache_byte", "SASS per cache byte", ".3f"))
+
+
+def ladder_table(rows: list[dict]) -> str:
+    """Markdown: one line per rung and arch, `leaner` = rung 1's sass_per_kv_byte over the
+    row's (same arch)."""
+    first = {r["arch"]: r["sass_per_kv_byte"] for r in rows if r["kernel"].startswith("rung1.")}
+    lines = [markdown_row(h for _, h, _ in LADDER), markdown_row("---" for _ in LADDER)]
+    for r in rows:
+        base, mine = first.get(r["arch"]), r.get("sass_per_kv_byte")
+        r = dict(r, leaner=base / mine if base and mine else None)
+        lines.append(markdown_row("-" if r.get(k) is None else f"{r[k]:{f}}"
+                                  for k, _, f in LADDER))
+    return "\n".join(lines)
+
+
 def markdown_row(cells) -> str:
     return "| " + " | ".join(cells) + " |"
 
@@ -55,7 +82,7 @@ def markdown(rows: list[dict], as_of: str | None = None) -> str:
     """The README's table of the decode and prefill rows, preceded by one line saying
     which commit it was compiled from."""
     lines = [f"As of {as_of or 'an unknown commit'} (static counts from ptxas and nvdisasm, "
-             f"no GPU; bound and % from cuda_kernels/roofline.py):", "",
+             f"no GPU; bound and % from cuda_kernels/tools/roofline.py):", "",
              markdown_row(MARKDOWN_HEADS), markdown_row("---" for _ in MARKDOWN)]
     for r in rows:
         if not r["kernel"].startswith(MARKDOWN_KERNELS):

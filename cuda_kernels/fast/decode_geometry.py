@@ -18,7 +18,7 @@ two tokens per row where they fit and one otherwise.
 
 from __future__ import annotations
 
-from .primitives import vec_width
+from ..primitives import vec_width
 
 ACC_BUDGET = 64  # floats of q (and as many of accumulators) a lane may hold
 SMALL_GROUP = 2  # up to this many heads per KV head, a lane owns two vectors per row

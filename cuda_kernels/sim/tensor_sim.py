@@ -1,10 +1,10 @@
 """Simulator stand-ins for the tensor-core primitives: mma.sync, ldmatrix, cp.async, packing.
 
 Installed by `primitives` only when the simulator backend is active (the GPU gets the
-inline PTX of `_intrinsics.py`). Each follows the PTX ISA (version 8.x):
+inline PTX of `gpu/intrinsics.py`). Each follows the PTX ISA (version 8.x):
 
   * mma_f16 / mma_bf16: "Matrix Fragments for mma.m16n8k16 with floating point type".
-    The 32 lanes of the warp meet (as the shuffle stand-ins do, `_simulator._exchange`);
+    The 32 lanes of the warp meet (as the shuffle stand-ins do, `sim/simulator._exchange`);
     each brings its fragments, the stand-in places every element where the ISA's tables
     say that lane and register hold it (A_ROWS/A_COLS, B_ROWS/B_COLS, C_ROWS/C_COLS
     below, with groupID g = lane >> 2 and threadID_in_group t = lane % 4), computes
@@ -30,7 +30,7 @@ import threading
 
 import numpy as np
 
-from ._simulator import WARP, _exchange, _extent, _lock, _numpy_of
+from .simulator import WARP, _exchange, _extent, _lock, _numpy_of
 
 FULL = 0xFFFFFFFF
 _LANE = np.arange(WARP)
@@ -194,21 +194,12 @@ def pack_bf16x2(lo, hi):
     return np.uint32(halves[0] | (halves[1] << 16))
 
 
-# ---- Hopper warpgroup MMA (wgmma, sm_90a) ------------------------------------------------
-# PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate": a warpgroup is 4
-# consecutive warps (threads 128k .. 128k+127). For .m64nNk16 with A in registers, warp w
-# of the group holds rows 16w .. 16w+15 of A [64 x 16] in the mma.m16n8k16 A layout and
-# the same rows of D [64 x N] in the m16n8 C layout (for N = 8: d0..d3 as c0..c3).
-# B [16 x N] is read from shared memory through the matrix descriptor ("Matrix Descriptor
-# Format"): start address >> 4 (bits 0-13), leading byte offset >> 4 (16-29), stride byte
-# offset >> 4 (32-45), swizzle mode (62-63). With imm-trans-b = 0 B is K-major: "core
-# matrices" of 8 rows (n) x 16 bytes (8 k); without swizzling element (k, n) sits at
-# start + (k // 8) LBO + (n // 8) SBO + (n % 8) 16 + (k % 8) 2; with the 128-byte swizzle
-# a row n holds 64 k contiguously, start + (n // 8) SBO + (n % 8) 128 + 2k, and the
-# address's bits 4-6 are XORed with its bits 7-9. Shared addresses here are positions in
-# a simulated 256 KiB shared window (`_WINDOW`), in which each shared array gets a
-# 1024-byte aligned place the first time a descriptor names it. The copy is synchronous:
-# fence, commit and wait have nothing left to order.
+# ---- What the wgmma stand-ins (`sim/wgmma_sim`) share with this module -----------------
+# A warpgroup is 4 consecutive warps (threads 128k .. 128k+127) whose threads meet in one
+# exchange (`_warpgroup`); shared addresses are positions in a simulated 256 KiB shared
+# window (`SharedWindow`). The wgmma instructions themselves, their descriptors and
+# swizzle modes are `sim/wgmma_sim.py` (one stand-in per idea: this module used to hold
+# an older synchronous m64n8k16 copy).
 
 WARPGROUP = 128
 class SharedWindow:
@@ -242,36 +233,6 @@ class SharedWindow:
         raise RuntimeError(f"wgmma: address {address:#x} is outside every shared array")
 
 
-_WINDOW = SharedWindow()
-
-
-def smem_desc(array, index, lbo, sbo, swizzle):
-    a = _numpy_of(array)
-    address = _WINDOW.base(a) + int(index) * a.itemsize
-    fields = ((address >> 4) & 0x3FFF) | (((int(lbo) >> 4) & 0x3FFF) << 16)
-    return np.uint64(fields | (((int(sbo) >> 4) & 0x3FFF) << 32) | ((int(swizzle) & 3) << 62))
-
-
-def _b_from_descriptor(desc: int) -> np.ndarray:
-    """B [16 x 8] float64 read through a K-major descriptor (modes 0 and 1)."""
-    start = (desc & 0x3FFF) << 4
-    lbo, sbo = ((desc >> 16) & 0x3FFF) << 4, ((desc >> 32) & 0x3FFF) << 4
-    mode = (desc >> 62) & 3
-    if mode not in (0, 1):
-        raise RuntimeError(f"wgmma stand-in: swizzle mode {mode} (64/32-byte) is not modelled")
-    B = np.zeros((16, 8))
-    for k in range(16):
-        for n in range(8):
-            if mode == 0:
-                at = start + (k // 8) * lbo + (n // 8) * sbo + (n % 8) * 16 + (k % 8) * 2
-            else:
-                logical = start + (n // 8) * sbo + (n % 8) * 128 + 2 * k
-                at = logical ^ (((logical >> 7) & 7) << 4)
-            raw = ctypes.string_at(_WINDOW.host(at), 2)
-            B[k, n] = np.frombuffer(raw, np.float16)[0]
-    return B
-
-
 def _warpgroup(kind: str, value) -> dict:
     """{thread in group: value} once all 128 threads of the caller's warpgroup arrive."""
     thread = threading.current_thread()
@@ -279,7 +240,7 @@ def _warpgroup(kind: str, value) -> dict:
     group, me = thread.thread_id // WARPGROUP, thread.thread_id % WARPGROUP
     if int(np.prod(manager._block_dim)) < WARPGROUP * (group + 1):
         raise RuntimeError(f"{kind} needs a whole warpgroup of 128 threads")
-    from ._simulator import TIMEOUT_S, _Round
+    from .simulator import TIMEOUT_S, _Round
     with _lock:
         rooms = manager.__dict__.setdefault("_shuffle_rooms", {})
         current = rooms.get(("warpgroup", group, kind))
@@ -292,34 +253,3 @@ def _warpgroup(kind: str, value) -> dict:
     if not current.done.wait(TIMEOUT_S):
         raise RuntimeError(f"warpgroup {group}: not every thread reached the {kind}")
     return current.values
-
-
-def wgmma_m64n8k16_f16(desc, a0, a1, a2, a3, d0, d1, d2, d3, accumulate):
-    got = _warpgroup("wgmma", (int(desc), (a0, a1, a2, a3), (d0, d1, d2, d3)))
-    if len({v[0] for v in got.values()}) != 1:
-        raise RuntimeError("wgmma: the warpgroup's threads gave different descriptors")
-    A, D = np.zeros((64, 16)), np.zeros((64, 8))
-    words = np.array([got[i][1] for i in range(WARPGROUP)])  # [128, 4]
-    acc = np.array([got[i][2] for i in range(WARPGROUP)], np.float64)  # [128, 4]
-    for w in range(4):
-        lanes = slice(32 * w, 32 * w + 32)
-        A[16 * w + A_ROWS, A_COLS] = _b16_halves(words[lanes], "f16")
-        D[16 * w + C_ROWS, C_COLS] = acc[lanes]
-    with np.errstate(invalid="ignore", over="ignore"):
-        out = (A @ _b_from_descriptor(got[0][0]) + (D if int(accumulate) else 0))
-    out = out.astype(np.float32)
-    me = threading.current_thread().thread_id % WARPGROUP
-    w, lane = me // 32, me % 32
-    return tuple(out[16 * w + C_ROWS[lane], C_COLS[lane]])
-
-
-def wgmma_fence():
-    pass
-
-
-def wgmma_commit():
-    pass
-
-
-def wgmma_wait(pending):
-    pass

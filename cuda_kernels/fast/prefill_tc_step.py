@@ -25,7 +25,7 @@ import math
 
 from numba import cuda, float32, int32
 
-from .primitives import (
+from ..primitives import (
     cp_async_wait,
     fast_exp2,
     ldmatrix_x2_trans,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from numba import cuda, float32, int32, uint32
 
-from .primitives import bits_to_float, cp_async16, half2_to_float2, load16, unpack16
+from ..primitives import bits_to_float, cp_async16, half2_to_float2, load16, unpack16
 
 
 def make_locate(block_size: int, paged: bool = True):

@@ -10,7 +10,6 @@ are importable from here too):
     reduce_scatter(vals, n, width, lane)   after it, vals[0:own] hold this lane's totals
     owned_index(lane, j, n, width)         which of the n totals vals[j] is
     broadcast(vals, n, width, lane, out)   out[0:n] <- every total, in every lane
-    exp2_masked(score, m)                  2^(score - m); exactly 0 for a masked score
 
 so a lane computes exp only for the totals it owns (one each at G = 4 and 8, D = 128)
 and the row's lanes then exchange probabilities instead of scores. The lazy rescale of
@@ -31,12 +30,8 @@ the shuffle stand-ins' warp exchange.
 
 from __future__ import annotations
 
-import math
-
-from numba import cuda, float32
-
-from . import _backend
-from .primitives import (  # noqa: F401  (the reduce-scatter pieces: shared primitives)
+from .. import _backend
+from ..primitives import (  # noqa: F401  (the reduce-scatter pieces: shared primitives)
     FULL_MASK,
     broadcast,
     fast_exp2,
@@ -45,24 +40,16 @@ from .primitives import (  # noqa: F401  (the reduce-scatter pieces: shared prim
 )
 
 
-@cuda.jit(device=True)
-def exp2_masked(score, m):
-    """2^(score - m), exactly 0 for a masked score (-inf); NaN stays NaN."""
-    if score == -math.inf:
-        return float32(0)
-    return fast_exp2(score - m)
-
-
 def _any_sync(mask, predicate):
     """Simulator stand-in for CUDA's __any_sync: 1 if any lane of `mask` votes non-zero."""
-    from ._simulator import _exchange
+    from ..sim.simulator import _exchange
     votes = _exchange(int(mask) & 0xFFFFFFFF, bool(predicate), "vote")
     return int(any(bool(v) for v in votes.values()))
 
 
 def _syncwarp(mask=FULL_MASK):
     """Simulator stand-in for __syncwarp: the lanes of `mask` wait for one another."""
-    from ._simulator import _exchange
+    from ..sim.simulator import _exchange
     _exchange(int(mask) & 0xFFFFFFFF, None, "syncwarp")
 
 

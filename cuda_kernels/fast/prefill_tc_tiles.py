@@ -24,8 +24,8 @@ from types import SimpleNamespace
 
 from numba import cuda, float32, int32, int64
 
-from .layout import k_row
-from .primitives import cp_async16, cp_async_commit, swizzled
+from ..layout import k_row
+from ..primitives import cp_async16, cp_async_commit, swizzled
 
 
 def make_tile_loader(shape) -> SimpleNamespace:

@@ -1,6 +1,6 @@
 """The GPU side of `primitives`: LLVM intrinsics numba-cuda does not provide.
 
-Only imported when the real CUDA target is active; `_simulator.py` holds the
+Only imported when the real CUDA target is active; `sim/simulator.py` holds the
 plain-Python stand-ins with the same names and meaning.
 
     load16(array, index)   `load <4 x i32>, ptr addrspace(1), align 16, !invariant.load`
@@ -300,34 +300,6 @@ def smem_desc(typingctx, array, index, lbo, sbo, swizzle):
         return desc
 
     return types.uint64(array, index, lbo, sbo, swizzle), codegen
-
-
-@intrinsic
-def wgmma_m64n8k16_f16(typingctx, desc, a0, a1, a2, a3, d0, d1, d2, d3, accumulate):
-    """wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16: D (+)= A @ B for the warpgroup;
-    A from registers (four f16x2 words per lane), B [16 x 8] from the descriptor, D four
-    f32 per lane; accumulate 0 ignores the old D. Needs wgmma_fence before and
-    wgmma_commit / wgmma_wait after, and cc (9, 0, 'a')."""
-    if not isinstance(desc, types.Integer):
-        return None
-    sig = types.UniTuple(types.float32, 4)(desc, a0, a1, a2, a3, d0, d1, d2, d3, accumulate)
-    text = ("{ .reg .pred p; setp.ne.b32 p, $9, 0; "
-            "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
-            "{$0, $1, $2, $3}, {$4, $5, $6, $7}, $8, p, 1, 1, 0; }")
-
-    def codegen(context, builder, sig, args):
-        words = [_u32(context, builder, v, t) for v, t in zip(args[1:5], sig.args[1:5],
-                                                                strict=True)]
-        acc = [_f32(context, builder, v, t) for v, t in zip(args[5:9], sig.args[5:9],
-                                                              strict=True)]
-        flag = _u32(context, builder, args[9], sig.args[9])
-        desc64 = context.cast(builder, args[0], sig.args[0], types.uint64)
-        out = _asm(builder, ir.LiteralStructType([_F32] * 4), [*words, desc64, flag, *acc],
-                   text, "=f,=f,=f,=f,r,r,r,r,l,r,0,1,2,3,~{memory}", side_effect=True)
-        vals = [builder.extract_value(out, i) for i in range(4)]
-        return context.make_tuple(builder, sig.return_type, vals)
-
-    return sig, codegen
 
 
 def _wgmma_sync(text):

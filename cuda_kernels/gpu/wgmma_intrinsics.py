@@ -1,6 +1,6 @@
 """The GPU side of `wgmma`: Hopper warpgroup MMA of any width N, as inline PTX (sm_90a).
 
-Only imported when the real CUDA target is active; `_wgmma_sim.py` holds the stand-ins
+Only imported when the real CUDA target is active; `sim/wgmma_sim.py` holds the stand-ins
 with the same names and meaning. Kernels using these compile with cc=(9, 0, "a").
 
     wgmma_n{N}(desc, a0, a1, a2, a3, acc, base, accumulate)      N in SHAPES (8 .. 64)
@@ -12,7 +12,7 @@ with the same names and meaning. Kernels using these compile with cc=(9, 0, "a")
       float32 local array, updated in place; accumulate 0: D = A B, ignoring acc).
     shared_address(array, index) -> u32   the shared-window address of array[index]
     fence_proxy_async()                   fence.proxy.async.shared::cta
-    smem_desc, wgmma_fence, wgmma_commit, wgmma_wait: as in `_intrinsics`
+    smem_desc, wgmma_fence, wgmma_commit, wgmma_wait: as in `gpu/intrinsics`
 
 The asm text and its N/2 tied f32 operands are generated from N (`wgmma_text`,
 `wgmma_constraints`), not written out per shape. Operands: $0 .. $(N/2 - 1) are D
@@ -28,7 +28,7 @@ from llvmlite import ir
 from numba.cuda import types
 from numba.cuda.extending import intrinsic
 
-from ._intrinsics import (  # noqa: F401  (re-exported)
+from .intrinsics import (  # noqa: F401  (re-exported)
     _F32,
     _asm,
     _shared_address,

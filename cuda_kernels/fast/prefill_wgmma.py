@@ -30,7 +30,7 @@ Grid: (num_work, num_kv_heads), 128 threads (4 warps = one warpgroup). Warp w ow
     next tile through the block table once per tile; V of tile j streams in while S_j
     and the softmax run, K of tile j+1 while P_j V_j runs (prefill_tc's pipeline); after
     each wait, fence.proxy.async makes the copies visible to wgmma, then a barrier.
-  * The mask is applied only on the tiles that need it (`_wgmma_tiles`: the masked
+  * The mask is applied only on the tiles that need it (`wgmma_tiles`: the masked
     tiles run first, then the run of tiles every row sees whole, two loops), and each
     wgmma batch is waited for at once (no overlap of softmax and wgmma yet, as
     FlashAttention-3's ping-pong schedules have). A NaN in a V row that a row masks
@@ -45,18 +45,17 @@ import math
 import numpy as np
 from numba import cuda, float32, int32, int64
 
-from . import _backend
-from ._checks import fp16_mma_refusal
-from ._wgmma_tiles import make_tile_io, make_tile_order
-from .decode import LOG2E
-from .prefill import window_span
-from .primitives import (
+from .. import _backend
+from .._checks import fp16_mma_refusal
+from ..primitives import (
     cp_async_wait,
     fast_exp2,
     pack_f16x2,
     warp_max,
     warp_sum,
 )
+from .decode import LOG2E
+from .prefill_work import make_work
 from .wgmma import (
     SWIZZLE_128B,
     align_pad,
@@ -67,6 +66,7 @@ from .wgmma import (
     wgmma_fence,
     wgmma_wait,
 )
+from .wgmma_tiles import make_tile_io, make_tile_order
 
 MAX_HEAD_DIM = 128
 THREADS = 128  # one warpgroup
@@ -111,6 +111,7 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
 
     position, map_tile, issue_any, issue_whole = make_tile_io(D, T, B, THREADS)
     tile_at, full_tile = make_tile_order(T, position)
+    cta_span, row_spans = make_work(QT, G, R)
 
     @cuda.jit(device=True)
     def seen_by(h, pos, rows_seen):
@@ -256,33 +257,13 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
         k_at = align_pad(kv_s)  # the K tile starts on a 1024-byte boundary, V after it
         v_at = k_at + BUF
 
-        seq = work_seq[work]
-        first = work_first[work]
-        q0 = query_start_loc[seq]
-        q_len = query_start_loc[seq + 1] - q0
-        ctx = context_lens[seq]
-        rows = min(QT, q_len - first)  # valid query tokens in this CTA
+        (seq, first, q0, rows, past, ctx, len_lo, len_hi, kept_hi, start_hi, gap,
+         span) = cta_span(work_seq, work_first, query_start_loc, context_lens, work, causal,
+                          window, sinks)
         head0 = kv_head * G
-        past = ctx - q_len + first  # position of the CTA's first query token
-        len_hi = past + rows if causal else ctx
-        len_lo = past + 1 if causal else ctx
-        kept_hi, start_hi = window_span(len_hi, window, sinks)
-        _, start_lo = window_span(len_lo, window, sinks)
-        gap = int32(max(start_lo, kept_hi))  # the CTA reads span [0, kept_hi), [gap, len_hi)
-        span = int32(kept_hi + len_hi - gap)
-        kept_hi = int32(kept_hi)
         v_offset = int64(cache.strides[1] // 2)  # V's row = K's row + this (fp16 elements)
-
         r_lo = (tid >> 5) * 16 + g  # this lane's rows: r_lo and r_lo + 8
-        for h in range(2):
-            i = min((r_lo + 8 * h) // G, rows - 1)  # its query token (padded rows: unused)
-            length = past + i + 1 if causal else ctx
-            kept, start = window_span(length, window, sinks)
-            rows_seen[3 * h] = length
-            rows_seen[3 * h + 1] = kept
-            rows_seen[3 * h + 2] = start
-        live_lo = r_lo < R and r_lo // G < rows
-        live_hi = r_lo + 8 < R and (r_lo + 8) // G < rows
+        live_lo, live_hi = row_spans(r_lo, rows, past, ctx, causal, window, sinks, rows_seen)
         for k in range(KS):  # Q's A words: a0 (row g), a1 (g + 8), a2, a3 (+8 columns)
             for half in range(4):
                 r = r_lo + 8 * (half & 1)

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from numba import cuda, int32, int64
 
-from .layout import k_row
-from .primitives import cp_async16, cp_async_commit
+from ..layout import k_row
+from ..primitives import cp_async16, cp_async_commit
 
 
 def make_tile_io(head_dim: int, tile: int, block_size: int, threads: int):

@@ -1,5 +1,5 @@
 """Hopper warpgroup MMA (wgmma, sm_90a) for the kernels: one name per shape, the GPU's
-inline PTX (`_wgmma_intrinsics`) or the simulator's stand-ins (`_wgmma_sim`, which
+inline PTX (`gpu/wgmma_intrinsics`) or the simulator's stand-ins (`sim/wgmma_sim`, which
 states the fragment, descriptor and swizzle rules it follows), chosen once here as
 `primitives` chooses its own. Kernel bodies never ask which backend they run on.
 
@@ -28,15 +28,15 @@ from __future__ import annotations
 
 from numba import cuda
 
-from . import _backend
+from .. import _backend
 
 SWIZZLE_128B = 1
 ATOM_BYTES = 1024  # one 128-byte-swizzle atom: 8 rows of 128 bytes
 
 if _backend.backend() == "simulator":
-    from . import _wgmma_sim as _impl
+    from ..sim import wgmma_sim as _impl
 else:
-    from . import _wgmma_intrinsics as _impl
+    from ..gpu import wgmma_intrinsics as _impl
 
 SHAPES = _impl.SHAPES
 smem_desc = _impl.smem_desc

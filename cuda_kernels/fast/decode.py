@@ -65,6 +65,13 @@ import math
 import numpy as np
 from numba import cuda, float32, int32, uint32
 
+from ..primitives import (
+    FULL_MASK,
+    cp_async_commit,
+    cp_async_wait,
+    exp2_or_zero,
+    softmax_rescale,
+)
 from .decode_geometry import (  # noqa: F401  (geometry and budgets: importable here)
     ACC_BUDGET,
     RING_BUDGET,
@@ -75,8 +82,7 @@ from .decode_geometry import (  # noqa: F401  (geometry and budgets: importable 
     ring_bytes,
 )
 from .decode_loads import fetcher, make_locate, unpacker
-from .decode_steps import broadcast, exp2_masked, owned_index, reduce_scatter
-from .primitives import FULL_MASK, cp_async_commit, cp_async_wait, softmax_rescale
+from .decode_steps import broadcast, owned_index, reduce_scatter
 
 LOG2E = 1.4426950408889634  # scores are kept in log2 units: exp(x) = 2^(x log2 e)
 SLACK = float32(8.0)  # lazy rescaling: the running max moves only when exceeded by > 2^8
@@ -195,7 +201,7 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
             if masked:
                 dots[j] = -math.inf  # a masked token or a padding slot
             grow = grow or dots[j] > m_own[j] + SLACK
-            own_p[j] = exp2_masked(dots[j], m_own[j])
+            own_p[j] = exp2_or_zero(dots[j], m_own[j])
         return cuda.any_sync(FULL_MASK, grow)
 
     @cuda.jit(device=True)
@@ -232,7 +238,7 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
             for i in range(SLOT):
                 acc[h * SLOT + i] *= alpha
             for t in range(TPR):
-                p = exp2_masked(s[t * HPC + h], m_new)
+                p = exp2_or_zero(s[t * HPC + h], m_new)
                 s[t * HPC + h] = p
                 lsum[h] += p
         for j in range(OWN):  # the maxima of the lane's own scores' heads, for `score`

@@ -40,14 +40,14 @@ import math
 import numpy as np
 from numba import cuda, float32, int32, int64
 
-from . import _backend
-from ._checks import fp16_mma_refusal
+from .. import _backend
+from .._checks import fp16_mma_refusal
+from ..primitives import pack_f16x2, swizzle_shape, swizzled
 from .decode import LOG2E
-from .prefill import window_span
 from .prefill_tc_shape import TileShape
 from .prefill_tc_step import make_steps
 from .prefill_tc_tiles import make_tile_loader
-from .primitives import pack_f16x2, swizzle_shape, swizzled
+from .prefill_work import make_work
 
 SHARED_BUDGET = 40 * 1024  # the K and V tiles, under the 48 KiB static limit
 MAX_HEAD_DIM = 256
@@ -107,6 +107,7 @@ def make_prefill_tc_kernel(head_dim: int, group_size: int, warps: int, tile: int
     position, map_tile, issue_any = loader.position, loader.map_tile, loader.issue_any
     chunk_bases, q_chunk_bases = loader.chunk_bases, loader.q_chunk_bases
     step_masked, step_full, tile_at = make_steps(shape, loader)
+    cta_span, row_spans = make_work(QT, G, R)
 
     @cuda.jit(device=True)
     def q_pair(query, q_at, head0, r_lo, rows, k, half, t4):
@@ -164,35 +165,12 @@ def make_prefill_tc_kernel(head_dim: int, group_size: int, warps: int, tile: int
         for q in range(4):
             vb[q] += n0  # n0 is a multiple of 8 where the layout is swizzled
 
-        seq = np.uint32(work_seq[work])  # unsigned: no 64-bit sign-extension kept live
-        first = work_first[work]
-        q0 = query_start_loc[seq]
-        q_len = query_start_loc[seq + 1] - q0
-        ctx = context_lens[seq]
-        rows = min(QT, q_len - first)  # valid query tokens in this CTA
+        (seq, first, q0, rows, past, ctx, len_lo, len_hi, kept_hi, start_hi, gap,
+         span) = cta_span(work_seq, work_first, query_start_loc, context_lens, work, causal,
+                          window, sinks)
         head0 = kv_head * G
-        past = ctx - q_len + first  # position of the CTA's first query token
-        len_lo = ctx
-        len_hi = ctx
-        if causal:
-            len_lo = past + 1
-            len_hi = past + rows
-        kept_hi, start_hi = window_span(len_hi, window, sinks)
-        _, start_lo = window_span(len_lo, window, sinks)
-        gap = int32(max(start_lo, kept_hi))  # the CTA reads span [0, kept_hi), [gap, len_hi)
-        span = int32(kept_hi + len_hi - gap)
-        kept_hi = int32(kept_hi)  # positions fit int32 (context_lens are int32)
         v_offset = int64(cache.strides[1] // 2)  # V's row = K's row + this (fp16 elements)
-
-        for h in range(2):
-            i = min((r_lo + 8 * h) // G, rows - 1)  # its query token (padded rows: unused)
-            length = past + i + 1 if causal else ctx
-            kept, start = window_span(length, window, sinks)
-            rows_seen[3 * h] = length
-            rows_seen[3 * h + 1] = kept
-            rows_seen[3 * h + 2] = start
-        live_lo = r_lo < R and r_lo // G < rows
-        live_hi = r_lo + 8 < R and (r_lo + 8) // G < rows
+        live_lo, live_hi = row_spans(r_lo, rows, past, ctx, causal, window, sinks, rows_seen)
         for k in range(QR):  # Q's A fragments, in registers
             for half in range(4):
                 _, _, lo, hi = q_pair(query, q0 + first, head0, r_lo, rows, k, half, t4)

@@ -19,7 +19,7 @@ Each warp walks 16-token slabs of its partition (warp w takes slabs w, w + NW, .
     whether any score beats its row's max by more than SLACK; if not (the common case)
     p = 2^(s - m) for the lane's own 8 scores, no shuffle; if so, the warp leaves the hot
     loop, takes the row max over the quad (2 shuffles), rescales l and the accumulators,
-    and resumes. NaN propagates (`decode_steps.exp2_masked`);
+    and resumes. NaN propagates (`primitives.exp2_or_zero`);
   * O += P V: the score fragments packed to f16x2 are P's A fragments (FlashAttention-2);
     ldmatrix.x4.trans of V rows gives the B fragments of two 8-dim tiles: D / 8 mma.
 At the end the quad sums l; with NW > 1 the warps' states (m, l, O) meet in shared
@@ -37,13 +37,12 @@ import numpy as np
 from numba import cuda, float32, int32
 from numba.cuda.types import float16, uint32
 
-from .decode_loads import make_locate
-from .decode_steps import exp2_masked
-from .primitives import (
+from ..primitives import (
     FULL_MASK,
     cp_async16,
     cp_async_commit,
     cp_async_wait,
+    exp2_or_zero,
     ldmatrix_x4,
     ldmatrix_x4_trans,
     mma_f16,
@@ -52,6 +51,7 @@ from .primitives import (
     swizzle_shape,
     swizzled,
 )
+from .decode_loads import make_locate
 
 LOG2E = 1.4426950408889634
 SLACK = float32(8.0)
@@ -156,7 +156,7 @@ def make_tc_decode_kernel(loaders, head_dim: int, group_size: int, block_size: i
     def settle(s, m, lsum):
         """Common case: p = 2^(s - m) for the lane's scores; l += p (the lane's part)."""
         for i in range(8):
-            s[i] = exp2_masked(s[i], m[(i >> 1) & 1])
+            s[i] = exp2_or_zero(s[i], m[(i >> 1) & 1])
             lsum[(i >> 1) & 1] += s[i]
 
     @cuda.jit(device=True)

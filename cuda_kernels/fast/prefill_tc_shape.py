@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .primitives import swizzle_shape
+from ..primitives import swizzle_shape
 
 
 @dataclass(frozen=True)

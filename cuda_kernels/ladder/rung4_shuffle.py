@@ -1,0 +1,90 @@
+"""Rung 4, warp shuffles: the score's sum inside a warp without shared memory.
+
+What changed: rung 3 added the NT products up as a tree in shared memory with a barrier
+per level (8 barriers per token at NT = 128). Here each warp adds its 32 products with
+five `shfl_xor` steps (`primitives.warp_sum`, a register-to-register butterfly, no
+memory, no barrier); only the NT / 32 warp totals go through shared memory, with two
+barriers per token.
+Why: a barrier stalls the whole thread block until its slowest warp arrives, and every
+tree level also paid a shared-memory store and load.
+What it buys: per token, 2 barriers instead of log2(NT) + 1, and 5 shuffles instead of
+log2(NT) shared-memory round trips.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import cuda, float32
+
+from ..primitives import warp_sum
+from .launch import prepare
+from .rung2_cta import MAX_THREADS
+
+NAME = "warp_shuffles"
+READS = 1.0  # K/V bytes loaded per cache byte, per query head
+IDEA = "each warp sums its products with shfl_xor; only warp totals go through shared memory"
+MAX_WARPS = MAX_THREADS // 32
+
+
+@cuda.jit
+def shuffle_decode(kv_cache, query, block_tables, context_lens, scale, out):
+    """Grid (H, S), NT = blockDim.x threads (a multiple of 32 >= head_dim); thread d owns
+    head dimension d. Score: warp_sum in each warp, then the warps' totals."""
+    head, seq = cuda.blockIdx.x, cuda.blockIdx.y
+    d = cuda.threadIdx.x
+    warps = cuda.blockDim.x // 32
+    num_heads = query.shape[1]
+    kv_head = head // (num_heads // kv_cache.shape[2])
+    block_size, head_dim = kv_cache.shape[3], kv_cache.shape[4]
+    totals = cuda.shared.array(MAX_WARPS, float32)  # one partial score per warp
+    mine = d < head_dim
+    q = float32(query[seq, head, d]) if mine else float32(0)
+    m = float32(-math.inf)
+    l = float32(0)  # noqa: E741
+    acc = float32(0)
+    for t in range(context_lens[seq]):
+        block, slot = block_tables[seq, t // block_size], t % block_size
+        part = q * float32(kv_cache[block, 0, kv_head, slot, d]) if mine else float32(0)
+        part = warp_sum(part, 32)
+        if d % 32 == 0:
+            totals[d // 32] = part
+        cuda.syncthreads()  # every warp's total written before anyone adds them up
+        score = float32(0)
+        for w in range(warps):
+            score += totals[w]
+        score *= scale
+        cuda.syncthreads()  # everyone read the totals before the next token overwrites them
+        m_new = max(m, score)
+        alpha = math.exp(m - m_new)
+        p = math.exp(score - m_new)
+        l = l * alpha + p  # noqa: E741
+        if mine:
+            acc = acc * alpha + p * float32(kv_cache[block, 1, kv_head, slot, d])
+        m = m_new
+    if mine:
+        out[seq, head, d] = acc / l
+
+
+kernel = shuffle_decode
+
+
+def decode(query, kv_cache, block_tables, context_lens, scale=None):
+    """float32 [S, H, D], as `paged_attention`; head_dim <= MAX_THREADS."""
+    return launch(prepare(query, kv_cache, block_tables, context_lens, scale))
+
+
+def launch(case):
+    """Launch on a validated case (`launch.prepare`): the result, on the device when the
+    query was a device array."""
+    if case.head_dim > MAX_THREADS:
+        raise ValueError(f"kv_cache: {NAME} needs head_dim <= {MAX_THREADS}, got {case.head_dim}")
+    out = case.output()
+    threads = 32 * -(-case.head_dim // 32)
+    shuffle_decode[(case.num_heads, case.num_seqs), threads](
+        case.cache, case.query, case.tables, case.lens, float32(case.scale), out)
+    return case.result(out)
+
+
+def ptx_spec(sig):
+    return shuffle_decode.py_func, sig(), 128

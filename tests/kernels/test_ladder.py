@@ -1,0 +1,123 @@
+"""The ladder (`cuda_kernels.ladder.RUNGS`): every rung computes paged decode attention as
+the float64 reference does, through shuffled block tables, for fp16 and fp32 caches,
+GQA and ragged lengths; a rung refuses a shape it cannot serve by naming the argument;
+the first rung stays short enough to read in one sitting."""
+
+import inspect
+
+import numpy as np
+import pytest
+from conftest import GARBAGE, rel_err
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cuda_kernels import reference
+from cuda_kernels._checks import MAX_SCALE
+from cuda_kernels.ladder import FILES, RUNGS
+from cuda_kernels.ladder.rung1_naive import naive_decode
+
+TOLERANCE = {"tensor_cores": 5e-3}  # P goes through fp16 into the second mma
+FP16_ONLY = {"tensor_cores"}
+
+
+def batch(rng, lens, kv_heads, group, head_dim, block_size, dtype):
+    """(query, cache, tables, lens): blocks scattered over a pool with spare blocks, table
+    entries past each sequence's blocks set to GARBAGE (never read)."""
+    lens = np.asarray(lens, np.int32)
+    tables, num_blocks = reference.scattered_block_tables(rng, lens, block_size, spare=2,
+                                                          fill=GARBAGE)
+    cache = rng.standard_normal((num_blocks, 2, kv_heads, block_size, head_dim)).astype(dtype)
+    query = rng.standard_normal((len(lens), kv_heads * group, head_dim)).astype(dtype)
+    return query, cache, tables, lens
+
+
+def run(rung, query, cache, tables, lens, scale=None):
+    options = {"partition_size": 8} if rung.name == "split_k" else {}  # several partitions
+    return rung.decode(query, cache, tables, lens, scale, **options)
+
+
+def test_the_ladder_has_at_least_seven_rungs_in_reading_order_each_with_one_idea():
+    assert len(RUNGS) >= 7
+    assert [r.file.stem for r in RUNGS] == list(FILES)
+    assert len({r.name for r in RUNGS}) == len(RUNGS)
+    for rung in RUNGS:
+        assert rung.idea and "\n" not in rung.idea, rung
+        assert hasattr(rung.kernel, "py_func") or hasattr(rung.kernel, "compile"), rung
+    for rung in RUNGS[1:]:
+        text = rung.file.read_text()
+        assert "What changed" in text and "Why" in text and "What it buys" in text, rung
+
+
+def test_the_first_rung_kernel_is_at_most_sixty_lines_with_its_docstring():
+    lines = inspect.getsource(naive_decode.py_func).splitlines()
+    assert len(lines) <= 60, len(lines)
+    assert naive_decode.py_func.__doc__
+
+
+@pytest.mark.parametrize("rung", RUNGS, ids=[r.name for r in RUNGS])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32], ids=["fp16", "fp32"])
+def test_each_rung_matches_the_float64_reference_with_gqa_ragged_lengths_and_shuffled_tables(
+        rung, dtype):
+    rng = np.random.default_rng([7, RUNGS.index(rung), np.dtype(dtype).itemsize])
+    query, cache, tables, lens = batch(rng, [3, 13, 1], kv_heads=2, group=2, head_dim=16,
+                                       block_size=4, dtype=dtype)
+    want = reference.paged_attention(query, cache, tables, lens)
+    if rung.name in FP16_ONLY and dtype == np.float32:
+        with pytest.raises(ValueError, match="kv_cache"):
+            run(rung, query, cache, tables, lens)
+        return
+    got = run(rung, query, cache, tables, lens)
+    assert got.shape == want.shape and got.dtype == np.float32
+    assert rel_err(got, want) < TOLERANCE.get(rung.name, 1e-5)
+
+
+@settings(max_examples=4, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(rung=st.sampled_from(RUNGS), seed=st.integers(0, 2**32 - 1),
+       lens=st.lists(st.integers(1, 12), min_size=1, max_size=2),
+       kv_heads=st.integers(1, 2), group=st.sampled_from([1, 2, 4]),
+       block_size=st.sampled_from([1, 2, 4, 8]), head_dim=st.sampled_from([16, 32]))
+def test_any_small_shape_matches_the_reference(rung, seed, lens, kv_heads, group, block_size,
+                                               head_dim):
+    rng = np.random.default_rng(seed)
+    query, cache, tables, lens = batch(rng, lens, kv_heads, group, head_dim, block_size,
+                                       np.float16)
+    got = run(rung, query, cache, tables, lens, scale=0.3)
+    want = reference.paged_attention(query, cache, tables, lens, 0.3)
+    assert rel_err(got, want) < TOLERANCE.get(rung.name, 1e-5)
+
+
+def test_a_vector_rung_refuses_a_head_dim_its_16_byte_loads_cannot_split():
+    rng = np.random.default_rng(3)
+    query, cache, tables, lens = batch(rng, [3], 1, 1, head_dim=24, block_size=4,
+                                       dtype=np.float16)
+    for rung in RUNGS[4:7]:
+        with pytest.raises(ValueError, match="kv_cache.*head_dim"):
+            run(rung, query, cache, tables, lens)
+
+
+def test_the_gqa_rungs_refuse_a_group_larger_than_their_registers_hold():
+    rng = np.random.default_rng(4)
+    query, cache, tables, lens = batch(rng, [3], 1, 16, head_dim=16, block_size=4,
+                                       dtype=np.float16)
+    for rung in RUNGS[5:7]:
+        with pytest.raises(ValueError, match="query"):
+            run(rung, query, cache, tables, lens)
+
+
+@pytest.mark.parametrize("scale", [1e38, -1e38, 2 * MAX_SCALE, float("nan")])
+def test_every_rung_refuses_a_scale_whose_scores_would_overflow(scale):
+    rng = np.random.default_rng(5)
+    query, cache, tables, lens = batch(rng, [3], 1, 1, 16, 4, np.float16)
+    for rung in RUNGS:
+        with pytest.raises(ValueError, match="scale"):
+            rung.decode(query, cache, tables, lens, scale)
+
+
+def test_a_bad_block_table_entry_is_refused_before_any_launch():
+    rng = np.random.default_rng(6)
+    query, cache, tables, lens = batch(rng, [5], 1, 1, 16, 4, np.float16)
+    tables[0, 1] = cache.shape[0]  # read (token 4 lives in block 1) and out of range
+    for rung in RUNGS:
+        with pytest.raises(ValueError, match="block_tables"):
+            rung.decode(query, cache, tables, lens)

@@ -1,0 +1,42 @@
+"""`python -m cuda_kernels.report --ladder`: every rung compiles for sm_80 and sm_90
+without spilling, and the last rung's loop issues at least 5x fewer SASS instructions per
+K/V byte than the first's (static counts from ptxas and nvdisasm; no GPU)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cuda_kernels.ladder import RUNGS
+from cuda_kernels.report import find_ptxas
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.ptx, pytest.mark.slow]
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="needs the ptx extra (nvidia-cuda-nvcc)")
+def test_every_rung_compiles_without_spills_and_the_last_is_five_times_leaner_per_byte():
+    done = subprocess.run(
+        [sys.executable, "-m", "cuda_kernels.report", "--ladder", "--json"], cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+        timeout=1800)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    names = [f"rung{i}.{r.name}" for i, r in enumerate(RUNGS, 1)]
+    assert [(r["kernel"], r["arch"]) for r in rows] == [
+        (n, a) for n in names for a in ("sm_80", "sm_90")]
+    spilled = [(r["kernel"], r["arch"], r["spill_bytes"]) for r in rows if r["spill_bytes"]]
+    assert not spilled, f"register spills: {spilled}"
+    assert all(0 < r["registers"] <= 255 and r["sass_per_kv_byte"] > 0 for r in rows), rows
+    for arch in ("sm_80", "sm_90"):
+        at = [r for r in rows if r["arch"] == arch]
+        assert at[0]["sass_per_kv_byte"] >= 5 * at[-1]["sass_per_kv_byte"], at
+        # GQA: per byte of cache a decode step needs, reading once per group beats once per head
+        per_cache = {r["kernel"].split(".")[1]: r["sass_per_cache_byte"] for r in at}
+        assert per_cache["gqa"] < per_cache["vector_loads"] < per_cache["naive"], per_cache
+    assert rows[-1]["hmma"] > 0 and rows[0]["hmma"] == 0
+    assert {r["loop_kv_bits"] for r in rows if r["kernel"].startswith("rung5")} == {128}
+    assert {r["loop_kv_bits"] for r in rows if r["kernel"].startswith("rung1")} == {16}
