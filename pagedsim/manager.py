@@ -26,8 +26,29 @@ runs and no event is built.
 Sharing, fork and copy-on-write follow vLLM v0's block manager; v1 shares blocks only
 through the prefix cache (policies/prefix_cache.py).
 
-The state itself, the queries, snapshots and invariants are in `manager_state.py`;
-this class adds every operation that changes them.
+Invariants (`check_invariants`), on top of the pool's own:
+    * every table has ceil(num_tokens / block_size) entries;
+    * the sum of all ref counts equals the number of table entries that name a block;
+    * no table names a free block, and no table names the same block twice;
+    * only a manager that drops blocks (a sliding window) holds NULL_BLOCK entries.
+
+A decode step is planned before anything changes (the functions at the end of this
+file), from the tables and the pool's counts alone, which is what makes it all or
+nothing:
+
+    start_positions   where each entry's token goes (a table listed k times fills k
+                      positions in turn)
+    plan_copies       which tables must copy their last block first (copy-on-write):
+                      a table whose first write lands in a partly filled block that
+                      another table still holds. Writers earlier in the batch that
+                      copied away from the same block lower its count, exactly as
+                      `append_tokens(s, 1)` for each entry in turn would. The step
+                      makes these copies first, then hands out the boundary blocks, so
+                      the main loop over the batch stays one tight pass.
+    decode_need       free blocks the step takes: one per entry at a block boundary,
+                      one per copy.
+
+Copy-on-write is vLLM v0's mechanism (v1 shares only full, cached blocks).
 """
 
 from __future__ import annotations
@@ -35,15 +56,123 @@ from __future__ import annotations
 import numpy as np
 
 from . import trace as tr
-from .batch import decode_need, plan_copies, start_positions
+from .block_pool import BlockPool
 from .block_table import NULL_BLOCK, BlockTable, blocks_needed, restore_plan
 from .errors import OutOfBlocks, SequenceError, token_ids_arg
 from .errors import count_arg as _count
-from .manager_state import ManagerState
+from .usage import Usage, block_fill
 
 
-class KVCacheManager(ManagerState):
-    """The block manager: admits, grows, forks, restores and frees sequences (see module doc)."""
+class KVCacheManager:
+    """The block manager: the pool, the tables, the pending copies and the trace; it admits,
+    grows, forks, restores and frees sequences and answers every query on them (see module
+    doc)."""
+
+    drops_blocks = False  # may a table hold NULL_BLOCK entries? (a sliding window: yes)
+    shares_pool = False  # True for a KV cache group of a hybrid manager (policies/hybrid.py)
+
+    def __init__(self, num_blocks: int, block_size: int, *, free_order: str = "lifo",
+                 trace: bool = True, snapshots: bool = True, pool: BlockPool | None = None):
+        for name, flag in (("trace", trace), ("snapshots", snapshots)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+        if pool is None:
+            pool = BlockPool(num_blocks, block_size, free_order)
+        elif not isinstance(pool, BlockPool):
+            raise TypeError(f"pool must be a BlockPool, got {type(pool).__name__}")
+        elif (pool.num_blocks, pool.block_size) != (num_blocks, block_size):
+            raise ValueError(f"pool has {pool.num_blocks} blocks x {pool.block_size} tokens, "
+                             f"not {num_blocks!r} x {block_size!r}")
+        elif pool.num_free_blocks != pool.num_blocks:
+            raise ValueError("pool must start with every block free")
+        self.pool = pool
+        self.block_size = pool.block_size
+        self._tables: dict[object, BlockTable] = {}  # live sequences, in admission order
+        self._copies: list[tuple[int, int]] = []  # copy-on-write pairs awaiting the kernel
+        self._sink = tr.Trace(snapshots) if trace else tr.NULL_SINK
+        self._tracing = trace  # build events at all? (False: nothing is built)
+        # Can a step end by just counting it? (no trace, and no subclass hooks _end_step)
+        self._quiet_steps = not trace and type(self)._end_step is KVCacheManager._end_step
+        self.step = 0  # number of completed public steps
+        # Called as reclaimer(manager, blocks_short, protect) when an allocation finds too few
+        # free blocks. It may free blocks of sequences not in `protect` (preempt, swap out);
+        # the request is then planned again.
+        self.reclaimer = None
+        if trace and snapshots:
+            self._sink.snapshots.append(self.snapshot())  # step 0: the pool as created
+
+    @property
+    def trace(self) -> tr.Trace | None:
+        """The recorded history, or None when tracing is off."""
+        return self._sink if self._tracing else None
+
+    # ---- queries -------------------------------------------------------------
+    @property
+    def num_blocks(self) -> int:
+        return self.pool.num_blocks
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free_blocks
+
+    def seq_ids(self) -> list:
+        return list(self._tables)
+
+    def __contains__(self, seq_id) -> bool:
+        try:
+            return seq_id in self._tables
+        except TypeError:
+            return False
+
+    def block_table(self, seq_id) -> BlockTable:
+        """A copy of the sequence's table: changing it does not change the manager."""
+        return self._table(seq_id).copy()
+
+    def num_tokens(self, seq_id) -> int:
+        return self._table(seq_id).num_tokens
+
+    def num_computed_tokens(self, seq_id) -> int:
+        """Tokens whose KV is computed: all of them here (a prefix cache's lookahead is not)."""
+        return self._table(seq_id).num_tokens
+
+    def slot_mapping(self, seq_id) -> np.ndarray:
+        return self._table(seq_id).slot_mapping()
+
+    def get_num_common_prefix_blocks(self, request_id, num_running_requests: int) -> int:
+        """Leading blocks of `request_id` that every one of the `num_running_requests`
+        running requests holds: a block's count equals that number (v1, for cascade
+        attention, which computes attention over such a shared prefix once)."""
+        table = self._table(request_id)
+        n = _count("num_running_requests", num_running_requests, 1)
+        common = 0
+        for b in table.blocks:
+            if b == NULL_BLOCK or self.pool.ref_count(b) != n:
+                break
+            common += 1
+        return common
+
+    def can_allocate(self, num_tokens: int) -> bool:
+        """Would a new sequence of `num_tokens` tokens fit in the free blocks right now?"""
+        need = blocks_needed(_count("num_tokens", num_tokens), self.block_size)
+        return need <= self.pool.num_free_blocks
+
+    def blocks_for_decode(self, seq_ids) -> int:
+        """Free blocks `decode_step(seq_ids)` needs: one at each block boundary, one for
+        each first write into a shared, partly filled last block (copy-on-write)."""
+        return decode_need(self._batch(seq_ids)[1], self.pool, self.block_size)
+
+    def peak_blocks(self, prompt_len: int, total_len: int) -> int:
+        """The most blocks one sequence holds at once while growing from prompt_len to total_len."""
+        return blocks_needed(max(_count("prompt_len", prompt_len), _count("total_len", total_len)),
+                             self.block_size)
+
+    def drain_copies(self) -> list[tuple[int, int]]:
+        """Return the pending copy-on-write (src, dst) pairs and forget them."""
+        out, self._copies = self._copies, []
+        return out
+
+    def usage(self) -> Usage:
+        return Usage.of(self._tables.values(), self.pool)
 
     # ---- operations ------------------------------------------------------------
     def add_sequence(self, seq_id, num_tokens: int, *,
@@ -111,7 +240,7 @@ class KVCacheManager(ManagerState):
 
         A sequence listed k times gets k tokens. It takes the same blocks and makes the
         same copies as `append_tokens(s, 1)` for each entry in turn (the copies are handed
-        their blocks first, see batch.py); all or nothing for the whole batch. `token_ids`,
+        their blocks first, see plan_copies); all or nothing for the whole batch. `token_ids`,
         if given, has one id per entry. Returns the new tokens' slots, or None when
         `with_slots` is False.
         """
@@ -257,6 +386,87 @@ class KVCacheManager(ManagerState):
     def _restore_prefix_state(self, seq_id, state) -> None:
         """Called for each restored sequence with a prefix state, inside the same step."""
 
+    # ---- lookups ---------------------------------------------------------------
+    def _table(self, seq_id) -> BlockTable:
+        try:
+            return self._tables[seq_id]
+        except (KeyError, TypeError):
+            raise SequenceError(f"unknown sequence {seq_id!r}") from None
+
+    def _check_new(self, seq_id) -> None:
+        try:
+            exists = seq_id in self._tables
+        except TypeError:
+            raise TypeError(f"sequence id must be hashable, got {type(seq_id).__name__}") from None
+        if exists:
+            raise SequenceError(f"sequence {seq_id!r} already exists")
+
+    def _batch(self, seq_ids) -> tuple[list, list]:
+        """(seq_ids as a list, their tables); a generator is read once, a string is refused."""
+        if isinstance(seq_ids, (str, bytes)) or not hasattr(seq_ids, "__iter__"):
+            raise TypeError(f"seq_ids must be an iterable of sequence ids, got "
+                            f"{type(seq_ids).__name__}")
+        if type(seq_ids) is not list:
+            seq_ids = list(seq_ids)
+        try:
+            return seq_ids, list(map(self._tables.__getitem__, seq_ids))
+        except (KeyError, TypeError):
+            missing = next(s for s in seq_ids if s not in self)
+            raise SequenceError(f"unknown sequence {missing!r}") from None
+
+    # ---- steps, snapshots, invariants ----------------------------------------------
+    def _emit(self, kind, *fields) -> None:
+        """Record `kind(step, *fields)` in the current step; nothing is built when tracing is
+        off."""
+        if self._tracing:
+            self._sink.emit(kind(self.step + 1, *fields))
+
+    def _end_step(self) -> None:
+        self.step += 1
+        if self._tracing:
+            self._sink.end_step(self.snapshot)
+
+    def snapshot(self, events=(), caption: str | None = None) -> tr.Snapshot:
+        """The whole state as frozen data (for pictures, the tour and time travel)."""
+        events = tuple(events)
+        return tr.Snapshot(
+            step=self.step,
+            custom_caption=caption,
+            events=events,
+            num_blocks=self.num_blocks,
+            block_size=self.block_size,
+            free_list=tuple(self.pool.free_list()),
+            ref_counts=tuple(self.pool.ref_counts()),
+            block_fill=tuple(block_fill(self._tables.values(), self.num_blocks, self.block_size)),
+            sequences=tuple(tr.SeqState(s, tuple(t.blocks), t.num_tokens)
+                            for s, t in self._tables.items()),
+            pending_copies=tuple(self._copies),
+        )
+
+    def check_invariants(self) -> None:
+        references = self.table_references()
+        if self.shares_pool:  # the owner of the pool sums every manager's references
+            return
+        self.pool.check_invariants()
+        ref = self.pool.ref_counts()
+        assert sum(ref) == references, (
+            f"ref counts sum to {sum(ref)} but tables hold {references} references")
+
+    def table_references(self) -> int:
+        """Check every table against the pool; the number of block references they hold."""
+        ref = self.pool.ref_counts()
+        references = 0
+        for seq_id, table in self._tables.items():
+            table.check()
+            named = [b for b in table.blocks if b != NULL_BLOCK]
+            assert len(set(named)) == len(named), f"seq {seq_id!r} names a block twice: {named}"
+            assert self.drops_blocks or len(named) == len(table.blocks), (
+                f"seq {seq_id!r} holds NULL_BLOCK but nothing here drops blocks")
+            for b in named:
+                assert ref[b] > 0, f"seq {seq_id!r} names block {b}, which is free"
+            references += len(named)
+        return references
+
     # ---- planning and recording -------------------------------------------------
     def _reserve(self, need, protect, what: str) -> None:
         """Return once `need` blocks are free, else record the refusal and raise OutOfBlocks.
@@ -325,3 +535,40 @@ class KVCacheManager(ManagerState):
             self._emit(tr.BlockReleased, owner[id(t)], src, count)
         for t, b in grown:
             self._emit(tr.BlockAllocated, owner[id(t)], b, t.blocks.index(b))
+
+
+# ---- planning one decode step (before anything changes) ------------------------------
+def start_positions(batch) -> list[int]:
+    """The position each entry's token is written to, in entry order."""
+    positions = [t.num_tokens for t in batch]
+    if len(set(map(id, batch))) != len(batch):  # a table listed more than once
+        seen: dict = {}
+        for i, t in enumerate(batch):
+            k = seen.get(id(t), 0)
+            positions[i] += k
+            seen[id(t)] = k + 1
+    return positions
+
+
+def plan_copies(batch, pool, block_size: int) -> list:
+    """[(table, shared block)], in entry order, for every table whose first write must copy."""
+    out: list = []
+    if not pool.num_shared:
+        return out
+    seen, drops = set(), {}  # drops: shared block -> earlier writers that copied away from it
+    for t in batch:
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        if t.num_tokens % block_size:
+            src = t.blocks[-1]
+            if pool.ref_count(src) - drops.get(src, 0) > 1:
+                out.append((t, src))
+                drops[src] = drops.get(src, 0) + 1
+    return out
+
+
+def decode_need(batch, pool, block_size: int) -> int:
+    """Free blocks the step takes: a new block at each boundary, one per copy-on-write."""
+    boundaries = sum(1 for p in start_positions(batch) if not p % block_size)
+    return boundaries + len(plan_copies(batch, pool, block_size))

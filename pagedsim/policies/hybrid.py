@@ -31,9 +31,8 @@ from dataclasses import dataclass
 from .. import trace as tr
 from ..errors import OutOfBlocks, SequenceError, count_arg, token_ids_arg
 from ..usage import block_fill
-from .allocate_slots import ComputedBlocks
 from .cache_pool import CacheStats, CachingBlockPool
-from .prefix_cache import PrefixCachingManager
+from .prefix_cache import ComputedBlocks, PrefixCachingManager
 from .sliding_window_cache import SlidingWindowPrefixCachingManager
 
 GROUPS = ("full", "window")  # group 0, group 1

@@ -23,8 +23,11 @@ Two ways in:
     v1 shape   `get_computed_blocks(token_ids)` (a pure lookup), then
                `allocate_slots(seq, num_new_tokens, num_lookahead_tokens, new_token_ids,
                computed=...)`: new blocks, or None when short with nothing changed.
-               It never preempts: the v1 scheduler does that and retries
-               (allocate_slots.py).
+               It never preempts: the v1 scheduler does that and retries.
+               A `ComputedBlocks` is checked again when it comes back, so a stale
+               or forged one (a different prompt, a hit past the cap, a token count
+               its blocks do not hold, other extra keys) is a ValueError, never a
+               silent over-long hit.
     v0 shape   `add_sequence(seq, n, tokens)`: lookup and allocation in one call. A
                reclaimer may run when short; the whole request is then planned again,
                because a reclaimer can free the very sequence holding the hits.
@@ -34,20 +37,32 @@ secret) or a `lora_id` (the adapter the KV was computed with) makes a prompt's c
 start from its own root, so two tenants or two adapters with the same prompt never
 share a block. Also v1's: `reset_prefix_cache()` (refused, False, while a block is in
 use), KV cache events (`enable_kv_cache_events=True`, then `take_events()`, see
-kv_events.py) and `get_num_common_prefix_blocks` (manager_state.py). A swapped-in
-sequence is hashed again from its tokens (prefix_restore.py).
+kv_events.py) and `get_num_common_prefix_blocks` (manager.py).
+
+A swap (v0) frees a sequence's GPU blocks and later restores it into fresh ones
+(`KVCacheManager.restore_sequences`, policies/preemption.py's `HostPool`). Fresh blocks
+carry no hash, so without more the restored full blocks could never be hit and the
+sequence's next blocks would never be named. vLLM v0's block manager re-hashes every
+swapped-in full block by its tokens (PrefixCachingBlockAllocator.swap_in allocates an
+immutable block for each), and v1 has no swap at all (a preempted request recomputes).
+So this manager does as v0: `prefix_state(seq)` is taken before the sequence is freed,
+and `restore_sequences(..., prefix_state)` chains the restored blocks from the prompt's
+root again and goes on hashing. One difference: v0 reuses a cached block of the same
+content instead of the restored one; this pool keeps both under the hash, as v1's
+index allows. Invariant (checked by tests/cache/test_prefix_cache.py's machine): after
+a swap-in, every full block of the sequence is cached under the chained hash of its
+token prefix.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from .. import trace as tr
 from ..block_table import NULL_BLOCK, BlockTable, blocks_needed
 from ..errors import count_arg, token_ids_arg
 from ..kv_events import BlockStored
 from ..manager import KVCacheManager
-from .allocate_slots import ComputedBlocks, V1Slots
 from .cache_pool import (
     EVICTION_KEYS,
     EVICTION_POLICIES,
@@ -55,10 +70,22 @@ from .cache_pool import (
     CachingBlockPool,
     chained_hash,
 )
-from .prefix_restore import RestoresPrefixState
 
 
-class PrefixCachingManager(RestoresPrefixState, V1Slots, KVCacheManager):
+@dataclass(frozen=True)
+class ComputedBlocks:
+    """What `get_computed_blocks` found (v1 returns KVCacheBlocks and num_computed_tokens)."""
+
+    token_ids: tuple  # the lookup's token ids
+    blocks: tuple  # cached blocks holding its first len(blocks) * block_size tokens
+    num_tokens: int  # tokens served by them (v1: num_new_computed_tokens)
+    extra_keys: tuple = ()  # the lookup's (cache_salt, lora_id) keys, normalised
+
+
+class PrefixCachingManager(KVCacheManager):
+    """vLLM v1's prefix cache over a CachingBlockPool, in the v1 and v0 shapes (see module
+    doc)."""
+
     def __init__(self, num_blocks: int, block_size: int, *, eviction: str = "lru",
                  hash_fn=chained_hash, enable_kv_cache_events: bool = False,
                  pool: CachingBlockPool | None = None, group_idx: int = 0, **kwargs):
@@ -114,6 +141,126 @@ class PrefixCachingManager(RestoresPrefixState, V1Slots, KVCacheManager):
 
     def num_computed_tokens(self, seq_id) -> int:
         return self._table(seq_id).num_tokens - self._ahead.get(seq_id, 0)
+
+    # ---- v1 shape: look up, then allocate slots (v1 kv_cache_manager.py) -------------
+    def get_computed_blocks(self, token_ids, *, cache_salt=None,
+                            lora_id=None) -> ComputedBlocks:
+        """v1's lookup: cached full blocks for the prompt, at most len - 1 tokens' worth."""
+        tokens = token_ids_arg("token_ids", token_ids)
+        keys = self.extra_keys(cache_salt, lora_id)
+        hits = self._match(tokens, max(len(tokens) - 1, 0) // self.block_size, keys)
+        return ComputedBlocks(tokens, tuple(hits), len(hits) * self.block_size, keys)
+
+    def allocate_slots(self, seq_id, num_new_tokens: int, num_lookahead_tokens: int = 0,
+                       new_token_ids=None, computed: ComputedBlocks | None = None, *,
+                       cache_salt=None, lora_id=None):
+        """Slots for `num_new_tokens` more computed tokens (+ lookahead), as v1 does.
+
+        A new sequence needs `new_token_ids` (its prompt, or prompt + output after a
+        preemption) and may bring `computed` from `get_computed_blocks` for those ids
+        and the same extra keys. A running one may bring `new_token_ids` sampled since
+        its last call. Returns the newly allocated blocks, or None -- with nothing
+        changed -- when the free blocks (counting cached free hits, which leave the free
+        list) are too few.
+        """
+        n = count_arg("num_new_tokens", num_new_tokens)
+        ahead = count_arg("num_lookahead_tokens", num_lookahead_tokens)
+        if seq_id in self._tables:
+            if cache_salt is not None or lora_id is not None:
+                raise ValueError(f"sequence {seq_id!r} is running; extra keys are for new ones")
+            return self._extend(seq_id, n, ahead, new_token_ids, computed)
+        self._check_new(seq_id)
+        keys = self.extra_keys(cache_salt, lora_id)
+        if new_token_ids is None:
+            raise ValueError(f"new sequence {seq_id!r} needs new_token_ids (its prompt)")
+        hits: list = []
+        if computed is not None:
+            if not isinstance(computed, ComputedBlocks):
+                raise TypeError(f"computed must come from get_computed_blocks, got {computed!r}")
+            hits = list(computed.blocks)
+        # the ids get_computed_blocks already checked need no second pass
+        same = computed is not None and new_token_ids is computed.token_ids
+        tokens = computed.token_ids if same else token_ids_arg("new_token_ids", new_token_ids)
+        if computed is not None:
+            self._check_computed(computed, tokens, hits, same, keys)
+        done = len(hits) * self.block_size
+        if done + n > len(tokens):
+            raise ValueError(f"{done} cached + {n} new tokens exceed the {len(tokens)} known")
+        if self._blocks_to_take(hits, done + n + ahead) > self.pool.num_free_blocks:
+            return None
+        before = set(hits)
+        self._admit(seq_id, tokens, hits, done + n, ahead, keys)
+        # the blocks this step's KV goes to, taken before a sliding window drops any of them
+        new = [b for b in self._tables[seq_id].blocks if b not in before]
+        self._end_step()
+        return new
+
+    def _check_computed(self, computed: ComputedBlocks, tokens: tuple, hits: list,
+                        same: bool, keys: tuple) -> None:
+        """What get_computed_blocks returned, checked again: a forged one is a ValueError."""
+        bs = self.block_size
+        if computed.num_tokens != len(hits) * bs:
+            raise ValueError(f"computed.num_tokens is {computed.num_tokens!r} but its "
+                             f"{len(hits)} blocks hold {len(hits) * bs} tokens")
+        if len(hits) * bs > max(len(tokens) - 1, 0):  # v1: max_cache_hit_length
+            raise ValueError(f"computed blocks cover {len(hits) * bs} of {len(tokens)} tokens; "
+                             f"a hit is capped at num_tokens - 1 (the last token is computed)")
+        if computed.extra_keys != keys:
+            raise ValueError("computed blocks were looked up with other extra keys "
+                             "(cache_salt / lora_id)")
+        if (not same and computed.token_ids != tokens) or \
+                self._match(tokens, len(hits), keys) != hits:
+            raise ValueError("computed blocks are stale or belong to other token ids")
+
+    def blocks_to_extend(self, seq_id, num_new_tokens: int, num_lookahead_tokens: int = 0) -> int:
+        """Free blocks `allocate_slots(seq_id, num_new_tokens, num_lookahead_tokens)` takes
+        from a running sequence (v1: get_num_blocks_to_allocate); changes nothing."""
+        table = self._table(seq_id)
+        n = count_arg("num_new_tokens", num_new_tokens)
+        ahead = count_arg("num_lookahead_tokens", num_lookahead_tokens)
+        done = table.num_tokens - self._ahead.get(seq_id, 0)
+        return self._extend_plan(table, done + n + ahead, n)[3]
+
+    def _extend_plan(self, table, target: int, n: int) -> tuple:
+        """(target, tokens to grow, copy-on-write?, free blocks needed) for an extension."""
+        grow = max(0, target - table.num_tokens)
+        # a slot handed out in a shared, partly filled last block (a new token or a lookahead
+        # slot) needs a private copy first; v0 fork only: v1 never shares a partial block
+        cow = bool((n or grow) and table.num_tokens % self.block_size
+                   and self.pool.is_shared(table.blocks[-1]))
+        need = blocks_needed(table.num_tokens + grow, self.block_size) - len(table.blocks) + cow
+        return target, grow, cow, need
+
+    def _extend(self, seq_id, n, ahead, new_token_ids, computed):
+        if computed is not None:
+            raise ValueError(f"sequence {seq_id!r} is running; computed blocks are for new ones")
+        table = self._tables[seq_id]
+        known = self._known.get(seq_id)
+        new = () if new_token_ids is None else token_ids_arg("new_token_ids", new_token_ids)
+        if new and known is None:
+            raise ValueError(f"sequence {seq_id!r} has unknown token ids; cannot append to them")
+        done = table.num_tokens - self._ahead.get(seq_id, 0)
+        if known is not None and done + n > len(known) + len(new):
+            raise ValueError(f"{done} computed + {n} new tokens exceed the "
+                             f"{len(known) + len(new)} known for {seq_id!r}")
+        target, grow, cow, need = self._extend_plan(table, done + n + ahead, n)
+        if need > self.pool.num_free_blocks:
+            return None
+        if known is not None:
+            known.extend(new)
+        count = len(table.blocks)
+        if need:
+            self._make_room(seq_id, table, grow)  # fits: the reclaimer is never asked
+        first = table.num_tokens
+        table.num_tokens = max(first, target)
+        self._ahead[seq_id] = table.num_tokens - done - n
+        if self._tracing and table.num_tokens > first:
+            self._emit(tr.TokensAppended, seq_id, first,
+                       tuple(table.slot(p) for p in range(first, table.num_tokens)))
+        self._cache_full_blocks(seq_id)
+        new = table.blocks[count - cow:]  # a copy-on-write replaced the last block too
+        self._end_step()  # (a sliding window may free some of them now, as v1 does next step)
+        return new
 
     # ---- v0 shape: lookup and allocate in one call -----------------------------------
     def add_sequence(self, seq_id, num_tokens: int, tokens=None, *, cache_salt=None,
@@ -285,6 +432,38 @@ class PrefixCachingManager(RestoresPrefixState, V1Slots, KVCacheManager):
         rest = tokens[len(hits) * bs:(len(hits) + 1) * bs]
         return max((_common(pool.tokens_of(c), rest) for c in pool.children_of(parent)
                     if pool.tokens_of(c) != rest), default=0)
+
+    # ---- a swap: the prefix state a restored sequence goes on hashing from (v0) -------
+    def prefix_state(self, seq_id):
+        """(token ids, extra keys) of a sequence whose every token id is known, else None."""
+        table = self._table(seq_id)
+        known = self._known.get(seq_id)
+        if known is None or self._ahead.get(seq_id, 0) or len(known) != table.num_tokens:
+            return None
+        return tuple(known), self._extra.get(seq_id, ())
+
+    def _check_prefix_state(self, seq_id, num_tokens: int, state) -> None:
+        if not isinstance(state, tuple) or len(state) != 2 or not isinstance(state[1], tuple):
+            raise TypeError(f"seq {seq_id!r}: prefix_state must be (token ids, extra keys) "
+                            f"as prefix_state() returns it, got {state!r}")
+        if len(token_ids_arg("token_ids", state[0])) != num_tokens:
+            raise ValueError(f"seq {seq_id!r}: prefix_state holds {len(state[0])} token ids "
+                             f"for {num_tokens} tokens")
+        if state[1][:len(self._group_keys)] != self._group_keys:
+            raise ValueError(f"seq {seq_id!r}: prefix_state's extra keys are another KV "
+                             f"cache group's")
+
+    def _restore_prefix_state(self, seq_id, state) -> None:
+        """Chain the restored blocks from the prompt's root again, as at admission (v0's
+        swap-in re-hashes every full block by its tokens; this pool keeps a duplicate
+        beside a cached block of the same content, as v1's index does, instead of
+        reusing it)."""
+        tokens, keys = state
+        self._known[seq_id] = list(tokens)
+        self._extra[seq_id] = keys
+        self._ahead[seq_id] = 0
+        self._set_chain(seq_id, (0, self._root_hash(keys), self.pool.intern_root(keys)))
+        self._cache_full_blocks(seq_id)
 
     # ---- per-sequence state follows the base operations --------------------------------
     def fork(self, parent_id, child_id) -> None:
