@@ -22,10 +22,10 @@ pops the head. `free_order` decides where a block whose count reaches 0 goes bac
             freed block). With prefix caching see policies/prefix_cache.py: recent v1 puts
             unhashed blocks at the front and hashed ones at the back.
 
-`allocate_many` pops a run of blocks in one splice; `release` returns many blocks
-through `_push`, one at a time, so a subclass that decides where a freed block goes
-(a caching pool, say) overrides `_push` alone, and `allocate`/`allocate_many` if it
-decides which block is handed out.
+`allocate_many` pops a run of blocks in one splice; `release` links the blocks whose
+count reaches 0 back in one splice, as `_push` on each in turn would. A subclass that
+decides where a freed block goes (a caching pool, say) overrides `_push` and `release`,
+and `allocate`/`allocate_many` if it decides which block is handed out.
 
 Other classes read the pool only through its public queries (the counters
 `num_free_blocks` -- v1's name; `num_free` is the older one, kept for the course -- and
@@ -176,15 +176,20 @@ class BlockPool:
     def release(self, blocks) -> None:
         """`free` for many blocks, in order; all or nothing.
 
-        Every id is checked as its count drops; on a bad one the counts already dropped
-        are put back before the error is raised. The blocks whose count reaches 0 then
-        rejoin the list as one spliced run, in exactly the order `free` called on each
-        in turn would leave them."""
+        The blocks whose count reaches 0 rejoin the list as one spliced run, in exactly the
+        order `free` called on each in turn would leave them. Every id is checked as its
+        count drops; on a bad one the counts already dropped are put back before the error
+        is raised. When nothing is shared (every held block has count 1, the common case)
+        the ids are checked first and then counted and linked in one pass."""
         if type(blocks) is not list:
             if isinstance(blocks, (str, bytes)) or not hasattr(blocks, "__iter__"):
                 raise TypeError(f"blocks must be an iterable of block ids, got "
                                 f"{type(blocks).__name__}")
             blocks = list(blocks)
+        if not blocks:
+            return
+        if not self.num_shared and self._release_unshared(blocks):
+            return
         ref, gone, unshared, done = self._ref, [], 0, 0
         try:
             for b in blocks:
@@ -204,6 +209,34 @@ class BlockPool:
             return self.release(checked)  # NumPy integers: valid ids after all
         self.num_shared -= unshared
         self._splice(gone)
+
+    def _release_unshared(self, blocks: list) -> bool:
+        """`release` when no block is shared: every listed block must be a held int id
+        (count 1), listed once; then each goes to count 0 and is linked in, in one pass.
+        False, with nothing changed, if any is not (the caller then finds the error)."""
+        ref = self._ref
+        try:
+            for b in blocks:
+                if ref[b] != 1 or type(b) is not int or b < 0:
+                    return False
+        except (IndexError, TypeError):
+            return False
+        if len(set(blocks)) != len(blocks):  # listed twice: more often than it is held
+            return False
+        nxt, prv = self._next, self._prev
+        if self.free_order == "lifo":  # each one in turn at the head: the last freed leads
+            left, right, order = self._head, nxt[self._head], reversed(blocks)
+        else:
+            left, right, order = prv[self._tail], self._tail, blocks
+        for b in order:
+            ref[b] = 0
+            nxt[left] = b
+            prv[b] = left
+            left = b
+        nxt[left] = right
+        prv[right] = left
+        self.num_free_blocks += len(blocks)
+        return True
 
     def _splice(self, gone: list) -> None:
         """Link blocks whose count just reached 0 onto the list, as `_push` each in turn would."""

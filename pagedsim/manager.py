@@ -213,6 +213,7 @@ class KVCacheManager:
             n = _count("n", n)
             if token_ids is not None:
                 token_ids = token_ids_arg("token_ids", token_ids, n)
+                self._before_tokens_appended([(seq_id, token_ids)])
             if not n:
                 return []
         bs, blocks, pos = self.block_size, table.blocks, table.num_tokens
@@ -249,6 +250,8 @@ class KVCacheManager:
             raise TypeError(f"with_slots must be a bool, got {type(with_slots).__name__}")
         if token_ids is not None:
             token_ids = token_ids_arg("token_ids", token_ids, len(seq_ids))
+            self._before_tokens_appended([(s, (token,)) for s, token
+                                          in zip(seq_ids, token_ids, strict=True)])
         pool, bs = self.pool, self.block_size
         if len(batch) > pool.num_free_blocks:  # each entry needs at most one block: count exactly
             self._reserve(lambda: decode_need(batch, pool, bs), set(seq_ids),
@@ -269,7 +272,7 @@ class KVCacheManager:
             if not pos % bs:
                 takers.append(t)
             t.num_tokens = pos + 1
-        new = pool.allocate_many(len(takers))
+        new = pool.allocate_many(len(takers)) if takers else takers
         for t, b in zip(takers, new, strict=True):
             t.blocks.append(b)
         if positions is None:  # no slots wanted, nothing to trace
@@ -363,6 +366,10 @@ class KVCacheManager:
         self._end_step()
 
     # ---- hooks for subclasses ------------------------------------------------------
+    def _before_tokens_appended(self, appends: list) -> None:
+        """Called with [(seq_id, token ids)], in order, before a call that was given token
+        ids changes anything; it may refuse by raising (a prefix cache hashes ahead here)."""
+
     def _on_tokens_appended(self, seq_id, first_position: int, token_ids: tuple) -> None:
         """Called with the ids of tokens just placed at first_position.. (when the caller gave
         them), inside the same step. A prefix cache hashes blocks as they fill here."""
@@ -403,10 +410,10 @@ class KVCacheManager:
 
     def _batch(self, seq_ids) -> tuple[list, list]:
         """(seq_ids as a list, their tables); a generator is read once, a string is refused."""
-        if isinstance(seq_ids, (str, bytes)) or not hasattr(seq_ids, "__iter__"):
-            raise TypeError(f"seq_ids must be an iterable of sequence ids, got "
-                            f"{type(seq_ids).__name__}")
         if type(seq_ids) is not list:
+            if isinstance(seq_ids, (str, bytes)) or not hasattr(seq_ids, "__iter__"):
+                raise TypeError(f"seq_ids must be an iterable of sequence ids, got "
+                                f"{type(seq_ids).__name__}")
             seq_ids = list(seq_ids)
         try:
             return seq_ids, list(map(self._tables.__getitem__, seq_ids))

@@ -136,6 +136,8 @@ class HybridManager:
                                  f"keys are for new ones")
             new = None if new_token_ids is None else token_ids_arg("new_token_ids",
                                                                   new_token_ids)
+            for g in self.groups:  # refused as PrefixCachingManager refuses, before counting
+                g._check_extend(seq_id, n, new, None)
             need = sum(g.blocks_to_extend(seq_id, n, ahead) for g in self.groups)
             if need > self.pool.num_free_blocks:
                 self._short = need
@@ -153,13 +155,17 @@ class HybridManager:
             per_group = [None, None]
             keys = [g.extra_keys(cache_salt, lora_id) for g in self.groups]
             hits = ((), ())
-        elif not isinstance(computed, HybridComputedBlocks) or len(computed.per_group) != 2:
+        elif not isinstance(computed, HybridComputedBlocks) or len(computed.per_group) != 2 \
+                or not all(isinstance(c, ComputedBlocks) for c in computed.per_group):
             raise TypeError(f"computed must come from HybridManager.get_computed_blocks, got "
                             f"{computed!r}")
         else:
             tokens = computed.token_ids if new_token_ids is computed.token_ids else \
                 token_ids_arg("new_token_ids", new_token_ids)
             per_group, hits = list(computed.per_group), computed.blocks
+            if hits != tuple(c.blocks for c in per_group) or len(set(map(len, hits))) != 1 \
+                    or any(c.num_tokens != computed.num_tokens for c in per_group):
+                raise ValueError("computed blocks are not one aligned hit of both groups")
             keys = [g.extra_keys(cache_salt, lora_id) for g in self.groups]
             for g, c, k in zip(self.groups, per_group, keys, strict=True):
                 g._check_computed(c, tokens, list(c.blocks), tokens is c.token_ids, k)
@@ -183,8 +189,11 @@ class HybridManager:
     def add_sequence(self, seq_id, num_tokens: int, tokens=None):
         """Admit a prompt (ids default to 0, 1, ...) with its cache hit, in one call. A short
         pool is a recorded step and OutOfBlocks, with nothing else changed."""
+        self.full._check_new(seq_id)
         num_tokens = count_arg("num_tokens", num_tokens)
-        ids = list(range(num_tokens)) if tokens is None else tokens
+        ids = list(range(num_tokens)) if tokens is None else token_ids_arg("tokens", tokens)
+        if len(ids) != num_tokens:
+            raise ValueError(f"tokens has {len(ids)} entries but num_tokens is {num_tokens}")
         hit = self.get_computed_blocks(ids)
         got = self.allocate_slots(seq_id, num_tokens - hit.num_tokens, new_token_ids=ids,
                                   computed=hit)
@@ -195,7 +204,13 @@ class HybridManager:
         if seq_id not in self.full:
             raise SequenceError(f"unknown sequence {seq_id!r}")
         n = count_arg("n", n)
-        if token_ids is None and self.full._known.get(seq_id) is not None:
+        if token_ids is not None:  # as PrefixCachingManager.append_tokens checks them
+            token_ids = token_ids_arg("token_ids", token_ids, n)
+        if not n:
+            return [], []
+        if self.full._known.get(seq_id) is None:
+            token_ids = None  # ids of a sequence whose ids stopped being known are not hashed
+        elif token_ids is None:
             token_ids = [self.full.num_tokens(seq_id) + i for i in range(n)]  # ids go on
         got = self.allocate_slots(seq_id, n, new_token_ids=token_ids)
         return self._or_refuse(got, seq_id, f"append_tokens({n})")

@@ -111,6 +111,7 @@ class PrefixCachingManager(KVCacheManager):
         self._chain: dict = {}  # seq -> (blocks hashed, last hash, last parent key)
         self._ahead: dict = {}  # seq -> lookahead slots allocated past the computed tokens
         self._extra: dict = {}  # seq -> its extra keys (cache_salt, lora_id), normalised
+        self._hashes: dict = {}  # (parent hash, block tokens) -> hash, called ahead of a change
         super().__init__(num_blocks, block_size, pool=pool, **kwargs)
 
     def extra_keys(self, cache_salt=None, lora_id=None) -> tuple:
@@ -231,22 +232,30 @@ class PrefixCachingManager(KVCacheManager):
         need = blocks_needed(table.num_tokens + grow, self.block_size) - len(table.blocks) + cow
         return target, grow, cow, need
 
-    def _extend(self, seq_id, n, ahead, new_token_ids, computed):
+    def _check_extend(self, seq_id, n: int, new_token_ids, computed) -> tuple:
+        """allocate_slots' arguments for a running sequence, checked: the new token ids."""
         if computed is not None:
             raise ValueError(f"sequence {seq_id!r} is running; computed blocks are for new ones")
-        table = self._tables[seq_id]
         known = self._known.get(seq_id)
         new = () if new_token_ids is None else token_ids_arg("new_token_ids", new_token_ids)
         if new and known is None:
             raise ValueError(f"sequence {seq_id!r} has unknown token ids; cannot append to them")
-        done = table.num_tokens - self._ahead.get(seq_id, 0)
+        done = self.num_computed_tokens(seq_id)
         if known is not None and done + n > len(known) + len(new):
             raise ValueError(f"{done} computed + {n} new tokens exceed the "
                              f"{len(known) + len(new)} known for {seq_id!r}")
+        return new
+
+    def _extend(self, seq_id, n, ahead, new_token_ids, computed):
+        new = self._check_extend(seq_id, n, new_token_ids, computed)
+        table = self._tables[seq_id]
+        known = self._known.get(seq_id)
+        done = table.num_tokens - self._ahead.get(seq_id, 0)
         target, grow, cow, need = self._extend_plan(table, done + n + ahead, n)
         if need > self.pool.num_free_blocks:
             return None
         if known is not None:
+            self._hash_ahead([self._chain_ahead(seq_id, new, done + n)])
             known.extend(new)
         count = len(table.blocks)
         if need:
@@ -298,6 +307,9 @@ class PrefixCachingManager(KVCacheManager):
                keys: tuple = ()) -> None:
         """Touch the hits, allocate the rest, record stats and hash the full blocks."""
         bs, pool, st = self.block_size, self.pool, self.stats
+        h = pool.hash_of(hits[-1]) if hits else self._root_hash(keys)
+        full = min(computed, len(tokens)) // bs  # the blocks _cache_full_blocks names below
+        self._hash_ahead([(h, tokens[len(hits) * bs:], full - len(hits))])
         st.requests += 1
         st.prompt_tokens += len(tokens)
         st.hit_tokens += len(hits) * bs
@@ -348,7 +360,8 @@ class PrefixCachingManager(KVCacheManager):
             if pool.is_cached(b):  # a hit, or a block shared by fork: already named
                 h = pool.hash_of(b)
             else:
-                prev, h = h, self.hash_fn(h, block_tokens)
+                key = (h, block_tokens)
+                prev, h = h, self._hashes.pop(key) if key in self._hashes else self.hash_fn(*key)
                 pool.cache(b, h, block_tokens, parent, self.group_idx)
                 stored.append((logical, h, None if logical == 0 else prev, block_tokens))
             parent = pool.parent_key(b)
@@ -357,6 +370,51 @@ class PrefixCachingManager(KVCacheManager):
                 self._set_chain(seq_id, (full, h, parent))
         if stored and pool.kv_event_queue is not None:
             self._publish_stored(seq_id, stored)
+
+    def _hash_ahead(self, chains) -> None:
+        """Call hash_fn for every block a change is about to fill, *before* anything changes,
+        and keep the results for `_cache_full_blocks`: a hash_fn that raises then leaves the
+        manager as it was. `chains` holds (parent hash, token ids from a block boundary,
+        blocks to hash)."""
+        bs, hashes = self.block_size, {}
+        for h, run, num_blocks in chains:
+            for i in range(num_blocks):
+                key = (h, tuple(run[i * bs:(i + 1) * bs]))
+                h = hashes[key] = self.hash_fn(*key)
+        self._hashes = hashes
+
+    def _chain_ahead(self, seq_id, new: tuple, computed: int) -> tuple:
+        """(parent hash, tokens, blocks) that `_cache_full_blocks` hashes once `new` ids are
+        known and `computed` tokens are computed (nothing when hashing stopped)."""
+        known, chain = self._known.get(seq_id), self._chain.get(seq_id)
+        if known is None or chain is None:
+            return 0, (), 0
+        done, h, _ = chain
+        full = min(computed, len(known) + len(new)) // self.block_size
+        if full <= done:
+            return h, (), 0
+        return h, known[done * self.block_size:] + list(new), full - done
+
+    def _before_tokens_appended(self, appends) -> None:
+        """Hash ahead what `_on_tokens_appended` will cache (see `_hash_ahead`)."""
+        extra: dict = {}  # seq -> ids appended by this call, while its ids stay known
+        for seq_id, ids in appends:
+            known = self._known.get(seq_id)
+            if known is None:
+                continue
+            if seq_id not in extra:
+                if self._tables[seq_id].num_tokens != len(known):  # hashing stops there
+                    continue
+                extra[seq_id] = []
+            extra[seq_id] += ids
+        self._hash_ahead([self._chain_ahead(s, tuple(ids), self.num_computed_tokens(s) + len(ids))
+                          for s, ids in extra.items()])
+
+    def _restore_states(self, plan: dict, prefix_state) -> dict:
+        states = super()._restore_states(plan, prefix_state)
+        self._hash_ahead([(self._root_hash(keys), tokens, len(tokens) // self.block_size)
+                          for tokens, keys in states.values()])
+        return states
 
     def _publish_stored(self, seq_id, stored: list) -> None:
         """One BlockStored per run of consecutive newly cached blocks (v1: cache_full_blocks).
