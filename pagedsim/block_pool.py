@@ -40,6 +40,9 @@ Invariants (checked by `check_invariants`):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from .errors import MAX_BLOCK_SIZE, MAX_NUM_BLOCKS, BlockError, OutOfBlocks, count_arg
 
 FREE_ORDERS = ("lifo", "fifo")
@@ -173,7 +176,7 @@ class BlockPool:
             self.num_shared -= 1
         return count
 
-    def release(self, blocks) -> None:
+    def release(self, blocks: Any) -> None:
         """`free` for many blocks, in order; all or nothing.
 
         The blocks whose count reaches 0 rejoin the list as one spliced run, in exactly the
@@ -210,7 +213,7 @@ class BlockPool:
         self.num_shared -= unshared
         self._splice(gone)
 
-    def _release_unshared(self, blocks: list) -> bool:
+    def _release_unshared(self, blocks: list[int]) -> bool:
         """`release` when no block is shared: every listed block must be a held int id
         (count 1), listed once; then each goes to count 0 and is linked in, in one pass.
         False, with nothing changed, if any is not (the caller then finds the error)."""
@@ -224,6 +227,7 @@ class BlockPool:
         if len(set(blocks)) != len(blocks):  # listed twice: more often than it is held
             return False
         nxt, prv = self._next, self._prev
+        order: Iterable[int]
         if self.free_order == "lifo":  # each one in turn at the head: the last freed leads
             left, right, order = self._head, nxt[self._head], reversed(blocks)
         else:
@@ -238,7 +242,7 @@ class BlockPool:
         self.num_free_blocks += len(blocks)
         return True
 
-    def _splice(self, gone: list) -> None:
+    def _splice(self, gone: list[int]) -> None:
         """Link blocks whose count just reached 0 onto the list, as `_push` each in turn would."""
         if not gone:
             return
@@ -278,18 +282,18 @@ class BlockPool:
         self._prev[n] = b
         self.num_free_blocks += 1
 
-    def _check_id(self, block_id) -> int:
-        if type(block_id) is not int:
-            block_id = count_arg("block id", block_id, low=None)  # TypeError if not an int
-        if not 0 <= block_id < self.num_blocks:
-            raise BlockError(f"block {block_id} is out of range [0, {self.num_blocks})")
-        return block_id
+    def _check_id(self, block_id: object) -> int:
+        # TypeError if not an int
+        b = block_id if type(block_id) is int else count_arg("block id", block_id, low=None)
+        if not 0 <= b < self.num_blocks:
+            raise BlockError(f"block {b} is out of range [0, {self.num_blocks})")
+        return b
 
-    def _check_ids(self, blocks) -> list[int]:
-        """`blocks` as a list of valid, allocated ids, each held at least as often as listed."""
-        if isinstance(blocks, (str, bytes)) or not hasattr(blocks, "__iter__"):
-            raise TypeError(f"blocks must be an iterable of block ids, got {type(blocks).__name__}")
-        blocks = list(blocks)
+    def _check_ids(self, given: Any) -> list[int]:
+        """`given` as a list of valid, allocated ids, each held at least as often as listed."""
+        if isinstance(given, (str, bytes)) or not hasattr(given, "__iter__"):
+            raise TypeError(f"blocks must be an iterable of block ids, got {type(given).__name__}")
+        blocks: list[int] = list(given)
         if not blocks:
             return blocks
         if set(map(type, blocks)) != {int}:
@@ -300,7 +304,7 @@ class BlockPool:
         ref = self._ref
         if len(set(blocks)) == len(blocks):
             if 0 in map(ref.__getitem__, blocks):
-                bad = next(b for b in blocks if not ref[b])
+                bad: int | None = next(b for b in blocks if not ref[b])
                 raise BlockError(f"block {bad} is already free (double free)")
             return blocks
         listed: dict[int, int] = {}

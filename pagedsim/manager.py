@@ -53,6 +53,9 @@ Copy-on-write is vLLM v0's mechanism (v1 shares only full, cached blocks).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
 import numpy as np
 
 from . import trace as tr
@@ -61,6 +64,10 @@ from .block_table import NULL_BLOCK, BlockTable, blocks_needed, restore_plan
 from .errors import OutOfBlocks, SequenceError, token_ids_arg
 from .errors import count_arg as _count
 from .usage import Usage, block_fill
+
+SeqId = Hashable  # a sequence (request) id: any hashable value
+# (src, dst) copy-on-write pairs; reclaimer(manager, blocks_short, protect)
+Reclaimer = Callable[["KVCacheManager", int, set[Hashable]], None]
 
 
 class KVCacheManager:
@@ -87,9 +94,9 @@ class KVCacheManager:
             raise ValueError("pool must start with every block free")
         self.pool = pool
         self.block_size = pool.block_size
-        self._tables: dict[object, BlockTable] = {}  # live sequences, in admission order
+        self._tables: dict[SeqId, BlockTable] = {}  # live sequences, in admission order
         self._copies: list[tuple[int, int]] = []  # copy-on-write pairs awaiting the kernel
-        self._sink = tr.Trace(snapshots) if trace else tr.NULL_SINK
+        self._sink: tr.Trace | tr.NullSink = tr.Trace(snapshots) if trace else tr.NULL_SINK
         self._tracing = trace  # build events at all? (False: nothing is built)
         # Can a step end by just counting it? (no trace, and no subclass hooks _end_step)
         self._quiet_steps = not trace and type(self)._end_step is KVCacheManager._end_step
@@ -97,14 +104,14 @@ class KVCacheManager:
         # Called as reclaimer(manager, blocks_short, protect) when an allocation finds too few
         # free blocks. It may free blocks of sequences not in `protect` (preempt, swap out);
         # the request is then planned again.
-        self.reclaimer = None
-        if trace and snapshots:
+        self.reclaimer: Reclaimer | None = None
+        if isinstance(self._sink, tr.Trace) and snapshots:
             self._sink.snapshots.append(self.snapshot())  # step 0: the pool as created
 
     @property
     def trace(self) -> tr.Trace | None:
         """The recorded history, or None when tracing is off."""
-        return self._sink if self._tracing else None
+        return self._sink if isinstance(self._sink, tr.Trace) else None
 
     # ---- queries -------------------------------------------------------------
     @property
@@ -115,30 +122,30 @@ class KVCacheManager:
     def num_free_blocks(self) -> int:
         return self.pool.num_free_blocks
 
-    def seq_ids(self) -> list:
+    def seq_ids(self) -> list[SeqId]:
         return list(self._tables)
 
-    def __contains__(self, seq_id) -> bool:
+    def __contains__(self, seq_id: object) -> bool:
         try:
             return seq_id in self._tables
         except TypeError:
             return False
 
-    def block_table(self, seq_id) -> BlockTable:
+    def block_table(self, seq_id: SeqId) -> BlockTable:
         """A copy of the sequence's table: changing it does not change the manager."""
         return self._table(seq_id).copy()
 
-    def num_tokens(self, seq_id) -> int:
+    def num_tokens(self, seq_id: SeqId) -> int:
         return self._table(seq_id).num_tokens
 
-    def num_computed_tokens(self, seq_id) -> int:
+    def num_computed_tokens(self, seq_id: SeqId) -> int:
         """Tokens whose KV is computed: all of them here (a prefix cache's lookahead is not)."""
         return self._table(seq_id).num_tokens
 
-    def slot_mapping(self, seq_id) -> np.ndarray:
+    def slot_mapping(self, seq_id: SeqId) -> np.ndarray:
         return self._table(seq_id).slot_mapping()
 
-    def get_num_common_prefix_blocks(self, request_id, num_running_requests: int) -> int:
+    def get_num_common_prefix_blocks(self, request_id: SeqId, num_running_requests: int) -> int:
         """Leading blocks of `request_id` that every one of the `num_running_requests`
         running requests holds: a block's count equals that number (v1, for cascade
         attention, which computes attention over such a shared prefix once)."""
@@ -156,7 +163,7 @@ class KVCacheManager:
         need = blocks_needed(_count("num_tokens", num_tokens), self.block_size)
         return need <= self.pool.num_free_blocks
 
-    def blocks_for_decode(self, seq_ids) -> int:
+    def blocks_for_decode(self, seq_ids: Iterable[SeqId]) -> int:
         """Free blocks `decode_step(seq_ids)` needs: one at each block boundary, one for
         each first write into a shared, partly filled last block (copy-on-write)."""
         return decode_need(self._batch(seq_ids)[1], self.pool, self.block_size)
@@ -175,7 +182,7 @@ class KVCacheManager:
         return Usage.of(self._tables.values(), self.pool)
 
     # ---- operations ------------------------------------------------------------
-    def add_sequence(self, seq_id, num_tokens: int, *,
+    def add_sequence(self, seq_id: SeqId, num_tokens: int, *,
                      with_slots: bool = True) -> np.ndarray | None:
         """Admit a sequence with a prompt of `num_tokens` tokens.
 
@@ -201,7 +208,7 @@ class KVCacheManager:
             self._end_step()
         return table.slot_mapping() if with_slots else None
 
-    def append_tokens(self, seq_id, n: int = 1, token_ids=None) -> list[int]:
+    def append_tokens(self, seq_id: SeqId, n: int = 1, token_ids: Any = None) -> list[int]:
         """Append `n` tokens to a sequence (their ids, if given, reach `_on_tokens_appended`).
 
         Returns the slots they are written to."""
@@ -236,7 +243,8 @@ class KVCacheManager:
         self._end_step()
         return slots
 
-    def decode_step(self, seq_ids, with_slots: bool = True, token_ids=None) -> list[int] | None:
+    def decode_step(self, seq_ids: Iterable[SeqId], with_slots: bool = True,
+                    token_ids: Any = None) -> list[int] | None:
         """Append one token to each listed sequence, as one step: one scheduler iteration.
 
         A sequence listed k times gets k tokens. It takes the same blocks and makes the
@@ -272,7 +280,7 @@ class KVCacheManager:
             if not pos % bs:
                 takers.append(t)
             t.num_tokens = pos + 1
-        new = pool.allocate_many(len(takers)) if takers else takers
+        new = pool.allocate_many(len(takers)) if takers else []
         for t, b in zip(takers, new, strict=True):
             t.blocks.append(b)
         if positions is None:  # no slots wanted, nothing to trace
@@ -291,7 +299,8 @@ class KVCacheManager:
         self._end_step()
         return slots if with_slots else None
 
-    def restore_sequences(self, tables: dict, prefix_state=None) -> dict:
+    def restore_sequences(self, tables: dict[SeqId, Any],
+                          prefix_state: Any = None) -> dict[int, int]:
         """Re-admit sequences whose KV comes back from elsewhere (a swap-in), as one step.
 
         `tables` maps seq_id -> (labels, num_tokens), one label per logical block
@@ -311,7 +320,7 @@ class KVCacheManager:
         if len(distinct) > self.pool.num_free_blocks:
             self._reserve(len(distinct), set(plan), f"restore_sequences({len(plan)} seqs)")
         fresh = iter(self.pool.allocate_many(len(distinct)))
-        placed = {}
+        placed: dict[int, int] = {}
         for seq_id, (labels, num_tokens) in plan.items():
             table = self._tables[seq_id] = BlockTable(self.block_size, (), num_tokens)
             self._emit(tr.SequenceAdded, seq_id, num_tokens)
@@ -330,13 +339,13 @@ class KVCacheManager:
         self._end_step()
         return placed
 
-    def prefix_state(self, seq_id):
+    def prefix_state(self, seq_id: SeqId) -> Any:
         """What `restore_sequences` needs to go on hashing the sequence after it is freed
         and restored (a swap); None here: a manager without a prefix cache keeps nothing."""
         self._table(seq_id)
         return None
 
-    def fork(self, parent_id, child_id) -> None:
+    def fork(self, parent_id: SeqId, child_id: SeqId) -> None:
         """The child shares every block of the parent; each block's count goes up by one (v0)."""
         parent = self._table(parent_id)
         self._check_new(child_id)
@@ -348,7 +357,7 @@ class KVCacheManager:
                 self._emit(tr.BlockShared, child_id, b, count)
         self._end_step()
 
-    def free_sequence(self, seq_id) -> None:
+    def free_sequence(self, seq_id: SeqId) -> None:
         """Release a finished sequence's blocks, last block first."""
         table = self._table(seq_id)
         named = table.blocks[::-1]
@@ -366,15 +375,17 @@ class KVCacheManager:
         self._end_step()
 
     # ---- hooks for subclasses ------------------------------------------------------
-    def _before_tokens_appended(self, appends: list) -> None:
+    def _before_tokens_appended(self, appends: list[tuple[SeqId, tuple[int, ...]]]) -> None:
         """Called with [(seq_id, token ids)], in order, before a call that was given token
         ids changes anything; it may refuse by raising (a prefix cache hashes ahead here)."""
 
-    def _on_tokens_appended(self, seq_id, first_position: int, token_ids: tuple) -> None:
+    def _on_tokens_appended(self, seq_id: SeqId, first_position: int,
+                            token_ids: tuple[int, ...]) -> None:
         """Called with the ids of tokens just placed at first_position.. (when the caller gave
         them), inside the same step. A prefix cache hashes blocks as they fill here."""
 
-    def _restore_states(self, plan: dict, prefix_state) -> dict:
+    def _restore_states(self, plan: dict[SeqId, tuple[tuple[int, ...], int]],
+                        prefix_state: Any) -> dict[SeqId, Any]:
         """Validate restore_sequences' prefix_state: {seq in plan: a state, or None}."""
         if prefix_state is None:
             return {}
@@ -387,20 +398,20 @@ class KVCacheManager:
                 self._check_prefix_state(seq_id, plan[seq_id][1], state)
         return {s: state for s, state in prefix_state.items() if state is not None}
 
-    def _check_prefix_state(self, seq_id, num_tokens: int, state) -> None:
+    def _check_prefix_state(self, seq_id: SeqId, num_tokens: int, state: Any) -> None:
         raise ValueError(f"seq {seq_id!r}: this manager keeps no prefix state, got {state!r}")
 
-    def _restore_prefix_state(self, seq_id, state) -> None:
+    def _restore_prefix_state(self, seq_id: SeqId, state: Any) -> None:
         """Called for each restored sequence with a prefix state, inside the same step."""
 
     # ---- lookups ---------------------------------------------------------------
-    def _table(self, seq_id) -> BlockTable:
+    def _table(self, seq_id: SeqId) -> BlockTable:
         try:
             return self._tables[seq_id]
         except (KeyError, TypeError):
             raise SequenceError(f"unknown sequence {seq_id!r}") from None
 
-    def _check_new(self, seq_id) -> None:
+    def _check_new(self, seq_id: object) -> None:
         try:
             exists = seq_id in self._tables
         except TypeError:
@@ -408,7 +419,7 @@ class KVCacheManager:
         if exists:
             raise SequenceError(f"sequence {seq_id!r} already exists")
 
-    def _batch(self, seq_ids) -> tuple[list, list]:
+    def _batch(self, seq_ids: Iterable[SeqId]) -> tuple[list[SeqId], list[BlockTable]]:
         """(seq_ids as a list, their tables); a generator is read once, a string is refused."""
         if type(seq_ids) is not list:
             if isinstance(seq_ids, (str, bytes)) or not hasattr(seq_ids, "__iter__"):
@@ -422,7 +433,7 @@ class KVCacheManager:
             raise SequenceError(f"unknown sequence {missing!r}") from None
 
     # ---- steps, snapshots, invariants ----------------------------------------------
-    def _emit(self, kind, *fields) -> None:
+    def _emit(self, kind: Callable[..., tr.Event], *fields: Any) -> None:
         """Record `kind(step, *fields)` in the current step; nothing is built when tracing is
         off."""
         if self._tracing:
@@ -433,7 +444,8 @@ class KVCacheManager:
         if self._tracing:
             self._sink.end_step(self.snapshot)
 
-    def snapshot(self, events=(), caption: str | None = None) -> tr.Snapshot:
+    def snapshot(self, events: Iterable[tr.Event] = (),
+                 caption: str | None = None) -> tr.Snapshot:
         """The whole state as frozen data (for pictures, the tour and time travel)."""
         events = tuple(events)
         return tr.Snapshot(
@@ -475,7 +487,7 @@ class KVCacheManager:
         return references
 
     # ---- planning and recording -------------------------------------------------
-    def _reserve(self, need, protect, what: str) -> None:
+    def _reserve(self, need: int | Callable[[], int], protect: Any, what: str) -> None:
         """Return once `need` blocks are free, else record the refusal and raise OutOfBlocks.
 
         `need` is an int or a zero-argument plan that counts the blocks again. While the
@@ -485,22 +497,22 @@ class KVCacheManager:
         plan = need if callable(need) else (lambda: need)
         if not isinstance(protect, (set, frozenset)):
             protect = {protect}
-        need, available = plan(), self.pool.num_free_blocks
+        blocks, available = plan(), self.pool.num_free_blocks
         # more than the whole pool can never fit: refused at once, nobody is preempted for it
         # (v1 rejects such a request at admission)
-        while self.pool.num_blocks >= need > available and self.reclaimer is not None:
-            self.reclaimer(self, need - available, set(protect))
+        while self.pool.num_blocks >= blocks > available and self.reclaimer is not None:
+            self.reclaimer(self, blocks - available, set(protect))
             if self.pool.num_free_blocks <= available:  # nothing freed: give up
                 break
-            need, available = plan(), self.pool.num_free_blocks
-        if need <= available:
+            blocks, available = plan(), self.pool.num_free_blocks
+        if blocks <= available:
             return
         seq_id = next(iter(protect)) if len(protect) == 1 else "batch"
-        self._emit(tr.AllocationFailed, seq_id, what, need, available)
+        self._emit(tr.AllocationFailed, seq_id, what, blocks, available)
         self._end_step()
-        raise OutOfBlocks(need, available, f"seq {seq_id!r} {what}")
+        raise OutOfBlocks(blocks, available, f"seq {seq_id!r} {what}")
 
-    def _make_room(self, seq_id, table: BlockTable, n: int) -> None:
+    def _make_room(self, seq_id: SeqId, table: BlockTable, n: int) -> None:
         """Give `table` the blocks for `n` more tokens: a private last block, then new ones."""
         if self._room_needed(table, n) > self.pool.num_free_blocks:
             self._reserve(lambda: self._room_needed(table, n), {seq_id}, f"append_tokens({n})")
@@ -526,13 +538,15 @@ class KVCacheManager:
         copy = bool(table.num_tokens % bs and pool.num_shared and pool.is_shared(table.blocks[-1]))
         return -(-(table.num_tokens + n) // bs) - len(table.blocks) + copy
 
-    def _grow(self, seq_id, table: BlockTable, logical: int) -> None:
+    def _grow(self, seq_id: SeqId, table: BlockTable, logical: int) -> None:
         """Append one freshly allocated block to `table` as logical block `logical`."""
         b = self.pool.allocate()
         table.blocks.append(b)
         self._emit(tr.BlockAllocated, seq_id, b, logical)
 
-    def _trace_decode(self, seq_ids, batch, positions, slots, copied, grown) -> None:
+    def _trace_decode(self, seq_ids: list[SeqId], batch: list[BlockTable], positions: list[int],
+                      slots: list[int], copied: list[tuple[BlockTable, int, int, int]],
+                      grown: Iterable[tuple[BlockTable, int]]) -> None:
         owner = {id(t): s for s, t in zip(seq_ids, batch, strict=True)}
         for s, p, slot in zip(seq_ids, positions, slots, strict=True):
             self._sink.emit(tr.TokensAppended(self.step + 1, s, p, (slot,)))
@@ -545,11 +559,11 @@ class KVCacheManager:
 
 
 # ---- planning one decode step (before anything changes) ------------------------------
-def start_positions(batch) -> list[int]:
+def start_positions(batch: list[BlockTable]) -> list[int]:
     """The position each entry's token is written to, in entry order."""
     positions = [t.num_tokens for t in batch]
     if len(set(map(id, batch))) != len(batch):  # a table listed more than once
-        seen: dict = {}
+        seen: dict[int, int] = {}
         for i, t in enumerate(batch):
             k = seen.get(id(t), 0)
             positions[i] += k
@@ -557,12 +571,14 @@ def start_positions(batch) -> list[int]:
     return positions
 
 
-def plan_copies(batch, pool, block_size: int) -> list:
+def plan_copies(batch: list[BlockTable], pool: BlockPool,
+                block_size: int) -> list[tuple[BlockTable, int]]:
     """[(table, shared block)], in entry order, for every table whose first write must copy."""
-    out: list = []
+    out: list[tuple[BlockTable, int]] = []
     if not pool.num_shared:
         return out
-    seen, drops = set(), {}  # drops: shared block -> earlier writers that copied away from it
+    seen: set[int] = set()
+    drops: dict[int, int] = {}  # drops: shared block -> earlier writers that copied away from it
     for t in batch:
         if id(t) in seen:
             continue
@@ -575,7 +591,7 @@ def plan_copies(batch, pool, block_size: int) -> list:
     return out
 
 
-def decode_need(batch, pool, block_size: int) -> int:
+def decode_need(batch: list[BlockTable], pool: BlockPool, block_size: int) -> int:
     """Free blocks the step takes: a new block at each boundary, one per copy-on-write."""
     boundaries = sum(1 for p in start_positions(batch) if not p % block_size)
     return boundaries + len(plan_copies(batch, pool, block_size))
