@@ -118,7 +118,7 @@ class CachingBlockPool(BlockPool):
     def born_of(self, b: int) -> int:
         return self._born[b]
 
-    def lookup(self, h: int, tokens: tuple, parent: tuple) -> int | None:
+    def lookup(self, h: int, tokens: tuple, parent: int) -> int | None:
         """The cached block holding `tokens` right after `parent`, or None."""
         key = self._key
         for b in self._by_hash.get(h, ()):
@@ -308,7 +308,7 @@ class CachingBlockPool(BlockPool):
         super()._push(b, to_head=not cached)
 
     def _pick_victim(self) -> int:
-        kept = []  # protected entries, pushed back once a victim is found
+        kept: list[tuple] = []  # protected entries, pushed back once a victim is found
         while True:
             entry = heapq.heappop(self._heap)
             _, stamp, b = entry
@@ -342,7 +342,7 @@ class CachingBlockPool(BlockPool):
             assert self._content[(parent, tokens)] == self._cid[b], f"block {b} content drift"
             assert b in self._node[self._cid[b]][2], f"block {b} content drift"
             assert len(tokens) == self.block_size, f"cached block {b} is not full"
-        children = {}
+        children: dict[int, int] = {}  # content id -> cached children naming it
         for parent, _, _, _ in self._node.values():
             children[parent] = children.get(parent, 0) + 1
         for cid, (_, _, blocks, refs) in self._node.items():

@@ -27,6 +27,7 @@ groups apart in one index. `snapshot()` shows both tables of a request ("A:full"
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .. import trace as tr
 from ..errors import OutOfBlocks, SequenceError, count_arg, token_ids_arg
@@ -67,7 +68,7 @@ class HybridManager:
         self.step = 0
         self._short = 0  # free blocks the last refused allocate_slots needed
         self._trace = tr.Trace() if trace else None
-        if trace:
+        if self._trace is not None:
             self._trace.snapshots.append(self.snapshot(caption=(
                 f"a pool of {num_blocks} blocks x {block_size} tokens shared by two KV cache "
                 f"groups: full attention and a sliding window of {window} tokens")))
@@ -152,9 +153,9 @@ class HybridManager:
             raise ValueError(f"new sequence {seq_id!r} needs new_token_ids (its prompt)")
         if computed is None:
             tokens = token_ids_arg("new_token_ids", new_token_ids)
-            per_group = [None, None]
+            per_group: list[Any] = [None, None]
             keys = [g.extra_keys(cache_salt, lora_id) for g in self.groups]
-            hits = ((), ())
+            hits: tuple[tuple[int, ...], ...] = ((), ())
         elif not isinstance(computed, HybridComputedBlocks) or len(computed.per_group) != 2 \
                 or not all(isinstance(c, ComputedBlocks) for c in computed.per_group):
             raise TypeError(f"computed must come from HybridManager.get_computed_blocks, got "
@@ -163,11 +164,12 @@ class HybridManager:
             tokens = computed.token_ids if new_token_ids is computed.token_ids else \
                 token_ids_arg("new_token_ids", new_token_ids)
             per_group, hits = list(computed.per_group), computed.blocks
+            checked: list[ComputedBlocks] = list(computed.per_group)
             if hits != tuple(c.blocks for c in per_group) or len(set(map(len, hits))) != 1 \
                     or any(c.num_tokens != computed.num_tokens for c in per_group):
                 raise ValueError("computed blocks are not one aligned hit of both groups")
             keys = [g.extra_keys(cache_salt, lora_id) for g in self.groups]
-            for g, c, k in zip(self.groups, per_group, keys, strict=True):
+            for g, c, k in zip(self.groups, checked, keys, strict=True):
                 g._check_computed(c, tokens, list(c.blocks), tokens is c.token_ids, k)
         done = computed.num_tokens if computed is not None else 0
         if done + n > len(tokens):

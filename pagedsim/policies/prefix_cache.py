@@ -57,6 +57,7 @@ token prefix.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from .. import trace as tr
 from ..block_table import NULL_BLOCK, BlockTable, blocks_needed
@@ -85,6 +86,8 @@ class ComputedBlocks:
 class PrefixCachingManager(KVCacheManager):
     """vLLM v1's prefix cache over a CachingBlockPool, in the v1 and v0 shapes (see module
     doc)."""
+
+    pool: CachingBlockPool  # the pool's hash index is what the cache looks blocks up in
 
     def __init__(self, num_blocks: int, block_size: int, *, eviction: str = "lru",
                  hash_fn=chained_hash, enable_kv_cache_events: bool = False,
@@ -117,7 +120,7 @@ class PrefixCachingManager(KVCacheManager):
     def extra_keys(self, cache_salt=None, lora_id=None) -> tuple:
         """The extra keys a prompt's hashes depend on, as a tuple (empty: none): its KV
         cache group (when not the first), its cache_salt, its LoRA adapter."""
-        keys = self._group_keys
+        keys: tuple[tuple[str, Any], ...] = self._group_keys
         if cache_salt is not None:
             if not isinstance(cache_salt, str):
                 raise TypeError(f"cache_salt must be a str, got {type(cache_salt).__name__}")
@@ -181,7 +184,8 @@ class PrefixCachingManager(KVCacheManager):
             hits = list(computed.blocks)
         # the ids get_computed_blocks already checked need no second pass
         same = computed is not None and new_token_ids is computed.token_ids
-        tokens = computed.token_ids if same else token_ids_arg("new_token_ids", new_token_ids)
+        tokens = computed.token_ids if computed is not None and same else \
+            token_ids_arg("new_token_ids", new_token_ids)
         if computed is not None:
             self._check_computed(computed, tokens, hits, same, keys)
         done = len(hits) * self.block_size
@@ -267,18 +271,21 @@ class PrefixCachingManager(KVCacheManager):
             self._emit(tr.TokensAppended, seq_id, first,
                        tuple(table.slot(p) for p in range(first, table.num_tokens)))
         self._cache_full_blocks(seq_id)
-        new = table.blocks[count - cow:]  # a copy-on-write replaced the last block too
+        got = table.blocks[count - cow:]  # a copy-on-write replaced the last block too
         self._end_step()  # (a sliding window may free some of them now, as v1 does next step)
-        return new
+        return got
 
     # ---- v0 shape: lookup and allocate in one call -----------------------------------
-    def add_sequence(self, seq_id, num_tokens: int, tokens=None, *, cache_salt=None,
-                     lora_id=None):
+    def add_sequence(self, seq_id: Any, num_tokens: int, tokens: Any = None, *,
+                     with_slots: bool = True, cache_salt: Any = None,
+                     lora_id: Any = None) -> Any:
         keys = self.extra_keys(cache_salt, lora_id)
         if tokens is None:
             if cache_salt is not None or lora_id is not None:
                 raise ValueError("extra keys (cache_salt, lora_id) need the prompt's tokens")
-            return super().add_sequence(seq_id, num_tokens)
+            return super().add_sequence(seq_id, num_tokens, with_slots=with_slots)
+        if not isinstance(with_slots, bool):
+            raise TypeError(f"with_slots must be a bool, got {type(with_slots).__name__}")
         self._check_new(seq_id)
         num_tokens = count_arg("num_tokens", num_tokens)
         tokens = _ids(tokens)
@@ -294,7 +301,7 @@ class PrefixCachingManager(KVCacheManager):
         hits = self._match(tokens, cap, keys)  # the reclaimer may have changed what is cached
         self._admit(seq_id, tokens, hits, num_tokens, 0, keys)
         self._end_step()
-        return self._table(seq_id).slot_mapping()
+        return self._table(seq_id).slot_mapping() if with_slots else None
 
     # ---- shared by both shapes -------------------------------------------------------
     def _blocks_to_take(self, hits, num_tokens: int) -> int:
@@ -422,7 +429,7 @@ class PrefixCachingManager(KVCacheManager):
         `stored` holds (logical, hash, parent hash or None at the prompt start, tokens)."""
         lora = dict(self._extra.get(seq_id, ())).get("lora_id")
         window = getattr(self, "window", None)  # a sliding-window group names its window
-        spec = dict(group_idx=self.group_idx, kv_cache_spec_sliding_window=window,
+        spec: dict[str, Any] = dict(group_idx=self.group_idx, kv_cache_spec_sliding_window=window,
                     kv_cache_spec_kind="full_attention" if window is None else "sliding_window")
         runs: list = []
         for entry in stored:
@@ -430,8 +437,10 @@ class PrefixCachingManager(KVCacheManager):
                 runs[-1].append(entry)
             else:
                 runs.append([entry])
+        queue = self.pool.kv_event_queue
+        assert queue is not None, "stored blocks are published only with events on"
         for run in runs:
-            self.pool.kv_event_queue.append(BlockStored(
+            queue.append(BlockStored(
                 [h for _, h, _, _ in run], run[0][2], [t for *_, tokens in run for t in tokens],
                 self.block_size, lora_id=lora, **spec))
 
@@ -469,7 +478,8 @@ class PrefixCachingManager(KVCacheManager):
         self._cache_full_blocks(seq_id)
 
     def _match(self, tokens: tuple, max_blocks: int, keys: tuple = ()) -> list[int]:
-        bs, pool, hits = self.block_size, self.pool, []
+        bs, pool = self.block_size, self.pool
+        hits: list[int] = []
         h, parent = self._root_hash(keys), pool.root_of(keys)
         if parent is None:  # nothing cached ever started from these extra keys
             return hits
@@ -487,6 +497,8 @@ class PrefixCachingManager(KVCacheManager):
         """Tokens after the hits that agree with a cached child but do not fill a block."""
         bs, pool = self.block_size, self.pool
         parent = pool.parent_key(hits[-1]) if hits else pool.root_of(keys)
+        if parent is None:  # nothing cached ever started from these extra keys
+            return 0
         rest = tokens[len(hits) * bs:(len(hits) + 1) * bs]
         return max((_common(pool.tokens_of(c), rest) for c in pool.children_of(parent)
                     if pool.tokens_of(c) != rest), default=0)
