@@ -18,7 +18,8 @@ one class and one entry in `PREEMPTION`, a new eviction policy one entry in
 list of the names in step.
 """
 
-from .cache_pool import EVICTION_KEYS, EVICTION_POLICIES, CacheStats, CachingBlockPool, chained_hash
+from .cache_pool import EVICTION_KEYS, EVICTION_POLICIES, CachingBlockPool
+from .cache_stats import CacheStats, chained_hash
 from .preemption import (
     PREEMPTION,
     PREEMPTION_POLICIES,

@@ -32,7 +32,8 @@ from typing import Any
 from .. import trace as tr
 from ..errors import OutOfBlocks, SequenceError, count_arg, token_ids_arg
 from ..usage import block_fill
-from .cache_pool import CacheStats, CachingBlockPool
+from .cache_pool import CachingBlockPool
+from .cache_stats import CacheStats
 from .prefix_cache import ComputedBlocks, PrefixCachingManager
 from .sliding_window_cache import SlidingWindowPrefixCachingManager
 

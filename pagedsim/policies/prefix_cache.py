@@ -56,6 +56,7 @@ token prefix.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -63,24 +64,23 @@ from .. import trace as tr
 from ..block_table import NULL_BLOCK, BlockTable, blocks_needed
 from ..errors import count_arg, token_ids_arg
 from ..kv_events import BlockStored
-from ..manager import KVCacheManager
-from .cache_pool import (
-    EVICTION_KEYS,
-    EVICTION_POLICIES,
-    CacheStats,
-    CachingBlockPool,
-    chained_hash,
-)
+from ..manager import KVCacheManager, SeqId
+from .cache_pool import CachingBlockPool
+from .cache_stats import CacheStats, chained_hash
+
+Tokens = tuple[int, ...]  # token ids
+Keys = tuple[tuple[str, Any], ...]  # extra keys: (("cache_salt", "s"), ("lora_id", 3)) ...
+Chain = tuple[int, int, int]  # (blocks hashed, last hash, last content id)
 
 
 @dataclass(frozen=True)
 class ComputedBlocks:
     """What `get_computed_blocks` found (v1 returns KVCacheBlocks and num_computed_tokens)."""
 
-    token_ids: tuple  # the lookup's token ids
-    blocks: tuple  # cached blocks holding its first len(blocks) * block_size tokens
+    token_ids: Tokens  # the lookup's token ids
+    blocks: tuple[int, ...]  # cached blocks holding its first len(blocks) * block_size tokens
     num_tokens: int  # tokens served by them (v1: num_new_computed_tokens)
-    extra_keys: tuple = ()  # the lookup's (cache_salt, lora_id) keys, normalised
+    extra_keys: Keys = ()  # the lookup's (cache_salt, lora_id) keys, normalised
 
 
 class PrefixCachingManager(KVCacheManager):
@@ -90,8 +90,9 @@ class PrefixCachingManager(KVCacheManager):
     pool: CachingBlockPool  # the pool's hash index is what the cache looks blocks up in
 
     def __init__(self, num_blocks: int, block_size: int, *, eviction: str = "lru",
-                 hash_fn=chained_hash, enable_kv_cache_events: bool = False,
-                 pool: CachingBlockPool | None = None, group_idx: int = 0, **kwargs):
+                 hash_fn: Callable[[int, Tokens], int] = chained_hash,
+                 enable_kv_cache_events: bool = False, pool: CachingBlockPool | None = None,
+                 group_idx: int = 0, **kwargs: Any) -> None:
         if not callable(hash_fn):
             raise TypeError(f"hash_fn must be callable (parent_hash, tokens) -> int, got "
                             f"{type(hash_fn).__name__}")
@@ -110,14 +111,18 @@ class PrefixCachingManager(KVCacheManager):
             self.shares_pool = True
         self.eviction = eviction  # a key of EVICTION_KEYS
         self.hash_fn = hash_fn  # (parent_hash, tokens) -> int; collisions are tolerated
-        self._known: dict = {}  # seq -> token ids known so far (None: stopped knowing)
-        self._chain: dict = {}  # seq -> (blocks hashed, last hash, last parent key)
-        self._ahead: dict = {}  # seq -> lookahead slots allocated past the computed tokens
-        self._extra: dict = {}  # seq -> its extra keys (cache_salt, lora_id), normalised
-        self._hashes: dict = {}  # (parent hash, block tokens) -> hash, called ahead of a change
+        # seq -> token ids known so far (None: stopped knowing)
+        self._known: dict[SeqId, list[int] | None] = {}
+        self._chain: dict[SeqId, Chain] = {}  # seq -> (blocks hashed, last hash, last parent key)
+        # seq -> lookahead slots allocated past the computed tokens
+        self._ahead: dict[SeqId, int] = {}
+        # seq -> its extra keys (cache_salt, lora_id), normalised
+        self._extra: dict[SeqId, Keys] = {}
+        # (parent hash, block tokens) -> hash, called ahead of a change
+        self._hashes: dict[tuple[int, Tokens], int] = {}
         super().__init__(num_blocks, block_size, pool=pool, **kwargs)
 
-    def extra_keys(self, cache_salt=None, lora_id=None) -> tuple:
+    def extra_keys(self, cache_salt: Any = None, lora_id: Any = None) -> Keys:
         """The extra keys a prompt's hashes depend on, as a tuple (empty: none): its KV
         cache group (when not the first), its cache_salt, its LoRA adapter."""
         keys: tuple[tuple[str, Any], ...] = self._group_keys
@@ -129,12 +134,12 @@ class PrefixCachingManager(KVCacheManager):
             keys += (("lora_id", count_arg("lora_id", lora_id, 1)),)
         return keys
 
-    def _root_hash(self, keys: tuple) -> int:
+    def _root_hash(self, keys: Keys) -> int:
         """The hash a prompt's first block chains from: 0, or one of its extra keys."""
         return 0 if not keys else hash(("extra keys", keys))
 
     # ---- lookups (no side effects) -------------------------------------------------
-    def match(self, tokens, *, cache_salt=None, lora_id=None) -> list[int]:
+    def match(self, tokens: Any, *, cache_salt: Any = None, lora_id: Any = None) -> list[int]:
         """The cached blocks holding `tokens`' longest prefix of full blocks (no cap)."""
         tokens = _ids(tokens)
         keys = self.extra_keys(cache_salt, lora_id)
@@ -143,21 +148,21 @@ class PrefixCachingManager(KVCacheManager):
     def cached_free_blocks(self) -> list[int]:
         return self.pool.cached_free_blocks()
 
-    def num_computed_tokens(self, seq_id) -> int:
+    def num_computed_tokens(self, seq_id: SeqId) -> int:
         return self._table(seq_id).num_tokens - self._ahead.get(seq_id, 0)
 
     # ---- v1 shape: look up, then allocate slots (v1 kv_cache_manager.py) -------------
-    def get_computed_blocks(self, token_ids, *, cache_salt=None,
-                            lora_id=None) -> ComputedBlocks:
+    def get_computed_blocks(self, token_ids: Any, *, cache_salt: Any = None,
+                            lora_id: Any = None) -> ComputedBlocks:
         """v1's lookup: cached full blocks for the prompt, at most len - 1 tokens' worth."""
         tokens = token_ids_arg("token_ids", token_ids)
         keys = self.extra_keys(cache_salt, lora_id)
         hits = self._match(tokens, max(len(tokens) - 1, 0) // self.block_size, keys)
         return ComputedBlocks(tokens, tuple(hits), len(hits) * self.block_size, keys)
 
-    def allocate_slots(self, seq_id, num_new_tokens: int, num_lookahead_tokens: int = 0,
-                       new_token_ids=None, computed: ComputedBlocks | None = None, *,
-                       cache_salt=None, lora_id=None):
+    def allocate_slots(self, seq_id: SeqId, num_new_tokens: int, num_lookahead_tokens: int = 0,
+                       new_token_ids: Any = None, computed: ComputedBlocks | None = None, *,
+                       cache_salt: Any = None, lora_id: Any = None) -> list[int] | None:
         """Slots for `num_new_tokens` more computed tokens (+ lookahead), as v1 does.
 
         A new sequence needs `new_token_ids` (its prompt, or prompt + output after a
@@ -177,7 +182,7 @@ class PrefixCachingManager(KVCacheManager):
         keys = self.extra_keys(cache_salt, lora_id)
         if new_token_ids is None:
             raise ValueError(f"new sequence {seq_id!r} needs new_token_ids (its prompt)")
-        hits: list = []
+        hits: list[int] = []
         if computed is not None:
             if not isinstance(computed, ComputedBlocks):
                 raise TypeError(f"computed must come from get_computed_blocks, got {computed!r}")
@@ -200,8 +205,8 @@ class PrefixCachingManager(KVCacheManager):
         self._end_step()
         return new
 
-    def _check_computed(self, computed: ComputedBlocks, tokens: tuple, hits: list,
-                        same: bool, keys: tuple) -> None:
+    def _check_computed(self, computed: ComputedBlocks, tokens: Tokens, hits: list[int],
+                        same: bool, keys: Keys) -> None:
         """What get_computed_blocks returned, checked again: a forged one is a ValueError."""
         bs = self.block_size
         if computed.num_tokens != len(hits) * bs:
@@ -217,7 +222,8 @@ class PrefixCachingManager(KVCacheManager):
                 self._match(tokens, len(hits), keys) != hits:
             raise ValueError("computed blocks are stale or belong to other token ids")
 
-    def blocks_to_extend(self, seq_id, num_new_tokens: int, num_lookahead_tokens: int = 0) -> int:
+    def blocks_to_extend(self, seq_id: SeqId, num_new_tokens: int,
+                         num_lookahead_tokens: int = 0) -> int:
         """Free blocks `allocate_slots(seq_id, num_new_tokens, num_lookahead_tokens)` takes
         from a running sequence (v1: get_num_blocks_to_allocate); changes nothing."""
         table = self._table(seq_id)
@@ -226,7 +232,7 @@ class PrefixCachingManager(KVCacheManager):
         done = table.num_tokens - self._ahead.get(seq_id, 0)
         return self._extend_plan(table, done + n + ahead, n)[3]
 
-    def _extend_plan(self, table, target: int, n: int) -> tuple:
+    def _extend_plan(self, table: BlockTable, target: int, n: int) -> tuple[int, int, bool, int]:
         """(target, tokens to grow, copy-on-write?, free blocks needed) for an extension."""
         grow = max(0, target - table.num_tokens)
         # a slot handed out in a shared, partly filled last block (a new token or a lookahead
@@ -236,7 +242,7 @@ class PrefixCachingManager(KVCacheManager):
         need = blocks_needed(table.num_tokens + grow, self.block_size) - len(table.blocks) + cow
         return target, grow, cow, need
 
-    def _check_extend(self, seq_id, n: int, new_token_ids, computed) -> tuple:
+    def _check_extend(self, seq_id: SeqId, n: int, new_token_ids: Any, computed: Any) -> Tokens:
         """allocate_slots' arguments for a running sequence, checked: the new token ids."""
         if computed is not None:
             raise ValueError(f"sequence {seq_id!r} is running; computed blocks are for new ones")
@@ -250,7 +256,8 @@ class PrefixCachingManager(KVCacheManager):
                              f"{len(known) + len(new)} known for {seq_id!r}")
         return new
 
-    def _extend(self, seq_id, n, ahead, new_token_ids, computed):
+    def _extend(self, seq_id: SeqId, n: int, ahead: int, new_token_ids: Any,
+                computed: Any) -> list[int] | None:
         new = self._check_extend(seq_id, n, new_token_ids, computed)
         table = self._tables[seq_id]
         known = self._known.get(seq_id)
@@ -304,14 +311,14 @@ class PrefixCachingManager(KVCacheManager):
         return self._table(seq_id).slot_mapping() if with_slots else None
 
     # ---- shared by both shapes -------------------------------------------------------
-    def _blocks_to_take(self, hits, num_tokens: int) -> int:
+    def _blocks_to_take(self, hits: list[int], num_tokens: int) -> int:
         """Free blocks an admission uses: new blocks, plus cached hits now on the free list."""
         fresh = blocks_needed(num_tokens, self.block_size) - len(hits)
         waking = sum(1 for b in hits if b != NULL_BLOCK and not self.pool.ref_count(b))
         return max(fresh, 0) + waking
 
-    def _admit(self, seq_id, tokens: tuple, hits: list, computed: int, ahead: int,
-               keys: tuple = ()) -> None:
+    def _admit(self, seq_id: SeqId, tokens: Tokens, hits: list[int], computed: int, ahead: int,
+               keys: Keys = ()) -> None:
         """Touch the hits, allocate the rest, record stats and hash the full blocks."""
         bs, pool, st = self.block_size, self.pool, self.stats
         h = pool.hash_of(hits[-1]) if hits else self._root_hash(keys)
@@ -349,7 +356,7 @@ class PrefixCachingManager(KVCacheManager):
             self._set_chain(seq_id, (0, self._root_hash(keys), pool.intern_root(keys)))
         self._cache_full_blocks(seq_id)
 
-    def _cache_full_blocks(self, seq_id) -> None:
+    def _cache_full_blocks(self, seq_id: SeqId) -> None:
         """Hash every block that is full of computed, known tokens (v1: cache_blocks)."""
         known = self._known.get(seq_id)
         if known is None:
@@ -357,7 +364,8 @@ class PrefixCachingManager(KVCacheManager):
         bs, pool, table = self.block_size, self.pool, self._tables[seq_id]
         done, h, parent = self._chain[seq_id]
         full = min(table.num_tokens - self._ahead.get(seq_id, 0), len(known)) // bs
-        stored: list = []  # (logical, hash) of the blocks cached now, for a BlockStored event
+        # (logical, hash) of the blocks cached now, for a BlockStored event
+        stored: list[tuple[int, int, int | None, Tokens]] = []
         for logical in range(done, full):
             b = table.blocks[logical]
             if b == NULL_BLOCK:  # dropped before it could be hashed: the chain ends here
@@ -378,7 +386,7 @@ class PrefixCachingManager(KVCacheManager):
         if stored and pool.kv_event_queue is not None:
             self._publish_stored(seq_id, stored)
 
-    def _hash_ahead(self, chains) -> None:
+    def _hash_ahead(self, chains: Iterable[tuple[int, Sequence[int], int]]) -> None:
         """Call hash_fn for every block a change is about to fill, *before* anything changes,
         and keep the results for `_cache_full_blocks`: a hash_fn that raises then leaves the
         manager as it was. `chains` holds (parent hash, token ids from a block boundary,
@@ -390,7 +398,8 @@ class PrefixCachingManager(KVCacheManager):
                 h = hashes[key] = self.hash_fn(*key)
         self._hashes = hashes
 
-    def _chain_ahead(self, seq_id, new: tuple, computed: int) -> tuple:
+    def _chain_ahead(self, seq_id: SeqId, new: Tokens,
+                     computed: int) -> tuple[int, Sequence[int], int]:
         """(parent hash, tokens, blocks) that `_cache_full_blocks` hashes once `new` ids are
         known and `computed` tokens are computed (nothing when hashing stopped)."""
         known, chain = self._known.get(seq_id), self._chain.get(seq_id)
@@ -402,9 +411,10 @@ class PrefixCachingManager(KVCacheManager):
             return h, (), 0
         return h, known[done * self.block_size:] + list(new), full - done
 
-    def _before_tokens_appended(self, appends) -> None:
+    def _before_tokens_appended(self, appends: list[tuple[SeqId, Tokens]]) -> None:
         """Hash ahead what `_on_tokens_appended` will cache (see `_hash_ahead`)."""
-        extra: dict = {}  # seq -> ids appended by this call, while its ids stay known
+        # seq -> ids appended by this call, while its ids stay known
+        extra: dict[SeqId, list[int]] = {}
         for seq_id, ids in appends:
             known = self._known.get(seq_id)
             if known is None:
@@ -417,13 +427,15 @@ class PrefixCachingManager(KVCacheManager):
         self._hash_ahead([self._chain_ahead(s, tuple(ids), self.num_computed_tokens(s) + len(ids))
                           for s, ids in extra.items()])
 
-    def _restore_states(self, plan: dict, prefix_state) -> dict:
+    def _restore_states(self, plan: dict[SeqId, tuple[Tokens, int]],
+                        prefix_state: Any) -> dict[SeqId, Any]:
         states = super()._restore_states(plan, prefix_state)
         self._hash_ahead([(self._root_hash(keys), tokens, len(tokens) // self.block_size)
                           for tokens, keys in states.values()])
         return states
 
-    def _publish_stored(self, seq_id, stored: list) -> None:
+    def _publish_stored(self, seq_id: SeqId,
+                        stored: list[tuple[int, int, int | None, Tokens]]) -> None:
         """One BlockStored per run of consecutive newly cached blocks (v1: cache_full_blocks).
 
         `stored` holds (logical, hash, parent hash or None at the prompt start, tokens)."""
@@ -431,7 +443,7 @@ class PrefixCachingManager(KVCacheManager):
         window = getattr(self, "window", None)  # a sliding-window group names its window
         spec: dict[str, Any] = dict(group_idx=self.group_idx, kv_cache_spec_sliding_window=window,
                     kv_cache_spec_kind="full_attention" if window is None else "sliding_window")
-        runs: list = []
+        runs: list[list[tuple[int, int, int | None, Tokens]]] = []
         for entry in stored:
             if runs and runs[-1][-1][0] == entry[0] - 1:
                 runs[-1].append(entry)
@@ -455,11 +467,11 @@ class PrefixCachingManager(KVCacheManager):
         self._end_step()
         return True
 
-    def take_events(self) -> list:
+    def take_events(self) -> list[Any]:
         """The KV cache events since the last call, oldest first (empty when events are off)."""
         return self.pool.take_events()
 
-    def _set_chain(self, seq_id, chain: tuple) -> None:
+    def _set_chain(self, seq_id: SeqId, chain: Chain) -> None:
         """(blocks hashed, last hash, last content id); the content id is pinned meanwhile."""
         self.pool.pin(chain[2])
         old = self._chain.get(seq_id)
@@ -467,7 +479,7 @@ class PrefixCachingManager(KVCacheManager):
         if old is not None:
             self.pool.unpin(old[2])
 
-    def _on_tokens_appended(self, seq_id, first_position: int, token_ids: tuple) -> None:
+    def _on_tokens_appended(self, seq_id: SeqId, first_position: int, token_ids: Tokens) -> None:
         known = self._known.get(seq_id)
         if known is None:
             return
@@ -477,7 +489,7 @@ class PrefixCachingManager(KVCacheManager):
         known.extend(token_ids)
         self._cache_full_blocks(seq_id)
 
-    def _match(self, tokens: tuple, max_blocks: int, keys: tuple = ()) -> list[int]:
+    def _match(self, tokens: Tokens, max_blocks: int, keys: Keys = ()) -> list[int]:
         bs, pool = self.block_size, self.pool
         hits: list[int] = []
         h, parent = self._root_hash(keys), pool.root_of(keys)
@@ -493,7 +505,7 @@ class PrefixCachingManager(KVCacheManager):
             parent = pool.parent_key(found)
         return hits
 
-    def _floor(self, tokens: tuple, hits: list, keys: tuple = ()) -> int:
+    def _floor(self, tokens: Tokens, hits: list[int], keys: Keys = ()) -> int:
         """Tokens after the hits that agree with a cached child but do not fill a block."""
         bs, pool = self.block_size, self.pool
         parent = pool.parent_key(hits[-1]) if hits else pool.root_of(keys)
@@ -504,7 +516,7 @@ class PrefixCachingManager(KVCacheManager):
                     if pool.tokens_of(c) != rest), default=0)
 
     # ---- a swap: the prefix state a restored sequence goes on hashing from (v0) -------
-    def prefix_state(self, seq_id):
+    def prefix_state(self, seq_id: SeqId) -> tuple[Tokens, Keys] | None:
         """(token ids, extra keys) of a sequence whose every token id is known, else None."""
         table = self._table(seq_id)
         known = self._known.get(seq_id)
@@ -512,7 +524,7 @@ class PrefixCachingManager(KVCacheManager):
             return None
         return tuple(known), self._extra.get(seq_id, ())
 
-    def _check_prefix_state(self, seq_id, num_tokens: int, state) -> None:
+    def _check_prefix_state(self, seq_id: SeqId, num_tokens: int, state: Any) -> None:
         if not isinstance(state, tuple) or len(state) != 2 or not isinstance(state[1], tuple):
             raise TypeError(f"seq {seq_id!r}: prefix_state must be (token ids, extra keys) "
                             f"as prefix_state() returns it, got {state!r}")
@@ -523,7 +535,7 @@ class PrefixCachingManager(KVCacheManager):
             raise ValueError(f"seq {seq_id!r}: prefix_state's extra keys are another KV "
                              f"cache group's")
 
-    def _restore_prefix_state(self, seq_id, state) -> None:
+    def _restore_prefix_state(self, seq_id: SeqId, state: Any) -> None:
         """Chain the restored blocks from the prompt's root again, as at admission (v0's
         swap-in re-hashes every full block by its tokens; this pool keeps a duplicate
         beside a cached block of the same content, as v1's index does, instead of
@@ -536,7 +548,7 @@ class PrefixCachingManager(KVCacheManager):
         self._cache_full_blocks(seq_id)
 
     # ---- per-sequence state follows the base operations --------------------------------
-    def fork(self, parent_id, child_id) -> None:
+    def fork(self, parent_id: SeqId, child_id: SeqId) -> None:
         super().fork(parent_id, child_id)
         known = self._known.get(parent_id)
         self._known[child_id] = None if known is None else list(known)
@@ -545,7 +557,7 @@ class PrefixCachingManager(KVCacheManager):
             self._set_chain(child_id, self._chain[parent_id])
         self._ahead[child_id] = self._ahead.get(parent_id, 0)
 
-    def free_sequence(self, seq_id) -> None:
+    def free_sequence(self, seq_id: SeqId) -> None:
         super().free_sequence(seq_id)  # reversed order: the tail block is evicted first (v1)
         chain = self._chain.pop(seq_id, None)
         if chain is not None:
@@ -553,7 +565,8 @@ class PrefixCachingManager(KVCacheManager):
         for d in (self._known, self._ahead, self._extra):
             d.pop(seq_id, None)
 
-    def snapshot(self, events=(), caption=None) -> tr.Snapshot:
+    def snapshot(self, events: Iterable[tr.Event] = (),
+                 caption: str | None = None) -> tr.Snapshot:
         return replace(super().snapshot(events, caption),
                        cached_blocks=tuple(self.pool.cached_free_blocks()))
 
@@ -571,12 +584,12 @@ class PrefixCachingManager(KVCacheManager):
                 f"seq {seq_id!r} has {ahead} lookahead slots for {self._tables[seq_id].num_tokens}")
 
 
-def _ids(tokens) -> tuple:
+def _ids(tokens: Any) -> Tokens:
     """Token ids as a tuple of Python ints in [0, 2**63) (TypeError / ValueError otherwise)."""
     return token_ids_arg("token_ids", tokens)
 
 
-def _common(a: tuple, b: tuple) -> int:
+def _common(a: Tokens, b: Tokens) -> int:
     n = 0
     for x, y in zip(a, b, strict=False):  # the common prefix of two lengths
         if x != y:
@@ -585,5 +598,4 @@ def _common(a: tuple, b: tuple) -> int:
     return n
 
 
-__all__ = ["PrefixCachingManager", "ComputedBlocks",
-           "CacheStats", "CachingBlockPool", "EVICTION_KEYS", "EVICTION_POLICIES", "chained_hash"]
+__all__ = ["PrefixCachingManager", "ComputedBlocks"]

@@ -19,6 +19,8 @@ used only when `sinks == 0`; otherwise a hit must start at block 0.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..block_table import NULL_BLOCK
 from .cache_pool import CachingBlockPool
 from .prefix_cache import PrefixCachingManager
@@ -28,7 +30,8 @@ from .sliding_window import SlidingWindowManager
 class SlidingWindowPrefixCachingManager(SlidingWindowManager, PrefixCachingManager):
     pool: CachingBlockPool
 
-    def _match(self, tokens: tuple, max_blocks: int, keys: tuple = ()) -> list[int]:
+    def _match(self, tokens: tuple[int, ...], max_blocks: int,
+               keys: tuple[tuple[str, Any], ...] = ()) -> list[int]:
         if self.sinks:
             return super()._match(tokens, max_blocks, keys)
         bs, pool = self.block_size, self.pool
