@@ -22,10 +22,10 @@ pops the head. `free_order` decides where a block whose count reaches 0 goes bac
             freed block). With prefix caching see policies/prefix_cache.py: recent v1 puts
             unhashed blocks at the front and hashed ones at the back.
 
-`allocate_many` pops a run of blocks in one splice; `release` returns many blocks
-through `_push`, one at a time, so a subclass that decides where a freed block goes
-(a caching pool, say) overrides `_push` alone, and `allocate`/`allocate_many` if it
-decides which block is handed out.
+`allocate_many` pops a run of blocks in one splice; `release` links the blocks whose
+count reaches 0 back in one splice, as `_push` on each in turn would. A subclass that
+decides where a freed block goes (a caching pool, say) overrides `_push` and `release`,
+and `allocate`/`allocate_many` if it decides which block is handed out.
 
 Other classes read the pool only through its public queries (the counters
 `num_free_blocks` -- v1's name; `num_free` is the older one, kept for the course -- and
@@ -39,6 +39,9 @@ Invariants (checked by `check_invariants`):
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
 
 from .errors import MAX_BLOCK_SIZE, MAX_NUM_BLOCKS, BlockError, OutOfBlocks, count_arg
 
@@ -173,18 +176,23 @@ class BlockPool:
             self.num_shared -= 1
         return count
 
-    def release(self, blocks) -> None:
+    def release(self, blocks: Any) -> None:
         """`free` for many blocks, in order; all or nothing.
 
-        Every id is checked as its count drops; on a bad one the counts already dropped
-        are put back before the error is raised. The blocks whose count reaches 0 then
-        rejoin the list as one spliced run, in exactly the order `free` called on each
-        in turn would leave them."""
+        The blocks whose count reaches 0 rejoin the list as one spliced run, in exactly the
+        order `free` called on each in turn would leave them. Every id is checked as its
+        count drops; on a bad one the counts already dropped are put back before the error
+        is raised. When nothing is shared (every held block has count 1, the common case)
+        the ids are checked first and then counted and linked in one pass."""
         if type(blocks) is not list:
             if isinstance(blocks, (str, bytes)) or not hasattr(blocks, "__iter__"):
                 raise TypeError(f"blocks must be an iterable of block ids, got "
                                 f"{type(blocks).__name__}")
             blocks = list(blocks)
+        if not blocks:
+            return
+        if not self.num_shared and self._release_unshared(blocks):
+            return
         ref, gone, unshared, done = self._ref, [], 0, 0
         try:
             for b in blocks:
@@ -205,7 +213,36 @@ class BlockPool:
         self.num_shared -= unshared
         self._splice(gone)
 
-    def _splice(self, gone: list) -> None:
+    def _release_unshared(self, blocks: list[int]) -> bool:
+        """`release` when no block is shared: every listed block must be a held int id
+        (count 1), listed once; then each goes to count 0 and is linked in, in one pass.
+        False, with nothing changed, if any is not (the caller then finds the error)."""
+        ref = self._ref
+        try:
+            for b in blocks:
+                if ref[b] != 1 or type(b) is not int or b < 0:
+                    return False
+        except (IndexError, TypeError):
+            return False
+        if len(set(blocks)) != len(blocks):  # listed twice: more often than it is held
+            return False
+        nxt, prv = self._next, self._prev
+        order: Iterable[int]
+        if self.free_order == "lifo":  # each one in turn at the head: the last freed leads
+            left, right, order = self._head, nxt[self._head], reversed(blocks)
+        else:
+            left, right, order = prv[self._tail], self._tail, blocks
+        for b in order:
+            ref[b] = 0
+            nxt[left] = b
+            prv[b] = left
+            left = b
+        nxt[left] = right
+        prv[right] = left
+        self.num_free_blocks += len(blocks)
+        return True
+
+    def _splice(self, gone: list[int]) -> None:
         """Link blocks whose count just reached 0 onto the list, as `_push` each in turn would."""
         if not gone:
             return
@@ -245,18 +282,18 @@ class BlockPool:
         self._prev[n] = b
         self.num_free_blocks += 1
 
-    def _check_id(self, block_id) -> int:
-        if type(block_id) is not int:
-            block_id = count_arg("block id", block_id, low=None)  # TypeError if not an int
-        if not 0 <= block_id < self.num_blocks:
-            raise BlockError(f"block {block_id} is out of range [0, {self.num_blocks})")
-        return block_id
+    def _check_id(self, block_id: object) -> int:
+        # TypeError if not an int
+        b = block_id if type(block_id) is int else count_arg("block id", block_id, low=None)
+        if not 0 <= b < self.num_blocks:
+            raise BlockError(f"block {b} is out of range [0, {self.num_blocks})")
+        return b
 
-    def _check_ids(self, blocks) -> list[int]:
-        """`blocks` as a list of valid, allocated ids, each held at least as often as listed."""
-        if isinstance(blocks, (str, bytes)) or not hasattr(blocks, "__iter__"):
-            raise TypeError(f"blocks must be an iterable of block ids, got {type(blocks).__name__}")
-        blocks = list(blocks)
+    def _check_ids(self, given: Any) -> list[int]:
+        """`given` as a list of valid, allocated ids, each held at least as often as listed."""
+        if isinstance(given, (str, bytes)) or not hasattr(given, "__iter__"):
+            raise TypeError(f"blocks must be an iterable of block ids, got {type(given).__name__}")
+        blocks: list[int] = list(given)
         if not blocks:
             return blocks
         if set(map(type, blocks)) != {int}:
@@ -267,7 +304,7 @@ class BlockPool:
         ref = self._ref
         if len(set(blocks)) == len(blocks):
             if 0 in map(ref.__getitem__, blocks):
-                bad = next(b for b in blocks if not ref[b])
+                bad: int | None = next(b for b in blocks if not ref[b])
                 raise BlockError(f"block {bad} is already free (double free)")
             return blocks
         listed: dict[int, int] = {}

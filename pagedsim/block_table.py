@@ -17,6 +17,9 @@ window); translating a token that lives in one raises. This is vLLM v1's null bl
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterable, Iterator
+from typing import Any
+
 import numpy as np
 
 from .errors import BlockError, count_arg
@@ -37,7 +40,7 @@ def blocks_needed(num_tokens: int, block_size: int) -> int:
 class BlockTable:
     __slots__ = ("block_size", "blocks", "num_tokens")
 
-    def __init__(self, block_size: int, blocks=(), num_tokens: int = 0):
+    def __init__(self, block_size: int, blocks: Iterable[int] = (), num_tokens: int = 0):
         if type(block_size) is not int or block_size < 1 or type(num_tokens) is not int \
                 or num_tokens < 0:
             block_size = count_arg("block_size", block_size, 1)
@@ -68,7 +71,7 @@ class BlockTable:
         offsets = _OFFSETS.get(bs)
         if offsets is None:
             offsets = _OFFSETS[bs] = np.arange(bs, dtype=np.int64)
-        slots = (blocks[:, None] * bs + offsets).reshape(-1)[: self.num_tokens]
+        slots: np.ndarray = (blocks[:, None] * bs + offsets).reshape(-1)[: self.num_tokens]
         if NULL_BLOCK in self.blocks:  # dropped blocks have no slots
             slots[np.repeat(blocks == NULL_BLOCK, bs)[: self.num_tokens]] = -1
         return slots
@@ -84,13 +87,13 @@ class BlockTable:
     def __len__(self) -> int:
         return len(self.blocks)
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> int:
         return self.blocks[i]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[int]:
         return iter(self.blocks)
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         if isinstance(other, BlockTable):
             return (self.block_size, self.blocks, self.num_tokens) == (
                 other.block_size, other.blocks, other.num_tokens)
@@ -98,9 +101,10 @@ class BlockTable:
             return self.blocks == list(other)
         return NotImplemented
 
-    __hash__ = None
+    def __hash__(self) -> int:
+        raise TypeError("unhashable type: 'BlockTable' (it changes as the sequence grows)")
 
-    def __array__(self, dtype=None, copy=None):
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         return np.asarray(self.blocks, dtype=dtype or np.int32)
 
     def copy(self) -> BlockTable:
@@ -119,7 +123,8 @@ class BlockTable:
         )
 
 
-def restore_plan(tables, block_size: int, drops_blocks: bool) -> dict:
+def restore_plan(tables: Any, block_size: int,
+                 drops_blocks: bool) -> dict[Hashable, tuple[tuple[int, ...], int]]:
     """Validate `restore_sequences`' argument: {seq_id: (labels tuple, num_tokens)}.
 
     Each entry is (labels, num_tokens) with one label per logical block; a table may not

@@ -15,6 +15,7 @@ Size limits (documented so that a typo cannot exhaust memory or overflow int64):
 """
 
 import operator
+from typing import Any, SupportsIndex, cast
 
 MAX_NUM_BLOCKS = 1 << 22
 MAX_BLOCK_SIZE = 1 << 16
@@ -41,24 +42,26 @@ class SequenceError(ValueError):
     """A sequence id that is unknown (or already present) for the operation."""
 
 
-def count_arg(name: str, value, low: int | None = 0, high: int | None = None) -> int:
+def count_arg(name: str, value: object, low: int | None = 0, high: int | None = None) -> int:
     """`value` as a Python int in [low, high] (NumPy integers accepted; None: unbounded).
 
     TypeError for anything that is not an integer (a bool, a float, a string, None);
     ValueError, naming `name`, for an integer out of range.
     """
-    if type(value) is not int:
+    if type(value) is int:
+        n = value
+    else:
         if isinstance(value, bool) or not hasattr(type(value), "__index__"):
             raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-        value = operator.index(value)
-    if (low is not None and value < low) or (high is not None and value > high):
+        n = operator.index(cast(SupportsIndex, value))
+    if (low is not None and n < low) or (high is not None and n > high):
         bound = (f">= {low}" if high is None else f"<= {high}" if low is None
                  else f"in [{low}, {high}]")
-        raise ValueError(f"{name} must be an int {bound}, got {value}")
-    return value
+        raise ValueError(f"{name} must be an int {bound}, got {n}")
+    return n
 
 
-def token_ids_arg(name: str, value, n: int | None = None) -> tuple:
+def token_ids_arg(name: str, value: Any, n: int | None = None) -> tuple[int, ...]:
     """`value` as a tuple of Python ints in [0, MAX_TOKEN_ID], exactly `n` of them if n is given.
 
     A string, a set, a generator or a bare int is a TypeError (a sequence is required)."""

@@ -26,27 +26,163 @@ runs and no event is built.
 Sharing, fork and copy-on-write follow vLLM v0's block manager; v1 shares blocks only
 through the prefix cache (policies/prefix_cache.py).
 
-The state itself, the queries, snapshots and invariants are in `manager_state.py`;
-this class adds every operation that changes them.
+Invariants (`check_invariants`), on top of the pool's own:
+    * every table has ceil(num_tokens / block_size) entries;
+    * the sum of all ref counts equals the number of table entries that name a block;
+    * no table names a free block, and no table names the same block twice;
+    * only a manager that drops blocks (a sliding window) holds NULL_BLOCK entries.
+
+A decode step is planned before anything changes (the functions at the end of this
+file), from the tables and the pool's counts alone, which is what makes it all or
+nothing:
+
+    start_positions   where each entry's token goes (a table listed k times fills k
+                      positions in turn)
+    plan_copies       which tables must copy their last block first (copy-on-write):
+                      a table whose first write lands in a partly filled block that
+                      another table still holds. Writers earlier in the batch that
+                      copied away from the same block lower its count, exactly as
+                      `append_tokens(s, 1)` for each entry in turn would. The step
+                      makes these copies first, then hands out the boundary blocks, so
+                      the main loop over the batch stays one tight pass.
+    decode_need       free blocks the step takes: one per entry at a block boundary,
+                      one per copy.
+
+Copy-on-write is vLLM v0's mechanism (v1 shares only full, cached blocks).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
 import numpy as np
 
 from . import trace as tr
-from .batch import decode_need, plan_copies, start_positions
+from .block_pool import BlockPool
 from .block_table import NULL_BLOCK, BlockTable, blocks_needed, restore_plan
 from .errors import OutOfBlocks, SequenceError, token_ids_arg
 from .errors import count_arg as _count
-from .manager_state import ManagerState
+from .usage import Usage, block_fill
+
+SeqId = Hashable  # a sequence (request) id: any hashable value
+# (src, dst) copy-on-write pairs; reclaimer(manager, blocks_short, protect)
+Reclaimer = Callable[["KVCacheManager", int, set[Hashable]], None]
 
 
-class KVCacheManager(ManagerState):
-    """The block manager: admits, grows, forks, restores and frees sequences (see module doc)."""
+class KVCacheManager:
+    """The block manager: the pool, the tables, the pending copies and the trace; it admits,
+    grows, forks, restores and frees sequences and answers every query on them (see module
+    doc)."""
+
+    drops_blocks = False  # may a table hold NULL_BLOCK entries? (a sliding window: yes)
+    shares_pool = False  # True for a KV cache group of a hybrid manager (policies/hybrid.py)
+
+    def __init__(self, num_blocks: int, block_size: int, *, free_order: str = "lifo",
+                 trace: bool = True, snapshots: bool = True, pool: BlockPool | None = None):
+        for name, flag in (("trace", trace), ("snapshots", snapshots)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+        if pool is None:
+            pool = BlockPool(num_blocks, block_size, free_order)
+        elif not isinstance(pool, BlockPool):
+            raise TypeError(f"pool must be a BlockPool, got {type(pool).__name__}")
+        elif (pool.num_blocks, pool.block_size) != (num_blocks, block_size):
+            raise ValueError(f"pool has {pool.num_blocks} blocks x {pool.block_size} tokens, "
+                             f"not {num_blocks!r} x {block_size!r}")
+        elif pool.num_free_blocks != pool.num_blocks:
+            raise ValueError("pool must start with every block free")
+        self.pool = pool
+        self.block_size = pool.block_size
+        self._tables: dict[SeqId, BlockTable] = {}  # live sequences, in admission order
+        self._copies: list[tuple[int, int]] = []  # copy-on-write pairs awaiting the kernel
+        self._sink: tr.Trace | tr.NullSink = tr.Trace(snapshots) if trace else tr.NULL_SINK
+        self._tracing = trace  # build events at all? (False: nothing is built)
+        # Can a step end by just counting it? (no trace, and no subclass hooks _end_step)
+        self._quiet_steps = not trace and type(self)._end_step is KVCacheManager._end_step
+        self.step = 0  # number of completed public steps
+        # Called as reclaimer(manager, blocks_short, protect) when an allocation finds too few
+        # free blocks. It may free blocks of sequences not in `protect` (preempt, swap out);
+        # the request is then planned again.
+        self.reclaimer: Reclaimer | None = None
+        if isinstance(self._sink, tr.Trace) and snapshots:
+            self._sink.snapshots.append(self.snapshot())  # step 0: the pool as created
+
+    @property
+    def trace(self) -> tr.Trace | None:
+        """The recorded history, or None when tracing is off."""
+        return self._sink if isinstance(self._sink, tr.Trace) else None
+
+    # ---- queries -------------------------------------------------------------
+    @property
+    def num_blocks(self) -> int:
+        return self.pool.num_blocks
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.num_free_blocks
+
+    def seq_ids(self) -> list[SeqId]:
+        return list(self._tables)
+
+    def __contains__(self, seq_id: object) -> bool:
+        try:
+            return seq_id in self._tables
+        except TypeError:
+            return False
+
+    def block_table(self, seq_id: SeqId) -> BlockTable:
+        """A copy of the sequence's table: changing it does not change the manager."""
+        return self._table(seq_id).copy()
+
+    def num_tokens(self, seq_id: SeqId) -> int:
+        return self._table(seq_id).num_tokens
+
+    def num_computed_tokens(self, seq_id: SeqId) -> int:
+        """Tokens whose KV is computed: all of them here (a prefix cache's lookahead is not)."""
+        return self._table(seq_id).num_tokens
+
+    def slot_mapping(self, seq_id: SeqId) -> np.ndarray:
+        return self._table(seq_id).slot_mapping()
+
+    def get_num_common_prefix_blocks(self, request_id: SeqId, num_running_requests: int) -> int:
+        """Leading blocks of `request_id` that every one of the `num_running_requests`
+        running requests holds: a block's count equals that number (v1, for cascade
+        attention, which computes attention over such a shared prefix once)."""
+        table = self._table(request_id)
+        n = _count("num_running_requests", num_running_requests, 1)
+        common = 0
+        for b in table.blocks:
+            if b == NULL_BLOCK or self.pool.ref_count(b) != n:
+                break
+            common += 1
+        return common
+
+    def can_allocate(self, num_tokens: int) -> bool:
+        """Would a new sequence of `num_tokens` tokens fit in the free blocks right now?"""
+        need = blocks_needed(_count("num_tokens", num_tokens), self.block_size)
+        return need <= self.pool.num_free_blocks
+
+    def blocks_for_decode(self, seq_ids: Iterable[SeqId]) -> int:
+        """Free blocks `decode_step(seq_ids)` needs: one at each block boundary, one for
+        each first write into a shared, partly filled last block (copy-on-write)."""
+        return decode_need(self._batch(seq_ids)[1], self.pool, self.block_size)
+
+    def peak_blocks(self, prompt_len: int, total_len: int) -> int:
+        """The most blocks one sequence holds at once while growing from prompt_len to total_len."""
+        return blocks_needed(max(_count("prompt_len", prompt_len), _count("total_len", total_len)),
+                             self.block_size)
+
+    def drain_copies(self) -> list[tuple[int, int]]:
+        """Return the pending copy-on-write (src, dst) pairs and forget them."""
+        out, self._copies = self._copies, []
+        return out
+
+    def usage(self) -> Usage:
+        return Usage.of(self._tables.values(), self.pool)
 
     # ---- operations ------------------------------------------------------------
-    def add_sequence(self, seq_id, num_tokens: int, *,
+    def add_sequence(self, seq_id: SeqId, num_tokens: int, *,
                      with_slots: bool = True) -> np.ndarray | None:
         """Admit a sequence with a prompt of `num_tokens` tokens.
 
@@ -72,7 +208,7 @@ class KVCacheManager(ManagerState):
             self._end_step()
         return table.slot_mapping() if with_slots else None
 
-    def append_tokens(self, seq_id, n: int = 1, token_ids=None) -> list[int]:
+    def append_tokens(self, seq_id: SeqId, n: int = 1, token_ids: Any = None) -> list[int]:
         """Append `n` tokens to a sequence (their ids, if given, reach `_on_tokens_appended`).
 
         Returns the slots they are written to."""
@@ -84,6 +220,7 @@ class KVCacheManager(ManagerState):
             n = _count("n", n)
             if token_ids is not None:
                 token_ids = token_ids_arg("token_ids", token_ids, n)
+                self._before_tokens_appended([(seq_id, token_ids)])
             if not n:
                 return []
         bs, blocks, pos = self.block_size, table.blocks, table.num_tokens
@@ -106,12 +243,13 @@ class KVCacheManager(ManagerState):
         self._end_step()
         return slots
 
-    def decode_step(self, seq_ids, with_slots: bool = True, token_ids=None) -> list[int] | None:
+    def decode_step(self, seq_ids: Iterable[SeqId], with_slots: bool = True,
+                    token_ids: Any = None) -> list[int] | None:
         """Append one token to each listed sequence, as one step: one scheduler iteration.
 
         A sequence listed k times gets k tokens. It takes the same blocks and makes the
         same copies as `append_tokens(s, 1)` for each entry in turn (the copies are handed
-        their blocks first, see batch.py); all or nothing for the whole batch. `token_ids`,
+        their blocks first, see plan_copies); all or nothing for the whole batch. `token_ids`,
         if given, has one id per entry. Returns the new tokens' slots, or None when
         `with_slots` is False.
         """
@@ -120,6 +258,8 @@ class KVCacheManager(ManagerState):
             raise TypeError(f"with_slots must be a bool, got {type(with_slots).__name__}")
         if token_ids is not None:
             token_ids = token_ids_arg("token_ids", token_ids, len(seq_ids))
+            self._before_tokens_appended([(s, (token,)) for s, token
+                                          in zip(seq_ids, token_ids, strict=True)])
         pool, bs = self.pool, self.block_size
         if len(batch) > pool.num_free_blocks:  # each entry needs at most one block: count exactly
             self._reserve(lambda: decode_need(batch, pool, bs), set(seq_ids),
@@ -140,7 +280,7 @@ class KVCacheManager(ManagerState):
             if not pos % bs:
                 takers.append(t)
             t.num_tokens = pos + 1
-        new = pool.allocate_many(len(takers))
+        new = pool.allocate_many(len(takers)) if takers else []
         for t, b in zip(takers, new, strict=True):
             t.blocks.append(b)
         if positions is None:  # no slots wanted, nothing to trace
@@ -159,7 +299,8 @@ class KVCacheManager(ManagerState):
         self._end_step()
         return slots if with_slots else None
 
-    def restore_sequences(self, tables: dict, prefix_state=None) -> dict:
+    def restore_sequences(self, tables: dict[SeqId, Any],
+                          prefix_state: Any = None) -> dict[int, int]:
         """Re-admit sequences whose KV comes back from elsewhere (a swap-in), as one step.
 
         `tables` maps seq_id -> (labels, num_tokens), one label per logical block
@@ -179,7 +320,7 @@ class KVCacheManager(ManagerState):
         if len(distinct) > self.pool.num_free_blocks:
             self._reserve(len(distinct), set(plan), f"restore_sequences({len(plan)} seqs)")
         fresh = iter(self.pool.allocate_many(len(distinct)))
-        placed = {}
+        placed: dict[int, int] = {}
         for seq_id, (labels, num_tokens) in plan.items():
             table = self._tables[seq_id] = BlockTable(self.block_size, (), num_tokens)
             self._emit(tr.SequenceAdded, seq_id, num_tokens)
@@ -198,13 +339,13 @@ class KVCacheManager(ManagerState):
         self._end_step()
         return placed
 
-    def prefix_state(self, seq_id):
+    def prefix_state(self, seq_id: SeqId) -> Any:
         """What `restore_sequences` needs to go on hashing the sequence after it is freed
         and restored (a swap); None here: a manager without a prefix cache keeps nothing."""
         self._table(seq_id)
         return None
 
-    def fork(self, parent_id, child_id) -> None:
+    def fork(self, parent_id: SeqId, child_id: SeqId) -> None:
         """The child shares every block of the parent; each block's count goes up by one (v0)."""
         parent = self._table(parent_id)
         self._check_new(child_id)
@@ -216,7 +357,7 @@ class KVCacheManager(ManagerState):
                 self._emit(tr.BlockShared, child_id, b, count)
         self._end_step()
 
-    def free_sequence(self, seq_id) -> None:
+    def free_sequence(self, seq_id: SeqId) -> None:
         """Release a finished sequence's blocks, last block first."""
         table = self._table(seq_id)
         named = table.blocks[::-1]
@@ -234,11 +375,17 @@ class KVCacheManager(ManagerState):
         self._end_step()
 
     # ---- hooks for subclasses ------------------------------------------------------
-    def _on_tokens_appended(self, seq_id, first_position: int, token_ids: tuple) -> None:
+    def _before_tokens_appended(self, appends: list[tuple[SeqId, tuple[int, ...]]]) -> None:
+        """Called with [(seq_id, token ids)], in order, before a call that was given token
+        ids changes anything; it may refuse by raising (a prefix cache hashes ahead here)."""
+
+    def _on_tokens_appended(self, seq_id: SeqId, first_position: int,
+                            token_ids: tuple[int, ...]) -> None:
         """Called with the ids of tokens just placed at first_position.. (when the caller gave
         them), inside the same step. A prefix cache hashes blocks as they fill here."""
 
-    def _restore_states(self, plan: dict, prefix_state) -> dict:
+    def _restore_states(self, plan: dict[SeqId, tuple[tuple[int, ...], int]],
+                        prefix_state: Any) -> dict[SeqId, Any]:
         """Validate restore_sequences' prefix_state: {seq in plan: a state, or None}."""
         if prefix_state is None:
             return {}
@@ -251,14 +398,96 @@ class KVCacheManager(ManagerState):
                 self._check_prefix_state(seq_id, plan[seq_id][1], state)
         return {s: state for s, state in prefix_state.items() if state is not None}
 
-    def _check_prefix_state(self, seq_id, num_tokens: int, state) -> None:
+    def _check_prefix_state(self, seq_id: SeqId, num_tokens: int, state: Any) -> None:
         raise ValueError(f"seq {seq_id!r}: this manager keeps no prefix state, got {state!r}")
 
-    def _restore_prefix_state(self, seq_id, state) -> None:
+    def _restore_prefix_state(self, seq_id: SeqId, state: Any) -> None:
         """Called for each restored sequence with a prefix state, inside the same step."""
 
+    # ---- lookups ---------------------------------------------------------------
+    def _table(self, seq_id: SeqId) -> BlockTable:
+        try:
+            return self._tables[seq_id]
+        except (KeyError, TypeError):
+            raise SequenceError(f"unknown sequence {seq_id!r}") from None
+
+    def _check_new(self, seq_id: object) -> None:
+        try:
+            exists = seq_id in self._tables
+        except TypeError:
+            raise TypeError(f"sequence id must be hashable, got {type(seq_id).__name__}") from None
+        if exists:
+            raise SequenceError(f"sequence {seq_id!r} already exists")
+
+    def _batch(self, seq_ids: Iterable[SeqId]) -> tuple[list[SeqId], list[BlockTable]]:
+        """(seq_ids as a list, their tables); a generator is read once, a string is refused."""
+        if type(seq_ids) is not list:
+            if isinstance(seq_ids, (str, bytes)) or not hasattr(seq_ids, "__iter__"):
+                raise TypeError(f"seq_ids must be an iterable of sequence ids, got "
+                                f"{type(seq_ids).__name__}")
+            seq_ids = list(seq_ids)
+        try:
+            return seq_ids, list(map(self._tables.__getitem__, seq_ids))
+        except (KeyError, TypeError):
+            missing = next(s for s in seq_ids if s not in self)
+            raise SequenceError(f"unknown sequence {missing!r}") from None
+
+    # ---- steps, snapshots, invariants ----------------------------------------------
+    def _emit(self, kind: Callable[..., tr.Event], *fields: Any) -> None:
+        """Record `kind(step, *fields)` in the current step; nothing is built when tracing is
+        off."""
+        if self._tracing:
+            self._sink.emit(kind(self.step + 1, *fields))
+
+    def _end_step(self) -> None:
+        self.step += 1
+        if self._tracing:
+            self._sink.end_step(self.snapshot)
+
+    def snapshot(self, events: Iterable[tr.Event] = (),
+                 caption: str | None = None) -> tr.Snapshot:
+        """The whole state as frozen data (for pictures, the tour and time travel)."""
+        events = tuple(events)
+        return tr.Snapshot(
+            step=self.step,
+            custom_caption=caption,
+            events=events,
+            num_blocks=self.num_blocks,
+            block_size=self.block_size,
+            free_list=tuple(self.pool.free_list()),
+            ref_counts=tuple(self.pool.ref_counts()),
+            block_fill=tuple(block_fill(self._tables.values(), self.num_blocks, self.block_size)),
+            sequences=tuple(tr.SeqState(s, tuple(t.blocks), t.num_tokens)
+                            for s, t in self._tables.items()),
+            pending_copies=tuple(self._copies),
+        )
+
+    def check_invariants(self) -> None:
+        references = self.table_references()
+        if self.shares_pool:  # the owner of the pool sums every manager's references
+            return
+        self.pool.check_invariants()
+        ref = self.pool.ref_counts()
+        assert sum(ref) == references, (
+            f"ref counts sum to {sum(ref)} but tables hold {references} references")
+
+    def table_references(self) -> int:
+        """Check every table against the pool; the number of block references they hold."""
+        ref = self.pool.ref_counts()
+        references = 0
+        for seq_id, table in self._tables.items():
+            table.check()
+            named = [b for b in table.blocks if b != NULL_BLOCK]
+            assert len(set(named)) == len(named), f"seq {seq_id!r} names a block twice: {named}"
+            assert self.drops_blocks or len(named) == len(table.blocks), (
+                f"seq {seq_id!r} holds NULL_BLOCK but nothing here drops blocks")
+            for b in named:
+                assert ref[b] > 0, f"seq {seq_id!r} names block {b}, which is free"
+            references += len(named)
+        return references
+
     # ---- planning and recording -------------------------------------------------
-    def _reserve(self, need, protect, what: str) -> None:
+    def _reserve(self, need: int | Callable[[], int], protect: Any, what: str) -> None:
         """Return once `need` blocks are free, else record the refusal and raise OutOfBlocks.
 
         `need` is an int or a zero-argument plan that counts the blocks again. While the
@@ -268,22 +497,22 @@ class KVCacheManager(ManagerState):
         plan = need if callable(need) else (lambda: need)
         if not isinstance(protect, (set, frozenset)):
             protect = {protect}
-        need, available = plan(), self.pool.num_free_blocks
+        blocks, available = plan(), self.pool.num_free_blocks
         # more than the whole pool can never fit: refused at once, nobody is preempted for it
         # (v1 rejects such a request at admission)
-        while self.pool.num_blocks >= need > available and self.reclaimer is not None:
-            self.reclaimer(self, need - available, set(protect))
+        while self.pool.num_blocks >= blocks > available and self.reclaimer is not None:
+            self.reclaimer(self, blocks - available, set(protect))
             if self.pool.num_free_blocks <= available:  # nothing freed: give up
                 break
-            need, available = plan(), self.pool.num_free_blocks
-        if need <= available:
+            blocks, available = plan(), self.pool.num_free_blocks
+        if blocks <= available:
             return
         seq_id = next(iter(protect)) if len(protect) == 1 else "batch"
-        self._emit(tr.AllocationFailed, seq_id, what, need, available)
+        self._emit(tr.AllocationFailed, seq_id, what, blocks, available)
         self._end_step()
-        raise OutOfBlocks(need, available, f"seq {seq_id!r} {what}")
+        raise OutOfBlocks(blocks, available, f"seq {seq_id!r} {what}")
 
-    def _make_room(self, seq_id, table: BlockTable, n: int) -> None:
+    def _make_room(self, seq_id: SeqId, table: BlockTable, n: int) -> None:
         """Give `table` the blocks for `n` more tokens: a private last block, then new ones."""
         if self._room_needed(table, n) > self.pool.num_free_blocks:
             self._reserve(lambda: self._room_needed(table, n), {seq_id}, f"append_tokens({n})")
@@ -309,13 +538,15 @@ class KVCacheManager(ManagerState):
         copy = bool(table.num_tokens % bs and pool.num_shared and pool.is_shared(table.blocks[-1]))
         return -(-(table.num_tokens + n) // bs) - len(table.blocks) + copy
 
-    def _grow(self, seq_id, table: BlockTable, logical: int) -> None:
+    def _grow(self, seq_id: SeqId, table: BlockTable, logical: int) -> None:
         """Append one freshly allocated block to `table` as logical block `logical`."""
         b = self.pool.allocate()
         table.blocks.append(b)
         self._emit(tr.BlockAllocated, seq_id, b, logical)
 
-    def _trace_decode(self, seq_ids, batch, positions, slots, copied, grown) -> None:
+    def _trace_decode(self, seq_ids: list[SeqId], batch: list[BlockTable], positions: list[int],
+                      slots: list[int], copied: list[tuple[BlockTable, int, int, int]],
+                      grown: Iterable[tuple[BlockTable, int]]) -> None:
         owner = {id(t): s for s, t in zip(seq_ids, batch, strict=True)}
         for s, p, slot in zip(seq_ids, positions, slots, strict=True):
             self._sink.emit(tr.TokensAppended(self.step + 1, s, p, (slot,)))
@@ -325,3 +556,42 @@ class KVCacheManager(ManagerState):
             self._emit(tr.BlockReleased, owner[id(t)], src, count)
         for t, b in grown:
             self._emit(tr.BlockAllocated, owner[id(t)], b, t.blocks.index(b))
+
+
+# ---- planning one decode step (before anything changes) ------------------------------
+def start_positions(batch: list[BlockTable]) -> list[int]:
+    """The position each entry's token is written to, in entry order."""
+    positions = [t.num_tokens for t in batch]
+    if len(set(map(id, batch))) != len(batch):  # a table listed more than once
+        seen: dict[int, int] = {}
+        for i, t in enumerate(batch):
+            k = seen.get(id(t), 0)
+            positions[i] += k
+            seen[id(t)] = k + 1
+    return positions
+
+
+def plan_copies(batch: list[BlockTable], pool: BlockPool,
+                block_size: int) -> list[tuple[BlockTable, int]]:
+    """[(table, shared block)], in entry order, for every table whose first write must copy."""
+    out: list[tuple[BlockTable, int]] = []
+    if not pool.num_shared:
+        return out
+    seen: set[int] = set()
+    drops: dict[int, int] = {}  # drops: shared block -> earlier writers that copied away from it
+    for t in batch:
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        if t.num_tokens % block_size:
+            src = t.blocks[-1]
+            if pool.ref_count(src) - drops.get(src, 0) > 1:
+                out.append((t, src))
+                drops[src] = drops.get(src, 0) + 1
+    return out
+
+
+def decode_need(batch: list[BlockTable], pool: BlockPool, block_size: int) -> int:
+    """Free blocks the step takes: a new block at each boundary, one per copy-on-write."""
+    boundaries = sum(1 for p in start_positions(batch) if not p % block_size)
+    return boundaries + len(plan_copies(batch, pool, block_size))

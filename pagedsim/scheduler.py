@@ -13,6 +13,8 @@ What both share (argument checks, the run loop, synthetic ids) is in scheduler_c
 
 from __future__ import annotations
 
+from typing import Any
+
 from .policies.preemption import Group, RecomputePolicy
 from .scheduler_v0 import VICTIMS, SchedulerV0, StepRecord
 from .scheduler_v1 import SchedulerV1, V1StepRecord
@@ -21,7 +23,8 @@ MODES = ("v0", "v1")
 SCHEDULERS = {"v0": SchedulerV0, "v1": SchedulerV1}  # mode -> class
 
 
-def make_scheduler(requests, manager, *args, mode: str = "v0", **kwargs):
+def make_scheduler(requests: Any, manager: Any, *args: Any, mode: str = "v0",
+                   **kwargs: Any) -> SchedulerV0 | SchedulerV1:
     """The scheduler of a vLLM version over `manager`; the other arguments are its own
     (SchedulerV0: policy, victim, watermark ...; SchedulerV1: max_num_batched_tokens,
     max_num_seqs, policy ...)."""
@@ -29,7 +32,8 @@ def make_scheduler(requests, manager, *args, mode: str = "v0", **kwargs):
         raise TypeError(f"mode must be a str, got {type(mode).__name__}")
     if mode not in SCHEDULERS:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    return SCHEDULERS[mode](requests, manager, *args, **kwargs)
+    scheduler: SchedulerV0 | SchedulerV1 = SCHEDULERS[mode](requests, manager, *args, **kwargs)
+    return scheduler
 
 
 Scheduler = make_scheduler  # the older name: `Scheduler(..., mode="v1")` still works

@@ -223,6 +223,7 @@ class SchedulerV0:
         k, p = len(g.seq_ids), g.prompt_len
         if self.max_running is not None and self._num_running() + k > self.max_running:
             return False
+        assert isinstance(g.key, int), f"group key {g.key!r} is not a request index"
         tokens = None if self.tokens is None else self.tokens[g.key]
         cached = tokens is not None and isinstance(m, PrefixCachingManager)
         need = blocks_needed(p, bs) + k + self.watermark  # headroom for the next decode

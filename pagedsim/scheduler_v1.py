@@ -217,7 +217,8 @@ class SchedulerV1:
         self.now += 1
         while self._pending and self._pending[0][0] < self.now:
             self.waiting.add_request(self._pending.popleft()[1])
-        budget, scheduled, preempted = self.max_num_batched_tokens, {}, 0
+        scheduled: dict[V1Request, int] = {}  # request -> tokens scheduled this step
+        budget, preempted = self.max_num_batched_tokens, 0
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]

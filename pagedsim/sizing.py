@@ -48,7 +48,7 @@ class ModelSpec:
     dtype_bytes: int = 2  # bytes per element: 2 for FP16/BF16, 1 for FP8
     num_heads: int | None = None  # query heads; None means the same as num_kv_heads
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.name, str):
             raise TypeError(f"ModelSpec.name must be a str, got {type(self.name).__name__}")
         for field in ("num_layers", "num_kv_heads", "head_dim", "dtype_bytes", "num_heads"):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .block_table import NULL_BLOCK
+from .block_pool import BlockPool
+from .block_table import NULL_BLOCK, BlockTable
 
 
-def block_fill(tables, num_blocks: int, block_size: int) -> list[int]:
+def block_fill(tables: Iterable[BlockTable], num_blocks: int, block_size: int) -> list[int]:
     """Tokens held by each physical block (0 if free): the fullest owner's view of it."""
     fill = [0] * num_blocks
     for t in tables:
@@ -27,7 +29,7 @@ class Usage:
     empty_slots: int  # allocated slots with no token yet: internal fragmentation
 
     @classmethod
-    def of(cls, tables, pool) -> "Usage":
+    def of(cls, tables: Iterable[BlockTable], pool: BlockPool) -> Usage:
         """The usage of a pool whose blocks the given tables hold."""
         tables = list(tables)
         stored = sum(block_fill(tables, pool.num_blocks, pool.block_size))

@@ -3,11 +3,11 @@
     preemption.py      recompute / swap a victim group when the pool runs dry (v0)
     cache_pool.py      the caching pool: hash index, free order, eviction keys (v1)
     prefix_cache.py    reuse every full computed block, prompt and generated, across
-                       requests (vLLM v1 prefix caching; lru / lfu / fifo eviction)
+                       requests (vLLM v1 prefix caching; lru / lfu / fifo eviction), in
+                       v1's shape (get_computed_blocks, then allocate_slots) and v0's
     sliding_window.py  return blocks that fell out of the attention window (with sinks)
     sliding_window_cache.py  sliding window + prefix caching: skipped blocks stay cached,
                        v1's hit rule (v1)
-    allocate_slots.py  the v1-shaped calls: get_computed_blocks, then allocate_slots (v1)
     hybrid.py          two KV cache groups (full attention + sliding window) over one
                        pool, hits aligned across groups (v1 HybridKVCacheCoordinator)
 
@@ -18,7 +18,8 @@ one class and one entry in `PREEMPTION`, a new eviction policy one entry in
 list of the names in step.
 """
 
-from .cache_pool import EVICTION_KEYS, EVICTION_POLICIES, CacheStats, CachingBlockPool, chained_hash
+from .cache_pool import EVICTION_KEYS, EVICTION_POLICIES, CachingBlockPool
+from .cache_stats import CacheStats, chained_hash
 from .preemption import (
     PREEMPTION,
     PREEMPTION_POLICIES,

@@ -40,21 +40,26 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from ..block_pool import BlockPool
 from ..errors import OutOfBlocks, count_arg
 from ..kv_events import MEDIUM_GPU, AllBlocksCleared, BlockRemoved
-from .cache_stats import CacheStats, chained_hash  # noqa: F401 -- re-exported here
+from .cache_stats import CacheStats
 
 ROOT = 0  # the content id "parent" of a sequence's first block
 
 # name -> (pool, block, now) -> key; the cached free block with the smallest key is evicted
-EVICTION_KEYS = {
+EvictionKey = Callable[["CachingBlockPool", int, int], tuple[int, ...]]
+EVICTION_KEYS: dict[str, EvictionKey] = {
     "lru": lambda pool, b, now: (now,),
     "lfu": lambda pool, b, now: (pool.hits_of(b), now),
     "fifo": lambda pool, b, now: (pool.born_of(b),),
 }
 EVICTION_POLICIES = tuple(EVICTION_KEYS)
+Tokens = tuple[int, ...]  # one block's token ids
 
 
 class CachingBlockPool(BlockPool):
@@ -78,22 +83,26 @@ class CachingBlockPool(BlockPool):
         self.eviction = eviction  # which cached free block is overwritten first
         self.stats = stats if stats is not None else CacheStats()
         self._evict_key = EVICTION_KEYS[eviction]
-        self._key: dict[int, tuple] = {}  # cached block -> (hash, tokens, parent content id)
+        # cached block -> (hash, tokens, parent content id)
+        self._key: dict[int, tuple[int, Tokens, int]] = {}
         self._by_hash: dict[int, list[int]] = {}  # hash -> cached blocks with that hash
         self._children: dict[int, list[int]] = {}  # parent content id -> cached children
-        self._content: dict[tuple, int] = {}  # (parent content id, tokens) -> content id
-        self._node: dict[int, list] = {}  # content id -> [parent id, tokens, cached blocks, refs]
+        # (parent content id, tokens, or ("extra keys", keys) for a root) -> content id
+        self._content: dict[tuple[int, tuple[Any, ...]], int] = {}
+        # content id -> [parent id, tokens, cached blocks, refs]
+        self._node: dict[int, list[Any]] = {}
         # refs: child contents plus pins (live sequences whose next block will follow it)
         self._cid = [ROOT] * n  # [num_blocks] content id of each cached block
         self._next_cid = ROOT + 1  # content ids are never reused
         self._hits = [0] * n  # [num_blocks] times each cached block was hit
         self._born = [0] * n  # [num_blocks] logical time the block was cached (fifo)
         self._stamp = [0] * n  # [num_blocks] invalidates stale heap entries
-        self._heap: list[tuple] = []  # (key, stamp, block) for cached free blocks
+        # (key, stamp, block) for cached free blocks
+        self._heap: list[tuple[tuple[int, ...], int, int]] = []
         self._clock = itertools.count()  # logical time for the keys
         # KV cache events awaiting take_events() (v1: BlockPool.kv_event_queue); None: off
-        self.kv_event_queue: list | None = [] if enable_kv_cache_events else None
-        self._protected: frozenset = frozenset()  # cached free blocks eviction must skip
+        self.kv_event_queue: list[Any] | None = [] if enable_kv_cache_events else None
+        self._protected: frozenset[int] = frozenset()  # cached free blocks eviction must skip
         # cached block -> the KV cache group that cached it (0 unless groups share the pool,
         # hybrid.py); its BlockRemoved says so, as v1's group_idx does
         self._group: dict[int, int] = {}
@@ -105,7 +114,7 @@ class CachingBlockPool(BlockPool):
     def hash_of(self, b: int) -> int:
         return self._key[b][0]
 
-    def tokens_of(self, b: int) -> tuple:
+    def tokens_of(self, b: int) -> Tokens:
         return self._key[b][1]
 
     def parent_key(self, b: int) -> int:
@@ -118,7 +127,7 @@ class CachingBlockPool(BlockPool):
     def born_of(self, b: int) -> int:
         return self._born[b]
 
-    def lookup(self, h: int, tokens: tuple, parent: tuple) -> int | None:
+    def lookup(self, h: int, tokens: Tokens, parent: int) -> int | None:
         """The cached block holding `tokens` right after `parent`, or None."""
         key = self._key
         for b in self._by_hash.get(h, ()):
@@ -126,7 +135,7 @@ class CachingBlockPool(BlockPool):
                 return b
         return None
 
-    def content_id(self, parent: int, tokens: tuple) -> int | None:
+    def content_id(self, parent: int, tokens: Tokens) -> int | None:
         """The id of `tokens` after `parent`; None if no cached block holds it or a later one."""
         return self._content.get((parent, tokens))
 
@@ -135,12 +144,12 @@ class CachingBlockPool(BlockPool):
         blocks = self._node[cid][2]
         return blocks[0] if blocks else None
 
-    def root_of(self, extra_keys: tuple) -> int | None:
+    def root_of(self, extra_keys: tuple[Any, ...]) -> int | None:
         """The content id a prompt with these extra keys starts from (ROOT when there are none),
         or None when no cached block starts such a prompt (so nothing can hit)."""
         return ROOT if not extra_keys else self._content.get((ROOT, ("extra keys", extra_keys)))
 
-    def intern_root(self, extra_keys: tuple) -> int:
+    def intern_root(self, extra_keys: tuple[Any, ...]) -> int:
         """`root_of`, made on first use: a content node with no block of its own. Blocks of
         one tenant (cache_salt) or adapter (LoRA) chain from it, never from another's."""
         cid = self.root_of(extra_keys)
@@ -150,7 +159,7 @@ class CachingBlockPool(BlockPool):
             self._node[cid] = [ROOT, ("extra keys", extra_keys), [], 0]
         return cid
 
-    def take_events(self) -> list:
+    def take_events(self) -> list[Any]:
         """The queued KV cache events, oldest first; the queue is emptied (v1: take_events)."""
         if self.kv_event_queue is None:
             return []
@@ -169,7 +178,7 @@ class CachingBlockPool(BlockPool):
             self.kv_event_queue.append(AllBlocksCleared())
         return True
 
-    def evict_blocks(self, block_ids) -> None:
+    def evict_blocks(self, block_ids: Any) -> None:
         """Forget the cached contents of these blocks (v1's evict_blocks, used when a KV load
         fails); ids that hold nothing cached are skipped. A free one moves to the head, where
         uncached free blocks wait. All ids are checked first: all or nothing."""
@@ -185,7 +194,7 @@ class CachingBlockPool(BlockPool):
                 self._push(b)  # uncached now: to the head
 
     @staticmethod
-    def _iterable(blocks) -> list:
+    def _iterable(blocks: Any) -> list[Any]:
         if isinstance(blocks, (str, bytes)) or not hasattr(blocks, "__iter__"):
             raise TypeError(f"block_ids must be an iterable of block ids, got "
                             f"{type(blocks).__name__}")
@@ -198,7 +207,8 @@ class CachingBlockPool(BlockPool):
         return [b for b in self.free_list() if b in self._key]
 
     # ---- cache changes -------------------------------------------------------------
-    def cache(self, b: int, h: int, tokens: tuple, parent: int, group_idx=None) -> None:
+    def cache(self, b: int, h: int, tokens: Tokens, parent: int,
+              group_idx: int | None = None) -> None:
         """Record that allocated block b holds `tokens` after `parent` (v1: cache_full_blocks);
         `group_idx` names the KV cache group it belongs to (None: not said)."""
         assert b not in self._key and self._ref[b] > 0, f"block {b} cannot be cached now"
@@ -283,7 +293,7 @@ class CachingBlockPool(BlockPool):
             raise OutOfBlocks(k, self.num_free_blocks, f"allocate_many({k})")
         return [self.allocate() for _ in range(k)]
 
-    def release(self, blocks) -> None:
+    def release(self, blocks: Any) -> None:
         """v1's free_blocks: unhashed blocks go to the head as one run (prepend_n, order
         kept), hashed ones to the tail in the order given (append_n). All or nothing."""
         blocks = self._check_ids(blocks)
@@ -308,7 +318,8 @@ class CachingBlockPool(BlockPool):
         super()._push(b, to_head=not cached)
 
     def _pick_victim(self) -> int:
-        kept = []  # protected entries, pushed back once a victim is found
+        # protected entries, pushed back once a victim is found
+        kept: list[tuple[tuple[int, ...], int, int]] = []
         while True:
             entry = heapq.heappop(self._heap)
             _, stamp, b = entry
@@ -319,19 +330,15 @@ class CachingBlockPool(BlockPool):
                     return b
                 kept.append(entry)
 
-    def protecting(self, blocks):
+    @contextmanager
+    def protecting(self, blocks: Iterable[int]) -> Iterator[None]:
         """A context in which these cached free blocks are never evicted (a hybrid manager's
         later group keeps its hits while an earlier group allocates; vLLM issue #33775)."""
-        pool = self
-
-        class _Protect:
-            def __enter__(self):
-                pool._protected = frozenset(blocks)
-
-            def __exit__(self, *exc):
-                pool._protected = frozenset()
-
-        return _Protect()
+        self._protected = frozenset(blocks)
+        try:
+            yield
+        finally:
+            self._protected = frozenset()
 
     def check_invariants(self) -> None:
         super().check_invariants()
@@ -342,14 +349,14 @@ class CachingBlockPool(BlockPool):
             assert self._content[(parent, tokens)] == self._cid[b], f"block {b} content drift"
             assert b in self._node[self._cid[b]][2], f"block {b} content drift"
             assert len(tokens) == self.block_size, f"cached block {b} is not full"
-        children = {}
+        children: dict[int, int] = {}  # content id -> cached children naming it
         for parent, _, _, _ in self._node.values():
             children[parent] = children.get(parent, 0) + 1
         for cid, (_, _, blocks, refs) in self._node.items():
             assert refs >= children.get(cid, 0), f"content {cid} has fewer refs than children"
             assert blocks or refs, f"content {cid} is held by nothing but was not dropped"
-        for (parent, tokens), cid in self._content.items():  # extra-key roots hold no block
-            if tokens and tokens[0] == "extra keys":
+        for (parent, content), cid in self._content.items():  # extra-key roots hold no block
+            if content and content[0] == "extra keys":
                 assert parent == ROOT and not self._node[cid][2], f"root {cid} holds a block"
         assert not self._protected, "blocks stayed protected from eviction after a step"
         assert self._group.keys() <= self._key.keys(), "a group kept for an uncached block"

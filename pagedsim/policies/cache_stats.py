@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-def chained_hash(parent_hash: int, tokens: tuple) -> int:
+def chained_hash(parent_hash: int, tokens: tuple[int, ...]) -> int:
     """v1's hash_block_tokens without extra keys: the block's tokens after its parent's hash."""
     return hash((parent_hash, tokens))
 

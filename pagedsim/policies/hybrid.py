@@ -27,26 +27,31 @@ groups apart in one index. `snapshot()` shows both tables of a request ("A:full"
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .. import trace as tr
+from ..block_table import BlockTable
 from ..errors import OutOfBlocks, SequenceError, count_arg, token_ids_arg
+from ..manager import SeqId
 from ..usage import block_fill
-from .allocate_slots import ComputedBlocks
-from .cache_pool import CacheStats, CachingBlockPool
-from .prefix_cache import PrefixCachingManager
+from .cache_pool import CachingBlockPool
+from .cache_stats import CacheStats
+from .prefix_cache import ComputedBlocks, PrefixCachingManager
 from .sliding_window_cache import SlidingWindowPrefixCachingManager
 
 GROUPS = ("full", "window")  # group 0, group 1
+Got = tuple[list[int], list[int]]  # the blocks a call allocated: (full group, window group)
 
 
 @dataclass(frozen=True)
 class HybridComputedBlocks:
     """What `HybridManager.get_computed_blocks` found: one aligned hit per group."""
 
-    token_ids: tuple  # the lookup's token ids
-    blocks: tuple  # (full-attention hit blocks, sliding-window hit blocks), equally long
+    token_ids: tuple[int, ...]  # the lookup's token ids
+    # (full-attention hit blocks, sliding-window hit blocks), equally long
+    blocks: tuple[tuple[int, ...], ...]
     num_tokens: int  # tokens both groups reuse
-    per_group: tuple = ()  # the ComputedBlocks each group checks again
+    per_group: tuple[ComputedBlocks, ...] = ()  # the ComputedBlocks each group checks again
 
 
 class HybridManager:
@@ -54,7 +59,7 @@ class HybridManager:
 
     def __init__(self, num_blocks: int, block_size: int, *, window: int,
                  eviction: str = "lru", enable_kv_cache_events: bool = False,
-                 trace: bool = True):
+                 trace: bool = True) -> None:
         if not isinstance(trace, bool):
             raise TypeError(f"trace must be a bool, got {type(trace).__name__}")
         self.stats = CacheStats()
@@ -68,7 +73,7 @@ class HybridManager:
         self.step = 0
         self._short = 0  # free blocks the last refused allocate_slots needed
         self._trace = tr.Trace() if trace else None
-        if trace:
+        if self._trace is not None:
             self._trace.snapshots.append(self.snapshot(caption=(
                 f"a pool of {num_blocks} blocks x {block_size} tokens shared by two KV cache "
                 f"groups: full attention and a sliding window of {window} tokens")))
@@ -83,36 +88,37 @@ class HybridManager:
         return self.pool.num_free_blocks
 
     @property
-    def trace(self):
+    def trace(self) -> tr.Trace | None:
         return self._trace
 
-    def seq_ids(self) -> list:
+    def seq_ids(self) -> list[SeqId]:
         return self.full.seq_ids()
 
-    def __contains__(self, seq_id) -> bool:
+    def __contains__(self, seq_id: object) -> bool:
         return seq_id in self.full
 
-    def block_tables(self, seq_id) -> tuple:
+    def block_tables(self, seq_id: SeqId) -> tuple[BlockTable, BlockTable]:
         """(full-attention table, sliding-window table) of a sequence, as copies."""
         return self.full.block_table(seq_id), self.window.block_table(seq_id)
 
-    def num_tokens(self, seq_id) -> int:
+    def num_tokens(self, seq_id: SeqId) -> int:
         return self.full.num_tokens(seq_id)
 
-    def num_computed_tokens(self, seq_id) -> int:
+    def num_computed_tokens(self, seq_id: SeqId) -> int:
         return self.full.num_computed_tokens(seq_id)
 
-    def get_num_common_prefix_blocks(self, request_id, num_running_requests: int) -> list:
+    def get_num_common_prefix_blocks(self, request_id: SeqId,
+                                     num_running_requests: int) -> list[int]:
         """One count per group, as v1's KVCacheManager returns (the window group: 0)."""
         return [g.get_num_common_prefix_blocks(request_id, num_running_requests)
                 for g in self.groups]
 
-    def take_events(self) -> list:
+    def take_events(self) -> list[Any]:
         return self.pool.take_events()
 
     # ---- the v1 calls ------------------------------------------------------------------
-    def get_computed_blocks(self, token_ids, *, cache_salt=None,
-                            lora_id=None) -> HybridComputedBlocks:
+    def get_computed_blocks(self, token_ids: Any, *, cache_salt: Any = None,
+                            lora_id: Any = None) -> HybridComputedBlocks:
         """The aligned hit of both groups, capped at num_tokens - 1 (see module doc)."""
         tokens = token_ids_arg("token_ids", token_ids)
         keys = [g.extra_keys(cache_salt, lora_id) for g in self.groups]
@@ -125,9 +131,9 @@ class HybridManager:
                           for hits, k in zip((full, window), keys, strict=True))
         return HybridComputedBlocks(tokens, (tuple(full), tuple(window)), n, per_group)
 
-    def allocate_slots(self, seq_id, num_new_tokens: int, num_lookahead_tokens: int = 0,
-                       new_token_ids=None, computed: HybridComputedBlocks | None = None, *,
-                       cache_salt=None, lora_id=None):
+    def allocate_slots(self, seq_id: SeqId, num_new_tokens: int, num_lookahead_tokens: int = 0,
+                       new_token_ids: Any = None, computed: HybridComputedBlocks | None = None,
+                       *, cache_salt: Any = None, lora_id: Any = None) -> Got | None:
         """Slots in both groups, all or nothing; (full blocks, window blocks) or None."""
         n = count_arg("num_new_tokens", num_new_tokens)
         ahead = count_arg("num_lookahead_tokens", num_lookahead_tokens)
@@ -137,32 +143,43 @@ class HybridManager:
                                  f"keys are for new ones")
             new = None if new_token_ids is None else token_ids_arg("new_token_ids",
                                                                   new_token_ids)
+            for g in self.groups:  # refused as PrefixCachingManager refuses, before counting
+                g._check_extend(seq_id, n, new, None)
             need = sum(g.blocks_to_extend(seq_id, n, ahead) for g in self.groups)
             if need > self.pool.num_free_blocks:
                 self._short = need
                 return None
-            got = tuple(g.allocate_slots(seq_id, n, ahead, new) for g in self.groups)
-            return self._after("extends", seq_id, got)
+            got_full = self.full.allocate_slots(seq_id, n, ahead, new)
+            got_window = self.window.allocate_slots(seq_id, n, ahead, new)
+            assert got_full is not None and got_window is not None, (
+                "the groups' need was miscounted")
+            return self._after("extends", seq_id, (got_full, got_window))
         return self._admit(seq_id, n, ahead, new_token_ids, computed, cache_salt, lora_id)
 
-    def _admit(self, seq_id, n, ahead, new_token_ids, computed, cache_salt, lora_id):
+    def _admit(self, seq_id: SeqId, n: int, ahead: int, new_token_ids: Any, computed: Any,
+               cache_salt: Any, lora_id: Any) -> Got | None:
         self.full._check_new(seq_id)
         if new_token_ids is None:
             raise ValueError(f"new sequence {seq_id!r} needs new_token_ids (its prompt)")
         if computed is None:
             tokens = token_ids_arg("new_token_ids", new_token_ids)
-            per_group = [None, None]
+            per_group: list[Any] = [None, None]
             keys = [g.extra_keys(cache_salt, lora_id) for g in self.groups]
-            hits = ((), ())
-        elif not isinstance(computed, HybridComputedBlocks) or len(computed.per_group) != 2:
+            hits: tuple[tuple[int, ...], ...] = ((), ())
+        elif not isinstance(computed, HybridComputedBlocks) or len(computed.per_group) != 2 \
+                or not all(isinstance(c, ComputedBlocks) for c in computed.per_group):
             raise TypeError(f"computed must come from HybridManager.get_computed_blocks, got "
                             f"{computed!r}")
         else:
             tokens = computed.token_ids if new_token_ids is computed.token_ids else \
                 token_ids_arg("new_token_ids", new_token_ids)
             per_group, hits = list(computed.per_group), computed.blocks
+            checked: list[ComputedBlocks] = list(computed.per_group)
+            if hits != tuple(c.blocks for c in per_group) or len(set(map(len, hits))) != 1 \
+                    or any(c.num_tokens != computed.num_tokens for c in per_group):
+                raise ValueError("computed blocks are not one aligned hit of both groups")
             keys = [g.extra_keys(cache_salt, lora_id) for g in self.groups]
-            for g, c, k in zip(self.groups, per_group, keys, strict=True):
+            for g, c, k in zip(self.groups, checked, keys, strict=True):
                 g._check_computed(c, tokens, list(c.blocks), tokens is c.token_ids, k)
         done = computed.num_tokens if computed is not None else 0
         if done + n > len(tokens):
@@ -181,27 +198,36 @@ class HybridManager:
         return self._after("arrives", seq_id, (got_full, got_window))
 
     # ---- the playground's calls --------------------------------------------------------
-    def add_sequence(self, seq_id, num_tokens: int, tokens=None):
+    def add_sequence(self, seq_id: SeqId, num_tokens: int, tokens: Any = None) -> Got:
         """Admit a prompt (ids default to 0, 1, ...) with its cache hit, in one call. A short
         pool is a recorded step and OutOfBlocks, with nothing else changed."""
+        self.full._check_new(seq_id)
         num_tokens = count_arg("num_tokens", num_tokens)
-        ids = list(range(num_tokens)) if tokens is None else tokens
+        ids = list(range(num_tokens)) if tokens is None else token_ids_arg("tokens", tokens)
+        if len(ids) != num_tokens:
+            raise ValueError(f"tokens has {len(ids)} entries but num_tokens is {num_tokens}")
         hit = self.get_computed_blocks(ids)
         got = self.allocate_slots(seq_id, num_tokens - hit.num_tokens, new_token_ids=ids,
                                   computed=hit)
         return self._or_refuse(got, seq_id, f"add_sequence({num_tokens} tokens)")
 
-    def append_tokens(self, seq_id, n: int = 1, token_ids=None):
+    def append_tokens(self, seq_id: SeqId, n: int = 1, token_ids: Any = None) -> Got:
         """`n` more tokens in both groups; a short pool as in add_sequence."""
         if seq_id not in self.full:
             raise SequenceError(f"unknown sequence {seq_id!r}")
         n = count_arg("n", n)
-        if token_ids is None and self.full._known.get(seq_id) is not None:
+        if token_ids is not None:  # as PrefixCachingManager.append_tokens checks them
+            token_ids = token_ids_arg("token_ids", token_ids, n)
+        if not n:
+            return [], []
+        if self.full._known.get(seq_id) is None:
+            token_ids = None  # ids of a sequence whose ids stopped being known are not hashed
+        elif token_ids is None:
             token_ids = [self.full.num_tokens(seq_id) + i for i in range(n)]  # ids go on
         got = self.allocate_slots(seq_id, n, new_token_ids=token_ids)
         return self._or_refuse(got, seq_id, f"append_tokens({n})")
 
-    def _or_refuse(self, got, seq_id, what: str):
+    def _or_refuse(self, got: Got | None, seq_id: SeqId, what: str) -> Got:
         if got is not None:
             return got
         self.step += 1
@@ -212,7 +238,7 @@ class HybridManager:
                 f"changed")))
         raise OutOfBlocks(self._short, self.pool.num_free_blocks, f"seq {seq_id!r} {what}")
 
-    def free_sequence(self, seq_id) -> None:
+    def free_sequence(self, seq_id: SeqId) -> None:
         if seq_id not in self.full:
             raise SequenceError(f"unknown sequence {seq_id!r}")
         for g in self.groups:
@@ -225,17 +251,17 @@ class HybridManager:
         self._after("reset", None, None)
         return True
 
-    def drain_copies(self) -> list:
+    def drain_copies(self) -> list[tuple[int, int]]:
         return []  # v1 shares blocks only through the cache: no copy-on-write
 
     # ---- steps, snapshots, invariants --------------------------------------------------
-    def _after(self, what: str, seq_id, got):
+    def _after(self, what: str, seq_id: SeqId, got: Got | None) -> Got | None:
         self.step += 1
         if self._trace is not None:
             self._trace.snapshots.append(self.snapshot(caption=self._caption(what, seq_id)))
         return got
 
-    def _caption(self, what: str, seq_id) -> str:
+    def _caption(self, what: str, seq_id: SeqId) -> str:
         if what == "reset":
             return "reset_prefix_cache(): every cached block is forgotten"
         if what == "finishes":

@@ -35,10 +35,17 @@ names against it.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from ..block_table import NULL_BLOCK
 from ..errors import count_arg
+
+if TYPE_CHECKING:
+    from ..manager import KVCacheManager
+
+Saved = dict[Hashable, tuple[list[int], int]]  # seq -> (host block per logical block, tokens)
 
 MAX_HOST_BLOCKS = 1 << 24  # the host pool is a Python list of free ids
 
@@ -51,25 +58,28 @@ class Group:
     key: object  # the request's index in the trace
     prompt_len: int
     output_len: int
-    seq_ids: list  # its live sequence ids
+    seq_ids: list[Any]  # its live sequence ids
     generated: int = 0  # decode steps done (every sequence of a group is at the same length)
     order: int = 0  # admission counter: larger = admitted more recently
-    swapped: dict = field(default_factory=dict)  # seq -> (host block ids, num_tokens) while swapped
+    # seq -> (host block ids, num_tokens) while swapped
+    swapped: Saved = field(default_factory=dict)
 
 
 class HostPool:
     """A fixed pool of host (CPU) blocks for swapped-out sequences (vLLM v0's swap space)."""
 
-    def __init__(self, host_blocks: int):
+    def __init__(self, host_blocks: int) -> None:
         self.num_blocks = count_arg("host_blocks", host_blocks, 0, MAX_HOST_BLOCKS)
         self._free = list(range(self.num_blocks - 1, -1, -1))  # a stack; pop() gives 0 first
-        self._prefix: dict = {}  # swapped seq -> its manager's prefix_state (None: none kept)
+        # swapped seq -> its manager's prefix_state (None: none kept)
+        self._prefix: dict[Hashable, Any] = {}
 
     @property
     def num_free(self) -> int:
         return len(self._free)
 
-    def swap_out(self, manager, seq_ids):
+    def swap_out(self, manager: KVCacheManager, seq_ids: list[Any]
+                 ) -> tuple[list[tuple[int, int]], Saved] | None:
         """Free the sequences' blocks into host blocks: ((gpu, host) pairs, {seq: (labels,
         num_tokens)}), or None -- nothing changed -- when the host pool is too small.
         Blocks the sequences share are copied once and stay shared."""
@@ -78,7 +88,7 @@ class HostPool:
         if len(distinct) > len(self._free):
             return None
         host = {b: self._free.pop() for b in distinct}
-        saved = {s: ([host.get(b, NULL_BLOCK) for b in t], t.num_tokens)
+        saved: Saved = {s: ([host.get(b, NULL_BLOCK) for b in t], t.num_tokens)
                  for s, t in tables.items()}
         for s in tables:
             self._prefix[s] = manager.prefix_state(s)  # a prefix cache's hashes come back too
@@ -86,10 +96,10 @@ class HostPool:
         return [(b, host[b]) for b in distinct], saved
 
     @staticmethod
-    def blocks_to_swap_in(saved: dict) -> int:
+    def blocks_to_swap_in(saved: Saved) -> int:
         return len({b for labels, _ in saved.values() for b in labels if b != NULL_BLOCK})
 
-    def swap_in(self, manager, saved: dict):
+    def swap_in(self, manager: KVCacheManager, saved: Saved) -> list[tuple[int, int]] | None:
         """Bring saved sequences back into fresh GPU blocks, keeping their sharing: the
         (host, gpu) pairs, or None -- nothing changed -- when the GPU blocks are too few."""
         if self.blocks_to_swap_in(saved) > manager.num_free_blocks:
@@ -107,16 +117,16 @@ class RecomputePolicy:
     keeps_kv = False  # a preempted group is recomputed when it is admitted again
 
     @classmethod
-    def make(cls, **options):
+    def make(cls, **options: Any) -> RecomputePolicy:
         return cls()
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.preemptions = 0  # groups preempted
         # tokens whose KV was discarded (an upper bound; the scheduler's recomputed_tokens
         # subtracts prefix-cache hits on re-admission)
         self.recomputed_tokens = 0
 
-    def preempt(self, manager, group: Group) -> str:
+    def preempt(self, manager: KVCacheManager, group: Group) -> str:
         """Free the group's blocks. Returns "recompute": the scheduler requeues it."""
         self.preemptions += 1
         self.recomputed_tokens += group.prompt_len + len(group.seq_ids) * group.generated
@@ -124,7 +134,7 @@ class RecomputePolicy:
             manager.free_sequence(s)
         return "recompute"
 
-    def swap_in(self, manager, group: Group) -> bool:
+    def swap_in(self, manager: KVCacheManager, group: Group) -> bool:
         return False  # nothing is kept: the group waits to be recomputed
 
 
@@ -133,10 +143,11 @@ class SwapPolicy(RecomputePolicy):
     keeps_kv = True  # a preempted group waits on the host until it is swapped back in
 
     @classmethod
-    def make(cls, *, host_blocks: int = 0, block_bytes: int = 1, **options):
+    def make(cls, *, host_blocks: int = 0, block_bytes: int = 1,
+             **options: Any) -> RecomputePolicy:
         return cls(host_blocks, block_bytes)
 
-    def __init__(self, host_blocks: int, block_bytes: int = 1):
+    def __init__(self, host_blocks: int, block_bytes: int = 1) -> None:
         super().__init__()
         self.host = HostPool(host_blocks)
         self.host_blocks = self.host.num_blocks  # size of the fixed host pool, in blocks
@@ -151,12 +162,12 @@ class SwapPolicy(RecomputePolicy):
     def host_free(self) -> int:
         return self.host.num_free
 
-    def drain_swaps(self) -> tuple[list, list]:
+    def drain_swaps(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         out, inn = self._pairs_out, self._pairs_in
         self._pairs_out, self._pairs_in = [], []
         return out, inn
 
-    def preempt(self, manager, group: Group) -> str:
+    def preempt(self, manager: KVCacheManager, group: Group) -> str:
         moved = self.host.swap_out(manager, group.seq_ids)
         if moved is None:
             return super().preempt(manager, group)  # no host room: fall back to recompute
@@ -170,7 +181,7 @@ class SwapPolicy(RecomputePolicy):
     def blocks_to_swap_in(self, group: Group) -> int:
         return self.host.blocks_to_swap_in(group.swapped)
 
-    def swap_in(self, manager, group: Group) -> bool:
+    def swap_in(self, manager: KVCacheManager, group: Group) -> bool:
         """Bring a swapped group back if its blocks fit; False (and no change) if not."""
         pairs = self.host.swap_in(manager, group.swapped)
         if pairs is None:
@@ -183,11 +194,12 @@ class SwapPolicy(RecomputePolicy):
 
 
 # name -> class: the one place a preemption policy is registered (see the module doc)
-PREEMPTION = {cls.name: cls for cls in (RecomputePolicy, SwapPolicy)}
+PREEMPTION: dict[str, type[RecomputePolicy]] = {
+    cls.name: cls for cls in (RecomputePolicy, SwapPolicy)}
 PREEMPTION_POLICIES = tuple(PREEMPTION)
 
 
-def preemption_class(name: str):
+def preemption_class(name: str) -> type[RecomputePolicy]:
     """The registered class of a policy name (TypeError / ValueError for a bad name)."""
     if not isinstance(name, str):
         raise TypeError(f"preemption policy must be a str, got {type(name).__name__}")
@@ -196,6 +208,6 @@ def preemption_class(name: str):
     return PREEMPTION[name]
 
 
-def make_policy(name: str, *, host_blocks: int = 0, block_bytes: int = 1):
+def make_policy(name: str, *, host_blocks: int = 0, block_bytes: int = 1) -> RecomputePolicy:
     """A preemption policy by name, from PREEMPTION."""
     return preemption_class(name).make(host_blocks=host_blocks, block_bytes=block_bytes)

@@ -23,8 +23,11 @@ Two ways in:
     v1 shape   `get_computed_blocks(token_ids)` (a pure lookup), then
                `allocate_slots(seq, num_new_tokens, num_lookahead_tokens, new_token_ids,
                computed=...)`: new blocks, or None when short with nothing changed.
-               It never preempts: the v1 scheduler does that and retries
-               (allocate_slots.py).
+               It never preempts: the v1 scheduler does that and retries.
+               A `ComputedBlocks` is checked again when it comes back, so a stale
+               or forged one (a different prompt, a hit past the cap, a token count
+               its blocks do not hold, other extra keys) is a ValueError, never a
+               silent over-long hit.
     v0 shape   `add_sequence(seq, n, tokens)`: lookup and allocation in one call. A
                reclaimer may run when short; the whole request is then planned again,
                because a reclaimer can free the very sequence holding the hits.
@@ -34,34 +37,62 @@ secret) or a `lora_id` (the adapter the KV was computed with) makes a prompt's c
 start from its own root, so two tenants or two adapters with the same prompt never
 share a block. Also v1's: `reset_prefix_cache()` (refused, False, while a block is in
 use), KV cache events (`enable_kv_cache_events=True`, then `take_events()`, see
-kv_events.py) and `get_num_common_prefix_blocks` (manager_state.py). A swapped-in
-sequence is hashed again from its tokens (prefix_restore.py).
+kv_events.py) and `get_num_common_prefix_blocks` (manager.py).
+
+A swap (v0) frees a sequence's GPU blocks and later restores it into fresh ones
+(`KVCacheManager.restore_sequences`, policies/preemption.py's `HostPool`). Fresh blocks
+carry no hash, so without more the restored full blocks could never be hit and the
+sequence's next blocks would never be named. vLLM v0's block manager re-hashes every
+swapped-in full block by its tokens (PrefixCachingBlockAllocator.swap_in allocates an
+immutable block for each), and v1 has no swap at all (a preempted request recomputes).
+So this manager does as v0: `prefix_state(seq)` is taken before the sequence is freed,
+and `restore_sequences(..., prefix_state)` chains the restored blocks from the prompt's
+root again and goes on hashing. One difference: v0 reuses a cached block of the same
+content instead of the restored one; this pool keeps both under the hash, as v1's
+index allows. Invariant (checked by tests/cache/test_prefix_cache.py's machine): after
+a swap-in, every full block of the sequence is cached under the chained hash of its
+token prefix.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 from .. import trace as tr
 from ..block_table import NULL_BLOCK, BlockTable, blocks_needed
 from ..errors import count_arg, token_ids_arg
 from ..kv_events import BlockStored
-from ..manager import KVCacheManager
-from .allocate_slots import ComputedBlocks, V1Slots
-from .cache_pool import (
-    EVICTION_KEYS,
-    EVICTION_POLICIES,
-    CacheStats,
-    CachingBlockPool,
-    chained_hash,
-)
-from .prefix_restore import RestoresPrefixState
+from ..manager import KVCacheManager, SeqId
+from .cache_pool import CachingBlockPool
+from .cache_stats import CacheStats, chained_hash
+
+Tokens = tuple[int, ...]  # token ids
+Keys = tuple[tuple[str, Any], ...]  # extra keys: (("cache_salt", "s"), ("lora_id", 3)) ...
+Chain = tuple[int, int, int]  # (blocks hashed, last hash, last content id)
 
 
-class PrefixCachingManager(RestoresPrefixState, V1Slots, KVCacheManager):
+@dataclass(frozen=True)
+class ComputedBlocks:
+    """What `get_computed_blocks` found (v1 returns KVCacheBlocks and num_computed_tokens)."""
+
+    token_ids: Tokens  # the lookup's token ids
+    blocks: tuple[int, ...]  # cached blocks holding its first len(blocks) * block_size tokens
+    num_tokens: int  # tokens served by them (v1: num_new_computed_tokens)
+    extra_keys: Keys = ()  # the lookup's (cache_salt, lora_id) keys, normalised
+
+
+class PrefixCachingManager(KVCacheManager):
+    """vLLM v1's prefix cache over a CachingBlockPool, in the v1 and v0 shapes (see module
+    doc)."""
+
+    pool: CachingBlockPool  # the pool's hash index is what the cache looks blocks up in
+
     def __init__(self, num_blocks: int, block_size: int, *, eviction: str = "lru",
-                 hash_fn=chained_hash, enable_kv_cache_events: bool = False,
-                 pool: CachingBlockPool | None = None, group_idx: int = 0, **kwargs):
+                 hash_fn: Callable[[int, Tokens], int] = chained_hash,
+                 enable_kv_cache_events: bool = False, pool: CachingBlockPool | None = None,
+                 group_idx: int = 0, **kwargs: Any) -> None:
         if not callable(hash_fn):
             raise TypeError(f"hash_fn must be callable (parent_hash, tokens) -> int, got "
                             f"{type(hash_fn).__name__}")
@@ -80,16 +111,21 @@ class PrefixCachingManager(RestoresPrefixState, V1Slots, KVCacheManager):
             self.shares_pool = True
         self.eviction = eviction  # a key of EVICTION_KEYS
         self.hash_fn = hash_fn  # (parent_hash, tokens) -> int; collisions are tolerated
-        self._known: dict = {}  # seq -> token ids known so far (None: stopped knowing)
-        self._chain: dict = {}  # seq -> (blocks hashed, last hash, last parent key)
-        self._ahead: dict = {}  # seq -> lookahead slots allocated past the computed tokens
-        self._extra: dict = {}  # seq -> its extra keys (cache_salt, lora_id), normalised
+        # seq -> token ids known so far (None: stopped knowing)
+        self._known: dict[SeqId, list[int] | None] = {}
+        self._chain: dict[SeqId, Chain] = {}  # seq -> (blocks hashed, last hash, last parent key)
+        # seq -> lookahead slots allocated past the computed tokens
+        self._ahead: dict[SeqId, int] = {}
+        # seq -> its extra keys (cache_salt, lora_id), normalised
+        self._extra: dict[SeqId, Keys] = {}
+        # (parent hash, block tokens) -> hash, called ahead of a change
+        self._hashes: dict[tuple[int, Tokens], int] = {}
         super().__init__(num_blocks, block_size, pool=pool, **kwargs)
 
-    def extra_keys(self, cache_salt=None, lora_id=None) -> tuple:
+    def extra_keys(self, cache_salt: Any = None, lora_id: Any = None) -> Keys:
         """The extra keys a prompt's hashes depend on, as a tuple (empty: none): its KV
         cache group (when not the first), its cache_salt, its LoRA adapter."""
-        keys = self._group_keys
+        keys: tuple[tuple[str, Any], ...] = self._group_keys
         if cache_salt is not None:
             if not isinstance(cache_salt, str):
                 raise TypeError(f"cache_salt must be a str, got {type(cache_salt).__name__}")
@@ -98,12 +134,12 @@ class PrefixCachingManager(RestoresPrefixState, V1Slots, KVCacheManager):
             keys += (("lora_id", count_arg("lora_id", lora_id, 1)),)
         return keys
 
-    def _root_hash(self, keys: tuple) -> int:
+    def _root_hash(self, keys: Keys) -> int:
         """The hash a prompt's first block chains from: 0, or one of its extra keys."""
         return 0 if not keys else hash(("extra keys", keys))
 
     # ---- lookups (no side effects) -------------------------------------------------
-    def match(self, tokens, *, cache_salt=None, lora_id=None) -> list[int]:
+    def match(self, tokens: Any, *, cache_salt: Any = None, lora_id: Any = None) -> list[int]:
         """The cached blocks holding `tokens`' longest prefix of full blocks (no cap)."""
         tokens = _ids(tokens)
         keys = self.extra_keys(cache_salt, lora_id)
@@ -112,17 +148,151 @@ class PrefixCachingManager(RestoresPrefixState, V1Slots, KVCacheManager):
     def cached_free_blocks(self) -> list[int]:
         return self.pool.cached_free_blocks()
 
-    def num_computed_tokens(self, seq_id) -> int:
+    def num_computed_tokens(self, seq_id: SeqId) -> int:
         return self._table(seq_id).num_tokens - self._ahead.get(seq_id, 0)
 
+    # ---- v1 shape: look up, then allocate slots (v1 kv_cache_manager.py) -------------
+    def get_computed_blocks(self, token_ids: Any, *, cache_salt: Any = None,
+                            lora_id: Any = None) -> ComputedBlocks:
+        """v1's lookup: cached full blocks for the prompt, at most len - 1 tokens' worth."""
+        tokens = token_ids_arg("token_ids", token_ids)
+        keys = self.extra_keys(cache_salt, lora_id)
+        hits = self._match(tokens, max(len(tokens) - 1, 0) // self.block_size, keys)
+        return ComputedBlocks(tokens, tuple(hits), len(hits) * self.block_size, keys)
+
+    def allocate_slots(self, seq_id: SeqId, num_new_tokens: int, num_lookahead_tokens: int = 0,
+                       new_token_ids: Any = None, computed: ComputedBlocks | None = None, *,
+                       cache_salt: Any = None, lora_id: Any = None) -> list[int] | None:
+        """Slots for `num_new_tokens` more computed tokens (+ lookahead), as v1 does.
+
+        A new sequence needs `new_token_ids` (its prompt, or prompt + output after a
+        preemption) and may bring `computed` from `get_computed_blocks` for those ids
+        and the same extra keys. A running one may bring `new_token_ids` sampled since
+        its last call. Returns the newly allocated blocks, or None -- with nothing
+        changed -- when the free blocks (counting cached free hits, which leave the free
+        list) are too few.
+        """
+        n = count_arg("num_new_tokens", num_new_tokens)
+        ahead = count_arg("num_lookahead_tokens", num_lookahead_tokens)
+        if seq_id in self._tables:
+            if cache_salt is not None or lora_id is not None:
+                raise ValueError(f"sequence {seq_id!r} is running; extra keys are for new ones")
+            return self._extend(seq_id, n, ahead, new_token_ids, computed)
+        self._check_new(seq_id)
+        keys = self.extra_keys(cache_salt, lora_id)
+        if new_token_ids is None:
+            raise ValueError(f"new sequence {seq_id!r} needs new_token_ids (its prompt)")
+        hits: list[int] = []
+        if computed is not None:
+            if not isinstance(computed, ComputedBlocks):
+                raise TypeError(f"computed must come from get_computed_blocks, got {computed!r}")
+            hits = list(computed.blocks)
+        # the ids get_computed_blocks already checked need no second pass
+        same = computed is not None and new_token_ids is computed.token_ids
+        tokens = computed.token_ids if computed is not None and same else \
+            token_ids_arg("new_token_ids", new_token_ids)
+        if computed is not None:
+            self._check_computed(computed, tokens, hits, same, keys)
+        done = len(hits) * self.block_size
+        if done + n > len(tokens):
+            raise ValueError(f"{done} cached + {n} new tokens exceed the {len(tokens)} known")
+        if self._blocks_to_take(hits, done + n + ahead) > self.pool.num_free_blocks:
+            return None
+        before = set(hits)
+        self._admit(seq_id, tokens, hits, done + n, ahead, keys)
+        # the blocks this step's KV goes to, taken before a sliding window drops any of them
+        new = [b for b in self._tables[seq_id].blocks if b not in before]
+        self._end_step()
+        return new
+
+    def _check_computed(self, computed: ComputedBlocks, tokens: Tokens, hits: list[int],
+                        same: bool, keys: Keys) -> None:
+        """What get_computed_blocks returned, checked again: a forged one is a ValueError."""
+        bs = self.block_size
+        if computed.num_tokens != len(hits) * bs:
+            raise ValueError(f"computed.num_tokens is {computed.num_tokens!r} but its "
+                             f"{len(hits)} blocks hold {len(hits) * bs} tokens")
+        if len(hits) * bs > max(len(tokens) - 1, 0):  # v1: max_cache_hit_length
+            raise ValueError(f"computed blocks cover {len(hits) * bs} of {len(tokens)} tokens; "
+                             f"a hit is capped at num_tokens - 1 (the last token is computed)")
+        if computed.extra_keys != keys:
+            raise ValueError("computed blocks were looked up with other extra keys "
+                             "(cache_salt / lora_id)")
+        if (not same and computed.token_ids != tokens) or \
+                self._match(tokens, len(hits), keys) != hits:
+            raise ValueError("computed blocks are stale or belong to other token ids")
+
+    def blocks_to_extend(self, seq_id: SeqId, num_new_tokens: int,
+                         num_lookahead_tokens: int = 0) -> int:
+        """Free blocks `allocate_slots(seq_id, num_new_tokens, num_lookahead_tokens)` takes
+        from a running sequence (v1: get_num_blocks_to_allocate); changes nothing."""
+        table = self._table(seq_id)
+        n = count_arg("num_new_tokens", num_new_tokens)
+        ahead = count_arg("num_lookahead_tokens", num_lookahead_tokens)
+        done = table.num_tokens - self._ahead.get(seq_id, 0)
+        return self._extend_plan(table, done + n + ahead, n)[3]
+
+    def _extend_plan(self, table: BlockTable, target: int, n: int) -> tuple[int, int, bool, int]:
+        """(target, tokens to grow, copy-on-write?, free blocks needed) for an extension."""
+        grow = max(0, target - table.num_tokens)
+        # a slot handed out in a shared, partly filled last block (a new token or a lookahead
+        # slot) needs a private copy first; v0 fork only: v1 never shares a partial block
+        cow = bool((n or grow) and table.num_tokens % self.block_size
+                   and self.pool.is_shared(table.blocks[-1]))
+        need = blocks_needed(table.num_tokens + grow, self.block_size) - len(table.blocks) + cow
+        return target, grow, cow, need
+
+    def _check_extend(self, seq_id: SeqId, n: int, new_token_ids: Any, computed: Any) -> Tokens:
+        """allocate_slots' arguments for a running sequence, checked: the new token ids."""
+        if computed is not None:
+            raise ValueError(f"sequence {seq_id!r} is running; computed blocks are for new ones")
+        known = self._known.get(seq_id)
+        new = () if new_token_ids is None else token_ids_arg("new_token_ids", new_token_ids)
+        if new and known is None:
+            raise ValueError(f"sequence {seq_id!r} has unknown token ids; cannot append to them")
+        done = self.num_computed_tokens(seq_id)
+        if known is not None and done + n > len(known) + len(new):
+            raise ValueError(f"{done} computed + {n} new tokens exceed the "
+                             f"{len(known) + len(new)} known for {seq_id!r}")
+        return new
+
+    def _extend(self, seq_id: SeqId, n: int, ahead: int, new_token_ids: Any,
+                computed: Any) -> list[int] | None:
+        new = self._check_extend(seq_id, n, new_token_ids, computed)
+        table = self._tables[seq_id]
+        known = self._known.get(seq_id)
+        done = table.num_tokens - self._ahead.get(seq_id, 0)
+        target, grow, cow, need = self._extend_plan(table, done + n + ahead, n)
+        if need > self.pool.num_free_blocks:
+            return None
+        if known is not None:
+            self._hash_ahead([self._chain_ahead(seq_id, new, done + n)])
+            known.extend(new)
+        count = len(table.blocks)
+        if need:
+            self._make_room(seq_id, table, grow)  # fits: the reclaimer is never asked
+        first = table.num_tokens
+        table.num_tokens = max(first, target)
+        self._ahead[seq_id] = table.num_tokens - done - n
+        if self._tracing and table.num_tokens > first:
+            self._emit(tr.TokensAppended, seq_id, first,
+                       tuple(table.slot(p) for p in range(first, table.num_tokens)))
+        self._cache_full_blocks(seq_id)
+        got = table.blocks[count - cow:]  # a copy-on-write replaced the last block too
+        self._end_step()  # (a sliding window may free some of them now, as v1 does next step)
+        return got
+
     # ---- v0 shape: lookup and allocate in one call -----------------------------------
-    def add_sequence(self, seq_id, num_tokens: int, tokens=None, *, cache_salt=None,
-                     lora_id=None):
+    def add_sequence(self, seq_id: Any, num_tokens: int, tokens: Any = None, *,
+                     with_slots: bool = True, cache_salt: Any = None,
+                     lora_id: Any = None) -> Any:
         keys = self.extra_keys(cache_salt, lora_id)
         if tokens is None:
             if cache_salt is not None or lora_id is not None:
                 raise ValueError("extra keys (cache_salt, lora_id) need the prompt's tokens")
-            return super().add_sequence(seq_id, num_tokens)
+            return super().add_sequence(seq_id, num_tokens, with_slots=with_slots)
+        if not isinstance(with_slots, bool):
+            raise TypeError(f"with_slots must be a bool, got {type(with_slots).__name__}")
         self._check_new(seq_id)
         num_tokens = count_arg("num_tokens", num_tokens)
         tokens = _ids(tokens)
@@ -138,19 +308,22 @@ class PrefixCachingManager(RestoresPrefixState, V1Slots, KVCacheManager):
         hits = self._match(tokens, cap, keys)  # the reclaimer may have changed what is cached
         self._admit(seq_id, tokens, hits, num_tokens, 0, keys)
         self._end_step()
-        return self._table(seq_id).slot_mapping()
+        return self._table(seq_id).slot_mapping() if with_slots else None
 
     # ---- shared by both shapes -------------------------------------------------------
-    def _blocks_to_take(self, hits, num_tokens: int) -> int:
+    def _blocks_to_take(self, hits: list[int], num_tokens: int) -> int:
         """Free blocks an admission uses: new blocks, plus cached hits now on the free list."""
         fresh = blocks_needed(num_tokens, self.block_size) - len(hits)
         waking = sum(1 for b in hits if b != NULL_BLOCK and not self.pool.ref_count(b))
         return max(fresh, 0) + waking
 
-    def _admit(self, seq_id, tokens: tuple, hits: list, computed: int, ahead: int,
-               keys: tuple = ()) -> None:
+    def _admit(self, seq_id: SeqId, tokens: Tokens, hits: list[int], computed: int, ahead: int,
+               keys: Keys = ()) -> None:
         """Touch the hits, allocate the rest, record stats and hash the full blocks."""
         bs, pool, st = self.block_size, self.pool, self.stats
+        h = pool.hash_of(hits[-1]) if hits else self._root_hash(keys)
+        full = min(computed, len(tokens)) // bs  # the blocks _cache_full_blocks names below
+        self._hash_ahead([(h, tokens[len(hits) * bs:], full - len(hits))])
         st.requests += 1
         st.prompt_tokens += len(tokens)
         st.hit_tokens += len(hits) * bs
@@ -183,7 +356,7 @@ class PrefixCachingManager(RestoresPrefixState, V1Slots, KVCacheManager):
             self._set_chain(seq_id, (0, self._root_hash(keys), pool.intern_root(keys)))
         self._cache_full_blocks(seq_id)
 
-    def _cache_full_blocks(self, seq_id) -> None:
+    def _cache_full_blocks(self, seq_id: SeqId) -> None:
         """Hash every block that is full of computed, known tokens (v1: cache_blocks)."""
         known = self._known.get(seq_id)
         if known is None:
@@ -191,7 +364,8 @@ class PrefixCachingManager(RestoresPrefixState, V1Slots, KVCacheManager):
         bs, pool, table = self.block_size, self.pool, self._tables[seq_id]
         done, h, parent = self._chain[seq_id]
         full = min(table.num_tokens - self._ahead.get(seq_id, 0), len(known)) // bs
-        stored: list = []  # (logical, hash) of the blocks cached now, for a BlockStored event
+        # (logical, hash) of the blocks cached now, for a BlockStored event
+        stored: list[tuple[int, int, int | None, Tokens]] = []
         for logical in range(done, full):
             b = table.blocks[logical]
             if b == NULL_BLOCK:  # dropped before it could be hashed: the chain ends here
@@ -201,7 +375,8 @@ class PrefixCachingManager(RestoresPrefixState, V1Slots, KVCacheManager):
             if pool.is_cached(b):  # a hit, or a block shared by fork: already named
                 h = pool.hash_of(b)
             else:
-                prev, h = h, self.hash_fn(h, block_tokens)
+                key = (h, block_tokens)
+                prev, h = h, self._hashes.pop(key) if key in self._hashes else self.hash_fn(*key)
                 pool.cache(b, h, block_tokens, parent, self.group_idx)
                 stored.append((logical, h, None if logical == 0 else prev, block_tokens))
             parent = pool.parent_key(b)
@@ -211,22 +386,73 @@ class PrefixCachingManager(RestoresPrefixState, V1Slots, KVCacheManager):
         if stored and pool.kv_event_queue is not None:
             self._publish_stored(seq_id, stored)
 
-    def _publish_stored(self, seq_id, stored: list) -> None:
+    def _hash_ahead(self, chains: Iterable[tuple[int, Sequence[int], int]]) -> None:
+        """Call hash_fn for every block a change is about to fill, *before* anything changes,
+        and keep the results for `_cache_full_blocks`: a hash_fn that raises then leaves the
+        manager as it was. `chains` holds (parent hash, token ids from a block boundary,
+        blocks to hash)."""
+        bs, hashes = self.block_size, {}
+        for h, run, num_blocks in chains:
+            for i in range(num_blocks):
+                key = (h, tuple(run[i * bs:(i + 1) * bs]))
+                h = hashes[key] = self.hash_fn(*key)
+        self._hashes = hashes
+
+    def _chain_ahead(self, seq_id: SeqId, new: Tokens,
+                     computed: int) -> tuple[int, Sequence[int], int]:
+        """(parent hash, tokens, blocks) that `_cache_full_blocks` hashes once `new` ids are
+        known and `computed` tokens are computed (nothing when hashing stopped)."""
+        known, chain = self._known.get(seq_id), self._chain.get(seq_id)
+        if known is None or chain is None:
+            return 0, (), 0
+        done, h, _ = chain
+        full = min(computed, len(known) + len(new)) // self.block_size
+        if full <= done:
+            return h, (), 0
+        return h, known[done * self.block_size:] + list(new), full - done
+
+    def _before_tokens_appended(self, appends: list[tuple[SeqId, Tokens]]) -> None:
+        """Hash ahead what `_on_tokens_appended` will cache (see `_hash_ahead`)."""
+        # seq -> ids appended by this call, while its ids stay known
+        extra: dict[SeqId, list[int]] = {}
+        for seq_id, ids in appends:
+            known = self._known.get(seq_id)
+            if known is None:
+                continue
+            if seq_id not in extra:
+                if self._tables[seq_id].num_tokens != len(known):  # hashing stops there
+                    continue
+                extra[seq_id] = []
+            extra[seq_id] += ids
+        self._hash_ahead([self._chain_ahead(s, tuple(ids), self.num_computed_tokens(s) + len(ids))
+                          for s, ids in extra.items()])
+
+    def _restore_states(self, plan: dict[SeqId, tuple[Tokens, int]],
+                        prefix_state: Any) -> dict[SeqId, Any]:
+        states = super()._restore_states(plan, prefix_state)
+        self._hash_ahead([(self._root_hash(keys), tokens, len(tokens) // self.block_size)
+                          for tokens, keys in states.values()])
+        return states
+
+    def _publish_stored(self, seq_id: SeqId,
+                        stored: list[tuple[int, int, int | None, Tokens]]) -> None:
         """One BlockStored per run of consecutive newly cached blocks (v1: cache_full_blocks).
 
         `stored` holds (logical, hash, parent hash or None at the prompt start, tokens)."""
         lora = dict(self._extra.get(seq_id, ())).get("lora_id")
         window = getattr(self, "window", None)  # a sliding-window group names its window
-        spec = dict(group_idx=self.group_idx, kv_cache_spec_sliding_window=window,
+        spec: dict[str, Any] = dict(group_idx=self.group_idx, kv_cache_spec_sliding_window=window,
                     kv_cache_spec_kind="full_attention" if window is None else "sliding_window")
-        runs: list = []
+        runs: list[list[tuple[int, int, int | None, Tokens]]] = []
         for entry in stored:
             if runs and runs[-1][-1][0] == entry[0] - 1:
                 runs[-1].append(entry)
             else:
                 runs.append([entry])
+        queue = self.pool.kv_event_queue
+        assert queue is not None, "stored blocks are published only with events on"
         for run in runs:
-            self.pool.kv_event_queue.append(BlockStored(
+            queue.append(BlockStored(
                 [h for _, h, _, _ in run], run[0][2], [t for *_, tokens in run for t in tokens],
                 self.block_size, lora_id=lora, **spec))
 
@@ -241,11 +467,11 @@ class PrefixCachingManager(RestoresPrefixState, V1Slots, KVCacheManager):
         self._end_step()
         return True
 
-    def take_events(self) -> list:
+    def take_events(self) -> list[Any]:
         """The KV cache events since the last call, oldest first (empty when events are off)."""
         return self.pool.take_events()
 
-    def _set_chain(self, seq_id, chain: tuple) -> None:
+    def _set_chain(self, seq_id: SeqId, chain: Chain) -> None:
         """(blocks hashed, last hash, last content id); the content id is pinned meanwhile."""
         self.pool.pin(chain[2])
         old = self._chain.get(seq_id)
@@ -253,7 +479,7 @@ class PrefixCachingManager(RestoresPrefixState, V1Slots, KVCacheManager):
         if old is not None:
             self.pool.unpin(old[2])
 
-    def _on_tokens_appended(self, seq_id, first_position: int, token_ids: tuple) -> None:
+    def _on_tokens_appended(self, seq_id: SeqId, first_position: int, token_ids: Tokens) -> None:
         known = self._known.get(seq_id)
         if known is None:
             return
@@ -263,8 +489,9 @@ class PrefixCachingManager(RestoresPrefixState, V1Slots, KVCacheManager):
         known.extend(token_ids)
         self._cache_full_blocks(seq_id)
 
-    def _match(self, tokens: tuple, max_blocks: int, keys: tuple = ()) -> list[int]:
-        bs, pool, hits = self.block_size, self.pool, []
+    def _match(self, tokens: Tokens, max_blocks: int, keys: Keys = ()) -> list[int]:
+        bs, pool = self.block_size, self.pool
+        hits: list[int] = []
         h, parent = self._root_hash(keys), pool.root_of(keys)
         if parent is None:  # nothing cached ever started from these extra keys
             return hits
@@ -278,16 +505,50 @@ class PrefixCachingManager(RestoresPrefixState, V1Slots, KVCacheManager):
             parent = pool.parent_key(found)
         return hits
 
-    def _floor(self, tokens: tuple, hits: list, keys: tuple = ()) -> int:
+    def _floor(self, tokens: Tokens, hits: list[int], keys: Keys = ()) -> int:
         """Tokens after the hits that agree with a cached child but do not fill a block."""
         bs, pool = self.block_size, self.pool
         parent = pool.parent_key(hits[-1]) if hits else pool.root_of(keys)
+        if parent is None:  # nothing cached ever started from these extra keys
+            return 0
         rest = tokens[len(hits) * bs:(len(hits) + 1) * bs]
         return max((_common(pool.tokens_of(c), rest) for c in pool.children_of(parent)
                     if pool.tokens_of(c) != rest), default=0)
 
+    # ---- a swap: the prefix state a restored sequence goes on hashing from (v0) -------
+    def prefix_state(self, seq_id: SeqId) -> tuple[Tokens, Keys] | None:
+        """(token ids, extra keys) of a sequence whose every token id is known, else None."""
+        table = self._table(seq_id)
+        known = self._known.get(seq_id)
+        if known is None or self._ahead.get(seq_id, 0) or len(known) != table.num_tokens:
+            return None
+        return tuple(known), self._extra.get(seq_id, ())
+
+    def _check_prefix_state(self, seq_id: SeqId, num_tokens: int, state: Any) -> None:
+        if not isinstance(state, tuple) or len(state) != 2 or not isinstance(state[1], tuple):
+            raise TypeError(f"seq {seq_id!r}: prefix_state must be (token ids, extra keys) "
+                            f"as prefix_state() returns it, got {state!r}")
+        if len(token_ids_arg("token_ids", state[0])) != num_tokens:
+            raise ValueError(f"seq {seq_id!r}: prefix_state holds {len(state[0])} token ids "
+                             f"for {num_tokens} tokens")
+        if state[1][:len(self._group_keys)] != self._group_keys:
+            raise ValueError(f"seq {seq_id!r}: prefix_state's extra keys are another KV "
+                             f"cache group's")
+
+    def _restore_prefix_state(self, seq_id: SeqId, state: Any) -> None:
+        """Chain the restored blocks from the prompt's root again, as at admission (v0's
+        swap-in re-hashes every full block by its tokens; this pool keeps a duplicate
+        beside a cached block of the same content, as v1's index does, instead of
+        reusing it)."""
+        tokens, keys = state
+        self._known[seq_id] = list(tokens)
+        self._extra[seq_id] = keys
+        self._ahead[seq_id] = 0
+        self._set_chain(seq_id, (0, self._root_hash(keys), self.pool.intern_root(keys)))
+        self._cache_full_blocks(seq_id)
+
     # ---- per-sequence state follows the base operations --------------------------------
-    def fork(self, parent_id, child_id) -> None:
+    def fork(self, parent_id: SeqId, child_id: SeqId) -> None:
         super().fork(parent_id, child_id)
         known = self._known.get(parent_id)
         self._known[child_id] = None if known is None else list(known)
@@ -296,7 +557,7 @@ class PrefixCachingManager(RestoresPrefixState, V1Slots, KVCacheManager):
             self._set_chain(child_id, self._chain[parent_id])
         self._ahead[child_id] = self._ahead.get(parent_id, 0)
 
-    def free_sequence(self, seq_id) -> None:
+    def free_sequence(self, seq_id: SeqId) -> None:
         super().free_sequence(seq_id)  # reversed order: the tail block is evicted first (v1)
         chain = self._chain.pop(seq_id, None)
         if chain is not None:
@@ -304,7 +565,8 @@ class PrefixCachingManager(RestoresPrefixState, V1Slots, KVCacheManager):
         for d in (self._known, self._ahead, self._extra):
             d.pop(seq_id, None)
 
-    def snapshot(self, events=(), caption=None) -> tr.Snapshot:
+    def snapshot(self, events: Iterable[tr.Event] = (),
+                 caption: str | None = None) -> tr.Snapshot:
         return replace(super().snapshot(events, caption),
                        cached_blocks=tuple(self.pool.cached_free_blocks()))
 
@@ -322,12 +584,12 @@ class PrefixCachingManager(RestoresPrefixState, V1Slots, KVCacheManager):
                 f"seq {seq_id!r} has {ahead} lookahead slots for {self._tables[seq_id].num_tokens}")
 
 
-def _ids(tokens) -> tuple:
+def _ids(tokens: Any) -> Tokens:
     """Token ids as a tuple of Python ints in [0, 2**63) (TypeError / ValueError otherwise)."""
     return token_ids_arg("token_ids", tokens)
 
 
-def _common(a: tuple, b: tuple) -> int:
+def _common(a: Tokens, b: Tokens) -> int:
     n = 0
     for x, y in zip(a, b, strict=False):  # the common prefix of two lengths
         if x != y:
@@ -336,5 +598,4 @@ def _common(a: tuple, b: tuple) -> int:
     return n
 
 
-__all__ = ["PrefixCachingManager", "ComputedBlocks",
-           "CacheStats", "CachingBlockPool", "EVICTION_KEYS", "EVICTION_POLICIES", "chained_hash"]
+__all__ = ["PrefixCachingManager", "ComputedBlocks"]

@@ -30,10 +30,12 @@ live blocks of a sequence never exceed ceil(S/B) + ceil(W/B) + 1 (+ its lookahea
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import trace as tr
 from ..block_table import NULL_BLOCK, blocks_needed
 from ..errors import MAX_BLOCK_SIZE, count_arg
-from ..manager import KVCacheManager
+from ..manager import KVCacheManager, SeqId
 
 MAX_WINDOW = (1 << 31) - 1  # the kernels take window and sinks as int32
 
@@ -41,7 +43,8 @@ MAX_WINDOW = (1 << 31) - 1  # the kernels take window and sinks as int32
 class SlidingWindowManager(KVCacheManager):
     drops_blocks = True  # tables hold NULL_BLOCK for blocks behind the window
 
-    def __init__(self, num_blocks: int, block_size: int, *, window: int, sinks: int = 0, **kwargs):
+    def __init__(self, num_blocks: int, block_size: int, *, window: int, sinks: int = 0,
+                 **kwargs: Any) -> None:
         block_size = count_arg("block_size", block_size, 1, MAX_BLOCK_SIZE)
         window = count_arg("window", window, 1, MAX_WINDOW)
         sinks = count_arg("sinks", sinks, 0, MAX_WINDOW)
@@ -49,7 +52,7 @@ class SlidingWindowManager(KVCacheManager):
         self.sinks = sinks  # S: the first tokens every query also sees
         self.first_droppable = -(-sinks // block_size)  # first logical block with no sink token
         self.dropped_blocks = 0  # blocks returned to the pool by sliding
-        self._next_drop: dict = {}  # seq -> next logical block that may be dropped
+        self._next_drop: dict[SeqId, int] = {}  # seq -> next logical block that may be dropped
         super().__init__(num_blocks, block_size, **kwargs)
 
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
@@ -73,16 +76,16 @@ class SlidingWindowManager(KVCacheManager):
         return max(blocks_needed(prompt_len, self.block_size),
                    self.kept(max(prompt_len, count_arg("total_len", total_len))) + 1)
 
-    def get_num_common_prefix_blocks(self, request_id, num_running_requests: int) -> int:
+    def get_num_common_prefix_blocks(self, request_id: SeqId, num_running_requests: int) -> int:
         """Always 0, as in v1: cascade attention is for full attention only."""
         super().get_num_common_prefix_blocks(request_id, num_running_requests)  # the checks
         return 0
 
-    def fork(self, parent_id, child_id) -> None:
+    def fork(self, parent_id: SeqId, child_id: SeqId) -> None:
         super().fork(parent_id, child_id)
         self._next_drop[child_id] = self._next_drop.get(parent_id, self.first_droppable)
 
-    def free_sequence(self, seq_id) -> None:
+    def free_sequence(self, seq_id: SeqId) -> None:
         super().free_sequence(seq_id)
         self._next_drop.pop(seq_id, None)
 
@@ -94,7 +97,7 @@ class SlidingWindowManager(KVCacheManager):
         for seq_id in self._tables:
             self._remove_skipped_blocks(seq_id, self.num_computed_tokens(seq_id))
 
-    def _remove_skipped_blocks(self, seq_id, num_computed_tokens: int) -> None:
+    def _remove_skipped_blocks(self, seq_id: SeqId, num_computed_tokens: int) -> None:
         """v1's remove_skipped_blocks: free the blocks the next query never reads."""
         table = self._tables[seq_id]
         i = self._next_drop.get(seq_id, self.first_droppable)

@@ -19,13 +19,19 @@ used only when `sinks == 0`; otherwise a hit must start at block 0.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..block_table import NULL_BLOCK
+from .cache_pool import CachingBlockPool
 from .prefix_cache import PrefixCachingManager
 from .sliding_window import SlidingWindowManager
 
 
 class SlidingWindowPrefixCachingManager(SlidingWindowManager, PrefixCachingManager):
-    def _match(self, tokens: tuple, max_blocks: int, keys: tuple = ()) -> list[int]:
+    pool: CachingBlockPool
+
+    def _match(self, tokens: tuple[int, ...], max_blocks: int,
+               keys: tuple[tuple[str, Any], ...] = ()) -> list[int]:
         if self.sinks:
             return super()._match(tokens, max_blocks, keys)
         bs, pool = self.block_size, self.pool
@@ -33,7 +39,7 @@ class SlidingWindowPrefixCachingManager(SlidingWindowManager, PrefixCachingManag
         cid = pool.root_of(keys)  # where the prompt's chain starts (its extra keys)
         if cid is None:
             return []
-        cached = []  # cached[i]: a block holding logical block i, or None
+        cached: list[int | None] = []  # cached[i]: a block holding logical block i, or None
         for i in range(max_blocks):
             cid = pool.content_id(cid, tokens[i * bs:(i + 1) * bs])
             if cid is None:  # no cached block holds this prefix or anything after it
@@ -46,6 +52,6 @@ class SlidingWindowPrefixCachingManager(SlidingWindowManager, PrefixCachingManag
                 continue
             run += 1
             if run == run_needed:
-                return [NULL_BLOCK] * i + cached[i:i + run]
+                return [NULL_BLOCK] * i + [b for b in cached[i:i + run] if b is not None]
         lead = next((i for i, b in enumerate(cached) if b is None), len(cached))
-        return cached[:lead]
+        return [b for b in cached[:lead] if b is not None]

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pagedsim import OutOfBlocks
-from pagedsim.policies import prefix_cache as pc
+from pagedsim.policies import cache_pool
 from pagedsim.policies.prefix_cache import PrefixCachingManager
 from pagedsim.policies.sliding_window_cache import SlidingWindowPrefixCachingManager
 
@@ -97,7 +97,7 @@ def test_unhashed_blocks_are_freed_to_the_front_and_hashed_ones_to_the_back():
 
 
 def test_a_new_eviction_policy_is_one_table_entry(monkeypatch):
-    monkeypatch.setitem(pc.EVICTION_KEYS, "mru", lambda pool, b, now: (-now,))
+    monkeypatch.setitem(cache_pool.EVICTION_KEYS, "mru", lambda pool, b, now: (-now,))
     m = PrefixCachingManager(3, 2, eviction="mru")
     m.add_sequence("a", 2, tokens=[1, 2])
     m.add_sequence("b", 2, tokens=[3, 4])

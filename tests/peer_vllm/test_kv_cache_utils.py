@@ -24,7 +24,7 @@ import pytest
 
 from pagedsim import BlockPool, OutOfBlocks
 from pagedsim.policies import CachingBlockPool, PrefixCachingManager, chained_hash
-from pagedsim.policies.cache_pool import CacheStats
+from pagedsim.policies.cache_stats import CacheStats
 
 
 def queue_in_order(order, free_order="fifo"):
