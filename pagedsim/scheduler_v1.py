@@ -78,19 +78,6 @@ class V1Request:
     def token_ids(self) -> tuple:
         return self.prompt + tuple(self.sampled)
 
-    # the older names (v0's words), kept for code written before the v1 names
-    @property
-    def req_id(self) -> tuple:
-        return self.request_id
-
-    @property
-    def num_computed(self) -> int:
-        return self.num_computed_tokens
-
-    @num_computed.setter
-    def num_computed(self, value: int) -> None:
-        self.num_computed_tokens = value
-
 
 @dataclass(frozen=True)
 class V1StepRecord:

@@ -67,8 +67,3 @@ def caption(snapshot, lang: str = "en") -> str:
 def describe(events, lang: str = "en") -> str:
     """One sentence in `lang` for the events of one step."""
     return tell(events).words(book(lang))
-
-
-def describe_zh(events) -> str:
-    """Deprecated spelling of `describe(events, "zh")`."""
-    return describe(events, "zh")

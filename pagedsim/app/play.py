@@ -30,8 +30,8 @@ import sys
 from pathlib import Path
 
 from . import tour, view_zh
+from .args import ArgParser, int_in
 from .captions import caption
-from .cli import ArgParser, int_in
 from .lang import LANGS, detect, t, wrap
 from .play_session import POLICIES, STEPS, Options, Refused, Session
 

@@ -127,7 +127,7 @@ def terminal_width() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .cli import ArgParser, int_in, writable_dir
+    from .args import ArgParser, int_in, writable_dir
     p = ArgParser(prog="pagedsim tour", description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int_in(0, 10**6), default=None, help="stop after N steps")
     p.add_argument("--json", action="store_true", help="print the recorded trace as JSON")

@@ -20,10 +20,10 @@ from __future__ import annotations
 import json
 
 from .. import workloads
-from ..app.cli import ArgParser, float_in, int_in
+from ..app.args import ArgParser, float_in, int_in
 from ..errors import MAX_BLOCK_SIZE, MAX_NUM_BLOCKS
 from ..policies import EVICTION_POLICIES, PREEMPTION_POLICIES, PrefixCachingManager
-from ..scheduler import Scheduler
+from ..scheduler import make_scheduler
 from ..sizing import preset
 from .waste import DEFAULT_MEMORY_TOKENS, add_trace_args, load_requests
 
@@ -42,9 +42,9 @@ def compare(requests, tokens, *, block_size: int = 16, memory_tokens: int = DEFA
         m = PrefixCachingManager(memory_tokens // block_size, block_size, eviction=eviction,
                                  trace=False)
         if mode == "v1":
-            s = Scheduler(requests, m, mode="v1", tokens=tokens, record=False).run()
+            s = make_scheduler(requests, m, mode="v1", tokens=tokens, record=False).run()
         else:
-            s = Scheduler(requests, m, preemption, tokens=tokens, host_blocks=host_blocks,
+            s = make_scheduler(requests, m, preemption, tokens=tokens, host_blocks=host_blocks,
                           block_bytes=block_bytes, record=False).run()
         rows.append({"mode": mode, "eviction": eviction, "preemption": preemption,
                      "hit_rate": m.stats.hit_rate, "evictions": m.stats.evictions,

@@ -11,7 +11,7 @@ from pagedsim import KVCacheManager
 from pagedsim.kv_events import read_stream
 from pagedsim.policies import PrefixCachingManager, SlidingWindowPrefixCachingManager
 from pagedsim.policies.hybrid import HybridManager
-from pagedsim.scheduler import Scheduler
+from pagedsim.scheduler import make_scheduler
 from pagedsim.workloads import Request
 from tests.fuzz.kit import WRONG_TYPES
 from tests.helpers import manager_state
@@ -38,7 +38,7 @@ def test_requests_that_are_not_requests_are_a_type_error(requests):
     for mode in ("v0", "v1"):
         m = KVCacheManager(16, 4)
         with pytest.raises(TypeError, match="Request"):
-            Scheduler(requests, m, mode=mode)
+            make_scheduler(requests, m, mode=mode)
         assert m.reclaimer is None and m.step == 0
 
 
@@ -46,7 +46,7 @@ def test_requests_that_are_not_requests_are_a_type_error(requests):
 def test_a_missing_manager_is_a_type_error_in_both_modes(manager):
     for mode in ("v0", "v1"):
         with pytest.raises(TypeError, match="manager must be a KVCacheManager"):
-            Scheduler([Request(4, 3)], manager, mode=mode)
+            make_scheduler([Request(4, 3)], manager, mode=mode)
 
 
 @pytest.mark.parametrize("record", ["yes", 1, None, 0.0])
@@ -54,7 +54,7 @@ def test_record_must_be_a_bool(record):
     for mode in ("v0", "v1"):
         m = KVCacheManager(16, 4)
         with pytest.raises(TypeError, match="record must be a bool"):
-            Scheduler([Request(4, 3)], m, mode=mode, record=record)
+            make_scheduler([Request(4, 3)], m, mode=mode, record=record)
         assert m.reclaimer is None
 
 
@@ -74,7 +74,7 @@ def test_bad_v1_scheduler_options_are_refused_and_the_manager_is_untouched(name,
     m = PrefixCachingManager(16, 4)
     before = manager_state(m)
     with pytest.raises((TypeError, ValueError)):
-        Scheduler([Request(4, 3)], m, mode="v1", **{name: value})
+        make_scheduler([Request(4, 3)], m, mode="v1", **{name: value})
     assert manager_state(m) == before and m.reclaimer is None
 
 
@@ -83,7 +83,7 @@ def test_bad_v1_scheduler_options_are_refused_and_the_manager_is_untouched(name,
                                           ([True], TypeError), ([1.0, 2.0], ValueError)])
 def test_arrival_times_must_be_finite_non_negative_numbers_one_per_request(times, error):
     with pytest.raises(error):
-        Scheduler([Request(4, 3)], KVCacheManager(16, 4), mode="v1", arrival_times=times)
+        make_scheduler([Request(4, 3)], KVCacheManager(16, 4), mode="v1", arrival_times=times)
 
 
 @settings(max_examples=80)

@@ -30,7 +30,7 @@ def test_a_given_pool_is_used_and_a_mismatched_or_busy_one_is_refused():
     pool = BlockPool(6, 4, "fifo")
     m = KVCacheManager(6, 4, pool=pool)
     m.add_sequence("a", 5)
-    assert m.pool is pool and pool.num_free == 4
+    assert m.pool is pool and pool.num_free_blocks == 4
     assert m.trace.snapshots[0].free_list == tuple(range(6))
     with pytest.raises(ValueError, match="pool has 6 blocks x 4 tokens"):
         KVCacheManager(6, 2, pool=BlockPool(6, 4))

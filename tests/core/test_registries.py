@@ -77,8 +77,8 @@ def test_a_new_preemption_policy_is_one_registry_entry(monkeypatch):
     monkeypatch.setitem(preemption.PREEMPTION, "drop", Drop)
     assert isinstance(make_policy("drop"), Drop)
     from pagedsim import KVCacheManager
-    from pagedsim.scheduler import Scheduler
+    from pagedsim.scheduler import make_scheduler
     from pagedsim.workloads import Request
-    s = Scheduler([Request(4, 6), Request(4, 6)], KVCacheManager(8, 2), "drop", watermark=0.0)
+    s = make_scheduler([Request(4, 6), Request(4, 6)], KVCacheManager(8, 2), "drop", watermark=0.0)
     s.run(check=True)
     assert s.preemptions > 0 and s.finished == 2

@@ -8,7 +8,7 @@ import pytest
 
 from pagedsim.engine import ModelConfig, PagedEngine, Request, TinyModel
 from pagedsim.engine.adapter import BlockAdapter
-from pagedsim.engine.generate import main as generate_main
+from pagedsim.engine.generate_cli import main as generate_main
 from pagedsim.engine.requests import RequestState, sample
 
 
