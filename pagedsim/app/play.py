@@ -69,7 +69,8 @@ class Playground:
         snap = s.timeline(self.lang)[-1]
         where = f"moment {s.cursor}/{len(s.moments)}" + (
             "  (in the past: `forward` or a new command)" if s.cursor < len(s.moments) else "")
-        self.say(t("step {k}: {caption}", self.lang, view_zh.ZH, k=snap.step, caption=snap.caption))
+        self.say(t("step {k}: {caption}", self.lang, view_zh.ZH, k=snap.step,
+                   caption=caption(snap)))
         self.say(f"  [{where}]")
         self.say(tour.format_snapshot(snap, width=self.width, lang=self.lang))
 
@@ -231,7 +232,7 @@ def _draw_events(args, p, width: int, lang: str) -> int:
     except (OSError, UnicodeDecodeError, ValueError) as e:
         p.error(f"--events: {printable(e)}")
     for s in snaps:
-        print("\n".join(wrap(printable(f"event {s.step}: {s.caption}"), width)))
+        print("\n".join(wrap(printable(f"event {s.step}: {caption(s)}"), width)))
         text = tour.format_snapshot(s, width=width, lang=lang)
         print("\n".join(printable(line) for line in text.split("\n")))
     if args.draw:

@@ -21,7 +21,7 @@ import sys
 from ..errors import OutOfBlocks
 from ..manager import KVCacheManager
 from ..trace import Snapshot
-from . import tour_zh, view_zh
+from . import tour_zh, trace_json, view_zh
 from .captions import caption
 from .lang import LANGS, detect, display_width, t, wrap
 
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     m = tour_manager(args.steps)
     snaps = m.trace.snapshots
     if args.json:
-        json.dump(m.trace.to_dict(), sys.stdout, indent=1, default=str)
+        json.dump(trace_json.to_dict(m.trace), sys.stdout, indent=1, default=str)
         print()
     else:
         def show(text):

@@ -3,7 +3,7 @@ plan, peak blocks, and one trace step per decode step."""
 
 import pytest
 
-from pagedsim import BlockPool, KVCacheManager
+from pagedsim import BlockPool, KVCacheManager, story
 from pagedsim.policies import SlidingWindowManager
 
 
@@ -63,7 +63,7 @@ def test_a_decode_step_is_one_trace_step_that_names_the_batch():
     steps = len(m.trace.snapshots)
     m.decode_step(["a", "b"])
     assert len(m.trace.snapshots) == steps + 1
-    caption = m.trace.snapshots[-1].caption
+    caption = story.caption(m.trace.snapshots[-1])
     assert caption.startswith("decode step: 2 sequences append one token each")
     assert "take block" in caption
 

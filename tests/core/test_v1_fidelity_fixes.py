@@ -9,7 +9,7 @@
 
 import pytest
 
-from pagedsim import NULL_BLOCK, KVCacheManager
+from pagedsim import NULL_BLOCK, KVCacheManager, story
 from pagedsim.app.play_session import Options, Session
 from pagedsim.errors import OutOfBlocks
 from pagedsim.policies import (
@@ -141,7 +141,7 @@ def test_the_playground_says_truthfully_that_nothing_was_preempted():
     moment = s.run("alloc Z 99")
     assert s.manager.seq_ids() == ["A", "B"] and not s.preempted
     assert "nothing was preempted" in " ".join(moment.notes)
-    assert "OutOfBlocks, nothing changed" in s.timeline()[-1].caption
+    assert "OutOfBlocks, nothing changed" in story.caption(s.timeline()[-1])
 
 
 def test_max_model_len_refuses_a_longer_request_when_the_v1_scheduler_is_built():

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pagedsim import KVCacheManager
-from pagedsim.app import cli
+from pagedsim.app import cli, trace_json
 from pagedsim.app.trace_json import load_snapshots, snapshots_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,7 +48,7 @@ def trace_dict() -> dict:
     m.add_sequence("A", 5)
     m.fork("A", "B")
     m.append_tokens("B", 1)
-    return json.loads(json.dumps(m.trace.to_dict(), default=str))
+    return json.loads(json.dumps(trace_json.to_dict(m.trace), default=str))
 
 
 @pytest.fixture(scope="module")
