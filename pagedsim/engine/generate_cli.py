@@ -2,7 +2,8 @@
 serves what generate.py describes.
 
 The flags follow vLLM's SamplingParams and engine arguments where they exist
-(--max-tokens, --temperature, --top-p, --seed, -n, --beam-width;
+(--max-tokens, --temperature, --top-p, --seed, -n, --beam-width,
+--num-gpu-blocks-override, --enable-prefix-caching, --preemption-mode (v0's);
 --budget is max_num_batched_tokens). The parser is pagedsim.app.args.ArgParser, so a
 bad flag is one line on stderr and exit status 2.
 """
@@ -48,15 +49,16 @@ def parser() -> ArgParser:
     p.add_argument("--beam-width", type=int_in(0, 64), help="beam search with W beams")
     p.add_argument("--turns", type=int_in(0, 32), default=0,
                    help="serve a conversation of N turns: each prompt is the transcript so far")
-    p.add_argument("--blocks", type=int_in(1, 1_000_000),
+    p.add_argument("--num-gpu-blocks-override", type=int_in(1, 1_000_000), metavar="N",
                    help="blocks in the pool (default: 16 for the mix, else room for all)")
     p.add_argument("--block-size", type=int_in(1, 1024), default=16)
     p.add_argument("--budget", "--max-num-batched-tokens", dest="budget",
                    type=int_in(1, 1_000_000), default=64,
                    help="vLLM's max_num_batched_tokens: tokens per step (default 64)")
-    p.add_argument("--policy", choices=PREEMPTION_POLICIES, default="swap",
+    p.add_argument("--preemption-mode", choices=PREEMPTION_POLICIES, default="swap",
                    help="preemption of a single-sequence request (several sequences always swap)")
-    p.add_argument("--no-prefix-cache", action="store_true")
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
+                   default=True, help="v1's automatic prefix caching (default on)")
     p.add_argument("--backend", choices=("auto", "numpy", "kernels"), default="auto",
                    help="attention: auto = kernels on a GPU, NumPy on the CPU; kernels without "
                         "a GPU = Numba's CUDA simulator (slow: tiny models only)")
@@ -72,7 +74,7 @@ def print_report(engine, s: dict, args) -> None:
     print(f"{len(engine.runs)} request{many}, pool of {s['blocks']} blocks x {s['block_size']} "
           f"tokens, "
           f"budget {s['budget']} tokens/step, prefix caching "
-          f"{'off' if args.no_prefix_cache else 'on'}")
+          f"{'on' if args.enable_prefix_caching else 'off'}")
     for rec in engine.log:
         extra = "".join(f", {k.replace('_', ' ')} {v}" for k, v in rec.items()
                         if k.startswith("preempted"))
@@ -118,10 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         prompts = (args.prompt or []) + (args.prompt_ids or [])
         engine, marks, summary = generate.run(model, tok, prompts, max_tokens=args.max_tokens,
-                                     blocks=args.blocks, block_size=args.block_size,
-                                     budget=args.budget, policy=args.policy,
-                                     prefix_caching=not args.no_prefix_cache,
-                                     backend=args.backend, turns=args.turns, overrides=overrides)
+                                              blocks=args.num_gpu_blocks_override,
+                                              block_size=args.block_size,
+                                              budget=args.budget, policy=args.preemption_mode,
+                                              prefix_caching=args.enable_prefix_caching,
+                                              backend=args.backend, turns=args.turns,
+                                              overrides=overrides)
     except ValueError as e:  # a pool or budget too small for one request, a bad size
         p.error(str(e))
     if args.json:

@@ -101,7 +101,7 @@ def test_generate_reports_cache_hits_copies_swaps_and_a_match_with_the_dense_eng
 
 def test_generate_refuses_a_pool_too_small_for_one_request_with_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exit_:
-        generate_main(["--backend", "numpy", "--blocks", "5"])
+        generate_main(["--backend", "numpy", "--num-gpu-blocks-override", "5"])
     assert exit_.value.code == 2
     assert "needs up to 9 blocks alone; the pool has 5" in capsys.readouterr().err
 

@@ -104,7 +104,8 @@ ROWS = {  # name: (arguments, a word the one stderr line must contain)
     "workspace on a file": (["workspace", "a_file"], "a file"),
     **{f"play --width {v}": (["play", "script.txt", "--width", v], "--width") for v in NUMBERS},
     **{
-        f"play --blocks {v}": (["play", "script.txt", "--blocks", v], "--blocks")
+        f"play --num-gpu-blocks-override {v}": (
+            ["play", "script.txt", "--num-gpu-blocks-override", v], "--num-gpu-blocks-override")
         for v in ("0", "-1", "inf", "1e9")
     },
     "play --block-size nan": (["play", "script.txt", "--block-size", "nan"], "--block-size"),

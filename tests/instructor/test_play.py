@@ -169,7 +169,8 @@ def test_a_scenario_script_is_drawn_end_to_end_frames_key_frames_and_a_gif(tmp_p
     script = tmp_path / "scenario.txt"
     script.write_text("alloc A 6\nfork A B\nappend B\nalloc C 40\n")
     out = tmp_path / "out"
-    assert play.main([str(script), "--blocks", "6", "--draw", str(out), "--format", "svg"]) == 0
+    assert play.main([str(script), "--num-gpu-blocks-override", "6", "--draw", str(out),
+                      "--format", "svg"]) == 0
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted([f"scenario_step_00{k}.svg" for k in range(5)]
                            + ["scenario-key-frames.svg", "scenario.gif"])
