@@ -85,8 +85,8 @@ LESSONS_DIR = COURSE_DIR / "ch03_kv_block" / "lessons"
 
 
 def sections() -> list[str]:
-    """Every lesson, in course order, from its file: lessons/l3_1.py is section "3.1" (a section
-    with no exercise, like the capstone 3.8, has a lesson all the same)."""
+    """Every lesson, in course order, from its file: ch03_kv_block/lessons/l3_1.py is section
+    "3.1" (a section with no exercise, like the capstone 3.8, has a lesson all the same)."""
     found = [f.stem[1:].replace("_", ".") for f in LESSONS_DIR.glob("l*_*.py")]
     return sorted(found, key=lambda s: tuple(int(part) for part in s.split(".")))
 

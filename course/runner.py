@@ -12,8 +12,8 @@ for each failing check, the one sentence a student needs:
 
 Any file but the reference solution runs in a child process of its own
 (course/isolation.py): the checks and pytest stay here, every use of the file is a
-message (course/remote.py), and so its prints, exits, atexit hooks and monkeypatches
-reach only its own process; the verdict is computed here alone. matplotlib, which a
+message (pagedsim/testing/remote.py), and so its prints, exits, atexit hooks and
+monkeypatches reach only its own process; the verdict is computed here alone. matplotlib, which a
 drawing exercise and its checks share, is the child's too (`_ChildModules`). In there
 the solutions cannot be imported (course/guard.py); the file's import and every check
 run under a time limit (course/impl.py), and an import that loops or crashes makes the

@@ -12,14 +12,17 @@ from __future__ import annotations
 import ast
 import pathlib
 
-import pytest
-
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("pagedsim", "course", "cuda_kernels")
 
-# Known cycles another branch removes; the lead empties this after merging. Each entry is a
-# cycle's modules, sorted.
-ALLOWED: set[tuple[str, ...]] = set()
+# Known cycles another branch removes; the lead empties this after merging. Each entry is
+# the sorted modules of one strongly connected component: if it grows, it is a new cycle.
+ALLOWED: set[tuple[str, ...]] = {
+    # cuda_kernels.prefill imports its tensor-core paths, which import it back (helper
+    # "ladder" reshapes cuda_kernels and removes this)
+    ("cuda_kernels._prefill_checks", "cuda_kernels.prefill", "cuda_kernels.prefill_tc",
+     "cuda_kernels.prefill_wgmma"),
+}
 
 
 def project_modules() -> dict[str, pathlib.Path]:
@@ -85,10 +88,9 @@ def import_graph() -> dict[str, set[str]]:
     return {name: imports_of(name, path, modules) for name, path in modules.items()}
 
 
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components with more than one module (Tarjan), each as one
-    cycle through its modules, starting at the smallest name."""
-    index, low, stack, on_stack, components = {}, {}, [], set(), []
+def components(graph: dict[str, set[str]]) -> list[tuple[str, ...]]:
+    """The strongly connected components with more than one module (Tarjan), sorted."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
 
     def visit(v: str) -> None:
         index[v] = low[v] = len(index)
@@ -109,12 +111,17 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
                 if w == v:
                     break
             if len(component) > 1:
-                components.append(sorted(component))
+                found.append(tuple(sorted(component)))
 
     for v in sorted(graph):
         if v not in index:
             visit(v)
-    return [_path_through(graph, set(c)) for c in sorted(components)]
+    return sorted(found)
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle through each component, from its smallest module back to it."""
+    return [_path_through(graph, set(c)) for c in components(graph)]
 
 
 def _path_through(graph: dict[str, set[str]], component: set[str]) -> list[str]:
@@ -139,7 +146,7 @@ def _path_through(graph: dict[str, set[str]], component: set[str]) -> list[str]:
 def test_no_module_imports_its_way_back_to_itself():
     graph = import_graph()
     assert "pagedsim.manager" in graph and "course.cli" in graph, "the walk found the project"
-    found = [c for c in cycles(graph) if tuple(sorted(set(c))) not in ALLOWED]
+    found = [_path_through(graph, set(c)) for c in components(graph) if c not in ALLOWED]
     assert found == [], "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
 
 
@@ -155,10 +162,10 @@ def test_lazy_imports_count_and_type_checking_ones_do_not(tmp_path):
     modules["p"].write_text("")
     graph = {name: imports_of(name, path, modules) for name, path in modules.items()}
     assert graph == {"p": set(), "p.a": {"p.b"}, "p.b": {"p.a"}, "p.c": {"p.b"}}
+    assert components(graph) == [("p.a", "p.b")]
     assert cycles(graph) == [["p.a", "p.b", "p.a"]]
 
 
-@pytest.mark.parametrize("allowed", sorted(ALLOWED))
-def test_every_allowed_cycle_still_exists(allowed):
-    """An allow-list entry whose cycle is gone must leave the list."""
-    assert allowed in {tuple(sorted(set(c))) for c in cycles(import_graph())}
+def test_every_allowed_cycle_still_exists():
+    """An allow-list entry whose cycle is gone (or changed) must leave the list."""
+    assert ALLOWED <= set(components(import_graph()))
