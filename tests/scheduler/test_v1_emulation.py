@@ -170,7 +170,7 @@ def test_the_simulator_agrees_with_a_plain_emulation_of_v1(work, bs, spare, budg
     prio = None if priorities is None else priorities[:len(reqs)]
     s = make_scheduler(reqs, m, mode="v1", max_num_batched_tokens=budget, max_num_seqs=max_seqs,
                   tokens=tokens, output_tokens=outputs, priorities=prio,
-                  victim="fcfs" if prio is None else "priority").run(check=True)
+                  policy="fcfs" if prio is None else "priority").run(check=True)
     emu = Emulated(num_blocks, bs, budget, max_seqs, by_priority=prio is not None)
     emu.run([{"prompt": list(tokens[i]), "out": [], "done": 0, "high": 0, "blocks": [],
               "index": i, "sample": k, "priority": 0 if prio is None else prio[i],

@@ -135,7 +135,7 @@ def test_prompt_token_ids_are_checked_when_the_scheduler_is_built(mode, tokens, 
 def test_with_priorities_the_least_important_running_request_is_the_victim():
     # same shape as the FCFS test, but request 0 has the larger (less urgent) priority value
     s = v1([Request(4, 5), Request(4, 5)], num_blocks=5, bs=2, max_num_batched_tokens=16,
-           victim="priority", priorities=[1, 0])
+           policy="priority", priorities=[1, 0])
     s.step()
     s.step()  # a's decode takes the last block; b's finds none: a, the least urgent, is preempted
     assert [r.request_id for r in s.waiting] == [(0, 0)] and s.preemptions == 1
