@@ -64,12 +64,14 @@ def test_record_must_be_a_bool(record):
 def test_bad_v1_scheduler_options_are_refused_and_the_manager_is_untouched(name, value):
     good = {"policy": "fcfs", "long_prefill_token_threshold": 0, "max_model_len": 100,
             "arrival_times": [0.0], "priorities": [0]}
-    if value == good[name] or (name == "max_model_len" and isinstance(value, int)
-                               and not isinstance(value, bool) and value >= 7) or \
+    # None is the default of every option here but policy (whose default is "fcfs")
+    if value == good[name] or (value is None and name != "policy") or \
+            (name == "max_model_len" and isinstance(value, int)
+             and not isinstance(value, bool) and value >= 7) or \
             (name == "long_prefill_token_threshold" and type(value) is int and value >= 0) or \
             (name in ("priorities", "arrival_times") and isinstance(value, (list, tuple))
              and len(value) == 1 and type(value[0]) is int and value[0] >= 0) or \
-            (name == "policy" and value in ("priority", None)):
+            (name == "policy" and value == "priority"):
         return  # a valid value
     m = PrefixCachingManager(16, 4)
     before = manager_state(m)
