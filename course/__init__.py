@@ -2,7 +2,7 @@
 
     course/curriculum.toml   the exercises in course order (id, stub, solution, checks, hint):
                              the one list; markers, lessons and notebooks are derived from it
-    course/curriculum.py     loads it (tomllib, or a tiny reader on Python 3.10) and validates it
+    course/curriculum.py     loads it (tomllib; tomli on Python 3.10) and validates it
     course/impl.py           which implementation a check loads: solution, stub, or any file
     course/runner.py         runs an exercise's checks in-process and words each failure
     course/cli.py            `pagedsim lesson 3.4` and `pagedsim check 3.4a`

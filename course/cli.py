@@ -43,7 +43,7 @@ def _lang_arg(p: argparse.ArgumentParser) -> None:
 
 
 def lesson_main(argv: list[str]) -> int:
-    from pagedsim.app.cli import ArgParser
+    from pagedsim.app.args import ArgParser
 
     p = ArgParser(prog="pagedsim lesson", description="print and run a chapter-3 lesson")
     p.add_argument("section", nargs="?", help=f"{next(iter(LESSONS))} ... {list(LESSONS)[-1]}")
@@ -97,58 +97,6 @@ def lesson_main(argv: list[str]) -> int:
     return 0
 
 
-def _report(outcome, *, verbose: bool, hint: bool) -> None:
-    ex = outcome.exercise
-    if outcome.error:
-        print(f"ERROR {ex.id}: {outcome.error}")
-    elif outcome.ok:
-        print(
-            i18n.t(
-                "PASS {id}  {title} ({passed}/{total} checks)",
-                id=ex.id,
-                title=ex.title_in(i18n.lang()),
-                passed=outcome.passed,
-                total=outcome.total,
-            )
-        )
-    else:
-        print(
-            i18n.t(
-                "{status} {id}  {passed}/{total} checks pass",
-                status=outcome.status.upper(),
-                id=ex.id,
-                passed=outcome.passed,
-                total=outcome.total,
-            )
-        )
-    for reason in outcome.skipped:
-        print(f"SKIP {ex.id}: {reason}")
-    from .runner import fold  # the runner imports pytest: only once checks ran
-
-    groups = fold(outcome.failures)
-    for i, (message, checks) in enumerate(groups):
-        if not verbose and i == 4:
-            print(
-                "     "
-                + i18n.t(
-                    "{n} more failing check(s); --verbose shows them all",
-                    n=sum(len(checks) for _, checks in groups[4:]),
-                )
-            )
-            break
-        many = i18n.t("  ({n} checks)", n=len(checks)) if len(checks) > 1 else ""
-        head, _, tail = message.partition("\n")
-        print(
-            f"FAIL {ex.id}: {head}{many}"
-            + (f"\n{tail}" if tail else "")
-            + (f"\n      [{', '.join(checks)}]" if verbose else "")
-        )
-    if outcome.failures and hint:
-        from pagedsim.app.lang import wrap  # CJK-aware: Chinese has no spaces to break at
-
-        print("\n".join(wrap(i18n.t("hint: {hint}", hint=ex.hint_in(i18n.lang())), 100)))
-
-
 def _choose_impl(ex, args) -> tuple[Path, str | None]:
     """The file to check and, when it is not the user's own choice, a line saying which it is."""
     if args.impl:
@@ -173,7 +121,7 @@ def _usage_error(prog: str, message: str) -> int:
 
 
 def _check_parser():
-    from pagedsim.app.cli import ArgParser, float_in, int_in
+    from pagedsim.app.args import ArgParser, float_in, int_in
 
     p = ArgParser(prog="pagedsim check", description="run an exercise's checks")
     p.add_argument("exercise", nargs="?", help="an exercise id such as 3.4a")
@@ -251,7 +199,7 @@ def _list_exercises(exercises) -> int:
 
 
 def _run_and_report(chosen, args) -> int:
-    from .runner import run_checks
+    from .runner import print_report, run_checks
 
     results = []
     for ex in chosen:
@@ -261,7 +209,8 @@ def _run_and_report(chosen, args) -> int:
         outcome = run_checks(ex, impl, seconds=args.timeout, extra_checks=args.extra_checks)
         results.append(outcome)
         if not args.json:
-            _report(outcome, verbose=args.verbose, hint=not args.solutions and len(chosen) == 1)
+            print_report(outcome, verbose=args.verbose,
+                         hint=not args.solutions and len(chosen) == 1)
     if args.json:
         objs = [o.as_json() for o in results]
         print(json.dumps(objs[0] if len(objs) == 1 and not args.all else objs, ensure_ascii=False))

@@ -1,17 +1,20 @@
 """Load `course/curriculum.toml` and check that it tells the truth about the files.
 
-On Python 3.11+ the file is read with `tomllib`. Python 3.10 has no TOML reader in
-the standard library, so `_parse_subset` reads the small subset the file keeps to:
-comments, `[[exercise]]` headers, `key = "string"` and `key = ["a", "b"]`. A test
-checks that both readers agree on the real file.
+The file is read with the standard library's `tomllib` on Python 3.11+, and with `tomli`
+(the same parser, a dependency only there) on Python 3.10.
 """
 
 from __future__ import annotations
 
-import json
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, from PyPI
+    import tomli as tomllib
 
 COURSE_DIR = Path(__file__).resolve().parent
 # the folder holding the `course` package: the repository, or site-packages
@@ -49,34 +52,9 @@ class Exercise:
         return REPO_ROOT / getattr(self, field)
 
 
-def _parse_subset(text: str) -> dict:
-    """Parse the TOML subset described in the module docstring."""
-    tables, current = [], None
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line == "[[exercise]]":
-            current = {}
-            tables.append(current)
-            continue
-        m = re.fullmatch(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(".*"|\[.*\])', line)
-        if m is None or current is None:
-            raise ValueError(
-                f"curriculum.toml line {lineno}: outside the supported subset: {raw!r}"
-            )
-        current[m.group(1)] = json.loads(m.group(2))  # TOML basic strings here are JSON strings
-    return {"exercise": tables}
-
-
 def load(path: Path = CURRICULUM) -> list[Exercise]:
     text = Path(path).read_text(encoding="utf-8")
-    try:
-        import tomllib
-
-        data = tomllib.loads(text)
-    except ModuleNotFoundError:  # Python 3.10
-        data = _parse_subset(text)
+    data = tomllib.loads(text)
     out = []
     for i, entry in enumerate(data.get("exercise", [])):
         missing = [f for f in FIELDS if f not in entry]
@@ -107,8 +85,8 @@ LESSONS_DIR = COURSE_DIR / "ch03_kv_block" / "lessons"
 
 
 def sections() -> list[str]:
-    """Every lesson, in course order, from its file: lessons/l3_1.py is section "3.1" (a section
-    with no exercise, like the capstone 3.8, has a lesson all the same)."""
+    """Every lesson, in course order, from its file: ch03_kv_block/lessons/l3_1.py is section
+    "3.1" (a section with no exercise, like the capstone 3.8, has a lesson all the same)."""
     found = [f.stem[1:].replace("_", ".") for f in LESSONS_DIR.glob("l*_*.py")]
     return sorted(found, key=lambda s: tuple(int(part) for part in s.split(".")))
 

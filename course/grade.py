@@ -49,7 +49,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from pagedsim.app.cli import ArgParser, float_in, int_in
+from pagedsim.app.args import ArgParser, float_in, int_in
 from pagedsim.testing import jail
 
 from . import curriculum, export

@@ -1,7 +1,8 @@
 """The submission's process: started, asked, restarted after a time limit, and always killed.
 
     with Submission(path, exercise_id, scratch=..., sandbox=False) as sub:
-        mod = sub.module()            # the student's file, imported in the child (course/remote.py)
+        mod = sub.module()            # the student's file, imported in the child
+                                      # (pagedsim/testing/remote.py)
         mod.allocate(...)             # every use is a message; nothing of the file runs here
 
 The child is `child_main(FD)` in a fresh Python: it points its stdin, stdout and stderr at
@@ -9,7 +10,8 @@ The child is `child_main(FD)` in a fresh Python: it points its stdin, stdout and
 keeps the reference solutions unimportable (course/guard.py), and serves the grader's
 requests until the socket closes. It runs in its own session; this process is made the
 subreaper of its orphans, and closing the Submission kills the child, its session and
-every descendant (course/jail.py), at the end of every run and after every time limit.
+every descendant (pagedsim/testing/jail.py), at the end of every run and after every time
+limit.
 With `sandbox=True` it runs under bubblewrap (jail.sandbox_argv).
 """
 

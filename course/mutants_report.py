@@ -18,8 +18,7 @@ GENERIC_TARGET = 0.95
 def named(exercises) -> tuple[list, int]:
     """Rows (exercise, mutant, caught by or 'NOT CAUGHT') and the number of failing solutions."""
     from .ch03_kv_block import mutants
-    from .cli import _report
-    from .runner import run_checks
+    from .runner import print_report, run_checks
 
     sol_bad, rows = 0, []
     with tempfile.TemporaryDirectory(prefix="pagedsim-mutants-") as tmp:
@@ -27,7 +26,7 @@ def named(exercises) -> tuple[list, int]:
             sol = run_checks(ex, ex.path("solution"))
             if not sol.ok:
                 sol_bad += 1
-                _report(sol, verbose=True, hint=False)
+                print_report(sol, verbose=True, hint=False)
                 print(f"  ^ the reference solution of {ex.id} does not pass its own checks")
             for m in mutants.for_exercise(ex.id):
                 path = Path(tmp) / f"{ex.id.replace('.', '_')}_{m.name}.py"

@@ -190,12 +190,12 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ): _COSMETIC,
     (
         "3.6",
-        'constant in draw_trace: ax.set_title(f"step {snap.step}: {snap.caption}", fontsize=8, '
+        'constant in draw_trace: ax.set_title(f"step {snap.step}: {caption(snap)}", fontsize=8, '
         "wrap=True) :: 8 -> 9",
     ): _COSMETIC,
     (
         "3.6",
-        'constant in draw_trace: ax.set_title(f"step {snap.step}: {snap.caption}", fontsize=8, '
+        'constant in draw_trace: ax.set_title(f"step {snap.step}: {caption(snap)}", fontsize=8, '
         "wrap=True) :: True -> False",
     ): _COSMETIC,
     (

@@ -181,8 +181,7 @@ def check(exercise_id: str) -> None:
     """`pagedsim check ID` on your workspace file (or the untouched stub), printed the same way.
     Returns None, so that the cell shows the report and no True or False under it."""
     from . import curriculum, workspace
-    from .cli import _report
-    from .runner import run_checks
+    from .runner import print_report, run_checks
 
     ex = curriculum.find(exercise_id)
     mine = workspace.find(ex)
@@ -195,7 +194,7 @@ def check(exercise_id: str) -> None:
         f"{workspace.DEFAULT}/{Path(ex.stub).name})"
     )
     outcome = run_checks(ex, mine or ex.path("stub"))
-    _report(outcome, verbose=False, hint=True)
+    print_report(outcome, verbose=False, hint=True)
 
 
 # ---- the generator ----------------------------------------------------------

@@ -12,8 +12,8 @@ for each failing check, the one sentence a student needs:
 
 Any file but the reference solution runs in a child process of its own
 (course/isolation.py): the checks and pytest stay here, every use of the file is a
-message (course/remote.py), and so its prints, exits, atexit hooks and monkeypatches
-reach only its own process; the verdict is computed here alone. matplotlib, which a
+message (pagedsim/testing/remote.py), and so its prints, exits, atexit hooks and
+monkeypatches reach only its own process; the verdict is computed here alone. matplotlib, which a
 drawing exercise and its checks share, is the child's too (`_ChildModules`). In there
 the solutions cannot be imported (course/guard.py); the file's import and every check
 run under a time limit (course/impl.py), and an import that loops or crashes makes the
@@ -110,6 +110,58 @@ def fold(failures) -> list[tuple[str, list[str]]]:
         if "\n" in f.message and "\n" not in first:
             groups[key] = (f.message, checks)
     return list(groups.values())
+
+
+def print_report(outcome, *, verbose: bool, hint: bool) -> None:
+    """`pagedsim check`'s text report of one outcome: PASS / FAIL lines, failures folded by
+    `fold` (four kinds shown unless `verbose`), and the exercise's hint when asked."""
+    ex = outcome.exercise
+    if outcome.error:
+        print(f"ERROR {ex.id}: {outcome.error}")
+    elif outcome.ok:
+        print(
+            i18n.t(
+                "PASS {id}  {title} ({passed}/{total} checks)",
+                id=ex.id,
+                title=ex.title_in(i18n.lang()),
+                passed=outcome.passed,
+                total=outcome.total,
+            )
+        )
+    else:
+        print(
+            i18n.t(
+                "{status} {id}  {passed}/{total} checks pass",
+                status=outcome.status.upper(),
+                id=ex.id,
+                passed=outcome.passed,
+                total=outcome.total,
+            )
+        )
+    for reason in outcome.skipped:
+        print(f"SKIP {ex.id}: {reason}")
+    groups = fold(outcome.failures)
+    for i, (message, checks) in enumerate(groups):
+        if not verbose and i == 4:
+            print(
+                "     "
+                + i18n.t(
+                    "{n} more failing check(s); --verbose shows them all",
+                    n=sum(len(checks) for _, checks in groups[4:]),
+                )
+            )
+            break
+        many = i18n.t("  ({n} checks)", n=len(checks)) if len(checks) > 1 else ""
+        head, _, tail = message.partition("\n")
+        print(
+            f"FAIL {ex.id}: {head}{many}"
+            + (f"\n{tail}" if tail else "")
+            + (f"\n      [{', '.join(checks)}]" if verbose else "")
+        )
+    if outcome.failures and hint:
+        from pagedsim.app.lang import wrap  # CJK-aware: Chinese has no spaces to break at
+
+        print("\n".join(wrap(i18n.t("hint: {hint}", hint=ex.hint_in(i18n.lang())), 100)))
 
 
 def _first_line(text: str) -> str:

@@ -22,4 +22,4 @@ __all__ = [
     "NULL_BLOCK", "blocks_needed", "Usage", "ModelSpec", "PRESETS", "preset", "fit_blocks",
     "Snapshot", "Trace",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -28,8 +28,8 @@ decides where a freed block goes (a caching pool, say) overrides `_push` and `re
 and `allocate`/`allocate_many` if it decides which block is handed out.
 
 Other classes read the pool only through its public queries (the counters
-`num_free_blocks` -- v1's name; `num_free` is the older one, kept for the course -- and
-`num_shared`, and `ref_count`, `is_shared`, `head`, `free_list`, `ref_counts`).
+`num_free_blocks`, v1's name, and `num_shared`; `ref_count`, `is_shared`, `head`,
+`free_list`, `ref_counts`).
 
 Invariants (checked by `check_invariants`):
     * walking the list from the head visits exactly `num_free_blocks` blocks, then the tail;
@@ -77,11 +77,6 @@ class BlockPool:
         self.num_shared = 0  # blocks whose count is above 1 (callers skip copy-on-write checks)
 
     # ---- queries -----------------------------------------------------------
-    @property
-    def num_free(self) -> int:
-        """The older name of `num_free_blocks` (the course's lessons use it)."""
-        return self.num_free_blocks
-
     @property
     def num_used(self) -> int:
         return self.num_blocks - self.num_free_blocks

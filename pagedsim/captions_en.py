@@ -5,7 +5,7 @@ count of 1 asks for, `key.alone` the form a fragment takes when nothing came bef
 it, `key.sep` joins a list (default: `sep`). The Chinese table in
 `pagedsim/app/captions.py` has the same keys; a test checks they agree.
 
-These are the figure captions, the tour's step lines and `Snapshot.caption`, so the
+These are the figure captions, the tour's step lines and `story.caption(snapshot)`, so the
 wording is part of what the figures and the course print: change it on purpose only.
 """
 

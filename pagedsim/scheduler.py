@@ -8,7 +8,6 @@
         preemption, FCFS or priority policy (vLLM v1's scheduler)
 
 What both share (argument checks, the run loop, synthetic ids) is in scheduler_common.py.
-`Scheduler` is the older name of `make_scheduler`, kept so existing calls keep working.
 """
 
 from __future__ import annotations
@@ -36,7 +35,5 @@ def make_scheduler(requests: Any, manager: Any, *args: Any, mode: str = "v0",
     return scheduler
 
 
-Scheduler = make_scheduler  # the older name: `Scheduler(..., mode="v1")` still works
-
-__all__ = ["make_scheduler", "Scheduler", "SchedulerV0", "SchedulerV1", "StepRecord",
+__all__ = ["make_scheduler", "SchedulerV0", "SchedulerV1", "StepRecord",
            "V1StepRecord", "Group", "RecomputePolicy", "VICTIMS", "MODES", "SCHEDULERS"]

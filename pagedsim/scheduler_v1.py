@@ -78,19 +78,6 @@ class V1Request:
     def token_ids(self) -> tuple:
         return self.prompt + tuple(self.sampled)
 
-    # the older names (v0's words), kept for code written before the v1 names
-    @property
-    def req_id(self) -> tuple:
-        return self.request_id
-
-    @property
-    def num_computed(self) -> int:
-        return self.num_computed_tokens
-
-    @num_computed.setter
-    def num_computed(self, value: int) -> None:
-        self.num_computed_tokens = value
-
 
 @dataclass(frozen=True)
 class V1StepRecord:
@@ -108,10 +95,10 @@ class SchedulerV1:
     mode = "v1"
 
     def __init__(self, requests, manager, *, max_num_batched_tokens: int = 2048,
-                 max_num_seqs: int = 256, victim: str = "fcfs", tokens=None,
+                 max_num_seqs: int = 256, tokens=None,
                  output_tokens=None, priorities=None, record: bool = True,
                  max_stalled_steps: int = 1000, num_lookahead_tokens: int = 0,
-                 policy: str | None = None, long_prefill_token_threshold: int = 0,
+                 policy: str = "fcfs", long_prefill_token_threshold: int = 0,
                  max_model_len: int | None = None, arrival_times=None):
         requests = check_scheduler_args(requests, manager, record)
         self.max_num_batched_tokens = count_arg("max_num_batched_tokens",
@@ -128,10 +115,8 @@ class SchedulerV1:
         self.num_lookahead_tokens = count_arg("num_lookahead_tokens", num_lookahead_tokens)
         if self.num_lookahead_tokens and not isinstance(manager, PrefixCachingManager):
             raise ValueError("num_lookahead_tokens needs allocate_slots (a PrefixCachingManager)")
-        if policy is not None:  # v1's name; `victim` is the older one
-            victim = policy
-        self.waiting = make_request_queue(victim)  # TypeError / ValueError for a bad name
-        self.victim = self.policy = victim
+        self.waiting = make_request_queue(policy)  # TypeError / ValueError for a bad name
+        self.policy = policy
         self.manager = manager
         self.record = record
         self.requests = requests
@@ -312,7 +297,7 @@ class SchedulerV1:
         return min(left, budget, cap) if cap else min(left, budget)
 
     def _pick_victim(self) -> V1Request:
-        if self.victim == "priority":
+        if self.policy == "priority":
             victim = max(self.running, key=priority_rank)
             self.running.remove(victim)
             return victim

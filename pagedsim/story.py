@@ -9,7 +9,9 @@ So the case analysis is written once, and a language is one table.
 
 `story_of(snapshot)` is the story of a recorded step. Step 0 is the pool as created;
 a snapshot that carries its own words (`Snapshot.custom_caption`, set with
-`Snapshot.with_caption`) tells exactly those words in every language.
+`Snapshot.with_caption`) tells exactly those words in every language. `caption(snapshot)`
+and `describe(events)` tell a step in English (`english(story)`); a snapshot itself never
+tells anything, so this module reads `trace.py` and `trace.py` never reads it.
 
 How to add a story: write a frozen dataclass with a `words(book)` method that uses
 template keys of its own, teach `tell` when to return it, and add its keys to every
@@ -22,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import trace as tr
+from .captions_en import EN
 
 
 class Phrasebook:
@@ -277,3 +280,19 @@ def story_of(snapshot) -> Story:
     if snapshot.step == 0 and not snapshot.events:
         return PoolCreated(snapshot.num_blocks, snapshot.block_size)
     return tell(snapshot.events)
+
+
+def english(story: Story) -> str:
+    """`story` told with the English table."""
+    return story.words(Phrasebook(EN))
+
+
+def caption(snapshot) -> str:
+    """A recorded step in English words, told on demand (other languages:
+    `pagedsim.app.captions.caption`)."""
+    return english(story_of(snapshot))
+
+
+def describe(events) -> str:
+    """One English sentence for the events of one step."""
+    return english(tell(events))

@@ -6,9 +6,10 @@ state change inside it is an *event* tagged with that step, and (optionally) a
 course replay these records; nothing here knows about matplotlib.
 
 Snapshots are plain frozen data, so stepping back to snapshot k shows exactly the
-state after step k ("time travel"), and `to_dict` makes them JSON-ready. They hold no
-sentences: `Snapshot.caption` tells the step's story (`story.py`) in English when asked,
-unless a caller gave the step its own words (`with_caption`, kept in `custom_caption`).
+state after step k ("time travel"); `pagedsim.app.trace_json` writes them as JSON. They
+hold no sentences and never tell one: `story.caption(snapshot)` tells the step's story
+(`story.py`) in English when asked, unless a caller gave the step its own words
+(`with_caption`, kept in `custom_caption`).
 
 A manager writes to a *sink*: a `Trace` when tracing is on, `NULL_SINK` when it is
 off. The manager checks `sink.recording` before it builds an event, so with tracing
@@ -17,7 +18,7 @@ off no event object is ever made and the state change runs the same code either 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -120,16 +121,6 @@ class Snapshot:
     pending_copies: tuple = ()  # (src, dst) pairs not yet drained
     cached_blocks: tuple = field(default=())  # free blocks that still hold reusable contents
 
-    @property
-    def story(self):
-        """What the step did, as typed data (`story.story_of`)."""
-        return _story.story_of(self)
-
-    @property
-    def caption(self) -> str:
-        """The step in English words, told on demand (other languages: `pagedsim.app.captions`)."""
-        return english(self.story)
-
     def with_caption(self, text: str) -> Snapshot:
         """This snapshot, captioned with `text` in every language instead of its story."""
         if not isinstance(text, str):
@@ -144,17 +135,6 @@ class Snapshot:
             if s.seq_id == seq_id:
                 return s
         raise KeyError(seq_id)
-
-    def to_dict(self) -> dict:
-        """JSON-ready: every field, plus `caption` in English (`custom_caption` only if set)."""
-        out = {"step": self.step, "caption": self.caption}
-        out.update((f.name, getattr(self, f.name)) for f in fields(self)
-                   if f.name not in ("step", "custom_caption"))
-        out["events"] = [e.to_dict() for e in self.events]
-        out["sequences"] = [asdict(s) for s in self.sequences]
-        if self.custom_caption is not None:
-            out["custom_caption"] = self.custom_caption
-        return out
 
 
 class NullSink:
@@ -197,27 +177,6 @@ class Trace:
             self.snapshots.append(snapshot_fn(self.events[self._step_start:]))
         self._step_start = len(self.events)
 
-    def to_dict(self) -> dict:
-        return {
-            "events": [e.to_dict() for e in self.events],
-            "snapshots": [s.to_dict() for s in self.snapshots],
-        }
-
 
 def _snake(name: str) -> str:
     return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
-
-
-def describe(events) -> str:
-    """One English sentence for the events of one step (see `story.py` and `captions_en.py`)."""
-    return english(_story.tell(events))
-
-
-def english(story) -> str:
-    """`story` told with the English table."""
-    return story.words(_story.Phrasebook(EN))
-
-
-# below the events, which story.py reads from this module
-from . import story as _story  # noqa: E402
-from .captions_en import EN  # noqa: E402

@@ -20,7 +20,7 @@ import numpy as np
 
 def pool_state(pool) -> tuple:
     """Free list (head first), counts, free and shared totals, and the list's prev/next links."""
-    return (pool.free_list(), pool.ref_counts(), pool.num_free, pool.num_shared,
+    return (pool.free_list(), pool.ref_counts(), pool.num_free_blocks, pool.num_shared,
             list(pool._prev), list(pool._next))
 
 

@@ -116,7 +116,7 @@ class Stepper:
     ) -> list[tuple[int, str]]:
         """Run `kernel(*arrays)` as `num_threads` threads of one block; arrays change in place."""
         if getattr(type(kernel), "__pagedsim_remote__", False):  # a submission in its own process
-            # (course/remote.py)
+            # (pagedsim/testing/remote.py)
             return kernel._pagedsim_stepper_run(self, num_threads, arrays, names)
         fn = getattr(kernel, "py_func", None) or getattr(kernel, "fn", None) or kernel
         fake = _FakeCuda(self, num_threads)

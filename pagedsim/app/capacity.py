@@ -41,7 +41,7 @@ import re
 from pathlib import Path
 
 from ..sizing import ModelSpec, kv_capacity
-from .cli import ArgParser, float_in, int_in
+from .args import ArgParser, float_in, int_in
 
 GiB = 2**30
 MAX_BYTES = 2**50  # a PiB: far above any one GPU

@@ -1,7 +1,7 @@
 """Captions in every language: the Chinese template table and the language switch.
 
 A step's story (`pagedsim/story.py`) is told with one table per language: English in
-`pagedsim/captions_en.py` (the core needs it for `Snapshot.caption`), Chinese here.
+`pagedsim/captions_en.py` (the core needs it for `story.caption`), Chinese here.
 `caption(snapshot, lang)` is what the tour, the playground and the figures print; ids,
 counts and call names stay as they are, only the sentence changes language.
 
@@ -67,8 +67,3 @@ def caption(snapshot, lang: str = "en") -> str:
 def describe(events, lang: str = "en") -> str:
     """One sentence in `lang` for the events of one step."""
     return tell(events).words(book(lang))
-
-
-def describe_zh(events) -> str:
-    """Deprecated spelling of `describe(events, "zh")`."""
-    return describe(events, "zh")

@@ -7,18 +7,14 @@ Errors are handled here, once: a `ValueError`, `TypeError`, `OSError` (an unwrit
 output path, a missing trace), `RuntimeError` (`OutOfBlocks`, a stalled scheduler) or
 `MemoryError` escaping a command becomes one line on stderr, `pagedsim COMMAND: error: ...`,
 and exit status 2; never a traceback. Commands
-build their parsers with `ArgParser`, whose usage errors are one line on stderr too,
-and check numbers at parse time with `int_in` / `float_in`.
+build their parsers with `args.ArgParser`, whose usage errors are one line on stderr too,
+and check numbers at parse time with `args.int_in` / `args.float_in`.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
-import math
-import pathlib
 import sys
-import tempfile
 
 COMMANDS = {
     # name: (module:function, one-line help)
@@ -30,7 +26,7 @@ COMMANDS = {
     "swapcost": ("pagedsim.labs.swapcost:main", "swap vs recompute: the cost model"),
     "race": ("pagedsim.labs.interleavings:main",
              "enumerate interleavings of a concurrent block pop"),
-    "generate": ("pagedsim.engine.generate:main",
+    "generate": ("pagedsim.engine.generate_cli:main",
                  "serve a tiny model from the blocks; compare with a dense engine"),
     "conform": ("pagedsim.testing.conform:main", "check your own block manager against the model"),
     "play": ("pagedsim.app.play:main",
@@ -51,52 +47,6 @@ def _usage() -> str:
     lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
     lines += ["", "`pagedsim COMMAND --help` describes each one."]
     return "\n".join(lines)
-
-
-class ArgParser(argparse.ArgumentParser):
-    """An ArgumentParser whose usage errors are one line on stderr (exit status 2)."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def int_in(low: int, high: int):
-    """An argparse `type`: an integer in [low, high]."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be in [{low:,}, {high:,}], got {value:,}")
-        return value
-    parse.__name__ = "integer"
-    return parse
-
-
-def float_in(low: float, high: float, *, open_low: bool = False):
-    """An argparse `type`: a finite number in [low, high] (or (low, high] with open_low)."""
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        if not math.isfinite(value) or value > high or value < low or (open_low and value == low):
-            raise argparse.ArgumentTypeError(
-                f"must be a finite number in {'(' if open_low else '['}{low:g}, {high:g}], "
-                f"got {text}")
-        return value
-    parse.__name__ = "number"
-    return parse
-
-
-def writable_dir(path: str) -> pathlib.Path:
-    """Make the folder if needed and prove a file can be written in it (before any work)."""
-    folder = pathlib.Path(path)
-    folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryFile(dir=folder):  # OSError if the folder cannot take a new file
-        pass
-    return folder
 
 
 def _one_line(error: BaseException) -> str:

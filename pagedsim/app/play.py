@@ -18,9 +18,10 @@ Lines starting with # are comments. A scenario script is just these lines in a f
 After every command the free list, the block tables and the counts are printed as
 text. A mistake (unknown sequence, a typo, a missing number) is explained in one
 line and changes nothing; a pool that runs dry is a step of its own, printed and
-drawn as such. Options pick the manager: `--prefix-cache` (vLLM v1 automatic prefix
-caching), `--window N` (sliding window), `--policy recompute|swap` (preempt the
-newest sequence when the pool is short, as vLLM v0's scheduler does).
+drawn as such. Options pick the manager: `--enable-prefix-caching` (vLLM v1 automatic
+prefix caching), `--window N` (sliding window), `--preemption-mode recompute|swap` (preempt
+the newest sequence when the pool is short, as vLLM v0's scheduler does). The flags carry
+vLLM's engine-argument names: `--num-gpu-blocks-override` is the pool's size.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ import sys
 from pathlib import Path
 
 from . import tour, view_zh
+from .args import ArgParser, int_in
 from .captions import caption
-from .cli import ArgParser, int_in
 from .lang import LANGS, detect, t, wrap
 from .play_session import POLICIES, STEPS, Options, Refused, Session
 
@@ -69,7 +70,8 @@ class Playground:
         snap = s.timeline(self.lang)[-1]
         where = f"moment {s.cursor}/{len(s.moments)}" + (
             "  (in the past: `forward` or a new command)" if s.cursor < len(s.moments) else "")
-        self.say(t("step {k}: {caption}", self.lang, view_zh.ZH, k=snap.step, caption=snap.caption))
+        self.say(t("step {k}: {caption}", self.lang, view_zh.ZH, k=snap.step,
+                   caption=caption(snap)))
         self.say(f"  [{where}]")
         self.say(tour.format_snapshot(snap, width=self.width, lang=self.lang))
 
@@ -158,17 +160,17 @@ def main(argv: list[str] | None = None) -> int:
                    help="format of the frames (default png)")
     p.add_argument("--style", choices=("paper", "projector"), default="paper",
                    help="projector: text >= 12 pt and strong colours, for slides")
-    p.add_argument("--blocks", type=int_in(1, 4096), default=12,
-                   help="blocks in the pool (default 12)")
+    p.add_argument("--num-gpu-blocks-override", type=int_in(1, 4096), default=12,
+                   metavar="N", help="blocks in the pool (default 12)")
     p.add_argument("--block-size", type=int_in(1, 1024), default=4,
                    help="tokens per block (default 4)")
-    p.add_argument("--prefix-cache", action="store_true",
-                   help="share full prompt blocks (equal WORDs)")
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
+                   default=False, help="share full prompt blocks (equal WORDs; default off)")
     p.add_argument("--window", type=int_in(1, 1 << 20), metavar="N",
                    help="sliding-window attention over N tokens")
     p.add_argument("--hybrid", type=int_in(1, 1 << 20), metavar="N",
                    help="two KV cache groups (vLLM v1): full attention + a window of N tokens")
-    p.add_argument("--policy", choices=POLICIES, default="none",
+    p.add_argument("--preemption-mode", choices=POLICIES, default="none",
                    help="when the pool is short: "
                    "none (the step fails), recompute or swap the newest")
     p.add_argument("--width", type=int_in(20, 1000), default=None,
@@ -184,8 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.events:
         return _draw_events(args, p, width, lang)
     try:
-        session = Session(Options(args.blocks, args.block_size, args.prefix_cache, args.window,
-                                  args.policy, args.hybrid))
+        session = Session(Options(args.num_gpu_blocks_override, args.block_size,
+                                  args.enable_prefix_caching, args.window,
+                                  args.preemption_mode, args.hybrid))
     except Refused as e:
         p.error(str(e))
     play = Playground(session, width=width, lang=lang, look=args.style)
@@ -196,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         live = sys.stdin.isatty()
         if live:
-            play.say(f"pagedsim play: {args.blocks} blocks x {args.block_size} tokens. "
+            play.say(f"pagedsim play: {args.num_gpu_blocks_override} blocks x "
+                     f"{args.block_size} tokens. "
                      f"`help` lists the commands, `quit` stops.")
             print("play> ", end="", flush=True)
         play.loop(sys.stdin, echo=not live, prompt="play> " if live else "")
@@ -231,7 +235,7 @@ def _draw_events(args, p, width: int, lang: str) -> int:
     except (OSError, UnicodeDecodeError, ValueError) as e:
         p.error(f"--events: {printable(e)}")
     for s in snaps:
-        print("\n".join(wrap(printable(f"event {s.step}: {s.caption}"), width)))
+        print("\n".join(wrap(printable(f"event {s.step}: {caption(s)}"), width)))
         text = tour.format_snapshot(s, width=width, lang=lang)
         print("\n".join(printable(line) for line in text.split("\n")))
     if args.draw:

@@ -41,12 +41,14 @@ class Refused(ValueError):
 # command -> (argument pattern, what it does). SEQ: a name; N: a count; [x]: optional.
 STEPS = {
     "alloc": ("SEQ N [WORD]",
-              "admit SEQ with an N-token prompt (--prefix-cache: equal WORDs, shared prefix)"),
+              "admit SEQ with an N-token prompt (--enable-prefix-caching: equal WORDs, shared "
+              "prefix)"),
     "append": ("SEQ [N]", "SEQ decodes N more tokens (default 1)"),
     "fork": ("SEQ CHILD", "CHILD shares every block of SEQ (beam search); counts go up"),
     "free": ("SEQ", "SEQ finishes: its blocks go back, last first"),
     "evict": ("[SEQ]",
-              "preempt SEQ (default: the newest) by --policy: recompute, or swap to the host"),
+              "preempt SEQ (default: the newest) "
+              "by --preemption-mode: recompute, or swap to the host"),
     "resume": ("SEQ", "bring a preempted SEQ back (swap in, or recompute its tokens)"),
 }
 
@@ -88,9 +90,10 @@ class Options:
 
     def manager(self) -> KVCacheManager:
         if self.policy not in POLICIES:
-            raise Refused(f"--policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
+            raise Refused(f"--preemption-mode must be one of {', '.join(POLICIES)}, got "
+                          f"{self.policy!r}")
         if self.prefix_cache and self.window:
-            raise Refused("choose --prefix-cache or --window, not both")
+            raise Refused("choose --enable-prefix-caching or --window, not both")
         if self.hybrid is not None:
             return self._hybrid()
         if self.prefix_cache:
@@ -106,7 +109,7 @@ class Options:
         """vLLM v1's hybrid allocator: both groups' tables are shown (A:full, A:window)."""
         if self.prefix_cache or self.window or self.policy != "none":
             raise Refused("--hybrid already caches prefixes and windows its second group; it "
-                          "takes no --prefix-cache, --window or --policy")
+                          "takes no --enable-prefix-caching, --window or --preemption-mode")
         if type(self.hybrid) is not int or self.hybrid < 1:
             raise Refused(f"--hybrid must be a positive number of tokens, got {self.hybrid!r}")
         from ..policies.hybrid import HybridManager
@@ -120,8 +123,8 @@ NOTES_ZH = {
     "it needs {n} blocks, more than the whole pool of {m}: it can never fit, so nothing was "
     "preempted for it":
         "它需要 {n} 个 Block，比整个池的 {m} 个还多：永远放不下，所以没有为它抢占任何序列",
-    "the pool ran dry (with --policy recompute a sequence would be preempted)":
-        "池已耗尽（用 --policy recompute 会抢占一个序列）",
+    "the pool ran dry (with --preemption-mode recompute a sequence would be preempted)":
+        "池已耗尽（用 --preemption-mode recompute 会抢占一个序列）",
     "swapped seq {seq} out to the host ({n} blocks)": "序列 {seq} 被换出到主机内存（{n} 个 Block）",
     "preempted seq {seq}: {n} tokens to recompute": "抢占了序列 {seq}：{n} 个 token 需要重算",
     "swapped seq {seq} back in": "序列 {seq} 换回了显存",
@@ -268,7 +271,8 @@ class Session:
                         m=self.manager.num_blocks)
         if self.options.policy != "none":
             return Note("the pool ran dry even after preempting")
-        return Note("the pool ran dry (with --policy recompute a sequence would be preempted)")
+        return Note("the pool ran dry (with --preemption-mode recompute a sequence would be "
+                    "preempted)")
 
     # ---- preemption (the chapter's evict_blocks) ------------------------------
     def _victim(self, protect: set):

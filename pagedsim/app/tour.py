@@ -21,7 +21,7 @@ import sys
 from ..errors import OutOfBlocks
 from ..manager import KVCacheManager
 from ..trace import Snapshot
-from . import tour_zh, view_zh
+from . import tour_zh, trace_json, view_zh
 from .captions import caption
 from .lang import LANGS, detect, display_width, t, wrap
 
@@ -127,7 +127,7 @@ def terminal_width() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .cli import ArgParser, int_in, writable_dir
+    from .args import ArgParser, int_in, writable_dir
     p = ArgParser(prog="pagedsim tour", description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int_in(0, 10**6), default=None, help="stop after N steps")
     p.add_argument("--json", action="store_true", help="print the recorded trace as JSON")
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     m = tour_manager(args.steps)
     snaps = m.trace.snapshots
     if args.json:
-        json.dump(m.trace.to_dict(), sys.stdout, indent=1, default=str)
+        json.dump(trace_json.to_dict(m.trace), sys.stdout, indent=1, default=str)
         print()
     else:
         def show(text):

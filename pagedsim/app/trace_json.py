@@ -1,7 +1,8 @@
-"""Read back a trace written by `pagedsim tour --json` (or `Trace.to_dict`): snapshots again.
+"""A trace as JSON (`pagedsim tour --json`), and read back: snapshots again.
 
-`Trace.to_dict()` stores every snapshot with its events as plain JSON (event `kind`
-in snake case, tuples as lists). `snapshots_from_dict` rebuilds frozen `Snapshot`s
+`to_dict(trace)` stores every snapshot with its events as plain JSON (event `kind`
+in snake case, tuples as lists, each snapshot's English `caption` beside its step).
+`snapshots_from_dict` rebuilds frozen `Snapshot`s
 with typed events, so the renderer and the playground draw a loaded trace exactly
 like a live one. Bad input raises ValueError naming the first thing that is wrong:
 every number is checked for its type and range (a step is a whole number >= 0, block
@@ -13,16 +14,35 @@ mark is accepted, as the CSV workloads accept one. No matplotlib here.
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+from dataclasses import asdict, fields
 from pathlib import Path
 
 from .. import trace as tr
+from ..story import caption
 
 EVENT_TYPES = {cls.__name__: cls for cls in (
     tr.SequenceAdded, tr.TokensAppended, tr.SequenceForked, tr.SequenceFreed, tr.BlockAllocated,
     tr.BlockShared, tr.BlockReleased, tr.CopyOnWrite, tr.AllocationFailed)}
 KINDS = {tr._snake(name): cls for name, cls in EVENT_TYPES.items()}
 TUPLE_FIELDS = ("free_list", "ref_counts", "block_fill", "cached_blocks")
+
+
+def snapshot_to_dict(snapshot: tr.Snapshot) -> dict:
+    """JSON-ready: every field, plus `caption` in English (`custom_caption` only if set)."""
+    out = {"step": snapshot.step, "caption": caption(snapshot)}
+    out.update((f.name, getattr(snapshot, f.name)) for f in fields(snapshot)
+               if f.name not in ("step", "custom_caption"))
+    out["events"] = [e.to_dict() for e in snapshot.events]
+    out["sequences"] = [asdict(s) for s in snapshot.sequences]
+    if snapshot.custom_caption is not None:
+        out["custom_caption"] = snapshot.custom_caption
+    return out
+
+
+def to_dict(trace: tr.Trace) -> dict:
+    """The whole trace, JSON-ready: its events, then one `snapshot_to_dict` per step."""
+    return {"events": [e.to_dict() for e in trace.events],
+            "snapshots": [snapshot_to_dict(s) for s in trace.snapshots]}
 
 
 def _tuples(value):

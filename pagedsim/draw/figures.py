@@ -32,7 +32,7 @@ from pathlib import Path
 
 import matplotlib
 
-from ..app.cli import writable_dir
+from ..app.args import writable_dir
 
 matplotlib.use("Agg")  # figures are files: never open a window
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from ..manager import KVCacheManager
+from ..story import caption
 from ..trace import BlockAllocated, SequenceAdded, SequenceFreed, TokensAppended
 from . import style
 
@@ -164,7 +165,8 @@ def make_core_flow(out_dir: Path, snapshots) -> list[Path]:
         fontweight="bold",
         va="top",
     )
-    ax.text(0.3, 0.85, f"step {snap.step}: {snap.caption}", fontsize=9.5, va="top", color="#444444")
+    ax.text(0.3, 0.85, f"step {snap.step}: {caption(snap)}", fontsize=9.5, va="top",
+            color="#444444")
     heads = ("free pool\n(free list, head first)", "physical blocks\n(id, owner, ref count)",
              "block tables\n(logical \u2192 physical)")
     for x, title in zip((0.6, 6.4, 12.6), heads, strict=True):

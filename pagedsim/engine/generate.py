@@ -21,8 +21,6 @@ engine step, every block labelled with the text it holds.
 
 from __future__ import annotations
 
-import json
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -30,7 +28,7 @@ import numpy as np
 
 from ..trace import Snapshot
 from .dense import DenseEngine
-from .hf import CheckpointError, load_model, load_tokenizer
+from .hf import load_model, load_tokenizer
 from .paged import PagedEngine
 from .requests import Request
 
@@ -171,40 +169,3 @@ def step_frames(engine, marks) -> list:
                                 "custom_caption": "batch " + " ".join(engine.log[i]["seqs"]),
                                 "events": tuple(e for s in snaps[a:m + 1] for e in s.events)},
                              block_labels=texts[i]) for i, (a, m) in enumerate(spans)]
-
-
-def main(argv: list[str] | None = None) -> int:
-    from .generate_cli import parser
-    p = parser()
-    args = p.parse_args(argv)
-    directory = DEFAULT_MODEL if args.model is None else Path(args.model)
-    try:
-        model = load_model(directory)
-        tok = None if args.prompt_ids and not args.prompt and \
-            not (directory / "tokenizer.json").exists() else load_tokenizer(directory)
-    except CheckpointError as e:  # names the file and the field: nothing to add
-        print(f"pagedsim generate: error: {e}", file=sys.stderr)
-        return 2
-    overrides = {k: v for k, v in dict(n=args.n, beam_width=args.beam_width,
-                                       temperature=args.temperature, top_p=args.top_p,
-                                       seed=args.seed).items() if v is not None}
-    try:
-        prompts = (args.prompt or []) + (args.prompt_ids or [])
-        engine, marks, summary = run(model, tok, prompts, max_tokens=args.max_tokens,
-                                     blocks=args.blocks, block_size=args.block_size,
-                                     budget=args.budget, policy=args.policy,
-                                     prefix_caching=not args.no_prefix_cache,
-                                     backend=args.backend, turns=args.turns, overrides=overrides)
-    except ValueError as e:  # a pool or budget too small for one request, a bad size
-        p.error(str(e))
-    if args.json:
-        json.dump(dict(steps=engine.log, summary=summary), sys.stdout, indent=1)
-        print()
-    else:
-        from .generate_cli import print_report
-        print_report(engine, summary, args)
-    if args.draw:
-        from ..draw.animate import write_trace  # matplotlib only when asked for
-        for path in write_trace(step_frames(engine, marks), args.draw, name="generate"):
-            print(f"wrote {path}", file=sys.stderr)
-    return 0 if summary["tokens_match"] else 1

@@ -1,17 +1,24 @@
-"""`pagedsim generate`'s command line: its flags, and the report it prints.
+"""`pagedsim generate`'s command line: its flags, the report it prints, and `main`, which
+serves what generate.py describes.
 
 The flags follow vLLM's SamplingParams and engine arguments where they exist
-(--max-tokens, --temperature, --top-p, --seed, -n, --beam-width;
---budget is max_num_batched_tokens). The parser is pagedsim.app.cli.ArgParser, so a
+(--max-tokens, --temperature, --top-p, --seed, -n, --beam-width,
+--num-gpu-blocks-override, --enable-prefix-caching, --preemption-mode (v0's);
+--budget is max_num_batched_tokens). The parser is pagedsim.app.args.ArgParser, so a
 bad flag is one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from pathlib import Path
 
-from ..app.cli import ArgParser, float_in, int_in
+from ..app.args import ArgParser, float_in, int_in
 from ..policies.preemption import PREEMPTION_POLICIES
+from . import generate
+from .hf import CheckpointError, load_model, load_tokenizer
 
 
 def token_ids(text: str) -> tuple:
@@ -26,8 +33,7 @@ def token_ids(text: str) -> tuple:
 
 
 def parser() -> ArgParser:
-    from .generate import __doc__ as doc
-    p = ArgParser(prog="pagedsim generate", description=doc.split("\n\n")[0])
+    p = ArgParser(prog="pagedsim generate", description=generate.__doc__.split("\n\n")[0])
     p.add_argument("--model", metavar="DIR",
                    help="a local Hugging Face checkpoint (default: the shipped Shakespeare model)")
     p.add_argument("--prompt", action="append", metavar="TEXT",
@@ -43,15 +49,16 @@ def parser() -> ArgParser:
     p.add_argument("--beam-width", type=int_in(0, 64), help="beam search with W beams")
     p.add_argument("--turns", type=int_in(0, 32), default=0,
                    help="serve a conversation of N turns: each prompt is the transcript so far")
-    p.add_argument("--blocks", type=int_in(1, 1_000_000),
+    p.add_argument("--num-gpu-blocks-override", type=int_in(1, 1_000_000), metavar="N",
                    help="blocks in the pool (default: 16 for the mix, else room for all)")
     p.add_argument("--block-size", type=int_in(1, 1024), default=16)
     p.add_argument("--budget", "--max-num-batched-tokens", dest="budget",
                    type=int_in(1, 1_000_000), default=64,
                    help="vLLM's max_num_batched_tokens: tokens per step (default 64)")
-    p.add_argument("--policy", choices=PREEMPTION_POLICIES, default="swap",
+    p.add_argument("--preemption-mode", choices=PREEMPTION_POLICIES, default="swap",
                    help="preemption of a single-sequence request (several sequences always swap)")
-    p.add_argument("--no-prefix-cache", action="store_true")
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
+                   default=True, help="v1's automatic prefix caching (default on)")
     p.add_argument("--backend", choices=("auto", "numpy", "kernels"), default="auto",
                    help="attention: auto = kernels on a GPU, NumPy on the CPU; kernels without "
                         "a GPU = Numba's CUDA simulator (slow: tiny models only)")
@@ -67,7 +74,7 @@ def print_report(engine, s: dict, args) -> None:
     print(f"{len(engine.runs)} request{many}, pool of {s['blocks']} blocks x {s['block_size']} "
           f"tokens, "
           f"budget {s['budget']} tokens/step, prefix caching "
-          f"{'off' if args.no_prefix_cache else 'on'}")
+          f"{'on' if args.enable_prefix_caching else 'off'}")
     for rec in engine.log:
         extra = "".join(f", {k.replace('_', ' ')} {v}" for k, v in rec.items()
                         if k.startswith("preempted"))
@@ -94,3 +101,40 @@ def print_report(engine, s: dict, args) -> None:
                   else f"  output {j}: {out['token_ids']}")
     print(f"\nmatches the dense engine: tokens {'yes' if s['tokens_match'] else 'NO'}, "
           f"max logit difference {s['max_logit_diff']:.2e}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
+    args = p.parse_args(argv)
+    directory = generate.DEFAULT_MODEL if args.model is None else Path(args.model)
+    try:
+        model = load_model(directory)
+        tok = None if args.prompt_ids and not args.prompt and \
+            not (directory / "tokenizer.json").exists() else load_tokenizer(directory)
+    except CheckpointError as e:  # names the file and the field: nothing to add
+        print(f"pagedsim generate: error: {e}", file=sys.stderr)
+        return 2
+    overrides = {k: v for k, v in dict(n=args.n, beam_width=args.beam_width,
+                                       temperature=args.temperature, top_p=args.top_p,
+                                       seed=args.seed).items() if v is not None}
+    try:
+        prompts = (args.prompt or []) + (args.prompt_ids or [])
+        engine, marks, summary = generate.run(model, tok, prompts, max_tokens=args.max_tokens,
+                                              blocks=args.num_gpu_blocks_override,
+                                              block_size=args.block_size,
+                                              budget=args.budget, policy=args.preemption_mode,
+                                              prefix_caching=args.enable_prefix_caching,
+                                              backend=args.backend, turns=args.turns,
+                                              overrides=overrides)
+    except ValueError as e:  # a pool or budget too small for one request, a bad size
+        p.error(str(e))
+    if args.json:
+        json.dump(dict(steps=engine.log, summary=summary), sys.stdout, indent=1)
+        print()
+    else:
+        print_report(engine, summary, args)
+    if args.draw:
+        from ..draw.animate import write_trace  # matplotlib only when asked for
+        for path in write_trace(generate.step_frames(engine, marks), args.draw, name="generate"):
+            print(f"wrote {path}", file=sys.stderr)
+    return 0 if summary["tokens_match"] else 1

@@ -14,8 +14,6 @@ backend (backend.py).
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
 from ..block_table import blocks_needed
@@ -32,15 +30,10 @@ class PagedEngine:
     def __init__(self, model: Transformer, num_blocks: int, block_size: int, *,
                  max_num_batched_tokens: int = 16, prefix_caching: bool = False,
                  policy: str = "recompute", host_blocks: int | None = None,
-                 backend="auto", trace: bool = False, check: bool = False,
-                 max_batched_tokens: int | None = None):
+                 backend="auto", trace: bool = False, check: bool = False):
         """`backend`: "auto" (kernels on a GPU, NumPy on the CPU), "numpy", "kernels", or an
-        attention backend object (backend.py). `max_batched_tokens` is the deprecated name
-        of vLLM's `max_num_batched_tokens`, the token budget of one step."""
-        if max_batched_tokens is not None:
-            warnings.warn("max_batched_tokens is deprecated: use max_num_batched_tokens (vLLM's "
-                          "name)", DeprecationWarning, stacklevel=2)
-            max_num_batched_tokens = max_batched_tokens
+        attention backend object (backend.py). `max_num_batched_tokens` is vLLM's token
+        budget of one step."""
         if not isinstance(model, Transformer):
             raise TypeError(f"model must be a Transformer (TinyModel or hf.load_model), got "
                             f"{type(model).__name__}")

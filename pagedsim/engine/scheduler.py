@@ -47,7 +47,8 @@ class Item:
 
 class Scheduler:
     def __init__(self, blocks: BlockAdapter, kv, max_num_batched_tokens: int, policy: str):
-        self.keeps_kv = preemption_class(policy).keeps_kv  # the registry decides (preemption.py)
+        # the registry decides (policies/preemption.py)
+        self.keeps_kv = preemption_class(policy).keeps_kv
         self.blocks, self.kv = blocks, kv
         self.budget, self.policy = max_num_batched_tokens, policy
         self.waiting: deque = deque()

@@ -9,7 +9,7 @@ prompts, `workloads.prompt_tokens`), once per combination of
     scheduler               v1: token budget, recompute only (scheduler_v1.py), first;
                             v0: recompute | swap (policies/preemption.py), beside it
 
-in the same KV memory. The host pool for v0's `swap` holds `--swap-gib` GiB of
+in the same KV memory. The host pool for v0's `swap` holds `--swap-space` GiB of
 blocks (v0's default swap space is 4 GiB). Reported per run: prefix-cache hit rate
 (tokens, v1's definition), evictions, preemptions, tokens preemption discarded,
 tokens actually recomputed after cache hits, bytes swapped and steps.
@@ -20,10 +20,10 @@ from __future__ import annotations
 import json
 
 from .. import workloads
-from ..app.cli import ArgParser, float_in, int_in
+from ..app.args import ArgParser, float_in, int_in
 from ..errors import MAX_BLOCK_SIZE, MAX_NUM_BLOCKS
 from ..policies import EVICTION_POLICIES, PREEMPTION_POLICIES, PrefixCachingManager
-from ..scheduler import Scheduler
+from ..scheduler import make_scheduler
 from ..sizing import preset
 from .waste import DEFAULT_MEMORY_TOKENS, add_trace_args, load_requests
 
@@ -32,9 +32,9 @@ COLUMNS = ("mode", "eviction", "preemption", "hit_rate", "evictions", "preemptio
 
 
 def compare(requests, tokens, *, block_size: int = 16, memory_tokens: int = DEFAULT_MEMORY_TOKENS,
-            swap_gib: float = 4.0, model: str = "opt-13b") -> list[dict]:
+            swap_space: float = 4.0, model: str = "opt-13b") -> list[dict]:
     block_bytes = preset(model).bytes_per_block(block_size)
-    host_blocks = int(swap_gib * 2**30 // block_bytes)
+    host_blocks = int(swap_space * 2**30 // block_bytes)
     rows = []
     runs = [("v1", e, "recompute") for e in EVICTION_POLICIES]
     runs += [("v0", e, p) for e in EVICTION_POLICIES for p in PREEMPTION_POLICIES]
@@ -42,9 +42,9 @@ def compare(requests, tokens, *, block_size: int = 16, memory_tokens: int = DEFA
         m = PrefixCachingManager(memory_tokens // block_size, block_size, eviction=eviction,
                                  trace=False)
         if mode == "v1":
-            s = Scheduler(requests, m, mode="v1", tokens=tokens, record=False).run()
+            s = make_scheduler(requests, m, mode="v1", tokens=tokens, record=False).run()
         else:
-            s = Scheduler(requests, m, preemption, tokens=tokens, host_blocks=host_blocks,
+            s = make_scheduler(requests, m, preemption, tokens=tokens, host_blocks=host_blocks,
                           block_bytes=block_bytes, record=False).run()
         rows.append({"mode": mode, "eviction": eviction, "preemption": preemption,
                      "hit_rate": m.stats.hit_rate, "evictions": m.stats.evictions,
@@ -63,8 +63,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--block-size", type=int_in(1, MAX_BLOCK_SIZE), default=16)
     ap.add_argument("--memory-tokens", type=int_in(1, MAX_BLOCK_SIZE * MAX_NUM_BLOCKS),
                     default=DEFAULT_MEMORY_TOKENS)
-    ap.add_argument("--swap-gib", type=float_in(0, 2**20), default=4.0,
-                    help="host swap space (GiB)")
+    ap.add_argument("--swap-space", type=float_in(0, 2**20), default=4.0,
+                    help="host swap space in GiB, as vLLM v0's --swap-space (default 4)")
     ap.add_argument("--model", default="opt-13b", help="sizing preset for block bytes")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -73,12 +73,12 @@ def main(argv: list[str]) -> int:
     requests, source = load_requests(args)  # errors: one line from pagedsim.app.cli.main
     tokens = workloads.prompt_tokens(requests, args.seed)
     rows = compare(requests, tokens, block_size=args.block_size,
-                   memory_tokens=args.memory_tokens, swap_gib=args.swap_gib, model=args.model)
+                   memory_tokens=args.memory_tokens, swap_space=args.swap_space, model=args.model)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     print(f"trace: {source}; block size {args.block_size}, memory {args.memory_tokens} token "
-          f"slots, host swap {args.swap_gib:g} GiB of {args.model} blocks")
+          f"slots, host swap {args.swap_space:g} GiB of {args.model} blocks")
     cells = [COLUMNS] + [tuple(
         f"{100 * r[c]:.1f}%" if c == "hit_rate" else f"{r[c]:.0f}" if c == "swapped_mib"
         else str(r[c]) for c in COLUMNS) for r in rows]

@@ -26,7 +26,7 @@ from dataclasses import replace
 from ..block_table import blocks_needed
 from ..errors import MAX_BLOCK_SIZE, count_arg
 from ..manager import KVCacheManager
-from ..scheduler import Scheduler
+from ..scheduler import make_scheduler
 
 PAPER = {  # the vLLM paper's reported savings on Alpaca (Sec. 6.3)
     "parallel sampling": "6.1% - 9.8% (n = 2, 4, 6)",
@@ -41,7 +41,7 @@ def saving(requests, block_size: int, *, n: int = 1, beam_width: int = 1,
     k = max(n, beam_width)
     blocks = sum(k * blocks_needed(r.total_len, block_size) + k for r in reqs) + 1
     manager = KVCacheManager(blocks, block_size, trace=False)
-    s = Scheduler(reqs, manager, beam_reshuffle=beam_reshuffle, seed=seed).run()
+    s = make_scheduler(reqs, manager, beam_reshuffle=beam_reshuffle, seed=seed).run()
     used = sum(r.blocks_used for r in s.records)
     unshared = sum(r.unshared_blocks for r in s.records)
     return 1.0 - used / unshared if unshared else 0.0

@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import math
 
-from ..app.cli import ArgParser, float_in, int_in
+from ..app.args import ArgParser, float_in, int_in
 from ..errors import MAX_BLOCK_SIZE
 from ..sizing import preset
 
@@ -65,10 +65,10 @@ def measured_hit_fraction(num_requests: int = 40, num_blocks: int = 250, block_s
                           seed: int = 0) -> float:
     """Fraction of the tokens preemption discarded that the prefix cache served back (v1)."""
     from ..policies import PrefixCachingManager
-    from ..scheduler import Scheduler
+    from ..scheduler import make_scheduler
     from ..workloads import synthetic
     m = PrefixCachingManager(num_blocks, block_size, trace=False)
-    s = Scheduler(synthetic("sharegpt", num_requests, seed), m, mode="v1",
+    s = make_scheduler(synthetic("sharegpt", num_requests, seed), m, mode="v1",
                   max_num_batched_tokens=512, record=False).run()
     return 1.0 - s.recomputed_tokens / s.discarded_tokens if s.discarded_tokens else 0.0
 

@@ -30,11 +30,11 @@ from pathlib import Path
 import numpy as np
 
 from .. import workloads
-from ..app.cli import ArgParser, int_in, writable_dir
+from ..app.args import ArgParser, int_in, writable_dir
 from ..block_table import blocks_needed
 from ..errors import count_arg
 from ..policies import PrefixCachingManager
-from ..scheduler import Scheduler
+from ..scheduler import make_scheduler
 from .waste import (
     DEFAULT_MEMORY_TOKENS,
     MAX_MEMORY_TOKENS,
@@ -70,7 +70,7 @@ def analytic_row(cols: dict, block_size: int, memory_tokens: int) -> dict:
 
 def driver_row(requests, tokens, block_size: int, memory_tokens: int) -> dict:
     manager = PrefixCachingManager(memory_tokens // block_size, block_size, trace=False)
-    s = Scheduler(requests, manager, "recompute", tokens=tokens, record=False).run()
+    s = make_scheduler(requests, manager, "recompute", tokens=tokens, record=False).run()
     return {"preemptions": s.preemptions, "hit_rate": manager.stats.hit_rate}
 
 

@@ -42,7 +42,7 @@ import json
 import numpy as np
 
 from .. import workloads
-from ..app.cli import ArgParser, int_in
+from ..app.args import ArgParser, int_in
 from ..errors import MAX_BLOCK_SIZE, count_arg
 from ..sizing import preset
 from .contiguous import external_fragmentation

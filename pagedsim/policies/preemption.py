@@ -28,9 +28,9 @@ How to add a policy: write one class with a `name`, `keeps_kv` (does a preempted
 wait for a swap-in, or is it recomputed?), `preempt(manager, group)` returning the name
 of the policy that was applied, `swap_in(manager, group)` and a classmethod
 `make(**options)`; then add one entry to `PREEMPTION`. The v0 scheduler, the engine,
-`pagedsim play --policy` and `pagedsim generate --policy` take their choices from
-`PREEMPTION_POLICIES`, and tests/core/test_registries.py checks every prose list of the
-names against it.
+`pagedsim play --preemption-mode` and `pagedsim generate --preemption-mode` (vLLM v0's
+engine argument) take their choices from `PREEMPTION_POLICIES`, and
+tests/core/test_registries.py checks every prose list of the names against it.
 """
 
 from __future__ import annotations

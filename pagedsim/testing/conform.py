@@ -33,7 +33,7 @@ import sys
 import threading
 import traceback
 
-from ..app.cli import ArgParser, float_in, int_in
+from ..app.args import ArgParser, float_in, int_in
 
 CHILD_FLAG = "--child"
 

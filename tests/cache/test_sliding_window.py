@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from pagedsim import NULL_BLOCK
 from pagedsim.policies import SlidingWindowManager
-from pagedsim.scheduler import Scheduler
+from pagedsim.scheduler import make_scheduler
 from pagedsim.workloads import Request
 
 
@@ -57,5 +57,5 @@ def test_the_driver_with_a_window_keeps_only_window_and_sink_blocks(bs, window, 
                                                                     traced):
     reqs = [Request(p, o, n=2) for p, o in rows]
     m = SlidingWindowManager(64, bs, window=window, sinks=sinks, trace=traced)
-    Scheduler(reqs, m).run(check=True)  # check_invariants counts the kept blocks exactly
+    make_scheduler(reqs, m).run(check=True)  # check_invariants counts the kept blocks exactly
     assert m.num_free_blocks == 64

@@ -169,7 +169,7 @@ def test_a_sliding_window_hit_starts_past_evicted_blocks_it_would_never_read():
        st.integers(1, 9), st.sampled_from([1, 2, 4]), st.integers(0, 3))
 def test_a_sliding_window_cache_under_the_v1_scheduler_keeps_every_invariant(
         shapes, window, bs, spare):
-    from pagedsim.scheduler import Scheduler
+    from pagedsim.scheduler import make_scheduler
     from pagedsim.workloads import Request
     reqs = [Request(p, o) for p, o, _ in shapes]
     tokens = [[7 * k] * p for p, _, k in shapes]  # two families of prompts that repeat
@@ -182,7 +182,7 @@ def test_a_sliding_window_cache_under_the_v1_scheduler_keeps_every_invariant(
         for r in reqs
     )
     m = SlidingWindowPrefixCachingManager(need + spare, bs, window=window, trace=False)
-    s = Scheduler(reqs, m, mode="v1", tokens=tokens, max_num_batched_tokens=5).run(check=True)
+    s = make_scheduler(reqs, m, mode="v1", tokens=tokens, max_num_batched_tokens=5).run(check=True)
     assert s.finished == len(reqs) and m.num_free_blocks == m.num_blocks
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from pagedsim import story as sy
 from pagedsim import trace as tr
-from pagedsim.app import captions
+from pagedsim.app import captions, trace_json
 from pagedsim.app.trace_json import snapshots_from_dict
 from pagedsim.errors import OutOfBlocks, SequenceError
 from pagedsim.manager import KVCacheManager
@@ -124,7 +124,7 @@ def test_captions_are_told_on_demand_and_agree_across_languages(ops, window):
         assert snap.custom_caption is None  # the manager stores no sentence
         assert not [f.name for f in fields(snap) if isinstance(getattr(snap, f.name), str)]
         en, zh = captions.caption(snap, "en"), captions.caption(snap, "zh")
-        assert en == snap.caption == (tr.describe(snap.events) if snap.step else en)
+        assert en == sy.caption(snap) == (sy.describe(snap.events) if snap.step else en)
         assert sorted(re.findall(r"\d+", en)) == sorted(re.findall(r"\d+", zh)), (en, zh)
 
 
@@ -133,14 +133,15 @@ def test_own_words_are_marked_told_verbatim_in_every_language_and_kept_through_j
     mine = snaps[1].with_caption("`alloc S0 3`: hello")
     assert snaps[1].custom_caption is None and mine.custom_caption == "`alloc S0 3`: hello"
     assert [captions.caption(mine, lang) for lang in captions.TABLES] == ["`alloc S0 3`: hello"] * 2
-    back = snapshots_from_dict({"snapshots": [s.to_dict() for s in (snaps[0], mine, snaps[2])]})
-    assert back == [snaps[0], mine, snaps[2]]
-    assert [s.caption for s in back] == [snaps[0].caption, mine.caption, snaps[2].caption]
+    three = (snaps[0], mine, snaps[2])
+    back = snapshots_from_dict({"snapshots": [trace_json.snapshot_to_dict(s) for s in three]})
+    assert back == list(three)
+    assert [sy.caption(s) for s in back] == [sy.caption(s) for s in three]
 
 
 def test_a_trace_without_custom_captions_is_told_from_its_events():
     snaps = run([("a", 0, 3), ("p", 0, 2)])
-    d = {"snapshots": [s.to_dict() for s in snaps]}
+    d = {"snapshots": [trace_json.snapshot_to_dict(s) for s in snaps]}
     assert all("custom_caption" not in s for s in d["snapshots"])
     assert d["snapshots"][0]["caption"] == "a pool of 6 blocks x 2 tokens, all free"
     assert [captions.caption(s, "zh") for s in snapshots_from_dict(d)] == [
@@ -152,6 +153,6 @@ def test_a_caption_that_is_not_text_is_refused_and_the_snapshot_is_unchanged():
     with pytest.raises(TypeError, match="text must be a str"):
         snap.with_caption(42)
     assert snap.custom_caption is None
-    assert snap.caption == "seq S0 arrives with 3 tokens and takes blocks 0, 1"
+    assert sy.caption(snap) == "seq S0 arrives with 3 tokens and takes blocks 0, 1"
     with pytest.raises(ValueError, match="lang must be one of"):
         captions.caption(snap, "fr")

@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pagedsim
-from pagedsim.app import MOVED
 
 APPS = ("pagedsim.app", "pagedsim.draw", "pagedsim.labs", "pagedsim.engine", "pagedsim.testing")
 
@@ -14,7 +13,7 @@ APPS = ("pagedsim.app", "pagedsim.draw", "pagedsim.labs", "pagedsim.engine", "pa
 def core_modules():
     names = ["pagedsim"]
     for info in pkgutil.walk_packages(pagedsim.__path__, "pagedsim."):
-        if info.name in MOVED or info.name in ("pagedsim._moved", "pagedsim.__main__"):
+        if info.name == "pagedsim.__main__":
             continue
         if not info.name.startswith(APPS):
             names.append(info.name)
@@ -34,13 +33,13 @@ def imported_after(modules):
 def test_the_core_is_exactly_the_model():
     modules = core_modules()
     assert "pagedsim.manager" in modules and "pagedsim.policies.prefix_cache" in modules
-    assert not any(name.startswith(APPS) or name in MOVED for name in modules)
+    assert not any(name.startswith(APPS) for name in modules)
 
 
 def test_the_core_never_imports_matplotlib_numba_or_an_app():
     loaded = imported_after(core_modules())
     heavy = [m for m in loaded if m.split(".")[0] in ("matplotlib", "numba")]
-    apps = [m for m in loaded if m.startswith(APPS) or m in MOVED]
+    apps = [m for m in loaded if m.startswith(APPS)]
     assert heavy == [], f"core imported heavy modules: {heavy}"
     assert apps == [], f"core imported app modules: {apps}"
 
@@ -49,14 +48,3 @@ def test_the_tour_itself_stays_light():
     loaded = imported_after(["pagedsim.app.tour", "pagedsim.app.play"])
     assert not [m for m in loaded if m.split(".")[0] in ("matplotlib", "numba")]
 
-
-def test_each_moved_module_is_an_alias_of_its_new_home():
-    import importlib
-    import warnings
-
-    for old, new in MOVED.items():
-        with warnings.catch_warnings(record=True):
-            warnings.simplefilter("always")
-            module = importlib.import_module(old)
-        assert module is importlib.import_module(new), old
-        assert sys.modules[old] is sys.modules[new]

@@ -22,7 +22,7 @@ def test_allocate_pops_the_head_and_the_next_block_becomes_the_head():
     assert pool.allocate() == 0
     # Block 1 is now first: its prev is the head sentinel.
     assert links(pool, 1) == ("H", 2)
-    assert pool.ref_count(0) == 1 and pool.num_free == 3
+    assert pool.ref_count(0) == 1 and pool.num_free_blocks == 3
     assert pool.allocate() == 1
     assert links(pool, 2) == ("H", 3)
     assert pool.free_list() == [2, 3]
@@ -83,7 +83,7 @@ def test_allocate_many_splices_a_run_off_the_head_in_order():
     pool = BlockPool(6, block_size=4)
     assert pool.allocate_many(3) == [0, 1, 2]
     assert links(pool, 3) == ("H", 4)
-    assert pool.num_free == 3
+    assert pool.num_free_blocks == 3
     pool.release([2, 1, 0])  # release, last block first, as a sequence does
     assert pool.free_list() == [0, 1, 2, 3, 4, 5]
     pool.check_invariants()

@@ -11,7 +11,7 @@ from pagedsim import KVCacheManager
 from pagedsim.kv_events import read_stream
 from pagedsim.policies import PrefixCachingManager, SlidingWindowPrefixCachingManager
 from pagedsim.policies.hybrid import HybridManager
-from pagedsim.scheduler import Scheduler
+from pagedsim.scheduler import make_scheduler
 from pagedsim.workloads import Request
 from tests.fuzz.kit import WRONG_TYPES
 from tests.helpers import manager_state
@@ -38,7 +38,7 @@ def test_requests_that_are_not_requests_are_a_type_error(requests):
     for mode in ("v0", "v1"):
         m = KVCacheManager(16, 4)
         with pytest.raises(TypeError, match="Request"):
-            Scheduler(requests, m, mode=mode)
+            make_scheduler(requests, m, mode=mode)
         assert m.reclaimer is None and m.step == 0
 
 
@@ -46,7 +46,7 @@ def test_requests_that_are_not_requests_are_a_type_error(requests):
 def test_a_missing_manager_is_a_type_error_in_both_modes(manager):
     for mode in ("v0", "v1"):
         with pytest.raises(TypeError, match="manager must be a KVCacheManager"):
-            Scheduler([Request(4, 3)], manager, mode=mode)
+            make_scheduler([Request(4, 3)], manager, mode=mode)
 
 
 @pytest.mark.parametrize("record", ["yes", 1, None, 0.0])
@@ -54,7 +54,7 @@ def test_record_must_be_a_bool(record):
     for mode in ("v0", "v1"):
         m = KVCacheManager(16, 4)
         with pytest.raises(TypeError, match="record must be a bool"):
-            Scheduler([Request(4, 3)], m, mode=mode, record=record)
+            make_scheduler([Request(4, 3)], m, mode=mode, record=record)
         assert m.reclaimer is None
 
 
@@ -64,17 +64,19 @@ def test_record_must_be_a_bool(record):
 def test_bad_v1_scheduler_options_are_refused_and_the_manager_is_untouched(name, value):
     good = {"policy": "fcfs", "long_prefill_token_threshold": 0, "max_model_len": 100,
             "arrival_times": [0.0], "priorities": [0]}
-    if value == good[name] or (name == "max_model_len" and isinstance(value, int)
-                               and not isinstance(value, bool) and value >= 7) or \
+    # None is the default of every option here but policy (whose default is "fcfs")
+    if value == good[name] or (value is None and name != "policy") or \
+            (name == "max_model_len" and isinstance(value, int)
+             and not isinstance(value, bool) and value >= 7) or \
             (name == "long_prefill_token_threshold" and type(value) is int and value >= 0) or \
             (name in ("priorities", "arrival_times") and isinstance(value, (list, tuple))
              and len(value) == 1 and type(value[0]) is int and value[0] >= 0) or \
-            (name == "policy" and value in ("priority", None)):
+            (name == "policy" and value == "priority"):
         return  # a valid value
     m = PrefixCachingManager(16, 4)
     before = manager_state(m)
     with pytest.raises((TypeError, ValueError)):
-        Scheduler([Request(4, 3)], m, mode="v1", **{name: value})
+        make_scheduler([Request(4, 3)], m, mode="v1", **{name: value})
     assert manager_state(m) == before and m.reclaimer is None
 
 
@@ -83,7 +85,7 @@ def test_bad_v1_scheduler_options_are_refused_and_the_manager_is_untouched(name,
                                           ([True], TypeError), ([1.0, 2.0], ValueError)])
 def test_arrival_times_must_be_finite_non_negative_numbers_one_per_request(times, error):
     with pytest.raises(error):
-        Scheduler([Request(4, 3)], KVCacheManager(16, 4), mode="v1", arrival_times=times)
+        make_scheduler([Request(4, 3)], KVCacheManager(16, 4), mode="v1", arrival_times=times)
 
 
 @settings(max_examples=80)

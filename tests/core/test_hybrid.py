@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pagedsim import NULL_BLOCK, OutOfBlocks
+from pagedsim import NULL_BLOCK, OutOfBlocks, story
 from pagedsim.policies.hybrid import HybridManager
 
 B = 2
@@ -133,7 +133,7 @@ def test_the_playgrounds_hybrid_option_shows_both_groups_tables_and_refuses_fork
     with pytest.raises(Refused, match="fork"):
         s.run("fork A C")
     s.run("alloc Z 99")  # a pool that runs dry is a step, and says so truthfully
-    assert "OutOfBlocks, nothing changed" in s.timeline()[-1].caption
+    assert "OutOfBlocks, nothing changed" in story.caption(s.timeline()[-1])
     assert s.manager.seq_ids() == ["A", "B"]
     for bad in ({"prefix_cache": True}, {"window": 4}, {"policy": "swap"}):
         with pytest.raises(Refused):

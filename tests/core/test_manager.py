@@ -14,8 +14,11 @@ from pagedsim import (
     OutOfBlocks,
     SequenceError,
     blocks_needed,
+    story,
 )
-from pagedsim.trace import AllocationFailed, CopyOnWrite, describe
+from pagedsim.app import trace_json
+from pagedsim.story import describe
+from pagedsim.trace import AllocationFailed, CopyOnWrite
 
 
 def test_a_table_has_ceil_tokens_over_block_size_entries():
@@ -153,9 +156,9 @@ def test_each_call_is_one_step_with_a_snapshot_and_a_caption():
     m.append_tokens("B")
     snaps = m.trace.snapshots
     assert [s.step for s in snaps] == [0, 1, 2, 3]
-    assert "arrives with 3 tokens" in snaps[1].caption
-    assert "forks from seq A" in snaps[2].caption
-    assert "copy-on-write" in snaps[3].caption
+    assert "arrives with 3 tokens" in story.caption(snaps[1])
+    assert "forks from seq A" in story.caption(snaps[2])
+    assert "copy-on-write" in story.caption(snaps[3])
     assert any(isinstance(e, CopyOnWrite) for e in snaps[3].events)
     assert all(e.step == 3 for e in snaps[3].events)
 
@@ -183,7 +186,7 @@ def test_a_refused_operation_is_recorded_but_changes_nothing():
         m.append_tokens("A", 1)
     last = m.trace.snapshots[-1]
     assert isinstance(last.events[0], AllocationFailed)
-    assert "OutOfBlocks" in last.caption
+    assert "OutOfBlocks" in story.caption(last)
     assert last.sequences == m.trace.snapshots[-2].sequences
 
 
@@ -191,7 +194,7 @@ def test_the_trace_is_json_ready():
     m = KVCacheManager(4, 2)
     m.add_sequence("A", 3)
     m.fork("A", "B")
-    data = json.loads(json.dumps(m.trace.to_dict()))
+    data = json.loads(json.dumps(trace_json.to_dict(m.trace)))
     assert [e["kind"] for e in data["events"]][:2] == ["sequence_added", "block_allocated"]
     assert data["snapshots"][-1]["sequences"][1]["seq_id"] == "B"
 
@@ -222,7 +225,7 @@ def test_restoring_swapped_sequences_keeps_a_shared_prefix_shared():
     a, b = m.block_table("A"), m.block_table("B")
     assert a[:2] == b[:2] == [placed[70], placed[71]]
     assert [m.pool.ref_count(x) for x in a] == [2, 2, 1]
-    assert "arrives" in m.trace.snapshots[-1].caption
+    assert "arrives" in story.caption(m.trace.snapshots[-1])
     m.check_invariants()
 
 

@@ -3,7 +3,7 @@ plan, peak blocks, and one trace step per decode step."""
 
 import pytest
 
-from pagedsim import BlockPool, KVCacheManager
+from pagedsim import BlockPool, KVCacheManager, story
 from pagedsim.policies import SlidingWindowManager
 
 
@@ -30,7 +30,7 @@ def test_a_given_pool_is_used_and_a_mismatched_or_busy_one_is_refused():
     pool = BlockPool(6, 4, "fifo")
     m = KVCacheManager(6, 4, pool=pool)
     m.add_sequence("a", 5)
-    assert m.pool is pool and pool.num_free == 4
+    assert m.pool is pool and pool.num_free_blocks == 4
     assert m.trace.snapshots[0].free_list == tuple(range(6))
     with pytest.raises(ValueError, match="pool has 6 blocks x 4 tokens"):
         KVCacheManager(6, 2, pool=BlockPool(6, 4))
@@ -63,7 +63,7 @@ def test_a_decode_step_is_one_trace_step_that_names_the_batch():
     steps = len(m.trace.snapshots)
     m.decode_step(["a", "b"])
     assert len(m.trace.snapshots) == steps + 1
-    caption = m.trace.snapshots[-1].caption
+    caption = story.caption(m.trace.snapshots[-1])
     assert caption.startswith("decode step: 2 sequences append one token each")
     assert "take block" in caption
 

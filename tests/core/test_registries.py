@@ -20,8 +20,9 @@ PREEMPT, EVICT = set(PREEMPTION), set(EVICTION_KEYS)
 ROWS = [  # (path, pattern, registry)
     ("README.md", r"preemption \(([a-z, ]+)\)", PREEMPT),
     ("README.md", r"v0 (\w+) and (\w+) beside it", PREEMPT),
-    ("pagedsim/app/play_session.py", r"by --policy: (\w+), or (\w+) to the host", PREEMPT),
-    ("pagedsim/app/play.py", r"`--policy ([a-z|]+)`", PREEMPT),
+    ("pagedsim/app/play_session.py", r"by --preemption-mode: (\w+), or (\w+) to the host",
+     PREEMPT),
+    ("pagedsim/app/play.py", r"`--preemption-mode ([a-z|]+)`", PREEMPT),
     ("pagedsim/app/play.py", r"none \(the step fails\), (\w+) or (\w+) the newest", PREEMPT),
     ("pagedsim/labs/__init__.py", r" x ([a-z/]+) on one trace", PREEMPT),
     ("pagedsim/labs/policies.py", r"v0: ([a-z| ]+) \(policies/preemption.py\)", PREEMPT),
@@ -77,8 +78,8 @@ def test_a_new_preemption_policy_is_one_registry_entry(monkeypatch):
     monkeypatch.setitem(preemption.PREEMPTION, "drop", Drop)
     assert isinstance(make_policy("drop"), Drop)
     from pagedsim import KVCacheManager
-    from pagedsim.scheduler import Scheduler
+    from pagedsim.scheduler import make_scheduler
     from pagedsim.workloads import Request
-    s = Scheduler([Request(4, 6), Request(4, 6)], KVCacheManager(8, 2), "drop", watermark=0.0)
+    s = make_scheduler([Request(4, 6), Request(4, 6)], KVCacheManager(8, 2), "drop", watermark=0.0)
     s.run(check=True)
     assert s.preemptions > 0 and s.finished == 2

@@ -193,7 +193,7 @@ class ManagerMachine(RuleBasedStateMachine):
         for seq in list(self.tokens):
             self.m.free_sequence(seq)
         self.m.check_invariants()
-        assert self.m.pool.num_free == self.m.num_blocks, "blocks leaked after freeing everything"
+        assert self.m.pool.num_free_blocks == self.m.num_blocks, "blocks leaked after freeing all"
         assert sum(self.m.pool.ref_counts()) == 0
 
 

@@ -9,7 +9,7 @@
 
 import pytest
 
-from pagedsim import NULL_BLOCK, KVCacheManager
+from pagedsim import NULL_BLOCK, KVCacheManager, story
 from pagedsim.app.play_session import Options, Session
 from pagedsim.errors import OutOfBlocks
 from pagedsim.policies import (
@@ -18,7 +18,7 @@ from pagedsim.policies import (
     SlidingWindowManager,
     SlidingWindowPrefixCachingManager,
 )
-from pagedsim.scheduler import Scheduler
+from pagedsim.scheduler import make_scheduler
 from pagedsim.workloads import Request
 from tests.helpers import manager_state
 
@@ -65,27 +65,27 @@ def admission_order(sched) -> list:
     while not sched.done:
         sched.step()
         for r in sched.running:
-            if r.req_id[0] not in order:
-                order.append(r.req_id[0])
+            if r.request_id[0] not in order:
+                order.append(r.request_id[0])
     return order
 
 
 def test_priority_scheduling_admits_the_most_urgent_waiting_request_first():
     reqs = [Request(2, 3) for _ in range(3)]
-    s = Scheduler(reqs, PrefixCachingManager(16, 2), mode="v1", max_num_seqs=1,
+    s = make_scheduler(reqs, PrefixCachingManager(16, 2), mode="v1", max_num_seqs=1,
                   policy="priority", priorities=[2, 0, 1])
     assert admission_order(s) == [1, 2, 0]
 
 
 def test_equal_priorities_are_admitted_in_arrival_order():
     reqs = [Request(2, 3, arrival_step=a) for a in (1, 0, 0)]
-    s = Scheduler(reqs, PrefixCachingManager(16, 2), mode="v1", max_num_seqs=1,
+    s = make_scheduler(reqs, PrefixCachingManager(16, 2), mode="v1", max_num_seqs=1,
                   policy="priority", priorities=[0, 0, 0])
     assert admission_order(s) == [1, 2, 0]
 
 
 def test_fcfs_keeps_arrival_order_whatever_the_priorities():
-    s = Scheduler([Request(2, 3) for _ in range(3)], PrefixCachingManager(16, 2), mode="v1",
+    s = make_scheduler([Request(2, 3) for _ in range(3)], PrefixCachingManager(16, 2), mode="v1",
                   max_num_seqs=1, priorities=[2, 0, 1])
     assert admission_order(s) == [0, 1, 2]
 
@@ -141,12 +141,12 @@ def test_the_playground_says_truthfully_that_nothing_was_preempted():
     moment = s.run("alloc Z 99")
     assert s.manager.seq_ids() == ["A", "B"] and not s.preempted
     assert "nothing was preempted" in " ".join(moment.notes)
-    assert "OutOfBlocks, nothing changed" in s.timeline()[-1].caption
+    assert "OutOfBlocks, nothing changed" in story.caption(s.timeline()[-1])
 
 
 def test_max_model_len_refuses_a_longer_request_when_the_v1_scheduler_is_built():
     m = PrefixCachingManager(64, 4)
     with pytest.raises(ValueError, match="longer than max_model_len 10"):
-        Scheduler([Request(4, 2), Request(8, 3)], m, mode="v1", max_model_len=10)
+        make_scheduler([Request(4, 2), Request(8, 3)], m, mode="v1", max_model_len=10)
     assert m.reclaimer is None and m.step == 0
-    Scheduler([Request(8, 2)], m, mode="v1", max_model_len=10).run(check=True)
+    make_scheduler([Request(8, 2)], m, mode="v1", max_model_len=10).run(check=True)

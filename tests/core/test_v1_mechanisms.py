@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from pagedsim import kv_events as ke
+from pagedsim import story
 from pagedsim.policies import PrefixCachingManager, SlidingWindowManager
 from tests.helpers import manager_state
 
@@ -165,7 +166,7 @@ def test_a_stream_in_vllms_format_replays_into_chains_that_share_their_prefix():
     assert two.ref_counts[:2] == (2, 2)
     assert [s.blocks for s in snaps[4].sequences] == [(0, 1, 3)]  # 13 evicted
     assert snaps[5].sequences == () and len(snaps[5].free_list) == 4
-    assert "BlockRemoved" in snaps[4].caption
+    assert "BlockRemoved" in story.caption(snaps[4])
 
 
 def test_events_written_by_pagedsim_read_back_the_same():

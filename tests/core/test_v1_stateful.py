@@ -89,7 +89,7 @@ class V1CacheMachine(RuleBasedStateMachine):
     @rule()
     def reset(self):
         before = manager_state(self.m)
-        busy = self.m.pool.num_free != self.m.pool.num_blocks
+        busy = self.m.pool.num_free_blocks != self.m.pool.num_blocks
         assert self.m.reset_prefix_cache() is (not busy)
         if busy:
             assert manager_state(self.m) == before

@@ -48,12 +48,6 @@ def test_the_curriculum_lists_the_exercises_in_course_order_and_is_sound():
     assert curriculum.problems(EXERCISES) == []
 
 
-def test_the_fallback_toml_reader_agrees_with_tomllib():
-    tomllib = pytest.importorskip("tomllib")
-    text = curriculum.CURRICULUM.read_text(encoding="utf-8")
-    assert curriculum._parse_subset(text) == tomllib.loads(text)
-
-
 def test_the_curriculum_check_refuses_orphans_missing_paths_and_empty_hints():
     broken = [
         dataclasses.replace(EXERCISES[0], hint="  "),

@@ -4,9 +4,9 @@ Each test checks one known mutant (course/ch03_kv_block/mutants.py) in-process a
 the words `pagedsim check` would print for it.
 """
 
-from course import cli, curriculum
+from course import curriculum
 from course.ch03_kv_block import mutants
-from course.runner import Failure, Outcome, run_checks
+from course.runner import Failure, Outcome, print_report, run_checks
 
 
 def check_mutant(tmp_path, exercise_id, name):
@@ -67,7 +67,7 @@ def test_messages_that_differ_only_in_numbers_are_shown_once(capsys):
             Failure("c", "returned float32"),
         ],
     )
-    cli._report(out, verbose=False, hint=False)
+    print_report(out, verbose=False, hint=False)
     printed = capsys.readouterr().out
     assert printed.count("check the gather") == 1 and "(2 checks)" in printed
     assert "returned float32" in printed

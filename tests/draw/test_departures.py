@@ -3,7 +3,7 @@ until the step they come back (`render.departures`, drawn as dashed rows under t
 
 import pytest
 
-from pagedsim import KVCacheManager
+from pagedsim import KVCacheManager, story
 from pagedsim.draw.render import Layout, departures, render
 
 pytestmark = pytest.mark.draw
@@ -11,7 +11,7 @@ pytestmark = pytest.mark.draw
 
 def test_a_sequence_freed_for_good_is_marked_finished_in_the_frame_it_leaves(tour_snaps):
     gone = departures(tour_snaps)
-    k = next(i for i, s in enumerate(tour_snaps) if "seq A finishes" in s.caption)
+    k = next(i for i, s in enumerate(tour_snaps) if "seq A finishes" in story.caption(s))
     assert gone[k] == (("A", None),)
     assert all(g == () for i, g in enumerate(gone) if i != k)
     ax = render(tour_snaps[k], layout=Layout.for_snapshots(tour_snaps)).axes[0]
@@ -57,7 +57,8 @@ def test_generate_frames_are_numbered_by_engine_step_and_carry_the_whole_steps_e
     engine, marks, _ = run(backend="numpy")
     frames = step_frames(engine, marks)
     assert [f.step for f in frames] == list(range(1, len(engine.log) + 1))
-    assert all(f.caption.startswith("batch ") and "engine step" not in f.caption for f in frames)
+    told = [story.caption(f) for f in frames]
+    assert all(c.startswith("batch ") and "engine step" not in c for c in told)
     snaps = engine.blocks.manager.trace.snapshots
     assert sum(len(f.events) for f in frames) == sum(len(s.events) for s in snaps[:marks[-1] + 1])
     finished = {sid for g in departures(frames) for sid, back in g if back is None}

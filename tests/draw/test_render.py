@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from matplotlib.colors import to_hex
 
-from pagedsim import KVCacheManager, OutOfBlocks, SequenceError
+from pagedsim import KVCacheManager, OutOfBlocks, SequenceError, story
+from pagedsim.app import trace_json
 from pagedsim.draw import style
 from pagedsim.draw.render import Layout, describe_artists, render
 
@@ -40,7 +41,7 @@ def check_consistent(snap, fig):
             stripes = by_gid(fig, rf"share-{b}-\d+")
             assert len(stripes) == len(snap.owners(b)) - 1
     caption = " ".join(by_gid(fig, "caption")["caption"].get_text().split())
-    assert " ".join(snap.caption.split()) in caption
+    assert " ".join(story.caption(snap).split()) in caption
 
 
 def test_every_tour_step_draws_one_patch_per_block_with_correct_colours_and_badges(tour_snaps):
@@ -131,10 +132,10 @@ def test_an_empty_free_list_says_the_next_allocate_fails(tour_snaps):
 
 def test_render_is_pure_same_snapshot_same_artists_and_the_snapshot_is_unchanged(tour_snaps):
     snap = tour_snaps[6]
-    before = snap.to_dict()
+    before = trace_json.snapshot_to_dict(snap)
     first = describe_artists(render(snap))
     assert describe_artists(render(snap)) == first
-    assert snap.to_dict() == before
+    assert trace_json.snapshot_to_dict(snap) == before
     assert describe_artists(render(tour_snaps[7])) != first
 
 

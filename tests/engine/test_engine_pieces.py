@@ -8,7 +8,7 @@ import pytest
 
 from pagedsim.engine import ModelConfig, PagedEngine, Request, TinyModel
 from pagedsim.engine.adapter import BlockAdapter
-from pagedsim.engine.generate import main as generate_main
+from pagedsim.engine.generate_cli import main as generate_main
 from pagedsim.engine.requests import RequestState, sample
 
 
@@ -101,7 +101,7 @@ def test_generate_reports_cache_hits_copies_swaps_and_a_match_with_the_dense_eng
 
 def test_generate_refuses_a_pool_too_small_for_one_request_with_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exit_:
-        generate_main(["--backend", "numpy", "--blocks", "5"])
+        generate_main(["--backend", "numpy", "--num-gpu-blocks-override", "5"])
     assert exit_.value.code == 2
     assert "needs up to 9 blocks alone; the pool has 5" in capsys.readouterr().err
 

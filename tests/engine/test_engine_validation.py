@@ -64,12 +64,6 @@ def test_an_engine_needs_a_positive_token_budget(budget, error):
         PagedEngine(SMALL, 8, 4, max_num_batched_tokens=budget, backend="numpy")
 
 
-def test_the_old_budget_name_still_works_and_warns_that_it_is_deprecated():
-    with pytest.warns(DeprecationWarning, match="max_num_batched_tokens"):
-        engine = PagedEngine(SMALL, 8, 4, max_batched_tokens=3, backend="numpy")
-    assert engine.max_num_batched_tokens == 3
-
-
 def test_generate_refuses_something_that_is_not_a_request_before_submitting_any():
     engine = PagedEngine(SMALL, 8, 4, backend="numpy")
     with pytest.raises(TypeError, match="a request must be a Request, got int"):

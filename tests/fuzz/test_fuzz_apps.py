@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pagedsim import KVCacheManager
-from pagedsim.app import cli
+from pagedsim.app import cli, trace_json
 from pagedsim.app.trace_json import load_snapshots, snapshots_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,7 +48,7 @@ def trace_dict() -> dict:
     m.add_sequence("A", 5)
     m.fork("A", "B")
     m.append_tokens("B", 1)
-    return json.loads(json.dumps(m.trace.to_dict(), default=str))
+    return json.loads(json.dumps(trace_json.to_dict(m.trace), default=str))
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,8 @@ ROWS = {  # name: (arguments, a word the one stderr line must contain)
     "workspace on a file": (["workspace", "a_file"], "a file"),
     **{f"play --width {v}": (["play", "script.txt", "--width", v], "--width") for v in NUMBERS},
     **{
-        f"play --blocks {v}": (["play", "script.txt", "--blocks", v], "--blocks")
+        f"play --num-gpu-blocks-override {v}": (
+            ["play", "script.txt", "--num-gpu-blocks-override", v], "--num-gpu-blocks-override")
         for v in ("0", "-1", "inf", "1e9")
     },
     "play --block-size nan": (["play", "script.txt", "--block-size", "nan"], "--block-size"),

@@ -55,7 +55,7 @@ def test_every_pool_call_refuses_bad_block_ids_and_counts(n, taken, data):
     refused(pool_state, pool, lambda: pool.release(held + [value]), error)
     count, error = data.draw(bad_counts())
     refused(pool_state, pool, lambda: pool.allocate_many(count), error)
-    refused(pool_state, pool, lambda: pool.allocate_many(pool.num_free + 1), OutOfBlocks)
+    refused(pool_state, pool, lambda: pool.allocate_many(pool.num_free_blocks + 1), OutOfBlocks)
     if held:  # a block listed more often than it is held: nothing is released
         refused(pool_state, pool, lambda: pool.release(held + held[:1]), BlockError)
     for bad_list in ("01", 3, None):

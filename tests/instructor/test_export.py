@@ -55,7 +55,7 @@ def test_exporting_into_a_folder_that_is_not_empty_is_refused(tmp_path, capsys):
 def test_an_export_from_an_installed_wheel_gets_a_pyproject_from_the_package_metadata(
         tmp_path, monkeypatch):
     """A wheel carries no pyproject.toml: the copy gets one, so `pip install .` works in it."""
-    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
     from types import SimpleNamespace
 
     ep = lambda group, name, value: SimpleNamespace(group=group, name=name, value=value)  # noqa: E731

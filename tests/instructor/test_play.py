@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from pagedsim import story
 from pagedsim.app import play
 from pagedsim.app.play_session import Options, Refused, Session, parse
 from pagedsim.app.tour import tour_manager
@@ -48,20 +49,20 @@ def test_a_pool_that_runs_dry_is_a_step_of_its_own_not_an_exception():
     s, pg, out = run_lines(FORK_SCRIPT)
     failed = s.timeline()[6]
     assert [e.kind for e in failed.events] == ["allocation_failed"]
-    assert "the pool ran dry" in failed.caption and pg.mistakes == 0
+    assert "the pool ran dry" in story.caption(failed) and pg.mistakes == 0
     assert "Traceback" not in out
 
 
 def test_the_playgrounds_own_notes_are_in_chinese_under_lang_zh():
     s, _, _ = run_lines(FORK_SCRIPT)
-    dry = s.timeline("zh")[6].caption
+    dry = story.caption(s.timeline("zh")[6])
     assert "池已耗尽" in dry and "the pool ran dry" not in dry, dry
     s = Session(Options(num_blocks=4, block_size=4, policy="recompute"))
     for cmd in ("alloc A 4", "alloc B 8", "append A 5"):
         s.run(cmd)
-    said = s.timeline("zh")[-1].caption
+    said = story.caption(s.timeline("zh")[-1])
     assert "抢占了序列 B：8 个 token 需要重算" in said and "preempted" not in said, said
-    assert "preempted seq B: 8 tokens to recompute" in s.timeline("en")[-1].caption
+    assert "preempted seq B: 8 tokens to recompute" in story.caption(s.timeline("en")[-1])
     from pagedsim.app.tour import format_snapshot
     text = format_snapshot(s.current(), lang="zh")
     assert "个 token   逻辑->物理：" in text and "logical->physical" not in text, text
@@ -168,7 +169,8 @@ def test_a_scenario_script_is_drawn_end_to_end_frames_key_frames_and_a_gif(tmp_p
     script = tmp_path / "scenario.txt"
     script.write_text("alloc A 6\nfork A B\nappend B\nalloc C 40\n")
     out = tmp_path / "out"
-    assert play.main([str(script), "--blocks", "6", "--draw", str(out), "--format", "svg"]) == 0
+    assert play.main([str(script), "--num-gpu-blocks-override", "6", "--draw", str(out),
+                      "--format", "svg"]) == 0
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted([f"scenario_step_00{k}.svg" for k in range(5)]
                            + ["scenario-key-frames.svg", "scenario.gif"])

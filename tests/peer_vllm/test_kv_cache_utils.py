@@ -40,23 +40,23 @@ def queue_in_order(order, free_order="fifo"):
 def test_free_kv_cache_block_queue_initialization():
     # re-tells test_free_kv_cache_block_queue_initialization
     pool = BlockPool(1, 1)
-    assert pool.num_free == 1 and pool._next[pool._head] == 0 and pool._prev[pool._tail] == 0
+    assert pool.num_free_blocks == 1 and pool._next[pool._head] == 0 and pool._prev[pool._tail] == 0
 
 
 def test_free_kv_cache_block_queue_operations():
     # re-tells test_free_kv_cache_block_queue_operations
     pool = BlockPool(5, 1, "fifo")
-    assert pool.num_free == 5 and pool.head() == 0 and pool._prev[pool._tail] == 4
+    assert pool.num_free_blocks == 5 and pool.head() == 0 and pool._prev[pool._tail] == 4
     assert pool.allocate() == 0  # popleft
-    assert pool.num_free == 4 and pool.head() == 1 and pool._prev[pool._tail] == 4
+    assert pool.num_free_blocks == 4 and pool.head() == 1 and pool._prev[pool._tail] == 4
     pool.take(2)  # remove from the middle
-    assert pool.num_free == 3 and pool._next[1] == 3 and pool._prev[3] == 1
+    assert pool.num_free_blocks == 3 and pool._next[1] == 3 and pool._prev[3] == 1
     pool.free(2)  # append back (fifo: to the tail)
-    assert pool.num_free == 4 and pool._prev[pool._tail] == 2
+    assert pool.num_free_blocks == 4 and pool._prev[pool._tail] == 2
     assert pool._prev[2] == 4 and pool._next[2] == pool._tail
     for _ in range(4):
         pool.allocate()
-    assert pool.num_free == 0 and pool._next[pool._head] == pool._tail
+    assert pool.num_free_blocks == 0 and pool._next[pool._head] == pool._tail
     assert pool._prev[pool._tail] == pool._head
     with pytest.raises(OutOfBlocks):  # vLLM: ValueError("No free blocks available")
         pool.allocate()
@@ -68,7 +68,7 @@ def test_free_kv_cache_block_queue_append_n():
     pool = BlockPool(6, 1, "fifo")
     pool.allocate_many(6)
     pool.release([])
-    assert pool.num_free == 0 and pool._next[pool._head] == pool._tail
+    assert pool.num_free_blocks == 0 and pool._next[pool._head] == pool._tail
     pool.release([0])
     assert pool.free_list() == [0] and pool._prev[0] == pool._head and pool._next[0] == pool._tail
     pool.release([4, 5])
@@ -91,17 +91,17 @@ def test_free_kv_cache_block_queue_prepend_n():
     assert pool.free_list() == [4, 5, 0] and pool._prev[4] == pool._head
     pool.release([1, 2])
     assert pool.free_list() == [1, 2, 4, 5, 0]
-    assert [pool.allocate() for _ in range(5)] == [1, 2, 4, 5, 0] and pool.num_free == 0
+    assert [pool.allocate() for _ in range(5)] == [1, 2, 4, 5, 0] and pool.num_free_blocks == 0
 
 
 def test_free_kv_cache_block_queue_popleft_n():
     # re-tells test_free_kv_cache_block_queue_popleft_n
     pool = queue_in_order([1, 3, 5, 4, 0, 2])
     assert pool.free_list() == [1, 3, 5, 4, 0, 2]
-    assert pool.allocate_many(0) == [] and pool.num_free == 6
-    assert pool.allocate_many(1) == [1] and pool.num_free == 5
-    assert pool.allocate_many(2) == [3, 5] and pool.num_free == 3
-    assert pool.allocate_many(3) == [4, 0, 2] and pool.num_free == 0
+    assert pool.allocate_many(0) == [] and pool.num_free_blocks == 6
+    assert pool.allocate_many(1) == [1] and pool.num_free_blocks == 5
+    assert pool.allocate_many(2) == [3, 5] and pool.num_free_blocks == 3
+    assert pool.allocate_many(3) == [4, 0, 2] and pool.num_free_blocks == 0
     assert pool._next[pool._head] == pool._tail
     pool.check_invariants()
 

@@ -2,7 +2,7 @@
 003df2961dd8830c317a61f9745ccd557da9fa06).
 
 Translations:
-    * vLLM's Scheduler is `Scheduler(requests, manager, mode="v1", ...)` (SchedulerV1);
+    * vLLM's Scheduler is `make_scheduler(requests, manager, mode="v1", ...)` (SchedulerV1);
       `create_requests(num_requests, num_tokens, max_tokens)` is a list of
       `Request(num_tokens, max_tokens)`; `SchedulingPolicy.PRIORITY` is `policy="priority"`
       with `priorities=[...]` and `arrival_times=[...]` (v1's Request.arrival_time: it orders
@@ -14,7 +14,7 @@ Translations:
       iterates in admission order (a heap under the priority policy, as in vLLM).
     * A pool of N vLLM blocks (one is the null block) is N - 1 blocks here. Prefix caching
       off is the plain `KVCacheManager`.
-    * `request.num_computed_tokens` is `V1Request.num_computed`; ids are (request, sample).
+    * `request.num_computed_tokens` is `V1Request.num_computed_tokens`; ids are (request, sample).
 Not applicable: multimodal encoder budgets, speculative decoding, structured output, KV
 connectors, async scheduling and pipeline parallelism, EOS and stop strings (pagedsim
 samples a fixed number of tokens), scheduler stats objects.
@@ -22,7 +22,7 @@ samples a fixed number of tokens), scheduler stats objects.
 
 from pagedsim import KVCacheManager
 from pagedsim.policies import PrefixCachingManager
-from pagedsim.scheduler import Scheduler
+from pagedsim.scheduler import make_scheduler
 from pagedsim.workloads import Request
 
 
@@ -33,18 +33,18 @@ def priority_scheduler(priorities, arrival_times=None, num_tokens=10, max_tokens
     n = len(priorities)
     steps = arrival_steps or [0] * n
     reqs = [Request(num_tokens, max_tokens, arrival_step=steps[i]) for i in range(n)]
-    return Scheduler(reqs, KVCacheManager(num_blocks - 1, 16), mode="v1",
+    return make_scheduler(reqs, KVCacheManager(num_blocks - 1, 16), mode="v1",
                      max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                      policy="priority", priorities=priorities,
                      arrival_times=arrival_times or [float(i) for i in range(n)])
 
 
 def ids(reqs):
-    return [str(r.req_id[0]) for r in reqs]
+    return [str(r.request_id[0]) for r in reqs]
 
 
 def test_schedule():
-    s = Scheduler([Request(10, 16) for _ in range(10)], KVCacheManager(9999, 16), mode="v1")
+    s = make_scheduler([Request(10, 16) for _ in range(10)], KVCacheManager(9999, 16), mode="v1")
     s.step()
     assert not list(s.waiting) and ids(s.running) == [str(i) for i in range(10)]
     assert s.records[-1].prefill_tokens == 10 * 10  # every prompt in full
@@ -53,15 +53,15 @@ def test_schedule():
 def test_schedule_concurrent_partial_requests():
     for cache in (True, False):
         m = PrefixCachingManager(9999, 16) if cache else KVCacheManager(9999, 16)
-        s = Scheduler([Request(800, 4) for _ in range(3)], m, mode="v1",
+        s = make_scheduler([Request(800, 4) for _ in range(3)], m, mode="v1",
                       max_num_batched_tokens=1024, long_prefill_token_threshold=400,
                       tokens=[[i] * 800 for i in range(3)] if cache else None)
         s.step()
-        assert [r.num_computed for r in s.running] == [400, 400, 224]
+        assert [r.num_computed_tokens for r in s.running] == [400, 400, 224]
         s.step()
-        assert [r.num_computed for r in s.running] == [800, 800, 448]
+        assert [r.num_computed_tokens for r in s.running] == [800, 800, 448]
         s.step()  # two decodes, and the third prompt's remaining 352 tokens
-        assert [r.num_computed for r in s.running] == [801, 801, 800]
+        assert [r.num_computed_tokens for r in s.running] == [801, 801, 800]
         assert s.records[-1].scheduled_tokens == 1 + 1 + 800 - 224 - 224
 
 
@@ -71,14 +71,14 @@ def test_schedule_partial_requests():
     an encoder budget pagedsim does not have). Without long_prefill_token_threshold the
     first prompt is scheduled whole and the next one gets the rest of the budget; a
     running prefill keeps being chunked until its prompt is done."""
-    s = Scheduler([Request(800, 4) for _ in range(3)], KVCacheManager(9999, 16), mode="v1",
+    s = make_scheduler([Request(800, 4) for _ in range(3)], KVCacheManager(9999, 16), mode="v1",
                   max_num_batched_tokens=1024)
     s.step()
-    assert ids(s.running) == ["0", "1"] and [r.num_computed for r in s.running] == [800, 224]
+    assert ids(s.running) == ["0", "1"] and [r.num_computed_tokens for r in s.running] == [800, 224]
     s.step()  # a decode, 576 tokens finishing prompt 1, and the 447 left for prompt 2
-    assert [r.num_computed for r in s.running] == [801, 800, 447]
+    assert [r.num_computed_tokens for r in s.running] == [801, 800, 447]
     s.step()  # two decodes and prompt 2's remaining 353
-    assert [r.num_computed for r in s.running] == [802, 801, 800]
+    assert [r.num_computed_tokens for r in s.running] == [802, 801, 800]
     assert s.records[-1].scheduled_tokens == 1 + 1 + 353
     s.step()  # every request decodes one token
     assert s.records[-1].scheduled_tokens == 3
@@ -86,7 +86,7 @@ def test_schedule_partial_requests():
 
 def test_schedule_order():
     reqs = [Request(800, 4), Request(800, 4), Request(10, 4), Request(10, 4)]
-    s = Scheduler(reqs, KVCacheManager(9999, 16), mode="v1", max_num_batched_tokens=1024,
+    s = make_scheduler(reqs, KVCacheManager(9999, 16), mode="v1", max_num_batched_tokens=1024,
                   max_num_seqs=3)
     s.step()  # chunked prefill: the second long prompt takes the rest of the budget
     assert ids(s.running) == ["0", "1"] and s.records[-1].scheduled_tokens == 1024
@@ -95,7 +95,7 @@ def test_schedule_order():
 def test_memory_leak():
     reqs = [Request(30 + i % 7, 1 + i % 5, arrival_step=i // 3) for i in range(40)]
     m = PrefixCachingManager(40, 16)
-    Scheduler(reqs, m, mode="v1", max_num_batched_tokens=128,
+    make_scheduler(reqs, m, mode="v1", max_num_batched_tokens=128,
               tokens=[[i % 4] * r.prompt_len for i, r in enumerate(reqs)]).run(check=True)
     assert m.num_free_blocks == 40 and not m.seq_ids()
 
@@ -128,7 +128,7 @@ def test_priority_scheduling_preemption():
     assert ids(s.running) == ["0", "1"] and s.manager.num_free_blocks == 0
     s.step()  # hi1 needs a 3rd block: the least urgent running request, lo1, is preempted
     assert ids(s.running) == ["1"] and ids(s.waiting) == ["0"] and s.preemptions == 1
-    assert next(iter(s.waiting)).num_computed == 0
+    assert next(iter(s.waiting)).num_computed_tokens == 0
 
 
 def test_priority_scheduling_no_preemption_when_space_available():

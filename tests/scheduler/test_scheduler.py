@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from pagedsim import KVCacheManager
 from pagedsim.policies import PrefixCachingManager, RecomputePolicy, SwapPolicy, make_policy
-from pagedsim.scheduler import Scheduler
+from pagedsim.scheduler import make_scheduler
 from pagedsim.workloads import Request
 
 
@@ -30,7 +30,7 @@ def test_every_driver_step_keeps_the_invariants_and_nothing_leaks(reqs, policy, 
     m = (PrefixCachingManager(num_blocks, block_size, trace=False) if cached
          else KVCacheManager(num_blocks, block_size, trace=False))
     tokens = [list(range(r.prompt_len)) for r in reqs] if cached else None
-    s = Scheduler(reqs, m, policy, host_blocks=host_blocks, victim=victim, tokens=tokens)
+    s = make_scheduler(reqs, m, policy, host_blocks=host_blocks, victim=victim, tokens=tokens)
     s.run(max_steps=10_000, check=True)  # check_invariants after every step
     assert s.finished == len(reqs)
     assert m.num_free_blocks == m.num_blocks and m.seq_ids() == []  # no leaked block
@@ -43,7 +43,7 @@ def test_recompute_preempts_the_most_recently_admitted_group_and_counts_its_toke
     # each needs a second block at the first decode; a third request is not involved.
     reqs = [Request(4, 6), Request(4, 6)]
     m = KVCacheManager(4, 4, trace=False)
-    s = Scheduler(reqs, m, "recompute", watermark=0.0)
+    s = make_scheduler(reqs, m, "recompute", watermark=0.0)
     s.step()  # admits a then b: 1 + 1 blocks, headroom 1 each
     assert [g.key for g in s.running] == [0, 1]
     s.step()  # both decode to 5 tokens: 2 new blocks (4 used), fine
@@ -64,7 +64,7 @@ def test_recompute_preempts_the_most_recently_admitted_group_and_counts_its_toke
 def test_swap_moves_the_victims_distinct_blocks_and_brings_them_back_shared():
     m = KVCacheManager(8, 2, trace=False)
     policy = SwapPolicy(host_blocks=8, block_bytes=100)
-    s = Scheduler([Request(4, 2, n=2)], m, policy, watermark=0.0)
+    s = make_scheduler([Request(4, 2, n=2)], m, policy, watermark=0.0)
     s.step()  # admit: seq (0,0) with 2 blocks, (0,1) forked: both share 2 blocks
     group = s.running[0]
     s._preempt(group)
@@ -83,7 +83,7 @@ def test_swap_moves_the_victims_distinct_blocks_and_brings_them_back_shared():
 def test_swap_falls_back_to_recompute_when_the_host_pool_is_full():
     m = KVCacheManager(8, 2, trace=False)
     policy = SwapPolicy(host_blocks=1)
-    s = Scheduler([Request(4, 2)], m, policy)
+    s = make_scheduler([Request(4, 2)], m, policy)
     s.step()
     s._preempt(s.running[0])
     assert policy.swap_outs == 0 and policy.recomputed_tokens == 4
@@ -92,9 +92,9 @@ def test_swap_falls_back_to_recompute_when_the_host_pool_is_full():
 
 def test_requests_that_can_never_fit_and_bad_options_are_refused():
     with pytest.raises(ValueError, match="request 0 .* more than the pool's 4"):
-        Scheduler([Request(30, 10)], KVCacheManager(4, 4))
+        make_scheduler([Request(30, 10)], KVCacheManager(4, 4))
     with pytest.raises(ValueError, match="victim must be one of"):
-        Scheduler([], KVCacheManager(4, 4), victim="random")
+        make_scheduler([], KVCacheManager(4, 4), victim="random")
     with pytest.raises(ValueError, match="preemption policy must be one of"):
         make_policy("drop")
     assert isinstance(make_policy("recompute"), RecomputePolicy)
@@ -102,7 +102,7 @@ def test_requests_that_can_never_fit_and_bad_options_are_refused():
 
 def test_parallel_samples_fork_and_copy_on_write_their_shared_last_block():
     m = KVCacheManager(16, 4)  # tracing on: the driver's calls become trace steps
-    s = Scheduler([Request(6, 3, n=3)], m)
+    s = make_scheduler([Request(6, 3, n=3)], m)
     s.step()
     tables = [m.block_table((0, k)) for k in range(3)]
     assert tables[0] == tables[1] == tables[2]  # prompt blocks shared by all three samples

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pagedsim.policies import PrefixCachingManager
-from pagedsim.scheduler import Scheduler
+from pagedsim.scheduler import make_scheduler
 from pagedsim.scheduler_v1 import synthetic_token
 from pagedsim.workloads import Request
 
@@ -168,9 +168,9 @@ def test_the_simulator_agrees_with_a_plain_emulation_of_v1(work, bs, spare, budg
     num_blocks = max(-(-(r.total_len - 1) // bs) for r in reqs) + spare  # tight: preemptions
     m = PrefixCachingManager(num_blocks, bs, trace=False)
     prio = None if priorities is None else priorities[:len(reqs)]
-    s = Scheduler(reqs, m, mode="v1", max_num_batched_tokens=budget, max_num_seqs=max_seqs,
+    s = make_scheduler(reqs, m, mode="v1", max_num_batched_tokens=budget, max_num_seqs=max_seqs,
                   tokens=tokens, output_tokens=outputs, priorities=prio,
-                  victim="fcfs" if prio is None else "priority").run(check=True)
+                  policy="fcfs" if prio is None else "priority").run(check=True)
     emu = Emulated(num_blocks, bs, budget, max_seqs, by_priority=prio is not None)
     emu.run([{"prompt": list(tokens[i]), "out": [], "done": 0, "high": 0, "blocks": [],
               "index": i, "sample": k, "priority": 0 if prio is None else prio[i],

@@ -7,13 +7,13 @@ from hypothesis import strategies as st
 
 from pagedsim import KVCacheManager
 from pagedsim.policies import PrefixCachingManager
-from pagedsim.scheduler import Scheduler, SchedulerV1
+from pagedsim.scheduler import SchedulerV1, make_scheduler
 from pagedsim.workloads import Request
 
 
 def v1(reqs, num_blocks=64, bs=4, **kw):
     m = PrefixCachingManager(num_blocks, bs, trace=False)
-    return Scheduler(reqs, m, mode="v1", **kw)
+    return make_scheduler(reqs, m, mode="v1", **kw)
 
 
 @settings(max_examples=25, deadline=None)
@@ -27,7 +27,7 @@ def test_the_token_budget_is_never_exceeded_and_long_prompts_still_finish(
     num_blocks = max(-(-(r.total_len - 1) // bs) for r in reqs) + spare
     m = (PrefixCachingManager(num_blocks, bs, trace=False) if cached
          else KVCacheManager(num_blocks, bs, trace=False))
-    s = Scheduler(reqs, m, mode="v1", max_num_batched_tokens=budget,
+    s = make_scheduler(reqs, m, mode="v1", max_num_batched_tokens=budget,
                   max_num_seqs=max_seqs).run(check=True)
     assert s.finished == len(reqs) and m.num_free_blocks == num_blocks
     assert all(r.scheduled_tokens <= budget for r in s.records)
@@ -59,8 +59,8 @@ def test_the_last_running_request_is_the_victim_and_goes_to_the_front_of_waiting
     s = v1([Request(4, 5), Request(4, 5)], num_blocks=5, bs=2, max_num_batched_tokens=16)
     s.step()  # both prefill: 4 blocks
     s.step()  # a's decode needs a block (the last free one); b's decode finds none: b is popped
-    assert [r.req_id for r in s.running] == [(0, 0)]
-    assert [r.req_id for r in s.waiting] == [(1, 0)] and s.preemptions == 1
+    assert [r.request_id for r in s.running] == [(0, 0)]
+    assert [r.request_id for r in s.waiting] == [(1, 0)] and s.preemptions == 1
     s.run(check=True)
     assert s.finished == 2
 
@@ -94,12 +94,12 @@ def test_parallel_samples_are_independent_requests_sharing_the_prompt_through_th
 ])
 def test_options_that_could_never_serve_a_request_are_refused_at_construction(kwargs, error):
     with pytest.raises(error):
-        Scheduler([Request(4, 2, n=2)], PrefixCachingManager(16, 4), **kwargs)
+        make_scheduler([Request(4, 2, n=2)], PrefixCachingManager(16, 4), **kwargs)
 
 
 def test_v1_refuses_beam_search_which_it_runs_at_the_entry_point():
     with pytest.raises(ValueError, match="entry point"):
-        Scheduler([Request(4, 2, beam_width=2)], PrefixCachingManager(16, 4), mode="v1")
+        make_scheduler([Request(4, 2, beam_width=2)], PrefixCachingManager(16, 4), mode="v1")
 
 
 def test_mode_v1_builds_the_v1_scheduler():
@@ -129,15 +129,15 @@ def test_lookahead_slots_are_reserved_without_breaking_the_budget_or_the_pool(
 ])
 def test_prompt_token_ids_are_checked_when_the_scheduler_is_built(mode, tokens, error):
     with pytest.raises(error):
-        Scheduler([Request(3, 2)], PrefixCachingManager(16, 4), mode=mode, tokens=tokens)
+        make_scheduler([Request(3, 2)], PrefixCachingManager(16, 4), mode=mode, tokens=tokens)
 
 
 def test_with_priorities_the_least_important_running_request_is_the_victim():
     # same shape as the FCFS test, but request 0 has the larger (less urgent) priority value
     s = v1([Request(4, 5), Request(4, 5)], num_blocks=5, bs=2, max_num_batched_tokens=16,
-           victim="priority", priorities=[1, 0])
+           policy="priority", priorities=[1, 0])
     s.step()
     s.step()  # a's decode takes the last block; b's finds none: a, the least urgent, is preempted
-    assert [r.req_id for r in s.waiting] == [(0, 0)] and s.preemptions == 1
+    assert [r.request_id for r in s.waiting] == [(0, 0)] and s.preemptions == 1
     s.run(check=True)
     assert s.finished == 2

@@ -5,8 +5,12 @@ import os
 import subprocess
 import sys
 
-import tomllib
 from kit_paths import EXAMPLES, ROOT
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10
+    import tomli as tomllib
 
 OUTSIDE_SUITE = f"""\
 import sys

@@ -128,7 +128,7 @@ def test_freeing_the_parent_keeps_the_childs_blocks(impl):
         f"块 {freed} 回到了空闲链表，而子序列还在用它们",
     )
     impl.free_table(pool, child)
-    assert pool.num_free == 6, say(
+    assert pool.num_free_blocks == 6, say(
         "after both sequences finish every block should be free", "两个序列都结束后，所有块都应空闲"
     )
 
@@ -280,8 +280,8 @@ class YourTables:
         table, have = self.tables[seq], self.lens[seq]
         need = -(-(have + n) // self.bs) - -(-have // self.bs)  # new blocks
         need += bool(have % self.bs and self.pool.ref_count(table[-1]) > 1)  # + a copy-on-write
-        if need > self.pool.num_free:
-            raise OutOfBlocks(need, self.pool.num_free, f"{n} more tokens for seq {seq}")
+        if need > self.pool.num_free_blocks:
+            raise OutOfBlocks(need, self.pool.num_free_blocks, f"{n} more tokens for seq {seq}")
         for p in range(have, have + n):
             self.impl.slot_for_append(self.pool, table, p, self.bs, self.copies)
             self.lens[seq] = p + 1
@@ -312,7 +312,7 @@ class YourTables:
 
     @property
     def num_free_blocks(self):
-        return self.pool.num_free
+        return self.pool.num_free_blocks
 
     def drain_copies(self):
         out, self.copies = self.copies, []

@@ -17,6 +17,7 @@ from matplotlib.colors import same_color  # noqa: E402
 
 from course.i18n import say  # noqa: E402
 from pagedsim import KVCacheManager  # noqa: E402
+from pagedsim.story import caption  # noqa: E402
 
 EXERCISE = "3.6"
 pytestmark = [pytest.mark.ch3_6, pytest.mark.draw]
@@ -320,7 +321,7 @@ def test_a_trace_becomes_one_titled_png_per_step(impl, tmp_path, monkeypatch):
         f"draw_trace 写出了 {names}，应为 ['step-06.png', 'step-07.png']（每个快照一个 "
         f"step-NN.png）",
     )
-    assert titles == [f"step {s.step}: {s.caption}" for s in snaps], say(
+    assert titles == [f"step {s.step}: {caption(s)}" for s in snaps], say(
         f"the pictures are titled {titles}", f"图片的标题是 {titles}"
     )
     assert len(plt.get_fignums()) == open_before, say(

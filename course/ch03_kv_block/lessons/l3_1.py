@@ -77,7 +77,7 @@ def demo(out_dir) -> None:
             ranges[rid] = (start, size)
         worst = max(worst, external_fragmentation(ff.holes))
         need = blocks_needed(size, bs)
-        if need <= pool.num_free:
+        if need <= pool.num_free_blocks:
             tables[rid] = [pool.allocate() for _ in range(need)]
         else:
             refused_blocks += 1

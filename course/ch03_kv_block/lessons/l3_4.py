@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pagedsim import BlockError, BlockPool, KVCacheManager
 from pagedsim.policies.prefix_cache import PrefixCachingManager
+from pagedsim.story import caption
 
 TITLE = "Allocating and freeing blocks"
 TITLE_ZH = "分配与释放 Block"
@@ -81,7 +82,7 @@ def _v0_fork_demo() -> dict:
     m.free_sequence("A")
     for snap in m.trace.snapshots:
         counts = {b: c for b, c in enumerate(snap.ref_counts) if c}
-        print(f"step {snap.step}: {snap.caption}")
+        print(f"step {snap.step}: {caption(snap)}")
         print(f"         free list {list(snap.free_list)}  counts {counts}")
     copies = m.drain_copies()
     print(f"copy-on-write pairs for copy_blocks: {copies}")

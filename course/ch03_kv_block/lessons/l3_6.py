@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from pagedsim import KVCacheManager
+from pagedsim import KVCacheManager, story
 from pagedsim.trace import SeqState, Snapshot
 
 TITLE = "The core flow diagram"
@@ -192,7 +192,7 @@ def compare(yours, reference) -> list[str]:
             for blk in counts
         ]
         if what:
-            out.append(f"step {a.step} ({b.caption}): " + "; ".join(what))
+            out.append(f"step {a.step} ({story.caption(b)}): " + "; ".join(what))
     return out
 
 
@@ -235,7 +235,7 @@ def demo(out_dir) -> None:
     paths = draw_mod.draw_trace(snaps, out_dir)
     print(f"{len(paths)} pictures: {paths[0].parent}/step-00.png ... {paths[-1].name}")
     for snap in snaps:
-        print(f"  step {snap.step}: {snap.caption}; free list {list(snap.free_list)}")
+        print(f"  step {snap.step}: {story.caption(snap)}; free list {list(snap.free_list)}")
     print(
         "look at: the arrows of A and C both reach block 0 (count 2); C's last entry is its "
         "private copy (v0 copy-on-write)."

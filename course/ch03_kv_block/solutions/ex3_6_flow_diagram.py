@@ -39,6 +39,8 @@ matplotlib.use("Agg", force=False)
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
+from pagedsim.story import caption  # noqa: E402  (a step's sentence, in English)
+
 FREE_COLOUR = "#DDDDDD"  # pale grey: on the free list
 USED_COLOUR = "#88CCEE"  # cyan: held by at least one sequence
 CELL = 0.9  # side of a drawn block
@@ -103,7 +105,7 @@ def draw_trace(snapshots, out_dir) -> list[Path]:
     for snap in snapshots:
         fig, ax = new_axes(snap)
         draw_flow(snap, ax)
-        ax.set_title(f"step {snap.step}: {snap.caption}", fontsize=8, wrap=True)
+        ax.set_title(f"step {snap.step}: {caption(snap)}", fontsize=8, wrap=True)
         paths.append(out_dir / f"step-{snap.step:02d}.png")
         fig.savefig(paths[-1], dpi=80, bbox_inches="tight")
         plt.close(fig)

@@ -1,0 +1,60 @@
+"""What every `pagedsim` sub-command builds its parser from: `ArgParser` (usage errors in one
+line on stderr, exit status 2) and the argparse `type`s that check a value at parse time
+(`int_in`, `float_in`, `writable_dir`).
+
+A leaf: it imports only the standard library, so any command (the apps, the labs, the
+engine, the testing kit, the course) can use it without importing the `pagedsim` command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import pathlib
+import tempfile
+
+
+class ArgParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line on stderr (exit status 2)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def int_in(low: int, high: int):
+    """An argparse `type`: an integer in [low, high]."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be in [{low:,}, {high:,}], got {value:,}")
+        return value
+    parse.__name__ = "integer"
+    return parse
+
+
+def float_in(low: float, high: float, *, open_low: bool = False):
+    """An argparse `type`: a finite number in [low, high] (or (low, high] with open_low)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value) or value > high or value < low or (open_low and value == low):
+            raise argparse.ArgumentTypeError(
+                f"must be a finite number in {'(' if open_low else '['}{low:g}, {high:g}], "
+                f"got {text}")
+        return value
+    parse.__name__ = "number"
+    return parse
+
+
+def writable_dir(path: str) -> pathlib.Path:
+    """Make the folder if needed and prove a file can be written in it (before any work)."""
+    folder = pathlib.Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile(dir=folder):  # OSError if the folder cannot take a new file
+        pass
+    return folder
