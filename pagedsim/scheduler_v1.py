@@ -23,8 +23,8 @@ compute until the budget `max_num_batched_tokens` is spent:
        tokens samples one token; one with `output_len` tokens sampled is freed. The
        last sampled token never gets KV, so it never fills a block.
 
-A request longer than `max_model_len`, or one whose blocks could never fit in the
-whole pool, is refused when the scheduler is built (ValueError): v1 rejects it at
+A request longer than `max_model_len` (default 8192, vLLM's SchedulerConfig
+default), or one whose blocks could never fit in the whole pool, is refused when the scheduler is built (ValueError): v1 rejects it at
 admission instead of preempting everyone for it. No watermark, no swap, no beam
 search (v1 runs beam search at the entry point).
 Parallel sampling (n > 1) fans out into n independent requests with the same
@@ -112,16 +112,16 @@ class SchedulerV1:
                  output_tokens=None, priorities=None, record: bool = True,
                  max_stalled_steps: int = 1000, num_lookahead_tokens: int = 0,
                  policy: str | None = None, long_prefill_token_threshold: int = 0,
-                 max_model_len: int | None = None, arrival_times=None):
+                 max_model_len: int = 8192, arrival_times=None):
         requests = check_scheduler_args(requests, manager, record)
         self.max_num_batched_tokens = count_arg("max_num_batched_tokens",
                                                 max_num_batched_tokens, 1)
         # v1: a prefill chunk of one request is capped at this many tokens (0: no cap)
         self.long_prefill_token_threshold = count_arg("long_prefill_token_threshold",
                                                       long_prefill_token_threshold)
-        # v1: requests longer than this are refused (None: what the pool could ever hold)
-        self.max_model_len = None if max_model_len is None else count_arg(
-            "max_model_len", max_model_len, 1)
+        # v1: requests longer than this are refused (an int >= 1, vLLM's SchedulerConfig
+        # default 8192; v1 has no "unbounded")
+        self.max_model_len = count_arg("max_model_len", max_model_len, 1)
         self.max_num_seqs = count_arg("max_num_seqs", max_num_seqs, 1)
         self.max_stalled_steps = count_arg("max_stalled_steps", max_stalled_steps, 1)
         # slots reserved past each request's tokens (v1: speculative tokens); blocks only
@@ -162,7 +162,7 @@ class SchedulerV1:
                 raise ValueError(f"{name} has {len(column)} entries for "
                                  f"{len(self.requests)} requests")
         for i, r in enumerate(self.requests):
-            if self.max_model_len is not None and r.total_len > self.max_model_len:
+            if r.total_len > self.max_model_len:
                 raise ValueError(f"request {i} ({r.total_len} tokens) is longer than "
                                  f"max_model_len {self.max_model_len}")
             if r.beam_width > 1:
@@ -179,7 +179,9 @@ class SchedulerV1:
             if given is not None and len(given) < r.output_len:
                 raise ValueError(f"output_tokens[{i}] has {len(given)} ids for "
                                  f"output_len {r.output_len}")
-            prio = 0 if priorities is None else count_arg(f"priorities[{i}]", priorities[i])
+            # v1's Request.priority is any int: smaller is more urgent, negatives included
+            prio = 0 if priorities is None else count_arg(f"priorities[{i}]", priorities[i],
+                                                          None)
             arrived = (r.arrival_step if arrival_times is None else
                        time_arg(f"arrival_times[{i}]", arrival_times[i]))
             for k in range(r.n):
