@@ -23,10 +23,10 @@ compute until the budget `max_num_batched_tokens` is spent:
        tokens samples one token; one with `output_len` tokens sampled is freed. The
        last sampled token never gets KV, so it never fills a block.
 
-A request longer than `max_model_len` (default 8192, vLLM's SchedulerConfig
-default), or one whose blocks could never fit in the whole pool, is refused when the scheduler is built (ValueError): v1 rejects it at
-admission instead of preempting everyone for it. No watermark, no swap, no beam
-search (v1 runs beam search at the entry point).
+A request longer than `max_model_len` (default 8192, vLLM's SchedulerConfig default),
+or one whose blocks could never fit in the whole pool, is refused when the scheduler is
+built (ValueError): v1 rejects it at admission instead of preempting everyone for it.
+No watermark, no swap, no beam search (v1 runs beam search at the entry point).
 Parallel sampling (n > 1) fans out into n independent requests with the same
 prompt; they share the prompt's full blocks through the prefix cache only.
 
