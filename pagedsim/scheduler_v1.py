@@ -40,7 +40,6 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from .block_table import blocks_needed
 from .errors import OutOfBlocks, count_arg
 from .policies.prefix_cache import PrefixCachingManager
 from .request_queue import SCHEDULING_POLICIES, make_request_queue
@@ -70,6 +69,7 @@ class V1Request:
     high: int = 0  # most tokens ever computed (to count recomputation)
     unsent: list = field(default_factory=list)  # sampled ids not yet given to the manager
     arrival_time: float = 0  # its arrival step, or the arrival_times given (v1's name)
+    num_preemptions: int = 0  # times it was preempted (v1's name): its lookups count apart
 
     @property
     def num_tokens(self) -> int:
@@ -194,11 +194,11 @@ class SchedulerV1:
 
     def _peak_blocks(self, r) -> int:
         """Most blocks one sample can hold: all its KV (the last sampled token has none), or
-        -- when a window drops blocks -- what it keeps plus one chunk of at most the budget."""
-        m, ahead = self.manager, self.num_lookahead_tokens
-        kv = r.total_len - 1 + ahead
-        chunk = blocks_needed(min(kv, self.max_num_batched_tokens + ahead), m.block_size)
-        return min(blocks_needed(kv, m.block_size), m.peak_blocks(r.prompt_len, kv) + chunk + 1)
+        -- when a window drops blocks -- the window plus one chunk of at most the budget
+        (v1's SlidingWindowSpec.max_memory_usage_bytes), lookahead slots included."""
+        ahead = self.num_lookahead_tokens
+        chunk = self._chunk(r.total_len, self.max_num_batched_tokens)
+        return self.manager.peak_blocks(r.prompt_len, r.total_len - 1 + ahead, chunk + ahead)
 
     # ---- results -------------------------------------------------------------
     @property
@@ -275,6 +275,24 @@ class SchedulerV1:
                 prefill + decode, prefill, decode, preempted))
         return prefill + decode
 
+    def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
+        """v1's Scheduler.reset_prefix_cache, between steps: forget every cached block.
+
+        With reset_running_requests, every running request is preempted first (the last
+        one first, each back to the front of the waiting queue, so they keep their order),
+        as v1 does; otherwise a running request's blocks are in use and the reset fails.
+        Returns whether it succeeded (False: nothing forgotten). Without a prefix cache
+        there is nothing to forget: True when no block is in use, as v1's pool answers."""
+        if not isinstance(reset_running_requests, bool):
+            raise TypeError(f"reset_running_requests must be a bool, got "
+                            f"{type(reset_running_requests).__name__}")
+        if reset_running_requests:
+            while self.running:
+                self._preempt(self.running.pop())
+        if self._cached:
+            return self.manager.reset_prefix_cache()
+        return self.manager.pool.num_used == 0
+
     # ---- allocation, admission, preemption ----------------------------------------
     def _allocate(self, req: V1Request, n: int):
         m, sent = self.manager, tuple(req.unsent)
@@ -295,7 +313,7 @@ class SchedulerV1:
             computed = m.get_computed_blocks(tokens)
             n = self._chunk(len(tokens) - computed.num_tokens, budget)
             if m.allocate_slots(req.request_id, n, self.num_lookahead_tokens, tokens,
-                                computed) is None:
+                                computed, preempted=req.num_preemptions > 0) is None:
                 return False
             req.num_computed_tokens = computed.num_tokens
         else:
@@ -321,6 +339,7 @@ class SchedulerV1:
 
     def _preempt(self, req: V1Request) -> None:
         self.preemptions += 1
+        req.num_preemptions += 1
         self.discarded_tokens += req.num_computed_tokens
         self.manager.free_sequence(req.request_id)
         req.num_computed_tokens = 0

@@ -49,7 +49,7 @@ class V1Slots:
 
     def allocate_slots(self, seq_id, num_new_tokens: int, num_lookahead_tokens: int = 0,
                        new_token_ids=None, computed: ComputedBlocks | None = None, *,
-                       cache_salt=None, lora_id=None):
+                       cache_salt=None, lora_id=None, preempted: bool = False):
         """Slots for `num_new_tokens` more computed tokens (+ lookahead), as v1 does.
 
         A new sequence needs `new_token_ids` (its prompt, or prompt + output after a
@@ -57,11 +57,16 @@ class V1Slots:
         and the same extra keys. A running one may bring `new_token_ids` sampled since
         its last call. Returns the newly allocated blocks, or None -- with nothing
         changed -- when the free blocks (counting cached free hits, which leave the free
-        list) are too few.
+        list) are too few. `preempted` says a new sequence is a preempted request coming
+        back: its lookup is counted apart (CacheStats.record).
         """
         n = count_arg("num_new_tokens", num_new_tokens)
         ahead = count_arg("num_lookahead_tokens", num_lookahead_tokens)
+        if not isinstance(preempted, bool):
+            raise TypeError(f"preempted must be a bool, got {type(preempted).__name__}")
         if seq_id in self._tables:
+            if preempted:
+                raise ValueError(f"sequence {seq_id!r} is running; preempted is for new ones")
             if cache_salt is not None or lora_id is not None:
                 raise ValueError(f"sequence {seq_id!r} is running; extra keys are for new ones")
             return self._extend(seq_id, n, ahead, new_token_ids, computed)
@@ -85,7 +90,7 @@ class V1Slots:
         if self._blocks_to_take(hits, done + n + ahead) > self.pool.num_free_blocks:
             return None
         before = set(hits)
-        self._admit(seq_id, tokens, hits, done + n, ahead, keys)
+        self._admit(seq_id, tokens, hits, done + n, ahead, keys, preempted)
         # the blocks this step's KV goes to, taken before a sliding window drops any of them
         new = [b for b in self._tables[seq_id].blocks if b not in before]
         self._end_step()

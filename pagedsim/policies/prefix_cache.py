@@ -148,12 +148,10 @@ class PrefixCachingManager(RestoresPrefixState, V1Slots, KVCacheManager):
         return max(fresh, 0) + waking
 
     def _admit(self, seq_id, tokens: tuple, hits: list, computed: int, ahead: int,
-               keys: tuple = ()) -> None:
+               keys: tuple = (), preempted: bool = False) -> None:
         """Touch the hits, allocate the rest, record stats and hash the full blocks."""
         bs, pool, st = self.block_size, self.pool, self.stats
-        st.requests += 1
-        st.prompt_tokens += len(tokens)
-        st.hit_tokens += len(hits) * bs
+        st.record(len(tokens), len(hits) * bs, preempted)
         st.hits += len(hits)
         st.misses += len(tokens) // bs - len(hits)
         st.block_floor += self._floor(tokens, hits, keys)
