@@ -37,11 +37,22 @@ event. `replay` turns a stream into snapshots for the playground and the figures
 stored block gets a slot, and each chain of cached blocks (from a block nobody
 continues back to its first cached ancestor) is drawn as one table, so prefixes that
 several chains share show up as shared blocks.
+
+A stream comes from another process, so every field is checked (`FIELD_RULES`: types,
+token ids in [0, 2**63 - 1], LoRA ids from 1, group_idx from 0, the spec kinds pagedsim
+knows, a window only on a sliding-window block, one extra_keys entry per block), a
+`block_size` that changes mid-stream is refused (a pool's block size is fixed), and a
+line nested deeper than MAX_DEPTH is refused before json's recursive parser sees it.
+Each is a ValueError naming the line. `replay(events, frames)` snapshots only the frames
+asked for, and `summarised` cuts a snapshot to a drawable size, so a 50,000-block event
+or 3,000 events print and draw in seconds (`pagedsim play --events`).
 """
 
 from __future__ import annotations
 
+import heapq
 import json
+import re
 from dataclasses import asdict, dataclass, field
 
 from . import trace as tr
@@ -97,61 +108,162 @@ def event_to_json(event) -> dict:
 
 
 def event_from_json(obj):
-    """An event from a tagged object or a tagged array; ValueError names what is wrong."""
+    """An event from a tagged object or a tagged array; ValueError names what is wrong.
+
+    Every field is checked for type and range (see `FIELD_RULES`); fields that other vLLM
+    versions added are read past."""
     if isinstance(obj, list) and obj and isinstance(obj[0], str):
         kind, values = obj[0], obj[1:]
         if kind not in ARRAY_ORDER:
-            raise ValueError(f"unknown event type {kind!r}")
+            raise ValueError(f"unknown event type {_brief(kind)}")
         obj = {"type": kind, **dict(zip(ARRAY_ORDER[kind], values, strict=False))}
-    if not isinstance(obj, dict) or obj.get("type") not in EVENT_TYPES:
-        raise ValueError(f"not a KV cache event: {str(obj)[:60]}")
+    if not isinstance(obj, dict) or not isinstance(obj.get("type"), str) or \
+            obj["type"] not in EVENT_TYPES:
+        raise ValueError(f"not a KV cache event: {_brief(obj)}")
     cls = EVENT_TYPES[obj["type"]]
-    names = set(cls.__dataclass_fields__)  # fields of other vLLM versions are read past
+    names = set(cls.__dataclass_fields__)
     fields_ = {k: v for k, v in obj.items() if k in names}
-    if cls is AllBlocksCleared:
-        return cls()
-    if not isinstance(fields_.get("block_hashes"), list) or not fields_["block_hashes"]:
-        raise ValueError(f"{obj['type']}: block_hashes must be a non-empty list")
-    for h in fields_["block_hashes"]:
-        _check_hash(h)
+    for name in cls.__dataclass_fields__:
+        if name in fields_:
+            _check_field(obj["type"], name, fields_[name])
+        elif name in REQUIRED[obj["type"]]:
+            raise ValueError(f"{obj['type']}: {name} is missing")
     if cls is BlockStored:
         _check_stored(fields_)
     return cls(**fields_)
 
 
-def _check_hash(h) -> None:
-    if isinstance(h, bool) or not isinstance(h, (int, str)):
-        raise ValueError(f"a block hash must be an int or a hex string, got {h!r}")
+MAX_ID = (1 << 63) - 1  # token ids, LoRA ids: vLLM's int64 bound (errors.MAX_TOKEN_ID)
+MAX_BLOCK_SIZE = 1 << 16  # tokens per block (vLLM's largest is 256)
+MAX_GROUP_IDX = (1 << 31) - 1  # KV cache groups (vLLM has a handful)
+MAX_WINDOW = 1 << 40  # a sliding window in tokens
+SPEC_KINDS = ("full_attention", "sliding_window")  # the kinds pagedsim's managers cache
+REQUIRED = {"BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size"),
+            "BlockRemoved": ("block_hashes",), "AllBlocksCleared": ()}
+
+
+def _is_int(v) -> bool:
+    return type(v) is int
+
+
+def _hash_ok(h) -> bool:
+    return _is_int(h) or (isinstance(h, str) and 0 < len(h) <= 256)
+
+
+def _int_in(low, high):
+    return lambda v: _is_int(v) and low <= v <= high
+
+
+def _optional(test):
+    return lambda v: v is None or test(v)
+
+
+def _extra_keys_ok(keys) -> bool:
+    """vLLM: one entry per block, each None or a tuple (a JSON array) of str / int keys."""
+    return isinstance(keys, list) and all(
+        k is None or (isinstance(k, list) and all(_is_int(x) or isinstance(x, str) for x in k))
+        for k in keys)
+
+
+FIELD_RULES = {  # field -> (check, what it must be)
+    "block_hashes": (lambda v: isinstance(v, list) and len(v) > 0 and all(map(_hash_ok, v)),
+                     "a non-empty list of block hashes (ints or hex strings)"),
+    "parent_block_hash": (_optional(_hash_ok), "None or a block hash (an int or a hex string)"),
+    "token_ids": (lambda v: isinstance(v, list) and all(_is_int(t) and 0 <= t <= MAX_ID
+                                                        for t in v),
+                  f"a list of token ids, ints in [0, {MAX_ID}]"),
+    "block_size": (_int_in(1, MAX_BLOCK_SIZE), f"an int in [1, {MAX_BLOCK_SIZE}]"),
+    "lora_id": (_optional(_int_in(1, MAX_ID)), f"None or an int in [1, {MAX_ID}] (vLLM's "
+                "LoRA ids start at 1)"),
+    "medium": (_optional(lambda v: isinstance(v, str) and 0 < len(v) <= 64),
+               'None or a non-empty str such as "GPU" or "CPU"'),
+    "lora_name": (_optional(lambda v: isinstance(v, str)), "None or a str"),
+    "extra_keys": (_optional(_extra_keys_ok),
+                   "None or a list with, per block, None or a list of str / int keys"),
+    "group_idx": (_optional(_int_in(0, MAX_GROUP_IDX)), f"None or an int in [0, {MAX_GROUP_IDX}]"),
+    "kv_cache_spec_kind": (_optional(lambda v: isinstance(v, str) and v in SPEC_KINDS),
+                           f"None or one of {SPEC_KINDS}"),
+    "kv_cache_spec_sliding_window": (_optional(_int_in(1, MAX_WINDOW)),
+                                     f"None or an int in [1, {MAX_WINDOW}] (tokens)"),
+}
+
+
+def _check_field(kind: str, name: str, value) -> None:
+    test, what = FIELD_RULES[name]
+    if not test(value):
+        bad = next((i for i, x in enumerate(value) if not test([x])), None) \
+            if isinstance(value, list) else None
+        got = _brief(value) if bad is None else f"entry {bad}: {_brief(value[bad])}"
+        raise ValueError(f"{kind}: {name} must be {what}, got {got}")
+
+
+def _brief(value) -> str:
+    """A value for an error message: its type and at most 60 characters of it."""
+    if isinstance(value, (list, dict)):
+        return f"a {type(value).__name__} of {len(value)}"
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
 
 
 def _check_stored(f: dict) -> None:
-    bs = f.get("block_size")
-    if isinstance(bs, bool) or not isinstance(bs, int) or bs < 1:
-        raise ValueError(f"BlockStored: block_size must be a positive int, got {bs!r}")
-    tokens = f.get("token_ids")
-    if not isinstance(tokens, list) or any(isinstance(t, bool) or not isinstance(t, int)
-                                           for t in tokens):
-        raise ValueError("BlockStored: token_ids must be a list of ints")
-    if len(tokens) != bs * len(f["block_hashes"]):
-        raise ValueError(f"BlockStored: {len(tokens)} token ids for {len(f['block_hashes'])} "
+    bs, n = f["block_size"], len(f["block_hashes"])
+    if len(f["token_ids"]) != bs * n:
+        raise ValueError(f"BlockStored: {len(f['token_ids'])} token ids for {n} "
                          f"blocks of {bs}")
-    if f.get("parent_block_hash") is not None:
-        _check_hash(f["parent_block_hash"])
+    keys = f.get("extra_keys")
+    if keys is not None and len(keys) != n:
+        raise ValueError(f"BlockStored: extra_keys has {len(keys)} entries for {n} blocks")
+    window = f.get("kv_cache_spec_sliding_window")
+    if window is not None and f.get("kv_cache_spec_kind") != "sliding_window":
+        raise ValueError("BlockStored: kv_cache_spec_sliding_window is only for "
+                         "kv_cache_spec_kind 'sliding_window'")
+
+
+MAX_DEPTH = 32  # nesting of arrays and objects in one line (a batch of events needs 4)
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _check_depth(line: str) -> None:
+    """Refuse a line nested deeper than MAX_DEPTH before json parses it (its parser
+    recurses, so `[[[[...` would be a RecursionError, not a clean refusal)."""
+    depth = 0
+    for m in _BRACKETS.finditer(_STRINGS.sub('""', line)):
+        depth += 1 if m.group() in "[{" else -1
+        if depth > MAX_DEPTH:
+            raise ValueError(f"nested deeper than {MAX_DEPTH} arrays or objects")
 
 
 def read_stream(lines) -> list:
-    """Events from JSON lines: each line a KVEventBatch (object or array) or one event."""
-    out = []
+    """Events from JSON lines: each line a KVEventBatch (object or array) or one event.
+
+    ValueError, naming the line, for a malformed line, a field out of range or a
+    block_size that differs from the stream's first."""
+    out, block_size = [], None
     for number, line in enumerate(lines, 1):
         line = line.strip().lstrip("\ufeff")
         if not line:
             continue
         try:
-            obj = json.loads(line)
-            out.extend(_events_of(obj))
-        except (json.JSONDecodeError, ValueError, TypeError) as e:
+            _check_depth(line)
+            events = _events_of(json.loads(line))
+            block_size = _same_block_size(events, block_size)
+        except (ValueError, TypeError, RecursionError) as e:
             raise ValueError(f"line {number}: {e}") from None
+        out.extend(events)
     return out
+
+
+def _same_block_size(events, block_size: int | None) -> int | None:
+    """The stream's block size after `events`; ValueError if one of them changes it (the
+    pool's block size is fixed when the engine starts)."""
+    for e in events:
+        if isinstance(e, BlockStored):
+            if block_size is not None and e.block_size != block_size:
+                raise ValueError(f"BlockStored: block_size {e.block_size} differs from the "
+                                 f"stream's {block_size} (a pool's block size never changes)")
+            block_size = e.block_size
+    return block_size
 
 
 def _events_of(obj) -> list:
@@ -171,33 +283,74 @@ def _events_of(obj) -> list:
 @dataclass
 class _Cache:
     stored: dict = field(default_factory=dict)  # hash -> (slot, parent hash, tokens)
-    free: list = field(default_factory=list)  # slots given back, reused lowest first
+    free: list = field(default_factory=list)  # a heap of slots given back: lowest reused first
     next_slot: int = 0
     block_size: int = 1
 
 
-def replay(events) -> list:
-    """One snapshot per event (plus the empty start), in pagedsim's Snapshot shape."""
-    cache, states = _Cache(), []
+def replay(events, frames=None) -> list:
+    """One snapshot per event (plus the empty start), in pagedsim's Snapshot shape; with
+    `frames` (a collection of event numbers, 0 = the start), only those events' snapshots,
+    so that a long stream costs one pass plus the frames asked for. ValueError if a
+    BlockStored changes the stream's block_size."""
+    cache, states, keep = _Cache(), [], (lambda k: True) if frames is None else \
+        frozenset(frames).__contains__
+    size = None
     for k, event in enumerate(events, 1):
-        states.append((k, _apply(cache, event, k), _chains(cache), dict(cache.stored)))
+        try:
+            size = _same_block_size((event,), size)
+        except ValueError as e:
+            raise ValueError(f"event {k}: {e}") from None
+        text = _apply(cache, event, k)
+        if keep(k):
+            states.append((k, text, _chains(cache), dict(cache.stored)))
     num_blocks = max(cache.next_slot, 1)
-    start = _snapshot(0, "an empty prefix cache", (), {}, num_blocks, cache.block_size)
-    return [start] + [_snapshot(k, text, chains, stored, num_blocks, cache.block_size)
-                      for k, text, chains, stored in states]
+    start = [_snapshot(0, "an empty prefix cache", (), {}, num_blocks, cache.block_size)]
+    return (start if keep(0) else []) + [
+        _snapshot(k, text, chains, stored, num_blocks, cache.block_size)
+        for k, text, chains, stored in states]
+
+
+def shown_frames(num_events: int, limit: int) -> list:
+    """The event numbers (0 = the start) worth showing of a stream: all of them up to
+    `limit`, else the first and the last limit // 2 (a summary line stands for the rest)."""
+    if num_events + 1 <= limit:
+        return list(range(num_events + 1))
+    half = max(limit // 2, 1)
+    return list(range(half)) + list(range(num_events + 1 - half, num_events + 1))
+
+
+def summarised(snap: tr.Snapshot, max_blocks: int, max_tables: int) -> tr.Snapshot:
+    """`snap` cut to its first `max_blocks` slots and first `max_tables` chains, captioned
+    with what was left out -- a picture or a text grid of 50,000 blocks shows nothing a
+    reader can take in, and costs minutes and gigabytes to draw. Unchanged if it fits."""
+    n, chains = snap.num_blocks, snap.sequences
+    if n <= max_blocks and len(chains) <= max_tables:
+        return snap
+    kept = tuple(tr.SeqState(c.seq_id, tuple(b for b in c.blocks if b < max_blocks),
+                             min(c.num_tokens, sum(b < max_blocks for b in c.blocks)
+                                 * snap.block_size))
+                 for c in chains[:max_tables])
+    cached = sum(1 for r in snap.ref_counts if r)
+    note = (f" [summary: {cached:,} cached blocks in {len(chains):,} chains; showing slots "
+            f"0-{min(n, max_blocks) - 1} of {n:,} and {len(kept):,} of {len(chains):,} chains]")
+    m = min(n, max_blocks)
+    return tr.Snapshot(
+        step=snap.step, custom_caption=snap.caption + note, events=(), num_blocks=m,
+        block_size=snap.block_size, free_list=tuple(b for b in snap.free_list if b < m),
+        ref_counts=snap.ref_counts[:m], block_fill=snap.block_fill[:m], sequences=kept)
 
 
 def _apply(cache: _Cache, event, k: int) -> str:
     if isinstance(event, AllBlocksCleared):
         n = len(cache.stored)
         cache.stored.clear()
-        cache.free, cache.next_slot = list(range(cache.next_slot)), cache.next_slot
+        cache.free = list(range(cache.next_slot))  # sorted: a heap already
         return f"AllBlocksCleared: reset_prefix_cache() forgot all {n} cached blocks"
     if isinstance(event, BlockRemoved):
         gone = [h for h in event.block_hashes if h in cache.stored]
         for h in gone:
-            cache.free.append(cache.stored.pop(h)[0])
-        cache.free.sort()
+            heapq.heappush(cache.free, cache.stored.pop(h)[0])
         missing = len(event.block_hashes) - len(gone)
         return (f"BlockRemoved: {_names(gone)} evicted" +
                 (f" ({missing} never stored here)" if missing else ""))
@@ -205,7 +358,7 @@ def _apply(cache: _Cache, event, k: int) -> str:
     parent, bs = event.parent_block_hash, event.block_size
     for i, h in enumerate(event.block_hashes):
         if h not in cache.stored:
-            slot = cache.free.pop(0) if cache.free else cache.next_slot
+            slot = heapq.heappop(cache.free) if cache.free else cache.next_slot
             cache.next_slot = max(cache.next_slot, slot + 1)
             cache.stored[h] = (slot, parent, tuple(event.token_ids[i * bs:(i + 1) * bs]))
         parent = h
@@ -252,6 +405,8 @@ def _short(h) -> str:
     return text
 
 
-def _names(hashes) -> str:
+def _names(hashes, most: int = 8) -> str:
     hashes = list(hashes)
-    return ("block " if len(hashes) == 1 else "blocks ") + ", ".join(map(_short, hashes))
+    shown = ", ".join(map(_short, hashes[:most]))
+    more = f" and {len(hashes) - most:,} more" if len(hashes) > most else ""
+    return ("block " if len(hashes) == 1 else "blocks ") + shown + more

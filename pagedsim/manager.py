@@ -168,8 +168,12 @@ class KVCacheManager:
         each first write into a shared, partly filled last block (copy-on-write)."""
         return decode_need(self._batch(seq_ids)[1], self.pool, self.block_size)
 
-    def peak_blocks(self, prompt_len: int, total_len: int) -> int:
-        """The most blocks one sequence holds at once while growing from prompt_len to total_len."""
+    def peak_blocks(self, prompt_len: int, total_len: int, max_chunk: int | None = None) -> int:
+        """The most blocks one sequence holds at once while growing from prompt_len to total_len
+        slots, `max_chunk` slots a step at most (v1's chunked prefill; None: a whole prompt in
+        one step, as v0 admits it). Full attention holds every block, whatever the chunk."""
+        if max_chunk is not None:
+            _count("max_chunk", max_chunk)
         return blocks_needed(max(_count("prompt_len", prompt_len), _count("total_len", total_len)),
                              self.block_size)
 

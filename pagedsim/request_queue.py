@@ -8,8 +8,9 @@
               `Request.__lt__` on the same keys)
 
 Both answer the same calls, so the scheduler never asks which one it holds:
-`add_request`, `prepend_request`, `peek_request`, `pop_request`, `len()`, `bool()`
-and iteration (in admission order).
+`add_request`, `prepend_request`, `peek_request`, `pop_request`, `len()`, `bool()`,
+iteration and indexing (`waiting[0]` is the next to admit), both in admission order --
+v1's FCFS queue is a deque, and its tests index it.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ class FCFSRequestQueue:
     def __iter__(self):
         return iter(list(self._queue))
 
+    def __getitem__(self, i: int):
+        return self._queue[i]
+
 
 class PriorityRequestQueue:
     """A heap on (priority, arrival_time, arrival); preempted requests rejoin it."""
@@ -67,7 +71,13 @@ class PriorityRequestQueue:
         return len(self._heap)
 
     def __iter__(self):
-        return iter([entry[-1] for entry in sorted(self._heap)])
+        return iter(self._in_order())
+
+    def __getitem__(self, i: int):
+        return self._in_order()[i]
+
+    def _in_order(self) -> list:
+        return [entry[-1] for entry in sorted(self._heap, key=lambda e: e[:4])]
 
 
 def make_request_queue(policy: str):

@@ -23,10 +23,10 @@ compute until the budget `max_num_batched_tokens` is spent:
        tokens samples one token; one with `output_len` tokens sampled is freed. The
        last sampled token never gets KV, so it never fills a block.
 
-A request longer than `max_model_len`, or one whose blocks could never fit in the
-whole pool, is refused when the scheduler is built (ValueError): v1 rejects it at
-admission instead of preempting everyone for it. No watermark, no swap, no beam
-search (v1 runs beam search at the entry point).
+A request longer than `max_model_len` (default 8192, vLLM's SchedulerConfig default),
+or one whose blocks could never fit in the whole pool, is refused when the scheduler is
+built (ValueError): v1 rejects it at admission instead of preempting everyone for it.
+No watermark, no swap, no beam search (v1 runs beam search at the entry point).
 Parallel sampling (n > 1) fans out into n independent requests with the same
 prompt; they share the prompt's full blocks through the prefix cache only.
 
@@ -40,7 +40,6 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from .block_table import blocks_needed
 from .errors import OutOfBlocks, count_arg
 from .policies.prefix_cache import PrefixCachingManager
 from .request_queue import SCHEDULING_POLICIES, make_request_queue
@@ -70,6 +69,7 @@ class V1Request:
     high: int = 0  # most tokens ever computed (to count recomputation)
     unsent: list = field(default_factory=list)  # sampled ids not yet given to the manager
     arrival_time: float = 0  # its arrival step, or the arrival_times given (v1's name)
+    num_preemptions: int = 0  # times it was preempted (v1's name): its lookups count apart
 
     @property
     def num_tokens(self) -> int:
@@ -99,16 +99,16 @@ class SchedulerV1:
                  output_tokens=None, priorities=None, record: bool = True,
                  max_stalled_steps: int = 1000, num_lookahead_tokens: int = 0,
                  policy: str = "fcfs", long_prefill_token_threshold: int = 0,
-                 max_model_len: int | None = None, arrival_times=None):
+                 max_model_len: int = 8192, arrival_times=None):
         requests = check_scheduler_args(requests, manager, record)
         self.max_num_batched_tokens = count_arg("max_num_batched_tokens",
                                                 max_num_batched_tokens, 1)
         # v1: a prefill chunk of one request is capped at this many tokens (0: no cap)
         self.long_prefill_token_threshold = count_arg("long_prefill_token_threshold",
                                                       long_prefill_token_threshold)
-        # v1: requests longer than this are refused (None: what the pool could ever hold)
-        self.max_model_len = None if max_model_len is None else count_arg(
-            "max_model_len", max_model_len, 1)
+        # v1: requests longer than this are refused (an int >= 1, vLLM's SchedulerConfig
+        # default 8192; v1 has no "unbounded")
+        self.max_model_len = count_arg("max_model_len", max_model_len, 1)
         self.max_num_seqs = count_arg("max_num_seqs", max_num_seqs, 1)
         self.max_stalled_steps = count_arg("max_stalled_steps", max_stalled_steps, 1)
         # slots reserved past each request's tokens (v1: speculative tokens); blocks only
@@ -147,7 +147,7 @@ class SchedulerV1:
                 raise ValueError(f"{name} has {len(column)} entries for "
                                  f"{len(self.requests)} requests")
         for i, r in enumerate(self.requests):
-            if self.max_model_len is not None and r.total_len > self.max_model_len:
+            if r.total_len > self.max_model_len:
                 raise ValueError(f"request {i} ({r.total_len} tokens) is longer than "
                                  f"max_model_len {self.max_model_len}")
             if r.beam_width > 1:
@@ -164,7 +164,9 @@ class SchedulerV1:
             if given is not None and len(given) < r.output_len:
                 raise ValueError(f"output_tokens[{i}] has {len(given)} ids for "
                                  f"output_len {r.output_len}")
-            prio = 0 if priorities is None else count_arg(f"priorities[{i}]", priorities[i])
+            # v1's Request.priority is any int: smaller is more urgent, negatives included
+            prio = 0 if priorities is None else count_arg(f"priorities[{i}]", priorities[i],
+                                                          None)
             arrived = (r.arrival_step if arrival_times is None else
                        time_arg(f"arrival_times[{i}]", arrival_times[i]))
             for k in range(r.n):
@@ -177,11 +179,11 @@ class SchedulerV1:
 
     def _peak_blocks(self, r) -> int:
         """Most blocks one sample can hold: all its KV (the last sampled token has none), or
-        -- when a window drops blocks -- what it keeps plus one chunk of at most the budget."""
-        m, ahead = self.manager, self.num_lookahead_tokens
-        kv = r.total_len - 1 + ahead
-        chunk = blocks_needed(min(kv, self.max_num_batched_tokens + ahead), m.block_size)
-        return min(blocks_needed(kv, m.block_size), m.peak_blocks(r.prompt_len, kv) + chunk + 1)
+        -- when a window drops blocks -- the window plus one chunk of at most the budget
+        (v1's SlidingWindowSpec.max_memory_usage_bytes), lookahead slots included."""
+        ahead = self.num_lookahead_tokens
+        chunk = self._chunk(r.total_len, self.max_num_batched_tokens)
+        return self.manager.peak_blocks(r.prompt_len, r.total_len - 1 + ahead, chunk + ahead)
 
     # ---- results -------------------------------------------------------------
     @property
@@ -259,6 +261,24 @@ class SchedulerV1:
                 prefill + decode, prefill, decode, preempted))
         return prefill + decode
 
+    def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
+        """v1's Scheduler.reset_prefix_cache, between steps: forget every cached block.
+
+        With reset_running_requests, every running request is preempted first (the last
+        one first, each back to the front of the waiting queue, so they keep their order),
+        as v1 does; otherwise a running request's blocks are in use and the reset fails.
+        Returns whether it succeeded (False: nothing forgotten). Without a prefix cache
+        there is nothing to forget: True when no block is in use, as v1's pool answers."""
+        if not isinstance(reset_running_requests, bool):
+            raise TypeError(f"reset_running_requests must be a bool, got "
+                            f"{type(reset_running_requests).__name__}")
+        if reset_running_requests:
+            while self.running:
+                self._preempt(self.running.pop())
+        if self._cached:
+            return self.manager.reset_prefix_cache()
+        return self.manager.pool.num_used == 0
+
     # ---- allocation, admission, preemption ----------------------------------------
     def _allocate(self, req: V1Request, n: int):
         m, sent = self.manager, tuple(req.unsent)
@@ -279,7 +299,7 @@ class SchedulerV1:
             computed = m.get_computed_blocks(tokens)
             n = self._chunk(len(tokens) - computed.num_tokens, budget)
             if m.allocate_slots(req.request_id, n, self.num_lookahead_tokens, tokens,
-                                computed) is None:
+                                computed, preempted=req.num_preemptions > 0) is None:
                 return False
             req.num_computed_tokens = computed.num_tokens
         else:
@@ -305,6 +325,7 @@ class SchedulerV1:
 
     def _preempt(self, req: V1Request) -> None:
         self.preemptions += 1
+        req.num_preemptions += 1
         self.discarded_tokens += req.num_computed_tokens
         self.manager.free_sequence(req.request_id)
         req.num_computed_tokens = 0

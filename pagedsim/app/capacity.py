@@ -1,18 +1,29 @@
 """`pagedsim capacity`: how many KV-cache tokens fit model Y on GPU X, the way vLLM v1 reports it.
 
     pagedsim capacity --model llama-3-8b --gpu H100-80GB
-    pagedsim capacity --model ./my-model/ --gpu-memory 24GiB --max-model-len 32768 --dtype fp8
-    pagedsim capacity --model mistral-7b --kv-cache-memory 20GiB --json
+    pagedsim capacity --model ./my-model/ --gpu-memory 24GiB --max-model-len 32768 \
+        --kv-cache-dtype fp8
+    pagedsim capacity --model mistral-7b --kv-cache-memory-bytes 20GiB --json
 
 It prints what vLLM v1 logs at startup -- "GPU KV cache size: N tokens" and "Maximum
 concurrency for X tokens per request: Y.YYx" -- with the arithmetic behind it
 (`pagedsim.sizing.kv_capacity`, which follows vllm/v1/core/kv_cache_utils.py):
 
-    available       = gpu_memory * gpu_memory_utilization - weights - other   (or --kv-cache-memory)
+    available       = gpu_memory * gpu_memory_utilization - weights - other
+                      (or --kv-cache-memory-bytes)
     page_size_bytes = 2 * block_size * num_kv_heads * head_dim * kv_dtype_bytes (one layer)
     num_blocks      = available // page_size_bytes // num_layers
     num_tokens      = num_blocks * block_size
     concurrency     = num_blocks / ceil(max_model_len / block_size)
+
+One of the num_blocks is vLLM v1's null block (block 0, which the block pool never hands
+out), so vLLM refuses to start -- and so does this command -- unless num_blocks - 1 blocks
+hold one request of max_model_len tokens.
+
+The flags are vLLM's engine arguments: --dtype is the model's dtype (auto, half, float16,
+bfloat16, float, float32; auto is the checkpoint's torch_dtype, float32 served as
+float16) and sets the bytes of the weights; --kv-cache-dtype is the KV cache's (auto = the
+model's dtype; bfloat16; fp8, fp8_e4m3, fp8_e5m2, fp8_inc at one byte).
 
 What it cannot know. vLLM does not compute `available` from a formula: it loads the weights,
 runs a profiling forward pass of max_num_batched_tokens, and subtracts the measured peak
@@ -20,7 +31,7 @@ runs a profiling forward pass of max_num_batched_tokens, and subtracts the measu
 utilization; CUDA graphs are captured afterwards. Here the weights are estimated from the
 config's shapes (parameters x bytes of the model dtype; override with --weights-bytes, e.g.
 for a quantized checkpoint) and everything else is --other-bytes (default 0), so the result is
-an upper bound on what vLLM will find. --kv-cache-memory skips all of that, as vLLM's
+an upper bound on what vLLM will find. --kv-cache-memory-bytes skips all of that, as vLLM's
 kv_cache_memory_bytes does. Every layer is counted as full attention: for a model with a
 sliding window, vLLM v1's hybrid allocator frees blocks outside the window, so it fits more
 requests than this says (a note says so). With --tensor-parallel-size N every number is one
@@ -38,6 +49,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from ..sizing import ModelSpec, kv_capacity
@@ -47,6 +59,7 @@ GiB = 2**30
 MAX_BYTES = 2**50  # a PiB: far above any one GPU
 MAX_LEN = 2**24  # tokens per request
 MAX_BLOCK = 512
+MAX_CONFIG_INT = 2**32  # any one config.json count (layers, hidden size, vocabulary ...)
 
 GPUS = {  # nominal memory, GiB
     "A100-40GB": 40 * GiB, "A100-80GB": 80 * GiB, "H100-80GB": 80 * GiB, "H100-94GB": 94 * GiB,
@@ -80,9 +93,12 @@ MODELS = {  # config.json values of the Hugging Face checkpoints
                     vocab_size=50272, max_position_embeddings=2048, torch_dtype="float16",
                     model_type="opt", tie_word_embeddings=True),
 }
-DTYPES = {"fp16": 2, "bf16": 2, "fp8": 1, "fp32": 4}
-TORCH_DTYPES = {"float16": "fp16", "half": "fp16", "bfloat16": "bf16", "float32": "fp32",
-                "float": "fp32"}
+MODEL_DTYPES = {"float16": 2, "bfloat16": 2, "float32": 4}  # the model's dtype -> bytes
+TORCH_DTYPES = {"float16": "float16", "half": "float16", "bfloat16": "bfloat16",
+                "float32": "float32", "float": "float32"}  # vLLM's --dtype / torch_dtype names
+KV_CACHE_DTYPES = {"bfloat16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1}
+# vLLM's --kv-cache-dtype choices besides "auto" (the model's dtype); fp8_ds_mla, DeepSeek's
+# MLA layout, is left out: pagedsim sizes multi-head / grouped-query attention only
 UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
@@ -93,10 +109,14 @@ def byte_count(text: str) -> int:
     if not m or m.group(2) not in UNITS:
         raise argparse.ArgumentTypeError(
             f"expected bytes such as 85899345920, 80GiB or 24e9, got {text!r}")
-    value = round(float(m.group(1)) * UNITS[m.group(2)])
-    if value > MAX_BYTES:
-        raise argparse.ArgumentTypeError(f"must be at most 2**50 bytes, got {text!r}")
-    return value
+    try:  # exact decimal arithmetic: 1e400 is a number too large, never inf or an overflow
+        number = Decimal(m.group(1))
+        too_big = number.adjusted() > 30 or number * UNITS[m.group(2)] > MAX_BYTES
+    except (InvalidOperation, ArithmeticError):
+        too_big = True
+    if too_big:
+        raise argparse.ArgumentTypeError(f"must be at most 2**50 bytes, got {text[:40]!r}")
+    return int((number * UNITS[m.group(2)]).to_integral_value())
 
 
 byte_count.__name__ = "bytes"
@@ -117,12 +137,18 @@ ALIASES = {  # other names older or non-Llama configs use for the same field
 }
 
 
+class MissingField(ValueError):
+    """A config.json lacks a field (one that is there but wrong is a plain ValueError)."""
+
+
 def _field(cfg: dict, key: str, source: str, default=None) -> int:
     value = next((cfg[k] for k in (key, *ALIASES.get(key, ())) if cfg.get(k) is not None), default)
     if value is None:
-        raise ValueError(f"{source}: config has no {key!r}")
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{source}: {key} must be a positive integer, got {value!r}")
+        raise MissingField(f"{source}: config has no {key!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CONFIG_INT:
+        shown = value if not isinstance(value, int) or value.bit_length() < 64 else \
+            f"an integer of {len(str(value)):,} digits"
+        raise ValueError(f"{source}: {key} must be a positive integer up to 2**32, got {shown!r}")
     return value
 
 
@@ -144,7 +170,7 @@ def read_config(cfg, source: str) -> dict:
                          f"num_attention_heads ({heads}) and there is no head_dim")
     head_dim = _field(cfg, "head_dim", source, hidden // heads)
     dtype = cfg.get("torch_dtype", cfg.get("dtype", "float16"))
-    if dtype not in TORCH_DTYPES:
+    if not isinstance(dtype, str) or dtype not in TORCH_DTYPES:
         raise ValueError(f"{source}: torch_dtype {dtype!r} is not one of {sorted(TORCH_DTYPES)}")
     window = cfg.get("sliding_window") if cfg.get("use_sliding_window", True) else None
     if window is not None:
@@ -152,7 +178,7 @@ def read_config(cfg, source: str) -> dict:
     max_pos = cfg.get("max_position_embeddings")
     try:
         params, unknown = estimate_params(cfg, layers, hidden, heads, kv, head_dim, source), None
-    except ValueError as e:  # only needed when the weights are to be estimated
+    except MissingField as e:  # only needed when the weights are to be estimated
         params, unknown = None, str(e)
     return dict(num_layers=layers, num_heads=heads, num_kv_heads=kv, head_dim=head_dim,
                 dtype=TORCH_DTYPES[dtype], sliding_window=window,
@@ -195,9 +221,11 @@ def load_model(text: str) -> tuple[str, dict]:
 def plan(args) -> dict:
     """Everything `capacity` reports, as one dict (what --json prints)."""
     name, model = load_model(args.model)
-    kv_dtype = model["dtype"] if args.dtype == "auto" else args.dtype
-    if kv_dtype == "fp32" and args.dtype == "auto":
-        kv_dtype = "fp16"  # vLLM's "auto" serves float32 checkpoints in float16
+    dtype = TORCH_DTYPES[args.dtype] if args.dtype != "auto" else (
+        "float16" if model["dtype"] == "float32" else model["dtype"])  # vLLM's auto: fp32 -> fp16
+    kv_dtype = dtype if args.kv_cache_dtype == "auto" else args.kv_cache_dtype
+    kv_bytes = MODEL_DTYPES[dtype] if args.kv_cache_dtype == "auto" else \
+        KV_CACHE_DTYPES[kv_dtype]
     max_len = args.max_model_len or model["max_position_embeddings"]
     if max_len is None:
         raise ValueError(f"{name} has no max_position_embeddings: pass --max-model-len")
@@ -205,13 +233,12 @@ def plan(args) -> dict:
     if limit is not None and max_len > limit:
         raise ValueError(f"--max-model-len {max_len:,} is longer than the model's "
                          f"max_position_embeddings ({limit:,}); vLLM refuses it too")
-    weight_bytes = DTYPES["fp16" if model["dtype"] == "fp32" else model["dtype"]]
     weights = args.weights_bytes
-    if weights is None and args.kv_cache_memory is None:
+    if weights is None and args.kv_cache_memory_bytes is None:
         if model["params"] is None:
             raise ValueError(f"cannot estimate the weights ({model['params_unknown']}): pass "
-                             "--weights-bytes or --kv-cache-memory")
-        weights = model["params"] * weight_bytes // args.tensor_parallel_size
+                             "--weights-bytes or --kv-cache-memory-bytes")
+        weights = model["params"] * MODEL_DTYPES[dtype] // args.tensor_parallel_size
     tp, kv_heads = args.tensor_parallel_size, model["num_kv_heads"]
     if model["num_heads"] % tp or (kv_heads % tp and tp % kv_heads):
         raise ValueError(f"--tensor-parallel-size {tp} must divide num_attention_heads "
@@ -220,16 +247,16 @@ def plan(args) -> dict:
     kv_per_gpu = max(1, kv_heads // tp)
     out = dict(model=name, **{k: model[k] for k in ("num_layers", "num_heads", "num_kv_heads",
                                                     "head_dim", "sliding_window")},
-               parameters_estimated=model["params"], kv_cache_dtype=kv_dtype,
-               kv_bytes_per_element=DTYPES[kv_dtype], block_size=args.block_size,
+               parameters_estimated=model["params"], dtype=dtype, kv_cache_dtype=kv_dtype,
+               kv_bytes_per_element=kv_bytes, block_size=args.block_size,
                max_model_len=max_len, tensor_parallel_size=tp, kv_heads_per_gpu=kv_per_gpu)
-    if args.kv_cache_memory is not None:
-        available = args.kv_cache_memory
-        out.update(source="--kv-cache-memory (vLLM's kv_cache_memory_bytes)")
+    if args.kv_cache_memory_bytes is not None:
+        available = args.kv_cache_memory_bytes
+        out.update(source="--kv-cache-memory-bytes (vLLM's kv_cache_memory_bytes)")
     else:
         if args.gpu is None and args.gpu_memory is None:
             raise ValueError("say how much memory: --gpu PRESET, --gpu-memory BYTES or "
-                             "--kv-cache-memory BYTES")
+                             "--kv-cache-memory-bytes BYTES")
         total = GPUS[args.gpu] if args.gpu else args.gpu_memory
         requested = int(total * args.gpu_memory_utilization)
         available = requested - weights - args.other_bytes
@@ -241,10 +268,17 @@ def plan(args) -> dict:
             raise ValueError(f"nothing left for the KV cache: {total:,} B x "
                              f"{args.gpu_memory_utilization:g} = {requested:,} B, weights "
                              f"{weights:,} B, other {args.other_bytes:,} B")
-    spec = ModelSpec(name, model["num_layers"], kv_per_gpu, model["head_dim"],
-                     DTYPES[kv_dtype])
+    spec = ModelSpec(name, model["num_layers"], kv_per_gpu, model["head_dim"], kv_bytes)
     cap = kv_capacity(spec, args.block_size, available, max_len)
-    out.update(kv_cache_memory_bytes=available, **vars(cap))
+    usable = max(cap.num_blocks - 1, 0)  # vLLM v1's block pool keeps block 0 as the null block
+    if usable < cap.blocks_per_request:
+        need = cap.blocks_per_request + 1
+        raise ValueError(
+            f"to serve one request of max_model_len {max_len:,} tokens, {need:,} blocks "
+            f"({need * cap.bytes_per_block:,} B, the null block included) are needed, but only "
+            f"{cap.num_blocks:,} fit in {available:,} B of KV cache; vLLM refuses to start: "
+            f"raise the memory or pass --max-model-len {usable * args.block_size:,} or less")
+    out.update(kv_cache_memory_bytes=available, usable_blocks=usable, **vars(cap))
     return out
 
 
@@ -269,13 +303,11 @@ def report(r: dict) -> str:
                      f"{r['weights_bytes']:,} B ({how}) and other {r['other_bytes']:,} B")
     kv = r["kv_cache_memory_bytes"]
     lines += [f"KV cache   {kv:,} B ({kv / 2**30:.2f} GiB) = {r['num_blocks']:,} blocks of "
-              f"{r['block_size']} tokens",
+              f"{r['block_size']} tokens, one of them vLLM's null block "
+              f"({r['usable_blocks']:,} usable)",
               f"GPU KV cache size: {r['num_tokens']:,} tokens",
               f"Maximum concurrency for {r['max_model_len']:,} tokens per request: "
               f"{r['max_concurrency']:.2f}x"]
-    if r["num_blocks"] < r["blocks_per_request"]:
-        lines.append(f"note: one request of {r['max_model_len']:,} tokens needs "
-                     f"{r['blocks_per_request']:,} blocks; vLLM would refuse to start")
     if r["sliding_window"]:
         lines.append(f"note: sliding window {r['sliding_window']:,} counted as full attention; "
                      "vLLM v1 frees blocks outside the window, so it fits more requests")
@@ -298,16 +330,20 @@ def main(argv: list[str]) -> int:
                      help="total GPU memory, e.g. 85899345920 or 80GiB")
     ap.add_argument("--gpu-memory-utilization", type=float_in(0.0, 1.0, open_low=True),
                     default=0.9, help="fraction of GPU memory vLLM may use (default 0.9)")
-    ap.add_argument("--kv-cache-memory", type=byte_count, metavar="BYTES",
-                    help="KV cache bytes, as vLLM's kv_cache_memory_bytes (overrides the rest)")
+    ap.add_argument("--kv-cache-memory-bytes", type=byte_count, metavar="BYTES",
+                    help="KV cache bytes, as vLLM's --kv-cache-memory-bytes (overrides the rest)")
     ap.add_argument("--weights-bytes", type=byte_count, metavar="BYTES",
                     help="weight memory (default: estimated from the config's shapes)")
     ap.add_argument("--other-bytes", type=byte_count, metavar="BYTES", default=0,
                     help="activations, CUDA graphs, NCCL... (default 0: not counted)")
     ap.add_argument("--block-size", type=int_in(1, MAX_BLOCK), default=16,
                     help="tokens per block (default 16, as vLLM on CUDA)")
-    ap.add_argument("--dtype", choices=("auto", *DTYPES), default="auto",
-                    help="KV cache dtype (default auto: the model's dtype)")
+    ap.add_argument("--dtype", choices=("auto", *TORCH_DTYPES), default="auto",
+                    help="the model's dtype, as vLLM's --dtype (default auto: the checkpoint's "
+                    "torch_dtype, float32 served as float16)")
+    ap.add_argument("--kv-cache-dtype", choices=("auto", *KV_CACHE_DTYPES), default="auto",
+                    help="the KV cache's dtype, as vLLM's --kv-cache-dtype (default auto: the "
+                    "model's dtype)")
     ap.add_argument("--max-model-len", type=int_in(1, MAX_LEN), metavar="TOKENS",
                     help="tokens per request (default: the model's max_position_embeddings)")
     ap.add_argument("--tensor-parallel-size", type=int_in(1, 1024), default=1, metavar="N",

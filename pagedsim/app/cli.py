@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `pagedsim tour | head`: the reader left; that is not an error
         sys.stdout = None
         return 0
-    except (ValueError, TypeError, OSError, RuntimeError, MemoryError) as e:
+    except (ValueError, TypeError, ArithmeticError, OSError, RuntimeError, MemoryError) as e:
         print(f"pagedsim {name}: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -226,15 +226,28 @@ def _draw_trace(args, p, width: int, lang: str) -> int:
     return 0
 
 
+# A long or huge event stream is summarised, so that printing and drawing it take seconds
+# (a frame costs ~0.4 s plus ~15 ms a block to draw): past these limits, only the first and
+# last events, the first slots and the first chains are shown, and a line says what was not.
+SHOWN_EVENTS = 8  # events of a stream shown as a grid and drawn: the first and last 4
+SHOWN_BLOCKS = 64  # slots of one snapshot shown or drawn
+SHOWN_TABLES = 8  # chains (block tables) of one snapshot shown or drawn
+
+
 def _draw_events(args, p, width: int, lang: str) -> int:
-    from ..kv_events import read_stream, replay
+    from ..kv_events import read_stream, replay, shown_frames, summarised
 
     try:
         with open(args.events, encoding="utf-8") as f:
-            snaps = replay(read_stream(f))
+            events = read_stream(f)
+        frames = shown_frames(len(events), SHOWN_EVENTS)
+        snaps = [summarised(s, SHOWN_BLOCKS, SHOWN_TABLES) for s in replay(events, frames)]
     except (OSError, UnicodeDecodeError, ValueError) as e:
         p.error(f"--events: {printable(e)}")
-    for s in snaps:
+    for before, s in zip([-1] + frames[:-1], snaps, strict=True):
+        if s.step > before + 1:
+            print(f"... events {before + 1}-{s.step - 1} not shown ({s.step - before - 1:,} "
+                  f"events; the first and last {SHOWN_EVENTS // 2} are) ...")
         print("\n".join(wrap(printable(f"event {s.step}: {caption(s)}"), width)))
         text = tour.format_snapshot(s, width=width, lang=lang)
         print("\n".join(printable(line) for line in text.split("\n")))

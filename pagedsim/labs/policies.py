@@ -11,8 +11,11 @@ prompts, `workloads.prompt_tokens`), once per combination of
 
 in the same KV memory. The host pool for v0's `swap` holds `--swap-space` GiB of
 blocks (v0's default swap space is 4 GiB). Reported per run: prefix-cache hit rate
-(tokens, v1's definition), evictions, preemptions, tokens preemption discarded,
-tokens actually recomputed after cache hits, bytes swapped and steps.
+(tokens, v1's definition: in the v1 rows a preempted request's lookup on re-admission is
+counted apart, in `preempted_hit_rate` of --json, and stays out of hit_rate, as v1's
+PrefixCacheStats does; v0 had no such split, so its rows count every admission),
+evictions, preemptions, tokens preemption discarded, tokens actually recomputed after
+cache hits, bytes swapped and steps.
 """
 
 from __future__ import annotations
@@ -47,7 +50,10 @@ def compare(requests, tokens, *, block_size: int = 16, memory_tokens: int = DEFA
             s = make_scheduler(requests, m, preemption, tokens=tokens, host_blocks=host_blocks,
                           block_bytes=block_bytes, record=False).run()
         rows.append({"mode": mode, "eviction": eviction, "preemption": preemption,
-                     "hit_rate": m.stats.hit_rate, "evictions": m.stats.evictions,
+                     "hit_rate": m.stats.hit_rate, "preempted_hit_rate": (
+                         m.stats.preempted_hit_tokens / m.stats.preempted_prompt_tokens
+                         if m.stats.preempted_prompt_tokens else 0.0),
+                     "evictions": m.stats.evictions,
                      "block_floor": m.stats.block_floor, "preemptions": s.preemptions,
                      "discarded_tokens": s.discarded_tokens,
                      "recomputed_tokens": s.recomputed_tokens,

@@ -162,7 +162,8 @@ class PrefixCachingManager(KVCacheManager):
 
     def allocate_slots(self, seq_id: SeqId, num_new_tokens: int, num_lookahead_tokens: int = 0,
                        new_token_ids: Any = None, computed: ComputedBlocks | None = None, *,
-                       cache_salt: Any = None, lora_id: Any = None) -> list[int] | None:
+                       cache_salt: Any = None, lora_id: Any = None,
+                       preempted: bool = False) -> list[int] | None:
         """Slots for `num_new_tokens` more computed tokens (+ lookahead), as v1 does.
 
         A new sequence needs `new_token_ids` (its prompt, or prompt + output after a
@@ -170,11 +171,16 @@ class PrefixCachingManager(KVCacheManager):
         and the same extra keys. A running one may bring `new_token_ids` sampled since
         its last call. Returns the newly allocated blocks, or None -- with nothing
         changed -- when the free blocks (counting cached free hits, which leave the free
-        list) are too few.
+        list) are too few. `preempted` says a new sequence is a preempted request coming
+        back: its lookup is counted apart (CacheStats.record).
         """
         n = count_arg("num_new_tokens", num_new_tokens)
         ahead = count_arg("num_lookahead_tokens", num_lookahead_tokens)
+        if not isinstance(preempted, bool):
+            raise TypeError(f"preempted must be a bool, got {type(preempted).__name__}")
         if seq_id in self._tables:
+            if preempted:
+                raise ValueError(f"sequence {seq_id!r} is running; preempted is for new ones")
             if cache_salt is not None or lora_id is not None:
                 raise ValueError(f"sequence {seq_id!r} is running; extra keys are for new ones")
             return self._extend(seq_id, n, ahead, new_token_ids, computed)
@@ -199,7 +205,7 @@ class PrefixCachingManager(KVCacheManager):
         if self._blocks_to_take(hits, done + n + ahead) > self.pool.num_free_blocks:
             return None
         before = set(hits)
-        self._admit(seq_id, tokens, hits, done + n, ahead, keys)
+        self._admit(seq_id, tokens, hits, done + n, ahead, keys, preempted)
         # the blocks this step's KV goes to, taken before a sliding window drops any of them
         new = [b for b in self._tables[seq_id].blocks if b not in before]
         self._end_step()
@@ -318,15 +324,13 @@ class PrefixCachingManager(KVCacheManager):
         return max(fresh, 0) + waking
 
     def _admit(self, seq_id: SeqId, tokens: Tokens, hits: list[int], computed: int, ahead: int,
-               keys: Keys = ()) -> None:
+               keys: Keys = (), preempted: bool = False) -> None:
         """Touch the hits, allocate the rest, record stats and hash the full blocks."""
         bs, pool, st = self.block_size, self.pool, self.stats
         h = pool.hash_of(hits[-1]) if hits else self._root_hash(keys)
         full = min(computed, len(tokens)) // bs  # the blocks _cache_full_blocks names below
         self._hash_ahead([(h, tokens[len(hits) * bs:], full - len(hits))])
-        st.requests += 1
-        st.prompt_tokens += len(tokens)
-        st.hit_tokens += len(hits) * bs
+        st.record(len(tokens), len(hits) * bs, preempted)
         st.hits += len(hits)
         st.misses += len(tokens) // bs - len(hits)
         st.block_floor += self._floor(tokens, hits, keys)

@@ -70,11 +70,23 @@ class SlidingWindowManager(KVCacheManager):
         gone = max(0, self.get_num_skipped_tokens(done) // bs - self.first_droppable)
         return blocks_needed(num_tokens, bs) - gone
 
-    def peak_blocks(self, prompt_len: int, total_len: int) -> int:
-        """A whole prompt is held until the step ends; later, the window plus one new block."""
+    def peak_blocks(self, prompt_len: int, total_len: int, max_chunk: int | None = None) -> int:
+        """The most blocks a sequence holds at once while growing to total_len slots.
+
+        With `max_chunk` (v1's chunked prefill: at most max_num_batched_tokens slots a step,
+        plus lookahead): the W - 1 computed tokens the next query reads plus one chunk,
+        anywhere in a block -- v1's SlidingWindowSpec.max_memory_usage_bytes,
+        cdiv(min(W - 1 + max_chunk, total_len), B) + 1 -- plus the sink blocks. Without it
+        (v0: a whole prompt in one step) the whole prompt is held until the step ends, and
+        later the window plus one new block."""
         prompt_len = count_arg("prompt_len", prompt_len)
-        return max(blocks_needed(prompt_len, self.block_size),
-                   self.kept(max(prompt_len, count_arg("total_len", total_len))) + 1)
+        total_len = max(prompt_len, count_arg("total_len", total_len))
+        if max_chunk is not None:
+            max_chunk = count_arg("max_chunk", max_chunk, 1)
+            span = min(self.window - 1 + max_chunk, total_len)
+            return min(blocks_needed(total_len, self.block_size),
+                       blocks_needed(span, self.block_size) + 1 + self.first_droppable)
+        return max(blocks_needed(prompt_len, self.block_size), self.kept(total_len) + 1)
 
     def get_num_common_prefix_blocks(self, request_id: SeqId, num_running_requests: int) -> int:
         """Always 0, as in v1: cascade attention is for full attention only."""

@@ -31,7 +31,7 @@ def numbers(capsys, *argv):
 
 
 def test_llama_3_8b_in_16_gib_of_kv_cache(capsys):
-    r = numbers(capsys, "--model", "llama-3-8b", "--kv-cache-memory", "16GiB")
+    r = numbers(capsys, "--model", "llama-3-8b", "--kv-cache-memory-bytes", "16GiB")
     # per token: 2 (K, V) x 32 layers x 8 KV heads x 128 x 2 B = 131,072 B
     assert r["bytes_per_token"] == 131_072
     # one layer's block: 2 x 16 tokens x 8 x 128 x 2 B = 65,536 B; all 32 layers: 2 MiB
@@ -58,7 +58,7 @@ def test_mistral_7b_on_an_a100_80gb_with_estimated_weights(capsys):
 
 def test_gemma_2_9b_uses_its_own_head_dim_and_an_fp8_cache(capsys):
     argv = ("--model", "gemma-2-9b", "--gpu-memory", "24GiB", "--weights-bytes", "18.5e9",
-            "--dtype", "fp8")
+            "--kv-cache-dtype", "fp8")
     r = numbers(capsys, *argv)
     # head_dim is 256 (config), not hidden 3,584 / 16 heads = 224
     # per token: 2 x 42 x 8 x 256 x 1 B = 172,032 B; page: 2 x 16 x 8 x 256 x 1 = 65,536 B
@@ -71,7 +71,7 @@ def test_gemma_2_9b_uses_its_own_head_dim_and_an_fp8_cache(capsys):
 
 
 def test_opt_13b_with_32_token_blocks_prints_vllms_two_log_lines(capsys):
-    argv = ("--model", "opt-13b", "--kv-cache-memory", "12e9", "--block-size", "32")
+    argv = ("--model", "opt-13b", "--kv-cache-memory-bytes", "12e9", "--block-size", "32")
     rc, out, _ = run(capsys, *argv)
     assert rc == 0
     # page: 2 x 32 x 40 heads x 128 x 2 B = 655,360 B; 12e9 // 655,360 = 18,310 // 40 = 457
@@ -86,24 +86,60 @@ def test_a_local_config_json_is_read_field_by_field(tmp_path, capsys):
                intermediate_size=128, vocab_size=1000, max_position_embeddings=256,
                torch_dtype="float32")
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    r = numbers(capsys, "--model", str(tmp_path), "--kv-cache-memory", "65536",
-                "--block-size", "8")
-    # head_dim 64 / 4 = 16; float32 is served as fp16 by vLLM's auto dtype: 2 B
+    r = numbers(capsys, "--model", str(tmp_path), "--kv-cache-memory-bytes", "65536",
+                "--block-size", "8", "--max-model-len", "248")
+    # head_dim 64 / 4 = 16; float32 is served as float16 by vLLM's auto dtype: 2 B
     # per token 2 x 2 layers x 2 KV heads x 16 x 2 B = 256 B; page 2 x 8 x 2 x 16 x 2 = 1,024 B
-    # 65,536 // 1,024 = 64 // 2 layers = 32 blocks = 256 tokens = one 256-token request
-    assert (r["kv_cache_dtype"], r["bytes_per_token"], r["page_size_bytes"]) == (
-        "fp16", 256, 1024)
-    assert (r["num_blocks"], r["num_tokens"], r["max_concurrency"]) == (32, 256, 1.0)
+    # 65,536 // 1,024 = 64 // 2 layers = 32 blocks = 256 tokens; one 256-token request needs
+    # 32, and with vLLM's null block 31 are usable: a 248-token max_model_len fits
+    assert (r["dtype"], r["kv_cache_dtype"], r["bytes_per_token"], r["page_size_bytes"]) == (
+        "float16", "float16", 256, 1024)
+    assert (r["num_blocks"], r["usable_blocks"], r["num_tokens"]) == (32, 31, 256)
+    assert r["max_concurrency"] == 32 / 31
     # parameters: 1,000 x 64 x 2 (embeddings, untied head) = 128,000, plus 2 layers x
     # (q,o 2 x 64 x 64 = 8,192 + k,v 2 x 64 x 32 = 4,096 + MLP 3 x 64 x 128 = 24,576) = 73,728
     assert r["parameters_estimated"] == 201_728
 
 
-def test_too_little_memory_for_one_request_is_reported_as_vllm_would_refuse(capsys):
-    rc, out, _ = run(capsys, "--model", "llama-3.1-8b", "--kv-cache-memory", "1GiB")
-    # 1 GiB // 65,536 // 32 = 512 blocks; 131,072 tokens need 8,192 blocks
-    assert rc == 0 and "GPU KV cache size: 8,192 tokens" in out
-    assert "needs 8,192 blocks; vLLM would refuse to start" in out
+def test_too_little_memory_for_one_request_is_refused_as_vllm_refuses_to_start(capsys):
+    rc, out, err = run(capsys, "--model", "llama-3.1-8b", "--kv-cache-memory-bytes", "1GiB")
+    # 1 GiB // 65,536 // 32 = 512 blocks; 131,072 tokens need 8,192 blocks + the null block
+    assert rc == 2 and out == "" and len(err.splitlines()) == 1
+    assert "8,193 blocks (17,181,966,336 B, the null block included) are needed, but only " \
+        "512 fit" in err and "--max-model-len 8,176 or less" in err
+
+
+@pytest.mark.parametrize("mib, fits", [(64, False), (66, True)])
+def test_the_null_block_is_reserved_so_exactly_one_requests_blocks_do_not_fit(mib, fits, capsys):
+    # llama-3-8b: 2 MiB a block (all layers); 512 tokens = 32 blocks of 16, and vLLM v1 keeps
+    # one block as the null block: 32 blocks (64 MiB) are one short, 33 (66 MiB) fit
+    rc, out, err = run(capsys, "--model", "llama-3-8b", "--kv-cache-memory-bytes",
+                       f"{mib}MiB", "--max-model-len", "512")
+    if fits:
+        assert rc == 0 and "Maximum concurrency for 512 tokens per request: 1.03x" in out
+        assert "33 blocks of 16 tokens, one of them vLLM's null block (32 usable)" in out
+    else:
+        assert rc == 2 and "1.00x" not in out + err and "33 blocks" in err
+        assert "but only 32 fit" in err
+
+
+def test_the_model_dtype_and_the_kv_cache_dtype_are_vllms_two_flags(capsys):
+    base = ("--model", "llama-2-7b", "--gpu", "A100-80GB")
+    auto = numbers(capsys, *base)
+    # llama-2-7b's checkpoint is float16: weights and KV cache 2 B an element
+    assert (auto["dtype"], auto["kv_cache_dtype"], auto["kv_bytes_per_element"]) == (
+        "float16", "float16", 2)
+    wide = numbers(capsys, *base, "--dtype", "float")
+    # float32 weights take twice the bytes; the KV cache follows the model's dtype (auto)
+    assert (wide["dtype"], wide["kv_bytes_per_element"]) == ("float32", 4)
+    assert wide["weights_bytes"] == 2 * auto["weights_bytes"]
+    for name in ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"):
+        fp8 = numbers(capsys, *base, "--dtype", "half", "--kv-cache-dtype", name)
+        assert (fp8["kv_cache_dtype"], fp8["kv_bytes_per_element"]) == (name, 1)
+        assert fp8["weights_bytes"] == auto["weights_bytes"]
+        assert fp8["num_blocks"] == 2 * auto["num_blocks"] + (auto["kv_cache_memory_bytes"]
+                                                             // (auto["bytes_per_block"] // 2)) % 2
+    assert numbers(capsys, *base, "--kv-cache-dtype", "bfloat16")["kv_bytes_per_element"] == 2
 
 
 def test_presets_are_named_as_on_the_hub_too(capsys):
@@ -124,6 +160,15 @@ BAD = [
     ("--model", "llama-3-8b", "--gpu", "L4", "--gpu-memory-utilization", "nan"),
     ("--model", "llama-3-8b", "--gpu", "L4", "--block-size", "0"),
     ("--model", "llama-3-8b", "--gpu", "L4", "--dtype", "int4"),
+    ("--model", "llama-3-8b", "--gpu", "L4", "--dtype", "fp8"),
+    ("--model", "llama-3-8b", "--gpu", "L4", "--kv-cache-dtype", "float32"),
+    ("--model", "llama-3-8b", "--gpu", "L4", "--kv-cache-memory", "1GiB"),
+    ("--model", "llama-3-8b", "--gpu-memory", "1e400"),
+    ("--model", "llama-3-8b", "--gpu-memory", "1e309"),
+    ("--model", "llama-3-8b", "--kv-cache-memory-bytes", "9e999"),
+    ("--model", "llama-3-8b", "--gpu", "L4", "--weights-bytes", "1e400"),
+    ("--model", "llama-3-8b", "--gpu", "L4", "--other-bytes", "1e400"),
+    ("--model", "llama-3-8b", "--gpu", "L4", "--other-bytes", "1e99999999999999999999"),
     ("--model", "llama-3-8b", "--gpu", "L4", "--max-model-len", "100000"),
     ("--model", "llama-3-70b", "--gpu", "L4"),
     ("--model", "llama-3-8b", "--gpu", "L4", "--weights-bytes", "1e30"),
@@ -149,17 +194,24 @@ def test_bad_arguments_exit_2_with_one_line_and_no_traceback(argv, capsys):
     ('{"num_hidden_layers": 2, "hidden_size": 60, "num_attention_heads": 8}', "no head_dim"),
     ('{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, '
      '"torch_dtype": "int3", "intermediate_size": 8, "vocab_size": 8}', "torch_dtype 'int3'"),
+    *[(json.dumps({**dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                          intermediate_size=8, vocab_size=8), key: 10**400}),
+       f"{key} must be a positive integer up to 2**32")
+      for key in ("vocab_size", "hidden_size", "head_dim", "num_hidden_layers",
+                  "intermediate_size", "max_position_embeddings")],
 ])
 def test_a_broken_config_json_is_named_in_one_line(cfg, says, tmp_path, capsys):
     (tmp_path / "config.json").write_text(cfg)
-    rc, out, err = run(capsys, "--model", str(tmp_path), "--kv-cache-memory", "1GiB")
+    rc, out, err = run(capsys, "--model", str(tmp_path), "--kv-cache-memory-bytes", "1GiB")
     assert rc == 2 and out == "" and len(err.splitlines()) == 1
     assert says in err and str(tmp_path) in err
 
 
-@given(st.text(max_size=12), st.sampled_from(["--gpu-memory", "--kv-cache-memory",
-                                             "--max-model-len", "--block-size",
-                                             "--gpu-memory-utilization", "--weights-bytes"]))
+@given(st.one_of(st.text(max_size=12), st.builds("{}e{}".format, st.integers(0, 99),
+                                                 st.integers(0, 10**6))),
+       st.sampled_from(["--gpu-memory", "--kv-cache-memory-bytes", "--max-model-len",
+                        "--block-size", "--gpu-memory-utilization", "--weights-bytes",
+                        "--other-bytes", "--tensor-parallel-size"]))
 def test_any_text_for_a_number_is_either_used_or_refused_in_one_line(text, flag):
     import contextlib
     import io
@@ -182,7 +234,7 @@ def test_a_config_with_only_the_kv_fields_is_enough_given_the_kv_memory(tmp_path
     cfg = dict(hidden_size=5120, num_attention_heads=40, num_key_value_heads=8, head_dim=128,
                num_hidden_layers=40, torch_dtype="bfloat16", sliding_window=None)
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    r = numbers(capsys, "--model", str(tmp_path), "--kv-cache-memory", "10GiB",
+    r = numbers(capsys, "--model", str(tmp_path), "--kv-cache-memory-bytes", "10GiB",
                 "--max-model-len", "32768")
     # page 2 x 16 x 8 x 128 x 2 = 65,536 B; 10 GiB // 65,536 = 163,840 // 40 = 4,096 blocks
     # = 65,536 tokens; 32,768 tokens = 2,048 blocks: 2.00x
@@ -197,7 +249,7 @@ def test_gpt2_style_field_names_are_understood(tmp_path, capsys):
                max_position_embeddings=1024, torch_dtype="float32", model_type="gpt2",
                tie_word_embeddings=True)
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    r = numbers(capsys, "--model", str(tmp_path), "--kv-cache-memory", "1GiB")
+    r = numbers(capsys, "--model", str(tmp_path), "--kv-cache-memory-bytes", "1GiB")
     # head_dim 768 / 12 = 64; fp32 served as fp16: page 2 x 16 x 12 x 64 x 2 = 49,152 B
     # 1 GiB // 49,152 = 21,845 // 12 layers = 1,820 blocks = 29,120 tokens
     assert (r["head_dim"], r["page_size_bytes"], r["num_blocks"]) == (64, 49_152, 1_820)

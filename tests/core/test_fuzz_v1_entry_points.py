@@ -69,10 +69,13 @@ def test_bad_v1_scheduler_options_are_refused_and_the_manager_is_untouched(name,
             (name == "max_model_len" and isinstance(value, int)
              and not isinstance(value, bool) and value >= 7) or \
             (name == "long_prefill_token_threshold" and type(value) is int and value >= 0) or \
-            (name in ("priorities", "arrival_times") and isinstance(value, (list, tuple))
+            (name == "arrival_times" and isinstance(value, (list, tuple))
              and len(value) == 1 and type(value[0]) is int and value[0] >= 0) or \
+            (name == "priorities" and isinstance(value, (list, tuple))
+             and len(value) == 1 and type(value[0]) is int) or \
+            (name in ("arrival_times", "priorities") and value is None) or \
             (name == "policy" and value == "priority"):
-        return  # a valid value
+        return  # a valid value (None: the column not given; max_model_len has no None)
     m = PrefixCachingManager(16, 4)
     before = manager_state(m)
     with pytest.raises((TypeError, ValueError)):

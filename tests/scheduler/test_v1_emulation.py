@@ -28,6 +28,7 @@ class Emulated:
         self.name = [None] * num_blocks  # the token prefix a cached block ends
         self.cache = {}  # prefix -> [blocks], oldest first
         self.hit_tokens = self.preemptions = self.recomputed = 0
+        self.preempted_hit_tokens = 0  # hits of preempted requests' lookups: v1 counts them apart
         self.steps = []
 
     def lookup(self, tokens):
@@ -101,6 +102,7 @@ class Emulated:
                     else:
                         victim = running.pop()
                     self.release(victim)
+                    victim["preempted"] = True
                     waiting.insert(0, victim)
                     self.preemptions += 1
                     preempted = True
@@ -123,7 +125,10 @@ class Emulated:
                 if not self.allocate(r, n, hits):
                     r["done"] = 0
                     break
-                self.hit_tokens += len(hits) * self.bs
+                if r.get("preempted"):
+                    self.preempted_hit_tokens += len(hits) * self.bs
+                else:
+                    self.hit_tokens += len(hits) * self.bs
                 waiting.pop(0)
                 running.append(r)
                 sched[id(r)] = (r, n)
@@ -179,6 +184,7 @@ def test_the_simulator_agrees_with_a_plain_emulation_of_v1(work, bs, spare, budg
              for i, r in enumerate(reqs) for k in range(r.n)])
     assert [rec.scheduled_tokens for rec in s.records] == emu.steps
     assert m.stats.hit_tokens == emu.hit_tokens
+    assert m.stats.preempted_hit_tokens == emu.preempted_hit_tokens
     assert (s.preemptions, s.recomputed_tokens) == (emu.preemptions, emu.recomputed)
     assert m.num_free_blocks == num_blocks and s.finished == len(reqs)
 

@@ -7,6 +7,8 @@ import pytest
 
 from pagedsim import workloads
 from pagedsim.labs import policies, sharing, swapcost, sweep
+from pagedsim.policies import PrefixCachingManager
+from pagedsim.scheduler import make_scheduler
 from pagedsim.sizing import preset
 from pagedsim.workloads import Request
 
@@ -51,6 +53,20 @@ def test_policy_comparison_covers_every_combination_and_only_swap_moves_bytes():
         if r["preemption"] == "recompute":
             assert r["swapped_mib"] == 0
         assert r["preemptions"] > 0  # 2048 slots cannot hold 25 ShareGPT requests at once
+
+
+def test_v1_hit_rates_leave_preempted_requests_lookups_out():
+    reqs = workloads.synthetic("sharegpt", 25, seed=1)
+    tokens = workloads.prompt_tokens(reqs)
+    rows = [r for r in policies.compare(reqs, tokens, memory_tokens=2048) if r["mode"] == "v1"]
+    for r in rows:
+        m = PrefixCachingManager(2048 // 16, 16, eviction=r["eviction"], trace=False)
+        make_scheduler(reqs, m, mode="v1", tokens=tokens, record=False).run()
+        # the denominator is every sample's prompt, looked up once on its first admission
+        assert m.stats.prompt_tokens == sum(q.prompt_len * q.n for q in reqs)
+        assert r["hit_rate"] == m.stats.hit_tokens / m.stats.prompt_tokens
+        assert r["preemptions"] == m.stats.preempted_requests > 0
+        assert 0.0 < r["preempted_hit_rate"] <= 1.0
 
 
 def test_policies_cli_prints_a_row_per_combination(capsys):
