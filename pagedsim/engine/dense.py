@@ -15,14 +15,22 @@ from .model import Transformer
 from .requests import Request, RequestState
 
 
-def dense_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """q [T, H, D] for the last T of L positions; k, v [L, H_kv, D] -> [T, H, D] (causal)."""
+def dense_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, spec=None) -> np.ndarray:
+    """q [T, H, D] for the last T of L positions; k, v [L, H_kv, D] -> [T, H, D] (causal).
+    `spec` (model.Attention): the scale (default 1/sqrt(D)), a soft-cap, a window."""
     t, heads, d = q.shape
     length, group = len(k), heads // k.shape[1]
     kk, vv = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)  # [L, H, D]
-    scores = np.einsum("thd,lhd->htl", q, kk) / np.float32(np.sqrt(d))  # [H, T, L]
-    future = np.arange(length)[None, :] > (length - t + np.arange(t))[:, None]  # [T, L]
-    scores = np.where(future[None], -np.inf, scores)
+    scale = np.float32(d ** -0.5 if spec is None else spec.scale)
+    scores = np.einsum("thd,lhd->htl", q, kk) * scale  # [H, T, L]
+    if spec is not None and spec.softcap is not None:
+        cap = np.float32(spec.softcap)
+        scores = np.tanh(scores / cap) * cap
+    query_pos = length - t + np.arange(t)  # [T]
+    masked = np.arange(length)[None, :] > query_pos[:, None]  # [T, L]: the future
+    if spec is not None and spec.window is not None:  # and what the window left behind
+        masked |= np.arange(length)[None, :] <= query_pos[:, None] - spec.window
+    scores = np.where(masked[None], -np.inf, scores)
     p = np.exp(scores - scores.max(axis=-1, keepdims=True))
     p /= p.sum(axis=-1, keepdims=True)
     return np.einsum("htl,lhd->thd", p, vv).astype(np.float32)
@@ -33,7 +41,7 @@ def sequence_logits(model: Transformer, tokens) -> np.ndarray:
     h = model.embed_tokens(tokens)
     for layer in range(model.config.layers):
         q, k, v = model.qkv(layer, h, np.arange(len(h)))
-        h = model.finish(layer, h, dense_attention(q, k, v))
+        h = model.finish(layer, h, dense_attention(q, k, v, model.attention[layer]))
     return model.logits(h)
 
 
@@ -50,7 +58,7 @@ class DenseEngine:
             keys, values = cache[layer]
             keys, values = np.concatenate([keys, k]), np.concatenate([values, v])
             cache[layer] = (keys, values)
-            h = m.finish(layer, h, dense_attention(q, keys, values))
+            h = m.finish(layer, h, dense_attention(q, keys, values, m.attention[layer]))
         return m.logits(h[-1:])[0]
 
     def run_request(self, rid: int, request: Request) -> RequestState:

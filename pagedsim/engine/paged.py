@@ -72,10 +72,6 @@ class PagedEngine:
         if not isinstance(request, Request):
             raise TypeError(f"a request must be a Request, got {type(request).__name__}")
         self.model.check_tokens(request.prompt)
-        window = self.model.config.sliding_window
-        if window is not None and len(request.prompt) + request.max_tokens > window:
-            raise ValueError(f"prompt + max_tokens = {len(request.prompt) + request.max_tokens} "
-                             f"exceeds the model's sliding_window {window}")
         bs, pool = self.blocks.block_size, self.blocks.manager.num_blocks
         worst = request.width * blocks_needed(len(request.prompt) + request.max_tokens, bs)
         if worst > pool:
@@ -188,10 +184,11 @@ class PagedEngine:
             if prefill:
                 tables, lens, starts = pre_args
                 parts.append(self.kv.prefill(layer, np.ascontiguousarray(q[:split]), tables,
-                                             lens, starts))
+                                             lens, starts, m.attention[layer]))
             if decode:
                 tables, lens, _ = dec_args
-                parts.append(self.kv.decode(layer, np.ascontiguousarray(q[split:]), tables, lens))
+                parts.append(self.kv.decode(layer, np.ascontiguousarray(q[split:]), tables, lens,
+                                            m.attention[layer]))
             h = m.finish(layer, h, np.concatenate(parts))
         last = np.cumsum([i.end - i.start for i in order]) - 1
         ends = [(n, i) for n, i in zip(last, order, strict=True)
