@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import count_arg
 from .model import Transformer
 from .requests import Request, RequestState
 
@@ -46,8 +47,29 @@ def sequence_logits(model: Transformer, tokens) -> np.ndarray:
 
 
 class DenseEngine:
-    def __init__(self, model: Transformer):
+    def __init__(self, model: Transformer, *, max_num_seqs: int = 256,
+                 max_model_len: int = 1 << 16):
+        """`max_num_seqs` (vLLM's name): sequences one request may run at once (n or beams);
+        `max_model_len`: prompt + max_tokens. A request past either is refused before it
+        runs, as PagedEngine refuses one its pool could never hold."""
+        if not isinstance(model, Transformer):
+            raise TypeError(f"model must be a Transformer (TinyModel or hf.load_model), got "
+                            f"{type(model).__name__}")
         self.model = model
+        self.max_num_seqs = count_arg("max_num_seqs", max_num_seqs, 1)
+        self.max_model_len = count_arg("max_model_len", max_model_len, 1)
+
+    def refuse(self, request) -> None:
+        """Raise if `request` could never be served; changes nothing."""
+        if not isinstance(request, Request):
+            raise TypeError(f"a request must be a Request, got {type(request).__name__}")
+        self.model.check_tokens(request.prompt)
+        if request.width > self.max_num_seqs:
+            raise ValueError(f"request runs {request.width} sequences; max_num_seqs is "
+                             f"{self.max_num_seqs}")
+        if len(request.prompt) + request.max_tokens > self.max_model_len:
+            raise ValueError(f"prompt + max_tokens = {len(request.prompt) + request.max_tokens} "
+                             f"exceeds max_model_len {self.max_model_len}")
 
     def forward(self, cache: list, tokens, start: int) -> np.ndarray:
         """Run tokens at positions start.. of one sequence; extend its per-layer (K, V)."""
@@ -63,7 +85,7 @@ class DenseEngine:
 
     def run_request(self, rid: int, request: Request) -> RequestState:
         c = self.model.config
-        self.model.check_tokens(request.prompt)
+        self.refuse(request)
         state = RequestState(rid, request)
         empty = np.zeros((0, c.kv_heads, c.head_dim), np.float32)
         caches = {state.key(0): [(empty, empty)] * c.layers}
@@ -80,5 +102,11 @@ class DenseEngine:
                       for s in state.seq_keys()}
 
     def generate(self, requests) -> list:
-        """RequestState per request (outputs(), logits), in request order."""
+        """RequestState per request (outputs(), logits), in request order (all refused if
+        one is bad)."""
+        if isinstance(requests, Request) or not hasattr(requests, "__iter__"):
+            raise TypeError(f"requests must be a list of Request, got {type(requests).__name__}")
+        requests = list(requests)
+        for r in requests:
+            self.refuse(r)
         return [self.run_request(i, r) for i, r in enumerate(requests)]

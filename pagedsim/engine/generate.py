@@ -105,16 +105,58 @@ def report(tok, states, runs) -> list:
             for s, run in zip(states, runs, strict=True)]
 
 
-def run(model=None, tok=None, prompts=None, *, max_tokens: int = 32, blocks=None,
+DEFAULT_MAX_TOKENS = 32
+
+
+def apply_generation_config(generation: dict, overrides: dict, max_tokens) -> tuple:
+    """(request fields, max_tokens, what came from the file) for a checkpoint's
+    generation_config.json fields `generation`, as transformers' generate() and vLLM's
+    `--generation-config auto` use them: the user's flags win; eos_token_id always stops;
+    max_new_tokens stands in for an absent --max-tokens; repetition_penalty applies in
+    greedy decoding too. The file's do_sample picks sampling when no --temperature is
+    given (transformers' rule), and then its temperature, top_p and top_k are the
+    defaults; --temperature 0 is always greedy."""
+    used: dict = {}
+    fields = dict(overrides)
+    if "eos_token_id" in generation:
+        used["eos_token_id"] = list(generation["eos_token_id"])
+    if max_tokens is None:
+        max_tokens = generation.get("max_new_tokens", DEFAULT_MAX_TOKENS)
+        if "max_new_tokens" in generation:
+            used["max_new_tokens"] = max_tokens
+    if "repetition_penalty" not in fields and "repetition_penalty" in generation:
+        fields["repetition_penalty"] = used["repetition_penalty"] = \
+            generation["repetition_penalty"]
+    if "temperature" not in fields and generation.get("do_sample"):
+        fields["temperature"] = used["temperature"] = generation.get("temperature", 1.0)
+        used["do_sample"] = True
+    if fields.get("temperature", 0) > 0:
+        for name in ("top_p", "top_k"):
+            if name not in fields and name in generation:
+                fields[name] = used[name] = generation[name]
+    return fields, max_tokens, used
+
+
+def run(model=None, tok=None, prompts=None, *, max_tokens=None, blocks=None,
         block_size: int = 16, budget: int = 64, policy: str = "swap",
-        prefix_caching: bool = True, backend="auto", turns: int = 0, overrides=None) -> tuple:
+        prefix_caching: bool = True, backend="auto", turns: int = 0, overrides=None,
+        generation_config: str = "auto") -> tuple:
     """Serve the mix, the prompts, or `turns` turns of a conversation, then the dense
     engine. Returns (engine, marks, summary): marks[i] is the manager snapshot index after
-    engine step i + 1; summary is what `generate` reports."""
+    engine step i + 1; summary is what `generate` reports. `generation_config`: "auto"
+    applies the checkpoint's generation_config.json (apply_generation_config), "none"
+    ignores it (vLLM's option)."""
     if model is None:
         model, tok = load()
-    stop = getattr(model, "info", {}).get("stop_token_ids", ())
-    overrides = dict(overrides or {})
+    if generation_config not in ("auto", "none"):
+        raise ValueError(f"generation_config must be 'auto' or 'none', got {generation_config!r}")
+    generation = getattr(model, "info", {}).get("generation", {}) \
+        if generation_config == "auto" else {}
+    overrides, max_tokens, from_file = apply_generation_config(generation, dict(overrides or {}),
+                                                               max_tokens)
+    # without the file, config.json's eos_token_id still stops (vLLM: the model's EOS)
+    stop = tuple(from_file.get("eos_token_id",
+                               getattr(model, "info", {}).get("config_eos_token_ids", ())))
     if (not prompts or turns or any(isinstance(p, str) for p in prompts)) and tok is None:
         raise ValueError("text prompts, the default workload and --turns need the "
                          "checkpoint's tokenizer.json; give --prompt-ids instead")
@@ -155,7 +197,8 @@ def run(model=None, tok=None, prompts=None, *, max_tokens: int = 32, blocks=None
         recomputed_after_preemption=stats["recomputed_tokens"],
         preempted_recompute=stats["preempted_recompute"], preempted_swap=stats["preempted_swap"],
         cow_bytes=stats["cow_bytes"], swap_bytes=stats["swap_bytes"],
-        requests=report(tok, states, engine.runs), **compare(dense, states))
+        requests=report(tok, states, engine.runs), generation_config=from_file,
+        **compare(dense, states))
     engine.block_labels = texts
     return engine, marks, summary
 
@@ -187,14 +230,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     overrides = {k: v for k, v in dict(n=args.n, beam_width=args.beam_width,
                                        temperature=args.temperature, top_p=args.top_p,
-                                       seed=args.seed).items() if v is not None}
+                                       top_k=args.top_k, seed=args.seed,
+                                       repetition_penalty=args.repetition_penalty).items()
+                 if v is not None}
     try:
         prompts = (args.prompt or []) + (args.prompt_ids or [])
         engine, marks, summary = run(model, tok, prompts, max_tokens=args.max_tokens,
                                      blocks=args.blocks, block_size=args.block_size,
                                      budget=args.budget, policy=args.policy,
                                      prefix_caching=not args.no_prefix_cache,
-                                     backend=args.backend, turns=args.turns, overrides=overrides)
+                                     backend=args.backend, turns=args.turns, overrides=overrides,
+                                     generation_config=args.generation_config)
     except ValueError as e:  # a pool or budget too small for one request, a bad size
         p.error(str(e))
     if args.json:

@@ -34,10 +34,19 @@ def parser() -> ArgParser:
                    help="a prompt (repeatable; default: a mixed workload of four requests)")
     p.add_argument("--prompt-ids", action="append", type=token_ids, metavar="ID,ID,...",
                    help="a prompt as token ids (repeatable; needs no tokenizer.json)")
-    p.add_argument("--max-tokens", type=int_in(1, 4096), default=32,
-                   help="tokens generated per sequence (default 32)")
-    p.add_argument("--temperature", type=float_in(0, 100), help="0 = greedy (default)")
+    p.add_argument("--max-tokens", type=int_in(1, 4096),
+                   help="tokens generated per sequence (default: the generation config's "
+                        "max_new_tokens, else 32)")
+    p.add_argument("--temperature", type=float_in(0, 100),
+                   help="0 = greedy (default: greedy unless the generation config sets "
+                        "do_sample, then its temperature)")
     p.add_argument("--top-p", type=float_in(0, 1, open_low=True), help="nucleus sampling")
+    p.add_argument("--top-k", type=int_in(0, 1 << 31), help="keep the k most likely tokens")
+    p.add_argument("--repetition-penalty", type=float_in(0, 100, open_low=True),
+                   help="> 1 discourages repeats (default: the generation config's, else 1)")
+    p.add_argument("--generation-config", choices=("auto", "none"), default="auto",
+                   help="auto: apply the checkpoint's generation_config.json as transformers "
+                        "and vLLM do; none: ignore it (vLLM's option)")
     p.add_argument("--seed", type=int_in(0, 2**63 - 1), help="sampling seed")
     p.add_argument("-n", type=int_in(1, 64), help="parallel samples per prompt")
     p.add_argument("--beam-width", type=int_in(0, 64), help="beam search with W beams")
@@ -64,6 +73,9 @@ def print_report(engine, s: dict, args) -> None:
     print(f"pagedsim generate: {s['model']} ({s['parameters']:,} parameters, float32), "
           f"attention: {s['attention']}")
     many = "s" if len(engine.runs) > 1 else ""
+    if s.get("generation_config"):
+        print("from generation_config.json: " + ", ".join(
+            f"{k} {v}" for k, v in s["generation_config"].items()))
     print(f"{len(engine.runs)} request{many}, pool of {s['blocks']} blocks x {s['block_size']} "
           f"tokens, "
           f"budget {s['budget']} tokens/step, prefix caching "

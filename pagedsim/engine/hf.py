@@ -331,12 +331,9 @@ def load_config(directory) -> tuple[ModelConfig, dict]:
         raise CheckpointError(f"{path}: {e}") from None
     gen = directory / "generation_config.json"
     generation = generation_config(gen, config) if gen.is_file() else {}
-    if "eos_token_id" not in generation:  # transformers falls back on config.json's
-        eos = generation_config(path, config, only=("eos_token_id",)).get("eos_token_id")
-        if eos is not None:
-            generation["eos_token_id"] = eos
-    info = dict(architecture=archs[0], family=family,
-                stop_token_ids=generation.get("eos_token_id", ()), generation=generation,
+    eos = generation_config(path, config, only=("eos_token_id",)).get("eos_token_id", ())
+    info = dict(architecture=archs[0], family=family, config_eos_token_ids=eos,
+                stop_token_ids=generation.get("eos_token_id", eos), generation=generation,
                 dtype=raw.get("dtype", raw.get("torch_dtype")),
                 max_position_embeddings=raw.get("max_position_embeddings"))
     return config, info
