@@ -170,7 +170,8 @@ def run(model=None, tok=None, prompts=None, *, max_tokens=None, blocks=None,
     if blocks is None:  # room for every request at once, plus the cache
         from ..block_table import blocks_needed
         longest = (turns or 1) * (len(requests[0].prompt) + max_tokens + 16)
-        blocks = 16 if not prompts and not turns else sum(
+        groups = len(model.config.windowed)  # a hybrid model fills two KV cache groups
+        blocks = 16 if not prompts and not turns else groups * sum(
             r.width * blocks_needed(max(longest, len(r.prompt) + max_tokens), block_size)
             for r in requests) + 4
     engine = PagedEngine(model, blocks, block_size, max_num_batched_tokens=budget,

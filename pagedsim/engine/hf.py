@@ -47,7 +47,7 @@ DEFAULTS = {  # config fields transformers fills in when config.json leaves them
     "qwen3": dict(rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
                   hidden_act="silu", head_dim=128),
     "gemma": dict(rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True,
-                  hidden_act="gelu_pytorch_tanh", head_dim=256),
+                  hidden_act="gelu_pytorch_tanh", head_dim=256),  # hidden_activation unread
     "gemma2": dict(rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True,
                    hidden_activation="gelu_pytorch_tanh", head_dim=256,
                    query_pre_attn_scalar=256, attn_logit_softcapping=50.0,
@@ -231,6 +231,36 @@ def _window(raw: dict, path: Path, family: str):
     return _field(raw, path, "sliding_window", int, DEFAULTS[family].get("sliding_window"))
 
 
+def _activation(raw: dict, path: Path, family: str) -> str:
+    """The MLP activation: Gemma 2/3 read hidden_activation; Gemma reads hidden_act, and
+    its legacy "gelu" means the tanh approximation (transformers' GemmaConfig rewrites it)."""
+    d = DEFAULTS[family]
+    name = "hidden_activation" if family in ("gemma2", "gemma3") else "hidden_act"
+    act = raw.get(name)
+    if act is None:
+        act = d.get(name, d.get("hidden_act"))
+    if family == "gemma" and act == "gelu":
+        act = "gelu_pytorch_tanh"
+    if act not in ACTIVATIONS:
+        raise CheckpointError(f"{path}: field {name} is {_short(act)}; served: "
+                              f"{', '.join(ACTIVATIONS)}")
+    return act
+
+
+def _no_rope(raw: dict, path: Path, layers: int) -> tuple:
+    """SmolLM3: the layers whose no_rope_layers flag is 0 skip RoPE."""
+    flags = raw.get("no_rope_layers")
+    if flags is None:
+        every = _field(raw, path, "no_rope_layer_interval", int,
+                       DEFAULTS["smollm3"]["no_rope_layer_interval"])
+        flags = [int((i + 1) % every != 0) for i in range(layers)]
+    if not (isinstance(flags, list) and len(flags) == layers
+            and all(f in (0, 1) and type(f) in (int, bool) for f in flags)):
+        raise CheckpointError(f"{path}: field no_rope_layers must hold 0 or 1 for each of "
+                              f"the {layers} layers")
+    return tuple(i for i, f in enumerate(flags) if not f)
+
+
 def load_config(directory) -> tuple[ModelConfig, dict]:
     """(ModelConfig, info): info holds architecture, the generation config, dtype and max length."""
     directory = Path(directory)
@@ -244,14 +274,7 @@ def load_config(directory) -> tuple[ModelConfig, dict]:
                               f"{', '.join(FAMILIES)}")
     family = FAMILIES[archs[0]]
     d = DEFAULTS[family]
-    act_field = "hidden_activation" if family in GEMMA and raw.get("hidden_activation") \
-        is not None else "hidden_act"
-    act = raw.get(act_field, d.get(act_field, d.get("hidden_act")))
-    if family == "gemma" and raw.get("hidden_activation") is None:
-        act = raw.get("hidden_act", d["hidden_act"])
-    if act not in ACTIVATIONS:
-        raise CheckpointError(f"{path}: field {act_field} is {_short(act)}; served: "
-                              f"{', '.join(ACTIVATIONS)}")
+    act = _activation(raw, path, family)
     if raw.get("mlp_bias", False):
         raise CheckpointError(f"{path}: field mlp_bias is true; MLP biases are not supported")
     if raw.get("partial_rotary_factor") is not None and family != "phi3":
@@ -282,17 +305,7 @@ def load_config(directory) -> tuple[ModelConfig, dict]:
         if local_scaling:
             raise CheckpointError(f"{path}: field rope_parameters.sliding_attention scales "
                                   f"the local rope; only a plain local rope is served")
-    no_rope = ()
-    if family == "smollm3":
-        flags = raw.get("no_rope_layers")
-        if flags is None:
-            every = _field(raw, path, "no_rope_layer_interval", int, d["no_rope_layer_interval"])
-            flags = [int((i + 1) % every != 0) for i in range(layers)]
-        if not (isinstance(flags, list) and len(flags) == layers
-                and all(f in (0, 1) and type(f) in (int, bool) for f in flags)):
-            raise CheckpointError(f"{path}: field no_rope_layers must hold 0 or 1 for each of "
-                                  f"the {layers} layers")
-        no_rope = tuple(i for i, f in enumerate(flags) if not f)
+    no_rope = _no_rope(raw, path, layers) if family == "smollm3" else ()
     scale = None
     if family in ("gemma2", "gemma3"):
         scale = _field(raw, path, "query_pre_attn_scalar", float,

@@ -93,38 +93,7 @@ class ModelConfig:
 
     def __post_init__(self):
         for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "layers":
-                count_arg(f.name, value, 1, MAX_LAYERS)
-            elif f.name in ("vocab", "heads", "kv_heads", "head_dim", "hidden", "mlp"):
-                count_arg(f.name, value, 1, 1 << 40)
-            elif f.name in ("rope_base", "rms_eps", "embed_scale", "residual_scale",
-                            "logit_scale", "attn_scale", "attn_softcap", "final_softcap",
-                            "local_rope_base"):
-                if value is None and f.default is None:
-                    continue
-                if isinstance(value, bool) or not isinstance(value, (int, float)):
-                    raise TypeError(f"{f.name} must be a number, got {type(value).__name__}")
-                if not (math.isfinite(value) and value > 0):
-                    raise ValueError(f"{f.name} must be a finite number > 0, got {value}")
-            elif f.name == "norm_offset":
-                if isinstance(value, bool) or value not in (0, 1):
-                    raise ValueError(f"norm_offset must be 0 or 1, got {value!r}")
-            elif f.name == "seed":
-                count_arg("seed", value, 0, 2**63 - 1)
-            elif f.name in ("sliding_window", "rotary_dim"):
-                if value is not None:
-                    count_arg(f.name, value, 1)
-            elif f.name in ("norm_layout", "qk_norm", "act"):
-                allowed = {"norm_layout": NORM_LAYOUTS, "act": ACTS,
-                           "qk_norm": (None, "head", "all")}[f.name]
-                if value not in allowed:
-                    raise ValueError(f"{f.name} must be one of {allowed}, got {value!r}")
-            elif f.name in ("layer_types", "no_rope_layers", "rope_scaling"):
-                if type(value) is not tuple:
-                    raise TypeError(f"{f.name} must be a tuple, got {type(value).__name__}")
-            elif type(value) is not bool:
-                raise TypeError(f"{f.name} must be a bool, got {type(value).__name__}")
+            _check_field(f.name, getattr(self, f.name), f.default)
         if self.heads % self.kv_heads:
             raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads "
                              f"({self.kv_heads})")
@@ -176,6 +145,40 @@ class ModelConfig:
     def windowed(self) -> set:
         """The kinds of layer the model has: {"full"}, {"sliding"} or both (hybrid)."""
         return {self.layer_type(i) for i in range(self.layers)}
+
+
+POSITIVE = ("rope_base", "rms_eps", "embed_scale", "residual_scale", "logit_scale",
+            "attn_scale", "attn_softcap", "final_softcap", "local_rope_base")
+CHOICES = {"norm_layout": NORM_LAYOUTS, "act": ACTS, "qk_norm": (None, "head", "all"),
+           "norm_offset": (0, 1)}
+
+
+def _check_field(name: str, value, default) -> None:
+    """One ModelConfig field's type and range."""
+    if name == "layers":
+        count_arg(name, value, 1, MAX_LAYERS)
+    elif name in ("vocab", "heads", "kv_heads", "head_dim", "hidden", "mlp"):
+        count_arg(name, value, 1, 1 << 40)
+    elif name in POSITIVE:
+        if value is None and default is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be a finite number > 0, got {value}")
+    elif name == "seed":
+        count_arg("seed", value, 0, 2**63 - 1)
+    elif name in ("sliding_window", "rotary_dim"):
+        if value is not None:
+            count_arg(name, value, 1)
+    elif name in CHOICES:
+        if isinstance(value, bool) or value not in CHOICES[name]:
+            raise ValueError(f"{name} must be one of {CHOICES[name]}, got {value!r}")
+    elif name in ("layer_types", "no_rope_layers", "rope_scaling"):
+        if type(value) is not tuple:
+            raise TypeError(f"{name} must be a tuple, got {type(value).__name__}")
+    elif type(value) is not bool:
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
 
 
 def tensor_shapes(c: ModelConfig) -> dict:

@@ -37,6 +37,10 @@ def build(directory, name):
     torch.manual_seed(sum(map(ord, name)))
     model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
     offset = "gemma" in name  # Gemma norms scale by (1 + w)
+    raw = config_json(name)  # undo the family's embedding and residual multipliers
+    embed = 0.5 / (raw["hidden_size"] ** 0.5 if offset
+                   else raw.get("embedding_multiplier", 1) ** 0.5)
+    out_gain = 2.0 / raw.get("residual_multiplier", 1.0)
     with torch.no_grad():
         for key, p in model.named_parameters():
             if key.endswith("norm.weight"):
@@ -44,9 +48,11 @@ def build(directory, name):
             elif key.endswith("bias"):
                 p.normal_(0, 0.5)
             elif "embed_tokens" in key:
-                p.normal_(0, 1.0)
-            else:
-                p.normal_(0, (3.0 if "lm_head" in key else 1.0) / p.shape[-1] ** 0.5)
+                p.normal_(0, embed)
+            else:  # layers strong enough that a tied head does not echo the last token
+                gain = 3.0 if "lm_head" in key else out_gain if ("o_proj" in key or "down" in key) \
+                    else 1.0
+                p.normal_(0, gain / p.shape[-1] ** 0.5)
     model.save_pretrained(directory, safe_serialization=True)
     (directory / "generation_config.json").write_text(json.dumps(generation_json(name)))
     return directory
