@@ -87,12 +87,16 @@ def test_a_family_gives_transformers_greedy_tokens_with_its_generation_config(
     assert len(set(expected)) > 1  # the weights give a text, not one repeated token
 
 
-def test_the_repetition_penalty_from_the_file_changes_qwen_tokens(tmp_path):
-    """Qwen2.5's generation_config.json sets repetition_penalty 1.1: ignoring the file
-    (--generation-config none) gives other tokens, as transformers does without it."""
+def test_the_repetition_penalty_from_the_file_is_applied_and_none_ignores_it(tmp_path):
+    """A Qwen2.5 checkpoint whose generation_config.json sets repetition_penalty (1.8 here,
+    so that it surely changes the text): pagedsim applies it as transformers does, and
+    --generation-config none decodes as transformers does without it."""
     directory = build(tmp_path / "qwen2.5", "qwen2.5")
+    gen = {**generation_json("qwen2.5"), "repetition_penalty": 1.8}
+    (directory / "generation_config.json").write_text(json.dumps(gen))
     with_file, summary = pagedsim_tokens(directory)
-    assert summary["generation_config"]["repetition_penalty"] == 1.1
+    assert summary["generation_config"]["repetition_penalty"] == 1.8
+    assert with_file == transformers_tokens(directory)
     _, _, plain = run(load_model(directory), None, [PROMPT], max_tokens=NEW_TOKENS,
                       overrides={"temperature": 0.0}, backend="numpy",
                       generation_config="none")
