@@ -83,6 +83,8 @@ def print_report(engine, s: dict, args) -> None:
     for rec in engine.log:
         extra = "".join(f", {k.replace('_', ' ')} {v}" for k, v in rec.items()
                         if k.startswith("preempted"))
+        extra += "".join(f" | {k[:-7]} group {v} blocks" for k, v in rec.items()
+                         if k.endswith("_blocks") and k != "free_blocks")  # KV cache groups
         print(f"step {rec['step']:>2}: prefill {rec['prefill_tokens']:>3} + decode "
               f"{rec['decode_tokens']} tokens | blocks +{rec['allocated']} allocated, "
               f"{rec['shared']} shared, {rec['copied']} copied, {rec['freed']} freed, "
@@ -97,10 +99,9 @@ def print_report(engine, s: dict, args) -> None:
         if args.turns and i:  # how much of the hit is the previous turn's answer
             own = r["hit_tokens"] - len(s["requests"][i - 1]["prompt_token_ids"])
             head += f" (its hits include {max(own, 0)} tokens of turn {i}'s answer)"
+        shown = repr(r["prompt"]) if r["prompt"] is not None else r["prompt_token_ids"]
         print(f"\n{head}: {len(r['prompt_token_ids'])} prompt tokens, {r['hit_tokens']} hit in "
-              f"the prefix cache\n  prompt: {r['prompt']!r}"
-              if r["prompt"] is not None else f"the prefix cache\n  prompt: "
-              f"{r['prompt_token_ids']}")
+              f"the prefix cache\n  prompt: {shown}")
         for j, out in enumerate(r["outputs"]):
             print(f"  output {j}: {out['text']!r}" if out["text"] is not None
                   else f"  output {j}: {out['token_ids']}")

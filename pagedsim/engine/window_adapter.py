@@ -48,7 +48,7 @@ class WindowAdapter:
         self.prefix_caching = prefix_caching
         self.ready: dict = {}  # unused: v1 names a block only once its K/V is computed
         self._computed: dict = {}  # seq -> tokens whose K/V is written
-        self._mark = 0
+        self._named: set = set()  # blocks the tables named at the last events_since_mark
 
     # ---- queries -------------------------------------------------------------------
     @property
@@ -121,8 +121,12 @@ class WindowAdapter:
 
     # ---- what happened, for the step log ---------------------------------------------------
     def events_since_mark(self) -> dict:
-        """Counts of block events since the last call, from the pool's free count and the
-        tables (the v1 managers keep no per-block event list here)."""
-        counts = dict.fromkeys(("allocated", "shared", "copied", "freed"), 0)
+        """Blocks that entered and left the tables since the last call (read from the
+        tables: the v1 managers keep no per-block event list here), and each group's use."""
+        named = {b for s in self._computed for g in range(len(self.groups))
+                 for b in self.table(s, g) if b != NULL_BLOCK}
+        counts = dict(allocated=len(named - self._named), shared=0, copied=0,
+                      freed=len(self._named - named))
+        self._named = named
         counts.update({f"{g}_blocks": n for g, n in self.blocks_in_use().items()})
         return counts
