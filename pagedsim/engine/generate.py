@@ -17,6 +17,12 @@ prompt is the previous prompt, its answer and the next speaker's cue, so turn 2 
 the blocks of turn 1's prompt *and* answer (v1 caches generated blocks too).
 --json prints the same as JSON; --draw DIR writes the manager's snapshot after each
 engine step, every block labelled with the text it holds.
+
+A checkpoint's generation_config.json applies as in transformers' generate() and vLLM's
+--generation-config auto (apply_generation_config); the report says which settings came
+from it, and --generation-config none ignores it. A model with sliding-window layers is
+served by v1's window manager, or by the hybrid allocator when it mixes full and sliding
+layers (window_adapter.py): each step then prints the blocks each KV cache group holds.
 """
 
 from __future__ import annotations

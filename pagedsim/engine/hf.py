@@ -1,21 +1,34 @@
 """Load a local Hugging Face checkpoint (the layout `save_pretrained` writes), offline.
 
-    config.json                    LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM
-    model.safetensors              or model.safetensors.index.json + its shards
+    config.json                    Llama (2, 3.x), Qwen2, Mistral, Qwen3, Gemma, Gemma 2,
+                                   Gemma 3 (text), Phi-3, OLMo-2, SmolLM3, Granite
+    model.safetensors              or model.safetensors.index.json + its shards, or (with
+                                   torch installed) pytorch_model*.bin, read through
+                                   torch.load(weights_only=True)
     tokenizer.json                 read by Hugging Face's `tokenizers` library
-    generation_config.json         optional: eos_token_id (stop tokens), as generate() does
+    generation_config.json         optional: eos_token_id, repetition_penalty,
+                                   max_new_tokens, do_sample, temperature, top_p, top_k
+
+config.json is read as each family's transformers config class reads it: its defaults
+for absent fields, rope_theta + rope_scaling (transformers 4) or rope_parameters
+(transformers 5, per layer type for Gemma 3), the family's layer pattern (layer_types, or
+Gemma 2's alternation, Gemma 3's sliding_window_pattern, Qwen's max_window_layers), and
+the family's switches in model.py. A field that cannot be served (a rope_type other than
+default/linear/llama3/longrope, mlp_bias, an unknown activation, a generation setting
+that would change greedy tokens and is not implemented) is refused in one line naming it.
 
 Weights are read with the `safetensors` NumPy API and converted to float32, the
-engine's NumPy dtype (bf16 through `ml_dtypes`). Every header is checked first; then
-each tensor is read through its own short-lived `safe_open`, so neither the source
-tensors nor the file's mapped pages pile up: peak memory is the float32 model plus one
-tensor, measured at 1.06x a 51 MB fp32 checkpoint and 2.15x a 25 MB bf16 one
-(tests/engine/test_hf_checkpoints.py holds it under 2.5x).
+engine's NumPy dtype (bf16 through `ml_dtypes`). Every header is checked first --
+dtypes (floats only), the layer count against the layers the files hold (before any
+table of names is built), names and shapes -- then each tensor is read through its own
+short-lived `safe_open`, so neither the source tensors nor the file's mapped pages pile
+up: peak memory is the float32 model plus one tensor, measured at 1.06x a 51 MB fp32
+checkpoint and 2.15x a 25 MB bf16 one (tests/engine/test_hf_checkpoints.py holds it
+under 2.5x). JSON files over MAX_JSON_BYTES, or nested too deeply to parse, are refused.
 Nothing is fetched from a network: only files in DIR are opened.
 
 Every failure is a `CheckpointError` (a ValueError) whose one-line message names the
-file and the field or tensor: a missing file, a missing tensor, a shape mismatch, a
-config that disagrees with the weights, an unsupported architecture or rope_scaling.
+file and the field or tensor.
 """
 
 from __future__ import annotations
