@@ -119,9 +119,12 @@ def apply_generation_config(generation: dict, overrides: dict, max_tokens) -> tu
     generation_config.json fields `generation`, as transformers' generate() and vLLM's
     `--generation-config auto` use them: the user's flags win; eos_token_id always stops;
     max_new_tokens stands in for an absent --max-tokens; repetition_penalty applies in
-    greedy decoding too. The file's do_sample picks sampling when no --temperature is
-    given (transformers' rule), and then its temperature, top_p and top_k are the
-    defaults; --temperature 0 is always greedy."""
+    greedy decoding too. `pagedsim generate` decodes greedily unless asked to sample
+    (--temperature > 0, or -n > 1, --seed, --top-p or --top-k without a temperature: then
+    the file's temperature, else 1); when sampling, the file's top_p and top_k are the
+    defaults. A file's do_sample alone does not switch sampling on (transformers would;
+    vLLM would sample at the file's temperature): the report says it was left aside.
+    --temperature 0 is always greedy."""
     used: dict = {}
     fields = dict(overrides)
     if "eos_token_id" in generation:
@@ -133,13 +136,17 @@ def apply_generation_config(generation: dict, overrides: dict, max_tokens) -> tu
     if "repetition_penalty" not in fields and "repetition_penalty" in generation:
         fields["repetition_penalty"] = used["repetition_penalty"] = \
             generation["repetition_penalty"]
-    if "temperature" not in fields and generation.get("do_sample"):
-        fields["temperature"] = used["temperature"] = generation.get("temperature", 1.0)
-        used["do_sample"] = True
+    asked = fields.get("n", 1) > 1 or any(k in fields for k in ("seed", "top_p", "top_k"))
+    if "temperature" not in fields and asked:
+        fields["temperature"] = generation.get("temperature", 1.0)
+        if "temperature" in generation:
+            used["temperature"] = fields["temperature"]
     if fields.get("temperature", 0) > 0:
         for name in ("top_p", "top_k"):
             if name not in fields and name in generation:
                 fields[name] = used[name] = generation[name]
+    elif generation.get("do_sample"):
+        used["do_sample"] = "true, left aside: greedy unless asked to sample"
     return fields, max_tokens, used
 
 

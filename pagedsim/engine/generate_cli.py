@@ -38,8 +38,8 @@ def parser() -> ArgParser:
                    help="tokens generated per sequence (default: the generation config's "
                         "max_new_tokens, else 32)")
     p.add_argument("--temperature", type=float_in(0, 100),
-                   help="0 = greedy (default: greedy unless the generation config sets "
-                        "do_sample, then its temperature)")
+                   help="0 = greedy (the default, unless -n, --seed, --top-p or --top-k ask "
+                        "for sampling: then the generation config's temperature, else 1)")
     p.add_argument("--top-p", type=float_in(0, 1, open_low=True), help="nucleus sampling")
     p.add_argument("--top-k", type=int_in(0, 1 << 31), help="keep the k most likely tokens")
     p.add_argument("--repetition-penalty", type=float_in(0, 100, open_low=True),

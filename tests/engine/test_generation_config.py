@@ -18,13 +18,21 @@ def test_greedy_decoding_takes_the_penalty_and_eos_but_not_the_sampling_defaults
     fields, max_tokens, used = apply_generation_config(QWEN, {"temperature": 0.0}, None)
     assert fields == {"temperature": 0.0, "repetition_penalty": 1.1}
     assert max_tokens == DEFAULT_MAX_TOKENS
-    assert used == {"eos_token_id": [2, 3], "repetition_penalty": 1.1}
+    assert used == {"eos_token_id": [2, 3], "repetition_penalty": 1.1,
+                    "do_sample": "true, left aside: greedy unless asked to sample"}
 
 
-def test_do_sample_in_the_file_samples_with_its_temperature_top_p_and_top_k():
+def test_asking_to_sample_takes_the_files_temperature_top_p_and_top_k():
+    fields, _, used = apply_generation_config(QWEN, {"seed": 3}, 5)
+    assert fields == {"seed": 3, "temperature": 0.7, "top_p": 0.8, "top_k": 20,
+                      "repetition_penalty": 1.1}
+    assert used["temperature"] == 0.7 and used["top_k"] == 20
+
+
+def test_do_sample_in_the_file_alone_stays_greedy_and_says_so():
     fields, _, used = apply_generation_config(QWEN, {}, 5)
-    assert fields == {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.1}
-    assert used["do_sample"] is True and used["top_k"] == 20
+    assert fields == {"repetition_penalty": 1.1}
+    assert used["do_sample"].startswith("true, left aside")
 
 
 def test_the_users_flags_win_over_the_file():
