@@ -64,6 +64,11 @@ class DenseEngine:
         if not isinstance(request, Request):
             raise TypeError(f"a request must be a Request, got {type(request).__name__}")
         self.model.check_tokens(request.prompt)
+        limit = self.model.max_model_len
+        if limit is not None and len(request.prompt) + request.max_tokens > limit:
+            raise ValueError(f"prompt + max_tokens = {len(request.prompt) + request.max_tokens} "
+                             f"exceeds the {limit} positions longrope's short factors serve "
+                             f"(original_max_position_embeddings)")
         if request.width > self.max_num_seqs:
             raise ValueError(f"request runs {request.width} sequences; max_num_seqs is "
                              f"{self.max_num_seqs}")

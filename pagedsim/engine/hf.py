@@ -163,6 +163,8 @@ def _rope(raw: dict, path: Path, family: str, layer_kind: str) -> tuple:
     theta = _field(params, path, "rope_theta", float) if "rope_theta" in params else \
         _field(raw, path, "rope_theta", float, DEFAULTS[family]["rope_theta"])
     kind = params.get("rope_type", params.get("type", "default"))
+    if family == "phi3" and kind in ("su", "yarn"):
+        kind = "longrope"  # Phi3Config's reading of its early names
     scaling: dict = {}
     if kind == "default":
         pass
@@ -200,7 +202,7 @@ def _longrope(raw: dict, params: dict, path: Path, name: str) -> dict:
         raise CheckpointError(f"{path}: field {name}.short_factor must be a list of "
                               f"positive numbers")
     factor = params.get("factor")
-    if "original_max_position_embeddings" in raw:  # Phi-3: the ratio of the two lengths
+    if factor is None:  # Phi-3: the ratio of the two lengths (transformers 5's order)
         factor = _field(raw, path, "max_position_embeddings", int) / original
     attention = params.get("attention_factor")
     if attention is None:
@@ -227,7 +229,10 @@ def _layer_types(raw: dict, path: Path, family: str, layers: int, window) -> tup
         pattern = _field(raw, path, "sliding_window_pattern", int,
                          DEFAULTS[family]["sliding_window_pattern"])
         return tuple("sliding" if (i + 1) % pattern else "full" for i in range(layers))
-    if family in ("qwen2", "qwen3", "smollm3"):
+    if family == "smollm3":  # the layers without rope slide
+        no_rope = set(_no_rope(raw, path, layers))
+        return tuple("sliding" if i in no_rope else "full" for i in range(layers))
+    if family in ("qwen2", "qwen3"):
         first = _field(raw, path, "max_window_layers", int, layers, positive=False)
         return tuple("sliding" if i >= first else "full" for i in range(layers))
     return ("sliding",) * layers  # Mistral, Phi-3: every layer
@@ -290,8 +295,12 @@ def load_config(directory) -> tuple[ModelConfig, dict]:
     act = _activation(raw, path, family)
     if raw.get("mlp_bias", False):
         raise CheckpointError(f"{path}: field mlp_bias is true; MLP biases are not supported")
-    if raw.get("partial_rotary_factor") is not None and family != "phi3":
-        raise CheckpointError(f"{path}: field partial_rotary_factor is set; only Phi-3 reads it")
+    rope_params = raw.get("rope_parameters") if isinstance(raw.get("rope_parameters"), dict) \
+        else {}
+    share_raw = raw.get("partial_rotary_factor", rope_params.get("partial_rotary_factor"))
+    if share_raw not in (None, 1, 1.0) and family != "phi3":
+        raise CheckpointError(f"{path}: field partial_rotary_factor is {_short(share_raw)}; "
+                              f"only Phi-3 rotates part of a head")
     layers = _field(raw, path, "num_hidden_layers", int)
     if layers > MAX_LAYERS:
         raise CheckpointError(f"{path}: field num_hidden_layers is {layers}; at most "
@@ -302,8 +311,11 @@ def load_config(directory) -> tuple[ModelConfig, dict]:
     head_dim = hidden // heads if head_dim is None else \
         _field(raw, path, "head_dim", int, d.get("head_dim"))
     rotary = None
-    if raw.get("partial_rotary_factor") is not None:
-        share = _field(raw, path, "partial_rotary_factor", float)
+    if share_raw is not None:
+        share = _field({"partial_rotary_factor": share_raw}, path, "partial_rotary_factor", float)
+        if share > 1:
+            raise CheckpointError(f"{path}: field partial_rotary_factor must be <= 1, got "
+                                  f"{share}")
         rotary = int(head_dim * share) if share < 1 else None
     window = _window(raw, path, family)
     types = _layer_types(raw, path, family, layers, window)

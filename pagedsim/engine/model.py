@@ -279,6 +279,11 @@ class Transformer:
         local = full if c.local_rope_base is None else rope_frequencies(c, c.local_rope_base, {})
         self.ropes = [None if i in c.no_rope_layers else  # (inv_freq [R/2], factor) or None
                       local if c.layer_type(i) == "sliding" else full for i in range(c.layers)]
+        # longrope's short factors hold while the sequence is within the original length
+        # (transformers switches every position to the long factors past it): longer
+        # sequences are refused by the engines
+        self.max_model_len = scaling.get("original_max_position_embeddings") \
+            if scaling.get("rope_type") == "longrope" else None
         scale = c.head_dim ** -0.5 if c.attn_scale is None else c.attn_scale
         self.attention = [Attention(scale, c.attn_softcap, c.sliding_window
                                     if c.layer_type(i) == "sliding" else None)

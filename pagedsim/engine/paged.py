@@ -82,6 +82,11 @@ class PagedEngine:
         if not isinstance(request, Request):
             raise TypeError(f"a request must be a Request, got {type(request).__name__}")
         self.model.check_tokens(request.prompt)
+        limit = self.model.max_model_len
+        if limit is not None and len(request.prompt) + request.max_tokens > limit:
+            raise ValueError(f"prompt + max_tokens = {len(request.prompt) + request.max_tokens} "
+                             f"exceeds the {limit} positions longrope's short factors serve "
+                             f"(original_max_position_embeddings)")
         if request.width > 1 and not getattr(self.blocks, "supports_fork", True):
             raise ValueError(f"request runs {request.width} sequences; a model with "
                              f"sliding-window layers serves one (n = 1, no beam search)")

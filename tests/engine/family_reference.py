@@ -106,9 +106,11 @@ def _inv_freq(cfg: dict, d: int, theta: float, scaling) -> tuple:
                 s = (old / wavelen - lo) / (hi - lo)
                 out.append((1 - s) * x / f + s * x)
         return np.array(out), 1.0
+    if kind == "linear":
+        return inv / scaling["factor"], 1.0
     if kind == "longrope":
         original = cfg["original_max_position_embeddings"]
-        factor = cfg["max_position_embeddings"] / original
+        factor = scaling.get("factor") or cfg["max_position_embeddings"] / original
         att = math.sqrt(1 + math.log(factor) / math.log(original)) if factor > 1 else 1.0
         return 1.0 / (np.array(scaling["short_factor"]) * theta ** (np.arange(0, d, 2) / d)), att
     return inv, 1.0
@@ -176,7 +178,8 @@ def reference_logits(directory, ids) -> np.ndarray:
         scaling = cfg.get("rope_scaling")
         if fam == "gemma3" and sliding[i]:
             theta, scaling = cfg["rope_local_base_freq"], None
-        inv, att = _inv_freq(cfg, d, theta, scaling)
+        rd = int(d * cfg.get("partial_rotary_factor", 1.0))  # Phi-4-mini rotates 3/4
+        inv, att = _inv_freq(cfg, rd, theta, scaling)
         emb = np.concatenate([pos[:, None] * inv] * 2, -1)
         cos, sin = att * np.cos(emb)[None], att * np.sin(emb)[None]  # [1, T, D]
         hin = x if fam == "olmo2" else rms(x, t[p + "input_layernorm.weight"])
@@ -193,9 +196,11 @@ def reference_logits(directory, ids) -> np.ndarray:
             qq = rms(qq, t[p + "self_attn.q_norm.weight"])
             kk = rms(kk, t[p + "self_attn.k_norm.weight"])
         if not no_rope[i]:
-            def rot(z):
-                return np.concatenate([-z[..., d // 2:], z[..., :d // 2]], -1)
-            qq, kk = qq * cos + rot(qq) * sin, kk * cos + rot(kk) * sin
+            def rope(z):
+                r, rest = z[..., :rd], z[..., rd:]
+                turned = np.concatenate([-r[..., rd // 2:], r[..., :rd // 2]], -1)
+                return np.concatenate([r * cos + turned * sin, rest], -1)
+            qq, kk = rope(qq), rope(kk)
         kk, vv = np.repeat(kk, H // KV, 0), np.repeat(vv, H // KV, 0)
         s = qq @ kk.transpose(0, 2, 1) * scale
         if cfg.get("attn_logit_softcapping") and fam == "gemma2":
