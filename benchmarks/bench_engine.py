@@ -13,6 +13,13 @@ generated tokens / s on the same requests. The attention backend is `--backend`
 (auto = kernels on a GPU, NumPy on the CPU).
 
     PYTHONPATH=. python benchmarks/bench_engine.py [--big] [--backend numpy]
+    PYTHONPATH=. python benchmarks/bench_engine.py --vs-transformers [--big]
+
+--vs-transformers prints side-by-side rows against transformers on the CPU (the oracle
+extra): the same checkpoint, the same random prompts, greedy, at batch 1 and batch 8,
+each side in a fresh process so that its peak resident memory (ru_maxrss: loading
+included) is its own. Reported: generated tokens per CPU-second (process time over all
+threads, so thread counts do not flatter either side) and peak memory in MiB.
 
 Measured on the shared 2-core development machine (load average about 10, NumPy
 backend, 8 requests x 64 prompt tokens x 32 generated, block size 16):
@@ -88,14 +95,77 @@ def bench(model, requests, backend: str, block_size: int = 16) -> dict:
                 dense_generated_tokens_per_s=round(generated / dense, 1))
 
 
+def one_side(side: str, directory: str, batch: int, prompt: int, tokens: int) -> dict:
+    """Generate in this process with pagedsim or transformers; CPU time and peak memory."""
+    import resource
+    rng = np.random.default_rng(0)
+    config = json.loads((Path(directory) / "config.json").read_text())
+    ids = rng.integers(1, config["vocab_size"], (batch, prompt))
+    if side == "pagedsim":
+        from pagedsim.block_table import blocks_needed
+        from pagedsim.engine import PagedEngine, Request
+        from pagedsim.engine.hf import load_model
+        model = load_model(directory)
+        requests = [Request(tuple(int(t) for t in row), tokens) for row in ids]
+        engine = PagedEngine(model, batch * blocks_needed(prompt + tokens, 16), 16,
+                             backend="numpy", max_num_batched_tokens=max(256, batch))
+        start = time.process_time()
+        engine.generate(requests)
+    else:
+        import torch
+        import transformers
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            directory, torch_dtype=torch.float32).eval()
+        start = time.process_time()
+        with torch.no_grad():
+            model.generate(torch.tensor(ids), do_sample=False, max_new_tokens=tokens,
+                           min_new_tokens=tokens, attention_mask=torch.ones_like(
+                               torch.tensor(ids)), pad_token_id=0)
+    cpu = time.process_time() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    return dict(side=side, batch=batch, generated=batch * tokens, cpu_seconds=round(cpu, 2),
+                tokens_per_cpu_second=round(batch * tokens / cpu, 1), peak_mib=round(peak))
+
+
+def vs_transformers(directory: str, label: str, prompt: int, tokens: int) -> None:
+    import subprocess
+    import sys
+    for batch in (1, 8):
+        row = []
+        for side in ("pagedsim", "transformers"):
+            done = subprocess.run([sys.executable, __file__, "--one", side, "--model", directory,
+                                   "--batch", str(batch), "--prompt", str(prompt), "--tokens",
+                                   str(tokens)], capture_output=True, text=True, check=True)
+            row.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        p, t = row
+        print(f"{label} batch {batch}: pagedsim {p['tokens_per_cpu_second']} tok/CPU-s, "
+              f"{p['peak_mib']} MiB | transformers {t['tokens_per_cpu_second']} tok/CPU-s, "
+              f"{t['peak_mib']} MiB")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--big", action="store_true", help="also the ~100M-parameter checkpoint")
+    p.add_argument("--vs-transformers", action="store_true",
+                   help="side-by-side rows against transformers on the CPU")
+    p.add_argument("--one", choices=("pagedsim", "transformers"), help=argparse.SUPPRESS)
+    p.add_argument("--model", help=argparse.SUPPRESS)
+    p.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
     p.add_argument("--backend", default="auto")
     p.add_argument("--requests", type=int, default=8)
     p.add_argument("--prompt", type=int, default=64)
     p.add_argument("--tokens", type=int, default=32)
     a = p.parse_args()
+    if a.one:
+        print(json.dumps(one_side(a.one, a.model, a.batch, a.prompt, a.tokens)))
+        return
+    if a.vs_transformers:
+        from pagedsim.engine.generate import DEFAULT_MODEL
+        vs_transformers(str(DEFAULT_MODEL), "shipped", a.prompt, a.tokens)
+        if a.big:
+            with tempfile.TemporaryDirectory() as tmp:
+                vs_transformers(str(write_random_llama(Path(tmp))), "100m", a.prompt, a.tokens)
+        return
     from pagedsim.engine import Request
     from pagedsim.engine.generate import load
     model, _ = load()

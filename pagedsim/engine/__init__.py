@@ -1,11 +1,14 @@
-"""A mini serving engine: pagedsim's block manager serving a Llama-family model.
+"""A mini serving engine: pagedsim's block manager serving Hugging Face decoder models.
 
-    model.py            the transformer (Llama / Qwen2 / Mistral equations, NumPy float32),
-                        minus attention; TinyModel = seeded random weights
+    model.py            the transformer (Llama's equations with each family's switches:
+                        Qwen2/3, Mistral, Gemma 1-3, Phi-3, OLMo-2, SmolLM3, Granite; NumPy
+                        float32), minus attention; TinyModel = seeded random weights
     hf.py               a local Hugging Face checkpoint -> model + tokenizer (offline)
     requests.py         requests, sampling, parallel samples and beam search (both engines)
     dense.py            the reference engine: contiguous per-sequence K/V, NumPy attention
     adapter.py          the engine's only door into the block manager and its prefix cache
+    window_adapter.py   the same door for sliding windows: v1's window manager and its
+                        hybrid allocator (a KV cache group per kind of layer, one pool)
     backend.py          the one seam for attention: NumPy or the kernels, chosen once
     kernels_backend.py  that seam on cuda_kernels (the only import of cuda_kernels)
     kvstore.py          the paged K/V per layer, read and written through the backend

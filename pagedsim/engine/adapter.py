@@ -54,7 +54,8 @@ class BlockAdapter:
     def table(self, seq) -> list:
         return list(self.manager.block_table(seq).blocks)
 
-    def slots(self, seq, start: int, end: int) -> np.ndarray:
+    def slots(self, seq, start: int, end: int, group: int = 0) -> np.ndarray:
+        assert group == 0, "one KV cache group here"
         return self.manager.slot_mapping(seq)[start:end]
 
     def num_tokens(self, seq) -> int:

@@ -7,8 +7,11 @@ cuda_kernels/layout.py, [num_blocks, 2, H_kv, B, D] float32):
     where()                                    one phrase: what actually ran
     new_cache(shape)                           a cache whose unwritten slots are NaN
     write(cache, key, value, slots)            K/V [T, H_kv, D] into slots (-1: skip)
-    prefill(query, cache, tables, lens, starts)  ragged causal prefill -> [T, H, D]
-    decode(query, cache, tables, lens)         one query per sequence -> [S, H, D]
+    prefill(query, cache, tables, lens, starts, spec)  ragged causal prefill -> [T, H, D]
+    decode(query, cache, tables, lens, spec)   one query per sequence -> [S, H, D]
+
+`spec` is the layer's model.Attention: its scale, soft-cap and sliding window. A table
+entry of a block the window left behind may be -1 (vLLM's null block).
     copy_blocks(cache, pairs) / swap_out(cache, host, pairs) / swap_in(host, cache, pairs)
 
 `choose(name)` is the only place a backend is picked, and `pagedsim.engine.kernels_backend`
@@ -50,16 +53,16 @@ class NumpyAttention:
         cache[blocks, 0, :, offsets] = key[keep]
         cache[blocks, 1, :, offsets] = value[keep]
 
-    def prefill(self, query, cache, tables, lens, starts):
+    def prefill(self, query, cache, tables, lens, starts, spec=None):
         out = np.empty(query.shape, np.float32)  # [T, H, D]
         for s, ctx in enumerate(lens):
             lo, hi = int(starts[s]), int(starts[s + 1])
             keys, values = gather(cache, tables[s], int(ctx))
-            out[lo:hi] = dense_attention(query[lo:hi], keys, values)
+            out[lo:hi] = dense_attention(query[lo:hi], keys, values, spec)
         return out
 
-    def decode(self, query, cache, tables, lens):
-        return self.prefill(query, cache, tables, lens, np.arange(len(lens) + 1))
+    def decode(self, query, cache, tables, lens, spec=None):
+        return self.prefill(query, cache, tables, lens, np.arange(len(lens) + 1), spec)
 
     def copy_blocks(self, cache, pairs):
         for src, dst in pairs:
@@ -75,10 +78,12 @@ class NumpyAttention:
 
 
 def gather(cache: np.ndarray, table, length: int) -> tuple:
-    """K and V [length, H_kv, D] of one sequence, read through its block table."""
+    """K and V [length, H_kv, D] of one sequence, read through its block table; a null
+    block (-1, left behind by a sliding window) reads as zeros, which the window masks."""
     bs = cache.shape[3]
     blocks = np.asarray(table[:-(-length // bs)], np.int64)
-    kv = cache[blocks]  # [n, 2, H_kv, B, D]
+    kv = np.where((blocks >= 0)[:, None, None, None, None], cache[np.maximum(blocks, 0)],
+                  np.float32(0))  # [n, 2, H_kv, B, D]
     kv = kv.transpose(1, 0, 3, 2, 4).reshape(2, -1, kv.shape[2], kv.shape[4])  # [2, n*B, H_kv, D]
     return kv[0, :length], kv[1, :length]
 

@@ -11,18 +11,27 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import count_arg
 from .model import Transformer
 from .requests import Request, RequestState
 
 
-def dense_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """q [T, H, D] for the last T of L positions; k, v [L, H_kv, D] -> [T, H, D] (causal)."""
+def dense_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, spec=None) -> np.ndarray:
+    """q [T, H, D] for the last T of L positions; k, v [L, H_kv, D] -> [T, H, D] (causal).
+    `spec` (model.Attention): the scale (default 1/sqrt(D)), a soft-cap, a window."""
     t, heads, d = q.shape
     length, group = len(k), heads // k.shape[1]
     kk, vv = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)  # [L, H, D]
-    scores = np.einsum("thd,lhd->htl", q, kk) / np.float32(np.sqrt(d))  # [H, T, L]
-    future = np.arange(length)[None, :] > (length - t + np.arange(t))[:, None]  # [T, L]
-    scores = np.where(future[None], -np.inf, scores)
+    scale = np.float32(d ** -0.5 if spec is None else spec.scale)
+    scores = np.einsum("thd,lhd->htl", q, kk) * scale  # [H, T, L]
+    if spec is not None and spec.softcap is not None:
+        cap = np.float32(spec.softcap)
+        scores = np.tanh(scores / cap) * cap
+    query_pos = length - t + np.arange(t)  # [T]
+    masked = np.arange(length)[None, :] > query_pos[:, None]  # [T, L]: the future
+    if spec is not None and spec.window is not None:  # and what the window left behind
+        masked |= np.arange(length)[None, :] <= query_pos[:, None] - spec.window
+    scores = np.where(masked[None], -np.inf, scores)
     p = np.exp(scores - scores.max(axis=-1, keepdims=True))
     p /= p.sum(axis=-1, keepdims=True)
     return np.einsum("htl,lhd->thd", p, vv).astype(np.float32)
@@ -33,13 +42,39 @@ def sequence_logits(model: Transformer, tokens) -> np.ndarray:
     h = model.embed_tokens(tokens)
     for layer in range(model.config.layers):
         q, k, v = model.qkv(layer, h, np.arange(len(h)))
-        h = model.finish(layer, h, dense_attention(q, k, v))
+        h = model.finish(layer, h, dense_attention(q, k, v, model.attention[layer]))
     return model.logits(h)
 
 
 class DenseEngine:
-    def __init__(self, model: Transformer):
+    def __init__(self, model: Transformer, *, max_num_seqs: int = 256,
+                 max_model_len: int = 1 << 16):
+        """`max_num_seqs` (vLLM's name): sequences one request may run at once (n or beams);
+        `max_model_len`: prompt + max_tokens. A request past either is refused before it
+        runs, as PagedEngine refuses one its pool could never hold."""
+        if not isinstance(model, Transformer):
+            raise TypeError(f"model must be a Transformer (TinyModel or hf.load_model), got "
+                            f"{type(model).__name__}")
         self.model = model
+        self.max_num_seqs = count_arg("max_num_seqs", max_num_seqs, 1)
+        self.max_model_len = count_arg("max_model_len", max_model_len, 1)
+
+    def refuse(self, request) -> None:
+        """Raise if `request` could never be served; changes nothing."""
+        if not isinstance(request, Request):
+            raise TypeError(f"a request must be a Request, got {type(request).__name__}")
+        self.model.check_tokens(request.prompt)
+        limit = self.model.max_model_len
+        if limit is not None and len(request.prompt) + request.max_tokens > limit:
+            raise ValueError(f"prompt + max_tokens = {len(request.prompt) + request.max_tokens} "
+                             f"exceeds the {limit} positions longrope's short factors serve "
+                             f"(original_max_position_embeddings)")
+        if request.width > self.max_num_seqs:
+            raise ValueError(f"request runs {request.width} sequences; max_num_seqs is "
+                             f"{self.max_num_seqs}")
+        if len(request.prompt) + request.max_tokens > self.max_model_len:
+            raise ValueError(f"prompt + max_tokens = {len(request.prompt) + request.max_tokens} "
+                             f"exceeds max_model_len {self.max_model_len}")
 
     def forward(self, cache: list, tokens, start: int) -> np.ndarray:
         """Run tokens at positions start.. of one sequence; extend its per-layer (K, V)."""
@@ -50,12 +85,12 @@ class DenseEngine:
             keys, values = cache[layer]
             keys, values = np.concatenate([keys, k]), np.concatenate([values, v])
             cache[layer] = (keys, values)
-            h = m.finish(layer, h, dense_attention(q, keys, values))
+            h = m.finish(layer, h, dense_attention(q, keys, values, m.attention[layer]))
         return m.logits(h[-1:])[0]
 
     def run_request(self, rid: int, request: Request) -> RequestState:
         c = self.model.config
-        self.model.check_tokens(request.prompt)
+        self.refuse(request)
         state = RequestState(rid, request)
         empty = np.zeros((0, c.kv_heads, c.head_dim), np.float32)
         caches = {state.key(0): [(empty, empty)] * c.layers}
@@ -72,5 +107,11 @@ class DenseEngine:
                       for s in state.seq_keys()}
 
     def generate(self, requests) -> list:
-        """RequestState per request (outputs(), logits), in request order."""
+        """RequestState per request (outputs(), logits), in request order (all refused if
+        one is bad)."""
+        if isinstance(requests, Request) or not hasattr(requests, "__iter__"):
+            raise TypeError(f"requests must be a list of Request, got {type(requests).__name__}")
+        requests = list(requests)
+        for r in requests:
+            self.refuse(r)
         return [self.run_request(i, r) for i, r in enumerate(requests)]

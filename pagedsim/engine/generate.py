@@ -17,6 +17,12 @@ prompt is the previous prompt, its answer and the next speaker's cue, so turn 2 
 the blocks of turn 1's prompt *and* answer (v1 caches generated blocks too).
 --json prints the same as JSON; --draw DIR writes the manager's snapshot after each
 engine step, every block labelled with the text it holds.
+
+A checkpoint's generation_config.json applies as in transformers' generate() and vLLM's
+--generation-config auto (apply_generation_config); the report says which settings came
+from it, and --generation-config none ignores it. A model with sliding-window layers is
+served by v1's window manager, or by the hybrid allocator when it mixes full and sliding
+layers (window_adapter.py): each step then prints the blocks each KV cache group holds.
 """
 
 from __future__ import annotations
@@ -103,16 +109,65 @@ def report(tok, states, runs) -> list:
             for s, run in zip(states, runs, strict=True)]
 
 
-def run(model=None, tok=None, prompts=None, *, max_tokens: int = 32, blocks=None,
+DEFAULT_MAX_TOKENS = 32
+
+
+def apply_generation_config(generation: dict, overrides: dict, max_tokens) -> tuple:
+    """(request fields, max_tokens, what came from the file) for a checkpoint's
+    generation_config.json fields `generation`, as transformers' generate() and vLLM's
+    `--generation-config auto` use them: the user's flags win; eos_token_id always stops;
+    max_new_tokens stands in for an absent --max-tokens; repetition_penalty applies in
+    greedy decoding too. `pagedsim generate` decodes greedily unless asked to sample
+    (--temperature > 0, or -n > 1, --seed, --top-p or --top-k without a temperature: then
+    the file's temperature, else 1); when sampling, the file's top_p and top_k are the
+    defaults. A file's do_sample alone does not switch sampling on (transformers would;
+    vLLM would sample at the file's temperature): the report says it was left aside.
+    --temperature 0 is always greedy."""
+    used: dict = {}
+    fields = dict(overrides)
+    if "eos_token_id" in generation:
+        used["eos_token_id"] = list(generation["eos_token_id"])
+    if max_tokens is None:
+        max_tokens = generation.get("max_new_tokens", DEFAULT_MAX_TOKENS)
+        if "max_new_tokens" in generation:
+            used["max_new_tokens"] = max_tokens
+    if "repetition_penalty" not in fields and "repetition_penalty" in generation:
+        fields["repetition_penalty"] = used["repetition_penalty"] = \
+            generation["repetition_penalty"]
+    asked = fields.get("n", 1) > 1 or any(k in fields for k in ("seed", "top_p", "top_k"))
+    if "temperature" not in fields and asked:
+        fields["temperature"] = generation.get("temperature", 1.0)
+        if "temperature" in generation:
+            used["temperature"] = fields["temperature"]
+    if fields.get("temperature", 0) > 0:
+        for name in ("top_p", "top_k"):
+            if name not in fields and name in generation:
+                fields[name] = used[name] = generation[name]
+    elif generation.get("do_sample"):
+        used["do_sample"] = "true, left aside: greedy unless asked to sample"
+    return fields, max_tokens, used
+
+
+def run(model=None, tok=None, prompts=None, *, max_tokens=None, blocks=None,
         block_size: int = 16, budget: int = 64, policy: str = "swap",
-        prefix_caching: bool = True, backend="auto", turns: int = 0, overrides=None) -> tuple:
+        prefix_caching: bool = True, backend="auto", turns: int = 0, overrides=None,
+        generation_config: str = "auto") -> tuple:
     """Serve the mix, the prompts, or `turns` turns of a conversation, then the dense
     engine. Returns (engine, marks, summary): marks[i] is the manager snapshot index after
-    engine step i + 1; summary is what `generate` reports."""
+    engine step i + 1; summary is what `generate` reports. `generation_config`: "auto"
+    applies the checkpoint's generation_config.json (apply_generation_config), "none"
+    ignores it (vLLM's option)."""
     if model is None:
         model, tok = load()
-    stop = getattr(model, "info", {}).get("stop_token_ids", ())
-    overrides = dict(overrides or {})
+    if generation_config not in ("auto", "none"):
+        raise ValueError(f"generation_config must be 'auto' or 'none', got {generation_config!r}")
+    generation = getattr(model, "info", {}).get("generation", {}) \
+        if generation_config == "auto" else {}
+    overrides, max_tokens, from_file = apply_generation_config(generation, dict(overrides or {}),
+                                                               max_tokens)
+    # without the file, config.json's eos_token_id still stops (vLLM: the model's EOS)
+    stop = tuple(from_file.get("eos_token_id",
+                               getattr(model, "info", {}).get("config_eos_token_ids", ())))
     if (not prompts or turns or any(isinstance(p, str) for p in prompts)) and tok is None:
         raise ValueError("text prompts, the default workload and --turns need the "
                          "checkpoint's tokenizer.json; give --prompt-ids instead")
@@ -126,7 +181,8 @@ def run(model=None, tok=None, prompts=None, *, max_tokens: int = 32, blocks=None
     if blocks is None:  # room for every request at once, plus the cache
         from ..block_table import blocks_needed
         longest = (turns or 1) * (len(requests[0].prompt) + max_tokens + 16)
-        blocks = 16 if not prompts and not turns else sum(
+        groups = len(model.config.windowed)  # a hybrid model fills two KV cache groups
+        blocks = 16 if not prompts and not turns else groups * sum(
             r.width * blocks_needed(max(longest, len(r.prompt) + max_tokens), block_size)
             for r in requests) + 4
     engine = PagedEngine(model, blocks, block_size, max_num_batched_tokens=budget,
@@ -153,7 +209,8 @@ def run(model=None, tok=None, prompts=None, *, max_tokens: int = 32, blocks=None
         recomputed_after_preemption=stats["recomputed_tokens"],
         preempted_recompute=stats["preempted_recompute"], preempted_swap=stats["preempted_swap"],
         cow_bytes=stats["cow_bytes"], swap_bytes=stats["swap_bytes"],
-        requests=report(tok, states, engine.runs), **compare(dense, states))
+        requests=report(tok, states, engine.runs), generation_config=from_file,
+        **compare(dense, states))
     engine.block_labels = texts
     return engine, marks, summary
 

@@ -40,10 +40,19 @@ def parser() -> ArgParser:
                    help="a prompt (repeatable; default: a mixed workload of four requests)")
     p.add_argument("--prompt-ids", action="append", type=token_ids, metavar="ID,ID,...",
                    help="a prompt as token ids (repeatable; needs no tokenizer.json)")
-    p.add_argument("--max-tokens", type=int_in(1, 4096), default=32,
-                   help="tokens generated per sequence (default 32)")
-    p.add_argument("--temperature", type=float_in(0, 100), help="0 = greedy (default)")
+    p.add_argument("--max-tokens", type=int_in(1, 4096),
+                   help="tokens generated per sequence (default: the generation config's "
+                        "max_new_tokens, else 32)")
+    p.add_argument("--temperature", type=float_in(0, 100),
+                   help="0 = greedy (the default, unless -n, --seed, --top-p or --top-k ask "
+                        "for sampling: then the generation config's temperature, else 1)")
     p.add_argument("--top-p", type=float_in(0, 1, open_low=True), help="nucleus sampling")
+    p.add_argument("--top-k", type=int_in(0, 1 << 31), help="keep the k most likely tokens")
+    p.add_argument("--repetition-penalty", type=float_in(0, 100, open_low=True),
+                   help="> 1 discourages repeats (default: the generation config's, else 1)")
+    p.add_argument("--generation-config", choices=("auto", "none"), default="auto",
+                   help="auto: apply the checkpoint's generation_config.json as transformers "
+                        "and vLLM do; none: ignore it (vLLM's option)")
     p.add_argument("--seed", type=int_in(0, 2**63 - 1), help="sampling seed")
     p.add_argument("-n", type=int_in(1, 64), help="parallel samples per prompt")
     p.add_argument("--beam-width", type=int_in(0, 64), help="beam search with W beams")
@@ -71,6 +80,9 @@ def print_report(engine, s: dict, args) -> None:
     print(f"pagedsim generate: {s['model']} ({s['parameters']:,} parameters, float32), "
           f"attention: {s['attention']}")
     many = "s" if len(engine.runs) > 1 else ""
+    if s.get("generation_config"):
+        print("from generation_config.json: " + ", ".join(
+            f"{k} {v}" for k, v in s["generation_config"].items()))
     print(f"{len(engine.runs)} request{many}, pool of {s['blocks']} blocks x {s['block_size']} "
           f"tokens, "
           f"budget {s['budget']} tokens/step, prefix caching "
@@ -78,6 +90,8 @@ def print_report(engine, s: dict, args) -> None:
     for rec in engine.log:
         extra = "".join(f", {k.replace('_', ' ')} {v}" for k, v in rec.items()
                         if k.startswith("preempted"))
+        extra += "".join(f" | {k[:-7]} group {v} blocks" for k, v in rec.items()
+                         if k.endswith("_blocks") and k != "free_blocks")  # KV cache groups
         print(f"step {rec['step']:>2}: prefill {rec['prefill_tokens']:>3} + decode "
               f"{rec['decode_tokens']} tokens | blocks +{rec['allocated']} allocated, "
               f"{rec['shared']} shared, {rec['copied']} copied, {rec['freed']} freed, "
@@ -92,10 +106,9 @@ def print_report(engine, s: dict, args) -> None:
         if args.turns and i:  # how much of the hit is the previous turn's answer
             own = r["hit_tokens"] - len(s["requests"][i - 1]["prompt_token_ids"])
             head += f" (its hits include {max(own, 0)} tokens of turn {i}'s answer)"
+        shown = repr(r["prompt"]) if r["prompt"] is not None else r["prompt_token_ids"]
         print(f"\n{head}: {len(r['prompt_token_ids'])} prompt tokens, {r['hit_tokens']} hit in "
-              f"the prefix cache\n  prompt: {r['prompt']!r}"
-              if r["prompt"] is not None else f"the prefix cache\n  prompt: "
-              f"{r['prompt_token_ids']}")
+              f"the prefix cache\n  prompt: {shown}")
         for j, out in enumerate(r["outputs"]):
             print(f"  output {j}: {out['text']!r}" if out["text"] is not None
                   else f"  output {j}: {out['token_ids']}")
@@ -116,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     overrides = {k: v for k, v in dict(n=args.n, beam_width=args.beam_width,
                                        temperature=args.temperature, top_p=args.top_p,
-                                       seed=args.seed).items() if v is not None}
+                                       top_k=args.top_k, seed=args.seed,
+                                       repetition_penalty=args.repetition_penalty).items()
+                 if v is not None}
     try:
         prompts = (args.prompt or []) + (args.prompt_ids or [])
         engine, marks, summary = generate.run(model, tok, prompts, max_tokens=args.max_tokens,
@@ -125,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
                                               budget=args.budget, policy=args.preemption_mode,
                                               prefix_caching=args.enable_prefix_caching,
                                               backend=args.backend, turns=args.turns,
-                                              overrides=overrides)
+                                              overrides=overrides,
+                                              generation_config=args.generation_config)
     except ValueError as e:  # a pool or budget too small for one request, a bad size
         p.error(str(e))
     if args.json:

@@ -1,34 +1,94 @@
 """Load a local Hugging Face checkpoint (the layout `save_pretrained` writes), offline.
 
-    config.json                    LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM
-    model.safetensors              or model.safetensors.index.json + its shards
+    config.json                    Llama (2, 3.x), Qwen2, Mistral, Qwen3, Gemma, Gemma 2,
+                                   Gemma 3 (text), Phi-3, OLMo-2, SmolLM3, Granite
+    model.safetensors              or model.safetensors.index.json + its shards, or (with
+                                   torch installed) pytorch_model*.bin, read through
+                                   torch.load(weights_only=True)
     tokenizer.json                 read by Hugging Face's `tokenizers` library
-    generation_config.json         optional: eos_token_id (stop tokens), as generate() does
+    generation_config.json         optional: eos_token_id, repetition_penalty,
+                                   max_new_tokens, do_sample, temperature, top_p, top_k
+
+config.json is read as each family's transformers config class reads it: its defaults
+for absent fields, rope_theta + rope_scaling (transformers 4) or rope_parameters
+(transformers 5, per layer type for Gemma 3), the family's layer pattern (layer_types, or
+Gemma 2's alternation, Gemma 3's sliding_window_pattern, Qwen's max_window_layers), and
+the family's switches in model.py. A field that cannot be served (a rope_type other than
+default/linear/llama3/longrope, mlp_bias, an unknown activation, a generation setting
+that would change greedy tokens and is not implemented) is refused in one line naming it.
 
 Weights are read with the `safetensors` NumPy API and converted to float32, the
-engine's NumPy dtype (bf16 through `ml_dtypes`). Every header is checked first; then
-each tensor is read through its own short-lived `safe_open`, so neither the source
-tensors nor the file's mapped pages pile up: peak memory is the float32 model plus one
-tensor, measured at 1.06x a 51 MB fp32 checkpoint and 2.15x a 25 MB bf16 one
-(tests/engine/test_hf_checkpoints.py holds it under 2.5x).
+engine's NumPy dtype (bf16 through `ml_dtypes`). Every header is checked first --
+dtypes (floats only), the layer count against the layers the files hold (before any
+table of names is built), names and shapes -- then each tensor is read through its own
+short-lived `safe_open`, so neither the source tensors nor the file's mapped pages pile
+up: peak memory is the float32 model plus one tensor, measured at 1.06x a 51 MB fp32
+checkpoint and 2.15x a 25 MB bf16 one (tests/engine/test_hf_checkpoints.py holds it
+under 2.5x). JSON files over MAX_JSON_BYTES, or nested too deeply to parse, are refused.
 Nothing is fetched from a network: only files in DIR are opened.
 
 Every failure is a `CheckpointError` (a ValueError) whose one-line message names the
-file and the field or tensor: a missing file, a missing tensor, a shape mismatch, a
-config that disagrees with the weights, an unsupported architecture or rope_scaling.
+file and the field or tensor.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 
-from .model import ModelConfig, Transformer, tensor_shapes
+from .model import MAX_LAYERS, ModelConfig, Transformer, tensor_shapes
 
-ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
-                 "MistralForCausalLM": "mistral"}
+# architecture -> family; each family's defaults are its transformers config class's
+FAMILIES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
+            "MistralForCausalLM": "mistral", "Qwen3ForCausalLM": "qwen3",
+            "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2",
+            "Gemma3ForCausalLM": "gemma3", "Phi3ForCausalLM": "phi3",
+            "Olmo2ForCausalLM": "olmo2", "SmolLM3ForCausalLM": "smollm3",
+            "GraniteForCausalLM": "granite"}
+ARCHITECTURES = tuple(FAMILIES)
+GEMMA = ("gemma", "gemma2", "gemma3")
+DEFAULTS = {  # config fields transformers fills in when config.json leaves them out
+    "llama": dict(rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
+                  hidden_act="silu"),
+    "qwen2": dict(rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
+                  hidden_act="silu"),
+    "mistral": dict(rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
+                    hidden_act="silu", sliding_window=4096),
+    "qwen3": dict(rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
+                  hidden_act="silu", head_dim=128),
+    "gemma": dict(rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True,
+                  hidden_act="gelu_pytorch_tanh", head_dim=256),  # hidden_activation unread
+    "gemma2": dict(rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True,
+                   hidden_activation="gelu_pytorch_tanh", head_dim=256,
+                   query_pre_attn_scalar=256, attn_logit_softcapping=50.0,
+                   final_logit_softcapping=30.0, sliding_window=4096),
+    "gemma3": dict(rms_norm_eps=1e-6, rope_theta=1_000_000.0, tie_word_embeddings=True,
+                   hidden_activation="gelu_pytorch_tanh", head_dim=256,
+                   query_pre_attn_scalar=256, sliding_window=4096, sliding_window_pattern=6,
+                   rope_local_base_freq=10000.0),
+    "phi3": dict(rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+                 hidden_act="silu"),
+    "olmo2": dict(rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+                  hidden_act="silu"),
+    "smollm3": dict(rms_norm_eps=1e-6, rope_theta=2_000_000.0, tie_word_embeddings=True,
+                    hidden_act="silu", no_rope_layer_interval=4),
+    "granite": dict(rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
+                    hidden_act="silu", embedding_multiplier=1.0, attention_multiplier=1.0,
+                    residual_multiplier=1.0, logits_scaling=1.0),
+}
+ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh",
+               "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh", "gelu": "gelu"}
+MAX_JSON_BYTES = 16 << 20  # a config, generation config or shard index larger is refused
+LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding"}
+# generation_config.json fields that would change greedy tokens and are not implemented
+UNSUPPORTED_GENERATION = {"no_repeat_ngram_size": 0, "bad_words_ids": None,
+                          "suppress_tokens": None, "begin_suppress_tokens": None,
+                          "forced_bos_token_id": None, "forced_eos_token_id": None,
+                          "min_length": 0, "min_new_tokens": None, "sequence_bias": None,
+                          "encoder_repetition_penalty": 1.0, "num_beams": 1}
 
 
 class CheckpointError(ValueError):
@@ -38,10 +98,16 @@ class CheckpointError(ValueError):
 def _json(path: Path) -> dict:
     if not path.is_file():
         raise CheckpointError(f"{path}: missing file")
+    size = path.stat().st_size
+    if size > MAX_JSON_BYTES:
+        raise CheckpointError(f"{path}: {size:,} bytes; a JSON file over {MAX_JSON_BYTES:,} "
+                              f"bytes is refused")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{path}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise CheckpointError(f"{path}: JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return data
@@ -55,80 +121,299 @@ def _field(raw: dict, path: Path, name: str, kind, default=None, positive=True):
         value = default
     ok = (type(value) is bool) if kind is bool else (
         isinstance(value, (int, float)) and not isinstance(value, bool)
-        and (kind is float or float(value).is_integer()))
+        and math.isfinite(value) and (kind is float or float(value).is_integer()))
     if not ok or (positive and kind is not bool and not value > 0):
         what = {bool: "true or false", int: "a positive integer", float: "a positive number"}
-        raise CheckpointError(f"{path}: field {name} must be {what[kind]}, got {value!r}")
+        raise CheckpointError(f"{path}: field {name} must be {what[kind]}, got {_short(value)}")
     return kind(value)
 
 
-def _rope_theta(raw: dict, path: Path) -> float:
-    """rope_theta, refusing any rope scaling (transformers 4: rope_scaling; 5: rope_parameters)."""
-    scaling = raw.get("rope_scaling")
+def _optional(raw: dict, path: Path, name: str, default=None):
+    """A positive number, or None when absent or null (a soft-cap that is off)."""
+    if raw.get(name, default) is None:
+        return None
+    return _field(raw, path, name, float, default)
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _rope(raw: dict, path: Path, family: str, layer_kind: str) -> tuple:
+    """(rope_theta, rope scaling as sorted pairs) for layers of `layer_kind`, read as
+    transformers 4 (rope_theta + rope_scaling) or 5 (rope_parameters, per layer type for
+    Gemma 3) writes them. Llama 3's "llama3", "linear" and Phi-3's "longrope" are served."""
     params = raw.get("rope_parameters")
-    for name, value in (("rope_scaling", scaling), ("rope_parameters", params)):
-        if value is None:
-            continue
-        if not isinstance(value, dict):
-            raise CheckpointError(f"{path}: field {name} must be an object, got {value!r}")
-        kind = value.get("rope_type", value.get("type", "default"))
-        if kind != "default":
-            raise CheckpointError(f"{path}: field {name} has rope_type {kind!r}; only 'default' "
-                                  f"rotary embeddings are supported")
-    if params is not None and "rope_theta" in params:
-        return _field(params, path, "rope_theta", float)
-    return _field(raw, path, "rope_theta", float, 10000.0)
+    name = "rope_parameters"
+    if isinstance(params, dict) and f"{layer_kind}_attention" in params:
+        params, name = params[f"{layer_kind}_attention"], f"rope_parameters.{layer_kind}_attention"
+    elif isinstance(params, dict) and any(k.endswith("_attention") for k in params):
+        params, name = params.get("full_attention"), "rope_parameters.full_attention"
+    if params is None:
+        params, name = raw.get("rope_scaling"), "rope_scaling"
+        if family == "gemma3" and layer_kind == "sliding":
+            params = None  # transformers 4: the local rope is plain, at rope_local_base_freq
+    if params is not None and not isinstance(params, dict):
+        raise CheckpointError(f"{path}: field {name} must be an object, got {_short(params)}")
+    params = dict(params or {})
+    if family == "gemma3" and layer_kind == "sliding" and "rope_theta" not in params:
+        params["rope_theta"] = _field(raw, path, "rope_local_base_freq", float,
+                                      DEFAULTS[family]["rope_local_base_freq"])
+    theta = _field(params, path, "rope_theta", float) if "rope_theta" in params else \
+        _field(raw, path, "rope_theta", float, DEFAULTS[family]["rope_theta"])
+    kind = params.get("rope_type", params.get("type", "default"))
+    if family == "phi3" and kind in ("su", "yarn"):
+        kind = "longrope"  # Phi3Config's reading of its early names
+    scaling: dict = {}
+    if kind == "default":
+        pass
+    elif kind == "linear":
+        scaling["factor"] = _field(params, path, "factor", float)
+    elif kind == "llama3":
+        for key in ("factor", "low_freq_factor", "high_freq_factor",
+                    "original_max_position_embeddings"):
+            scaling[key] = _field(params, path, key, float)
+        if scaling["low_freq_factor"] == scaling["high_freq_factor"]:
+            raise CheckpointError(f"{path}: field {name} has low_freq_factor equal to "
+                                  f"high_freq_factor")
+    elif kind == "longrope":
+        scaling.update(_longrope(raw, params, path, name))
+    else:
+        raise CheckpointError(f"{path}: field {name} has rope_type {kind!r}; served: "
+                              f"default, linear, llama3, longrope")
+    if scaling:
+        scaling["rope_type"] = kind
+    return theta, tuple(sorted(scaling.items()))
+
+
+def _longrope(raw: dict, params: dict, path: Path, name: str) -> dict:
+    """Phi-3's longrope with its short factors (what transformers uses while the sequence
+    is within original_max_position_embeddings; longer sequences are refused)."""
+    original = params.get("original_max_position_embeddings",
+                          raw.get("original_max_position_embeddings"))
+    if original is None:
+        raise CheckpointError(f"{path}: field original_max_position_embeddings is missing "
+                              f"(needed by {name} longrope)")
+    original = _field({"v": original}, path, "v", int)
+    short = params.get("short_factor")
+    if not (isinstance(short, list) and all(isinstance(f, (int, float)) and not
+                                            isinstance(f, bool) and f > 0 for f in short)):
+        raise CheckpointError(f"{path}: field {name}.short_factor must be a list of "
+                              f"positive numbers")
+    factor = params.get("factor")
+    if factor is None:  # Phi-3: the ratio of the two lengths (transformers 5's order)
+        factor = _field(raw, path, "max_position_embeddings", int) / original
+    attention = params.get("attention_factor")
+    if attention is None:
+        factor = 1.0 if factor is None else float(factor)
+        attention = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
+    return dict(short_factor=tuple(float(f) for f in short), attention_factor=float(attention),
+                original_max_position_embeddings=original)
+
+
+def _layer_types(raw: dict, path: Path, family: str, layers: int, window) -> tuple:
+    """("full" | "sliding") per layer, as the family's transformers config derives them."""
+    given = raw.get("layer_types")
+    if window is None:
+        return ()
+    if given is not None:
+        if not (isinstance(given, list) and len(given) == layers
+                and all(t in LAYER_TYPES for t in given)):
+            raise CheckpointError(f"{path}: field layer_types must list full_attention or "
+                                  f"sliding_attention for each of the {layers} layers")
+        return tuple(LAYER_TYPES[t] for t in given)
+    if family == "gemma2":
+        return tuple("sliding" if (i + 1) % 2 else "full" for i in range(layers))
+    if family == "gemma3":
+        pattern = _field(raw, path, "sliding_window_pattern", int,
+                         DEFAULTS[family]["sliding_window_pattern"])
+        return tuple("sliding" if (i + 1) % pattern else "full" for i in range(layers))
+    if family == "smollm3":  # the layers without rope slide
+        no_rope = set(_no_rope(raw, path, layers))
+        return tuple("sliding" if i in no_rope else "full" for i in range(layers))
+    if family in ("qwen2", "qwen3"):
+        first = _field(raw, path, "max_window_layers", int, layers, positive=False)
+        return tuple("sliding" if i >= first else "full" for i in range(layers))
+    return ("sliding",) * layers  # Mistral, Phi-3: every layer
+
+
+def _window(raw: dict, path: Path, family: str):
+    """sliding_window, or None where the family ignores it."""
+    if family in ("llama", "gemma", "olmo2", "granite"):
+        return None
+    if family in ("qwen2", "qwen3", "smollm3") and not raw.get("use_sliding_window", False):
+        return None
+    if raw.get("sliding_window", DEFAULTS[family].get("sliding_window")) is None:
+        return None
+    return _field(raw, path, "sliding_window", int, DEFAULTS[family].get("sliding_window"))
+
+
+def _activation(raw: dict, path: Path, family: str) -> str:
+    """The MLP activation: Gemma 2/3 read hidden_activation; Gemma reads hidden_act, and
+    its legacy "gelu" means the tanh approximation (transformers' GemmaConfig rewrites it)."""
+    d = DEFAULTS[family]
+    name = "hidden_activation" if family in ("gemma2", "gemma3") else "hidden_act"
+    act = raw.get(name)
+    if act is None:
+        act = d.get(name, d.get("hidden_act"))
+    if family == "gemma" and act == "gelu":
+        act = "gelu_pytorch_tanh"
+    if act not in ACTIVATIONS:
+        raise CheckpointError(f"{path}: field {name} is {_short(act)}; served: "
+                              f"{', '.join(ACTIVATIONS)}")
+    return act
+
+
+def _no_rope(raw: dict, path: Path, layers: int) -> tuple:
+    """SmolLM3: the layers whose no_rope_layers flag is 0 skip RoPE."""
+    flags = raw.get("no_rope_layers")
+    if flags is None:
+        every = _field(raw, path, "no_rope_layer_interval", int,
+                       DEFAULTS["smollm3"]["no_rope_layer_interval"])
+        flags = [int((i + 1) % every != 0) for i in range(layers)]
+    if not (isinstance(flags, list) and len(flags) == layers
+            and all(f in (0, 1) and type(f) in (int, bool) for f in flags)):
+        raise CheckpointError(f"{path}: field no_rope_layers must hold 0 or 1 for each of "
+                              f"the {layers} layers")
+    return tuple(i for i, f in enumerate(flags) if not f)
 
 
 def load_config(directory) -> tuple[ModelConfig, dict]:
-    """(ModelConfig, info): info holds architecture, stop token ids, dtype and max length."""
+    """(ModelConfig, info): info holds architecture, the generation config, dtype and max length."""
     directory = Path(directory)
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: no such checkpoint directory")
     path = directory / "config.json"
     raw = _json(path)
     archs = raw.get("architectures")
-    if not (isinstance(archs, list) and len(archs) == 1 and archs[0] in ARCHITECTURES):
-        raise CheckpointError(f"{path}: field architectures is {archs!r}; supported: "
-                              f"{', '.join(ARCHITECTURES)}")
-    family = ARCHITECTURES[archs[0]]
-    act = raw.get("hidden_act", "silu")
-    if act != "silu":
-        raise CheckpointError(f"{path}: field hidden_act is {act!r}; only 'silu' is supported")
+    if not (isinstance(archs, list) and len(archs) == 1 and archs[0] in FAMILIES):
+        raise CheckpointError(f"{path}: field architectures is {_short(archs)}; supported: "
+                              f"{', '.join(FAMILIES)}")
+    family = FAMILIES[archs[0]]
+    d = DEFAULTS[family]
+    act = _activation(raw, path, family)
     if raw.get("mlp_bias", False):
         raise CheckpointError(f"{path}: field mlp_bias is true; MLP biases are not supported")
+    rope_params = raw.get("rope_parameters") if isinstance(raw.get("rope_parameters"), dict) \
+        else {}
+    share_raw = raw.get("partial_rotary_factor", rope_params.get("partial_rotary_factor"))
+    if share_raw not in (None, 1, 1.0) and family != "phi3":
+        raise CheckpointError(f"{path}: field partial_rotary_factor is {_short(share_raw)}; "
+                              f"only Phi-3 rotates part of a head")
+    layers = _field(raw, path, "num_hidden_layers", int)
+    if layers > MAX_LAYERS:
+        raise CheckpointError(f"{path}: field num_hidden_layers is {layers}; at most "
+                              f"{MAX_LAYERS} layers are served")
     heads = _field(raw, path, "num_attention_heads", int)
     hidden = _field(raw, path, "hidden_size", int)
-    head_dim = raw.get("head_dim")
-    head_dim = hidden // heads if head_dim is None else _field(raw, path, "head_dim", int)
-    window = None
-    if family == "mistral" or raw.get("use_sliding_window", False):
-        window = raw.get("sliding_window")
-        window = None if window is None else _field(raw, path, "sliding_window", int)
-    bias = family == "qwen2" or _field(raw, path, "attention_bias", bool, False)
+    head_dim = raw.get("head_dim", d.get("head_dim"))
+    head_dim = hidden // heads if head_dim is None else \
+        _field(raw, path, "head_dim", int, d.get("head_dim"))
+    rotary = None
+    if share_raw is not None:
+        share = _field({"partial_rotary_factor": share_raw}, path, "partial_rotary_factor", float)
+        if share > 1:
+            raise CheckpointError(f"{path}: field partial_rotary_factor must be <= 1, got "
+                                  f"{share}")
+        rotary = int(head_dim * share) if share < 1 else None
+    window = _window(raw, path, family)
+    types = _layer_types(raw, path, family, layers, window)
+    if types and "sliding" not in types:
+        window, types = None, ()
+    bias = family == "qwen2" or (family != "phi3" and
+                                 _field(raw, path, "attention_bias", bool, False))
+    theta, scaling = _rope(raw, path, family, "full")
+    local = None
+    if family == "gemma3":
+        local, local_scaling = _rope(raw, path, family, "sliding")
+        if local_scaling:
+            raise CheckpointError(f"{path}: field rope_parameters.sliding_attention scales "
+                                  f"the local rope; only a plain local rope is served")
+    no_rope = _no_rope(raw, path, layers) if family == "smollm3" else ()
+    scale = None
+    if family in ("gemma2", "gemma3"):
+        scale = _field(raw, path, "query_pre_attn_scalar", float,
+                       d["query_pre_attn_scalar"]) ** -0.5
+    elif family == "granite":
+        scale = _field(raw, path, "attention_multiplier", float, d["attention_multiplier"])
     try:
         config = ModelConfig(
             vocab=_field(raw, path, "vocab_size", int),
-            layers=_field(raw, path, "num_hidden_layers", int),
-            heads=heads, kv_heads=_field(raw, path, "num_key_value_heads", int, heads),
+            layers=layers, heads=heads,
+            kv_heads=_field(raw, path, "num_key_value_heads", int, heads),
             head_dim=head_dim, hidden=hidden, mlp=_field(raw, path, "intermediate_size", int),
-            rope_base=_rope_theta(raw, path),
-            rms_eps=_field(raw, path, "rms_norm_eps", float, 1e-6),
-            tie_embeddings=_field(raw, path, "tie_word_embeddings", bool, False),
-            qkv_bias=bias, o_bias=bias and family != "qwen2", sliding_window=window)
+            rope_base=theta, rope_scaling=scaling, local_rope_base=local,
+            rms_eps=_field(raw, path, "rms_norm_eps", float, d["rms_norm_eps"]),
+            tie_embeddings=_field(raw, path, "tie_word_embeddings", bool,
+                                  d["tie_word_embeddings"]),
+            qkv_bias=bias, o_bias=bias and family != "qwen2", sliding_window=window,
+            layer_types=types, act=ACTIVATIONS[act], no_rope_layers=no_rope,
+            rotary_dim=rotary, fused=family == "phi3",
+            norm_offset=1 if family in GEMMA else 0,
+            norm_layout={"gemma2": "sandwich", "gemma3": "sandwich",
+                         "olmo2": "post"}.get(family, "pre"),
+            qk_norm={"qwen3": "head", "gemma3": "head", "olmo2": "all"}.get(family),
+            embed_scale=float(np.float32(hidden ** 0.5)) if family in GEMMA else
+            _field(raw, path, "embedding_multiplier", float, 1.0) if family == "granite" else 1.0,
+            attn_scale=scale,
+            attn_softcap=_optional(raw, path, "attn_logit_softcapping",
+                                   d.get("attn_logit_softcapping")),
+            final_softcap=_optional(raw, path, "final_logit_softcapping",
+                                    d.get("final_logit_softcapping")),
+            residual_scale=_field(raw, path, "residual_multiplier", float, 1.0)
+            if family == "granite" else 1.0,
+            logit_scale=_field(raw, path, "logits_scaling", float, 1.0)
+            if family == "granite" else 1.0)
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: {e}") from None
     gen = directory / "generation_config.json"
-    source = _json(gen) if gen.is_file() else raw
-    eos = source.get("eos_token_id")
-    eos = [] if eos is None else [eos] if isinstance(eos, int) else eos
-    if not (isinstance(eos, list) and all(type(t) is int and 0 <= t < config.vocab for t in eos)):
-        raise CheckpointError(f"{gen if gen.is_file() else path}: field eos_token_id must be "
-                              f"token ids below vocab_size, got {source.get('eos_token_id')!r}")
-    info = dict(architecture=archs[0], stop_token_ids=tuple(eos),
+    generation = generation_config(gen, config) if gen.is_file() else {}
+    eos = generation_config(path, config, only=("eos_token_id",)).get("eos_token_id", ())
+    info = dict(architecture=archs[0], family=family, config_eos_token_ids=eos,
+                stop_token_ids=generation.get("eos_token_id", eos), generation=generation,
                 dtype=raw.get("dtype", raw.get("torch_dtype")),
                 max_position_embeddings=raw.get("max_position_embeddings"))
     return config, info
+
+
+def generation_config(path: Path, config: ModelConfig, only=None) -> dict:
+    """The generation_config.json fields the engine applies, checked: eos_token_id (a
+    tuple), repetition_penalty, max_new_tokens, do_sample, temperature, top_p, top_k.
+    A field that would change greedy tokens and is not implemented is refused."""
+    raw = _json(path)
+    out: dict = {}
+    eos = raw.get("eos_token_id")
+    if eos is not None:
+        ids = [eos] if isinstance(eos, int) and not isinstance(eos, bool) else eos
+        if not (isinstance(ids, list) and all(type(t) is int and 0 <= t < config.vocab
+                                              for t in ids)):
+            raise CheckpointError(f"{path}: field eos_token_id must be token ids below "
+                                  f"vocab_size, got {_short(eos)}")
+        out["eos_token_id"] = tuple(ids)
+    if only is not None:
+        return out
+    for name, default in UNSUPPORTED_GENERATION.items():
+        value = raw.get(name, default)
+        if value not in (default, None, [], 0) or (default == 1.0 and value != 1.0):
+            raise CheckpointError(f"{path}: field {name} is {_short(value)}; it is not "
+                                  f"implemented (ignore the file with --generation-config "
+                                  f"none)")
+    if raw.get("do_sample") is not None:
+        out["do_sample"] = _field(raw, path, "do_sample", bool)
+    for name, kind in (("repetition_penalty", float), ("temperature", float), ("top_p", float),
+                       ("max_new_tokens", int)):
+        if raw.get(name) is not None:
+            out[name] = _field(raw, path, name, kind, positive=name != "temperature")
+    if raw.get("temperature") is not None and out["temperature"] < 0:
+        raise CheckpointError(f"{path}: field temperature must be >= 0")
+    if "top_p" in out and out["top_p"] > 1:
+        raise CheckpointError(f"{path}: field top_p must be in (0, 1], got {out['top_p']}")
+    if raw.get("top_k") is not None:
+        out["top_k"] = _field(raw, path, "top_k", int, positive=False)
+        if out["top_k"] < 0:
+            raise CheckpointError(f"{path}: field top_k must be >= 0")
+    return out
 
 
 def weight_files(directory: Path) -> dict:
@@ -137,6 +422,9 @@ def weight_files(directory: Path) -> dict:
     if single.is_file():
         return {None: single}
     if not index.is_file():
+        bins = sorted(directory.glob("pytorch_model*.bin"))
+        if bins:
+            return {None: bins}
         raise CheckpointError(f"{directory}: missing file model.safetensors "
                               f"(or model.safetensors.index.json)")
     weight_map = _json(index).get("weight_map")
@@ -144,54 +432,118 @@ def weight_files(directory: Path) -> dict:
         raise CheckpointError(f"{index}: field weight_map must be an object")
     for shard in set(weight_map.values()):
         if not isinstance(shard, str) or Path(shard).name != shard:
-            raise CheckpointError(f"{index}: weight_map names {shard!r}, not a file in {directory}")
+            raise CheckpointError(f"{index}: weight_map names {_short(shard)}, not a file in "
+                                  f"{directory}")
         if not (directory / shard).is_file():
             raise CheckpointError(f"{directory / shard}: missing file (listed in {index.name})")
     return {name: directory / shard for name, shard in weight_map.items()}
 
 
+FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
+
+
+def read_headers(files: dict) -> dict:
+    """name -> (shape, dtype, file) from the safetensors headers alone (no tensor is read);
+    every tensor must be a float."""
+    from safetensors import SafetensorError, safe_open
+    out: dict = {}
+    for path in dict.fromkeys(files.values()):
+        try:
+            with safe_open(str(path), framework="np") as f:
+                for name in f.keys():
+                    piece = f.get_slice(name)
+                    out[name] = (tuple(piece.get_shape()), piece.get_dtype(), path)
+        except (SafetensorError, OSError, TypeError) as e:
+            raise CheckpointError(f"{path}: cannot read safetensors ({e})") from None
+    for name, (_, dtype, path) in out.items():
+        if dtype not in FLOAT_DTYPES:
+            raise CheckpointError(f"{path}: tensor {name} has dtype {dtype}; weights must be "
+                                  f"floating point ({', '.join(FLOAT_DTYPES)})")
+    return out
+
+
+def check_sizes(config: ModelConfig, headers: dict, where) -> None:
+    """The config's layer count against the layers the files hold, before any table of
+    tensor names is built (a 1 KB config.json may declare 10^8 layers)."""
+    held = set()
+    for name in headers:
+        if name.startswith("model.layers."):
+            index = name.split(".")[2]
+            if index.isdigit():
+                held.add(int(index))
+    if config.layers > len(held):
+        raise CheckpointError(f"{where}: config.json declares num_hidden_layers "
+                              f"{config.layers} but the weight files hold {len(held)} layers")
+
+
 def load_weights(directory, config: ModelConfig) -> dict:
-    """Every tensor `tensor_shapes(config)` lists, float32, checked against the config."""
+    """Every tensor `tensor_shapes(config)` lists, float32, checked against the config:
+    the headers first (dtypes, sizes, names, shapes), then one tensor at a time."""
     import ml_dtypes  # noqa: F401  (registers bfloat16 with NumPy for safetensors)
     from safetensors import SafetensorError, safe_open
     directory = Path(directory)
     files = weight_files(directory)
+    if isinstance(files.get(None), list):
+        return load_bin(files[None], config)
+    headers = read_headers(files)
+    check_sizes(config, headers, directory)
     want = tensor_shapes(config)
-    by_file: dict = {}
-    for name in want:
-        path = files.get(name, files.get(None))
-        if path is None:
-            raise CheckpointError(f"{directory / 'model.safetensors.index.json'}: missing tensor "
-                                  f"{name}")
-        by_file.setdefault(path, []).append(name)
+    for name, shape in want.items():
+        if name not in headers:
+            listed = files.get(name, files.get(None))
+            where = listed if listed is not None else directory / "model.safetensors.index.json"
+            raise CheckpointError(f"{where}: missing tensor {name}")
+        if headers[name][0] != shape:
+            raise CheckpointError(f"{headers[name][2]}: tensor {name} has shape "
+                                  f"{headers[name][0]} but config.json implies {shape}")
+    extra = sorted(k for k in set(headers) - set(want) if not k.endswith("inv_freq")
+                   and not (k == "lm_head.weight" and config.tie_embeddings))
+    if extra:
+        raise CheckpointError(f"{headers[extra[0]][2]}: tensor {extra[0]} is not used by the "
+                              f"model config.json describes ({len(extra)} such tensors)")
+    weights = {}
     try:
-        for path in dict.fromkeys(files.values()):  # headers only: check before loading
+        for name in want:  # one open per tensor: the file's mapped pages go each time
+            path = headers[name][2]
             with safe_open(str(path), framework="np") as f:
-                _check_file(path, f, by_file.get(path, []), want, config)
-        weights = {}
-        for path, names in by_file.items():
-            for name in names:  # one open per tensor: the file's mapped pages go each time
-                with safe_open(str(path), framework="np") as f:
-                    weights[name] = f.get_tensor(name).astype(np.float32, copy=False)
+                weights[name] = f.get_tensor(name).astype(np.float32, copy=False)
     except (SafetensorError, OSError, TypeError) as e:
         raise CheckpointError(f"{path}: cannot read safetensors ({e})") from None
     return weights
 
 
-def _check_file(path: Path, f, names: list, want: dict, config: ModelConfig) -> None:
-    present = set(f.keys())
-    extra = sorted(k for k in present - set(want) if not k.endswith("inv_freq")
-                   and not (k == "lm_head.weight" and config.tie_embeddings))
-    if extra:
-        raise CheckpointError(f"{path}: tensor {extra[0]} is not used by the model config.json "
-                              f"describes ({len(extra)} such tensors)")
-    for name in names:
-        if name not in present:
-            raise CheckpointError(f"{path}: missing tensor {name}")
-        shape = tuple(f.get_slice(name).get_shape())
-        if shape != want[name]:
-            raise CheckpointError(f"{path}: tensor {name} has shape {shape} but config.json "
-                                  f"implies {want[name]}")
+def load_bin(paths: list, config: ModelConfig) -> dict:
+    """A `.bin`-only checkpoint, read with torch.load(weights_only=True) (torch's restricted
+    unpickler: tensors and plain containers only) when torch is installed."""
+    try:
+        import torch
+    except ImportError:
+        raise CheckpointError(f"{paths[0]}: a pytorch_model.bin checkpoint needs torch to read "
+                              f"(pip install 'pagedsim[oracle]'), or convert it to "
+                              f"model.safetensors") from None
+    weights: dict = {}
+    for path in paths:
+        try:
+            state = torch.load(str(path), map_location="cpu", weights_only=True)
+        except Exception as e:  # torch raises many kinds on a bad file
+            raise CheckpointError(f"{path}: cannot read with torch.load(weights_only=True) "
+                                  f"({str(e).splitlines()[0][:120]})") from None
+        if not isinstance(state, dict):
+            raise CheckpointError(f"{path}: expected a dict of tensors")
+        for name, t in state.items():
+            if not (isinstance(t, torch.Tensor) and t.is_floating_point()):
+                raise CheckpointError(f"{path}: tensor {name} is not a floating-point tensor")
+            weights[name] = t
+    headers = {k: (tuple(t.shape), "F32", paths[0]) for k, t in weights.items()}
+    check_sizes(config, headers, paths[0].parent)
+    want = tensor_shapes(config)
+    for name, shape in want.items():
+        if name not in weights:
+            raise CheckpointError(f"{paths[0].parent}: missing tensor {name}")
+        if tuple(weights[name].shape) != shape:
+            raise CheckpointError(f"{paths[0].parent}: tensor {name} has shape "
+                                  f"{tuple(weights[name].shape)} but config.json implies {shape}")
+    return {k: weights[k].to(torch.float32).numpy() for k in want}
 
 
 def load_model(directory) -> Transformer:

@@ -28,11 +28,13 @@ class KernelAttention:
     def write(self, cache, key, value, slots):
         cuda_kernels.write_kv(cache, key, value, slots)
 
-    def prefill(self, query, cache, tables, lens, starts):
-        return paged_prefill(query, cache, tables, lens, starts)
+    def prefill(self, query, cache, tables, lens, starts, spec=None):
+        scale, window = _plain(spec)
+        return paged_prefill(query, cache, tables, lens, starts, scale, window=window or 0)
 
-    def decode(self, query, cache, tables, lens):
-        return cuda_kernels.paged_attention(query, cache, tables, lens)
+    def decode(self, query, cache, tables, lens, spec=None):
+        scale, window = _plain(spec)
+        return cuda_kernels.paged_attention(query, cache, tables, lens, scale, window=window)
 
     def copy_blocks(self, cache, pairs):
         cuda_kernels.copy_blocks(cache, pairs)
@@ -42,3 +44,13 @@ class KernelAttention:
 
     def swap_in(self, host, cache, pairs):
         cuda_kernels.swap_in(host, cache, pairs)
+
+
+def _plain(spec) -> tuple:
+    """(scale, window) for the kernels; they have no soft-cap, so a model with one is refused."""
+    if spec is None:
+        return None, None
+    if spec.softcap is not None:
+        raise ValueError(f"the kernels have no attention soft-cap (attn_logit_softcapping "
+                         f"{spec.softcap}); use --backend numpy")
+    return spec.scale, spec.window

@@ -27,11 +27,11 @@ class PagedKV:
     def write(self, layer, key, value, slots):
         self.backend.write(self.caches[layer], key, value, slots)
 
-    def prefill(self, layer, query, tables, lens, starts):
-        return self.backend.prefill(query, self.caches[layer], tables, lens, starts)
+    def prefill(self, layer, query, tables, lens, starts, spec=None):
+        return self.backend.prefill(query, self.caches[layer], tables, lens, starts, spec)
 
-    def decode(self, layer, query, tables, lens):
-        return self.backend.decode(query, self.caches[layer], tables, lens)
+    def decode(self, layer, query, tables, lens, spec=None):
+        return self.backend.decode(query, self.caches[layer], tables, lens, spec)
 
     def copy(self, pairs):
         for cache in self.caches:

@@ -1,17 +1,34 @@
-"""The decoder-only transformer the engines serve: Llama / Qwen2 / Mistral, in NumPy float32.
+"""The decoder-only transformers the engines serve, in NumPy float32.
 
-    tokens -> embed -> [RMSNorm -> q,k,v (+bias) -> RoPE on q,k -> attention -> o_proj -> +
-                        RMSNorm -> SiLU(gate) * up -> down -> +] x layers -> RMSNorm -> lm_head
+    tokens -> embed (x embed_scale) -> [norm -> q,k,v (+bias) (-> q/k norm) -> RoPE on q,k
+        -> attention (scale, soft-cap, window) -> o_proj (-> post-norm) -> + (x residual_scale)
+        norm -> act(gate) * up -> down (-> post-norm) -> + (x residual_scale)] x layers
+        -> norm -> lm_head (/ logit_scale, soft-cap)
 
-The equations are those of Hugging Face's modeling_llama.py / modeling_qwen2.py:
-RMSNorm x / sqrt(mean(x^2) + eps) * w; RoPE with inv_freq = rope_theta^(-2i/D), applied
-with `rotate_half` (pairs (x[i], x[i + D/2]), not interleaved); GQA (H / H_kv query
-heads per KV head); attention scale 1/sqrt(D); lm_head tied to embed_tokens or not.
-Weights are held under Hugging Face's tensor names and shapes ([out, in] for a linear
-layer), always float32 -- the engine's NumPy dtype, whatever the checkpoint's.
+One set of equations covers the Hugging Face families hf.py loads; each differs from
+Llama (modeling_llama.py) in a few switches of `ModelConfig`:
+
+    Llama 2/3, Mistral, Qwen2   the defaults (Qwen2: q/k/v biases); Llama 3: rope "llama3"
+    Qwen3                       qk_norm "head": RMSNorm over each head's D before RoPE
+    Gemma                       norm_offset 1 ((1 + w) RMSNorm), embed_scale sqrt(hidden),
+                                act gelu_tanh (GeGLU)
+    Gemma 2                     + norm_layout "sandwich" (pre- and post-norms around attention
+                                and MLP), attn/final soft-caps, attn_scale from
+                                query_pre_attn_scalar, sliding layers (layer_types)
+    Gemma 3                     + qk_norm "head", local_rope_base for the sliding layers
+    Phi-3                       fused (qkv_proj, gate_up_proj), rope "longrope" (short factors)
+    OLMo-2                      norm_layout "post" (norms after attention and MLP only),
+                                qk_norm "all" (over the whole projection, H*D)
+    SmolLM3                     no_rope_layers: layers that skip RoPE
+    Granite                     embed_scale, attn_scale, residual_scale, logit_scale
+
+RMSNorm is x / sqrt(mean(x^2) + eps) * (norm_offset + w); RoPE uses `rotate_half` pairs
+(x[i], x[i + R/2]) over the first R = rotary_dim dims of a head. Weights are held
+under Hugging Face's tensor names and shapes ([out, in] for a linear layer), float32.
 
 Attention is *not* in here: `qkv` gives a layer's projections and `finish` takes the
-attention output back, so the paged engine (blocks, tables, kernels) and the dense
+attention output back; `attention(layer)` says how that layer's attention reads K/V
+(scale, soft-cap, window), so the paged engine (blocks, tables, kernels) and the dense
 engine (contiguous arrays) run the same weights around their own attention.
 Shapes: T tokens, H query heads, H_kv KV heads, D head_dim.
 `TinyModel(ModelConfig())` is a seeded random model; `hf.load_model(DIR)` a checkpoint.
@@ -25,6 +42,20 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from ..errors import count_arg
+
+MAX_LAYERS = 4096  # no released model has a tenth of this; more is refused before any table
+MAX_PARAMETERS = 1 << 32  # 16 GiB of float32: any larger model is refused before allocating
+NORM_LAYOUTS = ("pre", "sandwich", "post")
+ACTS = ("silu", "gelu_tanh", "gelu")
+ROPE_TYPES = ("default", "linear", "llama3", "longrope")
+
+
+@dataclass(frozen=True)
+class Attention:
+    """How one layer's attention reads K/V."""
+    scale: float  # scores = q . k * scale
+    softcap: float | None = None  # scores -> softcap * tanh(scores / softcap) (Gemma 2)
+    window: int | None = None  # attend to the last `window` positions, itself included
 
 
 @dataclass(frozen=True)
@@ -42,34 +73,112 @@ class ModelConfig:
     tie_embeddings: bool = False  # lm_head.weight is embed_tokens.weight
     qkv_bias: bool = False  # q/k/v projections have biases (Qwen2; Llama attention_bias)
     o_bias: bool = False  # o_proj has a bias (Llama attention_bias)
-    sliding_window: int | None = None  # Mistral / Qwen2: longer sequences are refused
+    sliding_window: int | None = None  # W of the sliding layers
+    layer_types: tuple = ()  # per layer "full" or "sliding"; () = all "sliding" if W else "full"
+    norm_offset: float = 0.0  # RMSNorm scales by (norm_offset + w): 1 for Gemma
+    norm_layout: str = "pre"  # "pre" (Llama), "sandwich" (Gemma 2/3), "post" (OLMo-2)
+    qk_norm: str | None = None  # None, "head" (Qwen3, Gemma 3) or "all" (OLMo-2)
+    act: str = "silu"  # the MLP's gate activation: silu, gelu_tanh, gelu
+    embed_scale: float = 1.0  # embeddings are multiplied by this (Gemma sqrt(hidden), Granite)
+    attn_scale: float | None = None  # None: 1 / sqrt(D)
+    attn_softcap: float | None = None  # Gemma 2 attn_logit_softcapping
+    final_softcap: float | None = None  # Gemma 2 final_logit_softcapping
+    residual_scale: float = 1.0  # Granite residual_multiplier
+    logit_scale: float = 1.0  # logits are divided by this (Granite logits_scaling)
+    rope_scaling: tuple = ()  # sorted (key, value) pairs of rope_scaling; () = default
+    local_rope_base: float | None = None  # sliding layers' rope_theta (Gemma 3)
+    no_rope_layers: tuple = ()  # layer indices that skip RoPE (SmolLM3)
+    rotary_dim: int | None = None  # R: RoPE on the first R dims of a head (None: all D)
+    fused: bool = False  # qkv_proj and gate_up_proj are single tensors (Phi-3)
 
     def __post_init__(self):
         for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name in ("vocab", "layers", "heads", "kv_heads", "head_dim", "hidden", "mlp"):
-                count_arg(f.name, value, 1)
-            elif f.name in ("rope_base", "rms_eps"):
-                if isinstance(value, bool) or not isinstance(value, (int, float)):
-                    raise TypeError(f"{f.name} must be a number, got {type(value).__name__}")
-                if not (math.isfinite(value) and value > 0):
-                    raise ValueError(f"{f.name} must be a finite number > 0, got {value}")
-            elif f.name == "seed":
-                count_arg("seed", value, 0, 2**63 - 1)
-            elif f.name == "sliding_window":
-                if value is not None:
-                    count_arg("sliding_window", value, 1)
-            elif type(value) is not bool:
-                raise TypeError(f"{f.name} must be a bool, got {type(value).__name__}")
+            _check_field(f.name, getattr(self, f.name), f.default)
         if self.heads % self.kv_heads:
             raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads "
                              f"({self.kv_heads})")
-        if self.head_dim % 2:
-            raise ValueError(f"head_dim must be even (rotary pairs), got {self.head_dim}")
+        if self.rotary % 2:
+            which = "head_dim" if self.rotary_dim is None else "rotary_dim"
+            raise ValueError(f"{which} must be even (rotary pairs), got {self.rotary}")
+        if self.rotary > self.head_dim:
+            raise ValueError(f"rotary_dim {self.rotary} exceeds head_dim {self.head_dim}")
+        if self.layer_types and (len(self.layer_types) != self.layers or any(
+                t not in ("full", "sliding") for t in self.layer_types)):
+            raise ValueError(f"layer_types must hold 'full' or 'sliding' for each of the "
+                             f"{self.layers} layers, got {self.layer_types!r}")
+        if "sliding" in self.layer_types and self.sliding_window is None:
+            raise ValueError("layer_types has sliding layers but sliding_window is None")
+        if any(type(i) is not int or not 0 <= i < self.layers for i in self.no_rope_layers):
+            raise ValueError(f"no_rope_layers must be layer indices below {self.layers}")
+        kind = dict(self.rope_scaling).get("rope_type", "default")
+        if kind not in ROPE_TYPES:
+            raise ValueError(f"rope_type must be one of {ROPE_TYPES}, got {kind!r}")
+        if self.num_parameters > MAX_PARAMETERS:
+            raise ValueError(f"the config describes {self.num_parameters:.3g} parameters; at "
+                             f"most {MAX_PARAMETERS:.3g} ({MAX_PARAMETERS * 4 >> 30} GiB of "
+                             f"float32) are served")
 
     @property
     def group(self) -> int:
         return self.heads // self.kv_heads
+
+    @property
+    def rotary(self) -> int:
+        return self.head_dim if self.rotary_dim is None else self.rotary_dim
+
+    @property
+    def num_parameters(self) -> int:
+        """Parameters the config implies, by arithmetic (no table is built)."""
+        q, kv, h = self.heads * self.head_dim, self.kv_heads * self.head_dim, self.hidden
+        norms = 4 if self.norm_layout == "sandwich" else 2
+        qk = {None: 0, "head": 2 * self.head_dim, "all": q + kv}[self.qk_norm]
+        per_layer = (q + 2 * kv) * h + q * h + 3 * h * self.mlp + norms * h + qk
+        per_layer += (q + 2 * kv) * self.qkv_bias + h * self.o_bias
+        return self.layers * per_layer + (2 - self.tie_embeddings) * self.vocab * h + h
+
+    def layer_type(self, layer: int) -> str:
+        if self.layer_types:
+            return self.layer_types[layer]
+        return "full" if self.sliding_window is None else "sliding"
+
+    @property
+    def windowed(self) -> set:
+        """The kinds of layer the model has: {"full"}, {"sliding"} or both (hybrid)."""
+        return {self.layer_type(i) for i in range(self.layers)}
+
+
+POSITIVE = ("rope_base", "rms_eps", "embed_scale", "residual_scale", "logit_scale",
+            "attn_scale", "attn_softcap", "final_softcap", "local_rope_base")
+CHOICES = {"norm_layout": NORM_LAYOUTS, "act": ACTS, "qk_norm": (None, "head", "all"),
+           "norm_offset": (0, 1)}
+
+
+def _check_field(name: str, value, default) -> None:
+    """One ModelConfig field's type and range."""
+    if name == "layers":
+        count_arg(name, value, 1, MAX_LAYERS)
+    elif name in ("vocab", "heads", "kv_heads", "head_dim", "hidden", "mlp"):
+        count_arg(name, value, 1, 1 << 40)
+    elif name in POSITIVE:
+        if value is None and default is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be a finite number > 0, got {value}")
+    elif name == "seed":
+        count_arg("seed", value, 0, 2**63 - 1)
+    elif name in ("sliding_window", "rotary_dim"):
+        if value is not None:
+            count_arg(name, value, 1)
+    elif name in CHOICES:
+        if isinstance(value, bool) or value not in CHOICES[name]:
+            raise ValueError(f"{name} must be one of {CHOICES[name]}, got {value!r}")
+    elif name in ("layer_types", "no_rope_layers", "rope_scaling"):
+        if type(value) is not tuple:
+            raise TypeError(f"{name} must be a tuple, got {type(value).__name__}")
+    elif type(value) is not bool:
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
 
 
 def tensor_shapes(c: ModelConfig) -> dict:
@@ -78,24 +187,60 @@ def tensor_shapes(c: ModelConfig) -> dict:
     shapes = {"model.embed_tokens.weight": (c.vocab, c.hidden), "model.norm.weight": (c.hidden,)}
     if not c.tie_embeddings:
         shapes["lm_head.weight"] = (c.vocab, c.hidden)
+    norms = {"pre": ("input_layernorm", "post_attention_layernorm"),
+             "sandwich": ("input_layernorm", "post_attention_layernorm",
+                          "pre_feedforward_layernorm", "post_feedforward_layernorm"),
+             "post": ("post_attention_layernorm", "post_feedforward_layernorm")}[c.norm_layout]
     for i in range(c.layers):
         p = f"model.layers.{i}."
-        shapes.update({
-            p + "input_layernorm.weight": (c.hidden,),
-            p + "self_attn.q_proj.weight": (q, c.hidden),
-            p + "self_attn.k_proj.weight": (kv, c.hidden),
-            p + "self_attn.v_proj.weight": (kv, c.hidden),
-            p + "self_attn.o_proj.weight": (c.hidden, q),
-            p + "post_attention_layernorm.weight": (c.hidden,),
-            p + "mlp.gate_proj.weight": (c.mlp, c.hidden),
-            p + "mlp.up_proj.weight": (c.mlp, c.hidden),
-            p + "mlp.down_proj.weight": (c.hidden, c.mlp)})
+        shapes.update({f"{p}{n}.weight": (c.hidden,) for n in norms})
+        if c.fused:
+            shapes[p + "self_attn.qkv_proj.weight"] = (q + 2 * kv, c.hidden)
+            shapes[p + "mlp.gate_up_proj.weight"] = (2 * c.mlp, c.hidden)
+        else:
+            shapes.update({p + "self_attn.q_proj.weight": (q, c.hidden),
+                           p + "self_attn.k_proj.weight": (kv, c.hidden),
+                           p + "self_attn.v_proj.weight": (kv, c.hidden),
+                           p + "mlp.gate_proj.weight": (c.mlp, c.hidden),
+                           p + "mlp.up_proj.weight": (c.mlp, c.hidden)})
+        shapes[p + "self_attn.o_proj.weight"] = (c.hidden, q)
+        shapes[p + "mlp.down_proj.weight"] = (c.hidden, c.mlp)
+        if c.qk_norm:
+            per = c.head_dim if c.qk_norm == "head" else None
+            shapes[p + "self_attn.q_norm.weight"] = (per or q,)
+            shapes[p + "self_attn.k_norm.weight"] = (per or kv,)
         if c.qkv_bias:
             shapes.update({p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
                            p + "self_attn.v_proj.bias": (kv,)})
         if c.o_bias:
             shapes[p + "self_attn.o_proj.bias"] = (c.hidden,)
     return shapes
+
+
+def rope_frequencies(c: ModelConfig, base: float, scaling: dict) -> tuple:
+    """(inv_freq float32 [R/2], attention factor) as transformers' rope init functions
+    compute them (modeling_rope_utils.py), in float32 like torch."""
+    r = c.rotary
+    exps = np.arange(0, r, 2, dtype=np.int64).astype(np.float32) / np.float32(r)
+    kind = scaling.get("rope_type", "default")
+    if kind == "longrope":  # the short factors: sequences within the original length
+        ext = np.asarray(scaling["short_factor"], np.float32)
+        return (np.float32(1.0) / (ext * np.float32(base) ** exps)).astype(np.float32), \
+            float(scaling["attention_factor"])
+    inv = (np.float32(1.0) / np.float32(base) ** exps).astype(np.float32)
+    if kind == "linear":
+        inv = (inv / np.float32(scaling["factor"])).astype(np.float32)
+    elif kind == "llama3":
+        factor, low, high = (np.float32(scaling[k]) for k in
+                             ("factor", "low_freq_factor", "high_freq_factor"))
+        old = np.float32(scaling["original_max_position_embeddings"])
+        wavelen = np.float32(2 * math.pi) / inv
+        scaled = np.where(wavelen > old / low, inv / factor, inv).astype(np.float32)
+        smooth = (old / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < old / high) & ~(wavelen > old / low)
+        inv = np.where(medium, smoothed, scaled).astype(np.float32)
+    return inv, 1.0
 
 
 class Transformer:
@@ -114,15 +259,35 @@ class Transformer:
         self.embed = w["model.embed_tokens.weight"]  # [V, hidden]
         self.lm_head = self.embed if c.tie_embeddings else w["lm_head.weight"]  # [V, hidden]
         self.final_norm = w["model.norm.weight"]
-        names = ("input_layernorm.weight", "post_attention_layernorm.weight")
-        names += tuple(f"self_attn.{x}_proj.{y}" for y in ("weight", "bias") for x in "qkvo")
-        names += tuple(f"mlp.{x}_proj.weight" for x in ("gate", "up", "down"))
-        self.layer_weights = [{n.split(".", 1)[-1] if n.startswith(("self_attn", "mlp")) else n:
-                               w.get(f"model.layers.{i}.{n}") for n in names}
-                              for i in range(c.layers)]  # "q_proj.weight" -> array (or None)
-        half = c.head_dim // 2
-        self.inv_freq = (1.0 / c.rope_base ** (np.arange(0, half, dtype=np.float64) / half)
-                         ).astype(np.float32)  # [D/2]
+        q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+        self.layer_weights = []  # per layer: short name ("q_proj.weight") -> array or None
+        for i in range(c.layers):
+            p = f"model.layers.{i}."
+            lw = {k[len(p):].split(".", 1)[-1] if k[len(p):].startswith(("self_attn", "mlp"))
+                  else k[len(p):]: v for k, v in w.items() if k.startswith(p)}
+            if c.fused:  # Phi-3: rows [q | k | v] and [gate | up]
+                qkv = lw.pop("qkv_proj.weight")
+                lw.update({"q_proj.weight": qkv[:q], "k_proj.weight": qkv[q:q + kv],
+                           "v_proj.weight": qkv[q + kv:]})
+                gate_up = lw.pop("gate_up_proj.weight")
+                lw.update({"gate_proj.weight": gate_up[:c.mlp], "up_proj.weight": gate_up[c.mlp:]})
+            for n in ("q_proj.bias", "k_proj.bias", "v_proj.bias", "o_proj.bias"):
+                lw.setdefault(n, None)
+            self.layer_weights.append(lw)
+        scaling = dict(c.rope_scaling)
+        full = rope_frequencies(c, c.rope_base, scaling)
+        local = full if c.local_rope_base is None else rope_frequencies(c, c.local_rope_base, {})
+        self.ropes = [None if i in c.no_rope_layers else  # (inv_freq [R/2], factor) or None
+                      local if c.layer_type(i) == "sliding" else full for i in range(c.layers)]
+        # longrope's short factors hold while the sequence is within the original length
+        # (transformers switches every position to the long factors past it): longer
+        # sequences are refused by the engines
+        self.max_model_len = scaling.get("original_max_position_embeddings") \
+            if scaling.get("rope_type") == "longrope" else None
+        scale = c.head_dim ** -0.5 if c.attn_scale is None else c.attn_scale
+        self.attention = [Attention(scale, c.attn_softcap, c.sliding_window
+                                    if c.layer_type(i) == "sliding" else None)
+                          for i in range(c.layers)]  # what each layer's attention does
 
     @property
     def num_parameters(self) -> int:
@@ -140,31 +305,60 @@ class Transformer:
             raise ValueError(f"token ids must lie in [0, {self.config.vocab}), got "
                              f"{int(ids.min())} .. {int(ids.max())}")
 
+    def norm(self, x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+        return rms_norm(x, weight + np.float32(self.config.norm_offset), self.config.rms_eps)
+
     def embed_tokens(self, tokens) -> np.ndarray:
-        return self.embed[np.asarray(tokens, np.int64)]  # [T, hidden]
+        h = self.embed[np.asarray(tokens, np.int64)]  # [T, hidden]
+        s = self.config.embed_scale
+        return h if s == 1 else h * np.float32(s)
 
     def qkv(self, layer: int, h: np.ndarray, positions) -> tuple:
         """q [T, H, D], k [T, H_kv, D], v [T, H_kv, D] for tokens at `positions`."""
         c, lw = self.config, self.layer_weights[layer]
-        x = rms_norm(h, lw["input_layernorm.weight"], c.rms_eps)
-        q = linear(x, lw["q_proj.weight"], lw["q_proj.bias"]).reshape(-1, c.heads, c.head_dim)
-        k = linear(x, lw["k_proj.weight"], lw["k_proj.bias"]).reshape(-1, c.kv_heads, c.head_dim)
-        v = linear(x, lw["v_proj.weight"], lw["v_proj.bias"]).reshape(-1, c.kv_heads, c.head_dim)
-        angles = np.asarray(positions, np.float32)[:, None] * self.inv_freq[None, :]  # [T, D/2]
-        return rotary(q, angles), rotary(k, angles), np.ascontiguousarray(v)
+        x = h if c.norm_layout == "post" else self.norm(h, lw["input_layernorm.weight"])
+        q = linear(x, lw["q_proj.weight"], lw["q_proj.bias"])
+        k = linear(x, lw["k_proj.weight"], lw["k_proj.bias"])
+        v = linear(x, lw["v_proj.weight"], lw["v_proj.bias"])
+        if c.qk_norm == "all":  # OLMo-2: over the whole projection
+            q, k = self.norm(q, lw["q_norm.weight"]), self.norm(k, lw["k_norm.weight"])
+        q, k = q.reshape(-1, c.heads, c.head_dim), k.reshape(-1, c.kv_heads, c.head_dim)
+        if c.qk_norm == "head":  # Qwen3, Gemma 3: over each head's D
+            q, k = self.norm(q, lw["q_norm.weight"]), self.norm(k, lw["k_norm.weight"])
+        v = np.ascontiguousarray(v.reshape(-1, c.kv_heads, c.head_dim))
+        if self.ropes[layer] is None:
+            return np.ascontiguousarray(q), np.ascontiguousarray(k), v
+        inv_freq, factor = self.ropes[layer]
+        angles = np.asarray(positions, np.float32)[:, None] * inv_freq[None, :]  # [T, R/2]
+        return rotary(q, angles, factor), rotary(k, angles, factor), v
 
     def finish(self, layer: int, h: np.ndarray, attn: np.ndarray) -> np.ndarray:
-        """The rest of the layer: h + o_proj(attn), then h + MLP(RMSNorm(h))."""
-        lw = self.layer_weights[layer]
-        h = h + linear(attn.reshape(len(h), -1).astype(np.float32), lw["o_proj.weight"],
-                       lw["o_proj.bias"])
-        x = rms_norm(h, lw["post_attention_layernorm.weight"], self.config.rms_eps)
+        """The rest of the layer: o_proj and the residual, then the MLP and the residual."""
+        c, lw = self.config, self.layer_weights[layer]
+        r = np.float32(c.residual_scale)
+        o = linear(attn.reshape(len(h), -1).astype(np.float32), lw["o_proj.weight"],
+                   lw["o_proj.bias"])
+        if c.norm_layout != "pre":
+            o = self.norm(o, lw["post_attention_layernorm.weight"])
+        h = h + (o if r == 1 else o * r)
+        x = {"pre": lambda: self.norm(h, lw["post_attention_layernorm.weight"]),
+             "sandwich": lambda: self.norm(h, lw["pre_feedforward_layernorm.weight"]),
+             "post": lambda: h}[c.norm_layout]()
         gate = x @ lw["gate_proj.weight"].T
-        return h + ((gate / (1 + np.exp(-gate))) * (x @ lw["up_proj.weight"].T)) \
-            @ lw["down_proj.weight"].T
+        m = (activation(c.act, gate) * (x @ lw["up_proj.weight"].T)) @ lw["down_proj.weight"].T
+        if c.norm_layout != "pre":
+            m = self.norm(m, lw["post_feedforward_layernorm.weight"])
+        return h + (m if r == 1 else m * r)
 
     def logits(self, h: np.ndarray) -> np.ndarray:
-        return rms_norm(h, self.final_norm, self.config.rms_eps) @ self.lm_head.T  # [T, V]
+        c = self.config
+        out = self.norm(h, self.final_norm) @ self.lm_head.T  # [T, V]
+        if c.logit_scale != 1:
+            out = out / np.float32(c.logit_scale)
+        if c.final_softcap is not None:
+            cap = np.float32(c.final_softcap)
+            out = np.tanh(out / cap) * cap
+        return out.astype(np.float32)
 
 
 class TinyModel(Transformer):
@@ -172,6 +366,8 @@ class TinyModel(Transformer):
 
     def __init__(self, config: ModelConfig = ModelConfig()):
         c = config
+        if not isinstance(c, ModelConfig):
+            raise TypeError(f"config must be a ModelConfig, got {type(c).__name__}")
         rng = np.random.default_rng(c.seed)
 
         def w(*shape, gain=1.0):  # drawn [in, out], stored [out, in] as Hugging Face does
@@ -190,10 +386,16 @@ class TinyModel(Transformer):
             for name, shape in (("gate_proj", (c.hidden, c.mlp)), ("up_proj", (c.hidden, c.mlp)),
                                 ("down_proj", (c.mlp, c.hidden))):
                 weights[f"{p}mlp.{name}.weight"] = w(*shape)
+            if c.fused:
+                weights[p + "self_attn.qkv_proj.weight"] = np.concatenate(
+                    [weights.pop(f"{p}self_attn.{x}_proj.weight") for x in "qkv"])
+                weights[p + "mlp.gate_up_proj.weight"] = np.concatenate(
+                    [weights.pop(f"{p}mlp.{x}_proj.weight") for x in ("gate", "up")])
         weights["model.norm.weight"] = np.ones(c.hidden, np.float32)
         weights["lm_head.weight"] = w(c.hidden, c.vocab, gain=4.0)  # well-spread logits
-        for key, shape in tensor_shapes(c).items():  # biases, if the config asks for them
-            weights.setdefault(key, 0.1 * rng.standard_normal(shape))
+        for key, shape in tensor_shapes(c).items():  # norms and biases the config asks for
+            weights.setdefault(key, (key.endswith("norm.weight") and not c.norm_offset)
+                               + 0.1 * rng.standard_normal(shape))
         super().__init__(c, weights, name="TinyModel")
 
 
@@ -202,16 +404,31 @@ def linear(x: np.ndarray, weight: np.ndarray, bias) -> np.ndarray:
     return y if bias is None else y + bias
 
 
+def activation(name: str, x: np.ndarray) -> np.ndarray:
+    """The MLP gate's activation, as transformers' ACT2FN computes it."""
+    if name == "silu":
+        return x / (1 + np.exp(-x))
+    if name == "gelu_tanh":  # gelu_pytorch_tanh
+        return (0.5 * x * (1 + np.tanh(np.float32(math.sqrt(2 / math.pi))
+                                       * (x + np.float32(0.044715) * x ** 3)))).astype(np.float32)
+    from math import erf  # exact GELU
+    return (0.5 * x * (1 + np.vectorize(erf, otypes=[np.float64])(x / math.sqrt(2)))
+            ).astype(np.float32)
+
+
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float = 1e-6) -> np.ndarray:
     x = x.astype(np.float32)
     return (x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + np.float32(eps)) * weight
             ).astype(np.float32)
 
 
-def rotary(x: np.ndarray, angles: np.ndarray) -> np.ndarray:
-    """x * cos + rotate_half(x) * sin, rotate_half(x) = (-x[D/2:], x[:D/2]) (Hugging Face)."""
-    half = x.shape[-1] // 2
-    cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]  # [T, 1, D/2]
-    a, b = x[..., :half], x[..., half:]
-    return np.ascontiguousarray(np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1),
-                                dtype=np.float32)
+def rotary(x: np.ndarray, angles: np.ndarray, factor: float = 1.0) -> np.ndarray:
+    """x * cos + rotate_half(x) * sin on the first R dims, rotate_half(x) = (-x[R/2:], x[:R/2])
+    (Hugging Face); cos and sin are scaled by the rope's attention factor (longrope)."""
+    half = angles.shape[-1]
+    cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]  # [T, 1, R/2]
+    if factor != 1:
+        cos, sin = cos * np.float32(factor), sin * np.float32(factor)
+    a, b, rest = x[..., :half], x[..., half:2 * half], x[..., 2 * half:]
+    return np.ascontiguousarray(np.concatenate([a * cos - b * sin, b * cos + a * sin, rest],
+                                               axis=-1), dtype=np.float32)

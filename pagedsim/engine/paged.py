@@ -24,6 +24,7 @@ from .kvstore import PagedKV
 from .model import Transformer
 from .requests import Request, RequestState
 from .scheduler import Run, Scheduler
+from .window_adapter import WindowAdapter
 
 
 class PagedEngine:
@@ -47,8 +48,17 @@ class PagedEngine:
             else count_arg("host_blocks", host_blocks, 0)
         c = model.config
         self.model, self.check = model, check
-        self.blocks = BlockAdapter(num_blocks, block_size, prefix_caching=prefix_caching,
-                                   host_blocks=host_blocks, trace=trace)
+        kinds = c.windowed
+        if "sliding" in kinds:  # v1's window manager, or its hybrid allocator
+            self.blocks = WindowAdapter(num_blocks, block_size, window=c.sliding_window,
+                                        hybrid="full" in kinds, prefix_caching=prefix_caching,
+                                        trace=trace)
+        else:
+            self.blocks = BlockAdapter(num_blocks, block_size, prefix_caching=prefix_caching,
+                                       host_blocks=host_blocks, trace=trace)
+        # each layer's KV cache group: 0, or 1 for the sliding layers of a hybrid model
+        self.layer_group = [int(len(kinds) == 2 and c.layer_type(i) == "sliding")
+                            for i in range(c.layers)]
         self.backend = choose(backend)  # the one place the attention backend is picked
         self.kv = PagedKV(self.backend, c.layers, num_blocks, c.kv_heads, block_size,
                           c.head_dim, host_blocks)
@@ -65,12 +75,17 @@ class PagedEngine:
         if not isinstance(request, Request):
             raise TypeError(f"a request must be a Request, got {type(request).__name__}")
         self.model.check_tokens(request.prompt)
-        window = self.model.config.sliding_window
-        if window is not None and len(request.prompt) + request.max_tokens > window:
+        limit = self.model.max_model_len
+        if limit is not None and len(request.prompt) + request.max_tokens > limit:
             raise ValueError(f"prompt + max_tokens = {len(request.prompt) + request.max_tokens} "
-                             f"exceeds the model's sliding_window {window}")
+                             f"exceeds the {limit} positions longrope's short factors serve "
+                             f"(original_max_position_embeddings)")
+        if request.width > 1 and not getattr(self.blocks, "supports_fork", True):
+            raise ValueError(f"request runs {request.width} sequences; a model with "
+                             f"sliding-window layers serves one (n = 1, no beam search)")
         bs, pool = self.blocks.block_size, self.blocks.manager.num_blocks
-        worst = request.width * blocks_needed(len(request.prompt) + request.max_tokens, bs)
+        worst = request.width * blocks_needed(len(request.prompt) + request.max_tokens, bs) \
+            * len(getattr(self.blocks, "groups", "x"))  # a hybrid model fills two groups
         if worst > pool:
             raise ValueError(f"request needs up to {worst} blocks alone; the pool has {pool}")
         if request.width > self.scheduler.budget:
@@ -168,23 +183,28 @@ class PagedEngine:
         order = prefill + decode
         tokens = np.concatenate([i.run.state.tokens[i.seq][i.start:i.end] for i in order])
         positions = np.concatenate([np.arange(i.start, i.end) for i in order])
-        slots = np.concatenate([np.where(np.arange(i.start, i.end) >= i.write_from,
-                                         self.blocks.slots(i.seq, i.start, i.end), -1)
-                                for i in order]).astype(np.int64)
+        groups = sorted(set(self.layer_group))
+        slots = {g: np.concatenate([np.where(np.arange(i.start, i.end) >= i.write_from,
+                                             self.blocks.slots(i.seq, i.start, i.end, g), -1)
+                                    for i in order]).astype(np.int64) for g in groups}
         split = sum(i.end - i.start for i in prefill)
-        pre_args, dec_args = self._batch(prefill), self._batch(decode)
+        pre = {g: self._batch(prefill, g) for g in groups}
+        dec = {g: self._batch(decode, g) for g in groups}
         h = m.embed_tokens(tokens)
         for layer in range(c.layers):
+            g = self.layer_group[layer]
             q, k, v = m.qkv(layer, h, positions)
-            self.kv.write(layer, k, v, slots)
+            self.kv.write(layer, k, v, slots[g])
+            pre_args, dec_args = pre[g], dec[g]
             parts = []
             if prefill:
                 tables, lens, starts = pre_args
                 parts.append(self.kv.prefill(layer, np.ascontiguousarray(q[:split]), tables,
-                                             lens, starts))
+                                             lens, starts, m.attention[layer]))
             if decode:
                 tables, lens, _ = dec_args
-                parts.append(self.kv.decode(layer, np.ascontiguousarray(q[split:]), tables, lens))
+                parts.append(self.kv.decode(layer, np.ascontiguousarray(q[split:]), tables, lens,
+                                            m.attention[layer]))
             h = m.finish(layer, h, np.concatenate(parts))
         last = np.cumsum([i.end - i.start for i in order]) - 1
         ends = [(n, i) for n, i in zip(last, order, strict=True)
@@ -192,11 +212,13 @@ class PagedEngine:
         out = m.logits(h[[n for n, _ in ends]]) if ends else []
         return {i.seq: row for (_, i), row in zip(ends, out, strict=True)}
 
-    def _batch(self, items: list):
-        """(block_tables int32 [S, max_blocks] padded with -1, context_lens, query_start_loc)."""
+    def _batch(self, items: list, group: int = 0):
+        """(block_tables int32 [S, max_blocks] padded with -1, context_lens, query_start_loc)
+        of one KV cache group."""
         if not items:
             return None
-        tables = [self.blocks.table(i.seq) for i in items]
+        tables = [self.blocks.table(i.seq, group) if group else self.blocks.table(i.seq)
+                  for i in items]
         width = max(len(t) for t in tables)
         padded = np.full((len(items), width), -1, np.int32)
         for row, t in enumerate(tables):

@@ -10,8 +10,16 @@ and returns the storage actions the engine must mirror:
 
 Sampling depends only on (request seed, sample index, step), never on batch
 composition, so preemption and scheduling cannot change a token:
+    repetition_penalty p != 1 first: a logit of a token already in the sequence (prompt or
+                      output) is divided by p if positive, multiplied by p if not
+                      (transformers' RepetitionPenaltyLogitsProcessor, vLLM's
+                      repetition_penalty), in greedy decoding too
     temperature 0  -> argmax (ties: lowest id)
-    temperature >0 -> argmax(logits / T + Gumbel noise from rng(seed, index, step))
+    temperature >0 -> argmax((logits - max) / T + Gumbel noise from rng(seed, index, step)),
+                      in the log domain: a tiny T (even 5e-324) sends every logit below the
+                      maximum to -inf instead of overflowing, so it acts as greedy
+top_k > 0 keeps the k largest logits (ties at the k-th kept, as transformers does) before
+top_p.
 n > 1 (parallel sampling, v0 style) forks n - 1 children after the prompt; beam search
 (beam_width W) keeps the W best (beam, token) by cumulative log-probability, forking a
 beam that wins twice and freeing beams that win nothing; a beam that emits a stop token,
@@ -46,6 +54,8 @@ class Request:
     top_p: float = 1.0  # nucleus sampling: 1 keeps every token
     stop_token_ids: tuple = ()  # a sequence (sampled, or a beam) ends after emitting one
     length_penalty: float = 1.0  # beam search: hypotheses score log-prob / length ** this
+    repetition_penalty: float = 1.0  # > 1 discourages tokens already in the sequence
+    top_k: int = 0  # keep the k most likely tokens when sampling; 0 keeps all
 
     def __post_init__(self):
         prompt = token_ids_arg("prompt", self.prompt)
@@ -69,6 +79,11 @@ class Request:
         if not math.isfinite(penalty):
             raise ValueError(f"length_penalty must be a finite number, got {penalty}")
         object.__setattr__(self, "length_penalty", float(penalty))
+        object.__setattr__(self, "repetition_penalty",
+                           _real("repetition_penalty", self.repetition_penalty))
+        if self.repetition_penalty == 0:
+            raise ValueError("repetition_penalty must be > 0, got 0")
+        count_arg("top_k", self.top_k, 0)
 
     @property
     def width(self) -> int:
@@ -92,11 +107,26 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return x - np.log(np.exp(x).sum())
 
 
+def penalize(logits: np.ndarray, tokens, penalty: float) -> np.ndarray:
+    """Repetition penalty over the tokens seen so far (prompt and output)."""
+    if penalty == 1:
+        return logits
+    out = np.array(logits, np.float32)
+    seen = np.unique(np.asarray(tokens, np.int64))
+    row = out[seen]
+    out[seen] = np.where(row < 0, row * np.float32(penalty), row / np.float32(penalty))
+    return out
+
+
 def sample(logits: np.ndarray, temperature: float, seed: int, index: int, step: int,
-           top_p: float = 1.0) -> int:
+           top_p: float = 1.0, top_k: int = 0) -> int:
     if temperature == 0:
         return int(np.argmax(logits))
-    x = np.asarray(logits, np.float64) / temperature
+    x = np.asarray(logits, np.float64)
+    with np.errstate(over="ignore", divide="ignore"):
+        x = (x - x.max()) / temperature  # <= 0: a tiny T gives -inf, never inf - inf
+    if 0 < top_k < len(x):
+        x = np.where(x < np.partition(x, -top_k)[-top_k], -np.inf, x)
     if top_p < 1:  # keep the most probable tokens until their mass reaches top_p
         p = np.exp(log_softmax(x))
         order = np.lexsort((np.arange(len(p)), -p))
@@ -175,12 +205,14 @@ class RequestState:
 
     def _sample_picks(self, logits: dict) -> list:
         r, step = self.request, self.generated
+        logits = {s: penalize(row, self.tokens[s], r.repetition_penalty)
+                  for s, row in logits.items()}
         if step == 0 and r.n > 1:  # the prompt's logits serve all n samples
             (s, row), = logits.items()
-            return [(s, sample(row, r.temperature, r.seed, i, step, r.top_p), 0.0, i)
+            return [(s, sample(row, r.temperature, r.seed, i, step, r.top_p, r.top_k), 0.0, i)
                     for i in range(r.n)]
-        return [(s, sample(row, r.temperature, r.seed, self.index[s], step, r.top_p), 0.0,
-                 self.index[s])
+        return [(s, sample(row, r.temperature, r.seed, self.index[s], step, r.top_p, r.top_k),
+                 0.0, self.index[s])
                 for s, row in sorted(logits.items(), key=lambda kv: self.index[kv[0]])]
 
     def _beam_picks(self, logits: dict) -> list:
@@ -191,7 +223,8 @@ class RequestState:
         last = length >= r.max_tokens
         beams = sorted(logits, key=lambda s: self.index[s])
         cand = bs.top_candidates([self.score[s] for s in beams],
-                                 [log_softmax(logits[s]) for s in beams],
+                                 [log_softmax(penalize(logits[s], self.tokens[s],
+                                                       r.repetition_penalty)) for s in beams],
                                  bs.num_candidates(width, r.stop_token_ids))
         picks, found = [], list(self.hypotheses)
         for rank, (b, token, score) in enumerate(cand):

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from pagedsim.engine import ModelConfig, PagedEngine, Request, TinyModel
+from pagedsim.engine import DenseEngine, ModelConfig, PagedEngine, Request, TinyModel
 from pagedsim.engine.backend import NumpyAttention, choose
 
 SMALL = TinyModel(ModelConfig(layers=1, heads=2, kv_heads=1, head_dim=8, hidden=16, mlp=32))
@@ -96,3 +96,34 @@ def test_the_backend_is_chosen_in_one_place_and_an_object_can_be_injected():
     engine = PagedEngine(SMALL, 8, 4, backend=Counting())
     engine.generate([Request((1, 2, 3), 3)])
     assert calls and engine.kv.name == "numpy"
+
+
+@pytest.mark.parametrize("model", [5, "model", None, ModelConfig()])
+def test_the_dense_engine_refuses_what_is_not_a_model(model):
+    with pytest.raises(TypeError, match="model must be a Transformer"):
+        DenseEngine(model)
+
+
+@pytest.mark.parametrize("request_, message", [
+    (Request((1, 2), 3, n=10**8), "request runs 100000000 sequences; max_num_seqs is 256"),
+    (Request((1, 2), 3, beam_width=300), "request runs 300 sequences"),
+    (Request((1, 2), 10**9), r"prompt \+ max_tokens = 1000000002 exceeds max_model_len")])
+def test_the_dense_engine_refuses_a_request_it_could_never_serve(request_, message):
+    engine = DenseEngine(SMALL)
+    with pytest.raises(ValueError, match=message):
+        engine.generate([Request((1, 2), 2), request_])  # all refused: nothing ran
+
+
+@pytest.mark.parametrize("temperature", [5e-324, 1e-300, 1e-30])
+def test_a_tiny_temperature_is_computed_in_the_log_domain_and_acts_as_greedy(temperature):
+    greedy = DenseEngine(SMALL).generate([Request((1, 2, 3), 6)])[0].outputs()
+    tiny = DenseEngine(SMALL).generate([Request((1, 2, 3), 6, temperature=temperature,
+                                                seed=4)])[0].outputs()
+    assert tiny == greedy
+
+
+@pytest.mark.parametrize("field, value", [("layers", 10**9), ("hidden", 10**7),
+                                          ("vocab", 10**8)])
+def test_a_model_too_large_to_allocate_is_refused_before_allocating(field, value):
+    with pytest.raises(ValueError, match=field if field == "layers" else "parameters"):
+        TinyModel(ModelConfig(**{field: value}))

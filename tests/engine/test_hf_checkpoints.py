@@ -96,7 +96,7 @@ def _break(d, what):
 BROKEN = [
     ("no config", "config.json: missing file"),
     ("no weights", "missing file model.safetensors (or model.safetensors.index.json)"),
-    ("layers", "model.safetensors: missing tensor model.layers.2.input_layernorm.weight"),
+    ("layers", "config.json declares num_hidden_layers 3 but the weight files hold 2 layers"),
     ("hidden", "tensor model.embed_tokens.weight has shape (64, 32) but config.json implies "
                "(64, 48)"),
     ("arch", "config.json: field architectures is ['GPT2LMHeadModel']; supported"),

@@ -1,0 +1,89 @@
+"""The loader's own one-line error, before any large allocation, for the checkpoints a
+fuzz run found mishandled: non-float weights, a config declaring more layers than the
+files hold (or absurdly many), nested or huge JSON, and a .bin-only checkpoint."""
+
+import json
+import sys
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from pagedsim.engine.hf import MAX_JSON_BYTES, CheckpointError, load_model
+
+from .checkpoints import write_checkpoint
+
+
+def one_line(e) -> str:
+    text = str(e.value)
+    assert "\n" not in text
+    return text
+
+
+@pytest.mark.parametrize("dtype, name", [(np.int64, "I64"), (np.int8, "I8"), (np.bool_, "BOOL"),
+                                         (np.uint8, "U8")])
+def test_an_integer_or_bool_weight_tensor_is_refused_naming_its_dtype(tmp_path, dtype, name):
+    d = write_checkpoint(tmp_path)
+    tensors = load_file(str(d / "model.safetensors"))
+    key = "model.layers.0.mlp.up_proj.weight"
+    tensors[key] = (tensors[key] > 0).astype(dtype)
+    save_file(tensors, str(d / "model.safetensors"))
+    with pytest.raises(CheckpointError) as e:
+        load_model(d)
+    assert f"tensor {key} has dtype {name}; weights must be floating point" in one_line(e)
+
+
+@pytest.mark.parametrize("layers, message", [
+    (100_000_000, "field num_hidden_layers is 100000000; at most 4096 layers are served"),
+    (4000, "config.json declares num_hidden_layers 4000 but the weight files hold 2 layers")])
+def test_more_layers_than_the_files_hold_fail_before_any_name_table(tmp_path, layers, message):
+    d = write_checkpoint(tmp_path)
+    config = json.loads((d / "config.json").read_text())
+    config["num_hidden_layers"] = layers
+    (d / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError) as e:
+        load_model(d)
+    assert message in one_line(e)
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}",
+                                  '{"architectures": ' + "[" * 50_000 + "]" * 50_000 + "}"])
+def test_deeply_nested_json_is_the_loaders_error_not_a_recursion_error(tmp_path, text):
+    d = write_checkpoint(tmp_path)
+    (d / "config.json").write_text(text)
+    with pytest.raises(CheckpointError) as e:
+        load_model(d)
+    assert "config.json" in one_line(e)
+
+
+def test_a_huge_config_json_is_refused_by_its_size_before_parsing(tmp_path):
+    d = write_checkpoint(tmp_path)
+    with open(d / "config.json", "w") as f:
+        f.write('{"pad": "' + "x" * (MAX_JSON_BYTES + 1) + '"}')
+    with pytest.raises(CheckpointError) as e:
+        load_model(d)
+    assert f"a JSON file over {MAX_JSON_BYTES:,} bytes is refused" in one_line(e)
+
+
+def test_a_bin_only_checkpoint_without_torch_says_how_to_read_it(tmp_path, monkeypatch):
+    d = write_checkpoint(tmp_path)
+    (d / "model.safetensors").rename(d / "pytorch_model.bin")
+    monkeypatch.setitem(sys.modules, "torch", None)  # as on a machine without torch
+    with pytest.raises(CheckpointError) as e:
+        load_model(d)
+    assert "pytorch_model.bin checkpoint needs torch to read" in one_line(e)
+    assert "convert it to model.safetensors" in str(e.value)
+
+
+def test_a_bin_only_checkpoint_is_read_with_torch_weights_only(tmp_path):
+    torch = pytest.importorskip("torch", reason="reading .bin needs torch")
+    d = write_checkpoint(tmp_path)
+    tensors = load_file(str(d / "model.safetensors"))
+    torch.save({k: torch.from_numpy(v) for k, v in tensors.items()}, d / "pytorch_model.bin")
+    want = load_model(d)
+    (d / "model.safetensors").unlink()
+    got = load_model(d)
+    assert np.array_equal(got.embed, want.embed)
+    assert all(np.array_equal(a, b) for la, lb in zip(got.layer_weights, want.layer_weights,
+                                                      strict=True)
+               for a, b in zip(la.values(), lb.values(), strict=True) if a is not None)
