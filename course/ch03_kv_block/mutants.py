@@ -21,6 +21,7 @@ class Mutant:
     mistake: str  # the mistake in one sentence
     old: str  # text in the solution (must occur exactly once)
     new: str  # what the buggy version says instead
+    says: str = ""  # words the first failure's message must contain (the true cause), if given
 
 
 def apply(m: Mutant, source: str) -> str:
@@ -34,6 +35,11 @@ def apply(m: Mutant, source: str) -> str:
 
 def for_exercise(exercise_id: str) -> list[Mutant]:
     return [m for m in MUTANTS if m.exercise == exercise_id]
+
+
+def right_for_exercise(exercise_id: str) -> list[Mutant]:
+    """Correct solutions written differently (RIGHT): each must pass every check."""
+    return [m for m in RIGHT if m.exercise == exercise_id]
 
 
 M = Mutant
@@ -448,5 +454,43 @@ MUTANTS += [
         "waste rounds up with np.ceil of a float division, so it returns a float",
         "    return sum(-(-n // block_size) * block_size - n for n in lengths)",
         "    return sum(float(-(-n // block_size) * block_size - n) for n in lengths)",
+    ),
+]
+
+# ---- issue 31: attempts at realistic scale, each with the words its first message must hold ----
+MUTANTS += [
+    M(
+        "3.4a",
+        "num_free_recounted_with_count",
+        "num_free is recounted with ref.count(0) after every change: allocate and free are O(n)",
+        "        self.prev[n] = p\n        self.num_free -= 1\n",
+        "        self.prev[n] = p\n        self.num_free = self.ref.count(0) - 1\n",
+        says="list method such as count",
+    ),
+    M(
+        "3.4a",
+        "take_checks_membership_by_walking",
+        "take() asks `b in self.free_list()`, walking the whole free list: O(n)",
+        "        if self.ref[b]:\n            raise PoolError(f\"block {b} is in use",
+        "        if b not in self.free_list():\n            raise PoolError(f\"block {b} is in use",
+        says="must be O(1)",
+    ),
+]
+RIGHT: list[Mutant] = [
+    M(
+        "3.4a",
+        "push_in_another_order",
+        "the four pointer writes of _push in another (still correct) order",
+        "        n = self.next[self.head]\n        self.prev[b], self.next[b] = self.head, n\n"
+        "        self.next[self.head] = b\n        self.prev[n] = b\n",
+        "        n = self.next[self.head]\n        self.next[b] = n\n        self.prev[n] = b\n"
+        "        self.prev[b] = self.head\n        self.next[self.head] = b\n",
+    ),
+    M(
+        "3.4a",
+        "allocate_through_take",
+        "allocate() takes the first free block with take()",
+        "        self._unlink(b)\n        self.ref[b] = 1\n        return b\n\n    def take",
+        "        return self.take(b)\n\n    def take",
     ),
 ]
