@@ -494,3 +494,63 @@ RIGHT: list[Mutant] = [
         "        return self.take(b)\n\n    def take",
     ),
 ]
+MUTANTS += [
+    M(
+        "3.2",
+        "int32_strides",
+        "strides are computed in an int32 NumPy array, so offsets past 2**31 wrap negative",
+        "    return tuple(reversed(out))",
+        "    import numpy as np\n\n    return tuple(np.array(list(reversed(out)) or [0], "
+        "np.int32)[: len(out)])",
+        says="2**31",
+    ),
+    M(
+        "3.2",
+        "kv_and_head_swapped",
+        "flat_offset orders the pool [block, layer, head, kv, token, dim]: kv and head swapped",
+        "    index = (block, layer, kv, head, token, dim)\n"
+        "    return sum(i * s for i, s in zip(index, strides(shape)))",
+        "    index = (block, layer, head, kv, token, dim)\n"
+        "    shape = (shape[0], shape[1], shape[3], shape[2], shape[4], shape[5])\n"
+        "    return sum(i * s for i, s in zip(index, strides(shape)))",
+        says="kv and head axes in swapped order",
+    ),
+]
+RIGHT += [
+    M(
+        "3.2",
+        "offset_by_horner",
+        "flat_offset by Horner's rule, no strides; strides with math.prod",
+        "    index = (block, layer, kv, head, token, dim)\n"
+        "    return sum(i * s for i, s in zip(index, strides(shape)))",
+        "    out = 0\n    for size, i in zip(shape, (block, layer, kv, head, token, dim)):\n"
+        "        out = out * size + i\n    return out",
+    ),
+]
+MUTANTS += [
+    M(
+        "3.7",
+        "starts_in_int32",
+        "block_starts multiplies an int32 arange by the stride: block 256 of 8 MiB wraps negative",
+        "    return [i * stride for i in range(num_blocks)]",
+        "    return [int(s) for s in np.arange(num_blocks, dtype=np.int32) * np.int32(stride)]",
+        says="2**31",
+    ),
+    M(
+        "3.7",
+        "align_up_with_a_32_bit_mask",
+        "align_up masks with 0xFFFFFFFF ^ (alignment - 1), dropping bits past 2**32",
+        "    return (nbytes + alignment - 1) & ~(alignment - 1)",
+        "    return (nbytes + alignment - 1) & (0xFFFFFFFF ^ (alignment - 1))",
+        says="a mask of 32 bits",
+    ),
+]
+RIGHT += [
+    M(
+        "3.7",
+        "starts_with_int64_arange",
+        "block starts from an int64 arange, align_up with -(-n // a) * a",
+        "    return [i * stride for i in range(num_blocks)]",
+        "    return [int(s) for s in np.arange(num_blocks, dtype=np.int64) * stride]",
+    ),
+]

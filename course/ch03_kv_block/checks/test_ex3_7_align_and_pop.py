@@ -66,6 +66,29 @@ def test_every_block_starts_on_a_128_byte_boundary_and_blocks_never_overlap(impl
     )
 
 
+def test_block_starts_at_the_chapters_scale_pass_2_to_the_31(impl):
+    """The chapter's pool: 5,120 blocks of 8 MiB (40 GiB). Block 256 starts at 2**31 and the last
+    at 42,941,284,352: exact ints, never an int32 that wraps negative."""
+    block_bytes = 8 * 2**20
+    starts = impl.block_starts(5120, block_bytes)
+    for i in (255, 256, 4096, 5119):
+        got = int(starts[i])
+        assert got == i * block_bytes, say(
+            f"block_starts(5120, 8 MiB)[{i}] is {got:,}, expected {i * block_bytes:,}: past "
+            "2**31 = 2,147,483,648 bytes a 32-bit integer wraps; compute starts in Python ints "
+            "(or int64)",
+            f"block_starts(5120, 8 MiB)[{i}] 是 {got:,}，应为 {i * block_bytes:,}：超过 "
+            "2**31 = 2,147,483,648 字节时 32 位整数会回绕；用 Python int（或 int64）计算起点",
+        )
+    big = impl.align_up(5 * 2**31 + 1)
+    assert int(big) == 5 * 2**31 + 128, say(
+        f"align_up({5 * 2**31 + 1:,}) gave {big:,}, expected {5 * 2**31 + 128:,}: a mask of 32 "
+        "bits (& 0xFFFFFF80) or an int32 drops the high bits; use ~(alignment - 1)",
+        f"align_up({5 * 2**31 + 1:,}) 得到 {big:,}，应为 {5 * 2**31 + 128:,}：32 位的掩码"
+        "（& 0xFFFFFF80）或 int32 会丢掉高位；用 ~(alignment - 1)",
+    )
+
+
 def describe_starts(starts, num_blocks, block_bytes, alignment):
     """'' when the starts are right, else the first thing wrong with them, in words."""
     stride = -(-block_bytes // alignment) * alignment
