@@ -554,3 +554,46 @@ RIGHT += [
         "    return [int(s) for s in np.arange(num_blocks, dtype=np.int64) * stride]",
     ),
 ]
+MUTANTS += [
+    M(
+        "3.3",
+        "scale_or_default",
+        "`scale or 1/sqrt(D)` ignores an explicit scale=0.0",
+        "    scale = 1.0 / np.sqrt(head_dim) if scale is None else scale",
+        "    scale = scale or 1.0 / np.sqrt(head_dim)",
+        says="explicit 0.0 was taken as not given",
+    ),
+    M(
+        "3.3",
+        "result_in_a_module_buffer",
+        "the result is written into one module-level buffer and a view of it returned",
+        '    return np.einsum("ht,thd->hd", weights, values[:, kv_head])  # [H, D]',
+        '    out = _BUFFER.reshape(-1)[: num_heads * head_dim].reshape(num_heads, head_dim)\n'
+        '    out[...] = np.einsum("ht,thd->hd", weights, values[:, kv_head])\n'
+        "    return out\n\n\n_BUFFER = np.zeros(1 << 16)",
+        says="view of one buffer",
+    ),
+    M(
+        "3.3",
+        "query_scaled_in_place_first",
+        "the query is scaled in place (query *= scale) before the logits",
+        '    logits = np.einsum("hd,thd->ht", query.astype(np.float64), keys[:, kv_head]) * scale  '
+        "# [H, T]",
+        "    query *= scale\n"
+        '    logits = np.einsum("hd,thd->ht", query.astype(np.float64), keys[:, kv_head])',
+        says="changed its argument query in place",
+    ),
+]
+RIGHT += [
+    M(
+        "3.3",
+        "loop_over_tokens",
+        "attention gathered token by token in a Python loop, scale tested with `is None`",
+        "    keys = kv_cache[blocks, 0, :, offsets, :].astype(np.float64)  # [T, H_kv, D]\n"
+        "    values = kv_cache[blocks, 1, :, offsets, :].astype(np.float64)  # [T, H_kv, D]\n",
+        "    keys = np.stack([kv_cache[b, 0, :, o, :] for b, o in zip(blocks, offsets)]"
+        ").astype(np.float64).reshape(context_len, num_kv_heads, head_dim)\n"
+        "    values = np.stack([kv_cache[b, 1, :, o, :] for b, o in zip(blocks, offsets)]"
+        ").astype(np.float64).reshape(context_len, num_kv_heads, head_dim)\n",
+    ),
+]

@@ -2,8 +2,9 @@
 its true cause, every right one (a correct solution written differently) passes.
 
 The attempts are patches of the reference solutions in course/ch03_kv_block/mutants.py:
-MUTANTS with `says` (the words the first failure must contain) and RIGHT. Each runs in this
-process up to its first failing check, which is the first message `pagedsim check` prints.
+MUTANTS with `says` (the words the first failure must contain) and RIGHT. Each runs in its own
+process, as `pagedsim check` runs a student's file, up to its first failing check: the first
+message `pagedsim check` prints.
 """
 
 import pytest
@@ -19,7 +20,7 @@ def attempt(tmp_path, m, *, stop_at_first):
     ex = curriculum.find(m.exercise)
     path = tmp_path / f"{m.exercise.replace('.', '_')}_{m.name}.py"
     path.write_text(mutants.apply(m, ex.path("solution").read_text()))
-    return run_checks(ex, path, stop_at_first=stop_at_first, seconds=300, isolate=False)
+    return run_checks(ex, path, stop_at_first=stop_at_first, seconds=300)  # isolated, as students
 
 
 @pytest.mark.parametrize("m", WRONG, ids=[f"{m.exercise}-{m.name}" for m in WRONG])
