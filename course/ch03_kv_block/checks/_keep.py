@@ -13,10 +13,13 @@ import numpy as np
 
 def kept_results(fn, calls):
     """[(result as returned, the same result after every call)] for calls [(args, kwargs)]."""
-    raw, first = [], []
-    for args, kwargs in calls:
-        got = fn(*args, **kwargs)
-        raw.append(got)
-        first.append(np.array(got, copy=True) if isinstance(got, np.ndarray) else copy.deepcopy(got))
-    return [(a, np.array(b, copy=True) if isinstance(b, np.ndarray) else copy.deepcopy(b))
-            for a, b in zip(first, raw, strict=True)]
+    raw = [fn(*args, **kwargs) for args, kwargs in calls[:1]]
+    first = [_copy(raw[0])]
+    for args, kwargs in calls[1:]:
+        raw.append(fn(*args, **kwargs))
+        first.append(_copy(raw[-1]))
+    return [(a, _copy(b)) for a, b in zip(first, raw, strict=True)]
+
+
+def _copy(value):
+    return np.array(value, copy=True) if isinstance(value, np.ndarray) else copy.deepcopy(value)
