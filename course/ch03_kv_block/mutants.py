@@ -597,3 +597,40 @@ RIGHT += [
         ").astype(np.float64).reshape(context_len, num_kv_heads, head_dim)\n",
     ),
 ]
+MUTANTS += [
+    M(
+        "3.5",
+        "waste_compared_as_a_rounded_percent",
+        "the waste fraction is compared as a rounded whole percent: 5.3% passes a 5% limit",
+        "waste_fraction(lengths, bs) <= max_waste",
+        "round(100 * waste_fraction(lengths, bs)) <= round(100 * max_waste)",
+        says="rounded",
+    ),
+    M(
+        "3.5",
+        "waste_fraction_in_float32",
+        "waste_fraction divides in float32: wrong within about 1e-9 of the limit",
+        "    return waste(lengths, block_size) / allocated if allocated else 0.0",
+        "    import numpy as np\n\n    return float(np.float32(waste(lengths, block_size)) / "
+        "np.float32(allocated)) if allocated else 0.0",
+        says="float32",
+    ),
+    M(
+        "3.5",
+        "limit_compared_in_float32",
+        "the comparison is made in float32, so one slot past the limit in 2**30 passes",
+        "waste_fraction(lengths, bs) <= max_waste",
+        "__import__('numpy').float32(waste_fraction(lengths, bs)) <= "
+        "__import__('numpy').float32(max_waste)",
+        says="one slot past",
+    ),
+]
+RIGHT += [
+    M(
+        "3.5",
+        "compare_slots_not_fractions",
+        "the limit compared in slots (waste <= max_waste * allocated) instead of as a fraction",
+        "waste_fraction(lengths, bs) <= max_waste",
+        "waste(lengths, bs) <= max_waste * (sum(lengths) + waste(lengths, bs))",
+    ),
+]
