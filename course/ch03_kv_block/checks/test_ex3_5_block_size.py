@@ -141,24 +141,25 @@ def test_a_waste_just_past_the_limit_is_refused_at_a_realistic_slot_count(impl):
     except ValueError:
         got = "ValueError"
     assert got == "ValueError", say(
-        f"choose_block_size accepted blocks of 100 that waste 53 of 1,000 slots (5.3%) at "
-        f"max_waste=0.05: the fraction was rounded (to a whole percent?) before the comparison; "
-        f"compare the exact fraction with max_waste",
-        f"choose_block_size 在 max_waste=0.05 时接受了浪费 1,000 个槽位中 53 个（5.3%）的 100 块："
-        f"比较之前把比例取整了（取成整数百分比？）；请直接用精确的比例与 max_waste 比较",
+        "choose_block_size accepted blocks of 100 that waste 53 of 1,000 slots (5.3%) at "
+        "max_waste=0.05: the fraction was rounded (to a whole percent?) before the comparison; "
+        "compare the exact fraction with max_waste",
+        "choose_block_size 在 max_waste=0.05 时接受了浪费 1,000 个槽位中 53 个（5.3%）的 100 块："
+        "比较之前把比例取整了（取成整数百分比？）；请直接用精确的比例与 max_waste 比较",
     )
     at, past, limit = just_past_cases()
     frac = impl.waste_fraction(at, BIG_BLOCK)
     assert frac == limit, say(
-        f"waste_fraction of 128 sequences of ~7.5M tokens in blocks of {BIG_BLOCK:,} gave {frac!r}, "
-        "the exact "
-        f"fraction is {limit!r} ({limit * BIG_POOL:,.0f} of {BIG_POOL:,} slots): compute in "
+        f"waste_fraction of 128 sequences of ~7.5M tokens in blocks of {BIG_BLOCK:,} gave "
+        f"{frac!r}, the exact fraction is {limit!r} ({limit * BIG_POOL:,.0f} of {BIG_POOL:,} "
+        "slots): compute in "
         "Python floats (float64), not float32, which keeps only about 7 digits",
-        f"128 个约 750 万 token 的序列、块大小 {BIG_BLOCK:,} 时 waste_fraction 得到 {frac!r}，精确值是 "
-        f"{limit!r}（{BIG_POOL:,} 个槽位中的 {limit * BIG_POOL:,.0f} 个）：用 Python float（float64）"
-        "计算，不要用只有约 7 位有效数字的 float32",
+        f"128 个约 750 万 token 的序列、块大小 {BIG_BLOCK:,} 时 waste_fraction 得到 "
+        f"{frac!r}，精确值是 {limit!r}（{BIG_POOL:,} 个槽位中的 {limit * BIG_POOL:,.0f} 个）："
+        "用 Python float（float64）计算，不要用只有约 7 位有效数字的 float32",
     )
-    for lengths, want, what in ((at, BIG_BLOCK, "exactly at"), (past, "ValueError", "one slot past")):
+    cases = ((at, BIG_BLOCK, "exactly at"), (past, "ValueError", "one slot past"))
+    for lengths, want, what in cases:
         try:
             got = impl.choose_block_size(lengths, 1, 2 * BIG_POOL, (BIG_BLOCK,), limit)
         except ValueError:
@@ -169,7 +170,8 @@ def test_a_waste_just_past_the_limit_is_refused_at_a_realistic_slot_count(impl):
             "compare the exact float64 fraction with <= (no float32, no rounding)",
             f"在 {BIG_POOL:,} 个槽位上，浪费{'恰好等于' if want != 'ValueError' else '刚好超过'} "
             f"max_waste={limit!r}（一个槽位占池的 {1 / BIG_POOL:.2g}）应得到 {want}，"
-            f"choose_block_size 给出 {got}：用 <= 比较精确的 float64 比例（不要 float32，不要取整）",
+            f"choose_block_size 给出 {got}：用 <= 比较精确的 float64 比例"
+            "（不要 float32，不要取整）",
         )
 
 
