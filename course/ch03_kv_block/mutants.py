@@ -634,3 +634,31 @@ RIGHT += [
         "waste(lengths, bs) <= max_waste * (sum(lengths) + waste(lengths, bs))",
     ),
 ]
+MUTANTS += [
+    M(
+        "3.6",
+        "rows_from_a_set",
+        "table rows are numbered in the order of a set of sequence ids (hash order)",
+        "    for row, seq in enumerate(snapshot.sequences):",
+        "    by_id = {s.seq_id: s for s in snapshot.sequences}\n"
+        "    for row, seq in enumerate(by_id[k] for k in {s.seq_id for s in snapshot.sequences}):",
+        says="enumerate(snapshot.sequences)",
+    ),
+    M(
+        "3.6",
+        "blocks_in_one_row",
+        "blocks are placed at (b, 0), the check's one-row pool of 8 hard-coded",
+        "    for b in range(n):\n        x, y = pool_xy(b)",
+        "    for b in range(n):\n        x, y = float(b), 0.0",
+        says="starts a new row every PER_ROW",
+    ),
+]
+RIGHT += [
+    M(
+        "3.6",
+        "rows_by_index",
+        "rows numbered by index into snapshot.sequences, free list joined by a loop",
+        "    for row, seq in enumerate(snapshot.sequences):",
+        "    for row in range(len(snapshot.sequences)):\n        seq = snapshot.sequences[row]",
+    ),
+]
