@@ -662,3 +662,46 @@ RIGHT += [
         "    for row in range(len(snapshot.sequences)):\n        seq = snapshot.sequences[row]",
     ),
 ]
+MUTANTS += [
+    M(
+        "3.4b",
+        "copies_rebound",
+        "slot_for_append rebinds copies (copies = copies + [...]): the caller never gets the pair",
+        "        copies.append((src, dst))\n",
+        "        copies = copies + [(src, dst)]\n",
+        says="the (src, dst) pair was lost",
+    ),
+    M(
+        "3.4b",
+        "table_rebound",
+        "slot_for_append rebinds table (table = table + [...]): the caller's table never grows",
+        "        table.append(pool.allocate())",
+        "        table = table + [pool.allocate()]",
+        says="only rebinds",
+    ),
+    M(
+        "3.4b",
+        "cow_leaks_the_source",
+        "copy-on-write allocates the private block but never frees the shared one",
+        "        pool.free(src)\n        table[-1] = dst",
+        "        table[-1] = dst",
+        says="the writer must let go of it",
+    ),
+    M(
+        "3.4b",
+        "free_table_skips_the_first_block",
+        "free_table frees every block but the first",
+        "    for b in reversed(table):",
+        "    for b in reversed(table[1:]):",
+        says="free_table must pool.free every block",
+    ),
+]
+RIGHT += [
+    M(
+        "3.4b",
+        "fork_by_comprehension",
+        "fork increfs in a comprehension; free_table pops the table until empty",
+        "    for b in reversed(table):\n        pool.free(b)\n    table.clear()",
+        "    while table:\n        pool.free(table.pop())",
+    ),
+]
