@@ -705,3 +705,61 @@ RIGHT += [
         "    while table:\n        pool.free(table.pop())",
     ),
 ]
+_POP = (
+    "        old = cuda.atomic.sub(top, 0, 1)\n        if old > 0:\n"
+    "            out[i] = free_stack[old - 1]\n        else:\n            out[i] = -1"
+)
+MUTANTS += [
+    M(
+        "3.7",
+        "top_reread_after_the_atomic",
+        "the pop does the atomic, then reads top again for its index",
+        _POP,
+        "        cuda.atomic.sub(top, 0, 1)\n        old = top[0] + 1\n        if old > 0:\n"
+        "            out[i] = free_stack[old - 1]\n        else:\n            out[i] = -1",
+        says="a re-read of top after the atomic",
+    ),
+    M(
+        "3.7",
+        "check_then_act",
+        "the pop tests top with a plain read, then does the atomic",
+        _POP,
+        "        if top[0] > 0:\n            old = cuda.atomic.sub(top, 0, 1)\n"
+        "            out[i] = free_stack[old - 1]\n        else:\n            out[i] = -1",
+        says="check-then-act",
+    ),
+    M(
+        "3.7",
+        "cas_without_retry",
+        "the pop reads top, compare-and-swaps it once, and takes the block even if the CAS failed",
+        _POP,
+        "        old = top[0]\n        cuda.atomic.cas(top, 0, old, old - 1)\n        if old > 0:\n"
+        "            out[i] = free_stack[old - 1]\n        else:\n            out[i] = -1",
+        says="a CAS without retry",
+    ),
+]
+RIGHT += [
+    M(
+        "3.7",
+        "pop_with_a_cas_loop",
+        "the pop retries a compare-and-swap until it wins",
+        _POP,
+        "        old = top[0]\n        while old > 0:\n"
+        "            seen = cuda.atomic.cas(top, 0, old, old - 1)\n            if seen == old:\n"
+        "                break\n            old = seen\n        if old > 0:\n"
+        "            out[i] = free_stack[old - 1]\n        else:\n            out[i] = -1",
+    ),
+    M(
+        "3.7",
+        "one_atomic_per_block_through_shared_memory",
+        "thread 0 takes every thread's block with one atomic, shared through shared memory",
+        "    i = cuda.grid(1)\n    if i < out.shape[0]:\n" + _POP,
+        "    i = cuda.grid(1)\n    base = cuda.shared.array(1, np.int32)\n"
+        "    if cuda.threadIdx.x == 0:\n"
+        "        want = min(cuda.blockDim.x, out.shape[0] - cuda.blockIdx.x * cuda.blockDim.x)\n"
+        "        base[0] = cuda.atomic.sub(top, 0, want)\n    cuda.syncthreads()\n"
+        "    if i < out.shape[0]:\n        old = base[0] - cuda.threadIdx.x\n"
+        "        if old > 0:\n            out[i] = free_stack[old - 1]\n"
+        "        else:\n            out[i] = -1",
+    ),
+]
