@@ -143,10 +143,8 @@ def _report(outcome, *, verbose: bool, hint: bool) -> None:
             + (f"\n{tail}" if tail else "")
             + (f"\n      [{', '.join(checks)}]" if verbose else "")
         )
-    if outcome.failures and hint:
-        from pagedsim.app.lang import wrap  # CJK-aware: Chinese has no spaces to break at
-
-        print("\n".join(wrap(i18n.t("hint: {hint}", hint=ex.hint_in(i18n.lang())), 100)))
+    if (outcome.failures or outcome.error) and hint:
+        print(i18n.say(f"need a hint? pagedsim hint {ex.id}", f"需要提示？pagedsim hint {ex.id}"))
 
 
 def _choose_impl(ex, args) -> tuple[Path, str | None]:
@@ -260,6 +258,10 @@ def _run_and_report(chosen, args) -> int:
             print(note)
         outcome = run_checks(ex, impl, seconds=args.timeout, extra_checks=args.extra_checks)
         results.append(outcome)
+        if not args.solutions:
+            from .progress import record
+
+            record(outcome)  # only a file in a workspace: `pagedsim progress` shows it
         if not args.json:
             _report(outcome, verbose=args.verbose, hint=not args.solutions and len(chosen) == 1)
     if args.json:
