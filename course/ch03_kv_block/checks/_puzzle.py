@@ -9,6 +9,8 @@ wrote, in order. The real launch under Numba's CUDA simulator is a separate chec
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from course.ch03_kv_block.interleaver import Stepper
@@ -23,10 +25,19 @@ def run_threads(kernel, num_threads, arrays: dict):
     return Stepper("round_robin").run(kernel, num_threads, *arrays.values(), names=names)
 
 
-def touched(log, name, index) -> list[int]:
-    """Threads that read or wrote `name[index]`."""
-    key = f"{name}[{', '.join(map(str, index))}]"
-    return sorted({t for t, what in log if key in what})
+def touched(log, name, index, shape) -> list[int]:
+    """Threads that read or wrote `name[index]` (a negative index counts from the end, as NumPy's
+    does: k_cache[-1, 0] is k_cache[num_slots - 1, 0])."""
+    pattern = re.compile(rf"\b{re.escape(name)}\[(-?\d+(?:, -?\d+)*)\]")
+    found = set()
+    for t, what in log:
+        for m in pattern.finditer(what):
+            at = tuple(int(x) for x in m.group(1).split(", "))
+            if len(at) != len(shape):
+                continue
+            if tuple(a % n for a, n in zip(at, shape, strict=True)) == index:
+                found.add(t)
+    return sorted(found)
 
 
 def table(log, threads, limit=14) -> str:
@@ -46,7 +57,7 @@ def compare(log, got, want, *, out_name: str, owner, what: str, atol=1e-6):
     if not bad.any():
         return
     index = tuple(int(i) for i in np.argwhere(bad)[0])
-    wrote = touched(log, out_name, index)
+    wrote = touched(log, out_name, index, got.shape)
     should = owner(index)
     never = got[index] == POISON
     why = (say(f"nobody wrote it (thread {should} should have)",
