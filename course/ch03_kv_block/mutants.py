@@ -807,3 +807,17 @@ RIGHT += [
     M("3.k4", "max_by_an_if", "the maximum taken with an if, the weights named differently",
       "        m = max(a, b)", "        m = a\n        if b > m:\n            m = b"),
 ]
+MUTANTS += [  # the classic puzzle bug: no guard, so the launch's extra threads run too
+    M("3.k1", "no_guard", "extra threads are not stopped: they read past key",
+      "    if t < key.shape[0]:\n        slot", "    if True:\n        slot", says="IndexError"),
+    M("3.k2", "no_guard", "extra threads are not stopped: they write past out",
+      "    if p < out.shape[0]:", "    if True:", says="IndexError"),
+    M("3.k3", "no_guard", "extra threads are not stopped: they read past q",
+      "    if h < q.shape[0]:", "    if True:", says="IndexError"),
+    M("3.k4", "no_guard", "extra threads are not stopped: they read past the partials",
+      "    if h < o1.shape[0]:", "    if True:", says="IndexError"),
+    M("3.k5", "no_guard", "extra threads are not stopped: they read past pairs",
+      "    if p < pairs.shape[0]:", "    if True:", says="IndexError"),
+    M("3.k6", "no_guard", "extra threads are not stopped: they write past dropped",
+      "    if j < dropped.shape[0]:", "    if True:", says="IndexError"),
+]

@@ -26,7 +26,14 @@ def check_spec(impl, name, case, spec, *, outputs, owner, extra=2):
     def run(data):
         arrays, threads, shown = case(data.draw)
         want = spec(**{k: np.array(v, copy=True) for k, v in arrays.items()})
-        log = run_threads(getattr(impl, name), threads + extra, arrays)
+        try:
+            log = run_threads(getattr(impl, name), threads + extra, arrays)
+        except Exception as e:  # the student's kernel raised: say on which case
+            try:
+                e.calls = f"{name} on {shown}, {threads} threads (+{extra} extra past the data)"
+            except AttributeError:
+                pass
+            raise
         for out_name in outputs:
             compare(log, arrays[out_name], want[out_name], out_name=out_name,
                     owner=lambda index, o=out_name: owner(o, index, arrays),
