@@ -21,6 +21,10 @@ from importlib.util import find_spec
 _ALL = {
     "lesson": ("course.cli:lesson_main", "print and run a chapter-3 lesson, e.g. `lesson 3.4`"),
     "check": ("course.cli:check_main", "check an exercise, e.g. `check 3.4a`"),
+    "hint": ("course.hints:main", "a hint for an exercise, e.g. `hint 3.4a [--level 2]`"),
+    "watch": ("course.watch:main", "check on every save, move on after a pass: `watch [3.4a]`"),
+    "progress": ("course.progress:main", "exercises done and left, with each last result"),
+    "solution": ("course.progress:solution_main", "the reference, after your own passes"),
     "workspace": (
         "course.workspace:main",
         "copy the exercise stubs to your own folder (default ./pagedsim-work)",

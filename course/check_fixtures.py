@@ -18,6 +18,7 @@ import atexit
 import functools
 import inspect
 import os
+import re
 import shutil
 import tempfile
 import types
@@ -65,6 +66,9 @@ def short(value, limit: int = 60) -> str:
     if shape is not None and getattr(value, "dtype", None) is not None and len(shape) > 1:
         return f"<{value.dtype} array of shape {tuple(shape)}>"
     text = repr(value.tolist()) if hasattr(value, "tolist") and shape is not None else repr(value)
+    if re.fullmatch(r"<[\w.]+ object at 0x[0-9a-fA-F]+>", text):  # never an address
+        name = type(value).__name__
+        return "pool" if name.endswith("Pool") else f"<a {name}>"
     return text if len(text) <= limit else text[: limit - 4] + " ..."
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -48,7 +49,8 @@ def lesson_main(argv: list[str]) -> int:
     p = ArgParser(prog="pagedsim lesson", description="print and run a chapter-3 lesson")
     p.add_argument("section", nargs="?", help=f"{next(iter(LESSONS))} ... {list(LESSONS)[-1]}")
     p.add_argument(
-        "--out", type=Path, help="where figures go (default: a new temporary folder, printed)"
+        "--out", type=Path, help="where a lesson that draws writes its figures (default: a new "
+        "temporary folder; the files written are named)"
     )
     p.add_argument("--no-demo", action="store_true", help="print the text only")
     _lang_arg(p)
@@ -68,16 +70,15 @@ def lesson_main(argv: list[str]) -> int:
     if not args.no_demo:
         out = args.out or Path(tempfile.mkdtemp(prefix=f"pagedsim-lesson-{args.section}-"))
         out.mkdir(parents=True, exist_ok=True)
-        print(
-            i18n.say("-- demo --", "-- 演示 --") + f"  ({i18n.say('files go to', '文件写入')} "
-            f"{out})"
-        )
+        before = set(out.rglob("*"))
+        print(i18n.say("-- demo --", "-- 演示 --"))
         from .ch03_kv_block.lessons import NeedsExercise
 
         try:
             lesson.demo(out)
         except NeedsExercise as e:
             print(f"({e})")
+        _say_what_was_written(out, sorted(set(out.rglob("*")) - before), temporary=not args.out)
         print()
     for ex in (e for e in curriculum.load() if e.section == args.section):
         mine = workspace.find(ex)
@@ -95,6 +96,21 @@ def lesson_main(argv: list[str]) -> int:
             f"check {ex.id}"
         )
     return 0
+
+
+def _say_what_was_written(out: Path, new: list, *, temporary: bool) -> None:
+    """Name the files the demo wrote, and only those; a temporary folder left empty goes away."""
+    files = [p for p in new if p.is_file()]
+    if files:
+        names = ", ".join(str(p.relative_to(out)) for p in files[:6])
+        more = f" (+{len(files) - 6} more)" if len(files) > 6 else ""
+        print(i18n.say(f"(wrote {len(files)} file(s) to {out}: {names}{more})",
+                       f"（向 {out} 写入了 {len(files)} 个文件：{names}{more}）"))
+    elif temporary:
+        shutil.rmtree(out, ignore_errors=True)
+    else:
+        print(i18n.say(f"(this lesson's demo writes no files; {out} was left as it was)",
+                       f"（本课演示不写文件；{out} 保持原样）"))
 
 
 def _choose_impl(ex, args) -> tuple[Path, str | None]:
@@ -208,6 +224,10 @@ def _run_and_report(chosen, args) -> int:
             print(note)
         outcome = run_checks(ex, impl, seconds=args.timeout, extra_checks=args.extra_checks)
         results.append(outcome)
+        if not args.solutions:
+            from .progress import record
+
+            record(outcome)  # only a file in a workspace: `pagedsim progress` shows it
         if not args.json:
             print_report(outcome, verbose=args.verbose,
                          hint=not args.solutions and len(chosen) == 1)

@@ -40,10 +40,15 @@ class Exercise:
     marker: str  # pytest marker, e.g. "ch3_4"
     hint: str
     hint_zh: str = ""  # the hint in Chinese (optional; English is shown when empty)
+    nudges: tuple = ()  # hints before `hint`, gentlest first: `pagedsim hint ID --level 1, 2`
     title_zh: str = ""  # the title in Chinese (optional, likewise)
 
     def hint_in(self, lang: str) -> str:
         return self.hint_zh if lang == "zh" and self.hint_zh else self.hint
+
+    def hint_levels(self, lang: str) -> list[str]:
+        """Graduated hints: the nudges (what to look at), then the full hint (the recipe)."""
+        return [*self.nudges, self.hint_in(lang)]
 
     def title_in(self, lang: str) -> str:
         return self.title_zh if lang == "zh" and self.title_zh else self.title
@@ -67,6 +72,7 @@ def load(path: Path = CURRICULUM) -> list[Exercise]:
                 marker=entry["marker"],
                 hint=entry["hint"],
                 hint_zh=entry.get("hint_zh", ""),
+                nudges=tuple(entry.get("nudges", ())),
                 title_zh=entry.get("title_zh", ""),
             )
         )
@@ -110,8 +116,8 @@ def problems(exercises: list[Exercise] | None = None) -> list[str]:
         if ex.id in ids:
             out.append(f"exercise {ex.id} is listed twice")
         ids.add(ex.id)
-        if not ex.hint.strip():
-            out.append(f"exercise {ex.id} has an empty hint")
+        if not ex.hint.strip() or not all(isinstance(n, str) and n.strip() for n in ex.nudges):
+            out.append(f"exercise {ex.id} has an empty hint (or an empty nudge, a level before it)")
         if not ex.title.strip():
             out.append(f"exercise {ex.id} has an empty title")
         want = "ch" + ex.section.replace(".", "_")

@@ -37,6 +37,14 @@ ZH = {
     "importing your file raised {name}: {what}{at}": "导入你的文件时抛出了 {name}：{what}{at}",
     "{what} ran for over {seconds:g} s: is there an endless loop?":
         "{what} 运行超过 {seconds:g} 秒：是不是有死循环？",
+    "{what} ran for over {seconds:g} s, still making progress but far too slowly: "
+    "something does much more work than it needs (a loop over every block?)":
+        "{what} 运行超过 {seconds:g} 秒，仍在推进，但太慢了："
+        "某处做了远多于必要的工作（遍历了每个块？）",
+    "{what} ran for over {seconds:g} s without progress (one call into your code never "
+    "returned): is there an endless loop?":
+        "{what} 运行超过 {seconds:g} 秒且没有任何进展"
+        "（对你代码的一次调用一直没有返回）：是不是有死循环？",
     "PASS {id}  {title} ({passed}/{total} checks)": "PASS {id}  {title}（{passed}/{total} 项检查）",
     "{status} {id}  {passed}/{total} checks pass": "{status} {id}  {passed}/{total} 项检查通过",
     "  ({n} checks)": "（{n} 项检查）",

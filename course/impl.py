@@ -21,12 +21,14 @@ load_impl returns that process's module instead: nothing of the file runs here.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import signal
 import sys
+import threading
+import time
 from pathlib import Path
-
-from pagedsim.testing.contract import alarm
 
 from . import curriculum, i18n
 
@@ -70,11 +72,82 @@ def check_seconds() -> float:
     return float(os.environ.get("PAGEDSIM_CHECK_SECONDS") or DEFAULT_SECONDS)
 
 
+def machine_scale() -> float:
+    """How much slower than an idle machine this one is now: the load per core, at least 1 (a
+    2-core machine running 9 jobs gives every check a proportionally longer limit)."""
+    try:
+        return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+    except OSError:
+        return 1.0
+
+
+def _calls_so_far():
+    """Calls answered by the student's process so far (None when the file runs in here)."""
+    ch = getattr(_remote, "ch", None) if _remote is not None else None
+    return getattr(ch, "seq", None) if ch is not None else None
+
+
+PATIENCE = 4  # a check still making progress gets up to this many limits before it is stopped
+
+
+@contextlib.contextmanager
 def time_limit(seconds: float, what: str):
-    """Raise CheckTimeout in the main thread if the block runs longer than `seconds`."""
-    return alarm(seconds, lambda: CheckTimeout(i18n.t(
-        "{what} ran for over {seconds:g} s: is there an endless loop?",
-        what=what, seconds=seconds)))
+    """Raise CheckTimeout in the main thread if the block runs too long.
+
+    (The runner scales its default limit with the machine's load: machine_scale.) When the
+    limit passes, a check whose
+    calls into the student's process are still being answered is slow, not stuck: it gets up
+    to PATIENCE limits, and is then called too slow; one that got no answer during the last
+    limit is stuck in one call (an endless loop, or one call doing far too much)."""
+    state = {"seen": _calls_so_far(), "rounds": 0, "start": time.monotonic()}
+
+    def tick():
+        now = _calls_so_far()
+        state["rounds"] += 1
+        moved = now is not None and now != state["seen"]
+        state["seen"] = now
+        spent = time.monotonic() - state["start"]
+        if moved and state["rounds"] < PATIENCE:
+            return None  # keep going: re-armed below
+        if moved:
+            return CheckTimeout(i18n.t(
+                "{what} ran for over {seconds:g} s, still making progress but far too slowly: "
+                "something does much more work than it needs (a loop over every block?)",
+                what=what, seconds=round(spent, 1)))
+        if now is None:
+            return CheckTimeout(i18n.t(
+                "{what} ran for over {seconds:g} s: is there an endless loop?",
+                what=what, seconds=round(spent, 1)))
+        return CheckTimeout(i18n.t(
+            "{what} ran for over {seconds:g} s without progress (one call into your code never "
+            "returned): is there an endless loop?", what=what, seconds=seconds))
+
+    with alarm_with_patience(seconds, tick):
+        yield
+
+
+@contextlib.contextmanager
+def alarm_with_patience(seconds, tick):
+    """Every `seconds`, ask tick(): an exception to raise in the body, or None to go on."""
+    usable = (seconds and hasattr(signal, "setitimer")
+              and threading.current_thread() is threading.main_thread())
+    if not usable:
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        error = tick()
+        if error is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            raise error
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def impl_path(exercise_id: str) -> Path:
@@ -128,3 +201,15 @@ def load_impl(exercise_id: str):
     if isinstance(found, BaseException):
         raise found
     return found
+
+
+def child_module(name: str):
+    """The module `name` as imported where the checked file runs: in its own process while the
+    runner isolates it (course/isolation.py), else here. A check uses it to run a few lines next
+    to the student's code, e.g. keep results across calls (checks/_keep.py)."""
+    if _remote is None:
+        return importlib.import_module(name)
+    from pagedsim.testing.remote import ask
+
+    _remote.current()
+    return ask(_remote.ch, "import_module", name)

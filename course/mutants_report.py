@@ -1,7 +1,8 @@
 """`pagedsim check --mutants [--generic [--sample N]]`: the proof that the checks can fail.
 
-Named mutants (ch03_kv_block/mutants.py): every reference solution must pass its checks,
-and every named mistake must be caught by some check; the table says which one.
+Named mutants (ch03_kv_block/mutants.py): every reference solution and every correct
+variant (mutants.RIGHT) must pass its checks, and every named mistake must be caught by some
+check; the table says which one.
 With --generic, course/mutation.py's blind measure is printed next to it: the share of
 generic mutants (operator, comparison, constant, statement deletion) of each solution
 that the checks catch, which must be at least GENERIC_TARGET.
@@ -36,6 +37,14 @@ def named(exercises) -> tuple[list, int]:
                 caught = res.failures[0].check if res.failures else None
                 rows.append((ex.id, m.name,
                              caught or "NOT CAUGHT" + (f" ({res.error})" if res.error else "")))
+            for m in mutants.right_for_exercise(ex.id):  # correct, written differently
+                path = Path(tmp) / f"{ex.id.replace('.', '_')}_right_{m.name}.py"
+                path.write_text(mutants.apply(m, ex.path("solution").read_text()))
+                res = run_checks(ex, path, isolate=False)
+                if not res.ok:
+                    sol_bad += 1
+                    _report(res, verbose=True, hint=False)
+                    print(f"  ^ {ex.id}'s correct variant {m.name} is rejected ({m.mistake})")
     return rows, sol_bad
 
 

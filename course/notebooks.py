@@ -184,14 +184,13 @@ def check(exercise_id: str) -> None:
     from .runner import print_report, run_checks
 
     ex = curriculum.find(exercise_id)
-    mine = workspace.find(ex)
+    mine = workspace.find_upwards(ex)  # $PAGEDSIM_WORKSPACE, here, or any folder above
     print(
         f"checking {mine}"
         if mine
-        else f"no workspace file for {ex.id}: checking the untouched "
-        f"stub "
-        f"(run `pagedsim workspace` in this folder, then edit "
-        f"{workspace.DEFAULT}/{Path(ex.stub).name})"
+        else f"no workspace file for {ex.id} here ({Path.cwd()}), in any folder above it or in "
+        f"$PAGEDSIM_WORKSPACE: checking the untouched stub {ex.stub} (run `pagedsim "
+        f"workspace` at the repository root, then edit {workspace.DEFAULT}/{Path(ex.stub).name})"
     )
     outcome = run_checks(ex, mine or ex.path("stub"))
     print_report(outcome, verbose=False, hint=True)
@@ -245,8 +244,9 @@ def notebook(section: str) -> dict:
                 "## Your exercise\n\n"
                 + "\n".join(
                     f"- {e.id}: {e.title}. Edit `pagedsim-work/{Path(e.stub).name}` "
-                    "(made by `pagedsim workspace` "
-                    "in the folder you run this notebook from), then run the cell."
+                    "(made by `pagedsim workspace` at the repository root, or in any folder "
+                    "above this notebook, or the folder $PAGEDSIM_WORKSPACE names), then run "
+                    "the cell: it prints which file it checked."
                     for e in exercises
                 ),
             ),

@@ -44,6 +44,22 @@ def find(ex: curriculum.Exercise) -> Path | None:
     return next((p for p in candidates(ex) if p.is_file()), None)
 
 
+def find_upwards(ex: curriculum.Exercise, start: Path | None = None) -> Path | None:
+    """`find`, then the same places in every folder above the current one: a notebook's kernel
+    runs in the notebook's own folder (course/ch03_kv_block/notebooks), while the student made
+    the workspace at the repository root as the README says."""
+    found = find(ex)
+    if found is not None:
+        return found
+    name = Path(ex.stub).name
+    for folder in Path(start or Path.cwd()).resolve().parents:
+        for p in ((folder / name) if (folder / MARKER).is_file() else None,
+                  folder / DEFAULT / name):
+            if p is not None and p.is_file():
+                return p
+    return None
+
+
 def create(folder: Path, exercises=None) -> tuple[list[Path], list[Path]]:
     """Copy every stub into `folder`; returns (copied, already there and kept)."""
     folder.mkdir(parents=True, exist_ok=True)

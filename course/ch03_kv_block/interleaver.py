@@ -36,29 +36,73 @@ class StepArray:
         return len(self.arr)
 
     def __getitem__(self, idx):
-        self.sched.step(f"read {self.name}[{idx}]")
-        return self.arr[idx]
+        self.sched.step(f"read {self.name}[{_index(idx)}]")
+        value = self.arr[idx]
+        self.sched.note(f" -> {_plain(value)}")
+        return value
 
     def __setitem__(self, idx, value):
-        self.sched.step(f"write {self.name}[{idx}] = {value}")
+        self.sched.step(f"write {self.name}[{_index(idx)}] = {_plain(value)}")
         self.arr[idx] = value
+
+
+def _index(idx):
+    return ", ".join(map(str, idx)) if isinstance(idx, tuple) else idx
+
+
+def _plain(value):
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _as_dtype(dtype):
+    """numba.int32, np.int32 or 'int32' as a NumPy dtype."""
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        return np.dtype(str(dtype))
+
+
+class _Shared:
+    """cuda.shared.array: one array per call site, shared by every thread of the block."""
+
+    def __init__(self, sched: Stepper):
+        self._s, self._arrays = sched, {}
+
+    def array(self, shape, dtype):
+        import sys
+
+        caller = sys._getframe(1)
+        key = (caller.f_code, caller.f_lasti)
+        if key not in self._arrays:
+            name = f"shared{len(self._arrays)}"
+            self._arrays[key] = StepArray(self._s, np.zeros(shape, _as_dtype(dtype)), name)
+        return self._arrays[key]
+
+
+class _Local:
+    """cuda.local.array: private to each thread, so its accesses are not scheduler steps."""
+
+    @staticmethod
+    def array(shape, dtype):
+        return np.zeros(shape, _as_dtype(dtype))
 
 
 class _Atomic:
     def __init__(self, sched: Stepper):
         self._s = sched
 
-    def _rmw(self, op, ary, idx, new):
-        self._s.step(f"atomic {op} {ary.name}[{idx}]")
+    def _rmw(self, op, ary, idx, new, shown=""):
+        self._s.step(f"atomic {op} {ary.name}[{_index(idx)}]{shown}")
         old = ary.arr[idx]
         ary.arr[idx] = new(old)
+        self._s.note(f" -> returned {_plain(old)}, now {_plain(ary.arr[idx])}")
         return old
 
     def add(self, ary, idx, val):
-        return self._rmw("add", ary, idx, lambda old: old + val)
+        return self._rmw("add", ary, idx, lambda old: old + val, f" {val}")
 
     def sub(self, ary, idx, val):
-        return self._rmw("sub", ary, idx, lambda old: old - val)
+        return self._rmw("sub", ary, idx, lambda old: old - val, f" {val}")
 
     def exch(self, ary, idx, val):
         return self._rmw("exch", ary, idx, lambda old: val)
@@ -70,7 +114,8 @@ class _Atomic:
         return self._rmw("min", ary, idx, lambda old: min(old, val))
 
     def cas(self, ary, idx, expected, val):
-        return self._rmw("cas", ary, idx, lambda old: val if old == expected else old)
+        return self._rmw("cas", ary, idx, lambda old: val if old == expected else old,
+                         f" expecting {_plain(expected)}, new {_plain(val)}")
 
     def compare_and_swap(self, ary, expected, val):
         return self.cas(ary, 0, expected, val)
@@ -82,6 +127,7 @@ class _FakeCuda:
     def __init__(self, sched: Stepper, num_threads: int):
         self._s = sched
         self.atomic = _Atomic(sched)
+        self.shared, self.local = _Shared(sched), _Local()
         self.blockIdx = types.SimpleNamespace(x=0, y=0, z=0)
         self.blockDim = types.SimpleNamespace(x=num_threads, y=1, z=1)
         self.gridDim = types.SimpleNamespace(x=1, y=1, z=1)
@@ -94,7 +140,11 @@ class _FakeCuda:
         return self._s.local.tid if ndim == 1 else (self._s.local.tid,) + (0,) * (ndim - 1)
 
     def syncthreads(self):
-        pass  # one block, and this scheduler never needs a barrier for a pop
+        """A barrier: this thread waits until every thread still running has reached one."""
+        self._s.barrier()
+
+    def syncwarp(self, mask=0xFFFFFFFF):
+        self._s.barrier()  # one block of at most a warp's worth of simulated threads
 
 
 class Stepper:
@@ -111,6 +161,16 @@ class Stepper:
             raise TimeoutError("stepper: the scheduler never resumed this thread")
         self.log.append((tid, what))
 
+    def note(self, more: str) -> None:
+        """Add what the access found to this thread's last logged step (nothing ran since)."""
+        tid, what = self.log[-1]
+        self.log[-1] = (tid, what + more)
+
+    def barrier(self) -> None:
+        """syncthreads: not scheduled again until every running thread waits here too."""
+        self._waiting[self.local.tid] = True
+        self.step("syncthreads")
+
     def run(
         self, kernel, num_threads: int, *arrays: np.ndarray, names=None
     ) -> list[tuple[int, str]]:
@@ -126,6 +186,7 @@ class Stepper:
         wrapped = [StepArray(self, a, n) for a, n in zip(arrays, names, strict=False)]
         self._back = threading.Semaphore(0)
         self._go = [threading.Semaphore(0) for _ in range(num_threads)]
+        self._waiting = [False] * num_threads
         done, errors = [False] * num_threads, []
 
         def body(tid):
@@ -146,7 +207,10 @@ class Stepper:
             self._wait()
         turn = 0
         while not all(done):
-            ready = [t for t in range(num_threads) if not done[t]]
+            ready = [t for t in range(num_threads) if not done[t] and not self._waiting[t]]
+            if not ready:  # every running thread is at the barrier: all pass it
+                self._waiting = [False] * num_threads
+                ready = [t for t in range(num_threads) if not done[t]]
             if rng is None:
                 tid = min((t for t in ready if t >= turn), default=ready[0])
                 turn = tid + 1

@@ -291,6 +291,8 @@ class Session:
             short -= manager.num_free_blocks - before
 
     def _preempt(self, seq) -> None:
+        if self.options.policy == "none":  # only `evict` gets here without one
+            raise Refused("evict needs a policy: start play with --policy recompute or swap")
         m = self.manager
         if PREEMPTION[self.options.policy].keeps_kv:  # swap: the table waits on the host
             table = m.block_table(seq)

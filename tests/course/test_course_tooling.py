@@ -136,7 +136,8 @@ def test_a_caught_mutant_is_reported_in_the_students_terms(tmp_path):
         "FAIL 3.4a: freeing a block shared by two sequences returned it to the free list "
         "while seq B still uses it"
     ) in run.stdout
-    assert "Traceback" not in run.stdout + run.stderr and "hint:" in run.stdout
+    assert "Traceback" not in run.stdout + run.stderr
+    assert "need a hint? pagedsim hint 3.4a" in run.stdout and "hint:" not in run.stdout
 
 
 @pytest.mark.slow

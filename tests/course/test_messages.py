@@ -71,3 +71,23 @@ def test_messages_that_differ_only_in_numbers_are_shown_once(capsys):
     printed = capsys.readouterr().out
     assert printed.count("check the gather") == 1 and "(2 checks)" in printed
     assert "returned float32" in printed
+
+
+def test_json_messages_fold_lists_of_any_length_like_the_text_report():
+    ex = curriculum.find("3.4b")
+    out = Outcome(ex, ex.path("solution"), passed=1, failures=[
+        Failure("a", "after a 6-token prompt (table [0, 1]) the copy pair is (1, 2)"),
+        Failure("b", "after a 2-token prompt (table [0]) the copy pair is (0, 2)"),
+        Failure("c", "after a 10-token prompt (table [0, 1, 2]) the copy pair is (2, 3)"),
+    ])
+    assert len(out.as_json()["messages"]) == 1, out.as_json()["messages"]
+
+
+def test_counterexamples_and_raised_calls_never_show_an_objects_address():
+    from course.check_fixtures import short
+    from course.runner import no_addresses
+    from pagedsim import BlockPool
+
+    assert short(BlockPool(4, 2)) == "pool"
+    said = no_addresses("slot_for_append(<pagedsim.block_pool.BlockPool object at 0x7f3a2c>, [])")
+    assert said == "slot_for_append(<BlockPool>, [])"

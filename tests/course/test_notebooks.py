@@ -85,3 +85,22 @@ def test_every_code_cell_of_the_notebook_runs_in_order(section, tmp_path, monkey
     assert os.listdir(tmp_path) == [f"pagedsim-notebook-{section}"], (
         "a notebook wrote outside its folder"
     )
+
+
+def test_a_notebook_finds_the_workspace_made_at_the_repository_root(tmp_path, monkeypatch):
+    """The kernel runs in course/ch03_kv_block/notebooks; the README makes ./pagedsim-work at the
+    root: the check cell looks in every folder above, and names the file it checked."""
+    from course import workspace
+
+    monkeypatch.delenv("PAGEDSIM_WORKSPACE", raising=False)
+    workspace.create(tmp_path / workspace.DEFAULT)
+    deep = tmp_path / "course" / "ch03_kv_block" / "notebooks"
+    deep.mkdir(parents=True)
+    monkeypatch.chdir(deep)
+    ex = curriculum.find("3.4a")
+    assert workspace.find(ex) is None  # `pagedsim check` keeps to its documented places
+    assert workspace.find_upwards(ex) == tmp_path / workspace.DEFAULT / "ex3_4a_free_list.py"
+    monkeypatch.setenv("PAGEDSIM_WORKSPACE", str(tmp_path / "elsewhere"))
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "ex3_4a_free_list.py").write_text("# mine\n")
+    assert workspace.find_upwards(ex) == tmp_path / "elsewhere" / "ex3_4a_free_list.py"

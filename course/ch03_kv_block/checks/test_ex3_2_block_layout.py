@@ -56,6 +56,90 @@ def test_bytes_per_block_agrees_with_the_model_spec(impl, bs, layers, kv_heads, 
     )
 
 
+AXES = ("block", "layer", "kv", "head", "token", "dim")
+# the chapter's pool: 5,120 blocks of 8 MiB (16 tokens, 32 layers, K and V, 32 KV heads, 128 dims,
+# FP16), 40 GiB and 21,474,836,480 elements: offsets pass 2**31 (and 2**32), so int32 arithmetic
+# wraps
+CHAPTER_POOL = (5120, 32, 2, 32, 16, 128)
+
+
+def offset_of(shape, index) -> int:
+    """The flat offset in Python ints (no overflow), by C order's definition."""
+    out = 0
+    for size, i in zip(shape, index, strict=True):
+        out = out * size + i
+    return out
+
+
+def c_strides(shape) -> tuple:
+    """Each axis's stride in Python ints: the offset of a 1 on that axis alone."""
+    return tuple(offset_of(shape, [0] * k + [1] + [0] * (len(shape) - k - 1))
+                 for k in range(len(shape)))
+
+
+def swapped_axes(shape, index, got):
+    """The two axes whose order the student swapped, when `got` is the offset of that layout."""
+    for a in range(len(shape)):
+        for b in range(a + 1, len(shape)):
+            order = list(range(len(shape)))
+            order[a], order[b] = b, a
+            if offset_of([shape[k] for k in order], [index[k] for k in order]) == got:
+                return AXES[a], AXES[b]
+    return None
+
+
+def test_flat_offset_follows_the_axis_order_of_the_pool(impl):
+    """[num_blocks, num_layers, 2, H_kv, B, D], in that order: sizes all different, so a swapped
+    pair of axes is named."""
+    shape, index = (3, 5, 2, 7, 4, 6), (2, 3, 1, 5, 2, 4)
+    got, want = impl.flat_offset(shape, *index), offset_of(shape, index)
+    if got != want:
+        swap = swapped_axes(shape, index, got)
+        assert swap is None, say(
+            f"flat_offset{(shape, *index)} gave {got}, expected {want}: it treats the {swap[0]} "
+            f"and {swap[1]} axes in swapped order. The pool is [num_blocks, num_layers, 2 (K/V), "
+            "num_kv_heads, block_size, head_dim]: kv comes before head, token before dim",
+            f"flat_offset{(shape, *index)} 得到 {got}，应为 {want}：它把 {swap[0]} 轴和 "
+            f"{swap[1]} 轴的顺序弄反了。池是 [num_blocks, num_layers, 2 (K/V), num_kv_heads, "
+            "block_size, head_dim]：kv 在 head 之前，token 在 dim 之前",
+        )
+        raise AssertionError(
+            say(
+                f"flat_offset{(shape, *index)} gave {got}, expected {want}: each index times its "
+                f"dimension's stride (here {c_strides(shape)})",
+                f"flat_offset{(shape, *index)} 得到 {got}，应为 {want}：每个下标乘以它那一维的步长",
+            )
+        )
+
+
+def test_offsets_at_the_chapters_scale_pass_2_to_the_31_without_wrapping(impl):
+    """The chapter's pool (5,120 blocks x 8 MiB = 40 GiB) has 21,474,836,480 elements: its last
+    offset, strides and bytes are exact Python-int values; int32 arithmetic wraps negative."""
+    shape = CHAPTER_POOL
+    last = tuple(n - 1 for n in shape)
+    checks = [
+        (f"flat_offset({shape}, *{last})", lambda: impl.flat_offset(shape, *last),
+         offset_of(shape, last)),
+        (f"flat_offset({shape}, 256, 0, 0, 0, 0, 0)",
+         lambda: impl.flat_offset(shape, 256, 0, 0, 0, 0, 0), offset_of(shape, (256,) + (0,) * 5)),
+        (f"slot_offset({shape}, slot={5120 * 16 - 1}, layer=31, kv=1, head=31, dim=127)",
+         lambda: impl.slot_offset(shape, 5120 * 16 - 1, 31, 1, 31, 127), offset_of(shape, last)),
+        (f"strides((3,) + {shape})", lambda: tuple(impl.strides((3,) + shape)),
+         c_strides((3,) + shape)),
+        ("bytes_per_block(16, 32, 32, 128, 2) * 5120 blocks",
+         lambda: impl.bytes_per_block(16, 32, 32, 128, 2) * 5120, 5120 * 8 * 2**20),
+    ]
+    for call, run, want in checks:
+        got = run()
+        got = tuple(int(g) for g in got) if isinstance(got, tuple) else got
+        assert got == want, say(
+            f"{call} gave {got}, expected {want}: past 2**31 = 2,147,483,648 a 32-bit integer "
+            "wraps (int32 strides or an int32 array); compute in Python ints or int64",
+            f"{call} 得到 {got}，应为 {want}：超过 2**31 = 2,147,483,648 时 32 位整数会回绕"
+            "（int32 的步长或 int32 数组）；用 Python int 或 int64 计算",
+        )
+
+
 @st.composite
 def pool_index(draw):
     """A small pool shape (N, L, 2, H, B, D) and one valid index into it."""

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from course.i18n import say
+from course.impl import child_module
 from pagedsim import BlockTable
 from pagedsim.testing import paged_caches, reference_attention
 from pagedsim.testing.caches import POISON
@@ -146,6 +147,52 @@ def random_case(rng, *, heads=4, kv_heads=2, bs=4, d=8, length=11, num_blocks=9,
     return query, cache, table, keys, values
 
 
+def changed_inputs(before, after) -> str:
+    """'' when every input is as it was, else which one changed and where, in words."""
+    for name, old, new in zip(("query", "kv_cache", "block_table"), before, after, strict=True):
+        old, new = np.asarray(old), np.asarray(new)
+        if old.shape != new.shape or not np.array_equal(old, new, equal_nan=True):
+            where = ""
+            if old.shape == new.shape:
+                i = tuple(int(x) for x in np.argwhere(~((old == new) | (old != old)))[0])
+                where = f": {name}{list(i)} was {old[i]:.4g}, now {new[i]:.4g}"
+            return say(
+                f"paged_attention changed its argument {name} in place{where}. The caller's "
+                f"arrays must come back as they went in: scale or convert a copy (q = query * "
+                "scale, or query.astype(np.float64)), never query *= scale",
+                f"paged_attention 就地修改了参数 {name}{where}。调用者的数组必须原样返回："
+                "在副本上缩放或转换（q = query * scale，或 query.astype(np.float64)），"
+                "不要写 query *= scale",
+            )
+    return ""
+
+
+def test_paged_attention_leaves_its_inputs_alone_and_each_result_is_its_own(impl):
+    """The inputs are compared before and after the call (reported first, before any result); then
+    two calls' results are kept: the first must not change when the second call runs."""
+    rng = np.random.default_rng(11)
+    query, cache, table, keys, values = random_case(rng, length=9)
+    before = (query.copy(), cache.copy(), table.copy())
+    impl.paged_attention(query, cache, table, 9)
+    problem = changed_inputs(before, (query, cache, table))
+    assert not problem, problem
+    other = random_case(np.random.default_rng(12), length=6)
+    keep = child_module("course.ch03_kv_block.checks._keep")
+    fn = impl.paged_attention  # the student's own function, not the checks' naming wrapper
+    fn = vars(fn).get("_target") or getattr(fn, "__wrapped__", fn)
+    (first, first_later), (second, _) = keep.kept_results(
+        fn, [((query, cache, table, 9), {}), ((*other[:3], 6), {})]
+    )
+    first, first_later = np.asarray(first), np.asarray(first_later)
+    assert first.shape == first_later.shape and np.array_equal(first, first_later), say(
+        "the result of one paged_attention call changed when paged_attention was called again: "
+        "it is a view of one buffer that every call reuses (a module-level array); return a new "
+        "array from each call",
+        "再次调用 paged_attention 时，上一次调用的结果被改变了：它是每次调用都复用的同一个缓冲区"
+        "（模块级数组）的视图；每次调用都应返回一个新数组",
+    )
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_paged_attention_reads_each_token_through_the_table(impl, seed):
     """Attention over a scattered sequence equals dense attention over its tokens in order."""
@@ -166,6 +213,27 @@ def test_paged_attention_reads_each_token_through_the_table(impl, seed):
         f"{seed}）："
         "检查取 K/V 的下标、每个查询头对应的 KV 头（h // (H // H_kv)）以及默认 scale 1/sqrt(D)",
     )
+
+
+def test_an_explicit_scale_is_used_even_when_it_is_zero(impl):
+    """scale=0.0 makes every logit 0: the weights are uniform and the output is the mean of V. An
+    explicit scale is used whatever its value; only None means 1/sqrt(D)."""
+    query, cache, table, keys, values = random_case(np.random.default_rng(3), length=7)
+    for scale in (0.0, 0.5):
+        got = np.asarray(impl.paged_attention(query, cache, table, 7, scale=scale), np.float64)
+        want = dense_reference(query, keys, values, scale)
+        default = dense_reference(query, keys, values, 1 / np.sqrt(query.shape[1]))
+        ignored = got.shape == default.shape and np.allclose(got, default, atol=1e-6)
+        assert got.shape == want.shape and np.allclose(got, want, atol=1e-6), say(
+            f"paged_attention(..., scale={scale}) differs from softmax(q k * {scale}) v"
+            + (": your result is the default scale's, so an explicit "
+               f"{scale} was taken as not given; test `scale is None` (not `scale or ...`, which "
+               "drops 0.0)" if ignored else ""),
+            f"paged_attention(..., scale={scale}) 与 softmax(q k * {scale}) v 不一致"
+            + ("：你的结果是默认 scale 的结果，显式给出的 "
+               f"{scale} 被当成了没给；用 `scale is None` 判断（`scale or ...` 会丢掉 0.0）"
+               if ignored else ""),
+        )
 
 
 def test_paged_attention_survives_large_logits(impl):

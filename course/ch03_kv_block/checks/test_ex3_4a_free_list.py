@@ -24,14 +24,16 @@ pytestmark = pytest.mark.ch3_4
 def walk_invariants(pool) -> list[int]:
     """Walk the free list by its pointers and check the structural invariants."""
     n, order, node = pool.num_blocks, [], pool.head
+    # one copy of each array (each read of pool.next from the student's process is a message)
+    nexts, prevs, tail = list(pool.next), list(pool.prev), pool.tail
     while True:
-        nxt = pool.next[node]
-        assert pool.prev[nxt] == node, say(
+        nxt = nexts[node]
+        assert prevs[nxt] == node, say(
             f"the free list's links disagree: next[{node}] is {nxt} but prev[{nxt}] is "
-            f"{pool.prev[nxt]}",
-            f"空闲链表的指针不一致：next[{node}] 是 {nxt}，但 prev[{nxt}] 是 {pool.prev[nxt]}",
+            f"{prevs[nxt]}",
+            f"空闲链表的指针不一致：next[{node}] 是 {nxt}，但 prev[{nxt}] 是 {prevs[nxt]}",
         )
-        if nxt == pool.tail:
+        if nxt == tail:
             break
         assert 0 <= nxt < n and nxt not in order, say(
             f"the free list loops or leaves the pool at {nxt}",
@@ -39,33 +41,35 @@ def walk_invariants(pool) -> list[int]:
         )
         order.append(nxt)
         node = nxt
-    assert pool.free_list() == order, say(
-        f"free_list() returns {pool.free_list()} but the pointers give {order}",
-        f"free_list() 返回 {pool.free_list()}，但按指针走得到 {order}",
+    listed = pool.free_list()
+    assert listed == order, say(
+        f"free_list() returns {listed} but the pointers give {order}",
+        f"free_list() 返回 {listed}，但按指针走得到 {order}",
     )
+    refs, num_free = list(pool.ref), pool.num_free
     for b in range(n):
-        assert (pool.ref[b] == 0) == (b in order), say(
-            f"block {b} has count {pool.ref[b]} but is {'on' if b in order else 'off'} the "
-            f"free list" + ("" if pool.ref[b] or b in order else ": a block was lost"),
-            f"块 {b} 的计数是 {pool.ref[b]}，却{'在' if b in order else '不在'}空闲链表上"
-            + ("" if pool.ref[b] or b in order else "：丢了一个块"),
+        assert (refs[b] == 0) == (b in order), say(
+            f"block {b} has count {refs[b]} but is {'on' if b in order else 'off'} the "
+            f"free list" + ("" if refs[b] or b in order else ": a block was lost"),
+            f"块 {b} 的计数是 {refs[b]}，却{'在' if b in order else '不在'}空闲链表上"
+            + ("" if refs[b] or b in order else "：丢了一个块"),
         )
-    if len(order) != pool.num_free:  # the list is right (checked above): the counter is wrong
+    if len(order) != num_free:  # the list is right (checked above): the counter is wrong
         which = (
             "_unlink (or allocate/take) never lowers it"
-            if pool.num_free > len(order)
+            if num_free > len(order)
             else "_push (or free) never raises it"
         )
         which_zh = (
             "_unlink（或 allocate/take）没有把它减一"
-            if pool.num_free > len(order)
+            if num_free > len(order)
             else "_push（或 free）没有把它加一"
         )
         raise AssertionError(
             say(
-                f"num_free is not kept up to date: it says {pool.num_free}, but the free list is "
+                f"num_free is not kept up to date: it says {num_free}, but the free list is "
                 f"right and holds {len(order)} blocks: {which}",
-                f"num_free 没有及时更新：它是 {pool.num_free}，但空闲链表本身是对的，有 "
+                f"num_free 没有及时更新：它是 {num_free}，但空闲链表本身是对的，有 "
                 f"{len(order)} 个块：{which_zh}",
             )
         )
@@ -185,41 +189,85 @@ def test_ids_outside_the_pool_are_refused_and_change_nothing(impl):
     assert pool.free(b) == 0
 
 
-class CountingList(list):
-    """A list that counts element reads and writes, to measure work per operation."""
+class CountingArray:
+    """One of the pool's arrays, counting the work done on it: an element read or write costs 1;
+    anything that may look at every element (a method such as count/index/remove, `in`,
+    comparison, conversion, slicing) costs the array's length; iteration costs 1 per element.
+    It is no list subclass, so no list method can do work it does not see."""
 
     touched = 0
 
+    def __init__(self, items):
+        object.__setattr__(self, "_items", list(items))
+
+    def _cost(self, n):
+        CountingArray.touched += n
+
     def __getitem__(self, i):
-        CountingList.touched += 1
-        return super().__getitem__(i)
+        self._cost(len(self._items) if isinstance(i, slice) else 1)
+        return self._items[i]
 
     def __setitem__(self, i, v):
-        CountingList.touched += 1
-        super().__setitem__(i, v)
+        self._cost(len(self._items) if isinstance(i, slice) else 1)
+        self._items[i] = v
+
+    def __len__(self):
+        self._cost(1)
+        return len(self._items)
+
+    def __iter__(self):
+        for x in self._items:
+            self._cost(1)
+            yield x
+
+    def __contains__(self, x):
+        self._cost(len(self._items))
+        return x in self._items
+
+    def __eq__(self, other):
+        self._cost(len(self._items))
+        return self._items == other
+
+    __hash__ = None
+
+    def __getattr__(self, name):  # count, index, remove, insert, copy, ...: all may be O(n)
+        attr = getattr(self._items, name)
+        if not callable(attr):
+            return attr
+
+        def method(*args, **kwargs):
+            self._cost(len(self._items))
+            return attr(*args, **kwargs)
+
+        return method
 
 
 def work_per_operation(impl, num_blocks):
-    """Entries of ref/next/prev touched by one allocate, one take, one incref and two frees."""
+    """Work on ref/next/prev (element reads and writes, whole-array methods, iteration) done by one
+    allocate, one take, one incref and two frees."""
     pool = impl.FreeListPool(num_blocks)
     for name in ("ref", "next", "prev"):
-        setattr(pool, name, CountingList(getattr(pool, name)))
-    CountingList.touched = 0
+        setattr(pool, name, CountingArray(getattr(pool, name)))
+    CountingArray.touched = 0
     b, c = pool.allocate(), pool.take(num_blocks // 2)
     pool.incref(b)
     pool.free(b), pool.free(c)
-    return CountingList.touched
+    return CountingArray.touched
 
 
 def test_allocate_take_and_free_do_constant_work_whatever_the_pool_size(impl):
-    """O(1): the same operations touch as many list entries in a pool of 10,000 as in one of 10."""
+    """O(1): the same operations do as much work on the pool's arrays in a pool of 10,000 blocks as
+    in one of 10 (work counted, not timed: a loaded machine cannot change the verdict)."""
     small, large = work_per_operation(impl, 10), work_per_operation(impl, 10_000)
-    assert large == small, say(
-        f"the same five operations touched {small} list entries in a pool of 10 blocks but {large} "
-        "in a pool of 10,000: something walks the free list; allocate, take and free must be O(1)",
-        f"同样的五个操作在 10 个块的池里访问了 {small} 个列表元素，在 10,000 个块的池里却访问了 "
-        f"{large} 个："
-        "有代码在遍历空闲链表；allocate、take 和 free 必须是 O(1)",
+    assert large <= small + 8, say(
+        f"the same five operations did {small} units of work on ref/next/prev in a pool of 10 "
+        f"blocks but {large} in a pool of 10,000: something scans a whole array (a loop, or a list "
+        "method such as count, index, remove or `in`); allocate, take and free must be O(1): keep "
+        "num_free as a counter and reach blocks only through next/prev",
+        f"同样的五个操作在 10 个块的池里对 ref/next/prev 做了 {small} 单位的工作，"
+        f"在 10,000 个块的池里却做了 {large}：有代码扫描了整个数组"
+        "（循环，或 count、index、remove、`in` 之类的列表方法）；"
+        "allocate、take 和 free 必须是 O(1)：num_free 用计数器维护，只通过 next/prev 访问块",
     )
 
 
@@ -331,14 +379,23 @@ def shortest_failing(impl, calls):
 BLOCK = st.one_of(st.integers(0, 1), st.integers(0, 5))
 
 
-@settings(max_examples=300, derandomize=True, database=None, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(CALLS), BLOCK), max_size=20))
-def test_the_pool_matches_a_simple_model_under_any_sequence_of_calls(impl, calls):
+def test_the_pool_matches_a_simple_model_under_any_sequence_of_calls(impl):
     """Any sequence of allocate, incref, free and take agrees with a list-and-dict model, step by
     step."""
-    if failure(impl, calls) is None:
+    found = []
+
+    # Hypothesis explores; the first failing script is cut down once, here, by shortest_failing
+    # (letting Hypothesis shrink too would replay every candidate twice over)
+    @settings(max_examples=300, derandomize=True, database=None, deadline=None)
+    @given(st.lists(st.tuples(st.sampled_from(CALLS), BLOCK), max_size=20))
+    def explore(calls):
+        if not found and failure(impl, calls) is not None:
+            found.append(calls)
+
+    explore()
+    if not found:
         return
-    shortest = shortest_failing(impl, calls)
+    shortest = shortest_failing(impl, found[0])
     try:
         replay(impl, shortest)
     except Exception as e:

@@ -29,8 +29,18 @@ pytestmark = pytest.mark.ch3_4
 
 def grow(impl, pool, table, n, bs=4):
     """Append n tokens to an empty table; returns their slots."""
-    copies = []
-    slots = [impl.slot_for_append(pool, table, p, bs, copies) for p in range(n)]
+    copies, slots = [], []
+    for p in range(n):
+        slots.append(impl.slot_for_append(pool, table, p, bs, copies))
+        assert len(table) == p // bs + 1, say(
+            f"after slot_for_append(pool, table, {p}, {bs}, copies) on a new sequence the "
+            f"caller's table is {list(table)}, expected {p // bs + 1} block(s): change the table "
+            "passed in (table.append(...), table[-1] = ...); `table = table + [...]` only rebinds "
+            "your local name and the caller never sees the block",
+            f"对新序列调用 slot_for_append(pool, table, {p}, {bs}, copies) 之后，调用者的表是 "
+            f"{list(table)}，应有 {p // bs + 1} 个块：要修改传进来的表（table.append(...)、"
+            "table[-1] = ...）；`table = table + [...]` 只是重新绑定了你的局部名字，调用者看不到",
+        )
     assert not copies, say(
         "appending to a private sequence should never copy a block",
         "往私有序列追加时不应拷贝任何块",
@@ -67,6 +77,17 @@ def test_appending_into_a_shared_partly_filled_block_copies_it(impl, prompt):
     child = impl.fork(pool, parent)
     copies = []
     slot = impl.slot_for_append(pool, child, prompt, 4, copies)
+    copied = child[-1] != before[-1]  # the writer's table now names a private block
+    assert copies or not copied, say(
+        f"slot_for_append made the private copy (the writer's last block is now {child[-1]}, "
+        f"was {before[-1]}), but the caller's copies list is still empty: the (src, dst) pair "
+        "was lost, so nobody copies the block's tokens. Append to the list passed in "
+        "(copies.append((src, dst))); `copies = copies + [...]` rebinds a local name",
+        f"slot_for_append 做了私有拷贝（写入者的最后一块现在是 {child[-1]}，原来是 "
+        f"{before[-1]}），但调用者的 copies 列表仍是空的：(src, dst) 对丢了，没人会拷贝这个块的 "
+        "token。要追加到传进来的列表（copies.append((src, dst))）；`copies = copies + [...]` "
+        "只是重新绑定了局部名字",
+    )
     assert len(copies) == 1, say(
         "appending into a shared, partly filled block wrote into it without copy-on-write: "
         "the other sequence's next token would overwrite this one",
@@ -128,8 +149,12 @@ def test_freeing_the_parent_keeps_the_childs_blocks(impl):
         f"块 {freed} 回到了空闲链表，而子序列还在用它们",
     )
     impl.free_table(pool, child)
+    held = [b for b in range(6) if not pool.is_free(b)]
     assert pool.num_free_blocks == 6, say(
-        "after both sequences finish every block should be free", "两个序列都结束后，所有块都应空闲"
+        f"after free_table of both sequences (no copy-on-write happened) block(s) {held} are "
+        "still held: free_table must pool.free every block of its table once",
+        f"两个序列都 free_table 之后（没有发生写时复制），块 {held} 仍被持有：free_table 必须对"
+        "表中每个块各调用一次 pool.free",
     )
 
 
@@ -160,9 +185,28 @@ def test_free_table_releases_the_last_block_first(impl):
     )
 
 
-def why_free_lists_differ(seq, got, want, pool):
-    """A leak, a block freed while still in use, or only the order: which one, in words."""
+def why_free_lists_differ(seq, got, want, pool, sources=(), finished=()):
+    """A leak, a block freed while still in use, or only the order: which one, in words.
+    `sources`: the blocks your copy-on-writes copied from; `finished`: the table just freed."""
     leaked, early = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+    if leaked and not set(leaked) & set(sources) and set(leaked) & set(finished):
+        counts = [pool.ref_count(b) for b in leaked]
+        return say(
+            f"after free_table(pool, t{seq}) of table {list(finished)}, block(s) {leaked} of it "
+            f"still have count(s) {counts}: free_table let go of some blocks but not all; call "
+            "pool.free once for every block of the table",
+            f"free_table(pool, t{seq}) 释放表 {list(finished)} 之后，其中的块 {leaked} 计数仍是 "
+            f"{counts}：free_table 只放开了部分块；表中每个块都要调用一次 pool.free",
+        )
+    if leaked and set(leaked) & set(sources):
+        counts = [pool.ref_count(b) for b in leaked]
+        return say(
+            f"after seq {seq} finished, block(s) {leaked} should be free but still have "
+            f"count(s) {counts}: they are blocks your copy-on-write copied from; the writer "
+            "must pool.free the shared block after copying it, or it leaks",
+            f"序列 {seq} 结束后，块 {leaked} 应该空闲，但计数仍是 {counts}：它们是你的写时复制"
+            "拷贝过的源块；写入者拷贝之后必须对共享块调用 pool.free，否则会泄漏",
+        )
     if leaked:
         counts = [pool.ref_count(b) for b in leaked]
         return say(
@@ -226,7 +270,7 @@ def replay_against_the_manager(impl, script, done):
     ]
     model = KVCacheManager(24, 4, trace=False)
     pool = BlockPool(24, 4)
-    tables = {0: []}
+    tables, sources = {0: []}, []
     model.add_sequence(0, prompt)
     grow(impl, pool, tables[0], prompt)
     for op, k in ops:
@@ -236,9 +280,10 @@ def replay_against_the_manager(impl, script, done):
         if op == "finish":
             model.free_sequence(seq)
             done.append(f"free_table(pool, t{seq})")
+            finished = list(tables[seq])
             impl.free_table(pool, tables.pop(seq))
             assert pool.free_list() == model.pool.free_list(), why_free_lists_differ(
-                seq, pool.free_list(), model.pool.free_list(), pool
+                seq, pool.free_list(), model.pool.free_list(), pool, sources, finished
             )
             continue
         if op == "fork":
@@ -252,6 +297,7 @@ def replay_against_the_manager(impl, script, done):
         done.append(f"slot_for_append(pool, t{seq}, {model.num_tokens(seq) - 1}, 4, copies)")
         got = impl.slot_for_append(pool, tables[seq], model.num_tokens(seq) - 1, 4, copies)
         want_copies = model.drain_copies()
+        sources += [src for src, _ in copies]
         assert copies == want_copies, say(
             f"appending to seq {seq} made copies {copies}, expected {want_copies}",
             f"往序列 {seq} 追加产生的复制是 {copies}，应为 {want_copies}",

@@ -87,6 +87,13 @@ def test_the_largest_block_size_within_budget_and_waste_is_chosen(impl):
 def test_a_waste_or_budget_exactly_at_the_limit_qualifies(impl):
     """Both tests are <=: a waste fraction equal to max_waste, or memory equal to the budget, is
     allowed."""
+    frac = impl.waste_fraction([9, 10], 10)
+    assert frac == 1 / 20, say(
+        f"waste_fraction([9, 10], 10) gave {frac!r}, not exactly 1/20 = 0.05: compute the "
+        "fraction in Python floats (float64), not float32, which keeps only about 7 digits",
+        f"waste_fraction([9, 10], 10) 得到 {frac!r}，而不是恰好 1/20 = 0.05：用 Python float"
+        "（float64）计算比例，不要用只有约 7 位有效数字的 float32",
+    )
     try:
         got = impl.choose_block_size([9, 10], 1, 20, (10,), 0.05)  # 1 empty slot of 20: exactly 5%
     except ValueError:
@@ -98,6 +105,74 @@ def test_a_waste_or_budget_exactly_at_the_limit_qualifies(impl):
         f"9 和 10 个 token 的序列用 10 个 token 的块，恰好浪费 1/20 = 5%，也恰好用满 20 字节预算；"
         f"max_waste=0.05 时它符合条件（<=，不是 <），但 choose_block_size 给出 {got}",
     )
+
+
+# a pool of 2**30 slots (1,024 blocks of 2**20 tokens): one slot is 2**-30 ~ 9.3e-10 of it, so a
+# fraction one slot past the limit differs from it only in the 9th decimal; exact in float64
+BIG_BLOCK, BIG_POOL = 2**20, 2**30
+
+
+def just_past_cases():
+    """(lengths, block size, limit, waste fraction): at the limit, then one slot past it."""
+    waste = 107_374_182  # ~10% of 2**30 slots: 128 sequences of 8 blocks, each ~10% short
+    share = [waste // 128 + (i < waste % 128) for i in range(128)]
+    at = [8 * BIG_BLOCK - w for w in share]
+    past = [at[0] - 1, *at[1:]]
+    limit = waste / BIG_POOL  # exact: BIG_POOL is a power of two
+    return at, past, limit
+
+
+def test_a_waste_just_past_the_limit_is_refused_at_a_realistic_slot_count(impl):
+    """5.3% at a 5% limit is refused (no rounding to whole percents); over 2**30 slots, a waste of
+    one slot past the limit is refused and one exactly at it accepted (no float32)."""
+    try:
+        got = impl.choose_block_size([1, 18], 1, 1000, (100,), 0.05)  # 181 of 200 slots wasted
+    except ValueError:
+        got = "ValueError"
+    assert got == "ValueError", say(
+        "choose_block_size([1, 18], 1, 1000, (100,), 0.05) accepted blocks of 100, which waste "
+        "181 of 200 slots",
+        "choose_block_size([1, 18], 1, 1000, (100,), 0.05) 接受了 100 的块，它浪费了 200 个"
+        "槽位中的 181 个",
+    )
+    lengths = [94, 95, 94, 95, 95, 95, 94, 95, 95, 95]  # 53 empty slots of 1,000: 5.3%
+    try:
+        got = impl.choose_block_size(lengths, 1, 10**6, (100,), 0.05)
+    except ValueError:
+        got = "ValueError"
+    assert got == "ValueError", say(
+        "choose_block_size accepted blocks of 100 that waste 53 of 1,000 slots (5.3%) at "
+        "max_waste=0.05: the fraction was rounded (to a whole percent?) before the comparison; "
+        "compare the exact fraction with max_waste",
+        "choose_block_size 在 max_waste=0.05 时接受了浪费 1,000 个槽位中 53 个（5.3%）的 100 块："
+        "比较之前把比例取整了（取成整数百分比？）；请直接用精确的比例与 max_waste 比较",
+    )
+    at, past, limit = just_past_cases()
+    frac = impl.waste_fraction(at, BIG_BLOCK)
+    assert frac == limit, say(
+        f"waste_fraction of 128 sequences of ~7.5M tokens in blocks of {BIG_BLOCK:,} gave "
+        f"{frac!r}, the exact fraction is {limit!r} ({limit * BIG_POOL:,.0f} of {BIG_POOL:,} "
+        "slots): compute in "
+        "Python floats (float64), not float32, which keeps only about 7 digits",
+        f"128 个约 750 万 token 的序列、块大小 {BIG_BLOCK:,} 时 waste_fraction 得到 "
+        f"{frac!r}，精确值是 {limit!r}（{BIG_POOL:,} 个槽位中的 {limit * BIG_POOL:,.0f} 个）："
+        "用 Python float（float64）计算，不要用只有约 7 位有效数字的 float32",
+    )
+    cases = ((at, BIG_BLOCK, "exactly at"), (past, "ValueError", "one slot past"))
+    for lengths, want, what in cases:
+        try:
+            got = impl.choose_block_size(lengths, 1, 2 * BIG_POOL, (BIG_BLOCK,), limit)
+        except ValueError:
+            got = "ValueError"
+        assert got == want, say(
+            f"over {BIG_POOL:,} slots, a waste {what} max_waste={limit!r} (one slot is "
+            f"{1 / BIG_POOL:.2g} of the pool) should give {want}, choose_block_size gave {got}: "
+            "compare the exact float64 fraction with <= (no float32, no rounding)",
+            f"在 {BIG_POOL:,} 个槽位上，浪费{'恰好等于' if want != 'ValueError' else '刚好超过'} "
+            f"max_waste={limit!r}（一个槽位占池的 {1 / BIG_POOL:.2g}）应得到 {want}，"
+            f"choose_block_size 给出 {got}：用 <= 比较精确的 float64 比例"
+            "（不要 float32，不要取整）",
+        )
 
 
 @pytest.mark.parametrize("bs", CANDIDATES)

@@ -6,6 +6,8 @@ colours of free and used blocks, ref-count labels, one arrow per table entry lan
 on the right physical block, and the free list head first. No pixels are compared.
 """
 
+import types
+
 import matplotlib
 import matplotlib.figure
 import matplotlib.image
@@ -37,6 +39,41 @@ def scenario():
     return m.trace.snapshots
 
 
+def scenario_of_several_rows():
+    """The tour's pool (12 blocks of 4: two rows), sequences with int ids admitted out of order (3,
+    1, 2), so that rows taken from a set or sorted ids differ from snapshot.sequences' order in
+    every process, whatever PYTHONHASHSEED is; one sequence reaches blocks 8..11 (second row)."""
+    m = KVCacheManager(12, 4)
+    m.add_sequence(3, 10)
+    m.add_sequence(1, 13)
+    m.add_sequence(2, 9)
+    m.free_sequence(1)
+    m.append_tokens(2, 8)
+    return m.trace.snapshots
+
+
+def scenario_with_no_sequences():
+    """Everything admitted is freed: no tables at all, every block free."""
+    m = KVCacheManager(5, 2)
+    m.add_sequence("A", 3)
+    m.free_sequence("A")
+    return m.trace.snapshots[-1:]
+
+
+SCENARIOS = (
+    ("", scenario),
+    (" of the 12-block pool", scenario_of_several_rows),
+    (" with no sequences", scenario_with_no_sequences),
+)
+
+
+def labelled(snap, label):
+    """The snapshot's fields, its step named with the scenario (messages say which picture)."""
+    fields = ("num_blocks", "block_size", "free_list", "ref_counts", "sequences")
+    return types.SimpleNamespace(**{f: getattr(snap, f) for f in fields},
+                                 step=f"{snap.step}{label}")
+
+
 def drawn(impl, snap):
     fig, ax = impl.new_axes(snap)
     impl.draw_flow(snap, ax)
@@ -58,7 +95,8 @@ def centre_and_size(box):
 
 @pytest.fixture(scope="module")
 def pictures(impl):
-    return [(snap, drawn(impl, snap)) for snap in scenario()]
+    return [(labelled(snap, label), drawn(impl, snap))
+            for label, make in SCENARIOS for snap in make()]
 
 
 def test_every_physical_block_is_drawn_grey_when_free_and_coloured_when_used(impl, pictures):
@@ -122,6 +160,12 @@ def test_each_table_entry_has_an_arrow_to_its_physical_block(impl, pictures):
                     f"第 {snap.step} 步：序列 {seq.seq_id} 的逻辑块 {i} 映射到物理块 {b}，但箭头"
                     f"终点是 {tuple(arrow.xy)}，而不是 pool_xy({b}) = {impl.pool_xy(b)}",
                 )
+                problem = row_problem(
+                    impl, snap, f"map-{seq.seq_id}-{i}", arrow.xyann,
+                    f"step {snap.step}: arrow map-{seq.seq_id}-{i} starts at {tuple(arrow.xyann)}",
+                    f"第 {snap.step} 步：箭头 map-{seq.seq_id}-{i} 从 {tuple(arrow.xyann)} 出发",
+                )
+                assert not problem, problem
                 assert tuple(arrow.xyann) == impl.table_xy(row, i, snap.num_blocks), say(
                     f"step {snap.step}: arrow map-{seq.seq_id}-{i} should start at its table entry",
                     f"第 {snap.step} 步：箭头 map-{seq.seq_id}-{i} 应从它的表项出发",
@@ -131,6 +175,55 @@ def test_each_table_entry_has_an_arrow_to_its_physical_block(impl, pictures):
                     f"step {snap.step}: no rectangle table-{seq.seq_id}-{i}",
                     f"第 {snap.step} 步：没有矩形 table-{seq.seq_id}-{i}",
                 )
+
+
+def row_problem(impl, snap, gid, xy, where, where_zh) -> str:
+    """'' unless the table entry `gid` (table-S-I or map-S-I) sits in another sequence's row."""
+    sid, index = gid.split("-", 1)[1].rsplit("-", 1)
+    order = [s.seq_id for s in snap.sequences]
+    rows = [r for r in range(len(order))
+            if impl.table_xy(r, int(index), snap.num_blocks) == pytest.approx(tuple(xy))]
+    mine = [str(s) for s in order].index(sid)
+    if not rows or rows[0] == mine:
+        return ""
+    return say(
+        f"{where}: sequence {sid}'s table is drawn in row {rows[0]}, but it is row {mine} of "
+        f"snapshot.sequences ({order}): number the rows with enumerate(snapshot.sequences), not "
+        "in the order of a set, a dict's keys or sorted ids (a set of strings even changes order "
+        "from run to run)",
+        f"{where_zh}：序列 {sid} 的表画在第 {rows[0]} 行，但它在 snapshot.sequences（{order}）中"
+        f"是第 {mine} 行：用 enumerate(snapshot.sequences) 给行编号，不要用集合、字典的键或排序"
+        "后的 id 的顺序（字符串集合的顺序甚至每次运行都会变）",
+    )
+
+
+def misplaced(impl, snap, gid, got, centre) -> str:
+    """'' when the box `gid` is centred on `centre`, else why it is not, in words."""
+    (cx, cy), (x, y) = got, centre
+    if max(abs(cx - x), abs(cy - y)) < 1e-6:
+        return ""
+    where = f"step {snap.step}: {gid} is centred at ({cx:.2f}, {cy:.2f}), not at {centre}"
+    where_zh = f"第 {snap.step} 步：{gid} 的中心在 ({cx:.2f}, {cy:.2f})，不在 {centre}"
+    half = impl.CELL / 2
+    if abs(cx - x - half) < 1e-6 and abs(cy - y - half) < 1e-6:
+        return say(
+            f"{where}: a Rectangle's xy is its lower-left corner, so pass (x - CELL / 2, "
+            "y - CELL / 2)",
+            f"{where_zh}：Rectangle 的 xy 是左下角，所以要传 (x - CELL / 2, y - CELL / 2)",
+        )
+    if gid.startswith("table-"):
+        wrong_row = row_problem(impl, snap, gid, (cx, cy), where, where_zh)
+        if wrong_row:
+            return wrong_row
+        return say(f"{where}: centre each table entry on table_xy(row, i, snapshot.num_blocks)",
+                   f"{where_zh}：每个表项要以 table_xy(row, i, snapshot.num_blocks) 为中心")
+    return say(
+        f"{where}: centre block B on pool_xy(B), which starts a new row every PER_ROW = "
+        f"{impl.PER_ROW} blocks (the pool has {snap.num_blocks}); never place blocks by their "
+        "id alone",
+        f"{where_zh}：块 B 要以 pool_xy(B) 为中心，它每 PER_ROW = {impl.PER_ROW} 个块换一行"
+        f"（池里有 {snap.num_blocks} 个）；不要只按块号摆放",
+    )
 
 
 def test_boxes_sit_on_their_centres_and_the_axes_show_them_all(impl, pictures):
@@ -148,12 +241,8 @@ def test_boxes_sit_on_their_centres_and_the_axes_show_them_all(impl, pictures):
             if gid not in art:
                 continue  # reported by the checks above
             cx, cy, w, h = centre_and_size(art[gid])
-            assert max(abs(cx - centre[0]), abs(cy - centre[1])) < 1e-6, say(
-                f"step {snap.step}: {gid} is centred at ({cx:.2f}, {cy:.2f}), not at {centre}: "
-                "a Rectangle's xy is its lower-left corner, so pass (x - CELL / 2, y - CELL / 2)",
-                f"第 {snap.step} 步：{gid} 的中心在 ({cx:.2f}, {cy:.2f})，不在 {centre}："
-                "Rectangle 的 xy 是左下角，所以要传 (x - CELL / 2, y - CELL / 2)",
-            )
+            problem = misplaced(impl, snap, gid, (cx, cy), centre)
+            assert not problem, problem
             assert abs(w - impl.CELL) < 1e-6 and abs(h - impl.CELL) < 1e-6, say(
                 f"step {snap.step}: {gid} is {w:.2f} x {h:.2f}, expected CELL x CELL = {impl.CELL} "
                 f"x {impl.CELL}",

@@ -66,6 +66,29 @@ def test_every_block_starts_on_a_128_byte_boundary_and_blocks_never_overlap(impl
     )
 
 
+def test_block_starts_at_the_chapters_scale_pass_2_to_the_31(impl):
+    """The chapter's pool: 5,120 blocks of 8 MiB (40 GiB). Block 256 starts at 2**31 and the last
+    at 42,941,284,352: exact ints, never an int32 that wraps negative."""
+    block_bytes = 8 * 2**20
+    starts = impl.block_starts(5120, block_bytes)
+    for i in (255, 256, 4096, 5119):
+        got = int(starts[i])
+        assert got == i * block_bytes, say(
+            f"block_starts(5120, 8 MiB)[{i}] is {got:,}, expected {i * block_bytes:,}: past "
+            "2**31 = 2,147,483,648 bytes a 32-bit integer wraps; compute starts in Python ints "
+            "(or int64)",
+            f"block_starts(5120, 8 MiB)[{i}] 是 {got:,}，应为 {i * block_bytes:,}：超过 "
+            "2**31 = 2,147,483,648 字节时 32 位整数会回绕；用 Python int（或 int64）计算起点",
+        )
+    big = impl.align_up(5 * 2**31 + 1)
+    assert int(big) == 5 * 2**31 + 128, say(
+        f"align_up({5 * 2**31 + 1:,}) gave {big:,}, expected {5 * 2**31 + 128:,}: a mask of 32 "
+        "bits (& 0xFFFFFF80) or an int32 drops the high bits; use ~(alignment - 1)",
+        f"align_up({5 * 2**31 + 1:,}) 得到 {big:,}，应为 {5 * 2**31 + 128:,}：32 位的掩码"
+        "（& 0xFFFFFF80）或 int32 会丢掉高位；用 ~(alignment - 1)",
+    )
+
+
 def describe_starts(starts, num_blocks, block_bytes, alignment):
     """'' when the starts are right, else the first thing wrong with them, in words."""
     stride = -(-block_bytes // alignment) * alignment
@@ -131,8 +154,106 @@ def fresh(num_free=8, num_threads=6, seed=0):
     return stack, np.array([num_free], np.int32), np.full(num_threads, -2, np.int32)
 
 
+def trace_lines(log, threads, limit=18):
+    """The interleaving as the student reads it: `thread T: what`, in order, for `threads`."""
+    lines = [f"        thread {t}: {what}" for t, what in log if t in threads]
+    if len(lines) > limit:
+        lines = lines[:limit] + [f"        ... ({len(lines) - limit} more steps)"]
+    return "\n".join(["the interleaving (each line one memory access, in order):", *lines])
+
+
+def race_cause(log) -> str:
+    """The bug class the trace shows, in words ('' when it shows none of the known ones)."""
+    atomics = {}  # thread -> index in log of its first atomic on top
+    for i, (t, what) in enumerate(log):
+        if what.startswith("write top"):
+            return say(
+                f"thread {t} wrote top with a plain store ({what}): reading top and writing "
+                "top - 1 are separate steps, so another thread read the same top in between. "
+                "Make the update one atomic (old = cuda.atomic.sub(top, 0, 1))",
+                f"线程 {t} 用普通写入改了 top（{what}）：读 top 和写 top - 1 是分开的两步，另一个"
+                "线程在中间读到了同一个 top。把更新改成一个原子操作"
+                "（old = cuda.atomic.sub(top, 0, 1)）",
+            )
+        if what.startswith("atomic") and " top[" in what:
+            atomics.setdefault(t, i)
+    for i, (t, what) in enumerate(log):
+        if what.startswith("atomic cas top"):
+            expected = what.split("expecting ", 1)[1].split(",", 1)[0]
+            returned = what.rsplit("returned ", 1)[1].split(",", 1)[0]
+            retried = any(u == t and w.startswith("atomic cas top") for u, w in log[i + 1:])
+            if expected != returned and not retried:
+                return say(
+                    f"thread {t}'s compare-and-swap on top failed ({what}: top was {returned}, "
+                    f"not the {expected} it read) and the thread never tried again (a CAS without "
+                    "retry): loop, re-reading top, until the CAS returns the value you expected",
+                    f"线程 {t} 对 top 的比较并交换失败了（{what}：top 是 {returned}，不是它读到的 "
+                    f"{expected}），而它没有重试（CAS 没有重试）：循环重读 top，"
+                    "直到 CAS 返回你期望的值",
+                )
+    for t, first in atomics.items():
+        later = [w for u, w in log[first + 1:] if u == t and w.startswith("read top")]
+        others = [u for u, w in log[first + 1:] if u != t and w.startswith("atomic")]
+        if later and others:
+            return say(
+                f"thread {t} did its atomic on top, then read top again ({later[0]}) after other "
+                "threads had changed it: the block it takes comes from that second read (a re-read "
+                "of top after the atomic). Use the value the atomic returns: old = "
+                "cuda.atomic.sub(top, 0, 1), then free_stack[old - 1]",
+                f"线程 {t} 对 top 做了原子操作之后又读了一次 top（{later[0]}），"
+                "而其他线程已经改过它："
+                "它拿的块来自第二次读取（原子操作之后重读 top）。要用原子操作的返回值："
+                "old = cuda.atomic.sub(top, 0, 1)，再取 free_stack[old - 1]",
+            )
+    def returned(t):  # what thread t's first atomic on top returned (harm shows at <= 0)
+        what = log[atomics[t]][1]
+        return int(what.rsplit("returned ", 1)[1].split(",", 1)[0]) if "returned " in what else 1
+
+    for t, first in sorted(atomics.items(), key=lambda kv: returned(kv[0]) > 0):
+        before = [i for i, (u, w) in enumerate(log[:first]) if u == t and w.startswith("read top")]
+        if before and any(u != t and w.startswith("atomic") for u, w in log[before[-1]:first]):
+            return say(
+                f"thread {t} read top to test it ({log[before[-1]][1]}), then did its atomic; "
+                "another thread's atomic came in between, so the test was stale (check-then-act). "
+                "Decide from the value the atomic itself returns (old > 0), not from an earlier "
+                "read",
+                f"线程 {t} 先读 top 做判断（{log[before[-1]][1]}），再做原子操作；中间插进了另一个"
+                "线程的原子操作，判断已经过时（先检查后执行）。要根据原子操作本身的返回值判断"
+                "（old > 0），而不是之前读到的值",
+            )
+    for t, first in atomics.items():
+        what = log[first][1]
+        old = int(what.rsplit("returned ", 1)[1].split(",", 1)[0]) if "returned " in what else 1
+        took = [w for u, w in log[first + 1:] if u == t and w.startswith("read free_stack")]
+        if old <= 0 and took:
+            return say(
+                f"thread {t}'s atomic returned top = {old} (the stack was already empty), yet it "
+                f"still took a block ({took[0]}): the atomic returns the old top, and the stack "
+                "was empty when that old value is 0 or less (test old > 0, not old >= 0)",
+                f"线程 {t} 的原子操作返回 top = {old}（栈已经空了），它却还是拿了一个块"
+                f"（{took[0]}）：原子操作返回旧的 top，旧值 <= 0 表示栈已空（判断 old > 0，"
+                "而不是 old >= 0）",
+            )
+    return ""
+
+
 def check_pop(stack, top, out, original, log=None):
-    """No block handed out twice or lost; empty-stack threads wrote -1."""
+    """No block handed out twice or lost; empty-stack threads wrote -1. With the stepper's `log`, a
+    failure names the bug class the interleaving shows and prints it."""
+    try:
+        _check_pop(stack, top, out, original, log)
+    except AssertionError as e:
+        if not log:
+            raise
+        cause = race_cause(log)
+        message = (cause or str(e).splitlines()[0]) if cause or str(e) else ""
+        threads = sorted({t for t, _ in log})[:6]
+        err = AssertionError(message)
+        err.calls = trace_lines(log, threads)  # the runner prints it under the message
+        raise err from None
+
+
+def _check_pop(stack, top, out, original, log=None):
     handed = [int(b) for b in out if b >= 0]
     assert -2 not in out.tolist(), say(
         f"some thread never wrote its result: {out.tolist()}", f"有线程没有写出结果：{out.tolist()}"
@@ -142,13 +263,9 @@ def check_pop(stack, top, out, original, log=None):
         raise AssertionError(
             say(
                 f"two threads handed out block {twice[0]} although every update of top was one "
-                f"atomic step: "
-                "a thread that found the stack empty still read a block. The atomic returns the "
-                "old top; the stack was empty when that old value is 0 or less (test old > 0, not "
-                "old >= 0)",
-                f"每次更新 top 都是一个原子操作，但仍有两个线程拿到了块 {twice[0]}：发现栈已空的"
-                f"线程还是读了一个块。"
-                "原子操作返回旧的 top；旧值 <= 0 表示栈已空（判断 old > 0，而不是 old >= 0）",
+                "atomic step: follow the interleaving below to the second thread's read of it",
+                f"每次更新 top 都是一个原子操作，但仍有两个线程拿到了块 {twice[0]}：沿着下面的交错"
+                "顺序找到第二个线程读它的地方",
             )
         )
     assert not twice, say(

@@ -13,6 +13,14 @@ matplotlib artists, each tagged with a gid so a check can find it:
     map-S-I        an arrow (ax.annotate) from table entry I of S to its physical block
     free-list      one Text: "free list: 3 -> 1 -> 2" head first, or "free list: empty"
 
+What draw_flow reads from the snapshot (pagedsim.trace.Snapshot):
+
+    snapshot.num_blocks    how many physical blocks the pool has (blocks 0 .. num_blocks - 1)
+    snapshot.ref_counts    [num_blocks] owners of each block; 0 means free
+    snapshot.sequences     the live sequences, in admission order: row R of the tables is
+                           snapshot.sequences[R]; each has .seq_id and .blocks (its block table)
+    snapshot.free_list     the free blocks, head first (the order allocate() takes them)
+
 Labels without a gid: "#B" inside every block's square, above its count; the physical id
 inside every table entry's square; "seq S" right-aligned less than a unit left of each
 table row. The free-list text starts under the tables' left edge, one row below the last

@@ -1,0 +1,74 @@
+"""The kernel puzzles' harness (exercises 3.k1 ... 3.k6, GPU-Puzzles' form).
+
+A puzzle kernel runs as one block of simulated threads under the interleaver's Stepper
+(round robin over memory accesses), so every read and write is logged by thread; its output
+is compared with the NumPy spec. On a mismatch the message names the first wrong element and
+prints a table of what the threads that touched it (and the thread that should have) read and
+wrote, in order. The real launch under Numba's CUDA simulator is a separate check.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from course.ch03_kv_block.interleaver import Stepper
+from course.i18n import say
+
+POISON = -7777.0  # what the output holds before the kernel runs: a slot nobody wrote shows it
+
+
+def run_threads(kernel, num_threads, arrays: dict):
+    """Run `kernel(*arrays.values())` as `num_threads` threads of one block; returns the log."""
+    names = list(arrays)
+    return Stepper("round_robin").run(kernel, num_threads, *arrays.values(), names=names)
+
+
+def touched(log, name, index, shape) -> list[int]:
+    """Threads that read or wrote `name[index]` (a negative index counts from the end, as NumPy's
+    does: k_cache[-1, 0] is k_cache[num_slots - 1, 0])."""
+    pattern = re.compile(rf"\b{re.escape(name)}\[(-?\d+(?:, -?\d+)*)\]")
+    found = set()
+    for t, what in log:
+        for m in pattern.finditer(what):
+            at = tuple(int(x) for x in m.group(1).split(", "))
+            if len(at) != len(shape):
+                continue
+            if tuple(a % n for a, n in zip(at, shape, strict=True)) == index:
+                found.add(t)
+    return sorted(found)
+
+
+def table(log, threads, limit=14) -> str:
+    """What each of `threads` did, in order, one memory access a line."""
+    lines = [f"        thread {t}: {what}" for t, what in log if t in threads]
+    if len(lines) > limit:
+        lines = lines[:limit] + [f"        ... ({len(lines) - limit} more)"]
+    return "\n".join(["which thread read or wrote which slot, in order:", *lines])
+
+
+def compare(log, got, want, *, out_name: str, owner, what: str, atol=1e-6):
+    """Raise an AssertionError naming the first wrong element of `got` and the threads around it.
+
+    owner(index) -> the thread that should write `index` (the puzzle's thread layout)."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    bad = ~np.isclose(got, want, atol=atol, rtol=1e-6, equal_nan=True)
+    if not bad.any():
+        return
+    index = tuple(int(i) for i in np.argwhere(bad)[0])
+    wrote = touched(log, out_name, index, got.shape)
+    should = owner(index)
+    never = got[index] == POISON
+    why = (say(f"nobody wrote it (thread {should} should have)",
+               f"没有线程写它（应由线程 {should} 写）") if never
+           else say(f"thread(s) {wrote} wrote it; thread {should} should have",
+                    f"线程 {wrote} 写了它；应由线程 {should} 写"))
+    err = AssertionError(say(
+        f"{what}: {out_name}{list(index)} is {got[index]:.6g}, the spec says {want[index]:.6g} "
+        f"({int(bad.sum())} element(s) wrong): {why}",
+        f"{what}：{out_name}{list(index)} 是 {got[index]:.6g}，规范给出 {want[index]:.6g}"
+        f"（{int(bad.sum())} 个元素不对）：{why}",
+    ))
+    err.calls = table(log, sorted(set(wrote) | ({should} if should is not None else set())))
+    raise err

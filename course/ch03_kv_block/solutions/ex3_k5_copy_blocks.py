@@ -1,0 +1,26 @@
+"""Puzzle 3.k5: copy_blocks for copy-on-write pairs (chapter 3.4; vLLM's copy_blocks).
+
+Spec (NumPy): for every pair (src, dst) in pairs, in any order (no dst is another pair's
+src, and no two pairs share a dst),
+
+    cache[dst, :, :] = cache[src, :, :]
+
+Shapes: cache [num_blocks, B, D], pairs [P, 2] (int). Nothing else changes.
+
+Thread layout: one block; thread i = cuda.threadIdx.x copies ONE number: pair
+p = i // (B * D), then slot b = (i // D) % B and dim d = i % D. Extra threads do nothing.
+"""
+
+from __future__ import annotations
+
+from course.ch03_kv_block._cuda import cuda
+
+
+@cuda.jit
+def copy_blocks_kernel(cache, pairs):
+    """cache[dst, b, d] = cache[src, b, d] for the thread's pair, slot and dim."""
+    i = cuda.threadIdx.x
+    B, D = cache.shape[1], cache.shape[2]
+    p, b, d = i // (B * D), (i // D) % B, i % D
+    if p < pairs.shape[0]:
+        cache[pairs[p, 1], b, d] = cache[pairs[p, 0], b, d]

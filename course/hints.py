@@ -1,0 +1,35 @@
+"""`pagedsim hint ID [--level 1|2|3]`: hints on request, gentlest first (rustlings' `hint`).
+
+Level 1 says what to look at, level 2 how the pieces fit, level 3 the recipe
+(course/curriculum.toml: `nudges` then `hint`). A failing `pagedsim check` never prints a
+hint by itself; it ends with "need a hint? pagedsim hint ID".
+"""
+
+from __future__ import annotations
+
+from . import curriculum, i18n
+
+
+def main(argv: list[str]) -> int:
+    from pagedsim.app.cli import ArgParser
+
+    p = ArgParser(prog="pagedsim hint", description="a hint for one exercise, gentlest first")
+    p.add_argument("exercise", help="an exercise id such as 3.4a")
+    p.add_argument("--level", type=int, choices=(1, 2, 3), default=1,
+                   help="1: what to look at (default), 2: how the pieces fit, 3: the recipe")
+    p.add_argument("--lang", choices=i18n.LANGS, help="language of the text")
+    args = p.parse_args(argv)
+    lang = i18n.set_lang(args.lang)
+    try:
+        ex = curriculum.find(args.exercise)
+    except KeyError as e:
+        p.error(e.args[0])
+    levels = ex.hint_levels(lang)
+    from pagedsim.app.lang import wrap  # CJK-aware: Chinese has no spaces to break at
+
+    text = levels[min(args.level, len(levels)) - 1]
+    print(f"hint {ex.id}, level {args.level} of {len(levels)}:")
+    print("\n".join(line.strip() for line in wrap(text, 100)))
+    if args.level < len(levels):
+        print(f"\nstill stuck? pagedsim hint {ex.id} --level {args.level + 1}")
+    return 0

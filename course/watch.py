@@ -1,0 +1,93 @@
+"""`pagedsim watch [ID]`: check on every save, and move on to the next exercise on a pass
+(rustlings' `watch`).
+
+It checks the exercise (by default the first one in course order that has not passed), then
+polls the file's content hash (no inotify needed) every --interval seconds and checks again
+when it changes. On a pass it records it (course/progress.py), names the next exercise and
+checks that one. --iterations N stops after N checks (for tests and scripts); Ctrl-C stops it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+from . import curriculum, i18n, progress, workspace
+
+
+def _digest(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
+def _first_left(exercises) -> curriculum.Exercise | None:
+    where = progress.folder()
+    data = progress.load(where)
+    return next((ex for ex in exercises if progress.state(ex, data, where) != "pass"), None)
+
+
+def watch(ex, exercises, *, interval: float, iterations: int | None, timeout=None) -> int:
+    """Check `ex` now and on every change, moving on after each pass; returns the exit status."""
+    from .cli import _report
+    from .runner import run_checks
+
+    runs = 0
+    while ex is not None:
+        mine = workspace.find(ex)
+        if mine is None:
+            print(f"no workspace file for {ex.id}: run `pagedsim workspace` first")
+            return 1
+        print(f"\n== checking {ex.id} ({mine}) ==")
+        outcome = run_checks(ex, mine, seconds=timeout)
+        progress.record(outcome)
+        _report(outcome, verbose=False, hint=True)
+        runs += 1
+        if outcome.ok:
+            later = exercises[exercises.index(ex) + 1:]
+            ex = next(iter(later), None)
+            if ex is None:
+                print("\nevery exercise passes: well done")
+                return 0
+            print(f"\nnext: {ex.id} {ex.title_in(i18n.lang())}")
+            if iterations is not None and runs >= iterations:
+                return 0
+            continue
+        if iterations is not None and runs >= iterations:
+            return 1
+        print(f"\nwatching {mine.name}: save it to check again (Ctrl-C stops)")
+        seen = _digest(mine)
+        while _digest(mine) == seen:
+            time.sleep(interval)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    from pagedsim.app.cli import ArgParser
+
+    p = ArgParser(prog="pagedsim watch",
+                  description="check an exercise on every save; move on to the next on a pass")
+    p.add_argument("exercise", nargs="?", help="where to start (default: the first not passed)")
+    p.add_argument("--interval", type=float, default=1.0, metavar="S",
+                   help="seconds between looks at the file (default 1)")
+    p.add_argument("--iterations", type=int, metavar="N", help="stop after N checks")
+    p.add_argument("--timeout", type=float, metavar="S", help="seconds allowed per check")
+    args = p.parse_args(argv)
+    if args.interval <= 0 or (args.iterations is not None and args.iterations < 1):
+        p.error("--interval must be > 0 and --iterations at least 1")
+    exercises = curriculum.load()
+    try:
+        ex = curriculum.find(args.exercise, exercises) if args.exercise else _first_left(exercises)
+    except KeyError as e:
+        p.error(e.args[0])
+    if ex is None:
+        print("every exercise passes: well done")
+        return 0
+    try:
+        return watch(ex, exercises, interval=args.interval, iterations=args.iterations,
+                     timeout=args.timeout)
+    except KeyboardInterrupt:
+        print("\nstopped")
+        return 130

@@ -1,0 +1,80 @@
+"""The rustlings loop: hints on request, graduated; progress kept in the workspace; the reference
+only after a pass; `watch` checks and moves on after a pass."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from course import cli, curriculum, hints, progress, watch, workspace
+
+
+def test_a_failing_check_offers_a_hint_and_never_prints_it(capsys, tmp_path):
+    ex = curriculum.find("3.4b")
+    from course.runner import Failure, Outcome
+
+    cli._report(Outcome(ex, tmp_path / "x.py", failures=[Failure("a", "wrong")]),
+                verbose=False, hint=True)
+    printed = capsys.readouterr().out
+    assert "need a hint? pagedsim hint 3.4b" in printed
+    assert ex.hint not in printed and "pool.incref" not in printed
+
+
+@pytest.mark.parametrize("level", [1, 2, 3])
+def test_hints_go_deeper_level_by_level(capsys, level):
+    ex = curriculum.find("3.4a")
+    assert hints.main(["3.4a", "--level", str(level)]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert " ".join(ex.hint_levels("en")[level - 1].split()) in printed
+    assert ("--level" in printed) == (level < 3)
+
+
+def test_every_exercise_has_three_distinct_hint_levels():
+    for ex in curriculum.load():
+        levels = ex.hint_levels("en")
+        assert len(levels) == 3 and len(set(levels)) == 3, ex.id
+
+
+def test_progress_is_kept_in_the_workspace_and_the_solution_waits_for_a_pass(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PAGEDSIM_WORKSPACE", raising=False)
+    workspace.create(tmp_path / workspace.DEFAULT)
+    ex = curriculum.find("3.1")
+    mine = tmp_path / workspace.DEFAULT / "ex3_1_first_fit.py"
+    assert progress.solution_main(["3.1"]) == 1
+    assert "--force" in capsys.readouterr().out
+    mine.write_text(ex.path("solution").read_text())
+    assert watch.watch(ex, curriculum.load(), interval=0.05, iterations=2) == 1  # 3.1, then 3.2
+    data = json.loads((mine.parent / progress.NAME).read_text())
+    assert data["3.1"]["status"] == "pass" and data["3.2"]["status"] == "fail"
+    capsys.readouterr()
+    assert progress.main([]) == 0
+    table = capsys.readouterr().out
+    assert "done  3.1" in table and "left  3.2" in table and "1/8 exercises done" in table
+    assert progress.solution_main(["3.1"]) == 0
+    assert "def allocate" in capsys.readouterr().out
+    mine.write_text(mine.read_text() + "\n# edited\n")  # a pass is for the file as it was
+    assert progress.solution_main(["3.1"]) == 1
+    assert "changed since its last check" in capsys.readouterr().out
+
+
+def test_watch_checks_again_when_the_file_is_saved(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PAGEDSIM_WORKSPACE", raising=False)
+    workspace.create(tmp_path / workspace.DEFAULT)
+    ex = curriculum.find("3.1")
+    mine = tmp_path / workspace.DEFAULT / "ex3_1_first_fit.py"
+    saver = subprocess.Popen([sys.executable, "-c", (
+        "import time, pathlib, sys\n"
+        "p = pathlib.Path(sys.argv[1])\n"
+        "while not (p.parent / '.pagedsim-progress.json').exists(): time.sleep(0.1)\n"
+        "p.write_text(pathlib.Path(sys.argv[2]).read_text())\n"),
+        str(mine), str(ex.path("solution"))])
+    try:
+        status = watch.watch(ex, curriculum.load(), interval=0.1, iterations=2)
+    finally:
+        saver.wait(timeout=600)
+    data = json.loads((mine.parent / progress.NAME).read_text())
+    assert status == 0 and data["3.1"]["status"] == "pass"  # the stub failed, the save passed
