@@ -207,4 +207,13 @@ def main(argv: list[str] | None = None) -> int:
         from ..draw.animate import write_trace  # matplotlib only when asked for
         for path in write_trace(step_frames(engine, marks), args.draw, name="generate"):
             print(f"wrote {path}", file=sys.stderr)
+    if args.html or args.trace_out:
+        from ..view import sources, write_html
+        page = sources.generate(engine, marks)
+        if args.html:
+            print(f"wrote {write_html(args.html, **page)}", file=sys.stderr)
+        if args.trace_out:
+            Path(args.trace_out).write_text(json.dumps(sources.trace_out(page), default=str),
+                                            encoding="utf-8")
+            print(f"wrote {args.trace_out}", file=sys.stderr)
     return 0 if summary["tokens_match"] else 1

@@ -57,6 +57,11 @@ def parser() -> ArgParser:
                         "a GPU = Numba's CUDA simulator (slow: tiny models only)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--draw", metavar="DIR", help="write a PNG per engine step and a GIF")
+    p.add_argument("--html", metavar="FILE",
+                   help="write the engine steps as one self-contained page for a browser, every "
+                        "block labelled with the text it holds")
+    p.add_argument("--trace-out", metavar="FILE",
+                   help="save the engine steps as a JSON trace (for `pagedsim view`)")
     return p
 
 

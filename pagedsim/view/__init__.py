@@ -109,12 +109,15 @@ def _groups(names) -> list | None:
 
 
 def page_data(trace_or_snapshots, *, lang: str = "en", title: str = "pagedsim",
-              version: str = "", whys=None, marks=None, captions=None) -> dict:
+              version: str = "", whys=None, marks=None, captions=None, labels=None,
+              hashes=None) -> dict:
     """Everything the page shows, as JSON-ready data (see `diffs.py` for a step's shape).
 
     whys: the "why" line of each step (a list, by position); marks: {position: ("oob" |
     "pre", ...)}, added to the OutOfBlocks marks the events already show; captions: each
-    step's caption (default: the snapshot's own, in `lang`)."""
+    step's caption (default: the snapshot's own, in `lang`); labels / hashes: each step's
+    text and prefix-cache hash per block (default: the snapshots' `block_labels` /
+    `block_hashes`, if they carry them)."""
     if lang not in LANGS:
         raise ValueError(f"lang must be one of {', '.join(LANGS)}, got {lang!r}")
     snaps = _snapshots(trace_or_snapshots)
@@ -127,7 +130,7 @@ def page_data(trace_or_snapshots, *, lang: str = "en", title: str = "pagedsim",
     for i, s in enumerate(snaps):
         if any(e.kind == "allocation_failed" for e in s.events) and "oob" not in marks.get(i, ()):
             marks.setdefault(i, []).append("oob")
-    data = encode(snaps, captions, list(whys or ()), marks)
+    data = encode(snaps, captions, list(whys or ()), marks, labels, hashes)
     bases: dict = {}
     data["colour"] = [bases.setdefault(n.split(":")[0] if _groups(data["seqs"]) else n,
                                        len(bases)) % len(PALETTE) for n in data["seqs"]]
@@ -147,12 +150,13 @@ def _script_json(data: dict) -> str:
 
 
 def to_html(trace_or_snapshots, *, lang: str = "en", title: str = "pagedsim",
-            version: str = "", whys=None, marks=None, captions=None) -> str:
+            version: str = "", whys=None, marks=None, captions=None, labels=None,
+            hashes=None) -> str:
     """One self-contained HTML page for the trace (a `Trace`, a list of `Snapshot`s, or a
     `Trace.to_dict()` dict). See the module docstring for what it shows and its DOM contract;
     the keywords are `page_data`'s."""
     data = page_data(trace_or_snapshots, lang=lang, title=title, version=version, whys=whys,
-                     marks=marks, captions=captions)
+                     marks=marks, captions=captions, labels=labels, hashes=hashes)
     return (
         "<!DOCTYPE html>\n"
         f'<html lang="{"zh" if lang == "zh" else "en"}"><head><meta charset="utf-8">\n'

@@ -113,7 +113,8 @@ class Encoder:
             self.seqs.append(seq_id)
         return self._index[seq_id]
 
-    def step(self, snap, caption: str, why: str | None = None, marks=()) -> dict:
+    def step(self, snap, caption: str, why: str | None = None, marks=(), labels=None,
+             hashes=None) -> dict:
         out: dict = {"n": snap.step, "c": caption}
         if why:
             out["w"] = why
@@ -130,7 +131,10 @@ class Encoder:
             out["e"] = touched
         if snap.pending_copies:
             out["cp"] = [list(p) for p in snap.pending_copies]
-        self._texts(snap, out)
+        self._texts(out, "lb", self.labels,
+                    getattr(snap, "block_labels", ()) if labels is None else labels)
+        self._texts(out, "h", self.hashes,
+                    getattr(snap, "block_hashes", ()) if hashes is None else hashes)
         return out
 
     def _counts(self, snap, out: dict) -> None:
@@ -167,23 +171,26 @@ class Encoder:
         if order != self.order:
             out["q"], self.order = order, order
 
-    def _texts(self, snap, out: dict) -> None:
-        for key, attr, mine in (("lb", "block_labels", self.labels),
-                                ("h", "block_hashes", self.hashes)):
-            values = getattr(snap, attr, ()) or ()
-            new = [str(values[b]) if b < len(values) and values[b] is not None else ""
-                   for b in range(self.num_blocks)]
-            if new != mine:
-                out[key] = _pairs(mine, new)
-                mine[:] = new
+    def _texts(self, out: dict, key: str, mine: list, values) -> None:
+        values = values or ()
+        new = [str(values[b]) if b < len(values) and values[b] is not None else ""
+               for b in range(self.num_blocks)]
+        if new != mine:
+            out[key] = _pairs(mine, new)
+            mine[:] = new
 
 
-def encode(snapshots, captions, whys=(), marks=None) -> dict:
+def encode(snapshots, captions, whys=(), marks=None, labels=None, hashes=None) -> dict:
     """The steps and the sequence names of `snapshots`: captions[i] and whys[i] (if any) are
-    step i's caption and why line, marks[i] its marks."""
+    step i's caption and why line, marks[i] its marks; labels[i] / hashes[i] (if given) the
+    text and prefix-cache hash of each block after step i, instead of the snapshot's own."""
     enc = Encoder(snapshots[0].num_blocks)
-    steps = [enc.step(s, captions[i], whys[i] if i < len(whys) else None,
-                      (marks or {}).get(i, ()))
+
+    def nth(rows, i):
+        return rows[i] if rows is not None and i < len(rows) else None
+
+    steps = [enc.step(s, captions[i], nth(whys, i), (marks or {}).get(i, ()), nth(labels, i),
+                      nth(hashes, i))
              for i, s in enumerate(snapshots)]
     return {"nb": snapshots[0].num_blocks, "bs": snapshots[0].block_size,
             "seqs": [str(s) for s in enc.seqs], "steps": steps}
