@@ -173,6 +173,8 @@ class Encoder:
 
     def _texts(self, out: dict, key: str, mine: list, values) -> None:
         values = values or ()
+        if not values and not any(mine):  # no text, before or now: the usual case
+            return
         new = [str(values[b]) if b < len(values) and values[b] is not None else ""
                for b in range(self.num_blocks)]
         if new != mine:
