@@ -72,9 +72,12 @@ class Loaded:
             step: document.querySelector('#step').textContent,
             caption: document.querySelector('#caption').textContent,
             why: document.querySelector('#why').textContent,
-            free: [...document.querySelectorAll('#free-list [data-block]')].map(e => +e.dataset.block),
-            refs: [...document.querySelectorAll('#blocks [data-block]')].map(e => [+e.dataset.block, +e.dataset.ref]),
-            fill: [...document.querySelectorAll('#blocks [data-block]')].map(e => +e.dataset.fill),
+            free: [...document.querySelectorAll('#free-list [data-block]')]
+                .map(e => +e.dataset.block),
+            refs: [...document.querySelectorAll('#blocks [data-block]')]
+                .map(e => [+e.dataset.block, +e.dataset.ref]),
+            fill: [...document.querySelectorAll('#blocks [data-block]')]
+                .map(e => +e.dataset.fill),
             tables: [...document.querySelectorAll('#tables [data-seq]')].map(e => [e.dataset.seq,
                 [...e.querySelectorAll('[data-block]')].map(c => +c.dataset.block)]),
         })""")

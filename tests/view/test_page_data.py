@@ -37,7 +37,7 @@ def replay(data: dict) -> list[dict]:
             pairs = d.get(key, [])
             for b, v in zip(pairs[::2], pairs[1::2], strict=True):
                 into[b] = v
-        for q, n, keep, tail in d.get("t", ()):
+        for q, _tokens, keep, tail in d.get("t", ()):
             if keep < 0:
                 del tables[q]
             else:

@@ -127,8 +127,9 @@ def test_projector_mode_makes_the_caption_at_least_28px_and_block_labels_at_leas
     sizes = loaded.page.evaluate("""() => {
         const px = e => parseFloat(getComputedStyle(e).fontSize);
         const visible = e => e.offsetParent !== null && e.textContent.trim() !== '';
-        const labels = [...document.querySelectorAll('#blocks [data-block] *, #tables [data-block], '
-                                                      + '#free-list [data-block]')].filter(visible);
+        const labels = [...document.querySelectorAll(
+            '#blocks [data-block] *, #tables [data-block], #free-list [data-block]')]
+            .filter(visible);
         return {projector: document.body.classList.contains('projector'),
                 caption: px(document.querySelector('#caption')),
                 smallest: Math.min(...labels.map(px)), n: labels.length};
@@ -226,7 +227,8 @@ def test_the_generate_page_labels_each_block_with_the_text_it_holds(open_page, t
     frames = page["trace_or_snapshots"]
     loaded = open_page(to_html(**page), fragment=f"#step={len(frames) - 1}")
     check_step(loaded, frames[-1], frames[-1].custom_caption, frames[-1].step)
-    texts = loaded.page.eval_on_selector_all("#blocks .block .txt", "es => es.map(e => e.textContent)")
+    texts = loaded.page.eval_on_selector_all("#blocks .block .txt",
+                                             "es => es.map(e => e.textContent)")
     assert "ROMEO: B" in texts
     loaded.page.click('#blocks [data-block="0"]')
     assert "ROMEO: B" in loaded.page.inner_text("#info")
