@@ -119,15 +119,33 @@
   const keys = el("footer", { id: "keys" }, UI.keys);
   body.append(top, story, main, info, keys);
 
+  // A big pool is laid out in rows of ROW blocks, each row a box the browser may skip while
+  // it is off screen (content-visibility), so a step change lays out only what is visible.
+  const ROW = NB > 256 ? 32 : NB;
   const blockEls = [], shown = new Array(NB).fill(null);
-  const frag = document.createDocumentFragment();
-  for (let b = 0; b < NB; b++) {
-    const e = el("div", { class: "block free", "data-block": String(b), "data-ref": "0", "data-fill": "0" });
-    e.innerHTML = '<span class="bid">' + b + '</span><span class="badge">0</span>' +
-      '<span class="bar"><i></i></span><span class="txt"></span>';
-    blockEls.push(e); frag.append(e);
+  for (let r = 0; r < NB; r += ROW) {
+    const row = el("div", { class: "row" });
+    for (let b = r; b < Math.min(NB, r + ROW); b++) {
+      const e = el("div", { class: "block free", "data-block": String(b), "data-ref": "0", "data-fill": "0" });
+      e.innerHTML = '<span class="bid">' + b + '</span><span class="badge">0</span>' +
+        '<span class="bar"><i></i></span><span class="txt"></span>';
+      blockEls.push(e); row.append(e);
+    }
+    blocksEl.append(row);
   }
-  blocksEl.append(frag);
+  const emptyFree = el("p", { class: "empty", hidden: "" }, UI["empty: the next allocate() fails"]);
+  freeHead.after(emptyFree);
+  const emptyTables = el("p", { class: "empty", hidden: "" }, UI["(no sequences)"]);
+  tablesEl.before(emptyTables);
+  const groupEls = (D.groups || [null]).map((g, k) => {
+    const box = el("div", g === null ? {} : { class: "group", "data-group": String(k) });
+    if (g !== null) {
+      box.append(el("h3", {}, UI["KV cache group"] + " " + k + ": " +
+        (g === "full" ? "full attention" : "sliding window")));
+    }
+    tablesEl.append(box);
+    return box;
+  });
 
   // ---- drawing one step: a pure function of the state -------------------------------------
   function inkOn(hex) {
@@ -174,45 +192,90 @@
         (hash && !s.labels[b] ? " " + hash : "");
     }
   }
-  function drawFree(s) {
-    freeHead.textContent = UI["free list, head first"] + " (" + s.free.length + " " + UI.free + ")";
-    if (!s.free.length) { freeEl.innerHTML = '<span class="empty">' + esc(UI["empty: the next allocate() fails"]) + "</span>"; return; }
-    freeEl.innerHTML = s.free.map((b, j) => '<span class="fb' + (j === 0 ? " head" : "") +
-      (s.cached[b] ? " cached" : "") + '" data-block="' + b + '">' + b + "</span>").join("");
+  // The free list: moved element by element on a step forwards, rebuilt on a jump.
+  const freeSpans = new Array(NB).fill(null);
+  let freeShown = null, freeHeadEl = null;
+  function freeSpan(b) {
+    if (!freeSpans[b]) freeSpans[b] = el("span", { class: "fb", "data-block": String(b) }, String(b));
+    return freeSpans[b];
   }
-  function tableRow(s, q, touched) {
-    const t = s.tables.get(q), c = colourOf(q);
+  function drawFree(s, d, forwards) {
+    if (s.free === freeShown) return;
+    if (forwards && d.fl && !d.fl.a) {
+      for (const b of d.fl.r || []) freeSpan(b).remove();
+      for (const [pos, run] of d.fl.i || []) {
+        const before = freeEl.children[pos] || null;
+        for (const b of run) freeEl.insertBefore(freeSpan(b), before);
+      }
+    } else {
+      freeEl.replaceChildren(...s.free.map(freeSpan));
+    }
+    freeShown = s.free;
+    for (const b of s.free.length < 64 ? s.free : (d.k || []).concat(d.ku || [])) {
+      freeSpan(b).classList.toggle("cached", !!s.cached[b]);
+    }
+    if (freeHeadEl) freeHeadEl.classList.remove("head");
+    freeHeadEl = s.free.length ? freeSpan(s.free[0]) : null;
+    if (freeHeadEl) freeHeadEl.classList.add("head");
+    freeHead.textContent = UI["free list, head first"] + " (" + s.free.length + " " + UI.free + ")";
+    emptyFree.hidden = s.free.length > 0;
+  }
+  // The tables: a row is rebuilt only when its table changed (tables are never mutated, so
+  // "changed" is "another object"); rows are put in admission order when that changed.
+  const rows = new Map(), rowTable = new Map();
+  let orderShown = null, lit = [];
+  function rowHtml(s, q) {
+    const t = s.tables.get(q), c = colourOf(q), ink = inkOn(c);
     const cells = t.blocks.map((b, j) => b < 0
       ? '<span class="cell dropped" data-block="-1" data-logical="' + j + '">' + esc(UI.dropped) + "</span>"
-      : '<span class="cell' + (touched.has(b) ? " touched" : "") + (s.ref[b] > 1 ? " shared" : "") +
-        '" data-block="' + b + '" data-logical="' + j + '" style="background:' + c + ";color:" + inkOn(c) +
-        '"><sub>' + j + "</sub>" + b + "</span>").join("");
-    return '<div class="table" data-seq="' + esc(D.seqs[q]) + '"><span class="seq" style="background:' +
-      c + ";color:" + inkOn(c) + '">' + esc(D.seqs[q]) + '</span><span class="ntok">' + t.n + " " +
-      esc(UI.tokens) + '</span><span class="cells">' + cells + "</span></div>";
+      : '<span class="cell" data-block="' + b + '" data-logical="' + j + '" style="background:' + c +
+        ";color:" + ink + '"><sub>' + j + "</sub>" + b + "</span>").join("");
+    return '<span class="seq" style="background:' + c + ";color:" + ink + '">' + esc(D.seqs[q]) +
+      '</span><span class="ntok">' + t.n + " " + esc(UI.tokens) + '</span><span class="cells">' +
+      cells + "</span>";
+  }
+  function groupOf(q) {
+    return D.groups ? Math.max(0, D.groups.findIndex((g) => D.seqs[q].endsWith(":" + g))) : 0;
   }
   function drawTables(s, d) {
-    const touched = new Set(d.e || []);
-    if (!s.order.length) { tablesEl.innerHTML = '<p class="empty">' + esc(UI["(no sequences)"]) + "</p>"; return; }
-    if (!D.groups) { tablesEl.innerHTML = s.order.map((q) => tableRow(s, q, touched)).join(""); return; }
-    tablesEl.innerHTML = D.groups.map((g, k) => '<div class="group" data-group="' + k + '"><h3>' +
-      esc(UI["KV cache group"]) + " " + k + ": " + esc(g === "full" ? "full attention" : "sliding window") +
-      "</h3>" + s.order.filter((q) => D.seqs[q].endsWith(":" + g)).map((q) => tableRow(s, q, touched)).join("") +
-      "</div>").join("");
+    for (const [q, row] of rows) {
+      if (!s.tables.has(q)) { row.remove(); rows.delete(q); rowTable.delete(q); }
+    }
+    for (const q of s.order) {
+      const t = s.tables.get(q);
+      if (rowTable.get(q) === t) continue;
+      if (!rows.has(q)) rows.set(q, el("div", { class: "table", "data-seq": D.seqs[q] }));
+      rows.get(q).innerHTML = rowHtml(s, q);
+      rowTable.set(q, t);
+    }
+    if (s.order !== orderShown) {
+      for (const q of s.order) groupEls[groupOf(q)].append(rows.get(q));
+      orderShown = s.order;
+    }
+    emptyTables.hidden = s.order.length > 0;
+    for (const c of lit) c.classList.remove("touched");
+    lit = [];
+    for (const b of d.e || []) {
+      for (const c of tablesEl.querySelectorAll('[data-block="' + b + '"]')) { c.classList.add("touched"); lit.push(c); }
+    }
   }
+  let arrowsShown = false;
   function drawArrows(d) {
+    if (!d.cp && !arrowsShown) return; // nothing to draw or to clear: no layout forced
     while (arrows.firstChild) arrows.removeChild(arrows.firstChild);
+    arrowsShown = !!d.cp;
+    if (!d.cp) return;
     arrows.setAttribute("width", String(wrap.scrollWidth));
     arrows.setAttribute("height", String(wrap.scrollHeight));
-    if (!d.cp) return;
     const defs = document.createElementNS(svgNS, "defs");
     defs.innerHTML = '<marker id="tip" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" ' +
       'markerHeight="7" orient="auto"><path d="M0,0L10,5L0,10z" fill="' + D.accent + '"/></marker>';
     arrows.append(defs);
+    const origin = wrap.getBoundingClientRect();
     for (const [src, dst] of d.cp) {
-      const a = blockEls[src], b = blockEls[dst];
-      const x1 = a.offsetLeft + a.offsetWidth / 2, y1 = a.offsetTop + a.offsetHeight;
-      const x2 = b.offsetLeft + b.offsetWidth / 2, y2 = b.offsetTop + b.offsetHeight;
+      const a = blockEls[src].getBoundingClientRect(), b = blockEls[dst].getBoundingClientRect();
+      const x1 = a.left - origin.left + a.width / 2, y1 = a.bottom - origin.top;
+      const x2 = b.left - origin.left + b.width / 2, y2 = b.bottom - origin.top;
       const dip = Math.max(y1, y2) + 26;
       const p = document.createElementNS(svgNS, "path");
       p.setAttribute("d", "M" + x1 + "," + y1 + " C" + x1 + "," + dip + " " + x2 + "," + dip + " " + x2 + "," + y2);
@@ -239,6 +302,7 @@
   function go(i) {
     i = Math.max(0, Math.min(N - 1, i | 0));
     if (i === cur && state) return;
+    const forwards = state !== null && i === cur + 1;
     state = stateAt(i); cur = i;
     const d = STEPS[i], own = owners(state);
     stepText.textContent = "step " + d.n + " / " + LAST_N;
@@ -246,7 +310,7 @@
     whyEl.textContent = d.w || "";
     drawMarks(d);
     drawBlocks(state, d, own);
-    drawFree(state);
+    drawFree(state, d, forwards);
     drawTables(state, d);
     drawArrows(d);
     scrub.value = String(i);
@@ -292,13 +356,16 @@
     if (timer) { clearInterval(timer); timer = null; }
     if (on) {
       if (cur === N - 1) go(0);
-      timer = setInterval(() => { if (cur >= N - 1) play(false); else go(cur + 1); },
+      timer = setInterval(() => { go(cur + 1); if (cur >= N - 1) play(false); },
         1000 / parseFloat(speed.value));
     }
     bPlay.textContent = timer ? "\u23f8 " + UI.Pause : "\u25b6 " + UI.Play;
     bPlay.classList.toggle("on", !!timer);
   }
-  function projector() { body.classList.toggle("projector"); bProj.classList.toggle("on"); go(cur); drawArrows(STEPS[cur]); }
+  function projector() {
+    body.classList.toggle("projector"); bProj.classList.toggle("on");
+    arrowsShown = true; drawArrows(STEPS[cur]); // the blocks moved: draw the arrows again
+  }
   bPrev.addEventListener("click", () => go(cur - 1));
   bNext.addEventListener("click", () => go(cur + 1));
   bPlay.addEventListener("click", () => play(!timer));
@@ -317,7 +384,7 @@
     return m ? parseInt(m[1], 10) : 0;
   }
   window.addEventListener("hashchange", () => go(fromHash()));
-  window.addEventListener("resize", () => drawArrows(STEPS[cur]));
+  window.addEventListener("resize", () => { arrowsShown = true; drawArrows(STEPS[cur]); });
   window.pagedsimViewer = { go: go, index: () => cur, count: () => N };
   go(fromHash());
 })();
