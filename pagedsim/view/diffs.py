@@ -74,11 +74,15 @@ def free_list_diff(old: list, new: list) -> dict:
     return out
 
 
-def _pairs(old, new) -> list:
+def _pairs(old, new, chunk: int = 64) -> list:
+    """[i, new[i], ...] for every i where old and new differ (equal chunks skipped in C)."""
     out = []
-    for b, (a, z) in enumerate(zip(old, new, strict=True)):
-        if a != z:
-            out += [b, z]
+    for start in range(0, len(new), chunk):
+        if old[start:start + chunk] == new[start:start + chunk]:
+            continue
+        for b in range(start, min(start + chunk, len(new))):
+            if old[b] != new[b]:
+                out += [b, new[b]]
     return out
 
 

@@ -170,28 +170,48 @@
     return "linear-gradient(90deg," + who.map((q, j) =>
       colourOf(q) + " " + (j * w) + "% " + ((j + 1) * w) + "%").join(",") + ")";
   }
+  // A block's look is drawn now if its row is on screen, else when the row scrolls into view
+  // (content-visibility tells); its data-ref / data-fill are always written at once.
+  const hidden = new Uint8Array(Math.ceil(NB / ROW)), dirty = new Map(); // row -> [block, key]
+  let looks = null;
+  function drawLook(b, key) {
+    const [ref, fill, cached, head, touched, who, label, hashText] = looks(b);
+    shown[b] = key;
+    const e = blockEls[b];
+    e.className = "block" + (ref === 0 ? " free" : "") + (cached ? " cached" : "") +
+      (ref > 1 ? " shared" : "") + (head ? " head" : "") + (touched ? " touched" : "");
+    e.style.background = who.length ? background(who) : "";
+    e.style.color = who.length === 1 ? inkOn(colourOf(who[0])) : "";
+    e.children[1].textContent = String(ref);
+    e.children[2].firstChild.style.width = (100 * fill / BS) + "%";
+    const hash = hashText ? "#" + hashText : "";
+    e.children[3].textContent = label || (ref ? fill + "/" + BS : (cached ? UI.cached : "")) +
+      (hash && !label ? " " + hash : "");
+  }
   function drawBlocks(s, d, own) {
     const touched = new Set(d.e || []), head = s.free.length ? s.free[0] : -1;
+    looks = (b) => [s.ref[b], s.fill[b], s.cached[b], b === head, touched.has(b), own.get(b) || [],
+                    s.labels[b], s.hashes[b]];
+    dirty.clear();
     for (let b = 0; b < NB; b++) {
-      const who = own.get(b) || [];
+      const who = own.get(b);
       const key = s.ref[b] + "|" + s.fill[b] + "|" + s.cached[b] + "|" + (b === head) + "|" +
-        touched.has(b) + "|" + who.join(",") + "|" + s.labels[b] + "|" + s.hashes[b];
+        touched.has(b) + "|" + (who ? who.join(",") : "") + "|" + s.labels[b] + "|" + s.hashes[b];
       if (shown[b] === key) continue;
-      shown[b] = key;
-      const e = blockEls[b], ref = s.ref[b];
-      e.setAttribute("data-ref", String(ref));
+      const e = blockEls[b];
+      e.setAttribute("data-ref", String(s.ref[b]));
       e.setAttribute("data-fill", String(s.fill[b]));
-      e.className = "block" + (ref === 0 ? " free" : "") + (s.cached[b] ? " cached" : "") +
-        (ref > 1 ? " shared" : "") + (b === head ? " head" : "") + (touched.has(b) ? " touched" : "");
-      e.style.background = who.length ? background(who) : "";
-      e.style.color = who.length === 1 ? inkOn(colourOf(who[0])) : "";
-      e.children[1].textContent = String(ref);
-      e.children[2].firstChild.style.width = (100 * s.fill[b] / BS) + "%";
-      const hash = s.hashes[b] ? "#" + s.hashes[b] : "";
-      e.children[3].textContent = s.labels[b] || (ref ? s.fill[b] + "/" + BS : (s.cached[b] ? UI.cached : "")) +
-        (hash && !s.labels[b] ? " " + hash : "");
+      const r = Math.floor(b / ROW);
+      if (hidden[r]) { if (!dirty.has(r)) dirty.set(r, []); dirty.get(r).push([b, key]); }
+      else drawLook(b, key);
     }
   }
+  blocksEl.addEventListener("contentvisibilityautostatechange", (ev) => {
+    const r = Array.prototype.indexOf.call(blocksEl.children, ev.target);
+    if (r < 0) return;
+    hidden[r] = ev.skipped ? 1 : 0;
+    if (!ev.skipped && dirty.has(r)) { for (const [b, key] of dirty.get(r)) drawLook(b, key); dirty.delete(r); }
+  });
   // The free list: moved element by element on a step forwards, rebuilt on a jump.
   const freeSpans = new Array(NB).fill(null);
   let freeShown = null, freeHeadEl = null;
