@@ -89,11 +89,22 @@ class Layout:
         return next((g for k, g in self.gone if k == step), ())
 
     # Derived positions, in units.
+    def text_pt(self, size: float) -> float:
+        """The size a `size`-pt text ends up at relative to this layout: the look's minimum,
+        and under `--slides` the 18 pt it is raised to once the frame is fitted to a slide."""
+        pt = style.pt(size)
+        if style.slides():
+            wide = 0.5 + LABEL_W + self.table_cells + 1.2 + self.cols * PITCH + 0.3
+            fit = min(style.SLIDE_BODY_IN[0] / (wide * self.unit),
+                      style.SLIDE_BODY_IN[1] / (self.height * self.unit))
+            pt = max(pt, style.SLIDE_MIN_PT / fit)
+        return pt
+
     @property
     def label_w(self) -> float:
         """The label column: "seq <longest id>" (bold) and "<n> tok" side by side, estimated at
         0.62 em per character at the size the look draws them, so they never meet."""
-        em = style.pt(9.5) / 72 / self.unit  # one em at the label size, in layout units
+        em = self.text_pt(9.5) / 72 / self.unit  # one em at the label size, in layout units
         return max(LABEL_W, 0.65 + 0.62 * em * (4 + self.name_chars) + 0.3 + 0.6 * em * 7)
 
     @property
@@ -179,7 +190,7 @@ def render(snapshot, fig=None, *, ax=None, layout: Layout | None = None, colours
     _blocks(ax, snapshot, layout, colours)
     _free_list(ax, snapshot, layout)
     if legend:
-        _legend(ax, layout)
+        _legend(ax, layout, snapshot)
     return fig
 
 
@@ -232,8 +243,8 @@ def block_xy(layout: Layout, b: int) -> tuple[float, float]:
 def _caption(ax, snap, layout):
     failed = any(e.kind == "allocation_failed" for e in snap.events)
     # ~0.57 em per character; a failed step's caption is bold, ~7% wider
-    chars = max(40, int(layout.width * layout.unit * 72 / ((0.61 if failed else 0.57)
-                                                             * style.pt(11))))
+    chars = max(20, int(layout.width * layout.unit * 72 / ((0.61 if failed else 0.57)
+                                                             * layout.text_pt(11))))
     said = caption(snap, style.lang())
     if style.lang() == "zh":  # no spaces to break at: cut by width (a CJK character is ~1 em)
         text = style.tr("step {k}: {caption}", k=snap.step, caption=said)
@@ -397,8 +408,9 @@ def block_label(snap, b: int) -> str:
     return text[:half] + "\n" + text[half:] if len(text) > 8 else text
 
 
-def _legend(ax, layout):
-    """What the marks mean: the legend of every step picture."""
+def _legend(ax, layout, snap=None):
+    """What the marks mean: the legend of every step picture (on a slide, the copy-on-write
+    entry only where the frame draws a copy, so the row fits at 18 pt)."""
     lk = style.look()
     handles = [
         Patch(facecolor=lk.free, edgecolor=lk.free_edge, ls="--", label=style.tr("free block")),
@@ -410,7 +422,10 @@ def _legend(ax, layout):
               label=style.tr("changed this step")),
         Line2D([], [], color=style.ACCENT, lw=2.6, label=style.tr("copy-on-write src\u2192dst")),
     ]
-    leg = ax.legend(handles=handles, loc="lower left", ncol=len(handles), frameon=False,
+    if style.slides() and snap is not None and not snap.pending_copies:
+        handles = handles[:-1]
+    ncol = 3 if style.slides() and len(handles) > 4 else len(handles)
+    leg = ax.legend(handles=handles, loc="lower left", ncol=ncol, frameon=False,
                     fontsize=style.pt(8.5), handlelength=1.6, columnspacing=1.2, borderaxespad=0.2,
                     bbox_to_anchor=(0.5 / layout.width, 0.0))
     leg.set_gid("legend")
