@@ -8,15 +8,15 @@
 Each notebook (nbformat 4, stored with its outputs so that GitHub shows its figures) holds
 the lesson's text in English and
 Chinese, then four code cells that call the helpers below: the lesson's demo, its
-figures, an interactive stepper over a trace (matplotlib's `to_jshtml`: play, pause,
-step) and the exercise's check against the student's workspace file (a section
+figures, an interactive stepper over a trace (`pagedsim.view`'s offline page: Prev/Next,
+keys, scrubber, autoplay) and the exercise's check against the student's workspace file (a section
 without an exercise, the capstone 3.8, ends after the stepper). Opening one needs
 the README's install plus Jupyter; nothing here imports IPython unless it is there.
 
 tests/course/test_notebooks.py checks, cheaply, that the stored cells are the generator's and
 that every code cell has outputs; its slow test executes every code cell in order, headless
 (Agg), with
-PAGEDSIM_NOTEBOOK_FAST=1: figures and stepper frames at a low resolution, the labs'
+PAGEDSIM_NOTEBOOK_FAST=1: figures at a low resolution, the labs'
 figures (whole sweeps, drawn by their own tests) named instead of drawn, and 3.8's
 engine on its NumPy path instead of the kernels.
 """
@@ -157,23 +157,17 @@ def snapshots(section: str) -> list:
 
 
 def stepper(section: str):
-    """An HTML player over the section's trace: play, pause and step through it."""
-    import matplotlib
+    """The section's trace as pagedsim's offline page (`pagedsim.view`): Prev/Next, the arrow
+    keys, a scrubber, autoplay and block details on hover, drawn from the trace itself."""
+    from pagedsim.view import View
 
-    matplotlib.use("Agg", force=False)
-    from pagedsim.draw import animate
-
-    snaps = snapshots(section)[: 3 if FAST else 12]
-    with matplotlib.rc_context({"figure.dpi": 30 if FAST else 72, "animation.embed_limit": 60}):
-        html = animate.to_html(snaps)
-
-    note = f"stepper: {len(snaps)} steps (open the notebook in Jupyter to play it)"
-    if (
-        _RECORD is not None
-    ):  # a stored notebook keeps the line, not megabytes of frames GitHub cannot play
+    snaps = snapshots(section)
+    view = View(snaps, title=f"pagedsim {section}", height=560)
+    note = f"stepper: {len(snaps)} steps (open the notebook in Jupyter to step through them)"
+    if _RECORD is not None:  # a stored notebook keeps the line: GitHub runs no script
         print(note)
     else:
-        _display({"text/html": html}, note)
+        _display({"text/html": view._repr_html_()}, note)
     return None
 
 

@@ -31,6 +31,8 @@ COMMANDS = {
     "conform": ("pagedsim.testing.conform:main", "check your own block manager against the model"),
     "play": ("pagedsim.app.play:main",
              "a playground: type alloc/append/fork/free and watch the blocks"),
+    "view": ("pagedsim.view.command:main",
+             "a saved trace as one offline HTML page to step through in a browser"),
     "capacity": ("pagedsim.app.capacity:main",
                  "how many KV tokens fit model Y on GPU X (vLLM v1's arithmetic)"),
 }

@@ -27,9 +27,11 @@ vLLM's engine-argument names: `--num-gpu-blocks-override` is the pool's size.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
+from ..view import sources, write_html
 from . import tour, view_zh
 from .args import ArgParser, int_in
 from .captions import caption
@@ -156,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="a JSON-lines stream of vLLM KV cache events to replay and draw")
     p.add_argument("--draw", type=Path, metavar="DIR",
                    help="write one frame per step, the key frames and a GIF")
+    p.add_argument("--html", type=Path, metavar="FILE",
+                   help="write the steps as one self-contained page to step through in a browser")
+    p.add_argument("--trace-out", type=Path, metavar="FILE",
+                   help="save the steps as a JSON trace (for `pagedsim view`)")
     p.add_argument("--format", choices=FORMATS, default="png",
                    help="format of the frames (default png)")
     p.add_argument("--style", choices=("paper", "projector"), default="paper",
@@ -206,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         play.loop(sys.stdin, echo=not live, prompt="play> " if live else "")
     if args.draw:
         _write(session.timeline(lang), args, lang)
+    _pages(args, lambda: sources.play(session, lang))
     return 1 if args.script and play.mistakes else 0
 
 
@@ -223,6 +230,8 @@ def _draw_trace(args, p, width: int, lang: str) -> int:
         print("\n".join(printable(line) for line in text.split("\n")))
     if args.draw:
         _write(snaps, args, lang)
+    _pages(args, lambda: dict(sources.saved(json.loads(args.trace.read_text(
+        encoding="utf-8-sig")), lang), title=f"pagedsim play --trace {args.trace.name}"))
     return 0
 
 
@@ -253,7 +262,21 @@ def _draw_events(args, p, width: int, lang: str) -> int:
         print("\n".join(printable(line) for line in text.split("\n")))
     if args.draw:
         _write(snaps, args, lang)
+    _pages(args, lambda: sources.events(snaps, lang))
     return 0
+
+
+def _pages(args, page) -> None:
+    """--html and --trace-out: the page (`pagedsim.view`) and the trace it shows."""
+    if not (args.html or args.trace_out):
+        return
+    page = page()
+    if args.html:
+        print(f"wrote {write_html(args.html, **page)}", file=sys.stderr)
+    if args.trace_out:
+        args.trace_out.write_text(json.dumps(sources.trace_out(page), default=str),
+                                  encoding="utf-8")
+        print(f"wrote {args.trace_out}", file=sys.stderr)
 
 
 def _write(snapshots, args, lang: str) -> None:

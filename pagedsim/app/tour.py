@@ -134,7 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--draw", metavar="DIR", help="also write PNG frames and a GIF into DIR")
     p.add_argument("--width", type=int, default=None, metavar="N",
                    help="no output line wider than N columns (default: the terminal's width)")
-    p.add_argument("--step", action="store_true", help="wait for Enter between steps (live use)")
+    p.add_argument("--step", action="store_true",
+                   help="wait between steps (live use): Enter = next, b = back, q = stop")
+    p.add_argument("--html", metavar="FILE",
+                   help="also write the tour as one self-contained page to step through in a "
+                        "browser (pagedsim.view)")
     p.add_argument("--lang", choices=LANGS, default=None,
                    help="en or zh (default: from PAGEDSIM_LANG or the locale)")
     args = p.parse_args(argv)
@@ -155,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
 
         show(say("pagedsim tour: chapter 3 on a pool of {n} blocks x {b} tokens (free order: LIFO, "
                  "as in the chapter)", n=NUM_BLOCKS, b=BLOCK_SIZE) + "\n")
-        for s in snaps:
+        k = 0
+        while k < len(snaps):
+            s = snaps[k]
             if lang == "zh":
                 why = tour_zh.WHY[s.step - 1] if s.step else tour_zh.WHY_START
             else:
@@ -164,14 +170,21 @@ def main(argv: list[str] | None = None) -> int:
             show(say("  why: {why}", why=why))
             print(format_snapshot(s, width=width, lang=lang))
             print()
-            if args.step and s is not snaps[-1]:
-                print(say("press Enter for the next step (q to stop)"), end=" ", flush=True)
+            k += 1
+            if args.step and k < len(snaps):
+                print(say("press Enter for the next step (b back, q to stop)"), end=" ",
+                      flush=True)
                 answer = sys.stdin.readline()
                 if not answer or answer.strip().lower() == "q":
                     print()
                     return 0
+                if answer.strip().lower() == "b":  # show the step before this one again
+                    k = max(0, k - 2)
         if any(e.kind == "allocation_failed" for e in snaps[-1].events):
             show(tour_zh.OUT_OF_BLOCKS_NOTE if lang == "zh" else OUT_OF_BLOCKS_NOTE)
+    if args.html:
+        from ..view import sources, write_html
+        print(f"wrote {write_html(args.html, **sources.tour(lang, args.steps))}", file=sys.stderr)
     if args.draw:
         from ..draw import style  # matplotlib only when asked for
         from ..draw.animate import write_trace

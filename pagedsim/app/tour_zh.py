@@ -39,5 +39,5 @@ ZH = {
         "pagedsim tour：第 3 章，块池共 {n} 块 x 每块 {b} 个 token"
         "（空闲顺序：后进先出，与本章一致）",
     "  why: {why}": "  原因：{why}",
-    "press Enter for the next step (q to stop)": "按回车看下一步（输入 q 结束）",
+    "press Enter for the next step (b back, q to stop)": "按回车看下一步（b 后退，q 结束）",
 }

@@ -13,10 +13,12 @@ with a dict `FIGURES: name -> maker(out_dir: Path) -> list[Path]`:
     pagedsim.draw.figures_labs  the race timeline and the sector / alignment strips
     pagedsim.draw.hybrid        the hybrid allocator's two KV cache groups over one pool
 
-Every maker uses fixed seeds, so running this twice writes the same files. The
-default output folder is `figures/` relative to the current directory: run it from
-the repository root to refresh the committed figures (the defaults: PNG, 100 dpi,
-the paper style). `--format svg` keeps every label as editable text, `--dpi 300`
+Every maker uses fixed seeds, so running this twice writes the same files. Without
+`--out`, a plain regeneration (the defaults: PNG, 100 dpi, the paper style, English)
+writes into `figures/` relative to the current directory: run it from the repository
+root to refresh the committed figures. Any other run without `--out` writes into a new
+temporary folder and says where, so a styled run never touches the committed figures.
+`--format svg` keeps every label as editable text, `--dpi 300`
 prints sharp, and `--style projector` makes slide figures (see `style.output`). `--slides`
 is the projector style (unless `--style` says otherwise) with one frame per file: 3.4's
 key frames become 3.4-tour-slide-<i>-step-<k>.png instead of one six-panel strip.
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -54,10 +57,23 @@ def collect() -> dict:
     return makers
 
 
+def default_out(args) -> str:
+    """figures/ for a plain regeneration; a new temporary folder (named on stderr) otherwise."""
+    plain = (args.format == "png" and args.dpi is None and args.style in (None, "paper")
+             and not args.slides and args.lang == "en")
+    if plain:
+        return "figures"
+    folder = tempfile.mkdtemp(prefix="pagedsim-figures-")
+    print(f"pagedsim figures: writing to {folder} (figures/ holds only the default PNGs; "
+          "--out DIR chooses the folder)", file=sys.stderr)
+    return folder
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="pagedsim figures", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default="figures", metavar="DIR",
-                   help="output folder (default: figures/ under the current directory)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="output folder (default: figures/ for a plain regeneration, else a new "
+                        "temporary folder, named on stderr)")
     p.add_argument("--only", nargs="+", metavar="NAME", help="make only these figures")
     p.add_argument("--list", action="store_true", help="list the figure names and exit")
     p.add_argument("--format", choices=style.FORMATS, default="png",
@@ -84,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             p.error(f"unknown figure(s) {', '.join(unknown)}; `--list` shows the names")
         makers = {n: makers[n] for n in args.only}
-    out = writable_dir(args.out)  # an unwritable folder fails here, before any figure
+    out = writable_dir(args.out or default_out(args))  # unwritable: fails before any figure
     for name, maker in makers.items():
         start = time.perf_counter()
         look = args.style or ("projector" if args.slides else "paper")

@@ -24,9 +24,9 @@ def tour_snapshots() -> list:
 def make_tour(out_dir: Path) -> list[Path]:
     """3.4: the tour as an animated GIF, plus its key frames drawn as one (vector) figure."""
     snaps = tour_snapshots()
+    if style.slides():  # one key frame per file, for a lecture hall (to step live: tour --html)
+        return scenario.write_slides(snaps, out_dir, "3.4-tour")
     gif = write_gif(snaps, Path(out_dir) / "3.4-tour.gif")
-    if style.slides():  # one key frame per file, for a lecture hall
-        return [gif, *scenario.write_slides(snaps, out_dir, "3.4-tour")]
     return [gif, scenario.write_strip(snaps, Path(out_dir) / "3.4-tour-key-frames.png")]
 
 

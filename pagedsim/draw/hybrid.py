@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..policies.hybrid import HybridManager
-from . import scenario
+from . import scenario, style
 
 PROMPT = [7, 7, 7, 7, 1, 2, 3, 4, 5, 9]  # 10 tokens: two full blocks of 4 and a partial one
 
@@ -35,6 +35,8 @@ def hybrid_snapshots() -> list:
 def make_hybrid(out_dir: Path) -> list[Path]:
     """Two KV cache groups (full attention, sliding window) over one pool, from a real run."""
     snaps = hybrid_snapshots()
+    if style.slides():  # one frame per slide: five panels at 18 pt do not fit one
+        return scenario.write_slides(snaps, out_dir, "hybrid-groups", picks=range(len(snaps)))
     return [scenario.write_strip(snaps, Path(out_dir) / "hybrid-groups.png",
                                  picks=range(len(snaps)))]
 

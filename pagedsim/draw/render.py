@@ -40,7 +40,7 @@ MAX_SEQS = 8  # table rows drawn; with more sequences the last row summarises th
 MAX_CELLS = 12  # logical slots drawn per table row
 PITCH = 1.25  # grid distance between physical blocks, in layout units
 CELL = 1.05  # side of one physical block
-LABEL_W = 3.4  # width of the "seq A / 9 tok" label column
+LABEL_W = 3.4  # least width of the "seq A / 9 tok" label column (longer ids widen it)
 NODE_PITCH = 1.1  # distance between free-list nodes
 COPY_BAND = 0.9  # extra room under each grid row for a copy-on-write arrow and its label
 COPY_DEPTH = 0.3  # how far a copy arrow's arc dips below the blocks
@@ -57,6 +57,7 @@ class Layout:
     table_cells: int  # logical slots reserved per row
     copy_room: bool = False  # some frame draws a copy-on-write arrow under the blocks
     gone: tuple = ()  # (step, ((seq_id, back_step | None), ...)): who left the pool at each step
+    name_chars: int = 1  # the longest sequence id, in characters ("A:window": 8)
 
     @property
     def rows(self) -> int:
@@ -79,17 +80,36 @@ class Layout:
         gone = departures(snapshots)
         seqs = max(seqs, *(len(s.sequences) + len(g) for s, g in zip(snapshots, gone, strict=True)))
         marks = tuple((s.step, g) for s, g in zip(snapshots, gone, strict=True) if g)
+        names = max((len(str(q.seq_id)) for s in snapshots for q in s.sequences), default=1)
         return cls(n, cols, max(2, min(seqs, MAX_SEQS)), max(4, min(cells, MAX_CELLS)), copies,
-                   marks)
+                   marks, names)
 
     def departed(self, step: int) -> tuple:
         """((seq_id, back_step | None), ...) for the frame of `step` (see `departures`)."""
         return next((g for k, g in self.gone if k == step), ())
 
     # Derived positions, in units.
+    def text_pt(self, size: float) -> float:
+        """The size a `size`-pt text ends up at relative to this layout: the look's minimum,
+        and under `--slides` the 18 pt it is raised to once the frame is fitted to a slide."""
+        pt = style.pt(size)
+        if style.slides():
+            wide = 0.5 + LABEL_W + self.table_cells + 1.2 + self.cols * PITCH + 0.3
+            fit = min(style.SLIDE_BODY_IN[0] / (wide * self.unit),
+                      style.SLIDE_BODY_IN[1] / (self.height * self.unit))
+            pt = max(pt, style.SLIDE_MIN_PT / fit)
+        return pt
+
+    @property
+    def label_w(self) -> float:
+        """The label column: "seq <longest id>" (bold) and "<n> tok" side by side, estimated at
+        0.62 em per character at the size the look draws them, so they never meet."""
+        em = self.text_pt(9.5) / 72 / self.unit  # one em at the label size, in layout units
+        return max(LABEL_W, 0.65 + 0.62 * em * (4 + self.name_chars) + 0.3 + 0.6 * em * 7)
+
     @property
     def grid_x(self) -> float:
-        return 0.5 + LABEL_W + self.table_cells + 1.2
+        return 0.5 + self.label_w + self.table_cells + 1.2
 
     @property
     def width(self) -> float:
@@ -170,7 +190,7 @@ def render(snapshot, fig=None, *, ax=None, layout: Layout | None = None, colours
     _blocks(ax, snapshot, layout, colours)
     _free_list(ax, snapshot, layout)
     if legend:
-        _legend(ax, layout)
+        _legend(ax, layout, snapshot)
     return fig
 
 
@@ -222,8 +242,9 @@ def block_xy(layout: Layout, b: int) -> tuple[float, float]:
 
 def _caption(ax, snap, layout):
     failed = any(e.kind == "allocation_failed" for e in snap.events)
-    # ~0.57 em per character
-    chars = max(40, int(layout.width * layout.unit * 72 / (0.57 * style.pt(11))))
+    # ~0.57 em per character; a failed step's caption is bold, ~7% wider
+    chars = max(20, int(layout.width * layout.unit * 72 / ((0.61 if failed else 0.57)
+                                                             * layout.text_pt(11))))
     said = caption(snap, style.lang())
     if style.lang() == "zh":  # no spaces to break at: cut by width (a CJK character is ~1 em)
         text = style.tr("step {k}: {caption}", k=snap.step, caption=said)
@@ -241,7 +262,7 @@ def _caption(ax, snap, layout):
 
 
 def _tables(ax, snap, layout, colours):
-    x0 = 0.5 + LABEL_W
+    x0 = 0.5 + layout.label_w
     for i in range(layout.table_cells):  # logical index header
         ax.text(x0 + i + 0.45, layout.body_y + 0.35, str(i), ha="center", fontsize=style.pt(7.5),
                 color=style.grey("#666666"))
@@ -257,7 +278,7 @@ def _tables(ax, snap, layout, colours):
                 fontweight="bold",
                 gid=f"label-{seq.seq_id}")
         ax.text(x0 - 0.15, y + 0.41, style.tr("{n} tok", n=seq.num_tokens), va="center",
-                ha="right", fontsize=style.pt(8))
+                ha="right", fontsize=style.pt(8), gid=f"tokens-{seq.seq_id}")
         blocks = seq.blocks
         cut = len(blocks) > layout.table_cells
         for i, b in enumerate(blocks[:layout.table_cells - 1] if cut else blocks):
@@ -275,7 +296,7 @@ def _tables(ax, snap, layout, colours):
                     ha="center", va="center", fontsize=style.pt(8), color=style.grey("#444444"))
     rows = len(shown) + (len(shown) < len(seqs))
     for j, (sid, back) in enumerate(layout.departed(snap.step)[:max(0, layout.table_rows - rows)]):
-        _gone_row(ax, layout.body_y + 0.6 + (rows + j) * ROW, sid, back, colours)
+        _gone_row(ax, layout.body_y + 0.6 + (rows + j) * ROW, sid, back, colours, layout.label_w)
     if len(shown) < len(seqs):
         ax.text(0.5, layout.body_y + 0.6 + len(shown) * ROW + 0.41,
                 style.tr("... and {n} more sequences", n=len(seqs) - len(shown)),
@@ -286,7 +307,7 @@ def _tables(ax, snap, layout, colours):
                 color=style.grey("#666666"))
 
 
-def _gone_row(ax, y, seq_id, back, colours):
+def _gone_row(ax, y, seq_id, back, colours, label_w):
     """A sequence that left the pool at this step: its colour as a dashed outline, and why."""
     colour = style.colour_of(seq_id, colours)
     ax.add_artist(Rectangle((0.5, y + 0.08), 0.5, 0.66, facecolor="white", edgecolor=colour, lw=1.6,
@@ -295,7 +316,7 @@ def _gone_row(ax, y, seq_id, back, colours):
             color=style.grey("#666666"))
     why = (style.tr("finished: its blocks are freed") if back is None else
            style.tr("preempted: out of the pool until step {k}", k=back))
-    ax.text(0.5 + LABEL_W, y + 0.41, why, va="center", fontsize=style.pt(8.5),
+    ax.text(0.5 + label_w, y + 0.41, why, va="center", fontsize=style.pt(8.5),
             color=style.grey("#666666"), style="italic", gid=f"gone-why-{seq_id}")
 
 
@@ -387,8 +408,9 @@ def block_label(snap, b: int) -> str:
     return text[:half] + "\n" + text[half:] if len(text) > 8 else text
 
 
-def _legend(ax, layout):
-    """What the marks mean: the legend of every step picture."""
+def _legend(ax, layout, snap=None):
+    """What the marks mean: the legend of every step picture (on a slide, the copy-on-write
+    entry only where the frame draws a copy, so the row fits at 18 pt)."""
     lk = style.look()
     handles = [
         Patch(facecolor=lk.free, edgecolor=lk.free_edge, ls="--", label=style.tr("free block")),
@@ -400,7 +422,10 @@ def _legend(ax, layout):
               label=style.tr("changed this step")),
         Line2D([], [], color=style.ACCENT, lw=2.6, label=style.tr("copy-on-write src\u2192dst")),
     ]
-    leg = ax.legend(handles=handles, loc="lower left", ncol=len(handles), frameon=False,
+    if style.slides() and snap is not None and not snap.pending_copies:
+        handles = handles[:-1]
+    ncol = 3 if style.slides() and len(handles) > 4 else len(handles)
+    leg = ax.legend(handles=handles, loc="lower left", ncol=ncol, frameon=False,
                     fontsize=style.pt(8.5), handlelength=1.6, columnspacing=1.2, borderaxespad=0.2,
                     bbox_to_anchor=(0.5 / layout.width, 0.0))
     leg.set_gid("legend")

@@ -20,7 +20,9 @@ with `with output(fmt="svg", dpi=300, look="projector"):`; `save` obeys them:
             colours (Tol "bright"), no pale fills, every text at least 12 pt, and figures
             made 1.4x larger so their geometry grows with the text (13.3 in = a 16:9 slide).
     slides  True for `pagedsim figures --slides`: a figure made of several frames (3.4's
-            key frames) is written one frame per file, each with its own legend.
+            key frames) is written one frame per file, each with its own legend, and
+            every figure is sized to a 16:9 slide's body (960 x 480 pt) with no text
+            under 18 pt there (`fit_slide`).
 """
 
 from __future__ import annotations
@@ -222,6 +224,25 @@ METADATA = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None},
 SAVE_RC = {"svg.fonttype": "none", "svg.hashsalt": "pagedsim", "pdf.fonttype": 42}
 
 
+SLIDE_BODY_IN = (960 / 72, 480 / 72)  # a 16:9 slide's body under its title band: 960 x 480 pt
+SLIDE_MIN_PT = 18.0  # no text smaller than this on a slide, as projected
+
+
+def fit_slide(fig) -> None:
+    """`--slides`: size the figure to fill a slide body at its own aspect ratio (so it is
+    placed at 100%), then raise every text to at least 18 pt at that size."""
+    if getattr(fig, "_pagedsim_slide", False):
+        return
+    w, h = fig.get_size_inches()
+    fit = min(SLIDE_BODY_IN[0] / w, SLIDE_BODY_IN[1] / h)
+    fig.set_size_inches(w * fit, h * fit)
+    _raise_ticks(fig, SLIDE_MIN_PT)
+    for text in fig.findobj(Text):
+        if text.get_text() and text.get_fontsize() < SLIDE_MIN_PT:
+            text.set_fontsize(SLIDE_MIN_PT)
+    fig._pagedsim_slide = True
+
+
 def fit_look(fig) -> None:
     """Apply the current look to a finished figure: scale it (once) and raise small text."""
     lk = look()
@@ -291,6 +312,8 @@ def save(fig, path, *, dpi: int = DPI, close: bool = True) -> Path:
     fmt = path.suffix.lstrip(".").lower()
     path.parent.mkdir(parents=True, exist_ok=True)
     fit_look(fig)
+    if _out["slides"]:
+        fit_slide(fig)
     with plt.rc_context(SAVE_RC):
         fig.savefig(path, dpi=_out["dpi"] or dpi, metadata=METADATA.get(fmt), facecolor="white",
                     format=fmt)

@@ -73,6 +73,11 @@ def parser() -> ArgParser:
                         "a GPU = Numba's CUDA simulator (slow: tiny models only)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--draw", metavar="DIR", help="write a PNG per engine step and a GIF")
+    p.add_argument("--html", metavar="FILE",
+                   help="write the engine steps as one self-contained page for a browser, every "
+                        "block labelled with the text it holds")
+    p.add_argument("--trace-out", metavar="FILE",
+                   help="save the engine steps as a JSON trace (for `pagedsim view`)")
     return p
 
 
@@ -153,4 +158,13 @@ def main(argv: list[str] | None = None) -> int:
         from ..draw.animate import write_trace  # matplotlib only when asked for
         for path in write_trace(generate.step_frames(engine, marks), args.draw, name="generate"):
             print(f"wrote {path}", file=sys.stderr)
+    if args.html or args.trace_out:
+        from ..view import sources, write_html
+        page = sources.generate(engine, marks)
+        if args.html:
+            print(f"wrote {write_html(args.html, **page)}", file=sys.stderr)
+        if args.trace_out:
+            Path(args.trace_out).write_text(json.dumps(sources.trace_out(page), default=str),
+                                            encoding="utf-8")
+            print(f"wrote {args.trace_out}", file=sys.stderr)
     return 0 if summary["tokens_match"] else 1

@@ -1,5 +1,7 @@
 """Figures for slides: the projector look, vector output, the key-frame strip as one figure, 3.1."""
 
+from pathlib import Path
+
 import pytest
 from matplotlib.image import AxesImage
 from matplotlib.text import Text
@@ -137,3 +139,18 @@ def test_no_idle_band_between_the_fullest_block_tables_and_the_free_list(tour_sn
     lowest = max(p.get_y() + p.get_height() for p in rows)
     title = next(t for t in ax.texts if t.get_text().startswith("free list, head first"))
     assert 0 < title.get_position()[1] - lowest < 0.7  # layout units (a block is 1.05)
+
+
+def test_a_styled_figures_run_without_out_leaves_figures_alone_and_says_where(
+        tmp_path, monkeypatch, capsys):
+    from pagedsim.draw import figures
+
+    monkeypatch.chdir(tmp_path)
+    assert figures.main(["--only", "3.7-alignment", "--format", "svg", "--style",
+                         "projector"]) == 0
+    err = capsys.readouterr().err
+    folder = err.split("writing to ")[1].split(" ")[0]
+    assert not (tmp_path / "figures").exists()
+    assert [p.name for p in Path(folder).iterdir()] == ["3.7-alignment.svg"]
+    assert figures.main(["--only", "3.7-alignment"]) == 0  # a plain run: figures/
+    assert [p.name for p in (tmp_path / "figures").iterdir()] == ["3.7-alignment.png"]

@@ -1,0 +1,131 @@
+"""The trace page at scale: page size and step-change time for 2,000 steps on 4,096 blocks.
+
+A random playground scenario (`scenario`) drives a real `Session` on a pool of 4,096
+blocks x 16 tokens until it has 2,000 steps: prompts, decodes, beam-search forks,
+finishes and, when the pool runs dry, OutOfBlocks steps. The scenario is written as a
+play script, so the same page comes from the command line:
+
+    python benchmarks/bench_viewer.py --script /tmp/long.play     (writes the script too)
+    pagedsim play /tmp/long.play --blocks 4096 --block-size 16 --html /tmp/long.html
+
+Measured: the page's size in bytes (target <= 6 MB), the time to write it, and, in a
+headless system Chromium (Playwright; never a browser download), the time from load to
+the first drawn step and the time of one step change (ArrowRight-style `go(i + 1)`, and
+random jumps, which replay up to 15 differences from a checkpoint) including the
+layout it forces. Target: under 100 ms per step change. Times are wall-clock on this
+machine; run it on an idle one.
+
+    python benchmarks/bench_viewer.py [--steps 2000] [--blocks 4096] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from pagedsim.app.play_session import Options, Refused, Session
+from pagedsim.view import sources, to_html
+
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def scenario(steps: int, blocks: int, block_size: int, seed: int = 0) -> tuple[Session, list]:
+    """A session with `steps` accepted commands, and those commands (a play script)."""
+    rng, session, made, script = random.Random(seed), Session(Options(blocks, block_size)), 0, []
+    tokens = blocks * block_size
+    while len(script) < steps:
+        live, roll = session.manager.seq_ids(), rng.random()
+        if not live or roll < 0.22:
+            made += 1
+            command = f"alloc s{made} {rng.randint(1, max(2, tokens // 48))}"
+        elif roll < 0.72:
+            command = f"append {rng.choice(live)} {rng.randint(1, 3 * block_size)}"
+        elif roll < 0.80:
+            made += 1
+            command = f"fork {rng.choice(live)} s{made}"
+        else:
+            command = f"free {rng.choice(live)}"
+        try:
+            session.run(command)
+        except Refused:
+            continue
+        script.append(command)
+    return session, script
+
+
+def browser_times(html_path: Path, samples: int, seed: int = 1) -> dict:
+    from playwright.sync_api import sync_playwright
+
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, args=ARGS)
+        page = b.new_page(viewport={"width": 1600, "height": 1000})
+        t0 = time.perf_counter()
+        page.goto(html_path.as_uri())
+        page.wait_for_function("() => window.pagedsimViewer !== undefined")
+        page.evaluate("() => document.body.getBoundingClientRect()")
+        load = time.perf_counter() - t0
+        n = page.evaluate("window.pagedsimViewer.count()")
+        rng = random.Random(seed)
+        jumps = [rng.randrange(n) for _ in range(samples)]
+        timing = page.evaluate("""([jumps, samples]) => {
+            const v = window.pagedsimViewer, out = {next: [], jump: []};
+            const time = (i) => {
+                const t = performance.now();
+                v.go(i);
+                document.body.getBoundingClientRect();  // the layout the change forces
+                return performance.now() - t;
+            };
+            v.go(0);
+            for (let k = 0; k < samples; k++) out.next.push(time(v.index() + 1));
+            for (const i of jumps) out.jump.push(time(i));
+            return out;
+        }""", [jumps, samples])
+        b.close()
+    summary = {"load_s": round(load, 3), "steps": n}
+    for kind, values in timing.items():
+        summary[f"{kind}_ms_median"] = round(statistics.median(values), 2)
+        summary[f"{kind}_ms_max"] = round(max(values), 2)
+    return summary
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--blocks", type=int, default=4096)
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--samples", type=int, default=200, help="step changes timed per kind")
+    p.add_argument("--script", type=Path, help="also write the scenario as a play script here")
+    p.add_argument("--html", type=Path, help="keep the page here (default: a temporary file)")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    t0 = time.perf_counter()
+    session, script = scenario(args.steps, args.blocks, args.block_size)
+    simulate = time.perf_counter() - t0
+    if args.script:
+        args.script.write_text("\n".join(script) + "\n", encoding="utf-8")
+    t0 = time.perf_counter()
+    html = to_html(**sources.play(session))
+    write = time.perf_counter() - t0
+    out = args.html or Path(tempfile.mkdtemp()) / "long.html"
+    out.write_text(html, encoding="utf-8")
+    result = {"steps": args.steps, "blocks": args.blocks, "page_bytes": len(html.encode()),
+              "simulate_s": round(simulate, 2), "write_page_s": round(write, 2)}
+    result.update(browser_times(out, args.samples))
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        for k, v in result.items():
+            print(f"{k:>18}: {v}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

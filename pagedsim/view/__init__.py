@@ -1,0 +1,195 @@
+"""A trace in the browser: one self-contained HTML page that steps through the real state.
+
+`to_html(trace_or_snapshots, ...)` returns the page as a string: the trace as JSON
+(per-step differences, `view/diffs.py`) plus the package's `viewer.js` and `viewer.css`,
+inlined. The page makes no request: no CDN, no web fonts, no images, no network, and
+there is no build step. Open it from disk, project it, mail it. `View` shows the same
+page in a notebook (an iframe with the page in `srcdoc`, so it works offline too).
+
+The page draws what the figures draw (`draw/render.py`), as a pure function of one
+step's state: the free list head first; every physical block in the owners' colours
+(the figures' palette, `draw/style.py`), with its ref-count badge, fill bar, prefix-cache
+hash and the text it holds (`generate`); each sequence's block table, logical ->
+physical (both KV cache groups, side by side, for a hybrid trace); the step's caption
+and its "why" line; what the step changed, outlined; copy-on-write arrows (src -> dst);
+OutOfBlocks and preemption marked; which vLLM version (v0 or v1) the mechanism follows.
+
+Controls: Prev/Next buttons and ArrowLeft/ArrowRight, Home/End, a scrubber, Play/Pause
+(Space) with a speed menu, P (or the button) for projector mode (at 1920x1080 the
+caption is >= 28 px and block labels >= 20 px). Hover or click a block to see its id,
+ref count, owners, fill, hash, text and the step that last changed it. The step index
+lives in the URL hash (`page.html#step=4`), so a link opens at that step.
+
+DOM contract (tests and other tools read the state back from these; kept stable):
+
+    #step        text "step K / N": K the shown snapshot's step number, N the last one's
+    #caption     the step's caption (text only)
+    #why         the step's "why" line (may be empty)
+    #blocks      every physical block as an element with data-block="<id>" and
+                 data-ref="<ref count>" (0 when free); also data-fill="<tokens>"
+    #free-list   the free blocks, head first, each an element with data-block="<id>"
+    #tables      one element per live sequence, data-seq="<id>", in admission order; its
+                 children with data-block are its physical blocks in logical order
+                 (data-block="-1": a logical block a sliding window dropped)
+    #version     the vLLM version label
+    body         data-step-index="<i>" (0-based position in the trace) and
+                 data-steps="<count>"; class "projector" in projector mode
+    window.pagedsimViewer   {go(i), index(), count()} for tools that drive the page
+
+Reference: the PagedAttention paper (Kwon et al., SOSP 2023), Fig. 6-8, and vLLM v1's
+`vllm/v1/core/block_pool.py` (the free queue) for what is drawn.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from importlib.resources import files
+
+from ..app.captions import caption as _caption
+from ..app.lang import LANGS
+from ..trace import Snapshot, Trace
+from .diffs import encode
+
+# The figures' palette (draw/style.py's SEQ_COLOURS, Tol muted; tests keep the two equal).
+# It is written out here because the page must not import matplotlib.
+PALETTE = ("#88CCEE", "#CC6677", "#117733", "#DDCC77", "#332288", "#AA4499", "#44AA99",
+           "#999933", "#882255")
+FREE, ACCENT, ALERT = "#DDDDDD", "#EE7733", "#AA3377"
+
+UI_ZH = {
+    "step": "第", "of": "/", "Prev": "上一步", "Next": "下一步", "Play": "播放", "Pause": "暂停",
+    "speed": "速度", "Projector": "投影", "free list, head first": "空闲链表，表头在前",
+    "block tables (logical \u2192 physical)": "块表（逻辑 \u2192 物理）",
+    "physical blocks": "物理块", "why": "原因", "empty: the next allocate() fails":
+        "空：下一次 allocate() 会失败", "(no sequences)": "（没有序列）",
+    "OutOfBlocks": "OutOfBlocks（块耗尽）", "preempted": "抢占",
+    "KV cache group": "KV cache 组", "block": "块", "ref count": "引用计数", "owners": "所有者",
+    "fill": "填充", "hash": "哈希", "text": "文本", "last changed at step": "最近一次改动在第几步",
+    "cached": "已缓存", "free": "空闲", "tokens": "个 token", "dropped": "已丢弃",
+    "copy-on-write": "写时复制", "changed this step": "本步改动",
+    "keys": "按键：\u2190 \u2192 Home End，空格 播放，P 投影",
+}
+UI_KEYS = tuple(UI_ZH)
+
+
+def _ui(lang: str) -> dict:
+    if lang == "zh":
+        return dict(UI_ZH)
+    out = {k: k for k in UI_KEYS}
+    out.update({"step": "step", "of": "/",
+                "keys": "keys: \u2190 \u2192 Home End, Space play, P projector"})
+    return out
+
+
+def _snapshots(trace_or_snapshots) -> list:
+    if isinstance(trace_or_snapshots, Trace):
+        snaps = list(trace_or_snapshots.snapshots)
+    elif isinstance(trace_or_snapshots, dict):  # Trace.to_dict(), e.g. `tour --json`
+        from ..app.trace_json import snapshots_from_dict
+        snaps = snapshots_from_dict(trace_or_snapshots)
+    else:
+        snaps = list(trace_or_snapshots)
+    if not snaps:
+        raise ValueError("nothing to show: the trace has no snapshots (was it recorded with "
+                         "keep_snapshots=True?)")
+    if not all(isinstance(s, Snapshot) for s in snaps):
+        raise TypeError("to_html takes a Trace, a list of Snapshots or a Trace.to_dict() dict")
+    if len({(s.num_blocks, s.block_size) for s in snaps}) != 1:
+        raise ValueError("the snapshots disagree on the pool's size")
+    return snaps
+
+
+def _groups(names) -> list | None:
+    """The KV cache groups of a hybrid trace ("A:full", "A:window"), else None."""
+    suffixes = {str(n).rsplit(":", 1)[1] for n in names if ":" in str(n)}
+    if names and all(":" in str(n) for n in names) and suffixes <= {"full", "window"}:
+        return ["full", "window"]
+    return None
+
+
+def page_data(trace_or_snapshots, *, lang: str = "en", title: str = "pagedsim",
+              version: str = "", whys=None, marks=None, captions=None, labels=None,
+              hashes=None) -> dict:
+    """Everything the page shows, as JSON-ready data (see `diffs.py` for a step's shape).
+
+    whys: the "why" line of each step (a list, by position); marks: {position: ("oob" |
+    "pre", ...)}, added to the OutOfBlocks marks the events already show; captions: each
+    step's caption (default: the snapshot's own, in `lang`); labels / hashes: each step's
+    text and prefix-cache hash per block (default: the snapshots' `block_labels` /
+    `block_hashes`, if they carry them)."""
+    if lang not in LANGS:
+        raise ValueError(f"lang must be one of {', '.join(LANGS)}, got {lang!r}")
+    snaps = _snapshots(trace_or_snapshots)
+    if captions is None:
+        captions = [_caption(s, lang) for s in snaps]
+    if len(captions) != len(snaps) or (whys is not None and len(whys) > len(snaps)):
+        raise ValueError(f"{len(snaps)} snapshots but {len(captions)} captions and "
+                         f"{len(whys or ())} why lines")
+    marks = {i: list(v) for i, v in (marks or {}).items()}
+    for i, s in enumerate(snaps):
+        if any(e.kind == "allocation_failed" for e in s.events) and "oob" not in marks.get(i, ()):
+            marks.setdefault(i, []).append("oob")
+    data = encode(snaps, captions, list(whys or ()), marks, labels, hashes)
+    bases: dict = {}
+    data["colour"] = [bases.setdefault(n.split(":")[0] if _groups(data["seqs"]) else n,
+                                       len(bases)) % len(PALETTE) for n in data["seqs"]]
+    data.update(title=title, version=version, lang=lang, groups=_groups(data["seqs"]),
+                palette=list(PALETTE), free=FREE, accent=ACCENT, alert=ALERT, ui=_ui(lang))
+    return data
+
+
+def _asset(name: str) -> str:
+    return files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+def _script_json(data: dict) -> str:
+    """JSON that is safe inside <script>: no "</" can close the element early."""
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
+
+
+def to_html(trace_or_snapshots, *, lang: str = "en", title: str = "pagedsim",
+            version: str = "", whys=None, marks=None, captions=None, labels=None,
+            hashes=None) -> str:
+    """One self-contained HTML page for the trace (a `Trace`, a list of `Snapshot`s, or a
+    `Trace.to_dict()` dict). See the module docstring for what it shows and its DOM contract;
+    the keywords are `page_data`'s."""
+    data = page_data(trace_or_snapshots, lang=lang, title=title, version=version, whys=whys,
+                     marks=marks, captions=captions, labels=labels, hashes=hashes)
+    return (
+        "<!DOCTYPE html>\n"
+        f'<html lang="{"zh" if lang == "zh" else "en"}"><head><meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        # the page may run its own inline script and style and nothing else: no request leaves
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+        "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">\n"
+        f"<title>{html.escape(title)}</title>\n"
+        f"<style>\n{_asset('viewer.css')}</style>\n</head>\n<body>\n"
+        f'<script type="application/json" id="trace-data">{_script_json(data)}</script>\n'
+        f"<script>\n{_asset('viewer.js')}</script>\n</body></html>\n")
+
+
+def write_html(path, trace_or_snapshots, **kwargs) -> str:
+    """Write `to_html(...)` to `path` (UTF-8); returns the path as a string."""
+    from pathlib import Path
+
+    text = to_html(trace_or_snapshots, **kwargs)
+    Path(path).write_text(text, encoding="utf-8")
+    return str(path)
+
+
+class View:
+    """The page in a notebook: `View(trace)` as a cell's last line shows it, offline.
+
+    The page sits in an iframe's `srcdoc`, so its script runs in its own document (keys,
+    URL hash) and nothing is fetched."""
+
+    def __init__(self, trace_or_snapshots, *, height: int = 640, **kwargs):
+        self.html = to_html(trace_or_snapshots, **kwargs)
+        self.height = height
+
+    def _repr_html_(self) -> str:
+        return (f'<iframe srcdoc="{html.escape(self.html, quote=True)}" '
+                f'style="width:100%;height:{int(self.height)}px;border:1px solid #ccc" '
+                'sandbox="allow-scripts"></iframe>')

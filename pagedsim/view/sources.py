@@ -1,0 +1,170 @@
+"""What each command puts on a page: its snapshots, captions, "why" lines, marks and label.
+
+Every function returns the keyword arguments of `pagedsim.view.to_html` for one source:
+
+    tour(lang)                      the tour's script (its "why" lines, v0 fork, v1 free queue)
+    play(session, lang)             a playground `Session`: its timeline, preemption marked,
+                                    prefix-cache hashes read from the pool after each command
+    events(snapshots)               a replayed vLLM KV event stream (`play --events`)
+    generate(engine, marks)         `generate`'s engine steps, blocks labelled with their text
+    saved(data)                     a JSON trace written by `tour --json` or `--trace-out`
+
+`version_of(options)` names the vLLM version each playground mechanism follows. No
+matplotlib here.
+"""
+
+from __future__ import annotations
+
+TOUR_VERSION = "fork + copy-on-write: vLLM v0 · free queue: vLLM v1"
+EVENTS_VERSION = "vLLM v1 KV cache events (BlockStored / BlockRemoved / AllBlocksCleared)"
+GENERATE_VERSION = "vLLM v1 scheduler + prefix cache · v0 fork + copy-on-write (n, beams)"
+
+
+def tour(lang: str = "en", steps: int | None = None) -> dict:
+    from ..app import tour as t
+    from ..app import tour_zh
+    from ..app.captions import caption
+
+    snaps = t.tour_manager(steps).trace.snapshots
+    script = tour_zh.WHY if lang == "zh" else [why for why, _ in t.SCRIPT]
+    start = tour_zh.WHY_START if lang == "zh" else t.WHY_START
+    whys = [start if s.step == 0 else script[s.step - 1] for s in snaps]
+    if any(e.kind == "allocation_failed" for e in snaps[-1].events):
+        whys[-1] += " " + (tour_zh.OUT_OF_BLOCKS_NOTE if lang == "zh" else t.OUT_OF_BLOCKS_NOTE)
+    return dict(trace_or_snapshots=snaps, captions=[caption(s, lang) for s in snaps],
+                whys=whys, lang=lang, title="pagedsim tour: chapter 3 on a 12-block pool",
+                version=TOUR_VERSION)
+
+
+def version_of(options) -> str:
+    """The vLLM version behind a playground's options (`play_session.Options`)."""
+    if options.hybrid is not None:
+        label = f"vLLM v1 hybrid allocator: full attention + a {options.hybrid}-token window"
+    elif options.prefix_cache:
+        label = "vLLM v1 automatic prefix caching (free queue = LRU eviction order)"
+    elif options.window:
+        label = f"vLLM v1 sliding window of {options.window} tokens"
+    else:
+        label = TOUR_VERSION
+    if options.policy != "none":
+        label += f" · preemption by {options.policy}: vLLM v0 scheduler"
+    return label
+
+
+def _preemption_marks(session) -> dict:
+    """Positions in `session.timeline()` whose step preempted a sequence."""
+    marks, k, pos = {}, 0, 1
+    for m in session.moments[:session.cursor]:
+        preempting = any(str(n).startswith(("preempted seq", "swapped seq")) and
+                         "back in" not in str(n) for n in m.notes)
+        for i in range(k + 1, m.snapshot + 1):
+            if i < m.snapshot or preempting:
+                marks[pos] = ["pre"]
+            pos += 1
+        k = m.snapshot
+    return marks
+
+
+def _hashes(session) -> list | None:
+    """The prefix-cache hash of every block after each timeline step, or None without a
+    cache. Replays the session's commands on a fresh manager (it is deterministic)."""
+    from ..app.play_session import Session
+
+    if getattr(session.manager, "pool", None) is None or \
+            not hasattr(session.manager.pool, "hash_of"):
+        return None
+    twin = Session(session.options)
+    out = [()]  # the empty pool
+    for m in session.moments[:session.cursor]:
+        twin.run(m.command)
+        pool, n = twin.manager.pool, twin.manager.num_blocks
+        now = tuple(format(pool.hash_of(b) & 0xFFFFFFFF, "08x") if pool.is_cached(b) else ""
+                    for b in range(n))
+        out += [now] * (m.snapshot + 1 - len(out))
+    return out
+
+
+def play(session, lang: str = "en", title: str = "pagedsim play") -> dict:
+    snaps = session.timeline(lang)
+    return dict(trace_or_snapshots=snaps, lang=lang, title=title,
+                version=version_of(session.options), marks=_preemption_marks(session),
+                hashes=_hashes(session))
+
+
+def events(snapshots, lang: str = "en", title: str = "pagedsim play --events") -> dict:
+    return dict(trace_or_snapshots=snapshots, lang=lang, title=title, version=EVENTS_VERSION,
+                captions=[f"event {s.step}: {s.caption}" for s in snapshots])
+
+
+def generate(engine, marks, lang: str = "en") -> dict:
+    from ..engine.generate import step_frames
+
+    frames = step_frames(engine, marks)
+    flags = {i: ["pre"] for i, rec in enumerate(engine.log)
+             if any(k.startswith("preempted") and v for k, v in rec.items())}
+    return dict(trace_or_snapshots=frames, lang=lang, version=GENERATE_VERSION,
+                title="pagedsim generate: the blocks serving a model", marks=flags,
+                labels=[getattr(f, "block_labels", ()) for f in frames])
+
+
+def saved(data: dict, lang: str = "en", title: str = "pagedsim trace") -> dict:
+    """A saved trace: `tour --json`'s {"events", "snapshots"}, or `--trace-out`'s, which adds
+    an optional "view" object {"title", "version", "whys", "marks", "labels", "hashes"}."""
+    from ..app.trace_json import snapshots_from_dict
+
+    snaps = snapshots_from_dict(data)
+    view = data.get("view") or {}
+    if not isinstance(view, dict):
+        raise ValueError("'view' must be an object")
+    out = dict(trace_or_snapshots=snaps, lang=lang, title=_text(view, "title", title),
+               version=_text(view, "version", ""))
+    whys = view.get("whys")
+    if whys is not None:
+        if not isinstance(whys, list) or not all(isinstance(w, (str, type(None))) for w in whys):
+            raise ValueError("view.whys must be a list of text")
+        out["whys"] = whys
+    marks = view.get("marks") or {}
+    if not isinstance(marks, dict) or not all(
+            str(k).isdigit() and isinstance(v, list) and set(v) <= {"oob", "pre"}
+            for k, v in marks.items()):
+        raise ValueError('view.marks must map step positions to lists of "oob" / "pre"')
+    out["marks"] = {int(k): v for k, v in marks.items()}
+    for key in ("labels", "hashes"):
+        per_step = view.get(key)
+        if per_step is None:
+            continue
+        if not isinstance(per_step, list) or len(per_step) > len(snaps) or not all(
+                isinstance(row, list) and all(isinstance(x, str) for x in row)
+                for row in per_step):
+            raise ValueError(f"view.{key} must be a list (one per step) of lists of text")
+        out[key] = per_step
+    return out
+
+
+def _text(view: dict, key: str, default: str) -> str:
+    value = view.get(key, default)
+    if not isinstance(value, str):
+        raise ValueError(f"view.{key} must be text")
+    return value
+
+
+def trace_out(page: dict) -> dict:
+    """A source's page as a JSON trace for `--trace-out` (read back by `saved`)."""
+    snaps = page["trace_or_snapshots"]
+    view = {"title": page.get("title", ""), "version": page.get("version", "")}
+    if page.get("whys"):
+        view["whys"] = list(page["whys"])
+    if page.get("marks"):
+        view["marks"] = {str(k): list(v) for k, v in page["marks"].items()}
+    for key in ("labels", "hashes"):
+        if page.get(key):
+            view[key] = [[str(x) for x in row] for row in page[key]]
+    snapshots = []
+    for i, s in enumerate(snaps):
+        d = s.to_dict()
+        d.pop("block_labels", None)  # generate's, kept in view.labels
+        if page.get("captions"):
+            d["custom_caption"] = page["captions"][i]
+        snapshots.append(d)
+    return {"events": [e for d in snapshots for e in d["events"]], "snapshots": snapshots,
+            "view": view}

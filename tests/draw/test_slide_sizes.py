@@ -1,0 +1,49 @@
+"""`pagedsim figures --slides` for the back of a hall: every file, fitted to a 16:9 slide's
+body (960 x 480 pt under a title band), has no text under 18 pt. Read from the SVG itself:
+its width and height in pt, and the font size of every <text> (matplotlib writes SVG
+user units at 72 per inch, so a font-size in px is in pt)."""
+
+import re
+
+import pytest
+
+from pagedsim.draw import figures
+
+pytestmark = [pytest.mark.draw, pytest.mark.slow]
+
+BODY = (960.0, 480.0)
+
+
+def fitted_sizes(svg: str) -> list[float]:
+    """Every text's size in pt once the drawing is scaled to fit the slide body."""
+    w, h = (float(v) for v in re.search(r'<svg[^>]*width="([\d.]+)pt" height="([\d.]+)pt"',
+                                        svg).groups())
+    fit = min(BODY[0] / w, BODY[1] / h)
+    return [float(px) * fit for px in re.findall(r"font-size:\s*([\d.]+)px", svg)]
+
+
+def test_fitted_sizes_reads_the_scale_from_the_svg():
+    svg = ('<svg width="1920pt" height="480pt"><text style="font-size: 36px">a</text>'
+           '<text style="font: 12px x; font-size: 20px">b</text></svg>')
+    assert fitted_sizes(svg) == [18.0, 10.0]
+
+
+@pytest.fixture(scope="module")
+def deck(tmp_path_factory):
+    out = tmp_path_factory.mktemp("deck")
+    assert figures.main(["--slides", "--format", "svg", "--out", str(out)]) == 0
+    return sorted(out.iterdir())
+
+
+def test_every_slides_file_is_an_svg_with_text(deck):
+    assert len(deck) >= 15 and all(p.suffix == ".svg" for p in deck), [p.name for p in deck]
+
+
+def test_no_text_on_any_slide_is_under_18_pt_once_fitted_to_the_slide_body(deck):
+    small = {}
+    for path in deck:
+        sizes = fitted_sizes(path.read_text(encoding="utf-8"))
+        assert sizes, f"{path.name} has no text"
+        if min(sizes) < 18 - 1e-6:
+            small[path.name] = round(min(sizes), 1)
+    assert small == {}

@@ -1,0 +1,247 @@
+"""The trace page in a real headless Chromium: its DOM states the simulator's snapshot.
+
+Keys are pressed as a person would; every request leaving the file is refused and
+recorded (none may happen); the console must stay free of errors. Screenshots go to
+$PAGEDSIM_SHOTS (default: the test's tmp folder) to be looked at.
+"""
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from pagedsim.app.captions import caption
+from pagedsim.app.play_session import Options, Refused, Session
+from pagedsim.view import sources, to_html
+
+from .conftest import expected, long_script
+
+pytestmark = pytest.mark.slow
+
+
+def shots(tmp_path) -> Path:
+    folder = Path(os.environ.get("PAGEDSIM_SHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def check_not_blank(path: Path) -> None:
+    from PIL import Image
+
+    with Image.open(path) as im:
+        colours = im.convert("RGB").getcolors(maxcolors=1 << 20)
+    assert colours is not None and len(colours) > 12, f"{path} looks blank"
+    assert max(n for n, _ in colours) < 0.97 * sum(n for n, _ in colours), f"{path} is one colour"
+
+
+def check_step(loaded, snap, text: str, last: int, grouped: bool = False) -> None:
+    """The DOM states `snap`; `grouped`: a hybrid page lists the tables group by group."""
+    dom, want = loaded.dom(), expected(snap, text)
+    assert dom["step"] == f"step {snap.step} / {last}"
+    if grouped:
+        dom["tables"] = sorted(dom["tables"], key=lambda t: t[0].endswith(":window"))
+        want["tables"] = sorted(want["tables"], key=lambda t: t[0].endswith(":window"))
+    assert {k: dom[k] for k in ("caption", "free", "refs", "fill", "tables")} == want
+
+
+@pytest.fixture(scope="module")
+def tour_page():
+    page = sources.tour("en")
+    return page, to_html(**page)
+
+
+def test_every_tour_step_in_the_page_equals_the_simulators_snapshot_forwards_and_back(
+        open_page, tour_page, tmp_path):
+    page, html = tour_page
+    snaps, captions = page["trace_or_snapshots"], page["captions"]
+    loaded = open_page(html)
+    last = snaps[-1].step
+    for i, snap in enumerate(snaps):
+        check_step(loaded, snap, captions[i], last)
+        assert loaded.dom()["why"] == page["whys"][i]
+        loaded.page.keyboard.press("ArrowRight")
+    check_step(loaded, snaps[-1], captions[-1], last)  # ArrowRight at the end stays there
+    for i in reversed(range(len(snaps))):
+        check_step(loaded, snaps[i], captions[i], last)
+        loaded.page.keyboard.press("ArrowLeft")
+    loaded.page.keyboard.press("End")
+    check_step(loaded, snaps[-1], captions[-1], last)
+    assert "OutOfBlocks" in loaded.page.inner_text("#marks")
+    loaded.page.keyboard.press("Home")
+    check_step(loaded, snaps[0], captions[0], last)
+    loaded.page.click("#next")
+    loaded.page.click("#next")
+    check_step(loaded, snaps[2], captions[2], last)
+    loaded.page.click("#prev")
+    check_step(loaded, snaps[1], captions[1], last)
+    loaded.check_clean()
+
+
+def test_the_tour_page_shows_copy_on_write_and_block_details_on_hover(open_page, tour_page,
+                                                                     tmp_path):
+    page, html = tour_page
+    snaps = page["trace_or_snapshots"]
+    k = next(i for i, s in enumerate(snaps) if s.pending_copies)
+    loaded = open_page(html, fragment=f"#step={k}")
+    assert loaded.dom()["step"] == f"step {snaps[k].step} / {snaps[-1].step}"
+    (src, dst), = snaps[k].pending_copies
+    assert loaded.page.locator(f'#arrows [data-copy="{src}->{dst}"]').count() == 1
+    loaded.page.hover(f'#blocks [data-block="{dst}"]')
+    info = loaded.page.inner_text("#info")
+    assert re.search(rf"block\s+{dst}\b", info) and "B" in info
+    assert re.search(rf"last changed at step\s+{snaps[k].step}\b", info), info
+    shot = shots(tmp_path) / "tour-copy-on-write.png"
+    loaded.page.screenshot(path=str(shot), full_page=True)
+    check_not_blank(shot)
+    loaded.check_clean()
+
+
+def test_the_url_hash_opens_the_page_at_that_step_and_follows_it(open_page, tour_page):
+    page, html = tour_page
+    loaded = open_page(html, fragment="#step=4")
+    assert loaded.dom()["step"] == "step 4 / 11"
+    loaded.page.keyboard.press("ArrowRight")
+    assert loaded.page.evaluate("location.hash") == "#step=5"
+    loaded.check_clean()
+
+
+def test_the_scrubber_and_autoplay_move_through_the_steps(open_page, tour_page):
+    page, html = tour_page
+    loaded = open_page(html)
+    loaded.page.eval_on_selector("#scrubber", "e => { e.value = '7'; "
+                                 "e.dispatchEvent(new Event('input')); }")
+    assert loaded.dom()["step"] == "step 7 / 11"
+    loaded.page.select_option("#speed", "16")
+    loaded.page.click("#play")
+    loaded.page.wait_for_function("() => window.pagedsimViewer.index() === 11", timeout=20_000)
+    assert "Play" in loaded.page.inner_text("#play")  # it stopped at the end
+    loaded.check_clean()
+
+
+def test_projector_mode_makes_the_caption_at_least_28px_and_block_labels_at_least_20px(
+        open_page, tour_page, tmp_path):
+    page, html = tour_page
+    loaded = open_page(html, fragment="#step=5", viewport=(1920, 1080))
+    loaded.page.keyboard.press("p")
+    sizes = loaded.page.evaluate("""() => {
+        const px = e => parseFloat(getComputedStyle(e).fontSize);
+        const visible = e => e.offsetParent !== null && e.textContent.trim() !== '';
+        const labels = [...document.querySelectorAll(
+            '#blocks [data-block] *, #tables [data-block], #free-list [data-block]')]
+            .filter(visible);
+        return {projector: document.body.classList.contains('projector'),
+                caption: px(document.querySelector('#caption')),
+                smallest: Math.min(...labels.map(px)), n: labels.length};
+    }""")
+    assert sizes["projector"] and sizes["n"] > 12
+    assert sizes["caption"] >= 28 and sizes["smallest"] >= 20, sizes
+    shot = shots(tmp_path) / "tour-projector.png"
+    loaded.page.screenshot(path=str(shot))
+    check_not_blank(shot)
+    loaded.page.click("#projector")
+    assert not loaded.page.evaluate("document.body.classList.contains('projector')")
+    loaded.check_clean()
+
+
+def run_session(options: Options, commands) -> Session:
+    session = Session(options)
+    for c in commands:
+        try:
+            session.run(c)
+        except Refused:
+            pass  # a command naming a sequence the pool could not admit
+    return session
+
+
+def test_sampled_steps_of_a_long_play_trace_equal_the_snapshots_in_any_order(open_page,
+                                                                             tmp_path):
+    session = run_session(Options(1024, 16), long_script(600, 1024, 16, seed=3))
+    page = sources.play(session)
+    snaps = session.timeline("en")
+    assert len(snaps) > 500 and any(s.ref_counts.count(0) < 50 for s in snaps)
+    loaded = open_page(to_html(**page))
+    last = snaps[-1].step
+    picks = [0, len(snaps) - 1, 17, 16, 15, 33, 300, 299, 1, len(snaps) // 2]
+    for i in picks:  # jumps through the URL hash, across the page's checkpoints both ways
+        loaded.page.evaluate(f"location.hash = '#step={i}'")
+        loaded.page.wait_for_function(f"() => window.pagedsimViewer.index() === {i}")
+        check_step(loaded, snaps[i], snaps[i].caption, last)
+    for _ in range(20):  # then keys: back across a checkpoint, and forwards again
+        loaded.page.keyboard.press("ArrowLeft")
+    check_step(loaded, snaps[len(snaps) // 2 - 20], snaps[len(snaps) // 2 - 20].caption, last)
+    for _ in range(5):
+        loaded.page.keyboard.press("ArrowRight")
+    check_step(loaded, snaps[len(snaps) // 2 - 15], snaps[len(snaps) // 2 - 15].caption, last)
+    shot = shots(tmp_path) / "play-long.png"
+    loaded.page.screenshot(path=str(shot))
+    check_not_blank(shot)
+    loaded.check_clean()
+
+
+def test_a_hybrid_page_shows_both_kv_cache_groups_and_the_v1_label(open_page, tmp_path):
+    session = run_session(Options(14, 4, hybrid=6), ["alloc A 10 p", "append A 4",
+                                                     "alloc B 10 p", "free A"])
+    snaps = session.timeline("en")
+    loaded = open_page(to_html(**sources.play(session)), fragment="#step=3")
+    check_step(loaded, snaps[3], snaps[3].caption, snaps[-1].step, grouped=True)
+    groups = loaded.page.eval_on_selector_all(
+        "#tables .group", "gs => gs.map(g => [...g.querySelectorAll('[data-seq]')]"
+                          ".map(e => e.dataset.seq))")
+    assert groups == [["A:full", "B:full"], ["A:window", "B:window"]]
+    assert "v1 hybrid" in loaded.page.inner_text("#version")
+    assert loaded.page.locator('#tables [data-block="-1"]').count() > 0  # the window dropped some
+    shot = shots(tmp_path) / "play-hybrid.png"
+    loaded.page.screenshot(path=str(shot), full_page=True)
+    check_not_blank(shot)
+    loaded.check_clean()
+
+
+def test_a_prefix_cache_page_shows_hashes_and_a_preemption_is_marked(open_page, tmp_path):
+    cached = run_session(Options(12, 4, prefix_cache=True), ["alloc A 9 p", "alloc B 9 p"])
+    loaded = open_page(to_html(**sources.play(cached)), fragment="#step=2", name="cache.html")
+    loaded.page.hover('#blocks [data-block="0"]')
+    assert re.search(r"hash\s+[0-9a-f]{8}", loaded.page.inner_text("#info"))
+    loaded.check_clean()
+    swapped = run_session(Options(5, 4, policy="swap"), ["alloc A 8", "alloc B 8", "alloc C 8",
+                                                          "free A", "resume B"])
+    snaps = swapped.timeline("en")
+    loaded = open_page(to_html(**sources.play(swapped)), name="swap.html")
+    marked = []
+    for i in range(len(snaps)):
+        loaded.page.evaluate(f"window.pagedsimViewer.go({i})")
+        check_step(loaded, snaps[i], snaps[i].caption, snaps[-1].step)
+        if "preempted" in loaded.page.inner_text("#marks"):
+            marked.append(i)
+    assert marked and all("swapped" in snaps[i].caption or "preemption" in snaps[i].caption
+                          for i in marked)
+    loaded.check_clean()
+
+
+def test_the_generate_page_labels_each_block_with_the_text_it_holds(open_page, tmp_path):
+    from pagedsim.engine.generate import run
+
+    engine, marks, _ = run(prompts=["ROMEO: But soft, what light"], max_tokens=6, blocks=8,
+                           block_size=8)
+    page = sources.generate(engine, marks)
+    frames = page["trace_or_snapshots"]
+    loaded = open_page(to_html(**page), fragment=f"#step={len(frames) - 1}")
+    check_step(loaded, frames[-1], frames[-1].custom_caption, frames[-1].step)
+    texts = loaded.page.eval_on_selector_all("#blocks .block .txt",
+                                             "es => es.map(e => e.textContent)")
+    assert "ROMEO: B" in texts
+    loaded.page.click('#blocks [data-block="0"]')
+    assert "ROMEO: B" in loaded.page.inner_text("#info")
+    shot = shots(tmp_path) / "generate.png"
+    loaded.page.screenshot(path=str(shot), full_page=True)
+    check_not_blank(shot)
+    loaded.check_clean()
+
+
+def test_chinese_captions_in_the_page(open_page):
+    page = sources.tour("zh")
+    snaps = page["trace_or_snapshots"]
+    loaded = open_page(to_html(**page), fragment="#step=5")
+    assert loaded.dom()["caption"] == caption(snaps[5], "zh")
+    assert "空闲链表" in loaded.page.inner_text("#free-head")
+    loaded.check_clean()
