@@ -43,7 +43,7 @@ def named(exercises) -> tuple[list, int]:
                 res = run_checks(ex, path, isolate=False)
                 if not res.ok:
                     sol_bad += 1
-                    _report(res, verbose=True, hint=False)
+                    print_report(res, verbose=True, hint=False)
                     print(f"  ^ {ex.id}'s correct variant {m.name} is rejected ({m.mistake})")
     return rows, sol_bad
 
