@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--block-size", type=int_in(1, 1024), default=4,
                    help="tokens per block (default 4)")
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
-                   default=False, help="share full prompt blocks (equal WORDs; default off)")
+                   default=False, help="share full prompt blocks (equal WORDs); off unless given")
     p.add_argument("--window", type=int_in(1, 1 << 20), metavar="N",
                    help="sliding-window attention over N tokens")
     p.add_argument("--hybrid", type=int_in(1, 1 << 20), metavar="N",

@@ -67,7 +67,8 @@ def parser() -> ArgParser:
     p.add_argument("--preemption-mode", choices=PREEMPTION_POLICIES, default="swap",
                    help="preemption of a single-sequence request (several sequences always swap)")
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
-                   default=True, help="v1's automatic prefix caching (default on)")
+                   default=True,
+                   help="v1's automatic prefix caching: on unless --no-enable-prefix-caching")
     p.add_argument("--backend", choices=("auto", "numpy", "kernels"), default="auto",
                    help="attention: auto = kernels on a GPU, NumPy on the CPU; kernels without "
                         "a GPU = Numba's CUDA simulator (slow: tiny models only)")
