@@ -42,7 +42,7 @@ import types
 
 import numpy as np
 
-from .remote_codec import DEFAULT_LIMIT, Decoder, Encoder, dump_message, load_message, plain_node
+from .remote_codec import DEFAULT_LIMIT, Decoder, Encoder, dump_message, load_message
 from .remote_errors import (
     DEPTH,
     build_exception,
@@ -322,4 +322,4 @@ def _served(obj, op, payload) -> bool:
 
 __all__ = ["DEPTH", "MUTABLE", "OPERATORS", "SPECIAL", "Channel", "ChildDied", "Remote",
            "RemoteError", "RemoteModule", "ask", "build_exception", "encode_exception",
-           "plain_node", "raise_from_frames", "serve"]
+           "raise_from_frames", "serve"]

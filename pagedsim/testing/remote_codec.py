@@ -140,18 +140,6 @@ _LEAVES = {
 _SEQUENCES = {list: "l", tuple: "t", set: "s", frozenset: "fs"}
 
 
-def plain_node(obj) -> bool:
-    """Whether `obj` crosses by copy (is in the table) rather than as a handle."""
-    t = type(obj)
-    if obj is None or obj is Ellipsis or t in (bool, int, float, str, bytes, bytearray, complex,
-                                               range, slice, list, tuple, set, frozenset, dict,
-                                               pathlib.PosixPath, pathlib.PurePosixPath):
-        return True
-    if t is np.ndarray or isinstance(obj, (np.generic, np.dtype)):
-        return wire_dtype(obj if isinstance(obj, np.dtype) else obj.dtype) is not None
-    return False
-
-
 def _int(v, what: str) -> int:
     if type(v) is not int:
         raise RemoteError(f"a malformed message: {what} is not an integer")

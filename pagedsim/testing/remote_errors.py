@@ -175,8 +175,9 @@ def build_exception(rest, ch: Channel, value, depth: int) -> BaseException:
         if type(field) is not kind:
             raise RemoteError("a malformed message: a malformed exception")
     exc = _instance(cls, [value(a, depth) for a in args], text, ch)
-    for pair in attrs:
-        if type(pair) is list and len(pair) == 2 and type(pair[0]) is str:
+    for pair in attrs:  # public names only: never __class__, __traceback__, ...
+        if type(pair) is list and len(pair) == 2 and type(pair[0]) is str \
+                and not pair[0].startswith("_"):
             try:
                 setattr(exc, pair[0], value(pair[1], depth))
             except (AttributeError, TypeError):

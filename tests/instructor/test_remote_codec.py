@@ -212,3 +212,7 @@ def test_an_exit_from_the_submission_is_never_obeyed(channel):
     node = ["x", ["kx", "SystemExit"], [0], "0", [], [], None, [], ""]
     back = channel.decode(load_message(dump_message(node)))
     assert isinstance(back, remote.RemoteError) and "SystemExit" in str(back)
+    # nor can an attribute turn an exception into one
+    node = ["x", ["kx", "ValueError"], [], "v", [], [["__class__", ["kx", "KeyboardInterrupt"]]],
+            None, [], ""]
+    assert type(channel.decode(load_message(dump_message(node)))) is ValueError
