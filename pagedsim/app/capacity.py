@@ -319,7 +319,7 @@ def report(r: dict) -> str:
 
 def main(argv: list[str]) -> int:
     ap = ArgParser(prog="pagedsim capacity", description=__doc__.split("\n\n")[0],
-                   epilog="\n\n".join(__doc__.split("\n\n")[2:6]),
+                   epilog="\n\n".join(__doc__.split("\n\n")[2:]),
                    formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, metavar="PRESET|DIR",
                     help=f"a preset ({', '.join(MODELS)}) or a folder/file with config.json")

@@ -81,6 +81,13 @@ class Emulated:
         """v1's Request order under the priority policy: (priority, arrival_time, id)."""
         return (r["priority"], r["arrival"], r["index"], r["sample"])
 
+    def count_hits(self, r, tokens):
+        """v1's PrefixCacheStats.record: a preempted request's hits are counted apart."""
+        if r.get("preempted"):
+            self.preempted_hit_tokens += tokens
+        else:
+            self.hit_tokens += tokens
+
     def run(self, reqs):
         waiting, running, now, pending = [], [], 0, sorted(reqs, key=lambda r: r["arrival"])
         while pending or waiting or running:
@@ -125,10 +132,7 @@ class Emulated:
                 if not self.allocate(r, n, hits):
                     r["done"] = 0
                     break
-                if r.get("preempted"):
-                    self.preempted_hit_tokens += len(hits) * self.bs
-                else:
-                    self.hit_tokens += len(hits) * self.bs
+                self.count_hits(r, len(hits) * self.bs)
                 waiting.pop(0)
                 running.append(r)
                 sched[id(r)] = (r, n)
