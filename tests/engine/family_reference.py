@@ -136,6 +136,13 @@ def _plan(cfg: dict, lay: dict) -> tuple:
     return window, sliding, no_rope, scale
 
 
+def _rope(z, rd: int, cos, sin):
+    """rotate_half RoPE on the first rd dims of each head (the rest pass through)."""
+    r, rest = z[..., :rd], z[..., rd:]
+    turned = np.concatenate([-r[..., rd // 2:], r[..., :rd // 2]], -1)
+    return np.concatenate([r * cos + turned * sin, rest], -1)
+
+
 def _act(gemma: bool, x):
     """Gemma's gelu_pytorch_tanh, or SiLU."""
     if gemma:
@@ -196,11 +203,7 @@ def reference_logits(directory, ids) -> np.ndarray:
             qq = rms(qq, t[p + "self_attn.q_norm.weight"])
             kk = rms(kk, t[p + "self_attn.k_norm.weight"])
         if not no_rope[i]:
-            def rope(z):
-                r, rest = z[..., :rd], z[..., rd:]
-                turned = np.concatenate([-r[..., rd // 2:], r[..., :rd // 2]], -1)
-                return np.concatenate([r * cos + turned * sin, rest], -1)
-            qq, kk = rope(qq), rope(kk)
+            qq, kk = _rope(qq, rd, cos, sin), _rope(kk, rd, cos, sin)
         kk, vv = np.repeat(kk, H // KV, 0), np.repeat(vv, H // KV, 0)
         s = qq @ kk.transpose(0, 2, 1) * scale
         if cfg.get("attn_logit_softcapping") and fam == "gemma2":

@@ -12,12 +12,14 @@ Needs torch and transformers (`pip install "pagedsim[oracle]"`); skipped without
 
 import json
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="the transformers oracle needs torch "
                                             "(pip install 'pagedsim[oracle]')")
 transformers = pytest.importorskip("transformers", reason="the oracle needs transformers")
 
+from pagedsim.engine.dense import sequence_logits  # noqa: E402
 from pagedsim.engine.generate import run  # noqa: E402
 from pagedsim.engine.hf import load_model  # noqa: E402
 
@@ -25,6 +27,7 @@ from .families import FAMILIES, config_json, generation_json  # noqa: E402
 
 PROMPT = [3, 17, 9, 42, 5, 88, 23, 61, 7, 12, 99, 4, 30]  # 13 tokens: past every window of 8
 NEW_TOKENS = 24
+LOGIT_TOL = 1e-4  # float32 NumPy vs float32 torch, relative to the largest logit
 
 
 def build(directory, name):
@@ -58,13 +61,15 @@ def build(directory, name):
     return directory
 
 
-def transformers_tokens(directory) -> list:
+def transformers_tokens(directory, with_logits: bool = False):
     model = transformers.AutoModelForCausalLM.from_pretrained(
         directory, torch_dtype=torch.float32, attn_implementation="eager").eval()
     with torch.no_grad():
         out = model.generate(torch.tensor([PROMPT]), do_sample=False, max_new_tokens=NEW_TOKENS,
                              attention_mask=torch.ones(1, len(PROMPT), dtype=torch.long))
-    return out[0, len(PROMPT):].tolist()
+        logits = model(torch.tensor([PROMPT])).logits[0].numpy()  # [T, V]
+    tokens = out[0, len(PROMPT):].tolist()
+    return (tokens, logits) if with_logits else tokens
 
 
 def pagedsim_tokens(directory) -> tuple:
@@ -80,11 +85,13 @@ def test_a_family_gives_transformers_greedy_tokens_with_its_generation_config(
     directory = build(tmp_path / name, name)
     if config_source == "shipped":  # the file as the model ships it, not as transformers wrote it
         (directory / "config.json").write_text(json.dumps(config_json(name)))
-    expected = transformers_tokens(directory)
+    expected, logits = transformers_tokens(directory, with_logits=True)
     got, summary = pagedsim_tokens(directory)
     assert got == expected, f"{name}: pagedsim {got} vs transformers {expected}"
     assert summary["tokens_match"]  # and the dense engine agrees with the paged one
-    assert len(set(expected)) > 1  # the weights give a text, not one repeated token
+    # the logits at every prompt position too, which a repeated token could not hide
+    ours = sequence_logits(load_model(directory), PROMPT)
+    assert np.abs(ours - logits).max() <= LOGIT_TOL * max(1.0, np.abs(logits).max())
 
 
 def test_the_repetition_penalty_from_the_file_is_applied_and_none_ignores_it(tmp_path):

@@ -68,3 +68,15 @@ def test_a_windowed_model_refuses_several_sequences_per_request():
     with pytest.raises(ValueError, match="a model with sliding-window layers serves one"):
         engine.submit(Request((1, 2, 3), 4, n=2))
     assert engine.runs == []
+
+
+def test_the_kernels_read_both_groups_tables_null_blocks_included():
+    """paged_prefill / paged_attention with the layer's window and scale, through tables
+    that hold -1 for the blocks the window left behind (Numba's simulator in CI)."""
+    model = TinyModel(ModelConfig(layers=2, heads=2, kv_heads=1, head_dim=8, hidden=16, mlp=32,
+                                  sliding_window=5, layer_types=("sliding", "full")))
+    requests = [Request(tuple(range(1, 12)), 6)]
+    engine = PagedEngine(model, 20, B, max_num_batched_tokens=8, backend="kernels", check=True)
+    states = engine.generate(requests)
+    assert states[0].outputs() == DenseEngine(model).generate(requests)[0].outputs()
+    assert any(rec["window_blocks"] < rec["full_blocks"] for rec in engine.log)  # it slid
