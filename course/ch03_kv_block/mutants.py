@@ -821,3 +821,18 @@ MUTANTS += [  # the classic puzzle bug: no guard, so the launch's extra threads 
     M("3.k6", "no_guard", "extra threads are not stopped: they write past dropped",
       "    if j < dropped.shape[0]:", "    if True:", says="IndexError"),
 ]
+MUTANTS += [
+    M("3.1", "merge_right_only", "free merges the range with the hole after it, never before",
+      "        if i > 0 and self.holes[i - 1][0] + self.holes[i - 1][1] == start:",
+      "        if False:", says="did not merge with the hole before it"),
+]
+RIGHT += [
+    M("3.1", "free_by_sorting", "free appends the range, sorts the holes and merges in one pass",
+      "        i = 0\n        while i < len(self.holes) and self.holes[i][0] < start:\n"
+      "            i += 1\n        self.holes.insert(i, (start, size))\n",
+      "        merged = []\n        for s, n in sorted(self.holes + [(start, size)]):\n"
+      "            if merged and merged[-1][0] + merged[-1][1] == s:\n"
+      "                merged[-1] = (merged[-1][0], merged[-1][1] + n)\n"
+      "            else:\n                merged.append((s, n))\n"
+      "        self.holes[:] = merged\n        return\n"),
+]
