@@ -68,7 +68,7 @@ def state(ex, data: dict, where: Path | None) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from pagedsim.app.cli import ArgParser
+    from pagedsim.app.args import ArgParser
 
     p = ArgParser(prog="pagedsim progress", description="done and left, with each last result")
     p.parse_args(argv)
@@ -94,7 +94,7 @@ def main(argv: list[str]) -> int:
 
 
 def solution_main(argv: list[str]) -> int:
-    from pagedsim.app.cli import ArgParser
+    from pagedsim.app.args import ArgParser
 
     p = ArgParser(prog="pagedsim solution",
                   description="the reference solution, once your own passes its checks")

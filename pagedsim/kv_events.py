@@ -56,6 +56,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from . import trace as tr
+from .story import caption
 
 MEDIUM_GPU = "GPU"  # vLLM's medium for blocks in GPU memory
 
@@ -336,7 +337,7 @@ def summarised(snap: tr.Snapshot, max_blocks: int, max_tables: int) -> tr.Snapsh
             f"0-{min(n, max_blocks) - 1} of {n:,} and {len(kept):,} of {len(chains):,} chains]")
     m = min(n, max_blocks)
     return tr.Snapshot(
-        step=snap.step, custom_caption=snap.caption + note, events=(), num_blocks=m,
+        step=snap.step, custom_caption=caption(snap) + note, events=(), num_blocks=m,
         block_size=snap.block_size, free_list=tuple(b for b in snap.free_list if b < m),
         ref_counts=snap.ref_counts[:m], block_fill=snap.block_fill[:m], sequences=kept)
 

@@ -85,7 +85,7 @@ def _ui(lang: str) -> dict:
 def _snapshots(trace_or_snapshots) -> list:
     if isinstance(trace_or_snapshots, Trace):
         snaps = list(trace_or_snapshots.snapshots)
-    elif isinstance(trace_or_snapshots, dict):  # Trace.to_dict(), e.g. `tour --json`
+    elif isinstance(trace_or_snapshots, dict):  # trace_json.to_dict(trace), e.g. `tour --json`
         from ..app.trace_json import snapshots_from_dict
         snaps = snapshots_from_dict(trace_or_snapshots)
     else:
@@ -94,7 +94,7 @@ def _snapshots(trace_or_snapshots) -> list:
         raise ValueError("nothing to show: the trace has no snapshots (was it recorded with "
                          "keep_snapshots=True?)")
     if not all(isinstance(s, Snapshot) for s in snaps):
-        raise TypeError("to_html takes a Trace, a list of Snapshots or a Trace.to_dict() dict")
+        raise TypeError("to_html takes a Trace, a list of Snapshots or a trace_json.to_dict(trace) dict")
     if len({(s.num_blocks, s.block_size) for s in snaps}) != 1:
         raise ValueError("the snapshots disagree on the pool's size")
     return snaps
@@ -153,7 +153,7 @@ def to_html(trace_or_snapshots, *, lang: str = "en", title: str = "pagedsim",
             version: str = "", whys=None, marks=None, captions=None, labels=None,
             hashes=None) -> str:
     """One self-contained HTML page for the trace (a `Trace`, a list of `Snapshot`s, or a
-    `Trace.to_dict()` dict). See the module docstring for what it shows and its DOM contract;
+    `trace_json.to_dict(trace)` dict). See the module docstring for what it shows and its DOM contract;
     the keywords are `page_data`'s."""
     data = page_data(trace_or_snapshots, lang=lang, title=title, version=version, whys=whys,
                      marks=marks, captions=captions, labels=labels, hashes=hashes)

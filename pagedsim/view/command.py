@@ -18,7 +18,7 @@ MAX_BYTES = 256 << 20  # a 2,000-step trace on 4,096 blocks is far smaller
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..app.cli import ArgParser
+    from ..app.args import ArgParser
     p = ArgParser(prog="pagedsim view", description=__doc__.split("\n\n")[0])
     p.add_argument("trace", type=Path, help="a JSON trace (tour --json, play/generate --trace-out)")
     p.add_argument("--html", type=Path, metavar="FILE", required=True,

@@ -15,6 +15,9 @@ matplotlib here.
 
 from __future__ import annotations
 
+from ..app.captions import caption
+from ..app.trace_json import snapshot_to_dict
+
 TOUR_VERSION = "fork + copy-on-write: vLLM v0 · free queue: vLLM v1"
 EVENTS_VERSION = "vLLM v1 KV cache events (BlockStored / BlockRemoved / AllBlocksCleared)"
 GENERATE_VERSION = "vLLM v1 scheduler + prefix cache · v0 fork + copy-on-write (n, beams)"
@@ -93,7 +96,7 @@ def play(session, lang: str = "en", title: str = "pagedsim play") -> dict:
 
 def events(snapshots, lang: str = "en", title: str = "pagedsim play --events") -> dict:
     return dict(trace_or_snapshots=snapshots, lang=lang, title=title, version=EVENTS_VERSION,
-                captions=[f"event {s.step}: {s.caption}" for s in snapshots])
+                captions=[f"event {s.step}: {caption(s, lang)}" for s in snapshots])
 
 
 def generate(engine, marks, lang: str = "en") -> dict:
@@ -161,7 +164,7 @@ def trace_out(page: dict) -> dict:
             view[key] = [[str(x) for x in row] for row in page[key]]
     snapshots = []
     for i, s in enumerate(snaps):
-        d = s.to_dict()
+        d = snapshot_to_dict(s)
         d.pop("block_labels", None)  # generate's, kept in view.labels
         if page.get("captions"):
             d["custom_caption"] = page["captions"][i]
