@@ -16,7 +16,8 @@ Other commands:
 Lines starting with # are comments. A scenario script is just these lines in a file.
 
 After every command the free list, the block tables and the counts are printed as
-text. A mistake (unknown sequence, a typo, a missing number) is explained in one
+text (a SCRIPT written to a page with `--html` prints each step's caption only: the
+page shows the pool). A mistake (unknown sequence, a typo, a missing number) is explained in one
 line and changes nothing; a pool that runs dry is a step of its own, printed and
 drawn as such. Options pick the manager: `--enable-prefix-caching` (vLLM v1 automatic
 prefix caching), `--window N` (sliding window), `--preemption-mode recompute|swap` (preempt
@@ -58,8 +59,9 @@ class Playground:
     """Reads commands, drives a `Session`, prints what happened. Never raises for a user mistake."""
 
     def __init__(self, session: Session, *, out=None, width: int = 100, lang: str = "en",
-                 look: str = "paper"):
+                 look: str = "paper", pool: bool = True):
         self.session, self.width, self.lang, self.look = session, width, lang, look
+        self.pool = pool  # print the pool after each step (False: the caption only)
         self.out = out or sys.stdout
         self.mistakes = 0
 
@@ -69,13 +71,14 @@ class Playground:
 
     def show(self) -> None:
         s = self.session
-        snap = s.timeline(self.lang)[-1]
+        snap = s.shown(self.lang)
         where = f"moment {s.cursor}/{len(s.moments)}" + (
             "  (in the past: `forward` or a new command)" if s.cursor < len(s.moments) else "")
         self.say(t("step {k}: {caption}", self.lang, view_zh.ZH, k=snap.step,
                    caption=caption(snap)))
         self.say(f"  [{where}]")
-        self.say(tour.format_snapshot(snap, width=self.width, lang=self.lang))
+        if self.pool:
+            self.say(tour.format_snapshot(snap, width=self.width, lang=self.lang))
 
     def command(self, line: str) -> bool:
         """Run one line; False when the user asked to stop."""
@@ -197,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
                                   args.preemption_mode, args.hybrid))
     except Refused as e:
         p.error(str(e))
-    play = Playground(session, width=width, lang=lang, look=args.style)
+    # a script written to a page prints captions only: the page shows the pool
+    play = Playground(session, width=width, lang=lang, look=args.style,
+                      pool=not (args.script and args.html))
     if args.script:
         if not args.script.is_file():
             p.error(f"no such script: {printable(args.script)}")

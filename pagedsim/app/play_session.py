@@ -182,16 +182,26 @@ class Session:
         first = self.snapshots[0]
         out, k = [first.with_caption(caption(first, lang))], 0
         for m in self.moments[:self.cursor]:
-            for i in range(k + 1, m.snapshot + 1):
-                snap = self.snapshots[i]
-                said = caption(snap, lang)
-                notes = [n.said(lang) if isinstance(n, Note) else n for n in m.notes]
-                words = f"`{m.command}`: " + "; ".join([*notes, said]) if i == m.snapshot else \
-                    t("`{command}` (preemption): {said}", lang, NOTES_ZH, command=m.command,
-                      said=said)
-                out.append(snap.with_caption(words))
+            out += [self._captioned(m, i, lang) for i in range(k + 1, m.snapshot + 1)]
             k = m.snapshot
         return out
+
+    def shown(self, lang: str = "en"):
+        """`timeline(lang)[-1]` without captioning every step before it."""
+        if self.cursor == 0:
+            return self.snapshots[0].with_caption(caption(self.snapshots[0], lang))
+        m = self.moments[self.cursor - 1]
+        return self._captioned(m, m.snapshot, lang)
+
+    def _captioned(self, m: Moment, i: int, lang: str):
+        """Snapshot i, made by moment m: the command, its notes and the step's caption."""
+        snap = self.snapshots[i]
+        said = caption(snap, lang)
+        if i < m.snapshot:  # a step the command's preemption made on the way
+            return snap.with_caption(t("`{command}` (preemption): {said}", lang, NOTES_ZH,
+                                       command=m.command, said=said))
+        notes = [n.said(lang) if isinstance(n, Note) else n for n in m.notes]
+        return snap.with_caption(f"`{m.command}`: " + "; ".join([*notes, said]))
 
     # ---- running commands ------------------------------------------------------
     def run(self, text: str) -> Moment:

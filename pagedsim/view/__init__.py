@@ -28,7 +28,8 @@ DOM contract (tests and other tools read the state back from these; kept stable)
     #blocks      every physical block as an element with data-block="<id>" and
                  data-ref="<ref count>" (0 when free); also data-fill="<tokens>"
     #free-list   the free blocks, head first, each an element with data-block="<id>"
-    #tables      one element per live sequence, data-seq="<id>", in admission order; its
+    #tables      one element per live sequence, data-seq="<id>", in admission order (a
+                 hybrid trace: group by group, "A:full" ... then "A:window" ...); its
                  children with data-block are its physical blocks in logical order
                  (data-block="-1": a logical block a sliding window dropped)
     #version     the vLLM version label

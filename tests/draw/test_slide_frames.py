@@ -20,7 +20,7 @@ def test_figures_slides_writes_each_key_frame_to_its_own_file(tour_snaps, tmp_pa
     for i, k in enumerate(picks):
         svg = (tmp_path / slides[i]).read_text()
         assert f"step {k}:" in svg and svg.count("changed this step") == 1  # one frame, one legend
-        assert "font-size: 12px" in svg  # --slides means the projector look
+        assert "font-size: 18px" in svg  # --slides: 18 pt once fitted to a slide body
     assert capsys.readouterr().out.count("3.4-tour-slide-") == len(picks)
 
 
