@@ -6,6 +6,9 @@
     course/impl.py           which implementation a check loads: solution, stub, or any file
     course/runner.py         runs an exercise's checks in-process and words each failure
     course/cli.py            `pagedsim lesson 3.4` and `pagedsim check 3.4a`
+    course/hints.py          `pagedsim hint 3.4a [--level 2|3]`: hints on request, gentlest first
+    course/progress.py       `pagedsim progress` and `pagedsim solution 3.4a` (after a pass)
+    course/watch.py          `pagedsim watch [3.4a]`: check on every save, move on after a pass
     course/ch03_kv_block/    chapter 3: lessons, stubs, solutions, checks, mutants, the stepper
 
 The checks themselves are pytest files in course/ch03_kv_block/checks/ (one marker per

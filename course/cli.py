@@ -78,7 +78,7 @@ def lesson_main(argv: list[str]) -> int:
             lesson.demo(out)
         except NeedsExercise as e:
             print(f"({e})")
-        _say_what_was_written(out, sorted(set(out.rglob("*")) - before), temporary=not args.out)
+        written = sorted(set(out.rglob("*")) - before)
         print()
     for ex in (e for e in curriculum.load() if e.section == args.section):
         mine = workspace.find(ex)
@@ -95,22 +95,22 @@ def lesson_main(argv: list[str]) -> int:
             f"{i18n.say('edit ', '编辑')}  {where}\n  {i18n.say('check', '检查')}  pagedsim "
             f"check {ex.id}"
         )
+    if not args.no_demo:
+        _say_what_was_written(out, written, temporary=not args.out)
     return 0
 
 
 def _say_what_was_written(out: Path, new: list, *, temporary: bool) -> None:
-    """Name the files the demo wrote, and only those; a temporary folder left empty goes away."""
+    """Name the files the demo wrote, and only those (after the exercise lines, so that the demo
+    still ends with its verdict); a temporary folder left empty goes away."""
     files = [p for p in new if p.is_file()]
     if files:
         names = ", ".join(str(p.relative_to(out)) for p in files[:6])
         more = f" (+{len(files) - 6} more)" if len(files) > 6 else ""
         print(i18n.say(f"(wrote {len(files)} file(s) to {out}: {names}{more})",
                        f"（向 {out} 写入了 {len(files)} 个文件：{names}{more}）"))
-    elif temporary:
+    elif temporary:  # nothing to claim: the unused folder goes away
         shutil.rmtree(out, ignore_errors=True)
-    else:
-        print(i18n.say(f"(this lesson's demo writes no files; {out} was left as it was)",
-                       f"（本课演示不写文件；{out} 保持原样）"))
 
 
 def _choose_impl(ex, args) -> tuple[Path, str | None]:

@@ -108,6 +108,13 @@ def markers(exercises: list[Exercise] | None = None) -> dict[str, str]:
     return {ex.marker: ex.section for ex in exercises}
 
 
+def _hint_problems(ex: Exercise) -> list[str]:
+    out = [] if ex.hint.strip() else [f"exercise {ex.id} has an empty hint"]
+    if not all(isinstance(n, str) and n.strip() for n in ex.nudges):
+        out.append(f"exercise {ex.id} has an empty nudge (a hint level before the hint)")
+    return out
+
+
 def problems(exercises: list[Exercise] | None = None) -> list[str]:
     """Everything wrong with the curriculum, one sentence each; [] means it is sound."""
     exercises = load() if exercises is None else exercises
@@ -116,8 +123,7 @@ def problems(exercises: list[Exercise] | None = None) -> list[str]:
         if ex.id in ids:
             out.append(f"exercise {ex.id} is listed twice")
         ids.add(ex.id)
-        if not ex.hint.strip() or not all(isinstance(n, str) and n.strip() for n in ex.nudges):
-            out.append(f"exercise {ex.id} has an empty hint (or an empty nudge, a level before it)")
+        out += _hint_problems(ex)
         if not ex.title.strip():
             out.append(f"exercise {ex.id} has an empty title")
         want = "ch" + ex.section.replace(".", "_")

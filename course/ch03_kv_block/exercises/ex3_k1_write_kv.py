@@ -20,6 +20,5 @@ from course.ch03_kv_block._cuda import cuda
 @cuda.jit
 def write_kv_kernel(key, slot_mapping, k_cache):
     """Copy key[t, d] to k_cache[slot_mapping[t], d] for the thread's (t, d)."""
-    # TODO(student): compute (t, d) from the thread index, skip extra threads and padded tokens,
-    # copy one number.
+    # TODO(student): copy key[t, d] to its slot (skip extra threads and slot -1).
     raise NotImplementedError("write_kv_kernel")

@@ -18,6 +18,5 @@ from course.ch03_kv_block._cuda import cuda
 @cuda.jit
 def gather_k_kernel(k_cache, block_table, out):
     """out[p, d] = the K of position p, dim d, read through the block table."""
-    # TODO(student): compute (p, d), skip extra threads, find p's physical block and offset, copy
-    # one number.
+    # TODO(student): out[p, d] from p's physical block and offset (skip extra threads).
     raise NotImplementedError("gather_k_kernel")

@@ -24,6 +24,5 @@ from course.ch03_kv_block._cuda import cuda
 @cuda.jit
 def paged_decode_kernel(q, k_cache, v_cache, block_table, context_len, out):
     """out[h, :] = softmax(scale * q[h] . K) V over the sequence's first context_len tokens."""
-    # TODO(student): for head h: the maximum scaled logit, the sum of exps, then out[h, :] as the
-    # weighted sum of V.
+    # TODO(student): max scaled logit, sum of exps, then out[h, :] as the weighted V.
     raise NotImplementedError("paged_decode_kernel")

@@ -19,6 +19,5 @@ from course.ch03_kv_block._cuda import cuda
 @cuda.jit
 def copy_blocks_kernel(cache, pairs):
     """cache[dst, b, d] = cache[src, b, d] for the thread's pair, slot and dim."""
-    # TODO(student): compute (p, b, d), skip extra threads, copy cache[src, b, d] to cache[dst, b,
-    # d].
+    # TODO(student): copy cache[src, b, d] to cache[dst, b, d] (skip extra threads).
     raise NotImplementedError("copy_blocks_kernel")

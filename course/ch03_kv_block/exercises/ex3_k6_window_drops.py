@@ -22,6 +22,5 @@ from course.ch03_kv_block._cuda import cuda
 @cuda.jit
 def dropped_kernel(params, dropped):
     """dropped[j] = 1 when logical block j lies wholly before the window, else 0."""
-    # TODO(student): skip extra threads; block j is dropped when its last position is before the
-    # window.
+    # TODO(student): dropped[j] = 1 when block j ends before the window, else 0.
     raise NotImplementedError("dropped_kernel")
