@@ -293,6 +293,9 @@ def load_config(directory) -> tuple[ModelConfig, dict]:
     family = FAMILIES[archs[0]]
     d = DEFAULTS[family]
     act = _activation(raw, path, family)
+    if raw.get("use_bidirectional_attention"):
+        raise CheckpointError(f"{path}: field use_bidirectional_attention is true; only "
+                              f"causal attention is served")
     if raw.get("mlp_bias", False):
         raise CheckpointError(f"{path}: field mlp_bias is true; MLP biases are not supported")
     rope_params = raw.get("rope_parameters") if isinstance(raw.get("rope_parameters"), dict) \
