@@ -54,11 +54,11 @@ DEFAULTS = {  # config fields transformers fills in when config.json leaves them
     "llama": dict(rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
                   hidden_act="silu"),
     "qwen2": dict(rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
-                  hidden_act="silu"),
+                  hidden_act="silu", sliding_window=4096),
     "mistral": dict(rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
                     hidden_act="silu", sliding_window=4096),
     "qwen3": dict(rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
-                  hidden_act="silu", head_dim=128),
+                  hidden_act="silu", head_dim=128, sliding_window=4096),
     "gemma": dict(rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True,
                   hidden_act="gelu_pytorch_tanh", head_dim=256),  # hidden_activation unread
     "gemma2": dict(rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True,
@@ -293,6 +293,9 @@ def load_config(directory) -> tuple[ModelConfig, dict]:
     family = FAMILIES[archs[0]]
     d = DEFAULTS[family]
     act = _activation(raw, path, family)
+    if raw.get("use_bidirectional_attention"):
+        raise CheckpointError(f"{path}: field use_bidirectional_attention is true; only "
+                              f"causal attention is served")
     if raw.get("mlp_bias", False):
         raise CheckpointError(f"{path}: field mlp_bias is true; MLP biases are not supported")
     rope_params = raw.get("rope_parameters") if isinstance(raw.get("rope_parameters"), dict) \

@@ -87,3 +87,24 @@ def test_a_bin_only_checkpoint_is_read_with_torch_weights_only(tmp_path):
     assert all(np.array_equal(a, b) for la, lb in zip(got.layer_weights, want.layer_weights,
                                                       strict=True)
                for a, b in zip(la.values(), lb.values(), strict=True) if a is not None)
+
+
+@pytest.mark.parametrize("family, edit, field", [
+    ("llama", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "rope_scaling"),
+    ("llama", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}},
+     "rope_parameters"),
+    ("llama", {"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
+    ("llama", {"use_bidirectional_attention": True}, "use_bidirectional_attention"),
+    ("llama", {"mlp_bias": True}, "mlp_bias"),
+    ("llama", {"hidden_act": "relu"}, "hidden_act"),
+    ("mistral", {"sliding_window": 4, "layer_types": ["chunked_attention"] * 2}, "layer_types"),
+    ("llama", {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
+     "low_freq_factor")])
+def test_a_config_that_cannot_be_served_is_refused_naming_the_field(tmp_path, family, edit,
+                                                                     field):
+    d = write_checkpoint(tmp_path, family)
+    config = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**config, **edit}))
+    with pytest.raises(CheckpointError) as e:
+        load_model(d)
+    assert f"config.json: field {field}" in one_line(e)
