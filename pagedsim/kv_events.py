@@ -349,9 +349,11 @@ def _apply(cache: _Cache, event, k: int) -> str:
         cache.free = list(range(cache.next_slot))  # sorted: a heap already
         return f"AllBlocksCleared: reset_prefix_cache() forgot all {n} cached blocks"
     if isinstance(event, BlockRemoved):
-        gone = [h for h in event.block_hashes if h in cache.stored]
-        for h in gone:
-            heapq.heappush(cache.free, cache.stored.pop(h)[0])
+        gone = []  # a hash named twice is evicted once
+        for h in event.block_hashes:
+            if h in cache.stored:
+                heapq.heappush(cache.free, cache.stored.pop(h)[0])
+                gone.append(h)
         missing = len(event.block_hashes) - len(gone)
         return (f"BlockRemoved: {_names(gone)} evicted" +
                 (f" ({missing} never stored here)" if missing else ""))

@@ -79,7 +79,7 @@ WRONG = {
 }
 
 
-@settings(max_examples=300)
+@settings(max_examples=150)
 @given(st.data(), st.one_of(stored_events(), removed_events()))
 def test_a_field_of_the_wrong_type_or_range_is_refused_naming_the_field_and_line(data, event):
     obj = ke.event_to_json(event)
@@ -213,3 +213,11 @@ def test_play_events_refuses_a_bad_field_in_one_line_with_exit_2(tmp_path, capsy
     err = capsys.readouterr().err.strip()
     assert stop.value.code == 2 and "line 1: BlockRemoved: medium must be" in err
     assert len(err.splitlines()) == 1
+
+
+def test_a_removal_that_names_a_block_twice_evicts_it_once():
+    """Found by Hypothesis: BlockRemoved([h, h]) raised KeyError in replay."""
+    stored = ke.BlockStored([5], None, [1], 1)
+    snaps = ke.replay([stored, ke.BlockRemoved([5, 5]), ke.BlockStored([6], None, [2], 1)])
+    assert "1 never stored here" in snaps[2].caption
+    assert snaps[2].sequences == () and snaps[3].sequences[0].blocks == (0,)
