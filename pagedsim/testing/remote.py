@@ -79,6 +79,14 @@ class Channel:
         self.refused: str | None = None  # a message from the other end that was not read
         self.helpers: dict = {}  # op -> function, for the child's extra requests
         self.on_error = None  # called with each exception the other end raised
+        self._aliases: dict = {}  # of the reply being encoded
+        self._args: tuple = ()  # of the reply being decoded
+        self._encoder = Encoder(self._alias, self._handle)
+        self._decoder = Decoder(
+            theirs=self._theirs, ours=self._ours, arg=self._arg,
+            exc_class=lambda node: class_from(node, self),
+            exception=lambda rest, depth: build_exception(rest, self, self._decoder.value, depth),
+        )
 
     # -- encoding ---------------------------------------------------------------------------------
     def export(self, obj) -> int:
@@ -87,54 +95,54 @@ class Channel:
         return key
 
     def encode(self, obj, aliases=None):
-        """`obj` as a node (remote_codec.py): data by copy, anything else by handle."""
-        aliases = aliases or {}
+        """`obj` as a node (remote_codec.py): data by copy, anything else by handle.
+        `aliases`: {id: (index, arg)} of the arguments a reply may name as ["g", index]."""
+        saved, self._aliases = self._aliases, aliases or {}
+        try:
+            return self._encoder.node(obj)
+        finally:
+            self._aliases = saved
 
-        def alias(o):
-            hit = aliases.get(id(o))
-            return ["g", hit[0]] if hit is not None and hit[1] is o else None
+    def _alias(self, o):
+        hit = self._aliases.get(id(o))
+        return ["g", hit[0]] if hit is not None and hit[1] is o else None
 
-        def handle(o):
-            if isinstance(o, RemoteModule):
-                o = o.__dict__["_remote"]
-            if isinstance(o, Remote) and object.__getattribute__(o, "_ch") is self:
-                return ["y", object.__getattribute__(o, "_id")]
-            if isinstance(o, BaseException):
-                return encode_exception(o, self, enc.node)
-            if isinstance(o, type) and issubclass(o, BaseException):
-                return class_node(o, self)
-            kind = ("module" if isinstance(o, types.ModuleType)
-                    else "function" if isinstance(o, types.FunctionType) else "object")
-            return ["h", kind, self.export(o), str(getattr(o, "__name__", type(o).__name__))]
-
-        enc = Encoder(alias, handle)
-        return enc.node(obj)
-
-    def decoder(self, args=()) -> Decoder:
-        def ours(key):
-            if key not in self.exports:
-                raise RemoteError("a reference to an object that was never handed over")
-            return self.exports[key]
-
-        def arg(i):
-            if not 0 <= i < len(args):
-                raise RemoteError("a reference to an argument that was not passed")
-            return args[i]
-
-        def theirs(kind, key, name):
-            if key not in self.proxies:
-                self.proxies[key] = self._make_proxy(key, kind, name)
-            return self.proxies[key]
-
-        def exception(rest, depth):
-            return build_exception(rest, self, dec.value, depth)
-
-        dec = Decoder(theirs=theirs, ours=ours, arg=arg, exc_class=lambda n: class_from(n, self),
-                      exception=exception)
-        return dec
+    def _handle(self, o):
+        if isinstance(o, RemoteModule):
+            o = o.__dict__["_remote"]
+        if isinstance(o, Remote) and object.__getattribute__(o, "_ch") is self:
+            return ["y", object.__getattribute__(o, "_id")]
+        if isinstance(o, BaseException):
+            return encode_exception(o, self, self._encoder.node)
+        if isinstance(o, type) and issubclass(o, BaseException):
+            return class_node(o, self)
+        kind = ("module" if isinstance(o, types.ModuleType)
+                else "function" if isinstance(o, types.FunctionType) else "object")
+        return ["h", kind, self.export(o), str(getattr(o, "__name__", type(o).__name__))]
 
     def decode(self, node, args=()):
-        return self.decoder(args).decode(node)
+        """A node from the other end as a value (RemoteError if it is not one of the table);
+        `args`: the request's arguments, which ["g", index] names."""
+        saved, self._args = self._args, args
+        try:
+            return self._decoder.decode(node)
+        finally:
+            self._args = saved
+
+    def _ours(self, key):
+        if key not in self.exports:
+            raise RemoteError("a reference to an object that was never handed over")
+        return self.exports[key]
+
+    def _arg(self, i):
+        if not 0 <= i < len(self._args):
+            raise RemoteError("a reference to an argument that was not passed")
+        return self._args[i]
+
+    def _theirs(self, kind, key, name):
+        if key not in self.proxies:
+            self.proxies[key] = self._make_proxy(key, kind, name)
+        return self.proxies[key]
 
     def _make_proxy(self, key, kind, name):
         if kind == "module":

@@ -160,6 +160,7 @@ class Decoder:
     def __init__(self, *, theirs, ours, arg, exc_class, exception):
         self.theirs, self.ours, self.arg = theirs, ours, arg
         self.exc_class, self.exception = exc_class, exception
+        self._by_tag = {tag: getattr(self, "_" + name) for tag, name in _NAMES.items()}
 
     def decode(self, node):
         """`node` as a value, or a RemoteError: whatever the node, only the table is built."""
@@ -185,7 +186,7 @@ class Decoder:
             raise RemoteError(f"a malformed message: an unknown tag {tag[:20]!r}")
         if len(rest) != shape:
             raise RemoteError(f"a malformed message: {tag!r} with {len(rest)} fields")
-        return getattr(self, "_" + _NAMES[tag])(rest, depth + 1)
+        return self._by_tag[tag](rest, depth + 1)
 
     def items(self, seq, depth):
         if type(seq) is not list:

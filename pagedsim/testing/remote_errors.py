@@ -148,8 +148,15 @@ def _text(e, how=str) -> str:
 
 
 def _formatted(e) -> str:
+    """`e`'s traceback as text: file, line and function of each frame, then the exception
+    (no source lines: reading them would cost more than the rest of a round trip)."""
     try:
-        return "".join(traceback.format_exception(e))[-MAX_TRACEBACK:]
+        frames = traceback.StackSummary.extract(traceback.walk_tb(e.__traceback__),
+                                                lookup_lines=False)
+        lines = [f'  File "{f.filename}", line {f.lineno}, in {f.name}' for f in frames]
+        text = "\n".join(["Traceback (most recent call last):", *lines,
+                          f"{type(e).__name__}: {_text(e)}"])
+        return text[-MAX_TRACEBACK:]
     except Exception:  # noqa: BLE001
         return ""
 

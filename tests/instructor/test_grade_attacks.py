@@ -247,7 +247,7 @@ def test_check_impl_ignores_a_forged_pass_line_and_a_patched_runner(tmp_path):
         [sys.executable, "-m", "pagedsim.app.cli", "check", "3.5", "--impl", str(forged), "--json"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,  # a loaded machine: the checker alone took over 70 s
         env=env,
         cwd=tmp_path,
     )
