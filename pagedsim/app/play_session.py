@@ -302,7 +302,8 @@ class Session:
 
     def _preempt(self, seq) -> None:
         if self.options.policy == "none":  # only `evict` gets here without one
-            raise Refused("evict needs a policy: start play with --policy recompute or swap")
+            raise Refused("evict needs a policy: start play with --preemption-mode recompute "
+                          "or swap")
         m = self.manager
         if PREEMPTION[self.options.policy].keeps_kv:  # swap: the table waits on the host
             table = m.block_table(seq)

@@ -183,8 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         if any(e.kind == "allocation_failed" for e in snaps[-1].events):
             show(tour_zh.OUT_OF_BLOCKS_NOTE if lang == "zh" else OUT_OF_BLOCKS_NOTE)
     if args.html:
-        from ..view import sources, write_html
-        print(f"wrote {write_html(args.html, **sources.tour(lang, args.steps))}", file=sys.stderr)
+        from ..view import write_html
+        print(f"wrote {write_html(args.html, **tour_page(lang, args.steps))}", file=sys.stderr)
     if args.draw:
         from ..draw import style  # matplotlib only when asked for
         from ..draw.animate import write_trace
@@ -193,3 +193,18 @@ def main(argv: list[str] | None = None) -> int:
             for path in write_trace(snaps, args.draw):
                 print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def tour_page(lang: str = "en", steps: int | None = None) -> dict:
+    """The tour as `pagedsim.view.write_html`'s keywords: snapshots, captions, why lines."""
+    from ..view.sources import TOUR_VERSION
+
+    snaps = tour_manager(steps).trace.snapshots
+    script = tour_zh.WHY if lang == "zh" else [why for why, _ in SCRIPT]
+    start = tour_zh.WHY_START if lang == "zh" else WHY_START
+    whys = [start if s.step == 0 else script[s.step - 1] for s in snaps]
+    if any(e.kind == "allocation_failed" for e in snaps[-1].events):
+        whys[-1] += " " + (tour_zh.OUT_OF_BLOCKS_NOTE if lang == "zh" else OUT_OF_BLOCKS_NOTE)
+    return dict(trace_or_snapshots=snaps, captions=[caption(s, lang) for s in snaps],
+                whys=whys, lang=lang, title="pagedsim tour: chapter 3 on a 12-block pool",
+                version=TOUR_VERSION)

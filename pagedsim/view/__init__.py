@@ -95,7 +95,8 @@ def _snapshots(trace_or_snapshots) -> list:
         raise ValueError("nothing to show: the trace has no snapshots (was it recorded with "
                          "keep_snapshots=True?)")
     if not all(isinstance(s, Snapshot) for s in snaps):
-        raise TypeError("to_html takes a Trace, a list of Snapshots or a trace_json.to_dict(trace) dict")
+        raise TypeError("to_html takes a Trace, a list of Snapshots or a "
+                        "trace_json.to_dict(trace) dict")
     if len({(s.num_blocks, s.block_size) for s in snaps}) != 1:
         raise ValueError("the snapshots disagree on the pool's size")
     return snaps
@@ -154,8 +155,8 @@ def to_html(trace_or_snapshots, *, lang: str = "en", title: str = "pagedsim",
             version: str = "", whys=None, marks=None, captions=None, labels=None,
             hashes=None) -> str:
     """One self-contained HTML page for the trace (a `Trace`, a list of `Snapshot`s, or a
-    `trace_json.to_dict(trace)` dict). See the module docstring for what it shows and its DOM contract;
-    the keywords are `page_data`'s."""
+    `trace_json.to_dict(trace)` dict). See the module docstring for what it shows and its DOM
+    contract; the keywords are `page_data`'s."""
     data = page_data(trace_or_snapshots, lang=lang, title=title, version=version, whys=whys,
                      marks=marks, captions=captions, labels=labels, hashes=hashes)
     return (

@@ -23,22 +23,6 @@ EVENTS_VERSION = "vLLM v1 KV cache events (BlockStored / BlockRemoved / AllBlock
 GENERATE_VERSION = "vLLM v1 scheduler + prefix cache · v0 fork + copy-on-write (n, beams)"
 
 
-def tour(lang: str = "en", steps: int | None = None) -> dict:
-    from ..app import tour as t
-    from ..app import tour_zh
-    from ..app.captions import caption
-
-    snaps = t.tour_manager(steps).trace.snapshots
-    script = tour_zh.WHY if lang == "zh" else [why for why, _ in t.SCRIPT]
-    start = tour_zh.WHY_START if lang == "zh" else t.WHY_START
-    whys = [start if s.step == 0 else script[s.step - 1] for s in snaps]
-    if any(e.kind == "allocation_failed" for e in snaps[-1].events):
-        whys[-1] += " " + (tour_zh.OUT_OF_BLOCKS_NOTE if lang == "zh" else t.OUT_OF_BLOCKS_NOTE)
-    return dict(trace_or_snapshots=snaps, captions=[caption(s, lang) for s in snaps],
-                whys=whys, lang=lang, title="pagedsim tour: chapter 3 on a 12-block pool",
-                version=TOUR_VERSION)
-
-
 def version_of(options) -> str:
     """The vLLM version behind a playground's options (`play_session.Options`)."""
     if options.hybrid is not None:

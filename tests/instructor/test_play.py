@@ -77,7 +77,7 @@ def test_the_playgrounds_own_notes_are_in_chinese_under_lang_zh():
     ("resume A", "was not preempted"),
     ("forward", "nothing to go forward to"),
     ("draw picture.gif", "must end in .png, .svg or .pdf"),
-    ("evict", "start play with --policy recompute or swap"),
+    ("evict", "start play with --preemption-mode recompute or swap"),
 ])
 def test_every_mistake_is_one_line_and_changes_nothing(line, reason):
     s, _, _ = run_lines("alloc A 6")

@@ -18,7 +18,7 @@ def page_json(path) -> dict:
 def test_play_html_and_view_of_its_trace_out_give_the_same_page(tmp_path, capsys):
     script = tmp_path / "beam.txt"
     script.write_text(BEAM)
-    assert cli.main(["play", str(script), "--policy", "recompute", "--html",
+    assert cli.main(["play", str(script), "--preemption-mode", "recompute", "--html",
                      str(tmp_path / "a.html"), "--trace-out", str(tmp_path / "t.json")]) == 0
     assert cli.main(["view", str(tmp_path / "t.json"), "--html", str(tmp_path / "b.html"),
                      "--title", "pagedsim play"]) == 0

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from pagedsim.app import tour as tour_app
 from pagedsim.app.captions import caption
 from pagedsim.app.play_session import Options, Refused, Session
 from pagedsim.view import sources, to_html
@@ -47,7 +48,7 @@ def check_step(loaded, snap, text: str, last: int, grouped: bool = False) -> Non
 
 @pytest.fixture(scope="module")
 def tour_page():
-    page = sources.tour("en")
+    page = tour_app.tour_page("en")
     return page, to_html(**page)
 
 
@@ -239,7 +240,7 @@ def test_the_generate_page_labels_each_block_with_the_text_it_holds(open_page, t
 
 
 def test_chinese_captions_in_the_page(open_page):
-    page = sources.tour("zh")
+    page = tour_app.tour_page("zh")
     snaps = page["trace_or_snapshots"]
     loaded = open_page(to_html(**page), fragment="#step=5")
     assert loaded.dom()["caption"] == caption(snaps[5], "zh")
