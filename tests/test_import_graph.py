@@ -15,9 +15,6 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("pagedsim", "course", "cuda_kernels")
 
-# Known cycles another branch removes; the lead empties this after merging. Each entry is
-# the sorted modules of one strongly connected component: if it grows, it is a new cycle.
-ALLOWED: set[tuple[str, ...]] = set()  # cycles tolerated for now: none
 
 
 def project_modules() -> dict[str, pathlib.Path]:
@@ -141,7 +138,7 @@ def _path_through(graph: dict[str, set[str]], component: set[str]) -> list[str]:
 def test_no_module_imports_its_way_back_to_itself():
     graph = import_graph()
     assert "pagedsim.manager" in graph and "course.cli" in graph, "the walk found the project"
-    found = [_path_through(graph, set(c)) for c in components(graph) if c not in ALLOWED]
+    found = [_path_through(graph, set(c)) for c in components(graph)]
     assert found == [], "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
 
 
@@ -159,8 +156,3 @@ def test_lazy_imports_count_and_type_checking_ones_do_not(tmp_path):
     assert graph == {"p": set(), "p.a": {"p.b"}, "p.b": {"p.a"}, "p.c": {"p.b"}}
     assert components(graph) == [("p.a", "p.b")]
     assert cycles(graph) == [["p.a", "p.b", "p.a"]]
-
-
-def test_every_allowed_cycle_still_exists():
-    """An allow-list entry whose cycle is gone (or changed) must leave the list."""
-    assert ALLOWED <= set(components(import_graph()))
