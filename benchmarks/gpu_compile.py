@@ -1,7 +1,8 @@
 """The `compile` phase of the GPU run: how long numba takes to compile every kernel the run
 launches, measured without a GPU (so the dry run states it too).
 
-    seconds(workers=None) -> {"kernels", "compile_s_sum", "wall_s", "workers", "slowest"}
+    seconds(workers=None) -> {"kernels", "compile_s_sum", "compile_cpu_s_sum", "wall_s",
+                              "workers", "slowest"}
 
 Each kernel of `python -m cuda_kernels.report` (the decode and prefill instances, the copy
 kernels, the 3.7 labs) and every ladder rung is compiled to PTX for sm_90 by numba's real
@@ -10,7 +11,8 @@ ptxas step comes on top on a GPU), in `workers` processes at once, in a child pr
 (`report --compile-only`), which does not touch this process's CUDA context.
 compile_s_sum is what one process would spend compiling them one after the other (what
 the timed phases pay when they compile as they go, `phases.<name>.compile_s` on a GPU);
-wall_s is what compiling them in parallel takes.
+wall_s is what compiling them in parallel takes. compile_cpu_s_sum counts CPU seconds
+instead: on a loaded machine the wall seconds grow with the load, the CPU seconds do not.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ def seconds(workers: int | None = None, timeout: float = 1800) -> dict:
     wall = time.perf_counter() - began
     slowest = max(rows, key=lambda r: r["compile_s"])
     return {"kernels": len(rows), "compile_s_sum": round(sum(r["compile_s"] for r in rows), 1),
+            "compile_cpu_s_sum": round(sum(r.get("compile_cpu_s", 0) for r in rows), 1),
             "wall_s": round(wall, 1), "workers": workers,
             "slowest": {"kernel": slowest["kernel"], "compile_s": slowest["compile_s"]},
             "rows": rows}

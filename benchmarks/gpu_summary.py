@@ -139,7 +139,8 @@ def markdown(report: dict) -> str:
     comp = report.get("compile")
     if comp:
         lines += ["", f"compile: {comp['kernels']} kernels to PTX for sm_90, "
-                      f"{comp['compile_s_sum']} s one after the other, {comp['wall_s']} s in "
+                      f"{comp['compile_s_sum']} s one after the other "
+                      f"({comp.get('compile_cpu_s_sum')} CPU s), {comp['wall_s']} s in "
                       f"{comp['workers']} processes; slowest {comp['slowest']['kernel']} "
                       f"({comp['slowest']['compile_s']} s)"]
     lines += ["", "| ladder rung | ms | GB/s | % of read roofline | checked |",

@@ -224,15 +224,17 @@ def _one(ptxas: str, name: str, func, sig, threads: int, arch: str, tmp: Path,
          ptx_dir: Path | None, target: str | None = None, compile_only: bool = False) -> dict:
     """One row; `target` is the ptxas arch when it differs from `arch` (sm_90a: cc
     (9, 0, "a"), whose PTX says .target sm_90a); occupancy uses `arch`'s limits.
-    compile_only: just {kernel, arch, compile_s}, the seconds numba's compile to PTX took
-    (typing, lowering, NVVM: what a launch's JIT pays before the driver's ptxas)."""
+    compile_only: just {kernel, arch, compile_s, compile_cpu_s}, the wall and CPU seconds
+    numba's compile to PTX took (typing, lowering, NVVM: what a launch's JIT pays before the
+    driver's ptxas)."""
     from numba.cuda import compile_ptx
     base, target = arch, target or arch
     cc = (int(target[3]), int(target[4]), *([target[5:]] if target[5:] else []))
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     ptx, _ = compile_ptx(func, sig, cc=cc)
-    if compile_only:
-        return {"kernel": name, "arch": target, "compile_s": round(time.perf_counter() - began, 2)}
+    if compile_only:  # wall seconds, and this process's CPU seconds (what load cannot inflate)
+        return {"kernel": name, "arch": target, "compile_s": round(time.perf_counter() - began, 2),
+                "compile_cpu_s": round(time.process_time() - cpu, 2)}
     arch = target
     stem = f"{re.sub(r'[^A-Za-z0-9]+', '_', name).strip('_')}_{arch}"
     path = tmp / f"{stem}.ptx"
