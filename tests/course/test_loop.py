@@ -52,7 +52,8 @@ def test_progress_is_kept_in_the_workspace_and_the_solution_waits_for_a_pass(
     capsys.readouterr()
     assert progress.main([]) == 0
     table = capsys.readouterr().out
-    assert "done  3.1" in table and "left  3.2" in table and "1/8 exercises done" in table
+    total = len(curriculum.load())
+    assert "done  3.1" in table and "left  3.2" in table and f"1/{total} exercises done" in table
     assert progress.solution_main(["3.1"]) == 0
     assert "def allocate" in capsys.readouterr().out
     mine.write_text(mine.read_text() + "\n# edited\n")  # a pass is for the file as it was
