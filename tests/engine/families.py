@@ -130,6 +130,12 @@ FAMILIES = {
         "tie_word_embeddings": False, "use_sliding_window": False, "torch_dtype": "bfloat16"},
         {"bos_token_id": 1, "do_sample": True, "eos_token_id": [2, 3], "pad_token_id": 2,
          "temperature": 0.6, "top_k": 20, "top_p": 0.95}),
+    "qwen2-sliding": ({  # Qwen2 with use_sliding_window: layers from max_window_layers on slide
+        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "bos_token_id": 1,
+        "eos_token_id": 2, "hidden_act": "silu", "max_window_layers": 2, "rms_norm_eps": 1e-06,
+        "rope_theta": 1000000.0, "sliding_window": 8, "tie_word_embeddings": False,
+        "use_sliding_window": True, "torch_dtype": "bfloat16"},
+        {"bos_token_id": 1, "eos_token_id": [2, 3], "repetition_penalty": 1.05}),
     "olmo2": ({  # OLMo-2-1124-7B: norms after attention and MLP, q/k norms over H*D
         "architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", "attention_bias": False,
         "bos_token_id": None, "eos_token_id": 100257 % 128, "hidden_act": "silu",

@@ -125,7 +125,8 @@ def _plan(cfg: dict, lay: dict) -> tuple:
     if fam in ("llama", "gemma", "olmo2", "granite"):
         window = None
     pattern = {"gemma2": 2, "gemma3": cfg.get("sliding_window_pattern", 6)}.get(fam)
-    sliding = [window is not None and (pattern is None or (i + 1) % pattern != 0)
+    first = cfg.get("max_window_layers", 0) if fam in ("qwen2", "qwen3") else 0
+    sliding = [window is not None and i >= first and (pattern is None or (i + 1) % pattern != 0)
                for i in range(lay["layers"])]
     no_rope = [f == 0 for f in cfg.get("no_rope_layers", [1] * lay["layers"])]
     scale = lay["d"] ** -0.5
