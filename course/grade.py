@@ -278,6 +278,10 @@ def main(argv: list[str]) -> int:
             curriculum.find(i)
     except KeyError as e:
         p.error(str(e.args[0]))
+    for out in filter(None, (args.csv, args.results_json)):
+        if not out.absolute().parent.is_dir():
+            p.error(f"no folder {printable(out.absolute().parent)} to write "
+                    f"{printable(out.name)} in")
     limits = jail.Limits(memory=args.memory_mib << 20, cpu=args.cpu_seconds)
     try:
         mode = decide_mode(args.sandbox, limits=limits, max_reply=args.max_reply_mib << 20)

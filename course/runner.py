@@ -40,6 +40,7 @@ import pytest
 from . import check_fixtures, i18n
 from . import impl as impl_module
 from .curriculum import COURSE_DIR, REPO_ROOT, Exercise
+from .grade_job import verify_checks
 from .guard import keep_first, solutions_hidden
 from .impl import (
     DEFAULT_SECONDS,
@@ -398,8 +399,6 @@ def run_checks(ex: Exercise, impl: Path | str, *, stop_at_first: bool = False,
     else:
         child = contextlib.nullcontext()
     try:
-        from .grade_job import verify_checks
-
         changed = verify_checks(REPO_ROOT)  # under `pagedsim grade`: right before the import
         if changed:
             outcome.error = f"the job's private copy of course/{changed} changed: not graded"

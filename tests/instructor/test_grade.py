@@ -132,6 +132,9 @@ def test_bad_arguments_are_refused_before_the_sandbox_is_probed(tmp_path, capsys
         grade.main([str(tmp_path), "--exercise", "9.9"])
     err = capsys.readouterr().err
     assert "9.9" in err and "sandbox" not in err
+    with pytest.raises(SystemExit):
+        grade.main([str(tmp_path), "--csv", str(tmp_path / "nowhere" / "marks.csv")])
+    assert "no folder" in capsys.readouterr().err
 
 
 # ---- the real checker --------------------------------------------------------
