@@ -11,7 +11,7 @@ Launchers (all validate before launching; ValueError names the bad argument):
                     mode="auto", partition_size=None, window=None, sinks=0)  attention.py
     paged_prefill(query, kv_cache, block_tables, context_lens, query_start_loc, scale=None,
                   causal=True, window=0, sinks=0, path="auto")              prefill.py
-                  path "tensor": prefill_tc.py (mma.sync, FlashAttention-2 style);
+                  path "tensor": fast/prefill_tc.py (mma.sync, FlashAttention-2 style);
                   "cuda_core": prefill.py's kernel; "auto": tensor cores when the shape
                   allows (_prefill_checks.choose_path says which)
     copy_blocks(kv_cache, pairs); swap_out(kv_cache, host, pairs); swap_in(host, kv_cache, pairs)

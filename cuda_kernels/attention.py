@@ -7,7 +7,7 @@ Vector or scalar: vector loaders need head_dim % (16 / itemsize) == 0 and 16-byt
 aligned K/V (data pointer and outer strides); otherwise the launcher takes the
 loaders' scalar `fallback` (or refuses when there is none).
 
-Path (`choose_path`): "cuda_core" is `decode.py`, "tensor" is `decode_tc.py` (the
+Path (`choose_path`): "cuda_core" is `fast/decode.py`, "tensor" is `fast/decode_tc.py` (the
 group's heads as the M rows of mma.m16n8k16, FlashInfer's `use_tensor_cores`; vLLM v1's
 FlashInfer backend makes the same choice for GQA). "auto" takes the tensor cores for
 groups of TC_MIN_GROUP = 4 heads or more when K/V are float16 with 16-byte aligned rows
@@ -94,7 +94,7 @@ def launch_warps() -> int:
 def kernel_for(loaders: Loaders, head_dim: int, group_size: int, dtype, block_size: int,
                paged: bool = True, path: str = "cuda_core"):
     """(kernel, threads, chunks): the compiled-kernel cache, for path "cuda_core"
-    (`decode.py`) or "tensor" (`decode_tc.py`). Launch grid:
+    (`fast/decode.py`) or "tensor" (`fast/decode_tc.py`). Launch grid:
     (num_kv_heads * chunks, num_seqs, num_partitions)."""
     dtype = np.dtype(dtype)
     if path == "tensor":  # warps from the shared-memory budget; one under the simulator

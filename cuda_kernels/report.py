@@ -9,12 +9,12 @@ baseline; the 3.7 labs' `alloc.PTX_KERNELS` and `labs.PTX_KERNELS`) and each arc
   1. `numba.cuda.compile_ptx` -> PTX (written to DIR/<kernel>_<arch>.ptx with --ptx-dir);
   2. `ptxas -v -arch=<arch>` -> a cubin, and registers, shared memory, stack and spill bytes;
   3. `nvdisasm -c` (or `cuobjdump -sass`) on the cubin -> SASS.
-Each row then carries the figures of `disasm.py` (whose docstring states how the
+Each row then carries the figures of `tools/disasm.py` (whose docstring states how the
 steady-state loop is found): global_load_bits, shuffles, barriers from the PTX;
 loop_sass, sass_per_kv_byte, hmma / hgmma / ldsm / ldgsts (counts in the steady-state
 loop), loop_sass_per_hmma and flops_per_loop_sass from the SASS; ctas_per_sm /
 warps_per_sm, an occupancy estimate from registers, shared memory and the CTA's thread
-count; from the H200 model of `roofline.py` (formula, constants and sources in its
+count; from the H200 model of `tools/roofline.py` (formula, constants and sources in its
 docstring): bound (tensor, issue, l2 or memory), peak, expected_pct_of_peak,
 expected_pct_of_tensor_peak, hbm_bytes, flops_per_hbm_byte (the arithmetic intensity
 used) and issue_budget_pct (sass_per_kv_byte over the 0.243 SASS per byte an H200 can

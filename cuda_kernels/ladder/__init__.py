@@ -9,8 +9,8 @@ and what it buys; `python -m cuda_kernels.report --ladder` measures each):
     rung5_vector.py     16-byte vector loads, one warp per (sequence, head)
     rung6_gqa.py        GQA: K/V read once per group of query heads
     rung7_split.py      split-K with a log-sum-exp merge (FlashDecoding)
-    rung8_cp_async.py   cp.async staging: wraps the production CUDA-core decode.py
-    rung9_tensor.py     tensor cores: wraps the production decode_tc.py
+    rung8_cp_async.py   cp.async staging: wraps the production CUDA-core fast/decode.py
+    rung9_tensor.py     tensor cores: wraps the production fast/decode_tc.py
 
 Every rung has the meaning of `cuda_kernels.paged_attention` (and of the float64
 reference `cuda_kernels.reference.paged_attention`): `rung.decode(query, kv_cache,

@@ -1,4 +1,4 @@
-"""Rung 8, cp.async staging: the production CUDA-core decode kernel (`decode.py`).
+"""Rung 8, cp.async staging: the production CUDA-core decode kernel (`fast/decode.py`).
 
 What changed: in rung 7 a lane waits for each 16-byte load before it can use it, so a
 warp has one K row and one V row in flight and the load latency (~600 cycles from
@@ -7,13 +7,13 @@ next K/V tiles into a shared-memory ring with `cp.async` (Ampere's asynchronous 
 LDGSTS: global -> shared without passing through registers) while it computes on the
 current tile, waiting with `cp.async.wait_group` only for the tile it needs. It also
 keeps everything rungs 1-7 added (vector loads, GQA, split-K with the same merge) and
-two refinements named in `decode.py`'s docstring: scores in base 2 (one MUFU.EX2 per
+two refinements named in `fast/decode.py`'s docstring: scores in base 2 (one MUFU.EX2 per
 exp) and FlashAttention-3's lazy rescale.
 Why: a memory-bound kernel is fast when enough bytes are in flight; cp.async puts them
 in flight without holding registers, so one CTA overlaps its loads with its math.
 What it buys: the production CUDA-core path (`paged_attention(path="cuda_core")`);
-read `decode.py` (the kernel), `decode_geometry.py` (its shape), `decode_loads.py`
-(the ring) and `decode_steps.py` (the reductions) next.
+read `fast/decode.py` (the kernel), `fast/decode_geometry.py` (its shape), `fast/decode_loads.py`
+(the ring) and `fast/decode_steps.py` (the reductions) next.
 This rung wraps the production kernel rather than copying it.
 """
 

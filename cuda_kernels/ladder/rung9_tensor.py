@@ -1,4 +1,4 @@
-"""Rung 9, tensor cores: the production tensor-core decode kernel (`decode_tc.py`).
+"""Rung 9, tensor cores: the production tensor-core decode kernel (`fast/decode_tc.py`).
 
 What changed: rungs 6-8 compute a group's G scores per token with CUDA-core FMAs, one
 multiply-add per K element per head. Here the G query heads of a group become the M
@@ -10,7 +10,7 @@ P V product (FlashAttention-2's trick).
 Why: at G >= 4 the CUDA cores spend more issue slots on multiply-adds than the memory
 system needs to deliver the bytes; one HMMA does 4,096 FLOPs in one issue slot.
 What it buys: the leanest loop per K/V byte of the ladder (`report --ladder`), so the
-kernel can stay at the read roofline. Read `decode_tc.py` next, then `primitives.py`'s
+kernel can stay at the read roofline. Read `fast/decode_tc.py` next, then `primitives.py`'s
 fragment table.
 Refuses: a cache that is not float16, or head_dim not a multiple of 16 in [16, 256]
 (ValueError naming kv_cache). This rung wraps the production kernel.
