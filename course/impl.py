@@ -206,7 +206,7 @@ def load_impl(exercise_id: str):
 def child_module(name: str):
     """The module `name` as imported where the checked file runs: in its own process while the
     runner isolates it (course/isolation.py), else here. A check uses it to run a few lines next
-    to the student's code, e.g. keep results across calls (checks/_keep.py)."""
+    to the student's code, e.g. keep results across calls (ch03_kv_block/checks/_keep.py)."""
     if _remote is None:
         return importlib.import_module(name)
     from pagedsim.testing.remote import ask

@@ -79,7 +79,8 @@ class Remote:
         return self._ask("special", "__hash__", ())
 
     def _pagedsim_stepper_run(self, stepper, num_threads, arrays, names):
-        """The stepper's run() (course/ch03_kv_block/stepper.py), done where the kernel lives."""
+        """The stepper's run() (course/ch03_kv_block/interleaver.py), done where the kernel
+        lives."""
         log, after = ask(
             object.__getattribute__(self, "_ch"),
             "stepper_run",
