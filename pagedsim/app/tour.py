@@ -149,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     lang, width = detect(args.lang), args.width or terminal_width()
     say = lambda template, **kw: t(template, lang, tour_zh.ZH, **kw)  # noqa: E731
     m = tour_manager(args.steps)
+    assert m.trace is not None, "tour_manager records a trace"
     snaps = m.trace.snapshots
     if args.json:
         json.dump(trace_json.to_dict(m.trace), sys.stdout, indent=1, default=str)

@@ -82,7 +82,7 @@ class Channel:
         self._aliases: dict = {}  # of the reply being encoded
         self._args: tuple = ()  # of the reply being decoded
         self._encoder = Encoder(self._alias, self._handle)
-        self._decoder = Decoder(
+        self._decoder: Decoder = Decoder(
             theirs=self._theirs, ours=self._ours, arg=self._arg,
             exc_class=lambda node: class_from(node, self),
             exception=lambda rest, depth: build_exception(rest, self, self._decoder.value, depth),
@@ -174,7 +174,7 @@ class Channel:
         self.refused = self.refused or why
         return RemoteError(why)
 
-    def _exact(self, n: int) -> bytes:
+    def _exact(self, n: int) -> bytes | bytearray:
         buf, got = bytearray(n), 0
         view = memoryview(buf)
         while got < n:

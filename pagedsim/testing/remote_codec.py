@@ -33,6 +33,7 @@ import json
 import math
 import pathlib
 import re
+from typing import Any, Callable
 
 import numpy as np
 
@@ -128,7 +129,7 @@ class Encoder:
         return self.handle(obj)
 
 
-_LEAVES = {
+_LEAVES: dict[type, Callable[[Any], list]] = {
     bytes: lambda o: ["b", _b64(o)],
     bytearray: lambda o: ["ba", _b64(bytes(o))],
     complex: lambda o: ["c", o.real, o.imag],
@@ -137,7 +138,7 @@ _LEAVES = {
     pathlib.PosixPath: lambda o: ["p", str(o)],
     pathlib.PurePosixPath: lambda o: ["pp", str(o)],
 }
-_SEQUENCES = {list: "l", tuple: "t", set: "s", frozenset: "fs"}
+_SEQUENCES: dict[type, str] = {list: "l", tuple: "t", set: "s", frozenset: "fs"}
 
 
 def _int(v, what: str) -> int:

@@ -95,17 +95,18 @@ def class_from(node, ch: Channel) -> type:
     if key not in ch.proxies:
         known = [c for c in (known_class(b) for b in bases[:50]) if c is not None]
         base = [c for c in known if not any(o is not c and issubclass(o, c) for o in known)]
-        for chosen in (tuple(base), tuple(base[:1]), (Exception,)):
+        choices: tuple[tuple[type, ...], ...] = (tuple(base), tuple(base[:1]), (Exception,))
+        for chosen in choices:
             try:
                 ch.proxies[key] = type(name[:200] or "Error", chosen or (Exception,),
                                        {"__module__": "submission", "_remote": (ch, key)})
                 break
             except TypeError:  # bases with conflicting layouts (OSError with ValueError)
                 continue
-    cls = ch.proxies[key]
-    if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+    made = ch.proxies[key]
+    if not (isinstance(made, type) and issubclass(made, BaseException)):
         raise RemoteError("a malformed message: an exception class that is not one")
-    return cls
+    return made
 
 
 def encode_exception(e: BaseException, ch: Channel, node, depth: int = 0) -> list:
@@ -189,11 +190,12 @@ def build_exception(rest, ch: Channel, value, depth: int) -> BaseException:
                 setattr(exc, pair[0], value(pair[1], depth))
             except (AttributeError, TypeError):
                 pass
+    add_note = getattr(exc, "add_note", None)  # Python 3.11+: on 3.10 the notes are dropped
     for note in notes:
-        if type(note) is str:
-            exc.add_note(note)
-    try:
-        exc.remote_traceback = formatted  # the other side's own account, for a person to read
+        if type(note) is str and add_note is not None:
+            add_note(note)
+    try:  # the other side's own account, for a person to read
+        exc.__dict__["remote_traceback"] = formatted
     except (AttributeError, TypeError):
         pass
     if inner is not None:

@@ -52,7 +52,9 @@ def free_list_diff(old: list, new: list) -> dict:
     kept = [b for b in old if b in new_set]
     if [b for b in new if b in old_set] != kept:  # the kept ids moved: send the whole list
         return {"a": list(new)}
-    inserts, run_start, run = [], None, []
+    inserts: list[list] = []
+    run_start = 0
+    run: list = []
     for pos, b in enumerate(new):
         if b in old_set:
             if run:
@@ -64,7 +66,7 @@ def free_list_diff(old: list, new: list) -> dict:
         run.append(b)
     if run:
         inserts.append([run_start, run])
-    out = {}
+    out: dict[str, list] = {}
     if removed:
         out["r"] = removed
     if inserts:

@@ -15,6 +15,8 @@ matplotlib here.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..app.captions import caption
 from ..app.trace_json import snapshot_to_dict
 
@@ -61,10 +63,11 @@ def _hashes(session) -> list | None:
             not hasattr(session.manager.pool, "hash_of"):
         return None
     twin = Session(session.options)
-    out = [()]  # the empty pool
+    out: list[tuple[str, ...]] = [()]  # the empty pool
     for m in session.moments[:session.cursor]:
         twin.run(m.command)
-        pool, n = twin.manager.pool, twin.manager.num_blocks
+        pool: Any = twin.manager.pool  # a caching pool: checked by hasattr above
+        n = twin.manager.num_blocks
         now = tuple(format(pool.hash_of(b) & 0xFFFFFFFF, "08x") if pool.is_cached(b) else ""
                     for b in range(n))
         out += [now] * (m.snapshot + 1 - len(out))
@@ -103,8 +106,9 @@ def saved(data: dict, lang: str = "en", title: str = "pagedsim trace") -> dict:
     view = data.get("view") or {}
     if not isinstance(view, dict):
         raise ValueError("'view' must be an object")
-    out = dict(trace_or_snapshots=snaps, lang=lang, title=_text(view, "title", title),
-               version=_text(view, "version", ""))
+    out: dict[str, Any] = dict(trace_or_snapshots=snaps, lang=lang,
+                               title=_text(view, "title", title),
+                               version=_text(view, "version", ""))
     whys = view.get("whys")
     if whys is not None:
         if not isinstance(whys, list) or not all(isinstance(w, (str, type(None))) for w in whys):
