@@ -22,10 +22,14 @@ included) is its own. Reported: generated tokens per CPU-second (process time ov
 threads, so thread counts do not flatter either side) and peak memory in MiB. Measured
 on the shared 2-core machine (load average about 20; torch 2.13.0 CPU, transformers
 5.24.0; 64 prompt + 32 generated tokens per sequence):
-    shipped batch 1: pagedsim 142.1 tok/CPU-s, 48 MiB | transformers 25.0 tok/CPU-s, 361 MiB
-    shipped batch 8: pagedsim 395.3 tok/CPU-s, 49 MiB | transformers 34.1 tok/CPU-s, 365 MiB
-(a 152,640-parameter model: per-token framework overhead dominates both sides; torch's
-import alone is most of transformers' peak).
+    shipped batch 1: pagedsim 274.8 tok/CPU-s, 48 MiB | transformers 25.8 tok/CPU-s, 361 MiB
+    shipped batch 8: pagedsim 425.8 tok/CPU-s, 49 MiB | transformers 32.8 tok/CPU-s, 365 MiB
+    100m batch 1:    pagedsim 2.0 tok/CPU-s, 443 MiB   | transformers 3.4 tok/CPU-s, 925 MiB
+    100m batch 8:    pagedsim 7.6 tok/CPU-s, 482 MiB   | transformers 6.5 tok/CPU-s, 925 MiB
+(the shipped model has 152,640 parameters: per-token framework overhead dominates both
+sides, and torch's import is most of transformers' peak; at 100M parameters pagedsim
+holds about half of transformers' peak memory. CPU-seconds count every BLAS thread,
+spinning ones included, so on a loaded machine both rates are low and noisy.)
 
 Measured on the shared 2-core development machine (load average about 10, NumPy
 backend, 8 requests x 64 prompt tokens x 32 generated, block size 16):

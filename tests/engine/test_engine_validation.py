@@ -31,6 +31,12 @@ BAD_REQUESTS = [
     (dict(length_penalty="long"), TypeError, "length_penalty must be a number"),
     (dict(length_penalty=True), TypeError, "length_penalty must be a number"),
     (dict(length_penalty=math.inf), ValueError, "length_penalty must be a finite number"),
+    (dict(repetition_penalty=0), ValueError, "repetition_penalty must be > 0"),
+    (dict(repetition_penalty=-1.1), ValueError, "repetition_penalty must be a finite number"),
+    (dict(repetition_penalty=math.nan), ValueError, "repetition_penalty"),
+    (dict(repetition_penalty="x"), TypeError, "repetition_penalty must be a number"),
+    (dict(top_k=-1), ValueError, "top_k"),
+    (dict(top_k=2.5), TypeError, "top_k"),
 ]
 
 
@@ -127,3 +133,17 @@ def test_a_tiny_temperature_is_computed_in_the_log_domain_and_acts_as_greedy(tem
 def test_a_model_too_large_to_allocate_is_refused_before_allocating(field, value):
     with pytest.raises(ValueError, match=field if field == "layers" else "parameters"):
         TinyModel(ModelConfig(**{field: value}))
+
+
+def test_the_repetition_penalty_divides_positive_and_multiplies_negative_seen_logits():
+    from pagedsim.engine.requests import penalize
+    logits = [2.0, -2.0, 1.0, 0.5]
+    out = penalize(logits, [0, 1, 1], 2.0)
+    assert out.tolist() == [1.0, -4.0, 1.0, 0.5]  # tokens 2 and 3 were never seen
+
+
+def test_top_k_keeps_only_the_k_largest_logits_when_sampling():
+    from pagedsim.engine.requests import sample
+    logits = [5.0, 4.0, 0.0, -1.0, 3.0]
+    picks = {sample(logits, 50.0, 0, 0, step, top_k=2) for step in range(200)}
+    assert picks == {0, 1}

@@ -80,3 +80,17 @@ def test_the_kernels_read_both_groups_tables_null_blocks_included():
     states = engine.generate(requests)
     assert states[0].outputs() == DenseEngine(model).generate(requests)[0].outputs()
     assert any(rec["window_blocks"] < rec["full_blocks"] for rec in engine.log)  # it slid
+
+
+@pytest.mark.parametrize("policy", ["swap", "recompute"])
+def test_a_tight_pool_preempts_a_hybrid_request_by_recompute_and_tokens_still_match(policy):
+    model = TinyModel(ModelConfig(sliding_window=8, layer_types=("sliding", "full")))
+    requests = [Request(tuple(range(1, 20)), 20), Request(tuple(range(3, 25)), 20),
+                Request((5, 6, 7), 30, temperature=0.7, seed=3)]
+    engine = PagedEngine(model, 22, B, max_num_batched_tokens=8, prefix_caching=True,
+                         policy=policy, backend="numpy", check=True)
+    states = engine.generate(requests)
+    assert [s.outputs() for s in states] == [d.outputs()
+                                            for d in DenseEngine(model).generate(requests)]
+    stats = engine.scheduler.stats
+    assert stats["preempted_recompute"] > 0 and stats["preempted_swap"] == 0  # never swapped
