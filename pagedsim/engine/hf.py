@@ -298,7 +298,7 @@ def load_config(directory) -> tuple[ModelConfig, dict]:
                               f"causal attention is served")
     if raw.get("mlp_bias", False):
         raise CheckpointError(f"{path}: field mlp_bias is true; MLP biases are not supported")
-    rope_params = raw.get("rope_parameters") if isinstance(raw.get("rope_parameters"), dict) \
+    rope_params: dict = raw["rope_parameters"] if isinstance(raw.get("rope_parameters"), dict) \
         else {}
     share_raw = raw.get("partial_rotary_factor", rope_params.get("partial_rotary_factor"))
     if share_raw not in (None, 1, 1.0) and family != "phi3":

@@ -326,9 +326,10 @@ class Transformer:
         if c.qk_norm == "head":  # Qwen3, Gemma 3: over each head's D
             q, k = self.norm(q, lw["q_norm.weight"]), self.norm(k, lw["k_norm.weight"])
         v = np.ascontiguousarray(v.reshape(-1, c.kv_heads, c.head_dim))
-        if self.ropes[layer] is None:
+        rope = self.ropes[layer]
+        if rope is None:
             return np.ascontiguousarray(q), np.ascontiguousarray(k), v
-        inv_freq, factor = self.ropes[layer]
+        inv_freq, factor = rope
         angles = np.asarray(positions, np.float32)[:, None] * inv_freq[None, :]  # [T, R/2]
         return rotary(q, angles, factor), rotary(k, angles, factor), v
 

@@ -49,7 +49,9 @@ class PagedEngine:
         c = model.config
         self.model, self.check = model, check
         kinds = c.windowed
+        self.blocks: BlockAdapter | WindowAdapter
         if "sliding" in kinds:  # v1's window manager, or its hybrid allocator
+            assert c.sliding_window is not None, "a sliding layer has a window"
             self.blocks = WindowAdapter(num_blocks, block_size, window=c.sliding_window,
                                         hybrid="full" in kinds, prefix_caching=prefix_caching,
                                         trace=trace)

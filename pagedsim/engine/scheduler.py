@@ -46,7 +46,8 @@ class Item:
 
 
 class Scheduler:
-    def __init__(self, blocks: BlockAdapter, kv, max_num_batched_tokens: int, policy: str):
+    def __init__(self, blocks: BlockAdapter | WindowAdapter, kv, max_num_batched_tokens: int,
+                 policy: str):
         # the registry decides (policies/preemption.py)
         self.keeps_kv = preemption_class(policy).keeps_kv
         self.blocks, self.kv = blocks, kv

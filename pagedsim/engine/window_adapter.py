@@ -37,6 +37,8 @@ class WindowAdapter:
 
     def __init__(self, num_blocks: int, block_size: int, *, window: int, hybrid: bool,
                  prefix_caching: bool = False, trace: bool = False):
+        self.manager: HybridManager | SlidingWindowPrefixCachingManager
+        self.groups: tuple[str, ...]
         if hybrid:
             self.manager = HybridManager(num_blocks, block_size, window=window, trace=trace)
             self.groups = ("full", "window")
