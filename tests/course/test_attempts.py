@@ -13,6 +13,7 @@ from course import curriculum
 from course.ch03_kv_block import mutants
 from course.runner import run_checks
 
+pytestmark = pytest.mark.slow  # 54 attempts, each checked in its own process
 WRONG = [m for m in mutants.MUTANTS if m.says]
 
 
