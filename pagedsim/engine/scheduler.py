@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from ..policies.preemption import preemption_class
 from .adapter import BlockAdapter
 from .requests import RequestState
+from .window_adapter import WindowAdapter
 
 
 @dataclass
