@@ -11,7 +11,7 @@ from . import curriculum, i18n
 
 
 def main(argv: list[str]) -> int:
-    from pagedsim.app.cli import ArgParser
+    from pagedsim.app.args import ArgParser
 
     p = ArgParser(prog="pagedsim hint", description="a hint for one exercise, gentlest first")
     p.add_argument("exercise", help="an exercise id such as 3.4a")

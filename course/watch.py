@@ -31,8 +31,7 @@ def _first_left(exercises) -> curriculum.Exercise | None:
 
 def watch(ex, exercises, *, interval: float, iterations: int | None, timeout=None) -> int:
     """Check `ex` now and on every change, moving on after each pass; returns the exit status."""
-    from .cli import _report
-    from .runner import run_checks
+    from .runner import print_report, run_checks
 
     runs = 0
     while ex is not None:
@@ -43,7 +42,7 @@ def watch(ex, exercises, *, interval: float, iterations: int | None, timeout=Non
         print(f"\n== checking {ex.id} ({mine}) ==")
         outcome = run_checks(ex, mine, seconds=timeout)
         progress.record(outcome)
-        _report(outcome, verbose=False, hint=True)
+        print_report(outcome, verbose=False, hint=True)
         runs += 1
         if outcome.ok:
             later = exercises[exercises.index(ex) + 1:]
@@ -65,7 +64,7 @@ def watch(ex, exercises, *, interval: float, iterations: int | None, timeout=Non
 
 
 def main(argv: list[str]) -> int:
-    from pagedsim.app.cli import ArgParser
+    from pagedsim.app.args import ArgParser
 
     p = ArgParser(prog="pagedsim watch",
                   description="check an exercise on every save; move on to the next on a pass")

@@ -14,6 +14,8 @@ backend (backend.py).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..block_table import blocks_needed
@@ -49,7 +51,7 @@ class PagedEngine:
         c = model.config
         self.model, self.check = model, check
         kinds = c.windowed
-        self.blocks: BlockAdapter | WindowAdapter
+        self.blocks: Any  # a BlockAdapter or a WindowAdapter: the calls the scheduler makes
         if "sliding" in kinds:  # v1's window manager, or its hybrid allocator
             assert c.sliding_window is not None, "a sliding layer has a window"
             self.blocks = WindowAdapter(num_blocks, block_size, window=c.sliding_window,

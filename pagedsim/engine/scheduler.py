@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from ..policies.preemption import preemption_class
 from .adapter import BlockAdapter
 from .requests import RequestState
-from .window_adapter import WindowAdapter
 
 
 @dataclass
@@ -47,8 +46,7 @@ class Item:
 
 
 class Scheduler:
-    def __init__(self, blocks: BlockAdapter | WindowAdapter, kv, max_num_batched_tokens: int,
-                 policy: str):
+    def __init__(self, blocks: BlockAdapter, kv, max_num_batched_tokens: int, policy: str):
         # the registry decides (policies/preemption.py)
         self.keeps_kv = preemption_class(policy).keeps_kv
         self.blocks, self.kv = blocks, kv

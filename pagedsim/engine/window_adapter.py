@@ -25,6 +25,8 @@ refused, and preemption recomputes.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..block_table import NULL_BLOCK
@@ -37,7 +39,9 @@ class WindowAdapter:
 
     def __init__(self, num_blocks: int, block_size: int, *, window: int, hybrid: bool,
                  prefix_caching: bool = False, trace: bool = False):
-        self.manager: HybridManager | SlidingWindowPrefixCachingManager
+        # HybridManager or SlidingWindowPrefixCachingManager: the same v1 calls, each with
+        # its own ComputedBlocks type
+        self.manager: Any
         self.groups: tuple[str, ...]
         if hybrid:
             self.manager = HybridManager(num_blocks, block_size, window=window, trace=trace)
