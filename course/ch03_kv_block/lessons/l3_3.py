@@ -25,12 +25,34 @@ slots, and the paged_attention kernel reads them back through the table.
 
 The demo interleaves two sequences so their blocks mix, prints the tables and slots, and
 runs the paged_attention kernel against a NumPy float64 reference.
+
+Reading the kernel you just ran. paged_attention is the top of a ladder you can climb one
+file at a time, one idea per file. Start with cuda_kernels/reference.py (the float64
+meaning, about 30 lines), then cuda_kernels/ladder/ in this order: rung1_naive.py (one
+thread per sequence and head, two passes), rung2_cta.py (a thread block, a shared-memory
+sum), rung3_online.py (online softmax, one pass), rung4_shuffle.py (warp shuffles),
+rung5_vector.py (16-byte loads), rung6_gqa.py (K/V read once per group of query heads),
+rung7_split.py (split-K and a log-sum-exp merge), rung8_cp_async.py (the production
+fast/decode.py) and rung9_tensor.py (fast/decode_tc.py, on tensor cores). Every rung has
+paged_attention's meaning: RUNGS[k].decode(query, cache, tables, lens). The demo lists them
+and checks each against the same reference. `python -m cuda_kernels.report --ladder --arch
+sm_90` (the ptx extra) measures them without a GPU: SASS per K/V byte in the steady loop,
+registers, spills; cuda_kernels/README.md has the table, the glossary of the kernels'
+constant names, and where each PTX technique is explained.
 """
 TEXT_ZH = """
 序列的 token 只在"逻辑"上连续：第 p 个 token 位于逻辑块 p // block_size 的偏移 p % block_size。
 Block Table 把每个逻辑块映射到物理块（池里任何位置都行），所以序列的内存可以分散存放：
 block_table[逻辑块] = 物理块，一次数组索引，O(1)。token 的 slot = 物理块 × block_size + 偏移；
 write_kv 内核按 slot 写入新的 K/V，paged_attention 内核再通过 Block Table 读回。
+
+读懂刚才运行的内核：paged_attention 是一架梯子的顶端，每个文件只多一个想法。先读
+cuda_kernels/reference.py（float64 的定义，约 30 行），再按顺序读 cuda_kernels/ladder/：
+rung1_naive.py、rung2_cta.py、rung3_online.py、rung4_shuffle.py、rung5_vector.py、
+rung6_gqa.py、rung7_split.py、rung8_cp_async.py（即 fast/decode.py）和 rung9_tensor.py
+（即 fast/decode_tc.py，张量核心）。每一级都与 paged_attention 含义相同：
+RUNGS[k].decode(query, cache, tables, lens)。演示会逐级列出并与同一参考比对；
+`python -m cuda_kernels.report --ladder --arch sm_90` 无需 GPU 即可统计每级的 SASS。
 """
 
 # float32 softmax and sums over at most a few hundred tokens stay well inside this; a wrong
@@ -78,6 +100,7 @@ def demo(out_dir) -> None:
     print(
         f"paged_attention on {cuda_kernels.backend()}: max |kernel - float64 reference| = {err:.2e}"
     )
+    _climb_the_ladder(query, cache, tables, lens, ref)
     from course.ch03_kv_block.lessons import verdict
 
     eps = float(np.finfo(np.float32).eps)
@@ -100,3 +123,18 @@ def demo(out_dir) -> None:
             f"KV 头不对），"
             "而不只是舍入不同",
         )
+
+
+def _climb_the_ladder(query, cache, tables, lens, ref) -> None:
+    """Each rung of cuda_kernels/ladder/ on the demo's inputs, in reading order."""
+    from cuda_kernels.ladder import RUNGS
+
+    print("the ladder (cuda_kernels/ladder/), in reading order:")
+    for rung in RUNGS:
+        try:
+            err = float(np.abs(rung.decode(query, cache, tables, lens) - ref).max())
+            got = f"max |rung - float64 reference| = {err:.1e}"
+        except ValueError as why:  # a fast rung refuses a shape it cannot serve, and says why
+            got = f"refused: {why}"
+        print(f"  {rung.file.name:<18} {rung.idea}\n  {'':<18} {got}")
+
