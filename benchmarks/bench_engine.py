@@ -51,35 +51,64 @@ from pathlib import Path
 import numpy as np
 
 
-def write_random_llama(directory: Path, seed: int = 0, hidden=768, layers=12, heads=12,
-                       kv_heads=4, mlp=2048, vocab=32000) -> Path:
+def write_random_llama(
+    directory: Path,
+    seed: int = 0,
+    hidden=768,
+    layers=12,
+    heads=12,
+    kv_heads=4,
+    mlp=2048,
+    vocab=32000,
+) -> Path:
     import ml_dtypes
     from safetensors.numpy import save_file
+
     rng = np.random.default_rng(seed)
     d = hidden // heads
 
     def w(*shape):
         return (rng.standard_normal(shape, np.float32) / np.sqrt(shape[-1])).astype(
-            ml_dtypes.bfloat16)
+            ml_dtypes.bfloat16
+        )
 
-    t = {"model.embed_tokens.weight": w(vocab, hidden),
-         "model.norm.weight": np.ones(hidden, ml_dtypes.bfloat16)}
+    t = {
+        "model.embed_tokens.weight": w(vocab, hidden),
+        "model.norm.weight": np.ones(hidden, ml_dtypes.bfloat16),
+    }
     for i in range(layers):
         p = f"model.layers.{i}."
         t[p + "input_layernorm.weight"] = np.ones(hidden, ml_dtypes.bfloat16)
         t[p + "post_attention_layernorm.weight"] = np.ones(hidden, ml_dtypes.bfloat16)
-        for name, shape in (("q", (heads * d, hidden)), ("k", (kv_heads * d, hidden)),
-                            ("v", (kv_heads * d, hidden)), ("o", (hidden, heads * d))):
+        for name, shape in (
+            ("q", (heads * d, hidden)),
+            ("k", (kv_heads * d, hidden)),
+            ("v", (kv_heads * d, hidden)),
+            ("o", (hidden, heads * d)),
+        ):
             t[f"{p}self_attn.{name}_proj.weight"] = w(*shape)
-        for name, shape in (("gate", (mlp, hidden)), ("up", (mlp, hidden)),
-                            ("down", (hidden, mlp))):
+        for name, shape in (
+            ("gate", (mlp, hidden)),
+            ("up", (mlp, hidden)),
+            ("down", (hidden, mlp)),
+        ):
             t[f"{p}mlp.{name}_proj.weight"] = w(*shape)
     save_file(t, str(directory / "model.safetensors"))
-    config = dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=vocab,
-                  hidden_size=hidden, intermediate_size=mlp, num_hidden_layers=layers,
-                  num_attention_heads=heads, num_key_value_heads=kv_heads, rms_norm_eps=1e-5,
-                  rope_theta=10000.0, tie_word_embeddings=True, hidden_act="silu",
-                  torch_dtype="bfloat16")
+    config = dict(
+        architectures=["LlamaForCausalLM"],
+        model_type="llama",
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=mlp,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        hidden_act="silu",
+        torch_dtype="bfloat16",
+    )
     (directory / "config.json").write_text(json.dumps(config, indent=1))
     return directory
 
@@ -87,9 +116,11 @@ def write_random_llama(directory: Path, seed: int = 0, hidden=768, layers=12, he
 def bench(model, requests, backend: str, block_size: int = 16) -> dict:
     from pagedsim.block_table import blocks_needed
     from pagedsim.engine import DenseEngine, PagedEngine
+
     blocks = sum(blocks_needed(len(r.prompt) + r.max_tokens, block_size) for r in requests)
-    engine = PagedEngine(model, blocks, block_size, backend=backend,
-                         max_num_batched_tokens=max(256, len(requests)))
+    engine = PagedEngine(
+        model, blocks, block_size, backend=backend, max_num_batched_tokens=max(256, len(requests))
+    )
     start = time.perf_counter()
     engine.generate(requests)
     paged = time.perf_counter() - start
@@ -98,16 +129,22 @@ def bench(model, requests, backend: str, block_size: int = 16) -> dict:
     dense = time.perf_counter() - start
     generated = sum(r.max_tokens for r in requests)
     total = generated + sum(len(r.prompt) for r in requests)
-    return dict(parameters=model.num_parameters, attention=engine.backend.where(),
-                requests=len(requests), steps=len(engine.log), paged_seconds=round(paged, 2),
-                paged_generated_tokens_per_s=round(generated / paged, 1),
-                paged_all_tokens_per_s=round(total / paged, 1),
-                dense_generated_tokens_per_s=round(generated / dense, 1))
+    return dict(
+        parameters=model.num_parameters,
+        attention=engine.backend.where(),
+        requests=len(requests),
+        steps=len(engine.log),
+        paged_seconds=round(paged, 2),
+        paged_generated_tokens_per_s=round(generated / paged, 1),
+        paged_all_tokens_per_s=round(total / paged, 1),
+        dense_generated_tokens_per_s=round(generated / dense, 1),
+    )
 
 
 def one_side(side: str, directory: str, batch: int, prompt: int, tokens: int) -> dict:
     """Generate in this process with pagedsim or transformers; CPU time and peak memory."""
     import resource
+
     rng = np.random.default_rng(0)
     config = json.loads((Path(directory) / "config.json").read_text())
     ids = rng.integers(1, config["vocab_size"], (batch, prompt))
@@ -115,49 +152,90 @@ def one_side(side: str, directory: str, batch: int, prompt: int, tokens: int) ->
         from pagedsim.block_table import blocks_needed
         from pagedsim.engine import PagedEngine, Request
         from pagedsim.engine.hf import load_model
+
         model = load_model(directory)
         requests = [Request(tuple(int(t) for t in row), tokens) for row in ids]
-        engine = PagedEngine(model, batch * blocks_needed(prompt + tokens, 16), 16,
-                             backend="numpy", max_num_batched_tokens=max(256, batch))
+        engine = PagedEngine(
+            model,
+            batch * blocks_needed(prompt + tokens, 16),
+            16,
+            backend="numpy",
+            max_num_batched_tokens=max(256, batch),
+        )
         start = time.process_time()
         engine.generate(requests)
     else:
         import torch
         import transformers
+
         model = transformers.AutoModelForCausalLM.from_pretrained(
-            directory, torch_dtype=torch.float32).eval()
+            directory, torch_dtype=torch.float32
+        ).eval()
         start = time.process_time()
         with torch.no_grad():
-            model.generate(torch.tensor(ids), do_sample=False, max_new_tokens=tokens,
-                           min_new_tokens=tokens, attention_mask=torch.ones_like(
-                               torch.tensor(ids)), pad_token_id=0)
+            model.generate(
+                torch.tensor(ids),
+                do_sample=False,
+                max_new_tokens=tokens,
+                min_new_tokens=tokens,
+                attention_mask=torch.ones_like(torch.tensor(ids)),
+                pad_token_id=0,
+            )
     cpu = time.process_time() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    return dict(side=side, batch=batch, generated=batch * tokens, cpu_seconds=round(cpu, 2),
-                tokens_per_cpu_second=round(batch * tokens / cpu, 1), peak_mib=round(peak))
+    return dict(
+        side=side,
+        batch=batch,
+        generated=batch * tokens,
+        cpu_seconds=round(cpu, 2),
+        tokens_per_cpu_second=round(batch * tokens / cpu, 1),
+        peak_mib=round(peak),
+    )
 
 
 def vs_transformers(directory: str, label: str, prompt: int, tokens: int) -> None:
     import subprocess
     import sys
+
     for batch in (1, 8):
         row = []
         for side in ("pagedsim", "transformers"):
-            done = subprocess.run([sys.executable, __file__, "--one", side, "--model", directory,
-                                   "--batch", str(batch), "--prompt", str(prompt), "--tokens",
-                                   str(tokens)], capture_output=True, text=True, check=True)
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--one",
+                    side,
+                    "--model",
+                    directory,
+                    "--batch",
+                    str(batch),
+                    "--prompt",
+                    str(prompt),
+                    "--tokens",
+                    str(tokens),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             row.append(json.loads(done.stdout.strip().splitlines()[-1]))
         p, t = row
-        print(f"{label} batch {batch}: pagedsim {p['tokens_per_cpu_second']} tok/CPU-s, "
-              f"{p['peak_mib']} MiB | transformers {t['tokens_per_cpu_second']} tok/CPU-s, "
-              f"{t['peak_mib']} MiB")
+        print(
+            f"{label} batch {batch}: pagedsim {p['tokens_per_cpu_second']} tok/CPU-s, "
+            f"{p['peak_mib']} MiB | transformers {t['tokens_per_cpu_second']} tok/CPU-s, "
+            f"{t['peak_mib']} MiB"
+        )
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--big", action="store_true", help="also the ~100M-parameter checkpoint")
-    p.add_argument("--vs-transformers", action="store_true",
-                   help="side-by-side rows against transformers on the CPU")
+    p.add_argument(
+        "--vs-transformers",
+        action="store_true",
+        help="side-by-side rows against transformers on the CPU",
+    )
     p.add_argument("--one", choices=("pagedsim", "transformers"), help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
     p.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
@@ -171,6 +249,7 @@ def main() -> None:
         return
     if a.vs_transformers:
         from pagedsim.engine.generate import DEFAULT_MODEL
+
         vs_transformers(str(DEFAULT_MODEL), "shipped", a.prompt, a.tokens)
         if a.big:
             with tempfile.TemporaryDirectory() as tmp:
@@ -178,16 +257,20 @@ def main() -> None:
         return
     from pagedsim.engine import Request
     from pagedsim.engine.generate import load
+
     model, _ = load()
     rng = np.random.default_rng(0)
 
     def requests(vocab):
-        return [Request(tuple(int(t) for t in rng.integers(1, vocab, a.prompt)), a.tokens)
-                for _ in range(a.requests)]
+        return [
+            Request(tuple(int(t) for t in rng.integers(1, vocab, a.prompt)), a.tokens)
+            for _ in range(a.requests)
+        ]
 
     print("shipped", json.dumps(bench(model, requests(model.config.vocab), a.backend)))
     if a.big:
         from pagedsim.engine.hf import load_model
+
         with tempfile.TemporaryDirectory() as tmp:
             start = time.perf_counter()
             big = load_model(write_random_llama(Path(tmp)))

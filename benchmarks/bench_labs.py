@@ -43,11 +43,13 @@ def main() -> None:
     results = {
         "waste_static_s": best_of(args.repeats, lambda: waste.breakdown(reqs, 16, 2048, "static")),
         "waste_continuous_s": best_of(
-            args.repeats, lambda: waste.breakdown(reqs, 16, 2048, "continuous")),
+            args.repeats, lambda: waste.breakdown(reqs, 16, 2048, "continuous")
+        ),
         "sweep_s": best_of(args.repeats, lambda: sweep.sweep(reqs)),
     }
-    results["total_s"] = (results["waste_static_s"] + results["waste_continuous_s"]
-                          + results["sweep_s"])
+    results["total_s"] = (
+        results["waste_static_s"] + results["waste_continuous_s"] + results["sweep_s"]
+    )
     if args.json:
         print(json.dumps(results, indent=2))
         return

@@ -93,6 +93,7 @@ class PerCall(Manager):
         def step(seq_ids):
             for s in seq_ids:
                 append(s, 1)
+
         self.step = step
 
 
@@ -135,9 +136,13 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     requests = churn_workload()
-    makers = {"floor": Floor, "off": lambda: Manager(False),
-              "slots": lambda: Manager(False, with_slots=True), "per_call": PerCall,
-              "on": lambda: Manager(True)}
+    makers = {
+        "floor": Floor,
+        "off": lambda: Manager(False),
+        "slots": lambda: Manager(False, with_slots=True),
+        "per_call": PerCall,
+        "on": lambda: Manager(True),
+    }
     best: dict[str, float] = {}
     for _ in range(args.repeats):
         for key, make in makers.items():
@@ -160,13 +165,17 @@ def main(argv=None) -> int:
         print(json.dumps(result, indent=1))
     else:
         print(f"{tokens:,} appended tokens, {len(requests):,} requests, best of {args.repeats}")
-        for key, label in (("floor", "bare list + dict floor"),
-                           ("off", "KVCacheManager.decode_step, tracing off"),
-                           ("slots", "  ... and returning slots"),
-                           ("per_call", "  ... append_tokens(seq, 1) per call"),
-                           ("on", "KVCacheManager, tracing on")):
-            print(f"  {label:<40} {rate[key] / 1e6:6.2f} M tokens/s   "
-                  f"{rate[key] / rate['floor']:.2f}x the floor")
+        for key, label in (
+            ("floor", "bare list + dict floor"),
+            ("off", "KVCacheManager.decode_step, tracing off"),
+            ("slots", "  ... and returning slots"),
+            ("per_call", "  ... append_tokens(seq, 1) per call"),
+            ("on", "KVCacheManager, tracing on"),
+        ):
+            print(
+                f"  {label:<40} {rate[key] / 1e6:6.2f} M tokens/s   "
+                f"{rate[key] / rate['floor']:.2f}x the floor"
+            )
     return 0
 
 

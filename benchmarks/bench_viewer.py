@@ -32,8 +32,15 @@ from pathlib import Path
 from pagedsim.app.play_session import Options, Refused, Session
 from pagedsim.view import sources, to_html
 
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 def scenario(steps: int, blocks: int, block_size: int, seed: int = 0) -> tuple[Session, list]:
@@ -75,7 +82,8 @@ def browser_times(html_path: Path, samples: int, seed: int = 1) -> dict:
         n = page.evaluate("window.pagedsimViewer.count()")
         rng = random.Random(seed)
         jumps = [rng.randrange(n) for _ in range(samples)]
-        timing = page.evaluate("""([jumps, samples]) => {
+        timing = page.evaluate(
+            """([jumps, samples]) => {
             const v = window.pagedsimViewer, out = {next: [], jump: []};
             const time = (i) => {
                 const t = performance.now();
@@ -87,7 +95,9 @@ def browser_times(html_path: Path, samples: int, seed: int = 1) -> dict:
             for (let k = 0; k < samples; k++) out.next.push(time(v.index() + 1));
             for (const i of jumps) out.jump.push(time(i));
             return out;
-        }""", [jumps, samples])
+        }""",
+            [jumps, samples],
+        )
         b.close()
     summary = {"load_s": round(load, 3), "steps": n}
     for kind, values in timing.items():
@@ -116,8 +126,13 @@ def main(argv=None) -> int:
     write = time.perf_counter() - t0
     out = args.html or Path(tempfile.mkdtemp()) / "long.html"
     out.write_text(html, encoding="utf-8")
-    result = {"steps": args.steps, "blocks": args.blocks, "page_bytes": len(html.encode()),
-              "simulate_s": round(simulate, 2), "write_page_s": round(write, 2)}
+    result = {
+        "steps": args.steps,
+        "blocks": args.blocks,
+        "page_bytes": len(html.encode()),
+        "simulate_s": round(simulate, 2),
+        "write_page_s": round(write, 2),
+    }
     result.update(browser_times(out, args.samples))
     if args.json:
         print(json.dumps(result, indent=1))

@@ -24,13 +24,21 @@ import numpy as np
 from pagedsim.policies import PrefixCachingManager
 
 
-def chat_workload(conversations=8, turns=6, seed=0, message=(20, 120), response=(50, 300),
-                  vocab=32000):
+def chat_workload(
+    conversations=8, turns=6, seed=0, message=(20, 120), response=(50, 300), vocab=32000
+):
     """[conversation][turn] -> (message ids, response ids), seeded."""
     rng = np.random.default_rng(seed)
-    return [[(rng.integers(0, vocab, int(rng.integers(*message))).tolist(),
-              rng.integers(0, vocab, int(rng.integers(*response))).tolist())
-             for _ in range(turns)] for _ in range(conversations)]
+    return [
+        [
+            (
+                rng.integers(0, vocab, int(rng.integers(*message))).tolist(),
+                rng.integers(0, vocab, int(rng.integers(*response))).tolist(),
+            )
+            for _ in range(turns)
+        ]
+        for _ in range(conversations)
+    ]
 
 
 def run(chat, block_size=16, num_blocks=4096) -> dict:
@@ -57,13 +65,24 @@ def run(chat, block_size=16, num_blocks=4096) -> dict:
                     m.append_tokens((c, t), len(computed))
             m.free_sequence((c, t))
             history[c] = prompt + resp
-        per_turn.append({"turn": t + 1, "prompt_tokens": prompt_total, "hit_tokens": hit_total,
-                         "computed_prefill_tokens": prompt_total - hit_total})
+        per_turn.append(
+            {
+                "turn": t + 1,
+                "prompt_tokens": prompt_total,
+                "hit_tokens": hit_total,
+                "computed_prefill_tokens": prompt_total - hit_total,
+            }
+        )
     total_p = sum(r["prompt_tokens"] for r in per_turn)
     total_h = sum(r["hit_tokens"] for r in per_turn)
-    return {"prompt_tokens": total_p, "hit_tokens": total_h, "hit_fraction": total_h / total_p,
-            "computed_prefill_tokens": total_p - total_h, "per_turn": per_turn,
-            "generated_ids_reach_cache": with_ids}
+    return {
+        "prompt_tokens": total_p,
+        "hit_tokens": total_h,
+        "hit_fraction": total_h / total_p,
+        "computed_prefill_tokens": total_p - total_h,
+        "per_turn": per_turn,
+        "generated_ids_reach_cache": with_ids,
+    }
 
 
 def main() -> None:
@@ -77,11 +96,15 @@ def main() -> None:
     if args.json:
         print(json.dumps(r, indent=2))
         return
-    print(f"prompt tokens {r['prompt_tokens']}, served from cache {r['hit_tokens']} "
-          f"({100 * r['hit_fraction']:.1f}%), computed prefill {r['computed_prefill_tokens']}")
+    print(
+        f"prompt tokens {r['prompt_tokens']}, served from cache {r['hit_tokens']} "
+        f"({100 * r['hit_fraction']:.1f}%), computed prefill {r['computed_prefill_tokens']}"
+    )
     for row in r["per_turn"]:
-        print(f"  turn {row['turn']}: {100 * row['hit_tokens'] / row['prompt_tokens']:5.1f}% "
-              f"from cache, {row['computed_prefill_tokens']} computed")
+        print(
+            f"  turn {row['turn']}: {100 * row['hit_tokens'] / row['prompt_tokens']:5.1f}% "
+            f"from cache, {row['computed_prefill_tokens']} computed"
+        )
 
 
 if __name__ == "__main__":

@@ -41,8 +41,13 @@ def requirements(cuda_major: int | None, only=None) -> list[str]:
     lines = [f"{name}=={metadata.version(name)}" for name in PINNED]
     here = metadata.version("cuda-bindings")
     major = cuda_major or int(here.split(".")[0])
-    lines.append(f"cuda-bindings=={here}" if major == int(here.split(".")[0]) else
-                 f"cuda-bindings=={BINDINGS_12}" if major == 12 else f"cuda-bindings=={major}.*")
+    lines.append(
+        f"cuda-bindings=={here}"
+        if major == int(here.split(".")[0])
+        else f"cuda-bindings=={BINDINGS_12}"
+        if major == 12
+        else f"cuda-bindings=={major}.*"
+    )
     if only:
         unknown = set(only) - {line.split("==")[0] for line in lines}
         if unknown:
@@ -52,8 +57,20 @@ def requirements(cuda_major: int | None, only=None) -> list[str]:
 
 
 def download_command(lines: list[str], dest: Path) -> list[str]:
-    cmd = [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--no-deps",
-           "--python-version", PYTHON, "--implementation", "cp", "--dest", str(dest)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--only-binary=:all:",
+        "--no-deps",
+        "--python-version",
+        PYTHON,
+        "--implementation",
+        "cp",
+        "--dest",
+        str(dest),
+    ]
     for platform in PLATFORMS:
         cmd += ["--platform", platform]
     return cmd + lines
@@ -61,10 +78,15 @@ def download_command(lines: list[str], dest: Path) -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--cuda", type=int, choices=(12, 13),
-                        help="CUDA major of the GPU's driver (default: this machine's)")
-    parser.add_argument("--only", help="comma-separated subset of: " + ", ".join(
-        (*PINNED, "cuda-bindings")))
+    parser.add_argument(
+        "--cuda",
+        type=int,
+        choices=(12, 13),
+        help="CUDA major of the GPU's driver (default: this machine's)",
+    )
+    parser.add_argument(
+        "--only", help="comma-separated subset of: " + ", ".join((*PINNED, "cuda-bindings"))
+    )
     parser.add_argument("--dest", type=Path, default=DEST)
     args = parser.parse_args(argv)
     lines = requirements(args.cuda, args.only.split(",") if args.only else None)

@@ -83,19 +83,27 @@ from gpu_checks import check_config, check_correctness  # noqa: E402
 from gpu_copies import copy_bandwidth, copy_rows  # noqa: E402
 
 GRID = [  # (batch, context, num_heads, num_kv_heads, dtype): G = heads / kv_heads
-    (64, 4096, 32, 8, "float16"),   # long-context batch decode (the 85%-of-roofline target), G=4
-    (32, 4096, 64, 8, "float16"),   # G=8 (the 75% target)
-    (64, 4096, 8, 8, "float16"),    # G=1 (MHA)
-    (64, 4096, 32, 1, "float16"),   # G=32 (MQA-like)
-    (4, 32768, 32, 8, "float16"),   # few long sequences: split-K territory
+    (64, 4096, 32, 8, "float16"),  # long-context batch decode (the 85%-of-roofline target), G=4
+    (32, 4096, 64, 8, "float16"),  # G=8 (the 75% target)
+    (64, 4096, 8, 8, "float16"),  # G=1 (MHA)
+    (64, 4096, 32, 1, "float16"),  # G=32 (MQA-like)
+    (4, 32768, 32, 8, "float16"),  # few long sequences: split-K territory
     (32, 4096, 32, 8, "float32"),
 ]
 DRY_GRID = [(2, 40, 4, 2, "float16"), (1, 24, 8, 1, "float32")]
 # Seconds each phase may take on a GPU, in run order, the targets' phases first
 # (`gpu_common.Phases`: a phase that does not fit in what is left of TOTAL_S is skipped; a
 # decode case starts only if the longest case so far, at least CASE_S, fits in its phase).
-PHASE_S = {"compile": 60, "copy": 10, "prefill": 75, "decode": 170, "ladder": 40,
-           "correctness": 60, "copies": 20, "labs": 45}
+PHASE_S = {
+    "compile": 60,
+    "copy": 10,
+    "prefill": 75,
+    "decode": 170,
+    "ladder": 40,
+    "correctness": 60,
+    "copies": 20,
+    "labs": 45,
+}
 CASE_S = 25
 
 
@@ -111,11 +119,16 @@ def torch_sdpa_ms(batch, context, heads, kv_heads, dim, dtype, runs, timed):
     tdtype = getattr(torch, dtype)
     q = torch.randn(batch, heads, 1, dim, device="cuda", dtype=tdtype)
     kv_bytes = 2 * batch * context * kv_heads * dim * q.element_size()
-    kvs = [(torch.randn(batch, kv_heads, context, dim, device="cuda", dtype=tdtype),
-            torch.randn(batch, kv_heads, context, dim, device="cuda", dtype=tdtype))
-           for _ in range(common.rotation(kv_bytes))]
-    launches = [lambda k=k, v=v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-                for k, v in kvs]
+    kvs = [
+        (
+            torch.randn(batch, kv_heads, context, dim, device="cuda", dtype=tdtype),
+            torch.randn(batch, kv_heads, context, dim, device="cuda", dtype=tdtype),
+        )
+        for _ in range(common.rotation(kv_bytes))
+    ]
+    launches = [
+        lambda k=k, v=v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True) for k, v in kvs
+    ]
     torch.cuda.synchronize()
     return common.time_ms(launches, runs, timed)
 
@@ -130,8 +143,9 @@ def launch_bound(ms) -> bool | None:
     return None if ms is None or over is None else ms < common.LAUNCH_BOUND * over
 
 
-def bench_case(rng, batch, context, heads, kv_heads, dtype, dim, runs, timed, copy_gbs,
-               dry) -> list[dict]:
+def bench_case(
+    rng, batch, context, heads, kv_heads, dtype, dim, runs, timed, copy_gbs, dry
+) -> list[dict]:
     bs = 16
     item = np.dtype(dtype).itemsize
     per_seq = -(-context // bs)
@@ -145,21 +159,43 @@ def bench_case(rng, batch, context, heads, kv_heads, dtype, dim, runs, timed, co
     flat = [common.filled(rng, (batch, 2, kv_heads, context, dim), dtype) for _ in range(copies)]
     flat_table = cuda.to_device(np.zeros((batch, 1), np.int32))  # never read (paged=False)
     blocks = 8 * attention.sm_count() if timed else 2
-    roof_ms = common.time_ms([common.read_roofline_launch(c.reshape(c.size), blocks,
-                                                          256 if timed else 16)
-                              for c in paged], runs, timed)
+    roof_ms = common.time_ms(
+        [
+            common.read_roofline_launch(c.reshape(c.size), blocks, 256 if timed else 16)
+            for c in paged
+        ],
+        runs,
+        timed,
+    )
     moved = kv_bytes + batch * heads * dim * item + batch * heads * dim * 4
-    base = {"batch": batch, "context": context, "heads": heads, "kv_heads": kv_heads,
-            "group": heads // kv_heads, "head_dim": dim, "dtype": dtype, "kv_bytes": kv_bytes,
-            "bytes_moved": moved, "working_set_copies": copies}
+    base = {
+        "batch": batch,
+        "context": context,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "group": heads // kv_heads,
+        "head_dim": dim,
+        "dtype": dtype,
+        "kv_bytes": kv_bytes,
+        "bytes_moved": moved,
+        "working_set_copies": copies,
+    }
 
     def row(mode, layout, ms, ok=True, path=None):
         bps = moved / ms * 1e3 if ms else None
-        return {**base, "mode": mode, "layout": layout, "path": path, "checked_on_device": ok,
-                "median_ms": ms, "launch_bound": launch_bound(ms),
-                "bytes_per_s": bps, "gb_per_s": bps / 1e9 if bps else None,
-                "pct_of_roofline": 100 * roof_ms / ms if ms and roof_ms else None,
-                "pct_of_copy": 100 * bps / 1e9 / copy_gbs if bps and copy_gbs else None}
+        return {
+            **base,
+            "mode": mode,
+            "layout": layout,
+            "path": path,
+            "checked_on_device": ok,
+            "median_ms": ms,
+            "launch_bound": launch_bound(ms),
+            "bytes_per_s": bps,
+            "gb_per_s": bps / 1e9 if bps else None,
+            "pct_of_roofline": 100 * roof_ms / ms if ms and roof_ms else None,
+            "pct_of_copy": 100 * bps / 1e9 / copy_gbs if bps and copy_gbs else None,
+        }
 
     rows = [row("read-only", "roofline", roof_ms)]
     paths = ["cuda_core"] + (["tensor"] if tc_supported(dtype, dim) is None else [])
@@ -168,16 +204,31 @@ def bench_case(rng, batch, context, heads, kv_heads, dtype, dim, runs, timed, co
         for mode in ("single", "split"):
             timed_pair = {}
             for layout, caches, tab, loaders, block in (
-                    ("paged", paged, table, ck.BLOCK_MAJOR, bs),
-                    ("contiguous", flat, flat_table, contiguous.CONTIGUOUS, context)):
-                ok = check_config(rng, heads, kv_heads, dim, dtype, mode, layout, dry, context,
-                                  path)
+                ("paged", paged, table, ck.BLOCK_MAJOR, bs),
+                ("contiguous", flat, flat_table, contiguous.CONTIGUOUS, context),
+            ):
+                ok = check_config(
+                    rng, heads, kv_heads, dim, dtype, mode, layout, dry, context, path
+                )
                 checked[(path, mode, layout)] = ok
-                launches = [common.decode_launch(loaders, c, c, query, tab, lens,
-                                                 block_size=block, num_kv_heads=kv_heads,
-                                                 mode=mode, part=attention.DEFAULT_PARTITION,
-                                                 paged=layout == "paged", longest=context,
-                                                 path=path)[0] for c in caches]
+                launches = [
+                    common.decode_launch(
+                        loaders,
+                        c,
+                        c,
+                        query,
+                        tab,
+                        lens,
+                        block_size=block,
+                        num_kv_heads=kv_heads,
+                        mode=mode,
+                        part=attention.DEFAULT_PARTITION,
+                        paged=layout == "paged",
+                        longest=context,
+                        path=path,
+                    )[0]
+                    for c in caches
+                ]
                 ms = common.time_ms(launches, runs, timed) if ok else None
                 timed_pair[layout] = row(mode, layout, ms, ok, path)
             p, c = timed_pair["paged"], timed_pair["contiguous"]
@@ -185,20 +236,37 @@ def bench_case(rng, batch, context, heads, kv_heads, dtype, dim, runs, timed, co
                 p["paging_overhead_pct"] = 100 * (p["median_ms"] / c["median_ms"] - 1)
             rows += [p, c]
     # what users get: paged_attention(mode="auto", path="auto"), its plan read back
-    autos = [common.auto_launch(ck.BLOCK_MAJOR, c, c, query, table, lens, block_size=bs,
-                                num_kv_heads=kv_heads) for c in paged]
+    autos = [
+        common.auto_launch(
+            ck.BLOCK_MAJOR, c, c, query, table, lens, block_size=bs, num_kv_heads=kv_heads
+        )
+        for c in paged
+    ]
     plan = autos[0][2]
     ok = checked[(plan["path"], "single" if plan["num_partitions"] == 1 else "split", "paged")]
-    auto = row("auto", "paged", common.time_ms([a[0] for a in autos], runs, timed) if ok else None,
-               ok, plan["path"])
-    rows.append({**auto, "partition_size": plan["partition_size"],
-                 "num_partitions": plan["num_partitions"]})
+    auto = row(
+        "auto",
+        "paged",
+        common.time_ms([a[0] for a in autos], runs, timed) if ok else None,
+        ok,
+        plan["path"],
+    )
+    rows.append(
+        {**auto, "partition_size": plan["partition_size"], "num_partitions": plan["num_partitions"]}
+    )
     try:  # a peer, not a kernel of ours: a torch without enable_gqa (< 2.5) only loses the row
         torch_ms = torch_sdpa_ms(batch, context, heads, kv_heads, dim, dtype, runs, timed)
     except Exception as error:  # noqa: BLE001
-        rows.append({**base, "mode": "sdpa", "layout": "torch_contiguous",
-                     "checked_on_device": True,
-                     "median_ms": None, "error": f"{type(error).__name__}: {error}"})
+        rows.append(
+            {
+                **base,
+                "mode": "sdpa",
+                "layout": "torch_contiguous",
+                "checked_on_device": True,
+                "median_ms": None,
+                "error": f"{type(error).__name__}: {error}",
+            }
+        )
         torch_ms = None
     if torch_ms is not None:
         rows.append(row("sdpa", "torch_contiguous", torch_ms))
@@ -212,16 +280,28 @@ def _device_name() -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", help="write the JSON results here (default: stdout), and the "
-                        "Markdown summary next to it (.md)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="tiny grid; allowed on the simulator")
-    parser.add_argument("--runs", type=int, default=None,
-                        help="timed samples per case (default 20; 1 with --dry-run)")
-    parser.add_argument("--no-labs", action="store_true",
-                        help="skip the chapter 3.7 labs (benchmarks/gpu_labs.py), run by default")
-    parser.add_argument("--phases", help="comma-separated subset of the phases, in run order: "
-                        + ",".join(PHASE_S))
+    parser.add_argument(
+        "--out",
+        help="write the JSON results here (default: stdout), and the "
+        "Markdown summary next to it (.md)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="tiny grid; allowed on the simulator"
+    )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=None,
+        help="timed samples per case (default 20; 1 with --dry-run)",
+    )
+    parser.add_argument(
+        "--no-labs",
+        action="store_true",
+        help="skip the chapter 3.7 labs (benchmarks/gpu_labs.py), run by default",
+    )
+    parser.add_argument(
+        "--phases", help="comma-separated subset of the phases, in run order: " + ",".join(PHASE_S)
+    )
     return parser
 
 
@@ -247,7 +327,8 @@ def _phases(args, report: dict, began: float) -> list:
 
     def prefill_phase(_):
         report["prefill"] = gpu_prefill.prefill_rows(
-            rng, gpu_prefill.DRY_PREFILL if dry else gpu_prefill.PREFILL, dim, runs, on_gpu, dry)
+            rng, gpu_prefill.DRY_PREFILL if dry else gpu_prefill.PREFILL, dim, runs, on_gpu, dry
+        )
 
     def decode_phase(phase):
         report["cases"], report["cases_left_out"] = [], []
@@ -264,13 +345,15 @@ def _phases(args, report: dict, began: float) -> list:
     def ladder_phase(phase):
         import gpu_ladder
 
-        report["ladder"] = gpu_ladder.rows(rng, runs, on_gpu, dry,
-                                           left=phase.left if on_gpu else lambda: float("inf"))
+        report["ladder"] = gpu_ladder.rows(
+            rng, runs, on_gpu, dry, left=phase.left if on_gpu else lambda: float("inf")
+        )
 
     def correctness_phase(_):
         report["correctness"] = check_correctness(rng, dim, dry)
         report["roofline_check"] = common.roofline_reads_every_byte_once(
-            rng, (1 << 12) + 48 if dry else (1 << 24) + 48, 2 if dry else 1056, 16 if dry else 256)
+            rng, (1 << 12) + 48 if dry else (1 << 24) + 48, 2 if dry else 1056, 16 if dry else 256
+        )
 
     def copies_phase(_):
         report["copies"] = copy_rows(rng, "float16", runs, on_gpu, copy_gbs(), dry)
@@ -281,9 +364,16 @@ def _phases(args, report: dict, began: float) -> list:
         report["labs"] = gpu_labs.run(dry, left=phase.left)
         print(f"labs done after {time.perf_counter() - began:.0f} s", file=sys.stderr)
 
-    phases = {"compile": compile_phase, "copy": copy_phase, "prefill": prefill_phase,
-              "decode": decode_phase, "ladder": ladder_phase, "correctness": correctness_phase,
-              "copies": copies_phase, "labs": labs_phase}
+    phases = {
+        "compile": compile_phase,
+        "copy": copy_phase,
+        "prefill": prefill_phase,
+        "decode": decode_phase,
+        "ladder": ladder_phase,
+        "correctness": correctness_phase,
+        "copies": copies_phase,
+        "labs": labs_phase,
+    }
     default = [p for p in PHASE_S if p != "compile" or dry]  # on a GPU each phase's own
     chosen = args.phases.split(",") if args.phases else default  # compile_s says it
     unknown = sorted(set(chosen) - set(phases))
@@ -297,14 +387,23 @@ def _phases(args, report: dict, began: float) -> list:
 def failures(report: dict) -> list[str]:
     """Every kernel that disagreed with the reference, and every phase that raised."""
     failed = [k for k, ok in report.get("correctness", {}).items() if not ok]
-    failed += [f"{c['mode']}/{c['layout']}/{c['path']}/G={c['group']}/{c['dtype']}"
-               for c in report.get("cases", []) if not c["checked_on_device"]]
-    failed += [c["kernel"] for c in report.get("copies", []) + report.get("prefill", [])
-               if not c.get("peer") and not c["checked_on_device"]]
+    failed += [
+        f"{c['mode']}/{c['layout']}/{c['path']}/G={c['group']}/{c['dtype']}"
+        for c in report.get("cases", [])
+        if not c["checked_on_device"]
+    ]
+    failed += [
+        c["kernel"]
+        for c in report.get("copies", []) + report.get("prefill", [])
+        if not c.get("peer") and not c["checked_on_device"]
+    ]
     failed += [r["rung"] for r in report.get("ladder", []) if r.get("checked_on_device") is False]
     failed += [] if report.get("roofline_check", True) else ["read-only roofline kernel"]
-    failed += [f"phase {name}: {rec['error']}" for name, rec in report.get("phases", {}).items()
-               if "error" in rec]
+    failed += [
+        f"phase {name}: {rec['error']}"
+        for name, rec in report.get("phases", {}).items()
+        if "error" in rec
+    ]
     return failed
 
 
@@ -324,20 +423,29 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     on_gpu = ck.backend() == "gpu"
     if not on_gpu and not args.dry_run:
-        print("gpu_attention: no GPU (cuda_kernels runs on the simulator); refusing to time "
-              "anything. Use --dry-run to check the script itself.", file=sys.stderr)
+        print(
+            "gpu_attention: no GPU (cuda_kernels runs on the simulator); refusing to time "
+            "anything. Use --dry-run to check the script itself.",
+            file=sys.stderr,
+        )
         return 2
     began = time.perf_counter()
-    report = {"backend": ck.backend(), "dry_run": args.dry_run, "timings_valid": on_gpu,
-              "device": _device_name() if on_gpu else "simulator",
-              "preflight": gpu_preflight.report()}
+    report = {
+        "backend": ck.backend(),
+        "dry_run": args.dry_run,
+        "timings_valid": on_gpu,
+        "device": _device_name() if on_gpu else "simulator",
+        "preflight": gpu_preflight.report(),
+    }
     guard = common.Phases(common.TOTAL_S if on_gpu else float("inf"), began=began)
     for name, fn in _phases(args, report, began):
         guard.run(name, PHASE_S[name], fn)
         report["phases"] = guard.record
         if "error" in guard.record[name]:
-            print(f"gpu_attention: phase {name} failed, going on: {guard.record[name]['error']}",
-                  file=sys.stderr)
+            print(
+                f"gpu_attention: phase {name} failed, going on: {guard.record[name]['error']}",
+                file=sys.stderr,
+            )
         _write(report, args.out, final=False)
     report["seconds"] = time.perf_counter() - began
     report["targets"] = gpu_summary.targets(report)
@@ -345,8 +453,10 @@ def main(argv=None) -> int:
     print(gpu_summary.markdown(report), file=sys.stdout if args.out else sys.stderr)
     failed = failures(report)
     if failed:
-        print(f"gpu_attention: kernels disagree with the reference or phases failed: {failed}",
-              file=sys.stderr)
+        print(
+            f"gpu_attention: kernels disagree with the reference or phases failed: {failed}",
+            file=sys.stderr,
+        )
     return 1 if failed else 0
 
 

@@ -33,15 +33,17 @@ def check_correctness(rng, dim: int, dry: bool) -> dict:
     for dtype, tol in ((np.float32, 1e-5), (np.float16, 2e-3)):
         name = np.dtype(dtype).name
         cache = np.full((num_blocks, 2, kv_heads, bs, dim), np.nan, dtype)
-        slots = np.concatenate([tables[i, p // bs] * bs + p % bs for i, n in enumerate(lens)
-                                for p in [np.arange(n)]])
+        slots = np.concatenate(
+            [tables[i, p // bs] * bs + p % bs for i, n in enumerate(lens) for p in [np.arange(n)]]
+        )
         key = rng.standard_normal((len(slots), kv_heads, dim)).astype(dtype)
         value = rng.standard_normal((len(slots), kv_heads, dim)).astype(dtype)
         d_cache = cuda.to_device(cache)
         ck.write_kv(d_cache, cuda.to_device(key), cuda.to_device(value), cuda.to_device(slots))
         host = d_cache.copy_to_host()
-        results[f"write_kv[{name}]"] = bool(np.array_equal(
-            host[slots // bs, 0, :, slots % bs], key))
+        results[f"write_kv[{name}]"] = bool(
+            np.array_equal(host[slots // bs, 0, :, slots % bs], key)
+        )
         query = rng.standard_normal((len(lens), heads, dim)).astype(dtype)
         want = reference.paged_attention(query, host, tables, lens)
         d_args = (cuda.to_device(query), d_cache, cuda.to_device(tables), cuda.to_device(lens))
@@ -50,28 +52,43 @@ def check_correctness(rng, dim: int, dry: bool) -> dict:
             results[f"paged_attention[{name},{mode},P={part}]"] = common.close(out, want, tol)
         win = ck.paged_attention(*d_args, window=50, sinks=4, mode="split", partition_size=32)
         results[f"paged_attention[{name},window]"] = common.close(
-            win.copy_to_host(), reference.windowed_attention(query, host, tables, lens, 50, 4), tol)
+            win.copy_to_host(), reference.windowed_attention(query, host, tables, lens, 50, 4), tol
+        )
         k_pool = cuda.to_device(np.ascontiguousarray(host[:, 0].transpose(0, 2, 1, 3)))
         v_pool = cuda.to_device(np.ascontiguousarray(host[:, 1].transpose(0, 2, 1, 3)))
-        nhd = ck.decode_with(NHD_SCALAR, k_pool, v_pool, query, tables, lens,
-                             num_blocks=num_blocks, num_kv_heads=kv_heads, block_size=bs,
-                             head_dim=dim, mode="split", partition_size=64)
+        nhd = ck.decode_with(
+            NHD_SCALAR,
+            k_pool,
+            v_pool,
+            query,
+            tables,
+            lens,
+            num_blocks=num_blocks,
+            num_kv_heads=kv_heads,
+            block_size=bs,
+            head_dim=dim,
+            mode="split",
+            partition_size=64,
+        )
         results[f"factory[split-NHD,{name}]"] = common.close(nhd, want, tol)
         spare = sorted(set(range(num_blocks)) - set(tables.ravel().tolist()))  # unused blocks
         ck.copy_blocks(d_cache, [(int(tables[2, 0]), spare[0])])
-        results[f"copy_blocks[{name}]"] = bool(np.array_equal(
-            d_cache.copy_to_host()[spare[0]], host[tables[2, 0]], equal_nan=True))
+        results[f"copy_blocks[{name}]"] = bool(
+            np.array_equal(d_cache.copy_to_host()[spare[0]], host[tables[2, 0]], equal_nan=True)
+        )
         pool = np.zeros((3,) + cache.shape[1:], dtype)
         ck.swap_out(d_cache, pool, [(int(tables[2, 1]), 1)])
         ck.swap_in(pool, d_cache, [(1, spare[1])])
-        results[f"swap[{name}]"] = bool(d_cache.copy_to_host()[spare[1]].tobytes()
-                                        == host[tables[2, 1]].tobytes())
+        results[f"swap[{name}]"] = bool(
+            d_cache.copy_to_host()[spare[1]].tobytes() == host[tables[2, 1]].tobytes()
+        )
     attention.POISON["on"] = None
     return results
 
 
-def check_config(rng, heads, kv_heads, dim, dtype, mode, layout, dry, context,
-                 path="cuda_core") -> bool:
+def check_config(
+    rng, heads, kv_heads, dim, dtype, mode, layout, dry, context, path="cuda_core"
+) -> bool:
     """The timed kernel itself (same compiled kernel: G, dtype, head_dim, block size, and
     for the contiguous layout the same row length `context`; same launcher and mode) on a
     few short sequences, on the device, against the float64 reference."""
@@ -89,11 +106,20 @@ def check_config(rng, heads, kv_heads, dim, dtype, mode, layout, dry, context,
     else:
         cache, table, loaders, block = host, tables, ck.BLOCK_MAJOR, bs
     d_cache = cuda.to_device(cache)
-    launch, out = common.decode_launch(loaders, d_cache, d_cache, cuda.to_device(query),
-                                       cuda.to_device(table), cuda.to_device(lens),
-                                       block_size=block, num_kv_heads=kv_heads, mode=mode,
-                                       part=16 if dry else 64, paged=layout == "paged",
-                                       path=path)
+    launch, out = common.decode_launch(
+        loaders,
+        d_cache,
+        d_cache,
+        cuda.to_device(query),
+        cuda.to_device(table),
+        cuda.to_device(lens),
+        block_size=block,
+        num_kv_heads=kv_heads,
+        mode=mode,
+        part=16 if dry else 64,
+        paged=layout == "paged",
+        path=path,
+    )
     launch()
     attention.POISON["on"] = None
     return common.close(out.copy_to_host(), want, 1e-5 if dtype == "float32" else 2e-3)

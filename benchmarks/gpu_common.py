@@ -71,9 +71,11 @@ class CompileClock:
         self.seconds, self.count, self._depth, self._t0 = 0.0, 0, 0, 0.0
         try:
             from numba.cuda.core import event
+
             self._kind = "numba-cuda:compiler_lock"
         except ImportError:  # older numba-cuda: numba's own events
             from numba.core import event
+
             self._kind = "numba:compiler_lock"
         outer = self
 
@@ -108,8 +110,9 @@ class Phases:
     when it did not run. `began` (default: now) is when the run's clock started, e.g. at
     the script's first line, so imports count against total_s too."""
 
-    def __init__(self, total_s: float = TOTAL_S, clock=time.perf_counter,
-                 began: float | None = None):
+    def __init__(
+        self, total_s: float = TOTAL_S, clock=time.perf_counter, began: float | None = None
+    ):
         self.clock, self.began = clock, clock() if began is None else began
         self.deadline = self.began + total_s
         self.record: dict = {}
@@ -121,8 +124,10 @@ class Phases:
 
     def run(self, name: str, budget_s: float, fn, default=None):
         if self.deadline - self.clock() < budget_s:
-            self.record[name] = {"skipped": f"needs {budget_s:.0f} s, "
-                                            f"{max(self.deadline - self.clock(), 0):.0f} s left"}
+            self.record[name] = {
+                "skipped": f"needs {budget_s:.0f} s, "
+                f"{max(self.deadline - self.clock(), 0):.0f} s left"
+            }
             return default
         start = self.clock()
         self._phase_end = start + budget_s
@@ -132,30 +137,64 @@ class Phases:
                 result = fn(self)
             except Exception as error:  # noqa: BLE001  (one phase's failure ends it alone)
                 result, failed = default, error
-        self.record[name] = {"seconds": round(self.clock() - start, 2),
-                             "compile_s": round(compiles.seconds, 2), "compiles": compiles.count}
+        self.record[name] = {
+            "seconds": round(self.clock() - start, 2),
+            "compile_s": round(compiles.seconds, 2),
+            "compiles": compiles.count,
+        }
         if failed is not None:
             self.record[name]["error"] = f"{type(failed).__name__}: {failed}"
             self.record[name]["traceback"] = "".join(
-                traceback.format_exception(failed, limit=-4)).strip()
+                traceback.format_exception(failed, limit=-4)
+            ).strip()
         self._phase_end = self.deadline
         return result
 
 
-def auto_launch(loaders, k_src, v_src, query, tables, lens, *, block_size: int,
-                num_kv_heads: int, paged: bool = True):
+def auto_launch(
+    loaders,
+    k_src,
+    v_src,
+    query,
+    tables,
+    lens,
+    *,
+    block_size: int,
+    num_kv_heads: int,
+    paged: bool = True,
+):
     """(launch, out, plan): the launch paged_attention's path="auto" makes on these device
     buffers. The plan (path, partition_size, num_partitions) comes from one call of the
     real launcher (`attention.decode_with`), so it is exactly what a user gets."""
     dim = query.shape[2]
-    attention.decode_with(loaders, k_src, v_src, query, tables, lens,
-                          num_blocks=k_src.shape[0], num_kv_heads=num_kv_heads,
-                          block_size=block_size, head_dim=dim)
+    attention.decode_with(
+        loaders,
+        k_src,
+        v_src,
+        query,
+        tables,
+        lens,
+        num_blocks=k_src.shape[0],
+        num_kv_heads=num_kv_heads,
+        block_size=block_size,
+        head_dim=dim,
+    )
     plan = dict(attention.LAST_PLAN)
     mode = "single" if plan["num_partitions"] == 1 else "split"
-    launch, out = decode_launch(loaders, k_src, v_src, query, tables, lens,
-                                block_size=block_size, num_kv_heads=num_kv_heads, mode=mode,
-                                part=plan["partition_size"], paged=paged, path=plan["path"])
+    launch, out = decode_launch(
+        loaders,
+        k_src,
+        v_src,
+        query,
+        tables,
+        lens,
+        block_size=block_size,
+        num_kv_heads=num_kv_heads,
+        mode=mode,
+        part=plan["partition_size"],
+        paged=paged,
+        path=plan["path"],
+    )
     return launch, out, plan
 
 
@@ -203,32 +242,67 @@ def rotation(nbytes: int) -> int:
     return max(1, -(-WORKING_SET // max(nbytes, 1)))
 
 
-def decode_launch(loaders, k_src, v_src, query, tables, lens, *, block_size: int,
-                  num_kv_heads: int, mode: str, part: int, paged: bool = True,
-                  longest: int | None = None, path: str = "cuda_core"):
+def decode_launch(
+    loaders,
+    k_src,
+    v_src,
+    query,
+    tables,
+    lens,
+    *,
+    block_size: int,
+    num_kv_heads: int,
+    mode: str,
+    part: int,
+    paged: bool = True,
+    longest: int | None = None,
+    path: str = "cuda_core",
+):
     """(launch, out): launch() runs the decode kernel of `path` ("cuda_core" or "tensor")
     (and the merge when split) on device buffers; out [S, H, D] float32 holds the result
     afterwards. mode "single" covers the longest context in one partition; "split" uses
     partitions of `part` tokens."""
     num_seqs, num_heads, dim = query.shape
-    kernel, threads, chunks = attention.kernel_for(loaders, dim, num_heads // num_kv_heads,
-                                                   np.dtype(k_src.dtype), block_size,
-                                                   paged=paged, path=path)
+    kernel, threads, chunks = attention.kernel_for(
+        loaders,
+        dim,
+        num_heads // num_kv_heads,
+        np.dtype(k_src.dtype),
+        block_size,
+        paged=paged,
+        path=path,
+    )
     longest = longest or int(lens.copy_to_host().max())
     part = longest if mode == "single" else part
     num_parts = -(-longest // part)
     out = attention._empty((num_seqs, num_heads, dim))  # NaN-poisoned while POISON is on
-    partial = (out.reshape(num_seqs, num_heads, 1, dim) if num_parts == 1 else
-               attention._empty((num_seqs, num_heads, num_parts, dim)))
+    partial = (
+        out.reshape(num_seqs, num_heads, 1, dim)
+        if num_parts == 1
+        else attention._empty((num_seqs, num_heads, num_parts, dim))
+    )
     m = attention._empty((num_seqs, num_heads, num_parts))
     s = attention._empty((num_seqs, num_heads, num_parts))
-    args = (k_src, v_src, query, tables, lens, np.float32(require_scale(None, dim)), np.int32(0),
-            np.int32(0), np.int32(part), partial, m, s)
+    args = (
+        k_src,
+        v_src,
+        query,
+        tables,
+        lens,
+        np.float32(require_scale(None, dim)),
+        np.int32(0),
+        np.int32(0),
+        np.int32(part),
+        partial,
+        m,
+        s,
+    )
 
     def launch():
         kernel[(num_kv_heads * chunks, num_seqs, num_parts), threads](*args)
         if num_parts > 1:
             merge_partitions[(num_heads, num_seqs), min(threads, 128)](partial, m, s, out)
+
     return launch, out
 
 
@@ -289,7 +363,7 @@ def filled(rng, shape, dtype):
     piece = rng.standard_normal((chunk,) + tuple(shape[1:])).astype(dtype)
     for b in range(0, shape[0], chunk):
         n = min(chunk, shape[0] - b)
-        dev[b:b + n].copy_to_device(piece[:n])
+        dev[b : b + n].copy_to_device(piece[:n])
     return dev
 
 
@@ -298,6 +372,7 @@ def _torch_prefill_peers(batch, new, prefix, heads, kv_heads, dim, dtype):
     bottom-right causal mask of a cached prefix (query token i sees prefix + i + 1 keys)."""
     import torch  # noqa: F401  (ImportError: no peers at all)
     import torch.nn.functional as F
+
     tdtype = getattr(torch, dtype)
     ctx = prefix + new
 
@@ -310,28 +385,33 @@ def _torch_prefill_peers(batch, new, prefix, heads, kv_heads, dim, dtype):
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
         from torch.nn.attention.bias import causal_lower_right
+
         mask = causal_lower_right(new, ctx)
 
         def sdpa():
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                 return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+
         peers["torch_sdpa_flash"] = sdpa
     except ImportError:
         pass
     try:
         from flash_attn import flash_attn_func  # [B, L, H, D]; causal is bottom-right (>= 2.1)
+
         qf, kf, vf = (x.transpose(1, 2).contiguous() for x in (q, k, v))
         peers["flash_attn"] = lambda: flash_attn_func(qf, kf, vf, causal=True)
     except ImportError:
         pass
     try:
         import flashinfer  # one prompt at a time: [L, H, D]
+
         qs = [q[b].transpose(0, 1).contiguous() for b in range(batch)]
         ks = [k[b].transpose(0, 1).contiguous() for b in range(batch)]
         vs = [v[b].transpose(0, 1).contiguous() for b in range(batch)]
         peers["flashinfer_single_prefill"] = lambda: [
             flashinfer.single_prefill_with_kv_cache(a, b, c, causal=True)
-            for a, b, c in zip(qs, ks, vs, strict=True)]
+            for a, b, c in zip(qs, ks, vs, strict=True)
+        ]
     except ImportError:
         pass
     return peers
@@ -346,6 +426,7 @@ def prefill_peer_rows(case, dim: int, runs: int, timed: bool, flop: int) -> list
         return []
     try:
         import torch
+
         if not torch.cuda.is_available():
             return []
         peers = _torch_prefill_peers(batch, new, prefix, heads, kv_heads, dim, dtype)
@@ -357,8 +438,11 @@ def prefill_peer_rows(case, dim: int, runs: int, timed: bool, flop: int) -> list
         try:
             torch.cuda.synchronize()
             ms = time_ms(launch, runs, timed)
-            row.update(median_ms=ms, tflop_per_s=tflops(flop, ms),
-                       pct_of_tensor_peak=pct_of_tensor_peak(flop, ms))
+            row.update(
+                median_ms=ms,
+                tflop_per_s=tflops(flop, ms),
+                pct_of_tensor_peak=pct_of_tensor_peak(flop, ms),
+            )
         except Exception as error:  # noqa: BLE001  (a peer's failure loses only its row)
             row.update(median_ms=None, error=f"{type(error).__name__}: {error}")
         rows.append(row)

@@ -28,11 +28,28 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _rows(extra: list[str], workers: int, timeout: float) -> list[dict]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
-                                                                     os.environ.get("PYTHONPATH")])))
-    done = subprocess.run([sys.executable, "-m", "cuda_kernels.report", "--compile-only",
-                           "--arch", "sm_90", "--workers", str(workers), *extra], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=timeout)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cuda_kernels.report",
+            "--compile-only",
+            "--arch",
+            "sm_90",
+            "--workers",
+            str(workers),
+            *extra,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if done.returncode:
         raise RuntimeError(f"report --compile-only failed: {done.stderr[-600:]}")
     return json.loads(done.stdout)
@@ -44,8 +61,12 @@ def seconds(workers: int | None = None, timeout: float = 1800) -> dict:
     rows = _rows([], workers, timeout) + _rows(["--ladder"], workers, timeout)
     wall = time.perf_counter() - began
     slowest = max(rows, key=lambda r: r["compile_s"])
-    return {"kernels": len(rows), "compile_s_sum": round(sum(r["compile_s"] for r in rows), 1),
-            "compile_cpu_s_sum": round(sum(r.get("compile_cpu_s", 0) for r in rows), 1),
-            "wall_s": round(wall, 1), "workers": workers,
-            "slowest": {"kernel": slowest["kernel"], "compile_s": slowest["compile_s"]},
-            "rows": rows}
+    return {
+        "kernels": len(rows),
+        "compile_s_sum": round(sum(r["compile_s"] for r in rows), 1),
+        "compile_cpu_s_sum": round(sum(r.get("compile_cpu_s", 0) for r in rows), 1),
+        "wall_s": round(wall, 1),
+        "workers": workers,
+        "slowest": {"kernel": slowest["kernel"], "compile_s": slowest["compile_s"]},
+        "rows": rows,
+    }

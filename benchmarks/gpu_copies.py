@@ -1,12 +1,12 @@
 """The copy rows of the GPU benchmark (`gpu_attention.py` runs them).
 
-    copy_bandwidth(nbytes, runs, timed)   device-to-device copy of nbytes: bytes read +
-                                          bytes written / median time, the yardstick of
-                                          the copy rows (pct_of_copy)
-    copy_rows(rng, dtype, runs, timed, copy_gbs, dry)
-                                          copy_blocks over many large block pairs and
-                                          write_kv of a big batch of tokens, each checked
-                                          bit for bit on the device before it is timed
+copy_bandwidth(nbytes, runs, timed)   device-to-device copy of nbytes: bytes read +
+                                      bytes written / median time, the yardstick of
+                                      the copy rows (pct_of_copy)
+copy_rows(rng, dtype, runs, timed, copy_gbs, dry)
+                                      copy_blocks over many large block pairs and
+                                      write_kv of a big batch of tokens, each checked
+                                      bit for bit on the device before it is timed
 """
 
 from __future__ import annotations  # noqa: I001  (cuda_kernels before numba)
@@ -33,14 +33,14 @@ def copy_bandwidth(nbytes: int, runs: int, timed: bool) -> dict:
         end.synchronize()
         times.append(start.elapsed_time(end))
     ms = statistics.median(times) if timed else None
-    return {"bytes": 2 * nbytes, "median_ms": ms,
-            "gb_per_s": 2 * nbytes / ms / 1e6 if ms else None}
+    return {"bytes": 2 * nbytes, "median_ms": ms, "gb_per_s": 2 * nbytes / ms / 1e6 if ms else None}
 
 
 def copy_rows(rng, dtype, runs, timed, copy_gbs, dry) -> list[dict]:
     """copy_blocks over many large block pairs, and write_kv of a big batch of tokens."""
     from cuda_kernels import block_copy
     from cuda_kernels.write_kv import write_kv_vec
+
     heads, bs, dim = (2, 4, 16) if dry else (8, 16, 128)
     num_blocks = 8 if dry else 8192  # fp16: 8192 x 64 KiB = 512 MiB
     cache = common.filled(rng, (num_blocks, 2, heads, bs, dim), dtype)
@@ -64,9 +64,18 @@ def copy_rows(rng, dtype, runs, timed, copy_gbs, dry) -> list[dict]:
     write_ok = bool(np.array_equal(host[slots_host // bs, 0, :, slots_host % bs], want_k))
     write_ms = common.time_ms(write, runs, timed) if write_ok else None
     written = 2 * 2 * key.nbytes  # K and V, read + write
-    return [{"kernel": name, "dtype": dtype, "checked_on_device": ok, "bytes_moved": n,
-             "median_ms": ms,
-             "gb_per_s": n / ms / 1e6 if ms else None,
-             "pct_of_copy": 100 * n / ms / 1e6 / copy_gbs if ms and copy_gbs else None}
-            for name, n, ms, ok in (("copy_blocks", copied, copy_ms, copy_ok),
-                                    ("write_kv", written, write_ms, write_ok))]
+    return [
+        {
+            "kernel": name,
+            "dtype": dtype,
+            "checked_on_device": ok,
+            "bytes_moved": n,
+            "median_ms": ms,
+            "gb_per_s": n / ms / 1e6 if ms else None,
+            "pct_of_copy": 100 * n / ms / 1e6 / copy_gbs if ms and copy_gbs else None,
+        }
+        for name, n, ms, ok in (
+            ("copy_blocks", copied, copy_ms, copy_ok),
+            ("write_kv", written, write_ms, write_ok),
+        )
+    ]

@@ -39,10 +39,28 @@ from numba import cuda
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_common as common  # noqa: E402
 
-FULL = {"seqs": 64, "context": 2048, "kv_heads": 8, "group": 4, "dim": 128, "block": 16, "runs": 10,
-        "requests": [1_000, 10_000, 100_000, 1_000_000], "prealloc": [256, 4096]}
-DRY = {"seqs": 2, "context": 24, "kv_heads": 1, "group": 2, "dim": 8, "block": 4, "runs": 1,
-       "requests": [48], "prealloc": [4]}
+FULL = {
+    "seqs": 64,
+    "context": 2048,
+    "kv_heads": 8,
+    "group": 4,
+    "dim": 128,
+    "block": 16,
+    "runs": 10,
+    "requests": [1_000, 10_000, 100_000, 1_000_000],
+    "prealloc": [256, 4096],
+}
+DRY = {
+    "seqs": 2,
+    "context": 24,
+    "kv_heads": 1,
+    "group": 2,
+    "dim": 8,
+    "block": 4,
+    "runs": 1,
+    "requests": [48],
+    "prealloc": [4],
+}
 
 
 def _timed(launch, runs: int, timed: bool, reset=None) -> float | None:
@@ -74,9 +92,19 @@ def _problem(cfg, rng):
 def _raw_decode(name, k_dev, v_dev, d_q, d_tables, d_lens, cfg):
     """A closure launching the layout's kernel once, single pass, on prepared device buffers."""
     loaders = attention.usable_loaders(layouts.LOADERS[name], k_dev, v_dev, cfg["dim"])
-    return common.decode_launch(loaders, k_dev, v_dev, d_q, d_tables, d_lens,
-                                block_size=cfg["block"], num_kv_heads=cfg["kv_heads"],
-                                mode="single", part=cfg["context"], longest=cfg["context"])[0]
+    return common.decode_launch(
+        loaders,
+        k_dev,
+        v_dev,
+        d_q,
+        d_tables,
+        d_lens,
+        block_size=cfg["block"],
+        num_kv_heads=cfg["kv_heads"],
+        mode="single",
+        part=cfg["context"],
+        longest=cfg["context"],
+    )[0]
 
 
 def bench_layouts(cfg, problem, timed: bool) -> list[dict]:
@@ -84,8 +112,9 @@ def bench_layouts(cfg, problem, timed: bool) -> list[dict]:
     d_q, d_tables, d_lens = cuda.to_device(query), cuda.to_device(tables), cuda.to_device(lens)
     kv_bytes = cache.nbytes
     attention.POISON["on"] = True
-    base = layouts.decode("fused", d_q, *(2 * (cuda.to_device(cache),)), tables, lens,
-                          mode="single")
+    base = layouts.decode(
+        "fused", d_q, *(2 * (cuda.to_device(cache),)), tables, lens, mode="single"
+    )
     base = base.copy_to_host()
     rows = []
     for name in layouts.LAYOUTS:
@@ -95,8 +124,15 @@ def bench_layouts(cfg, problem, timed: bool) -> list[dict]:
         got = layouts.decode(name, d_q, k_dev, v_dev, tables, lens, mode="single").copy_to_host()
         err = float(np.max(np.abs(got - base)))
         ms = _timed(_raw_decode(name, k_dev, v_dev, d_q, d_tables, d_lens, cfg), cfg["runs"], timed)
-        rows.append({"layout": name, "max_abs_diff_vs_fused": err, "kv_bytes": kv_bytes,
-                     "median_ms": ms, "gb_per_s": kv_bytes / ms / 1e6 if ms else None})
+        rows.append(
+            {
+                "layout": name,
+                "max_abs_diff_vs_fused": err,
+                "kv_bytes": kv_bytes,
+                "median_ms": ms,
+                "gb_per_s": kv_bytes / ms / 1e6 if ms else None,
+            }
+        )
         del k_dev, v_dev
     return rows
 
@@ -111,12 +147,19 @@ def bench_alignment(cfg, problem, timed: bool) -> list[dict]:
         pool.copy_to_device(cache)
         got = attention.paged_attention(d_q, pool, tables, lens, mode="single").copy_to_host()
         base = got if base is None else base
-        ms = _timed(_raw_decode("fused", pool, pool, d_q, d_tables, d_lens, cfg), cfg["runs"],
-                    timed)
-        rows.append({"offset": offset, "address_mod_128": alignment.device_address(pool) % 128,
-                     "max_abs_diff_vs_offset_0": float(np.max(np.abs(got - base))),
-                     "kv_bytes": cache.nbytes, "median_ms": ms,
-                     "gb_per_s": cache.nbytes / ms / 1e6 if ms else None})
+        ms = _timed(
+            _raw_decode("fused", pool, pool, d_q, d_tables, d_lens, cfg), cfg["runs"], timed
+        )
+        rows.append(
+            {
+                "offset": offset,
+                "address_mod_128": alignment.device_address(pool) % 128,
+                "max_abs_diff_vs_offset_0": float(np.max(np.abs(got - base))),
+                "kv_bytes": cache.nbytes,
+                "median_ms": ms,
+                "gb_per_s": cache.nbytes / ms / 1e6 if ms else None,
+            }
+        )
         del pool
     return rows
 
@@ -142,26 +185,47 @@ def bench_allocators(cfg, rng, timed: bool) -> list[dict]:
                 d_table.copy_to_device(np.full((n, 4), -1, np.int32))
 
             if method == "prefix_sum":
-                def launch(d_counts=d_counts, grid=grid, pool=pool, d_table=d_table,
-                           d_granted=d_granted):
-                    offsets = AP.exclusive_scan(d_counts)
-                    AP.take_slices_kernel[grid, 128](d_counts, offsets, 0, pool.free_ids, pool.ref,
-                                                     d_table, d_granted)
-            else:
-                kernel = {"cas": AK.alloc_cas_kernel, "atomic_add": AK.alloc_atomic_add_kernel,
-                          "racy": AK.alloc_racy_kernel}[method]
 
-                def launch(kernel=kernel, grid=grid, d_counts=d_counts, pool=pool,
-                           d_table=d_table, d_granted=d_granted):
-                    kernel[grid, 128](d_counts, pool.free_ids, pool.top, pool.ref, d_table,
-                                      d_granted)
+                def launch(
+                    d_counts=d_counts, grid=grid, pool=pool, d_table=d_table, d_granted=d_granted
+                ):
+                    offsets = AP.exclusive_scan(d_counts)
+                    AP.take_slices_kernel[grid, 128](
+                        d_counts, offsets, 0, pool.free_ids, pool.ref, d_table, d_granted
+                    )
+            else:
+                kernel = {
+                    "cas": AK.alloc_cas_kernel,
+                    "atomic_add": AK.alloc_atomic_add_kernel,
+                    "racy": AK.alloc_racy_kernel,
+                }[method]
+
+                def launch(
+                    kernel=kernel,
+                    grid=grid,
+                    d_counts=d_counts,
+                    pool=pool,
+                    d_table=d_table,
+                    d_granted=d_granted,
+                ):
+                    kernel[grid, 128](
+                        d_counts, pool.free_ids, pool.top, pool.ref, d_table, d_granted
+                    )
+
             ms = _timed(launch, cfg["runs"], timed, reset)
             table = d_table.copy_to_host()
             ids = table[table >= 0]
-            rows.append({"method": method, "requests": n, "blocks": total, "median_ms": ms,
-                         "blocks_per_s": total / ms * 1e3 if ms else None,
-                         "handed_out": int(ids.size),
-                         "handed_out_twice": int(ids.size - np.unique(ids).size)})
+            rows.append(
+                {
+                    "method": method,
+                    "requests": n,
+                    "blocks": total,
+                    "median_ms": ms,
+                    "blocks_per_s": total / ms * 1e3 if ms else None,
+                    "handed_out": int(ids.size),
+                    "handed_out_twice": int(ids.size - np.unique(ids).size),
+                }
+            )
     return rows
 
 
@@ -179,9 +243,16 @@ def bench_prealloc(cfg, timed: bool) -> list[dict]:
                 kept = prealloc.pooled(n, n, shape, np.float16, counter)
             cuda.synchronize()
             seconds = time.perf_counter() - t0
-            rows.append({"strategy": strategy, "blocks": n, "device_allocations": counter.calls,
-                         "bytes": counter.bytes, "seconds": seconds if timed else None,
-                         "us_per_block": seconds / n * 1e6 if timed else None})
+            rows.append(
+                {
+                    "strategy": strategy,
+                    "blocks": n,
+                    "device_allocations": counter.calls,
+                    "bytes": counter.bytes,
+                    "seconds": seconds if timed else None,
+                    "us_per_block": seconds / n * 1e6 if timed else None,
+                }
+            )
             del kept
     return rows
 
@@ -193,8 +264,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     on_gpu = cuda_kernels.backend() == "gpu"
     if not on_gpu and not args.dry_run:
-        print("gpu_labs: no GPU (running on the simulator); refusing to time anything. "
-              "Use --dry-run to check that the script runs.", file=sys.stderr)
+        print(
+            "gpu_labs: no GPU (running on the simulator); refusing to time anything. "
+            "Use --dry-run to check that the script runs.",
+            file=sys.stderr,
+        )
         return 2
     result = run(args.dry_run)
     text = json.dumps(result, indent=1, default=str)
@@ -220,13 +294,19 @@ def run(dry_run: bool, left=None) -> dict:
     rng = np.random.default_rng(0)
     began = time.perf_counter()
     problem = _problem(cfg, rng)
-    result = {"backend": cuda_kernels.backend(), "dry_run": dry_run, "config": cfg,
-              "device": cuda.get_current_device().name.decode() if on_gpu else None,
-              "skipped": []}
-    sections = {"layouts": lambda: bench_layouts(cfg, problem, timed),
-                "alignment": lambda: bench_alignment(cfg, problem, timed),
-                "allocators": lambda: bench_allocators(cfg, rng, timed),
-                "prealloc": lambda: bench_prealloc(cfg, timed)}
+    result = {
+        "backend": cuda_kernels.backend(),
+        "dry_run": dry_run,
+        "config": cfg,
+        "device": cuda.get_current_device().name.decode() if on_gpu else None,
+        "skipped": [],
+    }
+    sections = {
+        "layouts": lambda: bench_layouts(cfg, problem, timed),
+        "alignment": lambda: bench_alignment(cfg, problem, timed),
+        "allocators": lambda: bench_allocators(cfg, rng, timed),
+        "prealloc": lambda: bench_prealloc(cfg, timed),
+    }
     for name, section in sections.items():
         if left is not None and left() < SECTION_S[name]:
             result["skipped"].append(name)

@@ -28,10 +28,24 @@ from numba import cuda
 
 import gpu_common as common
 
-LADDER_CASE = {"batch": 16, "context": 2048, "heads": 32, "kv_heads": 8, "head_dim": 128,
-               "dtype": "float16", "block_size": 16}
-DRY_CASE = {"batch": 2, "context": 24, "heads": 4, "kv_heads": 2, "head_dim": 16,
-            "dtype": "float16", "block_size": 4}
+LADDER_CASE = {
+    "batch": 16,
+    "context": 2048,
+    "heads": 32,
+    "kv_heads": 8,
+    "head_dim": 128,
+    "dtype": "float16",
+    "block_size": 16,
+}
+DRY_CASE = {
+    "batch": 2,
+    "context": 24,
+    "heads": 4,
+    "kv_heads": 2,
+    "head_dim": 16,
+    "dtype": "float16",
+    "block_size": 4,
+}
 SLOW_RUNS = 3  # samples for the first rungs, whose single launch can take a second
 TOLERANCE = {"tensor_cores": 5e-3}
 
@@ -55,36 +69,60 @@ def rows(rng, runs: int, timed: bool, dry: bool, left=lambda: float("inf")) -> l
     num_blocks = batch * per_seq
     kv_bytes = batch * context * c["kv_heads"] * dim * 2 * np.dtype(c["dtype"]).itemsize
     copies = common.rotation(kv_bytes) if timed else 1
-    caches = [common.filled(rng, (num_blocks, 2, c["kv_heads"], bs, dim), c["dtype"])
-              for _ in range(copies)]
+    caches = [
+        common.filled(rng, (num_blocks, 2, c["kv_heads"], bs, dim), c["dtype"])
+        for _ in range(copies)
+    ]
     query = cuda.to_device(rng.standard_normal((batch, c["heads"], dim)).astype(c["dtype"]))
     table = cuda.to_device(rng.permutation(num_blocks).reshape(batch, per_seq).astype(np.int32))
     lens = cuda.to_device(np.full(batch, context, np.int32))
-    roof_ms = common.time_ms([common.read_roofline_launch(k.reshape(k.size),
-                                                          8 * 132 if timed else 2,
-                                                          256 if timed else 16)
-                              for k in caches], runs, timed)
+    roof_ms = common.time_ms(
+        [
+            common.read_roofline_launch(
+                k.reshape(k.size), 8 * 132 if timed else 2, 256 if timed else 16
+            )
+            for k in caches
+        ],
+        runs,
+        timed,
+    )
     cases = [prepare(query, k, table, lens, None) for k in caches]
     out, longest = [], 0.0
     for i, rung in enumerate(RUNGS, 1):
-        row = {"rung": f"rung{i}.{rung.name}", "idea": rung.idea, **c, "kv_bytes": kv_bytes,
-               "roofline_ms": roof_ms}
+        row = {
+            "rung": f"rung{i}.{rung.name}",
+            "idea": rung.idea,
+            **c,
+            "kv_bytes": kv_bytes,
+            "roofline_ms": roof_ms,
+        }
         if left() < longest:
-            out.append({**row, "skipped": f"{left():.0f} s left, the slowest rung took "
-                                          f"{longest:.0f} s"})
+            out.append(
+                {**row, "skipped": f"{left():.0f} s left, the slowest rung took {longest:.0f} s"}
+            )
             continue
         began = time.perf_counter()
         try:
             ok = check_rung(rung, rng, dry)
             launches = [lambda case=case, r=rung: r.launch(case) for case in cases]
-            ms = common.time_ms(launches, min(runs, SLOW_RUNS) if i <= 4 else runs,
-                                timed) if ok else None
+            ms = (
+                common.time_ms(launches, min(runs, SLOW_RUNS) if i <= 4 else runs, timed)
+                if ok
+                else None
+            )
         except ValueError as refused:  # a rung that cannot serve this shape says why
-            out.append({**row, "checked_on_device": None, "median_ms": None,
-                        "refused": str(refused)})
+            out.append(
+                {**row, "checked_on_device": None, "median_ms": None, "refused": str(refused)}
+            )
             continue
         longest = max(longest, time.perf_counter() - began)
-        out.append({**row, "checked_on_device": ok, "median_ms": ms,
-                    "gb_per_s": kv_bytes / ms / 1e6 if ms else None,
-                    "pct_of_roofline": 100 * roof_ms / ms if ms and roof_ms else None})
+        out.append(
+            {
+                **row,
+                "checked_on_device": ok,
+                "median_ms": ms,
+                "gb_per_s": kv_bytes / ms / 1e6 if ms else None,
+                "pct_of_roofline": 100 * roof_ms / ms if ms and roof_ms else None,
+            }
+        )
     return out

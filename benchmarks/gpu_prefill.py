@@ -57,8 +57,7 @@ OUT_DTYPES = ("float32", "float16")  # paged_prefill's out_dtype: fp16 is what S
 WGMMA_TIMEOUT_S = 75  # the wgmma child: two JIT compiles, a comparison, a check, timing
 
 
-def check_prefill(rng, heads, kv_heads, dim, dtype, dry, path="auto",
-                  out_dtype="float32") -> bool:
+def check_prefill(rng, heads, kv_heads, dim, dtype, dry, path="auto", out_dtype="float32") -> bool:
     """The timed kernel on a small ragged batch, on the device, against the float64 reference."""
     lens = np.array([9, 4, 3] if dry else [300, 90, 41], np.int32)
     # a prompt after a cached prefix, a whole prompt, a decode
@@ -69,9 +68,15 @@ def check_prefill(rng, heads, kv_heads, dim, dtype, dry, path="auto",
     query = rng.standard_normal((int(starts[-1]), heads, dim)).astype(dtype)
     want = reference.reference_prefill(query, host, tables, lens, starts)
     attention.POISON["on"] = True
-    out = prefill.paged_prefill(cuda.to_device(query), cuda.to_device(host), cuda.to_device(tables),
-                                cuda.to_device(lens), cuda.to_device(starts), path=path,
-                                out_dtype=out_dtype)
+    out = prefill.paged_prefill(
+        cuda.to_device(query),
+        cuda.to_device(host),
+        cuda.to_device(tables),
+        cuda.to_device(lens),
+        cuda.to_device(starts),
+        path=path,
+        out_dtype=out_dtype,
+    )
     attention.POISON["on"] = None
     # fp16: P is rounded to fp16 before P V on tensor cores (FlashAttention-2 does the same)
     return common.close(out.copy_to_host(), want, 1e-5 if dtype == "float32" else 4e-3)
@@ -85,8 +90,9 @@ def prefill_rows(rng, case, dim: int, runs: int, timed: bool, dry: bool) -> list
     item = np.dtype(dtype).itemsize
     kv_bytes = 2 * batch * ctx * kv_heads * dim * item
     copies = common.rotation(kv_bytes) if timed else 1
-    caches = [common.filled(rng, (num_blocks, 2, kv_heads, BLOCK_SIZE, dim), dtype)
-              for _ in range(copies)]
+    caches = [
+        common.filled(rng, (num_blocks, 2, kv_heads, BLOCK_SIZE, dim), dtype) for _ in range(copies)
+    ]
     table = cuda.to_device(rng.permutation(num_blocks).reshape(batch, per_seq).astype(np.int32))
     query = common.filled(rng, (batch * new, heads, dim), dtype)  # [total_q, H, D]
     lens = cuda.to_device(np.full(batch, ctx, np.int32))
@@ -101,33 +107,72 @@ def prefill_rows(rng, case, dim: int, runs: int, timed: bool, dry: bool) -> list
         try:
             ran = prefill.choose_path(path, caches[0])
         except ValueError as why:  # "tensor" on a shape it cannot serve
-            return {"path": path, "path_ran": None, "skipped": str(why),
-                    "checked_on_device": None, "median_ms": None}
+            return {
+                "path": path,
+                "path_ran": None,
+                "skipped": str(why),
+                "checked_on_device": None,
+                "median_ms": None,
+            }
         ok = check_prefill(rng, heads, kv_heads, dim, dtype, dry, path, out_dtype)
-        launches = [prefill.launcher(c, query, table, lens, starts, q_lens,
-                                     scale=require_scale(None, dim), causal=True, window=None,
-                                     sinks=0, out=outs[out_dtype], path=path) for c in caches]
+        launches = [
+            prefill.launcher(
+                c,
+                query,
+                table,
+                lens,
+                starts,
+                q_lens,
+                scale=require_scale(None, dim),
+                causal=True,
+                window=None,
+                sinks=0,
+                out=outs[out_dtype],
+                path=path,
+            )
+            for c in caches
+        ]
         ms = common.time_ms(launches, runs, timed) if ok else None
-        return {"path": path, "out_dtype": out_dtype, "path_ran": ran, "checked_on_device": ok,
-                "median_ms": ms,
-                "tflop_per_s": common.tflops(flops, ms),
-                "pct_of_tensor_peak": common.pct_of_tensor_peak(flops, ms)}
+        return {
+            "path": path,
+            "out_dtype": out_dtype,
+            "path_ran": ran,
+            "checked_on_device": ok,
+            "median_ms": ms,
+            "tflop_per_s": common.tflops(flops, ms),
+            "pct_of_tensor_peak": common.pct_of_tensor_peak(flops, ms),
+        }
 
     auto = timed_path("auto")
     half = timed_path("auto", "float16")  # SDPA's own output dtype: the like-for-like row
     ms = auto["median_ms"]
-    return [{"kernel": "paged_prefill", "batch": batch, "new_tokens": new, "cached_prefix": prefix,
-             "heads": heads, "kv_heads": kv_heads, "group": heads // kv_heads, "head_dim": dim,
-             "dtype": dtype, "block_size": BLOCK_SIZE, "kv_bytes": kv_bytes,
-             "working_set_copies": copies, "flop": flops,
-             "checked_on_device": auto["checked_on_device"], "median_ms": ms, "path": "auto",
-             "path_ran": auto["path_ran"],
-             "tokens_per_s": batch * new / ms * 1e3 if ms else None,
-             "flop_per_s": flops / ms * 1e3 if ms else None,
-             "fp16_out": half,
-             "by_path": [auto, half] + [timed_path(p) for p in PATHS]
-             + [wgmma_row(caches[0], case, dim, runs, timed, dry)]}] + common.prefill_peer_rows(
-                 case, dim, runs, timed, flops)
+    return [
+        {
+            "kernel": "paged_prefill",
+            "batch": batch,
+            "new_tokens": new,
+            "cached_prefix": prefix,
+            "heads": heads,
+            "kv_heads": kv_heads,
+            "group": heads // kv_heads,
+            "head_dim": dim,
+            "dtype": dtype,
+            "block_size": BLOCK_SIZE,
+            "kv_bytes": kv_bytes,
+            "working_set_copies": copies,
+            "flop": flops,
+            "checked_on_device": auto["checked_on_device"],
+            "median_ms": ms,
+            "path": "auto",
+            "path_ran": auto["path_ran"],
+            "tokens_per_s": batch * new / ms * 1e3 if ms else None,
+            "flop_per_s": flops / ms * 1e3 if ms else None,
+            "fp16_out": half,
+            "by_path": [auto, half]
+            + [timed_path(p) for p in PATHS]
+            + [wgmma_row(caches[0], case, dim, runs, timed, dry)],
+        }
+    ] + common.prefill_peer_rows(case, dim, runs, timed, flops)
 
 
 def wgmma_row(cache, case, dim: int, runs: int, timed: bool, dry: bool) -> dict:
@@ -139,16 +184,22 @@ def wgmma_row(cache, case, dim: int, runs: int, timed: bool, dry: bool) -> dict:
         return {**row, "skipped": str(why)}
     spec = json.dumps([list(case), dim, runs, timed, dry])
     try:
-        done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--wgmma-child",
-                               spec], capture_output=True, text=True, timeout=WGMMA_TIMEOUT_S)
+        done = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), "--wgmma-child", spec],
+            capture_output=True,
+            text=True,
+            timeout=WGMMA_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired:
         return {**row, "skipped": f"the wgmma child did not finish in {WGMMA_TIMEOUT_S} s"}
     for line in done.stderr.splitlines():
         if line.startswith("wgmma"):
             print(line, file=sys.stderr)
     if done.returncode:
-        return {**row, "skipped": f"the wgmma child failed (exit {done.returncode}): "
-                                  f"{done.stderr[-600:]}"}
+        return {
+            **row,
+            "skipped": f"the wgmma child failed (exit {done.returncode}): {done.stderr[-600:]}",
+        }
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -160,19 +211,34 @@ def _wgmma_child(case, dim: int, runs: int, timed: bool, dry: bool) -> dict:
     per_seq = -(-ctx // BLOCK_SIZE)
     num_blocks = batch * per_seq
     kv_bytes = 2 * batch * ctx * kv_heads * dim * np.dtype(dtype).itemsize
-    caches = [common.filled(rng, (num_blocks, 2, kv_heads, BLOCK_SIZE, dim), dtype)
-              for _ in range(common.rotation(kv_bytes) if timed else 1)]
+    caches = [
+        common.filled(rng, (num_blocks, 2, kv_heads, BLOCK_SIZE, dim), dtype)
+        for _ in range(common.rotation(kv_bytes) if timed else 1)
+    ]
     table = cuda.to_device(rng.permutation(num_blocks).reshape(batch, per_seq).astype(np.int32))
     query = common.filled(rng, (batch * new, heads, dim), dtype)
     lens = cuda.to_device(np.full(batch, ctx, np.int32))
     starts = cuda.to_device(np.arange(batch + 1, dtype=np.int32) * new)
-    outs = {p: cuda.to_device(np.full((batch * new, heads, dim), np.nan, np.float32))
-            for p in ("tensor", "wgmma")}
+    outs = {
+        p: cuda.to_device(np.full((batch * new, heads, dim), np.nan, np.float32))
+        for p in ("tensor", "wgmma")
+    }
 
     def launch(path, c):
-        return prefill.launcher(c, query, table, lens, starts, np.full(batch, new, np.int64),
-                                scale=require_scale(None, dim), causal=True, window=None,
-                                sinks=0, out=outs[path], path=path)
+        return prefill.launcher(
+            c,
+            query,
+            table,
+            lens,
+            starts,
+            np.full(batch, new, np.int64),
+            scale=require_scale(None, dim),
+            causal=True,
+            window=None,
+            sinks=0,
+            out=outs[path],
+            path=path,
+        )
 
     launch("tensor", caches[0])()
     launch("wgmma", caches[0])()
@@ -180,20 +246,37 @@ def _wgmma_child(case, dim: int, runs: int, timed: bool, dry: bool) -> dict:
     want, got = outs["tensor"].copy_to_host(), outs["wgmma"].copy_to_host()
     diff = float(np.abs(got - want).max()) if np.isfinite(got).all() else float("inf")
     agree = diff <= 4e-3 * float(np.abs(want).max())
-    print(f"wgmma vs the tensor path on {case}, D={dim}: max abs diff {diff:.3g}"
-          f"{'' if agree else ' (disagrees: not timed)'}", file=sys.stderr)
-    row = {"path": "wgmma", "path_ran": "wgmma", "max_abs_diff_vs_tensor": diff,
-           "agrees_with_tensor": agree, "median_ms": None}
-    row["checked_on_device"] = agree and check_prefill(rng, heads, kv_heads, dim, dtype, dry,
-                                                       "wgmma")
+    print(
+        f"wgmma vs the tensor path on {case}, D={dim}: max abs diff {diff:.3g}"
+        f"{'' if agree else ' (disagrees: not timed)'}",
+        file=sys.stderr,
+    )
+    row = {
+        "path": "wgmma",
+        "path_ran": "wgmma",
+        "max_abs_diff_vs_tensor": diff,
+        "agrees_with_tensor": agree,
+        "median_ms": None,
+    }
+    row["checked_on_device"] = agree and check_prefill(
+        rng, heads, kv_heads, dim, dtype, dry, "wgmma"
+    )
     if not row["checked_on_device"]:
-        return {**row, "skipped": "disagrees with the tensor path" if not agree else
-                "differs from the float64 reference on the ragged check batch"}
+        return {
+            **row,
+            "skipped": "disagrees with the tensor path"
+            if not agree
+            else "differs from the float64 reference on the ragged check batch",
+        }
     attended = batch * (new * prefix + new * (new + 1) // 2)
     flops = 4 * dim * heads * attended
     ms = common.time_ms([launch("wgmma", c) for c in caches], runs, timed)
-    return {**row, "median_ms": ms, "tflop_per_s": common.tflops(flops, ms),
-            "pct_of_tensor_peak": common.pct_of_tensor_peak(flops, ms)}
+    return {
+        **row,
+        "median_ms": ms,
+        "tflop_per_s": common.tflops(flops, ms),
+        "pct_of_tensor_peak": common.pct_of_tensor_peak(flops, ms),
+    }
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--wgmma-child"]:

@@ -37,8 +37,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EXIT_TOO_OLD = 3
 LLVMLITE_FOR_NUMBA = {"0.68": "0.50", "0.67": "0.49", "0.66": "0.48", "0.65": "0.47"}
-FIX = ("pip install --no-index --find-links benchmarks/wheels "
-       "-r benchmarks/wheels/requirements.txt  (wheels from: python benchmarks/fetch_wheels.py)")
+FIX = (
+    "pip install --no-index --find-links benchmarks/wheels "
+    "-r benchmarks/wheels/requirements.txt  (wheels from: python benchmarks/fetch_wheels.py)"
+)
 PACKAGES = ("numba", "numba-cuda", "llvmlite", "cuda-bindings", "cuda-core", "torch", "numpy")
 
 
@@ -110,8 +112,10 @@ def _driver() -> dict:
         if cuda.cuDeviceGetName(name, 256, device) == 0:
             out["device"] = name.value.decode(errors="replace")
         major, minor = ctypes.c_int(0), ctypes.c_int(0)
-        if (cuda.cuDeviceGetAttribute(ctypes.byref(major), 75, device) == 0 and  # CC_MAJOR
-                cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, device) == 0):  # CC_MINOR
+        if (
+            cuda.cuDeviceGetAttribute(ctypes.byref(major), 75, device) == 0  # CC_MAJOR
+            and cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, device) == 0
+        ):  # CC_MINOR
             out["compute_capability"] = f"{major.value}.{minor.value}"
     return out
 
@@ -122,6 +126,7 @@ def _runtime() -> str | None:
     names = ["libcudart.so", "libcudart.so.13", "libcudart.so.12"]
     try:
         import nvidia
+
         for root in nvidia.__path__:
             names += [str(p) for p in sorted(Path(root).glob("**/libcudart.so*"))]
     except ImportError:
@@ -139,15 +144,21 @@ def _runtime() -> str | None:
 
 def report() -> dict:
     found = installed()
-    return {"python": sys.version.split()[0], **found, "cuda_runtime": _runtime(), **_driver(),
-            "needs": needs(numba_version=found.get("numba"))}
+    return {
+        "python": sys.version.split()[0],
+        **found,
+        "cuda_runtime": _runtime(),
+        **_driver(),
+        "needs": needs(numba_version=found.get("numba")),
+    }
 
 
 def require(stream=sys.stderr) -> dict:
     """Print the preflight; exit EXIT_TOO_OLD with one line when a package is too old."""
     info = report()
-    print("preflight: " + ", ".join(f"{k} {v}" for k, v in info.items() if k != "needs"),
-          file=stream)
+    print(
+        "preflight: " + ", ".join(f"{k} {v}" for k, v in info.items() if k != "needs"), file=stream
+    )
     bad = problems(info, info["needs"])
     if bad:
         print(f"preflight: {'; '.join(bad)}. Fix: {FIX}", file=stream)
@@ -159,12 +170,27 @@ def install() -> int:
     """pip install --no-index from benchmarks/wheels, then a fresh preflight's status."""
     wheels = ROOT / "benchmarks" / "wheels"
     if not (wheels / "requirements.txt").exists():
-        print(f"preflight: no {wheels / 'requirements.txt'}; run python "
-              f"benchmarks/fetch_wheels.py on a machine with network first", file=sys.stderr)
+        print(
+            f"preflight: no {wheels / 'requirements.txt'}; run python "
+            f"benchmarks/fetch_wheels.py on a machine with network first",
+            file=sys.stderr,
+        )
         return EXIT_TOO_OLD
     import subprocess
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--find-links",
-                           str(wheels), "-r", str(wheels / "requirements.txt")])
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-index",
+            "--find-links",
+            str(wheels),
+            "-r",
+            str(wheels / "requirements.txt"),
+        ]
+    )
     if done.returncode:
         return done.returncode
     env = {k: v for k, v in os.environ.items() if k != "PAGEDSIM_FAKE_VERSIONS"}

@@ -23,12 +23,24 @@ from __future__ import annotations
 
 # (name, what it compares, goal, how the measured value is found)
 TARGETS = (
-    ("prefill_vs_sdpa_flash", "prefill speed vs torch SDPA flash (8 x 1,024 behind 1,024, "
-     "GQA 32/8, D=128)", 0.8, "x"),
-    ("decode_g4_pct_of_roofline", "decode G=4 auto, % of the read roofline "
-     "(64 x 4,096, 32/8 heads)", 85.0, "%"),
-    ("decode_g8_pct_of_roofline", "decode G=8 auto, % of the read roofline "
-     "(32 x 4,096, 64/8 heads)", 75.0, "%"),
+    (
+        "prefill_vs_sdpa_flash",
+        "prefill speed vs torch SDPA flash (8 x 1,024 behind 1,024, GQA 32/8, D=128)",
+        0.8,
+        "x",
+    ),
+    (
+        "decode_g4_pct_of_roofline",
+        "decode G=4 auto, % of the read roofline (64 x 4,096, 32/8 heads)",
+        85.0,
+        "%",
+    ),
+    (
+        "decode_g8_pct_of_roofline",
+        "decode G=8 auto, % of the read roofline (32 x 4,096, 64/8 heads)",
+        75.0,
+        "%",
+    ),
 )
 DECODE_CASE = {4: (64, 4096, 32, 8), 8: (32, 4096, 64, 8)}  # group: (batch, context, H, H_kv)
 
@@ -48,27 +60,38 @@ def _prefill_ratio(report: dict) -> tuple[float | None, str]:
         ours = {**ours, **half}  # fp16 out, as SDPA writes: like for like
     if not ours.get("median_ms") or not peer.get("median_ms"):
         return None, peer.get("error") or "untimed (no GPU)"
-    return peer["median_ms"] / ours["median_ms"], (f"SDPA flash {peer['median_ms']:.3f} ms, "
-                                                   f"ours {ours['median_ms']:.3f} ms "
-                                                   f"(path {ours.get('path_ran')}, "
-                                                   f"{ours.get('out_dtype', 'float32')} out)")
+    return peer["median_ms"] / ours["median_ms"], (
+        f"SDPA flash {peer['median_ms']:.3f} ms, "
+        f"ours {ours['median_ms']:.3f} ms "
+        f"(path {ours.get('path_ran')}, "
+        f"{ours.get('out_dtype', 'float32')} out)"
+    )
 
 
 def _decode_pct(report: dict, group: int) -> tuple[float | None, str]:
     batch, context, heads, kv_heads = DECODE_CASE[group]
-    row = next((r for r in report.get("cases") or []
-                if r.get("mode") == "auto" and r.get("layout") == "paged"
-                and r.get("dtype") == "float16" and (r.get("batch"), r.get("context"),
-                                                     r.get("heads"), r.get("kv_heads"))
-                == (batch, context, heads, kv_heads)), None)
+    row = next(
+        (
+            r
+            for r in report.get("cases") or []
+            if r.get("mode") == "auto"
+            and r.get("layout") == "paged"
+            and r.get("dtype") == "float16"
+            and (r.get("batch"), r.get("context"), r.get("heads"), r.get("kv_heads"))
+            == (batch, context, heads, kv_heads)
+        ),
+        None,
+    )
     if row is None:
         return None, _absent(report, "decode")
     if not row.get("checked_on_device"):
         return None, "the auto decode disagreed with the reference: not timed"
     if row.get("pct_of_roofline") is None:
         return None, "untimed (no GPU)"
-    return row["pct_of_roofline"], (f"{row['median_ms']:.3f} ms, path {row.get('path')}, "
-                                    f"{row.get('num_partitions')} partition(s)")
+    return row["pct_of_roofline"], (
+        f"{row['median_ms']:.3f} ms, path {row.get('path')}, "
+        f"{row.get('num_partitions')} partition(s)"
+    )
 
 
 def _absent(report: dict, phase: str) -> str:
@@ -81,18 +104,28 @@ def _absent(report: dict, phase: str) -> str:
 
 
 def targets(report: dict) -> list[dict]:
-    finders = {"prefill_vs_sdpa_flash": _prefill_ratio,
-               "decode_g4_pct_of_roofline": lambda r: _decode_pct(r, 4),
-               "decode_g8_pct_of_roofline": lambda r: _decode_pct(r, 8)}
+    finders = {
+        "prefill_vs_sdpa_flash": _prefill_ratio,
+        "decode_g4_pct_of_roofline": lambda r: _decode_pct(r, 4),
+        "decode_g8_pct_of_roofline": lambda r: _decode_pct(r, 8),
+    }
     out = []
     for name, what, goal, unit in TARGETS:
         value, detail = finders[name](report)
         if value is not None and not report.get("timings_valid"):
             value, detail = None, "timings are not valid on this backend"
         verdict = "NOT MEASURED" if value is None else "PASS" if value >= goal else "FAIL"
-        out.append({"target": name, "what": what, "goal": goal, "unit": unit,
-                    "measured": None if value is None else round(value, 3),
-                    "verdict": verdict, "detail": detail})
+        out.append(
+            {
+                "target": name,
+                "what": what,
+                "goal": goal,
+                "unit": unit,
+                "measured": None if value is None else round(value, 3),
+                "verdict": verdict,
+                "detail": detail,
+            }
+        )
     return out
 
 
@@ -101,54 +134,91 @@ def _cell(value, fmt: str = ".3f") -> str:
 
 
 def markdown(report: dict) -> str:
-    lines = [f"gpu_attention on {report.get('device')} ({report.get('backend')}, "
-             f"dry_run={report.get('dry_run')}), {_cell(report.get('seconds'), '.0f')} s", "",
-             "| target | measured | goal | verdict | detail |", "| --- | --- | --- | --- | --- |"]
+    lines = [
+        f"gpu_attention on {report.get('device')} ({report.get('backend')}, "
+        f"dry_run={report.get('dry_run')}), {_cell(report.get('seconds'), '.0f')} s",
+        "",
+        "| target | measured | goal | verdict | detail |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for t in report.get("targets") or targets(report):
-        lines.append(f"| {t['what']} | {_cell(t['measured'])} {t['unit']} | >= {t['goal']} "
-                     f"{t['unit']} | {t['verdict']} | {t['detail']} |")
-    lines += ["", "| phase | seconds | compile s | compiles | status |",
-              "| --- | --- | --- | --- | --- |"]
+        lines.append(
+            f"| {t['what']} | {_cell(t['measured'])} {t['unit']} | >= {t['goal']} "
+            f"{t['unit']} | {t['verdict']} | {t['detail']} |"
+        )
+    lines += [
+        "",
+        "| phase | seconds | compile s | compiles | status |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for name, rec in (report.get("phases") or {}).items():
-        status = ("skipped: " + rec["skipped"] if "skipped" in rec else
-                  "failed: " + rec["error"] if "error" in rec else "ran")
-        lines.append(f"| {name} | {_cell(rec.get('seconds'), '.1f')} | "
-                     f"{_cell(rec.get('compile_s'), '.1f')} | {_cell(rec.get('compiles'), 'd')} "
-                     f"| {status} |")
-    lines += ["", "| decode (auto) | G | dtype | path | ms | GB/s | % of roofline | checked |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        status = (
+            "skipped: " + rec["skipped"]
+            if "skipped" in rec
+            else "failed: " + rec["error"]
+            if "error" in rec
+            else "ran"
+        )
+        lines.append(
+            f"| {name} | {_cell(rec.get('seconds'), '.1f')} | "
+            f"{_cell(rec.get('compile_s'), '.1f')} | {_cell(rec.get('compiles'), 'd')} "
+            f"| {status} |"
+        )
+    lines += [
+        "",
+        "| decode (auto) | G | dtype | path | ms | GB/s | % of roofline | checked |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in report.get("cases") or []:
         if r.get("mode") == "auto":
-            lines.append(f"| {r['batch']} x {r['context']}, {r['heads']}/{r['kv_heads']} | "
-                         f"{r['group']} | {r['dtype']} | {r.get('path')} | "
-                         f"{_cell(r.get('median_ms'))} | {_cell(r.get('gb_per_s'), '.0f')} | "
-                         f"{_cell(r.get('pct_of_roofline'), '.1f')} | "
-                         f"{r.get('checked_on_device')} |")
-    lines += ["", "| prefill | path ran | ms | TFLOP/s | % of tensor peak | checked |",
-              "| --- | --- | --- | --- | --- | --- |"]
+            lines.append(
+                f"| {r['batch']} x {r['context']}, {r['heads']}/{r['kv_heads']} | "
+                f"{r['group']} | {r['dtype']} | {r.get('path')} | "
+                f"{_cell(r.get('median_ms'))} | {_cell(r.get('gb_per_s'), '.0f')} | "
+                f"{_cell(r.get('pct_of_roofline'), '.1f')} | "
+                f"{r.get('checked_on_device')} |"
+            )
+    lines += [
+        "",
+        "| prefill | path ran | ms | TFLOP/s | % of tensor peak | checked |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for r in report.get("prefill") or []:
         for p in r.get("by_path") or [r]:
             out = f" ({p['out_dtype']} out)" if p.get("out_dtype") == "float16" else ""
-            lines.append(f"| {r['kernel']} {p.get('path', '')}{out} | {p.get('path_ran', '-')} | "
-                         f"{_cell(p.get('median_ms'))} | {_cell(p.get('tflop_per_s'), '.1f')} | "
-                         f"{_cell(p.get('pct_of_tensor_peak'), '.1f')} | "
-                         f"{p.get('checked_on_device', p.get('error', '-'))} |")
-    lines += ["", f"launch overhead: {_cell(report.get('launch_overhead_ms'), '.4f')} ms per "
-              f"launch (an empty kernel, back to back in one event window; rows under 3x it "
-              f"are marked launch_bound)"]
+            lines.append(
+                f"| {r['kernel']} {p.get('path', '')}{out} | {p.get('path_ran', '-')} | "
+                f"{_cell(p.get('median_ms'))} | {_cell(p.get('tflop_per_s'), '.1f')} | "
+                f"{_cell(p.get('pct_of_tensor_peak'), '.1f')} | "
+                f"{p.get('checked_on_device', p.get('error', '-'))} |"
+            )
+    lines += [
+        "",
+        f"launch overhead: {_cell(report.get('launch_overhead_ms'), '.4f')} ms per "
+        f"launch (an empty kernel, back to back in one event window; rows under 3x it "
+        f"are marked launch_bound)",
+    ]
     comp = report.get("compile")
     if comp:
-        lines += ["", f"compile: {comp['kernels']} kernels to PTX for sm_90, "
-                      f"{comp['compile_s_sum']} s one after the other "
-                      f"({comp.get('compile_cpu_s_sum')} CPU s), {comp['wall_s']} s in "
-                      f"{comp['workers']} processes; slowest {comp['slowest']['kernel']} "
-                      f"({comp['slowest']['compile_s']} s)"]
-    lines += ["", "| ladder rung | ms | GB/s | % of read roofline | checked |",
-              "| --- | --- | --- | --- | --- |"]
+        lines += [
+            "",
+            f"compile: {comp['kernels']} kernels to PTX for sm_90, "
+            f"{comp['compile_s_sum']} s one after the other "
+            f"({comp.get('compile_cpu_s_sum')} CPU s), {comp['wall_s']} s in "
+            f"{comp['workers']} processes; slowest {comp['slowest']['kernel']} "
+            f"({comp['slowest']['compile_s']} s)",
+        ]
+    lines += [
+        "",
+        "| ladder rung | ms | GB/s | % of read roofline | checked |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for r in report.get("ladder") or []:
         note = r.get("skipped") or r.get("refused")
-        lines.append(f"| {r['rung']} | {_cell(r.get('median_ms'))} | "
-                     f"{_cell(r.get('gb_per_s'), '.0f')} | "
-                     f"{_cell(r.get('pct_of_roofline'), '.1f')} | "
-                     f"{note or r.get('checked_on_device')} |")
+        lines.append(
+            f"| {r['rung']} | {_cell(r.get('median_ms'))} | "
+            f"{_cell(r.get('gb_per_s'), '.0f')} | "
+            f"{_cell(r.get('pct_of_roofline'), '.1f')} | "
+            f"{note or r.get('checked_on_device')} |"
+        )
     return "\n".join(lines)

@@ -49,8 +49,10 @@ def lesson_main(argv: list[str]) -> int:
     p = ArgParser(prog="pagedsim lesson", description="print and run a chapter-3 lesson")
     p.add_argument("section", nargs="?", help=f"{next(iter(LESSONS))} ... {list(LESSONS)[-1]}")
     p.add_argument(
-        "--out", type=Path, help="where a lesson that draws writes its figures (default: a new "
-        "temporary folder; the files written are named)"
+        "--out",
+        type=Path,
+        help="where a lesson that draws writes its figures (default: a new "
+        "temporary folder; the files written are named)",
     )
     p.add_argument("--no-demo", action="store_true", help="print the text only")
     _lang_arg(p)
@@ -107,8 +109,12 @@ def _say_what_was_written(out: Path, new: list, *, temporary: bool) -> None:
     if files:
         names = ", ".join(str(p.relative_to(out)) for p in files[:6])
         more = f" (+{len(files) - 6} more)" if len(files) > 6 else ""
-        print(i18n.say(f"(wrote {len(files)} file(s) to {out}: {names}{more})",
-                       f"（向 {out} 写入了 {len(files)} 个文件：{names}{more}）"))
+        print(
+            i18n.say(
+                f"(wrote {len(files)} file(s) to {out}: {names}{more})",
+                f"（向 {out} 写入了 {len(files)} 个文件：{names}{more}）",
+            )
+        )
     elif temporary:  # nothing to claim: the unused folder goes away
         shutil.rmtree(out, ignore_errors=True)
 
@@ -229,8 +235,9 @@ def _run_and_report(chosen, args) -> int:
 
             record(outcome)  # only a file in a workspace: `pagedsim progress` shows it
         if not args.json:
-            print_report(outcome, verbose=args.verbose,
-                         hint=not args.solutions and len(chosen) == 1)
+            print_report(
+                outcome, verbose=args.verbose, hint=not args.solutions and len(chosen) == 1
+            )
     if args.json:
         objs = [o.as_json() for o in results]
         print(json.dumps(objs[0] if len(objs) == 1 and not args.all else objs, ensure_ascii=False))

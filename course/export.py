@@ -45,7 +45,13 @@ LEAVE_OUT = (
     "COORD.md",
 )
 PROJECT_TOPS = (
-    "pagedsim", "course", "cuda_kernels", "benchmarks", "figures", "README.md", "pyproject.toml"
+    "pagedsim",
+    "course",
+    "cuda_kernels",
+    "benchmarks",
+    "figures",
+    "README.md",
+    "pyproject.toml",
 )
 # what code needs to run (grade's private build)
 PACKAGES = ("pagedsim/", "course/", "cuda_kernels/")
@@ -67,17 +73,23 @@ def project_files(root: Path) -> list[str]:
         pass
     # An installed copy (no git): only the project's own folders, never all of site-packages.
     tops = [root / name for name in PROJECT_TOPS if (root / name).exists()]
-    return sorted(str(p.relative_to(root)) for top in tops
-                  for p in ([top] if top.is_file() else top.rglob("*"))
-                  if p.is_file() and not SKIP_DIRS & set(p.relative_to(root).parts))
+    return sorted(
+        str(p.relative_to(root))
+        for top in tops
+        for p in ([top] if top.is_file() else top.rglob("*"))
+        if p.is_file() and not SKIP_DIRS & set(p.relative_to(root).parts)
+    )
 
 
 def export(dest, root: Path = curriculum.REPO_ROOT, prefixes=None) -> list[str]:
     """Copy the student build into `dest` (only paths starting with one of `prefixes`, if
     given); returns the relative paths written."""
     dest = check_destination(dest, root)
-    written = [rel for rel in project_files(root) if not left_out(rel)
-               and (prefixes is None or rel.startswith(tuple(prefixes)))]
+    written = [
+        rel
+        for rel in project_files(root)
+        if not left_out(rel) and (prefixes is None or rel.startswith(tuple(prefixes)))
+    ]
     for rel in written:
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -102,8 +114,10 @@ def check_destination(dest, root: Path = curriculum.REPO_ROOT) -> Path:
     dest, here = Path(dest), Path(root).resolve()
     where = dest.resolve()
     if where == here or here in where.parents or where in here.parents:
-        raise ValueError(f"{dest} is inside (or holds) the project being exported ({here}): "
-                         "choose a folder outside it")
+        raise ValueError(
+            f"{dest} is inside (or holds) the project being exported ({here}): "
+            "choose a folder outside it"
+        )
     if dest.exists() and not dest.is_dir():
         raise ValueError(f"{dest} is a file: choose a new folder")
     if dest.exists() and any(dest.iterdir()):
@@ -118,25 +132,43 @@ def installed_pyproject(dist=None) -> str:
     pyproject.toml lists them."""
     if dist is None:
         from importlib import metadata
+
         dist = metadata.distribution("pagedsim")
     q = json.dumps  # a TOML basic string is written like a JSON string
     deps = [r.split(";")[0].strip() for r in dist.requires or () if "extra ==" not in r]
     groups = {"console_scripts": "[project.scripts]", "pytest11": "[project.entry-points.pytest11]"}
-    entries = [line for group, head in groups.items() for line in
-               [head, *(f"{q(ep.name)} = {q(ep.value)}"
-                        for ep in dist.entry_points if ep.group == group), ""]]
-    return "\n".join([
-        "# Written by `pagedsim export-course` from the installed package "
-        "(it carries no pyproject.toml).",
-        "[build-system]", 'requires = ["setuptools>=77"]',
-        'build-backend = "setuptools.build_meta"', "",
-        "[project]", f"name = {q(dist.metadata['Name'])}", f"version = {q(dist.version)}",
-        f"requires-python = {q(dist.metadata.get('Requires-Python') or '>=3.10')}",
-        "dependencies = [" + ", ".join(map(q, deps)) + "]", "", *entries,
-        "[tool.setuptools.packages.find]",
-        'include = ["pagedsim*", "cuda_kernels*", "course*"]', "",
-        "[tool.setuptools.package-data]",
-        'course = ["**/*.md", "*.toml", "*.ini", "**/*.ipynb"]', ""])
+    entries = [
+        line
+        for group, head in groups.items()
+        for line in [
+            head,
+            *(f"{q(ep.name)} = {q(ep.value)}" for ep in dist.entry_points if ep.group == group),
+            "",
+        ]
+    ]
+    return "\n".join(
+        [
+            "# Written by `pagedsim export-course` from the installed package "
+            "(it carries no pyproject.toml).",
+            "[build-system]",
+            'requires = ["setuptools>=77"]',
+            'build-backend = "setuptools.build_meta"',
+            "",
+            "[project]",
+            f"name = {q(dist.metadata['Name'])}",
+            f"version = {q(dist.version)}",
+            f"requires-python = {q(dist.metadata.get('Requires-Python') or '>=3.10')}",
+            "dependencies = [" + ", ".join(map(q, deps)) + "]",
+            "",
+            *entries,
+            "[tool.setuptools.packages.find]",
+            'include = ["pagedsim*", "cuda_kernels*", "course*"]',
+            "",
+            "[tool.setuptools.package-data]",
+            'course = ["**/*.md", "*.toml", "*.ini", "**/*.ipynb"]',
+            "",
+        ]
+    )
 
 
 def answer_leaks(dest: Path, root: Path = curriculum.REPO_ROOT) -> list[str]:
@@ -145,14 +177,18 @@ def answer_leaks(dest: Path, root: Path = curriculum.REPO_ROOT) -> list[str]:
     catalogue = root / "course/ch03_kv_block/mutants.py"
     if catalogue.is_file():
         answers.add(catalogue.read_bytes())
-    return sorted(str(p.relative_to(dest)) for p in dest.rglob("*")
-                  if p.is_file() and p.read_bytes() in answers)
+    return sorted(
+        str(p.relative_to(dest))
+        for p in dest.rglob("*")
+        if p.is_file() and p.read_bytes() in answers
+    )
 
 
 def main(argv: list[str]) -> int:
     p = ArgParser(prog="pagedsim export-course", description=__doc__.split("\n\n")[0])
-    p.add_argument("dir", help="where the student copy goes (a new or empty folder, outside the "
-                   "project)")
+    p.add_argument(
+        "dir", help="where the student copy goes (a new or empty folder, outside the project)"
+    )
     args = p.parse_args(argv)
     try:
         check_destination(args.dir)

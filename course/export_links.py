@@ -43,7 +43,11 @@ def unlink_missing(dest: Path) -> list[str]:
 def missing_links(dest: Path) -> list[str]:
     """Relative Markdown links under `dest` that point at a missing file (should be none)."""
     dest = Path(dest)
-    return [f"{md.relative_to(dest)}: {m.group(2)}" for md in sorted(dest.rglob("*.md"))
-            for m in LINK.finditer(md.read_text(encoding="utf-8"))
-            if _is_relative(m.group(2)) and m.group(2).split("#", 1)[0]
-            and not (md.parent / m.group(2).split("#", 1)[0]).exists()]
+    return [
+        f"{md.relative_to(dest)}: {m.group(2)}"
+        for md in sorted(dest.rglob("*.md"))
+        for m in LINK.finditer(md.read_text(encoding="utf-8"))
+        if _is_relative(m.group(2))
+        and m.group(2).split("#", 1)[0]
+        and not (md.parent / m.group(2).split("#", 1)[0]).exists()
+    ]

@@ -113,23 +113,27 @@ class Watch:
             self.seen, self.since = now, set(self.running)
 
 
-def decide_mode(sandbox: bool | None, *, as_user: bool | None = None, limits=None,
-                max_reply: int = 64 << 20) -> Mode:
+def decide_mode(
+    sandbox: bool | None, *, as_user: bool | None = None, limits=None, max_reply: int = 64 << 20
+) -> Mode:
     """The isolation a run gets: bubblewrap when asked or by default where it works, and a uid
     of its own per job whenever one can run Python here (`as_user` forces it). ValueError
     when the sandbox was asked for and does not work, or when nothing would isolate a
     submission and --no-sandbox was not given (then every result would be unverified)."""
     works = jail.bwrap() is not None
     if sandbox and not works:
-        raise ValueError("--sandbox needs bubblewrap (apt-get install bubblewrap), "
-                         "which does not work here")
+        raise ValueError(
+            "--sandbox needs bubblewrap (apt-get install bubblewrap), which does not work here"
+        )
     use = works if sandbox is None else sandbox
     own = jail.can_run_as_user(use) if as_user is None else as_user
     if sandbox is None and not use and not own:
-        raise ValueError("no isolation is available here: bubblewrap does not work and no user "
-                         "of its own can run each job (the grader is not root, or Python sits "
-                         "in a folder only root may enter); install bubblewrap, or pass "
-                         "--no-sandbox to grade anyway with every result marked unverified")
+        raise ValueError(
+            "no isolation is available here: bubblewrap does not work and no user "
+            "of its own can run each job (the grader is not root, or Python sits "
+            "in a folder only root may enter); install bubblewrap, or pass "
+            "--no-sandbox to grade anyway with every result marked unverified"
+        )
     return Mode(use, own, limits or jail.Limits(), max_reply)
 
 
@@ -169,8 +173,16 @@ def grade(
         watch.start((s, i))
         try:
             return run_one(
-                s, i, p, timeout=timeout, extra_checks=extra, command=command, build=build,
-                jobs=jobs, mode=mode, data=originals[s, i],
+                s,
+                i,
+                p,
+                timeout=timeout,
+                extra_checks=extra,
+                command=command,
+                build=build,
+                jobs=jobs,
+                mode=mode,
+                data=originals[s, i],
                 uid=jail.job_uid(slot) if mode.own_uid else None,
             )
         finally:
@@ -251,16 +263,36 @@ def parser() -> ArgParser:
         "folder, no network, its own PID namespace (default: on when bwrap works here). "
         "--no-sandbox grades even where nothing isolates a submission (results unverified)",
     )
-    p.add_argument("--csv", type=Path, metavar="FILE",
-                   help="also write one row per student x exercise to FILE")
-    p.add_argument("--results-json", type=Path, metavar="FOLDER",
-                   help="also write FOLDER/STUDENT/results.json in Gradescope's format")
-    p.add_argument("--memory-mib", type=int_in(64, 1 << 20), default=2048, metavar="MIB",
-                   help="address space of each submission's process (default 2048)")
-    p.add_argument("--cpu-seconds", type=int_in(1, 86_400), default=300, metavar="S",
-                   help="CPU time of each submission's process (default 300)")
-    p.add_argument("--max-reply-mib", type=int_in(1, 4096), default=64, metavar="MIB",
-                   help="the largest message a submission's process may send (default 64)")
+    p.add_argument(
+        "--csv", type=Path, metavar="FILE", help="also write one row per student x exercise to FILE"
+    )
+    p.add_argument(
+        "--results-json",
+        type=Path,
+        metavar="FOLDER",
+        help="also write FOLDER/STUDENT/results.json in Gradescope's format",
+    )
+    p.add_argument(
+        "--memory-mib",
+        type=int_in(64, 1 << 20),
+        default=2048,
+        metavar="MIB",
+        help="address space of each submission's process (default 2048)",
+    )
+    p.add_argument(
+        "--cpu-seconds",
+        type=int_in(1, 86_400),
+        default=300,
+        metavar="S",
+        help="CPU time of each submission's process (default 300)",
+    )
+    p.add_argument(
+        "--max-reply-mib",
+        type=int_in(1, 4096),
+        default=64,
+        metavar="MIB",
+        help="the largest message a submission's process may send (default 64)",
+    )
     return p
 
 
@@ -280,8 +312,9 @@ def main(argv: list[str]) -> int:
         p.error(str(e.args[0]))
     for out in filter(None, (args.csv, args.results_json)):
         if not out.absolute().parent.is_dir():
-            p.error(f"no folder {printable(out.absolute().parent)} to write "
-                    f"{printable(out.name)} in")
+            p.error(
+                f"no folder {printable(out.absolute().parent)} to write {printable(out.name)} in"
+            )
     limits = jail.Limits(memory=args.memory_mib << 20, cpu=args.cpu_seconds)
     try:
         mode = decide_mode(args.sandbox, limits=limits, max_reply=args.max_reply_mib << 20)
@@ -295,8 +328,14 @@ def main(argv: list[str]) -> int:
             "`pagedsim export-course`, "
             "or pass --no-sandbox to accept it"
         )
-    results = grade(args.dir, args.exercise, timeout=args.timeout, extra_checks=args.extra_checks,
-                    workers=args.workers, mode=mode)
+    results = grade(
+        args.dir,
+        args.exercise,
+        timeout=args.timeout,
+        extra_checks=args.extra_checks,
+        workers=args.workers,
+        mode=mode,
+    )
     if args.csv:
         args.csv.write_text(as_csv(results))
     if args.results_json:
@@ -318,13 +357,16 @@ def main(argv: list[str]) -> int:
 def describe(mode: Mode, answers) -> str:
     """The run's isolation, in one line under the table."""
     if mode.sandbox:
-        what = ("sandbox: bubblewrap (read-only file system but scratch, no network, "
-                "own PID namespace)")
+        what = (
+            "sandbox: bubblewrap (read-only file system but scratch, no network, own PID namespace)"
+        )
     elif mode.own_uid:
         what = "sandbox: off; each job ran as a user of its own (no access to the grader)"
     else:
         what = "sandbox: off and no user of its own: every result is UNVERIFIED"
     if not mode.sandbox and answers:
-        what += (f"; the reference solutions under {printable(answers[0].parent)} were "
-                 "readable by submissions")
+        what += (
+            f"; the reference solutions under {printable(answers[0].parent)} were "
+            "readable by submissions"
+        )
     return what

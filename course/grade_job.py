@@ -143,8 +143,15 @@ class Job:
     digest: dict = field(default_factory=dict)  # relative path -> sha256, code and file
 
     @classmethod
-    def make(cls, jobs: Path, build: dict, name: str, data: bytes, extra_checks=(),
-             uid: int | None = None) -> tuple[Job, list[Path]]:
+    def make(
+        cls,
+        jobs: Path,
+        build: dict,
+        name: str,
+        data: bytes,
+        extra_checks=(),
+        uid: int | None = None,
+    ) -> tuple[Job, list[Path]]:
         """Write the build and the file (both held in memory since grading began, so no job can
         change another's) into a new private folder."""
         folder = Path(tempfile.mkdtemp(prefix="job-", dir=jobs))
@@ -167,12 +174,17 @@ class Job:
         return job, extra
 
     def contents(self) -> dict:
-        return {**{f"code/{k}": v for k, v in jail.contents(self.code).items()},
-                **{f"submission/{k}": v for k, v in jail.contents(self.submission.parent).items()}}
+        return {
+            **{f"code/{k}": v for k, v in jail.contents(self.code).items()},
+            **{f"submission/{k}": v for k, v in jail.contents(self.submission.parent).items()},
+        }
 
     def checks_digest(self) -> dict:
-        return {k[len("code/course/"):]: v for k, v in self.digest.items()
-                if k.startswith("code/course/")}
+        return {
+            k[len("code/course/") :]: v
+            for k, v in self.digest.items()
+            if k.startswith("code/course/")
+        }
 
     def tampered(self) -> list[str]:
         """The files of the private copy that changed since the job was made."""
@@ -200,9 +212,19 @@ def run_one(
     """Grade one file in its own session, from its own copy of the checks; never raises for
     anything the student did. The session and every descendant are killed when it ends.
     `data`: the file's bytes as read when grading began (default: read now)."""
+
     def result(status: str, messages=(), **kw) -> Result:
-        return Result(student, ex_id, status, messages=list(messages), sandbox=mode.sandbox,
-                      verified=mode.verified, mode=mode.name, limits=mode.limits.as_json(), **kw)
+        return Result(
+            student,
+            ex_id,
+            status,
+            messages=list(messages),
+            sandbox=mode.sandbox,
+            verified=mode.verified,
+            mode=mode.name,
+            limits=mode.limits.as_json(),
+            **kw,
+        )
 
     if data is None and not path.is_file():
         return result("error", [f"no file {path.name}"])
@@ -240,12 +262,20 @@ def run_one(
     job.remove()
 
     if tampered:
-        return result("error", [f"the job changed its private copy of {tampered[0]}"
-                                f"{' and more' if len(tampered) > 1 else ''}: not graded"],
-                      seconds=took)
+        return result(
+            "error",
+            [
+                f"the job changed its private copy of {tampered[0]}"
+                f"{' and more' if len(tampered) > 1 else ''}: not graded"
+            ],
+            seconds=took,
+        )
     if timed_out:
-        return result("timeout", [f"killed after {timeout:g} s: an endless loop, or far too slow"],
-                      seconds=took)
+        return result(
+            "timeout",
+            [f"killed after {timeout:g} s: an endless loop, or far too slow"],
+            seconds=took,
+        )
     lines = [ln for ln in out.splitlines() if ln.strip()]
     try:
         data = json.loads(lines[-1]) if lines else None
@@ -258,7 +288,8 @@ def run_one(
         return result(keep.pop("status"), keep.pop("messages", ()), seconds=took, **keep)
     tail = (err.strip().splitlines() or ["(nothing on stderr)"])[-1]
     return result(
-        "error", [f"the checker exited with code {proc.returncode} before reporting: {tail[:200]}"],
+        "error",
+        [f"the checker exited with code {proc.returncode} before reporting: {tail[:200]}"],
         seconds=took,
     )
 

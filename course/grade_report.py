@@ -30,7 +30,8 @@ def table(results) -> str:
     cell = {
         (r.student, r.exercise): (
             f"{r.passed}/{r.total}" if r.status in ("pass", "fail") else r.status.upper()
-        ) + ("" if r.verified else " unverified")
+        )
+        + ("" if r.verified else " unverified")
         for r in results
     }
     w0 = max([7, *(len(names[s]) for s in students)])
@@ -56,8 +57,18 @@ def table(results) -> str:
     return "\n".join(lines)
 
 
-COLUMNS = ("student", "exercise", "status", "passed", "total", "seconds", "verified", "mode",
-           "similar", "message")
+COLUMNS = (
+    "student",
+    "exercise",
+    "status",
+    "passed",
+    "total",
+    "seconds",
+    "verified",
+    "mode",
+    "similar",
+    "message",
+)
 
 
 def as_csv(results) -> str:
@@ -65,8 +76,20 @@ def as_csv(results) -> str:
     w = csv.writer(out)
     w.writerow(COLUMNS)
     for r in results:
-        w.writerow([printable(r.student), r.exercise, r.status, r.passed, r.total, r.seconds,
-                    r.verified, r.mode, r.similar, printable(r.messages[0] if r.messages else "")])
+        w.writerow(
+            [
+                printable(r.student),
+                r.exercise,
+                r.status,
+                r.passed,
+                r.total,
+                r.seconds,
+                r.verified,
+                r.mode,
+                r.similar,
+                printable(r.messages[0] if r.messages else ""),
+            ]
+        )
     return out.getvalue()
 
 
@@ -78,15 +101,28 @@ def write_gradescope(results, folder: Path) -> list[Path]:
         by.setdefault(r.student, []).append(r)
     written = []
     for student, rows in by.items():
-        tests = [{"name": f"exercise {r.exercise}", "score": r.passed, "max_score": r.total,
-                  "status": "passed" if r.status == "pass" else "failed",
-                  "output": "\n".join([f"{r.status}", *r.messages,
-                                       *(["unverified: no isolation"] if not r.verified else [])]),
-                  "visibility": "visible"} for r in rows]
+        tests = [
+            {
+                "name": f"exercise {r.exercise}",
+                "score": r.passed,
+                "max_score": r.total,
+                "status": "passed" if r.status == "pass" else "failed",
+                "output": "\n".join(
+                    [
+                        f"{r.status}",
+                        *r.messages,
+                        *(["unverified: no isolation"] if not r.verified else []),
+                    ]
+                ),
+                "visibility": "visible",
+            }
+            for r in rows
+        ]
         path = Path(folder) / _safe_name(student) / "results.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"score": sum(r.passed for r in rows), "tests": tests},
-                                   indent=1))
+        path.write_text(
+            json.dumps({"score": sum(r.passed for r in rows), "tests": tests}, indent=1)
+        )
         written.append(path)
     return written
 

@@ -39,8 +39,12 @@ class _Normalise(ast.NodeTransformer):
 
     def _body(self, node):
         body = node.body
-        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                and isinstance(body[0].value.value, str):
+        if (
+            body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             node.body = body[1:] or [ast.Pass()]
         return node
 
@@ -69,8 +73,13 @@ def tokens(source: str | bytes) -> list[str] | None:
         tree = _Normalise().visit(ast.parse(source))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    return ast.dump(tree, annotate_fields=False).replace("(", " ( ").replace(")", " ) ") \
-        .replace(",", " ").split()
+    return (
+        ast.dump(tree, annotate_fields=False)
+        .replace("(", " ( ")
+        .replace(")", " ) ")
+        .replace(",", " ")
+        .split()
+    )
 
 
 def ratio(a: str | bytes, b: str | bytes) -> float:
@@ -92,5 +101,7 @@ def flag(exercise_id: str, source: bytes) -> str:
     if r < THRESHOLD:
         return ""
     what = "identical to" if r == 1.0 else f"{r:.0%} like"
-    return (f"{what} the reference solution once names, comments and formatting are "
-            "normalised: look at it (a flag, not a fail)")
+    return (
+        f"{what} the reference solution once names, comments and formatting are "
+        "normalised: look at it (a flag, not a fail)"
+    )

@@ -33,15 +33,20 @@ class _Blocker:
     @staticmethod
     def find_spec(name, path=None, target=None):
         if name == SOLUTIONS or name.startswith(SOLUTIONS + "."):
-            raise SolutionsHidden(f"{name} cannot be imported while your code is checked: "
-                                  "the reference solutions are hidden; write the exercise yourself")
+            raise SolutionsHidden(
+                f"{name} cannot be imported while your code is checked: "
+                "the reference solutions are hidden; write the exercise yourself"
+            )
         return None
 
 
 @contextlib.contextmanager
 def solutions_hidden():
-    hidden = {k: sys.modules.pop(k) for k in list(sys.modules)
-              if k == SOLUTIONS or k.startswith(SOLUTIONS + ".")}
+    hidden = {
+        k: sys.modules.pop(k)
+        for k in list(sys.modules)
+        if k == SOLUTIONS or k.startswith(SOLUTIONS + ".")
+    }
     parent = sys.modules.get("course.ch03_kv_block")
     attr = getattr(parent, "solutions", None) if parent else None
     if attr is not None:

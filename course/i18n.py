@@ -27,24 +27,27 @@ ZH = {
     "no such file: {path}": "没有这个文件：{path}",
     "importing your file": "导入你的文件",
     "hint: {hint}": "提示：{hint}",
-    "{n} more failing check(s); --verbose shows them all":
-        "还有 {n} 项检查未通过；加 --verbose 查看全部",
+    "{n} more failing check(s); --verbose shows them all": (
+        "还有 {n} 项检查未通过；加 --verbose 查看全部"
+    ),
     "checking {path}": "检查 {path}",
     "{ok}/{n} exercises pass": "{ok}/{n} 个练习通过",
     "your file does not parse: line {line}: {msg}": "你的文件有语法错误：第 {line} 行：{msg}",
-    "your file called sys.exit({code}) while being imported":
-        "你的文件在导入时调用了 sys.exit({code})",
+    "your file called sys.exit({code}) while being imported": (
+        "你的文件在导入时调用了 sys.exit({code})"
+    ),
     "importing your file raised {name}: {what}{at}": "导入你的文件时抛出了 {name}：{what}{at}",
-    "{what} ran for over {seconds:g} s: is there an endless loop?":
-        "{what} 运行超过 {seconds:g} 秒：是不是有死循环？",
+    "{what} ran for over {seconds:g} s: is there an endless loop?": (
+        "{what} 运行超过 {seconds:g} 秒：是不是有死循环？"
+    ),
     "{what} ran for over {seconds:g} s, still making progress but far too slowly: "
-    "something does much more work than it needs (a loop over every block?)":
+    "something does much more work than it needs (a loop over every block?)": (
         "{what} 运行超过 {seconds:g} 秒，仍在推进，但太慢了："
-        "某处做了远多于必要的工作（遍历了每个块？）",
+        "某处做了远多于必要的工作（遍历了每个块？）"
+    ),
     "{what} ran for over {seconds:g} s without progress (one call into your code never "
-    "returned): is there an endless loop?":
-        "{what} 运行超过 {seconds:g} 秒且没有任何进展"
-        "（对你代码的一次调用一直没有返回）：是不是有死循环？",
+    "returned): is there an endless loop?": "{what} 运行超过 {seconds:g} 秒且没有任何进展"
+    "（对你代码的一次调用一直没有返回）：是不是有死循环？",
     "PASS {id}  {title} ({passed}/{total} checks)": "PASS {id}  {title}（{passed}/{total} 项检查）",
     "{status} {id}  {passed}/{total} checks pass": "{status} {id}  {passed}/{total} 项检查通过",
     "  ({n} checks)": "（{n} 项检查）",

@@ -61,8 +61,9 @@ def _import_failure(e: BaseException, path: Path) -> ImportFailed:
                 line = tb.tb_lineno
             tb = tb.tb_next
         at = i18n.t(" (line {line} of your file)", line=line) if line else ""
-        what = i18n.t("importing your file raised {name}: {what}{at}",
-                      name=type(e).__name__, what=e, at=at)
+        what = i18n.t(
+            "importing your file raised {name}: {what}{at}", name=type(e).__name__, what=e, at=at
+        )
     failed = ImportFailed(what)
     failed.__cause__ = e
     return failed
@@ -110,17 +111,30 @@ def time_limit(seconds: float, what: str):
         if moved and state["rounds"] < PATIENCE:
             return None  # keep going: re-armed below
         if moved:
-            return CheckTimeout(i18n.t(
-                "{what} ran for over {seconds:g} s, still making progress but far too slowly: "
-                "something does much more work than it needs (a loop over every block?)",
-                what=what, seconds=round(spent, 1)))
+            return CheckTimeout(
+                i18n.t(
+                    "{what} ran for over {seconds:g} s, still making progress but far too slowly: "
+                    "something does much more work than it needs (a loop over every block?)",
+                    what=what,
+                    seconds=round(spent, 1),
+                )
+            )
         if now is None:
-            return CheckTimeout(i18n.t(
-                "{what} ran for over {seconds:g} s: is there an endless loop?",
-                what=what, seconds=round(spent, 1)))
-        return CheckTimeout(i18n.t(
-            "{what} ran for over {seconds:g} s without progress (one call into your code never "
-            "returned): is there an endless loop?", what=what, seconds=seconds))
+            return CheckTimeout(
+                i18n.t(
+                    "{what} ran for over {seconds:g} s: is there an endless loop?",
+                    what=what,
+                    seconds=round(spent, 1),
+                )
+            )
+        return CheckTimeout(
+            i18n.t(
+                "{what} ran for over {seconds:g} s without progress (one call into your code never "
+                "returned): is there an endless loop?",
+                what=what,
+                seconds=seconds,
+            )
+        )
 
     with alarm_with_patience(seconds, tick):
         yield
@@ -129,8 +143,11 @@ def time_limit(seconds: float, what: str):
 @contextlib.contextmanager
 def alarm_with_patience(seconds, tick):
     """Every `seconds`, ask tick(): an exception to raise in the body, or None to go on."""
-    usable = (seconds and hasattr(signal, "setitimer")
-              and threading.current_thread() is threading.main_thread())
+    usable = (
+        seconds
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+    )
     if not usable:
         yield
         return
@@ -195,8 +212,9 @@ def load_impl(exercise_id: str):
             sys.modules.pop(name, None)
             if isinstance(e, KeyboardInterrupt):
                 raise
-            _cache[key] = (ImportTimeout(str(e)) if isinstance(e, CheckTimeout)
-                           else _import_failure(e, path))
+            _cache[key] = (
+                ImportTimeout(str(e)) if isinstance(e, CheckTimeout) else _import_failure(e, path)
+            )
     found = _cache[key]
     if isinstance(found, BaseException):
         raise found

@@ -43,8 +43,18 @@ class Submission:
     the end. `limits` (default: $PAGEDSIM_LIMITS as JSON): the child's rlimits; `limit_hit`
     names the one it ran into, when it did."""
 
-    def __init__(self, path, exercise_id: str, *, scratch, code_root=None, sandbox: bool = False,
-                 limit: int | None = None, uid: int | None = None, limits=None):
+    def __init__(
+        self,
+        path,
+        exercise_id: str,
+        *,
+        scratch,
+        code_root=None,
+        sandbox: bool = False,
+        limit: int | None = None,
+        uid: int | None = None,
+        limits=None,
+    ):
         self.path, self.exercise_id = Path(path).resolve(), exercise_id
         self.scratch, self.sandbox = Path(scratch), sandbox
         self.code_root = Path(code_root) if code_root else Path(__file__).resolve().parent.parent
@@ -78,8 +88,12 @@ class Submission:
         env = jail.child_env(home=work, pythonpath=os.pathsep.join(path))
         if self.sandbox:
             argv = jail.sandbox_argv(
-                argv, code_root=self.code_root, files=[self.path], scratch=work,
-                hide=HIDE, env=env,
+                argv,
+                code_root=self.code_root,
+                files=[self.path],
+                scratch=work,
+                hide=HIDE,
+                env=env,
             )
         self.proc = subprocess.Popen(
             argv,
@@ -122,8 +136,9 @@ class Submission:
             except subprocess.TimeoutExpired:
                 pass
             self.limit_hit = self.limit_hit or self.limits.why(self.proc.returncode)
-            jail.kill_tree(self.proc.pid, sessions={self.proc.pid}, orphans_of_self=True,
-                           keep=self.keep)
+            jail.kill_tree(
+                self.proc.pid, sessions={self.proc.pid}, orphans_of_self=True, keep=self.keep
+            )
             if self.uid is not None:
                 jail.kill_user(self.uid)
             try:
@@ -163,7 +178,9 @@ class Submission:
         elif self.proc is not None:
             self._kill()
         jail.kill_tree(  # a setsid and a fork chain came back to us: we are their subreaper
-            None, orphans_of_self=True, keep=self.keep,
+            None,
+            orphans_of_self=True,
+            keep=self.keep,
             sessions={self.proc.pid} if self.proc else set(),
         )
         if self.uid is not None:

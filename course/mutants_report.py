@@ -35,8 +35,13 @@ def named(exercises) -> tuple[list, int]:
                 # our own mutants
                 res = run_checks(ex, path, stop_at_first=True, seconds=20, isolate=False)
                 caught = res.failures[0].check if res.failures else None
-                rows.append((ex.id, m.name,
-                             caught or "NOT CAUGHT" + (f" ({res.error})" if res.error else "")))
+                rows.append(
+                    (
+                        ex.id,
+                        m.name,
+                        caught or "NOT CAUGHT" + (f" ({res.error})" if res.error else ""),
+                    )
+                )
             for m in mutants.right_for_exercise(ex.id):  # correct, written differently
                 path = Path(tmp) / f"{ex.id.replace('.', '_')}_right_{m.name}.py"
                 path.write_text(mutants.apply(m, ex.path("solution").read_text()))
@@ -57,19 +62,26 @@ def report(exercises, *, generic: bool = False, sample: int | None = None) -> in
         for r in rows:
             print(f"{r[0]:<8} | {r[1]:<{w0}} | {r[2]}")
     caught = sum(1 for r in rows if not r[2].startswith("NOT CAUGHT"))
-    print(f"\n{caught}/{len(rows)} mutants caught; "
-          f"{len(exercises) - sol_bad}/{len(exercises)} solutions pass")
+    print(
+        f"\n{caught}/{len(rows)} mutants caught; "
+        f"{len(exercises) - sol_bad}/{len(exercises)} solutions pass"
+    )
     bad = bool(sol_bad or caught < len(rows))
     if generic:
         from .mutation import measure, score
 
         what = f"a seeded sample of {sample} per exercise" if sample else "all of them"
-        print(f"\ngeneric mutants of each solution ({what}; "
-              "python -m course.mutation --survivors lists them):")
+        print(
+            f"\ngeneric mutants of each solution ({what}; "
+            "python -m course.mutation --survivors lists them):"
+        )
         for ex in exercises:
             got, counted, eq = score(measure(ex, sample=sample))
             share = got / counted if counted else 1.0
             bad |= share < GENERIC_TARGET
-            print(f"  {ex.id:<5} {got:>4}/{counted:<4} caught ({share:.1%})"
-                  + (f", {eq} equivalent" if eq else ""), flush=True)
+            print(
+                f"  {ex.id:<5} {got:>4}/{counted:<4} caught ({share:.1%})"
+                + (f", {eq} equivalent" if eq else ""),
+                flush=True,
+            )
     return 1 if bad else 0

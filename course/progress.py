@@ -50,8 +50,11 @@ def record(outcome) -> None:
         return
     data = load(where)
     data[outcome.exercise.id] = {
-        "status": outcome.status, "passed": outcome.passed, "total": outcome.total,
-        "file": Path(outcome.impl).name, "sha256": _sha(outcome.impl),
+        "status": outcome.status,
+        "passed": outcome.passed,
+        "total": outcome.total,
+        "file": Path(outcome.impl).name,
+        "sha256": _sha(outcome.impl),
     }
     (where / NAME).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
@@ -96,8 +99,10 @@ def main(argv: list[str]) -> int:
 def solution_main(argv: list[str]) -> int:
     from pagedsim.app.args import ArgParser
 
-    p = ArgParser(prog="pagedsim solution",
-                  description="the reference solution, once your own passes its checks")
+    p = ArgParser(
+        prog="pagedsim solution",
+        description="the reference solution, once your own passes its checks",
+    )
     p.add_argument("exercise", help="an exercise id such as 3.4a")
     p.add_argument("--force", action="store_true", help="show it before you have passed")
     args = p.parse_args(argv)
@@ -112,12 +117,16 @@ def solution_main(argv: list[str]) -> int:
     where = folder()
     now = state(ex, load(where), where)
     if now != "pass" and not args.force:
-        why = {"not checked": "you have not checked it yet",
-               "changed": "your file changed since its last check"}
+        why = {
+            "not checked": "you have not checked it yet",
+            "changed": "your file changed since its last check",
+        }
         why = why.get(now, f"its last check: {now}")
-        print(f"{ex.id} has not passed ({why}). Reading the reference first takes away the "
-              f"exercise; try `pagedsim hint {ex.id}`, or show it anyway with "
-              f"`pagedsim solution {ex.id} --force`")
+        print(
+            f"{ex.id} has not passed ({why}). Reading the reference first takes away the "
+            f"exercise; try `pagedsim hint {ex.id}`, or show it anyway with "
+            f"`pagedsim solution {ex.id} --force`"
+        )
         return 1
     print(f"# the reference for {ex.id}, to compare with yours ({path.name})\n")
     print(path.read_text(encoding="utf-8"))

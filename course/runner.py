@@ -95,9 +95,14 @@ class Outcome:
         messages = [message for message, _ in fold(self.failures)]
         if self.error:
             messages.insert(0, self.error)
-        return {"exercise": self.exercise.id, "status": self.status, "passed": self.passed,
-                "total": self.total, "failed": [f.check for f in self.failures],
-                "messages": messages}
+        return {
+            "exercise": self.exercise.id,
+            "status": self.status,
+            "passed": self.passed,
+            "total": self.total,
+            "failed": [f.check for f in self.failures],
+            "messages": messages,
+        }
 
 
 def template(message: str) -> str:
@@ -187,8 +192,12 @@ def counterexample(exc: BaseException) -> str:
     already in the student's terms). '' when there is none."""
     if isinstance(getattr(exc, "calls", None), str):
         return exc.calls
-    notes = [line.strip() for n in getattr(exc, "__notes__", []) if isinstance(n, str)
-             for line in n.splitlines()]
+    notes = [
+        line.strip()
+        for n in getattr(exc, "__notes__", [])
+        if isinstance(n, str)
+        for line in n.splitlines()
+    ]
     calls, drawn, args, in_example = [], [], "", False
     for line in notes:
         if in_example:
@@ -197,15 +206,17 @@ def counterexample(exc: BaseException) -> str:
         elif line.startswith("Draw ") and ":" in line:
             drawn.append(re.sub(r"\s*#.*$", "", line.split(":", 1)[1]).strip())
         elif line.startswith("state.") and "(" in line:
-            name, rest = line[len("state."):].split("(", 1)
+            name, rest = line[len("state.") :].split("(", 1)
             if name == "teardown" or name.startswith(("agrees_", "check_")):
                 continue
             rest = rest[:-1] if rest.endswith(")") else rest
             rest = rest.replace("data=data(...)", ", ".join(drawn)).strip(", ")
             calls.append(f"{name}({rest})")
             drawn = []
-        elif (line.startswith(("Falsifying example:", "Failing test case:"))
-              and "<state machine>" not in line):
+        elif (
+            line.startswith(("Falsifying example:", "Failing test case:"))
+            and "<state machine>" not in line
+        ):
             args = line.split(":", 1)[1].strip()
             in_example = args.endswith("(")
     if calls:
@@ -214,8 +225,13 @@ def counterexample(exc: BaseException) -> str:
     if not m:
         return ""
     text = re.sub(r"\bimpl=<module [^>]*>,?", "", m.group(1))
-    text = (re.sub(r"\s+", " ", text).replace("( ", "(").replace("[ ", "[")
-            .replace(", )", ")").replace(", ]", "]"))
+    text = (
+        re.sub(r"\s+", " ", text)
+        .replace("( ", "(")
+        .replace("[ ", "[")
+        .replace(", )", ")")
+        .replace(", ]", "]")
+    )
     return text.strip().rstrip(",")
 
 
@@ -244,8 +260,9 @@ def _describe(item, excinfo, impl: Path) -> Failure:
             # the simulator's prefix
             what = re.sub(r"^tid=\[.*?\] ctaid=\[.*?\]: ", "", _first_line(str(chain)))
             what = what or (where[-1] if where else i18n.t("a function"))
-            return Failure(item.name, i18n.t("not implemented yet: {what}", what=what),
-                           "not_implemented")
+            return Failure(
+                item.name, i18n.t("not implemented yet: {what}", what=what), "not_implemented"
+            )
         chain = chain.__cause__ or chain.__context__
     if isinstance(exc, CheckTimeout):
         return Failure(item.name, f"{doc}: {exc}", "timeout")
@@ -264,9 +281,18 @@ def _describe(item, excinfo, impl: Path) -> Failure:
     doc = getattr(exc, "raised_by", None) or doc
     where = [e for e in excinfo.traceback if Path(str(e.path)).resolve() == impl]
     at = i18n.t(" (line {line} of your file)", line=where[-1].lineno + 1) if where else ""
-    return Failure(item.name, i18n.t("{doc}: your code raised {name}: {what}{at}", doc=doc,
-                                     name=type(exc).__name__, what=_first_line(str(exc)),
-                                     at=at) + tail, "raised")
+    return Failure(
+        item.name,
+        i18n.t(
+            "{doc}: your code raised {name}: {what}{at}",
+            doc=doc,
+            name=type(exc).__name__,
+            what=_first_line(str(exc)),
+            at=at,
+        )
+        + tail,
+        "raised",
+    )
 
 
 class _Collector:
@@ -335,11 +361,16 @@ class _ChildModules:
 def _in_child(sub, check_files):
     """While the checks run: load_impl gives the child's module, matplotlib is the child's, and the
     check modules are imported afresh (so none holds a module of an earlier run)."""
+
     def purge():
         files = {str(Path(f).resolve()) for f in check_files}
-        return {k: sys.modules.pop(k) for k, m in list(sys.modules.items())
-                if k.split(".")[0] in SHARED or k.startswith("course.ch03_kv_block.checks")
-                or str(getattr(m, "__file__", None) or "") in files}
+        return {
+            k: sys.modules.pop(k)
+            for k, m in list(sys.modules.items())
+            if k.split(".")[0] in SHARED
+            or k.startswith("course.ch03_kv_block.checks")
+            or str(getattr(m, "__file__", None) or "") in files
+        }
 
     saved, finder = purge(), _ChildModules(sub)
     impl_module._remote = sub
@@ -356,9 +387,17 @@ def _in_child(sub, check_files):
         sys.modules.update(saved)
 
 
-def run_checks(ex: Exercise, impl: Path | str, *, stop_at_first: bool = False,
-               seconds: float | None = None, extra_checks=(), markers: str | None = None,
-               isolate: bool | None = None, sandbox: bool | None = None) -> Outcome:
+def run_checks(
+    ex: Exercise,
+    impl: Path | str,
+    *,
+    stop_at_first: bool = False,
+    seconds: float | None = None,
+    extra_checks=(),
+    markers: str | None = None,
+    isolate: bool | None = None,
+    sandbox: bool | None = None,
+) -> Outcome:
     """Run `ex`'s checks (and any extra pytest files) against the file `impl`; nothing is printed.
 
     `isolate` (default: every file but the reference solution) runs the file in a child
@@ -378,15 +417,30 @@ def run_checks(ex: Exercise, impl: Path | str, *, stop_at_first: bool = False,
     scratch = Path(os.environ.get("PAGEDSIM_SCRATCH") or tempfile.mkdtemp(prefix="pagedsim-check-"))
     own_scratch = not os.environ.get("PAGEDSIM_SCRATCH")
     args = checks + ["--basetemp", str(scratch / "pytest")]
-    args += ["-c", str(INI), "--rootdir", str(COURSE_DIR), "-p", "no:terminal",
-             "-p", "no:cacheprovider", "-p", "no:randomly",
-             "-W", "ignore::pytest.PytestAssertRewriteWarning"]
+    args += [
+        "-c",
+        str(INI),
+        "--rootdir",
+        str(COURSE_DIR),
+        "-p",
+        "no:terminal",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:randomly",
+        "-W",
+        "ignore::pytest.PytestAssertRewriteWarning",
+    ]
     if markers:
         args += ["-m", markers]
     if stop_at_first:
         args.append("-x")
-    env = dict(PAGEDSIM_IMPL=str(impl), PAGEDSIM_EXERCISE=ex.id, MPLBACKEND="Agg",
-               PAGEDSIM_CHECK_SECONDS=str(seconds))
+    env = dict(
+        PAGEDSIM_IMPL=str(impl),
+        PAGEDSIM_EXERCISE=ex.id,
+        MPLBACKEND="Agg",
+        PAGEDSIM_CHECK_SECONDS=str(seconds),
+    )
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     hide = contextlib.nullcontext() if reference else solutions_hidden()
@@ -417,7 +471,14 @@ def run_checks(ex: Exercise, impl: Path | str, *, stop_at_first: bool = False,
             outcome.error = REFUSED.format(why=sub.refused)
         if own_scratch:
             shutil.rmtree(scratch, ignore_errors=True)
-    if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED,
-                    pytest.ExitCode.NO_TESTS_COLLECTED) and outcome.error is None:
+    if (
+        code
+        not in (
+            pytest.ExitCode.OK,
+            pytest.ExitCode.TESTS_FAILED,
+            pytest.ExitCode.NO_TESTS_COLLECTED,
+        )
+        and outcome.error is None
+    ):
         outcome.error = f"pytest stopped with {pytest.ExitCode(code).name}"
     return outcome

@@ -45,7 +45,7 @@ def watch(ex, exercises, *, interval: float, iterations: int | None, timeout=Non
         print_report(outcome, verbose=False, hint=True)
         runs += 1
         if outcome.ok:
-            later = exercises[exercises.index(ex) + 1:]
+            later = exercises[exercises.index(ex) + 1 :]
             ex = next(iter(later), None)
             if ex is None:
                 print("\nevery exercise passes: well done")
@@ -66,11 +66,18 @@ def watch(ex, exercises, *, interval: float, iterations: int | None, timeout=Non
 def main(argv: list[str]) -> int:
     from pagedsim.app.args import ArgParser
 
-    p = ArgParser(prog="pagedsim watch",
-                  description="check an exercise on every save; move on to the next on a pass")
+    p = ArgParser(
+        prog="pagedsim watch",
+        description="check an exercise on every save; move on to the next on a pass",
+    )
     p.add_argument("exercise", nargs="?", help="where to start (default: the first not passed)")
-    p.add_argument("--interval", type=float, default=1.0, metavar="S",
-                   help="seconds between looks at the file (default 1)")
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="seconds between looks at the file (default 1)",
+    )
     p.add_argument("--iterations", type=int, metavar="N", help="stop after N checks")
     p.add_argument("--timeout", type=float, metavar="S", help="seconds allowed per check")
     args = p.parse_args(argv)
@@ -85,8 +92,9 @@ def main(argv: list[str]) -> int:
         print("every exercise passes: well done")
         return 0
     try:
-        return watch(ex, exercises, interval=args.interval, iterations=args.iterations,
-                     timeout=args.timeout)
+        return watch(
+            ex, exercises, interval=args.interval, iterations=args.iterations, timeout=args.timeout
+        )
     except KeyboardInterrupt:
         print("\nstopped")
         return 130

@@ -53,8 +53,10 @@ def find_upwards(ex: curriculum.Exercise, start: Path | None = None) -> Path | N
         return found
     name = Path(ex.stub).name
     for folder in Path(start or Path.cwd()).resolve().parents:
-        for p in ((folder / name) if (folder / MARKER).is_file() else None,
-                  folder / DEFAULT / name):
+        for p in (
+            (folder / name) if (folder / MARKER).is_file() else None,
+            folder / DEFAULT / name,
+        ):
             if p is not None and p.is_file():
                 return p
     return None
@@ -78,10 +80,12 @@ def create(folder: Path, exercises=None) -> tuple[list[Path], list[Path]]:
 
 
 def main(argv: list[str]) -> int:
-    p = ArgParser(prog="pagedsim workspace",
-                  description="copy the exercise stubs to a folder of yours")
-    p.add_argument("folder", nargs="?", default=DEFAULT,
-                   help=f"where the files go (default: ./{DEFAULT})")
+    p = ArgParser(
+        prog="pagedsim workspace", description="copy the exercise stubs to a folder of yours"
+    )
+    p.add_argument(
+        "folder", nargs="?", default=DEFAULT, help=f"where the files go (default: ./{DEFAULT})"
+    )
     args = p.parse_args(argv)
     if not args.folder.strip():
         p.error("the folder name is empty: name a folder (or leave it out for ./pagedsim-work)")
@@ -95,7 +99,10 @@ def main(argv: list[str]) -> int:
         print(f"  new   {path.name}")
     for path in kept:
         print(f"  kept  {path.name} (already there; never overwritten)")
-    hint = ("" if args.folder == Path(DEFAULT)
-            else f"  (from another folder: PAGEDSIM_WORKSPACE={where})")
+    hint = (
+        ""
+        if args.folder == Path(DEFAULT)
+        else f"  (from another folder: PAGEDSIM_WORKSPACE={where})"
+    )
     print(f"\nedit the files there, then run `pagedsim check 3.1` from {where.parent}{hint}")
     return 0

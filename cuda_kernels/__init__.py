@@ -33,7 +33,18 @@ from .layout import BLOCK_MAJOR, Loaders, new_kv_cache  # noqa: E402
 from .prefill import paged_prefill  # noqa: E402
 from .write_kv import write_kv  # noqa: E402
 
-__all__ = ["backend", "write_kv", "paged_attention", "paged_prefill", "copy_blocks", "swap_out",
-           "swap_in",
-           "make_decode_kernel", "decode_with", "choose_partition", "Loaders", "BLOCK_MAJOR",
-           "new_kv_cache"]
+__all__ = [
+    "backend",
+    "write_kv",
+    "paged_attention",
+    "paged_prefill",
+    "copy_blocks",
+    "swap_out",
+    "swap_in",
+    "make_decode_kernel",
+    "decode_with",
+    "choose_partition",
+    "Loaders",
+    "BLOCK_MAJOR",
+    "new_kv_cache",
+]

@@ -56,21 +56,28 @@ def select() -> str:
     mode, reason = _wanted()
     if "numba.cuda" in sys.modules:  # too late to choose: report what numba already runs
         from numba.cuda.core import config as cuda_config
+
         actual = "simulator" if cuda_config.ENABLE_CUDASIM else "gpu"
         if actual != mode:
             warnings.warn(
                 f"cuda_kernels wanted the {mode} backend ({reason}) but numba.cuda was already "
                 f"imported in {actual} mode; using {actual}. Import cuda_kernels (or set "
-                f"NUMBA_ENABLE_CUDASIM) before numba.cuda.", RuntimeWarning, stacklevel=3)
+                f"NUMBA_ENABLE_CUDASIM) before numba.cuda.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         mode, reason = actual, "numba.cuda was already imported"
     else:
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1" if mode == "simulator" else "0"
         if "numba" in sys.modules:  # numba's own config already read the environment
             import numba.core.config as numba_config
+
             numba_config.ENABLE_CUDASIM = int(mode == "simulator")
         if reason.startswith("no NVIDIA"):  # the automatic fallback: say so once
-            print(f"cuda_kernels: {reason}; running kernels on Numba's CUDA simulator",
-                  file=sys.stderr)
+            print(
+                f"cuda_kernels: {reason}; running kernels on Numba's CUDA simulator",
+                file=sys.stderr,
+            )
     _state.update(mode=mode, reason=reason)
     return mode
 

@@ -52,8 +52,9 @@ def shape_of(a) -> tuple:
 
 def require_array(name: str, a, ndim: int, dtypes=None):
     if not (isinstance(a, np.ndarray) or is_device(a)):
-        raise ArgumentTypeError(f"{name} must be a NumPy or CUDA device array, "
-                                f"got {type(a).__name__}")
+        raise ArgumentTypeError(
+            f"{name} must be a NumPy or CUDA device array, got {type(a).__name__}"
+        )
     if len(a.shape) != ndim:
         raise ArgumentTypeError(f"{name} must have {ndim} dimensions, got shape {shape_of(a)}")
     if dtypes is not None and np.dtype(a.dtype) not in [np.dtype(d) for d in dtypes]:
@@ -70,11 +71,12 @@ def require_inner_contiguous(name: str, a, skip: int = 1):
     """Dims after the first `skip` must be C-contiguous (the outer stride may be anything)."""
     item = np.dtype(a.dtype).itemsize
     expect = item
-    for size, stride in zip(reversed(a.shape[skip:]), reversed(a.strides[skip:]),
-                            strict=True):
+    for size, stride in zip(reversed(a.shape[skip:]), reversed(a.strides[skip:]), strict=True):
         if size > 1 and stride != expect:
-            raise ValueError(f"{name} must be C-contiguous in its inner dimensions "
-                             f"(strides {tuple(a.strides)}, shape {shape_of(a)})")
+            raise ValueError(
+                f"{name} must be C-contiguous in its inner dimensions "
+                f"(strides {tuple(a.strides)}, shape {shape_of(a)})"
+            )
         expect *= size
 
 
@@ -96,8 +98,14 @@ def index_array(name: str, a, ndim: int):
         if len(widths) > 1:
             raise ValueError(f"{name} has rows of different lengths {widths}")
         flat = [x for r in flat for x in r]
-    bad = next((x for x in flat if isinstance(x, (bool, np.bool_))
-                or not isinstance(x, (int, np.integer))), None)
+    bad = next(
+        (
+            x
+            for x in flat
+            if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer))
+        ),
+        None,
+    )
     if bad is not None:
         raise TypeError(f"{name} must hold ints, got {bad!r} ({type(bad).__name__})")
     if any(not -(2**63) <= int(x) < 2**63 for x in flat):
@@ -136,8 +144,9 @@ def require_int(name: str, value, lo: int, hi: int | None = INT32_LIMIT) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
     if value < lo or (hi is not None and value >= hi):
-        raise ValueError(f"{name} = {value} must be >= {lo}"
-                         + (f" and < {hi}" if hi is not None else ""))
+        raise ValueError(
+            f"{name} = {value} must be >= {lo}" + (f" and < {hi}" if hi is not None else "")
+        )
     return int(value)
 
 
@@ -148,7 +157,8 @@ def require_scale(scale, head_dim: int) -> float:
     if scale is None:
         return 1.0 / float(np.sqrt(head_dim))
     if isinstance(scale, (bool, np.bool_)) or not isinstance(
-            scale, (int, float, np.integer, np.floating)):
+        scale, (int, float, np.integer, np.floating)
+    ):
         raise TypeError(f"scale must be a real number, got {scale!r} ({type(scale).__name__})")
     if isinstance(scale, (int, np.integer)) and abs(int(scale)) > FLOAT32_MAX:
         raise ValueError(f"scale must be a finite float32, got {scale!r}")
@@ -156,8 +166,10 @@ def require_scale(scale, head_dim: int) -> float:
     if not np.isfinite(value) or abs(value) > FLOAT32_MAX:
         raise ValueError(f"scale must be a finite float32, got {scale!r}")
     if abs(value) > MAX_SCALE:
-        raise ValueError(f"scale must lie in [-{MAX_SCALE:g}, {MAX_SCALE:g}] (a larger one "
-                         f"overflows the float32 scores), got {scale!r}")
+        raise ValueError(
+            f"scale must lie in [-{MAX_SCALE:g}, {MAX_SCALE:g}] (a larger one "
+            f"overflows the float32 scores), got {scale!r}"
+        )
     return value
 
 
@@ -189,8 +201,12 @@ def window_args(window, sinks, zero_is_full: bool = False):
     """(window or None, sinks): the sliding-window arguments of the attention launchers.
 
     None means full attention (and so does 0 when `zero_is_full`); sinks needs a window."""
-    if window is not None and not (zero_is_full and isinstance(window, (int, np.integer))
-                                   and not isinstance(window, (bool, np.bool_)) and window == 0):
+    if window is not None and not (
+        zero_is_full
+        and isinstance(window, (int, np.integer))
+        and not isinstance(window, (bool, np.bool_))
+        and window == 0
+    ):
         window = require_int("window", window, 1)
     else:
         window = None
@@ -211,8 +227,9 @@ def check_query(query, num_kv_heads: int, head_dim: int, what: str = "sequence")
     if rows < 1 or num_heads < 1:
         raise ValueError(f"query must hold at least one {what} and head, got {shape_of(query)}")
     if num_heads % num_kv_heads:
-        raise ValueError(f"query has {num_heads} heads, not a multiple of "
-                         f"num_kv_heads={num_kv_heads}")
+        raise ValueError(
+            f"query has {num_heads} heads, not a multiple of num_kv_heads={num_kv_heads}"
+        )
     return rows, num_heads, q_dim
 
 
@@ -223,8 +240,9 @@ def require_grid(launcher: str, grid: tuple, names: tuple) -> tuple:
     every launcher, before anything is launched or changed."""
     for axis, (size, limit, name) in enumerate(zip(grid, GRID_LIMITS, names, strict=True)):
         if size > limit:
-            raise ValueError(f"{launcher}: {size} {name} exceed the grid's "
-                             f"{'xyz'[axis]} limit of {limit:,}")
+            raise ValueError(
+                f"{launcher}: {size} {name} exceed the grid's {'xyz'[axis]} limit of {limit:,}"
+            )
     return tuple(int(n) for n in grid)
 
 
@@ -235,6 +253,8 @@ def fp16_mma_refusal(path: str, head_dim: int, cache_dtype, max_head_dim: int) -
     if np.dtype(cache_dtype) != np.float16:
         return f"the {path} path needs a float16 cache, got {np.dtype(cache_dtype).name}"
     if head_dim % 16 or not 16 <= head_dim <= max_head_dim:
-        return (f"the {path} path needs head_dim a multiple of 16 in [16, {max_head_dim}], "
-                f"got {head_dim}")
+        return (
+            f"the {path} path needs head_dim a multiple of 16 in [16, {max_head_dim}], "
+            f"got {head_dim}"
+        )
     return None

@@ -47,6 +47,7 @@ def compute_capability() -> tuple[int, int] | None:
     if _backend.backend() != "gpu":
         return None
     from numba import cuda
+
     return tuple(cuda.get_current_device().compute_capability)
 
 
@@ -56,13 +57,15 @@ def _wgmma_refusal(kv_cache) -> str | None:
         why = "the wgmma path needs a 16-byte aligned kv_cache (data and strides)"
     cc = compute_capability()
     if why is None and cc is not None and cc != (9, 0):
-        why = (f"the wgmma path needs an sm_90 GPU (compute capability 9.0), this one has "
-               f"compute capability {cc[0]}.{cc[1]}")
+        why = (
+            f"the wgmma path needs an sm_90 GPU (compute capability 9.0), this one has "
+            f"compute capability {cc[0]}.{cc[1]}"
+        )
     return why
 
 
 def choose_path(path, kv_cache) -> str:
-    """"tensor", "wgmma" or "cuda_core": the kernel that serves `path` for this cache."""
+    """ "tensor", "wgmma" or "cuda_core": the kernel that serves `path` for this cache."""
     if not isinstance(path, str) or path not in PATHS:
         raise ValueError(f"path must be one of {', '.join(map(repr, PATHS))}, got {path!r}")
     if path == "cuda_core":
@@ -82,8 +85,19 @@ def choose_path(path, kv_cache) -> str:
     return "cuda_core"
 
 
-def check_batch(query, num_kv_heads, head_dim, block_size, num_blocks, block_tables,
-                 context_lens, query_start_loc, causal, window, sinks):
+def check_batch(
+    query,
+    num_kv_heads,
+    head_dim,
+    block_size,
+    num_blocks,
+    block_tables,
+    context_lens,
+    query_start_loc,
+    causal,
+    window,
+    sinks,
+):
     """Validate everything but the cache; returns (tables, lens, starts) on the host."""
     total_q = ck.check_query(query, num_kv_heads, head_dim, "token")[0]
     tables = ck.host_ints("block_tables", block_tables, 2)
@@ -96,17 +110,26 @@ def check_batch(query, num_kv_heads, head_dim, block_size, num_blocks, block_tab
     if tables.shape[0] != num_seqs:
         raise ValueError(f"block_tables has {tables.shape[0]} rows for {num_seqs} sequences")
     if starts[0] != 0 or starts[-1] != total_q:
-        raise ValueError(f"query_start_loc must run from 0 to {total_q} (the query's tokens), "
-                         f"got {int(starts[0])} .. {int(starts[-1])}")
+        raise ValueError(
+            f"query_start_loc must run from 0 to {total_q} (the query's tokens), "
+            f"got {int(starts[0])} .. {int(starts[-1])}"
+        )
     q_lens = np.diff(starts.astype(np.int64))
     ck.require_range("query lengths (query_start_loc diffs)", q_lens, 0, 2**31)
     max_blocks = tables.shape[1]
-    ck.require_range("context_lens", lens, 1, max_blocks * block_size + 1,
-                     f": block_tables has {max_blocks} blocks of {block_size} tokens")
+    ck.require_range(
+        "context_lens",
+        lens,
+        1,
+        max_blocks * block_size + 1,
+        f": block_tables has {max_blocks} blocks of {block_size} tokens",
+    )
     at = ck.first_bad(lens < q_lens)
     if at is not None:
-        raise ValueError(f"context_lens[{at[0]}] = {int(lens[at])} is shorter than its "
-                         f"{int(q_lens[at])} query tokens")
+        raise ValueError(
+            f"context_lens[{at[0]}] = {int(lens[at])} is shorter than its "
+            f"{int(q_lens[at])} query tokens"
+        )
     if not isinstance(causal, (bool, np.bool_)):
         raise ValueError(f"causal must be a bool, got {causal!r}")
     ctx = lens.astype(np.int64)

@@ -91,8 +91,15 @@ def launch_warps() -> int:
     return 4 if _backend.backend() == "gpu" else 1
 
 
-def kernel_for(loaders: Loaders, head_dim: int, group_size: int, dtype, block_size: int,
-               paged: bool = True, path: str = "cuda_core"):
+def kernel_for(
+    loaders: Loaders,
+    head_dim: int,
+    group_size: int,
+    dtype,
+    block_size: int,
+    paged: bool = True,
+    path: str = "cuda_core",
+):
     """(kernel, threads, chunks): the compiled-kernel cache, for path "cuda_core"
     (`fast/decode.py`) or "tensor" (`fast/decode_tc.py`). Launch grid:
     (num_kv_heads * chunks, num_seqs, num_partitions)."""
@@ -104,18 +111,23 @@ def kernel_for(loaders: Loaders, head_dim: int, group_size: int, dtype, block_si
     key = (loaders.name, head_dim, group_size, dtype.name, block_size, warps, paged, path)
     if key not in _kernels:
         if path == "tensor":
-            _kernels[key] = make_tc_decode_kernel(loaders, head_dim, group_size, block_size,
-                                                  warps=warps, paged=paged)
+            _kernels[key] = make_tc_decode_kernel(
+                loaders, head_dim, group_size, block_size, warps=warps, paged=paged
+            )
         else:
-            _kernels[key] = make_decode_kernel(loaders, head_dim, group_size, dtype,
-                                               block_size, warps=warps, paged=paged)
-    chunks = (tc_geometry(head_dim, group_size, warps) if path == "tensor" else
-              geometry(head_dim, group_size, dtype, warps))["chunks"]
+            _kernels[key] = make_decode_kernel(
+                loaders, head_dim, group_size, dtype, block_size, warps=warps, paged=paged
+            )
+    chunks = (
+        tc_geometry(head_dim, group_size, warps)
+        if path == "tensor"
+        else geometry(head_dim, group_size, dtype, warps)
+    )["chunks"]
     return _kernels[key], 32 * warps, chunks
 
 
 def choose_path(path: str, loaders: Loaders, dtype, head_dim: int, group: int) -> str:
-    """"tensor" or "cuda_core" for a launch. `loaders` are the ones the launch will use
+    """ "tensor" or "cuda_core" for a launch. `loaders` are the ones the launch will use
     (after `usable_loaders`). "auto" takes the tensor cores for groups of TC_MIN_GROUP
     heads or more when the shape allows (`decode_tc.tc_supported`, vector loaders);
     "tensor" on a shape it cannot serve is a ValueError saying why."""
@@ -125,8 +137,9 @@ def choose_path(path: str, loaders: Loaders, dtype, head_dim: int, group: int) -
         return path
     reason = tc_supported(dtype, head_dim)
     if reason is None and not loaders.vector:
-        reason = ("the tensor-core path needs 16-byte aligned K/V rows (these fall back to "
-                  "scalar loads)")
+        reason = (
+            "the tensor-core path needs 16-byte aligned K/V rows (these fall back to scalar loads)"
+        )
     if path == "tensor":
         if reason:
             raise ValueError(f"path='tensor': {reason}")  # named as paged_prefill names it
@@ -156,8 +169,11 @@ def cta_slots(kernel, args, threads: int) -> int:
             _slots[key] = int(kernel.compile(types).max_cooperative_grid_blocks(threads))
         return _slots[key]
     except Exception as exc:  # not silent: the rule still works, with an assumed occupancy
-        warnings.warn(f"occupancy query failed ({exc!r}); assuming {SIMULATED_CTAS_PER_SM} "
-                      f"CTAs per SM", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"occupancy query failed ({exc!r}); assuming {SIMULATED_CTAS_PER_SM} CTAs per SM",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         return sm_count() * SIMULATED_CTAS_PER_SM
 
 
@@ -171,8 +187,15 @@ def plan_cost(counts, part: int, ctas_per_seq: int, slots: int) -> int:
     return waves * (min(part, int(counts.max())) + CTA_OVERHEAD_TOKENS)
 
 
-def choose_partition(counts, ctas_per_seq: int, slots: int, *, min_partition=MIN_PARTITION,
-                     max_pass=MAX_PASS, grain=GRAIN) -> int:
+def choose_partition(
+    counts,
+    ctas_per_seq: int,
+    slots: int,
+    *,
+    min_partition=MIN_PARTITION,
+    max_pass=MAX_PASS,
+    grain=GRAIN,
+) -> int:
     """Tokens per partition for mode="auto" (module docstring). `counts`: attended tokens
     per sequence; ctas_per_seq: CTAs one partition of one sequence launches (KV heads x
     head chunks); slots: SMs x resident CTAs. Every multiple of `grain` in
@@ -213,16 +236,29 @@ def check_read_blocks(tables, block_size: int, num_blocks: int, kept, start, end
     [start[s], ends[s]) (`attended_ranges`); rows (bool [S]) limits this to the sequences
     that launch work. Entries of skipped blocks may be anything (-1)."""
     first = np.arange(tables.shape[1], dtype=np.int64)[None, :] * block_size  # [1, max_blocks]
-    touched = (first < kept[:, None]) | ((first < ends[:, None]) &
-                                        (first + block_size > start[:, None]))
+    touched = (first < kept[:, None]) | (
+        (first < ends[:, None]) & (first + block_size > start[:, None])
+    )
     if rows is not None:
         touched &= rows[:, None]
-    ck.require_range("block_tables", tables, 0, num_blocks,
-                     f" (the cache has {num_blocks} blocks)", mask=touched)
+    ck.require_range(
+        "block_tables", tables, 0, num_blocks, f" (the cache has {num_blocks} blocks)", mask=touched
+    )
 
 
-def paged_attention(query, kv_cache, block_tables, context_lens, scale=None, *, mode="auto",
-                    partition_size=None, window=None, sinks=0, path="auto"):
+def paged_attention(
+    query,
+    kv_cache,
+    block_tables,
+    context_lens,
+    scale=None,
+    *,
+    mode="auto",
+    partition_size=None,
+    window=None,
+    sinks=0,
+    path="auto",
+):
     """Decode attention over kv_cache[num_blocks, 2, H_kv, B, D] -> float32 [S, H, D].
 
     query [S, H, D] (float32/float16), block_tables int32 [S, max_blocks], context_lens
@@ -235,16 +271,45 @@ def paged_attention(query, kv_cache, block_tables, context_lens, scale=None, *, 
     """
     num_blocks, num_kv_heads, block_size, head_dim = check_kv_cache("kv_cache", kv_cache)
     cache = ck.to_device(kv_cache)  # a device cache (or pool view) is used in place
-    return decode_with(BLOCK_MAJOR, cache, cache, query, block_tables, context_lens,
-                       num_blocks=num_blocks, num_kv_heads=num_kv_heads, block_size=block_size,
-                       head_dim=head_dim, scale=scale, mode=mode,
-                       partition_size=partition_size, window=window, sinks=sinks, path=path)
+    return decode_with(
+        BLOCK_MAJOR,
+        cache,
+        cache,
+        query,
+        block_tables,
+        context_lens,
+        num_blocks=num_blocks,
+        num_kv_heads=num_kv_heads,
+        block_size=block_size,
+        head_dim=head_dim,
+        scale=scale,
+        mode=mode,
+        partition_size=partition_size,
+        window=window,
+        sinks=sinks,
+        path=path,
+    )
 
 
-def decode_with(loaders: Loaders, k_src, v_src, query, block_tables, context_lens, *,
-                num_blocks: int, num_kv_heads: int, block_size: int, head_dim: int,
-                scale=None, mode="auto", partition_size=None, window=None, sinks=0,
-                path="auto"):
+def decode_with(
+    loaders: Loaders,
+    k_src,
+    v_src,
+    query,
+    block_tables,
+    context_lens,
+    *,
+    num_blocks: int,
+    num_kv_heads: int,
+    block_size: int,
+    head_dim: int,
+    scale=None,
+    mode="auto",
+    partition_size=None,
+    window=None,
+    sinks=0,
+    path="auto",
+):
     """`paged_attention` for any layout: validate, choose the mode, launch.
 
     loaders: `layout.Loaders`; `name` must be unique per pair of address functions (it
@@ -262,8 +327,13 @@ def decode_with(loaders: Loaders, k_src, v_src, query, block_tables, context_len
         raise ValueError(f"block_tables has {tables.shape[0]} rows for {num_seqs} sequences")
     ck.require_shape("context_lens", lens, (num_seqs,))
     max_blocks = tables.shape[1]
-    ck.require_range("context_lens", lens, 1, max_blocks * block_size + 1,
-                     f": block_tables has {max_blocks} blocks of {block_size} tokens")
+    ck.require_range(
+        "context_lens",
+        lens,
+        1,
+        max_blocks * block_size + 1,
+        f": block_tables has {max_blocks} blocks of {block_size} tokens",
+    )
     window, sinks = ck.window_args(window, sinks)
     kept, start, count = attended_ranges(lens, window, sinks)
     check_read_blocks(tables, block_size, num_blocks, kept, start, lens)
@@ -288,19 +358,41 @@ def decode_with(loaders: Loaders, k_src, v_src, query, block_tables, context_len
     out = _empty((num_seqs, num_heads, head_dim))  # [S, H, D]
     one_pass = out.reshape(num_seqs, num_heads, 1, head_dim)  # partial when P == 1
     if mode == "auto":  # out stands in for max_logits / exp_sums: same type, [S, H, P] float32
-        slots = cta_slots(kernel, (k_src, v_src, d_query, d_tables, d_lens, np.float32(1),
-                                   np.int32(0), np.int32(0), np.int32(1), one_pass, out, out),
-                          threads)
+        slots = cta_slots(
+            kernel,
+            (
+                k_src,
+                v_src,
+                d_query,
+                d_tables,
+                d_lens,
+                np.float32(1),
+                np.int32(0),
+                np.int32(0),
+                np.int32(1),
+                one_pass,
+                out,
+                out,
+            ),
+            threads,
+        )
         part = choose_partition(count, num_kv_heads * chunks, slots)
     if mode == "single":
         part = longest
     num_parts = -(-longest // part)
-    ck.require_grid("paged_attention", (num_kv_heads * chunks, num_seqs, num_parts),
-                    ("KV heads x head chunks", "sequences", "partitions (longest context / "
-                     f"partition_size {part})"))
+    ck.require_grid(
+        "paged_attention",
+        (num_kv_heads * chunks, num_seqs, num_parts),
+        (
+            "KV heads x head chunks",
+            "sequences",
+            f"partitions (longest context / partition_size {part})",
+        ),
+    )
     LAST_PLAN.clear()
-    LAST_PLAN.update(path=path, partition_size=int(part), num_partitions=int(num_parts),
-                     threads=int(threads))
+    LAST_PLAN.update(
+        path=path, partition_size=int(part), num_partitions=int(num_parts), threads=int(threads)
+    )
 
     if num_parts == 1:
         partial = one_pass
@@ -309,11 +401,23 @@ def decode_with(loaders: Loaders, k_src, v_src, query, block_tables, context_len
     max_logits = _empty((num_seqs, num_heads, num_parts))  # [S, H, P]
     exp_sums = _empty((num_seqs, num_heads, num_parts))  # [S, H, P]
     kernel[(num_kv_heads * chunks, num_seqs, num_parts), threads](
-        k_src, v_src, d_query, d_tables, d_lens, np.float32(scale), np.int32(sinks),
-        np.int32(window or 0), np.int32(part), partial, max_logits, exp_sums)
+        k_src,
+        v_src,
+        d_query,
+        d_tables,
+        d_lens,
+        np.float32(scale),
+        np.int32(sinks),
+        np.int32(window or 0),
+        np.int32(part),
+        partial,
+        max_logits,
+        exp_sums,
+    )
     if num_parts > 1:
-        grid = ck.require_grid("merge_partitions", (num_heads, num_seqs, 1),
-                               ("heads", "sequences", ""))
+        grid = ck.require_grid(
+            "merge_partitions", (num_heads, num_seqs, 1), ("heads", "sequences", "")
+        )
         merge_partitions[grid, min(threads, 128)](partial, max_logits, exp_sums, out)
     return out if ck.is_device(query) else out.copy_to_host()
 
@@ -325,7 +429,9 @@ def usable_loaders(loaders: Loaders, k_src, v_src, head_dim: int) -> Loaders:
     if head_dim % vec_width(k_src.dtype) == 0 and aligned16(k_src) and aligned16(v_src):
         return loaders
     if loaders.fallback is None:
-        raise ValueError(f"{loaders.name}: 16-byte loads need head_dim % "
-                         f"{vec_width(k_src.dtype)} == 0 and 16-byte aligned K/V, and these "
-                         f"loaders have no scalar fallback")
+        raise ValueError(
+            f"{loaders.name}: 16-byte loads need head_dim % "
+            f"{vec_width(k_src.dtype)} == 0 and 16-byte aligned K/V, and these "
+            f"loaders have no scalar fallback"
+        )
     return loaders.fallback

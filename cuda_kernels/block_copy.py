@@ -89,8 +89,10 @@ def check_pairs(pairs, num_src: int, num_dst: int, same_pool: bool) -> np.ndarra
     if isinstance(arr, np.ndarray) and arr.size == 0:
         arr = np.zeros((0, 2), np.int64)
     if not isinstance(arr, np.ndarray):
-        raise ck.ArgumentTypeError(f"pairs must be a list of (src, dst) int pairs or an int array, "
-                                   f"got {type(pairs).__name__}")
+        raise ck.ArgumentTypeError(
+            f"pairs must be a list of (src, dst) int pairs or an int array, "
+            f"got {type(pairs).__name__}"
+        )
     ck.require_array("pairs", arr, 2, (np.int32, np.int64))
     if arr.shape[1] != 2:
         raise ValueError(f"pairs must be (src, dst) pairs, got an array of shape {arr.shape}")
@@ -98,8 +100,9 @@ def check_pairs(pairs, num_src: int, num_dst: int, same_pool: bool) -> np.ndarra
     for col, role, limit in ((0, "src", num_src), (1, "dst", num_dst)):
         at = ck.first_bad((arr[:, col] < 0) | (arr[:, col] >= limit))
         if at is not None:
-            raise ValueError(f"pairs[{at[0]}] {role} = {int(arr[at[0], col])} is out of range "
-                             f"[0, {limit})")
+            raise ValueError(
+                f"pairs[{at[0]}] {role} = {int(arr[at[0], col])} is out of range [0, {limit})"
+            )
     dst, first = np.unique(arr[:, 1], return_index=True)
     if len(dst) != len(arr):
         again = next(i for i in range(len(arr)) if i not in set(first.tolist()))
@@ -137,12 +140,14 @@ def launch_pairs(src, dst, d_pairs, num_pairs: int, num_kv_heads: int) -> None:
     chunks = vector_chunks(src, dst)
     if chunks:  # enough CTAs per pair to fill the GPU, each looping over its share
         spans = min(-(-chunks // (threads * UNROLL)), max(1, 8 * SPAN_TARGET // num_pairs))
-        grid = ck.require_grid("copy_blocks", (num_pairs, spans, 1),
-                               ("block pairs", "spans per block", ""))
+        grid = ck.require_grid(
+            "copy_blocks", (num_pairs, spans, 1), ("block pairs", "spans per block", "")
+        )
         copy_blocks_vec[grid, threads](src, dst, d_pairs, chunks)
     else:
-        grid = ck.require_grid("copy_blocks", (num_pairs, 2, num_kv_heads),
-                               ("block pairs", "K/V", "KV heads"))
+        grid = ck.require_grid(
+            "copy_blocks", (num_pairs, 2, num_kv_heads), ("block pairs", "K/V", "KV heads")
+        )
         copy_blocks_kernel[grid, threads](src, dst, d_pairs)
 
 
@@ -158,12 +163,15 @@ def copy_blocks(kv_cache, pairs) -> None:
 def _check_host(host_cache, kv_cache):
     num_blocks, num_kv_heads, block_size, head_dim = check_kv_cache("kv_cache", kv_cache)
     if not isinstance(host_cache, np.ndarray):
-        raise ck.ArgumentTypeError(f"host_cache must be a NumPy array, "
-                                   f"got {type(host_cache).__name__}")
+        raise ck.ArgumentTypeError(
+            f"host_cache must be a NumPy array, got {type(host_cache).__name__}"
+        )
     num_host = check_kv_cache("host_cache", host_cache)[0]
     if host_cache.shape[1:] != tuple(kv_cache.shape[1:]) or host_cache.dtype != kv_cache.dtype:
-        raise ValueError(f"host_cache {host_cache.shape[1:]} {host_cache.dtype} must match "
-                         f"kv_cache {tuple(kv_cache.shape[1:])} {np.dtype(kv_cache.dtype)}")
+        raise ValueError(
+            f"host_cache {host_cache.shape[1:]} {host_cache.dtype} must match "
+            f"kv_cache {tuple(kv_cache.shape[1:])} {np.dtype(kv_cache.dtype)}"
+        )
     return num_blocks, num_host, num_kv_heads
 
 

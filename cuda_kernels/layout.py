@@ -39,8 +39,11 @@ def k_row(cache, seq, block, kv_head, offset):
 def v_row(cache, seq, block, kv_head, offset):
     """Element index of cache[block, 1, kv_head, offset, 0]."""
     item = itemsize(cache)
-    inner = int32(cache.strides[1] // item + kv_head * (cache.strides[2] // item)
-                  + offset * (cache.strides[3] // item))
+    inner = int32(
+        cache.strides[1] // item
+        + kv_head * (cache.strides[2] // item)
+        + offset * (cache.strides[3] // item)
+    )
     return block * (cache.strides[0] // item) + inner
 
 
@@ -61,6 +64,7 @@ class Loaders(NamedTuple):
     offset, d) -> float32. vector=True: load_k(src, seq, block, kv_head, offset) -> the
     element index of the token's row start, rows contiguous in d. fallback: the scalar
     Loaders to use when 16-byte loads are impossible (else the launcher refuses)."""
+
     name: str
     load_k: Callable
     load_v: Callable
@@ -69,8 +73,7 @@ class Loaders(NamedTuple):
 
 
 BLOCK_MAJOR_SCALAR = Loaders("kv_cache[N,2,H,B,D] scalar", load_k, load_v)
-BLOCK_MAJOR = Loaders("kv_cache[N,2,H,B,D]", k_row, v_row, vector=True,
-                      fallback=BLOCK_MAJOR_SCALAR)
+BLOCK_MAJOR = Loaders("kv_cache[N,2,H,B,D]", k_row, v_row, vector=True, fallback=BLOCK_MAJOR_SCALAR)
 
 
 def check_kv_cache(name: str, kv_cache) -> tuple[int, int, int, int]:
@@ -78,8 +81,10 @@ def check_kv_cache(name: str, kv_cache) -> tuple[int, int, int, int]:
     ck.require_array(name, kv_cache, 5, ck.FLOAT_DTYPES)
     num_blocks, two, num_kv_heads, block_size, head_dim = ck.shape_of(kv_cache)
     if two != 2:
-        raise ValueError(f"{name} must be [num_blocks, 2, num_kv_heads, block_size, head_dim]; "
-                         f"dimension 1 is {two}, not 2")
+        raise ValueError(
+            f"{name} must be [num_blocks, 2, num_kv_heads, block_size, head_dim]; "
+            f"dimension 1 is {two}, not 2"
+        )
     if min(num_blocks, num_kv_heads, block_size, head_dim) < 1:
         raise ValueError(f"{name} has an empty dimension: shape {ck.shape_of(kv_cache)}")
     ck.require_inner_contiguous(name, kv_cache)

@@ -102,6 +102,7 @@ def _tile_loader(loaders: Loaders, D: int, NT: int, VEC: int, FP16: bool):
                 put16(cache, k_at, raw, vals, k_s, t, d0)
                 put16(cache, v_at, raw, vals, v_s, t, d0)
     else:
+
         @cuda.jit(device=True)
         def load_tile(cache, seq, kv_head, count, blk_s, off_s, k_s, v_s, tid):
             for e in range(tid, count * D, NT):
@@ -109,11 +110,19 @@ def _tile_loader(loaders: Loaders, D: int, NT: int, VEC: int, FP16: bool):
                 d = e - t * D
                 k_s[t, d] = load_k(cache, blk_s[t], kv_head, off_s[t], d)
                 v_s[t, d] = load_v(cache, blk_s[t], kv_head, off_s[t], d)
+
     return load_tile
 
 
-def make_prefill_kernel(head_dim: int, group_size: int, threads: int, tile: int, q_tile: int,
-                        loaders: Loaders = BLOCK_MAJOR, dtype=np.float16):
+def make_prefill_kernel(
+    head_dim: int,
+    group_size: int,
+    threads: int,
+    tile: int,
+    q_tile: int,
+    loaders: Loaders = BLOCK_MAJOR,
+    dtype=np.float16,
+):
     """Build the prefill kernel; D, G, NT, T (KV tile), QT (query tile), the layout's
     loaders and the cache dtype are compile-time (vector loaders need D % VEC == 0).
 
@@ -138,9 +147,21 @@ def make_prefill_kernel(head_dim: int, group_size: int, threads: int, tile: int,
     load_tile = _tile_loader(loaders, D, NT, VEC, np.dtype(dtype).itemsize == 2)
 
     @cuda.jit
-    def paged_prefill_kernel(cache, query, block_tables, context_lens, query_start_loc,
-                             work_seq, work_first, block_size, scale, causal, window, sinks,
-                             out):
+    def paged_prefill_kernel(
+        cache,
+        query,
+        block_tables,
+        context_lens,
+        query_start_loc,
+        work_seq,
+        work_first,
+        block_size,
+        scale,
+        causal,
+        window,
+        sinks,
+        out,
+    ):
         work = cuda.blockIdx.x
         kv_head = cuda.blockIdx.y
         tid = cuda.threadIdx.x
@@ -286,8 +307,10 @@ def launch_config(head_dim: int, group: int) -> tuple[int, int, int]:
         for tile in (32, 16, 8):
             if shared_bytes(head_dim, q_tile * group, tile) <= SHARED_LIMIT:
                 return 128, tile, q_tile
-    raise ValueError(f"head_dim={head_dim} with {group} query heads per KV head needs "
-                     f"{shared_bytes(head_dim, group, 8)} bytes of shared memory (> 48 KiB)")
+    raise ValueError(
+        f"head_dim={head_dim} with {group} query heads per KV head needs "
+        f"{shared_bytes(head_dim, group, 8)} bytes of shared memory (> 48 KiB)"
+    )
 
 
 def kernel_for(head_dim: int, group: int, loaders: Loaders = BLOCK_MAJOR, dtype=np.float16):
@@ -295,13 +318,25 @@ def kernel_for(head_dim: int, group: int, loaders: Loaders = BLOCK_MAJOR, dtype=
     dtype = np.dtype(dtype)
     key = (loaders.name, dtype.name, head_dim, group, threads, tile, q_tile)
     if key not in _kernels:
-        _kernels[key] = make_prefill_kernel(head_dim, group, threads, tile, q_tile,
-                                            loaders=loaders, dtype=dtype)
+        _kernels[key] = make_prefill_kernel(
+            head_dim, group, threads, tile, q_tile, loaders=loaders, dtype=dtype
+        )
     return _kernels[key], threads, q_tile
 
 
-def paged_prefill(query, kv_cache, block_tables, context_lens, query_start_loc, scale=None,
-                  causal=True, window=0, sinks=0, path="auto", out_dtype=np.float32):
+def paged_prefill(
+    query,
+    kv_cache,
+    block_tables,
+    context_lens,
+    query_start_loc,
+    scale=None,
+    causal=True,
+    window=0,
+    sinks=0,
+    path="auto",
+    out_dtype=np.float32,
+):
     """Prefill attention over kv_cache[N, 2, H_kv, B, D] -> [total_q, H, D] of out_dtype.
 
     query [total_q, H, D] float32/float16, packed by sequence; query_start_loc int32
@@ -326,19 +361,53 @@ def paged_prefill(query, kv_cache, block_tables, context_lens, query_start_loc, 
     path = choose_path(path, kv_cache)
     window, sinks = ck.window_args(window, sinks, zero_is_full=True)
     tables, lens, starts, q_lens = check_batch(
-        query, num_kv_heads, head_dim, block_size, num_blocks, block_tables, context_lens,
-        query_start_loc, causal, window, sinks)
+        query,
+        num_kv_heads,
+        head_dim,
+        block_size,
+        num_blocks,
+        block_tables,
+        context_lens,
+        query_start_loc,
+        causal,
+        window,
+        sinks,
+    )
     scale = ck.require_scale(scale, head_dim)
     out = _empty(ck.shape_of(query), out_dtype)  # [total_q, H, D]
-    launcher(ck.to_device(kv_cache), ck.to_device(query), ck.to_device(tables), ck.to_device(lens),
-             ck.to_device(starts), q_lens, scale=scale, causal=causal, window=window,
-             sinks=sinks, out=out, path=path)()
+    launcher(
+        ck.to_device(kv_cache),
+        ck.to_device(query),
+        ck.to_device(tables),
+        ck.to_device(lens),
+        ck.to_device(starts),
+        q_lens,
+        scale=scale,
+        causal=causal,
+        window=window,
+        sinks=sinks,
+        out=out,
+        path=path,
+    )()
     LAST_PATH["path"] = path
     return out if ck.is_device(query) else out.copy_to_host()
 
 
-def launcher(cache, query, tables, lens, starts, q_lens, *, scale: float, causal: bool,
-             window, sinks: int, out, path: str = "auto"):
+def launcher(
+    cache,
+    query,
+    tables,
+    lens,
+    starts,
+    q_lens,
+    *,
+    scale: float,
+    causal: bool,
+    window,
+    sinks: int,
+    out,
+    path: str = "auto",
+):
     """launch() running the prefill kernel on device buffers into out [total_q, H, D]
     (float32 or float16), with no checks: `paged_prefill` validates first, the GPU benchmark times
     launch() alone. q_lens: the host's query lengths (the work list is built here).
@@ -356,8 +425,21 @@ def launcher(cache, query, tables, lens, starts, q_lens, *, scale: float, causal
     work = [(s, f) for s, n in enumerate(np.asarray(q_lens).tolist()) for f in range(0, n, q_tile)]
     work_seq = cuda.to_device(np.array([w[0] for w in work], np.int32))  # [num_work]
     work_first = cuda.to_device(np.array([w[1] for w in work], np.int32))  # [num_work]
-    args = (cache, query, tables, lens, starts, work_seq, work_first, np.int32(cache.shape[3]),
-            np.float32(scale), np.int32(bool(causal)), np.int32(window or 0), np.int32(sinks), out)
+    args = (
+        cache,
+        query,
+        tables,
+        lens,
+        starts,
+        work_seq,
+        work_first,
+        np.int32(cache.shape[3]),
+        np.float32(scale),
+        np.int32(bool(causal)),
+        np.int32(window or 0),
+        np.int32(sinks),
+        out,
+    )
     ck.require_grid("paged_prefill", (len(work), num_kv_heads, 1), ("query tiles", "KV heads", ""))
 
     def launch():

@@ -110,6 +110,7 @@ if _backend.backend() == "simulator":
         pack_bf16x2,
         pack_f16x2,
     )
+
     install_shuffles()
 else:
     from .gpu.intrinsics import (  # noqa: F401
@@ -146,7 +147,9 @@ def aligned16(array) -> bool:
     address = device_address(array)
     return address % VEC_BYTES == 0 and all(
         s % VEC_BYTES == 0
-        for s, n in zip(array.strides[:-1], array.shape[:-1], strict=True) if n > 1)
+        for s, n in zip(array.strides[:-1], array.shape[:-1], strict=True)
+        if n > 1
+    )
 
 
 def swizzle_shape(chunks: int) -> tuple[int, int, int]:

@@ -34,8 +34,9 @@ def gather_kv(kv_cache: np.ndarray, table, positions) -> tuple[np.ndarray, np.nd
     return np.asarray(ks, np.float64), np.asarray(vs, np.float64)
 
 
-def dense_attention(query: np.ndarray, keys: np.ndarray, values: np.ndarray,
-                    scale=None) -> np.ndarray:
+def dense_attention(
+    query: np.ndarray, keys: np.ndarray, values: np.ndarray, scale=None
+) -> np.ndarray:
     """One sequence: query [H, D], keys/values [L, H_kv, D] -> [H, D] float64 (GQA)."""
     num_heads, head_dim = query.shape
     group = num_heads // keys.shape[1]
@@ -49,8 +50,9 @@ def dense_attention(query: np.ndarray, keys: np.ndarray, values: np.ndarray,
     return np.einsum("hl,lhd->hd", p, v)
 
 
-def paged_attention(query, kv_cache, block_tables, context_lens, scale=None, *,
-                    window=None, sinks: int = 0) -> np.ndarray:
+def paged_attention(
+    query, kv_cache, block_tables, context_lens, scale=None, *, window=None, sinks: int = 0
+) -> np.ndarray:
     """[S, H, D] float64: each sequence's attention through its block table."""
     out = np.empty(query.shape, np.float64)
     for s, length in enumerate(np.asarray(context_lens)):
@@ -60,12 +62,14 @@ def paged_attention(query, kv_cache, block_tables, context_lens, scale=None, *,
     return out
 
 
-def windowed_attention(query, kv_cache, block_tables, context_lens, window: int,
-                       sinks: int = 0, scale=None) -> np.ndarray:
+def windowed_attention(
+    query, kv_cache, block_tables, context_lens, window: int, sinks: int = 0, scale=None
+) -> np.ndarray:
     """The sliding-window reference with StreamingLLM-style attention sinks: the first
     `sinks` plus the last `window` tokens."""
-    return paged_attention(query, kv_cache, block_tables, context_lens, scale,
-                           window=window, sinks=sinks)
+    return paged_attention(
+        query, kv_cache, block_tables, context_lens, scale, window=window, sinks=sinks
+    )
 
 
 def scattered_block_tables(rng, lens, block_size: int, spare: int = 0, fill: int = -1):
@@ -80,13 +84,22 @@ def scattered_block_tables(rng, lens, block_size: int, spare: int = 0, fill: int
     tables = np.full((len(need), max(need)), fill, np.int32)
     at = 0
     for i, n in enumerate(need):
-        tables[i, :n] = ids[at:at + n]
+        tables[i, :n] = ids[at : at + n]
         at += n
     return tables, num_blocks
 
 
-def reference_prefill(query, kv_cache, block_tables, context_lens, query_start_loc,
-                      scale=None, causal=True, window=0, sinks: int = 0) -> np.ndarray:
+def reference_prefill(
+    query,
+    kv_cache,
+    block_tables,
+    context_lens,
+    query_start_loc,
+    scale=None,
+    causal=True,
+    window=0,
+    sinks: int = 0,
+) -> np.ndarray:
     """[total_q, H, D] float64: paged prefill, one query row at a time.
 
     Query token i of sequence s (rows query_start_loc[s] ..) is at position

@@ -66,6 +66,7 @@ def find_tool(name: str) -> str | None:
     """A CUDA binary (ptxas, nvdisasm, cuobjdump) from the nvidia-* wheels, else PATH."""
     try:
         import nvidia
+
         for root in nvidia.__path__:
             for candidate in sorted(Path(root).glob(f"cu*/bin/{name}"), reverse=True):
                 return str(candidate)
@@ -94,11 +95,27 @@ def kernel_specs():
     f32c3, f32c4 = t.Array(t.float32, 3, "C"), t.Array(t.float32, 4, "C")
 
     def decode_sig(cache, q):
-        return (cache, cache, q, t.Array(t.int32, 2, "C"), t.Array(t.int32, 1, "C"),
-                t.float32, t.int32, t.int32, t.int32, f32c4, f32c3, f32c3)
+        return (
+            cache,
+            cache,
+            q,
+            t.Array(t.int32, 2, "C"),
+            t.Array(t.int32, 1, "C"),
+            t.float32,
+            t.int32,
+            t.int32,
+            t.int32,
+            f32c4,
+            f32c3,
+            f32c3,
+        )
 
-    write_sig = (f16c5, t.Array(t.float16, 3, "C"), t.Array(t.float16, 3, "C"),
-                 t.Array(t.int64, 1, "C"))
+    write_sig = (
+        f16c5,
+        t.Array(t.float16, 3, "C"),
+        t.Array(t.float16, 3, "C"),
+        t.Array(t.int64, 1, "C"),
+    )
     pairs = t.Array(t.int32, 2, "C")
     specs = [
         ("write_kv[f16]", write_kv_kernel.py_func, write_sig),
@@ -122,43 +139,113 @@ def kernel_specs():
         ("contiguous,float16,G=4,D=128", CONTIGUOUS, t.float16, 4, 128, f16c5, False, 4096),
     ]
     for name, loaders, dtype, group, head_dim, cache, paged, block_size in decodes:
-        kern = make_decode_kernel(loaders, head_dim, group, np.dtype(dtype.name), block_size,
-                                  warps=warps, paged=paged)
-        specs.append((f"paged_decode[{name}]", kern.py_func,
-                      decode_sig(cache, t.Array(dtype, 3, "C")), threads))
+        kern = make_decode_kernel(
+            loaders, head_dim, group, np.dtype(dtype.name), block_size, warps=warps, paged=paged
+        )
+        specs.append(
+            (
+                f"paged_decode[{name}]",
+                kern.py_func,
+                decode_sig(cache, t.Array(dtype, 3, "C")),
+                threads,
+            )
+        )
     from .fast.decode_tc import make_tc_decode_kernel, tc_geometry  # path="tensor", as on a GPU
+
     for group in (4, 8, 16):
         kern = make_tc_decode_kernel(BLOCK_MAJOR, 128, group, 16)
-        specs.append((f"paged_decode_tc[float16,G={group},D=128]", kern.py_func,
-                      decode_sig(f16c5, t.Array(t.float16, 3, "C")),
-                      32 * tc_geometry(128, group)["warps"]))
+        specs.append(
+            (
+                f"paged_decode_tc[float16,G={group},D=128]",
+                kern.py_func,
+                decode_sig(f16c5, t.Array(t.float16, 3, "C")),
+                32 * tc_geometry(128, group)["warps"],
+            )
+        )
     # The chapter 3.7 labs: concurrent allocators and the layout/alignment decode variants.
     from . import alloc, labs
+
     for package in (alloc, labs):
         prefix = package.__name__.rsplit(".", 1)[-1]
         specs += [(f"{prefix}.{name}", *rest) for name, *rest in package.PTX_KERNELS]
     from .prefill import make_prefill_kernel  # paged prefill: (NT=128, T, QT) as on a GPU
+
     i32 = t.Array(t.int32, 1, "C")
-    for dtype, group, head_dim, tile, cache in ((t.float16, 8, 128, 32, f16c5),
-                                                (t.float16, 1, 128, 32, f16c5),
-                                                (t.float32, 4, 80, 32, t.Array(t.float32, 5, "C"))):
-        kern = make_prefill_kernel(head_dim, group, 128, tile, max(1, 16 // group),
-                                   loaders=BLOCK_MAJOR, dtype=np.dtype(dtype.name))
-        specs.append((f"paged_prefill[{dtype.name},G={group},D={head_dim}]", kern.py_func,
-                      (cache, t.Array(dtype, 3, "C"), t.Array(t.int32, 2, "C"), i32, i32, i32, i32,
-                       t.int32, t.float32, t.int32, t.int32, t.int32, f32c3), 128))
+    for dtype, group, head_dim, tile, cache in (
+        (t.float16, 8, 128, 32, f16c5),
+        (t.float16, 1, 128, 32, f16c5),
+        (t.float32, 4, 80, 32, t.Array(t.float32, 5, "C")),
+    ):
+        kern = make_prefill_kernel(
+            head_dim,
+            group,
+            128,
+            tile,
+            max(1, 16 // group),
+            loaders=BLOCK_MAJOR,
+            dtype=np.dtype(dtype.name),
+        )
+        specs.append(
+            (
+                f"paged_prefill[{dtype.name},G={group},D={head_dim}]",
+                kern.py_func,
+                (
+                    cache,
+                    t.Array(dtype, 3, "C"),
+                    t.Array(t.int32, 2, "C"),
+                    i32,
+                    i32,
+                    i32,
+                    i32,
+                    t.int32,
+                    t.float32,
+                    t.int32,
+                    t.int32,
+                    t.int32,
+                    f32c3,
+                ),
+                128,
+            )
+        )
     from .fast.prefill_tc import launch_config, make_prefill_tc_kernel  # the GPU's shapes
-    prefill_sig = (f16c5, t.Array(t.float16, 3, "C"), t.Array(t.int32, 2, "C"), i32, i32, i32,
-                   i32, t.int32, t.float32, t.int32, t.int32, t.int32, f32c3)
+
+    prefill_sig = (
+        f16c5,
+        t.Array(t.float16, 3, "C"),
+        t.Array(t.int32, 2, "C"),
+        i32,
+        i32,
+        i32,
+        i32,
+        t.int32,
+        t.float32,
+        t.int32,
+        t.int32,
+        t.int32,
+        f32c3,
+    )
     for group, head_dim in ((8, 128), (1, 128), (8, 256), (4, 80)):
         warps, tile, q_regs, o_split = launch_config(head_dim)
         kern = make_prefill_tc_kernel(head_dim, group, warps, tile, 16, q_regs, o_split)
-        specs.append((f"paged_prefill_tc[float16,G={group},D={head_dim}]", kern.py_func,
-                      prefill_sig, 32 * warps))
+        specs.append(
+            (
+                f"paged_prefill_tc[float16,G={group},D={head_dim}]",
+                kern.py_func,
+                prefill_sig,
+                32 * warps,
+            )
+        )
     from .fast.prefill_wgmma import make_prefill_wgmma_kernel  # path="wgmma": sm_90a only
-    specs.append(("paged_prefill_wgmma[float16,G=8,D=128]",
-                  make_prefill_wgmma_kernel(128, 8, 64, 16).py_func, prefill_sig, 128,
-                  {"sm_90": "sm_90a"}))
+
+    specs.append(
+        (
+            "paged_prefill_wgmma[float16,G=8,D=128]",
+            make_prefill_wgmma_kernel(128, 8, 64, 16).py_func,
+            prefill_sig,
+            128,
+            {"sm_90": "sm_90a"},
+        )
+    )
     return specs
 
 
@@ -166,6 +253,7 @@ def ladder_specs():
     """(name, python function, signature, threads) for every rung of `cuda_kernels.ladder`,
     at the ladder's report case (float16, G = 4, head_dim 128, 16-token blocks)."""
     from .ladder import RUNGS
+
     return [(f"rung{i}.{rung.name}", *rung.ptx_spec()) for i, rung in enumerate(RUNGS, 1)]
 
 
@@ -176,12 +264,14 @@ def ladder_rows(rows: list[dict]) -> list[dict]:
     the group; sass_per_kv_byte alone counts per byte loaded)."""
     from .ladder import RUNGS
     from .ladder.launch import REPORT_GROUP
+
     for row in rows:
         rung = RUNGS[int(row["kernel"].split(".")[0][4:]) - 1]
         row["cache_reads"] = rung.reads(REPORT_GROUP)
         per_byte = row.get("sass_per_kv_byte")
-        row["sass_per_cache_byte"] = None if per_byte is None else round(
-            per_byte * row["cache_reads"], 4)
+        row["sass_per_cache_byte"] = (
+            None if per_byte is None else round(per_byte * row["cache_reads"], 4)
+        )
     return rows
 
 
@@ -220,21 +310,36 @@ def disassemble(cubin: Path) -> str | None:
     return None
 
 
-def _one(ptxas: str, name: str, func, sig, threads: int, arch: str, tmp: Path,
-         ptx_dir: Path | None, target: str | None = None, compile_only: bool = False) -> dict:
+def _one(
+    ptxas: str,
+    name: str,
+    func,
+    sig,
+    threads: int,
+    arch: str,
+    tmp: Path,
+    ptx_dir: Path | None,
+    target: str | None = None,
+    compile_only: bool = False,
+) -> dict:
     """One row; `target` is the ptxas arch when it differs from `arch` (sm_90a: cc
     (9, 0, "a"), whose PTX says .target sm_90a); occupancy uses `arch`'s limits.
     compile_only: just {kernel, arch, compile_s, compile_cpu_s}, the wall and CPU seconds
     numba's compile to PTX took (typing, lowering, NVVM: what a launch's JIT pays before the
     driver's ptxas)."""
     from numba.cuda import compile_ptx
+
     base, target = arch, target or arch
     cc = (int(target[3]), int(target[4]), *([target[5:]] if target[5:] else []))
     began, cpu = time.perf_counter(), time.process_time()
     ptx, _ = compile_ptx(func, sig, cc=cc)
     if compile_only:  # wall seconds, and this process's CPU seconds (what load cannot inflate)
-        return {"kernel": name, "arch": target, "compile_s": round(time.perf_counter() - began, 2),
-                "compile_cpu_s": round(time.process_time() - cpu, 2)}
+        return {
+            "kernel": name,
+            "arch": target,
+            "compile_s": round(time.perf_counter() - began, 2),
+            "compile_cpu_s": round(time.process_time() - cpu, 2),
+        }
     arch = target
     stem = f"{re.sub(r'[^A-Za-z0-9]+', '_', name).strip('_')}_{arch}"
     path = tmp / f"{stem}.ptx"
@@ -242,13 +347,20 @@ def _one(ptxas: str, name: str, func, sig, threads: int, arch: str, tmp: Path,
     if ptx_dir is not None:
         (ptx_dir / path.name).write_text(ptx)
     cubin = tmp / f"{stem}.cubin"
-    done = _run([ptxas, "-v", f"-arch={arch}", str(path), "-o", str(cubin)],
-                f"ptxas on {name} for {arch}")
-    row = {"kernel": name, "arch": arch, "threads": threads, **parse_ptxas(done.stderr),
-           **disasm.ptx_stats(ptx)}
+    done = _run(
+        [ptxas, "-v", f"-arch={arch}", str(path), "-o", str(cubin)], f"ptxas on {name} for {arch}"
+    )
+    row = {
+        "kernel": name,
+        "arch": arch,
+        "threads": threads,
+        **parse_ptxas(done.stderr),
+        **disasm.ptx_stats(ptx),
+    }
     sass = disassemble(cubin)
-    row.update(disasm.steady_loop(disasm.parse_sass(sass)) if sass is not None else
-               disasm.steady_loop([]))
+    row.update(
+        disasm.steady_loop(disasm.parse_sass(sass)) if sass is not None else disasm.steady_loop([])
+    )
     row.update(disasm.occupancy(base, row["registers"], row["shared_bytes"], threads))
     case = prefill_case(name, func, row["ctas_per_sm"])
     row.update(case)
@@ -268,15 +380,26 @@ def prefill_case(kernel: str, func, ctas_per_sm: int) -> dict:
     if not kernel.startswith("paged_prefill"):
         return {}
     fields = {k: int(v) for k, v in _NAME_FIELD.findall(kernel)}
-    consts = dict(zip(func.__code__.co_freevars,
-                      (c.cell_contents for c in func.__closure__ or ()), strict=True))
+    consts = dict(
+        zip(
+            func.__code__.co_freevars,
+            (c.cell_contents for c in func.__closure__ or ()),
+            strict=True,
+        )
+    )
     if not {"G", "D"} <= set(fields) or not {"QT", "T"} <= set(consts):
-        return {"reuse": None, "reuse_case": "needs G= and D= in the row's name and QT, T "
-                                             "constants in its kernel"}
+        return {
+            "reuse": None,
+            "reuse_case": "needs G= and D= in the row's name and QT, T constants in its kernel",
+        }
     itemsize = 4 if "float32" in kernel else 2
-    return {"q_tile": consts["QT"], "kv_tile": consts["T"],
-            **roofline.headline_reuse(fields["G"], consts["QT"], consts["T"], ctas_per_sm,
-                                      fields["D"], itemsize)}
+    return {
+        "q_tile": consts["QT"],
+        "kv_tile": consts["T"],
+        **roofline.headline_reuse(
+            fields["G"], consts["QT"], consts["T"], ctas_per_sm, fields["D"], itemsize
+        ),
+    }
 
 
 def path_of(kernel: str) -> str | None:
@@ -292,8 +415,12 @@ def git_commit() -> str | None:
     """The short commit of the checkout this module runs from (None outside git)."""
     root = Path(__file__).resolve().parent.parent
     try:
-        done = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, timeout=10)
+        done = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if done.returncode:
@@ -308,18 +435,25 @@ class _NoDevice:
     function called from it is compiled by its dispatcher for the *current device's*
     cc, which needs a driver. Only that cc is read; the kernel's own cc decides the PTX.
     """
+
     compute_capability = (8, 0)
 
 
 def _allow_device_functions_without_gpu() -> None:
     from numba import cuda
     from numba.cuda import dispatcher
+
     if not cuda.is_available():
         dispatcher.get_current_device = _NoDevice
 
 
-def collect(archs, ptx_dir: Path | None = None, workers: int | None = None,
-            ladder: bool = False, compile_only: bool = False) -> list[dict]:
+def collect(
+    archs,
+    ptx_dir: Path | None = None,
+    workers: int | None = None,
+    ladder: bool = False,
+    compile_only: bool = False,
+) -> list[dict]:
     """Every (kernel, arch) row, in kernel_specs() order then arch order. numba's compiler
     holds a process-wide lock, so the kernels are shared among `workers` forked processes
     (default: the CPU count, at most 4), each rebuilding the specs and compiling its
@@ -349,15 +483,23 @@ def collect(archs, ptx_dir: Path | None = None, workers: int | None = None,
 _SPECS: list = []
 
 
-def _job(index: int, archs: tuple, tmp: str, ptx_dir: Path | None,
-         ladder: bool = False, compile_only: bool = False) -> list[dict]:
+def _job(
+    index: int,
+    archs: tuple,
+    tmp: str,
+    ptx_dir: Path | None,
+    ladder: bool = False,
+    compile_only: bool = False,
+) -> list[dict]:
     """The rows of kernel `index` for every arch, in a worker: the specs are rebuilt once
     per process (they hold closures, which do not pickle)."""
     if not _SPECS:
         _SPECS.extend(ladder_specs() if ladder else kernel_specs())
     spec = _SPECS[index]
-    return [_one(find_ptxas(), *_with_threads(spec), arch, Path(tmp), ptx_dir, target,
-                 compile_only) for arch, target in targets(spec, archs)]
+    return [
+        _one(find_ptxas(), *_with_threads(spec), arch, Path(tmp), ptx_dir, target, compile_only)
+        for arch, target in targets(spec, archs)
+    ]
 
 
 def _with_threads(spec: tuple) -> tuple:
@@ -367,17 +509,27 @@ def _with_threads(spec: tuple) -> tuple:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cuda_kernels.report",
-                                     description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m cuda_kernels.report", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
-    parser.add_argument("--markdown", action="store_true",
-                        help="print the README's decode/prefill table (report_format.py)")
+    parser.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the README's decode/prefill table (report_format.py)",
+    )
     parser.add_argument("--arch", action="append", choices=ARCHS, help="repeatable; default: both")
     parser.add_argument("--ptx-dir", type=Path, help="also write each kernel's PTX here")
-    parser.add_argument("--ladder", action="store_true",
-                        help="the rungs of cuda_kernels.ladder instead of the kernels")
-    parser.add_argument("--compile-only", action="store_true",
-                        help="only time each kernel's compile to PTX (JSON rows)")
+    parser.add_argument(
+        "--ladder",
+        action="store_true",
+        help="the rungs of cuda_kernels.ladder instead of the kernels",
+    )
+    parser.add_argument(
+        "--compile-only",
+        action="store_true",
+        help="only time each kernel's compile to PTX (JSON rows)",
+    )
     parser.add_argument("--workers", type=int, help="compiling processes (default: CPUs, <= 4)")
     args = parser.parse_args(argv)
     if _backend.backend() != "gpu":  # compile_ptx needs the real CUDA target: re-run
@@ -385,11 +537,17 @@ def main(argv=None) -> int:
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
         argv = sys.argv[1:] if argv is None else argv
-        return subprocess.run([sys.executable, "-m", "cuda_kernels.report", *argv],
-                              env=env).returncode
+        return subprocess.run(
+            [sys.executable, "-m", "cuda_kernels.report", *argv], env=env
+        ).returncode
     began = time.perf_counter()
-    rows = collect(tuple(args.arch or ARCHS), args.ptx_dir, args.workers, ladder=args.ladder,
-                   compile_only=args.compile_only)
+    rows = collect(
+        tuple(args.arch or ARCHS),
+        args.ptx_dir,
+        args.workers,
+        ladder=args.ladder,
+        compile_only=args.compile_only,
+    )
     if args.ladder and not args.compile_only:
         rows = ladder_rows(rows)
     if args.json or args.compile_only:
@@ -400,8 +558,10 @@ def main(argv=None) -> int:
         print(ladder_table(rows))
     else:
         print(table(rows))
-        print(f"{len(rows)} kernels compiled in {time.perf_counter() - began:.1f} s; "
-              f"spills: {sum(r['spill_bytes'] for r in rows)} bytes")
+        print(
+            f"{len(rows)} kernels compiled in {time.perf_counter() - began:.1f} s; "
+            f"spills: {sum(r['spill_bytes'] for r in rows)} bytes"
+        )
     return 0
 
 

@@ -24,6 +24,7 @@ from . import _backend
 
 def _simulated_store16(array, index, words):
     from .sim.simulator import _numpy_of, load16
+
     load16(array, index)  # the same alignment and bounds faults as a load of those 16 bytes
     a = _numpy_of(array)
     raw = np.array([int(w) for w in words], np.uint32).tobytes()
@@ -39,9 +40,13 @@ def _gpu_store16():
 
     @intrinsic
     def store16(typingctx, array, index, words):
-        if not (isinstance(array, types.Array) and isinstance(index, types.Integer)
-                and isinstance(words, types.UniTuple) and words.count == 4
-                and isinstance(words.dtype, types.Integer)):
+        if not (
+            isinstance(array, types.Array)
+            and isinstance(index, types.Integer)
+            and isinstance(words, types.UniTuple)
+            and words.count == 4
+            and isinstance(words.dtype, types.Integer)
+        ):
             return None
         sig = types.void(array, index, words)
 
@@ -51,8 +56,9 @@ def _gpu_store16():
             element = builder.gep(ary.data, [at])  # generic pointer to array[index]
             vec = ir.Constant(ir.VectorType(i32, 4), ir.Undefined)
             for i in range(4):
-                word = context.cast(builder, builder.extract_value(args[2], i), sig.args[2].dtype,
-                                    types.uint32)
+                word = context.cast(
+                    builder, builder.extract_value(args[2], i), sig.args[2].dtype, types.uint32
+                )
                 vec = builder.insert_element(vec, word, ir.Constant(i32, i))
             ptr = builder.addrspacecast(element, ir.PointerType(element.type.pointee, 1))
             builder.store(vec, builder.bitcast(ptr, ir.PointerType(vec.type, 1)), align=16)

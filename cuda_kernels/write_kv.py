@@ -94,8 +94,13 @@ def write_kv(kv_cache, key, value, slot_mapping) -> None:
         ck.require_array(name, a, 3, (kv_cache.dtype,))
         ck.require_shape(name, a, (num_tokens, num_kv_heads, head_dim))
         ck.require_c_contiguous(name, a)
-    ck.require_range("slot_mapping", slots, -(2**62), num_blocks * block_size,
-                     f" (the cache has {num_blocks} blocks of {block_size} slots)")
+    ck.require_range(
+        "slot_mapping",
+        slots,
+        -(2**62),
+        num_blocks * block_size,
+        f" (the cache has {num_blocks} blocks of {block_size} slots)",
+    )
     real = np.sort(slots[slots >= 0])
     twice = real[1:][real[1:] == real[:-1]]
     if len(twice):
@@ -106,6 +111,9 @@ def write_kv(kv_cache, key, value, slot_mapping) -> None:
     kernel = write_kv_vec if use_vector_path(cache, d_key, d_value) else write_kv_kernel
     ck.require_grid("write_kv", (num_tokens, 1, 1), ("tokens", "", ""))
     kernel[num_tokens, _backend.block_threads()](
-        cache, d_key, d_value,
-        ck.to_device(slots) if not ck.is_device(slot_mapping) else slot_mapping)
+        cache,
+        d_key,
+        d_value,
+        ck.to_device(slots) if not ck.is_device(slot_mapping) else slot_mapping,
+    )
     ck.write_back(kv_cache, cache)

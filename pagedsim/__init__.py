@@ -18,8 +18,20 @@ from .trace import Snapshot, Trace
 from .usage import Usage
 
 __all__ = [
-    "BlockPool", "BlockTable", "KVCacheManager", "OutOfBlocks", "BlockError", "SequenceError",
-    "NULL_BLOCK", "blocks_needed", "Usage", "ModelSpec", "PRESETS", "preset", "fit_blocks",
-    "Snapshot", "Trace",
+    "BlockPool",
+    "BlockTable",
+    "KVCacheManager",
+    "OutOfBlocks",
+    "BlockError",
+    "SequenceError",
+    "NULL_BLOCK",
+    "blocks_needed",
+    "Usage",
+    "ModelSpec",
+    "PRESETS",
+    "preset",
+    "fit_blocks",
+    "Snapshot",
+    "Trace",
 ]
 __version__ = "0.2.0"

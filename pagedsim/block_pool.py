@@ -49,8 +49,18 @@ FREE_ORDERS = ("lifo", "fifo")
 
 
 class BlockPool:
-    __slots__ = ("num_blocks", "block_size", "free_order", "_ref", "_prev", "_next",
-                 "_head", "_tail", "num_free_blocks", "num_shared")
+    __slots__ = (
+        "num_blocks",
+        "block_size",
+        "free_order",
+        "_ref",
+        "_prev",
+        "_next",
+        "_head",
+        "_tail",
+        "num_free_blocks",
+        "num_shared",
+    )
 
     def __init__(self, num_blocks: int, block_size: int, free_order: str = "lifo"):
         num_blocks = count_arg("num_blocks", num_blocks, 1, MAX_NUM_BLOCKS)
@@ -181,8 +191,9 @@ class BlockPool:
         the ids are checked first and then counted and linked in one pass."""
         if type(blocks) is not list:
             if isinstance(blocks, (str, bytes)) or not hasattr(blocks, "__iter__"):
-                raise TypeError(f"blocks must be an iterable of block ids, got "
-                                f"{type(blocks).__name__}")
+                raise TypeError(
+                    f"blocks must be an iterable of block ids, got {type(blocks).__name__}"
+                )
             blocks = list(blocks)
         if not blocks:
             return
@@ -307,8 +318,9 @@ class BlockPool:
             listed[b] = listed.get(b, 0) + 1
         bad = next((b for b, k in listed.items() if ref[b] < k), None)
         if bad is not None:
-            raise BlockError(f"block {bad} is listed {listed[bad]} times but has "
-                             f"{ref[bad]} owner(s)")
+            raise BlockError(
+                f"block {bad} is listed {listed[bad]} times but has {ref[bad]} owner(s)"
+            )
         return blocks
 
     # ---- invariants ----------------------------------------------------------
@@ -333,7 +345,8 @@ class BlockPool:
         )
         shared = sum(1 for count in self._ref if count > 1)
         assert shared == self.num_shared, (
-            f"{shared} blocks have a count above 1 but num_shared is {self.num_shared}")
+            f"{shared} blocks have a count above 1 but num_shared is {self.num_shared}"
+        )
         for b, count in enumerate(self._ref):
             assert count >= 0, f"block {b} has negative ref count {count}"
             assert (count == 0) == (b in seen), (

@@ -30,8 +30,12 @@ _OFFSETS: dict[int, np.ndarray] = {}  # block_size -> arange(block_size), shared
 
 def blocks_needed(num_tokens: int, block_size: int) -> int:
     """ceil(num_tokens / block_size): a partly filled last block still takes a whole block."""
-    if (type(block_size) is not int or block_size < 1
-            or type(num_tokens) is not int or num_tokens < 0):
+    if (
+        type(block_size) is not int
+        or block_size < 1
+        or type(num_tokens) is not int
+        or num_tokens < 0
+    ):
         num_tokens = count_arg("num_tokens", num_tokens)
         block_size = count_arg("block_size", block_size, 1)
     return -(-num_tokens // block_size)
@@ -41,8 +45,12 @@ class BlockTable:
     __slots__ = ("block_size", "blocks", "num_tokens")
 
     def __init__(self, block_size: int, blocks: Iterable[int] = (), num_tokens: int = 0):
-        if type(block_size) is not int or block_size < 1 or type(num_tokens) is not int \
-                or num_tokens < 0:
+        if (
+            type(block_size) is not int
+            or block_size < 1
+            or type(num_tokens) is not int
+            or num_tokens < 0
+        ):
             block_size = count_arg("block_size", block_size, 1)
             num_tokens = count_arg("num_tokens", num_tokens)
         self.block_size = block_size  # tokens per block
@@ -96,7 +104,10 @@ class BlockTable:
     def __eq__(self, other: object) -> bool:
         if isinstance(other, BlockTable):
             return (self.block_size, self.blocks, self.num_tokens) == (
-                other.block_size, other.blocks, other.num_tokens)
+                other.block_size,
+                other.blocks,
+                other.num_tokens,
+            )
         if isinstance(other, (list, tuple)):
             return self.blocks == list(other)
         return NotImplemented
@@ -111,8 +122,9 @@ class BlockTable:
         return BlockTable(self.block_size, self.blocks, self.num_tokens)
 
     def __repr__(self) -> str:
-        return (f"BlockTable({self.blocks}, num_tokens={self.num_tokens}, "
-                f"block_size={self.block_size})")
+        return (
+            f"BlockTable({self.blocks}, num_tokens={self.num_tokens}, block_size={self.block_size})"
+        )
 
     def check(self) -> None:
         """The one structural rule: the table's length matches its token count."""
@@ -123,8 +135,9 @@ class BlockTable:
         )
 
 
-def restore_plan(tables: Any, block_size: int,
-                 drops_blocks: bool) -> dict[Hashable, tuple[tuple[int, ...], int]]:
+def restore_plan(
+    tables: Any, block_size: int, drops_blocks: bool
+) -> dict[Hashable, tuple[tuple[int, ...], int]]:
     """Validate `restore_sequences`' argument: {seq_id: (labels tuple, num_tokens)}.
 
     Each entry is (labels, num_tokens) with one label per logical block; a table may not
@@ -148,7 +161,9 @@ def restore_plan(tables: Any, block_size: int,
         if len(set(named)) != len(named):
             raise BlockError(f"seq {seq_id!r} names a block twice: {list(labels)}")
         if len(named) != len(labels) and (not drops_blocks or labels[-1] == NULL_BLOCK):
-            raise BlockError(f"seq {seq_id!r}: NULL_BLOCK is allowed only for blocks a "
-                             f"sliding window dropped, never for the last one")
+            raise BlockError(
+                f"seq {seq_id!r}: NULL_BLOCK is allowed only for blocks a "
+                f"sliding window dropped, never for the last one"
+            )
         plan[seq_id] = (labels, num_tokens)
     return plan

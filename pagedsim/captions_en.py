@@ -15,10 +15,14 @@ EN = {
     "blocks.one": "block {list}",
     "pool": "a pool of {num_blocks} blocks x {block_size} tokens, all free",
     "quiet": "nothing changed",
-    "refused": ("seq {seq_id} {what} needs {needed} free block(s) but only {available} are free: "
-                "OutOfBlocks, nothing changed"),
-    "refused.one": ("seq {seq_id} {what} needs {needed} free block(s) but only {available} is "
-                    "free: OutOfBlocks, nothing changed"),
+    "refused": (
+        "seq {seq_id} {what} needs {needed} free block(s) but only {available} are free: "
+        "OutOfBlocks, nothing changed"
+    ),
+    "refused.one": (
+        "seq {seq_id} {what} needs {needed} free block(s) but only {available} is "
+        "free: OutOfBlocks, nothing changed"
+    ),
     "arrival": "seq {seq_id} arrives with {num_tokens} tokens",
     "arrival.shared": ", shares cached {blocks}",
     "arrival.taken": " and takes {blocks}",
@@ -40,8 +44,9 @@ EN = {
     "append": "seq {seq_id} appends {where}",
     "append.where": "tokens {first}..{last}",
     "append.where.one": "token {first} (slot {slot})",
-    "append.copy": (": block {src} is shared (count {count}), so copy-on-write gives seq {seq_id} "
-                    "block {dst}"),
+    "append.copy": (
+        ": block {src} is shared (count {count}), so copy-on-write gives seq {seq_id} block {dst}"
+    ),
     "append.fresh": "; the last block is full, so it takes {blocks}",
     "append.fresh.alone": ": the last block is full, so it takes {blocks}",
     "append.dropped": "; {blocks} fell out of the window and are released",

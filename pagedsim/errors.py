@@ -29,8 +29,7 @@ class OutOfBlocks(RuntimeError):
         self.needed = needed  # blocks the operation needed
         self.available = available  # blocks that were free at the time
         super().__init__(
-            f"out of blocks: {what} needs {needed} free block(s) but only "
-            f"{available} are free"
+            f"out of blocks: {what} needs {needed} free block(s) but only {available} are free"
         )
 
 
@@ -55,8 +54,9 @@ def count_arg(name: str, value: object, low: int | None = 0, high: int | None = 
             raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
         n = operator.index(cast(SupportsIndex, value))
     if (low is not None and n < low) or (high is not None and n > high):
-        bound = (f">= {low}" if high is None else f"<= {high}" if low is None
-                 else f"in [{low}, {high}]")
+        bound = (
+            f">= {low}" if high is None else f"<= {high}" if low is None else f"in [{low}, {high}]"
+        )
         raise ValueError(f"{name} must be an int {bound}, got {n}")
     return n
 
@@ -65,8 +65,11 @@ def token_ids_arg(name: str, value: Any, n: int | None = None) -> tuple[int, ...
     """`value` as a tuple of Python ints in [0, MAX_TOKEN_ID], exactly `n` of them if n is given.
 
     A string, a set, a generator or a bare int is a TypeError (a sequence is required)."""
-    if (isinstance(value, (str, bytes, set, frozenset, dict))
-            or not hasattr(value, "__len__") or not hasattr(value, "__getitem__")):
+    if (
+        isinstance(value, (str, bytes, set, frozenset, dict))
+        or not hasattr(value, "__len__")
+        or not hasattr(value, "__getitem__")
+    ):
         raise TypeError(f"{name} must be a sequence of ints, got {type(value).__name__}")
     if getattr(value, "ndim", 1) != 1:
         raise ValueError(f"{name} must be one-dimensional, got shape {value.shape}")

@@ -93,8 +93,15 @@ class AllBlocksCleared:
 
 EVENT_TYPES = {cls.__name__: cls for cls in (BlockStored, BlockRemoved, AllBlocksCleared)}
 ARRAY_ORDER = {  # field order of vLLM's array-like encoding (older releases)
-    "BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
-                    "medium", "lora_name"),
+    "BlockStored": (
+        "block_hashes",
+        "parent_block_hash",
+        "token_ids",
+        "block_size",
+        "lora_id",
+        "medium",
+        "lora_name",
+    ),
     "BlockRemoved": ("block_hashes", "medium"),
     "AllBlocksCleared": (),
 }
@@ -118,8 +125,11 @@ def event_from_json(obj):
         if kind not in ARRAY_ORDER:
             raise ValueError(f"unknown event type {_brief(kind)}")
         obj = {"type": kind, **dict(zip(ARRAY_ORDER[kind], values, strict=False))}
-    if not isinstance(obj, dict) or not isinstance(obj.get("type"), str) or \
-            obj["type"] not in EVENT_TYPES:
+    if (
+        not isinstance(obj, dict)
+        or not isinstance(obj.get("type"), str)
+        or obj["type"] not in EVENT_TYPES
+    ):
         raise ValueError(f"not a KV cache event: {_brief(obj)}")
     cls = EVENT_TYPES[obj["type"]]
     names = set(cls.__dataclass_fields__)
@@ -139,8 +149,11 @@ MAX_BLOCK_SIZE = 1 << 16  # tokens per block (vLLM's largest is 256)
 MAX_GROUP_IDX = (1 << 31) - 1  # KV cache groups (vLLM has a handful)
 MAX_WINDOW = 1 << 40  # a sliding window in tokens
 SPEC_KINDS = ("full_attention", "sliding_window")  # the kinds pagedsim's managers cache
-REQUIRED = {"BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size"),
-            "BlockRemoved": ("block_hashes",), "AllBlocksCleared": ()}
+REQUIRED = {
+    "BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size"),
+    "BlockRemoved": ("block_hashes",),
+    "AllBlocksCleared": (),
+}
 
 
 def _is_int(v) -> bool:
@@ -163,37 +176,54 @@ def _extra_keys_ok(keys) -> bool:
     """vLLM: one entry per block, each None or a tuple (a JSON array) of str / int keys."""
     return isinstance(keys, list) and all(
         k is None or (isinstance(k, list) and all(_is_int(x) or isinstance(x, str) for x in k))
-        for k in keys)
+        for k in keys
+    )
 
 
 FIELD_RULES = {  # field -> (check, what it must be)
-    "block_hashes": (lambda v: isinstance(v, list) and len(v) > 0 and all(map(_hash_ok, v)),
-                     "a non-empty list of block hashes (ints or hex strings)"),
+    "block_hashes": (
+        lambda v: isinstance(v, list) and len(v) > 0 and all(map(_hash_ok, v)),
+        "a non-empty list of block hashes (ints or hex strings)",
+    ),
     "parent_block_hash": (_optional(_hash_ok), "None or a block hash (an int or a hex string)"),
-    "token_ids": (lambda v: isinstance(v, list) and all(_is_int(t) and 0 <= t <= MAX_ID
-                                                        for t in v),
-                  f"a list of token ids, ints in [0, {MAX_ID}]"),
+    "token_ids": (
+        lambda v: isinstance(v, list) and all(_is_int(t) and 0 <= t <= MAX_ID for t in v),
+        f"a list of token ids, ints in [0, {MAX_ID}]",
+    ),
     "block_size": (_int_in(1, MAX_BLOCK_SIZE), f"an int in [1, {MAX_BLOCK_SIZE}]"),
-    "lora_id": (_optional(_int_in(1, MAX_ID)), f"None or an int in [1, {MAX_ID}] (vLLM's "
-                "LoRA ids start at 1)"),
-    "medium": (_optional(lambda v: isinstance(v, str) and 0 < len(v) <= 64),
-               'None or a non-empty str such as "GPU" or "CPU"'),
+    "lora_id": (
+        _optional(_int_in(1, MAX_ID)),
+        f"None or an int in [1, {MAX_ID}] (vLLM's LoRA ids start at 1)",
+    ),
+    "medium": (
+        _optional(lambda v: isinstance(v, str) and 0 < len(v) <= 64),
+        'None or a non-empty str such as "GPU" or "CPU"',
+    ),
     "lora_name": (_optional(lambda v: isinstance(v, str)), "None or a str"),
-    "extra_keys": (_optional(_extra_keys_ok),
-                   "None or a list with, per block, None or a list of str / int keys"),
+    "extra_keys": (
+        _optional(_extra_keys_ok),
+        "None or a list with, per block, None or a list of str / int keys",
+    ),
     "group_idx": (_optional(_int_in(0, MAX_GROUP_IDX)), f"None or an int in [0, {MAX_GROUP_IDX}]"),
-    "kv_cache_spec_kind": (_optional(lambda v: isinstance(v, str) and v in SPEC_KINDS),
-                           f"None or one of {SPEC_KINDS}"),
-    "kv_cache_spec_sliding_window": (_optional(_int_in(1, MAX_WINDOW)),
-                                     f"None or an int in [1, {MAX_WINDOW}] (tokens)"),
+    "kv_cache_spec_kind": (
+        _optional(lambda v: isinstance(v, str) and v in SPEC_KINDS),
+        f"None or one of {SPEC_KINDS}",
+    ),
+    "kv_cache_spec_sliding_window": (
+        _optional(_int_in(1, MAX_WINDOW)),
+        f"None or an int in [1, {MAX_WINDOW}] (tokens)",
+    ),
 }
 
 
 def _check_field(kind: str, name: str, value) -> None:
     test, what = FIELD_RULES[name]
     if not test(value):
-        bad = next((i for i, x in enumerate(value) if not test([x])), None) \
-            if isinstance(value, list) else None
+        bad = (
+            next((i for i, x in enumerate(value) if not test([x])), None)
+            if isinstance(value, list)
+            else None
+        )
         got = _brief(value) if bad is None else f"entry {bad}: {_brief(value[bad])}"
         raise ValueError(f"{kind}: {name} must be {what}, got {got}")
 
@@ -209,15 +239,16 @@ def _brief(value) -> str:
 def _check_stored(f: dict) -> None:
     bs, n = f["block_size"], len(f["block_hashes"])
     if len(f["token_ids"]) != bs * n:
-        raise ValueError(f"BlockStored: {len(f['token_ids'])} token ids for {n} "
-                         f"blocks of {bs}")
+        raise ValueError(f"BlockStored: {len(f['token_ids'])} token ids for {n} blocks of {bs}")
     keys = f.get("extra_keys")
     if keys is not None and len(keys) != n:
         raise ValueError(f"BlockStored: extra_keys has {len(keys)} entries for {n} blocks")
     window = f.get("kv_cache_spec_sliding_window")
     if window is not None and f.get("kv_cache_spec_kind") != "sliding_window":
-        raise ValueError("BlockStored: kv_cache_spec_sliding_window is only for "
-                         "kv_cache_spec_kind 'sliding_window'")
+        raise ValueError(
+            "BlockStored: kv_cache_spec_sliding_window is only for "
+            "kv_cache_spec_kind 'sliding_window'"
+        )
 
 
 MAX_DEPTH = 32  # nesting of arrays and objects in one line (a batch of events needs 4)
@@ -261,8 +292,10 @@ def _same_block_size(events, block_size: int | None) -> int | None:
     for e in events:
         if isinstance(e, BlockStored):
             if block_size is not None and e.block_size != block_size:
-                raise ValueError(f"BlockStored: block_size {e.block_size} differs from the "
-                                 f"stream's {block_size} (a pool's block size never changes)")
+                raise ValueError(
+                    f"BlockStored: block_size {e.block_size} differs from the "
+                    f"stream's {block_size} (a pool's block size never changes)"
+                )
             block_size = e.block_size
     return block_size
 
@@ -270,8 +303,12 @@ def _same_block_size(events, block_size: int | None) -> int | None:
 def _events_of(obj) -> list:
     if isinstance(obj, dict) and "events" in obj:  # a batch as an object
         batch = obj["events"]
-    elif isinstance(obj, list) and len(obj) >= 2 and isinstance(obj[1], list) and \
-            not isinstance(obj[0], str):  # a batch as an array: [ts, events, dp_rank]
+    elif (
+        isinstance(obj, list)
+        and len(obj) >= 2
+        and isinstance(obj[1], list)
+        and not isinstance(obj[0], str)
+    ):  # a batch as an array: [ts, events, dp_rank]
         batch = obj[1]
     else:
         return [event_from_json(obj)]
@@ -294,8 +331,11 @@ def replay(events, frames=None) -> list:
     `frames` (a collection of event numbers, 0 = the start), only those events' snapshots,
     so that a long stream costs one pass plus the frames asked for. ValueError if a
     BlockStored changes the stream's block_size."""
-    cache, states, keep = _Cache(), [], (lambda k: True) if frames is None else \
-        frozenset(frames).__contains__
+    cache, states, keep = (
+        _Cache(),
+        [],
+        (lambda k: True) if frames is None else frozenset(frames).__contains__,
+    )
     size = None
     for k, event in enumerate(events, 1):
         try:
@@ -309,7 +349,8 @@ def replay(events, frames=None) -> list:
     start = [_snapshot(0, "an empty prefix cache", (), {}, num_blocks, cache.block_size)]
     return (start if keep(0) else []) + [
         _snapshot(k, text, chains, stored, num_blocks, cache.block_size)
-        for k, text, chains, stored in states]
+        for k, text, chains, stored in states
+    ]
 
 
 def shown_frames(num_events: int, limit: int) -> list:
@@ -328,18 +369,31 @@ def summarised(snap: tr.Snapshot, max_blocks: int, max_tables: int) -> tr.Snapsh
     n, chains = snap.num_blocks, snap.sequences
     if n <= max_blocks and len(chains) <= max_tables:
         return snap
-    kept = tuple(tr.SeqState(c.seq_id, tuple(b for b in c.blocks if b < max_blocks),
-                             min(c.num_tokens, sum(b < max_blocks for b in c.blocks)
-                                 * snap.block_size))
-                 for c in chains[:max_tables])
+    kept = tuple(
+        tr.SeqState(
+            c.seq_id,
+            tuple(b for b in c.blocks if b < max_blocks),
+            min(c.num_tokens, sum(b < max_blocks for b in c.blocks) * snap.block_size),
+        )
+        for c in chains[:max_tables]
+    )
     cached = sum(1 for r in snap.ref_counts if r)
-    note = (f" [summary: {cached:,} cached blocks in {len(chains):,} chains; showing slots "
-            f"0-{min(n, max_blocks) - 1} of {n:,} and {len(kept):,} of {len(chains):,} chains]")
+    note = (
+        f" [summary: {cached:,} cached blocks in {len(chains):,} chains; showing slots "
+        f"0-{min(n, max_blocks) - 1} of {n:,} and {len(kept):,} of {len(chains):,} chains]"
+    )
     m = min(n, max_blocks)
     return tr.Snapshot(
-        step=snap.step, custom_caption=caption(snap) + note, events=(), num_blocks=m,
-        block_size=snap.block_size, free_list=tuple(b for b in snap.free_list if b < m),
-        ref_counts=snap.ref_counts[:m], block_fill=snap.block_fill[:m], sequences=kept)
+        step=snap.step,
+        custom_caption=caption(snap) + note,
+        events=(),
+        num_blocks=m,
+        block_size=snap.block_size,
+        free_list=tuple(b for b in snap.free_list if b < m),
+        ref_counts=snap.ref_counts[:m],
+        block_fill=snap.block_fill[:m],
+        sequences=kept,
+    )
 
 
 def _apply(cache: _Cache, event, k: int) -> str:
@@ -355,18 +409,22 @@ def _apply(cache: _Cache, event, k: int) -> str:
                 heapq.heappush(cache.free, cache.stored.pop(h)[0])
                 gone.append(h)
         missing = len(event.block_hashes) - len(gone)
-        return (f"BlockRemoved: {_names(gone)} evicted" +
-                (f" ({missing} never stored here)" if missing else ""))
+        return f"BlockRemoved: {_names(gone)} evicted" + (
+            f" ({missing} never stored here)" if missing else ""
+        )
     cache.block_size = event.block_size
     parent, bs = event.parent_block_hash, event.block_size
     for i, h in enumerate(event.block_hashes):
         if h not in cache.stored:
             slot = heapq.heappop(cache.free) if cache.free else cache.next_slot
             cache.next_slot = max(cache.next_slot, slot + 1)
-            cache.stored[h] = (slot, parent, tuple(event.token_ids[i * bs:(i + 1) * bs]))
+            cache.stored[h] = (slot, parent, tuple(event.token_ids[i * bs : (i + 1) * bs]))
         parent = h
-    after = "a prompt's start" if event.parent_block_hash is None else \
-        f"block {_short(event.parent_block_hash)}"
+    after = (
+        "a prompt's start"
+        if event.parent_block_hash is None
+        else f"block {_short(event.parent_block_hash)}"
+    )
     lora = f", LoRA {event.lora_id}" if event.lora_id is not None else ""
     return f"BlockStored: {_names(event.block_hashes)} cached after {after}{lora}"
 
@@ -397,10 +455,16 @@ def _snapshot(k, text, chains, stored, num_blocks, bs) -> tr.Snapshot:
     for slot, _, tokens in stored.values():
         fill[slot] = len(tokens)
     return tr.Snapshot(
-        step=k, custom_caption=text, events=(), num_blocks=num_blocks, block_size=bs,
-        free_list=tuple(s for s in range(num_blocks) if not refs[s]), ref_counts=tuple(refs),
+        step=k,
+        custom_caption=text,
+        events=(),
+        num_blocks=num_blocks,
+        block_size=bs,
+        free_list=tuple(s for s in range(num_blocks) if not refs[s]),
+        ref_counts=tuple(refs),
         block_fill=tuple(fill),
-        sequences=tuple(tr.SeqState(f"h{_short(h)}", slots, n) for h, slots, n in chains))
+        sequences=tuple(tr.SeqState(f"h{_short(h)}", slots, n) for h, slots, n in chains),
+    )
 
 
 def _short(h) -> str:

@@ -78,8 +78,16 @@ class KVCacheManager:
     drops_blocks = False  # may a table hold NULL_BLOCK entries? (a sliding window: yes)
     shares_pool = False  # True for a KV cache group of a hybrid manager (policies/hybrid.py)
 
-    def __init__(self, num_blocks: int, block_size: int, *, free_order: str = "lifo",
-                 trace: bool = True, snapshots: bool = True, pool: BlockPool | None = None):
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        *,
+        free_order: str = "lifo",
+        trace: bool = True,
+        snapshots: bool = True,
+        pool: BlockPool | None = None,
+    ):
         for name, flag in (("trace", trace), ("snapshots", snapshots)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
@@ -88,8 +96,10 @@ class KVCacheManager:
         elif not isinstance(pool, BlockPool):
             raise TypeError(f"pool must be a BlockPool, got {type(pool).__name__}")
         elif (pool.num_blocks, pool.block_size) != (num_blocks, block_size):
-            raise ValueError(f"pool has {pool.num_blocks} blocks x {pool.block_size} tokens, "
-                             f"not {num_blocks!r} x {block_size!r}")
+            raise ValueError(
+                f"pool has {pool.num_blocks} blocks x {pool.block_size} tokens, "
+                f"not {num_blocks!r} x {block_size!r}"
+            )
         elif pool.num_free_blocks != pool.num_blocks:
             raise ValueError("pool must start with every block free")
         self.pool = pool
@@ -174,8 +184,9 @@ class KVCacheManager:
         one step, as v0 admits it). Full attention holds every block, whatever the chunk."""
         if max_chunk is not None:
             _count("max_chunk", max_chunk)
-        return blocks_needed(max(_count("prompt_len", prompt_len), _count("total_len", total_len)),
-                             self.block_size)
+        return blocks_needed(
+            max(_count("prompt_len", prompt_len), _count("total_len", total_len)), self.block_size
+        )
 
     def drain_copies(self) -> list[tuple[int, int]]:
         """Return the pending copy-on-write (src, dst) pairs and forget them."""
@@ -186,8 +197,9 @@ class KVCacheManager:
         return Usage.of(self._tables.values(), self.pool)
 
     # ---- operations ------------------------------------------------------------
-    def add_sequence(self, seq_id: SeqId, num_tokens: int, *,
-                     with_slots: bool = True) -> np.ndarray | None:
+    def add_sequence(
+        self, seq_id: SeqId, num_tokens: int, *, with_slots: bool = True
+    ) -> np.ndarray | None:
         """Admit a sequence with a prompt of `num_tokens` tokens.
 
         Returns the prompt's slot mapping (int64 array), ready for `write_kv`, or None
@@ -229,8 +241,11 @@ class KVCacheManager:
                 return []
         bs, blocks, pos = self.block_size, table.blocks, table.num_tokens
         off = pos % bs  # where the first new token lands in its block
-        if not off or (n > 1 and pos + n > len(blocks) * bs) or (
-                self.pool.num_shared and self.pool.is_shared(blocks[-1])):
+        if (
+            not off
+            or (n > 1 and pos + n > len(blocks) * bs)
+            or (self.pool.num_shared and self.pool.is_shared(blocks[-1]))
+        ):
             self._make_room(seq_id, table, n)  # copy-on-write and new blocks, all or nothing
         table.num_tokens = pos + n
         if n == 1:
@@ -247,8 +262,9 @@ class KVCacheManager:
         self._end_step()
         return slots
 
-    def decode_step(self, seq_ids: Iterable[SeqId], with_slots: bool = True,
-                    token_ids: Any = None) -> list[int] | None:
+    def decode_step(
+        self, seq_ids: Iterable[SeqId], with_slots: bool = True, token_ids: Any = None
+    ) -> list[int] | None:
         """Append one token to each listed sequence, as one step: one scheduler iteration.
 
         A sequence listed k times gets k tokens. It takes the same blocks and makes the
@@ -262,12 +278,16 @@ class KVCacheManager:
             raise TypeError(f"with_slots must be a bool, got {type(with_slots).__name__}")
         if token_ids is not None:
             token_ids = token_ids_arg("token_ids", token_ids, len(seq_ids))
-            self._before_tokens_appended([(s, (token,)) for s, token
-                                          in zip(seq_ids, token_ids, strict=True)])
+            self._before_tokens_appended(
+                [(s, (token,)) for s, token in zip(seq_ids, token_ids, strict=True)]
+            )
         pool, bs = self.pool, self.block_size
         if len(batch) > pool.num_free_blocks:  # each entry needs at most one block: count exactly
-            self._reserve(lambda: decode_need(batch, pool, bs), set(seq_ids),
-                          f"decode_step({len(batch)} seqs)")
+            self._reserve(
+                lambda: decode_need(batch, pool, bs),
+                set(seq_ids),
+                f"decode_step({len(batch)} seqs)",
+            )
         positions = None  # each entry's position, when someone reads it
         if with_slots or self._tracing or token_ids is not None:
             positions = start_positions(batch)
@@ -298,13 +318,15 @@ class KVCacheManager:
             for s, p, token in zip(seq_ids, positions, token_ids, strict=True):
                 self._on_tokens_appended(s, p, (token,))
         if self._tracing:
-            self._trace_decode(seq_ids, batch, positions, slots, copied,
-                               zip(takers, new, strict=True))
+            self._trace_decode(
+                seq_ids, batch, positions, slots, copied, zip(takers, new, strict=True)
+            )
         self._end_step()
         return slots if with_slots else None
 
-    def restore_sequences(self, tables: dict[SeqId, Any],
-                          prefix_state: Any = None) -> dict[int, int]:
+    def restore_sequences(
+        self, tables: dict[SeqId, Any], prefix_state: Any = None
+    ) -> dict[int, int]:
         """Re-admit sequences whose KV comes back from elsewhere (a swap-in), as one step.
 
         `tables` maps seq_id -> (labels, num_tokens), one label per logical block
@@ -383,13 +405,15 @@ class KVCacheManager:
         """Called with [(seq_id, token ids)], in order, before a call that was given token
         ids changes anything; it may refuse by raising (a prefix cache hashes ahead here)."""
 
-    def _on_tokens_appended(self, seq_id: SeqId, first_position: int,
-                            token_ids: tuple[int, ...]) -> None:
+    def _on_tokens_appended(
+        self, seq_id: SeqId, first_position: int, token_ids: tuple[int, ...]
+    ) -> None:
         """Called with the ids of tokens just placed at first_position.. (when the caller gave
         them), inside the same step. A prefix cache hashes blocks as they fill here."""
 
-    def _restore_states(self, plan: dict[SeqId, tuple[tuple[int, ...], int]],
-                        prefix_state: Any) -> dict[SeqId, Any]:
+    def _restore_states(
+        self, plan: dict[SeqId, tuple[tuple[int, ...], int]], prefix_state: Any
+    ) -> dict[SeqId, Any]:
         """Validate restore_sequences' prefix_state: {seq in plan: a state, or None}."""
         if prefix_state is None:
             return {}
@@ -427,8 +451,9 @@ class KVCacheManager:
         """(seq_ids as a list, their tables); a generator is read once, a string is refused."""
         if type(seq_ids) is not list:
             if isinstance(seq_ids, (str, bytes)) or not hasattr(seq_ids, "__iter__"):
-                raise TypeError(f"seq_ids must be an iterable of sequence ids, got "
-                                f"{type(seq_ids).__name__}")
+                raise TypeError(
+                    f"seq_ids must be an iterable of sequence ids, got {type(seq_ids).__name__}"
+                )
             seq_ids = list(seq_ids)
         try:
             return seq_ids, list(map(self._tables.__getitem__, seq_ids))
@@ -448,8 +473,7 @@ class KVCacheManager:
         if self._tracing:
             self._sink.end_step(self.snapshot)
 
-    def snapshot(self, events: Iterable[tr.Event] = (),
-                 caption: str | None = None) -> tr.Snapshot:
+    def snapshot(self, events: Iterable[tr.Event] = (), caption: str | None = None) -> tr.Snapshot:
         """The whole state as frozen data (for pictures, the tour and time travel)."""
         events = tuple(events)
         return tr.Snapshot(
@@ -461,8 +485,9 @@ class KVCacheManager:
             free_list=tuple(self.pool.free_list()),
             ref_counts=tuple(self.pool.ref_counts()),
             block_fill=tuple(block_fill(self._tables.values(), self.num_blocks, self.block_size)),
-            sequences=tuple(tr.SeqState(s, tuple(t.blocks), t.num_tokens)
-                            for s, t in self._tables.items()),
+            sequences=tuple(
+                tr.SeqState(s, tuple(t.blocks), t.num_tokens) for s, t in self._tables.items()
+            ),
             pending_copies=tuple(self._copies),
         )
 
@@ -473,7 +498,8 @@ class KVCacheManager:
         self.pool.check_invariants()
         ref = self.pool.ref_counts()
         assert sum(ref) == references, (
-            f"ref counts sum to {sum(ref)} but tables hold {references} references")
+            f"ref counts sum to {sum(ref)} but tables hold {references} references"
+        )
 
     def table_references(self) -> int:
         """Check every table against the pool; the number of block references they hold."""
@@ -484,7 +510,8 @@ class KVCacheManager:
             named = [b for b in table.blocks if b != NULL_BLOCK]
             assert len(set(named)) == len(named), f"seq {seq_id!r} names a block twice: {named}"
             assert self.drops_blocks or len(named) == len(table.blocks), (
-                f"seq {seq_id!r} holds NULL_BLOCK but nothing here drops blocks")
+                f"seq {seq_id!r} holds NULL_BLOCK but nothing here drops blocks"
+            )
             for b in named:
                 assert ref[b] > 0, f"seq {seq_id!r} names block {b}, which is free"
             references += len(named)
@@ -548,9 +575,15 @@ class KVCacheManager:
         table.blocks.append(b)
         self._emit(tr.BlockAllocated, seq_id, b, logical)
 
-    def _trace_decode(self, seq_ids: list[SeqId], batch: list[BlockTable], positions: list[int],
-                      slots: list[int], copied: list[tuple[BlockTable, int, int, int]],
-                      grown: Iterable[tuple[BlockTable, int]]) -> None:
+    def _trace_decode(
+        self,
+        seq_ids: list[SeqId],
+        batch: list[BlockTable],
+        positions: list[int],
+        slots: list[int],
+        copied: list[tuple[BlockTable, int, int, int]],
+        grown: Iterable[tuple[BlockTable, int]],
+    ) -> None:
         owner = {id(t): s for s, t in zip(seq_ids, batch, strict=True)}
         for s, p, slot in zip(seq_ids, positions, slots, strict=True):
             self._sink.emit(tr.TokensAppended(self.step + 1, s, p, (slot,)))
@@ -575,8 +608,9 @@ def start_positions(batch: list[BlockTable]) -> list[int]:
     return positions
 
 
-def plan_copies(batch: list[BlockTable], pool: BlockPool,
-                block_size: int) -> list[tuple[BlockTable, int]]:
+def plan_copies(
+    batch: list[BlockTable], pool: BlockPool, block_size: int
+) -> list[tuple[BlockTable, int]]:
     """[(table, shared block)], in entry order, for every table whose first write must copy."""
     out: list[tuple[BlockTable, int]] = []
     if not pool.num_shared:

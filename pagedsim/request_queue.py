@@ -56,8 +56,9 @@ class PriorityRequestQueue:
         self._heap: list = []  # (priority, arrival_time, arrival, request)
 
     def add_request(self, req) -> None:
-        heapq.heappush(self._heap, (req.priority, req.arrival_time, req.arrival,
-                                    req.request_id, req))  # the ids make every key distinct
+        heapq.heappush(
+            self._heap, (req.priority, req.arrival_time, req.arrival, req.request_id, req)
+        )  # the ids make every key distinct
 
     prepend_request = add_request  # v1: a preempted request is ordered like any other
 

@@ -22,8 +22,9 @@ MODES = ("v0", "v1")
 SCHEDULERS = {"v0": SchedulerV0, "v1": SchedulerV1}  # mode -> class
 
 
-def make_scheduler(requests: Any, manager: Any, *args: Any, mode: str = "v0",
-                   **kwargs: Any) -> SchedulerV0 | SchedulerV1:
+def make_scheduler(
+    requests: Any, manager: Any, *args: Any, mode: str = "v0", **kwargs: Any
+) -> SchedulerV0 | SchedulerV1:
     """The scheduler of a vLLM version over `manager`; the other arguments are its own
     (SchedulerV0: policy, victim, watermark ...; SchedulerV1: max_num_batched_tokens,
     max_num_seqs, policy ...)."""
@@ -35,5 +36,15 @@ def make_scheduler(requests: Any, manager: Any, *args: Any, mode: str = "v0",
     return scheduler
 
 
-__all__ = ["make_scheduler", "SchedulerV0", "SchedulerV1", "StepRecord",
-           "V1StepRecord", "Group", "RecomputePolicy", "VICTIMS", "MODES", "SCHEDULERS"]
+__all__ = [
+    "make_scheduler",
+    "SchedulerV0",
+    "SchedulerV1",
+    "StepRecord",
+    "V1StepRecord",
+    "Group",
+    "RecomputePolicy",
+    "VICTIMS",
+    "MODES",
+    "SCHEDULERS",
+]

@@ -39,8 +39,10 @@ def run_steps(sched, max_steps: int, check: bool):
             sched.manager.check_invariants()
         stalled = 0 if progress or sched.arrivals_pending else stalled + 1
         if stalled >= sched.max_stalled_steps:
-            raise RuntimeError(f"no progress for {stalled} steps: {len(sched.waiting)} waiting "
-                               f"requests can never be scheduled")
+            raise RuntimeError(
+                f"no progress for {stalled} steps: {len(sched.waiting)} waiting "
+                f"requests can never be scheduled"
+            )
     return sched
 
 
@@ -61,8 +63,7 @@ def check_scheduler_args(requests, manager, record) -> list:
     if not isinstance(record, bool):
         raise TypeError(f"record must be a bool, got {type(record).__name__}")
     if isinstance(requests, (str, bytes)) or not hasattr(requests, "__iter__"):
-        raise TypeError(f"requests must be an iterable of Request, got "
-                        f"{type(requests).__name__}")
+        raise TypeError(f"requests must be an iterable of Request, got {type(requests).__name__}")
     requests = list(requests)
     for i, r in enumerate(requests):
         if not isinstance(r, Request):

@@ -65,25 +65,41 @@ class SchedulerV0:
 
     mode = "v0"
 
-    def __init__(self, requests, manager, policy="recompute", *,
-                 victim: str = "newest", max_running: int | None = None, host_blocks: int = 0,
-                 block_bytes: int = 1, beam_reshuffle: float = 0.25, seed: int = 0,
-                 tokens=None, record: bool = True, watermark: float = 0.01,
-                 max_stalled_steps: int = 1000):
+    def __init__(
+        self,
+        requests,
+        manager,
+        policy="recompute",
+        *,
+        victim: str = "newest",
+        max_running: int | None = None,
+        host_blocks: int = 0,
+        block_bytes: int = 1,
+        beam_reshuffle: float = 0.25,
+        seed: int = 0,
+        tokens=None,
+        record: bool = True,
+        watermark: float = 0.01,
+        max_stalled_steps: int = 1000,
+    ):
         requests = check_scheduler_args(requests, manager, record)
         if victim not in VICTIMS:
             raise ValueError(f"victim must be one of {VICTIMS}, got {victim!r}")
         beam_reshuffle = fraction("beam_reshuffle", beam_reshuffle, 1.0)
         watermark = fraction("watermark", watermark, 1.0)
         if watermark >= 1.0:
-            raise ValueError(f"watermark must be below 1 (it would keep the whole pool free), "
-                             f"got {watermark!r}")
+            raise ValueError(
+                f"watermark must be below 1 (it would keep the whole pool free), got {watermark!r}"
+            )
         if max_running is not None:
             max_running = count_arg("max_running", max_running, 1)
         self.max_stalled_steps = count_arg("max_stalled_steps", max_stalled_steps, 1)
         self.manager = manager
-        self.policy = (make_policy(policy, host_blocks=host_blocks, block_bytes=block_bytes)
-                       if isinstance(policy, str) else policy)
+        self.policy = (
+            make_policy(policy, host_blocks=host_blocks, block_bytes=block_bytes)
+            if isinstance(policy, str)
+            else policy
+        )
         self.victim = victim  # which running group is preempted first
         self.max_running = max_running  # cap on running sequences (None: blocks decide)
         self.beam_reshuffle = beam_reshuffle
@@ -97,20 +113,30 @@ class SchedulerV0:
             raise ValueError(f"tokens has {len(tokens)} prompts for {len(self.requests)} requests")
         # request index -> prompt token ids (for prefix caching), as tuples, checked now,
         # not halfway through a run
-        self.tokens = None if tokens is None else [
-            prompt_ids(tokens[i], r.prompt_len, f"tokens[{i}]")
-            for i, r in enumerate(self.requests)]
+        self.tokens = (
+            None
+            if tokens is None
+            else [
+                prompt_ids(tokens[i], r.prompt_len, f"tokens[{i}]")
+                for i, r in enumerate(self.requests)
+            ]
+        )
         for i, r in enumerate(self.requests):
             per_seq = manager.peak_blocks(r.prompt_len, r.total_len)
             worst = r.num_seqs * per_seq + r.num_seqs + self.watermark
             if max_running is not None and r.num_seqs > max_running:
-                raise ValueError(f"request {i} has {r.num_seqs} sequences; max_running "
-                                 f"{max_running} can never admit it")
+                raise ValueError(
+                    f"request {i} has {r.num_seqs} sequences; max_running "
+                    f"{max_running} can never admit it"
+                )
             if worst > nb:
-                raise ValueError(f"request {i} ({r.num_seqs} x {r.total_len} tokens) needs up to "
-                                 f"{worst} blocks, more than the pool's {nb}")
-        self._arrivals = deque(sorted(range(len(self.requests)),
-                                      key=lambda i: self.requests[i].arrival_step))
+                raise ValueError(
+                    f"request {i} ({r.num_seqs} x {r.total_len} tokens) needs up to "
+                    f"{worst} blocks, more than the pool's {nb}"
+                )
+        self._arrivals = deque(
+            sorted(range(len(self.requests)), key=lambda i: self.requests[i].arrival_step)
+        )
         self.waiting: deque[Group] = deque()
         self.running: list[Group] = []
         self.swapped: deque[Group] = deque()
@@ -171,13 +197,23 @@ class SchedulerV0:
                     self.running.append(self.waiting.popleft())
         if self.record:
             m = self.manager
-            self.records.append(StepRecord(
-                self.now, sum(len(g.seq_ids) for g in self.running), len(self.waiting),
-                len(self.swapped), m.pool.num_used,
-                sum(len(g.seq_ids) * (g.prompt_len + g.generated) for g in self.running),
-                sum(len(g.seq_ids) * blocks_needed(g.prompt_len + g.generated, m.block_size)
-                    for g in self.running),
-                self._prefill + self._decoded, self._prefill, self._decoded))
+            self.records.append(
+                StepRecord(
+                    self.now,
+                    sum(len(g.seq_ids) for g in self.running),
+                    len(self.waiting),
+                    len(self.swapped),
+                    m.pool.num_used,
+                    sum(len(g.seq_ids) * (g.prompt_len + g.generated) for g in self.running),
+                    sum(
+                        len(g.seq_ids) * blocks_needed(g.prompt_len + g.generated, m.block_size)
+                        for g in self.running
+                    ),
+                    self._prefill + self._decoded,
+                    self._prefill,
+                    self._decoded,
+                )
+            )
         return self._prefill + self._decoded + swapped_in
 
     def _decode(self) -> None:
@@ -189,8 +225,11 @@ class SchedulerV0:
         seqs = self._running_seqs()
         ids = None
         if self._cached:
-            ids = [synthetic_token(s[0], s[1], g.prompt_len + g.generated)
-                   for g in self.running for s in g.seq_ids]
+            ids = [
+                synthetic_token(s[0], s[1], g.prompt_len + g.generated)
+                for g in self.running
+                for s in g.seq_ids
+            ]
         m.decode_step(seqs, with_slots=False, token_ids=ids)
         self._decoded = len(seqs)
         still = []
@@ -246,8 +285,11 @@ class SchedulerV0:
         if g.generated:
             beams = self.requests[g.key].beam_width > 1  # a beam's history is not its own ids
             for s in g.seq_ids:
-                ids = None if not cached or beams else [
-                    synthetic_token(s[0], s[1], q) for q in range(p, p + g.generated)]
+                ids = (
+                    None
+                    if not cached or beams
+                    else [synthetic_token(s[0], s[1], q) for q in range(p, p + g.generated)]
+                )
                 m.append_tokens(s, g.generated, token_ids=ids)
             prefilled += k * g.generated
         if g.key in self._preempted:

@@ -94,18 +94,30 @@ class V1StepRecord:
 class SchedulerV1:
     mode = "v1"
 
-    def __init__(self, requests, manager, *, max_num_batched_tokens: int = 2048,
-                 max_num_seqs: int = 256, tokens=None,
-                 output_tokens=None, priorities=None, record: bool = True,
-                 max_stalled_steps: int = 1000, num_lookahead_tokens: int = 0,
-                 policy: str = "fcfs", long_prefill_token_threshold: int = 0,
-                 max_model_len: int = 8192, arrival_times=None):
+    def __init__(
+        self,
+        requests,
+        manager,
+        *,
+        max_num_batched_tokens: int = 2048,
+        max_num_seqs: int = 256,
+        tokens=None,
+        output_tokens=None,
+        priorities=None,
+        record: bool = True,
+        max_stalled_steps: int = 1000,
+        num_lookahead_tokens: int = 0,
+        policy: str = "fcfs",
+        long_prefill_token_threshold: int = 0,
+        max_model_len: int = 8192,
+        arrival_times=None,
+    ):
         requests = check_scheduler_args(requests, manager, record)
-        self.max_num_batched_tokens = count_arg("max_num_batched_tokens",
-                                                max_num_batched_tokens, 1)
+        self.max_num_batched_tokens = count_arg("max_num_batched_tokens", max_num_batched_tokens, 1)
         # v1: a prefill chunk of one request is capped at this many tokens (0: no cap)
-        self.long_prefill_token_threshold = count_arg("long_prefill_token_threshold",
-                                                      long_prefill_token_threshold)
+        self.long_prefill_token_threshold = count_arg(
+            "long_prefill_token_threshold", long_prefill_token_threshold
+        )
         # v1: requests longer than this are refused (an int >= 1, vLLM's SchedulerConfig
         # default 8192; v1 has no "unbounded")
         self.max_model_len = count_arg("max_model_len", max_model_len, 1)
@@ -137,43 +149,76 @@ class SchedulerV1:
 
     def _fan_out(self, tokens, output_tokens, priorities, arrival_times):
         nb, out = self.manager.num_blocks, []
-        for name, column in (("tokens", tokens), ("output_tokens", output_tokens),
-                             ("priorities", priorities), ("arrival_times", arrival_times)):
-            if column is not None and (isinstance(column, (str, bytes, dict, set, frozenset))
-                                       or not hasattr(column, "__getitem__")):
-                raise TypeError(f"{name} must be a sequence with one entry per request, got "
-                                f"{type(column).__name__}")
+        for name, column in (
+            ("tokens", tokens),
+            ("output_tokens", output_tokens),
+            ("priorities", priorities),
+            ("arrival_times", arrival_times),
+        ):
+            if column is not None and (
+                isinstance(column, (str, bytes, dict, set, frozenset))
+                or not hasattr(column, "__getitem__")
+            ):
+                raise TypeError(
+                    f"{name} must be a sequence with one entry per request, got "
+                    f"{type(column).__name__}"
+                )
             if column is not None and len(column) != len(self.requests):
-                raise ValueError(f"{name} has {len(column)} entries for "
-                                 f"{len(self.requests)} requests")
+                raise ValueError(
+                    f"{name} has {len(column)} entries for {len(self.requests)} requests"
+                )
         for i, r in enumerate(self.requests):
             if r.total_len > self.max_model_len:
-                raise ValueError(f"request {i} ({r.total_len} tokens) is longer than "
-                                 f"max_model_len {self.max_model_len}")
+                raise ValueError(
+                    f"request {i} ({r.total_len} tokens) is longer than "
+                    f"max_model_len {self.max_model_len}"
+                )
             if r.beam_width > 1:
-                raise ValueError(f"request {i} uses beam search; vLLM v1 runs it at the entry "
-                                 f"point, not in the scheduler (use mode='v0')")
+                raise ValueError(
+                    f"request {i} uses beam search; vLLM v1 runs it at the entry "
+                    f"point, not in the scheduler (use mode='v0')"
+                )
             peak = self._peak_blocks(r)
             if peak > nb:
-                raise ValueError(f"request {i} ({r.total_len} tokens) needs {peak} blocks, "
-                                 f"more than the pool's {nb}")
-            prompt = (tuple(synthetic_token(i, "p", p) for p in range(r.prompt_len))
-                      if tokens is None else prompt_ids(tokens[i], r.prompt_len, f"tokens[{i}]"))
-            given = None if output_tokens is None else prompt_ids(output_tokens[i], None,
-                                                                  f"output_tokens[{i}]")
+                raise ValueError(
+                    f"request {i} ({r.total_len} tokens) needs {peak} blocks, "
+                    f"more than the pool's {nb}"
+                )
+            prompt = (
+                tuple(synthetic_token(i, "p", p) for p in range(r.prompt_len))
+                if tokens is None
+                else prompt_ids(tokens[i], r.prompt_len, f"tokens[{i}]")
+            )
+            given = (
+                None
+                if output_tokens is None
+                else prompt_ids(output_tokens[i], None, f"output_tokens[{i}]")
+            )
             if given is not None and len(given) < r.output_len:
-                raise ValueError(f"output_tokens[{i}] has {len(given)} ids for "
-                                 f"output_len {r.output_len}")
+                raise ValueError(
+                    f"output_tokens[{i}] has {len(given)} ids for output_len {r.output_len}"
+                )
             # v1's Request.priority is any int: smaller is more urgent, negatives included
-            prio = 0 if priorities is None else count_arg(f"priorities[{i}]", priorities[i],
-                                                          None)
-            arrived = (r.arrival_step if arrival_times is None else
-                       time_arg(f"arrival_times[{i}]", arrival_times[i]))
+            prio = 0 if priorities is None else count_arg(f"priorities[{i}]", priorities[i], None)
+            arrived = (
+                r.arrival_step
+                if arrival_times is None
+                else time_arg(f"arrival_times[{i}]", arrival_times[i])
+            )
             for k in range(r.n):
-                outs = (given[:r.output_len] if given is not None and k == 0 else
-                        tuple(synthetic_token(i, k, j) for j in range(r.output_len)))
-                out.append((r.arrival_step, V1Request((i, k), prompt, r.output_len, outs, i,
-                                                      prio, arrival_time=arrived)))
+                outs = (
+                    given[: r.output_len]
+                    if given is not None and k == 0
+                    else tuple(synthetic_token(i, k, j) for j in range(r.output_len))
+                )
+                out.append(
+                    (
+                        r.arrival_step,
+                        V1Request(
+                            (i, k), prompt, r.output_len, outs, i, prio, arrival_time=arrived
+                        ),
+                    )
+                )
         out.sort(key=lambda x: (x[0], x[1].arrival))
         return out
 
@@ -226,8 +271,9 @@ class SchedulerV1:
             scheduled[req] = n
             budget -= n
             i += 1
-        while (not preempted and self.waiting and budget > 0
-               and len(self.running) < self.max_num_seqs):
+        while (
+            not preempted and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs
+        ):
             req = self.waiting.peek_request()
             if not self._admit(req, budget, scheduled):
                 break
@@ -256,9 +302,18 @@ class SchedulerV1:
         self.prefill_tokens += prefill
         self.decode_tokens += decode
         if self.record:
-            self.records.append(V1StepRecord(
-                self.now, len(self.running), len(self.waiting), self.manager.pool.num_used,
-                prefill + decode, prefill, decode, preempted))
+            self.records.append(
+                V1StepRecord(
+                    self.now,
+                    len(self.running),
+                    len(self.waiting),
+                    self.manager.pool.num_used,
+                    prefill + decode,
+                    prefill,
+                    decode,
+                    preempted,
+                )
+            )
         return prefill + decode
 
     def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
@@ -270,8 +325,10 @@ class SchedulerV1:
         Returns whether it succeeded (False: nothing forgotten). Without a prefix cache
         there is nothing to forget: True when no block is in use, as v1's pool answers."""
         if not isinstance(reset_running_requests, bool):
-            raise TypeError(f"reset_running_requests must be a bool, got "
-                            f"{type(reset_running_requests).__name__}")
+            raise TypeError(
+                f"reset_running_requests must be a bool, got "
+                f"{type(reset_running_requests).__name__}"
+            )
         if reset_running_requests:
             while self.running:
                 self._preempt(self.running.pop())
@@ -298,8 +355,17 @@ class SchedulerV1:
         if self._cached:
             computed = m.get_computed_blocks(tokens)
             n = self._chunk(len(tokens) - computed.num_tokens, budget)
-            if m.allocate_slots(req.request_id, n, self.num_lookahead_tokens, tokens,
-                                computed, preempted=req.num_preemptions > 0) is None:
+            if (
+                m.allocate_slots(
+                    req.request_id,
+                    n,
+                    self.num_lookahead_tokens,
+                    tokens,
+                    computed,
+                    preempted=req.num_preemptions > 0,
+                )
+                is None
+            ):
                 return False
             req.num_computed_tokens = computed.num_tokens
         else:

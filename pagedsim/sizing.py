@@ -94,8 +94,9 @@ def preset(name: str) -> ModelSpec:
     try:
         return PRESETS[name]
     except KeyError:
-        raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}"
-                         ) from None
+        raise ValueError(
+            f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}"
+        ) from None
 
 
 def padding_to(nbytes: int, alignment: int = ALIGNMENT) -> int:
@@ -148,7 +149,6 @@ def fit_blocks(budget_bytes: int, block_bytes: int, alignment: int = ALIGNMENT) 
     )
 
 
-
 @dataclass(frozen=True)
 class KVCapacity:
     """How much KV cache fits, in the quantities vLLM v1 logs at startup."""
@@ -162,8 +162,9 @@ class KVCapacity:
     max_concurrency: float  # num_blocks / blocks_per_request: "Maximum concurrency ...: Y.YYx"
 
 
-def kv_capacity(spec: ModelSpec, block_size: int, available_bytes: int,
-                max_model_len: int) -> KVCapacity:
+def kv_capacity(
+    spec: ModelSpec, block_size: int, available_bytes: int, max_model_len: int
+) -> KVCapacity:
     """Blocks, tokens and requests of `max_model_len` tokens that `available_bytes` of KV cache
     hold for `spec` (its dtype_bytes is the KV cache dtype), as vLLM v1 computes them for a
     full-attention model (one KV cache group; see the module docstring)."""

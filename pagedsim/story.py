@@ -39,8 +39,9 @@ class Phrasebook:
         self.table = table
 
     def say(self, key: str, *variants, **fields) -> str:
-        template = next((self.table[f"{key}.{v}"] for v in variants
-                         if v and f"{key}.{v}" in self.table), None)
+        template = next(
+            (self.table[f"{key}.{v}"] for v in variants if v and f"{key}.{v}" in self.table), None
+        )
         return (template if template is not None else self.table[key]).format(**fields)
 
     def join(self, key: str, items) -> str:
@@ -88,6 +89,7 @@ class Quiet(Story):
 @dataclass(frozen=True)
 class Custom(Story):
     """A caller's own words for a step (the playground's commands, the engine's batches)."""
+
     text: str
 
     def words(self, book):
@@ -97,14 +99,21 @@ class Custom(Story):
 @dataclass(frozen=True)
 class Refusal(Story):
     """An all-or-nothing refusal: OutOfBlocks, nothing changed."""
+
     seq_id: object
     what: str  # the refused operation
     needed: int  # free blocks it needed
     available: int  # free blocks there were
 
     def words(self, book):
-        return book.say("refused", one(self.available), seq_id=self.seq_id, what=self.what,
-                        needed=self.needed, available=self.available)
+        return book.say(
+            "refused",
+            one(self.available),
+            seq_id=self.seq_id,
+            what=self.what,
+            needed=self.needed,
+            available=self.available,
+        )
 
 
 @dataclass(frozen=True)
@@ -126,6 +135,7 @@ class Arrival(Story):
 @dataclass(frozen=True)
 class Fork(Story):
     """Beam-search fork (v0): the child names every block of the parent."""
+
     parent: object
     child: object
     shared: tuple  # (block, ref count after the increment) per shared block
@@ -134,11 +144,21 @@ class Fork(Story):
         if not self.shared:
             return book.say("fork.empty", parent=self.parent, child=self.child)
         counts = {count for _, count in self.shared}
-        counts = (book.say("fork.count", count=counts.pop()) if len(counts) == 1 else
-                  book.say("fork.counts", items=book.items(
-                      "fork.counts", [{"block": b, "count": c} for b, c in self.shared])))
-        return book.say("fork", parent=self.parent, child=self.child,
-                        blocks=book.blocks(b for b, _ in self.shared), counts=counts)
+        counts = (
+            book.say("fork.count", count=counts.pop())
+            if len(counts) == 1
+            else book.say(
+                "fork.counts",
+                items=book.items("fork.counts", [{"block": b, "count": c} for b, c in self.shared]),
+            )
+        )
+        return book.say(
+            "fork",
+            parent=self.parent,
+            child=self.child,
+            blocks=book.blocks(b for b, _ in self.shared),
+            counts=counts,
+        )
 
 
 @dataclass(frozen=True)
@@ -153,14 +173,18 @@ class Finish(Story):
             text += book.say("finish.back", one(self.returned), blocks=book.blocks(self.returned))
         if self.kept:
             rows = [{"block": b, "count": c} for b, c in self.kept]
-            text += book.say("finish.kept", None if self.returned else "alone",
-                             items=book.items("finish.kept", rows))
+            text += book.say(
+                "finish.kept",
+                None if self.returned else "alone",
+                items=book.items("finish.kept", rows),
+            )
         return text
 
 
 @dataclass(frozen=True)
 class DecodeStep(Story):
     """One token for each of several sequences (`decode_step`)."""
+
     num_seqs: int
     copies: tuple  # (src, dst) copy-on-write pairs
     fresh: tuple  # blocks taken because a last block was full
@@ -168,8 +192,10 @@ class DecodeStep(Story):
     def words(self, book):
         text = book.say("decode", num_seqs=self.num_seqs)
         if self.copies:
-            text += book.say("decode.copies", items=book.items(
-                "decode.copies", [{"src": s, "dst": d} for s, d in self.copies]))
+            text += book.say(
+                "decode.copies",
+                items=book.items("decode.copies", [{"src": s, "dst": d} for s, d in self.copies]),
+            )
         if self.fresh:
             text += book.say("decode.fresh", blocks=book.blocks(self.fresh))
         return text
@@ -186,14 +212,20 @@ class Append(Story):
 
     def words(self, book):
         n = len(self.slots)
-        where = book.say("append.where", one(n), first=self.first_position,
-                         last=self.first_position + n - 1, slot=self.slots[0] if n else None)
+        where = book.say(
+            "append.where",
+            one(n),
+            first=self.first_position,
+            last=self.first_position + n - 1,
+            slot=self.slots[0] if n else None,
+        )
         text = book.say("append", seq_id=self.seq_id, where=where)
         for src, count, writer, dst in self.copies:
             text += book.say("append.copy", src=src, count=count, seq_id=writer, dst=dst)
         if self.fresh:
-            text += book.say("append.fresh", None if self.copies else "alone",
-                             blocks=book.blocks(self.fresh))
+            text += book.say(
+                "append.fresh", None if self.copies else "alone", blocks=book.blocks(self.fresh)
+            )
         if self.dropped:
             text += book.say("append.dropped", one(self.dropped), blocks=book.blocks(self.dropped))
         return text
@@ -202,6 +234,7 @@ class Append(Story):
 @dataclass(frozen=True)
 class Unnamed(Story):
     """Events no story covers yet: their kinds, in order."""
+
     kinds: tuple
 
     def words(self, book):
@@ -221,40 +254,59 @@ def _refused(head, events) -> Story:
 
 
 def _arrival(head, events) -> Story:
-    return Arrival(head.seq_id, head.num_tokens,
-                   tuple(e.block for e in _of(events, tr.BlockShared)), _taken(events))
+    return Arrival(
+        head.seq_id,
+        head.num_tokens,
+        tuple(e.block for e in _of(events, tr.BlockShared)),
+        _taken(events),
+    )
 
 
 def _fork(head, events) -> Story:
-    return Fork(head.parent, head.child,
-                tuple((e.block, e.ref_count) for e in _of(events, tr.BlockShared)))
+    return Fork(
+        head.parent, head.child, tuple((e.block, e.ref_count) for e in _of(events, tr.BlockShared))
+    )
 
 
 def _finish(head, events) -> Story:
     released = _of(events, tr.BlockReleased)
-    return Finish(head.seq_id, tuple(e.block for e in released if e.ref_count == 0),
-                  tuple((e.block, e.ref_count) for e in released if e.ref_count > 0))
+    return Finish(
+        head.seq_id,
+        tuple(e.block for e in released if e.ref_count == 0),
+        tuple((e.block, e.ref_count) for e in released if e.ref_count > 0),
+    )
 
 
 def _decode(events) -> Story:
     cow = _of(events, tr.CopyOnWrite)
     copied = {c.dst for c in cow}
-    return DecodeStep(len(_of(events, tr.TokensAppended)), tuple((c.src, c.dst) for c in cow),
-                      tuple(b for b in _taken(events) if b not in copied))
+    return DecodeStep(
+        len(_of(events, tr.TokensAppended)),
+        tuple((c.src, c.dst) for c in cow),
+        tuple(b for b in _taken(events) if b not in copied),
+    )
 
 
 def _append(head, events) -> Story:
     cow = _of(events, tr.CopyOnWrite)
     copied, sources = {c.dst for c in cow}, {c.src for c in cow}
-    return Append(head.seq_id, head.first_position, tuple(head.slots),
-                  tuple((c.src, c.src_ref_count, c.seq_id, c.dst) for c in cow),
-                  tuple(b for b in _taken(events) if b not in copied),
-                  tuple(e.block for e in _of(events, tr.BlockReleased) if e.block not in sources))
+    return Append(
+        head.seq_id,
+        head.first_position,
+        tuple(head.slots),
+        tuple((c.src, c.src_ref_count, c.seq_id, c.dst) for c in cow),
+        tuple(b for b in _taken(events) if b not in copied),
+        tuple(e.block for e in _of(events, tr.BlockReleased) if e.block not in sources),
+    )
 
 
 # the step's first event -> its story (checked in order, before the decode rule)
-_BY_HEAD = ((tr.AllocationFailed, _refused), (tr.SequenceAdded, _arrival),
-            (tr.SequenceForked, _fork), (tr.SequenceFreed, _finish))
+_BY_HEAD = (
+    (tr.AllocationFailed, _refused),
+    (tr.SequenceAdded, _arrival),
+    (tr.SequenceForked, _fork),
+    (tr.SequenceFreed, _finish),
+)
 
 
 def tell(events) -> Story:

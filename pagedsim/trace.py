@@ -174,7 +174,7 @@ class Trace:
     def end_step(self, snapshot_fn) -> None:
         """Close the current step; keep `snapshot_fn(events of the step)` if snapshots are on."""
         if self.keep_snapshots:
-            self.snapshots.append(snapshot_fn(self.events[self._step_start:]))
+            self.snapshots.append(snapshot_fn(self.events[self._step_start :]))
         self._step_start = len(self.events)
 
 

@@ -33,8 +33,14 @@ class Usage:
         """The usage of a pool whose blocks the given tables hold."""
         tables = list(tables)
         stored = sum(block_fill(tables, pool.num_blocks, pool.block_size))
-        return cls(pool.num_blocks, pool.num_used, pool.num_free_blocks, stored,
-                   sum(t.num_tokens for t in tables), pool.num_used * pool.block_size - stored)
+        return cls(
+            pool.num_blocks,
+            pool.num_used,
+            pool.num_free_blocks,
+            stored,
+            sum(t.num_tokens for t in tables),
+            pool.num_used * pool.block_size - stored,
+        )
 
     @property
     def utilization(self) -> float:

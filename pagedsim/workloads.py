@@ -54,11 +54,16 @@ class Request:
     arrival_step: int = 0  # the scheduler step at which the request becomes waiting
 
     def __post_init__(self):
-        for name, low, high in (("prompt_len", 1, MAX_SEQ_LEN), ("output_len", 1, MAX_SEQ_LEN),
-                                ("n", 1, MAX_SAMPLES), ("beam_width", 1, MAX_SAMPLES),
-                                ("arrival_step", 0, MAX_ARRIVAL)):
-            object.__setattr__(self, name, count_arg(f"Request.{name}", getattr(self, name),
-                                                     low, high))
+        for name, low, high in (
+            ("prompt_len", 1, MAX_SEQ_LEN),
+            ("output_len", 1, MAX_SEQ_LEN),
+            ("n", 1, MAX_SAMPLES),
+            ("beam_width", 1, MAX_SAMPLES),
+            ("arrival_step", 0, MAX_ARRIVAL),
+        ):
+            object.__setattr__(
+                self, name, count_arg(f"Request.{name}", getattr(self, name), low, high)
+            )
         if self.n > 1 and self.beam_width > 1:
             raise ValueError("a request uses either parallel sampling (n) or beam search, not both")
 
@@ -86,8 +91,9 @@ def _phi(x: float) -> float:
 def _clipped_mean(mu: float, sigma: float, cap: float) -> float:
     """E[min(X, cap)] for X ~ LogNormal(mu, sigma)."""
     z = math.log(cap)
-    return (math.exp(mu + sigma * sigma / 2) * _phi((z - mu - sigma * sigma) / sigma)
-            + cap * (1.0 - _phi((z - mu) / sigma)))
+    return math.exp(mu + sigma * sigma / 2) * _phi((z - mu - sigma * sigma) / sigma) + cap * (
+        1.0 - _phi((z - mu) / sigma)
+    )
 
 
 def _solve_mu(mean: float, sigma: float, cap: float) -> float:
@@ -114,8 +120,9 @@ def lengths(name: str, num_requests: int, seed: int = 0) -> tuple[np.ndarray, np
     return out[0], out[1]
 
 
-def synthetic(name: str, num_requests: int, seed: int = 0, *, n: int = 1,
-              beam_width: int = 1) -> list[Request]:
+def synthetic(
+    name: str, num_requests: int, seed: int = 0, *, n: int = 1, beam_width: int = 1
+) -> list[Request]:
     """`num_requests` seeded requests with the dataset's length statistics, all arriving at
     step 0."""
     prompts, outputs = lengths(name, num_requests, seed)
@@ -137,8 +144,9 @@ def as_arrays(requests) -> dict[str, np.ndarray]:
     """Columns of a request list as int64 arrays (for the vectorised labs)."""
     requests = _requests(requests)
     fields = ("prompt_len", "output_len", "n", "beam_width", "arrival_step")
-    return {f: np.fromiter((getattr(r, f) for r in requests), np.int64, len(requests))
-            for f in fields}
+    return {
+        f: np.fromiter((getattr(r, f) for r in requests), np.int64, len(requests)) for f in fields
+    }
 
 
 COLUMNS = ("prompt_len", "output_len", "n", "beam_width", "arrival_step")
@@ -148,9 +156,11 @@ REQUIRED = COLUMNS[:2]
 def write_csv(requests, path) -> None:
     """Write a trace; optional columns are written only if some request uses them."""
     requests = _requests(requests)
-    cols = list(REQUIRED) + [c for c in COLUMNS[2:]
-                             if any(getattr(r, c) != Request.__dataclass_fields__[c].default
-                                    for r in requests)]
+    cols = list(REQUIRED) + [
+        c
+        for c in COLUMNS[2:]
+        if any(getattr(r, c) != Request.__dataclass_fields__[c].default for r in requests)
+    ]
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(cols)
@@ -179,8 +189,10 @@ def _read_rows(reader, path) -> list[Request]:
     missing = [c for c in REQUIRED if c not in header]
     unknown = [c for c in header if c not in COLUMNS]
     if missing or unknown or len(set(header)) != len(header):
-        raise ValueError(f"{path}: bad header {header}: needs {list(REQUIRED)}, may add "
-                         f"{list(COLUMNS[2:])}, each once")
+        raise ValueError(
+            f"{path}: bad header {header}: needs {list(REQUIRED)}, may add "
+            f"{list(COLUMNS[2:])}, each once"
+        )
     out = []
     for line, row in enumerate(reader, start=2):
         if not row or all(not cell.strip() for cell in row):
@@ -194,8 +206,9 @@ def _read_rows(reader, path) -> list[Request]:
             try:
                 values[col] = int(cell.strip())
             except ValueError:
-                raise ValueError(f"{path}:{line}: {col} must be an integer, "
-                                 f"got {cell[:20]!r}") from None
+                raise ValueError(
+                    f"{path}:{line}: {col} must be an integer, got {cell[:20]!r}"
+                ) from None
         try:
             out.append(Request(**values))
         except ValueError as e:
@@ -203,8 +216,9 @@ def _read_rows(reader, path) -> list[Request]:
     return out
 
 
-def prompt_tokens(requests, seed: int = 0, *, num_prefixes: int = 8, vocab: int = 32000,
-                  prefix_lens=(16, 512)) -> list[np.ndarray]:
+def prompt_tokens(
+    requests, seed: int = 0, *, num_prefixes: int = 8, vocab: int = 32000, prefix_lens=(16, 512)
+) -> list[np.ndarray]:
     """Token ids for each prompt, for prefix caching: shared system prompts, then unique text.
 
     There are `num_prefixes` shared prefixes, each of a seeded length in `prefix_lens`

@@ -46,6 +46,7 @@ def corpus(texts: Path) -> tuple[str, str]:
 
 def build_tokenizer(text: str, min_count: int):
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
     counts = Counter(text)
     chars = sorted(c for c, n in counts.items() if n >= min_count)
     vocab = {"<unk>": 0} | {c: i + 1 for i, c in enumerate(chars)}
@@ -65,24 +66,39 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--minutes", type=float, default=0,
-                   help="also stop after this much wall time (the schedule follows whichever "
-                        "of steps or time runs out first); 0 = steps only")
+    p.add_argument(
+        "--minutes",
+        type=float,
+        default=0,
+        help="also stop after this much wall time (the schedule follows whichever "
+        "of steps or time runs out first); 0 = steps only",
+    )
     a = p.parse_args()
 
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
+
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
     train_text, held_text = corpus(a.texts)
     tok = build_tokenizer(train_text, min_count=20)
     ids = torch.tensor(tok.encode(train_text).ids, dtype=torch.long)
     held = torch.tensor(tok.encode(held_text).ids, dtype=torch.long)
-    config = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=192,
-                         num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=1024, rms_norm_eps=1e-5, rope_theta=10000.0,
-                         tie_word_embeddings=True, bos_token_id=None, eos_token_id=None,
-                         pad_token_id=None)
+    config = LlamaConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=64,
+        intermediate_size=192,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
     model = LlamaForCausalLM(config)
     params = sum(t.numel() for t in model.parameters())
     print(f"{params:,} parameters, vocab {config.vocab_size}, {len(ids):,} training characters")
@@ -100,7 +116,7 @@ def main() -> None:
         for group in opt.param_groups:
             group["lr"] = lr
         at = torch.randint(0, len(ids) - a.context - 1, (a.batch,), generator=gen)
-        x = torch.stack([ids[i:i + a.context] for i in at.tolist()])
+        x = torch.stack([ids[i : i + a.context] for i in at.tolist()])
         loss = model(input_ids=x, labels=x).loss
         opt.zero_grad()
         loss.backward()
@@ -111,18 +127,28 @@ def main() -> None:
     wall = time.time() - start
     model.eval()
     with torch.no_grad():
-        windows = held[:len(held) // a.context * a.context].view(-1, a.context)
+        windows = held[: len(held) // a.context * a.context].view(-1, a.context)
         held_loss = model(input_ids=windows, labels=windows).loss.item()
     a.out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(a.out)  # config.json, generation_config.json, model.safetensors
     tok.save(str(a.out / "tokenizer.json"))
     (a.out / "heldout.txt").write_text(held_text, encoding="utf-8")
-    record = dict(parameters=params, vocab=config.vocab_size, steps=step, max_steps=a.steps,
-                  minutes=a.minutes, batch=a.batch,
-                  context=a.context, lr=a.lr, seed=a.seed, threads=a.threads,
-                  wall_seconds=round(wall), heldout_loss_nats_per_char=round(held_loss, 4),
-                  uniform_loss=round(math.log(config.vocab_size), 4),
-                  torch=torch.__version__)
+    record = dict(
+        parameters=params,
+        vocab=config.vocab_size,
+        steps=step,
+        max_steps=a.steps,
+        minutes=a.minutes,
+        batch=a.batch,
+        context=a.context,
+        lr=a.lr,
+        seed=a.seed,
+        threads=a.threads,
+        wall_seconds=round(wall),
+        heldout_loss_nats_per_char=round(held_loss, 4),
+        uniform_loss=round(math.log(config.vocab_size), 4),
+        torch=torch.__version__,
+    )
     (a.out / "training.json").write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps(record))
 

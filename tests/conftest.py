@@ -11,7 +11,10 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 settings.register_profile(
-    "ci", derandomize=True, deadline=None, print_blob=True,
+    "ci",
+    derandomize=True,
+    deadline=None,
+    print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile("dev", deadline=None, suppress_health_check=[HealthCheck.too_slow])

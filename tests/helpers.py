@@ -20,8 +20,14 @@ import numpy as np
 
 def pool_state(pool) -> tuple:
     """Free list (head first), counts, free and shared totals, and the list's prev/next links."""
-    return (pool.free_list(), pool.ref_counts(), pool.num_free_blocks, pool.num_shared,
-            list(pool._prev), list(pool._next))
+    return (
+        pool.free_list(),
+        pool.ref_counts(),
+        pool.num_free_blocks,
+        pool.num_shared,
+        list(pool._prev),
+        list(pool._next),
+    )
 
 
 class ManagerState(NamedTuple):
@@ -39,19 +45,35 @@ class ManagerState(NamedTuple):
 
     def without_history(self) -> tuple:
         """Everything but the step counter and the trace lengths."""
-        return (self.free_list, self.ref_counts, self.sequences, self.pending_copies, self.pool,
-                self.window, self.dropped, self.block_fill)
+        return (
+            self.free_list,
+            self.ref_counts,
+            self.sequences,
+            self.pending_copies,
+            self.pool,
+            self.window,
+            self.dropped,
+            self.block_fill,
+        )
 
 
 def manager_state(m) -> ManagerState:
     """Everything a caller can observe, the step counter and the trace included."""
     snap = m.snapshot()
     tracing = m.trace is not None
-    return ManagerState(snap.free_list, snap.ref_counts, snap.sequences, snap.pending_copies,
-                        m.step, len(m.trace.events) if tracing else None,
-                        len(m.trace.snapshots) if tracing else None, pool_state(m.pool),
-                        dict(getattr(m, "_next_drop", {})), getattr(m, "dropped_blocks", None),
-                        snap.block_fill)
+    return ManagerState(
+        snap.free_list,
+        snap.ref_counts,
+        snap.sequences,
+        snap.pending_copies,
+        m.step,
+        len(m.trace.events) if tracing else None,
+        len(m.trace.snapshots) if tracing else None,
+        pool_state(m.pool),
+        dict(getattr(m, "_next_drop", {})),
+        getattr(m, "dropped_blocks", None),
+        snap.block_fill,
+    )
 
 
 def random_cache(rng, num_blocks, num_kv_heads, block_size, head_dim, dtype=np.float32):

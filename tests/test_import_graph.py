@@ -16,7 +16,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("pagedsim", "course", "cuda_kernels")
 
 
-
 def project_modules() -> dict[str, pathlib.Path]:
     """Dotted module name -> its file, for every .py file under the project's packages."""
     modules = {}
@@ -31,7 +30,8 @@ def project_modules() -> dict[str, pathlib.Path]:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _import_nodes(node: ast.AST):
@@ -65,8 +65,10 @@ def imports_of(name: str, path: pathlib.Path, modules: dict) -> set[str]:
                 stem = ".".join(base + ([node.module] if node.module else []))
             else:
                 stem = node.module or ""
-            targets = [f"{stem}.{alias.name}" if f"{stem}.{alias.name}" in modules else stem
-                       for alias in node.names]
+            targets = [
+                f"{stem}.{alias.name}" if f"{stem}.{alias.name}" in modules else stem
+                for alias in node.names
+            ]
         for target in targets:
             while target and target not in modules:  # `import a.b.c` of a name inside a.b
                 target = target.rpartition(".")[0]
@@ -143,14 +145,20 @@ def test_no_module_imports_its_way_back_to_itself():
 
 
 def test_lazy_imports_count_and_type_checking_ones_do_not(tmp_path):
-    modules = {"p": tmp_path / "p/__init__.py", "p.a": tmp_path / "p/a.py",
-               "p.b": tmp_path / "p/b.py", "p.c": tmp_path / "p/c.py"}
+    modules = {
+        "p": tmp_path / "p/__init__.py",
+        "p.a": tmp_path / "p/a.py",
+        "p.b": tmp_path / "p/b.py",
+        "p.c": tmp_path / "p/c.py",
+    }
     for path in modules.values():
         path.parent.mkdir(exist_ok=True)
     modules["p.a"].write_text("from . import b\n")
     modules["p.b"].write_text("def f():\n    from .a import x\n")
-    modules["p.c"].write_text("from typing import TYPE_CHECKING\n"
-                              "if TYPE_CHECKING:\n    from p.a import y\nelse:\n    import p.b\n")
+    modules["p.c"].write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from p.a import y\nelse:\n    import p.b\n"
+    )
     modules["p"].write_text("")
     graph = {name: imports_of(name, path, modules) for name, path in modules.items()}
     assert graph == {"p": set(), "p.a": {"p.b"}, "p.b": {"p.a"}, "p.c": {"p.b"}}

@@ -27,18 +27,36 @@ PATH = re.compile(r"(?<![\w/.*{<-])((?:[\w.-]+/)*[\w-]+\.py)\b(?![\w/])")
 FOLDER = re.compile(r"`((?:[\w.-]+/)+)`")
 
 OTHER_PROJECTS = {  # files of vLLM, transformers and SGLang that the prose cites
-    "vllm/v1/core/kv_cache_utils.py", "vllm/worker/cache_engine.py", "vllm/beam_search.py",
-    "vllm/distributed/kv_events.py", "core/sched/request_queue.py", "core/sched/scheduler.py",
-    "kv_cache_manager.py", "kv_cache_coordinator.py", "single_type_kv_cache_manager.py",
-    "gpu_model_runner.py", "block_pool.py", "modeling_llama.py", "modeling_qwen2.py",
-    "python/sglang/srt/mem_cache/allocator.py", "modeling_rope_utils.py",
+    "vllm/v1/core/kv_cache_utils.py",
+    "vllm/worker/cache_engine.py",
+    "vllm/beam_search.py",
+    "vllm/distributed/kv_events.py",
+    "core/sched/request_queue.py",
+    "core/sched/scheduler.py",
+    "kv_cache_manager.py",
+    "kv_cache_coordinator.py",
+    "single_type_kv_cache_manager.py",
+    "gpu_model_runner.py",
+    "block_pool.py",
+    "modeling_llama.py",
+    "modeling_qwen2.py",
+    "python/sglang/srt/mem_cache/allocator.py",
+    "modeling_rope_utils.py",
     "vllm/v1/core/block_pool.py",
 }
 USER_FILES = {  # examples of a user's or a student's own files
-    "my_file.py", "my_engine/blocks.py", "my_manager.py", "my_attn.py",
-    "ex3_4a_free_list.py", "./ex3_4a_free_list.py", "./pagedsim-work/ex3_4a_free_list.py",
-    "PAGEDSIM_WORKSPACE/ex3_4a_free_list.py", "alice/ex3_4a_free_list.py",
-    "alice/ex3_4b_copy_on_write.py", "bob/ex3_4a_free_list.py", "bob/hw3/ex3_4a_free_list.py",
+    "my_file.py",
+    "my_engine/blocks.py",
+    "my_manager.py",
+    "my_attn.py",
+    "ex3_4a_free_list.py",
+    "./ex3_4a_free_list.py",
+    "./pagedsim-work/ex3_4a_free_list.py",
+    "PAGEDSIM_WORKSPACE/ex3_4a_free_list.py",
+    "alice/ex3_4a_free_list.py",
+    "alice/ex3_4b_copy_on_write.py",
+    "bob/ex3_4a_free_list.py",
+    "bob/hw3/ex3_4a_free_list.py",
 }
 TESTS = {p.name for p in (ROOT / "tests").rglob("test_*.py")}
 
@@ -80,8 +98,11 @@ def missing_in_modules() -> list[tuple[str, int, str]]:
 def missing_in_readme(text: str) -> list[tuple[int, str]]:
     out = []
     for number, line in enumerate(text.splitlines(), 1):
-        folders = [ROOT, *(ROOT / f for f in TOP_FOLDERS),
-                   *(ROOT / f for f in FOLDER.findall(line))]
+        folders = [
+            ROOT,
+            *(ROOT / f for f in TOP_FOLDERS),
+            *(ROOT / f for f in FOLDER.findall(line)),
+        ]
         out += [(number, name) for name in PATH.findall(line) if not found(name, folders)]
     return out
 

@@ -114,8 +114,13 @@ class _Atomic:
         return self._rmw("min", ary, idx, lambda old: min(old, val))
 
     def cas(self, ary, idx, expected, val):
-        return self._rmw("cas", ary, idx, lambda old: val if old == expected else old,
-                         f" expecting {_plain(expected)}, new {_plain(val)}")
+        return self._rmw(
+            "cas",
+            ary,
+            idx,
+            lambda old: val if old == expected else old,
+            f" expecting {_plain(expected)}, new {_plain(val)}",
+        )
 
     def compare_and_swap(self, ary, expected, val):
         return self.cas(ary, 0, expected, val)
@@ -180,8 +185,13 @@ class Stepper:
             return kernel._pagedsim_stepper_run(self, num_threads, arrays, names)
         fn = getattr(kernel, "py_func", None) or getattr(kernel, "fn", None) or kernel
         fake = _FakeCuda(self, num_threads)
-        func = types.FunctionType(fn.__code__, {**fn.__globals__, "cuda": fake}, fn.__name__,
-                                  fn.__defaults__, fn.__closure__)
+        func = types.FunctionType(
+            fn.__code__,
+            {**fn.__globals__, "cuda": fake},
+            fn.__name__,
+            fn.__defaults__,
+            fn.__closure__,
+        )
         names = names or [f"arg{i}" for i in range(len(arrays))]
         wrapped = [StepArray(self, a, n) for a, n in zip(arrays, names, strict=False)]
         self._back = threading.Semaphore(0)

@@ -24,8 +24,11 @@ PTX_KERNELS = [
     ("free_blocks", kernels.free_blocks, f"void(int32[::1], {_POOL}, int32[::1])"),
     ("block_scan", prefix.block_scan, "void(int32[::1], int32[::1], int32[::1])"),
     ("add_block_offsets", prefix.add_block_offsets, "void(int32[::1], int32[::1])"),
-    ("take_slices", prefix.take_slices,
-     "void(int32[::1], int32[::1], int64, int32[::1], int32[::1], int32[:, ::1], int32[::1])"),
+    (
+        "take_slices",
+        prefix.take_slices,
+        "void(int32[::1], int32[::1], int64, int32[::1], int32[::1], int32[:, ::1], int32[::1])",
+    ),
 ]
 
 __all__ = ["DevicePool", "METHODS", "PTX_KERNELS", "kernels", "prefix"]

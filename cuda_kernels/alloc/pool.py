@@ -87,18 +87,25 @@ class DevicePool:
         granted = np.zeros(n, dtype=np.int32)
         if n == 0:
             return table[:, :width], granted.astype(bool)
-        d_counts, d_table, d_granted = (cuda.to_device(c), cuda.to_device(table),
-                                        cuda.to_device(granted))
+        d_counts, d_table, d_granted = (
+            cuda.to_device(c),
+            cuda.to_device(table),
+            cuda.to_device(granted),
+        )
         args = (self.free_ids, self.top, self.ref, d_table, d_granted)
         if method == "prefix_sum":
             d_offsets = P.exclusive_scan(d_counts)
             base = free - total
-            P.take_slices_kernel[_grid(n), THREADS](d_counts, d_offsets, base, self.free_ids,
-                                                    self.ref, d_table, d_granted)
+            P.take_slices_kernel[_grid(n), THREADS](
+                d_counts, d_offsets, base, self.free_ids, self.ref, d_table, d_granted
+            )
             self.top.copy_to_device(np.array([base], dtype=np.int32))
         else:
-            kernel = {"cas": K.alloc_cas_kernel, "atomic_add": K.alloc_atomic_add_kernel,
-                      "racy": K.alloc_racy_kernel}[method]
+            kernel = {
+                "cas": K.alloc_cas_kernel,
+                "atomic_add": K.alloc_atomic_add_kernel,
+                "racy": K.alloc_racy_kernel,
+            }[method]
             kernel[_grid(n), THREADS](d_counts, *args)
         return d_table.copy_to_host()[:, :width], d_granted.copy_to_host().astype(bool)
 
@@ -120,13 +127,15 @@ class DevicePool:
         drops = np.bincount(b, minlength=self.num_blocks)
         if (drops > ref).any():
             bad = np.flatnonzero(drops > ref)
-            raise ValueError(f"blocks frees block id(s) {bad.tolist()} more often than they are "
-                             "owned")
+            raise ValueError(
+                f"blocks frees block id(s) {bad.tolist()} more often than they are owned"
+            )
         released = np.zeros(b.size, dtype=np.int32)
         if b.size:
             d_released = cuda.to_device(released)
-            K.free_kernel[_grid(b.size), THREADS](cuda.to_device(b), self.free_ids, self.top,
-                                                  self.ref, d_released)
+            K.free_kernel[_grid(b.size), THREADS](
+                cuda.to_device(b), self.free_ids, self.top, self.ref, d_released
+            )
             released = d_released.copy_to_host()
         return released.astype(bool)
 
@@ -134,9 +143,11 @@ class DevicePool:
         """Free ids are distinct and have count 0; every block is either free or owned."""
         free, ref = self.free_list(), self.ref_counts()
         assert len(set(free.tolist())) == free.size, (
-            f"an id is on the free stack twice: {sorted(free)}")
+            f"an id is on the free stack twice: {sorted(free)}"
+        )
         assert (ref[free] == 0).all(), "a block on the free stack has owners"
         assert (ref >= 0).all(), "a negative ref count"
         owned = int((ref > 0).sum())
         assert owned + free.size == self.num_blocks, (
-            f"{self.num_blocks - owned - free.size} block(s) lost")
+            f"{self.num_blocks - owned - free.size} block(s) lost"
+        )

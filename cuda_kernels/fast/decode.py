@@ -88,9 +88,17 @@ LOG2E = 1.4426950408889634  # scores are kept in log2 units: exp(x) = 2^(x log2 
 SLACK = float32(8.0)  # lazy rescaling: the running max moves only when exceeded by > 2^8
 
 
-def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_size: int,
-                       warps: int = 4, tokens_per_row=None, paged: bool = True,
-                       staged: bool | None = None):
+def make_decode_kernel(
+    loaders,
+    head_dim: int,
+    group_size: int,
+    dtype,
+    block_size: int,
+    warps: int = 4,
+    tokens_per_row=None,
+    paged: bool = True,
+    staged: bool | None = None,
+):
     """Build a decode kernel for one layout (`layout.Loaders`) and one storage dtype.
 
     Loader contracts (`@cuda.jit(device=True)` functions):
@@ -123,8 +131,9 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
     VECTOR = bool(loaders.vector)
     g = geometry(head_dim, group_size, dtype, warps, staged=VECTOR and staged is not False)
     D, G, B = int(head_dim), int(group_size), int(block_size)
-    VEC, NVEC, LPR, VPL, RPW, NW, R = (g[k] for k in ("vec", "nvec", "lpr", "vpl", "rpw",
-                                                        "warps", "rows"))
+    VEC, NVEC, LPR, VPL, RPW, NW, R = (
+        g[k] for k in ("vec", "nvec", "lpr", "vpl", "rpw", "warps", "rows")
+    )
     HPC, CHUNKS, TPR = g["hpc"], g["chunks"], int(tokens_per_row or g["tpr"])
     NT = NW * 32
     FP16 = np.dtype(dtype).itemsize == 2
@@ -132,8 +141,10 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
         raise ValueError(f"vector loaders need head_dim % {VEC} == 0, got {D}")
     STAGED = g["staged"] and ring_bytes(NW, TPR, VPL) <= RING_BUDGET
     if staged and not STAGED:
-        raise ValueError("staged=True needs vector loaders and a cp.async ring within "
-                         f"{RING_BUDGET} bytes, got {ring_bytes(NW, TPR, VPL)} bytes")
+        raise ValueError(
+            "staged=True needs vector loaders and a cp.async ring within "
+            f"{RING_BUDGET} bytes, got {ring_bytes(NW, TPR, VPL)} bytes"
+        )
     KIND = "staged" if STAGED else "vector" if VECTOR else "scalar"
     RAW_N = 4 if VECTOR else VEC  # words (u32) or floats per vector before unpacking
     RAW_T = uint32 if VECTOR else float32
@@ -152,23 +163,41 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
     BUF = 1 if STAGED else TPR * VPL * RAW_N
     RING_W = max(STAGES * STAGE_W, R * HPC * DV)  # the stages, then the merge's accumulators
 
-    fetch_k, fetch_v = (fetcher(fn, KIND, VPL, LPR, VEC, NVEC, D, STRIDE)
-                        for fn in (load_k, load_v))
+    fetch_k, fetch_v = (
+        fetcher(fn, KIND, VPL, LPR, VEC, NVEC, D, STRIDE) for fn in (load_k, load_v)
+    )
     to_float = unpacker(KIND, VPL, VEC, FP16, STRIDE)
 
     locate = make_locate(B, paged)
 
     @cuda.jit(device=True)
-    def issue(k_src, v_src, seq, kv_head, col, row, blk, off, ok, k_buf, v_buf, ring, at,
-              ahead, hi, kept, start, block_tables):
+    def issue(
+        k_src,
+        v_src,
+        seq,
+        kv_head,
+        col,
+        row,
+        blk,
+        off,
+        ok,
+        k_buf,
+        v_buf,
+        ring,
+        at,
+        ahead,
+        hi,
+        kept,
+        start,
+        block_tables,
+    ):
         """Loads (or cp.async copies, one group) for the next step into (k_buf, v_buf) or
         the ring stage at `at`, from the table entries read one step earlier; then read
         the table entries of the step after (index `ahead`)."""
         for t in range(TPR):
             k_at = at + t * VPL * STRIDE
             fetch_k(k_src, seq, blk[t], kv_head, off[t], ok[t] != 0, col, k_buf, ring, k_at)
-            fetch_v(v_src, seq, blk[t], kv_head, off[t], ok[t] != 0, col, v_buf, ring,
-                    k_at + V_AT)
+            fetch_v(v_src, seq, blk[t], kv_head, off[t], ok[t] != 0, col, v_buf, ring, k_at + V_AT)
             blk[t], off[t], ok[t] = locate(ahead + t * R + row, hi, kept, start, seq, block_tables)
         if STAGED:
             cp_async_commit()
@@ -258,8 +287,20 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
                     acc[h * SLOT + i] += p * kv[i]
 
     @cuda.jit
-    def paged_decode(k_src, v_src, query, block_tables, context_lens, scale, sinks, window,
-                     partition_size, out, max_logits, exp_sums):
+    def paged_decode(
+        k_src,
+        v_src,
+        query,
+        block_tables,
+        context_lens,
+        scale,
+        sinks,
+        window,
+        partition_size,
+        out,
+        max_logits,
+        exp_sums,
+    ):
         kv_head = cuda.blockIdx.x // CHUNKS
         head0 = kv_head * G + (cuda.blockIdx.x - kv_head * CHUNKS) * HPC
         heads = min(HPC, kv_head * G + G - head0)  # heads of this CTA (the last chunk may be short)
@@ -320,10 +361,10 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
         for t in range(TPR):
             b0, o0, v0 = locate(lo + t * R + row, hi, kept, start, seq, block_tables)
             fetch_k(k_src, seq, b0, kv_head, o0, v0, col, k_a, ring, at_a + t * VPL * STRIDE)
-            fetch_v(v_src, seq, b0, kv_head, o0, v0, col, v_a, ring,
-                    at_a + V_AT + t * VPL * STRIDE)
-            blk[t], off[t], ok[t] = locate(lo + per_step + t * R + row, hi, kept, start, seq,
-                                           block_tables)
+            fetch_v(v_src, seq, b0, kv_head, o0, v0, col, v_a, ring, at_a + V_AT + t * VPL * STRIDE)
+            blk[t], off[t], ok[t] = locate(
+                lo + per_step + t * R + row, hi, kept, start, seq, block_tables
+            )
         if STAGED:
             cp_async_commit()
         step = int32(0)
@@ -331,22 +372,56 @@ def make_decode_kernel(loaders, head_dim: int, group_size: int, dtype, block_siz
             while step < steps:  # the hot loop; ping-pong: A and B swap roles, no copies
                 base = int32(lo + step * per_step)
                 if step % 2 == 0:
-                    issue(k_src, v_src, seq, kv_head, col, row, blk, off, ok, k_b, v_b, ring,
-                          at_b, base + 2 * per_step, hi, kept, start, block_tables)
+                    issue(
+                        k_src,
+                        v_src,
+                        seq,
+                        kv_head,
+                        col,
+                        row,
+                        blk,
+                        off,
+                        ok,
+                        k_b,
+                        v_b,
+                        ring,
+                        at_b,
+                        base + 2 * per_step,
+                        hi,
+                        kept,
+                        start,
+                        block_tables,
+                    )
                     if STAGED:
                         cp_async_wait(1)  # this lane's copies of step s have landed
-                    if score(k_a, ring, at_a, q, dots, own_p, kv, m_own, lane, base, lim, row,
-                             hi):
+                    if score(k_a, ring, at_a, q, dots, own_p, kv, m_own, lane, base, lim, row, hi):
                         break  # warp-uniform: the whole warp leaves to move the max
                     settle(own_p, s, lsum, lane)
                     accumulate(v_a, ring, at_a, s, acc, kv)
                 else:
-                    issue(k_src, v_src, seq, kv_head, col, row, blk, off, ok, k_a, v_a, ring,
-                          at_a, base + 2 * per_step, hi, kept, start, block_tables)
+                    issue(
+                        k_src,
+                        v_src,
+                        seq,
+                        kv_head,
+                        col,
+                        row,
+                        blk,
+                        off,
+                        ok,
+                        k_a,
+                        v_a,
+                        ring,
+                        at_a,
+                        base + 2 * per_step,
+                        hi,
+                        kept,
+                        start,
+                        block_tables,
+                    )
                     if STAGED:
                         cp_async_wait(1)
-                    if score(k_b, ring, at_b, q, dots, own_p, kv, m_own, lane, base, lim, row,
-                             hi):
+                    if score(k_b, ring, at_b, q, dots, own_p, kv, m_own, lane, base, lim, row, hi):
                         break
                     settle(own_p, s, lsum, lane)
                     accumulate(v_b, ring, at_b, s, acc, kv)

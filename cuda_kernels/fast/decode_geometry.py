@@ -46,8 +46,9 @@ def geometry(head_dim: int, group_size: int, dtype, warps: int = 4, staged: bool
         lpr *= 2
     vpl = -(-nvec // lpr)  # vectors per lane
     rows = warps * (32 // lpr)
-    max_heads = max(1, min(ACC_BUDGET // (vpl * vec),
-                           SHARED_BUDGET // (4 * rows * (nvec * vec + 3))))
+    max_heads = max(
+        1, min(ACC_BUDGET // (vpl * vec), SHARED_BUDGET // (4 * rows * (nvec * vec + 3)))
+    )
     chunks = -(-group_size // max_heads)
     hpc = -(-group_size // chunks)  # heads per CTA, balanced over the chunks
     whole = staged and nvec * vec == head_dim
@@ -55,6 +56,18 @@ def geometry(head_dim: int, group_size: int, dtype, warps: int = 4, staged: bool
     ring = ring_bytes(warps, tpr, vpl) if tpr else 0
     tpr = tpr or (1 if vpl > 1 else 2)  # tokens per row per step
     merge = 4 * rows * hpc * nvec * vec  # the rows' accumulators, aliased onto the ring
-    return dict(vec=vec, nvec=nvec, lpr=lpr, vpl=vpl, rpw=32 // lpr, warps=warps,
-                rows=rows, hpc=hpc, chunks=chunks, tpr=tpr, staged=ring > 0, ring_bytes=ring,
-                shared=max(ring, merge) + 4 * hpc * (2 * rows + 1))
+    return dict(
+        vec=vec,
+        nvec=nvec,
+        lpr=lpr,
+        vpl=vpl,
+        rpw=32 // lpr,
+        warps=warps,
+        rows=rows,
+        hpc=hpc,
+        chunks=chunks,
+        tpr=tpr,
+        staged=ring > 0,
+        ring_bytes=ring,
+        shared=max(ring, merge) + 4 * hpc * (2 * rows + 1),
+    )

@@ -66,6 +66,7 @@ def fetcher(row_fn, kind, VPL, LPR, VEC, NVEC, D, stride):
                 nbytes = 16 if valid and inside else 0
                 cp_async16(ring, at + jv * stride, src, start + (c * VEC if inside else 0), nbytes)
     elif kind == "vector":
+
         @cuda.jit(device=True)
         def fetch(src, seq, block, kv_head, offset, valid, col, buf, ring, at):
             start = row_fn(src, seq, block, kv_head, offset)  # unconditional: invariants hoist
@@ -79,6 +80,7 @@ def fetcher(row_fn, kind, VPL, LPR, VEC, NVEC, D, stride):
                     for w in range(4):
                         buf[at + jv * stride + w] = 0
     else:
+
         @cuda.jit(device=True)
         def fetch(src, seq, block, kv_head, offset, valid, col, buf, ring, at):
             for jv in range(VPL):
@@ -88,6 +90,7 @@ def fetcher(row_fn, kind, VPL, LPR, VEC, NVEC, D, stride):
                     if valid and d < D:
                         value = row_fn(src, block, kv_head, offset, d)
                     buf[at + jv * stride + e] = value
+
     return fetch
 
 
@@ -96,6 +99,7 @@ def unpacker(kind, VPL, VEC, FP16, stride):
     lane's raw vectors (staged: four consecutive u32 of the 16-byte aligned ring, which
     LLVM merges into one ld.shared.v4, LDS.128)."""
     if kind == "staged":
+
         @cuda.jit(device=True)
         def to_float(buf, ring, at, dst):
             for jv in range(VPL):
@@ -109,14 +113,17 @@ def unpacker(kind, VPL, VEC, FP16, stride):
                     else:
                         dst[jv * VEC + w] = bits_to_float(word)
     elif kind == "vector":
+
         @cuda.jit(device=True)
         def to_float(buf, ring, at, dst):
             for jv in range(VPL):
                 i = at + jv * stride
-                unpack16(buf[i: i + 4], dst[jv * VEC: jv * VEC + VEC], FP16)
+                unpack16(buf[i : i + 4], dst[jv * VEC : jv * VEC + VEC], FP16)
     else:
+
         @cuda.jit(device=True)
         def to_float(buf, ring, at, dst):
             for i in range(VPL * VEC):
                 dst[i] = buf[at + i]
+
     return to_float

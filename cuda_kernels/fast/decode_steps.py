@@ -43,6 +43,7 @@ from ..primitives import (  # noqa: F401  (the reduce-scatter pieces: shared pri
 def _any_sync(mask, predicate):
     """Simulator stand-in for CUDA's __any_sync: 1 if any lane of `mask` votes non-zero."""
     from ..sim.simulator import _exchange
+
     votes = _exchange(int(mask) & 0xFFFFFFFF, bool(predicate), "vote")
     return int(any(bool(v) for v in votes.values()))
 
@@ -50,12 +51,14 @@ def _any_sync(mask, predicate):
 def _syncwarp(mask=FULL_MASK):
     """Simulator stand-in for __syncwarp: the lanes of `mask` wait for one another."""
     from ..sim.simulator import _exchange
+
     _exchange(int(mask) & 0xFFFFFFFF, None, "syncwarp")
 
 
 def install_votes() -> None:
     """Give the simulator's in-kernel `cuda` module `any_sync` and `syncwarp` (idempotent)."""
     from numba.cuda.simulator.kernelapi import FakeCUDAModule
+
     if not hasattr(FakeCUDAModule, "any_sync"):
         FakeCUDAModule.any_sync = staticmethod(_any_sync)
     if not hasattr(FakeCUDAModule, "syncwarp"):

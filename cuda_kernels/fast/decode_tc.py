@@ -84,8 +84,14 @@ def tc_geometry(head_dim: int, group_size: int, warps: int | None = None) -> dic
     return dict(hpc=hpc, chunks=chunks, warps=nw, shared=shared(nw), stride=stride)
 
 
-def make_tc_decode_kernel(loaders, head_dim: int, group_size: int, block_size: int,
-                          warps: int | None = None, paged: bool = True):
+def make_tc_decode_kernel(
+    loaders,
+    head_dim: int,
+    group_size: int,
+    block_size: int,
+    warps: int | None = None,
+    paged: bool = True,
+):
     """Build the tensor-core decode kernel; launch contract of `make_decode_kernel`
     (same arguments, grid (num_kv_heads * chunks, num_seqs, num_partitions)) with
     `tc_geometry(...)["warps"] * 32` threads. Needs vector loaders and float16 K/V."""
@@ -115,8 +121,22 @@ def make_tc_decode_kernel(loaders, head_dim: int, group_size: int, block_size: i
     locate = make_locate(B, paged)
 
     @cuda.jit(device=True)
-    def copy_slab(k_src, v_src, k_sh, v_sh, warp, stage, first, lane, hi, kept, start, seq,
-                  kv_head, block_tables):
+    def copy_slab(
+        k_src,
+        v_src,
+        k_sh,
+        v_sh,
+        warp,
+        stage,
+        first,
+        lane,
+        hi,
+        kept,
+        start,
+        seq,
+        kv_head,
+        block_tables,
+    ):
         """cp.async this warp's slab [first, first + 16) into `stage`, then commit."""
         token = lane >> 1
         block, off, valid = locate(first + token, hi, kept, start, seq, block_tables)
@@ -140,10 +160,30 @@ def make_tc_decode_kernel(loaders, head_dim: int, group_size: int, block_size: i
         token = 8 * (mi >> 1) + (lane & 7)  # ldmatrix row address: matrices (half, chunk)
         for kk in range(KD):
             b0, b1, b2, b3 = ldmatrix_x4(k_sh, slot(warp, stage, token, 2 * kk + (mi & 1)))
-            s[0], s[1], s[2], s[3] = mma_f16(qa[4 * kk], qa[4 * kk + 1], qa[4 * kk + 2],
-                                             qa[4 * kk + 3], b0, b1, s[0], s[1], s[2], s[3])
-            s[4], s[5], s[6], s[7] = mma_f16(qa[4 * kk], qa[4 * kk + 1], qa[4 * kk + 2],
-                                             qa[4 * kk + 3], b2, b3, s[4], s[5], s[6], s[7])
+            s[0], s[1], s[2], s[3] = mma_f16(
+                qa[4 * kk],
+                qa[4 * kk + 1],
+                qa[4 * kk + 2],
+                qa[4 * kk + 3],
+                b0,
+                b1,
+                s[0],
+                s[1],
+                s[2],
+                s[3],
+            )
+            s[4], s[5], s[6], s[7] = mma_f16(
+                qa[4 * kk],
+                qa[4 * kk + 1],
+                qa[4 * kk + 2],
+                qa[4 * kk + 3],
+                b2,
+                b3,
+                s[4],
+                s[5],
+                s[6],
+                s[7],
+            )
         t = lane & 3
         grow = False
         for i in range(8):  # element i: row g (+8 when i & 2), token 8 (i >> 2) + 2t + (i & 1)
@@ -184,17 +224,30 @@ def make_tc_decode_kernel(loaders, head_dim: int, group_size: int, block_size: i
         mi = lane >> 3
         token = 8 * (mi & 1) + (lane & 7)  # matrices (tokens 0-7 | 8-15) x (chunk, chunk + 1)
         for nd2 in range(ND // 2):
-            b0, b1, b2, b3 = ldmatrix_x4_trans(v_sh, slot(warp, stage, token,
-                                                          2 * nd2 + (mi >> 1)))
+            b0, b1, b2, b3 = ldmatrix_x4_trans(v_sh, slot(warp, stage, token, 2 * nd2 + (mi >> 1)))
             x = 8 * nd2
-            o[x], o[x + 1], o[x + 2], o[x + 3] = mma_f16(a0, a1, a2, a3, b0, b1, o[x], o[x + 1],
-                                                         o[x + 2], o[x + 3])
-            o[x + 4], o[x + 5], o[x + 6], o[x + 7] = mma_f16(a0, a1, a2, a3, b2, b3, o[x + 4],
-                                                             o[x + 5], o[x + 6], o[x + 7])
+            o[x], o[x + 1], o[x + 2], o[x + 3] = mma_f16(
+                a0, a1, a2, a3, b0, b1, o[x], o[x + 1], o[x + 2], o[x + 3]
+            )
+            o[x + 4], o[x + 5], o[x + 6], o[x + 7] = mma_f16(
+                a0, a1, a2, a3, b2, b3, o[x + 4], o[x + 5], o[x + 6], o[x + 7]
+            )
 
     @cuda.jit
-    def paged_decode_tc(k_src, v_src, query, block_tables, context_lens, scale, sinks, window,
-                        partition_size, out, max_logits, exp_sums):
+    def paged_decode_tc(
+        k_src,
+        v_src,
+        query,
+        block_tables,
+        context_lens,
+        scale,
+        sinks,
+        window,
+        partition_size,
+        out,
+        max_logits,
+        exp_sums,
+    ):
         kv_head = cuda.blockIdx.x // CHUNKS
         head0 = kv_head * G + (cuda.blockIdx.x - kv_head * CHUNKS) * HPC
         heads = min(HPC, kv_head * G + G - head0)
@@ -242,16 +295,44 @@ def make_tc_decode_kernel(loaders, head_dim: int, group_size: int, block_size: i
         steps = int32((max(hi - lo_j, 0) + per_step - 1) // per_step)  # the same in every warp
         mine = int32(lo_j + warp * TOK)  # this warp's first slab
 
-        copy_slab(k_src, v_src, k_sh, v_sh, warp, 0, mine, lane, hi, kept, start, seq, kv_head,
-                  block_tables)
+        copy_slab(
+            k_src,
+            v_src,
+            k_sh,
+            v_sh,
+            warp,
+            0,
+            mine,
+            lane,
+            hi,
+            kept,
+            start,
+            seq,
+            kv_head,
+            block_tables,
+        )
         step = int32(0)
         while step < steps:
             while step < steps:  # the hot loop
                 stage = step & 1
                 first = int32(mine + step * per_step)
                 cuda.syncwarp(FULL_MASK)  # every lane is done reading the other stage
-                copy_slab(k_src, v_src, k_sh, v_sh, warp, stage ^ 1, first + per_step, lane, hi,
-                          kept, start, seq, kv_head, block_tables)
+                copy_slab(
+                    k_src,
+                    v_src,
+                    k_sh,
+                    v_sh,
+                    warp,
+                    stage ^ 1,
+                    first + per_step,
+                    lane,
+                    hi,
+                    kept,
+                    start,
+                    seq,
+                    kv_head,
+                    block_tables,
+                )
                 cp_async_wait(1)  # this lane's copies of the slab have landed ...
                 cuda.syncwarp(FULL_MASK)  # ... and so have every other lane's
                 if scores(k_sh, qa, s, m, warp, stage, lane, first, hi):

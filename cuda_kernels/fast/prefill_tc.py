@@ -85,8 +85,15 @@ def launch_config(head_dim: int) -> tuple[int, int, int, int]:
     return 4, tile, q_regs, 1
 
 
-def make_prefill_tc_kernel(head_dim: int, group_size: int, warps: int, tile: int,
-                           block_size: int, q_regs: int | None = None, o_split: int = 1):
+def make_prefill_tc_kernel(
+    head_dim: int,
+    group_size: int,
+    warps: int,
+    tile: int,
+    block_size: int,
+    q_regs: int | None = None,
+    o_split: int = 1,
+):
     """Build the kernel; D, G, NW (warps), T (KV tile, a multiple of 16), the cache's block
     size B, q_regs (Q's k-steps kept in registers, default all) and o_split (1, or 2: two
     warps per row block, each with half of O) are constants (`TileShape`; B is a template
@@ -98,8 +105,15 @@ def make_prefill_tc_kernel(head_dim: int, group_size: int, warps: int, tile: int
     sinks, out) with the arguments of `prefill.make_prefill_kernel` (cache float16;
     block_size must equal B)."""
     shape = TileShape.build(head_dim, group_size, warps, tile, block_size, q_regs, o_split)
-    G, T, R, QT, ROWS, KS, QR = (shape.G, shape.T, shape.R, shape.QT, shape.ROWS, shape.KS,
-                                 shape.QR)
+    G, T, R, QT, ROWS, KS, QR = (
+        shape.G,
+        shape.T,
+        shape.R,
+        shape.QT,
+        shape.ROWS,
+        shape.KS,
+        shape.QR,
+    )
     OS, RW, RSH, NDW, OF, OL = shape.OS, shape.RW, shape.RSH, shape.NDW, shape.OF, shape.OL
     BUF, QBUF, QF, SF = shape.BUF, shape.QBUF, shape.QF, shape.SF
     QSC, QSH, QSM = shape.q_swizzle
@@ -129,12 +143,28 @@ def make_prefill_tc_kernel(head_dim: int, group_size: int, warps: int, tile: int
         window start. Tiles of the attention sinks count as masked: then the full tiles
         are one contiguous run."""
         base = j * T
-        return base + T <= span and position(base + T - 1, kept_hi, gap) < len_lo and (
-            window <= 0 or position(base, kept_hi, gap) >= start_hi)
+        return (
+            base + T <= span
+            and position(base + T - 1, kept_hi, gap) < len_lo
+            and (window <= 0 or position(base, kept_hi, gap) >= start_hi)
+        )
 
     @cuda.jit
-    def paged_prefill_tc(cache, query, block_tables, context_lens, query_start_loc,
-                         work_seq, work_first, block_size, scale, causal, window, sinks, out):
+    def paged_prefill_tc(
+        cache,
+        query,
+        block_tables,
+        context_lens,
+        query_start_loc,
+        work_seq,
+        work_first,
+        block_size,
+        scale,
+        causal,
+        window,
+        sinks,
+        out,
+    ):
         work = cuda.blockIdx.x
         kv_head = cuda.blockIdx.y
         tid = cuda.threadIdx.x
@@ -165,9 +195,9 @@ def make_prefill_tc_kernel(head_dim: int, group_size: int, warps: int, tile: int
         for q in range(4):
             vb[q] += n0  # n0 is a multiple of 8 where the layout is swizzled
 
-        (seq, first, q0, rows, past, ctx, len_lo, len_hi, kept_hi, start_hi, gap,
-         span) = cta_span(work_seq, work_first, query_start_loc, context_lens, work, causal,
-                          window, sinks)
+        (seq, first, q0, rows, past, ctx, len_lo, len_hi, kept_hi, start_hi, gap, span) = cta_span(
+            work_seq, work_first, query_start_loc, context_lens, work, causal, window, sinks
+        )
         head0 = kv_head * G
         v_offset = int64(cache.strides[1] // 2)  # V's row = K's row + this (fp16 elements)
         live_lo, live_hi = row_spans(r_lo, rows, past, ctx, causal, window, sinks, rows_seen)
@@ -197,18 +227,83 @@ def make_prefill_tc_kernel(head_dim: int, group_size: int, warps: int, tile: int
                 end_full = int32(j + 1)
         order = (first_full, end_full, int32(tiles - (end_full - first_full)))
         last = int32(tiles - 1)  # the last step's index
-        map_tile(cache, block_tables, seq, kv_head, int32(tile_at(int32(0), order) * T), span,
-                 kept_hi, gap, tok_s, 0, tid)
+        map_tile(
+            cache,
+            block_tables,
+            seq,
+            kv_head,
+            int32(tile_at(int32(0), order) * T),
+            span,
+            kept_hi,
+            gap,
+            tok_s,
+            0,
+            tid,
+        )
         cuda.syncthreads()  # the first map, and qs, are visible before any thread reads them
         issue_any(cache, 0, tok_s, 0, k_s, tid, db)
         for e in range(order[2]):  # the masked tiles, then the full ones: two loops
-            step_masked(cache, block_tables, seq, kv_head, e, last, order, span, kept_hi,
-                        gap, v_offset, tok_s, k_s, v_s, p_sh, tid, n0, qf, q_s, s, o, st,
-                        rows_seen, scale2, kb, vb, db, qb)
+            step_masked(
+                cache,
+                block_tables,
+                seq,
+                kv_head,
+                e,
+                last,
+                order,
+                span,
+                kept_hi,
+                gap,
+                v_offset,
+                tok_s,
+                k_s,
+                v_s,
+                p_sh,
+                tid,
+                n0,
+                qf,
+                q_s,
+                s,
+                o,
+                st,
+                rows_seen,
+                scale2,
+                kb,
+                vb,
+                db,
+                qb,
+            )
         for e in range(order[2], tiles):
-            step_full(cache, block_tables, seq, kv_head, e, last, order, span, kept_hi,
-                      gap, v_offset, tok_s, k_s, v_s, p_sh, tid, n0, qf, q_s, s, o, st,
-                      rows_seen, scale2, kb, vb, db, qb)
+            step_full(
+                cache,
+                block_tables,
+                seq,
+                kv_head,
+                e,
+                last,
+                order,
+                span,
+                kept_hi,
+                gap,
+                v_offset,
+                tok_s,
+                k_s,
+                v_s,
+                p_sh,
+                tid,
+                n0,
+                qf,
+                q_s,
+                s,
+                o,
+                st,
+                rows_seen,
+                scale2,
+                kb,
+                vb,
+                db,
+                qb,
+            )
 
         l_lo = o[OF]  # the mma summed each row over all its columns: nothing to reduce
         l_hi = o[OF + 2]
@@ -231,6 +326,7 @@ def kernel_for(head_dim: int, group: int, block_size: int):
     warps, tile, q_regs, o_split = launch_config(head_dim)
     key = (head_dim, group, warps, tile, block_size, q_regs, o_split)
     if key not in _kernels:
-        _kernels[key] = make_prefill_tc_kernel(head_dim, group, warps, tile, block_size,
-                                               q_regs, o_split)
+        _kernels[key] = make_prefill_tc_kernel(
+            head_dim, group, warps, tile, block_size, q_regs, o_split
+        )
     return _kernels[key], 32 * warps, max(1, 16 * (warps // o_split) // group)

@@ -40,16 +40,20 @@ class TileShape:
     def build(cls, head_dim, group_size, warps, tile, block_size, q_regs=None, o_split=1):
         D, G, NW, T, B = (int(v) for v in (head_dim, group_size, warps, tile, block_size))
         if D % 16 or T % 16 or T > 32 * NW:
-            raise ValueError(f"head_dim and tile must be multiples of 16 and the tile at most "
-                             f"the CTA's threads, got {D}, {T} and {32 * NW}")
+            raise ValueError(
+                f"head_dim and tile must be multiples of 16 and the tile at most "
+                f"the CTA's threads, got {D}, {T} and {32 * NW}"
+            )
         QR = D // 16 if q_regs is None else int(q_regs)
         if not 0 <= QR <= D // 16:
             raise ValueError(f"q_regs must be in [0, {D // 16}], got {q_regs}")
         OS = int(o_split)
         rw = NW // max(OS, 1)
         if OS not in (1, 2) or NW % OS or rw & (rw - 1):
-            raise ValueError(f"o_split must be 1 or 2, dividing warps into a power of two, "
-                             f"got {o_split} and {NW}")
+            raise ValueError(
+                f"o_split must be 1 or 2, dividing warps into a power of two, "
+                f"got {o_split} and {NW}"
+            )
         shape = cls(D, G, NW, T, B, QR, OS)
         if shape.ND % OS or (OS > 1 and shape.SM and shape.NDW % 8):
             raise ValueError(f"o_split {OS} must split head_dim {D} into whole swizzle groups")
@@ -83,5 +87,9 @@ class TileShape:
 
     def shared_bytes(self) -> int:
         """Static shared memory of the kernel: K and V tiles, qs, P (`masked_pv`), maps."""
-        return 2 * self.BUF * 2 + self.QBUF * 2 * (self.QR < self.KS) + \
-            self.ROWS * self.T * 2 + 2 * self.T * 8
+        return (
+            2 * self.BUF * 2
+            + self.QBUF * 2 * (self.QR < self.KS)
+            + self.ROWS * self.T * 2
+            + 2 * self.T * 8
+        )

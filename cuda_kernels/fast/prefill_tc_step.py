@@ -49,8 +49,9 @@ def make_steps(shape, loader):
     @cuda.jit(device=True)
     def seen_by(h, pos, rows_seen):
         """Does this lane's row h (0: row g, 1: row g + 8) attend position `pos`?"""
-        return pos < rows_seen[3 * h] and (pos < rows_seen[3 * h + 1]
-                                           or pos >= rows_seen[3 * h + 2])
+        return pos < rows_seen[3 * h] and (
+            pos < rows_seen[3 * h + 1] or pos >= rows_seen[3 * h + 2]
+        )
 
     @cuda.jit(device=True)
     def masked_pv(v_s, p_sh, s, o, tid, n0, base, span, kept_hi, gap, rows_seen):
@@ -87,18 +88,47 @@ def make_steps(shape, loader):
             b0, b1, b2, b3 = ldmatrix_x4(k_s, slot * 8)
             c = 4 * n
             s[c], s[c + 1], s[c + 2], s[c + 3] = mma_f16(
-                a0, a1, a2, a3, b0, b1, s[c], s[c + 1], s[c + 2], s[c + 3])
+                a0, a1, a2, a3, b0, b1, s[c], s[c + 1], s[c + 2], s[c + 3]
+            )
             c = 4 * n + 4
             s[c], s[c + 1], s[c + 2], s[c + 3] = mma_f16(
-                a0, a1, a2, a3, b2, b3, s[c], s[c + 1], s[c + 2], s[c + 3])
+                a0, a1, a2, a3, b2, b3, s[c], s[c + 1], s[c + 2], s[c + 3]
+            )
 
     def make_step(masked: bool):
         """One KV tile: S = Q K^T, (the mask), the online softmax, O += P V."""
 
         @cuda.jit(device=True)
-        def step(cache, block_tables, seq, kv_head, e, last, order, span, kept_hi, gap,
-                 v_offset, tok_s, k_s, v_s, p_sh, tid, n0, qf, q_s, s, o, st, rows_seen,
-                 scale2, kb, vb, db, qb):
+        def step(
+            cache,
+            block_tables,
+            seq,
+            kv_head,
+            e,
+            last,
+            order,
+            span,
+            kept_hi,
+            gap,
+            v_offset,
+            tok_s,
+            k_s,
+            v_s,
+            p_sh,
+            tid,
+            n0,
+            qf,
+            q_s,
+            s,
+            o,
+            st,
+            rows_seen,
+            scale2,
+            kb,
+            vb,
+            db,
+            qb,
+        ):
             lane = tid & 31
             t4 = lane & 3
             b = e & 1  # this step's map in tok_s[b], the next one's in tok_s[1 - b]
@@ -115,15 +145,27 @@ def make_steps(shape, loader):
             else:
                 issue_whole(cache, v_offset, tok_s, b, v_s, tid, db)
             if e < last:  # (int32 throughout: 64-bit loop state costs registers)
-                map_tile(cache, block_tables, seq, kv_head, int32(after * T), span,
-                         kept_hi, gap, tok_s, 1 - b, tid)
+                map_tile(
+                    cache,
+                    block_tables,
+                    seq,
+                    kv_head,
+                    int32(after * T),
+                    span,
+                    kept_hi,
+                    gap,
+                    tok_s,
+                    1 - b,
+                    tid,
+                )
             for k in range(SF):
                 s[k] = float32(0)
             for k in range(QR):  # S = Q K^T, k-steps with Q's A fragments in registers
                 qk_step(k_s, kb, k, qf[4 * k], qf[4 * k + 1], qf[4 * k + 2], qf[4 * k + 3], s)
             for k in range(QR, KS):  # and from qs: lane's row 16 warp + (lane & 15), chunk
                 a0, a1, a2, a3 = ldmatrix_x4(  # 2 (k - QR) + (lane >> 4)
-                    q_s, (qb[(k - QR) & 3] + 8 * ((k - QR) >> 2)) * 8)
+                    q_s, (qb[(k - QR) & 3] + 8 * ((k - QR) >> 2)) * 8
+                )
                 qk_step(k_s, kb, k, a0, a1, a2, a3, s)
             if masked:  # causal diagonal, window edge or tile tail: -inf where not seen
                 for k in range(SF):
@@ -174,7 +216,8 @@ def make_steps(shape, loader):
                 p3 = pack_f16x2(s[8 * k + 6], s[8 * k + 7])
                 c = OF  # row sums on the tensor cores too: P times a B of ones
                 o[c], o[c + 1], o[c + 2], o[c + 3] = mma_f16(
-                    p0, p1, p2, p3, ONES, ONES, o[c], o[c + 1], o[c + 2], o[c + 3])
+                    p0, p1, p2, p3, ONES, ONES, o[c], o[c + 1], o[c + 2], o[c + 3]
+                )
                 if masked and odd:
                     continue
                 for n in range(0, NDW - 1, 2):  # lane: row 16k + (lane & 7) + 8 ((lane >> 3)
@@ -182,16 +225,19 @@ def make_steps(shape, loader):
                     b0, b1, b2, b3 = ldmatrix_x4_trans(v_s, slot * 8)  # n0 + n + (lane >> 4)
                     c = 4 * n
                     o[c], o[c + 1], o[c + 2], o[c + 3] = mma_f16(
-                        p0, p1, p2, p3, b0, b1, o[c], o[c + 1], o[c + 2], o[c + 3])
+                        p0, p1, p2, p3, b0, b1, o[c], o[c + 1], o[c + 2], o[c + 3]
+                    )
                     c = 4 * n + 4
                     o[c], o[c + 1], o[c + 2], o[c + 3] = mma_f16(
-                        p0, p1, p2, p3, b2, b3, o[c], o[c + 1], o[c + 2], o[c + 3])
+                        p0, p1, p2, p3, b2, b3, o[c], o[c + 1], o[c + 2], o[c + 3]
+                    )
                 if NDW & 1:  # an odd share of O (o_split 2): its last n-tile alone
                     c = 4 * (NDW - 1)  # chunk n0 + NDW - 1 (lanes >= 16: ignored by x2)
                     slot = vb[((NDW - 1) & 7) >> 1] + 16 * k * SC + 8 * ((NDW - 1) >> 3)
                     b0, b1 = ldmatrix_x2_trans(v_s, slot * 8)
                     o[c], o[c + 1], o[c + 2], o[c + 3] = mma_f16(
-                        p0, p1, p2, p3, b0, b1, o[c], o[c + 1], o[c + 2], o[c + 3])
+                        p0, p1, p2, p3, b0, b1, o[c], o[c + 1], o[c + 2], o[c + 3]
+                    )
 
         return step
 

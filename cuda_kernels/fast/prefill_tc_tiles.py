@@ -49,8 +49,9 @@ def make_tile_loader(shape) -> SimpleNamespace:
             if j < span:
                 pos = int32(position(j, kept_hi, gap))  # positions are int32, >= 0
                 logical = int32(pos >> BSH) if BSH >= 0 else int32(pos // B)
-                row = k_row(cache, seq, block_tables[seq, logical], kv_head,
-                            int32(pos - logical * B))
+                row = k_row(
+                    cache, seq, block_tables[seq, logical], kv_head, int32(pos - logical * B)
+                )
             tok_s[b, tid] = row
 
     def make_issue(zero_fill: bool):
@@ -113,6 +114,12 @@ def make_tile_loader(shape) -> SimpleNamespace:
                         odd = odd or v - v != 0
         return odd
 
-    return SimpleNamespace(position=position, map_tile=map_tile, issue_any=issue_any,
-                           issue_whole=issue_whole, chunk_bases=chunk_bases,
-                           q_chunk_bases=q_chunk_bases, not_finite=not_finite)
+    return SimpleNamespace(
+        position=position,
+        map_tile=map_tile,
+        issue_any=issue_any,
+        issue_whole=issue_whole,
+        chunk_bases=chunk_bases,
+        q_chunk_bases=q_chunk_bases,
+        not_finite=not_finite,
+    )

@@ -92,8 +92,10 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
     window, sinks, out)."""
     D, G, T, B = int(head_dim), int(group_size), int(tile), int(block_size)
     if D % 16 or not 16 <= D <= MAX_HEAD_DIM or T % 16 or not 16 <= T <= 64:
-        raise ValueError(f"head_dim must be a multiple of 16 in [16, {MAX_HEAD_DIM}] and the "
-                         f"tile one in [16, 64], got {D} and {T}")
+        raise ValueError(
+            f"head_dim must be a multiple of 16 in [16, {MAX_HEAD_DIM}] and the "
+            f"tile one in [16, 64], got {D} and {T}"
+        )
     QT = max(1, 64 // G)  # query tokens per CTA
     R = QT * G  # rows in use (of 64)
     KS = D // 16  # k-steps of S
@@ -116,18 +118,17 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
     @cuda.jit(device=True)
     def seen_by(h, pos, rows_seen):
         """Does this lane's row h (0: row g, 1: row g + 8) attend position `pos`?"""
-        return pos < rows_seen[3 * h] and (pos < rows_seen[3 * h + 1]
-                                           or pos >= rows_seen[3 * h + 2])
+        return pos < rows_seen[3 * h] and (
+            pos < rows_seen[3 * h + 1] or pos >= rows_seen[3 * h + 2]
+        )
 
     @cuda.jit(device=True)
     def scores(kv_s, k_at, qf, s):
         """S = Q K^T for this tile: KS wgmmas chained on s, the first with accumulate 0."""
         wgmma_fence()
         for k in range(KS):
-            desc = smem_desc(kv_s, k_at + (k >> 2) * PANEL + (k & 3) * 16, 16, 1024,
-                             SWIZZLE_128B)
-            mma_s(desc, qf[4 * k], qf[4 * k + 1], qf[4 * k + 2], qf[4 * k + 3], s, 0,
-                  int32(k > 0))
+            desc = smem_desc(kv_s, k_at + (k >> 2) * PANEL + (k & 3) * 16, 16, 1024, SWIZZLE_128B)
+            mma_s(desc, qf[4 * k], qf[4 * k + 1], qf[4 * k + 2], qf[4 * k + 3], s, 0, int32(k > 0))
         wgmma_commit()
         wgmma_wait(0)
 
@@ -141,14 +142,17 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
         wgmma_fence()
         for k in range(T // 16):
             for p in range(PANELS):
-                desc = smem_desc(kv_s, v_at + p * PANEL + k * 16 * 64, PANEL * 2, 1024,
-                                 SWIZZLE_128B)
+                desc = smem_desc(
+                    kv_s, v_at + p * PANEL + k * 16 * 64, PANEL * 2, 1024, SWIZZLE_128B
+                )
                 if p < PANELS - 1:
-                    mma_o(desc, pw[4 * k], pw[4 * k + 1], pw[4 * k + 2], pw[4 * k + 3], o,
-                          32 * p, 1)
+                    mma_o(
+                        desc, pw[4 * k], pw[4 * k + 1], pw[4 * k + 2], pw[4 * k + 3], o, 32 * p, 1
+                    )
                 else:
-                    mma_o_last(desc, pw[4 * k], pw[4 * k + 1], pw[4 * k + 2], pw[4 * k + 3],
-                               o, 32 * p, 1)
+                    mma_o_last(
+                        desc, pw[4 * k], pw[4 * k + 1], pw[4 * k + 2], pw[4 * k + 3], o, 32 * p, 1
+                    )
         wgmma_commit()
         wgmma_wait(0)
 
@@ -157,8 +161,7 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
         """-inf where a row does not see the column (causal, window, tile tail)."""
         for k in range(SF):
             col = base + 8 * (k >> 2) + 2 * t4 + (k & 1)
-            if col >= span or not seen_by((k >> 1) & 1, position(col, kept_hi, gap),
-                                          rows_seen):
+            if col >= span or not seen_by((k >> 1) & 1, position(col, kept_hi, gap), rows_seen):
                 s[k] = -math.inf
 
     @cuda.jit(device=True)
@@ -197,9 +200,32 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
         """One KV tile: S = Q K^T, (the mask), the online softmax, O += P V."""
 
         @cuda.jit(device=True)
-        def step(cache, block_tables, seq, kv_head, e, tiles, order, span, kept_hi, gap,
-                 v_offset, tok_s, kv_s, k_at, v_at, tid, qf, s, pw, o, st, rows_seen, scale2,
-                 t4):
+        def step(
+            cache,
+            block_tables,
+            seq,
+            kv_head,
+            e,
+            tiles,
+            order,
+            span,
+            kept_hi,
+            gap,
+            v_offset,
+            tok_s,
+            kv_s,
+            k_at,
+            v_at,
+            tid,
+            qf,
+            s,
+            pw,
+            o,
+            st,
+            rows_seen,
+            scale2,
+            t4,
+        ):
             b = e & 1  # this step's map in tok_s[b], the next one's in tok_s[1 - b]
             # the tile of step e, and of step e + 1 (a full step's next tile is full too)
             tile = order[0] + e - order[2] if not masked else tile_at(e, order)
@@ -214,8 +240,19 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
             else:
                 issue_whole(cache, v_offset, tok_s, b, kv_s, v_at, tid)
             if e + 1 < tiles:
-                map_tile(cache, block_tables, seq, kv_head, after * T, span, kept_hi, gap,
-                         tok_s, 1 - b, tid)
+                map_tile(
+                    cache,
+                    block_tables,
+                    seq,
+                    kv_head,
+                    after * T,
+                    span,
+                    kept_hi,
+                    gap,
+                    tok_s,
+                    1 - b,
+                    tid,
+                )
             scores(kv_s, k_at, qf, s)
             if masked:
                 mask(s, tile * T, span, kept_hi, gap, rows_seen, t4)
@@ -237,9 +274,21 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
     step_masked, step_full = make_step(True), make_step(False)
 
     @cuda.jit
-    def paged_prefill_wgmma(cache, query, block_tables, context_lens, query_start_loc,
-                            work_seq, work_first, block_size, scale, causal, window, sinks,
-                            out):
+    def paged_prefill_wgmma(
+        cache,
+        query,
+        block_tables,
+        context_lens,
+        query_start_loc,
+        work_seq,
+        work_first,
+        block_size,
+        scale,
+        causal,
+        window,
+        sinks,
+        out,
+    ):
         work = cuda.blockIdx.x
         kv_head = cuda.blockIdx.y
         tid = cuda.threadIdx.x
@@ -257,9 +306,9 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
         k_at = align_pad(kv_s)  # the K tile starts on a 1024-byte boundary, V after it
         v_at = k_at + BUF
 
-        (seq, first, q0, rows, past, ctx, len_lo, len_hi, kept_hi, start_hi, gap,
-         span) = cta_span(work_seq, work_first, query_start_loc, context_lens, work, causal,
-                          window, sinks)
+        (seq, first, q0, rows, past, ctx, len_lo, len_hi, kept_hi, start_hi, gap, span) = cta_span(
+            work_seq, work_first, query_start_loc, context_lens, work, causal, window, sinks
+        )
         head0 = kv_head * G
         v_offset = int64(cache.strides[1] // 2)  # V's row = K's row + this (fp16 elements)
         r_lo = (tid >> 5) * 16 + g  # this lane's rows: r_lo and r_lo + 8
@@ -293,18 +342,75 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
                 first_full = min(first_full, j)
                 end_full = j + 1
         order = (first_full, end_full, tiles - (end_full - first_full))
-        map_tile(cache, block_tables, seq, kv_head, tile_at(0, order) * T, span, kept_hi,
-                 gap, tok_s, 0, tid)
+        map_tile(
+            cache,
+            block_tables,
+            seq,
+            kv_head,
+            tile_at(0, order) * T,
+            span,
+            kept_hi,
+            gap,
+            tok_s,
+            0,
+            tid,
+        )
         cuda.syncthreads()  # the first map is visible before any thread copies by it
         issue_any(cache, 0, tok_s, 0, kv_s, k_at, tid)
         for e in range(order[2]):  # the masked tiles, then the full ones: two loops
-            step_masked(cache, block_tables, seq, kv_head, e, tiles, order, span, kept_hi,
-                        gap, v_offset, tok_s, kv_s, k_at, v_at, tid, qf, s, pw, o, st,
-                        rows_seen, scale2, t4)
+            step_masked(
+                cache,
+                block_tables,
+                seq,
+                kv_head,
+                e,
+                tiles,
+                order,
+                span,
+                kept_hi,
+                gap,
+                v_offset,
+                tok_s,
+                kv_s,
+                k_at,
+                v_at,
+                tid,
+                qf,
+                s,
+                pw,
+                o,
+                st,
+                rows_seen,
+                scale2,
+                t4,
+            )
         for e in range(order[2], tiles):
-            step_full(cache, block_tables, seq, kv_head, e, tiles, order, span, kept_hi, gap,
-                      v_offset, tok_s, kv_s, k_at, v_at, tid, qf, s, pw, o, st, rows_seen,
-                      scale2, t4)
+            step_full(
+                cache,
+                block_tables,
+                seq,
+                kv_head,
+                e,
+                tiles,
+                order,
+                span,
+                kept_hi,
+                gap,
+                v_offset,
+                tok_s,
+                kv_s,
+                k_at,
+                v_at,
+                tid,
+                qf,
+                s,
+                pw,
+                o,
+                st,
+                rows_seen,
+                scale2,
+                t4,
+            )
 
         l_lo = warp_sum(st[2], 4)  # the quad's partial sums: each row's total
         l_hi = warp_sum(st[3], 4)

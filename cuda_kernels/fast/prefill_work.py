@@ -28,8 +28,7 @@ from ..primitives import window_span
 
 def make_work(QT: int, G: int, R: int):
     @cuda.jit(device=True)
-    def cta_span(work_seq, work_first, query_start_loc, context_lens, work, causal, window,
-                 sinks):
+    def cta_span(work_seq, work_first, query_start_loc, context_lens, work, causal, window, sinks):
         seq = np.uint32(work_seq[work])  # unsigned: no 64-bit sign-extension kept live
         first = work_first[work]
         q0 = query_start_loc[seq]
@@ -46,8 +45,20 @@ def make_work(QT: int, G: int, R: int):
         _, start_lo = window_span(len_lo, window, sinks)
         gap = int32(max(start_lo, kept_hi))  # the CTA reads span [0, kept_hi), [gap, len_hi)
         span = int32(kept_hi + len_hi - gap)
-        return (seq, first, q0, rows, past, ctx, len_lo, len_hi,
-                int32(kept_hi), start_hi, gap, span)  # positions fit int32 (int32 lengths)
+        return (
+            seq,
+            first,
+            q0,
+            rows,
+            past,
+            ctx,
+            len_lo,
+            len_hi,
+            int32(kept_hi),
+            start_hi,
+            gap,
+            span,
+        )  # positions fit int32 (int32 lengths)
 
     @cuda.jit(device=True)
     def row_spans(r_lo, rows, past, ctx, causal, window, sinks, rows_seen):

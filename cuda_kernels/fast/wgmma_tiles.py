@@ -48,8 +48,9 @@ def make_tile_io(head_dim: int, tile: int, block_size: int, threads: int):
             if j < span:
                 pos = int32(position(j, kept_hi, gap))
                 logical = int32(pos >> BSH) if BSH >= 0 else int32(pos // B)
-                row = k_row(cache, seq, block_tables[seq, logical], kv_head,
-                            int32(pos - logical * B))
+                row = k_row(
+                    cache, seq, block_tables[seq, logical], kv_head, int32(pos - logical * B)
+                )
             tok_s[b, tid] = row
 
     def make_issue(zero_fill: bool):
@@ -98,7 +99,10 @@ def make_tile_order(tile: int, position):
         """Does every row of the CTA see every token of tile j? Sink tiles do not count
         (positions below every row's window start): so the full tiles are one run."""
         base = j * T
-        return base + T <= span and position(base + T - 1, kept_hi, gap) < len_lo and (
-            window <= 0 or position(base, kept_hi, gap) >= start_hi)
+        return (
+            base + T <= span
+            and position(base + T - 1, kept_hi, gap) < len_lo
+            and (window <= 0 or position(base, kept_hi, gap) >= start_hi)
+        )
 
     return tile_at, full_tile

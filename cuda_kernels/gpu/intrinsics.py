@@ -57,14 +57,16 @@ def itemsize(typingctx, array):
         return None
 
     def codegen(context, builder, sig, args):
-        return context.get_constant(types.intp, context.get_abi_sizeof(
-            context.get_data_type(sig.args[0].dtype)))
+        return context.get_constant(
+            types.intp, context.get_abi_sizeof(context.get_data_type(sig.args[0].dtype))
+        )
 
     return types.intp(array), codegen
 
 
 def _from_word(result_type, convert):
     """An intrinsic of one integer `word` (its low 32 bits) -> `result_type`."""
+
     def typer(typingctx, word):
         if not isinstance(word, types.Integer):
             return None
@@ -79,8 +81,9 @@ def _from_word(result_type, convert):
 
 
 def _halves(context, builder, sig, bits):
-    pair = builder.fpext(builder.bitcast(bits, ir.VectorType(ir.HalfType(), 2)),
-                         ir.VectorType(ir.FloatType(), 2))
+    pair = builder.fpext(
+        builder.bitcast(bits, ir.VectorType(ir.HalfType(), 2)), ir.VectorType(ir.FloatType(), 2)
+    )
     halves = [builder.extract_element(pair, ir.Constant(_I32, i)) for i in range(2)]
     return context.make_tuple(builder, sig.return_type, halves)
 
@@ -104,7 +107,8 @@ def fast_exp2(typingctx, x):
 half2_to_float2 = _from_word(types.UniTuple(types.float32, 2), _halves)
 # the float32 whose bits are the u32 `word`
 bits_to_float = _from_word(
-    types.float32, lambda context, builder, sig, bits: builder.bitcast(bits, ir.FloatType()))
+    types.float32, lambda context, builder, sig, bits: builder.bitcast(bits, ir.FloatType())
+)
 
 
 # ---- tensor cores: mma.sync, ldmatrix, cp.async, f16x2 packing (sm_80+) -------------------
@@ -129,8 +133,10 @@ def _f32(context, builder, value, vtype):
 
 
 def _make_mma(kind: str):
-    text = (f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 "
-            "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
+    text = (
+        f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 "
+        "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};"
+    )
     constraints = ",".join(["=f"] * 4 + ["r"] * 6 + ["f"] * 4)
 
     def typer(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
@@ -171,8 +177,10 @@ def _shared_address(context, builder, array_type, array, index, index_type):
 
 def _make_ldmatrix(count: int, trans: bool):
     regs = ", ".join(f"${i}" for i in range(count))
-    text = (f"ldmatrix.sync.aligned.m8n8.x{count}{'.trans' if trans else ''}.shared.b16 "
-            f"{{{regs}}}, [${count}];")
+    text = (
+        f"ldmatrix.sync.aligned.m8n8.x{count}{'.trans' if trans else ''}.shared.b16 "
+        f"{{{regs}}}, [${count}];"
+    )
     constraints = ",".join(["=r"] * count + ["r", "~{memory}"])
 
     def typer(typingctx, array, index):
@@ -181,8 +189,7 @@ def _make_ldmatrix(count: int, trans: bool):
         ret = types.uint32 if count == 1 else types.UniTuple(types.uint32, count)
 
         def codegen(context, builder, sig, args):
-            address = _shared_address(context, builder, sig.args[0], args[0], args[1],
-                                      sig.args[1])
+            address = _shared_address(context, builder, sig.args[0], args[0], args[1], sig.args[1])
             result = _I32 if count == 1 else ir.LiteralStructType([_I32] * count)
             out = _asm(builder, result, [address], text, constraints, side_effect=True)
             if count == 1:
@@ -196,16 +203,20 @@ def _make_ldmatrix(count: int, trans: bool):
 
 
 ldmatrix_x1, ldmatrix_x2, ldmatrix_x4 = (_make_ldmatrix(n, False) for n in (1, 2, 4))
-ldmatrix_x1_trans, ldmatrix_x2_trans, ldmatrix_x4_trans = (_make_ldmatrix(n, True)
-                                                           for n in (1, 2, 4))
+ldmatrix_x1_trans, ldmatrix_x2_trans, ldmatrix_x4_trans = (
+    _make_ldmatrix(n, True) for n in (1, 2, 4)
+)
 
 
 @intrinsic
 def cp_async16(typingctx, dst, dst_index, src, src_index, nbytes):
     """cp.async.cg.shared.global: 16 bytes src[src_index..] -> dst[dst_index..] (shared),
     of which the first `nbytes` (16 or 0) are read and the rest zero-filled."""
-    if not (isinstance(dst, types.Array) and isinstance(src, types.Array)
-            and all(isinstance(v, types.Integer) for v in (dst_index, src_index, nbytes))):
+    if not (
+        isinstance(dst, types.Array)
+        and isinstance(src, types.Array)
+        and all(isinstance(v, types.Integer) for v in (dst_index, src_index, nbytes))
+    ):
         return None
 
     def codegen(context, builder, sig, args):
@@ -215,9 +226,14 @@ def cp_async16(typingctx, dst, dst_index, src, src_index, nbytes):
         element = builder.gep(ary.data, [at])
         glob = builder.addrspacecast(element, ir.PointerType(element.type.pointee, 1))
         size = _u32(context, builder, args[4], sig.args[4])
-        _asm(builder, ir.VoidType(), [to, builder.ptrtoint(glob, _I64), size],
-             "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}",
-             side_effect=True)
+        _asm(
+            builder,
+            ir.VoidType(),
+            [to, builder.ptrtoint(glob, _I64), size],
+            "cp.async.cg.shared.global [$0], [$1], 16, $2;",
+            "r,l,r,~{memory}",
+            side_effect=True,
+        )
         return context.get_dummy_value()
 
     return types.void(dst, dst_index, src, src_index, nbytes), codegen
@@ -226,9 +242,9 @@ def cp_async16(typingctx, dst, dst_index, src, src_index, nbytes):
 @intrinsic
 def cp_async_commit(typingctx):
     """cp.async.commit_group: close this thread's group of cp.async copies."""
+
     def codegen(context, builder, sig, args):
-        _asm(builder, ir.VoidType(), [], "cp.async.commit_group;", "~{memory}",
-             side_effect=True)
+        _asm(builder, ir.VoidType(), [], "cp.async.commit_group;", "~{memory}", side_effect=True)
         return context.get_dummy_value()
 
     return types.void(), codegen
@@ -272,6 +288,7 @@ pack_bf16x2 = _make_pack("bf16")
 
 # ---- Hopper warpgroup MMA (sm_90a): wgmma.mma_async with A in registers ---------------------
 
+
 @intrinsic
 def smem_desc(typingctx, array, index, lbo, sbo, swizzle):
     """The 64-bit wgmma shared-memory matrix descriptor of the matrix starting at element
@@ -279,24 +296,28 @@ def smem_desc(typingctx, array, index, lbo, sbo, swizzle):
     offset >> 4 in 16-29, stride-dimension byte offset >> 4 in 32-45, base offset 0,
     swizzle mode (0 none, 1 128-byte, 2 64-byte, 3 32-byte) in bits 62-63."""
     if not isinstance(array, types.Array) or not all(
-            isinstance(v, types.Integer) for v in (index, lbo, sbo, swizzle)):
+        isinstance(v, types.Integer) for v in (index, lbo, sbo, swizzle)
+    ):
         return None
 
     def codegen(context, builder, sig, args):
-        address = builder.zext(_shared_address(context, builder, sig.args[0], args[0],
-                                               args[1], sig.args[1]), _I64)
+        address = builder.zext(
+            _shared_address(context, builder, sig.args[0], args[0], args[1], sig.args[1]), _I64
+        )
 
         def field(value, vtype, shift):
             v = context.cast(builder, value, vtype, types.uint64)
             v = builder.and_(builder.lshr(v, ir.Constant(_I64, 4)), ir.Constant(_I64, 0x3FFF))
             return builder.shl(v, ir.Constant(_I64, shift))
 
-        start = builder.and_(builder.lshr(address, ir.Constant(_I64, 4)),
-                             ir.Constant(_I64, 0x3FFF))
-        mode = builder.shl(context.cast(builder, args[4], sig.args[4], types.uint64),
-                           ir.Constant(_I64, 62))
-        desc = builder.or_(builder.or_(start, field(args[2], sig.args[2], 16)),
-                           builder.or_(field(args[3], sig.args[3], 32), mode))
+        start = builder.and_(builder.lshr(address, ir.Constant(_I64, 4)), ir.Constant(_I64, 0x3FFF))
+        mode = builder.shl(
+            context.cast(builder, args[4], sig.args[4], types.uint64), ir.Constant(_I64, 62)
+        )
+        desc = builder.or_(
+            builder.or_(start, field(args[2], sig.args[2], 16)),
+            builder.or_(field(args[3], sig.args[3], 32), mode),
+        )
         return desc
 
     return types.uint64(array, index, lbo, sbo, swizzle), codegen

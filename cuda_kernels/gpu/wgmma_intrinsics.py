@@ -48,18 +48,21 @@ def wgmma_text(n: int, trans_b: bool) -> str:
     regs = n // 2
     d = ", ".join(f"${i}" for i in range(regs))
     a = ", ".join(f"${regs + i}" for i in range(4))
-    return ("{ .reg .pred p; "
-            f"setp.ne.b32 p, ${regs + 5}, 0; "
-            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 "
-            f"{{{d}}}, {{{a}}}, ${regs + 4}, p, 1, 1, {int(trans_b)}; }}")
+    return (
+        "{ .reg .pred p; "
+        f"setp.ne.b32 p, ${regs + 5}, 0; "
+        f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 "
+        f"{{{d}}}, {{{a}}}, ${regs + 4}, p, 1, 1, {int(trans_b)}; }}"
+    )
 
 
 def wgmma_constraints(n: int) -> str:
     """N/2 f32 outputs, four u32 A words, the u64 descriptor, the u32 flag, then the N/2
     old accumulators tied to the outputs; memory clobbered (B is read from shared)."""
     regs = n // 2
-    return ",".join(["=f"] * regs + ["r"] * 4 + ["l", "r"] + [str(i) for i in range(regs)]
-                    + ["~{memory}"])
+    return ",".join(
+        ["=f"] * regs + ["r"] * 4 + ["l", "r"] + [str(i) for i in range(regs)] + ["~{memory}"]
+    )
 
 
 def _make_wgmma(n: int, trans_b: bool):
@@ -74,17 +77,26 @@ def _make_wgmma(n: int, trans_b: bool):
             return None
 
         def codegen(context, builder, sig, args):
-            words = [_u32(context, builder, v, t) for v, t in zip(args[1:5], sig.args[1:5],
-                                                                    strict=True)]
+            words = [
+                _u32(context, builder, v, t) for v, t in zip(args[1:5], sig.args[1:5], strict=True)
+            ]
             desc64 = context.cast(builder, args[0], sig.args[0], types.uint64)
             flag = _u32(context, builder, args[7], sig.args[7])
             ary = context.make_array(sig.args[5])(context, builder, value=args[5])
             at = context.cast(builder, args[6], sig.args[6], types.intp)
-            cells = [builder.gep(ary.data, [builder.add(at, ir.Constant(at.type, i))])
-                     for i in range(regs)]
+            cells = [
+                builder.gep(ary.data, [builder.add(at, ir.Constant(at.type, i))])
+                for i in range(regs)
+            ]
             old = [builder.load(c) for c in cells]
-            out = _asm(builder, ir.LiteralStructType([_F32] * regs),
-                       [*words, desc64, flag, *old], text, constraints, side_effect=True)
+            out = _asm(
+                builder,
+                ir.LiteralStructType([_F32] * regs),
+                [*words, desc64, flag, *old],
+                text,
+                constraints,
+                side_effect=True,
+            )
             for i, cell in enumerate(cells):
                 builder.store(builder.extract_value(out, i), cell)
             return context.get_dummy_value()
@@ -114,6 +126,14 @@ def shared_address(typingctx, array, index):
 # proxy wgmma reads B through (PTX ISA, "Memory Consistency Model": proxies)
 fence_proxy_async = _wgmma_sync("fence.proxy.async.shared::cta;")
 
-__all__ = ["SHAPES", "WGMMA", "fence_proxy_async", "shared_address", "smem_desc",
-           "wgmma_commit", "wgmma_fence", "wgmma_wait", *(
-               f"wgmma_n{n}{'_t' if t else ''}" for n, t in WGMMA)]
+__all__ = [
+    "SHAPES",
+    "WGMMA",
+    "fence_proxy_async",
+    "shared_address",
+    "smem_desc",
+    "wgmma_commit",
+    "wgmma_fence",
+    "wgmma_wait",
+    *(f"wgmma_n{n}{'_t' if t else ''}" for n, t in WGMMA),
+]

@@ -15,8 +15,10 @@ import cuda_kernels  # noqa: F401  (selects the GPU or the simulator before numb
 
 # Compile-time constants of the PTX build: an 8B-class model head, GPU launch config.
 PTX_HEAD_DIM, PTX_GROUP, PTX_THREADS, PTX_BLOCK_SIZE = 128, 4, 128, 16
-_TAIL = ("{q}[:, :, ::1], int32[:, ::1], int32[::1], float32, int32, int32, int32, "
-         "float32[:, :, :, ::1], float32[:, :, ::1], float32[:, :, ::1]")
+_TAIL = (
+    "{q}[:, :, ::1], int32[:, ::1], int32[::1], float32, int32, int32, int32, "
+    "float32[:, :, :, ::1], float32[:, :, ::1], float32[:, :, ::1]"
+)
 
 
 def _ptx_kernels() -> list:
@@ -25,16 +27,25 @@ def _ptx_kernels() -> list:
     from cuda_kernels.fast.decode import make_decode_kernel
 
     from .layouts import LAYOUTS, LOADERS
+
     rows = []
     for name, dtype in [(n, "float16") for n in LAYOUTS] + [("vllm", "float32")]:
         spec, ld = LAYOUTS[name], LOADERS[name]
-        kern = make_decode_kernel(ld, PTX_HEAD_DIM, PTX_GROUP, np.dtype(dtype), PTX_BLOCK_SIZE,
-                                  warps=PTX_THREADS // 32)
-        k, v = (f"{dtype}[{', '.join([':'] * (n - 1) + ['::1'])}]"
-                for n in (spec.k_ndim, spec.v_ndim))
+        kern = make_decode_kernel(
+            ld, PTX_HEAD_DIM, PTX_GROUP, np.dtype(dtype), PTX_BLOCK_SIZE, warps=PTX_THREADS // 32
+        )
+        k, v = (
+            f"{dtype}[{', '.join([':'] * (n - 1) + ['::1'])}]" for n in (spec.k_ndim, spec.v_ndim)
+        )
         sig = f"void({k}, {v}, {_TAIL.format(q=dtype)})"
-        rows.append((f"decode_{name}[{dtype},G={PTX_GROUP},D={PTX_HEAD_DIM}]", kern.py_func, sig,
-                     PTX_THREADS))
+        rows.append(
+            (
+                f"decode_{name}[{dtype},G={PTX_GROUP},D={PTX_HEAD_DIM}]",
+                kern.py_func,
+                sig,
+                PTX_THREADS,
+            )
+        )
     return rows
 
 

@@ -44,12 +44,13 @@ def offset_pool(shape, dtype, offset: int):
     if not isinstance(offset, (int, np.integer)) or offset < 0:
         raise ValueError(f"offset must be a non-negative int of bytes, got {offset!r}")
     if offset % dtype.itemsize:
-        raise ValueError(f"offset {offset} is not a multiple of the {dtype.name} size "
-                         f"{dtype.itemsize}")
+        raise ValueError(
+            f"offset {offset} is not a multiple of the {dtype.name} size {dtype.itemsize}"
+        )
     nbytes = int(np.prod(shape)) * dtype.itemsize
     flat = cuda.to_device(np.zeros(nbytes + offset + 2 * LINE, np.uint8))  # room to slide the start
     start = (-device_address(flat)) % LINE + offset
-    view = flat[start:start + nbytes].view(dtype).reshape(tuple(shape))
+    view = flat[start : start + nbytes].view(dtype).reshape(tuple(shape))
     return view  # a view keeps its parent allocation alive
 
 
@@ -60,5 +61,7 @@ def decode_at_offset(offset: int, query, kv_cache: np.ndarray, block_tables, con
     check_kv_cache("kv_cache", kv_cache)
     pool = offset_pool(kv_cache.shape, kv_cache.dtype, offset)
     pool.copy_to_device(np.ascontiguousarray(kv_cache))
-    return (paged_attention(query, pool, block_tables, context_lens, **kw),
-            device_address(pool) % LINE)
+    return (
+        paged_attention(query, pool, block_tables, context_lens, **kw),
+        device_address(pool) % LINE,
+    )

@@ -35,8 +35,9 @@ def contig_v_row(cache, seq, block, kv_head, offset):
 CONTIGUOUS = Loaders("contiguous cache[S,2,H,L,D]", contig_k_row, contig_v_row, vector=True)
 
 
-def contiguous_cache(paged: np.ndarray, tables: np.ndarray, lens,
-                     length: int | None = None) -> np.ndarray:
+def contiguous_cache(
+    paged: np.ndarray, tables: np.ndarray, lens, length: int | None = None
+) -> np.ndarray:
     """[S, 2, H_kv, L, D] holding the same K/V as the paged cache [N, 2, H_kv, B, D] read
     through `tables`; L = `length` (default: the longest length), the rest zero-padded."""
     lens = np.asarray(lens)
@@ -46,6 +47,6 @@ def contiguous_cache(paged: np.ndarray, tables: np.ndarray, lens,
         raise ValueError(f"length {length} is shorter than the longest sequence {int(lens.max())}")
     out = np.zeros((len(lens), 2, heads, length, dim), paged.dtype)
     for s, n in enumerate(lens):
-        blocks = paged[tables[s, :-(-int(n) // bs)]]  # [nb, 2, H, B, D]
+        blocks = paged[tables[s, : -(-int(n) // bs)]]  # [nb, 2, H, B, D]
         out[s, :, :, :n] = blocks.transpose(1, 2, 0, 3, 4).reshape(2, heads, -1, dim)[:, :, :n]
     return out

@@ -35,8 +35,19 @@ from cuda_kernels.primitives import itemsize
 from pagedsim.labs.kv_layouts import LAYOUTS, vec_width
 from pagedsim.labs.kv_layouts import layout as registered
 
-__all__ = ["LOADERS", "LAYOUTS", "NHD_SCALAR", "SPLIT_SCALAR", "convert", "decode", "geometry",
-           "loaders", "register_loaders", "unregister_loaders", "vec_width"]
+__all__ = [
+    "LOADERS",
+    "LAYOUTS",
+    "NHD_SCALAR",
+    "SPLIT_SCALAR",
+    "convert",
+    "decode",
+    "geometry",
+    "loaders",
+    "register_loaders",
+    "unregister_loaders",
+    "vec_width",
+]
 
 
 @cuda.jit(device=True)
@@ -89,15 +100,18 @@ SPLIT_SCALAR = Loaders("split k/v pools [N,H,B,D] scalar", load_split, load_spli
 NHD_SCALAR = Loaders("split k/v pools [N,B,H,D]", load_k_nhd, load_v_nhd)
 LOADERS = {
     "fused": BLOCK_MAJOR,
-    "split": Loaders("split k/v pools [N,H,B,D]", split_row, split_row, vector=True,
-                     fallback=SPLIT_SCALAR),
-    "nhd": Loaders("split k/v pools [N,B,H,D] (NHD)", nhd_row, nhd_row, vector=True,
-                   fallback=NHD_SCALAR),
+    "split": Loaders(
+        "split k/v pools [N,H,B,D]", split_row, split_row, vector=True, fallback=SPLIT_SCALAR
+    ),
+    "nhd": Loaders(
+        "split k/v pools [N,B,H,D] (NHD)", nhd_row, nhd_row, vector=True, fallback=NHD_SCALAR
+    ),
     "vllm": Loaders("vllm key [N,H,D/x,B,x], value [N,H,D,B]", load_k_vllm, load_v_vllm),
 }
 if set(LOADERS) != set(LAYOUTS):
-    raise ImportError("layouts with no loaders or loaders with no layout: "
-                      f"{set(LOADERS) ^ set(LAYOUTS)}")
+    raise ImportError(
+        f"layouts with no loaders or loaders with no layout: {set(LOADERS) ^ set(LAYOUTS)}"
+    )
 
 
 def loaders(layout: str) -> Loaders:
@@ -156,5 +170,17 @@ def decode(layout: str, query, k_src, v_src, block_tables, context_lens, scale=N
     n, h, b, d = geometry(layout, k_src, v_src)
     k_dev = ck.to_device(k_src)
     v_dev = k_dev if LAYOUTS[layout].same_array else ck.to_device(v_src)
-    return decode_with(loaders(layout), k_dev, v_dev, query, block_tables, context_lens,
-                       num_blocks=n, num_kv_heads=h, block_size=b, head_dim=d, scale=scale, **kw)
+    return decode_with(
+        loaders(layout),
+        k_dev,
+        v_dev,
+        query,
+        block_tables,
+        context_lens,
+        num_blocks=n,
+        num_kv_heads=h,
+        block_size=b,
+        head_dim=d,
+        scale=scale,
+        **kw,
+    )

@@ -58,8 +58,14 @@ def pooled(pool_blocks: int, num_blocks: int, shape, dtype, counter: AllocCounte
     return cache, [ids.allocate() for _ in range(num_blocks)]
 
 
-def compare(num_blocks: int, num_kv_heads: int = 2, block_size: int = 16, head_dim: int = 64,
-            dtype=np.float16, pool_blocks: int | None = None) -> dict:
+def compare(
+    num_blocks: int,
+    num_kv_heads: int = 2,
+    block_size: int = 16,
+    head_dim: int = 64,
+    dtype=np.float16,
+    pool_blocks: int | None = None,
+) -> dict:
     """Counts for both strategies when a workload needs `num_blocks` blocks."""
     if not isinstance(num_blocks, (int, np.integer)) or num_blocks < 1:
         raise ValueError(f"num_blocks must be a positive int, got {num_blocks!r}")
@@ -71,14 +77,19 @@ def compare(num_blocks: int, num_kv_heads: int = 2, block_size: int = 16, head_d
     blocks = on_demand(num_blocks, shape, dtype, a)
     cache, ids = pooled(pool_blocks, num_blocks, shape, dtype, b)
     assert len(blocks) == len(ids) == num_blocks and len(set(ids)) == num_blocks
-    return {"num_blocks": int(num_blocks),
-            "block_bytes": int(np.prod(shape)) * np.dtype(dtype).itemsize,
-            "on_demand": asdict(a), "pooled": asdict(b), "pool_blocks": int(pool_blocks)}
+    return {
+        "num_blocks": int(num_blocks),
+        "block_bytes": int(np.prod(shape)) * np.dtype(dtype).itemsize,
+        "on_demand": asdict(a),
+        "pooled": asdict(b),
+        "pool_blocks": int(pool_blocks),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m cuda_kernels.labs.prealloc",
-                                description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m cuda_kernels.labs.prealloc", description=__doc__.split("\n")[0]
+    )
     p.add_argument("--blocks", type=int, default=64)
     args = p.parse_args(argv)
     print(json.dumps(compare(args.blocks), indent=1))

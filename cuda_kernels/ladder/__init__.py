@@ -25,13 +25,23 @@ import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
-FILES = ("rung1_naive", "rung2_cta", "rung3_online", "rung4_shuffle", "rung5_vector",
-         "rung6_gqa", "rung7_split", "rung8_cp_async", "rung9_tensor")
+FILES = (
+    "rung1_naive",
+    "rung2_cta",
+    "rung3_online",
+    "rung4_shuffle",
+    "rung5_vector",
+    "rung6_gqa",
+    "rung7_split",
+    "rung8_cp_async",
+    "rung9_tensor",
+)
 
 
 @dataclass(frozen=True)
 class Rung:
     """One step of the ladder: `module` is its file (cuda_kernels/ladder/<module>.py)."""
+
     module: str
 
     @property
@@ -71,6 +81,7 @@ class Rung:
     def ptx_spec(self):
         """(python function, numba signature, threads) at the report case."""
         from .launch import report_sig
+
         return self._mod.ptx_spec(report_sig)
 
     def __repr__(self) -> str:

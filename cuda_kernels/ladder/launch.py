@@ -52,9 +52,11 @@ class Case:
         vpl = vec_width(self.dtype)
         lanes = self.head_dim // vpl
         if self.head_dim % vpl or lanes > 32 or 32 % lanes:
-            raise ValueError(f"kv_cache: {rung} needs head_dim a multiple of {vpl} whose "
-                             f"16-byte pieces divide a warp (head_dim {vpl}..{32 * vpl}, a "
-                             f"power of two), got {self.head_dim}")
+            raise ValueError(
+                f"kv_cache: {rung} needs head_dim a multiple of {vpl} whose "
+                f"16-byte pieces divide a warp (head_dim {vpl}..{32 * vpl}, a "
+                f"power of two), got {self.head_dim}"
+            )
         if not aligned16(self.cache):
             raise ValueError(f"kv_cache: {rung} needs a 16-byte aligned cache")
         return lanes
@@ -71,19 +73,33 @@ def prepare(query, kv_cache, block_tables, context_lens, scale) -> Case:
     if tables.shape[0] != num_seqs:
         raise ValueError(f"block_tables has {tables.shape[0]} rows for {num_seqs} sequences")
     ck.require_shape("context_lens", lens, (num_seqs,))
-    ck.require_range("context_lens", lens, 1, tables.shape[1] * block_size + 1,
-                     f": block_tables has {tables.shape[1]} blocks of {block_size} tokens")
+    ck.require_range(
+        "context_lens",
+        lens,
+        1,
+        tables.shape[1] * block_size + 1,
+        f": block_tables has {tables.shape[1]} blocks of {block_size} tokens",
+    )
     zero = np.zeros(num_seqs, np.int64)
     check_read_blocks(tables, block_size, num_blocks, zero, zero, lens.astype(np.int64))
     scale = ck.require_scale(scale, head_dim)
     ck.require_grid("ladder", (num_heads, num_seqs, 1), ("heads", "sequences", ""))
     cache = ck.to_device(kv_cache)
-    return Case(cache=cache, query=ck.to_device(query),
-                tables=block_tables if ck.is_device(block_tables) else ck.to_device(tables),
-                lens=context_lens if ck.is_device(context_lens) else ck.to_device(lens),
-                host_lens=lens, num_seqs=num_seqs, num_heads=num_heads,
-                num_kv_heads=num_kv_heads, block_size=block_size, head_dim=head_dim,
-                scale=scale, dtype=np.dtype(cache.dtype), device_query=ck.is_device(query))
+    return Case(
+        cache=cache,
+        query=ck.to_device(query),
+        tables=block_tables if ck.is_device(block_tables) else ck.to_device(tables),
+        lens=context_lens if ck.is_device(context_lens) else ck.to_device(lens),
+        host_lens=lens,
+        num_seqs=num_seqs,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        block_size=block_size,
+        head_dim=head_dim,
+        scale=scale,
+        dtype=np.dtype(cache.dtype),
+        device_query=ck.is_device(query),
+    )
 
 
 # The case `python -m cuda_kernels.report --ladder` compiles every rung for: float16 K/V
@@ -97,8 +113,16 @@ def report_sig(*extra) -> tuple:
     """numba types of (kv_cache, query, block_tables, context_lens, scale, out, *extra)
     at the report case."""
     from numba import types as t
-    return (t.Array(t.float16, 5, "C"), t.Array(t.float16, 3, "C"), t.Array(t.int32, 2, "C"),
-            t.Array(t.int32, 1, "C"), t.float32, t.Array(t.float32, 3, "C"), *extra)
+
+    return (
+        t.Array(t.float16, 5, "C"),
+        t.Array(t.float16, 3, "C"),
+        t.Array(t.int32, 2, "C"),
+        t.Array(t.int32, 1, "C"),
+        t.float32,
+        t.Array(t.float32, 3, "C"),
+        *extra,
+    )
 
 
 def pow2_at_least(n: int) -> int:

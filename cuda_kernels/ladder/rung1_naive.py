@@ -74,8 +74,9 @@ def launch(case):
     query was a device array."""
     out = case.output()
     rows = case.num_seqs * case.num_heads
-    naive_decode[-(-rows // THREADS), THREADS](case.cache, case.query, case.tables, case.lens,
-                                                float32(case.scale), out)
+    naive_decode[-(-rows // THREADS), THREADS](
+        case.cache, case.query, case.tables, case.lens, float32(case.scale), out
+    )
     return case.result(out)
 
 

@@ -84,7 +84,8 @@ def launch(case):
     out = case.output()
     threads = max(32, pow2_at_least(case.head_dim))
     cta_decode[(case.num_heads, case.num_seqs), threads](
-        case.cache, case.query, case.tables, case.lens, float32(case.scale), out)
+        case.cache, case.query, case.tables, case.lens, float32(case.scale), out
+    )
     return case.result(out)
 
 

@@ -82,7 +82,8 @@ def launch(case):
     out = case.output()
     threads = 32 * -(-case.head_dim // 32)
     shuffle_decode[(case.num_heads, case.num_seqs), threads](
-        case.cache, case.query, case.tables, case.lens, float32(case.scale), out)
+        case.cache, case.query, case.tables, case.lens, float32(case.scale), out
+    )
     return case.result(out)
 
 

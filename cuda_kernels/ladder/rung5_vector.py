@@ -63,8 +63,11 @@ def vector_decode(kv_cache, query, block_tables, context_lens, scale, out, lanes
         at = 0
         if t < n:
             block = block_tables[seq, t // block_size]
-            at = (block * (kv_cache.strides[0] // es)
-                  + (t % block_size) * (kv_cache.strides[3] // es) + at_head)
+            at = (
+                block * (kv_cache.strides[0] // es)
+                + (t % block_size) * (kv_cache.strides[3] // es)
+                + at_head
+            )
             unpack16(load16(kv_cache, at), kv, fp16)
             for i in range(vpl):
                 score += q[i] * kv[i]
@@ -109,10 +112,12 @@ def launch(case):
     lanes = case.require_vector_rows(NAME)
     out = case.output()
     vector_decode[(case.num_heads, case.num_seqs), 32](
-        case.cache, case.query, case.tables, case.lens, float32(case.scale), out, lanes)
+        case.cache, case.query, case.tables, case.lens, float32(case.scale), out, lanes
+    )
     return case.result(out)
 
 
 def ptx_spec(sig):
     from numba import types as t
+
     return vector_decode.py_func, sig(t.int32), 32

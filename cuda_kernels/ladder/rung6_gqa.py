@@ -72,8 +72,11 @@ def make_gqa_kernel(G: int):
                 s[h] = 0
             if t < n:
                 block = block_tables[seq, t // block_size]
-                at = (block * (kv_cache.strides[0] // es)
-                      + (t % block_size) * (kv_cache.strides[3] // es) + at_head)
+                at = (
+                    block * (kv_cache.strides[0] // es)
+                    + (t % block_size) * (kv_cache.strides[3] // es)
+                    + at_head
+                )
                 unpack16(load16(kv_cache, at), kv, fp16)  # one K load for the G heads
                 for h in range(G):
                     for i in range(vpl):
@@ -123,8 +126,9 @@ kernel = kernel_for(REPORT_GROUP)  # the instance `report --ladder` compiles
 
 def require_group(case, rung: str) -> int:
     if case.group > MAX_GROUP:
-        raise ValueError(f"query: {rung} serves at most {MAX_GROUP} query heads per KV head, "
-                         f"got {case.group}")
+        raise ValueError(
+            f"query: {rung} serves at most {MAX_GROUP} query heads per KV head, got {case.group}"
+        )
     return case.group
 
 
@@ -139,10 +143,12 @@ def launch(case):
     lanes = case.require_vector_rows(NAME)
     out = case.output()
     kernel_for(require_group(case, NAME))[(case.num_kv_heads, case.num_seqs), 32](
-        case.cache, case.query, case.tables, case.lens, float32(case.scale), out, lanes)
+        case.cache, case.query, case.tables, case.lens, float32(case.scale), out, lanes
+    )
     return case.result(out)
 
 
 def ptx_spec(sig):
     from numba import types as t
+
     return kernel_for(REPORT_GROUP).py_func, sig(t.int32), 32

@@ -41,8 +41,18 @@ def make_split_kernel(G: int):
     GV = G * 8  # [G, 8] per-head arrays, flat (a local array's size must be a constant)
 
     @cuda.jit
-    def split_decode(kv_cache, query, block_tables, context_lens, scale, partial,
-                     lanes_per_row, max_logits, exp_sums, partition_size):
+    def split_decode(
+        kv_cache,
+        query,
+        block_tables,
+        context_lens,
+        scale,
+        partial,
+        lanes_per_row,
+        max_logits,
+        exp_sums,
+        partition_size,
+    ):
         """Grid (H_kv, S, P), 32 threads. Writes partial[seq, head, p] = o_p, and
         max_logits / exp_sums [seq, head, p] = m_p / l_p (0 for an empty partition)."""
         kv_head, seq, part = cuda.blockIdx.x, cuda.blockIdx.y, cuda.blockIdx.z
@@ -76,8 +86,11 @@ def make_split_kernel(G: int):
                 s[h] = 0
             if t < end:
                 block = block_tables[seq, t // block_size]
-                at = (block * (kv_cache.strides[0] // es)
-                      + (t % block_size) * (kv_cache.strides[3] // es) + at_head)
+                at = (
+                    block * (kv_cache.strides[0] // es)
+                    + (t % block_size) * (kv_cache.strides[3] // es)
+                    + at_head
+                )
                 unpack16(load16(kv_cache, at), kv, fp16)
                 for h in range(G):
                     for i in range(vpl):
@@ -142,14 +155,24 @@ def launch(case, partition_size=PARTITION):
     group = require_group(case, NAME)
     part = ck.require_int("partition_size", partition_size, 1)
     num_parts = -(-int(case.host_lens.max()) // part)
-    grid = ck.require_grid(NAME, (case.num_kv_heads, case.num_seqs, num_parts),
-                           ("KV heads", "sequences", "partitions"))
+    grid = ck.require_grid(
+        NAME, (case.num_kv_heads, case.num_seqs, num_parts), ("KV heads", "sequences", "partitions")
+    )
     shape = (case.num_seqs, case.num_heads)
     partial = case.output(*shape, num_parts, case.head_dim)  # [S, H, P, D]
     max_logits, exp_sums = case.output(*shape, num_parts), case.output(*shape, num_parts)
-    kernel_for(group)[grid, 32](case.cache, case.query, case.tables, case.lens,
-                                float32(case.scale), partial, lanes, max_logits, exp_sums,
-                                part)
+    kernel_for(group)[grid, 32](
+        case.cache,
+        case.query,
+        case.tables,
+        case.lens,
+        float32(case.scale),
+        partial,
+        lanes,
+        max_logits,
+        exp_sums,
+        part,
+    )
     out = case.output()
     merge_partitions[(case.num_heads, case.num_seqs), 32](partial, max_logits, exp_sums, out)
     return case.result(out)
@@ -157,7 +180,7 @@ def launch(case, partition_size=PARTITION):
 
 def ptx_spec(sig):
     from numba import types as t
+
     f32 = t.Array(t.float32, 3, "C")
     base = sig(t.int32, f32, f32, t.int32)
-    return kernel_for(REPORT_GROUP).py_func, (*base[:5], t.Array(t.float32, 4, "C"),
-                                              *base[6:]), 32
+    return kernel_for(REPORT_GROUP).py_func, (*base[:5], t.Array(t.float32, 4, "C"), *base[6:]), 32

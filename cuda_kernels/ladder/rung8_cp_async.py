@@ -33,8 +33,7 @@ IDEA = "the production CUDA-core decode: K/V tiles staged through shared memory 
 
 def __getattr__(name):
     if name == "kernel":  # built on first use: the production factory at the report case
-        return kernel_for(BLOCK_MAJOR, REPORT_HEAD_DIM, REPORT_GROUP, np.float16,
-                          REPORT_BLOCK)[0]
+        return kernel_for(BLOCK_MAJOR, REPORT_HEAD_DIM, REPORT_GROUP, np.float16, REPORT_BLOCK)[0]
     raise AttributeError(name)
 
 
@@ -46,22 +45,39 @@ def decode(query, kv_cache, block_tables, context_lens, scale=None):
 def launch(case):
     """`paged_attention(path="cuda_core")` on a validated case (its own host checks run
     again: this rung is the production launcher, checks included)."""
-    return case.result(paged_attention(case.query, case.cache, case.tables, case.lens,
-                                       case.scale, path="cuda_core"))
+    return case.result(
+        paged_attention(
+            case.query, case.cache, case.tables, case.lens, case.scale, path="cuda_core"
+        )
+    )
 
 
 def ptx_spec(sig):
     from ..fast.decode import make_decode_kernel
-    kern = make_decode_kernel(BLOCK_MAJOR, REPORT_HEAD_DIM, REPORT_GROUP, np.float16,
-                              REPORT_BLOCK, warps=4)
+
+    kern = make_decode_kernel(
+        BLOCK_MAJOR, REPORT_HEAD_DIM, REPORT_GROUP, np.float16, REPORT_BLOCK, warps=4
+    )
     return kern.py_func, production_sig(), 128
 
 
 def production_sig():
     """The production decode kernels' argument types at the report case."""
     from numba import types as t
+
     f16c5 = t.Array(t.float16, 5, "C")
     f32c3 = t.Array(t.float32, 3, "C")
-    return (f16c5, f16c5, t.Array(t.float16, 3, "C"), t.Array(t.int32, 2, "C"),
-            t.Array(t.int32, 1, "C"), t.float32, t.int32, t.int32, t.int32,
-            t.Array(t.float32, 4, "C"), f32c3, f32c3)
+    return (
+        f16c5,
+        f16c5,
+        t.Array(t.float16, 3, "C"),
+        t.Array(t.int32, 2, "C"),
+        t.Array(t.int32, 1, "C"),
+        t.float32,
+        t.int32,
+        t.int32,
+        t.int32,
+        t.Array(t.float32, 4, "C"),
+        f32c3,
+        f32c3,
+    )

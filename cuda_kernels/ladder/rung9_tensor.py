@@ -33,6 +33,7 @@ IDEA = "the production tensor-core decode: the group's heads as the M rows of mm
 def __getattr__(name):
     if name == "kernel":
         from ..fast.decode_tc import make_tc_decode_kernel
+
         return make_tc_decode_kernel(BLOCK_MAJOR, REPORT_HEAD_DIM, REPORT_GROUP, REPORT_BLOCK)
     raise AttributeError(name)
 
@@ -47,11 +48,13 @@ def launch(case):
     reason = tc_supported(case.dtype, case.head_dim)
     if reason:
         raise ValueError(f"kv_cache: {reason}")
-    return case.result(paged_attention(case.query, case.cache, case.tables, case.lens,
-                                       case.scale, path="tensor"))
+    return case.result(
+        paged_attention(case.query, case.cache, case.tables, case.lens, case.scale, path="tensor")
+    )
 
 
 def ptx_spec(sig):
     from ..fast.decode_tc import make_tc_decode_kernel, tc_geometry
+
     kern = make_tc_decode_kernel(BLOCK_MAJOR, REPORT_HEAD_DIM, REPORT_GROUP, REPORT_BLOCK)
     return kern.py_func, production_sig(), 32 * tc_geometry(REPORT_HEAD_DIM, REPORT_GROUP)["warps"]

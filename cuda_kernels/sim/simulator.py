@@ -75,8 +75,10 @@ def _exchange(mask: int, value, kind: str = "shfl"):
             current.done.set()
     if not current.done.wait(TIMEOUT_S):
         missing = sorted(current.lanes - set(current.values))
-        raise RuntimeError(f"warp {warp}: lanes {missing} of mask {mask:#010x} never reached "
-                           f"the {kind} (divergent {kind}_sync)")
+        raise RuntimeError(
+            f"warp {warp}: lanes {missing} of mask {mask:#010x} never reached "
+            f"the {kind} (divergent {kind}_sync)"
+        )
     return current.values
 
 
@@ -103,8 +105,9 @@ def shuffle(mode: str, mask: int, value, b: int, width: int = WARP):
     src = source_lane(mode, lane, int(b), int(width))
     values = _exchange(int(mask) & 0xFFFFFFFF, value)
     if src not in values:
-        raise RuntimeError(f"lane {lane} reads lane {src}, which is not in mask {mask:#010x} "
-                           f"(undefined in CUDA)")
+        raise RuntimeError(
+            f"lane {lane} reads lane {src}, which is not in mask {mask:#010x} (undefined in CUDA)"
+        )
     return values[src]
 
 
@@ -134,6 +137,7 @@ def install_shuffles() -> None:
     manager polls in a busy loop; Python's default 5 ms thread switch interval makes that
     slow, so the interval is lowered to SWITCH_INTERVAL_S (2-3x faster kernels here)."""
     from numba.cuda.simulator.kernelapi import FakeCUDAModule, FakeCUDAShared
+
     sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
     for fn in (shfl_sync, shfl_up_sync, shfl_down_sync, shfl_xor_sync):
         setattr(FakeCUDAModule, fn.__name__, staticmethod(fn))
@@ -150,6 +154,7 @@ def _shared_array(self, shape, dtype, alignment=None):
     `alignment` (bytes, a power of two, as on a GPU) places the array's first element."""
     from numba.cuda import types
     from numba.cuda.np import numpy_support
+
     if alignment is not None and (alignment <= 0 or alignment & (alignment - 1)):
         raise ValueError(f"shared array alignment must be a power of two, got {alignment}")
     if isinstance(dtype, types.Type):
@@ -172,7 +177,7 @@ def _aligned_empty(shape, dtype, alignment: int) -> np.ndarray:
     nbytes = int(np.prod(shape)) * dtype.itemsize
     raw = np.empty(nbytes + alignment, np.uint8)
     skip = -raw.ctypes.data % alignment
-    return raw[skip:skip + nbytes].view(dtype).reshape(shape)
+    return raw[skip : skip + nbytes].view(dtype).reshape(shape)
 
 
 def _numpy_of(array) -> np.ndarray:
@@ -203,8 +208,10 @@ def load16(array, index):
     address = a.ctypes.data + int(index) * a.itemsize
     lo, hi = _extent(a)
     if address % 16:
-        raise RuntimeError(f"load16: misaligned address (element {index}, {address % 16} bytes "
-                           f"past a 16-byte boundary)")
+        raise RuntimeError(
+            f"load16: misaligned address (element {index}, {address % 16} bytes "
+            f"past a 16-byte boundary)"
+        )
     if address < lo or address + 16 > hi:
         raise RuntimeError(f"load16: element {index} is outside the array (16 bytes from it)")
     words = np.frombuffer(ctypes.string_at(address, 16), np.uint32)

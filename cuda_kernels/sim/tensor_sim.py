@@ -98,8 +98,10 @@ def _checked_address(what: str, array, index, nbytes: int = 16) -> int:
     address = a.ctypes.data + int(index) * a.itemsize
     lo, hi = _extent(a)
     if address % 16:
-        raise RuntimeError(f"{what}: misaligned address (element {index}, "
-                           f"{address % 16} bytes past a 16-byte boundary)")
+        raise RuntimeError(
+            f"{what}: misaligned address (element {index}, "
+            f"{address % 16} bytes past a 16-byte boundary)"
+        )
     if nbytes and (address < lo or address + nbytes > hi):
         raise RuntimeError(f"{what}: element {index} is outside the array (16 bytes from it)")
     return address
@@ -202,6 +204,8 @@ def pack_bf16x2(lo, hi):
 # an older synchronous m64n8k16 copy).
 
 WARPGROUP = 128
+
+
 class SharedWindow:
     """The simulated 256 KiB shared window: each shared array gets a place `misalign` bytes
     past a 1024-byte boundary the first time a descriptor names it (`base`), and a window
@@ -241,6 +245,7 @@ def _warpgroup(kind: str, value) -> dict:
     if int(np.prod(manager._block_dim)) < WARPGROUP * (group + 1):
         raise RuntimeError(f"{kind} needs a whole warpgroup of 128 threads")
     from .simulator import TIMEOUT_S, _Round
+
     with _lock:
         rooms = manager.__dict__.setdefault("_shuffle_rooms", {})
         current = rooms.get(("warpgroup", group, kind))

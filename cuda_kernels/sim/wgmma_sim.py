@@ -86,8 +86,9 @@ def b_address(desc: int, k: int, n: int, trans_b: bool) -> int:
         logical = start + (n // 8) * sbo + (n % 8) * width + 2 * k
     else:
         per_row = width // 2
-        logical = start + (n // per_row) * lbo + (k // 8) * sbo + (k % 8) * width + \
-            2 * (n % per_row)
+        logical = (
+            start + (n // per_row) * lbo + (k // 8) * sbo + (k % 8) * width + 2 * (n % per_row)
+        )
     mask = width // 16 - 1
     return logical ^ (((logical >> 7) & mask) << 4)
 
@@ -147,8 +148,9 @@ def _make_wgmma(n: int, trans_b: bool):
         old = [state["pending"].get((id(acc), first + i), acc[first + i]) for i in range(regs)]
         got = _warpgroup(kind, (int(desc), (a0, a1, a2, a3), old, int(accumulate) != 0))
         if len({v[0] for v in got.values()}) != 1 or len({v[3] for v in got.values()}) != 1:
-            raise RuntimeError(f"{kind}: the warpgroup's threads gave different descriptors "
-                               "or accumulate flags")
+            raise RuntimeError(
+                f"{kind}: the warpgroup's threads gave different descriptors or accumulate flags"
+            )
         rows, cols = d_cells(n)
         with _memo_lock:  # the first thread of the round computes D for all 128
             out = _memo.get(id(got))

@@ -55,8 +55,9 @@ RESERVED_SHARED = 1024  # bytes per CTA, sm_80+
 WARP = 32
 
 _PTX_LOAD = re.compile(r"^\s*(?:@!?%\w+\s+)?ld\.global((?:\.\w+)+)", re.M)
-_PTX_CP_ASYNC = re.compile(r"^\s*(?:@!?%\w+\s+)?cp\.async\.\S*global\S*\s+[^;]*,\s*(\d+)\s*[,;]",
-                           re.M)
+_PTX_CP_ASYNC = re.compile(
+    r"^\s*(?:@!?%\w+\s+)?cp\.async\.\S*global\S*\s+[^;]*,\s*(\d+)\s*[,;]", re.M
+)
 _PTX_SHFL = re.compile(r"^\s*(?:@!?%\w+\s+)?shfl\.sync\b", re.M)
 _PTX_BAR = re.compile(r"^\s*(?:@!?%\w+\s+)?(?:bar|barrier)\.sync\b", re.M)
 
@@ -64,8 +65,9 @@ _PTX_BAR = re.compile(r"^\s*(?:@!?%\w+\s+)?(?:bar|barrier)\.sync\b", re.M)
 def _ptx_bits(suffixes: str) -> int:
     parts = suffixes.strip(".").split(".")
     lanes = next((int(p[1:]) for p in parts if re.fullmatch(r"v[248]", p)), 1)
-    width = next((int(m.group(1)) for p in reversed(parts)
-                  if (m := re.fullmatch(r"[a-z]+(\d+)", p))), 0)
+    width = next(
+        (int(m.group(1)) for p in reversed(parts) if (m := re.fullmatch(r"[a-z]+(\d+)", p))), 0
+    )
     return lanes * width
 
 
@@ -73,9 +75,11 @@ def ptx_stats(ptx: str) -> dict:
     """{'global_load_bits', 'shuffles', 'barriers'} of one PTX module."""
     bits = [_ptx_bits(m.group(1)) for m in _PTX_LOAD.finditer(ptx)]
     bits += [8 * int(m.group(1)) for m in _PTX_CP_ASYNC.finditer(ptx)]
-    return {"global_load_bits": max(bits, default=0),
-            "shuffles": len(_PTX_SHFL.findall(ptx)),
-            "barriers": len(_PTX_BAR.findall(ptx))}
+    return {
+        "global_load_bits": max(bits, default=0),
+        "shuffles": len(_PTX_SHFL.findall(ptx)),
+        "barriers": len(_PTX_BAR.findall(ptx)),
+    }
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,7 @@ def parse_sass(text: str) -> list[Instr]:
     for addr, opcode, txt in raw:
         target = None
         if opcode.split(".")[0] in ("BRA", "BRX", "JMP"):
-            t = _TARGET.search(txt[txt.index(opcode) + len(opcode):])
+            t = _TARGET.search(txt[txt.index(opcode) + len(opcode) :])
             if t:
                 target = labels.get(t.group(1)) if t.group(1) else int(t.group(2), 16)
         out.append(Instr(addr, opcode, txt, target))
@@ -157,11 +161,18 @@ def instr_flops(opcode: str) -> int:
 def loop_mix(instrs: list[Instr], a: int, b: int) -> dict:
     """Tensor-core, ldmatrix and cp.async counts and FLOPs of instrs[a..b]."""
     heads = [instrs[k].opcode.split(".")[0] for k in range(a, b + 1)]
-    return {"hmma": heads.count("HMMA"), "hgmma": heads.count("HGMMA"),
-            "ldsm": heads.count("LDSM"), "ldgsts": heads.count("LDGSTS"),
-            "loop_flops": sum(instr_flops(instrs[k].opcode) for k in range(a, b + 1)),
-            "tensor_flops": sum(instr_flops(instrs[k].opcode) for k in range(a, b + 1)
-                                if heads[k - a] in ("HMMA", "HGMMA"))}
+    return {
+        "hmma": heads.count("HMMA"),
+        "hgmma": heads.count("HGMMA"),
+        "ldsm": heads.count("LDSM"),
+        "ldgsts": heads.count("LDGSTS"),
+        "loop_flops": sum(instr_flops(instrs[k].opcode) for k in range(a, b + 1)),
+        "tensor_flops": sum(
+            instr_flops(instrs[k].opcode)
+            for k in range(a, b + 1)
+            if heads[k - a] in ("HMMA", "HGMMA")
+        ),
+    }
 
 
 def steady_loop(instrs: list[Instr], kv_bits: int | None = None) -> dict:
@@ -169,11 +180,22 @@ def steady_loop(instrs: list[Instr], kv_bits: int | None = None) -> dict:
     spans = loops(instrs)
     in_loop = {k for a, b in spans for k in range(a, b + 1)}
     widths = [instrs[k].load_bits for k in in_loop if instrs[k].load_bits]
-    empty = {"loop_sass": None, "loop_kv_loads": 0, "loop_kv_bits": None,
-             "loop_inner_loops": None, "sass_per_kv_byte": None, "loop_kv_bytes": None,
-             "hmma": None, "hgmma": None, "ldsm": None, "ldgsts": None, "loop_flops": None,
-             "tensor_flops": None,
-             "loop_sass_per_hmma": None, "flops_per_loop_sass": None}
+    empty = {
+        "loop_sass": None,
+        "loop_kv_loads": 0,
+        "loop_kv_bits": None,
+        "loop_inner_loops": None,
+        "sass_per_kv_byte": None,
+        "loop_kv_bytes": None,
+        "hmma": None,
+        "hgmma": None,
+        "ldsm": None,
+        "ldgsts": None,
+        "loop_flops": None,
+        "tensor_flops": None,
+        "loop_sass_per_hmma": None,
+        "flops_per_loop_sass": None,
+    }
     if not widths:
         return empty
     bits = kv_bits or (max(widths) if max(widths) > 32 else min(widths))
@@ -189,11 +211,17 @@ def steady_loop(instrs: list[Instr], kv_bits: int | None = None) -> dict:
     kv_bytes = count * WARP * bits // 8
     inner = sum(1 for c, d in spans if a <= c and d <= b and (c, d) != (a, b))
     mix = loop_mix(instrs, a, b)
-    return {"loop_sass": sass, "loop_kv_loads": count, "loop_kv_bits": bits,
-            "loop_inner_loops": inner, "sass_per_kv_byte": round(sass / kv_bytes, 4),
-            "loop_kv_bytes": kv_bytes, **mix,
-            "loop_sass_per_hmma": round(sass / mix["hmma"], 2) if mix["hmma"] else None,
-            "flops_per_loop_sass": round(mix["loop_flops"] / sass, 2)}
+    return {
+        "loop_sass": sass,
+        "loop_kv_loads": count,
+        "loop_kv_bits": bits,
+        "loop_inner_loops": inner,
+        "sass_per_kv_byte": round(sass / kv_bytes, 4),
+        "loop_kv_bytes": kv_bytes,
+        **mix,
+        "loop_sass_per_hmma": round(sass / mix["hmma"], 2) if mix["hmma"] else None,
+        "flops_per_loop_sass": round(mix["loop_flops"] / sass, 2),
+    }
 
 
 def occupancy(arch: str, registers: int, shared_bytes: int, threads: int) -> dict:
@@ -201,10 +229,16 @@ def occupancy(arch: str, registers: int, shared_bytes: int, threads: int) -> dic
     lim = SM_LIMITS[arch]
     warps = -(-threads // WARP)
     regs_per_warp = -(-max(registers, 1) // 8) * 8 * WARP  # a multiple of 256
-    by = {"warps": lim["warps"] // warps, "ctas": lim["ctas"],
-          "registers": (lim["registers"] // regs_per_warp) // warps}
+    by = {
+        "warps": lim["warps"] // warps,
+        "ctas": lim["ctas"],
+        "registers": (lim["registers"] // regs_per_warp) // warps,
+    }
     smem = -(-(shared_bytes + RESERVED_SHARED) // 128) * 128
     by["shared"] = lim["shared"] // smem
     ctas = min(by.values())
-    return {"ctas_per_sm": ctas, "warps_per_sm": ctas * warps,
-            "limited_by": min(by, key=lambda k: (by[k], k))}
+    return {
+        "ctas_per_sm": ctas,
+        "warps_per_sm": ctas * warps,
+        "limited_by": min(by, key=lambda k: (by[k], k)),
+    }

@@ -19,46 +19,100 @@ A missing figure prints as "-", never as a made-up number.
 
 from __future__ import annotations
 
-COLUMNS = (("kernel", 44, "s"), ("arch", 6, "s"), ("registers", 5, "d"), ("shared_bytes", 7, "d"),
-           ("spill_bytes", 6, "d"), ("global_load_bits", 5, "d"), ("shuffles", 5, "d"),
-           ("barriers", 4, "d"), ("loop_sass", 6, "d"), ("sass_per_kv_byte", 8, ".3f"),
-           ("hmma", 5, "d"), ("loop_sass_per_hmma", 7, ".1f"), ("ctas_per_sm", 5, "d"),
-           ("warps_per_sm", 5, "d"), ("reuse", 6, ".1f"), ("bound", 7, "s"),
-           ("expected_pct_of_peak", 6, ".1f"), ("expected_pct_of_tensor_peak", 7, ".2f"))
-HEADS = ("kernel", "arch", "regs", "smem B", "spill", "ldbit", "shfl", "bar", "loop", "sass/B",
-         "hmma", "sass/mma", "CTA/SM", "warp/SM", "reuse", "bound", "%peak", "%tensor")
+COLUMNS = (
+    ("kernel", 44, "s"),
+    ("arch", 6, "s"),
+    ("registers", 5, "d"),
+    ("shared_bytes", 7, "d"),
+    ("spill_bytes", 6, "d"),
+    ("global_load_bits", 5, "d"),
+    ("shuffles", 5, "d"),
+    ("barriers", 4, "d"),
+    ("loop_sass", 6, "d"),
+    ("sass_per_kv_byte", 8, ".3f"),
+    ("hmma", 5, "d"),
+    ("loop_sass_per_hmma", 7, ".1f"),
+    ("ctas_per_sm", 5, "d"),
+    ("warps_per_sm", 5, "d"),
+    ("reuse", 6, ".1f"),
+    ("bound", 7, "s"),
+    ("expected_pct_of_peak", 6, ".1f"),
+    ("expected_pct_of_tensor_peak", 7, ".2f"),
+)
+HEADS = (
+    "kernel",
+    "arch",
+    "regs",
+    "smem B",
+    "spill",
+    "ldbit",
+    "shfl",
+    "bar",
+    "loop",
+    "sass/B",
+    "hmma",
+    "sass/mma",
+    "CTA/SM",
+    "warp/SM",
+    "reuse",
+    "bound",
+    "%peak",
+    "%tensor",
+)
 
 # (row key, Markdown header, format) of the README table
-MARKDOWN = (("kernel", "kernel", "s"), ("arch", "arch", "s"), ("registers", "registers", "d"),
-            ("spill_bytes", "spills (B)", "d"), ("warps_per_sm", "warps/SM", "d"),
-            ("loop_sass", "loop SASS", "d"), ("sass_per_kv_byte", "SASS per K/V byte", ".3f"),
-            ("hmma", "HMMA", "d"), ("loop_sass_per_hmma", "SASS per HMMA", ".2f"),
-            ("ldsm", "LDSM", "d"), ("ldgsts", "LDGSTS", "d"), ("reuse", "K/V reuse", ".1f"),
-            ("flops_per_hbm_byte", "FLOP per HBM byte", ".0f"), ("bound", "bound", "s"),
-            ("expected_pct_of_peak", "% of own peak", ".1f"),
-            ("expected_pct_of_tensor_peak", "% of tensor peak", ".1f"))
+MARKDOWN = (
+    ("kernel", "kernel", "s"),
+    ("arch", "arch", "s"),
+    ("registers", "registers", "d"),
+    ("spill_bytes", "spills (B)", "d"),
+    ("warps_per_sm", "warps/SM", "d"),
+    ("loop_sass", "loop SASS", "d"),
+    ("sass_per_kv_byte", "SASS per K/V byte", ".3f"),
+    ("hmma", "HMMA", "d"),
+    ("loop_sass_per_hmma", "SASS per HMMA", ".2f"),
+    ("ldsm", "LDSM", "d"),
+    ("ldgsts", "LDGSTS", "d"),
+    ("reuse", "K/V reuse", ".1f"),
+    ("flops_per_hbm_byte", "FLOP per HBM byte", ".0f"),
+    ("bound", "bound", "s"),
+    ("expected_pct_of_peak", "% of own peak", ".1f"),
+    ("expected_pct_of_tensor_peak", "% of tensor peak", ".1f"),
+)
 MARKDOWN_HEADS = tuple(head for _, head, _ in MARKDOWN)
 MARKDOWN_KERNELS = ("paged_decode", "paged_prefill")  # name prefixes the README shows
 
 
 def table(rows: list[dict]) -> str:
-    head = " ".join(f"{h:{w}}" if f == "s" else f"{h:>{w}}"
-                    for h, (_, w, f) in zip(HEADS, COLUMNS, strict=True))
+    head = " ".join(
+        f"{h:{w}}" if f == "s" else f"{h:>{w}}" for h, (_, w, f) in zip(HEADS, COLUMNS, strict=True)
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
-        cells = [(f"{r[k]:{w}{f}}" if f == "s" else f"{r[k]:>{w}{f}}")
-                 if r.get(k) is not None else f"{'-':>{w}}" for k, w, f in COLUMNS]
+        cells = [
+            (f"{r[k]:{w}{f}}" if f == "s" else f"{r[k]:>{w}{f}}")
+            if r.get(k) is not None
+            else f"{'-':>{w}}"
+            for k, w, f in COLUMNS
+        ]
         lines.append(" ".join(cells))
     return "\n".join(lines)
 
 
-LADDER = (("kernel", "rung", "s"), ("arch", "arch", "s"), ("registers", "registers", "d"),
-          ("spill_bytes", "spills (B)", "d"), ("loop_kv_bits", "K/V load bits", "d"),
-          ("loop_sass", "loop SASS", "d"), ("loop_kv_bytes", "K/V B per trip", "d"),
-          ("loop_inner_loops", "inner loops", "d"),
-          ("sass_per_kv_byte", "SASS per K/V byte", ".3f"),
-          ("leaner", "x leaner than rung 1", ".1f"), ("cache_reads", "K/V reads (G=4)", ".1f"),
-          ("sass_per_cache_byte", "SASS per cache byte", ".3f"))
+LADDER = (
+    ("kernel", "rung", "s"),
+    ("arch", "arch", "s"),
+    ("registers", "registers", "d"),
+    ("spill_bytes", "spills (B)", "d"),
+    ("loop_kv_bits", "K/V load bits", "d"),
+    ("loop_sass", "loop SASS", "d"),
+    ("loop_kv_bytes", "K/V B per trip", "d"),
+    ("loop_inner_loops", "inner loops", "d"),
+    ("sass_per_kv_byte", "SASS per K/V byte", ".3f"),
+    ("leaner", "x leaner than rung 1", ".1f"),
+    ("cache_reads", "K/V reads (G=4)", ".1f"),
+    ("sass_per_cache_byte", "SASS per cache byte", ".3f"),
+)
 
 
 def ladder_table(rows: list[dict]) -> str:
@@ -69,8 +123,7 @@ def ladder_table(rows: list[dict]) -> str:
     for r in rows:
         base, mine = first.get(r["arch"]), r.get("sass_per_kv_byte")
         r = dict(r, leaner=base / mine if base and mine else None)
-        lines.append(markdown_row("-" if r.get(k) is None else f"{r[k]:{f}}"
-                                  for k, _, f in LADDER))
+        lines.append(markdown_row("-" if r.get(k) is None else f"{r[k]:{f}}" for k, _, f in LADDER))
     return "\n".join(lines)
 
 
@@ -81,15 +134,22 @@ def markdown_row(cells) -> str:
 def markdown(rows: list[dict], as_of: str | None = None) -> str:
     """The README's table of the decode and prefill rows, preceded by one line saying
     which commit it was compiled from."""
-    lines = [f"As of {as_of or 'an unknown commit'} (static counts from ptxas and nvdisasm, "
-             f"no GPU; bound and % from cuda_kernels/tools/roofline.py):", "",
-             markdown_row(MARKDOWN_HEADS), markdown_row("---" for _ in MARKDOWN)]
+    lines = [
+        f"As of {as_of or 'an unknown commit'} (static counts from ptxas and nvdisasm, "
+        f"no GPU; bound and % from cuda_kernels/tools/roofline.py):",
+        "",
+        markdown_row(MARKDOWN_HEADS),
+        markdown_row("---" for _ in MARKDOWN),
+    ]
     for r in rows:
         if not r["kernel"].startswith(MARKDOWN_KERNELS):
             continue
-        lines.append(markdown_row(
-            "-" if r.get(k) is None else f"`{r[k]}`" if k == "kernel" else f"{r[k]:{f}}"
-            for k, _, f in MARKDOWN))
+        lines.append(
+            markdown_row(
+                "-" if r.get(k) is None else f"`{r[k]}`" if k == "kernel" else f"{r[k]:{f}}"
+                for k, _, f in MARKDOWN
+            )
+        )
     return "\n".join(lines)
 
 
@@ -100,7 +160,10 @@ def table_heads(text: str) -> list[tuple[str, ...]]:
     heads = []
     for above, line in zip(lines, lines[1:], strict=False):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.lstrip().startswith("|") and cells and all(set(c) <= set("-:") and c
-                                                           for c in cells):
+        if (
+            line.lstrip().startswith("|")
+            and cells
+            and all(set(c) <= set("-:") and c for c in cells)
+        ):
             heads.append(tuple(c.strip() for c in above.strip().strip("|").split("|")))
     return heads

@@ -60,13 +60,13 @@ TENSOR_FLOPS_S = 990e12
 L2_BYTES = 50 * 10**6
 SASS_PER_BYTE_BUDGET = ISSUE_S / HBM_BYTES_S  # 0.243
 # the issue's headline prefill: prompts, new tokens each, cached prefix, KV heads, head_dim
-HEADLINE = {"prompts": 8, "new_tokens": 1024, "cached_prefix": 1024, "kv_heads": 8,
-            "head_dim": 128}
+HEADLINE = {"prompts": 8, "new_tokens": 1024, "cached_prefix": 1024, "kv_heads": 8, "head_dim": 128}
 _ORDER = ("tensor", "issue", "l2", "memory")  # ties go to the first
 
 
-def prefill_reuse(new_tokens: int, cached_prefix: int, q_tile: int, kv_tile: int,
-                  causal: bool = True) -> float:
+def prefill_reuse(
+    new_tokens: int, cached_prefix: int, q_tile: int, kv_tile: int, causal: bool = True
+) -> float:
     """Mean number of CTAs that read each K/V tile of one (sequence, KV head): K/V tiles
     read by all query tiles / distinct K/V tiles. Query tile i holds new tokens
     [i q_tile, (i + 1) q_tile); causal, it reads the tiles up to its last token."""
@@ -83,37 +83,63 @@ def prefill_reuse(new_tokens: int, cached_prefix: int, q_tile: int, kv_tile: int
     return reads / tiles
 
 
-def l2_footprint(resident_ctas: int, new_tokens: int, cached_prefix: int, q_tile: int,
-                 head_dim: int, itemsize: int) -> int:
+def l2_footprint(
+    resident_ctas: int,
+    new_tokens: int,
+    cached_prefix: int,
+    q_tile: int,
+    head_dim: int,
+    itemsize: int,
+) -> int:
     """Bytes of K and V of the (sequence, KV head) pairs that `resident_ctas` CTAs,
     consecutive in launch order (query tiles of one pair first), touch at once."""
-    _positive(resident_ctas=resident_ctas, new_tokens=new_tokens, q_tile=q_tile,
-              head_dim=head_dim, itemsize=itemsize)
+    _positive(
+        resident_ctas=resident_ctas,
+        new_tokens=new_tokens,
+        q_tile=q_tile,
+        head_dim=head_dim,
+        itemsize=itemsize,
+    )
     q_tiles = -(-new_tokens // q_tile)
     pairs = -(-resident_ctas // q_tiles) + 1  # +1: the window may straddle two pairs
     return pairs * (cached_prefix + new_tokens) * head_dim * itemsize * 2
 
 
-def headline_reuse(group: int, q_tile: int, kv_tile: int, ctas_per_sm: int, head_dim: int,
-                   itemsize: int, shape: dict | None = None) -> dict:
+def headline_reuse(
+    group: int,
+    q_tile: int,
+    kv_tile: int,
+    ctas_per_sm: int,
+    head_dim: int,
+    itemsize: int,
+    shape: dict | None = None,
+) -> dict:
     """{'reuse', 'l2_footprint_bytes', 'reuse_case'} of a prefill kernel at `shape`
     (default HEADLINE; its heads are kv_heads x group). reuse falls back to 1 (and
     reuse_case says why) when the resident CTAs' K/V would not fit in L2."""
     s = dict(HEADLINE, **(shape or {}))
     reuse = prefill_reuse(s["new_tokens"], s["cached_prefix"], q_tile, kv_tile)
-    foot = l2_footprint(max(ctas_per_sm, 1) * SMS, s["new_tokens"], s["cached_prefix"],
-                        q_tile, head_dim, itemsize)
-    case = (f"{s['prompts']} prompts x {s['new_tokens']} new tokens behind a "
-            f"{s['cached_prefix']}-token prefix, GQA {s['kv_heads'] * group}/{s['kv_heads']}, "
-            f"{q_tile} query tokens and {kv_tile}-token K/V tiles per CTA")
+    foot = l2_footprint(
+        max(ctas_per_sm, 1) * SMS, s["new_tokens"], s["cached_prefix"], q_tile, head_dim, itemsize
+    )
+    case = (
+        f"{s['prompts']} prompts x {s['new_tokens']} new tokens behind a "
+        f"{s['cached_prefix']}-token prefix, GQA {s['kv_heads'] * group}/{s['kv_heads']}, "
+        f"{q_tile} query tokens and {kv_tile}-token K/V tiles per CTA"
+    )
     if foot > L2_BYTES:
-        return {"reuse": 1.0, "l2_footprint_bytes": foot,
-                "reuse_case": case + f": resident K/V {foot} B > L2, no reuse credited"}
+        return {
+            "reuse": 1.0,
+            "l2_footprint_bytes": foot,
+            "reuse_case": case + f": resident K/V {foot} B > L2, no reuse credited",
+        }
     return {"reuse": round(reuse, 2), "l2_footprint_bytes": foot, "reuse_case": case}
 
 
-NO_MATH_IN_LOOP = ("the loop that loads K/V performs no floating-point math (the math runs "
-                   "in other loops, which one loop's static count cannot weigh): no bound")
+NO_MATH_IN_LOOP = (
+    "the loop that loads K/V performs no floating-point math (the math runs "
+    "in other loops, which one loop's static count cannot weigh): no bound"
+)
 NO_REUSE = "the K/V reuse of this kernel is not known (no QT / T constants): no bound"
 
 
@@ -123,8 +149,16 @@ def model(row: dict, reuse: float | None = 1.0, expects_flops: bool = False) -> 
     saying why) when `expects_flops` (a prefill kernel) but the K/V loop has none, or
     when reuse is None (not known)."""
     sass, nbytes = row.get("loop_sass"), row.get("loop_kv_bytes")
-    keys = ("bound", "peak", "expected_pct_of_peak", "expected_pct_of_tensor_peak",
-            "issue_budget_pct", "reuse", "hbm_bytes", "flops_per_hbm_byte")
+    keys = (
+        "bound",
+        "peak",
+        "expected_pct_of_peak",
+        "expected_pct_of_tensor_peak",
+        "issue_budget_pct",
+        "reuse",
+        "hbm_bytes",
+        "flops_per_hbm_byte",
+    )
     if reuse is None:
         return {**dict.fromkeys(keys), "bound_note": NO_REUSE}
     if not reuse >= 1:
@@ -135,17 +169,24 @@ def model(row: dict, reuse: float | None = 1.0, expects_flops: bool = False) -> 
         return {**dict.fromkeys(keys), "reuse": reuse, "bound_note": NO_MATH_IN_LOOP}
     hbm = nbytes / reuse
     flops = row.get("loop_flops") or 0
-    times = {"tensor": (row.get("tensor_flops") or 0) / TENSOR_FLOPS_S,
-             "issue": sass / ISSUE_S, "l2": nbytes / L2_BYTES_S, "memory": hbm / HBM_BYTES_S}
+    times = {
+        "tensor": (row.get("tensor_flops") or 0) / TENSOR_FLOPS_S,
+        "issue": sass / ISSUE_S,
+        "l2": nbytes / L2_BYTES_S,
+        "memory": hbm / HBM_BYTES_S,
+    }
     worst = max(_ORDER, key=lambda k: times[k])  # max keeps the first of equal times
     roof = "tensor" if times["tensor"] > times["memory"] else "memory"
-    return {"bound": worst, "peak": "tensor fp16" if roof == "tensor" else "HBM 4.3 TB/s",
-            "expected_pct_of_peak": round(100 * times[roof] / times[worst], 1),
-            "expected_pct_of_tensor_peak":
-                round(100 * flops / TENSOR_FLOPS_S / times[worst], 2),
-            "issue_budget_pct": round(100 * sass / nbytes / SASS_PER_BYTE_BUDGET, 1),
-            "reuse": reuse, "hbm_bytes": round(hbm, 1),
-            "flops_per_hbm_byte": round(flops / hbm, 2)}
+    return {
+        "bound": worst,
+        "peak": "tensor fp16" if roof == "tensor" else "HBM 4.3 TB/s",
+        "expected_pct_of_peak": round(100 * times[roof] / times[worst], 1),
+        "expected_pct_of_tensor_peak": round(100 * flops / TENSOR_FLOPS_S / times[worst], 2),
+        "issue_budget_pct": round(100 * sass / nbytes / SASS_PER_BYTE_BUDGET, 1),
+        "reuse": reuse,
+        "hbm_bytes": round(hbm, 1),
+        "flops_per_hbm_byte": round(flops / hbm, 2),
+    }
 
 
 def bound(row: dict) -> dict:

@@ -52,8 +52,9 @@ class BlockSpaceManager:
         return self._num_blocks(seq.num_tokens) <= self.gpu_allocator.get_num_free_blocks()
 
     def allocate(self, seq: Sequence) -> None:
-        self.block_tables[seq.seq_id] = [self.gpu_allocator.allocate()
-                                         for _ in range(self._num_blocks(seq.num_tokens))]
+        self.block_tables[seq.seq_id] = [
+            self.gpu_allocator.allocate() for _ in range(self._num_blocks(seq.num_tokens))
+        ]
 
     def can_append_slots(self, seq: Sequence, num_new: int) -> bool:
         table = self.block_tables[seq.seq_id]

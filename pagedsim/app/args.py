@@ -23,6 +23,7 @@ class ArgParser(argparse.ArgumentParser):
 
 def int_in(low: int, high: int):
     """An argparse `type`: an integer in [low, high]."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -31,12 +32,14 @@ def int_in(low: int, high: int):
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"must be in [{low:,}, {high:,}], got {value:,}")
         return value
+
     parse.__name__ = "integer"
     return parse
 
 
 def float_in(low: float, high: float, *, open_low: bool = False):
     """An argparse `type`: a finite number in [low, high] (or (low, high] with open_low)."""
+
     def parse(text: str) -> float:
         try:
             value = float(text)
@@ -45,8 +48,10 @@ def float_in(low: float, high: float, *, open_low: bool = False):
         if not math.isfinite(value) or value > high or value < low or (open_low and value == low):
             raise argparse.ArgumentTypeError(
                 f"must be a finite number in {'(' if open_low else '['}{low:g}, {high:g}], "
-                f"got {text}")
+                f"got {text}"
+            )
         return value
+
     parse.__name__ = "number"
     return parse
 

@@ -62,16 +62,33 @@ MAX_BLOCK = 512
 MAX_CONFIG_INT = 2**32  # any one config.json count (layers, hidden size, vocabulary ...)
 
 GPUS = {  # nominal memory, GiB
-    "A100-40GB": 40 * GiB, "A100-80GB": 80 * GiB, "H100-80GB": 80 * GiB, "H100-94GB": 94 * GiB,
-    "H200-141GB": 141 * GiB, "B200-180GB": 180 * GiB, "L4": 24 * GiB, "L40S": 48 * GiB,
-    "A10G": 24 * GiB, "T4": 16 * GiB, "RTX-4090": 24 * GiB, "RTX-3090": 24 * GiB,
+    "A100-40GB": 40 * GiB,
+    "A100-80GB": 80 * GiB,
+    "H100-80GB": 80 * GiB,
+    "H100-94GB": 94 * GiB,
+    "H200-141GB": 141 * GiB,
+    "B200-180GB": 180 * GiB,
+    "L4": 24 * GiB,
+    "L40S": 48 * GiB,
+    "A10G": 24 * GiB,
+    "T4": 16 * GiB,
+    "RTX-4090": 24 * GiB,
+    "RTX-3090": 24 * GiB,
 }
 
 
 def _cfg(layers, hidden, heads, kv, inter, vocab, max_pos, dtype="bfloat16", **extra):
-    return dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
-                num_key_value_heads=kv, intermediate_size=inter, vocab_size=vocab,
-                max_position_embeddings=max_pos, torch_dtype=dtype, **extra)
+    return dict(
+        num_hidden_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        intermediate_size=inter,
+        vocab_size=vocab,
+        max_position_embeddings=max_pos,
+        torch_dtype=dtype,
+        **extra,
+    )
 
 
 MODELS = {  # config.json values of the Hugging Face checkpoints
@@ -83,24 +100,58 @@ MODELS = {  # config.json values of the Hugging Face checkpoints
     "llama-3.1-70b": _cfg(80, 8192, 64, 8, 28672, 128256, 131072),
     "mistral-7b": _cfg(32, 4096, 32, 8, 14336, 32000, 32768, sliding_window=4096),  # v0.1
     "mixtral-8x7b": _cfg(32, 4096, 32, 8, 14336, 32000, 32768, num_local_experts=8),
-    "qwen2-7b": _cfg(28, 3584, 28, 4, 18944, 152064, 131072, sliding_window=131072,
-                     use_sliding_window=False),
+    "qwen2-7b": _cfg(
+        28, 3584, 28, 4, 18944, 152064, 131072, sliding_window=131072, use_sliding_window=False
+    ),
     "qwen2.5-72b": _cfg(80, 8192, 64, 8, 29568, 152064, 32768),
     # Gemma 2's checkpoint says float32; vLLM serves Gemma 2 in bfloat16
-    "gemma-2-9b": _cfg(42, 3584, 16, 8, 14336, 256000, 8192, head_dim=256, sliding_window=4096,
-                       tie_word_embeddings=True),
-    "opt-13b": dict(num_hidden_layers=40, hidden_size=5120, num_attention_heads=40, ffn_dim=20480,
-                    vocab_size=50272, max_position_embeddings=2048, torch_dtype="float16",
-                    model_type="opt", tie_word_embeddings=True),
+    "gemma-2-9b": _cfg(
+        42,
+        3584,
+        16,
+        8,
+        14336,
+        256000,
+        8192,
+        head_dim=256,
+        sliding_window=4096,
+        tie_word_embeddings=True,
+    ),
+    "opt-13b": dict(
+        num_hidden_layers=40,
+        hidden_size=5120,
+        num_attention_heads=40,
+        ffn_dim=20480,
+        vocab_size=50272,
+        max_position_embeddings=2048,
+        torch_dtype="float16",
+        model_type="opt",
+        tie_word_embeddings=True,
+    ),
 }
 MODEL_DTYPES = {"float16": 2, "bfloat16": 2, "float32": 4}  # the model's dtype -> bytes
-TORCH_DTYPES = {"float16": "float16", "half": "float16", "bfloat16": "bfloat16",
-                "float32": "float32", "float": "float32"}  # vLLM's --dtype / torch_dtype names
+TORCH_DTYPES = {
+    "float16": "float16",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "float32": "float32",
+    "float": "float32",
+}  # vLLM's --dtype / torch_dtype names
 KV_CACHE_DTYPES = {"bfloat16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1}
 # vLLM's --kv-cache-dtype choices besides "auto" (the model's dtype); fp8_ds_mla, DeepSeek's
 # MLA layout, is left out: pagedsim sizes multi-head / grouped-query attention only
-UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-         "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 
 
 def byte_count(text: str) -> int:
@@ -108,7 +159,8 @@ def byte_count(text: str) -> int:
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?(?:e[0-9]+)?)\s*([a-z]*)\s*", str(text).lower())
     if not m or m.group(2) not in UNITS:
         raise argparse.ArgumentTypeError(
-            f"expected bytes such as 85899345920, 80GiB or 24e9, got {text!r}")
+            f"expected bytes such as 85899345920, 80GiB or 24e9, got {text!r}"
+        )
     try:  # exact decimal arithmetic: 1e400 is a number too large, never inf or an overflow
         number = Decimal(m.group(1))
         too_big = number.adjusted() > 30 or number * UNITS[m.group(2)] > MAX_BYTES
@@ -131,8 +183,10 @@ def gpu_name(text: str) -> str:
 
 
 ALIASES = {  # other names older or non-Llama configs use for the same field
-    "num_hidden_layers": ("n_layer", "num_layers"), "hidden_size": ("n_embd", "d_model"),
-    "num_attention_heads": ("n_head",), "num_key_value_heads": ("num_kv_heads", "n_kv_heads"),
+    "num_hidden_layers": ("n_layer", "num_layers"),
+    "hidden_size": ("n_embd", "d_model"),
+    "num_attention_heads": ("n_head",),
+    "num_key_value_heads": ("num_kv_heads", "n_kv_heads"),
     "intermediate_size": ("ffn_dim", "n_inner"),
 }
 
@@ -146,8 +200,11 @@ def _field(cfg: dict, key: str, source: str, default=None) -> int:
     if value is None:
         raise MissingField(f"{source}: config has no {key!r}")
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CONFIG_INT:
-        shown = value if not isinstance(value, int) or value.bit_length() < 64 else \
-            f"an integer of {len(str(value)):,} digits"
+        shown = (
+            value
+            if not isinstance(value, int) or value.bit_length() < 64
+            else f"an integer of {len(str(value)):,} digits"
+        )
         raise ValueError(f"{source}: {key} must be a positive integer up to 2**32, got {shown!r}")
     return value
 
@@ -163,11 +220,15 @@ def read_config(cfg, source: str) -> dict:
     heads = _field(cfg, "num_attention_heads", source)
     kv = _field(cfg, "num_key_value_heads", source, heads)  # absent: multi-head attention
     if heads % kv:
-        raise ValueError(f"{source}: num_attention_heads ({heads}) is not a multiple of "
-                         f"num_key_value_heads ({kv})")
+        raise ValueError(
+            f"{source}: num_attention_heads ({heads}) is not a multiple of "
+            f"num_key_value_heads ({kv})"
+        )
     if cfg.get("head_dim") is None and hidden % heads:
-        raise ValueError(f"{source}: hidden_size ({hidden}) is not a multiple of "
-                         f"num_attention_heads ({heads}) and there is no head_dim")
+        raise ValueError(
+            f"{source}: hidden_size ({hidden}) is not a multiple of "
+            f"num_attention_heads ({heads}) and there is no head_dim"
+        )
     head_dim = _field(cfg, "head_dim", source, hidden // heads)
     dtype = cfg.get("torch_dtype", cfg.get("dtype", "float16"))
     if not isinstance(dtype, str) or dtype not in TORCH_DTYPES:
@@ -180,10 +241,19 @@ def read_config(cfg, source: str) -> dict:
         params, unknown = estimate_params(cfg, layers, hidden, heads, kv, head_dim, source), None
     except MissingField as e:  # only needed when the weights are to be estimated
         params, unknown = None, str(e)
-    return dict(num_layers=layers, num_heads=heads, num_kv_heads=kv, head_dim=head_dim,
-                dtype=TORCH_DTYPES[dtype], sliding_window=window,
-                max_position_embeddings=_field(cfg, "max_position_embeddings", source)
-                if max_pos is not None else None, params=params, params_unknown=unknown)
+    return dict(
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=kv,
+        head_dim=head_dim,
+        dtype=TORCH_DTYPES[dtype],
+        sliding_window=window,
+        max_position_embeddings=_field(cfg, "max_position_embeddings", source)
+        if max_pos is not None
+        else None,
+        params=params,
+        params_unknown=unknown,
+    )
 
 
 def estimate_params(cfg, layers, hidden, heads, kv, head_dim, source) -> int:
@@ -209,8 +279,10 @@ def load_model(text: str) -> tuple[str, dict]:
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
-        raise ValueError(f"--model {text!r} is neither a preset ({', '.join(MODELS)}) nor a "
-                         "folder or file with a config.json")
+        raise ValueError(
+            f"--model {text!r} is neither a preset ({', '.join(MODELS)}) nor a "
+            "folder or file with a config.json"
+        )
     try:
         cfg = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -221,53 +293,80 @@ def load_model(text: str) -> tuple[str, dict]:
 def plan(args) -> dict:
     """Everything `capacity` reports, as one dict (what --json prints)."""
     name, model = load_model(args.model)
-    dtype = TORCH_DTYPES[args.dtype] if args.dtype != "auto" else (
-        "float16" if model["dtype"] == "float32" else model["dtype"])  # vLLM's auto: fp32 -> fp16
+    dtype = (
+        TORCH_DTYPES[args.dtype]
+        if args.dtype != "auto"
+        else ("float16" if model["dtype"] == "float32" else model["dtype"])
+    )  # vLLM's auto: fp32 -> fp16
     kv_dtype = dtype if args.kv_cache_dtype == "auto" else args.kv_cache_dtype
-    kv_bytes = MODEL_DTYPES[dtype] if args.kv_cache_dtype == "auto" else \
-        KV_CACHE_DTYPES[kv_dtype]
+    kv_bytes = MODEL_DTYPES[dtype] if args.kv_cache_dtype == "auto" else KV_CACHE_DTYPES[kv_dtype]
     max_len = args.max_model_len or model["max_position_embeddings"]
     if max_len is None:
         raise ValueError(f"{name} has no max_position_embeddings: pass --max-model-len")
     limit = model["max_position_embeddings"]
     if limit is not None and max_len > limit:
-        raise ValueError(f"--max-model-len {max_len:,} is longer than the model's "
-                         f"max_position_embeddings ({limit:,}); vLLM refuses it too")
+        raise ValueError(
+            f"--max-model-len {max_len:,} is longer than the model's "
+            f"max_position_embeddings ({limit:,}); vLLM refuses it too"
+        )
     weights = args.weights_bytes
     if weights is None and args.kv_cache_memory_bytes is None:
         if model["params"] is None:
-            raise ValueError(f"cannot estimate the weights ({model['params_unknown']}): pass "
-                             "--weights-bytes or --kv-cache-memory-bytes")
+            raise ValueError(
+                f"cannot estimate the weights ({model['params_unknown']}): pass "
+                "--weights-bytes or --kv-cache-memory-bytes"
+            )
         weights = model["params"] * MODEL_DTYPES[dtype] // args.tensor_parallel_size
     tp, kv_heads = args.tensor_parallel_size, model["num_kv_heads"]
     if model["num_heads"] % tp or (kv_heads % tp and tp % kv_heads):
-        raise ValueError(f"--tensor-parallel-size {tp} must divide num_attention_heads "
-                         f"({model['num_heads']}) and divide or be a multiple of "
-                         f"num_key_value_heads ({kv_heads}), as vLLM requires")
+        raise ValueError(
+            f"--tensor-parallel-size {tp} must divide num_attention_heads "
+            f"({model['num_heads']}) and divide or be a multiple of "
+            f"num_key_value_heads ({kv_heads}), as vLLM requires"
+        )
     kv_per_gpu = max(1, kv_heads // tp)
-    out = dict(model=name, **{k: model[k] for k in ("num_layers", "num_heads", "num_kv_heads",
-                                                    "head_dim", "sliding_window")},
-               parameters_estimated=model["params"], dtype=dtype, kv_cache_dtype=kv_dtype,
-               kv_bytes_per_element=kv_bytes, block_size=args.block_size,
-               max_model_len=max_len, tensor_parallel_size=tp, kv_heads_per_gpu=kv_per_gpu)
+    out = dict(
+        model=name,
+        **{
+            k: model[k]
+            for k in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "sliding_window")
+        },
+        parameters_estimated=model["params"],
+        dtype=dtype,
+        kv_cache_dtype=kv_dtype,
+        kv_bytes_per_element=kv_bytes,
+        block_size=args.block_size,
+        max_model_len=max_len,
+        tensor_parallel_size=tp,
+        kv_heads_per_gpu=kv_per_gpu,
+    )
     if args.kv_cache_memory_bytes is not None:
         available = args.kv_cache_memory_bytes
         out.update(source="--kv-cache-memory-bytes (vLLM's kv_cache_memory_bytes)")
     else:
         if args.gpu is None and args.gpu_memory is None:
-            raise ValueError("say how much memory: --gpu PRESET, --gpu-memory BYTES or "
-                             "--kv-cache-memory-bytes BYTES")
+            raise ValueError(
+                "say how much memory: --gpu PRESET, --gpu-memory BYTES or "
+                "--kv-cache-memory-bytes BYTES"
+            )
         total = GPUS[args.gpu] if args.gpu else args.gpu_memory
         requested = int(total * args.gpu_memory_utilization)
         available = requested - weights - args.other_bytes
-        out.update(gpu=args.gpu, gpu_memory_bytes=total,
-                   gpu_memory_utilization=args.gpu_memory_utilization, requested_bytes=requested,
-                   weights_bytes=weights, weights_estimated=args.weights_bytes is None,
-                   other_bytes=args.other_bytes)
+        out.update(
+            gpu=args.gpu,
+            gpu_memory_bytes=total,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            requested_bytes=requested,
+            weights_bytes=weights,
+            weights_estimated=args.weights_bytes is None,
+            other_bytes=args.other_bytes,
+        )
         if available <= 0:
-            raise ValueError(f"nothing left for the KV cache: {total:,} B x "
-                             f"{args.gpu_memory_utilization:g} = {requested:,} B, weights "
-                             f"{weights:,} B, other {args.other_bytes:,} B")
+            raise ValueError(
+                f"nothing left for the KV cache: {total:,} B x "
+                f"{args.gpu_memory_utilization:g} = {requested:,} B, weights "
+                f"{weights:,} B, other {args.other_bytes:,} B"
+            )
     spec = ModelSpec(name, model["num_layers"], kv_per_gpu, model["head_dim"], kv_bytes)
     cap = kv_capacity(spec, args.block_size, available, max_len)
     usable = max(cap.num_blocks - 1, 0)  # vLLM v1's block pool keeps block 0 as the null block
@@ -277,7 +376,8 @@ def plan(args) -> dict:
             f"to serve one request of max_model_len {max_len:,} tokens, {need:,} blocks "
             f"({need * cap.bytes_per_block:,} B, the null block included) are needed, but only "
             f"{cap.num_blocks:,} fit in {available:,} B of KV cache; vLLM refuses to start: "
-            f"raise the memory or pass --max-model-len {usable * args.block_size:,} or less")
+            f"raise the memory or pass --max-model-len {usable * args.block_size:,} or less"
+        )
     out.update(kv_cache_memory_bytes=available, usable_blocks=usable, **vars(cap))
     return out
 
@@ -285,69 +385,138 @@ def plan(args) -> dict:
 def report(r: dict) -> str:
     """The human-readable report, ending with vLLM's two startup log lines."""
     params = r["parameters_estimated"]
-    lines = [f"model      {r['model']}: {r['num_layers']} layers, {r['num_heads']} query / "
-             f"{r['num_kv_heads']} KV heads, head_dim {r['head_dim']}, "
-             + (f"about {params / 1e9:.2f} B parameters" if params else "parameters unknown"),
-             f"per token  {r['bytes_per_token']:,} B = 2 (K, V) x {r['num_layers']} layers x "
-             f"{r['kv_heads_per_gpu']} KV heads x {r['head_dim']} x {r['kv_bytes_per_element']} B "
-             f"({r['kv_cache_dtype']})" + (f", on each of {r['tensor_parallel_size']} GPUs"
-                                           if r["tensor_parallel_size"] > 1 else ""),
-             f"per block  {r['bytes_per_block']:,} B ({r['bytes_per_block'] / 2**20:.2f} MiB) for "
-             f"{r['block_size']} tokens; one layer's block (vLLM's page_size_bytes) "
-             f"{r['page_size_bytes']:,} B"]
+    lines = [
+        f"model      {r['model']}: {r['num_layers']} layers, {r['num_heads']} query / "
+        f"{r['num_kv_heads']} KV heads, head_dim {r['head_dim']}, "
+        + (f"about {params / 1e9:.2f} B parameters" if params else "parameters unknown"),
+        f"per token  {r['bytes_per_token']:,} B = 2 (K, V) x {r['num_layers']} layers x "
+        f"{r['kv_heads_per_gpu']} KV heads x {r['head_dim']} x {r['kv_bytes_per_element']} B "
+        f"({r['kv_cache_dtype']})"
+        + (
+            f", on each of {r['tensor_parallel_size']} GPUs"
+            if r["tensor_parallel_size"] > 1
+            else ""
+        ),
+        f"per block  {r['bytes_per_block']:,} B ({r['bytes_per_block'] / 2**20:.2f} MiB) for "
+        f"{r['block_size']} tokens; one layer's block (vLLM's page_size_bytes) "
+        f"{r['page_size_bytes']:,} B",
+    ]
     if "gpu_memory_bytes" in r:
-        how = "estimated: parameters x bytes of the model dtype" if r["weights_estimated"] else (
-            "--weights-bytes")
-        lines.append(f"memory     {r['gpu'] or 'GPU'} {r['gpu_memory_bytes']:,} B x "
-                     f"{r['gpu_memory_utilization']:g} = {r['requested_bytes']:,} B, minus weights "
-                     f"{r['weights_bytes']:,} B ({how}) and other {r['other_bytes']:,} B")
+        how = (
+            "estimated: parameters x bytes of the model dtype"
+            if r["weights_estimated"]
+            else ("--weights-bytes")
+        )
+        lines.append(
+            f"memory     {r['gpu'] or 'GPU'} {r['gpu_memory_bytes']:,} B x "
+            f"{r['gpu_memory_utilization']:g} = {r['requested_bytes']:,} B, minus weights "
+            f"{r['weights_bytes']:,} B ({how}) and other {r['other_bytes']:,} B"
+        )
     kv = r["kv_cache_memory_bytes"]
-    lines += [f"KV cache   {kv:,} B ({kv / 2**30:.2f} GiB) = {r['num_blocks']:,} blocks of "
-              f"{r['block_size']} tokens, one of them vLLM's null block "
-              f"({r['usable_blocks']:,} usable)",
-              f"GPU KV cache size: {r['num_tokens']:,} tokens",
-              f"Maximum concurrency for {r['max_model_len']:,} tokens per request: "
-              f"{r['max_concurrency']:.2f}x"]
+    lines += [
+        f"KV cache   {kv:,} B ({kv / 2**30:.2f} GiB) = {r['num_blocks']:,} blocks of "
+        f"{r['block_size']} tokens, one of them vLLM's null block "
+        f"({r['usable_blocks']:,} usable)",
+        f"GPU KV cache size: {r['num_tokens']:,} tokens",
+        f"Maximum concurrency for {r['max_model_len']:,} tokens per request: "
+        f"{r['max_concurrency']:.2f}x",
+    ]
     if r["sliding_window"]:
-        lines.append(f"note: sliding window {r['sliding_window']:,} counted as full attention; "
-                     "vLLM v1 frees blocks outside the window, so it fits more requests")
+        lines.append(
+            f"note: sliding window {r['sliding_window']:,} counted as full attention; "
+            "vLLM v1 frees blocks outside the window, so it fits more requests"
+        )
     if "gpu_memory_bytes" in r:
-        lines.append("not counted: activations and non-torch memory (vLLM measures them with a "
-                     "profiling run; add them with --other-bytes)")
+        lines.append(
+            "not counted: activations and non-torch memory (vLLM measures them with a "
+            "profiling run; add them with --other-bytes)"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
-    ap = ArgParser(prog="pagedsim capacity", description=__doc__.split("\n\n")[0],
-                   epilog="\n\n".join(__doc__.split("\n\n")[2:]),
-                   formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True, metavar="PRESET|DIR",
-                    help=f"a preset ({', '.join(MODELS)}) or a folder/file with config.json")
+    ap = ArgParser(
+        prog="pagedsim capacity",
+        description=__doc__.split("\n\n")[0],
+        epilog="\n\n".join(__doc__.split("\n\n")[2:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "--model",
+        required=True,
+        metavar="PRESET|DIR",
+        help=f"a preset ({', '.join(MODELS)}) or a folder/file with config.json",
+    )
     mem = ap.add_mutually_exclusive_group()
-    mem.add_argument("--gpu", type=gpu_name, metavar="PRESET",
-                     help=f"a GPU preset, nominal memory: {', '.join(GPUS)}")
-    mem.add_argument("--gpu-memory", type=byte_count, metavar="BYTES",
-                     help="total GPU memory, e.g. 85899345920 or 80GiB")
-    ap.add_argument("--gpu-memory-utilization", type=float_in(0.0, 1.0, open_low=True),
-                    default=0.9, help="fraction of GPU memory vLLM may use (default 0.9)")
-    ap.add_argument("--kv-cache-memory-bytes", type=byte_count, metavar="BYTES",
-                    help="KV cache bytes, as vLLM's --kv-cache-memory-bytes (overrides the rest)")
-    ap.add_argument("--weights-bytes", type=byte_count, metavar="BYTES",
-                    help="weight memory (default: estimated from the config's shapes)")
-    ap.add_argument("--other-bytes", type=byte_count, metavar="BYTES", default=0,
-                    help="activations, CUDA graphs, NCCL... (default 0: not counted)")
-    ap.add_argument("--block-size", type=int_in(1, MAX_BLOCK), default=16,
-                    help="tokens per block (default 16, as vLLM on CUDA)")
-    ap.add_argument("--dtype", choices=("auto", *TORCH_DTYPES), default="auto",
-                    help="the model's dtype, as vLLM's --dtype (default auto: the checkpoint's "
-                    "torch_dtype, float32 served as float16)")
-    ap.add_argument("--kv-cache-dtype", choices=("auto", *KV_CACHE_DTYPES), default="auto",
-                    help="the KV cache's dtype, as vLLM's --kv-cache-dtype (default auto: the "
-                    "model's dtype)")
-    ap.add_argument("--max-model-len", type=int_in(1, MAX_LEN), metavar="TOKENS",
-                    help="tokens per request (default: the model's max_position_embeddings)")
-    ap.add_argument("--tensor-parallel-size", type=int_in(1, 1024), default=1, metavar="N",
-                    help="GPUs the model is split over; the numbers are per GPU (default 1)")
+    mem.add_argument(
+        "--gpu",
+        type=gpu_name,
+        metavar="PRESET",
+        help=f"a GPU preset, nominal memory: {', '.join(GPUS)}",
+    )
+    mem.add_argument(
+        "--gpu-memory",
+        type=byte_count,
+        metavar="BYTES",
+        help="total GPU memory, e.g. 85899345920 or 80GiB",
+    )
+    ap.add_argument(
+        "--gpu-memory-utilization",
+        type=float_in(0.0, 1.0, open_low=True),
+        default=0.9,
+        help="fraction of GPU memory vLLM may use (default 0.9)",
+    )
+    ap.add_argument(
+        "--kv-cache-memory-bytes",
+        type=byte_count,
+        metavar="BYTES",
+        help="KV cache bytes, as vLLM's --kv-cache-memory-bytes (overrides the rest)",
+    )
+    ap.add_argument(
+        "--weights-bytes",
+        type=byte_count,
+        metavar="BYTES",
+        help="weight memory (default: estimated from the config's shapes)",
+    )
+    ap.add_argument(
+        "--other-bytes",
+        type=byte_count,
+        metavar="BYTES",
+        default=0,
+        help="activations, CUDA graphs, NCCL... (default 0: not counted)",
+    )
+    ap.add_argument(
+        "--block-size",
+        type=int_in(1, MAX_BLOCK),
+        default=16,
+        help="tokens per block (default 16, as vLLM on CUDA)",
+    )
+    ap.add_argument(
+        "--dtype",
+        choices=("auto", *TORCH_DTYPES),
+        default="auto",
+        help="the model's dtype, as vLLM's --dtype (default auto: the checkpoint's "
+        "torch_dtype, float32 served as float16)",
+    )
+    ap.add_argument(
+        "--kv-cache-dtype",
+        choices=("auto", *KV_CACHE_DTYPES),
+        default="auto",
+        help="the KV cache's dtype, as vLLM's --kv-cache-dtype (default auto: the model's dtype)",
+    )
+    ap.add_argument(
+        "--max-model-len",
+        type=int_in(1, MAX_LEN),
+        metavar="TOKENS",
+        help="tokens per request (default: the model's max_position_embeddings)",
+    )
+    ap.add_argument(
+        "--tensor-parallel-size",
+        type=int_in(1, 1024),
+        default=1,
+        metavar="N",
+        help="GPUs the model is split over; the numbers are per GPU (default 1)",
+    )
     ap.add_argument("--json", action="store_true", help="print the numbers as JSON")
     args = ap.parse_args(argv)
     result = plan(args)

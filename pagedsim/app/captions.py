@@ -20,8 +20,10 @@ ZH = {
     "blocks": "块 {list}",
     "pool": "块池：{num_blocks} 块 x 每块 {block_size} 个 token，全部空闲",
     "quiet": "没有变化",
-    "refused": ("序列 {seq_id} 的 {what} 需要 {needed} 个空闲块，但只有 {available} 个："
-                "OutOfBlocks，没有任何改动"),
+    "refused": (
+        "序列 {seq_id} 的 {what} 需要 {needed} 个空闲块，但只有 {available} 个："
+        "OutOfBlocks，没有任何改动"
+    ),
     "arrival": "序列 {seq_id} 带着 {num_tokens} 个 token 到来",
     "arrival.shared": "，共享已缓存的{blocks}",
     "arrival.taken": "，取得{blocks}",

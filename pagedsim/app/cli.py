@@ -24,17 +24,27 @@ COMMANDS = {
     "sweep": ("pagedsim.labs.sweep:main", "block sizes 1..256 on a workload"),
     "policies": ("pagedsim.labs.policies:main", "compare eviction policies on one trace"),
     "swapcost": ("pagedsim.labs.swapcost:main", "swap vs recompute: the cost model"),
-    "race": ("pagedsim.labs.interleavings:main",
-             "enumerate interleavings of a concurrent block pop"),
-    "generate": ("pagedsim.engine.generate_cli:main",
-                 "serve a tiny model from the blocks; compare with a dense engine"),
+    "race": (
+        "pagedsim.labs.interleavings:main",
+        "enumerate interleavings of a concurrent block pop",
+    ),
+    "generate": (
+        "pagedsim.engine.generate_cli:main",
+        "serve a tiny model from the blocks; compare with a dense engine",
+    ),
     "conform": ("pagedsim.testing.conform:main", "check your own block manager against the model"),
-    "play": ("pagedsim.app.play:main",
-             "a playground: type alloc/append/fork/free and watch the blocks"),
-    "view": ("pagedsim.view.command:main",
-             "a saved trace as one offline HTML page to step through in a browser"),
-    "capacity": ("pagedsim.app.capacity:main",
-                 "how many KV tokens fit model Y on GPU X (vLLM v1's arithmetic)"),
+    "play": (
+        "pagedsim.app.play:main",
+        "a playground: type alloc/append/fork/free and watch the blocks",
+    ),
+    "view": (
+        "pagedsim.view.command:main",
+        "a saved trace as one offline HTML page to step through in a browser",
+    ),
+    "capacity": (
+        "pagedsim.app.capacity:main",
+        "how many KV tokens fit model Y on GPU X (vLLM v1's arithmetic)",
+    ),
 }
 try:  # the course registers its own commands (lesson, check, workspace, ...): course.COMMANDS
     from course import COMMANDS as _COURSE_COMMANDS
@@ -53,8 +63,11 @@ def _usage() -> str:
 
 def _one_line(error: BaseException) -> str:
     text = " ".join(str(error).split()) or type(error).__name__
-    if (isinstance(error, OSError) and error.filename is not None
-            and str(error.filename) not in text):
+    if (
+        isinstance(error, OSError)
+        and error.filename is not None
+        and str(error.filename) not in text
+    ):
         text += f": {error.filename}"
     return text
 
@@ -66,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if argv and argv[0] in ("-V", "--version"):
         from .. import __version__
+
         print(f"pagedsim {__version__}")
         return 0
     if not argv:

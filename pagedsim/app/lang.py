@@ -74,7 +74,7 @@ def wrap(line: str, width: int, indent: str = "      ") -> list[str]:
     characters; continuation lines keep the line's indentation plus `indent`."""
     if display_width(line) <= width:
         return [line]
-    lead = line[:len(line) - len(line.lstrip())]
+    lead = line[: len(line) - len(line.lstrip())]
     out, cur = [], lead
     for tok in _TOKENS.findall(line.strip()):
         start = lead if not out else lead + indent

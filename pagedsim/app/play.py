@@ -58,8 +58,16 @@ def help_text() -> str:
 class Playground:
     """Reads commands, drives a `Session`, prints what happened. Never raises for a user mistake."""
 
-    def __init__(self, session: Session, *, out=None, width: int = 100, lang: str = "en",
-                 look: str = "paper", pool: bool = True):
+    def __init__(
+        self,
+        session: Session,
+        *,
+        out=None,
+        width: int = 100,
+        lang: str = "en",
+        look: str = "paper",
+        pool: bool = True,
+    ):
         self.session, self.width, self.lang, self.look = session, width, lang, look
         self.pool = pool  # print the pool after each step (False: the caption only)
         self.out = out or sys.stdout
@@ -73,9 +81,11 @@ class Playground:
         s = self.session
         snap = s.shown(self.lang)
         where = f"moment {s.cursor}/{len(s.moments)}" + (
-            "  (in the past: `forward` or a new command)" if s.cursor < len(s.moments) else "")
-        self.say(t("step {k}: {caption}", self.lang, view_zh.ZH, k=snap.step,
-                   caption=caption(snap)))
+            "  (in the past: `forward` or a new command)" if s.cursor < len(s.moments) else ""
+        )
+        self.say(
+            t("step {k}: {caption}", self.lang, view_zh.ZH, k=snap.step, caption=caption(snap))
+        )
         self.say(f"  [{where}]")
         if self.pool:
             self.say(tour.format_snapshot(snap, width=self.width, lang=self.lang))
@@ -109,8 +119,9 @@ class Playground:
             self.say(f"! {text}: {e}")
         except Exception as e:  # noqa: BLE001 -- a playground never shows a traceback
             self.mistakes += 1
-            self.say(f"! {text}: pagedsim could not do this ({type(e).__name__}: {e}); "
-                     "please report it")
+            self.say(
+                f"! {text}: pagedsim could not do this ({type(e).__name__}: {e}); please report it"
+            )
         return True
 
     def loop(self, lines, *, echo: bool = False, prompt: str = "") -> None:
@@ -152,57 +163,118 @@ def draw_step(session: Session, path: Path, lang: str = "en", look: str = "paper
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = ArgParser(prog="pagedsim play", description=__doc__.split("\n\n")[0],
-                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=help_text())
+    p = ArgParser(
+        prog="pagedsim play",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=help_text(),
+    )
     p.add_argument("script", nargs="?", type=Path, help="a scenario file (default: read stdin)")
-    p.add_argument("--trace", type=Path, metavar="FILE",
-                   help="a trace from `pagedsim tour --json` to draw")
-    p.add_argument("--events", type=Path, metavar="FILE",
-                   help="a JSON-lines stream of vLLM KV cache events to replay and draw")
-    p.add_argument("--draw", type=Path, metavar="DIR",
-                   help="write one frame per step, the key frames and a GIF")
-    p.add_argument("--html", type=Path, metavar="FILE",
-                   help="write the steps as one self-contained page to step through in a browser")
-    p.add_argument("--trace-out", type=Path, metavar="FILE",
-                   help="save the steps as a JSON trace (for `pagedsim view`)")
-    p.add_argument("--format", choices=FORMATS, default="png",
-                   help="format of the frames (default png)")
-    p.add_argument("--style", choices=("paper", "projector"), default="paper",
-                   help="projector: text >= 12 pt and strong colours, for slides")
-    p.add_argument("--num-gpu-blocks-override", type=int_in(1, 4096), default=12,
-                   metavar="N", help="blocks in the pool (default 12)")
-    p.add_argument("--block-size", type=int_in(1, 1024), default=4,
-                   help="tokens per block (default 4)")
-    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
-                   default=False, help="share full prompt blocks (equal WORDs); off unless given")
-    p.add_argument("--window", type=int_in(1, 1 << 20), metavar="N",
-                   help="sliding-window attention over N tokens")
-    p.add_argument("--hybrid", type=int_in(1, 1 << 20), metavar="N",
-                   help="two KV cache groups (vLLM v1): full attention + a window of N tokens")
-    p.add_argument("--preemption-mode", choices=POLICIES, default="none",
-                   help="when the pool is short: "
-                   "none (the step fails), recompute or swap the newest")
-    p.add_argument("--width", type=int_in(20, 1000), default=None,
-                   help="line width, 20..1000 (default: the terminal's)")
+    p.add_argument(
+        "--trace", type=Path, metavar="FILE", help="a trace from `pagedsim tour --json` to draw"
+    )
+    p.add_argument(
+        "--events",
+        type=Path,
+        metavar="FILE",
+        help="a JSON-lines stream of vLLM KV cache events to replay and draw",
+    )
+    p.add_argument(
+        "--draw",
+        type=Path,
+        metavar="DIR",
+        help="write one frame per step, the key frames and a GIF",
+    )
+    p.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="write the steps as one self-contained page to step through in a browser",
+    )
+    p.add_argument(
+        "--trace-out",
+        type=Path,
+        metavar="FILE",
+        help="save the steps as a JSON trace (for `pagedsim view`)",
+    )
+    p.add_argument(
+        "--format", choices=FORMATS, default="png", help="format of the frames (default png)"
+    )
+    p.add_argument(
+        "--style",
+        choices=("paper", "projector"),
+        default="paper",
+        help="projector: text >= 12 pt and strong colours, for slides",
+    )
+    p.add_argument(
+        "--num-gpu-blocks-override",
+        type=int_in(1, 4096),
+        default=12,
+        metavar="N",
+        help="blocks in the pool (default 12)",
+    )
+    p.add_argument(
+        "--block-size", type=int_in(1, 1024), default=4, help="tokens per block (default 4)"
+    )
+    p.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="share full prompt blocks (equal WORDs); off unless given",
+    )
+    p.add_argument(
+        "--window",
+        type=int_in(1, 1 << 20),
+        metavar="N",
+        help="sliding-window attention over N tokens",
+    )
+    p.add_argument(
+        "--hybrid",
+        type=int_in(1, 1 << 20),
+        metavar="N",
+        help="two KV cache groups (vLLM v1): full attention + a window of N tokens",
+    )
+    p.add_argument(
+        "--preemption-mode",
+        choices=POLICIES,
+        default="none",
+        help="when the pool is short: none (the step fails), recompute or swap the newest",
+    )
+    p.add_argument(
+        "--width",
+        type=int_in(20, 1000),
+        default=None,
+        help="line width, 20..1000 (default: the terminal's)",
+    )
     p.add_argument("--lang", choices=LANGS, default=None, help="en or zh (default: the locale)")
     args = p.parse_args(argv)
     if sum(map(bool, (args.script, args.trace, args.events))) > 1:
-        p.error("give one of SCRIPT, --trace FILE or --events FILE (a trace or an event stream "
-                "is drawn as saved; a script builds a new one)")
+        p.error(
+            "give one of SCRIPT, --trace FILE or --events FILE (a trace or an event stream "
+            "is drawn as saved; a script builds a new one)"
+        )
     lang, width = detect(args.lang), args.width or tour.terminal_width()
     if args.trace:
         return _draw_trace(args, p, width, lang)
     if args.events:
         return _draw_events(args, p, width, lang)
     try:
-        session = Session(Options(args.num_gpu_blocks_override, args.block_size,
-                                  args.enable_prefix_caching, args.window,
-                                  args.preemption_mode, args.hybrid))
+        session = Session(
+            Options(
+                args.num_gpu_blocks_override,
+                args.block_size,
+                args.enable_prefix_caching,
+                args.window,
+                args.preemption_mode,
+                args.hybrid,
+            )
+        )
     except Refused as e:
         p.error(str(e))
     # a script written to a page prints captions only: the page shows the pool
-    play = Playground(session, width=width, lang=lang, look=args.style,
-                      pool=not (args.script and args.html))
+    play = Playground(
+        session, width=width, lang=lang, look=args.style, pool=not (args.script and args.html)
+    )
     if args.script:
         if not args.script.is_file():
             p.error(f"no such script: {printable(args.script)}")
@@ -210,9 +282,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         live = sys.stdin.isatty()
         if live:
-            play.say(f"pagedsim play: {args.num_gpu_blocks_override} blocks x "
-                     f"{args.block_size} tokens. "
-                     f"`help` lists the commands, `quit` stops.")
+            play.say(
+                f"pagedsim play: {args.num_gpu_blocks_override} blocks x "
+                f"{args.block_size} tokens. "
+                f"`help` lists the commands, `quit` stops."
+            )
             print("play> ", end="", flush=True)
         play.loop(sys.stdin, echo=not live, prompt="play> " if live else "")
     if args.draw:
@@ -229,14 +303,33 @@ def _draw_trace(args, p, width: int, lang: str) -> int:
     except (OSError, ValueError) as e:
         p.error(f"--trace: {printable(e)}")
     for s in snaps:
-        print("\n".join(wrap(printable(t("step {k}: {caption}", lang, view_zh.ZH, k=s.step,
-                                          caption=caption(s, lang))), width)))
+        print(
+            "\n".join(
+                wrap(
+                    printable(
+                        t(
+                            "step {k}: {caption}",
+                            lang,
+                            view_zh.ZH,
+                            k=s.step,
+                            caption=caption(s, lang),
+                        )
+                    ),
+                    width,
+                )
+            )
+        )
         text = tour.format_snapshot(s, width=width, lang=lang)
         print("\n".join(printable(line) for line in text.split("\n")))
     if args.draw:
         _write(snaps, args, lang)
-    _pages(args, lambda: dict(sources.saved(json.loads(args.trace.read_text(
-        encoding="utf-8-sig")), lang), title=f"pagedsim play --trace {args.trace.name}"))
+    _pages(
+        args,
+        lambda: dict(
+            sources.saved(json.loads(args.trace.read_text(encoding="utf-8-sig")), lang),
+            title=f"pagedsim play --trace {args.trace.name}",
+        ),
+    )
     return 0
 
 
@@ -260,8 +353,10 @@ def _draw_events(args, p, width: int, lang: str) -> int:
         p.error(f"--events: {printable(e)}")
     for before, s in zip([-1] + frames[:-1], snaps, strict=True):
         if s.step > before + 1:
-            print(f"... events {before + 1}-{s.step - 1} not shown ({s.step - before - 1:,} "
-                  f"events; the first and last {SHOWN_EVENTS // 2} are) ...")
+            print(
+                f"... events {before + 1}-{s.step - 1} not shown ({s.step - before - 1:,} "
+                f"events; the first and last {SHOWN_EVENTS // 2} are) ..."
+            )
         print("\n".join(wrap(printable(f"event {s.step}: {caption(s)}"), width)))
         text = tour.format_snapshot(s, width=width, lang=lang)
         print("\n".join(printable(line) for line in text.split("\n")))
@@ -279,8 +374,9 @@ def _pages(args, page) -> None:
     if args.html:
         print(f"wrote {write_html(args.html, **page)}", file=sys.stderr)
     if args.trace_out:
-        args.trace_out.write_text(json.dumps(sources.trace_out(page), default=str),
-                                  encoding="utf-8")
+        args.trace_out.write_text(
+            json.dumps(sources.trace_out(page), default=str), encoding="utf-8"
+        )
         print(f"wrote {args.trace_out}", file=sys.stderr)
 
 

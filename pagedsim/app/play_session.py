@@ -40,15 +40,17 @@ class Refused(ValueError):
 
 # command -> (argument pattern, what it does). SEQ: a name; N: a count; [x]: optional.
 STEPS = {
-    "alloc": ("SEQ N [WORD]",
-              "admit SEQ with an N-token prompt (--enable-prefix-caching: equal WORDs, shared "
-              "prefix)"),
+    "alloc": (
+        "SEQ N [WORD]",
+        "admit SEQ with an N-token prompt (--enable-prefix-caching: equal WORDs, shared prefix)",
+    ),
     "append": ("SEQ [N]", "SEQ decodes N more tokens (default 1)"),
     "fork": ("SEQ CHILD", "CHILD shares every block of SEQ (beam search); counts go up"),
     "free": ("SEQ", "SEQ finishes: its blocks go back, last first"),
-    "evict": ("[SEQ]",
-              "preempt SEQ (default: the newest) "
-              "by --preemption-mode: recompute, or swap to the host"),
+    "evict": (
+        "[SEQ]",
+        "preempt SEQ (default: the newest) by --preemption-mode: recompute, or swap to the host",
+    ),
     "resume": ("SEQ", "bring a preempted SEQ back (swap in, or recompute its tokens)"),
 }
 
@@ -90,29 +92,34 @@ class Options:
 
     def manager(self) -> KVCacheManager:
         if self.policy not in POLICIES:
-            raise Refused(f"--preemption-mode must be one of {', '.join(POLICIES)}, got "
-                          f"{self.policy!r}")
+            raise Refused(
+                f"--preemption-mode must be one of {', '.join(POLICIES)}, got {self.policy!r}"
+            )
         if self.prefix_cache and self.window:
             raise Refused("choose --enable-prefix-caching or --window, not both")
         if self.hybrid is not None:
             return self._hybrid()
         if self.prefix_cache:
             from ..policies.prefix_cache import PrefixCachingManager
+
             return PrefixCachingManager(self.num_blocks, self.block_size)
         if self.window:
             from ..policies.sliding_window import SlidingWindowManager
+
             return SlidingWindowManager(self.num_blocks, self.block_size, window=self.window)
         return KVCacheManager(self.num_blocks, self.block_size, free_order="lifo")
-
 
     def _hybrid(self):
         """vLLM v1's hybrid allocator: both groups' tables are shown (A:full, A:window)."""
         if self.prefix_cache or self.window or self.policy != "none":
-            raise Refused("--hybrid already caches prefixes and windows its second group; it "
-                          "takes no --enable-prefix-caching, --window or --preemption-mode")
+            raise Refused(
+                "--hybrid already caches prefixes and windows its second group; it "
+                "takes no --enable-prefix-caching, --window or --preemption-mode"
+            )
         if type(self.hybrid) is not int or self.hybrid < 1:
             raise Refused(f"--hybrid must be a positive number of tokens, got {self.hybrid!r}")
         from ..policies.hybrid import HybridManager
+
         return HybridManager(self.num_blocks, self.block_size, window=self.hybrid)
 
 
@@ -121,15 +128,18 @@ NOTES_ZH = {
     "the pool ran dry": "池已耗尽",
     "the pool ran dry even after preempting": "抢占之后池仍然耗尽",
     "it needs {n} blocks, more than the whole pool of {m}: it can never fit, so nothing was "
-    "preempted for it":
-        "它需要 {n} 个 Block，比整个池的 {m} 个还多：永远放不下，所以没有为它抢占任何序列",
-    "the pool ran dry (with --preemption-mode recompute a sequence would be preempted)":
-        "池已耗尽（用 --preemption-mode recompute 会抢占一个序列）",
+    "preempted for it": (
+        "它需要 {n} 个 Block，比整个池的 {m} 个还多：永远放不下，所以没有为它抢占任何序列"
+    ),
+    "the pool ran dry (with --preemption-mode recompute a sequence would be preempted)": (
+        "池已耗尽（用 --preemption-mode recompute 会抢占一个序列）"
+    ),
     "swapped seq {seq} out to the host ({n} blocks)": "序列 {seq} 被换出到主机内存（{n} 个 Block）",
     "preempted seq {seq}: {n} tokens to recompute": "抢占了序列 {seq}：{n} 个 token 需要重算",
     "swapped seq {seq} back in": "序列 {seq} 换回了显存",
-    "recomputed seq {seq}: its {n} tokens are prefilled again":
-        "重算序列 {seq}：它的 {n} 个 token 重新 prefill",
+    "recomputed seq {seq}: its {n} tokens are prefilled again": (
+        "重算序列 {seq}：它的 {n} 个 token 重新 prefill"
+    ),
     "`{command}` (preemption): {said}": "`{command}`（抢占）：{said}",
 }
 
@@ -181,7 +191,7 @@ class Session:
         """The snapshots up to the cursor, each captioned with the command that made it."""
         first = self.snapshots[0]
         out, k = [first.with_caption(caption(first, lang))], 0
-        for m in self.moments[:self.cursor]:
+        for m in self.moments[: self.cursor]:
             out += [self._captioned(m, i, lang) for i in range(k + 1, m.snapshot + 1)]
             k = m.snapshot
         return out
@@ -198,8 +208,9 @@ class Session:
         snap = self.snapshots[i]
         said = caption(snap, lang)
         if i < m.snapshot:  # a step the command's preemption made on the way
-            return snap.with_caption(t("`{command}` (preemption): {said}", lang, NOTES_ZH,
-                                       command=m.command, said=said))
+            return snap.with_caption(
+                t("`{command}` (preemption): {said}", lang, NOTES_ZH, command=m.command, said=said)
+            )
         notes = [n.said(lang) if isinstance(n, Note) else n for n in m.notes]
         return snap.with_caption(f"`{m.command}`: " + "; ".join([*notes, said]))
 
@@ -208,14 +219,15 @@ class Session:
         """Apply one step command (see STEPS); a refused one changes nothing and raises Refused."""
         op, args = parse(text)
         if self.cursor < len(self.moments):  # typing in the past: the future is cut off
-            self._rebuild(self.moments[:self.cursor])
+            self._rebuild(self.moments[: self.cursor])
         before = len(self.snapshots)
         notes = self._apply(op, args)
         if len(self.snapshots) == before:  # the manager recorded no step
             raise Refused("nothing changed")
         self.manager.check_invariants()
-        moment = Moment(" ".join(text.split()), len(self.snapshots) - 1,
-                        notes + self._pending_notes)
+        moment = Moment(
+            " ".join(text.split()), len(self.snapshots) - 1, notes + self._pending_notes
+        )
         self.moments.append(moment)
         self.cursor = len(self.moments)
         return moment
@@ -250,8 +262,10 @@ class Session:
                 m.append_tokens(args[0], args[1] if len(args) > 1 else 1)
             elif op == "fork":
                 if self.options.hybrid is not None:
-                    raise Refused("fork is vLLM v0's; the hybrid allocator is v1, which shares "
-                                  "blocks only through the prefix cache")
+                    raise Refused(
+                        "fork is vLLM v0's; the hybrid allocator is v1, which shares "
+                        "blocks only through the prefix cache"
+                    )
                 m.fork(args[0], args[1])
             elif op == "free":
                 m.free_sequence(args[0])
@@ -276,13 +290,17 @@ class Session:
 
     def _dry_note(self, e: OutOfBlocks) -> Note:
         if e.needed > self.manager.num_blocks:  # refused at admission: nobody was preempted
-            return Note("it needs {n} blocks, more than the whole pool of {m}: it can never "
-                        "fit, so nothing was preempted for it", n=e.needed,
-                        m=self.manager.num_blocks)
+            return Note(
+                "it needs {n} blocks, more than the whole pool of {m}: it can never "
+                "fit, so nothing was preempted for it",
+                n=e.needed,
+                m=self.manager.num_blocks,
+            )
         if self.options.policy != "none":
             return Note("the pool ran dry even after preempting")
-        return Note("the pool ran dry (with --preemption-mode recompute a sequence would be "
-                    "preempted)")
+        return Note(
+            "the pool ran dry (with --preemption-mode recompute a sequence would be preempted)"
+        )
 
     # ---- preemption (the chapter's evict_blocks) ------------------------------
     def _victim(self, protect: set):
@@ -302,18 +320,21 @@ class Session:
 
     def _preempt(self, seq) -> None:
         if self.options.policy == "none":  # only `evict` gets here without one
-            raise Refused("evict needs a policy: start play with --preemption-mode recompute "
-                          "or swap")
+            raise Refused(
+                "evict needs a policy: start play with --preemption-mode recompute or swap"
+            )
         m = self.manager
         if PREEMPTION[self.options.policy].keeps_kv:  # swap: the table waits on the host
             table = m.block_table(seq)
             self.host[seq] = (list(table.blocks), table.num_tokens)
-            self._pending_notes.append(Note("swapped seq {seq} out to the host ({n} blocks)",
-                                            seq=seq, n=len(table)))
+            self._pending_notes.append(
+                Note("swapped seq {seq} out to the host ({n} blocks)", seq=seq, n=len(table))
+            )
         else:
             self.preempted[seq] = m.num_tokens(seq)
-            self._pending_notes.append(Note("preempted seq {seq}: {n} tokens to recompute",
-                                            seq=seq, n=m.num_tokens(seq)))
+            self._pending_notes.append(
+                Note("preempted seq {seq}: {n} tokens to recompute", seq=seq, n=m.num_tokens(seq))
+            )
         m.free_sequence(seq)
 
     def _resume(self, seq) -> str:

@@ -29,33 +29,55 @@ NUM_BLOCKS, BLOCK_SIZE = 12, 4
 
 # (why this step matters, the operation). Each operation is one manager step.
 SCRIPT = [
-    ("3.4: allocate() pops the head of the free list, so A's 6 prompt tokens take the "
-     "first two blocks; the second is only half full.",
-     lambda m: m.add_sequence("A", 6)),
-    ("3.3: B's blocks come next on the free list. Logical blocks 0, 1 of B are physical 2, 3.",
-     lambda m: m.add_sequence("B", 5)),
-    ("A decodes two tokens. They fit in A's partly filled last block: no allocation.",
-     lambda m: m.append_tokens("A", 2)),
-    ("A's last block is full, so its next token needs a new block from the free list.",
-     lambda m: m.append_tokens("A", 1)),
-    ("3.4 pitfall: beam search forks B into B2. Nothing is copied; both tables name the same "
-     "blocks, and each block's ref count goes to 2.",
-     lambda m: m.fork("B", "B2")),
-    ("B writes into its shared, partly filled last block. Writing in place would corrupt B2, "
-     "so B gets a private copy: a new block plus a (src, dst) pair for the copy kernel.",
-     lambda m: m.append_tokens("B", 1)),
-    ("B2 is now the only owner of block 3 (count 1), so it appends in place.",
-     lambda m: m.append_tokens("B2", 1)),
-    ("A finishes. Its blocks are released last-first; each count drops to 0, so each "
-     "block rejoins the free list (LIFO: at the head).",
-     lambda m: m.free_sequence("A")),
-    ("C arrives with a 20-token prompt and reuses A's freed blocks first.",
-     lambda m: m.add_sequence("C", 20)),
-    ("D takes every block that is left: the free list is now empty.",
-     lambda m: m.add_sequence("D", 13)),
-    ("C needs a sixth block for its next token, but the free list is empty. The manager "
-     "raises OutOfBlocks and changes nothing.",
-     lambda m: m.append_tokens("C", 1)),
+    (
+        "3.4: allocate() pops the head of the free list, so A's 6 prompt tokens take the "
+        "first two blocks; the second is only half full.",
+        lambda m: m.add_sequence("A", 6),
+    ),
+    (
+        "3.3: B's blocks come next on the free list. Logical blocks 0, 1 of B are physical 2, 3.",
+        lambda m: m.add_sequence("B", 5),
+    ),
+    (
+        "A decodes two tokens. They fit in A's partly filled last block: no allocation.",
+        lambda m: m.append_tokens("A", 2),
+    ),
+    (
+        "A's last block is full, so its next token needs a new block from the free list.",
+        lambda m: m.append_tokens("A", 1),
+    ),
+    (
+        "3.4 pitfall: beam search forks B into B2. Nothing is copied; both tables name the same "
+        "blocks, and each block's ref count goes to 2.",
+        lambda m: m.fork("B", "B2"),
+    ),
+    (
+        "B writes into its shared, partly filled last block. Writing in place would corrupt B2, "
+        "so B gets a private copy: a new block plus a (src, dst) pair for the copy kernel.",
+        lambda m: m.append_tokens("B", 1),
+    ),
+    (
+        "B2 is now the only owner of block 3 (count 1), so it appends in place.",
+        lambda m: m.append_tokens("B2", 1),
+    ),
+    (
+        "A finishes. Its blocks are released last-first; each count drops to 0, so each "
+        "block rejoins the free list (LIFO: at the head).",
+        lambda m: m.free_sequence("A"),
+    ),
+    (
+        "C arrives with a 20-token prompt and reuses A's freed blocks first.",
+        lambda m: m.add_sequence("C", 20),
+    ),
+    (
+        "D takes every block that is left: the free list is now empty.",
+        lambda m: m.add_sequence("D", 13),
+    ),
+    (
+        "C needs a sixth block for its next token, but the free list is empty. The manager "
+        "raises OutOfBlocks and changes nothing.",
+        lambda m: m.append_tokens("C", 1),
+    ),
 ]
 
 WHY_START = "3.1: every block is created up front and starts on the free list."
@@ -63,7 +85,8 @@ OUT_OF_BLOCKS_NOTE = (
     "The pool ran dry. The chapter's allocate() would call evict_blocks() here; a real "
     "scheduler (vLLM) instead preempts a sequence -- frees its blocks and recomputes it "
     "later, or swaps its blocks to CPU memory -- and retries. The failed call left every "
-    "table and count exactly as before. See `pagedsim policies`.")
+    "table and count exactly as before. See `pagedsim policies`."
+)
 
 
 def tour_manager(steps: int | None = None) -> KVCacheManager:
@@ -82,8 +105,9 @@ def tour_manager(steps: int | None = None) -> KVCacheManager:
 CELL = 18  # characters per physical-block cell in the text picture
 
 
-def format_snapshot(s: Snapshot, per_row: int | None = None, width: int = 100,
-                    lang: str = "en") -> str:
+def format_snapshot(
+    s: Snapshot, per_row: int | None = None, width: int = 100, lang: str = "en"
+) -> str:
     """The snapshot as text: free list, block tables, pending copies, physical blocks.
     No line is wider than `width` columns; `per_row` blocks per row (default: as many as fit)."""
     per_row = per_row or max(1, (width - 4) // CELL)
@@ -94,21 +118,40 @@ def format_snapshot(s: Snapshot, per_row: int | None = None, width: int = 100,
             if b >= 0:
                 owners[b].append(str(seq.seq_id))
     free = " -> ".join(map(str, s.free_list)) or say("(empty)")
-    lines = [say("  free list, head first ({n} free): {free}", n=len(s.free_list), free=free),
-             say("  block tables:")]
+    lines = [
+        say("  free list, head first ({n} free): {free}", n=len(s.free_list), free=free),
+        say("  block tables:"),
+    ]
     for seq in s.sequences or ():
-        mapping = ", ".join(f"{i}->{b if b >= 0 else say('dropped')}"
-                            for i, b in enumerate(seq.blocks))
-        lines.append(say("    {seq:<3} {n:>3} tokens   logical->physical: {mapping}",
-                         seq=str(seq.seq_id), n=seq.num_tokens, mapping=mapping))
+        mapping = ", ".join(
+            f"{i}->{b if b >= 0 else say('dropped')}" for i, b in enumerate(seq.blocks)
+        )
+        lines.append(
+            say(
+                "    {seq:<3} {n:>3} tokens   logical->physical: {mapping}",
+                seq=str(seq.seq_id),
+                n=seq.num_tokens,
+                mapping=mapping,
+            )
+        )
     if not s.sequences:
         lines.append(say("    (no sequences)"))
     if s.pending_copies:
-        lines.append(say("  copy-on-write pairs for the copy_blocks kernel (src, dst): {pairs}",
-                         pairs=list(s.pending_copies)))
-    lines.append(say("  physical blocks (owners, ref count, fill): {used} used, {shared} shared, "
-                     "{free} free", used=sum(1 for c in s.ref_counts if c),
-                     shared=sum(1 for c in s.ref_counts if c > 1), free=len(s.free_list)))
+        lines.append(
+            say(
+                "  copy-on-write pairs for the copy_blocks kernel (src, dst): {pairs}",
+                pairs=list(s.pending_copies),
+            )
+        )
+    lines.append(
+        say(
+            "  physical blocks (owners, ref count, fill): {used} used, {shared} shared, "
+            "{free} free",
+            used=sum(1 for c in s.ref_counts if c),
+            shared=sum(1 for c in s.ref_counts if c > 1),
+            free=len(s.free_list),
+        )
+    )
     for start in range(0, s.num_blocks, per_row):
         cells = []
         for b in range(start, min(start + per_row, s.num_blocks)):
@@ -128,19 +171,35 @@ def terminal_width() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from .args import ArgParser, int_in, writable_dir
+
     p = ArgParser(prog="pagedsim tour", description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int_in(0, 10**6), default=None, help="stop after N steps")
     p.add_argument("--json", action="store_true", help="print the recorded trace as JSON")
     p.add_argument("--draw", metavar="DIR", help="also write PNG frames and a GIF into DIR")
-    p.add_argument("--width", type=int, default=None, metavar="N",
-                   help="no output line wider than N columns (default: the terminal's width)")
-    p.add_argument("--step", action="store_true",
-                   help="wait between steps (live use): Enter = next, b = back, q = stop")
-    p.add_argument("--html", metavar="FILE",
-                   help="also write the tour as one self-contained page to step through in a "
-                        "browser (pagedsim.view)")
-    p.add_argument("--lang", choices=LANGS, default=None,
-                   help="en or zh (default: from PAGEDSIM_LANG or the locale)")
+    p.add_argument(
+        "--width",
+        type=int,
+        default=None,
+        metavar="N",
+        help="no output line wider than N columns (default: the terminal's width)",
+    )
+    p.add_argument(
+        "--step",
+        action="store_true",
+        help="wait between steps (live use): Enter = next, b = back, q = stop",
+    )
+    p.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the tour as one self-contained page to step through in a "
+        "browser (pagedsim.view)",
+    )
+    p.add_argument(
+        "--lang",
+        choices=LANGS,
+        default=None,
+        help="en or zh (default: from PAGEDSIM_LANG or the locale)",
+    )
     args = p.parse_args(argv)
     if args.width is not None and args.width < 40:
         p.error("--width must be at least 40")
@@ -155,11 +214,19 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(trace_json.to_dict(m.trace), sys.stdout, indent=1, default=str)
         print()
     else:
+
         def show(text):
             print("\n".join(o for line in text.split("\n") for o in wrap(line, width)))
 
-        show(say("pagedsim tour: chapter 3 on a pool of {n} blocks x {b} tokens (free order: LIFO, "
-                 "as in the chapter)", n=NUM_BLOCKS, b=BLOCK_SIZE) + "\n")
+        show(
+            say(
+                "pagedsim tour: chapter 3 on a pool of {n} blocks x {b} tokens (free order: LIFO, "
+                "as in the chapter)",
+                n=NUM_BLOCKS,
+                b=BLOCK_SIZE,
+            )
+            + "\n"
+        )
         k = 0
         while k < len(snaps):
             s = snaps[k]
@@ -173,8 +240,7 @@ def main(argv: list[str] | None = None) -> int:
             print()
             k += 1
             if args.step and k < len(snaps):
-                print(say("press Enter for the next step (b back, q to stop)"), end=" ",
-                      flush=True)
+                print(say("press Enter for the next step (b back, q to stop)"), end=" ", flush=True)
                 answer = sys.stdin.readline()
                 if not answer or answer.strip().lower() == "q":
                     print()
@@ -185,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             show(tour_zh.OUT_OF_BLOCKS_NOTE if lang == "zh" else OUT_OF_BLOCKS_NOTE)
     if args.html:
         from ..view import write_html
+
         print(f"wrote {write_html(args.html, **tour_page(lang, args.steps))}", file=sys.stderr)
     if args.draw:
         from ..draw import style  # matplotlib only when asked for
@@ -206,6 +273,11 @@ def tour_page(lang: str = "en", steps: int | None = None) -> dict:
     whys = [start if s.step == 0 else script[s.step - 1] for s in snaps]
     if any(e.kind == "allocation_failed" for e in snaps[-1].events):
         whys[-1] += " " + (tour_zh.OUT_OF_BLOCKS_NOTE if lang == "zh" else OUT_OF_BLOCKS_NOTE)
-    return dict(trace_or_snapshots=snaps, captions=[caption(s, lang) for s in snaps],
-                whys=whys, lang=lang, title="pagedsim tour: chapter 3 on a 12-block pool",
-                version=TOUR_VERSION)
+    return dict(
+        trace_or_snapshots=snaps,
+        captions=[caption(s, lang) for s in snaps],
+        whys=whys,
+        lang=lang,
+        title="pagedsim tour: chapter 3 on a 12-block pool",
+        version=TOUR_VERSION,
+    )

@@ -29,15 +29,15 @@ OUT_OF_BLOCKS_NOTE = (
     "块池用完了。本章的 allocate() 此时会调用 evict_blocks()；真实的调度器（vLLM）则会抢占一个序列"
     "——释放它的块、之后重新计算，或者把它的块换出到 CPU 内存——然后重试。"
     "失败的调用没有改动任何块表和计数。"
-    "参见 `pagedsim policies`。")
+    "参见 `pagedsim policies`。"
+)
 
 # everything the tour prints: the shared snapshot view, plus the tour's own lines
 ZH = {
     **VIEW_ZH,
     "pagedsim tour: chapter 3 on a pool of {n} blocks x {b} tokens (free order: LIFO, as in the "
-    "chapter)":
-        "pagedsim tour：第 3 章，块池共 {n} 块 x 每块 {b} 个 token"
-        "（空闲顺序：后进先出，与本章一致）",
+    "chapter)": "pagedsim tour：第 3 章，块池共 {n} 块 x 每块 {b} 个 token"
+    "（空闲顺序：后进先出，与本章一致）",
     "  why: {why}": "  原因：{why}",
     "press Enter for the next step (b back, q to stop)": "按回车看下一步（b 后退，q 结束）",
 }

@@ -20,9 +20,20 @@ from pathlib import Path
 from .. import trace as tr
 from ..story import caption
 
-EVENT_TYPES = {cls.__name__: cls for cls in (
-    tr.SequenceAdded, tr.TokensAppended, tr.SequenceForked, tr.SequenceFreed, tr.BlockAllocated,
-    tr.BlockShared, tr.BlockReleased, tr.CopyOnWrite, tr.AllocationFailed)}
+EVENT_TYPES = {
+    cls.__name__: cls
+    for cls in (
+        tr.SequenceAdded,
+        tr.TokensAppended,
+        tr.SequenceForked,
+        tr.SequenceFreed,
+        tr.BlockAllocated,
+        tr.BlockShared,
+        tr.BlockReleased,
+        tr.CopyOnWrite,
+        tr.AllocationFailed,
+    )
+}
 KINDS = {tr._snake(name): cls for name, cls in EVENT_TYPES.items()}
 TUPLE_FIELDS = ("free_list", "ref_counts", "block_fill", "cached_blocks")
 
@@ -30,8 +41,11 @@ TUPLE_FIELDS = ("free_list", "ref_counts", "block_fill", "cached_blocks")
 def snapshot_to_dict(snapshot: tr.Snapshot) -> dict:
     """JSON-ready: every field, plus `caption` in English (`custom_caption` only if set)."""
     out = {"step": snapshot.step, "caption": caption(snapshot)}
-    out.update((f.name, getattr(snapshot, f.name)) for f in fields(snapshot)
-               if f.name not in ("step", "custom_caption"))
+    out.update(
+        (f.name, getattr(snapshot, f.name))
+        for f in fields(snapshot)
+        if f.name not in ("step", "custom_caption")
+    )
     out["events"] = [e.to_dict() for e in snapshot.events]
     out["sequences"] = [asdict(s) for s in snapshot.sequences]
     if snapshot.custom_caption is not None:
@@ -41,8 +55,10 @@ def snapshot_to_dict(snapshot: tr.Snapshot) -> dict:
 
 def to_dict(trace: tr.Trace) -> dict:
     """The whole trace, JSON-ready: its events, then one `snapshot_to_dict` per step."""
-    return {"events": [e.to_dict() for e in trace.events],
-            "snapshots": [snapshot_to_dict(s) for s in trace.snapshots]}
+    return {
+        "events": [e.to_dict() for e in trace.events],
+        "snapshots": [snapshot_to_dict(s) for s in trace.snapshots],
+    }
 
 
 def _tuples(value):
@@ -117,8 +133,9 @@ def snapshot_from_dict(d: dict) -> tr.Snapshot:
         values = {f.name: d[f.name] for f in fields(tr.Snapshot) if f.name in d}
         values.setdefault("custom_caption", None)  # absent: the step is told from its events
         values["events"] = tuple(event_from_dict(e) for e in d.get("events", ()))
-        values["sequences"] = tuple(tr.SeqState(s["seq_id"], tuple(s["blocks"]), s["num_tokens"])
-                                    for s in d["sequences"])
+        values["sequences"] = tuple(
+            tr.SeqState(s["seq_id"], tuple(s["blocks"]), s["num_tokens"]) for s in d["sequences"]
+        )
         values["pending_copies"] = tuple(tuple(p) for p in d.get("pending_copies", ()))
         for name in TUPLE_FIELDS:
             if name in values:
@@ -127,15 +144,17 @@ def snapshot_from_dict(d: dict) -> tr.Snapshot:
     except (KeyError, TypeError) as e:
         raise ValueError(f"not a snapshot: missing or malformed {e}") from None
     if len(snap.ref_counts) != snap.num_blocks or len(snap.block_fill) != snap.num_blocks:
-        raise ValueError(f"snapshot {snap.step}: ref_counts/block_fill do not have "
-                         f"{snap.num_blocks} entries")
+        raise ValueError(
+            f"snapshot {snap.step}: ref_counts/block_fill do not have {snap.num_blocks} entries"
+        )
     return snap
 
 
 def snapshots_from_dict(d: dict) -> list[tr.Snapshot]:
     if not isinstance(d, dict) or not d.get("snapshots"):
-        raise ValueError("not a pagedsim trace: expected an object with a non-empty "
-                         "'snapshots' list")
+        raise ValueError(
+            "not a pagedsim trace: expected an object with a non-empty 'snapshots' list"
+        )
     snaps = [snapshot_from_dict(s) for s in d["snapshots"]]
     if len({(s.num_blocks, s.block_size) for s in snaps}) != 1:
         raise ValueError("the snapshots disagree on the pool's size")

@@ -11,14 +11,17 @@ ZH = {
     "step {k}: {caption}": "第 {k} 步：{caption}",
     "  free list, head first ({n} free): {free}": "  空闲链表，表头在前（{n} 块空闲）：{free}",
     "  block tables:": "  块表：",
-    "    {seq:<3} {n:>3} tokens   logical->physical: {mapping}":
-        "    {seq:<3} {n:>3} 个 token   逻辑->物理：{mapping}",
+    "    {seq:<3} {n:>3} tokens   logical->physical: {mapping}": (
+        "    {seq:<3} {n:>3} 个 token   逻辑->物理：{mapping}"
+    ),
     "dropped": "已丢弃",
     "    (no sequences)": "    （没有序列）",
     "(empty)": "（空）",
-    "  copy-on-write pairs for the copy_blocks kernel (src, dst): {pairs}":
-        "  写时复制对，交给 copy_blocks 内核 (src, dst)：{pairs}",
-    "  physical blocks (owners, ref count, fill): {used} used, {shared} shared, {free} free":
-        "  物理块（持有者、引用计数、填充）：已用 {used}，共享 {shared}，空闲 {free}",
+    "  copy-on-write pairs for the copy_blocks kernel (src, dst): {pairs}": (
+        "  写时复制对，交给 copy_blocks 内核 (src, dst)：{pairs}"
+    ),
+    "  physical blocks (owners, ref count, fill): {used} used, {shared} shared, {free} free": (
+        "  物理块（持有者、引用计数、填充）：已用 {used}，共享 {shared}，空闲 {free}"
+    ),
     "free": "空闲",
 }

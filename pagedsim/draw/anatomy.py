@@ -41,17 +41,46 @@ def _block(ax, x, y, spec: ModelSpec, label: str):
     w, h = BLOCK_SIZE * cw, spec.num_kv_heads * rh
     for i in (3, 2, 1):  # shadows for the other layers
         for dx, colour in ((0, K_COLOUR), (w + 0.5, V_COLOUR)):
-            ax.add_patch(Rectangle((x + dx + 0.18 * i, y + 0.18 * i), w, h, facecolor=colour,
-                                   alpha=0.25, edgecolor="#999999", lw=0.5))
-    ax.text(x + 2 * w + 0.5 + 0.6, y + 0.6, f"\u00d7 {spec.num_layers} layers\n(one K|V pair each)",
-            fontsize=9, color="#444444", va="bottom")
+            ax.add_patch(
+                Rectangle(
+                    (x + dx + 0.18 * i, y + 0.18 * i),
+                    w,
+                    h,
+                    facecolor=colour,
+                    alpha=0.25,
+                    edgecolor="#999999",
+                    lw=0.5,
+                )
+            )
+    ax.text(
+        x + 2 * w + 0.5 + 0.6,
+        y + 0.6,
+        f"\u00d7 {spec.num_layers} layers\n(one K|V pair each)",
+        fontsize=9,
+        color="#444444",
+        va="bottom",
+    )
     for dx, colour, name in ((0, K_COLOUR, "K"), (w + 0.5, V_COLOUR, "V")):
         ax.add_patch(Rectangle((x + dx, y), w, h, facecolor=colour, edgecolor=style.INK, lw=1))
         # the cell grid in ink, so it reads from the back of a hall (white lines vanish there)
-        ax.vlines([x + dx + cw * t for t in range(1, BLOCK_SIZE)], y, y + h, color=style.INK,
-                  lw=0.7, alpha=0.55, gid="grid")
-        ax.hlines([y + rh * r for r in range(1, spec.num_kv_heads)], x + dx, x + dx + w,
-                  color=style.INK, lw=0.5, alpha=0.45, gid="grid")
+        ax.vlines(
+            [x + dx + cw * t for t in range(1, BLOCK_SIZE)],
+            y,
+            y + h,
+            color=style.INK,
+            lw=0.7,
+            alpha=0.55,
+            gid="grid",
+        )
+        ax.hlines(
+            [y + rh * r for r in range(1, spec.num_kv_heads)],
+            x + dx,
+            x + dx + w,
+            color=style.INK,
+            lw=0.5,
+            alpha=0.45,
+            gid="grid",
+        )
         ax.text(
             x + dx + w / 2,
             y - 0.15,
@@ -111,9 +140,14 @@ def make_anatomy(out_dir: Path) -> list[Path]:
         va="top",
     )
     y = 9.5
-    for name, note in (("chapter3", "the chapter's worked example, shaped like Llama-2-7B; "
-                                    "MHA: 32 query heads, 32 KV heads"),
-                       ("llama-3-8b", "GQA: 32 query heads share 8 KV heads")):
+    for name, note in (
+        (
+            "chapter3",
+            "the chapter's worked example, shaped like Llama-2-7B; "
+            "MHA: 32 query heads, 32 KV heads",
+        ),
+        ("llama-3-8b", "GQA: 32 query heads share 8 KV heads"),
+    ):
         spec = preset(name)
         h = _block(ax, 1.6, y - spec.num_kv_heads * 0.11 - 0.8, spec, f"{name}  ({note})")
         tx = 15.2
@@ -138,8 +172,9 @@ def make_anatomy(out_dir: Path) -> list[Path]:
             color="#444444",
         )
         y -= h + 2.6
-    ratio = (preset("chapter3").bytes_per_block(BLOCK_SIZE)
-             // preset("llama-3-8b").bytes_per_block(BLOCK_SIZE))
+    ratio = preset("chapter3").bytes_per_block(BLOCK_SIZE) // preset("llama-3-8b").bytes_per_block(
+        BLOCK_SIZE
+    )
     ax.text(
         15.2,
         0.3,
@@ -172,10 +207,25 @@ def make_alignment(out_dir: Path) -> list[Path]:
     ):
         for i in range(TOY_BLOCKS):
             start = i * step
-            ax.add_patch(Rectangle((start, y), size, 0.55, facecolor=style.SEQ_COLOURS[i % 2 * 6],
-                                   edgecolor=style.INK, lw=0.8))
-            ax.text(start + size / 2, y + 0.275, f"block {i}", ha="center", va="center", fontsize=9,
-                    color=style.text_on(style.SEQ_COLOURS[i % 2 * 6]))
+            ax.add_patch(
+                Rectangle(
+                    (start, y),
+                    size,
+                    0.55,
+                    facecolor=style.SEQ_COLOURS[i % 2 * 6],
+                    edgecolor=style.INK,
+                    lw=0.8,
+                )
+            )
+            ax.text(
+                start + size / 2,
+                y + 0.275,
+                f"block {i}",
+                ha="center",
+                va="center",
+                fontsize=9,
+                color=style.text_on(style.SEQ_COLOURS[i % 2 * 6]),
+            )
             ok = start % ALIGNMENT == 0
             ax.text(
                 start,
@@ -187,8 +237,17 @@ def make_alignment(out_dir: Path) -> list[Path]:
                 color=style.INK if ok else "#AA3377",
             )
             if step > size:
-                ax.add_patch(Rectangle((start + size, y), step - size, 0.55, facecolor="white",
-                                       edgecolor=style.ACCENT, hatch="////", lw=0.8))
+                ax.add_patch(
+                    Rectangle(
+                        (start + size, y),
+                        step - size,
+                        0.55,
+                        facecolor="white",
+                        edgecolor=style.ACCENT,
+                        hatch="////",
+                        lw=0.8,
+                    )
+                )
         ax.text(-70, y + 0.275, title, ha="right", va="center", fontsize=10, fontweight="bold")
     ax.set_yticks([])
     ax.set_xticks(range(0, end + 1, 4 * ALIGNMENT))

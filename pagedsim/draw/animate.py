@@ -48,8 +48,9 @@ def animation(snapshots, *, interval: int = FRAME_MS):
         render(snapshots[k], ax=ax, layout=layout, colours=colours)
         return ax.get_children()
 
-    anim = FuncAnimation(fig, draw, frames=len(snapshots), interval=interval, blit=False,
-                         repeat=True)
+    anim = FuncAnimation(
+        fig, draw, frames=len(snapshots), interval=interval, blit=False, repeat=True
+    )
     return anim, fig
 
 
@@ -81,8 +82,12 @@ def write_gif(snapshots, path, *, interval: int = FRAME_MS, dpi: int | None = No
     # FuncAnimation asks the canvas for an extra redraw after every frame; the writer's
     # savefig already draws it, so skip the duplicate (halves the time on Agg).
     fig.canvas.draw_idle = lambda *args, **kwargs: None
-    anim.save(path, writer=PillowWriter(fps=1000 / interval), dpi=dpi,
-              savefig_kwargs={"facecolor": "white"})
+    anim.save(
+        path,
+        writer=PillowWriter(fps=1000 / interval),
+        dpi=dpi,
+        savefig_kwargs={"facecolor": "white"},
+    )
     plt.close(fig)
     return path
 
@@ -95,8 +100,9 @@ def to_html(snapshots, *, interval: int = FRAME_MS) -> str:
     return html
 
 
-def write_trace(snapshots, out_dir, *, gif: bool = True, frames: bool = True,
-                name: str = "trace") -> list[Path]:
+def write_trace(
+    snapshots, out_dir, *, gif: bool = True, frames: bool = True, name: str = "trace"
+) -> list[Path]:
     """What `pagedsim tour --draw DIR` writes: PNG frames and/or `<name>.gif` into `out_dir`."""
     snapshots = list(snapshots)
     out_dir = Path(out_dir)

@@ -41,8 +41,12 @@ matplotlib.use("Agg")  # figures are files: never open a window
 
 from . import style  # noqa: E402
 
-REGISTRIES = ("pagedsim.draw.figures_ch3", "pagedsim.labs.sweep", "pagedsim.draw.figures_labs",
-              "pagedsim.draw.hybrid")
+REGISTRIES = (
+    "pagedsim.draw.figures_ch3",
+    "pagedsim.labs.sweep",
+    "pagedsim.draw.figures_labs",
+    "pagedsim.draw.hybrid",
+)
 
 
 def collect() -> dict:
@@ -59,33 +63,59 @@ def collect() -> dict:
 
 def default_out(args) -> str:
     """figures/ for a plain regeneration; a new temporary folder (named on stderr) otherwise."""
-    plain = (args.format == "png" and args.dpi is None and args.style in (None, "paper")
-             and not args.slides and args.lang == "en")
+    plain = (
+        args.format == "png"
+        and args.dpi is None
+        and args.style in (None, "paper")
+        and not args.slides
+        and args.lang == "en"
+    )
     if plain:
         return "figures"
     folder = tempfile.mkdtemp(prefix="pagedsim-figures-")
-    print(f"pagedsim figures: writing to {folder} (figures/ holds only the default PNGs; "
-          "--out DIR chooses the folder)", file=sys.stderr)
+    print(
+        f"pagedsim figures: writing to {folder} (figures/ holds only the default PNGs; "
+        "--out DIR chooses the folder)",
+        file=sys.stderr,
+    )
     return folder
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="pagedsim figures", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default=None, metavar="DIR",
-                   help="output folder (default: figures/ for a plain regeneration, else a new "
-                        "temporary folder, named on stderr)")
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="output folder (default: figures/ for a plain regeneration, else a new "
+        "temporary folder, named on stderr)",
+    )
     p.add_argument("--only", nargs="+", metavar="NAME", help="make only these figures")
     p.add_argument("--list", action="store_true", help="list the figure names and exit")
-    p.add_argument("--format", choices=style.FORMATS, default="png",
-                   help="png (default), svg (text stays text) or pdf; GIFs stay GIFs")
+    p.add_argument(
+        "--format",
+        choices=style.FORMATS,
+        default="png",
+        help="png (default), svg (text stays text) or pdf; GIFs stay GIFs",
+    )
     p.add_argument("--dpi", type=int, default=None, help=f"resolution (default {style.DPI})")
-    p.add_argument("--style", choices=tuple(style.LOOKS), default=None,
-                   help="paper (default: the committed figures) or projector (big text, strong "
-                   "colours)")
-    p.add_argument("--slides", action="store_true",
-                   help="for a slide deck: projector style, and one key frame per file")
-    p.add_argument("--lang", choices=("en", "zh"), default="en",
-                   help="label language (zh needs a CJK font; the committed figures are en)")
+    p.add_argument(
+        "--style",
+        choices=tuple(style.LOOKS),
+        default=None,
+        help="paper (default: the committed figures) or projector (big text, strong colours)",
+    )
+    p.add_argument(
+        "--slides",
+        action="store_true",
+        help="for a slide deck: projector style, and one key frame per file",
+    )
+    p.add_argument(
+        "--lang",
+        choices=("en", "zh"),
+        default="en",
+        help="label language (zh needs a CJK font; the committed figures are en)",
+    )
     args = p.parse_args(argv)
     if args.dpi is not None and not 10 <= args.dpi <= 2400:
         p.error("--dpi must be in 10..2400")
@@ -104,8 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, maker in makers.items():
         start = time.perf_counter()
         look = args.style or ("projector" if args.slides else "paper")
-        with style.output(fmt=args.format, dpi=args.dpi, look=look, lang=args.lang,
-                          slides=args.slides):
+        with style.output(
+            fmt=args.format, dpi=args.dpi, look=look, lang=args.lang, slides=args.slides
+        ):
             paths = maker(out)
         took = time.perf_counter() - start
         for path in paths:

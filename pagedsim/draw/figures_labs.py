@@ -31,28 +31,68 @@ def _draw_schedule(ax, out: il.Outcome, title: str) -> None:
         y = n - 1 - s.thread
         hot = s.addr.startswith("stack") and s.value in dup
         face = ACCENT if hot else ("#FFFFFF" if s.op == "cas fail" else LANE_COLOURS[s.thread])
-        ax.add_patch(Rectangle((k + 0.05, y + 0.12), 0.9, 0.76, facecolor=face, edgecolor=INK,
-                               linewidth=2.2 if hot else 0.8,
-                               linestyle="--" if s.op == "cas fail" else "-"))
-        label = {"read": "read", "write": "write", "cas ok": "CAS ok", "cas fail": "CAS fail",
-                 "atomic_add": "atomic.sub"}[s.op]  # t = atomic.sub(top, 0, 1) = atomic_add(-1)
-        ax.text(k + 0.5, y + 0.62, f"{label}\n{s.addr}", ha="center", va="center", fontsize=7.5,
-                color=INK)
-        ax.text(k + 0.5, y + 0.24, f"= {s.value}", ha="center", va="center", fontsize=8, color=INK,
-                fontweight="bold" if hot else "normal")
+        ax.add_patch(
+            Rectangle(
+                (k + 0.05, y + 0.12),
+                0.9,
+                0.76,
+                facecolor=face,
+                edgecolor=INK,
+                linewidth=2.2 if hot else 0.8,
+                linestyle="--" if s.op == "cas fail" else "-",
+            )
+        )
+        label = {
+            "read": "read",
+            "write": "write",
+            "cas ok": "CAS ok",
+            "cas fail": "CAS fail",
+            "atomic_add": "atomic.sub",
+        }[s.op]  # t = atomic.sub(top, 0, 1) = atomic_add(-1)
+        ax.text(
+            k + 0.5,
+            y + 0.62,
+            f"{label}\n{s.addr}",
+            ha="center",
+            va="center",
+            fontsize=7.5,
+            color=INK,
+        )
+        ax.text(
+            k + 0.5,
+            y + 0.24,
+            f"= {s.value}",
+            ha="center",
+            va="center",
+            fontsize=8,
+            color=INK,
+            fontweight="bold" if hot else "normal",
+        )
         if s.addr == "top" and s.op in ("write", "cas ok", "atomic_add"):
             top = s.value
         ax.text(k + 0.5, -0.45, str(top), ha="center", va="center", fontsize=9, color=INK)
     ax.text(-0.15, -0.45, "top", ha="right", va="center", fontsize=9, color=INK)
     want = out.start_top - n
     ends = f"ends {top}, should be {want}" if top != want else f"ends {top}: right"
-    ax.text(len(out.steps) + 0.2, -0.45, ends,
-            va="center", fontsize=9,
-            color=ACCENT if top != want else INK)
+    ax.text(
+        len(out.steps) + 0.2,
+        -0.45,
+        ends,
+        va="center",
+        fontsize=9,
+        color=ACCENT if top != want else INK,
+    )
     for i in range(n):
         got = out.blocks[i]
-        ax.text(len(out.steps) + 0.2, n - 1 - i + 0.5, f"gets {got}", va="center", fontsize=9,
-                color=ACCENT if got in dup else INK, fontweight="bold" if got in dup else "normal")
+        ax.text(
+            len(out.steps) + 0.2,
+            n - 1 - i + 0.5,
+            f"gets {got}",
+            va="center",
+            fontsize=9,
+            color=ACCENT if got in dup else INK,
+            fontweight="bold" if got in dup else "normal",
+        )
     ax.set_yticks([n - 1 - i + 0.5 for i in range(n)], [f"thread {i}" for i in range(n)])
     ax.set_xticks([k + 0.5 for k in range(len(out.steps))], [str(k) for k in range(len(out.steps))])
     ax.set_xlim(-0.2, len(out.steps) + 1.4)
@@ -80,19 +120,29 @@ def race_timeline(out_dir: Path) -> list[Path]:
     racy = il.summarize("racy", 2)
     fig = new_figure(10, 8.0)
     a1, a2, a3 = fig.subplots(3, 1, gridspec_kw={"hspace": 0.85})
-    _draw_schedule(a1, racy.first_bad,
-                   f"racy pop: {racy.bad} of {racy.total} interleavings hand one block to two "
-                   f"threads; here block {racy.first_bad.duplicates[0]} (orange)")
+    _draw_schedule(
+        a1,
+        racy.first_bad,
+        f"racy pop: {racy.bad} of {racy.total} interleavings hand one block to two "
+        f"threads; here block {racy.first_bad.duplicates[0]} (orange)",
+    )
     sub = il.summarize("atomic_add", 2)
-    _draw_schedule(a2, overlapping("atomic_add"),
-                   f"exercise 3.7's pop, t = cuda.atomic.sub(top, 0, 1): {sub.bad} bad of "
-                   f"{sub.total}; read and decrement are one step")
+    _draw_schedule(
+        a2,
+        overlapping("atomic_add"),
+        f"exercise 3.7's pop, t = cuda.atomic.sub(top, 0, 1): {sub.bad} bad of "
+        f"{sub.total}; read and decrement are one step",
+    )
     cs = il.summarize("cas", 2)
-    _draw_schedule(a3, overlapping("cas"),
-                   f"cuda_kernels.alloc's compare-and-swap pop: {cs.bad} bad of {cs.total}; "
-                   "a failed CAS (dashed) retries with the top it saw")
-    fig.suptitle("Two threads pop the free stack [10, 11, 12] at once", fontsize=12, x=0.02,
-                 ha="left")
+    _draw_schedule(
+        a3,
+        overlapping("cas"),
+        f"cuda_kernels.alloc's compare-and-swap pop: {cs.bad} bad of {cs.total}; "
+        "a failed CAS (dashed) retries with the top it saw",
+    )
+    fig.suptitle(
+        "Two threads pop the free stack [10, 11, 12] at once", fontsize=12, x=0.02, ha="left"
+    )
     fig.subplots_adjust(left=0.1, right=0.93, top=0.9, bottom=0.07)
     return [save(fig, Path(out_dir) / "race_timeline.png")]
 
@@ -103,8 +153,11 @@ def _sector_strip(ax, w, title: str) -> None:
 
     from pagedsim.labs import sectors as sc
 
-    lines = np.unique(np.concatenate([np.arange(a // sc.LINE, (a + w.nbytes - 1) // sc.LINE + 1)
-                                      for a in w.addresses]))
+    lines = np.unique(
+        np.concatenate(
+            [np.arange(a // sc.LINE, (a + w.nbytes - 1) // sc.LINE + 1) for a in w.addresses]
+        )
+    )
     slot = {int(line): i for i, line in enumerate(lines)}  # touched line -> position on the axis
 
     def x_of(addr):
@@ -112,20 +165,30 @@ def _sector_strip(ax, w, title: str) -> None:
 
     for a in w.addresses:
         for sector in range(int(a) // sc.SECTOR, (int(a) + w.nbytes - 1) // sc.SECTOR + 1):
-            ax.axvspan(x_of(sector * sc.SECTOR), x_of(sector * sc.SECTOR) + sc.SECTOR, color=FREE,
-                       zorder=0)
+            ax.axvspan(
+                x_of(sector * sc.SECTOR), x_of(sector * sc.SECTOR) + sc.SECTOR, color=FREE, zorder=0
+            )
     for i in range(len(lines) + 1):
         ax.axvline(i * sc.LINE, color=FREE_EDGE, linewidth=0.8, zorder=1)
-    ax.barh(np.arange(sc.WARP), w.nbytes, left=[x_of(a) for a in w.addresses], height=0.8,
-            color=SEQ_COLOURS[4], zorder=2)
+    ax.barh(
+        np.arange(sc.WARP),
+        w.nbytes,
+        left=[x_of(a) for a in w.addresses],
+        height=0.8,
+        color=SEQ_COLOURS[4],
+        zorder=2,
+    )
     ax.set_xlim(0, len(lines) * sc.LINE)
     ax.set_ylim(-1, sc.WARP)
     ax.set_yticks([0, 31])
     ax.set_xticks([i * sc.LINE for i in range(len(lines) + 1)][:: max(1, len(lines) // 4)])
     ax.tick_params(labelsize=7)
     span = int(w.addresses.max()) + w.nbytes - int(w.addresses.min())
-    ax.set_title(f"{title}: {w.sectors} sectors, {w.lines} line{'s' * (w.lines > 1)}, "
-                 f"{w.efficiency:.0%} used\n(bytes spread over {span} B)", fontsize=8.5)
+    ax.set_title(
+        f"{title}: {w.sectors} sectors, {w.lines} line{'s' * (w.lines > 1)}, "
+        f"{w.efficiency:.0%} used\n(bytes spread over {span} B)",
+        fontsize=8.5,
+    )
 
 
 def layout_sectors(out_dir: Path) -> list[Path]:
@@ -142,11 +205,16 @@ def layout_sectors(out_dir: Path) -> list[Path]:
             _sector_strip(axes[r, c], w, f"{layout}, {which.upper()}, {mapping}")
             if c == 0:
                 axes[r, c].set_ylabel("lane")
-    fig.suptitle(f"One warp's load, fp16, B={g.block_size}, D={g.head_dim}. 'kernel': lanes over "
-                 f"head_dim (the factory kernel); 'vec16': 16 B per lane over tokens (vLLM)",
-                 fontsize=11)
-    fig.supxlabel("bytes of the 128-byte lines the warp touches, side by side (untouched lines cut "
-                  "out); grey: 32-byte sectors fetched", fontsize=10)
+    fig.suptitle(
+        f"One warp's load, fp16, B={g.block_size}, D={g.head_dim}. 'kernel': lanes over "
+        f"head_dim (the factory kernel); 'vec16': 16 B per lane over tokens (vLLM)",
+        fontsize=11,
+    )
+    fig.supxlabel(
+        "bytes of the 128-byte lines the warp touches, side by side (untouched lines cut "
+        "out); grey: 32-byte sectors fetched",
+        fontsize=10,
+    )
     fig.subplots_adjust(left=0.05, right=0.98, top=0.92, bottom=0.07, hspace=0.75, wspace=0.2)
     return [save(fig, Path(out_dir) / "layout_sectors.png")]
 
@@ -158,23 +226,35 @@ def alignment_sectors(out_dir: Path) -> list[Path]:
     offsets = (0, 4, 16, 64, 128)
     fig = new_figure(11, 5.0)
     left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.3, 1]})
-    fig.suptitle("3.7  What a misaligned block start costs one warp's load: 32-byte sectors "
-                 "(a model, not a measurement)", fontsize=12, x=0.02, ha="left")
+    fig.suptitle(
+        "3.7  What a misaligned block start costs one warp's load: 32-byte sectors "
+        "(a model, not a measurement)",
+        fontsize=12,
+        x=0.02,
+        ha="left",
+    )
     for i, o in enumerate(offsets):
         y = len(offsets) - 1 - i
         for s in range(o // 32, (o + 127) // 32 + 1):
-            left.add_patch(Rectangle((s * 32, y + 0.1), 32, 0.8, facecolor=FREE,
-                                     edgecolor=FREE_EDGE))
+            left.add_patch(
+                Rectangle((s * 32, y + 0.1), 32, 0.8, facecolor=FREE, edgecolor=FREE_EDGE)
+            )
         left.add_patch(Rectangle((o, y + 0.3), 128, 0.4, facecolor=SEQ_COLOURS[4]))
         n_sec, n_line = sc.misaligned_run(128, o)
-        left.text(300, y + 0.5, f"{n_sec} sectors, {n_line} line{'s' if n_line > 1 else ''}",
-                  va="center", fontsize=9)
+        left.text(
+            300,
+            y + 0.5,
+            f"{n_sec} sectors, {n_line} line{'s' if n_line > 1 else ''}",
+            va="center",
+            fontsize=9,
+        )
     for x in (0, 128, 256):
         left.axvline(x, color=INK, linewidth=1)
     left.set_xlim(0, 390)
     left.set_ylim(0, len(offsets))
-    left.set_yticks([len(offsets) - 1 - i + 0.5 for i in range(len(offsets))],
-                    [f"+{o} B" for o in offsets])
+    left.set_yticks(
+        [len(offsets) - 1 - i + 0.5 for i in range(len(offsets))], [f"+{o} B" for o in offsets]
+    )
     left.set_xticks(range(0, 257, 32))
     left.set_xlabel("bytes from a 128-byte boundary (grey: 32-byte sectors fetched)")
     left.set_title("32 lanes x 4 B (fp32) starting at the offset", fontsize=10)
@@ -182,14 +262,26 @@ def alignment_sectors(out_dir: Path) -> list[Path]:
     for j, (es, label) in enumerate([(4, "fp32 warp load (128 B)"), (2, "fp16 warp load (64 B)")]):
         rows = sc.alignment_table(offsets, sc.Geometry(elem_bytes=es))
         xs = [k + (j - 1) * width for k in range(len(offsets))]
-        bars = right.bar(xs, [100 * r["warp_extra"] for r in rows], width, color=SEQ_COLOURS[j],
-                         label=label, edgecolor=INK, linewidth=0.8)  # a 0 bar: a dark line at 0
+        bars = right.bar(
+            xs,
+            [100 * r["warp_extra"] for r in rows],
+            width,
+            color=SEQ_COLOURS[j],
+            label=label,
+            edgecolor=INK,
+            linewidth=0.8,
+        )  # a 0 bar: a dark line at 0
         right.bar_label(bars, fmt=lambda v: f"{v:.0f}%" if v else "0", fontsize=9, gid="bar-label")
     rows = sc.alignment_table(offsets, sc.Geometry(elem_bytes=2))
-    bars = right.bar([k + width for k in range(len(offsets))],
-                     [100 * r["tile_extra"] for r in rows], width, color=SEQ_COLOURS[2],
-                     edgecolor=INK, linewidth=0.8,
-                     label=f"fp16 whole K tile ({rows[0]['tile_bytes']} B)")
+    bars = right.bar(
+        [k + width for k in range(len(offsets))],
+        [100 * r["tile_extra"] for r in rows],
+        width,
+        color=SEQ_COLOURS[2],
+        edgecolor=INK,
+        linewidth=0.8,
+        label=f"fp16 whole K tile ({rows[0]['tile_bytes']} B)",
+    )
     right.bar_label(bars, fmt=lambda v: f"{v:.1f}%" if v else "0", fontsize=9, gid="bar-label")
     right.set_xticks(range(len(offsets)), [f"+{o}" for o in offsets])
     right.set_xlabel("block start offset (bytes)")

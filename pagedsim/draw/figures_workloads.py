@@ -36,43 +36,83 @@ def draw_waste(by_mode: dict, out_dir: Path, name: str = "waste_breakdown.png") 
         bottom = np.zeros(len(allocators))
         for part, colour, label in zip(PARTS, PART_COLOURS, PART_LABELS, strict=True):
             h = np.array([100 * by_mode[mode][a][part] for a in allocators])
-            ax.bar(x, h, width * 0.92, bottom=bottom, color=colour, edgecolor="white",
-                   linewidth=0.5, label=label if m == 0 else None)
+            ax.bar(
+                x,
+                h,
+                width * 0.92,
+                bottom=bottom,
+                color=colour,
+                edgecolor="white",
+                linewidth=0.5,
+                label=label if m == 0 else None,
+            )
             bottom += h
         for xi, a in zip(x, allocators, strict=True):
             share = 100 * by_mode[mode][a]["token_states"]
-            ax.text(xi, share / 2, f"{share:.0f}%", ha="center", va="center", fontsize=8,
-                    color="white", rotation=90)
+            ax.text(
+                xi,
+                share / 2,
+                f"{share:.0f}%",
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="white",
+                rotation=90,
+            )
             ax.text(xi, 101.5, mode, ha="center", va="bottom", fontsize=8.5, color=style.INK)
     centres = np.arange(len(allocators))
-    ax.scatter(centres, [PAPER_TOKEN_STATES[a] for a in allocators], marker="D", s=28,
-               color="black", zorder=5, label="paper Fig. 2: token states")
+    ax.scatter(
+        centres,
+        [PAPER_TOKEN_STATES[a] for a in allocators],
+        marker="D",
+        s=28,
+        color="black",
+        zorder=5,
+        label="paper Fig. 2: token states",
+    )
     ax.set_xticks(centres, [LABELS[a] for a in allocators])
     ax.set_xlim(-0.55, len(allocators) - 0.45)
     ax.set_ylim(0, 108)
     ax.set_ylabel("share of KV-cache slot-steps (%)")
     ax.set_title("Where KV-cache memory goes (synthetic ShareGPT, 10,000 requests)", loc="left")
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, fontsize=10)
-    fig.text(0.075, 0.03, "static: all admitted at step 0, unlimited memory.\ncontinuous: "
-             "first-fit in 14,648 slots (12 GB of OPT-13B KV), FCFS.", fontsize=9.5)
-    fig.text(0.735, 0.6, textwrap.fill(paper_note(by_mode), 38), fontsize=8.5, va="top",
-             color="#444444", gid="paper-note", linespacing=1.25)
+    fig.text(
+        0.075,
+        0.03,
+        "static: all admitted at step 0, unlimited memory.\ncontinuous: "
+        "first-fit in 14,648 slots (12 GB of OPT-13B KV), FCFS.",
+        fontsize=9.5,
+    )
+    fig.text(
+        0.735,
+        0.6,
+        textwrap.fill(paper_note(by_mode), 38),
+        fontsize=8.5,
+        va="top",
+        color="#444444",
+        gid="paper-note",
+        linespacing=1.25,
+    )
     return style.save(fig, Path(out_dir) / name)
 
 
 def paper_note(by_mode: dict) -> str:
     """Why the paper's markers sit where they do against our bars (numbers from both)."""
+
     def ours(a):  # static/continuous, the bars' order
         return "/".join(f"{100 * by_mode[m][a]['token_states']:.0f}%" for m in by_mode)
-    return (f"The markers are the paper's averages over its own serving runs (OPT-13B, real "
-            f"ShareGPT lengths, its Orca re-implementations); the bars are closed forms over a "
-            f"synthetic trace that matches only the paper's mean lengths. Reservation waste "
-            f"depends on the whole length distribution (a request holds its final length from "
-            f"its first step), so pow2 (ours {ours('pow2')}, paper "
-            f"{PAPER_TOKEN_STATES['pow2']:.0f}%) and oracle (ours {ours('oracle')}, paper "
-            f"{PAPER_TOKEN_STATES['oracle']:.0f}%) differ, while max, set by max_len alone, "
-            f"agrees (ours {ours('max')}, paper {PAPER_TOKEN_STATES['max']:.0f}%). Compare "
-            f"shapes, not values.")
+
+    return (
+        f"The markers are the paper's averages over its own serving runs (OPT-13B, real "
+        f"ShareGPT lengths, its Orca re-implementations); the bars are closed forms over a "
+        f"synthetic trace that matches only the paper's mean lengths. Reservation waste "
+        f"depends on the whole length distribution (a request holds its final length from "
+        f"its first step), so pow2 (ours {ours('pow2')}, paper "
+        f"{PAPER_TOKEN_STATES['pow2']:.0f}%) and oracle (ours {ours('oracle')}, paper "
+        f"{PAPER_TOKEN_STATES['oracle']:.0f}%) differ, while max, set by max_len alone, "
+        f"agrees (ours {ours('max')}, paper {PAPER_TOKEN_STATES['max']:.0f}%). Compare "
+        f"shapes, not values."
+    )
 
 
 def sweep_notes(rows) -> tuple[str, str]:
@@ -80,26 +120,37 @@ def sweep_notes(rows) -> tuple[str, str]:
     shape it has, and why its numbers are not lesson 3.5's."""
     ok = [r for r in rows if r["preemptions"] is not None]
     peak = max(ok, key=lambda r: r["preemptions"]) if ok else None
-    why = None if peak is None else (
-        f"Why preemptions peak at B={peak['block_size']} and then fall: with prefix caching "
-        "on, admission counts a prompt's cached blocks as free, so while hits are frequent "
-        f"({100 * peak['hit_rate']:.0f}% at B={peak['block_size']}) the scheduler admits more "
-        "than memory can grow, and decodes preempt. Bigger blocks hit less (a shared prefix "
-        f"counts in whole blocks: {100 * ok[-1]['hit_rate']:.0f}% at B={ok[-1]['block_size']}) "
-        "and each admission reserves more (its last block and one block of headroom are B "
-        "tokens each), so fewer requests run at once: fewer preemptions, paid for with a "
-        "smaller batch and a longer run.")
-    lesson = tradeoff.tradeoff(tradeoff.step_lengths(
-        synthetic("sharegpt", tradeoff.NUM_REQUESTS, seed=tradeoff.SEED)), (16,))[16][0]
+    why = (
+        None
+        if peak is None
+        else (
+            f"Why preemptions peak at B={peak['block_size']} and then fall: with prefix caching "
+            "on, admission counts a prompt's cached blocks as free, so while hits are frequent "
+            f"({100 * peak['hit_rate']:.0f}% at B={peak['block_size']}) the scheduler admits more "
+            "than memory can grow, and decodes preempt. Bigger blocks hit less (a shared prefix "
+            f"counts in whole blocks: {100 * ok[-1]['hit_rate']:.0f}% at B={ok[-1]['block_size']}) "
+            "and each admission reserves more (its last block and one block of headroom are B "
+            "tokens each), so fewer requests run at once: fewer preemptions, paid for with a "
+            "smaller batch and a longer run."
+        )
+    )
+    lesson = tradeoff.tradeoff(
+        tradeoff.step_lengths(synthetic("sharegpt", tradeoff.NUM_REQUESTS, seed=tradeoff.SEED)),
+        (16,),
+    )[16][0]
     here = next((r for r in rows if r["block_size"] == 16), None)
     differ = (
         f"Not lesson 3.5's numbers: lesson and figure 3.5 use {tradeoff.NUM_REQUESTS} requests of "
         "the same synthetic trace"
-        + (f" (waste {lesson:.2f}% at B=16); this figure's waste and tables use the whole trace "
-           f"({100 * here['waste']:.2f}%)" if here else "; this figure's waste and tables use the "
-           "whole trace")
+        + (
+            f" (waste {lesson:.2f}% at B=16); this figure's waste and tables use the whole trace "
+            f"({100 * here['waste']:.2f}%)"
+            if here
+            else "; this figure's waste and tables use the whole trace"
+        )
         + ", and its preemption and hit-rate panels replay only its first requests in a fixed "
-        "memory (see the title). Same definition of waste.")
+        "memory (see the title). Same definition of waste."
+    )
     return why, differ
 
 
@@ -115,10 +166,20 @@ def draw_sweep(rows, out_dir: Path, title: str = "", name: str = "block_size_swe
         (axes[0, 0], bs, [100 * r["waste"] for r in rows], "internal fragmentation (%)", 0),
         (axes[0, 1], bs, [r["mean_entries"] for r in rows], "table entries per sequence (mean)", 1),
         (axes[0, 2], bs, [r["max_batch"] for r in rows], "largest batch that fits (requests)", 0),
-        (axes[1, 0], [r["block_size"] for r in ok], [r["preemptions"] for r in ok],
-         "preemptions (recompute)", 0),
-        (axes[1, 1], [r["block_size"] for r in ok], [100 * r["hit_rate"] for r in ok],
-         "prefix-cache hit rate (%)", 0),
+        (
+            axes[1, 0],
+            [r["block_size"] for r in ok],
+            [r["preemptions"] for r in ok],
+            "preemptions (recompute)",
+            0,
+        ),
+        (
+            axes[1, 1],
+            [r["block_size"] for r in ok],
+            [100 * r["hit_rate"] for r in ok],
+            "prefix-cache hit rate (%)",
+            0,
+        ),
     )
     for ax, xs, ys, label, logy in panels:  # logy: 1 for a log y axis
         ax.plot(xs, ys, marker="o", color=style.SEQ_COLOURS[4])
@@ -134,7 +195,16 @@ def draw_sweep(rows, out_dir: Path, title: str = "", name: str = "block_size_swe
     notes.set_axis_off()
     why, differ = sweep_notes(rows)
     text = "\n\n".join(textwrap.fill(t, 56) for t in (why, differ) if t is not None)
-    notes.text(-0.12, 1.1, text, va="top", ha="left", fontsize=8.5, transform=notes.transAxes,
-               gid="notes", linespacing=1.3)
+    notes.text(
+        -0.12,
+        1.1,
+        text,
+        va="top",
+        ha="left",
+        fontsize=8.5,
+        transform=notes.transAxes,
+        gid="notes",
+        linespacing=1.3,
+    )
     fig.suptitle(f"Block size sweep: {title}", fontsize=11)
     return style.save(fig, Path(out_dir) / name)

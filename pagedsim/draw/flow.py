@@ -39,8 +39,18 @@ def scattered_manager() -> KVCacheManager:
 
 
 def _box(ax, x, y, w, h, colour, text, gid=None, **kw):
-    ax.add_patch(Rectangle((x, y), w, h, facecolor=colour, edgecolor=kw.pop("ec", style.INK),
-                           lw=kw.pop("lw", 0.8), gid=gid, **kw))
+    ax.add_patch(
+        Rectangle(
+            (x, y),
+            w,
+            h,
+            facecolor=colour,
+            edgecolor=kw.pop("ec", style.INK),
+            lw=kw.pop("lw", 0.8),
+            gid=gid,
+            **kw,
+        )
+    )
     ax.text(
         x + w / 2,
         y + h / 2,
@@ -90,8 +100,15 @@ def make_logical_physical(out_dir: Path) -> list[Path]:
         for i, b in enumerate(seq.blocks):
             last = min(snap.block_size, seq.num_tokens - i * snap.block_size)
             _box(ax, x0 + i + 0.05, y, 0.9, 0.9, colour, f"L{i}", gid=f"logical-{seq.seq_id}-{i}")
-            ax.text(x0 + i + 0.5, y + (1.05 if side > 0 else -0.15), f"{last}/{snap.block_size}",
-                    ha="center", va="bottom" if side > 0 else "top", fontsize=7.5, color="#555555")
+            ax.text(
+                x0 + i + 0.5,
+                y + (1.05 if side > 0 else -0.15),
+                f"{last}/{snap.block_size}",
+                ha="center",
+                va="bottom" if side > 0 else "top",
+                fontsize=7.5,
+                color="#555555",
+            )
             start = (x0 + i + 0.5, y if side > 0 else y + 0.9)
             end = (b + 0.5, phys_y + 0.9 if side > 0 else phys_y)
             ax.add_patch(
@@ -108,8 +125,15 @@ def make_logical_physical(out_dir: Path) -> list[Path]:
                 )
             )
         table = ", ".join(map(str, seq.blocks))
-        ax.text(x0 + len(seq.blocks) + 0.5, y + 0.45, f"block table {seq.seq_id} = [{table}]",
-                ha="left", fontsize=9.5, family="DejaVu Sans Mono", va="center")
+        ax.text(
+            x0 + len(seq.blocks) + 0.5,
+            y + 0.45,
+            f"block table {seq.seq_id} = [{table}]",
+            ha="left",
+            fontsize=9.5,
+            family="DejaVu Sans Mono",
+            va="center",
+        )
     ax.text(
         -3.0,
         9.0,
@@ -130,10 +154,12 @@ def logical_subtitle(m: KVCacheManager) -> str:
     kept = [e.seq_id for e in added if e.seq_id not in freed]
     order = ", ".join(str(e.seq_id) for e in added)
     sizes = ", ".join(f"{e.seq_id} {e.num_tokens}" for e in added)
-    return (f"Admitted in the order {order} (prompt tokens: {sizes}); "
-            f"{' and '.join(map(str, freed))} then finished and left their blocks at the head "
-            f"of the free list (LIFO),\nso {' and '.join(map(str, kept))}, decoding in turn, "
-            "grow into those holes.")
+    return (
+        f"Admitted in the order {order} (prompt tokens: {sizes}); "
+        f"{' and '.join(map(str, freed))} then finished and left their blocks at the head "
+        f"of the free list (LIFO),\nso {' and '.join(map(str, kept))}, decoding in turn, "
+        "grow into those holes."
+    )
 
 
 def make_core_flow(out_dir: Path, snapshots) -> list[Path]:
@@ -148,7 +174,7 @@ def make_core_flow(out_dir: Path, snapshots) -> list[Path]:
     )
     before, snap = snapshots[k - 1], snapshots[k]
     new = next(e.block for e in snap.events if isinstance(e, BlockAllocated))
-    colours = style.seq_colours(snapshots[:k + 1])
+    colours = style.seq_colours(snapshots[: k + 1])
     n = snap.num_blocks
     fig = style.new_figure(*FLOW_SIZE)
     ax = fig.add_axes((0, 0, 1, 1))
@@ -165,10 +191,14 @@ def make_core_flow(out_dir: Path, snapshots) -> list[Path]:
         fontweight="bold",
         va="top",
     )
-    ax.text(0.3, 0.85, f"step {snap.step}: {caption(snap)}", fontsize=9.5, va="top",
-            color="#444444")
-    heads = ("free pool\n(free list, head first)", "physical blocks\n(id, owner, ref count)",
-             "block tables\n(logical \u2192 physical)")
+    ax.text(
+        0.3, 0.85, f"step {snap.step}: {caption(snap)}", fontsize=9.5, va="top", color="#444444"
+    )
+    heads = (
+        "free pool\n(free list, head first)",
+        "physical blocks\n(id, owner, ref count)",
+        "block tables\n(logical \u2192 physical)",
+    )
     for x, title in zip((0.6, 6.4, 12.6), heads, strict=True):
         ax.text(x, 1.6, title, fontsize=10.5, fontweight="bold", va="top")
     y0 = 2.7
@@ -216,8 +246,18 @@ def make_core_flow(out_dir: Path, snapshots) -> list[Path]:
         label = f"{b}: " + (
             "+".join(map(str, owners)) + f"  x{snap.ref_counts[b]}" if owners else "free"
         )
-        _box(ax, 6.7, y, 2.6, 0.6, colour, label, ls="-" if owners else "--",
-             lw=2.2 if b == new else 0.8, ec=style.ACCENT if b == new else style.INK)
+        _box(
+            ax,
+            6.7,
+            y,
+            2.6,
+            0.6,
+            colour,
+            label,
+            ls="-" if owners else "--",
+            lw=2.2 if b == new else 0.8,
+            ec=style.ACCENT if b == new else style.INK,
+        )
     ax.add_patch(
         FancyArrowPatch(
             (2.1, y0 + 0.3),
@@ -229,8 +269,14 @@ def make_core_flow(out_dir: Path, snapshots) -> list[Path]:
             connectionstyle="arc3,rad=-0.15",
         )
     )
-    ax.text(3.6, y0 + 2.3 + new * 0.2, "allocate():\npop the head,\nref count = 1", fontsize=9,
-            color=style.ACCENT, fontweight="bold")
+    ax.text(
+        3.6,
+        y0 + 2.3 + new * 0.2,
+        "allocate():\npop the head,\nref count = 1",
+        fontsize=9,
+        color=style.ACCENT,
+        fontweight="bold",
+    )
     ax.text(
         0.6,
         top + 0.8,

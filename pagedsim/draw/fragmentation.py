@@ -38,7 +38,7 @@ def first_fit(requests=REQUESTS, finished=FINISHED, late=LATE, slots=SLOTS):
         for i in range(slots):
             run = run + 1 if owner[i] is None else 0
             if run == n:
-                owner[i - n + 1:i + 1] = [name] * n
+                owner[i - n + 1 : i + 1] = [name] * n
                 return True
         return False
 
@@ -94,8 +94,14 @@ def make(out_dir: Path) -> list[Path]:
     ax.set_xlim(-1, SLOTS + 1)
     ax.set_ylim(9.6, -0.6)
     ax.set_axis_off()
-    fig.text(0.02, 0.96, style.tr("3.1  External fragmentation: first-fit holes vs fixed blocks"),
-             fontsize=style.pt(12), fontweight="bold", va="top")
+    fig.text(
+        0.02,
+        0.96,
+        style.tr("3.1  External fragmentation: first-fit holes vs fixed blocks"),
+        fontsize=style.pt(12),
+        fontweight="bold",
+        va="top",
+    )
     fig.text(
         0.02,
         0.905,
@@ -138,8 +144,13 @@ def make(out_dir: Path) -> list[Path]:
 
     blocks = fixed_blocks()
     slots = [o for o, n in blocks for k in range(BLOCK)]
-    _bar(ax, 4.4, [o if k < n else None for o, n in blocks for k in range(BLOCK)], colours,
-         label=style.tr("blocks of {b}", b=BLOCK))
+    _bar(
+        ax,
+        4.4,
+        [o if k < n else None for o, n in blocks for k in range(BLOCK)],
+        colours,
+        label=style.tr("blocks of {b}", b=BLOCK),
+    )
     for b in range(len(blocks) + 1):  # block boundaries
         ax.plot([b * BLOCK, b * BLOCK], [4.2, 5.6], color=style.INK, lw=1.6)
     for b, (_o, _n) in enumerate(blocks):

@@ -37,8 +37,9 @@ def make_hybrid(out_dir: Path) -> list[Path]:
     snaps = hybrid_snapshots()
     if style.slides():  # one frame per slide: five panels at 18 pt do not fit one
         return scenario.write_slides(snaps, out_dir, "hybrid-groups", picks=range(len(snaps)))
-    return [scenario.write_strip(snaps, Path(out_dir) / "hybrid-groups.png",
-                                 picks=range(len(snaps)))]
+    return [
+        scenario.write_strip(snaps, Path(out_dir) / "hybrid-groups.png", picks=range(len(snaps)))
+    ]
 
 
 FIGURES = {"hybrid-groups": make_hybrid}

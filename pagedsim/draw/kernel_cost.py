@@ -40,11 +40,13 @@ def kernel_cost(lengths: np.ndarray, block_sizes=tradeoff.BLOCK_SIZES, g=GEOMETR
     for b in block_sizes:
         tile, _ = sc.misaligned_run(b * token_bytes, 0)  # sectors of one aligned (block, head) tile
         blocks = -(-lengths // b)
-        out[b] = {"contiguous": int(contiguous.sum()),
-                  "kv": int((2 * blocks * tile).sum()),
-                  "table": int((-(-4 * blocks // sc.SECTOR)).sum()),
-                  "lookups": float(blocks.mean()),
-                  "bytes_per_lookup": 2 * b * token_bytes}
+        out[b] = {
+            "contiguous": int(contiguous.sum()),
+            "kv": int((2 * blocks * tile).sum()),
+            "table": int((-(-4 * blocks // sc.SECTOR)).sum()),
+            "lookups": float(blocks.mean()),
+            "bytes_per_lookup": 2 * b * token_bytes,
+        }
     return out
 
 
@@ -61,13 +63,17 @@ def make(out_dir: Path) -> list[Path]:
     fig = style.new_figure(*SIZE)
     left, right = fig.subplots(1, 2)
     fig.subplots_adjust(left=0.07, right=0.98, top=0.84, bottom=0.27, wspace=0.25)
-    fig.suptitle("3.5b  The kernel's side of the block size: sectors read per decode step "
-                 "(a model from sector counting, not a measurement)", fontsize=12)
+    fig.suptitle(
+        "3.5b  The kernel's side of the block size: sectors read per decode step "
+        "(a model from sector counting, not a measurement)",
+        fontsize=12,
+    )
     left.bar(x, over, color=style.SEQ_COLOURS[1], label="last block's empty slots, read and masked")
     left.bar(x, table, bottom=over, color=style.SEQ_COLOURS[4], label="block-table entries")
     for xi, o, t in zip(x, over, table, strict=True):
-        left.text(xi, o + t + 0.4, f"+{o + t:.1f}%", ha="center", va="bottom", fontsize=8.5,
-                  gid="extra")
+        left.text(
+            xi, o + t + 0.4, f"+{o + t:.1f}%", ha="center", va="bottom", fontsize=8.5, gid="extra"
+        )
     left.set_xticks(x, [str(b) for b in bs])
     left.set_xlabel("block size B (tokens)")
     left.set_ylabel("extra sectors over a contiguous cache (%)")
@@ -79,20 +85,41 @@ def make(out_dir: Path) -> list[Path]:
     right.plot(x, lookups, marker="o", color=style.SEQ_COLOURS[4], gid="lookups")
     right.set_yscale("log")
     for xi, b, n in zip(x, bs, lookups, strict=True):
-        right.text(xi, n * 1.25, f"{cost[b]['bytes_per_lookup'] // 1024 or 0.5:g} KiB",
-                   ha="center", va="bottom", fontsize=8)
+        right.text(
+            xi,
+            n * 1.25,
+            f"{cost[b]['bytes_per_lookup'] // 1024 or 0.5:g} KiB",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
     right.set_xticks(x, [str(b) for b in bs])
     right.set_xlabel("block size B (tokens)")
     right.set_ylabel("dependent block-table lookups per step (mean)")
     right.set_title("latency: a dependent lookup before each block's loads", fontsize=10)
     right.set_ylim(min(lookups) / 1.5, max(lookups) * 3)
-    right.text(0.98, 0.97, "labels: K+V bytes one lookup brings in", transform=right.transAxes,
-               ha="right", va="top", fontsize=8.5, color="#444444")
+    right.text(
+        0.98,
+        0.97,
+        "labels: K+V bytes one lookup brings in",
+        transform=right.transAxes,
+        ha="right",
+        va="top",
+        fontsize=8.5,
+        color="#444444",
+    )
     right.grid(alpha=0.3)
-    fig.text(0.07, 0.03, "Per sequence and KV head, over every decode step of figure 3.5's 500 "
-             "synthetic ShareGPT requests; D = 128, fp16; sectors: pagedsim.labs.sectors.\n"
-             "The model prices bytes only: it cannot see the latency "
-             "of a lookup on the critical path, which is why vLLM measures B < 16 as slow\n"
-             "although it reads the fewest bytes. A GPU run of the decode kernel over block sizes "
-             "should replace this figure.", fontsize=9, color="#444444", gid="caveat")
+    fig.text(
+        0.07,
+        0.03,
+        "Per sequence and KV head, over every decode step of figure 3.5's 500 "
+        "synthetic ShareGPT requests; D = 128, fp16; sectors: pagedsim.labs.sectors.\n"
+        "The model prices bytes only: it cannot see the latency "
+        "of a lookup on the critical path, which is why vLLM measures B < 16 as slow\n"
+        "although it reads the fewest bytes. A GPU run of the decode kernel over block sizes "
+        "should replace this figure.",
+        fontsize=9,
+        color="#444444",
+        gid="caveat",
+    )
     return [style.save(fig, Path(out_dir) / "3.5b-kernel-cost.png")]

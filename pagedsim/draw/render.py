@@ -81,8 +81,15 @@ class Layout:
         seqs = max(seqs, *(len(s.sequences) + len(g) for s, g in zip(snapshots, gone, strict=True)))
         marks = tuple((s.step, g) for s, g in zip(snapshots, gone, strict=True) if g)
         names = max((len(str(q.seq_id)) for s in snapshots for q in s.sequences), default=1)
-        return cls(n, cols, max(2, min(seqs, MAX_SEQS)), max(4, min(cells, MAX_CELLS)), copies,
-                   marks, names)
+        return cls(
+            n,
+            cols,
+            max(2, min(seqs, MAX_SEQS)),
+            max(4, min(cells, MAX_CELLS)),
+            copies,
+            marks,
+            names,
+        )
 
     def departed(self, step: int) -> tuple:
         """((seq_id, back_step | None), ...) for the frame of `step` (see `departures`)."""
@@ -95,8 +102,10 @@ class Layout:
         pt = style.pt(size)
         if style.slides():
             wide = 0.5 + LABEL_W + self.table_cells + 1.2 + self.cols * PITCH + 0.3
-            fit = min(style.SLIDE_BODY_IN[0] / (wide * self.unit),
-                      style.SLIDE_BODY_IN[1] / (self.height * self.unit))
+            fit = min(
+                style.SLIDE_BODY_IN[0] / (wide * self.unit),
+                style.SLIDE_BODY_IN[1] / (self.height * self.unit),
+            )
             pt = max(pt, style.SLIDE_MIN_PT / fit)
         return pt
 
@@ -141,21 +150,37 @@ def departures(snapshots) -> list[tuple]:
     not; back is the step of the next frame that has it again or re-adds it (it was preempted
     or swapped out), or None (it finished). A pure function of the trace."""
     live = [{q.seq_id for q in s.sequences} for s in snapshots]
-    added = [{getattr(e, "seq_id", getattr(e, "child", None)) for e in s.events
-              if isinstance(e, (SequenceAdded, SequenceForked))} for s in snapshots]
+    added = [
+        {
+            getattr(e, "seq_id", getattr(e, "child", None))
+            for e in s.events
+            if isinstance(e, (SequenceAdded, SequenceForked))
+        }
+        for s in snapshots
+    ]
     out = []
     for k, snap in enumerate(snapshots):
         before = [q.seq_id for q in snapshots[k - 1].sequences] if k else []
         freed = [e.seq_id for e in snap.events if isinstance(e, SequenceFreed)]
         left = [sid for sid in dict.fromkeys([*before, *freed]) if sid not in live[k]]
-        back = [next((snapshots[j].step for j in range(k + 1, len(snapshots))
-                      if sid in live[j] or sid in added[j]), None) for sid in left]
+        back = [
+            next(
+                (
+                    snapshots[j].step
+                    for j in range(k + 1, len(snapshots))
+                    if sid in live[j] or sid in added[j]
+                ),
+                None,
+            )
+            for sid in left
+        ]
         out.append(tuple(zip(left, back, strict=True)))
     return out
 
 
-def render(snapshot, fig=None, *, ax=None, layout: Layout | None = None, colours=None,
-           legend: bool = True):
+def render(
+    snapshot, fig=None, *, ax=None, layout: Layout | None = None, colours=None, legend: bool = True
+):
     """Draw `snapshot`; returns the figure.
 
     Without `ax` it draws on `fig` (cleared and resized) or on a new figure sized for
@@ -166,8 +191,9 @@ def render(snapshot, fig=None, *, ax=None, layout: Layout | None = None, colours
     """
     layout = layout or Layout.for_snapshots([snapshot])
     if layout.num_blocks != snapshot.num_blocks:
-        raise ValueError(f"layout is for {layout.num_blocks} blocks, "
-                         f"snapshot has {snapshot.num_blocks}")
+        raise ValueError(
+            f"layout is for {layout.num_blocks} blocks, snapshot has {snapshot.num_blocks}"
+        )
     colours = colours if colours is not None else style.seq_colours([snapshot])
     if ax is None:
         size = style.whole_pixels(layout.width * layout.unit, layout.height * layout.unit)
@@ -197,13 +223,16 @@ def render(snapshot, fig=None, *, ax=None, layout: Layout | None = None, colours
 def describe_artists(fig) -> list[tuple]:
     """Every patch and text of `fig` as plain tuples (kind, gid, colour, text/geometry): what
     tests compare instead of pixels."""
-    out = [("figtext", t.get_gid(), t.get_text(), _r(t.get_position()),
-            to_hex(t.get_color())) for t in fig.texts]
+    out = [
+        ("figtext", t.get_gid(), t.get_text(), _r(t.get_position()), to_hex(t.get_color()))
+        for t in fig.texts
+    ]
     for ax in fig.axes:
         for a in ax.get_children():
             if isinstance(a, Text):
-                out.append(("text", a.get_gid(), a.get_text(), _r(a.get_position()),
-                            to_hex(a.get_color())))
+                out.append(
+                    ("text", a.get_gid(), a.get_text(), _r(a.get_position()), to_hex(a.get_color()))
+                )
             elif isinstance(a, Patch):
                 if isinstance(a, Rectangle):
                     geom = _r((*a.get_xy(), a.get_width(), a.get_height()))
@@ -213,9 +242,15 @@ def describe_artists(fig) -> list[tuple]:
                     geom = _r(sum(a._posA_posB, ())) if a._posA_posB else ()
                 else:
                     geom = ()
-                out.append((type(a).__name__, a.get_gid(),
-                            to_hex(a.get_facecolor(), keep_alpha=True),
-                            to_hex(a.get_edgecolor(), keep_alpha=True), geom))
+                out.append(
+                    (
+                        type(a).__name__,
+                        a.get_gid(),
+                        to_hex(a.get_facecolor(), keep_alpha=True),
+                        to_hex(a.get_edgecolor(), keep_alpha=True),
+                        geom,
+                    )
+                )
     return out
 
 
@@ -243,81 +278,179 @@ def block_xy(layout: Layout, b: int) -> tuple[float, float]:
 def _caption(ax, snap, layout):
     failed = any(e.kind == "allocation_failed" for e in snap.events)
     # ~0.57 em per character; a failed step's caption is bold, ~7% wider
-    chars = max(20, int(layout.width * layout.unit * 72 / ((0.61 if failed else 0.57)
-                                                             * layout.text_pt(11))))
+    chars = max(
+        20, int(layout.width * layout.unit * 72 / ((0.61 if failed else 0.57) * layout.text_pt(11)))
+    )
     said = caption(snap, style.lang())
     if style.lang() == "zh":  # no spaces to break at: cut by width (a CJK character is ~1 em)
         text = style.tr("step {k}: {caption}", k=snap.step, caption=said)
-        text = "\n".join(text[i:i + chars // 2] for i in range(0, len(text), chars // 2))
+        text = "\n".join(text[i : i + chars // 2] for i in range(0, len(text), chars // 2))
     else:
         text = textwrap.fill(f"step {snap.step}: {said}", chars)
-    ax.text(0.5, 0.35, text, va="top", ha="left", fontsize=style.pt(11), gid="caption",
-            color="#AA3377" if failed else style.INK, fontweight="bold" if failed else "normal")
-    ax.text(0.5, layout.body_y - 0.62, style.tr("block tables (logical \u2192 physical)"),
-            fontsize=style.pt(10),
-            va="bottom", color=style.INK, fontweight="bold")
-    ax.text(layout.grid_x, layout.body_y - 0.62,
-            style.tr("physical blocks (B = {b} tokens)", b=snap.block_size),
-            fontsize=style.pt(10), va="bottom", color=style.INK, fontweight="bold")
+    ax.text(
+        0.5,
+        0.35,
+        text,
+        va="top",
+        ha="left",
+        fontsize=style.pt(11),
+        gid="caption",
+        color="#AA3377" if failed else style.INK,
+        fontweight="bold" if failed else "normal",
+    )
+    ax.text(
+        0.5,
+        layout.body_y - 0.62,
+        style.tr("block tables (logical \u2192 physical)"),
+        fontsize=style.pt(10),
+        va="bottom",
+        color=style.INK,
+        fontweight="bold",
+    )
+    ax.text(
+        layout.grid_x,
+        layout.body_y - 0.62,
+        style.tr("physical blocks (B = {b} tokens)", b=snap.block_size),
+        fontsize=style.pt(10),
+        va="bottom",
+        color=style.INK,
+        fontweight="bold",
+    )
 
 
 def _tables(ax, snap, layout, colours):
     x0 = 0.5 + layout.label_w
     for i in range(layout.table_cells):  # logical index header
-        ax.text(x0 + i + 0.45, layout.body_y + 0.35, str(i), ha="center", fontsize=style.pt(7.5),
-                color=style.grey("#666666"))
+        ax.text(
+            x0 + i + 0.45,
+            layout.body_y + 0.35,
+            str(i),
+            ha="center",
+            fontsize=style.pt(7.5),
+            color=style.grey("#666666"),
+        )
     seqs = snap.sequences
-    shown = seqs if len(seqs) <= layout.table_rows else seqs[:layout.table_rows - 1]
+    shown = seqs if len(seqs) <= layout.table_rows else seqs[: layout.table_rows - 1]
     for r, seq in enumerate(shown):
         y = layout.body_y + 0.6 + r * ROW
         colour = style.colour_of(seq.seq_id, colours)
-        ax.add_artist(Rectangle((0.5, y + 0.08), 0.5, 0.66, facecolor=colour, edgecolor=style.INK,
-                                lw=0.6))
-        ax.text(1.15, y + 0.41, style.tr("seq {s}", s=seq.seq_id), va="center",
-                fontsize=style.pt(9.5),
-                fontweight="bold",
-                gid=f"label-{seq.seq_id}")
-        ax.text(x0 - 0.15, y + 0.41, style.tr("{n} tok", n=seq.num_tokens), va="center",
-                ha="right", fontsize=style.pt(8), gid=f"tokens-{seq.seq_id}")
+        ax.add_artist(
+            Rectangle((0.5, y + 0.08), 0.5, 0.66, facecolor=colour, edgecolor=style.INK, lw=0.6)
+        )
+        ax.text(
+            1.15,
+            y + 0.41,
+            style.tr("seq {s}", s=seq.seq_id),
+            va="center",
+            fontsize=style.pt(9.5),
+            fontweight="bold",
+            gid=f"label-{seq.seq_id}",
+        )
+        ax.text(
+            x0 - 0.15,
+            y + 0.41,
+            style.tr("{n} tok", n=seq.num_tokens),
+            va="center",
+            ha="right",
+            fontsize=style.pt(8),
+            gid=f"tokens-{seq.seq_id}",
+        )
         blocks = seq.blocks
         cut = len(blocks) > layout.table_cells
-        for i, b in enumerate(blocks[:layout.table_cells - 1] if cut else blocks):
+        for i, b in enumerate(blocks[: layout.table_cells - 1] if cut else blocks):
             dropped = b < 0  # NULL_BLOCK: a sliding window released it
-            ax.add_artist(Rectangle((x0 + i, y + 0.08), 0.9, 0.66,
-                                    facecolor="white" if dropped else colour,
-                                   edgecolor=style.INK, lw=0.6, ls="--" if dropped else "-",
-                                   gid=f"table-{seq.seq_id}-{i}"))
-            ax.text(x0 + i + 0.45, y + 0.41, "\u2013" if dropped else str(b), ha="center",
-                    va="center",
-                    fontsize=style.pt(8.5), color=style.INK if dropped else style.text_on(colour))
+            ax.add_artist(
+                Rectangle(
+                    (x0 + i, y + 0.08),
+                    0.9,
+                    0.66,
+                    facecolor="white" if dropped else colour,
+                    edgecolor=style.INK,
+                    lw=0.6,
+                    ls="--" if dropped else "-",
+                    gid=f"table-{seq.seq_id}-{i}",
+                )
+            )
+            ax.text(
+                x0 + i + 0.45,
+                y + 0.41,
+                "\u2013" if dropped else str(b),
+                ha="center",
+                va="center",
+                fontsize=style.pt(8.5),
+                color=style.INK if dropped else style.text_on(colour),
+            )
         if cut:
-            ax.text(x0 + layout.table_cells - 0.55, y + 0.41,
-                    f"+{len(blocks) - layout.table_cells + 1}",
-                    ha="center", va="center", fontsize=style.pt(8), color=style.grey("#444444"))
+            ax.text(
+                x0 + layout.table_cells - 0.55,
+                y + 0.41,
+                f"+{len(blocks) - layout.table_cells + 1}",
+                ha="center",
+                va="center",
+                fontsize=style.pt(8),
+                color=style.grey("#444444"),
+            )
     rows = len(shown) + (len(shown) < len(seqs))
-    for j, (sid, back) in enumerate(layout.departed(snap.step)[:max(0, layout.table_rows - rows)]):
+    for j, (sid, back) in enumerate(layout.departed(snap.step)[: max(0, layout.table_rows - rows)]):
         _gone_row(ax, layout.body_y + 0.6 + (rows + j) * ROW, sid, back, colours, layout.label_w)
     if len(shown) < len(seqs):
-        ax.text(0.5, layout.body_y + 0.6 + len(shown) * ROW + 0.41,
-                style.tr("... and {n} more sequences", n=len(seqs) - len(shown)),
-                va="center", fontsize=style.pt(8.5), color=style.grey("#444444"))
+        ax.text(
+            0.5,
+            layout.body_y + 0.6 + len(shown) * ROW + 0.41,
+            style.tr("... and {n} more sequences", n=len(seqs) - len(shown)),
+            va="center",
+            fontsize=style.pt(8.5),
+            color=style.grey("#444444"),
+        )
     if not seqs:
-        ax.text(0.5, layout.body_y + 1.05, style.tr("(no sequences)"), va="center",
-                fontsize=style.pt(9),
-                color=style.grey("#666666"))
+        ax.text(
+            0.5,
+            layout.body_y + 1.05,
+            style.tr("(no sequences)"),
+            va="center",
+            fontsize=style.pt(9),
+            color=style.grey("#666666"),
+        )
 
 
 def _gone_row(ax, y, seq_id, back, colours, label_w):
     """A sequence that left the pool at this step: its colour as a dashed outline, and why."""
     colour = style.colour_of(seq_id, colours)
-    ax.add_artist(Rectangle((0.5, y + 0.08), 0.5, 0.66, facecolor="white", edgecolor=colour, lw=1.6,
-                            ls="--", gid=f"gone-{seq_id}"))
-    ax.text(1.15, y + 0.41, style.tr("seq {s}", s=seq_id), va="center", fontsize=style.pt(9.5),
-            color=style.grey("#666666"))
-    why = (style.tr("finished: its blocks are freed") if back is None else
-           style.tr("preempted: out of the pool until step {k}", k=back))
-    ax.text(0.5 + label_w, y + 0.41, why, va="center", fontsize=style.pt(8.5),
-            color=style.grey("#666666"), style="italic", gid=f"gone-why-{seq_id}")
+    ax.add_artist(
+        Rectangle(
+            (0.5, y + 0.08),
+            0.5,
+            0.66,
+            facecolor="white",
+            edgecolor=colour,
+            lw=1.6,
+            ls="--",
+            gid=f"gone-{seq_id}",
+        )
+    )
+    ax.text(
+        1.15,
+        y + 0.41,
+        style.tr("seq {s}", s=seq_id),
+        va="center",
+        fontsize=style.pt(9.5),
+        color=style.grey("#666666"),
+    )
+    why = (
+        style.tr("finished: its blocks are freed")
+        if back is None
+        else style.tr("preempted: out of the pool until step {k}", k=back)
+    )
+    ax.text(
+        0.5 + label_w,
+        y + 0.41,
+        why,
+        va="center",
+        fontsize=style.pt(8.5),
+        color=style.grey("#666666"),
+        style="italic",
+        gid=f"gone-why-{seq_id}",
+    )
 
 
 def _blocks(ax, snap, layout, colours):
@@ -332,71 +465,197 @@ def _blocks(ax, snap, layout, colours):
         x, y = block_xy(layout, b)
         count, who = snap.ref_counts[b], owners[b]
         if count == 0:
-            ax.add_artist(Rectangle((x, y), CELL, CELL, facecolor=style.look().free,
-                                    edgecolor=style.look().free_edge,
-                                   lw=0.8, ls="--", hatch="//" if b in cached else None,
-                                   gid=f"block-{b}"))
-            ax.text(x + CELL / 2, y + 0.45, str(b), ha="center", va="center",
-                    fontsize=style.pt(9.5),
-                    color=style.grey("#777777"))
+            ax.add_artist(
+                Rectangle(
+                    (x, y),
+                    CELL,
+                    CELL,
+                    facecolor=style.look().free,
+                    edgecolor=style.look().free_edge,
+                    lw=0.8,
+                    ls="--",
+                    hatch="//" if b in cached else None,
+                    gid=f"block-{b}",
+                )
+            )
+            ax.text(
+                x + CELL / 2,
+                y + 0.45,
+                str(b),
+                ha="center",
+                va="center",
+                fontsize=style.pt(9.5),
+                color=style.grey("#777777"),
+            )
             # grey + dashed already says "free": name only the special ones
             if b == head or b in cached:
-                ax.text(x + CELL / 2, y + 0.8, style.tr("head" if b == head else "cached"),
-                        ha="center", va="center",
-                        fontsize=style.pt(6.5),
-                        color=style.ACCENT if b == head else style.grey("#777777"))
+                ax.text(
+                    x + CELL / 2,
+                    y + 0.8,
+                    style.tr("head" if b == head else "cached"),
+                    ha="center",
+                    va="center",
+                    fontsize=style.pt(6.5),
+                    color=style.ACCENT if b == head else style.grey("#777777"),
+                )
             continue
         first = style.colour_of(who[0], colours) if who else "#BBBBBB"
-        ax.add_artist(Rectangle((x, y), CELL, CELL, facecolor=first, edgecolor=style.INK,
-                               lw=1.8 if count > 1 else 0.8, gid=f"block-{b}"))
+        ax.add_artist(
+            Rectangle(
+                (x, y),
+                CELL,
+                CELL,
+                facecolor=first,
+                edgecolor=style.INK,
+                lw=1.8 if count > 1 else 0.8,
+                gid=f"block-{b}",
+            )
+        )
         for j, seq_id in enumerate(who[1:], start=1):  # extra owners: vertical stripes
             w = CELL / len(who)
-            ax.add_artist(Rectangle((x + j * w, y), w, CELL,
-                                    facecolor=style.colour_of(seq_id, colours),
-                                   edgecolor="none", gid=f"share-{b}-{j}"))
+            ax.add_artist(
+                Rectangle(
+                    (x + j * w, y),
+                    w,
+                    CELL,
+                    facecolor=style.colour_of(seq_id, colours),
+                    edgecolor="none",
+                    gid=f"share-{b}-{j}",
+                )
+            )
         ink = style.text_on(first) if len(who) < 2 else style.INK
-        box = (dict(boxstyle="round,pad=0.12", fc="white", ec="none", alpha=0.8)
-               if len(who) > 1 else None)
-        ax.text(x + CELL / 2, y + 0.36, str(b), ha="center", va="center", fontsize=style.pt(10),
-                fontweight="bold", color=ink, bbox=box)
+        box = (
+            dict(boxstyle="round,pad=0.12", fc="white", ec="none", alpha=0.8)
+            if len(who) > 1
+            else None
+        )
+        ax.text(
+            x + CELL / 2,
+            y + 0.36,
+            str(b),
+            ha="center",
+            va="center",
+            fontsize=style.pt(10),
+            fontweight="bold",
+            color=ink,
+            bbox=box,
+        )
         fill = snap.block_fill[b]
-        ax.add_artist(Rectangle((x + 0.1, y + CELL - 0.2), CELL - 0.2, 0.12, facecolor="white",
-                               edgecolor=style.INK, lw=0.4))
-        ax.add_artist(Rectangle((x + 0.1, y + CELL - 0.2), (CELL - 0.2) * fill / snap.block_size,
-                                0.12,
-                               facecolor=style.INK, edgecolor="none", gid=f"fill-{b}"))
+        ax.add_artist(
+            Rectangle(
+                (x + 0.1, y + CELL - 0.2),
+                CELL - 0.2,
+                0.12,
+                facecolor="white",
+                edgecolor=style.INK,
+                lw=0.4,
+            )
+        )
+        ax.add_artist(
+            Rectangle(
+                (x + 0.1, y + CELL - 0.2),
+                (CELL - 0.2) * fill / snap.block_size,
+                0.12,
+                facecolor=style.INK,
+                edgecolor="none",
+                gid=f"fill-{b}",
+            )
+        )
         text = block_label(snap, b)  # the text the block holds, when the trace knows it
         if text:
-            ax.text(x + CELL / 2, y + 0.64, text, ha="center", va="center", fontsize=style.pt(4.5),
-                    color=ink, bbox=box, gid=f"text-{b}", linespacing=0.9)
+            ax.text(
+                x + CELL / 2,
+                y + 0.64,
+                text,
+                ha="center",
+                va="center",
+                fontsize=style.pt(4.5),
+                color=ink,
+                bbox=box,
+                gid=f"text-{b}",
+                linespacing=0.9,
+            )
         else:
-            ax.text(x + CELL / 2, y + 0.66, f"{fill}/{snap.block_size}", ha="center", va="center",
-                    fontsize=style.pt(6.5), color=ink, bbox=box)
-        ax.add_artist(Circle((x + CELL - 0.05, y + 0.05), 0.19, facecolor="white",
-                             edgecolor=style.INK, lw=0.7,
-                             zorder=6))
-        ax.text(x + CELL - 0.05, y + 0.06, str(count), ha="center", va="center",
-                fontsize=style.pt(7),
-                fontweight="bold", gid=f"badge-{b}", zorder=7)
+            ax.text(
+                x + CELL / 2,
+                y + 0.66,
+                f"{fill}/{snap.block_size}",
+                ha="center",
+                va="center",
+                fontsize=style.pt(6.5),
+                color=ink,
+                bbox=box,
+            )
+        ax.add_artist(
+            Circle(
+                (x + CELL - 0.05, y + 0.05),
+                0.19,
+                facecolor="white",
+                edgecolor=style.INK,
+                lw=0.7,
+                zorder=6,
+            )
+        )
+        ax.text(
+            x + CELL - 0.05,
+            y + 0.06,
+            str(count),
+            ha="center",
+            va="center",
+            fontsize=style.pt(7),
+            fontweight="bold",
+            gid=f"badge-{b}",
+            zorder=7,
+        )
     for b in touched_blocks(snap):  # what this step changed: an orange frame
         x, y = block_xy(layout, b)
-        ax.add_artist(Rectangle((x - 0.07, y - 0.07), CELL + 0.14, CELL + 0.14, facecolor="none",
-                                edgecolor=style.ACCENT, lw=2.2, gid=f"touched-{b}", zorder=4))
+        ax.add_artist(
+            Rectangle(
+                (x - 0.07, y - 0.07),
+                CELL + 0.14,
+                CELL + 0.14,
+                facecolor="none",
+                edgecolor=style.ACCENT,
+                lw=2.2,
+                gid=f"touched-{b}",
+                zorder=4,
+            )
+        )
     for src, dst in snap.pending_copies:  # below the blocks, clear of the badges, label at its side
         (sx, sy), (dx, dy) = block_xy(layout, src), block_xy(layout, dst)
         a, b = (sx + CELL / 2, sy + CELL + 0.08), (dx + CELL / 2, dy + CELL + 0.08)
         dist = math.hypot(b[0] - a[0], b[1] - a[1])
-        rad = min(0.45, 2 * COPY_DEPTH / max(dist,
-                                             1e-9)) * (1 if dx >= sx else -1)  # dips COPY_DEPTH
-        ax.add_artist(FancyArrowPatch(a, b, connectionstyle=f"arc3,rad={rad}", arrowstyle="-|>",
-                                     mutation_scale=16, color=style.ACCENT, lw=2.6,
-                                     gid=f"copy-{src}-{dst}",
-                                     zorder=8, shrinkA=0, shrinkB=0))
-        ax.text((a[0] + b[0]) / 2, (a[1] + b[1]) / 2 + abs(rad) * dist / 2 + 0.12,
-                style.tr("copy {src}\u2192{dst}", src=src, dst=dst), ha="center", va="top",
-                fontsize=style.pt(9), fontweight="bold",
-                color=style.ACCENT, gid=f"copy-label-{src}-{dst}", zorder=9,
-                bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.9))
+        rad = min(0.45, 2 * COPY_DEPTH / max(dist, 1e-9)) * (
+            1 if dx >= sx else -1
+        )  # dips COPY_DEPTH
+        ax.add_artist(
+            FancyArrowPatch(
+                a,
+                b,
+                connectionstyle=f"arc3,rad={rad}",
+                arrowstyle="-|>",
+                mutation_scale=16,
+                color=style.ACCENT,
+                lw=2.6,
+                gid=f"copy-{src}-{dst}",
+                zorder=8,
+                shrinkA=0,
+                shrinkB=0,
+            )
+        )
+        ax.text(
+            (a[0] + b[0]) / 2,
+            (a[1] + b[1]) / 2 + abs(rad) * dist / 2 + 0.12,
+            style.tr("copy {src}\u2192{dst}", src=src, dst=dst),
+            ha="center",
+            va="top",
+            fontsize=style.pt(9),
+            fontweight="bold",
+            color=style.ACCENT,
+            gid=f"copy-label-{src}-{dst}",
+            zorder=9,
+            bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.9),
+        )
 
 
 def block_label(snap, b: int) -> str:
@@ -414,50 +673,118 @@ def _legend(ax, layout, snap=None):
     lk = style.look()
     handles = [
         Patch(facecolor=lk.free, edgecolor=lk.free_edge, ls="--", label=style.tr("free block")),
-        Line2D([], [], ls="none", marker="o", markersize=9, markerfacecolor="white",
-               markeredgecolor=style.INK,
-               label=style.tr("ref count (badge)")),
+        Line2D(
+            [],
+            [],
+            ls="none",
+            marker="o",
+            markersize=9,
+            markerfacecolor="white",
+            markeredgecolor=style.INK,
+            label=style.tr("ref count (badge)"),
+        ),
         Patch(facecolor=style.INK, label=style.tr("fill (tokens / B)")),
-        Patch(facecolor="none", edgecolor=style.ACCENT, lw=2.2,
-              label=style.tr("changed this step")),
+        Patch(
+            facecolor="none", edgecolor=style.ACCENT, lw=2.2, label=style.tr("changed this step")
+        ),
         Line2D([], [], color=style.ACCENT, lw=2.6, label=style.tr("copy-on-write src\u2192dst")),
     ]
     if style.slides() and snap is not None and not snap.pending_copies:
         handles = handles[:-1]
     ncol = 3 if style.slides() and len(handles) > 4 else len(handles)
-    leg = ax.legend(handles=handles, loc="lower left", ncol=ncol, frameon=False,
-                    fontsize=style.pt(8.5), handlelength=1.6, columnspacing=1.2, borderaxespad=0.2,
-                    bbox_to_anchor=(0.5 / layout.width, 0.0))
+    leg = ax.legend(
+        handles=handles,
+        loc="lower left",
+        ncol=ncol,
+        frameon=False,
+        fontsize=style.pt(8.5),
+        handlelength=1.6,
+        columnspacing=1.2,
+        borderaxespad=0.2,
+        bbox_to_anchor=(0.5 / layout.width, 0.0),
+    )
     leg.set_gid("legend")
 
 
 def _free_list(ax, snap, layout):
     y = layout.free_y
-    ax.text(0.5, y, style.tr("free list, head first = allocate() order ({n} free)",
-                             n=len(snap.free_list)),
-            fontsize=style.pt(10), fontweight="bold", va="center")
+    ax.text(
+        0.5,
+        y,
+        style.tr("free list, head first = allocate() order ({n} free)", n=len(snap.free_list)),
+        fontsize=style.pt(10),
+        fontweight="bold",
+        va="center",
+    )
     y += 0.45
-    ax.text(0.5, y + 0.4, "HEAD", fontsize=style.pt(8.5), va="center", color=style.ACCENT,
-            fontweight="bold")
+    ax.text(
+        0.5,
+        y + 0.4,
+        "HEAD",
+        fontsize=style.pt(8.5),
+        va="center",
+        color=style.ACCENT,
+        fontweight="bold",
+    )
     x = 2.0
     room = max(1, int((layout.width - x - 1.6) // NODE_PITCH))
     free = snap.free_list
-    shown = free if len(free) <= room else free[:room - 1]
+    shown = free if len(free) <= room else free[: room - 1]
     prev = (1.45, y + 0.4)
     for i, b in enumerate(shown):
         nx = x + i * NODE_PITCH
-        ax.add_artist(FancyArrowPatch(prev, (nx, y + 0.4), arrowstyle="-|>", mutation_scale=9,
-                                     color=style.grey("#555555"), lw=0.9, shrinkA=1, shrinkB=1))
-        ax.add_artist(Rectangle((nx, y + 0.05), 0.7, 0.7, facecolor=style.look().free,
-                                edgecolor=style.look().free_edge,
-                               lw=0.8, gid=f"free-{i}"))
+        ax.add_artist(
+            FancyArrowPatch(
+                prev,
+                (nx, y + 0.4),
+                arrowstyle="-|>",
+                mutation_scale=9,
+                color=style.grey("#555555"),
+                lw=0.9,
+                shrinkA=1,
+                shrinkB=1,
+            )
+        )
+        ax.add_artist(
+            Rectangle(
+                (nx, y + 0.05),
+                0.7,
+                0.7,
+                facecolor=style.look().free,
+                edgecolor=style.look().free_edge,
+                lw=0.8,
+                gid=f"free-{i}",
+            )
+        )
         ax.text(nx + 0.35, y + 0.4, str(b), ha="center", va="center", fontsize=style.pt(8.5))
         prev = (nx + 0.7, y + 0.4)
     end = x + len(shown) * NODE_PITCH
-    ax.add_artist(FancyArrowPatch(prev, (end, y + 0.4), arrowstyle="-|>", mutation_scale=9,
-                                 color=style.grey("#555555"), lw=0.9, shrinkA=1, shrinkB=1))
+    ax.add_artist(
+        FancyArrowPatch(
+            prev,
+            (end, y + 0.4),
+            arrowstyle="-|>",
+            mutation_scale=9,
+            color=style.grey("#555555"),
+            lw=0.9,
+            shrinkA=1,
+            shrinkB=1,
+        )
+    )
     rest = len(free) - len(shown)
-    tail = (style.tr("... +{n} more", n=rest) if rest else
-            style.tr("empty: the next allocate() fails") if not free else "TAIL")
-    ax.text(end + 0.1, y + 0.4, tail, va="center", fontsize=style.pt(8.5),
-            color="#AA3377" if not free else style.grey("#555555"), gid="free-tail")
+    tail = (
+        style.tr("... +{n} more", n=rest)
+        if rest
+        else style.tr("empty: the next allocate() fails")
+        if not free
+        else "TAIL"
+    )
+    ax.text(
+        end + 0.1,
+        y + 0.4,
+        tail,
+        va="center",
+        fontsize=style.pt(8.5),
+        color="#AA3377" if not free else style.grey("#555555"),
+        gid="free-tail",
+    )

@@ -28,8 +28,9 @@ def key_frames(snapshots) -> list[int]:
     """The start, then the first step of each kind the chapter discusses, in trace order."""
     picks = {0}
     for kind in (SequenceAdded, SequenceForked, CopyOnWrite, SequenceFreed, AllocationFailed):
-        k = next((i for i, s in enumerate(snapshots) if any(isinstance(e, kind) for e in s.events)),
-                 None)
+        k = next(
+            (i for i, s in enumerate(snapshots) if any(isinstance(e, kind) for e in s.events)), None
+        )
         if k is not None:
             picks.add(k)
     return sorted(picks)
@@ -54,8 +55,18 @@ def strip_figure(snapshots, picks=None, *, cols: int = STRIP_COLS):
         box = ((c * (w + gap)) / W, 1 - (r * (h + gap) + h) / H, w / W, h / H)
         ax = fig.add_axes(box, gid=f"frame-{k}")
         render(snapshots[k], ax=ax, layout=layout, colours=colours, legend=i == len(picks) - 1)
-        ax.add_artist(plt.Rectangle((0.002, 0.002), 0.996, 0.996, transform=ax.transAxes,
-                                    fill=False, ec="#999999", lw=0.8, clip_on=False))
+        ax.add_artist(
+            plt.Rectangle(
+                (0.002, 0.002),
+                0.996,
+                0.996,
+                transform=ax.transAxes,
+                fill=False,
+                ec="#999999",
+                lw=0.8,
+                clip_on=False,
+            )
+        )
     return fig
 
 
@@ -68,20 +79,24 @@ def write_slides(snapshots, out_dir, name: str, picks=None) -> list[Path]:
     each a whole frame with its own legend, laid out for the whole trace."""
     snapshots = list(snapshots)
     picks = key_frames(snapshots) if picks is None else list(picks)
-    return [draw_one(snapshots, k, Path(out_dir) / f"{name}-slide-{i + 1}-step-{k:02d}.png")
-            for i, k in enumerate(picks)]
+    return [
+        draw_one(snapshots, k, Path(out_dir) / f"{name}-slide-{i + 1}-step-{k:02d}.png")
+        for i, k in enumerate(picks)
+    ]
 
 
 def draw_one(snapshots, k: int, path) -> Path:
     """Frame `k` of `snapshots`, laid out for the whole trace, into `path` (format: its suffix)."""
     snapshots = list(snapshots)
-    fig = render(snapshots[k], layout=Layout.for_snapshots(snapshots),
-                 colours=style.seq_colours(snapshots))
+    fig = render(
+        snapshots[k], layout=Layout.for_snapshots(snapshots), colours=style.seq_colours(snapshots)
+    )
     return style.save(fig, path)
 
 
-def write_all(snapshots, out_dir, *, fmt: str = "png", name: str = "scenario",
-              lang: str = "en") -> list[Path]:
+def write_all(
+    snapshots, out_dir, *, fmt: str = "png", name: str = "scenario", lang: str = "en"
+) -> list[Path]:
     """`<name>_step_000.<fmt>` ... one per snapshot, `<name>-key-frames.<fmt>` and `<name>.gif`."""
     snapshots, out_dir = list(snapshots), Path(out_dir)
     with style.output(fmt=fmt, look=style.look().name, lang=lang):

@@ -73,7 +73,14 @@ RC = {
 
 
 PROJECTOR_COLOURS = (  # Tol bright/vibrant, the darker half: nothing washes out on a projector
-    "#0077BB", "#CC3311", "#009988", "#AA3377", "#332288", "#997700", "#117733", "#882255",
+    "#0077BB",
+    "#CC3311",
+    "#009988",
+    "#AA3377",
+    "#332288",
+    "#997700",
+    "#117733",
+    "#882255",
     "#555555",
 )
 FORMATS = ("png", "svg", "pdf")
@@ -95,11 +102,22 @@ LOOKS = {
     "projector": Look("projector", PROJECTOR_COLOURS, "#B0B0B0", "#333333", "#222222", 12.0, 1.4),
 }
 _out = {"fmt": "png", "dpi": None, "look": LOOKS["paper"], "lang": "en", "slides": False}
-CJK_FONTS = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans SC", "Source Han Sans SC",
-             "WenQuanYi Zen Hei", "WenQuanYi Micro Hei", "Droid Sans Fallback", "AR PL UMing CN",
-             "SimHei", "Microsoft YaHei", "PingFang SC")
-NO_CJK_NOTE = ("pagedsim: no CJK font found (e.g. `apt-get install fonts-noto-cjk`); "
-               "figure text stays English")
+CJK_FONTS = (
+    "Noto Sans CJK SC",
+    "Noto Sans CJK JP",
+    "Noto Sans SC",
+    "Source Han Sans SC",
+    "WenQuanYi Zen Hei",
+    "WenQuanYi Micro Hei",
+    "Droid Sans Fallback",
+    "AR PL UMing CN",
+    "SimHei",
+    "Microsoft YaHei",
+    "PingFang SC",
+)
+NO_CJK_NOTE = (
+    "pagedsim: no CJK font found (e.g. `apt-get install fonts-noto-cjk`); figure text stays English"
+)
 
 
 def cjk_font() -> str | None:
@@ -125,8 +143,13 @@ def look() -> Look:
 
 
 @contextlib.contextmanager
-def output(fmt: str = "png", dpi: int | None = None, look: str = "paper", lang: str = "en",
-           slides: bool = False):
+def output(
+    fmt: str = "png",
+    dpi: int | None = None,
+    look: str = "paper",
+    lang: str = "en",
+    slides: bool = False,
+):
     """Within the block, `save` writes `fmt` at `dpi` in the named look, with labels in
     `lang`; with `slides`, makers of multi-frame figures write one frame per file. Chinese
     needs a CJK font: without one, a one-line note goes to stderr and the labels stay
@@ -219,8 +242,11 @@ def new_figure(width: float, height: float):
         return plt.figure(figsize=(width, height), dpi=DPI)
 
 
-METADATA = {"png": {"Software": None}, "svg": {"Date": None, "Creator": None},
-            "pdf": {"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None}}
+METADATA = {
+    "png": {"Software": None},
+    "svg": {"Date": None, "Creator": None},
+    "pdf": {"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None},
+}
 SAVE_RC = {"svg.fonttype": "none", "svg.hashsalt": "pagedsim", "pdf.fonttype": 42}
 
 
@@ -269,8 +295,10 @@ def _raise_ticks(fig, min_pt: float) -> None:
                 ticks = axis.get_major_ticks() if which == "major" else axis.get_minor_ticks()
                 if ticks and ticks[0].label1.get_fontsize() < min_pt:
                     axis.set_tick_params(which=which, labelsize=min_pt)
-            for get, put in ((axis.get_major_formatter, axis.set_major_formatter),
-                             (axis.get_minor_formatter, axis.set_minor_formatter)):
+            for get, put in (
+                (axis.get_major_formatter, axis.set_major_formatter),
+                (axis.get_minor_formatter, axis.set_minor_formatter),
+            ):
                 if isinstance(get(), LogFormatterSciNotation):
                     put(LogFormatter(base=get()._base, labelOnlyBase=get().labelOnlyBase))
 
@@ -290,8 +318,10 @@ def _recolour(fig, lk: Look) -> None:
 
     for artist in fig.findobj(lambda a: isinstance(a, (Patch, Line2D, Text))):
         if isinstance(artist, Patch):
-            pairs = ((artist.get_facecolor, artist.set_facecolor),
-                     (artist.get_edgecolor, artist.set_edgecolor))
+            pairs = (
+                (artist.get_facecolor, artist.set_facecolor),
+                (artist.get_edgecolor, artist.set_edgecolor),
+            )
             for get, put in pairs:
                 c = new(get())
                 if c is not None:
@@ -315,8 +345,9 @@ def save(fig, path, *, dpi: int = DPI, close: bool = True) -> Path:
     if _out["slides"]:
         fit_slide(fig)
     with plt.rc_context(SAVE_RC):
-        fig.savefig(path, dpi=_out["dpi"] or dpi, metadata=METADATA.get(fmt), facecolor="white",
-                    format=fmt)
+        fig.savefig(
+            path, dpi=_out["dpi"] or dpi, metadata=METADATA.get(fmt), facecolor="white", format=fmt
+        )
     if close:
         plt.close(fig)
     return path

@@ -30,5 +30,12 @@ from .model import ModelConfig, TinyModel, Transformer
 from .paged import PagedEngine
 from .requests import Request, RequestState
 
-__all__ = ["DenseEngine", "ModelConfig", "TinyModel", "Transformer", "PagedEngine", "Request",
-           "RequestState"]
+__all__ = [
+    "DenseEngine",
+    "ModelConfig",
+    "TinyModel",
+    "Transformer",
+    "PagedEngine",
+    "Request",
+    "RequestState",
+]

@@ -35,8 +35,15 @@ from ..policies.prefix_cache import PrefixCachingManager
 
 
 class BlockAdapter:
-    def __init__(self, num_blocks: int, block_size: int, *, prefix_caching: bool = False,
-                 host_blocks: int = 0, trace: bool = False):
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        *,
+        prefix_caching: bool = False,
+        host_blocks: int = 0,
+        trace: bool = False,
+    ):
         cls = PrefixCachingManager if prefix_caching else KVCacheManager
         self.manager = cls(num_blocks, block_size, trace=trace)
         self.block_size = block_size
@@ -73,7 +80,7 @@ class BlockAdapter:
         hits = self.manager.match(tokens) if self.prefix_caching else []
         ready = 0
         for i, b in enumerate(hits):
-            if self.ready.get(b) != tuple(tokens[:(i + 1) * bs]):
+            if self.ready.get(b) != tuple(tokens[: (i + 1) * bs]):
                 if pool.ref_count(b) > 0:
                     return None  # another sequence is computing it: wait for it
                 break
@@ -100,7 +107,7 @@ class BlockAdapter:
         bs, table = self.block_size, self.table(seq)
         for i in range(start // bs, -(-end // bs)):
             if (i + 1) * bs <= end:
-                self.ready[table[i]] = tuple(tokens[:(i + 1) * bs])
+                self.ready[table[i]] = tuple(tokens[: (i + 1) * bs])
             else:
                 self.ready.pop(table[i], None)
 
@@ -161,7 +168,7 @@ class BlockAdapter:
         trace = self.manager.trace
         if trace is None:
             return counts
-        for e in trace.events[self._mark:]:
+        for e in trace.events[self._mark :]:
             if e.kind == "block_allocated":
                 counts["allocated"] += 1
             elif e.kind == "block_shared":

@@ -81,9 +81,10 @@ def gather(cache: np.ndarray, table, length: int) -> tuple:
     """K and V [length, H_kv, D] of one sequence, read through its block table; a null
     block (-1, left behind by a sliding window) reads as zeros, which the window masks."""
     bs = cache.shape[3]
-    blocks = np.asarray(table[:-(-length // bs)], np.int64)
-    kv = np.where((blocks >= 0)[:, None, None, None, None], cache[np.maximum(blocks, 0)],
-                  np.float32(0))  # [n, 2, H_kv, B, D]
+    blocks = np.asarray(table[: -(-length // bs)], np.int64)
+    kv = np.where(
+        (blocks >= 0)[:, None, None, None, None], cache[np.maximum(blocks, 0)], np.float32(0)
+    )  # [n, 2, H_kv, B, D]
     kv = kv.transpose(1, 0, 3, 2, 4).reshape(2, -1, kv.shape[2], kv.shape[4])  # [2, n*B, H_kv, D]
     return kv[0, :length], kv[1, :length]
 
@@ -103,8 +104,10 @@ def choose(backend="auto"):
     if not isinstance(backend, str):
         missing = [m for m in METHODS if not callable(getattr(backend, m, None))]
         if missing:
-            raise TypeError(f"backend must be one of {NAMES} or an attention backend; "
-                            f"{type(backend).__name__} lacks {', '.join(missing)}")
+            raise TypeError(
+                f"backend must be one of {NAMES} or an attention backend; "
+                f"{type(backend).__name__} lacks {', '.join(missing)}"
+            )
         return backend
     if backend not in NAMES:
         raise ValueError(f"backend must be one of {', '.join(NAMES)}, got {backend!r}")

@@ -48,7 +48,7 @@ def top_candidates(scores: list, logprobs: list, k: int) -> list:
 
 def hypothesis_score(logprob: float, generated_len: int, length_penalty: float) -> float:
     """transformers' finished-beam score: the log-prob divided by length ** length_penalty."""
-    return logprob / generated_len ** length_penalty
+    return logprob / generated_len**length_penalty
 
 
 def keep_best(hypotheses: list, width: int) -> list:

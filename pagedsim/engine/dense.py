@@ -22,7 +22,7 @@ def dense_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, spec=None) -> n
     t, heads, d = q.shape
     length, group = len(k), heads // k.shape[1]
     kk, vv = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)  # [L, H, D]
-    scale = np.float32(d ** -0.5 if spec is None else spec.scale)
+    scale = np.float32(d**-0.5 if spec is None else spec.scale)
     scores = np.einsum("thd,lhd->htl", q, kk) * scale  # [H, T, L]
     if spec is not None and spec.softcap is not None:
         cap = np.float32(spec.softcap)
@@ -47,14 +47,17 @@ def sequence_logits(model: Transformer, tokens) -> np.ndarray:
 
 
 class DenseEngine:
-    def __init__(self, model: Transformer, *, max_num_seqs: int = 256,
-                 max_model_len: int = 1 << 16):
+    def __init__(
+        self, model: Transformer, *, max_num_seqs: int = 256, max_model_len: int = 1 << 16
+    ):
         """`max_num_seqs` (vLLM's name): sequences one request may run at once (n or beams);
         `max_model_len`: prompt + max_tokens. A request past either is refused before it
         runs, as PagedEngine refuses one its pool could never hold."""
         if not isinstance(model, Transformer):
-            raise TypeError(f"model must be a Transformer (TinyModel or hf.load_model), got "
-                            f"{type(model).__name__}")
+            raise TypeError(
+                f"model must be a Transformer (TinyModel or hf.load_model), got "
+                f"{type(model).__name__}"
+            )
         self.model = model
         self.max_num_seqs = count_arg("max_num_seqs", max_num_seqs, 1)
         self.max_model_len = count_arg("max_model_len", max_model_len, 1)
@@ -66,15 +69,20 @@ class DenseEngine:
         self.model.check_tokens(request.prompt)
         limit = self.model.max_model_len
         if limit is not None and len(request.prompt) + request.max_tokens > limit:
-            raise ValueError(f"prompt + max_tokens = {len(request.prompt) + request.max_tokens} "
-                             f"exceeds the {limit} positions longrope's short factors serve "
-                             f"(original_max_position_embeddings)")
+            raise ValueError(
+                f"prompt + max_tokens = {len(request.prompt) + request.max_tokens} "
+                f"exceeds the {limit} positions longrope's short factors serve "
+                f"(original_max_position_embeddings)"
+            )
         if request.width > self.max_num_seqs:
-            raise ValueError(f"request runs {request.width} sequences; max_num_seqs is "
-                             f"{self.max_num_seqs}")
+            raise ValueError(
+                f"request runs {request.width} sequences; max_num_seqs is {self.max_num_seqs}"
+            )
         if len(request.prompt) + request.max_tokens > self.max_model_len:
-            raise ValueError(f"prompt + max_tokens = {len(request.prompt) + request.max_tokens} "
-                             f"exceeds max_model_len {self.max_model_len}")
+            raise ValueError(
+                f"prompt + max_tokens = {len(request.prompt) + request.max_tokens} "
+                f"exceeds max_model_len {self.max_model_len}"
+            )
 
     def forward(self, cache: list, tokens, start: int) -> np.ndarray:
         """Run tokens at positions start.. of one sequence; extend its per-layer (K, V)."""
@@ -103,8 +111,10 @@ class DenseEngine:
                     del caches[action[1]]
             if state.done:
                 return state
-            logits = {s: self.forward(caches[s], state.tokens[s][-1:], len(state.tokens[s]) - 1)
-                      for s in state.seq_keys()}
+            logits = {
+                s: self.forward(caches[s], state.tokens[s][-1:], len(state.tokens[s]) - 1)
+                for s in state.seq_keys()
+            }
 
     def generate(self, requests) -> list:
         """RequestState per request (outputs(), logits), in request order (all refused if

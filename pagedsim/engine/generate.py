@@ -51,24 +51,40 @@ def load(model_dir=None) -> tuple:
 
 def mix(tok, max_tokens: int, stop=()) -> list:
     """The default workload (see the module docstring)."""
+
     def enc(text):
         return tuple(tok.encode(text).ids)
+
     first = enc(SHARED + "It is the east, and Juliet is the sun.\n")
-    return [Request(first, max_tokens, stop_token_ids=stop),
-            Request(enc(SHARED + "\nJULIET.\n"), max_tokens, n=2, temperature=0.8, seed=7,
-                    stop_token_ids=stop),
-            Request(enc("FRIAR LAWRENCE.\nThese violent delights"), max_tokens, beam_width=2),
-            Request(first, max(1, max_tokens // 2), stop_token_ids=stop)]
+    return [
+        Request(first, max_tokens, stop_token_ids=stop),
+        Request(
+            enc(SHARED + "\nJULIET.\n"),
+            max_tokens,
+            n=2,
+            temperature=0.8,
+            seed=7,
+            stop_token_ids=stop,
+        ),
+        Request(enc("FRIAR LAWRENCE.\nThese violent delights"), max_tokens, beam_width=2),
+        Request(first, max(1, max_tokens // 2), stop_token_ids=stop),
+    ]
 
 
 def compare(dense: list, paged: list) -> dict:
     """Tokens equal per request, and the largest logit difference over shared positions."""
     pairs = list(zip(dense, paged, strict=True))
-    diffs = [float(np.abs(d.logits[k] - p.logits[k]).max())
-             for d, p in pairs for k in d.logits if k in p.logits]
-    return dict(tokens_match=all(d.outputs() == p.outputs() for d, p in pairs),
-                logit_positions_match=all(set(d.logits) == set(p.logits) for d, p in pairs),
-                max_logit_diff=max(diffs, default=0.0))
+    diffs = [
+        float(np.abs(d.logits[k] - p.logits[k]).max())
+        for d, p in pairs
+        for k in d.logits
+        if k in p.logits
+    ]
+    return dict(
+        tokens_match=all(d.outputs() == p.outputs() for d, p in pairs),
+        logit_positions_match=all(set(d.logits) == set(p.logits) for d, p in pairs),
+        max_logit_diff=max(diffs, default=0.0),
+    )
 
 
 @dataclass(frozen=True)
@@ -84,8 +100,10 @@ def text(tok, ids):
 def labels(engine: PagedEngine, tok) -> tuple:
     """The text each physical block holds (live blocks and cache-hittable free ones)."""
     held = engine.block_tokens()
-    return tuple(text(tok, held[b]) or "" if b in held else ""
-                 for b in range(engine.blocks.manager.num_blocks))
+    return tuple(
+        text(tok, held[b]) or "" if b in held else ""
+        for b in range(engine.blocks.manager.num_blocks)
+    )
 
 
 def serve(engine: PagedEngine, requests: list, tok) -> tuple:
@@ -103,10 +121,15 @@ def serve(engine: PagedEngine, requests: list, tok) -> tuple:
 
 def report(tok, states, runs) -> list:
     """Per request: prompt, generated token ids and text per sequence, prompt hit tokens."""
-    return [dict(prompt=text(tok, s.request.prompt), prompt_token_ids=list(s.request.prompt),
-                 hit_tokens=run.hit_tokens,
-                 outputs=[dict(token_ids=out, text=text(tok, out)) for out in s.outputs()])
-            for s, run in zip(states, runs, strict=True)]
+    return [
+        dict(
+            prompt=text(tok, s.request.prompt),
+            prompt_token_ids=list(s.request.prompt),
+            hit_tokens=run.hit_tokens,
+            outputs=[dict(token_ids=out, text=text(tok, out)) for out in s.outputs()],
+        )
+        for s, run in zip(states, runs, strict=True)
+    ]
 
 
 DEFAULT_MAX_TOKENS = 32
@@ -132,8 +155,7 @@ def apply_generation_config(generation: dict, overrides: dict, max_tokens) -> tu
         if "max_new_tokens" in generation:
             used["max_new_tokens"] = max_tokens
     if "repetition_penalty" not in fields and "repetition_penalty" in generation:
-        fields["repetition_penalty"] = used["repetition_penalty"] = \
-            generation["repetition_penalty"]
+        fields["repetition_penalty"] = used["repetition_penalty"] = generation["repetition_penalty"]
     asked = fields.get("n", 1) > 1 or any(k in fields for k in ("seed", "top_p", "top_k"))
     if "temperature" not in fields and asked:
         fields["temperature"] = generation.get("temperature", 1.0)
@@ -148,10 +170,22 @@ def apply_generation_config(generation: dict, overrides: dict, max_tokens) -> tu
     return fields, max_tokens, used
 
 
-def run(model=None, tok=None, prompts=None, *, max_tokens=None, blocks=None,
-        block_size: int = 16, budget: int = 64, policy: str = "swap",
-        prefix_caching: bool = True, backend="auto", turns: int = 0, overrides=None,
-        generation_config: str = "auto") -> tuple:
+def run(
+    model=None,
+    tok=None,
+    prompts=None,
+    *,
+    max_tokens=None,
+    blocks=None,
+    block_size: int = 16,
+    budget: int = 64,
+    policy: str = "swap",
+    prefix_caching: bool = True,
+    backend="auto",
+    turns: int = 0,
+    overrides=None,
+    generation_config: str = "auto",
+) -> tuple:
     """Serve the mix, the prompts, or `turns` turns of a conversation, then the dense
     engine. Returns (engine, marks, summary): marks[i] is the manager snapshot index after
     engine step i + 1; summary is what `generate` reports. `generation_config`: "auto"
@@ -161,33 +195,61 @@ def run(model=None, tok=None, prompts=None, *, max_tokens=None, blocks=None,
         model, tok = load()
     if generation_config not in ("auto", "none"):
         raise ValueError(f"generation_config must be 'auto' or 'none', got {generation_config!r}")
-    generation = getattr(model, "info", {}).get("generation", {}) \
-        if generation_config == "auto" else {}
-    overrides, max_tokens, from_file = apply_generation_config(generation, dict(overrides or {}),
-                                                               max_tokens)
+    generation = (
+        getattr(model, "info", {}).get("generation", {}) if generation_config == "auto" else {}
+    )
+    overrides, max_tokens, from_file = apply_generation_config(
+        generation, dict(overrides or {}), max_tokens
+    )
     # without the file, config.json's eos_token_id still stops (vLLM: the model's EOS)
-    stop = tuple(from_file.get("eos_token_id",
-                               getattr(model, "info", {}).get("config_eos_token_ids", ())))
+    stop = tuple(
+        from_file.get("eos_token_id", getattr(model, "info", {}).get("config_eos_token_ids", ()))
+    )
     if (not prompts or turns or any(isinstance(p, str) for p in prompts)) and tok is None:
-        raise ValueError("text prompts, the default workload and --turns need the "
-                         "checkpoint's tokenizer.json; give --prompt-ids instead")
+        raise ValueError(
+            "text prompts, the default workload and --turns need the "
+            "checkpoint's tokenizer.json; give --prompt-ids instead"
+        )
     if prompts:  # text, or token ids
-        requests = [Request(tuple(tok.encode(p).ids) if isinstance(p, str) else tuple(p),
-                            max_tokens, stop_token_ids=stop, **overrides) for p in prompts]
+        requests = [
+            Request(
+                tuple(tok.encode(p).ids) if isinstance(p, str) else tuple(p),
+                max_tokens,
+                stop_token_ids=stop,
+                **overrides,
+            )
+            for p in prompts
+        ]
     else:
         requests = [replace(r, **overrides) for r in mix(tok, max_tokens, stop)]
     if turns:
         requests = requests[:1]
     if blocks is None:  # room for every request at once, plus the cache
         from ..block_table import blocks_needed
+
         longest = (turns or 1) * (len(requests[0].prompt) + max_tokens + 16)
         groups = len(model.config.windowed)  # a hybrid model fills two KV cache groups
-        blocks = 16 if not prompts and not turns else groups * sum(
-            r.width * blocks_needed(max(longest, len(r.prompt) + max_tokens), block_size)
-            for r in requests) + 4
-    engine = PagedEngine(model, blocks, block_size, max_num_batched_tokens=budget,
-                         prefix_caching=prefix_caching, policy=policy, backend=backend,
-                         trace=True, check=True)
+        blocks = (
+            16
+            if not prompts and not turns
+            else groups
+            * sum(
+                r.width * blocks_needed(max(longest, len(r.prompt) + max_tokens), block_size)
+                for r in requests
+            )
+            + 4
+        )
+    engine = PagedEngine(
+        model,
+        blocks,
+        block_size,
+        max_num_batched_tokens=budget,
+        prefix_caching=prefix_caching,
+        policy=policy,
+        backend=backend,
+        trace=True,
+        check=True,
+    )
     states, marks, texts = [], [], []
     for turn in range(max(turns, 1)):
         if turn:  # the transcript so far, then the next speaker
@@ -202,15 +264,26 @@ def run(model=None, tok=None, prompts=None, *, max_tokens=None, blocks=None,
     dense = DenseEngine(model).generate([s.request for s in states])
     stats = engine.scheduler.stats
     summary = dict(
-        model=Path(model.name).name, parameters=model.num_parameters, backend=engine.backend.name,
-        attention=engine.backend.where(), steps=len(engine.log), blocks=blocks,
-        block_size=block_size, budget=budget, block_bytes=engine.kv.block_bytes,
-        computed_tokens=stats["computed_tokens"], skipped_by_prefix_cache=stats["cached_tokens"],
+        model=Path(model.name).name,
+        parameters=model.num_parameters,
+        backend=engine.backend.name,
+        attention=engine.backend.where(),
+        steps=len(engine.log),
+        blocks=blocks,
+        block_size=block_size,
+        budget=budget,
+        block_bytes=engine.kv.block_bytes,
+        computed_tokens=stats["computed_tokens"],
+        skipped_by_prefix_cache=stats["cached_tokens"],
         recomputed_after_preemption=stats["recomputed_tokens"],
-        preempted_recompute=stats["preempted_recompute"], preempted_swap=stats["preempted_swap"],
-        cow_bytes=stats["cow_bytes"], swap_bytes=stats["swap_bytes"],
-        requests=report(tok, states, engine.runs), generation_config=from_file,
-        **compare(dense, states))
+        preempted_recompute=stats["preempted_recompute"],
+        preempted_swap=stats["preempted_swap"],
+        cow_bytes=stats["cow_bytes"],
+        swap_bytes=stats["swap_bytes"],
+        requests=report(tok, states, engine.runs),
+        generation_config=from_file,
+        **compare(dense, states),
+    )
     engine.block_labels = texts
     return engine, marks, summary
 
@@ -222,7 +295,15 @@ def step_frames(engine, marks) -> list:
     snaps = engine.blocks.manager.trace.snapshots
     texts = getattr(engine, "block_labels", [()] * len(marks))
     spans = zip([0, *(m + 1 for m in marks)], marks, strict=False)  # manager steps of engine step i
-    return [LabelledSnapshot(**{**vars(snaps[m]), "step": i + 1,
-                                "custom_caption": "batch " + " ".join(engine.log[i]["seqs"]),
-                                "events": tuple(e for s in snaps[a:m + 1] for e in s.events)},
-                             block_labels=texts[i]) for i, (a, m) in enumerate(spans)]
+    return [
+        LabelledSnapshot(
+            **{
+                **vars(snaps[m]),
+                "step": i + 1,
+                "custom_caption": "batch " + " ".join(engine.log[i]["seqs"]),
+                "events": tuple(e for s in snaps[a : m + 1] for e in s.events),
+            },
+            block_labels=texts[i],
+        )
+        for i, (a, m) in enumerate(spans)
+    ]

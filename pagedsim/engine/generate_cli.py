@@ -34,92 +34,170 @@ def token_ids(text: str) -> tuple:
 
 def parser() -> ArgParser:
     p = ArgParser(prog="pagedsim generate", description=generate.__doc__.split("\n\n")[0])
-    p.add_argument("--model", metavar="DIR",
-                   help="a local Hugging Face checkpoint (default: the shipped Shakespeare model)")
-    p.add_argument("--prompt", action="append", metavar="TEXT",
-                   help="a prompt (repeatable; default: a mixed workload of four requests)")
-    p.add_argument("--prompt-ids", action="append", type=token_ids, metavar="ID,ID,...",
-                   help="a prompt as token ids (repeatable; needs no tokenizer.json)")
-    p.add_argument("--max-tokens", type=int_in(1, 4096),
-                   help="tokens generated per sequence (default: the generation config's "
-                        "max_new_tokens, else 32)")
-    p.add_argument("--temperature", type=float_in(0, 100),
-                   help="0 = greedy (the default, unless -n, --seed, --top-p or --top-k ask "
-                        "for sampling: then the generation config's temperature, else 1)")
+    p.add_argument(
+        "--model",
+        metavar="DIR",
+        help="a local Hugging Face checkpoint (default: the shipped Shakespeare model)",
+    )
+    p.add_argument(
+        "--prompt",
+        action="append",
+        metavar="TEXT",
+        help="a prompt (repeatable; default: a mixed workload of four requests)",
+    )
+    p.add_argument(
+        "--prompt-ids",
+        action="append",
+        type=token_ids,
+        metavar="ID,ID,...",
+        help="a prompt as token ids (repeatable; needs no tokenizer.json)",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=int_in(1, 4096),
+        help="tokens generated per sequence (default: the generation config's "
+        "max_new_tokens, else 32)",
+    )
+    p.add_argument(
+        "--temperature",
+        type=float_in(0, 100),
+        help="0 = greedy (the default, unless -n, --seed, --top-p or --top-k ask "
+        "for sampling: then the generation config's temperature, else 1)",
+    )
     p.add_argument("--top-p", type=float_in(0, 1, open_low=True), help="nucleus sampling")
     p.add_argument("--top-k", type=int_in(0, 1 << 31), help="keep the k most likely tokens")
-    p.add_argument("--repetition-penalty", type=float_in(0, 100, open_low=True),
-                   help="> 1 discourages repeats (default: the generation config's, else 1)")
-    p.add_argument("--generation-config", choices=("auto", "none"), default="auto",
-                   help="auto: apply the checkpoint's generation_config.json as transformers "
-                        "and vLLM do; none: ignore it (vLLM's option)")
+    p.add_argument(
+        "--repetition-penalty",
+        type=float_in(0, 100, open_low=True),
+        help="> 1 discourages repeats (default: the generation config's, else 1)",
+    )
+    p.add_argument(
+        "--generation-config",
+        choices=("auto", "none"),
+        default="auto",
+        help="auto: apply the checkpoint's generation_config.json as transformers "
+        "and vLLM do; none: ignore it (vLLM's option)",
+    )
     p.add_argument("--seed", type=int_in(0, 2**63 - 1), help="sampling seed")
     p.add_argument("-n", type=int_in(1, 64), help="parallel samples per prompt")
     p.add_argument("--beam-width", type=int_in(0, 64), help="beam search with W beams")
-    p.add_argument("--turns", type=int_in(0, 32), default=0,
-                   help="serve a conversation of N turns: each prompt is the transcript so far")
-    p.add_argument("--num-gpu-blocks-override", type=int_in(1, 1_000_000), metavar="N",
-                   help="blocks in the pool (default: 16 for the mix, else room for all)")
+    p.add_argument(
+        "--turns",
+        type=int_in(0, 32),
+        default=0,
+        help="serve a conversation of N turns: each prompt is the transcript so far",
+    )
+    p.add_argument(
+        "--num-gpu-blocks-override",
+        type=int_in(1, 1_000_000),
+        metavar="N",
+        help="blocks in the pool (default: 16 for the mix, else room for all)",
+    )
     p.add_argument("--block-size", type=int_in(1, 1024), default=16)
-    p.add_argument("--budget", "--max-num-batched-tokens", dest="budget",
-                   type=int_in(1, 1_000_000), default=64,
-                   help="vLLM's max_num_batched_tokens: tokens per step (default 64)")
-    p.add_argument("--preemption-mode", choices=PREEMPTION_POLICIES, default="swap",
-                   help="preemption of a single-sequence request (several sequences always swap)")
-    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
-                   default=True,
-                   help="v1's automatic prefix caching: on unless --no-enable-prefix-caching")
-    p.add_argument("--backend", choices=("auto", "numpy", "kernels"), default="auto",
-                   help="attention: auto = kernels on a GPU, NumPy on the CPU; kernels without "
-                        "a GPU = Numba's CUDA simulator (slow: tiny models only)")
+    p.add_argument(
+        "--budget",
+        "--max-num-batched-tokens",
+        dest="budget",
+        type=int_in(1, 1_000_000),
+        default=64,
+        help="vLLM's max_num_batched_tokens: tokens per step (default 64)",
+    )
+    p.add_argument(
+        "--preemption-mode",
+        choices=PREEMPTION_POLICIES,
+        default="swap",
+        help="preemption of a single-sequence request (several sequences always swap)",
+    )
+    p.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="v1's automatic prefix caching: on unless --no-enable-prefix-caching",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("auto", "numpy", "kernels"),
+        default="auto",
+        help="attention: auto = kernels on a GPU, NumPy on the CPU; kernels without "
+        "a GPU = Numba's CUDA simulator (slow: tiny models only)",
+    )
     p.add_argument("--json", action="store_true")
     p.add_argument("--draw", metavar="DIR", help="write a PNG per engine step and a GIF")
-    p.add_argument("--html", metavar="FILE",
-                   help="write the engine steps as one self-contained page for a browser, every "
-                        "block labelled with the text it holds")
-    p.add_argument("--trace-out", metavar="FILE",
-                   help="save the engine steps as a JSON trace (for `pagedsim view`)")
+    p.add_argument(
+        "--html",
+        metavar="FILE",
+        help="write the engine steps as one self-contained page for a browser, every "
+        "block labelled with the text it holds",
+    )
+    p.add_argument(
+        "--trace-out",
+        metavar="FILE",
+        help="save the engine steps as a JSON trace (for `pagedsim view`)",
+    )
     return p
 
 
 def print_report(engine, s: dict, args) -> None:
-    print(f"pagedsim generate: {s['model']} ({s['parameters']:,} parameters, float32), "
-          f"attention: {s['attention']}")
+    print(
+        f"pagedsim generate: {s['model']} ({s['parameters']:,} parameters, float32), "
+        f"attention: {s['attention']}"
+    )
     many = "s" if len(engine.runs) > 1 else ""
     if s.get("generation_config"):
-        print("from generation_config.json: " + ", ".join(
-            f"{k} {v}" for k, v in s["generation_config"].items()))
-    print(f"{len(engine.runs)} request{many}, pool of {s['blocks']} blocks x {s['block_size']} "
-          f"tokens, "
-          f"budget {s['budget']} tokens/step, prefix caching "
-          f"{'on' if args.enable_prefix_caching else 'off'}")
+        print(
+            "from generation_config.json: "
+            + ", ".join(f"{k} {v}" for k, v in s["generation_config"].items())
+        )
+    print(
+        f"{len(engine.runs)} request{many}, pool of {s['blocks']} blocks x {s['block_size']} "
+        f"tokens, "
+        f"budget {s['budget']} tokens/step, prefix caching "
+        f"{'on' if args.enable_prefix_caching else 'off'}"
+    )
     for rec in engine.log:
-        extra = "".join(f", {k.replace('_', ' ')} {v}" for k, v in rec.items()
-                        if k.startswith("preempted"))
-        extra += "".join(f" | {k[:-7]} group {v} blocks" for k, v in rec.items()
-                         if k.endswith("_blocks") and k != "free_blocks")  # KV cache groups
-        print(f"step {rec['step']:>2}: prefill {rec['prefill_tokens']:>3} + decode "
-              f"{rec['decode_tokens']} tokens | blocks +{rec['allocated']} allocated, "
-              f"{rec['shared']} shared, {rec['copied']} copied, {rec['freed']} freed, "
-              f"{rec['free_blocks']} free{extra}")
-    print(f"\ntokens computed {s['computed_tokens']}, served by the prefix cache "
-          f"{s['skipped_by_prefix_cache']}, recomputed after preemption "
-          f"{s['recomputed_after_preemption']}")
-    print(f"bytes copied: copy-on-write {s['cow_bytes']}, swapping {s['swap_bytes']} "
-          f"({s['preempted_swap']} swapped, {s['preempted_recompute']} recomputed)")
+        extra = "".join(
+            f", {k.replace('_', ' ')} {v}" for k, v in rec.items() if k.startswith("preempted")
+        )
+        extra += "".join(
+            f" | {k[:-7]} group {v} blocks"
+            for k, v in rec.items()
+            if k.endswith("_blocks") and k != "free_blocks"
+        )  # KV cache groups
+        print(
+            f"step {rec['step']:>2}: prefill {rec['prefill_tokens']:>3} + decode "
+            f"{rec['decode_tokens']} tokens | blocks +{rec['allocated']} allocated, "
+            f"{rec['shared']} shared, {rec['copied']} copied, {rec['freed']} freed, "
+            f"{rec['free_blocks']} free{extra}"
+        )
+    print(
+        f"\ntokens computed {s['computed_tokens']}, served by the prefix cache "
+        f"{s['skipped_by_prefix_cache']}, recomputed after preemption "
+        f"{s['recomputed_after_preemption']}"
+    )
+    print(
+        f"bytes copied: copy-on-write {s['cow_bytes']}, swapping {s['swap_bytes']} "
+        f"({s['preempted_swap']} swapped, {s['preempted_recompute']} recomputed)"
+    )
     for i, r in enumerate(s["requests"]):
         head = f"turn {i + 1}" if args.turns else f"r{i}"
         if args.turns and i:  # how much of the hit is the previous turn's answer
             own = r["hit_tokens"] - len(s["requests"][i - 1]["prompt_token_ids"])
             head += f" (its hits include {max(own, 0)} tokens of turn {i}'s answer)"
         shown = repr(r["prompt"]) if r["prompt"] is not None else r["prompt_token_ids"]
-        print(f"\n{head}: {len(r['prompt_token_ids'])} prompt tokens, {r['hit_tokens']} hit in "
-              f"the prefix cache\n  prompt: {shown}")
+        print(
+            f"\n{head}: {len(r['prompt_token_ids'])} prompt tokens, {r['hit_tokens']} hit in "
+            f"the prefix cache\n  prompt: {shown}"
+        )
         for j, out in enumerate(r["outputs"]):
-            print(f"  output {j}: {out['text']!r}" if out["text"] is not None
-                  else f"  output {j}: {out['token_ids']}")
-    print(f"\nmatches the dense engine: tokens {'yes' if s['tokens_match'] else 'NO'}, "
-          f"max logit difference {s['max_logit_diff']:.2e}")
+            print(
+                f"  output {j}: {out['text']!r}"
+                if out["text"] is not None
+                else f"  output {j}: {out['token_ids']}"
+            )
+    print(
+        f"\nmatches the dense engine: tokens {'yes' if s['tokens_match'] else 'NO'}, "
+        f"max logit difference {s['max_logit_diff']:.2e}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,26 +206,44 @@ def main(argv: list[str] | None = None) -> int:
     directory = generate.DEFAULT_MODEL if args.model is None else Path(args.model)
     try:
         model = load_model(directory)
-        tok = None if args.prompt_ids and not args.prompt and \
-            not (directory / "tokenizer.json").exists() else load_tokenizer(directory)
+        tok = (
+            None
+            if args.prompt_ids and not args.prompt and not (directory / "tokenizer.json").exists()
+            else load_tokenizer(directory)
+        )
     except CheckpointError as e:  # names the file and the field: nothing to add
         print(f"pagedsim generate: error: {e}", file=sys.stderr)
         return 2
-    overrides = {k: v for k, v in dict(n=args.n, beam_width=args.beam_width,
-                                       temperature=args.temperature, top_p=args.top_p,
-                                       top_k=args.top_k, seed=args.seed,
-                                       repetition_penalty=args.repetition_penalty).items()
-                 if v is not None}
+    overrides = {
+        k: v
+        for k, v in dict(
+            n=args.n,
+            beam_width=args.beam_width,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            seed=args.seed,
+            repetition_penalty=args.repetition_penalty,
+        ).items()
+        if v is not None
+    }
     try:
         prompts = (args.prompt or []) + (args.prompt_ids or [])
-        engine, marks, summary = generate.run(model, tok, prompts, max_tokens=args.max_tokens,
-                                              blocks=args.num_gpu_blocks_override,
-                                              block_size=args.block_size,
-                                              budget=args.budget, policy=args.preemption_mode,
-                                              prefix_caching=args.enable_prefix_caching,
-                                              backend=args.backend, turns=args.turns,
-                                              overrides=overrides,
-                                              generation_config=args.generation_config)
+        engine, marks, summary = generate.run(
+            model,
+            tok,
+            prompts,
+            max_tokens=args.max_tokens,
+            blocks=args.num_gpu_blocks_override,
+            block_size=args.block_size,
+            budget=args.budget,
+            policy=args.preemption_mode,
+            prefix_caching=args.enable_prefix_caching,
+            backend=args.backend,
+            turns=args.turns,
+            overrides=overrides,
+            generation_config=args.generation_config,
+        )
     except ValueError as e:  # a pool or budget too small for one request, a bad size
         p.error(str(e))
     if args.json:
@@ -157,15 +253,18 @@ def main(argv: list[str] | None = None) -> int:
         print_report(engine, summary, args)
     if args.draw:
         from ..draw.animate import write_trace  # matplotlib only when asked for
+
         for path in write_trace(generate.step_frames(engine, marks), args.draw, name="generate"):
             print(f"wrote {path}", file=sys.stderr)
     if args.html or args.trace_out:
         from ..view import sources, write_html
+
         page = sources.generate(engine, marks)
         if args.html:
             print(f"wrote {write_html(args.html, **page)}", file=sys.stderr)
         if args.trace_out:
-            Path(args.trace_out).write_text(json.dumps(sources.trace_out(page), default=str),
-                                            encoding="utf-8")
+            Path(args.trace_out).write_text(
+                json.dumps(sources.trace_out(page), default=str), encoding="utf-8"
+            )
             print(f"wrote {args.trace_out}", file=sys.stderr)
     return 0 if summary["tokens_match"] else 1

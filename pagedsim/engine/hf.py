@@ -42,53 +42,124 @@ import numpy as np
 from .model import MAX_LAYERS, ModelConfig, Transformer, tensor_shapes
 
 # architecture -> family; each family's defaults are its transformers config class's
-FAMILIES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2",
-            "MistralForCausalLM": "mistral", "Qwen3ForCausalLM": "qwen3",
-            "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2",
-            "Gemma3ForCausalLM": "gemma3", "Phi3ForCausalLM": "phi3",
-            "Olmo2ForCausalLM": "olmo2", "SmolLM3ForCausalLM": "smollm3",
-            "GraniteForCausalLM": "granite"}
+FAMILIES = {
+    "LlamaForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
+    "MistralForCausalLM": "mistral",
+    "Qwen3ForCausalLM": "qwen3",
+    "GemmaForCausalLM": "gemma",
+    "Gemma2ForCausalLM": "gemma2",
+    "Gemma3ForCausalLM": "gemma3",
+    "Phi3ForCausalLM": "phi3",
+    "Olmo2ForCausalLM": "olmo2",
+    "SmolLM3ForCausalLM": "smollm3",
+    "GraniteForCausalLM": "granite",
+}
 ARCHITECTURES = tuple(FAMILIES)
 GEMMA = ("gemma", "gemma2", "gemma3")
 DEFAULTS = {  # config fields transformers fills in when config.json leaves them out
-    "llama": dict(rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
-                  hidden_act="silu"),
-    "qwen2": dict(rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
-                  hidden_act="silu", sliding_window=4096),
-    "mistral": dict(rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
-                    hidden_act="silu", sliding_window=4096),
-    "qwen3": dict(rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
-                  hidden_act="silu", head_dim=128, sliding_window=4096),
-    "gemma": dict(rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True,
-                  hidden_act="gelu_pytorch_tanh", head_dim=256),  # hidden_activation unread
-    "gemma2": dict(rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True,
-                   hidden_activation="gelu_pytorch_tanh", head_dim=256,
-                   query_pre_attn_scalar=256, attn_logit_softcapping=50.0,
-                   final_logit_softcapping=30.0, sliding_window=4096),
-    "gemma3": dict(rms_norm_eps=1e-6, rope_theta=1_000_000.0, tie_word_embeddings=True,
-                   hidden_activation="gelu_pytorch_tanh", head_dim=256,
-                   query_pre_attn_scalar=256, sliding_window=4096, sliding_window_pattern=6,
-                   rope_local_base_freq=10000.0),
-    "phi3": dict(rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
-                 hidden_act="silu"),
-    "olmo2": dict(rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
-                  hidden_act="silu"),
-    "smollm3": dict(rms_norm_eps=1e-6, rope_theta=2_000_000.0, tie_word_embeddings=True,
-                    hidden_act="silu", no_rope_layer_interval=4),
-    "granite": dict(rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
-                    hidden_act="silu", embedding_multiplier=1.0, attention_multiplier=1.0,
-                    residual_multiplier=1.0, logits_scaling=1.0),
+    "llama": dict(
+        rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False, hidden_act="silu"
+    ),
+    "qwen2": dict(
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        hidden_act="silu",
+        sliding_window=4096,
+    ),
+    "mistral": dict(
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        hidden_act="silu",
+        sliding_window=4096,
+    ),
+    "qwen3": dict(
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        hidden_act="silu",
+        head_dim=128,
+        sliding_window=4096,
+    ),
+    "gemma": dict(
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        hidden_act="gelu_pytorch_tanh",
+        head_dim=256,
+    ),  # hidden_activation unread
+    "gemma2": dict(
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        hidden_activation="gelu_pytorch_tanh",
+        head_dim=256,
+        query_pre_attn_scalar=256,
+        attn_logit_softcapping=50.0,
+        final_logit_softcapping=30.0,
+        sliding_window=4096,
+    ),
+    "gemma3": dict(
+        rms_norm_eps=1e-6,
+        rope_theta=1_000_000.0,
+        tie_word_embeddings=True,
+        hidden_activation="gelu_pytorch_tanh",
+        head_dim=256,
+        query_pre_attn_scalar=256,
+        sliding_window=4096,
+        sliding_window_pattern=6,
+        rope_local_base_freq=10000.0,
+    ),
+    "phi3": dict(
+        rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False, hidden_act="silu"
+    ),
+    "olmo2": dict(
+        rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False, hidden_act="silu"
+    ),
+    "smollm3": dict(
+        rms_norm_eps=1e-6,
+        rope_theta=2_000_000.0,
+        tie_word_embeddings=True,
+        hidden_act="silu",
+        no_rope_layer_interval=4,
+    ),
+    "granite": dict(
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        hidden_act="silu",
+        embedding_multiplier=1.0,
+        attention_multiplier=1.0,
+        residual_multiplier=1.0,
+        logits_scaling=1.0,
+    ),
 }
-ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh",
-               "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh", "gelu": "gelu"}
+ACTIVATIONS = {
+    "silu": "silu",
+    "swish": "silu",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_new": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+    "gelu": "gelu",
+}
 MAX_JSON_BYTES = 16 << 20  # a config, generation config or shard index larger is refused
 LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding"}
 # generation_config.json fields that would change greedy tokens and are not implemented
-UNSUPPORTED_GENERATION = {"no_repeat_ngram_size": 0, "bad_words_ids": None,
-                          "suppress_tokens": None, "begin_suppress_tokens": None,
-                          "forced_bos_token_id": None, "forced_eos_token_id": None,
-                          "min_length": 0, "min_new_tokens": None, "sequence_bias": None,
-                          "encoder_repetition_penalty": 1.0, "num_beams": 1}
+UNSUPPORTED_GENERATION = {
+    "no_repeat_ngram_size": 0,
+    "bad_words_ids": None,
+    "suppress_tokens": None,
+    "begin_suppress_tokens": None,
+    "forced_bos_token_id": None,
+    "forced_eos_token_id": None,
+    "min_length": 0,
+    "min_new_tokens": None,
+    "sequence_bias": None,
+    "encoder_repetition_penalty": 1.0,
+    "num_beams": 1,
+}
 
 
 class CheckpointError(ValueError):
@@ -100,8 +171,9 @@ def _json(path: Path) -> dict:
         raise CheckpointError(f"{path}: missing file")
     size = path.stat().st_size
     if size > MAX_JSON_BYTES:
-        raise CheckpointError(f"{path}: {size:,} bytes; a JSON file over {MAX_JSON_BYTES:,} "
-                              f"bytes is refused")
+        raise CheckpointError(
+            f"{path}: {size:,} bytes; a JSON file over {MAX_JSON_BYTES:,} bytes is refused"
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -119,9 +191,16 @@ def _field(raw: dict, path: Path, name: str, kind, default=None, positive=True):
         if default is None:
             raise CheckpointError(f"{path}: field {name} is missing")
         value = default
-    ok = (type(value) is bool) if kind is bool else (
-        isinstance(value, (int, float)) and not isinstance(value, bool)
-        and math.isfinite(value) and (kind is float or float(value).is_integer()))
+    ok = (
+        (type(value) is bool)
+        if kind is bool
+        else (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and (kind is float or float(value).is_integer())
+        )
+    )
     if not ok or (positive and kind is not bool and not value > 0):
         what = {bool: "true or false", int: "a positive integer", float: "a positive number"}
         raise CheckpointError(f"{path}: field {name} must be {what[kind]}, got {_short(value)}")
@@ -158,10 +237,14 @@ def _rope(raw: dict, path: Path, family: str, layer_kind: str) -> tuple:
         raise CheckpointError(f"{path}: field {name} must be an object, got {_short(params)}")
     params = dict(params or {})
     if family == "gemma3" and layer_kind == "sliding" and "rope_theta" not in params:
-        params["rope_theta"] = _field(raw, path, "rope_local_base_freq", float,
-                                      DEFAULTS[family]["rope_local_base_freq"])
-    theta = _field(params, path, "rope_theta", float) if "rope_theta" in params else \
-        _field(raw, path, "rope_theta", float, DEFAULTS[family]["rope_theta"])
+        params["rope_theta"] = _field(
+            raw, path, "rope_local_base_freq", float, DEFAULTS[family]["rope_local_base_freq"]
+        )
+    theta = (
+        _field(params, path, "rope_theta", float)
+        if "rope_theta" in params
+        else _field(raw, path, "rope_theta", float, DEFAULTS[family]["rope_theta"])
+    )
     kind = params.get("rope_type", params.get("type", "default"))
     if family == "phi3" and kind in ("su", "yarn"):
         kind = "longrope"  # Phi3Config's reading of its early names
@@ -171,17 +254,24 @@ def _rope(raw: dict, path: Path, family: str, layer_kind: str) -> tuple:
     elif kind == "linear":
         scaling["factor"] = _field(params, path, "factor", float)
     elif kind == "llama3":
-        for key in ("factor", "low_freq_factor", "high_freq_factor",
-                    "original_max_position_embeddings"):
+        for key in (
+            "factor",
+            "low_freq_factor",
+            "high_freq_factor",
+            "original_max_position_embeddings",
+        ):
             scaling[key] = _field(params, path, key, float)
         if scaling["low_freq_factor"] == scaling["high_freq_factor"]:
-            raise CheckpointError(f"{path}: field {name} has low_freq_factor equal to "
-                                  f"high_freq_factor")
+            raise CheckpointError(
+                f"{path}: field {name} has low_freq_factor equal to high_freq_factor"
+            )
     elif kind == "longrope":
         scaling.update(_longrope(raw, params, path, name))
     else:
-        raise CheckpointError(f"{path}: field {name} has rope_type {kind!r}; served: "
-                              f"default, linear, llama3, longrope")
+        raise CheckpointError(
+            f"{path}: field {name} has rope_type {kind!r}; served: "
+            f"default, linear, llama3, longrope"
+        )
     if scaling:
         scaling["rope_type"] = kind
     return theta, tuple(sorted(scaling.items()))
@@ -190,17 +280,22 @@ def _rope(raw: dict, path: Path, family: str, layer_kind: str) -> tuple:
 def _longrope(raw: dict, params: dict, path: Path, name: str) -> dict:
     """Phi-3's longrope with its short factors (what transformers uses while the sequence
     is within original_max_position_embeddings; longer sequences are refused)."""
-    original = params.get("original_max_position_embeddings",
-                          raw.get("original_max_position_embeddings"))
+    original = params.get(
+        "original_max_position_embeddings", raw.get("original_max_position_embeddings")
+    )
     if original is None:
-        raise CheckpointError(f"{path}: field original_max_position_embeddings is missing "
-                              f"(needed by {name} longrope)")
+        raise CheckpointError(
+            f"{path}: field original_max_position_embeddings is missing (needed by {name} longrope)"
+        )
     original = _field({"v": original}, path, "v", int)
     short = params.get("short_factor")
-    if not (isinstance(short, list) and all(isinstance(f, (int, float)) and not
-                                            isinstance(f, bool) and f > 0 for f in short)):
-        raise CheckpointError(f"{path}: field {name}.short_factor must be a list of "
-                              f"positive numbers")
+    if not (
+        isinstance(short, list)
+        and all(isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0 for f in short)
+    ):
+        raise CheckpointError(
+            f"{path}: field {name}.short_factor must be a list of positive numbers"
+        )
     factor = params.get("factor")
     if factor is None:  # Phi-3: the ratio of the two lengths (transformers 5's order)
         factor = _field(raw, path, "max_position_embeddings", int) / original
@@ -208,8 +303,11 @@ def _longrope(raw: dict, params: dict, path: Path, name: str) -> dict:
     if attention is None:
         factor = 1.0 if factor is None else float(factor)
         attention = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
-    return dict(short_factor=tuple(float(f) for f in short), attention_factor=float(attention),
-                original_max_position_embeddings=original)
+    return dict(
+        short_factor=tuple(float(f) for f in short),
+        attention_factor=float(attention),
+        original_max_position_embeddings=original,
+    )
 
 
 def _layer_types(raw: dict, path: Path, family: str, layers: int, window) -> tuple:
@@ -218,16 +316,22 @@ def _layer_types(raw: dict, path: Path, family: str, layers: int, window) -> tup
     if window is None:
         return ()
     if given is not None:
-        if not (isinstance(given, list) and len(given) == layers
-                and all(t in LAYER_TYPES for t in given)):
-            raise CheckpointError(f"{path}: field layer_types must list full_attention or "
-                                  f"sliding_attention for each of the {layers} layers")
+        if not (
+            isinstance(given, list)
+            and len(given) == layers
+            and all(t in LAYER_TYPES for t in given)
+        ):
+            raise CheckpointError(
+                f"{path}: field layer_types must list full_attention or "
+                f"sliding_attention for each of the {layers} layers"
+            )
         return tuple(LAYER_TYPES[t] for t in given)
     if family == "gemma2":
         return tuple("sliding" if (i + 1) % 2 else "full" for i in range(layers))
     if family == "gemma3":
-        pattern = _field(raw, path, "sliding_window_pattern", int,
-                         DEFAULTS[family]["sliding_window_pattern"])
+        pattern = _field(
+            raw, path, "sliding_window_pattern", int, DEFAULTS[family]["sliding_window_pattern"]
+        )
         return tuple("sliding" if (i + 1) % pattern else "full" for i in range(layers))
     if family == "smollm3":  # the layers without rope slide
         no_rope = set(_no_rope(raw, path, layers))
@@ -260,8 +364,9 @@ def _activation(raw: dict, path: Path, family: str) -> str:
     if family == "gemma" and act == "gelu":
         act = "gelu_pytorch_tanh"
     if act not in ACTIVATIONS:
-        raise CheckpointError(f"{path}: field {name} is {_short(act)}; served: "
-                              f"{', '.join(ACTIVATIONS)}")
+        raise CheckpointError(
+            f"{path}: field {name} is {_short(act)}; served: {', '.join(ACTIVATIONS)}"
+        )
     return act
 
 
@@ -269,13 +374,18 @@ def _no_rope(raw: dict, path: Path, layers: int) -> tuple:
     """SmolLM3: the layers whose no_rope_layers flag is 0 skip RoPE."""
     flags = raw.get("no_rope_layers")
     if flags is None:
-        every = _field(raw, path, "no_rope_layer_interval", int,
-                       DEFAULTS["smollm3"]["no_rope_layer_interval"])
+        every = _field(
+            raw, path, "no_rope_layer_interval", int, DEFAULTS["smollm3"]["no_rope_layer_interval"]
+        )
         flags = [int((i + 1) % every != 0) for i in range(layers)]
-    if not (isinstance(flags, list) and len(flags) == layers
-            and all(f in (0, 1) and type(f) in (int, bool) for f in flags)):
-        raise CheckpointError(f"{path}: field no_rope_layers must hold 0 or 1 for each of "
-                              f"the {layers} layers")
+    if not (
+        isinstance(flags, list)
+        and len(flags) == layers
+        and all(f in (0, 1) and type(f) in (int, bool) for f in flags)
+    ):
+        raise CheckpointError(
+            f"{path}: field no_rope_layers must hold 0 or 1 for each of the {layers} layers"
+        )
     return tuple(i for i, f in enumerate(flags) if not f)
 
 
@@ -288,95 +398,130 @@ def load_config(directory) -> tuple[ModelConfig, dict]:
     raw = _json(path)
     archs = raw.get("architectures")
     if not (isinstance(archs, list) and len(archs) == 1 and archs[0] in FAMILIES):
-        raise CheckpointError(f"{path}: field architectures is {_short(archs)}; supported: "
-                              f"{', '.join(FAMILIES)}")
+        raise CheckpointError(
+            f"{path}: field architectures is {_short(archs)}; supported: {', '.join(FAMILIES)}"
+        )
     family = FAMILIES[archs[0]]
     d = DEFAULTS[family]
     act = _activation(raw, path, family)
     if raw.get("use_bidirectional_attention"):
-        raise CheckpointError(f"{path}: field use_bidirectional_attention is true; only "
-                              f"causal attention is served")
+        raise CheckpointError(
+            f"{path}: field use_bidirectional_attention is true; only causal attention is served"
+        )
     if raw.get("mlp_bias", False):
         raise CheckpointError(f"{path}: field mlp_bias is true; MLP biases are not supported")
-    rope_params: dict = raw["rope_parameters"] if isinstance(raw.get("rope_parameters"), dict) \
-        else {}
+    rope_params: dict = (
+        raw["rope_parameters"] if isinstance(raw.get("rope_parameters"), dict) else {}
+    )
     share_raw = raw.get("partial_rotary_factor", rope_params.get("partial_rotary_factor"))
     if share_raw not in (None, 1, 1.0) and family != "phi3":
-        raise CheckpointError(f"{path}: field partial_rotary_factor is {_short(share_raw)}; "
-                              f"only Phi-3 rotates part of a head")
+        raise CheckpointError(
+            f"{path}: field partial_rotary_factor is {_short(share_raw)}; "
+            f"only Phi-3 rotates part of a head"
+        )
     layers = _field(raw, path, "num_hidden_layers", int)
     if layers > MAX_LAYERS:
-        raise CheckpointError(f"{path}: field num_hidden_layers is {layers}; at most "
-                              f"{MAX_LAYERS} layers are served")
+        raise CheckpointError(
+            f"{path}: field num_hidden_layers is {layers}; at most {MAX_LAYERS} layers are served"
+        )
     heads = _field(raw, path, "num_attention_heads", int)
     hidden = _field(raw, path, "hidden_size", int)
     head_dim = raw.get("head_dim", d.get("head_dim"))
-    head_dim = hidden // heads if head_dim is None else \
-        _field(raw, path, "head_dim", int, d.get("head_dim"))
+    head_dim = (
+        hidden // heads
+        if head_dim is None
+        else _field(raw, path, "head_dim", int, d.get("head_dim"))
+    )
     rotary = None
     if share_raw is not None:
         share = _field({"partial_rotary_factor": share_raw}, path, "partial_rotary_factor", float)
         if share > 1:
-            raise CheckpointError(f"{path}: field partial_rotary_factor must be <= 1, got "
-                                  f"{share}")
+            raise CheckpointError(f"{path}: field partial_rotary_factor must be <= 1, got {share}")
         rotary = int(head_dim * share) if share < 1 else None
     window = _window(raw, path, family)
     types = _layer_types(raw, path, family, layers, window)
     if types and "sliding" not in types:
         window, types = None, ()
-    bias = family == "qwen2" or (family != "phi3" and
-                                 _field(raw, path, "attention_bias", bool, False))
+    bias = family == "qwen2" or (
+        family != "phi3" and _field(raw, path, "attention_bias", bool, False)
+    )
     theta, scaling = _rope(raw, path, family, "full")
     local = None
     if family == "gemma3":
         local, local_scaling = _rope(raw, path, family, "sliding")
         if local_scaling:
-            raise CheckpointError(f"{path}: field rope_parameters.sliding_attention scales "
-                                  f"the local rope; only a plain local rope is served")
+            raise CheckpointError(
+                f"{path}: field rope_parameters.sliding_attention scales "
+                f"the local rope; only a plain local rope is served"
+            )
     no_rope = _no_rope(raw, path, layers) if family == "smollm3" else ()
     scale = None
     if family in ("gemma2", "gemma3"):
-        scale = _field(raw, path, "query_pre_attn_scalar", float,
-                       d["query_pre_attn_scalar"]) ** -0.5
+        scale = (
+            _field(raw, path, "query_pre_attn_scalar", float, d["query_pre_attn_scalar"]) ** -0.5
+        )
     elif family == "granite":
         scale = _field(raw, path, "attention_multiplier", float, d["attention_multiplier"])
     try:
         config = ModelConfig(
             vocab=_field(raw, path, "vocab_size", int),
-            layers=layers, heads=heads,
+            layers=layers,
+            heads=heads,
             kv_heads=_field(raw, path, "num_key_value_heads", int, heads),
-            head_dim=head_dim, hidden=hidden, mlp=_field(raw, path, "intermediate_size", int),
-            rope_base=theta, rope_scaling=scaling, local_rope_base=local,
+            head_dim=head_dim,
+            hidden=hidden,
+            mlp=_field(raw, path, "intermediate_size", int),
+            rope_base=theta,
+            rope_scaling=scaling,
+            local_rope_base=local,
             rms_eps=_field(raw, path, "rms_norm_eps", float, d["rms_norm_eps"]),
-            tie_embeddings=_field(raw, path, "tie_word_embeddings", bool,
-                                  d["tie_word_embeddings"]),
-            qkv_bias=bias, o_bias=bias and family != "qwen2", sliding_window=window,
-            layer_types=types, act=ACTIVATIONS[act], no_rope_layers=no_rope,
-            rotary_dim=rotary, fused=family == "phi3",
+            tie_embeddings=_field(raw, path, "tie_word_embeddings", bool, d["tie_word_embeddings"]),
+            qkv_bias=bias,
+            o_bias=bias and family != "qwen2",
+            sliding_window=window,
+            layer_types=types,
+            act=ACTIVATIONS[act],
+            no_rope_layers=no_rope,
+            rotary_dim=rotary,
+            fused=family == "phi3",
             norm_offset=1 if family in GEMMA else 0,
-            norm_layout={"gemma2": "sandwich", "gemma3": "sandwich",
-                         "olmo2": "post"}.get(family, "pre"),
+            norm_layout={"gemma2": "sandwich", "gemma3": "sandwich", "olmo2": "post"}.get(
+                family, "pre"
+            ),
             qk_norm={"qwen3": "head", "gemma3": "head", "olmo2": "all"}.get(family),
-            embed_scale=float(np.float32(hidden ** 0.5)) if family in GEMMA else
-            _field(raw, path, "embedding_multiplier", float, 1.0) if family == "granite" else 1.0,
+            embed_scale=float(np.float32(hidden**0.5))
+            if family in GEMMA
+            else _field(raw, path, "embedding_multiplier", float, 1.0)
+            if family == "granite"
+            else 1.0,
             attn_scale=scale,
-            attn_softcap=_optional(raw, path, "attn_logit_softcapping",
-                                   d.get("attn_logit_softcapping")),
-            final_softcap=_optional(raw, path, "final_logit_softcapping",
-                                    d.get("final_logit_softcapping")),
+            attn_softcap=_optional(
+                raw, path, "attn_logit_softcapping", d.get("attn_logit_softcapping")
+            ),
+            final_softcap=_optional(
+                raw, path, "final_logit_softcapping", d.get("final_logit_softcapping")
+            ),
             residual_scale=_field(raw, path, "residual_multiplier", float, 1.0)
-            if family == "granite" else 1.0,
+            if family == "granite"
+            else 1.0,
             logit_scale=_field(raw, path, "logits_scaling", float, 1.0)
-            if family == "granite" else 1.0)
+            if family == "granite"
+            else 1.0,
+        )
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: {e}") from None
     gen = directory / "generation_config.json"
     generation = generation_config(gen, config) if gen.is_file() else {}
     eos = generation_config(path, config, only=("eos_token_id",)).get("eos_token_id", ())
-    info = dict(architecture=archs[0], family=family, config_eos_token_ids=eos,
-                stop_token_ids=generation.get("eos_token_id", eos), generation=generation,
-                dtype=raw.get("dtype", raw.get("torch_dtype")),
-                max_position_embeddings=raw.get("max_position_embeddings"))
+    info = dict(
+        architecture=archs[0],
+        family=family,
+        config_eos_token_ids=eos,
+        stop_token_ids=generation.get("eos_token_id", eos),
+        generation=generation,
+        dtype=raw.get("dtype", raw.get("torch_dtype")),
+        max_position_embeddings=raw.get("max_position_embeddings"),
+    )
     return config, info
 
 
@@ -389,23 +534,31 @@ def generation_config(path: Path, config: ModelConfig, only=None) -> dict:
     eos = raw.get("eos_token_id")
     if eos is not None:
         ids = [eos] if isinstance(eos, int) and not isinstance(eos, bool) else eos
-        if not (isinstance(ids, list) and all(type(t) is int and 0 <= t < config.vocab
-                                              for t in ids)):
-            raise CheckpointError(f"{path}: field eos_token_id must be token ids below "
-                                  f"vocab_size, got {_short(eos)}")
+        if not (
+            isinstance(ids, list) and all(type(t) is int and 0 <= t < config.vocab for t in ids)
+        ):
+            raise CheckpointError(
+                f"{path}: field eos_token_id must be token ids below vocab_size, got {_short(eos)}"
+            )
         out["eos_token_id"] = tuple(ids)
     if only is not None:
         return out
     for name, default in UNSUPPORTED_GENERATION.items():
         value = raw.get(name, default)
         if value not in (default, None, [], 0) or (default == 1.0 and value != 1.0):
-            raise CheckpointError(f"{path}: field {name} is {_short(value)}; it is not "
-                                  f"implemented (ignore the file with --generation-config "
-                                  f"none)")
+            raise CheckpointError(
+                f"{path}: field {name} is {_short(value)}; it is not "
+                f"implemented (ignore the file with --generation-config "
+                f"none)"
+            )
     if raw.get("do_sample") is not None:
         out["do_sample"] = _field(raw, path, "do_sample", bool)
-    for name, kind in (("repetition_penalty", float), ("temperature", float), ("top_p", float),
-                       ("max_new_tokens", int)):
+    for name, kind in (
+        ("repetition_penalty", float),
+        ("temperature", float),
+        ("top_p", float),
+        ("max_new_tokens", int),
+    ):
         if raw.get(name) is not None:
             out[name] = _field(raw, path, name, kind, positive=name != "temperature")
     if raw.get("temperature") is not None and out["temperature"] < 0:
@@ -428,15 +581,17 @@ def weight_files(directory: Path) -> dict:
         bins = sorted(directory.glob("pytorch_model*.bin"))
         if bins:
             return {None: bins}
-        raise CheckpointError(f"{directory}: missing file model.safetensors "
-                              f"(or model.safetensors.index.json)")
+        raise CheckpointError(
+            f"{directory}: missing file model.safetensors (or model.safetensors.index.json)"
+        )
     weight_map = _json(index).get("weight_map")
     if not isinstance(weight_map, dict):
         raise CheckpointError(f"{index}: field weight_map must be an object")
     for shard in set(weight_map.values()):
         if not isinstance(shard, str) or Path(shard).name != shard:
-            raise CheckpointError(f"{index}: weight_map names {_short(shard)}, not a file in "
-                                  f"{directory}")
+            raise CheckpointError(
+                f"{index}: weight_map names {_short(shard)}, not a file in {directory}"
+            )
         if not (directory / shard).is_file():
             raise CheckpointError(f"{directory / shard}: missing file (listed in {index.name})")
     return {name: directory / shard for name, shard in weight_map.items()}
@@ -449,6 +604,7 @@ def read_headers(files: dict) -> dict:
     """name -> (shape, dtype, file) from the safetensors headers alone (no tensor is read);
     every tensor must be a float."""
     from safetensors import SafetensorError, safe_open
+
     out: dict = {}
     for path in dict.fromkeys(files.values()):
         try:
@@ -460,8 +616,10 @@ def read_headers(files: dict) -> dict:
             raise CheckpointError(f"{path}: cannot read safetensors ({e})") from None
     for name, (_, dtype, path) in out.items():
         if dtype not in FLOAT_DTYPES:
-            raise CheckpointError(f"{path}: tensor {name} has dtype {dtype}; weights must be "
-                                  f"floating point ({', '.join(FLOAT_DTYPES)})")
+            raise CheckpointError(
+                f"{path}: tensor {name} has dtype {dtype}; weights must be "
+                f"floating point ({', '.join(FLOAT_DTYPES)})"
+            )
     return out
 
 
@@ -475,8 +633,10 @@ def check_sizes(config: ModelConfig, headers: dict, where) -> None:
             if index.isdigit():
                 held.add(int(index))
     if config.layers > len(held):
-        raise CheckpointError(f"{where}: config.json declares num_hidden_layers "
-                              f"{config.layers} but the weight files hold {len(held)} layers")
+        raise CheckpointError(
+            f"{where}: config.json declares num_hidden_layers "
+            f"{config.layers} but the weight files hold {len(held)} layers"
+        )
 
 
 def load_weights(directory, config: ModelConfig) -> dict:
@@ -484,6 +644,7 @@ def load_weights(directory, config: ModelConfig) -> dict:
     the headers first (dtypes, sizes, names, shapes), then one tensor at a time."""
     import ml_dtypes  # noqa: F401  (registers bfloat16 with NumPy for safetensors)
     from safetensors import SafetensorError, safe_open
+
     directory = Path(directory)
     files = weight_files(directory)
     if isinstance(files.get(None), list):
@@ -497,13 +658,20 @@ def load_weights(directory, config: ModelConfig) -> dict:
             where = listed if listed is not None else directory / "model.safetensors.index.json"
             raise CheckpointError(f"{where}: missing tensor {name}")
         if headers[name][0] != shape:
-            raise CheckpointError(f"{headers[name][2]}: tensor {name} has shape "
-                                  f"{headers[name][0]} but config.json implies {shape}")
-    extra = sorted(k for k in set(headers) - set(want) if not k.endswith("inv_freq")
-                   and not (k == "lm_head.weight" and config.tie_embeddings))
+            raise CheckpointError(
+                f"{headers[name][2]}: tensor {name} has shape "
+                f"{headers[name][0]} but config.json implies {shape}"
+            )
+    extra = sorted(
+        k
+        for k in set(headers) - set(want)
+        if not k.endswith("inv_freq") and not (k == "lm_head.weight" and config.tie_embeddings)
+    )
     if extra:
-        raise CheckpointError(f"{headers[extra[0]][2]}: tensor {extra[0]} is not used by the "
-                              f"model config.json describes ({len(extra)} such tensors)")
+        raise CheckpointError(
+            f"{headers[extra[0]][2]}: tensor {extra[0]} is not used by the "
+            f"model config.json describes ({len(extra)} such tensors)"
+        )
     weights = {}
     try:
         for name in want:  # one open per tensor: the file's mapped pages go each time
@@ -521,16 +689,20 @@ def load_bin(paths: list, config: ModelConfig) -> dict:
     try:
         import torch
     except ImportError:
-        raise CheckpointError(f"{paths[0]}: a pytorch_model.bin checkpoint needs torch to read "
-                              f"(pip install 'pagedsim[oracle]'), or convert it to "
-                              f"model.safetensors") from None
+        raise CheckpointError(
+            f"{paths[0]}: a pytorch_model.bin checkpoint needs torch to read "
+            f"(pip install 'pagedsim[oracle]'), or convert it to "
+            f"model.safetensors"
+        ) from None
     weights: dict = {}
     for path in paths:
         try:
             state = torch.load(str(path), map_location="cpu", weights_only=True)
         except Exception as e:  # torch raises many kinds on a bad file
-            raise CheckpointError(f"{path}: cannot read with torch.load(weights_only=True) "
-                                  f"({str(e).splitlines()[0][:120]})") from None
+            raise CheckpointError(
+                f"{path}: cannot read with torch.load(weights_only=True) "
+                f"({str(e).splitlines()[0][:120]})"
+            ) from None
         if not isinstance(state, dict):
             raise CheckpointError(f"{path}: expected a dict of tensors")
         for name, t in state.items():
@@ -544,8 +716,10 @@ def load_bin(paths: list, config: ModelConfig) -> dict:
         if name not in weights:
             raise CheckpointError(f"{paths[0].parent}: missing tensor {name}")
         if tuple(weights[name].shape) != shape:
-            raise CheckpointError(f"{paths[0].parent}: tensor {name} has shape "
-                                  f"{tuple(weights[name].shape)} but config.json implies {shape}")
+            raise CheckpointError(
+                f"{paths[0].parent}: tensor {name} has shape "
+                f"{tuple(weights[name].shape)} but config.json implies {shape}"
+            )
     return {k: weights[k].to(torch.float32).numpy() for k in want}
 
 
@@ -560,6 +734,7 @@ def load_model(directory) -> Transformer:
 def load_tokenizer(directory):
     """DIR/tokenizer.json through Hugging Face's `tokenizers` library."""
     from tokenizers import Tokenizer
+
     path = Path(directory) / "tokenizer.json"
     if not path.is_file():
         raise CheckpointError(f"{path}: missing file")

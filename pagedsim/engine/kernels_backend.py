@@ -18,11 +18,13 @@ class KernelAttention:
 
     def where(self) -> str:
         mode = cuda_kernels.backend()
-        return "cuda_kernels on the GPU" if mode == "gpu" else \
-            "cuda_kernels on Numba's CUDA simulator"
+        return (
+            "cuda_kernels on the GPU" if mode == "gpu" else "cuda_kernels on Numba's CUDA simulator"
+        )
 
     def new_cache(self, shape):
         from numba import cuda  # configured by cuda_kernels above
+
         return cuda.to_device(np.full(shape, np.nan, np.float32))
 
     def write(self, cache, key, value, slots):
@@ -51,6 +53,8 @@ def _plain(spec) -> tuple:
     if spec is None:
         return None, None
     if spec.softcap is not None:
-        raise ValueError(f"the kernels have no attention soft-cap (attn_logit_softcapping "
-                         f"{spec.softcap}); use --backend numpy")
+        raise ValueError(
+            f"the kernels have no attention soft-cap (attn_logit_softcapping "
+            f"{spec.softcap}); use --backend numpy"
+        )
     return spec.scale, spec.window

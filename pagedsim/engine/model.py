@@ -53,6 +53,7 @@ ROPE_TYPES = ("default", "linear", "llama3", "longrope")
 @dataclass(frozen=True)
 class Attention:
     """How one layer's attention reads K/V."""
+
     scale: float  # scores = q . k * scale
     softcap: float | None = None  # scores -> softcap * tanh(scores / softcap) (Gemma 2)
     window: int | None = None  # attend to the last `window` positions, itself included
@@ -95,17 +96,22 @@ class ModelConfig:
         for f in fields(self):
             _check_field(f.name, getattr(self, f.name), f.default)
         if self.heads % self.kv_heads:
-            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads "
-                             f"({self.kv_heads})")
+            raise ValueError(
+                f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})"
+            )
         if self.rotary % 2:
             which = "head_dim" if self.rotary_dim is None else "rotary_dim"
             raise ValueError(f"{which} must be even (rotary pairs), got {self.rotary}")
         if self.rotary > self.head_dim:
             raise ValueError(f"rotary_dim {self.rotary} exceeds head_dim {self.head_dim}")
-        if self.layer_types and (len(self.layer_types) != self.layers or any(
-                t not in ("full", "sliding") for t in self.layer_types)):
-            raise ValueError(f"layer_types must hold 'full' or 'sliding' for each of the "
-                             f"{self.layers} layers, got {self.layer_types!r}")
+        if self.layer_types and (
+            len(self.layer_types) != self.layers
+            or any(t not in ("full", "sliding") for t in self.layer_types)
+        ):
+            raise ValueError(
+                f"layer_types must hold 'full' or 'sliding' for each of the "
+                f"{self.layers} layers, got {self.layer_types!r}"
+            )
         if "sliding" in self.layer_types and self.sliding_window is None:
             raise ValueError("layer_types has sliding layers but sliding_window is None")
         if any(type(i) is not int or not 0 <= i < self.layers for i in self.no_rope_layers):
@@ -114,9 +120,11 @@ class ModelConfig:
         if kind not in ROPE_TYPES:
             raise ValueError(f"rope_type must be one of {ROPE_TYPES}, got {kind!r}")
         if self.num_parameters > MAX_PARAMETERS:
-            raise ValueError(f"the config describes {self.num_parameters:.3g} parameters; at "
-                             f"most {MAX_PARAMETERS:.3g} ({MAX_PARAMETERS * 4 >> 30} GiB of "
-                             f"float32) are served")
+            raise ValueError(
+                f"the config describes {self.num_parameters:.3g} parameters; at "
+                f"most {MAX_PARAMETERS:.3g} ({MAX_PARAMETERS * 4 >> 30} GiB of "
+                f"float32) are served"
+            )
 
     @property
     def group(self) -> int:
@@ -147,10 +155,23 @@ class ModelConfig:
         return {self.layer_type(i) for i in range(self.layers)}
 
 
-POSITIVE = ("rope_base", "rms_eps", "embed_scale", "residual_scale", "logit_scale",
-            "attn_scale", "attn_softcap", "final_softcap", "local_rope_base")
-CHOICES = {"norm_layout": NORM_LAYOUTS, "act": ACTS, "qk_norm": (None, "head", "all"),
-           "norm_offset": (0, 1)}
+POSITIVE = (
+    "rope_base",
+    "rms_eps",
+    "embed_scale",
+    "residual_scale",
+    "logit_scale",
+    "attn_scale",
+    "attn_softcap",
+    "final_softcap",
+    "local_rope_base",
+)
+CHOICES = {
+    "norm_layout": NORM_LAYOUTS,
+    "act": ACTS,
+    "qk_norm": (None, "head", "all"),
+    "norm_offset": (0, 1),
+}
 
 
 def _check_field(name: str, value, default) -> None:
@@ -187,10 +208,16 @@ def tensor_shapes(c: ModelConfig) -> dict:
     shapes = {"model.embed_tokens.weight": (c.vocab, c.hidden), "model.norm.weight": (c.hidden,)}
     if not c.tie_embeddings:
         shapes["lm_head.weight"] = (c.vocab, c.hidden)
-    norms = {"pre": ("input_layernorm", "post_attention_layernorm"),
-             "sandwich": ("input_layernorm", "post_attention_layernorm",
-                          "pre_feedforward_layernorm", "post_feedforward_layernorm"),
-             "post": ("post_attention_layernorm", "post_feedforward_layernorm")}[c.norm_layout]
+    norms = {
+        "pre": ("input_layernorm", "post_attention_layernorm"),
+        "sandwich": (
+            "input_layernorm",
+            "post_attention_layernorm",
+            "pre_feedforward_layernorm",
+            "post_feedforward_layernorm",
+        ),
+        "post": ("post_attention_layernorm", "post_feedforward_layernorm"),
+    }[c.norm_layout]
     for i in range(c.layers):
         p = f"model.layers.{i}."
         shapes.update({f"{p}{n}.weight": (c.hidden,) for n in norms})
@@ -198,11 +225,15 @@ def tensor_shapes(c: ModelConfig) -> dict:
             shapes[p + "self_attn.qkv_proj.weight"] = (q + 2 * kv, c.hidden)
             shapes[p + "mlp.gate_up_proj.weight"] = (2 * c.mlp, c.hidden)
         else:
-            shapes.update({p + "self_attn.q_proj.weight": (q, c.hidden),
-                           p + "self_attn.k_proj.weight": (kv, c.hidden),
-                           p + "self_attn.v_proj.weight": (kv, c.hidden),
-                           p + "mlp.gate_proj.weight": (c.mlp, c.hidden),
-                           p + "mlp.up_proj.weight": (c.mlp, c.hidden)})
+            shapes.update(
+                {
+                    p + "self_attn.q_proj.weight": (q, c.hidden),
+                    p + "self_attn.k_proj.weight": (kv, c.hidden),
+                    p + "self_attn.v_proj.weight": (kv, c.hidden),
+                    p + "mlp.gate_proj.weight": (c.mlp, c.hidden),
+                    p + "mlp.up_proj.weight": (c.mlp, c.hidden),
+                }
+            )
         shapes[p + "self_attn.o_proj.weight"] = (c.hidden, q)
         shapes[p + "mlp.down_proj.weight"] = (c.hidden, c.mlp)
         if c.qk_norm:
@@ -210,8 +241,13 @@ def tensor_shapes(c: ModelConfig) -> dict:
             shapes[p + "self_attn.q_norm.weight"] = (per or q,)
             shapes[p + "self_attn.k_norm.weight"] = (per or kv,)
         if c.qkv_bias:
-            shapes.update({p + "self_attn.q_proj.bias": (q,), p + "self_attn.k_proj.bias": (kv,),
-                           p + "self_attn.v_proj.bias": (kv,)})
+            shapes.update(
+                {
+                    p + "self_attn.q_proj.bias": (q,),
+                    p + "self_attn.k_proj.bias": (kv,),
+                    p + "self_attn.v_proj.bias": (kv,),
+                }
+            )
         if c.o_bias:
             shapes[p + "self_attn.o_proj.bias"] = (c.hidden,)
     return shapes
@@ -225,14 +261,16 @@ def rope_frequencies(c: ModelConfig, base: float, scaling: dict) -> tuple:
     kind = scaling.get("rope_type", "default")
     if kind == "longrope":  # the short factors: sequences within the original length
         ext = np.asarray(scaling["short_factor"], np.float32)
-        return (np.float32(1.0) / (ext * np.float32(base) ** exps)).astype(np.float32), \
-            float(scaling["attention_factor"])
+        return (np.float32(1.0) / (ext * np.float32(base) ** exps)).astype(np.float32), float(
+            scaling["attention_factor"]
+        )
     inv = (np.float32(1.0) / np.float32(base) ** exps).astype(np.float32)
     if kind == "linear":
         inv = (inv / np.float32(scaling["factor"])).astype(np.float32)
     elif kind == "llama3":
-        factor, low, high = (np.float32(scaling[k]) for k in
-                             ("factor", "low_freq_factor", "high_freq_factor"))
+        factor, low, high = (
+            np.float32(scaling[k]) for k in ("factor", "low_freq_factor", "high_freq_factor")
+        )
         old = np.float32(scaling["original_max_position_embeddings"])
         wavelen = np.float32(2 * math.pi) / inv
         scaled = np.where(wavelen > old / low, inv / factor, inv).astype(np.float32)
@@ -253,8 +291,10 @@ class Transformer:
             if key not in weights:
                 raise ValueError(f"{name}: missing tensor {key}")
             if tuple(weights[key].shape) != shape:
-                raise ValueError(f"{name}: tensor {key} has shape {tuple(weights[key].shape)}, "
-                                 f"the config implies {shape}")
+                raise ValueError(
+                    f"{name}: tensor {key} has shape {tuple(weights[key].shape)}, "
+                    f"the config implies {shape}"
+                )
         w = {k: np.asarray(weights[k], np.float32) for k in want}
         self.embed = w["model.embed_tokens.weight"]  # [V, hidden]
         self.lm_head = self.embed if c.tie_embeddings else w["lm_head.weight"]  # [V, hidden]
@@ -263,36 +303,62 @@ class Transformer:
         self.layer_weights = []  # per layer: short name ("q_proj.weight") -> array or None
         for i in range(c.layers):
             p = f"model.layers.{i}."
-            lw = {k[len(p):].split(".", 1)[-1] if k[len(p):].startswith(("self_attn", "mlp"))
-                  else k[len(p):]: v for k, v in w.items() if k.startswith(p)}
+            lw = {
+                k[len(p) :].split(".", 1)[-1]
+                if k[len(p) :].startswith(("self_attn", "mlp"))
+                else k[len(p) :]: v
+                for k, v in w.items()
+                if k.startswith(p)
+            }
             if c.fused:  # Phi-3: rows [q | k | v] and [gate | up]
                 qkv = lw.pop("qkv_proj.weight")
-                lw.update({"q_proj.weight": qkv[:q], "k_proj.weight": qkv[q:q + kv],
-                           "v_proj.weight": qkv[q + kv:]})
+                lw.update(
+                    {
+                        "q_proj.weight": qkv[:q],
+                        "k_proj.weight": qkv[q : q + kv],
+                        "v_proj.weight": qkv[q + kv :],
+                    }
+                )
                 gate_up = lw.pop("gate_up_proj.weight")
-                lw.update({"gate_proj.weight": gate_up[:c.mlp], "up_proj.weight": gate_up[c.mlp:]})
+                lw.update(
+                    {"gate_proj.weight": gate_up[: c.mlp], "up_proj.weight": gate_up[c.mlp :]}
+                )
             for n in ("q_proj.bias", "k_proj.bias", "v_proj.bias", "o_proj.bias"):
                 lw.setdefault(n, None)
             self.layer_weights.append(lw)
         scaling = dict(c.rope_scaling)
         full = rope_frequencies(c, c.rope_base, scaling)
         local = full if c.local_rope_base is None else rope_frequencies(c, c.local_rope_base, {})
-        self.ropes = [None if i in c.no_rope_layers else  # (inv_freq [R/2], factor) or None
-                      local if c.layer_type(i) == "sliding" else full for i in range(c.layers)]
+        self.ropes = [
+            None
+            if i in c.no_rope_layers
+            # (inv_freq [R/2], factor) or None
+            else local
+            if c.layer_type(i) == "sliding"
+            else full
+            for i in range(c.layers)
+        ]
         # longrope's short factors hold while the sequence is within the original length
         # (transformers switches every position to the long factors past it): longer
         # sequences are refused by the engines
-        self.max_model_len = scaling.get("original_max_position_embeddings") \
-            if scaling.get("rope_type") == "longrope" else None
-        scale = c.head_dim ** -0.5 if c.attn_scale is None else c.attn_scale
-        self.attention = [Attention(scale, c.attn_softcap, c.sliding_window
-                                    if c.layer_type(i) == "sliding" else None)
-                          for i in range(c.layers)]  # what each layer's attention does
+        self.max_model_len = (
+            scaling.get("original_max_position_embeddings")
+            if scaling.get("rope_type") == "longrope"
+            else None
+        )
+        scale = c.head_dim**-0.5 if c.attn_scale is None else c.attn_scale
+        self.attention = [
+            Attention(
+                scale, c.attn_softcap, c.sliding_window if c.layer_type(i) == "sliding" else None
+            )
+            for i in range(c.layers)
+        ]  # what each layer's attention does
 
     @property
     def num_parameters(self) -> int:
-        tensors = [self.embed, self.final_norm] + ([] if self.lm_head is self.embed
-                                                   else [self.lm_head])
+        tensors = [self.embed, self.final_norm] + (
+            [] if self.lm_head is self.embed else [self.lm_head]
+        )
         tensors += [a for lw in self.layer_weights for a in lw.values() if a is not None]
         return sum(a.size for a in tensors)
 
@@ -302,8 +368,10 @@ class Transformer:
         if ids.dtype.kind not in "iu":
             raise TypeError(f"token ids must be integers, got {ids.dtype}")
         if len(ids) and (ids.min() < 0 or ids.max() >= self.config.vocab):
-            raise ValueError(f"token ids must lie in [0, {self.config.vocab}), got "
-                             f"{int(ids.min())} .. {int(ids.max())}")
+            raise ValueError(
+                f"token ids must lie in [0, {self.config.vocab}), got "
+                f"{int(ids.min())} .. {int(ids.max())}"
+            )
 
     def norm(self, x: np.ndarray, weight: np.ndarray) -> np.ndarray:
         return rms_norm(x, weight + np.float32(self.config.norm_offset), self.config.rms_eps)
@@ -337,14 +405,17 @@ class Transformer:
         """The rest of the layer: o_proj and the residual, then the MLP and the residual."""
         c, lw = self.config, self.layer_weights[layer]
         r = np.float32(c.residual_scale)
-        o = linear(attn.reshape(len(h), -1).astype(np.float32), lw["o_proj.weight"],
-                   lw["o_proj.bias"])
+        o = linear(
+            attn.reshape(len(h), -1).astype(np.float32), lw["o_proj.weight"], lw["o_proj.bias"]
+        )
         if c.norm_layout != "pre":
             o = self.norm(o, lw["post_attention_layernorm.weight"])
         h = h + (o if r == 1 else o * r)
-        x = {"pre": lambda: self.norm(h, lw["post_attention_layernorm.weight"]),
-             "sandwich": lambda: self.norm(h, lw["pre_feedforward_layernorm.weight"]),
-             "post": lambda: h}[c.norm_layout]()
+        x = {
+            "pre": lambda: self.norm(h, lw["post_attention_layernorm.weight"]),
+            "sandwich": lambda: self.norm(h, lw["pre_feedforward_layernorm.weight"]),
+            "post": lambda: h,
+        }[c.norm_layout]()
         gate = x @ lw["gate_proj.weight"].T
         m = (activation(c.act, gate) * (x @ lw["up_proj.weight"].T)) @ lw["down_proj.weight"].T
         if c.norm_layout != "pre":
@@ -373,30 +444,43 @@ class TinyModel(Transformer):
 
         def w(*shape, gain=1.0):  # drawn [in, out], stored [out, in] as Hugging Face does
             return np.ascontiguousarray(
-                (rng.standard_normal(shape) * gain / np.sqrt(shape[0])).astype(np.float32).T)
+                (rng.standard_normal(shape) * gain / np.sqrt(shape[0])).astype(np.float32).T
+            )
 
         weights = {"model.embed_tokens.weight": rng.standard_normal((c.vocab, c.hidden))}
         q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
         for i in range(c.layers):
             p = f"model.layers.{i}."
             weights[p + "input_layernorm.weight"] = 1 + 0.1 * rng.standard_normal(c.hidden)
-            for name, shape in (("q_proj", (c.hidden, q)), ("k_proj", (c.hidden, kv)),
-                                ("v_proj", (c.hidden, kv)), ("o_proj", (q, c.hidden))):
+            for name, shape in (
+                ("q_proj", (c.hidden, q)),
+                ("k_proj", (c.hidden, kv)),
+                ("v_proj", (c.hidden, kv)),
+                ("o_proj", (q, c.hidden)),
+            ):
                 weights[f"{p}self_attn.{name}.weight"] = w(*shape)
             weights[p + "post_attention_layernorm.weight"] = 1 + 0.1 * rng.standard_normal(c.hidden)
-            for name, shape in (("gate_proj", (c.hidden, c.mlp)), ("up_proj", (c.hidden, c.mlp)),
-                                ("down_proj", (c.mlp, c.hidden))):
+            for name, shape in (
+                ("gate_proj", (c.hidden, c.mlp)),
+                ("up_proj", (c.hidden, c.mlp)),
+                ("down_proj", (c.mlp, c.hidden)),
+            ):
                 weights[f"{p}mlp.{name}.weight"] = w(*shape)
             if c.fused:
                 weights[p + "self_attn.qkv_proj.weight"] = np.concatenate(
-                    [weights.pop(f"{p}self_attn.{x}_proj.weight") for x in "qkv"])
+                    [weights.pop(f"{p}self_attn.{x}_proj.weight") for x in "qkv"]
+                )
                 weights[p + "mlp.gate_up_proj.weight"] = np.concatenate(
-                    [weights.pop(f"{p}mlp.{x}_proj.weight") for x in ("gate", "up")])
+                    [weights.pop(f"{p}mlp.{x}_proj.weight") for x in ("gate", "up")]
+                )
         weights["model.norm.weight"] = np.ones(c.hidden, np.float32)
         weights["lm_head.weight"] = w(c.hidden, c.vocab, gain=4.0)  # well-spread logits
         for key, shape in tensor_shapes(c).items():  # norms and biases the config asks for
-            weights.setdefault(key, (key.endswith("norm.weight") and not c.norm_offset)
-                               + 0.1 * rng.standard_normal(shape))
+            weights.setdefault(
+                key,
+                (key.endswith("norm.weight") and not c.norm_offset)
+                + 0.1 * rng.standard_normal(shape),
+            )
         super().__init__(c, weights, name="TinyModel")
 
 
@@ -410,17 +494,23 @@ def activation(name: str, x: np.ndarray) -> np.ndarray:
     if name == "silu":
         return x / (1 + np.exp(-x))
     if name == "gelu_tanh":  # gelu_pytorch_tanh
-        return (0.5 * x * (1 + np.tanh(np.float32(math.sqrt(2 / math.pi))
-                                       * (x + np.float32(0.044715) * x ** 3)))).astype(np.float32)
+        return (
+            0.5
+            * x
+            * (1 + np.tanh(np.float32(math.sqrt(2 / math.pi)) * (x + np.float32(0.044715) * x**3)))
+        ).astype(np.float32)
     from math import erf  # exact GELU
-    return (0.5 * x * (1 + np.vectorize(erf, otypes=[np.float64])(x / math.sqrt(2)))
-            ).astype(np.float32)
+
+    return (0.5 * x * (1 + np.vectorize(erf, otypes=[np.float64])(x / math.sqrt(2)))).astype(
+        np.float32
+    )
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float = 1e-6) -> np.ndarray:
     x = x.astype(np.float32)
-    return (x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + np.float32(eps)) * weight
-            ).astype(np.float32)
+    return (x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + np.float32(eps)) * weight).astype(
+        np.float32
+    )
 
 
 def rotary(x: np.ndarray, angles: np.ndarray, factor: float = 1.0) -> np.ndarray:
@@ -430,6 +520,7 @@ def rotary(x: np.ndarray, angles: np.ndarray, factor: float = 1.0) -> np.ndarray
     cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]  # [T, 1, R/2]
     if factor != 1:
         cos, sin = cos * np.float32(factor), sin * np.float32(factor)
-    a, b, rest = x[..., :half], x[..., half:2 * half], x[..., 2 * half:]
-    return np.ascontiguousarray(np.concatenate([a * cos - b * sin, b * cos + a * sin, rest],
-                                               axis=-1), dtype=np.float32)
+    a, b, rest = x[..., :half], x[..., half : 2 * half], x[..., 2 * half :]
+    return np.ascontiguousarray(
+        np.concatenate([a * cos - b * sin, b * cos + a * sin, rest], axis=-1), dtype=np.float32
+    )

@@ -30,42 +30,69 @@ from .window_adapter import WindowAdapter
 
 
 class PagedEngine:
-    def __init__(self, model: Transformer, num_blocks: int, block_size: int, *,
-                 max_num_batched_tokens: int = 16, prefix_caching: bool = False,
-                 policy: str = "recompute", host_blocks: int | None = None,
-                 backend="auto", trace: bool = False, check: bool = False):
+    def __init__(
+        self,
+        model: Transformer,
+        num_blocks: int,
+        block_size: int,
+        *,
+        max_num_batched_tokens: int = 16,
+        prefix_caching: bool = False,
+        policy: str = "recompute",
+        host_blocks: int | None = None,
+        backend="auto",
+        trace: bool = False,
+        check: bool = False,
+    ):
         """`backend`: "auto" (kernels on a GPU, NumPy on the CPU), "numpy", "kernels", or an
         attention backend object (backend.py). `max_num_batched_tokens` is vLLM's token
         budget of one step."""
         if not isinstance(model, Transformer):
-            raise TypeError(f"model must be a Transformer (TinyModel or hf.load_model), got "
-                            f"{type(model).__name__}")
+            raise TypeError(
+                f"model must be a Transformer (TinyModel or hf.load_model), got "
+                f"{type(model).__name__}"
+            )
         count_arg("max_num_batched_tokens", max_num_batched_tokens, 1)
         for name, flag in (("prefix_caching", prefix_caching), ("trace", trace), ("check", check)):
             if type(flag) is not bool:
                 raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
         if policy not in ("recompute", "swap"):
             raise ValueError(f"policy must be 'recompute' or 'swap', got {policy!r}")
-        host_blocks = 4 * count_arg("num_blocks", num_blocks, 1) if host_blocks is None \
+        host_blocks = (
+            4 * count_arg("num_blocks", num_blocks, 1)
+            if host_blocks is None
             else count_arg("host_blocks", host_blocks, 0)
+        )
         c = model.config
         self.model, self.check = model, check
         kinds = c.windowed
         self.blocks: Any  # a BlockAdapter or a WindowAdapter: the calls the scheduler makes
         if "sliding" in kinds:  # v1's window manager, or its hybrid allocator
             assert c.sliding_window is not None, "a sliding layer has a window"
-            self.blocks = WindowAdapter(num_blocks, block_size, window=c.sliding_window,
-                                        hybrid="full" in kinds, prefix_caching=prefix_caching,
-                                        trace=trace)
+            self.blocks = WindowAdapter(
+                num_blocks,
+                block_size,
+                window=c.sliding_window,
+                hybrid="full" in kinds,
+                prefix_caching=prefix_caching,
+                trace=trace,
+            )
         else:
-            self.blocks = BlockAdapter(num_blocks, block_size, prefix_caching=prefix_caching,
-                                       host_blocks=host_blocks, trace=trace)
+            self.blocks = BlockAdapter(
+                num_blocks,
+                block_size,
+                prefix_caching=prefix_caching,
+                host_blocks=host_blocks,
+                trace=trace,
+            )
         # each layer's KV cache group: 0, or 1 for the sliding layers of a hybrid model
-        self.layer_group = [int(len(kinds) == 2 and c.layer_type(i) == "sliding")
-                            for i in range(c.layers)]
+        self.layer_group = [
+            int(len(kinds) == 2 and c.layer_type(i) == "sliding") for i in range(c.layers)
+        ]
         self.backend = choose(backend)  # the one place the attention backend is picked
-        self.kv = PagedKV(self.backend, c.layers, num_blocks, c.kv_heads, block_size,
-                          c.head_dim, host_blocks)
+        self.kv = PagedKV(
+            self.backend, c.layers, num_blocks, c.kv_heads, block_size, c.head_dim, host_blocks
+        )
         self.scheduler = Scheduler(self.blocks, self.kv, max_num_batched_tokens, policy)
         self.runs: list = []
         self.log: list = []  # one dict per step: what ran and what the blocks did
@@ -81,20 +108,29 @@ class PagedEngine:
         self.model.check_tokens(request.prompt)
         limit = self.model.max_model_len
         if limit is not None and len(request.prompt) + request.max_tokens > limit:
-            raise ValueError(f"prompt + max_tokens = {len(request.prompt) + request.max_tokens} "
-                             f"exceeds the {limit} positions longrope's short factors serve "
-                             f"(original_max_position_embeddings)")
+            raise ValueError(
+                f"prompt + max_tokens = {len(request.prompt) + request.max_tokens} "
+                f"exceeds the {limit} positions longrope's short factors serve "
+                f"(original_max_position_embeddings)"
+            )
         if request.width > 1 and not getattr(self.blocks, "supports_fork", True):
-            raise ValueError(f"request runs {request.width} sequences; a model with "
-                             f"sliding-window layers serves one (n = 1, no beam search)")
+            raise ValueError(
+                f"request runs {request.width} sequences; a model with "
+                f"sliding-window layers serves one (n = 1, no beam search)"
+            )
         bs, pool = self.blocks.block_size, self.blocks.manager.num_blocks
-        worst = request.width * blocks_needed(len(request.prompt) + request.max_tokens, bs) \
-            * len(getattr(self.blocks, "groups", "x"))  # a hybrid model fills two groups
+        worst = (
+            request.width
+            * blocks_needed(len(request.prompt) + request.max_tokens, bs)
+            * len(getattr(self.blocks, "groups", "x"))
+        )  # a hybrid model fills two groups
         if worst > pool:
             raise ValueError(f"request needs up to {worst} blocks alone; the pool has {pool}")
         if request.width > self.scheduler.budget:
-            raise ValueError(f"request runs {request.width} sequences; max_num_batched_tokens "
-                             f"is {self.scheduler.budget}")
+            raise ValueError(
+                f"request runs {request.width} sequences; max_num_batched_tokens "
+                f"is {self.scheduler.budget}"
+            )
 
     def submit(self, request) -> None:
         """Queue a request; refuse one that could never fit the pool or the token budget."""
@@ -122,8 +158,9 @@ class PagedEngine:
 
     def step(self) -> dict:
         if all(run.status == "done" for run in self.runs):
-            raise RuntimeError("nothing to step: no request is waiting or running "
-                               "(submit one first)")
+            raise RuntimeError(
+                "nothing to step: no request is waiting or running (submit one first)"
+            )
         before = dict(self.scheduler.stats)
         items = self.scheduler.schedule()
         if not items:
@@ -138,13 +175,21 @@ class PagedEngine:
             self._advance(run, logits)
         if self.check:
             self.blocks.check()
-        record = dict(step=len(self.log) + 1,
-                      prefill_tokens=sum(i.end - i.start for i in items if i.end - i.start > 1),
-                      decode_tokens=sum(1 for i in items if i.end - i.start == 1),
-                      seqs=[f"{i.seq}[{i.start}:{i.end}]" for i in items],
-                      free_blocks=self.blocks.num_free, **self.blocks.events_since_mark())
-        record.update({k: v - before[k] for k, v in self.scheduler.stats.items()
-                       if k.startswith("preempted") and v != before[k]})
+        record = dict(
+            step=len(self.log) + 1,
+            prefill_tokens=sum(i.end - i.start for i in items if i.end - i.start > 1),
+            decode_tokens=sum(1 for i in items if i.end - i.start == 1),
+            seqs=[f"{i.seq}[{i.start}:{i.end}]" for i in items],
+            free_blocks=self.blocks.num_free,
+            **self.blocks.events_since_mark(),
+        )
+        record.update(
+            {
+                k: v - before[k]
+                for k, v in self.scheduler.stats.items()
+                if k.startswith("preempted") and v != before[k]
+            }
+        )
         self.log.append(record)
         return record
 
@@ -157,9 +202,9 @@ class PagedEngine:
             if run.status != "running":
                 continue
             for s in run.state.seq_keys():
-                tokens = run.state.tokens[s][:self.blocks.num_tokens(s)]
+                tokens = run.state.tokens[s][: self.blocks.num_tokens(s)]
                 for i, b in enumerate(self.blocks.table(s)):
-                    out[b] = tuple(tokens[i * bs:(i + 1) * bs])
+                    out[b] = tuple(tokens[i * bs : (i + 1) * bs])
         return out
 
     def _advance(self, run: Run, logits: dict) -> None:
@@ -185,12 +230,22 @@ class PagedEngine:
         prefill = [i for i in items if i.end - i.start > 1]
         decode = [i for i in items if i.end - i.start == 1]
         order = prefill + decode
-        tokens = np.concatenate([i.run.state.tokens[i.seq][i.start:i.end] for i in order])
+        tokens = np.concatenate([i.run.state.tokens[i.seq][i.start : i.end] for i in order])
         positions = np.concatenate([np.arange(i.start, i.end) for i in order])
         groups = sorted(set(self.layer_group))
-        slots = {g: np.concatenate([np.where(np.arange(i.start, i.end) >= i.write_from,
-                                             self.blocks.slots(i.seq, i.start, i.end, g), -1)
-                                    for i in order]).astype(np.int64) for g in groups}
+        slots = {
+            g: np.concatenate(
+                [
+                    np.where(
+                        np.arange(i.start, i.end) >= i.write_from,
+                        self.blocks.slots(i.seq, i.start, i.end, g),
+                        -1,
+                    )
+                    for i in order
+                ]
+            ).astype(np.int64)
+            for g in groups
+        }
         split = sum(i.end - i.start for i in prefill)
         pre = {g: self._batch(prefill, g) for g in groups}
         dec = {g: self._batch(decode, g) for g in groups}
@@ -203,16 +258,30 @@ class PagedEngine:
             parts = []
             if prefill:
                 tables, lens, starts = pre_args
-                parts.append(self.kv.prefill(layer, np.ascontiguousarray(q[:split]), tables,
-                                             lens, starts, m.attention[layer]))
+                parts.append(
+                    self.kv.prefill(
+                        layer,
+                        np.ascontiguousarray(q[:split]),
+                        tables,
+                        lens,
+                        starts,
+                        m.attention[layer],
+                    )
+                )
             if decode:
                 tables, lens, _ = dec_args
-                parts.append(self.kv.decode(layer, np.ascontiguousarray(q[split:]), tables, lens,
-                                            m.attention[layer]))
+                parts.append(
+                    self.kv.decode(
+                        layer, np.ascontiguousarray(q[split:]), tables, lens, m.attention[layer]
+                    )
+                )
             h = m.finish(layer, h, np.concatenate(parts))
         last = np.cumsum([i.end - i.start for i in order]) - 1
-        ends = [(n, i) for n, i in zip(last, order, strict=True)
-                if i.end == len(i.run.state.tokens[i.seq])]
+        ends = [
+            (n, i)
+            for n, i in zip(last, order, strict=True)
+            if i.end == len(i.run.state.tokens[i.seq])
+        ]
         out = m.logits(h[[n for n, _ in ends]]) if ends else []
         return {i.seq: row for (_, i), row in zip(ends, out, strict=True)}
 
@@ -221,12 +290,13 @@ class PagedEngine:
         of one KV cache group."""
         if not items:
             return None
-        tables = [self.blocks.table(i.seq, group) if group else self.blocks.table(i.seq)
-                  for i in items]
+        tables = [
+            self.blocks.table(i.seq, group) if group else self.blocks.table(i.seq) for i in items
+        ]
         width = max(len(t) for t in tables)
         padded = np.full((len(items), width), -1, np.int32)
         for row, t in enumerate(tables):
-            padded[row, :len(t)] = t
+            padded[row, : len(t)] = t
         lens = np.array([i.end for i in items], np.int32)
         starts = np.concatenate([[0], np.cumsum([i.end - i.start for i in items])]).astype(np.int32)
         return padded, lens, starts

@@ -62,8 +62,9 @@ class Request:
         if not prompt:
             raise ValueError("prompt must hold at least one token id")
         object.__setattr__(self, "prompt", prompt)
-        object.__setattr__(self, "stop_token_ids",
-                           token_ids_arg("stop_token_ids", self.stop_token_ids))
+        object.__setattr__(
+            self, "stop_token_ids", token_ids_arg("stop_token_ids", self.stop_token_ids)
+        )
         count_arg("max_tokens", self.max_tokens, 1)
         count_arg("n", self.n, 1)
         count_arg("beam_width", self.beam_width, 0)
@@ -73,14 +74,16 @@ class Request:
         if self.top_p == 0:
             raise ValueError("top_p must be in (0, 1], got 0")
         penalty = self.length_penalty
-        if isinstance(penalty, bool) or not isinstance(penalty, (int, float, np.integer,
-                                                                 np.floating)):
+        if isinstance(penalty, bool) or not isinstance(
+            penalty, (int, float, np.integer, np.floating)
+        ):
             raise TypeError(f"length_penalty must be a number, got {type(penalty).__name__}")
         if not math.isfinite(penalty):
             raise ValueError(f"length_penalty must be a finite number, got {penalty}")
         object.__setattr__(self, "length_penalty", float(penalty))
-        object.__setattr__(self, "repetition_penalty",
-                           _real("repetition_penalty", self.repetition_penalty))
+        object.__setattr__(
+            self, "repetition_penalty", _real("repetition_penalty", self.repetition_penalty)
+        )
         if self.repetition_penalty == 0:
             raise ValueError("repetition_penalty must be > 0, got 0")
         count_arg("top_k", self.top_k, 0)
@@ -118,8 +121,15 @@ def penalize(logits: np.ndarray, tokens, penalty: float) -> np.ndarray:
     return out
 
 
-def sample(logits: np.ndarray, temperature: float, seed: int, index: int, step: int,
-           top_p: float = 1.0, top_k: int = 0) -> int:
+def sample(
+    logits: np.ndarray,
+    temperature: float,
+    seed: int,
+    index: int,
+    step: int,
+    top_p: float = 1.0,
+    top_k: int = 0,
+) -> int:
     if temperature == 0:
         return int(np.argmax(logits))
     x = np.asarray(logits, np.float64)
@@ -130,7 +140,7 @@ def sample(logits: np.ndarray, temperature: float, seed: int, index: int, step: 
     if top_p < 1:  # keep the most probable tokens until their mass reaches top_p
         p = np.exp(log_softmax(x))
         order = np.lexsort((np.arange(len(p)), -p))
-        keep = order[:int(np.searchsorted(np.cumsum(p[order]), top_p)) + 1]
+        keep = order[: int(np.searchsorted(np.cumsum(p[order]), top_p)) + 1]
         x = np.where(np.isin(np.arange(len(p)), keep), x, -np.inf)
     u = np.random.default_rng([seed, index, step]).random(len(logits))
     gumbel = -np.log(-np.log(np.clip(u, 1e-300, 1.0)))
@@ -205,15 +215,24 @@ class RequestState:
 
     def _sample_picks(self, logits: dict) -> list:
         r, step = self.request, self.generated
-        logits = {s: penalize(row, self.tokens[s], r.repetition_penalty)
-                  for s, row in logits.items()}
+        logits = {
+            s: penalize(row, self.tokens[s], r.repetition_penalty) for s, row in logits.items()
+        }
         if step == 0 and r.n > 1:  # the prompt's logits serve all n samples
-            (s, row), = logits.items()
-            return [(s, sample(row, r.temperature, r.seed, i, step, r.top_p, r.top_k), 0.0, i)
-                    for i in range(r.n)]
-        return [(s, sample(row, r.temperature, r.seed, self.index[s], step, r.top_p, r.top_k),
-                 0.0, self.index[s])
-                for s, row in sorted(logits.items(), key=lambda kv: self.index[kv[0]])]
+            ((s, row),) = logits.items()
+            return [
+                (s, sample(row, r.temperature, r.seed, i, step, r.top_p, r.top_k), 0.0, i)
+                for i in range(r.n)
+            ]
+        return [
+            (
+                s,
+                sample(row, r.temperature, r.seed, self.index[s], step, r.top_p, r.top_k),
+                0.0,
+                self.index[s],
+            )
+            for s, row in sorted(logits.items(), key=lambda kv: self.index[kv[0]])
+        ]
 
     def _beam_picks(self, logits: dict) -> list:
         """The surviving beams as picks (none when the search ends early); this step's
@@ -222,16 +241,22 @@ class RequestState:
         width, length = r.beam_width, self.generated + 1
         last = length >= r.max_tokens
         beams = sorted(logits, key=lambda s: self.index[s])
-        cand = bs.top_candidates([self.score[s] for s in beams],
-                                 [log_softmax(penalize(logits[s], self.tokens[s],
-                                                       r.repetition_penalty)) for s in beams],
-                                 bs.num_candidates(width, r.stop_token_ids))
+        cand = bs.top_candidates(
+            [self.score[s] for s in beams],
+            [log_softmax(penalize(logits[s], self.tokens[s], r.repetition_penalty)) for s in beams],
+            bs.num_candidates(width, r.stop_token_ids),
+        )
         picks, found = [], list(self.hypotheses)
         for rank, (b, token, score) in enumerate(cand):
             if last or token in r.stop_token_ids:
                 if rank < width:
-                    found.append((bs.hypothesis_score(score, length, r.length_penalty),
-                                  (self.generated, rank), [*self.tokens[beams[b]], token]))
+                    found.append(
+                        (
+                            bs.hypothesis_score(score, length, r.length_penalty),
+                            (self.generated, rank),
+                            [*self.tokens[beams[b]], token],
+                        )
+                    )
             if token not in r.stop_token_ids and len(picks) < width:
                 # the k-th best keeps beam slot k: a stable sample index per rank
                 picks.append((beams[b], token, score, len(picks)))

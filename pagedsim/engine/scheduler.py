@@ -27,6 +27,7 @@ from .requests import RequestState
 @dataclass
 class Run:
     """A request inside the engine."""
+
     state: RequestState
     computed: dict = field(default_factory=dict)  # seq -> tokens whose K/V is in the cache
     order: int = 0  # admission counter: larger = admitted later
@@ -38,6 +39,7 @@ class Run:
 @dataclass
 class Item:
     """One sequence's share of a step: compute positions [start, end)."""
+
     run: Run
     seq: str
     start: int
@@ -55,8 +57,15 @@ class Scheduler:
         self.running: list = []
         self.swapped: deque = deque()
         self._order = 0
-        self.stats = dict(preempted_recompute=0, preempted_swap=0, swap_bytes=0, cow_bytes=0,
-                          cached_tokens=0, computed_tokens=0, recomputed_tokens=0)
+        self.stats = dict(
+            preempted_recompute=0,
+            preempted_swap=0,
+            swap_bytes=0,
+            cow_bytes=0,
+            cached_tokens=0,
+            computed_tokens=0,
+            recomputed_tokens=0,
+        )
 
     def add(self, run: Run) -> None:
         self.waiting.append(run)
@@ -90,13 +99,21 @@ class Scheduler:
                             self.kv.copy(copies)
                             self.stats["cow_bytes"] += len(copies) * self.kv.block_bytes
                         continue
-                    victim = next((r for r in reversed(self.running)
-                                   if r.status == "running" and id(r) not in served), run)
+                    victim = next(
+                        (
+                            r
+                            for r in reversed(self.running)
+                            if r.status == "running" and id(r) not in served
+                        ),
+                        run,
+                    )
                     self.preempt(victim)
                     if victim is run:
                         return budget
-            items += [Item(run, s, run.computed[s], run.computed[s] + 1,
-                           max(run.computed[s], run.hold)) for s in seqs]
+            items += [
+                Item(run, s, run.computed[s], run.computed[s] + 1, max(run.computed[s], run.hold))
+                for s in seqs
+            ]
             return budget - len(seqs)
         chunk = min(max(remaining.values()), budget // len(seqs))
         if chunk <= 0:
@@ -138,8 +155,10 @@ class Scheduler:
                 self.swapped.append(run)
                 return
             if len(seqs) > 1:
-                raise RuntimeError("the host pool is full: a request with several sequences "
-                                   "can only be swapped (vLLM v0 raises here too)")
+                raise RuntimeError(
+                    "the host pool is full: a request with several sequences "
+                    "can only be swapped (vLLM v0 raises here too)"
+                )
         (seq,) = seqs
         self.blocks.free(seq)
         self.stats["preempted_recompute"] += 1
@@ -155,8 +174,9 @@ class Scheduler:
             decode_room = sum(len(r.state.tokens) for r in self.running)  # one block per sequence
             if self.blocks.blocks_to_swap_in(seqs) + decode_room > self.blocks.num_free:
                 return
-            pairs = self.blocks.swap_in(seqs, {s: (run.state.tokens[s], run.computed[s])
-                                               for s in seqs})
+            pairs = self.blocks.swap_in(
+                seqs, {s: (run.state.tokens[s], run.computed[s]) for s in seqs}
+            )
             self.kv.swap_in(pairs)
             self.stats["swap_bytes"] += len(pairs) * self.kv.block_bytes
             self.swapped.popleft()

@@ -37,8 +37,16 @@ from ..policies.sliding_window_cache import SlidingWindowPrefixCachingManager
 class WindowAdapter:
     supports_fork = False  # no v0 fork or swap: one sequence per request, preempt = recompute
 
-    def __init__(self, num_blocks: int, block_size: int, *, window: int, hybrid: bool,
-                 prefix_caching: bool = False, trace: bool = False):
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        *,
+        window: int,
+        hybrid: bool,
+        prefix_caching: bool = False,
+        trace: bool = False,
+    ):
         # HybridManager or SlidingWindowPrefixCachingManager: the same v1 calls, each with
         # its own ComputedBlocks type
         self.manager: Any
@@ -47,8 +55,9 @@ class WindowAdapter:
             self.manager = HybridManager(num_blocks, block_size, window=window, trace=trace)
             self.groups = ("full", "window")
         else:
-            self.manager = SlidingWindowPrefixCachingManager(num_blocks, block_size,
-                                                             window=window, trace=trace)
+            self.manager = SlidingWindowPrefixCachingManager(
+                num_blocks, block_size, window=window, trace=trace
+            )
             self.groups = ("window",)
         self.block_size = block_size
         self.prefix_caching = prefix_caching
@@ -80,9 +89,10 @@ class WindowAdapter:
 
     def blocks_in_use(self) -> dict:
         """Blocks each group's tables name right now (the hybrid saving is read here)."""
-        return {name: sum(sum(1 for b in self.table(s, g) if b != NULL_BLOCK)
-                          for s in self._computed)
-                for g, name in enumerate(self.groups)}
+        return {
+            name: sum(sum(1 for b in self.table(s, g) if b != NULL_BLOCK) for s in self._computed)
+            for g, name in enumerate(self.groups)
+        }
 
     def check(self) -> None:
         self.manager.check_invariants()
@@ -129,10 +139,16 @@ class WindowAdapter:
     def events_since_mark(self) -> dict:
         """Blocks that entered and left the tables since the last call (read from the
         tables: the v1 managers keep no per-block event list here), and each group's use."""
-        named = {b for s in self._computed for g in range(len(self.groups))
-                 for b in self.table(s, g) if b != NULL_BLOCK}
-        counts = dict(allocated=len(named - self._named), shared=0, copied=0,
-                      freed=len(self._named - named))
+        named = {
+            b
+            for s in self._computed
+            for g in range(len(self.groups))
+            for b in self.table(s, g)
+            if b != NULL_BLOCK
+        }
+        counts = dict(
+            allocated=len(named - self._named), shared=0, copied=0, freed=len(self._named - named)
+        )
         self._named = named
         counts.update({f"{g}_blocks": n for g, n in self.blocks_in_use().items()})
         return counts

@@ -64,17 +64,22 @@ def external_fragmentation(size, output_len, arrival, memory: int, queue: str = 
 
 def _requests(size, output_len, arrival, memory: int):
     """The three columns as int64 arrays, checked against each other and `memory`."""
-    size, output_len, arrival = (_int_column(name, values) for name, values in
-                                 (("size", size), ("output_len", output_len), ("arrival", arrival)))
+    size, output_len, arrival = (
+        _int_column(name, values)
+        for name, values in (("size", size), ("output_len", output_len), ("arrival", arrival))
+    )
     if not len(size) == len(output_len) == len(arrival):
-        raise ValueError(f"size, output_len and arrival differ in length: "
-                         f"{len(size)}, {len(output_len)}, {len(arrival)}")
+        raise ValueError(
+            f"size, output_len and arrival differ in length: "
+            f"{len(size)}, {len(output_len)}, {len(arrival)}"
+        )
     if len(size) and (size.min() < 1 or output_len.min() < 1 or arrival.min() < 0):
         raise ValueError("sizes and output lengths must be >= 1 and arrivals >= 0")
     if len(size) and int(size.max()) > memory:
         i = int(size.argmax())
-        raise ValueError(f"request {i} needs {int(size[i])} contiguous slots but memory is "
-                         f"{memory}")
+        raise ValueError(
+            f"request {i} needs {int(size[i])} contiguous slots but memory is {memory}"
+        )
     return size, output_len, arrival
 
 
@@ -135,8 +140,9 @@ def _int_column(name: str, values) -> np.ndarray:
     """A 1-D int64 array of `values`; TypeError for anything that is not integers."""
     array = np.asarray(values)
     if array.ndim != 1 or not (array.size == 0 or np.issubdtype(array.dtype, np.integer)):
-        raise TypeError(f"{name} must be a 1-D sequence of integers, got {array.dtype} "
-                        f"with shape {array.shape}")
+        raise TypeError(
+            f"{name} must be a 1-D sequence of integers, got {array.dtype} with shape {array.shape}"
+        )
     return array.astype(np.int64)
 
 

@@ -107,8 +107,11 @@ def explore(impl: str, threads: int, stack: tuple[int, ...] | None = None):
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
     threads = count_arg("threads (the walk grows factorially)", threads, 1, 4)
-    stack = (tuple(range(10, 10 + threads + 1)) if stack is None
-             else tuple(count_arg("stack entry", b, None) for b in stack))
+    stack = (
+        tuple(range(10, 10 + threads + 1))
+        if stack is None
+        else tuple(count_arg("stack entry", b, None) for b in stack)
+    )
     if len(stack) < threads:
         raise ValueError(f"stack needs at least {threads} ids, got {len(stack)}")
 
@@ -120,8 +123,9 @@ def explore(impl: str, threads: int, stack: tuple[int, ...] | None = None):
         for i in live:
             pc, r, new_top, step = _advance(impl, pcs[i], regs[i], top, stack, i)
             steps.append(step)
-            yield from walk(pcs[:i] + (pc,) + pcs[i + 1:], regs[:i] + (r,) + regs[i + 1:],
-                            new_top, steps)
+            yield from walk(
+                pcs[:i] + (pc,) + pcs[i + 1 :], regs[:i] + (r,) + regs[i + 1 :], new_top, steps
+            )
             steps.pop()
 
     yield from walk((0,) * threads, ((0, -1),) * threads, len(stack), [])
@@ -172,8 +176,9 @@ def format_schedule(out: Outcome) -> str:
         cells = [text.ljust(width) if i == s.thread else " " * width for i in range(n)]
         lines.append(f"{k:>3} | " + " | ".join(cells) + f" | {top}")
     got = ", ".join(f"thread {i} got block {b}" for i, b in enumerate(out.blocks))
-    lines.append(f"result: {got}; top {out.start_top} -> {out.final_top} "
-                 f"(expected {out.start_top - n})")
+    lines.append(
+        f"result: {got}; top {out.start_top} -> {out.final_top} (expected {out.start_top - n})"
+    )
     if out.duplicates:
         lines.append(f"BAD: block(s) {list(out.duplicates)} handed to more than one thread")
     elif out.top_drift:
@@ -183,20 +188,25 @@ def format_schedule(out: Outcome) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from ..app.args import ArgParser, int_in
+
     p = ArgParser(prog="pagedsim race", description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, choices=(2, 3), default=2)
     p.add_argument("--impl", choices=IMPLS, default="racy")
-    p.add_argument("--show", type=int_in(0, 10**6), default=1,
-                   help="print this many bad schedules (default 1)")
+    p.add_argument(
+        "--show", type=int_in(0, 10**6), default=1, help="print this many bad schedules (default 1)"
+    )
     args = p.parse_args(argv)
     s = summarize(args.impl, args.threads)
-    print(f"{args.impl} pop, {args.threads} threads, "
-          f"free stack {list(range(10, 11 + args.threads))} (top at the end)")
+    print(
+        f"{args.impl} pop, {args.threads} threads, "
+        f"free stack {list(range(10, 11 + args.threads))} (top at the end)"
+    )
     line = f"interleavings walked: {s.total}"
     if args.impl in STEPS_PER_POP:
         k = STEPS_PER_POP[args.impl]
-        line += (f" (= ({args.threads}*{k})! / ({k}!)^{args.threads} "
-                 f"= {multinomial(args.threads, k)})")
+        line += (
+            f" (= ({args.threads}*{k})! / ({k}!)^{args.threads} = {multinomial(args.threads, k)})"
+        )
     print(line)
     print(f"bad: {s.bad} ({s.duplicated} hand one block to two threads)")
     if s.bad == 0:

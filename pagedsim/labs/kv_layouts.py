@@ -45,6 +45,7 @@ def vec_width(dtype) -> int:
 @dataclass(frozen=True)
 class KVLayout:
     """One cache layout: the axis order of its K and V arrays (see the module docstring)."""
+
     name: str
     k_axes: tuple  # K's axes, outermost first
     v_axes: tuple  # V's axes
@@ -56,8 +57,10 @@ class KVLayout:
             named = set(axes) - {"KV"}
             dims = {"N", "H", "B"} <= named and ({"D"} <= named or {"D/x", "x"} <= named)
             if not set(axes) <= set(AXES) or len(set(axes)) != len(axes) or not dims:
-                raise ValueError(f"{self.name}: {which} must name N, H, B and D (or D/x and x) "
-                                 f"once each from {AXES}, got {axes}")
+                raise ValueError(
+                    f"{self.name}: {which} must name N, H, B and D (or D/x and x) "
+                    f"once each from {AXES}, got {axes}"
+                )
         if self.same_array and (self.k_axes != FUSED_AXES or self.v_axes != FUSED_AXES):
             raise ValueError(f"{self.name}: one array for K and V must be {FUSED_AXES}")
 
@@ -96,8 +99,10 @@ class KVLayout:
         """(num_blocks, num_kv_heads, block_size, head_dim) read off K's shape; ValueError
         if a vector axis is not x wide."""
         if len(k_shape) != self.k_ndim:
-            raise ValueError(f"k_src must have {self.k_ndim} dimensions {self.k_axes}, "
-                             f"got shape {tuple(k_shape)}")
+            raise ValueError(
+                f"k_src must have {self.k_ndim} dimensions {self.k_axes}, "
+                f"got shape {tuple(k_shape)}"
+            )
         size = dict(zip(self.k_axes, k_shape, strict=True))
         if "x" in size and size["x"] != x:
             raise ValueError(f"k_src axis x must be x={x} (16 bytes per vector), got {size['x']}")
@@ -114,8 +119,9 @@ class KVLayout:
             return c, c
         x = vec_width(c.dtype)
         if c.shape[4] % x and "x" in self.k_axes + self.v_axes:
-            raise ValueError(f"{self.name} layout needs head_dim divisible by x={x}, "
-                             f"got {c.shape[4]}")
+            raise ValueError(
+                f"{self.name} layout needs head_dim divisible by x={x}, got {c.shape[4]}"
+            )
         return self._from(c[:, 0], self.k_axes, x), self._from(c[:, 1], self.v_axes, x)
 
     @staticmethod
@@ -128,15 +134,31 @@ class KVLayout:
         return np.ascontiguousarray(part.transpose([names.index(a) for a in axes]))
 
 
-LAYOUTS: dict[str, KVLayout] = {spec.name: spec for spec in (
-    KVLayout("fused", FUSED_AXES, FUSED_AXES, "kv_cache[N, 2, H, B, D]"),
-    KVLayout("split", ("N", "H", "B", "D"), ("N", "H", "B", "D"),
-             "k_pool[N, H, B, D], v_pool[N, H, B, D]"),
-    KVLayout("nhd", ("N", "B", "H", "D"), ("N", "B", "H", "D"),
-             "k_pool[N, B, H, D], v_pool[N, B, H, D]"),
-    KVLayout("vllm", ("N", "H", "D/x", "B", "x"), ("N", "H", "D", "B"),
-             "key[N, H, D/x, B, x], value[N, H, D, B]", vec16_along_tokens=("v",)),
-)}
+LAYOUTS: dict[str, KVLayout] = {
+    spec.name: spec
+    for spec in (
+        KVLayout("fused", FUSED_AXES, FUSED_AXES, "kv_cache[N, 2, H, B, D]"),
+        KVLayout(
+            "split",
+            ("N", "H", "B", "D"),
+            ("N", "H", "B", "D"),
+            "k_pool[N, H, B, D], v_pool[N, H, B, D]",
+        ),
+        KVLayout(
+            "nhd",
+            ("N", "B", "H", "D"),
+            ("N", "B", "H", "D"),
+            "k_pool[N, B, H, D], v_pool[N, B, H, D]",
+        ),
+        KVLayout(
+            "vllm",
+            ("N", "H", "D/x", "B", "x"),
+            ("N", "H", "D", "B"),
+            "key[N, H, D/x, B, x], value[N, H, D, B]",
+            vec16_along_tokens=("v",),
+        ),
+    )
+}
 
 
 def layout(name: str) -> KVLayout:

@@ -30,35 +30,70 @@ from ..scheduler import make_scheduler
 from ..sizing import preset
 from .waste import DEFAULT_MEMORY_TOKENS, add_trace_args, load_requests
 
-COLUMNS = ("mode", "eviction", "preemption", "hit_rate", "evictions", "preemptions",
-           "discarded_tokens", "recomputed_tokens", "swapped_mib", "steps")
+COLUMNS = (
+    "mode",
+    "eviction",
+    "preemption",
+    "hit_rate",
+    "evictions",
+    "preemptions",
+    "discarded_tokens",
+    "recomputed_tokens",
+    "swapped_mib",
+    "steps",
+)
 
 
-def compare(requests, tokens, *, block_size: int = 16, memory_tokens: int = DEFAULT_MEMORY_TOKENS,
-            swap_space: float = 4.0, model: str = "opt-13b") -> list[dict]:
+def compare(
+    requests,
+    tokens,
+    *,
+    block_size: int = 16,
+    memory_tokens: int = DEFAULT_MEMORY_TOKENS,
+    swap_space: float = 4.0,
+    model: str = "opt-13b",
+) -> list[dict]:
     block_bytes = preset(model).bytes_per_block(block_size)
     host_blocks = int(swap_space * 2**30 // block_bytes)
     rows = []
     runs = [("v1", e, "recompute") for e in EVICTION_POLICIES]
     runs += [("v0", e, p) for e in EVICTION_POLICIES for p in PREEMPTION_POLICIES]
     for mode, eviction, preemption in runs:
-        m = PrefixCachingManager(memory_tokens // block_size, block_size, eviction=eviction,
-                                 trace=False)
+        m = PrefixCachingManager(
+            memory_tokens // block_size, block_size, eviction=eviction, trace=False
+        )
         if mode == "v1":
             s = make_scheduler(requests, m, mode="v1", tokens=tokens, record=False).run()
         else:
-            s = make_scheduler(requests, m, preemption, tokens=tokens, host_blocks=host_blocks,
-                          block_bytes=block_bytes, record=False).run()
-        rows.append({"mode": mode, "eviction": eviction, "preemption": preemption,
-                     "hit_rate": m.stats.hit_rate, "preempted_hit_rate": (
-                         m.stats.preempted_hit_tokens / m.stats.preempted_prompt_tokens
-                         if m.stats.preempted_prompt_tokens else 0.0),
-                     "evictions": m.stats.evictions,
-                     "block_floor": m.stats.block_floor, "preemptions": s.preemptions,
-                     "discarded_tokens": s.discarded_tokens,
-                     "recomputed_tokens": s.recomputed_tokens,
-                     "swapped_mib": getattr(getattr(s, "policy", None), "bytes_swapped", 0) / 2**20,
-                     "steps": s.now})
+            s = make_scheduler(
+                requests,
+                m,
+                preemption,
+                tokens=tokens,
+                host_blocks=host_blocks,
+                block_bytes=block_bytes,
+                record=False,
+            ).run()
+        rows.append(
+            {
+                "mode": mode,
+                "eviction": eviction,
+                "preemption": preemption,
+                "hit_rate": m.stats.hit_rate,
+                "preempted_hit_rate": (
+                    m.stats.preempted_hit_tokens / m.stats.preempted_prompt_tokens
+                    if m.stats.preempted_prompt_tokens
+                    else 0.0
+                ),
+                "evictions": m.stats.evictions,
+                "block_floor": m.stats.block_floor,
+                "preemptions": s.preemptions,
+                "discarded_tokens": s.discarded_tokens,
+                "recomputed_tokens": s.recomputed_tokens,
+                "swapped_mib": getattr(getattr(s, "policy", None), "bytes_swapped", 0) / 2**20,
+                "steps": s.now,
+            }
+        )
     return rows
 
 
@@ -67,10 +102,17 @@ def main(argv: list[str]) -> int:
     add_trace_args(ap)
     ap.set_defaults(num_requests=300)
     ap.add_argument("--block-size", type=int_in(1, MAX_BLOCK_SIZE), default=16)
-    ap.add_argument("--memory-tokens", type=int_in(1, MAX_BLOCK_SIZE * MAX_NUM_BLOCKS),
-                    default=DEFAULT_MEMORY_TOKENS)
-    ap.add_argument("--swap-space", type=float_in(0, 2**20), default=4.0,
-                    help="host swap space in GiB, as vLLM v0's --swap-space (default 4)")
+    ap.add_argument(
+        "--memory-tokens",
+        type=int_in(1, MAX_BLOCK_SIZE * MAX_NUM_BLOCKS),
+        default=DEFAULT_MEMORY_TOKENS,
+    )
+    ap.add_argument(
+        "--swap-space",
+        type=float_in(0, 2**20),
+        default=4.0,
+        help="host swap space in GiB, as vLLM v0's --swap-space (default 4)",
+    )
     ap.add_argument("--model", default="opt-13b", help="sizing preset for block bytes")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -78,16 +120,32 @@ def main(argv: list[str]) -> int:
         ap.error("--memory-tokens must hold at least one block (>= --block-size)")
     requests, source = load_requests(args)  # errors: one line from pagedsim.app.cli.main
     tokens = workloads.prompt_tokens(requests, args.seed)
-    rows = compare(requests, tokens, block_size=args.block_size,
-                   memory_tokens=args.memory_tokens, swap_space=args.swap_space, model=args.model)
+    rows = compare(
+        requests,
+        tokens,
+        block_size=args.block_size,
+        memory_tokens=args.memory_tokens,
+        swap_space=args.swap_space,
+        model=args.model,
+    )
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"trace: {source}; block size {args.block_size}, memory {args.memory_tokens} token "
-          f"slots, host swap {args.swap_space:g} GiB of {args.model} blocks")
-    cells = [COLUMNS] + [tuple(
-        f"{100 * r[c]:.1f}%" if c == "hit_rate" else f"{r[c]:.0f}" if c == "swapped_mib"
-        else str(r[c]) for c in COLUMNS) for r in rows]
+    print(
+        f"trace: {source}; block size {args.block_size}, memory {args.memory_tokens} token "
+        f"slots, host swap {args.swap_space:g} GiB of {args.model} blocks"
+    )
+    cells = [COLUMNS] + [
+        tuple(
+            f"{100 * r[c]:.1f}%"
+            if c == "hit_rate"
+            else f"{r[c]:.0f}"
+            if c == "swapped_mib"
+            else str(r[c])
+            for c in COLUMNS
+        )
+        for r in rows
+    ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
     for row in cells:
         print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))

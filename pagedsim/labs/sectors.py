@@ -30,9 +30,26 @@ import numpy as np
 from . import kv_layouts as _kv
 from .kv_layouts import LAYOUTS, KVLayout, layout
 
-__all__ = ["LAYOUTS", "KVLayout", "layout", "Geometry", "WarpLoad", "MAPPINGS", "element_offset",
-           "lane_elements", "warp_load", "touched", "misaligned_run", "alignment_table",
-           "layout_table", "kv_distance", "format_table", "SECTOR", "LINE", "WARP"]
+__all__ = [
+    "LAYOUTS",
+    "KVLayout",
+    "layout",
+    "Geometry",
+    "WarpLoad",
+    "MAPPINGS",
+    "element_offset",
+    "lane_elements",
+    "warp_load",
+    "touched",
+    "misaligned_run",
+    "alignment_table",
+    "layout_table",
+    "kv_distance",
+    "format_table",
+    "SECTOR",
+    "LINE",
+    "WARP",
+]
 
 SECTOR = 32  # bytes
 LINE = 128  # bytes
@@ -101,14 +118,22 @@ def touched(addresses: np.ndarray, nbytes: int, unit: int) -> int:
     return len(set(np.concatenate(pieces).tolist()))
 
 
-def warp_load(layout: str, mapping: str, which: str = "k", g: Geometry = Geometry(),
-              block: int = 3, head: int = 1, offset_bytes: int = 0) -> WarpLoad:
+def warp_load(
+    layout: str,
+    mapping: str,
+    which: str = "k",
+    g: Geometry = Geometry(),
+    block: int = 3,
+    head: int = 1,
+    offset_bytes: int = 0,
+) -> WarpLoad:
     """One warp's first load of K or V for (block, head); offset_bytes shifts the pool start."""
     if which not in ("k", "v"):
         raise ValueError(f"which must be 'k' or 'v', got {which!r}")
     if g.head_dim % g.x or WARP % g.block_size and mapping == "vec16":
-        raise ValueError(f"head_dim must be a multiple of x={g.x}, "
-                         "block_size must divide 32 for vec16")
+        raise ValueError(
+            f"head_dim must be a multiple of x={g.x}, block_size must divide 32 for vec16"
+        )
     t, d, nbytes = lane_elements(mapping, g)
     if which in _kv.layout(layout).vec16_along_tokens and mapping == "vec16":
         # a layout whose vectors run along tokens (vLLM's value [.., D, B]): lane l reads
@@ -119,8 +144,15 @@ def warp_load(layout: str, mapping: str, which: str = "k", g: Geometry = Geometr
         lanes = np.arange(WARP)
         t, d = (lanes % per_d) * g.x, lanes // per_d
     addr = element_offset(layout, which, g, block, head, t, d) + offset_bytes
-    return WarpLoad(layout, mapping, which, addr, nbytes,
-                    touched(addr, nbytes, SECTOR), touched(addr, nbytes, LINE))
+    return WarpLoad(
+        layout,
+        mapping,
+        which,
+        addr,
+        nbytes,
+        touched(addr, nbytes, SECTOR),
+        touched(addr, nbytes, LINE),
+    )
 
 
 def misaligned_run(run_bytes: int, offset_bytes: int) -> tuple[int, int]:
@@ -144,9 +176,19 @@ def alignment_table(offsets=(0, 4, 16, 64, 128), g: Geometry = Geometry()) -> li
     for o in offsets:
         ws, wl = misaligned_run(warp_bytes, o)
         ts, _ = misaligned_run(tile_bytes, o)
-        rows.append({"offset": o, "elem_bytes": g.elem_bytes, "warp_bytes": warp_bytes,
-                     "warp_sectors": ws, "warp_lines": wl, "warp_extra": ws / ws0 - 1,
-                     "tile_bytes": tile_bytes, "tile_sectors": ts, "tile_extra": ts / ts0 - 1})
+        rows.append(
+            {
+                "offset": o,
+                "elem_bytes": g.elem_bytes,
+                "warp_bytes": warp_bytes,
+                "warp_sectors": ws,
+                "warp_lines": wl,
+                "warp_extra": ws / ws0 - 1,
+                "tile_bytes": tile_bytes,
+                "tile_sectors": ts,
+                "tile_extra": ts / ts0 - 1,
+            }
+        )
     return rows
 
 
@@ -157,9 +199,17 @@ def layout_table(g: Geometry = Geometry()) -> list[dict]:
         for mapping in MAPPINGS:
             for which in ("k", "v"):
                 w = warp_load(name, mapping, which, g)
-                rows.append({"layout": name, "mapping": mapping, "which": which,
-                             "requested": w.requested, "sectors": w.sectors, "lines": w.lines,
-                             "efficiency": round(w.efficiency, 3)})
+                rows.append(
+                    {
+                        "layout": name,
+                        "mapping": mapping,
+                        "which": which,
+                        "requested": w.requested,
+                        "sectors": w.sectors,
+                        "lines": w.lines,
+                        "efficiency": round(w.efficiency, 3),
+                    }
+                )
     return rows
 
 

@@ -34,8 +34,15 @@ PAPER = {  # the vLLM paper's reported savings on Alpaca (Sec. 6.3)
 }
 
 
-def saving(requests, block_size: int, *, n: int = 1, beam_width: int = 1,
-           beam_reshuffle: float = 0.25, seed: int = 0) -> float:
+def saving(
+    requests,
+    block_size: int,
+    *,
+    n: int = 1,
+    beam_width: int = 1,
+    beam_reshuffle: float = 0.25,
+    seed: int = 0,
+) -> float:
     block_size = count_arg("block_size", block_size, 1, MAX_BLOCK_SIZE)
     reqs = [replace(r, n=n, beam_width=beam_width, arrival_step=0) for r in requests]
     k = max(n, beam_width)
@@ -49,8 +56,10 @@ def saving(requests, block_size: int, *, n: int = 1, beam_width: int = 1,
 
 def sharing_savings(requests, block_size: int = 16, widths=(2, 4, 6), **kw) -> dict:
     """{"parallel sampling": {2: saving, ...}, "beam search": {2: saving, ...}}."""
-    return {"parallel sampling": {w: saving(requests, block_size, n=w, **kw) for w in widths},
-            "beam search": {w: saving(requests, block_size, beam_width=w, **kw) for w in widths}}
+    return {
+        "parallel sampling": {w: saving(requests, block_size, n=w, **kw) for w in widths},
+        "beam search": {w: saving(requests, block_size, beam_width=w, **kw) for w in widths},
+    }
 
 
 def format_savings(result: dict) -> str:

@@ -61,22 +61,31 @@ def recompute_seconds(length: int, spec, params: float, tflops: float, mfu: floa
     return flops / (tflops * 1e12 * mfu)
 
 
-def measured_hit_fraction(num_requests: int = 40, num_blocks: int = 250, block_size: int = 16,
-                          seed: int = 0) -> float:
+def measured_hit_fraction(
+    num_requests: int = 40, num_blocks: int = 250, block_size: int = 16, seed: int = 0
+) -> float:
     """Fraction of the tokens preemption discarded that the prefix cache served back (v1)."""
     from ..policies import PrefixCachingManager
     from ..scheduler import make_scheduler
     from ..workloads import synthetic
+
     m = PrefixCachingManager(num_blocks, block_size, trace=False)
-    s = make_scheduler(synthetic("sharegpt", num_requests, seed), m, mode="v1",
-                  max_num_batched_tokens=512, record=False).run()
+    s = make_scheduler(
+        synthetic("sharegpt", num_requests, seed),
+        m,
+        mode="v1",
+        max_num_batched_tokens=512,
+        record=False,
+    ).run()
     return 1.0 - s.recomputed_tokens / s.discarded_tokens if s.discarded_tokens else 0.0
 
 
 def crossover_gbps(length: int, spec, params, block_size, tflops, mfu, latency_us) -> float | None:
     """PCIe bandwidth at which swap and recompute tie (None: recompute always wins)."""
-    spare = (recompute_seconds(length, spec, params, tflops, mfu)
-             - 2 * math.ceil(length / block_size) * latency_us * 1e-6)
+    spare = (
+        recompute_seconds(length, spec, params, tflops, mfu)
+        - 2 * math.ceil(length / block_size) * latency_us * 1e-6
+    )
     return 2 * length * spec.bytes_per_token() / spare / 1e9 if spare > 0 else None
 
 
@@ -84,20 +93,32 @@ def main(argv: list[str]) -> int:
     ap = ArgParser(prog="pagedsim swapcost", description=__doc__.split("\n\n")[0])
     positive = float_in(0, 1e30, open_low=True)
     ap.add_argument("--model", default="opt-13b", help="a sizing preset")
-    ap.add_argument("--params", type=positive, default=None,
-                    help="parameter count (default ~12*L*d^2)")
-    ap.add_argument("--tflops", type=positive, default=312.0,
-                    help="GPU peak dense FP16 TFLOPS (A100)")
-    ap.add_argument("--mfu", type=float_in(0, 1, open_low=True), default=0.5,
-                    help="fraction of peak a prefill reaches")
-    ap.add_argument("--pcie-gbps", type=positive, default=25.0,
-                    help="effective PCIe GB/s per direction")
-    ap.add_argument("--copy-latency-us", type=float_in(0, 1e9), default=10.0,
-                    help="fixed cost per block copy")
+    ap.add_argument(
+        "--params", type=positive, default=None, help="parameter count (default ~12*L*d^2)"
+    )
+    ap.add_argument(
+        "--tflops", type=positive, default=312.0, help="GPU peak dense FP16 TFLOPS (A100)"
+    )
+    ap.add_argument(
+        "--mfu",
+        type=float_in(0, 1, open_low=True),
+        default=0.5,
+        help="fraction of peak a prefill reaches",
+    )
+    ap.add_argument(
+        "--pcie-gbps", type=positive, default=25.0, help="effective PCIe GB/s per direction"
+    )
+    ap.add_argument(
+        "--copy-latency-us", type=float_in(0, 1e9), default=10.0, help="fixed cost per block copy"
+    )
     ap.add_argument("--block-size", type=int_in(1, MAX_BLOCK_SIZE), default=16)
-    ap.add_argument("--hit-fraction", type=float_in(0, 1), default=None,
-                    help="fraction of a preempted sequence served by the prefix cache "
-                         "(default: measured on a v1 run)")
+    ap.add_argument(
+        "--hit-fraction",
+        type=float_in(0, 1),
+        default=None,
+        help="fraction of a preempted sequence served by the prefix cache "
+        "(default: measured on a v1 run)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     try:
@@ -110,34 +131,54 @@ def main(argv: list[str]) -> int:
     for length in LENGTHS:
         s = swap_seconds(length, spec, args.block_size, args.pcie_gbps, args.copy_latency_us)
         r = recompute_seconds(length, spec, params, args.tflops, args.mfu)
-        x = crossover_gbps(length, spec, params, args.block_size, args.tflops, args.mfu,
-                           args.copy_latency_us)
+        x = crossover_gbps(
+            length, spec, params, args.block_size, args.tflops, args.mfu, args.copy_latency_us
+        )
         r1 = r - recompute_seconds(int(h * length), spec, params, args.tflops, args.mfu)
-        rows.append({"tokens": length, "swap_ms": 1e3 * s, "recompute_ms": 1e3 * r,
-                     "recompute_v1_ms": 1e3 * r1,
-                     "cheaper": "swap" if s < r else "recompute", "crossover_gbps": x})
+        rows.append(
+            {
+                "tokens": length,
+                "swap_ms": 1e3 * s,
+                "recompute_ms": 1e3 * r,
+                "recompute_v1_ms": 1e3 * r1,
+                "cheaper": "swap" if s < r else "recompute",
+                "crossover_gbps": x,
+            }
+        )
     if args.json:
-        print(json.dumps({"assumptions": vars(args) | {"params": params, "hit_fraction": h},
-                          "rows": rows}, indent=2))
+        print(
+            json.dumps(
+                {"assumptions": vars(args) | {"params": params, "hit_fraction": h}, "rows": rows},
+                indent=2,
+            )
+        )
         return 0
-    print(f"ASSUMED: {spec.name} ({spec.bytes_per_token():,} B/token, "
-          f"{params / 1e9:.1f}e9 params), "
-          f"{args.tflops:g} TFLOPS x {args.mfu:g} MFU, PCIe {args.pcie_gbps:g} GB/s, "
-          f"{args.copy_latency_us:g} us per block copy, block size {args.block_size}")
+    print(
+        f"ASSUMED: {spec.name} ({spec.bytes_per_token():,} B/token, "
+        f"{params / 1e9:.1f}e9 params), "
+        f"{args.tflops:g} TFLOPS x {args.mfu:g} MFU, PCIe {args.pcie_gbps:g} GB/s, "
+        f"{args.copy_latency_us:g} us per block copy, block size {args.block_size}"
+    )
     how = "measured, v1 scheduler, synthetic ShareGPT" if args.hit_fraction is None else "given"
     print(f"prefix-cache hit fraction on re-admission: {100 * h:.1f}% ({how})")
-    print(f"{'tokens':>6}  {'swap out+in':>11}  {'recompute':>9}  {'v1 recompute':>12}  "
-          f"{'cheaper':>9}  {'swap wins above':>15}")
+    print(
+        f"{'tokens':>6}  {'swap out+in':>11}  {'recompute':>9}  {'v1 recompute':>12}  "
+        f"{'cheaper':>9}  {'swap wins above':>15}"
+    )
     for row in rows:
         x = row["crossover_gbps"]
-        print(f"{row['tokens']:>6}  {row['swap_ms']:>8.2f} ms  {row['recompute_ms']:>6.2f} ms  "
-              f"{row['recompute_v1_ms']:>9.2f} ms  {row['cheaper']:>9}  "
-              f"{('%.1f GB/s' % x) if x else 'never':>15}")
+        print(
+            f"{row['tokens']:>6}  {row['swap_ms']:>8.2f} ms  {row['recompute_ms']:>6.2f} ms  "
+            f"{row['recompute_v1_ms']:>9.2f} ms  {row['cheaper']:>9}  "
+            f"{('%.1f GB/s' % x) if x else 'never':>15}"
+        )
     length = 512
     print(f"\ncrossover at {length} tokens, by PCIe bandwidth:")
     for gbps in BANDWIDTHS:
         s = swap_seconds(length, spec, args.block_size, gbps, args.copy_latency_us)
         r = recompute_seconds(length, spec, params, args.tflops, args.mfu)
-        print(f"  {gbps:>3} GB/s  swap {1e3 * s:6.2f} ms  recompute {1e3 * r:6.2f} ms  -> "
-              f"{'swap' if s < r else 'recompute'}")
+        print(
+            f"  {gbps:>3} GB/s  swap {1e3 * s:6.2f} ms  recompute {1e3 * r:6.2f} ms  -> "
+            f"{'swap' if s < r else 'recompute'}"
+        )
     return 0

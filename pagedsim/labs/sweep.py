@@ -48,8 +48,15 @@ from .waste import (
 
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MAX_SIM_REQUESTS = 20_000  # the driver runs once per block size: beyond this, hours
-COLUMNS = ("block_size", "waste", "mean_entries", "max_entries", "max_batch", "preemptions",
-           "hit_rate")
+COLUMNS = (
+    "block_size",
+    "waste",
+    "mean_entries",
+    "max_entries",
+    "max_batch",
+    "preemptions",
+    "hit_rate",
+)
 
 
 def analytic_row(cols: dict, block_size: int, memory_tokens: int) -> dict:
@@ -61,11 +68,13 @@ def analytic_row(cols: dict, block_size: int, memory_tokens: int) -> dict:
     entries = exact_sum(k * (ceil_sum(total, block_size) - ceil_sum(p, block_size)))
     per_request = k * -(-total // block_size)  # <= 2**8 * 2**25 each; the cumsum stays < 2**53
     fits = np.cumsum(per_request) <= memory_tokens // block_size
-    return {"block_size": block_size,
-            "waste": parts["internal_fragmentation"] / held,
-            "mean_entries": entries / exact_sum(k * o),
-            "max_entries": int(-(-total.max() // block_size)),
-            "max_batch": int(fits.sum())}
+    return {
+        "block_size": block_size,
+        "waste": parts["internal_fragmentation"] / held,
+        "mean_entries": entries / exact_sum(k * o),
+        "max_entries": int(-(-total.max() // block_size)),
+        "max_batch": int(fits.sum()),
+    }
 
 
 def driver_row(requests, tokens, block_size: int, memory_tokens: int) -> dict:
@@ -74,8 +83,13 @@ def driver_row(requests, tokens, block_size: int, memory_tokens: int) -> dict:
     return {"preemptions": s.preemptions, "hit_rate": manager.stats.hit_rate}
 
 
-def sweep(requests, block_sizes=BLOCK_SIZES, memory_tokens: int = DEFAULT_MEMORY_TOKENS,
-          sim_requests: int = 200, seed: int = 0) -> list[dict]:
+def sweep(
+    requests,
+    block_sizes=BLOCK_SIZES,
+    memory_tokens: int = DEFAULT_MEMORY_TOKENS,
+    sim_requests: int = 200,
+    seed: int = 0,
+) -> list[dict]:
     """One row per block size (see the module doc). The trace must not be empty."""
     requests = list(requests)
     if not requests:
@@ -88,10 +102,14 @@ def sweep(requests, block_sizes=BLOCK_SIZES, memory_tokens: int = DEFAULT_MEMORY
     rows = []
     for b in block_sizes:
         row = analytic_row(cols, b, memory_tokens)
-        fits = all(r.num_seqs * (blocks_needed(r.total_len, b) + 1) <= memory_tokens // b
-                   for r in sim)
-        row.update(driver_row(sim, tokens, b, memory_tokens) if fits
-                   else {"preemptions": None, "hit_rate": None})
+        fits = all(
+            r.num_seqs * (blocks_needed(r.total_len, b) + 1) <= memory_tokens // b for r in sim
+        )
+        row.update(
+            driver_row(sim, tokens, b, memory_tokens)
+            if fits
+            else {"preemptions": None, "hit_rate": None}
+        )
         rows.append(row)
     return rows
 
@@ -100,8 +118,12 @@ def format_rows(rows) -> str:
     def cell(c, v):
         if v is None:
             return "n/a"
-        return f"{100 * v:.1f}%" if c in ("waste", "hit_rate") else (
-            f"{v:.1f}" if isinstance(v, float) else str(v))
+        return (
+            f"{100 * v:.1f}%"
+            if c in ("waste", "hit_rate")
+            else (f"{v:.1f}" if isinstance(v, float) else str(v))
+        )
+
     table = [COLUMNS] + [tuple(cell(c, r[c]) for c in COLUMNS) for r in rows]
     widths = [max(len(t[i]) for t in table) for i in range(len(COLUMNS))]
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(t, widths, strict=True)) for t in table)
@@ -115,6 +137,7 @@ def sweep_title(source: str, sim_requests: int, memory_tokens: int) -> str:
 def sweep_figure(out_dir: Path) -> list[Path]:
     """Block sizes 1..256 on synthetic ShareGPT: waste, tables, batch, preemptions, hits."""
     from ..draw.figures_workloads import draw_sweep
+
     reqs = workloads.synthetic("sharegpt", 10_000, seed=0)  # `pagedsim sweep`'s defaults
     title = sweep_title("sharegpt (synthetic, 10000 requests, seed 0)", 200, DEFAULT_MEMORY_TOKENS)
     return [draw_sweep(sweep(reqs), out_dir, title)]
@@ -130,28 +153,46 @@ FIGURES: dict = {
 def main(argv: list[str]) -> int:
     ap = ArgParser(prog="pagedsim sweep", description=__doc__.split("\n")[0])
     add_trace_args(ap)
-    ap.add_argument("--memory-tokens", type=int_in(1, MAX_MEMORY_TOKENS),
-                    default=DEFAULT_MEMORY_TOKENS,
-                    help="KV memory in token slots (default: 12 GB of OPT-13B KV)")
-    ap.add_argument("--sim-requests", type=int_in(0, MAX_SIM_REQUESTS), default=200,
-                    help="requests served by the driver for preemptions and hit rate")
+    ap.add_argument(
+        "--memory-tokens",
+        type=int_in(1, MAX_MEMORY_TOKENS),
+        default=DEFAULT_MEMORY_TOKENS,
+        help="KV memory in token slots (default: 12 GB of OPT-13B KV)",
+    )
+    ap.add_argument(
+        "--sim-requests",
+        type=int_in(0, MAX_SIM_REQUESTS),
+        default=200,
+        help="requests served by the driver for preemptions and hit rate",
+    )
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--figure", default=None, metavar="DIR",
-                    help="also write block_size_sweep.png into DIR (default: no file)")
+    ap.add_argument(
+        "--figure",
+        default=None,
+        metavar="DIR",
+        help="also write block_size_sweep.png into DIR (default: no file)",
+    )
     args = ap.parse_args(argv)
     folder = writable_dir(args.figure) if args.figure else None  # fail before the work
     requests, source = load_requests(args)
-    rows = sweep(requests, memory_tokens=args.memory_tokens, sim_requests=args.sim_requests,
-                 seed=args.seed)
+    rows = sweep(
+        requests, memory_tokens=args.memory_tokens, sim_requests=args.sim_requests, seed=args.seed
+    )
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
-        print(f"trace: {source}; memory {args.memory_tokens} token slots; driver on the first "
-              f"{min(args.sim_requests, len(requests))} requests")
+        print(
+            f"trace: {source}; memory {args.memory_tokens} token slots; driver on the first "
+            f"{min(args.sim_requests, len(requests))} requests"
+        )
         print(format_rows(rows))
     if folder is not None:
         from ..draw.figures_workloads import draw_sweep
-        path = draw_sweep(rows, folder, title=sweep_title(
-            source, min(args.sim_requests, len(requests)), args.memory_tokens))
+
+        path = draw_sweep(
+            rows,
+            folder,
+            title=sweep_title(source, min(args.sim_requests, len(requests)), args.memory_tokens),
+        )
         print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
     return 0

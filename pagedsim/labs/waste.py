@@ -73,13 +73,21 @@ def next_pow2(x: np.ndarray) -> np.ndarray:
 
 
 def allocation_sizes(total_len: np.ndarray, max_len: int) -> dict[str, np.ndarray]:
-    return {"max": np.full_like(total_len, max_len), "pow2": next_pow2(total_len),
-            "oracle": total_len}
+    return {
+        "max": np.full_like(total_len, max_len),
+        "pow2": next_pow2(total_len),
+        "oracle": total_len,
+    }
 
 
-def sums(cols: dict, block_size: int, max_len: int, mode: str = "static",
-         memory_tokens: int = DEFAULT_MEMORY_TOKENS,
-         queue: str = "fcfs") -> dict[str, dict[str, int]]:
+def sums(
+    cols: dict,
+    block_size: int,
+    max_len: int,
+    mode: str = "static",
+    memory_tokens: int = DEFAULT_MEMORY_TOKENS,
+    queue: str = "fcfs",
+) -> dict[str, dict[str, int]]:
     """Slot-step sums of each part, per allocator. `cols` comes from `workloads.as_arrays`."""
     _check(block_size, max_len, mode, memory_tokens)
     p, o = cols["prompt_len"], cols["output_len"]
@@ -91,17 +99,27 @@ def sums(cols: dict, block_size: int, max_len: int, mode: str = "static",
     tokens = exact_sum(k * (o * p + o * (o + 1) // 2))
     reserved = exact_sum(k * (o * (o - 1) // 2))
     paged = block_size * exact_sum(k * (ceil_sum(total, block_size) - ceil_sum(p, block_size)))
-    out = {"paged": {"token_states": tokens, "reserved": 0,
-                     "internal_fragmentation": paged - tokens, "external_fragmentation": 0}}
+    out = {
+        "paged": {
+            "token_states": tokens,
+            "reserved": 0,
+            "internal_fragmentation": paged - tokens,
+            "external_fragmentation": 0,
+        }
+    }
     for name, size in allocation_sizes(total, max_len).items():
         ext = 0
         if mode == "continuous":  # each sequence of a request gets its own region
             rep = np.repeat(np.arange(len(size)), k)
-            ext = external_fragmentation(size[rep], o[rep], cols["arrival_step"][rep],
-                                         memory_tokens, queue)
-        out[name] = {"token_states": tokens, "reserved": reserved,
-                     "internal_fragmentation": exact_sum(k * o * (size - total)),
-                     "external_fragmentation": ext}
+            ext = external_fragmentation(
+                size[rep], o[rep], cols["arrival_step"][rep], memory_tokens, queue
+            )
+        out[name] = {
+            "token_states": tokens,
+            "reserved": reserved,
+            "internal_fragmentation": exact_sum(k * o * (size - total)),
+            "external_fragmentation": ext,
+        }
     return out
 
 
@@ -114,10 +132,17 @@ def fractions(part_sums: dict) -> dict[str, dict[str, float]]:
     return out
 
 
-def breakdown(requests, block_size: int = 16, max_len: int = 2048, mode: str = "static",
-              memory_tokens: int = DEFAULT_MEMORY_TOKENS, queue: str = "fcfs") -> dict:
-    return fractions(sums(workloads.as_arrays(requests), block_size, max_len, mode,
-                          memory_tokens, queue))
+def breakdown(
+    requests,
+    block_size: int = 16,
+    max_len: int = 2048,
+    mode: str = "static",
+    memory_tokens: int = DEFAULT_MEMORY_TOKENS,
+    queue: str = "fcfs",
+) -> dict:
+    return fractions(
+        sums(workloads.as_arrays(requests), block_size, max_len, mode, memory_tokens, queue)
+    )
 
 
 def _check(block_size, max_len, mode, memory_tokens) -> None:
@@ -131,6 +156,7 @@ def _check(block_size, max_len, mode, memory_tokens) -> None:
 def waste_figure(out_dir) -> list:
     """Memory-waste breakdown, paged vs Orca max/pow2/oracle (like vLLM Fig. 2)."""
     from ..draw.figures_workloads import draw_waste
+
     reqs = workloads.synthetic("sharegpt", 10_000, seed=0)
     by_mode = {mode: breakdown(reqs, 16, 2048, mode) for mode in ("static", "continuous")}
     return [draw_waste(by_mode, out_dir)]
@@ -138,18 +164,26 @@ def waste_figure(out_dir) -> list:
 
 def format_table(frac: dict) -> str:
     heads = ("allocator",) + PARTS
-    rows = [heads] + [(name,) + tuple(f"{100 * frac[name][p]:.1f}%" for p in PARTS)
-                      for name in ALLOCATORS if name in frac]
+    rows = [heads] + [
+        (name,) + tuple(f"{100 * frac[name][p]:.1f}%" for p in PARTS)
+        for name in ALLOCATORS
+        if name in frac
+    ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(heads))]
-    return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                               for i, (c, w) in enumerate(zip(r, widths, strict=True)))
-                     for r in rows)
+    return "\n".join(
+        "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in rows
+    )
 
 
 def add_trace_args(parser: argparse.ArgumentParser) -> None:
     src = parser.add_mutually_exclusive_group()
-    src.add_argument("--trace",
-                     help="CSV trace (prompt_len,output_len[,n,beam_width,arrival_step])")
+    src.add_argument(
+        "--trace", help="CSV trace (prompt_len,output_len[,n,beam_width,arrival_step])"
+    )
     src.add_argument("--workload", choices=sorted(workloads.DATASETS), default="sharegpt")
     parser.add_argument("--num-requests", type=int_in(1, workloads.MAX_REQUESTS), default=10_000)
     parser.add_argument("--seed", type=int_in(0, 2**63 - 1), default=0)
@@ -173,28 +207,42 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--block-size", type=int_in(1, MAX_BLOCK_SIZE), default=16)
     ap.add_argument("--max-len", type=int_in(1, MAX_LEN), default=2048)
     ap.add_argument("--mode", choices=("static", "continuous"), default="static")
-    ap.add_argument("--memory-tokens", type=int_in(1, MAX_MEMORY_TOKENS),
-                    default=DEFAULT_MEMORY_TOKENS,
-                    help="contiguous memory for --mode continuous (default: 12 GB of OPT-13B KV)")
-    ap.add_argument("--queue", choices=("fcfs", "any"), default="fcfs",
-                    help="external fragmentation: free space the queue's head cannot use "
-                         "(fcfs) or that no waiting request could use (any)")
+    ap.add_argument(
+        "--memory-tokens",
+        type=int_in(1, MAX_MEMORY_TOKENS),
+        default=DEFAULT_MEMORY_TOKENS,
+        help="contiguous memory for --mode continuous (default: 12 GB of OPT-13B KV)",
+    )
+    ap.add_argument(
+        "--queue",
+        choices=("fcfs", "any"),
+        default="fcfs",
+        help="external fragmentation: free space the queue's head cannot use "
+        "(fcfs) or that no waiting request could use (any)",
+    )
     ap.add_argument("--json", action="store_true", help="print {paged,max,pow2,oracle: fractions}")
-    ap.add_argument("--sharing", action="store_true",
-                    help="also print the blocks saved by sharing (n / beam_width 2, 4, 6; "
-                         "driver run on the first 1000 requests)")
+    ap.add_argument(
+        "--sharing",
+        action="store_true",
+        help="also print the blocks saved by sharing (n / beam_width 2, 4, 6; "
+        "driver run on the first 1000 requests)",
+    )
     args = ap.parse_args(argv)
     requests, source = load_requests(args)  # errors: one line on stderr, from pagedsim.app.cli
-    frac = breakdown(requests, args.block_size, args.max_len, args.mode, args.memory_tokens,
-                     args.queue)
+    frac = breakdown(
+        requests, args.block_size, args.max_len, args.mode, args.memory_tokens, args.queue
+    )
     if args.json:
         print(json.dumps(frac, indent=2))
     else:
-        print(f"trace: {source}; block size {args.block_size}, max_len {args.max_len}, "
-              f"mode {args.mode}" + (f", memory {args.memory_tokens} token slots"
-                                     if args.mode == "continuous" else ""))
+        print(
+            f"trace: {source}; block size {args.block_size}, max_len {args.max_len}, "
+            f"mode {args.mode}"
+            + (f", memory {args.memory_tokens} token slots" if args.mode == "continuous" else "")
+        )
         print(format_table(frac))
     if args.sharing:
         from .sharing import format_savings, sharing_savings
+
         print(format_savings(sharing_savings(requests[:1000], args.block_size)))
     return 0

@@ -35,8 +35,21 @@ from .sliding_window import SlidingWindowManager
 from .sliding_window_cache import SlidingWindowPrefixCachingManager
 
 __all__ = [
-    "PREEMPTION", "PREEMPTION_POLICIES", "HostPool", "preemption_class", "EVICTION_POLICIES",
-    "EVICTION_KEYS", "Group", "RecomputePolicy", "SwapPolicy", "make_policy",
-    "PrefixCachingManager", "SlidingWindowPrefixCachingManager",
-    "ComputedBlocks", "CachingBlockPool", "CacheStats", "chained_hash", "SlidingWindowManager",
+    "PREEMPTION",
+    "PREEMPTION_POLICIES",
+    "HostPool",
+    "preemption_class",
+    "EVICTION_POLICIES",
+    "EVICTION_KEYS",
+    "Group",
+    "RecomputePolicy",
+    "SwapPolicy",
+    "make_policy",
+    "PrefixCachingManager",
+    "SlidingWindowPrefixCachingManager",
+    "ComputedBlocks",
+    "CachingBlockPool",
+    "CacheStats",
+    "chained_hash",
+    "SlidingWindowManager",
 ]

@@ -65,15 +65,40 @@ Tokens = tuple[int, ...]  # one block's token ids
 class CachingBlockPool(BlockPool):
     """A BlockPool whose free list keeps cached blocks behind uncached ones (see module doc)."""
 
-    __slots__ = ("eviction", "stats", "_key", "_by_hash", "_children", "_content", "_node", "_cid",
-                 "_next_cid", "_hits", "_born", "_stamp", "_heap", "_clock", "_evict_key",
-                 "kv_event_queue", "_protected", "_group")
+    __slots__ = (
+        "eviction",
+        "stats",
+        "_key",
+        "_by_hash",
+        "_children",
+        "_content",
+        "_node",
+        "_cid",
+        "_next_cid",
+        "_hits",
+        "_born",
+        "_stamp",
+        "_heap",
+        "_clock",
+        "_evict_key",
+        "kv_event_queue",
+        "_protected",
+        "_group",
+    )
 
-    def __init__(self, num_blocks: int, block_size: int, eviction: str = "lru",
-                 stats: CacheStats | None = None, enable_kv_cache_events: bool = False):
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        eviction: str = "lru",
+        stats: CacheStats | None = None,
+        enable_kv_cache_events: bool = False,
+    ):
         if not isinstance(enable_kv_cache_events, bool):
-            raise TypeError(f"enable_kv_cache_events must be a bool, got "
-                            f"{type(enable_kv_cache_events).__name__}")
+            raise TypeError(
+                f"enable_kv_cache_events must be a bool, got "
+                f"{type(enable_kv_cache_events).__name__}"
+            )
         if not isinstance(eviction, str):
             raise TypeError(f"eviction must be a str, got {type(eviction).__name__}")
         if eviction not in EVICTION_KEYS:
@@ -196,8 +221,9 @@ class CachingBlockPool(BlockPool):
     @staticmethod
     def _iterable(blocks: Any) -> list[Any]:
         if isinstance(blocks, (str, bytes)) or not hasattr(blocks, "__iter__"):
-            raise TypeError(f"block_ids must be an iterable of block ids, got "
-                            f"{type(blocks).__name__}")
+            raise TypeError(
+                f"block_ids must be an iterable of block ids, got {type(blocks).__name__}"
+            )
         return list(blocks)
 
     def children_of(self, parent: int) -> list[int]:
@@ -207,8 +233,9 @@ class CachingBlockPool(BlockPool):
         return [b for b in self.free_list() if b in self._key]
 
     # ---- cache changes -------------------------------------------------------------
-    def cache(self, b: int, h: int, tokens: Tokens, parent: int,
-              group_idx: int | None = None) -> None:
+    def cache(
+        self, b: int, h: int, tokens: Tokens, parent: int, group_idx: int | None = None
+    ) -> None:
         """Record that allocated block b holds `tokens` after `parent` (v1: cache_full_blocks);
         `group_idx` names the KV cache group it belongs to (None: not said)."""
         assert b not in self._key and self._ref[b] > 0, f"block {b} cannot be cached now"
@@ -361,5 +388,6 @@ class CachingBlockPool(BlockPool):
         assert not self._protected, "blocks stayed protected from eviction after a step"
         assert self._group.keys() <= self._key.keys(), "a group kept for an uncached block"
         queue = self.kv_event_queue or ()
-        assert all(type(e).__name__ in ("BlockStored", "BlockRemoved", "AllBlocksCleared")
-                   for e in queue), "something other than a KV cache event was queued"
+        assert all(
+            type(e).__name__ in ("BlockStored", "BlockRemoved", "AllBlocksCleared") for e in queue
+        ), "something other than a KV cache event was queued"

@@ -57,26 +57,40 @@ class HybridComputedBlocks:
 class HybridManager:
     """Two KV cache groups (full attention, sliding window) over one pool (see module doc)."""
 
-    def __init__(self, num_blocks: int, block_size: int, *, window: int,
-                 eviction: str = "lru", enable_kv_cache_events: bool = False,
-                 trace: bool = True) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        *,
+        window: int,
+        eviction: str = "lru",
+        enable_kv_cache_events: bool = False,
+        trace: bool = True,
+    ) -> None:
         if not isinstance(trace, bool):
             raise TypeError(f"trace must be a bool, got {type(trace).__name__}")
         self.stats = CacheStats()
-        self.pool = CachingBlockPool(num_blocks, block_size, eviction, self.stats,
-                                     enable_kv_cache_events)
+        self.pool = CachingBlockPool(
+            num_blocks, block_size, eviction, self.stats, enable_kv_cache_events
+        )
         self.block_size = self.pool.block_size
         self.full = PrefixCachingManager(num_blocks, block_size, pool=self.pool, trace=False)
         self.window = SlidingWindowPrefixCachingManager(
-            num_blocks, block_size, window=window, pool=self.pool, group_idx=1, trace=False)
+            num_blocks, block_size, window=window, pool=self.pool, group_idx=1, trace=False
+        )
         self.groups = (self.full, self.window)
         self.step = 0
         self._short = 0  # free blocks the last refused allocate_slots needed
         self._trace = tr.Trace() if trace else None
         if self._trace is not None:
-            self._trace.snapshots.append(self.snapshot(caption=(
-                f"a pool of {num_blocks} blocks x {block_size} tokens shared by two KV cache "
-                f"groups: full attention and a sliding window of {window} tokens")))
+            self._trace.snapshots.append(
+                self.snapshot(
+                    caption=(
+                        f"a pool of {num_blocks} blocks x {block_size} tokens shared by two KV "
+                        f"cache groups: full attention and a sliding window of {window} tokens"
+                    )
+                )
+            )
 
     # ---- queries -----------------------------------------------------------------------
     @property
@@ -107,42 +121,56 @@ class HybridManager:
     def num_computed_tokens(self, seq_id: SeqId) -> int:
         return self.full.num_computed_tokens(seq_id)
 
-    def get_num_common_prefix_blocks(self, request_id: SeqId,
-                                     num_running_requests: int) -> list[int]:
+    def get_num_common_prefix_blocks(
+        self, request_id: SeqId, num_running_requests: int
+    ) -> list[int]:
         """One count per group, as v1's KVCacheManager returns (the window group: 0)."""
-        return [g.get_num_common_prefix_blocks(request_id, num_running_requests)
-                for g in self.groups]
+        return [
+            g.get_num_common_prefix_blocks(request_id, num_running_requests) for g in self.groups
+        ]
 
     def take_events(self) -> list[Any]:
         return self.pool.take_events()
 
     # ---- the v1 calls ------------------------------------------------------------------
-    def get_computed_blocks(self, token_ids: Any, *, cache_salt: Any = None,
-                            lora_id: Any = None) -> HybridComputedBlocks:
+    def get_computed_blocks(
+        self, token_ids: Any, *, cache_salt: Any = None, lora_id: Any = None
+    ) -> HybridComputedBlocks:
         """The aligned hit of both groups, capped at num_tokens - 1 (see module doc)."""
         tokens = token_ids_arg("token_ids", token_ids)
         keys = [g.extra_keys(cache_salt, lora_id) for g in self.groups]
         cap = max(len(tokens) - 1, 0) // self.block_size
         full = self.full._match(tokens, cap, keys[0])
         window = self.window._match(tokens, len(full), keys[1])
-        full = full[:len(window)]
+        full = full[: len(window)]
         n = len(full) * self.block_size
-        per_group = tuple(ComputedBlocks(tokens, tuple(hits), n, k)
-                          for hits, k in zip((full, window), keys, strict=True))
+        per_group = tuple(
+            ComputedBlocks(tokens, tuple(hits), n, k)
+            for hits, k in zip((full, window), keys, strict=True)
+        )
         return HybridComputedBlocks(tokens, (tuple(full), tuple(window)), n, per_group)
 
-    def allocate_slots(self, seq_id: SeqId, num_new_tokens: int, num_lookahead_tokens: int = 0,
-                       new_token_ids: Any = None, computed: HybridComputedBlocks | None = None,
-                       *, cache_salt: Any = None, lora_id: Any = None) -> Got | None:
+    def allocate_slots(
+        self,
+        seq_id: SeqId,
+        num_new_tokens: int,
+        num_lookahead_tokens: int = 0,
+        new_token_ids: Any = None,
+        computed: HybridComputedBlocks | None = None,
+        *,
+        cache_salt: Any = None,
+        lora_id: Any = None,
+    ) -> Got | None:
         """Slots in both groups, all or nothing; (full blocks, window blocks) or None."""
         n = count_arg("num_new_tokens", num_new_tokens)
         ahead = count_arg("num_lookahead_tokens", num_lookahead_tokens)
         if seq_id in self.full:
             if computed is not None or cache_salt is not None or lora_id is not None:
-                raise ValueError(f"sequence {seq_id!r} is running; computed blocks and extra "
-                                 f"keys are for new ones")
-            new = None if new_token_ids is None else token_ids_arg("new_token_ids",
-                                                                  new_token_ids)
+                raise ValueError(
+                    f"sequence {seq_id!r} is running; computed blocks and extra "
+                    f"keys are for new ones"
+                )
+            new = None if new_token_ids is None else token_ids_arg("new_token_ids", new_token_ids)
             for g in self.groups:  # refused as PrefixCachingManager refuses, before counting
                 g._check_extend(seq_id, n, new, None)
             need = sum(g.blocks_to_extend(seq_id, n, ahead) for g in self.groups)
@@ -152,12 +180,21 @@ class HybridManager:
             got_full = self.full.allocate_slots(seq_id, n, ahead, new)
             got_window = self.window.allocate_slots(seq_id, n, ahead, new)
             assert got_full is not None and got_window is not None, (
-                "the groups' need was miscounted")
+                "the groups' need was miscounted"
+            )
             return self._after("extends", seq_id, (got_full, got_window))
         return self._admit(seq_id, n, ahead, new_token_ids, computed, cache_salt, lora_id)
 
-    def _admit(self, seq_id: SeqId, n: int, ahead: int, new_token_ids: Any, computed: Any,
-               cache_salt: Any, lora_id: Any) -> Got | None:
+    def _admit(
+        self,
+        seq_id: SeqId,
+        n: int,
+        ahead: int,
+        new_token_ids: Any,
+        computed: Any,
+        cache_salt: Any,
+        lora_id: Any,
+    ) -> Got | None:
         self.full._check_new(seq_id)
         if new_token_ids is None:
             raise ValueError(f"new sequence {seq_id!r} needs new_token_ids (its prompt)")
@@ -166,17 +203,27 @@ class HybridManager:
             per_group: list[Any] = [None, None]
             keys = [g.extra_keys(cache_salt, lora_id) for g in self.groups]
             hits: tuple[tuple[int, ...], ...] = ((), ())
-        elif not isinstance(computed, HybridComputedBlocks) or len(computed.per_group) != 2 \
-                or not all(isinstance(c, ComputedBlocks) for c in computed.per_group):
-            raise TypeError(f"computed must come from HybridManager.get_computed_blocks, got "
-                            f"{computed!r}")
+        elif (
+            not isinstance(computed, HybridComputedBlocks)
+            or len(computed.per_group) != 2
+            or not all(isinstance(c, ComputedBlocks) for c in computed.per_group)
+        ):
+            raise TypeError(
+                f"computed must come from HybridManager.get_computed_blocks, got {computed!r}"
+            )
         else:
-            tokens = computed.token_ids if new_token_ids is computed.token_ids else \
-                token_ids_arg("new_token_ids", new_token_ids)
+            tokens = (
+                computed.token_ids
+                if new_token_ids is computed.token_ids
+                else token_ids_arg("new_token_ids", new_token_ids)
+            )
             per_group, hits = list(computed.per_group), computed.blocks
             checked: list[ComputedBlocks] = list(computed.per_group)
-            if hits != tuple(c.blocks for c in per_group) or len(set(map(len, hits))) != 1 \
-                    or any(c.num_tokens != computed.num_tokens for c in per_group):
+            if (
+                hits != tuple(c.blocks for c in per_group)
+                or len(set(map(len, hits))) != 1
+                or any(c.num_tokens != computed.num_tokens for c in per_group)
+            ):
                 raise ValueError("computed blocks are not one aligned hit of both groups")
             keys = [g.extra_keys(cache_salt, lora_id) for g in self.groups]
             for g, c, k in zip(self.groups, checked, keys, strict=True):
@@ -184,16 +231,20 @@ class HybridManager:
         done = computed.num_tokens if computed is not None else 0
         if done + n > len(tokens):
             raise ValueError(f"{done} cached + {n} new tokens exceed the {len(tokens)} known")
-        need = sum(g._blocks_to_take(list(h), done + n + ahead)
-                   for g, h in zip(self.groups, hits, strict=True))
+        need = sum(
+            g._blocks_to_take(list(h), done + n + ahead)
+            for g, h in zip(self.groups, hits, strict=True)
+        )
         if need > self.pool.num_free_blocks:
             self._short = need
             return None
         with self.pool.protecting(b for b in hits[1] if b >= 0):
-            got_full = self.full.allocate_slots(seq_id, n, ahead, tokens, per_group[0],
-                                                cache_salt=cache_salt, lora_id=lora_id)
-        got_window = self.window.allocate_slots(seq_id, n, ahead, tokens, per_group[1],
-                                                cache_salt=cache_salt, lora_id=lora_id)
+            got_full = self.full.allocate_slots(
+                seq_id, n, ahead, tokens, per_group[0], cache_salt=cache_salt, lora_id=lora_id
+            )
+        got_window = self.window.allocate_slots(
+            seq_id, n, ahead, tokens, per_group[1], cache_salt=cache_salt, lora_id=lora_id
+        )
         assert got_full is not None and got_window is not None, "the groups' need was miscounted"
         return self._after("arrives", seq_id, (got_full, got_window))
 
@@ -207,8 +258,9 @@ class HybridManager:
         if len(ids) != num_tokens:
             raise ValueError(f"tokens has {len(ids)} entries but num_tokens is {num_tokens}")
         hit = self.get_computed_blocks(ids)
-        got = self.allocate_slots(seq_id, num_tokens - hit.num_tokens, new_token_ids=ids,
-                                  computed=hit)
+        got = self.allocate_slots(
+            seq_id, num_tokens - hit.num_tokens, new_token_ids=ids, computed=hit
+        )
         return self._or_refuse(got, seq_id, f"add_sequence({num_tokens} tokens)")
 
     def append_tokens(self, seq_id: SeqId, n: int = 1, token_ids: Any = None) -> Got:
@@ -232,10 +284,15 @@ class HybridManager:
             return got
         self.step += 1
         if self._trace is not None:
-            self._trace.snapshots.append(self.snapshot(caption=(
-                f"seq {seq_id} {what} needs {self._short} free blocks in the two groups "
-                f"together but only {self.pool.num_free_blocks} are free: OutOfBlocks, nothing "
-                f"changed")))
+            self._trace.snapshots.append(
+                self.snapshot(
+                    caption=(
+                        f"seq {seq_id} {what} needs {self._short} free blocks in the two groups "
+                        f"together but only {self.pool.num_free_blocks} are free: OutOfBlocks, "
+                        f"nothing changed"
+                    )
+                )
+            )
         raise OutOfBlocks(self._short, self.pool.num_free_blocks, f"seq {seq_id!r} {what}")
 
     def free_sequence(self, seq_id: SeqId) -> None:
@@ -268,23 +325,31 @@ class HybridManager:
             return f"seq {seq_id} finishes: both groups free its blocks (full blocks stay cached)"
         full, window = self.block_tables(seq_id)
         named = sum(1 for b in window if b >= 0)
-        return (f"seq {seq_id} {what} ({full.num_tokens} tokens): the full-attention group "
-                f"holds {len(full)} blocks, the sliding-window group {named} of {len(window)}"
-                f" (the rest fell out of its window)")
+        return (
+            f"seq {seq_id} {what} ({full.num_tokens} tokens): the full-attention group "
+            f"holds {len(full)} blocks, the sliding-window group {named} of {len(window)}"
+            f" (the rest fell out of its window)"
+        )
 
     def snapshot(self, caption: str = "") -> tr.Snapshot:
         """Both groups' tables over the one pool: seq "A" shows as "A:full" and "A:window"."""
-        tables = [(f"{s}:{name}", g._tables[s]) for s in self.full.seq_ids()
-                  for name, g in zip(GROUPS, self.groups, strict=True)]
+        tables = [
+            (f"{s}:{name}", g._tables[s])
+            for s in self.full.seq_ids()
+            for name, g in zip(GROUPS, self.groups, strict=True)
+        ]
         return tr.Snapshot(
-            step=self.step, custom_caption=caption, events=(), num_blocks=self.num_blocks,
-            block_size=self.block_size, free_list=tuple(self.pool.free_list()),
+            step=self.step,
+            custom_caption=caption,
+            events=(),
+            num_blocks=self.num_blocks,
+            block_size=self.block_size,
+            free_list=tuple(self.pool.free_list()),
             ref_counts=tuple(self.pool.ref_counts()),
-            block_fill=tuple(block_fill([t for _, t in tables], self.num_blocks,
-                                        self.block_size)),
-            sequences=tuple(tr.SeqState(name, tuple(t.blocks), t.num_tokens)
-                            for name, t in tables),
-            cached_blocks=tuple(self.pool.cached_free_blocks()))
+            block_fill=tuple(block_fill([t for _, t in tables], self.num_blocks, self.block_size)),
+            sequences=tuple(tr.SeqState(name, tuple(t.blocks), t.num_tokens) for name, t in tables),
+            cached_blocks=tuple(self.pool.cached_free_blocks()),
+        )
 
     def check_invariants(self) -> None:
         """The pool's own, each group's tables, and the sum of references over both groups;
@@ -295,8 +360,10 @@ class HybridManager:
             g.check_invariants()
         assert sum(self.pool.ref_counts()) == references, (
             f"ref counts sum to {sum(self.pool.ref_counts())} but the groups' tables hold "
-            f"{references} references")
+            f"{references} references"
+        )
         assert self.full.seq_ids() == self.window.seq_ids(), "the groups hold other sequences"
         for s in self.full.seq_ids():
             assert self.full.num_tokens(s) == self.window.num_tokens(s), (
-                f"seq {s!r} has different lengths in the two groups")
+                f"seq {s!r} has different lengths in the two groups"
+            )

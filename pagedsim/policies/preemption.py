@@ -50,7 +50,6 @@ Saved = dict[Hashable, tuple[list[int], int]]  # seq -> (host block per logical 
 MAX_HOST_BLOCKS = 1 << 24  # the host pool is a Python list of free ids
 
 
-
 @dataclass
 class Group:
     """One request's sequences, as the scheduler and the policies see them."""
@@ -78,8 +77,9 @@ class HostPool:
     def num_free(self) -> int:
         return len(self._free)
 
-    def swap_out(self, manager: KVCacheManager, seq_ids: list[Any]
-                 ) -> tuple[list[tuple[int, int]], Saved] | None:
+    def swap_out(
+        self, manager: KVCacheManager, seq_ids: list[Any]
+    ) -> tuple[list[tuple[int, int]], Saved] | None:
         """Free the sequences' blocks into host blocks: ((gpu, host) pairs, {seq: (labels,
         num_tokens)}), or None -- nothing changed -- when the host pool is too small.
         Blocks the sequences share are copied once and stay shared."""
@@ -88,8 +88,9 @@ class HostPool:
         if len(distinct) > len(self._free):
             return None
         host = {b: self._free.pop() for b in distinct}
-        saved: Saved = {s: ([host.get(b, NULL_BLOCK) for b in t], t.num_tokens)
-                 for s, t in tables.items()}
+        saved: Saved = {
+            s: ([host.get(b, NULL_BLOCK) for b in t], t.num_tokens) for s, t in tables.items()
+        }
         for s in tables:
             self._prefix[s] = manager.prefix_state(s)  # a prefix cache's hashes come back too
             manager.free_sequence(s)
@@ -143,8 +144,7 @@ class SwapPolicy(RecomputePolicy):
     keeps_kv = True  # a preempted group waits on the host until it is swapped back in
 
     @classmethod
-    def make(cls, *, host_blocks: int = 0, block_bytes: int = 1,
-             **options: Any) -> RecomputePolicy:
+    def make(cls, *, host_blocks: int = 0, block_bytes: int = 1, **options: Any) -> RecomputePolicy:
         return cls(host_blocks, block_bytes)
 
     def __init__(self, host_blocks: int, block_bytes: int = 1) -> None:
@@ -195,7 +195,8 @@ class SwapPolicy(RecomputePolicy):
 
 # name -> class: the one place a preemption policy is registered (see the module doc)
 PREEMPTION: dict[str, type[RecomputePolicy]] = {
-    cls.name: cls for cls in (RecomputePolicy, SwapPolicy)}
+    cls.name: cls for cls in (RecomputePolicy, SwapPolicy)
+}
 PREEMPTION_POLICIES = tuple(PREEMPTION)
 
 

@@ -89,21 +89,32 @@ class PrefixCachingManager(KVCacheManager):
 
     pool: CachingBlockPool  # the pool's hash index is what the cache looks blocks up in
 
-    def __init__(self, num_blocks: int, block_size: int, *, eviction: str = "lru",
-                 hash_fn: Callable[[int, Tokens], int] = chained_hash,
-                 enable_kv_cache_events: bool = False, pool: CachingBlockPool | None = None,
-                 group_idx: int = 0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        *,
+        eviction: str = "lru",
+        hash_fn: Callable[[int, Tokens], int] = chained_hash,
+        enable_kv_cache_events: bool = False,
+        pool: CachingBlockPool | None = None,
+        group_idx: int = 0,
+        **kwargs: Any,
+    ) -> None:
         if not callable(hash_fn):
-            raise TypeError(f"hash_fn must be callable (parent_hash, tokens) -> int, got "
-                            f"{type(hash_fn).__name__}")
+            raise TypeError(
+                f"hash_fn must be callable (parent_hash, tokens) -> int, got "
+                f"{type(hash_fn).__name__}"
+            )
         self.group_idx = count_arg("group_idx", group_idx)  # KV cache group (hybrid: 0, 1)
         # a group's blocks chain from their own root, as v1's BlockHashWithGroupId keeps
         # the groups' hashes apart in one index
         self._group_keys = (("kv_cache_group", group_idx),) if group_idx else ()
         if pool is None:
             self.stats = CacheStats()
-            pool = CachingBlockPool(num_blocks, block_size, eviction, self.stats,
-                                    enable_kv_cache_events)
+            pool = CachingBlockPool(
+                num_blocks, block_size, eviction, self.stats, enable_kv_cache_events
+            )
         elif not isinstance(pool, CachingBlockPool):
             raise TypeError(f"pool must be a CachingBlockPool, got {type(pool).__name__}")
         else:  # one pool shared by the groups of a hybrid manager
@@ -152,18 +163,27 @@ class PrefixCachingManager(KVCacheManager):
         return self._table(seq_id).num_tokens - self._ahead.get(seq_id, 0)
 
     # ---- v1 shape: look up, then allocate slots (v1 kv_cache_manager.py) -------------
-    def get_computed_blocks(self, token_ids: Any, *, cache_salt: Any = None,
-                            lora_id: Any = None) -> ComputedBlocks:
+    def get_computed_blocks(
+        self, token_ids: Any, *, cache_salt: Any = None, lora_id: Any = None
+    ) -> ComputedBlocks:
         """v1's lookup: cached full blocks for the prompt, at most len - 1 tokens' worth."""
         tokens = token_ids_arg("token_ids", token_ids)
         keys = self.extra_keys(cache_salt, lora_id)
         hits = self._match(tokens, max(len(tokens) - 1, 0) // self.block_size, keys)
         return ComputedBlocks(tokens, tuple(hits), len(hits) * self.block_size, keys)
 
-    def allocate_slots(self, seq_id: SeqId, num_new_tokens: int, num_lookahead_tokens: int = 0,
-                       new_token_ids: Any = None, computed: ComputedBlocks | None = None, *,
-                       cache_salt: Any = None, lora_id: Any = None,
-                       preempted: bool = False) -> list[int] | None:
+    def allocate_slots(
+        self,
+        seq_id: SeqId,
+        num_new_tokens: int,
+        num_lookahead_tokens: int = 0,
+        new_token_ids: Any = None,
+        computed: ComputedBlocks | None = None,
+        *,
+        cache_salt: Any = None,
+        lora_id: Any = None,
+        preempted: bool = False,
+    ) -> list[int] | None:
         """Slots for `num_new_tokens` more computed tokens (+ lookahead), as v1 does.
 
         A new sequence needs `new_token_ids` (its prompt, or prompt + output after a
@@ -195,8 +215,11 @@ class PrefixCachingManager(KVCacheManager):
             hits = list(computed.blocks)
         # the ids get_computed_blocks already checked need no second pass
         same = computed is not None and new_token_ids is computed.token_ids
-        tokens = computed.token_ids if computed is not None and same else \
-            token_ids_arg("new_token_ids", new_token_ids)
+        tokens = (
+            computed.token_ids
+            if computed is not None and same
+            else token_ids_arg("new_token_ids", new_token_ids)
+        )
         if computed is not None:
             self._check_computed(computed, tokens, hits, same, keys)
         done = len(hits) * self.block_size
@@ -211,25 +234,33 @@ class PrefixCachingManager(KVCacheManager):
         self._end_step()
         return new
 
-    def _check_computed(self, computed: ComputedBlocks, tokens: Tokens, hits: list[int],
-                        same: bool, keys: Keys) -> None:
+    def _check_computed(
+        self, computed: ComputedBlocks, tokens: Tokens, hits: list[int], same: bool, keys: Keys
+    ) -> None:
         """What get_computed_blocks returned, checked again: a forged one is a ValueError."""
         bs = self.block_size
         if computed.num_tokens != len(hits) * bs:
-            raise ValueError(f"computed.num_tokens is {computed.num_tokens!r} but its "
-                             f"{len(hits)} blocks hold {len(hits) * bs} tokens")
+            raise ValueError(
+                f"computed.num_tokens is {computed.num_tokens!r} but its "
+                f"{len(hits)} blocks hold {len(hits) * bs} tokens"
+            )
         if len(hits) * bs > max(len(tokens) - 1, 0):  # v1: max_cache_hit_length
-            raise ValueError(f"computed blocks cover {len(hits) * bs} of {len(tokens)} tokens; "
-                             f"a hit is capped at num_tokens - 1 (the last token is computed)")
+            raise ValueError(
+                f"computed blocks cover {len(hits) * bs} of {len(tokens)} tokens; "
+                f"a hit is capped at num_tokens - 1 (the last token is computed)"
+            )
         if computed.extra_keys != keys:
-            raise ValueError("computed blocks were looked up with other extra keys "
-                             "(cache_salt / lora_id)")
-        if (not same and computed.token_ids != tokens) or \
-                self._match(tokens, len(hits), keys) != hits:
+            raise ValueError(
+                "computed blocks were looked up with other extra keys (cache_salt / lora_id)"
+            )
+        if (not same and computed.token_ids != tokens) or self._match(
+            tokens, len(hits), keys
+        ) != hits:
             raise ValueError("computed blocks are stale or belong to other token ids")
 
-    def blocks_to_extend(self, seq_id: SeqId, num_new_tokens: int,
-                         num_lookahead_tokens: int = 0) -> int:
+    def blocks_to_extend(
+        self, seq_id: SeqId, num_new_tokens: int, num_lookahead_tokens: int = 0
+    ) -> int:
         """Free blocks `allocate_slots(seq_id, num_new_tokens, num_lookahead_tokens)` takes
         from a running sequence (v1: get_num_blocks_to_allocate); changes nothing."""
         table = self._table(seq_id)
@@ -243,8 +274,11 @@ class PrefixCachingManager(KVCacheManager):
         grow = max(0, target - table.num_tokens)
         # a slot handed out in a shared, partly filled last block (a new token or a lookahead
         # slot) needs a private copy first; v0 fork only: v1 never shares a partial block
-        cow = bool((n or grow) and table.num_tokens % self.block_size
-                   and self.pool.is_shared(table.blocks[-1]))
+        cow = bool(
+            (n or grow)
+            and table.num_tokens % self.block_size
+            and self.pool.is_shared(table.blocks[-1])
+        )
         need = blocks_needed(table.num_tokens + grow, self.block_size) - len(table.blocks) + cow
         return target, grow, cow, need
 
@@ -258,12 +292,15 @@ class PrefixCachingManager(KVCacheManager):
             raise ValueError(f"sequence {seq_id!r} has unknown token ids; cannot append to them")
         done = self.num_computed_tokens(seq_id)
         if known is not None and done + n > len(known) + len(new):
-            raise ValueError(f"{done} computed + {n} new tokens exceed the "
-                             f"{len(known) + len(new)} known for {seq_id!r}")
+            raise ValueError(
+                f"{done} computed + {n} new tokens exceed the "
+                f"{len(known) + len(new)} known for {seq_id!r}"
+            )
         return new
 
-    def _extend(self, seq_id: SeqId, n: int, ahead: int, new_token_ids: Any,
-                computed: Any) -> list[int] | None:
+    def _extend(
+        self, seq_id: SeqId, n: int, ahead: int, new_token_ids: Any, computed: Any
+    ) -> list[int] | None:
         new = self._check_extend(seq_id, n, new_token_ids, computed)
         table = self._tables[seq_id]
         known = self._known.get(seq_id)
@@ -281,17 +318,28 @@ class PrefixCachingManager(KVCacheManager):
         table.num_tokens = max(first, target)
         self._ahead[seq_id] = table.num_tokens - done - n
         if self._tracing and table.num_tokens > first:
-            self._emit(tr.TokensAppended, seq_id, first,
-                       tuple(table.slot(p) for p in range(first, table.num_tokens)))
+            self._emit(
+                tr.TokensAppended,
+                seq_id,
+                first,
+                tuple(table.slot(p) for p in range(first, table.num_tokens)),
+            )
         self._cache_full_blocks(seq_id)
-        got = table.blocks[count - cow:]  # a copy-on-write replaced the last block too
+        got = table.blocks[count - cow :]  # a copy-on-write replaced the last block too
         self._end_step()  # (a sliding window may free some of them now, as v1 does next step)
         return got
 
     # ---- v0 shape: lookup and allocate in one call -----------------------------------
-    def add_sequence(self, seq_id: Any, num_tokens: int, tokens: Any = None, *,
-                     with_slots: bool = True, cache_salt: Any = None,
-                     lora_id: Any = None) -> Any:
+    def add_sequence(
+        self,
+        seq_id: Any,
+        num_tokens: int,
+        tokens: Any = None,
+        *,
+        with_slots: bool = True,
+        cache_salt: Any = None,
+        lora_id: Any = None,
+    ) -> Any:
         keys = self.extra_keys(cache_salt, lora_id)
         if tokens is None:
             if cache_salt is not None or lora_id is not None:
@@ -323,13 +371,21 @@ class PrefixCachingManager(KVCacheManager):
         waking = sum(1 for b in hits if b != NULL_BLOCK and not self.pool.ref_count(b))
         return max(fresh, 0) + waking
 
-    def _admit(self, seq_id: SeqId, tokens: Tokens, hits: list[int], computed: int, ahead: int,
-               keys: Keys = (), preempted: bool = False) -> None:
+    def _admit(
+        self,
+        seq_id: SeqId,
+        tokens: Tokens,
+        hits: list[int],
+        computed: int,
+        ahead: int,
+        keys: Keys = (),
+        preempted: bool = False,
+    ) -> None:
         """Touch the hits, allocate the rest, record stats and hash the full blocks."""
         bs, pool, st = self.block_size, self.pool, self.stats
         h = pool.hash_of(hits[-1]) if hits else self._root_hash(keys)
         full = min(computed, len(tokens)) // bs  # the blocks _cache_full_blocks names below
-        self._hash_ahead([(h, tokens[len(hits) * bs:], full - len(hits))])
+        self._hash_ahead([(h, tokens[len(hits) * bs :], full - len(hits))])
         st.record(len(tokens), len(hits) * bs, preempted)
         st.hits += len(hits)
         st.misses += len(tokens) // bs - len(hits)
@@ -375,7 +431,7 @@ class PrefixCachingManager(KVCacheManager):
             if b == NULL_BLOCK:  # dropped before it could be hashed: the chain ends here
                 self._known[seq_id] = None
                 break
-            block_tokens = tuple(known[logical * bs:(logical + 1) * bs])
+            block_tokens = tuple(known[logical * bs : (logical + 1) * bs])
             if pool.is_cached(b):  # a hit, or a block shared by fork: already named
                 h = pool.hash_of(b)
             else:
@@ -398,12 +454,13 @@ class PrefixCachingManager(KVCacheManager):
         bs, hashes = self.block_size, {}
         for h, run, num_blocks in chains:
             for i in range(num_blocks):
-                key = (h, tuple(run[i * bs:(i + 1) * bs]))
+                key = (h, tuple(run[i * bs : (i + 1) * bs]))
                 h = hashes[key] = self.hash_fn(*key)
         self._hashes = hashes
 
-    def _chain_ahead(self, seq_id: SeqId, new: Tokens,
-                     computed: int) -> tuple[int, Sequence[int], int]:
+    def _chain_ahead(
+        self, seq_id: SeqId, new: Tokens, computed: int
+    ) -> tuple[int, Sequence[int], int]:
         """(parent hash, tokens, blocks) that `_cache_full_blocks` hashes once `new` ids are
         known and `computed` tokens are computed (nothing when hashing stopped)."""
         known, chain = self._known.get(seq_id), self._chain.get(seq_id)
@@ -413,7 +470,7 @@ class PrefixCachingManager(KVCacheManager):
         full = min(computed, len(known) + len(new)) // self.block_size
         if full <= done:
             return h, (), 0
-        return h, known[done * self.block_size:] + list(new), full - done
+        return h, known[done * self.block_size :] + list(new), full - done
 
     def _before_tokens_appended(self, appends: list[tuple[SeqId, Tokens]]) -> None:
         """Hash ahead what `_on_tokens_appended` will cache (see `_hash_ahead`)."""
@@ -428,25 +485,38 @@ class PrefixCachingManager(KVCacheManager):
                     continue
                 extra[seq_id] = []
             extra[seq_id] += ids
-        self._hash_ahead([self._chain_ahead(s, tuple(ids), self.num_computed_tokens(s) + len(ids))
-                          for s, ids in extra.items()])
+        self._hash_ahead(
+            [
+                self._chain_ahead(s, tuple(ids), self.num_computed_tokens(s) + len(ids))
+                for s, ids in extra.items()
+            ]
+        )
 
-    def _restore_states(self, plan: dict[SeqId, tuple[Tokens, int]],
-                        prefix_state: Any) -> dict[SeqId, Any]:
+    def _restore_states(
+        self, plan: dict[SeqId, tuple[Tokens, int]], prefix_state: Any
+    ) -> dict[SeqId, Any]:
         states = super()._restore_states(plan, prefix_state)
-        self._hash_ahead([(self._root_hash(keys), tokens, len(tokens) // self.block_size)
-                          for tokens, keys in states.values()])
+        self._hash_ahead(
+            [
+                (self._root_hash(keys), tokens, len(tokens) // self.block_size)
+                for tokens, keys in states.values()
+            ]
+        )
         return states
 
-    def _publish_stored(self, seq_id: SeqId,
-                        stored: list[tuple[int, int, int | None, Tokens]]) -> None:
+    def _publish_stored(
+        self, seq_id: SeqId, stored: list[tuple[int, int, int | None, Tokens]]
+    ) -> None:
         """One BlockStored per run of consecutive newly cached blocks (v1: cache_full_blocks).
 
         `stored` holds (logical, hash, parent hash or None at the prompt start, tokens)."""
         lora = dict(self._extra.get(seq_id, ())).get("lora_id")
         window = getattr(self, "window", None)  # a sliding-window group names its window
-        spec: dict[str, Any] = dict(group_idx=self.group_idx, kv_cache_spec_sliding_window=window,
-                    kv_cache_spec_kind="full_attention" if window is None else "sliding_window")
+        spec: dict[str, Any] = dict(
+            group_idx=self.group_idx,
+            kv_cache_spec_sliding_window=window,
+            kv_cache_spec_kind="full_attention" if window is None else "sliding_window",
+        )
         runs: list[list[tuple[int, int, int | None, Tokens]]] = []
         for entry in stored:
             if runs and runs[-1][-1][0] == entry[0] - 1:
@@ -456,9 +526,16 @@ class PrefixCachingManager(KVCacheManager):
         queue = self.pool.kv_event_queue
         assert queue is not None, "stored blocks are published only with events on"
         for run in runs:
-            queue.append(BlockStored(
-                [h for _, h, _, _ in run], run[0][2], [t for *_, tokens in run for t in tokens],
-                self.block_size, lora_id=lora, **spec))
+            queue.append(
+                BlockStored(
+                    [h for _, h, _, _ in run],
+                    run[0][2],
+                    [t for *_, tokens in run for t in tokens],
+                    self.block_size,
+                    lora_id=lora,
+                    **spec,
+                )
+            )
 
     # ---- v1 extras: reset, events ---------------------------------------------------
     def reset_prefix_cache(self) -> bool:
@@ -500,7 +577,7 @@ class PrefixCachingManager(KVCacheManager):
         if parent is None:  # nothing cached ever started from these extra keys
             return hits
         for logical in range(max_blocks):
-            block_tokens = tokens[logical * bs:(logical + 1) * bs]
+            block_tokens = tokens[logical * bs : (logical + 1) * bs]
             h = self.hash_fn(h, block_tokens)
             found = pool.lookup(h, block_tokens, parent)
             if found is None:
@@ -515,9 +592,15 @@ class PrefixCachingManager(KVCacheManager):
         parent = pool.parent_key(hits[-1]) if hits else pool.root_of(keys)
         if parent is None:  # nothing cached ever started from these extra keys
             return 0
-        rest = tokens[len(hits) * bs:(len(hits) + 1) * bs]
-        return max((_common(pool.tokens_of(c), rest) for c in pool.children_of(parent)
-                    if pool.tokens_of(c) != rest), default=0)
+        rest = tokens[len(hits) * bs : (len(hits) + 1) * bs]
+        return max(
+            (
+                _common(pool.tokens_of(c), rest)
+                for c in pool.children_of(parent)
+                if pool.tokens_of(c) != rest
+            ),
+            default=0,
+        )
 
     # ---- a swap: the prefix state a restored sequence goes on hashing from (v0) -------
     def prefix_state(self, seq_id: SeqId) -> tuple[Tokens, Keys] | None:
@@ -530,14 +613,19 @@ class PrefixCachingManager(KVCacheManager):
 
     def _check_prefix_state(self, seq_id: SeqId, num_tokens: int, state: Any) -> None:
         if not isinstance(state, tuple) or len(state) != 2 or not isinstance(state[1], tuple):
-            raise TypeError(f"seq {seq_id!r}: prefix_state must be (token ids, extra keys) "
-                            f"as prefix_state() returns it, got {state!r}")
+            raise TypeError(
+                f"seq {seq_id!r}: prefix_state must be (token ids, extra keys) "
+                f"as prefix_state() returns it, got {state!r}"
+            )
         if len(token_ids_arg("token_ids", state[0])) != num_tokens:
-            raise ValueError(f"seq {seq_id!r}: prefix_state holds {len(state[0])} token ids "
-                             f"for {num_tokens} tokens")
-        if state[1][:len(self._group_keys)] != self._group_keys:
-            raise ValueError(f"seq {seq_id!r}: prefix_state's extra keys are another KV "
-                             f"cache group's")
+            raise ValueError(
+                f"seq {seq_id!r}: prefix_state holds {len(state[0])} token ids "
+                f"for {num_tokens} tokens"
+            )
+        if state[1][: len(self._group_keys)] != self._group_keys:
+            raise ValueError(
+                f"seq {seq_id!r}: prefix_state's extra keys are another KV cache group's"
+            )
 
     def _restore_prefix_state(self, seq_id: SeqId, state: Any) -> None:
         """Chain the restored blocks from the prompt's root again, as at admission (v0's
@@ -569,10 +657,10 @@ class PrefixCachingManager(KVCacheManager):
         for d in (self._known, self._ahead, self._extra):
             d.pop(seq_id, None)
 
-    def snapshot(self, events: Iterable[tr.Event] = (),
-                 caption: str | None = None) -> tr.Snapshot:
-        return replace(super().snapshot(events, caption),
-                       cached_blocks=tuple(self.pool.cached_free_blocks()))
+    def snapshot(self, events: Iterable[tr.Event] = (), caption: str | None = None) -> tr.Snapshot:
+        return replace(
+            super().snapshot(events, caption), cached_blocks=tuple(self.pool.cached_free_blocks())
+        )
 
     def check_invariants(self) -> None:
         super().check_invariants()
@@ -580,12 +668,14 @@ class PrefixCachingManager(KVCacheManager):
             assert done <= len(self._tables[seq_id].blocks), f"seq {seq_id!r} hashed too far"
         assert set(self._extra) <= set(self._tables), "extra keys kept for a finished sequence"
         for seq_id, keys in self._extra.items():  # every live prompt chains from its own root
-            assert keys[:len(self._group_keys)] == self._group_keys, (
-                f"seq {seq_id!r} lost its KV cache group's key")
+            assert keys[: len(self._group_keys)] == self._group_keys, (
+                f"seq {seq_id!r} lost its KV cache group's key"
+            )
         for seq_id in self._tables:
             ahead = self._ahead.get(seq_id, 0)
             assert 0 <= ahead <= self._tables[seq_id].num_tokens, (
-                f"seq {seq_id!r} has {ahead} lookahead slots for {self._tables[seq_id].num_tokens}")
+                f"seq {seq_id!r} has {ahead} lookahead slots for {self._tables[seq_id].num_tokens}"
+            )
 
 
 def _ids(tokens: Any) -> Tokens:

@@ -43,8 +43,9 @@ MAX_WINDOW = (1 << 31) - 1  # the kernels take window and sinks as int32
 class SlidingWindowManager(KVCacheManager):
     drops_blocks = True  # tables hold NULL_BLOCK for blocks behind the window
 
-    def __init__(self, num_blocks: int, block_size: int, *, window: int, sinks: int = 0,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, num_blocks: int, block_size: int, *, window: int, sinks: int = 0, **kwargs: Any
+    ) -> None:
         block_size = count_arg("block_size", block_size, 1, MAX_BLOCK_SIZE)
         window = count_arg("window", window, 1, MAX_WINDOW)
         sinks = count_arg("sinks", sinks, 0, MAX_WINDOW)
@@ -64,8 +65,11 @@ class SlidingWindowManager(KVCacheManager):
         """How many logical blocks stay named for a table of `num_tokens` slots of which
         `num_computed_tokens` (default: all) are computed."""
         num_tokens = count_arg("num_tokens", num_tokens)
-        done = num_tokens if num_computed_tokens is None else count_arg(
-            "num_computed_tokens", num_computed_tokens, 0, num_tokens)
+        done = (
+            num_tokens
+            if num_computed_tokens is None
+            else count_arg("num_computed_tokens", num_computed_tokens, 0, num_tokens)
+        )
         bs = self.block_size
         gone = max(0, self.get_num_skipped_tokens(done) // bs - self.first_droppable)
         return blocks_needed(num_tokens, bs) - gone
@@ -84,8 +88,10 @@ class SlidingWindowManager(KVCacheManager):
         if max_chunk is not None:
             max_chunk = count_arg("max_chunk", max_chunk, 1)
             span = min(self.window - 1 + max_chunk, total_len)
-            return min(blocks_needed(total_len, self.block_size),
-                       blocks_needed(span, self.block_size) + 1 + self.first_droppable)
+            return min(
+                blocks_needed(total_len, self.block_size),
+                blocks_needed(span, self.block_size) + 1 + self.first_droppable,
+            )
         return max(blocks_needed(prompt_len, self.block_size), self.kept(total_len) + 1)
 
     def get_num_common_prefix_blocks(self, request_id: SeqId, num_running_requests: int) -> int:

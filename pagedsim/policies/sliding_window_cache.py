@@ -30,8 +30,9 @@ from .sliding_window import SlidingWindowManager
 class SlidingWindowPrefixCachingManager(SlidingWindowManager, PrefixCachingManager):
     pool: CachingBlockPool
 
-    def _match(self, tokens: tuple[int, ...], max_blocks: int,
-               keys: tuple[tuple[str, Any], ...] = ()) -> list[int]:
+    def _match(
+        self, tokens: tuple[int, ...], max_blocks: int, keys: tuple[tuple[str, Any], ...] = ()
+    ) -> list[int]:
         if self.sinks:
             return super()._match(tokens, max_blocks, keys)
         bs, pool = self.block_size, self.pool
@@ -41,7 +42,7 @@ class SlidingWindowPrefixCachingManager(SlidingWindowManager, PrefixCachingManag
             return []
         cached: list[int | None] = []  # cached[i]: a block holding logical block i, or None
         for i in range(max_blocks):
-            cid = pool.content_id(cid, tokens[i * bs:(i + 1) * bs])
+            cid = pool.content_id(cid, tokens[i * bs : (i + 1) * bs])
             if cid is None:  # no cached block holds this prefix or anything after it
                 break
             cached.append(pool.block_with(cid))
@@ -52,6 +53,6 @@ class SlidingWindowPrefixCachingManager(SlidingWindowManager, PrefixCachingManag
                 continue
             run += 1
             if run == run_needed:
-                return [NULL_BLOCK] * i + [b for b in cached[i:i + run] if b is not None]
+                return [NULL_BLOCK] * i + [b for b in cached[i : i + run] if b is not None]
         lead = next((i for i, b in enumerate(cached) if b is None), len(cached))
         return [b for b in cached[:lead] if b is not None]

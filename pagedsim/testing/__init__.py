@@ -26,7 +26,21 @@ from .run import Summary, check_manager
 from .strategies import Op, PromptedRequest, operations, requests
 
 __all__ = [
-    "check_manager", "check_attention", "compare", "manager_machine", "ManagerConformance",
-    "requests", "operations", "Op", "PromptedRequest", "paged_caches", "paged_case", "PagedCase",
-    "reference_attention", "NonConformance", "Hung", "RAN_OUT", "Summary",
+    "check_manager",
+    "check_attention",
+    "compare",
+    "manager_machine",
+    "ManagerConformance",
+    "requests",
+    "operations",
+    "Op",
+    "PromptedRequest",
+    "paged_caches",
+    "paged_case",
+    "PagedCase",
+    "reference_attention",
+    "NonConformance",
+    "Hung",
+    "RAN_OUT",
+    "Summary",
 ]

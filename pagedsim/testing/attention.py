@@ -28,16 +28,19 @@ from .run import Summary, quiet_settings, seeded
 
 def compare(fn, case: PagedCase, call_timeout=None) -> None:
     """Raise NonConformance unless fn(*case.args) matches the reference on this case."""
-    script = ["import numpy as np",
-              "from pagedsim.testing import paged_case",
-              f"case = {case!r}",
-              "out = fn(*case.args)  # query, kv_cache, block_tables, context_lens, scale"]
+    script = [
+        "import numpy as np",
+        "from pagedsim.testing import paged_case",
+        f"case = {case!r}",
+        "out = fn(*case.args)  # query, kv_cache, block_tables, context_lens, scale",
+    ]
     tol = case.tolerance
     check = f"np.testing.assert_allclose(out, case.reference(), atol={tol:g}, rtol={tol:g})"
 
     def fail(problem):
-        raise NonConformance(render(problem, script + [check], marker="",
-                                    who="`fn` is your attention function"))
+        raise NonConformance(
+            render(problem, script + [check], marker="", who="`fn` is your attention function")
+        )
 
     inputs = [a.copy() for a in case.args[:4]]
     try:
@@ -59,14 +62,17 @@ def compare(fn, case: PagedCase, call_timeout=None) -> None:
     err = np.abs(got - want) - tol * np.abs(want)
     if (err > tol).any():
         s, h, d = np.unravel_index(int(np.argmax(err)), err.shape)
-        fail(f"fn differs from the float64 reference at seq {s}, head {h}, dim {d}: got "
-             f"{got[s, h, d]:.6g}, want {want[s, h, d]:.6g} (tolerance for "
-             f"{case.spec['dtype']}: atol = rtol = {tol:g}; context_lens "
-             f"{case.spec['context_lens']}, group {case.spec['group']}, scale {case.scale:.4g})")
+        fail(
+            f"fn differs from the float64 reference at seq {s}, head {h}, dim {d}: got "
+            f"{got[s, h, d]:.6g}, want {want[s, h, d]:.6g} (tolerance for "
+            f"{case.spec['dtype']}: atol = rtol = {tol:g}; context_lens "
+            f"{case.spec['context_lens']}, group {case.spec['group']}, scale {case.scale:.4g})"
+        )
 
 
-def check_attention(fn, *, examples: int = 100, seed: int | None = 0, call_timeout=None,
-                    **cache_kw) -> Summary:
+def check_attention(
+    fn, *, examples: int = 100, seed: int | None = 0, call_timeout=None, **cache_kw
+) -> Summary:
     """Run `fn` on `examples` cases from `paged_caches(**cache_kw)`.
 
     Returns a Summary, or raises NonConformance with the minimal failing case."""

@@ -53,13 +53,30 @@ class PagedCase:
         return "paged_case(" + ", ".join(f"{k}={v!r}" for k, v in self.spec.items()) + ")"
 
 
-def paged_case(*, context_lens=(5,), block_size: int = 4, num_kv_heads: int = 1, group: int = 1,
-               head_dim: int = 8, dtype: str = "float32", spare_blocks: int = 1, scale=None,
-               seed: int = 0) -> PagedCase:
+def paged_case(
+    *,
+    context_lens=(5,),
+    block_size: int = 4,
+    num_kv_heads: int = 1,
+    group: int = 1,
+    head_dim: int = 8,
+    dtype: str = "float32",
+    spare_blocks: int = 1,
+    scale=None,
+    seed: int = 0,
+) -> PagedCase:
     """One scattered cache, rebuilt exactly from these arguments (random data from `seed`)."""
-    spec = dict(context_lens=list(map(int, context_lens)), block_size=block_size,
-                num_kv_heads=num_kv_heads, group=group, head_dim=head_dim, dtype=dtype,
-                spare_blocks=spare_blocks, scale=scale, seed=seed)
+    spec = dict(
+        context_lens=list(map(int, context_lens)),
+        block_size=block_size,
+        num_kv_heads=num_kv_heads,
+        group=group,
+        head_dim=head_dim,
+        dtype=dtype,
+        spare_blocks=spare_blocks,
+        scale=scale,
+        seed=seed,
+    )
     if dtype not in TOLERANCE or min(spec["context_lens"], default=0) < 1:
         raise ValueError(f"need dtype in {sorted(TOLERANCE)} and context lengths >= 1: {spec}")
     rng = np.random.default_rng(seed)
@@ -73,28 +90,47 @@ def paged_case(*, context_lens=(5,), block_size: int = 4, num_kv_heads: int = 1,
     kv = np.full((num_blocks, 2, num_kv_heads, bs, head_dim), POISON)  # [N, 2, H_kv, B, D]
     at = 1
     for s, (n, k) in enumerate(zip(lens, need, strict=True)):
-        tables[s, :k] = ids[at:at + k]
+        tables[s, :k] = ids[at : at + k]
         at += k
         pos = np.arange(n)
         kv[tables[s, pos // bs], :, :, pos % bs, :] = rng.standard_normal(
-            (n, 2, num_kv_heads, head_dim))
+            (n, 2, num_kv_heads, head_dim)
+        )
     query = rng.standard_normal((len(lens), num_kv_heads * group, head_dim))  # [S, H, D]
-    return PagedCase(query.astype(dtype), kv.astype(dtype), tables,
-                     np.asarray(lens, np.int32),
-                     float(1.0 / math.sqrt(head_dim) if scale is None else scale), spec)
+    return PagedCase(
+        query.astype(dtype),
+        kv.astype(dtype),
+        tables,
+        np.asarray(lens, np.int32),
+        float(1.0 / math.sqrt(head_dim) if scale is None else scale),
+        spec,
+    )
 
 
-def paged_caches(*, max_seqs: int = 3, max_context: int = 20, block_sizes=(1, 2, 4, 8),
-                 max_kv_heads: int = 2, max_group: int = 4, head_dims=(1, 3, 4, 5, 8, 16),
-                 dtypes=("float32", "float16"), scales=(None, 0.3)):
+def paged_caches(
+    *,
+    max_seqs: int = 3,
+    max_context: int = 20,
+    block_sizes=(1, 2, 4, 8),
+    max_kv_heads: int = 2,
+    max_group: int = 4,
+    head_dims=(1, 3, 4, 5, 8, 16),
+    dtypes=("float32", "float16"),
+    scales=(None, 0.3),
+):
     """PagedCases: scattered blocks, poisoned unused slots, GQA groups, odd head dims."""
     return st.builds(
         paged_case,
         context_lens=st.lists(st.integers(1, max_context), min_size=1, max_size=max_seqs),
-        block_size=st.sampled_from(block_sizes), num_kv_heads=st.integers(1, max_kv_heads),
-        group=st.integers(1, max_group), head_dim=st.sampled_from(head_dims),
-        dtype=st.sampled_from(dtypes), spare_blocks=st.integers(0, 2),
-        scale=st.sampled_from(scales), seed=st.integers(0, 2**16))
+        block_size=st.sampled_from(block_sizes),
+        num_kv_heads=st.integers(1, max_kv_heads),
+        group=st.integers(1, max_group),
+        head_dim=st.sampled_from(head_dims),
+        dtype=st.sampled_from(dtypes),
+        spare_blocks=st.integers(0, 2),
+        scale=st.sampled_from(scales),
+        seed=st.integers(0, 2**16),
+    )
 
 
 def reference_attention(query, kv_cache, block_tables, context_lens, scale=None) -> np.ndarray:

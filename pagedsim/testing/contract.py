@@ -56,8 +56,11 @@ def alarm(seconds, make_error):
 
     A no-op where a timer cannot interrupt: off POSIX, outside the main thread, or
     seconds falsy. The course's checks share this (course/impl.py)."""
-    usable = (seconds and hasattr(signal, "setitimer")
-              and threading.current_thread() is threading.main_thread())
+    usable = (
+        seconds
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+    )
     if not usable:
         yield
         return
@@ -76,9 +79,17 @@ def alarm(seconds, make_error):
 
 def time_limit(seconds, what: str, script: list[str]):
     """Raise `Hung` if the body runs longer than `seconds` (POSIX main thread only)."""
-    return alarm(seconds, lambda: Hung(render(
-        f"{what} did not return within {seconds:g} s (an infinite loop?)", script,
-        "# <- hangs here"), list(script)))
+    return alarm(
+        seconds,
+        lambda: Hung(
+            render(
+                f"{what} did not return within {seconds:g} s (an infinite loop?)",
+                script,
+                "# <- hangs here",
+            ),
+            list(script),
+        ),
+    )
 
 
 class Managed:
@@ -115,11 +126,19 @@ class Managed:
         outcome, value = self.call(text, factory, num_blocks, block_size, log=False)
         if outcome != "ok":
             self.fail(f"{text} raised {describe(value)}")
-        for name in ("add_sequence", "append_tokens", "fork", "free_sequence", "block_table",
-                     "num_free_blocks"):
+        for name in (
+            "add_sequence",
+            "append_tokens",
+            "fork",
+            "free_sequence",
+            "block_table",
+            "num_free_blocks",
+        ):
             if not hasattr(value, name):
-                self.fail(f"{text} returned {type_name(value)}, which has no `{name}` "
-                          f"(see pagedsim.testing.contract for the names the kit needs)")
+                self.fail(
+                    f"{text} returned {type_name(value)}, which has no `{name}` "
+                    f"(see pagedsim.testing.contract for the names the kit needs)"
+                )
         self.obj = value
 
     def query(self, text: str, fn, *args):

@@ -53,7 +53,7 @@ def shrink_hang(factory, script: list[str], seconds: float, budget: float = 30.0
 
     i = len(lines) - 2  # never drop the factory line (0) or the hanging call (last)
     while i >= 1 and time.monotonic() < deadline:
-        candidate = lines[:i] + lines[i + 1:]
+        candidate = lines[:i] + lines[i + 1 :]
         if keep(candidate):
             lines = candidate
         i -= 1
@@ -73,5 +73,11 @@ def shrunk(exc: Hung, factory, call_timeout: float) -> Hung:
     """`exc` with its script shrunk (replays use a limit of at most one second per call)."""
     script = exc.script
     lines = shrink_hang(factory, script, min(call_timeout, 1.0))
-    return Hung(render(f"{lines[-1]} did not return within {call_timeout:g} s (an infinite "
-                       f"loop?)", lines, "# <- hangs here"), lines)
+    return Hung(
+        render(
+            f"{lines[-1]} did not return within {call_timeout:g} s (an infinite loop?)",
+            lines,
+            "# <- hangs here",
+        ),
+        lines,
+    )

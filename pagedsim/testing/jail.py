@@ -240,12 +240,23 @@ def can_run_as_user(sandbox: bool) -> bool:
                 give_to(uid, Path(home))
                 argv = [sys.executable, "-S", "-c", "pass"]
                 if sandbox:
-                    argv = sandbox_argv(argv, code_root=Path(home), scratch=Path(home),
-                                        env={"HOME": home})
+                    argv = sandbox_argv(
+                        argv, code_root=Path(home), scratch=Path(home), env={"HOME": home}
+                    )
                 try:
-                    ok = subprocess.run(argv, user=uid, group=uid, extra_groups=[], cwd=home,
-                                        env={"HOME": home}, capture_output=True,
-                                        timeout=30).returncode == 0
+                    ok = (
+                        subprocess.run(
+                            argv,
+                            user=uid,
+                            group=uid,
+                            extra_groups=[],
+                            cwd=home,
+                            env={"HOME": home},
+                            capture_output=True,
+                            timeout=30,
+                        ).returncode
+                        == 0
+                    )
                 except (OSError, subprocess.SubprocessError):
                     ok = False
                 kill_user(uid)
@@ -284,11 +295,18 @@ def kill_user(uid: int) -> None:
         if attempt and not processes_of(uid) and not processes_of(uid):
             return
         try:
-            subprocess.run([sys.executable, "-S", "-c",
-                            "import os, signal; os.kill(-1, signal.SIGKILL)"],
-                           user=uid, group=uid, extra_groups=[], env={}, timeout=10,
-                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, check=False)
+            subprocess.run(
+                [sys.executable, "-S", "-c", "import os, signal; os.kill(-1, signal.SIGKILL)"],
+                user=uid,
+                group=uid,
+                extra_groups=[],
+                env={},
+                timeout=10,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                check=False,
+            )
         except (OSError, subprocess.SubprocessError):
             pass
         for p in processes_of(uid):
@@ -328,8 +346,11 @@ class Limits:
 
     def apply(self, own_uid: bool) -> None:
         """In the child, between fork and exec (so nothing here may import)."""
-        for what, n in ((resource.RLIMIT_AS, self.memory), (resource.RLIMIT_FSIZE, self.file_size),
-                        (resource.RLIMIT_NOFILE, self.open_files)):
+        for what, n in (
+            (resource.RLIMIT_AS, self.memory),
+            (resource.RLIMIT_FSIZE, self.file_size),
+            (resource.RLIMIT_NOFILE, self.open_files),
+        ):
             resource.setrlimit(what, (n, n))
         # SIGXCPU at the soft limit; the hard one (SIGKILL, which names nothing) a second later
         resource.setrlimit(resource.RLIMIT_CPU, (self.cpu, self.cpu + 1))

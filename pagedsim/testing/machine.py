@@ -76,8 +76,13 @@ class ManagerConformance(RuleBasedStateMachine):
     @rule(n=st.integers(1, 12))
     def add(self, n):
         seq = self.next_id
-        if self._step(f"m.add_sequence({seq}, {n})", "add_sequence", (seq, n),
-                      lambda: self.model.add_sequence(seq, n), writes=(seq, 0, n)):
+        if self._step(
+            f"m.add_sequence({seq}, {n})",
+            "add_sequence",
+            (seq, n),
+            lambda: self.model.add_sequence(seq, n),
+            writes=(seq, 0, n),
+        ):
             self.next_id += 1  # a refused id is tried again: it must not be half-registered
 
     @precondition(lambda self: self.tokens)
@@ -85,8 +90,13 @@ class ManagerConformance(RuleBasedStateMachine):
     def append(self, i, n):
         seq = self._live(i)
         start = len(self.tokens[seq])
-        self._step(f"m.append_tokens({seq}, {n})", "append_tokens", (seq, n),
-                   lambda: self.model.append_tokens(seq, n), writes=(seq, start, n))
+        self._step(
+            f"m.append_tokens({seq}, {n})",
+            "append_tokens",
+            (seq, n),
+            lambda: self.model.append_tokens(seq, n),
+            writes=(seq, start, n),
+        )
 
     @precondition(lambda self: self.tokens)
     @rule(i=st.integers(0, 7))
@@ -94,9 +104,13 @@ class ManagerConformance(RuleBasedStateMachine):
         parent = self._live(i)
         child = self.next_id
         self.next_id += 1
-        self._step(f"m.fork({parent}, {child})", "fork", (parent, child),
-                   lambda: self.model.fork(parent, child),
-                   lambda: self.tokens.__setitem__(child, list(self.tokens[parent])))
+        self._step(
+            f"m.fork({parent}, {child})",
+            "fork",
+            (parent, child),
+            lambda: self.model.fork(parent, child),
+            lambda: self.tokens.__setitem__(child, list(self.tokens[parent])),
+        )
 
     @precondition(lambda self: self.tokens)
     @rule(i=st.integers(0, 7), n=st.integers(1, 6), child_writes=st.booleans())
@@ -117,8 +131,11 @@ class ManagerConformance(RuleBasedStateMachine):
     def misuse(self, which, i):
         """A call with a bad id must raise (any exception) and change nothing."""
         unknown = self.next_id  # never used yet
-        calls = [("append_tokens", (unknown, 1)), ("free_sequence", (unknown,)),
-                 ("fork", (unknown, unknown + 1))]
+        calls = [
+            ("append_tokens", (unknown, 1)),
+            ("free_sequence", (unknown,)),
+            ("fork", (unknown, unknown + 1)),
+        ]
         if self.tokens:
             some = self._live(i)
             calls += [("add_sequence", (some, 1)), ("fork", (some, some))]
@@ -143,8 +160,10 @@ class ManagerConformance(RuleBasedStateMachine):
             self._free(seq)
         free = self.m.num_free()
         if free != self.nb:
-            self._fail(f"after every sequence is freed, num_free_blocks is {free} of "
-                       f"{self.nb}: {self.nb - free} block(s) leaked")
+            self._fail(
+                f"after every sequence is freed, num_free_blocks is {free} of "
+                f"{self.nb}: {self.nb - free} block(s) leaked"
+            )
 
     # ---- one step -------------------------------------------------------------------
     def _live(self, i: int):
@@ -154,8 +173,13 @@ class ManagerConformance(RuleBasedStateMachine):
         return live[i % len(live)]
 
     def _free(self, seq):
-        self._step(f"m.free_sequence({seq})", "free_sequence", (seq,),
-                   lambda: self.model.free_sequence(seq), lambda: self.tokens.pop(seq))
+        self._step(
+            f"m.free_sequence({seq})",
+            "free_sequence",
+            (seq,),
+            lambda: self.model.free_sequence(seq),
+            lambda: self.tokens.pop(seq),
+        )
 
     def _step(self, text, name, args, model_op, on_success=None, writes=None) -> bool:
         """Call the manager and the model; True when the call went through."""
@@ -172,18 +196,24 @@ class ManagerConformance(RuleBasedStateMachine):
             self._fail(f"{text} raised {describe(value)}")
         if refusal is not None:
             if outcome == "ok":
-                self._fail(f"{text} succeeded, but it needs {refusal.needed} free block(s) and "
-                           f"only {refusal.available} are free: it must raise OutOfBlocks or "
-                           f"MemoryError (the model does){self._cowhint(name, args)}")
+                self._fail(
+                    f"{text} succeeded, but it needs {refusal.needed} free block(s) and "
+                    f"only {refusal.available} are free: it must raise OutOfBlocks or "
+                    f"MemoryError (the model does){self._cowhint(name, args)}"
+                )
             after = self._observe()
             if after != before:
-                self._fail(f"{text} ran out of blocks, as it should, but changed the state "
-                           f"(all-or-nothing broken): {diff(before, after)}")
+                self._fail(
+                    f"{text} ran out of blocks, as it should, but changed the state "
+                    f"(all-or-nothing broken): {diff(before, after)}"
+                )
             return False
         if outcome == "ran_out":
             need = model_before - self.model.num_free_blocks
-            self._fail(f"{text} raised {describe(value)}, but the call needs {need} block(s) "
-                       f"and {before[0]} are free (the model succeeds)")
+            self._fail(
+                f"{text} raised {describe(value)}, but the call needs {need} block(s) "
+                f"and {before[0]} are free (the model succeeds)"
+            )
         model_copies = self.model.drain_copies()
         if on_success is not None:
             on_success()
@@ -199,9 +229,11 @@ class ManagerConformance(RuleBasedStateMachine):
         if len(self.tokens[seq]) % self.bs == 0 or self.model.pool.ref_count(table[-1]) < 2:
             return ""
         sharers = [s for s in self.tokens if s != seq and table[-1] in self.model.block_table(s)]
-        return (f". In the model its last block is partly full and shared with seq {sharers} "
-                f"(fork counted the child's reference), so writing into it needs a private "
-                f"copy first (copy-on-write)")
+        return (
+            f". In the model its last block is partly full and shared with seq {sharers} "
+            f"(fork counted the child's reference), so writing into it needs a private "
+            f"copy first (copy-on-write)"
+        )
 
     def _observe(self):
         """(num_free, tables of live sequences): what a refused call must leave alone."""
@@ -213,7 +245,7 @@ class ManagerConformance(RuleBasedStateMachine):
         for src, dst in self.m.drain():  # the copy kernel runs before new tokens are written
             if not (0 <= src < nb and 0 <= dst < nb):
                 self._fail(f"m.drain_copies() gave ({src}, {dst}); block ids are 0..{nb - 1}")
-            self.memory[dst * bs:(dst + 1) * bs] = self.memory[src * bs:(src + 1) * bs]
+            self.memory[dst * bs : (dst + 1) * bs] = self.memory[src * bs : (src + 1) * bs]
         if writes is not None:  # each new token gets a fresh value
             seq, start, n = writes
             values = range(self.next_value, self.next_value + n)
@@ -231,19 +263,25 @@ class ManagerConformance(RuleBasedStateMachine):
         if free != model_free:
             cow = f", {len(model_copies)} of them for copy-on-write" if model_copies else ""
             used, model_used = free_before[0] - free, free_before[1] - model_free
-            self._fail(f"after {text}, num_free_blocks is {free} but the model has {model_free} "
-                       f"free: this call {took(used)}; the model {took(model_used)}{cow}"
-                       f"{hint(text, used - model_used)}")
+            self._fail(
+                f"after {text}, num_free_blocks is {free} but the model has {model_free} "
+                f"free: this call {took(used)}; the model {took(model_used)}{cow}"
+                f"{hint(text, used - model_used)}"
+            )
         held = set().union(*tables.values()) if tables else set()
         if len(held) + free != nb:
-            self._fail(f"after {text}, tables hold {len(held)} distinct block(s) and {free} "
-                       f"are free, but the pool has {nb}")
+            self._fail(
+                f"after {text}, tables hold {len(held)} distinct block(s) and {free} "
+                f"are free, but the pool has {nb}"
+            )
         if self.free_order:
             for seq, table in tables.items():
                 want = list(self.model.block_table(seq))
                 if table != want:
-                    self._fail(f"after {text}, block_table({seq}) is {table}; with "
-                               f"{self.free_order} free order the model gives {want}")
+                    self._fail(
+                        f"after {text}, block_table({seq}) is {table}; with "
+                        f"{self.free_order} free order the model gives {want}"
+                    )
         for seq, table in tables.items():
             self._read_back(text, seq, table, tables)
         if self.extra_check is not None:
@@ -261,14 +299,16 @@ class ManagerConformance(RuleBasedStateMachine):
             for i in range(min(len(old), len(new or ()), -(-written // bs))):
                 if old[i] != new[i]:
                     src, dst = old[i], new[i]
-                    self.memory[dst * bs:(dst + 1) * bs] = self.memory[src * bs:(src + 1) * bs]
+                    self.memory[dst * bs : (dst + 1) * bs] = self.memory[src * bs : (src + 1) * bs]
 
     def _table(self, seq):
         table, n, nb = self.m.table(seq), len(self.tokens[seq]), self.nb
         want = blocks_needed(n, self.bs)
         if len(table) != want:
-            self._fail(f"block_table({seq}) has {len(table)} entries for {n} tokens; "
-                       f"expected ceil({n}/{self.bs}) = {want}")
+            self._fail(
+                f"block_table({seq}) has {len(table)} entries for {n} tokens; "
+                f"expected ceil({n}/{self.bs}) = {want}"
+            )
         if any(not 0 <= b < nb for b in table) or len(set(table)) != len(table):
             self._fail(f"block_table({seq}) is {table}: ids must be distinct, in 0..{nb - 1}")
         return table
@@ -288,15 +328,25 @@ class ManagerConformance(RuleBasedStateMachine):
                 holds = f"it holds the token seq {who} wrote at position {at}"
             sharers = [s for s, t in tables.items() if s != seq and block in t]
             also = f"; block {block} is also in the table of seq {sharers}" if sharers else ""
-            self._fail(f"after {text}, seq {seq} does not read back its own tokens: position "
-                       f"{p} lives in block {block} (slot {slot}), and {holds}{also}")
+            self._fail(
+                f"after {text}, seq {seq} does not read back its own tokens: position "
+                f"{p} lives in block {block} (slot {slot}), and {holds}{also}"
+            )
 
     def _fail(self, problem: str):
         self.m.fail(problem)
 
 
-def manager_machine(factory, *, block_size=None, num_blocks=None, check_free_order=None,
-                    invalid_ids=False, call_timeout=None, extra_check=None):
+def manager_machine(
+    factory,
+    *,
+    block_size=None,
+    num_blocks=None,
+    check_free_order=None,
+    invalid_ids=False,
+    call_timeout=None,
+    extra_check=None,
+):
     """A `RuleBasedStateMachine` class checking `factory(num_blocks, block_size)` managers.
 
     block_size, num_blocks: ints or Hypothesis strategies of ints; by default 1, 2, 4 or 8
@@ -313,11 +363,18 @@ def manager_machine(factory, *, block_size=None, num_blocks=None, check_free_ord
     if not callable(factory):
         raise TypeError(f"factory must be callable, got {factory!r}")
     name = getattr(factory, "__name__", "manager")
-    return type(f"{name}Conformance", (ManagerConformance,), {
-        "factory": staticmethod(factory),
-        "sizes": st.tuples(_strategy(NUM_BLOCKS if num_blocks is None else num_blocks),
-                           _strategy(BLOCK_SIZES if block_size is None else block_size)),
-        "free_order": check_free_order, "invalid_ids": invalid_ids,
-        "call_timeout": call_timeout,
-        "extra_check": staticmethod(extra_check) if extra_check else None,
-    })
+    return type(
+        f"{name}Conformance",
+        (ManagerConformance,),
+        {
+            "factory": staticmethod(factory),
+            "sizes": st.tuples(
+                _strategy(NUM_BLOCKS if num_blocks is None else num_blocks),
+                _strategy(BLOCK_SIZES if block_size is None else block_size),
+            ),
+            "free_order": check_free_order,
+            "invalid_ids": invalid_ids,
+            "call_timeout": call_timeout,
+            "extra_check": staticmethod(extra_check) if extra_check else None,
+        },
+    )

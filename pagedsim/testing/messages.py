@@ -4,14 +4,17 @@ calls that lead there as a script of Python the user can paste into a test."""
 from __future__ import annotations
 
 
-def render(problem: str, script: list[str], marker: str = "# <- fails here",
-           who: str = "`factory` builds your manager") -> str:
+def render(
+    problem: str,
+    script: list[str],
+    marker: str = "# <- fails here",
+    who: str = "`factory` builds your manager",
+) -> str:
     """The failure message: what went wrong, then the calls that lead there."""
     lines = [f"    {line}" for line in script]
     if lines and marker:
         lines[-1] = f"{lines[-1]:<40} {marker}"
-    return (f"{problem}\n\nMinimal counterexample (paste into a test; {who}):\n"
-            + "\n".join(lines))
+    return f"{problem}\n\nMinimal counterexample (paste into a test; {who}):\n" + "\n".join(lines)
 
 
 def took(n: int) -> str:
@@ -23,14 +26,20 @@ def took(n: int) -> str:
 def hint(text: str, extra: int) -> str:
     """A guess at the cause, phrased as a question: `extra` blocks taken beyond the model."""
     if text.startswith("m.free_sequence"):
-        return (" (did it free blocks another sequence still holds? fork must count the "
-                "child's reference to every shared block)" if extra < 0 else
-                " (a leak: free must release every block whose count drops to 0)")
+        return (
+            " (did it free blocks another sequence still holds? fork must count the "
+            "child's reference to every shared block)"
+            if extra < 0
+            else " (a leak: free must release every block whose count drops to 0)"
+        )
     if text.startswith("m.fork"):
         return " (fork shares the parent's blocks; it needs no new ones)"
-    return (" (too few: ceil(tokens / block_size) blocks, plus a copy when appending into a "
-            "shared, partly filled last block)" if extra < 0 else
-            " (too many: ceil(tokens / block_size) blocks are enough)")
+    return (
+        " (too few: ceil(tokens / block_size) blocks, plus a copy when appending into a "
+        "shared, partly filled last block)"
+        if extra < 0
+        else " (too many: ceil(tokens / block_size) blocks are enough)"
+    )
 
 
 def diff(before, after) -> str:

@@ -25,18 +25,22 @@ import pytest
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "paged_cache(**spec): arguments for pagedsim.testing.paged_case "
-                   "(context_lens, block_size, num_kv_heads, group, head_dim, dtype, ...)")
+        "markers",
+        "paged_cache(**spec): arguments for pagedsim.testing.paged_case "
+        "(context_lens, block_size, num_kv_heads, group, head_dim, dtype, ...)",
+    )
 
 
 class _ManagerRunner:
     def __call__(self, factory, **kw):
         from .run import check_manager
+
         return check_manager(factory, **kw)
 
     @staticmethod
     def machine(factory, **kw):
         from .machine import manager_machine
+
         return manager_machine(factory, **kw)
 
 
@@ -50,6 +54,7 @@ def manager_machine():
 def paged_cache(request):
     """A scattered, poisoned paged KV cache (a PagedCase), fixed per test id."""
     from .caches import paged_case
+
     marker = request.node.get_closest_marker("paged_cache")
     spec = dict(context_lens=(5, 9, 2), block_size=4, num_kv_heads=2, group=2, head_dim=8)
     spec.update(marker.kwargs if marker else {})

@@ -69,8 +69,9 @@ class Channel:
     `limit` bounds one message from the other end (an untrusting end only): a longer one is
     refused before it is read, and `refused` says why the conversation ended that way."""
 
-    def __init__(self, sock: socket.socket, *, trusting: bool, on_dead=None,
-                 limit: int = DEFAULT_LIMIT):
+    def __init__(
+        self, sock: socket.socket, *, trusting: bool, on_dead=None, limit: int = DEFAULT_LIMIT
+    ):
         self.sock, self.trusting, self.on_dead, self.limit = sock, trusting, on_dead, limit
         self.exports: dict[int, object] = {}
         # their id -> our proxy (stand-in exception classes stay the same class)
@@ -83,7 +84,9 @@ class Channel:
         self._args: tuple = ()  # of the reply being decoded
         self._encoder = Encoder(self._alias, self._handle)
         self._decoder: Decoder = Decoder(
-            theirs=self._theirs, ours=self._ours, arg=self._arg,
+            theirs=self._theirs,
+            ours=self._ours,
+            arg=self._arg,
             exc_class=lambda node: class_from(node, self),
             exception=lambda rest, depth: build_exception(rest, self, self._decoder.value, depth),
         )
@@ -116,8 +119,13 @@ class Channel:
             return encode_exception(o, self, self._encoder.node)
         if isinstance(o, type) and issubclass(o, BaseException):
             return class_node(o, self)
-        kind = ("module" if isinstance(o, types.ModuleType)
-                else "function" if isinstance(o, types.FunctionType) else "object")
+        kind = (
+            "module"
+            if isinstance(o, types.ModuleType)
+            else "function"
+            if isinstance(o, types.FunctionType)
+            else "object"
+        )
         return ["h", kind, self.export(o), str(getattr(o, "__name__", type(o).__name__))]
 
     def decode(self, node, args=()):
@@ -163,8 +171,9 @@ class Channel:
         that length: a peer that sends more cannot make this process hold more."""
         n = struct.unpack("!Q", self._exact(8))[0]
         if not self.trusting and n > self.limit:
-            raise self._refuse(f"a reply of {_size(n)} from your code, over the limit of "
-                               f"{_size(self.limit)}")
+            raise self._refuse(
+                f"a reply of {_size(n)} from your code, over the limit of {_size(self.limit)}"
+            )
         message = load_message(self._exact(n))
         if type(message) is not list or not message or message[0] not in ("R", "P"):
             raise RemoteError("a malformed message: no envelope")
@@ -328,6 +337,19 @@ def _served(obj, op, payload) -> bool:
     return op in ("call", "asarray")
 
 
-__all__ = ["DEPTH", "MUTABLE", "OPERATORS", "SPECIAL", "Channel", "ChildDied", "Remote",
-           "RemoteError", "RemoteModule", "ask", "build_exception", "encode_exception",
-           "raise_from_frames", "serve"]
+__all__ = [
+    "DEPTH",
+    "MUTABLE",
+    "OPERATORS",
+    "SPECIAL",
+    "Channel",
+    "ChildDied",
+    "Remote",
+    "RemoteError",
+    "RemoteModule",
+    "ask",
+    "build_exception",
+    "encode_exception",
+    "raise_from_frames",
+    "serve",
+]

@@ -44,8 +44,13 @@ MAX_DEPTH = 200  # nesting of one value
 DTYPES = {
     f"{order}{kind}{size}"
     for order in "<>|"
-    for kind, sizes in (("b", (1,)), ("i", (1, 2, 4, 8)), ("u", (1, 2, 4, 8)),
-                        ("f", (2, 4, 8)), ("c", (8, 16)))
+    for kind, sizes in (
+        ("b", (1,)),
+        ("i", (1, 2, 4, 8)),
+        ("u", (1, 2, 4, 8)),
+        ("f", (2, 4, 8)),
+        ("c", (8, 16)),
+    )
     for size in sizes
 }
 _TEXT_DTYPE = re.compile(r"[<>|][US][0-9]{1,7}")
@@ -120,8 +125,12 @@ class Encoder:
         if t is slice:
             return ["sl", self.node(obj.start, d), self.node(obj.stop, d), self.node(obj.step, d)]
         if t is np.ndarray and wire_dtype(obj.dtype):
-            return self.alias(obj) or ["a", wire_dtype(obj.dtype), list(obj.shape),
-                                       _b64(np.ascontiguousarray(obj).tobytes())]
+            return self.alias(obj) or [
+                "a",
+                wire_dtype(obj.dtype),
+                list(obj.shape),
+                _b64(np.ascontiguousarray(obj).tobytes()),
+            ]
         if isinstance(obj, np.generic) and t.__module__ == "numpy" and wire_dtype(obj.dtype):
             return ["n", wire_dtype(obj.dtype), _b64(obj.tobytes())]
         if t.__module__ == "numpy.dtypes" and isinstance(obj, np.dtype) and wire_dtype(obj):
@@ -223,8 +232,10 @@ class Decoder:
     def _hashable(values):
         for v in values:
             if not _is_key(v):
-                raise RemoteError("a malformed message: a set member or dict key that is not "
-                                  "a number, text, bytes or a tuple of them")
+                raise RemoteError(
+                    "a malformed message: a set member or dict key that is not "
+                    "a number, text, bytes or a tuple of them"
+                )
         return values
 
     def _complex(self, rest, depth):
@@ -250,8 +261,11 @@ class Decoder:
 
     def _array(self, rest, depth):
         dt, shape, data = dtype_of(rest[0]), rest[1], _unb64(rest[2])
-        if type(shape) is not list or len(shape) > 32 or any(type(n) is not int or n < 0
-                                                             for n in shape):
+        if (
+            type(shape) is not list
+            or len(shape) > 32
+            or any(type(n) is not int or n < 0 for n in shape)
+        ):
             raise RemoteError("a malformed message: an array shape that is not a list of sizes")
         if math.prod(shape) * dt.itemsize != len(data):
             raise RemoteError("a malformed message: an array whose bytes do not match its shape")
@@ -296,11 +310,51 @@ def _is_key(v) -> bool:
     return isinstance(v, np.generic)
 
 
-_ARITY = {"b": 1, "ba": 1, "l": 1, "t": 1, "s": 1, "fs": 1, "d": 1, "c": 2, "r": 3, "sl": 3,
-          "...": 0, "p": 1, "pp": 1, "a": 3, "n": 2, "dt": 1, "h": 3, "y": 1, "g": 1, "kx": 1,
-          "xc": 3, "x": 8}
-_NAMES = {"b": "bytes", "ba": "bytearray", "l": "list", "t": "tuple", "s": "set",
-          "fs": "frozenset", "d": "dict", "c": "complex", "r": "range", "sl": "slice",
-          "...": "ellipsis", "p": "path", "pp": "purepath", "a": "array", "n": "scalar",
-          "dt": "dtype", "h": "handle", "y": "ours", "g": "arg", "kx": "known_exc",
-          "xc": "exc_class", "x": "exception"}
+_ARITY = {
+    "b": 1,
+    "ba": 1,
+    "l": 1,
+    "t": 1,
+    "s": 1,
+    "fs": 1,
+    "d": 1,
+    "c": 2,
+    "r": 3,
+    "sl": 3,
+    "...": 0,
+    "p": 1,
+    "pp": 1,
+    "a": 3,
+    "n": 2,
+    "dt": 1,
+    "h": 3,
+    "y": 1,
+    "g": 1,
+    "kx": 1,
+    "xc": 3,
+    "x": 8,
+}
+_NAMES = {
+    "b": "bytes",
+    "ba": "bytearray",
+    "l": "list",
+    "t": "tuple",
+    "s": "set",
+    "fs": "frozenset",
+    "d": "dict",
+    "c": "complex",
+    "r": "range",
+    "sl": "slice",
+    "...": "ellipsis",
+    "p": "path",
+    "pp": "purepath",
+    "a": "array",
+    "n": "scalar",
+    "dt": "dtype",
+    "h": "handle",
+    "y": "ours",
+    "g": "arg",
+    "kx": "known_exc",
+    "xc": "exc_class",
+    "x": "exception",
+}

@@ -46,8 +46,11 @@ _LISTED = (
     ("cuda_kernels._checks", "ArgumentTypeError"),
 )
 KNOWN_EXCEPTIONS = {
-    **{name: ("builtins", name) for name, v in vars(builtins).items()
-       if isinstance(v, type) and issubclass(v, BaseException)},
+    **{
+        name: ("builtins", name)
+        for name, v in vars(builtins).items()
+        if isinstance(v, type) and issubclass(v, BaseException)
+    },
     **{f"{mod}.{name}": (mod, name) for mod, name in _LISTED},
 }
 _NEVER_FROM_CHILD = (SystemExit, KeyboardInterrupt, GeneratorExit)
@@ -98,8 +101,11 @@ def class_from(node, ch: Channel) -> type:
         choices: tuple[tuple[type, ...], ...] = (tuple(base), tuple(base[:1]), (Exception,))
         for chosen in choices:
             try:
-                ch.proxies[key] = type(name[:200] or "Error", chosen or (Exception,),
-                                       {"__module__": "submission", "_remote": (ch, key)})
+                ch.proxies[key] = type(
+                    name[:200] or "Error",
+                    chosen or (Exception,),
+                    {"__module__": "submission", "_remote": (ch, key)},
+                )
                 break
             except TypeError:  # bases with conflicting layouts (OSError with ValueError)
                 continue
@@ -124,14 +130,29 @@ def encode_exception(e: BaseException, ch: Channel, node, depth: int = 0) -> lis
             else repr(e)
         )
     args = [_safe(node, a if not isinstance(a, BaseException) else repr(a)) for a in e.args]
-    attrs = [[k, _safe(node, v)] for k, v in (vars(e).items() if hasattr(e, "__dict__") else ())
-             if isinstance(k, str) and not k.startswith("_")]
+    attrs = [
+        [k, _safe(node, v)]
+        for k, v in (vars(e).items() if hasattr(e, "__dict__") else ())
+        if isinstance(k, str) and not k.startswith("_")
+    ]
     cause = e.__cause__ if e.__cause__ is not None else e.__context__
-    inner = (encode_exception(cause, ch, node, depth + 1)
-             if cause is not None and depth < DEPTH else None)
+    inner = (
+        encode_exception(cause, ch, node, depth + 1)
+        if cause is not None and depth < DEPTH
+        else None
+    )
     notes = [str(n) for n in (getattr(e, "__notes__", None) or []) if isinstance(n, str)]
-    return ["x", class_node(type(e), ch), args, _text(e), frames[-MAX_FRAMES:], attrs, inner,
-            notes, _formatted(e)]
+    return [
+        "x",
+        class_node(type(e), ch),
+        args,
+        _text(e),
+        frames[-MAX_FRAMES:],
+        attrs,
+        inner,
+        notes,
+        _formatted(e),
+    ]
 
 
 def _safe(node, value):
@@ -152,11 +173,13 @@ def _formatted(e) -> str:
     """`e`'s traceback as text: file, line and function of each frame, then the exception
     (no source lines: reading them would cost more than the rest of a round trip)."""
     try:
-        frames = traceback.StackSummary.extract(traceback.walk_tb(e.__traceback__),
-                                                lookup_lines=False)
+        frames = traceback.StackSummary.extract(
+            traceback.walk_tb(e.__traceback__), lookup_lines=False
+        )
         lines = [f'  File "{f.filename}", line {f.lineno}, in {f.name}' for f in frames]
-        text = "\n".join(["Traceback (most recent call last):", *lines,
-                          f"{type(e).__name__}: {_text(e)}"])
+        text = "\n".join(
+            ["Traceback (most recent call last):", *lines, f"{type(e).__name__}: {_text(e)}"]
+        )
         return text[-MAX_TRACEBACK:]
     except Exception:  # noqa: BLE001
         return ""
@@ -178,14 +201,24 @@ def build_exception(rest, ch: Channel, value, depth: int) -> BaseException:
     cls = value(cls_node, depth)
     if not (isinstance(cls, type) and issubclass(cls, BaseException)):
         raise RemoteError("a malformed message: an exception class that is not one")
-    for field, kind in ((args, list), (text, str), (frames, list), (attrs, list), (notes, list),
-                        (formatted, str)):
+    for field, kind in (
+        (args, list),
+        (text, str),
+        (frames, list),
+        (attrs, list),
+        (notes, list),
+        (formatted, str),
+    ):
         if type(field) is not kind:
             raise RemoteError("a malformed message: a malformed exception")
     exc = _instance(cls, [value(a, depth) for a in args], text, ch)
     for pair in attrs:  # public names only: never __class__, __traceback__, ...
-        if type(pair) is list and len(pair) == 2 and type(pair[0]) is str \
-                and not pair[0].startswith("_"):
+        if (
+            type(pair) is list
+            and len(pair) == 2
+            and type(pair[0]) is str
+            and not pair[0].startswith("_")
+        ):
             try:
                 setattr(exc, pair[0], value(pair[1], depth))
             except (AttributeError, TypeError):
@@ -203,8 +236,15 @@ def build_exception(rest, ch: Channel, value, depth: int) -> BaseException:
             raise RemoteError("a malformed message: a malformed cause")
         exc.__cause__ = value(inner, depth)
     impl = ch.helpers.get("impl_path", lambda: None)() or getattr(ch, "impl_file", None)
-    frames = [f for f in frames if type(f) is list and len(f) == 2 and type(f[0]) is str
-              and type(f[1]) is int and 0 < f[1] <= MAX_LINE][-MAX_FRAMES:]
+    frames = [
+        f
+        for f in frames
+        if type(f) is list
+        and len(f) == 2
+        and type(f[0]) is str
+        and type(f[1]) is int
+        and 0 < f[1] <= MAX_LINE
+    ][-MAX_FRAMES:]
     if frames and impl:
         try:
             raise_from_frames(exc, frames, str(impl))

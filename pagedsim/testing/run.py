@@ -33,18 +33,26 @@ def quiet_settings(examples: int, **extra) -> settings:
     """Settings for a one-shot run: no database, no deadline, no Hypothesis printing, and
     no "explain" phase (it re-runs the shrunk example hundreds of times to say which
     arguments do not matter; our counterexample is already a script)."""
-    return settings(max_examples=examples, deadline=None, database=None, derandomize=False,
-                    phases=[p for p in Phase if p != Phase.explain],
-                    report_multiple_bugs=False, verbosity=Verbosity.quiet,
-                    suppress_health_check=list(HealthCheck), **extra)
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        derandomize=False,
+        phases=[p for p in Phase if p != Phase.explain],
+        report_multiple_bugs=False,
+        verbosity=Verbosity.quiet,
+        suppress_health_check=list(HealthCheck),
+        **extra,
+    )
 
 
 def seeded(test, seed):
     return test if seed is None else hypothesis_seed(seed)(test)
 
 
-def check_manager(factory, *, examples: int = 100, steps: int = 40, seed: int | None = 0,
-                  **machine_kw) -> Summary:
+def check_manager(
+    factory, *, examples: int = 100, steps: int = 40, seed: int | None = 0, **machine_kw
+) -> Summary:
     """Drive `factory(num_blocks, block_size)` managers through `manager_machine`.
 
     Returns a Summary, or raises `NonConformance` whose message is the minimal
@@ -56,10 +64,13 @@ def check_manager(factory, *, examples: int = 100, steps: int = 40, seed: int | 
     try:
         try:  # seed the run (a private helper of hypothesis.stateful; fall back if it moves)
             from hypothesis.stateful import get_state_machine_test
+
             test = seeded(get_state_machine_test(machine, settings=config), seed)
         except ImportError:  # pragma: no cover - depends on the Hypothesis version
+
             def test():
                 run_state_machine_as_test(machine, settings=config)
+
         test()
     except Hung as exc:
         raise shrunk(exc, factory, machine.call_timeout) from None

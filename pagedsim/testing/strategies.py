@@ -24,24 +24,44 @@ class PromptedRequest:
 
 
 @st.composite
-def requests(draw, *, max_requests: int = 4, max_prompt: int = 24, max_output: int = 16,
-             max_samples: int = 4, num_prefixes: int = 2, vocab: int = 50):
+def requests(
+    draw,
+    *,
+    max_requests: int = 4,
+    max_prompt: int = 24,
+    max_output: int = 16,
+    max_samples: int = 4,
+    num_prefixes: int = 2,
+    vocab: int = 50,
+):
     """A list of PromptedRequest. Each uses parallel sampling (n) or beam search, not both;
     prompts start with one of `num_prefixes` shared prefixes (or none)."""
-    prefixes = draw(st.lists(st.lists(st.integers(0, vocab - 1), min_size=1,
-                                      max_size=max(1, max_prompt // 2)),
-                             min_size=num_prefixes, max_size=num_prefixes))
+    prefixes = draw(
+        st.lists(
+            st.lists(st.integers(0, vocab - 1), min_size=1, max_size=max(1, max_prompt // 2)),
+            min_size=num_prefixes,
+            max_size=num_prefixes,
+        )
+    )
     out = []
     for _ in range(draw(st.integers(1, max_requests))):
         which = draw(st.integers(-1, num_prefixes - 1))  # -1: no shared prefix
         prefix = prefixes[which] if which >= 0 else []
-        tail = draw(st.lists(st.integers(0, vocab - 1), min_size=0 if prefix else 1,
-                             max_size=max(1, max_prompt - len(prefix))))
+        tail = draw(
+            st.lists(
+                st.integers(0, vocab - 1),
+                min_size=0 if prefix else 1,
+                max_size=max(1, max_prompt - len(prefix)),
+            )
+        )
         samples = draw(st.integers(1, max_samples))
         beam = draw(st.booleans()) and samples > 1
-        request = Request(prompt_len=len(prefix) + len(tail),
-                          output_len=draw(st.integers(1, max_output)),
-                          n=1 if beam else samples, beam_width=samples if beam else 1)
+        request = Request(
+            prompt_len=len(prefix) + len(tail),
+            output_len=draw(st.integers(1, max_output)),
+            n=1 if beam else samples,
+            beam_width=samples if beam else 1,
+        )
         out.append(PromptedRequest(request, tuple(prefix + tail), len(prefix)))
     return out
 
@@ -49,6 +69,7 @@ def requests(draw, *, max_requests: int = 4, max_prompt: int = 24, max_output: i
 @dataclass(frozen=True)
 class Op:
     """One manager call. str(op) is the Python line; op.apply(m) makes the call."""
+
     name: str  # add_sequence, append_tokens, fork or free_sequence
     args: tuple
 

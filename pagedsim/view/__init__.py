@@ -54,21 +54,50 @@ from .diffs import encode
 
 # The figures' palette (draw/style.py's SEQ_COLOURS, Tol muted; tests keep the two equal).
 # It is written out here because the page must not import matplotlib.
-PALETTE = ("#88CCEE", "#CC6677", "#117733", "#DDCC77", "#332288", "#AA4499", "#44AA99",
-           "#999933", "#882255")
+PALETTE = (
+    "#88CCEE",
+    "#CC6677",
+    "#117733",
+    "#DDCC77",
+    "#332288",
+    "#AA4499",
+    "#44AA99",
+    "#999933",
+    "#882255",
+)
 FREE, ACCENT, ALERT = "#DDDDDD", "#EE7733", "#AA3377"
 
 UI_ZH = {
-    "step": "第", "of": "/", "Prev": "上一步", "Next": "下一步", "Play": "播放", "Pause": "暂停",
-    "speed": "速度", "Projector": "投影", "free list, head first": "空闲链表，表头在前",
+    "step": "第",
+    "of": "/",
+    "Prev": "上一步",
+    "Next": "下一步",
+    "Play": "播放",
+    "Pause": "暂停",
+    "speed": "速度",
+    "Projector": "投影",
+    "free list, head first": "空闲链表，表头在前",
     "block tables (logical \u2192 physical)": "块表（逻辑 \u2192 物理）",
-    "physical blocks": "物理块", "why": "原因", "empty: the next allocate() fails":
-        "空：下一次 allocate() 会失败", "(no sequences)": "（没有序列）",
-    "OutOfBlocks": "OutOfBlocks（块耗尽）", "preempted": "抢占",
-    "KV cache group": "KV cache 组", "block": "块", "ref count": "引用计数", "owners": "所有者",
-    "fill": "填充", "hash": "哈希", "text": "文本", "last changed at step": "最近一次改动在第几步",
-    "cached": "已缓存", "free": "空闲", "tokens": "个 token", "dropped": "已丢弃",
-    "copy-on-write": "写时复制", "changed this step": "本步改动",
+    "physical blocks": "物理块",
+    "why": "原因",
+    "empty: the next allocate() fails": "空：下一次 allocate() 会失败",
+    "(no sequences)": "（没有序列）",
+    "OutOfBlocks": "OutOfBlocks（块耗尽）",
+    "preempted": "抢占",
+    "KV cache group": "KV cache 组",
+    "block": "块",
+    "ref count": "引用计数",
+    "owners": "所有者",
+    "fill": "填充",
+    "hash": "哈希",
+    "text": "文本",
+    "last changed at step": "最近一次改动在第几步",
+    "cached": "已缓存",
+    "free": "空闲",
+    "tokens": "个 token",
+    "dropped": "已丢弃",
+    "copy-on-write": "写时复制",
+    "changed this step": "本步改动",
     "keys": "按键：\u2190 \u2192 Home End，空格 播放，P 投影",
 }
 UI_KEYS = tuple(UI_ZH)
@@ -78,8 +107,9 @@ def _ui(lang: str) -> dict:
     if lang == "zh":
         return dict(UI_ZH)
     out = {k: k for k in UI_KEYS}
-    out.update({"step": "step", "of": "/",
-                "keys": "keys: \u2190 \u2192 Home End, Space play, P projector"})
+    out.update(
+        {"step": "step", "of": "/", "keys": "keys: \u2190 \u2192 Home End, Space play, P projector"}
+    )
     return out
 
 
@@ -88,15 +118,19 @@ def _snapshots(trace_or_snapshots) -> list:
         snaps = list(trace_or_snapshots.snapshots)
     elif isinstance(trace_or_snapshots, dict):  # trace_json.to_dict(trace), e.g. `tour --json`
         from ..app.trace_json import snapshots_from_dict
+
         snaps = snapshots_from_dict(trace_or_snapshots)
     else:
         snaps = list(trace_or_snapshots)
     if not snaps:
-        raise ValueError("nothing to show: the trace has no snapshots (was it recorded with "
-                         "keep_snapshots=True?)")
+        raise ValueError(
+            "nothing to show: the trace has no snapshots (was it recorded with "
+            "keep_snapshots=True?)"
+        )
     if not all(isinstance(s, Snapshot) for s in snaps):
-        raise TypeError("to_html takes a Trace, a list of Snapshots or a "
-                        "trace_json.to_dict(trace) dict")
+        raise TypeError(
+            "to_html takes a Trace, a list of Snapshots or a trace_json.to_dict(trace) dict"
+        )
     if len({(s.num_blocks, s.block_size) for s in snaps}) != 1:
         raise ValueError("the snapshots disagree on the pool's size")
     return snaps
@@ -110,9 +144,18 @@ def _groups(names) -> list | None:
     return None
 
 
-def page_data(trace_or_snapshots, *, lang: str = "en", title: str = "pagedsim",
-              version: str = "", whys=None, marks=None, captions=None, labels=None,
-              hashes=None) -> dict:
+def page_data(
+    trace_or_snapshots,
+    *,
+    lang: str = "en",
+    title: str = "pagedsim",
+    version: str = "",
+    whys=None,
+    marks=None,
+    captions=None,
+    labels=None,
+    hashes=None,
+) -> dict:
     """Everything the page shows, as JSON-ready data (see `diffs.py` for a step's shape).
 
     whys: the "why" line of each step (a list, by position); marks: {position: ("oob" |
@@ -126,18 +169,30 @@ def page_data(trace_or_snapshots, *, lang: str = "en", title: str = "pagedsim",
     if captions is None:
         captions = [_caption(s, lang) for s in snaps]
     if len(captions) != len(snaps) or (whys is not None and len(whys) > len(snaps)):
-        raise ValueError(f"{len(snaps)} snapshots but {len(captions)} captions and "
-                         f"{len(whys or ())} why lines")
+        raise ValueError(
+            f"{len(snaps)} snapshots but {len(captions)} captions and {len(whys or ())} why lines"
+        )
     marks = {i: list(v) for i, v in (marks or {}).items()}
     for i, s in enumerate(snaps):
         if any(e.kind == "allocation_failed" for e in s.events) and "oob" not in marks.get(i, ()):
             marks.setdefault(i, []).append("oob")
     data = encode(snaps, captions, list(whys or ()), marks, labels, hashes)
     bases: dict = {}
-    data["colour"] = [bases.setdefault(n.split(":")[0] if _groups(data["seqs"]) else n,
-                                       len(bases)) % len(PALETTE) for n in data["seqs"]]
-    data.update(title=title, version=version, lang=lang, groups=_groups(data["seqs"]),
-                palette=list(PALETTE), free=FREE, accent=ACCENT, alert=ALERT, ui=_ui(lang))
+    data["colour"] = [
+        bases.setdefault(n.split(":")[0] if _groups(data["seqs"]) else n, len(bases)) % len(PALETTE)
+        for n in data["seqs"]
+    ]
+    data.update(
+        title=title,
+        version=version,
+        lang=lang,
+        groups=_groups(data["seqs"]),
+        palette=list(PALETTE),
+        free=FREE,
+        accent=ACCENT,
+        alert=ALERT,
+        ui=_ui(lang),
+    )
     return data
 
 
@@ -151,14 +206,32 @@ def _script_json(data: dict) -> str:
     return text.replace("</", "<\\/").replace("<!--", "<\\!--")
 
 
-def to_html(trace_or_snapshots, *, lang: str = "en", title: str = "pagedsim",
-            version: str = "", whys=None, marks=None, captions=None, labels=None,
-            hashes=None) -> str:
+def to_html(
+    trace_or_snapshots,
+    *,
+    lang: str = "en",
+    title: str = "pagedsim",
+    version: str = "",
+    whys=None,
+    marks=None,
+    captions=None,
+    labels=None,
+    hashes=None,
+) -> str:
     """One self-contained HTML page for the trace (a `Trace`, a list of `Snapshot`s, or a
     `trace_json.to_dict(trace)` dict). See the module docstring for what it shows and its DOM
     contract; the keywords are `page_data`'s."""
-    data = page_data(trace_or_snapshots, lang=lang, title=title, version=version, whys=whys,
-                     marks=marks, captions=captions, labels=labels, hashes=hashes)
+    data = page_data(
+        trace_or_snapshots,
+        lang=lang,
+        title=title,
+        version=version,
+        whys=whys,
+        marks=marks,
+        captions=captions,
+        labels=labels,
+        hashes=hashes,
+    )
     return (
         "<!DOCTYPE html>\n"
         f'<html lang="{"zh" if lang == "zh" else "en"}"><head><meta charset="utf-8">\n'
@@ -169,7 +242,8 @@ def to_html(trace_or_snapshots, *, lang: str = "en", title: str = "pagedsim",
         f"<title>{html.escape(title)}</title>\n"
         f"<style>\n{_asset('viewer.css')}</style>\n</head>\n<body>\n"
         f'<script type="application/json" id="trace-data">{_script_json(data)}</script>\n'
-        f"<script>\n{_asset('viewer.js')}</script>\n</body></html>\n")
+        f"<script>\n{_asset('viewer.js')}</script>\n</body></html>\n"
+    )
 
 
 def write_html(path, trace_or_snapshots, **kwargs) -> str:
@@ -192,6 +266,8 @@ class View:
         self.height = height
 
     def _repr_html_(self) -> str:
-        return (f'<iframe srcdoc="{html.escape(self.html, quote=True)}" '
-                f'style="width:100%;height:{int(self.height)}px;border:1px solid #ccc" '
-                'sandbox="allow-scripts"></iframe>')
+        return (
+            f'<iframe srcdoc="{html.escape(self.html, quote=True)}" '
+            f'style="width:100%;height:{int(self.height)}px;border:1px solid #ccc" '
+            'sandbox="allow-scripts"></iframe>'
+        )

@@ -19,13 +19,20 @@ MAX_BYTES = 256 << 20  # a 2,000-step trace on 4,096 blocks is far smaller
 
 def main(argv: list[str] | None = None) -> int:
     from ..app.args import ArgParser
+
     p = ArgParser(prog="pagedsim view", description=__doc__.split("\n\n")[0])
     p.add_argument("trace", type=Path, help="a JSON trace (tour --json, play/generate --trace-out)")
-    p.add_argument("--html", type=Path, metavar="FILE", required=True,
-                   help="the page to write (one self-contained .html file)")
+    p.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        required=True,
+        help="the page to write (one self-contained .html file)",
+    )
     p.add_argument("--title", default=None, help="the page's title (default: the trace's)")
-    p.add_argument("--lang", choices=LANGS, default=None,
-                   help="captions in en or zh (default: the locale)")
+    p.add_argument(
+        "--lang", choices=LANGS, default=None, help="captions in en or zh (default: the locale)"
+    )
     args = p.parse_args(argv)
     if not args.trace.is_file():
         p.error(f"no such trace: {args.trace}")

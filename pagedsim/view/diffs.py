@@ -80,7 +80,7 @@ def _pairs(old, new, chunk: int = 64) -> list:
     """[i, new[i], ...] for every i where old and new differ (equal chunks skipped in C)."""
     out = []
     for start in range(0, len(new), chunk):
-        if old[start:start + chunk] == new[start:start + chunk]:
+        if old[start : start + chunk] == new[start : start + chunk]:
             continue
         for b in range(start, min(start + chunk, len(new))):
             if old[b] != new[b]:
@@ -119,8 +119,9 @@ class Encoder:
             self.seqs.append(seq_id)
         return self._index[seq_id]
 
-    def step(self, snap, caption: str, why: str | None = None, marks=(), labels=None,
-             hashes=None) -> dict:
+    def step(
+        self, snap, caption: str, why: str | None = None, marks=(), labels=None, hashes=None
+    ) -> dict:
         out: dict = {"n": snap.step, "c": caption}
         if why:
             out["w"] = why
@@ -137,10 +138,12 @@ class Encoder:
             out["e"] = touched
         if snap.pending_copies:
             out["cp"] = [list(p) for p in snap.pending_copies]
-        self._texts(out, "lb", self.labels,
-                    getattr(snap, "block_labels", ()) if labels is None else labels)
-        self._texts(out, "h", self.hashes,
-                    getattr(snap, "block_hashes", ()) if hashes is None else hashes)
+        self._texts(
+            out, "lb", self.labels, getattr(snap, "block_labels", ()) if labels is None else labels
+        )
+        self._texts(
+            out, "h", self.hashes, getattr(snap, "block_hashes", ()) if hashes is None else hashes
+        )
         return out
 
     def _counts(self, snap, out: dict) -> None:
@@ -181,8 +184,10 @@ class Encoder:
         values = values or ()
         if not values and not any(mine):  # no text, before or now: the usual case
             return
-        new = [str(values[b]) if b < len(values) and values[b] is not None else ""
-               for b in range(self.num_blocks)]
+        new = [
+            str(values[b]) if b < len(values) and values[b] is not None else ""
+            for b in range(self.num_blocks)
+        ]
         if new != mine:
             out[key] = _pairs(mine, new)
             mine[:] = new
@@ -197,8 +202,15 @@ def encode(snapshots, captions, whys=(), marks=None, labels=None, hashes=None) -
     def nth(rows, i):
         return rows[i] if rows is not None and i < len(rows) else None
 
-    steps = [enc.step(s, captions[i], nth(whys, i), (marks or {}).get(i, ()), nth(labels, i),
-                      nth(hashes, i))
-             for i, s in enumerate(snapshots)]
-    return {"nb": snapshots[0].num_blocks, "bs": snapshots[0].block_size,
-            "seqs": [str(s) for s in enc.seqs], "steps": steps}
+    steps = [
+        enc.step(
+            s, captions[i], nth(whys, i), (marks or {}).get(i, ()), nth(labels, i), nth(hashes, i)
+        )
+        for i, s in enumerate(snapshots)
+    ]
+    return {
+        "nb": snapshots[0].num_blocks,
+        "bs": snapshots[0].block_size,
+        "seqs": [str(s) for s in enc.seqs],
+        "steps": steps,
+    }

@@ -43,9 +43,11 @@ def version_of(options) -> str:
 def _preemption_marks(session) -> dict:
     """Positions in `session.timeline()` whose step preempted a sequence."""
     marks, k, pos = {}, 0, 1
-    for m in session.moments[:session.cursor]:
-        preempting = any(str(n).startswith(("preempted seq", "swapped seq")) and
-                         "back in" not in str(n) for n in m.notes)
+    for m in session.moments[: session.cursor]:
+        preempting = any(
+            str(n).startswith(("preempted seq", "swapped seq")) and "back in" not in str(n)
+            for n in m.notes
+        )
         for i in range(k + 1, m.snapshot + 1):
             if i < m.snapshot or preempting:
                 marks[pos] = ["pre"]
@@ -59,42 +61,63 @@ def _hashes(session) -> list | None:
     cache. Replays the session's commands on a fresh manager (it is deterministic)."""
     from ..app.play_session import Session
 
-    if getattr(session.manager, "pool", None) is None or \
-            not hasattr(session.manager.pool, "hash_of"):
+    if getattr(session.manager, "pool", None) is None or not hasattr(
+        session.manager.pool, "hash_of"
+    ):
         return None
     twin = Session(session.options)
     out: list[tuple[str, ...]] = [()]  # the empty pool
-    for m in session.moments[:session.cursor]:
+    for m in session.moments[: session.cursor]:
         twin.run(m.command)
         pool: Any = twin.manager.pool  # a caching pool: checked by hasattr above
         n = twin.manager.num_blocks
-        now = tuple(format(pool.hash_of(b) & 0xFFFFFFFF, "08x") if pool.is_cached(b) else ""
-                    for b in range(n))
+        now = tuple(
+            format(pool.hash_of(b) & 0xFFFFFFFF, "08x") if pool.is_cached(b) else ""
+            for b in range(n)
+        )
         out += [now] * (m.snapshot + 1 - len(out))
     return out
 
 
 def play(session, lang: str = "en", title: str = "pagedsim play") -> dict:
     snaps = session.timeline(lang)
-    return dict(trace_or_snapshots=snaps, lang=lang, title=title,
-                version=version_of(session.options), marks=_preemption_marks(session),
-                hashes=_hashes(session))
+    return dict(
+        trace_or_snapshots=snaps,
+        lang=lang,
+        title=title,
+        version=version_of(session.options),
+        marks=_preemption_marks(session),
+        hashes=_hashes(session),
+    )
 
 
 def events(snapshots, lang: str = "en", title: str = "pagedsim play --events") -> dict:
-    return dict(trace_or_snapshots=snapshots, lang=lang, title=title, version=EVENTS_VERSION,
-                captions=[f"event {s.step}: {caption(s, lang)}" for s in snapshots])
+    return dict(
+        trace_or_snapshots=snapshots,
+        lang=lang,
+        title=title,
+        version=EVENTS_VERSION,
+        captions=[f"event {s.step}: {caption(s, lang)}" for s in snapshots],
+    )
 
 
 def generate(engine, marks, lang: str = "en") -> dict:
     from ..engine.generate import step_frames
 
     frames = step_frames(engine, marks)
-    flags = {i: ["pre"] for i, rec in enumerate(engine.log)
-             if any(k.startswith("preempted") and v for k, v in rec.items())}
-    return dict(trace_or_snapshots=frames, lang=lang, version=GENERATE_VERSION,
-                title="pagedsim generate: the blocks serving a model", marks=flags,
-                labels=[getattr(f, "block_labels", ()) for f in frames])
+    flags = {
+        i: ["pre"]
+        for i, rec in enumerate(engine.log)
+        if any(k.startswith("preempted") and v for k, v in rec.items())
+    }
+    return dict(
+        trace_or_snapshots=frames,
+        lang=lang,
+        version=GENERATE_VERSION,
+        title="pagedsim generate: the blocks serving a model",
+        marks=flags,
+        labels=[getattr(f, "block_labels", ()) for f in frames],
+    )
 
 
 def saved(data: dict, lang: str = "en", title: str = "pagedsim trace") -> dict:
@@ -106,9 +129,12 @@ def saved(data: dict, lang: str = "en", title: str = "pagedsim trace") -> dict:
     view = data.get("view") or {}
     if not isinstance(view, dict):
         raise ValueError("'view' must be an object")
-    out: dict[str, Any] = dict(trace_or_snapshots=snaps, lang=lang,
-                               title=_text(view, "title", title),
-                               version=_text(view, "version", ""))
+    out: dict[str, Any] = dict(
+        trace_or_snapshots=snaps,
+        lang=lang,
+        title=_text(view, "title", title),
+        version=_text(view, "version", ""),
+    )
     whys = view.get("whys")
     if whys is not None:
         if not isinstance(whys, list) or not all(isinstance(w, (str, type(None))) for w in whys):
@@ -116,17 +142,22 @@ def saved(data: dict, lang: str = "en", title: str = "pagedsim trace") -> dict:
         out["whys"] = whys
     marks = view.get("marks") or {}
     if not isinstance(marks, dict) or not all(
-            str(k).isdigit() and isinstance(v, list) and set(v) <= {"oob", "pre"}
-            for k, v in marks.items()):
+        str(k).isdigit() and isinstance(v, list) and set(v) <= {"oob", "pre"}
+        for k, v in marks.items()
+    ):
         raise ValueError('view.marks must map step positions to lists of "oob" / "pre"')
     out["marks"] = {int(k): v for k, v in marks.items()}
     for key in ("labels", "hashes"):
         per_step = view.get(key)
         if per_step is None:
             continue
-        if not isinstance(per_step, list) or len(per_step) > len(snaps) or not all(
-                isinstance(row, list) and all(isinstance(x, str) for x in row)
-                for row in per_step):
+        if (
+            not isinstance(per_step, list)
+            or len(per_step) > len(snaps)
+            or not all(
+                isinstance(row, list) and all(isinstance(x, str) for x in row) for row in per_step
+            )
+        ):
             raise ValueError(f"view.{key} must be a list (one per step) of lists of text")
         out[key] = per_step
     return out
@@ -157,5 +188,8 @@ def trace_out(page: dict) -> dict:
         if page.get("captions"):
             d["custom_caption"] = page["captions"][i]
         snapshots.append(d)
-    return {"events": [e for d in snapshots for e in d["events"]], "snapshots": snapshots,
-            "view": view}
+    return {
+        "events": [e for d in snapshots for e in d["events"]],
+        "snapshots": snapshots,
+        "view": view,
+    }

@@ -57,8 +57,16 @@ def test_mistral_7b_on_an_a100_80gb_with_estimated_weights(capsys):
 
 
 def test_gemma_2_9b_uses_its_own_head_dim_and_an_fp8_cache(capsys):
-    argv = ("--model", "gemma-2-9b", "--gpu-memory", "24GiB", "--weights-bytes", "18.5e9",
-            "--kv-cache-dtype", "fp8")
+    argv = (
+        "--model",
+        "gemma-2-9b",
+        "--gpu-memory",
+        "24GiB",
+        "--weights-bytes",
+        "18.5e9",
+        "--kv-cache-dtype",
+        "fp8",
+    )
     r = numbers(capsys, *argv)
     # head_dim is 256 (config), not hidden 3,584 / 16 heads = 224
     # per token: 2 x 42 x 8 x 256 x 1 B = 172,032 B; page: 2 x 16 x 8 x 256 x 1 = 65,536 B
@@ -66,7 +74,10 @@ def test_gemma_2_9b_uses_its_own_head_dim_and_an_fp8_cache(capsys):
     # 24 GiB x 0.9 = 23,192,823,398 B - 18,500,000,000 = 4,692,823,398 // 65,536 = 71,606
     # // 42 layers = 1,704 blocks = 27,264 tokens; 8,192 tokens = 512 blocks: 3.328125x
     assert (r["kv_cache_memory_bytes"], r["num_blocks"], r["num_tokens"]) == (
-        4_692_823_398, 1_704, 27_264)
+        4_692_823_398,
+        1_704,
+        27_264,
+    )
     assert r["max_concurrency"] == 1_704 / 512
 
 
@@ -82,18 +93,38 @@ def test_opt_13b_with_32_token_blocks_prints_vllms_two_log_lines(capsys):
 
 
 def test_a_local_config_json_is_read_field_by_field(tmp_path, capsys):
-    cfg = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-               intermediate_size=128, vocab_size=1000, max_position_embeddings=256,
-               torch_dtype="float32")
+    cfg = dict(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        vocab_size=1000,
+        max_position_embeddings=256,
+        torch_dtype="float32",
+    )
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    r = numbers(capsys, "--model", str(tmp_path), "--kv-cache-memory-bytes", "65536",
-                "--block-size", "8", "--max-model-len", "248")
+    r = numbers(
+        capsys,
+        "--model",
+        str(tmp_path),
+        "--kv-cache-memory-bytes",
+        "65536",
+        "--block-size",
+        "8",
+        "--max-model-len",
+        "248",
+    )
     # head_dim 64 / 4 = 16; float32 is served as float16 by vLLM's auto dtype: 2 B
     # per token 2 x 2 layers x 2 KV heads x 16 x 2 B = 256 B; page 2 x 8 x 2 x 16 x 2 = 1,024 B
     # 65,536 // 1,024 = 64 // 2 layers = 32 blocks = 256 tokens; one 256-token request needs
     # 32, and with vLLM's null block 31 are usable: a 248-token max_model_len fits
     assert (r["dtype"], r["kv_cache_dtype"], r["bytes_per_token"], r["page_size_bytes"]) == (
-        "float16", "float16", 256, 1024)
+        "float16",
+        "float16",
+        256,
+        1024,
+    )
     assert (r["num_blocks"], r["usable_blocks"], r["num_tokens"]) == (32, 31, 256)
     assert r["max_concurrency"] == 32 / 31
     # parameters: 1,000 x 64 x 2 (embeddings, untied head) = 128,000, plus 2 layers x
@@ -105,16 +136,26 @@ def test_too_little_memory_for_one_request_is_refused_as_vllm_refuses_to_start(c
     rc, out, err = run(capsys, "--model", "llama-3.1-8b", "--kv-cache-memory-bytes", "1GiB")
     # 1 GiB // 65,536 // 32 = 512 blocks; 131,072 tokens need 8,192 blocks + the null block
     assert rc == 2 and out == "" and len(err.splitlines()) == 1
-    assert "8,193 blocks (17,181,966,336 B, the null block included) are needed, but only " \
-        "512 fit" in err and "--max-model-len 8,176 or less" in err
+    assert (
+        "8,193 blocks (17,181,966,336 B, the null block included) are needed, but only 512 fit"
+        in err
+        and "--max-model-len 8,176 or less" in err
+    )
 
 
 @pytest.mark.parametrize("mib, fits", [(64, False), (66, True)])
 def test_the_null_block_is_reserved_so_exactly_one_requests_blocks_do_not_fit(mib, fits, capsys):
     # llama-3-8b: 2 MiB a block (all layers); 512 tokens = 32 blocks of 16, and vLLM v1 keeps
     # one block as the null block: 32 blocks (64 MiB) are one short, 33 (66 MiB) fit
-    rc, out, err = run(capsys, "--model", "llama-3-8b", "--kv-cache-memory-bytes",
-                       f"{mib}MiB", "--max-model-len", "512")
+    rc, out, err = run(
+        capsys,
+        "--model",
+        "llama-3-8b",
+        "--kv-cache-memory-bytes",
+        f"{mib}MiB",
+        "--max-model-len",
+        "512",
+    )
     if fits:
         assert rc == 0 and "Maximum concurrency for 512 tokens per request: 1.03x" in out
         assert "33 blocks of 16 tokens, one of them vLLM's null block (32 usable)" in out
@@ -128,7 +169,10 @@ def test_the_model_dtype_and_the_kv_cache_dtype_are_vllms_two_flags(capsys):
     auto = numbers(capsys, *base)
     # llama-2-7b's checkpoint is float16: weights and KV cache 2 B an element
     assert (auto["dtype"], auto["kv_cache_dtype"], auto["kv_bytes_per_element"]) == (
-        "float16", "float16", 2)
+        "float16",
+        "float16",
+        2,
+    )
     wide = numbers(capsys, *base, "--dtype", "float")
     # float32 weights take twice the bytes; the KV cache follows the model's dtype (auto)
     assert (wide["dtype"], wide["kv_bytes_per_element"]) == ("float32", 4)
@@ -137,8 +181,11 @@ def test_the_model_dtype_and_the_kv_cache_dtype_are_vllms_two_flags(capsys):
         fp8 = numbers(capsys, *base, "--dtype", "half", "--kv-cache-dtype", name)
         assert (fp8["kv_cache_dtype"], fp8["kv_bytes_per_element"]) == (name, 1)
         assert fp8["weights_bytes"] == auto["weights_bytes"]
-        assert fp8["num_blocks"] == 2 * auto["num_blocks"] + (auto["kv_cache_memory_bytes"]
-                                                             // (auto["bytes_per_block"] // 2)) % 2
+        assert (
+            fp8["num_blocks"]
+            == 2 * auto["num_blocks"]
+            + (auto["kv_cache_memory_bytes"] // (auto["bytes_per_block"] // 2)) % 2
+        )
     assert numbers(capsys, *base, "--kv-cache-dtype", "bfloat16")["kv_bytes_per_element"] == 2
 
 
@@ -183,23 +230,54 @@ def test_bad_arguments_exit_2_with_one_line_and_no_traceback(argv, capsys):
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("cfg, says", [
-    ("{not json", "not a JSON config"),
-    ("[1, 2]", "must be a JSON object"),
-    ('{"hidden_size": 64}', "no 'num_hidden_layers'"),
-    ('{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 6, '
-     '"num_key_value_heads": 4}', "not a multiple of num_key_value_heads"),
-    ('{"num_hidden_layers": true, "hidden_size": 64, "num_attention_heads": 4}',
-     "num_hidden_layers must be a positive integer"),
-    ('{"num_hidden_layers": 2, "hidden_size": 60, "num_attention_heads": 8}', "no head_dim"),
-    ('{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, '
-     '"torch_dtype": "int3", "intermediate_size": 8, "vocab_size": 8}', "torch_dtype 'int3'"),
-    *[(json.dumps({**dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
-                          intermediate_size=8, vocab_size=8), key: 10**400}),
-       f"{key} must be a positive integer up to 2**32")
-      for key in ("vocab_size", "hidden_size", "head_dim", "num_hidden_layers",
-                  "intermediate_size", "max_position_embeddings")],
-])
+@pytest.mark.parametrize(
+    "cfg, says",
+    [
+        ("{not json", "not a JSON config"),
+        ("[1, 2]", "must be a JSON object"),
+        ('{"hidden_size": 64}', "no 'num_hidden_layers'"),
+        (
+            '{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 6, '
+            '"num_key_value_heads": 4}',
+            "not a multiple of num_key_value_heads",
+        ),
+        (
+            '{"num_hidden_layers": true, "hidden_size": 64, "num_attention_heads": 4}',
+            "num_hidden_layers must be a positive integer",
+        ),
+        ('{"num_hidden_layers": 2, "hidden_size": 60, "num_attention_heads": 8}', "no head_dim"),
+        (
+            '{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, '
+            '"torch_dtype": "int3", "intermediate_size": 8, "vocab_size": 8}',
+            "torch_dtype 'int3'",
+        ),
+        *[
+            (
+                json.dumps(
+                    {
+                        **dict(
+                            num_hidden_layers=2,
+                            hidden_size=64,
+                            num_attention_heads=4,
+                            intermediate_size=8,
+                            vocab_size=8,
+                        ),
+                        key: 10**400,
+                    }
+                ),
+                f"{key} must be a positive integer up to 2**32",
+            )
+            for key in (
+                "vocab_size",
+                "hidden_size",
+                "head_dim",
+                "num_hidden_layers",
+                "intermediate_size",
+                "max_position_embeddings",
+            )
+        ],
+    ],
+)
 def test_a_broken_config_json_is_named_in_one_line(cfg, says, tmp_path, capsys):
     (tmp_path / "config.json").write_text(cfg)
     rc, out, err = run(capsys, "--model", str(tmp_path), "--kv-cache-memory-bytes", "1GiB")
@@ -207,11 +285,23 @@ def test_a_broken_config_json_is_named_in_one_line(cfg, says, tmp_path, capsys):
     assert says in err and str(tmp_path) in err
 
 
-@given(st.one_of(st.text(max_size=12), st.builds("{}e{}".format, st.integers(0, 99),
-                                                 st.integers(0, 10**6))),
-       st.sampled_from(["--gpu-memory", "--kv-cache-memory-bytes", "--max-model-len",
-                        "--block-size", "--gpu-memory-utilization", "--weights-bytes",
-                        "--other-bytes", "--tensor-parallel-size"]))
+@given(
+    st.one_of(
+        st.text(max_size=12), st.builds("{}e{}".format, st.integers(0, 99), st.integers(0, 10**6))
+    ),
+    st.sampled_from(
+        [
+            "--gpu-memory",
+            "--kv-cache-memory-bytes",
+            "--max-model-len",
+            "--block-size",
+            "--gpu-memory-utilization",
+            "--weights-bytes",
+            "--other-bytes",
+            "--tensor-parallel-size",
+        ]
+    ),
+)
 def test_any_text_for_a_number_is_either_used_or_refused_in_one_line(text, flag):
     import contextlib
     import io
@@ -231,11 +321,25 @@ def test_any_text_for_a_number_is_either_used_or_refused_in_one_line(text, flag)
 
 
 def test_a_config_with_only_the_kv_fields_is_enough_given_the_kv_memory(tmp_path, capsys):
-    cfg = dict(hidden_size=5120, num_attention_heads=40, num_key_value_heads=8, head_dim=128,
-               num_hidden_layers=40, torch_dtype="bfloat16", sliding_window=None)
+    cfg = dict(
+        hidden_size=5120,
+        num_attention_heads=40,
+        num_key_value_heads=8,
+        head_dim=128,
+        num_hidden_layers=40,
+        torch_dtype="bfloat16",
+        sliding_window=None,
+    )
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    r = numbers(capsys, "--model", str(tmp_path), "--kv-cache-memory-bytes", "10GiB",
-                "--max-model-len", "32768")
+    r = numbers(
+        capsys,
+        "--model",
+        str(tmp_path),
+        "--kv-cache-memory-bytes",
+        "10GiB",
+        "--max-model-len",
+        "32768",
+    )
     # page 2 x 16 x 8 x 128 x 2 = 65,536 B; 10 GiB // 65,536 = 163,840 // 40 = 4,096 blocks
     # = 65,536 tokens; 32,768 tokens = 2,048 blocks: 2.00x
     assert (r["num_blocks"], r["num_tokens"], r["max_concurrency"]) == (4_096, 65_536, 2.0)
@@ -245,9 +349,17 @@ def test_a_config_with_only_the_kv_fields_is_enough_given_the_kv_memory(tmp_path
 
 
 def test_gpt2_style_field_names_are_understood(tmp_path, capsys):
-    cfg = dict(n_layer=12, n_embd=768, n_head=12, n_inner=3072, vocab_size=50257,
-               max_position_embeddings=1024, torch_dtype="float32", model_type="gpt2",
-               tie_word_embeddings=True)
+    cfg = dict(
+        n_layer=12,
+        n_embd=768,
+        n_head=12,
+        n_inner=3072,
+        vocab_size=50257,
+        max_position_embeddings=1024,
+        torch_dtype="float32",
+        model_type="gpt2",
+        tie_word_embeddings=True,
+    )
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     r = numbers(capsys, "--model", str(tmp_path), "--kv-cache-memory-bytes", "1GiB")
     # head_dim 768 / 12 = 64; fp32 served as fp16: page 2 x 16 x 12 x 64 x 2 = 49,152 B
@@ -258,8 +370,9 @@ def test_gpt2_style_field_names_are_understood(tmp_path, capsys):
 
 
 def test_llama_3_70b_over_four_h100s_is_reported_per_gpu(capsys):
-    r = numbers(capsys, "--model", "llama-3-70b", "--gpu", "H100-80GB",
-                "--tensor-parallel-size", "4")
+    r = numbers(
+        capsys, "--model", "llama-3-70b", "--gpu", "H100-80GB", "--tensor-parallel-size", "4"
+    )
     # parameters 128,256 x 8,192 x 2 = 2,101,346,304 + 80 layers x (q,o 2 x 8,192 x 8,192 +
     # k,v 2 x 8,192 x 1,024 + MLP 3 x 8,192 x 28,672 = 855,638,016) = 70,552,387,584;
     # x 2 B / 4 GPUs = 35,276,193,792 B each; 77,309,411,328 - that = 42,033,217,536 B
@@ -268,6 +381,7 @@ def test_llama_3_70b_over_four_h100s_is_reported_per_gpu(capsys):
     # 42,033,217,536 // 16,384 = 2,565,504 // 80 = 32,068 blocks = 513,088 tokens; / 512 = 62.63x
     assert (r["kv_heads_per_gpu"], r["page_size_bytes"], r["num_blocks"]) == (2, 16_384, 32_068)
     assert r["num_tokens"] == 513_088 and f"{r['max_concurrency']:.2f}" == "62.63"
-    rc, _, err = run(capsys, "--model", "llama-3-70b", "--gpu", "H100-80GB",
-                     "--tensor-parallel-size", "3")
+    rc, _, err = run(
+        capsys, "--model", "llama-3-70b", "--gpu", "H100-80GB", "--tensor-parallel-size", "3"
+    )
     assert rc == 2 and "must divide num_attention_heads (64)" in err

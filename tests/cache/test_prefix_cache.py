@@ -169,8 +169,12 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         self.tokens[s] = list(toks)
         self.hashed.add(s)
 
-    @rule(prefix=st.sampled_from(PREFIXES), cut=st.integers(1, 6),
-          tail=st.lists(st.integers(0, 3), max_size=3), chunk=st.integers(1, 4))
+    @rule(
+        prefix=st.sampled_from(PREFIXES),
+        cut=st.integers(1, 6),
+        tail=st.lists(st.integers(0, 3), max_size=3),
+        chunk=st.integers(1, 4),
+    )
     def admit_v1(self, prefix, cut, tail, chunk):
         """v1's way in: a pure lookup, then allocate_slots for one chunk of the rest."""
         toks = prefix[:cut] + tail
@@ -180,11 +184,14 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         if self.m.allocate_slots(s, n, 0, toks, hit) is None:
             after = self.m.snapshot()
             assert (after.free_list, after.ref_counts, after.sequences) == (
-                before.free_list, before.ref_counts, before.sequences)
+                before.free_list,
+                before.ref_counts,
+                before.sequences,
+            )
             return
         self.next_id += 1
         done = hit.num_tokens + n
-        self.write(list(self.m.slot_mapping(s))[hit.num_tokens:], toks[hit.num_tokens:done])
+        self.write(list(self.m.slot_mapping(s))[hit.num_tokens :], toks[hit.num_tokens : done])
         self.tokens[s], self.pending[s] = list(toks[:done]), list(toks[done:])
         self.hashed.add(s)
 
@@ -288,12 +295,13 @@ class PrefixCacheMachine(RuleBasedStateMachine):
         bs, pool = self.m.block_size, self.m.pool
         for s in self.hashed:
             h, toks = 0, self.tokens[s]
-            for logical, b in enumerate(list(self.m.block_table(s))[:len(toks) // bs]):
-                block_tokens = tuple(toks[logical * bs:(logical + 1) * bs])
+            for logical, b in enumerate(list(self.m.block_table(s))[: len(toks) // bs]):
+                block_tokens = tuple(toks[logical * bs : (logical + 1) * bs])
                 h = self.hash_fn(h, block_tokens)
                 assert pool.is_cached(b), f"seq {s}: full block {logical} ({b}) has no hash"
                 assert (pool.hash_of(b), pool.tokens_of(b)) == (h, block_tokens), (
-                    f"seq {s}: block {logical} ({b}) is named by another prefix")
+                    f"seq {s}: block {logical} ({b}) is named by another prefix"
+                )
 
 
 TestPrefixCacheMachine = PrefixCacheMachine.TestCase

@@ -50,11 +50,16 @@ def test_bad_window_arguments_are_refused():
 
 
 @settings(max_examples=25)
-@given(st.integers(1, 4), st.integers(1, 9), st.integers(0, 5),
-       st.lists(st.tuples(st.integers(1, 20), st.integers(1, 20)), min_size=1, max_size=5),
-       st.booleans())
-def test_the_driver_with_a_window_keeps_only_window_and_sink_blocks(bs, window, sinks, rows,
-                                                                    traced):
+@given(
+    st.integers(1, 4),
+    st.integers(1, 9),
+    st.integers(0, 5),
+    st.lists(st.tuples(st.integers(1, 20), st.integers(1, 20)), min_size=1, max_size=5),
+    st.booleans(),
+)
+def test_the_driver_with_a_window_keeps_only_window_and_sink_blocks(
+    bs, window, sinks, rows, traced
+):
     reqs = [Request(p, o, n=2) for p, o in rows]
     m = SlidingWindowManager(64, bs, window=window, sinks=sinks, trace=traced)
     make_scheduler(reqs, m).run(check=True)  # check_invariants counts the kept blocks exactly

@@ -13,9 +13,14 @@ from pagedsim.policies.sliding_window_cache import SlidingWindowPrefixCachingMan
 
 def state(m):
     """Everything observable about a prefix-caching manager, as plain data."""
-    return (m.pool.free_list(), m.pool.ref_counts(), {s: (list(m.block_table(s)), m.num_tokens(s))
-                                                      for s in m.seq_ids()},
-            m.cached_free_blocks(), repr(m.stats), m.step)
+    return (
+        m.pool.free_list(),
+        m.pool.ref_counts(),
+        {s: (list(m.block_table(s)), m.num_tokens(s)) for s in m.seq_ids()},
+        m.cached_free_blocks(),
+        repr(m.stats),
+        m.step,
+    )
 
 
 def test_generated_tokens_fill_blocks_that_a_later_turn_hits():
@@ -164,13 +169,20 @@ def test_a_sliding_window_hit_starts_past_evicted_blocks_it_would_never_read():
 
 
 @settings(max_examples=20, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 24), st.integers(1, 6), st.integers(0, 1)),
-                min_size=1, max_size=5),
-       st.integers(1, 9), st.sampled_from([1, 2, 4]), st.integers(0, 3))
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 24), st.integers(1, 6), st.integers(0, 1)), min_size=1, max_size=5
+    ),
+    st.integers(1, 9),
+    st.sampled_from([1, 2, 4]),
+    st.integers(0, 3),
+)
 def test_a_sliding_window_cache_under_the_v1_scheduler_keeps_every_invariant(
-        shapes, window, bs, spare):
+    shapes, window, bs, spare
+):
     from pagedsim.scheduler import make_scheduler
     from pagedsim.workloads import Request
+
     reqs = [Request(p, o) for p, o, _ in shapes]
     tokens = [[7 * k] * p for p, _, k in shapes]  # two families of prompts that repeat
     m = SlidingWindowPrefixCachingManager(64, bs, window=window, trace=False)
@@ -195,15 +207,19 @@ def free_hit_holders(manager, short, protect):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(3, 8), st.sampled_from([1, 2, 3]),
-       st.lists(st.tuples(st.integers(0, 2), st.integers(1, 9)), min_size=1, max_size=8))
+@given(
+    st.integers(3, 8),
+    st.sampled_from([1, 2, 3]),
+    st.lists(st.tuples(st.integers(0, 2), st.integers(1, 9)), min_size=1, max_size=8),
+)
 def test_a_reclaimer_that_frees_the_hits_is_replanned_and_refusals_change_nothing(
-        num_blocks, bs, requests):
+    num_blocks, bs, requests
+):
     m = PrefixCachingManager(num_blocks, bs, trace=False)
     m.reclaimer = free_hit_holders
     prefix = [7] * 12
     for i, (kind, n) in enumerate(requests):
-        tokens = prefix[:n] if kind == 0 else prefix[:n - 1] + [i]
+        tokens = prefix[:n] if kind == 0 else prefix[: n - 1] + [i]
         m.after_reclaim = state(m)  # what a refusal must leave: the reclaimer's work only
         try:
             m.add_sequence(i, n, tokens)

@@ -18,16 +18,26 @@ from pagedsim.policies.sliding_window import SlidingWindowManager
 
 # one example of every story kind: a new kind without an example here fails the first test
 EXAMPLES = [
-    sy.PoolCreated(12, 4), sy.Quiet(), sy.Custom("`alloc A 6`: my words"),
-    sy.Refusal("C", "append_tokens(1)", 1, 0), sy.Refusal("C", "append_tokens(2)", 2, 1),
-    sy.Arrival("A", 6, (), (0, 1)), sy.Arrival("B", 5, (2, 3), (7,)), sy.Arrival("E", 0, (), ()),
-    sy.Fork("B", "B2", ((2, 2), (3, 2))), sy.Fork("B", "B3", ((2, 3), (3, 2))),
+    sy.PoolCreated(12, 4),
+    sy.Quiet(),
+    sy.Custom("`alloc A 6`: my words"),
+    sy.Refusal("C", "append_tokens(1)", 1, 0),
+    sy.Refusal("C", "append_tokens(2)", 2, 1),
+    sy.Arrival("A", 6, (), (0, 1)),
+    sy.Arrival("B", 5, (2, 3), (7,)),
+    sy.Arrival("E", 0, (), ()),
+    sy.Fork("B", "B2", ((2, 2), (3, 2))),
+    sy.Fork("B", "B3", ((2, 3), (3, 2))),
     sy.Fork("X", "Y", ()),
-    sy.Finish("A", (1, 0), ()), sy.Finish("A", (1,), ((4, 1),)),
+    sy.Finish("A", (1, 0), ()),
+    sy.Finish("A", (1,), ((4, 1),)),
     sy.Finish("A", (), ((4, 1), (5, 2))),
-    sy.DecodeStep(3, ((3, 7),), (8,)), sy.DecodeStep(2, (), ()),
-    sy.Append("A", 6, (6,), (), (), ()), sy.Append("B", 5, (9, 10), ((3, 2, "B", 4),), (5,), ()),
-    sy.Append("W", 7, (11,), (), (2,), (0, 1)), sy.Append("W", 9, (13,), (), (), (1,)),
+    sy.DecodeStep(3, ((3, 7),), (8,)),
+    sy.DecodeStep(2, (), ()),
+    sy.Append("A", 6, (6,), (), (), ()),
+    sy.Append("B", 5, (9, 10), ((3, 2, "B", 4),), (5,), ()),
+    sy.Append("W", 7, (11,), (), (2,), (0, 1)),
+    sy.Append("W", 9, (13,), (), (), (1,)),
     sy.Unnamed(("block_allocated", "block_shared")),
 ]
 
@@ -50,51 +60,73 @@ def test_every_table_has_the_keys_of_the_english_one_and_only_optional_variants_
         assert extra == set(), (lang, extra)
 
 
-@pytest.mark.parametrize("story, en, zh", [
-    (sy.Refusal("C", "append_tokens(1)", 1, 1),
-     "seq C append_tokens(1) needs 1 free block(s) but only 1 is free: OutOfBlocks, "
-     "nothing changed",
-     "序列 C 的 append_tokens(1) 需要 1 个空闲块，但只有 1 个：OutOfBlocks，没有任何改动"),
-    (sy.Finish("A", (), ((4, 1), (5, 2))),
-     "seq A finishes: block 4 stays (count 1), block 5 stays (count 2)",
-     "序列 A 结束；块 4 保留（计数 1），块 5 保留（计数 2）"),
-    (sy.Finish("A", (1,), ((4, 1),)),
-     "seq A finishes: block 1 returns to the free list; block 4 stays (count 1)",
-     "序列 A 结束：块 1 回到空闲链表；块 4 保留（计数 1）"),
-    (sy.Fork("B", "B3", ((2, 3), (3, 2))),
-     "seq B3 forks from seq B and shares blocks 2, 3 (counts now 2: 3, 3: 2)",
-     "序列 B3 从序列 B 分叉，共享块 2、3（计数：块 2 为 3、块 3 为 2）"),
-    (sy.Append("W", 7, (11,), (), (2,), (0, 1)),
-     "seq W appends token 7 (slot 11): the last block is full, so it takes block 2; "
-     "blocks 0, 1 fell out of the window and are released",
-     "序列 W 追加 token 7（槽位 11）；最后一块已满，取得块 2；块 0、1 滑出窗口，被释放"),
-    (sy.Append("B", 5, (9, 10), ((3, 2, "B", 4),), (5,), ()),
-     "seq B appends tokens 5..6: block 3 is shared (count 2), so copy-on-write gives seq B "
-     "block 4; the last block is full, so it takes block 5",
-     "序列 B 追加 token 5..6：块 3 被共享（计数 2），写时复制给序列 B 块 4；"
-     "最后一块已满，取得块 5"),
-    (sy.Unnamed(("block_allocated", "block_shared")), "block_allocated; block_shared",
-     "block_allocated；block_shared"),
-])
+@pytest.mark.parametrize(
+    "story, en, zh",
+    [
+        (
+            sy.Refusal("C", "append_tokens(1)", 1, 1),
+            "seq C append_tokens(1) needs 1 free block(s) but only 1 is free: OutOfBlocks, "
+            "nothing changed",
+            "序列 C 的 append_tokens(1) 需要 1 个空闲块，但只有 1 个：OutOfBlocks，没有任何改动",
+        ),
+        (
+            sy.Finish("A", (), ((4, 1), (5, 2))),
+            "seq A finishes: block 4 stays (count 1), block 5 stays (count 2)",
+            "序列 A 结束；块 4 保留（计数 1），块 5 保留（计数 2）",
+        ),
+        (
+            sy.Finish("A", (1,), ((4, 1),)),
+            "seq A finishes: block 1 returns to the free list; block 4 stays (count 1)",
+            "序列 A 结束：块 1 回到空闲链表；块 4 保留（计数 1）",
+        ),
+        (
+            sy.Fork("B", "B3", ((2, 3), (3, 2))),
+            "seq B3 forks from seq B and shares blocks 2, 3 (counts now 2: 3, 3: 2)",
+            "序列 B3 从序列 B 分叉，共享块 2、3（计数：块 2 为 3、块 3 为 2）",
+        ),
+        (
+            sy.Append("W", 7, (11,), (), (2,), (0, 1)),
+            "seq W appends token 7 (slot 11): the last block is full, so it takes block 2; "
+            "blocks 0, 1 fell out of the window and are released",
+            "序列 W 追加 token 7（槽位 11）；最后一块已满，取得块 2；块 0、1 滑出窗口，被释放",
+        ),
+        (
+            sy.Append("B", 5, (9, 10), ((3, 2, "B", 4),), (5,), ()),
+            "seq B appends tokens 5..6: block 3 is shared (count 2), so copy-on-write gives seq B "
+            "block 4; the last block is full, so it takes block 5",
+            "序列 B 追加 token 5..6：块 3 被共享（计数 2），写时复制给序列 B 块 4；"
+            "最后一块已满，取得块 5",
+        ),
+        (
+            sy.Unnamed(("block_allocated", "block_shared")),
+            "block_allocated; block_shared",
+            "block_allocated；block_shared",
+        ),
+    ],
+)
 def test_each_language_has_its_own_plural_lead_and_list_rules(story, en, zh):
     assert story.words(captions.book("en")) == en
     assert story.words(captions.book("zh")) == zh
 
 
 def test_the_classifier_reads_the_step_from_its_first_event():
-    events = [tr.SequenceFreed(3, "A", 8), tr.BlockReleased(3, "A", 1, 0),
-              tr.BlockReleased(3, "A", 0, 1)]
+    events = [
+        tr.SequenceFreed(3, "A", 8),
+        tr.BlockReleased(3, "A", 1, 0),
+        tr.BlockReleased(3, "A", 0, 1),
+    ]
     assert sy.tell(events) == sy.Finish("A", (1,), ((0, 1),))
     assert sy.tell([]) == sy.Quiet()
     assert sy.tell([tr.BlockAllocated(1, "A", 4, 0)]) == sy.Unnamed(("block_allocated",))
 
 
-OPS = st.lists(st.tuples(st.sampled_from("aaafpdx"), st.integers(0, 9), st.integers(0, 6)),
-               max_size=14)
+OPS = st.lists(
+    st.tuples(st.sampled_from("aaafpdx"), st.integers(0, 9), st.integers(0, 6)), max_size=14
+)
 
 
 def run(ops, window=None):
-    m = (KVCacheManager(6, 2) if window is None else SlidingWindowManager(6, 2, window=window))
+    m = KVCacheManager(6, 2) if window is None else SlidingWindowManager(6, 2, window=window)
     live = []
     for i, (op, pick, n) in enumerate(ops):
         who = live[pick % len(live)] if live else None
@@ -145,7 +177,8 @@ def test_a_trace_without_custom_captions_is_told_from_its_events():
     assert all("custom_caption" not in s for s in d["snapshots"])
     assert d["snapshots"][0]["caption"] == "a pool of 6 blocks x 2 tokens, all free"
     assert [captions.caption(s, "zh") for s in snapshots_from_dict(d)] == [
-        captions.caption(s, "zh") for s in snaps]
+        captions.caption(s, "zh") for s in snaps
+    ]
 
 
 def test_a_caption_that_is_not_text_is_refused_and_the_snapshot_is_unchanged():

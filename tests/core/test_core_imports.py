@@ -21,10 +21,12 @@ def core_modules():
 
 
 def imported_after(modules):
-    code = ("import importlib, sys\n"
-            f"for name in {modules!r}:\n"
-            "    importlib.import_module(name)\n"
-            "print('\\n'.join(sorted(sys.modules)))\n")
+    code = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print('\\n'.join(sorted(sys.modules)))\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.split()
@@ -47,4 +49,3 @@ def test_the_core_never_imports_matplotlib_numba_or_an_app():
 def test_the_tour_itself_stays_light():
     loaded = imported_after(["pagedsim.app.tour", "pagedsim.app.play"])
     assert not [m for m in loaded if m.split(".")[0] in ("matplotlib", "numba")]
-

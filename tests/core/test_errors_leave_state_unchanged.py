@@ -122,11 +122,17 @@ def test_a_decode_step_that_does_not_fit_changes_nothing():
     assert manager_state(m) == before
 
 
-@pytest.mark.parametrize("op", [
-    lambda m: m.append_tokens("nope"), lambda m: m.free_sequence("nope"),
-    lambda m: m.fork("nope", "X"), lambda m: m.block_table("nope"),
-    lambda m: m.decode_step(["A", "nope"]), lambda m: m.slot_mapping("nope"),
-])
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda m: m.append_tokens("nope"),
+        lambda m: m.free_sequence("nope"),
+        lambda m: m.fork("nope", "X"),
+        lambda m: m.block_table("nope"),
+        lambda m: m.decode_step(["A", "nope"]),
+        lambda m: m.slot_mapping("nope"),
+    ],
+)
 def test_an_unknown_sequence_is_a_sequence_error(manager, op):
     before = manager_state(manager)
     with pytest.raises(SequenceError, match="unknown sequence 'nope'"):
@@ -142,8 +148,10 @@ def test_reusing_a_live_sequence_id_is_refused(manager, op):
     assert manager_state(manager) == before
 
 
-@pytest.mark.parametrize("bad, error", [(-1, ValueError), (1.5, TypeError), ("3", TypeError),
-                                        (True, TypeError), (None, TypeError)])
+@pytest.mark.parametrize(
+    "bad, error",
+    [(-1, ValueError), (1.5, TypeError), ("3", TypeError), (True, TypeError), (None, TypeError)],
+)
 def test_token_counts_must_be_non_negative_integers(manager, bad, error):
     before = manager_state(manager)
     with pytest.raises(error, match=r"must be an int"):

@@ -16,8 +16,9 @@ from pagedsim.workloads import Request
 from tests.fuzz.kit import WRONG_TYPES
 from tests.helpers import manager_state
 
-ANY = st.one_of(WRONG_TYPES, st.integers(-5, 5), st.text(max_size=3),
-                st.lists(st.integers(-2, 3), max_size=3))
+ANY = st.one_of(
+    WRONG_TYPES, st.integers(-5, 5), st.text(max_size=3), st.lists(st.integers(-2, 3), max_size=3)
+)
 
 
 def busy_cache():
@@ -59,22 +60,47 @@ def test_record_must_be_a_bool(record):
 
 
 @settings(max_examples=60)
-@given(st.sampled_from(["policy", "long_prefill_token_threshold", "max_model_len",
-                        "arrival_times", "priorities"]), ANY)
+@given(
+    st.sampled_from(
+        ["policy", "long_prefill_token_threshold", "max_model_len", "arrival_times", "priorities"]
+    ),
+    ANY,
+)
 def test_bad_v1_scheduler_options_are_refused_and_the_manager_is_untouched(name, value):
-    good = {"policy": "fcfs", "long_prefill_token_threshold": 0, "max_model_len": 100,
-            "arrival_times": [0.0], "priorities": [0]}
+    good = {
+        "policy": "fcfs",
+        "long_prefill_token_threshold": 0,
+        "max_model_len": 100,
+        "arrival_times": [0.0],
+        "priorities": [0],
+    }
     # None is the default of every option here but policy (whose default is "fcfs")
-    if value == good[name] or (value is None and name != "policy") or \
-            (name == "max_model_len" and isinstance(value, int)
-             and not isinstance(value, bool) and value >= 7) or \
-            (name == "long_prefill_token_threshold" and type(value) is int and value >= 0) or \
-            (name == "arrival_times" and isinstance(value, (list, tuple))
-             and len(value) == 1 and type(value[0]) is int and value[0] >= 0) or \
-            (name == "priorities" and isinstance(value, (list, tuple))
-             and len(value) == 1 and type(value[0]) is int) or \
-            (name in ("arrival_times", "priorities") and value is None) or \
-            (name == "policy" and value == "priority"):
+    if (
+        value == good[name]
+        or (value is None and name != "policy")
+        or (
+            name == "max_model_len"
+            and isinstance(value, int)
+            and not isinstance(value, bool)
+            and value >= 7
+        )
+        or (name == "long_prefill_token_threshold" and type(value) is int and value >= 0)
+        or (
+            name == "arrival_times"
+            and isinstance(value, (list, tuple))
+            and len(value) == 1
+            and type(value[0]) is int
+            and value[0] >= 0
+        )
+        or (
+            name == "priorities"
+            and isinstance(value, (list, tuple))
+            and len(value) == 1
+            and type(value[0]) is int
+        )
+        or (name in ("arrival_times", "priorities") and value is None)
+        or (name == "policy" and value == "priority")
+    ):
         return  # a valid value (None: the column not given; max_model_len has no None)
     m = PrefixCachingManager(16, 4)
     before = manager_state(m)
@@ -83,18 +109,37 @@ def test_bad_v1_scheduler_options_are_refused_and_the_manager_is_untouched(name,
     assert manager_state(m) == before and m.reclaimer is None
 
 
-@pytest.mark.parametrize("times, error", [([math.nan], ValueError), ([math.inf], ValueError),
-                                          ([-1.0], ValueError), (["1"], TypeError),
-                                          ([True], TypeError), ([1.0, 2.0], ValueError)])
+@pytest.mark.parametrize(
+    "times, error",
+    [
+        ([math.nan], ValueError),
+        ([math.inf], ValueError),
+        ([-1.0], ValueError),
+        (["1"], TypeError),
+        ([True], TypeError),
+        ([1.0, 2.0], ValueError),
+    ],
+)
 def test_arrival_times_must_be_finite_non_negative_numbers_one_per_request(times, error):
     with pytest.raises(error):
         make_scheduler([Request(4, 3)], KVCacheManager(16, 4), mode="v1", arrival_times=times)
 
 
 @settings(max_examples=80)
-@given(st.sampled_from(["get_computed_blocks", "allocate_slots", "evict_blocks",
-                        "blocks_to_extend", "get_num_common_prefix_blocks", "take_events"]),
-       ANY, ANY)
+@given(
+    st.sampled_from(
+        [
+            "get_computed_blocks",
+            "allocate_slots",
+            "evict_blocks",
+            "blocks_to_extend",
+            "get_num_common_prefix_blocks",
+            "take_events",
+        ]
+    ),
+    ANY,
+    ANY,
+)
 def test_the_new_cache_calls_refuse_bad_arguments_with_nothing_changed(call, x, y):
     m = busy_cache()
     before = manager_state(m)
@@ -118,9 +163,11 @@ def test_the_new_cache_calls_refuse_bad_arguments_with_nothing_changed(call, x, 
 @settings(max_examples=40)
 @given(ANY, ANY)
 def test_hybrid_and_window_managers_refuse_bad_constructor_arguments(window, blocks):
-    for make in (lambda: HybridManager(blocks, 2, window=window),
-                 lambda: SlidingWindowPrefixCachingManager(blocks, 2, window=window),
-                 lambda: PrefixCachingManager(blocks, 2, group_idx=window)):
+    for make in (
+        lambda: HybridManager(blocks, 2, window=window),
+        lambda: SlidingWindowPrefixCachingManager(blocks, 2, window=window),
+        lambda: PrefixCachingManager(blocks, 2, group_idx=window),
+    ):
         try:
             m = make()
         except (TypeError, ValueError):
@@ -129,10 +176,17 @@ def test_hybrid_and_window_managers_refuse_bad_constructor_arguments(window, blo
 
 
 @settings(max_examples=60)
-@given(st.lists(st.one_of(st.text(max_size=20), st.just('{"type": "BlockStored"}'),
-                          st.just('[1, [["BlockRemoved", [1, 2], null]]]'),
-                          st.just('{"events": [{"type": "BlockRemoved", "block_hashes": [1.5]}]}')),
-                max_size=4))
+@given(
+    st.lists(
+        st.one_of(
+            st.text(max_size=20),
+            st.just('{"type": "BlockStored"}'),
+            st.just('[1, [["BlockRemoved", [1, 2], null]]]'),
+            st.just('{"events": [{"type": "BlockRemoved", "block_hashes": [1.5]}]}'),
+        ),
+        max_size=4,
+    )
+)
 def test_any_event_stream_reads_or_is_refused_with_a_value_error(lines):
     try:
         events = read_stream(lines)
@@ -145,6 +199,7 @@ def test_any_event_stream_reads_or_is_refused_with_a_value_error(lines):
 @pytest.mark.parametrize("mode, error", [(5, TypeError), ("v2", ValueError), (None, TypeError)])
 def test_make_scheduler_refuses_an_unknown_mode(mode, error):
     from pagedsim.scheduler import make_scheduler
+
     m = KVCacheManager(16, 4)
     with pytest.raises(error, match="mode"):
         make_scheduler([Request(4, 3)], m, mode=mode)
@@ -154,14 +209,18 @@ def test_make_scheduler_refuses_an_unknown_mode(mode, error):
 @pytest.mark.parametrize("name, error", [("lifo", ValueError), (3, TypeError), (None, TypeError)])
 def test_an_unknown_scheduling_policy_is_refused(name, error):
     from pagedsim.request_queue import make_request_queue
+
     with pytest.raises(error, match="policy"):
         make_request_queue(name)
 
 
-@pytest.mark.parametrize("host_blocks, error", [(-1, ValueError), (2.5, TypeError),
-                                                 ("8", TypeError), (1 << 30, ValueError)])
+@pytest.mark.parametrize(
+    "host_blocks, error",
+    [(-1, ValueError), (2.5, TypeError), ("8", TypeError), (1 << 30, ValueError)],
+)
 def test_a_host_pool_of_a_bad_size_is_refused(host_blocks, error):
     from pagedsim.policies import HostPool, make_policy
+
     with pytest.raises(error, match="host_blocks"):
         HostPool(host_blocks)
     with pytest.raises(error, match="host_blocks"):
@@ -171,6 +230,7 @@ def test_a_host_pool_of_a_bad_size_is_refused(host_blocks, error):
 @pytest.mark.parametrize("value", ["0", "-3", "x", "1.5"])
 def test_play_hybrid_with_a_bad_window_exits_2_with_one_line(value, capsys):
     from pagedsim.app import play
+
     with pytest.raises(SystemExit) as e:
         play.main(["--hybrid", value])
     assert e.value.code == 2

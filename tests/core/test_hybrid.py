@@ -13,8 +13,14 @@ B = 2
 
 def state(m):
     snap = m.snapshot()
-    return (snap.free_list, snap.ref_counts, snap.sequences, m.step,
-            len(m.trace.snapshots) if m.trace else None, sorted(m.pool._key))
+    return (
+        snap.free_list,
+        snap.ref_counts,
+        snap.sequences,
+        m.step,
+        len(m.trace.snapshots) if m.trace else None,
+        sorted(m.pool._key),
+    )
 
 
 def test_both_groups_draw_from_one_pool_and_only_the_window_group_drops():
@@ -42,6 +48,7 @@ def test_a_short_pool_refuses_both_groups_and_changes_nothing():
 def test_a_protected_cached_block_is_passed_over_by_eviction():
     # what keeps the window group's hits alive while the full group allocates (vLLM #33775)
     from pagedsim.policies import CachingBlockPool
+
     pool = CachingBlockPool(3, 1)
     for b in pool.allocate_many(3):
         pool.cache(b, 100 + b, (b,), 0)
@@ -61,21 +68,32 @@ def test_the_groups_return_one_common_prefix_count_each():
     assert m.get_num_common_prefix_blocks("A", 2)[1] == 0  # the window group: always 0
 
 
-@pytest.mark.parametrize("kwargs, error", [
-    ({"window": 0}, ValueError), ({"window": 2.5}, TypeError), ({"window": 4, "trace": 1},
-                                                               TypeError),
-    ({"window": 4, "eviction": "mru"}, ValueError),
-])
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        ({"window": 0}, ValueError),
+        ({"window": 2.5}, TypeError),
+        ({"window": 4, "trace": 1}, TypeError),
+        ({"window": 4, "eviction": "mru"}, ValueError),
+    ],
+)
 def test_bad_construction_arguments_are_refused(kwargs, error):
     with pytest.raises(error):
         HybridManager(8, B, **kwargs)
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["add", "grow", "free"]),
-                          st.lists(st.integers(0, 2), min_size=1, max_size=7)),
-                max_size=15),
-       st.integers(1, 5), st.integers(4, 14))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["add", "grow", "free"]),
+            st.lists(st.integers(0, 2), min_size=1, max_size=7),
+        ),
+        max_size=15,
+    ),
+    st.integers(1, 5),
+    st.integers(4, 14),
+)
 def test_random_operations_keep_both_groups_consistent(ops, window, num_blocks):
     m = HybridManager(num_blocks, B, window=window, trace=False)
     k = 0
@@ -84,8 +102,9 @@ def test_random_operations_keep_both_groups_consistent(ops, window, num_blocks):
         live = m.seq_ids()
         if op == "add":
             hit = m.get_computed_blocks(tokens)
-            got = m.allocate_slots(k, len(tokens) - hit.num_tokens, new_token_ids=tokens,
-                                   computed=hit)
+            got = m.allocate_slots(
+                k, len(tokens) - hit.num_tokens, new_token_ids=tokens, computed=hit
+            )
             k += 1
         elif op == "grow" and live:
             got = m.allocate_slots(live[0], len(tokens), new_token_ids=tokens)

@@ -11,8 +11,9 @@ from pagedsim import kv_events as ke
 from pagedsim.app import play
 
 TOKEN = st.integers(0, ke.MAX_ID)
-HASH = st.one_of(st.integers(-(1 << 64), 1 << 64), st.text("0123456789abcdef", min_size=1,
-                                                            max_size=64))
+HASH = st.one_of(
+    st.integers(-(1 << 64), 1 << 64), st.text("0123456789abcdef", min_size=1, max_size=64)
+)
 
 
 @st.composite
@@ -23,29 +24,46 @@ def stored_events(draw, block_size=None):
     return ke.BlockStored(
         block_hashes=draw(st.lists(HASH, min_size=n, max_size=n)),
         parent_block_hash=draw(st.one_of(st.none(), HASH)),
-        token_ids=draw(st.lists(TOKEN, min_size=n * bs, max_size=n * bs)), block_size=bs,
+        token_ids=draw(st.lists(TOKEN, min_size=n * bs, max_size=n * bs)),
+        block_size=bs,
         lora_id=draw(st.one_of(st.none(), st.integers(1, ke.MAX_ID))),
         medium=draw(st.sampled_from([None, "GPU", "CPU"])),
         lora_name=draw(st.one_of(st.none(), st.text(max_size=8))),
-        extra_keys=draw(st.one_of(st.none(), st.lists(
-            st.one_of(st.none(), st.lists(st.one_of(st.text(max_size=4), st.integers()),
-                                          max_size=2)), min_size=n, max_size=n))),
+        extra_keys=draw(
+            st.one_of(
+                st.none(),
+                st.lists(
+                    st.one_of(
+                        st.none(),
+                        st.lists(st.one_of(st.text(max_size=4), st.integers()), max_size=2),
+                    ),
+                    min_size=n,
+                    max_size=n,
+                ),
+            )
+        ),
         group_idx=draw(st.one_of(st.none(), st.integers(0, 3))),
         kv_cache_spec_kind=kind,
-        kv_cache_spec_sliding_window=draw(st.integers(1, 4096)) if kind == "sliding_window"
-        else None)
+        kv_cache_spec_sliding_window=draw(st.integers(1, 4096))
+        if kind == "sliding_window"
+        else None,
+    )
 
 
 @st.composite
 def removed_events(draw):
-    return ke.BlockRemoved(draw(st.lists(HASH, min_size=1, max_size=4)),
-                           draw(st.sampled_from([None, "GPU", "CPU"])),
-                           draw(st.one_of(st.none(), st.integers(0, 3))))
+    return ke.BlockRemoved(
+        draw(st.lists(HASH, min_size=1, max_size=4)),
+        draw(st.sampled_from([None, "GPU", "CPU"])),
+        draw(st.one_of(st.none(), st.integers(0, 3))),
+    )
 
 
 def streams(block_size):
-    return st.lists(st.one_of(stored_events(block_size), removed_events(),
-                              st.just(ke.AllBlocksCleared())), max_size=12)
+    return st.lists(
+        st.one_of(stored_events(block_size), removed_events(), st.just(ke.AllBlocksCleared())),
+        max_size=12,
+    )
 
 
 @given(st.integers(1, 8).flatmap(streams))
@@ -56,26 +74,62 @@ def test_every_valid_event_reads_back_as_written(events):
 
 # Per field: values of the right JSON shape but a wrong type or range.
 WRONG = {
-    "block_hashes": st.one_of(st.just([]), st.just(5), st.lists(st.one_of(
-        st.booleans(), st.floats(allow_nan=False), st.just(""), st.none()), min_size=1,
-        max_size=2)),
-    "parent_block_hash": st.one_of(st.booleans(), st.floats(allow_nan=False), st.just([1]),
-                                   st.just("")),
-    "token_ids": st.one_of(st.just(5), st.just("1234"), st.lists(st.one_of(
-        st.integers(max_value=-1), st.integers(min_value=ke.MAX_ID + 1), st.booleans(),
-        st.floats(allow_nan=False), st.text(max_size=2)), min_size=1, max_size=1)),
-    "block_size": st.one_of(st.integers(max_value=0), st.integers(min_value=ke.MAX_BLOCK_SIZE + 1),
-                            st.booleans(), st.floats(allow_nan=False), st.text(max_size=2)),
-    "lora_id": st.one_of(st.integers(max_value=0), st.integers(min_value=ke.MAX_ID + 1),
-                         st.just("x"), st.just(1.5), st.just({}), st.booleans()),
+    "block_hashes": st.one_of(
+        st.just([]),
+        st.just(5),
+        st.lists(
+            st.one_of(st.booleans(), st.floats(allow_nan=False), st.just(""), st.none()),
+            min_size=1,
+            max_size=2,
+        ),
+    ),
+    "parent_block_hash": st.one_of(
+        st.booleans(), st.floats(allow_nan=False), st.just([1]), st.just("")
+    ),
+    "token_ids": st.one_of(
+        st.just(5),
+        st.just("1234"),
+        st.lists(
+            st.one_of(
+                st.integers(max_value=-1),
+                st.integers(min_value=ke.MAX_ID + 1),
+                st.booleans(),
+                st.floats(allow_nan=False),
+                st.text(max_size=2),
+            ),
+            min_size=1,
+            max_size=1,
+        ),
+    ),
+    "block_size": st.one_of(
+        st.integers(max_value=0),
+        st.integers(min_value=ke.MAX_BLOCK_SIZE + 1),
+        st.booleans(),
+        st.floats(allow_nan=False),
+        st.text(max_size=2),
+    ),
+    "lora_id": st.one_of(
+        st.integers(max_value=0),
+        st.integers(min_value=ke.MAX_ID + 1),
+        st.just("x"),
+        st.just(1.5),
+        st.just({}),
+        st.booleans(),
+    ),
     "medium": st.one_of(st.integers(), st.just(""), st.just([]), st.booleans()),
     "lora_name": st.one_of(st.integers(), st.just([]), st.booleans(), st.floats(allow_nan=False)),
     "extra_keys": st.one_of(st.integers(), st.just("k"), st.just([5]), st.just([[1.5]])),
-    "group_idx": st.one_of(st.integers(max_value=-1), st.just("x"), st.just(0.0), st.booleans(),
-                           st.integers(min_value=ke.MAX_GROUP_IDX + 1)),
+    "group_idx": st.one_of(
+        st.integers(max_value=-1),
+        st.just("x"),
+        st.just(0.0),
+        st.booleans(),
+        st.integers(min_value=ke.MAX_GROUP_IDX + 1),
+    ),
     "kv_cache_spec_kind": st.one_of(st.just("bogus"), st.integers(), st.just("")),
-    "kv_cache_spec_sliding_window": st.one_of(st.integers(max_value=0), st.just("8"),
-                                              st.just(8.0), st.booleans()),
+    "kv_cache_spec_sliding_window": st.one_of(
+        st.integers(max_value=0), st.just("8"), st.just(8.0), st.booleans()
+    ),
 }
 
 
@@ -92,14 +146,32 @@ def test_a_field_of_the_wrong_type_or_range_is_refused_naming_the_field_and_line
         ke.read_stream(lines)
 
 
-@pytest.mark.parametrize("field, value", [
-    ("lora_id", "x"), ("lora_id", -1), ("lora_id", 1.5), ("lora_id", {}), ("medium", 5),
-    ("lora_name", 7), ("group_idx", -1), ("group_idx", "x"), ("kv_cache_spec_kind", "bogus"),
-    ("extra_keys", 5), ("token_ids", [-1, 0]), ("token_ids", [2**64, 0]),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("lora_id", "x"),
+        ("lora_id", -1),
+        ("lora_id", 1.5),
+        ("lora_id", {}),
+        ("medium", 5),
+        ("lora_name", 7),
+        ("group_idx", -1),
+        ("group_idx", "x"),
+        ("kv_cache_spec_kind", "bogus"),
+        ("extra_keys", 5),
+        ("token_ids", [-1, 0]),
+        ("token_ids", [2**64, 0]),
+    ],
+)
 def test_the_fields_the_fuzz_run_found_unchecked_are_refused(field, value):
-    obj = {"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None,
-           "token_ids": [1, 2], "block_size": 2, field: value}
+    obj = {
+        "type": "BlockStored",
+        "block_hashes": [1],
+        "parent_block_hash": None,
+        "token_ids": [1, 2],
+        "block_size": 2,
+        field: value,
+    }
     with pytest.raises(ValueError, match=field):
         ke.event_from_json(obj)
 
@@ -111,11 +183,17 @@ def test_a_block_removed_checks_its_fields_too(field, value):
 
 
 def test_a_window_on_a_full_attention_block_and_a_short_extra_keys_list_are_refused():
-    base = {"type": "BlockStored", "block_hashes": [1, 2], "parent_block_hash": None,
-            "token_ids": [1, 2], "block_size": 1}
+    base = {
+        "type": "BlockStored",
+        "block_hashes": [1, 2],
+        "parent_block_hash": None,
+        "token_ids": [1, 2],
+        "block_size": 1,
+    }
     with pytest.raises(ValueError, match="only for kv_cache_spec_kind 'sliding_window'"):
-        ke.event_from_json({**base, "kv_cache_spec_kind": "full_attention",
-                            "kv_cache_spec_sliding_window": 4})
+        ke.event_from_json(
+            {**base, "kv_cache_spec_kind": "full_attention", "kv_cache_spec_sliding_window": 4}
+        )
     with pytest.raises(ValueError, match="extra_keys has 1 entries for 2 blocks"):
         ke.event_from_json({**base, "extra_keys": [None]})
 
@@ -128,14 +206,15 @@ def test_a_block_size_change_mid_stream_is_refused(first, second, data):
     if first == second:
         assert len(ke.replay(ke.read_stream(lines))) == 4
         return
-    with pytest.raises(ValueError, match=f"line 3: .*block_size {second} differs from the "
-                                         f"stream's {first}"):
+    with pytest.raises(
+        ValueError, match=f"line 3: .*block_size {second} differs from the stream's {first}"
+    ):
         ke.read_stream(lines)
     with pytest.raises(ValueError, match="event 3: "):
         ke.replay([a, ke.AllBlocksCleared(), b])
 
 
-@pytest.mark.parametrize("line", ["[" * 100_000, "{\"a\": " * 50_000, "[" * 33 + "]" * 33])
+@pytest.mark.parametrize("line", ["[" * 100_000, '{"a": ' * 50_000, "[" * 33 + "]" * 33])
 def test_deep_nesting_is_a_clean_value_error_not_a_recursion_error(line):
     with pytest.raises(ValueError, match="line 1: nested deeper than"):
         ke.read_stream([line])
@@ -143,21 +222,45 @@ def test_deep_nesting_is_a_clean_value_error_not_a_recursion_error(line):
 
 def test_brackets_inside_strings_do_not_count_as_nesting():
     text = "[" * 100 + '\\"{'
-    line = json.dumps({"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None,
-                       "token_ids": [1], "block_size": 1, "lora_name": text})
+    line = json.dumps(
+        {
+            "type": "BlockStored",
+            "block_hashes": [1],
+            "parent_block_hash": None,
+            "token_ids": [1],
+            "block_size": 1,
+            "lora_name": text,
+        }
+    )
     (event,) = ke.read_stream([line])
     assert event.lora_name == text
 
 
 @settings(max_examples=100)
-@given(st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=4),
-                              st.floats()),
-                    lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                            st.dictionaries(st.sampled_from(
-                                                ["type", "events", "block_hashes", "token_ids",
-                                                 "block_size", "medium", "group_idx"]),
-                                                inner, max_size=4)),
-                    max_leaves=20))
+@given(
+    st.recursive(
+        st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=4), st.floats()),
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=3),
+            st.dictionaries(
+                st.sampled_from(
+                    [
+                        "type",
+                        "events",
+                        "block_hashes",
+                        "token_ids",
+                        "block_size",
+                        "medium",
+                        "group_idx",
+                    ]
+                ),
+                inner,
+                max_size=4,
+            ),
+        ),
+        max_leaves=20,
+    )
+)
 def test_any_json_value_reads_or_is_refused_with_a_line_number(value):
     try:
         events = ke.read_stream([json.dumps(value)])
@@ -175,8 +278,9 @@ def test_replaying_some_frames_gives_those_frames_of_the_full_replay(events, dat
 
 
 @given(st.integers(1, 4).flatmap(streams), st.integers(1, 6), st.integers(1, 3))
-def test_a_summarised_snapshot_fits_its_limits_and_only_points_inside_its_pool(events, blocks,
-                                                                               tables):
+def test_a_summarised_snapshot_fits_its_limits_and_only_points_inside_its_pool(
+    events, blocks, tables
+):
     for snap in ke.replay(events):
         small = ke.summarised(snap, blocks, tables)
         assert small.num_blocks <= blocks and len(small.sequences) <= tables
@@ -191,10 +295,23 @@ def test_a_summarised_snapshot_fits_its_limits_and_only_points_inside_its_pool(e
 
 def test_a_huge_stream_is_summarised_in_a_bounded_number_of_lines(tmp_path, capsys):
     path = tmp_path / "e.jsonl"
-    big = {"type": "BlockStored", "block_hashes": list(range(1, 20_001)),
-           "parent_block_hash": None, "token_ids": [1] * 20_000, "block_size": 1}
-    ones = [{"type": "BlockStored", "block_hashes": [-k], "parent_block_hash": None,
-             "token_ids": [k], "block_size": 1} for k in range(1, 1_001)]
+    big = {
+        "type": "BlockStored",
+        "block_hashes": list(range(1, 20_001)),
+        "parent_block_hash": None,
+        "token_ids": [1] * 20_000,
+        "block_size": 1,
+    }
+    ones = [
+        {
+            "type": "BlockStored",
+            "block_hashes": [-k],
+            "parent_block_hash": None,
+            "token_ids": [k],
+            "block_size": 1,
+        }
+        for k in range(1, 1_001)
+    ]
     path.write_text("\n".join(json.dumps(e) for e in [big, *ones]), encoding="utf-8")
     assert play.main(["--width", "100", "--events", str(path)]) == 0
     out = capsys.readouterr().out
@@ -206,8 +323,9 @@ def test_a_huge_stream_is_summarised_in_a_bounded_number_of_lines(tmp_path, caps
 
 def test_play_events_refuses_a_bad_field_in_one_line_with_exit_2(tmp_path, capsys):
     path = tmp_path / "e.jsonl"
-    path.write_text(json.dumps({"type": "BlockRemoved", "block_hashes": [1], "medium": 5}),
-                    encoding="utf-8")
+    path.write_text(
+        json.dumps({"type": "BlockRemoved", "block_hashes": [1], "medium": 5}), encoding="utf-8"
+    )
     with pytest.raises(SystemExit) as stop:
         play.main(["--events", str(path)])
     err = capsys.readouterr().err.strip()

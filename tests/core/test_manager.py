@@ -166,8 +166,12 @@ def test_each_call_is_one_step_with_a_snapshot_and_a_caption():
 def test_snapshots_are_time_travel_to_the_exact_earlier_state():
     m = KVCacheManager(6, 2)
     states = [m.snapshot()]
-    for op in (lambda: m.add_sequence("A", 3), lambda: m.fork("A", "B"),
-               lambda: m.append_tokens("A", 2), lambda: m.free_sequence("B")):
+    for op in (
+        lambda: m.add_sequence("A", 3),
+        lambda: m.fork("A", "B"),
+        lambda: m.append_tokens("A", 2),
+        lambda: m.free_sequence("B"),
+    ):
         op()
         states.append(m.snapshot())
     for recorded, live in zip(m.trace.snapshots, states, strict=True):
@@ -241,7 +245,10 @@ def test_restoring_more_than_fits_or_a_live_id_changes_nothing():
         m.restore_sequences({"A": ([1, 2], 1)})
     after = m.snapshot()
     assert (after.free_list, after.ref_counts, after.sequences) == (
-        before.free_list, before.ref_counts, before.sequences)
+        before.free_list,
+        before.ref_counts,
+        before.sequences,
+    )
 
 
 def test_add_sequence_without_slots_returns_none_and_admits_the_same_blocks():

@@ -20,8 +20,7 @@ PREEMPT, EVICT = set(PREEMPTION), set(EVICTION_KEYS)
 ROWS = [  # (path, pattern, registry)
     ("README.md", r"preemption \(([a-z, ]+)\)", PREEMPT),
     ("README.md", r"v0 (\w+) and (\w+) beside it", PREEMPT),
-    ("pagedsim/app/play_session.py", r"by --preemption-mode: (\w+), or (\w+) to the host",
-     PREEMPT),
+    ("pagedsim/app/play_session.py", r"by --preemption-mode: (\w+), or (\w+) to the host", PREEMPT),
     ("pagedsim/app/play.py", r"`--preemption-mode ([a-z|]+)`", PREEMPT),
     ("pagedsim/app/play.py", r"none \(the step fails\), (\w+) or (\w+) the newest", PREEMPT),
     ("pagedsim/labs/__init__.py", r" x ([a-z/]+) on one trace", PREEMPT),
@@ -45,18 +44,20 @@ def names_in(text: str, pattern: str) -> set:
     return set(re.findall(r"[a-z]+", words)) - {"or", "and"}
 
 
-@pytest.mark.parametrize("path, pattern, registry", ROWS,
-                         ids=[f"{p}:{i}" for i, (p, _, _) in enumerate(ROWS)])
+@pytest.mark.parametrize(
+    "path, pattern, registry", ROWS, ids=[f"{p}:{i}" for i, (p, _, _) in enumerate(ROWS)]
+)
 def test_every_prose_list_of_policy_names_matches_its_registry(path, pattern, registry):
     assert names_in((ROOT / path).read_text(encoding="utf-8"), pattern) == registry
 
 
 def _block(text: str, start: str, end: str) -> str:
-    return text[text.index(start):text.index(end)]
+    return text[text.index(start) : text.index(end)]
 
 
 def test_the_registries_own_docstring_tables_name_every_entry():
     from pagedsim.policies import cache_pool, preemption
+
     table = _block(preemption.__doc__, "to a policy:", "The (gpu, host)")
     assert set(re.findall(r"^    ([a-z]+)  +\S", table, re.M)) == PREEMPT
     table = _block(cache_pool.__doc__, "smallest key goes first", "How to add one")
@@ -80,6 +81,7 @@ def test_a_new_preemption_policy_is_one_registry_entry(monkeypatch):
     from pagedsim import KVCacheManager
     from pagedsim.scheduler import make_scheduler
     from pagedsim.workloads import Request
+
     s = make_scheduler([Request(4, 6), Request(4, 6)], KVCacheManager(8, 2), "drop", watermark=0.0)
     s.run(check=True)
     assert s.preemptions > 0 and s.finished == 2

@@ -49,6 +49,7 @@ def test_a_model_spec_rejects_nonsense():
 
 # ---- kv_capacity: vLLM v1's startup arithmetic (vllm/v1/core/kv_cache_utils.py) ----------------
 
+
 def test_kv_capacity_of_llama_3_8b_in_16_gib_worked_by_hand():
     cap = kv_capacity(preset("llama-3-8b"), 16, 16 * 2**30, 8192)
     # page: 2 x 16 x 8 x 128 x 2 = 65,536 B; 2**34 // 65,536 = 262,144 // 32 layers = 8,192
@@ -56,12 +57,21 @@ def test_kv_capacity_of_llama_3_8b_in_16_gib_worked_by_hand():
     assert (cap.num_tokens, cap.blocks_per_request, cap.max_concurrency) == (131_072, 512, 16.0)
 
 
-@given(st.integers(1, 2**44), st.integers(1, 128), st.integers(1, 64), st.integers(1, 256),
-       st.integers(1, 4), st.sampled_from([1, 8, 16, 32, 128]), st.integers(1, 2**20))
-def test_kv_capacity_is_vllms_two_step_division(available, layers, kv_heads, head_dim, dtype,
-                                                block_size, max_len):
-    spec = ModelSpec("m", num_layers=layers, num_kv_heads=kv_heads, head_dim=head_dim,
-                     dtype_bytes=dtype)
+@given(
+    st.integers(1, 2**44),
+    st.integers(1, 128),
+    st.integers(1, 64),
+    st.integers(1, 256),
+    st.integers(1, 4),
+    st.sampled_from([1, 8, 16, 32, 128]),
+    st.integers(1, 2**20),
+)
+def test_kv_capacity_is_vllms_two_step_division(
+    available, layers, kv_heads, head_dim, dtype, block_size, max_len
+):
+    spec = ModelSpec(
+        "m", num_layers=layers, num_kv_heads=kv_heads, head_dim=head_dim, dtype_bytes=dtype
+    )
     cap = kv_capacity(spec, block_size, available, max_len)
     page = 2 * block_size * kv_heads * head_dim * dtype  # vLLM's FullAttentionSpec.page_size_bytes
     assert cap.num_blocks == int(available // page // layers)  # get_num_blocks
@@ -73,8 +83,11 @@ def test_kv_capacity_is_vllms_two_step_division(available, layers, kv_heads, hea
 
 
 def test_kv_capacity_refuses_nonsense_naming_the_argument():
-    for args, name in (((0, 10, 10), "block_size"), ((16, -1, 10), "available_bytes"),
-                       ((16, 10, 0), "max_model_len")):
+    for args, name in (
+        ((0, 10, 10), "block_size"),
+        ((16, -1, 10), "available_bytes"),
+        ((16, 10, 0), "max_model_len"),
+    ):
         with pytest.raises(ValueError, match=name):
             kv_capacity(preset("llama-3-8b"), *args)
     with pytest.raises(TypeError, match="block_size"):
@@ -92,8 +105,11 @@ def test_the_library_does_not_ship_exercise_3_7s_answer_verbatim():
     root = Path(__file__).resolve().parents[2]
     solution = (root / "course/ch03_kv_block/solutions/ex3_7_align_and_pop.py").read_text()
     body = solution.split("def align_up", 1)[1].split("@cuda.jit", 1)[0]
-    answer = [ln.strip() for ln in body.splitlines()
-              if ln.strip() and not ln.strip().startswith(("def ", '"""', "#"))]
+    answer = [
+        ln.strip()
+        for ln in body.splitlines()
+        if ln.strip() and not ln.strip().startswith(("def ", '"""', "#"))
+    ]
     assert answer  # the solution's code lines: the align_up expression, the stride, the starts
     library = (root / "pagedsim/sizing.py").read_text()
     assert [ln for ln in answer if ln in library] == []

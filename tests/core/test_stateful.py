@@ -88,8 +88,12 @@ test_block_pool_state_machine = pytest.mark.slow(PoolMachine.TestCase)
 class ManagerMachine(RuleBasedStateMachine):
     pool_factory = BlockPool  # replaced by a buggy pool in the mutation test below
 
-    @initialize(num_blocks=st.integers(1, 24), block_size=st.sampled_from([1, 2, 4, 8]),
-                order=st.sampled_from(["lifo", "fifo"]), trace=st.booleans())
+    @initialize(
+        num_blocks=st.integers(1, 24),
+        block_size=st.sampled_from([1, 2, 4, 8]),
+        order=st.sampled_from(["lifo", "fifo"]),
+        trace=st.booleans(),
+    )
     def make(self, num_blocks, block_size, order, trace):
         self.m = KVCacheManager(num_blocks, block_size, free_order=order, trace=trace)
         self.m.pool = self.pool_factory(num_blocks, block_size, order)
@@ -106,7 +110,7 @@ class ManagerMachine(RuleBasedStateMachine):
     def _apply_copies(self):
         bs = self.m.block_size
         for src, dst in self.m.drain_copies():
-            self.memory[dst * bs:(dst + 1) * bs] = self.memory[src * bs:(src + 1) * bs]
+            self.memory[dst * bs : (dst + 1) * bs] = self.memory[src * bs : (src + 1) * bs]
 
     def _write(self, seq, slots):
         self._apply_copies()  # the copy kernel runs before the new tokens are written
@@ -218,22 +222,35 @@ def test_the_state_machine_catches_a_count_that_is_never_decremented():
         pool_factory = PoolThatNeverDecrements
 
     with pytest.raises(AssertionError, match="ref counts sum to|leaked|reads"):
-        run_state_machine_as_test(Buggy, settings=settings(
-            max_examples=200, stateful_step_count=30, database=None, report_multiple_bugs=False,
-            phases=[p for p in Phase if p != Phase.explain]))  # explaining costs ~90% here
+        run_state_machine_as_test(
+            Buggy,
+            settings=settings(
+                max_examples=200,
+                stateful_step_count=30,
+                database=None,
+                report_multiple_bugs=False,
+                phases=[p for p in Phase if p != Phase.explain],
+            ),
+        )  # explaining costs ~90% here
 
 
 def kit_factory(order, trace):
     def factory(num_blocks, block_size):
         return KVCacheManager(num_blocks, block_size, free_order=order, trace=trace)
+
     return factory
 
 
 @pytest.mark.parametrize("order, trace", [("lifo", True), ("fifo", False)])
 def test_kv_cache_manager_conforms_through_the_testing_kit(order, trace):
-    machine = manager_machine(kit_factory(order, trace), num_blocks=st.integers(1, 24),
-                              block_size=st.sampled_from([1, 2, 4, 8]), check_free_order=order,
-                              invalid_ids=True, extra_check=KVCacheManager.check_invariants)
+    machine = manager_machine(
+        kit_factory(order, trace),
+        num_blocks=st.integers(1, 24),
+        block_size=st.sampled_from([1, 2, 4, 8]),
+        check_free_order=order,
+        invalid_ids=True,
+        extra_check=KVCacheManager.check_invariants,
+    )
     run_state_machine_as_test(machine, settings=settings(max_examples=60, stateful_step_count=30))
     assert machine.steps_run > 60 * 5, "the kit ran (almost) nothing"
 

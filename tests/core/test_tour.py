@@ -9,8 +9,14 @@ from pagedsim.app.tour import SCRIPT, tour_manager
 def test_the_tour_shows_sharing_copy_on_write_a_finish_and_running_dry(capsys):
     assert main(["tour"]) == 0
     out = capsys.readouterr().out
-    for phrase in ("forks from seq B", "copy-on-write", "return to the free list",
-                   "OutOfBlocks", "free list, head first", "logical->physical"):
+    for phrase in (
+        "forks from seq B",
+        "copy-on-write",
+        "return to the free list",
+        "OutOfBlocks",
+        "free list, head first",
+        "logical->physical",
+    ):
         assert phrase in out
 
 
@@ -42,5 +48,6 @@ def test_the_cli_lists_its_commands_and_its_version(capsys):
     assert main(["no-such-command"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
     from pagedsim import __version__
+
     assert main(["--version"]) == 0
     assert capsys.readouterr().out == f"pagedsim {__version__}\n"

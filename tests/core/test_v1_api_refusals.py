@@ -51,20 +51,29 @@ class FlakyHash:
 
 def full_state(m) -> tuple:
     """manager_state plus what the prefix cache adds: its hash index, counters, known ids."""
-    return (manager_state(m), sorted(m.pool._key.items()), m.stats,
-            {s: None if k is None else list(k) for s, k in m._known.items()}, dict(m._chain))
+    return (
+        manager_state(m),
+        sorted(m.pool._key.items()),
+        m.stats,
+        {s: None if k is None else list(k) for s, k in m._known.items()},
+        dict(m._chain),
+    )
 
 
 class RaisingHashMachine(RuleBasedStateMachine):
-    @initialize(num_blocks=st.integers(2, 12), bs=st.sampled_from([1, 2, 3]),
-                window=st.none() | st.integers(1, 6))
+    @initialize(
+        num_blocks=st.integers(2, 12),
+        bs=st.sampled_from([1, 2, 3]),
+        window=st.none() | st.integers(1, 6),
+    )
     def make(self, num_blocks, bs, window):
         self.hash = FlakyHash()
         if window is None:
             self.m = PrefixCachingManager(num_blocks, bs, hash_fn=self.hash, trace=False)
         else:
-            self.m = SlidingWindowPrefixCachingManager(num_blocks, bs, window=window,
-                                                       hash_fn=self.hash, trace=False)
+            self.m = SlidingWindowPrefixCachingManager(
+                num_blocks, bs, window=window, hash_fn=self.hash, trace=False
+            )
         self.next_id = 0
         self.swapped = {}  # seq -> (labels, num_tokens, prefix state), freed for a swap-in
 
@@ -89,15 +98,19 @@ class RaisingHashMachine(RuleBasedStateMachine):
     def admit(self, tokens, fail_at, v1):
         seq, self.next_id = self.next_id, self.next_id + 1
         if v1:
-            got = self.attempt(fail_at, lambda: self.m.allocate_slots(
-                seq, len(tokens), new_token_ids=tokens))
+            got = self.attempt(
+                fail_at, lambda: self.m.allocate_slots(seq, len(tokens), new_token_ids=tokens)
+            )
             if got is None:
                 assert seq not in self.m
         else:
             self.attempt(fail_at, lambda: self.m.add_sequence(seq, len(tokens), tokens))
 
-    @rule(data=st.data(), fail_at=st.integers(1, 4), how=st.sampled_from(["slots", "append",
-                                                                          "decode"]))
+    @rule(
+        data=st.data(),
+        fail_at=st.integers(1, 4),
+        how=st.sampled_from(["slots", "append", "decode"]),
+    )
     def grow(self, data, fail_at, how):
         seq = self.pick(data)
         if seq is None:
@@ -106,8 +119,9 @@ class RaisingHashMachine(RuleBasedStateMachine):
         if how == "slots":
             if self.m._known.get(seq) is None:
                 new = None
-            self.attempt(fail_at, lambda: self.m.allocate_slots(
-                seq, 0 if new is None else len(new), 0, new))
+            self.attempt(
+                fail_at, lambda: self.m.allocate_slots(seq, 0 if new is None else len(new), 0, new)
+            )
         elif how == "append":
             self.attempt(fail_at, lambda: self.m.append_tokens(seq, len(new), token_ids=new))
         else:
@@ -129,8 +143,7 @@ class RaisingHashMachine(RuleBasedStateMachine):
             return
         seq = data.draw(st.sampled_from(sorted(self.swapped)))
         entry, state = self.swapped.pop(seq)
-        self.attempt(fail_at, lambda: self.m.restore_sequences({seq: entry},
-                                                               {seq: state}))
+        self.attempt(fail_at, lambda: self.m.restore_sequences({seq: entry}, {seq: state}))
 
     @rule(data=st.data())
     def free(self, data):
@@ -143,8 +156,9 @@ class RaisingHashMachine(RuleBasedStateMachine):
         self.m.check_invariants()
 
 
-RaisingHashMachine.TestCase.settings = settings(max_examples=80, stateful_step_count=30,
-                                                deadline=None)
+RaisingHashMachine.TestCase.settings = settings(
+    max_examples=80, stateful_step_count=30, deadline=None
+)
 test_a_raising_hash_fn_leaves_the_manager_unchanged = RaisingHashMachine.TestCase
 
 
@@ -161,8 +175,9 @@ def test_a_hash_fn_raising_on_its_third_call_admits_nothing():
 class HybridRefusalMachine(RuleBasedStateMachine):
     """Good calls grow and free sequences; each bad call must raise and change nothing."""
 
-    @initialize(num_blocks=st.integers(2, 12), bs=st.sampled_from([1, 2, 4]),
-                window=st.integers(1, 8))
+    @initialize(
+        num_blocks=st.integers(2, 12), bs=st.sampled_from([1, 2, 4]), window=st.integers(1, 8)
+    )
     def make(self, num_blocks, bs, window):
         self.m = HybridManager(num_blocks, bs, window=window, trace=False)
         self.next_id = 0
@@ -181,8 +196,7 @@ class HybridRefusalMachine(RuleBasedStateMachine):
     def admit(self, tokens):
         seq, self.next_id = self.next_id, self.next_id + 1
         hit = self.m.get_computed_blocks(tokens)
-        self.m.allocate_slots(seq, len(tokens) - hit.num_tokens, new_token_ids=tokens,
-                              computed=hit)
+        self.m.allocate_slots(seq, len(tokens) - hit.num_tokens, new_token_ids=tokens, computed=hit)
 
     @rule(data=st.data(), n=st.integers(0, 3))
     def append(self, data, n):
@@ -197,8 +211,14 @@ class HybridRefusalMachine(RuleBasedStateMachine):
     def append_with_the_wrong_number_of_ids(self, data, n, extra):
         seq = self.pick(data)
         if seq is not None:
-            ids = data.draw(st.sampled_from([list(range(n + extra)), list(range(n + extra))[1:]
-                                             if n + extra > 1 and extra > 1 else []]))
+            ids = data.draw(
+                st.sampled_from(
+                    [
+                        list(range(n + extra)),
+                        list(range(n + extra))[1:] if n + extra > 1 and extra > 1 else [],
+                    ]
+                )
+            )
             if len(ids) != n:
                 self.refused(ValueError, lambda: self.m.append_tokens(seq, n, token_ids=ids))
 
@@ -228,8 +248,9 @@ class HybridRefusalMachine(RuleBasedStateMachine):
         self.m.check_invariants()
 
 
-HybridRefusalMachine.TestCase.settings = settings(max_examples=80, stateful_step_count=30,
-                                                  deadline=None)
+HybridRefusalMachine.TestCase.settings = settings(
+    max_examples=80, stateful_step_count=30, deadline=None
+)
 test_the_hybrid_manager_refuses_what_prefix_caching_refuses = HybridRefusalMachine.TestCase
 
 

@@ -1,10 +1,10 @@
 """Regression tests for the five v1-fidelity bugs of issue 20 (each failed before its fix).
 
-    1. a sliding window counted lookahead slots as computed and freed KV still needed
-    2. a sliding window dropped (n - W) // B blocks where v1 drops (n - W + 1) // B
-    3. policy="priority" ordered only the victim, not the waiting queue
-    4. a forged ComputedBlocks bypassed the num_tokens - 1 cap
-    5. a request that can never fit preempted every sequence before it was refused
+1. a sliding window counted lookahead slots as computed and freed KV still needed
+2. a sliding window dropped (n - W) // B blocks where v1 drops (n - W + 1) // B
+3. policy="priority" ordered only the victim, not the waiting queue
+4. a forged ComputedBlocks bypassed the num_tokens - 1 cap
+5. a request that can never fit preempted every sequence before it was refused
 """
 
 import pytest
@@ -72,21 +72,38 @@ def admission_order(sched) -> list:
 
 def test_priority_scheduling_admits_the_most_urgent_waiting_request_first():
     reqs = [Request(2, 3) for _ in range(3)]
-    s = make_scheduler(reqs, PrefixCachingManager(16, 2), mode="v1", max_num_seqs=1,
-                  policy="priority", priorities=[2, 0, 1])
+    s = make_scheduler(
+        reqs,
+        PrefixCachingManager(16, 2),
+        mode="v1",
+        max_num_seqs=1,
+        policy="priority",
+        priorities=[2, 0, 1],
+    )
     assert admission_order(s) == [1, 2, 0]
 
 
 def test_equal_priorities_are_admitted_in_arrival_order():
     reqs = [Request(2, 3, arrival_step=a) for a in (1, 0, 0)]
-    s = make_scheduler(reqs, PrefixCachingManager(16, 2), mode="v1", max_num_seqs=1,
-                  policy="priority", priorities=[0, 0, 0])
+    s = make_scheduler(
+        reqs,
+        PrefixCachingManager(16, 2),
+        mode="v1",
+        max_num_seqs=1,
+        policy="priority",
+        priorities=[0, 0, 0],
+    )
     assert admission_order(s) == [1, 2, 0]
 
 
 def test_fcfs_keeps_arrival_order_whatever_the_priorities():
-    s = make_scheduler([Request(2, 3) for _ in range(3)], PrefixCachingManager(16, 2), mode="v1",
-                  max_num_seqs=1, priorities=[2, 0, 1])
+    s = make_scheduler(
+        [Request(2, 3) for _ in range(3)],
+        PrefixCachingManager(16, 2),
+        mode="v1",
+        max_num_seqs=1,
+        priorities=[2, 0, 1],
+    )
     assert admission_order(s) == [0, 1, 2]
 
 
@@ -99,11 +116,14 @@ def cache_holding_two_zeros():
     return m
 
 
-@pytest.mark.parametrize("forged", [
-    ComputedBlocks((0, 0), (0, 1), 2),  # the whole prompt: the last token must be computed
-    ComputedBlocks((0, 0), (0,), 2),  # num_tokens larger than its blocks hold
-    ComputedBlocks((0, 0), (0,), 0),  # ... or smaller
-])
+@pytest.mark.parametrize(
+    "forged",
+    [
+        ComputedBlocks((0, 0), (0, 1), 2),  # the whole prompt: the last token must be computed
+        ComputedBlocks((0, 0), (0,), 2),  # num_tokens larger than its blocks hold
+        ComputedBlocks((0, 0), (0,), 0),  # ... or smaller
+    ],
+)
 def test_a_forged_computed_blocks_is_refused_with_nothing_changed(forged):
     m = cache_holding_two_zeros()
     assert m.get_computed_blocks([0, 0]) == ComputedBlocks((0, 0), (0,), 1)

@@ -108,17 +108,25 @@ def test_a_lookup_with_other_extra_keys_cannot_be_used_for_an_admission():
     assert manager_state(m) == before
 
 
-@pytest.mark.parametrize("kwargs, error", [
-    ({"cache_salt": 5}, TypeError), ({"lora_id": "x"}, TypeError), ({"lora_id": 0}, ValueError),
-    ({"lora_id": True}, TypeError), ({"cache_salt": b"s"}, TypeError),
-])
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        ({"cache_salt": 5}, TypeError),
+        ({"lora_id": "x"}, TypeError),
+        ({"lora_id": 0}, ValueError),
+        ({"lora_id": True}, TypeError),
+        ({"cache_salt": b"s"}, TypeError),
+    ],
+)
 def test_bad_extra_keys_are_refused_with_nothing_changed(kwargs, error):
     m = cached_manager()
     m.allocate_slots("a", 5, new_token_ids=list(range(5)))
     before = manager_state(m)
-    for call in (lambda: m.allocate_slots("b", 5, new_token_ids=list(range(5)), **kwargs),
-                 lambda: m.get_computed_blocks(list(range(5)), **kwargs),
-                 lambda: m.add_sequence("c", 5, list(range(5)), **kwargs)):
+    for call in (
+        lambda: m.allocate_slots("b", 5, new_token_ids=list(range(5)), **kwargs),
+        lambda: m.get_computed_blocks(list(range(5)), **kwargs),
+        lambda: m.add_sequence("c", 5, list(range(5)), **kwargs),
+    ):
         with pytest.raises(error):
             call()
         assert manager_state(m) == before
@@ -130,8 +138,9 @@ def test_common_prefix_blocks_are_those_every_running_request_holds():
     shared = list(range(8))
     for i, tail in enumerate(([90, 91, 92], [93, 94, 95], [96])):
         hit = m.get_computed_blocks(shared + tail)
-        m.allocate_slots(f"r{i}", 8 + len(tail) - hit.num_tokens, new_token_ids=shared + tail,
-                         computed=hit)
+        m.allocate_slots(
+            f"r{i}", 8 + len(tail) - hit.num_tokens, new_token_ids=shared + tail, computed=hit
+        )
     assert m.get_num_common_prefix_blocks("r0", 3) == 2
     assert m.get_num_common_prefix_blocks("r0", 2) == 0  # counts are 3, not 2
     with pytest.raises(ValueError):
@@ -146,13 +155,35 @@ def test_a_sliding_window_has_no_common_prefix_blocks_as_in_v1():
 
 # ---- replaying a stream -------------------------------------------------------------------------
 STREAM = [
-    {"ts": 1.0, "events": [{"type": "BlockStored", "block_hashes": [11, 12],
-                            "parent_block_hash": None, "token_ids": [1, 2, 3, 4],
-                            "block_size": 2, "lora_id": None, "medium": "GPU"}]},
-    {"ts": 2.0, "events": [
-        {"type": "BlockStored", "block_hashes": [13], "parent_block_hash": 12,
-         "token_ids": [5, 6], "block_size": 2, "lora_id": None, "medium": "GPU"},
-        ["BlockStored", [14], 12, [7, 8], 2, None, "GPU"]]},  # an older, array-like encoding
+    {
+        "ts": 1.0,
+        "events": [
+            {
+                "type": "BlockStored",
+                "block_hashes": [11, 12],
+                "parent_block_hash": None,
+                "token_ids": [1, 2, 3, 4],
+                "block_size": 2,
+                "lora_id": None,
+                "medium": "GPU",
+            }
+        ],
+    },
+    {
+        "ts": 2.0,
+        "events": [
+            {
+                "type": "BlockStored",
+                "block_hashes": [13],
+                "parent_block_hash": 12,
+                "token_ids": [5, 6],
+                "block_size": 2,
+                "lora_id": None,
+                "medium": "GPU",
+            },
+            ["BlockStored", [14], 12, [7, 8], 2, None, "GPU"],
+        ],
+    },  # an older, array-like encoding
     {"ts": 3.0, "events": [{"type": "BlockRemoved", "block_hashes": [13], "medium": "GPU"}]},
     {"type": "AllBlocksCleared"},
 ]
@@ -179,12 +210,18 @@ def test_events_written_by_pagedsim_read_back_the_same():
     assert ke.read_stream(lines) == events
 
 
-@pytest.mark.parametrize("line", [
-    '{"type": "BlockStored", "block_hashes": [1], "token_ids": [1], "block_size": 2}',
-    '{"type": "BlockStored", "block_hashes": [], "token_ids": [], "block_size": 2}',
-    '{"type": "BlockRemoved", "block_hashes": [true]}', '{"type": "Nope"}', "[1, 2",
-    '{"events": 5}', '["BlockStored"]',
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"type": "BlockStored", "block_hashes": [1], "token_ids": [1], "block_size": 2}',
+        '{"type": "BlockStored", "block_hashes": [], "token_ids": [], "block_size": 2}',
+        '{"type": "BlockRemoved", "block_hashes": [true]}',
+        '{"type": "Nope"}',
+        "[1, 2",
+        '{"events": 5}',
+        '["BlockStored"]',
+    ],
+)
 def test_a_malformed_line_is_a_value_error_naming_the_line(line):
     with pytest.raises(ValueError, match="line 2"):
         ke.read_stream(['{"type": "AllBlocksCleared"}', line])

@@ -25,15 +25,18 @@ LORAS = st.sampled_from([None, None, 3])
 
 
 class V1CacheMachine(RuleBasedStateMachine):
-    @initialize(num_blocks=st.integers(2, 10), bs=st.sampled_from([1, 2, 3]),
-                window=st.none() | st.integers(1, 6))
+    @initialize(
+        num_blocks=st.integers(2, 10),
+        bs=st.sampled_from([1, 2, 3]),
+        window=st.none() | st.integers(1, 6),
+    )
     def make(self, num_blocks, bs, window):
         if window is None:
-            self.m = PrefixCachingManager(num_blocks, bs, enable_kv_cache_events=True,
-                                          trace=False)
+            self.m = PrefixCachingManager(num_blocks, bs, enable_kv_cache_events=True, trace=False)
         else:
-            self.m = SlidingWindowPrefixCachingManager(num_blocks, bs, window=window,
-                                                       enable_kv_cache_events=True, trace=False)
+            self.m = SlidingWindowPrefixCachingManager(
+                num_blocks, bs, window=window, enable_kv_cache_events=True, trace=False
+            )
         self.published = Counter()  # hashes cached, as the events tell it
         self.next_id = 0
 
@@ -49,8 +52,7 @@ class V1CacheMachine(RuleBasedStateMachine):
                 self.published.clear()
         self.published = +self.published  # drop zero counts
 
-    @rule(tokens=TOKENS, salt=SALTS, lora=LORAS, ahead=st.integers(0, 3),
-          share=st.booleans())
+    @rule(tokens=TOKENS, salt=SALTS, lora=LORAS, ahead=st.integers(0, 3), share=st.booleans())
     def admit(self, tokens, salt, lora, ahead, share):
         seq = self.next_id
         self.next_id += 1
@@ -58,8 +60,9 @@ class V1CacheMachine(RuleBasedStateMachine):
         assert hit.num_tokens <= len(tokens) - 1 or hit.num_tokens == 0
         before = manager_state(self.m)
         n = len(tokens) - (hit.num_tokens if share else 0)
-        got = self.m.allocate_slots(seq, n, ahead, tokens, hit if share else None,
-                                    cache_salt=salt, lora_id=lora)
+        got = self.m.allocate_slots(
+            seq, n, ahead, tokens, hit if share else None, cache_salt=salt, lora_id=lora
+        )
         if got is None:
             assert manager_state(self.m) == before
         else:
@@ -106,11 +109,11 @@ class V1CacheMachine(RuleBasedStateMachine):
     def invariants_hold_and_every_change_is_published(self):
         self.m.check_invariants()
         self.absorb_events()
-        held = Counter(self.m.pool.hash_of(b) for b in range(self.m.num_blocks)
-                       if self.m.pool.is_cached(b))
+        held = Counter(
+            self.m.pool.hash_of(b) for b in range(self.m.num_blocks) if self.m.pool.is_cached(b)
+        )
         assert self.published == held
 
 
-V1CacheMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40,
-                                            deadline=None)
+V1CacheMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
 test_v1_cache_machine = V1CacheMachine.TestCase

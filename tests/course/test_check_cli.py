@@ -143,13 +143,16 @@ def test_a_check_leaves_no_hypothesis_folder_in_the_students_folder(tmp_path):
 def test_json_messages_fold_like_the_text_report_one_per_kind_of_failure():
     from course.runner import Failure, Outcome, fold
 
-    failures = [Failure("check_a", "block 3 was handed out twice"),
-                Failure("check_b", "block 17 was handed out twice\ncalls: allocate(2)"),
-                Failure("check_c", "free(9) did not raise ValueError")]
+    failures = [
+        Failure("check_a", "block 3 was handed out twice"),
+        Failure("check_b", "block 17 was handed out twice\ncalls: allocate(2)"),
+        Failure("check_c", "free(9) did not raise ValueError"),
+    ]
     outcome = Outcome(EX, EX.path("stub"), passed=1, failures=failures)
     assert fold(failures) == [
         ("block 17 was handed out twice\ncalls: allocate(2)", ["check_a", "check_b"]),
-        ("free(9) did not raise ValueError", ["check_c"])]
+        ("free(9) did not raise ValueError", ["check_c"]),
+    ]
     out = outcome.as_json()
     assert out["messages"] == [m for m, _ in fold(failures)]
     assert out["failed"] == ["check_a", "check_b", "check_c"] and out["total"] == 4

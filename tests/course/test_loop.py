@@ -14,8 +14,9 @@ def test_a_failing_check_offers_a_hint_and_never_prints_it(capsys, tmp_path):
     ex = curriculum.find("3.4b")
     from course.runner import Failure, Outcome
 
-    cli._report(Outcome(ex, tmp_path / "x.py", failures=[Failure("a", "wrong")]),
-                verbose=False, hint=True)
+    cli._report(
+        Outcome(ex, tmp_path / "x.py", failures=[Failure("a", "wrong")]), verbose=False, hint=True
+    )
     printed = capsys.readouterr().out
     assert "need a hint? pagedsim hint 3.4b" in printed
     assert ex.hint not in printed and "pool.incref" not in printed
@@ -37,7 +38,8 @@ def test_every_exercise_has_three_distinct_hint_levels():
 
 
 def test_progress_is_kept_in_the_workspace_and_the_solution_waits_for_a_pass(
-        tmp_path, monkeypatch, capsys):
+    tmp_path, monkeypatch, capsys
+):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PAGEDSIM_WORKSPACE", raising=False)
     workspace.create(tmp_path / workspace.DEFAULT)
@@ -67,12 +69,20 @@ def test_watch_checks_again_when_the_file_is_saved(tmp_path, monkeypatch):
     workspace.create(tmp_path / workspace.DEFAULT)
     ex = curriculum.find("3.1")
     mine = tmp_path / workspace.DEFAULT / "ex3_1_first_fit.py"
-    saver = subprocess.Popen([sys.executable, "-c", (
-        "import time, pathlib, sys\n"
-        "p = pathlib.Path(sys.argv[1])\n"
-        "while not (p.parent / '.pagedsim-progress.json').exists(): time.sleep(0.1)\n"
-        "p.write_text(pathlib.Path(sys.argv[2]).read_text())\n"),
-        str(mine), str(ex.path("solution"))])
+    saver = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import time, pathlib, sys\n"
+                "p = pathlib.Path(sys.argv[1])\n"
+                "while not (p.parent / '.pagedsim-progress.json').exists(): time.sleep(0.1)\n"
+                "p.write_text(pathlib.Path(sys.argv[2]).read_text())\n"
+            ),
+            str(mine),
+            str(ex.path("solution")),
+        ]
+    )
     try:
         status = watch.watch(ex, curriculum.load(), interval=0.1, iterations=2)
     finally:

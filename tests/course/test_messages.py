@@ -75,11 +75,16 @@ def test_messages_that_differ_only_in_numbers_are_shown_once(capsys):
 
 def test_json_messages_fold_lists_of_any_length_like_the_text_report():
     ex = curriculum.find("3.4b")
-    out = Outcome(ex, ex.path("solution"), passed=1, failures=[
-        Failure("a", "after a 6-token prompt (table [0, 1]) the copy pair is (1, 2)"),
-        Failure("b", "after a 2-token prompt (table [0]) the copy pair is (0, 2)"),
-        Failure("c", "after a 10-token prompt (table [0, 1, 2]) the copy pair is (2, 3)"),
-    ])
+    out = Outcome(
+        ex,
+        ex.path("solution"),
+        passed=1,
+        failures=[
+            Failure("a", "after a 6-token prompt (table [0, 1]) the copy pair is (1, 2)"),
+            Failure("b", "after a 2-token prompt (table [0]) the copy pair is (0, 2)"),
+            Failure("c", "after a 10-token prompt (table [0, 1, 2]) the copy pair is (2, 3)"),
+        ],
+    )
     assert len(out.as_json()["messages"]) == 1, out.as_json()["messages"]
 
 

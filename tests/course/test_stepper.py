@@ -64,7 +64,7 @@ def test_shared_arrays_are_one_per_block_and_syncthreads_is_a_barrier():
     log = Stepper("round_robin").run(broadcast_through_shared_memory, 3, out, names=["out"])
     assert out.tolist() == [42, 42, 42]
     first_read = next(i for i, (_, what) in enumerate(log) if what.startswith("read shared0"))
-    assert all(what == "syncthreads" for _, what in log[first_read - 3:first_read]), log
+    assert all(what == "syncthreads" for _, what in log[first_read - 3 : first_read]), log
 
 
 def cas_once(top, out):
@@ -77,5 +77,7 @@ def test_an_atomic_logs_what_it_returned_and_what_it_left():
     top, out = np.array([5], np.int64), np.zeros(2, np.int64)
     log = Stepper("round_robin").run(cas_once, 2, top, out, names=["top", "out"])
     cas = [what for _, what in log if what.startswith("atomic cas")]
-    assert cas == ["atomic cas top[0] expecting 5, new 4 -> returned 5, now 4",
-                   "atomic cas top[0] expecting 5, new 4 -> returned 4, now 4"], cas
+    assert cas == [
+        "atomic cas top[0] expecting 5, new 4 -> returned 5, now 4",
+        "atomic cas top[0] expecting 5, new 4 -> returned 4, now 4",
+    ], cas

@@ -19,9 +19,18 @@ def test_the_3_3_subtitle_names_the_admission_order_of_the_run_it_draws():
 
 
 def sweep_rows(preemptions, hit_rates):
-    return [{"block_size": b, "waste": b / 1000, "mean_entries": 400 / b, "max_entries": 2048 // b,
-             "max_batch": 33 - b // 32, "preemptions": p, "hit_rate": h}
-            for b, p, h in zip((1, 4, 16, 64, 256), preemptions, hit_rates, strict=True)]
+    return [
+        {
+            "block_size": b,
+            "waste": b / 1000,
+            "mean_entries": 400 / b,
+            "max_entries": 2048 // b,
+            "max_batch": 33 - b // 32,
+            "preemptions": p,
+            "hit_rate": h,
+        }
+        for b, p, h in zip((1, 4, 16, 64, 256), preemptions, hit_rates, strict=True)
+    ]
 
 
 def drawn_sweep(rows, tmp_path, monkeypatch):
@@ -56,12 +65,27 @@ def test_the_waste_note_quotes_both_the_bars_and_the_papers_markers():
     from pagedsim.draw import figures_workloads as fw
 
     def parts(share):
-        return {"token_states": share, "reserved": 0.0, "internal_fragmentation": 1 - share,
-                "external_fragmentation": 0.0}
-    by_mode = {"static": {"max": parts(0.25), "pow2": parts(0.5), "oracle": parts(0.75),
-                          "paged": parts(0.98)},
-               "continuous": {"max": parts(0.2), "pow2": parts(0.4), "oracle": parts(0.6),
-                              "paged": parts(0.97)}}
+        return {
+            "token_states": share,
+            "reserved": 0.0,
+            "internal_fragmentation": 1 - share,
+            "external_fragmentation": 0.0,
+        }
+
+    by_mode = {
+        "static": {
+            "max": parts(0.25),
+            "pow2": parts(0.5),
+            "oracle": parts(0.75),
+            "paged": parts(0.98),
+        },
+        "continuous": {
+            "max": parts(0.2),
+            "pow2": parts(0.4),
+            "oracle": parts(0.6),
+            "paged": parts(0.97),
+        },
+    }
     note = fw.paper_note(by_mode)
     assert "pow2 (ours 50%/40%, paper 27%)" in note
     assert "oracle (ours 75%/60%, paper 38%)" in note

@@ -145,7 +145,9 @@ def test_the_simulator_core_never_imports_matplotlib():
     import subprocess
     import sys
 
-    code = ("import sys, pagedsim, pagedsim.app.tour, pagedsim.workloads; "
-            "pagedsim.app.tour.tour_manager(); print('matplotlib' in sys.modules)")
+    code = (
+        "import sys, pagedsim, pagedsim.app.tour, pagedsim.workloads; "
+        "pagedsim.app.tour.tour_manager(); print('matplotlib' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

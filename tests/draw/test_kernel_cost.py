@@ -14,11 +14,21 @@ def test_sector_counts_for_two_short_sequences_worked_by_hand():
     # contiguous: 2 x (8 + 17 x 8) = 288 sectors
     # B = 16: tiles of 16 x 256 B = 128 sectors; 1 + 2 blocks -> 2 x 3 x 128 = 768 sectors;
     # table: 1 and 2 int32 entries fit one sector each -> 2; lookups 1 and 2 -> mean 1.5
-    assert cost[16] == {"contiguous": 288, "kv": 768, "table": 2, "lookups": 1.5,
-                        "bytes_per_lookup": 2 * 16 * 256}
+    assert cost[16] == {
+        "contiguous": 288,
+        "kv": 768,
+        "table": 2,
+        "lookups": 1.5,
+        "bytes_per_lookup": 2 * 16 * 256,
+    }
     # B = 1: no empty slots (kv == contiguous); 1 and 17 entries: 4 B and 68 B -> 1 + 3 sectors
-    assert cost[1] == {"contiguous": 288, "kv": 288, "table": 4, "lookups": 9.0,
-                       "bytes_per_lookup": 512}
+    assert cost[1] == {
+        "contiguous": 288,
+        "kv": 288,
+        "table": 4,
+        "lookups": 9.0,
+        "bytes_per_lookup": 512,
+    }
 
 
 def test_the_figure_says_it_is_a_model_and_labels_every_bar(tmp_path, monkeypatch):

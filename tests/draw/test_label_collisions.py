@@ -11,15 +11,18 @@ from pagedsim.draw.render import Layout, render
 
 pytestmark = pytest.mark.draw
 
-BEAM = ["alloc A 6", "alloc B 5", "fork B B2", "append B", "append B2 2", "free A",
-        "alloc C 40"]
+BEAM = ["alloc A 6", "alloc B 5", "fork B B2", "append B", "append B2 2", "free A", "alloc C 40"]
 
 
 def boxes(fig, prefix: str) -> dict:
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
-    return {t.get_gid(): t.get_window_extent(renderer) for ax in fig.axes for t in ax.texts
-            if (t.get_gid() or "").startswith(prefix)}
+    return {
+        t.get_gid(): t.get_window_extent(renderer)
+        for ax in fig.axes
+        for t in ax.texts
+        if (t.get_gid() or "").startswith(prefix)
+    }
 
 
 @pytest.mark.parametrize("look", ["paper", "projector"])

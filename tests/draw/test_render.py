@@ -69,7 +69,7 @@ def test_the_caption_names_the_event_of_the_step(tour_snaps):
 
 def test_a_pending_copy_is_drawn_as_an_arrow_from_src_to_dst(tour_snaps):
     cow = next(s for s in tour_snaps if s.pending_copies)
-    (src, dst), = cow.pending_copies
+    ((src, dst),) = cow.pending_copies
     assert set(by_gid(render(cow), r"copy-\d+-\d+")) == {f"copy-{src}-{dst}"}
 
 
@@ -149,8 +149,11 @@ def test_a_layout_for_another_pool_size_is_refused(tour_snaps, crowded):
 @st.composite
 def manager_runs(draw):
     """A small manager driven by a random mix of admit / append / fork / free calls."""
-    m = KVCacheManager(draw(st.integers(1, 12)), draw(st.integers(1, 4)),
-                       free_order=draw(st.sampled_from(["lifo", "fifo"])))
+    m = KVCacheManager(
+        draw(st.integers(1, 12)),
+        draw(st.integers(1, 4)),
+        free_order=draw(st.sampled_from(["lifo", "fifo"])),
+    )
     for i in range(draw(st.integers(1, 12))):
         op = draw(st.sampled_from(["add", "append", "fork", "free"]))
         seqs = m.seq_ids()

@@ -36,11 +36,13 @@ def test_the_copy_label_and_arrow_cover_no_block(tour_snaps):
     ax = fig.axes[0]
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
-    (src, dst), = snap.pending_copies
+    ((src, dst),) = snap.pending_copies
     blocks = [p for p in ax.patches if (p.get_gid() or "").startswith("block-")]
     assert len(blocks) == snap.num_blocks
-    marks = [next(t for t in ax.texts if t.get_gid() == f"copy-label-{src}-{dst}"),
-             next(p for p in ax.patches if p.get_gid() == f"copy-{src}-{dst}")]
+    marks = [
+        next(t for t in ax.texts if t.get_gid() == f"copy-label-{src}-{dst}"),
+        next(p for p in ax.patches if p.get_gid() == f"copy-{src}-{dst}"),
+    ]
     for mark in marks:
         box = mark.get_window_extent(renderer)
         hit = [p.get_gid() for p in blocks if p.get_window_extent(renderer).overlaps(box)]

@@ -16,15 +16,19 @@ BODY = (960.0, 480.0)
 
 def fitted_sizes(svg: str) -> list[float]:
     """Every text's size in pt once the drawing is scaled to fit the slide body."""
-    w, h = (float(v) for v in re.search(r'<svg[^>]*width="([\d.]+)pt" height="([\d.]+)pt"',
-                                        svg).groups())
+    w, h = (
+        float(v)
+        for v in re.search(r'<svg[^>]*width="([\d.]+)pt" height="([\d.]+)pt"', svg).groups()
+    )
     fit = min(BODY[0] / w, BODY[1] / h)
     return [float(px) * fit for px in re.findall(r"font-size:\s*([\d.]+)px", svg)]
 
 
 def test_fitted_sizes_reads_the_scale_from_the_svg():
-    svg = ('<svg width="1920pt" height="480pt"><text style="font-size: 36px">a</text>'
-           '<text style="font: 12px x; font-size: 20px">b</text></svg>')
+    svg = (
+        '<svg width="1920pt" height="480pt"><text style="font-size: 36px">a</text>'
+        '<text style="font: 12px x; font-size: 20px">b</text></svg>'
+    )
     assert fitted_sizes(svg) == [18.0, 10.0]
 
 

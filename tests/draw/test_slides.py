@@ -36,7 +36,7 @@ def test_the_copy_on_write_label_sits_next_to_its_arrow(tour_snaps):
     snap = next(s for s in tour_snaps if s.pending_copies)
     fig = render(snap, layout=Layout.for_snapshots(tour_snaps))
     ax = fig.axes[0]
-    (src, dst), = snap.pending_copies
+    ((src, dst),) = snap.pending_copies
     arrow = next(p for p in ax.patches if p.get_gid() == f"copy-{src}-{dst}")
     label = next(t for t in ax.texts if t.get_gid() == f"copy-label-{src}-{dst}")
     (ax_, ay), (bx, by) = arrow._posA_posB
@@ -142,12 +142,12 @@ def test_no_idle_band_between_the_fullest_block_tables_and_the_free_list(tour_sn
 
 
 def test_a_styled_figures_run_without_out_leaves_figures_alone_and_says_where(
-        tmp_path, monkeypatch, capsys):
+    tmp_path, monkeypatch, capsys
+):
     from pagedsim.draw import figures
 
     monkeypatch.chdir(tmp_path)
-    assert figures.main(["--only", "3.7-alignment", "--format", "svg", "--style",
-                         "projector"]) == 0
+    assert figures.main(["--only", "3.7-alignment", "--format", "svg", "--style", "projector"]) == 0
     err = capsys.readouterr().err
     folder = err.split("writing to ")[1].split(" ")[0]
     assert not (tmp_path / "figures").exists()

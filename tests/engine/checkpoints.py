@@ -23,9 +23,25 @@ ARCH = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "mistral": "Mi
 CHARS = " abcdefghijklmnopqrstuvwxyz.,;:!?'\nABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
-def write_checkpoint(directory, family="llama", *, vocab=64, hidden=32, layers=2, heads=4,
-                     kv_heads=2, head_dim=None, mlp=48, tie=False, dtype="float32", shards=1,
-                     seed=0, rope_theta=10000.0, eps=1e-6, extra=None) -> Path:
+def write_checkpoint(
+    directory,
+    family="llama",
+    *,
+    vocab=64,
+    hidden=32,
+    layers=2,
+    heads=4,
+    kv_heads=2,
+    head_dim=None,
+    mlp=48,
+    tie=False,
+    dtype="float32",
+    shards=1,
+    seed=0,
+    rope_theta=10000.0,
+    eps=1e-6,
+    extra=None,
+) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -35,24 +51,32 @@ def write_checkpoint(directory, family="llama", *, vocab=64, hidden=32, layers=2
     def w(*shape):
         return rng.standard_normal(shape) / math.sqrt(shape[-1])
 
-    t = {"model.embed_tokens.weight": rng.standard_normal((vocab, hidden)),
-         "model.norm.weight": 1 + 0.1 * rng.standard_normal(hidden)}
+    t = {
+        "model.embed_tokens.weight": rng.standard_normal((vocab, hidden)),
+        "model.norm.weight": 1 + 0.1 * rng.standard_normal(hidden),
+    }
     if not tie:
         t["lm_head.weight"] = 3 * w(vocab, hidden)
     for i in range(layers):
         p = f"model.layers.{i}."
         t[p + "input_layernorm.weight"] = 1 + 0.1 * rng.standard_normal(hidden)
         t[p + "post_attention_layernorm.weight"] = 1 + 0.1 * rng.standard_normal(hidden)
-        for name, shape in (("q", (q, hidden)), ("k", (kv, hidden)), ("v", (kv, hidden)),
-                            ("o", (hidden, q))):
+        for name, shape in (
+            ("q", (q, hidden)),
+            ("k", (kv, hidden)),
+            ("v", (kv, hidden)),
+            ("o", (hidden, q)),
+        ):
             t[f"{p}self_attn.{name}_proj.weight"] = 2 * w(*shape)
             if family == "qwen2" and name != "o":
                 t[f"{p}self_attn.{name}_proj.bias"] = 0.5 * rng.standard_normal(shape[0])
-        for name, shape in (("gate", (mlp, hidden)), ("up", (mlp, hidden)),
-                            ("down", (hidden, mlp))):
+        for name, shape in (
+            ("gate", (mlp, hidden)),
+            ("up", (mlp, hidden)),
+            ("down", (hidden, mlp)),
+        ):
             t[f"{p}mlp.{name}_proj.weight"] = w(*shape)
-    np_dtype = {"float32": np.float32, "float16": np.float16,
-                "bfloat16": ml_dtypes.bfloat16}[dtype]
+    np_dtype = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}[dtype]
     t = {k: np.ascontiguousarray(v.astype(np.float32).astype(np_dtype)) for k, v in t.items()}
     names = sorted(t)
     if shards == 1:
@@ -64,14 +88,30 @@ def write_checkpoint(directory, family="llama", *, vocab=64, hidden=32, layers=2
             file = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
             save_file({k: t[k] for k in part}, str(directory / file))
             weight_map.update(dict.fromkeys(part, file))
-        (directory / "model.safetensors.index.json").write_text(json.dumps(
-            {"metadata": {"total_size": sum(a.nbytes for a in t.values())},
-             "weight_map": weight_map}))
-    config = {"architectures": [ARCH[family]], "model_type": family, "vocab_size": vocab,
-              "hidden_size": hidden, "intermediate_size": mlp, "num_hidden_layers": layers,
-              "num_attention_heads": heads, "num_key_value_heads": kv_heads, "hidden_act": "silu",
-              "rms_norm_eps": eps, "rope_theta": rope_theta, "tie_word_embeddings": tie,
-              "max_position_embeddings": 256, "torch_dtype": dtype}
+        (directory / "model.safetensors.index.json").write_text(
+            json.dumps(
+                {
+                    "metadata": {"total_size": sum(a.nbytes for a in t.values())},
+                    "weight_map": weight_map,
+                }
+            )
+        )
+    config = {
+        "architectures": [ARCH[family]],
+        "model_type": family,
+        "vocab_size": vocab,
+        "hidden_size": hidden,
+        "intermediate_size": mlp,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "hidden_act": "silu",
+        "rms_norm_eps": eps,
+        "rope_theta": rope_theta,
+        "tie_word_embeddings": tie,
+        "max_position_embeddings": 256,
+        "torch_dtype": dtype,
+    }
     if head_dim:
         config["head_dim"] = head_dim
     if family == "mistral":
@@ -84,7 +124,8 @@ def write_checkpoint(directory, family="llama", *, vocab=64, hidden=32, layers=2
 
 def write_char_tokenizer(directory: Path, vocab: int) -> None:
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    chars = {"<unk>": 0} | {c: i + 1 for i, c in enumerate(CHARS[:vocab - 1])}
+
+    chars = {"<unk>": 0} | {c: i + 1 for i, c in enumerate(CHARS[: vocab - 1])}
     tok = Tokenizer(models.WordLevel(chars, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     tok.decoder = decoders.Fuse()
@@ -116,7 +157,7 @@ def reference_logits(directory, ids) -> np.ndarray:
         return y + t[name + ".bias"] if name + ".bias" in t else y
 
     def rotate_half(x):
-        return np.concatenate([-x[..., d // 2:], x[..., :d // 2]], -1)
+        return np.concatenate([-x[..., d // 2 :], x[..., : d // 2]], -1)
 
     inv_freq = 1.0 / cfg["rope_theta"] ** (np.arange(0, d, 2) / d)
     freqs = np.arange(n)[:, None] * inv_freq[None, :]
@@ -132,7 +173,7 @@ def reference_logits(directory, ids) -> np.ndarray:
         v = proj(h, p + "self_attn.v_proj").reshape(n, kv_heads, d).transpose(1, 0, 2)
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         k, v = np.repeat(k, heads // kv_heads, 0), np.repeat(v, heads // kv_heads, 0)  # repeat_kv
-        s = q @ k.transpose(0, 2, 1) * d ** -0.5 + mask
+        s = q @ k.transpose(0, 2, 1) * d**-0.5 + mask
         a = np.exp(s - s.max(-1, keepdims=True))
         a /= a.sum(-1, keepdims=True)
         attn = (a @ v).transpose(1, 0, 2).reshape(n, heads * d)
@@ -148,4 +189,4 @@ def reference_greedy(directory, prompt, max_tokens: int) -> list:
     ids = list(prompt)
     for _ in range(max_tokens):
         ids.append(int(np.argmax(reference_logits(directory, ids)[-1])))
-    return ids[len(prompt):]
+    return ids[len(prompt) :]

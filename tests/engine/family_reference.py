@@ -27,10 +27,18 @@ def _layout(cfg: dict) -> dict:
     fam = arch.replace("ForCausalLM", "").lower()
     heads, hidden = cfg["num_attention_heads"], cfg["hidden_size"]
     d = cfg.get("head_dim") or hidden // heads
-    return dict(fam=fam, heads=heads, kv=cfg.get("num_key_value_heads", heads), d=d,
-                hidden=hidden, layers=cfg["num_hidden_layers"], mlp=cfg["intermediate_size"],
-                vocab=cfg["vocab_size"], gemma=fam.startswith("gemma"),
-                tied=cfg.get("tie_word_embeddings", fam.startswith("gemma")))
+    return dict(
+        fam=fam,
+        heads=heads,
+        kv=cfg.get("num_key_value_heads", heads),
+        d=d,
+        hidden=hidden,
+        layers=cfg["num_hidden_layers"],
+        mlp=cfg["intermediate_size"],
+        vocab=cfg["vocab_size"],
+        gemma=fam.startswith("gemma"),
+        tied=cfg.get("tie_word_embeddings", fam.startswith("gemma")),
+    )
 
 
 def write_family(directory, name: str, seed: int = 0) -> Path:
@@ -39,8 +47,13 @@ def write_family(directory, name: str, seed: int = 0) -> Path:
     cfg = config_json(name)
     lay = _layout(cfg)
     rng = np.random.default_rng(seed)
-    h, q, kv, mlp, fam = lay["hidden"], lay["heads"] * lay["d"], lay["kv"] * lay["d"], \
-        lay["mlp"], lay["fam"]
+    h, q, kv, mlp, fam = (
+        lay["hidden"],
+        lay["heads"] * lay["d"],
+        lay["kv"] * lay["d"],
+        lay["mlp"],
+        lay["fam"],
+    )
 
     def w(*shape, gain=1.0):
         return gain * rng.standard_normal(shape) / math.sqrt(shape[-1])
@@ -48,18 +61,27 @@ def write_family(directory, name: str, seed: int = 0) -> Path:
     def norm(n):
         return (0.0 if lay["gemma"] else 1.0) + 0.1 * rng.standard_normal(n)
 
-    embed_std = 0.5 / (math.sqrt(h) if lay["gemma"] else math.sqrt(cfg.get(
-        "embedding_multiplier", 1.0)))
+    embed_std = 0.5 / (
+        math.sqrt(h) if lay["gemma"] else math.sqrt(cfg.get("embedding_multiplier", 1.0))
+    )
     out_gain = 2.0 / cfg.get("residual_multiplier", 1.0)
-    t = {"model.embed_tokens.weight": embed_std * rng.standard_normal((lay["vocab"], h)),
-         "model.norm.weight": norm(h)}
+    t = {
+        "model.embed_tokens.weight": embed_std * rng.standard_normal((lay["vocab"], h)),
+        "model.norm.weight": norm(h),
+    }
     if not lay["tied"]:
         t["lm_head.weight"] = w(lay["vocab"], h, gain=3.0)
     for i in range(lay["layers"]):
         p = f"model.layers.{i}."
-        norms = {"olmo2": ["post_attention_layernorm", "post_feedforward_layernorm"],
-                 "gemma2": ["input_layernorm", "post_attention_layernorm",
-                            "pre_feedforward_layernorm", "post_feedforward_layernorm"]}
+        norms = {
+            "olmo2": ["post_attention_layernorm", "post_feedforward_layernorm"],
+            "gemma2": [
+                "input_layernorm",
+                "post_attention_layernorm",
+                "pre_feedforward_layernorm",
+                "post_feedforward_layernorm",
+            ],
+        }
         norms["gemma3"] = norms["gemma2"]
         for n in norms.get(fam, ["input_layernorm", "post_attention_layernorm"]):
             t[p + n + ".weight"] = norm(h)
@@ -81,8 +103,10 @@ def write_family(directory, name: str, seed: int = 0) -> Path:
         if fam == "olmo2":
             t[p + "self_attn.q_norm.weight"] = norm(q)
             t[p + "self_attn.k_norm.weight"] = norm(kv)
-    save_file({k: np.ascontiguousarray(v, np.float32) for k, v in t.items()},
-              str(directory / "model.safetensors"))
+    save_file(
+        {k: np.ascontiguousarray(v, np.float32) for k, v in t.items()},
+        str(directory / "model.safetensors"),
+    )
     (directory / "config.json").write_text(json.dumps(cfg, indent=1))
     (directory / "generation_config.json").write_text(json.dumps(generation_json(name)))
     return directory
@@ -126,8 +150,10 @@ def _plan(cfg: dict, lay: dict) -> tuple:
         window = None
     pattern = {"gemma2": 2, "gemma3": cfg.get("sliding_window_pattern", 6)}.get(fam)
     first = cfg.get("max_window_layers", 0) if fam in ("qwen2", "qwen3") else 0
-    sliding = [window is not None and i >= first and (pattern is None or (i + 1) % pattern != 0)
-               for i in range(lay["layers"])]
+    sliding = [
+        window is not None and i >= first and (pattern is None or (i + 1) % pattern != 0)
+        for i in range(lay["layers"])
+    ]
     no_rope = [f == 0 for f in cfg.get("no_rope_layers", [1] * lay["layers"])]
     scale = lay["d"] ** -0.5
     if fam in ("gemma2", "gemma3"):
@@ -140,14 +166,14 @@ def _plan(cfg: dict, lay: dict) -> tuple:
 def _rope(z, rd: int, cos, sin):
     """rotate_half RoPE on the first rd dims of each head (the rest pass through)."""
     r, rest = z[..., :rd], z[..., rd:]
-    turned = np.concatenate([-r[..., rd // 2:], r[..., :rd // 2]], -1)
+    turned = np.concatenate([-r[..., rd // 2 :], r[..., : rd // 2]], -1)
     return np.concatenate([r * cos + turned * sin, rest], -1)
 
 
 def _act(gemma: bool, x):
     """Gemma's gelu_pytorch_tanh, or SiLU."""
     if gemma:
-        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
     return x / (1 + np.exp(-x))
 
 
@@ -160,6 +186,7 @@ def _softmax_attend(s, vv, allowed):
 def reference_logits(directory, ids) -> np.ndarray:
     """[T, V] float64 logits of one sequence from the files alone."""
     from .checkpoints import read_tensors
+
     cfg = json.loads((Path(directory) / "config.json").read_text())
     lay = _layout(cfg)
     t = read_tensors(directory)
@@ -191,9 +218,11 @@ def reference_logits(directory, ids) -> np.ndarray:
         emb = np.concatenate([pos[:, None] * inv] * 2, -1)
         cos, sin = att * np.cos(emb)[None], att * np.sin(emb)[None]  # [1, T, D]
         hin = x if fam == "olmo2" else rms(x, t[p + "input_layernorm.weight"])
-        qq, kk, vv = np.split(hin @ t[p + "self_attn.qkv_proj.weight"].T,
-                              [H * d, H * d + KV * d], -1) if fam == "phi3" else \
-            (proj(hin, f"{p}self_attn.{c}_proj") for c in "qkv")
+        qq, kk, vv = (
+            np.split(hin @ t[p + "self_attn.qkv_proj.weight"].T, [H * d, H * d + KV * d], -1)
+            if fam == "phi3"
+            else (proj(hin, f"{p}self_attn.{c}_proj") for c in "qkv")
+        )
         if fam == "olmo2":
             qq = rms(qq, t[p + "self_attn.q_norm.weight"])
             kk = rms(kk, t[p + "self_attn.k_norm.weight"])
@@ -218,11 +247,26 @@ def reference_logits(directory, ids) -> np.ndarray:
         if fam in ("gemma2", "gemma3", "olmo2"):
             o = rms(o, t[p + "post_attention_layernorm.weight"])
         x = x + o * residual
-        hm = x if fam == "olmo2" else rms(x, t[p + ("pre_feedforward_layernorm.weight"
-                                                   if fam in ("gemma2", "gemma3")
-                                                   else "post_attention_layernorm.weight")])
-        gate, up = np.split(hm @ t[p + "mlp.gate_up_proj.weight"].T, 2, -1) if fam == "phi3" \
+        hm = (
+            x
+            if fam == "olmo2"
+            else rms(
+                x,
+                t[
+                    p
+                    + (
+                        "pre_feedforward_layernorm.weight"
+                        if fam in ("gemma2", "gemma3")
+                        else "post_attention_layernorm.weight"
+                    )
+                ],
+            )
+        )
+        gate, up = (
+            np.split(hm @ t[p + "mlp.gate_up_proj.weight"].T, 2, -1)
+            if fam == "phi3"
             else (proj(hm, p + "mlp.gate_proj"), proj(hm, p + "mlp.up_proj"))
+        )
         m = proj(_act(gemma, gate) * up, p + "mlp.down_proj")
         if fam in ("gemma2", "gemma3", "olmo2"):
             m = rms(m, t[p + "post_feedforward_layernorm.weight"])
@@ -249,4 +293,4 @@ def reference_greedy(directory, prompt, max_tokens: int) -> list:
         ids.append(int(np.argmax(row)))
         if ids[-1] in eos:
             break
-    return ids[len(prompt):]
+    return ids[len(prompt) :]

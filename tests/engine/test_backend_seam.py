@@ -22,18 +22,20 @@ def imported_modules(path: Path) -> set:
 
 
 def test_only_the_kernels_backend_imports_cuda_kernels_or_numba():
-    importers = sorted(p.name for p in ENGINE.glob("*.py")
-                       if imported_modules(p) & {"cuda_kernels", "numba"})
+    importers = sorted(
+        p.name for p in ENGINE.glob("*.py") if imported_modules(p) & {"cuda_kernels", "numba"}
+    )
     assert importers == ["kernels_backend.py"]
 
 
 def test_serving_on_the_numpy_backend_loads_neither_numba_nor_cuda_kernels():
-    code = ("import sys\n"
-            "from pagedsim.engine import PagedEngine, Request, TinyModel\n"
-            "PagedEngine(TinyModel(), 8, 4, backend='numpy').generate([Request((1, 2, 3), 4)])\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numba', "
-            "'cuda_kernels')))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+    code = (
+        "import sys\n"
+        "from pagedsim.engine import PagedEngine, Request, TinyModel\n"
+        "PagedEngine(TinyModel(), 8, 4, backend='numpy').generate([Request((1, 2, 3), 4)])\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numba', "
+        "'cuda_kernels')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

@@ -20,8 +20,9 @@ def one_line(e) -> str:
     return text
 
 
-@pytest.mark.parametrize("dtype, name", [(np.int64, "I64"), (np.int8, "I8"), (np.bool_, "BOOL"),
-                                         (np.uint8, "U8")])
+@pytest.mark.parametrize(
+    "dtype, name", [(np.int64, "I64"), (np.int8, "I8"), (np.bool_, "BOOL"), (np.uint8, "U8")]
+)
 def test_an_integer_or_bool_weight_tensor_is_refused_naming_its_dtype(tmp_path, dtype, name):
     d = write_checkpoint(tmp_path)
     tensors = load_file(str(d / "model.safetensors"))
@@ -33,9 +34,13 @@ def test_an_integer_or_bool_weight_tensor_is_refused_naming_its_dtype(tmp_path, 
     assert f"tensor {key} has dtype {name}; weights must be floating point" in one_line(e)
 
 
-@pytest.mark.parametrize("layers, message", [
-    (100_000_000, "field num_hidden_layers is 100000000; at most 4096 layers are served"),
-    (4000, "config.json declares num_hidden_layers 4000 but the weight files hold 2 layers")])
+@pytest.mark.parametrize(
+    "layers, message",
+    [
+        (100_000_000, "field num_hidden_layers is 100000000; at most 4096 layers are served"),
+        (4000, "config.json declares num_hidden_layers 4000 but the weight files hold 2 layers"),
+    ],
+)
 def test_more_layers_than_the_files_hold_fail_before_any_name_table(tmp_path, layers, message):
     d = write_checkpoint(tmp_path)
     config = json.loads((d / "config.json").read_text())
@@ -46,8 +51,14 @@ def test_more_layers_than_the_files_hold_fail_before_any_name_table(tmp_path, la
     assert message in one_line(e)
 
 
-@pytest.mark.parametrize("text", ["[" * 100_000, '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}",
-                                  '{"architectures": ' + "[" * 50_000 + "]" * 50_000 + "}"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 100_000,
+        '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        '{"architectures": ' + "[" * 50_000 + "]" * 50_000 + "}",
+    ],
+)
 def test_deeply_nested_json_is_the_loaders_error_not_a_recursion_error(tmp_path, text):
     d = write_checkpoint(tmp_path)
     (d / "config.json").write_text(text)
@@ -84,24 +95,32 @@ def test_a_bin_only_checkpoint_is_read_with_torch_weights_only(tmp_path):
     (d / "model.safetensors").unlink()
     got = load_model(d)
     assert np.array_equal(got.embed, want.embed)
-    assert all(np.array_equal(a, b) for la, lb in zip(got.layer_weights, want.layer_weights,
-                                                      strict=True)
-               for a, b in zip(la.values(), lb.values(), strict=True) if a is not None)
+    assert all(
+        np.array_equal(a, b)
+        for la, lb in zip(got.layer_weights, want.layer_weights, strict=True)
+        for a, b in zip(la.values(), lb.values(), strict=True)
+        if a is not None
+    )
 
 
-@pytest.mark.parametrize("family, edit, field", [
-    ("llama", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "rope_scaling"),
-    ("llama", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}},
-     "rope_parameters"),
-    ("llama", {"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
-    ("llama", {"use_bidirectional_attention": True}, "use_bidirectional_attention"),
-    ("llama", {"mlp_bias": True}, "mlp_bias"),
-    ("llama", {"hidden_act": "relu"}, "hidden_act"),
-    ("mistral", {"sliding_window": 4, "layer_types": ["chunked_attention"] * 2}, "layer_types"),
-    ("llama", {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
-     "low_freq_factor")])
-def test_a_config_that_cannot_be_served_is_refused_naming_the_field(tmp_path, family, edit,
-                                                                     field):
+@pytest.mark.parametrize(
+    "family, edit, field",
+    [
+        ("llama", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "rope_scaling"),
+        (
+            "llama",
+            {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}},
+            "rope_parameters",
+        ),
+        ("llama", {"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
+        ("llama", {"use_bidirectional_attention": True}, "use_bidirectional_attention"),
+        ("llama", {"mlp_bias": True}, "mlp_bias"),
+        ("llama", {"hidden_act": "relu"}, "hidden_act"),
+        ("mistral", {"sliding_window": 4, "layer_types": ["chunked_attention"] * 2}, "layer_types"),
+        ("llama", {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "low_freq_factor"),
+    ],
+)
+def test_a_config_that_cannot_be_served_is_refused_naming_the_field(tmp_path, family, edit, field):
     d = write_checkpoint(tmp_path, family)
     config = json.loads((d / "config.json").read_text())
     (d / "config.json").write_text(json.dumps({**config, **edit}))

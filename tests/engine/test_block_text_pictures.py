@@ -12,8 +12,9 @@ from pagedsim.engine.generate import load, run, step_frames  # noqa: E402
 
 def test_the_frames_label_every_live_block_with_the_16_characters_it_holds():
     model, tok = load()
-    engine, marks, _ = run(model, tok, ["ROMEO.\nBut soft, what light"], max_tokens=12,
-                           backend="numpy")
+    engine, marks, _ = run(
+        model, tok, ["ROMEO.\nBut soft, what light"], max_tokens=12, backend="numpy"
+    )
     frames = step_frames(engine, marks)
     first = frames[0]
     (seq,) = first.sequences
@@ -23,15 +24,16 @@ def test_the_frames_label_every_live_block_with_the_16_characters_it_holds():
     # 27 prompt characters + 10 of the 12 generated: the 11th is computed in the last step,
     # which also frees the sequence, and the 12th is only sampled
     assert len(seq.blocks) == 3 and seq.num_tokens == 27 + 10
-    held = engine.runs[0].state.tokens["r0.0"][:seq.num_tokens]
+    held = engine.runs[0].state.tokens["r0.0"][: seq.num_tokens]
     assert "".join(last.block_labels[b] for b in seq.blocks) == tok.decode(held)
     assert frames[-1].sequences == () and last.block_labels[seq.blocks[0]] == "ROMEO.\nBut soft,"
 
 
 def test_the_renderer_draws_a_blocks_text_and_leaves_unlabelled_snapshots_alone():
     model, tok = load()
-    engine, marks, _ = run(model, tok, ["ROMEO.\nBut soft, what light"], max_tokens=2,
-                           backend="numpy")
+    engine, marks, _ = run(
+        model, tok, ["ROMEO.\nBut soft, what light"], max_tokens=2, backend="numpy"
+    )
     frame = step_frames(engine, marks)[0]
     fig = render(frame)
     texts = {t.get_gid(): t.get_text() for ax in fig.axes for t in ax.texts if t.get_gid()}

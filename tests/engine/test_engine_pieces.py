@@ -54,8 +54,9 @@ def test_beam_search_ends_early_once_no_live_beam_can_beat_the_finished_ones():
 
 def test_a_fully_cached_block_aligned_prompt_recomputes_its_last_block_as_v1_does():
     model = TinyModel(ModelConfig(layers=1, heads=2, kv_heads=1, head_dim=8, hidden=16, mlp=32))
-    engine = PagedEngine(model, 8, 2, max_num_batched_tokens=8, prefix_caching=True,
-                         backend="numpy")
+    engine = PagedEngine(
+        model, 8, 2, max_num_batched_tokens=8, prefix_caching=True, backend="numpy"
+    )
     prompt = (3, 4, 5, 6)
     engine.generate([Request(prompt, 1)])
     engine.generate([Request(prompt, 1)])
@@ -93,8 +94,10 @@ def test_generate_reports_cache_hits_copies_swaps_and_a_match_with_the_dense_eng
     s = out["summary"]
     assert s["tokens_match"] and s["logit_positions_match"] and s["max_logit_diff"] < 1e-4
     assert s["skipped_by_prefix_cache"] > 0 and s["cow_bytes"] > 0 and s["swap_bytes"] > 0
-    assert sum(step["prefill_tokens"] + step["decode_tokens"] for step in out["steps"]) == \
-        s["computed_tokens"]
+    assert (
+        sum(step["prefill_tokens"] + step["decode_tokens"] for step in out["steps"])
+        == s["computed_tokens"]
+    )
     assert max(step["prefill_tokens"] + step["decode_tokens"] for step in out["steps"]) <= 64
     assert s["backend"] == "numpy" and s["attention"] == "NumPy paged attention on the CPU"
 
@@ -124,10 +127,12 @@ def test_top_p_samples_only_from_the_smallest_set_reaching_that_probability():
     p = np.exp(logits - logits.max())
     p /= p.sum()
     order = np.argsort(-p)
-    nucleus = set(order[:int(np.searchsorted(np.cumsum(p[order]), 0.5)) + 1].tolist())
+    nucleus = set(order[: int(np.searchsorted(np.cumsum(p[order]), 0.5)) + 1].tolist())
     draws = {sample(logits, 1.0, seed, 0, 0, top_p=0.5) for seed in range(200)}
     assert draws <= nucleus and len(draws) > 1
-    assert {sample(logits, 1.0, seed, 0, 0, top_p=1e-9) for seed in range(50)} == \
-        {int(np.argmax(logits))}
-    assert [sample(logits, 1.0, s, 0, 0, top_p=1.0) for s in range(20)] == \
-        [sample(logits, 1.0, s, 0, 0) for s in range(20)]
+    assert {sample(logits, 1.0, seed, 0, 0, top_p=1e-9) for seed in range(50)} == {
+        int(np.argmax(logits))
+    }
+    assert [sample(logits, 1.0, s, 0, 0, top_p=1.0) for s in range(20)] == [
+        sample(logits, 1.0, s, 0, 0) for s in range(20)
+    ]

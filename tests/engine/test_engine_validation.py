@@ -47,18 +47,35 @@ def test_a_request_with_a_bad_field_is_refused_with_an_error_naming_it(kwargs, e
         Request(**fields)
 
 
-@pytest.mark.parametrize("prompt, error", [((), ValueError), ("ab", TypeError), (5, TypeError),
-                                           ((1, -2), ValueError), ((True,), TypeError)])
+@pytest.mark.parametrize(
+    "prompt, error",
+    [
+        ((), ValueError),
+        ("ab", TypeError),
+        (5, TypeError),
+        ((1, -2), ValueError),
+        ((True,), TypeError),
+    ],
+)
 def test_a_request_needs_a_non_empty_sequence_of_token_ids(prompt, error):
     with pytest.raises(error, match="prompt"):
         Request(prompt, 2)
 
 
-@pytest.mark.parametrize("field, value, error", [
-    ("vocab", 0, ValueError), ("layers", 0, ValueError), ("hidden", 2.0, TypeError),
-    ("kv_heads", 3, ValueError), ("head_dim", 7, ValueError), ("rope_base", math.nan, ValueError),
-    ("rms_eps", 0, ValueError), ("tie_embeddings", 1, TypeError),
-    ("sliding_window", 0, ValueError)])
+@pytest.mark.parametrize(
+    "field, value, error",
+    [
+        ("vocab", 0, ValueError),
+        ("layers", 0, ValueError),
+        ("hidden", 2.0, TypeError),
+        ("kv_heads", 3, ValueError),
+        ("head_dim", 7, ValueError),
+        ("rope_base", math.nan, ValueError),
+        ("rms_eps", 0, ValueError),
+        ("tie_embeddings", 1, TypeError),
+        ("sliding_window", 0, ValueError),
+    ],
+)
 def test_a_model_config_with_a_bad_field_is_refused(field, value, error):
     with pytest.raises(error, match=field):
         ModelConfig(**{field: value})
@@ -110,10 +127,14 @@ def test_the_dense_engine_refuses_what_is_not_a_model(model):
         DenseEngine(model)
 
 
-@pytest.mark.parametrize("request_, message", [
-    (Request((1, 2), 3, n=10**8), "request runs 100000000 sequences; max_num_seqs is 256"),
-    (Request((1, 2), 3, beam_width=300), "request runs 300 sequences"),
-    (Request((1, 2), 10**9), r"prompt \+ max_tokens = 1000000002 exceeds max_model_len")])
+@pytest.mark.parametrize(
+    "request_, message",
+    [
+        (Request((1, 2), 3, n=10**8), "request runs 100000000 sequences; max_num_seqs is 256"),
+        (Request((1, 2), 3, beam_width=300), "request runs 300 sequences"),
+        (Request((1, 2), 10**9), r"prompt \+ max_tokens = 1000000002 exceeds max_model_len"),
+    ],
+)
 def test_the_dense_engine_refuses_a_request_it_could_never_serve(request_, message):
     engine = DenseEngine(SMALL)
     with pytest.raises(ValueError, match=message):
@@ -123,13 +144,15 @@ def test_the_dense_engine_refuses_a_request_it_could_never_serve(request_, messa
 @pytest.mark.parametrize("temperature", [5e-324, 1e-300, 1e-30])
 def test_a_tiny_temperature_is_computed_in_the_log_domain_and_acts_as_greedy(temperature):
     greedy = DenseEngine(SMALL).generate([Request((1, 2, 3), 6)])[0].outputs()
-    tiny = DenseEngine(SMALL).generate([Request((1, 2, 3), 6, temperature=temperature,
-                                                seed=4)])[0].outputs()
+    tiny = (
+        DenseEngine(SMALL)
+        .generate([Request((1, 2, 3), 6, temperature=temperature, seed=4)])[0]
+        .outputs()
+    )
     assert tiny == greedy
 
 
-@pytest.mark.parametrize("field, value", [("layers", 10**9), ("hidden", 10**7),
-                                          ("vocab", 10**8)])
+@pytest.mark.parametrize("field, value", [("layers", 10**9), ("hidden", 10**7), ("vocab", 10**8)])
 def test_a_model_too_large_to_allocate_is_refused_before_allocating(field, value):
     with pytest.raises(ValueError, match=field if field == "layers" else "parameters"):
         TinyModel(ModelConfig(**{field: value}))
@@ -137,6 +160,7 @@ def test_a_model_too_large_to_allocate_is_refused_before_allocating(field, value
 
 def test_the_repetition_penalty_divides_positive_and_multiplies_negative_seen_logits():
     from pagedsim.engine.requests import penalize
+
     logits = [2.0, -2.0, 1.0, 0.5]
     out = penalize(logits, [0, 1, 1], 2.0)
     assert out.tolist() == [1.0, -4.0, 1.0, 0.5]  # tokens 2 and 3 were never seen
@@ -144,6 +168,7 @@ def test_the_repetition_penalty_divides_positive_and_multiplies_negative_seen_lo
 
 def test_top_k_keeps_only_the_k_largest_logits_when_sampling():
     from pagedsim.engine.requests import sample
+
     logits = [5.0, 4.0, 0.0, -1.0, 3.0]
     picks = {sample(logits, 50.0, 0, 0, step, top_k=2) for step in range(200)}
     assert picks == {0, 1}

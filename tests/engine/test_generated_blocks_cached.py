@@ -12,8 +12,15 @@ MODEL = TinyModel(ModelConfig(layers=1, heads=2, kv_heads=1, head_dim=8, hidden=
 
 
 def turn_two(prompt, answer_len, cue, block_size, caching=True):
-    engine = PagedEngine(MODEL, 64, block_size, max_num_batched_tokens=32,
-                         prefix_caching=caching, backend="numpy", check=True)
+    engine = PagedEngine(
+        MODEL,
+        64,
+        block_size,
+        max_num_batched_tokens=32,
+        prefix_caching=caching,
+        backend="numpy",
+        check=True,
+    )
     (first,) = engine.generate([Request(prompt, answer_len)])
     follow = tuple(prompt) + tuple(first.outputs()[0]) + tuple(cue)
     (second,) = engine.generate([Request(follow, 3)])
@@ -35,9 +42,12 @@ def test_without_the_prefix_cache_turn_two_hits_nothing():
 
 
 @settings(max_examples=25)
-@given(prompt=st.lists(st.integers(0, 95), min_size=1, max_size=10),
-       answer=st.integers(1, 10), cue=st.lists(st.integers(0, 95), min_size=1, max_size=4),
-       block_size=st.sampled_from([1, 2, 4, 8]))
+@given(
+    prompt=st.lists(st.integers(0, 95), min_size=1, max_size=10),
+    answer=st.integers(1, 10),
+    cue=st.lists(st.integers(0, 95), min_size=1, max_size=4),
+    block_size=st.sampled_from([1, 2, 4, 8]),
+)
 def test_a_follow_up_hits_every_full_block_whose_kv_was_computed(prompt, answer, cue, block_size):
     engine, first, second, follow = turn_two(tuple(prompt), answer, tuple(cue), block_size)
     computed = len(prompt) + answer - 1  # the last answer token was sampled, never run

@@ -36,8 +36,9 @@ SHAPES = {
 def test_a_checkpoint_is_served_like_hugging_faces_equations_by_both_engines(tmp_path, shape):
     d = write_checkpoint(tmp_path, seed=len(shape), **SHAPES[shape])
     model = load_model(d)
-    np.testing.assert_allclose(sequence_logits(model, PROMPT), reference_logits(d, PROMPT),
-                               rtol=0, atol=LOGIT_TOL)
+    np.testing.assert_allclose(
+        sequence_logits(model, PROMPT), reference_logits(d, PROMPT), rtol=0, atol=LOGIT_TOL
+    )
     want = reference_greedy(d, PROMPT, 8)
     dense = DenseEngine(model).generate([Request(PROMPT, 8)])
     paged = PagedEngine(model, 16, 4, backend="numpy", check=True).generate([Request(PROMPT, 8)])
@@ -49,8 +50,9 @@ def test_half_precision_weights_are_served_in_float32_with_their_exact_values(tm
     d = write_checkpoint(tmp_path, dtype=dtype, shards=3)
     model = load_model(d)
     assert model.embed.dtype == np.float32 and model.lm_head.dtype == np.float32
-    np.testing.assert_allclose(sequence_logits(model, PROMPT), reference_logits(d, PROMPT),
-                               rtol=0, atol=LOGIT_TOL)
+    np.testing.assert_allclose(
+        sequence_logits(model, PROMPT), reference_logits(d, PROMPT), rtol=0, atol=LOGIT_TOL
+    )
 
 
 def test_qwen2_biases_change_the_logits_so_they_are_really_loaded(tmp_path):
@@ -77,10 +79,14 @@ def _break(d, what):
     elif what == "no tokenizer":
         (d / "tokenizer.json").unlink()
     elif what in ("layers", "hidden", "arch", "rope", "heads", "vocab"):
-        key, value = {"layers": ("num_hidden_layers", 3), "hidden": ("hidden_size", 48),
-                      "arch": ("architectures", ["GPT2LMHeadModel"]),
-                      "rope": ("rope_scaling", {"rope_type": "yarn", "factor": 4.0}),
-                      "heads": ("num_attention_heads", "four"), "vocab": ("vocab_size", 0)}[what]
+        key, value = {
+            "layers": ("num_hidden_layers", 3),
+            "hidden": ("hidden_size", 48),
+            "arch": ("architectures", ["GPT2LMHeadModel"]),
+            "rope": ("rope_scaling", {"rope_type": "yarn", "factor": 4.0}),
+            "heads": ("num_attention_heads", "four"),
+            "vocab": ("vocab_size", 0),
+        }[what]
         cfg[key] = value
         (d / "config.json").write_text(json.dumps(cfg))
     elif what == "fewer layers":
@@ -97,8 +103,10 @@ BROKEN = [
     ("no config", "config.json: missing file"),
     ("no weights", "missing file model.safetensors (or model.safetensors.index.json)"),
     ("layers", "config.json declares num_hidden_layers 3 but the weight files hold 2 layers"),
-    ("hidden", "tensor model.embed_tokens.weight has shape (64, 32) but config.json implies "
-               "(64, 48)"),
+    (
+        "hidden",
+        "tensor model.embed_tokens.weight has shape (64, 32) but config.json implies (64, 48)",
+    ),
     ("arch", "config.json: field architectures is ['GPT2LMHeadModel']; supported"),
     ("rope", "config.json: field rope_scaling has rope_type 'yarn'"),
     ("heads", "config.json: field num_attention_heads must be a positive integer, got 'four'"),
@@ -120,8 +128,11 @@ def test_a_broken_checkpoint_gets_one_line_naming_the_file_and_the_field(tmp_pat
 def test_a_missing_shard_is_named(tmp_path):
     d = write_checkpoint(tmp_path, shards=2)
     (d / "model-00002-of-00002.safetensors").unlink()
-    with pytest.raises(CheckpointError, match=r"model-00002-of-00002.safetensors: missing file "
-                                              r"\(listed in model.safetensors.index.json\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"model-00002-of-00002.safetensors: missing file "
+        r"\(listed in model.safetensors.index.json\)",
+    ):
         load_model(d)
 
 
@@ -129,8 +140,12 @@ def test_a_missing_shard_is_named(tmp_path):
 def test_generate_on_a_broken_checkpoint_exits_2_with_one_stderr_line(tmp_path, what):
     d = write_checkpoint(tmp_path)
     _break(d, what)
-    done = subprocess.run([sys.executable, "-m", "pagedsim", "generate", "--model", str(d)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "pagedsim", "generate", "--model", str(d)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     assert str(d) in done.stderr
@@ -138,8 +153,9 @@ def test_generate_on_a_broken_checkpoint_exits_2_with_one_stderr_line(tmp_path, 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads VmHWM from /proc")
 def test_loading_a_bf16_checkpoint_peaks_under_two_and_a_half_times_its_size(tmp_path):
-    d = write_checkpoint(tmp_path, vocab=64, hidden=512, layers=4, heads=8, kv_heads=4, mlp=1536,
-                         dtype="bfloat16")
+    d = write_checkpoint(
+        tmp_path, vocab=64, hidden=512, layers=4, heads=8, kv_heads=4, mlp=1536, dtype="bfloat16"
+    )
     size = (d / "model.safetensors").stat().st_size
     code = textwrap.dedent(f"""
         import ml_dtypes, safetensors, numpy
@@ -162,10 +178,26 @@ def test_loading_a_bf16_checkpoint_peaks_under_two_and_a_half_times_its_size(tmp
 def test_generate_serves_a_checkpoint_without_a_tokenizer_from_token_ids(tmp_path):
     d = write_checkpoint(tmp_path, family="qwen2", tie=True)
     (d / "tokenizer.json").unlink()
-    done = subprocess.run([sys.executable, "-m", "pagedsim", "generate", "--model", str(d),
-                           "--prompt-ids", ",".join(map(str, PROMPT)), "--max-tokens", "6",
-                           "--json", "--backend", "numpy"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pagedsim",
+            "generate",
+            "--model",
+            str(d),
+            "--prompt-ids",
+            ",".join(map(str, PROMPT)),
+            "--max-tokens",
+            "6",
+            "--json",
+            "--backend",
+            "numpy",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     (req,) = json.loads(done.stdout)["summary"]["requests"]
     assert req["prompt"] is None and req["outputs"][0]["text"] is None
@@ -182,7 +214,7 @@ def test_a_folder_that_does_not_exist_or_holds_garbage_is_named(tmp_path):
         load_model(tmp_path / "absent")
     d = write_checkpoint(tmp_path / "half")
     data = (d / "model.safetensors").read_bytes()
-    (d / "model.safetensors").write_bytes(data[:len(data) // 2])
+    (d / "model.safetensors").write_bytes(data[: len(data) // 2])
     with pytest.raises(CheckpointError, match=r"model.safetensors: cannot read safetensors"):
         load_model(d)
     (d / "tokenizer.json").write_text("{}")

@@ -22,8 +22,15 @@ NEW_TOKENS = 12
 def test_a_family_decodes_the_tokens_of_an_independent_float64_forward(tmp_path, name):
     directory = write_family(tmp_path / name, name)
     expected = reference_greedy(directory, PROMPT, NEW_TOKENS)
-    _, _, summary = run(load_model(directory), None, [PROMPT], max_tokens=NEW_TOKENS,
-                        block_size=4, overrides={"temperature": 0.0}, backend="numpy")
+    _, _, summary = run(
+        load_model(directory),
+        None,
+        [PROMPT],
+        max_tokens=NEW_TOKENS,
+        block_size=4,
+        overrides={"temperature": 0.0},
+        backend="numpy",
+    )
     got = summary["requests"][0]["outputs"][0]["token_ids"]
     assert got == expected, f"{name}: pagedsim {got} vs the NumPy reference {expected}"
     assert summary["tokens_match"]
@@ -33,13 +40,25 @@ def test_a_family_decodes_the_tokens_of_an_independent_float64_forward(tmp_path,
     assert np.abs(got_logits - want).max() <= 2e-4 * max(1.0, np.abs(want).max())
 
 
-@pytest.mark.parametrize("name, kinds", [("mistral-windowed", ("window",)),
-                                         ("gemma2", ("full", "window")),
-                                         ("gemma3", ("full", "window"))])
+@pytest.mark.parametrize(
+    "name, kinds",
+    [
+        ("mistral-windowed", ("window",)),
+        ("gemma2", ("full", "window")),
+        ("gemma3", ("full", "window")),
+    ],
+)
 def test_a_windowed_model_drops_blocks_as_its_window_slides(tmp_path, name, kinds):
     directory = write_family(tmp_path / name, name)
-    engine, _, summary = run(load_model(directory), None, [PROMPT], max_tokens=20,
-                             block_size=4, overrides={"temperature": 0.0}, backend="numpy")
+    engine, _, summary = run(
+        load_model(directory),
+        None,
+        [PROMPT],
+        max_tokens=20,
+        block_size=4,
+        overrides={"temperature": 0.0},
+        backend="numpy",
+    )
     assert engine.blocks.groups == kinds
     peak = {g: max(rec[f"{g}_blocks"] for rec in engine.log) for g in kinds}
     total = len(PROMPT) + 20  # 33 tokens: 9 blocks of 4 when nothing is dropped

@@ -15,8 +15,9 @@ import json
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="the transformers oracle needs torch "
-                                            "(pip install 'pagedsim[oracle]')")
+torch = pytest.importorskip(
+    "torch", reason="the transformers oracle needs torch (pip install 'pagedsim[oracle]')"
+)
 transformers = pytest.importorskip("transformers", reason="the oracle needs transformers")
 
 from pagedsim.engine.dense import sequence_logits  # noqa: E402
@@ -35,14 +36,16 @@ def build(directory, name):
     directory.mkdir()
     (directory / "config.json").write_text(json.dumps(config_json(name)))
     config = transformers.AutoConfig.from_pretrained(directory)
-    config.tie_word_embeddings = config_json(name).get("tie_word_embeddings",
-                                                      config.tie_word_embeddings)
+    config.tie_word_embeddings = config_json(name).get(
+        "tie_word_embeddings", config.tie_word_embeddings
+    )
     torch.manual_seed(sum(map(ord, name)))
     model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
     offset = "gemma" in name  # Gemma norms scale by (1 + w)
     raw = config_json(name)  # undo the family's embedding and residual multipliers
-    embed = 0.5 / (raw["hidden_size"] ** 0.5 if offset
-                   else raw.get("embedding_multiplier", 1) ** 0.5)
+    embed = 0.5 / (
+        raw["hidden_size"] ** 0.5 if offset else raw.get("embedding_multiplier", 1) ** 0.5
+    )
     out_gain = 2.0 / raw.get("residual_multiplier", 1.0)
     with torch.no_grad():
         for key, p in model.named_parameters():
@@ -53,8 +56,13 @@ def build(directory, name):
             elif "embed_tokens" in key:
                 p.normal_(0, embed)
             else:  # layers strong enough that a tied head does not echo the last token
-                gain = 3.0 if "lm_head" in key else out_gain if ("o_proj" in key or "down" in key) \
+                gain = (
+                    3.0
+                    if "lm_head" in key
+                    else out_gain
+                    if ("o_proj" in key or "down" in key)
                     else 1.0
+                )
                 p.normal_(0, gain / p.shape[-1] ** 0.5)
     model.save_pretrained(directory, safe_serialization=True)
     (directory / "generation_config.json").write_text(json.dumps(generation_json(name)))
@@ -63,25 +71,38 @@ def build(directory, name):
 
 def transformers_tokens(directory, with_logits: bool = False):
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        directory, torch_dtype=torch.float32, attn_implementation="eager").eval()
+        directory, torch_dtype=torch.float32, attn_implementation="eager"
+    ).eval()
     with torch.no_grad():
-        out = model.generate(torch.tensor([PROMPT]), do_sample=False, max_new_tokens=NEW_TOKENS,
-                             attention_mask=torch.ones(1, len(PROMPT), dtype=torch.long))
+        out = model.generate(
+            torch.tensor([PROMPT]),
+            do_sample=False,
+            max_new_tokens=NEW_TOKENS,
+            attention_mask=torch.ones(1, len(PROMPT), dtype=torch.long),
+        )
         logits = model(torch.tensor([PROMPT])).logits[0].numpy()  # [T, V]
-    tokens = out[0, len(PROMPT):].tolist()
+    tokens = out[0, len(PROMPT) :].tolist()
     return (tokens, logits) if with_logits else tokens
 
 
 def pagedsim_tokens(directory) -> tuple:
-    _, _, summary = run(load_model(directory), None, [PROMPT], max_tokens=NEW_TOKENS,
-                        block_size=4, overrides={"temperature": 0.0}, backend="numpy")
+    _, _, summary = run(
+        load_model(directory),
+        None,
+        [PROMPT],
+        max_tokens=NEW_TOKENS,
+        block_size=4,
+        overrides={"temperature": 0.0},
+        backend="numpy",
+    )
     return summary["requests"][0]["outputs"][0]["token_ids"], summary
 
 
 @pytest.mark.parametrize("config_source", ["shipped", "saved"])
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_a_family_gives_transformers_greedy_tokens_with_its_generation_config(
-        tmp_path, name, config_source):
+    tmp_path, name, config_source
+):
     directory = build(tmp_path / name, name)
     if config_source == "shipped":  # the file as the model ships it, not as transformers wrote it
         (directory / "config.json").write_text(json.dumps(config_json(name)))
@@ -104,13 +125,25 @@ def test_the_repetition_penalty_from_the_file_is_applied_and_none_ignores_it(tmp
     with_file, summary = pagedsim_tokens(directory)
     assert summary["generation_config"]["repetition_penalty"] == 1.8
     assert with_file == transformers_tokens(directory)
-    _, _, plain = run(load_model(directory), None, [PROMPT], max_tokens=NEW_TOKENS,
-                      overrides={"temperature": 0.0}, backend="numpy",
-                      generation_config="none")
+    _, _, plain = run(
+        load_model(directory),
+        None,
+        [PROMPT],
+        max_tokens=NEW_TOKENS,
+        overrides={"temperature": 0.0},
+        backend="numpy",
+        generation_config="none",
+    )
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        directory, torch_dtype=torch.float32).eval()
-    out = model.generate(torch.tensor([PROMPT]), do_sample=False, max_new_tokens=NEW_TOKENS,
-                         repetition_penalty=1.0, eos_token_id=2)
-    assert plain["requests"][0]["outputs"][0]["token_ids"] == out[0, len(PROMPT):].tolist()
+        directory, torch_dtype=torch.float32
+    ).eval()
+    out = model.generate(
+        torch.tensor([PROMPT]),
+        do_sample=False,
+        max_new_tokens=NEW_TOKENS,
+        repetition_penalty=1.0,
+        eos_token_id=2,
+    )
+    assert plain["requests"][0]["outputs"][0]["token_ids"] == out[0, len(PROMPT) :].tolist()
     assert plain["generation_config"] == {}
     assert with_file != plain["requests"][0]["outputs"][0]["token_ids"]

@@ -9,14 +9,23 @@ from pagedsim.block_table import blocks_needed
 from pagedsim.engine import DenseEngine, ModelConfig, PagedEngine, Request, TinyModel
 
 WINDOW, B = 16, 4
-HYBRID = TinyModel(ModelConfig(layers=4, sliding_window=WINDOW,
-                               layer_types=("sliding", "full", "sliding", "full")))
+HYBRID = TinyModel(
+    ModelConfig(layers=4, sliding_window=WINDOW, layer_types=("sliding", "full", "sliding", "full"))
+)
 SLIDING = TinyModel(ModelConfig(layers=2, sliding_window=WINDOW))
 
 
 def serve(model, requests, blocks=200, caching=True):
-    engine = PagedEngine(model, blocks, B, max_num_batched_tokens=64, prefix_caching=caching,
-                         backend="numpy", check=True, trace=True)
+    engine = PagedEngine(
+        model,
+        blocks,
+        B,
+        max_num_batched_tokens=64,
+        prefix_caching=caching,
+        backend="numpy",
+        check=True,
+        trace=True,
+    )
     states = engine.generate(requests)
     dense = DenseEngine(model).generate(requests)
     assert [s.outputs() for s in states] == [d.outputs() for d in dense]
@@ -36,8 +45,9 @@ def test_at_long_context_the_window_group_holds_only_the_window():
     # against one full-attention group whose blocks hold every layer
     hybrid = (rec["full_blocks"] + rec["window_blocks"]) * 2  # layers per group
     single = blocks_needed(length, B) * 4
-    assert 1 - hybrid / single == pytest.approx(0.5 - 0.5 * rec["window_blocks"]
-                                                / rec["full_blocks"])
+    assert 1 - hybrid / single == pytest.approx(
+        0.5 - 0.5 * rec["window_blocks"] / rec["full_blocks"]
+    )
     assert 1 - hybrid / single > 0.45  # 218 tokens: 55 + 5 half-blocks vs 55 full ones
 
 
@@ -73,8 +83,18 @@ def test_a_windowed_model_refuses_several_sequences_per_request():
 def test_the_kernels_read_both_groups_tables_null_blocks_included():
     """paged_prefill / paged_attention with the layer's window and scale, through tables
     that hold -1 for the blocks the window left behind (Numba's simulator in CI)."""
-    model = TinyModel(ModelConfig(layers=2, heads=2, kv_heads=1, head_dim=8, hidden=16, mlp=32,
-                                  sliding_window=5, layer_types=("sliding", "full")))
+    model = TinyModel(
+        ModelConfig(
+            layers=2,
+            heads=2,
+            kv_heads=1,
+            head_dim=8,
+            hidden=16,
+            mlp=32,
+            sliding_window=5,
+            layer_types=("sliding", "full"),
+        )
+    )
     requests = [Request(tuple(range(1, 12)), 6)]
     engine = PagedEngine(model, 20, B, max_num_batched_tokens=8, backend="kernels", check=True)
     states = engine.generate(requests)
@@ -85,12 +105,24 @@ def test_the_kernels_read_both_groups_tables_null_blocks_included():
 @pytest.mark.parametrize("policy", ["swap", "recompute"])
 def test_a_tight_pool_preempts_a_hybrid_request_by_recompute_and_tokens_still_match(policy):
     model = TinyModel(ModelConfig(sliding_window=8, layer_types=("sliding", "full")))
-    requests = [Request(tuple(range(1, 20)), 20), Request(tuple(range(3, 25)), 20),
-                Request((5, 6, 7), 30, temperature=0.7, seed=3)]
-    engine = PagedEngine(model, 22, B, max_num_batched_tokens=8, prefix_caching=True,
-                         policy=policy, backend="numpy", check=True)
+    requests = [
+        Request(tuple(range(1, 20)), 20),
+        Request(tuple(range(3, 25)), 20),
+        Request((5, 6, 7), 30, temperature=0.7, seed=3),
+    ]
+    engine = PagedEngine(
+        model,
+        22,
+        B,
+        max_num_batched_tokens=8,
+        prefix_caching=True,
+        policy=policy,
+        backend="numpy",
+        check=True,
+    )
     states = engine.generate(requests)
-    assert [s.outputs() for s in states] == [d.outputs()
-                                            for d in DenseEngine(model).generate(requests)]
+    assert [s.outputs() for s in states] == [
+        d.outputs() for d in DenseEngine(model).generate(requests)
+    ]
     stats = engine.scheduler.stats
     assert stats["preempted_recompute"] > 0 and stats["preempted_swap"] == 0  # never swapped

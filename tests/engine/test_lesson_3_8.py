@@ -47,9 +47,13 @@ def test_the_capstone_demo_answers_its_questions_from_the_shipped_model(demo_run
 def test_the_verdict_is_computed_from_what_the_demo_printed(demo_run):
     out, _ = demo_run
     verdict = out.strip().splitlines()[-1]
-    generated, hits, copies = map(int, re.search(
-        r"(\d+) generated characters equal .* (\d+) prompt tokens .* (\d+) blocks were copied",
-        verdict).groups())
+    generated, hits, copies = map(
+        int,
+        re.search(
+            r"(\d+) generated characters equal .* (\d+) prompt tokens .* (\d+) blocks were copied",
+            verdict,
+        ).groups(),
+    )
     printed_hits = [int(h) for h in re.findall(r"hit (\d+) tokens in the prefix cache", out)]
     printed_hits += [int(h) for h in re.findall(r"r3, r0's prompt again, hit (\d+)", out)]
     assert verdict.startswith("Verdict: the blocks served correctly")

@@ -28,26 +28,45 @@ def mixes(draw, max_requests=4, max_prompt=12):
     requests = []
     for _ in range(draw(st.integers(1, max_requests))):
         own = tuple(draw(st.lists(st.integers(0, 95), min_size=1, max_size=max_prompt)))
-        prompt = (prefix + own if draw(st.booleans()) else own)[:max_prompt + 8]
+        prompt = (prefix + own if draw(st.booleans()) else own)[: max_prompt + 8]
         if requests and draw(st.integers(0, 3)) == 0:
             prompt = requests[-1].prompt  # an exact repeat: a full hit, capped at the last token
         kind = draw(st.sampled_from(["greedy", "sampled", "parallel", "beam"]))
-        requests.append(Request(
-            prompt, draw(st.integers(1, 4)),
-            n=draw(st.integers(2, 3)) if kind == "parallel" else 1,
-            beam_width=draw(st.integers(1, 3)) if kind == "beam" else 0,
-            temperature=0.0 if kind in ("greedy", "beam") else 0.9, seed=draw(st.integers(0, 99))))
+        requests.append(
+            Request(
+                prompt,
+                draw(st.integers(1, 4)),
+                n=draw(st.integers(2, 3)) if kind == "parallel" else 1,
+                beam_width=draw(st.integers(1, 3)) if kind == "beam" else 0,
+                temperature=0.0 if kind in ("greedy", "beam") else 0.9,
+                seed=draw(st.integers(0, 99)),
+            )
+        )
     worst = max(r.width * blocks_needed(len(r.prompt) + r.max_tokens, block_size) for r in requests)
     num_blocks = worst + draw(st.integers(0, 6))  # tight pools preempt
     budget = max(r.width for r in requests) + draw(st.integers(0, 8))  # small budgets chunk
-    return (requests, block_size, num_blocks, budget, draw(st.sampled_from(["recompute", "swap"])),
-            draw(st.booleans()))
+    return (
+        requests,
+        block_size,
+        num_blocks,
+        budget,
+        draw(st.sampled_from(["recompute", "swap"])),
+        draw(st.booleans()),
+    )
 
 
 def assert_same(model, mix, backend):
     requests, block_size, num_blocks, budget, policy, caching = mix
-    engine = PagedEngine(model, num_blocks, block_size, max_num_batched_tokens=budget,
-                         policy=policy, prefix_caching=caching, backend=backend, check=True)
+    engine = PagedEngine(
+        model,
+        num_blocks,
+        block_size,
+        max_num_batched_tokens=budget,
+        policy=policy,
+        prefix_caching=caching,
+        backend=backend,
+        check=True,
+    )
     paged = engine.generate(requests)
     dense = DenseEngine(model).generate(requests)
     for d, p in zip(dense, paged, strict=True):
@@ -74,9 +93,12 @@ def test_paged_engine_on_the_kernels_equals_dense_engine(mix):
 @pytest.mark.parametrize("policy", ["recompute", "swap"])
 def test_a_tight_pool_with_beams_preempts_on_the_kernels_and_still_matches(policy):
     prefix = (1, 2, 3, 4)
-    requests = [Request(prefix + (5, 6), 3, beam_width=2),
-                Request(prefix + (7,), 3, n=2, temperature=0.9),
-                Request(prefix + (5, 6), 2), Request((9, 8, 7, 6, 5), 3)]
+    requests = [
+        Request(prefix + (5, 6), 3, beam_width=2),
+        Request(prefix + (7,), 3, n=2, temperature=0.9),
+        Request(prefix + (5, 6), 2),
+        Request((9, 8, 7, 6, 5), 3),
+    ]
     engine = assert_same(SMALL, (requests, 2, 10, 6, policy, True), "kernels")
     stats = engine.scheduler.stats
     assert stats["cow_bytes"] > 0 and stats["cached_tokens"] > 0

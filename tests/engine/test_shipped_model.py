@@ -25,7 +25,7 @@ def heldout_loss(model, ids: list, context: int = 128) -> float:
     """Mean next-character NLL over windows of `context` characters, as training scored it."""
     losses = []
     for start in range(0, len(ids) - context + 1, context):
-        window = ids[start:start + context]
+        window = ids[start : start + context]
         logits = sequence_logits(model, window).astype(np.float64)[:-1]  # [T - 1, V]
         logz = logits.max(-1) + np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1))
         losses.append(logz - logits[np.arange(len(window) - 1), window[1:]])
@@ -55,8 +55,13 @@ def test_the_shipped_model_is_small_and_part_of_the_package_data():
 
 
 def run_generate(*args):
-    done = subprocess.run([sys.executable, "-m", "pagedsim", "generate", *args],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "pagedsim", "generate", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -72,8 +77,19 @@ def test_generate_with_no_model_prints_text_equal_to_the_dense_engines():
 
 
 def test_generate_json_gives_each_requests_prompt_token_ids_text_and_hits():
-    out = json.loads(run_generate("--backend", "numpy", "--json", "--prompt", "JULIET.\nO Romeo",
-                                  "--prompt", "JULIET.\nGood night", "--max-tokens", "20"))
+    out = json.loads(
+        run_generate(
+            "--backend",
+            "numpy",
+            "--json",
+            "--prompt",
+            "JULIET.\nO Romeo",
+            "--prompt",
+            "JULIET.\nGood night",
+            "--max-tokens",
+            "20",
+        )
+    )
     reqs = out["summary"]["requests"]
     assert [r["prompt"] for r in reqs] == ["JULIET.\nO Romeo", "JULIET.\nGood night"]
     _, tok = load()
@@ -85,24 +101,30 @@ def test_generate_json_gives_each_requests_prompt_token_ids_text_and_hits():
 
 
 def test_turn_two_is_served_from_turn_ones_prompt_and_answer():
-    out = json.loads(run_generate("--backend", "numpy", "--json", "--turns", "3",
-                                  "--max-tokens", "40"))
+    out = json.loads(
+        run_generate("--backend", "numpy", "--json", "--turns", "3", "--max-tokens", "40")
+    )
     turns = out["summary"]["requests"]
     assert len(turns) == 3 and out["summary"]["tokens_match"]
     for before, after in zip(turns, turns[1:], strict=False):
         computed = len(before["prompt_token_ids"]) + 40 - 1  # KV exists for all but the last
         assert after["hit_tokens"] == computed // 16 * 16 > len(before["prompt_token_ids"])
         answer = before["outputs"][0]["token_ids"]
-        assert after["prompt_token_ids"][:len(before["prompt_token_ids"]) + 40] == \
-            before["prompt_token_ids"] + answer
+        assert (
+            after["prompt_token_ids"][: len(before["prompt_token_ids"]) + 40]
+            == before["prompt_token_ids"] + answer
+        )
 
 
 @pytest.mark.kernels
 def test_the_kernels_serve_the_shipped_model_as_the_dense_engine_does():
     from pagedsim.engine import DenseEngine, PagedEngine, Request
+
     model, tok = load()
-    requests = [Request(tuple(tok.encode("JULIET.\nO Romeo, Romeo").ids), 3),
-                Request(tuple(tok.encode("JULIET.\nO Romeo, wherefore").ids), 2, beam_width=2)]
+    requests = [
+        Request(tuple(tok.encode("JULIET.\nO Romeo, Romeo").ids), 3),
+        Request(tuple(tok.encode("JULIET.\nO Romeo, wherefore").ids), 2, beam_width=2),
+    ]
     engine = PagedEngine(model, 12, 16, backend="kernels", prefix_caching=True, check=True)
     paged = engine.generate(requests)
     assert "cuda_kernels" in engine.backend.where()

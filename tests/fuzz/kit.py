@@ -12,10 +12,25 @@ from hypothesis import strategies as st
 from pagedsim import KVCacheManager
 from pagedsim.policies import SlidingWindowManager
 
-WRONG_TYPES = st.sampled_from([
-    1.0, 2.5, float("nan"), float("inf"), "3", b"3", None, True, False, [1], (1,), {1: 1},
-    np.float64(2.0), 1 + 0j, object(),
-])
+WRONG_TYPES = st.sampled_from(
+    [
+        1.0,
+        2.5,
+        float("nan"),
+        float("inf"),
+        "3",
+        b"3",
+        None,
+        True,
+        False,
+        [1],
+        (1,),
+        {1: 1},
+        np.float64(2.0),
+        1 + 0j,
+        object(),
+    ]
+)
 
 
 def bad_counts(high=None):
@@ -24,8 +39,9 @@ def bad_counts(high=None):
     negative = st.integers(max_value=-1).map(lambda v: (v, ValueError))
     out = [wrong_type, negative, st.sampled_from([np.int64(-3)]).map(lambda v: (v, ValueError))]
     if high is not None:
-        out.append(st.integers(min_value=high + 1, max_value=high + 2**80)
-                   .map(lambda v: (v, ValueError)))
+        out.append(
+            st.integers(min_value=high + 1, max_value=high + 2**80).map(lambda v: (v, ValueError))
+        )
     return st.one_of(*out)
 
 
@@ -40,12 +56,12 @@ def bad_seq_ids_arg():
 def bad_token_ids(n):
     """(value, error) for token_ids of a call that appends n tokens."""
     return st.one_of(
-        st.sampled_from(["x" * n, 7, 1.5, {1}, iter([1] * n)]).map(
-            lambda v: (v, TypeError)),
+        st.sampled_from(["x" * n, 7, 1.5, {1}, iter([1] * n)]).map(lambda v: (v, TypeError)),
         st.just([1] * (n + 1)).map(lambda v: (v, ValueError)),
         st.sampled_from([-1, 2**63, 2**70]).map(lambda t: ([t] * n, ValueError)),
         WRONG_TYPES.filter(lambda v: not isinstance(v, (list, tuple, dict))).map(
-            lambda t: ([t] * n, TypeError)),
+            lambda t: ([t] * n, TypeError)
+        ),
     )
 
 
@@ -56,11 +72,17 @@ def busy_managers(draw, window=False):
     block_size = draw(st.sampled_from([1, 2, 4]))
     trace = draw(st.booleans())
     if window:
-        m = SlidingWindowManager(num_blocks, block_size, window=draw(st.integers(1, 6)),
-                                 sinks=draw(st.integers(0, 3)), trace=trace)
+        m = SlidingWindowManager(
+            num_blocks,
+            block_size,
+            window=draw(st.integers(1, 6)),
+            sinks=draw(st.integers(0, 3)),
+            trace=trace,
+        )
     else:
-        m = KVCacheManager(num_blocks, block_size, trace=trace,
-                           free_order=draw(st.sampled_from(["lifo", "fifo"])))
+        m = KVCacheManager(
+            num_blocks, block_size, trace=trace, free_order=draw(st.sampled_from(["lifo", "fifo"]))
+        )
     for i in range(draw(st.integers(1, 5))):
         op = draw(st.sampled_from(["add", "append", "fork", "decode", "free"]))
         seqs = m.seq_ids()

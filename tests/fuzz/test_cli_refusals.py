@@ -14,8 +14,14 @@ TIME_LIMIT = 60  # seconds; every row finishes in a few
 
 def run(args, cwd):
     env = {**os.environ, "PYTHONPATH": str(REPO), "MPLBACKEND": "Agg"}
-    return subprocess.run([sys.executable, "-m", "pagedsim.app.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=TIME_LIMIT)
+    return subprocess.run(
+        [sys.executable, "-m", "pagedsim.app.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIME_LIMIT,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +37,10 @@ def files(tmp_path_factory):
 
 
 ROWS = {  # name: (arguments, a word the message must contain)
-    "sweep figure under a file": (["sweep", "--trace", "bom.csv", "--figure", "a_file/x"],
-                                  "a_file"),
+    "sweep figure under a file": (
+        ["sweep", "--trace", "bom.csv", "--figure", "a_file/x"],
+        "a_file",
+    ),
     "tour frames under a file": (["tour", "--draw", "a_file/x"], "a_file"),
     "figures under a file": (["figures", "--out", "a_file/x", "--only", "race_timeline"], "a_file"),
     "a billion requests": (["waste", "--num-requests", "1000000000"], "--num-requests"),

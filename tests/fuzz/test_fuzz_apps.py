@@ -105,15 +105,19 @@ ROWS = {  # name: (arguments, a word the one stderr line must contain)
     **{f"play --width {v}": (["play", "script.txt", "--width", v], "--width") for v in NUMBERS},
     **{
         f"play --num-gpu-blocks-override {v}": (
-            ["play", "script.txt", "--num-gpu-blocks-override", v], "--num-gpu-blocks-override")
+            ["play", "script.txt", "--num-gpu-blocks-override", v],
+            "--num-gpu-blocks-override",
+        )
         for v in ("0", "-1", "inf", "1e9")
     },
     "play --block-size nan": (["play", "script.txt", "--block-size", "nan"], "--block-size"),
     "play --window 0": (["play", "script.txt", "--window", "0"], "--window"),
     "play --trace T SCRIPT": (["play", "--trace", "good.json", "script.txt"], "give one of"),
     "play --events E SCRIPT": (["play", "--events", "good.json", "script.txt"], "give one of"),
-    "play --events E --trace T": (["play", "--events", "e.jsonl", "--trace", "good.json"],
-                                  "give one of"),
+    "play --events E --trace T": (
+        ["play", "--events", "e.jsonl", "--trace", "good.json"],
+        "give one of",
+    ),
     "play --hybrid 0": (["play", "script.txt", "--hybrid", "0"], "--hybrid"),
     "play --events of a missing file": (["play", "--events", "missing.jsonl"], "missing.jsonl"),
     "play --trace of a missing file": (["play", "--trace", "missing.json"], "missing.json"),
@@ -141,8 +145,9 @@ def run_here(args, cwd, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("name", ROWS)
-def test_a_bad_invocation_is_one_line_on_stderr_exit_2_and_changes_nothing(here, name, monkeypatch,
-                                                                            capsys):
+def test_a_bad_invocation_is_one_line_on_stderr_exit_2_and_changes_nothing(
+    here, name, monkeypatch, capsys
+):
     args, word = ROWS[name]
     before, source = tree(here), tree(REPO / "course")
     code, out, err = run_here(args, here, monkeypatch, capsys)

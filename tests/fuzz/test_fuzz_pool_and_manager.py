@@ -27,16 +27,21 @@ def refused(state_of, obj, call, error):
 
 
 @FUZZ
-@given(bad=st.one_of(bad_counts(MAX_NUM_BLOCKS), st.just((0, ValueError))),
-       which=st.sampled_from(["num_blocks", "block_size"]))
+@given(
+    bad=st.one_of(bad_counts(MAX_NUM_BLOCKS), st.just((0, ValueError))),
+    which=st.sampled_from(["num_blocks", "block_size"]),
+)
 def test_a_pool_or_manager_of_a_bad_size_is_never_built(bad, which):
     value, error = bad
-    if which == "block_size" and isinstance(value, int) and not isinstance(value, bool) \
-            and MAX_NUM_BLOCKS < value <= MAX_BLOCK_SIZE:
+    if (
+        which == "block_size"
+        and isinstance(value, int)
+        and not isinstance(value, bool)
+        and MAX_NUM_BLOCKS < value <= MAX_BLOCK_SIZE
+    ):
         return
     args = {"num_blocks": 4, "block_size": 2, which: value}
-    for make in (BlockPool, KVCacheManager,
-                 lambda **kw: SlidingWindowManager(**kw, window=3)):
+    for make in (BlockPool, KVCacheManager, lambda **kw: SlidingWindowManager(**kw, window=3)):
         with pytest.raises(error):
             make(**args)
 
@@ -46,10 +51,13 @@ def test_a_pool_or_manager_of_a_bad_size_is_never_built(bad, which):
 def test_every_pool_call_refuses_bad_block_ids_and_counts(n, taken, data):
     pool = BlockPool(n, 2, data.draw(st.sampled_from(["lifo", "fifo"])))
     held = pool.allocate_many(min(taken, n))
-    value, error = data.draw(st.one_of(
-        WRONG_TYPES.map(lambda v: (v, TypeError)),
-        st.integers(n, 2**70).map(lambda v: (v, BlockError)),
-        st.integers(-(2**70), -1).map(lambda v: (v, BlockError))))
+    value, error = data.draw(
+        st.one_of(
+            WRONG_TYPES.map(lambda v: (v, TypeError)),
+            st.integers(n, 2**70).map(lambda v: (v, BlockError)),
+            st.integers(-(2**70), -1).map(lambda v: (v, BlockError)),
+        )
+    )
     for call in (pool.free, pool.incref, pool.take, pool.ref_count, pool.is_shared):
         refused(pool_state, pool, lambda call=call: call(value), error)
     refused(pool_state, pool, lambda: pool.release(held + [value]), error)
@@ -84,8 +92,10 @@ def test_every_manager_call_refuses_bad_arguments_and_changes_nothing(m, data):
         (lambda: m.decode_step(seqs, with_slots="yes"), TypeError),
     ]
     ids, ids_error = data.draw(bad_seq_ids_arg())
-    calls += [(lambda: m.decode_step(ids), ids_error),
-              (lambda: m.blocks_for_decode(ids), ids_error)]
+    calls += [
+        (lambda: m.decode_step(ids), ids_error),
+        (lambda: m.blocks_for_decode(ids), ids_error),
+    ]
     n = data.draw(st.integers(1, 3))
     tokens, error = data.draw(bad_token_ids(n))
     calls += [(lambda: m.append_tokens(seq, n, token_ids=tokens), error)]
@@ -101,17 +111,21 @@ def test_restore_refuses_bad_tables_whole(m, data):
     bs, free = m.block_size, m.num_free_blocks
     labels = list(range(100, 100 + data.draw(st.integers(1, 3))))
     good = {"r1": (labels, len(labels) * bs)}
-    bad, error = data.draw(st.sampled_from([
-        ({"r2": ([7, 7], 2 * bs)}, BlockError),  # one table naming a block twice
-        ({"r2": ([NULL_BLOCK, 7], 2 * bs)}, BlockError),  # no window: no dropped blocks
-        ({"r2": ([-5], bs)}, ValueError),
-        ({"r2": ([1.5], bs)}, TypeError),
-        ({"r2": ("ab", 2 * bs)}, TypeError),
-        ({"r2": ([7], 5 * bs)}, ValueError),  # too few labels
-        ({"r2": ([7], -1)}, ValueError),
-        ({"r2": [7]}, TypeError),
-        ({m.seq_ids()[0]: ([7], bs)}, ValueError),  # already live
-    ]))
+    bad, error = data.draw(
+        st.sampled_from(
+            [
+                ({"r2": ([7, 7], 2 * bs)}, BlockError),  # one table naming a block twice
+                ({"r2": ([NULL_BLOCK, 7], 2 * bs)}, BlockError),  # no window: no dropped blocks
+                ({"r2": ([-5], bs)}, ValueError),
+                ({"r2": ([1.5], bs)}, TypeError),
+                ({"r2": ("ab", 2 * bs)}, TypeError),
+                ({"r2": ([7], 5 * bs)}, ValueError),  # too few labels
+                ({"r2": ([7], -1)}, ValueError),
+                ({"r2": [7]}, TypeError),
+                ({m.seq_ids()[0]: ([7], bs)}, ValueError),  # already live
+            ]
+        )
+    )
     tables = {**good, **bad}
     refused(manager_state, m, lambda: m.restore_sequences(tables), error)
     refused(manager_state, m, lambda: m.restore_sequences([("r", ([1], 1))]), TypeError)

@@ -24,12 +24,17 @@ def refused(call, error):
 
 
 @FUZZ
-@given(field=st.sampled_from(["prompt_len", "output_len", "n", "beam_width", "arrival_step"]),
-       bad=st.one_of(bad_counts(MAX_SEQ_LEN), st.just((0, ValueError))))
+@given(
+    field=st.sampled_from(["prompt_len", "output_len", "n", "beam_width", "arrival_step"]),
+    bad=st.one_of(bad_counts(MAX_SEQ_LEN), st.just((0, ValueError))),
+)
 def test_a_request_with_a_bad_field_is_refused(field, bad):
     value, error = bad
-    low, high = {"n": (1, MAX_SAMPLES), "beam_width": (1, MAX_SAMPLES),
-                 "arrival_step": (0, workloads.MAX_ARRIVAL)}.get(field, (1, MAX_SEQ_LEN))
+    low, high = {
+        "n": (1, MAX_SAMPLES),
+        "beam_width": (1, MAX_SAMPLES),
+        "arrival_step": (0, workloads.MAX_ARRIVAL),
+    }.get(field, (1, MAX_SEQ_LEN))
     if error is ValueError and low <= value <= high:
         return  # in range for this field
     refused(lambda: Request(**{"prompt_len": 3, "output_len": 4, field: value}), error)
@@ -48,8 +53,9 @@ def test_synthetic_refuses_bad_counts_and_names(bad):
 @given(body=st.binary(max_size=200), bom=st.booleans(), header=st.booleans())
 def test_any_bytes_as_a_csv_give_requests_or_a_value_error(tmp_path_factory, body, bom, header):
     path = tmp_path_factory.mktemp("csv") / "t.csv"
-    path.write_bytes((b"\xef\xbb\xbf" if bom else b"")
-                     + (b"prompt_len,output_len\n" if header else b"") + body)
+    path.write_bytes(
+        (b"\xef\xbb\xbf" if bom else b"") + (b"prompt_len,output_len\n" if header else b"") + body
+    )
     try:
         got = workloads.read_csv(path)
     except ValueError as e:
@@ -59,9 +65,16 @@ def test_any_bytes_as_a_csv_give_requests_or_a_value_error(tmp_path_factory, bod
 
 
 @FUZZ
-@given(rows=st.lists(st.tuples(st.integers(1, MAX_SEQ_LEN), st.integers(1, MAX_SEQ_LEN),
-                               st.integers(1, MAX_SAMPLES)), min_size=1, max_size=6),
-       block_size=st.sampled_from([1, 16, 65536]))
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.integers(1, MAX_SEQ_LEN), st.integers(1, MAX_SEQ_LEN), st.integers(1, MAX_SAMPLES)
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    block_size=st.sampled_from([1, 16, 65536]),
+)
 def test_waste_fractions_of_the_largest_allowed_requests_stay_in_0_1(rows, block_size):
     reqs = [Request(p, o, n=k) for p, o, k in rows]
     frac = waste.breakdown(reqs, block_size, waste.MAX_LEN)
@@ -71,12 +84,16 @@ def test_waste_fractions_of_the_largest_allowed_requests_stay_in_0_1(rows, block
 
 
 @FUZZ
-@given(bad=bad_counts(waste.MAX_LEN), which=st.sampled_from(["block_size", "max_len",
-                                                             "memory_tokens"]))
+@given(
+    bad=bad_counts(waste.MAX_LEN), which=st.sampled_from(["block_size", "max_len", "memory_tokens"])
+)
 def test_waste_refuses_bad_sizes(bad, which):
     value, error = bad
-    high = {"block_size": 65536, "max_len": waste.MAX_LEN,
-            "memory_tokens": waste.MAX_MEMORY_TOKENS}[which]
+    high = {
+        "block_size": 65536,
+        "max_len": waste.MAX_LEN,
+        "memory_tokens": waste.MAX_MEMORY_TOKENS,
+    }[which]
     if error is ValueError and 7 <= value <= high:
         return  # in range (and max_len fits the 7-token request)
     args = {"block_size": 16, "max_len": 64, "memory_tokens": 1000, which: value}
@@ -92,12 +109,17 @@ def test_external_fragmentation_refuses_bad_columns():
 
 
 @FUZZ
-@given(field=st.sampled_from(["num_layers", "num_kv_heads", "head_dim", "dtype_bytes"]),
-       bad=bad_counts(), zero=st.booleans())
+@given(
+    field=st.sampled_from(["num_layers", "num_kv_heads", "head_dim", "dtype_bytes"]),
+    bad=bad_counts(),
+    zero=st.booleans(),
+)
 def test_sizing_refuses_bad_shapes_and_budgets(field, bad, zero):
     value, error = (0, ValueError) if zero else bad
-    refused(lambda: ModelSpec("m", **{"num_layers": 2, "num_kv_heads": 2, "head_dim": 8,
-                                      field: value}), error)
+    refused(
+        lambda: ModelSpec("m", **{"num_layers": 2, "num_kv_heads": 2, "head_dim": 8, field: value}),
+        error,
+    )
     refused(lambda: fit_blocks(100, 100, alignment=value), error)
     refused(lambda: ModelSpec(3, 1, 1, 1), TypeError)
     if not zero:  # a budget or a size of 0 bytes is fine
@@ -111,14 +133,18 @@ def test_prompt_tokens_and_request_lists_refuse_bad_arguments(bad):
     reqs = [Request(3, 1)]
     refused(lambda: workloads.prompt_tokens(reqs, num_prefixes=bad), TypeError)
     refused(lambda: workloads.prompt_tokens(reqs, prefix_lens=(5, 2)), ValueError)
-    for call in (workloads.as_arrays, workloads.prompt_tokens,
-                 lambda rs: workloads.write_csv(rs, "/nonexistent/never-written.csv")):
+    for call in (
+        workloads.as_arrays,
+        workloads.prompt_tokens,
+        lambda rs: workloads.write_csv(rs, "/nonexistent/never-written.csv"),
+    ):
         refused(lambda call=call: call(reqs + [bad]), TypeError)
         refused(lambda call=call: call("not requests"), TypeError)
 
 
 def test_block_tables_and_blocks_needed_refuse_a_zero_block_size():
     from pagedsim import BlockTable, blocks_needed
+
     refused(lambda: blocks_needed(5, 0), ValueError)
     refused(lambda: blocks_needed(2.5, 4), TypeError)
     refused(lambda: BlockTable(0), ValueError)

@@ -16,7 +16,8 @@ def student_copy(tmp_path_factory):
 
 
 def test_the_student_copy_has_the_stubs_and_checks_but_no_solutions_or_mutant_catalogue(
-        student_copy):
+    student_copy,
+):
     for ex in curriculum.load():
         assert (student_copy / ex.stub).is_file(), ex.stub
         assert not (student_copy / ex.solution).exists(), ex.solution
@@ -30,8 +31,13 @@ def test_the_student_copy_has_the_stubs_and_checks_but_no_solutions_or_mutant_ca
 
 def test_in_the_student_copy_the_reference_cannot_be_imported(student_copy):
     code = "from course.ch03_kv_block.solutions.ex3_4a_free_list import *"
-    run = subprocess.run([sys.executable, "-c", code], cwd=student_copy, capture_output=True,
-                         text=True, env={"PYTHONPATH": str(student_copy), "PATH": "/usr/bin:/bin"})
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=student_copy,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(student_copy), "PATH": "/usr/bin:/bin"},
+    )
     assert run.returncode == 1 and "No module named 'course.ch03_kv_block.solutions'" in run.stderr
 
 
@@ -53,23 +59,29 @@ def test_exporting_into_a_folder_that_is_not_empty_is_refused(tmp_path, capsys):
 
 
 def test_an_export_from_an_installed_wheel_gets_a_pyproject_from_the_package_metadata(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     """A wheel carries no pyproject.toml: the copy gets one, so `pip install .` works in it."""
     tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
     from types import SimpleNamespace
 
     ep = lambda group, name, value: SimpleNamespace(group=group, name=name, value=value)  # noqa: E731
     dist = SimpleNamespace(
-        version="0.1.0", metadata={"Name": "pagedsim", "Requires-Python": ">=3.10"},
+        version="0.1.0",
+        metadata={"Name": "pagedsim", "Requires-Python": ">=3.10"},
         requires=["numpy>=2.0", "pytest>=9.0", 'nvidia-cuda-nvcc>=13.5; extra == "ptx"'],
-        entry_points=[ep("console_scripts", "pagedsim", "pagedsim.app.cli:main"),
-                      ep("pytest11", "pagedsim.testing.plugin", "pagedsim.testing.plugin")])
+        entry_points=[
+            ep("console_scripts", "pagedsim", "pagedsim.app.cli:main"),
+            ep("pytest11", "pagedsim.testing.plugin", "pagedsim.testing.plugin"),
+        ],
+    )
     project = tomllib.loads(export.installed_pyproject(dist))
     assert project["project"]["name"] == "pagedsim" and project["project"]["version"] == "0.1.0"
     assert project["project"]["dependencies"] == ["numpy>=2.0", "pytest>=9.0"]  # no extras
     assert project["project"]["scripts"] == {"pagedsim": "pagedsim.app.cli:main"}
     assert project["project"]["entry-points"]["pytest11"] == {
-        "pagedsim.testing.plugin": "pagedsim.testing.plugin"}
+        "pagedsim.testing.plugin": "pagedsim.testing.plugin"
+    }
     # no git, no pyproject.toml: what an installed copy looks like
     root = tmp_path / "site-packages"
     (root / "pagedsim").mkdir(parents=True)

@@ -8,8 +8,11 @@ def test_a_link_to_a_missing_page_becomes_plain_text_and_others_stay(tmp_path):
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "map.md").write_text("# map\n", encoding="utf-8")
     readme = tmp_path / "README.md"
-    readme.write_text("See [the map](docs/map.md), [teaching](course/INSTRUCTORS.md#grading), "
-                      "[vLLM](https://example.org/x.md) and [above](#top).\n", encoding="utf-8")
+    readme.write_text(
+        "See [the map](docs/map.md), [teaching](course/INSTRUCTORS.md#grading), "
+        "[vLLM](https://example.org/x.md) and [above](#top).\n",
+        encoding="utf-8",
+    )
     assert missing_links(tmp_path) == ["README.md: course/INSTRUCTORS.md#grading"]
     assert unlink_missing(tmp_path) == ["README.md: course/INSTRUCTORS.md#grading"]
     text = readme.read_text(encoding="utf-8")

@@ -17,7 +17,7 @@ import pytest
 from course import curriculum, grade, grade_job
 from pagedsim.testing import jail
 
-FAKE = textwrap.dedent('''
+FAKE = textwrap.dedent("""
     import json, os, subprocess, sys, time
     ex, path, notes = sys.argv[1], sys.argv[2], sys.argv[3]
     text = open(path).read()
@@ -34,15 +34,20 @@ FAKE = textwrap.dedent('''
     print(json.dumps({"exercise": ex, "status": "pass" if ok else "fail", "passed": 2 if ok else 1,
                       "total": 2, "failed": [] if ok else ["test_b"],
                       "messages": [] if ok else ["b is wrong"]}))
-''')
+""")
 
 
 @pytest.fixture
 def fake(tmp_path):
     script = tmp_path / "fake_check.py"
     script.write_text(FAKE)
-    return lambda ex_id, path, extra=(): [sys.executable, str(script), ex_id, str(path),
-                                          str(tmp_path)]
+    return lambda ex_id, path, extra=(): [
+        sys.executable,
+        str(script),
+        ex_id,
+        str(path),
+        str(tmp_path),
+    ]
 
 
 def submissions(root: Path, files: dict) -> Path:
@@ -53,16 +58,27 @@ def submissions(root: Path, files: dict) -> Path:
 
 
 def test_each_file_gets_the_status_its_checker_reported_and_a_missing_file_is_an_error(
-        tmp_path, fake):
-    root = submissions(tmp_path / "class", {"ann/ex3_1_first_fit.py": "GOOD",
-                                            "ben/ex3_1_first_fit.py": "meh",
-                                            "ann/upload/hw/ex3_2_block_layout.py": "GOOD"})
+    tmp_path, fake
+):
+    root = submissions(
+        tmp_path / "class",
+        {
+            "ann/ex3_1_first_fit.py": "GOOD",
+            "ben/ex3_1_first_fit.py": "meh",
+            "ann/upload/hw/ex3_2_block_layout.py": "GOOD",
+        },
+    )
     results = grade.grade(root, timeout=20, command=fake)
     got = {(r.student, r.exercise): (r.status, r.passed, r.total, r.failed) for r in results}
-    assert got == {("ann", "3.1"): ("pass", 2, 2, []), ("ben", "3.1"): ("fail", 1, 2, ["test_b"]),
-                   ("ann", "3.2"): ("pass", 2, 2, []), ("ben", "3.2"): ("error", 0, 0, [])}
-    assert next(r for r in results if r.student == "ben" and r.exercise == "3.2").messages == \
-        ["no file ex3_2_block_layout.py"]
+    assert got == {
+        ("ann", "3.1"): ("pass", 2, 2, []),
+        ("ben", "3.1"): ("fail", 1, 2, ["test_b"]),
+        ("ann", "3.2"): ("pass", 2, 2, []),
+        ("ben", "3.2"): ("error", 0, 0, []),
+    }
+    assert next(r for r in results if r.student == "ben" and r.exercise == "3.2").messages == [
+        "no file ex3_2_block_layout.py"
+    ]
 
 
 def test_a_loop_is_killed_at_the_limit_with_everything_it_started(tmp_path, fake):
@@ -87,7 +103,8 @@ def wait_until_gone(pid: int, tries: int = 50) -> bool:
 
 
 def test_a_checker_that_dies_without_a_result_is_an_error_that_quotes_its_last_words(
-        tmp_path, fake):
+    tmp_path, fake
+):
     root = submissions(tmp_path / "class", {"dan/ex3_1_first_fit.py": "DIE"})
     (result,) = grade.grade(root, timeout=20, command=fake)
     assert result.status == "error"
@@ -95,15 +112,24 @@ def test_a_checker_that_dies_without_a_result_is_an_error_that_quotes_its_last_w
 
 
 def test_json_and_table_output(tmp_path, fake, capsys, monkeypatch):
-    root = submissions(tmp_path / "class", {"ann/ex3_1_first_fit.py": "GOOD",
-                                            "ben/ex3_1_first_fit.py": "meh"})
+    root = submissions(
+        tmp_path / "class", {"ann/ex3_1_first_fit.py": "GOOD", "ben/ex3_1_first_fit.py": "meh"}
+    )
     monkeypatch.setattr(grade_job, "child_command", fake)  # what run_one starts
     monkeypatch.setattr(jail, "can_run_as_user", lambda sandbox: False)  # same on any machine
     assert grade.main([str(root), "--json", "--timeout", "20", "--no-sandbox"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["ben"]["3.1"]["status"] == "fail" and data["ben"]["3.1"]["failed"] == ["test_b"]
-    assert set(data["ann"]["3.1"]) >= {"status", "passed", "total", "failed", "messages",
-                                       "verified", "mode", "limits"}
+    assert set(data["ann"]["3.1"]) >= {
+        "status",
+        "passed",
+        "total",
+        "failed",
+        "messages",
+        "verified",
+        "mode",
+        "limits",
+    }
     assert data["ann"]["3.1"]["verified"] is False and data["ann"]["3.1"]["mode"] == "none"
     assert data["ann"]["3.1"]["limits"]["memory"] == 2 << 30
     assert grade.main([str(root), "--timeout", "20", "--no-sandbox"]) == 0
@@ -115,8 +141,9 @@ def test_json_and_table_output(tmp_path, fake, capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("bwrap", [None, "/usr/bin/bwrap"], ids=["no bwrap", "bwrap"])
-def test_bad_arguments_are_refused_before_the_sandbox_is_probed(tmp_path, capsys, monkeypatch,
-                                                                bwrap):
+def test_bad_arguments_are_refused_before_the_sandbox_is_probed(
+    tmp_path, capsys, monkeypatch, bwrap
+):
     """Issue 33: the unknown exercise is named whether or not bubblewrap works here and whether
     or not the solutions are on disk (the probe is never reached)."""
     monkeypatch.setattr(jail, "bwrap", lambda: bwrap)
@@ -151,7 +178,8 @@ def test_hidden_first_fit_hands_out_offset_zero_first():
 
 
 def test_extra_checks_are_copied_into_the_private_build_next_to_the_course_checks(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     """Tracked by git or not, anywhere on disk: the build gets a copy, and a clash is renamed."""
     checks = tmp_path / "build" / Path(curriculum.find("3.1").checks[0]).parent
     checks.mkdir(parents=True)
@@ -160,8 +188,9 @@ def test_extra_checks_are_copied_into_the_private_build_next_to_the_course_check
     (tmp_path / "mine" / "test_ex3_1_first_fit.py").write_text(HIDDEN)
     (tmp_path / "mine" / "hidden_more.py").write_text(HIDDEN)
     monkeypatch.chdir(tmp_path / "mine")
-    copies = grade.private_checks(tmp_path / "build",
-                                  [Path("test_ex3_1_first_fit.py"), Path("hidden_more.py")])
+    copies = grade.private_checks(
+        tmp_path / "build", [Path("test_ex3_1_first_fit.py"), Path("hidden_more.py")]
+    )
     assert [c.parent for c in copies] == [checks, checks] and all(c.is_absolute() for c in copies)
     assert [c.name for c in copies] == ["test_extra_0_test_ex3_1_first_fit.py", "hidden_more.py"]
     assert all(c.read_text() == HIDDEN for c in copies)
@@ -170,27 +199,37 @@ def test_extra_checks_are_copied_into_the_private_build_next_to_the_course_check
 
 @pytest.mark.slow
 def test_real_grading_passes_the_correct_file_and_fails_the_stub_and_the_reference_import(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     """One run with the instructor's hidden check added (an untracked file, given by a relative
     path): it counts, and its name is reported."""
     ex = curriculum.find("3.1")
     name = Path(ex.stub).name
     hidden = tmp_path / "hidden_checks.py"
     hidden.write_text(HIDDEN)
-    root = submissions(tmp_path / "class", {
-        f"right/{name}": solution_text("3.1") + "\n# my own copy\n",
-        f"stub/{name}": ex.path("stub").read_text(),
-        f"thief/{name}": "from course.ch03_kv_block.solutions.ex3_1_first_fit import *\n",
-        f"reader/{name}": "import course, pathlib\nexec((pathlib.Path(course.__file__).parent / "
-                          "'ch03_kv_block/solutions/ex3_1_first_fit.py').read_text())\n",
-    })
+    root = submissions(
+        tmp_path / "class",
+        {
+            f"right/{name}": solution_text("3.1") + "\n# my own copy\n",
+            f"stub/{name}": ex.path("stub").read_text(),
+            f"thief/{name}": "from course.ch03_kv_block.solutions.ex3_1_first_fit import *\n",
+            f"reader/{name}": (
+                "import course, pathlib\nexec((pathlib.Path(course.__file__).parent / "
+                "'ch03_kv_block/solutions/ex3_1_first_fit.py').read_text())\n"
+            ),
+        },
+    )
     # the checker runs in its own scratch folder: the path must still work
     monkeypatch.chdir(tmp_path)
-    got = {r.student: r
-           for r in grade.grade(root, ["3.1"], timeout=240, extra_checks=[Path(hidden.name)])}
+    got = {
+        r.student: r
+        for r in grade.grade(root, ["3.1"], timeout=240, extra_checks=[Path(hidden.name)])
+    }
     assert got["right"].status == "pass" and got["right"].passed == got["right"].total > 1
-    assert got["stub"].status == "fail" \
+    assert (
+        got["stub"].status == "fail"
         and "test_hidden_first_fit_hands_out_offset_zero_first" in got["stub"].failed
+    )
     assert got["stub"].total == got["right"].total
     for cheat in ("thief", "reader"):  # importing the reference, or executing its file's text
         assert got[cheat].status in ("fail", "error") and got[cheat].passed == 0, got[cheat]

@@ -19,8 +19,13 @@ SECRET = "s3cret-token-of-the-instructor-7f3a"
 
 MODES = [
     pytest.param(dict(sandbox=False), id="no sandbox"),
-    pytest.param(dict(sandbox=True), id="bubblewrap", marks=pytest.mark.skipif(
-        jail.bwrap() is None, reason="bubblewrap is not installed or cannot make namespaces")),
+    pytest.param(
+        dict(sandbox=True),
+        id="bubblewrap",
+        marks=pytest.mark.skipif(
+            jail.bwrap() is None, reason="bubblewrap is not installed or cannot make namespaces"
+        ),
+    ),
 ]
 
 
@@ -28,9 +33,15 @@ def own_uid_works() -> bool:
     return jail.can_run_as_user(False)
 
 
-UID_MODE = pytest.param(dict(sandbox=False, own_uid=True), id="own uid", marks=pytest.mark.skipif(
-    not own_uid_works(), reason="needs root, and Python in folders a job's user may enter "
-    "(a pyenv under a 0700 /root is not)"))
+UID_MODE = pytest.param(
+    dict(sandbox=False, own_uid=True),
+    id="own uid",
+    marks=pytest.mark.skipif(
+        not own_uid_works(),
+        reason="needs root, and Python in folders a job's user may enter "
+        "(a pyenv under a 0700 /root is not)",
+    ),
+)
 
 
 def submission(tmp_path, text: str, *, sandbox=False, own_uid=False, **kw) -> Submission:
@@ -56,12 +67,15 @@ def submission(tmp_path, text: str, *, sandbox=False, own_uid=False, **kw) -> Su
 
 @pytest.mark.parametrize("mode", [*MODES, UID_MODE])
 def test_a_secret_in_the_graders_environment_never_reaches_the_submission(
-        tmp_path, monkeypatch, mode):
+    tmp_path, monkeypatch, mode
+):
     """G7: the file reads os.environ at import and in a call, and raises it in a message."""
     monkeypatch.setenv("INSTRUCTOR_TOKEN", SECRET)
-    text = ("import os\nSEEN = dict(os.environ)\n"
-            "def env():\n    return SEEN, dict(os.environ)\n"
-            "def boom():\n    raise ValueError(repr(dict(os.environ)))\n")
+    text = (
+        "import os\nSEEN = dict(os.environ)\n"
+        "def env():\n    return SEEN, dict(os.environ)\n"
+        "def boom():\n    raise ValueError(repr(dict(os.environ)))\n"
+    )
     with submission(tmp_path, text, **mode) as sub:
         mod = sub.module()
         seen, now = mod.env()
@@ -70,12 +84,23 @@ def test_a_secret_in_the_graders_environment_never_reaches_the_submission(
     for text_out in (repr(seen), repr(now), str(raised.value)):
         assert SECRET not in text_out
     assert seen["LANG"] and seen["HOME"].endswith("child")
-    assert set(seen) <= {"PATH", "HOME", "TMPDIR", "LANG", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE",
-                         "PYTHONNOUSERSITE", "PYTHONHASHSEED", "MPLBACKEND", "MPLCONFIGDIR",
-                         "PWD", *jail.PASSED_ON}, sorted(seen)
+    assert set(seen) <= {
+        "PATH",
+        "HOME",
+        "TMPDIR",
+        "LANG",
+        "PYTHONPATH",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONNOUSERSITE",
+        "PYTHONHASHSEED",
+        "MPLBACKEND",
+        "MPLCONFIGDIR",
+        "PWD",
+        *jail.PASSED_ON,
+    }, sorted(seen)
 
 
-CHAIN = '''
+CHAIN = """
 import os, sys, time
 beat = os.path.join(os.getcwd(), "{name}")
 
@@ -94,7 +119,7 @@ def start():
     if os.fork() == 0:
         chain()
     return True
-'''
+"""
 
 
 def _alive(beat) -> bool:
@@ -104,11 +129,14 @@ def _alive(beat) -> bool:
     return (beat.stat().st_size if beat.exists() else 0) != size
 
 
-@pytest.mark.parametrize("escape", [
-    pytest.param("pass", id="fork chain"),
-    pytest.param("os.setsid()", id="setsid fork chain"),
-    pytest.param("os.setsid()\n    if os.fork():\n        os._exit(0)", id="double fork"),
-])
+@pytest.mark.parametrize(
+    "escape",
+    [
+        pytest.param("pass", id="fork chain"),
+        pytest.param("os.setsid()", id="setsid fork chain"),
+        pytest.param("os.setsid()\n    if os.fork():\n        os._exit(0)", id="double fork"),
+    ],
+)
 @pytest.mark.parametrize("mode", [*MODES, UID_MODE])
 def test_no_process_of_a_submission_outlives_it(tmp_path, mode, escape):
     """G5: each of these was alive 45 s after its job on d797fc2 (no sandbox)."""
@@ -124,20 +152,21 @@ def test_no_process_of_a_submission_outlives_it(tmp_path, mode, escape):
 
 
 @pytest.mark.parametrize("mode", [UID_MODE])
-def test_with_a_uid_of_its_own_the_child_can_neither_signal_nor_write_to_the_grader(
-        tmp_path, mode):
+def test_with_a_uid_of_its_own_the_child_can_neither_signal_nor_write_to_the_grader(tmp_path, mode):
     """G2: no SIGKILL for its parent (the checker), no write into /proc/<checker>/fd."""
-    text = ("import os, signal\n"
-            "def attack():\n"
-            "    out = []\n"
-            "    try:\n        os.kill(os.getppid(), signal.SIGKILL)\n"
-            "        out.append('killed')\n"
-            "    except PermissionError:\n        out.append('no signal')\n"
-            "    try:\n"
-            "        open(f'/proc/{os.getppid()}/fd/1', 'w').write('{\"status\": \"pass\"}')\n"
-            "        out.append('wrote')\n"
-            "    except OSError:\n        out.append('no write')\n"
-            "    return out\n")
+    text = (
+        "import os, signal\n"
+        "def attack():\n"
+        "    out = []\n"
+        "    try:\n        os.kill(os.getppid(), signal.SIGKILL)\n"
+        "        out.append('killed')\n"
+        "    except PermissionError:\n        out.append('no signal')\n"
+        "    try:\n"
+        "        open(f'/proc/{os.getppid()}/fd/1', 'w').write('{\"status\": \"pass\"}')\n"
+        "        out.append('wrote')\n"
+        "    except OSError:\n        out.append('no write')\n"
+        "    return out\n"
+    )
     with submission(tmp_path, text, **mode) as sub:
         assert sub.module().attack() == ["no signal", "no write"]
     assert os.getpid()  # still here

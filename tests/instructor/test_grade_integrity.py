@@ -18,7 +18,7 @@ NAME = "ex3_1_first_fit.py"
 
 # A stand-in for the checker: it reports pass for a file that says GOOD; for one that says
 # REWRITE it first rewrites bob's file at the same size and puts its mtime back (G3).
-FAKE = textwrap.dedent('''
+FAKE = textwrap.dedent("""
     import json, os, sys
     ex, path, root = sys.argv[1], sys.argv[2], sys.argv[3]
     text = open(path).read()
@@ -30,7 +30,7 @@ FAKE = textwrap.dedent('''
     ok = "GOOD" in text
     print(json.dumps({"status": "pass" if ok else "fail", "passed": 1 if ok else 0, "total": 1,
                       "failed": [] if ok else ["test_a"], "messages": []}))
-''')
+""")
 
 
 @pytest.fixture
@@ -38,8 +38,13 @@ def fake(tmp_path):
     script = tmp_path / "fake_check.py"
     script.write_text(FAKE)
     root = tmp_path / "class"
-    return root, lambda ex_id, path, extra=(): [sys.executable, str(script), ex_id, str(path),
-                                                 str(root)]
+    return root, lambda ex_id, path, extra=(): [
+        sys.executable,
+        str(script),
+        ex_id,
+        str(path),
+        str(root),
+    ]
 
 
 def write(root, files):
@@ -48,13 +53,14 @@ def write(root, files):
         (root / student / NAME).write_text(text)
 
 
-def test_a_rewrite_of_another_students_file_is_blamed_on_its_job_and_never_reaches_the_victim(
-        fake):
+def test_a_rewrite_of_another_students_file_is_blamed_on_its_job_and_never_reaches_the_victim(fake):
     """G3: same size, mtime put back. d797fc2 saw nothing and graded bob's rewritten file."""
     root, command = fake
     write(root, {"a_eve": "REWRITE", "b_bob": "GOOD"})
-    got = {r.student: r for r in grade.grade(root, ["3.1"], timeout=60, command=command,
-                                             workers=1, sandbox=False)}
+    got = {
+        r.student: r
+        for r in grade.grade(root, ["3.1"], timeout=60, command=command, workers=1, sandbox=False)
+    }
     assert got["b_bob"].status == "pass", got["b_bob"]
     assert got["a_eve"].status == "error"
     assert "b_bob/ex3_1_first_fit.py" in got["a_eve"].messages[0]
@@ -79,8 +85,10 @@ def test_each_job_gets_its_own_private_copy_of_the_checks_hashed_by_file(tmp_pat
     one, _ = grade_job.Job.make(jobs, build, NAME, b"x = 1\n")
     two, _ = grade_job.Job.make(jobs, build, NAME, b"x = 2\n")
     assert one.code != two.code and not one.tampered() and not two.tampered()
-    assert one.checks_digest() == {"checks/test_x.py": jail.contents(one.code / "course")[
-        "checks/test_x.py"], "__init__.py": jail.contents(one.code / "course")["__init__.py"]}
+    assert one.checks_digest() == {
+        "checks/test_x.py": jail.contents(one.code / "course")["checks/test_x.py"],
+        "__init__.py": jail.contents(one.code / "course")["__init__.py"],
+    }
     jail.writable(two.code)
     (two.code / "course" / "checks" / "test_x.py").write_bytes(b"def test_a():\n    pass\n#\n")
     assert two.tampered() == ["code/course/checks/test_x.py"] and not one.tampered()
@@ -89,7 +97,8 @@ def test_each_job_gets_its_own_private_copy_of_the_checks_hashed_by_file(tmp_pat
 
 
 def test_with_no_isolation_grading_is_refused_unless_no_sandbox_and_then_unverified(
-        fake, monkeypatch, capsys):
+    fake, monkeypatch, capsys
+):
     """G2: no bubblewrap and no uid of its own: refused; --no-sandbox grades, marked."""
     root, command = fake
     write(root, {"ann": "GOOD"})
@@ -112,17 +121,25 @@ def test_with_no_isolation_grading_is_refused_unless_no_sandbox_and_then_unverif
 def test_csv_and_gradescope_results_have_a_row_per_student_and_exercise(fake, tmp_path):
     root, command = fake
     write(root, {"ann": "GOOD", "b\x1b[31mob": "meh"})
-    results = grade.grade(root, ["3.1"], timeout=60, command=command,
-                          mode=grade.Mode(sandbox=False, own_uid=False))
+    results = grade.grade(
+        root, ["3.1"], timeout=60, command=command, mode=grade.Mode(sandbox=False, own_uid=False)
+    )
     rows = list(csv.DictReader(io.StringIO(grade_report.as_csv(results))))
     assert [(r["student"], r["status"], r["passed"]) for r in rows] == [
-        ("ann", "pass", "1"), ("b\\x1b[31mob", "fail", "0")]
+        ("ann", "pass", "1"),
+        ("b\\x1b[31mob", "fail", "0"),
+    ]
     written = grade_report.write_gradescope(results, tmp_path / "gs")
     assert sorted(p.parent.name for p in written) == ["ann", "b__31mob"]
     ann = json.loads((tmp_path / "gs" / "ann" / "results.json").read_text())
     assert ann["score"] == 1 and ann["tests"][0] == {
-        "name": "exercise 3.1", "score": 1, "max_score": 1, "status": "passed",
-        "output": "pass\nunverified: no isolation", "visibility": "visible"}
+        "name": "exercise 3.1",
+        "score": 1,
+        "max_score": 1,
+        "status": "passed",
+        "output": "pass\nunverified: no isolation",
+        "visibility": "visible",
+    }
 
 
 def test_the_reference_solution_renamed_and_recommented_is_flagged_and_the_stub_is_not():
@@ -131,7 +148,8 @@ def test_the_reference_solution_renamed_and_recommented_is_flagged_and_the_stub_
     if not solution:
         pytest.skip("no reference solution in this installation")
     disguised = "# my own work\n" + solution.replace("free_list", "holes_i_keep").replace(
-        "    ", "  ")
+        "    ", "  "
+    )
     assert grade_similarity.flag("3.1", disguised.encode())
     assert grade_similarity.flag("3.1", ex.path("stub").read_bytes()) == ""
     assert grade_similarity.ratio("x = 1\n", "def f(:") == 0.0
@@ -153,4 +171,5 @@ def test_a_refused_write_is_reported_in_the_row_that_made_it(tmp_path):
     assert victim.read_text() == "x = 1\n"
     assert out.status == "error" and any(
         "Read-only file system" in m or "No such file" in m or "Permission denied" in m
-        for m in out.as_json()["messages"]), (out.as_json(), out.failures)
+        for m in out.as_json()["messages"]
+    ), (out.as_json(), out.failures)

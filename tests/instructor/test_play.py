@@ -64,27 +64,31 @@ def test_the_playgrounds_own_notes_are_in_chinese_under_lang_zh():
     assert "抢占了序列 B：8 个 token 需要重算" in said and "preempted" not in said, said
     assert "preempted seq B: 8 tokens to recompute" in story.caption(s.timeline("en")[-1])
     from pagedsim.app.tour import format_snapshot
+
     text = format_snapshot(s.current(), lang="zh")
     assert "个 token   逻辑->物理：" in text and "logical->physical" not in text, text
 
 
-@pytest.mark.parametrize("line, reason", [
-    ("append Z 2", "unknown sequence 'Z'"),
-    ("alloc A x", "'x' is not a whole number"),
-    ("fork A", "usage: fork SEQ CHILD"),
-    ("alloc A 3", "already exists"),
-    ("frobnicate", "unknown command 'frobnicate'"),
-    ("resume A", "was not preempted"),
-    ("forward", "nothing to go forward to"),
-    ("draw picture.gif", "must end in .png, .svg or .pdf"),
-    ("evict", "start play with --preemption-mode recompute or swap"),
-])
+@pytest.mark.parametrize(
+    "line, reason",
+    [
+        ("append Z 2", "unknown sequence 'Z'"),
+        ("alloc A x", "'x' is not a whole number"),
+        ("fork A", "usage: fork SEQ CHILD"),
+        ("alloc A 3", "already exists"),
+        ("frobnicate", "unknown command 'frobnicate'"),
+        ("resume A", "was not preempted"),
+        ("forward", "nothing to go forward to"),
+        ("draw picture.gif", "must end in .png, .svg or .pdf"),
+        ("evict", "start play with --preemption-mode recompute or swap"),
+    ],
+)
 def test_every_mistake_is_one_line_and_changes_nothing(line, reason):
     s, _, _ = run_lines("alloc A 6")
     before = (len(s.snapshots), s.manager.block_table("A").blocks, s.cursor)
     _, pg, out = run_lines(line, session=s)
     assert pg.mistakes == 1
-    assert out.strip().splitlines()[-1] .startswith(f"! {line}: ") and reason in out
+    assert out.strip().splitlines()[-1].startswith(f"! {line}: ") and reason in out
     assert (len(s.snapshots), s.manager.block_table("A").blocks, s.cursor) == before
 
 
@@ -170,11 +174,16 @@ def test_a_scenario_script_is_drawn_end_to_end_frames_key_frames_and_a_gif(tmp_p
     script = tmp_path / "scenario.txt"
     script.write_text("alloc A 6\nfork A B\nappend B\nalloc C 40\n")
     out = tmp_path / "out"
-    assert play.main([str(script), "--num-gpu-blocks-override", "6", "--draw", str(out),
-                      "--format", "svg"]) == 0
+    assert (
+        play.main(
+            [str(script), "--num-gpu-blocks-override", "6", "--draw", str(out), "--format", "svg"]
+        )
+        == 0
+    )
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted([f"scenario_step_00{k}.svg" for k in range(5)]
-                           + ["scenario-key-frames.svg", "scenario.gif"])
+    assert names == sorted(
+        [f"scenario_step_00{k}.svg" for k in range(5)] + ["scenario-key-frames.svg", "scenario.gif"]
+    )
     texts = {k: (out / f"scenario_step_00{k}.svg").read_text() for k in (3, 4)}
     assert "<text" in texts[3] and "copy 1→2" in texts[3]  # the pair, at the step that made it
     # drained; the failed step drawn
@@ -215,5 +224,6 @@ def test_a_block_the_window_released_is_drawn_as_an_empty_dashed_table_cell():
     ax = render(s.current()).axes[0]
     cell = next(p for p in ax.patches if p.get_gid() == "table-A-0")
     assert to_hex(cell.get_facecolor()) == "#ffffff" and cell.get_linestyle() == "--"
-    assert "\u2013" in [t.get_text() for t in ax.texts] \
-        and "-1" not in [t.get_text() for t in ax.texts]
+    assert "\u2013" in [t.get_text() for t in ax.texts] and "-1" not in [
+        t.get_text() for t in ax.texts
+    ]

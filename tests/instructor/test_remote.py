@@ -16,7 +16,7 @@ from course.isolation import Submission
 from pagedsim import BlockPool
 from pagedsim.testing import remote
 
-STUDENT = '''
+STUDENT = """
 import os
 
 
@@ -56,7 +56,7 @@ class Counter:
     def bump(self):
         self.n += 1
         return self.n
-'''
+"""
 
 
 @pytest.fixture
@@ -68,7 +68,8 @@ def student(tmp_path):
 
 
 def test_a_list_and_an_array_the_callee_changes_change_here_and_a_returned_argument_is_the_same_object(  # noqa: E501 -- "def NAME(" alone is 103 columns; renaming would change the node id
-        student):
+    student,
+):
     _, mod, _ = student
     table = [9]
     assert mod.grow(table, 3) is table and table == [9, 0, 1, 2]
@@ -91,12 +92,16 @@ def test_a_students_exception_class_comes_back_as_a_stand_in_with_its_base_and_i
     assert isinstance(raised.value, ValueError) and str(raised.value) == "block 5 is not yours"
     assert type(raised.value).__name__ == "PoolError"
     frames = [e for e in raised.traceback if str(e.path) == str(path)]
-    assert frames and frames[-1].lineno + 1 == STUDENT.splitlines().index(
-        '    raise PoolError(f"block {b} is not yours")') + 1
+    assert (
+        frames
+        and frames[-1].lineno + 1
+        == STUDENT.splitlines().index('    raise PoolError(f"block {b} is not yours")') + 1
+    )
 
 
 def test_the_checker_serves_the_child_public_methods_of_what_it_handed_over_and_nothing_private(
-        student):
+    student,
+):
     _, mod, _ = student
     pool = BlockPool(4, 2)
     assert mod.uses(pool) == (0, 1) and pool.ref_count(0) == 1  # the call ran on this pool
@@ -110,17 +115,22 @@ def test_a_raw_request_for_a_dunder_a_class_or_a_module_is_refused(student):
     code."""
     sub, _, _ = student
     pool = BlockPool(4, 2)
-    for op, payload in [("getattr", (pool, "__class__")),
-                        ("getattr", (pool.allocate, "__globals__")),
-                        ("getattr", (pool, "__init__")), ("call", (BlockPool, (1, 1), {})),
-                        ("getattr", (os, "system")), ("special", (pool, "__reduce__", ())),
-                        ("import_impl", ("/etc/passwd", "3.1"))]:
+    for op, payload in [
+        ("getattr", (pool, "__class__")),
+        ("getattr", (pool.allocate, "__globals__")),
+        ("getattr", (pool, "__init__")),
+        ("call", (BlockPool, (1, 1), {})),
+        ("getattr", (os, "system")),
+        ("special", (pool, "__reduce__", ())),
+        ("import_impl", ("/etc/passwd", "3.1")),
+    ]:
         with pytest.raises(PermissionError):
             sub.ch.perform(op, payload)
 
 
 def test_a_child_that_exits_during_a_call_is_a_child_died_and_the_next_use_starts_a_fresh_one(
-        student):
+    student,
+):
     sub, mod, _ = student
     first = sub.proc.pid
     with pytest.raises(remote.ChildDied):
@@ -132,13 +142,22 @@ def test_a_child_that_exits_during_a_call_is_a_child_died_and_the_next_use_start
 def _exploit(mark) -> bytes:
     """The pickle that ran code in the grader of d797fc2: numpy.dtypes + __builtins__.get
     gives `exec`, which the allow-list let through; then exec(touch MARK)."""
+
     def text(s):
         b = s.encode()
         return b"\x8c" + bytes([len(b)]) + b
 
     code = f"open({str(mark)!r}, 'w').close()"
-    inner = (b"\x80\x04" + text("numpy.dtypes") + text("__builtins__.get") + b"\x93"
-             + text("exec") + b"\x85R" + text(code) + b"\x85R.")
+    inner = (
+        b"\x80\x04"
+        + text("numpy.dtypes")
+        + text("__builtins__.get")
+        + b"\x93"
+        + text("exec")
+        + b"\x85R"
+        + text(code)
+        + b"\x85R."
+    )
     return b"P" + pickle.dumps(("ok", 1, inner, {}), protocol=4)
 
 
@@ -164,14 +183,16 @@ def test_a_reply_that_would_run_code_here_is_refused_and_nothing_runs(tmp_path):
 
 
 def test_a_submission_that_writes_a_crafted_frame_at_import_gets_an_error_and_nothing_runs(
-        tmp_path):
+    tmp_path,
+):
     """The attack end to end: the file writes the exploit on its own socket while imported."""
     mark = tmp_path / "ran"
     path = tmp_path / "evil.py"
     path.write_text(
         "import os, struct, sys\n"
         f"body = {_exploit(mark)!r}\n"
-        "os.write(int(sys.argv[1]), struct.pack('!Q', len(body)) + body)\n")
+        "os.write(int(sys.argv[1]), struct.pack('!Q', len(body)) + body)\n"
+    )
     with Submission(path, "3.1", scratch=tmp_path / "scratch") as sub:
         with pytest.raises(Exception, match="refused to read") as raised:
             sub.module()

@@ -25,8 +25,19 @@ from pagedsim.testing.remote_proxy import Remote, RemoteModule
 
 _EVENTS: list[str] = []
 _WATCHING = [False]
-CALLS = {"exec", "compile", "import", "pickle.find_class", "os.system", "subprocess.Popen",
-         "open", "ctypes.dlopen", "os.exec", "os.posix_spawn", "marshal.loads"}
+CALLS = {
+    "exec",
+    "compile",
+    "import",
+    "pickle.find_class",
+    "os.system",
+    "subprocess.Popen",
+    "open",
+    "ctypes.dlopen",
+    "os.exec",
+    "os.posix_spawn",
+    "marshal.loads",
+}
 
 
 def _audit(event, args):
@@ -59,9 +70,23 @@ def in_schema(v, depth=0) -> bool:
     """Whether `v` is a value of the table (a handle is a proxy, never a callable of ours)."""
     if depth > 300:
         return False
-    if v is None or v is Ellipsis or type(v) in (bool, int, float, str, bytes, bytearray, complex,
-                                                 range, pathlib.PosixPath,
-                                                 pathlib.PurePosixPath):
+    if (
+        v is None
+        or v is Ellipsis
+        or type(v)
+        in (
+            bool,
+            int,
+            float,
+            str,
+            bytes,
+            bytearray,
+            complex,
+            range,
+            pathlib.PosixPath,
+            pathlib.PurePosixPath,
+        )
+    ):
         return True
     if type(v) in (list, tuple, set, frozenset):
         return all(in_schema(x, depth + 1) for x in v)
@@ -93,32 +118,53 @@ def same(a, b) -> bool:
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, slice):
-        return all(same(x, y) for x, y in zip((a.start, a.stop, a.step),
-                                              (b.start, b.stop, b.step), strict=True))
+        return all(
+            same(x, y)
+            for x, y in zip((a.start, a.stop, a.step), (b.start, b.stop, b.step), strict=True)
+        )
     if isinstance(a, (set, frozenset)):
         return len(a) == len(b) and all(any(same(x, y) for y in b) for x in a)
     return a == b
 
 
-keys = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=8),
-                 st.binary(max_size=8), st.tuples(st.integers(), st.text(max_size=4)))
+keys = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.text(max_size=8),
+    st.binary(max_size=8),
+    st.tuples(st.integers(), st.text(max_size=4)),
+)
 leaves = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(), st.text(), st.binary(),
-    st.binary().map(bytearray), st.complex_numbers(allow_nan=False),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(),
+    st.binary(),
+    st.binary().map(bytearray),
+    st.complex_numbers(allow_nan=False),
     st.builds(range, st.integers(-9, 9), st.integers(-9, 9), st.integers(1, 3)),
-    st.just(Ellipsis), st.text(max_size=20).map(pathlib.PurePosixPath),
+    st.just(Ellipsis),
+    st.text(max_size=20).map(pathlib.PurePosixPath),
     st.sampled_from(sorted(DTYPES)).flatmap(
-        lambda d: hnp.arrays(np.dtype(d), hnp.array_shapes(min_dims=0, max_dims=3, max_side=3))),
+        lambda d: hnp.arrays(np.dtype(d), hnp.array_shapes(min_dims=0, max_dims=3, max_side=3))
+    ),
     st.sampled_from(sorted(DTYPES)).flatmap(
-        lambda d: hnp.arrays(np.dtype(d), ()).map(lambda a: a[()])),
+        lambda d: hnp.arrays(np.dtype(d), ()).map(lambda a: a[()])
+    ),
     st.sampled_from(sorted(DTYPES)).map(np.dtype),
-    st.sets(keys, max_size=4), st.frozensets(st.integers(), max_size=4),
+    st.sets(keys, max_size=4),
+    st.frozensets(st.integers(), max_size=4),
 )
 values = st.recursive(
     leaves,
-    lambda inner: st.one_of(st.lists(inner, max_size=4), st.tuples(inner, inner),
-                            st.dictionaries(keys, inner, max_size=4),
-                            st.builds(slice, inner, inner, inner)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.tuples(inner, inner),
+        st.dictionaries(keys, inner, max_size=4),
+        st.builds(slice, inner, inner, inner),
+    ),
     max_leaves=20,
 )
 
@@ -149,15 +195,24 @@ def test_arbitrary_bytes_are_a_schema_value_or_a_clean_refusal(channel, data):
     _check_refusal_or_schema(channel, data)
 
 
-json_leaves = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=12),
-                        st.sampled_from(sorted(_ARITY)), st.sampled_from(sorted(DTYPES)),
-                        st.just("AAAA"), st.sampled_from(["object", "function", "module"]))
+json_leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=12),
+    st.sampled_from(sorted(_ARITY)),
+    st.sampled_from(sorted(DTYPES)),
+    st.just("AAAA"),
+    st.sampled_from(["object", "function", "module"]),
+)
 trees = st.recursive(
     json_leaves,
     lambda inner: st.one_of(
         st.lists(inner, max_size=5),
         st.tuples(st.sampled_from(sorted(_ARITY)), st.lists(inner, max_size=4)).map(
-            lambda t: [t[0], *t[1]]),
+            lambda t: [t[0], *t[1]]
+        ),
     ),
     max_leaves=30,
 )
@@ -169,18 +224,21 @@ def test_arbitrary_tagged_trees_are_a_schema_value_or_a_clean_refusal(channel, t
     _check_refusal_or_schema(channel, dump_message(tree))
 
 
-@pytest.mark.parametrize("node, why", [
-    (["a", "|O", [1], "AAAAAAAAAAA="], "dtype"),
-    (["a", "<f8", [2], "AAAAAAAAAAA="], "do not match"),
-    (["n", "<M8[s]", "AAAAAAAAAAA="], "dtype"),
-    (["kx", "os.system"], "known list"),
-    (["y", 12345], "never handed over"),
-    (["g", 0], "not passed"),
-    (["x", ["kx", "ValueError"], [], "t", [], [], None, [], 7], "malformed exception"),
-    (["d", [[["l", []], 1]]], "dict key"),
-    (["zz"], "unknown tag"),
-    ({"a": 1}, "JSON object"),
-])
+@pytest.mark.parametrize(
+    "node, why",
+    [
+        (["a", "|O", [1], "AAAAAAAAAAA="], "dtype"),
+        (["a", "<f8", [2], "AAAAAAAAAAA="], "do not match"),
+        (["n", "<M8[s]", "AAAAAAAAAAA="], "dtype"),
+        (["kx", "os.system"], "known list"),
+        (["y", 12345], "never handed over"),
+        (["g", 0], "not passed"),
+        (["x", ["kx", "ValueError"], [], "t", [], [], None, [], 7], "malformed exception"),
+        (["d", [[["l", []], 1]]], "dict key"),
+        (["zz"], "unknown tag"),
+        ({"a": 1}, "JSON object"),
+    ],
+)
 def test_what_is_outside_the_table_is_refused_with_its_reason(channel, node, why):
     with pytest.raises(remote.RemoteError, match=why):
         channel.decode(load_message(dump_message(node)))
@@ -213,6 +271,15 @@ def test_an_exit_from_the_submission_is_never_obeyed(channel):
     back = channel.decode(load_message(dump_message(node)))
     assert isinstance(back, remote.RemoteError) and "SystemExit" in str(back)
     # nor can an attribute turn an exception into one
-    node = ["x", ["kx", "ValueError"], [], "v", [], [["__class__", ["kx", "KeyboardInterrupt"]]],
-            None, [], ""]
+    node = [
+        "x",
+        ["kx", "ValueError"],
+        [],
+        "v",
+        [],
+        [["__class__", ["kx", "KeyboardInterrupt"]]],
+        None,
+        [],
+        "",
+    ]
     assert type(channel.decode(load_message(dump_message(node)))) is ValueError

@@ -121,8 +121,9 @@ def test_set_lang_exports_the_choice_for_subprocesses_and_refuses_others_leaving
 
 
 def test_step_mode_goes_back_one_step_on_b(capsys, monkeypatch):
-    out = tour_output(capsys, "--step", "--width", "100", stdin="\n\nb\nq\n",
-                      monkeypatch=monkeypatch)
+    out = tour_output(
+        capsys, "--step", "--width", "100", stdin="\n\nb\nq\n", monkeypatch=monkeypatch
+    )
     import re
 
     assert re.findall(r"step (\d+): ", out) == ["0", "1", "2", "1"]

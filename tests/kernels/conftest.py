@@ -24,7 +24,7 @@ def padded_tables(tables, max_blocks=None, fill=GARBAGE) -> np.ndarray:
     width = max_blocks or max(len(t) for t in tables)
     out = np.full((len(tables), width), fill, np.int32)
     for i, t in enumerate(tables):
-        out[i, :len(t)] = list(t)
+        out[i, : len(t)] = list(t)
     return out
 
 
@@ -32,8 +32,7 @@ def random_query(rng, num_seqs, num_heads, head_dim, dtype=np.float32):
     return rng.standard_normal((num_seqs, num_heads, head_dim)).astype(dtype)  # [S, H, D]
 
 
-def prefill_batch(rng, prefixes, q_lens, kv_heads, group, head_dim, block_size,
-                  qdtype=np.float16):
+def prefill_batch(rng, prefixes, q_lens, kv_heads, group, head_dim, block_size, qdtype=np.float16):
     """(query, cache, tables, lens, starts) for paged_prefill, fp16 cache: sequence s has
     prefixes[s] cached tokens and q_lens[s] new ones, its blocks scattered in a pool with
     spare blocks and table entries past them set to GARBAGE."""

@@ -45,14 +45,25 @@ def launch(case: dict, data: dict, path: str) -> tuple[np.ndarray, str]:
 
     common = (data["query"], data["kv_cache"], data["block_tables"], data["context_lens"])
     if case["kind"] == "decode":
-        out = cuda_kernels.paged_attention(*common, case["scale"], mode=case["mode"],
-                                           partition_size=case["partition_size"],
-                                           window=case["window"], sinks=case["sinks"],
-                                           path=path)
+        out = cuda_kernels.paged_attention(
+            *common,
+            case["scale"],
+            mode=case["mode"],
+            partition_size=case["partition_size"],
+            window=case["window"],
+            sinks=case["sinks"],
+            path=path,
+        )
         return out, attention.LAST_PLAN["path"]
-    out = cuda_kernels.paged_prefill(*common, data["query_start_loc"], case["scale"],
-                                     causal=case["causal"], window=case["window"] or 0,
-                                     sinks=case["sinks"], path=path)
+    out = cuda_kernels.paged_prefill(
+        *common,
+        data["query_start_loc"],
+        case["scale"],
+        causal=case["causal"],
+        window=case["window"] or 0,
+        sinks=case["sinks"],
+        path=path,
+    )
     return out, prefill.LAST_PATH["path"]
 
 
@@ -86,8 +97,9 @@ def run_case(case: dict, oracle=sdpa) -> list[dict]:
                 rec.update(ok=False, why=f"auto chose {chosen}, expected {expected_auto(case)}")
             ran.add(chosen)
         except Exception as exc:  # a failure to log, with its traceback
-            rec.update(ok=False, why=f"{type(exc).__name__}: {exc}",
-                       trace=traceback.format_exc(limit=6))
+            rec.update(
+                ok=False, why=f"{type(exc).__name__}: {exc}", trace=traceback.format_exc(limit=6)
+            )
         rec["seconds"] = round(time.time() - start, 1)
         records.append(rec)
     return records
@@ -118,8 +130,13 @@ def main(argv=None) -> int:
             failures += bool(bad)
             log.write(json.dumps(dict(n=number, case=case, runs=records, ok=not bad)) + "\n")
             log.flush()
-            print(number, case["kind"], "FAIL" if bad else "ok",
-                  [(r["path"], r.get("chosen"), r.get("err")) for r in records], flush=True)
+            print(
+                number,
+                case["kind"],
+                "FAIL" if bad else "ok",
+                [(r["path"], r.get("chosen"), r.get("err")) for r in records],
+                flush=True,
+            )
             number += 1
     print(f"{number} cases, {failures} failed", flush=True)
     return 0

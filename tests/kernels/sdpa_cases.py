@@ -35,24 +35,34 @@ def draw_common(rng) -> dict:
     window = None
     if rng.random() < 1 / 3:
         window = log_uniform(rng, 64)
-    return dict(head_dim=int(rng.choice(HEAD_DIMS)), kv_heads=int(rng.integers(1, 4)),
-                group=int(rng.choice(GROUPS)), block_size=int(rng.choice(BLOCK_SIZES)),
-                cache_dtype=str(rng.choice(["float16", "float16", "float32"])),
-                query_dtype=str(rng.choice(["float16", "float32"])),
-                window=window, sinks=int(rng.integers(0, 4)) if window else 0,
-                scale=None if rng.random() < 0.7 else float(rng.uniform(0.02, 0.4)),
-                fill=int(rng.choice([-1, 10**6])), extra_cols=int(rng.integers(0, 3)),
-                blank_skipped=bool(rng.random() < 0.5), seed=int(rng.integers(2**31)),
-                needle=[None, None, "first", "last", "outside"][int(rng.integers(5))])
+    return dict(
+        head_dim=int(rng.choice(HEAD_DIMS)),
+        kv_heads=int(rng.integers(1, 4)),
+        group=int(rng.choice(GROUPS)),
+        block_size=int(rng.choice(BLOCK_SIZES)),
+        cache_dtype=str(rng.choice(["float16", "float16", "float32"])),
+        query_dtype=str(rng.choice(["float16", "float32"])),
+        window=window,
+        sinks=int(rng.integers(0, 4)) if window else 0,
+        scale=None if rng.random() < 0.7 else float(rng.uniform(0.02, 0.4)),
+        fill=int(rng.choice([-1, 10**6])),
+        extra_cols=int(rng.integers(0, 3)),
+        blank_skipped=bool(rng.random() < 0.5),
+        seed=int(rng.integers(2**31)),
+        needle=[None, None, "first", "last", "outside"][int(rng.integers(5))],
+    )
 
 
 def draw_decode(rng, max_ctx: int = 300) -> dict:
     case = draw_common(rng)
-    case.update(kind="decode", lens=[log_uniform(rng, max_ctx)
-                                     for _ in range(int(rng.integers(1, 4)))],
-                mode=str(rng.choice(["auto", "auto", "single", "split"])))
-    case["partition_size"] = (int(rng.choice([16, 32, 48, 64, 100])) if case["mode"] == "split"
-                              else None)
+    case.update(
+        kind="decode",
+        lens=[log_uniform(rng, max_ctx) for _ in range(int(rng.integers(1, 4)))],
+        mode=str(rng.choice(["auto", "auto", "single", "split"])),
+    )
+    case["partition_size"] = (
+        int(rng.choice([16, 32, 48, 64, 100])) if case["mode"] == "split" else None
+    )
     return shrink(case)
 
 
@@ -64,8 +74,7 @@ def draw_prefill(rng, max_prefix: int = 200, max_chunk: int = 70) -> dict:
         chunks[0] = 1
     prefixes = [0 if rng.random() < 0.3 else log_uniform(rng, max_prefix) for _ in range(seqs)]
     prefixes = [max(p, 1) if c == 0 else p for p, c in zip(prefixes, chunks, strict=True)]
-    case.update(kind="prefill", prefixes=prefixes, chunks=chunks,
-                causal=bool(rng.random() < 0.8))
+    case.update(kind="prefill", prefixes=prefixes, chunks=chunks, causal=bool(rng.random() < 0.8))
     return shrink(case)
 
 
@@ -79,8 +88,10 @@ def cost(case: dict) -> float:
             tiles += sum(-(-n // case["partition_size"]) for n in case["lens"])
         return heads * chunks * tiles * width
     q_tile = max(1, 16 // group)
-    work = sum(-(-c // q_tile) * (-(-(p + c) // 16)) for p, c in
-               zip(case["prefixes"], case["chunks"], strict=True))
+    work = sum(
+        -(-c // q_tile) * (-(-(p + c) // 16))
+        for p, c in zip(case["prefixes"], case["chunks"], strict=True)
+    )
     return heads * work * width
 
 
@@ -98,8 +109,9 @@ def shrink(case: dict, budget: float = BUDGET) -> dict:
         i = int(np.argmax(ctx))
         if ctx[i] <= 16:
             break
-        if case["chunks"][i] > 1 and (case["chunks"][i] * case["group"] > 16
-                                      or case["prefixes"][i] <= 1):
+        if case["chunks"][i] > 1 and (
+            case["chunks"][i] * case["group"] > 16 or case["prefixes"][i] <= 1
+        ):
             case["chunks"][i] //= 2
         elif case["prefixes"][i] > 1:
             case["prefixes"][i] //= 2
@@ -119,7 +131,7 @@ def tables_for(rng, case: dict, lens, needed) -> tuple[np.ndarray, int]:
     tables = np.full((len(lens), width), case["fill"], np.int32)
     at = 0
     for s, n in enumerate(blocks):
-        tables[s, :n] = ids[at:at + n]
+        tables[s, :n] = ids[at : at + n]
         at += n
         if case["blank_skipped"] and case["window"]:
             used = np.zeros(n, bool)
@@ -154,8 +166,11 @@ def arrays(case: dict) -> dict:
     """The case's inputs, made from its seed: query, kv_cache, block_tables, context_lens
     (and query_start_loc for prefill)."""
     rng = np.random.default_rng(case["seed"])
-    lens = case["lens"] if case["kind"] == "decode" else [
-        p + c for p, c in zip(case["prefixes"], case["chunks"], strict=True)]
+    lens = (
+        case["lens"]
+        if case["kind"] == "decode"
+        else [p + c for p, c in zip(case["prefixes"], case["chunks"], strict=True)]
+    )
     needed = [np.flatnonzero(m.any(axis=0)) for m in masks(case)]
     tables, num_blocks = tables_for(rng, case, lens, needed)
     shape = (num_blocks, 2, case["kv_heads"], case["block_size"], case["head_dim"])
@@ -164,8 +179,9 @@ def arrays(case: dict) -> dict:
     query = rng.standard_normal((rows, case["kv_heads"] * case["group"], case["head_dim"]))
     query = query.astype(case["query_dtype"])
     plant_needle(case, query, cache, tables)
-    out = dict(query=query, kv_cache=cache, block_tables=tables,
-               context_lens=np.array(lens, np.int32))
+    out = dict(
+        query=query, kv_cache=cache, block_tables=tables, context_lens=np.array(lens, np.int32)
+    )
     if case["kind"] == "prefill":
         out["query_start_loc"] = np.concatenate([[0], np.cumsum(case["chunks"])]).astype(np.int32)
     return out
@@ -225,14 +241,16 @@ def sdpa(case: dict, data: dict) -> np.ndarray:
     row = 0
     for s, mask in enumerate(masks(case)):
         n, ctx = mask.shape
-        k, v = gathered(data["kv_cache"], data["block_tables"][s], ctx,
-                        np.flatnonzero(mask.any(axis=0)))
+        k, v = gathered(
+            data["kv_cache"], data["block_tables"][s], ctx, np.flatnonzero(mask.any(axis=0))
+        )
         k = torch.from_numpy(k).repeat_interleave(group, dim=0)  # head h reads KV head h // G
         v = torch.from_numpy(v).repeat_interleave(group, dim=0)
-        q = torch.from_numpy(query[row:row + n]).transpose(0, 1)  # [H, n, D]
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=torch.from_numpy(mask),
-                                           scale=case["scale"])
-        out[row:row + n] = o.transpose(0, 1).numpy()
+        q = torch.from_numpy(query[row : row + n]).transpose(0, 1)  # [H, n, D]
+        o = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=torch.from_numpy(mask), scale=case["scale"]
+        )
+        out[row : row + n] = o.transpose(0, 1).numpy()
         row += n
     return out
 
@@ -243,18 +261,25 @@ def numpy_reference(case: dict, data: dict) -> np.ndarray:
 
     common = (data["query"], data["kv_cache"], data["block_tables"], data["context_lens"])
     if case["kind"] == "decode":
-        return reference.paged_attention(*common, case["scale"], window=case["window"],
-                                         sinks=case["sinks"])
-    return reference.reference_prefill(*common, data["query_start_loc"], case["scale"],
-                                       causal=case["causal"], window=case["window"] or 0,
-                                       sinks=case["sinks"])
+        return reference.paged_attention(
+            *common, case["scale"], window=case["window"], sinks=case["sinks"]
+        )
+    return reference.reference_prefill(
+        *common,
+        data["query_start_loc"],
+        case["scale"],
+        causal=case["causal"],
+        window=case["window"] or 0,
+        sinks=case["sinks"],
+    )
 
 
 def servable(case: dict) -> bool:
     """Can path="tensor" serve the case? float16 cache, head_dim % 16 == 0, <= 256 (the
     arrays made here are always 16-byte aligned)."""
-    return (case["cache_dtype"] == "float16" and case["head_dim"] % 16 == 0
-            and case["head_dim"] <= 256)
+    return (
+        case["cache_dtype"] == "float16" and case["head_dim"] % 16 == 0 and case["head_dim"] <= 256
+    )
 
 
 def expected_auto(case: dict) -> str:

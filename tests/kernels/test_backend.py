@@ -18,8 +18,9 @@ def run(code: str, **env_changes):
         k: v for k, v in os.environ.items() if k not in ("PAGEDSIM_CUDA", "NUMBA_ENABLE_CUDASIM")
     }
     env.update(env_changes, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
 
 
 def test_this_machine_without_a_gpu_runs_the_simulator():
@@ -30,8 +31,11 @@ def test_this_machine_without_a_gpu_runs_the_simulator():
 
 @pytest.mark.slow
 def test_the_environment_variable_forces_the_simulator_quietly_and_numba_follows():
-    done = run("import cuda_kernels; from numba.cuda.core import config; "
-               "print(cuda_kernels.backend(), config.ENABLE_CUDASIM)", PAGEDSIM_CUDA="simulator")
+    done = run(
+        "import cuda_kernels; from numba.cuda.core import config; "
+        "print(cuda_kernels.backend(), config.ENABLE_CUDASIM)",
+        PAGEDSIM_CUDA="simulator",
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["simulator", "1"]
     assert "simulator" not in done.stderr  # forced: no fallback notice
@@ -53,9 +57,14 @@ def test_importing_numba_cuda_first_in_another_mode_is_reported_not_hidden():
 
 
 def test_the_gpu_benchmark_refuses_to_time_anything_on_the_simulator():
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_attention.py")],
-                          env=dict(os.environ, PYTHONPATH=str(ROOT), PAGEDSIM_CUDA="simulator"),
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_attention.py")],
+        env=dict(os.environ, PYTHONPATH=str(ROOT), PAGEDSIM_CUDA="simulator"),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert done.returncode == 2
     assert "no GPU" in done.stderr and "--dry-run" in done.stderr
 
@@ -65,10 +74,21 @@ def test_the_gpu_benchmarks_dry_run_checks_every_kernel_and_reports_no_timing(tm
     """The one command meant for a GPU must not rot where no GPU runs it: its tiny dry run
     goes through every step, and every on-device correctness check passes."""
     out = tmp_path / "r.json"
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_attention.py"),
-                           "--dry-run", "--no-labs", "--out", str(out)],
-                          env=dict(os.environ, PYTHONPATH=str(ROOT), PAGEDSIM_CUDA="simulator"),
-                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "gpu_attention.py"),
+            "--dry-run",
+            "--no-labs",
+            "--out",
+            str(out),
+        ],
+        env=dict(os.environ, PYTHONPATH=str(ROOT), PAGEDSIM_CUDA="simulator"),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["backend"] == "simulator" and not report["timings_valid"]

@@ -33,12 +33,18 @@ print(cuda_kernels.backend(), "simulator" if config.ENABLE_CUDASIM else "gpu")
 
 
 def probe(**env):
-    clean = {k: v for k, v in os.environ.items()
-             if k not in ("NUMBA_ENABLE_CUDASIM", "PAGEDSIM_CUDA")}
+    clean = {
+        k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", "PAGEDSIM_CUDA")
+    }
     clean["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), clean.get("PYTHONPATH")]))
-    return subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", PROBE],
-                          cwd=ROOT, env={**clean, **env}, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-W", "error::RuntimeWarning", "-c", PROBE],
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_gpu_common_imported_first_in_a_fresh_process_selects_the_backend_itself():
@@ -71,6 +77,7 @@ def test_a_phase_runs_only_when_its_budget_fits_in_what_is_left_and_is_timed():
         def fn(g):
             clock.now += seconds
             return seconds
+
         return fn
 
     assert guard.run("a", 30, work(40)) == 40  # a phase may overrun its own budget ...
@@ -100,6 +107,7 @@ def test_inside_a_phase_left_is_its_budget_cut_at_the_run_deadline():
 def test_the_compile_clock_counts_an_outermost_compiler_lock_once_however_deep():
     """A kernel's compile takes numba's compiler lock again for each device function."""
     from numba.cuda.core import event
+
     with common.CompileClock() as clock:
         for _ in range(2):  # two compiles, the first with a nested device-function compile
             event.start_event("numba-cuda:compiler_lock")
@@ -124,9 +132,16 @@ def test_the_auto_row_times_what_paged_attention_launches_and_reads_its_plan_bac
     tables, num_blocks = ck.reference.scattered_block_tables(rng, lens, 4, spare=1)
     cache = cuda.to_device(rng.standard_normal((num_blocks, 2, 1, 4, 16)).astype(np.float16))
     query = cuda.to_device(rng.standard_normal((2, 4, 16)).astype(np.float16))
-    launch, out, plan = common.auto_launch(ck.BLOCK_MAJOR, cache, cache, query,
-                                           cuda.to_device(tables), cuda.to_device(lens),
-                                           block_size=4, num_kv_heads=1)
+    launch, out, plan = common.auto_launch(
+        ck.BLOCK_MAJOR,
+        cache,
+        cache,
+        query,
+        cuda.to_device(tables),
+        cuda.to_device(lens),
+        block_size=4,
+        num_kv_heads=1,
+    )
     assert plan["path"] == "tensor" and plan["num_partitions"] == 1  # G = 4, float16, D = 16
     launch()
     want = ck.reference.paged_attention(query.copy_to_host(), cache.copy_to_host(), tables, lens)
@@ -137,9 +152,18 @@ def test_the_auto_row_times_what_paged_attention_launches_and_reads_its_plan_bac
 @pytest.mark.parametrize("layout", ["paged", "contiguous"])
 def test_the_benchmarks_tensor_core_configurations_pass_its_device_check(layout, mode):
     rng = np.random.default_rng(11)
-    assert gpu_attention.check_config(rng, heads=4, kv_heads=1, dim=16, dtype="float16",
-                                      mode=mode, layout=layout, dry=True, context=24,
-                                      path="tensor")
+    assert gpu_attention.check_config(
+        rng,
+        heads=4,
+        kv_heads=1,
+        dim=16,
+        dtype="float16",
+        mode=mode,
+        layout=layout,
+        dry=True,
+        context=24,
+        path="tensor",
+    )
 
 
 def test_a_phase_that_raises_is_recorded_and_the_next_phase_still_runs():
@@ -167,24 +191,51 @@ def test_the_run_clock_can_start_before_the_guard_is_built():
 
 def measured_report(prefill_ms=2.0, sdpa_ms=1.8, g4_pct=86.0, g8_pct=60.0, valid=True):
     def decode(batch, heads, pct):
-        return {"mode": "auto", "layout": "paged", "dtype": "float16", "batch": batch,
-                "context": 4096, "heads": heads, "kv_heads": 8, "group": heads // 8,
-                "checked_on_device": True, "pct_of_roofline": pct, "median_ms": 0.5,
-                "gb_per_s": 3900.0, "path": "tensor", "num_partitions": 1}
-    return {"timings_valid": valid, "device": "NVIDIA H200", "backend": "gpu", "dry_run": False,
-            "prefill": [{"kernel": "paged_prefill", "checked_on_device": True, "path_ran": "tensor",
-                         "median_ms": prefill_ms, "by_path": []},
-                        {"kernel": "torch_sdpa_flash", "peer": True, "median_ms": sdpa_ms}],
-            "cases": [decode(64, 32, g4_pct), decode(32, 64, g8_pct)],
-            "phases": {"prefill": {"seconds": 40.0, "compile_s": 12.5, "compiles": 3}}}
+        return {
+            "mode": "auto",
+            "layout": "paged",
+            "dtype": "float16",
+            "batch": batch,
+            "context": 4096,
+            "heads": heads,
+            "kv_heads": 8,
+            "group": heads // 8,
+            "checked_on_device": True,
+            "pct_of_roofline": pct,
+            "median_ms": 0.5,
+            "gb_per_s": 3900.0,
+            "path": "tensor",
+            "num_partitions": 1,
+        }
+
+    return {
+        "timings_valid": valid,
+        "device": "NVIDIA H200",
+        "backend": "gpu",
+        "dry_run": False,
+        "prefill": [
+            {
+                "kernel": "paged_prefill",
+                "checked_on_device": True,
+                "path_ran": "tensor",
+                "median_ms": prefill_ms,
+                "by_path": [],
+            },
+            {"kernel": "torch_sdpa_flash", "peer": True, "median_ms": sdpa_ms},
+        ],
+        "cases": [decode(64, 32, g4_pct), decode(32, 64, g8_pct)],
+        "phases": {"prefill": {"seconds": 40.0, "compile_s": 12.5, "compiles": 3}},
+    }
 
 
 def test_each_gpu_target_gets_its_measured_value_next_to_the_goal_and_a_verdict():
     got = {t["target"]: t for t in gpu_summary.targets(measured_report())}
     assert got["prefill_vs_sdpa_flash"]["measured"] == 0.9  # 1.8 ms / 2.0 ms
     assert got["prefill_vs_sdpa_flash"]["verdict"] == "PASS"
-    assert (got["decode_g4_pct_of_roofline"]["goal"], got["decode_g4_pct_of_roofline"]["verdict"]
-            ) == (85.0, "PASS")
+    assert (
+        got["decode_g4_pct_of_roofline"]["goal"],
+        got["decode_g4_pct_of_roofline"]["verdict"],
+    ) == (85.0, "PASS")
     assert got["decode_g8_pct_of_roofline"]["verdict"] == "FAIL"  # 60 < 75
     slow = {t["target"]: t["verdict"] for t in gpu_summary.targets(measured_report(3.0))}
     assert slow["prefill_vs_sdpa_flash"] == "FAIL"  # 1.8 / 3.0 = 0.6 < 0.8
@@ -202,7 +253,8 @@ def test_a_target_without_a_valid_measurement_says_why_and_never_passes():
     assert got["prefill_vs_sdpa_flash"]["verdict"] == "NOT MEASURED"
     assert "no torch_sdpa_flash row" in got["prefill_vs_sdpa_flash"]["detail"]
     assert got["decode_g4_pct_of_roofline"]["detail"] == (
-        "phase decode skipped: needs 200 s, 12 s left")
+        "phase decode skipped: needs 200 s, 12 s left"
+    )
 
 
 def test_the_markdown_summary_lists_targets_and_phases_with_compile_times():
@@ -215,13 +267,15 @@ def test_the_markdown_summary_lists_targets_and_phases_with_compile_times():
 def test_the_labs_skip_the_sections_that_do_not_fit_in_the_time_left():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import gpu_labs
+
     result = gpu_labs.run(True, left=lambda: 12.0)  # 12 s: alignment (10) and prealloc (5)
     assert result["skipped"] == ["layouts", "allocators"]
     assert "layouts" not in result and len(result["alignment"]) == 5 and result["prealloc"]
 
 
 def test_a_kernel_that_disagrees_or_a_phase_that_fails_is_reported_and_the_run_goes_on(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     monkeypatch.setattr(gpu_attention.gpu_prefill, "check_prefill", lambda *a, **k: False)
     out = tmp_path / "r.json"
     status = gpu_attention.main(["--dry-run", "--phases", "copy,prefill", "--out", str(out)])
@@ -233,6 +287,7 @@ def test_a_kernel_that_disagrees_or_a_phase_that_fails_is_reported_and_the_run_g
 
     def broken(*args):
         raise RuntimeError("CUDA_ERROR_ILLEGAL_ADDRESS")
+
     monkeypatch.setattr(gpu_attention, "copy_bandwidth", broken)
     status = gpu_attention.main(["--dry-run", "--phases", "copy,prefill", "--out", str(out)])
     report = json.loads(out.read_text())

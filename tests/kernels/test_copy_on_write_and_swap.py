@@ -20,10 +20,15 @@ def test_copy_blocks_copies_k_and_v_of_every_head_and_nothing_else():
 
 
 @settings(max_examples=10)
-@given(prompt=st.integers(1, 10), parent_steps=st.integers(1, 6), child_steps=st.integers(1, 6),
-       seed=st.integers(0, 2**31))
+@given(
+    prompt=st.integers(1, 10),
+    parent_steps=st.integers(1, 6),
+    child_steps=st.integers(1, 6),
+    seed=st.integers(0, 2**31),
+)
 def test_after_a_fork_and_divergent_appends_each_sequence_attends_to_exactly_its_own_tokens(
-        prompt, parent_steps, child_steps, seed):
+    prompt, parent_steps, child_steps, seed
+):
     rng = np.random.default_rng(seed)
     heads, dim, bs = 2, 8, 4
     mgr = KVCacheManager(16, bs, trace=False)
@@ -47,7 +52,7 @@ def test_after_a_fork_and_divergent_appends_each_sequence_attends_to_exactly_its
     tables = np.full((2, 8), -7, np.int32)
     for s in (0, 1):
         blocks = mgr.block_table(s).blocks
-        tables[s, :len(blocks)] = blocks
+        tables[s, : len(blocks)] = blocks
     lens = np.array([len(tokens[0]), len(tokens[1])], np.int32)
     query = random_query(rng, 2, heads, dim)
     out = ck.paged_attention(query, cache, tables, lens)
@@ -58,9 +63,15 @@ def test_after_a_fork_and_divergent_appends_each_sequence_attends_to_exactly_its
 
 
 @settings(max_examples=10)
-@given(pairs=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 7)), max_size=4,
-                      unique_by=(lambda p: p[0], lambda p: p[1])),
-       fp16=st.booleans(), seed=st.integers(0, 2**31))
+@given(
+    pairs=st.lists(
+        st.tuples(st.integers(0, 5), st.integers(0, 7)),
+        max_size=4,
+        unique_by=(lambda p: p[0], lambda p: p[1]),
+    ),
+    fp16=st.booleans(),
+    seed=st.integers(0, 2**31),
+)
 def test_swapping_blocks_out_and_back_in_is_bit_exact(pairs, fp16, seed):
     rng = np.random.default_rng(seed)
     dtype = np.float16 if fp16 else np.float32
@@ -78,6 +89,7 @@ def test_swapping_blocks_out_and_back_in_is_bit_exact(pairs, fp16, seed):
 
 def test_swap_works_on_a_device_cache_left_on_the_device():
     from numba import cuda
+
     rng = np.random.default_rng(2)
     cache = random_cache(rng, 4, 1, 4, 8)
     dev = cuda.to_device(cache)
@@ -89,6 +101,7 @@ def test_swap_works_on_a_device_cache_left_on_the_device():
 
 def test_kernels_use_a_per_layer_view_of_the_whole_model_pool_in_place():
     from numba import cuda
+
     rng = np.random.default_rng(3)
     pool = rng.standard_normal((6, 3, 2, 2, 4, 8)).astype(np.float32)  # [N, L, 2, H_kv, B, D]
     layer = 1
@@ -128,14 +141,20 @@ def poisoned_pool(rng, shape, dtype, blocks):
 
 
 @settings(max_examples=8, deadline=None)
-@given(fp16=st.booleans(), heads=st.integers(1, 3), block_size=st.sampled_from([1, 4, 16]),
-       head_dim=st.sampled_from([3, 8, 24, 64]), seed=st.integers(0, 2**31))
+@given(
+    fp16=st.booleans(),
+    heads=st.integers(1, 3),
+    block_size=st.sampled_from([1, 4, 16]),
+    head_dim=st.sampled_from([3, 8, 24, 64]),
+    seed=st.integers(0, 2**31),
+)
 def test_copy_blocks_is_bit_exact_on_the_vector_and_the_scalar_path(
     fp16, heads, block_size, head_dim, seed
 ):
     from numba import cuda
 
     from cuda_kernels.block_copy import vector_chunks
+
     rng = np.random.default_rng(seed)
     dtype = np.float16 if fp16 else np.float32
     pairs = [(0, 5), (2, 3), (4, 1)]
@@ -152,9 +171,10 @@ def test_copy_blocks_is_bit_exact_on_the_vector_and_the_scalar_path(
 
 def test_the_vector_copy_falls_back_to_scalar_for_a_pool_not_16_byte_aligned():
     from cuda_kernels.block_copy import vector_chunks
+
     raw = np.zeros(2 * 2 * 1 * 4 * 8 * 4 + 32, np.uint8)
     skip = (4 - raw.ctypes.data) % 16
-    misaligned = raw[skip:skip + 512].view(np.float32).reshape(2, 2, 1, 4, 8)
+    misaligned = raw[skip : skip + 512].view(np.float32).reshape(2, 2, 1, 4, 8)
     assert misaligned.ctypes.data % 16 == 4  # 4 bytes past a 16-byte boundary
     aligned = np.zeros((2, 2, 1, 4, 8), np.float32)
     assert vector_chunks(aligned, aligned) == 2 * 4 * 8 * 4 // 16
@@ -166,12 +186,18 @@ def test_the_vector_copy_falls_back_to_scalar_for_a_pool_not_16_byte_aligned():
 
 
 @settings(max_examples=8, deadline=None)
-@given(fp16=st.booleans(), heads=st.integers(1, 3), head_dim=st.sampled_from([3, 8, 16, 40]),
-       tokens=st.integers(1, 5), seed=st.integers(0, 2**31))
+@given(
+    fp16=st.booleans(),
+    heads=st.integers(1, 3),
+    head_dim=st.sampled_from([3, 8, 16, 40]),
+    tokens=st.integers(1, 5),
+    seed=st.integers(0, 2**31),
+)
 def test_write_kv_is_bit_exact_on_the_vector_and_the_scalar_path(
     fp16, heads, head_dim, tokens, seed
 ):
     from cuda_kernels.write_kv import use_vector_path
+
     rng = np.random.default_rng(seed)
     dtype = np.float16 if fp16 else np.float32
     block_size, num_blocks = 4, 3

@@ -26,7 +26,7 @@ def case(seed, dtype=np.float16):
     ids = rng.permutation(sum(blocks) + 3)  # spare blocks no table names
     tables, at = [], 0
     for n in blocks:
-        tables.append(ids[at:at + n])
+        tables.append(ids[at : at + n])
         at += n
     cache = random_cache(rng, len(ids), KV_HEADS, BLOCK, HEAD_DIM, dtype)
     query = random_query(rng, len(LENS), KV_HEADS * GROUP, HEAD_DIM, dtype)
@@ -36,8 +36,7 @@ def case(seed, dtype=np.float16):
 def run_single_pass(loaders, query, cache, tables, lens, **factory):
     """Launch make_decode_kernel(...) directly, one partition spanning every context."""
     dtype = cache.dtype
-    kern = decode.make_decode_kernel(loaders, HEAD_DIM, GROUP, dtype, BLOCK, warps=1,
-                                     **factory)
+    kern = decode.make_decode_kernel(loaders, HEAD_DIM, GROUP, dtype, BLOCK, warps=1, **factory)
     chunks = decode.geometry(HEAD_DIM, GROUP, dtype, 1)["chunks"]
     seqs, heads = query.shape[:2]
     out = np.full((seqs, heads, 1, HEAD_DIM), np.nan, np.float32)  # poisoned
@@ -45,8 +44,19 @@ def run_single_pass(loaders, query, cache, tables, lens, **factory):
     l_sum = np.full((seqs, heads, 1), np.nan, np.float32)
     d_cache = cuda.to_device(cache)
     kern[(KV_HEADS * chunks, seqs, 1), 32](
-        d_cache, d_cache, query, tables, lens, np.float32(HEAD_DIM ** -0.5), np.int32(0),
-        np.int32(0), np.int32(max(LENS)), out, m, l_sum)
+        d_cache,
+        d_cache,
+        query,
+        tables,
+        lens,
+        np.float32(HEAD_DIM**-0.5),
+        np.int32(0),
+        np.int32(0),
+        np.int32(max(LENS)),
+        out,
+        m,
+        l_sum,
+    )
     return out[:, :, 0, :]
 
 
@@ -80,22 +90,29 @@ def test_a_staging_that_waits_for_one_group_too_few_reads_unlanded_stages(monkey
 
 def test_paged_attention_on_cuda_cores_runs_the_staged_kernel_and_is_right():
     query, cache, tables, lens = case(3)
-    got = ck.paged_attention(query, cache, tables, lens, mode="split", partition_size=40,
-                             path="cuda_core")
+    got = ck.paged_attention(
+        query, cache, tables, lens, mode="split", partition_size=40, path="cuda_core"
+    )
     assert rel_err(got, reference.paged_attention(query, cache, tables, lens)) < 2e-3
 
 
 def test_staged_true_is_refused_for_scalar_loaders():
     with pytest.raises(ValueError, match="staged=True needs vector loaders"):
-        decode.make_decode_kernel(BLOCK_MAJOR_SCALAR, HEAD_DIM, GROUP, np.float16, BLOCK,
-                                  warps=1, staged=True)
+        decode.make_decode_kernel(
+            BLOCK_MAJOR_SCALAR, HEAD_DIM, GROUP, np.float16, BLOCK, warps=1, staged=True
+        )
 
 
 @settings(max_examples=200)
-@given(head_dim=st.integers(1, 512), group=st.integers(1, 64), fp16=st.booleans(),
-       warps=st.sampled_from([1, 2, 4, 8]))
+@given(
+    head_dim=st.integers(1, 512),
+    group=st.integers(1, 64),
+    fp16=st.booleans(),
+    warps=st.sampled_from([1, 2, 4, 8]),
+)
 def test_the_ring_is_planned_exactly_where_whole_vectors_fit_the_budget(
-        head_dim, group, fp16, warps):
+    head_dim, group, fp16, warps
+):
     dtype = np.float16 if fp16 else np.float32
     g = decode.geometry(head_dim, group, dtype, warps)
     whole = head_dim % g["vec"] == 0

@@ -51,7 +51,7 @@ def test_each_lane_owns_the_group_totals_owned_index_names_and_broadcast_gives_a
             assert 0 <= owned_k[lane, j] < n
             assert owned[lane, j] == want[owned_k[lane, j]]
     for g in range(32 // width):  # together the lanes of a group own every total
-        assert set(owned_k[g * width:(g + 1) * width].ravel()) == set(range(n))
+        assert set(owned_k[g * width : (g + 1) * width].ravel()) == set(range(n))
 
 
 @cuda.jit

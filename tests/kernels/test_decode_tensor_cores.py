@@ -25,7 +25,7 @@ def fp16_case(rng, lens, block_size, kv_heads, group, head_dim, q_dtype=np.float
     tables = np.full((len(lens), max(blocks)), -1, np.int32)
     at = 0
     for s, n in enumerate(blocks):
-        tables[s, :n] = ids[at:at + n]
+        tables[s, :n] = ids[at : at + n]
         at += n
     shape = (sum(blocks), 2, kv_heads, block_size, head_dim)
     cache = rng.standard_normal(shape).astype(np.float16)
@@ -34,17 +34,24 @@ def fp16_case(rng, lens, block_size, kv_heads, group, head_dim, q_dtype=np.float
 
 
 @settings(max_examples=14)
-@given(head_dim=st.sampled_from([16, 32, 48, 80, 128, 256]), group=st.integers(1, 17),
-       block_size=st.sampled_from([1, 3, 16, 256]),
-       lens=st.lists(st.integers(1, 40), min_size=1, max_size=2),
-       split=st.sampled_from([None, 7, 16]), q16=st.booleans(),
-       scale=st.sampled_from([None, 2.0]), seed=st.integers(0, 2**31))
-def test_the_tensor_path_matches_the_float64_reference(head_dim, group, block_size, lens, split,
-                                                       q16, scale, seed):
+@given(
+    head_dim=st.sampled_from([16, 32, 48, 80, 128, 256]),
+    group=st.integers(1, 17),
+    block_size=st.sampled_from([1, 3, 16, 256]),
+    lens=st.lists(st.integers(1, 40), min_size=1, max_size=2),
+    split=st.sampled_from([None, 7, 16]),
+    q16=st.booleans(),
+    scale=st.sampled_from([None, 2.0]),
+    seed=st.integers(0, 2**31),
+)
+def test_the_tensor_path_matches_the_float64_reference(
+    head_dim, group, block_size, lens, split, q16, scale, seed
+):
     """scale 2.0 makes the scores spread, so the running max moves often (the rare path)."""
     rng = np.random.default_rng(seed)
-    query, cache, tables, lens = fp16_case(rng, lens, block_size, 1, group, head_dim,
-                                           np.float16 if q16 else np.float32)
+    query, cache, tables, lens = fp16_case(
+        rng, lens, block_size, 1, group, head_dim, np.float16 if q16 else np.float32
+    )
     mode = dict(mode="split", partition_size=split) if split else dict(mode="single")
     got = ck.paged_attention(query, cache, tables, lens, scale, path="tensor", **mode)
     assert attention.LAST_PLAN["path"] == "tensor"
@@ -64,8 +71,19 @@ def test_two_warps_split_the_slabs_and_merge_their_states_in_shared_memory(group
     l_sum = m.copy()
     d_cache = cuda.to_device(cache)
     kernel[(2 * geo["chunks"], num_seqs, parts), 64](
-        d_cache, d_cache, query, tables, lens, np.float32(32 ** -0.5), np.int32(0), np.int32(0),
-        np.int32(part), out, m, l_sum)
+        d_cache,
+        d_cache,
+        query,
+        tables,
+        lens,
+        np.float32(32**-0.5),
+        np.int32(0),
+        np.int32(0),
+        np.int32(part),
+        out,
+        m,
+        l_sum,
+    )
     merged = np.empty((num_seqs, heads, 32), np.float32)
     merge_partitions[(heads, num_seqs), 32](out, m, l_sum, merged)
     assert rel_err(merged, reference.paged_attention(query, cache, tables, lens)) < TOL
@@ -76,8 +94,15 @@ def test_a_window_with_sinks_on_the_tensor_path_matches_the_windowed_reference(s
     rng = np.random.default_rng(5)
     query, cache, tables, lens = fp16_case(rng, [45], 4, 1, 4, 16)
     kw = dict(window=13, sinks=3, path="tensor")
-    got = ck.paged_attention(query, cache, tables, lens, mode="split" if split else "single",
-                             partition_size=6 if split else None, **kw)
+    got = ck.paged_attention(
+        query,
+        cache,
+        tables,
+        lens,
+        mode="split" if split else "single",
+        partition_size=6 if split else None,
+        **kw,
+    )
     want = reference.windowed_attention(query, cache, tables, lens, 13, 3)
     assert rel_err(got, want) < TOL
 
@@ -96,12 +121,21 @@ def test_nan_propagates_on_the_tensor_path_as_in_the_reference(where):
     assert np.isnan(want).any() and not np.isnan(want).all()
 
 
-@pytest.mark.parametrize("group,dtype,head_dim,want", [
-    (4, np.float16, 16, "tensor"), (8, np.float16, 32, "tensor"), (16, np.float16, 16, "tensor"),
-    (2, np.float16, 16, "cuda_core"), (1, np.float16, 16, "cuda_core"),
-    (4, np.float32, 16, "cuda_core"), (4, np.float16, 24, "cuda_core")])
-def test_auto_takes_the_tensor_cores_from_a_group_of_four_when_the_shape_allows(group, dtype,
-                                                                              head_dim, want):
+@pytest.mark.parametrize(
+    "group,dtype,head_dim,want",
+    [
+        (4, np.float16, 16, "tensor"),
+        (8, np.float16, 32, "tensor"),
+        (16, np.float16, 16, "tensor"),
+        (2, np.float16, 16, "cuda_core"),
+        (1, np.float16, 16, "cuda_core"),
+        (4, np.float32, 16, "cuda_core"),
+        (4, np.float16, 24, "cuda_core"),
+    ],
+)
+def test_auto_takes_the_tensor_cores_from_a_group_of_four_when_the_shape_allows(
+    group, dtype, head_dim, want
+):
     rng = np.random.default_rng(7)
     query, cache, tables, lens = fp16_case(rng, [5], 4, 1, group, head_dim)
     out = ck.paged_attention(query, cache.astype(dtype), tables, lens)
@@ -109,11 +143,17 @@ def test_auto_takes_the_tensor_cores_from_a_group_of_four_when_the_shape_allows(
     assert rel_err(out, reference.paged_attention(query, cache.astype(dtype), tables, lens)) < TOL
 
 
-@pytest.mark.parametrize("dtype,head_dim,message", [
-    (np.float32, 16, "needs float16 K/V"), (np.float16, 24, "multiple of 16"),
-    (np.float16, 272, "multiple of 16 in \\[16, 256\\]")])
-def test_forcing_the_tensor_path_on_a_shape_it_cannot_serve_is_a_value_error(dtype, head_dim,
-                                                                             message):
+@pytest.mark.parametrize(
+    "dtype,head_dim,message",
+    [
+        (np.float32, 16, "needs float16 K/V"),
+        (np.float16, 24, "multiple of 16"),
+        (np.float16, 272, "multiple of 16 in \\[16, 256\\]"),
+    ],
+)
+def test_forcing_the_tensor_path_on_a_shape_it_cannot_serve_is_a_value_error(
+    dtype, head_dim, message
+):
     rng = np.random.default_rng(8)
     query, cache, tables, lens = fp16_case(rng, [3], 4, 1, 4, head_dim)
     attention.LAST_PLAN.clear()
@@ -141,7 +181,7 @@ def test_a_cache_off_a_16_byte_boundary_leaves_auto_on_cuda_cores_and_refuses_te
     rng = np.random.default_rng(12)
     query, cache, tables, lens = fp16_case(rng, [10], 4, 1, 4, 16)
     flat = cuda.to_device(np.zeros(cache.size + 8, np.float16))
-    shifted = flat[1:1 + cache.size].reshape(cache.shape)  # 2 bytes past a 16-byte boundary
+    shifted = flat[1 : 1 + cache.size].reshape(cache.shape)  # 2 bytes past a 16-byte boundary
     shifted.copy_to_device(cache)
     got = ck.paged_attention(query, shifted, tables, lens)
     assert attention.LAST_PLAN["path"] == "cuda_core"
@@ -150,8 +190,9 @@ def test_a_cache_off_a_16_byte_boundary_leaves_auto_on_cuda_cores_and_refuses_te
         ck.paged_attention(query, shifted, tables, lens, path="tensor")
 
 
-@pytest.mark.parametrize("head_dim,group,block_size,lens", [
-    (256, 4, 256, [20]), (16, 16, 1, [33, 2]), (144, 3, 5, [18])])
+@pytest.mark.parametrize(
+    "head_dim,group,block_size,lens", [(256, 4, 256, [20]), (16, 16, 1, [33, 2]), (144, 3, 5, [18])]
+)
 def test_the_extreme_shapes_the_tensor_path_serves(head_dim, group, block_size, lens):
     """The largest head_dim and block size, the smallest block, a head_dim (144) whose
     rows are not a power of two of 16-byte chunks (padded rows in shared memory)."""

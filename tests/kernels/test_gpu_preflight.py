@@ -19,8 +19,14 @@ import gpu_preflight as pf  # noqa: E402
 def run(script, *args, **env):
     clean = {k: v for k, v in os.environ.items() if k != "PAGEDSIM_FAKE_VERSIONS"}
     clean["PYTHONPATH"] = str(ROOT)
-    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], cwd=ROOT,
-                          env={**clean, **env}, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args],
+        cwd=ROOT,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_the_bounds_are_pyprojects_and_llvmlite_follows_numba():
@@ -30,8 +36,10 @@ def test_the_bounds_are_pyprojects_and_llvmlite_follows_numba():
     assert bounds["llvmlite"] == "0.50"
 
 
-@pytest.mark.parametrize("have, ok", [("0.20.1", False), ("0.29.9", False), ("0.30.0", True),
-                                      ("1.0", True), (None, False)])
+@pytest.mark.parametrize(
+    "have, ok",
+    [("0.20.1", False), ("0.29.9", False), ("0.30.0", True), ("1.0", True), (None, False)],
+)
 def test_a_package_older_than_its_bound_or_missing_is_one_problem(have, ok):
     found = {"numba": "0.68.1", "numba-cuda": have, "llvmlite": "0.50.0"}
     lines = pf.problems(found, {"numba": "0.68", "numba-cuda": "0.30", "llvmlite": "0.50"})
@@ -52,14 +60,27 @@ def test_an_old_numba_cuda_stops_the_preflight_in_one_line_naming_version_and_fi
 def test_the_preflight_prints_every_version_and_passes_on_this_environment():
     done = run("gpu_preflight.py")
     assert done.returncode == 0, done.stdout + done.stderr
-    for name in ("numba", "numba-cuda", "llvmlite", "torch", "driver", "compute_capability",
-                 "cuda_runtime", "device"):
+    for name in (
+        "numba",
+        "numba-cuda",
+        "llvmlite",
+        "torch",
+        "driver",
+        "compute_capability",
+        "cuda_runtime",
+        "device",
+    ):
         assert f" {name} " in done.stdout, name
 
 
 def test_the_gpu_run_stops_at_the_preflight_before_importing_cuda_kernels():
-    done = run("gpu_attention.py", "--dry-run", "--phases", "copy",
-               PAGEDSIM_FAKE_VERSIONS="numba-cuda=0.20.1")
+    done = run(
+        "gpu_attention.py",
+        "--dry-run",
+        "--phases",
+        "copy",
+        PAGEDSIM_FAKE_VERSIONS="numba-cuda=0.20.1",
+    )
     assert done.returncode == pf.EXIT_TOO_OLD
     assert "older than" in done.stderr and "Traceback" not in done.stderr
     assert "cuda_kernels:" not in done.stderr  # the backend was never chosen
@@ -80,6 +101,7 @@ def test_the_wheels_are_the_tested_versions_for_python_312_x86_64():
 
 
 def test_the_wheels_folder_is_git_ignored():
-    done = subprocess.run(["git", "check-ignore", "benchmarks/wheels/x.whl"], cwd=ROOT,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["git", "check-ignore", "benchmarks/wheels/x.whl"], cwd=ROOT, capture_output=True, text=True
+    )
     assert done.returncode == 0

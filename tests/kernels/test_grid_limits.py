@@ -12,7 +12,10 @@ from cuda_kernels.prefill import paged_prefill
 
 def test_a_grid_over_the_y_or_z_limit_is_a_value_error_naming_the_dimension():
     assert _checks.require_grid("k", (2**31 - 1, 65535, 65535), ("a", "b", "c")) == (
-        2**31 - 1, 65535, 65535)
+        2**31 - 1,
+        65535,
+        65535,
+    )
     with pytest.raises(ValueError, match=r"k: 65536 sequences exceed the grid's y limit of 65,535"):
         _checks.require_grid("k", (1, 65536, 1), ("heads", "sequences", "parts"))
     with pytest.raises(ValueError, match=r"70000 parts exceed the grid's z limit"):
@@ -58,5 +61,10 @@ def test_prefill_refuses_more_kv_heads_than_grid_y_holds():
     cache = np.ones((1, 2, heads, 4, 16), np.float16)
     query = np.ones((1, heads, 16), np.float16)
     with pytest.raises(ValueError, match=r"paged_prefill: 65536 KV heads exceed"):
-        paged_prefill(query, cache, np.zeros((1, 1), np.int32), np.array([1], np.int32),
-                         np.array([0, 1], np.int32))
+        paged_prefill(
+            query,
+            cache,
+            np.zeros((1, 1), np.int32),
+            np.array([1], np.int32),
+            np.array([0, 1], np.int32),
+        )

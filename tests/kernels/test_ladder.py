@@ -24,8 +24,9 @@ def batch(rng, lens, kv_heads, group, head_dim, block_size, dtype):
     """(query, cache, tables, lens): blocks scattered over a pool with spare blocks, table
     entries past each sequence's blocks set to GARBAGE (never read)."""
     lens = np.asarray(lens, np.int32)
-    tables, num_blocks = reference.scattered_block_tables(rng, lens, block_size, spare=2,
-                                                          fill=GARBAGE)
+    tables, num_blocks = reference.scattered_block_tables(
+        rng, lens, block_size, spare=2, fill=GARBAGE
+    )
     cache = rng.standard_normal((num_blocks, 2, kv_heads, block_size, head_dim)).astype(dtype)
     query = rng.standard_normal((len(lens), kv_heads * group, head_dim)).astype(dtype)
     return query, cache, tables, lens
@@ -57,10 +58,12 @@ def test_the_first_rung_kernel_is_at_most_sixty_lines_with_its_docstring():
 @pytest.mark.parametrize("rung", RUNGS, ids=[r.name for r in RUNGS])
 @pytest.mark.parametrize("dtype", [np.float16, np.float32], ids=["fp16", "fp32"])
 def test_each_rung_matches_the_float64_reference_with_gqa_ragged_lengths_and_shuffled_tables(
-        rung, dtype):
+    rung, dtype
+):
     rng = np.random.default_rng([7, RUNGS.index(rung), np.dtype(dtype).itemsize])
-    query, cache, tables, lens = batch(rng, [3, 13, 1], kv_heads=2, group=2, head_dim=16,
-                                       block_size=4, dtype=dtype)
+    query, cache, tables, lens = batch(
+        rng, [3, 13, 1], kv_heads=2, group=2, head_dim=16, block_size=4, dtype=dtype
+    )
     want = reference.paged_attention(query, cache, tables, lens)
     if rung.name in FP16_ONLY and dtype == np.float32:
         with pytest.raises(ValueError, match="kv_cache"):
@@ -71,17 +74,23 @@ def test_each_rung_matches_the_float64_reference_with_gqa_ragged_lengths_and_shu
     assert rel_err(got, want) < TOLERANCE.get(rung.name, 1e-5)
 
 
-@settings(max_examples=4, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow])
-@given(rung=st.sampled_from(RUNGS), seed=st.integers(0, 2**32 - 1),
-       lens=st.lists(st.integers(1, 12), min_size=1, max_size=2),
-       kv_heads=st.integers(1, 2), group=st.sampled_from([1, 2, 4]),
-       block_size=st.sampled_from([1, 2, 4, 8]), head_dim=st.sampled_from([16, 32]))
-def test_any_small_shape_matches_the_reference(rung, seed, lens, kv_heads, group, block_size,
-                                               head_dim):
+@settings(
+    max_examples=4, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(
+    rung=st.sampled_from(RUNGS),
+    seed=st.integers(0, 2**32 - 1),
+    lens=st.lists(st.integers(1, 12), min_size=1, max_size=2),
+    kv_heads=st.integers(1, 2),
+    group=st.sampled_from([1, 2, 4]),
+    block_size=st.sampled_from([1, 2, 4, 8]),
+    head_dim=st.sampled_from([16, 32]),
+)
+def test_any_small_shape_matches_the_reference(
+    rung, seed, lens, kv_heads, group, block_size, head_dim
+):
     rng = np.random.default_rng(seed)
-    query, cache, tables, lens = batch(rng, lens, kv_heads, group, head_dim, block_size,
-                                       np.float16)
+    query, cache, tables, lens = batch(rng, lens, kv_heads, group, head_dim, block_size, np.float16)
     got = run(rung, query, cache, tables, lens, scale=0.3)
     want = reference.paged_attention(query, cache, tables, lens, 0.3)
     assert rel_err(got, want) < TOLERANCE.get(rung.name, 1e-5)
@@ -89,8 +98,7 @@ def test_any_small_shape_matches_the_reference(rung, seed, lens, kv_heads, group
 
 def test_a_vector_rung_refuses_a_head_dim_its_16_byte_loads_cannot_split():
     rng = np.random.default_rng(3)
-    query, cache, tables, lens = batch(rng, [3], 1, 1, head_dim=24, block_size=4,
-                                       dtype=np.float16)
+    query, cache, tables, lens = batch(rng, [3], 1, 1, head_dim=24, block_size=4, dtype=np.float16)
     for rung in RUNGS[4:7]:
         with pytest.raises(ValueError, match="kv_cache.*head_dim"):
             run(rung, query, cache, tables, lens)
@@ -98,8 +106,7 @@ def test_a_vector_rung_refuses_a_head_dim_its_16_byte_loads_cannot_split():
 
 def test_the_gqa_rungs_refuse_a_group_larger_than_their_registers_hold():
     rng = np.random.default_rng(4)
-    query, cache, tables, lens = batch(rng, [3], 1, 16, head_dim=16, block_size=4,
-                                       dtype=np.float16)
+    query, cache, tables, lens = batch(rng, [3], 1, 16, head_dim=16, block_size=4, dtype=np.float16)
     for rung in RUNGS[5:7]:
         with pytest.raises(ValueError, match="query"):
             run(rung, query, cache, tables, lens)

@@ -20,14 +20,19 @@ pytestmark = [pytest.mark.ptx, pytest.mark.slow]
 @pytest.mark.skipif(find_ptxas() is None, reason="needs the ptx extra (nvidia-cuda-nvcc)")
 def test_every_rung_compiles_without_spills_and_the_last_is_five_times_leaner_per_byte():
     done = subprocess.run(
-        [sys.executable, "-m", "cuda_kernels.report", "--ladder", "--json"], cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
-        timeout=1800)
+        [sys.executable, "-m", "cuda_kernels.report", "--ladder", "--json"],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     names = [f"rung{i}.{r.name}" for i, r in enumerate(RUNGS, 1)]
     assert [(r["kernel"], r["arch"]) for r in rows] == [
-        (n, a) for n in names for a in ("sm_80", "sm_90")]
+        (n, a) for n in names for a in ("sm_80", "sm_90")
+    ]
     spilled = [(r["kernel"], r["arch"], r["spill_bytes"]) for r in rows if r["spill_bytes"]]
     assert not spilled, f"register spills: {spilled}"
     assert all(0 < r["registers"] <= 255 and r["sass_per_kv_byte"] > 0 for r in rows), rows

@@ -22,7 +22,7 @@ def case(seed, lens=(9, 6), kv_heads=2, group=2, head_dim=8, block_size=4):
     spare, ids = ids[-1], ids[:-1]
     at = 0
     for s, n in enumerate(blocks):
-        tables[s, :n] = ids[at:at + n]
+        tables[s, :n] = ids[at : at + n]
         at += n
     cache = random_cache(rng, sum(blocks) + 1, kv_heads, block_size, head_dim)
     query = random_query(rng, len(lens), kv_heads * group, head_dim)
@@ -68,8 +68,7 @@ def test_a_nan_in_the_first_key_a_row_reads_still_propagates(mode, part):
     query, cache, tables, lens, _ = case(3)
     cache[tables[1, 0], 0, 0, 0, 0] = np.nan  # sequence 1, token 0, KV head 0
     want = reference.paged_attention(query, cache, tables, lens)
-    assert_nan_exactly_where_the_reference_has_it(run(query, cache, tables, lens, mode, part),
-                                                  want)
+    assert_nan_exactly_where_the_reference_has_it(run(query, cache, tables, lens, mode, part), want)
 
 
 @pytest.mark.parametrize("mode,part", MODES)

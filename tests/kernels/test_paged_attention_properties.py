@@ -59,10 +59,17 @@ def fill_cache(mgr, rng, num_kv_heads, head_dim, dtype):
 
 @pytest.mark.slow
 @settings(max_examples=15)
-@given(mgr=histories(), num_kv_heads=st.integers(1, 2), group=st.sampled_from([1, 2, 4]),
-       head_dim=st.sampled_from([8, 12, 16]), fp16=st.booleans(), seed=st.integers(0, 2**31))
+@given(
+    mgr=histories(),
+    num_kv_heads=st.integers(1, 2),
+    group=st.sampled_from([1, 2, 4]),
+    head_dim=st.sampled_from([8, 12, 16]),
+    fp16=st.booleans(),
+    seed=st.integers(0, 2**31),
+)
 def test_attention_over_manager_block_tables_matches_the_float64_reference(
-        mgr, num_kv_heads, group, head_dim, fp16, seed):
+    mgr, num_kv_heads, group, head_dim, fp16, seed
+):
     rng = np.random.default_rng(seed)
     dtype = np.float16 if fp16 else np.float32
     cache, truth = fill_cache(mgr, rng, num_kv_heads, head_dim, dtype)
@@ -91,8 +98,9 @@ def test_shuffling_physical_blocks_and_rewriting_tables_leaves_the_output_unchan
     perm = rng.permutation(mgr.num_blocks)  # block b moves to perm[b]
     moved = np.empty_like(cache)
     moved[perm] = cache
-    new_tables = np.where(tables < mgr.num_blocks, perm[np.minimum(tables, mgr.num_blocks - 1)],
-                          tables).astype(np.int32)
+    new_tables = np.where(
+        tables < mgr.num_blocks, perm[np.minimum(tables, mgr.num_blocks - 1)], tables
+    ).astype(np.int32)
     after = ck.paged_attention(query, moved, new_tables, lens)
     assert np.isfinite(before).all()
     assert np.abs(after - before).max() <= 1e-6 * np.abs(before).max()

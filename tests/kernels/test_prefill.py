@@ -33,8 +33,9 @@ def ragged_batches(draw):
     if sum(q_lens) == 0:
         q_lens[0] = 1
     rng = np.random.default_rng(draw(st.integers(0, 2**31)))
-    tables, num_blocks = reference.scattered_block_tables(rng, lens, block_size, spare=1,
-                                                          fill=10**6)
+    tables, num_blocks = reference.scattered_block_tables(
+        rng, lens, block_size, spare=1, fill=10**6
+    )
     cache = rng.standard_normal((num_blocks, 2, num_kv_heads, block_size, head_dim)).astype(dtype)
     starts = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
     query = rng.standard_normal((int(starts[-1]), num_kv_heads * group, head_dim)).astype(dtype)
@@ -42,16 +43,23 @@ def ragged_batches(draw):
 
 
 @settings(max_examples=12)
-@given(batch=ragged_batches(), window=st.sampled_from([0, 0, 1, 3]), sinks=st.integers(0, 2),
-       causal=st.booleans())
-def test_paged_prefill_matches_the_float64_reference_on_ragged_batches(batch, window, sinks,
-                                                                       causal):
+@given(
+    batch=ragged_batches(),
+    window=st.sampled_from([0, 0, 1, 3]),
+    sinks=st.integers(0, 2),
+    causal=st.booleans(),
+)
+def test_paged_prefill_matches_the_float64_reference_on_ragged_batches(
+    batch, window, sinks, causal
+):
     cache, tables, lens, starts, query = batch
     sinks = sinks if window else 0
-    out = paged_prefill(query, cache, tables, lens, starts, causal=causal, window=window,
-                        sinks=sinks)
-    want = reference_prefill(query, cache, tables, lens, starts, causal=causal, window=window,
-                             sinks=sinks)
+    out = paged_prefill(
+        query, cache, tables, lens, starts, causal=causal, window=window, sinks=sinks
+    )
+    want = reference_prefill(
+        query, cache, tables, lens, starts, causal=causal, window=window, sinks=sinks
+    )
     assert out.dtype == np.float32 and out.shape == query.shape
     assert rel_err(out, want) < (3e-3 if query.dtype == np.float16 else 1e-5)
 
@@ -59,7 +67,8 @@ def test_paged_prefill_matches_the_float64_reference_on_ragged_batches(batch, wi
 @settings(max_examples=20)
 @given(batch=ragged_batches(), window=st.sampled_from([0, 2]), sinks=st.integers(0, 1))
 def test_the_prefill_reference_with_one_query_token_per_sequence_is_the_decode_reference(
-        batch, window, sinks):
+    batch, window, sinks
+):
     cache, tables, lens, _, _ = batch
     rng = np.random.default_rng(0)
     query = rng.standard_normal((len(lens), 2 * cache.shape[2], cache.shape[4]))
@@ -124,20 +133,35 @@ def test_changing_a_future_token_leaves_earlier_rows_unchanged():
 RNG = np.random.default_rng(0)
 CACHE = RNG.standard_normal((4, 2, 2, 4, 8)).astype(np.float32)  # [N=4, 2, H_kv=2, B=4, D=8]
 QUERY = RNG.standard_normal((5, 4, 8)).astype(np.float32)  # [total_q=5, H=4, D=8]
-ARGS = dict(query=QUERY, kv_cache=CACHE, block_tables=np.array([[0, 1], [2, 3]], np.int32),
-            context_lens=np.array([4, 8], np.int32), query_start_loc=np.array([0, 1, 5], np.int32))
+ARGS = dict(
+    query=QUERY,
+    kv_cache=CACHE,
+    block_tables=np.array([[0, 1], [2, 3]], np.int32),
+    context_lens=np.array([4, 8], np.int32),
+    query_start_loc=np.array([0, 1, 5], np.int32),
+)
 CASES = {
-    "starts_not_ending_at_the_token_count": (dict(query_start_loc=np.array([0, 1, 4], np.int32)),
-                                             r"query_start_loc must run from 0 to 5"),
-    "starts_of_wrong_length": (dict(query_start_loc=np.array([0, 5], np.int32)),
-                               r"query_start_loc must have shape \(3,\)"),
-    "starts_going_down": (dict(query_start_loc=np.array([0, 6, 5], np.int32)),
-                          r"query lengths .*\[1\] = -1"),
+    "starts_not_ending_at_the_token_count": (
+        dict(query_start_loc=np.array([0, 1, 4], np.int32)),
+        r"query_start_loc must run from 0 to 5",
+    ),
+    "starts_of_wrong_length": (
+        dict(query_start_loc=np.array([0, 5], np.int32)),
+        r"query_start_loc must have shape \(3,\)",
+    ),
+    "starts_going_down": (
+        dict(query_start_loc=np.array([0, 6, 5], np.int32)),
+        r"query lengths .*\[1\] = -1",
+    ),
     "starts_of_int64": (dict(query_start_loc=np.array([0, 1, 5])), r"must be int32"),
-    "context_shorter_than_its_queries": (dict(context_lens=np.array([4, 3], np.int32)),
-                                         r"context_lens\[1\] = 3 is shorter than its 4 query"),
-    "block_past_the_cache": (dict(block_tables=np.array([[0, 1], [2, 9]], np.int32)),
-                             r"block_tables\[\(1, 1\)\] = 9 is out of range"),
+    "context_shorter_than_its_queries": (
+        dict(context_lens=np.array([4, 3], np.int32)),
+        r"context_lens\[1\] = 3 is shorter than its 4 query",
+    ),
+    "block_past_the_cache": (
+        dict(block_tables=np.array([[0, 1], [2, 9]], np.int32)),
+        r"block_tables\[\(1, 1\)\] = 9 is out of range",
+    ),
     "sinks_without_window": (dict(sinks=1), r"sinks needs a window"),
     "negative_window": (dict(window=-2), r"window = -2 must be >= 1"),
     "causal_not_a_bool": (dict(causal=1), r"causal must be a bool"),
@@ -174,7 +198,7 @@ def test_prefill_reads_16_byte_vectors_when_head_dim_allows_and_scalars_otherwis
     prefill._kernels.clear()
     out = paged_prefill(query, cache, tables, lens, starts)
     assert rel_err(out, reference_prefill(query, cache, tables, lens, starts)) < 3e-3
-    (name, *_), = prefill._kernels  # the one kernel built for this call
+    ((name, *_),) = prefill._kernels  # the one kernel built for this call
     assert name.endswith(" scalar") == (loads == "scalar")
 
 
@@ -187,8 +211,9 @@ def nan_case(where, dtype, head_dim):
     tables, num_blocks = reference.scattered_block_tables(rng, lens, 4)
     cache = rng.standard_normal((num_blocks, 2, 1, 4, head_dim)).astype(dtype)
     query = rng.standard_normal((6, 2, head_dim)).astype(dtype)
-    kv, pos = {"k_seen": (0, 6), "v_seen": (1, 6), "k_future": (0, 16),
-               "v_future": (1, 16)}.get(where, (None, None))
+    kv, pos = {"k_seen": (0, 6), "v_seen": (1, 6), "k_future": (0, 16), "v_future": (1, 16)}.get(
+        where, (None, None)
+    )
     if where == "query":
         query[2, 1, 3] = np.nan
     else:
@@ -196,14 +221,18 @@ def nan_case(where, dtype, head_dim):
     return query, cache, tables, lens, starts
 
 
-NAN_PATHS = [("cuda_core", np.float32, 8), ("cuda_core", np.float16, 16),
-             ("tensor", np.float16, 16)]
+NAN_PATHS = [
+    ("cuda_core", np.float32, 8),
+    ("cuda_core", np.float16, 16),
+    ("tensor", np.float16, 16),
+]
 
 
 @pytest.mark.parametrize("path, dtype, head_dim", NAN_PATHS)
 @pytest.mark.parametrize("where", ["query", "k_seen", "v_seen", "k_future", "v_future"])
 def test_a_nan_in_q_k_or_v_propagates_exactly_where_the_float64_reference_puts_it(
-        where, path, dtype, head_dim):
+    where, path, dtype, head_dim
+):
     """IEEE propagation: a NaN query row, or a NaN key a row attends, makes that row NaN;
     a NaN value makes its component NaN for the rows attending it; a row that masks the
     token is untouched (0 x NaN must not leak into it)."""

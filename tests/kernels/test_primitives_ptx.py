@@ -33,8 +33,14 @@ for cc in ((8, 0), (9, 0)):
 
 def test_load16_compiles_to_ld_global_nc_v4_u32_for_sm80_and_sm90():
     env = dict(os.environ, PYTHONPATH=str(ROOT), PAGEDSIM_CUDA="gpu", NUMBA_ENABLE_CUDASIM="0")
-    done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True,
-                          text=True, timeout=300, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.strip().splitlines()
     assert lines == ["(8, 0) ['ld.global.nc.v4.u32'] 2", "(9, 0) ['ld.global.nc.v4.u32'] 2"]

@@ -17,8 +17,9 @@ import cuda_kernels
 from cuda_kernels import primitives
 from cuda_kernels.sim import simulator as _simulator
 
-pytestmark = pytest.mark.skipif(cuda_kernels.backend() != "simulator",
-                                reason="tests the simulator's stand-ins")
+pytestmark = pytest.mark.skipif(
+    cuda_kernels.backend() != "simulator", reason="tests the simulator's stand-ins"
+)
 FULL = 0xFFFFFFFF
 
 
@@ -44,10 +45,21 @@ def test_xor_shuffle_swaps_values_between_lanes_that_differ_in_the_mask_bits(lan
     assert got.tolist() == want  # two warps: lanes never cross into the other warp
 
 
-@pytest.mark.parametrize("mode,b,width", [("idx", 3, 32), ("idx", 35, 32), ("idx", 5, 8),
-                                          ("up", 2, 32), ("up", 3, 8), ("down", 1, 32),
-                                          ("down", 4, 16), ("xor", 4, 8), ("xor", 16, 8),
-                                          ("xor", 1, 1)])
+@pytest.mark.parametrize(
+    "mode,b,width",
+    [
+        ("idx", 3, 32),
+        ("idx", 35, 32),
+        ("idx", 5, 8),
+        ("up", 2, 32),
+        ("up", 3, 8),
+        ("down", 1, 32),
+        ("down", 4, 16),
+        ("xor", 4, 8),
+        ("xor", 16, 8),
+        ("xor", 1, 1),
+    ],
+)
 def test_every_mode_and_width_follows_the_cuda_definition(mode, b, width):
     def body(tid, out):
         out[tid, 0] = _simulator.shuffle(mode, FULL, float(tid), b, width)
@@ -145,7 +157,7 @@ def test_load16_reads_the_16_bytes_at_an_element_index_and_unpack16_converts_the
         primitives.unpack16(raw, out[t], vec == 8)
 
     kernel[1, 16 // vec](data, out)
-    got = out[:16 // vec, :vec].reshape(-1)
+    got = out[: 16 // vec, :vec].reshape(-1)
     assert got.tolist() == data[1].astype(np.float32).tolist()
 
 
@@ -210,6 +222,7 @@ def test_lanes_asking_for_a_shared_array_at_once_all_get_the_same_one(monkeypatc
     import time
 
     from numba.cuda.simulator.kernelapi import FakeCUDAShared
+
     shared = FakeCUDAShared(0)
     real_empty = np.empty
 
@@ -219,8 +232,9 @@ def test_lanes_asking_for_a_shared_array_at_once_all_get_the_same_one(monkeypatc
 
     monkeypatch.setattr(np, "empty", slow_empty)
     got = []
-    lanes = [threading.Thread(target=lambda: got.append(shared.array(4, np.float32)))
-             for _ in range(4)]
+    lanes = [
+        threading.Thread(target=lambda: got.append(shared.array(4, np.float32))) for _ in range(4)
+    ]
     for lane in lanes:
         lane.start()
     for lane in lanes:

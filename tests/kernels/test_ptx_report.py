@@ -60,9 +60,9 @@ def test_ptx_figures_are_the_widest_global_load_and_the_shuffle_and_barrier_coun
 
 def test_sass_branches_resolve_labels_and_backward_ones_close_loops():
     ins = disasm.parse_sass(SASS)
-    assert [i.addr for i in ins] == list(range(0, 0xb0, 0x10))
+    assert [i.addr for i in ins] == list(range(0, 0xB0, 0x10))
     assert [i.load_bits for i in ins[:4]] == [128, 32, 128, 128]
-    assert ins[5].target == 0x30 and ins[8].target == 0xa0
+    assert ins[5].target == 0x30 and ins[8].target == 0xA0
     assert disasm.loops(ins) == [(1, 9), (3, 5)]  # (first, last) instruction indices
 
 
@@ -102,14 +102,17 @@ def test_cuobjdump_listings_with_hex_branch_targets_parse_the_same():
     assert disasm.loops(disasm.parse_sass(hexed)) == [(1, 9), (3, 5)]
 
 
-@pytest.mark.parametrize("arch, regs, smem, threads, ctas, limit", [
-    ("sm_90", 40, 38368, 128, 5, "shared"),  # (38368 + 1024 reserved) -> 228 KiB / 39424 = 5
-    ("sm_80", 40, 38368, 128, 4, "shared"),  # 164 KiB / 39424 = 4
-    ("sm_90", 128, 0, 256, 2, "registers"),  # 128 x 32 per warp, 8 warps: 65536 / 32768 = 2
-    ("sm_90", 33, 0, 128, 12, "registers"),  # 33 -> 40 per thread: 51 warps -> 12 CTAs of 4
-    ("sm_90", 16, 0, 32, 32, "ctas"),
-    ("sm_80", 16, 0, 1024, 2, "warps"),
-])
+@pytest.mark.parametrize(
+    "arch, regs, smem, threads, ctas, limit",
+    [
+        ("sm_90", 40, 38368, 128, 5, "shared"),  # (38368 + 1024 reserved) -> 228 KiB / 39424 = 5
+        ("sm_80", 40, 38368, 128, 4, "shared"),  # 164 KiB / 39424 = 4
+        ("sm_90", 128, 0, 256, 2, "registers"),  # 128 x 32 per warp, 8 warps: 65536 / 32768 = 2
+        ("sm_90", 33, 0, 128, 12, "registers"),  # 33 -> 40 per thread: 51 warps -> 12 CTAs of 4
+        ("sm_90", 16, 0, 32, 32, "ctas"),
+        ("sm_80", 16, 0, 1024, 2, "warps"),
+    ],
+)
 def test_occupancy_is_the_tightest_of_warps_ctas_registers_and_shared_memory(
     arch, regs, smem, threads, ctas, limit
 ):
@@ -122,14 +125,20 @@ def test_occupancy_is_the_tightest_of_warps_ctas_registers_and_shared_memory(
 
 
 def test_ptxas_output_over_several_functions_takes_the_max_registers_and_sums_spills():
-    text = ("ptxas info    : Function properties for helper\n"
-            "    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
-            "ptxas info    : Used 12 registers\n"
-            "ptxas info    : Function properties for kernel\n"
-            "    0 bytes stack frame, 0 bytes spill stores, 8 bytes spill loads\n"
-            "ptxas info    : Used 40 registers, used 1 barriers, 2048 bytes smem\n")
-    assert parse_ptxas(text) == {"registers": 40, "shared_bytes": 2048, "stack_bytes": 8,
-                                 "spill_bytes": 16}
+    text = (
+        "ptxas info    : Function properties for helper\n"
+        "    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
+        "ptxas info    : Used 12 registers\n"
+        "ptxas info    : Function properties for kernel\n"
+        "    0 bytes stack frame, 0 bytes spill stores, 8 bytes spill loads\n"
+        "ptxas info    : Used 40 registers, used 1 barriers, 2048 bytes smem\n"
+    )
+    assert parse_ptxas(text) == {
+        "registers": 40,
+        "shared_bytes": 2048,
+        "stack_bytes": 8,
+        "spill_bytes": 16,
+    }
 
 
 def test_ptxas_output_is_parsed_into_registers_shared_stack_and_spills():
@@ -138,8 +147,12 @@ def test_ptxas_output_is_parsed_into_registers_shared_stack_and_spills():
         "ptxas info    : Function properties for f\n"
         "    16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n"
     )
-    assert parse_ptxas(text) == {"registers": 72, "shared_bytes": 38368, "stack_bytes": 16,
-                                 "spill_bytes": 20}
+    assert parse_ptxas(text) == {
+        "registers": 72,
+        "shared_bytes": 38368,
+        "stack_bytes": 16,
+        "spill_bytes": 20,
+    }
 
 
 @pytest.mark.skipif(find_ptxas() is None, reason="needs the ptx extra (nvidia-cuda-nvcc)")
@@ -162,7 +175,8 @@ def test_every_kernel_compiles_for_sm80_and_sm90_without_spilling(tmp_path):
         f"labs.decode_{x}" for x in ("fused", "split", "nhd", "vllm")
     }
     assert {(r["kernel"], r["arch"]) for r in rows} == {
-        (spec[0], target) for spec in kernel_specs()
+        (spec[0], target)
+        for spec in kernel_specs()
         for _, target in targets(spec, ("sm_80", "sm_90"))
     }
     assert all(
@@ -201,8 +215,19 @@ def test_every_kernel_compiles_for_sm80_and_sm90_without_spilling(tmp_path):
         assert row["ldgsts"] > 0 and row["sass_per_kv_byte"] <= 1.05 * sass_b, row
         assert row["registers"] < regs, row
     assert at["paged_decode[scalar,float16,G=8,D=128]"]["ldgsts"] == 0
-    assert all(set(r) >= {"hmma", "ldsm", "ldgsts", "loop_sass_per_hmma", "flops_per_loop_sass",
-                          "bound", "expected_pct_of_peak"} for r in rows)
+    assert all(
+        set(r)
+        >= {
+            "hmma",
+            "ldsm",
+            "ldgsts",
+            "loop_sass_per_hmma",
+            "flops_per_loop_sass",
+            "bound",
+            "expected_pct_of_peak",
+        }
+        for r in rows
+    )
     # the wgmma prefill is compiled for sm_90a alone, and its loop runs on HGMMA
     wg = next(r for r in rows if r["kernel"] == "paged_prefill_wgmma[float16,G=8,D=128]")
     assert wg["arch"] == "sm_90a" and wg["path"] == "wgmma" and wg["hgmma"] > 0, wg

@@ -22,8 +22,12 @@ def test_the_constants_are_the_documented_h200_figures():
 
 def test_a_tensor_core_decode_row_stays_memory_bound_with_reuse_one():
     # paged_decode_tc at G=4: 0.049 SASS per byte, 32 HMMA per 8 KiB trip
-    row = {"loop_sass": 402, "loop_kv_bytes": 8192, "tensor_flops": 32 * 4096,
-           "loop_flops": 32 * 4096 + 40 * 32}
+    row = {
+        "loop_sass": 402,
+        "loop_kv_bytes": 8192,
+        "tensor_flops": 32 * 4096,
+        "loop_flops": 32 * 4096 + 40 * 32,
+    }
     got = roofline.model(row)
     t_mem, t_l2 = 8192 / HBM, 8192 / L2  # 1.905 ns, 0.827 ns
     t_issue, t_tensor = 402 / ISSUE_S, 32 * 4096 / PEAK  # 0.385 ns, 0.132 ns
@@ -33,14 +37,19 @@ def test_a_tensor_core_decode_row_stays_memory_bound_with_reuse_one():
     assert got["hbm_bytes"] == 8192.0
     assert got["flops_per_hbm_byte"] == round((32 * 4096 + 1280) / 8192, 2)  # 16.16
     assert got["expected_pct_of_tensor_peak"] == round(100 * (132352 / PEAK) / t_mem, 2)
-    assert roofline.bound(row) == {k: got[k] for k in ("bound", "peak", "expected_pct_of_peak",
-                                                       "issue_budget_pct")}
+    assert roofline.bound(row) == {
+        k: got[k] for k in ("bound", "peak", "expected_pct_of_peak", "issue_budget_pct")
+    }
 
 
 # paged_prefill_tc, sm_90, fp16, D=128, 4 warps (64 rows): per warp and trip 526 SASS,
 # 132 HMMA and 16 LDGSTS of 16 bytes x 32 lanes (its quarter of a 64-token K and V tile)
-PREFILL = {"loop_sass": 526, "loop_kv_bytes": 16 * 32 * 16, "tensor_flops": 132 * 4096,
-           "loop_flops": 132 * 4096 + 4096}
+PREFILL = {
+    "loop_sass": 526,
+    "loop_kv_bytes": 16 * 32 * 16,
+    "tensor_flops": 132 * 4096,
+    "loop_flops": 132 * 4096 + 4096,
+}
 
 
 def test_prefill_reuse_counts_the_ctas_reading_each_kv_tile_causal_mask_included():
@@ -91,8 +100,15 @@ def test_the_headline_reuse_is_withdrawn_when_the_resident_kv_does_not_fit_in_l2
     # 264 resident CTAs, 64 query tiles per pair: 5 + 1 pairs of 2,048 x 128 x 2 B x 2
     assert fits["l2_footprint_bytes"] == 6 * 2048 * 128 * 2 * 2
     assert fits["reuse"] == 49.0 and "GQA 32/8" in fits["reuse_case"]
-    huge = roofline.headline_reuse(4, 16, 64, ctas_per_sm=2, head_dim=128, itemsize=2,
-                                   shape={"new_tokens": 64, "cached_prefix": 200_000})
+    huge = roofline.headline_reuse(
+        4,
+        16,
+        64,
+        ctas_per_sm=2,
+        head_dim=128,
+        itemsize=2,
+        shape={"new_tokens": 64, "cached_prefix": 200_000},
+    )
     assert huge["l2_footprint_bytes"] == 67 * 200_064 * 128 * 2 * 2 > roofline.L2_BYTES
     assert huge["reuse"] == 1.0 and "no reuse credited" in huge["reuse_case"]
 
@@ -113,9 +129,13 @@ def test_a_row_without_a_loop_has_every_model_field_none():
     assert set(got.values()) == {None} and "flops_per_hbm_byte" in got
 
 
-loops = st.fixed_dictionaries({"loop_sass": st.integers(1, 10**5),
-                               "loop_kv_bytes": st.integers(1, 10**6),
-                               "tensor_flops": st.integers(0, 10**9)})
+loops = st.fixed_dictionaries(
+    {
+        "loop_sass": st.integers(1, 10**5),
+        "loop_kv_bytes": st.integers(1, 10**6),
+        "tensor_flops": st.integers(0, 10**9),
+    }
+)
 
 
 @given(loops)

@@ -35,11 +35,23 @@ def test_the_loop_counts_tensor_core_ldmatrix_and_cp_async_instructions_and_flop
     assert row["flops_per_loop_sass"] == round((8192 + 96) / 8, 2)
 
 
-@pytest.mark.parametrize("opcode,flops", [
-    ("HMMA.16816.F32", 4096), ("HMMA.16816.F32.BF16", 4096), ("HMMA.1688.F32", 2048),
-    # a warpgroup's HGMMA is issued by each of its 4 warps: a warp's share is a quarter
-    ("HGMMA.64x8x16.F32", 2 * 64 * 8 * 16 // 4), ("HGMMA.64x128x16.F32", 2 * 64 * 128 * 16 // 4),
-    ("FFMA", 64), ("HFMA2", 128), ("FADD", 32), ("FMNMX", 32), ("MUFU.EX2", 0), ("IMAD", 0)])
+@pytest.mark.parametrize(
+    "opcode,flops",
+    [
+        ("HMMA.16816.F32", 4096),
+        ("HMMA.16816.F32.BF16", 4096),
+        ("HMMA.1688.F32", 2048),
+        # a warpgroup's HGMMA is issued by each of its 4 warps: a warp's share is a quarter
+        ("HGMMA.64x8x16.F32", 2 * 64 * 8 * 16 // 4),
+        ("HGMMA.64x128x16.F32", 2 * 64 * 128 * 16 // 4),
+        ("FFMA", 64),
+        ("HFMA2", 128),
+        ("FADD", 32),
+        ("FMNMX", 32),
+        ("MUFU.EX2", 0),
+        ("IMAD", 0),
+    ],
+)
 def test_each_opcode_counts_the_flops_a_warp_instruction_performs(opcode, flops):
     assert disasm.instr_flops(opcode) == flops
 
@@ -66,8 +78,12 @@ def test_the_bound_is_the_largest_of_the_memory_issue_and_tensor_times():
     assert g8["expected_pct_of_peak"] == round(100 * (4096 / 4.3e12) / (1514 / roofline.ISSUE_S), 1)
     # a matrix loop: 256 HMMA (1.05 MFLOP: 1.06 ns) and 512 SASS (0.49 ns) for 2 KB (0.48 ns)
     mma = roofline.bound({"loop_sass": 512, "loop_kv_bytes": 2048, "tensor_flops": 256 * 4096})
-    assert mma == {"bound": "tensor", "peak": "tensor fp16", "expected_pct_of_peak": 100.0,
-                   "issue_budget_pct": round(100 * 512 / 2048 / budget, 1)}
+    assert mma == {
+        "bound": "tensor",
+        "peak": "tensor fp16",
+        "expected_pct_of_peak": 100.0,
+        "issue_budget_pct": round(100 * 512 / 2048 / budget, 1),
+    }
     # the same with 4 SASS per HMMA (1,024: 0.98 ns) is still tensor-bound; 8 (1.96 ns) is not
     four = roofline.bound({"loop_sass": 1024, "loop_kv_bytes": 2048, "tensor_flops": 256 * 4096})
     assert four["bound"] == "tensor"

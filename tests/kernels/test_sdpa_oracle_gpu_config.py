@@ -19,25 +19,77 @@ from sdpa_cases import arrays, numpy_reference
 from cuda_kernels import _backend, attention, prefill
 from cuda_kernels.fast import prefill_tc
 
-COMMON = dict(kv_heads=1, cache_dtype="float16", query_dtype="float16", scale=None,
-              fill=-1, extra_cols=1, blank_skipped=True)
+COMMON = dict(
+    kv_heads=1,
+    cache_dtype="float16",
+    query_dtype="float16",
+    scale=None,
+    fill=-1,
+    extra_cols=1,
+    blank_skipped=True,
+)
 CASES = {
     # four warps, the last three with no token of the short sequence: empty states merge
-    "decode G=8, contexts 70 and 5": dict(kind="decode", head_dim=64, group=8, block_size=16,
-                                          window=None, sinks=0, lens=[70, 5], mode="auto",
-                                          partition_size=None, seed=1),
+    "decode G=8, contexts 70 and 5": dict(
+        kind="decode",
+        head_dim=64,
+        group=8,
+        block_size=16,
+        window=None,
+        sinks=0,
+        lens=[70, 5],
+        mode="auto",
+        partition_size=None,
+        seed=1,
+    ),
     "decode G=4, D=128, window 20 with 2 sinks, block size 7": dict(
-        kind="decode", head_dim=128, group=4, block_size=7, window=20, sinks=2, lens=[100],
-        mode="auto", partition_size=None, seed=2),
+        kind="decode",
+        head_dim=128,
+        group=4,
+        block_size=7,
+        window=20,
+        sinks=2,
+        lens=[100],
+        mode="auto",
+        partition_size=None,
+        seed=2,
+    ),
     "decode G=16 split into 32-token partitions": dict(
-        kind="decode", head_dim=32, group=16, block_size=3, window=None, sinks=0,
-        lens=[40, 90], mode="split", partition_size=32, seed=3),
+        kind="decode",
+        head_dim=32,
+        group=16,
+        block_size=3,
+        window=None,
+        sinks=0,
+        lens=[40, 90],
+        mode="split",
+        partition_size=32,
+        seed=3,
+    ),
     "prefill G=4, 10 new tokens behind 60 cached": dict(
-        kind="prefill", head_dim=64, group=4, block_size=16, window=None, sinks=0,
-        prefixes=[60], chunks=[10], causal=True, seed=4),
+        kind="prefill",
+        head_dim=64,
+        group=4,
+        block_size=16,
+        window=None,
+        sinks=0,
+        prefixes=[60],
+        chunks=[10],
+        causal=True,
+        seed=4,
+    ),
     "prefill G=2, window 30 with a sink, block size 5": dict(
-        kind="prefill", head_dim=32, group=2, block_size=5, window=30, sinks=1,
-        prefixes=[90], chunks=[12], causal=True, seed=5),
+        kind="prefill",
+        head_dim=32,
+        group=2,
+        block_size=5,
+        window=30,
+        sinks=1,
+        prefixes=[90],
+        chunks=[12],
+        causal=True,
+        seed=5,
+    ),
 }
 
 
@@ -53,7 +105,8 @@ def gpu_launch_configuration(monkeypatch):
 @pytest.mark.parametrize("path", ["tensor", "cuda_core"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_the_gpu_launch_configuration_matches_the_float64_reference(
-        name, path, gpu_launch_configuration):
+    name, path, gpu_launch_configuration
+):
     case = dict(COMMON, **CASES[name])
     data = arrays(case)
     out, ran = launch(case, data, path)

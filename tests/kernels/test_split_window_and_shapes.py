@@ -15,18 +15,23 @@ from cuda_kernels.labs.layouts import NHD_SCALAR
 
 def scattered_case(rng, lens, block_size, num_kv_heads, group, head_dim, dtype=np.float32):
     """Sequences of the given lengths in randomly chosen, disjoint physical blocks."""
-    tables, num_blocks = reference.scattered_block_tables(rng, lens, block_size, spare=2,
-                                                          fill=GARBAGE)
+    tables, num_blocks = reference.scattered_block_tables(
+        rng, lens, block_size, spare=2, fill=GARBAGE
+    )
     cache = random_cache(rng, num_blocks, num_kv_heads, block_size, head_dim, dtype)
     query = random_query(rng, len(lens), num_kv_heads * group, head_dim, dtype)
     return query, cache, tables, np.asarray(lens, np.int32)
 
 
 @settings(max_examples=8)
-@given(lens=st.lists(st.integers(1, 40), min_size=1, max_size=2), partition=st.integers(1, 24),
-       seed=st.integers(0, 2**31))
-def test_split_k_equals_single_pass_to_float32_rounding_for_any_partition_size(lens, partition,
-                                                                               seed):
+@given(
+    lens=st.lists(st.integers(1, 40), min_size=1, max_size=2),
+    partition=st.integers(1, 24),
+    seed=st.integers(0, 2**31),
+)
+def test_split_k_equals_single_pass_to_float32_rounding_for_any_partition_size(
+    lens, partition, seed
+):
     rng = np.random.default_rng(seed)
     case = scattered_case(rng, lens, 4, 1, 2, 8)
     single = ck.paged_attention(*case, mode="single")
@@ -36,10 +41,16 @@ def test_split_k_equals_single_pass_to_float32_rounding_for_any_partition_size(l
 
 
 @settings(max_examples=12)
-@given(length=st.integers(1, 40), window=st.integers(1, 20), sinks=st.integers(0, 6),
-       split=st.booleans(), seed=st.integers(0, 2**31))
+@given(
+    length=st.integers(1, 40),
+    window=st.integers(1, 20),
+    sinks=st.integers(0, 6),
+    split=st.booleans(),
+    seed=st.integers(0, 2**31),
+)
 def test_windowed_attention_matches_the_windowed_reference_and_skips_dropped_blocks(
-        length, window, sinks, split, seed):
+    length, window, sinks, split, seed
+):
     rng = np.random.default_rng(seed)
     query, cache, tables, lens = scattered_case(rng, [length], 4, 1, 2, 8)
     want = reference.windowed_attention(query, cache, tables, lens, window, sinks)
@@ -47,9 +58,16 @@ def test_windowed_attention_matches_the_windowed_reference_and_skips_dropped_blo
     for logical in range(tables.shape[1]):  # drop blocks the window does not reach
         if not attended & set(range(4 * logical, 4 * logical + 4)):
             tables[0, logical] = -1  # NULL_BLOCK: must be neither read nor validated
-    out = ck.paged_attention(query, cache, tables, lens, window=window, sinks=sinks,
-                             mode="split" if split else "single",
-                             partition_size=3 if split else None)
+    out = ck.paged_attention(
+        query,
+        cache,
+        tables,
+        lens,
+        window=window,
+        sinks=sinks,
+        mode="split" if split else "single",
+        partition_size=3 if split else None,
+    )
     assert rel_err(out, want) < 1e-5
 
 
@@ -61,14 +79,23 @@ def test_every_gqa_group_size_reads_the_shared_kv_head(group):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("group,head_dim,dtype,lens,split", [
-    (17, 8, np.float32, [13, 5], 8), (17, 64, np.float16, [9], 6), (32, 8, np.float16, [7], None),
-    (64, 16, np.float32, [6], None), (71, 8, np.float32, [7], 4)])
+@pytest.mark.parametrize(
+    "group,head_dim,dtype,lens,split",
+    [
+        (17, 8, np.float32, [13, 5], 8),
+        (17, 64, np.float16, [9], 6),
+        (32, 8, np.float16, [7], None),
+        (64, 16, np.float32, [6], None),
+        (71, 8, np.float32, [7], 4),
+    ],
+)
 def test_multi_query_groups_larger_than_a_cta_initialise_and_write_every_head(
-        group, head_dim, dtype, lens, split):
+    group, head_dim, dtype, lens, split
+):
     """One KV head, up to Falcon's 71 query heads: more heads than the simulator's 32
     threads and than one CTA holds, so the group is split into chunks across the grid."""
     from cuda_kernels.fast.decode import geometry
+
     assert geometry(head_dim, group, dtype, 1)["chunks"] > 1
     rng = np.random.default_rng(group)
     case = scattered_case(rng, lens, 4, 1, group, head_dim, dtype)
@@ -79,9 +106,18 @@ def test_multi_query_groups_larger_than_a_cta_initialise_and_write_every_head(
         assert rel_err(ck.paged_attention(*case, mode="split", partition_size=split), want) < tol
 
 
-@pytest.mark.parametrize("head_dim,dtype", [(80, np.float32), (96, np.float16), (128, np.float16),
-                                            (64, np.float16), (72, np.float16),
-                                            (36, np.float16), (6, np.float32)])
+@pytest.mark.parametrize(
+    "head_dim,dtype",
+    [
+        (80, np.float32),
+        (96, np.float16),
+        (128, np.float16),
+        (64, np.float16),
+        (72, np.float16),
+        (36, np.float16),
+        (6, np.float32),
+    ],
+)
 def test_head_dims_that_are_not_powers_of_two_work(head_dim, dtype):
     """36 (fp16) and 6 (fp32) are not whole 16-byte vectors: the scalar loaders run."""
     rng = np.random.default_rng(head_dim)
@@ -99,10 +135,12 @@ def test_full_and_partly_full_last_blocks(length):
 
 def test_device_inputs_give_a_device_output():
     from numba import cuda
+
     rng = np.random.default_rng(7)
     query, cache, tables, lens = scattered_case(rng, [7], 4, 1, 2, 8)
-    out = ck.paged_attention(cuda.to_device(query), cuda.to_device(cache), cuda.to_device(tables),
-                             cuda.to_device(lens))
+    out = ck.paged_attention(
+        cuda.to_device(query), cuda.to_device(cache), cuda.to_device(tables), cuda.to_device(lens)
+    )
     assert not isinstance(out, np.ndarray)
     assert rel_err(out.copy_to_host(), reference.paged_attention(query, cache, tables, lens)) < 1e-5
 
@@ -143,8 +181,11 @@ def test_a_small_batch_is_split_to_fill_the_slots_but_never_below_the_minimum():
 
 
 @settings(max_examples=40)
-@given(counts=st.lists(st.integers(1, 20000), min_size=1, max_size=6),
-       ctas=st.integers(1, 16), slots=st.integers(1, 600))
+@given(
+    counts=st.lists(st.integers(1, 20000), min_size=1, max_size=6),
+    ctas=st.integers(1, 16),
+    slots=st.integers(1, 600),
+)
 def test_the_chosen_partition_is_the_cheapest_multiple_of_the_grain_in_range(counts, ctas, slots):
     """Brute force over every allowed size, with waves counted by `waves_and_tail`."""
     part = choose_partition(counts, ctas, slots)
@@ -164,19 +205,37 @@ def test_the_factory_builds_a_kernel_for_split_token_major_pools():
     k_pool = np.ascontiguousarray(cache[:, 0].transpose(0, 2, 1, 3))  # [N, B, H_kv, D]
     v_pool = np.ascontiguousarray(cache[:, 1].transpose(0, 2, 1, 3))
     from numba import cuda
-    out = ck.decode_with(NHD_SCALAR, cuda.to_device(k_pool), cuda.to_device(v_pool),
-                         query, tables, lens, num_blocks=cache.shape[0], num_kv_heads=2,
-                         block_size=4, head_dim=8, mode="split", partition_size=4)
+
+    out = ck.decode_with(
+        NHD_SCALAR,
+        cuda.to_device(k_pool),
+        cuda.to_device(v_pool),
+        query,
+        tables,
+        lens,
+        num_blocks=cache.shape[0],
+        num_kv_heads=2,
+        block_size=4,
+        head_dim=8,
+        mode="split",
+        partition_size=4,
+    )
     assert rel_err(out, reference.paged_attention(query, cache, tables, lens)) < 1e-5
 
 
 @settings(max_examples=100)
-@given(head_dim=st.integers(1, 512), group=st.integers(1, 128), fp16=st.booleans(),
-       warps=st.sampled_from([1, 2, 4, 8]))
+@given(
+    head_dim=st.integers(1, 512),
+    group=st.integers(1, 128),
+    fp16=st.booleans(),
+    warps=st.sampled_from([1, 2, 4, 8]),
+)
 def test_the_thread_mapping_covers_head_dim_and_every_head_within_the_budgets(
-        head_dim, group, fp16, warps):
+    head_dim, group, fp16, warps
+):
     from cuda_kernels.attention import SHARED_LIMIT, shared_bytes
     from cuda_kernels.fast.decode import ACC_BUDGET, geometry
+
     dtype = np.float16 if fp16 else np.float32
     g = geometry(head_dim, group, dtype, warps)
     assert g["vec"] * 2 ** (not fp16) == 8 and g["lpr"] & (g["lpr"] - 1) == 0 and g["lpr"] <= 32
@@ -192,10 +251,11 @@ def test_a_cache_off_a_16_byte_boundary_falls_back_to_scalar_loads_and_stays_rig
 
     from cuda_kernels.attention import usable_loaders
     from cuda_kernels.layout import BLOCK_MAJOR, BLOCK_MAJOR_SCALAR, Loaders
+
     rng = np.random.default_rng(5)
     query, cache, tables, lens = scattered_case(rng, [10], 4, 1, 2, 16, np.float16)
     flat = cuda.to_device(np.zeros(cache.size + 8, np.float16))
-    shifted = flat[1:1 + cache.size].reshape(cache.shape)  # 2 bytes past a 16-byte boundary
+    shifted = flat[1 : 1 + cache.size].reshape(cache.shape)  # 2 bytes past a 16-byte boundary
     shifted.copy_to_device(cache)
     assert usable_loaders(BLOCK_MAJOR, shifted, shifted, 16) is BLOCK_MAJOR_SCALAR
     aligned = cuda.to_device(cache)
@@ -209,6 +269,7 @@ def test_a_cache_off_a_16_byte_boundary_falls_back_to_scalar_loads_and_stays_rig
 
 def test_the_simulator_poisons_output_buffers_so_an_unwritten_element_fails():
     from cuda_kernels.attention import _empty
+
     assert np.isnan(_empty((2, 3, 4)).copy_to_host()).all()
     with pytest.raises(AssertionError, match="NaN"):
         rel_err(np.full((1, 2), np.nan), np.ones((1, 2)))
@@ -218,6 +279,7 @@ def test_the_gpu_launch_configuration_runs_correctly_in_the_simulator(monkeypatc
     """4 warps (128 threads), D = 128: the shape the GPU runs, with eight rows' states
     merged through shared memory (slow here: one sequence, one KV head, G = 3)."""
     from cuda_kernels import attention
+
     monkeypatch.setattr(attention, "launch_warps", lambda: 4)
     rng = np.random.default_rng(11)
     case = scattered_case(rng, [45], 16, 1, 3, 128, np.float16)

@@ -36,7 +36,8 @@ def tensor_batches(draw):
 @settings(max_examples=8)
 @given(args=tensor_batches(), causal=st.booleans())
 def test_the_tensor_core_prefill_matches_the_float64_reference_on_ragged_chunked_batches(
-        args, causal):
+    args, causal
+):
     query, cache, tables, lens, starts = args
     out = paged_prefill(query, cache, tables, lens, starts, causal=causal, path="tensor")
     want = reference_prefill(query, cache, tables, lens, starts, causal=causal)
@@ -45,8 +46,7 @@ def test_the_tensor_core_prefill_matches_the_float64_reference_on_ragged_chunked
 
 
 @pytest.mark.parametrize("head_dim, group", [(256, 1), (128, 8), (16, 16), (80, 3)])
-def test_the_largest_head_dim_the_widest_group_and_a_padded_row_layout_are_served(
-        head_dim, group):
+def test_the_largest_head_dim_the_widest_group_and_a_padded_row_layout_are_served(head_dim, group):
     """D=256 (16 k-steps), the headline D=128 with G=8, G=16 (one query token per warp),
     D=80 (10 chunks a row: the odd-stride padded layout instead of the XOR swizzle)."""
     rng = np.random.default_rng(head_dim + group)
@@ -84,10 +84,16 @@ def test_tensor_and_cuda_core_paths_agree_and_auto_takes_tensor_cores_when_it_ca
     assert prefill.LAST_PATH["path"] == "tensor"
     assert choose_path("auto", cache.astype(np.float32)) == "cuda_core"
     assert choose_path("auto", cache[..., :24]) == "cuda_core"  # 24 is not a multiple of 16
-    launch = prefill.launcher(*(prefill.ck.to_device(a) for a in (cache, query, tables, lens,
-                                                                   starts)),
-                              np.diff(starts), scale=0.25, causal=True, window=0, sinks=0,
-                              out=prefill._empty(query.shape), path="auto")
+    launch = prefill.launcher(
+        *(prefill.ck.to_device(a) for a in (cache, query, tables, lens, starts)),
+        np.diff(starts),
+        scale=0.25,
+        causal=True,
+        window=0,
+        sinks=0,
+        out=prefill._empty(query.shape),
+        path="auto",
+    )
     assert launch.path == "tensor"
 
 
@@ -136,44 +142,50 @@ def test_the_gpu_configuration_is_a_warpgroup_with_tiles_that_fit_shared_memory(
         assert shape.shared_bytes() <= 48 * 1024  # all static shared memory
 
 
-def run_shape(monkeypatch, config, head_dim, group, block_size, prefixes, q_lens,
-              causal=True):
+def run_shape(monkeypatch, config, head_dim, group, block_size, prefixes, q_lens, causal=True):
     """paged_prefill(path="tensor") with launch_config forced to `config` (warps, tile,
     q_regs, o_split), against the float64 reference; returns the relative error."""
     monkeypatch.setattr(prefill_tc, "launch_config", lambda d: config)
     rng = np.random.default_rng(head_dim * 7 + group + block_size)
-    query, cache, tables, lens, starts = batch(rng, prefixes, q_lens, 1, group, head_dim,
-                                               block_size)
+    query, cache, tables, lens, starts = batch(
+        rng, prefixes, q_lens, 1, group, head_dim, block_size
+    )
     out = paged_prefill(query, cache, tables, lens, starts, causal=causal, path="tensor")
     return rel_err(out, reference_prefill(query, cache, tables, lens, starts, causal=causal))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("head_dim, group, block_size", [(256, 4, 16), (256, 2, 1),
-                                                         (192, 4, 6), (192, 2, 16)])
+@pytest.mark.parametrize(
+    "head_dim, group, block_size", [(256, 4, 16), (256, 2, 1), (192, 4, 6), (192, 2, 16)]
+)
 def test_the_large_head_dims_with_gqa_match_the_reference_behind_cached_prefixes(
-        head_dim, group, block_size):
+    head_dim, group, block_size
+):
     """The simulator's launch_config (o_split 2 above D=176, as on a GPU): two ragged
     chunks behind cached prefixes (one spans a block boundary), block sizes 1, 16 and 6."""
     rng = np.random.default_rng(head_dim + group + block_size)
-    query, cache, tables, lens, starts = batch(rng, [17, 5], [3, 2], 1, group, head_dim,
-                                               block_size)
+    query, cache, tables, lens, starts = batch(rng, [17, 5], [3, 2], 1, group, head_dim, block_size)
     out = paged_prefill(query, cache, tables, lens, starts, path="tensor")
     assert rel_err(out, reference_prefill(query, cache, tables, lens, starts)) < TOL
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("config, head_dim, block_size", [
-    ((2, 16, 3, 2), 48, 6),  # o_split with an odd share of O (3 n-tiles: the x2.trans tile)
-    ((1, 16, 1, 1), 64, 1),  # Q's k-steps 1..3 in shared memory, read back by ldmatrix
-    ((1, 16, 0, 1), 80, 5),  # all of Q in shared memory, on the padded row layout
-    ((4, 16, 0, 2), 128, 3),  # D=256's GPU shape: two row blocks, o_split, Q in shared memory
-])
-def test_split_o_and_q_in_shared_memory_match_the_reference(monkeypatch, config, head_dim,
-                                                            block_size):
+@pytest.mark.parametrize(
+    "config, head_dim, block_size",
+    [
+        ((2, 16, 3, 2), 48, 6),  # o_split with an odd share of O (3 n-tiles: the x2.trans tile)
+        ((1, 16, 1, 1), 64, 1),  # Q's k-steps 1..3 in shared memory, read back by ldmatrix
+        ((1, 16, 0, 1), 80, 5),  # all of Q in shared memory, on the padded row layout
+        ((4, 16, 0, 2), 128, 3),  # D=256's GPU shape: two row blocks, o_split, Q in shared memory
+    ],
+)
+def test_split_o_and_q_in_shared_memory_match_the_reference(
+    monkeypatch, config, head_dim, block_size
+):
     assert run_shape(monkeypatch, config, head_dim, 2, block_size, [9, 0], [5, 3]) < TOL
-    assert run_shape(monkeypatch, config, head_dim, 2, block_size, [9, 0], [5, 3],
-                     causal=False) < TOL
+    assert (
+        run_shape(monkeypatch, config, head_dim, 2, block_size, [9, 0], [5, 3], causal=False) < TOL
+    )
 
 
 BAD_SHAPES = {

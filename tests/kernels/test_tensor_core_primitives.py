@@ -15,8 +15,9 @@ from numba import cuda
 import cuda_kernels
 from cuda_kernels import primitives as pr
 
-pytestmark = pytest.mark.skipif(cuda_kernels.backend() != "simulator",
-                                reason="tests the simulator's stand-ins")
+pytestmark = pytest.mark.skipif(
+    cuda_kernels.backend() != "simulator", reason="tests the simulator's stand-ins"
+)
 
 
 def gid(lane):  # "groupID" in the ISA
@@ -38,8 +39,12 @@ B_TABLE = {
     0: lambda n: [(2 * tig(n), gid(n)), (2 * tig(n) + 1, gid(n))],
     1: lambda n: [(2 * tig(n) + 8, gid(n)), (2 * tig(n) + 9, gid(n))],
 }
-C_TABLE = [lambda n: (gid(n), 2 * tig(n)), lambda n: (gid(n), 2 * tig(n) + 1),
-           lambda n: (gid(n) + 8, 2 * tig(n)), lambda n: (gid(n) + 8, 2 * tig(n) + 1)]
+C_TABLE = [
+    lambda n: (gid(n), 2 * tig(n)),
+    lambda n: (gid(n), 2 * tig(n) + 1),
+    lambda n: (gid(n) + 8, 2 * tig(n)),
+    lambda n: (gid(n) + 8, 2 * tig(n) + 1),
+]
 
 
 def word(lo, hi, kind="f16"):
@@ -127,9 +132,14 @@ def test_ldmatrix_hands_lane_l_row_l_over_4_or_with_trans_column_l_over_4(count,
     memory = np.zeros((32, 8), np.float16)
     memory[order] = values.reshape(32, 8)
     out = np.zeros((32, 4), np.uint32)
-    load = {(1, False): pr.ldmatrix_x1, (2, False): pr.ldmatrix_x2, (4, False): pr.ldmatrix_x4,
-            (1, True): pr.ldmatrix_x1_trans, (2, True): pr.ldmatrix_x2_trans,
-            (4, True): pr.ldmatrix_x4_trans}[count, trans]
+    load = {
+        (1, False): pr.ldmatrix_x1,
+        (2, False): pr.ldmatrix_x2,
+        (4, False): pr.ldmatrix_x4,
+        (1, True): pr.ldmatrix_x1_trans,
+        (2, True): pr.ldmatrix_x2_trans,
+        (4, True): pr.ldmatrix_x4_trans,
+    }[count, trans]
     rows = np.array([order[LD_ROW[count](n)] for n in range(32)], np.int32)
 
     @cuda.jit
@@ -177,7 +187,8 @@ def test_ldmatrix_x4_of_a_row_major_tile_yields_the_mma_a_fragment():
     kernel[1, 32](A, out)
     for lane in range(32):
         assert [int(w) for w in out[lane]] == [
-            word(*(A[c] for c in A_TABLE[r](lane))) for r in range(4)], lane
+            word(*(A[c] for c in A_TABLE[r](lane))) for r in range(4)
+        ], lane
 
 
 def test_ldmatrix_refuses_a_row_address_that_is_not_16_byte_aligned():
@@ -249,8 +260,11 @@ def test_packing_rounds_to_nearest_even_with_lo_in_the_low_half(kind):
 @pytest.mark.parametrize("chunks", [1, 2, 4, 8, 16, 32, 6, 10, 12])
 def test_swizzled_rows_put_any_8_consecutive_rows_of_one_chunk_in_distinct_bank_groups(chunks):
     stride, shift, mask = pr.swizzle_shape(chunks)
-    slots = {(r, c): pr.swizzled.py_func(r, c, stride, shift, mask)
-             for r in range(64) for c in range(chunks)}
+    slots = {
+        (r, c): pr.swizzled.py_func(r, c, stride, shift, mask)
+        for r in range(64)
+        for c in range(chunks)
+    }
     assert len(set(slots.values())) == len(slots)  # a bijection onto the array
     assert all(r * stride <= s < (r + 1) * stride for (r, _), s in slots.items())  # own row
     for c in range(chunks):

@@ -64,8 +64,14 @@ print(json.dumps(rows))
 
 def test_tensor_core_primitives_assemble_to_hmma_ldsm_ldgsts_on_sm80_and_sm90():
     env = dict(os.environ, PYTHONPATH=str(ROOT), PAGEDSIM_CUDA="gpu", NUMBA_ENABLE_CUDASIM="0")
-    done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True,
-                          text=True, timeout=300, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = json.loads(done.stdout.strip().splitlines()[-1])
     for arch in ("sm_80", "sm_90"):
@@ -73,8 +79,14 @@ def test_tensor_core_primitives_assemble_to_hmma_ldsm_ldgsts_on_sm80_and_sm90():
         assert ptxas["spill_bytes"] == 0 and ptxas["stack_bytes"] == 0, (arch, ptxas)
         assert sass.count("HMMA.16816.F32") == 2, (arch, sass)
         assert sass.count("HMMA.16816.F32.BF16") == 1, (arch, sass)
-        assert {"LDSM.16.M88.4", "LDSM.16.MT88.2", "LDSM.16.MT88.4", "LDSM.16.M88",
-                "LDSM.16.M88.2", "LDGSTS.E.BYPASS.128"} <= set(sass), (arch, sass)
+        assert {
+            "LDSM.16.M88.4",
+            "LDSM.16.MT88.2",
+            "LDSM.16.MT88.4",
+            "LDSM.16.M88",
+            "LDSM.16.M88.2",
+            "LDGSTS.E.BYPASS.128",
+        } <= set(sass), (arch, sass)
         assert sum(op.startswith("F2FP") and "PACK_AB" in op for op in sass) == 2, (arch, sass)
 
 
@@ -114,12 +126,19 @@ def test_the_tensor_core_prefill_compiles_without_spills_at_every_kind_of_head_d
     32- and 16-token tiles, O split above D=192), on sm_80 and sm_90: no spill, no stack;
     D=128 keeps at most 4 SASS per HMMA in its steady loop. About 14 compiles (minutes)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), PAGEDSIM_CUDA="gpu", NUMBA_ENABLE_CUDASIM="0")
-    done = subprocess.run([sys.executable, "-c", PREFILL_PROBE, *map(str, HEAD_DIMS)],
-                          env=env, capture_output=True, text=True, timeout=1800, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", PREFILL_PROBE, *map(str, HEAD_DIMS)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = json.loads(done.stdout.strip().splitlines()[-1])
     assert sorted((d, a) for d, a, _ in rows) == sorted(
-        (d, a) for d in HEAD_DIMS for a in ("sm_80", "sm_90"))
+        (d, a) for d in HEAD_DIMS for a in ("sm_80", "sm_90")
+    )
     spilled = [(d, a, got) for d, a, got in rows if got["spill_bytes"] or got["stack_bytes"]]
     assert all(got["hmma"] > 0 for _, _, got in rows), rows
     assert all(got["loop_sass_per_hmma"] <= 4 for d, _, got in rows if d == 128), rows

@@ -151,12 +151,23 @@ from hypothesis import strategies as st  # noqa: E402
 from cuda_kernels.layout import BLOCK_MAJOR  # noqa: E402
 
 FUZZ = settings(max_examples=40, deadline=None)
-SCALAR_NOT_INT = st.one_of(st.booleans(), st.floats(allow_nan=True), st.text(max_size=3),
-                           st.just(np.float64(4.0)), st.just(np.bool_(True)), st.just(np.array(2)))
+SCALAR_NOT_INT = st.one_of(
+    st.booleans(),
+    st.floats(allow_nan=True),
+    st.text(max_size=3),
+    st.just(np.float64(4.0)),
+    st.just(np.bool_(True)),
+    st.just(np.array(2)),
+)
 NOT_INT = st.one_of(SCALAR_NOT_INT, st.lists(st.integers(0, 3), max_size=2))
 HUGE = st.integers(2**31, 2**70)
-NOT_AN_INT_ELEMENT = st.one_of(st.floats(allow_nan=True), st.text(max_size=2), st.booleans(),
-                               st.none(), st.integers(2**63, 2**70))
+NOT_AN_INT_ELEMENT = st.one_of(
+    st.floats(allow_nan=True),
+    st.text(max_size=2),
+    st.booleans(),
+    st.none(),
+    st.integers(2**63, 2**70),
+)
 
 
 def with_one_bad(good: list, bad):
@@ -209,13 +220,19 @@ def raises_clearly_and_changes_nothing(call, *buffers):
 def test_write_kv_refuses_every_ill_typed_or_out_of_range_argument(data):
     cache = CACHE.copy()
     args = dict(kv_cache=cache, key=KEY, value=KEY, slot_mapping=np.array([0, 5]))
-    name, bad = data.draw(st.sampled_from([
-        ("slot_mapping", BAD_INDEX_LIST), ("slot_mapping", BAD_INDEX_ARRAY),
-        ("slot_mapping", st.one_of(SCALAR_NOT_INT, st.none())),
-        ("slot_mapping", st.lists(st.integers(16, 2**62), min_size=2, max_size=2)),
-        ("key", st.sampled_from([KEY.tolist(), KEY.astype(np.float64), KEY[0], None, 3])),
-        ("value", st.sampled_from([KEY.astype(np.float16), KEY[:, :, :4], "v"])),
-        ("kv_cache", st.sampled_from([CACHE.tolist(), CACHE.astype(np.int32), CACHE[0]]))]))
+    name, bad = data.draw(
+        st.sampled_from(
+            [
+                ("slot_mapping", BAD_INDEX_LIST),
+                ("slot_mapping", BAD_INDEX_ARRAY),
+                ("slot_mapping", st.one_of(SCALAR_NOT_INT, st.none())),
+                ("slot_mapping", st.lists(st.integers(16, 2**62), min_size=2, max_size=2)),
+                ("key", st.sampled_from([KEY.tolist(), KEY.astype(np.float64), KEY[0], None, 3])),
+                ("value", st.sampled_from([KEY.astype(np.float16), KEY[:, :, :4], "v"])),
+                ("kv_cache", st.sampled_from([CACHE.tolist(), CACHE.astype(np.int32), CACHE[0]])),
+            ]
+        )
+    )
     args[name] = data.draw(bad)
     raises_clearly_and_changes_nothing(lambda: ck.write_kv(**args), cache)
 
@@ -248,9 +265,11 @@ def pair_strategies(limit: int):
 @given(pairs=pair_strategies(4), which=st.sampled_from(["copy", "swap_out", "swap_in"]))
 def test_copy_and_swap_refuse_ill_typed_or_out_of_range_pairs(pairs, which):
     cache, host = CACHE.copy(), np.zeros_like(CACHE)
-    call = {"copy": lambda: ck.copy_blocks(cache, pairs),
-            "swap_out": lambda: ck.swap_out(cache, host, pairs),
-            "swap_in": lambda: ck.swap_in(host, cache, pairs)}[which]
+    call = {
+        "copy": lambda: ck.copy_blocks(cache, pairs),
+        "swap_out": lambda: ck.swap_out(cache, host, pairs),
+        "swap_in": lambda: ck.swap_in(host, cache, pairs),
+    }[which]
     raises_clearly_and_changes_nothing(call, cache, host)
 
 
@@ -322,9 +341,23 @@ def test_decode_with_refuses_every_ill_typed_or_out_of_range_argument(data):
         {"window": 4} if name == "sinks" else {"mode": "split"} if name == "partition_size" else {}
     )
     kw = {k: args[k] for k in ("scale", "window", "sinks", "partition_size") if k in args}
-    raises_clearly_and_changes_nothing(lambda: ck.decode_with(
-        BLOCK_MAJOR, cache, cache, args["query"], args["block_tables"], args["context_lens"],
-        num_blocks=4, num_kv_heads=2, block_size=4, head_dim=8, **extra, **kw), cache)
+    raises_clearly_and_changes_nothing(
+        lambda: ck.decode_with(
+            BLOCK_MAJOR,
+            cache,
+            cache,
+            args["query"],
+            args["block_tables"],
+            args["context_lens"],
+            num_blocks=4,
+            num_kv_heads=2,
+            block_size=4,
+            head_dim=8,
+            **extra,
+            **kw,
+        ),
+        cache,
+    )
 
 
 @pytest.mark.parametrize("scale", [ck_checks.MAX_SCALE, -ck_checks.MAX_SCALE, 1e-30])

@@ -37,8 +37,7 @@ def wgmma_batches(draw):
 @pytest.mark.slow
 @settings(max_examples=6)
 @given(args=wgmma_batches(), causal=st.booleans())
-def test_the_wgmma_prefill_matches_the_float64_reference_on_ragged_chunked_batches(
-        args, causal):
+def test_the_wgmma_prefill_matches_the_float64_reference_on_ragged_chunked_batches(args, causal):
     query, cache, tables, lens, starts = args
     out = paged_prefill(query, cache, tables, lens, starts, causal=causal, path="wgmma")
     want = reference_prefill(query, cache, tables, lens, starts, causal=causal)
@@ -78,7 +77,8 @@ def test_windows_and_sinks_on_wgmma_follow_the_reference(window, sinks, causal):
 
 @pytest.mark.parametrize("prefix, new, window, sinks", [(34, 3, 0, 0), (60, 3, 40, 2)])
 def test_a_long_cached_prefix_runs_the_unmasked_tile_loop_between_masked_tiles(
-        prefix, new, window, sinks):
+    prefix, new, window, sinks
+):
     """Tiles every row sees whole (the cached prefix; the window's interior) run in the
     loop without a mask, after the sink, seam and diagonal tiles."""
     rng = np.random.default_rng(prefix)
@@ -110,8 +110,7 @@ def test_auto_never_picks_wgmma_and_wgmma_refuses_what_it_cannot_serve():
 
 
 @pytest.mark.parametrize("cc", [(8, 0), (10, 0), (8, 9)])
-def test_on_a_gpu_that_is_not_sm90_wgmma_is_refused_naming_its_compute_capability(
-        monkeypatch, cc):
+def test_on_a_gpu_that_is_not_sm90_wgmma_is_refused_naming_its_compute_capability(monkeypatch, cc):
     rng = np.random.default_rng(1)
     query, cache, tables, lens, starts = batch(rng, [3], [2], 1, 1, 16, 4)
     monkeypatch.setattr(_prefill_checks, "compute_capability", lambda: cc)

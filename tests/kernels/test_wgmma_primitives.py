@@ -16,8 +16,9 @@ from numba import cuda, float32
 import cuda_kernels
 from cuda_kernels.fast import wgmma as wg
 
-pytestmark = pytest.mark.skipif(cuda_kernels.backend() != "simulator",
-                                reason="tests the simulator's stand-ins")
+pytestmark = pytest.mark.skipif(
+    cuda_kernels.backend() != "simulator", reason="tests the simulator's stand-ins"
+)
 SMEM = 20 * 1024  # fp16 elements of the test's shared array (room for B and the pad)
 WIDTH = {0: 0, 1: 128, 2: 64, 3: 32}  # swizzle mode -> row bytes W
 
@@ -131,13 +132,20 @@ def operands(seed, n):
     return A, B, C, acc, table
 
 
-CASES = [(0, False, 16, 0), (1, False, 64, 16), (2, False, 32, 16), (3, False, 24, 0),
-         (0, True, 16, 0), (1, True, 64, 0), (2, True, 64, 0), (3, True, 40, 0)]
+CASES = [
+    (0, False, 16, 0),
+    (1, False, 64, 16),
+    (2, False, 32, 16),
+    (3, False, 24, 0),
+    (0, True, 16, 0),
+    (1, True, 64, 0),
+    (2, True, 64, 0),
+    (3, True, 40, 0),
+]
 
 
 @pytest.mark.parametrize("mode, trans_b, n, k0", CASES)
-def test_every_lane_gets_its_d_elements_for_each_swizzle_mode_and_major_ness(
-        mode, trans_b, n, k0):
+def test_every_lane_gets_its_d_elements_for_each_swizzle_mode_and_major_ness(mode, trans_b, n, k0):
     A, B, C, acc, table = operands(10 * mode + n, n)
     memory, start, lbo, sbo = place(B, mode, trans_b, k0)
     out = run(memory, start, lbo, sbo, mode, n, trans_b, a_words(A), acc)

@@ -73,11 +73,18 @@ def test_generated_asm_names_n_over_2_accumulators_tied_to_the_outputs():
 
 def test_wgmma_n64_assembles_to_hgmma_64x64x16_on_sm90a_k_major_and_transposed_no_spills():
     env = dict(os.environ, PYTHONPATH=str(ROOT), PAGEDSIM_CUDA="gpu", NUMBA_ENABLE_CUDASIM="0")
-    done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True,
-                          text=True, timeout=300, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == (
-        "True 0 ['HGMMA.64x64x16.F32', 'HGMMA.64x64x16.F32'] [False, True] ['RZ,', 'R24,']")
+        "True 0 ['HGMMA.64x64x16.F32', 'HGMMA.64x64x16.F32'] [False, True] ['RZ,', 'R24,']"
+    )
 
 
 PREFILL_PROBE = """
@@ -99,8 +106,14 @@ def test_the_wgmma_prefill_compiles_for_sm90a_alone_with_hgmma_in_its_loop_and_n
     """The report's row (D=128, G=8, 64-token tiles): 8 HGMMA for S and 8 for P V per tile,
     the K/V copies as LDGSTS, no HMMA, no spill, no stack; the loop stays under 800 SASS."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), PAGEDSIM_CUDA="gpu", NUMBA_ENABLE_CUDASIM="0")
-    done = subprocess.run([sys.executable, "-c", PREFILL_PROBE], env=env, capture_output=True,
-                          text=True, timeout=600, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", PREFILL_PROBE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     row = json.loads(done.stdout.strip().splitlines()[-1])
     assert row["arch"] == "sm_90a" and row["path"] == "wgmma", row

@@ -91,6 +91,7 @@ def test_device_scan_matches_numpy_across_several_thread_blocks():
     rng = np.random.default_rng(7)
     values = rng.integers(0, 9, size=prefix.SCAN_TPB * 2 + 37).astype(np.int32)
     from numba import cuda
+
     excl = prefix.exclusive_scan(cuda.to_device(values)).copy_to_host()
     assert (excl == np.concatenate([[0], np.cumsum(values)[:-1]])).all()
 

@@ -17,8 +17,17 @@ COMMANDS = {
     "policies": ["policies", *SMALL],
     "swapcost": ["swapcost"],
     "race": ["race"],
-    "sweep": ["sweep", "--workload", "alpaca", "--num-requests", "40", "--sim-requests", "10",
-              "--memory-tokens", "2048"],
+    "sweep": [
+        "sweep",
+        "--workload",
+        "alpaca",
+        "--num-requests",
+        "40",
+        "--sim-requests",
+        "10",
+        "--memory-tokens",
+        "2048",
+    ],
 }
 
 

@@ -110,5 +110,6 @@ def test_race_command_reports_no_bad_schedule_for_cas(capsys):
 
 def test_pagedsim_race_is_dispatched_by_the_cli(capsys):
     from pagedsim.app import cli
+
     assert cli.main(["race", "--impl", "atomic_add", "--threads", "3"]) == 0
     assert "interleavings walked: 90" in capsys.readouterr().out

@@ -23,8 +23,9 @@ from pagedsim.labs import kv_layouts, sectors
 
 pytestmark = pytest.mark.ch3_7
 ROOT = Path(__file__).resolve().parents[2]
-HND = kv_layouts.KVLayout("hnd", ("H", "N", "B", "D"), ("H", "N", "B", "D"),
-                          "k_pool[H, N, B, D], v_pool[H, N, B, D]")
+HND = kv_layouts.KVLayout(
+    "hnd", ("H", "N", "B", "D"), ("H", "N", "B", "D"), "k_pool[H, N, B, D], v_pool[H, N, B, D]"
+)
 
 
 @cuda.jit(device=True)
@@ -55,7 +56,8 @@ def hnd():
 def test_a_registered_layout_is_in_every_table_of_the_sector_model(hnd):
     rows = [r for r in sectors.layout_table() if r["layout"] == "hnd"]
     assert [(r["mapping"], r["which"]) for r in rows] == [
-        (m, w) for m in sectors.MAPPINGS for w in ("k", "v")]
+        (m, w) for m in sectors.MAPPINGS for w in ("k", "v")
+    ]
     g = sectors.Geometry()
     w = sectors.warp_load("hnd", "kernel", "k", g, block=3, head=1)
     shape = (g.num_kv_heads, g.num_blocks, g.block_size, g.head_dim)
@@ -98,23 +100,33 @@ def test_a_layout_without_loaders_or_with_a_taken_name_is_refused_and_nothing_is
 
 @pytest.mark.parametrize("module", [kv_layouts, layouts])
 def test_the_layout_tables_in_the_docstrings_name_exactly_the_registered_layouts(module):
-    named = [line.split()[0] for line in module.__doc__.splitlines()
-             if line.startswith("    ") and not line.startswith("     ")]
+    named = [
+        line.split()[0]
+        for line in module.__doc__.splitlines()
+        if line.startswith("    ") and not line.startswith("     ")
+    ]
     assert named == list(kv_layouts.LAYOUTS), module.__name__
 
 
 @pytest.mark.ptx
 @pytest.mark.slow
 def test_a_registered_layout_gets_its_own_row_in_the_ptx_and_sass_report():
-    code = ("import json; from tests.labs.test_layout_registry import add_hnd; add_hnd()\n"
-            "from cuda_kernels import labs, report\n"
-            "rows = [r for r in labs._ptx_kernels() if r[0].startswith('decode_hnd')]\n"
-            "report.kernel_specs = lambda: [('labs.' + r[0], *r[1:]) for r in rows]\n"
-            "print(json.dumps(report.collect(('sm_90',), workers=1)))\n")
-    env = dict(os.environ, PAGEDSIM_CUDA="gpu", NUMBA_ENABLE_CUDASIM="0",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=600)
+    code = (
+        "import json; from tests.labs.test_layout_registry import add_hnd; add_hnd()\n"
+        "from cuda_kernels import labs, report\n"
+        "rows = [r for r in labs._ptx_kernels() if r[0].startswith('decode_hnd')]\n"
+        "report.kernel_specs = lambda: [('labs.' + r[0], *r[1:]) for r in rows]\n"
+        "print(json.dumps(report.collect(('sm_90',), workers=1)))\n"
+    )
+    env = dict(
+        os.environ,
+        PAGEDSIM_CUDA="gpu",
+        NUMBA_ENABLE_CUDASIM="0",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     (row,) = json.loads(done.stdout.strip().splitlines()[-1])
     assert row["kernel"] == "labs.decode_hnd[float16,G=4,D=128]" and row["arch"] == "sm_90"

@@ -100,6 +100,7 @@ def test_layout_arguments_are_checked_before_launch():
 
 def test_split_and_nhd_use_the_same_16_byte_loads_as_fused_and_vllm_stays_scalar():
     from cuda_kernels.attention import usable_loaders
+
     cache = np.zeros((2, 2, 1, 4, 8), np.float16)  # head_dim 8: one 16-byte vector per row
     for name, vector in (("fused", True), ("split", True), ("nhd", True), ("vllm", False)):
         k_src, v_src = layouts.convert(name, cache)

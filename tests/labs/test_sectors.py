@@ -85,9 +85,12 @@ def test_model_rejects_unknown_names():
 def test_the_sector_model_and_its_figure_load_no_numba(tmp_path):
     import subprocess
     import sys
-    code = ("import sys; import pagedsim.labs.sectors; from pagedsim.draw import figures_labs; "
-            f"figures_labs.layout_sectors({str(tmp_path)!r}); print(sorted(m for m in sys.modules "
-            "if m.split('.')[0] in ('numba', 'cuda_kernels')))")
+
+    code = (
+        "import sys; import pagedsim.labs.sectors; from pagedsim.draw import figures_labs; "
+        f"figures_labs.layout_sectors({str(tmp_path)!r}); print(sorted(m for m in sys.modules "
+        "if m.split('.')[0] in ('numba', 'cuda_kernels')))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
@@ -96,6 +99,7 @@ def test_the_sector_model_and_its_figure_load_no_numba(tmp_path):
 
 def test_the_layout_registry_names_every_layout_once_for_the_model_and_the_kernels():
     from cuda_kernels.labs import PTX_KERNELS, layouts
+
     assert set(layouts.LOADERS) == set(sc.LAYOUTS) == set(layouts.LAYOUTS)
     assert {row[0].split("[")[0] for row in PTX_KERNELS} == {f"decode_{n}" for n in sc.LAYOUTS}
     with pytest.raises(ValueError, match="layout must be one of"):

@@ -72,7 +72,6 @@ def test_each_kv_cache_group_finds_only_the_blocks_it_cached():
         assert blocks and all(m.pool.is_cached(b) for b in blocks)
         assert not set(blocks) & {b for b in other.block_table("0")}
     # the same tokens hash differently per group, so neither lookup can return the other's
-    assert {m.pool.hash_of(b) for b in full}.isdisjoint(
-        m.pool.hash_of(b) for b in window if b >= 0)
+    assert {m.pool.hash_of(b) for b in full}.isdisjoint(m.pool.hash_of(b) for b in window if b >= 0)
     hit = m.get_computed_blocks(list(range(3 * B)) + [0])
     assert hit.blocks[0] == tuple(full) and hit.num_tokens == 3 * B

@@ -44,14 +44,17 @@ def test_prefill_hybrid_model():
     m.check_invariants()
 
 
-@pytest.mark.parametrize("evict, expect_hit_blocks", [
-    ([("window", 0)], 3),  # outside the window: the hit length stays
-    ([("full", 0)], 0),  # the first full-attention block: a total miss
-    ([("full", 2), ("window", 2)], 2),  # the last block of every group
-    ([("full", 2)], 2),
-    ([("window", 2)], 2),
-    ([("full", 2), ("window", 0)], 0),  # full hits 2, the window group then finds no run
-])
+@pytest.mark.parametrize(
+    "evict, expect_hit_blocks",
+    [
+        ([("window", 0)], 3),  # outside the window: the hit length stays
+        ([("full", 0)], 0),  # the first full-attention block: a total miss
+        ([("full", 2), ("window", 2)], 2),  # the last block of every group
+        ([("full", 2)], 2),
+        ([("window", 2)], 2),
+        ([("full", 2), ("window", 0)], 0),  # full hits 2, the window group then finds no run
+    ],
+)
 def test_prefill_hybrid_model_partial_request_hit(evict, expect_hit_blocks):
     m, full0, window0 = history()
     hit = m.get_computed_blocks(COMMON + [3] * 5)

@@ -36,9 +36,15 @@ def test_each_hybrid_group_stores_its_blocks_under_its_own_group_idx_and_spec():
     assert [type(e) for e in events] == [BlockStored, BlockStored]
     full, window = events
     assert (full.group_idx, full.kv_cache_spec_kind, full.kv_cache_spec_sliding_window) == (
-        0, "full_attention", None)
-    assert (window.group_idx, window.kv_cache_spec_kind,
-            window.kv_cache_spec_sliding_window) == (1, "sliding_window", 128)
+        0,
+        "full_attention",
+        None,
+    )
+    assert (window.group_idx, window.kv_cache_spec_kind, window.kv_cache_spec_sliding_window) == (
+        1,
+        "sliding_window",
+        128,
+    )
     assert set(full.block_hashes).isdisjoint(window.block_hashes)  # distinct roots per group
 
 
@@ -72,12 +78,29 @@ def test_a_stored_run_after_a_dropped_block_names_the_logical_parent_hash():
 
 
 def test_the_optional_fields_are_left_out_of_json_while_none_and_read_back():
-    event = BlockStored([5], None, [1, 2, 3, 4], B, group_idx=1,
-                        kv_cache_spec_kind="sliding_window", kv_cache_spec_sliding_window=8)
+    event = BlockStored(
+        [5],
+        None,
+        [1, 2, 3, 4],
+        B,
+        group_idx=1,
+        kv_cache_spec_kind="sliding_window",
+        kv_cache_spec_sliding_window=8,
+    )
     obj = event_to_json(event)
-    assert list(obj) == ["type", "block_hashes", "parent_block_hash", "token_ids",
-                         "block_size", "lora_id", "medium", "lora_name", "group_idx",
-                         "kv_cache_spec_kind", "kv_cache_spec_sliding_window"]  # vLLM's order
+    assert list(obj) == [
+        "type",
+        "block_hashes",
+        "parent_block_hash",
+        "token_ids",
+        "block_size",
+        "lora_id",
+        "medium",
+        "lora_name",
+        "group_idx",
+        "kv_cache_spec_kind",
+        "kv_cache_spec_sliding_window",
+    ]  # vLLM's order
     assert event_from_json(obj) == event
     plain = event_to_json(BlockRemoved([5]))
     assert plain == {"type": "BlockRemoved", "block_hashes": [5], "medium": "GPU"}

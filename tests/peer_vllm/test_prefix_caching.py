@@ -44,7 +44,7 @@ def test_prefill():
     assert blocks == [0, 1, 2, 3]
     parent = 0
     for b in (0, 1, 2):  # full blocks are hashed and chained
-        h = chained_hash(parent, tuple(all0[b * B:(b + 1) * B]))
+        h = chained_hash(parent, tuple(all0[b * B : (b + 1) * B]))
         assert m.pool.hash_of(b) == h and m.pool.ref_count(b) == 1
         parent = h
     assert not m.pool.is_cached(3) and m.pool.ref_count(3) == 1  # the partial block
@@ -162,7 +162,7 @@ def test_cache_key_salting():
     assert hit.num_tokens == 0 and blocks == [0, 1, 2, 3]
     salted = [m.pool.hash_of(b) for b in blocks[:3]]
     assert salted[0] != chained_hash(0, tuple(tokens[:B]))  # the salt is in the first hash
-    assert salted[1] == chained_hash(salted[0], tuple(tokens[B:2 * B]))  # ... and chains on
+    assert salted[1] == chained_hash(salted[0], tuple(tokens[B : 2 * B]))  # ... and chains on
     assert m.allocate_slots("0", 5, new_token_ids=[8] * 5) == []
     hit = m.get_computed_blocks(COMMON + [4] * 11, cache_salt="salt1")
     assert len(hit.blocks) == 3 and hit.num_tokens == 48  # same salt: a hit

@@ -26,17 +26,30 @@ from pagedsim.scheduler import make_scheduler
 from pagedsim.workloads import Request
 
 
-def priority_scheduler(priorities, arrival_times=None, num_tokens=10, max_tokens=16,
-                       max_num_seqs=16, max_num_batched_tokens=8192, num_blocks=10000,
-                       arrival_steps=None):
+def priority_scheduler(
+    priorities,
+    arrival_times=None,
+    num_tokens=10,
+    max_tokens=16,
+    max_num_seqs=16,
+    max_num_batched_tokens=8192,
+    num_blocks=10000,
+    arrival_steps=None,
+):
     """vLLM's create_scheduler_with_priority + create_requests_with_priority."""
     n = len(priorities)
     steps = arrival_steps or [0] * n
     reqs = [Request(num_tokens, max_tokens, arrival_step=steps[i]) for i in range(n)]
-    return make_scheduler(reqs, KVCacheManager(num_blocks - 1, 16), mode="v1",
-                     max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                     policy="priority", priorities=priorities,
-                     arrival_times=arrival_times or [float(i) for i in range(n)])
+    return make_scheduler(
+        reqs,
+        KVCacheManager(num_blocks - 1, 16),
+        mode="v1",
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        policy="priority",
+        priorities=priorities,
+        arrival_times=arrival_times or [float(i) for i in range(n)],
+    )
 
 
 def ids(reqs):
@@ -53,9 +66,14 @@ def test_schedule():
 def test_schedule_concurrent_partial_requests():
     for cache in (True, False):
         m = PrefixCachingManager(9999, 16) if cache else KVCacheManager(9999, 16)
-        s = make_scheduler([Request(800, 4) for _ in range(3)], m, mode="v1",
-                      max_num_batched_tokens=1024, long_prefill_token_threshold=400,
-                      tokens=[[i] * 800 for i in range(3)] if cache else None)
+        s = make_scheduler(
+            [Request(800, 4) for _ in range(3)],
+            m,
+            mode="v1",
+            max_num_batched_tokens=1024,
+            long_prefill_token_threshold=400,
+            tokens=[[i] * 800 for i in range(3)] if cache else None,
+        )
         s.step()
         assert [r.num_computed_tokens for r in s.running] == [400, 400, 224]
         s.step()
@@ -71,8 +89,12 @@ def test_schedule_partial_requests():
     an encoder budget pagedsim does not have). Without long_prefill_token_threshold the
     first prompt is scheduled whole and the next one gets the rest of the budget; a
     running prefill keeps being chunked until its prompt is done."""
-    s = make_scheduler([Request(800, 4) for _ in range(3)], KVCacheManager(9999, 16), mode="v1",
-                  max_num_batched_tokens=1024)
+    s = make_scheduler(
+        [Request(800, 4) for _ in range(3)],
+        KVCacheManager(9999, 16),
+        mode="v1",
+        max_num_batched_tokens=1024,
+    )
     s.step()
     assert ids(s.running) == ["0", "1"] and [r.num_computed_tokens for r in s.running] == [800, 224]
     s.step()  # a decode, 576 tokens finishing prompt 1, and the 447 left for prompt 2
@@ -86,8 +108,9 @@ def test_schedule_partial_requests():
 
 def test_schedule_order():
     reqs = [Request(800, 4), Request(800, 4), Request(10, 4), Request(10, 4)]
-    s = make_scheduler(reqs, KVCacheManager(9999, 16), mode="v1", max_num_batched_tokens=1024,
-                  max_num_seqs=3)
+    s = make_scheduler(
+        reqs, KVCacheManager(9999, 16), mode="v1", max_num_batched_tokens=1024, max_num_seqs=3
+    )
     s.step()  # chunked prefill: the second long prompt takes the rest of the budget
     assert ids(s.running) == ["0", "1"] and s.records[-1].scheduled_tokens == 1024
 
@@ -95,8 +118,13 @@ def test_schedule_order():
 def test_memory_leak():
     reqs = [Request(30 + i % 7, 1 + i % 5, arrival_step=i // 3) for i in range(40)]
     m = PrefixCachingManager(40, 16)
-    make_scheduler(reqs, m, mode="v1", max_num_batched_tokens=128,
-              tokens=[[i % 4] * r.prompt_len for i, r in enumerate(reqs)]).run(check=True)
+    make_scheduler(
+        reqs,
+        m,
+        mode="v1",
+        max_num_batched_tokens=128,
+        tokens=[[i % 4] * r.prompt_len for i, r in enumerate(reqs)],
+    ).run(check=True)
     assert m.num_free_blocks == 40 and not m.seq_ids()
 
 
@@ -120,8 +148,15 @@ def test_priority_scheduling_mixed_priority_and_arrival():
 
 def test_priority_scheduling_preemption():
     # block_size 16, vLLM's 6 blocks = 5 here; lo1 (priority 5) runs first, hi1 (0) later
-    s = priority_scheduler([5, 0], [1.0, 2.0], num_tokens=32, max_num_seqs=3,
-                           max_num_batched_tokens=200, num_blocks=6, arrival_steps=[0, 1])
+    s = priority_scheduler(
+        [5, 0],
+        [1.0, 2.0],
+        num_tokens=32,
+        max_num_seqs=3,
+        max_num_batched_tokens=200,
+        num_blocks=6,
+        arrival_steps=[0, 1],
+    )
     s.step()  # lo1 prefilled (2 blocks) and samples: 33 tokens
     assert ids(s.running) == ["0"]
     s.step()  # lo1 takes its 3rd block, hi1 is admitted (2 blocks): the pool is full
@@ -132,8 +167,14 @@ def test_priority_scheduling_preemption():
 
 
 def test_priority_scheduling_no_preemption_when_space_available():
-    s = priority_scheduler([5, 5, 0], [1.0, 2.0, 3.0], num_tokens=30, max_num_seqs=3,
-                           max_num_batched_tokens=200, arrival_steps=[0, 0, 1])
+    s = priority_scheduler(
+        [5, 5, 0],
+        [1.0, 2.0, 3.0],
+        num_tokens=30,
+        max_num_seqs=3,
+        max_num_batched_tokens=200,
+        arrival_steps=[0, 0, 1],
+    )
     s.step()
     s.step()
     assert len(s.running) == 3 and len(s.waiting) == 0 and s.preemptions == 0
@@ -167,8 +208,9 @@ def test_priority_scheduling_fcfs_fallback():
 
 
 def test_priority_scheduling_with_limited_slots():
-    s = priority_scheduler([3, 1, 2, 0], [1.0, 2.0, 3.0, 4.0], max_num_seqs=2,
-                           max_num_batched_tokens=1000)
+    s = priority_scheduler(
+        [3, 1, 2, 0], [1.0, 2.0, 3.0, 4.0], max_num_seqs=2, max_num_batched_tokens=1000
+    )
     s.step()
     assert set(ids(s.running)) == {"3", "1"}
     assert [r.priority for r in s.waiting] == [2, 3] and ids(s.waiting) == ["2", "0"]

@@ -34,24 +34,33 @@ def cached_pattern(block_is_cached):
     m.allocate_slots("prime", n * B, new_token_ids=tokens)
     m.free_sequence("prime")
     blocks = {m.pool.tokens_of(b): b for b in m.cached_free_blocks()}
-    by_logical = [blocks[tuple(tokens[i * B:(i + 1) * B])] for i in range(n)]
-    m.pool.evict_blocks([b for b, keep in zip(by_logical, block_is_cached, strict=True)
-                         if not keep])
+    by_logical = [blocks[tuple(tokens[i * B : (i + 1) * B])] for i in range(n)]
+    m.pool.evict_blocks(
+        [b for b, keep in zip(by_logical, block_is_cached, strict=True) if not keep]
+    )
     return m, tokens, by_logical
 
 
-@pytest.mark.parametrize("block_is_cached, expect_length", [
-    ([False] * 10, 0), ([True], 1), ([True, False], 1), ([True, True], 2),
-    ([True, True, False], 2), ([True, True, True], 3), ([True, True, True, False], 3),
-    ([True, True, False, True, False, False, True, True, False, True, True, True], 12),
-    ([True, True, False, True, False, False, True, True, False, False, False], 8),
-    ([True, True, False, True, False, False, True, True, False, False, False, True], 8),
-])
+@pytest.mark.parametrize(
+    "block_is_cached, expect_length",
+    [
+        ([False] * 10, 0),
+        ([True], 1),
+        ([True, False], 1),
+        ([True, True], 2),
+        ([True, True, False], 2),
+        ([True, True, True], 3),
+        ([True, True, True, False], 3),
+        ([True, True, False, True, False, False, True, True, False, True, True, True], 12),
+        ([True, True, False, True, False, False, True, True, False, False, False], 8),
+        ([True, True, False, True, False, False, True, True, False, False, False, True], 8),
+    ],
+)
 def test_sliding_window_possible_cached_prefix(block_is_cached, expect_length):
     m, tokens, by_logical = cached_pattern(block_is_cached)
     hit = m.get_computed_blocks(tokens + [999])  # max_length = len(blocks) * B
     assert len(hit.blocks) == expect_length
-    assert all(b == NULL_BLOCK for b in hit.blocks[:max(expect_length - 2, 0)])
+    assert all(b == NULL_BLOCK for b in hit.blocks[: max(expect_length - 2, 0)])
     for i in range(min(2, expect_length)):  # the last two are the cached ones
         k = expect_length - i - 1
         assert hit.blocks[k] == by_logical[k]
@@ -93,8 +102,9 @@ def primed(window, evict_first=0):
     m = SlidingWindowPrefixCachingManager(60, B, window=window)
     m.allocate_slots("prime", 20, new_token_ids=list(range(20)))
     m.free_sequence("prime")
-    m.pool.evict_blocks([b for b in m.cached_free_blocks()
-                         if m.pool.tokens_of(b)[0] < evict_first * B])
+    m.pool.evict_blocks(
+        [b for b in m.cached_free_blocks() if m.pool.tokens_of(b)[0] < evict_first * B]
+    )
     return m
 
 

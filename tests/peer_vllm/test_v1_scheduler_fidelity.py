@@ -65,24 +65,35 @@ def test_the_window_cap_is_v1s_max_memory_usage_in_blocks():
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 60), st.integers(1, 6)), min_size=1, max_size=4),
-       st.integers(1, 24), st.sampled_from([1, 2, 4, 8]), st.integers(1, 24),
-       st.booleans(), st.integers(0, 3))
+@given(
+    st.lists(st.tuples(st.integers(1, 60), st.integers(1, 6)), min_size=1, max_size=4),
+    st.integers(1, 24),
+    st.sampled_from([1, 2, 4, 8]),
+    st.integers(1, 24),
+    st.booleans(),
+    st.integers(0, 3),
+)
 def test_a_pool_of_v1s_cap_serves_every_request_with_a_sliding_window(
-        shapes, window, bs, budget, cached, ahead):
+    shapes, window, bs, budget, cached, ahead
+):
     reqs = [Request(p, o) for p, o in shapes]
     if not cached:
         ahead = 0  # lookahead slots need allocate_slots (a prefix-caching manager)
     # v1's cap, computed here from its formula: the whole KV, or the window + one chunk
-    cap = max(min(cdiv(r.total_len - 1 + ahead, bs),
-                  cdiv(min(window - 1 + min(budget, r.total_len) + ahead,
-                           r.total_len - 1 + ahead), bs) + 1)
-              for r in reqs)
+    cap = max(
+        min(
+            cdiv(r.total_len - 1 + ahead, bs),
+            cdiv(min(window - 1 + min(budget, r.total_len) + ahead, r.total_len - 1 + ahead), bs)
+            + 1,
+        )
+        for r in reqs
+    )
     manager = SlidingWindowPrefixCachingManager if cached else SlidingWindowManager
     m = manager(cap, bs, window=window, trace=False)
     tokens = [[7] * p for p, _ in shapes] if cached else None
-    s = make_scheduler(reqs, m, mode="v1", tokens=tokens, max_num_batched_tokens=budget,
-                       num_lookahead_tokens=ahead).run(check=True)
+    s = make_scheduler(
+        reqs, m, mode="v1", tokens=tokens, max_num_batched_tokens=budget, num_lookahead_tokens=ahead
+    ).run(check=True)
     assert s.finished == len(reqs) and m.num_free_blocks == m.num_blocks
 
 
@@ -90,9 +101,15 @@ def test_a_pool_of_v1s_cap_serves_every_request_with_a_sliding_window(
 @given(st.lists(st.integers(-3, 3), min_size=1, max_size=8))
 def test_any_int_priority_is_accepted_and_the_smallest_is_admitted_first(priorities):
     n = len(priorities)
-    s = make_scheduler([Request(10, 2) for _ in range(n)], KVCacheManager(9999, 16),
-                       mode="v1", policy="priority", priorities=priorities, max_num_seqs=1,
-                       arrival_times=[float(i) for i in range(n)])
+    s = make_scheduler(
+        [Request(10, 2) for _ in range(n)],
+        KVCacheManager(9999, 16),
+        mode="v1",
+        policy="priority",
+        priorities=priorities,
+        max_num_seqs=1,
+        arrival_times=[float(i) for i in range(n)],
+    )
     order = []
     while not s.done:
         s.step()
@@ -105,8 +122,9 @@ def test_a_preempted_request_is_counted_apart_and_out_of_the_hit_rate():
     # two 8-token prompts in a 4-block pool of 4-token blocks: the second decode step needs
     # a fifth block, so request 1 (the last running) is preempted, then admitted again
     m = PrefixCachingManager(4, 4, trace=False)
-    s = make_scheduler([Request(8, 4), Request(8, 4)], m, mode="v1",
-                       tokens=[list(range(8)), list(range(10, 18))])
+    s = make_scheduler(
+        [Request(8, 4), Request(8, 4)], m, mode="v1", tokens=[list(range(8)), list(range(10, 18))]
+    )
     s.run(check=True)
     assert s.preemptions >= 1
     st_ = m.stats
@@ -131,8 +149,9 @@ def test_a_lookup_can_be_recorded_as_preempted_only_for_a_new_sequence():
 # ---- the scheduler's reset_prefix_cache ---------------------------------------------------
 def running_cached_scheduler():
     m = PrefixCachingManager(99, 4, trace=False)
-    s = make_scheduler([Request(8, 6) for _ in range(3)], m, mode="v1",
-                       tokens=[[i] * 8 for i in range(3)])
+    s = make_scheduler(
+        [Request(8, 6) for _ in range(3)], m, mode="v1", tokens=[[i] * 8 for i in range(3)]
+    )
     s.step()
     return s, m
 
@@ -177,8 +196,14 @@ def test_without_a_prefix_cache_a_reset_succeeds_once_no_block_is_in_use():
 # ---- an indexable waiting queue --------------------------------------------------------------
 @pytest.mark.parametrize("policy", ["fcfs", "priority"])
 def test_the_waiting_queue_is_indexed_in_admission_order(policy):
-    s = make_scheduler([Request(10, 2) for _ in range(4)], KVCacheManager(9999, 16), mode="v1",
-                       max_num_seqs=1, policy=policy, priorities=[3, -1, 2, 0])
+    s = make_scheduler(
+        [Request(10, 2) for _ in range(4)],
+        KVCacheManager(9999, 16),
+        mode="v1",
+        max_num_seqs=1,
+        policy=policy,
+        priorities=[3, -1, 2, 0],
+    )
     s.step()
     expected = [1, 2, 3] if policy == "fcfs" else [3, 2, 0]
     assert [s.waiting[i].request_id[0] for i in range(3)] == expected

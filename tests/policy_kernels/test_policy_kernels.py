@@ -58,7 +58,8 @@ def test_a_swap_round_trip_restores_the_kv_bit_exactly(seed, dtype, prompt):
 @settings(max_examples=4)
 @given(st.integers(0, 2**32 - 1), st.integers(2, 6), st.integers(0, 3), st.integers(5, 16))
 def test_windowed_kernel_over_the_managers_tables_equals_the_windowed_reference(
-        seed, window, sinks, length):
+    seed, window, sinks, length
+):
     # After a step, a table serves the *next* query (v1's remove_skipped_blocks): at position
     # n it reads its own new KV plus the W - 1 cached tokens before it, so the kernel is run
     # over the n cached tokens with window W - 1 and must find every one of them.
@@ -76,8 +77,9 @@ def test_windowed_kernel_over_the_managers_tables_equals_the_windowed_reference(
     block_tables = np.array([t + [-1] * (width - len(t)) for t in tables], np.int32)
     lens = np.array([m.num_tokens("a"), m.num_tokens("b")], np.int32)
     query = rng.standard_normal((2, 4, D)).astype(np.float32)  # 4 query heads over 2 KV heads
-    got = cuda_kernels.paged_attention(query, kv, block_tables, lens, window=window - 1,
-                                       sinks=sinks)
+    got = cuda_kernels.paged_attention(
+        query, kv, block_tables, lens, window=window - 1, sinks=sinks
+    )
     want = reference.windowed_attention(query, kv, block_tables, lens, window - 1, sinks)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
@@ -98,7 +100,9 @@ def fill(kv, manager, seq, tokens, skip):
         return
     k_v = np.stack([kv_for(tokens, pos) for pos in range(skip, len(tokens))])  # [T, 2, H_kv, D]
     key, value = k_v[:, 0].copy(), k_v[:, 1].copy()  # [T, H_kv, D] each
-    cuda_kernels.write_kv(kv, key, value, manager.slot_mapping(seq)[skip:len(tokens)])  # one launch
+    cuda_kernels.write_kv(
+        kv, key, value, manager.slot_mapping(seq)[skip : len(tokens)]
+    )  # one launch
 
 
 def assert_same_attention(rng, cached, fresh, seq, length):

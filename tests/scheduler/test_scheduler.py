@@ -15,20 +15,36 @@ def workloads_(draw):
     reqs = []
     for _ in range(draw(st.integers(1, 8))):
         k = draw(st.sampled_from([(1, 1), (2, 1), (3, 1), (1, 2), (1, 3)]))
-        reqs.append(Request(draw(st.integers(1, 12)), draw(st.integers(1, 10)), *k,
-                            arrival_step=draw(st.integers(0, 5))))
+        reqs.append(
+            Request(
+                draw(st.integers(1, 12)),
+                draw(st.integers(1, 10)),
+                *k,
+                arrival_step=draw(st.integers(0, 5)),
+            )
+        )
     return reqs
 
 
 @settings(max_examples=40)
-@given(workloads_(), st.sampled_from(["recompute", "swap"]), st.integers(1, 4),
-       st.integers(0, 12), st.sampled_from(["newest", "oldest"]), st.booleans())
-def test_every_driver_step_keeps_the_invariants_and_nothing_leaks(reqs, policy, block_size,
-                                                                  host_blocks, victim, cached):
+@given(
+    workloads_(),
+    st.sampled_from(["recompute", "swap"]),
+    st.integers(1, 4),
+    st.integers(0, 12),
+    st.sampled_from(["newest", "oldest"]),
+    st.booleans(),
+)
+def test_every_driver_step_keeps_the_invariants_and_nothing_leaks(
+    reqs, policy, block_size, host_blocks, victim, cached
+):
     worst = max(r.num_seqs * (-(-r.total_len // block_size) + 1) for r in reqs)
     num_blocks = worst + 2  # tight: forces preemption whenever two requests overlap
-    m = (PrefixCachingManager(num_blocks, block_size, trace=False) if cached
-         else KVCacheManager(num_blocks, block_size, trace=False))
+    m = (
+        PrefixCachingManager(num_blocks, block_size, trace=False)
+        if cached
+        else KVCacheManager(num_blocks, block_size, trace=False)
+    )
     tokens = [list(range(r.prompt_len)) for r in reqs] if cached else None
     s = make_scheduler(reqs, m, policy, host_blocks=host_blocks, victim=victim, tokens=tokens)
     s.run(max_steps=10_000, check=True)  # check_invariants after every step

@@ -34,7 +34,7 @@ class Emulated:
     def lookup(self, tokens):
         hits = []
         for i in range((len(tokens) - 1) // self.bs):
-            found = self.cache.get(tuple(tokens[:(i + 1) * self.bs]))
+            found = self.cache.get(tuple(tokens[: (i + 1) * self.bs]))
             if not found:
                 break
             hits.append(found[0])
@@ -63,7 +63,7 @@ class Emulated:
         for i in range(min(r["done"] + n, len(tokens)) // self.bs):
             b = r["blocks"][i]
             if self.name[b] is None:
-                self.name[b] = tuple(tokens[:(i + 1) * self.bs])
+                self.name[b] = tuple(tokens[: (i + 1) * self.bs])
                 self.cache.setdefault(self.name[b], []).append(b)
         return True
 
@@ -169,23 +169,53 @@ def workloads(draw):
 
 
 @settings(max_examples=40, deadline=None)
-@given(workloads(), st.sampled_from([1, 2, 4]), st.integers(0, 6), st.sampled_from([3, 8, 64]),
-       st.sampled_from([1, 2, 8]), st.none() | st.lists(st.integers(0, 2), min_size=6, max_size=6))
-def test_the_simulator_agrees_with_a_plain_emulation_of_v1(work, bs, spare, budget, max_seqs,
-                                                         priorities):
+@given(
+    workloads(),
+    st.sampled_from([1, 2, 4]),
+    st.integers(0, 6),
+    st.sampled_from([3, 8, 64]),
+    st.sampled_from([1, 2, 8]),
+    st.none() | st.lists(st.integers(0, 2), min_size=6, max_size=6),
+)
+def test_the_simulator_agrees_with_a_plain_emulation_of_v1(
+    work, bs, spare, budget, max_seqs, priorities
+):
     reqs, tokens, outputs = work
     num_blocks = max(-(-(r.total_len - 1) // bs) for r in reqs) + spare  # tight: preemptions
     m = PrefixCachingManager(num_blocks, bs, trace=False)
-    prio = None if priorities is None else priorities[:len(reqs)]
-    s = make_scheduler(reqs, m, mode="v1", max_num_batched_tokens=budget, max_num_seqs=max_seqs,
-                  tokens=tokens, output_tokens=outputs, priorities=prio,
-                  policy="fcfs" if prio is None else "priority").run(check=True)
+    prio = None if priorities is None else priorities[: len(reqs)]
+    s = make_scheduler(
+        reqs,
+        m,
+        mode="v1",
+        max_num_batched_tokens=budget,
+        max_num_seqs=max_seqs,
+        tokens=tokens,
+        output_tokens=outputs,
+        priorities=prio,
+        policy="fcfs" if prio is None else "priority",
+    ).run(check=True)
     emu = Emulated(num_blocks, bs, budget, max_seqs, by_priority=prio is not None)
-    emu.run([{"prompt": list(tokens[i]), "out": [], "done": 0, "high": 0, "blocks": [],
-              "index": i, "sample": k, "priority": 0 if prio is None else prio[i],
-              "arrival": r.arrival_step, "outputs": outputs[i] if k == 0 else
-              [synthetic_token(i, k, j) for j in range(r.output_len)]}
-             for i, r in enumerate(reqs) for k in range(r.n)])
+    emu.run(
+        [
+            {
+                "prompt": list(tokens[i]),
+                "out": [],
+                "done": 0,
+                "high": 0,
+                "blocks": [],
+                "index": i,
+                "sample": k,
+                "priority": 0 if prio is None else prio[i],
+                "arrival": r.arrival_step,
+                "outputs": outputs[i]
+                if k == 0
+                else [synthetic_token(i, k, j) for j in range(r.output_len)],
+            }
+            for i, r in enumerate(reqs)
+            for k in range(r.n)
+        ]
+    )
     assert [rec.scheduled_tokens for rec in s.records] == emu.steps
     assert m.stats.hit_tokens == emu.hit_tokens
     assert m.stats.preempted_hit_tokens == emu.preempted_hit_tokens
@@ -196,6 +226,7 @@ def test_the_simulator_agrees_with_a_plain_emulation_of_v1(work, bs, spare, budg
 def test_the_chat_benchmark_matches_v1_hits_worked_out_by_hand():
     import importlib.util
     import pathlib
+
     path = pathlib.Path(__file__).parents[2] / "benchmarks" / "chat_prefix_cache.py"
     spec = importlib.util.spec_from_file_location("chat_prefix_cache", path)
     bench = importlib.util.module_from_spec(spec)

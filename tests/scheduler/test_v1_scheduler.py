@@ -17,18 +17,29 @@ def v1(reqs, num_blocks=64, bs=4, **kw):
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 40), st.integers(1, 6), st.integers(0, 4)),
-                min_size=1, max_size=5),
-       st.integers(2, 9), st.integers(1, 4), st.integers(0, 4), st.booleans())
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 40), st.integers(1, 6), st.integers(0, 4)), min_size=1, max_size=5
+    ),
+    st.integers(2, 9),
+    st.integers(1, 4),
+    st.integers(0, 4),
+    st.booleans(),
+)
 def test_the_token_budget_is_never_exceeded_and_long_prompts_still_finish(
-        shapes, budget, max_seqs, spare, cached):
+    shapes, budget, max_seqs, spare, cached
+):
     reqs = [Request(p, o, arrival_step=a) for p, o, a in shapes]
     bs = 4
     num_blocks = max(-(-(r.total_len - 1) // bs) for r in reqs) + spare
-    m = (PrefixCachingManager(num_blocks, bs, trace=False) if cached
-         else KVCacheManager(num_blocks, bs, trace=False))
-    s = make_scheduler(reqs, m, mode="v1", max_num_batched_tokens=budget,
-                  max_num_seqs=max_seqs).run(check=True)
+    m = (
+        PrefixCachingManager(num_blocks, bs, trace=False)
+        if cached
+        else KVCacheManager(num_blocks, bs, trace=False)
+    )
+    s = make_scheduler(
+        reqs, m, mode="v1", max_num_batched_tokens=budget, max_num_seqs=max_seqs
+    ).run(check=True)
     assert s.finished == len(reqs) and m.num_free_blocks == num_blocks
     assert all(r.scheduled_tokens <= budget for r in s.records)
     assert all(r.running <= max_seqs for r in s.records)
@@ -80,18 +91,21 @@ def test_parallel_samples_are_independent_requests_sharing_the_prompt_through_th
     assert s.finished == 1 and s.finished_seqs == 3
 
 
-@pytest.mark.parametrize("kwargs, error", [
-    ({"mode": "v2"}, ValueError),
-    ({"mode": "v1", "max_num_batched_tokens": 0}, ValueError),
-    ({"mode": "v1", "max_num_seqs": 0}, ValueError),
-    ({"mode": "v1", "max_num_batched_tokens": 2.5}, TypeError),
-    ({"watermark": 1.0}, ValueError),
-    ({"watermark": -0.01}, ValueError),
-    ({"watermark": float("nan")}, ValueError),
-    ({"watermark": "1%"}, TypeError),
-    ({"max_running": 0}, ValueError),
-    ({"max_running": 1}, ValueError),  # the request has 2 samples: it could never run
-])
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        ({"mode": "v2"}, ValueError),
+        ({"mode": "v1", "max_num_batched_tokens": 0}, ValueError),
+        ({"mode": "v1", "max_num_seqs": 0}, ValueError),
+        ({"mode": "v1", "max_num_batched_tokens": 2.5}, TypeError),
+        ({"watermark": 1.0}, ValueError),
+        ({"watermark": -0.01}, ValueError),
+        ({"watermark": float("nan")}, ValueError),
+        ({"watermark": "1%"}, TypeError),
+        ({"max_running": 0}, ValueError),
+        ({"max_running": 1}, ValueError),  # the request has 2 samples: it could never run
+    ],
+)
 def test_options_that_could_never_serve_a_request_are_refused_at_construction(kwargs, error):
     with pytest.raises(error):
         make_scheduler([Request(4, 2, n=2)], PrefixCachingManager(16, 4), **kwargs)
@@ -107,26 +121,38 @@ def test_mode_v1_builds_the_v1_scheduler():
 
 
 @settings(max_examples=15, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 20), st.integers(1, 6)), min_size=1, max_size=4),
-       st.integers(1, 3), st.integers(2, 8))
+@given(
+    st.lists(st.tuples(st.integers(1, 20), st.integers(1, 6)), min_size=1, max_size=4),
+    st.integers(1, 3),
+    st.integers(2, 8),
+)
 def test_lookahead_slots_are_reserved_without_breaking_the_budget_or_the_pool(
-        shapes, lookahead, budget):
+    shapes, lookahead, budget
+):
     reqs = [Request(p, o) for p, o in shapes]
     bs = 2
     num_blocks = max(-(-(r.total_len - 1 + lookahead) // bs) for r in reqs) + 1
-    s = v1(reqs, num_blocks=num_blocks, bs=bs, max_num_batched_tokens=budget,
-           num_lookahead_tokens=lookahead).run(check=True)
+    s = v1(
+        reqs,
+        num_blocks=num_blocks,
+        bs=bs,
+        max_num_batched_tokens=budget,
+        num_lookahead_tokens=lookahead,
+    ).run(check=True)
     assert s.finished == len(reqs) and s.manager.num_free_blocks == num_blocks
     assert all(r.scheduled_tokens <= budget for r in s.records)
 
 
 @pytest.mark.parametrize("mode", ["v0", "v1"])
-@pytest.mark.parametrize("tokens, error", [
-    ([[1, 2, 2**70]], ValueError),  # out of int64: a clear error, not an OverflowError
-    ([[1, 2]], ValueError),  # two ids for a three-token prompt
-    ([[1, 2, 3], [4, 5, 6]], ValueError),  # a prompt for a request that does not exist
-    ([[1, 2, 3.5]], TypeError),
-])
+@pytest.mark.parametrize(
+    "tokens, error",
+    [
+        ([[1, 2, 2**70]], ValueError),  # out of int64: a clear error, not an OverflowError
+        ([[1, 2]], ValueError),  # two ids for a three-token prompt
+        ([[1, 2, 3], [4, 5, 6]], ValueError),  # a prompt for a request that does not exist
+        ([[1, 2, 3.5]], TypeError),
+    ],
+)
 def test_prompt_token_ids_are_checked_when_the_scheduler_is_built(mode, tokens, error):
     with pytest.raises(error):
         make_scheduler([Request(3, 2)], PrefixCachingManager(16, 4), mode=mode, tokens=tokens)
@@ -134,8 +160,14 @@ def test_prompt_token_ids_are_checked_when_the_scheduler_is_built(mode, tokens, 
 
 def test_with_priorities_the_least_important_running_request_is_the_victim():
     # same shape as the FCFS test, but request 0 has the larger (less urgent) priority value
-    s = v1([Request(4, 5), Request(4, 5)], num_blocks=5, bs=2, max_num_batched_tokens=16,
-           policy="priority", priorities=[1, 0])
+    s = v1(
+        [Request(4, 5), Request(4, 5)],
+        num_blocks=5,
+        bs=2,
+        max_num_batched_tokens=16,
+        policy="priority",
+        priorities=[1, 0],
+    )
     s.step()
     s.step()  # a's decode takes the last block; b's finds none: a, the least urgent, is preempted
     assert [r.request_id for r in s.waiting] == [(0, 0)] and s.preemptions == 1

@@ -49,8 +49,9 @@ def one_token_long(query, kv_cache, block_tables, context_lens, scale):
 def modulo_heads(query, kv_cache, block_tables, context_lens, scale):
     """Bug: query head h reads KV head h % H_kv instead of h // group."""
     num_kv_heads = kv_cache.shape[2]
-    return correct(query, kv_cache, block_tables, context_lens, scale,
-                   kv_of=lambda h, group: h % num_kv_heads)
+    return correct(
+        query, kv_cache, block_tables, context_lens, scale, kv_of=lambda h, group: h % num_kv_heads
+    )
 
 
 def missing_scale(query, kv_cache, block_tables, context_lens, scale):
@@ -63,26 +64,39 @@ def test_a_correct_numpy_attention_passes_on_fp16_and_fp32():
     assert summary.examples == 60
 
 
-@pytest.mark.parametrize("bug", [logical_blocks, one_token_short, one_token_long, modulo_heads,
-                                 missing_scale], ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "bug",
+    [logical_blocks, one_token_short, one_token_long, modulo_heads, missing_scale],
+    ids=lambda f: f.__name__,
+)
 def test_each_classic_attention_bug_is_caught_with_the_call_that_rebuilds_the_case(bug):
     with pytest.raises(NonConformance) as caught:
         check_attention(bug, **FEW)
     message = str(caught.value)
     case_line = next(line for line in message.splitlines() if "case = paged_case(" in line)
     case = eval(case_line.split(" = ", 1)[1], {"paged_case": paged_case})
-    assert not np.allclose(bug(*case.args), case.reference(), atol=case.tolerance,
-                           rtol=case.tolerance), "the printed case must reproduce the failure"
-    assert np.allclose(correct(*case.args), case.reference(), atol=case.tolerance,
-                       rtol=case.tolerance)
+    assert not np.allclose(
+        bug(*case.args), case.reference(), atol=case.tolerance, rtol=case.tolerance
+    ), "the printed case must reproduce the failure"
+    assert np.allclose(
+        correct(*case.args), case.reference(), atol=case.tolerance, rtol=case.tolerance
+    )
 
 
 def test_a_case_is_scattered_and_poisons_every_slot_no_token_lives_in():
-    case = paged_case(context_lens=[5, 2], block_size=4, num_kv_heads=2, group=3, head_dim=5,
-                      spare_blocks=2, seed=7)
+    case = paged_case(
+        context_lens=[5, 2],
+        block_size=4,
+        num_kv_heads=2,
+        group=3,
+        head_dim=5,
+        spare_blocks=2,
+        seed=7,
+    )
     assert case.query.shape == (2, 6, 5) and case.kv_cache.shape == (6, 2, 2, 4, 5)
-    live = {(int(case.block_tables[s][p // 4]), p % 4) for s, n in enumerate([5, 2])
-            for p in range(n)}
+    live = {
+        (int(case.block_tables[s][p // 4]), p % 4) for s, n in enumerate([5, 2]) for p in range(n)
+    }
     for b in range(6):
         for off in range(4):
             poisoned = (case.kv_cache[b, :, :, off] == POISON).all()
@@ -92,11 +106,23 @@ def test_a_case_is_scattered_and_poisons_every_slot_no_token_lives_in():
 
 def test_the_kit_reference_agrees_with_the_kernels_reference():
     from cuda_kernels import reference
+
     for seed in range(3):
-        case = paged_case(context_lens=[7, 1, 12], block_size=2, num_kv_heads=2, group=2,
-                          head_dim=3, dtype="float16", seed=seed)
-        np.testing.assert_allclose(reference_attention(*case.args),
-                                   reference.paged_attention(*case.args), rtol=1e-12, atol=1e-12)
+        case = paged_case(
+            context_lens=[7, 1, 12],
+            block_size=2,
+            num_kv_heads=2,
+            group=2,
+            head_dim=3,
+            dtype="float16",
+            seed=seed,
+        )
+        np.testing.assert_allclose(
+            reference_attention(*case.args),
+            reference.paged_attention(*case.args),
+            rtol=1e-12,
+            atol=1e-12,
+        )
 
 
 def test_a_function_that_writes_into_its_inputs_is_caught():
@@ -112,6 +138,13 @@ def test_a_function_that_writes_into_its_inputs_is_caught():
 @pytest.mark.kernels
 def test_the_projects_own_decode_kernel_conforms_through_the_kit():
     import cuda_kernels  # the CUDA simulator without a GPU: keep the cases tiny
-    summary = check_attention(cuda_kernels.paged_attention, examples=10, max_seqs=2,
-                              max_context=8, head_dims=(1, 3, 4), max_group=2)
+
+    summary = check_attention(
+        cuda_kernels.paged_attention,
+        examples=10,
+        max_seqs=2,
+        max_context=8,
+        head_dims=(1, 3, 4),
+        max_group=2,
+    )
     assert summary.examples == 10

@@ -57,9 +57,13 @@ def test_a_refusal_that_keeps_half_its_blocks_is_reported_as_all_or_nothing_brok
 
 def test_the_model_conforms_to_its_own_contract_with_bad_ids_and_exact_free_order():
     for order in ("lifo", "fifo"):
-        check_manager(lambda nb, bs, o=order: KVCacheManager(nb, bs, free_order=o, trace=False),
-                      check_free_order=order, invalid_ids=True,
-                      extra_check=KVCacheManager.check_invariants, **FAST)
+        check_manager(
+            lambda nb, bs, o=order: KVCacheManager(nb, bs, free_order=o, trace=False),
+            check_free_order=order,
+            invalid_ids=True,
+            extra_check=KVCacheManager.check_invariants,
+            **FAST,
+        )
 
 
 def test_without_drain_copies_a_moved_block_counts_as_copied_and_skipped_copies_still_fail():
@@ -147,5 +151,5 @@ def test_requests_share_one_prefix_and_use_samples_or_beams_not_both(reqs):
     for r in reqs:
         assert len(r.prompt) == r.request.prompt_len >= 1
         assert r.request.n == 1 or r.request.beam_width == 1
-    prefixes = {r.prompt[:r.shared_prefix] for r in reqs if r.shared_prefix}
+    prefixes = {r.prompt[: r.shared_prefix] for r in reqs if r.shared_prefix}
     assert len(prefixes) <= 1, "with one prefix, every prefixed prompt starts the same way"

@@ -51,14 +51,20 @@ def test_an_outside_suite_gets_the_fixtures_through_the_entry_point(tmp_path):
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: pagedsim-probe\nVersion: 0\n")
     (dist / "entry_points.txt").write_text(
-        "[pytest11]\n" + "".join(f"{k} = {v}\n" for k, v in entry.items()))
+        "[pytest11]\n" + "".join(f"{k} = {v}\n" for k, v in entry.items())
+    )
     (tmp_path / "test_outside.py").write_text(OUTSIDE_SUITE)
     env = {k: v for k, v in os.environ.items() if k != "PYTEST_DISABLE_PLUGIN_AUTOLOAD"}
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "site"), str(ROOT)])
     env["CI"] = "true"
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "test_outside.py"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_outside.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = done.stdout + done.stderr
     assert "1 failed, 3 passed" in out, out
     assert "test_my_buggy_manager_fails" in out, out

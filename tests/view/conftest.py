@@ -18,8 +18,15 @@ from pathlib import Path
 
 import pytest
 
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 def chromium_path() -> str | None:
@@ -32,8 +39,11 @@ def chromium_path() -> str | None:
 
 def _missing(reason: str):
     if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI=true but {reason}: install it (apt-get install -y chromium; "
-                    "pip install -e .[test])", pytrace=False)
+        pytest.fail(
+            f"CI=true but {reason}: install it (apt-get install -y chromium; "
+            "pip install -e .[test])",
+            pytrace=False,
+        )
     pytest.skip(reason)
 
 
@@ -87,8 +97,9 @@ class Loaded:
 def open_page(browser, tmp_path):
     contexts = []
 
-    def open_(html: str, *, name: str = "page.html", fragment: str = "",
-              viewport=(1600, 1000)) -> Loaded:
+    def open_(
+        html: str, *, name: str = "page.html", fragment: str = "", viewport=(1600, 1000)
+    ) -> Loaded:
         path = tmp_path / name
         path.write_text(html, encoding="utf-8")
         url = path.as_uri()
@@ -119,9 +130,13 @@ def open_page(browser, tmp_path):
 
 def expected(snap, caption: str) -> dict:
     """What the DOM must say for `snap` (see pagedsim/view/__init__.py)."""
-    return dict(caption=caption, free=list(snap.free_list),
-                refs=[[b, c] for b, c in enumerate(snap.ref_counts)], fill=list(snap.block_fill),
-                tables=[[str(s.seq_id), list(s.blocks)] for s in snap.sequences])
+    return dict(
+        caption=caption,
+        free=list(snap.free_list),
+        refs=[[b, c] for b, c in enumerate(snap.ref_counts)],
+        fill=list(snap.block_fill),
+        tables=[[str(s.seq_id), list(s.blocks)] for s in snap.sequences],
+    )
 
 
 def long_script(steps: int, blocks: int, block_size: int, seed: int = 0) -> list[str]:

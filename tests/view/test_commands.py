@@ -18,10 +18,34 @@ def page_json(path) -> dict:
 def test_play_html_and_view_of_its_trace_out_give_the_same_page(tmp_path, capsys):
     script = tmp_path / "beam.txt"
     script.write_text(BEAM)
-    assert cli.main(["play", str(script), "--preemption-mode", "recompute", "--html",
-                     str(tmp_path / "a.html"), "--trace-out", str(tmp_path / "t.json")]) == 0
-    assert cli.main(["view", str(tmp_path / "t.json"), "--html", str(tmp_path / "b.html"),
-                     "--title", "pagedsim play"]) == 0
+    assert (
+        cli.main(
+            [
+                "play",
+                str(script),
+                "--preemption-mode",
+                "recompute",
+                "--html",
+                str(tmp_path / "a.html"),
+                "--trace-out",
+                str(tmp_path / "t.json"),
+            ]
+        )
+        == 0
+    )
+    assert (
+        cli.main(
+            [
+                "view",
+                str(tmp_path / "t.json"),
+                "--html",
+                str(tmp_path / "b.html"),
+                "--title",
+                "pagedsim play",
+            ]
+        )
+        == 0
+    )
     a, b = page_json(tmp_path / "a.html"), page_json(tmp_path / "b.html")
     assert a == b
     assert any("pre" in s.get("x", ()) for s in a["steps"]) and "v0" in a["version"]
@@ -36,16 +60,20 @@ def test_tour_html_and_view_of_tour_json_show_the_same_steps(tmp_path, capsys):
     tour, viewed = page_json(tmp_path / "tour.html"), page_json(tmp_path / "v.html")
     assert [s["c"] for s in tour["steps"]] == [s["c"] for s in viewed["steps"]]
     assert all("w" in s for s in tour["steps"])  # the tour's why lines
-    assert {k: v for k, v in tour["steps"][5].items() if k not in "cw"} == \
-        {k: v for k, v in viewed["steps"][5].items() if k not in "cw"}
+    assert {k: v for k, v in tour["steps"][5].items() if k not in "cw"} == {
+        k: v for k, v in viewed["steps"][5].items() if k not in "cw"
+    }
 
 
-@pytest.mark.parametrize("view, message", [
-    ({"marks": {"1": ["boom"]}}, "view.marks must map"),
-    ({"whys": "no"}, "view.whys must be a list"),
-    ({"labels": [[1]]}, "view.labels must be a list"),
-    ({"title": 3}, "view.title must be text"),
-])
+@pytest.mark.parametrize(
+    "view, message",
+    [
+        ({"marks": {"1": ["boom"]}}, "view.marks must map"),
+        ({"whys": "no"}, "view.whys must be a list"),
+        ({"labels": [[1]]}, "view.labels must be a list"),
+        ({"title": 3}, "view.title must be text"),
+    ],
+)
 def test_a_saved_trace_with_a_bad_view_is_refused_in_one_line(tmp_path, capsys, view, message):
     assert cli.main(["tour", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

@@ -43,8 +43,14 @@ def replay(data: dict) -> list[dict]:
             else:
                 tables[q] = tables.get(q, [])[:keep] + tail
         order = d.get("q", order)
-        out.append(dict(free=free, refs=list(refs), fill=list(fill),
-                        tables=[[data["seqs"][q], tables[q]] for q in order]))
+        out.append(
+            dict(
+                free=free,
+                refs=list(refs),
+                fill=list(fill),
+                tables=[[data["seqs"][q], tables[q]] for q in order],
+            )
+        )
     return out
 
 
@@ -62,8 +68,12 @@ def test_a_free_list_difference_rebuilds_the_new_list_from_the_old(old, data):
 
 
 def snapshot_state(s) -> dict:
-    return dict(free=list(s.free_list), refs=list(s.ref_counts), fill=list(s.block_fill),
-                tables=[[str(q.seq_id), list(q.blocks)] for q in s.sequences])
+    return dict(
+        free=list(s.free_list),
+        refs=list(s.ref_counts),
+        fill=list(s.block_fill),
+        tables=[[str(q.seq_id), list(q.blocks)] for q in s.sequences],
+    )
 
 
 def test_replaying_the_page_data_gives_back_every_snapshot_of_a_long_run():
@@ -80,16 +90,20 @@ def test_replaying_the_page_data_gives_back_every_snapshot_of_a_long_run():
 def test_the_page_inlines_everything_and_refers_to_nothing_outside_itself():
     html = to_html(tour_manager().trace, title="tour <test>")
     assert "<title>tour &lt;test&gt;</title>" in html
-    assert not re.search(r"""(src|href)\s*=|@import|url\((?!#)|fetch\(|XMLHttpRequest|"""
-                         r"""WebSocket|import\(""", html)
+    assert not re.search(
+        r"""(src|href)\s*=|@import|url\((?!#)|fetch\(|XMLHttpRequest|"""
+        r"""WebSocket|import\(""",
+        html,
+    )
     urls = set(re.findall(r"https?://[^\s\"')]+", html))
     assert urls <= {"http://www.w3.org/2000/svg"}  # a namespace name, never fetched
     assert "default-src 'none'" in html  # the browser refuses any request the page tried
 
 
 def test_a_caption_cannot_close_the_script_that_holds_the_data():
-    snaps = [s.with_caption("</script><script>alert(1)</script>")
-             for s in tour_manager().trace.snapshots]
+    snaps = [
+        s.with_caption("</script><script>alert(1)</script>") for s in tour_manager().trace.snapshots
+    ]
     html = to_html(snaps)
     assert html.count("</script>") == 2  # the data's and the viewer's, nothing more
     data = html.split('id="trace-data">')[1].split("</script>")[0]
@@ -104,7 +118,7 @@ def test_the_page_uses_the_figures_palette():
 
 def test_the_notebook_view_is_the_page_in_an_iframe_srcdoc():
     shown = View(tour_manager().trace)._repr_html_()
-    assert shown.startswith("<iframe srcdoc=\"&lt;!DOCTYPE html&gt;") and "<script" not in shown
+    assert shown.startswith('<iframe srcdoc="&lt;!DOCTYPE html&gt;') and "<script" not in shown
 
 
 def test_bad_input_is_refused_with_one_line():

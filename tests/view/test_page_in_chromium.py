@@ -53,7 +53,8 @@ def tour_page():
 
 
 def test_every_tour_step_in_the_page_equals_the_simulators_snapshot_forwards_and_back(
-        open_page, tour_page, tmp_path):
+    open_page, tour_page, tmp_path
+):
     page, html = tour_page
     snaps, captions = page["trace_or_snapshots"], page["captions"]
     loaded = open_page(html)
@@ -79,14 +80,15 @@ def test_every_tour_step_in_the_page_equals_the_simulators_snapshot_forwards_and
     loaded.check_clean()
 
 
-def test_the_tour_page_shows_copy_on_write_and_block_details_on_hover(open_page, tour_page,
-                                                                     tmp_path):
+def test_the_tour_page_shows_copy_on_write_and_block_details_on_hover(
+    open_page, tour_page, tmp_path
+):
     page, html = tour_page
     snaps = page["trace_or_snapshots"]
     k = next(i for i, s in enumerate(snaps) if s.pending_copies)
     loaded = open_page(html, fragment=f"#step={k}")
     assert loaded.dom()["step"] == f"step {snaps[k].step} / {snaps[-1].step}"
-    (src, dst), = snaps[k].pending_copies
+    ((src, dst),) = snaps[k].pending_copies
     assert loaded.page.locator(f'#arrows [data-copy="{src}->{dst}"]').count() == 1
     loaded.page.hover(f'#blocks [data-block="{dst}"]')
     info = loaded.page.inner_text("#info")
@@ -110,8 +112,9 @@ def test_the_url_hash_opens_the_page_at_that_step_and_follows_it(open_page, tour
 def test_the_scrubber_and_autoplay_move_through_the_steps(open_page, tour_page):
     page, html = tour_page
     loaded = open_page(html)
-    loaded.page.eval_on_selector("#scrubber", "e => { e.value = '7'; "
-                                 "e.dispatchEvent(new Event('input')); }")
+    loaded.page.eval_on_selector(
+        "#scrubber", "e => { e.value = '7'; e.dispatchEvent(new Event('input')); }"
+    )
     assert loaded.dom()["step"] == "step 7 / 11"
     loaded.page.select_option("#speed", "16")
     loaded.page.click("#play")
@@ -121,7 +124,8 @@ def test_the_scrubber_and_autoplay_move_through_the_steps(open_page, tour_page):
 
 
 def test_projector_mode_makes_the_caption_at_least_28px_and_block_labels_at_least_20px(
-        open_page, tour_page, tmp_path):
+    open_page, tour_page, tmp_path
+):
     page, html = tour_page
     loaded = open_page(html, fragment="#step=5", viewport=(1920, 1080))
     loaded.page.keyboard.press("p")
@@ -155,8 +159,7 @@ def run_session(options: Options, commands) -> Session:
     return session
 
 
-def test_sampled_steps_of_a_long_play_trace_equal_the_snapshots_in_any_order(open_page,
-                                                                             tmp_path):
+def test_sampled_steps_of_a_long_play_trace_equal_the_snapshots_in_any_order(open_page, tmp_path):
     session = run_session(Options(1024, 16), long_script(600, 1024, 16, seed=3))
     page = sources.play(session)
     snaps = session.timeline("en")
@@ -181,14 +184,16 @@ def test_sampled_steps_of_a_long_play_trace_equal_the_snapshots_in_any_order(ope
 
 
 def test_a_hybrid_page_shows_both_kv_cache_groups_and_the_v1_label(open_page, tmp_path):
-    session = run_session(Options(14, 4, hybrid=6), ["alloc A 10 p", "append A 4",
-                                                     "alloc B 10 p", "free A"])
+    session = run_session(
+        Options(14, 4, hybrid=6), ["alloc A 10 p", "append A 4", "alloc B 10 p", "free A"]
+    )
     snaps = session.timeline("en")
     loaded = open_page(to_html(**sources.play(session)), fragment="#step=3")
     check_step(loaded, snaps[3], snaps[3].caption, snaps[-1].step, grouped=True)
     groups = loaded.page.eval_on_selector_all(
-        "#tables .group", "gs => gs.map(g => [...g.querySelectorAll('[data-seq]')]"
-                          ".map(e => e.dataset.seq))")
+        "#tables .group",
+        "gs => gs.map(g => [...g.querySelectorAll('[data-seq]')].map(e => e.dataset.seq))",
+    )
     assert groups == [["A:full", "B:full"], ["A:window", "B:window"]]
     assert "v1 hybrid" in loaded.page.inner_text("#version")
     assert loaded.page.locator('#tables [data-block="-1"]').count() > 0  # the window dropped some
@@ -204,8 +209,9 @@ def test_a_prefix_cache_page_shows_hashes_and_a_preemption_is_marked(open_page, 
     loaded.page.hover('#blocks [data-block="0"]')
     assert re.search(r"hash\s+[0-9a-f]{8}", loaded.page.inner_text("#info"))
     loaded.check_clean()
-    swapped = run_session(Options(5, 4, policy="swap"), ["alloc A 8", "alloc B 8", "alloc C 8",
-                                                          "free A", "resume B"])
+    swapped = run_session(
+        Options(5, 4, policy="swap"), ["alloc A 8", "alloc B 8", "alloc C 8", "free A", "resume B"]
+    )
     snaps = swapped.timeline("en")
     loaded = open_page(to_html(**sources.play(swapped)), name="swap.html")
     marked = []
@@ -214,22 +220,25 @@ def test_a_prefix_cache_page_shows_hashes_and_a_preemption_is_marked(open_page, 
         check_step(loaded, snaps[i], snaps[i].caption, snaps[-1].step)
         if "preempted" in loaded.page.inner_text("#marks"):
             marked.append(i)
-    assert marked and all("swapped" in snaps[i].caption or "preemption" in snaps[i].caption
-                          for i in marked)
+    assert marked and all(
+        "swapped" in snaps[i].caption or "preemption" in snaps[i].caption for i in marked
+    )
     loaded.check_clean()
 
 
 def test_the_generate_page_labels_each_block_with_the_text_it_holds(open_page, tmp_path):
     from pagedsim.engine.generate import run
 
-    engine, marks, _ = run(prompts=["ROMEO: But soft, what light"], max_tokens=6, blocks=8,
-                           block_size=8)
+    engine, marks, _ = run(
+        prompts=["ROMEO: But soft, what light"], max_tokens=6, blocks=8, block_size=8
+    )
     page = sources.generate(engine, marks)
     frames = page["trace_or_snapshots"]
     loaded = open_page(to_html(**page), fragment=f"#step={len(frames) - 1}")
     check_step(loaded, frames[-1], frames[-1].custom_caption, frames[-1].step)
-    texts = loaded.page.eval_on_selector_all("#blocks .block .txt",
-                                             "es => es.map(e => e.textContent)")
+    texts = loaded.page.eval_on_selector_all(
+        "#blocks .block .txt", "es => es.map(e => e.textContent)"
+    )
     assert "ROMEO: B" in texts
     loaded.page.click('#blocks [data-block="0"]')
     assert "ROMEO: B" in loaded.page.inner_text("#info")

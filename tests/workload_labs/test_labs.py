@@ -35,8 +35,19 @@ def test_doubling_the_block_size_never_lowers_waste_nor_raises_tables_or_batch()
 
 
 def test_sweep_cli_json_and_figure(tmp_path, capsys):
-    args = ["--workload", "alpaca", "--num-requests", "40", "--sim-requests", "10",
-            "--memory-tokens", "2048", "--json", "--figure", str(tmp_path)]
+    args = [
+        "--workload",
+        "alpaca",
+        "--num-requests",
+        "40",
+        "--sim-requests",
+        "10",
+        "--memory-tokens",
+        "2048",
+        "--json",
+        "--figure",
+        str(tmp_path),
+    ]
     assert sweep.main(args) == 0
     rows = json.loads(capsys.readouterr().out)
     assert len(rows) == len(sweep.BLOCK_SIZES) and set(rows[0]) == set(sweep.COLUMNS)
@@ -47,7 +58,8 @@ def test_policy_comparison_covers_every_combination_and_only_swap_moves_bytes():
     reqs = workloads.synthetic("sharegpt", 25, seed=1)
     rows = policies.compare(reqs, workloads.prompt_tokens(reqs), memory_tokens=2048)
     assert {(r["eviction"], r["preemption"]) for r in rows} == {
-        (e, p) for e in ("lru", "lfu", "fifo") for p in ("recompute", "swap")}
+        (e, p) for e in ("lru", "lfu", "fifo") for p in ("recompute", "swap")
+    }
     assert all(r["swapped_mib"] > 0 for r in rows if r["preemption"] == "swap")
     for r in rows:
         if r["preemption"] == "recompute":
@@ -70,8 +82,10 @@ def test_v1_hit_rates_leave_preempted_requests_lookups_out():
 
 
 def test_policies_cli_prints_a_row_per_combination(capsys):
-    assert policies.main(["--workload", "alpaca", "--num-requests", "30",
-                          "--memory-tokens", "512"]) == 0
+    assert (
+        policies.main(["--workload", "alpaca", "--num-requests", "30", "--memory-tokens", "512"])
+        == 0
+    )
     assert len(capsys.readouterr().out.strip().splitlines()) == 2 + 3 + 6  # v1 rows, then v0
 
 
@@ -79,12 +93,14 @@ def test_swap_cost_by_hand_and_the_crossover_is_where_the_costs_meet():
     spec = preset("opt-13b")  # 819,200 bytes per token
     # 16 tokens, B = 16: one block each way; 2 * (10 us + 16 * 819200 / 25e9 s)
     assert swapcost.swap_seconds(16, spec, 16, 25.0, 10.0) == pytest.approx(
-        2 * (10e-6 + 16 * 819_200 / 25e9))
+        2 * (10e-6 + 16 * 819_200 / 25e9)
+    )
     params = swapcost.params_of(spec)
     assert params == 12 * 40 * 5120**2
     x = swapcost.crossover_gbps(512, spec, params, 16, 312.0, 0.5, 10.0)
     assert swapcost.swap_seconds(512, spec, 16, x, 10.0) == pytest.approx(
-        swapcost.recompute_seconds(512, spec, params, 312.0, 0.5))
+        swapcost.recompute_seconds(512, spec, params, 312.0, 0.5)
+    )
     # A copy latency that alone costs more than recomputing means swap never wins.
     assert swapcost.crossover_gbps(16, spec, params, 1, 312.0, 0.5, 1e6) is None
 

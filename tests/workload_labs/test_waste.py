@@ -23,16 +23,28 @@ def test_one_request_by_hand_in_static_mode():
     # token states = 4 + 5 = 9 for every allocator.
     s = sums_of([Request(3, 2)], block_size=4, max_len=16)
     # paged, B = 4: slots ceil(4/4)*4 = 4 and ceil(5/4)*4 = 8 -> 12; internal = 12 - 9 = 3.
-    assert s["paged"] == {"token_states": 9, "reserved": 0, "internal_fragmentation": 3,
-                          "external_fragmentation": 0}
+    assert s["paged"] == {
+        "token_states": 9,
+        "reserved": 0,
+        "internal_fragmentation": 3,
+        "external_fragmentation": 0,
+    }
     # max: reserved (5-4) + (5-5) = 1; internal (16-5) * 2 steps = 22.
-    assert s["max"] == {"token_states": 9, "reserved": 1, "internal_fragmentation": 22,
-                        "external_fragmentation": 0}
+    assert s["max"] == {
+        "token_states": 9,
+        "reserved": 1,
+        "internal_fragmentation": 22,
+        "external_fragmentation": 0,
+    }
     # pow2: next power of two >= 5 is 8; internal (8-5) * 2 = 6.
     assert s["pow2"]["internal_fragmentation"] == 6 and s["pow2"]["reserved"] == 1
     # oracle: exactly L, so only the reservation 1 is not a token.
-    assert s["oracle"] == {"token_states": 9, "reserved": 1, "internal_fragmentation": 0,
-                           "external_fragmentation": 0}
+    assert s["oracle"] == {
+        "token_states": 9,
+        "reserved": 1,
+        "internal_fragmentation": 0,
+        "external_fragmentation": 0,
+    }
     f = waste.fractions(s)
     assert f["paged"]["token_states"] == 9 / 12  # 0.75
     assert f["max"]["token_states"] == 9 / 32  # 9 + 1 + 22 = 32
@@ -54,8 +66,12 @@ def test_continuous_mode_external_fragmentation_by_hand():
     s = sums_of(reqs, block_size=4, max_len=8, mode="continuous", memory_tokens=10)
     # tokens: A holds 3, 4, 5, 6 = 18; B holds 4, 5, 6 = 15 -> 33.
     # reserved: A 3+2+1+0 = 6; B 2+1+0 = 3 -> 9.
-    assert s["oracle"] == {"token_states": 33, "reserved": 9, "internal_fragmentation": 0,
-                           "external_fragmentation": 16}
+    assert s["oracle"] == {
+        "token_states": 33,
+        "reserved": 9,
+        "internal_fragmentation": 0,
+        "external_fragmentation": 16,
+    }
     assert s["paged"]["external_fragmentation"] == 0
 
 
@@ -89,8 +105,12 @@ def brute_force(reqs, block_size, max_len):
         L = r.total_len
         for t in range(1, r.output_len + 1):
             cur = r.prompt_len + t
-            for a, held in (("paged", -(-cur // block_size) * block_size), ("max", max_len),
-                            ("pow2", 1 << (L - 1).bit_length()), ("oracle", L)):
+            for a, held in (
+                ("paged", -(-cur // block_size) * block_size),
+                ("max", max_len),
+                ("pow2", 1 << (L - 1).bit_length()),
+                ("oracle", L),
+            ):
                 reserved = 0 if a == "paged" else L - cur
                 out[a]["token_states"] += r.num_seqs * cur
                 out[a]["reserved"] += r.num_seqs * reserved
@@ -99,8 +119,10 @@ def brute_force(reqs, block_size, max_len):
 
 
 @settings(max_examples=40)
-@given(st.lists(st.tuples(st.integers(1, 70), st.integers(1, 60), st.integers(1, 3)),
-                max_size=6), st.sampled_from([1, 2, 3, 8, 16]))
+@given(
+    st.lists(st.tuples(st.integers(1, 70), st.integers(1, 60), st.integers(1, 3)), max_size=6),
+    st.sampled_from([1, 2, 3, 8, 16]),
+)
 def test_closed_forms_equal_the_step_by_step_definitions(rows, block_size):
     reqs = [Request(p, o, n=n) for p, o, n in rows]
     assert sums_of(reqs, block_size=block_size, max_len=130) == brute_force(reqs, block_size, 130)
@@ -137,8 +159,11 @@ def naive_external(size, out, arrival, memory):
 
 
 @settings(max_examples=40)
-@given(st.lists(st.tuples(st.integers(1, 10), st.integers(1, 6), st.integers(0, 8)),
-                min_size=1, max_size=8))
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 10), st.integers(1, 6), st.integers(0, 8)), min_size=1, max_size=8
+    )
+)
 def test_event_driven_first_fit_equals_a_step_by_step_replay(rows):
     rows = sorted(rows, key=lambda r: r[2])
     size, out, arr = (list(c) for c in zip(*rows, strict=True))
@@ -169,13 +194,20 @@ def test_waste_cli_table_names_every_part(capsys):
         waste.main(["--workload", "alpaca", "--num-requests", "200", "--mode", "continuous"]) == 0
     )
     out = capsys.readouterr().out
-    for word in ("token_states", "reserved", "internal_fragmentation", "external_fragmentation",
-                 "paged", "oracle"):
+    for word in (
+        "token_states",
+        "reserved",
+        "internal_fragmentation",
+        "external_fragmentation",
+        "paged",
+        "oracle",
+    ):
         assert word in out
 
 
 def test_next_pow2_and_ceil_sum_helpers():
-    np.testing.assert_array_equal(waste.next_pow2(np.array([1, 2, 3, 5, 8, 9, 1025])),
-                                  [1, 2, 4, 8, 8, 16, 2048])
+    np.testing.assert_array_equal(
+        waste.next_pow2(np.array([1, 2, 3, 5, 8, 9, 1025])), [1, 2, 4, 8, 8, 16, 2048]
+    )
     # sum_{l=1..17} ceil(l/16) = 16 * 1 + 1 * 2 = 18
     assert waste.ceil_sum(np.array([17]), 16)[0] == 18

@@ -44,8 +44,15 @@ def request_lists(draw):
     out = []
     for _ in range(k):
         n, beam = draw(st.sampled_from([(1, 1), (3, 1), (1, 4)]))
-        out.append(Request(draw(st.integers(1, 3000)), draw(st.integers(1, 3000)), n, beam,
-                           draw(st.integers(0, 50))))
+        out.append(
+            Request(
+                draw(st.integers(1, 3000)),
+                draw(st.integers(1, 3000)),
+                n,
+                beam,
+                draw(st.integers(0, 50)),
+            )
+        )
     return out
 
 

@@ -60,15 +60,24 @@ def compare(log, got, want, *, out_name: str, owner, what: str, atol=1e-6):
     wrote = touched(log, out_name, index, got.shape)
     should = owner(index)
     never = got[index] == POISON
-    why = (say(f"nobody wrote it (thread {should} should have)",
-               f"没有线程写它（应由线程 {should} 写）") if never
-           else say(f"thread(s) {wrote} wrote it; thread {should} should have",
-                    f"线程 {wrote} 写了它；应由线程 {should} 写"))
-    err = AssertionError(say(
-        f"{what}: {out_name}{list(index)} is {got[index]:.6g}, the spec says {want[index]:.6g} "
-        f"({int(bad.sum())} element(s) wrong): {why}",
-        f"{what}：{out_name}{list(index)} 是 {got[index]:.6g}，规范给出 {want[index]:.6g}"
-        f"（{int(bad.sum())} 个元素不对）：{why}",
-    ))
+    why = (
+        say(
+            f"nobody wrote it (thread {should} should have)",
+            f"没有线程写它（应由线程 {should} 写）",
+        )
+        if never
+        else say(
+            f"thread(s) {wrote} wrote it; thread {should} should have",
+            f"线程 {wrote} 写了它；应由线程 {should} 写",
+        )
+    )
+    err = AssertionError(
+        say(
+            f"{what}: {out_name}{list(index)} is {got[index]:.6g}, the spec says {want[index]:.6g} "
+            f"({int(bad.sum())} element(s) wrong): {why}",
+            f"{what}：{out_name}{list(index)} 是 {got[index]:.6g}，规范给出 {want[index]:.6g}"
+            f"（{int(bad.sum())} 个元素不对）：{why}",
+        )
+    )
     err.calls = table(log, sorted(set(wrote) | ({should} if should is not None else set())))
     raise err

@@ -13,9 +13,14 @@ from course.i18n import say
 
 # a few small shapes: the stepper runs one Python thread per simulated thread; no shrinking (the
 # message names the shapes and prints the threads, which says more than a smaller example)
-PUZZLE = settings(max_examples=8, derandomize=True, database=None, deadline=None,
-                  phases=(Phase.explicit, Phase.generate),
-                  suppress_health_check=list(HealthCheck))
+PUZZLE = settings(
+    max_examples=8,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    phases=(Phase.explicit, Phase.generate),
+    suppress_health_check=list(HealthCheck),
+)
 
 
 def check_spec(impl, name, case, spec, *, outputs, owner, extra=2):
@@ -35,9 +40,14 @@ def check_spec(impl, name, case, spec, *, outputs, owner, extra=2):
                 pass
             raise
         for out_name in outputs:
-            compare(log, arrays[out_name], want[out_name], out_name=out_name,
-                    owner=lambda index, o=out_name: owner(o, index, arrays),
-                    what=f"{name} on {shown}, {threads} threads (+{extra} extra)")
+            compare(
+                log,
+                arrays[out_name],
+                want[out_name],
+                out_name=out_name,
+                owner=lambda index, o=out_name: owner(o, index, arrays),
+                what=f"{name} on {shown}, {threads} threads (+{extra} extra)",
+            )
 
     run()
 

@@ -93,15 +93,24 @@ def test_free_merges_the_range_with_both_neighbouring_holes(impl):
     touching = [(h, k) for h, k in zip(holes, holes[1:], strict=False) if h[0] + h[1] == k[0]]
     side = ""
     if touching:
-        side = ("the hole before it (it ends where the range starts)" if touching[0][0] == (0, 3)
-                else "the hole after it (it starts where the range ends)")
+        side = (
+            "the hole before it (it ends where the range starts)"
+            if touching[0][0] == (0, 3)
+            else "the hole after it (it starts where the range ends)"
+        )
     assert a.holes == [(0, 12)], say(
         f"freeing [3, 6) between holes [0, 3) and [6, 12) left {a.holes}, expected one hole"
-        + (f": {touching[0][0]} and {touching[0][1]} touch, so free did not merge with {side}"
-           if touching else ""),
+        + (
+            f": {touching[0][0]} and {touching[0][1]} touch, so free did not merge with {side}"
+            if touching
+            else ""
+        ),
         f"释放空洞 [0, 3) 与 [6, 12) 之间的 [3, 6) 后留下 {a.holes}，应合并成一个空洞"
-        + (f"：{touching[0][0]} 和 {touching[0][1]} 相接，free 没有与相邻的空洞合并"
-           if touching else ""),
+        + (
+            f"：{touching[0][0]} 和 {touching[0][1]} 相接，free 没有与相邻的空洞合并"
+            if touching
+            else ""
+        ),
     )
     b = impl.FirstFit(12)
     b.holes = [(4, 2)]

@@ -73,8 +73,9 @@ def offset_of(shape, index) -> int:
 
 def c_strides(shape) -> tuple:
     """Each axis's stride in Python ints: the offset of a 1 on that axis alone."""
-    return tuple(offset_of(shape, [0] * k + [1] + [0] * (len(shape) - k - 1))
-                 for k in range(len(shape)))
+    return tuple(
+        offset_of(shape, [0] * k + [1] + [0] * (len(shape) - k - 1)) for k in range(len(shape))
+    )
 
 
 def swapped_axes(shape, index, got):
@@ -118,16 +119,31 @@ def test_offsets_at_the_chapters_scale_pass_2_to_the_31_without_wrapping(impl):
     shape = CHAPTER_POOL
     last = tuple(n - 1 for n in shape)
     checks = [
-        (f"flat_offset({shape}, *{last})", lambda: impl.flat_offset(shape, *last),
-         offset_of(shape, last)),
-        (f"flat_offset({shape}, 256, 0, 0, 0, 0, 0)",
-         lambda: impl.flat_offset(shape, 256, 0, 0, 0, 0, 0), offset_of(shape, (256,) + (0,) * 5)),
-        (f"slot_offset({shape}, slot={5120 * 16 - 1}, layer=31, kv=1, head=31, dim=127)",
-         lambda: impl.slot_offset(shape, 5120 * 16 - 1, 31, 1, 31, 127), offset_of(shape, last)),
-        (f"strides((3,) + {shape})", lambda: tuple(impl.strides((3,) + shape)),
-         c_strides((3,) + shape)),
-        ("bytes_per_block(16, 32, 32, 128, 2) * 5120 blocks",
-         lambda: impl.bytes_per_block(16, 32, 32, 128, 2) * 5120, 5120 * 8 * 2**20),
+        (
+            f"flat_offset({shape}, *{last})",
+            lambda: impl.flat_offset(shape, *last),
+            offset_of(shape, last),
+        ),
+        (
+            f"flat_offset({shape}, 256, 0, 0, 0, 0, 0)",
+            lambda: impl.flat_offset(shape, 256, 0, 0, 0, 0, 0),
+            offset_of(shape, (256,) + (0,) * 5),
+        ),
+        (
+            f"slot_offset({shape}, slot={5120 * 16 - 1}, layer=31, kv=1, head=31, dim=127)",
+            lambda: impl.slot_offset(shape, 5120 * 16 - 1, 31, 1, 31, 127),
+            offset_of(shape, last),
+        ),
+        (
+            f"strides((3,) + {shape})",
+            lambda: tuple(impl.strides((3,) + shape)),
+            c_strides((3,) + shape),
+        ),
+        (
+            "bytes_per_block(16, 32, 32, 128, 2) * 5120 blocks",
+            lambda: impl.bytes_per_block(16, 32, 32, 128, 2) * 5120,
+            5120 * 8 * 2**20,
+        ),
     ]
     for call, run, want in checks:
         got = run()

@@ -226,13 +226,20 @@ def test_an_explicit_scale_is_used_even_when_it_is_zero(impl):
         ignored = got.shape == default.shape and np.allclose(got, default, atol=1e-6)
         assert got.shape == want.shape and np.allclose(got, want, atol=1e-6), say(
             f"paged_attention(..., scale={scale}) differs from softmax(q k * {scale}) v"
-            + (": your result is the default scale's, so an explicit "
-               f"{scale} was taken as not given; test `scale is None` (not `scale or ...`, which "
-               "drops 0.0)" if ignored else ""),
+            + (
+                ": your result is the default scale's, so an explicit "
+                f"{scale} was taken as not given; test `scale is None` (not `scale or ...`, which "
+                "drops 0.0)"
+                if ignored
+                else ""
+            ),
             f"paged_attention(..., scale={scale}) 与 softmax(q k * {scale}) v 不一致"
-            + ("：你的结果是默认 scale 的结果，显式给出的 "
-               f"{scale} 被当成了没给；用 `scale is None` 判断（`scale or ...` 会丢掉 0.0）"
-               if ignored else ""),
+            + (
+                "：你的结果是默认 scale 的结果，显式给出的 "
+                f"{scale} 被当成了没给；用 `scale is None` 判断（`scale or ...` 会丢掉 0.0）"
+                if ignored
+                else ""
+            ),
         )
 
 

@@ -70,8 +70,9 @@ SCENARIOS = (
 def labelled(snap, label):
     """The snapshot's fields, its step named with the scenario (messages say which picture)."""
     fields = ("num_blocks", "block_size", "free_list", "ref_counts", "sequences")
-    return types.SimpleNamespace(**{f: getattr(snap, f) for f in fields},
-                                 step=f"{snap.step}{label}")
+    return types.SimpleNamespace(
+        **{f: getattr(snap, f) for f in fields}, step=f"{snap.step}{label}"
+    )
 
 
 def drawn(impl, snap):
@@ -95,8 +96,9 @@ def centre_and_size(box):
 
 @pytest.fixture(scope="module")
 def pictures(impl):
-    return [(labelled(snap, label), drawn(impl, snap))
-            for label, make in SCENARIOS for snap in make()]
+    return [
+        (labelled(snap, label), drawn(impl, snap)) for label, make in SCENARIOS for snap in make()
+    ]
 
 
 def test_every_physical_block_is_drawn_grey_when_free_and_coloured_when_used(impl, pictures):
@@ -161,7 +163,10 @@ def test_each_table_entry_has_an_arrow_to_its_physical_block(impl, pictures):
                     f"终点是 {tuple(arrow.xy)}，而不是 pool_xy({b}) = {impl.pool_xy(b)}",
                 )
                 problem = row_problem(
-                    impl, snap, f"map-{seq.seq_id}-{i}", arrow.xyann,
+                    impl,
+                    snap,
+                    f"map-{seq.seq_id}-{i}",
+                    arrow.xyann,
                     f"step {snap.step}: arrow map-{seq.seq_id}-{i} starts at {tuple(arrow.xyann)}",
                     f"第 {snap.step} 步：箭头 map-{seq.seq_id}-{i} 从 {tuple(arrow.xyann)} 出发",
                 )
@@ -181,8 +186,11 @@ def row_problem(impl, snap, gid, xy, where, where_zh) -> str:
     """'' unless the table entry `gid` (table-S-I or map-S-I) sits in another sequence's row."""
     sid, index = gid.split("-", 1)[1].rsplit("-", 1)
     order = [s.seq_id for s in snap.sequences]
-    rows = [r for r in range(len(order))
-            if impl.table_xy(r, int(index), snap.num_blocks) == pytest.approx(tuple(xy))]
+    rows = [
+        r
+        for r in range(len(order))
+        if impl.table_xy(r, int(index), snap.num_blocks) == pytest.approx(tuple(xy))
+    ]
     mine = [str(s) for s in order].index(sid)
     if not rows or rows[0] == mine:
         return ""
@@ -215,8 +223,10 @@ def misplaced(impl, snap, gid, got, centre) -> str:
         wrong_row = row_problem(impl, snap, gid, (cx, cy), where, where_zh)
         if wrong_row:
             return wrong_row
-        return say(f"{where}: centre each table entry on table_xy(row, i, snapshot.num_blocks)",
-                   f"{where_zh}：每个表项要以 table_xy(row, i, snapshot.num_blocks) 为中心")
+        return say(
+            f"{where}: centre each table entry on table_xy(row, i, snapshot.num_blocks)",
+            f"{where_zh}：每个表项要以 table_xy(row, i, snapshot.num_blocks) 为中心",
+        )
     return say(
         f"{where}: centre block B on pool_xy(B), which starts a new row every PER_ROW = "
         f"{impl.PER_ROW} blocks (the pool has {snap.num_blocks}); never place blocks by their "

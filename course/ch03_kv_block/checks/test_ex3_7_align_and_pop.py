@@ -181,7 +181,7 @@ def race_cause(log) -> str:
         if what.startswith("atomic cas top"):
             expected = what.split("expecting ", 1)[1].split(",", 1)[0]
             returned = what.rsplit("returned ", 1)[1].split(",", 1)[0]
-            retried = any(u == t and w.startswith("atomic cas top") for u, w in log[i + 1:])
+            retried = any(u == t and w.startswith("atomic cas top") for u, w in log[i + 1 :])
             if expected != returned and not retried:
                 return say(
                     f"thread {t}'s compare-and-swap on top failed ({what}: top was {returned}, "
@@ -192,8 +192,8 @@ def race_cause(log) -> str:
                     "直到 CAS 返回你期望的值",
                 )
     for t, first in atomics.items():
-        later = [w for u, w in log[first + 1:] if u == t and w.startswith("read top")]
-        others = [u for u, w in log[first + 1:] if u != t and w.startswith("atomic")]
+        later = [w for u, w in log[first + 1 :] if u == t and w.startswith("read top")]
+        others = [u for u, w in log[first + 1 :] if u != t and w.startswith("atomic")]
         if later and others:
             return say(
                 f"thread {t} did its atomic on top, then read top again ({later[0]}) after other "
@@ -205,13 +205,14 @@ def race_cause(log) -> str:
                 "它拿的块来自第二次读取（原子操作之后重读 top）。要用原子操作的返回值："
                 "old = cuda.atomic.sub(top, 0, 1)，再取 free_stack[old - 1]",
             )
+
     def returned(t):  # what thread t's first atomic on top returned (harm shows at <= 0)
         what = log[atomics[t]][1]
         return int(what.rsplit("returned ", 1)[1].split(",", 1)[0]) if "returned " in what else 1
 
     for t, first in sorted(atomics.items(), key=lambda kv: returned(kv[0]) > 0):
         before = [i for i, (u, w) in enumerate(log[:first]) if u == t and w.startswith("read top")]
-        if before and any(u != t and w.startswith("atomic") for u, w in log[before[-1]:first]):
+        if before and any(u != t and w.startswith("atomic") for u, w in log[before[-1] : first]):
             return say(
                 f"thread {t} read top to test it ({log[before[-1]][1]}), then did its atomic; "
                 "another thread's atomic came in between, so the test was stale (check-then-act). "
@@ -224,7 +225,7 @@ def race_cause(log) -> str:
     for t, first in atomics.items():
         what = log[first][1]
         old = int(what.rsplit("returned ", 1)[1].split(",", 1)[0]) if "returned " in what else 1
-        took = [w for u, w in log[first + 1:] if u == t and w.startswith("read free_stack")]
+        took = [w for u, w in log[first + 1 :] if u == t and w.startswith("read free_stack")]
         if old <= 0 and took:
             return say(
                 f"thread {t}'s atomic returned top = {old} (the stack was already empty), yet it "

@@ -25,8 +25,11 @@ def case(draw):
     mapping = rng.permutation(slots)[:T].astype(np.int64)
     if T > 1 and draw(st.booleans()):
         mapping[-1] = -1  # a padded token
-    arrays = {"key": rng.standard_normal((T, D)), "slot_mapping": mapping,
-              "k_cache": np.full((slots, D), POISON)}
+    arrays = {
+        "key": rng.standard_normal((T, D)),
+        "slot_mapping": mapping,
+        "k_cache": np.full((slots, D), POISON),
+    }
     return arrays, T * D, f"T={T} tokens, D={D}, slots {mapping.tolist()}"
 
 
@@ -44,6 +47,9 @@ def test_write_kv_scatters_each_number_to_its_slot_and_skips_padding(impl):
 
 def test_write_kv_launches_under_the_cuda_simulator(impl):
     """One real launch (GPU, or Numba's CUDA simulator), with 3 extra threads."""
-    arrays = {"key": np.arange(6.0).reshape(3, 2), "slot_mapping": np.array([4, -1, 0]),
-              "k_cache": np.full((6, 2), POISON)}
+    arrays = {
+        "key": np.arange(6.0).reshape(3, 2),
+        "slot_mapping": np.array([4, -1, 0]),
+        "k_cache": np.full((6, 2), POISON),
+    }
     check_launch(impl, "write_kv_kernel", arrays, 9, spec, ["k_cache"])

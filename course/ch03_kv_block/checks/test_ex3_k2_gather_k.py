@@ -23,8 +23,11 @@ def case(draw):
     L = draw(st.integers(1, min(N * B, 7)))
     rng = np.random.default_rng(draw(st.integers(0, 99)))
     table = rng.permutation(N)[: -(-L // B)].astype(np.int64)
-    arrays = {"k_cache": rng.standard_normal((N, B, D)), "block_table": table,
-              "out": np.full((L, D), POISON)}
+    arrays = {
+        "k_cache": rng.standard_normal((N, B, D)),
+        "block_table": table,
+        "out": np.full((L, D), POISON),
+    }
     return arrays, L * D, f"L={L} tokens, B={B}, D={D}, table {table.tolist()}"
 
 
@@ -41,6 +44,9 @@ def test_gather_reads_each_position_through_the_table(impl):
 def test_gather_launches_under_the_cuda_simulator(impl):
     """One real launch (GPU, or Numba's CUDA simulator), with extra threads."""
     rng = np.random.default_rng(4)
-    arrays = {"k_cache": rng.standard_normal((4, 3, 2)), "block_table": np.array([2, 0, 3]),
-              "out": np.full((7, 2), POISON)}
+    arrays = {
+        "k_cache": rng.standard_normal((4, 3, 2)),
+        "block_table": np.array([2, 0, 3]),
+        "out": np.full((7, 2), POISON),
+    }
     check_launch(impl, "gather_k_kernel", arrays, 16, spec, ["out"])

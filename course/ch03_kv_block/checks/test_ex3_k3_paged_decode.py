@@ -23,16 +23,24 @@ def spec(q, k_cache, v_cache, block_table, context_len, out):
 
 
 def case(draw):
-    H, B, D, N = (draw(st.integers(1, 3)), draw(st.integers(1, 3)), draw(st.integers(1, 3)),
-                  draw(st.integers(2, 4)))
+    H, B, D, N = (
+        draw(st.integers(1, 3)),
+        draw(st.integers(1, 3)),
+        draw(st.integers(1, 3)),
+        draw(st.integers(2, 4)),
+    )
     L = draw(st.integers(1, min(N * B, 6)))
     loud = draw(st.sampled_from([1.0, 300.0]))  # large logits: exp needs the max subtracted
     rng = np.random.default_rng(draw(st.integers(0, 99)))
     table = rng.permutation(N)[: -(-L // B)].astype(np.int64)
-    arrays = {"q": rng.standard_normal((H, D)) * loud,
-              "k_cache": rng.standard_normal((N, B, H, D)),
-              "v_cache": rng.standard_normal((N, B, H, D)), "block_table": table,
-              "context_len": np.array([L]), "out": np.full((H, D), POISON)}
+    arrays = {
+        "q": rng.standard_normal((H, D)) * loud,
+        "k_cache": rng.standard_normal((N, B, H, D)),
+        "v_cache": rng.standard_normal((N, B, H, D)),
+        "block_table": table,
+        "context_len": np.array([L]),
+        "out": np.full((H, D), POISON),
+    }
     return arrays, H, f"H={H}, L={L}, B={B}, D={D}, table {table.tolist()}, |q| ~ {loud:g}"
 
 
@@ -48,7 +56,12 @@ def test_paged_decode_matches_the_softmax_spec(impl):
 def test_paged_decode_launches_under_the_cuda_simulator(impl):
     """One real launch (GPU, or Numba's CUDA simulator), with extra threads."""
     rng = np.random.default_rng(6)
-    arrays = {"q": rng.standard_normal((2, 4)), "k_cache": rng.standard_normal((3, 2, 2, 4)),
-              "v_cache": rng.standard_normal((3, 2, 2, 4)), "block_table": np.array([1, 2, 0]),
-              "context_len": np.array([5]), "out": np.full((2, 4), POISON)}
+    arrays = {
+        "q": rng.standard_normal((2, 4)),
+        "k_cache": rng.standard_normal((3, 2, 2, 4)),
+        "v_cache": rng.standard_normal((3, 2, 2, 4)),
+        "block_table": np.array([1, 2, 0]),
+        "context_len": np.array([5]),
+        "out": np.full((2, 4), POISON),
+    }
     check_launch(impl, "paged_decode_kernel", arrays, 4, spec, ["out"])

@@ -23,9 +23,14 @@ def case(draw):
     H, D = draw(st.integers(1, 3)), draw(st.integers(1, 3))
     rng = np.random.default_rng(draw(st.integers(0, 99)))
     big = draw(st.sampled_from([0.0, 800.0]))  # lse in the hundreds: exp(lse) overflows
-    arrays = {"o1": rng.standard_normal((H, D)), "lse1": rng.standard_normal(H) * 3 + big,
-              "o2": rng.standard_normal((H, D)), "lse2": rng.standard_normal(H) * 3 + big,
-              "out": np.full((H, D), POISON), "lse_out": np.full(H, POISON)}
+    arrays = {
+        "o1": rng.standard_normal((H, D)),
+        "lse1": rng.standard_normal(H) * 3 + big,
+        "o2": rng.standard_normal((H, D)),
+        "lse2": rng.standard_normal(H) * 3 + big,
+        "out": np.full((H, D), POISON),
+        "lse_out": np.full(H, POISON),
+    }
     return arrays, H * D, f"H={H}, D={D}, lse near {big:g}"
 
 
@@ -42,7 +47,12 @@ def test_the_merge_weighs_each_partial_by_its_log_sum_exp(impl):
 def test_the_merge_launches_under_the_cuda_simulator(impl):
     """One real launch (GPU, or Numba's CUDA simulator), with extra threads."""
     rng = np.random.default_rng(8)
-    arrays = {"o1": rng.standard_normal((2, 3)), "lse1": np.array([1.0, 900.0]),
-              "o2": rng.standard_normal((2, 3)), "lse2": np.array([2.5, 899.0]),
-              "out": np.full((2, 3), POISON), "lse_out": np.full(2, POISON)}
+    arrays = {
+        "o1": rng.standard_normal((2, 3)),
+        "lse1": np.array([1.0, 900.0]),
+        "o2": rng.standard_normal((2, 3)),
+        "lse2": np.array([2.5, 899.0]),
+        "out": np.full((2, 3), POISON),
+        "lse_out": np.full(2, POISON),
+    }
     check_launch(impl, "merge_kernel", arrays, 8, spec, ["out", "lse_out"])

@@ -137,4 +137,3 @@ def _climb_the_ladder(query, cache, tables, lens, ref) -> None:
         except ValueError as why:  # a fast rung refuses a shape it cannot serve, and says why
             got = f"refused: {why}"
         print(f"  {rung.file.name:<18} {rung.idea}\n  {'':<18} {got}")
-

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 TITLE = "Capstone: the blocks serve a model"
 TITLE_ZH = "收官：Block 为模型服务"
-FIGURES = [("3.6-core-flow", "the flow diagram the demo draws after every engine step of its run "
-            "(generate-step_000.png ... in the demo's folder; `pagedsim generate --draw DIR` draws "
-            "them too, each block labelled with the text it holds)"),
-           ("3.4-tour", "fork, copy-on-write and free on a small pool: the moments 3.4 points at "
-            "in the run")]
+FIGURES = [
+    (
+        "3.6-core-flow",
+        "the flow diagram the demo draws after every engine step of its run "
+        "(generate-step_000.png ... in the demo's folder; `pagedsim generate --draw DIR` draws "
+        "them too, each block labelled with the text it holds)",
+    ),
+    (
+        "3.4-tour",
+        "fork, copy-on-write and free on a small pool: the moments 3.4 points at in the run",
+    ),
+]
 TEXT = """
 Everything so far moved block ids around. Here the ids carry a real model's K and V. The
 model is small but trained: a Llama-shaped transformer (3 layers, 4 query and 2 KV heads,
@@ -104,66 +111,93 @@ def demo(out_dir, backend: str = "auto", model_dir=None) -> None:
     engine, marks, s = run(model, tok, backend=backend)
     log, bs, texts = engine.log, engine.blocks.block_size, engine.block_labels
     reqs = s["requests"]
-    print(f"model: {s['parameters']:,} parameters, {model.config.layers} layers; "
-          f"{s['steps']} engine steps, attention: {s['attention']}")
+    print(
+        f"model: {s['parameters']:,} parameters, {model.config.layers} layers; "
+        f"{s['steps']} engine steps, attention: {s['attention']}"
+    )
     start = _first_step(engine, marks, "r0.0")
     blocks, n = _tables_at(engine, marks, start)["r0.0"]
-    print(f"\n1. r0's prompt has {len(reqs[0]['prompt_token_ids'])} characters, so it gets "
-          f"{len(blocks)} blocks of {bs}: {blocks}")
+    print(
+        f"\n1. r0's prompt has {len(reqs[0]['prompt_token_ids'])} characters, so it gets "
+        f"{len(blocks)} blocks of {bs}: {blocks}"
+    )
     for b in blocks:
         print(f"     block {b:>2} = {texts[start][b]!r}")
     r1 = _first_step(engine, marks, "r1.0")
     shared = [b for b in _tables_at(engine, marks, r1)["r1.0"][0] if b in blocks]
-    print(f"2. r1 starts with the same {reqs[1]['hit_tokens']} characters: it hit "
-          f"{reqs[1]['hit_tokens']} tokens in the prefix cache, blocks {shared} of r0's table; "
-          f"r3, r0's prompt again, hit {reqs[3]['hit_tokens']} of its "
-          f"{len(reqs[3]['prompt_token_ids'])} (the last block is recomputed for its logits).")
+    print(
+        f"2. r1 starts with the same {reqs[1]['hit_tokens']} characters: it hit "
+        f"{reqs[1]['hit_tokens']} tokens in the prefix cache, blocks {shared} of r0's table; "
+        f"r3, r0's prompt again, hit {reqs[3]['hit_tokens']} of its "
+        f"{len(reqs[3]['prompt_token_ids'])} (the last block is recomputed for its logits)."
+    )
     fork = next(i for i in range(len(marks)) if "r2.1" in _tables_at(engine, marks, i))
     t = _tables_at(engine, marks, fork)
     copies = sum(rec["copied"] for rec in log)
-    print(f"3. at engine step {fork + 1} beam r2.1 forked from r2.0: tables {t['r2.0'][0]} and "
-          f"{t['r2.1'][0]}, all blocks shared; copy-on-write copied {copies} blocks in the run. "
-          f"The beams read {[o['text'] for o in reqs[2]['outputs']]}.")
+    print(
+        f"3. at engine step {fork + 1} beam r2.1 forked from r2.0: tables {t['r2.0'][0]} and "
+        f"{t['r2.1'][0]}, all blocks shared; copy-on-write copied {copies} blocks in the run. "
+        f"The beams read {[o['text'] for o in reqs[2]['outputs']]}."
+    )
     grow = _growth(engine, marks, "r0.0")
     print(f"4. r0's table as its text grew ({len(grow)} sizes):")
     for i, (table, num) in grow:
-        print(f"     step {i + 1:>2}: {num:>3} tokens, blocks {table}; newest = "
-              f"{texts[i][table[-1]]!r}")
+        print(
+            f"     step {i + 1:>2}: {num:>3} tokens, blocks {table}; newest = "
+            f"{texts[i][table[-1]]!r}"
+        )
     print(f"   r0 wrote: {reqs[0]['outputs'][0]['text']!r}")
 
     frames = step_frames(engine, marks)
     peak = max(frames, key=lambda f: len(f.sequences))
-    print(f"\n3.1 after engine step {frames.index(peak) + 1}, {len(peak.sequences)} sequences of "
-          f"{sorted({q.num_tokens for q in peak.sequences})} tokens share the pool; no table is a "
-          f"contiguous range it had to reserve.")
+    print(
+        f"\n3.1 after engine step {frames.index(peak) + 1}, {len(peak.sequences)} sequences of "
+        f"{sorted({q.num_tokens for q in peak.sequences})} tokens share the pool; no table is a "
+        f"contiguous range it had to reserve."
+    )
     c = model.config
-    print(f"3.2 one block = {c.layers} layers x (K, V) x {c.kv_heads} KV heads x {bs} tokens x "
-          f"{c.head_dim} dims x 4 bytes = {s['block_bytes']} bytes; copy-on-write moved "
-          f"{s['cow_bytes']} bytes and swapping {s['swap_bytes']} (whole blocks).")
-    print(f"3.3 r0's first token went to slot {blocks[0]} * {bs} + 0 = {blocks[0] * bs}; its "
-          f"table {blocks} is a row of block_tables for paged_prefill and paged_attention.")
-    print(f"3.4 {sum(rec['shared'] for rec in log)} block references were shared by forks and "
-          f"hits, {copies} blocks copied on write, {sum(rec['freed'] for rec in log)} freed.")
+    print(
+        f"3.2 one block = {c.layers} layers x (K, V) x {c.kv_heads} KV heads x {bs} tokens x "
+        f"{c.head_dim} dims x 4 bytes = {s['block_bytes']} bytes; copy-on-write moved "
+        f"{s['cow_bytes']} bytes and swapping {s['swap_bytes']} (whole blocks)."
+    )
+    print(
+        f"3.3 r0's first token went to slot {blocks[0]} * {bs} + 0 = {blocks[0] * bs}; its "
+        f"table {blocks} is a row of block_tables for paged_prefill and paged_attention."
+    )
+    print(
+        f"3.4 {sum(rec['shared'] for rec in log)} block references were shared by forks and "
+        f"hits, {copies} blocks copied on write, {sum(rec['freed'] for rec in log)} freed."
+    )
     print("3.5 the same run with other block sizes:")
     for size in (8, 32):
         _, _, other = run(model, tok, blocks=256 // size, block_size=size, backend=backend)
-        print(f"    B = {size:>2}: prefix cache served {other['skipped_by_prefix_cache']} tokens, "
-              f"tokens match: {other['tokens_match']}")
+        print(
+            f"    B = {size:>2}: prefix cache served {other['skipped_by_prefix_cache']} tokens, "
+            f"tokens match: {other['tokens_match']}"
+        )
     try:
         from pagedsim.draw.animate import write_frames
+
         paths = write_frames(frames, out_dir, prefix="generate-step")
         print(f"3.6 wrote {len(paths)} flow diagrams, one per engine step, to {out_dir}")
     except ImportError as e:
         print(f"3.6 (no pictures: {e})")
-    print(f"3.7 the pool was allocated once ({engine.blocks.manager.num_blocks} blocks x "
-          f"{c.layers} layers, NaN-poisoned): a read of an unwritten slot would show in the "
-          f"logits. {s['preempted_swap']} preemptions swapped out and back (v0).")
+    print(
+        f"3.7 the pool was allocated once ({engine.blocks.manager.num_blocks} blocks x "
+        f"{c.layers} layers, NaN-poisoned): a read of an unwritten slot would show in the "
+        f"logits. {s['preempted_swap']} preemptions swapped out and back (v0)."
+    )
     generated = sum(len(o["token_ids"]) for r in reqs for o in r["outputs"])
-    print(f"\nthe dense engine agrees: tokens {'identical' if s['tokens_match'] else 'DIFFERENT'}, "
-          f"largest logit difference {s['max_logit_diff']:.1e} (float32 rounding)")
+    print(
+        f"\nthe dense engine agrees: tokens {'identical' if s['tokens_match'] else 'DIFFERENT'}, "
+        f"largest logit difference {s['max_logit_diff']:.1e} (float32 rounding)"
+    )
     hits = sum(r["hit_tokens"] for r in reqs)
     verdict = "served correctly" if s["tokens_match"] else "NOT served correctly"
-    print(f"Verdict: the blocks {verdict} -- {generated} generated characters "
-          f"{'equal' if s['tokens_match'] else 'differ from'} the dense engine's, while "
-          f"{hits} prompt tokens came from the prefix cache and {copies} blocks were copied "
-          f"instead of whole sequences.")
+    print(
+        f"Verdict: the blocks {verdict} -- {generated} generated characters "
+        f"{'equal' if s['tokens_match'] else 'differ from'} the dense engine's, while "
+        f"{hits} prompt tokens came from the prefix cache and {copies} blocks were copied "
+        f"instead of whole sequences."
+    )
