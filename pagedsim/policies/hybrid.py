@@ -78,6 +78,11 @@ class HybridManager:
         self.window = SlidingWindowPrefixCachingManager(
             num_blocks, block_size, window=window, pool=self.pool, group_idx=1, trace=False
         )
+        # one request is one prefix-cache lookup (v1's KVCacheManager records one
+        # PrefixCacheStats entry per request, whatever its groups): the full group records it
+        # in the pool's stats, whose hits are the groups' common hit; the window group's own
+        # lookups go to a stats object of their own
+        self.window.stats = CacheStats()
         self.groups = (self.full, self.window)
         self.step = 0
         self._short = 0  # free blocks the last refused allocate_slots needed

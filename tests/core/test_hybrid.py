@@ -68,6 +68,17 @@ def test_the_groups_return_one_common_prefix_count_each():
     assert m.get_num_common_prefix_blocks("A", 2)[1] == 0  # the window group: always 0
 
 
+def test_a_request_is_one_prefix_cache_lookup_however_many_groups():
+    m = HybridManager(16, B, window=4)
+    m.allocate_slots("A", 6, new_token_ids=[1] * 6)
+    hit = m.get_computed_blocks([1] * 6)
+    m.allocate_slots("B", 6 - hit.num_tokens, new_token_ids=[1] * 6, computed=hit)
+    # two requests of 6 prompt tokens; B hits A's full blocks in both groups (4 of its tokens:
+    # a lookup stops one token short of the prompt)
+    assert (m.stats.requests, m.stats.prompt_tokens) == (2, 12)
+    assert m.stats.hit_tokens == hit.num_tokens == 4
+
+
 @pytest.mark.parametrize(
     "kwargs, error",
     [
