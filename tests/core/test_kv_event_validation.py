@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from pagedsim import kv_events as ke
 from pagedsim.app import play
+from pagedsim.story import caption
 
 TOKEN = st.integers(0, ke.MAX_ID)
 HASH = st.one_of(
@@ -290,7 +291,7 @@ def test_a_summarised_snapshot_fits_its_limits_and_only_points_inside_its_pool(
         if small is snap:
             assert snap.num_blocks <= blocks and len(snap.sequences) <= tables
         else:
-            assert "[summary: " in small.caption
+            assert "[summary: " in caption(small)
 
 
 def test_a_huge_stream_is_summarised_in_a_bounded_number_of_lines(tmp_path, capsys):
@@ -337,5 +338,5 @@ def test_a_removal_that_names_a_block_twice_evicts_it_once():
     """Found by Hypothesis: BlockRemoved([h, h]) raised KeyError in replay."""
     stored = ke.BlockStored([5], None, [1], 1)
     snaps = ke.replay([stored, ke.BlockRemoved([5, 5]), ke.BlockStored([6], None, [2], 1)])
-    assert "1 never stored here" in snaps[2].caption
+    assert "1 never stored here" in caption(snaps[2])
     assert snaps[2].sequences == () and snaps[3].sequences[0].blocks == (0,)

@@ -170,13 +170,13 @@ def test_sampled_steps_of_a_long_play_trace_equal_the_snapshots_in_any_order(ope
     for i in picks:  # jumps through the URL hash, across the page's checkpoints both ways
         loaded.page.evaluate(f"location.hash = '#step={i}'")
         loaded.page.wait_for_function(f"() => window.pagedsimViewer.index() === {i}")
-        check_step(loaded, snaps[i], snaps[i].caption, last)
+        check_step(loaded, snaps[i], caption(snaps[i]), last)
     for _ in range(20):  # then keys: back across a checkpoint, and forwards again
         loaded.page.keyboard.press("ArrowLeft")
-    check_step(loaded, snaps[len(snaps) // 2 - 20], snaps[len(snaps) // 2 - 20].caption, last)
+    check_step(loaded, snaps[len(snaps) // 2 - 20], caption(snaps[len(snaps) // 2 - 20]), last)
     for _ in range(5):
         loaded.page.keyboard.press("ArrowRight")
-    check_step(loaded, snaps[len(snaps) // 2 - 15], snaps[len(snaps) // 2 - 15].caption, last)
+    check_step(loaded, snaps[len(snaps) // 2 - 15], caption(snaps[len(snaps) // 2 - 15]), last)
     shot = shots(tmp_path) / "play-long.png"
     loaded.page.screenshot(path=str(shot))
     check_not_blank(shot)
@@ -189,7 +189,7 @@ def test_a_hybrid_page_shows_both_kv_cache_groups_and_the_v1_label(open_page, tm
     )
     snaps = session.timeline("en")
     loaded = open_page(to_html(**sources.play(session)), fragment="#step=3")
-    check_step(loaded, snaps[3], snaps[3].caption, snaps[-1].step, grouped=True)
+    check_step(loaded, snaps[3], caption(snaps[3]), snaps[-1].step, grouped=True)
     groups = loaded.page.eval_on_selector_all(
         "#tables .group",
         "gs => gs.map(g => [...g.querySelectorAll('[data-seq]')].map(e => e.dataset.seq))",
@@ -217,11 +217,11 @@ def test_a_prefix_cache_page_shows_hashes_and_a_preemption_is_marked(open_page, 
     marked = []
     for i in range(len(snaps)):
         loaded.page.evaluate(f"window.pagedsimViewer.go({i})")
-        check_step(loaded, snaps[i], snaps[i].caption, snaps[-1].step)
+        check_step(loaded, snaps[i], caption(snaps[i]), snaps[-1].step)
         if "preempted" in loaded.page.inner_text("#marks"):
             marked.append(i)
     assert marked and all(
-        "swapped" in snaps[i].caption or "preemption" in snaps[i].caption for i in marked
+        "swapped" in caption(snaps[i]) or "preemption" in caption(snaps[i]) for i in marked
     )
     loaded.check_clean()
 
