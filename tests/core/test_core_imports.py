@@ -7,7 +7,16 @@ import sys
 
 import pagedsim
 
-APPS = ("pagedsim.app", "pagedsim.draw", "pagedsim.labs", "pagedsim.engine", "pagedsim.testing")
+# consumers of the core: the apps, both renderers (matplotlib and the browser page), the labs,
+# the engine and the testing kit
+APPS = (
+    "pagedsim.app",
+    "pagedsim.draw",
+    "pagedsim.view",
+    "pagedsim.labs",
+    "pagedsim.engine",
+    "pagedsim.testing",
+)
 
 
 def core_modules():

@@ -7,14 +7,14 @@ import sys
 
 import pytest
 
-from course import cli, curriculum, hints, progress, watch, workspace
+from course import curriculum, hints, progress, watch, workspace
 
 
 def test_a_failing_check_offers_a_hint_and_never_prints_it(capsys, tmp_path):
     ex = curriculum.find("3.4b")
-    from course.runner import Failure, Outcome
+    from course.runner import Failure, Outcome, print_report
 
-    cli._report(
+    print_report(
         Outcome(ex, tmp_path / "x.py", failures=[Failure("a", "wrong")]), verbose=False, hint=True
     )
     printed = capsys.readouterr().out

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from pagedsim.engine.generate import DEFAULT_MAX_TOKENS, apply_generation_config, main
+from pagedsim.engine.generate import DEFAULT_MAX_TOKENS, apply_generation_config
+from pagedsim.engine.generate_cli import main
 from pagedsim.engine.hf import CheckpointError, load_model
 
 from .family_reference import reference_greedy, write_family
