@@ -21,7 +21,9 @@ class Mutant:
     mistake: str  # the mistake in one sentence
     old: str  # text in the solution (must occur exactly once)
     new: str  # what the buggy version says instead
-    says: str = ""  # words the first failure's message must contain (the true cause), if given
+    # words the first failure's message must contain (the true cause), if given; " | " separates
+    # alternatives, for a bug that shows either as a wrong value or as an exception it causes
+    says: str = ""
 
 
 def apply(m: Mutant, source: str) -> str:
@@ -787,7 +789,7 @@ MUTANTS += [
         "the offset in the block is p % D instead of p % B",
         "        out[p, d] = k_cache[block, p % B, d]",
         "        out[p, d] = k_cache[block, p % D, d]",
-        says="the spec says",
+        says="the spec says | your code raised IndexError",
     ),
     M(
         "3.k2",
@@ -859,7 +861,7 @@ MUTANTS += [
         "a block is dropped once its first token leaves the window",
         "        if (j + 1) * B <= n - w:",
         "        if j * B < n - w:",
-        says="the spec says",
+        says="the spec says | different from the spec",
     ),
 ]
 RIGHT += [

@@ -12,6 +12,8 @@ only the values of this table, each from plain data, through a fixed dispatch:
     ["p", str]  ["pp", str]                      PosixPath, PurePosixPath
     ["a", dtype, [shape], base64]                a NumPy array (C order), dtype from DTYPES
     ["n", dtype, base64]  ["dt", dtype]          a NumPy scalar, a NumPy dtype
+    ["rec", name, [[field, v]...]]               a trace record (a Snapshot, a SeqState or an
+                                                 event of pagedsim/trace.py) by value: RECORDS
     ["h", kind, key, name]                       the sender's object: an opaque handle here
     ["y", key]                                   the receiver's own object, handed over earlier
     ["g", index]                                 the request's index-th argument itself
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
 import math
 import pathlib
@@ -37,7 +40,19 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .. import trace as tr
 from .remote_values import RemoteError
+
+# The trace's records are plain frozen data (a snapshot tells no story itself: story.py does),
+# so they cross by value: code under test tells a step's story with its own
+# `pagedsim.story.caption`, which reads the events' classes and fields. Only these classes,
+# named by their class name, are ever built, through their dataclass constructor.
+RECORDS: dict[str, type] = {
+    name: cls
+    for name, cls in sorted(vars(tr).items())
+    if isinstance(cls, type) and dataclasses.is_dataclass(cls) and cls.__module__ == tr.__name__
+}
+_RECORD_NAMES = {cls: name for name, cls in RECORDS.items()}
 
 DEFAULT_LIMIT = 64 << 20  # bytes in one message from the submission's process
 MAX_DEPTH = 200  # nesting of one value
@@ -122,6 +137,9 @@ class Encoder:
         if t is dict:
             pairs = [[self.node(k, d), self.node(v, d)] for k, v in obj.items()]
             return self.alias(obj) or ["d", pairs]
+        if t in _RECORD_NAMES:
+            fields = [[f.name, self.node(getattr(obj, f.name), d)] for f in dataclasses.fields(obj)]
+            return ["rec", _RECORD_NAMES[t], fields]
         if t is slice:
             return ["sl", self.node(obj.start, d), self.node(obj.stop, d), self.node(obj.step, d)]
         if t is np.ndarray and wire_dtype(obj.dtype):
@@ -280,6 +298,20 @@ class Decoder:
     def _dtype(self, rest, depth):
         return dtype_of(rest[0])
 
+    def _record(self, rest, depth):
+        name, pairs = rest
+        cls = RECORDS.get(name) if type(name) is str else None
+        if cls is None:
+            raise RemoteError("a malformed message: a record outside the trace's classes")
+        if type(pairs) is not list or any(
+            type(p) is not list or len(p) != 2 or type(p[0]) is not str for p in pairs
+        ):
+            raise RemoteError("a malformed message: a record's fields are not [name, value] pairs")
+        names = {f.name for f in dataclasses.fields(cls)}
+        if {k for k, _ in pairs} - names or len(pairs) != len({k for k, _ in pairs}):
+            raise RemoteError(f"a malformed message: a {name} with unknown or repeated fields")
+        return cls(**{k: self.value(v, depth) for k, v in pairs})
+
     def _handle(self, rest, depth):
         kind, key, name = rest
         if kind not in ("object", "function", "module"):
@@ -327,6 +359,7 @@ _ARITY = {
     "a": 3,
     "n": 2,
     "dt": 1,
+    "rec": 2,
     "h": 3,
     "y": 1,
     "g": 1,
@@ -351,6 +384,7 @@ _NAMES = {
     "a": "array",
     "n": "scalar",
     "dt": "dtype",
+    "rec": "record",
     "h": "handle",
     "y": "ours",
     "g": "arg",

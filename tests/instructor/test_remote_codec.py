@@ -236,6 +236,9 @@ def test_arbitrary_tagged_trees_are_a_schema_value_or_a_clean_refusal(channel, t
         (["x", ["kx", "ValueError"], [], "t", [], [], None, [], 7], "malformed exception"),
         (["d", [[["l", []], 1]]], "dict key"),
         (["zz"], "unknown tag"),
+        (["rec", "Popen", []], "outside the trace"),
+        (["rec", "Snapshot", [["__class__", 1]]], "unknown or repeated"),
+        (["rec", "Snapshot", [["step", 1]]], "malformed message"),
         ({"a": 1}, "JSON object"),
     ],
 )
@@ -283,3 +286,18 @@ def test_an_exit_from_the_submission_is_never_obeyed(channel):
         "",
     ]
     assert type(channel.decode(load_message(dump_message(node)))) is ValueError
+
+
+def test_a_trace_crosses_by_value_so_the_other_side_can_tell_its_story(channel):
+    """A snapshot and its events are plain records: the code under test captions them with its
+    own story.caption (exercise 3.6), which a handle could not do."""
+    from pagedsim import KVCacheManager, story
+
+    m = KVCacheManager(6, 2)
+    m.add_sequence("A", 3)
+    m.fork("A", "B")
+    m.append_tokens("B", 1)
+    snaps = m.trace.snapshots
+    back = channel.decode(load_message(dump_message(channel.encode(snaps))))
+    assert back == snaps and [type(s) for s in back] == [type(s) for s in snaps]
+    assert [story.caption(s) for s in back] == [story.caption(s) for s in snaps]
