@@ -147,7 +147,14 @@ class YourPool(BlockPool):
 
     # ---- mutations: your methods ---------------------------------------------------------
     def allocate(self) -> int:
-        return self._call("allocate")
+        try:
+            return self._call("allocate")
+        except YourCodeFailed as e:  # what your pool held when it refused: the cause is there
+            try:
+                held = f"num_free {self.mine.num_free}, free list {self.mine.free_list()}"
+            except Exception:  # noqa: BLE001 - too broken to show: the first line is enough
+                raise e from None
+            raise YourCodeFailed(f"{e} -- your pool held {held}") from e
 
     def allocate_many(self, k: int) -> list[int]:
         k = _count("k", k)

@@ -194,6 +194,10 @@ class Lockstep:
                 if not isinstance(e, RuntimeError) or not text:
                     text = f"{type(e).__name__}: {text}" if text else type(e).__name__
                 self.divergence.error = f"at step {self.steps}: {text}"
+                if self.divergence.blocks is None:  # the calls it finished may differ already
+                    found = self._calls_difference()
+                    if found:
+                        self.divergence.blocks = f"at step {self.steps}, {found}"
                 raise PoolFailed(self.divergence) from e
         self._compare()
         return True
