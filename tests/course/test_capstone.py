@@ -191,3 +191,29 @@ def view(seqs=None, refs=(1, 1, 0, 0), free=(3, 2), num_free=None) -> View:
 def test_blocks_difference_names_the_first_thing_that_differs(tested, says):
     found = blocks_difference(view(), tested, "t")
     assert found == says if says is None else says in found
+
+
+def test_lesson_3_8_serves_the_mix_on_your_code_or_says_what_is_missing(
+    model, tmp_path, monkeypatch
+):
+    from course.ch03_kv_block.lessons import l3_8
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PAGEDSIM_WORKSPACE", str(tmp_path / "nothing-here"))
+    lines, matched = l3_8.your_code(*model, backend="numpy", max_tokens=8)
+    assert matched is None and "run `pagedsim workspace`" in lines[0]
+
+    folder = tmp_path / "pagedsim-work"  # the default workspace, found from the current folder
+    folder.mkdir()
+    monkeypatch.delenv("PAGEDSIM_WORKSPACE")
+    lines, matched = l3_8.your_code(*model, backend="numpy", max_tokens=8)
+    assert matched is None and "no ex3_4a_free_list.py" in lines[0]
+
+    workspace(folder)
+    lines, matched = l3_8.your_code(*model, backend="numpy", max_tokens=8)
+    assert matched is True and str(folder / "ex3_4a_free_list.py") in lines[0]
+    assert lines[-1] == "the workspace pool matches the reference pool: every block and token"
+
+    workspace(folder, mutant("cow_keeps_the_source"))
+    lines, matched = l3_8.your_code(*model, backend="numpy", max_tokens=8)
+    assert matched is False and "first block difference" in lines[1]
