@@ -23,6 +23,10 @@ A checkpoint's generation_config.json applies as in transformers' generate() and
 from it, and --generation-config none ignores it. A model with sliding-window layers is
 served by v1's window manager, or by the hybrid allocator when it mixes full and sliding
 layers (window_adapter.py): each step then prints the blocks each KV cache group holds.
+
+`run(..., manager=)` serves from another block manager (`--pool workspace`: the student's
+own 3.4a and 3.4b, course/ch03_kv_block/capstone.py) with pagedsim's own serving the same
+requests beside it, compared after every manager call (lockstep.py).
 """
 
 from __future__ import annotations
@@ -317,7 +321,12 @@ def run(
     if beside is not None:
         d = beside.divergence
         summary["pool"] = dict(
-            name=d.name, matches=d.matches, blocks=d.blocks, token=d.token, lines=d.lines()
+            name=d.name,
+            matches=d.matches,
+            blocks=d.blocks,
+            token=d.token,
+            error=None,
+            lines=d.lines(),
         )
     engine.block_labels = texts
     return engine, marks, summary

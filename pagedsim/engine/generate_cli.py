@@ -6,6 +6,11 @@ The flags follow vLLM's SamplingParams and engine arguments where they exist
 --num-gpu-blocks-override, --enable-prefix-caching, --preemption-mode (v0's);
 --budget is max_num_batched_tokens). The parser is pagedsim.app.args.ArgParser, so a
 bad flag is one line on stderr and exit status 2.
+
+--pool NAME serves from a block pool the course registers (course.POOLS, read by
+pagedsim/app/cli.py; `workspace` is the student's 3.4a free list and 3.4b copy-on-write)
+beside pagedsim's own, and reports where the two first part (lockstep.py); exit status 1
+when they do.
 """
 
 from __future__ import annotations
@@ -124,7 +129,7 @@ def parser() -> ArgParser:
         default="reference",
         help="the block pool that serves: reference = pagedsim's own"
         + "".join(f"; {name} = {help_}" for name, (_, help_) in pools.items())
-        + " (served beside the reference pool and compared after every step)",
+        + " (served beside the reference pool and compared after every manager call)",
     )
     p.add_argument(
         "--backend",
@@ -282,8 +287,14 @@ def main(argv: list[str] | None = None) -> int:
             pool_name=args.pool,
         )
     except PoolFailed as e:  # the finding itself: where the pool parted, and how it failed
+        d = e.divergence
+        if args.json:
+            pool = dict(name=d.name, matches=False, blocks=d.blocks, token=d.token, error=d.error)
+            json.dump(dict(summary=dict(pool=dict(pool, lines=d.lines()))), sys.stdout, indent=1)
+            print()
+            return 1
         print(f"pagedsim generate --pool {args.pool}: served beside the reference pool")
-        for line in e.divergence.lines():
+        for line in d.lines():
             print(line)
         return 1
     except ValueError as e:  # a pool or budget too small for one request, a bad size

@@ -10,6 +10,8 @@ new block for every sequence and one swap, in about 3 s on an idle core.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from course import curriculum
@@ -153,6 +155,12 @@ def test_the_command_reports_a_match_a_divergence_and_a_stub(tmp_path, monkeypat
     assert main(CLI) == 1
     out = capsys.readouterr().out
     assert "first block difference, at step" in out and "fork(r1.0 -> r1.1)" in out
+
+    for name in ("fork_without_incref", "copy_pair_reversed"):  # a divergence, an error
+        workspace(tmp_path, mutant(name))
+        assert main([*CLI, "--json"]) == 1
+        pool = json.loads(capsys.readouterr().out)["summary"]["pool"]
+        assert pool["matches"] is False and (pool["blocks"] or pool["error"]) in pool["lines"][0]
 
     workspace(tmp_path, stub=("3.4a", "3.4b"))
     assert main(CLI) == 2
