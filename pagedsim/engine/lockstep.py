@@ -126,9 +126,14 @@ def blocks_difference(reference: View, tested: View, name: str = "tested") -> st
             (i for i, (a, b) in enumerate(zip(free, mine_free, strict=False)) if a != b),
             min(len(free), len(mine_free)),
         )
+        shown = max(8, at + 3)  # enough to see the difference, not a whole large pool
+
+        def head(blocks: list) -> str:
+            return str(blocks[:shown])[:-1] + (", ...]" if len(blocks) > shown else "]")
+
         return (
             f"the free list (head first) differs at position {at}: the {name} pool's is "
-            f"{mine_free}, the reference pool's {free}"
+            f"{head(mine_free)}, the reference pool's {head(free)}"
         )
     if tested.num_free != reference.num_free:
         return (

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from course import curriculum
 from course.ch03_kv_block import capstone, mutants
@@ -225,3 +227,35 @@ def test_lesson_3_8_serves_the_mix_on_your_code_or_says_what_is_missing(
     workspace(folder, mutant("cow_keeps_the_source"))
     lines, matched = l3_8.your_code(*model, backend="numpy", max_tokens=8)
     assert matched is False and "first block difference" in lines[1]
+
+
+@st.composite
+def views(draw):
+    """A manager's state: tables of distinct blocks, their counts, the rest free in some order."""
+    num_blocks = draw(st.integers(2, 12))
+    used = draw(st.lists(st.integers(0, num_blocks - 1), unique=True, max_size=num_blocks - 1))
+    cut = draw(st.integers(0, len(used)))
+    seqs = {"a": (used[:cut], 2 * cut), "b": (used[cut:], 2 * (len(used) - cut))}
+    refs = [1 if b in used else 0 for b in range(num_blocks)]
+    free = draw(st.permutations([b for b in range(num_blocks) if b not in used]))
+    return View(seqs, refs, list(free), len(free))
+
+
+@given(views(), st.data())
+def test_blocks_difference_is_none_exactly_when_nothing_differs(reference, data):
+    assert blocks_difference(reference, reference) is None
+    field = data.draw(st.sampled_from(["table", "tokens", "ref", "free", "num_free"]))
+    seqs = {s: (list(t), n) for s, (t, n) in reference.seqs.items()}
+    refs, free, num_free = list(reference.ref_counts), list(reference.free_list), reference.num_free
+    if field == "table":
+        seqs["a"] = (seqs["a"][0] + [len(refs)], seqs["a"][1])  # one more (out-of-pool) block
+    elif field == "tokens":
+        seqs["b"] = (seqs["b"][0], seqs["b"][1] + 1)
+    elif field == "ref":
+        refs[data.draw(st.integers(0, len(refs) - 1))] += 1
+    elif field == "free":
+        free = free[1:] + free[:1] if len(set(free)) > 1 else free + [len(refs)]
+    else:
+        num_free += 1
+    changed = View(seqs, refs, free, num_free)
+    assert blocks_difference(reference, changed) is not None, field
