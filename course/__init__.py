@@ -9,14 +9,18 @@
     course/hints.py          `pagedsim hint 3.4a [--level 2|3]`: hints on request, gentlest first
     course/progress.py       `pagedsim progress` and `pagedsim solution 3.4a` (after a pass)
     course/watch.py          `pagedsim watch [3.4a]`: check on every save, move on after a pass
+    course/ch03_kv_block/capstone.py  `pagedsim generate --pool workspace`: your 3.4a and 3.4b
+                             serve the model (lesson 3.8)
     course/ch03_kv_block/    chapter 3: lessons, stubs, solutions, checks, mutants, the stepper
 
 The checks themselves are pytest files in course/ch03_kv_block/checks/ (one marker per
 section, registered from the curriculum); tests/course/ch03/ runs them on the solutions.
 
 COMMANDS is what the course adds to the `pagedsim` command (pagedsim/app/cli.py merges it):
-name -> (module:function, one-line help). A command whose module this build lacks (the
-student copy has no grading or export) is left out, so it is never listed to crash.
+name -> (module:function, one-line help); POOLS, what it adds to `pagedsim generate --pool`
+(course/ch03_kv_block/capstone.py: the model served by the student's own 3.4a and 3.4b).
+A command whose module this build lacks (the student copy has no grading or export) is left
+out, so it is never listed to crash.
 """
 
 from importlib.util import find_spec
@@ -43,4 +47,12 @@ _ALL = {
 }
 COMMANDS = {
     name: entry for name, entry in _ALL.items() if find_spec(entry[0].split(":")[0]) is not None
+}
+# POOLS is what the course adds to `pagedsim generate --pool` (pagedsim/app/cli.py reads it):
+# name -> (module:function returning a factory (num_blocks, block_size) -> KVCacheManager, help)
+POOLS = {
+    "workspace": (
+        "course.ch03_kv_block.capstone:workspace_pool",
+        "your 3.4a free list and 3.4b copy-on-write, from your workspace",
+    ),
 }

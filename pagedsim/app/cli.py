@@ -46,10 +46,14 @@ COMMANDS = {
         "how many KV tokens fit model Y on GPU X (vLLM v1's arithmetic)",
     ),
 }
-try:  # the course registers its own commands (lesson, check, workspace, ...): course.COMMANDS
+# The course registers its own commands (lesson, check, workspace, ...) and the block pools
+# `pagedsim generate --pool NAME` can serve from (workspace: the student's 3.4a free list
+# and 3.4b copy-on-write): course.COMMANDS and course.POOLS, name -> (module:function, help).
+try:
     from course import COMMANDS as _COURSE_COMMANDS
+    from course import POOLS as COURSE_POOLS
 except ImportError:  # pagedsim installed without the course
-    _COURSE_COMMANDS = {}
+    _COURSE_COMMANDS, COURSE_POOLS = {}, {}
 COMMANDS.update(_COURSE_COMMANDS)
 
 

@@ -43,9 +43,28 @@ class BlockAdapter:
         prefix_caching: bool = False,
         host_blocks: int = 0,
         trace: bool = False,
+        manager: KVCacheManager | None = None,
     ):
-        cls = PrefixCachingManager if prefix_caching else KVCacheManager
-        self.manager = cls(num_blocks, block_size, trace=trace)
+        """`manager`: a block manager to serve from instead of a new KVCacheManager (the
+        course's, driving a student's pool: course/ch03_kv_block/capstone.py); it must be
+        empty, of num_blocks x block_size, and a PrefixCachingManager iff prefix_caching."""
+        if manager is None:
+            cls = PrefixCachingManager if prefix_caching else KVCacheManager
+            manager = cls(num_blocks, block_size, trace=trace)
+        elif not isinstance(manager, KVCacheManager):
+            raise TypeError(f"manager must be a KVCacheManager, got {type(manager).__name__}")
+        elif (manager.num_blocks, manager.block_size) != (num_blocks, block_size):
+            raise ValueError(
+                f"manager has {manager.num_blocks} blocks x {manager.block_size} tokens, "
+                f"not {num_blocks} x {block_size}"
+            )
+        elif isinstance(manager, PrefixCachingManager) != prefix_caching:
+            raise ValueError(
+                f"prefix_caching is {prefix_caching} but the manager is a {type(manager).__name__}"
+            )
+        elif manager.seq_ids():
+            raise ValueError("manager must start with no sequences")
+        self.manager = manager
         self.block_size = block_size
         self.prefix_caching = prefix_caching
         self.host = HostPool(host_blocks)  # the swap policy's host side (policies/preemption.py)

@@ -23,6 +23,10 @@ A checkpoint's generation_config.json applies as in transformers' generate() and
 from it, and --generation-config none ignores it. A model with sliding-window layers is
 served by v1's window manager, or by the hybrid allocator when it mixes full and sliding
 layers (window_adapter.py): each step then prints the blocks each KV cache group holds.
+
+`run(..., manager=)` serves from another block manager (`--pool workspace`: the student's
+own 3.4a and 3.4b, course/ch03_kv_block/capstone.py) with pagedsim's own serving the same
+requests beside it, compared after every manager call (lockstep.py).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import numpy as np
 from ..trace import Snapshot
 from .dense import DenseEngine
 from .hf import load_model, load_tokenizer
+from .lockstep import Lockstep
 from .paged import PagedEngine
 from .requests import Request
 
@@ -106,14 +111,22 @@ def labels(engine: PagedEngine, tok) -> tuple:
     )
 
 
-def serve(engine: PagedEngine, requests: list, tok) -> tuple:
-    """Submit and step to the end. Returns (states, marks, block labels per step)."""
+def serve(engine: PagedEngine, requests: list, tok, beside: Lockstep | None = None) -> tuple:
+    """Submit and step to the end. Returns (states, marks, block labels per step). With
+    `beside` (whose tested engine is `engine`), the reference engine steps alongside and
+    the two are compared after every step."""
     marks, texts = [], []
     first = len(engine.runs)
     for r in requests:
-        engine.submit(r)
-    while not all(run.status == "done" for run in engine.runs):
-        engine.step()
+        (beside or engine).submit(r)
+    while not Lockstep.done(engine) or (beside and not Lockstep.done(beside.reference)):
+        serving = not Lockstep.done(engine)
+        if beside is not None:
+            beside.step()
+        else:
+            engine.step()
+        if not serving:
+            continue
         marks.append(len(engine.blocks.manager.trace.snapshots) - 1)
         texts.append(labels(engine, tok))
     return [run.state for run in engine.runs[first:]], marks, texts
@@ -185,12 +198,17 @@ def run(
     turns: int = 0,
     overrides=None,
     generation_config: str = "auto",
+    manager=None,
+    pool_name: str = "tested",
 ) -> tuple:
     """Serve the mix, the prompts, or `turns` turns of a conversation, then the dense
     engine. Returns (engine, marks, summary): marks[i] is the manager snapshot index after
     engine step i + 1; summary is what `generate` reports. `generation_config`: "auto"
     applies the checkpoint's generation_config.json (apply_generation_config), "none"
-    ignores it (vLLM's option)."""
+    ignores it (vLLM's option). `manager`: a factory (num_blocks, block_size) -> an empty
+    KVCacheManager to serve from (`--pool`); pagedsim's own manager, the reference pool,
+    then serves the same requests beside it step by step (lockstep.py), summary["pool"]
+    says where the two first part, and lockstep.PoolFailed is raised if it raises."""
     if model is None:
         model, tok = load()
     if generation_config not in ("auto", "none"):
@@ -248,8 +266,24 @@ def run(
         policy=policy,
         backend=backend,
         trace=True,
-        check=True,
+        check=manager is None,  # a pool under test is compared with the reference instead
+        manager=None if manager is None else manager(blocks, block_size),
     )
+    beside = None
+    if manager is not None:
+        reference = PagedEngine(
+            model,
+            blocks,
+            block_size,
+            max_num_batched_tokens=budget,
+            prefix_caching=prefix_caching,
+            policy=policy,
+            backend=engine.backend,
+            trace=True,  # compared with the pool under test manager call by manager call
+            check=True,
+        )
+        decode = None if tok is None else (lambda ids: tok.decode(list(ids)))
+        beside = Lockstep(engine, reference, pool_name, decode)
     states, marks, texts = [], [], []
     for turn in range(max(turns, 1)):
         if turn:  # the transcript so far, then the next speaker
@@ -257,7 +291,7 @@ def run(
             cue = tuple(tok.encode(CUES[(turn - 1) % len(CUES)]).ids)
             prompt = tuple(last.request.prompt) + tuple(last.outputs()[0]) + cue
             requests = [replace(requests[0], prompt=prompt)]
-        got, m, t = serve(engine, requests, tok)
+        got, m, t = serve(engine, requests, tok, beside)
         states += got
         marks += m
         texts += t
@@ -284,6 +318,16 @@ def run(
         generation_config=from_file,
         **compare(dense, states),
     )
+    if beside is not None:
+        d = beside.divergence
+        summary["pool"] = dict(
+            name=d.name,
+            matches=d.matches,
+            blocks=d.blocks,
+            token=d.token,
+            error=None,
+            lines=d.lines(),
+        )
     engine.block_labels = texts
     return engine, marks, summary
 

@@ -6,11 +6,17 @@ The flags follow vLLM's SamplingParams and engine arguments where they exist
 --num-gpu-blocks-override, --enable-prefix-caching, --preemption-mode (v0's);
 --budget is max_num_batched_tokens). The parser is pagedsim.app.args.ArgParser, so a
 bad flag is one line on stderr and exit status 2.
+
+--pool NAME serves from a block pool the course registers (course.POOLS, read by
+pagedsim/app/cli.py; `workspace` is the student's 3.4a free list and 3.4b copy-on-write)
+beside pagedsim's own, and reports where the two first part (lockstep.py); exit status 1
+when they do.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -19,6 +25,7 @@ from ..app.args import ArgParser, float_in, int_in
 from ..policies.preemption import PREEMPTION_POLICIES
 from . import generate
 from .hf import CheckpointError, load_model, load_tokenizer
+from .lockstep import PoolFailed
 
 
 def token_ids(text: str) -> tuple:
@@ -111,8 +118,18 @@ def parser() -> ArgParser:
     p.add_argument(
         "--enable-prefix-caching",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="v1's automatic prefix caching: on unless --no-enable-prefix-caching",
+        default=None,
+        help="v1's automatic prefix caching: on unless --no-enable-prefix-caching (off with "
+        "another --pool)",
+    )
+    pools = _pools()
+    p.add_argument(
+        "--pool",
+        choices=("reference", *pools),
+        default="reference",
+        help="the block pool that serves: reference = pagedsim's own"
+        + "".join(f"; {name} = {help_}" for name, (_, help_) in pools.items())
+        + " (served beside the reference pool and compared after every manager call)",
     )
     p.add_argument(
         "--backend",
@@ -135,6 +152,19 @@ def parser() -> ArgParser:
         help="save the engine steps as a JSON trace (for `pagedsim view`)",
     )
     return p
+
+
+def _pools() -> dict:
+    """The pools the course registers (course.POOLS, read by the `pagedsim` command)."""
+    from ..app.cli import COURSE_POOLS
+
+    return COURSE_POOLS
+
+
+def pool_factory(name: str):
+    """The factory (num_blocks, block_size) -> KVCacheManager of a registered pool."""
+    module, func = _pools()[name][0].split(":")
+    return getattr(importlib.import_module(module), func)()
 
 
 def print_report(engine, s: dict, args) -> None:
@@ -198,11 +228,21 @@ def print_report(engine, s: dict, args) -> None:
         f"\nmatches the dense engine: tokens {'yes' if s['tokens_match'] else 'NO'}, "
         f"max logit difference {s['max_logit_diff']:.2e}"
     )
+    for line in s.get("pool", {}).get("lines", ()):
+        print(line)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
+    if args.enable_prefix_caching is None:
+        args.enable_prefix_caching = args.pool == "reference"
+    elif args.enable_prefix_caching and args.pool != "reference":
+        p.error(
+            f"--pool {args.pool} serves without prefix caching: its free list is the "
+            f"chapter's (3.4a), not v1's caching pool; drop --enable-prefix-caching"
+        )
+    manager = None if args.pool == "reference" else pool_factory(args.pool)
     directory = generate.DEFAULT_MODEL if args.model is None else Path(args.model)
     try:
         model = load_model(directory)
@@ -243,7 +283,20 @@ def main(argv: list[str] | None = None) -> int:
             turns=args.turns,
             overrides=overrides,
             generation_config=args.generation_config,
+            manager=manager,
+            pool_name=args.pool,
         )
+    except PoolFailed as e:  # the finding itself: where the pool parted, and how it failed
+        d = e.divergence
+        if args.json:
+            pool = dict(name=d.name, matches=False, blocks=d.blocks, token=d.token, error=d.error)
+            json.dump(dict(summary=dict(pool=dict(pool, lines=d.lines()))), sys.stdout, indent=1)
+            print()
+            return 1
+        print(f"pagedsim generate --pool {args.pool}: served beside the reference pool")
+        for line in d.lines():
+            print(line)
+        return 1
     except ValueError as e:  # a pool or budget too small for one request, a bad size
         p.error(str(e))
     if args.json:
@@ -267,4 +320,4 @@ def main(argv: list[str] | None = None) -> int:
                 json.dumps(sources.trace_out(page), default=str), encoding="utf-8"
             )
             print(f"wrote {args.trace_out}", file=sys.stderr)
-    return 0 if summary["tokens_match"] else 1
+    return 0 if summary["tokens_match"] and summary.get("pool", {}).get("matches", True) else 1

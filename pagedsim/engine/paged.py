@@ -43,10 +43,12 @@ class PagedEngine:
         backend="auto",
         trace: bool = False,
         check: bool = False,
+        manager=None,
     ):
         """`backend`: "auto" (kernels on a GPU, NumPy on the CPU), "numpy", "kernels", or an
         attention backend object (backend.py). `max_num_batched_tokens` is vLLM's token
-        budget of one step."""
+        budget of one step. `manager`: a KVCacheManager to serve from instead of a new one
+        (adapter.py; a model with full-attention layers only)."""
         if not isinstance(model, Transformer):
             raise TypeError(
                 f"model must be a Transformer (TinyModel or hf.load_model), got "
@@ -67,6 +69,8 @@ class PagedEngine:
         self.model, self.check = model, check
         kinds = c.windowed
         self.blocks: Any  # a BlockAdapter or a WindowAdapter: the calls the scheduler makes
+        if "sliding" in kinds and manager is not None:
+            raise ValueError("a model with sliding-window layers is served by its own manager")
         if "sliding" in kinds:  # v1's window manager, or its hybrid allocator
             assert c.sliding_window is not None, "a sliding layer has a window"
             self.blocks = WindowAdapter(
@@ -84,6 +88,7 @@ class PagedEngine:
                 prefix_caching=prefix_caching,
                 host_blocks=host_blocks,
                 trace=trace,
+                manager=manager,
             )
         # each layer's KV cache group: 0, or 1 for the sliding layers of a hybrid model
         self.layer_group = [

@@ -56,6 +56,20 @@ Preemption when the pool runs dry is v0's swap; v1 recomputes instead, and its p
 cache -- which also keeps the blocks of generated text -- makes the recompute cheap. The
 demo ends with a one-sentence verdict computed from what it printed.
 
+Last, the run on your own code. `pagedsim generate --pool workspace` (and this demo)
+loads your 3.4a free list and 3.4b copy-on-write from your workspace, found as `pagedsim
+check` finds it, and puts them inside the engine's block manager: every allocate, incref
+and free goes to your FreeListPool; every fork, appended token and finished sequence to
+your fork, slot_for_append and free_table. pagedsim's own pool, the reference pool, serves
+the same requests beside it, and the two are compared after every call into the manager:
+the tokens must be equal, and so must every block table, ref count and the order of the
+free list. Where they part, the demo names the first difference (engine step, manager call,
+block) and the first wrong token; an exception in your code is one line naming the exercise,
+the function and the line of your file; an untouched stub sends you to `pagedsim check`.
+Your free list is the chapter's LIFO list, not v1's caching pool, so this run has prefix
+caching off. A match is not a proof: a correct engine never frees a block twice, so 3.4a's
+refusals are tested by `pagedsim check 3.4a` alone.
+
 `pagedsim generate` runs the same workload (or your --prompt) with other pools, budgets
 and block sizes; `pagedsim generate --turns 3` shows turn 2 served from turn 1's blocks.
 """
@@ -78,6 +92,17 @@ paged_attention 逐 token 解码（CPU 上用等价的 NumPy 实现）。不用 
 4. 生成文本时 Block 表如何增长（每 16 个字符一个新 Block）。然后把 3.1–3.7 各节对应到运行中的
 某一刻。换出式抢占属于 v0；v1 改为重算，而它的前缀缓存也保留生成文本的 Block，让重算变便宜。
 演示最后给出由打印结果计算出的一句结论。
+
+最后用你自己的代码再跑一遍。`pagedsim generate --pool workspace`（以及本演示）从你的工作区
+（按 `pagedsim check` 的查找方式）载入 3.4a 的空闲链表和 3.4b 的写时复制，放进引擎的
+Block 管理器：每次 allocate、incref、free 都调用你的 FreeListPool；每次 fork、追加 token、
+序列结束都调用你的 fork、slot_for_append、free_table。pagedsim 自己的池（参考池）在旁边
+服务同样的请求，每次调用管理器之后比较两者：token 必须相同，每个 Block 表、引用计数和
+空闲链表的顺序也必须相同。一旦分叉，演示会指出第一处差异（引擎步、管理器调用、Block）
+和第一个错误的 token；你的代码抛出的异常只占一行，写明练习、函数和你文件中的行号；
+没改过的桩代码会提示你先运行 `pagedsim check`。你的空闲链表是本章的后进先出链表，不是
+v1 的缓存池，所以这次运行关闭前缀缓存。结果一致并不等于证明：正确的引擎从不重复释放，
+3.4a 的拒绝逻辑只由 `pagedsim check 3.4a` 检查。
 
 `pagedsim generate` 可换池大小、预算、Block 大小或你自己的 --prompt；
 `pagedsim generate --turns 3` 展示第 2 轮如何命中第 1 轮的 Block。
@@ -102,6 +127,38 @@ def _growth(engine, marks, seq) -> list:
             width = len(table[0])
             out.append((i, table))
     return out
+
+
+def your_code(model, tok, backend: str = "auto", max_tokens: int = 16) -> tuple[list, bool | None]:
+    """The mix served by your 3.4a free list and 3.4b copy-on-write beside the reference pool
+    (course/ch03_kv_block/capstone.py). Returns (lines to print, matched); matched is None
+    when your code is not there yet (no workspace file, or still the stub)."""
+    from pagedsim.engine.generate import run
+    from pagedsim.engine.lockstep import PoolFailed
+
+    from .. import capstone
+
+    try:
+        code = capstone.find_workspace()
+        code.preflight()
+    except capstone.YourCodeFailed as e:
+        return [str(e)], None
+    files = ", ".join(str(p) for p in code.paths.values())
+    try:
+        _, _, s = run(
+            model,
+            tok,
+            max_tokens=max_tokens,
+            backend=backend,
+            prefix_caching=False,
+            manager=code.manager,
+            pool_name="workspace",
+        )
+    except PoolFailed as e:
+        return [f"served by {files}", *e.divergence.lines()], False
+    except capstone.YourCodeFailed as e:
+        return [f"served by {files}", str(e)], False
+    return [f"served by {files}", *s["pool"]["lines"]], s["pool"]["matches"]
 
 
 def demo(out_dir, backend: str = "auto", model_dir=None) -> None:
@@ -188,6 +245,10 @@ def demo(out_dir, backend: str = "auto", model_dir=None) -> None:
         f"{c.layers} layers, NaN-poisoned): a read of an unwritten slot would show in the "
         f"logits. {s['preempted_swap']} preemptions swapped out and back (v0)."
     )
+    print("\nyour code: the run again on your 3.4a free list and 3.4b copy-on-write")
+    lines, yours = your_code(model, tok, backend)
+    for line in lines:
+        print(f"    {line}")
     generated = sum(len(o["token_ids"]) for r in reqs for o in r["outputs"])
     print(
         f"\nthe dense engine agrees: tokens {'identical' if s['tokens_match'] else 'DIFFERENT'}, "
@@ -199,5 +260,10 @@ def demo(out_dir, backend: str = "auto", model_dir=None) -> None:
         f"Verdict: the blocks {verdict} -- {generated} generated characters "
         f"{'equal' if s['tokens_match'] else 'differ from'} the dense engine's, while "
         f"{hits} prompt tokens came from the prefix cache and {copies} blocks were copied "
-        f"instead of whole sequences."
+        f"instead of whole sequences; "
+        + {
+            True: "your own 3.4a and 3.4b served every token and block the same.",
+            False: "your own 3.4a and 3.4b parted from the reference pool where named above.",
+            None: "your own 3.4a and 3.4b are not written yet.",
+        }[yours]
     )

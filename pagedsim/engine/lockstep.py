@@ -1,0 +1,258 @@
+"""Two paged engines served side by side, a step each in turn, and the first place they part.
+
+`pagedsim generate --pool NAME` serves the model from another block manager (the course's
+`workspace` pool runs a student's free list and copy-on-write, see
+course/ch03_kv_block/capstone.py) and, beside it, from pagedsim's own KVCacheManager: the
+reference pool. Both get the same requests and the same weights; with the same block ids
+the same floats go in, so every token must be equal. After each engine step `Lockstep`
+compares the two managers, manager call by manager call (each keeps a trace with a snapshot
+per call), in the order a reader would look:
+
+    block tables  logical block i of every sequence maps to the same physical block
+    ref counts    every block has the same count
+    sequences     the same live sequences, each with the same number of tokens
+    free list     the same free blocks in the same order (allocate() pops the head), and
+                  the pool's own count of them equal to the reference's
+
+and every sequence's tokens so far. It keeps the first block difference, named by the engine
+step and the manager call (`append_tokens(r1.1) at position 67, copy-on-write 11 -> 15`), and
+the first token that differs (`Divergence`). A manager that raises stops its engine, and its
+one-line error is kept with the step it happened in (`PoolFailed`). Serving goes on after a
+block difference, so the report says whether, and where, it cost a token: a pool that hands
+out blocks in another order still computes the same tokens; one that shares a block it should
+have copied does not.
+
+Forks and copy-on-write are vLLM v0's (both engines run v0 sharing for beams and n > 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Divergence:
+    """Where the pool under test first parted from the reference pool (None: it never did)."""
+
+    name: str = "tested"  # the pool under test, as the lines call it
+    blocks: str | None = None  # the first difference in tables, ref counts or the free list
+    token: str | None = None  # the first token that differs
+    error: str | None = None  # the pool under test raised: its step and one-line message
+
+    @property
+    def matches(self) -> bool:
+        return self.blocks is None and self.token is None and self.error is None
+
+    def lines(self) -> list[str]:
+        """The report: what matched, else each first difference, one line each."""
+        if self.matches:
+            return [f"the {self.name} pool matches the reference pool: every block and token"]
+        out = []
+        if self.blocks:
+            out.append(f"first block difference, {self.blocks}")
+        if self.error:
+            out.append(f"the {self.name} pool failed, {self.error}")
+        elif self.token:
+            out.append(f"first wrong token, {self.token}")
+        else:
+            out.append("every token is still equal to the reference pool's")
+        return out
+
+
+class PoolFailed(RuntimeError):
+    """The pool under test raised while serving; `divergence` says where and what came before."""
+
+    def __init__(self, divergence: Divergence):
+        super().__init__("; ".join(divergence.lines()))
+        self.divergence = divergence
+
+
+@dataclass(frozen=True)
+class View:
+    """What a block manager holds, as compared: from a live manager or a trace snapshot."""
+
+    seqs: dict  # seq -> (its table's physical blocks, its number of tokens)
+    ref_counts: list  # [num_blocks]
+    free_list: list  # head first
+    num_free: int  # the pool's own count of free blocks
+
+    @classmethod
+    def of(cls, manager) -> View:
+        seqs = {
+            s: (list(manager.block_table(s).blocks), manager.num_tokens(s))
+            for s in manager.seq_ids()
+        }
+        pool = manager.pool
+        return cls(seqs, pool.ref_counts(), pool.free_list(), manager.num_free_blocks)
+
+    @classmethod
+    def of_snapshot(cls, snap) -> View:
+        seqs = {q.seq_id: (list(q.blocks), q.num_tokens) for q in snap.sequences}
+        return cls(seqs, list(snap.ref_counts), list(snap.free_list), len(snap.free_list))
+
+
+def blocks_difference(reference: View, tested: View, name: str = "tested") -> str | None:
+    """The first difference between two managers' sequences, tables, counts and free lists."""
+    ref, got = reference.seqs, tested.seqs
+    for s, (table, num) in ref.items():
+        if s not in got:
+            continue
+        mine, n = got[s]
+        for i, (b, c) in enumerate(zip(mine, table, strict=False)):
+            if b != c:
+                return (
+                    f"seq {s}'s table maps logical {i} -> {b} in the {name} pool, -> {c} in "
+                    f"the reference pool"
+                )
+        if len(mine) != len(table):
+            return (
+                f"seq {s}'s table has {len(mine)} blocks {mine} in the {name} pool, "
+                f"{len(table)} {table} in the reference pool"
+            )
+        if n != num:
+            return f"seq {s} holds {n} tokens in the {name} pool, {num} in the reference pool"
+    for b, (c, m) in enumerate(zip(reference.ref_counts, tested.ref_counts, strict=True)):
+        if c != m:
+            return f"block {b}'s ref count is {m} in the {name} pool, {c} in the reference pool"
+    if set(ref) != set(got):
+        return (
+            f"the {name} pool holds sequences {sorted(map(str, got))}, the reference pool "
+            f"{sorted(map(str, ref))}"
+        )
+    free, mine_free = reference.free_list, tested.free_list
+    if free != mine_free:
+        at = next(
+            (i for i, (a, b) in enumerate(zip(free, mine_free, strict=False)) if a != b),
+            min(len(free), len(mine_free)),
+        )
+        shown = max(8, at + 3)  # enough to see the difference, not a whole large pool
+
+        def head(blocks: list) -> str:
+            return str(blocks[:shown])[:-1] + (", ...]" if len(blocks) > shown else "]")
+
+        return (
+            f"the free list (head first) differs at position {at}: the {name} pool's is "
+            f"{head(mine_free)}, the reference pool's {head(free)}"
+        )
+    if tested.num_free != reference.num_free:
+        return (
+            f"the {name} pool counts {tested.num_free} free blocks, the reference pool "
+            f"{reference.num_free} (its free list holds {len(tested.free_list)})"
+        )
+    return None
+
+
+_CALLS = {  # the event that names a manager call -> how the report names the call
+    "SequenceAdded": lambda e: f"add_sequence({e.seq_id}, {e.num_tokens} tokens)",
+    "TokensAppended": lambda e: f"append_tokens({e.seq_id}) at position {e.first_position}",
+    "SequenceForked": lambda e: f"fork({e.parent} -> {e.child})",
+    "SequenceFreed": lambda e: f"free_sequence({e.seq_id})",
+    "AllocationFailed": lambda e: f"{e.what} for {e.seq_id}, refused",
+}
+
+
+def describe(events) -> str:
+    """The manager call a snapshot's events record, e.g. 'append_tokens(r1.1) at position 67,
+    copy-on-write 11 -> 15'."""
+    call = next((_CALLS[type(e).__name__](e) for e in events if type(e).__name__ in _CALLS), "")
+    cow = [f"copy-on-write {e.src} -> {e.dst}" for e in events if type(e).__name__ == "CopyOnWrite"]
+    return ", ".join([call, *cow] if call else cow) or "a call"
+
+
+def _every(run) -> dict:
+    state = run.state
+    return {**state.tokens, **state.finished}
+
+
+class Lockstep:
+    """Serve the same requests on `tested` and `reference`, comparing after every step."""
+
+    def __init__(self, tested, reference, name: str = "tested", decode: Any = None):
+        self.tested, self.reference = tested, reference
+        self.decode = decode  # token id -> text, or None
+        self.divergence = Divergence(name)
+        self.steps = 0  # engine steps of the reference so far
+        self.compared = 0  # manager snapshots compared so far (when both managers trace)
+
+    def submit(self, request) -> None:
+        self.reference.submit(request)
+        self.tested.submit(request)
+
+    @staticmethod
+    def done(engine) -> bool:
+        return all(run.status == "done" for run in engine.runs)
+
+    def step(self) -> bool:
+        """One step of each engine that still serves; compare. False when both are done.
+        Raises PoolFailed when the tested engine raises."""
+        if self.done(self.reference) and self.done(self.tested):
+            return False
+        self.steps += 1
+        if not self.done(self.reference):
+            self.reference.step()
+        if not self.done(self.tested):
+            try:
+                self.tested.step()
+            except Exception as e:  # noqa: BLE001 - any error of the tested pool is the finding
+                text = " ".join(str(e).split())
+                if not isinstance(e, RuntimeError) or not text:
+                    text = f"{type(e).__name__}: {text}" if text else type(e).__name__
+                self.divergence.error = f"at step {self.steps}: {text}"
+                if self.divergence.blocks is None:  # the calls it finished may differ already
+                    found = self._calls_difference()
+                    if found:
+                        self.divergence.blocks = f"at step {self.steps}, {found}"
+                raise PoolFailed(self.divergence) from e
+        self._compare()
+        return True
+
+    def _compare(self) -> None:
+        d = self.divergence
+        if d.blocks is None:
+            try:
+                found = self._calls_difference() or blocks_difference(
+                    View.of(self.reference.blocks.manager),
+                    View.of(self.tested.blocks.manager),
+                    d.name,
+                )
+            except Exception as e:  # noqa: BLE001 - a state too broken to read is the finding
+                found = f"the {d.name} pool's state could not be read ({type(e).__name__}: {e})"
+            if found:
+                d.blocks = f"at step {self.steps}, {found}"
+        if d.token is None:
+            d.token = self._token_difference()
+
+    def _calls_difference(self) -> str | None:
+        """The first manager call after which the two pools differ, when both keep a trace:
+        the same calls in the same order leave the same state, call by call."""
+        ref, got = self.reference.blocks.manager.trace, self.tested.blocks.manager.trace
+        if ref is None or got is None:
+            return None
+        a, b = ref.snapshots, got.snapshots
+        for k in range(self.compared, min(len(a), len(b))):
+            found = blocks_difference(
+                View.of_snapshot(a[k]), View.of_snapshot(b[k]), self.divergence.name
+            )
+            if found:
+                return f"manager call {k} ({describe(b[k].events)}): {found}"
+        self.compared = min(len(a), len(b))
+        return None
+
+    def _token_difference(self) -> str | None:
+        for ref_run, run in zip(self.reference.runs, self.tested.runs, strict=True):
+            ref, got = _every(ref_run), _every(run)
+            prompt = len(ref_run.state.request.prompt)
+            for s in sorted(set(ref) & set(got)):
+                a, b = ref[s], got[s]
+                at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+                if at is not None:
+                    return (
+                        f"at step {self.steps}: seq {s}'s token at position {at} (generated token "
+                        f"{at - prompt + 1}) is {self._show(b[at])} in the "
+                        f"{self.divergence.name} pool, {self._show(a[at])} in the reference pool"
+                    )
+        return None
+
+    def _show(self, token: int) -> str:
+        return f"{token} {self.decode([token])!r}" if self.decode else str(token)
