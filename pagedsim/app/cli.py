@@ -77,7 +77,14 @@ def _one_line(error: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _dispatch(sys.argv[1:] if argv is None else list(argv))
+    except BrokenPipeError:  # `pagedsim tour | head`: the reader left; that is not an error
+        sys.stdout = None
+        return 0
+
+
+def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0
@@ -97,9 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         func = getattr(importlib.import_module(module_name), func_name)
         return int(func(rest) or 0)
-    except BrokenPipeError:  # `pagedsim tour | head`: the reader left; that is not an error
-        sys.stdout = None
-        return 0
+    except BrokenPipeError:
+        raise  # main's, before OSError below names it an error
     except (ValueError, TypeError, ArithmeticError, OSError, RuntimeError, MemoryError) as e:
         print(f"pagedsim {name}: error: {_one_line(e)}", file=sys.stderr)
         return 2
