@@ -205,14 +205,16 @@ class KVCacheManager:
         Returns the prompt's slot mapping (int64 array), ready for `write_kv`, or None
         when `with_slots` is False (a scheduler that asks for slots later saves the array)."""
         self._check_new(seq_id)
-        num_tokens = _count("num_tokens", num_tokens)
+        if type(num_tokens) is not int or num_tokens < 0:
+            num_tokens = _count("num_tokens", num_tokens)
         if not isinstance(with_slots, bool):
             raise TypeError(f"with_slots must be a bool, got {type(with_slots).__name__}")
-        need = blocks_needed(num_tokens, self.block_size)
-        if need > self.pool.num_free_blocks:
+        pool, bs = self.pool, self.block_size
+        need = -(-num_tokens // bs)  # blocks_needed, both checked already
+        if need > pool.num_free_blocks:
             self._reserve(need, {seq_id}, f"add_sequence({num_tokens} tokens)")
-        table = BlockTable(self.block_size, (), num_tokens)
-        table.blocks = self.pool.allocate_many(need)  # a fresh list: no copy needed
+        table = BlockTable(bs, (), num_tokens)
+        table.blocks = pool.allocate_many(need)  # a fresh list: no copy needed
         self._tables[seq_id] = table
         if self._tracing:
             self._emit(tr.SequenceAdded, seq_id, num_tokens)
