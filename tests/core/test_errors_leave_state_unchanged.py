@@ -188,3 +188,24 @@ def test_token_counts_must_be_non_negative_integers(manager, bad, error):
 def test_an_unhashable_sequence_id_is_refused(manager):
     with pytest.raises(TypeError, match="hashable"):
         manager.add_sequence(["A"], 1)
+
+
+@pytest.mark.parametrize("free_order", ["lifo", "fifo"])
+@pytest.mark.parametrize(
+    "tail, message",
+    [
+        ([1], r"^block 1 is listed 2 times but has 1 owner\(s\)$"),  # held once, listed twice
+        ([5], r"^block 5 is already free \(double free\)$"),
+        ([9], r"^block 9 is out of range \[0, 8\)$"),
+        ([-1], r"^block -1 is out of range \[0, 8\)$"),
+    ],
+)
+def test_releasing_held_blocks_then_a_bad_one_releases_none(free_order, tail, message):
+    # nothing is shared, so release takes its one-pass path; the good ids come first
+    pool = BlockPool(8, block_size=4, free_order=free_order)
+    held = pool.allocate_many(4)
+    before = pool_state(pool)
+    with pytest.raises(BlockError, match=message):
+        pool.release(held + tail)
+    assert pool_state(pool) == before
+    pool.check_invariants()
