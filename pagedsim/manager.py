@@ -32,9 +32,12 @@ Invariants (`check_invariants`), on top of the pool's own:
     * no table names a free block, and no table names the same block twice;
     * only a manager that drops blocks (a sliding window) holds NULL_BLOCK entries.
 
-A decode step is planned before anything changes (the functions at the end of this
-file), from the tables and the pool's counts alone, which is what makes it all or
-nothing:
+The common decode step (tracing off, no slots or token ids wanted, nothing shared, a
+free block for every entry) has nothing to plan: its one pass over the batch looks each
+id up as it goes, and an unknown id makes it take back the tokens it gave before it
+raises. Any other decode step is planned before anything changes (`_plan_decode` and the
+functions at the end of this file), from the tables and the pool's counts alone, which
+is what makes it all or nothing:
 
     start_positions   where each entry's token goes (a table listed k times fills k
                       positions in turn)
