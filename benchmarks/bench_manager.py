@@ -2,40 +2,52 @@
 
 The standard churn workload: a pool of 65,536 blocks of 16 tokens; 4,000 requests
 with lognormal prompt and output lengths (means near 160 and 340 tokens, clipped to
-[1, 2048], seed 0); up to 256 sequences running; each step appends one token to every
-running sequence; a block is allocated only when the last one is full; a finished
-sequence frees all its blocks.
+[1, 2048], seed 0); up to 256 sequences running; each scheduler step admits what fits,
+appends one token to every running sequence and frees the ones that finished; a block is
+allocated only when the last one is full; a finished sequence frees all its blocks.
 
 The *floor* is the least work that bookkeeping can do: a Python list used as a stack of
 free block ids, a dict of per-sequence block lists and a dict of lengths. No ref counts,
-no validation, no slot computation. Every contender is driven by the same scheduler loop,
-so only the memory-management calls differ. Runs alternate (floor, manager, ...) and the
-best of each is kept; time is this process's CPU time (`time.process_time`), so other
-programs on a shared machine count less. The ratio is what to read.
+no validation, no slot computation, no tracing.
 
-Two figures matter: the batch `decode_step` (one call per step, as a scheduler makes it)
-and the per-call `append_tokens(seq, 1)` (one call per token, the simplest loop a
-learner writes), both with tracing off, each as a fraction of the floor.
+The schedule (who is admitted, who runs, who finishes, step by step) is worked out once,
+before any timing, so only the memory-management calls are timed. Every contender replays
+it on its own state, in lockstep: the steps are cut into chunks of 16 and each chunk is
+timed for every contender in turn (the order rotates from chunk to chunk), so a burst of
+load on a shared machine falls on all of them alike. Time is this process's CPU time
+(`time.process_time`). One repetition replays the whole schedule and gives each
+contender's ratio floor_time / its time (1.0: as fast as the floor); the median over the
+repetitions is reported, with the lowest and highest.
 
-    python benchmarks/bench_manager.py [--repeats 5] [--json]
+Two figures matter, both with tracing off: the batch `decode_step` (one call per
+scheduler step, as a scheduler makes it) and the per-call `append_tokens(seq, 1)` (one
+call per token, the simplest loop a learner writes).
+
+    python benchmarks/bench_manager.py [--repeats 7] [--requests 4000] [--trace-on] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import gc
 import json
+import os
+import statistics
 import time
+from collections.abc import Callable
 
 import numpy as np
 
 from pagedsim import KVCacheManager
 
 NUM_BLOCKS, BLOCK_SIZE, NUM_REQUESTS, MAX_RUNNING = 65_536, 16, 4_000, 256
+CHUNK = 16  # scheduler steps timed for one contender before the next takes its turn
+
+# One scheduler step: (admitted [(seq id, prompt tokens)], running seq ids, finished seq ids)
+Step = tuple[list[tuple[int, int]], list[int], list[int]]
 
 
-def churn_workload(seed: int = 0, n: int = NUM_REQUESTS):
+def churn_workload(seed: int = 0, n: int = NUM_REQUESTS) -> list[tuple[int, int]]:
     """Lognormal lengths whose means are ~160 (prompt) and ~340 (output), clipped to [1, 2048]."""
     rng = np.random.default_rng(seed)
     sigma = 1.0  # mean of a lognormal is exp(mu + sigma^2 / 2)
@@ -45,137 +57,159 @@ def churn_workload(seed: int = 0, n: int = NUM_REQUESTS):
     return list(zip(clip(prompt), clip(output), strict=True))
 
 
+def churn_schedule(requests: list[tuple[int, int]]) -> list[Step]:
+    """The steps a first-come-first-served scheduler with MAX_RUNNING slots takes."""
+    pending = list(reversed(list(enumerate(requests))))
+    running: dict[int, int] = {}  # seq id -> tokens still to generate
+    steps: list[Step] = []
+    while pending or running:
+        admitted = []
+        while pending and len(running) < MAX_RUNNING:
+            s, (prompt, output) = pending.pop()
+            admitted.append((s, prompt))
+            running[s] = output
+        batch, finished = list(running), []
+        for s in batch:
+            running[s] -= 1
+            if not running[s]:
+                del running[s]
+                finished.append(s)
+        steps.append((admitted, batch, finished))
+    return steps
+
+
 class Floor:
     """A list as a stack of free ids and a dict of tables: the bare minimum."""
 
-    name = "bare list + dict floor"
-
-    def __init__(self):
+    def __init__(self) -> None:
         self.free = list(range(NUM_BLOCKS - 1, -1, -1))
-        self.tables, self.lens = {}, {}
+        self.tables: dict[int, list[int]] = {}
+        self.lens: dict[int, int] = {}
 
-    def add(self, s, prompt):
-        free = self.free
-        self.tables[s] = [free.pop() for _ in range(-(-prompt // BLOCK_SIZE))]
+    def add(self, s: int, prompt: int) -> None:
+        pop = self.free.pop
+        self.tables[s] = [pop() for _ in range(-(-prompt // BLOCK_SIZE))]
         self.lens[s] = prompt
 
-    def step(self, seq_ids):
-        free, tables, lens = self.free, self.tables, self.lens
+    def step(self, seq_ids: list[int]) -> None:
+        pop, tables, lens = self.free.pop, self.tables, self.lens
         for s in seq_ids:
             n = lens[s]
-            if n % BLOCK_SIZE == 0:
-                tables[s].append(free.pop())
+            if not n % BLOCK_SIZE:
+                tables[s].append(pop())
             lens[s] = n + 1
 
-    def finish(self, s):
+    def finish(self, s: int) -> None:
         self.free.extend(reversed(self.tables.pop(s)))
         del self.lens[s]
 
 
 class Manager:
-    """The real manager. `with_slots` also returns each new token's slot (what write_kv needs)."""
+    """The real manager, one `decode_step` per scheduler step. `with_slots` also returns
+    each new token's slot (what write_kv needs), on admission and on every step."""
 
-    def __init__(self, trace: bool, with_slots: bool = False):
-        self.m = KVCacheManager(NUM_BLOCKS, BLOCK_SIZE, trace=trace, snapshots=False)
-        self.with_slots = with_slots
-        self.add = functools.partial(self.m.add_sequence, with_slots=with_slots)
-        self.finish = self.m.free_sequence
-        self.step = functools.partial(self.m.decode_step, with_slots=with_slots)
+    def __init__(self, trace: bool = False, with_slots: bool = False):
+        m = KVCacheManager(NUM_BLOCKS, BLOCK_SIZE, trace=trace, snapshots=False)
+        add, decode = m.add_sequence, m.decode_step
+        self.add: Callable[[int, int], object] = lambda s, prompt: add(
+            s, prompt, with_slots=with_slots
+        )
+        self.step: Callable[[list[int]], object] = lambda seq_ids: decode(
+            seq_ids, with_slots=with_slots
+        )
+        self.finish = m.free_sequence
 
 
 class PerCall(Manager):
     """The same manager driven one `append_tokens(seq, 1)` call per token."""
 
-    def __init__(self):
-        super().__init__(trace=False)
-        append = self.m.append_tokens
+    def __init__(self) -> None:
+        super().__init__()
+        m = self.finish.__self__
+        append = m.append_tokens
 
-        def step(seq_ids):
+        def step(seq_ids: list[int]) -> None:
             for s in seq_ids:
                 append(s, 1)
 
         self.step = step
 
 
-def drive(impl, requests) -> tuple[float, int]:
-    """Run the workload through `impl`; return (seconds, tokens appended)."""
+CONTENDERS: dict[str, tuple[str, Callable[[], object]]] = {
+    "floor": ("bare list-stack + dict floor", Floor),
+    "decode_step": ("KVCacheManager.decode_step, tracing off", Manager),
+    "append_tokens": ("  ... append_tokens(seq, 1) per call", PerCall),
+    "decode_step_slots": ("  ... decode_step returning slots", lambda: Manager(with_slots=True)),
+    "decode_step_trace_on": ("KVCacheManager.decode_step, tracing on", lambda: Manager(True)),
+}
+
+
+def replay(names: list[str], steps: list[Step]) -> dict[str, float]:
+    """Replay `steps` on a fresh instance of each contender, in lockstep chunks; CPU seconds."""
+    impls = [CONTENDERS[k][1]() for k in names]
+    seconds = [0.0] * len(impls)
+    clock = time.process_time
     gc.collect()
     gc.disable()  # as timeit does: collector pauses are noise, not bookkeeping cost
     try:
-        return _drive(impl, requests)
+        for i, first in enumerate(range(0, len(steps), CHUNK)):
+            chunk = steps[first : first + CHUNK]
+            k = i % len(impls)  # rotate who goes first
+            for j in list(range(k, len(impls))) + list(range(k)):
+                impl = impls[j]
+                add, step, finish = impl.add, impl.step, impl.finish  # type: ignore[attr-defined]
+                t0 = clock()
+                for admitted, batch, finished in chunk:
+                    for s, prompt in admitted:
+                        add(s, prompt)
+                    step(batch)
+                    for s in finished:
+                        finish(s)
+                seconds[j] += clock() - t0
     finally:
         gc.enable()
+    return dict(zip(names, seconds, strict=True))
 
 
-def _drive(impl, requests) -> tuple[float, int]:
-    pending = list(reversed(list(enumerate(requests))))
-    running: dict[int, int] = {}  # seq id -> tokens still to generate
-    tokens = 0
-    t0 = time.process_time()
-    while pending or running:
-        while pending and len(running) < MAX_RUNNING:
-            s, (prompt, output) = pending.pop()
-            impl.add(s, prompt)
-            running[s] = output
-        batch = list(running)
-        impl.step(batch)
-        tokens += len(batch)
-        for s in batch:
-            left = running[s] - 1
-            if left:
-                running[s] = left
-            else:
-                del running[s]
-                impl.finish(s)
-    return time.process_time() - t0, tokens
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--repeats", type=int, default=5)
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--requests", type=int, default=NUM_REQUESTS)
+    p.add_argument("--trace-on", action="store_true", help="also time tracing on (slow)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    requests = churn_workload()
-    makers = {
-        "floor": Floor,
-        "off": lambda: Manager(False),
-        "slots": lambda: Manager(False, with_slots=True),
-        "per_call": PerCall,
-        "on": lambda: Manager(True),
-    }
-    best: dict[str, float] = {}
-    for _ in range(args.repeats):
-        for key, make in makers.items():
-            seconds, tokens = drive(make(), requests)
-            best[key] = min(best.get(key, float("inf")), seconds)
-    rate = {k: tokens / v for k, v in best.items()}
+    steps = churn_schedule(churn_workload(n=args.requests))
+    tokens = sum(len(batch) for _, batch, _ in steps)
+    names = [k for k in CONTENDERS if args.trace_on or k != "decode_step_trace_on"]
+    load_before = os.getloadavg()
+    runs = [replay(names, steps) for _ in range(args.repeats)]
+    load_after = os.getloadavg()
+    ratios = {k: [run["floor"] / run[k] for run in runs] for k in names}
     result = {
+        "requests": args.requests,
+        "steps": len(steps),
         "tokens": tokens,
-        "floor_tokens_per_s": rate["floor"],
-        "manager_trace_off_tokens_per_s": rate["off"],
-        "manager_trace_on_tokens_per_s": rate["on"],
-        "manager_trace_off_with_slots_tokens_per_s": rate["slots"],
-        "manager_per_call_append_tokens_per_s": rate["per_call"],
-        "ratio_trace_off": rate["off"] / rate["floor"],
-        "ratio_per_call_append_tokens": rate["per_call"] / rate["floor"],
-        "ratio_trace_off_with_slots": rate["slots"] / rate["floor"],
-        "ratio_trace_on": rate["on"] / rate["floor"],
+        "repeats": args.repeats,
+        "load_average_1min": [load_before[0], load_after[0]],
+        "floor_tokens_per_s": tokens / statistics.median(run["floor"] for run in runs),
+        "ratio_median": {k: statistics.median(v) for k, v in ratios.items()},
+        "ratio_min": {k: min(v) for k, v in ratios.items()},
+        "ratio_max": {k: max(v) for k, v in ratios.items()},
     }
     if args.json:
         print(json.dumps(result, indent=1))
-    else:
-        print(f"{tokens:,} appended tokens, {len(requests):,} requests, best of {args.repeats}")
-        for key, label in (
-            ("floor", "bare list + dict floor"),
-            ("off", "KVCacheManager.decode_step, tracing off"),
-            ("slots", "  ... and returning slots"),
-            ("per_call", "  ... append_tokens(seq, 1) per call"),
-            ("on", "KVCacheManager, tracing on"),
-        ):
-            print(
-                f"  {label:<40} {rate[key] / 1e6:6.2f} M tokens/s   "
-                f"{rate[key] / rate['floor']:.2f}x the floor"
-            )
+        return 0
+    print(
+        f"{tokens:,} appended tokens, {args.requests:,} requests, {len(steps):,} steps; "
+        f"median of {args.repeats} lockstep replays; load average "
+        f"{load_before[0]:.1f} -> {load_after[0]:.1f}"
+    )
+    print(f"  {'':<42} floor/time (1.00 = the floor)  min - max")
+    for k in names:
+        print(
+            f"  {CONTENDERS[k][0]:<42} {result['ratio_median'][k]:.2f}x"
+            f"{'':<22} {result['ratio_min'][k]:.2f} - {result['ratio_max'][k]:.2f}"
+        )
     return 0
 
 

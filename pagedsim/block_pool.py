@@ -221,16 +221,23 @@ class BlockPool:
 
     def _release_unshared(self, blocks: list[int]) -> bool:
         """`release` when no block is shared: every listed block must be a held int id
-        (count 1), listed once; then each goes to count 0 and is linked in, in one pass.
-        False, with nothing changed, if any is not (the caller then finds the error)."""
+        (count 1), listed once. One pass checks each and drops its count to 0 (so one listed
+        twice is found at 0 the second time); if any is not, the counts it dropped go back
+        and it returns False, with nothing changed (the caller then finds the error).
+        A second pass links them all in."""
         ref = self._ref
+        done = 0  # blocks checked and dropped to 0
         try:
             for b in blocks:
                 if ref[b] != 1 or type(b) is not int or b < 0:
-                    return False
+                    break
+                ref[b] = 0
+                done += 1
         except (IndexError, TypeError):
-            return False
-        if len(set(blocks)) != len(blocks):  # listed twice: more often than it is held
+            pass
+        if done != len(blocks):
+            for b in blocks[:done]:
+                ref[b] = 1
             return False
         nxt, prv = self._next, self._prev
         order: Iterable[int]
@@ -239,7 +246,6 @@ class BlockPool:
         else:
             left, right, order = prv[self._tail], self._tail, blocks
         for b in order:
-            ref[b] = 0
             nxt[left] = b
             prv[b] = left
             left = b

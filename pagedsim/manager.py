@@ -32,9 +32,12 @@ Invariants (`check_invariants`), on top of the pool's own:
     * no table names a free block, and no table names the same block twice;
     * only a manager that drops blocks (a sliding window) holds NULL_BLOCK entries.
 
-A decode step is planned before anything changes (the functions at the end of this
-file), from the tables and the pool's counts alone, which is what makes it all or
-nothing:
+The common decode step (tracing off, no slots or token ids wanted, nothing shared, a
+free block for every entry) has nothing to plan: its one pass over the batch looks each
+id up as it goes, and an unknown id makes it take back the tokens it gave before it
+raises. Any other decode step is planned before anything changes (`_plan_decode` and the
+functions at the end of this file), from the tables and the pool's counts alone, which
+is what makes it all or nothing:
 
     start_positions   where each entry's token goes (a table listed k times fills k
                       positions in turn)
@@ -54,7 +57,7 @@ Copy-on-write is vLLM v0's mechanism (v1 shares only full, cached blocks).
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -176,7 +179,7 @@ class KVCacheManager:
     def blocks_for_decode(self, seq_ids: Iterable[SeqId]) -> int:
         """Free blocks `decode_step(seq_ids)` needs: one at each block boundary, one for
         each first write into a shared, partly filled last block (copy-on-write)."""
-        return decode_need(self._batch(seq_ids)[1], self.pool, self.block_size)
+        return decode_need(self._tables_of(self._id_list(seq_ids)), self.pool, self.block_size)
 
     def peak_blocks(self, prompt_len: int, total_len: int, max_chunk: int | None = None) -> int:
         """The most blocks one sequence holds at once while growing from prompt_len to total_len
@@ -205,14 +208,16 @@ class KVCacheManager:
         Returns the prompt's slot mapping (int64 array), ready for `write_kv`, or None
         when `with_slots` is False (a scheduler that asks for slots later saves the array)."""
         self._check_new(seq_id)
-        num_tokens = _count("num_tokens", num_tokens)
+        if type(num_tokens) is not int or num_tokens < 0:
+            num_tokens = _count("num_tokens", num_tokens)
         if not isinstance(with_slots, bool):
             raise TypeError(f"with_slots must be a bool, got {type(with_slots).__name__}")
-        need = blocks_needed(num_tokens, self.block_size)
-        if need > self.pool.num_free_blocks:
+        pool, bs = self.pool, self.block_size
+        need = -(-num_tokens // bs)  # blocks_needed, both checked already
+        if need > pool.num_free_blocks:
             self._reserve(need, {seq_id}, f"add_sequence({num_tokens} tokens)")
-        table = BlockTable(self.block_size, (), num_tokens)
-        table.blocks = self.pool.allocate_many(need)  # a fresh list: no copy needed
+        table = BlockTable(bs, (), num_tokens)
+        table.blocks = pool.allocate_many(need)  # a fresh list: no copy needed
         self._tables[seq_id] = table
         if self._tracing:
             self._emit(tr.SequenceAdded, seq_id, num_tokens)
@@ -273,53 +278,45 @@ class KVCacheManager:
         if given, has one id per entry. Returns the new tokens' slots, or None when
         `with_slots` is False.
         """
-        seq_ids, batch = self._batch(seq_ids)
-        if not isinstance(with_slots, bool):
-            raise TypeError(f"with_slots must be a bool, got {type(with_slots).__name__}")
-        if token_ids is not None:
-            token_ids = token_ids_arg("token_ids", token_ids, len(seq_ids))
-            self._before_tokens_appended(
-                [(s, (token,)) for s, token in zip(seq_ids, token_ids, strict=True)]
-            )
+        seq_ids = self._id_list(seq_ids)
         pool, bs = self.pool, self.block_size
-        if len(batch) > pool.num_free_blocks:  # each entry needs at most one block: count exactly
-            self._reserve(
-                lambda: decode_need(batch, pool, bs),
-                set(seq_ids),
-                f"decode_step({len(batch)} seqs)",
-            )
-        positions = None  # each entry's position, when someone reads it
-        if with_slots or self._tracing or token_ids is not None:
-            positions = start_positions(batch)
-        copied = []  # (table, shared block, its private copy, the shared block's count after)
-        if pool.num_shared:
-            copies = plan_copies(batch, pool, bs)
-            for (t, src), dst in zip(copies, pool.allocate_many(len(copies)), strict=True):
-                t.blocks[-1] = dst  # copy-on-write: the writer lets go of the shared block
-                self._copies.append((src, dst))
-                copied.append((t, src, dst, pool.free(src)))
+        plan = None  # the common step plans nothing: no slots, no trace, no copies, room
+        if (
+            with_slots is not False
+            or token_ids is not None
+            or self._tracing
+            or pool.num_shared
+            or len(seq_ids) > pool.num_free_blocks
+        ):
+            plan = self._plan_decode(seq_ids, with_slots, token_ids)
+        # The one pass over the batch. In the common step it looks each id up as it goes; an
+        # unknown one stops it, and the tokens it gave are taken back.
         takers = []  # tables whose next token starts a block, in entry order
-        for t in batch:
-            pos = t.num_tokens
-            if not pos % bs:
-                takers.append(t)
-            t.num_tokens = pos + 1
+        try:
+            for t in plan.batch if plan is not None else map(self._tables.__getitem__, seq_ids):
+                pos = t.num_tokens
+                if not pos % bs:
+                    takers.append(t)
+                t.num_tokens = pos + 1
+        except (KeyError, TypeError):
+            self._take_back(seq_ids)
         new = pool.allocate_many(len(takers)) if takers else []
         for t, b in zip(takers, new, strict=True):
             t.blocks.append(b)
-        if positions is None:  # no slots wanted, nothing to trace
+        if plan is None or plan.positions is None:  # no slots wanted, nothing to trace
             if self._quiet_steps:
                 self.step += 1
             else:
                 self._end_step()
             return None
+        positions, batch = plan.positions, plan.batch
         slots = [t.blocks[p // bs] * bs + p % bs for t, p in zip(batch, positions, strict=True)]
-        if token_ids is not None:
-            for s, p, token in zip(seq_ids, positions, token_ids, strict=True):
+        if plan.token_ids is not None:
+            for s, p, token in zip(seq_ids, positions, plan.token_ids, strict=True):
                 self._on_tokens_appended(s, p, (token,))
         if self._tracing:
             self._trace_decode(
-                seq_ids, batch, positions, slots, copied, zip(takers, new, strict=True)
+                seq_ids, batch, positions, slots, plan.copied, zip(takers, new, strict=True)
             )
         self._end_step()
         return slots if with_slots else None
@@ -387,7 +384,7 @@ class KVCacheManager:
         """Release a finished sequence's blocks, last block first."""
         table = self._table(seq_id)
         named = table.blocks[::-1]
-        if NULL_BLOCK in named:
+        if self.drops_blocks and NULL_BLOCK in named:  # only such a manager holds NULL_BLOCK
             named = [b for b in named if b != NULL_BLOCK]
         self.pool.release(named)
         del self._tables[seq_id]
@@ -447,19 +444,34 @@ class KVCacheManager:
         if exists:
             raise SequenceError(f"sequence {seq_id!r} already exists")
 
-    def _batch(self, seq_ids: Iterable[SeqId]) -> tuple[list[SeqId], list[BlockTable]]:
-        """(seq_ids as a list, their tables); a generator is read once, a string is refused."""
-        if type(seq_ids) is not list:
-            if isinstance(seq_ids, (str, bytes)) or not hasattr(seq_ids, "__iter__"):
-                raise TypeError(
-                    f"seq_ids must be an iterable of sequence ids, got {type(seq_ids).__name__}"
-                )
-            seq_ids = list(seq_ids)
+    def _id_list(self, seq_ids: Iterable[SeqId]) -> list[SeqId]:
+        """seq_ids as a list; a generator is read once, a string is refused."""
+        if type(seq_ids) is list:
+            return seq_ids
+        if isinstance(seq_ids, (str, bytes)) or not hasattr(seq_ids, "__iter__"):
+            raise TypeError(
+                f"seq_ids must be an iterable of sequence ids, got {type(seq_ids).__name__}"
+            )
+        return list(seq_ids)
+
+    def _tables_of(self, seq_ids: list[SeqId]) -> list[BlockTable]:
+        """The tables of seq_ids, in order (SequenceError for the first unknown id)."""
         try:
-            return seq_ids, list(map(self._tables.__getitem__, seq_ids))
+            return list(map(self._tables.__getitem__, seq_ids))
         except (KeyError, TypeError):
             missing = next(s for s in seq_ids if s not in self)
             raise SequenceError(f"unknown sequence {missing!r}") from None
+
+    def _take_back(self, seq_ids: list[SeqId]) -> None:
+        """Undo a decode pass that stopped at an unknown id: each entry before it gave its
+        table one token, so each takes it back; then raise SequenceError for that id."""
+        for s in seq_ids:
+            try:
+                table = self._tables[s]
+            except (KeyError, TypeError):
+                raise SequenceError(f"unknown sequence {s!r}") from None
+            table.num_tokens -= 1
+        raise AssertionError("a decode pass stopped, but every sequence is known")
 
     # ---- steps, snapshots, invariants ----------------------------------------------
     def _emit(self, kind: Callable[..., tr.Event], *fields: Any) -> None:
@@ -518,6 +530,37 @@ class KVCacheManager:
         return references
 
     # ---- planning and recording -------------------------------------------------
+    def _plan_decode(self, seq_ids: list[SeqId], with_slots: Any, token_ids: Any) -> DecodePlan:
+        """Everything a decode step must check, find or do before its pass over the batch:
+        the tables (SequenceError for an unknown id), the arguments, room (the reclaimer),
+        each entry's position (for slots, the trace and token hooks) and the copies."""
+        batch = self._tables_of(seq_ids)
+        if not isinstance(with_slots, bool):
+            raise TypeError(f"with_slots must be a bool, got {type(with_slots).__name__}")
+        if token_ids is not None:
+            token_ids = token_ids_arg("token_ids", token_ids, len(seq_ids))
+            self._before_tokens_appended(
+                [(s, (token,)) for s, token in zip(seq_ids, token_ids, strict=True)]
+            )
+        pool, bs = self.pool, self.block_size
+        if len(batch) > pool.num_free_blocks:  # each entry needs at most one block: count exactly
+            self._reserve(
+                lambda: decode_need(batch, pool, bs),
+                set(seq_ids),
+                f"decode_step({len(batch)} seqs)",
+            )
+        positions = None
+        if with_slots or self._tracing or token_ids is not None:
+            positions = start_positions(batch)
+        copied = []  # (table, shared block, its private copy, the shared block's count after)
+        if pool.num_shared:
+            copies = plan_copies(batch, pool, bs)
+            for (t, src), dst in zip(copies, pool.allocate_many(len(copies)), strict=True):
+                t.blocks[-1] = dst  # copy-on-write: the writer lets go of the shared block
+                self._copies.append((src, dst))
+                copied.append((t, src, dst, pool.free(src)))
+        return DecodePlan(batch, token_ids, positions, copied)
+
     def _reserve(self, need: int | Callable[[], int], protect: Any, what: str) -> None:
         """Return once `need` blocks are free, else record the refusal and raise OutOfBlocks.
 
@@ -596,6 +639,15 @@ class KVCacheManager:
 
 
 # ---- planning one decode step (before anything changes) ------------------------------
+class DecodePlan(NamedTuple):
+    """What `_plan_decode` found and did before a planned decode step's pass."""
+
+    batch: list[BlockTable]  # each entry's table
+    token_ids: tuple[int, ...] | None  # one id per entry, validated (None: not given)
+    positions: list[int] | None  # each entry's position (None: nobody reads them)
+    copied: list[tuple[BlockTable, int, int, int]]  # (table, shared block, copy, count after)
+
+
 def start_positions(batch: list[BlockTable]) -> list[int]:
     """The position each entry's token is written to, in entry order."""
     positions = [t.num_tokens for t in batch]

@@ -140,6 +140,30 @@ def test_an_unknown_sequence_is_a_sequence_error(manager, op):
     assert manager_state(manager) == before
 
 
+@pytest.mark.parametrize(
+    "seq_ids, named",
+    [
+        (["A", "B", "nope"], "'nope'"),  # the tokens given to A and B are taken back
+        (["B", "A", "B", "A", "nope", "A"], "'nope'"),  # listed twice, B at a block boundary
+        (["A", "nope", "other"], "'nope'"),  # the first unknown id is named
+        (["A", "B", ["unhashable"]], r"\['unhashable'\]"),
+        ([["unhashable"]], r"\['unhashable'\]"),
+    ],
+)
+def test_a_quiet_decode_step_with_an_unknown_sequence_changes_nothing(seq_ids, named):
+    # tracing off, no slots, nothing shared, room enough: the step that checks ids as it goes
+    m = KVCacheManager(8, 4, trace=False)
+    m.add_sequence("A", 5)
+    m.add_sequence("B", 4)  # full: B's next token starts a block
+    before = manager_state(m)
+    with pytest.raises(SequenceError, match=rf"^unknown sequence {named}$"):
+        m.decode_step(seq_ids, with_slots=False)
+    assert manager_state(m) == before
+    m.check_invariants()
+    slots = m.decode_step(["B", "A"])  # the step still goes on from where it was
+    assert slots == [m.block_table("B")[1] * 4, m.block_table("A")[1] * 4 + 1]
+
+
 @pytest.mark.parametrize("op", [lambda m: m.add_sequence("A", 1), lambda m: m.fork("A", "B")])
 def test_reusing_a_live_sequence_id_is_refused(manager, op):
     before = manager_state(manager)
@@ -164,3 +188,24 @@ def test_token_counts_must_be_non_negative_integers(manager, bad, error):
 def test_an_unhashable_sequence_id_is_refused(manager):
     with pytest.raises(TypeError, match="hashable"):
         manager.add_sequence(["A"], 1)
+
+
+@pytest.mark.parametrize("free_order", ["lifo", "fifo"])
+@pytest.mark.parametrize(
+    "tail, message",
+    [
+        ([1], r"^block 1 is listed 2 times but has 1 owner\(s\)$"),  # held once, listed twice
+        ([5], r"^block 5 is already free \(double free\)$"),
+        ([9], r"^block 9 is out of range \[0, 8\)$"),
+        ([-1], r"^block -1 is out of range \[0, 8\)$"),
+    ],
+)
+def test_releasing_held_blocks_then_a_bad_one_releases_none(free_order, tail, message):
+    # nothing is shared, so release takes its one-pass path; the good ids come first
+    pool = BlockPool(8, block_size=4, free_order=free_order)
+    held = pool.allocate_many(4)
+    before = pool_state(pool)
+    with pytest.raises(BlockError, match=message):
+        pool.release(held + tail)
+    assert pool_state(pool) == before
+    pool.check_invariants()

@@ -5,7 +5,7 @@ import copy
 
 import pytest
 from helpers import manager_state, pool_state
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from pagedsim import NULL_BLOCK, BlockError, BlockPool, KVCacheManager, OutOfBlocks
@@ -195,3 +195,34 @@ def test_a_window_manager_of_block_size_zero_is_a_value_error_not_a_zero_divisio
         SlidingWindowManager(8, 0, window=4)
     with pytest.raises(ValueError, match="window"):
         SlidingWindowManager(8, 2, window=2**31)
+
+
+@FUZZ
+@given(m=st.one_of(busy_managers(), busy_managers(window=True)), data=st.data())
+def test_a_decode_step_without_slots_takes_the_same_blocks_as_one_with_slots(m, data):
+    # with tracing off and no slots wanted, the common step checks ids in its one pass
+    seqs = data.draw(st.lists(st.sampled_from(m.seq_ids()), min_size=1, max_size=6))
+    twin = copy.deepcopy(m)
+    try:
+        m.decode_step(seqs, with_slots=False)
+    except OutOfBlocks:
+        with pytest.raises(OutOfBlocks):
+            twin.decode_step(seqs)
+        return
+    twin.decode_step(seqs)
+    assert manager_state(m)[:4] == manager_state(twin)[:4]
+    m.check_invariants()
+
+
+@FUZZ
+@given(m=st.one_of(busy_managers(), busy_managers(window=True)), data=st.data())
+def test_a_decode_step_with_an_unknown_id_anywhere_changes_nothing(m, data):
+    # tracing off and no slots: the common step, which finds the unknown id mid-pass
+    assume(m.trace is None)
+    seqs = data.draw(st.lists(st.sampled_from(m.seq_ids()), min_size=1, max_size=6))
+    seqs.insert(data.draw(st.integers(1, len(seqs))), "nope")
+    before = manager_state(m)
+    with pytest.raises(ValueError, match="^unknown sequence 'nope'$"):
+        m.decode_step(seqs, with_slots=False)
+    assert manager_state(m)[:4] == before[:4]
+    m.check_invariants()
