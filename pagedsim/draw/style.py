@@ -233,7 +233,11 @@ def text_on(colour) -> str:
 def whole_pixels(width: float, height: float, dpi: int = DPI) -> tuple[float, float]:
     """Inches that come out as round(inches * dpi) pixels whether matplotlib rounds or
     truncates (versions differ): a quarter pixel above the whole number."""
-    return tuple((round(x * dpi) + 0.25) / dpi for x in (width, height))
+
+    def whole(x: float) -> float:
+        return (round(x * dpi) + 0.25) / dpi
+
+    return whole(width), whole(height)
 
 
 def new_figure(width: float, height: float):

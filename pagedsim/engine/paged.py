@@ -282,7 +282,7 @@ class PagedEngine:
             for n, i in zip(last, order, strict=True)
             if i.end == len(i.run.state.tokens[i.seq])
         ]
-        out = m.logits(h[[n for n, _ in ends]]) if ends else []
+        out: np.ndarray | list[np.ndarray] = m.logits(h[[n for n, _ in ends]]) if ends else []
         return {i.seq: row for (_, i), row in zip(ends, out, strict=True)}
 
     def _batch(self, items: list, group: int = 0):
