@@ -84,8 +84,9 @@ def write_gif(snapshots, path, *, interval: int = FRAME_MS, dpi: int | None = No
     fig.canvas.draw_idle = lambda *args, **kwargs: None
     anim.save(
         path,
-        # matplotlib's stub says int, but PillowWriter takes any fps (1000 / fps ms a frame)
-        writer=PillowWriter(fps=1000 / interval),  # type: ignore[arg-type]
+        # matplotlib's stub says int, but PillowWriter takes any fps (1000 / fps ms a frame);
+        # unused-ignore: where matplotlib is not installed, mypy has no stub to disagree with
+        writer=PillowWriter(fps=1000 / interval),  # type: ignore[arg-type, unused-ignore]
         dpi=dpi,
         savefig_kwargs={"facecolor": "white"},
     )

@@ -36,7 +36,7 @@ from ..trace import Snapshot
 from .dense import DenseEngine
 from .hf import load_model, load_tokenizer
 from .paged import PagedEngine
-from .requests import Request
+from .requests import Request, RequestState
 
 DEFAULT_MODEL = Path(__file__).with_name("models") / "shakespeare"
 SHARED = "ROMEO.\nBut soft, what light through yonder window breaks?\n"
@@ -250,7 +250,9 @@ def run(
         trace=True,
         check=True,
     )
-    states, marks, texts = [], [], []
+    states: list[RequestState] = []
+    marks: list[int] = []
+    texts: list[tuple[str, ...]] = []
     for turn in range(max(turns, 1)):
         if turn:  # the transcript so far, then the next speaker
             last = states[-1]

@@ -30,6 +30,9 @@ from .window_adapter import WindowAdapter
 
 
 class PagedEngine:
+    # per engine step, the text each block holds: set by generate.generate, read by step_frames
+    block_labels: list[tuple[str, ...]]
+
     def __init__(
         self,
         model: Transformer,
