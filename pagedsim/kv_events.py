@@ -53,24 +53,31 @@ from __future__ import annotations
 import heapq
 import json
 import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from typing import TypeAlias, TypeGuard
 
 from . import trace as tr
 from .story import caption
 
 MEDIUM_GPU = "GPU"  # vLLM's medium for blocks in GPU memory
+BlockHash: TypeAlias = int | str  # a block's hash as a stream carries it: an int or a hex string
 
 
 @dataclass
 class BlockStored:
-    block_hashes: list  # one hash per newly cached block, in prefix order
-    parent_block_hash: object  # hash of the block before the first one (None: prompt start)
-    token_ids: list  # block_size token ids per block, concatenated
+    block_hashes: list[BlockHash]  # one hash per newly cached block, in prefix order
+    parent_block_hash: (
+        BlockHash | None
+    )  # hash of the block before the first one (None: prompt start)
+    token_ids: list[int]  # block_size token ids per block, concatenated
     block_size: int  # tokens per block
     lora_id: int | None = None  # the LoRA adapter the blocks were computed with
     medium: str | None = MEDIUM_GPU  # where the blocks live
     lora_name: str | None = None  # vLLM's newer name for the adapter
-    extra_keys: list | None = None  # per block: the extra keys hashed with it (see above)
+    extra_keys: list[list[str | int] | None] | None = (
+        None  # per block: the extra keys hashed with it (see above)
+    )
     group_idx: int | None = None  # KV cache group of the blocks (0: the only one)
     kv_cache_spec_kind: str | None = None  # "full_attention" | "sliding_window"
     kv_cache_spec_sliding_window: int | None = None  # the window in tokens (sliding only)
@@ -78,7 +85,7 @@ class BlockStored:
 
 @dataclass
 class BlockRemoved:
-    block_hashes: list  # hashes of blocks whose contents were evicted
+    block_hashes: list[BlockHash]  # hashes of blocks whose contents were evicted
     medium: str | None = MEDIUM_GPU  # where the blocks lived
     group_idx: int | None = None  # KV cache group the evicted block belonged to
 
@@ -91,7 +98,10 @@ class AllBlocksCleared:
     pass
 
 
-EVENT_TYPES = {cls.__name__: cls for cls in (BlockStored, BlockRemoved, AllBlocksCleared)}
+KVEvent: TypeAlias = BlockStored | BlockRemoved | AllBlocksCleared  # one event of a stream
+EVENT_TYPES: dict[str, type[KVEvent]] = {
+    cls.__name__: cls for cls in (BlockStored, BlockRemoved, AllBlocksCleared)
+}
 ARRAY_ORDER = {  # field order of vLLM's array-like encoding (older releases)
     "BlockStored": (
         "block_hashes",
@@ -107,15 +117,15 @@ ARRAY_ORDER = {  # field order of vLLM's array-like encoding (older releases)
 }
 
 
-def event_to_json(event) -> dict:
+def event_to_json(event: KVEvent) -> dict[str, object]:
     """One event as vLLM's tagged JSON object (the optional fields left out while None,
     as msgspec's omit_defaults does; vLLM's other fields have no default)."""
-    out = {"type": type(event).__name__}
+    out: dict[str, object] = {"type": type(event).__name__}
     out.update({k: v for k, v in asdict(event).items() if k not in OPTIONAL or v is not None})
     return out
 
 
-def event_from_json(obj):
+def event_from_json(obj: object) -> KVEvent:
     """An event from a tagged object or a tagged array; ValueError names what is wrong.
 
     Every field is checked for type and range (see `FIELD_RULES`); fields that other vLLM
@@ -139,9 +149,10 @@ def event_from_json(obj):
             _check_field(obj["type"], name, fields_[name])
         elif name in REQUIRED[obj["type"]]:
             raise ValueError(f"{obj['type']}: {name} is missing")
-    if cls is BlockStored:
-        _check_stored(fields_)
-    return cls(**fields_)
+    event = cls(**fields_)
+    if isinstance(event, BlockStored):
+        _check_stored(event)
+    return event
 
 
 MAX_ID = (1 << 63) - 1  # token ids, LoRA ids: vLLM's int64 bound (errors.MAX_TOKEN_ID)
@@ -156,23 +167,26 @@ REQUIRED = {
 }
 
 
-def _is_int(v) -> bool:
+Check: TypeAlias = Callable[[object], bool]  # one field's test
+
+
+def _is_int(v: object) -> TypeGuard[int]:
     return type(v) is int
 
 
-def _hash_ok(h) -> bool:
+def _hash_ok(h: object) -> bool:
     return _is_int(h) or (isinstance(h, str) and 0 < len(h) <= 256)
 
 
-def _int_in(low, high):
+def _int_in(low: int, high: int) -> Check:
     return lambda v: _is_int(v) and low <= v <= high
 
 
-def _optional(test):
+def _optional(test: Check) -> Check:
     return lambda v: v is None or test(v)
 
 
-def _extra_keys_ok(keys) -> bool:
+def _extra_keys_ok(keys: object) -> bool:
     """vLLM: one entry per block, each None or a tuple (a JSON array) of str / int keys."""
     return isinstance(keys, list) and all(
         k is None or (isinstance(k, list) and all(_is_int(x) or isinstance(x, str) for x in k))
@@ -180,7 +194,7 @@ def _extra_keys_ok(keys) -> bool:
     )
 
 
-FIELD_RULES = {  # field -> (check, what it must be)
+FIELD_RULES: dict[str, tuple[Check, str]] = {  # field -> (check, what it must be)
     "block_hashes": (
         lambda v: isinstance(v, list) and len(v) > 0 and all(map(_hash_ok, v)),
         "a non-empty list of block hashes (ints or hex strings)",
@@ -216,19 +230,18 @@ FIELD_RULES = {  # field -> (check, what it must be)
 }
 
 
-def _check_field(kind: str, name: str, value) -> None:
+def _check_field(kind: str, name: str, value: object) -> None:
     test, what = FIELD_RULES[name]
     if not test(value):
-        bad = (
-            next((i for i, x in enumerate(value) if not test([x])), None)
-            if isinstance(value, list)
-            else None
-        )
-        got = _brief(value) if bad is None else f"entry {bad}: {_brief(value[bad])}"
+        got = _brief(value)
+        if isinstance(value, list):  # name the first bad entry
+            bad = next((i for i, x in enumerate(value) if not test([x])), None)
+            if bad is not None:
+                got = f"entry {bad}: {_brief(value[bad])}"
         raise ValueError(f"{kind}: {name} must be {what}, got {got}")
 
 
-def _brief(value) -> str:
+def _brief(value: object) -> str:
     """A value for an error message: its type and at most 60 characters of it."""
     if isinstance(value, (list, dict)):
         return f"a {type(value).__name__} of {len(value)}"
@@ -236,15 +249,16 @@ def _brief(value) -> str:
     return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
 
 
-def _check_stored(f: dict) -> None:
-    bs, n = f["block_size"], len(f["block_hashes"])
-    if len(f["token_ids"]) != bs * n:
-        raise ValueError(f"BlockStored: {len(f['token_ids'])} token ids for {n} blocks of {bs}")
-    keys = f.get("extra_keys")
+def _check_stored(e: BlockStored) -> None:
+    """What one field cannot check alone: the lengths per block, the window's kind."""
+    bs, n = e.block_size, len(e.block_hashes)
+    if len(e.token_ids) != bs * n:
+        raise ValueError(f"BlockStored: {len(e.token_ids)} token ids for {n} blocks of {bs}")
+    keys = e.extra_keys
     if keys is not None and len(keys) != n:
         raise ValueError(f"BlockStored: extra_keys has {len(keys)} entries for {n} blocks")
-    window = f.get("kv_cache_spec_sliding_window")
-    if window is not None and f.get("kv_cache_spec_kind") != "sliding_window":
+    window = e.kv_cache_spec_sliding_window
+    if window is not None and e.kv_cache_spec_kind != "sliding_window":
         raise ValueError(
             "BlockStored: kv_cache_spec_sliding_window is only for "
             "kv_cache_spec_kind 'sliding_window'"
@@ -266,12 +280,13 @@ def _check_depth(line: str) -> None:
             raise ValueError(f"nested deeper than {MAX_DEPTH} arrays or objects")
 
 
-def read_stream(lines) -> list:
+def read_stream(lines: Iterable[str]) -> list[KVEvent]:
     """Events from JSON lines: each line a KVEventBatch (object or array) or one event.
 
     ValueError, naming the line, for a malformed line, a field out of range or a
     block_size that differs from the stream's first."""
-    out, block_size = [], None
+    out: list[KVEvent] = []
+    block_size: int | None = None
     for number, line in enumerate(lines, 1):
         line = line.strip().lstrip("\ufeff")
         if not line:
@@ -286,7 +301,7 @@ def read_stream(lines) -> list:
     return out
 
 
-def _same_block_size(events, block_size: int | None) -> int | None:
+def _same_block_size(events: Iterable[KVEvent], block_size: int | None) -> int | None:
     """The stream's block size after `events`; ValueError if one of them changes it (the
     pool's block size is fixed when the engine starts)."""
     for e in events:
@@ -300,7 +315,7 @@ def _same_block_size(events, block_size: int | None) -> int | None:
     return block_size
 
 
-def _events_of(obj) -> list:
+def _events_of(obj: object) -> list[KVEvent]:
     if isinstance(obj, dict) and "events" in obj:  # a batch as an object
         batch = obj["events"]
     elif (
@@ -318,25 +333,30 @@ def _events_of(obj) -> list:
 
 
 # ---- replay: a stream as snapshots ----------------------------------------------------------
+Stored: TypeAlias = tuple[int, BlockHash | None, tuple[int, ...]]  # (slot, parent hash, tokens)
+Chain: TypeAlias = tuple[BlockHash, tuple[int, ...], int]  # (leaf hash, slots root first, tokens)
+
+
 @dataclass
 class _Cache:
-    stored: dict = field(default_factory=dict)  # hash -> (slot, parent hash, tokens)
-    free: list = field(default_factory=list)  # a heap of slots given back: lowest reused first
+    # hash -> (slot, parent hash, tokens)
+    stored: dict[BlockHash, Stored] = field(default_factory=dict)
+    free: list[int] = field(default_factory=list)  # a heap of slots given back: lowest reused first
     next_slot: int = 0
     block_size: int = 1
 
 
-def replay(events, frames=None) -> list:
+def replay(events: Iterable[KVEvent], frames: Iterable[int] | None = None) -> list[tr.Snapshot]:
     """One snapshot per event (plus the empty start), in pagedsim's Snapshot shape; with
     `frames` (a collection of event numbers, 0 = the start), only those events' snapshots,
     so that a long stream costs one pass plus the frames asked for. ValueError if a
     BlockStored changes the stream's block_size."""
-    cache, states, keep = (
-        _Cache(),
-        [],
-        (lambda k: True) if frames is None else frozenset(frames).__contains__,
+    cache = _Cache()
+    states: list[tuple[int, str, list[Chain], dict[BlockHash, Stored]]] = []
+    keep: Callable[[int], bool] = (
+        (lambda k: True) if frames is None else frozenset(frames).__contains__
     )
-    size = None
+    size: int | None = None
     for k, event in enumerate(events, 1):
         try:
             size = _same_block_size((event,), size)
@@ -353,7 +373,7 @@ def replay(events, frames=None) -> list:
     ]
 
 
-def shown_frames(num_events: int, limit: int) -> list:
+def shown_frames(num_events: int, limit: int) -> list[int]:
     """The event numbers (0 = the start) worth showing of a stream: all of them up to
     `limit`, else the first and the last limit // 2 (a summary line stands for the rest)."""
     if num_events + 1 <= limit:
@@ -396,14 +416,14 @@ def summarised(snap: tr.Snapshot, max_blocks: int, max_tables: int) -> tr.Snapsh
     )
 
 
-def _apply(cache: _Cache, event, k: int) -> str:
+def _apply(cache: _Cache, event: KVEvent, k: int) -> str:
     if isinstance(event, AllBlocksCleared):
         n = len(cache.stored)
         cache.stored.clear()
         cache.free = list(range(cache.next_slot))  # sorted: a heap already
         return f"AllBlocksCleared: reset_prefix_cache() forgot all {n} cached blocks"
     if isinstance(event, BlockRemoved):
-        gone = []  # a hash named twice is evicted once
+        gone: list[BlockHash] = []  # a hash named twice is evicted once
         for h in event.block_hashes:
             if h in cache.stored:
                 heapq.heappush(cache.free, cache.stored.pop(h)[0])
@@ -429,15 +449,17 @@ def _apply(cache: _Cache, event, k: int) -> str:
     return f"BlockStored: {_names(event.block_hashes)} cached after {after}{lora}"
 
 
-def _chains(cache: _Cache) -> list:
+def _chains(cache: _Cache) -> list[Chain]:
     """(leaf hash, slots root first, tokens) for every cached block no cached block continues."""
     parents = {p for _, p, _ in cache.stored.values()}
-    out = []
+    out: list[Chain] = []
     for h in cache.stored:
         if h in parents:
             continue
-        slots, tokens, node, seen = [], 0, h, set()
-        while node in cache.stored and node not in seen:
+        slots: list[int] = []
+        node: BlockHash | None = h
+        tokens, seen = 0, set[BlockHash]()
+        while node is not None and node in cache.stored and node not in seen:
             seen.add(node)
             slot, parent, block_tokens = cache.stored[node]
             slots.append(slot)
@@ -447,7 +469,14 @@ def _chains(cache: _Cache) -> list:
     return out
 
 
-def _snapshot(k, text, chains, stored, num_blocks, bs) -> tr.Snapshot:
+def _snapshot(
+    k: int,
+    text: str,
+    chains: Iterable[Chain],
+    stored: Mapping[BlockHash, Stored],
+    num_blocks: int,
+    bs: int,
+) -> tr.Snapshot:
     refs, fill = [0] * num_blocks, [0] * num_blocks
     for _, slots, _ in chains:
         for s in slots:
@@ -467,13 +496,13 @@ def _snapshot(k, text, chains, stored, num_blocks, bs) -> tr.Snapshot:
     )
 
 
-def _short(h) -> str:
+def _short(h: BlockHash) -> str:
     text = format(h & 0xFFFF, "04x") if isinstance(h, int) else str(h)[-4:]
     return text
 
 
-def _names(hashes, most: int = 8) -> str:
-    hashes = list(hashes)
-    shown = ", ".join(map(_short, hashes[:most]))
-    more = f" and {len(hashes) - most:,} more" if len(hashes) > most else ""
-    return ("block " if len(hashes) == 1 else "blocks ") + shown + more
+def _names(hashes: Iterable[BlockHash], most: int = 8) -> str:
+    listed = list(hashes)
+    shown = ", ".join(map(_short, listed[:most]))
+    more = f" and {len(listed) - most:,} more" if len(listed) > most else ""
+    return ("block " if len(listed) == 1 else "blocks ") + shown + more

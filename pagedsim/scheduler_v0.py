@@ -33,15 +33,25 @@ only tokens prefilled again after cache hits (`discarded_tokens`: what was freed
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from .block_table import blocks_needed
 from .errors import count_arg
-from .policies.preemption import Group, make_policy, preemption_class
+from .manager import KVCacheManager
+from .policies.preemption import Group, RecomputePolicy, make_policy, preemption_class
 from .policies.prefix_cache import PrefixCachingManager
-from .scheduler_common import check_scheduler_args, fraction, prompt_ids, run_steps, synthetic_token
+from .scheduler_common import (
+    TokenIds,
+    check_scheduler_args,
+    fraction,
+    prompt_ids,
+    run_steps,
+    synthetic_token,
+)
+from .workloads import Request
 
 VICTIMS = ("newest", "oldest")
 
@@ -67,9 +77,9 @@ class SchedulerV0:
 
     def __init__(
         self,
-        requests,
-        manager,
-        policy="recompute",
+        requests: Iterable[Request],
+        manager: KVCacheManager,
+        policy: str | RecomputePolicy = "recompute",
         *,
         victim: str = "newest",
         max_running: int | None = None,
@@ -77,11 +87,11 @@ class SchedulerV0:
         block_bytes: int = 1,
         beam_reshuffle: float = 0.25,
         seed: int = 0,
-        tokens=None,
+        tokens: Sequence[TokenIds] | None = None,
         record: bool = True,
         watermark: float = 0.01,
         max_stalled_steps: int = 1000,
-    ):
+    ) -> None:
         requests = check_scheduler_args(requests, manager, record)
         if victim not in VICTIMS:
             raise ValueError(f"victim must be one of {VICTIMS}, got {victim!r}")
@@ -147,7 +157,7 @@ class SchedulerV0:
         self._cached = self.tokens is not None and isinstance(manager, PrefixCachingManager)
         self.recomputed_tokens = 0  # tokens prefilled again after a preemption, net of cache hits
         self._prefill = self._decoded = 0  # this step's token counts
-        self._preempted: set = set()  # keys of groups preempted at least once
+        self._preempted: set[object] = set()  # keys of groups preempted at least once
         manager.reclaimer = self._evict
 
     # ---- results -------------------------------------------------------------
@@ -240,12 +250,12 @@ class SchedulerV0:
                     m.free_sequence(s)
                 self.finished += 1
             else:
-                if len(g.seq_ids) > 1 and self.requests[g.key].beam_width > 1:
+                if len(g.seq_ids) > 1 and self._request(g).beam_width > 1:
                     self._rerank(g)
                 still.append(g)
         self.running = still
 
-    def _running_seqs(self) -> list:
+    def _running_seqs(self) -> list[Hashable]:
         return [s for g in self.running for s in g.seq_ids]
 
     def _rerank(self, g: Group) -> None:
@@ -263,20 +273,21 @@ class SchedulerV0:
         if self.max_running is not None and self._num_running() + k > self.max_running:
             return False
         assert isinstance(g.key, int), f"group key {g.key!r} is not a request index"
-        tokens = None if self.tokens is None else self.tokens[g.key]
-        cached = tokens is not None and isinstance(m, PrefixCachingManager)
+        # the prefix cache, when there is one and the prompts' ids are known (else None)
+        cache = m if self.tokens is not None and isinstance(m, PrefixCachingManager) else None
+        tokens = () if self.tokens is None else self.tokens[g.key]
         need = blocks_needed(p, bs) + k + self.watermark  # headroom for the next decode
         if g.generated:
             need += k * (blocks_needed(p + g.generated, bs) - p // bs)
-        if need > m.num_free_blocks and cached:  # hits on blocks in use cost nothing
-            need -= sum(1 for b in m.get_computed_blocks(tokens).blocks if m.pool.ref_count(b))
+        if need > m.num_free_blocks and cache is not None:  # hits on blocks in use cost nothing
+            need -= sum(1 for b in cache.get_computed_blocks(tokens).blocks if m.pool.ref_count(b))
         if need > m.num_free_blocks:
             return False
         first = g.seq_ids[0]
-        if cached:
-            hit_before = m.stats.hit_tokens
-            m.add_sequence(first, p, tokens)
-            prefilled = p - (m.stats.hit_tokens - hit_before)
+        if cache is not None:
+            hit_before = cache.stats.hit_tokens
+            cache.add_sequence(first, p, tokens)
+            prefilled = p - (cache.stats.hit_tokens - hit_before)
         else:
             m.add_sequence(first, p)
             prefilled = p
@@ -287,7 +298,7 @@ class SchedulerV0:
             for s in g.seq_ids:
                 ids = (
                     None
-                    if not cached or beams
+                    if cache is None or beams
                     else [synthetic_token(s[0], s[1], q) for q in range(p, p + g.generated)]
                 )
                 m.append_tokens(s, g.generated, token_ids=ids)
@@ -307,11 +318,12 @@ class SchedulerV0:
         else:
             self.waiting.appendleft(g)
 
-    def _pick(self, groups) -> Group:
-        pick = max if self.victim == "newest" else min
-        return pick(groups, key=lambda g: g.order)
+    def _pick(self, groups: Iterable[Group]) -> Group:
+        if self.victim == "newest":
+            return max(groups, key=lambda g: g.order)
+        return min(groups, key=lambda g: g.order)
 
-    def _evict(self, manager, blocks_short: int, protect: set) -> None:
+    def _evict(self, manager: KVCacheManager, blocks_short: int, protect: set[Hashable]) -> None:
         """The manager's reclaimer hook: preempt groups that hold no protected sequence."""
         while blocks_short > 0:
             candidates = [g for g in self.running if not protect.intersection(g.seq_ids)]
@@ -320,6 +332,11 @@ class SchedulerV0:
             free_before = manager.num_free_blocks
             self._preempt(self._pick(candidates))
             blocks_short -= manager.num_free_blocks - free_before
+
+    def _request(self, g: Group) -> Request:
+        """The request a group came from (its key is the request's index)."""
+        assert isinstance(g.key, int), f"group key {g.key!r} is not a request index"
+        return self.requests[g.key]
 
     def _next_order(self) -> int:
         self._admitted += 1

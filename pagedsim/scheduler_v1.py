@@ -38,18 +38,22 @@ on re-admission are not counted; `discarded_tokens` counts what preemption freed
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .errors import OutOfBlocks, count_arg
+from .manager import KVCacheManager
 from .policies.prefix_cache import PrefixCachingManager
-from .request_queue import SCHEDULING_POLICIES, make_request_queue
+from .request_queue import SCHEDULING_POLICIES, RequestQueue, make_request_queue
 from .scheduler_common import (  # noqa: F401 -- the old home of these names
+    TokenIds,
     check_scheduler_args,
     prompt_ids,
     run_steps,
     synthetic_token,
     time_arg,
 )
+from .workloads import Request
 
 V1_VICTIMS = SCHEDULING_POLICIES  # v1's scheduling policies: they choose the victim too
 
@@ -58,16 +62,16 @@ V1_VICTIMS = SCHEDULING_POLICIES  # v1's scheduling policies: they choose the vi
 class V1Request:
     """One request as v1's scheduler sees it (parallel samples are separate requests)."""
 
-    request_id: tuple  # (request index, sample index): also the manager's sequence id
-    prompt: tuple  # prompt token ids
+    request_id: tuple[int, int]  # (request index, sample index): also the manager's sequence id
+    prompt: tuple[int, ...]  # prompt token ids
     output_len: int  # tokens to sample
-    outputs: tuple  # ids it will sample, in order (length output_len)
+    outputs: tuple[int, ...]  # ids it will sample, in order (length output_len)
     arrival: int  # request index: ties in priority order
     priority: int = 0
-    sampled: list = field(default_factory=list)  # ids sampled so far
+    sampled: list[int] = field(default_factory=list)  # ids sampled so far
     num_computed_tokens: int = 0  # tokens whose KV is computed (or scheduled this step)
     high: int = 0  # most tokens ever computed (to count recomputation)
-    unsent: list = field(default_factory=list)  # sampled ids not yet given to the manager
+    unsent: list[int] = field(default_factory=list)  # sampled ids not yet given to the manager
     arrival_time: float = 0  # its arrival step, or the arrival_times given (v1's name)
     num_preemptions: int = 0  # times it was preempted (v1's name): its lookups count apart
 
@@ -75,7 +79,7 @@ class V1Request:
     def num_tokens(self) -> int:
         return len(self.prompt) + len(self.sampled)
 
-    def token_ids(self) -> tuple:
+    def token_ids(self) -> tuple[int, ...]:
         return self.prompt + tuple(self.sampled)
 
 
@@ -96,22 +100,22 @@ class SchedulerV1:
 
     def __init__(
         self,
-        requests,
-        manager,
+        requests: Iterable[Request],
+        manager: KVCacheManager,
         *,
         max_num_batched_tokens: int = 2048,
         max_num_seqs: int = 256,
-        tokens=None,
-        output_tokens=None,
-        priorities=None,
+        tokens: Sequence[TokenIds] | None = None,
+        output_tokens: Sequence[TokenIds] | None = None,
+        priorities: Sequence[int] | None = None,
         record: bool = True,
         max_stalled_steps: int = 1000,
         num_lookahead_tokens: int = 0,
         policy: str = "fcfs",
         long_prefill_token_threshold: int = 0,
         max_model_len: int = 8192,
-        arrival_times=None,
-    ):
+        arrival_times: Sequence[float] | None = None,
+    ) -> None:
         requests = check_scheduler_args(requests, manager, record)
         self.max_num_batched_tokens = count_arg("max_num_batched_tokens", max_num_batched_tokens, 1)
         # v1: a prefill chunk of one request is capped at this many tokens (0: no cap)
@@ -127,12 +131,14 @@ class SchedulerV1:
         self.num_lookahead_tokens = count_arg("num_lookahead_tokens", num_lookahead_tokens)
         if self.num_lookahead_tokens and not isinstance(manager, PrefixCachingManager):
             raise ValueError("num_lookahead_tokens needs allocate_slots (a PrefixCachingManager)")
-        self.waiting = make_request_queue(policy)  # TypeError / ValueError for a bad name
+        # TypeError / ValueError for a bad name
+        self.waiting: RequestQueue[V1Request] = make_request_queue(policy)
         self.policy = policy
         self.manager = manager
         self.record = record
         self.requests = requests
-        self._cached = isinstance(manager, PrefixCachingManager)
+        # the manager when it has v1's prefix-cache calls (allocate_slots), else None
+        self._cache = manager if isinstance(manager, PrefixCachingManager) else None
         self._pending = deque(self._fan_out(tokens, output_tokens, priorities, arrival_times))
         manager.reclaimer = None  # v1 preempts in the scheduler, never inside an allocation
         self.running: list[V1Request] = []
@@ -147,8 +153,14 @@ class SchedulerV1:
         self.decode_tokens = 0
         self._left = [r.num_seqs for r in self.requests]  # unfinished samples per request
 
-    def _fan_out(self, tokens, output_tokens, priorities, arrival_times):
-        nb, out = self.manager.num_blocks, []
+    def _fan_out(
+        self,
+        tokens: Sequence[TokenIds] | None,
+        output_tokens: Sequence[TokenIds] | None,
+        priorities: Sequence[int] | None,
+        arrival_times: Sequence[float] | None,
+    ) -> list[tuple[int, V1Request]]:
+        nb, out = self.manager.num_blocks, list[tuple[int, V1Request]]()
         for name, column in (
             ("tokens", tokens),
             ("output_tokens", output_tokens),
@@ -222,7 +234,7 @@ class SchedulerV1:
         out.sort(key=lambda x: (x[0], x[1].arrival))
         return out
 
-    def _peak_blocks(self, r) -> int:
+    def _peak_blocks(self, r: Request) -> int:
         """Most blocks one sample can hold: all its KV (the last sampled token has none), or
         -- when a window drops blocks -- the window plus one chunk of at most the budget
         (v1's SlidingWindowSpec.max_memory_usage_bytes), lookahead slots included."""
@@ -282,7 +294,7 @@ class SchedulerV1:
             self.running.append(req)
         return self._execute(scheduled, preempted)
 
-    def _execute(self, scheduled: dict, preempted: int) -> int:
+    def _execute(self, scheduled: dict[V1Request, int], preempted: int) -> int:
         prefill = decode = 0
         for req, n in scheduled.items():
             start = req.num_computed_tokens
@@ -332,27 +344,27 @@ class SchedulerV1:
         if reset_running_requests:
             while self.running:
                 self._preempt(self.running.pop())
-        if self._cached:
-            return self.manager.reset_prefix_cache()
+        if self._cache is not None:
+            return self._cache.reset_prefix_cache()
         return self.manager.pool.num_used == 0
 
     # ---- allocation, admission, preemption ----------------------------------------
-    def _allocate(self, req: V1Request, n: int):
-        m, sent = self.manager, tuple(req.unsent)
-        if self._cached:
+    def _allocate(self, req: V1Request, n: int) -> list[int] | None:
+        m, sent = self._cache, tuple(req.unsent)
+        if m is not None:
             new = m.allocate_slots(req.request_id, n, self.num_lookahead_tokens, sent or None)
         else:
             try:
-                new = m.append_tokens(req.request_id, n)
+                new = self.manager.append_tokens(req.request_id, n)
             except OutOfBlocks:
                 new = None
         if new is not None:
             req.unsent.clear()
         return new
 
-    def _admit(self, req: V1Request, budget: int, scheduled: dict) -> bool:
-        m, tokens = self.manager, req.token_ids()
-        if self._cached:
+    def _admit(self, req: V1Request, budget: int, scheduled: dict[V1Request, int]) -> bool:
+        m, tokens = self._cache, req.token_ids()
+        if m is not None:
             computed = m.get_computed_blocks(tokens)
             n = self._chunk(len(tokens) - computed.num_tokens, budget)
             if (
@@ -370,9 +382,9 @@ class SchedulerV1:
             req.num_computed_tokens = computed.num_tokens
         else:
             n = self._chunk(len(tokens), budget)
-            if not m.can_allocate(n):
+            if not self.manager.can_allocate(n):
                 return False
-            m.add_sequence(req.request_id, n)
+            self.manager.add_sequence(req.request_id, n)
         req.unsent.clear()
         scheduled[req] = n
         return True
@@ -408,6 +420,6 @@ class SchedulerV1:
             self.finished += 1
 
 
-def priority_rank(req: V1Request) -> tuple:
+def priority_rank(req: V1Request) -> tuple[int, float, int, tuple[int, int]]:
     """v1's request order under the priority policy: (priority, arrival_time), then ids."""
     return (req.priority, req.arrival_time, req.arrival, req.request_id)

@@ -21,10 +21,14 @@ missing key fails there, not in front of a class.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass
+from typing import TypeVar
 
 from . import trace as tr
 from .captions_en import EN
+
+E = TypeVar("E", bound=tr.Event)
 
 
 class Phrasebook:
@@ -35,29 +39,29 @@ class Phrasebook:
     English can say "block 3 returns" and "blocks 3, 4 return"; a language without
     plurals just leaves the variant out. `key.sep` (else `sep`) joins lists."""
 
-    def __init__(self, table: dict):
+    def __init__(self, table: Mapping[str, str]):
         self.table = table
 
-    def say(self, key: str, *variants, **fields) -> str:
+    def say(self, key: str, *variants: str | None, **fields: object) -> str:
         template = next(
             (self.table[f"{key}.{v}"] for v in variants if v and f"{key}.{v}" in self.table), None
         )
         return (template if template is not None else self.table[key]).format(**fields)
 
-    def join(self, key: str, items) -> str:
+    def join(self, key: str, items: Iterable[str]) -> str:
         return self.table.get(f"{key}.sep", self.table["sep"]).join(items)
 
-    def items(self, key: str, rows) -> str:
+    def items(self, key: str, rows: Iterable[Mapping[str, object]]) -> str:
         """Each row (a dict) through the template `key.item`, joined."""
         return self.join(key, [self.say(f"{key}.item", **row) for row in rows])
 
-    def blocks(self, blocks) -> str:
+    def blocks(self, blocks: Iterable[int]) -> str:
         """'block 3' or 'blocks 3, 4' (in this language)."""
-        blocks = list(blocks)
-        return self.say("blocks", one(blocks), list=self.join("blocks", map(str, blocks)))
+        listed = list(blocks)
+        return self.say("blocks", one(listed), list=self.join("blocks", map(str, listed)))
 
 
-def one(items) -> str | None:
+def one(items: int | Sized) -> str | None:
     """The variant to ask for: "one" when `items` (a count or a collection) is exactly 1."""
     return "one" if (items if isinstance(items, int) else len(items)) == 1 else None
 
@@ -74,7 +78,7 @@ class PoolCreated(Story):
     num_blocks: int
     block_size: int
 
-    def words(self, book):
+    def words(self, book: Phrasebook) -> str:
         return book.say("pool", num_blocks=self.num_blocks, block_size=self.block_size)
 
 
@@ -82,7 +86,7 @@ class PoolCreated(Story):
 class Quiet(Story):
     """A step with no events."""
 
-    def words(self, book):
+    def words(self, book: Phrasebook) -> str:
         return book.say("quiet")
 
 
@@ -92,7 +96,7 @@ class Custom(Story):
 
     text: str
 
-    def words(self, book):
+    def words(self, book: Phrasebook) -> str:
         return self.text
 
 
@@ -105,7 +109,7 @@ class Refusal(Story):
     needed: int  # free blocks it needed
     available: int  # free blocks there were
 
-    def words(self, book):
+    def words(self, book: Phrasebook) -> str:
         return book.say(
             "refused",
             one(self.available),
@@ -120,10 +124,10 @@ class Refusal(Story):
 class Arrival(Story):
     seq_id: object
     num_tokens: int  # prompt length
-    shared: tuple  # blocks a prefix-cache hit shares with a live sequence
-    taken: tuple  # blocks popped from the free list
+    shared: tuple[int, ...]  # blocks a prefix-cache hit shares with a live sequence
+    taken: tuple[int, ...]  # blocks popped from the free list
 
-    def words(self, book):
+    def words(self, book: Phrasebook) -> str:
         text = book.say("arrival", seq_id=self.seq_id, num_tokens=self.num_tokens)
         if self.shared:
             text += book.say("arrival.shared", blocks=book.blocks(self.shared))
@@ -138,15 +142,15 @@ class Fork(Story):
 
     parent: object
     child: object
-    shared: tuple  # (block, ref count after the increment) per shared block
+    shared: tuple[tuple[int, int], ...]  # (block, ref count after the increment) per shared block
 
-    def words(self, book):
+    def words(self, book: Phrasebook) -> str:
         if not self.shared:
             return book.say("fork.empty", parent=self.parent, child=self.child)
-        counts = {count for _, count in self.shared}
+        distinct = {count for _, count in self.shared}
         counts = (
-            book.say("fork.count", count=counts.pop())
-            if len(counts) == 1
+            book.say("fork.count", count=distinct.pop())
+            if len(distinct) == 1
             else book.say(
                 "fork.counts",
                 items=book.items("fork.counts", [{"block": b, "count": c} for b, c in self.shared]),
@@ -164,10 +168,10 @@ class Fork(Story):
 @dataclass(frozen=True)
 class Finish(Story):
     seq_id: object
-    returned: tuple  # blocks whose count fell to 0: back on the free list
-    kept: tuple  # (block, count) of blocks another owner still holds
+    returned: tuple[int, ...]  # blocks whose count fell to 0: back on the free list
+    kept: tuple[tuple[int, int], ...]  # (block, count) of blocks another owner still holds
 
-    def words(self, book):
+    def words(self, book: Phrasebook) -> str:
         text = book.say("finish", seq_id=self.seq_id)
         if self.returned:
             text += book.say("finish.back", one(self.returned), blocks=book.blocks(self.returned))
@@ -186,10 +190,10 @@ class DecodeStep(Story):
     """One token for each of several sequences (`decode_step`)."""
 
     num_seqs: int
-    copies: tuple  # (src, dst) copy-on-write pairs
-    fresh: tuple  # blocks taken because a last block was full
+    copies: tuple[tuple[int, int], ...]  # (src, dst) copy-on-write pairs
+    fresh: tuple[int, ...]  # blocks taken because a last block was full
 
-    def words(self, book):
+    def words(self, book: Phrasebook) -> str:
         text = book.say("decode", num_seqs=self.num_seqs)
         if self.copies:
             text += book.say(
@@ -205,12 +209,14 @@ class DecodeStep(Story):
 class Append(Story):
     seq_id: object
     first_position: int  # position of the first appended token
-    slots: tuple  # slot of each appended token
-    copies: tuple  # (src, src count before, writer, dst) per copy-on-write
-    fresh: tuple  # blocks taken because the last block was full
-    dropped: tuple  # blocks a sliding window released
+    slots: tuple[int, ...]  # slot of each appended token
+    copies: tuple[
+        tuple[int, int, object, int], ...
+    ]  # (src, src count before, writer, dst) per copy-on-write
+    fresh: tuple[int, ...]  # blocks taken because the last block was full
+    dropped: tuple[int, ...]  # blocks a sliding window released
 
-    def words(self, book):
+    def words(self, book: Phrasebook) -> str:
         n = len(self.slots)
         where = book.say(
             "append.where",
@@ -235,25 +241,25 @@ class Append(Story):
 class Unnamed(Story):
     """Events no story covers yet: their kinds, in order."""
 
-    kinds: tuple
+    kinds: tuple[str, ...]
 
-    def words(self, book):
+    def words(self, book: Phrasebook) -> str:
         return book.say("unnamed", items=book.join("unnamed", self.kinds))
 
 
-def _of(events, cls) -> list:
+def _of(events: Iterable[tr.Event], cls: type[E]) -> list[E]:
     return [e for e in events if isinstance(e, cls)]
 
 
-def _taken(events) -> tuple:
+def _taken(events: Sequence[tr.Event]) -> tuple[int, ...]:
     return tuple(e.block for e in _of(events, tr.BlockAllocated))
 
 
-def _refused(head, events) -> Story:
+def _refused(head: tr.AllocationFailed) -> Story:
     return Refusal(head.seq_id, head.what, head.needed, head.available)
 
 
-def _arrival(head, events) -> Story:
+def _arrival(head: tr.SequenceAdded, events: Sequence[tr.Event]) -> Story:
     return Arrival(
         head.seq_id,
         head.num_tokens,
@@ -262,13 +268,13 @@ def _arrival(head, events) -> Story:
     )
 
 
-def _fork(head, events) -> Story:
+def _fork(head: tr.SequenceForked, events: Sequence[tr.Event]) -> Story:
     return Fork(
         head.parent, head.child, tuple((e.block, e.ref_count) for e in _of(events, tr.BlockShared))
     )
 
 
-def _finish(head, events) -> Story:
+def _finish(head: tr.SequenceFreed, events: Sequence[tr.Event]) -> Story:
     released = _of(events, tr.BlockReleased)
     return Finish(
         head.seq_id,
@@ -277,7 +283,7 @@ def _finish(head, events) -> Story:
     )
 
 
-def _decode(events) -> Story:
+def _decode(events: Sequence[tr.Event]) -> Story:
     cow = _of(events, tr.CopyOnWrite)
     copied = {c.dst for c in cow}
     return DecodeStep(
@@ -287,7 +293,7 @@ def _decode(events) -> Story:
     )
 
 
-def _append(head, events) -> Story:
+def _append(head: tr.TokensAppended, events: Sequence[tr.Event]) -> Story:
     cow = _of(events, tr.CopyOnWrite)
     copied, sources = {c.dst for c in cow}, {c.src for c in cow}
     return Append(
@@ -300,24 +306,22 @@ def _append(head, events) -> Story:
     )
 
 
-# the step's first event -> its story (checked in order, before the decode rule)
-_BY_HEAD = (
-    (tr.AllocationFailed, _refused),
-    (tr.SequenceAdded, _arrival),
-    (tr.SequenceForked, _fork),
-    (tr.SequenceFreed, _finish),
-)
-
-
-def tell(events) -> Story:
+def tell(events: Iterable[tr.Event]) -> Story:
     """The story of one step's events."""
     events = tuple(events)
     if not events:
         return Quiet()
     head = events[0]
-    for cls, build in _BY_HEAD:
-        if isinstance(head, cls):
-            return build(head, events)
+    # the step's first event -> its story (checked in order, before the decode rule)
+    match head:
+        case tr.AllocationFailed():
+            return _refused(head)
+        case tr.SequenceAdded():
+            return _arrival(head, events)
+        case tr.SequenceForked():
+            return _fork(head, events)
+        case tr.SequenceFreed():
+            return _finish(head, events)
     if len(_of(events, tr.TokensAppended)) > 1:
         return _decode(events)
     if isinstance(head, tr.TokensAppended):
@@ -325,7 +329,7 @@ def tell(events) -> Story:
     return Unnamed(tuple(e.kind for e in events))
 
 
-def story_of(snapshot) -> Story:
+def story_of(snapshot: tr.Snapshot) -> Story:
     """The story of a recorded step: its own words, the new pool (step 0), or its events."""
     if snapshot.custom_caption is not None:
         return Custom(snapshot.custom_caption)
@@ -339,12 +343,12 @@ def english(story: Story) -> str:
     return story.words(Phrasebook(EN))
 
 
-def caption(snapshot) -> str:
+def caption(snapshot: tr.Snapshot) -> str:
     """A recorded step in English words, told on demand (other languages:
     `pagedsim.app.captions.caption`)."""
     return english(story_of(snapshot))
 
 
-def describe(events) -> str:
+def describe(events: Iterable[tr.Event]) -> str:
     """One English sentence for the events of one step."""
     return english(tell(events))

@@ -18,6 +18,7 @@ off no event object is ever made and the state change runs the same code either 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 
@@ -29,7 +30,7 @@ class Event:
     def kind(self) -> str:
         return _snake(type(self).__name__)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {"kind": self.kind, **asdict(self)}
 
 
@@ -43,7 +44,7 @@ class SequenceAdded(Event):
 class TokensAppended(Event):
     seq_id: object
     first_position: int  # position of the first appended token
-    slots: tuple  # slot of each appended token
+    slots: tuple[int, ...]  # slot of each appended token
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ class PrefixCacheReset(Event):
 @dataclass(frozen=True)
 class SeqState:
     seq_id: object
-    blocks: tuple  # logical -> physical
+    blocks: tuple[int, ...]  # logical -> physical
     num_tokens: int
 
 
@@ -111,15 +112,17 @@ class SeqState:
 class Snapshot:
     step: int
     custom_caption: str | None  # a caller's own words for the step; None: told from the events
-    events: tuple  # the events of this step
+    events: tuple[Event, ...]  # the events of this step
     num_blocks: int
     block_size: int
-    free_list: tuple  # head first, in allocate() order
-    ref_counts: tuple  # [num_blocks]
-    block_fill: tuple  # [num_blocks] tokens held by each block (0 if free)
-    sequences: tuple  # SeqState for every live sequence, in admission order
-    pending_copies: tuple = ()  # (src, dst) pairs not yet drained
-    cached_blocks: tuple = field(default=())  # free blocks that still hold reusable contents
+    free_list: tuple[int, ...]  # head first, in allocate() order
+    ref_counts: tuple[int, ...]  # [num_blocks]
+    block_fill: tuple[int, ...]  # [num_blocks] tokens held by each block (0 if free)
+    sequences: tuple[SeqState, ...]  # SeqState for every live sequence, in admission order
+    pending_copies: tuple[tuple[int, int], ...] = ()  # (src, dst) pairs not yet drained
+    cached_blocks: tuple[int, ...] = field(
+        default=()
+    )  # free blocks that still hold reusable contents
 
     def with_caption(self, text: str) -> Snapshot:
         """This snapshot, captioned with `text` in every language instead of its story."""
@@ -127,14 +130,18 @@ class Snapshot:
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         return replace(self, custom_caption=text)
 
-    def owners(self, block: int) -> list:
+    def owners(self, block: int) -> list[object]:
         return [s.seq_id for s in self.sequences if block in s.blocks]
 
-    def sequence(self, seq_id) -> SeqState:
+    def sequence(self, seq_id: object) -> SeqState:
         for s in self.sequences:
             if s.seq_id == seq_id:
                 return s
         raise KeyError(seq_id)
+
+
+# what a sink calls at the end of a step: the events of the step -> the snapshot after it
+SnapshotFn = Callable[[Sequence[Event]], "Snapshot"]
 
 
 class NullSink:
@@ -146,7 +153,7 @@ class NullSink:
     def emit(self, event: Event, first_of_step: bool = False) -> None:
         pass
 
-    def end_step(self, snapshot_fn) -> None:
+    def end_step(self, snapshot_fn: SnapshotFn) -> None:
         pass
 
 
@@ -171,7 +178,7 @@ class Trace:
         else:
             self.events.append(event)
 
-    def end_step(self, snapshot_fn) -> None:
+    def end_step(self, snapshot_fn: SnapshotFn) -> None:
         """Close the current step; keep `snapshot_fn(events of the step)` if snapshots are on."""
         if self.keep_snapshots:
             self.snapshots.append(snapshot_fn(self.events[self._step_start :]))

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import csv
 import math
+import os
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,6 +46,8 @@ MAX_SAMPLES = 256
 MAX_REQUESTS = 1_000_000
 MAX_ARRIVAL = (1 << 31) - 1
 
+StrPath = str | os.PathLike[str]  # a file name, as open() takes it
+
 
 @dataclass(frozen=True)
 class Request:
@@ -53,7 +57,7 @@ class Request:
     beam_width: int = 1  # beams that share the prompt and, pairwise, their history
     arrival_step: int = 0  # the scheduler step at which the request becomes waiting
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name, low, high in (
             ("prompt_len", 1, MAX_SEQ_LEN),
             ("output_len", 1, MAX_SEQ_LEN),
@@ -129,18 +133,19 @@ def synthetic(
     return [Request(int(p), int(o), n, beam_width) for p, o in zip(prompts, outputs, strict=True)]
 
 
-def _requests(requests) -> list[Request]:
+def _requests(requests: Iterable[object]) -> list[Request]:
     """`requests` as a list, every item a Request (TypeError otherwise)."""
     if isinstance(requests, (str, bytes)) or not hasattr(requests, "__iter__"):
         raise TypeError(f"requests must be an iterable of Request, got {type(requests).__name__}")
-    requests = list(requests)
-    for r in requests:
+    checked: list[Request] = []
+    for r in list(requests):
         if not isinstance(r, Request):
             raise TypeError(f"requests must hold Request objects, got {type(r).__name__}")
-    return requests
+        checked.append(r)
+    return checked
 
 
-def as_arrays(requests) -> dict[str, np.ndarray]:
+def as_arrays(requests: Iterable[Request]) -> dict[str, np.ndarray]:
     """Columns of a request list as int64 arrays (for the vectorised labs)."""
     requests = _requests(requests)
     fields = ("prompt_len", "output_len", "n", "beam_width", "arrival_step")
@@ -153,7 +158,7 @@ COLUMNS = ("prompt_len", "output_len", "n", "beam_width", "arrival_step")
 REQUIRED = COLUMNS[:2]
 
 
-def write_csv(requests, path) -> None:
+def write_csv(requests: Iterable[Request], path: StrPath) -> None:
     """Write a trace; optional columns are written only if some request uses them."""
     requests = _requests(requests)
     cols = list(REQUIRED) + [
@@ -168,7 +173,7 @@ def write_csv(requests, path) -> None:
             w.writerow([getattr(r, c) for c in cols])
 
 
-def read_csv(path) -> list[Request]:
+def read_csv(path: StrPath) -> list[Request]:
     """Read a trace. Raises ValueError naming the file, line and column of a bad row
     (OSError if the file cannot be opened)."""
     try:
@@ -180,7 +185,7 @@ def read_csv(path) -> list[Request]:
         raise ValueError(f"{path}: not a CSV file ({e})") from None
 
 
-def _read_rows(reader, path) -> list[Request]:
+def _read_rows(reader: Iterator[list[str]], path: StrPath) -> list[Request]:
     """The requests of a CSV reader positioned at the header."""
     header = next(reader, None)
     if header is None:
@@ -193,7 +198,7 @@ def _read_rows(reader, path) -> list[Request]:
             f"{path}: bad header {header}: needs {list(REQUIRED)}, may add "
             f"{list(COLUMNS[2:])}, each once"
         )
-    out = []
+    out: list[Request] = []
     for line, row in enumerate(reader, start=2):
         if not row or all(not cell.strip() for cell in row):
             continue
@@ -201,7 +206,7 @@ def _read_rows(reader, path) -> list[Request]:
             raise ValueError(f"{path}: more than {MAX_REQUESTS:,} requests")
         if len(row) != len(header):
             raise ValueError(f"{path}:{line}: expected {len(header)} fields, got {len(row)}")
-        values = {}
+        values: dict[str, int] = {}
         for col, cell in zip(header, row, strict=True):
             try:
                 values[col] = int(cell.strip())
@@ -217,7 +222,12 @@ def _read_rows(reader, path) -> list[Request]:
 
 
 def prompt_tokens(
-    requests, seed: int = 0, *, num_prefixes: int = 8, vocab: int = 32000, prefix_lens=(16, 512)
+    requests: Iterable[Request],
+    seed: int = 0,
+    *,
+    num_prefixes: int = 8,
+    vocab: int = 32000,
+    prefix_lens: Sequence[int] = (16, 512),
 ) -> list[np.ndarray]:
     """Token ids for each prompt, for prefix caching: shared system prompts, then unique text.
 

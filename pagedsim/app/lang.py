@@ -75,7 +75,8 @@ def wrap(line: str, width: int, indent: str = "      ") -> list[str]:
     if display_width(line) <= width:
         return [line]
     lead = line[: len(line) - len(line.lstrip())]
-    out, cur = [], lead
+    out: list[str] = []
+    cur = lead
     for tok in _TOKENS.findall(line.strip()):
         start = lead if not out else lead + indent
         if tok.isspace():

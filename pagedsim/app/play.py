@@ -134,9 +134,9 @@ class Playground:
                 print(prompt, end="", file=self.out, flush=True)
 
 
-def printable(text: str) -> str:
-    """`text` with control characters (ANSI escapes, a carriage return) written as escapes, so a
-    sequence name cannot move the cursor or recolour the terminal."""
+def printable(text: object) -> str:
+    """`text` (as str) with control characters (ANSI escapes, a carriage return) written as
+    escapes, so a sequence name cannot move the cursor or recolour the terminal."""
     return "".join(c if c.isprintable() or c == "\t" else ascii(c)[1:-1] for c in str(text))
 
 

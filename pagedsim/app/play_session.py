@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 
 from ..errors import BlockError, OutOfBlocks, SequenceError
 from ..manager import KVCacheManager
+from ..policies.hybrid import HybridManager
 from ..policies.preemption import PREEMPTION, PREEMPTION_POLICIES
+from ..policies.prefix_cache import PrefixCachingManager
 from .captions import caption
 from .lang import t
 
@@ -55,7 +57,7 @@ STEPS = {
 }
 
 
-def parse(text: str) -> tuple[str, list]:
+def parse(text: str) -> tuple[str, list[str | int]]:
     """`alloc A 6` -> ("alloc", ["A", 6]); a Refused names what is wrong."""
     op, *words = text.split()
     if op not in STEPS:
@@ -64,7 +66,7 @@ def parse(text: str) -> tuple[str, list]:
     required = [p for p in pattern if not p.startswith("[")]
     if not len(required) <= len(words) <= len(pattern):
         raise Refused(f"usage: {op} {STEPS[op][0]}")
-    args = []
+    args: list[str | int] = []
     for spec, word in zip(pattern, words, strict=False):
         if spec.strip("[]") == "N":
             if not word.isdigit():
@@ -90,7 +92,7 @@ class Options:
     policy: str = "none"  # what a short pool does: none (the step fails), recompute, swap
     hybrid: int | None = None  # two KV cache groups: full attention + a window of N tokens
 
-    def manager(self) -> KVCacheManager:
+    def manager(self) -> KVCacheManager | HybridManager:
         if self.policy not in POLICIES:
             raise Refused(
                 f"--preemption-mode must be one of {', '.join(POLICIES)}, got {self.policy!r}"
@@ -100,8 +102,6 @@ class Options:
         if self.hybrid is not None:
             return self._hybrid()
         if self.prefix_cache:
-            from ..policies.prefix_cache import PrefixCachingManager
-
             return PrefixCachingManager(self.num_blocks, self.block_size)
         if self.window:
             from ..policies.sliding_window import SlidingWindowManager
@@ -109,7 +109,7 @@ class Options:
             return SlidingWindowManager(self.num_blocks, self.block_size, window=self.window)
         return KVCacheManager(self.num_blocks, self.block_size, free_order="lifo")
 
-    def _hybrid(self):
+    def _hybrid(self) -> HybridManager:
         """vLLM v1's hybrid allocator: both groups' tables are shown (A:full, A:window)."""
         if self.prefix_cache or self.window or self.policy != "none":
             raise Refused(
@@ -118,8 +118,6 @@ class Options:
             )
         if type(self.hybrid) is not int or self.hybrid < 1:
             raise Refused(f"--hybrid must be a positive number of tokens, got {self.hybrid!r}")
-        from ..policies.hybrid import HybridManager
-
         return HybridManager(self.num_blocks, self.block_size, window=self.hybrid)
 
 
@@ -147,6 +145,9 @@ NOTES_ZH = {
 class Note(str):
     """A note, in English as a str, that keeps its template and fields for `said(lang)`."""
 
+    template: str  # the English template (NOTES_ZH's key)
+    fields: dict[str, object]  # what fills it in
+
     def __new__(cls, template: str, **fields):
         note = super().__new__(cls, template.format(**fields))
         note.template, note.fields = template, fields
@@ -164,6 +165,8 @@ class Moment:
 
 
 class Session:
+    cursor: int  # moments shown: 0 is the empty pool (set by _rebuild)
+
     def __init__(self, options: Options | None = None):
         self.options = options or Options()
         self._rebuild([])
@@ -171,6 +174,7 @@ class Session:
     # ---- the timeline --------------------------------------------------------
     @property
     def snapshots(self) -> list:
+        assert self.manager.trace is not None, "a session's manager records a trace"
         return self.manager.trace.snapshots
 
     def current(self):
@@ -235,8 +239,9 @@ class Session:
     def _rebuild(self, keep: list) -> None:
         self.manager = self.options.manager()
         if self.options.policy != "none":
-            self.manager.reclaimer = self._reclaim
-        self.moments, self.cursor = [], 0
+            self._preemptible().reclaimer = self._reclaim
+        self.moments: list[Moment] = []
+        self.cursor = 0
         self.host: dict = {}  # swapped-out seq -> (table, num_tokens)
         self.preempted: dict = {}  # recompute-preempted seq -> num_tokens to prefill again
         self.prompts: dict = {}  # seq -> prompt word (prefix caching)
@@ -252,7 +257,7 @@ class Session:
                 seq, n = args[0], args[1]
                 if seq in self.host or seq in self.preempted:
                     raise Refused(f"seq {seq} is preempted: `resume {seq}` brings it back")
-                if self.options.prefix_cache or self.options.hybrid is not None:
+                if isinstance(m, (PrefixCachingManager, HybridManager)):  # ids for the cache
                     word = args[2] if len(args) > 2 else seq
                     self.prompts[seq] = word
                     m.add_sequence(seq, n, prompt_tokens(word, n))
@@ -261,7 +266,7 @@ class Session:
             elif op == "append":
                 m.append_tokens(args[0], args[1] if len(args) > 1 else 1)
             elif op == "fork":
-                if self.options.hybrid is not None:
+                if isinstance(m, HybridManager):
                     raise Refused(
                         "fork is vLLM v0's; the hybrid allocator is v1, which shares "
                         "blocks only through the prefix cache"
@@ -303,6 +308,11 @@ class Session:
         )
 
     # ---- preemption (the chapter's evict_blocks) ------------------------------
+    def _preemptible(self) -> KVCacheManager:
+        """The manager, when a preemption policy runs it (--hybrid takes none)."""
+        assert isinstance(self.manager, KVCacheManager), "--hybrid takes no --preemption-mode"
+        return self.manager
+
     def _victim(self, protect: set):
         live = [s for s in self.manager.seq_ids() if s not in protect]
         return live[-1] if live else None  # the newest, as vLLM's default scheduler picks
@@ -323,7 +333,7 @@ class Session:
             raise Refused(
                 "evict needs a policy: start play with --preemption-mode recompute or swap"
             )
-        m = self.manager
+        m = self._preemptible()
         if PREEMPTION[self.options.policy].keeps_kv:  # swap: the table waits on the host
             table = m.block_table(seq)
             self.host[seq] = (list(table.blocks), table.num_tokens)
@@ -338,15 +348,16 @@ class Session:
         m.free_sequence(seq)
 
     def _resume(self, seq) -> str:
-        m = self.manager
         if seq in self.host:
             labels, n = self.host[seq]
-            m.restore_sequences({seq: (labels, n)})  # the old ids are only labels here
+            self._preemptible().restore_sequences(
+                {seq: (labels, n)}
+            )  # the old ids are only labels here
             del self.host[seq]
             return Note("swapped seq {seq} back in", seq=seq)
         if seq in self.preempted:
-            n = self.preempted[seq]
-            if self.options.prefix_cache:
+            n, m = self.preempted[seq], self._preemptible()
+            if isinstance(m, PrefixCachingManager):
                 m.add_sequence(seq, n, prompt_tokens(self.prompts.get(seq, seq), n))
             else:
                 m.add_sequence(seq, n)

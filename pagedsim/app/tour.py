@@ -112,7 +112,7 @@ def format_snapshot(
     No line is wider than `width` columns; `per_row` blocks per row (default: as many as fit)."""
     per_row = per_row or max(1, (width - 4) // CELL)
     say = lambda template, **kw: t(template, lang, view_zh.ZH, **kw)  # noqa: E731
-    owners = {b: [] for b in range(s.num_blocks)}
+    owners: dict[int, list[str]] = {b: [] for b in range(s.num_blocks)}
     for seq in s.sequences:
         for b in seq.blocks:
             if b >= 0:
@@ -267,7 +267,9 @@ def tour_page(lang: str = "en", steps: int | None = None) -> dict:
     """The tour as `pagedsim.view.write_html`'s keywords: snapshots, captions, why lines."""
     from ..view.sources import TOUR_VERSION
 
-    snaps = tour_manager(steps).trace.snapshots
+    trace = tour_manager(steps).trace
+    assert trace is not None, "the tour's manager records a trace"
+    snaps = trace.snapshots
     script = tour_zh.WHY if lang == "zh" else [why for why, _ in SCRIPT]
     start = tour_zh.WHY_START if lang == "zh" else WHY_START
     whys = [start if s.step == 0 else script[s.step - 1] for s in snaps]

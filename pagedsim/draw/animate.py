@@ -71,11 +71,11 @@ def write_gif(snapshots, path, *, interval: int = FRAME_MS, dpi: int | None = No
     (default: `gif_dpi`, at least GIF_MIN_WIDTH pixels wide)."""
     path = Path(path)
     snapshots = list(snapshots)
-    layout = Layout.for_snapshots(snapshots) if snapshots else None
-    if dpi is None and layout is not None:
+    anim, fig = animation(snapshots, interval=interval)  # refuses no snapshots: nothing written
+    layout = Layout.for_snapshots(snapshots)
+    if dpi is None:
         dpi = gif_dpi(layout)
     path.parent.mkdir(parents=True, exist_ok=True)
-    anim, fig = animation(snapshots, interval=interval)
     # whole pixels at this dpi too, whichever way the Pillow writer rounds
     size = (layout.width * layout.unit, layout.height * layout.unit)
     fig.set_size_inches(*style.whole_pixels(*size, dpi))
@@ -84,7 +84,9 @@ def write_gif(snapshots, path, *, interval: int = FRAME_MS, dpi: int | None = No
     fig.canvas.draw_idle = lambda *args, **kwargs: None
     anim.save(
         path,
-        writer=PillowWriter(fps=1000 / interval),
+        # matplotlib's stub says int, but PillowWriter takes any fps (1000 / fps ms a frame);
+        # unused-ignore: where matplotlib is not installed, mypy has no stub to disagree with
+        writer=PillowWriter(fps=1000 / interval),  # type: ignore[arg-type, unused-ignore]
         dpi=dpi,
         savefig_kwargs={"facecolor": "white"},
     )

@@ -18,7 +18,9 @@ def tour_snapshots() -> list:
     """The snapshots of `pagedsim tour` (12 blocks x 4 tokens, fork, copy-on-write, OutOfBlocks)."""
     from ..app.tour import tour_manager
 
-    return tour_manager().trace.snapshots
+    trace = tour_manager().trace
+    assert trace is not None, "the tour's manager records a trace"
+    return trace.snapshots
 
 
 def make_tour(out_dir: Path) -> list[Path]:

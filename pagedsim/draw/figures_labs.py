@@ -118,13 +118,15 @@ def race_timeline(out_dir: Path) -> list[Path]:
     """The first bad schedule of the racy pop for 2 threads; the exercise's atomic.sub pop and the
     allocator kernel's compare-and-swap pop on an overlapping schedule."""
     racy = il.summarize("racy", 2)
+    bad = racy.first_bad
+    assert bad is not None, "the racy pop has a bad schedule for 2 threads"
     fig = new_figure(10, 8.0)
     a1, a2, a3 = fig.subplots(3, 1, gridspec_kw={"hspace": 0.85})
     _draw_schedule(
         a1,
-        racy.first_bad,
+        bad,
         f"racy pop: {racy.bad} of {racy.total} interleavings hand one block to two "
-        f"threads; here block {racy.first_bad.duplicates[0]} (orange)",
+        f"threads; here block {bad.duplicates[0]} (orange)",
     )
     sub = il.summarize("atomic_add", 2)
     _draw_schedule(

@@ -115,9 +115,10 @@ def paper_note(by_mode: dict) -> str:
     )
 
 
-def sweep_notes(rows) -> tuple[str, str]:
+def sweep_notes(rows) -> tuple[str | None, str]:
     """The sweep figure's two notes, computed from its rows: why the preemption curve has the
-    shape it has, and why its numbers are not lesson 3.5's."""
+    shape it has (None when no row has a preemption count), and why its numbers are not
+    lesson 3.5's."""
     ok = [r for r in rows if r["preemptions"] is not None]
     peak = max(ok, key=lambda r: r["preemptions"]) if ok else None
     why = (

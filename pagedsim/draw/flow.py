@@ -148,6 +148,7 @@ def make_logical_physical(out_dir: Path) -> list[Path]:
 
 def logical_subtitle(m: KVCacheManager) -> str:
     """3.3's subtitle, read from the run's trace: who was admitted in what order, who finished."""
+    assert m.trace is not None, "3.3 is drawn from a manager that records a trace"
     events = m.trace.events
     added = [e for e in events if isinstance(e, SequenceAdded)]
     freed = [e.seq_id for e in events if isinstance(e, SequenceFreed)]

@@ -29,6 +29,7 @@ def hybrid_snapshots() -> list:
     m.allocate_slots("B", len(PROMPT) - hit.num_tokens, new_token_ids=PROMPT, computed=hit)
     m.free_sequence("A")
     m.check_invariants()
+    assert m.trace is not None, "HybridManager records a trace by default"
     return m.trace.snapshots
 
 

@@ -223,7 +223,7 @@ def render(
 def describe_artists(fig) -> list[tuple]:
     """Every patch and text of `fig` as plain tuples (kind, gid, colour, text/geometry): what
     tests compare instead of pixels."""
-    out = [
+    out: list[tuple[object, ...]] = [
         ("figtext", t.get_gid(), t.get_text(), _r(t.get_position()), to_hex(t.get_color()))
         for t in fig.texts
     ]
@@ -239,7 +239,9 @@ def describe_artists(fig) -> list[tuple]:
                 elif isinstance(a, Circle):
                     geom = _r((*a.center, a.radius))
                 elif isinstance(a, FancyArrowPatch):
-                    geom = _r(sum(a._posA_posB, ())) if a._posA_posB else ()
+                    # posA/posB live only in this private instance field: no getter, no stub
+                    ends = vars(a)["_posA_posB"]
+                    geom = _r(sum(ends, ())) if ends else ()
                 else:
                     geom = ()
                 out.append(
@@ -454,7 +456,7 @@ def _gone_row(ax, y, seq_id, back, colours, label_w):
 
 
 def _blocks(ax, snap, layout, colours):
-    owners = {b: [] for b in range(snap.num_blocks)}
+    owners: dict[int, list[object]] = {b: [] for b in range(snap.num_blocks)}
     for seq in snap.sequences:
         for b in seq.blocks:
             if 0 <= b < snap.num_blocks:

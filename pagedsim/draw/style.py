@@ -31,6 +31,7 @@ import contextlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 import matplotlib
 
@@ -42,6 +43,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 from matplotlib.ticker import LogFormatter, LogFormatterSciNotation  # noqa: E402
+from matplotlib.typing import RcKeyType  # noqa: E402
 
 from ..app.lang import t as _t  # noqa: E402
 from .labels_zh import ZH as _ZH  # noqa: E402
@@ -63,7 +65,7 @@ INK = "#222222"  # text and outlines
 ACCENT = "#EE7733"  # Tol vibrant orange: highlights (copy-on-write, the free-list head)
 DPI = 100
 
-RC = {
+RC: dict[RcKeyType, object] = {
     "font.family": "DejaVu Sans",
     "font.size": 10,
     "axes.titlesize": 12,
@@ -101,7 +103,23 @@ LOOKS = {
     "paper": Look("paper", SEQ_COLOURS, FREE, FREE_EDGE, None, 0.0, 1.0),
     "projector": Look("projector", PROJECTOR_COLOURS, "#B0B0B0", "#333333", "#222222", 12.0, 1.4),
 }
-_out = {"fmt": "png", "dpi": None, "look": LOOKS["paper"], "lang": "en", "slides": False}
+
+
+class _Output(TypedDict):
+    """What `output(...)` chose: every figure saved meanwhile follows it."""
+
+    fmt: str  # png, svg or pdf
+    dpi: int | None  # None: each figure's own
+    look: Look  # paper or projector
+    lang: str  # en or zh (zh only with a CJK font)
+    slides: bool  # one frame per file
+
+
+class _Noted(_Output, total=False):
+    noted: bool  # the missing-CJK-font note was printed (once per process)
+
+
+_out: _Noted = {"fmt": "png", "dpi": None, "look": LOOKS["paper"], "lang": "en", "slides": False}
 CJK_FONTS = (
     "Noto Sans CJK SC",
     "Noto Sans CJK JP",
@@ -160,7 +178,7 @@ def output(
         raise ValueError(f"style must be one of {tuple(LOOKS)}, got {look!r}")
     if dpi is not None and not (isinstance(dpi, int) and 10 <= dpi <= 2400):
         raise ValueError(f"dpi must be an int in 10..2400, got {dpi!r}")
-    rc = {}
+    rc: dict[RcKeyType, object] = {}
     if lang == "zh":
         font = cjk_font()
         if font is None:
@@ -172,8 +190,8 @@ def output(
             rc = {"font.family": ["sans-serif"], "font.sans-serif": [font, "DejaVu Sans"]}
     elif lang != "en":
         raise ValueError(f"lang must be en or zh, got {lang!r}")
-    saved = dict(_out)
-    _out.update(fmt=fmt, dpi=dpi, look=LOOKS[look], lang=lang, slides=bool(slides))
+    saved = _out.copy()
+    _out.update({"fmt": fmt, "dpi": dpi, "look": LOOKS[look], "lang": lang, "slides": bool(slides)})
     try:
         with plt.rc_context(rc):
             yield
@@ -208,7 +226,7 @@ def grey(colour: str) -> str:
 
 def seq_colours(snapshots) -> dict:
     """seq_id -> colour, in order of first appearance across `snapshots`."""
-    palette, out = look().seq_colours, {}
+    palette, out = look().seq_colours, dict[object, str]()
     for snap in snapshots:
         for s in snap.sequences:
             if s.seq_id not in out:
@@ -233,7 +251,11 @@ def text_on(colour) -> str:
 def whole_pixels(width: float, height: float, dpi: int = DPI) -> tuple[float, float]:
     """Inches that come out as round(inches * dpi) pixels whether matplotlib rounds or
     truncates (versions differ): a quarter pixel above the whole number."""
-    return tuple((round(x * dpi) + 0.25) / dpi for x in (width, height))
+
+    def whole(x: float) -> float:
+        return (round(x * dpi) + 0.25) / dpi
+
+    return whole(width), whole(height)
 
 
 def new_figure(width: float, height: float):
@@ -247,7 +269,11 @@ METADATA = {
     "svg": {"Date": None, "Creator": None},
     "pdf": {"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None},
 }
-SAVE_RC = {"svg.fonttype": "none", "svg.hashsalt": "pagedsim", "pdf.fonttype": 42}
+SAVE_RC: dict[RcKeyType, object] = {
+    "svg.fonttype": "none",
+    "svg.hashsalt": "pagedsim",
+    "pdf.fonttype": 42,
+}
 
 
 SLIDE_BODY_IN = (960 / 72, 480 / 72)  # a 16:9 slide's body under its title band: 960 x 480 pt

@@ -32,6 +32,7 @@ from ..errors import OutOfBlocks
 from ..manager import KVCacheManager
 from ..policies.preemption import HostPool
 from ..policies.prefix_cache import PrefixCachingManager
+from ..trace import BlockReleased
 
 
 class BlockAdapter:
@@ -96,7 +97,9 @@ class BlockAdapter:
         K/V is already in the cache (full ready blocks), or None (nothing changed) when
         blocks are short or a hit is still being computed by another sequence."""
         bs, pool = self.block_size, self.manager.pool
-        hits = self.manager.match(tokens) if self.prefix_caching else []
+        # the manager, when it caches prefixes (prefix_caching=True), else None
+        cache = self.manager if isinstance(self.manager, PrefixCachingManager) else None
+        hits = cache.match(tokens) if cache is not None else []
         ready = 0
         for i, b in enumerate(hits):
             if self.ready.get(b) != tuple(tokens[: (i + 1) * bs]):
@@ -108,8 +111,8 @@ class BlockAdapter:
         if need > self.num_free:
             return None
         try:
-            if self.prefix_caching:
-                self.manager.add_sequence(seq, len(tokens), tokens)
+            if cache is not None:
+                cache.add_sequence(seq, len(tokens), tokens)
             else:
                 self.manager.add_sequence(seq, len(tokens))
         except OutOfBlocks:
@@ -194,7 +197,7 @@ class BlockAdapter:
                 counts["shared"] += 1
             elif e.kind == "copy_on_write":
                 counts["copied"] += 1
-            elif e.kind == "block_released" and e.ref_count == 0:
+            elif isinstance(e, BlockReleased) and e.ref_count == 0:
                 counts["freed"] += 1
         self._mark = len(trace.events)
         return counts

@@ -41,7 +41,7 @@ from .dense import DenseEngine
 from .hf import load_model, load_tokenizer
 from .lockstep import Lockstep
 from .paged import PagedEngine
-from .requests import Request
+from .requests import Request, RequestState
 
 DEFAULT_MODEL = Path(__file__).with_name("models") / "shakespeare"
 SHARED = "ROMEO.\nBut soft, what light through yonder window breaks?\n"
@@ -284,7 +284,9 @@ def run(
         )
         decode = None if tok is None else (lambda ids: tok.decode(list(ids)))
         beside = Lockstep(engine, reference, pool_name, decode)
-    states, marks, texts = [], [], []
+    states: list[RequestState] = []
+    marks: list[int] = []
+    texts: list[tuple[str, ...]] = []
     for turn in range(max(turns, 1)):
         if turn:  # the transcript so far, then the next speaker
             last = states[-1]

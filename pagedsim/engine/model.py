@@ -282,6 +282,8 @@ def rope_frequencies(c: ModelConfig, base: float, scaling: dict) -> tuple:
 
 
 class Transformer:
+    info: dict  # what a checkpoint's files said (set by hf.load_model; absent otherwise)
+
     def __init__(self, config: ModelConfig, weights: dict, name: str = "model"):
         """`weights`: name -> array as `tensor_shapes(config)` lists (stored as float32)."""
         self.config = c = config

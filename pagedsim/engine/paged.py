@@ -30,6 +30,9 @@ from .window_adapter import WindowAdapter
 
 
 class PagedEngine:
+    # per engine step, the text each block holds: set by generate.generate, read by step_frames
+    block_labels: list[tuple[str, ...]]
+
     def __init__(
         self,
         model: Transformer,
@@ -287,7 +290,7 @@ class PagedEngine:
             for n, i in zip(last, order, strict=True)
             if i.end == len(i.run.state.tokens[i.seq])
         ]
-        out = m.logits(h[[n for n, _ in ends]]) if ends else []
+        out: np.ndarray | list[np.ndarray] = m.logits(h[[n for n, _ in ends]]) if ends else []
         return {i.seq: row for (_, i), row in zip(ends, out, strict=True)}
 
     def _batch(self, items: list, group: int = 0):

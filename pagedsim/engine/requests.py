@@ -189,7 +189,8 @@ class RequestState:
             picks = self._beam_picks(logits)
         else:
             picks = self._sample_picks(logits)
-        actions, used, appends = [], set(), []
+        actions: list[tuple[str, ...]] = []
+        used, appends = set(), []
         for parent, token, score, index in picks:  # parents in key order, best first
             if parent not in used:
                 used.add(parent)
@@ -246,7 +247,8 @@ class RequestState:
             [log_softmax(penalize(logits[s], self.tokens[s], r.repetition_penalty)) for s in beams],
             bs.num_candidates(width, r.stop_token_ids),
         )
-        picks, found = [], list(self.hypotheses)
+        picks: list[tuple[str, int, float, int]] = []
+        found = list(self.hypotheses)
         for rank, (b, token, score) in enumerate(cand):
             if last or token in r.stop_token_ids:
                 if rank < width:

@@ -70,8 +70,9 @@ class Scheduler:
     def add(self, run: Run) -> None:
         self.waiting.append(run)
 
-    def schedule(self) -> list:
-        items, budget, served = [], self.budget, set()
+    def schedule(self) -> list[Item]:
+        items: list[Item] = []
+        budget, served = self.budget, set[int]()
         self._swap_in()
         for run in list(self.running):
             if run.status != "running":

@@ -129,6 +129,8 @@ def _replay(size, output_len, arrival, memory: int, queue: str) -> int:
         nxt = regions.next_finish()
         if arrived < n and (nxt is None or arrival[arrived] < nxt):
             nxt = int(arrival[arrived])
+        if nxt is None:  # nothing finishes or arrives: nothing waits either (all fit memory)
+            break
         if head < arrived:
             smallest = int(size[head]) if queue == "fcfs" else _range_min(rmq, head, arrived)
             total += (nxt - now) * sum(length for _, length in regions.holes() if length < smallest)

@@ -36,10 +36,23 @@ from __future__ import annotations
 
 import json
 import math
+from typing import TypedDict
 
 from ..app.args import ArgParser, float_in, int_in
 from ..errors import MAX_BLOCK_SIZE
 from ..sizing import preset
+
+
+class Row(TypedDict):
+    """One sequence length's costs, as the table and --json show them."""
+
+    tokens: int  # sequence length
+    swap_ms: float  # swap out and back in over PCIe
+    recompute_ms: float  # prefill the whole sequence again
+    recompute_v1_ms: float  # prefill again net of prefix-cache hits (v1)
+    cheaper: str  # "swap" or "recompute"
+    crossover_gbps: float | None  # PCIe bandwidth above which swap wins (None: never)
+
 
 LENGTHS = (16, 64, 256, 512, 1024, 2048)
 BANDWIDTHS = (4, 8, 16, 25, 32, 64)  # GB/s, for the crossover table
@@ -127,7 +140,7 @@ def main(argv: list[str]) -> int:
         ap.error(str(e))
     h = measured_hit_fraction() if args.hit_fraction is None else args.hit_fraction
     params = args.params or params_of(spec)
-    rows = []
+    rows: list[Row] = []
     for length in LENGTHS:
         s = swap_seconds(length, spec, args.block_size, args.pcie_gbps, args.copy_latency_us)
         r = recompute_seconds(length, spec, params, args.tflops, args.mfu)

@@ -32,8 +32,12 @@ import subprocess
 import sys
 import threading
 import traceback
+from typing import TYPE_CHECKING
 
 from ..app.args import ArgParser, float_in, int_in
+
+if TYPE_CHECKING:
+    from .remote import Channel
 
 CHILD_FLAG = "--child"
 
@@ -111,6 +115,8 @@ def load(target: str):
                 raise LoadError(f"no such file: {module_name}")
             sys.path.insert(0, os.path.dirname(path))  # its siblings import as in a script
             spec = importlib.util.spec_from_file_location(f"conform_target_{abs(hash(path))}", path)
+            if spec is None or spec.loader is None:
+                raise LoadError(f"cannot import {module_name}: not a Python source file")
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
         else:
@@ -136,7 +142,8 @@ class Target:
         from . import jail
 
         jail.become_subreaper()
-        self.proc = self.ch = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.ch: Channel | None = None
         self.loaded: dict = {}
         self.expired = False
         self.timer = threading.Timer(timeout, self.expire)
@@ -187,6 +194,7 @@ class Target:
 
         with _alarm_paused():
             self._start()
+            assert self.ch is not None, "_start made a channel"
             remote.ask(self.ch, "load", None, os.getcwd())
 
     def get(self, target: str, call_timeout=None):
@@ -200,6 +208,7 @@ class Target:
             raise Expired()
         if self.ch is None or (self.ch.dead and self.ch.dead.startswith("stopped")):
             self.start()
+        assert self.ch is not None and self.proc is not None, "start made a child"
         if target not in self.loaded:
             try:
                 with _alarm_paused(), time_limit(call_timeout, f"importing {target}", []):

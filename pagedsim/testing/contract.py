@@ -29,6 +29,7 @@ import operator
 import signal
 import threading
 from contextlib import contextmanager
+from typing import Any, NoReturn
 
 from ..errors import OutOfBlocks
 from .messages import render
@@ -98,10 +99,10 @@ class Managed:
     def __init__(self, script: list[str], call_timeout=None):
         self.script = script  # the calls so far, as lines of Python
         self.call_timeout = call_timeout  # seconds per call, or None
-        self.obj = None
+        self.obj: Any = None  # the user's manager: duck-typed, each answer checked here
         self.broken = False  # a check failed or a call hung: nothing more may be called
 
-    def fail(self, problem: str):
+    def fail(self, problem: str) -> NoReturn:
         self.broken = True
         raise NonConformance(render(problem, self.script))
 

@@ -210,9 +210,9 @@ def sandbox_argv(
                     out += ["--ro-bind", "/dev/null", str(hidden / rel)]
     for key, value in (env or {}).items():
         out += ["--setenv", key, value]
-    scratch = str(Path(scratch).resolve())
+    work = str(Path(scratch).resolve())
     # /tmp read-only once all is mounted: a write anywhere but scratch fails, and says so
-    out += ["--bind", scratch, scratch, "--remount-ro", "/tmp", "--chdir", scratch, "--"]
+    out += ["--bind", work, work, "--remount-ro", "/tmp", "--chdir", work, "--"]
     return out + argv
 
 

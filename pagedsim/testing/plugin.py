@@ -19,6 +19,7 @@ Importing this module imports only pytest: the kit loads when a fixture is used.
 from __future__ import annotations
 
 import zlib
+from typing import Any
 
 import pytest
 
@@ -56,7 +57,10 @@ def paged_cache(request):
     from .caches import paged_case
 
     marker = request.node.get_closest_marker("paged_cache")
-    spec = dict(context_lens=(5, 9, 2), block_size=4, num_kv_heads=2, group=2, head_dim=8)
+    # paged_case's keywords; a marker's values are whatever the test wrote (untyped)
+    spec: dict[str, Any] = dict(
+        context_lens=(5, 9, 2), block_size=4, num_kv_heads=2, group=2, head_dim=8
+    )
     spec.update(marker.kwargs if marker else {})
     spec.setdefault("seed", zlib.crc32(request.node.nodeid.encode()) % 2**16)
     return paged_case(**spec)

@@ -76,7 +76,8 @@ class Channel:
         self.exports: dict[int, object] = {}
         # their id -> our proxy (stand-in exception classes stay the same class)
         self.proxies: dict[int, object] = {}
-        self.seq, self.dead = 0, None  # dead: why this channel can no longer be used
+        self.seq = 0
+        self.dead: str | None = None  # why this channel can no longer be used
         self.refused: str | None = None  # a message from the other end that was not read
         self.helpers: dict = {}  # op -> function, for the child's extra requests
         self.on_error = None  # called with each exception the other end raised
@@ -311,8 +312,8 @@ def serve(fd: int, helpers: dict) -> None:
     sock = socket.socket(fileno=fd)
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
-    out = os.environ.get("PAGEDSIM_CHILD_OUTPUT")
-    out = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND) if out else null
+    debug = os.environ.get("PAGEDSIM_CHILD_OUTPUT")
+    out = os.open(debug, os.O_WRONLY | os.O_CREAT | os.O_APPEND) if debug else null
     for std in (1, 2):
         os.dup2(out, std)
     ch = Channel(sock, trusting=True)

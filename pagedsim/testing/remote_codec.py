@@ -101,7 +101,7 @@ def dump_message(message) -> bytes:
     return json.dumps(message, separators=(",", ":"), allow_nan=True).encode("ascii")
 
 
-def load_message(data: bytes):
+def load_message(data: bytes | bytearray):
     """JSON text to plain lists, strings and numbers (no node is built yet)."""
     try:
         return json.loads(data.decode("utf-8"), object_pairs_hook=_no_objects)

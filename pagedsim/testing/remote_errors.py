@@ -272,7 +272,10 @@ def raise_from_frames(exc: BaseException, frames, filename: str) -> None:
         src = "\n" * (max(int(line), 1) - 1) + "__next()"
         code = compile(src, filename, "exec")
         name = str(name)[:200]
-        codes.append(code.replace(co_name=name, co_qualname=name))
+        if sys.version_info >= (3, 11):  # 3.10's code objects have no co_qualname
+            codes.append(code.replace(co_name=name, co_qualname=name))
+        else:
+            codes.append(code.replace(co_name=name))
 
     def run(i: int) -> None:
         if i == len(codes):

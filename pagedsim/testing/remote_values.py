@@ -9,6 +9,7 @@ methods, which the serving side runs through `OPERATORS`; lists, dicts, sets and
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 
 import numpy as np
 
@@ -39,7 +40,7 @@ SPECIAL = {
     "__mul__",
     "__neg__",
 }
-OPERATORS = {
+OPERATORS: dict[str, Callable[..., object]] = {
     "__len__": len,
     "__getitem__": operator.getitem,
     "__setitem__": operator.setitem,

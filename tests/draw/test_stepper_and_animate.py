@@ -89,3 +89,9 @@ def test_the_html_player_has_one_frame_per_snapshot(tour_snaps):
 def test_a_gif_of_nothing_is_refused(tmp_path):
     with pytest.raises(ValueError, match="snapshots must not be empty"):
         write_gif([], tmp_path / "x.gif")
+
+
+def test_a_refused_gif_creates_no_folder(tmp_path):
+    with pytest.raises(ValueError, match="snapshots must not be empty"):
+        write_gif([], tmp_path / "new" / "x.gif")
+    assert not (tmp_path / "new").exists()
