@@ -144,7 +144,7 @@ def test_generate_on_a_broken_checkpoint_exits_2_with_one_stderr_line(tmp_path, 
         [sys.executable, "-m", "pagedsim", "generate", "--model", str(d)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=1800,
     )
     assert done.returncode == 2 and done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
@@ -168,7 +168,7 @@ def test_loading_a_bf16_checkpoint_peaks_under_two_and_a_half_times_its_size(tmp
         model = load_model({str(d)!r})
         print(kib("VmHWM:") - base, model.num_parameters)
     """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr
     peak_kib, params = map(int, done.stdout.split())
     assert params * 2 <= size < params * 2 + 100_000  # the file really is bf16
@@ -196,7 +196,7 @@ def test_generate_serves_a_checkpoint_without_a_tokenizer_from_token_ids(tmp_pat
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=1800,
     )
     assert done.returncode == 0, done.stderr
     (req,) = json.loads(done.stdout)["summary"]["requests"]

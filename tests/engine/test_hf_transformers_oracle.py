@@ -165,7 +165,7 @@ def test_the_command_line_gives_transformers_greedy_tokens(tmp_path, case):
         ],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1800,
     )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)["summary"]

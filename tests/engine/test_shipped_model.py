@@ -59,7 +59,7 @@ def run_generate(*args):
         [sys.executable, "-m", "pagedsim", "generate", *args],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1800,
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr

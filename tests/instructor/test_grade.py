@@ -68,7 +68,7 @@ def test_each_file_gets_the_status_its_checker_reported_and_a_missing_file_is_an
             "ann/upload/hw/ex3_2_block_layout.py": "GOOD",
         },
     )
-    results = grade.grade(root, timeout=20, command=fake)
+    results = grade.grade(root, timeout=300, command=fake)
     got = {(r.student, r.exercise): (r.status, r.passed, r.total, r.failed) for r in results}
     assert got == {
         ("ann", "3.1"): ("pass", 2, 2, []),
@@ -106,7 +106,7 @@ def test_a_checker_that_dies_without_a_result_is_an_error_that_quotes_its_last_w
     tmp_path, fake
 ):
     root = submissions(tmp_path / "class", {"dan/ex3_1_first_fit.py": "DIE"})
-    (result,) = grade.grade(root, timeout=20, command=fake)
+    (result,) = grade.grade(root, timeout=300, command=fake)
     assert result.status == "error"
     assert "exited with code 3" in result.messages[0] and "Segmentation fault" in result.messages[0]
 

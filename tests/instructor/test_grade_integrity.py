@@ -59,7 +59,7 @@ def test_a_rewrite_of_another_students_file_is_blamed_on_its_job_and_never_reach
     write(root, {"a_eve": "REWRITE", "b_bob": "GOOD"})
     got = {
         r.student: r
-        for r in grade.grade(root, ["3.1"], timeout=60, command=command, workers=1, sandbox=False)
+        for r in grade.grade(root, ["3.1"], timeout=600, command=command, workers=1, sandbox=False)
     }
     assert got["b_bob"].status == "pass", got["b_bob"]
     assert got["a_eve"].status == "error"
@@ -109,7 +109,7 @@ def test_with_no_isolation_grading_is_refused_unless_no_sandbox_and_then_unverif
     with pytest.raises(SystemExit):
         grade.main([str(root)])
     assert "--no-sandbox" in capsys.readouterr().err
-    (r,) = grade.grade(root, ["3.1"], timeout=60, command=command, sandbox=False)
+    (r,) = grade.grade(root, ["3.1"], timeout=600, command=command, sandbox=False)
     assert r.status == "pass" and r.verified is False and r.mode == "none"
     assert r.limits == jail.Limits().as_json()
     assert "unverified" in grade_report.table([r]).splitlines()[2]
@@ -122,7 +122,7 @@ def test_csv_and_gradescope_results_have_a_row_per_student_and_exercise(fake, tm
     root, command = fake
     write(root, {"ann": "GOOD", "b\x1b[31mob": "meh"})
     results = grade.grade(
-        root, ["3.1"], timeout=60, command=command, mode=grade.Mode(sandbox=False, own_uid=False)
+        root, ["3.1"], timeout=600, command=command, mode=grade.Mode(sandbox=False, own_uid=False)
     )
     rows = list(csv.DictReader(io.StringIO(grade_report.as_csv(results))))
     assert [(r["student"], r["status"], r["passed"]) for r in rows] == [

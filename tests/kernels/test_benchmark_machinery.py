@@ -43,7 +43,7 @@ def probe(**env):
         env={**clean, **env},
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1800,
     )
 
 

@@ -38,7 +38,7 @@ def test_load16_compiles_to_ld_global_nc_v4_u32_for_sm80_and_sm90():
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1800,
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr[-2000:]

@@ -63,7 +63,7 @@ def test_an_outside_suite_gets_the_fixtures_through_the_entry_point(tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=1800,
     )
     out = done.stdout + done.stderr
     assert "1 failed, 3 passed" in out, out
