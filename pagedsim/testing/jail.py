@@ -43,18 +43,27 @@ def become_subreaper() -> bool:
         return False
 
 
+def _pids(newest_first: bool = False) -> list[int]:
+    """Every process id we can see."""
+    return sorted((int(e) for e in os.listdir("/proc") if e.isdigit()), reverse=newest_first)
+
+
+def _stat(pid: int) -> tuple[str, int, int, int] | None:
+    """(state, parent pid, process group, session) of `pid`; None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[1]), int(fields[2]), int(fields[3])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _processes() -> dict[int, tuple[int, int]]:
     """pid -> (parent pid, session id), for every process we can see."""
     out = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z":
-            out[int(entry)] = (int(fields[1]), int(fields[3]))
+    for pid in _pids():
+        st = _stat(pid)
+        if st is not None and st[0] != "Z":
+            out[pid] = (st[1], st[3])
     return out
 
 
@@ -131,17 +140,13 @@ def _stop_new_children(me: int, stopped: set[int], spare: set[int]) -> set[int]:
     the sweep in `doomed` keeps missing it. Read newest first, the live member is met a few
     microseconds after the listing."""
     caught: set[int] = set()
-    for entry in sorted((int(e) for e in os.listdir("/proc") if e.isdigit()), reverse=True):
-        if entry in spare or entry in stopped or entry == me:
+    for pid in _pids(newest_first=True):
+        if pid in spare or pid in stopped or pid == me:
             continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        parent = int(fields[1])
-        if fields[0] != "Z" and (parent == me or parent in stopped or parent in caught):
-            _signal([entry], signal.SIGSTOP)
-            caught.add(entry)
+        st = _stat(pid)
+        if st is not None and st[0] != "Z" and (st[1] == me or st[1] in stopped | caught):
+            _signal([pid], signal.SIGSTOP)
+            caught.add(pid)
     return caught
 
 
@@ -178,15 +183,10 @@ def _wait(pid: int) -> bool:
 def _zombies_of(me: int) -> list[tuple[int, int, int]]:
     """(pid, process group, session) of each exited child of ours not yet collected."""
     out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] == "Z" and int(fields[1]) == me:
-            out.append((int(entry), int(fields[2]), int(fields[3])))
+    for pid in _pids():
+        st = _stat(pid)
+        if st is not None and st[0] == "Z" and st[1] == me:
+            out.append((pid, st[2], st[3]))
     return out
 
 
