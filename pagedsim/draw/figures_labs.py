@@ -254,7 +254,7 @@ def layout_sector_slides(out_dir: Path) -> list[Path]:
         axes[0].set_ylabel("lane")
         fig.suptitle(f"{layout}: one warp's load (fp16, B={g.block_size}, D={g.head_dim})")
         fig.supxlabel("bytes of the 128-B lines touched; grey: 32-B sectors fetched")
-        fig.subplots_adjust(left=0.08, right=0.98, top=0.7, bottom=0.2, wspace=0.3)
+        fig.subplots_adjust(left=0.08, right=0.95, top=0.7, bottom=0.2, wspace=0.3)
         paths.append(save(fig, Path(out_dir) / f"layout_sectors-slide-{r + 1}-{layout}.png"))
     return paths
 
