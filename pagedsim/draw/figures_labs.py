@@ -193,15 +193,15 @@ def _sector_strip(ax, w, title: str, slide: bool = False) -> None:
     ax.set_xticks([i * sc.LINE for i in range(len(lines) + 1)][:: max(1, len(lines) // 4)])
     ax.tick_params(labelsize=7)
     span = int(w.addresses.max()) + w.nbytes - int(w.addresses.min())
-    lines = f"{w.lines} line{'s' * (w.lines > 1)}"
+    n_lines = f"{w.lines} line{'s' * (w.lines > 1)}"
     if slide:  # a third of a slide's width at 18 pt: the same facts, shorter lines
         ax.set_title(
-            f"{title}\n{w.sectors} sectors, {lines}\n{w.efficiency:.0%} used, over {span} B",
+            f"{title}\n{w.sectors} sectors, {n_lines}\n{w.efficiency:.0%} used, over {span} B",
             fontsize=18,
         )
         return
     ax.set_title(
-        f"{title}: {w.sectors} sectors, {lines}, {w.efficiency:.0%} used\n"
+        f"{title}: {w.sectors} sectors, {n_lines}, {w.efficiency:.0%} used\n"
         f"(bytes spread over {span} B)",
         fontsize=8.5,
     )
