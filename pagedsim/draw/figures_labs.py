@@ -16,7 +16,16 @@ from pathlib import Path
 
 from matplotlib.patches import Rectangle
 
-from pagedsim.draw.style import ACCENT, FREE, FREE_EDGE, INK, SEQ_COLOURS, new_figure, save
+from pagedsim.draw.style import (
+    ACCENT,
+    FREE,
+    FREE_EDGE,
+    INK,
+    SEQ_COLOURS,
+    new_figure,
+    save,
+    slides,
+)
 from pagedsim.labs import interleavings as il
 
 LANE_COLOURS = SEQ_COLOURS[:3]
@@ -149,7 +158,7 @@ def race_timeline(out_dir: Path) -> list[Path]:
     return [save(fig, Path(out_dir) / "race_timeline.png")]
 
 
-def _sector_strip(ax, w, title: str) -> None:
+def _sector_strip(ax, w, title: str, slide: bool = False) -> None:
     """Each lane's bytes as a bar over the 32-byte sector grid, untouched 128-B lines cut out."""
     import numpy as np
 
@@ -186,9 +195,16 @@ def _sector_strip(ax, w, title: str) -> None:
     ax.set_xticks([i * sc.LINE for i in range(len(lines) + 1)][:: max(1, len(lines) // 4)])
     ax.tick_params(labelsize=7)
     span = int(w.addresses.max()) + w.nbytes - int(w.addresses.min())
+    n_lines = f"{w.lines} line{'s' * (w.lines > 1)}"
+    if slide:  # a third of a slide's width at 18 pt: the same facts, shorter lines
+        ax.set_title(
+            f"{title}\n{w.sectors} sectors, {n_lines}\n{w.efficiency:.0%} used, over {span} B",
+            fontsize=18,
+        )
+        return
     ax.set_title(
-        f"{title}: {w.sectors} sectors, {w.lines} line{'s' * (w.lines > 1)}, "
-        f"{w.efficiency:.0%} used\n(bytes spread over {span} B)",
+        f"{title}: {w.sectors} sectors, {n_lines}, {w.efficiency:.0%} used\n"
+        f"(bytes spread over {span} B)",
         fontsize=8.5,
     )
 
@@ -198,6 +214,8 @@ def layout_sectors(out_dir: Path) -> list[Path]:
     from pagedsim.labs import sectors as sc
 
     g = sc.Geometry()
+    if slides():
+        return layout_sector_slides(out_dir)
     fig = new_figure(12, 10)
     axes = fig.subplots(4, 3)
     cases = [("kernel", "k"), ("kernel", "v"), ("vec16", "k")]
@@ -219,6 +237,28 @@ def layout_sectors(out_dir: Path) -> list[Path]:
     )
     fig.subplots_adjust(left=0.05, right=0.98, top=0.92, bottom=0.07, hspace=0.75, wspace=0.2)
     return [save(fig, Path(out_dir) / "layout_sectors.png")]
+
+
+def layout_sector_slides(out_dir: Path) -> list[Path]:
+    """`--slides`: one layout per slide (`layout_sectors-slide-<i>-<layout>.png`), its three
+    loads side by side, every text at 18 pt or more on a 16:9 slide body."""
+    from pagedsim.labs import sectors as sc
+
+    g = sc.Geometry()
+    cases = [("kernel", "k"), ("kernel", "v"), ("vec16", "k")]
+    paths = []
+    for r, layout in enumerate(sc.LAYOUTS):
+        fig = new_figure(13.33 / 1.4, 6.67 / 1.4)  # the projector look scales by 1.4
+        axes = fig.subplots(1, 3)
+        for c, (mapping, which) in enumerate(cases):
+            w = sc.warp_load(layout, mapping, which, g)
+            _sector_strip(axes[c], w, f"{which.upper()}, {mapping}", slide=True)
+        axes[0].set_ylabel("lane")
+        fig.suptitle(f"{layout}: one warp's load (fp16, B={g.block_size}, D={g.head_dim})")
+        fig.supxlabel("bytes of the 128-B lines touched; grey: 32-B sectors fetched")
+        fig.subplots_adjust(left=0.08, right=0.95, top=0.7, bottom=0.2, wspace=0.3)
+        paths.append(save(fig, Path(out_dir) / f"layout_sectors-slide-{r + 1}-{layout}.png"))
+    return paths
 
 
 def alignment_sectors(out_dir: Path) -> list[Path]:

@@ -155,43 +155,57 @@ def sweep_notes(rows) -> tuple[str | None, str]:
     return why, differ
 
 
-def draw_sweep(rows, out_dir: Path, title: str = "", name: str = "block_size_sweep.png") -> Path:
-    """Five panels over block size (waste, table entries, largest batch, preemptions, prefix-cache
-    hit rate), each on its own axis, and two notes that explain them."""
-    bs = np.array([r["block_size"] for r in rows])
+def _sweep_panels(rows) -> list:
+    """(key, xs, ys, title, log y axis) of each panel of the sweep."""
+    bs = [r["block_size"] for r in rows]
     ok = [r for r in rows if r["preemptions"] is not None]
-    fig = style.new_figure(13.0, 7.6)
-    axes = fig.subplots(2, 3)
-    fig.subplots_adjust(left=0.06, right=0.98, top=0.9, bottom=0.08, hspace=0.45, wspace=0.28)
-    panels = (
-        (axes[0, 0], bs, [100 * r["waste"] for r in rows], "internal fragmentation (%)", 0),
-        (axes[0, 1], bs, [r["mean_entries"] for r in rows], "table entries per sequence (mean)", 1),
-        (axes[0, 2], bs, [r["max_batch"] for r in rows], "largest batch that fits (requests)", 0),
+    return [
+        ("waste", bs, [100 * r["waste"] for r in rows], "internal fragmentation (%)", 0),
+        ("entries", bs, [r["mean_entries"] for r in rows], "table entries per sequence (mean)", 1),
+        ("batch", bs, [r["max_batch"] for r in rows], "largest batch that fits (requests)", 0),
         (
-            axes[1, 0],
+            "preemptions",
             [r["block_size"] for r in ok],
             [r["preemptions"] for r in ok],
             "preemptions (recompute)",
             0,
         ),
         (
-            axes[1, 1],
+            "hit-rate",
             [r["block_size"] for r in ok],
             [100 * r["hit_rate"] for r in ok],
             "prefix-cache hit rate (%)",
             0,
         ),
-    )
-    for ax, xs, ys, label, logy in panels:  # logy: 1 for a log y axis
-        ax.plot(xs, ys, marker="o", color=style.SEQ_COLOURS[4])
-        ax.set_title(label, fontsize=10)
-        if logy:
-            ax.set_yscale("log")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(bs, [str(b) for b in bs], fontsize=8)
-        ax.set_xlabel("block size (tokens)")
-        ax.grid(alpha=0.3)
-    axes[1, 1].set_ylim(0, 100)
+    ]
+
+
+def _sweep_panel(ax, bs, xs, ys, label: str, logy: int, key: str, fontsize: float) -> None:
+    ax.plot(xs, ys, marker="o", color=style.SEQ_COLOURS[4])
+    ax.set_title(label, fontsize=fontsize)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(bs, [str(b) for b in bs], fontsize=8)
+    ax.set_xlabel("block size (tokens)")
+    ax.grid(alpha=0.3)
+    if key == "hit-rate":
+        ax.set_ylim(0, 100)
+
+
+def draw_sweep(rows, out_dir: Path, title: str = "", name: str = "block_size_sweep.png") -> list:
+    """Five panels over block size (waste, table entries, largest batch, preemptions, prefix-cache
+    hit rate), each on its own axis, and two notes that explain them; under `--slides`, one
+    file per panel and per note (`draw_sweep_slides`). Returns the paths written."""
+    if style.slides():
+        return draw_sweep_slides(rows, out_dir, title, name)
+    bs = np.array([r["block_size"] for r in rows])
+    fig = style.new_figure(13.0, 7.6)
+    axes = fig.subplots(2, 3)
+    fig.subplots_adjust(left=0.06, right=0.98, top=0.9, bottom=0.08, hspace=0.45, wspace=0.28)
+    spots = (axes[0, 0], axes[0, 1], axes[0, 2], axes[1, 0], axes[1, 1])
+    for ax, (key, xs, ys, label, logy) in zip(spots, _sweep_panels(rows), strict=True):
+        _sweep_panel(ax, bs, xs, ys, label, logy, key, 10)  # logy: 1 for a log y axis
     notes = axes[1, 2]
     notes.set_axis_off()
     why, differ = sweep_notes(rows)
@@ -208,4 +222,38 @@ def draw_sweep(rows, out_dir: Path, title: str = "", name: str = "block_size_swe
         linespacing=1.3,
     )
     fig.suptitle(f"Block size sweep: {title}", fontsize=11)
-    return style.save(fig, Path(out_dir) / name)
+    return [style.save(fig, Path(out_dir) / name)]
+
+
+SLIDE_IN = (13.33 / 1.4, 6.67 / 1.4)  # the projector look scales by 1.4 to a slide body
+
+
+def draw_sweep_slides(rows, out_dir: Path, title: str, name: str) -> list:
+    """One idea per slide: each panel alone (`<name>-slide-<i>-<panel>.png`), then each note as
+    a text slide, all at 18 pt or more once fitted to a 16:9 slide body."""
+    bs = [r["block_size"] for r in rows]
+    stem, paths = Path(name).stem, []
+    slides = [(key, panel) for key, *panel in _sweep_panels(rows)]
+    why, differ = sweep_notes(rows)
+    slides += [(key, text) for key, text in (("why", why), ("not-3.5", differ)) if text]
+    for i, (key, what) in enumerate(slides):
+        fig = style.new_figure(*SLIDE_IN)
+        if isinstance(what, str):  # a note: text only, wrapped to the slide's width
+            fig.text(
+                0.02,
+                0.96,
+                textwrap.fill(what, 66),
+                va="top",
+                ha="left",
+                fontsize=22,
+                gid="notes",
+                linespacing=1.25,
+            )
+        else:
+            ax = fig.add_axes([0.1, 0.2, 0.86, 0.62])
+            xs, ys, label, logy = what
+            _sweep_panel(ax, bs, xs, ys, label, logy, key, 20)
+            ax.xaxis.label.set_fontsize(18)
+            fig.text(0.5, 0.97, f"Block size sweep: {title}", ha="center", va="top", fontsize=18)
+        paths.append(style.save(fig, Path(out_dir) / f"{stem}-slide-{i + 1}-{key}.png"))
+    return paths
