@@ -1,30 +1,103 @@
-"""The `compile` phase of the GPU run: how long numba takes to compile every kernel the run
-launches, measured without a GPU (so the dry run states it too).
+"""The `compile` phase of the GPU run: every kernel the timed phases launch, compiled before
+any of them times anything, and the seconds it took, per phase and in total.
 
-    seconds(workers=None) -> {"kernels", "compile_s_sum", "compile_cpu_s_sum", "wall_s",
-                              "workers", "slowest"}
+    seconds(workers=None) -> {"how": "ptx", "phases", "total_s", "kernels", "compile_s_sum",
+                              "compile_cpu_s_sum", "wall_s", "workers", "slowest", "rows"}
+    warm(rng, grid, dim, dry, left) -> {"how": "jit", "phases", "total_s", "compiles",
+                                        "wall_s", "left_out"}
 
-Each kernel of `python -m cuda_kernels.report` (the decode and prefill instances, the copy
-kernels, the 3.7 labs) and every ladder rung is compiled to PTX for sm_90 by numba's real
-CUDA target (typing, lowering, NVVM: the part of a JIT compile numba does; the driver's
-ptxas step comes on top on a GPU), in `workers` processes at once, in a child process
-(`report --compile-only`), which does not touch this process's CUDA context.
-compile_s_sum is what one process would spend compiling them one after the other (what
-the timed phases pay when they compile as they go, `phases.<name>.compile_s` on a GPU);
-wall_s is what compiling them in parallel takes. compile_cpu_s_sum counts CPU seconds
+On a GPU, `warm` compiles in this process, up front: it runs each phase's own device checks
+(the very kernels a phase times, on small instances: `gpu_checks.check_config` for every
+decode configuration and path, `check_prefill` for every prefill path and output dtype,
+`gpu_ladder.check_rung` for every rung, `check_correctness`, the copy rows and the 3.7 labs
+on tiny untimed instances of their full-size specialisations). numba keeps each compiled
+kernel in memory, so when the phase itself checks and times, it compiles nothing
+(`phases.<name>.compiles` says so). Each phase's entry holds its compile seconds (time in
+numba's compiler lock, `gpu_common.CompileClock`), compiles and wall seconds; a step
+skipped because the phase's budget ran out (`left`) is named in left_out and compiles in
+its own phase instead. The wgmma prefill runs in a child process (`gpu_prefill`), which
+compiles its own two kernels.
+
+Why not in parallel processes through numba's on-disk cache (`cache=True`): the cache
+looks a kernel up by a key that includes a pickle of its closure, and these kernels are
+closures over their device functions, whose pickles carry a per-process id. The same
+kernel built in two processes gets two different keys (checked: the sha256 of
+`numba.cuda.serialize.dumps` of the closure of each `report.kernel_specs()` kernel
+differs between two runs for every decode kernel, even with PYTHONHASHSEED fixed), so a
+cache written by a worker would never be read by the run. Only the module-level kernels
+(write_kv, copy_blocks, the allocators) would hit, and they compile in about a second.
+
+Without a GPU (the dry run), `seconds` measures the same work where it can: each kernel of
+`python -m cuda_kernels.report` (the decode and prefill instances, the copy kernels, the
+3.7 labs) and every ladder rung is compiled to PTX for sm_90 by numba's real CUDA target
+(typing, lowering, NVVM: the part of a JIT compile numba does; the driver's ptxas step
+comes on top on a GPU), in `workers` processes at once, in a child process
+(`report --compile-only`), which does not touch this process's CUDA context. Each row is
+given to the phase that launches it (`PHASE_OF`); phases.<name>.compile_s is what one
+process spends compiling that phase's kernels one after the other, total_s the sum over
+phases, wall_s what compiling them all in parallel took. compile_cpu_s counts CPU seconds
 instead: on a loaded machine the wall seconds grow with the load, the CPU seconds do not.
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001  (cuda_kernels before numba)
 
 import json
 import os
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
+import cuda_kernels  # noqa: F401  (first: it selects the CUDA backend before numba.cuda loads)
+from cuda_kernels.fast.decode_tc import tc_supported
+from cuda_kernels.ladder import RUNGS
+
+import gpu_common as common
+import gpu_labs
+import gpu_prefill
+from gpu_checks import check_config, check_correctness
+from gpu_copies import copy_bandwidth, copy_rows
+from gpu_ladder import check_rung
+
 ROOT = Path(__file__).resolve().parent.parent
+
+# A report kernel's name prefix -> the phase that launches it (first match wins). The
+# correctness phase launches write_kv, copy_blocks and the decode kernels again, at
+# other shapes: it is counted with the phases that time them.
+PHASE_OF = (
+    ("rung", "ladder"),
+    ("paged_prefill", "prefill"),
+    ("paged_decode", "decode"),
+    ("merge_partitions", "decode"),
+    ("write_kv", "copies"),
+    ("copy_blocks", "copies"),
+    ("alloc.", "labs"),
+    ("labs.", "labs"),
+)
+
+
+def phase_of(kernel: str) -> str:
+    for prefix, phase in PHASE_OF:
+        if kernel.startswith(prefix):
+            return phase
+    raise ValueError(f"gpu_compile: no phase launches kernel {kernel!r}; add it to PHASE_OF")
+
+
+def by_phase(rows: list[dict]) -> dict:
+    """{phase: {kernels, compile_s, compile_cpu_s}} from `report --compile-only` rows."""
+    phases: dict = {}
+    for row in rows:
+        rec = phases.setdefault(
+            phase_of(row["kernel"]), {"kernels": 0, "compile_s": 0.0, "compile_cpu_s": 0.0}
+        )
+        rec["kernels"] += 1
+        rec["compile_s"] += row["compile_s"]
+        rec["compile_cpu_s"] += row.get("compile_cpu_s", 0.0)
+    return {
+        name: {k: round(v, 1) if isinstance(v, float) else v for k, v in rec.items()}
+        for name, rec in phases.items()
+    }
 
 
 def _rows(extra: list[str], workers: int, timeout: float) -> list[dict]:
@@ -61,7 +134,11 @@ def seconds(workers: int | None = None, timeout: float = 1800) -> dict:
     rows = _rows([], workers, timeout) + _rows(["--ladder"], workers, timeout)
     wall = time.perf_counter() - began
     slowest = max(rows, key=lambda r: r["compile_s"])
+    phases = by_phase(rows)
     return {
+        "how": "ptx",
+        "phases": phases,
+        "total_s": round(sum(p["compile_s"] for p in phases.values()), 1),
         "kernels": len(rows),
         "compile_s_sum": round(sum(r["compile_s"] for r in rows), 1),
         "compile_cpu_s_sum": round(sum(r.get("compile_cpu_s", 0) for r in rows), 1),
@@ -69,4 +146,82 @@ def seconds(workers: int | None = None, timeout: float = 1800) -> dict:
         "workers": workers,
         "slowest": {"kernel": slowest["kernel"], "compile_s": slowest["compile_s"]},
         "rows": rows,
+    }
+
+
+def warm_steps(rng, grid, dim: int, dry: bool) -> dict:
+    """{phase: [step]}: each step runs one of the phase's device checks (or an untimed
+    small instance) and so compiles what the phase will time."""
+    decode = [
+        partial(check_config, rng, heads, kv_heads, dim, dtype, mode, layout, dry, context, path)
+        for _, context, heads, kv_heads, dtype in grid
+        for path in ["cuda_core"] + (["tensor"] if tc_supported(dtype, dim) is None else [])
+        for mode in ("single", "split")
+        for layout in ("paged", "contiguous")
+    ]
+    _, _, _, heads, kv_heads, dtype = gpu_prefill.DRY_PREFILL if dry else gpu_prefill.PREFILL
+    prefill = [
+        partial(gpu_prefill.check_prefill, rng, heads, kv_heads, dim, dtype, dry, path, out)
+        for path in ("auto", *gpu_prefill.PATHS)
+        for out in gpu_prefill.OUT_DTYPES
+    ]
+    labs = {**gpu_labs.FULL, "seqs": 2, "context": 48, "runs": 1, "requests": [48], "prealloc": [4]}
+    labs = gpu_labs.DRY if dry else labs  # the full run's specialisations, tiny and untimed
+    problem = gpu_labs._problem(labs, rng)
+    return {
+        "copy": [
+            partial(copy_bandwidth, 1 << 16, 1, False),
+            partial(common.launch_overhead_ms, 1, False),
+        ],
+        "prefill": prefill,
+        "decode": [
+            partial(common.roofline_reads_every_byte_once, rng, (1 << 12) + 48, 2, 16),
+            *decode,
+        ],
+        "ladder": [partial(check_rung, rung, rng, dry) for rung in RUNGS],
+        "correctness": [partial(check_correctness, rng, dim, dry)],
+        "copies": [partial(copy_rows, rng, "float16", 1, False, None, True)],
+        "labs": [
+            partial(gpu_labs.bench_layouts, labs, problem, False),
+            partial(gpu_labs.bench_alignment, labs, problem, False),
+            partial(gpu_labs.bench_allocators, labs, rng, False),
+        ],
+    }
+
+
+def warm(rng, grid, dim: int, dry: bool, phases=None, left=lambda: float("inf")) -> dict:
+    """Compile, in this process, every kernel the named phases (default: all) will launch,
+    by running their checks; stops starting steps when `left()` reaches 0. A step that
+    raises (a rung or path refusing a shape says why in its own phase) is not counted as a
+    failure here: its phase runs it again and reports it."""
+    began = time.perf_counter()
+    record, left_out = {}, []
+    for name, steps in warm_steps(rng, grid, dim, dry).items():
+        if phases is not None and name not in phases:
+            continue
+        t0 = time.perf_counter()
+        errors = 0
+        with common.CompileClock() as clock:
+            for i, step in enumerate(steps):
+                if left() <= 0:
+                    left_out.append(f"{name}[{i}:]")
+                    break
+                try:
+                    step()
+                except Exception:  # noqa: BLE001  (the phase itself reports it)
+                    errors += 1
+        record[name] = {
+            "compile_s": round(clock.seconds, 2),
+            "compiles": clock.count,
+            "seconds": round(time.perf_counter() - t0, 2),
+            "steps": len(steps),
+            "errors": errors,
+        }
+    return {
+        "how": "jit",
+        "phases": record,
+        "total_s": round(sum(r["compile_s"] for r in record.values()), 1),
+        "compiles": sum(r["compiles"] for r in record.values()),
+        "wall_s": round(time.perf_counter() - began, 1),
+        "left_out": left_out,
     }
