@@ -1,8 +1,9 @@
 """The `compile` phase of the GPU run: every kernel the timed phases launch, compiled before
 any of them times anything, and the seconds it took, per phase and in total.
 
-    seconds(workers=None) -> {"how": "ptx", "phases", "total_s", "kernels", "compile_s_sum",
-                              "compile_cpu_s_sum", "wall_s", "workers", "slowest", "rows"}
+    seconds(workers=None, budget_s=DRY_BUDGET_S)
+        -> {"how": "ptx", "phases", "total_s", "complete", "left_out", "budget_s", "kernels",
+            "compile_s_sum", "compile_cpu_s_sum", "wall_s", "workers", "slowest", "rows"}
     warm(rng, grid, dim, dry, left) -> {"how": "jit", "phases", "total_s", "compiles",
                                         "wall_s", "left_out"}
 
@@ -32,7 +33,11 @@ Without a GPU (the dry run), `seconds` measures the same work where it can: each
 3.7 labs) and every ladder rung is compiled to PTX for sm_90 by numba's real CUDA target
 (typing, lowering, NVVM: the part of a JIT compile numba does; the driver's ptxas step
 comes on top on a GPU), in `workers` processes at once, in a child process
-(`report --compile-only`), which does not touch this process's CUDA context. Each row is
+(`report --compile-only`, two of them at once: the kernels, the rungs), which does not
+touch this process's CUDA context. The rows arrive as each kernel is done; at budget_s
+the children are stopped, and the kernels not done are named in left_out (complete is
+False): on a loaded machine the dry run ends with what was measured rather than never
+(`gpu_attention` runs this beside the simulated phases). Each row is
 given to the phase that launches it (`PHASE_OF`); phases.<name>.compile_s is what one
 process spends compiling that phase's kernels one after the other, total_s the sum over
 phases, wall_s what compiling them all in parallel took. compile_cpu_s counts CPU seconds
@@ -43,9 +48,14 @@ from __future__ import annotations  # noqa: I001  (cuda_kernels before numba)
 
 import json
 import os
+import queue
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
@@ -61,6 +71,7 @@ from gpu_copies import copy_bandwidth, copy_rows
 from gpu_ladder import check_rung
 
 ROOT = Path(__file__).resolve().parent.parent
+DRY_BUDGET_S = 600  # the dry run's compile measurement stops here and names what is left
 
 # A report kernel's name prefix -> the phase that launches it (first match wins). The
 # correctness phase launches write_kv, copy_blocks and the decode kernels again, at
@@ -100,51 +111,95 @@ def by_phase(rows: list[dict]) -> dict:
     }
 
 
-def _rows(extra: list[str], workers: int, timeout: float) -> list[dict]:
+def _command(extra: list[str], workers: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "cuda_kernels.report",
+        "--compile-only",
+        "--arch",
+        "sm_90",
+        "--workers",
+        str(workers),
+        *extra,
+    ]
+
+
+def _stream(extra: list[str], workers: int, deadline: float) -> tuple[list[str], list[dict]]:
+    """(planned kernel names, rows done) of one `report --compile-only` child, whose rows
+    arrive one JSON line at a time; at `deadline` (a perf_counter time) the child and its
+    workers are stopped and the rows done so far are kept."""
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     )
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cuda_kernels.report",
-            "--compile-only",
-            "--arch",
-            "sm_90",
-            "--workers",
-            str(workers),
-            *extra,
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if done.returncode:
-        raise RuntimeError(f"report --compile-only failed: {done.stderr[-600:]}")
-    return json.loads(done.stdout)
+    with tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(
+            _command(extra, workers),
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            start_new_session=True,  # its own process group: stopped with its workers
+        )
+        lines: queue.Queue = queue.Queue()
+
+        def read():
+            for line in child.stdout:
+                lines.put(line)
+            lines.put(None)  # the child closed its output: it ended
+
+        threading.Thread(target=read, daemon=True).start()
+        planned, rows = [], []
+        while True:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.perf_counter()))
+            except queue.Empty:  # the deadline: keep what is done
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+                return planned, rows
+            if line is None:
+                break
+            item = json.loads(line)
+            if "planned" in item:
+                planned = item["planned"]
+            else:
+                rows.append(item)
+        if child.wait() != 0:
+            err.seek(0)
+            raise RuntimeError(f"report --compile-only failed: {err.read()[-600:]}")
+    return planned, rows
 
 
-def seconds(workers: int | None = None, timeout: float = 1800) -> dict:
+def seconds(workers: int | None = None, budget_s: float = DRY_BUDGET_S) -> dict:
+    """The kernels' and the rungs' compile to PTX, two children at once, for at most
+    budget_s: a kernel not done by then is named in left_out (complete: False)."""
     workers = workers or max(1, min(os.cpu_count() or 1, 16))
     began = time.perf_counter()
-    rows = _rows([], workers, timeout) + _rows(["--ladder"], workers, timeout)
+    with ThreadPoolExecutor(2) as pool:
+        parts = list(
+            pool.map(lambda extra: _stream(extra, workers, began + budget_s), ([], ["--ladder"]))
+        )
     wall = time.perf_counter() - began
-    slowest = max(rows, key=lambda r: r["compile_s"])
+    planned = [name for names, _ in parts for name in names]
+    rows = [row for _, done in parts for row in done]
+    measured = {row["kernel"] for row in rows}
     phases = by_phase(rows)
+    slowest = max(rows, key=lambda r: r["compile_s"]) if rows else None
     return {
         "how": "ptx",
         "phases": phases,
         "total_s": round(sum(p["compile_s"] for p in phases.values()), 1),
+        "complete": bool(planned) and not [n for n in planned if n not in measured],
+        "left_out": [name for name in planned if name not in measured],
+        "budget_s": budget_s,
         "kernels": len(rows),
         "compile_s_sum": round(sum(r["compile_s"] for r in rows), 1),
         "compile_cpu_s_sum": round(sum(r.get("compile_cpu_s", 0) for r in rows), 1),
         "wall_s": round(wall, 1),
         "workers": workers,
-        "slowest": {"kernel": slowest["kernel"], "compile_s": slowest["compile_s"]},
+        "slowest": slowest and {"kernel": slowest["kernel"], "compile_s": slowest["compile_s"]},
         "rows": rows,
     }
 

@@ -229,12 +229,18 @@ def compile_lines(comp: dict | None) -> list[str]:
             head += f"; left to their phases: {', '.join(comp['left_out'])}"
         unit = "compiles"
     else:  # the dry run: the same kernels to PTX for sm_90, in parallel processes
+        slowest = comp.get("slowest") or {"kernel": "-", "compile_s": None}
         head = (
             f"compile (to PTX for sm_90, no GPU): {comp['kernels']} kernels, total "
             f"{comp['total_s']} s one after the other ({comp.get('compile_cpu_s_sum')} CPU s), "
             f"{comp['wall_s']} s in {comp['workers']} processes; slowest "
-            f"{comp['slowest']['kernel']} ({comp['slowest']['compile_s']} s)"
+            f"{slowest['kernel']} ({_cell(slowest['compile_s'], '.1f')} s)"
         )
+        if comp.get("left_out"):
+            head += (
+                f"; stopped at its {comp['budget_s']} s budget, not measured: "
+                f"{len(comp['left_out'])} kernels ({', '.join(comp['left_out'])})"
+            )
         unit = "kernels"
     lines = ["", head, "", f"| phase | compile s | {unit} |", "| --- | --- | --- |"]
     for name, rec in comp.get("phases", {}).items():

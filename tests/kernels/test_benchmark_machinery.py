@@ -314,7 +314,12 @@ def test_the_dry_runs_compile_phase_records_seconds_per_phase_and_a_total(tmp_pa
         {"kernel": n, "arch": "sm_90", "compile_s": s, "compile_cpu_s": s / 2}
         for n, s in zip(names, rng.uniform(0.5, 9.0, len(names)).round(2), strict=True)
     ]
-    monkeypatch.setattr(gpu_compile, "_rows", lambda extra, *a: rows[3:] if extra else rows[:3])
+
+    def stream(extra, workers, deadline):
+        done = rows[3:] if extra else rows[:3]
+        return [r["kernel"] for r in done], done
+
+    monkeypatch.setattr(gpu_compile, "_stream", stream)
     out = tmp_path / "c.json"
     assert gpu_attention.main(["--dry-run", "--phases", "compile", "--out", str(out)]) == 0
     comp = json.loads(out.read_text())["compile"]
@@ -326,6 +331,7 @@ def test_the_dry_runs_compile_phase_records_seconds_per_phase_and_a_total(tmp_pa
         assert got["kernels"] == len(mine)
         assert got["compile_s"] == pytest.approx(sum(r["compile_s"] for r in mine), abs=0.06)
     assert comp["total_s"] == pytest.approx(sum(r["compile_s"] for r in rows), abs=0.3)
+    assert comp["complete"] and comp["left_out"] == []
     summary = out.with_suffix(".md").read_text()
     assert f"| decode | {comp['phases']['decode']['compile_s']:.1f} | 2 |" in summary
     assert f"| total | {comp['total_s']:.1f} |" in summary
@@ -361,3 +367,27 @@ def test_warming_runs_a_phases_checks_up_front_and_leaves_the_rest_when_time_is_
     out = gpu_compile.warm(rng, gpu_attention.DRY_GRID, 16, True, ["copy", "labs"], lambda: 0.0)
     assert out["left_out"] == ["copy[0:]", "labs[0:]"]
     assert "compile, before any timing" in "\n".join(gpu_summary.compile_lines(out))
+
+
+def test_the_compile_measurement_keeps_the_rows_done_by_its_deadline_and_names_the_rest(
+    monkeypatch,
+):
+    """A child that streams one row, then hangs: at the deadline it is stopped, the row
+    done is kept and the kernel not done is named."""
+    seconds = round(float(np.random.default_rng().uniform(1.0, 9.0)), 2)
+    script = (
+        "import json, time; "
+        "print(json.dumps({'planned': ['merge_partitions', 'paged_decode[x]']}), flush=True); "
+        "print(json.dumps({'kernel': 'merge_partitions', 'arch': 'sm_90', "
+        f"'compile_s': {seconds}}}), flush=True); time.sleep(600)"
+    )
+    monkeypatch.setattr(
+        gpu_compile, "_command", lambda extra, workers: [sys.executable, "-c", script]
+    )
+    comp = gpu_compile.seconds(workers=1, budget_s=20.0)
+    assert comp["wall_s"] < 300  # stopped at the deadline, not after the child's sleep
+    assert not comp["complete"] and comp["left_out"] == ["paged_decode[x]"] * 2  # both children
+    (decode,) = comp["phases"].values()
+    assert list(comp["phases"]) == ["decode"] and decode["kernels"] == 2
+    assert decode["compile_s"] == pytest.approx(2 * seconds, abs=0.06)
+    assert "not measured: 2 kernels" in "\n".join(gpu_summary.compile_lines(comp))
