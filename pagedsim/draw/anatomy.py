@@ -13,6 +13,7 @@ Reference: vLLM `vllm/worker/cache_engine.py` (KV cache shape and size per block
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from matplotlib.patches import Rectangle
@@ -197,8 +198,9 @@ def make_alignment(out_dir: Path) -> list[Path]:
     size = TOY.bytes_per_block(TOY_BLOCK_SIZE)
     stride = align_up(size, ALIGNMENT)
     end = TOY_BLOCKS * stride
+    slide = style.slides()  # 18 pt on a slide: wider margins, fewer ticks, wrapped notes
     fig = style.new_figure(*ALIGNMENT_SIZE)
-    ax = fig.add_axes((0.1, 0.2, 0.88, 0.62))
+    ax = fig.add_axes((0.17, 0.27, 0.8, 0.39) if slide else (0.1, 0.2, 0.88, 0.62))
     ax.set_xlim(-60, end + 60)
     ax.set_ylim(-0.2, 2.3)
     ax.vlines(range(0, end + 1, ALIGNMENT), -0.1, 2.05, color="#DDDDDD", lw=0.6, zorder=0)
@@ -250,41 +252,40 @@ def make_alignment(out_dir: Path) -> list[Path]:
                 )
         ax.text(-70, y + 0.275, title, ha="right", va="center", fontsize=10, fontweight="bold")
     ax.set_yticks([])
-    ax.set_xticks(range(0, end + 1, 4 * ALIGNMENT))
+    ax.set_xticks(range(0, end + 1, (8 if slide else 4) * ALIGNMENT))
     ax.set_xlabel(
-        f"byte address (grey lines every {ALIGNMENT} B; (+n): the block starts n bytes past a "
-        f"{ALIGNMENT}-byte boundary)"
+        f"byte address (grey lines every {ALIGNMENT} B)"
+        if slide
+        else f"byte address (grey lines every {ALIGNMENT} B; (+n): the block starts n bytes "
+        f"past a {ALIGNMENT}-byte boundary)"
     )
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
     budget = 64 * 1024
     packed, aligned = fit_blocks(budget, size, alignment=1), fit_blocks(budget, size)
-    fig.text(
-        0.02,
-        0.96,
+    title = (
         f"3.7  Block alignment: a toy block of {TOY_BLOCK_SIZE} tokens \u00d7 head_dim "
-        f"{TOY.head_dim} (1 layer, 1 KV head, FP16) = {size:,} B",
-        fontsize=12.5,
-        fontweight="bold",
-        va="top",
+        f"{TOY.head_dim} (1 layer, 1 KV head, FP16) = {size:,} B"
     )
-    fig.text(
-        0.02,
-        0.895,
+    sub = (
         f"align_up({size}, {ALIGNMENT}) = {stride}: each block gets {stride - size} B of "
-        f"padding (hatched), {100 * (stride - size) / stride:.2f}% of its stride.",
-        fontsize=10,
-        va="top",
+        f"padding (hatched), {100 * (stride - size) / stride:.2f}% of its stride."
     )
     chapter_block = preset("chapter3").bytes_per_block(16)
-    fig.text(
-        0.02,
-        0.06,
+    note = (
         f"In a {budget // 1024} KiB budget: packed {packed.num_blocks} blocks, aligned "
         f"{aligned.num_blocks} blocks ({aligned.padding_bytes:,} B of padding). The chapter's "
         f"8 MiB block ({chapter_block:,} B) is already a multiple of {ALIGNMENT}: "
-        f"padding {align_up(chapter_block) - chapter_block} B.",
-        fontsize=9.5,
-        va="bottom",
+        f"padding {align_up(chapter_block) - chapter_block} B."
     )
+    if slide:
+        title = f"3.7  Block alignment: a toy block of {size:,} B"
+        sub = (
+            f"{TOY_BLOCK_SIZE} tokens \u00d7 head_dim {TOY.head_dim}, 1 layer, 1 KV head, FP16. "
+            f"{sub} (+n): the block starts n bytes past a {ALIGNMENT}-byte boundary."
+        )
+        sub, note = textwrap.fill(sub, 88), textwrap.fill(note, 88)
+    fig.text(0.02, 0.96, title, fontsize=12.5, fontweight="bold", va="top")
+    fig.text(0.02, 0.9 if slide else 0.895, sub, fontsize=10, va="top")
+    fig.text(0.02, 0.01 if slide else 0.06, note, fontsize=9.5, va="bottom")
     return [style.save(fig, Path(out_dir) / "3.7-alignment.png")]

@@ -77,22 +77,9 @@ EXCEPTIONS: dict = {
     "slides": {
         name: RAISED_TO_18_PT
         for name in (
-            "3.1-fragmentation",
             "3.2-block-anatomy",
             "3.3-logical-vs-physical",
-            "3.4-tour-slide-2-",  # block ids run into the fill labels ("0" over "4/4")
-            "3.4-tour-slide-3-",
-            "3.4-tour-slide-4-",
-            "3.4-tour-slide-5-",
-            "3.4-tour-slide-6-",
-            "3.5-block-size-tradeoff",
-            "3.5b-kernel-cost",
             "3.6-core-flow",
-            "3.7-alignment",
-            "alignment_sectors",
-            "hybrid-groups-slide-",
-            "race_timeline",
-            "waste_breakdown",
         )
     },
 }
