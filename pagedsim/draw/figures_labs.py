@@ -31,8 +31,10 @@ from pagedsim.labs import interleavings as il
 LANE_COLOURS = SEQ_COLOURS[:3]
 
 
-def _draw_schedule(ax, out: il.Outcome, title: str) -> None:
-    """Threads as horizontal lanes, one box per memory step, the top value underneath."""
+def _draw_schedule(ax, out: il.Outcome, title: str, slide: bool = False) -> None:
+    """Threads as horizontal lanes, one box per memory step, the top value underneath. On a
+    slide (18 pt text) the boxes say less ("s[2]" for stack[2], ok/fail marks for CAS) and
+    what each thread gets and how top ends go beside the lanes, not after the last step."""
     n = len(out.blocks)
     dup = set(out.duplicates)
     top = out.start_top
@@ -58,10 +60,16 @@ def _draw_schedule(ax, out: il.Outcome, title: str) -> None:
             "cas fail": "CAS fail",
             "atomic_add": "atomic.sub",
         }[s.op]  # t = atomic.sub(top, 0, 1) = atomic_add(-1)
+        addr = s.addr
+        if slide:
+            label = {"CAS ok": "CAS \u2713", "CAS fail": "CAS \u2717", "atomic.sub": "sub"}.get(
+                label, label
+            )
+            addr = addr.replace("stack", "s")
         ax.text(
             k + 0.5,
             y + 0.62,
-            f"{label}\n{s.addr}",
+            f"{label}\n{addr}",
             ha="center",
             va="center",
             fontsize=7.5,
@@ -83,6 +91,24 @@ def _draw_schedule(ax, out: il.Outcome, title: str) -> None:
     ax.text(-0.15, -0.45, "top", ha="right", va="center", fontsize=9, color=INK)
     want = out.start_top - n
     ends = f"ends {top}, should be {want}" if top != want else f"ends {top}: right"
+    if slide:  # the outcome beside the lanes: thread i gets b; top's end in the title
+        ax.set_yticks(
+            [n - 1 - i + 0.5 for i in range(n)],
+            [f"thread {i}\ngets {out.blocks[i]}" for i in range(n)],
+        )
+        for i, tick in enumerate(ax.get_yticklabels()):
+            if out.blocks[i] in dup:
+                tick.set_color(ACCENT)
+                tick.set_fontweight("bold")
+        ax.set_xticks([k + 0.5 for k in range(len(out.steps))], [])
+        ax.tick_params(axis="x", length=0)
+        ax.set_xlim(-0.05, len(out.steps) + 0.05)
+        ax.set_ylim(-0.8, n)
+        ax.set_xlabel(f"memory step (time) \u2192   top {ends}")
+        ax.set_title(title, loc="left")
+        for side in ("top", "right", "left", "bottom"):
+            ax.spines[side].set_visible(False)
+        return
     ax.text(
         len(out.steps) + 0.2,
         -0.45,
@@ -126,6 +152,8 @@ def overlapping(impl: str) -> il.Outcome:
 def race_timeline(out_dir: Path) -> list[Path]:
     """The first bad schedule of the racy pop for 2 threads; the exercise's atomic.sub pop and the
     allocator kernel's compare-and-swap pop on an overlapping schedule."""
+    if slides():
+        return race_timeline_slides(out_dir)
     racy = il.summarize("racy", 2)
     bad = racy.first_bad
     assert bad is not None, "the racy pop has a bad schedule for 2 threads"
@@ -156,6 +184,41 @@ def race_timeline(out_dir: Path) -> list[Path]:
     )
     fig.subplots_adjust(left=0.1, right=0.93, top=0.9, bottom=0.07)
     return [save(fig, Path(out_dir) / "race_timeline.png")]
+
+
+def race_timeline_slides(out_dir: Path) -> list[Path]:
+    """`--slides`: one schedule per slide (`race_timeline-slide-<i>-<pop>.png`), at 18 pt."""
+    racy, sub, cs = il.summarize("racy", 2), il.summarize("atomic_add", 2), il.summarize("cas", 2)
+    cases = [
+        (
+            "racy",
+            racy.first_bad,
+            f"racy pop: {racy.bad} of {racy.total} schedules hand one block\n"
+            f"to two threads; here block {racy.first_bad.duplicates[0]} (orange)",
+        ),
+        (
+            "atomic-sub",
+            overlapping("atomic_add"),
+            f"exercise 3.7: t = cuda.atomic.sub(top, 0, 1)\n{sub.bad} bad of {sub.total}: "
+            "read and decrement are one step",
+        ),
+        (
+            "cas",
+            overlapping("cas"),
+            f"cuda_kernels.alloc, compare-and-swap: {cs.bad} bad of {cs.total}\n"
+            "a failed CAS (dashed) retries with the top it saw",
+        ),
+    ]
+    paths = []
+    for i, (key, outcome, title) in enumerate(cases):
+        fig = new_figure(13.33 / 1.4, 6.67 / 1.4)  # the projector look scales by 1.4
+        ax = fig.subplots()
+        _draw_schedule(ax, outcome, title, slide=True)
+        fig.text(0.01, 0.98, "Two threads pop the free stack [10, 11, 12] at once", va="top")
+        fig.text(0.99, 0.01, "s[i] = stack[i]", ha="right", va="bottom")
+        fig.subplots_adjust(left=0.15, right=0.99, top=0.74, bottom=0.12)
+        paths.append(save(fig, Path(out_dir) / f"race_timeline-slide-{i + 1}-{key}.png"))
+    return paths
 
 
 def _sector_strip(ax, w, title: str, slide: bool = False) -> None:
@@ -297,7 +360,7 @@ def alignment_sectors(out_dir: Path) -> list[Path]:
     left.set_yticks(
         [len(offsets) - 1 - i + 0.5 for i in range(len(offsets))], [f"+{o} B" for o in offsets]
     )
-    left.set_xticks(range(0, 257, 32))
+    left.set_xticks(range(0, 257, 64 if slides() else 32))  # 18 pt on a slide: every other
     left.set_xlabel("bytes from a 128-byte boundary (grey: 32-byte sectors fetched)")
     left.set_title("32 lanes x 4 B (fp32) starting at the offset", fontsize=10)
     width = 0.2

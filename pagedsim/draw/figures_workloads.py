@@ -24,10 +24,16 @@ LABELS = {"paged": "paged (B=16)", "max": "Orca max", "pow2": "Orca pow2", "orac
 PAPER_TOKEN_STATES = {"paged": 96.3, "max": 20.4, "pow2": 26.8, "oracle": 38.2}  # vLLM Fig. 2
 
 
-def draw_waste(by_mode: dict, out_dir: Path, name: str = "waste_breakdown.png") -> Path:
-    """Stacked bars: for each allocator, one bar per mode ({"static": fractions, ...})."""
-    fig = style.new_figure(10.0, 5.0)
-    ax = fig.add_axes([0.075, 0.15, 0.64, 0.74])
+def draw_waste(by_mode: dict, out_dir: Path, name: str = "waste_breakdown.png") -> list[Path]:
+    """Stacked bars: for each allocator, one bar per mode ({"static": fractions, ...}). Under
+    `--slides`: the bars on one slide, the note on the paper's markers on the next."""
+    slide = style.slides()
+    if slide:
+        fig = style.new_figure(*SLIDE_IN)
+        ax = fig.add_axes([0.09, 0.22, 0.56, 0.64])
+    else:
+        fig = style.new_figure(10.0, 5.0)
+        ax = fig.add_axes([0.075, 0.15, 0.64, 0.74])
     modes = list(by_mode)
     allocators = ("max", "pow2", "oracle", "paged")
     width = 0.8 / len(modes)
@@ -59,7 +65,8 @@ def draw_waste(by_mode: dict, out_dir: Path, name: str = "waste_breakdown.png") 
                 color="white",
                 rotation=90,
             )
-            ax.text(xi, 101.5, mode, ha="center", va="bottom", fontsize=8.5, color=style.INK)
+            shown = {"continuous": "cont."}.get(mode, mode) if slide else mode  # bar-wide
+            ax.text(xi, 101.5, shown, ha="center", va="bottom", fontsize=8.5, color=style.INK)
     centres = np.arange(len(allocators))
     ax.scatter(
         centres,
@@ -68,14 +75,44 @@ def draw_waste(by_mode: dict, out_dir: Path, name: str = "waste_breakdown.png") 
         s=28,
         color="black",
         zorder=5,
-        label="paper Fig. 2: token states",
+        label="paper: token states" if slide else "paper Fig. 2: token states",
     )
-    ax.set_xticks(centres, [LABELS[a] for a in allocators])
+    ticks = [LABELS[a].replace("Orca ", "Orca\n") if slide else LABELS[a] for a in allocators]
+    ax.set_xticks(centres, ticks)
     ax.set_xlim(-0.55, len(allocators) - 0.45)
     ax.set_ylim(0, 108)
-    ax.set_ylabel("share of KV-cache slot-steps (%)")
-    ax.set_title("Where KV-cache memory goes (synthetic ShareGPT, 10,000 requests)", loc="left")
+    ax.set_ylabel("share of slot-steps (%)" if slide else "share of KV-cache slot-steps (%)")
+    title = "Where KV-cache memory goes (synthetic ShareGPT, 10,000 requests)"
+    if slide:
+        fig.text(0.01, 0.98, title, va="top", fontsize=18)
+    else:
+        ax.set_title(title, loc="left")
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, fontsize=10)
+    if slide:
+        fig.text(
+            0.01,
+            0.01,
+            "static: all admitted at step 0, unlimited memory.\ncont. = continuous: "
+            "first-fit in 14,648 slots (12 GB of OPT-13B KV), FCFS.",
+            fontsize=18,
+            va="bottom",
+        )
+        stem = Path(name).stem
+        note = style.new_figure(*SLIDE_IN)
+        note.text(
+            0.02,
+            0.96,
+            textwrap.fill(paper_note(by_mode), 66),
+            va="top",
+            ha="left",
+            fontsize=22,
+            gid="paper-note",
+            linespacing=1.25,
+        )
+        return [
+            style.save(fig, Path(out_dir) / f"{stem}-slide-1-bars.png"),
+            style.save(note, Path(out_dir) / f"{stem}-slide-2-paper.png"),
+        ]
     fig.text(
         0.075,
         0.03,
@@ -93,7 +130,7 @@ def draw_waste(by_mode: dict, out_dir: Path, name: str = "waste_breakdown.png") 
         gid="paper-note",
         linespacing=1.25,
     )
-    return style.save(fig, Path(out_dir) / name)
+    return [style.save(fig, Path(out_dir) / name)]
 
 
 def paper_note(by_mode: dict) -> str:

@@ -65,37 +65,11 @@ def test_every_key_frame_caption_stays_inside_its_panel(look):
 # none that its axes clip runs past that axes (it would be cut). Checked on the finished
 # figure, at the size and font sizes it is saved with, by wrapping Figure.savefig.
 TOLERANCE_PX = 1.0
-# mode -> {file name prefix: why its texts may touch}. The plain figures have none. The
-# slides below are KNOWN DEFECTS, not deliberate: `--slides` raises every text to 18 pt
-# (style.fit_slide) without laying the figure out again, so at that size these texts run
-# into each other or off the figure. They are listed so the test guards every other file
-# (the sweep's and the sector layouts' slides among them); the test fails when a listed
-# file has become clean, so the list only shrinks as each figure gets a slide layout.
-RAISED_TO_18_PT = "known defect: --slides raises its text to 18 pt without a new layout"
-EXCEPTIONS: dict = {
-    "plain": {},
-    "slides": {
-        name: RAISED_TO_18_PT
-        for name in (
-            "3.1-fragmentation",
-            "3.2-block-anatomy",
-            "3.3-logical-vs-physical",
-            "3.4-tour-slide-2-",  # block ids run into the fill labels ("0" over "4/4")
-            "3.4-tour-slide-3-",
-            "3.4-tour-slide-4-",
-            "3.4-tour-slide-5-",
-            "3.4-tour-slide-6-",
-            "3.5-block-size-tradeoff",
-            "3.5b-kernel-cost",
-            "3.6-core-flow",
-            "3.7-alignment",
-            "alignment_sectors",
-            "hybrid-groups-slide-",
-            "race_timeline",
-            "waste_breakdown",
-        )
-    },
-}
+# mode -> {file name prefix: why its texts may touch}. None has a reason to: `--slides`
+# raises every text to 18 pt, and each figure's slide layout (style.fit_slide's wrapping,
+# and the makers' slide branches) keeps those texts apart and on the figure. The test fails
+# when a listed file has become clean, so a list that ever grows only shrinks again.
+EXCEPTIONS: dict = {"plain": {}, "slides": {}}
 
 
 def line_boxes(t, box, renderer) -> list:
