@@ -10,12 +10,13 @@ play script, so the same page comes from the command line:
 
 Measured: the page's size in bytes (target <= 6 MB), the time to write it, and, in a
 headless system Chromium (Playwright; never a browser download), the time from load to
-the first drawn step and the time of one step change (ArrowRight-style `go(i + 1)`, and
-random jumps, which replay up to 15 differences from a checkpoint) including the
-layout it forces. Target: under 100 ms per step change. Times are wall-clock on this
-machine; run it on an idle one.
+the first drawn step and the time of one step change including the layout it forces, by
+kind: next and previous step (ArrowRight / ArrowLeft), a random jump (`go(i)`, what a
+`#step=i` link does), the scrubber (its input event) and Home/End. Target: under 100 ms
+per step change, every kind. Times are wall-clock on this machine; run it on an idle one.
 
     python benchmarks/bench_viewer.py [--steps 2000] [--blocks 4096] [--json]
+    python benchmarks/bench_viewer.py --page a.html --page b.html    (side by side)
 """
 
 from __future__ import annotations
@@ -67,43 +68,66 @@ def scenario(steps: int, blocks: int, block_size: int, seed: int = 0) -> tuple[S
     return session, script
 
 
-def browser_times(html_path: Path, samples: int, seed: int = 1) -> dict:
+# One timed step change per kind, driven the way a person drives the page: keys dispatched on
+# the document, the scrubber's input event, and go(i) (what a link's #step=i does). Between
+# two samples the page renders a frame, so what scrolled into view is drawn, as in use.
+TIMING = """async ([jumps, samples]) => {
+    const v = window.pagedsimViewer, n = v.count(), scrub = document.getElementById("scrubber");
+    const frame = () => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+    const key = (k) => () =>
+        document.dispatchEvent(new KeyboardEvent("keydown", {key: k, bubbles: true}));
+    const slide = (i) => () => {
+        scrub.value = String(i);
+        scrub.dispatchEvent(new Event("input"));
+    };
+    const out = {next: [], prev: [], jump: [], scrub: [], home_end: []};
+    const time = async (kind, change) => {
+        await frame();
+        const t = performance.now();
+        change();
+        document.body.getBoundingClientRect();  // the layout the change forces
+        out[kind].push(performance.now() - t);
+    };
+    v.go(0);
+    for (let k = 0; k < samples; k++) await time("next", key("ArrowRight"));
+    for (let k = 0; k < samples; k++) await time("prev", key("ArrowLeft"));
+    for (const i of jumps) await time("jump", () => v.go(i));
+    for (const i of jumps) await time("scrub", slide(n - 1 - i));
+    for (let k = 0; k < samples; k += 2) {
+        await time("home_end", key("Home"));
+        await time("home_end", key("End"));
+    }
+    return out;
+}"""
+
+
+def browser_times(pages: list[Path], samples: int, seed: int = 1) -> list[dict]:
+    """Each page's load time and step-change times, the pages timed in turn in one browser."""
     from playwright.sync_api import sync_playwright
 
     chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    out = []
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=chromium, args=ARGS)
-        page = b.new_page(viewport={"width": 1600, "height": 1000})
-        t0 = time.perf_counter()
-        page.goto(html_path.as_uri())
-        page.wait_for_function("() => window.pagedsimViewer !== undefined")
-        page.evaluate("() => document.body.getBoundingClientRect()")
-        load = time.perf_counter() - t0
-        n = page.evaluate("window.pagedsimViewer.count()")
-        rng = random.Random(seed)
-        jumps = [rng.randrange(n) for _ in range(samples)]
-        timing = page.evaluate(
-            """([jumps, samples]) => {
-            const v = window.pagedsimViewer, out = {next: [], jump: []};
-            const time = (i) => {
-                const t = performance.now();
-                v.go(i);
-                document.body.getBoundingClientRect();  // the layout the change forces
-                return performance.now() - t;
-            };
-            v.go(0);
-            for (let k = 0; k < samples; k++) out.next.push(time(v.index() + 1));
-            for (const i of jumps) out.jump.push(time(i));
-            return out;
-        }""",
-            [jumps, samples],
-        )
+        for path in pages:
+            page = b.new_page(viewport={"width": 1600, "height": 1000})
+            t0 = time.perf_counter()
+            page.goto(path.as_uri())
+            page.wait_for_function("() => window.pagedsimViewer !== undefined")
+            page.evaluate("() => document.body.getBoundingClientRect()")
+            load = time.perf_counter() - t0
+            n = page.evaluate("window.pagedsimViewer.count()")
+            rng = random.Random(seed)
+            timing = page.evaluate(TIMING, [[rng.randrange(n) for _ in range(samples)], samples])
+            page.close()
+            summary = {"page": str(path), "page_bytes": path.stat().st_size}
+            summary.update(load_s=round(load, 3), steps=n)
+            for kind, values in timing.items():
+                summary[f"{kind}_ms_median"] = round(statistics.median(values), 2)
+                summary[f"{kind}_ms_max"] = round(max(values), 2)
+            out.append(summary)
         b.close()
-    summary = {"load_s": round(load, 3), "steps": n}
-    for kind, values in timing.items():
-        summary[f"{kind}_ms_median"] = round(statistics.median(values), 2)
-        summary[f"{kind}_ms_max"] = round(max(values), 2)
-    return summary
+    return out
 
 
 def main(argv=None) -> int:
@@ -114,31 +138,44 @@ def main(argv=None) -> int:
     p.add_argument("--samples", type=int, default=200, help="step changes timed per kind")
     p.add_argument("--script", type=Path, help="also write the scenario as a play script here")
     p.add_argument("--html", type=Path, help="keep the page here (default: a temporary file)")
+    p.add_argument(
+        "--page",
+        type=Path,
+        action="append",
+        help="time this page instead of a new one (repeat to time pages side by side)",
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    t0 = time.perf_counter()
-    session, script = scenario(args.steps, args.blocks, args.block_size)
-    simulate = time.perf_counter() - t0
-    if args.script:
-        args.script.write_text("\n".join(script) + "\n", encoding="utf-8")
-    t0 = time.perf_counter()
-    html = to_html(**sources.play(session))
-    write = time.perf_counter() - t0
-    out = args.html or Path(tempfile.mkdtemp()) / "long.html"
-    out.write_text(html, encoding="utf-8")
-    result = {
-        "steps": args.steps,
-        "blocks": args.blocks,
-        "page_bytes": len(html.encode()),
-        "simulate_s": round(simulate, 2),
-        "write_page_s": round(write, 2),
-    }
-    result.update(browser_times(out, args.samples))
-    if args.json:
-        print(json.dumps(result, indent=1))
+    if args.page:
+        missing = [str(x) for x in args.page if not x.is_file()]
+        if missing:
+            p.error(f"no such page: {', '.join(missing)}")
+        results = browser_times(args.page, args.samples)
     else:
-        for k, v in result.items():
-            print(f"{k:>18}: {v}")
+        t0 = time.perf_counter()
+        session, script = scenario(args.steps, args.blocks, args.block_size)
+        simulate = time.perf_counter() - t0
+        if args.script:
+            args.script.write_text("\n".join(script) + "\n", encoding="utf-8")
+        t0 = time.perf_counter()
+        html = to_html(**sources.play(session))
+        write = time.perf_counter() - t0
+        out = args.html or Path(tempfile.mkdtemp()) / "long.html"
+        out.write_text(html, encoding="utf-8")
+        results = browser_times([out], args.samples)
+        results[0].update(
+            steps=args.steps,
+            blocks=args.blocks,
+            simulate_s=round(simulate, 2),
+            write_page_s=round(write, 2),
+        )
+    if args.json:
+        print(json.dumps(results if len(results) > 1 else results[0], indent=1))
+    else:
+        for result in results:
+            for k, v in result.items():
+                print(f"{k:>18}: {v}")
+            print()
     return 0
 
 

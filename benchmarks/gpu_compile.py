@@ -1,72 +1,282 @@
-"""The `compile` phase of the GPU run: how long numba takes to compile every kernel the run
-launches, measured without a GPU (so the dry run states it too).
+"""The `compile` phase of the GPU run: every kernel the timed phases launch, compiled before
+any of them times anything, and the seconds it took, per phase and in total.
 
-    seconds(workers=None) -> {"kernels", "compile_s_sum", "compile_cpu_s_sum", "wall_s",
-                              "workers", "slowest"}
+    seconds(workers=None, budget_s=DRY_BUDGET_S)
+        -> {"how": "ptx", "phases", "total_s", "complete", "left_out", "budget_s", "kernels",
+            "compile_s_sum", "compile_cpu_s_sum", "wall_s", "workers", "slowest", "rows"}
+    warm(rng, grid, dim, dry, left) -> {"how": "jit", "phases", "total_s", "compiles",
+                                        "wall_s", "left_out"}
 
-Each kernel of `python -m cuda_kernels.report` (the decode and prefill instances, the copy
-kernels, the 3.7 labs) and every ladder rung is compiled to PTX for sm_90 by numba's real
-CUDA target (typing, lowering, NVVM: the part of a JIT compile numba does; the driver's
-ptxas step comes on top on a GPU), in `workers` processes at once, in a child process
-(`report --compile-only`), which does not touch this process's CUDA context.
-compile_s_sum is what one process would spend compiling them one after the other (what
-the timed phases pay when they compile as they go, `phases.<name>.compile_s` on a GPU);
-wall_s is what compiling them in parallel takes. compile_cpu_s_sum counts CPU seconds
+On a GPU, `warm` compiles in this process, up front: it runs each phase's own device checks
+(the very kernels a phase times, on small instances: `gpu_checks.check_config` for every
+decode configuration and path, `check_prefill` for every prefill path and output dtype,
+`gpu_ladder.check_rung` for every rung, `check_correctness`, the copy rows and the 3.7 labs
+on tiny untimed instances of their full-size specialisations). numba keeps each compiled
+kernel in memory, so when the phase itself checks and times, it compiles nothing
+(`phases.<name>.compiles` says so). Each phase's entry holds its compile seconds (time in
+numba's compiler lock, `gpu_common.CompileClock`), compiles and wall seconds; a step
+skipped because the phase's budget ran out (`left`) is named in left_out and compiles in
+its own phase instead. The wgmma prefill runs in a child process (`gpu_prefill`), which
+compiles its own two kernels.
+
+Why not in parallel processes through numba's on-disk cache (`cache=True`): the cache
+looks a kernel up by a key that includes a pickle of its closure, and these kernels are
+closures over their device functions, whose pickles carry a per-process id. The same
+kernel built in two processes gets two different keys (checked: the sha256 of
+`numba.cuda.serialize.dumps` of the closure of each `report.kernel_specs()` kernel
+differs between two runs for every decode kernel, even with PYTHONHASHSEED fixed), so a
+cache written by a worker would never be read by the run. Only the module-level kernels
+(write_kv, copy_blocks, the allocators) would hit, and they compile in about a second.
+
+Without a GPU (the dry run), `seconds` measures the same work where it can: each kernel of
+`python -m cuda_kernels.report` (the decode and prefill instances, the copy kernels, the
+3.7 labs) and every ladder rung is compiled to PTX for sm_90 by numba's real CUDA target
+(typing, lowering, NVVM: the part of a JIT compile numba does; the driver's ptxas step
+comes on top on a GPU), in `workers` processes at once, in a child process
+(`report --compile-only`, two of them at once: the kernels, the rungs), which does not
+touch this process's CUDA context. The rows arrive as each kernel is done; at budget_s
+the children are stopped, and the kernels not done are named in left_out (complete is
+False): on a loaded machine the dry run ends with what was measured rather than never
+(`gpu_attention` runs this beside the simulated phases). Each row is
+given to the phase that launches it (`PHASE_OF`); phases.<name>.compile_s is what one
+process spends compiling that phase's kernels one after the other, total_s the sum over
+phases, wall_s what compiling them all in parallel took. compile_cpu_s counts CPU seconds
 instead: on a loaded machine the wall seconds grow with the load, the CPU seconds do not.
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001  (cuda_kernels before numba)
 
 import json
 import os
+import queue
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
+import cuda_kernels  # noqa: F401  (first: it selects the CUDA backend before numba.cuda loads)
+from cuda_kernels.fast.decode_tc import tc_supported
+from cuda_kernels.ladder import RUNGS
+
+import gpu_common as common
+import gpu_labs
+import gpu_prefill
+from gpu_checks import check_config, check_correctness
+from gpu_copies import copy_bandwidth, copy_rows
+from gpu_ladder import check_rung
+
 ROOT = Path(__file__).resolve().parent.parent
+DRY_BUDGET_S = 600  # the dry run's compile measurement stops here and names what is left
+
+# A report kernel's name prefix -> the phase that launches it (first match wins). The
+# correctness phase launches write_kv, copy_blocks and the decode kernels again, at
+# other shapes: it is counted with the phases that time them.
+PHASE_OF = (
+    ("rung", "ladder"),
+    ("paged_prefill", "prefill"),
+    ("paged_decode", "decode"),
+    ("merge_partitions", "decode"),
+    ("write_kv", "copies"),
+    ("copy_blocks", "copies"),
+    ("alloc.", "labs"),
+    ("labs.", "labs"),
+)
 
 
-def _rows(extra: list[str], workers: int, timeout: float) -> list[dict]:
+def phase_of(kernel: str) -> str:
+    for prefix, phase in PHASE_OF:
+        if kernel.startswith(prefix):
+            return phase
+    raise ValueError(f"gpu_compile: no phase launches kernel {kernel!r}; add it to PHASE_OF")
+
+
+def by_phase(rows: list[dict]) -> dict:
+    """{phase: {kernels, compile_s, compile_cpu_s}} from `report --compile-only` rows."""
+    phases: dict = {}
+    for row in rows:
+        rec = phases.setdefault(
+            phase_of(row["kernel"]), {"kernels": 0, "compile_s": 0.0, "compile_cpu_s": 0.0}
+        )
+        rec["kernels"] += 1
+        rec["compile_s"] += row["compile_s"]
+        rec["compile_cpu_s"] += row.get("compile_cpu_s", 0.0)
+    return {
+        name: {k: round(v, 1) if isinstance(v, float) else v for k, v in rec.items()}
+        for name, rec in phases.items()
+    }
+
+
+def _command(extra: list[str], workers: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "cuda_kernels.report",
+        "--compile-only",
+        "--arch",
+        "sm_90",
+        "--workers",
+        str(workers),
+        *extra,
+    ]
+
+
+def _stream(extra: list[str], workers: int, deadline: float) -> tuple[list[str], list[dict]]:
+    """(planned kernel names, rows done) of one `report --compile-only` child, whose rows
+    arrive one JSON line at a time; at `deadline` (a perf_counter time) the child and its
+    workers are stopped and the rows done so far are kept."""
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     )
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cuda_kernels.report",
-            "--compile-only",
-            "--arch",
-            "sm_90",
-            "--workers",
-            str(workers),
-            *extra,
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if done.returncode:
-        raise RuntimeError(f"report --compile-only failed: {done.stderr[-600:]}")
-    return json.loads(done.stdout)
+    with tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(
+            _command(extra, workers),
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            start_new_session=True,  # its own process group: stopped with its workers
+        )
+        lines: queue.Queue = queue.Queue()
+
+        def read():
+            for line in child.stdout:
+                lines.put(line)
+            lines.put(None)  # the child closed its output: it ended
+
+        threading.Thread(target=read, daemon=True).start()
+        planned, rows = [], []
+        while True:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.perf_counter()))
+            except queue.Empty:  # the deadline: keep what is done
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+                return planned, rows
+            if line is None:
+                break
+            item = json.loads(line)
+            if "planned" in item:
+                planned = item["planned"]
+            else:
+                rows.append(item)
+        if child.wait() != 0:
+            err.seek(0)
+            raise RuntimeError(f"report --compile-only failed: {err.read()[-600:]}")
+    return planned, rows
 
 
-def seconds(workers: int | None = None, timeout: float = 1800) -> dict:
+def seconds(workers: int | None = None, budget_s: float = DRY_BUDGET_S) -> dict:
+    """The kernels' and the rungs' compile to PTX, two children at once, for at most
+    budget_s: a kernel not done by then is named in left_out (complete: False)."""
     workers = workers or max(1, min(os.cpu_count() or 1, 16))
     began = time.perf_counter()
-    rows = _rows([], workers, timeout) + _rows(["--ladder"], workers, timeout)
+    with ThreadPoolExecutor(2) as pool:
+        parts = list(
+            pool.map(lambda extra: _stream(extra, workers, began + budget_s), ([], ["--ladder"]))
+        )
     wall = time.perf_counter() - began
-    slowest = max(rows, key=lambda r: r["compile_s"])
+    planned = [name for names, _ in parts for name in names]
+    rows = [row for _, done in parts for row in done]
+    measured = {row["kernel"] for row in rows}
+    phases = by_phase(rows)
+    slowest = max(rows, key=lambda r: r["compile_s"]) if rows else None
     return {
+        "how": "ptx",
+        "phases": phases,
+        "total_s": round(sum(p["compile_s"] for p in phases.values()), 1),
+        "complete": bool(planned) and not [n for n in planned if n not in measured],
+        "left_out": [name for name in planned if name not in measured],
+        "budget_s": budget_s,
         "kernels": len(rows),
         "compile_s_sum": round(sum(r["compile_s"] for r in rows), 1),
         "compile_cpu_s_sum": round(sum(r.get("compile_cpu_s", 0) for r in rows), 1),
         "wall_s": round(wall, 1),
         "workers": workers,
-        "slowest": {"kernel": slowest["kernel"], "compile_s": slowest["compile_s"]},
+        "slowest": slowest and {"kernel": slowest["kernel"], "compile_s": slowest["compile_s"]},
         "rows": rows,
+    }
+
+
+def warm_steps(rng, grid, dim: int, dry: bool) -> dict:
+    """{phase: [step]}: each step runs one of the phase's device checks (or an untimed
+    small instance) and so compiles what the phase will time."""
+    decode = [
+        partial(check_config, rng, heads, kv_heads, dim, dtype, mode, layout, dry, context, path)
+        for _, context, heads, kv_heads, dtype in grid
+        for path in ["cuda_core"] + (["tensor"] if tc_supported(dtype, dim) is None else [])
+        for mode in ("single", "split")
+        for layout in ("paged", "contiguous")
+    ]
+    _, _, _, heads, kv_heads, dtype = gpu_prefill.DRY_PREFILL if dry else gpu_prefill.PREFILL
+    prefill = [
+        partial(gpu_prefill.check_prefill, rng, heads, kv_heads, dim, dtype, dry, path, out)
+        for path in ("auto", *gpu_prefill.PATHS)
+        for out in gpu_prefill.OUT_DTYPES
+    ]
+    labs = {**gpu_labs.FULL, "seqs": 2, "context": 48, "runs": 1, "requests": [48], "prealloc": [4]}
+    labs = gpu_labs.DRY if dry else labs  # the full run's specialisations, tiny and untimed
+    problem = gpu_labs._problem(labs, rng)
+    return {
+        "copy": [
+            partial(copy_bandwidth, 1 << 16, 1, False),
+            partial(common.launch_overhead_ms, 1, False),
+        ],
+        "prefill": prefill,
+        "decode": [
+            partial(common.roofline_reads_every_byte_once, rng, (1 << 12) + 48, 2, 16),
+            *decode,
+        ],
+        "ladder": [partial(check_rung, rung, rng, dry) for rung in RUNGS],
+        "correctness": [partial(check_correctness, rng, dim, dry)],
+        "copies": [partial(copy_rows, rng, "float16", 1, False, None, True)],
+        "labs": [
+            partial(gpu_labs.bench_layouts, labs, problem, False),
+            partial(gpu_labs.bench_alignment, labs, problem, False),
+            partial(gpu_labs.bench_allocators, labs, rng, False),
+        ],
+    }
+
+
+def warm(rng, grid, dim: int, dry: bool, phases=None, left=lambda: float("inf")) -> dict:
+    """Compile, in this process, every kernel the named phases (default: all) will launch,
+    by running their checks; stops starting steps when `left()` reaches 0. A step that
+    raises (a rung or path refusing a shape says why in its own phase) is not counted as a
+    failure here: its phase runs it again and reports it."""
+    began = time.perf_counter()
+    record, left_out = {}, []
+    for name, steps in warm_steps(rng, grid, dim, dry).items():
+        if phases is not None and name not in phases:
+            continue
+        t0 = time.perf_counter()
+        errors = 0
+        with common.CompileClock() as clock:
+            for i, step in enumerate(steps):
+                if left() <= 0:
+                    left_out.append(f"{name}[{i}:]")
+                    break
+                try:
+                    step()
+                except Exception:  # noqa: BLE001  (the phase itself reports it)
+                    errors += 1
+        record[name] = {
+            "compile_s": round(clock.seconds, 2),
+            "compiles": clock.count,
+            "seconds": round(time.perf_counter() - t0, 2),
+            "steps": len(steps),
+            "errors": errors,
+        }
+    return {
+        "how": "jit",
+        "phases": record,
+        "total_s": round(sum(r["compile_s"] for r in record.values()), 1),
+        "compiles": sum(r["compiles"] for r in record.values()),
+        "wall_s": round(time.perf_counter() - began, 1),
+        "left_out": left_out,
     }

@@ -4,7 +4,8 @@
                       or NOT MEASURED with the reason (no GPU, a phase skipped or failed, a
                       peer not importable, a row unchecked). Never a number made up.
     markdown(report)  the targets, the phases (seconds, JIT compile seconds and count, or
-                      why a phase was skipped or failed), the decode rows that
+                      why a phase was skipped or failed), the compile phase's seconds
+                      per phase and in total (`compile_lines`), the decode rows that
                       paged_attention(path="auto") runs, and the prefill rows
 
 Targets (issue 24, "How it will be judged", on the headline shapes of gpu_attention.GRID
@@ -198,16 +199,7 @@ def markdown(report: dict) -> str:
         f"launch (an empty kernel, back to back in one event window; rows under 3x it "
         f"are marked launch_bound)",
     ]
-    comp = report.get("compile")
-    if comp:
-        lines += [
-            "",
-            f"compile: {comp['kernels']} kernels to PTX for sm_90, "
-            f"{comp['compile_s_sum']} s one after the other "
-            f"({comp.get('compile_cpu_s_sum')} CPU s), {comp['wall_s']} s in "
-            f"{comp['workers']} processes; slowest {comp['slowest']['kernel']} "
-            f"({comp['slowest']['compile_s']} s)",
-        ]
+    lines += compile_lines(report.get("compile"))
     lines += [
         "",
         "| ladder rung | ms | GB/s | % of read roofline | checked |",
@@ -222,3 +214,36 @@ def markdown(report: dict) -> str:
             f"{note or r.get('checked_on_device')} |"
         )
     return "\n".join(lines)
+
+
+def compile_lines(comp: dict | None) -> list[str]:
+    """The compile phase: seconds per phase and in total, and how they were measured."""
+    if not comp:
+        return []
+    if comp.get("how") == "jit":  # on a GPU: compiled in this process before any timing
+        head = (
+            f"compile, before any timing: {comp['compiles']} JIT compiles, "
+            f"{comp['total_s']} s in numba's compiler, {comp['wall_s']} s with the checks"
+        )
+        if comp.get("left_out"):
+            head += f"; left to their phases: {', '.join(comp['left_out'])}"
+        unit = "compiles"
+    else:  # the dry run: the same kernels to PTX for sm_90, in parallel processes
+        slowest = comp.get("slowest") or {"kernel": "-", "compile_s": None}
+        head = (
+            f"compile (to PTX for sm_90, no GPU): {comp['kernels']} kernels, total "
+            f"{comp['total_s']} s one after the other ({comp.get('compile_cpu_s_sum')} CPU s), "
+            f"{comp['wall_s']} s in {comp['workers']} processes; slowest "
+            f"{slowest['kernel']} ({_cell(slowest['compile_s'], '.1f')} s)"
+        )
+        if comp.get("left_out"):
+            head += (
+                f"; stopped at its {comp['budget_s']} s budget, not measured: "
+                f"{len(comp['left_out'])} kernels ({', '.join(comp['left_out'])})"
+            )
+        unit = "kernels"
+    lines = ["", head, "", f"| phase | compile s | {unit} |", "| --- | --- | --- |"]
+    for name, rec in comp.get("phases", {}).items():
+        lines.append(f"| {name} | {_cell(rec['compile_s'], '.1f')} | {rec[unit]} |")
+    lines.append(f"| total | {_cell(comp['total_s'], '.1f')} | |")
+    return lines

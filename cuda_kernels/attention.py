@@ -38,7 +38,8 @@ from numba import cuda
 
 from . import _backend
 from . import _checks as ck
-from .fast.decode import geometry, make_decode_kernel
+from .fast.decode import make_decode_kernel
+from .fast.decode_geometry import geometry
 from .fast.decode_tc import make_tc_decode_kernel, tc_geometry, tc_supported
 from .layout import BLOCK_MAJOR, Loaders, check_kv_cache
 from .merge import merge_partitions
@@ -79,7 +80,7 @@ SHARED_LIMIT = 48 * 1024  # static shared memory per CTA
 
 
 def shared_bytes(head_dim: int, group: int, dtype, warps: int) -> int:
-    """Static shared memory of `decode.make_decode_kernel` (`decode.geometry`): the
+    """Static shared memory of `decode.make_decode_kernel` (`decode_geometry.geometry`): the
     cp.async ring, on which the rows' accumulators are merged at the end, and their
     m, l [rows, HPC] and totals [HPC], float32."""
     return geometry(head_dim, group, dtype, warps)["shared"]

@@ -66,10 +66,11 @@ from the global address space with `!invariant.load`, which NVVM turns into
 therefore stay in their storage type until they sit in registers; `unpack16` converts
 them to float32 there.
 
-Under Numba's CUDA simulator an intrinsic cannot run and warp shuffles do not exist,
-so `sim/simulator.py` supplies plain-Python stand-ins with CUDA's documented semantics
-(installed only when the simulator backend is active, see `_backend.py`). The kernel
-bodies never ask which backend they run on.
+Under Numba's CUDA simulator an intrinsic cannot run and warp shuffles and votes
+(`cuda.any_sync`, `cuda.syncwarp`) do not exist, so `sim/simulator.py` supplies
+plain-Python stand-ins with CUDA's documented semantics (installed only when the
+simulator backend is active, see `_backend.py`). The kernel bodies never ask which
+backend they run on.
 """
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ if _backend.backend() == "simulator":
         fast_exp2,
         half2_to_float2,
         install_shuffles,
+        install_votes,
         itemsize,
         load16,
     )
@@ -112,6 +114,7 @@ if _backend.backend() == "simulator":
     )
 
     install_shuffles()
+    install_votes()
 else:
     from .gpu.intrinsics import (  # noqa: F401
         bits_to_float,

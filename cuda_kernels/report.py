@@ -44,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from . import _backend
@@ -453,6 +453,7 @@ def collect(
     workers: int | None = None,
     ladder: bool = False,
     compile_only: bool = False,
+    on_rows=None,
 ) -> list[dict]:
     """Every (kernel, arch) row, in kernel_specs() order then arch order. numba's compiler
     holds a process-wide lock, so the kernels are shared among `workers` forked processes
@@ -461,7 +462,8 @@ def collect(
     device functions it calls are compiled once per process (for the cc `_NoDevice`
     names) and reused by the second arch (the whole report: about 22% less CPU time).
     ladder: the rungs of `cuda_kernels.ladder` (`ladder_specs`) instead of the kernels.
-    compile_only: rows of compile seconds only (`_one`); no ptxas needed."""
+    compile_only: rows of compile seconds only (`_one`); no ptxas needed.
+    on_rows: called with each kernel's rows as soon as they are done (any order)."""
     _allow_device_functions_without_gpu()
     if find_ptxas() is None and not compile_only:
         raise RuntimeError("ptxas not found: install the ptx extra (nvidia-cuda-nvcc)")
@@ -471,12 +473,20 @@ def collect(
     workers = max(1, min(workers or min(os.cpu_count() or 1, 4), len(kernels)))
     with tempfile.TemporaryDirectory() as tmp:
         args = [(i, tuple(archs), tmp, ptx_dir, ladder, compile_only) for i in kernels]
+        per_kernel: list = [None] * len(args)
         if workers == 1:
-            per_kernel = [_job(*a) for a in args]
+            for i, a in enumerate(args):
+                per_kernel[i] = _job(*a)
+                if on_rows is not None:
+                    on_rows(per_kernel[i])
         else:
             fork = multiprocessing.get_context("fork")
             with ProcessPoolExecutor(workers, mp_context=fork) as pool:
-                per_kernel = list(pool.map(_job, *zip(*args, strict=True), chunksize=1))
+                jobs = {pool.submit(_job, *a): i for i, a in enumerate(args)}
+                for job in as_completed(jobs):
+                    per_kernel[jobs[job]] = job.result()
+                    if on_rows is not None:
+                        on_rows(per_kernel[jobs[job]])
     return [row for rows in per_kernel for row in rows]
 
 
@@ -528,7 +538,8 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--compile-only",
         action="store_true",
-        help="only time each kernel's compile to PTX (JSON rows)",
+        help="only time each kernel's compile to PTX: JSON lines, first {planned: [names]}, "
+        "then one row per kernel and arch as each is done",
     )
     parser.add_argument("--workers", type=int, help="compiling processes (default: CPUs, <= 4)")
     args = parser.parse_args(argv)
@@ -541,16 +552,29 @@ def main(argv=None) -> int:
             [sys.executable, "-m", "cuda_kernels.report", *argv], env=env
         ).returncode
     began = time.perf_counter()
+    on_rows = None
+    if args.compile_only:  # streamed, so that a caller with a deadline keeps what is done
+        _allow_device_functions_without_gpu()
+        specs = ladder_specs() if args.ladder else kernel_specs()
+        print(json.dumps({"planned": [spec[0] for spec in specs]}), flush=True)
+
+        def on_rows(rows):
+            for row in rows:
+                print(json.dumps(row), flush=True)
+
     rows = collect(
         tuple(args.arch or ARCHS),
         args.ptx_dir,
         args.workers,
         ladder=args.ladder,
         compile_only=args.compile_only,
+        on_rows=on_rows,
     )
     if args.ladder and not args.compile_only:
         rows = ladder_rows(rows)
-    if args.json or args.compile_only:
+    if args.compile_only:
+        pass  # already printed, row by row
+    elif args.json:
         print(json.dumps(rows, indent=1))
     elif args.markdown:
         print(markdown(rows, git_commit()))

@@ -20,10 +20,13 @@ The thread mapping follows FlashInfer's decode kernel (vec_size x bdx lanes per 
     unpacked there; the softmax is base 2 (one MUFU.EX2 per exp) and rescales lazily:
     the running max moves only when a score beats it by more than SLACK (FlashAttention-3);
   * a dot product is a per-lane partial sum finished over the row's lanes by xor shuffles:
-    a reduce-scatter leaves each lane its own of the step's TPR x HPC scores, whose exp
-    only that lane computes (`decode_steps`), and the probabilities are then broadcast;
-    no barrier and no shared-memory exchange between lanes inside the token loop;
-  * whether a score moved a max is one warp vote: the rare step that must rescale leaves
+    a reduce-scatter (`primitives.reduce_scatter`) leaves each lane its own of the step's
+    TPR x HPC scores (`owned_index` says which), whose exp only that lane computes (one
+    each at G = 4 and 8, D = 128, instead of all of them in every lane of the row), and
+    the probabilities are then broadcast (`broadcast`); no barrier and no shared-memory
+    exchange between lanes inside the token loop;
+  * whether a score moved a max is one warp vote (`cuda.any_sync`, VOTE.ANY; under the
+    simulator a stand-in from `sim/simulator.py`): the rare step that must rescale leaves
     the hot loop (a warp-uniform `break`), is finished by `regrow` (rescale HPC x SLOT
     accumulators, recompute the exps) and the hot loop resumes, so the hot loop holds no
     rescale multiplies, not even predicated-off ones;
@@ -55,7 +58,9 @@ normalised and written whatever the thread count.
 
 Sliding window (window > 0): attended index j maps to position j (j < kept) or
 start + j - kept, kept = min(sinks, L), start = max(L - window, kept); dropped blocks are
-never read. Everything is accumulated in float32.
+never read. Everything is accumulated in float32. NaN propagates as in IEEE arithmetic
+(and the float64 reference): only -inf is masked (`exp2_or_zero`), so a NaN score's exp
+is NaN and poisons the running sum and the output.
 """
 
 from __future__ import annotations
@@ -67,22 +72,16 @@ from numba import cuda, float32, int32, uint32
 
 from ..primitives import (
     FULL_MASK,
+    broadcast,
     cp_async_commit,
     cp_async_wait,
     exp2_or_zero,
+    owned_index,
+    reduce_scatter,
     softmax_rescale,
 )
-from .decode_geometry import (  # noqa: F401  (geometry and budgets: importable here)
-    ACC_BUDGET,
-    RING_BUDGET,
-    SHARED_BUDGET,
-    SMALL_GROUP,
-    STAGES,
-    geometry,
-    ring_bytes,
-)
+from .decode_geometry import RING_BUDGET, STAGES, geometry, ring_bytes
 from .decode_loads import fetcher, make_locate, unpacker
-from .decode_steps import broadcast, owned_index, reduce_scatter
 
 LOG2E = 1.4426950408889634  # scores are kept in log2 units: exp(x) = 2^(x log2 e)
 SLACK = float32(8.0)  # lazy rescaling: the running max moves only when exceeded by > 2^8

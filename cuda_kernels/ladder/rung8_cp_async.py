@@ -12,8 +12,8 @@ exp) and FlashAttention-3's lazy rescale.
 Why: a memory-bound kernel is fast when enough bytes are in flight; cp.async puts them
 in flight without holding registers, so one CTA overlaps its loads with its math.
 What it buys: the production CUDA-core path (`paged_attention(path="cuda_core")`);
-read `fast/decode.py` (the kernel), `fast/decode_geometry.py` (its shape), `fast/decode_loads.py`
-(the ring) and `fast/decode_steps.py` (the reductions) next.
+read `fast/decode.py` (the kernel), `fast/decode_geometry.py` (its shape) and
+`fast/decode_loads.py` (the ring) next; its reductions are `primitives.py`'s.
 This rung wraps the production kernel rather than copying it.
 """
 

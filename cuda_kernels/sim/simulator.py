@@ -16,6 +16,9 @@ primitives with the semantics the CUDA C++ Programming Guide documents
     exist in the block): every such lane must call it, as CUDA requires. A lane not in
     its own mask, or reading a lane outside the mask (undefined in CUDA), raises; lanes
     that never arrive (a divergent shuffle) raise after a timeout instead of hanging.
+  * any_sync(mask, predicate) (CUDA's __any_sync, "Warp Vote Functions"): non-zero iff
+    the predicate is non-zero in any lane of `mask`; syncwarp(mask): the lanes of `mask`
+    wait for one another. Both are the same warp-synchronous exchange as the shuffles.
   * `cuda.shared.array` is replaced by a thread-safe copy of numba's own (see
     `_shared_array`: its unlocked check-then-create could hand two lanes two arrays).
   * load16(array, index): the 16 bytes at element `index` from the array's data
@@ -142,6 +145,27 @@ def install_shuffles() -> None:
     for fn in (shfl_sync, shfl_up_sync, shfl_down_sync, shfl_xor_sync):
         setattr(FakeCUDAModule, fn.__name__, staticmethod(fn))
     FakeCUDAShared.array = _shared_array
+
+
+def any_sync(mask, predicate):
+    """CUDA's __any_sync: 1 if the predicate is non-zero in any lane of `mask`, else 0."""
+    votes = _exchange(int(mask) & 0xFFFFFFFF, bool(predicate), "vote")
+    return int(any(bool(v) for v in votes.values()))
+
+
+def syncwarp(mask=0xFFFFFFFF):
+    """CUDA's __syncwarp: the lanes of `mask` wait for one another."""
+    _exchange(int(mask) & 0xFFFFFFFF, None, "syncwarp")
+
+
+def install_votes() -> None:
+    """Give the simulator's in-kernel `cuda` module `any_sync` and `syncwarp`, which it
+    lacks (idempotent: numba's own versions, should a later numba have them, are kept)."""
+    from numba.cuda.simulator.kernelapi import FakeCUDAModule
+
+    for fn in (any_sync, syncwarp):
+        if not hasattr(FakeCUDAModule, fn.__name__):
+            setattr(FakeCUDAModule, fn.__name__, staticmethod(fn))
 
 
 def _shared_array(self, shape, dtype, alignment=None):

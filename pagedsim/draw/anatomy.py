@@ -13,6 +13,7 @@ Reference: vLLM `vllm/worker/cache_engine.py` (KV cache shape and size per block
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from matplotlib.patches import Rectangle
@@ -35,9 +36,10 @@ def formula(spec: ModelSpec, block_size: int = BLOCK_SIZE) -> str:
     return " \u00d7 ".join(map(str, factors)) + f" = {total:,} B ({total / 2**20:g} MiB)"
 
 
-def _block(ax, x, y, spec: ModelSpec, label: str):
-    """One whole-model block at (x, y): layers stacked behind, K|V grids in front."""
-    cw, rh = 0.28, 0.11  # token column width, head row height
+def _block(ax, x, y, spec: ModelSpec, label: str, rh: float = 0.11, slide: bool = False):
+    """One whole-model block at (x, y): layers stacked behind, K|V grids in front. `rh` is a
+    head row's height; on a `slide` (18 pt) the K and V names take two lines each."""
+    cw = 0.28  # token column width
     w, h = BLOCK_SIZE * cw, spec.num_kv_heads * rh
     for i in (3, 2, 1):  # shadows for the other layers
         for dx, colour in ((0, K_COLOUR), (w + 0.5, V_COLOUR)):
@@ -54,7 +56,7 @@ def _block(ax, x, y, spec: ModelSpec, label: str):
             )
     ax.text(
         x + 2 * w + 0.5 + 0.6,
-        y + 0.6,
+        y + (0.0 if slide else 0.6),  # on a slide: clear of the two-line label above
         f"\u00d7 {spec.num_layers} layers\n(one K|V pair each)",
         fontsize=9,
         color="#444444",
@@ -84,7 +86,9 @@ def _block(ax, x, y, spec: ModelSpec, label: str):
         ax.text(
             x + dx + w / 2,
             y - 0.15,
-            f"{name}: {spec.num_kv_heads} heads \u00d7 {BLOCK_SIZE} tokens",
+            f"{name}: {spec.num_kv_heads} heads"
+            + ("\n" if slide else " ")
+            + f"\u00d7 {BLOCK_SIZE} tokens",
             ha="center",
             va="top",
             fontsize=9,
@@ -115,39 +119,73 @@ def _block(ax, x, y, spec: ModelSpec, label: str):
     return h
 
 
+ANATOMY_TITLE = "3.2  What one KV block holds (block_size = 16 tokens, FP16); grids drawn to scale"
+ANATOMY_NOTE = (
+    "Each small cell (one outlined in orange) is one head_dim vector: 128 values "
+    "\u00d7 2 bytes = 256 B. A block stores K and V of 16 tokens for every head of every "
+    "layer."
+)
+MODELS = (
+    (
+        "chapter3",
+        "the chapter's worked example, shaped like Llama-2-7B; MHA: 32 query heads, 32 KV heads",
+    ),
+    ("llama-3-8b", "GQA: 32 query heads share 8 KV heads"),
+)
+SLIDE_IN = (13.33 / 1.4, 6.67 / 1.4)  # the projector look scales by 1.4 to a slide body
+
+
+def anatomy_slides(out_dir: Path) -> list[Path]:
+    """`--slides`: one model per slide (`3.2-block-anatomy-slide-<i>-<model>`), its block
+    drawn above its bytes, every text at 18 pt or more on a 16:9 slide body."""
+    paths = []
+    ratio = preset("chapter3").bytes_per_block(BLOCK_SIZE) // preset("llama-3-8b").bytes_per_block(
+        BLOCK_SIZE
+    )
+    for i, (name, note) in enumerate(MODELS):
+        spec = preset(name)
+        fig = style.new_figure(*SLIDE_IN)
+        ax = fig.add_axes((0, 0, 1, 1))
+        ax.set_xlim(0, 24)
+        ax.set_ylim(0, 10)
+        ax.set_axis_off()
+        ax.text(
+            0.4, 9.85, textwrap.fill(ANATOMY_TITLE, 64), fontsize=13, fontweight="bold", va="top"
+        )
+        ax.text(0.4, 8.85, textwrap.fill(ANATOMY_NOTE, 90), fontsize=9.5, va="top")
+        rh = 0.08  # both slides: the grids keep one scale
+        y = 6.0 - spec.num_kv_heads * rh
+        _block(ax, 2.0, y, spec, textwrap.fill(f"{name}  ({note})", 70), rh=rh, slide=True)
+        lines = [
+            ("= B \u00d7 layers \u00d7 2 (K,V) \u00d7 KV heads \u00d7 head_dim \u00d7 bytes", {}),
+            ("= " + formula(spec), {"family": "DejaVu Sans Mono"}),
+            (f"per token: {spec.bytes_per_token():,} B", {"color": "#444444"}),
+        ]
+        if name == "llama-3-8b":
+            lines.append(
+                (f"GQA stores {ratio}x fewer bytes per block: {ratio}x more tokens per GB.", {})
+            )
+        ty = y - 1.3
+        ax.text(0.4, ty, f"{name}: bytes per block", fontsize=10.5, fontweight="bold", va="top")
+        for k, (text, kw) in enumerate(lines):
+            ax.text(0.4, ty - 0.5 * (k + 1), text, fontsize=9, va="top", **kw)
+        paths.append(style.save(fig, Path(out_dir) / f"3.2-block-anatomy-slide-{i + 1}-{name}.png"))
+    return paths
+
+
 def make_anatomy(out_dir: Path) -> list[Path]:
     """3.2: one block's layout (K, V, heads x tokens x head_dim, all layers) and its bytes."""
+    if style.slides():
+        return anatomy_slides(out_dir)
     fig = style.new_figure(*ANATOMY_SIZE)
     ax = fig.add_axes((0, 0, 1, 1))
     ax.set_xlim(0, 24)
     ax.set_ylim(-0.6, 11.8)
     ax.set_axis_off()
-    ax.text(
-        0.4,
-        11.5,
-        "3.2  What one KV block holds (block_size = 16 tokens, FP16); grids drawn to scale",
-        fontsize=13,
-        fontweight="bold",
-        va="top",
-    )
-    ax.text(
-        0.4,
-        10.85,
-        "Each small cell (one outlined in orange) is one head_dim vector: 128 values "
-        "\u00d7 2 bytes = 256 B. A block stores K and V of 16 tokens for every head of every "
-        "layer.",
-        fontsize=9.5,
-        va="top",
-    )
+    ax.text(0.4, 11.5, ANATOMY_TITLE, fontsize=13, fontweight="bold", va="top")
+    ax.text(0.4, 10.85, ANATOMY_NOTE, fontsize=9.5, va="top")
     y = 9.5
-    for name, note in (
-        (
-            "chapter3",
-            "the chapter's worked example, shaped like Llama-2-7B; "
-            "MHA: 32 query heads, 32 KV heads",
-        ),
-        ("llama-3-8b", "GQA: 32 query heads share 8 KV heads"),
-    ):
+    for name, note in MODELS:
         spec = preset(name)
         h = _block(ax, 1.6, y - spec.num_kv_heads * 0.11 - 0.8, spec, f"{name}  ({note})")
         tx = 15.2
@@ -197,8 +235,9 @@ def make_alignment(out_dir: Path) -> list[Path]:
     size = TOY.bytes_per_block(TOY_BLOCK_SIZE)
     stride = align_up(size, ALIGNMENT)
     end = TOY_BLOCKS * stride
+    slide = style.slides()  # 18 pt on a slide: wider margins, fewer ticks, wrapped notes
     fig = style.new_figure(*ALIGNMENT_SIZE)
-    ax = fig.add_axes((0.1, 0.2, 0.88, 0.62))
+    ax = fig.add_axes((0.17, 0.27, 0.8, 0.39) if slide else (0.1, 0.2, 0.88, 0.62))
     ax.set_xlim(-60, end + 60)
     ax.set_ylim(-0.2, 2.3)
     ax.vlines(range(0, end + 1, ALIGNMENT), -0.1, 2.05, color="#DDDDDD", lw=0.6, zorder=0)
@@ -250,41 +289,40 @@ def make_alignment(out_dir: Path) -> list[Path]:
                 )
         ax.text(-70, y + 0.275, title, ha="right", va="center", fontsize=10, fontweight="bold")
     ax.set_yticks([])
-    ax.set_xticks(range(0, end + 1, 4 * ALIGNMENT))
+    ax.set_xticks(range(0, end + 1, (8 if slide else 4) * ALIGNMENT))
     ax.set_xlabel(
-        f"byte address (grey lines every {ALIGNMENT} B; (+n): the block starts n bytes past a "
-        f"{ALIGNMENT}-byte boundary)"
+        f"byte address (grey lines every {ALIGNMENT} B)"
+        if slide
+        else f"byte address (grey lines every {ALIGNMENT} B; (+n): the block starts n bytes "
+        f"past a {ALIGNMENT}-byte boundary)"
     )
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
     budget = 64 * 1024
     packed, aligned = fit_blocks(budget, size, alignment=1), fit_blocks(budget, size)
-    fig.text(
-        0.02,
-        0.96,
+    title = (
         f"3.7  Block alignment: a toy block of {TOY_BLOCK_SIZE} tokens \u00d7 head_dim "
-        f"{TOY.head_dim} (1 layer, 1 KV head, FP16) = {size:,} B",
-        fontsize=12.5,
-        fontweight="bold",
-        va="top",
+        f"{TOY.head_dim} (1 layer, 1 KV head, FP16) = {size:,} B"
     )
-    fig.text(
-        0.02,
-        0.895,
+    sub = (
         f"align_up({size}, {ALIGNMENT}) = {stride}: each block gets {stride - size} B of "
-        f"padding (hatched), {100 * (stride - size) / stride:.2f}% of its stride.",
-        fontsize=10,
-        va="top",
+        f"padding (hatched), {100 * (stride - size) / stride:.2f}% of its stride."
     )
     chapter_block = preset("chapter3").bytes_per_block(16)
-    fig.text(
-        0.02,
-        0.06,
+    note = (
         f"In a {budget // 1024} KiB budget: packed {packed.num_blocks} blocks, aligned "
         f"{aligned.num_blocks} blocks ({aligned.padding_bytes:,} B of padding). The chapter's "
         f"8 MiB block ({chapter_block:,} B) is already a multiple of {ALIGNMENT}: "
-        f"padding {align_up(chapter_block) - chapter_block} B.",
-        fontsize=9.5,
-        va="bottom",
+        f"padding {align_up(chapter_block) - chapter_block} B."
     )
+    if slide:
+        title = f"3.7  Block alignment: a toy block of {size:,} B"
+        sub = (
+            f"{TOY_BLOCK_SIZE} tokens \u00d7 head_dim {TOY.head_dim}, 1 layer, 1 KV head, FP16. "
+            f"{sub} (+n): the block starts n bytes past a {ALIGNMENT}-byte boundary."
+        )
+        sub, note = textwrap.fill(sub, 88), textwrap.fill(note, 88)
+    fig.text(0.02, 0.96, title, fontsize=12.5, fontweight="bold", va="top")
+    fig.text(0.02, 0.9 if slide else 0.895, sub, fontsize=10, va="top")
+    fig.text(0.02, 0.01 if slide else 0.06, note, fontsize=9.5, va="bottom")
     return [style.save(fig, Path(out_dir) / "3.7-alignment.png")]

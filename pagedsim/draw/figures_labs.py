@@ -16,14 +16,25 @@ from pathlib import Path
 
 from matplotlib.patches import Rectangle
 
-from pagedsim.draw.style import ACCENT, FREE, FREE_EDGE, INK, SEQ_COLOURS, new_figure, save
+from pagedsim.draw.style import (
+    ACCENT,
+    FREE,
+    FREE_EDGE,
+    INK,
+    SEQ_COLOURS,
+    new_figure,
+    save,
+    slides,
+)
 from pagedsim.labs import interleavings as il
 
 LANE_COLOURS = SEQ_COLOURS[:3]
 
 
-def _draw_schedule(ax, out: il.Outcome, title: str) -> None:
-    """Threads as horizontal lanes, one box per memory step, the top value underneath."""
+def _draw_schedule(ax, out: il.Outcome, title: str, slide: bool = False) -> None:
+    """Threads as horizontal lanes, one box per memory step, the top value underneath. On a
+    slide (18 pt text) the boxes say less ("s[2]" for stack[2], ok/fail marks for CAS) and
+    what each thread gets and how top ends go beside the lanes, not after the last step."""
     n = len(out.blocks)
     dup = set(out.duplicates)
     top = out.start_top
@@ -49,10 +60,16 @@ def _draw_schedule(ax, out: il.Outcome, title: str) -> None:
             "cas fail": "CAS fail",
             "atomic_add": "atomic.sub",
         }[s.op]  # t = atomic.sub(top, 0, 1) = atomic_add(-1)
+        addr = s.addr
+        if slide:
+            label = {"CAS ok": "CAS \u2713", "CAS fail": "CAS \u2717", "atomic.sub": "sub"}.get(
+                label, label
+            )
+            addr = addr.replace("stack", "s")
         ax.text(
             k + 0.5,
             y + 0.62,
-            f"{label}\n{s.addr}",
+            f"{label}\n{addr}",
             ha="center",
             va="center",
             fontsize=7.5,
@@ -74,6 +91,24 @@ def _draw_schedule(ax, out: il.Outcome, title: str) -> None:
     ax.text(-0.15, -0.45, "top", ha="right", va="center", fontsize=9, color=INK)
     want = out.start_top - n
     ends = f"ends {top}, should be {want}" if top != want else f"ends {top}: right"
+    if slide:  # the outcome beside the lanes: thread i gets b; top's end in the title
+        ax.set_yticks(
+            [n - 1 - i + 0.5 for i in range(n)],
+            [f"thread {i}\ngets {out.blocks[i]}" for i in range(n)],
+        )
+        for i, tick in enumerate(ax.get_yticklabels()):
+            if out.blocks[i] in dup:
+                tick.set_color(ACCENT)
+                tick.set_fontweight("bold")
+        ax.set_xticks([k + 0.5 for k in range(len(out.steps))], [])
+        ax.tick_params(axis="x", length=0)
+        ax.set_xlim(-0.05, len(out.steps) + 0.05)
+        ax.set_ylim(-0.8, n)
+        ax.set_xlabel(f"memory step (time) \u2192   top {ends}")
+        ax.set_title(title, loc="left")
+        for side in ("top", "right", "left", "bottom"):
+            ax.spines[side].set_visible(False)
+        return
     ax.text(
         len(out.steps) + 0.2,
         -0.45,
@@ -117,6 +152,8 @@ def overlapping(impl: str) -> il.Outcome:
 def race_timeline(out_dir: Path) -> list[Path]:
     """The first bad schedule of the racy pop for 2 threads; the exercise's atomic.sub pop and the
     allocator kernel's compare-and-swap pop on an overlapping schedule."""
+    if slides():
+        return race_timeline_slides(out_dir)
     racy = il.summarize("racy", 2)
     bad = racy.first_bad
     assert bad is not None, "the racy pop has a bad schedule for 2 threads"
@@ -149,7 +186,42 @@ def race_timeline(out_dir: Path) -> list[Path]:
     return [save(fig, Path(out_dir) / "race_timeline.png")]
 
 
-def _sector_strip(ax, w, title: str) -> None:
+def race_timeline_slides(out_dir: Path) -> list[Path]:
+    """`--slides`: one schedule per slide (`race_timeline-slide-<i>-<pop>.png`), at 18 pt."""
+    racy, sub, cs = il.summarize("racy", 2), il.summarize("atomic_add", 2), il.summarize("cas", 2)
+    cases = [
+        (
+            "racy",
+            racy.first_bad,
+            f"racy pop: {racy.bad} of {racy.total} schedules hand one block\n"
+            f"to two threads; here block {racy.first_bad.duplicates[0]} (orange)",
+        ),
+        (
+            "atomic-sub",
+            overlapping("atomic_add"),
+            f"exercise 3.7: t = cuda.atomic.sub(top, 0, 1)\n{sub.bad} bad of {sub.total}: "
+            "read and decrement are one step",
+        ),
+        (
+            "cas",
+            overlapping("cas"),
+            f"cuda_kernels.alloc, compare-and-swap: {cs.bad} bad of {cs.total}\n"
+            "a failed CAS (dashed) retries with the top it saw",
+        ),
+    ]
+    paths = []
+    for i, (key, outcome, title) in enumerate(cases):
+        fig = new_figure(13.33 / 1.4, 6.67 / 1.4)  # the projector look scales by 1.4
+        ax = fig.subplots()
+        _draw_schedule(ax, outcome, title, slide=True)
+        fig.text(0.01, 0.98, "Two threads pop the free stack [10, 11, 12] at once", va="top")
+        fig.text(0.99, 0.01, "s[i] = stack[i]", ha="right", va="bottom")
+        fig.subplots_adjust(left=0.15, right=0.99, top=0.74, bottom=0.12)
+        paths.append(save(fig, Path(out_dir) / f"race_timeline-slide-{i + 1}-{key}.png"))
+    return paths
+
+
+def _sector_strip(ax, w, title: str, slide: bool = False) -> None:
     """Each lane's bytes as a bar over the 32-byte sector grid, untouched 128-B lines cut out."""
     import numpy as np
 
@@ -186,9 +258,16 @@ def _sector_strip(ax, w, title: str) -> None:
     ax.set_xticks([i * sc.LINE for i in range(len(lines) + 1)][:: max(1, len(lines) // 4)])
     ax.tick_params(labelsize=7)
     span = int(w.addresses.max()) + w.nbytes - int(w.addresses.min())
+    n_lines = f"{w.lines} line{'s' * (w.lines > 1)}"
+    if slide:  # a third of a slide's width at 18 pt: the same facts, shorter lines
+        ax.set_title(
+            f"{title}\n{w.sectors} sectors, {n_lines}\n{w.efficiency:.0%} used, over {span} B",
+            fontsize=18,
+        )
+        return
     ax.set_title(
-        f"{title}: {w.sectors} sectors, {w.lines} line{'s' * (w.lines > 1)}, "
-        f"{w.efficiency:.0%} used\n(bytes spread over {span} B)",
+        f"{title}: {w.sectors} sectors, {n_lines}, {w.efficiency:.0%} used\n"
+        f"(bytes spread over {span} B)",
         fontsize=8.5,
     )
 
@@ -198,6 +277,8 @@ def layout_sectors(out_dir: Path) -> list[Path]:
     from pagedsim.labs import sectors as sc
 
     g = sc.Geometry()
+    if slides():
+        return layout_sector_slides(out_dir)
     fig = new_figure(12, 10)
     axes = fig.subplots(4, 3)
     cases = [("kernel", "k"), ("kernel", "v"), ("vec16", "k")]
@@ -219,6 +300,28 @@ def layout_sectors(out_dir: Path) -> list[Path]:
     )
     fig.subplots_adjust(left=0.05, right=0.98, top=0.92, bottom=0.07, hspace=0.75, wspace=0.2)
     return [save(fig, Path(out_dir) / "layout_sectors.png")]
+
+
+def layout_sector_slides(out_dir: Path) -> list[Path]:
+    """`--slides`: one layout per slide (`layout_sectors-slide-<i>-<layout>.png`), its three
+    loads side by side, every text at 18 pt or more on a 16:9 slide body."""
+    from pagedsim.labs import sectors as sc
+
+    g = sc.Geometry()
+    cases = [("kernel", "k"), ("kernel", "v"), ("vec16", "k")]
+    paths = []
+    for r, layout in enumerate(sc.LAYOUTS):
+        fig = new_figure(13.33 / 1.4, 6.67 / 1.4)  # the projector look scales by 1.4
+        axes = fig.subplots(1, 3)
+        for c, (mapping, which) in enumerate(cases):
+            w = sc.warp_load(layout, mapping, which, g)
+            _sector_strip(axes[c], w, f"{which.upper()}, {mapping}", slide=True)
+        axes[0].set_ylabel("lane")
+        fig.suptitle(f"{layout}: one warp's load (fp16, B={g.block_size}, D={g.head_dim})")
+        fig.supxlabel("bytes of the 128-B lines touched; grey: 32-B sectors fetched")
+        fig.subplots_adjust(left=0.08, right=0.95, top=0.7, bottom=0.2, wspace=0.3)
+        paths.append(save(fig, Path(out_dir) / f"layout_sectors-slide-{r + 1}-{layout}.png"))
+    return paths
 
 
 def alignment_sectors(out_dir: Path) -> list[Path]:
@@ -257,7 +360,7 @@ def alignment_sectors(out_dir: Path) -> list[Path]:
     left.set_yticks(
         [len(offsets) - 1 - i + 0.5 for i in range(len(offsets))], [f"+{o} B" for o in offsets]
     )
-    left.set_xticks(range(0, 257, 32))
+    left.set_xticks(range(0, 257, 64 if slides() else 32))  # 18 pt on a slide: every other
     left.set_xlabel("bytes from a 128-byte boundary (grey: 32-byte sectors fetched)")
     left.set_title("32 lanes x 4 B (fp32) starting at the offset", fontsize=10)
     width = 0.2

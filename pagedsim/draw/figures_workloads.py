@@ -24,10 +24,16 @@ LABELS = {"paged": "paged (B=16)", "max": "Orca max", "pow2": "Orca pow2", "orac
 PAPER_TOKEN_STATES = {"paged": 96.3, "max": 20.4, "pow2": 26.8, "oracle": 38.2}  # vLLM Fig. 2
 
 
-def draw_waste(by_mode: dict, out_dir: Path, name: str = "waste_breakdown.png") -> Path:
-    """Stacked bars: for each allocator, one bar per mode ({"static": fractions, ...})."""
-    fig = style.new_figure(10.0, 5.0)
-    ax = fig.add_axes([0.075, 0.15, 0.64, 0.74])
+def draw_waste(by_mode: dict, out_dir: Path, name: str = "waste_breakdown.png") -> list[Path]:
+    """Stacked bars: for each allocator, one bar per mode ({"static": fractions, ...}). Under
+    `--slides`: the bars on one slide, the note on the paper's markers on the next."""
+    slide = style.slides()
+    if slide:
+        fig = style.new_figure(*SLIDE_IN)
+        ax = fig.add_axes([0.09, 0.22, 0.56, 0.64])
+    else:
+        fig = style.new_figure(10.0, 5.0)
+        ax = fig.add_axes([0.075, 0.15, 0.64, 0.74])
     modes = list(by_mode)
     allocators = ("max", "pow2", "oracle", "paged")
     width = 0.8 / len(modes)
@@ -59,7 +65,8 @@ def draw_waste(by_mode: dict, out_dir: Path, name: str = "waste_breakdown.png") 
                 color="white",
                 rotation=90,
             )
-            ax.text(xi, 101.5, mode, ha="center", va="bottom", fontsize=8.5, color=style.INK)
+            shown = {"continuous": "cont."}.get(mode, mode) if slide else mode  # bar-wide
+            ax.text(xi, 101.5, shown, ha="center", va="bottom", fontsize=8.5, color=style.INK)
     centres = np.arange(len(allocators))
     ax.scatter(
         centres,
@@ -68,14 +75,44 @@ def draw_waste(by_mode: dict, out_dir: Path, name: str = "waste_breakdown.png") 
         s=28,
         color="black",
         zorder=5,
-        label="paper Fig. 2: token states",
+        label="paper: token states" if slide else "paper Fig. 2: token states",
     )
-    ax.set_xticks(centres, [LABELS[a] for a in allocators])
+    ticks = [LABELS[a].replace("Orca ", "Orca\n") if slide else LABELS[a] for a in allocators]
+    ax.set_xticks(centres, ticks)
     ax.set_xlim(-0.55, len(allocators) - 0.45)
     ax.set_ylim(0, 108)
-    ax.set_ylabel("share of KV-cache slot-steps (%)")
-    ax.set_title("Where KV-cache memory goes (synthetic ShareGPT, 10,000 requests)", loc="left")
+    ax.set_ylabel("share of slot-steps (%)" if slide else "share of KV-cache slot-steps (%)")
+    title = "Where KV-cache memory goes (synthetic ShareGPT, 10,000 requests)"
+    if slide:
+        fig.text(0.01, 0.98, title, va="top", fontsize=18)
+    else:
+        ax.set_title(title, loc="left")
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, fontsize=10)
+    if slide:
+        fig.text(
+            0.01,
+            0.01,
+            "static: all admitted at step 0, unlimited memory.\ncont. = continuous: "
+            "first-fit in 14,648 slots (12 GB of OPT-13B KV), FCFS.",
+            fontsize=18,
+            va="bottom",
+        )
+        stem = Path(name).stem
+        note = style.new_figure(*SLIDE_IN)
+        note.text(
+            0.02,
+            0.96,
+            textwrap.fill(paper_note(by_mode), 66),
+            va="top",
+            ha="left",
+            fontsize=22,
+            gid="paper-note",
+            linespacing=1.25,
+        )
+        return [
+            style.save(fig, Path(out_dir) / f"{stem}-slide-1-bars.png"),
+            style.save(note, Path(out_dir) / f"{stem}-slide-2-paper.png"),
+        ]
     fig.text(
         0.075,
         0.03,
@@ -93,7 +130,7 @@ def draw_waste(by_mode: dict, out_dir: Path, name: str = "waste_breakdown.png") 
         gid="paper-note",
         linespacing=1.25,
     )
-    return style.save(fig, Path(out_dir) / name)
+    return [style.save(fig, Path(out_dir) / name)]
 
 
 def paper_note(by_mode: dict) -> str:
@@ -155,43 +192,57 @@ def sweep_notes(rows) -> tuple[str | None, str]:
     return why, differ
 
 
-def draw_sweep(rows, out_dir: Path, title: str = "", name: str = "block_size_sweep.png") -> Path:
-    """Five panels over block size (waste, table entries, largest batch, preemptions, prefix-cache
-    hit rate), each on its own axis, and two notes that explain them."""
-    bs = np.array([r["block_size"] for r in rows])
+def _sweep_panels(rows) -> list:
+    """(key, xs, ys, title, log y axis) of each panel of the sweep."""
+    bs = [r["block_size"] for r in rows]
     ok = [r for r in rows if r["preemptions"] is not None]
-    fig = style.new_figure(13.0, 7.6)
-    axes = fig.subplots(2, 3)
-    fig.subplots_adjust(left=0.06, right=0.98, top=0.9, bottom=0.08, hspace=0.45, wspace=0.28)
-    panels = (
-        (axes[0, 0], bs, [100 * r["waste"] for r in rows], "internal fragmentation (%)", 0),
-        (axes[0, 1], bs, [r["mean_entries"] for r in rows], "table entries per sequence (mean)", 1),
-        (axes[0, 2], bs, [r["max_batch"] for r in rows], "largest batch that fits (requests)", 0),
+    return [
+        ("waste", bs, [100 * r["waste"] for r in rows], "internal fragmentation (%)", 0),
+        ("entries", bs, [r["mean_entries"] for r in rows], "table entries per sequence (mean)", 1),
+        ("batch", bs, [r["max_batch"] for r in rows], "largest batch that fits (requests)", 0),
         (
-            axes[1, 0],
+            "preemptions",
             [r["block_size"] for r in ok],
             [r["preemptions"] for r in ok],
             "preemptions (recompute)",
             0,
         ),
         (
-            axes[1, 1],
+            "hit-rate",
             [r["block_size"] for r in ok],
             [100 * r["hit_rate"] for r in ok],
             "prefix-cache hit rate (%)",
             0,
         ),
-    )
-    for ax, xs, ys, label, logy in panels:  # logy: 1 for a log y axis
-        ax.plot(xs, ys, marker="o", color=style.SEQ_COLOURS[4])
-        ax.set_title(label, fontsize=10)
-        if logy:
-            ax.set_yscale("log")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(bs, [str(b) for b in bs], fontsize=8)
-        ax.set_xlabel("block size (tokens)")
-        ax.grid(alpha=0.3)
-    axes[1, 1].set_ylim(0, 100)
+    ]
+
+
+def _sweep_panel(ax, bs, xs, ys, label: str, logy: int, key: str, fontsize: float) -> None:
+    ax.plot(xs, ys, marker="o", color=style.SEQ_COLOURS[4])
+    ax.set_title(label, fontsize=fontsize)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(bs, [str(b) for b in bs], fontsize=8)
+    ax.set_xlabel("block size (tokens)")
+    ax.grid(alpha=0.3)
+    if key == "hit-rate":
+        ax.set_ylim(0, 100)
+
+
+def draw_sweep(rows, out_dir: Path, title: str = "", name: str = "block_size_sweep.png") -> list:
+    """Five panels over block size (waste, table entries, largest batch, preemptions, prefix-cache
+    hit rate), each on its own axis, and two notes that explain them; under `--slides`, one
+    file per panel and per note (`draw_sweep_slides`). Returns the paths written."""
+    if style.slides():
+        return draw_sweep_slides(rows, out_dir, title, name)
+    bs = np.array([r["block_size"] for r in rows])
+    fig = style.new_figure(13.0, 7.6)
+    axes = fig.subplots(2, 3)
+    fig.subplots_adjust(left=0.06, right=0.98, top=0.9, bottom=0.08, hspace=0.45, wspace=0.28)
+    spots = (axes[0, 0], axes[0, 1], axes[0, 2], axes[1, 0], axes[1, 1])
+    for ax, (key, xs, ys, label, logy) in zip(spots, _sweep_panels(rows), strict=True):
+        _sweep_panel(ax, bs, xs, ys, label, logy, key, 10)  # logy: 1 for a log y axis
     notes = axes[1, 2]
     notes.set_axis_off()
     why, differ = sweep_notes(rows)
@@ -208,4 +259,38 @@ def draw_sweep(rows, out_dir: Path, title: str = "", name: str = "block_size_swe
         linespacing=1.3,
     )
     fig.suptitle(f"Block size sweep: {title}", fontsize=11)
-    return style.save(fig, Path(out_dir) / name)
+    return [style.save(fig, Path(out_dir) / name)]
+
+
+SLIDE_IN = (13.33 / 1.4, 6.67 / 1.4)  # the projector look scales by 1.4 to a slide body
+
+
+def draw_sweep_slides(rows, out_dir: Path, title: str, name: str) -> list:
+    """One idea per slide: each panel alone (`<name>-slide-<i>-<panel>.png`), then each note as
+    a text slide, all at 18 pt or more once fitted to a 16:9 slide body."""
+    bs = [r["block_size"] for r in rows]
+    stem, paths = Path(name).stem, []
+    slides = [(key, panel) for key, *panel in _sweep_panels(rows)]
+    why, differ = sweep_notes(rows)
+    slides += [(key, text) for key, text in (("why", why), ("not-3.5", differ)) if text]
+    for i, (key, what) in enumerate(slides):
+        fig = style.new_figure(*SLIDE_IN)
+        if isinstance(what, str):  # a note: text only, wrapped to the slide's width
+            fig.text(
+                0.02,
+                0.96,
+                textwrap.fill(what, 66),
+                va="top",
+                ha="left",
+                fontsize=22,
+                gid="notes",
+                linespacing=1.25,
+            )
+        else:
+            ax = fig.add_axes([0.1, 0.2, 0.86, 0.62])
+            xs, ys, label, logy = what
+            _sweep_panel(ax, bs, xs, ys, label, logy, key, 20)
+            ax.xaxis.label.set_fontsize(18)
+            fig.text(0.5, 0.97, f"Block size sweep: {title}", ha="center", va="top", fontsize=18)
+        paths.append(style.save(fig, Path(out_dir) / f"{stem}-slide-{i + 1}-{key}.png"))
+    return paths

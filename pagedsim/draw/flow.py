@@ -11,6 +11,7 @@ Reference: Kwon et al., SOSP 2023, figure 6 (block table translation).
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from matplotlib.patches import FancyArrowPatch, Rectangle
@@ -21,6 +22,7 @@ from ..trace import BlockAllocated, SequenceAdded, SequenceFreed, TokensAppended
 from . import style
 
 LOGICAL_SIZE, FLOW_SIZE = (12, 5.6), (10.5, 7.0)  # inches
+SLIDE_IN = (13.33 / 1.4, 6.67 / 1.4)  # the projector look scales by 1.4 to a slide body
 
 
 def scattered_manager() -> KVCacheManager:
@@ -68,10 +70,14 @@ def make_logical_physical(out_dir: Path) -> list[Path]:
     snap = m.snapshot()
     colours = style.seq_colours([snap])
     n = snap.num_blocks
-    fig = style.new_figure(*LOGICAL_SIZE)
+    # on a slide (18 pt): a slide-shaped figure, a wider label column, and room at the top
+    # for the title and the subtitle wrapped to the slide's width
+    slide = style.slides()
+    fig = style.new_figure(*(SLIDE_IN if slide else LOGICAL_SIZE))
     ax = fig.add_axes((0, 0, 1, 1))
-    ax.set_xlim(-3.2, n + 0.6)
-    ax.set_ylim(0, 9.3)
+    left = -4.0 if slide else -3.0  # where the row labels start
+    ax.set_xlim(left - 0.2, n + 0.6)
+    ax.set_ylim(0, 11.8 if slide else 9.3)
     ax.set_axis_off()
     phys_y = 4.0
     for b in range(n):  # physical memory strip
@@ -79,7 +85,7 @@ def make_logical_physical(out_dir: Path) -> list[Path]:
         colour = style.colour_of(owner[0], colours) if owner else style.FREE
         _box(ax, b + 0.05, phys_y, 0.9, 0.9, colour, str(b), ls="-" if owner else "--")
     ax.text(
-        -3.0,
+        left,
         phys_y + 0.45,
         "physical blocks\n(GPU memory)",
         va="center",
@@ -89,7 +95,7 @@ def make_logical_physical(out_dir: Path) -> list[Path]:
     for seq, y, side in zip(snap.sequences, (7.0, 1.0), (1, -1), strict=True):
         colour = style.colour_of(seq.seq_id, colours)
         ax.text(
-            -3.0,
+            left,
             y + 0.45,
             f"seq {seq.seq_id}: logical\n({seq.num_tokens} tokens)",
             va="center",
@@ -128,21 +134,23 @@ def make_logical_physical(out_dir: Path) -> list[Path]:
         ax.text(
             x0 + len(seq.blocks) + 0.5,
             y + 0.45,
-            f"block table {seq.seq_id} = [{table}]",
+            f"block table {seq.seq_id}" + ("\n" if slide else " ") + f"= [{table}]",
             ha="left",
             fontsize=9.5,
             family="DejaVu Sans Mono",
             va="center",
         )
-    ax.text(
-        -3.0,
-        9.0,
-        "3.3  Logical blocks are contiguous; physical blocks are wherever the free list put them",
-        fontsize=12.5,
-        fontweight="bold",
-        va="top",
+    title = (
+        "3.3  Logical blocks are contiguous; physical blocks are wherever the free list put them"
     )
-    ax.text(-3.0, 8.55, logical_subtitle(m), fontsize=9, va="top", color="#444444", gid="subtitle")
+    sub = logical_subtitle(m)
+    if slide:
+        title = textwrap.fill(title, 50)
+        sub = textwrap.fill(sub.replace("\n", " "), 95)
+    ax.text(left, 11.5 if slide else 9.0, title, fontsize=12.5, fontweight="bold", va="top")
+    ax.text(
+        left, 10.3 if slide else 8.55, sub, fontsize=9, va="top", color="#444444", gid="subtitle"
+    )
     return [style.save(fig, Path(out_dir) / "3.3-logical-vs-physical.png")]
 
 
@@ -177,32 +185,36 @@ def make_core_flow(out_dir: Path, snapshots) -> list[Path]:
     new = next(e.block for e in snap.events if isinstance(e, BlockAllocated))
     colours = style.seq_colours(snapshots[: k + 1])
     n = snap.num_blocks
-    fig = style.new_figure(*FLOW_SIZE)
+    # on a slide (18 pt) the figure is as wide as a slide body, the caption wraps, and the
+    # column heads keep one line (what they hold is said by the boxes themselves)
+    slide = style.slides()
+    fig = style.new_figure(*(SLIDE_IN if slide else FLOW_SIZE))
     ax = fig.add_axes((0, 0, 1, 1))
-    top = n * 0.8 + 2.4
+    y0 = 2.85 if slide else 2.7
+    top = n * 0.8 + y0 - 0.3
     ax.set_xlim(0, 17.5)
     ax.set_ylim(top + 1.2, -0.2)
     ax.set_axis_off()
     ax.text(
         0.3,
         0.2,
-        "3.6  The core flow, from a real trace: free pool \u2192 allocated blocks \u2192 "
-        "block tables",
+        ("3.6  The core flow" if slide else "3.6  The core flow, from a real trace")
+        + ": free pool \u2192 allocated blocks \u2192 block tables",
         fontsize=12.5,
         fontweight="bold",
         va="top",
     )
-    ax.text(
-        0.3, 0.85, f"step {snap.step}: {caption(snap)}", fontsize=9.5, va="top", color="#444444"
-    )
+    said = f"step {snap.step}: {caption(snap)}"
+    said = textwrap.fill(said, 90) if slide else said
+    ax.text(0.3, 0.85, said, fontsize=9.5, va="top", color="#444444")
     heads = (
         "free pool\n(free list, head first)",
         "physical blocks\n(id, owner, ref count)",
         "block tables\n(logical \u2192 physical)",
     )
     for x, title in zip((0.6, 6.4, 12.6), heads, strict=True):
-        ax.text(x, 1.6, title, fontsize=10.5, fontweight="bold", va="top")
-    y0 = 2.7
+        title = title.split("\n")[0] if slide else title
+        ax.text(x, 2.05 if slide else 1.6, title, fontsize=10.5, fontweight="bold", va="top")
     pool = [new] + list(snap.free_list)  # the popped block, ghosted, then the list now
     for i, b in enumerate(pool):
         y = y0 + i * 0.8
@@ -285,7 +297,7 @@ def make_core_flow(out_dir: Path, snapshots) -> list[Path]:
         fontsize=9,
         color="#444444",
     )
-    y = y0 - 0.25
+    y = y0 + (0.2 if slide else -0.25)
     for seq in snap.sequences:  # block tables stacked in one column: no arrow crosses a cell
         colour = style.colour_of(seq.seq_id, colours)
         ax.text(

@@ -90,7 +90,8 @@ def make(out_dir: Path) -> list[Path]:
     palette = style.look().seq_colours
     colours = {n: palette[i % len(palette)] for i, n in enumerate(names)}
     fig = style.new_figure(*style.whole_pixels(*SIZE))
-    ax = fig.add_axes((0.1, 0.04, 0.86, 0.8))
+    # on a slide the row names are 18 pt: a wider margin for them (fit_slide wraps the rest)
+    ax = fig.add_axes((0.17, 0.04, 0.8, 0.8) if style.slides() else (0.1, 0.04, 0.86, 0.8))
     ax.set_xlim(-1, SLOTS + 1)
     ax.set_ylim(9.6, -0.6)
     ax.set_axis_off()
@@ -126,9 +127,10 @@ def make(out_dir: Path) -> list[Path]:
     _bar(ax, 0.6, owner, colours, label=style.tr("first fit"))
     _names(ax, 0.6, owner)
     assert not fits, "the story needs a refused late request"
+    slide = style.slides()  # 18 pt: the verdict wraps to two lines, hung under the bar
     ax.text(
         0,
-        2.15,
+        1.8 if slide else 2.15,
         style.tr(
             "free: {free} slots in holes of {holes}  \u2192  F ({n}) is refused: no hole is big "
             "enough (external fragmentation)",
@@ -137,7 +139,7 @@ def make(out_dir: Path) -> list[Path]:
             n=LATE[1],
         ),
         fontsize=style.pt(10.5),
-        va="center",
+        va="top" if slide else "center",
         color="#AA3377",
         gid="first-fit-verdict",
     )
@@ -185,8 +187,9 @@ def make(out_dir: Path) -> list[Path]:
     ax.text(1.6, 8.7, style.tr("empty slot"), va="center", fontsize=style.pt(9.5))
     ax.add_patch(Rectangle((9, 8.3), 1.2, 0.8, facecolor=colours["A"], edgecolor=style.INK, lw=0.4))
     ax.text(10.6, 8.7, style.tr("a request's tokens"), va="center", fontsize=style.pt(9.5))
-    ax.plot([21, 21], [8.2, 9.2], color=style.INK, lw=1.6)
-    ax.text(21.6, 8.7, style.tr("block boundary"), va="center", fontsize=style.pt(9.5))
+    edge = 23 if slide else 21  # past "a request's tokens" at 18 pt
+    ax.plot([edge, edge], [8.2, 9.2], color=style.INK, lw=1.6)
+    ax.text(edge + 0.6, 8.7, style.tr("block boundary"), va="center", fontsize=style.pt(9.5))
     return [style.save(fig, Path(out_dir) / "3.1-fragmentation.png")]
 
 

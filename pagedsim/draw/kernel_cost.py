@@ -55,37 +55,94 @@ def make(out_dir: Path) -> list[Path]:
     requests = synthetic("sharegpt", tradeoff.NUM_REQUESTS, seed=tradeoff.SEED)
     lengths = tradeoff.step_lengths(requests)
     cost = kernel_cost(lengths)
+    title = (
+        "3.5b  The kernel's side of the block size: sectors read per decode step "
+        "(a model from sector counting, not a measurement)"
+    )
+    caveat = (
+        "Per sequence and KV head, over every decode step of figure 3.5's 500 "
+        "synthetic ShareGPT requests; D = 128, fp16; sectors: pagedsim.labs.sectors.\n"
+        "The model prices bytes only: it cannot see the latency "
+        "of a lookup on the critical path, which is why vLLM measures B < 16 as slow\n"
+        "although it reads the fewest bytes. A GPU run of the decode kernel over block sizes "
+        "should replace this figure."
+    )
+    if style.slides():
+        return _slides(out_dir, cost, title, caveat)
+    fig = style.new_figure(*SIZE)
+    left, right = fig.subplots(1, 2)
+    fig.subplots_adjust(left=0.07, right=0.98, top=0.84, bottom=0.27, wspace=0.25)
+    fig.suptitle(title, fontsize=12)
+    _traffic(left, cost)
+    _latency(right, cost)
+    fig.text(0.07, 0.03, caveat, fontsize=9, color="#444444", gid="caveat")
+    return [style.save(fig, Path(out_dir) / "3.5b-kernel-cost.png")]
+
+
+def _slides(out_dir: Path, cost: dict, title: str, caveat: str) -> list[Path]:
+    """`--slides`: the traffic panel, the latency panel and the caveat, one slide each
+    (`3.5b-kernel-cost-slide-<i>-<key>`), all at 18 pt or more on a 16:9 slide body."""
+    import textwrap
+
+    paths = []
+    for i, key in enumerate(("traffic", "latency", "caveat")):
+        fig = style.new_figure(*tradeoff.SLIDE_IN)
+        if key == "caveat":
+            text = textwrap.fill(caveat.replace("\n", " "), 66)
+            fig.text(0.02, 0.96, text, va="top", fontsize=22, gid="caveat", linespacing=1.25)
+        else:
+            ax = fig.add_axes([0.1, 0.15, 0.86, 0.6])
+            if key == "traffic":
+                _traffic(ax, cost, top=1.45)
+                ax.set_ylabel("extra sectors (%)")  # the axes' height at 18 pt
+                ax.set_title("traffic: lowest with small blocks")
+            else:
+                _latency(ax, cost)
+                ax.set_ylabel("lookups per step")
+                ax.set_title("latency: a lookup before each block's loads")
+            fig.text(0.01, 0.99, textwrap.fill(title, 80), va="top", fontsize=18)
+        paths.append(style.save(fig, Path(out_dir) / f"3.5b-kernel-cost-slide-{i + 1}-{key}.png"))
+    return paths
+
+
+def _traffic(ax, cost: dict, top: float = 1.18) -> None:
+    """Extra sectors over a contiguous cache per block size: masked slots and table entries."""
     bs = list(cost)
     x = np.arange(len(bs))
     need = np.array([cost[b]["contiguous"] for b in bs], dtype=float)
     over = np.array([cost[b]["kv"] - cost[b]["contiguous"] for b in bs]) / need * 100
     table = np.array([cost[b]["table"] for b in bs]) / need * 100
-    fig = style.new_figure(*SIZE)
-    left, right = fig.subplots(1, 2)
-    fig.subplots_adjust(left=0.07, right=0.98, top=0.84, bottom=0.27, wspace=0.25)
-    fig.suptitle(
-        "3.5b  The kernel's side of the block size: sectors read per decode step "
-        "(a model from sector counting, not a measurement)",
-        fontsize=12,
-    )
-    left.bar(x, over, color=style.SEQ_COLOURS[1], label="last block's empty slots, read and masked")
-    left.bar(x, table, bottom=over, color=style.SEQ_COLOURS[4], label="block-table entries")
+    ax.bar(x, over, color=style.SEQ_COLOURS[1], label="last block's empty slots, read and masked")
+    ax.bar(x, table, bottom=over, color=style.SEQ_COLOURS[4], label="block-table entries")
+    slide = style.slides()
     for xi, o, t in zip(x, over, table, strict=True):
-        left.text(
-            xi, o + t + 0.4, f"+{o + t:.1f}%", ha="center", va="bottom", fontsize=8.5, gid="extra"
+        ax.text(
+            xi,
+            o + t + 0.4,
+            f"+{o + t:.1f}%" if not slide else f"+{o + t:.0f}%",  # bar-wide at 18 pt
+            ha="center",
+            va="bottom",
+            fontsize=8.5,
+            gid="extra",
         )
-    left.set_xticks(x, [str(b) for b in bs])
-    left.set_xlabel("block size B (tokens)")
-    left.set_ylabel("extra sectors over a contiguous cache (%)")
-    left.set_title("traffic: lowest with small blocks", fontsize=10)
-    left.set_ylim(0, max(over + table) * 1.18)
-    left.legend(fontsize=9, loc="upper left", frameon=False)
-    left.grid(axis="y", alpha=0.3)
+    ax.set_xticks(x, [str(b) for b in bs])
+    ax.set_xlabel("block size B (tokens)")
+    ax.set_ylabel("extra sectors over a contiguous cache (%)")
+    ax.set_title("traffic: lowest with small blocks", fontsize=10)
+    ax.set_ylim(0, max(over + table) * top)
+    ax.legend(fontsize=9, loc="upper left", frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def _latency(ax, cost: dict) -> None:
+    """Dependent block-table lookups per step, each point labelled with the bytes it brings."""
+    bs = list(cost)
+    x = np.arange(len(bs))
     lookups = [cost[b]["lookups"] for b in bs]
-    right.plot(x, lookups, marker="o", color=style.SEQ_COLOURS[4], gid="lookups")
-    right.set_yscale("log")
+    ax.plot(x, lookups, marker="o", color=style.SEQ_COLOURS[4], gid="lookups")
+    ax.set_yscale("log")
     for xi, b, n in zip(x, bs, lookups, strict=True):
-        right.text(
+        ax.text(
             xi,
             n * 1.25,
             f"{cost[b]['bytes_per_lookup'] // 1024 or 0.5:g} KiB",
@@ -93,33 +150,19 @@ def make(out_dir: Path) -> list[Path]:
             va="bottom",
             fontsize=8,
         )
-    right.set_xticks(x, [str(b) for b in bs])
-    right.set_xlabel("block size B (tokens)")
-    right.set_ylabel("dependent block-table lookups per step (mean)")
-    right.set_title("latency: a dependent lookup before each block's loads", fontsize=10)
-    right.set_ylim(min(lookups) / 1.5, max(lookups) * 3)
-    right.text(
+    ax.set_xticks(x, [str(b) for b in bs])
+    ax.set_xlabel("block size B (tokens)")
+    ax.set_ylabel("dependent block-table lookups per step (mean)")
+    ax.set_title("latency: a dependent lookup before each block's loads", fontsize=10)
+    ax.set_ylim(min(lookups) / 1.5, max(lookups) * 3)
+    ax.text(
         0.98,
         0.97,
         "labels: K+V bytes one lookup brings in",
-        transform=right.transAxes,
+        transform=ax.transAxes,
         ha="right",
         va="top",
         fontsize=8.5,
         color="#444444",
     )
-    right.grid(alpha=0.3)
-    fig.text(
-        0.07,
-        0.03,
-        "Per sequence and KV head, over every decode step of figure 3.5's 500 "
-        "synthetic ShareGPT requests; D = 128, fp16; sectors: pagedsim.labs.sectors.\n"
-        "The model prices bytes only: it cannot see the latency "
-        "of a lookup on the critical path, which is why vLLM measures B < 16 as slow\n"
-        "although it reads the fewest bytes. A GPU run of the decode kernel over block sizes "
-        "should replace this figure.",
-        fontsize=9,
-        color="#444444",
-        gid="caveat",
-    )
-    return [style.save(fig, Path(out_dir) / "3.5b-kernel-cost.png")]
+    ax.grid(alpha=0.3)

@@ -28,6 +28,7 @@ ZH = {
     "{n} tok": "{n} 个 token",
     "copy {src}\u2192{dst}": "复制 {src}\u2192{dst}",
     "cached": "已缓存",
+    "cached (free, reusable)": "已缓存（空闲，可复用）",
     "3.1  External fragmentation: first-fit holes vs fixed blocks": (
         "3.1  外部碎片：首次适配留下的空洞 vs 固定大小的块"
     ),

@@ -114,7 +114,8 @@ class Layout:
         """The label column: "seq <longest id>" (bold) and "<n> tok" side by side, estimated at
         0.62 em per character at the size the look draws them, so they never meet."""
         em = self.text_pt(9.5) / 72 / self.unit  # one em at the label size, in layout units
-        return max(LABEL_W, 0.65 + 0.62 * em * (4 + self.name_chars) + 0.3 + 0.6 * em * 7)
+        bold = 0.7 if style.slides() else 0.62  # a wider guess at 18 pt: a gap that shows
+        return max(LABEL_W, 0.65 + bold * em * (4 + self.name_chars) + 0.3 + 0.6 * em * 7)
 
     @property
     def grid_x(self) -> float:
@@ -130,7 +131,8 @@ class Layout:
 
     @property
     def body_y(self) -> float:
-        return 2.4  # below the caption and the panel titles
+        # below the caption and the panel titles (on a slide, two caption lines at 18 pt)
+        return 2.7 if style.slides() else 2.4
 
     @property
     def free_y(self) -> float:
@@ -141,7 +143,8 @@ class Layout:
 
     @property
     def height(self) -> float:
-        return self.free_y + 2.25  # the free list, then the legend
+        # the free list, then the legend (on a slide it may take two rows at 18 pt)
+        return self.free_y + (2.85 if style.slides() else 2.25)
 
 
 def departures(snapshots) -> list[tuple]:
@@ -463,6 +466,11 @@ def _blocks(ax, snap, layout, colours):
                 owners[b].append(seq.seq_id)
     cached = set(snap.cached_blocks)
     head = snap.free_list[0] if snap.free_list else None
+    # on a slide every text is 18 pt, about 0.4 of a block: the id, the fill and a thinner
+    # fill bar are stacked apart so that they do not run into each other
+    slide = style.slides()
+    id_y, fill_y, name_y = (0.22, 0.62, 0.7) if slide else (0.36, 0.66, 0.8)
+    bar_y, bar_h = (CELL - 0.13, 0.08) if slide else (CELL - 0.2, 0.12)
     for b in range(snap.num_blocks):
         x, y = block_xy(layout, b)
         count, who = snap.ref_counts[b], owners[b]
@@ -482,7 +490,7 @@ def _blocks(ax, snap, layout, colours):
             )
             ax.text(
                 x + CELL / 2,
-                y + 0.45,
+                y + (0.25 if slide else 0.45),
                 str(b),
                 ha="center",
                 va="center",
@@ -490,10 +498,10 @@ def _blocks(ax, snap, layout, colours):
                 color=style.grey("#777777"),
             )
             # grey + dashed already says "free": name only the special ones
-            if b == head or b in cached:
+            if b == head or (b in cached and not slide):  # a slide's legend names the hatch
                 ax.text(
                     x + CELL / 2,
-                    y + 0.8,
+                    y + name_y,
                     style.tr("head" if b == head else "cached"),
                     ha="center",
                     va="center",
@@ -533,7 +541,7 @@ def _blocks(ax, snap, layout, colours):
         )
         ax.text(
             x + CELL / 2,
-            y + 0.36,
+            y + id_y,
             str(b),
             ha="center",
             va="center",
@@ -545,9 +553,9 @@ def _blocks(ax, snap, layout, colours):
         fill = snap.block_fill[b]
         ax.add_artist(
             Rectangle(
-                (x + 0.1, y + CELL - 0.2),
+                (x + 0.1, y + bar_y),
                 CELL - 0.2,
-                0.12,
+                bar_h,
                 facecolor="white",
                 edgecolor=style.INK,
                 lw=0.4,
@@ -555,9 +563,9 @@ def _blocks(ax, snap, layout, colours):
         )
         ax.add_artist(
             Rectangle(
-                (x + 0.1, y + CELL - 0.2),
+                (x + 0.1, y + bar_y),
                 (CELL - 0.2) * fill / snap.block_size,
-                0.12,
+                bar_h,
                 facecolor=style.INK,
                 edgecolor="none",
                 gid=f"fill-{b}",
@@ -580,7 +588,7 @@ def _blocks(ax, snap, layout, colours):
         else:
             ax.text(
                 x + CELL / 2,
-                y + 0.66,
+                y + fill_y,
                 f"{fill}/{snap.block_size}",
                 ha="center",
                 va="center",
@@ -693,6 +701,16 @@ def _legend(ax, layout, snap=None):
     ]
     if style.slides() and snap is not None and not snap.pending_copies:
         handles = handles[:-1]
+    if style.slides() and snap is not None and set(snap.cached_blocks) & set(snap.free_list):
+        handles.append(  # a slide's blocks are too narrow for the word "cached" at 18 pt
+            Patch(
+                facecolor=lk.free,
+                edgecolor=lk.free_edge,
+                ls="--",
+                hatch="//",
+                label=style.tr("cached (free, reusable)"),
+            )
+        )
     ncol = 3 if style.slides() and len(handles) > 4 else len(handles)
     leg = ax.legend(
         handles=handles,
@@ -728,11 +746,13 @@ def _free_list(ax, snap, layout):
         color=style.ACCENT,
         fontweight="bold",
     )
-    x = 2.0
+    # "HEAD" is bold 8.5 pt (18 on a slide): about 0.8 em a letter, then the first arrow
+    head_end = 0.5 + 3.3 * layout.text_pt(8.5) / 72 / layout.unit
+    x = max(2.0, head_end + 0.45)
     room = max(1, int((layout.width - x - 1.6) // NODE_PITCH))
     free = snap.free_list
     shown = free if len(free) <= room else free[: room - 1]
-    prev = (1.45, y + 0.4)
+    prev = (max(1.45, head_end + 0.1), y + 0.4)
     for i, b in enumerate(shown):
         nx = x + i * NODE_PITCH
         ax.add_artist(

@@ -292,7 +292,41 @@ def fit_slide(fig) -> None:
     for text in fig.findobj(Text):
         if text.get_text() and text.get_fontsize() < SLIDE_MIN_PT:
             text.set_fontsize(SLIDE_MIN_PT)
+    _wrap_to_figure(fig)
     fig._pagedsim_slide = True
+
+
+def _wrap_to_figure(fig) -> None:
+    """Text raised to 18 pt may run off the figure: a horizontal text that does is broken
+    into lines at spaces (never mid-word), as many as it takes to fit between its anchor and
+    the figure's edge."""
+    import textwrap
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    page = fig.bbox
+    margin = 4.0  # pixels kept free at the edge
+    for text in fig.findobj(Text):
+        words = text.get_text()
+        if not (text.get_visible() and words.strip()) or text.get_rotation() % 360 or "$" in words:
+            continue
+        box = text.get_window_extent(renderer)
+        if box.width <= 0 or (box.x0 >= page.x0 and box.x1 <= page.x1):
+            continue
+        ha = text.get_horizontalalignment()
+        if ha == "left":
+            room = page.x1 - margin - box.x0
+        elif ha == "right":
+            room = box.x1 - page.x0 - margin
+        else:
+            centre = (box.x0 + box.x1) / 2
+            room = 2 * min(centre - page.x0, page.x1 - centre) - 2 * margin
+        lines = words.split("\n")
+        longest = max(len(line) for line in lines)
+        chars = int(longest * room / box.width)
+        if room <= 0 or chars < 8:
+            continue
+        text.set_text("\n".join(textwrap.fill(line, chars) if line else line for line in lines))
 
 
 def fit_look(fig) -> None:

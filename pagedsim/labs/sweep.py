@@ -140,7 +140,7 @@ def sweep_figure(out_dir: Path) -> list[Path]:
 
     reqs = workloads.synthetic("sharegpt", 10_000, seed=0)  # `pagedsim sweep`'s defaults
     title = sweep_title("sharegpt (synthetic, 10000 requests, seed 0)", 200, DEFAULT_MEMORY_TOKENS)
-    return [draw_sweep(sweep(reqs), out_dir, title)]
+    return draw_sweep(sweep(reqs), out_dir, title)
 
 
 # name -> callable(out_dir: pathlib.Path) -> list[pathlib.Path]; see draw/figures.py
@@ -189,7 +189,7 @@ def main(argv: list[str]) -> int:
     if folder is not None:
         from ..draw.figures_workloads import draw_sweep
 
-        path = draw_sweep(
+        (path,) = draw_sweep(
             rows,
             folder,
             title=sweep_title(source, min(args.sim_requests, len(requests)), args.memory_tokens),

@@ -159,7 +159,7 @@ def waste_figure(out_dir) -> list:
 
     reqs = workloads.synthetic("sharegpt", 10_000, seed=0)
     by_mode = {mode: breakdown(reqs, 16, 2048, mode) for mode in ("static", "continuous")}
-    return [draw_waste(by_mode, out_dir)]
+    return draw_waste(by_mode, out_dir)
 
 
 def format_table(frac: dict) -> str:

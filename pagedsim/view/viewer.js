@@ -59,8 +59,11 @@
     }
   })();
   let state = null, cur = -1;
-  function stateAt(i) {
-    if (state && i === cur + 1) { apply(state, STEPS[i], i); return state; }
+  function stateAt(i) { // forwards from the shown step when that is the shorter replay
+    if (state && i > cur && i - cur <= Math.max(1, i % EVERY)) {
+      for (let j = cur + 1; j <= i; j++) apply(state, STEPS[j], j);
+      return state;
+    }
     const s = clone(checkpoints[Math.floor(i / EVERY)]);
     for (let j = Math.floor(i / EVERY) * EVERY + 1; j <= i; j++) apply(s, STEPS[j], j);
     return s;
@@ -122,9 +125,10 @@
   // A big pool is laid out in rows of ROW blocks, each row a box the browser may skip while
   // it is off screen (content-visibility), so a step change lays out only what is visible.
   const ROW = NB > 256 ? 32 : NB;
-  const blockEls = [], shown = new Array(NB).fill(null);
+  const blockEls = [];
   for (let r = 0; r < NB; r += ROW) {
     const row = el("div", { class: "row" });
+    row.rowIndex = blocksEl.childElementCount;
     for (let b = r; b < Math.min(NB, r + ROW); b++) {
       const e = el("div", { class: "block free", "data-block": String(b), "data-ref": "0", "data-fill": "0" });
       e.innerHTML = '<span class="bid">' + b + '</span><span class="badge">0</span>' +
@@ -153,6 +157,7 @@
     return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2] > 0.45 ? "#222222" : "#ffffff";
   }
   const colourOf = (q) => D.palette[D.colour[q]];
+  const INK = D.palette.map(inkOn);
   function owners(s) {
     const out = new Map();
     for (const q of s.order) {
@@ -170,113 +175,180 @@
     return "linear-gradient(90deg," + who.map((q, j) =>
       colourOf(q) + " " + (j * w) + "% " + ((j + 1) * w) + "%").join(",") + ")";
   }
+  // Every step change writes only what differs from what is shown: the page keeps the shown
+  // value of every block, free-list slot and table cell, and compares numbers, not strings.
   // A block's look is drawn now if its row is on screen, else when the row scrolls into view
   // (content-visibility tells); its data-ref / data-fill are always written at once.
-  const hidden = new Uint8Array(Math.ceil(NB / ROW)), dirty = new Map(); // row -> [block, key]
-  let looks = null;
-  function drawLook(b, key) {
-    const [ref, fill, cached, head, touched, who, label, hashText] = looks(b);
-    shown[b] = key;
-    const e = blockEls[b];
-    e.className = "block" + (ref === 0 ? " free" : "") + (cached ? " cached" : "") +
-      (ref > 1 ? " shared" : "") + (head ? " head" : "") + (touched ? " touched" : "");
+  const shRef = new Int32Array(NB).fill(-1), shFill = new Int32Array(NB).fill(-1);
+  const shFlags = new Int8Array(NB).fill(-1); // cached | head << 1 | touched << 2
+  const shKey = new Array(NB).fill(null), shWho = new Array(NB).fill(null);
+  const shLabel = new Array(NB).fill(""), shHash = new Array(NB).fill("");
+  const rowOf = (b) => (b / ROW) | 0;
+  const hidden = new Uint8Array(Math.ceil(NB / ROW)), stale = new Uint8Array(NB);
+  const touchedAt = new Int32Array(NB).fill(-1); // the step index whose events named the block
+  function drawLook(b) {
+    stale[b] = 0;
+    const ref = shRef[b], fill = shFill[b], flags = shFlags[b], who = shWho[b] || [];
+    const label = shLabel[b], hash = shHash[b] ? "#" + shHash[b] : "", e = blockEls[b];
+    e.className = "block" + (ref === 0 ? " free" : "") + (flags & 1 ? " cached" : "") +
+      (ref > 1 ? " shared" : "") + (flags & 2 ? " head" : "") + (flags & 4 ? " touched" : "");
     e.style.background = who.length ? background(who) : "";
-    e.style.color = who.length === 1 ? inkOn(colourOf(who[0])) : "";
-    e.children[1].textContent = String(ref);
-    e.children[2].firstChild.style.width = (100 * fill / BS) + "%";
-    const hash = hashText ? "#" + hashText : "";
-    e.children[3].textContent = label || (ref ? fill + "/" + BS : (cached ? UI.cached : "")) +
-      (hash && !label ? " " + hash : "");
+    e.style.color = who.length === 1 ? INK[D.colour[who[0]]] : "";
+    const [, badge, bar, txt] = e.children;
+    setText(badge, String(ref));
+    const width = (100 * fill / BS) + "%";
+    if (bar.firstChild.style.width !== width) bar.firstChild.style.width = width;
+    setText(txt, label || (ref ? fill + "/" + BS : (flags & 1 ? UI.cached : "")) + (hash && !label ? " " + hash : ""));
   }
+  function setText(e, t) { if (e.textContent !== t) e.textContent = t; }
   function drawBlocks(s, d, own) {
-    const touched = new Set(d.e || []), head = s.free.length ? s.free[0] : -1;
-    looks = (b) => [s.ref[b], s.fill[b], s.cached[b], b === head, touched.has(b), own.get(b) || [],
-                    s.labels[b], s.hashes[b]];
-    dirty.clear();
+    const head = s.free.length ? s.free[0] : -1;
+    for (const b of d.e || []) touchedAt[b] = cur;
     for (let b = 0; b < NB; b++) {
-      const who = own.get(b);
-      const key = s.ref[b] + "|" + s.fill[b] + "|" + s.cached[b] + "|" + (b === head) + "|" +
-        touched.has(b) + "|" + (who ? who.join(",") : "") + "|" + s.labels[b] + "|" + s.hashes[b];
-      if (shown[b] === key) continue;
+      const who = own.get(b), key = who ? (who.length === 1 ? who[0] : who.join(",")) : null;
+      const flags = s.cached[b] | (b === head ? 2 : 0) | (touchedAt[b] === cur ? 4 : 0);
+      const ref = s.ref[b], fill = s.fill[b];
+      if (ref === shRef[b] && fill === shFill[b] && flags === shFlags[b] && key === shKey[b] &&
+          s.labels[b] === shLabel[b] && s.hashes[b] === shHash[b]) continue;
       const e = blockEls[b];
-      e.setAttribute("data-ref", String(s.ref[b]));
-      e.setAttribute("data-fill", String(s.fill[b]));
-      const r = Math.floor(b / ROW);
-      if (hidden[r]) { if (!dirty.has(r)) dirty.set(r, []); dirty.get(r).push([b, key]); }
-      else drawLook(b, key);
+      if (ref !== shRef[b]) e.setAttribute("data-ref", String(ref));
+      if (fill !== shFill[b]) e.setAttribute("data-fill", String(fill));
+      shRef[b] = ref; shFill[b] = fill; shFlags[b] = flags; shKey[b] = key; shWho[b] = who || null;
+      shLabel[b] = s.labels[b]; shHash[b] = s.hashes[b];
+      if (hidden[rowOf(b)]) stale[b] = 1; else drawLook(b);
     }
   }
-  blocksEl.addEventListener("contentvisibilityautostatechange", (ev) => {
-    const r = Array.prototype.indexOf.call(blocksEl.children, ev.target);
-    if (r < 0) return;
-    hidden[r] = ev.skipped ? 1 : 0;
-    if (!ev.skipped && dirty.has(r)) { for (const [b, key] of dirty.get(r)) drawLook(b, key); dirty.delete(r); }
+  // A row is "hidden" while no part of it is in the window (the browser's own margin for
+  // content-visibility is wider, so it would draw rows the reader cannot see).
+  const watch = new IntersectionObserver((seen) => {
+    for (const ev of seen) {
+      const r = ev.target.rowIndex;
+      hidden[r] = ev.isIntersecting ? 0 : 1;
+      if (!ev.isIntersecting) continue;
+      for (let b = r * ROW; b < Math.min(NB, (r + 1) * ROW); b++) if (stale[b]) drawLook(b);
+    }
   });
-  // The free list: moved element by element on a step forwards, rebuilt on a jump.
-  const freeSpans = new Array(NB).fill(null);
-  let freeShown = null, freeHeadEl = null;
+  for (const row of blocksEl.children) watch.observe(row);
+
+  // The free list: a step that removes or inserts a few ids moves those elements only; a
+  // change that moves many (a jump) rewrites the ids in place, element by element, so no
+  // element is created or re-attached and the browser re-shapes only the changed texts.
+  const freeOf = new Array(NB).fill(null); // block -> the element that shows it
+  const inOld = new Int32Array(NB), inNew = new Int32Array(NB);
+  const FB = ["fb", "fb cached", "fb head", "fb cached head"];
+  let freeShown = [], stamp = 0;
   function freeSpan(b) {
-    if (!freeSpans[b]) freeSpans[b] = el("span", { class: "fb", "data-block": String(b) }, String(b));
-    return freeSpans[b];
+    const e = el("span", { class: "fb", "data-block": String(b) }, String(b));
+    e.block = b; e.look = 0;
+    return e;
   }
-  function drawFree(s, d, forwards) {
-    if (s.free === freeShown) return;
-    if (forwards && d.fl && !d.fl.a) {
-      for (const b of d.fl.r || []) freeSpan(b).remove();
-      for (const [pos, run] of d.fl.i || []) {
-        const before = freeEl.children[pos] || null;
-        for (const b of run) freeEl.insertBefore(freeSpan(b), before);
+  function setFreeBlock(e, b) {
+    if (e.block === b) return;
+    e.block = b; e.setAttribute("data-block", String(b)); e.firstChild.nodeValue = String(b);
+  }
+  function freeEdits(a, b) { // the moves a -> b needs, or -1 if the kept ids changed order
+    stamp++;
+    for (const x of a) inOld[x] = stamp;
+    for (const x of b) inNew[x] = stamp;
+    let i = 0, j = 0, kept = 0;
+    for (;;) {
+      while (i < a.length && inNew[a[i]] !== stamp) i++;
+      while (j < b.length && inOld[b[j]] !== stamp) j++;
+      if (i === a.length || j === b.length) break;
+      if (a[i] !== b[j]) return -1;
+      i++; j++; kept++;
+    }
+    return a.length + b.length - 2 * kept;
+  }
+  function drawFree(s) {
+    const a = freeShown, b = s.free;
+    if (a !== b) {
+      const edits = freeEdits(a, b);
+      if (edits >= 0 && edits <= 256) {
+        for (const x of a) if (inNew[x] !== stamp) { freeOf[x].remove(); freeOf[x] = null; }
+        let at = freeEl.firstChild;
+        for (const x of b) {
+          if (inOld[x] === stamp) { at = freeOf[x].nextSibling; continue; }
+          freeOf[x] = freeSpan(x); freeEl.insertBefore(freeOf[x], at);
+        }
+      } else {
+        while (freeEl.childElementCount > b.length) freeEl.lastChild.remove();
+        let e = freeEl.firstChild;
+        for (let p = 0; p < b.length; p++) {
+          if (e === null) { e = freeSpan(b[p]); freeEl.append(e); }
+          setFreeBlock(e, b[p]); freeOf[b[p]] = e;
+          e = e.nextSibling;
+        }
       }
-    } else {
-      freeEl.replaceChildren(...s.free.map(freeSpan));
+      freeShown = b;
     }
-    freeShown = s.free;
-    for (const b of s.free.length < 64 ? s.free : (d.k || []).concat(d.ku || [])) {
-      freeSpan(b).classList.toggle("cached", !!s.cached[b]);
+    for (let e = freeEl.firstChild, head = 2; e !== null; e = e.nextSibling, head = 0) {
+      const look = s.cached[e.block] | head; // the cached flag can change while the list stays
+      if (e.look !== look) { e.look = look; e.className = FB[look]; }
     }
-    if (freeHeadEl) freeHeadEl.classList.remove("head");
-    freeHeadEl = s.free.length ? freeSpan(s.free[0]) : null;
-    if (freeHeadEl) freeHeadEl.classList.add("head");
-    freeHead.textContent = UI["free list, head first"] + " (" + s.free.length + " " + UI.free + ")";
-    emptyFree.hidden = s.free.length > 0;
+    freeHead.textContent = UI["free list, head first"] + " (" + b.length + " " + UI.free + ")";
+    emptyFree.hidden = b.length > 0;
   }
-  // The tables: a row is rebuilt only when its table changed (tables are never mutated, so
-  // "changed" is "another object"); rows are put in admission order when that changed.
-  const rows = new Map(), rowTable = new Map();
+
+  // The tables: one row per sequence, kept while the sequence lives; a changed table rewrites
+  // the cells that differ (its colour is the row's, a CSS variable), and rows move only when
+  // the admission order puts them elsewhere.
+  const rows = new Map(); // seq -> {el, ntok, cells, list, t}
   let orderShown = null, lit = [];
-  function rowHtml(s, q) {
-    const t = s.tables.get(q), c = colourOf(q), ink = inkOn(c);
-    const cells = t.blocks.map((b, j) => b < 0
-      ? '<span class="cell dropped" data-block="-1" data-logical="' + j + '">' + esc(UI.dropped) + "</span>"
-      : '<span class="cell" data-block="' + b + '" data-logical="' + j + '" style="background:' + c +
-        ";color:" + ink + '"><sub>' + j + "</sub>" + b + "</span>").join("");
-    return '<span class="seq" style="background:' + c + ";color:" + ink + '">' + esc(D.seqs[q]) +
-      '</span><span class="ntok">' + t.n + " " + esc(UI.tokens) + '</span><span class="cells">' +
-      cells + "</span>";
+  function makeRow(q) {
+    const c = colourOf(q), row = el("div", { class: "table", "data-seq": D.seqs[q] });
+    row.style.setProperty("--c", c); row.style.setProperty("--k", inkOn(c));
+    const ntok = el("span", { class: "ntok" }), list = el("span", { class: "cells" });
+    row.append(el("span", { class: "seq" }, D.seqs[q]), ntok, list);
+    return { el: row, ntok: ntok, list: list, cells: [], t: null };
+  }
+  function setCell(c, b) {
+    if (c.block === b) return;
+    c.block = b;
+    c.setAttribute("data-block", String(b));
+    c.className = b < 0 ? "cell dropped" : "cell";
+    c.lastChild.nodeValue = b < 0 ? UI.dropped : String(b);
+  }
+  function fillRow(r, t) {
+    r.t = t;
+    setText(r.ntok, t.n + " " + UI.tokens);
+    const blocks = t.blocks;
+    while (r.cells.length > blocks.length) r.cells.pop().remove();
+    for (let j = 0; j < blocks.length; j++) {
+      let c = r.cells[j];
+      if (c === undefined) {
+        c = el("span", { class: "cell", "data-logical": String(j) });
+        c.append(el("sub", {}, String(j)), document.createTextNode(""));
+        c.block = null; r.cells.push(c); r.list.append(c);
+      }
+      setCell(c, blocks[j]);
+    }
   }
   function groupOf(q) {
     return D.groups ? Math.max(0, D.groups.findIndex((g) => D.seqs[q].endsWith(":" + g))) : 0;
   }
   function drawTables(s, d) {
-    for (const [q, row] of rows) {
-      if (!s.tables.has(q)) { row.remove(); rows.delete(q); rowTable.delete(q); }
-    }
+    for (const [q, r] of rows) if (!s.tables.has(q) && r.el.parentNode) r.el.remove();
     for (const q of s.order) {
-      const t = s.tables.get(q);
-      if (rowTable.get(q) === t) continue;
-      if (!rows.has(q)) rows.set(q, el("div", { class: "table", "data-seq": D.seqs[q] }));
-      rows.get(q).innerHTML = rowHtml(s, q);
-      rowTable.set(q, t);
+      if (!rows.has(q)) rows.set(q, makeRow(q));
+      const r = rows.get(q), t = s.tables.get(q);
+      if (r.t !== t) fillRow(r, t);
     }
     if (s.order !== orderShown) {
-      for (const q of s.order) groupEls[groupOf(q)].append(rows.get(q));
+      const at = groupEls.map((g) => (g.firstChild && g.firstChild.tagName === "H3" ? g.firstChild.nextSibling : g.firstChild));
+      for (const q of s.order) {
+        const g = groupOf(q), row = rows.get(q).el;
+        if (at[g] === row) at[g] = row.nextSibling; else groupEls[g].insertBefore(row, at[g]);
+      }
       orderShown = s.order;
     }
     emptyTables.hidden = s.order.length > 0;
     for (const c of lit) c.classList.remove("touched");
     lit = [];
-    for (const b of d.e || []) {
-      for (const c of tablesEl.querySelectorAll('[data-block="' + b + '"]')) { c.classList.add("touched"); lit.push(c); }
+    if (d.e) {
+      for (const q of s.order) {
+        for (const c of rows.get(q).cells) if (c.block >= 0 && touchedAt[c.block] === cur) { c.classList.add("touched"); lit.push(c); }
+      }
     }
   }
   let arrowsShown = false;
@@ -322,7 +394,6 @@
   function go(i) {
     i = Math.max(0, Math.min(N - 1, i | 0));
     if (i === cur && state) return;
-    const forwards = state !== null && i === cur + 1;
     state = stateAt(i); cur = i;
     const d = STEPS[i], own = owners(state);
     stepText.textContent = "step " + d.n + " / " + LAST_N;
@@ -330,7 +401,7 @@
     whyEl.textContent = d.w || "";
     drawMarks(d);
     drawBlocks(state, d, own);
-    drawFree(state, d, forwards);
+    drawFree(state);
     drawTables(state, d);
     drawArrows(d);
     scrub.value = String(i);

@@ -51,3 +51,26 @@ def test_no_text_on_any_slide_is_under_18_pt_once_fitted_to_the_slide_body(deck)
         if min(sizes) < 18 - 1e-6:
             small[path.name] = round(min(sizes), 1)
     assert small == {}
+
+
+def test_multi_panel_figures_are_split_one_idea_per_slide(deck):
+    """The sweep's panels and notes, the sector layouts, the tour's key frames and the hybrid
+    groups each get their own files; none of the many-panel originals is in the deck."""
+    from pagedsim.labs import sectors
+
+    names = {p.name for p in deck}
+    originals = {"block_size_sweep", "layout_sectors", "3.4-tour-key-frames", "hybrid-groups"}
+    assert not {f"{n}.svg" for n in originals} & names
+    sweep = ["waste", "entries", "batch", "preemptions", "hit-rate", "why", "not-3.5"]
+    for i, key in enumerate(sweep):
+        assert f"block_size_sweep-slide-{i + 1}-{key}.svg" in names
+    for i, layout in enumerate(sectors.LAYOUTS):
+        assert f"layout_sectors-slide-{i + 1}-{layout}.svg" in names
+    assert any(n.startswith("3.4-tour-slide-") for n in names)
+    assert any(n.startswith("hybrid-groups-slide-") for n in names)
+    for path in deck:  # a plot of the sweep is one axes; a layout slide holds its three loads
+        panels = len(re.findall(r'<g id="axes_\d+"', path.read_text(encoding="utf-8")))
+        if path.name.startswith("block_size_sweep-slide-"):
+            assert panels == (0 if path.stem.endswith(("why", "not-3.5")) else 1), path.name
+        if path.name.startswith("layout_sectors-slide-"):
+            assert panels == 3, path.name

@@ -36,6 +36,8 @@ def test_serving_on_the_numpy_backend_loads_neither_numba_nor_cuda_kernels():
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numba', "
         "'cuda_kernels')))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=1800
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

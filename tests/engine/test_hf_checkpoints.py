@@ -168,7 +168,9 @@ def test_loading_a_bf16_checkpoint_peaks_under_two_and_a_half_times_its_size(tmp
         model = load_model({str(d)!r})
         print(kib("VmHWM:") - base, model.num_parameters)
     """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=1800
+    )
     assert done.returncode == 0, done.stderr
     peak_kib, params = map(int, done.stdout.split())
     assert params * 2 <= size < params * 2 + 100_000  # the file really is bf16

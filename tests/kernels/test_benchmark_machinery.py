@@ -1,7 +1,7 @@
 """The GPU benchmark's shared machinery without a GPU: gpu_common imported alone picks
 the backend, the per-phase time guard on a fake clock, the compile clock on a real numba
-compile, the peak helpers, the auto plan, and the tensor-core configurations through the
-benchmark's own device check."""
+compile, the compile phase and its place in the schedule, the peak helpers, the auto
+plan, and the tensor-core configurations through the benchmark's own device check."""
 
 import json
 import os
@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import gpu_attention  # noqa: E402
 import gpu_common as common  # noqa: E402
+import gpu_compile  # noqa: E402
 import gpu_summary  # noqa: E402
 
 # what the fresh interpreter prints: the backend cuda_kernels chose and numba's own mode
@@ -301,3 +302,92 @@ def test_a_kernel_that_disagrees_or_a_phase_that_fails_is_reported_and_the_run_g
 def test_an_unknown_phase_is_refused_by_name():
     with pytest.raises(SystemExit, match=r"unknown phase\(s\) \['decoder'\]"):
         gpu_attention.main(["--dry-run", "--phases", "decoder"])
+
+
+def test_the_dry_runs_compile_phase_records_seconds_per_phase_and_a_total(tmp_path, monkeypatch):
+    """The real compile to PTX takes tens of minutes on two cores: here the rows it would
+    return are random, and the phase must add them up per phase and state them."""
+    rng = np.random.default_rng()
+    names = ["rung3.online_softmax", "paged_decode_tc[float16,G=4,D=128]", "merge_partitions"]
+    names += ["paged_prefill_tc[float16,G=8,D=128]", "write_kv_vec[f16]", "alloc.alloc_cas"]
+    rows = [
+        {"kernel": n, "arch": "sm_90", "compile_s": s, "compile_cpu_s": s / 2}
+        for n, s in zip(names, rng.uniform(0.5, 9.0, len(names)).round(2), strict=True)
+    ]
+
+    def stream(extra, workers, deadline):
+        done = rows[3:] if extra else rows[:3]
+        return [r["kernel"] for r in done], done
+
+    monkeypatch.setattr(gpu_compile, "_stream", stream)
+    out = tmp_path / "c.json"
+    assert gpu_attention.main(["--dry-run", "--phases", "compile", "--out", str(out)]) == 0
+    comp = json.loads(out.read_text())["compile"]
+    want = {"ladder": rows[0:1], "decode": rows[1:3], "prefill": rows[3:4]}
+    want |= {"copies": rows[4:5], "labs": rows[5:6]}
+    assert set(comp["phases"]) == set(want)
+    for phase, mine in want.items():
+        got = comp["phases"][phase]
+        assert got["kernels"] == len(mine)
+        assert got["compile_s"] == pytest.approx(sum(r["compile_s"] for r in mine), abs=0.06)
+    assert comp["total_s"] == pytest.approx(sum(r["compile_s"] for r in rows), abs=0.3)
+    assert comp["complete"] and comp["left_out"] == []
+    summary = out.with_suffix(".md").read_text()
+    assert f"| decode | {comp['phases']['decode']['compile_s']:.1f} | 2 |" in summary
+    assert f"| total | {comp['total_s']:.1f} |" in summary
+    with pytest.raises(ValueError, match="no phase launches kernel 'mystery'"):
+        gpu_compile.phase_of("mystery")
+
+
+def test_the_schedule_compiles_first_and_every_budget_fits_the_run_with_compile_counted():
+    """On a GPU the compile phase runs before any timing; the other budgets exclude JIT
+    compiles, so every phase taking its whole budget, compile included, still fits."""
+    assert list(gpu_attention.PHASE_S)[0] == "compile"
+    args = gpu_attention._parser().parse_args([])
+    report = {"timings_valid": True}
+    planned = [name for name, _ in gpu_attention._phases(args, report, 0.0)]
+    assert planned == list(gpu_attention.PHASE_S)  # the GPU's default run compiles first
+    now = [0.0]
+    guard = common.Phases(common.TOTAL_S, clock=lambda: now[0])
+    for name, budget in gpu_attention.PHASE_S.items():
+
+        def spend(_, budget=budget):
+            now[0] += budget
+
+        guard.run(name, budget, spend)
+    assert all("skipped" not in rec for rec in guard.record.values()), guard.record
+
+
+def test_warming_runs_a_phases_checks_up_front_and_leaves_the_rest_when_time_is_out():
+    rng = np.random.default_rng()
+    done = gpu_compile.warm(rng, gpu_attention.DRY_GRID, 16, True, phases=["copy"])
+    assert list(done["phases"]) == ["copy"] and done["left_out"] == []
+    assert done["phases"]["copy"]["steps"] == 2 and done["phases"]["copy"]["errors"] == 0
+    assert done["how"] == "jit" and done["total_s"] == done["phases"]["copy"]["compile_s"]
+    out = gpu_compile.warm(rng, gpu_attention.DRY_GRID, 16, True, ["copy", "labs"], lambda: 0.0)
+    assert out["left_out"] == ["copy[0:]", "labs[0:]"]
+    assert "compile, before any timing" in "\n".join(gpu_summary.compile_lines(out))
+
+
+def test_the_compile_measurement_keeps_the_rows_done_by_its_deadline_and_names_the_rest(
+    monkeypatch,
+):
+    """A child that streams one row, then hangs: at the deadline it is stopped, the row
+    done is kept and the kernel not done is named."""
+    seconds = round(float(np.random.default_rng().uniform(1.0, 9.0)), 2)
+    script = (
+        "import json, time; "
+        "print(json.dumps({'planned': ['merge_partitions', 'paged_decode[x]']}), flush=True); "
+        "print(json.dumps({'kernel': 'merge_partitions', 'arch': 'sm_90', "
+        f"'compile_s': {seconds}}}), flush=True); time.sleep(600)"
+    )
+    monkeypatch.setattr(
+        gpu_compile, "_command", lambda extra, workers: [sys.executable, "-c", script]
+    )
+    comp = gpu_compile.seconds(workers=1, budget_s=20.0)
+    assert comp["wall_s"] < 300  # stopped at the deadline, not after the child's sleep
+    assert not comp["complete"] and comp["left_out"] == ["paged_decode[x]"] * 2  # both children
+    (decode,) = comp["phases"].values()
+    assert list(comp["phases"]) == ["decode"] and decode["kernels"] == 2
+    assert decode["compile_s"] == pytest.approx(2 * seconds, abs=0.06)
+    assert "not measured: 2 kernels" in "\n".join(gpu_summary.compile_lines(comp))

@@ -13,7 +13,7 @@ from numba import cuda
 
 import cuda_kernels as ck
 from cuda_kernels import reference
-from cuda_kernels.fast import decode
+from cuda_kernels.fast import decode, decode_geometry
 from cuda_kernels.layout import BLOCK_MAJOR, BLOCK_MAJOR_SCALAR
 
 HEAD_DIM, GROUP, KV_HEADS, BLOCK = 16, 4, 2, 4
@@ -37,7 +37,7 @@ def run_single_pass(loaders, query, cache, tables, lens, **factory):
     """Launch make_decode_kernel(...) directly, one partition spanning every context."""
     dtype = cache.dtype
     kern = decode.make_decode_kernel(loaders, HEAD_DIM, GROUP, dtype, BLOCK, warps=1, **factory)
-    chunks = decode.geometry(HEAD_DIM, GROUP, dtype, 1)["chunks"]
+    chunks = decode_geometry.geometry(HEAD_DIM, GROUP, dtype, 1)["chunks"]
     seqs, heads = query.shape[:2]
     out = np.full((seqs, heads, 1, HEAD_DIM), np.nan, np.float32)  # poisoned
     m = np.full((seqs, heads, 1), np.nan, np.float32)
@@ -61,9 +61,9 @@ def run_single_pass(loaders, query, cache, tables, lens, **factory):
 
 
 def test_this_shape_is_staged_with_two_tokens_per_row_on_one_warp():
-    g = decode.geometry(HEAD_DIM, GROUP, np.float16, 1)
+    g = decode_geometry.geometry(HEAD_DIM, GROUP, np.float16, 1)
     assert g["staged"] and g["tpr"] == 2
-    assert g["ring_bytes"] == decode.STAGES * 32 * 2 * 2 * g["vpl"] * 16
+    assert g["ring_bytes"] == decode_geometry.STAGES * 32 * 2 * 2 * g["vpl"] * 16
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
@@ -114,17 +114,17 @@ def test_the_ring_is_planned_exactly_where_whole_vectors_fit_the_budget(
     head_dim, group, fp16, warps
 ):
     dtype = np.float16 if fp16 else np.float32
-    g = decode.geometry(head_dim, group, dtype, warps)
+    g = decode_geometry.geometry(head_dim, group, dtype, warps)
     whole = head_dim % g["vec"] == 0
-    fits_one = decode.ring_bytes(warps, 1, g["vpl"]) <= decode.RING_BUDGET
+    fits_one = decode_geometry.ring_bytes(warps, 1, g["vpl"]) <= decode_geometry.RING_BUDGET
     assert g["staged"] == (whole and fits_one)
     if g["staged"]:
-        assert g["ring_bytes"] == decode.ring_bytes(warps, g["tpr"], g["vpl"])
-        assert g["ring_bytes"] <= decode.RING_BUDGET
-        two_fit = decode.ring_bytes(warps, 2, g["vpl"]) <= decode.RING_BUDGET
+        assert g["ring_bytes"] == decode_geometry.ring_bytes(warps, g["tpr"], g["vpl"])
+        assert g["ring_bytes"] <= decode_geometry.RING_BUDGET
+        two_fit = decode_geometry.ring_bytes(warps, 2, g["vpl"]) <= decode_geometry.RING_BUDGET
         assert g["tpr"] == (2 if two_fit else 1)
     else:
         assert g["ring_bytes"] == 0 and g["tpr"] == (1 if g["vpl"] > 1 else 2)
     merge = 4 * g["rows"] * g["hpc"] * g["nvec"] * g["vec"]
     assert g["shared"] == max(g["ring_bytes"], merge) + 4 * g["hpc"] * (2 * g["rows"] + 1)
-    assert not decode.geometry(head_dim, group, dtype, warps, staged=False)["staged"]
+    assert not decode_geometry.geometry(head_dim, group, dtype, warps, staged=False)["staged"]

@@ -9,8 +9,7 @@ import pytest
 from numba import cuda, float32
 
 import cuda_kernels  # noqa: F401  (selects the backend)
-from cuda_kernels.fast.decode_steps import broadcast, owned_index, reduce_scatter
-from cuda_kernels.primitives import exp2_or_zero
+from cuda_kernels.primitives import broadcast, exp2_or_zero, owned_index, reduce_scatter
 
 
 def group_kernel(n, width):

@@ -94,7 +94,7 @@ def test_multi_query_groups_larger_than_a_cta_initialise_and_write_every_head(
 ):
     """One KV head, up to Falcon's 71 query heads: more heads than the simulator's 32
     threads and than one CTA holds, so the group is split into chunks across the grid."""
-    from cuda_kernels.fast.decode import geometry
+    from cuda_kernels.fast.decode_geometry import geometry
 
     assert geometry(head_dim, group, dtype, 1)["chunks"] > 1
     rng = np.random.default_rng(group)
@@ -234,7 +234,7 @@ def test_the_thread_mapping_covers_head_dim_and_every_head_within_the_budgets(
     head_dim, group, fp16, warps
 ):
     from cuda_kernels.attention import SHARED_LIMIT, shared_bytes
-    from cuda_kernels.fast.decode import ACC_BUDGET, geometry
+    from cuda_kernels.fast.decode_geometry import ACC_BUDGET, geometry
 
     dtype = np.float16 if fp16 else np.float32
     g = geometry(head_dim, group, dtype, warps)

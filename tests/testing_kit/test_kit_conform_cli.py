@@ -100,7 +100,13 @@ def test_a_hang_that_ignores_the_alarm_is_still_stopped_by_the_per_call_limit(tm
         """)
     )
     code, out, _ = conform(
-        f"{tmp_path / 'stuck.py'}:Stuck", "--timeout", "30", "--call-timeout", "1", *FEW, timeout=1800
+        f"{tmp_path / 'stuck.py'}:Stuck",
+        "--timeout",
+        "30",
+        "--call-timeout",
+        "1",
+        *FEW,
+        timeout=1800,
     )
     assert code == 1 and "did not return within 1 s" in out and "m = factory(1, 1)" in out, out
 

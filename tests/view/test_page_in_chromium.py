@@ -183,6 +183,41 @@ def test_sampled_steps_of_a_long_play_trace_equal_the_snapshots_in_any_order(ope
     loaded.check_clean()
 
 
+@pytest.mark.parametrize("prefix_cache", [False, True], ids=["v0-lifo", "v1-prefix-cache"])
+def test_a_random_walk_of_every_kind_of_step_change_keeps_the_dom_equal_to_the_snapshots(
+    open_page, prefix_cache
+):
+    """Next, previous, short hops forwards (replayed from the shown step), far jumps both ways
+    (from a checkpoint), Home and End: the page draws only what differs from what it shows,
+    so after every move, in any order, the DOM must still state that step exactly. The v0
+    pool frees to the head of its list, the v1 pool to the tail (and keeps cached blocks)."""
+    import random
+
+    options = Options(512, 16, prefix_cache=prefix_cache)
+    session = run_session(options, long_script(400, 512, 16, seed=11))
+    snaps = session.timeline("en")
+    loaded = open_page(to_html(**sources.play(session)))
+    last, n, rng = snaps[-1].step, len(snaps), random.Random(5)
+    moves = {"ArrowRight": 1, "ArrowLeft": -1}
+    i = 0
+    for _ in range(60):
+        kind = rng.choice(["key", "key", "hop", "jump", "edge"])
+        if kind == "key":
+            key = rng.choice(list(moves))
+            loaded.page.keyboard.press(key)
+            i = min(n - 1, max(0, i + moves[key]))
+        elif kind == "edge":
+            key = rng.choice(["Home", "End"])
+            loaded.page.keyboard.press(key)
+            i = 0 if key == "Home" else n - 1
+        else:
+            i = min(n - 1, i + rng.randint(2, 12)) if kind == "hop" else rng.randrange(n)
+            loaded.page.evaluate(f"window.pagedsimViewer.go({i})")
+        assert loaded.page.evaluate("window.pagedsimViewer.index()") == i
+        check_step(loaded, snaps[i], caption(snaps[i]), last)
+    loaded.check_clean()
+
+
 def test_a_hybrid_page_shows_both_kv_cache_groups_and_the_v1_label(open_page, tmp_path):
     session = run_session(
         Options(14, 4, hybrid=6), ["alloc A 10 p", "append A 4", "alloc B 10 p", "free A"]

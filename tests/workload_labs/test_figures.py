@@ -13,7 +13,7 @@ def test_waste_figure_stacks_four_parts_per_bar_and_marks_the_papers_numbers(tmp
     from pagedsim.workloads import synthetic
 
     frac = breakdown(synthetic("sharegpt", 50), 16, 2048)
-    path = fw.draw_waste({"static": frac, "continuous": frac}, tmp_path)
+    [path] = fw.draw_waste({"static": frac, "continuous": frac}, tmp_path)
     assert path.exists() and path.stat().st_size > 10_000
     from pagedsim.labs import sweep
 
