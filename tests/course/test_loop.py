@@ -76,7 +76,10 @@ def test_watch_checks_again_when_the_file_is_saved(tmp_path, monkeypatch):
             (
                 "import time, pathlib, sys\n"
                 "p = pathlib.Path(sys.argv[1])\n"
-                "while not (p.parent / '.pagedsim-progress.json').exists(): time.sleep(0.1)\n"
+                "for _ in range(6000):  # ten minutes at most\n"
+                "    if (p.parent / '.pagedsim-progress.json').exists(): break\n"
+                "    time.sleep(0.1)\n"
+                "else: raise SystemExit\n"
                 "p.write_text(pathlib.Path(sys.argv[2]).read_text())\n"
             ),
             str(mine),

@@ -77,7 +77,10 @@ import subprocess, sys
 subprocess.Popen([sys.executable, "-c", "import os, time\\nif os.fork(): os._exit(0)\\n"
                   "os.setsid()\\n"
                   "open({str(mark)!r} + '.pid', 'w').write(str(os.getpid()))\\n"
-                  "while not os.path.exists({str(mark)!r} + '.go'): time.sleep(0.05)\\n"
+                  "for _ in range(2400):  # two minutes at most, should it escape\\n"
+                  "    if os.path.exists({str(mark)!r} + '.go'): break\\n"
+                  "    time.sleep(0.05)\\n"
+                  "else: raise SystemExit\\n"
                   "open({str(mark)!r}, 'w').write('alive')"], start_new_session=True)
 """
 

@@ -107,7 +107,8 @@ beat = os.path.join(os.getcwd(), "{name}")
 
 def chain():
     {escape}
-    while True:
+    end = time.time() + 120  # should it escape after all, it stops by itself
+    while time.time() < end:
         with open(beat, "a") as f:
             f.write(str(os.getpid()) + "\\n")
         time.sleep(0.05)
