@@ -140,13 +140,15 @@ def _stop_new_children(me: int, stopped: set[int], spare: set[int]) -> set[int]:
     the sweep in `doomed` keeps missing it. Read newest first, the live member is met a few
     microseconds after the listing."""
     caught: set[int] = set()
+    parents = set(stopped) | {me}  # grows as we go: a child caught now is a parent below
     for pid in _pids(newest_first=True):
-        if pid in spare or pid in stopped or pid == me:
+        if pid in spare or pid in parents:
             continue
         st = _stat(pid)
-        if st is not None and st[0] != "Z" and (st[1] == me or st[1] in stopped | caught):
+        if st is not None and st[0] != "Z" and st[1] in parents:
             _signal([pid], signal.SIGSTOP)
             caught.add(pid)
+            parents.add(pid)
     return caught
 
 
@@ -359,18 +361,16 @@ _USER_PROBED: dict[bool, bool] = {}
 def processes_of(uid: int) -> list[int]:
     """The live processes whose real uid is `uid`."""
     out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for pid in _pids():
         try:
-            status = Path(f"/proc/{entry}/status").read_text()
+            status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
             continue
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
         if fields.get("State", "").strip().startswith("Z"):
             continue
         if int(fields.get("Uid", "-1").split()[0]) == uid:
-            out.append(int(entry))
+            out.append(pid)
     return out
 
 
