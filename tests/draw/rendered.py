@@ -113,7 +113,9 @@ def run_pass(name: str, root: Path) -> dict:
 
     def checked(fig, fname, *args, **kwargs):
         found = text_problems(fig)
-        seen.append(Path(str(fname)).name)
+        # a file by its name; a GIF's frame (saved into a buffer) by its place among them
+        is_file = isinstance(fname, (str, os.PathLike))
+        seen.append(Path(fname).name if is_file else f"frame {len(seen) + 1} in a buffer")
         if found:
             problems[seen[-1]] = found
         return save(fig, fname, *args, **kwargs)
