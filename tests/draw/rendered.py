@@ -134,7 +134,13 @@ def run_pass(name: str, root: Path) -> dict:
         written.setdefault(m[1], []).append(Path(m[2]).name)
     every = sorted(n for names in written.values() for n in names)
     assert every == sorted(p.name for p in out.iterdir()), "a file was written unreported"
-    return {"written": written, "problems": problems, "checked": sorted(set(seen))}
+    made_by = os.environ.get("PYTEST_XDIST_WORKER", "the only process")
+    return {
+        "written": written,
+        "problems": problems,
+        "checked": sorted(set(seen)),
+        "made_by": f"{made_by} (pid {os.getpid()})",  # for a reader checking that it ran once
+    }
 
 
 def rendered(name: str, tmp_path_factory) -> Rendered:
