@@ -1,4 +1,5 @@
-"""Shared fixtures for the drawing tests: the tour's trace and a crowded 64-block pool."""
+"""Shared fixtures for the drawing tests: the tour's trace, a crowded 64-block pool, and the
+whole figure set rendered once per session in each style (rendered.py)."""
 
 import random
 
@@ -9,6 +10,7 @@ matplotlib.use("Agg")
 
 from pagedsim import KVCacheManager, OutOfBlocks  # noqa: E402
 from pagedsim.app.tour import tour_manager  # noqa: E402
+from tests.draw.rendered import Rendered, rendered  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -43,3 +45,21 @@ def crowded_manager(seed: int = 1) -> KVCacheManager:
 @pytest.fixture(scope="session")
 def crowded():
     return crowded_manager().trace.snapshots[-1]
+
+
+@pytest.fixture(scope="session")
+def plain_figures(tmp_path_factory) -> Rendered:
+    """`pagedsim figures`: the committed PNGs, every saved figure's texts checked."""
+    return rendered("plain", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def slide_figures(tmp_path_factory) -> Rendered:
+    """`pagedsim figures --slides --format svg`, every saved figure's texts checked."""
+    return rendered("slides", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def projector_figures(tmp_path_factory) -> Rendered:
+    """`pagedsim figures --style projector --format svg`."""
+    return rendered("projector", tmp_path_factory)

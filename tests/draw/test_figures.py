@@ -51,17 +51,19 @@ def expected_sizes(tour_snaps):
     }
 
 
-@pytest.fixture(scope="module")
-def made(tmp_path_factory):
-    out = tmp_path_factory.mktemp("figures")
-    assert figures.main(["--out", str(out), "--only", *figures_ch3.FIGURES]) == 0
-    return out
+@pytest.fixture
+def made(plain_figures):
+    """The folder of the session's plain `pagedsim figures` pass (rendered.py)."""
+    return plain_figures.out
 
 
-@pytest.mark.slow  # the module's `made` fixture draws every chapter figure (~20 s)
-def test_each_chapter_figure_is_a_non_blank_image_of_the_expected_size(made, tour_snaps):
+@pytest.mark.slow  # the session's plain pass draws every figure (rendered.py)
+def test_each_chapter_figure_is_a_non_blank_image_of_the_expected_size(
+    plain_figures, made, tour_snaps
+):
     sizes = expected_sizes(tour_snaps)
-    assert sorted(p.name for p in made.iterdir()) == sorted(sizes)
+    chapter = [n for name in figures_ch3.FIGURES for n in plain_figures.written[name]]
+    assert sorted(chapter) == sorted(sizes)
     for name, size in sizes.items():
         with Image.open(made / name) as im:
             assert im.size == size, name
@@ -73,18 +75,20 @@ def test_each_chapter_figure_is_a_non_blank_image_of_the_expected_size(made, tou
         assert len(np.unique(packed)) > 8, f"{name} has too few colours"
 
 
-@pytest.mark.slow  # the module's `made` fixture draws every chapter figure (~20 s)
+@pytest.mark.slow  # the session's plain pass draws every figure (rendered.py)
 def test_the_tour_gif_has_one_frame_per_tour_step(made, tour_snaps):
     with Image.open(made / "3.4-tour.gif") as gif:
         assert gif.n_frames == len(tour_snaps)
 
 
-@pytest.mark.slow  # the module's `made` fixture draws every chapter figure (~20 s)
+@pytest.mark.slow  # the session's plain pass draws every figure (rendered.py)
 def test_regenerating_a_figure_gives_the_same_bytes(made, tmp_path):
     figures.main(
         ["--out", str(tmp_path), "--only", "3.5-block-size-tradeoff", "3.3-logical-vs-physical"]
     )
-    for name in ("3.5-block-size-tradeoff.png", "3.3-logical-vs-physical.png"):
+    names = ("3.5-block-size-tradeoff.png", "3.3-logical-vs-physical.png")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)  # --only: those alone
+    for name in names:
         assert (tmp_path / name).read_bytes() == (made / name).read_bytes()
 
 

@@ -5,14 +5,13 @@ figure `pagedsim figures` writes, plain and `--slides`: no two overlap (line by 
 runs off its figure, none its axes would clip runs past that axes. Exceptions are listed
 in EXCEPTIONS with a reason."""
 
-from pathlib import Path
-
 import pytest
 
 from pagedsim.app.play_session import Options, Session
 from pagedsim.draw import scenario, style
 from pagedsim.draw.hybrid import hybrid_snapshots
 from pagedsim.draw.render import Layout, render
+from tests.draw.text_problems import text_problems
 
 pytestmark = pytest.mark.draw
 
@@ -63,94 +62,14 @@ def test_every_key_frame_caption_stays_inside_its_panel(look):
 
 # Every figure and every slide: no two visible texts overlap, none runs off its figure, and
 # none that its axes clip runs past that axes (it would be cut). Checked on the finished
-# figure, at the size and font sizes it is saved with, by wrapping Figure.savefig.
-TOLERANCE_PX = 1.0
+# figure, at the size and font sizes it is saved with, by wrapping Figure.savefig
+# (text_problems.py, run by the session's rendering passes in rendered.py).
+#
 # mode -> {file name prefix: why its texts may touch}. None has a reason to: `--slides`
 # raises every text to 18 pt, and each figure's slide layout (style.fit_slide's wrapping,
 # and the makers' slide branches) keeps those texts apart and on the figure. The test fails
 # when a listed file has become clean, so a list that ever grows only shrinks again.
 EXCEPTIONS: dict = {"plain": {}, "slides": {}}
-
-
-def line_boxes(t, box, renderer) -> list:
-    """A text's box per line (a short line under a long one leaves room beside it); one box
-    for a one-line or rotated text."""
-    from matplotlib.transforms import Bbox
-
-    lines = t.get_text().split("\n")
-    if len(lines) == 1 or t.get_rotation() % 360:
-        return [box]
-    out, h = [], box.height / len(lines)
-    align = t._multialignment or t.get_horizontalalignment()
-    for k, line in enumerate(lines):
-        w = renderer.get_text_width_height_descent(
-            line, t.get_fontproperties(), ismath="$" in line
-        )[0]
-        if not line.strip() or w <= 0:
-            continue
-        x0 = {"left": box.x0, "right": box.x1 - w}.get(align, box.x0 + (box.width - w) / 2)
-        out.append(Bbox([[x0, box.y1 - (k + 1) * h], [x0 + w, box.y1 - k * h]]))
-    return out
-
-
-def shown_texts(fig) -> list:
-    """(text, its box in pixels) of every text `fig` draws: tick labels of ticks outside the
-    view are made but never drawn, so they are left out."""
-    from matplotlib.text import Text
-
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    ticks, drawn = set(), set()  # every tick label, and those of ticks inside the view
-    for ax in fig.axes:
-        for axis in ax._axis_map.values():
-            for tick in axis.majorTicks + axis.minorTicks:
-                ticks.update((id(tick.label1), id(tick.label2)))
-            if ax.axison and axis.get_visible():  # an axis turned off draws no tick label
-                for tick in axis._update_ticks():
-                    drawn.update((id(tick.label1), id(tick.label2)))
-    shown = []
-    for t in fig.findobj(Text):
-        if not (t.get_visible() and t.get_text().strip()):
-            continue
-        if id(t) in ticks and id(t) not in drawn:
-            continue
-        if t.axes is not None and not t.axes.get_visible():
-            continue
-        box = t.get_window_extent(renderer)
-        if box.width > 0 and box.height > 0:
-            shown.append((t, box))
-    return shown
-
-
-def text_problems(fig) -> list:
-    """What is wrong with `fig`'s texts, as short readable strings (empty: nothing)."""
-    shown = shown_texts(fig)
-    renderer = fig.canvas.get_renderer()
-    tol, page, out = TOLERANCE_PX, fig.bbox, []
-    for t, box in shown:
-        label = repr(t.get_text()[:40])
-        if box.x0 < page.x0 - tol or box.y0 < page.y0 - tol or box.x1 > page.x1 + tol:
-            out.append(f"{label} runs off the figure")
-        elif box.y1 > page.y1 + tol:
-            out.append(f"{label} runs off the figure")
-        if t.axes is not None and t in t.axes.texts and t.get_clip_on():
-            ax = t.axes.bbox
-            if box.x0 < ax.x0 - tol or box.x1 > ax.x1 + tol or box.y0 < ax.y0 - tol:
-                out.append(f"{label} runs past its axes (clipped)")
-            elif box.y1 > ax.y1 + tol:
-                out.append(f"{label} runs past its axes (clipped)")
-    lines = [(t, line_boxes(t, box, renderer)) for t, box in shown]
-    for i, (t1, boxes1) in enumerate(lines):
-        for t2, boxes2 in lines[i + 1 :]:
-            if any(overlap(b1, b2) for b1 in boxes1 for b2 in boxes2):
-                out.append(f"{t1.get_text()[:30]!r} overlaps {t2.get_text()[:30]!r}")
-    return out
-
-
-def overlap(b1, b2) -> bool:
-    dx = min(b1.x1, b2.x1) - max(b1.x0, b2.x0)
-    dy = min(b1.y1, b2.y1) - max(b1.y0, b2.y0)
-    return dx > TOLERANCE_PX and dy > TOLERANCE_PX
 
 
 def test_text_problems_finds_an_overlap_and_a_text_off_the_figure():
@@ -171,23 +90,15 @@ def test_text_problems_finds_an_overlap_and_a_text_off_the_figure():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["plain", "slides"])
-def test_no_text_on_any_figure_or_slide_overlaps_another_or_runs_off(mode, tmp_path, monkeypatch):
-    from matplotlib.figure import Figure
-
-    from pagedsim.draw import figures
-
-    found: dict = {}
-    save = Figure.savefig
-
-    def checked(fig, fname, *args, **kwargs):
-        problems = text_problems(fig)
-        if problems:
-            found[Path(str(fname)).name] = problems
-        return save(fig, fname, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", checked)
-    argv = ["--out", str(tmp_path)] + (["--slides"] if mode == "slides" else [])
-    assert figures.main(argv) == 0
+def test_no_text_on_any_figure_or_slide_overlaps_another_or_runs_off(mode, request):
+    """Read from the session's `pagedsim figures` pass in that mode (rendered.py), which ran
+    text_problems on each figure as it was saved: every file but a GIF (its frames are
+    checked one by one) was checked."""
+    done = request.getfixturevalue({"plain": "plain_figures", "slides": "slide_figures"}[mode])
+    files = {n for names in done.written.values() for n in names}
+    assert len(files) >= 15
+    assert {n for n in files if not n.endswith(".gif")} <= set(done.checked)
+    found = done.problems
     excused = EXCEPTIONS[mode]
     assert {n: v for n, v in sorted(found.items()) if not n.startswith(tuple(excused))} == {}
     clean = [p for p in excused if not any(n.startswith(p) for n in found)]

@@ -36,11 +36,10 @@ def text_sizes(path) -> list[tuple[str, float]]:
     return out
 
 
-@pytest.fixture(scope="module")
-def projector_svgs(tmp_path_factory):
-    out = tmp_path_factory.mktemp("projector")
-    assert figures.main(["--out", str(out), "--format", "svg", "--style", "projector"]) == 0
-    return {p.stem: p for p in out.glob("*.svg")}
+@pytest.fixture
+def projector_svgs(projector_figures):
+    """The session's `pagedsim figures --style projector --format svg` pass (rendered.py)."""
+    return {p.stem: p for p in projector_figures.out.glob("*.svg")}
 
 
 def test_every_figure_is_written_as_svg_in_the_projector_style(projector_svgs):

@@ -4,24 +4,24 @@ no block, and a GIF at least 1280 px wide at a stated pace."""
 import pytest
 from PIL import Image
 
-from pagedsim.draw import animate, figures, scenario
+from pagedsim.draw import animate, scenario
 from pagedsim.draw.render import Layout, render
 
 pytestmark = pytest.mark.draw
 
 
-def test_figures_slides_writes_each_key_frame_to_its_own_file(tour_snaps, tmp_path, capsys):
-    argv = ["--out", str(tmp_path), "--only", "3.4-tour", "--slides", "--format", "svg"]
-    assert figures.main(argv) == 0
+def test_figures_slides_writes_each_key_frame_to_its_own_file(tour_snaps, slide_figures):
+    """Read from the session's `pagedsim figures --slides --format svg` pass (rendered.py)."""
+    out = slide_figures.out
     picks = scenario.key_frames(tour_snaps)
-    slides = sorted(p.name for p in tmp_path.glob("3.4-tour-slide-*.svg"))
+    slides = sorted(p.name for p in out.glob("3.4-tour-slide-*.svg"))
     assert slides == sorted(f"3.4-tour-slide-{i + 1}-step-{k:02d}.svg" for i, k in enumerate(picks))
-    assert not list(tmp_path.glob("3.4-tour-key-frames.*"))  # no six-panel strip in a slide deck
+    assert not list(out.glob("3.4-tour-key-frames.*"))  # no six-panel strip in a slide deck
     for i, k in enumerate(picks):
-        svg = (tmp_path / slides[i]).read_text()
+        svg = (out / slides[i]).read_text()
         assert f"step {k}:" in svg and svg.count("changed this step") == 1  # one frame, one legend
         assert "font-size: 18px" in svg  # --slides: 18 pt once fitted to a slide body
-    assert capsys.readouterr().out.count("3.4-tour-slide-") == len(picks)
+    assert sorted(slide_figures.written["3.4-tour"]) == slides  # each named as it is written
 
 
 def test_the_key_frame_strip_draws_one_legend_not_one_per_panel(tour_snaps):
@@ -49,9 +49,11 @@ def test_the_copy_label_and_arrow_cover_no_block(tour_snaps):
         assert hit == [], f"{mark.get_gid()} covers {hit}"
 
 
-def test_the_gif_is_at_least_1280_pixels_wide_and_shows_each_step_for_3_s(tour_snaps, tmp_path):
-    path = animate.write_gif(tour_snaps, tmp_path / "tour.gif")
-    with Image.open(path) as gif:
+def test_the_gif_is_at_least_1280_pixels_wide_and_shows_each_step_for_3_s(
+    tour_snaps, plain_figures
+):
+    """3.4-tour.gif is animate.write_gif of the tour: read from the session's plain pass."""
+    with Image.open(plain_figures.out / "3.4-tour.gif") as gif:
         assert gif.size[0] >= animate.GIF_MIN_WIDTH == 1280
         assert gif.n_frames == len(tour_snaps)
         durations = []

@@ -7,8 +7,6 @@ import re
 
 import pytest
 
-from pagedsim.draw import figures
-
 pytestmark = [pytest.mark.draw, pytest.mark.slow]
 
 BODY = (960.0, 480.0)
@@ -32,11 +30,10 @@ def test_fitted_sizes_reads_the_scale_from_the_svg():
     assert fitted_sizes(svg) == [18.0, 10.0]
 
 
-@pytest.fixture(scope="module")
-def deck(tmp_path_factory):
-    out = tmp_path_factory.mktemp("deck")
-    assert figures.main(["--slides", "--format", "svg", "--out", str(out)]) == 0
-    return sorted(out.iterdir())
+@pytest.fixture
+def deck(slide_figures):
+    """The session's `pagedsim figures --slides --format svg` pass (rendered.py)."""
+    return sorted(slide_figures.out.iterdir())
 
 
 def test_every_slides_file_is_an_svg_with_text(deck):
