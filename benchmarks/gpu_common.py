@@ -318,7 +318,7 @@ def time_ms(launches, runs: int, timed: bool):
     event, so the GPU is busy when the timed launches are enqueued: Python's launch
     overhead is hidden behind queued work, not measured."""
     launches = launches if isinstance(launches, list) else [launches]
-    if timed:  # compile and warm up; untimed (a dry run) nothing is measured to warm up for
+    if timed:  # compile and warm up; untimed (a dry run), the samples are the only launches
         for launch in launches:
             launch()
         cuda.synchronize()
@@ -326,7 +326,8 @@ def time_ms(launches, runs: int, timed: bool):
     times, k = [], 0
     for _ in range(runs):
         start, end = cuda.event(), cuda.event()
-        launches[k % len(launches)]()
+        if timed:  # queued work ahead of the start event
+            launches[k % len(launches)]()
         start.record()
         for _ in range(per_sample):
             k += 1
