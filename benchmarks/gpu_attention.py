@@ -57,8 +57,8 @@ with the measured value and PASS / FAIL / NOT MEASURED (`gpu_summary.py`), and t
 summary is written as Markdown next to the JSON (r.md) and printed. The exit status is 1
 when a kernel disagreed or a phase failed. Under the simulator it refuses (exit 2) unless
 --dry-run: then timings are null, because the simulator records no time, each timed
-closure is launched once, and every decode case of DRY_GRID runs (the case budget is the
-GPU's). No number here is ever made up.
+closure is launched once, and every decode case of DRY_GRID runs (the phase and case
+budgets are the GPU's). No number here is ever made up.
 """
 
 from __future__ import annotations  # noqa: I001  (cuda_kernels before numba: see below)
