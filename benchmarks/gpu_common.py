@@ -318,14 +318,16 @@ def time_ms(launches, runs: int, timed: bool):
     event, so the GPU is busy when the timed launches are enqueued: Python's launch
     overhead is hidden behind queued work, not measured."""
     launches = launches if isinstance(launches, list) else [launches]
-    for launch in launches:  # compile and warm up
-        launch()
-    cuda.synchronize()
+    if timed:  # compile and warm up; untimed (a dry run), the samples are the only launches
+        for launch in launches:
+            launch()
+        cuda.synchronize()
     per_sample = PER_SAMPLE if timed else 1
     times, k = [], 0
     for _ in range(runs):
         start, end = cuda.event(), cuda.event()
-        launches[k % len(launches)]()
+        if timed:  # queued work ahead of the start event
+            launches[k % len(launches)]()
         start.record()
         for _ in range(per_sample):
             k += 1

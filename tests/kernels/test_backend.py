@@ -99,12 +99,20 @@ def test_the_gpu_benchmarks_dry_run_checks_every_kernel_and_reports_no_timing(tm
     assert report["backend"] == "simulator" and not report["timings_valid"]
     assert len(report["correctness"]) == 16 and all(report["correctness"].values())
     assert report["cases"] and all(case["median_ms"] is None for case in report["cases"])
+    assert all(case["checked_on_device"] for case in report["cases"])
+    # every case of the dry grid ran (G = 2 in float16, both paths; G = 8 in float32)
+    assert report["cases_left_out"] == []
+    assert {(c["group"], c["dtype"], c["path"]) for c in report["cases"] if c["path"]} == {
+        (2, "float16", "cuda_core"),
+        (2, "float16", "tensor"),
+        (8, "float32", "cuda_core"),
+    }
     (row,) = report["prefill"]
     assert (
         row["kernel"] == "paged_prefill" and row["checked_on_device"] and row["median_ms"] is None
     )
-    # D * heads * (prefix + causal) pairs
-    assert row["flop"] == 4 * 16 * 4 * 2 * (6 * 5 + 6 * 7 // 2)
+    # 4 D * heads * batch * (prefix + causal) pairs, for DRY_PREFILL = (1, 6, 5, 2, 1, fp16)
+    assert row["flop"] == 4 * 16 * 2 * 1 * (6 * 5 + 6 * 7 // 2)
 
 
 def test_the_simulator_stand_ins_are_installed_only_on_the_simulator_backend():

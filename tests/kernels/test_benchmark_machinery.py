@@ -277,23 +277,30 @@ def test_the_labs_skip_the_sections_that_do_not_fit_in_the_time_left():
 def test_a_kernel_that_disagrees_or_a_phase_that_fails_is_reported_and_the_run_goes_on(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(gpu_attention.gpu_prefill, "check_prefill", lambda *a, **k: False)
+    from cuda_kernels import block_copy
+
+    launched = []  # a copy_blocks that copies nothing: its bit-for-bit device check fails
+    monkeypatch.setattr(block_copy, "launch_pairs", lambda *args: launched.append(args))
     out = tmp_path / "r.json"
-    status = gpu_attention.main(["--dry-run", "--phases", "copy,prefill", "--out", str(out)])
+    status = gpu_attention.main(["--dry-run", "--phases", "copy,copies", "--out", str(out)])
     report = json.loads(out.read_text())
-    assert status == 1 and list(report["phases"]) == ["copy", "prefill"]
-    assert report["prefill"][0]["checked_on_device"] is False
-    assert report["prefill"][0]["median_ms"] is None  # an unchecked kernel is never timed
-    assert gpu_attention.failures(report) == ["paged_prefill"]
+    assert status == 1 and list(report["phases"]) == ["copy", "copies"]
+    copy_blocks, write_kv = report["copies"]
+    assert copy_blocks["kernel"] == "copy_blocks" and copy_blocks["checked_on_device"] is False
+    assert len(launched) == 1 and copy_blocks["median_ms"] is None  # checked, never timed
+    assert write_kv["checked_on_device"] is True  # the next row still ran
+    assert gpu_attention.failures(report) == ["copy_blocks"]
+    monkeypatch.undo()
 
     def broken(*args):
         raise RuntimeError("CUDA_ERROR_ILLEGAL_ADDRESS")
 
     monkeypatch.setattr(gpu_attention, "copy_bandwidth", broken)
-    status = gpu_attention.main(["--dry-run", "--phases", "copy,prefill", "--out", str(out)])
+    status = gpu_attention.main(["--dry-run", "--phases", "copy,copies", "--out", str(out)])
     report = json.loads(out.read_text())
     assert status == 1 and report["phases"]["copy"]["error"].startswith("RuntimeError")
-    assert "seconds" in report["phases"]["prefill"]  # the next phase ran
+    assert "seconds" in report["phases"]["copies"]  # the next phase ran
+    assert all(row["checked_on_device"] for row in report["copies"])
     assert {t["verdict"] for t in report["targets"]} == {"NOT MEASURED"}
     summary = out.with_suffix(".md").read_text()
     assert "| copy |" in summary and "failed: RuntimeError: CUDA_ERROR_ILLEGAL_ADDRESS" in summary
@@ -384,7 +391,7 @@ def test_the_compile_measurement_keeps_the_rows_done_by_its_deadline_and_names_t
     monkeypatch.setattr(
         gpu_compile, "_command", lambda extra, workers: [sys.executable, "-c", script]
     )
-    comp = gpu_compile.seconds(workers=1, budget_s=20.0)
+    comp = gpu_compile.seconds(workers=1, budget_s=8.0)  # ample for two tiny interpreters
     assert comp["wall_s"] < 300  # stopped at the deadline, not after the child's sleep
     assert not comp["complete"] and comp["left_out"] == ["paged_decode[x]"] * 2  # both children
     (decode,) = comp["phases"].values()
