@@ -88,6 +88,8 @@ def demo(section: str, out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg", force=False)
+    from pagedsim.draw import style
+
     from .ch03_kv_block.lessons import NeedsExercise
 
     lesson = _lesson(section)
@@ -96,10 +98,11 @@ def demo(section: str, out: Path) -> None:
         if FAST and "backend" in inspect.signature(lesson.demo).parameters
         else {}
     )
+    # fast: 3.8's engine on NumPy (the simulator's kernels are tested elsewhere), and the
+    # pictures a demo writes (3.8's 52 flow diagrams) at the figures' low resolution
     try:
-        lesson.demo(
-            out, **fast
-        )  # fast: 3.8's engine on NumPy (the simulator's kernels are tested elsewhere)
+        with style.output("png", dpi=30 if FAST else None):
+            lesson.demo(out, **fast)
     except NeedsExercise as e:
         print(f"({e})")
 

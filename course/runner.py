@@ -302,6 +302,10 @@ class _Collector:
     @pytest.hookimpl(trylast=True)
     def pytest_configure(self, config):
         keep_first()  # pytest's assertion rewriter went in front of the solutions' blocker
+        # The terminal plugin that would register --tb is off, and `_describe` reads each
+        # exception itself: pytest's own traceback (source lines, arguments, every frame of
+        # the chain) would be formatted for nobody, at a third of a stub's check time.
+        config.option.tbstyle = "no"
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
@@ -387,6 +391,25 @@ def _in_child(sub, check_files):
         sys.modules.update(saved)
 
 
+@contextlib.contextmanager
+def _without_explain():
+    """Hypothesis's current profile less its explain phase, while the checks run: that phase
+    re-runs a shrunk failing example many times over to add `# or any other generated
+    value` comments, which `counterexample` drops; for a stub it is half of a property's
+    time. (pagedsim.testing.run's settings leave it out for the same reason.)"""
+    from hypothesis import Phase, settings
+
+    before = settings.get_current_profile_name()
+    parent = settings.get_profile(before)
+    phases = [p for p in parent.phases if p is not Phase.explain]
+    settings.register_profile("pagedsim-check", parent=parent, phases=phases)
+    settings.load_profile("pagedsim-check")
+    try:
+        yield
+    finally:
+        settings.load_profile(before)
+
+
 def run_checks(
     ex: Exercise,
     impl: Path | str,
@@ -428,6 +451,12 @@ def run_checks(
         "no:cacheprovider",
         "-p",
         "no:randomly",
+        # these two turn an exception in a __del__ or a thread into a warning, which no one
+        # reads here, and end every run with a full gc.collect() of this process
+        "-p",
+        "no:unraisableexception",
+        "-p",
+        "no:threadexception",
         "-W",
         "ignore::pytest.PytestAssertRewriteWarning",
     ]
@@ -458,7 +487,7 @@ def run_checks(
             outcome.error = f"the job's private copy of course/{changed} changed: not graded"
             return outcome
         quiet = contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO())
-        with hide, child, quiet[0], quiet[1]:
+        with hide, child, quiet[0], quiet[1], _without_explain():
             code = pytest.main(args, plugins=[_Collector(outcome, seconds), check_fixtures])
     finally:
         for k, v in saved.items():
