@@ -58,7 +58,14 @@ def test_the_tensor_path_matches_the_float64_reference(
     assert rel_err(got, reference.paged_attention(query, cache, tables, lens, scale)) < TOL
 
 
-@pytest.mark.parametrize("group,lens,part", [(4, [37, 5], 20), (16, [33], 40), (17, [9, 30], 16)])
+@pytest.mark.parametrize(
+    "group,lens,part",
+    [
+        (4, [37, 5], 20),  # partition 0: 16 + 4 tokens, a slab each; two partitions merged
+        (16, [33], 40),  # three slabs: warp 0 takes two
+        (17, [9, 30], 32),  # two chunks of heads; 30 tokens: a slab per warp, 9: warp 1 idle
+    ],
+)
 def test_two_warps_split_the_slabs_and_merge_their_states_in_shared_memory(group, lens, part):
     rng = np.random.default_rng(group)
     query, cache, tables, lens = fp16_case(rng, lens, 4, 2, group, 32)

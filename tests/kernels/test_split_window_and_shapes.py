@@ -33,6 +33,7 @@ def test_split_k_equals_single_pass_to_float32_rounding_for_any_partition_size(
     lens, partition, seed
 ):
     rng = np.random.default_rng(seed)
+    lens = [min(n, 6 * partition) for n in lens]  # up to 6 partitions: more merge the same way
     case = scattered_case(rng, lens, 4, 1, 2, 8)
     single = ck.paged_attention(*case, mode="single")
     split = ck.paged_attention(*case, mode="split", partition_size=partition)

@@ -28,7 +28,8 @@ def tensor_batches(draw):
     kv_heads = draw(st.integers(1, 2))
     seqs = draw(st.integers(1, 3))
     prefixes = [draw(st.integers(0, 40)) for _ in range(seqs)]
-    q_lens = [draw(st.integers(1, 12)) for _ in range(seqs)]
+    # at most two 16-row tiles of a sequence's rows (a third runs the same code)
+    q_lens = [draw(st.integers(1, min(12, max(1, 32 // group)))) for _ in range(seqs)]
     rng = np.random.default_rng(draw(st.integers(0, 2**31)))
     return batch(rng, prefixes, q_lens, kv_heads, group, head_dim, block_size)
 
@@ -80,7 +81,8 @@ def test_tensor_and_cuda_core_paths_agree_and_auto_takes_tensor_cores_when_it_ca
     core = paged_prefill(query, cache, tables, lens, starts, path="cuda_core")
     assert np.abs(tensor - core).max() < 2e-2  # two fp16 roundings apart at most
     assert choose_path("auto", cache) == "tensor" and prefill.LAST_PATH["path"] == "cuda_core"
-    paged_prefill(query, cache, tables, lens, starts)
+    one = batch(rng, [0], [1], 2, 4, 32, 4)  # one token: what auto runs, not its answer
+    paged_prefill(*one)
     assert prefill.LAST_PATH["path"] == "tensor"
     assert choose_path("auto", cache.astype(np.float32)) == "cuda_core"
     assert choose_path("auto", cache[..., :24]) == "cuda_core"  # 24 is not a multiple of 16
@@ -182,10 +184,10 @@ def test_the_large_head_dims_with_gqa_match_the_reference_behind_cached_prefixes
 def test_split_o_and_q_in_shared_memory_match_the_reference(
     monkeypatch, config, head_dim, block_size
 ):
+    """Causal: each row's length depends on its row block's offset, which a shape-specific
+    mapping bug would move. Non-causal rows all see the whole context, through the same
+    code for every shape (the ragged and window tests run it)."""
     assert run_shape(monkeypatch, config, head_dim, 2, block_size, [9, 0], [5, 3]) < TOL
-    assert (
-        run_shape(monkeypatch, config, head_dim, 2, block_size, [9, 0], [5, 3], causal=False) < TOL
-    )
 
 
 BAD_SHAPES = {
