@@ -153,7 +153,7 @@ def test_prefill_with_the_path_forced_matches_the_float64_reference_anywhere_in_
 
 
 @pytest.mark.slow
-@settings(max_examples=12)  # past a dozen, the derandomised draws repeat earlier shapes
+@settings(max_examples=8)  # the two tests above draw the same space on smaller contexts
 @given(case=st.one_of(cases("decode", 12), cases("prefill", 12)))
 def test_larger_cases_of_both_launchers_match_the_float64_reference(case):
     check_against_reference(case)
