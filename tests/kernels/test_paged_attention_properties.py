@@ -85,7 +85,7 @@ def test_attention_over_manager_block_tables_matches_the_float64_reference(
     assert rel_err(out, want) < (2e-3 if fp16 else 1e-5)
 
 
-@settings(max_examples=10)
+@settings(max_examples=5)  # the property is the table indirection, which any history has
 @given(mgr=histories(max_seqs=2), seed=st.integers(0, 2**31))
 def test_shuffling_physical_blocks_and_rewriting_tables_leaves_the_output_unchanged(mgr, seed):
     rng = np.random.default_rng(seed)

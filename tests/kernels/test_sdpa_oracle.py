@@ -28,6 +28,7 @@ from sdpa_cases import (
     GROUPS,
     HEAD_DIMS,
     arrays,
+    cost,
     draw_decode,
     draw_prefill,
     numpy_reference,
@@ -77,7 +78,10 @@ def cases(draw, kind: str, budget: float = TINY):
         prefixes = draw(st.lists(st.integers(0, 40), min_size=seqs, max_size=seqs))
         prefixes = [max(p, 1 - c) for p, c in zip(prefixes, chunks, strict=True)]
         case.update(chunks=chunks, prefixes=prefixes, causal=draw(st.booleans()))
-    return shrink(case, budget)
+    case = shrink(case, budget)
+    if cost(case) > budget:  # a context too short to halve: one KV head is half the work
+        case["kv_heads"] = 1
+    return case
 
 
 def forced_path(case) -> str:
@@ -149,7 +153,7 @@ def test_prefill_with_the_path_forced_matches_the_float64_reference_anywhere_in_
 
 
 @pytest.mark.slow
-@settings(max_examples=25)
+@settings(max_examples=8)  # the two tests above draw the same space on smaller contexts
 @given(case=st.one_of(cases("decode", 12), cases("prefill", 12)))
 def test_larger_cases_of_both_launchers_match_the_float64_reference(case):
     check_against_reference(case)

@@ -28,7 +28,8 @@ def tensor_batches(draw):
     kv_heads = draw(st.integers(1, 2))
     seqs = draw(st.integers(1, 3))
     prefixes = [draw(st.integers(0, 40)) for _ in range(seqs)]
-    q_lens = [draw(st.integers(1, 12)) for _ in range(seqs)]
+    # at most two 16-row tiles of a sequence's rows (a third runs the same code)
+    q_lens = [draw(st.integers(1, min(12, max(1, 32 // group)))) for _ in range(seqs)]
     rng = np.random.default_rng(draw(st.integers(0, 2**31)))
     return batch(rng, prefixes, q_lens, kv_heads, group, head_dim, block_size)
 
@@ -45,10 +46,11 @@ def test_the_tensor_core_prefill_matches_the_float64_reference_on_ragged_chunked
     assert rel_err(out, want) < TOL
 
 
-@pytest.mark.parametrize("head_dim, group", [(256, 1), (128, 8), (16, 16), (80, 3)])
-def test_the_largest_head_dim_the_widest_group_and_a_padded_row_layout_are_served(head_dim, group):
-    """D=256 (16 k-steps), the headline D=128 with G=8, G=16 (one query token per warp),
-    D=80 (10 chunks a row: the odd-stride padded layout instead of the XOR swizzle)."""
+@pytest.mark.parametrize("head_dim, group", [(128, 8), (16, 16), (80, 3)])
+def test_the_widest_group_and_a_padded_row_layout_are_served(head_dim, group):
+    """The headline D=128 with G=8, G=16 (one query token per warp), D=80 (10 chunks a
+    row: the odd-stride padded layout instead of the XOR swizzle). D=256 (16 k-steps):
+    test_the_large_head_dims_with_gqa_match_the_reference_behind_cached_prefixes."""
     rng = np.random.default_rng(head_dim + group)
     query, cache, tables, lens, starts = batch(rng, [9, 0], [5, 3], 1, group, head_dim, 4)
     out = paged_prefill(query, cache, tables, lens, starts, path="tensor")
@@ -80,7 +82,8 @@ def test_tensor_and_cuda_core_paths_agree_and_auto_takes_tensor_cores_when_it_ca
     core = paged_prefill(query, cache, tables, lens, starts, path="cuda_core")
     assert np.abs(tensor - core).max() < 2e-2  # two fp16 roundings apart at most
     assert choose_path("auto", cache) == "tensor" and prefill.LAST_PATH["path"] == "cuda_core"
-    paged_prefill(query, cache, tables, lens, starts)
+    one = batch(rng, [0], [1], 2, 4, 32, 4)  # one token: what auto runs, not its answer
+    paged_prefill(*one)
     assert prefill.LAST_PATH["path"] == "tensor"
     assert choose_path("auto", cache.astype(np.float32)) == "cuda_core"
     assert choose_path("auto", cache[..., :24]) == "cuda_core"  # 24 is not a multiple of 16
@@ -155,14 +158,13 @@ def run_shape(monkeypatch, config, head_dim, group, block_size, prefixes, q_lens
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "head_dim, group, block_size", [(256, 4, 16), (256, 2, 1), (192, 4, 6), (192, 2, 16)]
-)
+@pytest.mark.parametrize("head_dim, group, block_size", [(256, 2, 1), (192, 4, 6)])
 def test_the_large_head_dims_with_gqa_match_the_reference_behind_cached_prefixes(
     head_dim, group, block_size
 ):
     """The simulator's launch_config (o_split 2 above D=176, as on a GPU): two ragged
-    chunks behind cached prefixes (one spans a block boundary), block sizes 1, 16 and 6."""
+    chunks behind cached prefixes (one spans a block boundary), block sizes 1 and 6 (16 runs
+    in the ragged and long-prefix tests: the block size and head_dim are separate code)."""
     rng = np.random.default_rng(head_dim + group + block_size)
     query, cache, tables, lens, starts = batch(rng, [17, 5], [3, 2], 1, group, head_dim, block_size)
     out = paged_prefill(query, cache, tables, lens, starts, path="tensor")
@@ -182,10 +184,10 @@ def test_the_large_head_dims_with_gqa_match_the_reference_behind_cached_prefixes
 def test_split_o_and_q_in_shared_memory_match_the_reference(
     monkeypatch, config, head_dim, block_size
 ):
+    """Causal: each row's length depends on its row block's offset, which a shape-specific
+    mapping bug would move. Non-causal rows all see the whole context, through the same
+    code for every shape (the ragged and window tests run it)."""
     assert run_shape(monkeypatch, config, head_dim, 2, block_size, [9, 0], [5, 3]) < TOL
-    assert (
-        run_shape(monkeypatch, config, head_dim, 2, block_size, [9, 0], [5, 3], causal=False) < TOL
-    )
 
 
 BAD_SHAPES = {

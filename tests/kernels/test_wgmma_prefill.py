@@ -28,7 +28,8 @@ def wgmma_batches(draw):
     block_size = draw(st.sampled_from([1, 2, 5, 16]))
     kv_heads = draw(st.integers(1, 2))
     seqs = draw(st.integers(1, 2))
-    prefixes = [draw(st.integers(0, 40)) for _ in range(seqs)]
+    # up to 3 KV tiles; the unmasked loop between masked tiles has its own tests below
+    prefixes = [draw(st.integers(0, 24)) for _ in range(seqs)]
     q_lens = [draw(st.integers(1, 10)) for _ in range(seqs)]
     rng = np.random.default_rng(draw(st.integers(0, 2**31)))
     return batch(rng, prefixes, q_lens, kv_heads, group, head_dim, block_size)

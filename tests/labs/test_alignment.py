@@ -11,8 +11,9 @@ from cuda_kernels.labs import alignment
 pytestmark = [pytest.mark.kernels, pytest.mark.ch3_7]
 
 
-@settings(max_examples=3)
-@given(st.sampled_from([np.float32, np.float16]), st.integers(0, 2**16))
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@settings(max_examples=1)  # one fresh case per dtype: the offsets are the variable here
+@given(seed=st.integers(0, 2**16))
 def test_decode_over_an_offset_pool_matches_the_reference_at_every_offset(dtype, seed):
     rng = np.random.default_rng(seed)
     cache = rng.standard_normal((5, 2, 2, 4, 8)).astype(dtype)  # [N, 2, H_kv, B, D]: 512 B blocks
