@@ -1,12 +1,17 @@
 """Compile every kernel to PTX, SASS and ptxas resource use: the real-GPU gate, without a GPU.
 
     python -m cuda_kernels.report [--json | --markdown] [--arch sm_90 ...] [--ptx-dir DIR]
+    python -m cuda_kernels.report --ladder        # the rungs of cuda_kernels.ladder
+    python -m cuda_kernels.report --head-dims     # paged_prefill_tc at G=4, every HEAD_DIMS
+    python -m cuda_kernels.report --json --kernels --ladder --head-dims   # all, one run
 
 For each kernel (write_kv, copy_blocks and merge in their vector and scalar forms; decode-
 factory instances: vector fp16/fp32, a pool view, the scalar fallback, the contiguous
 baseline; the 3.7 labs' `alloc.PTX_KERNELS` and `labs.PTX_KERNELS`) and each arch
 (default sm_80 and sm_90):
-  1. `numba.cuda.compile_ptx` -> PTX (written to DIR/<kernel>_<arch>.ptx with --ptx-dir);
+  1. numba's typing and lowering, once per kernel (`lower`), then NVVM per arch -> PTX, as
+     `numba.cuda.compile_ptx` gives it (written to DIR/<kernel>_<arch>.ptx with
+     --ptx-dir); specs numba compiles alike (`compile_key`) are compiled once;
   2. `ptxas -v -arch=<arch>` -> a cubin, and registers, shared memory, stack and spill bytes;
   3. `nvdisasm -c` (or `cuobjdump -sass`) on the cubin -> SASS.
 Each row then carries the figures of `tools/disasm.py` (whose docstring states how the
