@@ -1,12 +1,17 @@
 """Compile every kernel to PTX, SASS and ptxas resource use: the real-GPU gate, without a GPU.
 
     python -m cuda_kernels.report [--json | --markdown] [--arch sm_90 ...] [--ptx-dir DIR]
+    python -m cuda_kernels.report --ladder        # the rungs of cuda_kernels.ladder
+    python -m cuda_kernels.report --head-dims     # paged_prefill_tc at G=4, every HEAD_DIMS
+    python -m cuda_kernels.report --json --kernels --ladder --head-dims   # all, one run
 
 For each kernel (write_kv, copy_blocks and merge in their vector and scalar forms; decode-
 factory instances: vector fp16/fp32, a pool view, the scalar fallback, the contiguous
 baseline; the 3.7 labs' `alloc.PTX_KERNELS` and `labs.PTX_KERNELS`) and each arch
 (default sm_80 and sm_90):
-  1. `numba.cuda.compile_ptx` -> PTX (written to DIR/<kernel>_<arch>.ptx with --ptx-dir);
+  1. numba's typing and lowering, once per kernel (`lower`), then NVVM per arch -> PTX, as
+     `numba.cuda.compile_ptx` gives it (written to DIR/<kernel>_<arch>.ptx with
+     --ptx-dir); specs numba compiles alike (`compile_key`) are compiled once;
   2. `ptxas -v -arch=<arch>` -> a cubin, and registers, shared memory, stack and spill bytes;
   3. `nvdisasm -c` (or `cuobjdump -sass`) on the cubin -> SASS.
 Each row then carries the figures of `tools/disasm.py` (whose docstring states how the
@@ -44,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -207,34 +213,8 @@ def kernel_specs():
                 128,
             )
         )
-    from .fast.prefill_tc import launch_config, make_prefill_tc_kernel  # the GPU's shapes
-
-    prefill_sig = (
-        f16c5,
-        t.Array(t.float16, 3, "C"),
-        t.Array(t.int32, 2, "C"),
-        i32,
-        i32,
-        i32,
-        i32,
-        t.int32,
-        t.float32,
-        t.int32,
-        t.int32,
-        t.int32,
-        f32c3,
-    )
-    for group, head_dim in ((8, 128), (1, 128), (8, 256), (4, 80)):
-        warps, tile, q_regs, o_split = launch_config(head_dim)
-        kern = make_prefill_tc_kernel(head_dim, group, warps, tile, 16, q_regs, o_split)
-        specs.append(
-            (
-                f"paged_prefill_tc[float16,G={group},D={head_dim}]",
-                kern.py_func,
-                prefill_sig,
-                32 * warps,
-            )
-        )
+    specs += [prefill_tc_spec(group, head_dim) for group, head_dim in PREFILL_TC_CASES]
+    prefill_sig = prefill_tc_sig()
     from .fast.prefill_wgmma import make_prefill_wgmma_kernel  # path="wgmma": sm_90a only
 
     specs.append(
@@ -247,6 +227,50 @@ def kernel_specs():
         )
     )
     return specs
+
+
+# (G, head_dim) of the report's tensor-core prefill rows; the head-dim sweep adds G = 4 at
+# every kind of head_dim `prefill_tc.launch_config` knows (208: O split with an odd share)
+PREFILL_TC_CASES = ((8, 128), (1, 128), (8, 256), (4, 80))
+HEAD_DIMS = (16, 64, 80, 128, 192, 208, 256)
+
+
+def prefill_tc_sig() -> tuple:
+    """numba types of the paged prefill kernels' arguments (float16 cache)."""
+    from numba import types as t
+
+    i32 = t.Array(t.int32, 1, "C")
+    return (
+        t.Array(t.float16, 5, "C"),
+        t.Array(t.float16, 3, "C"),
+        t.Array(t.int32, 2, "C"),
+        i32,
+        i32,
+        i32,
+        i32,
+        t.int32,
+        t.float32,
+        t.int32,
+        t.int32,
+        t.int32,
+        t.Array(t.float32, 3, "C"),
+    )
+
+
+def prefill_tc_spec(group: int, head_dim: int) -> tuple:
+    """The tensor-core prefill's spec at the GPU's launch_config for head_dim."""
+    from .fast.prefill_tc import launch_config, make_prefill_tc_kernel
+
+    warps, tile, q_regs, o_split = launch_config(head_dim)
+    kern = make_prefill_tc_kernel(head_dim, group, warps, tile, 16, q_regs, o_split)
+    name = f"paged_prefill_tc[float16,G={group},D={head_dim}]"
+    return (name, kern.py_func, prefill_tc_sig(), 32 * warps)
+
+
+def head_dim_specs():
+    """The tensor-core prefill at G = 4 for every head_dim of HEAD_DIMS: swizzled and
+    padded rows, 64-, 32- and 16-token tiles, O split above D = 192."""
+    return [prefill_tc_spec(4, head_dim) for head_dim in HEAD_DIMS]
 
 
 def ladder_specs():
@@ -310,63 +334,91 @@ def disassemble(cubin: Path) -> str | None:
     return None
 
 
-def _one(
-    ptxas: str,
-    name: str,
-    func,
-    sig,
-    threads: int,
-    arch: str,
-    tmp: Path,
-    ptx_dir: Path | None,
-    target: str | None = None,
-    compile_only: bool = False,
-) -> dict:
-    """One row; `target` is the ptxas arch when it differs from `arch` (sm_90a: cc
-    (9, 0, "a"), whose PTX says .target sm_90a); occupancy uses `arch`'s limits.
-    compile_only: just {kernel, arch, compile_s, compile_cpu_s}, the wall and CPU seconds
-    numba's compile to PTX took (typing, lowering, NVVM: what a launch's JIT pays before the
-    driver's ptxas)."""
-    from numba.cuda import compile_ptx
+def lower(func, sig, cc: tuple):
+    """numba's typing and lowering of a kernel, once: the code library whose
+    `get_asm_strs(cc=...)` runs NVVM for any cc. It is what `compile_ptx(func, sig, cc=cc)`
+    does before NVVM (its default options: numba ABI, no fastmath, no debug), through
+    numba-cuda's `_compile_pyfunc_with_fixup`. numba reads the cc while lowering only to
+    pick an f64 atomic add (cc >= 6.0) and a fastmath tanh (cc >= 7.5), the same for every
+    arch here, so one lowering serves sm_80, sm_90 and sm_90a
+    (tests/kernels/test_ptx_report.py compares the PTX with compile_ptx's)."""
+    from numba.cuda.compiler import _compile_pyfunc_with_fixup
 
-    base, target = arch, target or arch
-    cc = (int(target[3]), int(target[4]), *([target[5:]] if target[5:] else []))
-    began, cpu = time.perf_counter(), time.process_time()
-    ptx, _ = compile_ptx(func, sig, cc=cc)
-    if compile_only:  # wall seconds, and this process's CPU seconds (what load cannot inflate)
-        return {
-            "kernel": name,
-            "arch": target,
-            "compile_s": round(time.perf_counter() - began, 2),
-            "compile_cpu_s": round(time.process_time() - cpu, 2),
-        }
-    arch = target
-    stem = f"{re.sub(r'[^A-Za-z0-9]+', '_', name).strip('_')}_{arch}"
-    path = tmp / f"{stem}.ptx"
-    path.write_text(ptx)
-    if ptx_dir is not None:
-        (ptx_dir / path.name).write_text(ptx)
-    cubin = tmp / f"{stem}.cubin"
-    done = _run(
-        [ptxas, "-v", f"-arch={arch}", str(path), "-o", str(cubin)], f"ptxas on {name} for {arch}"
-    )
+    lib, _ = _compile_pyfunc_with_fixup(func, sig, device=False, abi="numba", cc=cc)
+    return lib
+
+
+def ptx_for(lib, target: str) -> str:
+    """The PTX of a lowered kernel (`lower`) for one target ("sm_90a": cc (9, 0, "a"))."""
+    (ptx,) = lib.get_asm_strs(cc=_cc(target))
+    return ptx
+
+
+def _cc(target: str) -> tuple:
+    """ "sm_90" -> (9, 0); "sm_90a" -> (9, 0, "a")."""
+    return (int(target[3]), int(target[4]), *([target[5:]] if target[5:] else []))
+
+
+def _stem(name: str, arch: str) -> str:
+    return f"{re.sub(r'[^A-Za-z0-9]+', '_', name).strip('_')}_{arch}"
+
+
+def build(ptxas: str, func, sig, targets_: list[str], tmp: Path) -> list[dict]:
+    """Per target: {ptx, ptxas (ptxas -v's report), sass (None without a disassembler)},
+    from one lowering (`lower`), NVVM, ptxas and nvdisasm per target."""
+    lib = lower(func, sig, _cc(targets_[0]))
+    out = []
+    for target in targets_:
+        ptx = ptx_for(lib, target)
+        handle, name = tempfile.mkstemp(suffix=f"_{target}.ptx", dir=tmp)
+        os.close(handle)
+        path = Path(name)
+        path.write_text(ptx)
+        cubin = path.with_suffix(".cubin")
+        done = _run(
+            [ptxas, "-v", f"-arch={target}", str(path), "-o", str(cubin)],
+            f"ptxas on {func.__qualname__} for {target}",
+        )
+        out.append({"ptx": ptx, "ptxas": done.stderr, "sass": disassemble(cubin)})
+    return out
+
+
+def row(name: str, func, threads: int, arch: str, target: str, built: dict) -> dict:
+    """One report row from `build`'s products for `target` (the ptxas arch, sm_90a for
+    wgmma); occupancy uses `arch`'s limits."""
+    sass = built["sass"]
     row = {
         "kernel": name,
-        "arch": arch,
+        "arch": target,
         "threads": threads,
-        **parse_ptxas(done.stderr),
-        **disasm.ptx_stats(ptx),
+        **parse_ptxas(built["ptxas"]),
+        **disasm.ptx_stats(built["ptx"]),
     }
-    sass = disassemble(cubin)
     row.update(
         disasm.steady_loop(disasm.parse_sass(sass)) if sass is not None else disasm.steady_loop([])
     )
-    row.update(disasm.occupancy(base, row["registers"], row["shared_bytes"], threads))
+    row.update(disasm.occupancy(arch, row["registers"], row["shared_bytes"], threads))
     case = prefill_case(name, func, row["ctas_per_sm"])
     row.update(case)
     row.update(roofline.model(row, case.get("reuse", 1.0), expects_flops=bool(case)))
     row["path"] = path_of(name)
     return row
+
+
+def compile_seconds(name: str, func, sig, target: str) -> dict:
+    """{kernel, arch, compile_s, compile_cpu_s}: the wall and CPU seconds numba's
+    compile_ptx took for target (typing, lowering, NVVM: what a launch's JIT pays before
+    the driver's ptxas); CPU seconds are what load cannot inflate."""
+    from numba.cuda import compile_ptx
+
+    began, cpu = time.perf_counter(), time.process_time()
+    compile_ptx(func, sig, cc=_cc(target))
+    return {
+        "kernel": name,
+        "arch": target,
+        "compile_s": round(time.perf_counter() - began, 2),
+        "compile_cpu_s": round(time.process_time() - cpu, 2),
+    }
 
 
 _NAME_FIELD = re.compile(r"\b([A-Z])=(\d+)")
@@ -447,75 +499,139 @@ def _allow_device_functions_without_gpu() -> None:
         dispatcher.get_current_device = _NoDevice
 
 
+def compile_key(spec: tuple, archs) -> tuple | None:
+    """What numba compiles for a spec (`fingerprint` of its function, its signature, its
+    targets), or None where that cannot be compared: specs with equal keys are one compile
+    (paged_decode[float16,G=4,D=128] is also labs.decode_fused and the ladder's rung 8)."""
+    from numba.core import sigutils
+
+    found = fingerprint(spec[1])
+    if found is None:
+        return None
+    args, _ = sigutils.normalize_signature(spec[2])  # a tuple of types or "void(...)"
+    return (found, tuple(args), tuple(t for _, t in targets(spec, archs)))
+
+
+def fingerprint(obj, depth: int = 0):
+    """A hashable stand-in for what numba reads of a Python function: its code object,
+    globals (by identity), defaults and closure values, with device functions
+    (dispatchers), tuples and lists taken apart the same way; None for anything else
+    unhashable."""
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    if depth > 20:
+        return None
+    if isinstance(obj, CUDADispatcher):
+        inner = fingerprint(obj.py_func, depth + 1)
+        options = fingerprint(tuple(sorted(obj.targetoptions.items())), depth + 1)
+        return None if inner is None or options is None else ("jit", inner, options)
+    if isinstance(obj, types.FunctionType):
+        try:
+            cells = tuple(c.cell_contents for c in obj.__closure__ or ())
+        except ValueError:  # an empty cell
+            return None
+        parts = [fingerprint(x, depth + 1) for x in (obj.__defaults__, obj.__kwdefaults__, cells)]
+        if any(x is None for x in parts[2:]) or (obj.__defaults__ and parts[0] is None):
+            return None
+        return ("fn", obj.__code__, id(obj.__globals__), *parts)
+    if isinstance(obj, (tuple, list)):  # a list: a dispatcher's targetoptions["extensions"]
+        parts = [fingerprint(x, depth + 1) for x in obj]
+        return None if any(x is None for x in parts) else (type(obj), *parts)
+    if obj is None:
+        return ("none",)
+    try:
+        hash(obj)
+    except TypeError:
+        return None
+    return (type(obj), obj)
+
+
 def collect(
+    specs: list,
     archs,
     ptx_dir: Path | None = None,
     workers: int | None = None,
-    ladder: bool = False,
     compile_only: bool = False,
     on_rows=None,
 ) -> list[dict]:
-    """Every (kernel, arch) row, in kernel_specs() order then arch order. numba's compiler
-    holds a process-wide lock, so the kernels are shared among `workers` forked processes
-    (default: the CPU count, at most 4), each rebuilding the specs and compiling its
-    share. A kernel's archs are compiled by the same worker, one after the other: the
-    device functions it calls are compiled once per process (for the cc `_NoDevice`
-    names) and reused by the second arch (the whole report: about 22% less CPU time).
-    ladder: the rungs of `cuda_kernels.ladder` (`ladder_specs`) instead of the kernels.
-    compile_only: rows of compile seconds only (`_one`); no ptxas needed.
-    on_rows: called with each kernel's rows as soon as they are done (any order)."""
+    """Every (spec, arch) row of `specs` (kernel_specs(), ladder_specs(), ...), in spec
+    order then arch order. Specs with the same `compile_key` are compiled once, each
+    kernel lowered once for all its archs (`build`). numba's compiler holds a
+    process-wide lock, so the compiles are shared among `workers` forked processes
+    (default: the CPU count, at most 4), which inherit the specs (closures do not pickle)
+    and return text; this process makes the rows and writes DIR/<kernel>_<arch>.ptx.
+    compile_only: rows of compile seconds (`compile_seconds`) for every spec and arch,
+    without ptxas. on_rows: called with each spec's rows as soon as they are done."""
     _allow_device_functions_without_gpu()
-    if find_ptxas() is None and not compile_only:
+    ptxas = find_ptxas()
+    if ptxas is None and not compile_only:
         raise RuntimeError("ptxas not found: install the ptx extra (nvidia-cuda-nvcc)")
     if ptx_dir is not None:
         ptx_dir.mkdir(parents=True, exist_ok=True)
-    kernels = list(range(len(ladder_specs() if ladder else kernel_specs())))
-    workers = max(1, min(workers or min(os.cpu_count() or 1, 4), len(kernels)))
-    with tempfile.TemporaryDirectory() as tmp:
-        args = [(i, tuple(archs), tmp, ptx_dir, ladder, compile_only) for i in kernels]
-        per_kernel: list = [None] * len(args)
-        if workers == 1:
-            for i, a in enumerate(args):
-                per_kernel[i] = _job(*a)
-                if on_rows is not None:
-                    on_rows(per_kernel[i])
-        else:
-            fork = multiprocessing.get_context("fork")
-            with ProcessPoolExecutor(workers, mp_context=fork) as pool:
-                jobs = {pool.submit(_job, *a): i for i, a in enumerate(args)}
-                for job in as_completed(jobs):
-                    per_kernel[jobs[job]] = job.result()
-                    if on_rows is not None:
-                        on_rows(per_kernel[jobs[job]])
-    return [row for rows in per_kernel for row in rows]
-
-
-_SPECS: list = []
-
-
-def _job(
-    index: int,
-    archs: tuple,
-    tmp: str,
-    ptx_dir: Path | None,
-    ladder: bool = False,
-    compile_only: bool = False,
-) -> list[dict]:
-    """The rows of kernel `index` for every arch, in a worker: the specs are rebuilt once
-    per process (they hold closures, which do not pickle)."""
-    if not _SPECS:
-        _SPECS.extend(ladder_specs() if ladder else kernel_specs())
-    spec = _SPECS[index]
-    return [
-        _one(find_ptxas(), *_with_threads(spec), arch, Path(tmp), ptx_dir, target, compile_only)
-        for arch, target in targets(spec, archs)
+    archs = tuple(archs)
+    first: dict = {}  # compile key -> the index of the spec compiled for it
+    same = [
+        i if compile_only or key is None else first.setdefault(key, i)
+        for i, key in enumerate(compile_key(spec, archs) for spec in specs)
     ]
+    jobs = sorted(set(same))
+    per_spec: list = [None] * len(specs)
+
+    def done(job: int, products: list) -> None:
+        for i in (i for i, j in enumerate(same) if j == job):
+            name, func, _, threads = _with_threads(specs[i])
+            if compile_only:
+                per_spec[i] = [dict(p, kernel=name) for p in products]
+            else:
+                per_spec[i] = []
+                for (arch, target), built in zip(targets(specs[i], archs), products, strict=True):
+                    per_spec[i].append(row(name, func, threads, arch, target, built))
+                    if ptx_dir is not None:
+                        (ptx_dir / f"{_stem(name, target)}.ptx").write_text(built["ptx"])
+            if on_rows is not None:
+                on_rows(per_spec[i])
+
+    workers = max(1, min(workers or min(os.cpu_count() or 1, 4), len(jobs)))
+    _SPECS[:] = specs
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            if workers == 1:
+                for job in jobs:
+                    done(job, _job(job, archs, ptxas, tmp, compile_only))
+            else:
+                fork = multiprocessing.get_context("fork")
+                with ProcessPoolExecutor(workers, mp_context=fork) as pool:
+                    futures = {
+                        pool.submit(_job, job, archs, ptxas, tmp, compile_only): job for job in jobs
+                    }
+                    for future in as_completed(futures):
+                        done(futures[future], future.result())
+    finally:
+        _SPECS.clear()
+    return [row for rows in per_spec for row in rows]
+
+
+_SPECS: list = []  # collect's specs, which its forked workers inherit
+
+
+def _job(index: int, archs: tuple, ptxas: str | None, tmp: str, compile_only: bool) -> list:
+    """A worker's share: spec `index`'s products for every target (`build`), or its
+    compile seconds per target."""
+    name, func, sig, _ = _with_threads(_SPECS[index])
+    targets_ = [target for _, target in targets(_SPECS[index], archs)]
+    if compile_only:
+        return [compile_seconds(name, func, sig, target) for target in targets_]
+    assert ptxas is not None
+    return build(ptxas, func, sig, targets_, Path(tmp)) if targets_ else []
 
 
 def _with_threads(spec: tuple) -> tuple:
     """(name, func, sig[, threads[, targets]]) -> (name, func, sig, threads); 128 threads
     by default."""
     return (*spec[:3], spec[3] if len(spec) > 3 else DEFAULT_THREADS)
+
+
+SPEC_SETS = {"kernels": kernel_specs, "ladder": ladder_specs, "head_dims": head_dim_specs}
 
 
 def main(argv=None) -> int:
@@ -531,9 +647,19 @@ def main(argv=None) -> int:
     parser.add_argument("--arch", action="append", choices=ARCHS, help="repeatable; default: both")
     parser.add_argument("--ptx-dir", type=Path, help="also write each kernel's PTX here")
     parser.add_argument(
+        "--kernels",
+        action="store_true",
+        help="the kernels (the default unless --ladder or --head-dims is given)",
+    )
+    parser.add_argument(
         "--ladder",
         action="store_true",
         help="the rungs of cuda_kernels.ladder instead of the kernels",
+    )
+    parser.add_argument(
+        "--head-dims",
+        action="store_true",
+        help="the tensor-core prefill at G=4 for every kind of head_dim instead of the kernels",
     )
     parser.add_argument(
         "--compile-only",
@@ -543,6 +669,9 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--workers", type=int, help="compiling processes (default: CPUs, <= 4)")
     args = parser.parse_args(argv)
+    sets = [s for s in SPEC_SETS if getattr(args, s)] or ["kernels"]
+    if len(sets) > 1 and not (args.json or args.compile_only):
+        parser.error("several of --kernels, --ladder and --head-dims need --json or --compile-only")
     if _backend.backend() != "gpu":  # compile_ptx needs the real CUDA target: re-run
         env = dict(os.environ, PAGEDSIM_CUDA="gpu", NUMBA_ENABLE_CUDASIM="0")
         root = str(Path(__file__).resolve().parent.parent)
@@ -552,10 +681,11 @@ def main(argv=None) -> int:
             [sys.executable, "-m", "cuda_kernels.report", *argv], env=env
         ).returncode
     began = time.perf_counter()
+    _allow_device_functions_without_gpu()
+    per_set = {name: SPEC_SETS[name]() for name in sets}  # JSON: the sets in this order
+    specs = [spec for name in sets for spec in per_set[name]]
     on_rows = None
     if args.compile_only:  # streamed, so that a caller with a deadline keeps what is done
-        _allow_device_functions_without_gpu()
-        specs = ladder_specs() if args.ladder else kernel_specs()
         print(json.dumps({"planned": [spec[0] for spec in specs]}), flush=True)
 
         def on_rows(rows):
@@ -563,22 +693,23 @@ def main(argv=None) -> int:
                 print(json.dumps(row), flush=True)
 
     rows = collect(
+        specs,
         tuple(args.arch or ARCHS),
         args.ptx_dir,
         args.workers,
-        ladder=args.ladder,
         compile_only=args.compile_only,
         on_rows=on_rows,
     )
-    if args.ladder and not args.compile_only:
-        rows = ladder_rows(rows)
+    if "ladder" in sets and not args.compile_only:
+        names = {spec[0] for spec in per_set["ladder"]}
+        ladder_rows([r for r in rows if r["kernel"] in names])
     if args.compile_only:
         pass  # already printed, row by row
     elif args.json:
         print(json.dumps(rows, indent=1))
     elif args.markdown:
         print(markdown(rows, git_commit()))
-    elif args.ladder:
+    elif sets == ["ladder"]:
         print(ladder_table(rows))
     else:
         print(table(rows))

@@ -2,34 +2,25 @@
 without spilling, and the last rung's loop issues at least 5x fewer SASS instructions per
 K/V byte than the first's (static counts from ptxas and nvdisasm; no GPU)."""
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
+import ptx_rows
 import pytest
+from ptx_rows import uses
 
 from cuda_kernels.ladder import RUNGS
 from cuda_kernels.report import find_ptxas
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.ptx, pytest.mark.slow]
 
 
 @pytest.mark.skipif(find_ptxas() is None, reason="needs the ptx extra (nvidia-cuda-nvcc)")
-def test_every_rung_compiles_without_spills_and_the_last_is_five_times_leaner_per_byte():
-    done = subprocess.run(
-        [sys.executable, "-m", "cuda_kernels.report", "--ladder", "--json"],
-        cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    assert done.returncode == 0, done.stderr
-    rows = json.loads(done.stdout)
+@uses("ladder")
+def test_every_rung_compiles_without_spills_and_the_last_is_five_times_leaner_per_byte(
+    request, tmp_path_factory
+):
+    run = ptx_rows.report(request, tmp_path_factory)  # the rows of `report --ladder`
+    assert run.returncode == 0, run.stderr
     names = [f"rung{i}.{r.name}" for i, r in enumerate(RUNGS, 1)]
+    rows = run.of(names)
     assert [(r["kernel"], r["arch"]) for r in rows] == [
         (n, a) for n in names for a in ("sm_80", "sm_90")
     ]

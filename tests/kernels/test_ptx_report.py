@@ -8,10 +8,20 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import ptx_rows
 import pytest
+from ptx_rows import uses
 
+from cuda_kernels import report
 from cuda_kernels.attention import shared_bytes
-from cuda_kernels.report import find_ptxas, kernel_specs, parse_ptxas, targets
+from cuda_kernels.report import (
+    find_ptxas,
+    head_dim_specs,
+    kernel_specs,
+    ladder_specs,
+    parse_ptxas,
+    targets,
+)
 from cuda_kernels.tools import disasm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,18 +166,20 @@ def test_ptxas_output_is_parsed_into_registers_shared_stack_and_spills():
 
 
 @pytest.mark.skipif(find_ptxas() is None, reason="needs the ptx extra (nvidia-cuda-nvcc)")
-def test_every_kernel_compiles_for_sm80_and_sm90_without_spilling(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    done = subprocess.run(
-        [sys.executable, "-m", "cuda_kernels.report", "--json", "--ptx-dir", str(tmp_path)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr
-    rows = json.loads(done.stdout)
+@uses("kernels")
+def test_every_kernel_compiles_for_sm80_and_sm90_without_spilling(request, tmp_path_factory):
+    run = ptx_rows.report(request, tmp_path_factory)
+    assert run.returncode == 0, run.stderr
+    # the run prints every row of every set it compiled, in set, spec and arch order
+    builders = {"kernels": kernel_specs, "ladder": ladder_specs, "head_dims": head_dim_specs}
+    assert [(r["kernel"], r["arch"]) for r in run.rows] == [
+        (spec[0], target)
+        for name in run.sets
+        for spec in builders[name]()
+        for _, target in targets(spec, ("sm_80", "sm_90"))
+    ]
+    rows = run.rows[: sum(len(targets(spec, ("sm_80", "sm_90"))) for spec in kernel_specs())]
+    tmp_path = run.ptx_dir
     names = {spec[0] for spec in kernel_specs()}
     # the chapter 3.7 labs' allocators and every layout variant are in the gate too
     assert {"alloc.alloc_cas", "alloc.free_blocks", "alloc.block_scan"} <= names
@@ -194,7 +206,9 @@ def test_every_kernel_compiles_for_sm80_and_sm90_without_spilling(tmp_path):
     assert all(r["global_load_bits"] >= 8 and r["ctas_per_sm"] >= 1 for r in rows)
     assert all(r["loop_sass"] is None or r["sass_per_kv_byte"] > 0 for r in decode)
     assert all(r["loop_sass"] for r in decode)  # a decode kernel always has a K/V loop
-    assert len(list(tmp_path.glob("*.ptx"))) == len(rows)
+    files = {p.name for p in tmp_path.glob("*.ptx")}
+    assert all(f"{report._stem(r['kernel'], r['arch'])}.ptx" in files for r in rows)
+    assert len(files) == len({(r["kernel"], r["arch"]) for r in run.rows})
     # issue 24's targets on sm_90 (D=128, fp16): tensor-core decode <= 0.1 warp SASS per K/V
     # byte at G=4 and G=8 with HMMA, LDSM and LDGSTS in the loop; CUDA-core G=4 <= 0.17
     at = {r["kernel"]: r for r in rows if r["arch"] == "sm_90"}
@@ -234,3 +248,68 @@ def test_every_kernel_compiles_for_sm80_and_sm90_without_spilling(tmp_path):
     assert wg["hmma"] == 0 and wg["ldgsts"] > 0, wg
     written = (tmp_path / "paged_decode_float16_G_8_D_128_sm_90.ptx").read_text()
     assert disasm.ptx_stats(written)["barriers"] == g8["barriers"]
+
+
+LOWER_ONCE = """
+import json, re
+from numba.cuda import compile_ptx
+from cuda_kernels import report
+report._allow_device_functions_without_gpu()
+
+def names_masked(ptx):  # numba's mangled names carry a per-compile id and the cc's flags
+    out, pos = [], 0
+    for m in re.finditer(r"B\\d+v\\d+B(\\d+)", ptx):
+        if m.start() >= pos:
+            out += [ptx[pos : m.start()], "B#"]
+            pos = m.end() + int(m[1])
+    return "".join(out + [ptx[pos:]])
+
+got = {}
+for spec in report.kernel_specs():
+    if spec[0] in ("merge_partitions", "alloc.alloc_cas", "copy_blocks_vec[f16]"):
+        lib = report.lower(spec[1], spec[2], (8, 0))
+        for target in ("sm_80", "sm_90", "sm_90a"):
+            ptx, _ = compile_ptx(spec[1], spec[2], cc=report._cc(target))
+            shared = report.ptx_for(lib, target)
+            got[f"{spec[0]} {target}"] = names_masked(shared) == names_masked(ptx)
+# specs numba compiles alike share a compile key, so the report compiles them once
+from cuda_kernels import labs
+from cuda_kernels.ladder import RUNGS
+archs = ("sm_80", "sm_90")
+by_name = {spec[0]: spec for spec in report.kernel_specs()}
+key = report.compile_key(by_name["paged_decode[float16,G=4,D=128]"], archs)
+fused = next(r for r in labs.PTX_KERNELS if r[0].startswith("decode_fused["))  # "void(...)"
+others = ["paged_decode[float16,G=8,D=128]", "paged_decode[pool-view,G=4,D=128]",
+          "paged_decode[scalar,float16,G=8,D=128]", "labs.decode_nhd[float16,G=4,D=128]"]
+got["keys"] = [
+    key is not None,
+    report.compile_key(fused, archs) == key,
+    report.compile_key(("rung8", *RUNGS[7].ptx_spec()), archs) == key,
+    *(report.compile_key(by_name[name], archs) != key for name in others),
+    report.compile_key(by_name["paged_decode[float16,G=4,D=128]"], ("sm_90",)) != key,
+    report.fingerprint([1, {}]) is None,
+]
+print(json.dumps(got))
+"""
+
+
+def test_one_lowering_serves_every_arch_and_alike_specs_share_a_compile_key():
+    """report.lower: typed and lowered once (for sm_80), NVVM per arch; the PTX is
+    compile_ptx's for that arch but for numba's mangled names. report.compile_key: the
+    same factory, arguments and signature (rung 8, labs.decode_fused and the report's
+    paged_decode[float16,G=4,D=128]) is one compile; a different group, layout, array
+    layout or arch set is not."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PAGEDSIM_CUDA="gpu", NUMBA_ENABLE_CUDASIM="0")
+    done = subprocess.run(
+        [sys.executable, "-c", LOWER_ONCE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    keys = got.pop("keys")
+    assert keys == [True] * 9, keys
+    assert len(got) == 9 and all(got.values()), got

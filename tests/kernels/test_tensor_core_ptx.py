@@ -9,7 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import ptx_rows
 import pytest
+from ptx_rows import uses
+
+from cuda_kernels.report import HEAD_DIMS
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.ptx
@@ -90,56 +94,22 @@ def test_tensor_core_primitives_assemble_to_hmma_ldsm_ldgsts_on_sm80_and_sm90():
         assert sum(op.startswith("F2FP") and "PACK_AB" in op for op in sass) == 2, (arch, sass)
 
 
-PREFILL_PROBE = """
-import json, sys, tempfile
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
-from pathlib import Path
-from numba.cuda import types as t
-from cuda_kernels import report
-from cuda_kernels.fast import prefill_tc
-
-def row(job):
-    head_dim, arch = job
-    report._allow_device_functions_without_gpu()
-    warps, tile, q_regs, o_split = prefill_tc.launch_config(head_dim)  # the GPU's shape
-    kern = prefill_tc.make_prefill_tc_kernel(head_dim, 4, warps, tile, 16, q_regs, o_split)
-    i32, f16c5 = t.Array(t.int32, 1, "C"), t.Array(t.float16, 5, "C")
-    sig = (f16c5, t.Array(t.float16, 3, "C"), t.Array(t.int32, 2, "C"), i32, i32, i32, i32,
-           t.int32, t.float32, t.int32, t.int32, t.int32, t.Array(t.float32, 3, "C"))
-    with tempfile.TemporaryDirectory() as tmp:
-        got = report._one(report.find_ptxas(), f"prefill_tc_D{head_dim}", kern.py_func, sig,
-                          32 * warps, arch, Path(tmp), None)
-    keys = ("spill_bytes", "stack_bytes", "registers", "hmma", "loop_sass_per_hmma")
-    return [head_dim, arch, {k: got[k] for k in keys}]
-
-jobs = [(d, a) for d in map(int, sys.argv[1:]) for a in ("sm_80", "sm_90")]
-with ProcessPoolExecutor(2, mp_context=get_context("fork")) as pool:
-    print(json.dumps(list(pool.map(row, jobs))))
-"""
-HEAD_DIMS = (16, 64, 80, 128, 192, 208, 256)  # 208: O split with an odd share (13 n-tiles)
-
-
 @pytest.mark.slow
-def test_the_tensor_core_prefill_compiles_without_spills_at_every_kind_of_head_dim():
+@uses("head_dims")
+def test_the_tensor_core_prefill_compiles_without_spills_at_every_kind_of_head_dim(
+    request, tmp_path_factory
+):
     """launch_config's GPU shape for head_dims 16 .. 256 (swizzled and padded rows, 64-,
-    32- and 16-token tiles, O split above D=192), on sm_80 and sm_90: no spill, no stack;
-    D=128 keeps at most 4 SASS per HMMA in its steady loop. About 14 compiles (minutes)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PAGEDSIM_CUDA="gpu", NUMBA_ENABLE_CUDASIM="0")
-    done = subprocess.run(
-        [sys.executable, "-c", PREFILL_PROBE, *map(str, HEAD_DIMS)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        cwd=ROOT,
+    32- and 16-token tiles, O split above D=192) at G=4, on sm_80 and sm_90: no spill, no
+    stack; D=128 keeps at most 4 SASS per HMMA in its steady loop (`report --head-dims`)."""
+    run = ptx_rows.report(request, tmp_path_factory)
+    assert run.returncode == 0, run.stderr
+    rows = run.of(f"paged_prefill_tc[float16,G=4,D={d}]" for d in HEAD_DIMS)
+    assert sorted((r["kernel"], r["arch"]) for r in rows) == sorted(
+        (f"paged_prefill_tc[float16,G=4,D={d}]", a) for d in HEAD_DIMS for a in ("sm_80", "sm_90")
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = json.loads(done.stdout.strip().splitlines()[-1])
-    assert sorted((d, a) for d, a, _ in rows) == sorted(
-        (d, a) for d in HEAD_DIMS for a in ("sm_80", "sm_90")
-    )
-    spilled = [(d, a, got) for d, a, got in rows if got["spill_bytes"] or got["stack_bytes"]]
-    assert all(got["hmma"] > 0 for _, _, got in rows), rows
-    assert all(got["loop_sass_per_hmma"] <= 4 for d, _, got in rows if d == 128), rows
+    spilled = [r for r in rows if r["spill_bytes"] or r["stack_bytes"]]
+    assert all(r["hmma"] > 0 for r in rows), rows
+    at_128 = [r for r in rows if r["kernel"].endswith(",D=128]")]
+    assert len(at_128) == 2 and all(r["loop_sass_per_hmma"] <= 4 for r in at_128), at_128
     assert not spilled, spilled

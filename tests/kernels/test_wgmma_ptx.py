@@ -3,13 +3,14 @@ intrinsics are the instructions they name: one K-major and one MN-major m64n64k1
 out of ptxas as two HGMMA.64x64x16.F32, the second reading B with .tnspB and the first,
 issued with accumulate 0, ignoring the old D (RZ), with no spills."""
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import ptx_rows
 import pytest
+from ptx_rows import uses
 
 from cuda_kernels.gpu.wgmma_intrinsics import wgmma_constraints, wgmma_text
 
@@ -87,35 +88,16 @@ def test_wgmma_n64_assembles_to_hgmma_64x64x16_on_sm90a_k_major_and_transposed_n
     )
 
 
-PREFILL_PROBE = """
-import json, tempfile
-from pathlib import Path
-from cuda_kernels import report
-report._allow_device_functions_without_gpu()
-spec = next(s for s in report.kernel_specs() if s[0].startswith("paged_prefill_wgmma["))
-assert report.targets(spec, ("sm_80", "sm_90")) == [("sm_90", "sm_90a")]
-with tempfile.TemporaryDirectory() as tmp:
-    row = report._one(report.find_ptxas(), *report._with_threads(spec), "sm_90", Path(tmp),
-                      None, "sm_90a")
-print(json.dumps(row))
-"""
-
-
 @pytest.mark.slow
-def test_the_wgmma_prefill_compiles_for_sm90a_alone_with_hgmma_in_its_loop_and_no_spills():
+@uses("kernels")
+def test_the_wgmma_prefill_compiles_for_sm90a_alone_with_hgmma_in_its_loop_and_no_spills(
+    request, tmp_path_factory
+):
     """The report's row (D=128, G=8, 64-token tiles): 8 HGMMA for S and 8 for P V per tile,
     the K/V copies as LDGSTS, no HMMA, no spill, no stack; the loop stays under 800 SASS."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PAGEDSIM_CUDA="gpu", NUMBA_ENABLE_CUDASIM="0")
-    done = subprocess.run(
-        [sys.executable, "-c", PREFILL_PROBE],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    row = json.loads(done.stdout.strip().splitlines()[-1])
+    run = ptx_rows.report(request, tmp_path_factory)
+    assert run.returncode == 0, run.stderr
+    (row,) = run.of(["paged_prefill_wgmma[float16,G=8,D=128]"])  # sm_90a alone
     assert row["arch"] == "sm_90a" and row["path"] == "wgmma", row
     assert (row["hgmma"], row["hmma"], row["ldgsts"]) == (16, 0, 16), row
     assert row["spill_bytes"] == 0 and row["stack_bytes"] == 0, row

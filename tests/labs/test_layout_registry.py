@@ -115,8 +115,8 @@ def test_a_registered_layout_gets_its_own_row_in_the_ptx_and_sass_report():
         "import json; from tests.labs.test_layout_registry import add_hnd; add_hnd()\n"
         "from cuda_kernels import labs, report\n"
         "rows = [r for r in labs._ptx_kernels() if r[0].startswith('decode_hnd')]\n"
-        "report.kernel_specs = lambda: [('labs.' + r[0], *r[1:]) for r in rows]\n"
-        "print(json.dumps(report.collect(('sm_90',), workers=1)))\n"
+        "specs = [('labs.' + r[0], *r[1:]) for r in rows]\n"
+        "print(json.dumps(report.collect(specs, ('sm_90',), workers=1)))\n"
     )
     env = dict(
         os.environ,
