@@ -189,12 +189,15 @@ def race_timeline(out_dir: Path) -> list[Path]:
 def race_timeline_slides(out_dir: Path) -> list[Path]:
     """`--slides`: one schedule per slide (`race_timeline-slide-<i>-<pop>.png`), at 18 pt."""
     racy, sub, cs = il.summarize("racy", 2), il.summarize("atomic_add", 2), il.summarize("cas", 2)
+    first_bad = racy.first_bad
+    if first_bad is None:
+        raise RuntimeError("the racy pop has no bad schedule to draw")
     cases = [
         (
             "racy",
-            racy.first_bad,
+            first_bad,
             f"racy pop: {racy.bad} of {racy.total} schedules hand one block\n"
-            f"to two threads; here block {racy.first_bad.duplicates[0]} (orange)",
+            f"to two threads; here block {first_bad.duplicates[0]} (orange)",
         ),
         (
             "atomic-sub",
