@@ -280,18 +280,19 @@ def _check_depth(line: str) -> None:
             raise ValueError(f"nested deeper than {MAX_DEPTH} arrays or objects")
 
 
-def read_stream(lines: Iterable[str]) -> list[KVEvent]:
+def read_stream(lines: Iterable[str | bytes]) -> list[KVEvent]:
     """Events from JSON lines: each line a KVEventBatch (object or array) or one event.
+    A line may be str or UTF-8 bytes (a file opened in binary mode, a socket's frames).
 
     ValueError, naming the line, for a malformed line, a field out of range or a
     block_size that differs from the stream's first."""
     out: list[KVEvent] = []
     block_size: int | None = None
-    for number, line in enumerate(lines, 1):
-        line = line.strip().lstrip("\ufeff")
-        if not line:
-            continue
+    for number, raw in enumerate(lines, 1):
         try:
+            line = _text_of(raw).strip().lstrip("\ufeff")
+            if not line:
+                continue
             _check_depth(line)
             events = _events_of(json.loads(line))
             block_size = _same_block_size(events, block_size)
@@ -299,6 +300,17 @@ def read_stream(lines: Iterable[str]) -> list[KVEvent]:
             raise ValueError(f"line {number}: {e}") from None
         out.extend(events)
     return out
+
+
+def _text_of(line: object) -> str:
+    if isinstance(line, str):
+        return line
+    if isinstance(line, (bytes, bytearray)):
+        try:
+            return bytes(line).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"not UTF-8 text (byte {e.start})") from None
+    raise ValueError(f"expected a line of text, got {type(line).__name__}")
 
 
 def _same_block_size(events: Iterable[KVEvent], block_size: int | None) -> int | None:

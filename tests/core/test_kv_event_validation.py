@@ -215,6 +215,25 @@ def test_a_block_size_change_mid_stream_is_refused(first, second, data):
         ke.replay([a, ke.AllBlocksCleared(), b])
 
 
+@given(st.integers(1, 8).flatmap(streams))
+def test_utf8_bytes_lines_read_as_their_text(events):
+    lines = [json.dumps(ke.event_to_json(e)) for e in events]
+    assert ke.read_stream([line.encode() for line in lines]) == ke.read_stream(lines)
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        (b'{"type": "AllBlocksCleared"}\xff', "line 2: not UTF-8 text"),
+        (7, "line 2: expected a line of text, got int"),
+        (None, "line 2: expected a line of text, got NoneType"),
+    ],
+)
+def test_a_line_that_is_not_text_is_one_value_error(line, why):
+    with pytest.raises(ValueError, match=why):
+        ke.read_stream(['{"type": "AllBlocksCleared"}', line])
+
+
 @pytest.mark.parametrize("line", ["[" * 100_000, '{"a": ' * 50_000, "[" * 33 + "]" * 33])
 def test_deep_nesting_is_a_clean_value_error_not_a_recursion_error(line):
     with pytest.raises(ValueError, match="line 1: nested deeper than"):
