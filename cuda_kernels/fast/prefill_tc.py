@@ -12,12 +12,14 @@ token r // G, head r % G), so a GQA group's heads x query tokens share every K/V
 (FlashInfer packs them the same way). A warp owns 16 rows, lane l rows 16w + g and
 16w + g + 8 (g = l >> 2, t = l % 4, the mma fragment layout in primitives.py).
 
-The kernel is built from three pieces, one concept each:
+The kernel is built from four pieces, one concept each:
   * `prefill_tc_shape.TileShape`: every compile-time constant, derived and checked once;
+  * `prefill_work`: the CTA's rows, the positions they see and the tile order (shared
+    with `prefill_wgmma`);
   * `prefill_tc_tiles`: the page table (one read per token per tile), cp.async into
     swizzled shared memory, the per-lane address bases;
   * `prefill_tc_step`: one KV tile (S, the mask where needed, the online softmax, P V).
-This module holds the kernel (Q into A fragments, the tile order, the epilogue that
+This module holds the kernel (Q into A fragments, the two tile loops, the epilogue that
 divides by the row sums and writes float32 rows), its launch configuration and cache.
 
 Registers (the limit that shapes large head_dims): a lane holds O (D/2 / o_split floats),
@@ -47,7 +49,7 @@ from .decode import LOG2E
 from .prefill_tc_shape import TileShape
 from .prefill_tc_step import make_steps
 from .prefill_tc_tiles import make_tile_loader
-from .prefill_work import make_work
+from .prefill_work import make_work, tile_at
 
 SHARED_BUDGET = 40 * 1024  # the K and V tiles, under the 48 KiB static limit
 MAX_HEAD_DIM = 256
@@ -118,10 +120,10 @@ def make_prefill_tc_kernel(
     BUF, QBUF, QF, SF = shape.BUF, shape.QBUF, shape.QF, shape.SF
     QSC, QSH, QSM = shape.q_swizzle
     loader = make_tile_loader(shape)
-    position, map_tile, issue_any = loader.position, loader.map_tile, loader.issue_any
+    map_tile, issue_any = loader.map_tile, loader.issue_any
     chunk_bases, q_chunk_bases = loader.chunk_bases, loader.q_chunk_bases
-    step_masked, step_full, tile_at = make_steps(shape, loader)
-    cta_span, row_spans = make_work(QT, G, R)
+    step_masked, step_full = make_steps(shape, loader)
+    cta_span, row_spans, tile_order = make_work(QT, G, R, T)
 
     @cuda.jit(device=True)
     def q_pair(query, q_at, head0, r_lo, rows, k, half, t4):
@@ -135,19 +137,6 @@ def make_prefill_tc_kernel(
             lo = float32(query[q_at + r // G, head0 + r % G, d])
             hi = float32(query[q_at + r // G, head0 + r % G, d + 1])
         return r, d, lo, hi
-
-    @cuda.jit(device=True)
-    def full_tile(j, span, kept_hi, gap, len_lo, start_hi, window):
-        """True when every row of the CTA sees every token of tile j (no mask needed):
-        the tile is whole, before the first row's causal end and past the last row's
-        window start. Tiles of the attention sinks count as masked: then the full tiles
-        are one contiguous run."""
-        base = j * T
-        return (
-            base + T <= span
-            and position(base + T - 1, kept_hi, gap) < len_lo
-            and (window <= 0 or position(base, kept_hi, gap) >= start_hi)
-        )
 
     @cuda.jit
     def paged_prefill_tc(
@@ -218,14 +207,7 @@ def make_prefill_tc_kernel(
         st[1] = -math.inf
         scale2 = float32(scale * LOG2E)
 
-        tiles = int32((span + T - 1) // T)  # loop state in int32: half the registers
-        first_full = tiles
-        end_full = tiles
-        for j in range(tiles):
-            if full_tile(j, span, kept_hi, gap, len_lo, start_hi, window):
-                first_full = min(first_full, j)
-                end_full = int32(j + 1)
-        order = (first_full, end_full, int32(tiles - (end_full - first_full)))
+        tiles, order = tile_order(span, kept_hi, gap, len_lo, start_hi, window)
         last = int32(tiles - 1)  # the last step's index
         map_tile(
             cache,

@@ -1,14 +1,14 @@
 """One KV tile of the tensor-core prefill (`prefill_tc`): S = Q K^T on mma.sync, the
 mask where needed, the online softmax on the accumulator fragments, O += P V.
 
-    step_masked, step_full, tile_at = make_steps(shape, loader)
+    step_masked, step_full = make_steps(shape, loader)
 
   * S: per k-step of 16 dims (`qk_step`), one ldmatrix_x4 of K rows gives the B fragments
     of two 8-token n-tiles; Q's A fragments come from registers (k < QR) or from qs
     through one ldmatrix_x4.
   * The masks (causal, window, tile tail) exist only in `step_masked`: the kernel runs
     the masked tiles first, then the run of whole tiles through `step_full`, whose loop
-    holds no mask code (`tile_at` orders them).
+    holds no mask code (`prefill_work.tile_at` / `run_tile` order them).
   * Softmax: a lane holds 2 rows x 2T/8 scores; the row max is two quad shuffles; the row
     sums run on the tensor cores as P times a B fragment of ones (`ONES`), on exactly the
     fp16 P that P V uses. P's S fragments, packed to f16x2, are P V's A fragments.
@@ -36,22 +36,16 @@ from ..primitives import (
     swizzled,
     warp_max,
 )
+from .prefill_work import position, run_tile, seen_by, tile_at
 
 
 def make_steps(shape, loader):
-    """(step_masked, step_full, tile_at) for one kernel shape and its tile loader."""
+    """(step_masked, step_full) for one kernel shape and its tile loader."""
     T, RW, SF, NS, NDW, OF = shape.T, shape.RW, shape.SF, shape.NS, shape.NDW, shape.OF
     QR, KS, ONES = shape.QR, shape.KS, shape.ONES
     SC, SH, SM = shape.swizzle
-    position, map_tile, not_finite = loader.position, loader.map_tile, loader.not_finite
+    map_tile, not_finite = loader.map_tile, loader.not_finite
     issue_any, issue_whole = loader.issue_any, loader.issue_whole
-
-    @cuda.jit(device=True)
-    def seen_by(h, pos, rows_seen):
-        """Does this lane's row h (0: row g, 1: row g + 8) attend position `pos`?"""
-        return pos < rows_seen[3 * h] and (
-            pos < rows_seen[3 * h + 1] or pos >= rows_seen[3 * h + 2]
-        )
 
     @cuda.jit(device=True)
     def masked_pv(v_s, p_sh, s, o, tid, n0, base, span, kept_hi, gap, rows_seen):
@@ -133,7 +127,7 @@ def make_steps(shape, loader):
             t4 = lane & 3
             b = e & 1  # this step's map in tok_s[b], the next one's in tok_s[1 - b]
             # the tile of step e, and of step e + 1 (a full step's next tile is full too)
-            tile = int32(order[0] + e - order[2]) if not masked else tile_at(e, order)
+            tile = run_tile(e, order) if not masked else tile_at(e, order)
             after = int32(tile + 1) if not masked else tile_at(int32(e + 1), order)
             base = int32(tile * T)
             cp_async_wait(0)
@@ -241,16 +235,4 @@ def make_steps(shape, loader):
 
         return step
 
-    step_masked, step_full = make_step(True), make_step(False)
-
-    @cuda.jit(device=True)
-    def tile_at(e, order):
-        """The tile run at step e, order = (first_full, end_full, masked_tiles): the
-        masked tiles first (before, then after the full ones), then the full tiles, which
-        form one run [first_full, end_full)."""
-        first_full, end_full, masked_tiles = order
-        if e >= masked_tiles:
-            return int32(first_full + e - masked_tiles)
-        return e if e < first_full else int32(e + end_full - first_full)
-
-    return step_masked, step_full, tile_at
+    return make_step(True), make_step(False)

@@ -5,7 +5,8 @@ and the swizzled shared-memory layout.
 
   * `map_tile`: thread t < T maps token t of a tile through the block table once per tile
     (`tok_s[b, t]`, the row's element index in the cache, -1 past the span), skipping the
-    window's seam (`position`); B is a constant, so the division is a shift when B = 2^k.
+    window's seam (`prefill_work.position`); B is a constant, so the division is a shift
+    when B = 2^k.
   * `issue_any` / `issue_whole`: two threads per row issue 16-byte `cp_async16` copies of
     every other chunk into swizzled shared rows (`primitives.swizzled`: the 8 rows of one
     ldmatrix hit 8 distinct bank groups), one commit group per call; `issue_any` writes
@@ -26,6 +27,7 @@ from numba import cuda, float32, int32, int64
 
 from ..layout import k_row
 from ..primitives import cp_async16, cp_async_commit, swizzled
+from .prefill_work import position
 
 
 def make_tile_loader(shape) -> SimpleNamespace:
@@ -33,11 +35,6 @@ def make_tile_loader(shape) -> SimpleNamespace:
     T, B, BSH, NT, NCH, PASSES = shape.T, shape.B, shape.BSH, shape.NT, shape.NCH, shape.PASSES
     SC, SH, SM = shape.swizzle
     QSC, QSH, QSM = shape.q_swizzle
-
-    @cuda.jit(device=True)
-    def position(j, kept_hi, gap):
-        """The context position of span index j (the window's seam skipped)."""
-        return j if j < kept_hi else gap + (j - kept_hi)
 
     @cuda.jit(device=True)
     def map_tile(cache, block_tables, seq, kv_head, base, span, kept_hi, gap, tok_s, b, tid):
@@ -115,7 +112,6 @@ def make_tile_loader(shape) -> SimpleNamespace:
         return odd
 
     return SimpleNamespace(
-        position=position,
         map_tile=map_tile,
         issue_any=issue_any,
         issue_whole=issue_whole,

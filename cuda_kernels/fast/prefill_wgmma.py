@@ -30,10 +30,10 @@ Grid: (num_work, num_kv_heads), 128 threads (4 warps = one warpgroup). Warp w ow
     next tile through the block table once per tile; V of tile j streams in while S_j
     and the softmax run, K of tile j+1 while P_j V_j runs (prefill_tc's pipeline); after
     each wait, fence.proxy.async makes the copies visible to wgmma, then a barrier.
-  * The mask is applied only on the tiles that need it (`wgmma_tiles`: the masked
-    tiles run first, then the run of tiles every row sees whole, two loops), and each
-    wgmma batch is waited for at once (no overlap of softmax and wgmma yet, as
-    FlashAttention-3's ping-pong schedules have). A NaN in a V row that a row masks
+  * The mask is applied only on the tiles that need it (`prefill_work`, shared with
+    prefill_tc: the masked tiles run first, then the run of tiles every row sees whole,
+    two loops), and each wgmma batch is waited for at once (no overlap of softmax and
+    wgmma yet, as FlashAttention-3's ping-pong schedules have). A NaN in a V row that a row masks
     inside a partly masked tile reaches that row (0 x NaN), which prefill_tc avoids
     with its CUDA-core `masked_pv`: left for a GPU session.
 """
@@ -55,7 +55,7 @@ from ..primitives import (
     warp_sum,
 )
 from .decode import LOG2E
-from .prefill_work import make_work
+from .prefill_work import make_work, position, run_tile, seen_by, tile_at
 from .wgmma import (
     SWIZZLE_128B,
     align_pad,
@@ -66,7 +66,7 @@ from .wgmma import (
     wgmma_fence,
     wgmma_wait,
 )
-from .wgmma_tiles import make_tile_io, make_tile_order
+from .wgmma_tiles import make_tile_io
 
 MAX_HEAD_DIM = 128
 THREADS = 128  # one warpgroup
@@ -111,16 +111,8 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
     mma_o = mma_for(64, True)  # B = V, MN-major
     mma_o_last = mma_for(LAST_N, True)
 
-    position, map_tile, issue_any, issue_whole = make_tile_io(D, T, B, THREADS)
-    tile_at, full_tile = make_tile_order(T, position)
-    cta_span, row_spans = make_work(QT, G, R)
-
-    @cuda.jit(device=True)
-    def seen_by(h, pos, rows_seen):
-        """Does this lane's row h (0: row g, 1: row g + 8) attend position `pos`?"""
-        return pos < rows_seen[3 * h] and (
-            pos < rows_seen[3 * h + 1] or pos >= rows_seen[3 * h + 2]
-        )
+    map_tile, issue_any, issue_whole = make_tile_io(D, T, B, THREADS)
+    cta_span, row_spans, tile_order = make_work(QT, G, R, T)
 
     @cuda.jit(device=True)
     def scores(kv_s, k_at, qf, s):
@@ -228,8 +220,8 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
         ):
             b = e & 1  # this step's map in tok_s[b], the next one's in tok_s[1 - b]
             # the tile of step e, and of step e + 1 (a full step's next tile is full too)
-            tile = order[0] + e - order[2] if not masked else tile_at(e, order)
-            after = tile + 1 if not masked else tile_at(e + 1, order)
+            tile = run_tile(e, order) if not masked else tile_at(e, order)
+            after = int32(tile + 1) if not masked else tile_at(int32(e + 1), order)
             cp_async_wait(0)
             fence_proxy_async()
             # K of this tile is visible to the warpgroup's wgmma; every warp is done with
@@ -334,20 +326,13 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
         st[3] = float32(0)
         scale2 = float32(scale * LOG2E)
 
-        tiles = (span + T - 1) // T
-        first_full = tiles
-        end_full = tiles
-        for j in range(tiles):
-            if full_tile(j, span, kept_hi, gap, len_lo, start_hi, window):
-                first_full = min(first_full, j)
-                end_full = j + 1
-        order = (first_full, end_full, tiles - (end_full - first_full))
+        tiles, order = tile_order(span, kept_hi, gap, len_lo, start_hi, window)
         map_tile(
             cache,
             block_tables,
             seq,
             kv_head,
-            tile_at(0, order) * T,
+            int32(tile_at(int32(0), order) * T),
             span,
             kept_hi,
             gap,

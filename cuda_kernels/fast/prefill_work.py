@@ -1,12 +1,13 @@
-"""The work item of one tensor-core prefill CTA, set up the same way by `prefill_tc` and
-`prefill_wgmma` (one copy of it, here).
+"""The work of one tensor-core prefill CTA, set up and walked the same way by `prefill_tc`
+and `prefill_wgmma` (one copy of it, here): which query rows it serves, which positions
+its rows see, and the order its K/V tiles run in.
 
 A CTA serves query tokens [first, first + rows) of sequence seq (the launcher's work list:
 work_seq / work_first, QT tokens per CTA) for the G heads of one KV head. Token i of the
 sequence sits at position past + i of its context (past = ctx - q_len + first) and, when
 causal, sees the first past + i + 1 positions. The CTA reads the union of its rows'
 windows (`primitives.window_span`): positions [0, kept_hi) and [gap, len_hi), span of
-them in all.
+them in all, in tiles of T span indices.
 
     cta_span(work_seq, work_first, query_start_loc, context_lens, work, causal, window,
              sinks) -> (seq, first, q0, rows, past, ctx, len_lo, len_hi, kept_hi,
@@ -14,8 +15,23 @@ them in all.
     row_spans(r_lo, rows, past, ctx, causal, window, sinks, rows_seen) -> (live_lo, live_hi)
         rows_seen[0:3] / [3:6] <- (length, kept, start) of the lane's rows r_lo and r_lo + 8
         (the CTA's R rows are query token r // G, head r % G); live: the row is a real one
+    tile_order(span, kept_hi, gap, len_lo, start_hi, window) -> (tiles, order)
+        order = (first_full, end_full, masked_tiles): tiles [first_full, end_full) are the
+        run every row sees whole (`full_tile`), the other masked_tiles need the mask
 
-`make_work(QT, G, R)` builds them for one kernel's compile-time shape.
+`make_work(QT, G, R, T)` builds them for one kernel's compile-time shape. Without
+constants, for any shape:
+
+    position(j, kept_hi, gap)    the context position of span index j
+    seen_by(h, pos, rows_seen)   does the lane's row h (0: r_lo, 1: r_lo + 8) see pos?
+    tile_at(e, order)            the tile step e runs: the masked tiles first (those
+                                 before the run, then those after it), then the run
+    run_tile(e, order)           tile_at for a step of the run (e >= masked_tiles),
+                                 without the compares: the whole-tile loop's
+
+Loop state is int32 throughout (64-bit loop state costs registers). The kernels run
+steps [0, masked_tiles) with the mask and [masked_tiles, tiles) without, in two loops
+(the second holds no mask code and no compares), and a whole step's next tile is whole.
 """
 
 from __future__ import annotations
@@ -26,7 +42,39 @@ from numba import cuda, int32
 from ..primitives import window_span
 
 
-def make_work(QT: int, G: int, R: int):
+@cuda.jit(device=True)
+def position(j, kept_hi, gap):
+    """The context position of span index j (the window's seam skipped)."""
+    return j if j < kept_hi else gap + (j - kept_hi)
+
+
+@cuda.jit(device=True)
+def seen_by(h, pos, rows_seen):
+    """Does this lane's row h (0: row r_lo, 1: row r_lo + 8) attend position `pos`?"""
+    return pos < rows_seen[3 * h] and (pos < rows_seen[3 * h + 1] or pos >= rows_seen[3 * h + 2])
+
+
+@cuda.jit(device=True)
+def run_tile(e, order):
+    """The tile of step e of the whole-tile run (e >= masked_tiles): no compare."""
+    return int32(order[0] + e - order[2])
+
+
+@cuda.jit(device=True)
+def tile_at(e, order):
+    """The tile run at step e, order = (first_full, end_full, masked_tiles): the masked
+    tiles first (before, then after the full ones), then the full tiles, which form one
+    run [first_full, end_full)."""
+    first_full, end_full, masked_tiles = order
+    if e >= masked_tiles:
+        return run_tile(e, order)
+    return e if e < first_full else int32(e + end_full - first_full)
+
+
+def make_work(QT: int, G: int, R: int, T: int):
+    """(cta_span, row_spans, tile_order) for QT query tokens, G heads and R rows per CTA
+    and tiles of T span indices."""
+
     @cuda.jit(device=True)
     def cta_span(work_seq, work_first, query_start_loc, context_lens, work, causal, window, sinks):
         seq = np.uint32(work_seq[work])  # unsigned: no 64-bit sign-extension kept live
@@ -71,4 +119,29 @@ def make_work(QT: int, G: int, R: int):
             rows_seen[3 * h + 2] = start
         return r_lo < R and r_lo // G < rows, r_lo + 8 < R and (r_lo + 8) // G < rows
 
-    return cta_span, row_spans
+    @cuda.jit(device=True)
+    def full_tile(j, span, kept_hi, gap, len_lo, start_hi, window):
+        """True when every row of the CTA sees every token of tile j (no mask needed):
+        the tile is whole, before the first row's causal end and past the last row's
+        window start. Tiles of the attention sinks count as masked: then the full tiles
+        are one contiguous run."""
+        base = j * T
+        return (
+            base + T <= span
+            and position(base + T - 1, kept_hi, gap) < len_lo
+            and (window <= 0 or position(base, kept_hi, gap) >= start_hi)
+        )
+
+    @cuda.jit(device=True)
+    def tile_order(span, kept_hi, gap, len_lo, start_hi, window):
+        """(tiles, order): the CTA's tile count, and order for `tile_at` / `run_tile`."""
+        tiles = int32((span + T - 1) // T)
+        first_full = tiles
+        end_full = tiles
+        for j in range(tiles):
+            if full_tile(j, span, kept_hi, gap, len_lo, start_hi, window):
+                first_full = min(first_full, j)
+                end_full = int32(j + 1)
+        return tiles, (first_full, end_full, int32(tiles - (end_full - first_full)))
+
+    return cta_span, row_spans, tile_order

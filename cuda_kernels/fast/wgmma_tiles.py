@@ -1,20 +1,17 @@
-"""The K/V tile machinery of `prefill_wgmma`: which positions a tile holds, its block-table
-map, its cp.async copies into 128-byte-swizzled panels, and the order the tiles run in.
+"""The K/V tile machinery of `prefill_wgmma`: a tile's block-table map and its cp.async
+copies into 128-byte-swizzled panels.
 
 A CTA reads the span [0, kept_hi) then [gap, len_hi) of its sequence's positions (the
-window's seam skipped, `position`) in tiles of T tokens. A tile in shared memory is
-ceil(D / 64) panels of T rows x 64 fp16 (128 bytes); the 16-byte chunk c of row r sits
-at chunk (c % 8) ^ (r % 8) of row r in panel c // 8 (wgmma's 128-byte swizzle, the tile
-1024-byte aligned by the caller). Invariants the kernel relies on:
+window's seam skipped, `prefill_work.position`) in tiles of T tokens. A tile in shared
+memory is ceil(D / 64) panels of T rows x 64 fp16 (128 bytes); the 16-byte chunk c of row
+r sits at chunk (c % 8) ^ (r % 8) of row r in panel c // 8 (wgmma's 128-byte swizzle, the
+tile 1024-byte aligned by the caller). Invariants the kernel relies on:
 
   * `map_tile` writes tok_s[b, t] for t < T: the cache element index of K's row of the
     tile's token t, -1 past the span (one block-table read per token per tile);
   * `issue_any` copies every row, writing zeros for rows past the span (so a tail tile's
-    P V adds 0 x 0, never garbage); `issue_whole` assumes a whole tile (no select);
-  * tiles every row of the CTA sees whole (`full_tile`: inside the span, before the first
-    row's causal end, past the last row's window start) form one run
-    [first_full, end_full); `tile_at` runs the others (masked) first, then the run, so
-    the kernel's second loop needs no mask.
+    P V adds 0 x 0, never garbage); `issue_whole` assumes a whole tile (no select): the
+    tiles `prefill_work.tile_order` puts in the run every row sees whole.
 """
 
 from __future__ import annotations
@@ -23,10 +20,11 @@ from numba import cuda, int32, int64
 
 from ..layout import k_row
 from ..primitives import cp_async16, cp_async_commit
+from .prefill_work import position
 
 
 def make_tile_io(head_dim: int, tile: int, block_size: int, threads: int):
-    """(position, map_tile, issue_any, issue_whole) for D, T, B and the CTA's threads."""
+    """(map_tile, issue_any, issue_whole) for D, T, B and the CTA's threads."""
     D, T, B, NT = int(head_dim), int(tile), int(block_size), int(threads)
     BSH = B.bit_length() - 1 if B & (B - 1) == 0 else -1  # log2(B) when B is 2^k
     NCH = D // 8  # 16-byte chunks of a K/V row
@@ -34,11 +32,6 @@ def make_tile_io(head_dim: int, tile: int, block_size: int, threads: int):
     COPIES = (T * NCH + NT - 1) // NT  # 16-byte copies per thread per tile
     EVEN = NT % NCH == 0  # then a thread's chunk is the same in every copy
     ROWS_PER_PASS = NT // NCH if EVEN else 0
-
-    @cuda.jit(device=True)
-    def position(j, kept_hi, gap):
-        """The context position of span index j (the window's seam skipped)."""
-        return j if j < kept_hi else gap + (j - kept_hi)
 
     @cuda.jit(device=True)
     def map_tile(cache, block_tables, seq, kv_head, base, span, kept_hi, gap, tok_s, b, tid):
@@ -78,31 +71,4 @@ def make_tile_io(head_dim: int, tile: int, block_size: int, threads: int):
 
         return issue
 
-    return position, map_tile, make_issue(True), make_issue(False)
-
-
-def make_tile_order(tile: int, position):
-    """(tile_at, full_tile) for tiles of T tokens."""
-    T = int(tile)
-
-    @cuda.jit(device=True)
-    def tile_at(e, order):
-        """The tile run at step e, order = (first_full, end_full, masked_tiles): the masked
-        tiles first (before, then after the full run), then the run."""
-        first_full, end_full, masked_tiles = order
-        if e >= masked_tiles:
-            return first_full + e - masked_tiles
-        return e if e < first_full else e + end_full - first_full
-
-    @cuda.jit(device=True)
-    def full_tile(j, span, kept_hi, gap, len_lo, start_hi, window):
-        """Does every row of the CTA see every token of tile j? Sink tiles do not count
-        (positions below every row's window start): so the full tiles are one run."""
-        base = j * T
-        return (
-            base + T <= span
-            and position(base + T - 1, kept_hi, gap) < len_lo
-            and (window <= 0 or position(base, kept_hi, gap) >= start_hi)
-        )
-
-    return tile_at, full_tile
+    return map_tile, make_issue(True), make_issue(False)

@@ -1,4 +1,5 @@
-"""One `python -m cuda_kernels.report --json --ptx-dir DIR` run for the whole test session,
+"""What the PTX tests share: a probe compiled on the real CUDA target (`run_gpu_probe`), and
+one `python -m cuda_kernels.report --json --ptx-dir DIR` run for the whole test session,
 whose rows every PTX test reads: the kernels' gate, the ladder, the tensor-core prefill's
 head-dim sweep and the wgmma prefill's row. One run compiles a kernel that two of them
 check once (rung 8 is paged_decode[float16,G=4,D=128], the sweep's D=80 is the report's
@@ -9,6 +10,9 @@ selected test that declares some, so `pytest -k ladder` compiles the ladder alon
 pytest-xdist the workers are separate processes: the run's output is a file in their
 common base directory, written by the first worker to get its lock, which the others
 wait for and read (JSON, from our own report).
+
+A probe is Python source run in a fresh interpreter with PAGEDSIM_CUDA=gpu (numba's real
+CUDA target: compiling needs no GPU) that prints its result as JSON on its last line.
 """
 
 import fcntl
@@ -41,6 +45,21 @@ class Run:
                 seen.add(key)
                 out.append(row)
         return out
+
+
+def run_gpu_probe(code: str):
+    """Run `code` on the real CUDA target in a subprocess; the JSON of its last stdout line.
+    Fails the test, with the tail of its stderr, when the probe fails."""
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=dict(os.environ, PYTHONPATH=str(ROOT), PAGEDSIM_CUDA="gpu", NUMBA_ENABLE_CUDASIM="0"),
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def uses(*sets: str):

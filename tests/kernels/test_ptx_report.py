@@ -1,12 +1,6 @@
 """The real-GPU gate without a GPU: every kernel compiles to PTX for sm_80 and sm_90,
 ptxas reports no register spills, and the PTX/SASS figures are read correctly."""
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import ptx_rows
 import pytest
@@ -24,7 +18,6 @@ from cuda_kernels.report import (
 )
 from cuda_kernels.tools import disasm
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.ptx
 
 
@@ -299,17 +292,7 @@ def test_one_lowering_serves_every_arch_and_alike_specs_share_a_compile_key():
     same factory, arguments and signature (rung 8, labs.decode_fused and the report's
     paged_decode[float16,G=4,D=128]) is one compile; a different group, layout, array
     layout or arch set is not."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PAGEDSIM_CUDA="gpu", NUMBA_ENABLE_CUDASIM="0")
-    done = subprocess.run(
-        [sys.executable, "-c", LOWER_ONCE],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=ROOT,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+    got = ptx_rows.run_gpu_probe(LOWER_ONCE)
     keys = got.pop("keys")
     assert keys == [True] * 9, keys
     assert len(got) == 9 and all(got.values()), got

@@ -3,19 +3,12 @@ instructions they name: ptxas turns them into HMMA.16816.F32 (and .BF16), LDSM.1
 (LDSM.16.MT88.* with .trans), LDGSTS.E.BYPASS.128 and F2FP.*PACK_AB on sm_80 and sm_90,
 with no spills."""
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import ptx_rows
 import pytest
 from ptx_rows import uses
 
 from cuda_kernels.report import HEAD_DIMS
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.ptx
 
 PROBE = """
@@ -67,17 +60,7 @@ print(json.dumps(rows))
 
 
 def test_tensor_core_primitives_assemble_to_hmma_ldsm_ldgsts_on_sm80_and_sm90():
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PAGEDSIM_CUDA="gpu", NUMBA_ENABLE_CUDASIM="0")
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        cwd=ROOT,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = json.loads(done.stdout.strip().splitlines()[-1])
+    rows = ptx_rows.run_gpu_probe(PROBE)
     for arch in ("sm_80", "sm_90"):
         sass, ptxas = rows[arch]["sass"], rows[arch]["ptxas"]
         assert ptxas["spill_bytes"] == 0 and ptxas["stack_bytes"] == 0, (arch, ptxas)

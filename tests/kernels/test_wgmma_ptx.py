@@ -3,22 +3,16 @@ intrinsics are the instructions they name: one K-major and one MN-major m64n64k1
 out of ptxas as two HGMMA.64x64x16.F32, the second reading B with .tnspB and the first,
 issued with accumulate 0, ignoring the old D (RZ), with no spills."""
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import ptx_rows
 import pytest
 from ptx_rows import uses
 
 from cuda_kernels.gpu.wgmma_intrinsics import wgmma_constraints, wgmma_text
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.ptx
 
 PROBE = """
-import re, subprocess, tempfile
+import json, re, subprocess, tempfile
 from pathlib import Path
 import numpy as np
 from numba import cuda, float32
@@ -59,8 +53,8 @@ with tempfile.TemporaryDirectory() as tmp:
                           check=True)
     sass = report.disassemble(path.with_suffix(".cubin"))
 ops = [line.split(";")[0].split("*/")[-1].split() for line in sass.splitlines() if "HGMMA" in line]
-print(".target sm_90a" in ptx, report.parse_ptxas(done.stderr)["spill_bytes"],
-      [op[0] for op in ops], ["tnspB" in " ".join(op) for op in ops], [op[4] for op in ops])
+print(json.dumps([".target sm_90a" in ptx, report.parse_ptxas(done.stderr)["spill_bytes"],
+      [op[0] for op in ops], ["tnspB" in " ".join(op) for op in ops], [op[4] for op in ops]]))
 """
 
 
@@ -73,19 +67,13 @@ def test_generated_asm_names_n_over_2_accumulators_tied_to_the_outputs():
 
 
 def test_wgmma_n64_assembles_to_hgmma_64x64x16_on_sm90a_k_major_and_transposed_no_spills():
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PAGEDSIM_CUDA="gpu", NUMBA_ENABLE_CUDASIM="0")
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        cwd=ROOT,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1] == (
-        "True 0 ['HGMMA.64x64x16.F32', 'HGMMA.64x64x16.F32'] [False, True] ['RZ,', 'R24,']"
-    )
+    assert ptx_rows.run_gpu_probe(PROBE) == [
+        True,
+        0,
+        ["HGMMA.64x64x16.F32", "HGMMA.64x64x16.F32"],
+        [False, True],
+        ["RZ,", "R24,"],
+    ]
 
 
 @pytest.mark.slow
