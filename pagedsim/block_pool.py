@@ -1,46 +1,56 @@
-"""The physical block pool: every block made up front, an O(1) free list, ref counts (3.4).
+"""The physical block pool: every block made up front, a free list, ref counts (3.4).
 
 The chapter's `KVBlock` struct carries `ref_count` and a `next_free` pointer. Here
-the same fields live as parallel lists indexed by block id ("struct of arrays"),
-which is how a GPU-side pool would lay them out and is faster in Python than one
-object per block:
+the counts live in a list indexed by block id ("struct of arrays"), which is how a
+GPU-side pool would lay them out and is faster in Python than one object per block,
+and the free list is the free block ids themselves, on two Python lists used as stacks,
+as vLLM v0's block allocator keeps them (a list of free blocks, or a deque of free ids):
 
-    _ref[b]   how many block tables hold block b; 0 means b is on the free list
-    _prev[b]  the previous block on the free list (or the head sentinel)
-    _next[b]  the next block on the free list (or the tail sentinel)
+    _ref[b]   how many block tables hold block b; 0 means b is free
+    _free     free ids, the head of the list LAST: `allocate()` pops its end, a lifo free
+              pushes onto it
+    _back     free ids pushed at the tail (a fifo free), oldest first: after all of _free
 
-The free list is an *intrusive doubly linked list* with two sentinel nodes, ids
-`num_blocks` (head) and `num_blocks + 1` (tail). Why not a Python list or deque?
-Because a doubly linked list can also unlink a block from the *middle* in O(1)
-(`take`), which prefix caching needs when a freed-but-still-cached block is hit
-again -- the same reason vLLM v1's `FreeKVCacheBlockQueue` is built this way.
+The free list, head first, is reversed(_free) + _back. Why two lists of ids and not a
+linked list? Because a whole sequence's blocks go back in one `extend` and a run comes
+off the head in one slice, both done in C, and the pool holds one list beside the
+counts instead of two. What ids cannot do cheaply is leave from the *middle*: `take`
+searches, O(n). A plain pool never needs that; a prefix cache does, on every hit of a
+freed-but-cached block, which is why vLLM v1's free queue (`FreeKVCacheBlockQueue`) is a
+doubly linked list: `LinkedBlockPool` (linked_pool.py), the same pool and the same order
+with O(1) removal from anywhere, which the prefix cache's pool is built on.
 
-This is vLLM v1's free queue (`FreeKVCacheBlockQueue`). Order: `allocate()` always
-pops the head. `free_order` decides where a block whose count reaches 0 goes back:
-    "lifo"  to the head, the chapter's order (the hottest block is reused first);
+Order: `allocate()` always takes the head. `free_order` decides where a block whose count
+reaches 0 goes back:
+    "lifo"  to the head, the chapter's order (the hottest block is reused first; vLLM v0
+            pops and pushes the same end);
     "fifo"  to the tail, as vLLM v1 does with prefix caching off (older v1 appended every
             freed block). With prefix caching see policies/prefix_cache.py: recent v1 puts
             unhashed blocks at the front and hashed ones at the back.
+A lifo pool only ever uses _free. In a fifo pool, when _free holds fewer blocks than a
+request takes, _back's blocks move under them (reversed) in one slice; a block moves once
+between a free and its next allocation, so both stay O(1) amortized.
 
-`allocate_many` pops a run of blocks in one splice; `release` links the blocks whose
-count reaches 0 back in one splice, as `_push` on each in turn would. A subclass that
-decides where a freed block goes (a caching pool, say) overrides `_push` and `release`,
-and `allocate`/`allocate_many` if it decides which block is handed out.
+`allocate_many` takes a run of blocks off the head at once; `release` puts the blocks
+whose count reaches 0 back at once, in exactly the order `free` on each in turn would.
+Both go through the free-list primitives (`_pop_run`, `_push_run`, `_push`, `_unlink`,
+`head`, `free_list`, `_checked_free_list`), which are all a subclass with another free
+list (`LinkedBlockPool`) replaces; a pool that decides where a freed block goes (a caching
+pool, say) overrides `_push` and `release`, and `allocate`/`allocate_many` if it decides
+which block is handed out.
 
 Other classes read the pool only through its public queries (the counters
 `num_free_blocks`, v1's name, and `num_shared`; `ref_count`, `is_shared`, `head`,
 `free_list`, `ref_counts`).
 
 Invariants (checked by `check_invariants`):
-    * walking the list from the head visits exactly `num_free_blocks` blocks, then the tail;
-    * prev/next are symmetric: _prev[_next[x]] == x for every node on the list;
+    * the free list holds exactly `num_free_blocks` valid ids, none twice;
     * a block is on the list exactly when its count is 0;
     * `num_shared` equals the number of blocks whose count is above 1.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from .errors import MAX_BLOCK_SIZE, MAX_NUM_BLOCKS, BlockError, OutOfBlocks, count_arg
@@ -54,10 +64,8 @@ class BlockPool:
         "block_size",
         "free_order",
         "_ref",
-        "_prev",
-        "_next",
-        "_head",
-        "_tail",
+        "_free",
+        "_back",
         "num_free_blocks",
         "num_shared",
     )
@@ -72,19 +80,79 @@ class BlockPool:
         self.num_blocks = num_blocks  # physical blocks, fixed for the pool's life
         self.block_size = block_size  # tokens per block
         self.free_order = free_order  # where a freed block re-enters the list
-        head, tail = num_blocks, num_blocks + 1
-        self._head, self._tail = head, tail  # sentinel node ids
         self._ref = [0] * num_blocks  # [num_blocks] reference counts
-        # Initial list: head -> 0 -> 1 -> ... -> n-1 -> tail.
-        self._next = list(range(1, num_blocks + 1)) + [0, tail]  # [num_blocks + 2]
-        self._next[num_blocks - 1] = tail
-        self._prev = [head] + list(range(num_blocks - 1)) + [head, num_blocks - 1]
-        self._prev[tail] = num_blocks - 1
         # Two counters everyone may read and only the pool writes (plain attributes, as
         # vLLM v1's FreeKVCacheBlockQueue.num_free_blocks is, because the manager reads them
         # on every token; check_invariants recounts both):
         self.num_free_blocks = num_blocks  # length of the free list
         self.num_shared = 0  # blocks whose count is above 1 (callers skip copy-on-write checks)
+        self._make_free_list()
+
+    # ---- the free list: ids on two stacks (LinkedBlockPool replaces this section) ----
+    def _make_free_list(self) -> None:
+        """Every block free, head first: 0, 1, ..., num_blocks - 1."""
+        self._free = list(range(self.num_blocks - 1, -1, -1))  # [num_free] the head last
+        self._back: list[int] = []  # blocks freed to the tail, oldest first
+
+    def head(self) -> int | None:
+        """The block `allocate()` would hand out next, or None when none is free."""
+        if self._free:
+            return self._free[-1]
+        return self._back[0] if self._back else None
+
+    def free_list(self) -> list[int]:
+        """Free block ids, head first: the order in which `allocate()` hands them out."""
+        return self._free[::-1] + self._back
+
+    def _pop_run(self, k: int) -> list[int]:
+        """Take the first k (1 <= k <= num_free_blocks) blocks off the list, head first."""
+        free = self._free
+        if len(free) < k:  # the tail's blocks come next: they go under the head's, in order
+            free[:0] = self._back[::-1]
+            self._back.clear()
+        run = free[-k:]
+        del free[-k:]
+        run.reverse()
+        self.num_free_blocks -= k
+        return run
+
+    def _push_run(self, gone: list[int]) -> None:
+        """Put blocks whose count just reached 0 back, as `_push` on each in turn would."""
+        if self.free_order == "lifo":  # each one in turn on top: the last freed leads
+            self._free += gone
+        else:
+            self._back += gone
+        self.num_free_blocks += len(gone)
+
+    def _push(self, b: int, to_head: bool | None = None) -> None:
+        """Put block b back on the free list: at the head, or at the tail (default: free_order)."""
+        if to_head is None:
+            to_head = self.free_order == "lifo"
+        (self._free if to_head else self._back).append(b)
+        self.num_free_blocks += 1
+
+    def _unlink(self, b: int) -> None:
+        """Take free block b off the list, wherever it is: O(1) at the head, else a search."""
+        free = self._free
+        if free and free[-1] == b:
+            free.pop()
+        elif b in free:
+            free.remove(b)
+        else:
+            self._back.remove(b)
+        self.num_free_blocks -= 1
+
+    def _checked_free_list(self) -> list[int]:
+        """The free list, head first, after checking its structure (for check_invariants)."""
+        free = self.free_list()
+        assert all(type(b) is int and 0 <= b < self.num_blocks for b in free), (
+            f"free list holds an id outside the pool: {free}"
+        )
+        assert len(set(free)) == len(free), "free list names a block twice"
+        assert len(free) == self.num_free_blocks, (
+            f"free list has {len(free)} blocks but num_free_blocks is {self.num_free_blocks}"
+        )
+        return free
 
     # ---- queries -----------------------------------------------------------
     @property
@@ -98,54 +166,38 @@ class BlockPool:
         """Is the block held by more than one table (so a write must copy it first)?"""
         return self._ref[self._check_id(block_id)] > 1
 
-    def head(self) -> int | None:
-        """The block `allocate()` would hand out next, or None when none is free."""
-        b = self._next[self._head]
-        return None if b == self._tail else b
-
     def is_free(self, block_id: int) -> bool:
         return self._ref[self._check_id(block_id)] == 0
-
-    def free_list(self) -> list[int]:
-        """Free block ids, head first: the order in which `allocate()` hands them out."""
-        out, nxt, b = [], self._next, self._next[self._head]
-        while b != self._tail:
-            out.append(b)
-            b = nxt[b]
-        return out
 
     def ref_counts(self) -> list[int]:
         return list(self._ref)
 
     # ---- mutations ---------------------------------------------------------
     def allocate(self) -> int:
-        """Pop the head of the free list and give it a count of 1. O(1)."""
-        b = self._next[self._head]
-        if b == self._tail:
+        """Take the head of the free list and give it a count of 1. O(1)."""
+        if not self.num_free_blocks:
             raise OutOfBlocks(1, 0, "allocate()")
-        self._unlink(b)
+        (b,) = self._pop_run(1)
         self._ref[b] = 1
         return b
 
     def allocate_many(self, k: int) -> list[int]:
-        """Pop `k` blocks from the head in one splice; all or nothing."""
+        """Take `k` blocks off the head at once, head first; all or nothing."""
         if type(k) is not int or k < 0:
             k = count_arg("k", k)
         if k > self.num_free_blocks:
             raise OutOfBlocks(k, self.num_free_blocks, f"allocate_many({k})")
-        nxt, ref, head = self._next, self._ref, self._head
-        out, b = [], nxt[head]
-        for _ in range(k):
+        if not k:
+            return []
+        ref, out = self._ref, self._pop_run(k)
+        for b in out:
             ref[b] = 1
-            out.append(b)
-            b = nxt[b]
-        nxt[head] = b  # head now skips the whole run
-        self._prev[b] = head
-        self.num_free_blocks -= k
         return out
 
     def take(self, block_id: int) -> int:
-        """Remove a specific free block from anywhere in the list (a prefix-cache hit). O(1)."""
+        """Remove a specific free block from anywhere in the list (a prefix-cache hit).
+
+        O(1) at the head; elsewhere a search here, O(1) in a LinkedBlockPool."""
         b = self._check_id(block_id)
         if self._ref[b]:
             raise BlockError(f"block {b} is not free (ref count {self._ref[b]}); cannot take it")
@@ -184,11 +236,11 @@ class BlockPool:
     def release(self, blocks: Any) -> None:
         """`free` for many blocks, in order; all or nothing.
 
-        The blocks whose count reaches 0 rejoin the list as one spliced run, in exactly the
-        order `free` called on each in turn would leave them. Every id is checked as its
+        The blocks whose count reaches 0 rejoin the list at once (`_push_run`), in exactly
+        the order `free` called on each in turn would leave them. Every id is checked as its
         count drops; on a bad one the counts already dropped are put back before the error
         is raised. When nothing is shared (every held block has count 1, the common case)
-        the ids are checked first and then counted and linked in one pass."""
+        one pass checks and counts every id, and the list takes them all."""
         if type(blocks) is not list:
             if isinstance(blocks, (str, bytes)) or not hasattr(blocks, "__iter__"):
                 raise TypeError(
@@ -197,7 +249,8 @@ class BlockPool:
             blocks = list(blocks)
         if not blocks:
             return
-        if not self.num_shared and self._release_unshared(blocks):
+        if not self.num_shared and self._drop_unshared(blocks):
+            self._push_run(blocks)
             return
         ref, gone, unshared, done = self._ref, [], 0, 0
         try:
@@ -217,14 +270,14 @@ class BlockPool:
             checked = self._check_ids(blocks)  # the precise error for the first bad id
             return self.release(checked)  # NumPy integers: valid ids after all
         self.num_shared -= unshared
-        self._splice(gone)
+        if gone:
+            self._push_run(gone)
 
-    def _release_unshared(self, blocks: list[int]) -> bool:
-        """`release` when no block is shared: every listed block must be a held int id
-        (count 1), listed once. One pass checks each and drops its count to 0 (so one listed
-        twice is found at 0 the second time); if any is not, the counts it dropped go back
-        and it returns False, with nothing changed (the caller then finds the error).
-        A second pass links them all in."""
+    def _drop_unshared(self, blocks: list[int]) -> bool:
+        """`release`'s counts when no block is shared: every listed block must be a held int
+        id (count 1), listed once. One pass checks each and drops its count to 0 (so one
+        listed twice is found at 0 the second time); if any is not, the counts it dropped go
+        back and it returns False, with nothing changed (the caller then finds the error)."""
         ref = self._ref
         done = 0  # blocks checked and dropped to 0
         try:
@@ -235,64 +288,11 @@ class BlockPool:
                 done += 1
         except (IndexError, TypeError):
             pass
-        if done != len(blocks):
-            for b in blocks[:done]:
-                ref[b] = 1
-            return False
-        nxt, prv = self._next, self._prev
-        order: Iterable[int]
-        if self.free_order == "lifo":  # each one in turn at the head: the last freed leads
-            left, right, order = self._head, nxt[self._head], reversed(blocks)
-        else:
-            left, right, order = prv[self._tail], self._tail, blocks
-        for b in order:
-            nxt[left] = b
-            prv[b] = left
-            left = b
-        nxt[left] = right
-        prv[right] = left
-        self.num_free_blocks += len(blocks)
-        return True
-
-    def _splice(self, gone: list[int]) -> None:
-        """Link blocks whose count just reached 0 onto the list, as `_push` each in turn would."""
-        if not gone:
-            return
-        nxt, prv = self._next, self._prev
-        if self.free_order == "lifo":  # each one in turn at the head: the last freed leads
-            gone.reverse()
-            left, right = self._head, nxt[self._head]
-        else:
-            left, right = prv[self._tail], self._tail
-        for b in gone:
-            nxt[left] = b
-            prv[b] = left
-            left = b
-        nxt[left] = right
-        prv[right] = left
-        self.num_free_blocks += len(gone)
-
-    # ---- the intrusive list --------------------------------------------------
-    def _unlink(self, b: int) -> None:
-        p, n = self._prev[b], self._next[b]
-        self._next[p] = n
-        self._prev[n] = p
-        self.num_free_blocks -= 1
-
-    def _push(self, b: int, to_head: bool | None = None) -> None:
-        """Put block b back on the free list: at the head, or at the tail (default: free_order)."""
-        if to_head is None:
-            to_head = self.free_order == "lifo"
-        if to_head:  # insert right after the head sentinel
-            p = self._head
-            n = self._next[p]
-        else:  # insert right before the tail sentinel
-            n = self._tail
-            p = self._prev[n]
-        self._prev[b], self._next[b] = p, n
-        self._next[p] = b
-        self._prev[n] = b
-        self.num_free_blocks += 1
+        if done == len(blocks):
+            return True
+        for b in blocks[:done]:
+            ref[b] = 1
+        return False
 
     def _check_id(self, block_id: object) -> int:
         # TypeError if not an int
@@ -332,30 +332,14 @@ class BlockPool:
     # ---- invariants ----------------------------------------------------------
     def check_invariants(self) -> None:
         """Raise AssertionError if the pool's internal structure has drifted."""
-        nxt, prv = self._next, self._prev
-        assert prv[self._head] == self._head, "head sentinel's prev was overwritten"
-        seen, node, steps = set(), self._head, 0
-        while node != self._tail:
-            n = nxt[node]
-            assert prv[n] == node, f"prev/next not symmetric between {node} and {n}"
-            node = n
-            if node == self._tail:
-                break
-            assert 0 <= node < self.num_blocks, f"free list reaches invalid node {node}"
-            assert node not in seen, f"free list has a cycle through block {node}"
-            seen.add(node)
-            steps += 1
-            assert steps <= self.num_blocks, "free list is longer than the pool"
-        assert steps == self.num_free_blocks, (
-            f"free list walk has {steps} blocks but num_free_blocks is {self.num_free_blocks}"
-        )
+        on_list = set(self._checked_free_list())
         shared = sum(1 for count in self._ref if count > 1)
         assert shared == self.num_shared, (
             f"{shared} blocks have a count above 1 but num_shared is {self.num_shared}"
         )
         for b, count in enumerate(self._ref):
             assert count >= 0, f"block {b} has negative ref count {count}"
-            assert (count == 0) == (b in seen), (
+            assert (count == 0) == (b in on_list), (
                 f"block {b} has ref count {count} but is "
-                f"{'on' if b in seen else 'not on'} the free list"
+                f"{'on' if b in on_list else 'not on'} the free list"
             )

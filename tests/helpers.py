@@ -1,7 +1,8 @@
 """Helpers several test folders share (import as `from helpers import ...`; tests/conftest.py
 puts this folder on sys.path).
 
-    pool_state(pool)      everything observable about a BlockPool, its free-list links included
+    pool_state(pool)      everything observable about a BlockPool, its free list's storage
+                          included (two stacks, or a LinkedBlockPool's links)
     manager_state(m)      a manager's blocks, tables, copies, step counter, trace lengths,
                           pool and sliding-window state; `.without_history()` drops the step
                           counter and trace lengths (a refused allocation is still a step)
@@ -17,17 +18,17 @@ from typing import NamedTuple
 
 import numpy as np
 
+from pagedsim.linked_pool import LinkedBlockPool
+
 
 def pool_state(pool) -> tuple:
-    """Free list (head first), counts, free and shared totals, and the list's prev/next links."""
-    return (
-        pool.free_list(),
-        pool.ref_counts(),
-        pool.num_free_blocks,
-        pool.num_shared,
-        list(pool._prev),
-        list(pool._next),
-    )
+    """Free list (head first), counts, free and shared totals, and how the list is stored:
+    a LinkedBlockPool's prev/next links, a BlockPool's two stacks."""
+    if isinstance(pool, LinkedBlockPool):
+        storage = (list(pool._prev), list(pool._next))
+    else:
+        storage = (list(pool._free), list(pool._back))
+    return (pool.free_list(), pool.ref_counts(), pool.num_free_blocks, pool.num_shared, *storage)
 
 
 class ManagerState(NamedTuple):

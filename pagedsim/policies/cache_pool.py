@@ -4,7 +4,8 @@ The reference is vLLM v1's block_pool.py.
 
 vLLM v1 keeps a freed block's contents and hash until the block is handed out again
 (`BlockPool.free_blocks` / `get_new_blocks` / `_maybe_evict_cached_block`). This pool
-does the same on top of `BlockPool`'s intrusive free list:
+does the same on top of `LinkedBlockPool`'s intrusive free list (linked_pool.py), which can
+give a cached block back from the middle of the list when a request hits it:
 
     head -> [uncached free blocks ...] [cached free blocks ...] <- tail
 
@@ -44,9 +45,9 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..block_pool import BlockPool
 from ..errors import OutOfBlocks, count_arg
 from ..kv_events import MEDIUM_GPU, AllBlocksCleared, BlockRemoved
+from ..linked_pool import LinkedBlockPool
 from .cache_stats import CacheStats
 
 ROOT = 0  # the content id "parent" of a sequence's first block
@@ -62,8 +63,8 @@ EVICTION_POLICIES = tuple(EVICTION_KEYS)
 Tokens = tuple[int, ...]  # one block's token ids
 
 
-class CachingBlockPool(BlockPool):
-    """A BlockPool whose free list keeps cached blocks behind uncached ones (see module doc)."""
+class CachingBlockPool(LinkedBlockPool):
+    """A LinkedBlockPool whose free list keeps cached blocks behind uncached ones (module doc)."""
 
     __slots__ = (
         "eviction",

@@ -1,5 +1,8 @@
 """Hypothesis state machines drive BlockPool and KVCacheManager with random operations.
 
+The pool machine drives a BlockPool and a LinkedBlockPool side by side: their free lists
+(ids on stacks, a linked list) must stay the same list, in the same order.
+
 After every step `check_invariants()` runs, and the manager machine also keeps a
 shadow "physical memory": every appended token writes a unique value into the slot
 the manager returned, copy-on-write pairs are applied as the copy kernel would, and
@@ -16,6 +19,7 @@ the kit and the manager against each other (`steps_run` counts its steps).
 
 import numpy as np
 import pytest
+from helpers import pool_state
 from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -31,15 +35,20 @@ from hypothesis.stateful import (
 )
 
 from pagedsim import BlockError, BlockPool, KVCacheManager, OutOfBlocks
+from pagedsim.linked_pool import LinkedBlockPool
 from pagedsim.testing import NonConformance, check_manager, manager_machine
 
 
 class PoolMachine(RuleBasedStateMachine):
+    """A BlockPool (free ids on two stacks) and a LinkedBlockPool (v1's linked queue) take
+    the same calls: after each, both free lists must be the same list, in the same order."""
+
     held = Bundle("held")  # one entry per reference we own
 
     @initialize(n=st.integers(1, 12), order=st.sampled_from(["lifo", "fifo"]))
     def make(self, n, order):
         self.pool = BlockPool(n, block_size=4, free_order=order)
+        self.linked = LinkedBlockPool(n, block_size=4, free_order=order)
         self.refs = {}  # block -> references the test holds
 
     @rule(target=held)
@@ -49,8 +58,37 @@ class PoolMachine(RuleBasedStateMachine):
             b = self.pool.allocate()
         except OutOfBlocks:
             assert not expected
+            with pytest.raises(OutOfBlocks):
+                self.linked.allocate()
             return multiple()  # nothing new to hold
         assert [b] == expected, "allocate() must hand out the head of the free list"
+        assert self.linked.allocate() == b
+        self.refs[b] = 1
+        return b
+
+    @rule(target=held, k=st.integers(0, 5))
+    def allocate_many(self, k):
+        expected = self.pool.free_list()[:k]
+        if len(expected) < k:
+            for pool in (self.pool, self.linked):
+                before = pool_state(pool)
+                with pytest.raises(OutOfBlocks):
+                    pool.allocate_many(k)
+                assert pool_state(pool) == before, "a refused allocate_many changed the pool"
+            return multiple()
+        got = self.pool.allocate_many(k)
+        assert got == expected, "allocate_many(k) must hand out the first k, head first"
+        assert self.linked.allocate_many(k) == got
+        self.refs.update(dict.fromkeys(got, 1))
+        return multiple(*got)
+
+    @rule(target=held, data=st.data())
+    def take(self, data):
+        free = self.pool.free_list()
+        if not free:
+            return multiple()
+        b = data.draw(st.sampled_from(free))
+        assert self.pool.take(b) == b == self.linked.take(b)
         self.refs[b] = 1
         return b
 
@@ -58,25 +96,45 @@ class PoolMachine(RuleBasedStateMachine):
     def share(self, b):
         if self.refs.get(b):
             self.refs[b] += 1
-            assert self.pool.incref(b) == self.refs[b]
+            assert self.pool.incref(b) == self.refs[b] == self.linked.incref(b)
         return b
 
     @rule(b=consumes(held))
     def free(self, b):
         if not self.refs.get(b):
-            with pytest.raises(BlockError):
-                self.pool.free(b)
+            for pool in (self.pool, self.linked):
+                with pytest.raises(BlockError):
+                    pool.free(b)
             return
         self.refs[b] -= 1
-        assert self.pool.free(b) == self.refs[b]
+        assert self.pool.free(b) == self.refs[b] == self.linked.free(b)
         if self.refs[b] == 0:
             head_or_tail = 0 if self.pool.free_order == "lifo" else -1
             assert self.pool.free_list()[head_or_tail] == b
+
+    @rule(blocks=st.lists(consumes(held), max_size=4))
+    def release(self, blocks):
+        listed = {b: blocks.count(b) for b in blocks}
+        if any(self.refs.get(b, 0) < k for b, k in listed.items()):
+            for pool in (self.pool, self.linked):
+                before = pool_state(pool)
+                with pytest.raises(BlockError):
+                    pool.release(blocks)
+                assert pool_state(pool) == before, "a refused release changed the pool"
+            return
+        for pool in (self.pool, self.linked):
+            pool.release(blocks)
+        for b, k in listed.items():
+            self.refs[b] -= k
 
     @invariant()
     def consistent(self):
         if hasattr(self, "pool"):
             self.pool.check_invariants()
+            self.linked.check_invariants()
+            assert self.pool.free_list() == self.linked.free_list(), "the two lists differ"
+            assert self.pool.ref_counts() == self.linked.ref_counts()
+            assert self.pool.num_shared == self.linked.num_shared
             for b, count in self.refs.items():
                 assert self.pool.ref_count(b) == count
 

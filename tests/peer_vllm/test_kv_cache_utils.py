@@ -2,13 +2,15 @@
 002f10e0cfa1373a19a0d2756598a34b700d20e5).
 
 Translations:
-    * vLLM's `FreeKVCacheBlockQueue(blocks)` is pagedsim's `BlockPool`: `popleft()` is
+    * vLLM's `FreeKVCacheBlockQueue(blocks)` is pagedsim's `LinkedBlockPool`: `popleft()` is
       `allocate()`, `popleft_n(k)` is `allocate_many(k)`, `remove(block)` is `take(b)`,
       `append(block)` / `append_n` is freeing with `free_order="fifo"` (to the tail), and
       `prepend_n` is `CachingBlockPool.release` of unhashed blocks (to the head, in order).
       A queue that starts in an arbitrary order is made by allocating every block and
       freeing them in that order. `fake_free_list_head/tail` are the sentinel ids
-      `num_blocks` and `num_blocks + 1`; `next_free_block` is `_next[b]`.
+      `num_blocks` and `num_blocks + 1`; `next_free_block` is `_next[b]`. The plain
+      `BlockPool` keeps its free ids on stacks instead, in the same order: the tests that
+      look only at the order run on both.
     * These queue tests build the queue directly, with no null block, so ids do not shift.
     * `hash_block_tokens(hash_fn, parent, tokens, extra_keys)` is `chained_hash(parent,
       tokens)`; extra keys (cache_salt, LoRA) are part of the lookup, not of the hash
@@ -23,13 +25,14 @@ NONE_HASH seed: pagedsim has no model layers, no images and no cross-process has
 import pytest
 
 from pagedsim import BlockPool, OutOfBlocks
+from pagedsim.linked_pool import LinkedBlockPool
 from pagedsim.policies import CachingBlockPool, PrefixCachingManager, chained_hash
 from pagedsim.policies.cache_stats import CacheStats
 
 
-def queue_in_order(order, free_order="fifo"):
+def queue_in_order(order, free_order="fifo", pool_class=LinkedBlockPool):
     """A pool whose free list is exactly `order` (every other block allocated)."""
-    pool = BlockPool(max(order) + 1 if order else 1, 1, free_order)
+    pool = pool_class(max(order) + 1 if order else 1, 1, free_order)
     taken = pool.allocate_many(pool.num_blocks)
     assert taken == list(range(pool.num_blocks))
     for b in order:
@@ -39,13 +42,13 @@ def queue_in_order(order, free_order="fifo"):
 
 def test_free_kv_cache_block_queue_initialization():
     # re-tells test_free_kv_cache_block_queue_initialization
-    pool = BlockPool(1, 1)
+    pool = LinkedBlockPool(1, 1)
     assert pool.num_free_blocks == 1 and pool._next[pool._head] == 0 and pool._prev[pool._tail] == 0
 
 
 def test_free_kv_cache_block_queue_operations():
     # re-tells test_free_kv_cache_block_queue_operations
-    pool = BlockPool(5, 1, "fifo")
+    pool = LinkedBlockPool(5, 1, "fifo")
     assert pool.num_free_blocks == 5 and pool.head() == 0 and pool._prev[pool._tail] == 4
     assert pool.allocate() == 0  # popleft
     assert pool.num_free_blocks == 4 and pool.head() == 1 and pool._prev[pool._tail] == 4
@@ -65,7 +68,7 @@ def test_free_kv_cache_block_queue_operations():
 
 def test_free_kv_cache_block_queue_append_n():
     # re-tells test_free_kv_cache_block_queue_append_n (release in fifo order = append_n)
-    pool = BlockPool(6, 1, "fifo")
+    pool = LinkedBlockPool(6, 1, "fifo")
     pool.allocate_many(6)
     pool.release([])
     assert pool.num_free_blocks == 0 and pool._next[pool._head] == pool._tail
@@ -94,21 +97,23 @@ def test_free_kv_cache_block_queue_prepend_n():
     assert [pool.allocate() for _ in range(5)] == [1, 2, 4, 5, 0] and pool.num_free_blocks == 0
 
 
-def test_free_kv_cache_block_queue_popleft_n():
+@pytest.mark.parametrize("pool_class", [LinkedBlockPool, BlockPool])
+def test_free_kv_cache_block_queue_popleft_n(pool_class):
     # re-tells test_free_kv_cache_block_queue_popleft_n
-    pool = queue_in_order([1, 3, 5, 4, 0, 2])
+    pool = queue_in_order([1, 3, 5, 4, 0, 2], pool_class=pool_class)
     assert pool.free_list() == [1, 3, 5, 4, 0, 2]
     assert pool.allocate_many(0) == [] and pool.num_free_blocks == 6
     assert pool.allocate_many(1) == [1] and pool.num_free_blocks == 5
     assert pool.allocate_many(2) == [3, 5] and pool.num_free_blocks == 3
     assert pool.allocate_many(3) == [4, 0, 2] and pool.num_free_blocks == 0
-    assert pool._next[pool._head] == pool._tail
+    assert pool.head() is None
     pool.check_invariants()
 
 
-def test_free_kv_cache_block_queue_get_all_free_blocks():
+@pytest.mark.parametrize("pool_class", [LinkedBlockPool, BlockPool])
+def test_free_kv_cache_block_queue_get_all_free_blocks(pool_class):
     # re-tells test_free_kv_cache_block_queue_get_all_free_blocks
-    pool = BlockPool(5, 1, "fifo")
+    pool = pool_class(5, 1, "fifo")
     assert pool.free_list() == [0, 1, 2, 3, 4]
     pool.allocate()
     assert pool.free_list() == [1, 2, 3, 4]

@@ -1,0 +1,121 @@
+"""The block pool with vLLM v1's free queue: an intrusive doubly linked list (3.4).
+
+`BlockPool` (block_pool.py) keeps its free ids on stacks, which cannot give up a block
+from the middle in O(1). A prefix cache must: a freed block keeps its contents while it
+waits on the free list, and a later request that hits it takes it back from wherever it
+is. vLLM v1's `FreeKVCacheBlockQueue` is a doubly linked list for that reason, and so is
+this pool's free list -- the chapter's `next_free` pointer, plus a `prev`. The ref counts,
+the checks and the order are `BlockPool`'s; only the free-list primitives differ:
+
+    _prev[b]  the previous block on the free list (or the head sentinel)
+    _next[b]  the next block on the free list (or the tail sentinel)
+
+with two sentinel nodes, ids `num_blocks` (head) and `num_blocks + 1` (tail). `take`
+unlinks a block from anywhere in O(1), `allocate_many` splices a run off the head,
+`release` links the freed blocks in as one run. The prefix cache's pool
+(policies/cache_pool.py) is built on this one.
+
+Invariants (checked by `check_invariants`, on top of the pool's own):
+    * walking the list from the head visits exactly `num_free_blocks` blocks, then the tail;
+    * prev/next are symmetric: _prev[_next[x]] == x for every node on the list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .block_pool import BlockPool
+
+
+class LinkedBlockPool(BlockPool):
+    """A BlockPool whose free list is a doubly linked list: O(1) removal from anywhere."""
+
+    __slots__ = ("_prev", "_next", "_head", "_tail")
+
+    def _make_free_list(self) -> None:
+        num_blocks = self.num_blocks
+        head, tail = num_blocks, num_blocks + 1
+        self._head, self._tail = head, tail  # sentinel node ids
+        # Initial list: head -> 0 -> 1 -> ... -> n-1 -> tail.
+        self._next = list(range(1, num_blocks + 1)) + [0, tail]  # [num_blocks + 2]
+        self._next[num_blocks - 1] = tail
+        self._prev = [head] + list(range(num_blocks - 1)) + [head, num_blocks - 1]
+        self._prev[tail] = num_blocks - 1
+
+    def head(self) -> int | None:
+        b = self._next[self._head]
+        return None if b == self._tail else b
+
+    def free_list(self) -> list[int]:
+        out, nxt, b = [], self._next, self._next[self._head]
+        while b != self._tail:
+            out.append(b)
+            b = nxt[b]
+        return out
+
+    def _pop_run(self, k: int) -> list[int]:
+        nxt, head = self._next, self._head
+        out, b = [], nxt[head]
+        for _ in range(k):
+            out.append(b)
+            b = nxt[b]
+        nxt[head] = b  # head now skips the whole run
+        self._prev[b] = head
+        self.num_free_blocks -= k
+        return out
+
+    def _push_run(self, gone: list[int]) -> None:
+        nxt, prv = self._next, self._prev
+        order: Iterable[int]
+        if self.free_order == "lifo":  # each one in turn at the head: the last freed leads
+            left, right, order = self._head, nxt[self._head], reversed(gone)
+        else:
+            left, right, order = prv[self._tail], self._tail, gone
+        for b in order:
+            nxt[left] = b
+            prv[b] = left
+            left = b
+        nxt[left] = right
+        prv[right] = left
+        self.num_free_blocks += len(gone)
+
+    def _push(self, b: int, to_head: bool | None = None) -> None:
+        if to_head is None:
+            to_head = self.free_order == "lifo"
+        if to_head:  # insert right after the head sentinel
+            p = self._head
+            n = self._next[p]
+        else:  # insert right before the tail sentinel
+            n = self._tail
+            p = self._prev[n]
+        self._prev[b], self._next[b] = p, n
+        self._next[p] = b
+        self._prev[n] = b
+        self.num_free_blocks += 1
+
+    def _unlink(self, b: int) -> None:
+        p, n = self._prev[b], self._next[b]
+        self._next[p] = n
+        self._prev[n] = p
+        self.num_free_blocks -= 1
+
+    def _checked_free_list(self) -> list[int]:
+        nxt, prv = self._next, self._prev
+        assert prv[self._head] == self._head, "head sentinel's prev was overwritten"
+        out: list[int] = []
+        seen, node = set(), self._head
+        while node != self._tail:
+            n = nxt[node]
+            assert prv[n] == node, f"prev/next not symmetric between {node} and {n}"
+            node = n
+            if node == self._tail:
+                break
+            assert 0 <= node < self.num_blocks, f"free list reaches invalid node {node}"
+            assert node not in seen, f"free list has a cycle through block {node}"
+            seen.add(node)
+            out.append(node)
+            assert len(out) <= self.num_blocks, "free list is longer than the pool"
+        assert len(out) == self.num_free_blocks, (
+            f"free list walk has {len(out)} blocks but num_free_blocks is {self.num_free_blocks}"
+        )
+        return out
