@@ -1,6 +1,7 @@
 """Lesson 3.4: allocating and freeing blocks -- the free list and reference counts.
 
-Mechanisms and versions: the free list is vLLM v1's FreeKVCacheBlockQueue; fork and
+Mechanisms and versions: the plain pool's free list is a stack of ids, as vLLM v0's block
+allocator keeps it; the prefix cache's is vLLM v1's FreeKVCacheBlockQueue; fork and
 copy-on-write are vLLM v0 (BlockSpaceManager); sharing through the prefix cache, with a
 hit capped at num_tokens - 1, is v1 (pagedsim.policies.prefix_cache).
 """
@@ -24,15 +25,18 @@ FIGURES_ZH = [
 ]  # the captions of FIGURES, in order
 TEXT = """
 Blocks are borrowed from a shared pool and handed back when a sequence ends. The pool
-keeps its free blocks on a linked list: allocate() pops the head and free() pushes the
-block back, both O(1), no data moves. The chapter's trap: blocks can be *shared* (beam
+keeps a free list of block ids: allocate() takes the head and free() puts the block back,
+both O(1), no data moves. The chapter's trap: blocks can be *shared* (beam
 search, parallel sampling, a forked sequence), so each block carries a reference count.
 fork() adds one to every shared block; free() drops one, and the block returns to the
 free list only when its count reaches 0. When a sharer appends into a shared, partly
 filled last block, it first gets its own copy (copy-on-write).
 
-Which vLLM is this? The free list as a doubly linked queue, with O(1) removal from the
-middle, is v1's FreeKVCacheBlockQueue. fork() and copy-on-write are v0's block manager.
+Which vLLM is this? pagedsim's BlockPool keeps its free ids on a stack, as v0's block
+allocator does. v1's prefix cache must also take a freed block back out of the middle
+of the list (a cache hit on it), so its FreeKVCacheBlockQueue is a doubly linked queue
+with O(1) removal anywhere: pagedsim's LinkedBlockPool, the one under the prefix cache,
+and the one exercise 3.4a builds. fork() and copy-on-write are v0's block manager.
 v1 never forks: a request for n samples becomes n requests, and they share their full
 prompt blocks through the prefix cache (the same reference counts, raised by a cache
 hit instead of a fork). A partly filled block is never shared in v1, so there is nothing
@@ -47,14 +51,17 @@ manager (blocks of 16): the second reuses block 0 and computes the second block'
 tokens again, into a block of its own.
 """
 TEXT_ZH = """
-Block 从公共的池里借出，序列结束时交还。池把空闲 Block 串成链表：\
-allocate() 取表头，free() 插回表头，都是
+Block 从公共的池里借出，序列结束时交还。池维护一个空闲 Block 编号的列表：\
+allocate() 取表头，free() 放回表头，都是
 O(1)，不搬数据。本章的坑：Block 可能被"共享"（beam search、并行采样、fork 出的序列），所以
 每个 Block 带引用计数。fork() 给每个共享块加一；free() 减一，只有降到 0 才回到空闲链表。
 共享者往一个共享的、未填满的最后一个 Block 追加时，先得到自己的副本（写时复制）。
 
-这是哪个版本的 vLLM？双向链表形式的空闲队列（可以 O(1) 从中间摘除）是 v1 的 FreeKVCacheBlockQueue；
-fork() 和写时复制属于 v0 的 Block 管理器。v1 从不 fork：要 n 个采样的请求被拆成 n 个请求，它们通过
+这是哪个版本的 vLLM？pagedsim 的 BlockPool 像 v0 的 Block 分配器一样，把空闲编号放在一个栈上。
+v1 的前缀缓存还要把已释放的 Block 从链表中间取回（缓存命中），所以它的 FreeKVCacheBlockQueue
+是可以 O(1) 从任意位置摘除的双向链表：即 pagedsim 的 LinkedBlockPool（前缀缓存下面的那个池），
+也是练习 3.4a 要实现的结构。fork() 和写时复制属于 v0 的 Block 管理器。
+v1 从不 fork：要 n 个采样的请求被拆成 n 个请求，它们通过
 前缀缓存共享完整的 prompt Block（引用计数还是那一套，只是由缓存命中而不是 fork 加一）。v1 从不共享
 未填满的 Block，所以也没有写时复制。缓存命中最多 num_tokens - 1 个 token：最后一个 prompt token
 必须重新计算才能得到它的 logits，所以恰好填满整块的 prompt 要重算最后一个 Block。
@@ -66,8 +73,9 @@ token 重新计算一遍，写进自己的新 Block。
 """
 
 NAME_MAP = [
-    ("BlockPool.allocate()", "FreeKVCacheBlockQueue.popleft()"),
-    ("BlockPool.take(b)", "FreeKVCacheBlockQueue.remove(block)"),
+    ("BlockPool.allocate()", "v0: pop from the block allocator's free ids"),
+    ("LinkedBlockPool.allocate()", "FreeKVCacheBlockQueue.popleft()"),
+    ("LinkedBlockPool.take(b)", "FreeKVCacheBlockQueue.remove(block)"),
     ("BlockPool.ref_count(b)", "KVCacheBlock.ref_cnt"),
     ("PrefixCachingManager.get_computed_blocks", "KVCacheManager.get_computed_blocks"),
     ("PrefixCachingManager.allocate_slots", "KVCacheManager.allocate_slots"),
