@@ -237,6 +237,7 @@
   const inOld = new Int32Array(NB), inNew = new Int32Array(NB);
   const FB = ["fb", "fb cached", "fb head", "fb cached head"];
   let freeShown = [], stamp = 0;
+  const spareFree = []; // free-list elements off the page, to be used again
   function freeSpan(b) {
     const e = el("span", { class: "fb", "data-block": String(b) }, String(b));
     e.block = b; e.look = 0;
@@ -272,13 +273,22 @@
           freeOf[x] = freeSpan(x); freeEl.insertBefore(freeOf[x], at);
         }
       } else {
-        while (freeEl.childElementCount > b.length) freeEl.lastChild.remove();
-        let e = freeEl.firstChild;
-        for (let p = 0; p < b.length; p++) {
-          if (e === null) { e = freeSpan(b[p]); freeEl.append(e); }
-          setFreeBlock(e, b[p]); freeOf[b[p]] = e;
-          e = e.nextSibling;
+        // The surplus goes in one range (childElementCount in a loop would walk the list
+        // each time), and the missing elements come in one fragment.
+        // Elements taken out are kept to be used again (Home/End empties and refills the list).
+        if (a.length > b.length) {
+          const cut = document.createRange();
+          cut.setStart(freeEl, b.length); cut.setEnd(freeEl, a.length);
+          for (const e of cut.extractContents().children) spareFree.push(e);
         }
+        let e = freeEl.firstChild, p = 0;
+        for (; p < b.length && e !== null; p++, e = e.nextSibling) { setFreeBlock(e, b[p]); freeOf[b[p]] = e; }
+        const more = document.createDocumentFragment();
+        for (; p < b.length; p++) {
+          e = spareFree.length ? spareFree.pop() : freeSpan(b[p]);
+          setFreeBlock(e, b[p]); freeOf[b[p]] = e; more.append(e);
+        }
+        freeEl.append(more);
       }
       freeShown = b;
     }
