@@ -124,19 +124,23 @@
 
   // A big pool is laid out in rows of ROW blocks, each row a box the browser may skip while
   // it is off screen (content-visibility), so a step change lays out only what is visible.
-  const ROW = NB > 256 ? 32 : NB;
+  // A big pool's tile holds its id and badge only; the fill bar and text, which only
+  // projector mode shows there, are added when projector mode is first turned on (fewer
+  // elements to restyle and lay out when a jump changes every tile in the window).
+  const BIG = NB > 256, ROW = BIG ? 32 : NB;
+  const TEXTS = '<span class="bar"><i></i></span><span class="txt"></span>';
   const blockEls = [];
   for (let r = 0; r < NB; r += ROW) {
     const row = el("div", { class: "row" });
     row.rowIndex = blocksEl.childElementCount;
     for (let b = r; b < Math.min(NB, r + ROW); b++) {
       const e = el("div", { class: "block free", "data-block": String(b), "data-ref": "0", "data-fill": "0" });
-      e.innerHTML = '<span class="bid">' + b + '</span><span class="badge">0</span>' +
-        '<span class="bar"><i></i></span><span class="txt"></span>';
+      e.innerHTML = '<span class="bid">' + b + '</span><span class="badge">0</span>' + (BIG ? "" : TEXTS);
       blockEls.push(e); row.append(e);
     }
     blocksEl.append(row);
   }
+  let texts = !BIG; // whether every tile has its fill bar and text
   const emptyFree = el("p", { class: "empty", hidden: "" }, UI["empty: the next allocate() fails"]);
   freeHead.after(emptyFree);
   const emptyTables = el("p", { class: "empty", hidden: "" }, UI["(no sequences)"]);
@@ -158,6 +162,12 @@
   }
   const colourOf = (q) => D.palette[D.colour[q]];
   const INK = D.palette.map(inkOn);
+  // A tile with one owner takes its colours from a class ("o3"), not an inline style, so
+  // tiles that look alike share one computed style (the browser caches it).
+  const owned = el("style");
+  owned.textContent = D.palette.map((c, k) =>
+    ".block.o" + k + " { background: " + c + "; color: " + INK[k] + "; }").join("\n");
+  document.head.append(owned);
   function owners(s) {
     const out = new Map();
     for (const q of s.order) {
@@ -183,6 +193,7 @@
   const shFlags = new Int8Array(NB).fill(-1); // cached | head << 1 | touched << 2
   const shKey = new Array(NB).fill(null), shWho = new Array(NB).fill(null);
   const shLabel = new Array(NB).fill(""), shHash = new Array(NB).fill("");
+  const shBg = new Array(NB).fill(""); // the inline background of a tile with several owners
   const rowOf = (b) => (b / ROW) | 0;
   const hidden = new Uint8Array(Math.ceil(NB / ROW)), stale = new Uint8Array(NB);
   const touchedAt = new Int32Array(NB).fill(-1); // the step index whose events named the block
@@ -191,11 +202,13 @@
     const ref = shRef[b], fill = shFill[b], flags = shFlags[b], who = shWho[b] || [];
     const label = shLabel[b], hash = shHash[b] ? "#" + shHash[b] : "", e = blockEls[b];
     e.className = "block" + (ref === 0 ? " free" : "") + (flags & 1 ? " cached" : "") +
-      (ref > 1 ? " shared" : "") + (flags & 2 ? " head" : "") + (flags & 4 ? " touched" : "");
-    e.style.background = who.length ? background(who) : "";
-    e.style.color = who.length === 1 ? INK[D.colour[who[0]]] : "";
+      (ref > 1 ? " shared" : "") + (flags & 2 ? " head" : "") + (flags & 4 ? " touched" : "") +
+      (who.length === 1 ? " o" + D.colour[who[0]] : "");
+    const bg = who.length > 1 ? background(who) : "";
+    if (shBg[b] !== bg) { shBg[b] = bg; e.style.background = bg; }
     const [, badge, bar, txt] = e.children;
     setText(badge, String(ref));
+    if (!texts) return;
     const width = (100 * fill / BS) + "%";
     if (bar.firstChild.style.width !== width) bar.firstChild.style.width = width;
     setText(txt, label || (ref ? fill + "/" + BS : (flags & 1 ? UI.cached : "")) + (hash && !label ? " " + hash : ""));
@@ -465,6 +478,13 @@
   }
   function projector() {
     body.classList.toggle("projector"); bProj.classList.toggle("on");
+    if (!texts) { // a big pool's tiles get their fill bar and text, drawn now or when seen
+      texts = true;
+      for (let b = 0; b < NB; b++) {
+        blockEls[b].insertAdjacentHTML("beforeend", TEXTS);
+        if (hidden[rowOf(b)]) stale[b] = 1; else drawLook(b);
+      }
+    }
     arrowsShown = true; drawArrows(STEPS[cur]); // the blocks moved: draw the arrows again
   }
   bPrev.addEventListener("click", () => go(cur - 1));
