@@ -336,6 +336,10 @@
     r.t = t;
     setText(r.ntok, t.n + " " + UI.tokens);
     const blocks = t.blocks;
+    // The height the row is given while it is skipped off screen, from its number of cells
+    // (about ten to a line), so rows near the window are not unskipped and skipped in turn.
+    const lines = Math.max(1, Math.ceil(blocks.length / 10));
+    if (r.lines !== lines) { r.lines = lines; r.el.style.containIntrinsicBlockSize = "auto " + (8 + 26 * lines) + "px"; }
     while (r.cells.length > blocks.length) r.cells.pop().remove();
     for (let j = 0; j < blocks.length; j++) {
       let c = r.cells[j];
