@@ -112,7 +112,7 @@ def browser_times(pages: list[Path], samples: int, seed: int = 1) -> list[dict]:
         for path in pages:
             page = b.new_page(viewport={"width": 1600, "height": 1000})
             t0 = time.perf_counter()
-            page.goto(path.as_uri())
+            page.goto(path.resolve().as_uri())
             page.wait_for_function("() => window.pagedsimViewer !== undefined")
             page.evaluate("() => document.body.getBoundingClientRect()")
             load = time.perf_counter() - t0
