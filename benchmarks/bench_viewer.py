@@ -14,9 +14,14 @@ the first drawn step and the time of one step change including the layout it for
 kind: next and previous step (ArrowRight / ArrowLeft), a random jump (`go(i)`, what a
 `#step=i` link does), the scrubber (its input event) and Home/End. Target: under 100 ms
 per step change, every kind. Times are wall-clock on this machine; run it on an idle one.
+On a shared one, `--cpu` also traces the run and reports the renderer main thread's CPU
+time (thread time) per step change and per frame after it (the paint that puts the change
+on screen), which the load of other processes moves far less; tracing slows the wall-clock
+figures of that run, so compare those from runs without it.
 
     python benchmarks/bench_viewer.py [--steps 2000] [--blocks 4096] [--json]
     python benchmarks/bench_viewer.py --page a.html --page b.html    (side by side)
+    python benchmarks/bench_viewer.py --page a.html --page b.html --cpu
 """
 
 from __future__ import annotations
@@ -101,8 +106,51 @@ TIMING = """async ([jumps, samples]) => {
 }"""
 
 
-def browser_times(pages: list[Path], samples: int, seed: int = 1) -> list[dict]:
-    """Each page's load time and step-change times, the pages timed in turn in one browser."""
+TRACED = ["devtools.timeline", "disabled-by-default-devtools.timeline"]  # RunTask is in the second
+
+
+def cpu_times(trace: Path, counts: dict) -> dict:
+    """The renderer main thread's CPU time (thread time, so the load of other processes on a
+    shared machine counts far less than in wall time) for each step change, the layout it
+    forces included, and for the frame after it (style, layout, paint, layerize: what the
+    change costs before it is on screen), from a Chromium trace of the TIMING run; medians
+    by kind. `counts`: how many changes of each kind the run made, in TIMING's order."""
+    data = json.loads(trace.read_text(encoding="utf-8"))
+    events = [e for e in (data["traceEvents"] if isinstance(data, dict) else data)]
+    fires = sorted(
+        (e for e in events if e.get("name") == "TimerFire" and e.get("ph") == "X"),
+        key=lambda e: e["ts"],
+    )
+    if not fires or len(fires) != sum(counts.values()):
+        return {}  # not one timer per change: the trace does not match the run
+    tid = fires[0]["tid"]
+    tasks = sorted(
+        (
+            e
+            for e in events
+            if e.get("name") == "RunTask" and e.get("ph") == "X" and e.get("tid") == tid
+        ),
+        key=lambda e: e["ts"],
+    )
+    holder = [next(t for t in tasks if t["ts"] <= f["ts"] < t["ts"] + t["dur"]) for f in fires]
+    change = [t.get("tdur", 0) / 1000 for t in holder]
+    frame = []
+    for a, b in zip(holder, holder[1:], strict=False):
+        after = (t for t in tasks if a["ts"] + a["dur"] <= t["ts"] < b["ts"])
+        frame.append(sum(t.get("tdur", 0) for t in after) / 1000)
+    out, at = {}, 0
+    for kind, n in counts.items():
+        out[f"{kind}_cpu_ms_median"] = round(statistics.median(change[at : at + n]), 2)
+        frames = frame[at : at + n]  # the last change has no frame after it in the trace
+        if frames:
+            out[f"{kind}_frame_cpu_ms_median"] = round(statistics.median(frames), 2)
+        at += n
+    return out
+
+
+def browser_times(pages: list[Path], samples: int, seed: int = 1, cpu: bool = False) -> list[dict]:
+    """Each page's load time and step-change times, the pages timed in turn in one browser;
+    `cpu`: the run is traced and `cpu_times` added."""
     from playwright.sync_api import sync_playwright
 
     chromium = shutil.which("chromium") or "/usr/bin/chromium"
@@ -112,19 +160,26 @@ def browser_times(pages: list[Path], samples: int, seed: int = 1) -> list[dict]:
         for path in pages:
             page = b.new_page(viewport={"width": 1600, "height": 1000})
             t0 = time.perf_counter()
-            page.goto(path.as_uri())
+            page.goto(path.resolve().as_uri())
             page.wait_for_function("() => window.pagedsimViewer !== undefined")
             page.evaluate("() => document.body.getBoundingClientRect()")
             load = time.perf_counter() - t0
             n = page.evaluate("window.pagedsimViewer.count()")
             rng = random.Random(seed)
+            trace = Path(tempfile.mkdtemp()) / "trace.json"
+            if cpu:
+                b.start_tracing(page=page, path=str(trace), categories=TRACED)
             timing = page.evaluate(TIMING, [[rng.randrange(n) for _ in range(samples)], samples])
+            if cpu:
+                b.stop_tracing()
             page.close()
             summary = {"page": str(path), "page_bytes": path.stat().st_size}
             summary.update(load_s=round(load, 3), steps=n)
             for kind, values in timing.items():
                 summary[f"{kind}_ms_median"] = round(statistics.median(values), 2)
                 summary[f"{kind}_ms_max"] = round(max(values), 2)
+            if cpu:
+                summary.update(cpu_times(trace, {k: len(v) for k, v in timing.items()}))
             out.append(summary)
         b.close()
     return out
@@ -144,13 +199,18 @@ def main(argv=None) -> int:
         action="append",
         help="time this page instead of a new one (repeat to time pages side by side)",
     )
+    p.add_argument(
+        "--cpu",
+        action="store_true",
+        help="also trace the run: the renderer's CPU time per step change and per frame after it",
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     if args.page:
         missing = [str(x) for x in args.page if not x.is_file()]
         if missing:
             p.error(f"no such page: {', '.join(missing)}")
-        results = browser_times(args.page, args.samples)
+        results = browser_times(args.page, args.samples, cpu=args.cpu)
     else:
         t0 = time.perf_counter()
         session, script = scenario(args.steps, args.blocks, args.block_size)
@@ -162,7 +222,7 @@ def main(argv=None) -> int:
         write = time.perf_counter() - t0
         out = args.html or Path(tempfile.mkdtemp()) / "long.html"
         out.write_text(html, encoding="utf-8")
-        results = browser_times([out], args.samples)
+        results = browser_times([out], args.samples, cpu=args.cpu)
         results[0].update(
             steps=args.steps,
             blocks=args.blocks,

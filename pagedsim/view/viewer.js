@@ -124,19 +124,23 @@
 
   // A big pool is laid out in rows of ROW blocks, each row a box the browser may skip while
   // it is off screen (content-visibility), so a step change lays out only what is visible.
-  const ROW = NB > 256 ? 32 : NB;
+  // A big pool's tile holds its id and badge only; the fill bar and text, which only
+  // projector mode shows there, are added when projector mode is first turned on (fewer
+  // elements to restyle and lay out when a jump changes every tile in the window).
+  const BIG = NB > 256, ROW = BIG ? 32 : NB;
+  const TEXTS = '<span class="bar"><i></i></span><span class="txt"></span>';
   const blockEls = [];
   for (let r = 0; r < NB; r += ROW) {
     const row = el("div", { class: "row" });
     row.rowIndex = blocksEl.childElementCount;
     for (let b = r; b < Math.min(NB, r + ROW); b++) {
       const e = el("div", { class: "block free", "data-block": String(b), "data-ref": "0", "data-fill": "0" });
-      e.innerHTML = '<span class="bid">' + b + '</span><span class="badge">0</span>' +
-        '<span class="bar"><i></i></span><span class="txt"></span>';
+      e.innerHTML = '<span class="bid">' + b + '</span><span class="badge">0</span>' + (BIG ? "" : TEXTS);
       blockEls.push(e); row.append(e);
     }
     blocksEl.append(row);
   }
+  let texts = !BIG; // whether every tile has its fill bar and text
   const emptyFree = el("p", { class: "empty", hidden: "" }, UI["empty: the next allocate() fails"]);
   freeHead.after(emptyFree);
   const emptyTables = el("p", { class: "empty", hidden: "" }, UI["(no sequences)"]);
@@ -158,6 +162,12 @@
   }
   const colourOf = (q) => D.palette[D.colour[q]];
   const INK = D.palette.map(inkOn);
+  // A tile with one owner takes its colours from a class ("o3"), not an inline style, so
+  // tiles that look alike share one computed style (the browser caches it).
+  const owned = el("style");
+  owned.textContent = D.palette.map((c, k) =>
+    ".block.o" + k + " { background: " + c + "; color: " + INK[k] + "; }").join("\n");
+  document.head.append(owned);
   function owners(s) {
     const out = new Map();
     for (const q of s.order) {
@@ -183,6 +193,7 @@
   const shFlags = new Int8Array(NB).fill(-1); // cached | head << 1 | touched << 2
   const shKey = new Array(NB).fill(null), shWho = new Array(NB).fill(null);
   const shLabel = new Array(NB).fill(""), shHash = new Array(NB).fill("");
+  const shBg = new Array(NB).fill(""); // the inline background of a tile with several owners
   const rowOf = (b) => (b / ROW) | 0;
   const hidden = new Uint8Array(Math.ceil(NB / ROW)), stale = new Uint8Array(NB);
   const touchedAt = new Int32Array(NB).fill(-1); // the step index whose events named the block
@@ -191,11 +202,13 @@
     const ref = shRef[b], fill = shFill[b], flags = shFlags[b], who = shWho[b] || [];
     const label = shLabel[b], hash = shHash[b] ? "#" + shHash[b] : "", e = blockEls[b];
     e.className = "block" + (ref === 0 ? " free" : "") + (flags & 1 ? " cached" : "") +
-      (ref > 1 ? " shared" : "") + (flags & 2 ? " head" : "") + (flags & 4 ? " touched" : "");
-    e.style.background = who.length ? background(who) : "";
-    e.style.color = who.length === 1 ? INK[D.colour[who[0]]] : "";
+      (ref > 1 ? " shared" : "") + (flags & 2 ? " head" : "") + (flags & 4 ? " touched" : "") +
+      (who.length === 1 ? " o" + D.colour[who[0]] : "");
+    const bg = who.length > 1 ? background(who) : "";
+    if (shBg[b] !== bg) { shBg[b] = bg; e.style.background = bg; }
     const [, badge, bar, txt] = e.children;
     setText(badge, String(ref));
+    if (!texts) return;
     const width = (100 * fill / BS) + "%";
     if (bar.firstChild.style.width !== width) bar.firstChild.style.width = width;
     setText(txt, label || (ref ? fill + "/" + BS : (flags & 1 ? UI.cached : "")) + (hash && !label ? " " + hash : ""));
@@ -237,6 +250,7 @@
   const inOld = new Int32Array(NB), inNew = new Int32Array(NB);
   const FB = ["fb", "fb cached", "fb head", "fb cached head"];
   let freeShown = [], stamp = 0;
+  const spareFree = []; // free-list elements off the page, to be used again
   function freeSpan(b) {
     const e = el("span", { class: "fb", "data-block": String(b) }, String(b));
     e.block = b; e.look = 0;
@@ -272,13 +286,22 @@
           freeOf[x] = freeSpan(x); freeEl.insertBefore(freeOf[x], at);
         }
       } else {
-        while (freeEl.childElementCount > b.length) freeEl.lastChild.remove();
-        let e = freeEl.firstChild;
-        for (let p = 0; p < b.length; p++) {
-          if (e === null) { e = freeSpan(b[p]); freeEl.append(e); }
-          setFreeBlock(e, b[p]); freeOf[b[p]] = e;
-          e = e.nextSibling;
+        // The surplus goes in one range (childElementCount in a loop would walk the list
+        // each time), and the missing elements come in one fragment.
+        // Elements taken out are kept to be used again (Home/End empties and refills the list).
+        if (a.length > b.length) {
+          const cut = document.createRange();
+          cut.setStart(freeEl, b.length); cut.setEnd(freeEl, a.length);
+          for (const e of cut.extractContents().children) spareFree.push(e);
         }
+        let e = freeEl.firstChild, p = 0;
+        for (; p < b.length && e !== null; p++, e = e.nextSibling) { setFreeBlock(e, b[p]); freeOf[b[p]] = e; }
+        const more = document.createDocumentFragment();
+        for (; p < b.length; p++) {
+          e = spareFree.length ? spareFree.pop() : freeSpan(b[p]);
+          setFreeBlock(e, b[p]); freeOf[b[p]] = e; more.append(e);
+        }
+        freeEl.append(more);
       }
       freeShown = b;
     }
@@ -313,6 +336,10 @@
     r.t = t;
     setText(r.ntok, t.n + " " + UI.tokens);
     const blocks = t.blocks;
+    // The height the row is given while it is skipped off screen, from its number of cells
+    // (about ten to a line), so rows near the window are not unskipped and skipped in turn.
+    const lines = Math.max(1, Math.ceil(blocks.length / 10));
+    if (r.lines !== lines) { r.lines = lines; r.el.style.containIntrinsicBlockSize = "auto " + (8 + 26 * lines) + "px"; }
     while (r.cells.length > blocks.length) r.cells.pop().remove();
     for (let j = 0; j < blocks.length; j++) {
       let c = r.cells[j];
@@ -455,6 +482,13 @@
   }
   function projector() {
     body.classList.toggle("projector"); bProj.classList.toggle("on");
+    if (!texts) { // a big pool's tiles get their fill bar and text, drawn now or when seen
+      texts = true;
+      for (let b = 0; b < NB; b++) {
+        blockEls[b].insertAdjacentHTML("beforeend", TEXTS);
+        if (hidden[rowOf(b)]) stale[b] = 1; else drawLook(b);
+      }
+    }
     arrowsShown = true; drawArrows(STEPS[cur]); // the blocks moved: draw the arrows again
   }
   bPrev.addEventListener("click", () => go(cur - 1));

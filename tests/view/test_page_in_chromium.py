@@ -290,3 +290,33 @@ def test_chinese_captions_in_the_page(open_page):
     assert loaded.dom()["caption"] == caption(snaps[5], "zh")
     assert "空闲链表" in loaded.page.inner_text("#free-head")
     loaded.check_clean()
+
+
+def test_a_big_pools_tiles_gain_their_fill_and_text_in_projector_mode(open_page, tmp_path):
+    """A pool over 256 blocks draws small tiles without the fill bar and text; projector mode
+    adds them to every tile, drawn at once in the window and the rest when they scroll in."""
+    session = run_session(Options(512, 16), long_script(60, 512, 16, seed=2))
+    snaps = session.timeline("en")
+    k = len(snaps) - 1
+    loaded = open_page(to_html(**sources.play(session)), fragment=f"#step={k}")
+    tiles = "#blocks [data-block]"
+    assert loaded.page.locator(f"{tiles} .txt").count() == 0
+    loaded.page.keyboard.press("p")
+    assert loaded.page.locator(f"{tiles} .txt").count() == 512
+    used = [b for b, c in enumerate(snaps[k].ref_counts) if c > 0]
+    for b in (used[0], used[-1]):  # one in the window, one far down the page
+        tile = loaded.page.locator(f'#blocks [data-block="{b}"]')
+        tile.scroll_into_view_if_needed()
+        want = f"{snaps[k].block_fill[b]}/16"
+        loaded.page.wait_for_function(
+            f"""() => document.querySelector('#blocks [data-block="{b}"] .txt')
+                .textContent.startsWith('{want}')"""
+        )
+        width = tile.locator(".bar i").evaluate("e => e.style.width")
+        assert float(width.rstrip("%")) == 100 * snaps[k].block_fill[b] / 16
+    shot = shots(tmp_path) / "play-big-projector.png"
+    loaded.page.screenshot(path=str(shot))
+    check_not_blank(shot)
+    loaded.page.keyboard.press("p")
+    check_step(loaded, snaps[k], caption(snaps[k]), snaps[-1].step)
+    loaded.check_clean()
