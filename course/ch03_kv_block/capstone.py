@@ -95,7 +95,7 @@ class YourPool(BlockPool):
 
     Queries read your lists (`ref`, your `num_free`, `free_list()` walking your `next`);
     `allocate_many` and `release` are your `allocate` and `free` called in turn, which is
-    what the reference pool's splices are defined to equal."""
+    what the reference pool's bulk calls are defined to equal."""
 
     __slots__ = ("mine", "path")
 
