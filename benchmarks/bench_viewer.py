@@ -27,6 +27,7 @@ figures of that run, so compare those from runs without it.
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import random
 import shutil
@@ -116,7 +117,7 @@ def cpu_times(trace: Path, counts: dict) -> dict:
     change costs before it is on screen), from a Chromium trace of the TIMING run; medians
     by kind. `counts`: how many changes of each kind the run made, in TIMING's order."""
     data = json.loads(trace.read_text(encoding="utf-8"))
-    events = [e for e in (data["traceEvents"] if isinstance(data, dict) else data)]
+    events = data["traceEvents"] if isinstance(data, dict) else data
     fires = sorted(
         (e for e in events if e.get("name") == "TimerFire" and e.get("ph") == "X"),
         key=lambda e: e["ts"],
@@ -132,12 +133,20 @@ def cpu_times(trace: Path, counts: dict) -> dict:
         ),
         key=lambda e: e["ts"],
     )
-    holder = [next(t for t in tasks if t["ts"] <= f["ts"] < t["ts"] + t["dur"]) for f in fires]
-    change = [t.get("tdur", 0) / 1000 for t in holder]
+    starts = [t["ts"] for t in tasks]  # the main thread's tasks do not overlap
+    holder = []  # the index of the task each change ran in
+    for f in fires:
+        i = bisect.bisect_right(starts, f["ts"]) - 1
+        if i < 0 or f["ts"] >= starts[i] + tasks[i]["dur"]:
+            return {}  # a change outside every task: the trace does not match the run
+        holder.append(i)
+    change = [tasks[i].get("tdur", 0) / 1000 for i in holder]
     frame = []
-    for a, b in zip(holder, holder[1:], strict=False):
-        after = (t for t in tasks if a["ts"] + a["dur"] <= t["ts"] < b["ts"])
-        frame.append(sum(t.get("tdur", 0) for t in after) / 1000)
+    for i, j in zip(holder, holder[1:], strict=False):
+        lo = bisect.bisect_left(starts, starts[i] + tasks[i]["dur"], i + 1)
+        frame.append(
+            sum(t.get("tdur", 0) for t in tasks[lo : bisect.bisect_left(starts, starts[j])]) / 1000
+        )
     out, at = {}, 0
     for kind, n in counts.items():
         out[f"{kind}_cpu_ms_median"] = round(statistics.median(change[at : at + n]), 2)
@@ -166,8 +175,8 @@ def browser_times(pages: list[Path], samples: int, seed: int = 1, cpu: bool = Fa
             load = time.perf_counter() - t0
             n = page.evaluate("window.pagedsimViewer.count()")
             rng = random.Random(seed)
-            trace = Path(tempfile.mkdtemp()) / "trace.json"
             if cpu:
+                trace = Path(tempfile.mkdtemp()) / "trace.json"
                 b.start_tracing(page=page, path=str(trace), categories=TRACED)
             timing = page.evaluate(TIMING, [[rng.randrange(n) for _ in range(samples)], samples])
             if cpu:
@@ -180,6 +189,7 @@ def browser_times(pages: list[Path], samples: int, seed: int = 1, cpu: bool = Fa
                 summary[f"{kind}_ms_max"] = round(max(values), 2)
             if cpu:
                 summary.update(cpu_times(trace, {k: len(v) for k, v in timing.items()}))
+                shutil.rmtree(trace.parent)
             out.append(summary)
         b.close()
     return out

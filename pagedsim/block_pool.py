@@ -136,10 +136,11 @@ class BlockPool:
         free = self._free
         if free and free[-1] == b:
             free.pop()
-        elif b in free:
-            free.remove(b)
         else:
-            self._back.remove(b)
+            try:
+                free.remove(b)  # one search: the caller checked that b is free
+            except ValueError:
+                self._back.remove(b)
         self.num_free_blocks -= 1
 
     def _checked_free_list(self) -> list[int]:
