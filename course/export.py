@@ -4,7 +4,7 @@ It copies the tracked files of the repository (`git ls-files`; outside a git che
 every file except caches and virtual environments) into DIR, leaving out:
 
     course/ch03_kv_block/solutions/   the reference solutions
-    course/ch03_kv_block/mutants.py   the catalogue of known bugs (an answer key too)
+    course/ch03_kv_block/mutants.toml   the catalogue of known bugs (an answer key too)
     course/grade.py, export.py, mutation.py   the instructor's tools
     tests/                            the project's own tests (they run the solutions)
     anything named *instructor* / *INSTRUCTOR*, or *mutant*
@@ -34,7 +34,7 @@ from .export_links import unlink_missing
 
 LEAVE_OUT = (
     "course/ch03_kv_block/solutions/*",
-    "course/ch03_kv_block/mutants.py",
+    "course/ch03_kv_block/mutants.toml",
     "course/grade.py",
     "course/export.py",
     "course/mutation.py",
@@ -174,7 +174,7 @@ def installed_pyproject(dist=None) -> str:
 def answer_leaks(dest: Path, root: Path = curriculum.REPO_ROOT) -> list[str]:
     """Files under `dest` whose bytes equal a reference solution's (or the mutant catalogue's)."""
     answers = {p.read_bytes() for ex in curriculum.load() if (p := ex.path("solution")).is_file()}
-    catalogue = root / "course/ch03_kv_block/mutants.py"
+    catalogue = root / "course/ch03_kv_block/mutants.toml"
     if catalogue.is_file():
         answers.add(catalogue.read_bytes())
     return sorted(

@@ -31,7 +31,7 @@ IMPORT_EXITED = "your file ended its own process while being imported ({why})"
 REFUSED = "your code's process sent a message the grader refused to read: {why}"
 HIDE = (
     "course/ch03_kv_block/solutions",
-    "course/ch03_kv_block/mutants.py",
+    "course/ch03_kv_block/mutants.toml",
 )  # never mounted in the sandbox
 
 

@@ -1,7 +1,7 @@
 """`pagedsim check --mutants [--generic [--sample N]]`: the proof that the checks can fail.
 
-Named mutants (ch03_kv_block/mutants.py): every reference solution and every correct
-variant (mutants.RIGHT) must pass its checks, and every named mistake must be caught by some
+Named mutants (ch03_kv_block/mutants.toml): every reference solution and every correct
+variant (mutation.RIGHT) must pass its checks, and every named mistake must be caught by some
 check; the table says which one.
 With --generic, course/mutation.py's blind measure is printed next to it: the share of
 generic mutants (operator, comparison, constant, statement deletion) of each solution
@@ -18,7 +18,7 @@ GENERIC_TARGET = 0.95
 
 def named(exercises) -> tuple[list, int]:
     """Rows (exercise, mutant, caught by or 'NOT CAUGHT') and the number of failing solutions."""
-    from .ch03_kv_block import mutants
+    from . import mutation
     from .runner import print_report, run_checks
 
     sol_bad, rows = 0, []
@@ -29,9 +29,9 @@ def named(exercises) -> tuple[list, int]:
                 sol_bad += 1
                 print_report(sol, verbose=True, hint=False)
                 print(f"  ^ the reference solution of {ex.id} does not pass its own checks")
-            for m in mutants.for_exercise(ex.id):
+            for m in mutation.wrong_for(ex.id):
                 path = Path(tmp) / f"{ex.id.replace('.', '_')}_{m.name}.py"
-                path.write_text(mutants.apply(m, ex.path("solution").read_text()))
+                path.write_text(m.apply(ex.path("solution").read_text()))
                 # our own mutants
                 res = run_checks(ex, path, stop_at_first=True, seconds=20, isolate=False)
                 caught = res.failures[0].check if res.failures else None
@@ -42,9 +42,9 @@ def named(exercises) -> tuple[list, int]:
                         caught or "NOT CAUGHT" + (f" ({res.error})" if res.error else ""),
                     )
                 )
-            for m in mutants.right_for_exercise(ex.id):  # correct, written differently
+            for m in mutation.right_for(ex.id):  # correct, written differently
                 path = Path(tmp) / f"{ex.id.replace('.', '_')}_right_{m.name}.py"
-                path.write_text(mutants.apply(m, ex.path("solution").read_text()))
+                path.write_text(m.apply(ex.path("solution").read_text()))
                 res = run_checks(ex, path, isolate=False)
                 if not res.ok:
                     sol_bad += 1

@@ -1,7 +1,9 @@
-"""Generic mutation testing of the reference solutions: how many small random bugs do checks catch?
+"""Mutation testing of the reference solutions: do the checks catch the bugs they must?
 
-The named mutants (ch03_kv_block/mutants.py) are the mistakes students make. This module
-adds the blind measure: every *generic* mutant of a solution, made by rewriting its
+Two kinds of mutant. The *named* ones are the mistakes students make: a table of text patches
+of the solutions, `ch03_kv_block/mutants.toml`, which this module loads (`WRONG`, `RIGHT`) and
+applies (`Mutant.apply`); `pagedsim check --mutants` runs them (course/mutants_report.py).
+The *generic* ones are the blind measure: every mutant of a solution made by rewriting its
 syntax tree at one point, of four kinds:
 
     operator    + -> -, - -> +, * -> /, / -> *, // -> /, % -> //, & -> |, | -> &, ** -> *,
@@ -32,6 +34,55 @@ import random
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+CATALOGUE = Path(__file__).parent / "ch03_kv_block" / "mutants.toml"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One entry of the named-mutant table: a patch of one reference solution."""
+
+    exercise: str  # curriculum id
+    name: str  # short snake_case name, shown in the table
+    mistake: str  # the mistake in one sentence (for a RIGHT entry: how it is written differently)
+    old: str  # text in the solution (must occur exactly once)
+    new: str  # what the variant says instead
+    # words the first failure's message must contain (the true cause), if given; " | " separates
+    # alternatives, for a bug that shows either as a wrong value or as an exception it causes
+    says: str = ""
+
+    def apply(self, source: str) -> str:
+        """The solution's source with this patch applied; refused unless `old` occurs once."""
+        found = source.count(self.old)
+        if found != 1:
+            raise ValueError(
+                f"mutant {self.exercise}/{self.name}: its patch matches {found} places in the "
+                "solution"
+            )
+        return source.replace(self.old, self.new)
+
+
+def _load(kind: str) -> list[Mutant]:
+    table = tomllib.loads(CATALOGUE.read_text(encoding="utf-8")).get(kind, [])
+    return [Mutant(**row) for row in table]
+
+
+WRONG: list[Mutant] = _load("wrong")  # mistakes: some check must fail on each
+RIGHT: list[Mutant] = _load("right")  # correct solutions written differently: each must pass
+
+
+def wrong_for(exercise_id: str) -> list[Mutant]:
+    return [m for m in WRONG if m.exercise == exercise_id]
+
+
+def right_for(exercise_id: str) -> list[Mutant]:
+    return [m for m in RIGHT if m.exercise == exercise_id]
+
 
 BINOPS = {
     ast.Add: ast.Sub,

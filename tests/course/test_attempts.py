@@ -1,7 +1,7 @@
 """Students' attempts, wrong and right: every wrong one is caught with a first message that names
 its true cause, every right one (a correct solution written differently) passes.
 
-The attempts are patches of the reference solutions in course/ch03_kv_block/mutants.py:
+The attempts are patches of the reference solutions in course/ch03_kv_block/mutants.toml:
 MUTANTS with `says` (the words the first failure must contain) and RIGHT. Each runs in its own
 process, as `pagedsim check` runs a student's file, up to its first failing check: the first
 message `pagedsim check` prints.
@@ -10,17 +10,17 @@ message `pagedsim check` prints.
 import pytest
 
 from course import curriculum
-from course.ch03_kv_block import mutants
+from course import mutation
 from course.runner import run_checks
 
 pytestmark = pytest.mark.slow  # 54 attempts, each checked in its own process
-WRONG = [m for m in mutants.MUTANTS if m.says]
+WRONG = [m for m in mutation.WRONG if m.says]
 
 
 def attempt(tmp_path, m, *, stop_at_first):
     ex = curriculum.find(m.exercise)
     path = tmp_path / f"{m.exercise.replace('.', '_')}_{m.name}.py"
-    path.write_text(mutants.apply(m, ex.path("solution").read_text()))
+    path.write_text(m.apply(ex.path("solution").read_text()))
     return run_checks(ex, path, stop_at_first=stop_at_first, seconds=300)  # isolated, as students
 
 
@@ -35,7 +35,7 @@ def test_a_wrong_attempt_is_caught_and_its_first_message_names_the_cause(tmp_pat
     assert " object at 0x" not in first, first
 
 
-@pytest.mark.parametrize("m", mutants.RIGHT, ids=[f"{m.exercise}-{m.name}" for m in mutants.RIGHT])
+@pytest.mark.parametrize("m", mutation.RIGHT, ids=[f"{m.exercise}-{m.name}" for m in mutation.RIGHT])
 def test_a_right_attempt_written_differently_passes(tmp_path, m):
     out = attempt(tmp_path, m, stop_at_first=False)
     assert out.ok, (m.name, [f.message for f in out.failures], out.error)

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from course import curriculum
-from course.ch03_kv_block import capstone, mutants
+from course import curriculum, mutation
+from course.ch03_kv_block import capstone
 from pagedsim.app.cli import main
 from pagedsim.engine import generate
 from pagedsim.engine.lockstep import Divergence, PoolFailed, View, blocks_difference
@@ -32,14 +32,14 @@ def model():
     return generate.load()
 
 
-def workspace(folder, patch: mutants.Mutant | None = None, stub=()):
+def workspace(folder, patch: mutation.Mutant | None = None, stub=()):
     """A workspace folder holding the 3.4a and 3.4b solutions, one patched by `patch`, or the
     stubs of the exercises in `stub`."""
     for exercise in ("3.4a", "3.4b"):
         ex = curriculum.find(exercise)
         source = ex.path("stub" if exercise in stub else "solution").read_text(encoding="utf-8")
         if patch is not None and patch.exercise == exercise:
-            source = mutants.apply(patch, source)
+            source = patch.apply(source)
         (folder / f"{ex.stub.rsplit('/', 1)[-1]}").write_text(source, encoding="utf-8")
     return folder
 
@@ -56,8 +56,8 @@ def serve(model, folder, monkeypatch) -> Divergence:
     return Divergence("workspace", pool["blocks"], pool["token"])
 
 
-def mutant(name: str) -> mutants.Mutant:
-    return next(m for m in mutants.MUTANTS if m.name == name)
+def mutant(name: str) -> mutation.Mutant:
+    return next(m for m in mutation.WRONG if m.name == name)
 
 
 def test_the_reference_solutions_serve_every_token_and_block_of_the_reference_pool(
@@ -130,7 +130,7 @@ def test_an_untouched_stub_says_run_the_check_first(tmp_path, monkeypatch, stub,
 def test_an_exception_in_your_code_is_one_line_naming_exercise_method_and_line(
     model, tmp_path, monkeypatch
 ):
-    raising = mutants.Mutant(
+    raising = mutation.Mutant(
         "3.4a", "incref_raises", "", "        self.ref[b] += 1\n", "        {}[b]\n"
     )
     found = serve(model, workspace(tmp_path, raising), monkeypatch)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from course import cli, curriculum
-from course.ch03_kv_block import mutants
+from course import mutation
 
 REPO = curriculum.REPO_ROOT
 EXERCISES = curriculum.load()
@@ -109,30 +109,30 @@ def test_stubs_and_solutions_define_the_same_public_names():
 
 def test_every_mutant_patch_applies_to_exactly_one_place_and_each_exercise_has_three():
     for ex in EXERCISES:
-        ms = mutants.for_exercise(ex.id)
+        ms = mutation.wrong_for(ex.id)
         assert len(ms) >= 3, f"exercise {ex.id} has only {len(ms)} mutants"
         source = ex.path("solution").read_text()
         for m in ms:
-            assert mutants.apply(m, source) != source
-    assert len({(m.exercise, m.name) for m in mutants.MUTANTS}) == len(mutants.MUTANTS)
+            assert m.apply(source) != source
+    assert len({(m.exercise, m.name) for m in mutation.WRONG}) == len(mutation.WRONG)
 
 
 def test_the_instructors_guide_lists_every_mutant_and_the_student_readmes_none():
     text = (REPO / "course/INSTRUCTORS.md").read_text(encoding="utf-8")
-    missing = [m.name for m in mutants.MUTANTS if f"`{m.name}`" not in text]
+    missing = [m.name for m in mutation.WRONG if f"`{m.name}`" not in text]
     assert not missing, f"course/INSTRUCTORS.md does not list the mutants {missing}"
     for readme in ("README.md", "README.zh.md"):
         student = (REPO / "course/ch03_kv_block" / readme).read_text(encoding="utf-8")
-        spoilers = [m.name for m in mutants.MUTANTS if f"`{m.name}`" in student]
+        spoilers = [m.name for m in mutation.WRONG if f"`{m.name}`" in student]
         assert not spoilers, f"the student's {readme} gives away the mutants {spoilers}"
 
 
 @pytest.mark.slow
 def test_a_caught_mutant_is_reported_in_the_students_terms(tmp_path):
     ex = curriculum.find("3.4a")
-    m = next(m for m in mutants.for_exercise("3.4a") if m.name == "free_ignores_the_count")
+    m = next(m for m in mutation.wrong_for("3.4a") if m.name == "free_ignores_the_count")
     bad = tmp_path / "mine.py"
-    bad.write_text(mutants.apply(m, ex.path("solution").read_text()))
+    bad.write_text(m.apply(ex.path("solution").read_text()))
     run = pagedsim("check", "3.4a", "--impl", str(bad))
     assert run.returncode == 1
     assert (
@@ -161,7 +161,7 @@ def test_every_solution_passes_and_every_mutant_is_caught():
     assert run.returncode == 0, run.stdout + run.stderr
     n = len(EXERCISES)
     assert (
-        f"{len(mutants.MUTANTS)}/{len(mutants.MUTANTS)} mutants caught; {n}/{n} solutions pass"
+        f"{len(mutation.WRONG)}/{len(mutation.WRONG)} mutants caught; {n}/{n} solutions pass"
         in run.stdout
     )
     assert "NOT CAUGHT" not in run.stdout

@@ -1,19 +1,19 @@
 """What a student reads: the true cause, in their own calls, once.
 
-Each test checks one known mutant (course/ch03_kv_block/mutants.py) in-process and reads
+Each test checks one known mutant (course/ch03_kv_block/mutants.toml) in-process and reads
 the words `pagedsim check` would print for it.
 """
 
 from course import curriculum
-from course.ch03_kv_block import mutants
+from course import mutation
 from course.runner import Failure, Outcome, print_report, run_checks
 
 
 def check_mutant(tmp_path, exercise_id, name):
     ex = curriculum.find(exercise_id)
-    m = next(m for m in mutants.for_exercise(exercise_id) if m.name == name)
+    m = next(m for m in mutation.wrong_for(exercise_id) if m.name == name)
     path = tmp_path / f"{name}.py"
-    path.write_text(mutants.apply(m, ex.path("solution").read_text()))
+    path.write_text(m.apply(ex.path("solution").read_text()))
     return run_checks(ex, path, seconds=60)
 
 

@@ -24,7 +24,7 @@ def test_the_student_copy_has_the_stubs_and_checks_but_no_solutions_or_mutant_ca
         for check in ex.checks:
             assert (student_copy / check).is_file(), check
     assert not (student_copy / "course/ch03_kv_block/solutions").exists()
-    assert not (student_copy / "course/ch03_kv_block/mutants.py").exists()
+    assert not (student_copy / "course/ch03_kv_block/mutants.toml").exists()
     assert not (student_copy / "tests").exists() and (student_copy / "pyproject.toml").is_file()
     assert export.answer_leaks(student_copy) == []
 
