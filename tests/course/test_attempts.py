@@ -9,8 +9,7 @@ message `pagedsim check` prints.
 
 import pytest
 
-from course import curriculum
-from course import mutation
+from course import curriculum, mutation
 from course.runner import run_checks
 
 pytestmark = pytest.mark.slow  # 54 attempts, each checked in its own process
@@ -35,7 +34,10 @@ def test_a_wrong_attempt_is_caught_and_its_first_message_names_the_cause(tmp_pat
     assert " object at 0x" not in first, first
 
 
-@pytest.mark.parametrize("m", mutation.RIGHT, ids=[f"{m.exercise}-{m.name}" for m in mutation.RIGHT])
+RIGHT_IDS = [f"{m.exercise}-{m.name}" for m in mutation.RIGHT]
+
+
+@pytest.mark.parametrize("m", mutation.RIGHT, ids=RIGHT_IDS)
 def test_a_right_attempt_written_differently_passes(tmp_path, m):
     out = attempt(tmp_path, m, stop_at_first=False)
     assert out.ok, (m.name, [f.message for f in out.failures], out.error)

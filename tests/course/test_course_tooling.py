@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from course import cli, curriculum
-from course import mutation
+from course import cli, curriculum, mutation
 
 REPO = curriculum.REPO_ROOT
 EXERCISES = curriculum.load()

@@ -4,8 +4,7 @@ Each test checks one known mutant (course/ch03_kv_block/mutants.toml) in-process
 the words `pagedsim check` would print for it.
 """
 
-from course import curriculum
-from course import mutation
+from course import curriculum, mutation
 from course.runner import Failure, Outcome, print_report, run_checks
 
 

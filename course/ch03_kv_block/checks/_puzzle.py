@@ -59,7 +59,8 @@ def compare(log, got, want, *, out_name: str, owner, what: str, atol=1e-6):
     index = tuple(int(i) for i in np.argwhere(bad)[0])
     wrote = touched(log, out_name, index, got.shape)
     should = owner(index)
-    never = got[index] == POISON
+    at = f"{out_name}[{', '.join(map(str, index))}]"
+    never = not wrote  # (not `got == POISON`: an output the spec leaves alone is not poisoned)
     why = (
         say(
             f"nobody wrote it (thread {should} should have)",
@@ -67,15 +68,17 @@ def compare(log, got, want, *, out_name: str, owner, what: str, atol=1e-6):
         )
         if never
         else say(
-            f"thread(s) {wrote} wrote it; thread {should} should have",
-            f"线程 {wrote} 写了它；应由线程 {should} 写",
+            f"thread{'s' if len(wrote) > 1 else ''} {', '.join(map(str, wrote))} wrote it; "
+            + (f"thread {should} should have" if should is not None else "no thread should have"),
+            f"线程 {', '.join(map(str, wrote))} 写了它；"
+            + (f"应由线程 {should} 写" if should is not None else "不应有线程写它"),
         )
     )
     err = AssertionError(
         say(
-            f"{what}: {out_name}{list(index)} is {got[index]:.6g}, the spec says {want[index]:.6g} "
+            f"{what}: {at} is {got[index]:.6g}, the spec says {want[index]:.6g} "
             f"({int(bad.sum())} element(s) wrong): {why}",
-            f"{what}：{out_name}{list(index)} 是 {got[index]:.6g}，规范给出 {want[index]:.6g}"
+            f"{what}：{at} 是 {got[index]:.6g}，规范给出 {want[index]:.6g}"
             f"（{int(bad.sum())} 个元素不对）：{why}",
         )
     )

@@ -1,66 +1,246 @@
-"""The two checks every kernel puzzle has, written once: the spec on Hypothesis's shapes under the
-stepper (with the thread table on a failure), and one real launch under Numba's CUDA simulator
-(or a GPU). Each puzzle's check file supplies `case(draw)` and the spec."""
+"""The two checks every kernel puzzle has, written once.
+
+- `check_spec`: small cases under the stepper (one simulated thread at a time, every memory
+  access logged), so a wrong element comes with the table of which thread touched it.
+- `check_launches`: real launches (a GPU, or Numba's CUDA simulator) on cases drawn by
+  Hypothesis over everything the stub's spec allows: realistic head sizes, block sizes up to
+  32, tables and outputs longer than needed with garbage in the unused entries, logits and
+  log-sum-exps in the thousands of either sign, lengths on block edges.
+
+Each puzzle's check file supplies `build(**params) -> arrays` (deterministic, so a failing case
+can be pasted and rerun), two parameter strategies (small for the stepper, full for launches),
+the NumPy spec, the number of threads a case needs, and which thread owns which output.
+Both checks refuse a kernel that changes one of its inputs.
+"""
 
 from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from course.ch03_kv_block.checks._puzzle import compare, run_threads
+from course.ch03_kv_block.checks._puzzle import POISON, compare, run_threads
 from course.i18n import say
 
-# a few small shapes: the stepper runs one Python thread per simulated thread; no shrinking (the
-# message names the shapes and prints the threads, which says more than a smaller example)
-PUZZLE = settings(
-    max_examples=8,
-    derandomize=True,
+# no shrinking: the message names the case and the threads, which says more than a smaller one
+_COMMON = dict(
     database=None,
     deadline=None,
     phases=(Phase.explicit, Phase.generate),
     suppress_health_check=list(HealthCheck),
 )
+STEPPED = settings(max_examples=8, derandomize=True, **_COMMON)  # one Python thread per access
+LAUNCHED = settings(max_examples=12, **_COMMON)  # random: a new draw on every run
 
 
-def check_spec(impl, name, case, spec, *, outputs, owner, extra=2):
-    """One check function body: draw a case, run kernel `name` stepped, compare every output."""
+@dataclass(frozen=True)
+class Puzzle:
+    """What one puzzle's check file tells the harness."""
 
-    @PUZZLE
-    @given(st.data())
-    def run(data):
-        arrays, threads, shown = case(data.draw)
-        want = spec(**{k: np.array(v, copy=True) for k, v in arrays.items()})
-        try:
-            log = run_threads(getattr(impl, name), threads + extra, arrays)
-        except Exception as e:  # the student's kernel raised: say on which case
-            try:
-                e.calls = f"{name} on {shown}, {threads} threads (+{extra} extra past the data)"
-            except AttributeError:
-                pass
-            raise
-        for out_name in outputs:
-            compare(
-                log,
-                arrays[out_name],
-                want[out_name],
-                out_name=out_name,
-                owner=lambda index, o=out_name: owner(o, index, arrays),
-                what=f"{name} on {shown}, {threads} threads (+{extra} extra)",
+    module: str  # the check file's module, for the paste-able rerun line
+    kernel: str  # the kernel's name in the student's file
+    build: Callable[..., dict]  # params -> the arrays, in the kernel's argument order
+    spec: Callable[..., dict]  # the NumPy spec: arrays -> {output name: expected}
+    outputs: tuple[str, ...]  # which arrays the kernel writes
+    threads: Callable[[dict], int]  # arrays -> the number of threads the case needs
+    owner: Callable[[str, tuple, dict], int | None]  # (output, index, arrays) -> its thread
+    numerics: str = ""  # what to say when a value overflows (exp) or a sum underflows to 0
+    # what to say when an output is NaN only because the kernel read a slot the case leaves
+    # unused (`build(..., fill=nan)` fills them; the probe rebuilds with fill=0.0)
+    unused_read: str = ""
+    bounds: str = ""  # what to add to an IndexError (which entries hold garbage)
+    unwritten: str = ""  # what to add when an element the spec defines was never written
+
+
+def rerun(p: Puzzle, params: dict) -> str:
+    args = ", ".join(f"{k}={v!r}" for k, v in params.items())
+    return f"from {p.module} import build; arrays = build({args})"
+
+
+def _inputs_unchanged(p: Puzzle, before: dict, arrays: dict, where: str) -> None:
+    for name, old in before.items():
+        if name in p.outputs:
+            continue
+        new = np.asarray(arrays[name])
+        same = old == new
+        if old.dtype.kind == "f":
+            same |= np.isnan(old) & np.isnan(new)
+        if not np.all(same):
+            at = tuple(int(i) for i in np.argwhere(~same)[0])
+            raise AssertionError(
+                say(
+                    f"{where}: your kernel modified its input {name}: {name}{list(at)} was "
+                    f"{old[at]:.6g} and is now {new[at]:.6g}. Inputs are read-only; keep "
+                    "intermediate values in local variables",
+                    f"{where}：你的 kernel 修改了输入 {name}：{name}{list(at)} 原为 {old[at]:.6g}，"
+                    f"现为 {new[at]:.6g}。输入是只读的；中间值请放在局部变量里",
+                )
             )
+
+
+def _exception_cause(p: Puzzle, e: BaseException) -> str | None:
+    """The student-terms cause of an exception a launch raised, or None to let it through."""
+    thread = re.match(r"tid=\[(\d+)", str(e))
+    who = (
+        say(f"thread {thread.group(1)}", f"线程 {thread.group(1)}")
+        if thread
+        else say("a thread", "某个线程")
+    )
+    text = re.sub(r"^tid=\[[^\]]*\] ctaid=\[[^\]]*\]: ", "", str(e))
+    if isinstance(e, OverflowError):
+        return say(
+            f"the value overflowed: {who} called math.exp on an argument above 709 (on a GPU "
+            f"the result is inf, then NaN). {p.numerics}",
+            f"数值溢出：{who} 对大于 709 的参数调用了 math.exp（在 GPU 上结果是 inf，随后是 NaN）。"
+            f"{p.numerics}",
+        )
+    if isinstance(e, ZeroDivisionError):
+        return say(
+            f"{who} divided by zero: a sum of exps was 0 because every exp underflowed (on a GPU: "
+            f"NaN). {p.numerics}",
+            f"{who} 除以零：所有 exp 都下溢，指数和为 0（在 GPU 上是 NaN）。{p.numerics}",
+        )
+    if isinstance(e, IndexError):
+        return say(
+            f"{who} indexed past the end of an array (IndexError: {text}): an extra thread is "
+            f"not stopped by a guard, or an index is computed from the wrong size. {p.bounds}",
+            f"{who} 越界访问了数组（IndexError：{text}）：多余的线程没有被条件挡住，"
+            f"或下标用错了尺寸。{p.bounds}",
+        )
+    return None
+
+
+def _nonfinite_cause(p: Puzzle, impl, case: dict, got: np.ndarray, want: np.ndarray) -> str:
+    """Why an output is NaN or inf where the spec is finite: the kernel read a slot the case
+    leaves unused (it is finite once those hold 0.0), or a value overflowed."""
+    if not (~np.isfinite(got) & np.isfinite(want)).any():
+        return ""
+    if p.unused_read:
+        arrays = p.build(**case, fill=0.0)
+        try:
+            getattr(impl, p.kernel)[1, p.threads(arrays)](*arrays.values())
+            if all(np.isfinite(np.asarray(arrays[o], np.float64)).all() for o in p.outputs):
+                return " " + p.unused_read
+        except Exception:  # the probe itself failed: fall back to the numerics
+            pass
+    return " " + p.numerics if p.numerics else ""
+
+
+def _with_hints(p: Puzzle, impl, case: dict, err: AssertionError, got, want) -> AssertionError:
+    text = str(err)
+    if p.unwritten and ("nobody wrote it" in text or "never written" in text):
+        text += " " + p.unwritten
+    text += _nonfinite_cause(
+        p, impl, case, np.asarray(got, np.float64), np.asarray(want, np.float64)
+    )
+    err.args = (text,)
+    return err
+
+
+def _prepared(p: Puzzle, case: dict) -> tuple[dict, dict, dict]:
+    """The case's arrays, a copy of them as they were, and what the spec says the outputs are."""
+    arrays = p.build(**case)
+    before = {k: np.array(v, copy=True) for k, v in arrays.items()}
+    return arrays, before, p.spec(**{k: np.array(v, copy=True) for k, v in before.items()})
+
+
+def _raised(p: Puzzle, e: Exception, where: str) -> AssertionError:
+    cause = _exception_cause(p, e)
+    if cause is None:
+        raise e
+    return AssertionError(f"{cause} ({where})")
+
+
+def check_spec(p: Puzzle, impl, params: st.SearchStrategy[dict], extra: int = 2) -> None:
+    """Small cases, stepped: compare every output, with the thread table on a mismatch."""
+
+    @STEPPED
+    @given(params)
+    def run(case: dict) -> None:
+        arrays, before, want = _prepared(p, case)
+        threads = p.threads(arrays)
+        where = say(
+            f"{p.kernel} stepped with {threads} thread{'s' * (threads != 1)} (+{extra} extra) on "
+            f"{rerun(p, case)}",
+            f"{p.kernel} 以 {threads} 个线程（另加 {extra} 个）单步运行于 {rerun(p, case)}",
+        )
+        try:
+            log = run_threads(getattr(impl, p.kernel), threads + extra, arrays)
+        except Exception as e:  # the student's kernel raised: say on which case, and why
+            raise _raised(p, e, where) from e
+        _inputs_unchanged(p, before, arrays, where)
+        for out in p.outputs:
+            try:
+                compare(
+                    log,
+                    arrays[out],
+                    want[out],
+                    out_name=out,
+                    owner=lambda index, o=out: p.owner(o, index, arrays),
+                    what=where,
+                )
+            except AssertionError as err:
+                raise _with_hints(p, impl, case, err, arrays[out], want[out]) from None
 
     run()
 
 
-def check_launch(impl, name, arrays, threads, spec, outputs):
-    """A real launch: one block of `threads` threads; the outputs equal the spec."""
-    want = spec(**{k: np.array(v, copy=True) for k, v in arrays.items()})
-    getattr(impl, name)[1, threads](*arrays.values())
-    for out_name in outputs:
-        got = np.asarray(arrays[out_name], np.float64)
-        assert np.allclose(got, want[out_name], atol=1e-5, equal_nan=True), say(
-            f"launched on Numba's CUDA simulator (1 block of {threads} threads), {name} left "
-            f"{out_name} different from the spec by {np.nanmax(np.abs(got - want[out_name])):.3g}",
-            f"在 Numba 的 CUDA 模拟器上启动（1 个块、{threads} 个线程）后，{name} 的 {out_name} "
-            f"与规范相差 {np.nanmax(np.abs(got - want[out_name])):.3g}",
+def check_launches(p: Puzzle, impl, params: st.SearchStrategy[dict], extra: int = 3) -> None:
+    """Real launches (1 block) on cases from the whole space the spec allows."""
+
+    @LAUNCHED
+    @given(params)
+    def run(case: dict) -> None:
+        launch(p, impl, case, extra)
+
+    run()
+
+
+def launch(p: Puzzle, impl, case: dict, extra: int = 3) -> None:
+    """One real launch of `case`; an AssertionError names the first wrong element and its cause."""
+    arrays, before, want = _prepared(p, case)
+    threads = p.threads(arrays) + extra
+    where = say(
+        f"{p.kernel} launched as 1 block of {threads} threads on Numba's CUDA simulator (or a "
+        f"GPU); rerun the case with `{rerun(p, case)}`",
+        f"{p.kernel} 以 1 个块、{threads} 个线程在 Numba 的 CUDA 模拟器（或 GPU）上启动；"
+        f"用 `{rerun(p, case)}` 重现该用例",
+    )
+    try:
+        getattr(impl, p.kernel)[1, threads](*arrays.values())
+    except Exception as e:
+        raise _raised(p, e, where) from e
+    _inputs_unchanged(p, before, arrays, where)
+    for out in p.outputs:
+        got, exp = np.asarray(arrays[out], np.float64), np.asarray(want[out], np.float64)
+        bad = ~np.isclose(got, exp, atol=1e-5, rtol=1e-5, equal_nan=True)
+        if not bad.any():
+            continue
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        owner = p.owner(out, index, arrays)
+        who = say(f"thread {owner} owns it", f"它归线程 {owner}") if owner is not None else ""
+        value = f"{got[index]:.6g}" if got[index] != POISON else say("never written", "从未被写")
+        at = f"{out}[{', '.join(map(str, index))}]"
+        err = AssertionError(
+            say(
+                f"{at} is {value}, the spec says {exp[index]:.6g} ({int(bad.sum())} element(s) "
+                f"wrong); {who}.",
+                f"{at} 是 {value}，规范给出 {exp[index]:.6g}"
+                f"（{int(bad.sum())} 个元素不对）；{who}。",
+            )
         )
+        err = _with_hints(p, impl, case, err, got, exp)
+        raise AssertionError(f"{err} ({where})")
+
+
+def logits_near(base: float, rng: np.random.Generator, q: np.ndarray, k: np.ndarray) -> None:
+    """Shift every logit q[h] . k[..., h, :] / sqrt(D) by about `base`, in place: coordinate 0
+    of every key is 1 and q[h, 0] is base * sqrt(D), so the scaled logits are base + O(1)."""
+    D = q.shape[-1]
+    k[..., 0] = 1.0
+    q[:, 0] = base * math.sqrt(D) + rng.standard_normal(q.shape[0])

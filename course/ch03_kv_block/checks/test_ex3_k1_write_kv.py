@@ -5,7 +5,7 @@ import pytest
 from hypothesis import strategies as st
 
 from course.ch03_kv_block.checks._puzzle import POISON
-from course.ch03_kv_block.checks._puzzle_checks import check_launch, check_spec
+from course.ch03_kv_block.checks._puzzle_checks import Puzzle, check_launches, check_spec
 
 EXERCISE = "3.k1"
 pytestmark = pytest.mark.ch3_7
@@ -18,38 +18,55 @@ def spec(key, slot_mapping, k_cache):
     return {"k_cache": k_cache}
 
 
-def case(draw):
-    T = draw(st.integers(1, 4))
-    D, slots = draw(st.integers(1, 3)), draw(st.integers(T, 8))
-    rng = np.random.default_rng(draw(st.integers(0, 99)))
-    mapping = rng.permutation(slots)[:T].astype(np.int64)
-    if T > 1 and draw(st.booleans()):
-        mapping[-1] = -1  # a padded token
-    arrays = {
+def build(T, D, spare_slots, padded, seed):
+    """T tokens into a cache of T + spare_slots slots; the last `padded` tokens have slot -1."""
+    rng = np.random.default_rng(seed)
+    mapping = rng.permutation(T + spare_slots)[:T].astype(np.int64)
+    mapping[T - padded :] = -1
+    return {
         "key": rng.standard_normal((T, D)),
         "slot_mapping": mapping,
-        "k_cache": np.full((slots, D), POISON),
+        "k_cache": np.full((T + spare_slots, D), POISON),
     }
-    return arrays, T * D, f"T={T} tokens, D={D}, slots {mapping.tolist()}"
 
 
-def owner(out_name, index, arrays):
+@st.composite
+def params(draw, *, full: bool):
+    """One thread per key number: at most 256 of them (a small grid for the simulator)."""
+    D = draw(st.sampled_from([1, 2, 8, 64, 128]) if full else st.integers(1, 3))
+    T = draw(st.integers(1, max(1, 256 // D)) if full else st.integers(1, 4))
+    return dict(
+        T=T,
+        D=D,
+        spare_slots=draw(st.integers(0, 16) if full else st.integers(0, 4)),
+        padded=draw(st.integers(0, T - 1)),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+def owner(out, index, arrays):
     slot, d = index
     hits = [t for t, s in enumerate(arrays["slot_mapping"]) if s == slot]
     return hits[0] * arrays["key"].shape[1] + d if hits else None
 
 
+PUZZLE = Puzzle(
+    module=__name__,
+    kernel="write_kv_kernel",
+    build=build,
+    spec=spec,
+    outputs=("k_cache",),
+    threads=lambda arrays: arrays["key"].size,
+    owner=owner,
+)
+
+
 def test_write_kv_scatters_each_number_to_its_slot_and_skips_padding(impl):
     """Every (t, d) goes to k_cache[slot_mapping[t], d]; padded tokens (-1) and extra threads
     write nothing."""
-    check_spec(impl, "write_kv_kernel", case, spec, outputs=["k_cache"], owner=owner)
+    check_spec(PUZZLE, impl, params(full=False))
 
 
-def test_write_kv_launches_under_the_cuda_simulator(impl):
-    """One real launch (GPU, or Numba's CUDA simulator), with 3 extra threads."""
-    arrays = {
-        "key": np.arange(6.0).reshape(3, 2),
-        "slot_mapping": np.array([4, -1, 0]),
-        "k_cache": np.full((6, 2), POISON),
-    }
-    check_launch(impl, "write_kv_kernel", arrays, 9, spec, ["k_cache"])
+def test_write_kv_launches_on_every_case_the_spec_allows(impl):
+    """Real launches: head_dim up to 128, caches with many more slots than tokens, padding."""
+    check_launches(PUZZLE, impl, params(full=True))

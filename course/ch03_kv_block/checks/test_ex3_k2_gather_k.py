@@ -5,7 +5,8 @@ import pytest
 from hypothesis import strategies as st
 
 from course.ch03_kv_block.checks._puzzle import POISON
-from course.ch03_kv_block.checks._puzzle_checks import check_launch, check_spec
+from course.ch03_kv_block.checks._puzzle_checks import Puzzle, check_launches, check_spec
+from course.i18n import say
 
 EXERCISE = "3.k2"
 pytestmark = pytest.mark.ch3_7
@@ -18,35 +19,67 @@ def spec(k_cache, block_table, out):
     return {"out": out}
 
 
-def case(draw):
-    B, D, N = draw(st.integers(1, 4)), draw(st.integers(1, 3)), draw(st.integers(2, 6))
-    L = draw(st.integers(1, min(N * B, 7)))
-    rng = np.random.default_rng(draw(st.integers(0, 99)))
-    table = rng.permutation(N)[: -(-L // B)].astype(np.int64)
-    arrays = {
-        "k_cache": rng.standard_normal((N, B, D)),
-        "block_table": table,
-        "out": np.full((L, D), POISON),
-    }
-    return arrays, L * D, f"L={L} tokens, B={B}, D={D}, table {table.tolist()}"
+def build(B, D, L, spare_blocks, spare_entries, seed, fill=np.nan):
+    """A cache whose slots past the sequence hold `fill`; a table `spare_entries` longer than L
+    needs, its extra entries garbage (ids past the cache's end)."""
+    rng = np.random.default_rng(seed)
+    used = -(-L // B)
+    N = used + spare_blocks
+    k_cache = np.full((N, B, D), fill)
+    table = np.concatenate(
+        [rng.permutation(N)[:used], N + 1000 + rng.integers(0, 10**6, spare_entries)]
+    ).astype(np.int64)
+    pos = np.arange(L)
+    k_cache[table[pos // B], pos % B] = rng.standard_normal((L, D))
+    return {"k_cache": k_cache, "block_table": table, "out": np.full((L, D), POISON)}
 
 
-def owner(out_name, index, arrays):
-    p, d = index
-    return p * arrays["out"].shape[1] + d
+@st.composite
+def params(draw, *, full: bool):
+    """One thread per output number: at most 256 of them (a small grid for the simulator)."""
+    D = draw(st.sampled_from([1, 2, 8, 64, 128]) if full else st.integers(1, 3))
+    B = draw(st.integers(1, 32) if full else st.integers(1, 4))
+    L = draw(st.integers(1, max(1, 256 // D)) if full else st.integers(1, 7))
+    edge = [x for x in (L - L % B, L - L % B + 1, L - L % B - 1) if 1 <= x <= L]
+    return dict(
+        B=B,
+        D=D,
+        L=draw(st.sampled_from([L, *edge])),  # on a block edge, +-1
+        spare_blocks=draw(st.integers(0, 2)),
+        spare_entries=draw(st.integers(0, 2)),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+PUZZLE = Puzzle(
+    module=__name__,
+    kernel="gather_k_kernel",
+    build=build,
+    spec=spec,
+    outputs=("out",),
+    threads=lambda arrays: arrays["out"].size,
+    owner=lambda out, index, arrays: index[0] * arrays["out"].shape[1] + index[1],
+    unused_read=say(
+        "The cache's unused slots hold NaN here: that value came from a slot the sequence does "
+        "not use. Position p lives in block block_table[p // B] at offset p % B.",
+        "这里缓存中未用的槽是 NaN：这个值来自序列没有用到的槽。位置 p 在块 block_table[p // B] 的"
+        "偏移 p % B 处。",
+    ),
+    bounds=say(
+        "block_table may be longer than the sequence needs, and its entries past the last block "
+        "are garbage: the partly filled last block is entry (L - 1) // B, not the table's last.",
+        "block_table 可能比序列所需的更长，最后一个块之后的条目是垃圾值：部分填充的最后一个块是"
+        "第 (L - 1) // B 项，而不是表的最后一项。",
+    ),
+)
 
 
 def test_gather_reads_each_position_through_the_table(impl):
     """out[p, d] = k_cache[table[p // B], p % B, d] for every p < L; extra threads write nothing."""
-    check_spec(impl, "gather_k_kernel", case, spec, outputs=["out"], owner=owner)
+    check_spec(PUZZLE, impl, params(full=False))
 
 
-def test_gather_launches_under_the_cuda_simulator(impl):
-    """One real launch (GPU, or Numba's CUDA simulator), with extra threads."""
-    rng = np.random.default_rng(4)
-    arrays = {
-        "k_cache": rng.standard_normal((4, 3, 2)),
-        "block_table": np.array([2, 0, 3]),
-        "out": np.full((7, 2), POISON),
-    }
-    check_launch(impl, "gather_k_kernel", arrays, 16, spec, ["out"])
+def test_gather_launches_on_every_case_the_spec_allows(impl):
+    """Real launches: blocks up to 32, head_dim up to 128, lengths on block edges, tables longer
+    than needed with garbage past the last block."""
+    check_launches(PUZZLE, impl, params(full=True))

@@ -5,7 +5,13 @@ import pytest
 from hypothesis import strategies as st
 
 from course.ch03_kv_block.checks._puzzle import POISON
-from course.ch03_kv_block.checks._puzzle_checks import check_launch, check_spec
+from course.ch03_kv_block.checks._puzzle_checks import (
+    Puzzle,
+    check_launches,
+    check_spec,
+    logits_near,
+)
+from course.i18n import say
 
 EXERCISE = "3.k3"
 pytestmark = pytest.mark.ch3_7
@@ -22,46 +28,88 @@ def spec(q, k_cache, v_cache, block_table, context_len, out):
     return {"out": out}
 
 
-def case(draw):
-    H, B, D, N = (
-        draw(st.integers(1, 3)),
-        draw(st.integers(1, 3)),
-        draw(st.integers(1, 3)),
-        draw(st.integers(2, 4)),
-    )
-    L = draw(st.integers(1, min(N * B, 6)))
-    loud = draw(st.sampled_from([1.0, 300.0]))  # large logits: exp needs the max subtracted
-    rng = np.random.default_rng(draw(st.integers(0, 99)))
-    table = rng.permutation(N)[: -(-L // B)].astype(np.int64)
-    arrays = {
-        "q": rng.standard_normal((H, D)) * loud,
-        "k_cache": rng.standard_normal((N, B, H, D)),
-        "v_cache": rng.standard_normal((N, B, H, D)),
+def build(H, B, D, L, spare_blocks, spare_entries, base, seed, fill=np.nan):
+    """q [H, D] whose scaled logits are about `base`; a cache with `spare_blocks` unused blocks;
+    a table `spare_entries` longer than L needs. Every slot the sequence does not use is `fill`,
+    and every table entry past its last block is garbage (an id past the cache's end)."""
+    rng = np.random.default_rng(seed)
+    used = -(-L // B)
+    N = used + spare_blocks
+    k_cache = np.full((N, B, H, D), fill)
+    v_cache = np.full((N, B, H, D), fill)
+    table = np.concatenate(
+        [rng.permutation(N)[:used], N + 1000 + rng.integers(0, 10**6, spare_entries)]
+    ).astype(np.int64)
+    q = rng.standard_normal((H, D))
+    pos = np.arange(L)
+    k = rng.standard_normal((L, H, D))
+    logits_near(base, rng, q, k)
+    k_cache[table[pos // B], pos % B] = k
+    v_cache[table[pos // B], pos % B] = rng.standard_normal((L, H, D))
+    return {
+        "q": q,
+        "k_cache": k_cache,
+        "v_cache": v_cache,
         "block_table": table,
         "context_len": np.array([L]),
         "out": np.full((H, D), POISON),
     }
-    return arrays, H, f"H={H}, L={L}, B={B}, D={D}, table {table.tolist()}, |q| ~ {loud:g}"
 
 
-def owner(out_name, index, arrays):
-    return index[0]
+@st.composite
+def params(draw, *, full: bool):
+    B = draw(st.integers(1, 32) if full else st.integers(1, 3))
+    L = draw(st.integers(1, 6 * B) if full else st.integers(1, 6))
+    edge = [x for x in (L - L % B, L - L % B + 1, L - L % B - 1) if 1 <= x <= L]
+    L = draw(st.sampled_from([L, *edge]))  # on a block edge, +-1
+    return dict(
+        H=draw(st.integers(1, 4) if full else st.integers(1, 3)),
+        B=B,
+        D=draw(st.sampled_from([1, 2, 3, 16, 64, 128]) if full else st.integers(1, 3)),
+        L=L,
+        spare_blocks=draw(st.integers(0, 2)),
+        spare_entries=draw(st.integers(0, 2)),
+        base=draw(st.sampled_from([0.0, 300.0, -300.0, 2000.0, -2000.0])),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+NUMERICS = say(
+    "Every scaled logit on this case is near base (see the case): subtract the largest SCALED "
+    "logit (start the running max at -inf, or at the first logit, not at 0) before exp.",
+    "该用例的每个缩放后 logit 都接近 base（见用例）：在 exp 之前减去最大的缩放后 logit"
+    "（运行最大值从 -inf 或第一个 logit 开始，而不是 0）。",
+)
+PUZZLE = Puzzle(
+    module=__name__,
+    kernel="paged_decode_kernel",
+    build=build,
+    spec=spec,
+    outputs=("out",),
+    threads=lambda arrays: arrays["q"].shape[0],
+    owner=lambda out, index, arrays: index[0],
+    numerics=NUMERICS,
+    unused_read=say(
+        "That value came from a slot the sequence does not use (those hold NaN here): read "
+        "positions p < context_len[0] only, each through block_table[p // B].",
+        "这个值来自序列没有用到的槽（这里那些槽是 NaN）：只读 p < context_len[0] 的位置，"
+        "并经 block_table[p // B] 读取。",
+    ),
+    bounds=say(
+        "block_table may be longer than the sequence needs, and its entries past the last "
+        "block are garbage: find the last block from context_len, not from the table's length.",
+        "block_table 可能比序列所需的更长，最后一个块之后的条目是垃圾值："
+        "要从 context_len 算出最后一个块，而不是从表的长度。",
+    ),
+)
 
 
 def test_paged_decode_matches_the_softmax_spec(impl):
     """out[h] = softmax(q[h] . K / sqrt(D)) V through the table, for logits small and large."""
-    check_spec(impl, "paged_decode_kernel", case, spec, outputs=["out"], owner=owner)
+    check_spec(PUZZLE, impl, params(full=False))
 
 
-def test_paged_decode_launches_under_the_cuda_simulator(impl):
-    """One real launch (GPU, or Numba's CUDA simulator), with extra threads."""
-    rng = np.random.default_rng(6)
-    arrays = {
-        "q": rng.standard_normal((2, 4)),
-        "k_cache": rng.standard_normal((3, 2, 2, 4)),
-        "v_cache": rng.standard_normal((3, 2, 2, 4)),
-        "block_table": np.array([1, 2, 0]),
-        "context_len": np.array([5]),
-        "out": np.full((2, 4), POISON),
-    }
-    check_launch(impl, "paged_decode_kernel", arrays, 4, spec, ["out"])
+def test_paged_decode_launches_on_every_case_the_spec_allows(impl):
+    """Real launches: head_dim up to 128, blocks up to 32, logits in the thousands of either sign,
+    tables longer than needed with garbage past the last block."""
+    check_launches(PUZZLE, impl, params(full=True))

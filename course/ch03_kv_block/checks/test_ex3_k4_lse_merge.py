@@ -5,7 +5,8 @@ import pytest
 from hypothesis import strategies as st
 
 from course.ch03_kv_block.checks._puzzle import POISON
-from course.ch03_kv_block.checks._puzzle_checks import check_launch, check_spec
+from course.ch03_kv_block.checks._puzzle_checks import Puzzle, check_launches, check_spec
+from course.i18n import say
 
 EXERCISE = "3.k4"
 pytestmark = pytest.mark.ch3_7
@@ -19,40 +20,59 @@ def spec(o1, lse1, o2, lse2, out, lse_out):
     return {"out": out, "lse_out": lse_out}
 
 
-def case(draw):
-    H, D = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    rng = np.random.default_rng(draw(st.integers(0, 99)))
-    big = draw(st.sampled_from([0.0, 800.0]))  # lse in the hundreds: exp(lse) overflows
-    arrays = {
+def build(H, D, base, gap, seed):
+    """Two partials whose lse are about `base` and `base + gap`, head by head (either larger)."""
+    rng = np.random.default_rng(seed)
+    lse1 = base + rng.standard_normal(H) * 3
+    lse2 = lse1 + gap * rng.choice([-1.0, 1.0], H) + rng.standard_normal(H)
+    return {
         "o1": rng.standard_normal((H, D)),
-        "lse1": rng.standard_normal(H) * 3 + big,
+        "lse1": lse1,
         "o2": rng.standard_normal((H, D)),
-        "lse2": rng.standard_normal(H) * 3 + big,
+        "lse2": lse2,
         "out": np.full((H, D), POISON),
         "lse_out": np.full(H, POISON),
     }
-    return arrays, H * D, f"H={H}, D={D}, lse near {big:g}"
 
 
-def owner(out_name, index, arrays):
-    D = arrays["o1"].shape[1]
-    return index[0] * D + (index[1] if out_name == "out" else 0)
+@st.composite
+def params(draw, *, full: bool):
+    D = draw(st.sampled_from([1, 3, 16, 64, 128]) if full else st.integers(1, 3))
+    return dict(  # one thread per output number: at most 256 (a small grid for the simulator)
+        H=draw(st.integers(1, max(1, min(4, 256 // D))) if full else st.integers(1, 3)),
+        D=D,
+        base=draw(st.sampled_from([0.0, 800.0, -800.0, 3000.0, -3000.0])),
+        gap=draw(st.sampled_from([0.0, 5.0, 800.0, 2000.0])),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+NUMERICS = say(
+    "On this case an lse is near base and the two differ by up to gap (see the case): shift "
+    "both by their MAXIMUM, m = max(lse1[h], lse2[h]), so that the larger weight is exp(0) = 1 "
+    "and the other is at most 1 (shifting by lse1 alone, or by the minimum, overflows).",
+    "该用例的 lse 接近 base，两者相差可达 gap（见用例）：用二者的最大值 m = max(lse1[h], lse2[h]) "
+    "平移，使较大的权重为 exp(0) = 1、另一个不超过 1（只用 lse1 或用最小值平移都会溢出）。",
+)
+PUZZLE = Puzzle(
+    module=__name__,
+    kernel="merge_kernel",
+    build=build,
+    spec=spec,
+    outputs=("out", "lse_out"),
+    threads=lambda arrays: arrays["o1"].size,
+    owner=lambda out, index, arrays: (
+        index[0] * arrays["o1"].shape[1] + (index[1] if out == "out" else 0)
+    ),
+    numerics=NUMERICS,
+)
 
 
 def test_the_merge_weighs_each_partial_by_its_log_sum_exp(impl):
     """out = (w1 o1 + w2 o2) / (w1 + w2) with w = exp(lse - max); lse_out = max + log(w1 + w2)."""
-    check_spec(impl, "merge_kernel", case, spec, outputs=["out", "lse_out"], owner=owner)
+    check_spec(PUZZLE, impl, params(full=False))
 
 
-def test_the_merge_launches_under_the_cuda_simulator(impl):
-    """One real launch (GPU, or Numba's CUDA simulator), with extra threads."""
-    rng = np.random.default_rng(8)
-    arrays = {
-        "o1": rng.standard_normal((2, 3)),
-        "lse1": np.array([1.0, 900.0]),
-        "o2": rng.standard_normal((2, 3)),
-        "lse2": np.array([2.5, 899.0]),
-        "out": np.full((2, 3), POISON),
-        "lse_out": np.full(2, POISON),
-    }
-    check_launch(impl, "merge_kernel", arrays, 8, spec, ["out", "lse_out"])
+def test_the_merge_launches_on_every_case_the_spec_allows(impl):
+    """Real launches: head_dim up to 128, lse in the thousands of either sign, gaps up to 2000."""
+    check_launches(PUZZLE, impl, params(full=True))

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import strategies as st
 
-from course.ch03_kv_block.checks._puzzle_checks import check_launch, check_spec
+from course.ch03_kv_block.checks._puzzle_checks import Puzzle, check_launches, check_spec
 
 EXERCISE = "3.k5"
 pytestmark = pytest.mark.ch3_7
@@ -16,30 +16,52 @@ def spec(cache, pairs):
     return {"cache": cache}
 
 
-def case(draw):
-    N, B, D = draw(st.integers(2, 6)), draw(st.integers(1, 3)), draw(st.integers(1, 2))
-    P = draw(st.integers(1, N // 2))
-    rng = np.random.default_rng(draw(st.integers(0, 99)))
+def build(N, B, D, P, seed):
+    """P pairs over N blocks; no source is a destination, no two pairs share a destination."""
+    rng = np.random.default_rng(seed)
     ids = rng.permutation(N)[: 2 * P]
-    pairs = np.stack([ids[:P], ids[P:]], axis=1).astype(np.int64)  # sources never a destination
-    arrays = {"cache": rng.standard_normal((N, B, D)), "pairs": pairs}
-    return arrays, P * B * D, f"N={N} blocks of B={B}, D={D}, pairs {pairs.tolist()}"
+    pairs = np.stack([ids[:P], ids[P:]], axis=1).astype(np.int64)
+    return {"cache": rng.standard_normal((N, B, D)), "pairs": pairs}
 
 
-def owner(out_name, index, arrays):
+@st.composite
+def params(draw, *, full: bool):
+    """One thread per copied number: at most 256 of them (a small grid for the simulator)."""
+    D = draw(st.sampled_from([1, 2, 8, 64]) if full else st.integers(1, 2))
+    B = draw(st.integers(1, max(1, min(32, 128 // D))) if full else st.integers(1, 3))
+    N = draw(st.integers(2, 8) if full else st.integers(2, 6))
+    return dict(
+        N=N,
+        B=B,
+        D=D,
+        P=draw(st.integers(1, max(1, min(N // 2, 256 // (B * D))))),
+        seed=draw(st.integers(0, 2**16)),
+    )
+
+
+def owner(out, index, arrays):
     blk, b, d = index
     B, D = arrays["cache"].shape[1:]
     hits = [p for p, (_, dst) in enumerate(arrays["pairs"]) if dst == blk]
     return (hits[0] * B + b) * D + d if hits else None
 
 
+PUZZLE = Puzzle(
+    module=__name__,
+    kernel="copy_blocks_kernel",
+    build=build,
+    spec=spec,
+    outputs=("cache",),
+    threads=lambda arrays: arrays["pairs"].shape[0] * arrays["cache"][0].size,
+    owner=owner,
+)
+
+
 def test_every_destination_block_becomes_a_copy_of_its_source(impl):
     """cache[dst] = cache[src] for every pair, slot by slot; sources and other blocks unchanged."""
-    check_spec(impl, "copy_blocks_kernel", case, spec, outputs=["cache"], owner=owner)
+    check_spec(PUZZLE, impl, params(full=False))
 
 
-def test_copy_blocks_launches_under_the_cuda_simulator(impl):
-    """One real launch (GPU, or Numba's CUDA simulator), with extra threads."""
-    rng = np.random.default_rng(10)
-    arrays = {"cache": rng.standard_normal((5, 2, 3)), "pairs": np.array([[0, 3], [4, 1]])}
-    check_launch(impl, "copy_blocks_kernel", arrays, 14, spec, ["cache"])
+def test_copy_blocks_launches_on_every_case_the_spec_allows(impl):
+    """Real launches: blocks of up to 32 slots, head_dim up to 64, several pairs."""
+    check_launches(PUZZLE, impl, params(full=True))

@@ -5,7 +5,8 @@ import pytest
 from hypothesis import strategies as st
 
 from course.ch03_kv_block.checks._puzzle import POISON
-from course.ch03_kv_block.checks._puzzle_checks import check_launch, check_spec
+from course.ch03_kv_block.checks._puzzle_checks import Puzzle, check_launches, check_spec
+from course.i18n import say
 
 EXERCISE = "3.k6"
 pytestmark = pytest.mark.ch3_7
@@ -17,26 +18,41 @@ def spec(params, dropped):
     return {"dropped": dropped}
 
 
-def case(draw):
-    B, n = draw(st.integers(1, 4)), draw(st.integers(1, 16))
-    w = draw(st.sampled_from([1, B, B + 1, n, max(1, n - B)]))  # edges: a window ending on a
-    # block boundary, one token past it, the whole sequence
-    M = -(-n // B)
-    arrays = {"params": np.array([n, w, B]), "dropped": np.full(M, POISON)}
-    return arrays, M, f"n={n} tokens, window w={w}, B={B}: {M} blocks"
+def build(n, w, B, spare):
+    """dropped has the sequence's ceil(n / B) entries plus `spare` more (the spec covers all)."""
+    return {"params": np.array([n, w, B]), "dropped": np.full(-(-n // B) + spare, POISON)}
 
 
-def owner(out_name, index, arrays):
-    return index[0]
+@st.composite
+def params(draw, *, full: bool):
+    B = draw(st.integers(1, 32) if full else st.integers(1, 4))
+    n = draw(st.integers(1, 200) if full else st.integers(1, 16))
+    # edges: a window ending on a block boundary, one token past it, the whole sequence
+    w = draw(st.sampled_from([1, B, B + 1, n, max(1, n - B), max(1, n - n % B), n + B]))
+    return dict(n=n, w=w, B=B, spare=draw(st.integers(0, 3)))
+
+
+PUZZLE = Puzzle(
+    module=__name__,
+    kernel="dropped_kernel",
+    build=build,
+    spec=spec,
+    outputs=("dropped",),
+    threads=lambda arrays: arrays["dropped"].shape[0],
+    owner=lambda out, index, arrays: index[0],
+    unwritten=say(
+        "dropped may have more entries than the sequence has blocks: guard with "
+        "dropped.shape[0], and write every entry the spec defines.",
+        "dropped 的条目可能多于序列的块数：用 dropped.shape[0] 作条件，并写出规范定义的每一项。",
+    ),
+)
 
 
 def test_a_block_is_dropped_exactly_when_all_its_tokens_are_before_the_window(impl):
     """dropped[j] = 1 iff (j + 1) * B <= n - w, including windows that end on a block boundary."""
-    check_spec(impl, "dropped_kernel", case, spec, outputs=["dropped"], owner=owner)
+    check_spec(PUZZLE, impl, params(full=False))
 
 
-def test_window_drops_launch_under_the_cuda_simulator(impl):
-    """One real launch (GPU, or Numba's CUDA simulator), with extra threads."""
-    # n - w = 8 is not a multiple of B: block 2 (tokens 6..8) straddles the window start
-    arrays = {"params": np.array([13, 5, 3]), "dropped": np.full(5, POISON)}
-    check_launch(impl, "dropped_kernel", arrays, 7, spec, ["dropped"])
+def test_window_drops_launch_on_every_case_the_spec_allows(impl):
+    """Real launches: blocks up to 32, sequences up to 200 tokens, outputs longer than needed."""
+    check_launches(PUZZLE, impl, params(full=True))
