@@ -1,4 +1,6 @@
-"""`pagedsim hint ID [--level 1|2|3]`: hints on request, gentlest first (rustlings' `hint`).
+"""`pagedsim hint [ID] [--level 1|2|3]`: hints on request, gentlest first (rustlings' `hint`).
+
+Without an ID it is the exercise you are on (the first not passed), as `watch` picks it.
 
 Level 1 says what to look at, level 2 how the pieces fit, level 3 the recipe
 (course/curriculum.toml: `nudges` then `hint`). A failing `pagedsim check` never prints a
@@ -7,14 +9,16 @@ hint by itself; it ends with "need a hint? pagedsim hint ID".
 
 from __future__ import annotations
 
-from . import curriculum, i18n
+from . import curriculum, i18n, progress
 
 
 def main(argv: list[str]) -> int:
     from pagedsim.app.args import ArgParser
 
     p = ArgParser(prog="pagedsim hint", description="a hint for one exercise, gentlest first")
-    p.add_argument("exercise", help="an exercise id such as 3.4a")
+    p.add_argument(
+        "exercise", nargs="?", help="an exercise id such as 3.4a (default: the one you are on)"
+    )
     p.add_argument(
         "--level",
         type=int,
@@ -25,10 +29,18 @@ def main(argv: list[str]) -> int:
     p.add_argument("--lang", choices=i18n.LANGS, help="language of the text")
     args = p.parse_args(argv)
     lang = i18n.set_lang(args.lang)
+    exercises = curriculum.load()
     try:
-        ex = curriculum.find(args.exercise)
+        ex = (
+            curriculum.find(args.exercise, exercises)
+            if args.exercise
+            else progress.current(exercises)
+        )
     except KeyError as e:
         p.error(e.args[0])
+    if ex is None:
+        print(f"all {len(exercises)} exercises pass: no hint needed")
+        return 0
     levels = ex.hint_levels(lang)
     from pagedsim.app.lang import wrap  # CJK-aware: Chinese has no spaces to break at
 

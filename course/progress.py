@@ -131,3 +131,11 @@ def solution_main(argv: list[str]) -> int:
     print(f"# the reference for {ex.id}, to compare with yours ({path.name})\n")
     print(path.read_text(encoding="utf-8"))
     return 0
+
+
+def current(exercises):
+    """The exercise a student is on: the first in course order that has not passed (None when
+    every one has). `watch` and `hint` start there."""
+    where = folder()
+    data = load(where)
+    return next((ex for ex in exercises if state(ex, data, where) != "pass"), None)

@@ -23,10 +23,11 @@ def _digest(path: Path) -> str:
         return ""
 
 
-def _first_left(exercises) -> curriculum.Exercise | None:
-    where = progress.folder()
-    data = progress.load(where)
-    return next((ex for ex in exercises if progress.state(ex, data, where) != "pass"), None)
+def _next_left(ex, exercises) -> curriculum.Exercise | None:
+    """The first exercise after `ex` in course order that has not passed, wrapping around to the
+    start: passing the last one with earlier ones left is not the end of the course."""
+    i = exercises.index(ex)
+    return progress.current(exercises[i + 1 :] + exercises[: i + 1])
 
 
 def watch(ex, exercises, *, interval: float, iterations: int | None, timeout=None) -> int:
@@ -45,12 +46,11 @@ def watch(ex, exercises, *, interval: float, iterations: int | None, timeout=Non
         print_report(outcome, verbose=False, hint=True)
         runs += 1
         if outcome.ok:
-            later = exercises[exercises.index(ex) + 1 :]
-            ex = next(iter(later), None)
+            done, ex = ex, _next_left(ex, exercises)
             if ex is None:
-                print("\nevery exercise passes: well done")
+                print(f"\n{done.id} passes, and so does every other exercise: well done")
                 return 0
-            print(f"\nnext: {ex.id} {ex.title_in(i18n.lang())}")
+            print(f"\n{done.id} passes; next: {ex.id} {ex.title_in(i18n.lang())}")
             if iterations is not None and runs >= iterations:
                 return 0
             continue
@@ -85,11 +85,15 @@ def main(argv: list[str]) -> int:
         p.error("--interval must be > 0 and --iterations at least 1")
     exercises = curriculum.load()
     try:
-        ex = curriculum.find(args.exercise, exercises) if args.exercise else _first_left(exercises)
+        ex = (
+            curriculum.find(args.exercise, exercises)
+            if args.exercise
+            else progress.current(exercises)
+        )
     except KeyError as e:
         p.error(e.args[0])
     if ex is None:
-        print("every exercise passes: well done")
+        print(f"all {len(exercises)} exercises pass: well done")
         return 0
     try:
         return watch(

@@ -92,3 +92,32 @@ def test_watch_checks_again_when_the_file_is_saved(tmp_path, monkeypatch):
         saver.wait(timeout=600)
     data = json.loads((mine.parent / progress.NAME).read_text())
     assert status == 0 and data["3.1"]["status"] == "pass"  # the stub failed, the save passed
+
+
+def test_passing_the_last_exercise_with_stubs_left_moves_on_to_the_first_stub(
+    tmp_path, monkeypatch, capsys
+):
+    """Passing 3.k6 (last in course order) while 3.1 ... are stubs is not "every exercise passes":
+    watch names 3.1 next and keeps going."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PAGEDSIM_WORKSPACE", raising=False)
+    workspace.create(tmp_path / workspace.DEFAULT)
+    exercises = curriculum.load()
+    last = exercises[-1]
+    mine = workspace.find(last)
+    mine.write_text(last.path("solution").read_text())
+    assert watch.watch(last, exercises, interval=0.05, iterations=2) == 1  # last passes, 3.1 fails
+    printed = capsys.readouterr().out
+    assert f"{last.id} passes; next: {exercises[0].id}" in printed
+    assert "well done" not in printed
+
+
+def test_hint_without_an_exercise_is_for_the_one_you_are_on(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PAGEDSIM_WORKSPACE", raising=False)
+    workspace.create(tmp_path / workspace.DEFAULT)
+    assert hints.main([]) == 0
+    first = curriculum.load()[0]
+    printed = capsys.readouterr().out
+    assert f"hint {first.id}, level 1" in printed
+    assert " ".join(first.hint_levels("en")[0].split()) in " ".join(printed.split())

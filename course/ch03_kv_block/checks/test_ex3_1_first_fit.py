@@ -98,6 +98,14 @@ def test_free_merges_the_range_with_both_neighbouring_holes(impl):
             if touching[0][0] == (0, 3)
             else "the hole after it (it starts where the range ends)"
         )
+    if len(holes) == 1 and holes[0][0] == 0:  # one hole, as it should be, but the wrong size
+        assert holes == [(0, 12)], say(
+            f"freeing [3, 6) between holes [0, 3) and [6, 12) left one hole of size "
+            f"{holes[0][1]}, expected size 12: the merged hole's size should be the sum of "
+            "the three sizes (3 + 3 + 6)",
+            f"释放空洞 [0, 3) 与 [6, 12) 之间的 [3, 6) 后留下一个大小为 {holes[0][1]} 的空洞，"
+            "应为 12：合并后的大小应是三段之和（3 + 3 + 6）",
+        )
     assert a.holes == [(0, 12)], say(
         f"freeing [3, 6) between holes [0, 3) and [6, 12) left {a.holes}, expected one hole"
         + (
