@@ -89,6 +89,17 @@ def swapped_axes(shape, index, got):
     return None
 
 
+def swapped_indices(shape, index, got):
+    """The two axes whose indices the student swapped (each index times the other's stride)."""
+    for a in range(len(shape)):
+        for b in range(a + 1, len(shape)):
+            slipped = list(index)
+            slipped[a], slipped[b] = index[b], index[a]
+            if index[a] != index[b] and offset_of(shape, slipped) == got:
+                return AXES[a], AXES[b]
+    return None
+
+
 def test_flat_offset_follows_the_axis_order_of_the_pool(impl):
     """[num_blocks, num_layers, 2, H_kv, B, D], in that order: sizes all different, so a swapped
     pair of axes is named."""
@@ -104,55 +115,20 @@ def test_flat_offset_follows_the_axis_order_of_the_pool(impl):
             f"{swap[1]} 轴的顺序弄反了。池是 [num_blocks, num_layers, 2 (K/V), num_kv_heads, "
             "block_size, head_dim]：kv 在 head 之前，token 在 dim 之前",
         )
+        slip = swapped_indices(shape, index, got)
+        assert slip is None, say(
+            f"flat_offset{(shape, *index)} gave {got}, expected {want}: the {slip[0]} and "
+            f"{slip[1]} indices are swapped (the {slip[0]} index is multiplied by the {slip[1]} "
+            "axis's stride, and the other way round)",
+            f"flat_offset{(shape, *index)} 得到 {got}，应为 {want}：{slip[0]} 与 {slip[1]} 的下标"
+            f"互换了（{slip[0]} 的下标乘了 {slip[1]} 轴的步长，反之亦然）",
+        )
         raise AssertionError(
             say(
                 f"flat_offset{(shape, *index)} gave {got}, expected {want}: each index times its "
                 f"dimension's stride (here {c_strides(shape)})",
                 f"flat_offset{(shape, *index)} 得到 {got}，应为 {want}：每个下标乘以它那一维的步长",
             )
-        )
-
-
-def test_offsets_at_the_chapters_scale_pass_2_to_the_31_without_wrapping(impl):
-    """The chapter's pool (5,120 blocks x 8 MiB = 40 GiB) has 21,474,836,480 elements: its last
-    offset, strides and bytes are exact Python-int values; int32 arithmetic wraps negative."""
-    shape = CHAPTER_POOL
-    last = tuple(n - 1 for n in shape)
-    checks = [
-        (
-            f"flat_offset({shape}, *{last})",
-            lambda: impl.flat_offset(shape, *last),
-            offset_of(shape, last),
-        ),
-        (
-            f"flat_offset({shape}, 256, 0, 0, 0, 0, 0)",
-            lambda: impl.flat_offset(shape, 256, 0, 0, 0, 0, 0),
-            offset_of(shape, (256,) + (0,) * 5),
-        ),
-        (
-            f"slot_offset({shape}, slot={5120 * 16 - 1}, layer=31, kv=1, head=31, dim=127)",
-            lambda: impl.slot_offset(shape, 5120 * 16 - 1, 31, 1, 31, 127),
-            offset_of(shape, last),
-        ),
-        (
-            f"strides((3,) + {shape})",
-            lambda: tuple(impl.strides((3,) + shape)),
-            c_strides((3,) + shape),
-        ),
-        (
-            "bytes_per_block(16, 32, 32, 128, 2) * 5120 blocks",
-            lambda: impl.bytes_per_block(16, 32, 32, 128, 2) * 5120,
-            5120 * 8 * 2**20,
-        ),
-    ]
-    for call, run, want in checks:
-        got = run()
-        got = tuple(int(g) for g in got) if isinstance(got, tuple) else got
-        assert got == want, say(
-            f"{call} gave {got}, expected {want}: past 2**31 = 2,147,483,648 a 32-bit integer "
-            "wraps (int32 strides or an int32 array); compute in Python ints or int64",
-            f"{call} 得到 {got}，应为 {want}：超过 2**31 = 2,147,483,648 时 32 位整数会回绕"
-            "（int32 的步长或 int32 数组）；用 Python int 或 int64 计算",
         )
 
 
@@ -203,6 +179,65 @@ def test_slot_offset_uses_block_size_to_split_the_slot(impl):
         f"slot_offset(slot 7) 得到 {got}，应为 {pool[1, 1, 1, 0, 3, 2]}："
         "slot // block_size 是 Block，slot % block_size 是 token",
     )
+
+
+def test_offsets_at_the_chapters_scale_pass_2_to_the_31_without_wrapping(impl):
+    """The chapter's pool (5,120 blocks x 8 MiB = 40 GiB) has 21,474,836,480 elements: its last
+    offset, strides and bytes are exact Python-int values; int32 arithmetic wraps negative."""
+    shape = CHAPTER_POOL
+    last = tuple(n - 1 for n in shape)
+    checks = [
+        (
+            f"flat_offset({shape}, *{last})",
+            lambda: impl.flat_offset(shape, *last),
+            offset_of(shape, last),
+        ),
+        (
+            f"flat_offset({shape}, 256, 0, 0, 0, 0, 0)",
+            lambda: impl.flat_offset(shape, 256, 0, 0, 0, 0, 0),
+            offset_of(shape, (256,) + (0,) * 5),
+        ),
+        (
+            f"slot_offset({shape}, slot={5120 * 16 - 1}, layer=31, kv=1, head=31, dim=127)",
+            lambda: impl.slot_offset(shape, 5120 * 16 - 1, 31, 1, 31, 127),
+            offset_of(shape, last),
+        ),
+        (
+            f"strides((3,) + {shape})",
+            lambda: tuple(impl.strides((3,) + shape)),
+            c_strides((3,) + shape),
+        ),
+        (
+            "bytes_per_block(16, 32, 32, 128, 2) * 5120 blocks",
+            lambda: impl.bytes_per_block(16, 32, 32, 128, 2) * 5120,
+            5120 * 8 * 2**20,
+        ),
+    ]
+    for call, run, want in checks:
+        got = run()
+        got = tuple(int(g) for g in got) if isinstance(got, tuple) else got
+        if got == want:
+            continue
+        wrapped = isinstance(got, (int, np.integer)) and (int(got) - want) % 2**32 == 0
+        wrapped |= isinstance(got, tuple) and all(
+            (g - w) % 2**32 == 0 for g, w in zip(got, want, strict=False)
+        )
+        assert not wrapped, say(
+            f"{call} gave {got}, expected {want}: past 2**31 = 2,147,483,648 a 32-bit integer "
+            "wraps (int32 strides or an int32 array); compute in Python ints or int64",
+            f"{call} 得到 {got}，应为 {want}：超过 2**31 = 2,147,483,648 时 32 位整数会回绕"
+            "（int32 的步长或 int32 数组）；用 Python int 或 int64 计算",
+        )
+        raise AssertionError(
+            say(
+                f"{call} gave {got}, expected {want}. That is not a 32-bit wrap (they do not "
+                "differ by a multiple of 2**32): an index or a size is taken from the wrong "
+                "axis. shape is (num_blocks, num_layers, 2, num_kv_heads, block_size, head_dim)",
+                f"{call} 得到 {got}，应为 {want}。这不是 32 位回绕（两者之差不是 2**32 的倍数）："
+                "某个下标或尺寸取错了轴。shape 是 (num_blocks, num_layers, 2, num_kv_heads, "
+                "block_size, head_dim)",
+            )
+        )
 
 
 @pytest.mark.kernels

@@ -132,6 +132,62 @@ def dense_reference(query, keys, values, scale):
     return np.einsum("ht,thd->hd", p / p.sum(axis=1, keepdims=True), v)
 
 
+def _slips(query, keys, values, scale):
+    """What common slips compute, by name: the mistake in the student's words -> its result."""
+    H, H_kv = query.shape[0], keys.shape[1]
+    q = query.astype(np.float64)
+    right = np.arange(H) // (H // H_kv)
+    k, v = keys.astype(np.float64), values.astype(np.float64)
+
+    def attend(s, kv_head=right, norm_axis=1, shift_axis=1, vals=v):
+        p = np.exp(s - s.max(axis=shift_axis, keepdims=True))
+        return np.einsum("ht,thd->hd", p / p.sum(axis=norm_axis, keepdims=True), vals[:, kv_head])
+
+    logits = np.einsum("hd,thd->ht", q, k[:, right]) * scale  # [H, T]
+    return {
+        say(
+            "the softmax's maximum is taken over the heads axis (axis 0) instead of the tokens "
+            "(axis 1 of the [H, T] logits): each token gets its own shift, so the weights are "
+            "wrong",
+            "softmax 的最大值是沿头的轴（axis 0）取的，而不是沿 token（[H, T] logits 的 axis 1）："
+            "每个 token 的平移不同，权重因此出错",
+        ): attend(logits, shift_axis=0),
+        say(
+            "the weights are normalised over the heads axis (axis 0) instead of the tokens "
+            "(axis 1 of the [H, T] logits)",
+            "权重是沿头的轴（axis 0）归一化的，而不是沿 token（[H, T] logits 的 axis 1）",
+        ): attend(logits, norm_axis=0),
+        say(
+            "query head h reads KV head h % H_kv; with grouped-query attention it is "
+            "h // (H // H_kv)",
+            "查询头 h 读的是 KV 头 h % H_kv；分组查询注意力中应是 h // (H // H_kv)",
+        ): attend(
+            np.einsum("hd,thd->ht", q, k[:, np.arange(H) % H_kv]) * scale,
+            kv_head=np.arange(H) % H_kv,
+        ),
+        say(
+            "the logits are not scaled (the default scale is 1/sqrt(D))",
+            "logits 没有缩放（默认 scale 是 1/sqrt(D)）",
+        ): attend(logits / scale),
+        say(
+            "the logits are scaled by 1/D instead of 1/sqrt(D)",
+            "logits 乘的是 1/D，而不是 1/sqrt(D)",
+        ): attend(logits * scale),
+        say(
+            "the weights multiply the keys, not the values (index 1 of the cache's K/V axis)",
+            "权重乘的是 K 而不是 V（V 在缓存 K/V 轴的下标 1）",
+        ): attend(logits, vals=k),
+    }
+
+
+def slip_named(query, keys, values, scale, got) -> str:
+    """The name of the slip whose result `got` is, or ''."""
+    for mistake, result in _slips(query, keys, values, scale).items():
+        if result.shape == got.shape and np.allclose(got, result, atol=1e-5):
+            return mistake
+    return ""
+
+
 def random_case(rng, *, heads=4, kv_heads=2, bs=4, d=8, length=11, num_blocks=9, loud=1.0):
     """A cache filled with noise, one sequence scattered over random blocks, and its logical K/V."""
     cache = rng.standard_normal((num_blocks, 2, kv_heads, bs, d)).astype(
@@ -205,6 +261,12 @@ def test_paged_attention_reads_each_token_through_the_table(impl, seed):
         f"paged_attention returned shape {got.shape}, expected {want.shape}",
         f"paged_attention 返回的形状是 {got.shape}，应为 {want.shape}",
     )
+    if not np.allclose(got, want, atol=1e-5):
+        mistake = slip_named(query, keys, values, 1 / np.sqrt(query.shape[1]), got)
+        assert not mistake, say(
+            f"paged attention differs from dense attention (seed {seed}): {mistake}",
+            f"分页注意力与稠密注意力不一致（seed {seed}）：{mistake}",
+        )
     assert np.allclose(got, want, atol=1e-5), say(
         f"paged attention differs from dense attention over the same tokens by "
         f"{np.nanmax(np.abs(got - want)):.3g} (seed {seed}): check the gather, the KV head of each "

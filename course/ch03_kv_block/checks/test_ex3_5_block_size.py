@@ -28,6 +28,40 @@ def manager_waste(lengths, bs):
     return u.empty_slots, u.blocks_used * bs
 
 
+def test_the_functions_only_read_their_lengths(impl):
+    """lengths is read, never changed: each function works on a tuple, and a list passed in comes
+    back as it went in (runs first, so a list consumed in place is named before what it breaks)."""
+    lengths = [16, 17, 1, 40]
+    calls = {
+        "waste": lambda seqs: impl.waste(seqs, 16),
+        "waste_fraction": lambda seqs: impl.waste_fraction(seqs, 16),
+        "choose_block_size": lambda seqs: impl.choose_block_size(seqs, 2, 10**9, (8, 16, 32), 0.5),
+    }
+    for name, call in calls.items():
+        try:
+            call(tuple(lengths))
+        except (AttributeError, TypeError) as e:
+            if "tuple" not in str(e):
+                raise
+            raise AssertionError(
+                say(
+                    f"{name} modifies its lengths argument in place: given the tuple "
+                    f"{tuple(lengths)} it raised {type(e).__name__}: {e}. Read the lengths (a for "
+                    "loop, sum(...), sorted(...)); never pop, sort or assign into them",
+                    f"{name} 就地修改了参数 lengths：传入元组 {tuple(lengths)} 时抛出了 "
+                    f"{type(e).__name__}：{e}。只读取 lengths（for 循环、sum(...)、sorted(...)），"
+                    "不要 pop、sort 或赋值",
+                )
+            ) from None
+        given = list(lengths)
+        call(given)
+        assert given == lengths, say(
+            f"{name} modified the caller's lengths list in place: {lengths} became {given}; "
+            "read the lengths, never change them",
+            f"{name} 就地修改了调用者的 lengths 列表：{lengths} 变成了 {given}；只读取，不要修改",
+        )
+
+
 def test_waste_counts_the_empty_end_of_each_last_block(impl):
     """Blocks of 16: 16 tokens waste 0, 17 waste 15, 1 wastes 15, so 30 in all."""
     got = impl.waste([16, 17, 1], 16)
