@@ -60,6 +60,7 @@ def compare(log, got, want, *, out_name: str, owner, what: str, atol=1e-6):
     wrote = touched(log, out_name, index, got.shape)
     should = owner(index)
     at = f"{out_name}[{', '.join(map(str, index))}]"
+    shown = f"{got[index]:.6g}" if got[index] != POISON else say("never written", "从未被写")
     never = not wrote  # (not `got == POISON`: an output the spec leaves alone is not poisoned)
     why = (
         say(
@@ -76,9 +77,9 @@ def compare(log, got, want, *, out_name: str, owner, what: str, atol=1e-6):
     )
     err = AssertionError(
         say(
-            f"{what}: {at} is {got[index]:.6g}, the spec says {want[index]:.6g} "
+            f"{what}: {at} is {shown}, the spec says {want[index]:.6g} "
             f"({int(bad.sum())} element(s) wrong): {why}",
-            f"{what}：{at} 是 {got[index]:.6g}，规范给出 {want[index]:.6g}"
+            f"{what}：{at} 是 {shown}，规范给出 {want[index]:.6g}"
             f"（{int(bad.sum())} 个元素不对）：{why}",
         )
     )

@@ -34,8 +34,9 @@ _COMMON = dict(
     phases=(Phase.explicit, Phase.generate),
     suppress_health_check=list(HealthCheck),
 )
-STEPPED = settings(max_examples=8, derandomize=True, **_COMMON)  # one Python thread per access
+STEPPED = settings(max_examples=16, derandomize=True, **_COMMON)  # one Python thread per access
 LAUNCHED = settings(max_examples=12, **_COMMON)  # random: a new draw on every run
+STEP_REPLAY = 64  # a failed launch of at most this many threads is replayed under the stepper
 
 
 @dataclass(frozen=True)
@@ -235,6 +236,22 @@ def launch(p: Puzzle, impl, case: dict, extra: int = 3) -> None:
             )
         )
         err = _with_hints(p, impl, case, err, got, exp)
+        if threads <= STEP_REPLAY:  # the same case stepped: which thread wrote what, in order
+            replayed, _, _ = _prepared(p, case)
+            try:
+                log = run_threads(getattr(impl, p.kernel), threads, replayed)
+                compare(
+                    log,
+                    replayed[out],
+                    want[out],
+                    out_name=out,
+                    owner=lambda index, o=out, a=replayed: p.owner(o, index, a),
+                    what=where,
+                )
+            except AssertionError as stepped:
+                raise _with_hints(p, impl, case, stepped, replayed[out], want[out]) from None
+            except Exception:  # the replay itself failed: the launch's own message stands
+                pass
         raise AssertionError(f"{err} ({where})")
 
 
