@@ -47,13 +47,12 @@ import json
 import os
 import queue
 import shutil
-import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pagedsim.app.args import ArgParser, float_in, int_in
-from pagedsim.testing import jail
+from pagedsim.testing import jail, walk
 
 from . import curriculum, export
 from . import grade_similarity as similarity
@@ -248,7 +247,7 @@ def grade(
             watch.end((s, i))
             slots.put(slot)
 
-    with tempfile.TemporaryDirectory(prefix="pagedsim-grade-") as tmp:
+    with walk.temporary_folder("pagedsim-grade-") as tmp:
         spool = Spool(Path(tmp) / "spool")  # never shared with a job
         spool.fill(root, handed, exercises, limits)
         jobs = Path(tmp) / "jobs"  # outside every student's folder
@@ -271,7 +270,6 @@ def grade(
                 )
         finally:
             jail.kill_tree(None, orphans_of_self=True, keep=keep)  # whatever escaped its session
-            jail.writable(Path(tmp))
         results.similarity = similarity.run(spool.files())
     for r in results:
         wrote = sorted(set(watch.blamed.get((r.student, r.exercise), ())))

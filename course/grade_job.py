@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -258,8 +257,7 @@ class Job:
         return jail.changed(self.digest, self.contents())
 
     def remove(self) -> None:
-        jail.writable(self.folder)
-        shutil.rmtree(self.folder, ignore_errors=True)
+        walk.remove_tree(self.folder)  # however deep the job nested its scratch
 
 
 def row(student: str, ex_id: str, mode: Mode, status: str, messages=(), **kw) -> Result:
@@ -303,7 +301,7 @@ def run_one(
     refused = refuse(path, data)
     if refused:
         return result("error", [refused])
-    data = path.read_bytes() if data is None else data
+    data = walk.read(path, READ_LIMITS.file_bytes) if data is None else data
     job, extra = Job.make(jobs, build, path.name, data, extra_checks, uid)
     start = time.monotonic()
     proc = subprocess.Popen(
@@ -369,10 +367,15 @@ def run_one(
 def refuse(path: Path, data: bytes | None = None) -> str:
     """Why a handed-in file is not graded at all: a link (to the solution, or anywhere), or a
     byte-for-byte copy of a reference solution; '' when it is graded. `data`: its bytes as
-    read when grading began."""
-    if path.is_symlink() or path.resolve() != path.absolute():
+    read when grading began, by a walk that follows no link (`read_handed`): then the path is
+    not looked at again, so a job that swaps another student's folder for a link since
+    cannot change that student's row."""
+    if data is None and (path.is_symlink() or path.resolve() != path.absolute()):
         return f"{path.name} is (or is under) a symbolic link, not a file of your own: not graded"
-    data = path.read_bytes() if data is None else data
+    try:
+        data = walk.read(path, READ_LIMITS.file_bytes) if data is None else data
+    except walk.Stopped as e:
+        return f"not graded: {e.args[0]}"
     if any(data == p.read_bytes() for p in solutions_on_disk()):
         return f"{path.name} is a copy of the reference solution: not graded"
     return ""

@@ -160,7 +160,7 @@ def write_gradescope(results, folder: Path) -> list[Path]:
     by: dict = {}
     for r in results:
         by.setdefault(r.student, []).append(r)
-    written, manifest, taken = [], {}, set()
+    written, manifest, taken = [], {}, {"manifest.json"}
     for student, rows in by.items():
         name = _safe_name(student)
         n = 1

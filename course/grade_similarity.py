@@ -100,13 +100,14 @@ class _Normalise(ast.NodeTransformer):
 
 
 def tokens(source: str | bytes) -> list[str] | None:
-    """The normalised file as a list of tokens (None when it does not parse or is too large)."""
+    """The normalised file as a list of tokens (None when it does not parse or is too large;
+    MemoryError when its tree does not fit this process's memory)."""
     if len(source) > MAX_BYTES:
         return None
     try:
         tree = _Normalise().visit(ast.parse(source))
         dump = ast.dump(tree, annotate_fields=False)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    except (SyntaxError, ValueError, RecursionError):
         return None
     return dump.replace("(", " ( ").replace(")", " ) ").replace(",", " ").split()
 
@@ -129,7 +130,10 @@ def _share(a: frozenset, b: frozenset) -> float:
 def ratio(a: str | bytes, b: str | bytes) -> float:
     """The share of fingerprints two files have in common once normalised (0.0 when either
     does not parse)."""
-    ta, tb = tokens(a), tokens(b)
+    try:
+        ta, tb = tokens(a), tokens(b)
+    except MemoryError:
+        return 0.0
     return _share(fingerprints(ta), fingerprints(tb)) if ta and tb else 0.0
 
 
@@ -176,11 +180,10 @@ def compare(files: dict) -> dict:
         ref, stub = (_prints(_reference(ex_id, f)) for f in ("solution", "stub"))
         for student, path in by_student.items():
             try:
-                source = walk.read(path, MAX_BYTES)
-            except walk.Stopped:
+                prints[student] = _prints(walk.read(path, MAX_BYTES))
+            except (walk.Stopped, MemoryError):  # over the cap, or its tree over the budget
                 flags.setdefault(ex_id, {})[student] = TOO_LARGE
                 continue
-            prints[student] = _prints(source)
             r = _share(prints[student], ref)
             if r >= THRESHOLD:
                 flags.setdefault(ex_id, {})[student] = _flag_text(r)

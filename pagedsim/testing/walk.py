@@ -11,15 +11,19 @@ link to `/`, a FIFO, or a 1 GiB sparse file. So, unlike `Path.rglob`:
 - it stops at `Bounds.depth` folders deep and `Bounds.entries` entries, with `Stopped` and a
   one-line reason, never a partial answer passed off as whole;
 - `read` stats the open file first and refuses anything that is not a regular file or is
-  larger than its limit, then reads in chunks and never more than the limit.
+  larger than its limit, then reads in chunks and never more than the limit;
+- `remove_tree` deletes a folder however deep, without recursion and without following a
+  link (what a job left in its scratch folder).
 
 Open descriptors at any time: at most depth + 2, whatever the folder's width.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -156,3 +160,69 @@ def read(path, limit: int) -> bytes:
         if got > limit:
             raise Stopped(f"{path.name} grew past the limit of {limit:,} bytes while read")
     return b"".join(parts)
+
+
+def remove_tree(path) -> None:
+    """Delete the folder `path` and everything below it, however deep (a job can nest 1,100
+    folders in its scratch, and shutil.rmtree recurses), following no link, making each
+    folder writable as it is entered. One descriptor open at a time: the walk goes back up
+    through "..". What cannot be removed is left behind, never retried."""
+    path = Path(path)
+    if path.is_symlink() or not path.is_dir():
+        path.unlink(missing_ok=True)
+        return
+    path.chmod(0o700)
+    cur = os.open(path, _DIR_FLAGS)
+    below: list[str] = []  # the names walked down through, from `path`
+    pending = [_clear(cur)]  # per level: the folders still to go down into
+    try:
+        while True:
+            if pending[-1]:
+                name = pending[-1].pop()
+                try:
+                    os.chmod(name, 0o700, dir_fd=cur)
+                    down = os.open(name, _DIR_FLAGS, dir_fd=cur)
+                except OSError:
+                    continue
+                os.close(cur)
+                cur = down
+                below.append(name)
+                pending.append(_clear(cur))
+            elif below:
+                up = os.open("..", _DIR_FLAGS, dir_fd=cur)
+                os.close(cur)
+                cur = up
+                pending.pop()
+                with contextlib.suppress(OSError):
+                    os.rmdir(below.pop(), dir_fd=cur)
+            else:
+                break
+    finally:
+        os.close(cur)
+    with contextlib.suppress(OSError):
+        path.rmdir()
+
+
+def _clear(fd: int) -> list[str]:
+    """Unlink everything in the folder `fd` but its folders; returns their names."""
+    folders = []
+    with os.scandir(fd) as it:
+        found = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+    for name, is_dir in found:
+        if is_dir:
+            folders.append(name)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=fd)
+    return folders
+
+
+@contextlib.contextmanager
+def temporary_folder(prefix: str):
+    """A new private folder (mode 0700) that is removed with `remove_tree` on leaving, whatever
+    a job nested in it (tempfile.TemporaryDirectory's rmtree recurses)."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield folder
+    finally:
+        remove_tree(folder)
