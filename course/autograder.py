@@ -25,13 +25,12 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from pagedsim.testing import jail, walk
 
 from . import curriculum
-from .grade_job import READ_LIMITS, DEFAULT_TIMEOUT, Mode, read_handed, row, run_one, survey
+from .grade_job import DEFAULT_TIMEOUT, READ_LIMITS, Mode, read_handed, row, run_one, survey
 from .grade_report import gradescope_results
 
 STUDENT = "submission"  # the one student of a Gradescope run, as the rows name them
@@ -62,7 +61,7 @@ def grade_submission(folder: Path, exercises, timeout: float) -> list:
     data = read_handed(folder, handed, exercises, READ_LIMITS)
     build = installed_build()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="pagedsim-autograder-") as tmp:
+    with walk.temporary_folder("pagedsim-autograder-") as tmp:
         jobs = Path(tmp) / "jobs"
         jobs.mkdir()
         if how.own_uid:  # each job's user may pass through (never list) to its own folder
@@ -82,7 +81,6 @@ def grade_submission(folder: Path, exercises, timeout: float) -> list:
                     data=got, uid=uid,
                 )
             )  # fmt: skip
-        jail.writable(Path(tmp))
     return rows
 
 

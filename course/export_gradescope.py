@@ -65,9 +65,7 @@ def write_bundle(dest, exercise_ids=None, timeout: float = DEFAULT_TIMEOUT) -> P
     """Write the bundle into `dest` (new or empty, outside the project) and DEST.zip; returns
     the zip's path. ValueError for a bad destination, KeyError for an unknown exercise."""
     dest = export.check_destination(dest)
-    ids = [curriculum.find(i).id for i in exercise_ids or ()] or [
-        ex.id for ex in curriculum.load()
-    ]
+    ids = [curriculum.find(i).id for i in exercise_ids or ()] or [ex.id for ex in curriculum.load()]
     export.export(dest / "pagedsim")
     (dest / "setup.sh").write_text(SETUP)
     (dest / "run_autograder").write_text(
