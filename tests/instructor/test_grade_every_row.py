@@ -48,7 +48,10 @@ def test_a_folder_1100_deep_is_that_students_error_and_the_others_are_graded(
             f.write("GOOD")
     finally:
         os.chdir(here)
-    got = rows(grade.grade(root, ["3.1"], timeout=300, command=fake_checker, mode=MODE))
+    try:
+        got = rows(grade.grade(root, ["3.1"], timeout=300, command=fake_checker, mode=MODE))
+    finally:
+        subprocess.run(["rm", "-rf", str(deep)], check=True)  # shutil.rmtree recurses too
     assert got["ann", "3.1"].status == "pass" and got["ben", "3.1"].status == "fail"
     (why,) = got["deep", "3.1"].messages
     assert got["deep", "3.1"].status == "error" and "nested more than" in why, why
