@@ -136,8 +136,9 @@ class Watch:
     again (by content, jail.contents: bounded, no link followed) and every change since the
     last look is blamed on each job that ran since then (the one job, with --workers 1).
     Files are graded from the bytes read when grading began (Spool), so a change never
-    reaches the student whose file it was. A file too large to grade is known by its size,
-    ctime and inode, so one student's 1 GiB file is not read again after every job."""
+    reaches the student whose file it was. Past ReadLimits.student_bytes hashed in one
+    folder, a file is known by its size, ctime and inode, so a student's 1 GiB file (or
+    5,000 files of 1 MiB) is not read again after every job."""
 
     def __init__(self, root: Path, limits: ReadLimits = READ_LIMITS):
         self.root, self.limits, self.lock = root, limits, threading.Lock()
@@ -150,7 +151,7 @@ class Watch:
         out = {}
         for p in sorted(self.root.iterdir()):
             if p.is_dir() and not p.is_symlink():
-                found = jail.contents(p, hash_limit=self.limits.file_bytes)
+                found = jail.contents(p, hash_limit=self.limits.student_bytes)
                 out.update({f"{p.name}/{rel}": h for rel, h in found.items()})
             else:  # never graded: known by what a write changes (ctime cannot be put back)
                 st = p.lstat()

@@ -504,20 +504,22 @@ def contents(folder: Path, hash_limit: int | None = None) -> dict[str, str]:
     target's name; a file that cannot be read: "unreadable"). Integrity by content: a file
     rewritten at the same size with its mtime put back still shows. The walk is bounded
     (walk.entries: no link followed, no recursion): where it stops, one entry names why, so
-    the stop itself shows as a change. A file over `hash_limit` bytes is known by its size,
-    ctime (which no write can put back) and inode instead: never read whole on every look."""
+    the stop itself shows as a change. `hash_limit`: bytes hashed at most, in all; a file that
+    would pass it is known by its size, ctime (which a write sets and no user can put back)
+    and inode instead, so a folder of large files is not read whole on every look."""
     folder = Path(folder)
     try:
         found = walk.entries(folder)
     except walk.Stopped as stop:
         return {f"<not walked: {stop.args[0]}>": "stopped"}
     out = {}
+    budget = hash_limit
     for e in found:
         p = folder / e.rel
         try:
             if e.kind == "link":
                 out[e.rel] = "link:" + hashlib.sha256(os.readlink(p).encode()).hexdigest()
-            elif e.kind == "file" and hash_limit is not None and e.size > hash_limit:
+            elif e.kind == "file" and budget is not None and e.size > budget:
                 st = p.lstat()
                 out[e.rel] = f"large:{st.st_size}:{st.st_ctime_ns}:{st.st_ino}"
             elif e.kind == "file":
@@ -526,6 +528,7 @@ def contents(folder: Path, hash_limit: int | None = None) -> dict[str, str]:
                     for chunk in iter(functools.partial(f.read, 1 << 20), b""):
                         h.update(chunk)
                 out[e.rel] = h.hexdigest()
+                budget = None if budget is None else budget - e.size
         except OSError:
             out[e.rel] = "unreadable"
     return out

@@ -13,8 +13,11 @@ import sys
 import textwrap
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from course import grade
+from pagedsim.testing import walk
 
 NAME = "ex3_1_first_fit.py"
 MODE = grade.Mode(sandbox=False, own_uid=False)  # the fake checker runs nothing of theirs
@@ -93,3 +96,49 @@ def test_a_1_gib_sparse_file_is_refused_by_its_size_and_never_read_into_memory(t
     assert got["rss_mib"] < 400, got  # the grader's own peak, a 1 GiB read would be > 1,024
     (why,) = got["rows"]["huge"]
     assert "1,073,741,824 bytes, over the limit" in why, why
+
+
+HOSTILE = ("deep", "link_to_root", "link_to_ann", "fifo", "huge", "many", "folder_named_like_it")
+
+
+def make_hostile(folder, kinds, ann_file):
+    folder.mkdir()
+    for kind in kinds:
+        if kind == "deep":
+            here = folder / "deep"
+            here.mkdir()
+            for _ in range(20):
+                here = here / "d"
+                here.mkdir()
+        elif kind == "link_to_root":
+            (folder / "root").symlink_to("/")
+        elif kind == "link_to_ann":
+            (folder / "ann").symlink_to(ann_file.parent)
+        elif kind == "fifo":
+            os.mkfifo(folder / "pipe")
+        elif kind == "huge":
+            with open(folder / NAME, "wb") as f:
+                f.truncate(2 << 20)
+        elif kind == "many":
+            (folder / "many").mkdir()
+            for i in range(201):
+                (folder / "many" / str(i)).touch()
+        else:
+            (folder / "nested" / NAME).mkdir(parents=True)
+
+
+@settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(kinds=st.lists(st.sampled_from(HOSTILE), min_size=1, max_size=3, unique=True))
+def test_no_folder_of_one_student_changes_another_students_row_or_ends_the_run(
+    tmp_path_factory, fake_checker, kinds
+):
+    root = classroom(tmp_path_factory.mktemp("class"), ann="GOOD")
+    make_hostile(root / "eve", kinds, root / "ann" / NAME)
+    limits = grade.ReadLimits(walk=walk.Bounds(depth=16, entries=200))
+    got = rows(grade.grade(root, ["3.1"], command=fake_checker, mode=MODE, limits=limits))
+    ann = got["ann", "3.1"]
+    assert (ann.status, ann.passed, ann.total, ann.messages) == ("pass", 2, 2, [])
+    eve = got["eve", "3.1"]
+    assert eve.status == "error" and len(eve.messages) == 1 and "\n" not in eve.messages[0]

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -190,13 +191,20 @@ def test_a_job_that_nests_1100_folders_in_its_scratch_does_not_end_the_run(tmp_p
     assert {r.status for r in got.values()} == {"pass"} and len(got) == 2
 
 
-def test_a_1_gib_file_no_job_grades_is_never_hashed_whole_by_the_watch(tmp_path):
+def test_a_folder_of_large_files_is_hashed_by_the_watch_only_up_to_its_budget(tmp_path):
     folder = tmp_path / "eve"
     folder.mkdir()
-    with open(folder / "notes.bin", "wb") as f:
-        f.truncate(1 << 30)
-    got = jail.contents(folder, hash_limit=grade.READ_LIMITS.file_bytes)
-    assert got["notes.bin"].startswith("large:1073741824:")
+    with open(folder / "a_notes.bin", "wb") as f:
+        f.truncate(1 << 30)  # one 1 GiB file
+    for i in range(3):
+        (folder / f"b{i}.bin").write_bytes(b"x" * 400)  # and many small ones: 1,200 bytes
+    got = jail.contents(folder, hash_limit=1000)
+    assert got["a_notes.bin"].startswith("large:1073741824:")
+    assert [got[f"b{i}.bin"].startswith("large:") for i in range(3)] == [False, False, True]
+    before = got["b2.bin"]
+    time.sleep(0.05)  # past the file system's clock tick (a few ms), as any later job is
+    (folder / "b2.bin").write_bytes(b"y" * 400)  # same size, a write: ctime moves
+    assert jail.contents(folder, hash_limit=1000)["b2.bin"] != before
 
 
 # -- the similarity report -----------------------------------------------------------------
