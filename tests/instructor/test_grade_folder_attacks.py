@@ -304,3 +304,18 @@ def test_an_exercise_id_is_never_shell_text_in_run_autograder(tmp_path, name):
 
     with pytest.raises(KeyError):
         export_gradescope.write_bundle(tmp_path / "b", [name])
+
+
+def test_a_folder_name_that_is_not_utf8_is_graded_and_written_everywhere(tmp_path, fake_checker):
+    root = classroom(tmp_path, ann="GOOD")
+    odd = os.fsdecode(b"bad\xff\xfename")  # lone surrogates once decoded
+    (root / odd).mkdir()
+    (root / odd / NAME).write_text("GOOD")
+    results = grade.grade(root, ["3.1"], command=fake_checker, mode=MODE)
+    assert {r.student: r.status for r in results} == {"ann": "pass", odd: "pass"}
+    sheet = grade_report.as_csv(results)
+    assert "bad\\udcff\\udcfename" in sheet
+    grade_report.write_gradescope(results, tmp_path / "gs")
+    manifest = json.loads((tmp_path / "gs" / "manifest.json").read_text())
+    assert manifest[odd] == "bad__name/results.json"
+    assert "bad\\udcff" in grade_report.table(results, {"3.1": [(odd, "ann", 1.0)]})
