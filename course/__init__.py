@@ -44,6 +44,10 @@ _ALL = {
         "course.export:main",
         "write a student copy of the course without the solutions",
     ),
+    "export-gradescope": (
+        "course.export_gradescope:main",
+        "write a Gradescope autograder bundle (setup.sh, run_autograder) for the course",
+    ),
 }
 COMMANDS = {
     name: entry for name, entry in _ALL.items() if find_spec(entry[0].split(":")[0]) is not None

@@ -42,6 +42,7 @@ class Exercise:
     hint_zh: str = ""  # the hint in Chinese (optional; English is shown when empty)
     nudges: tuple = ()  # hints before `hint`, gentlest first: `pagedsim hint ID --level 1, 2`
     title_zh: str = ""  # the title in Chinese (optional, likewise)
+    weight: float = 1.0  # points in grading: weight x the share of checks passed
 
     def hint_in(self, lang: str) -> str:
         return self.hint_zh if lang == "zh" and self.hint_zh else self.hint
@@ -74,9 +75,15 @@ def load(path: Path = CURRICULUM) -> list[Exercise]:
                 hint_zh=entry.get("hint_zh", ""),
                 nudges=tuple(entry.get("nudges", ())),
                 title_zh=entry.get("title_zh", ""),
+                weight=entry.get("weight", 1.0),
             )
         )
     return out
+
+
+def weights(exercises: list[Exercise] | None = None) -> dict[str, float]:
+    """Each exercise's points in grading, by id."""
+    return {ex.id: ex.weight for ex in (load() if exercises is None else exercises)}
 
 
 def find(exercise_id: str, exercises: list[Exercise] | None = None) -> Exercise:
@@ -124,6 +131,12 @@ def problems(exercises: list[Exercise] | None = None) -> list[str]:
             out.append(f"exercise {ex.id} is listed twice")
         ids.add(ex.id)
         out += _hint_problems(ex)
+        if (
+            not isinstance(ex.weight, (int, float))
+            or isinstance(ex.weight, bool)
+            or not (0 <= ex.weight <= 1000)
+        ):
+            out.append(f"exercise {ex.id}: weight {ex.weight!r} is not a number from 0 to 1000")
         if not ex.title.strip():
             out.append(f"exercise {ex.id} has an empty title")
         want = "ch" + ex.section.replace(".", "_")

@@ -5,7 +5,7 @@ every file except caches and virtual environments) into DIR, leaving out:
 
     course/ch03_kv_block/solutions/   the reference solutions
     course/ch03_kv_block/mutants.toml   the catalogue of known bugs (an answer key too)
-    course/grade.py, export.py, mutation.py   the instructor's tools
+    course/grade.py, export.py, export_gradescope.py, mutation.py   the instructor's tools
     tests/                            the project's own tests (they run the solutions)
     anything named *instructor* / *INSTRUCTOR*, or *mutant*
 
@@ -37,6 +37,7 @@ LEAVE_OUT = (
     "course/ch03_kv_block/mutants.toml",
     "course/grade.py",
     "course/export.py",
+    "course/export_gradescope.py",
     "course/mutation.py",
     "tests/*",
     "*instructor*",

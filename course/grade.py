@@ -8,7 +8,7 @@
     pagedsim grade DIR [--exercise ID ...] [--timeout S] [--json] [--extra-checks PATH ...]
                        [--workers N] [--sandbox | --no-sandbox] [--csv FILE]
                        [--results-json FOLDER] [--memory-mib MIB] [--cpu-seconds S]
-                       [--max-reply-mib MIB]
+                       [--max-reply-mib MIB] [--pairs FILE]
 
 Every (student, exercise) runs `pagedsim check ID --impl FILE --json` in a new
 process group; at the time limit the whole group is killed (SIGKILL), so an endless loop at
@@ -16,8 +16,11 @@ import or inside a check costs exactly `--timeout` seconds and is reported as
 `timeout`. The checker runs from a private student build (`export-course`, code
 only) made for the run, so the reference solutions are neither importable nor on
 disk where `course.__file__` points (one job: grade_job.py; the reports: grade_report.py;
-the similarity flag: grade_similarity.py). The files are read once, when grading begins,
-and each job grades those bytes; DIR is hashed file by file after every job (`Watch`).
+similarity to the reference and between students: grade_similarity.py, in a child with
+limits of its own). Each student's folder is walked once, bounded (pagedsim/testing/walk.py:
+no recursion, no link followed, a depth, a count and byte limits; past one, every row of
+that student says why), and the files are read, in bounded chunks, into a private spool
+before the first job: each job grades those bytes; DIR is hashed after every job (`Watch`).
 How a submission is isolated (`decide_mode`): bubblewrap where it works, a uid of its own
 per job when the grader is root; with neither, grading is refused unless --no-sandbox,
 and every result is then `verified: false` (the threat model: course/INSTRUCTORS.md).
@@ -44,58 +47,116 @@ import json
 import os
 import queue
 import shutil
-import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pagedsim.app.args import ArgParser, float_in, int_in
-from pagedsim.testing import jail
+from pagedsim.testing import jail, walk
 
 from . import curriculum, export
 from . import grade_similarity as similarity
 from .grade_job import (  # noqa: F401 -- re-exported: one job's pieces keep their old names
     DEFAULT_TIMEOUT,
+    READ_LIMITS,
     STATUSES,
     Job,
     Mode,
+    ReadLimits,
     Result,
     child_command,
-    find_submission,
     private_checks,
+    read_handed,
     refuse,
+    row,
     run_one,
     solutions_on_disk,
     stub_name,
+    survey,
 )
-from .grade_report import as_csv, as_json, printable, table, write_gradescope
+from .grade_report import as_csv, as_json, pairs_csv, printable, table, write_gradescope
 
 
-def plan(root: Path, exercise_ids=None) -> tuple[list[str], list]:
-    """(students, exercises) to grade: every sub-folder, and the chosen or handed-in exercises."""
+def plan(root: Path, exercise_ids=None, limits: ReadLimits = READ_LIMITS):
+    """({student: Handed}, exercises to grade): every sub-folder (a link to one too: it gets
+    a row that says why it was not walked), each walked once, and the chosen exercises, or
+    those at least one student handed in."""
     exercises = curriculum.load()
-    students = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    names = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    handed = {s: survey(root / s, exercises, limits) for s in names}
     if exercise_ids:
         chosen = [curriculum.find(i, exercises) for i in exercise_ids]
     else:
-        chosen = [
-            ex for ex in exercises if any(find_submission(root / s, ex).is_file() for s in students)
-        ]
-    return students, chosen
+        chosen = [ex for ex in exercises if any(stub_name(ex) in h.files for h in handed.values())]
+    return handed, chosen
+
+
+class Spool:
+    """What every job grades, read before the first job starts (so no job can change another
+    student's file), one bounded file at a time, into a folder of the grader's own: the
+    grader never holds more than one file (ReadLimits.file_bytes) per worker in memory."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        folder.mkdir(mode=0o700)
+        self.kept: dict = {}  # (student, exercise id) -> Path of the bytes, or why not read
+
+    def fill(self, root: Path, handed: dict, exercises, limits: ReadLimits) -> None:
+        for s, h in handed.items():
+            for i, got in read_handed(root / s, h, exercises, limits).items():
+                if isinstance(got, bytes):
+                    path = self.folder / str(len(self.kept))
+                    path.write_bytes(got)
+                    got = path
+                self.kept[s, i] = got
+
+    def get(self, student: str, ex_id: str) -> bytes | str | None:
+        """The bytes to grade, one line why there are none to grade, or None: no file."""
+        got = self.kept.get((student, ex_id))
+        return got.read_bytes() if isinstance(got, Path) else got
+
+    def files(self) -> dict:
+        """exercise id -> {student: path}: what the similarity report compares."""
+        out: dict = {}
+        for (s, i), got in self.kept.items():
+            if isinstance(got, Path):
+                out.setdefault(i, {})[s] = got
+        return out
+
+
+class Graded(list):
+    """grade()'s answer: the Results, one per student x exercise, and the similarity report
+    (`similarity.Report`: the most similar student pairs per exercise)."""
+
+    similarity: similarity.Report
 
 
 class Watch:
-    """Who changed a file under DIR: after each job ends, DIR is hashed again (by content) and
-    every change since the last look is blamed on each job that ran since then (the one job,
-    with --workers 1). Files are graded from the bytes read when grading began, so a change
-    never reaches the student whose file it was."""
+    """Who changed a file under DIR: after each job ends, each student's folder is hashed
+    again (by content, jail.contents: bounded, no link followed) and every change since the
+    last look is blamed on each job that ran since then (the one job, with --workers 1).
+    Files are graded from the bytes read when grading began (Spool), so a change never
+    reaches the student whose file it was. Past ReadLimits.student_bytes hashed in one
+    folder, a file is known by its size, ctime and inode, so a student's 1 GiB file (or
+    5,000 files of 1 MiB) is not read again after every job."""
 
-    def __init__(self, root: Path):
-        self.root, self.lock = root, threading.Lock()
-        self.seen = jail.contents(root)
+    def __init__(self, root: Path, limits: ReadLimits = READ_LIMITS):
+        self.root, self.limits, self.lock = root, limits, threading.Lock()
+        self.seen = self.look()
         self.running: set = set()
         self.since: set = set()  # jobs that ran since the last look
         self.blamed: dict = {}
+
+    def look(self) -> dict:
+        out = {}
+        for p in sorted(self.root.iterdir()):
+            if p.is_dir() and not p.is_symlink():
+                found = jail.contents(p, hash_limit=self.limits.student_bytes)
+                out.update({f"{p.name}/{rel}": h for rel, h in found.items()})
+            else:  # never graded: known by what a write changes (ctime cannot be put back)
+                st = p.lstat()
+                out[p.name] = f"{st.st_mode}:{st.st_size}:{st.st_ctime_ns}:{st.st_ino}"
+        return out
 
     def start(self, key) -> None:
         with self.lock:
@@ -105,7 +166,7 @@ class Watch:
     def end(self, key) -> None:
         with self.lock:
             self.running.discard(key)
-            now = jail.contents(self.root)
+            now = self.look()
             changed = jail.changed(self.seen, now)
             for job in self.since:
                 if changed:
@@ -147,28 +208,26 @@ def grade(
     command=None,
     sandbox: bool | None = None,
     mode: Mode | None = None,
-) -> list[Result]:
+    limits: ReadLimits = READ_LIMITS,
+) -> Graded:
     """Grade every (student, exercise) of `root`; `command(ex_id, path, extra)` replaces the
     checker command (tests use a fake). `mode` (default: `decide_mode(sandbox)`) says how each
-    submission is isolated."""
+    submission is isolated; `limits`, how much of a student's folder is walked and read."""
     root = Path(root).resolve()
-    students, exercises = plan(root, exercise_ids)
+    handed, exercises = plan(root, exercise_ids, limits)
     mode = mode or decide_mode(sandbox)
-    todo = [(s, ex.id, find_submission(root / s, ex)) for s in students for ex in exercises]
-    originals = {}
-    for s, i, p in todo:  # read once, now: what every job grades
-        try:
-            originals[s, i] = p.read_bytes() if p.is_file() and not p.is_symlink() else None
-        except OSError:
-            originals[s, i] = None
+    todo = [(s, ex.id, handed[s].path(root / s, ex)) for s in handed for ex in exercises]
     jail.become_subreaper()
     keep = jail.descendants(os.getpid())
-    watch = Watch(root)
+    watch = Watch(root, limits)
     slots = queue.Queue()
     for n in range(max(1, workers)):
         slots.put(n)
 
     def one(s, i, p):
+        data = spool.get(s, i)
+        if data is None or isinstance(data, str):  # not read: its one line says why
+            return row(s, i, mode, "error", [data or f"no file {p.name}"])
         slot = slots.get()
         watch.start((s, i))
         try:
@@ -182,14 +241,16 @@ def grade(
                 build=build,
                 jobs=jobs,
                 mode=mode,
-                data=originals[s, i],
+                data=data,
                 uid=jail.job_uid(slot) if mode.own_uid else None,
             )
         finally:
             watch.end((s, i))
             slots.put(slot)
 
-    with tempfile.TemporaryDirectory(prefix="pagedsim-grade-") as tmp:
+    with walk.temporary_folder("pagedsim-grade-") as tmp:
+        spool = Spool(Path(tmp) / "spool")  # never shared with a job
+        spool.fill(root, handed, exercises, limits)
         jobs = Path(tmp) / "jobs"  # outside every student's folder
         written = export.export(
             Path(tmp) / "build", prefixes=export.PACKAGES
@@ -205,10 +266,12 @@ def grade(
         ]  # no job can change them
         try:
             with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-                results = [f.result() for f in [pool.submit(one, s, i, p) for s, i, p in todo]]
+                results = Graded(
+                    f.result() for f in [pool.submit(one, s, i, p) for s, i, p in todo]
+                )
         finally:
             jail.kill_tree(None, orphans_of_self=True, keep=keep)  # whatever escaped its session
-            jail.writable(Path(tmp))
+        results.similarity = similarity.run(spool.files())
     for r in results:
         wrote = sorted(set(watch.blamed.get((r.student, r.exercise), ())))
         if wrote:
@@ -218,9 +281,8 @@ def grade(
                 f"changed files in the submissions folder while it ran: {names}",
                 *r.messages,
             ]
-        data = originals.get((r.student, r.exercise))
-        if data is not None and r.status in ("pass", "fail"):
-            r.similar = similarity.flag(r.exercise, data)
+        if r.status in ("pass", "fail"):
+            r.similar = results.similarity.flags.get((r.student, r.exercise), "")
     return results
 
 
@@ -270,7 +332,14 @@ def parser() -> ArgParser:
         "--results-json",
         type=Path,
         metavar="FOLDER",
-        help="also write FOLDER/STUDENT/results.json in Gradescope's format",
+        help="also write FOLDER/STUDENT/results.json in Gradescope's format, and "
+        "FOLDER/manifest.json (each student folder -> its file)",
+    )
+    p.add_argument(
+        "--pairs",
+        type=Path,
+        metavar="FILE",
+        help="also write the most similar student pairs per exercise to FILE (CSV)",
     )
     p.add_argument(
         "--memory-mib",
@@ -310,7 +379,7 @@ def main(argv: list[str]) -> int:
             curriculum.find(i)
     except KeyError as e:
         p.error(str(e.args[0]))
-    for out in filter(None, (args.csv, args.results_json)):
+    for out in filter(None, (args.csv, args.results_json, args.pairs)):
         if not out.absolute().parent.is_dir():
             p.error(
                 f"no folder {printable(out.absolute().parent)} to write {printable(out.name)} in"
@@ -340,6 +409,8 @@ def main(argv: list[str]) -> int:
         args.csv.write_text(as_csv(results))
     if args.results_json:
         write_gradescope(results, args.results_json)
+    if args.pairs:
+        args.pairs.write_text(pairs_csv(results.similarity.pairs))
     if args.json:
         print(json.dumps(as_json(results), indent=1))
     elif not results:
@@ -349,8 +420,10 @@ def main(argv: list[str]) -> int:
             f"like the stubs, e.g. alice/ex3_4a_free_list.py)"
         )
     else:
-        print(table(results))
+        print(table(results, results.similarity.pairs))
         print("\n" + describe(mode, answers))
+        if results.similarity.problem:
+            print(results.similarity.problem)
     return 0
 
 

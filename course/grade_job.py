@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pagedsim.testing import jail
+from pagedsim.testing import jail, walk
 
 from . import curriculum
 
@@ -49,14 +48,81 @@ def stub_name(ex) -> str:
     return Path(ex.stub).name
 
 
-def find_submission(folder: Path, ex) -> Path:
-    """The student's file for `ex`: directly in `folder`, else the first one below it (LMS
-    downloads nest folders); a path that does not exist when there is none."""
-    direct = folder / stub_name(ex)
-    if direct.is_file():
-        return direct
-    nested = sorted(p for p in folder.rglob(stub_name(ex)) if p.is_file())
-    return nested[0] if nested else direct
+@dataclass(frozen=True)
+class ReadLimits:
+    """What grading reads of one student's folder, checked before anything is read."""
+
+    file_bytes: int = 1 << 20  # one handed-in file (the stubs are a few KB)
+    student_bytes: int = 8 << 20  # all of one student's handed-in files together
+    walk: walk.Bounds = walk.Bounds(depth=16, entries=5_000)
+
+
+READ_LIMITS = ReadLimits()
+
+
+@dataclass
+class Handed:
+    """What one student's folder holds for grading: the file chosen per stub name, or the one
+    line that says why the folder could not be walked (then every row of theirs says it)."""
+
+    files: dict  # stub name -> walk.Entry (a regular file, or a link that `refuse` names)
+    error: str = ""
+
+    def path(self, folder: Path, ex) -> Path:
+        """The student's file for `ex` (a path that does not exist when there is none)."""
+        e = self.files.get(stub_name(ex))
+        return folder / (e.rel if e else stub_name(ex))
+
+
+def survey(folder: Path, exercises, limits: ReadLimits = READ_LIMITS) -> Handed:
+    """Walk a student's folder once (walk.entries: bounded, no recursion, no link followed).
+    Per exercise: the file directly in `folder`, else the first one below it in sorted order
+    (LMS downloads nest folders); a link is kept only where no regular file has the name."""
+    try:
+        found = walk.entries(folder, limits.walk)
+    except walk.Stopped as e:
+        return Handed({}, f"your folder was not graded: {e.args[0]}")
+    names = {stub_name(ex) for ex in exercises}
+    files: dict = {}
+    rank = {"file": 0, "link": 1}
+    for e in found:
+        name = e.rel.rsplit("/", 1)[-1]
+        if name not in names or e.kind not in rank:
+            continue
+        key = (e.rel != name, rank[e.kind], e.rel)  # direct first, files before links
+        old = files.get(name)
+        if old is None or key < (old.rel != name, rank[old.kind], old.rel):
+            files[name] = e
+    return Handed(files)
+
+
+def read_handed(folder: Path, handed: Handed, exercises, limits: ReadLimits) -> dict:
+    """{exercise id: bytes, or the one line why not} for one student: the sizes are checked
+    (lstat, during the walk) before anything is read, then each file is read in bounded chunks
+    (walk.read), never through a link."""
+    if handed.error:
+        return {ex.id: handed.error for ex in exercises}
+    chosen = {ex.id: handed.files.get(stub_name(ex)) for ex in exercises}
+    total = sum(
+        e.size
+        for e in chosen.values()
+        if e is not None and e.kind == "file" and e.size <= limits.file_bytes
+    )
+    if total > limits.student_bytes:
+        why = f"your files hold {total:,} bytes, over the limit of {limits.student_bytes:,}"
+        return {i: why for i, e in chosen.items() if e is not None}
+    out: dict = {}
+    for i, e in chosen.items():
+        if e is None:
+            continue
+        if e.kind == "link":
+            out[i] = f"{e.rel} is a symbolic link, not a file of your own: not graded"
+            continue
+        try:
+            out[i] = walk.read(folder / e.rel, limits.file_bytes)
+        except walk.Stopped as stop:
+            out[i] = f"not graded: {stop.args[0]}"
+    return out
 
 
 def child_command(exercise_id: str, path: Path, extra_checks=()) -> list[str]:
@@ -191,8 +257,22 @@ class Job:
         return jail.changed(self.digest, self.contents())
 
     def remove(self) -> None:
-        jail.writable(self.folder)
-        shutil.rmtree(self.folder, ignore_errors=True)
+        walk.remove_tree(self.folder)  # however deep the job nested its scratch
+
+
+def row(student: str, ex_id: str, mode: Mode, status: str, messages=(), **kw) -> Result:
+    """A Result that says how the run was isolated (`mode`)."""
+    return Result(
+        student,
+        ex_id,
+        status,
+        messages=list(messages),
+        sandbox=mode.sandbox,
+        verified=mode.verified,
+        mode=mode.name,
+        limits=mode.limits.as_json(),
+        **kw,
+    )
 
 
 def run_one(
@@ -214,24 +294,14 @@ def run_one(
     `data`: the file's bytes as read when grading began (default: read now)."""
 
     def result(status: str, messages=(), **kw) -> Result:
-        return Result(
-            student,
-            ex_id,
-            status,
-            messages=list(messages),
-            sandbox=mode.sandbox,
-            verified=mode.verified,
-            mode=mode.name,
-            limits=mode.limits.as_json(),
-            **kw,
-        )
+        return row(student, ex_id, mode, status, messages, **kw)
 
     if data is None and not path.is_file():
         return result("error", [f"no file {path.name}"])
     refused = refuse(path, data)
     if refused:
         return result("error", [refused])
-    data = path.read_bytes() if data is None else data
+    data = walk.read(path, READ_LIMITS.file_bytes) if data is None else data
     job, extra = Job.make(jobs, build, path.name, data, extra_checks, uid)
     start = time.monotonic()
     proc = subprocess.Popen(
@@ -297,10 +367,15 @@ def run_one(
 def refuse(path: Path, data: bytes | None = None) -> str:
     """Why a handed-in file is not graded at all: a link (to the solution, or anywhere), or a
     byte-for-byte copy of a reference solution; '' when it is graded. `data`: its bytes as
-    read when grading began."""
-    if path.is_symlink() or path.resolve() != path.absolute():
+    read when grading began, by a walk that follows no link (`read_handed`): then the path is
+    not looked at again, so a job that swaps another student's folder for a link since
+    cannot change that student's row."""
+    if data is None and (path.is_symlink() or path.resolve() != path.absolute()):
         return f"{path.name} is (or is under) a symbolic link, not a file of your own: not graded"
-    data = path.read_bytes() if data is None else data
+    try:
+        data = walk.read(path, READ_LIMITS.file_bytes) if data is None else data
+    except walk.Stopped as e:
+        return f"not graded: {e.args[0]}"
     if any(data == p.read_bytes() for p in solutions_on_disk()):
         return f"{path.name} is a copy of the reference solution: not graded"
     return ""

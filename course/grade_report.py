@@ -3,7 +3,8 @@ Gradescope-style results.json per student.
 
 Invariant: every name a student chose (a folder, a message) is printed through
 `printable`, so control characters and ANSI escapes show as escapes and cannot move the
-cursor or recolour the report.
+cursor or recolour the report; and every CSV cell goes through `cell`, so none that a
+student named starts like a spreadsheet formula.
 """
 
 from __future__ import annotations
@@ -14,33 +15,47 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from . import curriculum
+
 
 def as_json(results) -> dict:
+    """{student: {exercise: the Result's fields, with its score and weight}}."""
+    weights = curriculum.weights()
     out: dict = {}
     for r in results:
         row = asdict(r)
+        row.update(score=score(r, weights), weight=weights.get(r.exercise, 1.0))
         out.setdefault(row.pop("student"), {})[row.pop("exercise")] = row
     return out
 
 
-def table(results) -> str:
+def table(results, pairs: dict | None = None) -> str:
+    """The grid (student x exercise, and each student's weighted score), one line per result
+    that is not a pass, the flags, and the most similar student pairs per exercise."""
     names = {r.student: printable(r.student) for r in results}
     students = list(dict.fromkeys(r.student for r in results))
     ids = list(dict.fromkeys(r.exercise for r in results))
-    cell = {
+    shown: dict = {
         (r.student, r.exercise): (
             f"{r.passed}/{r.total}" if r.status in ("pass", "fail") else r.status.upper()
         )
         + ("" if r.verified else " unverified")
         for r in results
     }
+    weights = curriculum.weights()
+    points: dict = {}
+    for r in results:
+        points[r.student] = points.get(r.student, 0.0) + score(r, weights)
+    most = sum(weights.get(i, 1.0) for i in ids)
+    for s in students:
+        shown[s, "score"] = f"{points[s]:g}/{most:g}"
     w0 = max([7, *(len(names[s]) for s in students)])
-    widths = [max(len(i), 7, *(len(cell[s, i]) for s in students)) for i in ids]
-    columns = list(zip(ids, widths, strict=True))
+    widths = [max(len(i), 7, *(len(shown[s, i]) for s in students)) for i in [*ids, "score"]]
+    columns = list(zip([*ids, "score"], widths, strict=True))
     lines = [f"{'student':<{w0}}  " + "  ".join(f"{i:>{w}}" for i, w in columns)]
     lines.append("-" * len(lines[0]))
     for s in students:
-        lines.append(f"{names[s]:<{w0}}  " + "  ".join(f"{cell[s, i]:>{w}}" for i, w in columns))
+        lines.append(f"{names[s]:<{w0}}  " + "  ".join(f"{shown[s, i]:>{w}}" for i, w in columns))
     notes = [r for r in results if r.status != "pass"]
     if notes:
         lines.append("")
@@ -54,6 +69,11 @@ def table(results) -> str:
     for r in results:
         if r.similar:
             lines.append(printable(f"{names[r.student]} {r.exercise} flagged: {r.similar}")[:160])
+    if pairs:
+        lines += ["", "most similar pairs (normalised syntax trees; a flag, never a fail):"]
+    for ex, rows in (pairs or {}).items():
+        for a, b, share in rows:
+            lines.append(printable(f"  {ex}  {names.get(a, a)}  {names.get(b, b)}  {share:.0%}"))
     return "\n".join(lines)
 
 
@@ -63,6 +83,8 @@ COLUMNS = (
     "status",
     "passed",
     "total",
+    "score",
+    "weight",
     "seconds",
     "verified",
     "mode",
@@ -71,60 +93,111 @@ COLUMNS = (
 )
 
 
-def as_csv(results) -> str:
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet may run as a formula
+
+
+def cell(value) -> str:
+    """A CSV cell a spreadsheet shows as text: one that starts like a formula gets a leading
+    single quote (OWASP, "CSV Injection"). Every cell goes through here, numbers included."""
+    text = printable(value) if isinstance(value, str) else str(value)
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
+def csv_text(header, rows) -> str:
+    """CSV with every cell through `cell`."""
     out = io.StringIO()
     w = csv.writer(out)
-    w.writerow(COLUMNS)
-    for r in results:
-        w.writerow(
+    for values in (header, *rows):
+        w.writerow([cell(v) for v in values])
+    return out.getvalue()
+
+
+def as_csv(results) -> str:
+    weights = curriculum.weights()
+    return csv_text(
+        COLUMNS,
+        (
             [
-                printable(r.student),
+                r.student,
                 r.exercise,
                 r.status,
                 r.passed,
                 r.total,
+                score(r, weights),
+                weights.get(r.exercise, 1.0),
                 r.seconds,
                 r.verified,
                 r.mode,
                 r.similar,
-                printable(r.messages[0] if r.messages else ""),
+                r.messages[0] if r.messages else "",
             ]
-        )
-    return out.getvalue()
+            for r in results
+        ),
+    )
+
+
+def pairs_csv(pairs: dict) -> str:
+    """The most similar student pairs per exercise (grade_similarity.Report.pairs)."""
+    return csv_text(
+        ("exercise", "student", "other", "share"),
+        ([ex, a, b, share] for ex, rows in pairs.items() for a, b, share in rows),
+    )
+
+
+def score(r, weights: dict) -> float:
+    """An exercise's points: its weight (course/curriculum.toml) times the share of its checks
+    passed; nothing for an error or a timeout."""
+    if r.status not in ("pass", "fail") or not r.total:
+        return 0.0
+    return round(weights.get(r.exercise, 1.0) * r.passed / r.total, 4)
 
 
 def write_gradescope(results, folder: Path) -> list[Path]:
-    """FOLDER/STUDENT/results.json: Gradescope's autograder format, one test per exercise
-    (score = checks passed, max_score = checks run; an unverified run says so)."""
+    """FOLDER/NAME/results.json: Gradescope's autograder format, one test per exercise
+    (score = weight x share of checks passed, max_score = weight; an unverified run says so),
+    and FOLDER/manifest.json: {student folder: its results.json}. NAME is the folder name
+    made safe; two folders that come out the same (`bob smith`, `bob_smith`) get -2, -3."""
     by: dict = {}
     for r in results:
         by.setdefault(r.student, []).append(r)
-    written = []
+    written, manifest, taken = [], {}, {"manifest.json"}
     for student, rows in by.items():
-        tests = [
-            {
-                "name": f"exercise {r.exercise}",
-                "score": r.passed,
-                "max_score": r.total,
-                "status": "passed" if r.status == "pass" else "failed",
-                "output": "\n".join(
-                    [
-                        f"{r.status}",
-                        *r.messages,
-                        *(["unverified: no isolation"] if not r.verified else []),
-                    ]
-                ),
-                "visibility": "visible",
-            }
-            for r in rows
-        ]
-        path = Path(folder) / _safe_name(student) / "results.json"
+        name = _safe_name(student)
+        n = 1
+        while name.lower() in taken:  # lower: a case-insensitive file system too
+            n += 1
+            name = f"{_safe_name(student)}-{n}"
+        taken.add(name.lower())
+        path = Path(folder) / name / "results.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(
-            json.dumps({"score": sum(r.passed for r in rows), "tests": tests}, indent=1)
-        )
+        path.write_text(json.dumps(gradescope_results(rows), indent=1))
+        manifest[student] = f"{name}/results.json"
         written.append(path)
+    (Path(folder) / "manifest.json").write_text(json.dumps(manifest, indent=1))
     return written
+
+
+def gradescope_results(rows) -> dict:
+    """One submission's results.json (Gradescope's format): a test per exercise."""
+    weights = curriculum.weights()
+    tests = [
+        {
+            "name": f"exercise {r.exercise}",
+            "score": score(r, weights),
+            "max_score": weights.get(r.exercise, 1.0),
+            "status": "passed" if r.status == "pass" else "failed",
+            "output": "\n".join(
+                [
+                    f"{r.status}",
+                    *r.messages,
+                    *(["unverified: no isolation"] if not r.verified else []),
+                ]
+            ),
+            "visibility": "visible",
+        }
+        for r in rows
+    ]
+    return {"score": round(sum(t["score"] for t in tests), 4), "tests": tests}
 
 
 def _safe_name(name: str) -> str:

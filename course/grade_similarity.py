@@ -1,23 +1,53 @@
-"""`pagedsim grade`'s similarity flag: a submission that is the reference solution with
-cosmetic changes (names, comments, docstrings, blank lines, formatting).
+"""`pagedsim grade`'s similarity: each submission against the reference solution (a flag), and
+student against student (the most similar pairs per exercise). Neither ever fails a job.
 
-Both files are parsed (never run) and normalised: docstrings dropped, and every name a
-file binds (functions, classes, arguments, variables) renamed in order of first appearance
-(`n0`, `n1`, ...); attribute names, strings and numbers are kept. The normalised trees are
-compared token by token (difflib); at or above THRESHOLD the result is flagged. A flag is
-for the instructor to look at, never a fail: a short exercise may have one natural answer.
+Files are parsed (never run) and normalised: docstrings dropped, and every name a file binds
+or reads (functions, classes, arguments, variables, attributes; not builtins) renamed in
+order of first appearance (`n0`, `n1`, ...); strings and numbers are kept. The normalised
+tree, dumped, is a list of tokens.
+Its fingerprints are chosen by winnowing (Schleimer, Wilkerson and Aiken, SIGMOD 2003, the
+method behind MOSS): hash every run of K tokens, and keep the smallest hash in each window of
+W consecutive hashes. Any run of K + W - 1 tokens two files share gives both the same
+fingerprint. Two files are as similar as the share of fingerprints they have in common
+(Jaccard). The cost is linear in the input: no quadratic alignment.
+
+Student pairs: the stub's fingerprints are removed first (every student starts from it), and
+so is a fingerprint that more than COMMON of the class share (a natural answer, not a copy).
+Pairs are counted through an index from fingerprint to files, never all pairs at once.
+
+Budget: `compare` runs in a child process (`python -m course.grade_similarity`, JSON on stdin
+and stdout, nothing else crosses) that sets its own address-space and CPU limits before it
+reads a byte, under a wall-clock limit in the parent. A file over MAX_BYTES is "too large to
+compare" and is never parsed. A child that runs out of its budget costs the report, not a job.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
-import difflib
+import json
+import os
+import resource
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+
+from pagedsim.testing import walk
 
 from . import curriculum
 
-THRESHOLD = 0.95  # share of normalised tokens in common with the reference solution
-MAX_BYTES = 1 << 20  # larger files are not compared
+THRESHOLD = 0.95  # share of fingerprints in common with the reference: flagged at or above
+PAIR_THRESHOLD = 0.6  # student pairs reported at or above this share
+TOP_PAIRS = 5  # pairs reported per exercise
+MAX_BYTES = 64 << 10  # a file larger is not compared (the largest solution is ~5 KB)
+K, W = 12, 8  # tokens per hashed run; hashes per winnowing window
+COMMON = 0.25  # a fingerprint in more than this share of a class's files is ignored for pairs
+# the child's CPU budget (its wall-clock budget is twice that): a file of MAX_BYTES takes
+# about 2 s to parse and winnow on a loaded core, so no set of files can exhaust it
+SECONDS, SECONDS_PER_FILE = 30, 4
+MEMORY = 1 << 30  # the child's address space
+TOO_LARGE = "too large to compare"
 
 
 class _Normalise(ast.NodeTransformer):
@@ -32,6 +62,10 @@ class _Normalise(ast.NodeTransformer):
     def visit_Name(self, node):
         node.id = self._name(node.id)
         return node
+
+    def visit_Attribute(self, node):
+        node.attr = self._name(node.attr)
+        return self.generic_visit(node)
 
     def visit_arg(self, node):
         node.arg, node.annotation = self._name(node.arg), None
@@ -66,42 +100,169 @@ class _Normalise(ast.NodeTransformer):
 
 
 def tokens(source: str | bytes) -> list[str] | None:
-    """The normalised file as a list of tokens (None when it does not parse)."""
+    """The normalised file as a list of tokens (None when it does not parse or is too large;
+    MemoryError when its tree does not fit this process's memory)."""
     if len(source) > MAX_BYTES:
         return None
     try:
         tree = _Normalise().visit(ast.parse(source))
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        dump = ast.dump(tree, annotate_fields=False)
+    except (SyntaxError, ValueError, RecursionError):
         return None
-    return (
-        ast.dump(tree, annotate_fields=False)
-        .replace("(", " ( ")
-        .replace(")", " ) ")
-        .replace(",", " ")
-        .split()
-    )
+    return dump.replace("(", " ( ").replace(")", " ) ").replace(",", " ").split()
+
+
+def fingerprints(toks: list[str]) -> frozenset[int]:
+    """Winnowing: the smallest hash of every window of W hashes of K-token runs (a file
+    shorter than one run is one fingerprint, its whole)."""
+    if len(toks) < K:
+        return frozenset([hash(tuple(toks))]) if toks else frozenset()
+    hashes = [hash(tuple(toks[i : i + K])) for i in range(len(toks) - K + 1)]
+    if len(hashes) <= W:
+        return frozenset([min(hashes)])
+    return frozenset(min(hashes[i : i + W]) for i in range(len(hashes) - W + 1))
+
+
+def _share(a: frozenset, b: frozenset) -> float:
+    return len(a & b) / len(a | b) if a and b else 0.0
 
 
 def ratio(a: str | bytes, b: str | bytes) -> float:
-    ta, tb = tokens(a), tokens(b)
-    if not ta or not tb:
-        return 0.0
-    return difflib.SequenceMatcher(None, ta, tb, autojunk=False).ratio()
-
-
-def flag(exercise_id: str, source: bytes) -> str:
-    """A one-line flag when `source` is the exercise's reference solution up to cosmetic
-    changes, else ''. No flag where this installation has no reference solution."""
+    """The share of fingerprints two files have in common once normalised (0.0 when either
+    does not parse)."""
     try:
-        reference = curriculum.find(exercise_id).path("solution")
-        ref = reference.read_bytes()
-    except (KeyError, OSError):
-        return ""
-    r = ratio(source, ref)
-    if r < THRESHOLD:
-        return ""
+        ta, tb = tokens(a), tokens(b)
+    except MemoryError:
+        return 0.0
+    return _share(fingerprints(ta), fingerprints(tb)) if ta and tb else 0.0
+
+
+def _flag_text(r: float) -> str:
     what = "identical to" if r == 1.0 else f"{r:.0%} like"
     return (
         f"{what} the reference solution once names, comments and formatting are "
         "normalised: look at it (a flag, not a fail)"
     )
+
+
+def _reference(exercise_id: str, field: str) -> bytes | None:
+    try:
+        return walk.read(curriculum.find(exercise_id).path(field), MAX_BYTES)
+    except (KeyError, walk.Stopped):
+        return None
+
+
+def flag(exercise_id: str, source: bytes) -> str:
+    """A one-line flag when `source` is the exercise's reference solution up to cosmetic
+    changes, "too large to compare" over MAX_BYTES, else ''. No flag where this installation
+    has no reference solution. In this process: for one file; `run` does a class."""
+    if len(source) > MAX_BYTES:
+        return TOO_LARGE
+    ref = _reference(exercise_id, "solution")
+    r = ratio(source, ref) if ref is not None else 0.0
+    return _flag_text(r) if r >= THRESHOLD else ""
+
+
+@dataclass
+class Report:
+    flags: dict = field(default_factory=dict)  # (student, exercise id) -> flag line
+    pairs: dict = field(default_factory=dict)  # exercise id -> [(student, student, share)]
+    problem: str = ""  # why there is no report (the child ran out of its budget), or ''
+
+
+def compare(files: dict) -> dict:
+    """The child's work. `files`: exercise id -> {student: path of the bytes graded}. Returns
+    {"flags": {ex: {student: line}}, "pairs": {ex: [[a, b, share], ...]}} (JSON data only)."""
+    flags: dict = {}
+    pairs: dict = {}
+    for ex_id, by_student in files.items():
+        prints: dict = {}
+        ref, stub = (_prints(_reference(ex_id, f)) for f in ("solution", "stub"))
+        for student, path in by_student.items():
+            try:
+                prints[student] = _prints(walk.read(path, MAX_BYTES))
+            except (walk.Stopped, MemoryError):  # over the cap, or its tree over the budget
+                flags.setdefault(ex_id, {})[student] = TOO_LARGE
+                continue
+            r = _share(prints[student], ref)
+            if r >= THRESHOLD:
+                flags.setdefault(ex_id, {})[student] = _flag_text(r)
+        pairs[ex_id] = _pairs({s: p - stub for s, p in prints.items()})
+    return {"flags": flags, "pairs": pairs}
+
+
+def _prints(source: bytes | None) -> frozenset:
+    toks = tokens(source) if source is not None else None
+    return fingerprints(toks) if toks else frozenset()
+
+
+def _pairs(prints: dict) -> list:
+    """The TOP_PAIRS most similar pairs at or above PAIR_THRESHOLD, counted through an index
+    (fingerprint -> students) that leaves out fingerprints common to the class."""
+    index: dict = {}
+    for s, fp in prints.items():
+        for f in fp:
+            index.setdefault(f, []).append(s)
+    most = max(2, int(COMMON * len(prints)))
+    rare = {f for f, owners in index.items() if len(owners) <= most}
+    shared: Counter = Counter()
+    for f in rare:
+        owners = index[f]
+        for i, a in enumerate(owners):
+            for b in owners[i + 1 :]:
+                shared[a, b] += 1
+    scored = []
+    for (a, b), n in shared.items():
+        share = n / len((prints[a] | prints[b]) & rare)
+        if share >= PAIR_THRESHOLD:
+            scored.append([a, b, round(share, 3)])
+    return sorted(scored, key=lambda p: (-p[2], p[0], p[1]))[:TOP_PAIRS]
+
+
+def run(files: dict, seconds: float | None = None, memory: int = MEMORY) -> Report:
+    """`compare` in a child under its own CPU and memory limits and a wall-clock limit here;
+    `files`: exercise id -> {student: path}; `seconds` of CPU (default: SECONDS, plus
+    SECONDS_PER_FILE per file). A child that fails gives a Report with `problem`."""
+    if seconds is None:
+        seconds = SECONDS + SECONDS_PER_FILE * sum(map(len, files.values()))
+    job = json.dumps({"files": {e: {s: str(p) for s, p in f.items()} for e, f in files.items()}})
+    env = {**os.environ, "PYTHONPATH": str(curriculum.REPO_ROOT), "PYTHONHASHSEED": "0"}
+    env["PAGEDSIM_SIMILARITY_LIMITS"] = json.dumps([max(1, int(seconds)), int(memory)])
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "course.grade_similarity"],
+            input=job,
+            capture_output=True,
+            text=True,
+            timeout=2 * seconds,
+            env=env,
+            cwd=curriculum.REPO_ROOT,
+        )
+    except subprocess.TimeoutExpired:
+        return Report(problem=f"similarity not computed: over its {2 * seconds:g} s budget")
+    try:
+        data = json.loads(out.stdout) if out.returncode == 0 else None
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        return Report(
+            problem=f"similarity not computed: its process ended with code {out.returncode} "
+            f"(over its {seconds:g} s CPU or {memory >> 20} MiB budget?)"
+        )
+    flags = {(s, e): line for e, by in data["flags"].items() for s, line in by.items()}
+    pairs = {e: [tuple(p) for p in ps] for e, ps in data["pairs"].items() if ps}
+    return Report(flags, pairs)
+
+
+def main() -> int:
+    """The child: limit itself, then read the job from stdin and print the answer."""
+    seconds, memory = json.loads(os.environ["PAGEDSIM_SIMILARITY_LIMITS"])
+    resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds))
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    job = json.loads(sys.stdin.read())
+    print(json.dumps(compare(job["files"])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

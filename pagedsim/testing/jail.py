@@ -32,6 +32,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import walk
+
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -497,26 +499,43 @@ def child_env(*, home: Path, pythonpath: str) -> dict[str, str]:
     return env
 
 
-def contents(folder: Path) -> dict[str, str]:
+def contents(folder: Path, hash_limit: int | None = None) -> dict[str, str]:
     """{relative path: sha256 of its bytes} for every file below `folder` (a link: of its
     target's name; a file that cannot be read: "unreadable"). Integrity by content: a file
-    rewritten at the same size with its mtime put back still shows."""
-    out = {}
+    rewritten at the same size with its mtime put back still shows. The walk is bounded
+    (walk.entries: no link followed, no recursion): where it stops, one entry names why, so
+    the stop itself shows as a change. `hash_limit`: bytes hashed at most, in all; a file that
+    would pass it is known by its size, ctime (which a write sets and no user can put back)
+    and inode instead, so a folder of large files is not read whole on every look."""
     folder = Path(folder)
-    for p in folder.rglob("*"):
-        rel = str(p.relative_to(folder))
+    try:
+        found = walk.entries(folder)
+    except walk.Stopped as stop:
+        return {f"<not walked: {stop.args[0]}>": "stopped"}
+    out = {}
+    budget = hash_limit
+    for e in found:
+        p = folder / e.rel
         try:
-            if p.is_symlink():
-                out[rel] = "link:" + hashlib.sha256(os.readlink(p).encode()).hexdigest()
-            elif p.is_file():
+            if e.kind == "link":
+                out[e.rel] = "link:" + hashlib.sha256(os.readlink(p).encode()).hexdigest()
+            elif e.kind == "file" and budget is not None and e.size > budget:
+                st = p.lstat()
+                out[e.rel] = f"large:{st.st_size}:{st.st_ctime_ns}:{st.st_ino}"
+            elif e.kind == "file":
                 h = hashlib.sha256()
-                with open(p, "rb") as f:
+                with open(p, "rb", opener=_no_follow) as f:
                     for chunk in iter(functools.partial(f.read, 1 << 20), b""):
                         h.update(chunk)
-                out[rel] = h.hexdigest()
+                out[e.rel] = h.hexdigest()
+                budget = None if budget is None else budget - e.size
         except OSError:
-            out[rel] = "unreadable"
+            out[e.rel] = "unreadable"
     return out
+
+
+def _no_follow(path, flags):
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
 
 
 def changed(before: dict, after: dict) -> list[str]:

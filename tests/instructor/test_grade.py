@@ -134,8 +134,10 @@ def test_json_and_table_output(tmp_path, fake, capsys, monkeypatch):
     assert data["ann"]["3.1"]["limits"]["memory"] == 2 << 30
     assert grade.main([str(root), "--timeout", "20", "--no-sandbox"]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[0].split() == ["student", "3.1"]
-    assert table[2].split() == ["ann", "2/2", "unverified"]
+    weight = f"{curriculum.find('3.1').weight:g}"  # the last column: points of the weights
+    assert table[0].split() == ["student", "3.1", "score"]
+    assert table[2].split() == ["ann", "2/2", "unverified", f"{weight}/{weight}"]
+    assert table[3].split() == ["ben", "1/2", "unverified", f"{float(weight) / 2:g}/{weight}"]
     assert "ben 3.1 fail: test_b" in table
     assert table[-1].startswith("sandbox: off and no user of its own: every result is UNVERIFIED")
 

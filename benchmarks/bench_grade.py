@@ -1,0 +1,91 @@
+"""Grading benchmark: `pagedsim grade`'s time per job, and what a second worker buys.
+
+A generated class of `--students` folders, each with `--exercises` files (half of them the
+reference solution with a comment added, half the untouched stub, so both the passing and
+the failing paths run), graded with the real checks in the default isolation (bubblewrap
+where it works), once with 1 worker and once with 2, side by side in one run. Printed: the
+wall time, jobs per minute, the mean and median job time (`Result.seconds`), and the
+speed-up of 2 workers over 1; then a sizing line per class size, from the measured
+1-worker job time (the time one core needs per job).
+
+    python benchmarks/bench_grade.py [--students 4] [--exercises 3.1 3.2] [--json]
+
+The machine is shared: keep it short (the defaults grade 8 jobs twice, about 2 minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from course import curriculum, grade
+
+CLASSES = ((30, 14), (100, 14), (200, 14))  # (students, exercises) in the sizing lines
+
+
+def make_class(root: Path, students: int, exercise_ids) -> None:
+    for n in range(students):
+        folder = root / f"student{n:03d}"
+        folder.mkdir(parents=True)
+        for i in exercise_ids:
+            ex = curriculum.find(i)
+            source = ex.path("solution") if n % 2 == 0 else ex.path("stub")
+            text = source.read_text() + f"\n# student {n}\n"
+            (folder / Path(ex.stub).name).write_text(text)
+
+
+def measure(root: Path, exercise_ids, workers: int) -> dict:
+    start = time.perf_counter()
+    results = grade.grade(root, exercise_ids, workers=workers)
+    wall = time.perf_counter() - start
+    seconds = [r.seconds for r in results]
+    statuses = sorted({r.status for r in results})
+    return {
+        "workers": workers,
+        "jobs": len(results),
+        "wall_s": round(wall, 1),
+        "jobs_per_min": round(60 * len(results) / wall, 2),
+        "job_mean_s": round(statistics.mean(seconds), 2),
+        "job_median_s": round(statistics.median(seconds), 2),
+        "statuses": statuses,
+        "mode": results[0].mode if results else "",
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--students", type=int, default=4)
+    ap.add_argument("--exercises", nargs="+", default=["3.1", "3.2"])
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-grade-") as tmp:
+        make_class(Path(tmp), args.students, args.exercises)
+        runs = [measure(Path(tmp), args.exercises, w) for w in (1, 2)]
+    one, two = runs
+    per_job = one["wall_s"] / one["jobs"]  # one core's time per job, all overheads included
+    out = {
+        "runs": runs,
+        "speedup_2_workers": round(one["wall_s"] / two["wall_s"], 2),
+        "core_s_per_job": round(per_job, 2),
+        "sizing_core_hours": {f"{s}x{e}": round(s * e * per_job / 3600, 2) for s, e in CLASSES},
+    }
+    if args.json:
+        print(json.dumps(out))
+        return
+    for r in runs:
+        print(
+            f"workers {r['workers']}: {r['jobs']} jobs in {r['wall_s']} s = "
+            f"{r['jobs_per_min']} jobs/min; job mean {r['job_mean_s']} s, median "
+            f"{r['job_median_s']} s ({r['mode']}; {', '.join(r['statuses'])})"
+        )
+    print(f"2 workers / 1 worker: {out['speedup_2_workers']}x; one core: {per_job:.2f} s per job")
+    for (s, e), hours in zip(CLASSES, out["sizing_core_hours"].values(), strict=True):
+        print(f"  {s} students x {e} exercises: {hours} core-hours")
+
+
+if __name__ == "__main__":
+    main()
