@@ -127,7 +127,7 @@ def kill_tree(
             _signal_group(sid, signal.SIGKILL)
         _signal(found, signal.SIGKILL)
         killed |= found
-        _reap()
+        _reap(killed)
         time.sleep(0.01)
     _reap_each(killed, sessions)
 
@@ -209,15 +209,12 @@ def _signal(pids, sig) -> None:
             pass
 
 
-def _reap() -> None:
-    """Collect exited children (our own, and orphans handed to us as subreaper)."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+def _reap(pids) -> None:
+    """Collect those of `pids` that are exited children of ours (orphans handed to us as
+    subreaper included), and no other: a `waitpid(-1)` would also take another thread's
+    child, whose Popen would then read a status of 0 for a process it never saw end."""
+    for p in pids:
+        _wait(p)
 
 
 def bwrap() -> str | None:
@@ -380,8 +377,10 @@ def kill_user(uid: int) -> None:
     /proc sweep from here follows, and both repeat while any remains."""
     import subprocess
 
+    seen: set[int] = set()
     for attempt in range(50):  # kill(-1) at least once: a scan can miss a process mid-fork
         if attempt and not processes_of(uid) and not processes_of(uid):
+            _reap(seen)
             return
         try:
             subprocess.run(
@@ -399,11 +398,12 @@ def kill_user(uid: int) -> None:
         except (OSError, subprocess.SubprocessError):
             pass
         for p in processes_of(uid):
+            seen.add(p)
             try:
                 os.kill(p, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        _reap()
+        _reap(seen)
         time.sleep(0.02)
 
 
