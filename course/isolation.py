@@ -104,14 +104,18 @@ class Submission:
             env=env,
             cwd=work,
             start_new_session=True,
-            preexec_fn=lambda: self.limits.apply(own),
-            **(dict(user=self.uid, group=self.uid, extra_groups=[]) if own else {}),
+            preexec_fn=self._as_user(work) if own else lambda: self.limits.apply(False),
         )
         theirs.close()
         self.ch = remote.Channel(ours, trusting=False, on_dead=self._kill, limit=self.limit)
         self.ch.impl_file = str(self.path)
         self.ch.on_error = self._saw
         return self.ch
+
+    def _as_user(self, work: Path):
+        """The child as the job's uid, able to reach this Python, the code and the file."""
+        reach = jail.runtime_paths(self.code_root, self.path.parent, work)
+        return jail.become(self.uid, reach=reach, limits=self.limits)
 
     def _saw(self, exc: BaseException) -> None:
         """An exception from the child: one that a limit caused (or caused it) names the limit."""

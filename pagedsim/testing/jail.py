@@ -313,6 +313,82 @@ def job_uid(slot: int) -> int:
     return UID_BASE + os.getpid() * 64 + slot
 
 
+# -- the runtime a job's user can reach -----------------------------------------------------------
+CLONE_NEWNS, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = (
+    0x20000,
+    2,
+    4,
+    4096,
+    16384,
+    1 << 18,
+)
+
+
+def closed_folders(paths) -> list[tuple[str, tuple[str, ...]]]:
+    """[(a folder others may not pass through, the needed paths below it)]: e.g. a pyenv
+    under a 0700 /root gives ("/root", ("/root/.pyenv/versions/3.11.7",))."""
+    found: dict[str, list[str]] = {}
+    for p in dict.fromkeys(str(Path(p).resolve()) for p in paths):
+        for folder in reversed(Path(p).parents[:-1]):  # the outermost first, "/" left out
+            try:
+                passable = folder.stat().st_mode & 0o001
+            except OSError:
+                break
+            if not passable:
+                found.setdefault(str(folder), []).append(p)
+                break
+    return [
+        (f, tuple(q for q in ps if not any(q.startswith(r + "/") for r in ps if r != q)))
+        for f, ps in found.items()
+    ]
+
+
+def runtime_paths(*extra) -> list[str]:
+    """What a job's Python needs to reach: its installation, its environment, `extra`."""
+    exe = str(Path(sys.executable).resolve().parent)
+    return [sys.base_prefix, sys.prefix, exe, *map(str, extra)]
+
+
+def become(uid: int, *, reach=(), limits: Limits | None = None):
+    """A preexec_fn that starts a process as `uid` (and gid `uid`, no other groups), with
+    `limits`, and able to reach `reach` (default: this Python) even where it sits in a folder
+    only root may enter: the process gets a mount namespace of its own in which each such
+    folder is an empty tmpfs holding only the needed paths, bound back read-only in place.
+    Nothing is copied and the host is not changed. Called as root, in the child."""
+    view = closed_folders(reach or runtime_paths())
+    libc = ctypes.CDLL(None, use_errno=True) if view else None
+
+    def run() -> None:
+        if view:
+            _private_view(libc, view)
+        if limits is not None:
+            limits.apply(True)
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+
+    return run
+
+
+def _private_view(libc, view) -> None:
+    def mount(src, dst, kind, flags, data=None):
+        if libc.mount(src, dst, kind, flags, data) != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, f"mount {dst!r}: {os.strerror(e)}")
+
+    if libc.unshare(CLONE_NEWNS) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"unshare: {os.strerror(e)}")
+    mount(b"none", b"/", None, MS_REC | MS_PRIVATE)
+    for folder, below in view:
+        fds = [os.open(p, os.O_PATH | os.O_CLOEXEC) for p in below]  # before they are covered
+        mount(b"tmpfs", folder.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0755")
+        for p, fd in zip(below, fds, strict=True):
+            os.makedirs(p, exist_ok=True)
+            mount(f"/proc/self/fd/{fd}".encode(), p.encode(), None, MS_BIND | MS_REC)
+            os.close(fd)
+
+
 def can_run_as_user(sandbox: bool) -> bool:
     """Whether a job's user could run this Python (under bubblewrap too, with `sandbox`): only
     root can switch users, and the interpreter must not sit in a folder only root may enter
@@ -335,9 +411,7 @@ def can_run_as_user(sandbox: bool) -> bool:
                     ok = (
                         subprocess.run(
                             argv,
-                            user=uid,
-                            group=uid,
-                            extra_groups=[],
+                            preexec_fn=become(uid, reach=runtime_paths(home)),
                             cwd=home,
                             env={"HOME": home},
                             capture_output=True,
@@ -385,9 +459,7 @@ def kill_user(uid: int) -> None:
         try:
             subprocess.run(
                 [sys.executable, "-S", "-c", "import os, signal; os.kill(-1, signal.SIGKILL)"],
-                user=uid,
-                group=uid,
-                extra_groups=[],
+                preexec_fn=become(uid),
                 env={},
                 timeout=10,
                 stdin=subprocess.DEVNULL,
