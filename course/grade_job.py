@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pagedsim.testing import jail
 
-from . import curriculum
+from . import curriculum, verdict
 
 STATUSES = ("pass", "fail", "timeout", "error")
 DEFAULT_TIMEOUT = 120.0  # seconds per student x exercise: the checks take ~2-5 s on a slow core
@@ -234,17 +234,24 @@ def run_one(
     data = path.read_bytes() if data is None else data
     job, extra = Job.make(jobs, build, path.name, data, extra_checks, uid)
     start = time.monotonic()
-    proc = subprocess.Popen(
-        (command or child_command)(ex_id, job.submission, extra),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        errors="replace",
-        env=_env(job.code, job.scratch, mode, uid, job.checks_digest()),
-        start_new_session=True,
-        cwd=job.scratch,
-    )
+    ours, theirs = os.pipe()  # the verdict's channel (course/verdict.py), named before it runs
+    env = _env(job.code, job.scratch, mode, uid, job.checks_digest())
+    try:
+        proc = subprocess.Popen(
+            (command or child_command)(ex_id, job.submission, extra),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            env={**env, verdict.VAR: str(theirs)},
+            pass_fds=[theirs],
+            start_new_session=True,
+            cwd=job.scratch,
+        )
+    finally:
+        os.close(theirs)
+    receiver = verdict.Receiver(ours)
     timed_out = False
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -258,6 +265,7 @@ def run_one(
     if timed_out:
         out, err = proc.communicate()
     took = round(time.monotonic() - start, 2)
+    got, why = receiver.verdict()  # never stdout: anything may print there
     tampered = job.tampered()
     job.remove()
 
@@ -276,15 +284,10 @@ def run_one(
             [f"killed after {timeout:g} s: an endless loop, or far too slow"],
             seconds=took,
         )
-    lines = [ln for ln in out.splitlines() if ln.strip()]
-    try:
-        data = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        data = None
-    if isinstance(data, dict) and data.get("status") in STATUSES:
-        keep = {
-            k: data[k] for k in ("status", "passed", "total", "failed", "messages") if k in data
-        }
+    if why:
+        return result("error", [f"the checker's verdict was refused: {why}"], seconds=took)
+    if isinstance(got, dict) and got.get("status") in STATUSES:
+        keep = {k: got[k] for k in ("status", "passed", "total", "failed", "messages") if k in got}
         return result(keep.pop("status"), keep.pop("messages", ()), seconds=took, **keep)
     tail = (err.strip().splitlines() or ["(nothing on stderr)"])[-1]
     return result(

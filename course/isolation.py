@@ -25,7 +25,9 @@ import sys
 import types
 from pathlib import Path
 
-from pagedsim.testing import jail, remote
+from pagedsim.testing import audit, jail, remote
+
+from . import verdict
 
 IMPORT_EXITED = "your file ended its own process while being imported ({why})"
 REFUSED = "your code's process sent a message the grader refused to read: {why}"
@@ -76,6 +78,9 @@ class Submission:
         self.close()
 
     def start(self) -> remote.Channel:
+        # before the first call into the submission: the checker's own audit hook
+        # (pagedsim/testing/audit.py); under `grade` it may write only in its scratch folder
+        audit.install(scratch=self.scratch if verdict.is_open() else None, on_breach=verdict.breach)
         ours, theirs = socket.socketpair()
         serve = "import sys; from course.isolation import child_main; child_main(int(sys.argv[1]))"
         argv = [sys.executable, "-c", serve, str(theirs.fileno())]

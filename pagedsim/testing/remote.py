@@ -38,12 +38,14 @@ over), and here the channel and the child's `serve` loop.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import types
 
 import numpy as np
 
+from . import audit
 from .remote_caps import ARRAY, CALL, Callback, Method, served, surface_of
 from .remote_codec import DEFAULT_LIMIT, Decoder, Encoder, dump_message, load_message
 from .remote_errors import (
@@ -84,6 +86,8 @@ class Channel:
         self.refused: str | None = None  # a message from the other end that was not read
         self.helpers: dict = {}  # op -> function, for the child's extra requests
         self.on_error = None  # called with each exception the other end raised
+        # while serving an untrusting end's requests or reading its replies (audit.py)
+        self.guard = contextlib.nullcontext if trusting else audit.serving
         self._methods: dict = {}  # (id(capability), name) -> its Method, served once
         self._aliases: dict = {}  # of the reply being encoded
         self._args: tuple = ()  # of the reply being decoded
@@ -211,13 +215,14 @@ class Channel:
         args = payload[1] if op == "call" else payload[2] if op == "special" else ()
         request = ["R", mine, op, self.encode(tuple(payload))]  # Unregistered: the check's own
         try:
-            self._send(request)
-            while True:
-                message = self._recv()
-                if message[0] == "R":
-                    self._serve(message)
-                    continue
-                return self._finish(message, mine, args, op, payload)
+            with self.guard():  # the other end's input drives what runs here: audited
+                self._send(request)
+                while True:
+                    message = self._recv()
+                    if message[0] == "R":
+                        self._serve(message)
+                        continue
+                    return self._finish(message, mine, args, op, payload)
         except _Raised:
             raise
         except Exception as e:  # noqa: BLE001 - a dead peer, or a message we refuse: the conversation is over
@@ -256,6 +261,10 @@ class Channel:
                 self.on_dead()
 
     def _serve(self, message) -> None:
+        with self.guard():
+            self._serve_one(message)
+
+    def _serve_one(self, message) -> None:
         seq, back, aliases, args = 0, {}, {}, ()
         try:
             if len(message) != 4 or type(message[1]) is not int or type(message[2]) is not str:
