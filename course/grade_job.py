@@ -107,6 +107,7 @@ def _env(root: Path, scratch: Path, mode: Mode, uid: int | None, digest: dict) -
         PYTHONNOUSERSITE="1",
         PYTHONPATH=str(root),
         PAGEDSIM_SCRATCH=str(scratch),
+        TMPDIR=str(scratch),  # the checker writes nowhere else (pagedsim/testing/audit.py)
         PAGEDSIM_SANDBOX="1" if mode.sandbox else "0",
         PAGEDSIM_LIMITS=json.dumps(mode.limits.as_json()),
         PAGEDSIM_MAX_REPLY=str(mode.max_reply),
@@ -118,6 +119,14 @@ def _env(root: Path, scratch: Path, mode: Mode, uid: int | None, digest: dict) -
     if uid is not None:
         env["PAGEDSIM_JOB_UID"] = str(uid)
     return env
+
+
+def _confined(job: Job):
+    """The checker's own view (jail.confined): of the shared temporary folders only its job's
+    folder, and no reference solution or mutant catalogue of this installation."""
+    hide = [p.parent for p in solutions_on_disk()]
+    hide += [p.parent.parent / "mutants.py" for p in solutions_on_disk()[:1]]
+    return jail.confined(keep=[job.folder], hide=hide)
 
 
 def verify_checks(root: Path) -> str | None:
@@ -235,6 +244,7 @@ def run_one(
     job, extra = Job.make(jobs, build, path.name, data, extra_checks, uid)
     start = time.monotonic()
     ours, theirs = os.pipe()  # the verdict's channel (course/verdict.py), named before it runs
+    confine = command is None and mode.verified and os.geteuid() == 0  # a test's fake: as is
     env = _env(job.code, job.scratch, mode, uid, job.checks_digest())
     try:
         proc = subprocess.Popen(
@@ -248,6 +258,7 @@ def run_one(
             pass_fds=[theirs],
             start_new_session=True,
             cwd=job.scratch,
+            preexec_fn=_confined(job) if confine else None,
         )
     finally:
         os.close(theirs)

@@ -65,7 +65,7 @@ def breach(why: str) -> None:
     elsewhere the operation is refused with `Breach`."""
     from pagedsim.testing.audit import Breach
 
-    message = f"the checker was stopped: your code made it attempt {why}"
+    message = f"the checker was stopped: it attempted {why}"
     if send({"status": "error", "passed": 0, "total": 0, "failed": [], "messages": [message]}):
         os._exit(BREACH_EXIT)
     raise Breach(why)

@@ -353,8 +353,8 @@ def become(uid: int, *, reach=(), limits: Limits | None = None):
     """A preexec_fn that starts a process as `uid` (and gid `uid`, no other groups), with
     `limits`, and able to reach `reach` (default: this Python) even where it sits in a folder
     only root may enter: the process gets a mount namespace of its own in which each such
-    folder is an empty tmpfs holding only the needed paths, bound back read-only in place.
-    Nothing is copied and the host is not changed. Called as root, in the child."""
+    folder is an empty tmpfs holding only the needed paths, bound back in place. Nothing is
+    copied and the host is not changed. Called as root, in the child."""
     view = closed_folders(reach or runtime_paths())
     libc = ctypes.CDLL(None, use_errno=True) if view else None
 
@@ -370,7 +370,26 @@ def become(uid: int, *, reach=(), limits: Limits | None = None):
     return run
 
 
-def _private_view(libc, view) -> None:
+PRIVATE = ("/tmp", "/var/tmp", "/dev/shm")  # the shared writable folders, private when confined
+
+
+def confined(*, keep, hide=()):
+    """A preexec_fn for the checker (as root, in the child, which stays root: it starts its
+    submission as another uid and kills it): a mount namespace of its own in which /tmp,
+    /var/tmp and /dev/shm are empty but for `keep` (the job's own folder: no other job's,
+    no student's), this Python is reachable, and each path of `hide` (the reference
+    solutions on disk) is an empty folder or an empty file."""
+    keep = [str(Path(k).resolve()) for k in keep]
+    covers = closed_folders(runtime_paths(*keep))
+    for folder in PRIVATE:
+        if os.path.isdir(folder) and not os.path.islink(folder):
+            covers.append((folder, tuple(k for k in keep if k.startswith(folder + "/"))))
+    hides = [str(Path(h).resolve()) for h in hide if os.path.exists(h)]
+    libc = ctypes.CDLL(None, use_errno=True)
+    return lambda: _private_view(libc, covers, hides)
+
+
+def _private_view(libc, view, hides=()) -> None:
     def mount(src, dst, kind, flags, data=None):
         if libc.mount(src, dst, kind, flags, data) != 0:
             e = ctypes.get_errno()
@@ -387,6 +406,11 @@ def _private_view(libc, view) -> None:
             os.makedirs(p, exist_ok=True)
             mount(f"/proc/self/fd/{fd}".encode(), p.encode(), None, MS_BIND | MS_REC)
             os.close(fd)
+    for p in hides:
+        if os.path.isdir(p):
+            mount(b"tmpfs", p.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0555,size=4k")
+        elif os.path.exists(p):
+            mount(b"/dev/null", p.encode(), None, MS_BIND)
 
 
 def can_run_as_user(sandbox: bool) -> bool:

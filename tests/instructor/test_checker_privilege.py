@@ -10,14 +10,16 @@ its argument): the boundary lets the call through, the hook must not.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from course import grade, verdict
+from course import curriculum, grade, verdict
 from course.isolation import Submission
-from pagedsim.testing import audit
+from pagedsim.testing import audit, jail
 from pagedsim.testing.remote_caps import register
 
 
@@ -121,3 +123,33 @@ def test_the_verdict_fd_is_taken_out_of_the_environment_and_not_inherited(monkey
     receiver = verdict.Receiver(r)
     assert verdict.send({"status": "pass"}) and not verdict.send({"status": "pass"})
     assert receiver.verdict() == ({"status": "pass"}, "")
+
+
+PROBE = """
+import os, sys
+mine, other, answers, planted = sys.argv[1:]
+open(planted, "w").write("x")  # /tmp of its own: never the host's
+print(os.path.exists(mine), os.path.exists(other), len(os.listdir(answers)))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a mount namespace of its own needs root")
+def test_the_confined_checker_sees_only_its_job_in_tmp_and_no_reference_solution(tmp_path):
+    """jail.confined, as `grade` starts each checker: of /tmp only its job's folder (no other
+    job, no student folder), the solutions on disk empty, and its /tmp writes its own."""
+    job, other = tmp_path / "job", tmp_path / "other-job"
+    job.mkdir()
+    other.mkdir()
+    (job / "mine.py").write_text("x")
+    answers = curriculum.find("3.1").path("solution").parent
+    planted = Path("/tmp") / f"planted-by-checker-{os.getpid()}"
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, str(job / "mine.py"), str(other), str(answers), str(planted)],
+        preexec_fn=jail.confined(keep=[job], hide=[answers]),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False", "0"], out.stdout
+    assert not planted.exists() and len(os.listdir(answers)) > 1  # the host is unchanged
