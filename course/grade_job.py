@@ -126,7 +126,7 @@ def _confined(job: Job):
     folder, and no reference solution or mutant catalogue of this installation."""
     hide = [p.parent for p in solutions_on_disk()]
     hide += [p.parent.parent / "mutants.py" for p in solutions_on_disk()[:1]]
-    return jail.confined(keep=[job.folder], hide=hide)
+    return jail.confined(keep=[job.folder], writable=job.scratch, hide=hide)
 
 
 def verify_checks(root: Path) -> str | None:

@@ -107,7 +107,7 @@ class Submission:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=env,
-            cwd=work,
+            cwd=None if own else work,  # a confined checker may not enter it: the uid does
             start_new_session=True,
             preexec_fn=self._as_user(work) if own else lambda: self.limits.apply(False),
         )
@@ -120,7 +120,7 @@ class Submission:
     def _as_user(self, work: Path):
         """The child as the job's uid, able to reach this Python, the code and the file."""
         reach = jail.runtime_paths(self.code_root, self.path.parent, work)
-        return jail.become(self.uid, reach=reach, limits=self.limits)
+        return jail.become(self.uid, reach=reach, limits=self.limits, cwd=work)
 
     def _saw(self, exc: BaseException) -> None:
         """An exception from the child: one that a limit caused (or caused it) names the limit."""

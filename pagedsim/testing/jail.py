@@ -349,12 +349,12 @@ def runtime_paths(*extra) -> list[str]:
     return [sys.base_prefix, sys.prefix, exe, *map(str, extra)]
 
 
-def become(uid: int, *, reach=(), limits: Limits | None = None):
+def become(uid: int, *, reach=(), limits: Limits | None = None, cwd=None):
     """A preexec_fn that starts a process as `uid` (and gid `uid`, no other groups), with
-    `limits`, and able to reach `reach` (default: this Python) even where it sits in a folder
-    only root may enter: the process gets a mount namespace of its own in which each such
-    folder is an empty tmpfs holding only the needed paths, bound back in place. Nothing is
-    copied and the host is not changed. Called as root, in the child."""
+    `limits`, in `cwd`, and able to reach `reach` (default: this Python) even where it sits
+    in a folder only root may enter: the process gets a mount namespace of its own in which
+    each such folder is an empty tmpfs holding only the needed paths, bound back in place.
+    Nothing is copied and the host is not changed. Called as root, in the child."""
     view = closed_folders(reach or runtime_paths())
     libc = ctypes.CDLL(None, use_errno=True) if view else None
 
@@ -366,6 +366,8 @@ def become(uid: int, *, reach=(), limits: Limits | None = None):
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
+        if cwd is not None:  # as the uid: its folder is 0700, and root may lack DAC powers
+            os.chdir(cwd)
 
     return run
 
@@ -373,27 +375,71 @@ def become(uid: int, *, reach=(), limits: Limits | None = None):
 PRIVATE = ("/tmp", "/var/tmp", "/dev/shm")  # the shared writable folders, private when confined
 
 
-def confined(*, keep, hide=()):
-    """A preexec_fn for the checker (as root, in the child, which stays root: it starts its
-    submission as another uid and kills it): a mount namespace of its own in which /tmp,
-    /var/tmp and /dev/shm are empty but for `keep` (the job's own folder: no other job's,
-    no student's), this Python is reachable, and each path of `hide` (the reference
-    solutions on disk) is an empty folder or an empty file."""
+# What a confined checker keeps of root's powers: chown and chmod its child's folder, start the
+# child as a job's uid (and bubblewrap, which maps that uid: setfcap) and kill it. No
+# CAP_SYS_ADMIN (it cannot remount what is read-only), no CAP_DAC_OVERRIDE, no ptrace.
+CHECKER_CAPS = {0, 3, 5, 6, 7, 31}  # chown, fowner, kill, setgid, setuid, setfcap
+PR_CAPBSET_DROP, LAST_CAP = 24, 63
+MS_RDONLY, MS_NOEXEC, MS_REMOUNT = 1, 8, 32
+_KEPT_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC}
+
+
+def confined(*, keep, writable, hide=()):
+    """A preexec_fn for the checker (as root, in the child): a mount namespace of its own in
+    which /tmp, /var/tmp and /dev/shm are empty but for `keep` (the job's own folder: no
+    other job's, no student's), this Python is reachable, each path of `hide` (the
+    reference solutions on disk) is an empty folder or file, and every file system is
+    read-only but `writable` (its scratch); then root's capabilities are cut to
+    CHECKER_CAPS for the program it runs (uid 0 stays: it starts its submission as a uid
+    of its own)."""
     keep = [str(Path(k).resolve()) for k in keep]
     covers = closed_folders(runtime_paths(*keep))
     for folder in PRIVATE:
         if os.path.isdir(folder) and not os.path.islink(folder):
             covers.append((folder, tuple(k for k in keep if k.startswith(folder + "/"))))
     hides = [str(Path(h).resolve()) for h in hide if os.path.exists(h)]
+    scratch = str(Path(writable).resolve())
     libc = ctypes.CDLL(None, use_errno=True)
-    return lambda: _private_view(libc, covers, hides)
+
+    def run() -> None:
+        _private_view(libc, covers, hides)
+        _mount(libc, scratch.encode(), scratch.encode(), None, MS_BIND)  # a mount of its own
+        _read_only_but(libc, scratch)
+        for cap in range(LAST_CAP + 1):
+            if cap not in CHECKER_CAPS:
+                libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # past the last one: EINVAL, ignored
+
+    return run
+
+
+def _read_only_but(libc, writable: str) -> None:
+    """Remount every mount of this namespace read-only, but `writable` and the kernel's own
+    (/proc, /sys, /dev: /dev/null stays writable)."""
+    with open("/proc/self/mountinfo", "rb") as f:
+        rows = [line.split() for line in f.read().splitlines()]
+    for row in rows:
+        point = row[4].decode("unicode_escape")  # \040 for a space
+        if point == writable or point.startswith(("/proc", "/sys", "/dev")):
+            continue
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+        for option in row[5].decode().split(","):
+            flags |= _KEPT_FLAGS.get(option, 0)
+        try:
+            _mount(libc, None, point.encode(), None, flags)
+        except OSError:
+            if point == "/":
+                raise
+
+
+def _mount(libc, src, dst, kind, flags, data=None) -> None:
+    if libc.mount(src, dst, kind, flags, data) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"mount {dst!r}: {os.strerror(e)}")
 
 
 def _private_view(libc, view, hides=()) -> None:
     def mount(src, dst, kind, flags, data=None):
-        if libc.mount(src, dst, kind, flags, data) != 0:
-            e = ctypes.get_errno()
-            raise OSError(e, f"mount {dst!r}: {os.strerror(e)}")
+        _mount(libc, src, dst, kind, flags, data)
 
     if libc.unshare(CLONE_NEWNS) != 0:
         e = ctypes.get_errno()

@@ -128,15 +128,30 @@ def test_the_verdict_fd_is_taken_out_of_the_environment_and_not_inherited(monkey
 PROBE = """
 import os, sys
 mine, other, answers, planted = sys.argv[1:]
-open(planted, "w").write("x")  # /tmp of its own: never the host's
-print(os.path.exists(mine), os.path.exists(other), len(os.listdir(answers)))
+
+
+def writes(path):
+    try:
+        with open(path, "w") as f:
+            f.write("x")
+        return True
+    except OSError:
+        return False
+
+
+caps = int(dict(line.split(":") for line in open("/proc/self/status"))["CapEff"], 16)
+print(os.path.exists(mine), os.path.exists(other), len(os.listdir(answers)),
+      writes(os.path.join(os.path.dirname(mine), "scratch.txt")), writes(planted),
+      writes(os.path.join(sys.prefix, "planted.txt")), bool(caps & (1 << 21)),
+      bool(caps & (1 << 1)))
 """
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a mount namespace of its own needs root")
 def test_the_confined_checker_sees_only_its_job_in_tmp_and_no_reference_solution(tmp_path):
     """jail.confined, as `grade` starts each checker: of /tmp only its job's folder (no other
-    job, no student folder), the solutions on disk empty, and its /tmp writes its own."""
+    job, no student folder), the solutions on disk empty, every file system read-only but
+    its scratch, and root's powers cut to starting and killing its submission."""
     job, other = tmp_path / "job", tmp_path / "other-job"
     job.mkdir()
     other.mkdir()
@@ -145,11 +160,15 @@ def test_the_confined_checker_sees_only_its_job_in_tmp_and_no_reference_solution
     planted = Path("/tmp") / f"planted-by-checker-{os.getpid()}"
     out = subprocess.run(
         [sys.executable, "-c", PROBE, str(job / "mine.py"), str(other), str(answers), str(planted)],
-        preexec_fn=jail.confined(keep=[job], hide=[answers]),
+        preexec_fn=jail.confined(keep=[job], writable=job, hide=[answers]),
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["True", "False", "0"], out.stdout
+    # sees its job, not the other; no solutions; writes its scratch only; no sys_admin, no
+    # dac_override (it could otherwise remount, or write what it does not own)
+    want = ["True", "False", "0", "True", "False", "False", "False", "False"]
+    assert out.stdout.split() == want, out.stdout
     assert not planted.exists() and len(os.listdir(answers)) > 1  # the host is unchanged
+    assert not Path(sys.prefix, "planted.txt").exists()
