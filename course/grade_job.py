@@ -124,8 +124,8 @@ def _env(root: Path, scratch: Path, mode: Mode, uid: int | None, digest: dict) -
 def _confined(job: Job):
     """The checker's own view (jail.confined): of the shared temporary folders only its job's
     folder, and no reference solution or mutant catalogue of this installation."""
-    hide = [p.parent for p in solutions_on_disk()]
-    hide += [p.parent.parent / "mutants.py" for p in solutions_on_disk()[:1]]
+    answers = solutions_on_disk()
+    hide = [p.parent for p in answers] + [p.parent.parent / "mutants.py" for p in answers[:1]]
     return jail.confined(keep=[job.folder], writable=job.scratch, hide=hide)
 
 

@@ -400,6 +400,7 @@ def confined(*, keep, writable, hide=()):
     hides = [str(Path(h).resolve()) for h in hide if os.path.exists(h)]
     scratch = str(Path(writable).resolve())
     libc = ctypes.CDLL(None, use_errno=True)
+    b"".decode("unicode_escape")  # its codec imported now: no import between fork and exec
 
     def run() -> None:
         _private_view(libc, covers, hides)
