@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import curriculum, i18n, workspace
+from . import curriculum, i18n, verdict, workspace
 from .lessons_text import lesson_text
 
 LESSONS = {s: curriculum.lesson_module(s) for s in curriculum.sections()}  # from the lessons' files
@@ -240,7 +240,9 @@ def _run_and_report(chosen, args) -> int:
             )
     if args.json:
         objs = [o.as_json() for o in results]
-        print(json.dumps(objs[0] if len(objs) == 1 and not args.all else objs, ensure_ascii=False))
+        out = objs[0] if len(objs) == 1 and not args.all else objs
+        if not verdict.send(out):  # under `grade` the pipe it named; else stdout
+            print(json.dumps(out, ensure_ascii=False))
     elif len(chosen) > 1:
         ok = sum(o.ok for o in results)
         print("\n" + i18n.t("{ok}/{n} exercises pass", ok=ok, n=len(chosen)))
@@ -248,6 +250,7 @@ def _run_and_report(chosen, args) -> int:
 
 
 def check_main(argv: list[str]) -> int:
+    verdict.take()  # under `pagedsim grade`: the verdict's own channel, before anything runs
     args = _check_parser().parse_args(argv)
     i18n.set_lang(args.lang)
     exercises = curriculum.load()

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pagedsim.testing import jail, walk
 
-from . import curriculum
+from . import curriculum, verdict
 
 STATUSES = ("pass", "fail", "timeout", "error")
 DEFAULT_TIMEOUT = 120.0  # seconds per student x exercise: the checks take ~2-5 s on a slow core
@@ -173,6 +173,7 @@ def _env(root: Path, scratch: Path, mode: Mode, uid: int | None, digest: dict) -
         PYTHONNOUSERSITE="1",
         PYTHONPATH=str(root),
         PAGEDSIM_SCRATCH=str(scratch),
+        TMPDIR=str(scratch),  # the checker writes nowhere else (pagedsim/testing/audit.py)
         PAGEDSIM_SANDBOX="1" if mode.sandbox else "0",
         PAGEDSIM_LIMITS=json.dumps(mode.limits.as_json()),
         PAGEDSIM_MAX_REPLY=str(mode.max_reply),
@@ -184,6 +185,14 @@ def _env(root: Path, scratch: Path, mode: Mode, uid: int | None, digest: dict) -
     if uid is not None:
         env["PAGEDSIM_JOB_UID"] = str(uid)
     return env
+
+
+def _confined(job: Job):
+    """The checker's own view (jail.confined): of the shared temporary folders only its job's
+    folder, and no reference solution or mutant catalogue of this installation."""
+    answers = solutions_on_disk()
+    hide = [p.parent for p in answers] + [p.parent.parent / "mutants.py" for p in answers[:1]]
+    return jail.confined(keep=[job.folder], writable=job.scratch, hide=hide)
 
 
 def verify_checks(root: Path) -> str | None:
@@ -304,17 +313,26 @@ def run_one(
     data = walk.read(path, READ_LIMITS.file_bytes) if data is None else data
     job, extra = Job.make(jobs, build, path.name, data, extra_checks, uid)
     start = time.monotonic()
-    proc = subprocess.Popen(
-        (command or child_command)(ex_id, job.submission, extra),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        errors="replace",
-        env=_env(job.code, job.scratch, mode, uid, job.checks_digest()),
-        start_new_session=True,
-        cwd=job.scratch,
-    )
+    ours, theirs = os.pipe()  # the verdict's channel (course/verdict.py), named before it runs
+    confine = command is None and mode.verified and os.geteuid() == 0  # a test's fake: as is
+    env = _env(job.code, job.scratch, mode, uid, job.checks_digest())
+    try:
+        proc = subprocess.Popen(
+            (command or child_command)(ex_id, job.submission, extra),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            env={**env, verdict.VAR: str(theirs)},
+            pass_fds=[theirs],
+            start_new_session=True,
+            cwd=job.scratch,
+            preexec_fn=_confined(job) if confine else None,
+        )
+    finally:
+        os.close(theirs)
+    receiver = verdict.Receiver(ours)
     timed_out = False
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -328,6 +346,7 @@ def run_one(
     if timed_out:
         out, err = proc.communicate()
     took = round(time.monotonic() - start, 2)
+    got, why = receiver.verdict()  # never stdout: anything may print there
     tampered = job.tampered()
     job.remove()
 
@@ -346,15 +365,10 @@ def run_one(
             [f"killed after {timeout:g} s: an endless loop, or far too slow"],
             seconds=took,
         )
-    lines = [ln for ln in out.splitlines() if ln.strip()]
-    try:
-        data = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        data = None
-    if isinstance(data, dict) and data.get("status") in STATUSES:
-        keep = {
-            k: data[k] for k in ("status", "passed", "total", "failed", "messages") if k in data
-        }
+    if why:
+        return result("error", [f"the checker's verdict was refused: {why}"], seconds=took)
+    if isinstance(got, dict) and got.get("status") in STATUSES:
+        keep = {k: got[k] for k in ("status", "passed", "total", "failed", "messages") if k in got}
         return result(keep.pop("status"), keep.pop("messages", ()), seconds=took, **keep)
     tail = (err.strip().splitlines() or ["(nothing on stderr)"])[-1]
     return result(

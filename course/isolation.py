@@ -25,7 +25,9 @@ import sys
 import types
 from pathlib import Path
 
-from pagedsim.testing import jail, remote
+from pagedsim.testing import audit, jail, remote
+
+from . import verdict
 
 IMPORT_EXITED = "your file ended its own process while being imported ({why})"
 REFUSED = "your code's process sent a message the grader refused to read: {why}"
@@ -76,6 +78,9 @@ class Submission:
         self.close()
 
     def start(self) -> remote.Channel:
+        # before the first call into the submission: the checker's own audit hook
+        # (pagedsim/testing/audit.py); under `grade` it may write only in its scratch folder
+        audit.install(scratch=self.scratch if verdict.is_open() else None, on_breach=verdict.breach)
         ours, theirs = socket.socketpair()
         serve = "import sys; from course.isolation import child_main; child_main(int(sys.argv[1]))"
         argv = [sys.executable, "-c", serve, str(theirs.fileno())]
@@ -102,16 +107,20 @@ class Submission:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=env,
-            cwd=work,
+            cwd=None if own else work,  # a confined checker may not enter it: the uid does
             start_new_session=True,
-            preexec_fn=lambda: self.limits.apply(own),
-            **(dict(user=self.uid, group=self.uid, extra_groups=[]) if own else {}),
+            preexec_fn=self._as_user(work) if own else lambda: self.limits.apply(False),
         )
         theirs.close()
         self.ch = remote.Channel(ours, trusting=False, on_dead=self._kill, limit=self.limit)
         self.ch.impl_file = str(self.path)
         self.ch.on_error = self._saw
         return self.ch
+
+    def _as_user(self, work: Path):
+        """The child as the job's uid, able to reach this Python, the code and the file."""
+        reach = jail.runtime_paths(self.code_root, self.path.parent, work)
+        return jail.become(self.uid, reach=reach, limits=self.limits, cwd=work)
 
     def _saw(self, exc: BaseException) -> None:
         """An exception from the child: one that a limit caused (or caused it) names the limit."""

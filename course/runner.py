@@ -37,6 +37,8 @@ from pathlib import Path
 
 import pytest
 
+from pagedsim.testing.remote_caps import Unregistered
+
 from . import check_fixtures, i18n
 from . import impl as impl_module
 from .curriculum import COURSE_DIR, REPO_ROOT, Exercise
@@ -295,6 +297,18 @@ def _describe(item, excinfo, impl: Path) -> Failure:
     )
 
 
+def _unregistered(exc: BaseException) -> BaseException | None:
+    """The check's own hand-over of an object that is no capability (remote_caps.py), if that
+    is what failed, wherever in the cause chain it is."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, Unregistered):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 class _Collector:
     def __init__(self, outcome: Outcome, seconds: float):
         self.outcome, self.seconds = outcome, seconds
@@ -310,7 +324,11 @@ class _Collector:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
         rep = (yield).get_result()
-        if rep.failed and call.excinfo is not None:
+        if rep.failed and call.excinfo is not None and _unregistered(call.excinfo.value):
+            self.outcome.error = self.outcome.error or (  # a bug in the checks, not the file
+                f"{item.name}: {_first_line(str(_unregistered(call.excinfo.value)))}"
+            )
+        elif rep.failed and call.excinfo is not None:
             self.outcome.failures.append(_describe(item, call.excinfo, self.outcome.impl))
         elif rep.skipped and call.excinfo is not None:
             self.outcome.skipped.append(f"{item.name}: {_first_line(str(call.excinfo.value))}")

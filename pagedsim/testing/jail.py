@@ -129,7 +129,7 @@ def kill_tree(
             _signal_group(sid, signal.SIGKILL)
         _signal(found, signal.SIGKILL)
         killed |= found
-        _reap()
+        _reap(killed)
         time.sleep(0.01)
     _reap_each(killed, sessions)
 
@@ -211,15 +211,12 @@ def _signal(pids, sig) -> None:
             pass
 
 
-def _reap() -> None:
-    """Collect exited children (our own, and orphans handed to us as subreaper)."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+def _reap(pids) -> None:
+    """Collect those of `pids` that are exited children of ours (orphans handed to us as
+    subreaper included), and no other: a `waitpid(-1)` would also take another thread's
+    child, whose Popen would then read a status of 0 for a process it never saw end."""
+    for p in pids:
+        _wait(p)
 
 
 def bwrap() -> str | None:
@@ -318,6 +315,153 @@ def job_uid(slot: int) -> int:
     return UID_BASE + os.getpid() * 64 + slot
 
 
+# -- the runtime a job's user can reach -----------------------------------------------------------
+CLONE_NEWNS, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = (
+    0x20000,
+    2,
+    4,
+    4096,
+    16384,
+    1 << 18,
+)
+
+
+def closed_folders(paths) -> list[tuple[str, tuple[str, ...]]]:
+    """[(a folder others may not pass through, the needed paths below it)]: e.g. a pyenv
+    under a 0700 /root gives ("/root", ("/root/.pyenv/versions/3.11.7",))."""
+    found: dict[str, list[str]] = {}
+    for p in dict.fromkeys(str(Path(p).resolve()) for p in paths):
+        for folder in reversed(Path(p).parents[:-1]):  # the outermost first, "/" left out
+            try:
+                passable = folder.stat().st_mode & 0o001
+            except OSError:
+                break
+            if not passable:
+                found.setdefault(str(folder), []).append(p)
+                break
+    return [
+        (f, tuple(q for q in ps if not any(q.startswith(r + "/") for r in ps if r != q)))
+        for f, ps in found.items()
+    ]
+
+
+def runtime_paths(*extra) -> list[str]:
+    """What a job's Python needs to reach: its installation, its environment, `extra`."""
+    exe = str(Path(sys.executable).resolve().parent)
+    return [sys.base_prefix, sys.prefix, exe, *map(str, extra)]
+
+
+def become(uid: int, *, reach=(), limits: Limits | None = None, cwd=None):
+    """A preexec_fn that starts a process as `uid` (and gid `uid`, no other groups), with
+    `limits`, in `cwd`, and able to reach `reach` (default: this Python) even where it sits
+    in a folder only root may enter: the process gets a mount namespace of its own in which
+    each such folder is an empty tmpfs holding only the needed paths, bound back in place.
+    Nothing is copied and the host is not changed. Called as root, in the child."""
+    view = closed_folders(reach or runtime_paths())
+    libc = ctypes.CDLL(None, use_errno=True) if view else None
+
+    def run() -> None:
+        if view:
+            _private_view(libc, view)
+        if limits is not None:
+            limits.apply(True)
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        if cwd is not None:  # as the uid: its folder is 0700, and root may lack DAC powers
+            os.chdir(cwd)
+
+    return run
+
+
+PRIVATE = ("/tmp", "/var/tmp", "/dev/shm")  # the shared writable folders, private when confined
+
+
+# What a confined checker keeps of root's powers: chown and chmod its child's folder, start the
+# child as a job's uid (and bubblewrap, which maps that uid: setfcap) and kill it. No
+# CAP_SYS_ADMIN (it cannot remount what is read-only), no CAP_DAC_OVERRIDE, no ptrace.
+CHECKER_CAPS = {0, 3, 5, 6, 7, 31}  # chown, fowner, kill, setgid, setuid, setfcap
+PR_CAPBSET_DROP, LAST_CAP = 24, 63
+MS_RDONLY, MS_NOEXEC, MS_REMOUNT = 1, 8, 32
+_KEPT_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC}
+
+
+def confined(*, keep, writable, hide=()):
+    """A preexec_fn for the checker (as root, in the child): a mount namespace of its own in
+    which /tmp, /var/tmp and /dev/shm are empty but for `keep` (the job's own folder: no
+    other job's, no student's), this Python is reachable, each path of `hide` (the
+    reference solutions on disk) is an empty folder or file, and every file system is
+    read-only but `writable` (its scratch); then root's capabilities are cut to
+    CHECKER_CAPS for the program it runs (uid 0 stays: it starts its submission as a uid
+    of its own)."""
+    keep = [str(Path(k).resolve()) for k in keep]
+    covers = closed_folders(runtime_paths(*keep))
+    for folder in PRIVATE:
+        if os.path.isdir(folder) and not os.path.islink(folder):
+            covers.append((folder, tuple(k for k in keep if k.startswith(folder + "/"))))
+    hides = [str(Path(h).resolve()) for h in hide if os.path.exists(h)]
+    scratch = str(Path(writable).resolve())
+    libc = ctypes.CDLL(None, use_errno=True)
+    b"".decode("unicode_escape")  # its codec imported now: no import between fork and exec
+
+    def run() -> None:
+        _private_view(libc, covers, hides)
+        _mount(libc, scratch.encode(), scratch.encode(), None, MS_BIND)  # a mount of its own
+        _read_only_but(libc, scratch)
+        for cap in range(LAST_CAP + 1):
+            if cap not in CHECKER_CAPS:
+                libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # past the last one: EINVAL, ignored
+
+    return run
+
+
+def _read_only_but(libc, writable: str) -> None:
+    """Remount every mount of this namespace read-only, but `writable` and the kernel's own
+    (/proc, /sys, /dev: /dev/null stays writable)."""
+    with open("/proc/self/mountinfo", "rb") as f:
+        rows = [line.split() for line in f.read().splitlines()]
+    for row in rows:
+        point = row[4].decode("unicode_escape")  # \040 for a space
+        if point == writable or point.startswith(("/proc", "/sys", "/dev")):
+            continue
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+        for option in row[5].decode().split(","):
+            flags |= _KEPT_FLAGS.get(option, 0)
+        try:
+            _mount(libc, None, point.encode(), None, flags)
+        except OSError:
+            if point == "/":
+                raise
+
+
+def _mount(libc, src, dst, kind, flags, data=None) -> None:
+    if libc.mount(src, dst, kind, flags, data) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"mount {dst!r}: {os.strerror(e)}")
+
+
+def _private_view(libc, view, hides=()) -> None:
+    def mount(src, dst, kind, flags, data=None):
+        _mount(libc, src, dst, kind, flags, data)
+
+    if libc.unshare(CLONE_NEWNS) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"unshare: {os.strerror(e)}")
+    mount(b"none", b"/", None, MS_REC | MS_PRIVATE)
+    for folder, below in view:
+        fds = [os.open(p, os.O_PATH | os.O_CLOEXEC) for p in below]  # before they are covered
+        mount(b"tmpfs", folder.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0755")
+        for p, fd in zip(below, fds, strict=True):
+            os.makedirs(p, exist_ok=True)
+            mount(f"/proc/self/fd/{fd}".encode(), p.encode(), None, MS_BIND | MS_REC)
+            os.close(fd)
+    for p in hides:
+        if os.path.isdir(p):
+            mount(b"tmpfs", p.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0555,size=4k")
+        elif os.path.exists(p):
+            mount(b"/dev/null", p.encode(), None, MS_BIND)
+
+
 def can_run_as_user(sandbox: bool) -> bool:
     """Whether a job's user could run this Python (under bubblewrap too, with `sandbox`): only
     root can switch users, and the interpreter must not sit in a folder only root may enter
@@ -340,9 +484,7 @@ def can_run_as_user(sandbox: bool) -> bool:
                     ok = (
                         subprocess.run(
                             argv,
-                            user=uid,
-                            group=uid,
-                            extra_groups=[],
+                            preexec_fn=become(uid, reach=runtime_paths(home)),
                             cwd=home,
                             env={"HOME": home},
                             capture_output=True,
@@ -382,15 +524,15 @@ def kill_user(uid: int) -> None:
     /proc sweep from here follows, and both repeat while any remains."""
     import subprocess
 
+    seen: set[int] = set()
     for attempt in range(50):  # kill(-1) at least once: a scan can miss a process mid-fork
         if attempt and not processes_of(uid) and not processes_of(uid):
+            _reap(seen)
             return
         try:
             subprocess.run(
                 [sys.executable, "-S", "-c", "import os, signal; os.kill(-1, signal.SIGKILL)"],
-                user=uid,
-                group=uid,
-                extra_groups=[],
+                preexec_fn=become(uid),
                 env={},
                 timeout=10,
                 stdin=subprocess.DEVNULL,
@@ -401,11 +543,12 @@ def kill_user(uid: int) -> None:
         except (OSError, subprocess.SubprocessError):
             pass
         for p in processes_of(uid):
+            seen.add(p)
             try:
                 os.kill(p, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        _reap()
+        _reap(seen)
         time.sleep(0.02)
 
 

@@ -24,24 +24,29 @@ allocate") read exactly as they do in-process.
 Nothing the child sends can name code in the grader: JSON has no callables, the decoder
 builds only the schema's values, exception classes come from a fixed table by name, a
 message over the limit (64 MiB by default) is refused before it is read, and anything
-malformed ends the conversation (`Channel.refused` says why). The grader serves the child
-only public attributes of the objects it handed over (no `__globals__`, no classes, no
-modules). Neither side ever unpickles.
+malformed ends the conversation (`Channel.refused` says why). The grader hands the child
+only data and capabilities (remote_caps.py): each request is checked against the
+capability's registered surface before any attribute is looked up, and each answer passes
+the same gate, so no frame, generator, function, class or module ever crosses. Neither
+side ever unpickles.
 
 The pieces: remote_codec.py (the wire format and its table), remote_values.py (what a proxy
 may ask, the write-back of mutable arguments), remote_errors.py (exceptions both ways),
-remote_proxy.py (`Remote`, `RemoteModule`, `ask`), and here the channel and the child's
-`serve` loop.
+remote_proxy.py (`Remote`, `RemoteModule`, `ask`), remote_caps.py (what the grader may hand
+over), and here the channel and the child's `serve` loop.
 """
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import types
 
 import numpy as np
 
+from . import audit
+from .remote_caps import ARRAY, CALL, Callback, Method, served, surface_of
 from .remote_codec import DEFAULT_LIMIT, Decoder, Encoder, dump_message, load_message
 from .remote_errors import (
     DEPTH,
@@ -81,6 +86,9 @@ class Channel:
         self.refused: str | None = None  # a message from the other end that was not read
         self.helpers: dict = {}  # op -> function, for the child's extra requests
         self.on_error = None  # called with each exception the other end raised
+        # while serving an untrusting end's requests or reading its replies (audit.py)
+        self.guard = contextlib.nullcontext if trusting else audit.serving
+        self._methods: dict = {}  # (id(capability), name) -> its Method, served once
         self._aliases: dict = {}  # of the reply being encoded
         self._args: tuple = ()  # of the reply being decoded
         self._encoder = Encoder(self._alias, self._handle)
@@ -120,6 +128,10 @@ class Channel:
             return encode_exception(o, self, self._encoder.node)
         if isinstance(o, type) and issubclass(o, BaseException):
             return class_node(o, self)
+        if not self.trusting:  # only a registered capability: never a frame, a function, ...
+            o = served(o)
+            kind = "function" if isinstance(o, Callback) else "object"
+            return ["h", kind, self.export(o), type(o).__name__]
         kind = (
             "module"
             if isinstance(o, types.ModuleType)
@@ -201,14 +213,16 @@ class Channel:
         self.seq += 1
         mine = self.seq
         args = payload[1] if op == "call" else payload[2] if op == "special" else ()
+        request = ["R", mine, op, self.encode(tuple(payload))]  # Unregistered: the check's own
         try:
-            self._send(["R", mine, op, self.encode(tuple(payload))])
-            while True:
-                message = self._recv()
-                if message[0] == "R":
-                    self._serve(message)
-                    continue
-                return self._finish(message, mine, args, op, payload)
+            with self.guard():  # the other end's input drives what runs here: audited
+                self._send(request)
+                while True:
+                    message = self._recv()
+                    if message[0] == "R":
+                        self._serve(message)
+                        continue
+                    return self._finish(message, mine, args, op, payload)
         except _Raised:
             raise
         except Exception as e:  # noqa: BLE001 - a dead peer, or a message we refuse: the conversation is over
@@ -247,6 +261,10 @@ class Channel:
                 self.on_dead()
 
     def _serve(self, message) -> None:
+        with self.guard():
+            self._serve_one(message)
+
+    def _serve_one(self, message) -> None:
         seq, back, aliases, args = 0, {}, {}, ()
         try:
             if len(message) != 4 or type(message[1]) is not int or type(message[2]) is not str:
@@ -279,25 +297,53 @@ class Channel:
         self._send(["P", "err", seq, self.encode(failed), ["d", []]])
 
     def perform(self, op, payload):
-        if op in self.helpers and self.trusting:
-            return self.helpers[op](*payload)
+        if self.trusting:
+            if op in self.helpers:
+                return self.helpers[op](*payload)
+            return _perform(op, payload[0], payload)
+        return self._perform_for_untrusted(op, payload)
+
+    def _perform_for_untrusted(self, op, payload):
+        """A request of the submission on one of our capabilities: checked against the
+        capability's surface before any attribute is looked up (remote_caps.py)."""
         obj = payload[0]
-        if not self.trusting and not _served(obj, op, payload):
-            raise PermissionError(f"the grader does not serve {op} {payload[1]!r} on this object")
-        if op == "getattr":
-            value = getattr(obj, payload[1])
-            if not self.trusting and isinstance(value, (type, types.ModuleType, types.CodeType)):
-                raise PermissionError(f"the grader does not hand out {payload[1]!r}")
-            return value
-        if op == "setattr":
-            return setattr(obj, payload[1], payload[2])
-        if op == "call":
-            return obj(*payload[1], **payload[2])
-        if op == "special":
-            return OPERATORS[payload[1]](obj, *payload[2])
-        if op == "asarray":
-            return np.asarray(obj)
-        raise PermissionError(f"unknown request {op!r}")
+        surface = surface_of(obj)
+        if surface is None:
+            raise PermissionError(f"the grader serves nothing on a {type(obj).__name__}")
+        name = payload[1] if op in _NAMED else _OPS.get(op)
+        if op == "getattr" and type(name) is str and name in surface.methods:
+            return self._method(obj, name)
+        allowed = getattr(surface, _NAMED[op]) if op in _NAMED else surface.operations
+        if type(name) is not str or name not in allowed or op == "special" and name not in SPECIAL:
+            raise PermissionError(
+                f"the grader does not serve {op} {str(name)[:60]!r} on a {type(obj).__name__}"
+            )
+        return _perform(op, obj, payload)
+
+    def _method(self, obj, name: str) -> Method:
+        key = (id(obj), name)
+        if key not in self._methods:
+            self._methods[key] = Method(obj, name)
+        return self._methods[key]
+
+
+# the requests that name an attribute or operator, and the surface field that allows it
+_NAMED = {"getattr": "attributes", "setattr": "settable", "special": "operations"}
+_OPS = {"call": CALL, "asarray": ARRAY}  # the other requests, as the operation they are
+
+
+def _perform(op, obj, payload):
+    if op == "getattr":
+        return getattr(obj, payload[1])
+    if op == "setattr":
+        return setattr(obj, payload[1], payload[2])
+    if op == "call":
+        return obj(*payload[1], **payload[2])
+    if op == "special":
+        return OPERATORS[payload[1]](obj, *payload[2])
+    if op == "asarray":
+        return np.asarray(obj)
+    raise PermissionError(f"unknown request {op!r}")
 
 
 def _size(n: int) -> str:
@@ -325,17 +371,6 @@ def serve(fd: int, helpers: dict) -> None:
             os._exit(0)
         if message[0] == "R":
             ch._serve(message)
-
-
-def _served(obj, op, payload) -> bool:
-    """What the grader lets the child do with an object the grader handed over."""
-    if isinstance(obj, (type, types.ModuleType)):
-        return False
-    if op == "getattr":
-        return isinstance(payload[1], str) and not payload[1].startswith("_")
-    if op == "special":
-        return payload[1] in SPECIAL
-    return op in ("call", "asarray")
 
 
 __all__ = [

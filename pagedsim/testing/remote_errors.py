@@ -265,17 +265,31 @@ def _instance(cls, args, text, ch) -> BaseException:
         return exc
 
 
+# One frame of the student's file, compiled once, here: a frame of the chain is this code
+# with the student's file name, function name and line put in (`CodeType.replace`), so that
+# rebuilding an exception compiles nothing in the checker (course/isolation.py's audit hook
+# refuses a compile while the checker reads the submission's messages).
+FRAME = compile("__next()", "<frame>", "exec")
+
+
+def is_frame(code) -> bool:
+    """Whether `code` is FRAME with another name, file or line (it can only call __next)."""
+    return (
+        getattr(code, "co_code", None) == FRAME.co_code
+        and code.co_names == FRAME.co_names
+        and code.co_consts == FRAME.co_consts
+    )
+
+
 def raise_from_frames(exc: BaseException, frames, filename: str) -> None:
     """Raise `exc` from nested frames named like the student's functions, at their lines."""
     codes = []
     for name, line in frames:
-        src = "\n" * (max(int(line), 1) - 1) + "__next()"
-        code = compile(src, filename, "exec")
         name = str(name)[:200]
+        code = FRAME.replace(co_name=name, co_filename=filename, co_firstlineno=max(int(line), 1))
         if sys.version_info >= (3, 11):  # 3.10's code objects have no co_qualname
-            codes.append(code.replace(co_name=name, co_qualname=name))
-        else:
-            codes.append(code.replace(co_name=name))
+            code = code.replace(co_qualname=name)
+        codes.append(code)
 
     def run(i: int) -> None:
         if i == len(codes):

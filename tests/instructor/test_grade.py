@@ -31,9 +31,11 @@ FAKE = textwrap.dedent("""
         sys.exit(3)
     print("noise from the student's prints")
     ok = "GOOD" in text
-    print(json.dumps({"exercise": ex, "status": "pass" if ok else "fail", "passed": 2 if ok else 1,
-                      "total": 2, "failed": [] if ok else ["test_b"],
-                      "messages": [] if ok else ["b is wrong"]}))
+    verdict = json.dumps({"exercise": ex, "status": "pass" if ok else "fail",
+                          "passed": 2 if ok else 1, "total": 2, "failed": [] if ok else ["test_b"],
+                          "messages": [] if ok else ["b is wrong"]})
+    print(verdict.replace("fail", "pass"))  # stdout is never read as a verdict
+    os.write(int(os.environ["PAGEDSIM_VERDICT_FD"]), (verdict + "\\n").encode())
 """)
 
 

@@ -105,8 +105,11 @@ def write(root: Path, files: dict) -> Path:
 
 
 def graded(root: Path, *, sandbox: bool) -> dict:
+    """Graded under bubblewrap, or with no isolation at all (no uid of its own either: the
+    attacks must then be found afterwards, by hash)."""
     # 300 s: a stub takes over 70 s on a loaded two-core machine
-    results = grade.grade(root, ["3.5"], timeout=300, workers=2, sandbox=sandbox)
+    mode = None if sandbox else grade.Mode(False, False)
+    results = grade.grade(root, ["3.5"], timeout=300, workers=2, sandbox=sandbox, mode=mode)
     return {r.student: r for r in results}
 
 

@@ -144,7 +144,8 @@ def test_no_process_of_a_submission_outlives_it(tmp_path, mode, escape):
     with submission(tmp_path, CHAIN.format(name="beat", escape=escape), **mode) as sub:
         assert sub.module().start() is True
         beat = sub.scratch / "child" / "beat"
-        for _ in range(100):
+        end = time.monotonic() + 60  # a loaded machine (load 20 on two cores) starts it late
+        while time.monotonic() < end:
             if beat.exists() and beat.stat().st_size > 20:
                 break
             time.sleep(0.05)

@@ -28,8 +28,9 @@ FAKE = textwrap.dedent("""
         open(victim, "w").write("BAAD")
         os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
     ok = "GOOD" in text
-    print(json.dumps({"status": "pass" if ok else "fail", "passed": 1 if ok else 0, "total": 1,
-                      "failed": [] if ok else ["test_a"], "messages": []}))
+    verdict = json.dumps({"status": "pass" if ok else "fail", "passed": 1 if ok else 0,
+                          "total": 1, "failed": [] if ok else ["test_a"], "messages": []})
+    os.write(int(os.environ["PAGEDSIM_VERDICT_FD"]), (verdict + "\\n").encode())
 """)
 
 

@@ -89,3 +89,36 @@ def test_kill_tree_collects_every_process_it_killed(code: str) -> None:
     zombies, survivors = map(int, out.split())
     assert zombies == 0, f"zombies left in the subreaper: {zombies}"
     assert survivors == 0, f"processes of the killed session still running: {survivors}"
+
+
+OTHER_CHILD = textwrap.dedent(
+    """
+    import os, subprocess, sys, time
+    from pagedsim.testing import jail
+
+    jail.become_subreaper()
+    other = subprocess.Popen([sys.executable, "-c", "raise SystemExit(7)"])  # another job's
+    while jail._stat(other.pid)[0] != "Z":  # it has ended, not yet collected by its Popen
+        time.sleep(0.01)
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                              start_new_session=True)
+    jail.kill_tree(victim.pid, sessions={victim.pid})
+    victim.wait()
+    print(other.wait())
+    """
+)
+
+
+def test_kill_tree_never_collects_another_threads_child() -> None:
+    """jail._reap once called waitpid(-1): killing one job's tree could collect another job's
+    checker, whose Popen then read exit status 0 (a crash taken for success)."""
+    out = subprocess.run(
+        [sys.executable, "-c", OTHER_CHILD],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["7"], "another child's exit status was lost"

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from course.ch03_kv_block.checks._expect import raises
 from course.i18n import say
+from pagedsim.testing.remote_caps import capability
 
 EXERCISE = "3.4a"
 pytestmark = pytest.mark.ch3_4
@@ -189,11 +190,21 @@ def test_ids_outside_the_pool_are_refused_and_change_nothing(impl):
     assert pool.free(b) == 0
 
 
+LIST_METHODS = ("append", "clear", "copy", "count", "extend", "index", "insert", "pop", "remove")
+LIST_METHODS += ("reverse", "sort")
+
+
+@capability(
+    methods=LIST_METHODS,
+    operations={"__getitem__", "__setitem__", "__len__", "__iter__", "__contains__"},
+)
 class CountingArray:
     """One of the pool's arrays, counting the work done on it: an element read or write costs 1;
     anything that may look at every element (a method such as count/index/remove, `in`,
     comparison, conversion, slicing) costs the array's length; iteration costs 1 per element.
-    It is no list subclass, so no list method can do work it does not see."""
+    It is no list subclass, so no list method can do work it does not see. It is handed to
+    the student's pool, so it is a capability with exactly this surface (remote_caps.py):
+    iterating it gives values one by one, never the generator."""
 
     touched = 0
 

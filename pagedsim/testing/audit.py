@@ -1,0 +1,125 @@
+"""An audit hook in the process that talks to untrusted code: defence in depth behind the
+capability boundary (remote_caps.py).
+
+The checker runs trusted code (pytest, the checks) and reads the submission's messages.
+Whatever the submission makes the checker do happens while the checker's `Channel` serves
+its requests or reads its replies (remote.py arms `serving()` there). While serving, none of
+these may happen, whatever asked for it:
+
+    exec / compile        (but the one frame template remote_errors.py rebuilds tracebacks with)
+    import                a module not imported before
+    open                  any file
+    a process start       subprocess, os.system, os.exec*, os.spawn*, posix_spawn, fork
+    ctypes, sockets       a way around everything above
+
+and, under `pagedsim grade` (a `scratch` folder given), at no time may the checker open a
+file for writing outside its scratch folder. `install` adds the hook once per process; a
+breach calls `on_breach(why)`, which under `grade` sends the job's verdict (error) and ends
+the checker (course/verdict.py), and elsewhere raises `Breach` in place of the operation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+from .remote_errors import is_frame
+
+FORBIDDEN = (
+    "exec",
+    "compile",
+    "import",
+    "open",
+    "subprocess.",
+    "os.system",
+    "os.exec",
+    "os.spawn",
+    "os.posix_spawn",
+    "os.fork",
+    "os.forkpty",
+    "pty.",
+    "ctypes.",
+    "socket.",
+    "sys.addaudithook",
+    "sys.setprofile",
+    "sys.settrace",
+)
+WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+
+
+class Breach(RuntimeError):
+    """The checker was made to do what it never does for a submission."""
+
+
+def _raise(why: str) -> None:
+    raise Breach(why)
+
+
+_STATE: dict = {
+    "serving": 0,
+    "scratch": None,
+    "on_breach": _raise,
+    "installed": False,
+    "breaching": False,
+}
+
+
+def install(*, scratch=None, on_breach=None) -> None:
+    """Add the hook (once per process; later calls only update `scratch` and `on_breach`)."""
+    if scratch is not None:
+        _STATE["scratch"] = os.path.realpath(scratch)
+    if on_breach is not None:
+        _STATE["on_breach"] = on_breach
+    if not _STATE["installed"]:
+        _STATE["installed"] = True
+        sys.addaudithook(_hook)
+
+
+def installed() -> bool:
+    return _STATE["installed"]
+
+
+@contextlib.contextmanager
+def serving():
+    """While the checker serves the submission or reads what it sent."""
+    _STATE["serving"] += 1
+    try:
+        yield
+    finally:
+        _STATE["serving"] -= 1
+
+
+def _hook(event: str, args) -> None:
+    if _STATE["breaching"]:
+        return
+    if _STATE["serving"]:
+        if event == "exec" and args and is_frame(args[0]):
+            return
+        if event.startswith(FORBIDDEN):
+            _breach(f"{event} while serving the submission's requests")
+    elif event == "open" and _STATE["scratch"] and _writes(args):
+        path = args[0]
+        if isinstance(path, (str, bytes)) and not _inside(path, _STATE["scratch"]):
+            _breach(f"a write to {os.fsdecode(path)[:200]} outside the checker's scratch folder")
+
+
+def _breach(why: str) -> None:
+    _STATE["breaching"] = True  # what on_breach does (send a verdict, end) is not audited
+    try:
+        _STATE["on_breach"](why)
+    finally:
+        _STATE["breaching"] = False
+
+
+def _writes(args) -> bool:
+    """Whether an `open` event opens for writing (open()'s mode text, or os.open's flags)."""
+    mode, flags = (args + (None, None))[1:3]
+    if isinstance(mode, str):
+        return any(c in mode for c in "wax+")
+    return isinstance(flags, int) and bool(flags & WRITES)
+
+
+def _inside(path, folder: str) -> bool:
+    real = os.path.realpath(os.fsdecode(path))
+    return real == os.devnull or real == folder or real.startswith(folder + os.sep)
