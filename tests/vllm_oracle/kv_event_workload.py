@@ -2,9 +2,13 @@
 
 Each operation runs on both managers: a new request (one of a few shared prefixes plus
 random tokens: `get_computed_blocks`, then `allocate_slots`), a decode step (one more
-token, `allocate_slots(1)`; freed when the pool is dry), a free, or, with no request
-running, `reset_prefix_cache`. After each operation vLLM's queued KV events are handed
+token, `allocate_slots(1)`; freed when the pool is dry), a free, or, now and then,
+every request freed and `reset_prefix_cache`. After each operation vLLM's queued KV events are handed
 to a `KVEventBatch` (as the engine core does) and pagedsim's are taken too.
+
+`Sides(None, seed=...)` runs pagedsim's side alone: the operations depend only on the
+seed and on which allocations fail, where both managers agree, so the main suite (no
+vLLM) replays the same workload beside a stream vLLM recorded.
 
 vLLM's block b is pagedsim's block b - 1 (vLLM's block 0 is its null block). Both
 managers hash differently (sha256 vs Python's hash), so `HashLink` pairs the hashes of
@@ -58,7 +62,7 @@ def load_vllm() -> dict[str, Any]:
 class Sides:
     """Both managers and the requests running on them."""
 
-    v: dict[str, Any]
+    v: dict[str, Any] | None  # load_vllm(), or None: pagedsim's side alone
     num_blocks: int = 16
     block_size: int = 4
     seed: int = 0
@@ -66,7 +70,14 @@ class Sides:
     count: int = 0
 
     def __post_init__(self) -> None:
-        v, bs = self.v, self.block_size
+        bs = self.block_size
+        self.ours = PrefixCachingManager(self.num_blocks, bs, enable_kv_cache_events=True)
+        self.rng = random.Random(self.seed)
+        self.prefixes = [[self.rng.randrange(1000) for _ in range(12)] for _ in range(3)]
+        self.theirs: Any = None
+        if self.v is None:
+            return
+        v = self.v
         spec = v["FullAttentionSpec"](
             block_size=bs, num_kv_heads=1, head_size=1, dtype=v["torch"].float32
         )
@@ -81,37 +92,42 @@ class Sides:
             enable_caching=True,
             enable_kv_cache_events=True,
         )
-        self.ours = PrefixCachingManager(self.num_blocks, bs, enable_kv_cache_events=True)
-        self.rng = random.Random(self.seed)
-        self.prefixes = [[self.rng.randrange(1000) for _ in range(12)] for _ in range(3)]
 
     def step(self) -> tuple[list[Any], list[Any]]:
         """One random operation on both sides: (vLLM's events, pagedsim's events)."""
         r = self.rng.random()
-        if not self.running and r < 0.05:
-            assert self.theirs.reset_prefix_cache() == self.ours.reset_prefix_cache()
+        if r < 0.03:  # every request finishes, then the cache is reset (AllBlocksCleared)
+            for rid in sorted(self.running):
+                self._free(rid)
+            done = self.ours.reset_prefix_cache()
+            assert self.theirs is None or self.theirs.reset_prefix_cache() == done
         elif not self.running or r < 0.4:
             self._new()
         elif r < 0.8:
             self._decode(self.rng.choice(sorted(self.running)))
         else:
             self._free(self.rng.choice(sorted(self.running)))
-        return self.theirs.take_events(), self.ours.take_events()
+        theirs = self.theirs.take_events() if self.theirs is not None else []
+        return theirs, self.ours.take_events()
 
     def _new(self) -> None:
         self.count += 1
         rid = f"r{self.count}"
         prefix = self.rng.choice(self.prefixes)[: self.rng.randrange(0, 13)]
         tokens = prefix + [self.rng.randrange(1000) for _ in range(self.rng.randrange(1, 10))]
+        computed = self.ours.get_computed_blocks(tokens)
+        n_new = len(tokens) - computed.num_tokens
+        mine = self.ours.allocate_slots(rid, n_new, new_token_ids=tokens, computed=computed)
+        if self.v is None:
+            if mine is not None:
+                self.running[rid] = None
+            return
         hasher = self.v["utils"].get_request_block_hasher(self.block_size, self.v["sha256"])
         params = self.v["SamplingParams"](max_tokens=10_000)
         req = self.v["Request"](rid, list(tokens), params, None, block_hasher=hasher)
         hit, n_hit = self.theirs.get_computed_blocks(req)[:2]
-        computed = self.ours.get_computed_blocks(tokens)
         assert n_hit == computed.num_tokens, (n_hit, computed.num_tokens)
-        n_new = len(tokens) - n_hit
         got = self.theirs.allocate_slots(req, n_new, n_hit, hit)
-        mine = self.ours.allocate_slots(rid, n_new, new_token_ids=tokens, computed=computed)
         assert (got is None) == (mine is None), (got, mine)
         if got is not None:
             req.num_computed_tokens = len(tokens)
@@ -120,17 +136,20 @@ class Sides:
     def _decode(self, rid: str) -> None:
         req = self.running[rid]
         token = self.rng.randrange(1000)
-        req.append_output_token_ids(token)
-        got = self.theirs.allocate_slots(req, 1)
         mine = self.ours.allocate_slots(rid, 1, new_token_ids=[token])
-        assert (got is None) == (mine is None), (got, mine)
-        if got is None:  # the pool is dry: free it, as a stand-in for preemption
+        if req is not None:
+            req.append_output_token_ids(token)
+            got = self.theirs.allocate_slots(req, 1)
+            assert (got is None) == (mine is None), (got, mine)
+        if mine is None:  # the pool is dry: free it, as a stand-in for preemption
             self._free(rid)
-        else:
+        elif req is not None:
             req.num_computed_tokens += 1
 
     def _free(self, rid: str) -> None:
-        self.theirs.free(self.running.pop(rid))
+        req = self.running.pop(rid)
+        if req is not None:
+            self.theirs.free(req)
         self.ours.free_sequence(rid)
 
 
@@ -149,7 +168,10 @@ class HashLink:
             assert self.to_ours.setdefault(x, y) == y and self.to_theirs.setdefault(y, x) == x
 
 
-def record(path: str, steps: int = 60, seed: int = 3) -> None:
+RECORDED = dict(steps=150, seed=3)  # the workload behind tests/view/data/vllm_stream.kvcap
+
+
+def record(path: str, steps: int = RECORDED["steps"], seed: int = RECORDED["seed"]) -> None:
     """A stream from vLLM's own KVCacheManager through vLLM's own ZmqEventPublisher,
     captured by pagedsim's subscriber on a loopback port."""
     import socket
