@@ -21,7 +21,7 @@ from pagedsim import kv_events as ke
 from pagedsim import kv_stream as ks
 from pagedsim.app import play
 from pagedsim.view import command
-from tests.view.stream_state import cached, on_tiles, page_json, tiles
+from tests.view.stream_state import Model, cached, check_follows, held, on_tiles, page_json, tiles
 from tests.vllm_oracle.kv_event_workload import RECORDED, HashLink, Sides
 
 msgspec = pytest.importorskip("msgspec", reason="the events extra: pip install -e .[events]")
@@ -35,53 +35,15 @@ def page_of(path: Path, tmp_path: Path, *extra: str) -> dict:
     return page_json(out.read_text(encoding="utf-8"))
 
 
-class Model:
-    """The cache a stream describes, kept the plainest way: hash -> token ids."""
-
-    def __init__(self) -> None:
-        self.blocks: dict[object, tuple[int, ...]] = {}
-
-    def apply(self, e) -> None:
-        if isinstance(e, ke.AllBlocksCleared):
-            self.blocks.clear()
-        elif isinstance(e, ke.BlockRemoved):
-            for h in e.block_hashes:
-                self.blocks.pop(h, None)
-        else:
-            bs = e.block_size
-            for i, h in enumerate(e.block_hashes):
-                self.blocks.setdefault(h, tuple(e.token_ids[i * bs : (i + 1) * bs]))
-
-
 def test_the_recorded_vllm_stream_is_at_every_step_what_pagedsim_holds(tmp_path):
     data = page_of(RECORDING, tmp_path)
-    batches = ks.batches_of_capture(RECORDING.read_bytes())
-    sides, link = Sides(None, seed=RECORDED["seed"]), HashLink()
-    ours_model, n = Model(), 0
-    for batch in batches:
-        theirs = batch.events
+    sides, ops = Sides(None, seed=RECORDED["seed"]), []
+    for batch in ks.batches_of_capture(RECORDING.read_bytes()):
         ours: list = []
         while not ours:  # the operations that published nothing published no batch
             ours = sides.step()[1]
-        assert [type(e) for e in theirs] == [type(e) for e in ours]
-        link.link(theirs, ours)
-        for e in ours:
-            n += 1
-            ours_model.apply(e)
-            page = cached(data, n)
-            assert {link.to_ours[int(h)]: tok for h, (tok, _) in page.items()} == (
-                ours_model.blocks
-            ), f"event {n}"
-            assert tiles(data)[n] == on_tiles(data, n), f"event {n}: tiles and hover data"
-        pool = sides.ours.pool
-        held = {
-            pool.hash_of(b): tuple(pool.tokens_of(b))
-            for b in range(sides.ours.num_blocks)
-            if pool.is_cached(b)
-        }
-        assert ours_model.blocks == held, f"after event {n}: the manager's own pool"
-    assert n == data["stream"]["events"] == len(data["steps"]) - 1 == 87
-    assert [s["n"] for s in data["steps"]] == list(range(n + 1))
+        ops.append((batch.events, ours, held(sides.ours)))
+    assert check_follows(data, ops, HashLink()) == data["stream"]["events"] == 87
 
 
 def _instructors_stream(path: Path, events: int = 200) -> list:

@@ -3,8 +3,8 @@
 Each operation runs on both managers: a new request (one of a few shared prefixes plus
 random tokens: `get_computed_blocks`, then `allocate_slots`), a decode step (one more
 token, `allocate_slots(1)`; freed when the pool is dry), a free, or, now and then,
-every request freed and `reset_prefix_cache`. After each operation vLLM's queued KV events are handed
-to a `KVEventBatch` (as the engine core does) and pagedsim's are taken too.
+every request freed and `reset_prefix_cache`. After each operation vLLM's queued KV
+events are handed to a `KVEventBatch` (as the engine core does) and pagedsim's are taken.
 
 `Sides(None, seed=...)` runs pagedsim's side alone: the operations depend only on the
 seed and on which allocations fail, where both managers agree, so the main suite (no
