@@ -33,10 +33,12 @@ The JSON shape is what msgspec makes of a published `KVEventBatch`: an object
 tagged by "type" ({"type": "BlockStored", "block_hashes": [...], ...}); older vLLM
 releases encoded each struct as an array, tag first (["BlockStored", [...], ...]), and
 `event_from_json` reads both. `read_stream` takes JSON lines, each a batch or a bare
-event. `replay` turns a stream into snapshots for the playground and the figures: each
-stored block gets a slot, and each chain of cached blocks (from a block nobody
-continues back to its first cached ancestor) is drawn as one table, so prefixes that
-several chains share show up as shared blocks.
+event (`read_batches` keeps the batches, with the "seq" a saved stream adds;
+`kv_stream.py` reads vLLM's msgpack messages and captures of them). `timeline` replays
+a stream in one pass, linear in its events: each stored block gets a slot (a tile on
+the page; a stream carries no block ids), and each event records only the blocks it
+stored or removed. A stream tells no reference counts, owners or free-queue order, so
+the replay invents none. `replay` gives snapshots of chosen events for the figures.
 
 A stream comes from another process, so every field is checked (`FIELD_RULES`: types,
 token ids in [0, 2**63 - 1], LoRA ids from 1, group_idx from 0, the spec kinds pagedsim
@@ -45,7 +47,7 @@ knows, a window only on a sliding-window block, one extra_keys entry per block),
 line nested deeper than MAX_DEPTH is refused before json's recursive parser sees it.
 Each is a ValueError naming the line. `replay(events, frames)` snapshots only the frames
 asked for, and `summarised` cuts a snapshot to a drawable size, so a 50,000-block event
-or 3,000 events print and draw in seconds (`pagedsim play --events`).
+draws in seconds (`pagedsim play --events --draw`).
 """
 
 from __future__ import annotations

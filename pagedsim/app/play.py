@@ -3,9 +3,10 @@
     pagedsim play                       type commands (stdin), see the pool after each
     pagedsim play SCRIPT --draw DIR     run a scenario script; write frames, key frames, a GIF
     pagedsim play --trace T.json --draw DIR   draw a trace saved by `pagedsim tour --json`
-    pagedsim play --events E.jsonl --draw DIR  replay and draw a KV cache event stream
-                                        (vLLM v1's BlockStored / BlockRemoved / AllBlocksCleared
-                                        as JSON lines, see pagedsim/kv_events.py)
+    pagedsim play --events E.jsonl --html F    replay a KV cache event stream, every event
+                                        a step (vLLM v1's BlockStored / BlockRemoved /
+                                        AllBlocksCleared as JSON lines or a .kvcap capture,
+                                        see pagedsim/kv_events.py and kv_stream.py)
 
 Step commands (they run on a real `KVCacheManager`, see play_session.STEPS):
     alloc SEQ N [WORD]   append SEQ [N]   fork SEQ CHILD   free SEQ   evict [SEQ]   resume SEQ
