@@ -556,7 +556,11 @@
   }
   function streamRows(b) {
     const n = STEPS[cur].n, r = recOnSlot(b, n);
-    if (r === null) return [["tile", b], ["cached", "no block cached on this tile"]];
+    if (r === null) {
+      const gone = (slotRecs[b] || []).map((j) => D.stream.recs[j]).filter((q) => q.to !== null && q.to <= n).pop();
+      return [["tile", b], ["cached", "no block cached on this tile"]].concat(gone ?
+        [["last block here", gone.s + " (" + gone.h + ")"], ["removed at event", gone.to]] : []);
+    }
     const rows = [["tile", b], ["block hash", r.h], ["short form", r.s],
       ["parent chain", chainOf(r, n)], ["token ids", JSON.stringify(r.tok)],
       ["stored at event", r.from + (r.to === null ? "" : ", removed at event " + r.to)]];

@@ -114,11 +114,13 @@ def _check_in_chromium(page: Path, data: dict) -> None:
         from playwright.sync_api import sync_playwright
     except ImportError:
         pytest.skip("playwright is not in this venv (pip install playwright)")
-    chromium = "/usr/bin/chromium"
-    if not Path(chromium).exists():
+    from tests.view.conftest import CHROMIUM_ARGS, chromium_path
+
+    chromium = chromium_path()
+    if chromium is None:
         pytest.skip("no system Chromium (apt-get install -y chromium)")
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox"])
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         tab = browser.new_page()
         errors: list = []
         tab.on("pageerror", lambda e: errors.append(str(e)))
