@@ -9,12 +9,13 @@ events) and writes each step as the difference it made, in `diffs.py`'s step for
     kv       the event itself: {"t": type, "seq", "ts", "rank", "notes": [...], "lora",
              "medium", "group", "hashes": [short, ...], "parent": short or None}
 
-The page's "stream" object holds every block a BlockStored made findable, once:
-{"h": full hash as text, "s": short form, "p": parent's full hash or None, "tok": token
-ids, "slot", "from": step, "to": step it left or None, "lora", "lora_name", "medium",
-"group"}; the hover box finds a slot's block at the shown step from it and walks the
-parent chain. A stream has no reference counts, owners or free queue, so the page shows
-none (no badge counts anything): the badge on a tile is the block's short hash.
+The page's "stream" object holds every block a BlockStored made findable, once: {"h":
+full hash as text, "s": short form, "p": parent's full hash, "tok": token ids, "slot",
+"from": step, "to": step it left, "lora", "lora_name", "medium", "group", "kind"}, each
+left out when None; the hover box finds a slot's block at the shown step from it and
+walks the parent chain. A stream has no reference counts, owners or free queue, so the
+page shows none (no badge counts anything): the badge on a tile is the block's short
+hash.
 
 `every=N` keeps every Nth event as a step (and the last), each step carrying the changes
 of the events it stands for; the page says so in its version line. Nothing else is cut.
@@ -46,8 +47,10 @@ def _flatten(batches) -> tuple[list, list]:
 
 
 def _record(r: ke.Record) -> dict:
+    """One stored block for the hover box; fields that are None are left out (the page
+    reads a missing one as null), which keeps a 60,000-block page small."""
     e = r.event
-    return {
+    out = {
         "h": str(r.hash),
         "s": ke.short_hash(r.hash),
         "p": None if r.parent is None else str(r.parent),
@@ -61,6 +64,7 @@ def _record(r: ke.Record) -> dict:
         "group": e.group_idx,
         "kind": e.kv_cache_spec_kind,
     }
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def _kv(event, batch, notes) -> dict:

@@ -529,7 +529,7 @@
       byHash.get(r.h).push(j);
     });
   }
-  const liveAt = (r, n) => r.from <= n && (r.to === null || r.to > n);
+  const liveAt = (r, n) => r.from <= n && (r.to == null || r.to > n); // null or missing: still cached
   function recOnSlot(b, n) {
     for (const j of slotRecs[b] || []) if (liveAt(D.stream.recs[j], n)) return D.stream.recs[j];
     return null;
@@ -545,7 +545,7 @@
   }
   function chainOf(r, n) {
     const out = [];
-    for (let p = r.p, hops = 0; p !== null; hops++) {
+    for (let p = r.p, hops = 0; p != null; hops++) {
       if (hops === 12) { out.push("\u2026"); break; }
       const [q, cached] = recOfHash(p, n);
       if (q === null) { out.push(p.slice(-8) + " (never stored here)"); break; }
@@ -557,18 +557,18 @@
   function streamRows(b) {
     const n = STEPS[cur].n, r = recOnSlot(b, n);
     if (r === null) {
-      const gone = (slotRecs[b] || []).map((j) => D.stream.recs[j]).filter((q) => q.to !== null && q.to <= n).pop();
+      const gone = (slotRecs[b] || []).map((j) => D.stream.recs[j]).filter((q) => q.to != null && q.to <= n).pop();
       return [["tile", b], ["cached", "no block cached on this tile"]].concat(gone ?
         [["last block here", gone.s + " (" + gone.h + ")"], ["removed at event", gone.to]] : []);
     }
     const rows = [["tile", b], ["block hash", r.h], ["short form", r.s],
       ["parent chain", chainOf(r, n)], ["token ids", JSON.stringify(r.tok)],
-      ["stored at event", r.from + (r.to === null ? "" : ", removed at event " + r.to)]];
-    if (r.lora !== null) rows.push(["LoRA id", r.lora]);
-    if (r.lora_name !== null) rows.push(["LoRA name", r.lora_name]);
-    if (r.medium !== null) rows.push(["medium", r.medium]);
-    if (r.group !== null) rows.push(["group_idx", r.group]);
-    if (r.kind !== null) rows.push(["kv_cache_spec_kind", r.kind]);
+      ["stored at event", r.from + (r.to == null ? "" : ", removed at event " + r.to)]];
+    if (r.lora != null) rows.push(["LoRA id", r.lora]);
+    if (r.lora_name != null) rows.push(["LoRA name", r.lora_name]);
+    if (r.medium != null) rows.push(["medium", r.medium]);
+    if (r.group != null) rows.push(["group_idx", r.group]);
+    if (r.kind != null) rows.push(["kv_cache_spec_kind", r.kind]);
     return rows;
   }
   function drawEvent(d) {

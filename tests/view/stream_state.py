@@ -96,9 +96,9 @@ def tiles(data: dict) -> list[dict[int, str]]:
 def cached(data: dict, n: int) -> dict[str, tuple[tuple[int, ...], str | None]]:
     """The blocks cached after event n: full hash -> (token ids, parent's full hash)."""
     return {
-        r["h"]: (tuple(r["tok"]), r["p"])
+        r["h"]: (tuple(r["tok"]), r.get("p"))
         for r in data["stream"]["recs"]
-        if r["from"] <= n and (r["to"] is None or r["to"] > n)
+        if r["from"] <= n and (r.get("to") is None or r["to"] > n)
     }
 
 
@@ -107,5 +107,5 @@ def on_tiles(data: dict, n: int) -> dict[int, str]:
     return {
         r["slot"]: r["s"]
         for r in data["stream"]["recs"]
-        if r["from"] <= n and (r["to"] is None or r["to"] > n)
+        if r["from"] <= n and (r.get("to") is None or r["to"] > n)
     }
