@@ -33,7 +33,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from .kv_events import Batch, batch_of, read_batches
 
@@ -45,7 +45,7 @@ END_SEQ = -1  # the seq of a replay's end marker
 EXTRA = "events"  # the pyproject extra that brings msgspec and pyzmq
 
 
-def need(module: str):
+def need(module: str) -> Any:
     """Import msgspec or zmq, or one line saying which extra brings it."""
     import importlib
 

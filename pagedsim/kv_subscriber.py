@@ -16,6 +16,7 @@ on stderr and counted in `refused`; the stream goes on. Needs pyzmq and msgspec 
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,7 +118,7 @@ class Subscriber:
     def batches(self) -> list[Batch]:
         return [e.batch for e in self.entries]
 
-    def save(self, path) -> None:
+    def save(self, path: str | os.PathLike[str]) -> None:
         """The messages as a capture (`kv_stream`), in publisher order."""
         with open(path, "wb") as f:
             f.write(MAGIC)
