@@ -525,9 +525,10 @@ def _drop(t: Timeline, record: int, k: int) -> None:
 def replay(events: Iterable[KVEvent], frames: Iterable[int] | None = None) -> list[tr.Snapshot]:
     """Snapshots of the cache after each event (plus the empty start), for the figures and
     the text grid; with `frames` (event numbers, 0 = the start), only those. A snapshot
-    shows what the stream tells: cached blocks on their slots, with their tokens. It has no
-    sequences, reference counts or free list (a stream carries none). Costs one pass plus
-    the pool's size per frame asked for."""
+    shows what the stream tells: cached blocks on their slots, with their tokens. A stream
+    carries no sequences or reference counts, so every slot has count 0 and is listed
+    free in slot order (a Snapshot's cached blocks are free ones); the figure's free list is
+    not vLLM's free queue. Costs one pass plus the pool's size per frame asked for."""
     t = timeline(events)
     wanted = range(len(t.steps) + 1) if frames is None else sorted(set(frames))
     n, bs = max(t.num_slots, 1), t.block_size or 1
@@ -579,7 +580,7 @@ def _snapshot(k: int, text: str, fill: list[int], num_blocks: int, bs: int) -> t
         events=(),
         num_blocks=num_blocks,
         block_size=bs,
-        free_list=(),
+        free_list=tuple(range(num_blocks)),  # no counts: every block drawn as ref 0
         ref_counts=(0,) * num_blocks,
         block_fill=tuple(fill),
         sequences=(),
