@@ -79,3 +79,17 @@ def test_hostile_lora_names_stay_text(open_page, name):
     assert name in loaded.page.text_content("#info") and "CPU" in loaded.page.text_content("#info")
     assert loaded.page.evaluate("document.querySelectorAll('#info b, #kv b').length") == 0
     loaded.check_clean()
+
+
+def test_a_live_page_reloads_itself_and_follows_the_newest_event(open_page):
+    batches = ks.batches_of_capture(RECORDING.read_bytes())
+    html = page_html(stream_page.page_data(batches, live=30))
+    assert '<meta http-equiv="refresh" content="30">' in html
+    loaded = open_page(html, fragment="#follow")
+    last = loaded.page.evaluate("window.pagedsimViewer.count()") - 1
+    assert loaded.page.evaluate("window.pagedsimViewer.index()") == last == 87
+    assert loaded.page.evaluate("location.hash") == "#follow"  # the next reload follows too
+    loaded.page.keyboard.press("ArrowLeft")  # stepping back stops following
+    assert loaded.page.evaluate("location.hash") == f"#step={last - 1}"
+    assert "refresh" not in page_html(stream_page.page_data(batches))
+    loaded.check_clean()
