@@ -5,7 +5,9 @@
 (function () {
   const D = JSON.parse(document.getElementById("trace-data").textContent);
   const UI = D.ui, NB = D.nb, BS = D.bs, STEPS = D.steps, N = STEPS.length;
-  const EVERY = 16; // a full copy of the state every EVERY steps: going back replays < EVERY
+  // a full copy of the state every EVERY steps: going back replays < EVERY. A stream's step
+  // changes a few blocks, so a long stream on many tiles keeps fewer copies (~2M slots in all)
+  const EVERY = D.stream ? Math.max(16, Math.ceil(N * NB / 2e6)) : 16;
   const LAST_N = STEPS[N - 1].n;
 
   // ---- the state after a step, rebuilt from the differences ------------------------------
