@@ -33,10 +33,12 @@ The JSON shape is what msgspec makes of a published `KVEventBatch`: an object
 tagged by "type" ({"type": "BlockStored", "block_hashes": [...], ...}); older vLLM
 releases encoded each struct as an array, tag first (["BlockStored", [...], ...]), and
 `event_from_json` reads both. `read_stream` takes JSON lines, each a batch or a bare
-event. `replay` turns a stream into snapshots for the playground and the figures: each
-stored block gets a slot, and each chain of cached blocks (from a block nobody
-continues back to its first cached ancestor) is drawn as one table, so prefixes that
-several chains share show up as shared blocks.
+event (`read_batches` keeps the batches, with the "seq" a saved stream adds;
+`kv_stream.py` reads vLLM's msgpack messages and captures of them). `timeline` replays
+a stream in one pass, linear in its events: each stored block gets a slot (a tile on
+the page; a stream carries no block ids), and each event records only the blocks it
+stored or removed. A stream tells no reference counts, owners or free-queue order, so
+the replay invents none. `replay` gives snapshots of chosen events for the figures.
 
 A stream comes from another process, so every field is checked (`FIELD_RULES`: types,
 token ids in [0, 2**63 - 1], LoRA ids from 1, group_idx from 0, the spec kinds pagedsim
@@ -45,7 +47,7 @@ knows, a window only on a sliding-window block, one extra_keys entry per block),
 line nested deeper than MAX_DEPTH is refused before json's recursive parser sees it.
 Each is a ValueError naming the line. `replay(events, frames)` snapshots only the frames
 asked for, and `summarised` cuts a snapshot to a drawable size, so a 50,000-block event
-or 3,000 events print and draw in seconds (`pagedsim play --events`).
+draws in seconds (`pagedsim play --events --draw`).
 """
 
 from __future__ import annotations
@@ -53,8 +55,8 @@ from __future__ import annotations
 import heapq
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field, replace
 from typing import TypeAlias, TypeGuard
 
 from . import trace as tr
@@ -280,13 +282,51 @@ def _check_depth(line: str) -> None:
             raise ValueError(f"nested deeper than {MAX_DEPTH} arrays or objects")
 
 
+@dataclass
+class Batch:
+    """One published KVEventBatch: its events, with what the wire says around them.
+
+    seq is the publisher's sequence number (ZMQ's second frame; -1 ends a replay; None
+    when the source did not keep it), ts and data_parallel_rank the batch's own fields,
+    topic the ZMQ topic, replayed True if it came back through the replay socket."""
+
+    events: list[KVEvent]
+    seq: int | None = None
+    ts: float | None = None
+    data_parallel_rank: int | None = None
+    topic: str | None = None
+    replayed: bool = False
+
+
+def batch_to_json(batch: Batch) -> dict[str, object]:
+    """A batch as one JSON line: msgspec's object form plus "seq" (and "topic", "replayed"
+    when set), so a saved stream keeps what gap detection needs."""
+    out: dict[str, object] = {
+        "ts": batch.ts,
+        "events": [event_to_json(e) for e in batch.events],
+        "data_parallel_rank": batch.data_parallel_rank,
+    }
+    if batch.seq is not None:
+        out["seq"] = batch.seq
+    if batch.topic is not None:
+        out["topic"] = batch.topic
+    if batch.replayed:
+        out["replayed"] = True
+    return out
+
+
 def read_stream(lines: Iterable[str | bytes]) -> list[KVEvent]:
     """Events from JSON lines: each line a KVEventBatch (object or array) or one event.
     A line may be str or UTF-8 bytes (a file opened in binary mode, a socket's frames).
 
     ValueError, naming the line, for a malformed line, a field out of range or a
     block_size that differs from the stream's first."""
-    out: list[KVEvent] = []
+    return [e for b in read_batches(lines) for e in b.events]
+
+
+def read_batches(lines: Iterable[str | bytes]) -> list[Batch]:
+    """`read_stream`, batch by batch: a line holding one bare event is a batch of one."""
+    out: list[Batch] = []
     block_size: int | None = None
     for number, raw in enumerate(lines, 1):
         try:
@@ -294,12 +334,49 @@ def read_stream(lines: Iterable[str | bytes]) -> list[KVEvent]:
             if not line:
                 continue
             _check_depth(line)
-            events = _events_of(json.loads(line))
-            block_size = _same_block_size(events, block_size)
+            batch = batch_of(json.loads(line))
+            block_size = _same_block_size(batch.events, block_size)
         except (ValueError, TypeError, RecursionError) as e:
             raise ValueError(f"line {number}: {e}") from None
-        out.extend(events)
+        out.append(batch)
     return out
+
+
+def batch_of(obj: object) -> Batch:
+    """A batch from decoded JSON or msgpack: an object {"ts", "events", ...}, vLLM's array
+    [ts, events, data_parallel_rank], or one bare event. ValueError if malformed."""
+    if isinstance(obj, dict) and "events" in obj:
+        batch = Batch(_events_of(obj["events"]), ts=obj.get("ts"))
+        batch.data_parallel_rank = obj.get("data_parallel_rank")
+        batch.seq, batch.topic = obj.get("seq"), obj.get("topic")
+        batch.replayed = obj.get("replayed", False)
+    elif (
+        isinstance(obj, list)
+        and len(obj) >= 2
+        and isinstance(obj[1], list)
+        and not isinstance(obj[0], str)
+    ):  # vLLM's array-like EventBatch: [ts, events, data_parallel_rank]
+        batch = Batch(_events_of(obj[1]), ts=obj[0])
+        batch.data_parallel_rank = obj[2] if len(obj) > 2 else None
+    else:
+        return Batch([event_from_json(obj)])
+    _check_batch(batch)
+    return batch
+
+
+def _check_batch(b: Batch) -> None:
+    if b.ts is not None and (type(b.ts) not in (int, float) or b.ts != b.ts):
+        raise ValueError(f"a batch's ts must be a number, got {_brief(b.ts)}")
+    if b.data_parallel_rank is not None and not _int_in(0, MAX_GROUP_IDX)(b.data_parallel_rank):
+        raise ValueError(
+            f"data_parallel_rank must be None or an int >= 0, got {_brief(b.data_parallel_rank)}"
+        )
+    if b.seq is not None and not _int_in(-1, MAX_ID)(b.seq):
+        raise ValueError(f"seq must be an int in [-1, {MAX_ID}], got {_brief(b.seq)}")
+    if b.topic is not None and not isinstance(b.topic, str):
+        raise ValueError(f"topic must be text, got {_brief(b.topic)}")
+    if type(b.replayed) is not bool:
+        raise ValueError(f"replayed must be true or false, got {_brief(b.replayed)}")
 
 
 def _text_of(line: object) -> str:
@@ -327,194 +404,198 @@ def _same_block_size(events: Iterable[KVEvent], block_size: int | None) -> int |
     return block_size
 
 
-def _events_of(obj: object) -> list[KVEvent]:
-    if isinstance(obj, dict) and "events" in obj:  # a batch as an object
-        batch = obj["events"]
-    elif (
-        isinstance(obj, list)
-        and len(obj) >= 2
-        and isinstance(obj[1], list)
-        and not isinstance(obj[0], str)
-    ):  # a batch as an array: [ts, events, dp_rank]
-        batch = obj[1]
-    else:
-        return [event_from_json(obj)]
+def _events_of(batch: object) -> list[KVEvent]:
     if not isinstance(batch, list):
         raise ValueError("a batch's events must be a list")
     return [event_from_json(e) for e in batch]
 
 
-# ---- replay: a stream as snapshots ----------------------------------------------------------
-Stored: TypeAlias = tuple[int, BlockHash | None, tuple[int, ...]]  # (slot, parent hash, tokens)
-Chain: TypeAlias = tuple[BlockHash, tuple[int, ...], int]  # (leaf hash, slots root first, tokens)
+# ---- replay: a stream as a timeline, linear in its events ----------------------------------
+# A stream tells which blocks are cached, their hashes, parents, token ids, LoRA and medium.
+# It does not tell vLLM's block ids, reference counts or free-queue order, so the replay
+# invents none of them: each cached block gets a "slot" (a tile on the page, the lowest one
+# free, a display position only), and a step records only the blocks its event changed.
 
 
 @dataclass
-class _Cache:
-    # hash -> (slot, parent hash, tokens)
-    stored: dict[BlockHash, Stored] = field(default_factory=dict)
-    free: list[int] = field(default_factory=list)  # a heap of slots given back: lowest reused first
-    next_slot: int = 0
-    block_size: int = 1
+class Record:
+    """One block a BlockStored made findable, for as long as it stayed cached."""
+
+    hash: BlockHash
+    parent: BlockHash | None  # the block before it (None: a prompt's first block)
+    token_ids: tuple[int, ...]
+    slot: int  # the tile it is drawn on
+    stored: int  # the event that stored it (1 = the stream's first event)
+    event: BlockStored  # that event (LoRA, medium, group, spec kind)
+    removed: int | None = None  # the event that evicted or cleared it, if any
+
+
+@dataclass
+class Step:
+    """What one event did: the records it added and removed, and its caption."""
+
+    event: KVEvent
+    text: str
+    added: list[int]  # record ids, in the event's order
+    removed: list[int]  # record ids
+    unknown: int = 0  # hashes a BlockRemoved named that were not cached (or a re-store)
+
+
+@dataclass
+class Timeline:
+    steps: list[Step] = field(default_factory=list)  # steps[k - 1] is event k
+    records: list[Record] = field(default_factory=list)
+    live: dict[BlockHash, int] = field(default_factory=dict)  # hash -> record id, cached now
+    free: list[int] = field(default_factory=list)  # a heap of slots given back: lowest first
+    num_slots: int = 0
+    block_size: int | None = None
+
+    def cached_at(self, k: int) -> dict[BlockHash, Record]:
+        """The cached blocks after event k (0 = the start), by hash."""
+        return {
+            r.hash: r
+            for r in self.records
+            if r.stored <= k and (r.removed is None or r.removed > k)
+        }
+
+
+def timeline(events: Iterable[KVEvent]) -> Timeline:
+    """Replay `events` in one pass; each event costs the blocks it names (AllBlocksCleared:
+    the blocks cached then). ValueError, naming the event, if a BlockStored changes the
+    stream's block_size."""
+    out = Timeline()
+    for k, event in enumerate(events, 1):
+        try:
+            out.block_size = _same_block_size((event,), out.block_size)
+        except ValueError as e:
+            raise ValueError(f"event {k}: {e}") from None
+        out.steps.append(_step(out, event, k))
+    return out
+
+
+def _step(t: Timeline, event: KVEvent, k: int) -> Step:
+    if isinstance(event, AllBlocksCleared):
+        gone = list(t.live.values())
+        for r in gone:
+            _drop(t, r, k)
+        t.live.clear()
+        text = f"AllBlocksCleared: reset_prefix_cache() forgot all {len(gone)} cached blocks"
+        return Step(event, text, [], gone)
+    if isinstance(event, BlockRemoved):
+        gone = []
+        for h in event.block_hashes:  # a hash named twice is evicted once
+            if h in t.live:
+                r = t.live.pop(h)
+                _drop(t, r, k)
+                gone.append(r)
+        unknown = len(event.block_hashes) - len(gone)
+        text = f"BlockRemoved: {_names(event.block_hashes)} evicted" + (
+            f" ({unknown} not cached here)" if unknown else ""
+        )
+        return Step(event, text, [], gone, unknown)
+    added, parent, bs = [], event.parent_block_hash, event.block_size
+    for i, h in enumerate(event.block_hashes):
+        if h not in t.live:
+            slot = heapq.heappop(t.free) if t.free else t.num_slots
+            t.num_slots = max(t.num_slots, slot + 1)
+            t.live[h] = len(t.records)
+            added.append(len(t.records))
+            tokens = tuple(event.token_ids[i * bs : (i + 1) * bs])
+            t.records.append(Record(h, parent, tokens, slot, k, event))
+        parent = h
+    after = (
+        "a prompt's start"
+        if event.parent_block_hash is None
+        else f"block {short_hash(event.parent_block_hash)}"
+    )
+    lora = f", LoRA {event.lora_id}" if event.lora_id is not None else ""
+    again = len(event.block_hashes) - len(added)
+    text = f"BlockStored: {_names(event.block_hashes)} cached after {after}{lora}" + (
+        f" ({again} already cached)" if again else ""
+    )
+    return Step(event, text, added, [], again)
+
+
+def _drop(t: Timeline, record: int, k: int) -> None:
+    r = t.records[record]
+    r.removed = k
+    heapq.heappush(t.free, r.slot)
 
 
 def replay(events: Iterable[KVEvent], frames: Iterable[int] | None = None) -> list[tr.Snapshot]:
-    """One snapshot per event (plus the empty start), in pagedsim's Snapshot shape; with
-    `frames` (a collection of event numbers, 0 = the start), only those events' snapshots,
-    so that a long stream costs one pass plus the frames asked for. ValueError if a
-    BlockStored changes the stream's block_size."""
-    cache = _Cache()
-    states: list[tuple[int, str, list[Chain], dict[BlockHash, Stored]]] = []
-    keep: Callable[[int], bool] = (
-        (lambda k: True) if frames is None else frozenset(frames).__contains__
-    )
-    size: int | None = None
-    for k, event in enumerate(events, 1):
-        try:
-            size = _same_block_size((event,), size)
-        except ValueError as e:
-            raise ValueError(f"event {k}: {e}") from None
-        text = _apply(cache, event, k)
-        if keep(k):
-            states.append((k, text, _chains(cache), dict(cache.stored)))
-    num_blocks = max(cache.next_slot, 1)
-    start = [_snapshot(0, "an empty prefix cache", (), {}, num_blocks, cache.block_size)]
-    return (start if keep(0) else []) + [
-        _snapshot(k, text, chains, stored, num_blocks, cache.block_size)
-        for k, text, chains, stored in states
-    ]
+    """Snapshots of the cache after each event (plus the empty start), for the figures and
+    the text grid; with `frames` (event numbers, 0 = the start), only those. A snapshot
+    shows what the stream tells: cached blocks on their slots, with their tokens. A stream
+    carries no sequences or reference counts, so every slot has count 0 and is listed
+    free in slot order (a Snapshot's cached blocks are free ones); the figure's free list is
+    not vLLM's free queue. Costs one pass plus the pool's size per frame asked for."""
+    t = timeline(events)
+    wanted = range(len(t.steps) + 1) if frames is None else sorted(set(frames))
+    n, bs = max(t.num_slots, 1), t.block_size or 1
+    fill = [0] * n
+    out, k = [], 0
+    for want in wanted:
+        for step in t.steps[k:want]:
+            for r in step.removed:
+                fill[t.records[r].slot] = 0
+            for r in step.added:
+                fill[t.records[r].slot] = len(t.records[r].token_ids)
+        k = max(k, want)
+        text = t.steps[want - 1].text if want else "an empty prefix cache"
+        out.append(_snapshot(want, text, fill, n, bs))
+    return out
 
 
 def shown_frames(num_events: int, limit: int) -> list[int]:
-    """The event numbers (0 = the start) worth showing of a stream: all of them up to
-    `limit`, else the first and the last limit // 2 (a summary line stands for the rest)."""
+    """The event numbers (0 = the start) worth drawing of a stream: all of them up to
+    `limit`, else the first and the last limit // 2 (`play --events --draw` says so)."""
     if num_events + 1 <= limit:
         return list(range(num_events + 1))
     half = max(limit // 2, 1)
     return list(range(half)) + list(range(num_events + 1 - half, num_events + 1))
 
 
-def summarised(snap: tr.Snapshot, max_blocks: int, max_tables: int) -> tr.Snapshot:
-    """`snap` cut to its first `max_blocks` slots and first `max_tables` chains, captioned
-    with what was left out -- a picture or a text grid of 50,000 blocks shows nothing a
-    reader can take in, and costs minutes and gigabytes to draw. Unchanged if it fits."""
-    n, chains = snap.num_blocks, snap.sequences
-    if n <= max_blocks and len(chains) <= max_tables:
+def summarised(snap: tr.Snapshot, max_blocks: int) -> tr.Snapshot:
+    """`snap` cut to its first `max_blocks` slots, captioned with what was left out -- a
+    picture of 50,000 blocks shows nothing a reader can take in. Unchanged if it fits."""
+    n = snap.num_blocks
+    if n <= max_blocks:
         return snap
-    kept = tuple(
-        tr.SeqState(
-            c.seq_id,
-            tuple(b for b in c.blocks if b < max_blocks),
-            min(c.num_tokens, sum(b < max_blocks for b in c.blocks) * snap.block_size),
-        )
-        for c in chains[:max_tables]
-    )
-    cached = sum(1 for r in snap.ref_counts if r)
-    note = (
-        f" [summary: {cached:,} cached blocks in {len(chains):,} chains; showing slots "
-        f"0-{min(n, max_blocks) - 1} of {n:,} and {len(kept):,} of {len(chains):,} chains]"
-    )
-    m = min(n, max_blocks)
-    return tr.Snapshot(
-        step=snap.step,
+    cached = len(snap.cached_blocks)
+    note = f" [summary: {cached:,} cached blocks; showing slots 0-{max_blocks - 1} of {n:,}]"
+    return replace(
+        snap,
         custom_caption=caption(snap) + note,
-        events=(),
-        num_blocks=m,
-        block_size=snap.block_size,
-        free_list=tuple(b for b in snap.free_list if b < m),
-        ref_counts=snap.ref_counts[:m],
-        block_fill=snap.block_fill[:m],
-        sequences=kept,
+        num_blocks=max_blocks,
+        ref_counts=snap.ref_counts[:max_blocks],
+        block_fill=snap.block_fill[:max_blocks],
+        cached_blocks=tuple(b for b in snap.cached_blocks if b < max_blocks),
     )
 
 
-def _apply(cache: _Cache, event: KVEvent, k: int) -> str:
-    if isinstance(event, AllBlocksCleared):
-        n = len(cache.stored)
-        cache.stored.clear()
-        cache.free = list(range(cache.next_slot))  # sorted: a heap already
-        return f"AllBlocksCleared: reset_prefix_cache() forgot all {n} cached blocks"
-    if isinstance(event, BlockRemoved):
-        gone: list[BlockHash] = []  # a hash named twice is evicted once
-        for h in event.block_hashes:
-            if h in cache.stored:
-                heapq.heappush(cache.free, cache.stored.pop(h)[0])
-                gone.append(h)
-        missing = len(event.block_hashes) - len(gone)
-        return f"BlockRemoved: {_names(gone)} evicted" + (
-            f" ({missing} never stored here)" if missing else ""
-        )
-    cache.block_size = event.block_size
-    parent, bs = event.parent_block_hash, event.block_size
-    for i, h in enumerate(event.block_hashes):
-        if h not in cache.stored:
-            slot = heapq.heappop(cache.free) if cache.free else cache.next_slot
-            cache.next_slot = max(cache.next_slot, slot + 1)
-            cache.stored[h] = (slot, parent, tuple(event.token_ids[i * bs : (i + 1) * bs]))
-        parent = h
-    after = (
-        "a prompt's start"
-        if event.parent_block_hash is None
-        else f"block {_short(event.parent_block_hash)}"
-    )
-    lora = f", LoRA {event.lora_id}" if event.lora_id is not None else ""
-    return f"BlockStored: {_names(event.block_hashes)} cached after {after}{lora}"
-
-
-def _chains(cache: _Cache) -> list[Chain]:
-    """(leaf hash, slots root first, tokens) for every cached block no cached block continues."""
-    parents = {p for _, p, _ in cache.stored.values()}
-    out: list[Chain] = []
-    for h in cache.stored:
-        if h in parents:
-            continue
-        slots: list[int] = []
-        node: BlockHash | None = h
-        tokens, seen = 0, set[BlockHash]()
-        while node is not None and node in cache.stored and node not in seen:
-            seen.add(node)
-            slot, parent, block_tokens = cache.stored[node]
-            slots.append(slot)
-            tokens += len(block_tokens)
-            node = parent
-        out.append((h, tuple(reversed(slots)), tokens))
-    return out
-
-
-def _snapshot(
-    k: int,
-    text: str,
-    chains: Iterable[Chain],
-    stored: Mapping[BlockHash, Stored],
-    num_blocks: int,
-    bs: int,
-) -> tr.Snapshot:
-    refs, fill = [0] * num_blocks, [0] * num_blocks
-    for _, slots, _ in chains:
-        for s in slots:
-            refs[s] += 1
-    for slot, _, tokens in stored.values():
-        fill[slot] = len(tokens)
+def _snapshot(k: int, text: str, fill: list[int], num_blocks: int, bs: int) -> tr.Snapshot:
     return tr.Snapshot(
         step=k,
         custom_caption=text,
         events=(),
         num_blocks=num_blocks,
         block_size=bs,
-        free_list=tuple(s for s in range(num_blocks) if not refs[s]),
-        ref_counts=tuple(refs),
+        free_list=tuple(range(num_blocks)),  # no counts: every block drawn as ref 0
+        ref_counts=(0,) * num_blocks,
         block_fill=tuple(fill),
-        sequences=tuple(tr.SeqState(f"h{_short(h)}", slots, n) for h, slots, n in chains),
+        sequences=(),
+        cached_blocks=tuple(b for b in range(num_blocks) if fill[b]),
     )
 
 
-def _short(h: BlockHash) -> str:
-    text = format(h & 0xFFFF, "04x") if isinstance(h, int) else str(h)[-4:]
-    return text
+def short_hash(h: BlockHash) -> str:
+    """The form a caption, a tile and the hover box name a hash by: its last 8 hex digits
+    (an int's low 32 bits), or the last 8 characters of a hash sent as text."""
+    return format(h & 0xFFFFFFFF, "08x") if isinstance(h, int) else h[-8:]
 
 
 def _names(hashes: Iterable[BlockHash], most: int = 8) -> str:
     listed = list(hashes)
-    shown = ", ".join(map(_short, listed[:most]))
+    shown = ", ".join(map(short_hash, listed[:most]))
     more = f" and {len(listed) - most:,} more" if len(listed) > most else ""
     return ("block " if len(listed) == 1 else "blocks ") + shown + more

@@ -3,9 +3,10 @@
     pagedsim play                       type commands (stdin), see the pool after each
     pagedsim play SCRIPT --draw DIR     run a scenario script; write frames, key frames, a GIF
     pagedsim play --trace T.json --draw DIR   draw a trace saved by `pagedsim tour --json`
-    pagedsim play --events E.jsonl --draw DIR  replay and draw a KV cache event stream
-                                        (vLLM v1's BlockStored / BlockRemoved / AllBlocksCleared
-                                        as JSON lines, see pagedsim/kv_events.py)
+    pagedsim play --events E.jsonl --html F    replay a KV cache event stream, every event
+                                        a step (vLLM v1's BlockStored / BlockRemoved /
+                                        AllBlocksCleared as JSON lines or a .kvcap capture,
+                                        see pagedsim/kv_events.py and kv_stream.py)
 
 Step commands (they run on a real `KVCacheManager`, see play_session.STEPS):
     alloc SEQ N [WORD]   append SEQ [N]   fork SEQ CHILD   free SEQ   evict [SEQ]   resume SEQ
@@ -177,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         "--events",
         type=Path,
         metavar="FILE",
-        help="a JSON-lines stream of vLLM KV cache events to replay and draw",
+        help="a vLLM KV event stream (JSON lines or a .kvcap capture) to replay",
     )
     p.add_argument(
         "--draw",
@@ -333,36 +334,44 @@ def _draw_trace(args, p, width: int, lang: str) -> int:
     return 0
 
 
-# A long or huge event stream is summarised, so that printing and drawing it take seconds
-# (a frame costs ~0.4 s plus ~15 ms a block to draw): past these limits, only the first and
-# last events, the first slots and the first chains are shown, and a line says what was not.
-SHOWN_EVENTS = 8  # events of a stream shown as a grid and drawn: the first and last 4
-SHOWN_BLOCKS = 64  # slots of one snapshot shown or drawn
-SHOWN_TABLES = 8  # chains (block tables) of one snapshot shown or drawn
+# A stream is printed and put on a page whole, one line or step per event; only its
+# figures are summarised (a frame costs ~0.4 s plus ~15 ms a block to draw): past these
+# limits, the first and last events and the first slots are drawn, and a line says so.
+SHOWN_EVENTS = 8  # events of a stream drawn: the first and last 4
+SHOWN_BLOCKS = 64  # slots of one snapshot drawn
 
 
 def _draw_events(args, p, width: int, lang: str) -> int:
-    from ..kv_events import read_stream, replay, shown_frames, summarised
+    from ..kv_events import replay, shown_frames, summarised
+    from ..kv_stream import read_any
+    from ..view import command, page_html
+    from ..view import stream as stream_page
 
     try:
-        with open(args.events, encoding="utf-8") as f:
-            events = read_stream(f)
-        frames = shown_frames(len(events), SHOWN_EVENTS)
-        snaps = [summarised(s, SHOWN_BLOCKS, SHOWN_TABLES) for s in replay(events, frames)]
+        batches = read_any(args.events, command.MAX_BYTES)
+        if batches is None:
+            raise ValueError("a JSON trace, not an event stream (use --trace)")
+        data = stream_page.page_data(
+            batches, lang=lang, title=f"pagedsim play --events {args.events.name}"
+        )
     except (OSError, UnicodeDecodeError, ValueError) as e:
         p.error(f"--events: {printable(e)}")
-    for before, s in zip([-1] + frames[:-1], snaps, strict=True):
-        if s.step > before + 1:
-            print(
-                f"... events {before + 1}-{s.step - 1} not shown ({s.step - before - 1:,} "
-                f"events; the first and last {SHOWN_EVENTS // 2} are) ..."
-            )
-        print("\n".join(wrap(printable(f"event {s.step}: {caption(s)}"), width)))
-        text = tour.format_snapshot(s, width=width, lang=lang)
-        print("\n".join(printable(line) for line in text.split("\n")))
+    assert batches is not None  # p.error exits
+    for step in data["steps"][1:]:
+        notes = "".join(f" [{n}]" for n in step["kv"]["notes"])
+        print("\n".join(wrap(printable(step["c"] + notes), width)))
     if args.draw:
-        _write(snaps, args, lang)
-    _pages(args, lambda: sources.events(snaps, lang))
+        events = [e for b in batches for e in b.events]
+        frames = shown_frames(len(events), SHOWN_EVENTS)
+        _write([summarised(s, SHOWN_BLOCKS) for s in replay(events, frames)], args, lang)
+    if args.html:
+        print(f"wrote {command._write(args.html, page_html(data))}", file=sys.stderr)
+    if args.trace_out:  # the stream itself, lossless: `pagedsim view` reads it back
+        from ..kv_events import batch_to_json
+
+        lines = [json.dumps(batch_to_json(b)) + "\n" for b in batches]
+        args.trace_out.write_text("".join(lines), encoding="utf-8")
+        print(f"wrote {args.trace_out}", file=sys.stderr)
     return 0
 
 

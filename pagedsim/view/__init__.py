@@ -203,7 +203,7 @@ def _asset(name: str) -> str:
 def _script_json(data: dict) -> str:
     """JSON that is safe inside <script>: no "</" can close the element early."""
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
+    return text.replace("<", "\\u003c")  # only inside strings, where JSON.parse reads it back
 
 
 def to_html(
@@ -232,12 +232,21 @@ def to_html(
         labels=labels,
         hashes=hashes,
     )
+    return page_html(data)
+
+
+def page_html(data: dict) -> str:
+    """The page around `page_data`'s (or `view.stream.page_data`'s) data; a live stream's
+    page (data["stream"]["live"] seconds) reloads itself, as its file is being rewritten."""
+    title, lang = data["title"], data["lang"]
+    live = (data.get("stream") or {}).get("live") or 0
     return (
         "<!DOCTYPE html>\n"
         f'<html lang="{"zh" if lang == "zh" else "en"}"><head><meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        + (f'<meta http-equiv="refresh" content="{int(live)}">\n' if live else "")
         # the page may run its own inline script and style and nothing else: no request leaves
-        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+        + '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">\n"
         f"<title>{html.escape(title)}</title>\n"
         f"<style>\n{_asset('viewer.css')}</style>\n</head>\n<body>\n"

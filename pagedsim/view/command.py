@@ -1,51 +1,163 @@
-"""`pagedsim view TRACE.json --html FILE`: a saved trace as a page to step through in a browser.
+"""`pagedsim view FILE --html PAGE`: a saved trace or a vLLM KV event stream as a page.
 
-TRACE.json is what `pagedsim tour --json`, `pagedsim play ... --trace-out` or
-`pagedsim generate ... --trace-out` saved. The file is read as data only (JSON with a
-closed schema, `app/trace_json.py`, size-limited), so a trace from anyone is safe to view.
+FILE is a JSON trace (`pagedsim tour --json`, `play` or `generate` with `--trace-out`),
+a vLLM KV event stream as JSON lines (one KVEventBatch or event per line), or a capture
+of vLLM's ZMQ messages (`--save x.kvcap`; the format is in `pagedsim/kv_stream.py`).
+Every event of a stream is one step; `--every N` keeps every Nth (the page says so).
+
+`pagedsim view --zmq tcp://HOST:PORT --html PAGE` subscribes to a running vLLM server's
+KV events, as vLLM's `kv_events_subscriber` example does, and rewrites PAGE every
+`--refresh` seconds while events arrive (the page reloads itself and follows the newest
+step while it shows the last one). Ctrl-C, `--max-events` or `--duration` stops it; the
+page is then written without the reload, and `--save` keeps the stream (a `.kvcap`
+capture, or JSON lines for any other name). Files are read as data only: JSON and msgpack
+with closed schemas, size-limited; nothing is unpickled or evaluated.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
 from ..app.lang import LANGS, detect
-from . import sources, write_html
+from . import page_html, sources, write_html
+from . import stream as stream_page
 
 MAX_BYTES = 256 << 20  # a 2,000-step trace on 4,096 blocks is far smaller
 
 
-def main(argv: list[str] | None = None) -> int:
-    from ..app.args import ArgParser
+def _parser():
+    from ..app.args import ArgParser, int_in
 
     p = ArgParser(prog="pagedsim view", description=__doc__.split("\n\n")[0])
-    p.add_argument("trace", type=Path, help="a JSON trace (tour --json, play/generate --trace-out)")
     p.add_argument(
-        "--html",
+        "trace",
         type=Path,
-        metavar="FILE",
-        required=True,
-        help="the page to write (one self-contained .html file)",
+        nargs="?",
+        help="a JSON trace, a KV event stream (JSON lines) or a .kvcap capture",
     )
+    p.add_argument("--html", type=Path, metavar="FILE", help="the page to write (one .html file)")
     p.add_argument("--title", default=None, help="the page's title (default: the trace's)")
     p.add_argument(
         "--lang", choices=LANGS, default=None, help="captions in en or zh (default: the locale)"
     )
+    p.add_argument("--every", type=int_in(1, 1 << 30), default=1, help="show every Nth event")
+    live = p.add_argument_group("a live vLLM server")
+    live.add_argument("--zmq", metavar="URL", help="subscribe to KV events at tcp://HOST:PORT")
+    live.add_argument("--topic", default="", help="the ZMQ topic to subscribe to (default: all)")
+    live.add_argument(
+        "--bind", action="store_true", help="bind URL (vLLM connects to a non-wildcard endpoint)"
+    )
+    live.add_argument("--replay", metavar="URL", help="vLLM's replay endpoint: ask gaps back")
+    live.add_argument("--max-events", type=int_in(1, 1 << 40), default=None, help="stop after N")
+    live.add_argument("--duration", type=float, default=None, help="stop after SECONDS")
+    live.add_argument("--refresh", type=float, default=1.0, help="rewrite the page every SECONDS")
+    live.add_argument(
+        "--save", type=Path, metavar="FILE", help="keep the stream (.kvcap or JSON lines)"
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _parser()
     args = p.parse_args(argv)
+    lang = detect(args.lang)
+    if args.zmq:
+        if args.trace:
+            p.error("give FILE or --zmq URL, not both")
+        if not (args.html or args.save):
+            p.error("--zmq needs --html PAGE or --save FILE (or both)")
+        return _live(args, p, lang)
+    if args.trace is None or args.html is None:
+        p.error("give FILE and --html PAGE (or --zmq URL)")
     if not args.trace.is_file():
         p.error(f"no such trace: {args.trace}")
-    if args.trace.stat().st_size > MAX_BYTES:
-        p.error(f"{args.trace} is larger than {MAX_BYTES >> 20} MiB")
+    from ..kv_stream import read_any
+
+    try:
+        batches = read_any(args.trace, MAX_BYTES)
+    except (OSError, ValueError) as e:
+        p.error(f"{args.trace}: {e}")
+    title = args.title or f"pagedsim view {args.trace.name}"
+    if batches is not None:
+        try:
+            data = stream_page.page_data(batches, lang=lang, title=title, every=args.every)
+        except ValueError as e:
+            p.error(f"{args.trace}: {e}")
+        print(f"wrote {_write(args.html, page_html(data))}", file=sys.stderr)
+        return 0
     try:
         data = json.loads(args.trace.read_text(encoding="utf-8-sig"))
     except json.JSONDecodeError as e:
         p.error(f"{args.trace}: not JSON ({e.msg} at line {e.lineno})")
     except UnicodeDecodeError as e:
         p.error(f"{args.trace}: not UTF-8 text (byte {e.start})")
-    page = sources.saved(data, detect(args.lang), title=f"pagedsim view {args.trace.name}")
-    if args.title:
-        page["title"] = args.title
+    page = sources.saved(data, lang, title=title)
     print(f"wrote {write_html(args.html, **page)}", file=sys.stderr)
     return 0
+
+
+def _write(path: Path, text: str) -> str:
+    """Write the page whole (a reader reloading it never sees half of it)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return str(path)
+
+
+def _live(args, p, lang: str) -> int:
+    from ..kv_subscriber import Subscriber
+
+    try:
+        sub = Subscriber(args.zmq, args.topic, args.bind, args.replay)
+    except ValueError as e:
+        p.error(str(e))
+    print(f"pagedsim view: listening on {args.zmq} (Ctrl-C stops)", file=sys.stderr, flush=True)
+    title = args.title or f"pagedsim view --zmq {args.zmq}"
+    end = time.monotonic() + args.duration if args.duration else None
+    written, dirty = 0.0, True
+
+    def page(live: float) -> None:
+        data = stream_page.page_data(
+            sub.batches(), lang=lang, title=title, every=args.every, live=live
+        )
+        _write(args.html, page_html(data))
+
+    try:
+        while not (args.max_events and sub.num_events >= args.max_events):
+            if end is not None and time.monotonic() >= end:
+                break
+            dirty |= sub.poll(100) > 0
+            if args.html and dirty and time.monotonic() - written >= args.refresh:
+                page(max(args.refresh, 1.0))
+                written, dirty = time.monotonic(), False
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sub.close()
+    if args.html:
+        page(0)
+        print(f"wrote {args.html}", file=sys.stderr)
+    if args.save:
+        _save(sub, args.save)
+        print(f"wrote {args.save}", file=sys.stderr)
+    print(
+        f"{sub.num_events:,} events in {len(sub.entries):,} batches"
+        + (f", {sub.refused} messages refused" if sub.refused else ""),
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _save(sub, path: Path) -> None:
+    from ..kv_events import batch_to_json
+
+    if path.suffix == ".kvcap":
+        sub.save(path)
+        return
+    with open(path, "w", encoding="utf-8") as f:
+        for b in sub.batches():
+            f.write(json.dumps(batch_to_json(b)) + "\n")

@@ -5,7 +5,9 @@
 (function () {
   const D = JSON.parse(document.getElementById("trace-data").textContent);
   const UI = D.ui, NB = D.nb, BS = D.bs, STEPS = D.steps, N = STEPS.length;
-  const EVERY = 16; // a full copy of the state every EVERY steps: going back replays < EVERY
+  // a full copy of the state every EVERY steps: going back replays < EVERY. A stream's step
+  // changes a few blocks, so a long stream on many tiles keeps fewer copies (~2M slots in all)
+  const EVERY = D.stream ? Math.max(16, Math.ceil(N * NB / 2e6)) : 16;
   const LAST_N = STEPS[N - 1].n;
 
   // ---- the state after a step, rebuilt from the differences ------------------------------
@@ -207,7 +209,7 @@
     const bg = who.length > 1 ? background(who) : "";
     if (shBg[b] !== bg) { shBg[b] = bg; e.style.background = bg; }
     const [, badge, bar, txt] = e.children;
-    setText(badge, String(ref));
+    setText(badge, D.stream ? shHash[b] : String(ref)); // a stream tells hashes, not ref counts
     if (!texts) return;
     const width = (100 * fill / BS) + "%";
     if (bar.firstChild.style.width !== width) bar.firstChild.style.width = width;
@@ -436,6 +438,7 @@
     bPrev.disabled = i === 0; bNext.disabled = i === N - 1;
     if (pinned >= 0) describe(pinned);
     try { history.replaceState(null, "", "#step=" + i); } catch (e) { /* a sandboxed frame */ }
+    if (D.stream) drawEvent(d);
   }
   body.setAttribute("data-steps", String(N));
 
@@ -450,6 +453,7 @@
     if (state.hashes[b]) rows.push([UI.hash, state.hashes[b]]);
     if (state.labels[b]) rows.push([UI.text, JSON.stringify(state.labels[b])]);
     rows.push([UI["last changed at step"], state.last[b] >= 0 ? STEPS[state.last[b]].n : "\u2013"]);
+    if (D.stream) rows.splice(0, rows.length, ...streamRows(b));
     info.innerHTML = "<dl>" + rows.map(([k, v]) => "<dt>" + esc(k) + "</dt><dd>" + esc(v) + "</dd>").join("") + "</dl>";
     info.setAttribute("data-block", String(b));
     info.hidden = false;
@@ -511,5 +515,78 @@
   window.addEventListener("hashchange", () => go(fromHash()));
   window.addEventListener("resize", () => { arrowsShown = true; drawArrows(STEPS[cur]); });
   window.pagedsimViewer = { go: go, index: () => cur, count: () => N };
-  go(fromHash());
+
+  // ---- a vLLM KV event stream (D.stream, pagedsim/view/stream.py) ------------------------
+  // Each step is one event; the panel shows it as vLLM sent it (type, seq, hashes, parent,
+  // LoRA, medium, gaps), and the hover box shows the block on a tile at the shown step: its
+  // full hash, short form, parent chain and token ids. No ref count: the stream has none.
+  const kvEl = el("div", { id: "kv" });
+  const slotRecs = [], byHash = new Map();
+  if (D.stream) {
+    body.classList.add("stream");
+    story.append(kvEl);
+    D.stream.recs.forEach((r, j) => {
+      (slotRecs[r.slot] = slotRecs[r.slot] || []).push(j);
+      if (!byHash.has(r.h)) byHash.set(r.h, []);
+      byHash.get(r.h).push(j);
+    });
+  }
+  const liveAt = (r, n) => r.from <= n && (r.to == null || r.to > n); // null or missing: still cached
+  function recOnSlot(b, n) {
+    for (const j of slotRecs[b] || []) if (liveAt(D.stream.recs[j], n)) return D.stream.recs[j];
+    return null;
+  }
+  function recOfHash(h, n) { // the block with hash h at event n: cached, else the last evicted
+    let found = null;
+    for (const j of byHash.get(h) || []) {
+      const r = D.stream.recs[j];
+      if (liveAt(r, n)) return [r, true];
+      if (r.from <= n) found = r;
+    }
+    return [found, false];
+  }
+  function chainOf(r, n) {
+    const out = [];
+    for (let p = r.p, hops = 0; p != null; hops++) {
+      if (hops === 12) { out.push("\u2026"); break; }
+      const [q, cached] = recOfHash(p, n);
+      if (q === null) { out.push(p.slice(-8) + " (never stored here)"); break; }
+      out.push(q.s + (cached ? "" : " (evicted)"));
+      p = q.p;
+    }
+    return out.length ? out.join(" \u2190 ") + (out[out.length - 1] === "\u2026" ? "" : " \u2190 prompt start") : "none: a prompt's first block";
+  }
+  function streamRows(b) {
+    const n = STEPS[cur].n, r = recOnSlot(b, n);
+    if (r === null) {
+      const gone = (slotRecs[b] || []).map((j) => D.stream.recs[j]).filter((q) => q.to != null && q.to <= n).pop();
+      return [["tile", b], ["cached", "no block cached on this tile"]].concat(gone ?
+        [["last block here", gone.s + " (" + gone.h + ")"], ["removed at event", gone.to]] : []);
+    }
+    const rows = [["tile", b], ["block hash", r.h], ["short form", r.s],
+      ["parent chain", chainOf(r, n)], ["token ids", JSON.stringify(r.tok)],
+      ["stored at event", r.from + (r.to == null ? "" : ", removed at event " + r.to)]];
+    if (r.lora != null) rows.push(["LoRA id", r.lora]);
+    if (r.lora_name != null) rows.push(["LoRA name", r.lora_name]);
+    if (r.medium != null) rows.push(["medium", r.medium]);
+    if (r.group != null) rows.push(["group_idx", r.group]);
+    if (r.kind != null) rows.push(["kv_cache_spec_kind", r.kind]);
+    return rows;
+  }
+  function drawEvent(d) {
+    kvEl.textContent = "";
+    const kv = d.kv;
+    if (!kv) { kvEl.append(el("span", { class: "kv-type" }, D.stream.events + " events")); return; }
+    kvEl.append(el("span", { class: "kv-type" }, kv.t));
+    const add = (k, v) => { if (v !== undefined && v !== null) kvEl.append(el("span", { class: "kv-field", "data-field": k }, k + " " + v)); };
+    add("seq", kv.seq); add("ts", kv.ts); add("dp rank", kv.rank);
+    if (kv.hashes) add("block_hashes", kv.hashes.join(", "));
+    if (kv.t === "BlockStored") add("parent", kv.parent === null ? "none (prompt start)" : kv.parent);
+    add("lora_id", kv.lora); add("lora_name", kv.lora_name); add("medium", kv.medium); add("group_idx", kv.group);
+    for (const note of kv.notes) kvEl.append(el("span", { class: "kv-note" }, note));
+    if (D.stream.live && cur === N - 1) {
+      try { history.replaceState(null, "", "#follow"); } catch (e) { /* a sandboxed frame */ }
+    }
+  }
+  go(D.stream && D.stream.live && /follow/.test(location.hash) ? N - 1 : fromHash());
 })();

@@ -189,15 +189,18 @@ STREAM = [
 ]
 
 
-def test_a_stream_in_vllms_format_replays_into_chains_that_share_their_prefix():
-    snaps = ke.replay(ke.read_stream(json.dumps(line) for line in STREAM))
+def test_a_stream_in_vllms_format_replays_into_the_cached_blocks_it_names():
+    events = ke.read_stream(json.dumps(line) for line in STREAM)
+    snaps = ke.replay(events)
     assert len(snaps) == 6
-    two = snaps[3]  # both children of block 12 are cached: two chains share blocks 11, 12
-    assert sorted(s.blocks for s in two.sequences) == [(0, 1, 2), (0, 1, 3)]
-    assert two.ref_counts[:2] == (2, 2)
-    assert [s.blocks for s in snaps[4].sequences] == [(0, 1, 3)]  # 13 evicted
-    assert snaps[5].sequences == () and len(snaps[5].free_list) == 4
+    assert snaps[3].cached_blocks == (0, 1, 2, 3)  # 11, 12 and both children of 12
+    assert snaps[3].ref_counts == (0,) * 4 and snaps[3].sequences == ()  # a stream has none
+    assert snaps[4].cached_blocks == (0, 1, 3)  # 13 evicted
+    assert snaps[5].cached_blocks == () and snaps[5].block_fill == (0,) * 4
     assert "BlockRemoved" in story.caption(snaps[4])
+    t = ke.timeline(events)
+    assert sorted(t.cached_at(3)) == [11, 12, 13, 14]
+    assert t.cached_at(3)[14].parent == 12 and t.cached_at(3)[14].token_ids == (7, 8)
 
 
 def test_events_written_by_pagedsim_read_back_the_same():
@@ -233,7 +236,7 @@ def test_play_events_prints_every_event_and_refuses_a_bad_file_with_exit_2(tmp_p
     bad.write_text('{"type": "BlockStored"}\n', encoding="utf-8")
     run = [sys.executable, "-m", "pagedsim", "play", "--width", "90", "--events"]
     out = subprocess.run(run + [str(good)], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and out.stdout.count("event ") == 6  # the start + 5 events
+    assert out.returncode == 0 and out.stdout.count("event ") == 5  # one line per event
     err = subprocess.run(run + [str(bad)], capture_output=True, text=True, timeout=120)
     assert err.returncode == 2 and "--events: line 1" in err.stderr
     assert "Traceback" not in err.stderr

@@ -49,6 +49,16 @@ printing each step's sentence, the free list and the counts, then a double free 
 refused. Then v1's way: two requests with the same 32-token prompt on a prefix-caching
 manager (blocks of 16): the second reuses block 0 and computes the second block's 16
 tokens again, into a block of its own.
+
+The same blocks in vLLM's own code. Last, the demo runs vLLM v1's own KVCacheManager
+(vllm==0.34.0) beside pagedsim's PrefixCachingManager on one small workload: A takes a
+10-token prompt, B shares A's first 8 tokens, A finishes, then B. After each step it
+prints both free queues, head first (vLLM's block b is pagedsim's b - 1: vLLM's block 0
+is a null block it never hands out). They are the same list: a freed full block keeps
+its cached contents and goes to the tail, a request's last block first (so it is evicted
+first); a partly filled block, with nothing cached, goes to the head, to be reused
+first. Where vLLM is not installed, the demo prints a run recorded with it and says how
+to make the oracle venv (scripts/vllm_oracle_env in the repository).
 """
 TEXT_ZH = """
 Block 从公共的池里借出，序列结束时交还。池维护一个空闲 Block 编号的列表：\
@@ -70,6 +80,15 @@ v1 从不 fork：要 n 个采样的请求被拆成 n 个请求，它们通过
 空闲链表和引用计数，再演示重复释放被拒绝。然后走 v1 的路：两个请求带着同样的 32 个 token 的 prompt
 进入带前缀缓存的管理器（每块 16 个 token）：第二个复用 Block 0，把第二个 Block 的 16 个
 token 重新计算一遍，写进自己的新 Block。
+
+vLLM 自己代码里的同一批 Block。最后，演示把 vLLM v1 自己的 KVCacheManager（vllm==0.34.0）和
+pagedsim 的 PrefixCachingManager 并排跑同一个小负载：A 拿一个 10 个 token 的 prompt，B 共享 A 的
+前 8 个 token，A 结束，然后 B 结束。每一步后打印两边的空闲队列，表头在前（vLLM 的 Block b 就是
+pagedsim 的 b - 1：vLLM 的 Block 0 是从不分配出去的空块）。两个列表完全一样：释放的满 Block
+保留缓存内容、进队尾，请求的最后一个 Block 排在最前（最先被驱逐）；未填满的 Block 没有缓存内容，
+回到队头，最先被复用。没有安装 vLLM 时，
+演示打印一次用 vLLM 录下的运行，并说明如何建立 oracle 的虚拟环境
+（仓库里的 scripts/vllm_oracle_env）。
 """
 
 NAME_MAP = [
@@ -134,6 +153,100 @@ def _v1_cache_demo() -> dict:
     return {"shared": sorted(b for b, c in counts.items() if c > 1)}
 
 
+# The side-by-side run below, recorded with vllm==0.34.0 (printed where vLLM is missing).
+RECORDED_VLLM_RUN = """\
+A takes a 10-token prompt      vLLM [3, 4, 5, 6, 7]        pagedsim [3, 4, 5, 6, 7]
+B shares A's first 8 tokens    vLLM [4, 5, 6, 7]           pagedsim [4, 5, 6, 7]
+A finishes                     vLLM [2, 4, 5, 6, 7]        pagedsim [2, 4, 5, 6, 7]
+B finishes                     vLLM [3, 2, 4, 5, 6, 7, 1, 0] pagedsim [3, 2, 4, 5, 6, 7, 1, 0]"""
+HOW_TO_VLLM = (
+    "to run it with vLLM itself: scripts/vllm_oracle_env (in the repository; it makes "
+    ".venv-vllm with vllm==0.34.0 and a CPU torch), then .venv-vllm/bin/python -m pagedsim "
+    "lesson 3.4"
+)
+STEPS = ("A takes a 10-token prompt", "B shares A's first 8 tokens", "A finishes", "B finishes")
+
+
+def _vllm_manager(num_blocks: int, block_size: int):
+    """vLLM v1's own KVCacheManager, and a function that makes its requests."""
+    import torch
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core import kv_cache_utils
+    from vllm.v1.core.kv_cache_manager import KVCacheManager as VllmManager
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.request import Request
+
+    kv_cache_utils.init_none_hash(sha256)
+    spec = FullAttentionSpec(
+        block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
+    )
+    config = KVCacheConfig(num_blocks + 1, [], [KVCacheGroupSpec(["layer"], spec)])
+    manager = VllmManager(config, 256, scheduler_block_size=block_size, hash_block_size=block_size)
+    hasher = kv_cache_utils.get_request_block_hasher(block_size, sha256)
+
+    def request(rid: str, tokens: list[int]):
+        return Request(rid, tokens, SamplingParams(max_tokens=8), None, block_hasher=hasher)
+
+    return manager, request
+
+
+PROMPTS = {"A": list(range(100, 110)), "B": list(range(100, 108)) + [7, 8, 9]}
+
+
+def _ours_queues() -> list[list[int]]:
+    """pagedsim's free queue, head first, after each of STEPS."""
+    ours, out = PrefixCachingManager(8, 4), []
+    for rid in ("A", "B"):
+        computed = ours.get_computed_blocks(PROMPTS[rid])
+        n = len(PROMPTS[rid]) - computed.num_tokens
+        ours.allocate_slots(rid, n, new_token_ids=PROMPTS[rid], computed=computed)
+        out.append(ours.pool.free_list())
+    for rid in ("A", "B"):
+        ours.free_sequence(rid)
+        out.append(ours.pool.free_list())
+    return out
+
+
+def _vllm_queues() -> list[list[int]]:
+    """vLLM's free queue after each of STEPS, as pagedsim ids (vLLM's b is our b - 1)."""
+    theirs, request = _vllm_manager(8, 4)
+    reqs, out = {}, []
+
+    def queue() -> list[int]:
+        return [b.block_id - 1 for b in theirs.block_pool.free_block_queue.get_all_free_blocks()]
+
+    for rid in ("A", "B"):
+        reqs[rid] = req = request(rid, PROMPTS[rid])
+        hit, n = theirs.get_computed_blocks(req)[:2]
+        theirs.allocate_slots(req, len(PROMPTS[rid]) - n, n, hit)
+        req.num_computed_tokens = len(PROMPTS[rid])
+        out.append(queue())
+    for rid in ("A", "B"):
+        theirs.free(reqs[rid])
+        out.append(queue())
+    return out
+
+
+def _vllm_section() -> bool:
+    """Print the side-by-side run: live where vLLM imports, else the recorded one."""
+    import importlib.util
+
+    print(
+        "\nthe same blocks in vLLM's own code (vLLM v1 KVCacheManager vs pagedsim), "
+        "free queues head first:"
+    )
+    if importlib.util.find_spec("vllm") is None:
+        print(RECORDED_VLLM_RUN)
+        print(f"(recorded with vllm==0.34.0; vLLM is not installed here: {HOW_TO_VLLM})")
+        return True
+    print("(importing vLLM: about 7 s)")
+    rows = list(zip(_vllm_queues(), _ours_queues(), strict=True))
+    for what, (theirs, ours) in zip(STEPS, rows, strict=True):
+        print(f"{what:<30} vLLM {str(theirs):<22} pagedsim {ours}")
+    return all(theirs == ours for theirs, ours in rows)
+
+
 def demo(out_dir) -> None:
     from course.ch03_kv_block.lessons import verdict
 
@@ -152,7 +265,8 @@ def demo(out_dir) -> None:
         "pair when B writes into the half-full shared block, and the v1 counts (block 0 shared "
         "without any fork)."
     )
-    v0_ok = len(v0["copies"]) == 1 and v0["refused"]
+    same = _vllm_section()
+    v0_ok = len(v0["copies"]) == 1 and v0["refused"] and same
     verdict(
         (
             f"v0 shared both blocks at the fork and copied exactly {len(v0['copies'])} (the "

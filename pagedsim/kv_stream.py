@@ -1,0 +1,236 @@
+"""A vLLM KV event stream as it travels: ZMQ messages, captures of them, and their order.
+
+vLLM's `ZmqEventPublisher` (vLLM v1, `vllm/distributed/kv_events.py`) sends each
+`KVEventBatch` as one ZMQ message of three frames:
+
+    topic     UTF-8 text (empty by default; a subscriber filters on it)
+    seq       the batch's sequence number, 8 bytes big-endian, counting from 0
+    payload   the batch, msgpack (msgspec): an array [ts, events, data_parallel_rank],
+              each event a map tagged by "type" (`kv_events.batch_of` reads it)
+
+Its replay socket (a ROUTER) answers a request for the batches from some seq on with
+those messages, then an end marker whose seq is -1 and whose payload is empty.
+
+A capture (`.kvcap`) keeps the messages a subscriber received, byte for byte:
+
+    b"pagedsim-kv-capture/1\\n"          the header, once
+    then per message: u32 number of frames, then per frame u32 length and the bytes
+    (big-endian; a "replayed" message is marked by a fourth frame b"replay")
+
+`read_any(path)` reads a capture, JSON lines (`kv_events.read_batches`) or, for the
+caller to hand to `pagedsim view`'s trace reader, says it is a JSON trace. msgpack is
+decoded by msgspec into plain data (dicts, lists, numbers, text, bytes) and then checked
+field by field like JSON; nothing is unpickled or evaluated. Hashes sent as msgpack bytes
+become lowercase hex text.
+
+`sequence_notes(batches)` finds what the sequence numbers say: batches never received
+(a gap), the same or an older seq again (a replay or a restarted publisher), and the end
+of a replay, so the page can show each where it happened.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from .kv_events import Batch, batch_of, read_batches
+
+MAGIC = b"pagedsim-kv-capture/1\n"
+REPLAY_MARK = b"replay"
+MAX_FRAME = 64 << 20  # bytes in one frame (vLLM's batches are far smaller)
+MAX_DEPTH = 32  # nesting in one payload (a batch needs 4)
+END_SEQ = -1  # the seq of a replay's end marker
+EXTRA = "events"  # the pyproject extra that brings msgspec and pyzmq
+
+
+def need(module: str) -> Any:
+    """Import msgspec or zmq, or one line saying which extra brings it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        name = {"zmq": "pyzmq"}.get(module, module)
+        raise ValueError(
+            f"{name} is needed for vLLM's msgpack / ZMQ streams: pip install 'pagedsim[{EXTRA}]'"
+        ) from None
+
+
+def decode_payload(payload: bytes) -> Batch:
+    """One msgpack KVEventBatch as a checked `Batch`; ValueError if it is not one."""
+    msgspec = need("msgspec")
+    try:
+        obj = msgspec.msgpack.decode(payload)
+    except (msgspec.DecodeError, RecursionError) as e:
+        raise ValueError(f"not msgpack ({str(e)[:80]})") from None
+    _check_depth(obj)
+    return batch_of(_hashes_as_text(obj))
+
+
+def _check_depth(obj: object, depth: int = 0) -> None:
+    if depth > MAX_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_DEPTH} arrays or maps")
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if not isinstance(k, str):
+                raise ValueError(f"a map key must be text, got {type(k).__name__}")
+            _check_depth(v, depth + 1)
+    elif isinstance(obj, list):
+        for v in obj:
+            _check_depth(v, depth + 1)
+
+
+def _hashes_as_text(obj: object) -> object:
+    """Block hashes sent as msgpack bytes (vLLM's ExternalBlockHash may be bytes), as hex."""
+    if isinstance(obj, dict):
+        events = obj.get("events", [obj])
+    else:
+        events = obj[1] if isinstance(obj, list) and len(obj) >= 2 else [obj]
+    for e in events if isinstance(events, list) else ():
+        if isinstance(e, dict):
+            if isinstance(e.get("block_hashes"), list):
+                e["block_hashes"] = [_hex(h) for h in e["block_hashes"]]
+            if "parent_block_hash" in e:
+                e["parent_block_hash"] = _hex(e["parent_block_hash"])
+    return obj
+
+
+def _hex(h: object) -> object:
+    return bytes(h).hex() if isinstance(h, (bytes, bytearray)) else h
+
+
+# ---- messages and captures ---------------------------------------------------------------
+
+
+def batch_of_message(frames: list[bytes], replayed: bool = False) -> Batch | None:
+    """A batch from one ZMQ message (topic, seq, payload); None for a replay's end marker.
+    ValueError if the message is not vLLM's shape."""
+    if len(frames) != 3:
+        raise ValueError(
+            f"a KV event message has 3 frames (topic, seq, payload), got {len(frames)}"
+        )
+    topic, seq_bytes, payload = frames
+    if len(seq_bytes) != 8:
+        raise ValueError(f"the seq frame must be 8 bytes, got {len(seq_bytes)}")
+    seq = int.from_bytes(seq_bytes, "big", signed=True)
+    if seq == END_SEQ:
+        return None
+    if seq < 0:
+        raise ValueError(f"seq {seq} is negative (only -1, a replay's end, may be)")
+    try:
+        text = topic.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("the topic is not UTF-8 text") from None
+    batch = decode_payload(payload)
+    batch.seq, batch.topic, batch.replayed = seq, text, replayed
+    return batch
+
+
+def write_message(f: BinaryIO, frames: list[bytes], replayed: bool = False) -> None:
+    """Append one message to a capture (write MAGIC first, once)."""
+    frames = list(frames) + ([REPLAY_MARK] if replayed else [])
+    f.write(struct.pack(">I", len(frames)))
+    for frame in frames:
+        f.write(struct.pack(">I", len(frame)))
+        f.write(frame)
+
+
+def read_capture(data: bytes) -> list[tuple[list[bytes], bool]]:
+    """The messages of a capture, each (frames, replayed); ValueError naming the message."""
+    if not data.startswith(MAGIC):
+        raise ValueError("not a pagedsim KV capture (no header)")
+    out: list[tuple[list[bytes], bool]] = []
+    pos = len(MAGIC)
+    while pos < len(data):
+        where = f"message {len(out) + 1} (byte {pos})"
+        count, pos = _u32(data, pos, where)
+        if not 1 <= count <= 4:
+            raise ValueError(f"{where}: {count} frames (a message has 3, or 4 if replayed)")
+        frames = []
+        for _ in range(count):
+            size, pos = _u32(data, pos, where)
+            if size > MAX_FRAME or pos + size > len(data):
+                raise ValueError(f"{where}: a frame of {size} bytes runs past the capture")
+            frames.append(data[pos : pos + size])
+            pos += size
+        replayed = len(frames) == 4 and frames[3] == REPLAY_MARK
+        out.append((frames[:3] if replayed else frames, replayed))
+    return out
+
+
+def _u32(data: bytes, pos: int, where: str) -> tuple[int, int]:
+    if pos + 4 > len(data):
+        raise ValueError(f"{where}: the capture ends inside a length")
+    return struct.unpack_from(">I", data, pos)[0], pos + 4
+
+
+def batches_of_capture(data: bytes) -> list[Batch]:
+    """The batches of a capture (a replay's end marker is kept as an empty batch, seq -1)."""
+    out = []
+    for i, (frames, replayed) in enumerate(read_capture(data), 1):
+        try:
+            batch = batch_of_message(frames, replayed)
+        except ValueError as e:
+            raise ValueError(f"message {i}: {e}") from None
+        out.append(batch if batch is not None else Batch([], seq=END_SEQ, replayed=True))
+    return out
+
+
+def read_any(path: Path, max_bytes: int) -> list[Batch] | None:
+    """The batches of a capture or of JSON lines; None if the file is one JSON document
+    with "snapshots" (a trace, not a stream). ValueError for anything else."""
+    if path.stat().st_size > max_bytes:
+        raise ValueError(f"larger than {max_bytes >> 20} MiB")
+    data = path.read_bytes()
+    if data.startswith(MAGIC):
+        return batches_of_capture(data)
+    head = data.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
+    if head not in (b"{", b"["):
+        raise ValueError("neither a capture, JSON lines nor a JSON trace")
+    if b'"snapshots"' in data[:4096] or _one_document(data):
+        return None
+    return read_batches(data.splitlines())
+
+
+def _one_document(data: bytes) -> bool:
+    """Whether the file is a single JSON document spread over several lines (a trace)."""
+    import json
+
+    lines = [line for line in data.splitlines() if line.strip()]
+    if len(lines) < 2:
+        return False
+    try:
+        json.loads(lines[0])
+    except (ValueError, RecursionError):
+        return True  # its first line is not a whole value: one document over many lines
+    return False
+
+
+# ---- sequence numbers ------------------------------------------------------------------------
+
+
+def sequence_notes(batches: Iterable[Batch]) -> Iterator[tuple[Batch, list[str]]]:
+    """Each batch with what its seq says after the ones before: a gap (batches never
+    received), a seq seen again (a replay or a restarted publisher), a replay's end."""
+    last: int | None = None
+    for b in batches:
+        notes = []
+        if b.seq == END_SEQ:
+            notes.append("replay ended (seq -1)")
+        elif b.seq is not None:
+            if last is None and b.seq > 0:
+                notes.append(f"seq {b.seq} first: batches 0-{b.seq - 1} never arrived")
+            elif last is not None and b.seq > last + 1:
+                missing = b.seq - last - 1
+                notes.append(
+                    f"seq gap: {missing:,} batch{'es' if missing > 1 else ''} "
+                    f"({last + 1}-{b.seq - 1}) never arrived"
+                )
+            elif last is not None and b.seq <= last:
+                notes.append(f"seq {b.seq} again after {last} (a replay or a restarted publisher)")
+            if b.replayed:
+                notes.append(f"seq {b.seq} came from the replay socket")
+            last = b.seq if last is None else max(last, b.seq)
+        yield b, notes

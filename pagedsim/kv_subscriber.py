@@ -1,0 +1,129 @@
+"""Subscribe to a vLLM server's KV events over ZMQ, as vLLM's `kv_events_subscriber` example does.
+
+vLLM v1's `ZmqEventPublisher` publishes on a PUB socket; it binds a wildcard endpoint
+("tcp://*:5557") and connects to any other ("tcp://127.0.0.1:5557"), so the subscriber
+connects in the first case and binds (`bind=True`) in the second. With a replay endpoint
+(vLLM's `replay_endpoint`, a ROUTER), a gap in the sequence numbers is asked back: the
+request is the first missing seq as 8 big-endian bytes, the answer those batches and an
+end marker with seq -1 (see `kv_stream`).
+
+`Subscriber.poll(ms)` takes what arrived. Its `entries` are the messages in publisher
+order: a batch that came back from the replay socket is put where its seq belongs, and
+one already held is dropped. A message that is not vLLM's shape is refused with one line
+on stderr and counted in `refused`; the stream goes on. Needs pyzmq and msgspec (the
+`events` extra).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from .kv_events import Batch
+from .kv_stream import END_SEQ, MAGIC, batch_of_message, need, write_message
+
+
+@dataclass
+class Entry:
+    frames: list[bytes]  # the message as received (topic, seq, payload)
+    replayed: bool
+    batch: Batch
+
+
+@dataclass
+class Subscriber:
+    endpoint: str
+    topic: str = ""
+    bind: bool = False
+    replay_endpoint: str | None = None
+    entries: list[Entry] = field(default_factory=list)
+    refused: int = 0
+    num_events: int = 0
+    _held: set[int] = field(default_factory=set)  # seqs received
+    _next: int | None = None  # the seq expected next from the PUB socket
+    _asking: bool = False  # a replay request is being answered
+    _zmq: Any = None
+
+    def __post_init__(self) -> None:
+        zmq = self._zmq = need("zmq")
+        need("msgspec")
+        self._ctx = zmq.Context()
+        self._sub = self._ctx.socket(zmq.SUB)
+        self._sub.setsockopt(zmq.SUBSCRIBE, self.topic.encode("utf-8"))
+        try:
+            (self._sub.bind if self.bind else self._sub.connect)(self.endpoint)
+            self._replay = None
+            if self.replay_endpoint:
+                self._replay = self._ctx.socket(zmq.DEALER)
+                self._replay.connect(self.replay_endpoint)
+        except zmq.ZMQError as e:
+            self.close()
+            raise ValueError(f"{self.endpoint}: {e}") from None
+        self._poller = zmq.Poller()
+        self._poller.register(self._sub, zmq.POLLIN)
+        if self._replay is not None:
+            self._poller.register(self._replay, zmq.POLLIN)
+
+    def poll(self, timeout_ms: int) -> int:
+        """Take every message waiting (waiting up to timeout_ms for the first); returns how
+        many batches were added."""
+        added = 0
+        ready = dict(self._poller.poll(timeout_ms))
+        while ready:
+            if self._sub in ready:
+                added += self._take(self._sub.recv_multipart(), replayed=False)
+            if self._replay is not None and self._replay in ready:
+                frames = self._replay.recv_multipart()
+                added += self._take(frames[1:] if frames[:1] == [b""] else frames, replayed=True)
+            ready = dict(self._poller.poll(0))
+        return added
+
+    def _take(self, frames: list[bytes], replayed: bool) -> int:
+        try:
+            batch = batch_of_message(frames, replayed)
+        except ValueError as e:
+            self.refused += 1
+            print(f"pagedsim: a KV event message refused: {e}", file=sys.stderr)
+            return 0
+        if batch is None:  # a replay's end marker
+            self._asking = False
+            return 0
+        seq = batch.seq if batch.seq is not None else END_SEQ
+        if seq in self._held:
+            return 0  # a replay of a batch already here
+        if not replayed and self._next is not None and seq > self._next:
+            self._ask(self._next)
+        if not replayed and self._next is None and seq > 0:
+            self._ask(0)
+        self._held.add(seq)
+        entry = Entry(list(frames), replayed, batch)
+        at = len(self.entries)
+        if replayed:  # put it where its seq belongs
+            while at > 0 and (self.entries[at - 1].batch.seq or 0) > seq:
+                at -= 1
+        self.entries.insert(at, entry)
+        if not replayed:
+            self._next = seq + 1
+        self.num_events += len(batch.events)
+        return 1
+
+    def _ask(self, start: int) -> None:
+        if self._replay is None or self._asking:
+            return
+        self._asking = True
+        self._replay.send_multipart([b"", start.to_bytes(8, "big")])
+
+    def batches(self) -> list[Batch]:
+        return [e.batch for e in self.entries]
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """The messages as a capture (`kv_stream`), in publisher order."""
+        with open(path, "wb") as f:
+            f.write(MAGIC)
+            for e in self.entries:
+                write_message(f, e.frames, e.replayed)
+
+    def close(self) -> None:
+        self._ctx.destroy(linger=0)
