@@ -96,6 +96,11 @@ class WorkloadScheduler(ABC):
                 )
         return self
 
+    def _start_step(self) -> None:
+        if self._pending_output is not None:
+            raise RuntimeError("schedule() again before update_from_output() of the last step")
+        self.now += 1
+
     def _check_output(self, scheduler_output: object, sampled: object) -> dict[ReqId, int]:
         """`sampled` as {req_id: token} for exactly the step's sampling requests; raises
         (changing nothing) for another step's output or a wrong set of tokens."""

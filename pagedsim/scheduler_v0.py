@@ -162,7 +162,6 @@ class SchedulerV0(WorkloadScheduler):
         self._admitted = 0  # admission counter (Group.order)
         self._cached = self.tokens is not None and isinstance(manager, PrefixCachingManager)
         self.recomputed_tokens = 0  # tokens prefilled again after a preemption, net of cache hits
-        self._prefill = self._decoded = 0  # this step's token counts
         self._scheduled: dict[ReqId, int] = {}  # sequence -> tokens computed this step
         self._preempted_now: set[ReqId] = set()  # sequences preempted this step
         self._finished_req_ids: set[ReqId] = set()  # finished since the last schedule()
@@ -192,10 +191,7 @@ class SchedulerV0(WorkloadScheduler):
         """What runs this step (v0's Scheduler.schedule): one token for every running
         sequence, preempting groups while the blocks are short; then, if nothing was
         preempted, swapped groups back in and waiting groups admitted (prefilled)."""
-        if self._pending_output is not None:
-            raise RuntimeError("schedule() again before update_from_output() of the last step")
-        self.now += 1
-        self._prefill = self._decoded = 0
+        self._start_step()
         self._scheduled = {}
         self._preempted_now = set()
         arrivals, reqs = self._arrivals, self.requests
@@ -239,7 +235,7 @@ class SchedulerV0(WorkloadScheduler):
                 [g.generated for g, _ in cached],
             ),
             num_scheduled_tokens=self._scheduled,
-            total_num_scheduled_tokens=self._prefill + self._decoded,
+            total_num_scheduled_tokens=sum(self._scheduled.values()),
             preempted_req_ids=self._preempted_now,
             finished_req_ids=self._finished_req_ids,
         )
@@ -285,11 +281,12 @@ class SchedulerV0(WorkloadScheduler):
         self.running = still
         self._finished_req_ids.update(finished)
         if self.record:
-            self.records.append(self._record())
+            self.records.append(self._record(scheduler_output))
         return finished
 
-    def _record(self) -> StepRecord:
-        m = self.manager
+    def _record(self, scheduler_output: SchedulerOutput) -> StepRecord:
+        m, total = self.manager, scheduler_output.total_num_scheduled_tokens
+        decoded = len(scheduler_output.scheduled_cached_reqs.req_ids)
         return StepRecord(
             self.now,
             sum(len(g.seq_ids) for g in self.running),
@@ -301,9 +298,9 @@ class SchedulerV0(WorkloadScheduler):
                 len(g.seq_ids) * blocks_needed(g.prompt_len + g.generated, m.block_size)
                 for g in self.running
             ),
-            self._prefill + self._decoded,
-            self._prefill,
-            self._decoded,
+            total,
+            total - decoded,
+            decoded,
         )
 
     def _schedule_decodes(self) -> list[Group]:
@@ -323,7 +320,6 @@ class SchedulerV0(WorkloadScheduler):
                 for s in g.seq_ids
             ]
         m.decode_step(seqs, with_slots=False, token_ids=ids)
-        self._decoded = len(seqs)
         self._scheduled.update(dict.fromkeys(seqs, 1))
         return list(self.running)
 
@@ -387,7 +383,6 @@ class SchedulerV0(WorkloadScheduler):
             prefilled += k * g.generated
         if g.key in self._preempted:
             self.recomputed_tokens += prefilled
-        self._prefill += prefilled
         g.order = self._next_order()
         return True
 

@@ -262,9 +262,7 @@ class SchedulerV1(WorkloadScheduler):
         """What runs this step (v1's Scheduler.schedule): running requests first, then,
         if nothing was preempted, waiting ones, within the token budget. Each scheduled
         request's num_computed_tokens moves past its tokens (v1's _update_after_schedule)."""
-        if self._pending_output is not None:
-            raise RuntimeError("schedule() again before update_from_output() of the last step")
-        self.now += 1
+        self._start_step()
         while self._pending and self._pending[0][0] < self.now:
             self.waiting.add_request(self._pending.popleft()[1])
         scheduled: dict[V1Request, int] = {}  # request -> tokens scheduled this step
