@@ -406,6 +406,8 @@ class SchedulerV1(WorkloadScheduler):
                 f"reset_running_requests must be a bool, got "
                 f"{type(reset_running_requests).__name__}"
             )
+        if self._pending_output is not None:
+            raise RuntimeError("reset_prefix_cache() between schedule() and update_from_output()")
         if reset_running_requests:
             while self.running:
                 self._preempt(self.running.pop())
