@@ -106,8 +106,8 @@ class WorkloadScheduler(ABC):
         (changing nothing) for another step's output or a wrong set of tokens."""
         if self._pending_output is None or scheduler_output is not self._pending_output:
             raise ValueError(
-                "scheduler_output is not the output of this scheduler's last schedule() "
-                "still waiting for its update"
+                "scheduler_output must be the output of this scheduler's last schedule(), "
+                "not yet updated"
             )
         if not isinstance(sampled, Mapping):
             raise TypeError(
@@ -116,7 +116,8 @@ class WorkloadScheduler(ABC):
         want = self.sampling_req_ids(self._pending_output)
         if set(sampled) != set(want):
             raise ValueError(
-                f"sampled must hold one token for each of {sorted(want)}, got {sorted(sampled)}"
+                f"sampled must hold one token for each of {sorted(want)}, got "
+                f"{sorted(sampled, key=repr)}"
             )
         return {rid: count_arg(f"sampled[{rid}]", sampled[rid], 0, MAX_TOKEN_ID) for rid in want}
 

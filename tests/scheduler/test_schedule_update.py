@@ -125,6 +125,7 @@ def test_a_wrong_update_is_refused_and_changes_nothing(mode):
         ({}, ValueError),  # a token missing
         ({**want, (9, 9): 1}, ValueError),  # a request that was not scheduled
         ({**want, rid: -1}, ValueError),  # not a token id
+        ({**want, "r0": 1}, ValueError),  # an id of another kind
         ({**want, rid: "a"}, TypeError),
         ([1, 2], TypeError),
     ):
@@ -132,7 +133,7 @@ def test_a_wrong_update_is_refused_and_changes_nothing(mode):
             s.update_from_output(out, bad)
         assert (s.now, len(s.records), m.num_free_blocks) == state
     s.update_from_output(out, want)
-    with pytest.raises(ValueError, match="last schedule"):
+    with pytest.raises(ValueError, match="not yet updated"):
         s.update_from_output(out, want)  # the same output twice
     s.run()
     assert s.finished == 2
