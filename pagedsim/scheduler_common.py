@@ -25,6 +25,7 @@ import numpy as np
 
 from .errors import MAX_TOKEN_ID, count_arg, token_ids_arg
 from .manager import KVCacheManager
+from .policies.hybrid import HybridManager
 from .scheduler_output import ReqId, SchedulerOutput
 from .workloads import Request
 
@@ -42,7 +43,7 @@ class WorkloadScheduler(ABC):
     `update_from_output(scheduler_output, sampled)` takes the tokens the model sampled.
     Without a model, `step()` joins the two with the tokens the workload names."""
 
-    manager: KVCacheManager
+    manager: KVCacheManager | HybridManager
     now: int  # steps taken
     max_stalled_steps: int
     waiting: Sized
@@ -135,12 +136,16 @@ def time_arg(name: str, value: object) -> float:
 
 
 def check_scheduler_args(
-    requests: Iterable[object], manager: object, record: object
+    requests: Iterable[object],
+    manager: object,
+    record: object,
+    kinds: tuple[type, ...] = (KVCacheManager,),
 ) -> list[Request]:
-    """The arguments both schedulers share: Requests (returned as a list), a manager and a
-    bool; TypeError if not."""
-    if not isinstance(manager, KVCacheManager):
-        raise TypeError(f"manager must be a KVCacheManager, got {type(manager).__name__}")
+    """The arguments both schedulers share: Requests (returned as a list), a manager (one of
+    `kinds`) and a bool; TypeError if not."""
+    if not isinstance(manager, kinds):
+        names = " or ".join(k.__name__ for k in kinds)
+        raise TypeError(f"manager must be a {names}, got {type(manager).__name__}")
     if not isinstance(record, bool):
         raise TypeError(f"record must be a bool, got {type(record).__name__}")
     if isinstance(requests, (str, bytes)) or not hasattr(requests, "__iter__"):

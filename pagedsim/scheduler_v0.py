@@ -80,6 +80,7 @@ class SchedulerV0(WorkloadScheduler):
     """vLLM v0's driver (see the module doc); `make_scheduler(mode="v0")` builds one."""
 
     mode = "v0"
+    manager: KVCacheManager
 
     def __init__(
         self,

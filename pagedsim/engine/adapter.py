@@ -32,7 +32,6 @@ from ..errors import OutOfBlocks
 from ..manager import KVCacheManager
 from ..policies.preemption import HostPool
 from ..policies.prefix_cache import PrefixCachingManager
-from ..trace import BlockReleased
 
 
 class BlockAdapter:
@@ -72,7 +71,6 @@ class BlockAdapter:
         self.host = HostPool(num_cpu_blocks)  # the swap policy's host side (policies/preemption.py)
         self.swapped: dict = {}  # seq -> (host labels per logical block, num_tokens)
         self.ready: dict = {}  # block -> tuple of the tokens whose K/V it holds in full
-        self._mark = 0  # trace events already counted by `events_since_mark`
 
     # ---- queries -------------------------------------------------------------------
     @property
@@ -183,22 +181,3 @@ class BlockAdapter:
         for s, (tokens, end) in (computed or {}).items():
             self.written(s, tokens, 0, end)
         return pairs
-
-    # ---- what happened, for the step log ---------------------------------------------------
-    def events_since_mark(self) -> dict:
-        """Counts of block events since the last call (needs trace=True)."""
-        counts = dict.fromkeys(("allocated", "shared", "copied", "freed"), 0)
-        trace = self.manager.trace
-        if trace is None:
-            return counts
-        for e in trace.events[self._mark :]:
-            if e.kind == "block_allocated":
-                counts["allocated"] += 1
-            elif e.kind == "block_shared":
-                counts["shared"] += 1
-            elif e.kind == "copy_on_write":
-                counts["copied"] += 1
-            elif isinstance(e, BlockReleased) and e.ref_count == 0:
-                counts["freed"] += 1
-        self._mark = len(trace.events)
-        return counts

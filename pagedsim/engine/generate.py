@@ -22,7 +22,7 @@ A checkpoint's generation_config.json applies as in transformers' generate() and
 --generation-config auto (apply_generation_config); the report says which settings came
 from it, and --generation-config none ignores it. A model with sliding-window layers is
 served by v1's window manager, or by the hybrid allocator when it mixes full and sliding
-layers (window_adapter.py): each step then prints the blocks each KV cache group holds.
+layers, on SchedulerV1: each step then prints the blocks each KV cache group holds.
 
 `run(..., manager=)` serves from another block manager (`--pool workspace`: the student's
 own 3.4a and 3.4b, course/ch03_kv_block/capstone.py) with pagedsim's own serving the same
@@ -106,8 +106,7 @@ def labels(engine: PagedEngine, tok) -> tuple:
     """The text each physical block holds (live blocks and cache-hittable free ones)."""
     held = engine.block_tokens()
     return tuple(
-        text(tok, held[b]) or "" if b in held else ""
-        for b in range(engine.blocks.manager.num_blocks)
+        text(tok, held[b]) or "" if b in held else "" for b in range(engine.manager.num_blocks)
     )
 
 
@@ -127,7 +126,7 @@ def serve(engine: PagedEngine, requests: list, tok, beside: Lockstep | None = No
             engine.step()
         if not serving:
             continue
-        marks.append(len(engine.blocks.manager.trace.snapshots) - 1)
+        marks.append(len(engine.manager.trace.snapshots) - 1)
         texts.append(labels(engine, tok))
     return [run.state for run in engine.runs[first:]], marks, texts
 
@@ -260,13 +259,22 @@ def run(
             )
             + 4
         )
+    # v1 serves what vLLM v1's scheduler serves; beams, n > 1, swapping and a pool under
+    # test (the workspace's fork and copy-on-write) are v0's
+    v1 = "sliding" in model.config.windowed or (
+        preemption_mode == "recompute"
+        and manager is None
+        and all(r.width == 1 and not r.beam_width for r in requests)
+    )
+    mode = "v1" if v1 else "v0"
     engine = PagedEngine(
         model,
         num_gpu_blocks,
         block_size,
         max_num_batched_tokens=max_num_batched_tokens,
         enable_prefix_caching=enable_prefix_caching,
-        preemption_mode=preemption_mode,
+        preemption_mode="recompute" if v1 else preemption_mode,
+        mode=mode,
         backend=backend,
         trace=True,
         check=manager is None,  # a pool under test is compared with the reference instead
@@ -281,6 +289,7 @@ def run(
             max_num_batched_tokens=max_num_batched_tokens,
             enable_prefix_caching=enable_prefix_caching,
             preemption_mode=preemption_mode,
+            mode=mode,
             backend=engine.backend,
             trace=True,  # compared with the pool under test manager call by manager call
             check=True,
@@ -301,7 +310,7 @@ def run(
         marks += m
         texts += t
     dense = DenseEngine(model).generate([s.request for s in states])
-    stats = engine.scheduler.stats
+    stats = engine.stats
     summary = dict(
         model=Path(model.name).name,
         parameters=model.num_parameters,
@@ -341,7 +350,7 @@ def step_frames(engine, marks) -> list:
     """The manager's snapshot after each engine step, numbered by engine step (as `generate`
     prints them), captioned with that step's batch, carrying all of the step's events, and
     each block labelled with the text it holds."""
-    snaps = engine.blocks.manager.trace.snapshots
+    snaps = engine.manager.trace.snapshots
     texts = getattr(engine, "block_labels", [()] * len(marks))
     spans = zip([0, *(m + 1 for m in marks)], marks, strict=False)  # manager steps of engine step i
     return [

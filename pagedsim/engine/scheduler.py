@@ -41,7 +41,8 @@ class Item:
     """One sequence's share of a step: compute positions [start, end)."""
 
     run: Run
-    seq: str
+    seq: object  # the block manager's sequence id
+    key: str  # the sequence's key in run.state.tokens
     start: int
     end: int
     write_from: int  # positions below this already hold K/V (a capped cache hit)
@@ -112,7 +113,9 @@ class Scheduler:
                     if victim is run:
                         return budget
             items += [
-                Item(run, s, run.computed[s], run.computed[s] + 1, max(run.computed[s], run.hold))
+                Item(
+                    run, s, s, run.computed[s], run.computed[s] + 1, max(run.computed[s], run.hold)
+                )
                 for s in seqs
             ]
             return budget - len(seqs)
@@ -122,7 +125,7 @@ class Scheduler:
         for s in seqs:
             start = run.computed[s]
             end = min(start + chunk, len(state.tokens[s]))
-            items.append(Item(run, s, start, end, max(start, run.hold)))
+            items.append(Item(run, s, s, start, end, max(start, run.hold)))
             budget -= end - start
         return budget
 

@@ -62,7 +62,7 @@ def test_a_fully_cached_block_aligned_prompt_recomputes_its_last_block_as_v1_doe
     engine.generate([Request(prompt, 1)])
     last = engine.log[-1]
     # v1 caps a hit at num_tokens - 1 tokens, in whole blocks: block 0 is hit, block 1 recomputed
-    assert last["seqs"] == ["r1.0[2:4]"] and engine.scheduler.stats["cached_tokens"] == 2
+    assert last["seqs"] == ["r1.0[2:4]"] and engine.stats["cached_tokens"] == 2
 
 
 def test_admission_waits_for_a_hit_that_another_sequence_is_still_computing():
@@ -118,7 +118,9 @@ def test_a_bad_request_is_refused_before_the_engine_changes_anything():
         engine.submit(Request((1.5,), 2))
     with pytest.raises(ValueError, match="up to 17 blocks alone; the pool has 8"):
         engine.submit(Request((1,), 1, n=17))  # the pool check comes first
-    assert engine.runs == [] and not engine.scheduler.waiting and engine.blocks.num_free == 8
+    assert (
+        engine.runs == [] and not engine.scheduler.waiting and engine.manager.num_free_blocks == 8
+    )
 
 
 def test_top_p_samples_only_from_the_smallest_set_reaching_that_probability():
