@@ -10,7 +10,7 @@
     backend.py          the one seam for attention: NumPy or the kernels, chosen once
     kernels_backend.py  that seam on cuda_kernels (the only import of cuda_kernels)
     kvstore.py          the paged K/V per layer, read and written through the backend
-    scheduler.py        the v0 engine's scheduler: forks, beams, swap or recompute
+    scheduler.py        the v0 engine's scheduler: forks, beams, preemption by swap or recompute
     paged.py            the paged engine: schedule() -> the model -> update_from_output();
                         v1 on pagedsim's SchedulerV1 (window managers and the hybrid
                         allocator for sliding layers), v0 on scheduler.py

@@ -1,7 +1,9 @@
-"""The engine's scheduler: a token budget per step, chunked prefill, preemption.
+"""The v0 engine's scheduler (`PagedEngine(mode="v0")`): beams, n > 1, swapping.
 
-Each step (vLLM v1's order) serves running requests first, then swapped ones, then
-waiting ones, within `max_num_batched_tokens` (vLLM's name for the step's budget):
+The v1 engine runs on pagedsim's SchedulerV1; this one still serves the v0 mechanisms
+until SchedulerV0 can serve a model (issue 41). Each step (v1's order, v0's swap and
+fork) serves running requests first, then swapped ones, then waiting ones, within
+`max_num_batched_tokens` (vLLM's name for the step's budget):
   * a decoding request costs one token per live sequence and one slot each
     (append: a new block at a boundary, a private copy of a shared tail);
   * a request still prefilling gets the next chunk of its remaining tokens that the

@@ -67,7 +67,7 @@ def test_the_reference_solutions_serve_every_token_and_block_of_the_reference_po
     engine, _, summary = generate.run(
         *model, **RUN, manager=capstone.workspace_pool(), pool_name="workspace"
     )
-    assert isinstance(engine.blocks.manager, capstone.WorkspaceManager)
+    assert isinstance(engine.manager, capstone.WorkspaceManager)
     assert summary["cow_bytes"] > 0 and any(r["shared"] for r in engine.log), "forks and copies ran"
     assert summary["pool"]["matches"], summary["pool"]["lines"]
     assert summary["tokens_match"]  # and the dense engine agrees with the student's pool

@@ -110,7 +110,7 @@ v1 的缓存池，所以这次运行关闭前缀缓存。结果一致并不等�
 
 
 def _tables_at(engine, marks, i) -> dict:
-    snap = engine.blocks.manager.trace.snapshots[marks[i]]
+    snap = engine.manager.trace.snapshots[marks[i]]
     return {str(q.seq_id): (list(q.blocks), q.num_tokens) for q in snap.sequences}
 
 
@@ -166,7 +166,7 @@ def demo(out_dir, backend: str = "auto", model_dir=None) -> None:
 
     model, tok = load(model_dir)
     engine, marks, s = run(model, tok, backend=backend)
-    log, bs, texts = engine.log, engine.blocks.block_size, engine.block_labels
+    log, bs, texts = engine.log, engine.block_size, engine.block_labels
     reqs = s["requests"]
     print(
         f"model: {s['parameters']:,} parameters, {model.config.layers} layers; "
@@ -243,7 +243,7 @@ def demo(out_dir, backend: str = "auto", model_dir=None) -> None:
     except ImportError as e:
         print(f"3.6 (no pictures: {e})")
     print(
-        f"3.7 the pool was allocated once ({engine.blocks.manager.num_blocks} blocks x "
+        f"3.7 the pool was allocated once ({engine.manager.num_blocks} blocks x "
         f"{c.layers} layers, NaN-poisoned): a read of an unwritten slot would show in the "
         f"logits. {s['preempted_swap']} preemptions swapped out and back (v0)."
     )
