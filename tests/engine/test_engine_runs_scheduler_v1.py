@@ -2,16 +2,36 @@
 by step, are the ones SchedulerV1 schedules by itself when it is handed the same tokens
 (the lessons' scheduler, stepped through schedule() and update_from_output())."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pagedsim.engine import DenseEngine, ModelConfig, PagedEngine, Request, TinyModel
 from pagedsim.manager import KVCacheManager
+from pagedsim.policies.hybrid import HybridManager
 from pagedsim.policies.prefix_cache import PrefixCachingManager
+from pagedsim.policies.sliding_window_cache import SlidingWindowPrefixCachingManager
 from pagedsim.scheduler import SchedulerV1
 from pagedsim.workloads import Request as Workload
 
-MODEL = TinyModel(ModelConfig(layers=1, heads=2, kv_heads=1, head_dim=8, hidden=16, mlp=32))
+SMALL = dict(heads=2, kv_heads=1, head_dim=8, hidden=16, mlp=32)
+WINDOW = 5
+MODELS = {
+    "full": TinyModel(ModelConfig(layers=1, **SMALL)),
+    "window": TinyModel(ModelConfig(layers=1, sliding_window=WINDOW, **SMALL)),
+    "hybrid": TinyModel(
+        ModelConfig(layers=2, sliding_window=WINDOW, layer_types=("sliding", "full"), **SMALL)
+    ),
+}
+
+
+def v1_manager(kind, num_blocks, block_size, caching):
+    """The manager the v1 engine builds for a model of this kind (paged._v1_manager)."""
+    if kind == "hybrid":
+        return HybridManager(num_blocks, block_size, window=WINDOW)
+    if kind == "window":
+        return SlidingWindowPrefixCachingManager(num_blocks, block_size, window=WINDOW)
+    return (PrefixCachingManager if caching else KVCacheManager)(num_blocks, block_size)
 
 
 @st.composite
@@ -26,25 +46,28 @@ def workloads(draw):
         for _ in range(draw(st.integers(1, 5)))
     ]
     block_size = draw(st.sampled_from([1, 2, 4]))
-    need = max(-(-(len(r.prompt) + r.max_tokens) // block_size) for r in requests)
+    # one request's worth (both groups of a hybrid model): a tight pool preempts
+    need = 2 * max(-(-(len(r.prompt) + r.max_tokens) // block_size) for r in requests)
     return (
         requests,
         block_size,
-        draw(st.integers(need, need + 12)),  # from one request's worth: preemption
+        draw(st.integers(need, need + 12)),
         draw(st.integers(1, 12)),  # max_num_batched_tokens: chunked prefill
         draw(st.booleans()),
     )
 
 
-def scheduler_alone(requests, outputs, block_size, num_blocks, budget, caching):
+def scheduler_alone(kind, requests, outputs, workload):
     """SchedulerV1 on its own, handed the engine's tokens: its batches, step by step."""
-    cls = PrefixCachingManager if caching else KVCacheManager
+    _, block_size, num_blocks, budget, caching = workload
     scheduler = SchedulerV1(
         [Workload(len(r.prompt), r.max_tokens) for r in requests],
-        cls(num_blocks, block_size),
+        v1_manager(kind, num_blocks, block_size, caching),
         max_num_batched_tokens=budget,
         tokens=[r.prompt for r in requests],
         output_tokens=outputs,
+        enable_prefix_caching=caching,
+        slide_after_update=True,
     )
     batches = []
     while not scheduler.done:
@@ -62,12 +85,14 @@ def scheduler_alone(requests, outputs, block_size, num_blocks, budget, caching):
     return batches
 
 
-@settings(max_examples=40, deadline=None)
+@pytest.mark.parametrize("kind", list(MODELS))
+@settings(max_examples=25, deadline=None)
 @given(workload=workloads())
-def test_the_v1_engine_schedules_what_scheduler_v1_schedules(workload):
+def test_the_v1_engine_schedules_what_scheduler_v1_schedules(kind, workload):
     requests, block_size, num_blocks, budget, caching = workload
+    model = MODELS[kind]
     engine = PagedEngine(
-        MODEL,
+        model,
         num_blocks,
         block_size,
         max_num_batched_tokens=budget,
@@ -77,7 +102,7 @@ def test_the_v1_engine_schedules_what_scheduler_v1_schedules(workload):
     )
     states = engine.generate(requests)
     outputs = [s.outputs()[0] for s in states]
-    assert outputs == [d.outputs()[0] for d in DenseEngine(MODEL).generate(requests)]
-    alone = scheduler_alone(requests, outputs, block_size, num_blocks, budget, caching)
+    assert outputs == [d.outputs()[0] for d in DenseEngine(model).generate(requests)]
+    alone = scheduler_alone(kind, requests, outputs, workload)
     assert [rec["seqs"] for rec in engine.log] == alone
     assert engine.manager.num_free_blocks == num_blocks
