@@ -84,19 +84,9 @@ class PagedEngine:
             )
         count_arg("max_num_batched_tokens", max_num_batched_tokens, 1)
         count_arg("num_gpu_blocks", num_gpu_blocks, 1)
-        for name, flag in (
-            ("enable_prefix_caching", enable_prefix_caching),
-            ("trace", trace),
-            ("check", check),
-        ):
-            if type(flag) is not bool:
-                raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
-        if preemption_mode not in ("recompute", "swap"):
-            raise ValueError(
-                f"preemption_mode must be 'recompute' or 'swap', got {preemption_mode!r}"
-            )
+        flags = dict(enable_prefix_caching=enable_prefix_caching, trace=trace, check=check)
         c = model.config
-        self._check_mode(mode, c.windowed, preemption_mode, manager)
+        self._check_args(mode, c.windowed, preemption_mode, manager, flags)
         num_cpu_blocks = (
             4 * num_gpu_blocks
             if num_cpu_blocks is None
@@ -124,19 +114,7 @@ class PagedEngine:
         self.scheduler: Any  # SchedulerV1, or the v0 engine's Scheduler
         if mode == "v1":
             self.manager = _v1_manager(c, num_gpu_blocks, block_size, enable_prefix_caching, trace)
-            self.scheduler = SchedulerV1(
-                [],
-                self.manager,
-                max_num_batched_tokens=max_num_batched_tokens,
-                record=False,
-                max_model_len=model.max_model_len or 2**62,
-                enable_prefix_caching=enable_prefix_caching,
-                slide_after_update=True,  # the model reads the window during the step
-            )
-            self.stats = dict.fromkeys(STATS, 0)
-            self._tables_log = (
-                TableCounts(self.groups, self._tables) if "window" in self.groups else None
-            )
+            self.scheduler = self._v1_scheduler(max_num_batched_tokens, enable_prefix_caching)
         else:
             self.blocks = BlockAdapter(
                 num_gpu_blocks,
@@ -156,8 +134,31 @@ class PagedEngine:
         self.runs: list = []
         self.log: list = []  # one dict per step: what ran and what the blocks did
 
+    def _v1_scheduler(self, max_num_batched_tokens: int, caching: bool) -> SchedulerV1:
+        """SchedulerV1 over the v1 manager; the step log's counters beside it."""
+        self.stats = dict.fromkeys(STATS, 0)
+        self._tables_log = (
+            TableCounts(self.groups, self._tables) if "window" in self.groups else None
+        )
+        return SchedulerV1(
+            [],
+            self.manager,
+            max_num_batched_tokens=max_num_batched_tokens,
+            record=False,
+            max_model_len=self.model.max_model_len or 2**62,
+            enable_prefix_caching=caching,
+            slide_after_update=True,  # the model reads the window during the step
+        )
+
     @staticmethod
-    def _check_mode(mode, windowed, preemption_mode: str, manager) -> None:
+    def _check_args(mode, windowed, preemption_mode: str, manager, flags: dict) -> None:
+        for name, flag in flags.items():
+            if type(flag) is not bool:
+                raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+        if preemption_mode not in ("recompute", "swap"):
+            raise ValueError(
+                f"preemption_mode must be 'recompute' or 'swap', got {preemption_mode!r}"
+            )
         if mode not in ("v1", "v0"):
             raise ValueError(f"mode must be 'v1' or 'v0', got {mode!r}")
         if mode == "v0" and "sliding" in windowed:
