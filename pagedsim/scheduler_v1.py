@@ -19,9 +19,12 @@ compute until the budget `max_num_batched_tokens` is spent:
        `policy="priority"`), while fewer than `max_num_seqs` run. Each is looked up
        (`get_computed_blocks`, capped at num_tokens - 1), then allocated for as much
        of the rest as the budget allows.
-    3. the model "runs": every request whose computed tokens caught up with its
-       tokens samples one token; one with `output_len` tokens sampled is freed. The
-       last sampled token never gets KV, so it never fills a block.
+    3. `schedule()` returns a SchedulerOutput (scheduler_output.py) and moves each
+       scheduled request's num_computed_tokens past its tokens; the model runs, and
+       `update_from_output(scheduler_output, sampled)` takes one token for every
+       request whose computed tokens caught up with its tokens; one with `output_len`
+       tokens sampled is freed. The last sampled token never gets KV, so it never
+       fills a block. `step()` fakes the model with the workload's tokens.
 
 A request longer than `max_model_len` (default 8192, vLLM's SchedulerConfig default),
 or one whose blocks could never fit in the whole pool, is refused when the scheduler is
@@ -38,21 +41,24 @@ on re-admission are not counted; `discarded_tokens` counts what preemption freed
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .errors import OutOfBlocks, count_arg
 from .manager import KVCacheManager
+from .policies.hybrid import HybridManager
 from .policies.prefix_cache import PrefixCachingManager
+from .policies.sliding_window import SlidingWindowManager
 from .request_queue import SCHEDULING_POLICIES, RequestQueue, make_request_queue
-from .scheduler_common import (  # noqa: F401 -- the old home of these names
+from .scheduler_common import (
     TokenIds,
+    WorkloadScheduler,
     check_scheduler_args,
     prompt_ids,
-    run_steps,
     synthetic_token,
     time_arg,
 )
+from .scheduler_output import CachedRequestData, NewRequestData, ReqId, SchedulerOutput
 from .workloads import Request
 
 V1_VICTIMS = SCHEDULING_POLICIES  # v1's scheduling policies: they choose the victim too
@@ -74,6 +80,7 @@ class V1Request:
     unsent: list[int] = field(default_factory=list)  # sampled ids not yet given to the manager
     arrival_time: float = 0  # its arrival step, or the arrival_times given (v1's name)
     num_preemptions: int = 0  # times it was preempted (v1's name): its lookups count apart
+    stop_token_ids: tuple[int, ...] = ()  # sampling one of these finishes it (v1's check_stop)
 
     @property
     def num_tokens(self) -> int:
@@ -95,13 +102,13 @@ class V1StepRecord:
     preempted: int  # requests preempted this step
 
 
-class SchedulerV1:
+class SchedulerV1(WorkloadScheduler):
     mode = "v1"
 
     def __init__(
         self,
         requests: Iterable[Request],
-        manager: KVCacheManager,
+        manager: KVCacheManager | HybridManager,
         *,
         max_num_batched_tokens: int = 2048,
         max_num_seqs: int = 256,
@@ -115,8 +122,14 @@ class SchedulerV1:
         long_prefill_token_threshold: int = 0,
         max_model_len: int = 8192,
         arrival_times: Sequence[float] | None = None,
+        enable_prefix_caching: bool = True,
+        slide_after_update: bool = False,
     ) -> None:
-        requests = check_scheduler_args(requests, manager, record)
+        requests = check_scheduler_args(requests, manager, record, (KVCacheManager, HybridManager))
+        if not isinstance(enable_prefix_caching, bool):
+            raise TypeError(
+                f"enable_prefix_caching must be a bool, got {type(enable_prefix_caching).__name__}"
+            )
         self.max_num_batched_tokens = count_arg("max_num_batched_tokens", max_num_batched_tokens, 1)
         # v1: a prefill chunk of one request is capped at this many tokens (0: no cap)
         self.long_prefill_token_threshold = count_arg(
@@ -129,7 +142,24 @@ class SchedulerV1:
         self.max_stalled_steps = count_arg("max_stalled_steps", max_stalled_steps, 1)
         # slots reserved past each request's tokens (v1: speculative tokens); blocks only
         self.num_lookahead_tokens = count_arg("num_lookahead_tokens", num_lookahead_tokens)
-        if self.num_lookahead_tokens and not isinstance(manager, PrefixCachingManager):
+        # the manager when it has v1's calls (get_computed_blocks, allocate_slots), else None
+        self._cache = (
+            manager if isinstance(manager, (PrefixCachingManager, HybridManager)) else None
+        )
+        # off: no lookup (v1's enable_prefix_caching=False); the manager still allocates slots
+        self.enable_prefix_caching = enable_prefix_caching and self._cache is not None
+        if not isinstance(slide_after_update, bool):
+            raise TypeError(
+                f"slide_after_update must be a bool, got {type(slide_after_update).__name__}"
+            )
+        # a window manager slides past the tokens it is told are computed; a model reads
+        # the window during the step, so with a model the step's slots are asked for as
+        # lookahead and told computed in update_from_output (v1 slides by the tokens
+        # computed before the step: remove_skipped_blocks(request.num_computed_tokens))
+        self._slide_late = slide_after_update and isinstance(
+            manager, (SlidingWindowManager, HybridManager)
+        )
+        if self.num_lookahead_tokens and self._cache is None:
             raise ValueError("num_lookahead_tokens needs allocate_slots (a PrefixCachingManager)")
         # TypeError / ValueError for a bad name
         self.waiting: RequestQueue[V1Request] = make_request_queue(policy)
@@ -137,10 +167,9 @@ class SchedulerV1:
         self.manager = manager
         self.record = record
         self.requests = requests
-        # the manager when it has v1's prefix-cache calls (allocate_slots), else None
-        self._cache = manager if isinstance(manager, PrefixCachingManager) else None
         self._pending = deque(self._fan_out(tokens, output_tokens, priorities, arrival_times))
-        manager.reclaimer = None  # v1 preempts in the scheduler, never inside an allocation
+        if isinstance(manager, KVCacheManager):
+            manager.reclaimer = None  # v1 preempts in the scheduler, never inside an allocation
         self.running: list[V1Request] = []
         self.records: list[V1StepRecord] = []
         self.now = 0
@@ -152,6 +181,8 @@ class SchedulerV1:
         self.prefill_tokens = 0
         self.decode_tokens = 0
         self._left = [r.num_seqs for r in self.requests]  # unfinished samples per request
+        self._by_id = {req.request_id: req for _, req in self._pending}
+        self._finished_req_ids: set[ReqId] = set()  # finished since the last schedule()
 
     def _fan_out(
         self,
@@ -251,38 +282,37 @@ class SchedulerV1:
     def arrivals_pending(self) -> bool:
         return bool(self._pending)
 
-    def run(self, max_steps: int = 10**7, check: bool = False) -> "SchedulerV1":
-        """Step until every request is finished (see `run_steps`)."""
-        return run_steps(self, max_steps, check)
-
-    # ---- one step --------------------------------------------------------------
-    def step(self) -> int:
-        """One engine step: schedule, then 'run the model'. Returns the tokens scheduled."""
-        self.now += 1
+    # ---- one step: schedule(), the model, update_from_output() -----------------------
+    def schedule(self) -> SchedulerOutput:
+        """What runs this step (v1's Scheduler.schedule): running requests first, then,
+        if nothing was preempted, waiting ones, within the token budget. Each scheduled
+        request's num_computed_tokens moves past its tokens (v1's _update_after_schedule)."""
+        self._start_step()
         while self._pending and self._pending[0][0] < self.now:
             self.waiting.add_request(self._pending.popleft()[1])
         scheduled: dict[V1Request, int] = {}  # request -> tokens scheduled this step
-        budget, preempted = self.max_num_batched_tokens, 0
-        i = 0
+        preempted: list[V1Request] = []
+        budget, i = self.max_num_batched_tokens, 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
             n = self._chunk(req.num_tokens - req.num_computed_tokens, budget)
-            new = self._allocate(req, n)
-            while new is None:
+            fits = self._allocate(req, n)
+            while not fits:
                 victim = self._pick_victim()
                 if victim in scheduled:
                     budget += scheduled.pop(victim)
                     i -= 1
                 self._preempt(victim)
-                preempted += 1
+                preempted.append(victim)
                 if victim is req:
                     break
-                new = self._allocate(req, n)
-            if new is None:
+                fits = self._allocate(req, n)
+            if not fits:
                 break
             scheduled[req] = n
             budget -= n
             i += 1
+        admitted: list[V1Request] = []
         while (
             not preempted and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs
         ):
@@ -292,25 +322,125 @@ class SchedulerV1:
             budget -= scheduled[req]
             self.waiting.pop_request()
             self.running.append(req)
-        return self._execute(scheduled, preempted)
+            admitted.append(req)
+        out = self._make_output(scheduled, admitted, preempted)
+        self._pending_output = out
+        return out
 
-    def _execute(self, scheduled: dict[V1Request, int], preempted: int) -> int:
-        prefill = decode = 0
-        for req, n in scheduled.items():
+    def _make_output(
+        self,
+        scheduled: dict[V1Request, int],
+        admitted: list[V1Request],
+        preempted: list[V1Request],
+    ) -> SchedulerOutput:
+        cached = [r for r in scheduled if r not in admitted]
+        out = SchedulerOutput(
+            scheduled_new_reqs=[
+                NewRequestData(
+                    r.request_id,
+                    r.prompt,
+                    self.block_ids(r.request_id),
+                    r.num_computed_tokens,
+                )
+                for r in admitted
+            ],
+            scheduled_cached_reqs=CachedRequestData(
+                [r.request_id for r in cached],
+                [r.num_computed_tokens for r in cached],
+                [len(r.sampled) for r in cached],
+            ),
+            num_scheduled_tokens={r.request_id: n for r, n in scheduled.items()},
+            total_num_scheduled_tokens=sum(scheduled.values()),
+            preempted_req_ids={r.request_id for r in preempted},
+            finished_req_ids=self._finished_req_ids,
+        )
+        self._finished_req_ids = set()
+        for req, n in scheduled.items():  # v1's _update_after_schedule
             start = req.num_computed_tokens
-            if n == 1 and req.sampled and start == req.num_tokens - 1:
-                decode += 1
-            else:
-                prefill += n
             self.recomputed_tokens += max(0, min(start + n, req.high) - start)
             req.num_computed_tokens = start + n
             req.high = max(req.high, req.num_computed_tokens)
-            if req.num_computed_tokens == req.num_tokens:  # caught up: the model samples a token
-                token = req.outputs[len(req.sampled)]
+        return out
+
+    def block_ids(self, req_id: ReqId) -> tuple[int, ...]:
+        """A running request's block table (a hybrid manager's: its full-attention group's)."""
+        m = self.manager
+        table = m.block_tables(req_id)[0] if isinstance(m, HybridManager) else m.block_table(req_id)
+        return tuple(table.blocks)
+
+    def add_request(
+        self, prompt: TokenIds, max_tokens: int, stop_token_ids: TokenIds = ()
+    ) -> ReqId:
+        """A request arriving now from an engine that runs a model (v1's add_request): it
+        waits from the next schedule(); it finishes after `max_tokens` sampled tokens, or
+        when it samples one of `stop_token_ids` (kept, as v1 keeps it). Its `outputs` stay
+        empty: only update_from_output() gives it tokens. Refused (nothing changed) when it
+        could never fit. Returns its request id, (index, 0)."""
+        ids = prompt_ids(prompt, None, "prompt")
+        stops = prompt_ids(stop_token_ids, None, "stop_token_ids")
+        r = Request(len(ids), count_arg("max_tokens", max_tokens, 1))
+        i = len(self.requests)
+        if r.total_len > self.max_model_len:
+            raise ValueError(
+                f"prompt + max_tokens = {r.total_len} exceeds max_model_len {self.max_model_len}"
+            )
+        peak = self._peak_blocks(r)
+        if peak > self.manager.num_blocks:
+            raise ValueError(
+                f"request {i} ({r.total_len} tokens) needs {peak} blocks, "
+                f"more than the pool's {self.manager.num_blocks}"
+            )
+        req = V1Request((i, 0), ids, r.output_len, (), i, arrival_time=self.now)
+        req.stop_token_ids = stops
+        self.requests.append(r)
+        self._left.append(1)
+        self._by_id[req.request_id] = req
+        self.waiting.add_request(req)
+        return req.request_id
+
+    def sampling_req_ids(self, scheduler_output: SchedulerOutput) -> list[ReqId]:
+        """The requests of a step that sample a token: those whose computed tokens caught up
+        with their tokens (a prefill chunk that ends short of the prompt samples nothing)."""
+        return [
+            rid
+            for rid in scheduler_output.num_scheduled_tokens
+            if self._by_id[rid].num_computed_tokens == self._by_id[rid].num_tokens
+        ]
+
+    def workload_tokens(self, scheduler_output: SchedulerOutput) -> dict[ReqId, int]:
+        """The tokens the workload says each sampling request samples (the model, faked)."""
+        return {
+            rid: self._by_id[rid].outputs[len(self._by_id[rid].sampled)]
+            for rid in self.sampling_req_ids(scheduler_output)
+        }
+
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, sampled: Mapping[ReqId, int]
+    ) -> list[ReqId]:
+        """Take what the model sampled (v1's Scheduler.update_from_output): `sampled` maps
+        every request that caught up (`sampling_req_ids`) to its token. A request with
+        `output_len` tokens sampled is finished and freed. Returns the finished ids."""
+        sampled = self._check_output(scheduler_output, sampled)
+        self._pending_output = None
+        prefill = decode = 0
+        finished: list[ReqId] = []
+        for rid, n in scheduler_output.num_scheduled_tokens.items():
+            req = self._by_id[rid]
+            if self._cache is not None and self._slide_late:  # the model computed them now
+                got = self._cache.allocate_slots(rid, n, self.num_lookahead_tokens)
+                assert got is not None, "slots already held need no block"
+
+            if n == 1 and req.sampled and req.num_computed_tokens == req.num_tokens:
+                decode += 1
+            else:
+                prefill += n
+            if rid in sampled:
+                token = sampled[rid]
                 req.sampled.append(token)
                 req.unsent.append(token)
-                if len(req.sampled) == req.output_len:
+                if len(req.sampled) == req.output_len or token in req.stop_token_ids:
                     self._finish(req)
+                    finished.append(rid)
         self.prefill_tokens += prefill
         self.decode_tokens += decode
         if self.record:
@@ -323,10 +453,10 @@ class SchedulerV1:
                     prefill + decode,
                     prefill,
                     decode,
-                    preempted,
+                    len(scheduler_output.preempted_req_ids),
                 )
             )
-        return prefill + decode
+        return finished
 
     def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
         """v1's Scheduler.reset_prefix_cache, between steps: forget every cached block.
@@ -341,6 +471,8 @@ class SchedulerV1:
                 f"reset_running_requests must be a bool, got "
                 f"{type(reset_running_requests).__name__}"
             )
+        if self._pending_output is not None:
+            raise RuntimeError("reset_prefix_cache() between schedule() and update_from_output()")
         if reset_running_requests:
             while self.running:
                 self._preempt(self.running.pop())
@@ -349,42 +481,51 @@ class SchedulerV1:
         return self.manager.pool.num_used == 0
 
     # ---- allocation, admission, preemption ----------------------------------------
-    def _allocate(self, req: V1Request, n: int) -> list[int] | None:
+    def _allocate(self, req: V1Request, n: int) -> bool:
+        """Slots for n more tokens of a running request; False (nothing changed) if short."""
         m, sent = self._cache, tuple(req.unsent)
-        if m is not None:
+        if m is not None and self._slide_late:
+            ahead = n + self.num_lookahead_tokens
+            new = m.allocate_slots(req.request_id, 0, ahead, sent or None)
+        elif m is not None:
             new = m.allocate_slots(req.request_id, n, self.num_lookahead_tokens, sent or None)
         else:
             try:
                 new = self.manager.append_tokens(req.request_id, n)
             except OutOfBlocks:
                 new = None
-        if new is not None:
-            req.unsent.clear()
-        return new
+        if new is None:
+            return False
+        req.unsent.clear()
+        return True
 
     def _admit(self, req: V1Request, budget: int, scheduled: dict[V1Request, int]) -> bool:
         m, tokens = self._cache, req.token_ids()
         if m is not None:
-            computed = m.get_computed_blocks(tokens)
-            n = self._chunk(len(tokens) - computed.num_tokens, budget)
+            computed = m.get_computed_blocks(tokens) if self.enable_prefix_caching else None
+            hit = 0 if computed is None else computed.num_tokens
+            n = self._chunk(len(tokens) - hit, budget)
+            late = n if self._slide_late else 0  # computed in update_from_output
             if (
                 m.allocate_slots(
                     req.request_id,
-                    n,
-                    self.num_lookahead_tokens,
+                    n - late,
+                    self.num_lookahead_tokens + late,
                     tokens,
-                    computed,
+                    computed,  # type: ignore[arg-type]  # each manager's own lookup type
                     preempted=req.num_preemptions > 0,
                 )
                 is None
             ):
                 return False
-            req.num_computed_tokens = computed.num_tokens
+            req.num_computed_tokens = hit
         else:
             n = self._chunk(len(tokens), budget)
-            if not self.manager.can_allocate(n):
+            plain = self.manager
+            assert isinstance(plain, KVCacheManager), "a manager without v1's calls"
+            if not plain.can_allocate(n):
                 return False
-            self.manager.add_sequence(req.request_id, n)
+            plain.add_sequence(req.request_id, n)
         req.unsent.clear()
         scheduled[req] = n
         return True
@@ -413,6 +554,7 @@ class SchedulerV1:
     def _finish(self, req: V1Request) -> None:
         self.manager.free_sequence(req.request_id)
         self.running.remove(req)
+        self._finished_req_ids.add(req.request_id)
         self.finished_seqs += 1
         i = req.request_id[0]
         self._left[i] -= 1

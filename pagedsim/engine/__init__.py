@@ -6,14 +6,15 @@
     hf.py               a local Hugging Face checkpoint -> model + tokenizer (offline)
     requests.py         requests, sampling, parallel samples and beam search (both engines)
     dense.py            the reference engine: contiguous per-sequence K/V, NumPy attention
-    adapter.py          the engine's only door into the block manager and its prefix cache
-    window_adapter.py   the same door for sliding windows: v1's window manager and its
-                        hybrid allocator (a KV cache group per kind of layer, one pool)
+    adapter.py          the v0 engine's door into the block manager and its prefix cache
     backend.py          the one seam for attention: NumPy or the kernels, chosen once
     kernels_backend.py  that seam on cuda_kernels (the only import of cuda_kernels)
     kvstore.py          the paged K/V per layer, read and written through the backend
-    scheduler.py        token budget, chunked prefill, preemption by swap or recompute
-    paged.py            the paged engine: write_kv + paged_prefill / paged_attention per step
+    scheduler.py        the v0 engine's scheduler: forks, beams, preemption by swap or recompute
+    paged.py            the paged engine: schedule() -> the model -> update_from_output();
+                        v1 on pagedsim's SchedulerV1 (window managers and the hybrid
+                        allocator for sliding layers), v0 on scheduler.py
+    step_log.py         what a step did to the blocks, for the step log
     generate.py         `pagedsim generate`: text from the shipped model, step by step
 
 Where the engine sits: it ships inside the pagedsim package but is *not* part of

@@ -22,7 +22,7 @@ A checkpoint's generation_config.json applies as in transformers' generate() and
 --generation-config auto (apply_generation_config); the report says which settings came
 from it, and --generation-config none ignores it. A model with sliding-window layers is
 served by v1's window manager, or by the hybrid allocator when it mixes full and sliding
-layers (window_adapter.py): each step then prints the blocks each KV cache group holds.
+layers, on SchedulerV1: each step then prints the blocks each KV cache group holds.
 
 `run(..., manager=)` serves from another block manager (`--pool workspace`: the student's
 own 3.4a and 3.4b, course/ch03_kv_block/capstone.py) with pagedsim's own serving the same
@@ -106,8 +106,7 @@ def labels(engine: PagedEngine, tok) -> tuple:
     """The text each physical block holds (live blocks and cache-hittable free ones)."""
     held = engine.block_tokens()
     return tuple(
-        text(tok, held[b]) or "" if b in held else ""
-        for b in range(engine.blocks.manager.num_blocks)
+        text(tok, held[b]) or "" if b in held else "" for b in range(engine.manager.num_blocks)
     )
 
 
@@ -127,7 +126,7 @@ def serve(engine: PagedEngine, requests: list, tok, beside: Lockstep | None = No
             engine.step()
         if not serving:
             continue
-        marks.append(len(engine.blocks.manager.trace.snapshots) - 1)
+        marks.append(len(engine.manager.trace.snapshots) - 1)
         texts.append(labels(engine, tok))
     return [run.state for run in engine.runs[first:]], marks, texts
 
@@ -189,11 +188,11 @@ def run(
     prompts=None,
     *,
     max_tokens=None,
-    blocks=None,
+    num_gpu_blocks_override=None,
     block_size: int = 16,
-    budget: int = 64,
-    policy: str = "swap",
-    prefix_caching: bool = True,
+    max_num_batched_tokens: int = 64,
+    preemption_mode: str = "swap",
+    enable_prefix_caching: bool = True,
     backend="auto",
     turns: int = 0,
     overrides=None,
@@ -205,7 +204,9 @@ def run(
     engine. Returns (engine, marks, summary): marks[i] is the manager snapshot index after
     engine step i + 1; summary is what `generate` reports. `generation_config`: "auto"
     applies the checkpoint's generation_config.json (apply_generation_config), "none"
-    ignores it (vLLM's option). `manager`: a factory (num_blocks, block_size) -> an empty
+    ignores it (vLLM's option). `num_gpu_blocks_override` sizes the pool (vLLM's name;
+    default: 16 blocks for the mix, else room for every request at once) and the engine
+    takes the result as num_gpu_blocks. `manager`: a factory (num_blocks, block_size) -> an empty
     KVCacheManager to serve from (`--pool`); pagedsim's own manager, the reference pool,
     then serves the same requests beside it step by step (lockstep.py), summary["pool"]
     says where the two first part, and lockstep.PoolFailed is raised if it raises."""
@@ -242,12 +243,13 @@ def run(
         requests = [replace(r, **overrides) for r in mix(tok, max_tokens, stop)]
     if turns:
         requests = requests[:1]
-    if blocks is None:  # room for every request at once, plus the cache
+    num_gpu_blocks = num_gpu_blocks_override
+    if num_gpu_blocks is None:  # room for every request at once, plus the cache
         from ..block_table import blocks_needed
 
         longest = (turns or 1) * (len(requests[0].prompt) + max_tokens + 16)
         groups = len(model.config.windowed)  # a hybrid model fills two KV cache groups
-        blocks = (
+        num_gpu_blocks = (
             16
             if not prompts and not turns
             else groups
@@ -257,27 +259,37 @@ def run(
             )
             + 4
         )
+    # v1 serves what vLLM v1's scheduler serves; beams, n > 1, swapping and a pool under
+    # test (the workspace's fork and copy-on-write) are v0's
+    v1 = "sliding" in model.config.windowed or (
+        preemption_mode == "recompute"
+        and manager is None
+        and all(r.width == 1 and not r.beam_width for r in requests)
+    )
+    mode = "v1" if v1 else "v0"
     engine = PagedEngine(
         model,
-        blocks,
+        num_gpu_blocks,
         block_size,
-        max_num_batched_tokens=budget,
-        prefix_caching=prefix_caching,
-        policy=policy,
+        max_num_batched_tokens=max_num_batched_tokens,
+        enable_prefix_caching=enable_prefix_caching,
+        preemption_mode="recompute" if v1 else preemption_mode,
+        mode=mode,
         backend=backend,
         trace=True,
         check=manager is None,  # a pool under test is compared with the reference instead
-        manager=None if manager is None else manager(blocks, block_size),
+        manager=None if manager is None else manager(num_gpu_blocks, block_size),
     )
     beside = None
     if manager is not None:
         reference = PagedEngine(
             model,
-            blocks,
+            num_gpu_blocks,
             block_size,
-            max_num_batched_tokens=budget,
-            prefix_caching=prefix_caching,
-            policy=policy,
+            max_num_batched_tokens=max_num_batched_tokens,
+            enable_prefix_caching=enable_prefix_caching,
+            preemption_mode=preemption_mode,
+            mode=mode,
             backend=engine.backend,
             trace=True,  # compared with the pool under test manager call by manager call
             check=True,
@@ -298,16 +310,16 @@ def run(
         marks += m
         texts += t
     dense = DenseEngine(model).generate([s.request for s in states])
-    stats = engine.scheduler.stats
+    stats = engine.stats
     summary = dict(
         model=Path(model.name).name,
         parameters=model.num_parameters,
         backend=engine.backend.name,
         attention=engine.backend.where(),
         steps=len(engine.log),
-        blocks=blocks,
+        num_gpu_blocks=num_gpu_blocks,
         block_size=block_size,
-        budget=budget,
+        max_num_batched_tokens=max_num_batched_tokens,
         block_bytes=engine.kv.block_bytes,
         computed_tokens=stats["computed_tokens"],
         skipped_by_prefix_cache=stats["cached_tokens"],
@@ -338,7 +350,7 @@ def step_frames(engine, marks) -> list:
     """The manager's snapshot after each engine step, numbered by engine step (as `generate`
     prints them), captioned with that step's batch, carrying all of the step's events, and
     each block labelled with the text it holds."""
-    snaps = engine.blocks.manager.trace.snapshots
+    snaps = engine.manager.trace.snapshots
     texts = getattr(engine, "block_labels", [()] * len(marks))
     spans = zip([0, *(m + 1 for m in marks)], marks, strict=False)  # manager steps of engine step i
     return [

@@ -212,8 +212,8 @@ class Lockstep:
         if d.blocks is None:
             try:
                 found = self._calls_difference() or blocks_difference(
-                    View.of(self.reference.blocks.manager),
-                    View.of(self.tested.blocks.manager),
+                    View.of(self.reference.manager),
+                    View.of(self.tested.manager),
                     d.name,
                 )
             except Exception as e:  # noqa: BLE001 - a state too broken to read is the finding
@@ -226,7 +226,7 @@ class Lockstep:
     def _calls_difference(self) -> str | None:
         """The first manager call after which the two pools differ, when both keep a trace:
         the same calls in the same order leave the same state, call by call."""
-        ref, got = self.reference.blocks.manager.trace, self.tested.blocks.manager.trace
+        ref, got = self.reference.manager.trace, self.tested.manager.trace
         if ref is None or got is None:
             return None
         a, b = ref.snapshots, got.snapshots

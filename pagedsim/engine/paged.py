@@ -1,15 +1,21 @@
 """The paged engine: a model served from pagedsim's blocks by an attention backend.
 
-One `step()` (nano-vllm's LLMEngine.step + ModelRunner, reduced to the blocks): the
-scheduler picks each sequence's positions [start, end) within vLLM's token budget
-`max_num_batched_tokens`; the runner embeds those tokens, and per layer writes their
-K/V into their slots (`write_kv`, skipping positions a capped cache hit already holds),
-runs `paged_prefill` for the prefill chunks (query length > 1, ragged, packed by
-`query_start_loc`) and `paged_attention` for the decodes (query length 1), then the
-rest of the layer in NumPy. Sequences that reached their last token hand their logits
-to their request, whose fork/free actions go back to the block manager. Which code
-reads the blocks (NumPy, or cuda_kernels on a GPU or the simulator) is the injected
-backend (backend.py).
+One `step()` is vLLM v1's EngineCore.step (and nano-vllm's LLMEngine.step), three calls:
+
+    scheduler_output = scheduler.schedule()         which requests compute which positions
+    sampled = <the model on scheduler_output>       `_run`, then each request's sampler
+    finished = scheduler.update_from_output(scheduler_output, sampled)
+
+The v1 engine (`mode="v1"`, the default) runs on `SchedulerV1`, the scheduler lesson 3.6
+teaches: one token budget, chunked prefill, prefix caching, recompute preemption, and the
+window managers' KV cache groups for sliding-window and hybrid models. The runner embeds
+the scheduled tokens, and per layer writes their K/V into their slots (`write_kv`), runs
+`paged_prefill` for the prefill chunks (query length > 1, ragged, packed by
+`query_start_loc`) and `paged_attention` for the decodes (query length 1), then the rest
+of the layer in NumPy. Every request whose computed tokens caught up with its tokens
+samples one (`RequestState.advance`). The v0 engine (`mode="v0"`: beam search, n > 1,
+swapping) still runs on engine/scheduler.py. Which code reads the blocks (NumPy, or
+cuda_kernels on a GPU or the simulator) is the injected backend (backend.py).
 """
 
 from __future__ import annotations
@@ -18,15 +24,31 @@ from typing import Any
 
 import numpy as np
 
-from ..block_table import blocks_needed
+from ..block_table import NULL_BLOCK, blocks_needed
 from ..errors import count_arg
+from ..manager import KVCacheManager
+from ..policies.hybrid import HybridManager
+from ..policies.prefix_cache import PrefixCachingManager
+from ..policies.sliding_window_cache import SlidingWindowPrefixCachingManager
+from ..scheduler_output import SchedulerOutput
+from ..scheduler_v1 import SchedulerV1
 from .adapter import BlockAdapter
 from .backend import choose
 from .kvstore import PagedKV
 from .model import Transformer
 from .requests import Request, RequestState
-from .scheduler import Run, Scheduler
-from .window_adapter import WindowAdapter
+from .scheduler import Item, Run, Scheduler
+from .step_log import TableCounts, trace_counts
+
+STATS = (
+    "preempted_recompute",
+    "preempted_swap",
+    "swap_bytes",
+    "cow_bytes",
+    "cached_tokens",
+    "computed_tokens",
+    "recomputed_tokens",
+)
 
 
 class PagedEngine:
@@ -36,78 +58,119 @@ class PagedEngine:
     def __init__(
         self,
         model: Transformer,
-        num_blocks: int,
+        num_gpu_blocks: int,
         block_size: int,
         *,
         max_num_batched_tokens: int = 16,
-        prefix_caching: bool = False,
-        policy: str = "recompute",
-        host_blocks: int | None = None,
+        enable_prefix_caching: bool = False,
+        preemption_mode: str = "recompute",
+        num_cpu_blocks: int | None = None,
         backend="auto",
         trace: bool = False,
         check: bool = False,
         manager=None,
+        mode: str = "v1",
     ):
         """`backend`: "auto" (kernels on a GPU, NumPy on the CPU), "numpy", "kernels", or an
         attention backend object (backend.py). `max_num_batched_tokens` is vLLM's token
-        budget of one step. `manager`: a KVCacheManager to serve from instead of a new one
-        (adapter.py; a model with full-attention layers only)."""
+        budget of one step. `mode`: "v1" (SchedulerV1; v1 preempts by recomputing) or "v0"
+        (beam search, n > 1 and swapping; `num_cpu_blocks`, default 4 x num_gpu_blocks, is
+        v0's swap space and `preemption_mode` v0's "recompute" or "swap"). `manager`: a
+        KVCacheManager to serve from instead of a new one (v0, full-attention layers only)."""
         if not isinstance(model, Transformer):
             raise TypeError(
                 f"model must be a Transformer (TinyModel or hf.load_model), got "
                 f"{type(model).__name__}"
             )
         count_arg("max_num_batched_tokens", max_num_batched_tokens, 1)
-        for name, flag in (("prefix_caching", prefix_caching), ("trace", trace), ("check", check)):
-            if type(flag) is not bool:
-                raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
-        if policy not in ("recompute", "swap"):
-            raise ValueError(f"policy must be 'recompute' or 'swap', got {policy!r}")
-        host_blocks = (
-            4 * count_arg("num_blocks", num_blocks, 1)
-            if host_blocks is None
-            else count_arg("host_blocks", host_blocks, 0)
-        )
+        count_arg("num_gpu_blocks", num_gpu_blocks, 1)
+        flags = dict(enable_prefix_caching=enable_prefix_caching, trace=trace, check=check)
         c = model.config
-        self.model, self.check = model, check
-        kinds = c.windowed
-        self.blocks: Any  # a BlockAdapter or a WindowAdapter: the calls the scheduler makes
-        if "sliding" in kinds and manager is not None:
-            raise ValueError("a model with sliding-window layers is served by its own manager")
-        if "sliding" in kinds:  # v1's window manager, or its hybrid allocator
-            assert c.sliding_window is not None, "a sliding layer has a window"
-            self.blocks = WindowAdapter(
-                num_blocks,
-                block_size,
-                window=c.sliding_window,
-                hybrid="full" in kinds,
-                prefix_caching=prefix_caching,
-                trace=trace,
-            )
+        self._check_args(mode, c.windowed, preemption_mode, manager, flags)
+        num_cpu_blocks = (
+            4 * num_gpu_blocks
+            if num_cpu_blocks is None
+            else count_arg("num_cpu_blocks", num_cpu_blocks, 0)
+        )
+        self.model, self.check, self.mode, self.block_size = model, check, mode, block_size
+        self.backend = choose(backend)  # the one place the attention backend is picked
+        self.kv = PagedKV(
+            self.backend,
+            c.layers,
+            num_gpu_blocks,
+            c.kv_heads,
+            block_size,
+            c.head_dim,
+            num_cpu_blocks,
+        )
+        # each layer's KV cache group: 0, or 1 for the sliding layers of a hybrid model
+        self.layer_group = [
+            int(len(c.windowed) == 2 and c.layer_type(i) == "sliding") for i in range(c.layers)
+        ]
+        # the KV cache groups: ("full",), ("window",), or ("full", "window") (hybrid)
+        self.groups = tuple(
+            g for g, kind in (("full", "full"), ("window", "sliding")) if kind in c.windowed
+        )
+        self.scheduler: Any  # SchedulerV1, or the v0 engine's Scheduler
+        if mode == "v1":
+            self.manager = _v1_manager(c, num_gpu_blocks, block_size, enable_prefix_caching, trace)
+            self.scheduler = self._v1_scheduler(max_num_batched_tokens, enable_prefix_caching)
         else:
             self.blocks = BlockAdapter(
-                num_blocks,
+                num_gpu_blocks,
                 block_size,
-                prefix_caching=prefix_caching,
-                host_blocks=host_blocks,
+                enable_prefix_caching=enable_prefix_caching,
+                num_cpu_blocks=num_cpu_blocks,
                 trace=trace,
                 manager=manager,
             )
-        # each layer's KV cache group: 0, or 1 for the sliding layers of a hybrid model
-        self.layer_group = [
-            int(len(kinds) == 2 and c.layer_type(i) == "sliding") for i in range(c.layers)
-        ]
-        self.backend = choose(backend)  # the one place the attention backend is picked
-        self.kv = PagedKV(
-            self.backend, c.layers, num_blocks, c.kv_heads, block_size, c.head_dim, host_blocks
-        )
-        self.scheduler = Scheduler(self.blocks, self.kv, max_num_batched_tokens, policy)
+            self.manager = self.blocks.manager
+            self.scheduler = Scheduler(
+                self.blocks, self.kv, max_num_batched_tokens, preemption_mode
+            )
+            self.stats = self.scheduler.stats
+        self._written: dict[int, tuple] = {}  # v1: block -> the tokens its K/V holds in full
+        self._mark = 0  # trace events already counted in the step log
         self.runs: list = []
         self.log: list = []  # one dict per step: what ran and what the blocks did
 
+    def _v1_scheduler(self, max_num_batched_tokens: int, caching: bool) -> SchedulerV1:
+        """SchedulerV1 over the v1 manager; the step log's counters beside it."""
+        self.stats = dict.fromkeys(STATS, 0)
+        self._tables_log = (
+            TableCounts(self.groups, self._tables) if "window" in self.groups else None
+        )
+        return SchedulerV1(
+            [],
+            self.manager,
+            max_num_batched_tokens=max_num_batched_tokens,
+            record=False,
+            max_model_len=self.model.max_model_len or 2**62,
+            enable_prefix_caching=caching,
+            slide_after_update=True,  # the model reads the window during the step
+        )
+
+    @staticmethod
+    def _check_args(mode, windowed, preemption_mode: str, manager, flags: dict) -> None:
+        for name, flag in flags.items():
+            if type(flag) is not bool:
+                raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+        if preemption_mode not in ("recompute", "swap"):
+            raise ValueError(
+                f"preemption_mode must be 'recompute' or 'swap', got {preemption_mode!r}"
+            )
+        if mode not in ("v1", "v0"):
+            raise ValueError(f"mode must be 'v1' or 'v0', got {mode!r}")
+        if mode == "v0" and "sliding" in windowed:
+            raise ValueError("a model with sliding-window layers is served by v1 (mode='v1')")
+        if mode == "v1" and preemption_mode != "recompute":
+            raise ValueError("v1 preempts by recomputing only: preemption_mode='swap' is v0's")
+        if mode == "v1" and manager is not None:
+            raise ValueError("a given manager serves v0 (mode='v0'): v1 allocates its own")
+
     @property
     def max_num_batched_tokens(self) -> int:
-        return self.scheduler.budget
+        return self.scheduler.max_num_batched_tokens
 
     def refuse(self, request) -> None:
         """Raise if `request` could never be served; changes nothing."""
@@ -121,31 +184,38 @@ class PagedEngine:
                 f"exceeds the {limit} positions longrope's short factors serve "
                 f"(original_max_position_embeddings)"
             )
-        if request.width > 1 and not getattr(self.blocks, "supports_fork", True):
-            raise ValueError(
-                f"request runs {request.width} sequences; a model with "
-                f"sliding-window layers serves one (n = 1, no beam search)"
-            )
-        bs, pool = self.blocks.block_size, self.blocks.manager.num_blocks
+        bs, pool = self.block_size, self.manager.num_blocks
         worst = (
             request.width
             * blocks_needed(len(request.prompt) + request.max_tokens, bs)
-            * len(getattr(self.blocks, "groups", "x"))
+            * len(self.groups)
         )  # a hybrid model fills two groups
         if worst > pool:
             raise ValueError(f"request needs up to {worst} blocks alone; the pool has {pool}")
-        if request.width > self.scheduler.budget:
+        if self.mode == "v1" and (request.width > 1 or request.beam_width):
+            raise ValueError(
+                f"request runs {request.width} sequences or a beam search; vLLM v1 runs "
+                f"those outside its scheduler: this engine serves them with v0's forks "
+                f"(mode='v0'), and a model with sliding-window layers serves one"
+            )
+        if request.width > self.max_num_batched_tokens:
             raise ValueError(
                 f"request runs {request.width} sequences; max_num_batched_tokens "
-                f"is {self.scheduler.budget}"
+                f"is {self.max_num_batched_tokens}"
             )
 
     def submit(self, request) -> None:
         """Queue a request; refuse one that could never fit the pool or the token budget."""
         self.refuse(request)
         run = Run(RequestState(len(self.runs), request))
+        if self.mode == "v1":
+            rid = self.scheduler.add_request(
+                request.prompt, request.max_tokens, request.stop_token_ids
+            )
+            assert rid == (len(self.runs), 0), "the scheduler numbers requests as the engine"
+        else:
+            self.scheduler.add(run)
         self.runs.append(run)
-        self.scheduler.add(run)
 
     def generate(self, requests, max_steps: int = 10_000) -> list:
         """Serve `requests` to the end; RequestState per request (all refused if one is bad)."""
@@ -169,7 +239,73 @@ class PagedEngine:
             raise RuntimeError(
                 "nothing to step: no request is waiting or running (submit one first)"
             )
-        before = dict(self.scheduler.stats)
+        if self.mode == "v0":
+            return self._step_v0()
+        scheduler_output = self.scheduler.schedule()
+        items = self._items(scheduler_output)
+        logits = self._run(items) if items else {}
+        sampled = {}
+        for item in items:
+            state = item.run.state
+            if item.key in logits:
+                state.advance({item.key: logits[item.key]})
+                sampled[item.seq] = (state.tokens.get(item.key) or state.finished[item.key])[-1]
+        self._remember(items)
+        for rid in self.scheduler.update_from_output(scheduler_output, sampled):
+            self.runs[rid[0]].status = "done"
+        s = self.stats
+        s["computed_tokens"] += scheduler_output.total_num_scheduled_tokens
+        s["preempted_recompute"] += len(scheduler_output.preempted_req_ids)
+        before = s["recomputed_tokens"]
+        s["recomputed_tokens"] = self.scheduler.discarded_tokens
+        if not items and not scheduler_output.preempted_req_ids:
+            raise RuntimeError("nothing could be scheduled: the pool or budget is too small")
+        preempted = {
+            k: v
+            for k, v in (
+                ("preempted_recompute", len(scheduler_output.preempted_req_ids)),
+                ("recomputed_tokens", s["recomputed_tokens"] - before),
+            )
+            if v
+        }
+        return self._record(items, preempted)
+
+    def _items(self, scheduler_output: SchedulerOutput) -> list[Item]:
+        """The scheduled requests as the runner's items; new ones are marked running and
+        their prefix-cache hits counted."""
+        starts = dict(
+            zip(
+                scheduler_output.scheduled_cached_reqs.req_ids,
+                scheduler_output.scheduled_cached_reqs.num_computed_tokens,
+                strict=True,
+            )
+        )
+        for new in scheduler_output.scheduled_new_reqs:
+            run = self.runs[new.req_id[0]]
+            run.status = "running"
+            run.hit_tokens += new.num_computed_tokens
+            self.stats["cached_tokens"] += new.num_computed_tokens
+            starts[new.req_id] = new.num_computed_tokens
+        for rid in scheduler_output.preempted_req_ids:
+            self.runs[rid[0]].status = "waiting"
+        items = []
+        for rid, n in scheduler_output.num_scheduled_tokens.items():
+            run, start = self.runs[rid[0]], starts[rid]
+            items.append(Item(run, rid, run.state.key(0), start, start + n, start))
+        return items
+
+    def _remember(self, items: list[Item]) -> None:
+        """v1: the tokens each full block written this step holds (labels for the cache)."""
+        bs = self.block_size
+        for i in items:
+            table = self._tables(i.seq)[0].blocks
+            tokens = i.run.state.tokens.get(i.key) or i.run.state.finished.get(i.key, [])
+            for b in range(i.start // bs, min(i.end // bs, len(table))):
+                if table[b] != NULL_BLOCK:
+                    self._written[table[b]] = tuple(tokens[b * bs : (b + 1) * bs])
+
+    def _step_v0(self) -> dict:
+        before = dict(self.stats)
         items = self.scheduler.schedule()
         if not items:
             raise RuntimeError("nothing could be scheduled: the pool or budget is too small")
@@ -178,44 +314,74 @@ class PagedEngine:
             state = item.run.state
             self.blocks.written(item.seq, state.tokens[item.seq], item.write_from, item.end)
             item.run.computed[item.seq] = item.end
-        self.scheduler.stats["computed_tokens"] += sum(i.end - i.start for i in items)
+        self.stats["computed_tokens"] += sum(i.end - i.start for i in items)
         for run in {id(i.run): i.run for i in items}.values():
             self._advance(run, logits)
+        return self._record(
+            items,
+            {
+                k: v - before[k]
+                for k, v in self.stats.items()
+                if k.startswith("preempted") and v != before[k]
+            },
+        )
+
+    def _record(self, items: list[Item], preempted: dict) -> dict:
         if self.check:
-            self.blocks.check()
+            self.manager.check_invariants()
+        if self.mode == "v1" and self._tables_log is not None:
+            live = [(i, 0) for i, run in enumerate(self.runs) if run.status == "running"]
+            events = self._tables_log.since_mark(live)
+        else:
+            events, self._mark = trace_counts(self.manager.trace, self._mark)
         record = dict(
             step=len(self.log) + 1,
             prefill_tokens=sum(i.end - i.start for i in items if i.end - i.start > 1),
             decode_tokens=sum(1 for i in items if i.end - i.start == 1),
-            seqs=[f"{i.seq}[{i.start}:{i.end}]" for i in items],
-            free_blocks=self.blocks.num_free,
-            **self.blocks.events_since_mark(),
+            seqs=[f"{i.key}[{i.start}:{i.end}]" for i in items],
+            free_blocks=self.manager.num_free_blocks,
+            **events,
         )
-        record.update(
-            {
-                k: v - before[k]
-                for k, v in self.scheduler.stats.items()
-                if k.startswith("preempted") and v != before[k]
-            }
-        )
+        record.update(preempted)
         self.log.append(record)
         return record
+
+    def blocks_in_use(self) -> dict:
+        """v1 window managers: blocks each KV cache group's tables name right now."""
+        assert self.mode == "v1" and self._tables_log is not None, "a sliding-window model"
+        live = [(i, 0) for i, run in enumerate(self.runs) if run.status == "running"]
+        return self._tables_log.blocks_in_use(live)
 
     def block_tokens(self) -> dict:
         """block -> the token ids it holds: live sequences' blocks, and the free blocks the
         prefix cache can still hit (their K/V is complete). For labelling pictures."""
-        bs = self.blocks.block_size
-        out = {b: prefix[-bs:] for b, prefix in self.blocks.ready.items()}
-        for run in self.runs:
+        bs = self.block_size
+        if self.mode == "v0":
+            out = {b: prefix[-bs:] for b, prefix in self.blocks.ready.items()}
+        elif isinstance(self.manager, PrefixCachingManager):
+            out = {
+                b: self._written[b] for b in self.manager.cached_free_blocks() if b in self._written
+            }
+        else:
+            out = {}
+        for i, run in enumerate(self.runs):
             if run.status != "running":
                 continue
             for s in run.state.seq_keys():
-                tokens = run.state.tokens[s][: self.blocks.num_tokens(s)]
-                for i, b in enumerate(self.blocks.table(s)):
-                    out[b] = tuple(tokens[i * bs : (i + 1) * bs])
+                seq = (i, 0) if self.mode == "v1" else s
+                tokens = run.state.tokens[s][: self.manager.num_tokens(seq)]
+                for n, b in enumerate(self._tables(seq)[0].blocks):
+                    if b != NULL_BLOCK:
+                        out[b] = tuple(tokens[n * bs : (n + 1) * bs])
         return out
 
+    def _tables(self, seq) -> tuple:
+        """A sequence's block table per KV cache group."""
+        m = self.manager
+        return m.block_tables(seq) if isinstance(m, HybridManager) else (m.block_table(seq),)
+
     def _advance(self, run: Run, logits: dict) -> None:
+        """v0: sample, and mirror the request's forks and frees in the blocks."""
         state = run.state
         if any(run.computed[s] < len(state.tokens[s]) for s in state.seq_keys()):
             return  # a chunk of a prompt: no token yet
@@ -233,54 +399,49 @@ class PagedEngine:
             self.scheduler.running.remove(run)
 
     def _run(self, items: list) -> dict:
-        """Forward the scheduled positions; logits {seq: [V]} of sequences at their end."""
+        """Forward the scheduled positions; logits {key: [V]} of sequences at their end."""
         m, c = self.model, self.model.config
         prefill = [i for i in items if i.end - i.start > 1]
         decode = [i for i in items if i.end - i.start == 1]
         order = prefill + decode
-        tokens = np.concatenate([i.run.state.tokens[i.seq][i.start : i.end] for i in order])
+        tokens = np.concatenate([i.run.state.tokens[i.key][i.start : i.end] for i in order])
         positions = np.concatenate([np.arange(i.start, i.end) for i in order])
         groups = sorted(set(self.layer_group))
+        tables = {id(i): self._tables(i.seq) for i in order}
         slots = {
-            g: np.concatenate(
-                [
-                    np.where(
-                        np.arange(i.start, i.end) >= i.write_from,
-                        self.blocks.slots(i.seq, i.start, i.end, g),
-                        -1,
-                    )
-                    for i in order
-                ]
-            ).astype(np.int64)
+            g: np.concatenate([self._slots(i, tables[id(i)][g].blocks) for i in order])
             for g in groups
         }
         split = sum(i.end - i.start for i in prefill)
-        pre = {g: self._batch(prefill, g) for g in groups}
-        dec = {g: self._batch(decode, g) for g in groups}
+        pre = {g: _batch(prefill, [tables[id(i)][g].blocks for i in prefill]) for g in groups}
+        dec = {g: _batch(decode, [tables[id(i)][g].blocks for i in decode]) for g in groups}
         h = m.embed_tokens(tokens)
         for layer in range(c.layers):
             g = self.layer_group[layer]
             q, k, v = m.qkv(layer, h, positions)
             self.kv.write(layer, k, v, slots[g])
-            pre_args, dec_args = pre[g], dec[g]
             parts = []
             if prefill:
-                tables, lens, starts = pre_args
+                block_tables, lens, starts = pre[g]
                 parts.append(
                     self.kv.prefill(
                         layer,
                         np.ascontiguousarray(q[:split]),
-                        tables,
+                        block_tables,
                         lens,
                         starts,
                         m.attention[layer],
                     )
                 )
             if decode:
-                tables, lens, _ = dec_args
+                block_tables, lens, _ = dec[g]
                 parts.append(
                     self.kv.decode(
-                        layer, np.ascontiguousarray(q[split:]), tables, lens, m.attention[layer]
+                        layer,
+                        np.ascontiguousarray(q[split:]),
+                        block_tables,
+                        lens,
+                        m.attention[layer],
                     )
                 )
             h = m.finish(layer, h, np.concatenate(parts))
@@ -288,23 +449,47 @@ class PagedEngine:
         ends = [
             (n, i)
             for n, i in zip(last, order, strict=True)
-            if i.end == len(i.run.state.tokens[i.seq])
+            if i.end == len(i.run.state.tokens[i.key])
         ]
         out: np.ndarray | list[np.ndarray] = m.logits(h[[n for n, _ in ends]]) if ends else []
-        return {i.seq: row for (_, i), row in zip(ends, out, strict=True)}
+        return {i.key: row for (_, i), row in zip(ends, out, strict=True)}
 
-    def _batch(self, items: list, group: int = 0):
-        """(block_tables int32 [S, max_blocks] padded with -1, context_lens, query_start_loc)
-        of one KV cache group."""
-        if not items:
-            return None
-        tables = [
-            self.blocks.table(i.seq, group) if group else self.blocks.table(i.seq) for i in items
-        ]
-        width = max(len(t) for t in tables)
-        padded = np.full((len(items), width), -1, np.int32)
-        for row, t in enumerate(tables):
-            padded[row, : len(t)] = t
-        lens = np.array([i.end for i in items], np.int32)
-        starts = np.concatenate([[0], np.cumsum([i.end - i.start for i in items])]).astype(np.int32)
-        return padded, lens, starts
+    def _slots(self, item: Item, blocks) -> np.ndarray:
+        """The slot of each position the step writes; -1 for a position whose K/V is
+        already there (a capped cache hit) or whose block the window dropped."""
+        bs = self.block_size
+        pos = np.arange(item.start, item.end)
+        b = np.asarray(blocks, np.int64)[pos // bs]
+        keep = (b != NULL_BLOCK) & (pos >= item.write_from)
+        return np.where(keep, b * bs + pos % bs, -1).astype(np.int64)
+
+
+def _batch(items: list, tables: list):
+    """(block_tables int32 [S, max_blocks] padded with -1, context_lens, query_start_loc)."""
+    if not items:
+        return None
+    width = max(len(t) for t in tables)
+    padded = np.full((len(items), width), -1, np.int32)
+    for row, t in enumerate(tables):
+        padded[row, : len(t)] = t
+    lens = np.array([i.end for i in items], np.int32)
+    starts = np.concatenate([[0], np.cumsum([i.end - i.start for i in items])]).astype(np.int32)
+    return padded, lens, starts
+
+
+def _v1_manager(config, num_gpu_blocks: int, block_size: int, caching: bool, trace: bool):
+    """v1's manager for a model: the hybrid allocator (full and sliding layers), the window
+    manager (every layer slides), else the prefix-caching manager, or a plain
+    KVCacheManager when prefix caching is off (the window managers then skip the lookup)."""
+    kinds = config.windowed
+    if "sliding" in kinds:
+        assert config.sliding_window is not None, "a sliding layer has a window"
+        if "full" in kinds:
+            return HybridManager(
+                num_gpu_blocks, block_size, window=config.sliding_window, trace=trace
+            )
+        return SlidingWindowPrefixCachingManager(
+            num_gpu_blocks, block_size, window=config.sliding_window, trace=trace
+        )
+    cls = PrefixCachingManager if caching else KVCacheManager
+    return cls(num_gpu_blocks, block_size, trace=trace)

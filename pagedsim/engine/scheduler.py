@@ -1,7 +1,9 @@
-"""The engine's scheduler: a token budget per step, chunked prefill, preemption.
+"""The v0 engine's scheduler (`PagedEngine(mode="v0")`): beams, n > 1, swapping.
 
-Each step (vLLM v1's order) serves running requests first, then swapped ones, then
-waiting ones, within `max_num_batched_tokens` (vLLM's name for the step's budget):
+The v1 engine runs on pagedsim's SchedulerV1; this one still serves the v0 mechanisms
+until SchedulerV0 can serve a model (issue 41). Each step (v1's order, v0's swap and
+fork) serves running requests first, then swapped ones, then waiting ones, within
+`max_num_batched_tokens` (vLLM's name for the step's budget):
   * a decoding request costs one token per live sequence and one slot each
     (append: a new block at a boundary, a private copy of a shared tail);
   * a request still prefilling gets the next chunk of its remaining tokens that the
@@ -11,7 +13,7 @@ waiting ones, within `max_num_batched_tokens` (vLLM's name for the step's budget
 When a running request cannot get a slot, the most recently admitted request not yet
 served this step is preempted (the request itself if there is none). v0's rule picks
 how: one sequence -> recompute (blocks freed, tokens prefilled again later) unless the
-policy is "swap"; several sequences (beams, n > 1) -> swap, since they share blocks.
+preemption_mode is "swap"; several sequences (beams, n > 1) -> swap, since they share blocks.
 """
 
 from __future__ import annotations
@@ -41,18 +43,19 @@ class Item:
     """One sequence's share of a step: compute positions [start, end)."""
 
     run: Run
-    seq: str
+    seq: object  # the block manager's sequence id
+    key: str  # the sequence's key in run.state.tokens
     start: int
     end: int
     write_from: int  # positions below this already hold K/V (a capped cache hit)
 
 
 class Scheduler:
-    def __init__(self, blocks: BlockAdapter, kv, max_num_batched_tokens: int, policy: str):
+    def __init__(self, blocks: BlockAdapter, kv, max_num_batched_tokens: int, preemption_mode: str):
         # the registry decides (policies/preemption.py)
-        self.keeps_kv = preemption_class(policy).keeps_kv
+        self.keeps_kv = preemption_class(preemption_mode).keeps_kv
         self.blocks, self.kv = blocks, kv
-        self.budget, self.policy = max_num_batched_tokens, policy
+        self.max_num_batched_tokens = max_num_batched_tokens
         self.waiting: deque = deque()
         self.running: list = []
         self.swapped: deque = deque()
@@ -72,7 +75,7 @@ class Scheduler:
 
     def schedule(self) -> list[Item]:
         items: list[Item] = []
-        budget, served = self.budget, set[int]()
+        budget, served = self.max_num_batched_tokens, set[int]()
         self._swap_in()
         for run in list(self.running):
             if run.status != "running":
@@ -112,7 +115,9 @@ class Scheduler:
                     if victim is run:
                         return budget
             items += [
-                Item(run, s, run.computed[s], run.computed[s] + 1, max(run.computed[s], run.hold))
+                Item(
+                    run, s, s, run.computed[s], run.computed[s] + 1, max(run.computed[s], run.hold)
+                )
                 for s in seqs
             ]
             return budget - len(seqs)
@@ -122,7 +127,7 @@ class Scheduler:
         for s in seqs:
             start = run.computed[s]
             end = min(start + chunk, len(state.tokens[s]))
-            items.append(Item(run, s, start, end, max(start, run.hold)))
+            items.append(Item(run, s, s, start, end, max(start, run.hold)))
             budget -= end - start
         return budget
 

@@ -126,6 +126,10 @@ class HybridManager:
     def num_computed_tokens(self, seq_id: SeqId) -> int:
         return self.full.num_computed_tokens(seq_id)
 
+    def peak_blocks(self, prompt_len: int, total_len: int, max_chunk: int | None = None) -> int:
+        """The most blocks one sequence holds at once: each group's peak, over one pool."""
+        return sum(g.peak_blocks(prompt_len, total_len, max_chunk) for g in self.groups)
+
     def get_num_common_prefix_blocks(
         self, request_id: SeqId, num_running_requests: int
     ) -> list[int]:
@@ -165,15 +169,18 @@ class HybridManager:
         *,
         cache_salt: Any = None,
         lora_id: Any = None,
+        preempted: bool = False,
     ) -> Got | None:
-        """Slots in both groups, all or nothing; (full blocks, window blocks) or None."""
+        """Slots in both groups, all or nothing; (full blocks, window blocks) or None.
+        `preempted`: a new sequence is a preempted request back (the full group's lookup
+        stats count it apart, as PrefixCachingManager.allocate_slots does)."""
         n = count_arg("num_new_tokens", num_new_tokens)
         ahead = count_arg("num_lookahead_tokens", num_lookahead_tokens)
         if seq_id in self.full:
-            if computed is not None or cache_salt is not None or lora_id is not None:
+            if computed is not None or cache_salt is not None or lora_id is not None or preempted:
                 raise ValueError(
-                    f"sequence {seq_id!r} is running; computed blocks and extra "
-                    f"keys are for new ones"
+                    f"sequence {seq_id!r} is running; computed blocks, extra keys and "
+                    f"preempted are for new ones"
                 )
             new = None if new_token_ids is None else token_ids_arg("new_token_ids", new_token_ids)
             for g in self.groups:  # refused as PrefixCachingManager refuses, before counting
@@ -188,7 +195,9 @@ class HybridManager:
                 "the groups' need was miscounted"
             )
             return self._after("extends", seq_id, (got_full, got_window))
-        return self._admit(seq_id, n, ahead, new_token_ids, computed, cache_salt, lora_id)
+        return self._admit(
+            seq_id, n, ahead, new_token_ids, computed, (cache_salt, lora_id, preempted)
+        )
 
     def _admit(
         self,
@@ -197,9 +206,9 @@ class HybridManager:
         ahead: int,
         new_token_ids: Any,
         computed: Any,
-        cache_salt: Any,
-        lora_id: Any,
+        extra: tuple[Any, Any, bool],
     ) -> Got | None:
+        cache_salt, lora_id, preempted = extra
         self.full._check_new(seq_id)
         if new_token_ids is None:
             raise ValueError(f"new sequence {seq_id!r} needs new_token_ids (its prompt)")
@@ -245,7 +254,14 @@ class HybridManager:
             return None
         with self.pool.protecting(b for b in hits[1] if b >= 0):
             got_full = self.full.allocate_slots(
-                seq_id, n, ahead, tokens, per_group[0], cache_salt=cache_salt, lora_id=lora_id
+                seq_id,
+                n,
+                ahead,
+                tokens,
+                per_group[0],
+                cache_salt=cache_salt,
+                lora_id=lora_id,
+                preempted=preempted,
             )
         got_window = self.window.allocate_slots(
             seq_id, n, ahead, tokens, per_group[1], cache_salt=cache_salt, lora_id=lora_id

@@ -22,7 +22,7 @@ from pagedsim.app.cli import main
 from pagedsim.engine import generate
 from pagedsim.engine.lockstep import Divergence, PoolFailed, View, blocks_difference
 
-RUN = dict(max_tokens=8, blocks=24, block_size=8, prefix_caching=False)
+RUN = dict(max_tokens=8, num_gpu_blocks_override=24, block_size=8, enable_prefix_caching=False)
 CLI = ["generate", "--pool", "workspace", "--max-tokens", "8", "--block-size", "8"]
 CLI += ["--num-gpu-blocks-override", "24"]
 
@@ -67,7 +67,7 @@ def test_the_reference_solutions_serve_every_token_and_block_of_the_reference_po
     engine, _, summary = generate.run(
         *model, **RUN, manager=capstone.workspace_pool(), pool_name="workspace"
     )
-    assert isinstance(engine.blocks.manager, capstone.WorkspaceManager)
+    assert isinstance(engine.manager, capstone.WorkspaceManager)
     assert summary["cow_bytes"] > 0 and any(r["shared"] for r in engine.log), "forks and copies ran"
     assert summary["pool"]["matches"], summary["pool"]["lines"]
     assert summary["tokens_match"]  # and the dense engine agrees with the student's pool

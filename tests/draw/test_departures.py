@@ -59,7 +59,7 @@ def test_generate_frames_are_numbered_by_engine_step_and_carry_the_whole_steps_e
     assert [f.step for f in frames] == list(range(1, len(engine.log) + 1))
     told = [story.caption(f) for f in frames]
     assert all(c.startswith("batch ") and "engine step" not in c for c in told)
-    snaps = engine.blocks.manager.trace.snapshots
+    snaps = engine.manager.trace.snapshots
     assert sum(len(f.events) for f in frames) == sum(len(s.events) for s in snaps[: marks[-1] + 1])
     finished = {sid for g in departures(frames) for sid, back in g if back is None}
     assert finished == {q.seq_id for s in snaps for q in s.sequences}  # everyone finishes, once

@@ -39,6 +39,6 @@ def test_the_renderer_draws_a_blocks_text_and_leaves_unlabelled_snapshots_alone(
     texts = {t.get_gid(): t.get_text() for ax in fig.axes for t in ax.texts if t.get_gid()}
     b = frame.sequences[0].blocks[0]
     assert texts[f"text-{b}"] == block_label(frame, b) == "ROMEO.\u21b5B\nut soft,"
-    plain = engine.blocks.manager.trace.snapshots[marks[0]]  # the manager's own snapshot
+    plain = engine.manager.trace.snapshots[marks[0]]  # the manager's own snapshot
     fig = render(plain)
     assert not any((t.get_gid() or "").startswith("text-") for ax in fig.axes for t in ax.texts)

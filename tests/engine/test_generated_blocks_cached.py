@@ -17,7 +17,7 @@ def turn_two(prompt, answer_len, cue, block_size, caching=True):
         64,
         block_size,
         max_num_batched_tokens=32,
-        prefix_caching=caching,
+        enable_prefix_caching=caching,
         backend="numpy",
         check=True,
     )
@@ -59,7 +59,7 @@ def test_a_follow_up_hits_every_full_block_whose_kv_was_computed(prompt, answer,
 @pytest.mark.parametrize("stop", [(0,), tuple(range(96))])
 def test_a_stop_token_ends_a_sequence_early_on_both_engines(stop):
     request = Request((5, 6, 7), 6, n=2, temperature=1.0, seed=3, stop_token_ids=stop)
-    paged = PagedEngine(MODEL, 16, 2, backend="numpy", check=True).generate([request])
+    paged = PagedEngine(MODEL, 16, 2, backend="numpy", check=True, mode="v0").generate([request])
     dense = DenseEngine(MODEL).generate([request])
     assert paged[0].outputs() == dense[0].outputs()
     for out in paged[0].outputs():

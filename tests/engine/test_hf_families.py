@@ -59,7 +59,7 @@ def test_a_windowed_model_drops_blocks_as_its_window_slides(tmp_path, name, kind
         overrides={"temperature": 0.0},
         backend="numpy",
     )
-    assert engine.blocks.groups == kinds
+    assert engine.groups == kinds
     peak = {g: max(rec[f"{g}_blocks"] for rec in engine.log) for g in kinds}
     total = len(PROMPT) + 20  # 33 tokens: 9 blocks of 4 when nothing is dropped
     # window 8, blocks of 4: after a step, the next query reads 8 positions, at most 3 blocks,

@@ -21,7 +21,7 @@ def serve(model, requests, blocks=200, caching=True):
         blocks,
         B,
         max_num_batched_tokens=64,
-        prefix_caching=caching,
+        enable_prefix_caching=caching,
         backend="numpy",
         check=True,
         trace=True,
@@ -53,24 +53,24 @@ def test_at_long_context_the_window_group_holds_only_the_window():
 
 def test_every_layer_sliding_is_one_window_group_that_slides():
     engine, _ = serve(SLIDING, [Request(tuple(range(1, 61)), 30)])
-    assert engine.blocks.groups == ("window",)
+    assert engine.groups == ("window",)
     peak_after_prefill = max(rec["window_blocks"] for rec in engine.log[1:-1])
     assert peak_after_prefill <= -(-(WINDOW - 1) // B) + 1  # the window and the new block
     assert sum(rec["freed"] for rec in engine.log) == sum(rec["allocated"] for rec in engine.log)
-    assert engine.blocks.num_free == 200  # every block back in the pool
+    assert engine.manager.num_free_blocks == 200  # every block back in the pool
 
 
 @pytest.mark.parametrize("model", [HYBRID, SLIDING], ids=["hybrid", "sliding"])
 def test_the_prefix_cache_hits_across_groups(model):
     prompt = tuple(range(1, 41))
-    engine = PagedEngine(model, 100, B, prefix_caching=True, backend="numpy", check=True)
+    engine = PagedEngine(model, 100, B, enable_prefix_caching=True, backend="numpy", check=True)
     first = engine.generate([Request(prompt, 6)])
     second = engine.generate([Request(prompt + (50, 51), 6)])  # after the first finished
     dense = DenseEngine(model).generate([Request(prompt, 6), Request(prompt + (50, 51), 6)])
     assert [first[0].outputs(), second[0].outputs()] == [d.outputs() for d in dense]
     hit = engine.runs[1].hit_tokens
     assert hit >= WINDOW and hit % B == 0  # both groups reuse the same tokens (aligned hit)
-    assert engine.scheduler.stats["cached_tokens"] == hit
+    assert engine.stats["cached_tokens"] == hit
 
 
 def test_a_windowed_model_refuses_several_sequences_per_request():
@@ -102,8 +102,14 @@ def test_the_kernels_read_both_groups_tables_null_blocks_included():
     assert any(rec["window_blocks"] < rec["full_blocks"] for rec in engine.log)  # it slid
 
 
-@pytest.mark.parametrize("policy", ["swap", "recompute"])
-def test_a_tight_pool_preempts_a_hybrid_request_by_recompute_and_tokens_still_match(policy):
+def test_a_windowed_model_is_served_by_v1_which_never_swaps():
+    with pytest.raises(ValueError, match="v1 preempts by recomputing only"):
+        PagedEngine(HYBRID, 50, B, preemption_mode="swap", backend="numpy")
+    with pytest.raises(ValueError, match="served by v1"):
+        PagedEngine(SLIDING, 50, B, mode="v0", backend="numpy")
+
+
+def test_a_tight_pool_preempts_a_hybrid_request_by_recompute_and_tokens_still_match():
     model = TinyModel(ModelConfig(sliding_window=8, layer_types=("sliding", "full")))
     requests = [
         Request(tuple(range(1, 20)), 20),
@@ -115,8 +121,7 @@ def test_a_tight_pool_preempts_a_hybrid_request_by_recompute_and_tokens_still_ma
         22,
         B,
         max_num_batched_tokens=8,
-        prefix_caching=True,
-        policy=policy,
+        enable_prefix_caching=True,
         backend="numpy",
         check=True,
     )
@@ -124,5 +129,5 @@ def test_a_tight_pool_preempts_a_hybrid_request_by_recompute_and_tokens_still_ma
     assert [s.outputs() for s in states] == [
         d.outputs() for d in DenseEngine(model).generate(requests)
     ]
-    stats = engine.scheduler.stats
+    stats = engine.stats
     assert stats["preempted_recompute"] > 0 and stats["preempted_swap"] == 0  # never swapped

@@ -57,13 +57,16 @@ def mixes(draw, max_requests=4, max_prompt=12):
 
 def assert_same(model, mix, backend):
     requests, block_size, num_blocks, budget, policy, caching = mix
+    # v1 serves what vLLM v1's scheduler serves; beams, n > 1 and swapping are v0's
+    v1 = policy == "recompute" and all(r.width == 1 and not r.beam_width for r in requests)
     engine = PagedEngine(
         model,
         num_blocks,
         block_size,
         max_num_batched_tokens=budget,
-        policy=policy,
-        prefix_caching=caching,
+        preemption_mode=policy,
+        mode="v1" if v1 else "v0",
+        enable_prefix_caching=caching,
         backend=backend,
         check=True,
     )
@@ -74,7 +77,7 @@ def assert_same(model, mix, backend):
         assert set(p.logits) == set(d.logits)
         for key, row in d.logits.items():
             np.testing.assert_allclose(p.logits[key], row, rtol=0, atol=LOGIT_TOL)
-    assert engine.blocks.num_free == num_blocks, "every block came back"
+    assert engine.manager.num_free_blocks == num_blocks, "every block came back"
     return engine
 
 
@@ -100,6 +103,6 @@ def test_a_tight_pool_with_beams_preempts_on_the_kernels_and_still_matches(polic
         Request((9, 8, 7, 6, 5), 3),
     ]
     engine = assert_same(SMALL, (requests, 2, 10, 6, policy, True), "kernels")
-    stats = engine.scheduler.stats
+    stats = engine.stats
     assert stats["cow_bytes"] > 0 and stats["cached_tokens"] > 0
     assert stats[f"preempted_{policy}"] > 0

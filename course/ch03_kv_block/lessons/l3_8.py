@@ -110,7 +110,7 @@ v1 的缓存池，所以这次运行关闭前缀缓存。结果一致并不等�
 
 
 def _tables_at(engine, marks, i) -> dict:
-    snap = engine.blocks.manager.trace.snapshots[marks[i]]
+    snap = engine.manager.trace.snapshots[marks[i]]
     return {str(q.seq_id): (list(q.blocks), q.num_tokens) for q in snap.sequences}
 
 
@@ -150,7 +150,7 @@ def your_code(model, tok, backend: str = "auto", max_tokens: int = 16) -> tuple[
             tok,
             max_tokens=max_tokens,
             backend=backend,
-            prefix_caching=False,
+            enable_prefix_caching=False,
             manager=code.manager,
             pool_name="workspace",
         )
@@ -166,7 +166,7 @@ def demo(out_dir, backend: str = "auto", model_dir=None) -> None:
 
     model, tok = load(model_dir)
     engine, marks, s = run(model, tok, backend=backend)
-    log, bs, texts = engine.log, engine.blocks.block_size, engine.block_labels
+    log, bs, texts = engine.log, engine.block_size, engine.block_labels
     reqs = s["requests"]
     print(
         f"model: {s['parameters']:,} parameters, {model.config.layers} layers; "
@@ -228,7 +228,9 @@ def demo(out_dir, backend: str = "auto", model_dir=None) -> None:
     )
     print("3.5 the same run with other block sizes:")
     for size in (8, 32):
-        _, _, other = run(model, tok, blocks=256 // size, block_size=size, backend=backend)
+        _, _, other = run(
+            model, tok, num_gpu_blocks_override=256 // size, block_size=size, backend=backend
+        )
         print(
             f"    B = {size:>2}: prefix cache served {other['skipped_by_prefix_cache']} tokens, "
             f"tokens match: {other['tokens_match']}"
@@ -241,7 +243,7 @@ def demo(out_dir, backend: str = "auto", model_dir=None) -> None:
     except ImportError as e:
         print(f"3.6 (no pictures: {e})")
     print(
-        f"3.7 the pool was allocated once ({engine.blocks.manager.num_blocks} blocks x "
+        f"3.7 the pool was allocated once ({engine.manager.num_blocks} blocks x "
         f"{c.layers} layers, NaN-poisoned): a read of an unwritten slot would show in the "
         f"logits. {s['preempted_swap']} preemptions swapped out and back (v0)."
     )

@@ -1,0 +1,63 @@
+"""What one engine step did to the blocks, for the step log (`PagedEngine.log`).
+
+trace_counts(trace, mark)   blocks allocated, shared, copied on write and freed, read
+                            from a manager's trace events after event `mark`
+TableCounts                 the same, read from the block tables, with each KV cache
+                            group's blocks in use (the v1 window managers: a sliding
+                            group's blocks leave the tables as the window moves, and
+                            these managers keep no per-block event list)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..block_table import NULL_BLOCK
+from ..trace import BlockReleased
+
+EVENTS = ("allocated", "shared", "copied", "freed")
+
+
+def trace_counts(trace: Any, mark: int) -> tuple[dict[str, int], int]:
+    """(counts of block events after event `mark`, the new mark); zeros without a trace."""
+    counts = dict.fromkeys(EVENTS, 0)
+    if trace is None:
+        return counts, mark
+    for e in trace.events[mark:]:
+        if e.kind == "block_allocated":
+            counts["allocated"] += 1
+        elif e.kind == "block_shared":
+            counts["shared"] += 1
+        elif e.kind == "copy_on_write":
+            counts["copied"] += 1
+        elif isinstance(e, BlockReleased) and e.ref_count == 0:
+            counts["freed"] += 1
+    return counts, len(trace.events)
+
+
+class TableCounts:
+    """Blocks that entered and left the live tables since the last call, per group too."""
+
+    def __init__(self, groups: tuple[str, ...], tables: Callable[[Any], tuple[Any, ...]]):
+        self.groups = groups  # each KV cache group's name: ("full", "window") or ("window",)
+        self.tables = tables  # seq -> one block table per group
+        self._named: set[int] = set()  # blocks the tables named at the last call
+
+    def blocks_in_use(self, seqs: Iterable[Any]) -> dict[str, int]:
+        """Blocks each group's tables name right now (the hybrid saving is read here)."""
+        per_seq = [self.tables(s) for s in seqs]
+        return {
+            name: sum(sum(1 for b in t[g].blocks if b != NULL_BLOCK) for t in per_seq)
+            for g, name in enumerate(self.groups)
+        }
+
+    def since_mark(self, seqs: Iterable[Any]) -> dict[str, int]:
+        seqs = list(seqs)
+        named = {b for s in seqs for t in self.tables(s) for b in t.blocks if b != NULL_BLOCK}
+        counts = dict(
+            allocated=len(named - self._named), shared=0, copied=0, freed=len(self._named - named)
+        )
+        self._named = named
+        counts.update({f"{g}_blocks": n for g, n in self.blocks_in_use(seqs).items()})
+        return counts
