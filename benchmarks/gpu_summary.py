@@ -228,6 +228,16 @@ def compile_lines(comp: dict | None) -> list[str]:
         if comp.get("left_out"):
             head += f"; left to their phases: {', '.join(comp['left_out'])}"
         unit = "compiles"
+    elif comp.get("how") == "estimate":  # a first run's dry run: the budget a GPU gets
+        head = (
+            f"compile budget on a GPU: {comp['budget_s']} s = {comp['cpu_s_here']} CPU s "
+            f"(PTX + ptxas, measured here) x {comp['gpu_host_speed']} (GPU host speed) x "
+            f"{comp['margin']} + {comp['slack_s']} s ({comp['measured']})"
+        )
+        return ["", head, "", "| phase | CPU s here | kernels |", "| --- | --- | --- |"] + [
+            f"| {name} | {rec['compile_s']:.1f} | {rec['kernels']} |"
+            for name, rec in comp["phases"].items()
+        ]
     else:  # the dry run: the same kernels to PTX for sm_90, in parallel processes
         slowest = comp.get("slowest") or {"kernel": "-", "compile_s": None}
         head = (

@@ -405,20 +405,39 @@ def row(name: str, func, threads: int, arch: str, target: str, built: dict) -> d
     return row
 
 
-def compile_seconds(name: str, func, sig, target: str) -> dict:
-    """{kernel, arch, compile_s, compile_cpu_s}: the wall and CPU seconds numba's
-    compile_ptx took for target (typing, lowering, NVVM: what a launch's JIT pays before
-    the driver's ptxas); CPU seconds are what load cannot inflate."""
+def compile_seconds(name: str, func, sig, target: str, ptxas: str | None = None) -> dict:
+    """{kernel, arch, compile_s, compile_cpu_s, ptxas_s, ptxas_cpu_s}: the wall and CPU
+    seconds numba's compile_ptx took for target (typing, lowering, NVVM), then those of
+    `ptxas -arch=target` on its PTX (what the driver's JIT adds on a GPU; None without
+    ptxas). CPU seconds are what load cannot inflate."""
     from numba.cuda import compile_ptx
 
     began, cpu = time.perf_counter(), time.process_time()
-    compile_ptx(func, sig, cc=_cc(target))
-    return {
+    ptx, _ = compile_ptx(func, sig, cc=_cc(target))
+    out = {
         "kernel": name,
         "arch": target,
         "compile_s": round(time.perf_counter() - began, 2),
         "compile_cpu_s": round(time.process_time() - cpu, 2),
+        "ptxas_s": None,
+        "ptxas_cpu_s": None,
     }
+    if ptxas is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "k.ptx"
+            path.write_text(ptx)
+            began, before = time.perf_counter(), os.times()
+            _run([ptxas, f"-arch={target}", str(path), "-o", str(path.with_suffix(".cubin"))], name)
+            after = os.times()
+        out["ptxas_s"] = round(time.perf_counter() - began, 2)
+        out["ptxas_cpu_s"] = round(
+            after.children_user
+            + after.children_system
+            - before.children_user
+            - before.children_system,
+            2,
+        )
+    return out
 
 
 _NAME_FIELD = re.compile(r"\b([A-Z])=(\d+)")
@@ -560,8 +579,8 @@ def collect(
     process-wide lock, so the compiles are shared among `workers` forked processes
     (default: the CPU count, at most 4), which inherit the specs (closures do not pickle)
     and return text; this process makes the rows and writes DIR/<kernel>_<arch>.ptx.
-    compile_only: rows of compile seconds (`compile_seconds`) for every spec and arch,
-    without ptxas. on_rows: called with each spec's rows as soon as they are done."""
+    compile_only: rows of compile seconds (`compile_seconds`: PTX, then ptxas when found)
+    for every spec and arch. on_rows: called with each spec's rows as soon as they are done."""
     _allow_device_functions_without_gpu()
     ptxas = find_ptxas()
     if ptxas is None and not compile_only:
@@ -620,7 +639,7 @@ def _job(index: int, archs: tuple, ptxas: str | None, tmp: str, compile_only: bo
     name, func, sig, _ = _with_threads(_SPECS[index])
     targets_ = [target for _, target in targets(_SPECS[index], archs)]
     if compile_only:
-        return [compile_seconds(name, func, sig, target) for target in targets_]
+        return [compile_seconds(name, func, sig, target, ptxas) for target in targets_]
     assert ptxas is not None
     return build(ptxas, func, sig, targets_, Path(tmp)) if targets_ else []
 
