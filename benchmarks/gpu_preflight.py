@@ -298,10 +298,12 @@ def install(info: dict, stream) -> bool:
     return done.returncode == 0
 
 
-def require(stream=sys.stderr, install_wheels: bool = False) -> dict:
-    """Print the preflight; with install_wheels, fix a stop from the carried wheels (then
-    start this script again, or in a rehearsal go on); exit EXIT_TOO_OLD with one line
-    when it cannot run."""
+def require(stream=None, install_wheels: bool = False) -> dict:
+    """Print the preflight (to `stream`, default: sys.stderr as it is now, a log's tee
+    included); with install_wheels, fix a stop from the carried wheels (then start this
+    script again, or in a rehearsal go on); exit EXIT_TOO_OLD with one line when it
+    cannot run."""
+    stream = stream or sys.stderr
     info = report()
     shown = ", ".join(f"{k} {v}" for k, v in info.items() if k not in ("floors", "tested"))
     print(f"preflight: {shown}", file=stream)
