@@ -511,7 +511,6 @@ def main(argv=None) -> int:
         )
         return 2
     began = time.perf_counter()
-    out = gpu_output.out_dir(["--out", args.out] if args.out else [])
     report = {
         "backend": ck.backend(),
         "dry_run": args.dry_run,
@@ -520,10 +519,11 @@ def main(argv=None) -> int:
         "device": _device_name() if on_gpu else "simulator",
         "sm_count": attention.sm_count(),
         "preflight": PREFLIGHT or gpu_preflight.report(),
-        "out": str(out),
     }
     guard = common.Phases(common.TOTAL_S if on_gpu else float("inf"), began=began)
-    phases = _phases(args, report, began)
+    phases = _phases(args, report, began)  # an unknown phase stops here, nothing written
+    out = gpu_output.out_dir(["--out", args.out] if args.out else [])
+    report["out"] = str(out)
     budget = budgets([name for name, _ in phases], args.first_run)
     report["budgets_s"] = budget
     for name, fn in phases:

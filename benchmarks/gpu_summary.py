@@ -202,16 +202,17 @@ def markdown(report: dict) -> str:
     lines += compile_lines(report.get("compile"))
     lines += [
         "",
-        "| ladder rung | ms | GB/s | % of read roofline | checked |",
-        "| --- | --- | --- | --- | --- |",
+        "| ladder rung | ms | GB/s | % of read roofline | predicted % | prediction | checked |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in report.get("ladder") or []:
         note = r.get("skipped") or r.get("refused")
+        low, high = r.get("predicted_pct") or (None, None)
         lines.append(
             f"| {r['rung']} | {_cell(r.get('median_ms'))} | "
             f"{_cell(r.get('gb_per_s'), '.0f')} | "
-            f"{_cell(r.get('pct_of_roofline'), '.1f')} | "
-            f"{note or r.get('checked_on_device')} |"
+            f"{_cell(r.get('pct_of_roofline'), '.1f')} | {_cell(low, 'g')}-{_cell(high, 'g')} | "
+            f"{r.get('prediction', '-')} | {note or r.get('checked_on_device')} |"
         )
     return "\n".join(lines)
 

@@ -55,7 +55,7 @@ from pathlib import Path
 
 from . import _backend
 from .tools import disasm, roofline
-from .tools.report_format import ladder_table, markdown, table
+from .tools.report_format import ladder_table, markdown, readme_block, replace_block, table
 
 ARCHS = ("sm_80", "sm_90")
 DEFAULT_THREADS = 128
@@ -281,6 +281,24 @@ def ladder_specs():
     return [(f"rung{i}.{rung.name}", *rung.ptx_spec()) for i, rung in enumerate(RUNGS, 1)]
 
 
+def kernel_diff(before, rung) -> dict:
+    """{kernel_lines, lines_changed}: the rung's kernel source lines, and how many lines a
+    unified diff from the previous rung's kernel adds or removes (None for rung 1, and for
+    a rung without a kernel of its own: the last, production's)."""
+    import difflib
+    import inspect
+
+    if rung.name == "production":
+        return {"kernel_lines": None, "lines_changed": None}
+    mine = inspect.getsource(rung.kernel.py_func).splitlines()
+    if before is None:
+        return {"kernel_lines": len(mine), "lines_changed": None}
+    theirs = inspect.getsource(before.kernel.py_func).splitlines()
+    diff = difflib.unified_diff(theirs, mine, lineterm="", n=0)
+    changed = sum(1 for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---"))
+    return {"kernel_lines": len(mine), "lines_changed": changed}
+
+
 def ladder_rows(rows: list[dict]) -> list[dict]:
     """Each rung's row gains cache_reads (`Rung.reads` at the report case's group) and
     sass_per_cache_byte = sass_per_kv_byte x cache_reads: the loop's issue slots per byte of
@@ -290,12 +308,16 @@ def ladder_rows(rows: list[dict]) -> list[dict]:
     from .ladder.launch import REPORT_GROUP
 
     for row in rows:
-        rung = RUNGS[int(row["kernel"].split(".")[0][4:]) - 1]
+        index = int(row["kernel"].split(".")[0][4:]) - 1
+        rung = RUNGS[index]
+        row.update(kernel_diff(RUNGS[index - 1] if index else None, rung))
         row["cache_reads"] = rung.reads(REPORT_GROUP)
         per_byte = row.get("sass_per_kv_byte")
         row["sass_per_cache_byte"] = (
             None if per_byte is None else round(per_byte * row["cache_reads"], 4)
         )
+        loads = row.get("loop_kv_loads") or 0  # LDG.128 and LDGSTS.128 of the K/V bytes
+        row["ldg128"] = loads - (row.get("ldgsts") or 0) if row.get("loop_kv_bits") == 128 else 0
     return rows
 
 
@@ -687,6 +709,11 @@ def main(argv=None) -> int:
         "then one row per kernel and arch as each is done",
     )
     parser.add_argument("--workers", type=int, help="compiling processes (default: CPUs, <= 4)")
+    parser.add_argument(
+        "--readme",
+        action="store_true",
+        help="with --ladder: rewrite cuda_kernels/README.md's ladder table (sm_90 rows)",
+    )
     args = parser.parse_args(argv)
     sets = [s for s in SPEC_SETS if getattr(args, s)] or ["kernels"]
     if len(sets) > 1 and not (args.json or args.compile_only):
@@ -728,6 +755,10 @@ def main(argv=None) -> int:
         print(json.dumps(rows, indent=1))
     elif args.markdown:
         print(markdown(rows, git_commit()))
+    elif sets == ["ladder"] and args.readme:
+        readme = Path(__file__).resolve().parent / "README.md"
+        readme.write_text(replace_block(readme.read_text(), readme_block(rows)))
+        print(f"rewrote the ladder table of {readme}")
     elif sets == ["ladder"]:
         print(ladder_table(rows))
     else:

@@ -63,6 +63,12 @@ class Rung:
         return self._mod.IDEA
 
     @property
+    def predicted_pct(self) -> tuple[float, float]:
+        """(low, high) % of the read roofline cuda_kernels/README.md predicts at the GPU
+        ladder's case (benchmarks/gpu_ladder.py checks it)."""
+        return self._mod.PREDICTED_PCT
+
+    @property
     def file(self) -> Path:
         return Path(self._mod.__file__)
 

@@ -48,12 +48,14 @@ NAME = "tensor_cores"
 READS = 1.0  # K/V bytes loaded per cache byte, per group of query heads (GQA)
 PER_GROUP = True
 IDEA = "one warp, the group's heads as the M rows of mma.m16n8k16, ldmatrix from shared"
+PREDICTED_PCT = (40.0, 95.0)  # % of the read roofline at the ladder's case (README: Little's law)
 _kernels: dict = {}
 
 
 def make_tensor_kernel(D: int):
     """The kernel for head_dim D (a multiple of 16): fragment arrays of compile-time size."""
     KD, ND, W = D // 16, D // 8, D // 2  # k-steps of 16, n-tiles of 8, u32 words per row
+    QA, OC = 4 * KD, 4 * ND  # fragment words of Q, of O (local array sizes: constants)
 
     @cuda.jit
     def tensor_decode(
@@ -66,8 +68,8 @@ def make_tensor_kernel(D: int):
         G = query.shape[1] // kv_cache.shape[2]
         k_tile = cuda.shared.array((16, W), uint32)  # 16 tokens x D float16, row-major
         v_tile = cuda.shared.array((16, W), uint32)
-        qa = cuda.local.array(4 * KD, uint32)  # A fragments of Q, per 16 head elements
-        o = cuda.local.array(4 * ND, float32)  # C fragments of O, per 8 columns
+        qa = cuda.local.array(QA, uint32)  # A fragments of Q, per 16 head elements
+        o = cuda.local.array(OC, float32)  # C fragments of O, per 8 columns
         s = cuda.local.array(8, float32)  # S, then P: tokens 0-7 (s[0:4]) and 8-15 (s[4:8])
         for k in range(KD):
             for j in range(4):  # a0..a3: rows g, g + 8; columns 2t (+8)
@@ -76,7 +78,7 @@ def make_tensor_kernel(D: int):
                 lo = float32(query[seq, h, c]) if r < G else float32(0)
                 hi = float32(query[seq, h, c + 1]) if r < G else float32(0)
                 qa[4 * k + j] = pack_f16x2(lo, hi)
-        for j in range(4 * ND):
+        for j in range(OC):
             o[j] = 0
         m0, m1 = float32(-math.inf), float32(-math.inf)  # rows g and g + 8
         l0, l1 = float32(0), float32(0)

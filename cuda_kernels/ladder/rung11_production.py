@@ -35,6 +35,7 @@ NAME = "production"
 READS = 1.0  # K/V bytes loaded per cache byte, per group of query heads (GQA)
 PER_GROUP = True
 IDEA = "what fast/ adds: base-2 exp, lazy rescale, swizzle, multi-warp CTAs, the split plan"
+PREDICTED_PCT = (70.0, 100.0)  # % of the read roofline at the ladder's case (README: Little's law)
 # (what, file under cuda_kernels/, line, text on that line)
 ADDS = (
     ("base-2 exp: log2(e)", "fast/decode.py", 86, "LOG2E = 1.4426950408889634"),

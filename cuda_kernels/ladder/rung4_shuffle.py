@@ -25,6 +25,7 @@ from .rung2_cta import MAX_THREADS
 NAME = "warp_shuffles"
 READS = 1.0  # K/V bytes loaded per cache byte, per query head
 IDEA = "each warp sums its products with shfl_xor; only warp totals go through shared memory"
+PREDICTED_PCT = (0.1, 0.9)  # % of the read roofline at the ladder's case (README: Little's law)
 MAX_WARPS = MAX_THREADS // 32
 
 

@@ -35,6 +35,7 @@ from .launch import prepare
 NAME = "vector_loads"
 READS = 1.0  # K/V bytes loaded per cache byte, per query head
 IDEA = "each lane loads 16 bytes of a K/V row (LDG.128); one warp per (sequence, head)"
+PREDICTED_PCT = (0.5, 3.0)  # % of the read roofline at the ladder's case (README: Little's law)
 
 if _backend.backend() == "simulator":
     from ..sim.simulator import bits_to_float, half2_to_float2, load16

@@ -32,6 +32,7 @@ from .rung5_vector import launch as vector_launch
 NAME = "tokens_per_step"
 READS = 1.0  # K/V bytes loaded per cache byte, per query head
 IDEA = "RW = 32 / LPR tokens per warp step, one (m, l, acc) per row group, merged at the end"
+PREDICTED_PCT = (1.0, 6.0)  # % of the read roofline at the ladder's case (README: Little's law)
 
 
 def make_tokens_kernel(fp16: bool):

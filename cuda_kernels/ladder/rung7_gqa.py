@@ -29,6 +29,7 @@ NAME = "gqa"
 READS = 1.0  # K/V bytes loaded per cache byte, per group of query heads (GQA)
 PER_GROUP = True
 IDEA = "one warp per (sequence, KV head): each K/V load feeds the G query heads of its group"
+PREDICTED_PCT = (1.0, 5.0)  # % of the read roofline at the ladder's case (README: Little's law)
 MAX_GROUP = 8  # G query vectors + G accumulators of 8 floats per lane: 128 registers
 _kernels: dict = {}
 

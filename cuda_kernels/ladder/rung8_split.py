@@ -31,6 +31,7 @@ NAME = "split_k"
 READS = 1.0  # K/V bytes loaded per cache byte, per group of query heads (GQA)
 PER_GROUP = True
 IDEA = "partitions of P tokens run as separate warps; a log-sum-exp merge combines them"
+PREDICTED_PCT = (4.0, 20.0)  # % of the read roofline at the ladder's case (README: Little's law)
 PARTITION = 512  # tokens per partition, vLLM v0's paged_attention_v2 default
 _kernels: dict = {}
 

@@ -37,6 +37,7 @@ NAME = "cp_async"
 READS = 1.0  # K/V bytes loaded per cache byte, per group of query heads (GQA)
 PER_GROUP = True
 IDEA = "a 2-stage cp.async ring: step j + 1's K/V rows in flight while step j computes"
+PREDICTED_PCT = (15.0, 60.0)  # % of the read roofline at the ladder's case (README: Little's law)
 _kernels: dict = {}
 
 

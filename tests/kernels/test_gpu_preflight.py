@@ -6,6 +6,7 @@ and gpu_attention.py stops there before `import cuda_kernels` could fail."""
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ import gpu_preflight as pf  # noqa: E402
 def run(script, *args, **env):
     clean = {k: v for k, v in os.environ.items() if k != "PAGEDSIM_FAKE_VERSIONS"}
     clean["PYTHONPATH"] = str(ROOT)
+    clean["OUT"] = tempfile.mkdtemp(prefix="pagedsim-preflight-")  # never the repository
     return subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / script), *args],
         cwd=ROOT,

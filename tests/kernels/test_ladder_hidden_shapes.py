@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from cuda_kernels import reference
 from cuda_kernels.ladder import RUNGS
 
-TOLERANCE = {"tensor_cores": 5e-3}  # P goes through float16 into the second mma
+TOLERANCE = {"tensor_cores": 5e-3, "production": 5e-3}  # P: float16 into the second mma
 
 
 def nan_outside_the_sequences(rng, lens, block_size, kv_heads, head_dim, dtype):
