@@ -2,6 +2,7 @@
 
     python -m cuda_kernels.report [--json | --markdown] [--arch sm_90 ...] [--ptx-dir DIR]
     python -m cuda_kernels.report --ladder        # the rungs of cuda_kernels.ladder
+    python -m cuda_kernels.report --ladder --readme   # rewrite cuda_kernels/README.md's table
     python -m cuda_kernels.report --head-dims     # paged_prefill_tc at G=4, every HEAD_DIMS
     python -m cuda_kernels.report --json --kernels --ladder --head-dims   # all, one run
 

@@ -197,3 +197,18 @@ def test_the_wheels_folder_is_git_ignored():
         ["git", "check-ignore", "benchmarks/wheels/x.whl"], cwd=ROOT, capture_output=True, text=True
     )
     assert done.returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (pf.WHEELS / "py3.10" / "requirements.txt").exists(),
+    reason="no carried wheels for 3.10 (python benchmarks/fetch_wheels.py)",
+)
+def test_the_one_command_rehearsed_under_the_lent_machines_limits_passes_every_check(tmp_path):
+    """benchmarks/gpu_rehearsal.py: what the GPU machine receives (< 64 MiB), the README's
+    one command in --dry-run with a faked numba-cuda 0.20.1 and Python 3.10, outputs only
+    under $OUT, the rehearsed offline install and the summary in the log."""
+    done = run("gpu_rehearsal.py", "--keep", str(tmp_path / "copy"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    checks = [line for line in done.stdout.splitlines() if line[:4] in ("ok  ", "FAIL")]
+    assert len(checks) == 6 and all(line.startswith("ok") for line in checks), checks

@@ -41,8 +41,8 @@ def test_every_rung_compiles_without_spills_and_the_last_is_five_times_leaner_pe
         per_cache = {r["kernel"].split(".")[1]: r["sass_per_cache_byte"] for r in at}
         assert per_cache["gqa"] < per_cache["vector_loads"] < per_cache["naive"], per_cache
     assert rows[-1]["hmma"] > 0 and rows[0]["hmma"] == 0
-    assert {r["loop_kv_bits"] for r in rows if r["kernel"].startswith("rung5")} == {128}
-    assert {r["loop_kv_bits"] for r in rows if r["kernel"].startswith("rung1")} == {16}
+    assert {r["loop_kv_bits"] for r in rows if r["kernel"].startswith("rung5.")} == {128}
+    assert {r["loop_kv_bits"] for r in rows if r["kernel"].startswith("rung1.")} == {16}
     by = {r["kernel"].split(".")[0]: r for r in rows if r["arch"] == "sm_90"}
     assert by["rung5"]["ldg128"] > 0 and by["rung5"]["ldgsts"] == 0 == by["rung8"]["ldgsts"]
     assert by["rung9"]["ldgsts"] > 0 and by["rung9"]["hmma"] == 0
