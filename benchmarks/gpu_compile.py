@@ -6,6 +6,10 @@ any of them times anything, and the seconds it took, per phase and in total.
             "compile_s_sum", "compile_cpu_s_sum", "wall_s", "workers", "slowest", "rows"}
     warm(rng, grid, dim, dry, left) -> {"how": "jit", "phases", "total_s", "compiles",
                                         "wall_s", "left_out"}
+    budget_s(phases, first_run) -> int     the compile phase's budget on a GPU, from
+                                           compile_measured.json (PTX + ptxas CPU seconds
+                                           measured here x GPU_HOST_SPEED x MARGIN + SLACK_S)
+    python benchmarks/gpu_compile.py --measure [--kernels] [--ladder]   rewrites that file
 
 On a GPU, `warm` compiles in this process, up front: it runs each phase's own device checks
 (the very kernels a phase times, on small instances: `gpu_checks.check_config` for every
