@@ -1,104 +1,137 @@
-"""Download, here, the wheels the GPU run needs, for the GPU image's Python (3.12, x86-64).
+"""Download, here, the wheels the GPU run installs when the GPU image's numba-cuda is too old.
 
-    python benchmarks/fetch_wheels.py [--cuda 12|13] [--only numba-cuda,...] [--dest DIR]
+    python benchmarks/fetch_wheels.py                    # Pythons 3.12, 3.10, 3.11, 3.13
+                                                         # while the total stays < 40 MiB
+    python benchmarks/fetch_wheels.py --python 3.10 --cuda 12 [--dest DIR]
 
-The GPU machine has no network. When `gpu_preflight.py` finds its numba-cuda (or numba,
-llvmlite) older than this checkout needs, the run installs these instead, offline:
+The GPU machine has no network, and carries the repository's tracked files plus at most
+64 MiB of ignored paths in all. When `gpu_preflight.py` finds numba-cuda below its floor
+(0.21) or its cuda-bindings of a newer CUDA major than the driver, the run installs these
+instead, offline, from the folder of the running Python (`wheels/py3.12/`, ...):
 
-    pip install --no-index --find-links benchmarks/wheels -r benchmarks/wheels/requirements.txt
+    pip install --no-index --no-deps --find-links benchmarks/wheels/py3.12 \\
+        -r benchmarks/wheels/py3.12/requirements.txt
 
-What is downloaded: the exact versions this checkout is tested with, read from this
-machine's environment (numba, numba-cuda, llvmlite, cuda-core, cuda-pathfinder,
-packaging), and cuda-bindings of the CUDA major the GPU's driver serves (--cuda: 13 needs
-a driver of CUDA 13, i.e. >= 580; 12 works with any CUDA 12 driver; default: the major
-installed here). `pip download --only-binary=:all: --no-deps --python-version 3.12
---platform manylinux2014_x86_64` fetches each wheel for that interpreter whatever runs
-this script. The folder is git-ignored (never commit wheels); requirements.txt in it pins
-what was fetched. --only fetches a subset (all seven are 77 MiB, llvmlite alone 57 MiB:
-when only numba-cuda is too old, `--only numba-cuda,cuda-bindings,cuda-core,cuda-pathfinder`
-is 17 MiB).
+The set (WANTED, about 15.5 MiB per Python): numba-cuda at the version this checkout is
+tested with, cuda-bindings of the CUDA major asked for (12, the default, runs on any
+driver >= 525; 13 needs a driver >= 580), cuda-core and cuda-pathfinder (numba-cuda's own
+dependencies; pip picks the newest that supports that Python: cuda-pathfinder 1.9 needs
+3.11, so 3.10 gets 1.8), and on 3.10 backports.strenum (cuda-core's). Not numba nor
+llvmlite: numba-cuda 0.30 needs numba >= 0.60, which every GPU image has, and llvmlite
+alone is 57 MiB. The numba-cuda, cuda-bindings and cuda-core wheels are CPython-version
+specific, hence one folder per Python: `pip download --only-binary=:all: --no-deps
+--python-version X.Y --platform manylinux...x86_64` fetches each for that interpreter
+whatever runs this script. By default the Pythons are taken in PYTHONS order (3.12 is the
+GPU image's, 3.10 the oldest this project supports) while the total stays under BUDGET_MIB;
+it prints which set it took and which it left out. The folder is git-ignored (never
+commit wheels); each requirements.txt pins what was fetched.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata as metadata
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEST = ROOT / "benchmarks" / "wheels"
-PINNED = ("numba", "numba-cuda", "llvmlite", "cuda-core", "cuda-pathfinder", "packaging")
-BINDINGS_12 = "12.9.*"  # the last CUDA 12 series of cuda-bindings
-PYTHON = "3.12"
+PYTHONS = ("3.12", "3.10", "3.11", "3.13")  # in the order they are taken
+BUDGET_MIB = 40.0  # the default fetch stops before the total would pass this
+BINDINGS = {12: "cuda-bindings==12.9.*", 13: "cuda-bindings==13.*"}
 PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64")
 
 
-def requirements(cuda_major: int | None, only=None) -> list[str]:
-    """Pinned requirement lines: this environment's versions, cuda-bindings of the CUDA
-    major asked for; `only` (names) keeps a subset."""
-    lines = [f"{name}=={metadata.version(name)}" for name in PINNED]
-    here = metadata.version("cuda-bindings")
-    major = cuda_major or int(here.split(".")[0])
-    lines.append(
-        f"cuda-bindings=={here}"
-        if major == int(here.split(".")[0])
-        else f"cuda-bindings=={BINDINGS_12}"
-        if major == 12
-        else f"cuda-bindings=={major}.*"
-    )
-    if only:
-        unknown = set(only) - {line.split("==")[0] for line in lines}
-        if unknown:
-            raise SystemExit(f"fetch_wheels: --only names unknown packages {sorted(unknown)}")
-        lines = [line for line in lines if line.split("==")[0] in only]
-    return lines
+def folder(dest: Path, python: str) -> Path:
+    """The wheels of one Python: dest/py3.12."""
+    return dest / f"py{python}"
 
 
-def download_command(lines: list[str], dest: Path) -> list[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--only-binary=:all:",
-        "--no-deps",
-        "--python-version",
-        PYTHON,
-        "--implementation",
-        "cp",
-        "--dest",
-        str(dest),
+def wanted(python: str, cuda_major: int) -> list[str]:
+    """Requirement lines of the set for one Python and CUDA major: numba-cuda pinned to
+    the tested version, its dependencies by range (the newest the Python supports)."""
+    lines = [
+        f"numba-cuda=={metadata.version('numba-cuda')}",
+        BINDINGS[cuda_major],
+        "cuda-core>=0.5.1,<2",
+        "cuda-pathfinder>=1.4.2,<2",
     ]
+    return lines + (["backports.strenum"] if python == "3.10" else [])
+
+
+def download_command(lines: list[str], dest: Path, python: str) -> list[str]:
+    cmd = [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--no-deps"]
+    cmd += ["--python-version", python, "--implementation", "cp", "--dest", str(dest)]
     for platform in PLATFORMS:
         cmd += ["--platform", platform]
     return cmd + lines
 
 
+def pins(dest: Path) -> list[str]:
+    """name==version of every wheel in dest (what requirements.txt pins)."""
+    out = []
+    for wheel in sorted(dest.glob("*.whl")):
+        name, version = wheel.name.split("-")[:2]
+        out.append(f"{name.replace('_', '-')}=={version}")
+    return out
+
+
+def mib(path: Path) -> float:
+    return sum(p.stat().st_size for p in path.rglob("*.whl")) / 2**20
+
+
+def fetch(python: str, cuda_major: int, dest: Path) -> Path | None:
+    """The set for one Python into dest/pyX.Y (replacing what was there); None when pip
+    failed (it printed why)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        done = subprocess.run(download_command(wanted(python, cuda_major), Path(tmp), python))
+        if done.returncode:
+            print(f"fetch_wheels: pip download for Python {python} failed", file=sys.stderr)
+            return None
+        target = folder(dest, python)
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(parents=True)
+        for wheel in Path(tmp).glob("*.whl"):
+            shutil.move(str(wheel), target / wheel.name)
+    (target / "requirements.txt").write_text("\n".join(pins(target)) + "\n")
+    return target
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--cuda",
-        type=int,
-        choices=(12, 13),
-        help="CUDA major of the GPU's driver (default: this machine's)",
-    )
-    parser.add_argument(
-        "--only", help="comma-separated subset of: " + ", ".join((*PINNED, "cuda-bindings"))
-    )
+    parser.add_argument("--python", action="append", help="X.Y, repeatable (default: PYTHONS)")
+    parser.add_argument("--cuda", type=int, choices=(12, 13), default=12)
     parser.add_argument("--dest", type=Path, default=DEST)
+    parser.add_argument("--budget-mib", type=float, default=BUDGET_MIB)
     args = parser.parse_args(argv)
-    lines = requirements(args.cuda, args.only.split(",") if args.only else None)
-    args.dest.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(download_command(lines, args.dest))
-    if done.returncode:
-        print(f"fetch_wheels: pip download failed (exit {done.returncode})", file=sys.stderr)
-        return done.returncode
-    (args.dest / "requirements.txt").write_text("\n".join(lines) + "\n")
-    wheels = sorted(p.name for p in args.dest.glob("*.whl"))
-    size = sum(p.stat().st_size for p in args.dest.glob("*.whl")) / 2**20
-    print(f"{len(wheels)} wheels, {size:.0f} MiB in {args.dest}:\n  " + "\n  ".join(wheels))
+    took, left = [], []
+    for python in args.python or PYTHONS:
+        if left:  # once one set does not fit, the later ones are not tried
+            left.append(python)
+            continue
+        before = mib(args.dest) if args.dest.exists() else 0.0
+        target = fetch(python, args.cuda, args.dest)
+        if target is None:
+            return 1
+        if not args.python and mib(args.dest) > args.budget_mib:
+            size = mib(target)
+            shutil.rmtree(target)
+            left.append(python)
+            print(
+                f"fetch_wheels: Python {python} left out: {before:.1f} + {size:.1f} MiB "
+                f"would pass {args.budget_mib:.0f} MiB",
+                file=sys.stderr,
+            )
+            continue
+        took.append(python)
+    print(
+        f"fetch_wheels: took Python {', '.join(took)} for CUDA {args.cuda}, "
+        f"{mib(args.dest):.1f} MiB in {args.dest}"
+        + (f"; left out {', '.join(left)}" if left else "")
+    )
     return 0
 
 

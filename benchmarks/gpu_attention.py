@@ -1,8 +1,18 @@
 """Benchmark the paged-attention kernels on a real GPU, with numbers that can be trusted.
 
-    PYTHONPATH=. python benchmarks/gpu_attention.py --out r.json   # on a GPU, < 8 minutes
-    PYTHONPATH=. python benchmarks/gpu_attention.py --dry-run --out x.json  # simulator OK
-    ... --phases prefill,decode                                     # a subset, in run order
+    python benchmarks/gpu_attention.py --first-run       # the lent GPU's one command, < 9 min
+    python benchmarks/gpu_attention.py                   # every phase and variant
+    python benchmarks/gpu_attention.py --dry-run         # the simulator: checks the script
+    ... --phases prefill,decode --out DIR                # a subset, in run order
+
+Before anything imports numba.cuda, `gpu_preflight.require(install_wheels=True)` checks the
+environment: numba-cuda below 0.21 (or cuda-bindings newer than the driver) is replaced from
+the carried wheels of the running Python (benchmarks/wheels/pyX.Y), offline, and the script
+starts again; between the floor and the tested versions it warns and goes on (the wgmma
+rows skipped below 0.24). Everything goes under --out DIR (default $OUT, else ./out: the
+lent machine returns only $OUT): r.json (rewritten after every phase), r.md (the summary)
+and log.txt (all that was printed). --first-run keeps what a first run needs: no float32
+case, no contiguous rows, no labs.
 
 Phases, in run order (the issue's targets first; benchmarks/README.md says what each
 measures and how long it takes):
@@ -46,15 +56,16 @@ Timing: CUDA events around PER_SAMPLE back-to-back launches (launch overhead hid
 queued work), median of `runs` samples; caches rotate so that every working set is >= 4x
 the 50 MB L2 (H100, H200). bytes_moved = K/V read once + query + float32 output.
 
-Each phase runs under `gpu_common.Phases`: it starts only if its budget (PHASE_S) fits in
-what is left of 7 minutes, so the run ends inside 8; a decode case starts only if the
-longest case so far fits. A phase that raises (a launch error, a missing module) is
-recorded with its error and the next phase runs; a kernel that disagrees with the
+Each phase runs under `gpu_common.Phases`: it starts only if its budget (PHASE_S; the
+compile phase's from the measured compile time, `gpu_compile.budget_s`) fits in what is
+left of 7.5 minutes, so the run, its startup included, ends inside 9; a decode case
+starts only if the longest case so far fits. A phase that raises (a launch error, a
+missing module) is recorded with its error and the next phase runs; a kernel that disagrees with the
 reference is reported and never timed. report["phases"] gives each phase's seconds and JIT
 compile time (compile_s, compiles). The JSON is rewritten after every phase, so a run cut
 short keeps what it measured; at the end report["targets"] holds issue 24's GPU targets
 with the measured value and PASS / FAIL / NOT MEASURED (`gpu_summary.py`), and the same
-summary is written as Markdown next to the JSON (r.md) and printed. The exit status is 1
+summary, targets first, is written to r.md and printed last. The exit status is 1
 when a kernel disagreed or a phase failed. Under the simulator it refuses (exit 2) unless
 --dry-run: then timings are null, because the simulator records no time, each timed
 closure is launched once, and every decode case of DRY_GRID runs (the phase and case
@@ -73,10 +84,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_output  # noqa: E402  (imports no numba: the log starts before the preflight)
 import gpu_preflight  # noqa: E402  (imports no numba: it must run before cuda_kernels can fail)
 
-if __name__ == "__main__":  # an old numba-cuda stops here in one line, not in an ImportError
-    gpu_preflight.require()
+PREFLIGHT: dict = {}
+if __name__ == "__main__":  # an old numba-cuda is replaced from the carried wheels, or stops
+    gpu_output.tee(gpu_output.out_dir(sys.argv[1:]))  # here in one line, not in an ImportError
+    PREFLIGHT = gpu_preflight.require(install_wheels=True)
 
 import cuda_kernels as ck  # noqa: E402, I001  (first of the numba users: it picks the backend)
 from cuda_kernels import attention  # noqa: E402
@@ -85,6 +99,7 @@ from cuda_kernels.labs import contiguous  # noqa: E402
 from numba import cuda  # noqa: E402
 
 import gpu_common as common  # noqa: E402
+import gpu_compile  # noqa: E402
 import gpu_prefill  # noqa: E402
 import gpu_summary  # noqa: E402
 from gpu_checks import check_config, check_correctness  # noqa: E402
@@ -108,16 +123,18 @@ DRY_GRID = [(1, 20, 2, 1, "float16"), (1, 20, 16, 2, "float32")]
 # The compile phase holds every phase's JIT compiles, so the others' budgets are their
 # checks and timing alone, and the budgets add up to TOTAL_S: every phase fits.
 PHASE_S = {
-    "compile": 120,
+    "compile": None,  # from the measured compile time: `budgets`, gpu_compile.budget_s
     "copy": 10,
     "prefill": 75,
     "decode": 110,
-    "ladder": 25,
+    "ladder": 40,
     "correctness": 20,
     "copies": 15,
     "labs": 45,
 }
 CASE_S = 25
+STARTUP_S = 60  # before the phases: the preflight (its NVVM child), an offline install, imports
+LAYOUTS = ("paged", "contiguous")  # --first-run: paged only
 
 
 def torch_sdpa_ms(batch, context, heads, kv_heads, dim, dtype, runs, timed):
@@ -158,7 +175,7 @@ def launch_bound(ms) -> bool | None:
 
 
 def bench_case(
-    rng, batch, context, heads, kv_heads, dtype, dim, runs, timed, copy_gbs, dry
+    rng, batch, context, heads, kv_heads, dtype, dim, runs, timed, copy_gbs, dry, *, layouts=LAYOUTS
 ) -> list[dict]:
     bs = 16
     item = np.dtype(dtype).itemsize
@@ -170,7 +187,10 @@ def bench_case(
     lens = cuda.to_device(np.full(batch, context, np.int32))
     paged = [common.filled(rng, (num_blocks, 2, kv_heads, bs, dim), dtype) for _ in range(copies)]
     table = cuda.to_device(rng.permutation(num_blocks).reshape(batch, per_seq).astype(np.int32))
-    flat = [common.filled(rng, (batch, 2, kv_heads, context, dim), dtype) for _ in range(copies)]
+    flat = [
+        common.filled(rng, (batch, 2, kv_heads, context, dim), dtype)
+        for _ in range(copies if "contiguous" in layouts else 0)
+    ]
     flat_table = cuda.to_device(np.zeros((batch, 1), np.int32))  # never read (paged=False)
     blocks = 8 * attention.sm_count() if timed else 2
     roof_ms = common.time_ms(
@@ -220,7 +240,7 @@ def bench_case(
             for layout, caches, tab, loaders, block in (
                 ("paged", paged, table, ck.BLOCK_MAJOR, bs),
                 ("contiguous", flat, flat_table, contiguous.CONTIGUOUS, context),
-            ):
+            )[: len(layouts)]:
                 ok = check_config(
                     rng, heads, kv_heads, dim, dtype, mode, layout, dry, context, path
                 )
@@ -245,10 +265,10 @@ def bench_case(
                 ]
                 ms = common.time_ms(launches, runs, timed) if ok else None
                 timed_pair[layout] = row(mode, layout, ms, ok, path)
-            p, c = timed_pair["paged"], timed_pair["contiguous"]
-            if p["median_ms"] and c["median_ms"]:
+            p, c = timed_pair["paged"], timed_pair.get("contiguous")
+            if c and p["median_ms"] and c["median_ms"]:
                 p["paging_overhead_pct"] = 100 * (p["median_ms"] / c["median_ms"] - 1)
-            rows += [p, c]
+            rows += [p, c] if c else [p]
     # what users get: paged_attention(mode="auto", path="auto"), its plan read back
     autos = [
         common.auto_launch(
@@ -296,8 +316,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--out",
-        help="write the JSON results here (default: stdout), and the "
-        "Markdown summary next to it (.md)",
+        help="the folder for r.json (rewritten after every phase), r.md (the summary) and "
+        "log.txt (default: $OUT, else ./out): the lent GPU machine returns only $OUT",
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="tiny grid; allowed on the simulator"
@@ -307,6 +327,11 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="timed samples per case (default 20; 1 with --dry-run)",
+    )
+    parser.add_argument(
+        "--first-run",
+        action="store_true",
+        help="what a first GPU run needs: no float32 case, no contiguous rows, no labs",
     )
     parser.add_argument(
         "--no-labs",
@@ -319,18 +344,47 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def budgets(chosen: list[str], first_run: bool) -> dict:
+    """Each phase's budget: PHASE_S, the compile phase's from the measured compile time of
+    the kernels the chosen phases launch (`gpu_compile.budget_s`)."""
+    return {**PHASE_S, "compile": gpu_compile.budget_s(chosen, first_run)}
+
+
+def _decode_selection(args) -> tuple:
+    """(grid, head_dim, layouts) the decode phase runs: --first-run keeps what a first run
+    needs, the float16 cases (the targets) over paged K/V only."""
+    grid, dim = (DRY_GRID, 16) if args.dry_run else (GRID, 128)
+    if not args.first_run:
+        return grid, dim, LAYOUTS
+    return [case for case in grid if case[-1] != "float32"], dim, LAYOUTS[:1]
+
+
+def _chosen(args) -> list[str]:
+    """The phases asked for (--phases, else all), less the labs with --no-labs or
+    --first-run; an unknown name stops the run."""
+    chosen = args.phases.split(",") if args.phases else list(PHASE_S)
+    unknown = sorted(set(chosen) - set(PHASE_S))
+    if unknown:
+        raise SystemExit(f"gpu_attention: unknown phase(s) {unknown}; choose from {list(PHASE_S)}")
+    if args.no_labs or args.first_run:
+        return [name for name in chosen if name != "labs"]
+    return chosen
+
+
 def _phases(args, report: dict, began: float) -> list:
     """(name, fn) of every phase, in run order: the headline targets first."""
     rng = np.random.default_rng(0)
     on_gpu, dry = report["timings_valid"], args.dry_run
     runs = args.runs or (1 if dry else 20)
-    grid, dim = (DRY_GRID, 16) if dry else (GRID, 128)
+    grid, dim, layouts = _decode_selection(args)
 
     def compile_phase(phase):  # every kernel, before anything is timed
-        import gpu_compile
-
         if on_gpu:
-            report["compile"] = gpu_compile.warm(rng, grid, dim, dry, chosen, phase.left)
+            report["compile"] = gpu_compile.warm(
+                rng, grid, dim, dry, chosen, phase.left, layouts=layouts
+            )
+        elif args.first_run:  # rehearsing a first run: the budget, from the measurement
+            report["compile"] = gpu_compile.planned(chosen, True)
         else:  # the simulator compiles nothing: numba's compile to PTX measures it, in
             # other processes, beside the simulated phases (`main` collects it at the end)
             BACKGROUND["compile"] = ThreadPoolExecutor(1).submit(gpu_compile.seconds)
@@ -357,7 +411,9 @@ def _phases(args, report: dict, began: float) -> list:
                 report["cases_left_out"].append(list(case))
                 continue
             t0 = time.perf_counter()
-            report["cases"] += bench_case(rng, *case, dim, runs, on_gpu, copy_gbs(), dry)
+            report["cases"] += bench_case(
+                rng, *case, dim, runs, on_gpu, copy_gbs(), dry, layouts=layouts
+            )
             longest = max(longest, time.perf_counter() - t0)
             print(f"done {case} after {time.perf_counter() - began:.0f} s", file=sys.stderr)
 
@@ -371,7 +427,10 @@ def _phases(args, report: dict, began: float) -> list:
     def correctness_phase(_):
         report["correctness"] = check_correctness(rng, dim, dry)
         report["roofline_check"] = common.roofline_reads_every_byte_once(
-            rng, (1 << 12) + 48 if dry else (1 << 24) + 48, 2 if dry else 1056, 16 if dry else 256
+            rng,
+            (1 << 12) + 48 if dry else (1 << 24) + 48,
+            2 if dry else 8 * attention.sm_count(),
+            16 if dry else 256,
         )
 
     def copies_phase(_):
@@ -393,12 +452,7 @@ def _phases(args, report: dict, began: float) -> list:
         "copies": copies_phase,
         "labs": labs_phase,
     }
-    chosen = args.phases.split(",") if args.phases else list(PHASE_S)
-    unknown = sorted(set(chosen) - set(phases))
-    if unknown:
-        raise SystemExit(f"gpu_attention: unknown phase(s) {unknown}; choose from {list(PHASE_S)}")
-    if args.no_labs and "labs" in chosen:
-        chosen.remove("labs")
+    chosen = _chosen(args)
     return [(name, phases[name]) for name in PHASE_S if name in chosen]
 
 
@@ -425,16 +479,12 @@ def failures(report: dict) -> list[str]:
     return failed
 
 
-def _write(report: dict, out: str | None, final: bool) -> None:
-    """The JSON (after every phase, so a run cut short keeps what it measured) and, at the
-    end, the Markdown summary next to it."""
-    text = json.dumps(report, indent=1, default=str)
-    if out:
-        Path(out).write_text(text + "\n")
-        if final:
-            Path(out).with_suffix(".md").write_text(gpu_summary.markdown(report) + "\n")
-    elif final:
-        print(text)
+def _write(report: dict, out: Path, final: bool) -> None:
+    """out/r.json (after every phase, so a run cut short keeps what it measured) and, at
+    the end, the Markdown summary out/r.md."""
+    (out / gpu_output.JSON).write_text(json.dumps(report, indent=1, default=str) + "\n")
+    if final:
+        (out / gpu_output.SUMMARY).write_text(gpu_summary.markdown(report) + "\n")
 
 
 def _collect_compile(report: dict, pending) -> None:
@@ -464,26 +514,33 @@ def main(argv=None) -> int:
     report = {
         "backend": ck.backend(),
         "dry_run": args.dry_run,
+        "first_run": args.first_run,
         "timings_valid": on_gpu,
         "device": _device_name() if on_gpu else "simulator",
-        "preflight": gpu_preflight.report(),
+        "sm_count": attention.sm_count(),
+        "preflight": PREFLIGHT or gpu_preflight.report(),
     }
     guard = common.Phases(common.TOTAL_S if on_gpu else float("inf"), began=began)
-    for name, fn in _phases(args, report, began):
-        guard.run(name, PHASE_S[name], fn)
+    phases = _phases(args, report, began)  # an unknown phase stops here, nothing written
+    out = gpu_output.out_dir(["--out", args.out] if args.out else [])
+    report["out"] = str(out)
+    budget = budgets([name for name, _ in phases], args.first_run)
+    report["budgets_s"] = budget
+    for name, fn in phases:
+        guard.run(name, budget[name], fn)
         report["phases"] = guard.record
         if "error" in guard.record[name]:
             print(
                 f"gpu_attention: phase {name} failed, going on: {guard.record[name]['error']}",
                 file=sys.stderr,
             )
-        _write(report, args.out, final=False)
+        _write(report, out, final=False)
     if "compile" in BACKGROUND:  # the dry run: the compile to PTX ran beside the phases
         _collect_compile(report, BACKGROUND.pop("compile"))
     report["seconds"] = time.perf_counter() - began
     report["targets"] = gpu_summary.targets(report)
-    _write(report, args.out, final=True)
-    print(gpu_summary.markdown(report), file=sys.stdout if args.out else sys.stderr)
+    _write(report, out, final=True)
+    print(gpu_summary.markdown(report))
     failed = failures(report)
     if failed:
         print(

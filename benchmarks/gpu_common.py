@@ -12,8 +12,9 @@
                      working set is at least 4x the L2 (50 MB on an H100 and an H200) and
                      no launch reads from L2;
     Phases           the per-phase time guard: each phase has a budget and starts only if
-                     it fits in what is left of TOTAL_S (7 minutes of phases, so that one
-                     case overrunning its estimate still ends the run inside 8), else it is
+                     it fits in what is left of TOTAL_S (7.5 minutes of phases, so that the
+                     startup and one case overrunning its estimate still end the run inside
+                     9), else it is
                      skipped and says so; a phase that raises is recorded and the next one
                      runs; it records each phase's seconds and JIT compile time (time in
                      numba's compiler lock: `CompileClock`);
@@ -46,7 +47,7 @@ from numba import cuda, uint32
 L2_BYTES = roofline.L2_BYTES  # 50 MB on an H100 and an H200
 WORKING_SET = 4 * L2_BYTES
 PER_SAMPLE = 10  # launches between one pair of events
-TOTAL_S = 420.0  # phases stop starting after 7 minutes: the whole run stays under 8
+TOTAL_S = 450.0  # phases stop starting after 7.5 minutes: with the startup, the run stays under 9
 TENSOR_PEAK_TFLOPS = roofline.TENSOR_FLOPS_S / 1e12  # H200 dense fp16, ~990
 HBM_GB_S = roofline.HBM_BYTES_S / 1e9  # 4,300 achievable (4,800 nominal)
 
@@ -312,19 +313,24 @@ def close(out, want, tol) -> bool:
     return bool(np.isfinite(out).all() and np.abs(out - want).max() <= tol * np.abs(want).max())
 
 
-def time_ms(launches, runs: int, timed: bool):
+def time_ms(launches, runs: int, timed: bool, left=None):
     """Median over `runs` samples of the mean time of PER_SAMPLE back-to-back launches,
     cycling through `launches` (rotated buffers). One launch is queued before the start
     event, so the GPU is busy when the timed launches are enqueued: Python's launch
-    overhead is hidden behind queued work, not measured."""
+    overhead is hidden behind queued work, not measured. `left` (seconds left to the
+    caller, checked before every sample): sampling stops when the slowest sample so far
+    would not fit, and the median is of the samples taken (None if none)."""
     launches = launches if isinstance(launches, list) else [launches]
     if timed:  # compile and warm up; untimed (a dry run), the samples are the only launches
         for launch in launches:
             launch()
         cuda.synchronize()
     per_sample = PER_SAMPLE if timed else 1
-    times, k = [], 0
+    times, k, slowest = [], 0, 0.0
     for _ in range(runs):
+        if left is not None and left() < slowest:
+            break
+        began = time.perf_counter()
         start, end = cuda.event(), cuda.event()
         if timed:  # queued work ahead of the start event
             launches[k % len(launches)]()
@@ -335,7 +341,8 @@ def time_ms(launches, runs: int, timed: bool):
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) / per_sample)
-    return statistics.median(times) if timed else None
+        slowest = max(slowest, time.perf_counter() - began)
+    return statistics.median(times) if timed and times else None
 
 
 @cuda.jit

@@ -6,6 +6,10 @@ any of them times anything, and the seconds it took, per phase and in total.
             "compile_s_sum", "compile_cpu_s_sum", "wall_s", "workers", "slowest", "rows"}
     warm(rng, grid, dim, dry, left) -> {"how": "jit", "phases", "total_s", "compiles",
                                         "wall_s", "left_out"}
+    budget_s(phases, first_run) -> int     the compile phase's budget on a GPU, from
+                                           compile_measured.json (PTX + ptxas CPU seconds
+                                           measured here x GPU_HOST_SPEED x MARGIN + SLACK_S)
+    python benchmarks/gpu_compile.py --measure [--kernels] [--ladder]   rewrites that file
 
 On a GPU, `warm` compiles in this process, up front: it runs each phase's own device checks
 (the very kernels a phase times, on small instances: `gpu_checks.check_config` for every
@@ -71,6 +75,10 @@ from gpu_copies import copy_bandwidth, copy_rows
 from gpu_ladder import check_rung
 
 ROOT = Path(__file__).resolve().parent.parent
+MEASURED = Path(__file__).with_name("compile_measured.json")  # `--measure` writes it
+GPU_HOST_SPEED = 1.0  # GPU host CPU seconds per build-machine CPU second (assumed, see budget_s)
+MARGIN = 1.5  # the compile phase gets the estimate times this
+SLACK_S = 15  # plus this: the CUDA context, the device checks' own launches
 DRY_BUDGET_S = 600  # the dry run's compile measurement stops here and names what is left
 
 # A report kernel's name prefix -> the phase that launches it (first match wins). The
@@ -109,6 +117,83 @@ def by_phase(rows: list[dict]) -> dict:
         name: {k: round(v, 1) if isinstance(v, float) else v for k, v in rec.items()}
         for name, rec in phases.items()
     }
+
+
+def first_run_drops(kernel: str) -> bool:
+    """Whether `--first-run` leaves this kernel out: float32 and contiguous variants, labs."""
+    return "float32" in kernel or "contiguous" in kernel or phase_of(kernel) == "labs"
+
+
+def estimate(rows: list[dict], phases, first_run: bool) -> float:
+    """CPU seconds (PTX + ptxas) the measured rows of `phases` take here, one after the
+    other (what the GPU run's single process does)."""
+    return sum(
+        row["compile_cpu_s"] + (row.get("ptxas_cpu_s") or 0.0)
+        for row in rows
+        if phase_of(row["kernel"]) in phases and not (first_run and first_run_drops(row["kernel"]))
+    )
+
+
+def budget_s(phases, first_run: bool, measured: Path = MEASURED) -> int:
+    """The compile phase's budget on a GPU, from the measurement here (`--measure`): the
+    CPU seconds of compiling, to PTX and through ptxas, the report's kernels and rungs of
+    the phases that run (the report's decode and prefill instances stand for the run's:
+    the same factories, about as many), times GPU_HOST_SPEED (1.0: a GPU host's core is
+    taken to be no slower than this shared build machine's; the run's own compile phase
+    records what it really took), times MARGIN, plus SLACK_S. A kernel the budget does
+    not reach compiles in its own phase, and the phase's record says so."""
+    rows = json.loads(measured.read_text())["rows"]
+    cpu = estimate(rows, set(phases) - {"compile"}, first_run)
+    return int(-(-(cpu * GPU_HOST_SPEED * MARGIN + SLACK_S) // 1))
+
+
+def planned(phases, first_run: bool, measured: Path = MEASURED) -> dict:
+    """The compile budget a GPU run of `phases` gets and the measurement it comes from
+    (what a dry run of a first run records instead of compiling again)."""
+    data = json.loads(measured.read_text())
+    chosen = set(phases) - {"compile"}
+    return {
+        "how": "estimate",
+        "budget_s": budget_s(phases, first_run, measured),
+        "cpu_s_here": round(estimate(data["rows"], chosen, first_run), 1),
+        "gpu_host_speed": GPU_HOST_SPEED,
+        "margin": MARGIN,
+        "slack_s": SLACK_S,
+        "measured": f"{measured.name}: {data['how']}",
+        "phases": {
+            phase: {
+                "compile_s": round(estimate(data["rows"], {phase}, first_run), 1),
+                "kernels": sum(
+                    phase_of(r["kernel"]) == phase
+                    and not (first_run and first_run_drops(r["kernel"]))
+                    for r in data["rows"]
+                ),
+            }
+            for phase in sorted(chosen & {p for _, p in PHASE_OF})
+        },
+    }
+
+
+def measure(sets=("--kernels", "--ladder"), out: Path = MEASURED, workers: int = 1) -> dict:
+    """Compile the report's kernels and rungs (`sets`: report flags) to PTX and through
+    ptxas for sm_90, here, one at a time, and write the rows to `out` (what budget_s
+    reads); rows of kernels not compiled this time are kept from the file."""
+    planned, rows = _stream(list(sets), workers, time.perf_counter() + 7200)
+    done = {r["kernel"] for r in rows}
+    if out.exists():
+        rows += [r for r in json.loads(out.read_text())["rows"] if r["kernel"] not in done]
+    phases = {phase for _, phase in PHASE_OF}
+    data = {
+        "how": "report --compile-only --arch sm_90 --kernels --ladder --workers 1: CPU s of "
+        "numba's compile_ptx and of ptxas per kernel",
+        "kernels": len(rows),
+        "complete": set(planned) <= done,
+        "cpu_s": round(estimate(rows, phases, False), 1),
+        "first_run_cpu_s": round(estimate(rows, phases, True), 1),
+        "rows": rows,
+    }
+    out.write_text(json.dumps(data, indent=1) + "\n")
+    return data
 
 
 def _command(extra: list[str], workers: int) -> list[str]:
@@ -204,7 +289,7 @@ def seconds(workers: int | None = None, budget_s: float = DRY_BUDGET_S) -> dict:
     }
 
 
-def warm_steps(rng, grid, dim: int, dry: bool) -> dict:
+def warm_steps(rng, grid, dim: int, dry: bool, layouts=("paged", "contiguous")) -> dict:
     """{phase: [step]}: each step runs one of the phase's device checks (or an untimed
     small instance) and so compiles what the phase will time."""
     decode = [
@@ -212,7 +297,7 @@ def warm_steps(rng, grid, dim: int, dry: bool) -> dict:
         for _, context, heads, kv_heads, dtype in grid
         for path in ["cuda_core"] + (["tensor"] if tc_supported(dtype, dim) is None else [])
         for mode in ("single", "split")
-        for layout in ("paged", "contiguous")
+        for layout in layouts
     ]
     _, _, _, heads, kv_heads, dtype = gpu_prefill.DRY_PREFILL if dry else gpu_prefill.PREFILL
     prefill = [
@@ -244,14 +329,17 @@ def warm_steps(rng, grid, dim: int, dry: bool) -> dict:
     }
 
 
-def warm(rng, grid, dim: int, dry: bool, phases=None, left=lambda: float("inf")) -> dict:
+def warm(
+    rng, grid, dim: int, dry: bool, phases=None, left=lambda: float("inf"), layouts=None
+) -> dict:
     """Compile, in this process, every kernel the named phases (default: all) will launch,
     by running their checks; stops starting steps when `left()` reaches 0. A step that
     raises (a rung or path refusing a shape says why in its own phase) is not counted as a
     failure here: its phase runs it again and reports it."""
     began = time.perf_counter()
     record, left_out = {}, []
-    for name, steps in warm_steps(rng, grid, dim, dry).items():
+    steps_of = warm_steps(rng, grid, dim, dry, *([layouts] if layouts else []))
+    for name, steps in steps_of.items():
         if phases is not None and name not in phases:
             continue
         t0 = time.perf_counter()
@@ -280,3 +368,8 @@ def warm(rng, grid, dim: int, dry: bool, phases=None, left=lambda: float("inf"))
         "wall_s": round(time.perf_counter() - began, 1),
         "left_out": left_out,
     }
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--measure"]:  # [--kernels] [--ladder]
+    done = measure(sys.argv[2:] or ("--kernels", "--ladder"))
+    print(f"{done['kernels']} kernels: {done['cpu_s']} CPU s ({done['first_run_cpu_s']} first run)")

@@ -1,27 +1,31 @@
 """The `ladder` phase of the GPU run: every rung of `cuda_kernels.ladder` timed on one
 decode batch, as % of the read roofline (a read-only kernel over the same K/V bytes).
 
-    rows(rng, runs, timed, dry) -> [{rung, idea, checked_on_device, median_ms,
-                                     roofline_ms, pct_of_roofline, gb_per_s, ...}]
+    rows(rng, runs, timed, dry, left) -> [{rung, idea, case, checked_on_device, median_ms,
+                                           roofline_ms, pct_of_roofline, gb_per_s, ...}]
 
 The batch (LADDER_CASE): 16 sequences x 2,048 tokens, 32 query heads over 8 KV heads
 (G = 4), head_dim 128, float16, 16-token blocks in a shuffled table; K/V are 268 MB, over
-5x the 50 MB L2, so every launch reads HBM. Before a rung is timed it is checked on the
-device against the float64 reference on a small instance (an unchecked rung is never
-timed). Each rung is timed through `Rung.launch` on a case validated once
-(`ladder.launch.prepare`), so the host checks are outside the timing, except for rungs 8
-and 9, which are the production launcher `paged_attention` and include its checks (as a
-user pays them). Rung 1 is slow by design (one thread walks a whole context): it gets
-fewer samples (SLOW_RUNS) and the phase skips a rung that would not fit what is left.
+5x the 50 MB L2, so every launch reads HBM. Rungs 1-4 (SMALL_RUNGS: one thread or one CTA
+per query head, scalar loads, slow by design: rung 1's thread walks a whole context) are
+timed on SMALL_CASE, 4 x 512 tokens (16 MB, rotated through enough copies to pass 4x the
+L2), with their own roofline row. Before a rung is timed it is checked on the device
+against the float64 reference on a small instance (an unchecked rung is never timed).
+Each rung is timed through `Rung.launch` on a case validated once
+(`ladder.launch.prepare`), so the host checks are outside the timing. The phase's time
+guard (`left`) is checked before every sample (`gpu_common.time_ms`), not only before a
+rung: a slow rung loses samples, never the rungs after it; a rung that would not fit at
+all is skipped and says so. The roofline kernel runs 8 CTAs of 256 threads per SM, the SM
+count read from the device (`attention.sm_count`). Each row carries the share
+cuda_kernels/README.md predicts for the rung (`Rung.predicted_pct`) and whether the
+measurement held it (`prediction`: held, below, above or untimed).
 """
 
 from __future__ import annotations  # noqa: I001 (cuda_kernels must come before numba)
 
-import time
-
 import numpy as np
 
-from cuda_kernels import reference
+from cuda_kernels import attention, reference
 from cuda_kernels.ladder import RUNGS
 from cuda_kernels.ladder.launch import prepare
 from numba import cuda
@@ -37,6 +41,8 @@ LADDER_CASE = {
     "dtype": "float16",
     "block_size": 16,
 }
+SMALL_CASE = {**LADDER_CASE, "batch": 4, "context": 512}
+SMALL_RUNGS = 4  # rungs 1..4 are timed on SMALL_CASE
 DRY_CASE = {
     "batch": 2,
     "context": 24,
@@ -46,8 +52,8 @@ DRY_CASE = {
     "dtype": "float16",
     "block_size": 4,
 }
-SLOW_RUNS = 3  # samples for the first rungs, whose single launch can take a second
-TOLERANCE = {"tensor_cores": 5e-3}
+SLOW_RUNS = 3  # samples for the small-case rungs, whose single launch can take a second
+TOLERANCE = {"tensor_cores": 5e-3, "production": 5e-3}  # P: float16 into the 2nd mma
 
 
 def check_rung(rung, rng, dry: bool) -> bool:
@@ -62,67 +68,75 @@ def check_rung(rung, rng, dry: bool) -> bool:
     return common.close(got, want, TOLERANCE.get(rung.name, 1e-3))
 
 
-def rows(rng, runs: int, timed: bool, dry: bool, left=lambda: float("inf")) -> list[dict]:
-    c = DRY_CASE if dry else LADDER_CASE
-    batch, context, bs, dim = c["batch"], c["context"], c["block_size"], c["head_dim"]
-    per_seq = context // bs
-    num_blocks = batch * per_seq
-    kv_bytes = batch * context * c["kv_heads"] * dim * 2 * np.dtype(c["dtype"]).itemsize
-    copies = common.rotation(kv_bytes) if timed else 1
+def batch(rng, c: dict, runs: int, timed: bool) -> dict:
+    """Device buffers of one case (rotated copies of the cache), the validated cases the
+    rungs launch on, and the roofline's time over the same bytes."""
+    per_seq = c["context"] // c["block_size"]
+    num_blocks = c["batch"] * per_seq
+    kv_bytes = c["batch"] * c["context"] * c["kv_heads"] * c["head_dim"] * 2
+    kv_bytes *= np.dtype(c["dtype"]).itemsize
+    shape = (num_blocks, 2, c["kv_heads"], c["block_size"], c["head_dim"])
     caches = [
-        common.filled(rng, (num_blocks, 2, c["kv_heads"], bs, dim), c["dtype"])
-        for _ in range(copies)
+        common.filled(rng, shape, c["dtype"])
+        for _ in range(common.rotation(kv_bytes) if timed else 1)
     ]
-    query = cuda.to_device(rng.standard_normal((batch, c["heads"], dim)).astype(c["dtype"]))
-    table = cuda.to_device(rng.permutation(num_blocks).reshape(batch, per_seq).astype(np.int32))
-    lens = cuda.to_device(np.full(batch, context, np.int32))
-    roof_ms = common.time_ms(
-        [
-            common.read_roofline_launch(
-                k.reshape(k.size), 8 * 132 if timed else 2, 256 if timed else 16
-            )
-            for k in caches
-        ],
-        runs,
-        timed,
-    )
-    cases = [prepare(query, k, table, lens, None) for k in caches]
-    out, longest = [], 0.0
+    query = rng.standard_normal((c["batch"], c["heads"], c["head_dim"])).astype(c["dtype"])
+    query = cuda.to_device(query)
+    perm = rng.permutation(num_blocks).reshape(c["batch"], per_seq).astype(np.int32)
+    table, lens = cuda.to_device(perm), cuda.to_device(np.full(c["batch"], c["context"], np.int32))
+    blocks, threads = (8 * attention.sm_count(), 256) if timed else (2, 16)
+    roofs = [common.read_roofline_launch(k.reshape(k.size), blocks, threads) for k in caches]
+    return {
+        "kv_bytes": kv_bytes,
+        "roofline_ms": common.time_ms(roofs, runs, timed),
+        "cases": [prepare(query, k, table, lens, None) for k in caches],
+    }
+
+
+def rows(rng, runs: int, timed: bool, dry: bool, left=lambda: float("inf")) -> list[dict]:
+    small, full = (DRY_CASE, DRY_CASE) if dry else (SMALL_CASE, LADDER_CASE)
+    batches = {}
+    out = []
     for i, rung in enumerate(RUNGS, 1):
-        row = {
-            "rung": f"rung{i}.{rung.name}",
-            "idea": rung.idea,
-            **c,
-            "kv_bytes": kv_bytes,
-            "roofline_ms": roof_ms,
-        }
-        if left() < longest:
-            out.append(
-                {**row, "skipped": f"{left():.0f} s left, the slowest rung took {longest:.0f} s"}
-            )
+        key = "small" if i <= SMALL_RUNGS else "full"
+        c = small if key == "small" else full
+        if key not in batches:
+            batches[key] = batch(rng, c, runs, timed)
+        b = batches[key]
+        row = {"rung": f"rung{i}.{rung.name}", "idea": rung.idea, **c}
+        row.update(kv_bytes=b["kv_bytes"], roofline_ms=b["roofline_ms"])
+        if left() <= 0:
+            out.append({**row, "skipped": "the ladder phase's time ran out"})
             continue
-        began = time.perf_counter()
         try:
             ok = check_rung(rung, rng, dry)
-            launches = [lambda case=case, r=rung: r.launch(case) for case in cases]
-            ms = (
-                common.time_ms(launches, min(runs, SLOW_RUNS) if i <= 4 else runs, timed)
-                if ok
-                else None
-            )
+            launches = [lambda case=case, r=rung: r.launch(case) for case in b["cases"]]
+            samples = min(runs, SLOW_RUNS) if i <= SMALL_RUNGS else runs
+            ms = common.time_ms(launches, samples, timed, left) if ok else None
         except ValueError as refused:  # a rung that cannot serve this shape says why
-            out.append(
-                {**row, "checked_on_device": None, "median_ms": None, "refused": str(refused)}
-            )
+            refusal = {"checked_on_device": None, "median_ms": None, "refused": str(refused)}
+            out.append({**row, **refusal})
             continue
-        longest = max(longest, time.perf_counter() - began)
+        roof = b["roofline_ms"]
+        pct = 100 * roof / ms if ms and roof else None
         out.append(
             {
                 **row,
                 "checked_on_device": ok,
                 "median_ms": ms,
-                "gb_per_s": kv_bytes / ms / 1e6 if ms else None,
-                "pct_of_roofline": 100 * roof_ms / ms if ms and roof_ms else None,
+                "gb_per_s": b["kv_bytes"] / ms / 1e6 if ms else None,
+                "pct_of_roofline": pct,
+                **verdict(rung.predicted_pct, pct),
             }
         )
     return out
+
+
+def verdict(predicted: tuple, pct: float | None) -> dict:
+    """The README's prediction for a rung next to the measured share: held (inside the
+    range), below or above it, or untimed."""
+    low, high = predicted
+    held = (
+        None if pct is None else "held" if low <= pct <= high else "below" if pct < low else "above"
+    )
+    return {"predicted_pct": [low, high], "prediction": held or "untimed"}

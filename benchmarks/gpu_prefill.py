@@ -47,6 +47,7 @@ from cuda_kernels._checks import require_scale
 from numba import cuda
 
 import gpu_common as common
+import gpu_preflight
 
 # (prompts, new tokens each, cached prefix, num_heads, num_kv_heads, dtype)
 PREFILL = (8, 1024, 1024, 32, 8, "float16")
@@ -178,6 +179,8 @@ def prefill_rows(rng, case, dim: int, runs: int, timed: bool, dry: bool) -> list
 def wgmma_row(cache, case, dim: int, runs: int, timed: bool, dry: bool) -> dict:
     """path="wgmma" in a child process (module docstring); the row it printed, or why not."""
     row = {"path": "wgmma", "path_ran": None, "checked_on_device": None, "median_ms": None}
+    if not gpu_preflight.wgmma_ok():  # numba-cuda < 0.24 has no sm_90a target
+        return {**row, "skipped": f"numba-cuda < {gpu_preflight.WGMMA_FLOOR} (preflight)"}
     try:
         prefill.choose_path("wgmma", cache)
     except ValueError as why:  # not an sm_90 GPU, or a shape it cannot serve

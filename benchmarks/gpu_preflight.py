@@ -1,28 +1,32 @@
-"""Preflight of the GPU run: what this machine has, and a one-line stop when it is too old.
+"""Preflight of the GPU run: what this machine has, what can run on it, and the fix.
 
-    python benchmarks/gpu_preflight.py [--install]   # prints; exits 0, or 3 when too old
-    gpu_attention.py runs `require()` first, before anything imports numba.cuda.
+    python benchmarks/gpu_preflight.py [--install]   # prints; exits 0, or 3 when it cannot run
+    gpu_attention.py runs `require(install=True)` first, before anything imports numba.cuda.
 
---install: when a package is too old and benchmarks/wheels/requirements.txt exists, install
-those wheels offline (the command below), then check again in a fresh interpreter.
+It prints Python, numba, numba-cuda, llvmlite, cuda-bindings, torch, the CUDA driver and
+runtime versions, the device's name and compute capability, all read without importing
+numba.cuda (the driver and runtime through ctypes, the packages through
+importlib.metadata), so an old numba-cuda cannot break the preflight itself. Then:
 
-It prints numba, numba-cuda, llvmlite, cuda-bindings, torch, the CUDA driver and runtime
-versions, the device's name and compute capability, all read without importing numba.cuda
-(the driver and runtime through ctypes, the packages through importlib.metadata), so an
-old numba-cuda cannot break the preflight itself. Then it compares each package with the
-lower bound this checkout needs (`needs()`: numba and numba-cuda from pyproject.toml's
-dependencies, the versions the kernels are tested with; llvmlite the one that numba
-needs) and, when one is older or missing, stops with exit status 3 and one line naming the
-package, its version, the bound and the fix: installing the wheels that
-`benchmarks/fetch_wheels.py` downloaded beforehand (no network needed on the GPU machine):
+  stop (exit 3, one line naming the package, its version, the floor and the fix):
+    numba-cuda below FLOORS (0.21: `from numba.cuda import types` in the kernels), numba
+    below 0.60 (what numba-cuda 0.30 needs), either missing; a cuda-bindings whose CUDA
+    major is newer than the driver's (13 needs a driver >= 580).
+  warn, and run: numba-cuda or numba between the floor and the versions this checkout is
+    tested with (pyproject.toml's bounds); below WGMMA_FLOOR (0.24, the sm_90a target)
+    the wgmma rows are skipped (`wgmma_ok`); NVVM's PTX ISA (read from a one-line kernel
+    compiled in a child process) newer than the driver can JIT (DRIVER_PTX_ISA).
+With --install (and in gpu_attention.py) a stop that the carried wheels fix is fixed:
+`pip install --no-index --no-deps` from benchmarks/wheels/pyX.Y, the folder of the
+running Python (`benchmarks/fetch_wheels.py` fetched them beforehand, on a machine with
+network), then the script starts again in a fresh interpreter (os.execv) and checks again.
 
-    pip install --no-index --find-links benchmarks/wheels -r benchmarks/wheels/requirements.txt
-
-Why these bounds: `from numba.cuda import types` (types.UniTuple in the kernels) needs
-numba-cuda >= 0.21 and the wgmma kernel's sm_90a target >= 0.24; the project is tested
-with the pyproject.toml bounds, so those are what the preflight asks for.
-PAGEDSIM_FAKE_VERSIONS="numba-cuda=0.20.0,..." replaces installed versions (how the stop
-is tested without an old install).
+Rehearsal without a GPU: PAGEDSIM_FAKE_VERSIONS="numba-cuda=0.20.1,python=3.10,driver=12.4"
+replaces what is installed (any PACKAGES name, python, driver, cuda-bindings). Then the
+install is rehearsed, never made: `pip install --dry-run --target TMP --python-version
+3.10 --only-binary=:all:` resolves the carried wheels for the faked Python offline, and
+the run goes on as if they were installed (`benchmarks/gpu_rehearsal.py` does the whole
+dry run so).
 """
 
 from __future__ import annotations
@@ -31,17 +35,32 @@ import ctypes
 import importlib.metadata as metadata
 import os
 import re
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+WHEELS = ROOT / "benchmarks" / "wheels"
 EXIT_TOO_OLD = 3
-LLVMLITE_FOR_NUMBA = {"0.68": "0.50", "0.67": "0.49", "0.66": "0.48", "0.65": "0.47"}
-FIX = (
-    "pip install --no-index --find-links benchmarks/wheels "
-    "-r benchmarks/wheels/requirements.txt  (wheels from: python benchmarks/fetch_wheels.py)"
-)
+FLOORS = {"numba-cuda": "0.21", "numba": "0.60"}
+WGMMA_FLOOR = "0.24"  # numba-cuda's first with the sm_90a ("a") compute capability
 PACKAGES = ("numba", "numba-cuda", "llvmlite", "cuda-bindings", "cuda-core", "torch", "numpy")
+# The newest PTX ISA a driver of each CUDA version can JIT (PTX ISA release notes).
+DRIVER_PTX_ISA = {
+    "12.0": "8.0",
+    "12.1": "8.1",
+    "12.2": "8.2",
+    "12.3": "8.3",
+    "12.4": "8.4",
+    "12.5": "8.5",
+    "12.6": "8.5",
+    "12.8": "8.7",
+    "12.9": "8.8",
+    "13.0": "9.0",
+    "13.1": "9.1",
+}
+INSTALLED_ENV = "PAGEDSIM_PREFLIGHT_INSTALLED"  # set for the fresh interpreter after --install
 
 
 def parse(version: str | None) -> tuple:
@@ -50,49 +69,121 @@ def parse(version: str | None) -> tuple:
     return tuple(int(x or 0) for x in m.groups()) if m else ()
 
 
+def fakes() -> dict:
+    """PAGEDSIM_FAKE_VERSIONS as {name: version or None}."""
+    out = {}
+    for item in filter(None, os.environ.get("PAGEDSIM_FAKE_VERSIONS", "").split(",")):
+        name, _, version = item.partition("=")
+        out[name.strip()] = version.strip() or None
+    return out
+
+
 def installed() -> dict:
-    """{package: version or None}, PAGEDSIM_FAKE_VERSIONS applied."""
+    """{package: version or None}, PAGEDSIM_FAKE_VERSIONS applied to packages."""
     found = {}
     for name in PACKAGES:
         try:
             found[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             found[name] = None
-    for item in filter(None, os.environ.get("PAGEDSIM_FAKE_VERSIONS", "").split(",")):
-        name, _, version = item.partition("=")
-        found[name.strip()] = version.strip() or None
-    return found
+    return {**found, **{k: v for k, v in fakes().items() if k in PACKAGES}}
 
 
-def needs(pyproject: Path = ROOT / "pyproject.toml", numba_version: str | None = None) -> dict:
-    """{package: lowest version}: numba and numba-cuda from pyproject.toml's dependencies,
-    llvmlite the minor series the installed numba needs."""
+def tested(pyproject: Path = ROOT / "pyproject.toml") -> dict:
+    """{package: version}: numba and numba-cuda as pyproject.toml's dependencies name them,
+    the versions the kernels are tested with (below them the run warns, not stops)."""
     text = pyproject.read_text()
     bounds = {}
     for name in ("numba", "numba-cuda"):
         m = re.search(rf'"{re.escape(name)}(?:\[[^\]]*\])?>=([\d.]+)"', text)
         if m:
             bounds[name] = m.group(1)
-    series = ".".join(map(str, parse(numba_version)[:2]))
-    if series in LLVMLITE_FOR_NUMBA:
-        bounds["llvmlite"] = LLVMLITE_FOR_NUMBA[series]
     return bounds
 
 
-def problems(found: dict, bounds: dict) -> list[str]:
-    """One line per package that is missing or older than its bound."""
+def python_version() -> str:
+    return fakes().get("python") or f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def wheel_dir(python: str | None = None) -> Path:
+    """The carried wheels of a Python (default: the running one, or the faked one)."""
+    return WHEELS / f"py{python or python_version()}"
+
+
+def _major(version: str | None) -> int | None:
+    return parse(version)[0] if parse(version) else None
+
+
+def stops(info: dict) -> list[str]:
+    """One line per reason the run cannot start: a package missing or below its floor, a
+    cuda-bindings of a newer CUDA major than the driver."""
     lines = []
-    for name, lowest in bounds.items():
-        have = found.get(name)
+    for name, floor in FLOORS.items():
+        have = info.get(name)
         if have is None:
-            lines.append(f"{name} is not installed; this checkout needs {name} >= {lowest}")
-        elif parse(have) < parse(lowest):
-            lines.append(f"{name} {have} is older than the {lowest} this checkout needs")
+            lines.append(f"{name} is not installed; the kernels need {name} >= {floor}")
+        elif parse(have) < parse(floor):
+            lines.append(f"{name} {have} is older than the {floor} the kernels need")
+    bindings, driver = _major(info.get("cuda-bindings")), _major(info.get("driver"))
+    if bindings and driver and bindings > driver:
+        lines.append(
+            f"cuda-bindings {info['cuda-bindings']} is for CUDA {bindings}, the driver "
+            f"serves CUDA {info['driver']}: it needs the CUDA {driver} bindings"
+        )
     return lines
+
+
+def warnings_for(info: dict) -> list[str]:
+    """One line per thing that runs but differs from what this checkout is tested with."""
+    lines = []
+    for name, want in info["tested"].items():
+        have = info.get(name)
+        if have and parse(FLOORS.get(name)) <= parse(have) < parse(want):
+            lines.append(f"{name} {have} is older than the {want} the kernels are tested with")
+    if not info["wgmma"]:
+        lines.append(
+            f"numba-cuda {info.get('numba-cuda')} < {WGMMA_FLOOR}: the wgmma (sm_90a) rows "
+            f"are skipped"
+        )
+    nvvm, jit, major = info.get("nvvm_ptx_isa"), info.get("driver_ptx_isa"), _major(info["driver"])
+    if nvvm and jit and parse(nvvm) > parse(jit):
+        lines.append(
+            f"NVVM emits PTX ISA {nvvm}, the driver ({info['driver']}) JITs up to {jit}: "
+            f"kernels load only through nvJitLink; if launches fail with "
+            f"CUDA_ERROR_UNSUPPORTED_PTX_VERSION, install the CUDA {major} toolchain "
+            f"(pip install 'numba-cuda[cu{major}]') or a newer driver"
+        )
+    return lines
+
+
+def driver_ptx_isa(driver: str | None) -> str | None:
+    """The newest PTX ISA the driver JITs: the table's entry for its version, or for the
+    newest version below it (None for an unknown or older driver)."""
+    known = [v for v in DRIVER_PTX_ISA if parse(v) <= parse(driver)] if driver else []
+    return DRIVER_PTX_ISA[max(known, key=parse)] if known else None
+
+
+def nvvm_ptx_isa() -> str | None:
+    """The `.version` of the PTX NVVM makes for an empty kernel, in a child process (so no
+    numba.cuda is imported here); None when that fails."""
+    code = (
+        "from numba import cuda\n"
+        "def k():\n    pass\n"
+        "print(cuda.compile_ptx(k, (), cc=(8, 0))[0].split('.version', 1)[1].split()[0])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=90
+        )
+    except subprocess.TimeoutExpired:
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
 
 
 def _driver() -> dict:
     """CUDA driver version, device name and compute capability through libcuda (ctypes)."""
+    out = {"driver": None, "device": None, "compute_capability": None}
     for lib in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
         try:
             cuda = ctypes.CDLL(lib)
@@ -100,9 +191,8 @@ def _driver() -> dict:
         except OSError:
             continue
     else:
-        return {"driver": None, "device": None, "compute_capability": None}
+        return out
     version = ctypes.c_int(0)
-    out = {"driver": None, "device": None, "compute_capability": None}
     if cuda.cuInit(0) != 0:
         return out
     if cuda.cuDriverGetVersion(ctypes.byref(version)) == 0:
@@ -142,69 +232,107 @@ def _runtime() -> str | None:
     return None
 
 
-def report() -> dict:
+def report(isa: bool = True) -> dict:
+    """Everything the preflight reads; isa=False skips the NVVM child (a few seconds)."""
     found = installed()
-    return {
-        "python": sys.version.split()[0],
+    driver = {**_driver(), **{k: v for k, v in fakes().items() if k == "driver"}}
+    info = {
+        "python": python_version(),
         **found,
         "cuda_runtime": _runtime(),
-        **_driver(),
-        "needs": needs(numba_version=found.get("numba")),
+        **driver,
+        "floors": FLOORS,
+        "tested": tested(),
+        "wheels": str(wheel_dir().relative_to(ROOT)),
+        "wgmma": parse(found.get("numba-cuda")) >= parse(WGMMA_FLOOR),
     }
-
-
-def require(stream=sys.stderr) -> dict:
-    """Print the preflight; exit EXIT_TOO_OLD with one line when a package is too old."""
-    info = report()
-    print(
-        "preflight: " + ", ".join(f"{k} {v}" for k, v in info.items() if k != "needs"), file=stream
-    )
-    bad = problems(info, info["needs"])
-    if bad:
-        print(f"preflight: {'; '.join(bad)}. Fix: {FIX}", file=stream)
-        raise SystemExit(EXIT_TOO_OLD)
+    if isa and not stops(info):
+        info["nvvm_ptx_isa"] = nvvm_ptx_isa()
+        info["driver_ptx_isa"] = driver_ptx_isa(info["driver"])
     return info
 
 
-def install() -> int:
-    """pip install --no-index from benchmarks/wheels, then a fresh preflight's status."""
-    wheels = ROOT / "benchmarks" / "wheels"
-    if not (wheels / "requirements.txt").exists():
-        print(
-            f"preflight: no {wheels / 'requirements.txt'}; run python "
-            f"benchmarks/fetch_wheels.py on a machine with network first",
-            file=sys.stderr,
-        )
-        return EXIT_TOO_OLD
-    import subprocess
+def wgmma_ok() -> bool:
+    """Whether this numba-cuda (faked or not) can build the sm_90a wgmma kernel."""
+    return parse(installed().get("numba-cuda")) >= parse(WGMMA_FLOOR)
 
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--no-index",
-            "--find-links",
-            str(wheels),
-            "-r",
-            str(wheels / "requirements.txt"),
-        ]
-    )
-    if done.returncode:
-        return done.returncode
-    env = {k: v for k, v in os.environ.items() if k != "PAGEDSIM_FAKE_VERSIONS"}
-    return subprocess.run([sys.executable, str(Path(__file__).resolve())], env=env).returncode
+
+def install_command(python: str, rehearse: bool, target: str = "") -> list[str]:
+    """pip's offline install of the carried wheels of `python`; rehearse: resolve them for
+    that Python into a scratch target without installing anything here."""
+    where = wheel_dir(python)
+    cmd = [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps"]
+    cmd += ["--find-links", str(where), "-r", str(where / "requirements.txt")]
+    if rehearse:
+        cmd += ["--dry-run", "--target", target, "--only-binary=:all:"]
+        cmd += ["--python-version", python, "--implementation", "cp"]
+        cmd += ["--ignore-requires-python"]  # pip checks a local wheel's against this Python
+    return cmd
+
+
+def install(info: dict, stream) -> bool:
+    """Install (or, with faked versions, rehearse installing) the carried wheels of the
+    running Python; True when pip succeeded. A rehearsal updates `info` to the versions
+    it resolved."""
+    python, rehearse = info["python"], bool(fakes())
+    req = wheel_dir(python) / "requirements.txt"
+    if not req.exists():
+        print(
+            f"preflight: no {req.relative_to(ROOT)}: run python benchmarks/fetch_wheels.py "
+            f"--python {python} on a machine with network, and carry benchmarks/wheels",
+            file=stream,
+        )
+        return False
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = install_command(python, rehearse, tmp)
+        print(f"preflight: {'rehearsing' if rehearse else 'running'}: {' '.join(cmd)}", file=stream)
+        done = subprocess.run(cmd, capture_output=True, text=True)
+    print(done.stdout[-2000:] + done.stderr[-2000:], file=stream)
+    if done.returncode == 0 and rehearse:
+        for line in req.read_text().split():
+            name, _, version = line.partition("==")
+            if name in info:
+                info[name] = version
+        info["wgmma"] = parse(info.get("numba-cuda")) >= parse(WGMMA_FLOOR)
+        info["installed"] = f"rehearsed from {req.parent.relative_to(ROOT)}"
+    return done.returncode == 0
+
+
+def require(stream=None, install_wheels: bool = False) -> dict:
+    """Print the preflight (to `stream`, default: sys.stderr as it is now, a log's tee
+    included); with install_wheels, fix a stop from the carried wheels (then start this
+    script again, or in a rehearsal go on); exit EXIT_TOO_OLD with one line when it
+    cannot run."""
+    stream = stream or sys.stderr
+    info = report()
+    shown = ", ".join(f"{k} {v}" for k, v in info.items() if k not in ("floors", "tested"))
+    print(f"preflight: {shown}", file=stream)
+    bad = stops(info)
+    if bad and install_wheels and not os.environ.get(INSTALLED_ENV):
+        if install(info, stream):
+            if "installed" not in info:  # a real install: check again in a fresh interpreter
+                os.environ[INSTALLED_ENV] = "1"
+                os.execv(sys.executable, [sys.executable, *sys.argv])
+            bad = stops(info)
+    if bad:
+        fix = (
+            f"pip install --no-index --no-deps --find-links {info['wheels']} "
+            f"-r {info['wheels']}/requirements.txt (wheels from: python "
+            f"benchmarks/fetch_wheels.py --python {info['python']} --cuda 12)"
+        )
+        print(f"preflight: {'; '.join(bad)}. Fix: {fix}", file=stream)
+        raise SystemExit(EXIT_TOO_OLD)
+    for line in warnings_for(info):
+        print(f"preflight: warning: {line}", file=stream)
+    return info
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        require(sys.stdout)
+        require(sys.stdout, install_wheels="--install" in argv)
     except SystemExit as stop:
-        if "--install" not in argv:
-            return int(stop.code)
-        return install()
+        return int(stop.code)
     return 0
 
 

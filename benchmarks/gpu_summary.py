@@ -202,16 +202,17 @@ def markdown(report: dict) -> str:
     lines += compile_lines(report.get("compile"))
     lines += [
         "",
-        "| ladder rung | ms | GB/s | % of read roofline | checked |",
-        "| --- | --- | --- | --- | --- |",
+        "| ladder rung | ms | GB/s | % of read roofline | predicted % | prediction | checked |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in report.get("ladder") or []:
         note = r.get("skipped") or r.get("refused")
+        low, high = r.get("predicted_pct") or (None, None)
         lines.append(
             f"| {r['rung']} | {_cell(r.get('median_ms'))} | "
             f"{_cell(r.get('gb_per_s'), '.0f')} | "
-            f"{_cell(r.get('pct_of_roofline'), '.1f')} | "
-            f"{note or r.get('checked_on_device')} |"
+            f"{_cell(r.get('pct_of_roofline'), '.1f')} | {_cell(low, 'g')}-{_cell(high, 'g')} | "
+            f"{r.get('prediction', '-')} | {note or r.get('checked_on_device')} |"
         )
     return "\n".join(lines)
 
@@ -228,6 +229,16 @@ def compile_lines(comp: dict | None) -> list[str]:
         if comp.get("left_out"):
             head += f"; left to their phases: {', '.join(comp['left_out'])}"
         unit = "compiles"
+    elif comp.get("how") == "estimate":  # a first run's dry run: the budget a GPU gets
+        head = (
+            f"compile budget on a GPU: {comp['budget_s']} s = {comp['cpu_s_here']} CPU s "
+            f"(PTX + ptxas, measured here) x {comp['gpu_host_speed']} (GPU host speed) x "
+            f"{comp['margin']} + {comp['slack_s']} s ({comp['measured']})"
+        )
+        return ["", head, "", "| phase | CPU s here | kernels |", "| --- | --- | --- |"] + [
+            f"| {name} | {rec['compile_s']:.1f} | {rec['kernels']} |"
+            for name, rec in comp["phases"].items()
+        ]
     else:  # the dry run: the same kernels to PTX for sm_90, in parallel processes
         slowest = comp.get("slowest") or {"kernel": "-", "compile_s": None}
         head = (

@@ -14,8 +14,8 @@ is one run of `block_bytes` bytes and the copy is a flat one:
     UNROLL chunks per loop trip with `primitives.load16` / `vecstore.store16`
     (ld.global.nc.v4.u32 / st.global.v4.u32), all UNROLL loads issued before the first
     store, so 64 bytes per thread are in flight. Grid: (num_pairs, spans), spans CTAs per
-    pair (enough for ~8 x 132 CTAs in all, at most one per UNROLL x threads chunks), a
-    grid-stride loop over the block, no division in it;
+    pair (enough for ~8 CTAs per SM of the device in all, at most one per UNROLL x threads
+    chunks), a grid-stride loop over the block, no division in it;
   * scalar path (`copy_blocks_kernel`): otherwise, one element per thread and step.
 """
 
@@ -26,12 +26,13 @@ from numba import cuda
 
 from . import _backend
 from . import _checks as ck
+from .attention import sm_count
 from .layout import check_kv_cache
 from .primitives import device_address, itemsize, load16
 from .vecstore import store16
 
 UNROLL = 4  # 16-byte chunks in flight per thread
-SPAN_TARGET = 132  # CTAs to aim for per wave: an H100/H200's SM count (x8 below)
+CTAS_PER_SM = 8  # CTAs to aim for per SM (the SM count is the device's: attention.sm_count)
 
 
 @cuda.jit
@@ -139,7 +140,8 @@ def launch_pairs(src, dst, d_pairs, num_pairs: int, num_kv_heads: int) -> None:
     threads = _backend.block_threads()
     chunks = vector_chunks(src, dst)
     if chunks:  # enough CTAs per pair to fill the GPU, each looping over its share
-        spans = min(-(-chunks // (threads * UNROLL)), max(1, 8 * SPAN_TARGET // num_pairs))
+        wave = CTAS_PER_SM * sm_count()
+        spans = min(-(-chunks // (threads * UNROLL)), max(1, wave // num_pairs))
         grid = ck.require_grid(
             "copy_blocks", (num_pairs, spans, 1), ("block pairs", "spans per block", "")
         )

@@ -2,6 +2,7 @@
 
     python -m cuda_kernels.report [--json | --markdown] [--arch sm_90 ...] [--ptx-dir DIR]
     python -m cuda_kernels.report --ladder        # the rungs of cuda_kernels.ladder
+    python -m cuda_kernels.report --ladder --readme   # rewrite cuda_kernels/README.md's table
     python -m cuda_kernels.report --head-dims     # paged_prefill_tc at G=4, every HEAD_DIMS
     python -m cuda_kernels.report --json --kernels --ladder --head-dims   # all, one run
 
@@ -55,7 +56,7 @@ from pathlib import Path
 
 from . import _backend
 from .tools import disasm, roofline
-from .tools.report_format import ladder_table, markdown, table
+from .tools.report_format import ladder_table, markdown, readme_block, replace_block, table
 
 ARCHS = ("sm_80", "sm_90")
 DEFAULT_THREADS = 128
@@ -281,6 +282,24 @@ def ladder_specs():
     return [(f"rung{i}.{rung.name}", *rung.ptx_spec()) for i, rung in enumerate(RUNGS, 1)]
 
 
+def kernel_diff(before, rung) -> dict:
+    """{kernel_lines, lines_changed}: the rung's kernel source lines, and how many lines a
+    unified diff from the previous rung's kernel adds or removes (None for rung 1, and for
+    a rung without a kernel of its own: the last, production's)."""
+    import difflib
+    import inspect
+
+    if rung.name == "production":
+        return {"kernel_lines": None, "lines_changed": None}
+    mine = inspect.getsource(rung.kernel.py_func).splitlines()
+    if before is None:
+        return {"kernel_lines": len(mine), "lines_changed": None}
+    theirs = inspect.getsource(before.kernel.py_func).splitlines()
+    diff = difflib.unified_diff(theirs, mine, lineterm="", n=0)
+    changed = sum(1 for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---"))
+    return {"kernel_lines": len(mine), "lines_changed": changed}
+
+
 def ladder_rows(rows: list[dict]) -> list[dict]:
     """Each rung's row gains cache_reads (`Rung.reads` at the report case's group) and
     sass_per_cache_byte = sass_per_kv_byte x cache_reads: the loop's issue slots per byte of
@@ -290,12 +309,16 @@ def ladder_rows(rows: list[dict]) -> list[dict]:
     from .ladder.launch import REPORT_GROUP
 
     for row in rows:
-        rung = RUNGS[int(row["kernel"].split(".")[0][4:]) - 1]
+        index = int(row["kernel"].split(".")[0][4:]) - 1
+        rung = RUNGS[index]
+        row.update(kernel_diff(RUNGS[index - 1] if index else None, rung))
         row["cache_reads"] = rung.reads(REPORT_GROUP)
         per_byte = row.get("sass_per_kv_byte")
         row["sass_per_cache_byte"] = (
             None if per_byte is None else round(per_byte * row["cache_reads"], 4)
         )
+        loads = row.get("loop_kv_loads") or 0  # LDG.128 and LDGSTS.128 of the K/V bytes
+        row["ldg128"] = loads - (row.get("ldgsts") or 0) if row.get("loop_kv_bits") == 128 else 0
     return rows
 
 
@@ -405,20 +428,39 @@ def row(name: str, func, threads: int, arch: str, target: str, built: dict) -> d
     return row
 
 
-def compile_seconds(name: str, func, sig, target: str) -> dict:
-    """{kernel, arch, compile_s, compile_cpu_s}: the wall and CPU seconds numba's
-    compile_ptx took for target (typing, lowering, NVVM: what a launch's JIT pays before
-    the driver's ptxas); CPU seconds are what load cannot inflate."""
+def compile_seconds(name: str, func, sig, target: str, ptxas: str | None = None) -> dict:
+    """{kernel, arch, compile_s, compile_cpu_s, ptxas_s, ptxas_cpu_s}: the wall and CPU
+    seconds numba's compile_ptx took for target (typing, lowering, NVVM), then those of
+    `ptxas -arch=target` on its PTX (what the driver's JIT adds on a GPU; None without
+    ptxas). CPU seconds are what load cannot inflate."""
     from numba.cuda import compile_ptx
 
     began, cpu = time.perf_counter(), time.process_time()
-    compile_ptx(func, sig, cc=_cc(target))
-    return {
+    ptx, _ = compile_ptx(func, sig, cc=_cc(target))
+    out = {
         "kernel": name,
         "arch": target,
         "compile_s": round(time.perf_counter() - began, 2),
         "compile_cpu_s": round(time.process_time() - cpu, 2),
+        "ptxas_s": None,
+        "ptxas_cpu_s": None,
     }
+    if ptxas is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "k.ptx"
+            path.write_text(ptx)
+            began, before = time.perf_counter(), os.times()
+            _run([ptxas, f"-arch={target}", str(path), "-o", str(path.with_suffix(".cubin"))], name)
+            after = os.times()
+        out["ptxas_s"] = round(time.perf_counter() - began, 2)
+        out["ptxas_cpu_s"] = round(
+            after.children_user
+            + after.children_system
+            - before.children_user
+            - before.children_system,
+            2,
+        )
+    return out
 
 
 _NAME_FIELD = re.compile(r"\b([A-Z])=(\d+)")
@@ -560,8 +602,8 @@ def collect(
     process-wide lock, so the compiles are shared among `workers` forked processes
     (default: the CPU count, at most 4), which inherit the specs (closures do not pickle)
     and return text; this process makes the rows and writes DIR/<kernel>_<arch>.ptx.
-    compile_only: rows of compile seconds (`compile_seconds`) for every spec and arch,
-    without ptxas. on_rows: called with each spec's rows as soon as they are done."""
+    compile_only: rows of compile seconds (`compile_seconds`: PTX, then ptxas when found)
+    for every spec and arch. on_rows: called with each spec's rows as soon as they are done."""
     _allow_device_functions_without_gpu()
     ptxas = find_ptxas()
     if ptxas is None and not compile_only:
@@ -620,7 +662,7 @@ def _job(index: int, archs: tuple, ptxas: str | None, tmp: str, compile_only: bo
     name, func, sig, _ = _with_threads(_SPECS[index])
     targets_ = [target for _, target in targets(_SPECS[index], archs)]
     if compile_only:
-        return [compile_seconds(name, func, sig, target) for target in targets_]
+        return [compile_seconds(name, func, sig, target, ptxas) for target in targets_]
     assert ptxas is not None
     return build(ptxas, func, sig, targets_, Path(tmp)) if targets_ else []
 
@@ -668,6 +710,11 @@ def main(argv=None) -> int:
         "then one row per kernel and arch as each is done",
     )
     parser.add_argument("--workers", type=int, help="compiling processes (default: CPUs, <= 4)")
+    parser.add_argument(
+        "--readme",
+        action="store_true",
+        help="with --ladder: rewrite cuda_kernels/README.md's ladder table (sm_90 rows)",
+    )
     args = parser.parse_args(argv)
     sets = [s for s in SPEC_SETS if getattr(args, s)] or ["kernels"]
     if len(sets) > 1 and not (args.json or args.compile_only):
@@ -709,6 +756,10 @@ def main(argv=None) -> int:
         print(json.dumps(rows, indent=1))
     elif args.markdown:
         print(markdown(rows, git_commit()))
+    elif sets == ["ladder"] and args.readme:
+        readme = Path(__file__).resolve().parent / "README.md"
+        readme.write_text(replace_block(readme.read_text(), readme_block(rows)))
+        print(f"rewrote the ladder table of {readme}")
     elif sets == ["ladder"]:
         print(ladder_table(rows))
     else:

@@ -23,6 +23,7 @@ from .launch import prepare
 NAME = "naive"
 READS = 1.5  # K/V bytes loaded per cache byte, per query head: K twice, V once
 IDEA = "one thread per (sequence, head), scalar loads through the block table, two passes"
+PREDICTED_PCT = (0.0, 0.1)  # % of the read roofline at the ladder's case (README: Little's law)
 THREADS = 64
 
 

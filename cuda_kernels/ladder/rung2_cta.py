@@ -25,6 +25,7 @@ from .launch import pow2_at_least, prepare
 NAME = "cta_shared"
 READS = 1.5  # K/V bytes loaded per cache byte, per query head: K twice, V once
 IDEA = "one thread block per (sequence, head), a thread per head_dim element, shared-memory sum"
+PREDICTED_PCT = (0.05, 0.5)  # % of the read roofline at the ladder's case (README: Little's law)
 MAX_THREADS = 256  # head_dim <= 256
 
 

@@ -21,6 +21,7 @@ from .rung2_cta import MAX_THREADS
 NAME = "online_softmax"
 READS = 1.0  # K/V bytes loaded per cache byte, per query head
 IDEA = "one pass: a running max and sum, the accumulator rescaled when the max moves"
+PREDICTED_PCT = (0.1, 0.8)  # % of the read roofline at the ladder's case (README: Little's law)
 
 
 @cuda.jit

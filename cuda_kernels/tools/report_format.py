@@ -102,9 +102,14 @@ def table(rows: list[dict]) -> str:
 LADDER = (
     ("kernel", "rung", "s"),
     ("arch", "arch", "s"),
+    ("kernel_lines", "kernel lines", "d"),
+    ("lines_changed", "lines changed from the rung before", "d"),
     ("registers", "registers", "d"),
     ("spill_bytes", "spills (B)", "d"),
     ("loop_kv_bits", "K/V load bits", "d"),
+    ("ldg128", "LDG.128", "d"),
+    ("ldgsts", "LDGSTS", "d"),
+    ("hmma", "HMMA", "d"),
     ("loop_sass", "loop SASS", "d"),
     ("loop_kv_bytes", "K/V B per trip", "d"),
     ("loop_inner_loops", "inner loops", "d"),
@@ -125,6 +130,23 @@ def ladder_table(rows: list[dict]) -> str:
         r = dict(r, leaner=base / mine if base and mine else None)
         lines.append(markdown_row("-" if r.get(k) is None else f"{r[k]:{f}}" for k, _, f in LADDER))
     return "\n".join(lines)
+
+
+README_BEGIN = "<!-- ladder table: python -m cuda_kernels.report --ladder --readme -->"
+README_END = "<!-- end of the ladder table -->"
+
+
+def readme_block(rows: list[dict]) -> str:
+    """The README's ladder table: the sm_90 rows, between the two markers."""
+    return "\n".join(
+        [README_BEGIN, ladder_table([r for r in rows if r["arch"] == "sm_90"]), README_END]
+    )
+
+
+def replace_block(text: str, block: str) -> str:
+    """`text` with its ladder table (README_BEGIN .. README_END) replaced by `block`."""
+    start, end = text.index(README_BEGIN), text.index(README_END) + len(README_END)
+    return text[:start] + block + text[end:]
 
 
 def markdown_row(cells) -> str:

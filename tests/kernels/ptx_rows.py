@@ -2,7 +2,7 @@
 one `python -m cuda_kernels.report --json --ptx-dir DIR` run for the whole test session,
 whose rows every PTX test reads: the kernels' gate, the ladder, the tensor-core prefill's
 head-dim sweep and the wgmma prefill's row. One run compiles a kernel that two of them
-check once (rung 8 is paged_decode[float16,G=4,D=128], the sweep's D=80 is the report's
+check once (rung 11 is paged_decode_tc[float16,G=4,D=128], the sweep's D=80 is the report's
 row; `report.compile_key`) and lowers each kernel once for both archs.
 
 A test names the spec sets it reads with `@uses(...)`; the run compiles the sets of every

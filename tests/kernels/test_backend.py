@@ -76,7 +76,6 @@ def test_the_gpu_benchmarks_dry_run_checks_every_kernel_and_reports_no_timing(tm
     (every kernel compiled to PTX: tens of minutes on two cores) is left to the dry run a
     person starts (`gpu_attention.py --dry-run --phases compile`), labs to their own test, and
     the ladder's rungs to tests/kernels/test_ladder.py (each against the reference)."""
-    out = tmp_path / "r.json"
     phases = ["copy", "prefill", "decode", "correctness", "copies"]
     done = subprocess.run(
         [
@@ -86,7 +85,7 @@ def test_the_gpu_benchmarks_dry_run_checks_every_kernel_and_reports_no_timing(tm
             "--phases",
             ",".join(phases),
             "--out",
-            str(out),
+            str(tmp_path),
         ],
         env=dict(os.environ, PYTHONPATH=str(ROOT), PAGEDSIM_CUDA="simulator"),
         capture_output=True,
@@ -95,7 +94,8 @@ def test_the_gpu_benchmarks_dry_run_checks_every_kernel_and_reports_no_timing(tm
         timeout=900,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(out.read_text())
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert (tmp_path / "r.md").exists() and "| target |" in (tmp_path / "log.txt").read_text()
     assert report["backend"] == "simulator" and not report["timings_valid"]
     assert len(report["correctness"]) == 16 and all(report["correctness"].values())
     assert report["cases"] and all(case["median_ms"] is None for case in report["cases"])

@@ -16,7 +16,7 @@ from cuda_kernels._checks import MAX_SCALE
 from cuda_kernels.ladder import FILES, RUNGS
 from cuda_kernels.ladder.rung1_naive import naive_decode
 
-TOLERANCE = {"tensor_cores": 5e-3}  # P goes through fp16 into the second mma
+TOLERANCE = {"tensor_cores": 5e-3, "production": 5e-3}  # P: float16 into the second mma
 FP16_ONLY = {"tensor_cores"}
 
 
@@ -33,7 +33,8 @@ def batch(rng, lens, kv_heads, group, head_dim, block_size, dtype):
 
 
 def run(rung, query, cache, tables, lens, scale=None):
-    options = {"partition_size": 8} if rung.name == "split_k" else {}  # several partitions
+    several = {"split_k", "cp_async", "tensor_cores"}  # partitions of 8 tokens: several
+    options = {"partition_size": 8} if rung.name in several else {}
     return rung.decode(query, cache, tables, lens, scale, **options)
 
 
@@ -99,7 +100,7 @@ def test_any_small_shape_matches_the_reference(
 def test_a_vector_rung_refuses_a_head_dim_its_16_byte_loads_cannot_split():
     rng = np.random.default_rng(3)
     query, cache, tables, lens = batch(rng, [3], 1, 1, head_dim=24, block_size=4, dtype=np.float16)
-    for rung in RUNGS[4:7]:
+    for rung in RUNGS[4:10]:  # rungs 5-10: 16-byte loads, or 16-wide mma tiles
         with pytest.raises(ValueError, match="kv_cache.*head_dim"):
             run(rung, query, cache, tables, lens)
 
@@ -107,7 +108,7 @@ def test_a_vector_rung_refuses_a_head_dim_its_16_byte_loads_cannot_split():
 def test_the_gqa_rungs_refuse_a_group_larger_than_their_registers_hold():
     rng = np.random.default_rng(4)
     query, cache, tables, lens = batch(rng, [3], 1, 16, head_dim=16, block_size=4, dtype=np.float16)
-    for rung in RUNGS[5:7]:
+    for rung in RUNGS[6:9]:  # rungs 7-9: G query vectors and accumulators per lane
         with pytest.raises(ValueError, match="query"):
             run(rung, query, cache, tables, lens)
 
@@ -128,3 +129,59 @@ def test_a_bad_block_table_entry_is_refused_before_any_launch():
     for rung in RUNGS:
         with pytest.raises(ValueError, match="block_tables"):
             rung.decode(query, cache, tables, lens)
+
+
+KERNEL_RUNGS = [r for r in RUNGS if r.name != "production"]  # rung 11 points at fast/
+INSTRUCTIONS = {  # primitives' one-instruction wrappers (inline PTX) rungs 9-10 may use
+    "cp_async16",
+    "cp_async_commit",
+    "cp_async_wait",
+    "ldmatrix_x4",
+    "ldmatrix_x2_trans",
+    "mma_f16",
+    "pack_f16x2",
+}
+
+
+@pytest.mark.parametrize("rung", KERNEL_RUNGS, ids=[r.name for r in KERNEL_RUNGS])
+def test_each_rung_is_one_kernel_of_at_most_120_lines(rung):
+    lines = inspect.getsource(rung.kernel.py_func).splitlines()
+    assert len(lines) <= 120, (rung, len(lines))
+
+
+@pytest.mark.parametrize("rung", KERNEL_RUNGS, ids=[r.name for r in KERNEL_RUNGS])
+def test_a_rung_imports_only_what_an_earlier_rung_showed_or_one_instruction(rung):
+    """Standalone: from this package only the host checks (launch, _checks), earlier rungs,
+    the simulator's stand-ins (sim/), and from primitives only one-instruction wrappers."""
+    import ast
+
+    index = FILES.index(rung.file.stem)
+    tree = ast.parse(rung.file.read_text())
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom) or not node.level:
+            continue
+        module, names = node.module or "", {a.name for a in node.names}
+        if node.level == 1 and module.startswith("rung"):
+            assert FILES.index(module) < index, (rung, module)
+        elif node.level == 2 and module == "":  # from .. import _backend / _checks
+            assert names <= {"_backend", "_checks"}, (rung, names)
+        elif node.level == 2 and module == "primitives":
+            assert names <= INSTRUCTIONS, (rung, names - INSTRUCTIONS)
+        else:
+            allowed = {(1, "launch"), (2, "_checks"), (2, "_backend"), (2, "sim.simulator")}
+            assert (node.level, module) in allowed, (rung, node.level, module)
+
+
+def test_the_last_rung_points_at_each_production_addition_by_its_line():
+    from pathlib import Path
+
+    import cuda_kernels
+    from cuda_kernels.ladder import rung11_production as last
+
+    root = Path(cuda_kernels.__file__).parent
+    for what, path, line, text in last.ADDS:
+        got = (root / path).read_text().splitlines()[line - 1]
+        assert text in got, f"{what}: {path}:{line} is now {got.strip()!r}"
+    topics = " ".join(what for what, *_ in last.ADDS)
+    for topic in ("base-2 exp", "lazy rescale", "swizzle", "multi-warp CTAs", "split plan"):
+        assert topic in topics, topic

@@ -277,7 +277,8 @@ others = ["paged_decode[float16,G=8,D=128]", "paged_decode[pool-view,G=4,D=128]"
 got["keys"] = [
     key is not None,
     report.compile_key(fused, archs) == key,
-    report.compile_key(("rung8", *RUNGS[7].ptx_spec()), archs) == key,
+    report.compile_key(("rung11", *RUNGS[10].ptx_spec()), archs)
+    == report.compile_key(by_name["paged_decode_tc[float16,G=4,D=128]"], archs),
     *(report.compile_key(by_name[name], archs) != key for name in others),
     report.compile_key(by_name["paged_decode[float16,G=4,D=128]"], ("sm_90",)) != key,
     report.fingerprint([1, {}]) is None,

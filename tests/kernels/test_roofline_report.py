@@ -7,7 +7,7 @@ from pathlib import Path
 from cuda_kernels import report
 from cuda_kernels.tools import report_format, roofline
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "cuda_kernels" / "README.md"
 
 
 def kernel_with(**constants):

@@ -31,9 +31,10 @@ file at a time, one idea per file. Start with cuda_kernels/reference.py (the flo
 meaning, about 30 lines), then cuda_kernels/ladder/ in this order: rung1_naive.py (one
 thread per sequence and head, two passes), rung2_cta.py (a thread block, a shared-memory
 sum), rung3_online.py (online softmax, one pass), rung4_shuffle.py (warp shuffles),
-rung5_vector.py (16-byte loads), rung6_gqa.py (K/V read once per group of query heads),
-rung7_split.py (split-K and a log-sum-exp merge), rung8_cp_async.py (the production
-fast/decode.py) and rung9_tensor.py (fast/decode_tc.py, on tensor cores). Every rung has
+rung5_vector.py (16-byte loads), rung6_tokens.py (several tokens per warp step and the
+(m, l, acc) merge), rung7_gqa.py (K/V read once per group of query heads), rung8_split.py
+(split-K, the merge across warps), rung9_cp_async.py (a cp.async ring),
+rung10_tensor.py (tensor cores) and rung11_production.py (what fast/ adds). Every rung has
 paged_attention's meaning: RUNGS[k].decode(query, cache, tables, lens). The demo lists them
 and checks each against the same reference. `python -m cuda_kernels.report --ladder --arch
 sm_90` (the ptx extra) measures them without a GPU: SASS per K/V byte in the steady loop,
@@ -49,8 +50,8 @@ write_kv 内核按 slot 写入新的 K/V，paged_attention 内核再通过 Block
 读懂刚才运行的内核：paged_attention 是一架梯子的顶端，每个文件只多一个想法。先读
 cuda_kernels/reference.py（float64 的定义，约 30 行），再按顺序读 cuda_kernels/ladder/：
 rung1_naive.py、rung2_cta.py、rung3_online.py、rung4_shuffle.py、rung5_vector.py、
-rung6_gqa.py、rung7_split.py、rung8_cp_async.py（即 fast/decode.py）和 rung9_tensor.py
-（即 fast/decode_tc.py，张量核心）。每一级都与 paged_attention 含义相同：
+rung6_tokens.py、rung7_gqa.py、rung8_split.py、rung9_cp_async.py、rung10_tensor.py
+（张量核心）和 rung11_production.py（fast/ 在此之上加了什么）。每一级都与 paged_attention 含义相同：
 RUNGS[k].decode(query, cache, tables, lens)。演示会逐级列出并与同一参考比对；
 `python -m cuda_kernels.report --ladder --arch sm_90` 无需 GPU 即可统计每级的 SASS。
 """
