@@ -298,8 +298,9 @@ def _describe(item, excinfo, impl: Path) -> Failure:
 
 
 def _unregistered(exc: BaseException) -> BaseException | None:
-    """The check's own hand-over of an object that is no capability (remote_caps.py), if that
-    is what failed, wherever in the cause chain it is."""
+    """The check's own hand-over of an object that is no capability
+    (pagedsim/testing/remote_caps.py), if that is what failed, wherever in the cause chain it
+    is."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, Unregistered):

@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PREEMPT, EVICT = set(PREEMPTION), set(EVICTION_KEYS)
 
 ROWS = [  # (path, pattern, registry)
-    ("README.md", r"preemption \(([a-z, ]+)\)", PREEMPT),
-    ("README.md", r"v0 (\w+) and (\w+) beside it", PREEMPT),
+    ("docs/commands.md", r"preemption \(([a-z, ]+)\)", PREEMPT),
+    ("docs/commands.md", r"v0 (\w+) and (\w+) beside it", PREEMPT),
     ("pagedsim/app/play_session.py", r"by --preemption-mode: (\w+), or (\w+) to the host", PREEMPT),
     ("pagedsim/app/play.py", r"`--preemption-mode ([a-z|]+)`", PREEMPT),
     ("pagedsim/app/play.py", r"none \(the step fails\), (\w+) or (\w+) the newest", PREEMPT),
@@ -27,7 +27,7 @@ ROWS = [  # (path, pattern, registry)
     ("pagedsim/labs/policies.py", r"v0: ([a-z| ]+) \(policies/preemption.py\)", PREEMPT),
     ("pagedsim/policies/__init__.py", r"make_policy\(([^,]+), \.\.\.\)", PREEMPT),
     ("pagedsim/engine/__init__.py", r"preemption by (\w+) or (\w+)", PREEMPT),
-    ("README.md", r"policies.+?, ([a-z /]+) cache eviction", EVICT),
+    ("docs/commands.md", r"policies.+?, ([a-z /]+) cache eviction", EVICT),
     ("pagedsim/policies/__init__.py", r"prefix caching; ([a-z /]+) eviction", EVICT),
     ("pagedsim/policies/__init__.py", r'eviction=("[^)]+)\)', EVICT),
     ("pagedsim/labs/__init__.py", r"policies\.py +([a-z/]+) x", EVICT),
