@@ -203,8 +203,9 @@ class CountingArray:
     anything that may look at every element (a method such as count/index/remove, `in`,
     comparison, conversion, slicing) costs the array's length; iteration costs 1 per element.
     It is no list subclass, so no list method can do work it does not see. It is handed to
-    the student's pool, so it is a capability with exactly this surface (pagedsim/testing/remote_caps.py):
-    iterating it gives values one by one, never the generator."""
+    the student's pool, so it is a capability with exactly this surface
+    (pagedsim/testing/remote_caps.py): iterating it gives values one by one, never the
+    generator."""
 
     touched = 0
 
