@@ -37,6 +37,13 @@ DOM contract (tests and other tools read the state back from these; kept stable)
                  data-steps="<count>"; class "projector" in projector mode
     window.pagedsimViewer   {go(i), index(), count()} for tools that drive the page
 
+Any text is safe: every string from a trace (captions, sequence ids, block text, hashes,
+title) travels as JSON with "<", ">", "&", U+2028/U+2029 and lone surrogates written as
+\\uXXXX escapes, so nothing in it can end the data's <script> element, and the page puts it
+on screen as text only (never as HTML), with bidi overrides and other invisible controls
+shown as "<U+202E>". A page's size is the trace's differences plus the viewer (about 40 kB):
+each text is stored once, and escaping at most multiplies a text's length by 6.
+
 Reference: the PagedAttention paper (Kwon et al., SOSP 2023), Fig. 6-8, and vLLM v1's
 `vllm/v1/core/block_pool.py` (the free queue) for what is drawn.
 """
@@ -45,6 +52,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from importlib.resources import files
 
 from ..app.captions import caption as _caption
@@ -200,10 +208,22 @@ def _asset(name: str) -> str:
     return files(__package__).joinpath(name).read_text(encoding="utf-8")
 
 
+# Characters that JSON may carry raw but that an HTML parser or a JS source reads as markup or
+# line ends: "<" (</script>, <!--), ">" and "&", U+2028/U+2029, and lone surrogates (which
+# UTF-8 cannot encode). Written as \\uXXXX escapes they mean the same to JSON.parse.
+_UNSAFE_IN_SCRIPT = re.compile("[<>&\u2028\u2029\ud800-\udfff]")
+
+
 def _script_json(data: dict) -> str:
-    """JSON that is safe inside <script>: no "</" can close the element early."""
+    """JSON that is safe inside <script>: nothing in it can end or re-mode the element, and
+    every string reads back from JSON.parse exactly as it was (any text, any code point)."""
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
+    return _UNSAFE_IN_SCRIPT.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def _no_surrogates(text: str) -> str:
+    """`text` with each lone surrogate (which UTF-8 cannot encode) as U+FFFD."""
+    return re.sub("[\ud800-\udfff]", "\ufffd", text)
 
 
 def to_html(
@@ -239,7 +259,7 @@ def to_html(
         # the page may run its own inline script and style and nothing else: no request leaves
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">\n"
-        f"<title>{html.escape(title)}</title>\n"
+        f"<title>{html.escape(_no_surrogates(title))}</title>\n"
         f"<style>\n{_asset('viewer.css')}</style>\n</head>\n<body>\n"
         f'<script type="application/json" id="trace-data">{_script_json(data)}</script>\n'
         f"<script>\n{_asset('viewer.js')}</script>\n</body></html>\n"

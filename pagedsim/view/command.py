@@ -47,5 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     page = sources.saved(data, detect(args.lang), title=f"pagedsim view {args.trace.name}")
     if args.title:
         page["title"] = args.title
-    print(f"wrote {write_html(args.html, **page)}", file=sys.stderr)
+    written = write_html(args.html, **page)
+    size = args.html.stat().st_size
+    print(
+        f"wrote {written} ({size:,} bytes from a {args.trace.stat().st_size:,}-byte trace)",
+        file=sys.stderr,
+    )
     return 0

@@ -76,13 +76,20 @@
     if (text !== undefined) e.textContent = text;
     return e;
   }
+  // Text from a trace is shown as text: never parsed as HTML, and the characters that would
+  // act on the text around them (bidi overrides and isolates, other invisible controls) are
+  // shown as their code point, e.g. "<U+202E>", so a caption cannot reorder or hide what follows.
+  const CONTROL = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+  function plain(t) {
+    return String(t).replace(CONTROL, (c) => "<U+" + c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0") + ">");
+  }
   function esc(t) {
-    return String(t).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
+    return plain(t).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
   }
   const body = document.body;
   if (NB > 256) body.classList.add("big");
   const top = el("header", { id: "top" });
-  top.append(el("span", { id: "title" }, D.title), el("span", { id: "version" }, D.version));
+  top.append(el("span", { id: "title" }, plain(D.title)), el("span", { id: "version" }, plain(D.version)));
   const controls = el("div", { id: "controls" });
   const bPrev = el("button", { id: "prev", title: "ArrowLeft" }, "\u25c0 " + UI.Prev);
   const bPlay = el("button", { id: "play", title: "Space" }, "\u25b6 " + UI.Play);
@@ -200,7 +207,7 @@
   function drawLook(b) {
     stale[b] = 0;
     const ref = shRef[b], fill = shFill[b], flags = shFlags[b], who = shWho[b] || [];
-    const label = shLabel[b], hash = shHash[b] ? "#" + shHash[b] : "", e = blockEls[b];
+    const label = shLabel[b], hash = shHash[b] ? "#" + plain(shHash[b]) : "", e = blockEls[b];
     e.className = "block" + (ref === 0 ? " free" : "") + (flags & 1 ? " cached" : "") +
       (ref > 1 ? " shared" : "") + (flags & 2 ? " head" : "") + (flags & 4 ? " touched" : "") +
       (who.length === 1 ? " o" + D.colour[who[0]] : "");
@@ -211,7 +218,7 @@
     if (!texts) return;
     const width = (100 * fill / BS) + "%";
     if (bar.firstChild.style.width !== width) bar.firstChild.style.width = width;
-    setText(txt, label || (ref ? fill + "/" + BS : (flags & 1 ? UI.cached : "")) + (hash && !label ? " " + hash : ""));
+    setText(txt, plain(label) || (ref ? fill + "/" + BS : (flags & 1 ? UI.cached : "")) + (hash && !label ? " " + hash : ""));
   }
   function setText(e, t) { if (e.textContent !== t) e.textContent = t; }
   function drawBlocks(s, d, own) {
@@ -322,7 +329,7 @@
     const c = colourOf(q), row = el("div", { class: "table", "data-seq": D.seqs[q] });
     row.style.setProperty("--c", c); row.style.setProperty("--k", inkOn(c));
     const ntok = el("span", { class: "ntok" }), list = el("span", { class: "cells" });
-    row.append(el("span", { class: "seq" }, D.seqs[q]), ntok, list);
+    row.append(el("span", { class: "seq" }, plain(D.seqs[q])), ntok, list);
     return { el: row, ntok: ntok, list: list, cells: [], t: null };
   }
   function setCell(c, b) {
@@ -424,8 +431,8 @@
     state = stateAt(i); cur = i;
     const d = STEPS[i], own = owners(state);
     stepText.textContent = "step " + d.n + " / " + LAST_N;
-    captionEl.textContent = d.c;
-    whyEl.textContent = d.w || "";
+    captionEl.textContent = plain(d.c);
+    whyEl.textContent = plain(d.w || "");
     drawMarks(d);
     drawBlocks(state, d, own);
     drawFree(state);
