@@ -106,6 +106,18 @@ UI_ZH = {
     "dropped": "已丢弃",
     "copy-on-write": "写时复制",
     "changed this step": "本步改动",
+    "allocated": "分配",
+    "hit": "命中缓存",
+    "copied": "复制",
+    "shared": "共享",
+    "swapped out": "换出",
+    "swapped in": "换入",
+    "released": "释放一个引用",
+    "freed": "释放",
+    "evicted": "驱逐",
+    "hashed": "已哈希",
+    "filled": "写入",
+    "touched": "涉及",
     "keys": "按键：\u2190 \u2192 Home End，空格 播放，P 投影",
 }
 UI_KEYS = tuple(UI_ZH)

@@ -41,16 +41,19 @@ def version_of(options) -> str:
 
 
 def _preemption_marks(session) -> dict:
-    """Positions in `session.timeline()` whose step preempted a sequence."""
+    """Positions in `session.timeline()` whose step preempted a sequence ("pre", and "out"
+    when swap sent it to the host) or swapped one back in ("in")."""
     marks, k, pos = {}, 0, 1
     for m in session.moments[: session.cursor]:
-        preempting = any(
-            str(n).startswith(("preempted seq", "swapped seq")) and "back in" not in str(n)
-            for n in m.notes
-        )
+        notes = {getattr(n, "template", "") for n in m.notes}  # play_session's Notes
+        swapped = "swapped seq {seq} out to the host ({n} blocks)" in notes
+        preempting = swapped or "preempted seq {seq}: {n} tokens to recompute" in notes
+        back = "swapped seq {seq} back in" in notes
         for i in range(k + 1, m.snapshot + 1):
             if i < m.snapshot or preempting:
-                marks[pos] = ["pre"]
+                marks[pos] = ["pre", "out"] if swapped else ["pre"]
+            elif back:
+                marks[pos] = ["in"]
             pos += 1
         k = m.snapshot
     return marks
@@ -142,10 +145,12 @@ def saved(data: dict, lang: str = "en", title: str = "pagedsim trace") -> dict:
         out["whys"] = whys
     marks = view.get("marks") or {}
     if not isinstance(marks, dict) or not all(
-        str(k).isdigit() and isinstance(v, list) and set(v) <= {"oob", "pre"}
+        str(k).isdigit() and isinstance(v, list) and set(v) <= {"oob", "pre", "out", "in"}
         for k, v in marks.items()
     ):
-        raise ValueError('view.marks must map step positions to lists of "oob" / "pre"')
+        raise ValueError(
+            'view.marks must map step positions to lists of "oob" / "pre" / "out" / "in"'
+        )
     out["marks"] = {int(k): v for k, v in marks.items()}
     for key in ("labels", "hashes"):
         per_step = view.get(key)

@@ -108,7 +108,8 @@
   const marks = el("div", { id: "marks" });
   const captionEl = el("p", { id: "caption" });
   const whyEl = el("p", { id: "why" });
-  story.append(marks, captionEl, whyEl);
+  const changes = el("nav", { id: "changes", hidden: "" });
+  story.append(marks, captionEl, whyEl, changes);
   const main = el("main");
   const tablesPane = el("section", { id: "tables-pane" });
   const tablesEl = el("div", { id: "tables" });
@@ -255,7 +256,8 @@
   // element is created or re-attached and the browser re-shapes only the changed texts.
   const freeOf = new Array(NB).fill(null); // block -> the element that shows it
   const inOld = new Int32Array(NB), inNew = new Int32Array(NB);
-  const FB = ["fb", "fb cached", "fb head", "fb cached head"];
+  const FB = ["fb", "fb cached", "fb head", "fb cached head", "fb touched", "fb cached touched",
+    "fb head touched", "fb cached head touched"];
   let freeShown = [], stamp = 0;
   const spareFree = []; // free-list elements off the page, to be used again
   function freeSpan(b) {
@@ -313,7 +315,8 @@
       freeShown = b;
     }
     for (let e = freeEl.firstChild, head = 2; e !== null; e = e.nextSibling, head = 0) {
-      const look = s.cached[e.block] | head; // the cached flag can change while the list stays
+      // the cached flag can change while the list stays
+      const look = s.cached[e.block] | head | (touchedAt[e.block] === cur ? 4 : 0);
       if (e.look !== look) { e.look = look; e.className = FB[look]; }
     }
     freeHead.textContent = UI["free list, head first"] + " (" + b.length + " " + UI.free + ")";
@@ -379,11 +382,43 @@
     emptyTables.hidden = s.order.length > 0;
     for (const c of lit) c.classList.remove("touched");
     lit = [];
-    if (d.e) {
+    const light = (c) => { if (!c.classList.contains("touched")) { c.classList.add("touched"); lit.push(c); } };
+    for (const [q, , keep, tail] of d.t || []) { // the cells the step wrote into a table
+      if (keep < 0 || !s.tables.has(q)) continue;
+      const cells = rows.get(q).cells;
+      for (let j = keep; j < keep + tail.length && j < cells.length; j++) light(cells[j]);
+    }
+    if (d.e) { // the cells that show a block the step changed
       for (const q of s.order) {
-        for (const c of rows.get(q).cells) if (c.block >= 0 && touchedAt[c.block] === cur) { c.classList.add("touched"); lit.push(c); }
+        for (const c of rows.get(q).cells) if (c.block >= 0 && touchedAt[c.block] === cur) light(c);
       }
     }
+  }
+  // ---- what the step changed: a strip of links by kind, and the change brought into view --
+  const KIND = { a: "allocated", h: "hit", c: "copied", s: "shared", o: "swapped out",
+    i: "swapped in", r: "released", x: "freed", v: "evicted", k: "hashed", f: "filled", t: "touched" };
+  const LISTED = 12; // block links shown per kind; the rest are counted
+  function drawChanges(d) {
+    changes.textContent = "";
+    const e = d.e || [], ek = d.ek || "";
+    changes.hidden = e.length === 0;
+    if (!e.length) return;
+    const by = new Map();
+    e.forEach((b, j) => { const k = ek[j] || "t"; if (!by.has(k)) by.set(k, []); by.get(k).push(b); });
+    changes.append(el("span", { class: "lead" }, UI["changed this step"] + ":"));
+    for (const [k, list] of by) {
+      const g = el("span", { class: "chg k-" + k, "data-kind": KIND[k] });
+      g.append(el("b", {}, UI[KIND[k]] + (list.length > 1 ? " \u00d7" + list.length : "")));
+      for (const b of list.slice(0, LISTED)) g.append(el("span", { class: "goto", "data-goto": String(b), tabindex: "0" }, String(b)));
+      if (list.length > LISTED) g.append(el("span", { class: "more" }, "+" + (list.length - LISTED)));
+      changes.append(g);
+    }
+  }
+  function reveal(d) { // the last changed tile and cell, then the first: both in view if they fit
+    const e = d.e || [];
+    const near = { block: "nearest", inline: "nearest" };
+    if (e.length) { blockEls[e[e.length - 1]].scrollIntoView(near); blockEls[e[0]].scrollIntoView(near); }
+    if (lit.length) { lit[lit.length - 1].scrollIntoView(near); lit[0].scrollIntoView(near); }
   }
   let arrowsShown = false;
   function drawArrows(d) {
@@ -437,6 +472,8 @@
     drawBlocks(state, d, own);
     drawFree(state);
     drawTables(state, d);
+    drawChanges(d);
+    reveal(d);
     drawArrows(d);
     scrub.value = String(i);
     body.setAttribute("data-step-index", String(i));
@@ -471,6 +508,12 @@
     if (b >= 0) describe(b); else if (pinned < 0) info.hidden = true; else describe(pinned);
   });
   document.addEventListener("click", (ev) => {
+    const link = ev.target.closest && ev.target.closest("[data-goto]");
+    if (link) { // a link in the "changed" strip: the block in view, its details pinned
+      const g = parseInt(link.getAttribute("data-goto"), 10);
+      blockEls[g].scrollIntoView({ block: "center", inline: "nearest" });
+      pinned = g; describe(g); return;
+    }
     const b = blockOf(ev.target);
     if (b >= 0) { pinned = pinned === b ? -1 : b; describe(b); }
   });
