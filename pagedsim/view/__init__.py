@@ -83,7 +83,7 @@ UI_ZH = {
     "Play": "播放",
     "Pause": "暂停",
     "speed": "速度",
-    "Projector": "投影",
+    "Projector": "演示",
     "free list, head first": "空闲链表，表头在前",
     "block tables (logical \u2192 physical)": "块表（逻辑 \u2192 物理）",
     "physical blocks": "物理块",
@@ -118,7 +118,11 @@ UI_ZH = {
     "hashed": "已哈希",
     "filled": "写入",
     "touched": "涉及",
-    "keys": "按键：\u2190 \u2192 Home End，空格 播放，P 投影",
+    "keys": "按键：\u2190 \u2192 Home End，空格 播放，P 演示，F 全屏",
+    "a sequence's colour": "序列的颜色",
+    "shared (ref count > 1)": "共享（引用计数 > 1）",
+    "cached (free, prefix cache)": "已缓存（空闲，前缀缓存）",
+    "free-list head": "空闲链表表头",
 }
 UI_KEYS = tuple(UI_ZH)
 
@@ -128,7 +132,12 @@ def _ui(lang: str) -> dict:
         return dict(UI_ZH)
     out = {k: k for k in UI_KEYS}
     out.update(
-        {"step": "step", "of": "/", "keys": "keys: \u2190 \u2192 Home End, Space play, P projector"}
+        {
+            "step": "step",
+            "of": "/",
+            "keys": "keys: \u2190 \u2192 Home End, Space play, P present, F full screen",
+            "Projector": "Present",
+        }
     )
     return out
 

@@ -107,9 +107,10 @@
   const story = el("section", { id: "story" });
   const marks = el("div", { id: "marks" });
   const captionEl = el("p", { id: "caption" });
+  const headline = el("p", { id: "headline" }); // presentation mode's caption: two lines at most
   const whyEl = el("p", { id: "why" });
   const changes = el("nav", { id: "changes", hidden: "" });
-  story.append(marks, captionEl, whyEl, changes);
+  story.append(marks, captionEl, headline, whyEl, changes);
   const main = el("main");
   const tablesPane = el("section", { id: "tables-pane" });
   const tablesEl = el("div", { id: "tables" });
@@ -124,7 +125,8 @@
   wrap.append(blocksEl, arrows);
   const freeHead = el("h2", { id: "free-head" });
   const freeEl = el("div", { id: "free-list" });
-  poolPane.append(blocksHead, wrap, freeHead, freeEl);
+  const legend = el("ul", { id: "legend" });
+  poolPane.append(blocksHead, wrap, freeHead, freeEl, legend);
   main.append(tablesPane, poolPane);
   const info = el("aside", { id: "info", hidden: "" });
   const keys = el("footer", { id: "keys" }, UI.keys);
@@ -467,6 +469,8 @@
     const d = STEPS[i], own = owners(state);
     stepText.textContent = "step " + d.n + " / " + LAST_N;
     captionEl.textContent = plain(d.c);
+    headline.textContent = short(plain(d.c));
+    headline.title = plain(d.c);
     whyEl.textContent = plain(d.w || "");
     drawMarks(d);
     drawBlocks(state, d, own);
@@ -479,7 +483,7 @@
     body.setAttribute("data-step-index", String(i));
     bPrev.disabled = i === 0; bNext.disabled = i === N - 1;
     if (pinned >= 0) describe(pinned);
-    try { history.replaceState(null, "", "#step=" + i); } catch (e) { /* a sandboxed frame */ }
+    try { history.replaceState(null, "", "#step=" + i + (presenting ? "&present" : "")); } catch (e) { /* a sandboxed frame */ }
   }
   body.setAttribute("data-steps", String(N));
 
@@ -518,6 +522,26 @@
     if (b >= 0) { pinned = pinned === b ? -1 : b; describe(b); }
   });
 
+  // ---- the legend: what each look means ------------------------------------------------------
+  function drawLegend() {
+    const items = [
+      ["owned", D.seqs.length ? UI["a sequence's colour"] : UI.owners],
+      ["shared", UI["shared (ref count > 1)"]],
+      ["free", UI.free],
+      ["cached", UI["cached (free, prefix cache)"]],
+      ["head", UI["free-list head"]],
+      ["touched", UI["changed this step"]],
+    ];
+    for (const [k, text] of items) {
+      const li = el("li", { "data-look": k });
+      li.append(el("span", { class: "swatch " + k }), document.createTextNode(text));
+      legend.append(li);
+    }
+    const badge = el("li", { "data-look": "badge" });
+    badge.append(el("span", { class: "swatch badge" }, "2"), document.createTextNode(UI["ref count"]));
+    legend.append(badge);
+  }
+
   // ---- controls ---------------------------------------------------------------------------
   let timer = null;
   function play(on) {
@@ -530,21 +554,76 @@
     bPlay.textContent = timer ? "\u23f8 " + UI.Pause : "\u25b6 " + UI.Play;
     bPlay.classList.toggle("on", !!timer);
   }
-  function projector() {
-    body.classList.toggle("projector"); bProj.classList.toggle("on");
-    if (!texts) { // a big pool's tiles get their fill bar and text, drawn now or when seen
+  // ---- presentation mode (P, or #step=N&present): sizes follow the screen -----------------
+  // One unit, --u, is 1% of the largest 16:9 box the window holds; text is sized in it. A pool
+  // that fits on screen gets the largest tiles that fill the pool pane; a big one scrolls.
+  let presenting = false;
+  function present(on) {
+    if (on === presenting) return;
+    presenting = on;
+    body.classList.toggle("projector", on); bProj.classList.toggle("on", on);
+    if (on && !texts) { // a big pool's tiles get their fill bar and text, drawn now or when seen
       texts = true;
       for (let b = 0; b < NB; b++) {
         blockEls[b].insertAdjacentHTML("beforeend", TEXTS);
         if (hidden[rowOf(b)]) stale[b] = 1; else drawLook(b);
       }
     }
-    arrowsShown = true; drawArrows(STEPS[cur]); // the blocks moved: draw the arrows again
+    fit();
+    if (cur >= 0) {
+      try { history.replaceState(null, "", "#step=" + cur + (on ? "&present" : "")); } catch (e) { /* sandboxed */ }
+      reveal(STEPS[cur]);
+    }
+  }
+  function fit() {
+    const root = document.documentElement.style;
+    if (!presenting) { root.removeProperty("--u"); root.removeProperty("--fit"); return; }
+    root.setProperty("--u", (Math.min(innerWidth, innerHeight * 16 / 9) / 100).toFixed(2) + "px");
+    if (!BIG) {
+      root.setProperty("--fit", "0px"); // measure the pane with the tiles out of the way
+      const cs = getComputedStyle(wrap), gap = 14;
+      const w = wrap.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight) - 16;
+      const h = wrap.clientHeight - parseFloat(cs.paddingTop) - parseFloat(cs.paddingBottom) - 16;
+      let best = 0;
+      for (let c = 1; c <= NB; c++) {
+        const r = Math.ceil(NB / c);
+        best = Math.max(best, Math.min((w - (c - 1) * gap) / c, (h - (r - 1) * gap) / r));
+      }
+      root.setProperty("--fit", Math.max(40, Math.floor(best - 2)) + "px");
+    }
+    arrowsShown = true; drawArrows(STEPS[cur] || {});
+  }
+  // A long list in a caption becomes a count, details on hover (the full caption is #caption
+  // and the headline's tooltip): "25 shared blocks (details on hover)".
+  const LONG = [
+    [/\bblocks ((?:\d+, ){5,}\d+)(?: \(counts? now [^)]*\))?/g, (m, list) => count(list) + " blocks"],
+    [/(?:block \d+ stays \(count \d+\)(?:, |$)){6,}/g, (m) => count(m) + " blocks stay"],
+    [/copy-on-write ((?:\d+ -> \d+, ){5,}\d+ -> \d+)/g, (m, list) => "copy-on-write of " + count(list) + " blocks"],
+    [/ \((counts now [^)]{60,})\)/g, () => ""],
+  ];
+  function count(list) { return list.split(", ").filter((x) => x.trim()).length; }
+  function short(t) {
+    let out = t;
+    for (const [re, to] of LONG) out = out.replace(re, to);
+    return out === t ? t : out + " (details on hover)";
+  }
+  // The chrome (title, controls, keys) hides while presenting and shows on a mouse move.
+  let chromeTimer = null;
+  document.addEventListener("mousemove", () => {
+    if (!presenting) return;
+    body.classList.add("chrome");
+    clearTimeout(chromeTimer);
+    chromeTimer = setTimeout(() => body.classList.remove("chrome"), 2500);
+  });
+  function fullScreen() {
+    const done = () => {};
+    if (document.fullscreenElement) document.exitFullscreen().then(done, done);
+    else if (document.documentElement.requestFullscreen) document.documentElement.requestFullscreen().then(done, done);
   }
   bPrev.addEventListener("click", () => go(cur - 1));
   bNext.addEventListener("click", () => go(cur + 1));
   bPlay.addEventListener("click", () => play(!timer));
-  bProj.addEventListener("click", projector);
+  bProj.addEventListener("click", () => present(!presenting));
   speed.addEventListener("change", () => { if (timer) play(true); });
   scrub.addEventListener("input", () => go(parseInt(scrub.value, 10)));
   document.addEventListener("keydown", (ev) => {
@@ -552,14 +631,20 @@
     const moves = { ArrowRight: cur + 1, ArrowLeft: cur - 1, Home: 0, End: N - 1 };
     if (ev.key in moves) { ev.preventDefault(); go(moves[ev.key]); }
     else if (ev.key === " ") { ev.preventDefault(); play(!timer); }
-    else if (ev.key === "p" || ev.key === "P") { ev.preventDefault(); projector(); }
+    else if (ev.key === "p" || ev.key === "P") { ev.preventDefault(); present(!presenting); }
+    else if (ev.key === "f" || ev.key === "F") { ev.preventDefault(); fullScreen(); }
   });
   function fromHash() {
     const m = /step=(\d+)/.exec(location.hash);
     return m ? parseInt(m[1], 10) : 0;
   }
-  window.addEventListener("hashchange", () => go(fromHash()));
-  window.addEventListener("resize", () => { arrowsShown = true; drawArrows(STEPS[cur]); });
+  window.addEventListener("hashchange", () => {
+    const i = fromHash(); // read before present() rewrites the hash
+    present(/(^#|&)present\b/.test(location.hash)); go(i);
+  });
+  window.addEventListener("resize", () => { fit(); arrowsShown = true; drawArrows(STEPS[cur]); });
   window.pagedsimViewer = { go: go, index: () => cur, count: () => N };
+  drawLegend();
+  present(/(^#|&)present\b/.test(location.hash));
   go(fromHash());
 })();

@@ -144,6 +144,8 @@ def test_projector_mode_makes_the_caption_at_least_28px_and_block_labels_at_leas
     shot = shots(tmp_path) / "tour-projector.png"
     loaded.page.screenshot(path=str(shot))
     check_not_blank(shot)
+    loaded.page.mouse.move(40, 40)  # the controls hide while presenting; a mouse move shows them
+    loaded.page.mouse.move(60, 60)
     loaded.page.click("#projector")
     assert not loaded.page.evaluate("document.body.classList.contains('projector')")
     loaded.check_clean()
