@@ -118,6 +118,9 @@ UI_ZH = {
     "hashed": "已哈希",
     "filled": "写入",
     "touched": "涉及",
+    "requests": "请求",
+    "running": "运行中",
+    "engine": "引擎记法",
     "keys": "按键：\u2190 \u2192 Home End，空格 播放，P 演示，F 全屏",
     "a sequence's colour": "序列的颜色",
     "shared (ref count > 1)": "共享（引用计数 > 1）",
@@ -184,6 +187,7 @@ def page_data(
     captions=None,
     labels=None,
     hashes=None,
+    story=None,
 ) -> dict:
     """Everything the page shows, as JSON-ready data (see `diffs.py` for a step's shape).
 
@@ -191,7 +195,9 @@ def page_data(
     "pre", ...)}, added to the OutOfBlocks marks the events already show; captions: each
     step's caption (default: the snapshot's own, in `lang`); labels / hashes: each step's
     text and prefix-cache hash per block (default: the snapshots' `block_labels` /
-    `block_hashes`, if they carry them)."""
+    `block_hashes`, if they carry them); story: {"details": each step's detail, shown on
+    hovering its caption (e.g. `generate`'s engine notation), "timeline": [[seq, first
+    scheduled, [preempted at, ...], finished or -1], ...] by step position} (`narrate.py`)."""
     if lang not in LANGS:
         raise ValueError(f"lang must be one of {', '.join(LANGS)}, got {lang!r}")
     snaps = _snapshots(trace_or_snapshots)
@@ -206,6 +212,15 @@ def page_data(
         if any(e.kind == "allocation_failed" for e in s.events) and "oob" not in marks.get(i, ()):
             marks.setdefault(i, []).append("oob")
     data = encode(snaps, captions, list(whys or ()), marks, labels, hashes)
+    story = story or {}
+    for step, detail in zip(data["steps"], story.get("details") or (), strict=False):
+        if detail:
+            step["dt"] = str(detail)
+    if story.get("timeline"):
+        data["timeline"] = [
+            [str(q), int(a), [int(x) for x in pre], int(end)]
+            for q, a, pre, end in story["timeline"]
+        ]
     bases: dict = {}
     data["colour"] = [
         bases.setdefault(n.split(":")[0] if _groups(data["seqs"]) else n, len(bases)) % len(PALETTE)
@@ -258,6 +273,7 @@ def to_html(
     captions=None,
     labels=None,
     hashes=None,
+    story=None,
 ) -> str:
     """One self-contained HTML page for the trace (a `Trace`, a list of `Snapshot`s, or a
     `trace_json.to_dict(trace)` dict). See the module docstring for what it shows and its DOM
@@ -272,6 +288,7 @@ def to_html(
         captions=captions,
         labels=labels,
         hashes=hashes,
+        story=story,
     )
     return (
         "<!DOCTYPE html>\n"

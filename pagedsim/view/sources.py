@@ -19,6 +19,7 @@ from typing import Any
 
 from ..app.captions import caption
 from ..app.trace_json import snapshot_to_dict
+from .narrate import narrate
 
 TOUR_VERSION = "fork + copy-on-write: vLLM v0 · free queue: vLLM v1"
 EVENTS_VERSION = "vLLM v1 KV cache events (BlockStored / BlockRemoved / AllBlocksCleared)"
@@ -108,6 +109,7 @@ def generate(engine, marks, lang: str = "en") -> dict:
     from ..engine.generate import step_frames
 
     frames = step_frames(engine, marks)
+    told = narrate(frames, engine.log)
     flags = {
         i: ["pre"]
         for i, rec in enumerate(engine.log)
@@ -120,6 +122,8 @@ def generate(engine, marks, lang: str = "en") -> dict:
         title="pagedsim generate: the blocks serving a model",
         marks=flags,
         labels=[getattr(f, "block_labels", ()) for f in frames],
+        captions=told.captions,
+        story={"details": told.details, "timeline": told.timeline},
     )
 
 
@@ -152,6 +156,8 @@ def saved(data: dict, lang: str = "en", title: str = "pagedsim trace") -> dict:
             'view.marks must map step positions to lists of "oob" / "pre" / "out" / "in"'
         )
     out["marks"] = {int(k): v for k, v in marks.items()}
+    if view.get("story") is not None:
+        out["story"] = _story(view["story"], len(snaps))
     for key in ("labels", "hashes"):
         per_step = view.get(key)
         if per_step is None:
@@ -166,6 +172,28 @@ def saved(data: dict, lang: str = "en", title: str = "pagedsim trace") -> dict:
             raise ValueError(f"view.{key} must be a list (one per step) of lists of text")
         out[key] = per_step
     return out
+
+
+def _story(story, steps: int) -> dict:
+    """view.story, checked: {"details": [text per step], "timeline": [[seq, first, [steps],
+    last], ...]} with every step position inside the trace."""
+    bad = ValueError(
+        'view.story must be {"details": [text, ...], "timeline": [[seq, step, [steps], step]]}'
+    )
+    if not isinstance(story, dict) or set(story) - {"details", "timeline"}:
+        raise bad
+    details, rows = story.get("details", []), story.get("timeline", [])
+    if not isinstance(details, list) or not all(isinstance(d, str) for d in details):
+        raise bad
+    if not isinstance(rows, list):
+        raise bad
+    for row in rows:
+        if not (isinstance(row, list) and len(row) == 4 and isinstance(row[2], list)):
+            raise bad
+        for x in [row[1], *row[2], row[3]]:
+            if isinstance(x, bool) or not isinstance(x, int) or not -1 <= x < steps:
+                raise bad
+    return {"details": details[:steps], "timeline": rows}
 
 
 def _text(view: dict, key: str, default: str) -> str:
@@ -186,6 +214,8 @@ def trace_out(page: dict) -> dict:
     for key in ("labels", "hashes"):
         if page.get(key):
             view[key] = [[str(x) for x in row] for row in page[key]]
+    if page.get("story"):
+        view["story"] = page["story"]
     snapshots = []
     for i, s in enumerate(snaps):
         d = snapshot_to_dict(s)

@@ -83,6 +83,9 @@
   function plain(t) {
     return String(t).replace(CONTROL, (c) => "<U+" + c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0") + ">");
   }
+  // Block text shows its whitespace (a space as "·", a newline as "↵") and may wrap after it.
+  const WS = { " ": "\u00b7", "\n": "\u21b5", "\t": "\u2192" };
+  function spaces(t) { return t.replace(/[ \n\t]/g, (c) => WS[c] + "\u200b"); }
   function esc(t) {
     return plain(t).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
   }
@@ -115,6 +118,8 @@
   const tablesPane = el("section", { id: "tables-pane" });
   const tablesEl = el("div", { id: "tables" });
   tablesPane.append(el("h2", {}, UI["block tables (logical \u2192 physical)"]), tablesEl);
+  const timeline = el("section", { id: "timeline", hidden: "" });
+  tablesPane.append(timeline);
   const poolPane = el("section", { id: "pool-pane" });
   const blocksHead = el("h2", {}, UI["physical blocks"] + " (B = " + BS + ")");
   const wrap = el("div", { id: "blocks-wrap" });
@@ -221,7 +226,7 @@
     if (!texts) return;
     const width = (100 * fill / BS) + "%";
     if (bar.firstChild.style.width !== width) bar.firstChild.style.width = width;
-    setText(txt, plain(label) || (ref ? fill + "/" + BS : (flags & 1 ? UI.cached : "")) + (hash && !label ? " " + hash : ""));
+    setText(txt, spaces(plain(label)) || (ref ? fill + "/" + BS : (flags & 1 ? UI.cached : "")) + (hash && !label ? " " + hash : ""));
   }
   function setText(e, t) { if (e.textContent !== t) e.textContent = t; }
   function drawBlocks(s, d, own) {
@@ -470,7 +475,9 @@
     stepText.textContent = "step " + d.n + " / " + LAST_N;
     captionEl.textContent = plain(d.c);
     headline.textContent = short(plain(d.c));
-    headline.title = plain(d.c);
+    headline.title = plain(d.c) + (d.dt ? "\n" + UI.engine + ": " + plain(d.dt) : "");
+    captionEl.title = d.dt ? UI.engine + ": " + plain(d.dt) : "";
+    drawNow();
     whyEl.textContent = plain(d.w || "");
     drawMarks(d);
     drawBlocks(state, d, own);
@@ -508,6 +515,11 @@
     return b >= 0 && b < NB && e !== info ? b : -1;
   }
   document.addEventListener("mouseover", (ev) => {
+    const d = STEPS[cur];
+    if (d && d.dt && ev.target.closest && ev.target.closest("#caption, #headline")) {
+      info.innerHTML = "<dl><dt>" + esc(UI.engine) + "</dt><dd>" + esc(d.dt) + "</dd></dl>";
+      info.removeAttribute("data-block"); info.hidden = false; return;
+    }
     const b = blockOf(ev.target);
     if (b >= 0) describe(b); else if (pinned < 0) info.hidden = true; else describe(pinned);
   });
@@ -521,6 +533,32 @@
     const b = blockOf(ev.target);
     if (b >= 0) { pinned = pinned === b ? -1 : b; describe(b); }
   });
+
+  // ---- the request timeline (generate): scheduled, preempted, finished, and the step shown ----
+  const tlNow = el("i", { class: "tl-now" });
+  function drawTimeline() {
+    if (!D.timeline || !D.timeline.length) return;
+    timeline.hidden = false;
+    timeline.append(el("h2", {}, UI.requests));
+    const at = (i) => (100 * i / Math.max(1, N - 1)).toFixed(2) + "%";
+    const rowsEl = el("div", { class: "tl-rows" });
+    for (const [q, first, pre, end] of D.timeline) {
+      const row = el("div", { class: "tl-row", "data-request": q });
+      const track = el("span", { class: "tl-track" });
+      const run = el("i", { class: "tl-run", title: q + ": " + UI.running });
+      run.style.left = at(first); run.style.width = "calc(" + at((end < 0 ? N - 1 : end) - first) + " + 2px)";
+      const k = D.seqs.indexOf(q);
+      if (k >= 0) run.style.background = colourOf(k);
+      track.append(el("i", { class: "tl-arrived", title: q + " arrived" }), run);
+      for (const p of pre) { const m = el("i", { class: "tl-pre", title: q + " " + UI.preempted + " @ " + STEPS[p].n }); m.style.left = at(p); track.append(m); }
+      if (end >= 0) { const m = el("i", { class: "tl-end", title: q + " finished @ " + STEPS[end].n }); m.style.left = at(end); track.append(m); }
+      row.append(el("span", { class: "tl-name" }, plain(q)), track);
+      rowsEl.append(row);
+    }
+    rowsEl.append(tlNow);
+    timeline.append(rowsEl);
+  }
+  function drawNow() { if (D.timeline) tlNow.style.left = "calc(5em + (100% - 5em) * " + (cur / Math.max(1, N - 1)).toFixed(4) + ")"; }
 
   // ---- the legend: what each look means ------------------------------------------------------
   function drawLegend() {
@@ -645,6 +683,7 @@
   window.addEventListener("resize", () => { fit(); arrowsShown = true; drawArrows(STEPS[cur]); });
   window.pagedsimViewer = { go: go, index: () => cur, count: () => N };
   drawLegend();
+  drawTimeline();
   present(/(^#|&)present\b/.test(location.hash));
   go(fromHash());
 })();
