@@ -421,11 +421,24 @@
       changes.append(g);
     }
   }
-  function reveal(d) { // the last changed tile and cell, then the first: both in view if they fit
+  // A small page: the last changed tile and cell, then the first, so both are in view if they
+  // fit. A big pool scrolls only when the first changed row is off screen (the row observer
+  // knows without a layout), and in the next frame, so the layout it needs is the frame's own.
+  let revealing = 0;
+  function reveal(d) {
     const e = d.e || [];
     const near = { block: "nearest", inline: "nearest" };
-    if (e.length) { blockEls[e[e.length - 1]].scrollIntoView(near); blockEls[e[0]].scrollIntoView(near); }
-    if (lit.length) { lit[lit.length - 1].scrollIntoView(near); lit[0].scrollIntoView(near); }
+    if (!BIG) {
+      if (e.length) { blockEls[e[e.length - 1]].scrollIntoView(near); blockEls[e[0]].scrollIntoView(near); }
+      if (lit.length) { lit[lit.length - 1].scrollIntoView(near); lit[0].scrollIntoView(near); }
+      return;
+    }
+    cancelAnimationFrame(revealing);
+    const tile = e.length && hidden[rowOf(e[0])] ? blockEls[e[0]] : null, cell = lit[0];
+    revealing = requestAnimationFrame(() => {
+      if (tile) tile.scrollIntoView({ block: "center", inline: "nearest" });
+      if (cell) cell.scrollIntoView(near);
+    });
   }
   let arrowsShown = false;
   function drawArrows(d) {
