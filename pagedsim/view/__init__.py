@@ -119,6 +119,7 @@ UI_ZH = {
     "filled": "写入",
     "touched": "涉及",
     "requests": "请求",
+    "host memory (swapped out)": "主机内存（已换出）",
     "running": "运行中",
     "engine": "引擎记法",
     "keys": "按键：\u2190 \u2192 Home End，空格 播放，P 演示，F 全屏",
@@ -197,7 +198,8 @@ def page_data(
     text and prefix-cache hash per block (default: the snapshots' `block_labels` /
     `block_hashes`, if they carry them); story: {"details": each step's detail, shown on
     hovering its caption (e.g. `generate`'s engine notation), "timeline": [[seq, first
-    scheduled, [preempted at, ...], finished or -1], ...] by step position} (`narrate.py`)."""
+    scheduled, [preempted at, ...], finished or -1], ...] by step position (`narrate.py`),
+    "host": each step's swapped-out sequences, [[seq, blocks], ...]}."""
     if lang not in LANGS:
         raise ValueError(f"lang must be one of {', '.join(LANGS)}, got {lang!r}")
     snaps = _snapshots(trace_or_snapshots)
@@ -216,6 +218,8 @@ def page_data(
     for step, detail in zip(data["steps"], story.get("details") or (), strict=False):
         if detail:
             step["dt"] = str(detail)
+    if any(story.get("host") or ()):
+        data["host"] = [[[str(q), int(n)] for q, n in row] for row in story["host"]]
     if story.get("timeline"):
         data["timeline"] = [
             [str(q), int(a), [int(x) for x in pre], int(end)]

@@ -83,15 +83,39 @@ def _hashes(session) -> list | None:
     return out
 
 
+def _host(snaps: list, marks: dict) -> list:
+    """What the host holds after each timeline step under swap preemption: [[seq, blocks],
+    ...], from the steps marked "out" (the sequence the step freed, with its table's length)
+    and "in" (the sequence the step added back)."""
+    held: dict = {}
+    out = []
+    for pos, snap in enumerate(snaps):
+        kinds = marks.get(pos, ())
+        if "out" in kinds and pos > 0:
+            sizes = {s.seq_id: len(s.blocks) for s in snaps[pos - 1].sequences}
+            for e in snap.events:
+                if e.kind == "sequence_freed":
+                    held[e.seq_id] = sizes.get(e.seq_id, 0)
+        if "in" in kinds:
+            for e in snap.events:
+                if e.kind == "sequence_added":
+                    held.pop(e.seq_id, None)
+        out.append([[str(q), n] for q, n in held.items()])
+    return out
+
+
 def play(session, lang: str = "en", title: str = "pagedsim play") -> dict:
     snaps = session.timeline(lang)
+    marks = _preemption_marks(session)
+    host = _host(snaps, marks)
     return dict(
         trace_or_snapshots=snaps,
         lang=lang,
         title=title,
         version=version_of(session.options),
-        marks=_preemption_marks(session),
+        marks=marks,
         hashes=_hashes(session),
+        **({"story": {"host": host}} if any(host) else {}),
     )
 
 
@@ -180,7 +204,7 @@ def _story(story, steps: int) -> dict:
     bad = ValueError(
         'view.story must be {"details": [text, ...], "timeline": [[seq, step, [steps], step]]}'
     )
-    if not isinstance(story, dict) or set(story) - {"details", "timeline"}:
+    if not isinstance(story, dict) or set(story) - {"details", "timeline", "host"}:
         raise bad
     details, rows = story.get("details", []), story.get("timeline", [])
     if not isinstance(details, list) or not all(isinstance(d, str) for d in details):
@@ -193,7 +217,21 @@ def _story(story, steps: int) -> dict:
         for x in [row[1], *row[2], row[3]]:
             if isinstance(x, bool) or not isinstance(x, int) or not -1 <= x < steps:
                 raise bad
-    return {"details": details[:steps], "timeline": rows}
+    host = story.get("host", [])
+    if not isinstance(host, list) or not all(
+        isinstance(row, list)
+        and all(
+            isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) and _whole(x[1])
+            for x in row
+        )
+        for row in host
+    ):
+        raise bad
+    return {"details": details[:steps], "timeline": rows, "host": host[:steps]}
+
+
+def _whole(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1 << 20
 
 
 def _text(view: dict, key: str, default: str) -> str:

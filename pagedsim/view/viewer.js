@@ -131,7 +131,9 @@
   const freeHead = el("h2", { id: "free-head" });
   const freeEl = el("div", { id: "free-list" });
   const legend = el("ul", { id: "legend" });
-  poolPane.append(blocksHead, wrap, freeHead, freeEl, legend);
+  const hostEl = el("section", { id: "host", hidden: "" });
+  poolPane.append(blocksHead, wrap, freeHead, freeEl, hostEl);
+  tablesPane.append(legend); // the left column has room to spare: the tiles keep theirs
   main.append(tablesPane, poolPane);
   const info = el("aside", { id: "info", hidden: "" });
   const keys = el("footer", { id: "keys" }, UI.keys);
@@ -181,7 +183,7 @@
   // tiles that look alike share one computed style (the browser caches it).
   const owned = el("style");
   owned.textContent = D.palette.map((c, k) =>
-    ".block.o" + k + " { background: " + c + "; color: " + INK[k] + "; }").join("\n");
+    ".block.o" + k + ", .hb.o" + k + " { background: " + c + "; color: " + INK[k] + "; }").join("\n");
   document.head.append(owned);
   function owners(s) {
     const out = new Map();
@@ -497,6 +499,7 @@
     drawFree(state);
     drawTables(state, d);
     drawChanges(d);
+    drawHost(i);
     reveal(d);
     drawArrows(d);
     scrub.value = String(i);
@@ -546,6 +549,29 @@
     const b = blockOf(ev.target);
     if (b >= 0) { pinned = pinned === b ? -1 : b; describe(b); }
   });
+
+  // ---- the host pane (swap preemption): each swapped-out sequence's blocks, in its colour ----
+  let hostShown = null;
+  function drawHost(i) {
+    if (!D.host) return;
+    const row = D.host[i] || [], key = JSON.stringify(row);
+    if (key === hostShown) return;
+    hostShown = key;
+    hostEl.textContent = "";
+    hostEl.hidden = false;
+    hostEl.append(el("h2", {}, UI["host memory (swapped out)"]));
+    const list = el("div", { class: "host-blocks" });
+    for (const [q, n] of row) {
+      const k = D.seqs.indexOf(q);
+      for (let j = 0; j < n; j++) {
+        const t = el("span", { class: "hb" + (k >= 0 ? " o" + D.colour[k] : ""), "data-host-seq": q }, plain(q) + ":" + j);
+        list.append(t);
+      }
+    }
+    if (!row.length) list.append(el("span", { class: "empty-host" }, "\u2013"));
+    hostEl.append(list);
+    if (presenting) fit(); // the pane took or gave back room: the tiles are fitted again
+  }
 
   // ---- the request timeline (generate): scheduled, preempted, finished, and the step shown ----
   const tlNow = el("i", { class: "tl-now" });
