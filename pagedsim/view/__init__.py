@@ -14,11 +14,22 @@ physical (both KV cache groups, side by side, for a hybrid trace); the step's ca
 and its "why" line; what the step changed, outlined; copy-on-write arrows (src -> dst);
 OutOfBlocks and preemption marked; which vLLM version (v0 or v1) the mechanism follows.
 
+Every step outlines what it changed (each block whose ref count, fill, cache flag, text or
+hash differs, the free-list entries and the table cells it wrote), names it in a "changed"
+strip (allocated, hit, shared, copied, freed, evicted, hashed, filled, swapped out / in;
+each block a link), and scrolls the panes so the change is in view (in a wide window the
+tables and the pool scroll on their own). A swap page has a host pane; a `generate` page
+has plain captions (`narrate.py`), its engine notation on hover, and a request timeline.
+
 Controls: Prev/Next buttons and ArrowLeft/ArrowRight, Home/End, a scrubber, Play/Pause
-(Space) with a speed menu, P (or the button) for projector mode (at 1920x1080 the
-caption is >= 28 px and block labels >= 20 px). Hover or click a block to see its id,
-ref count, owners, fill, hash, text and the step that last changed it. The step index
-lives in the URL hash (`page.html#step=4`), so a link opens at that step.
+(Space) with a speed menu, P (or the button) for presentation mode, F for full screen.
+Presentation mode sizes everything in 1% of the largest 16:9 box the window holds (at
+1920x1080 the caption is 34 px and block labels >= 20 px) and fits a small pool's tiles
+to the pool pane; the controls hide until the mouse moves, a legend stays, the caption
+is at most two lines (a long block list counted, the full caption on hover). Hover or
+click a block to see its id, ref count, owners, fill, hash, text and the step that last
+changed it. The step index lives in the URL hash (`page.html#step=4`, `#step=4&present`
+in presentation mode), so a link opens at that step, in that mode.
 
 DOM contract (tests and other tools read the state back from these; kept stable):
 
@@ -26,15 +37,20 @@ DOM contract (tests and other tools read the state back from these; kept stable)
     #caption     the step's caption (text only)
     #why         the step's "why" line (may be empty)
     #blocks      every physical block as an element with data-block="<id>" and
-                 data-ref="<ref count>" (0 when free); also data-fill="<tokens>"
+                 data-ref="<ref count>" (0 when free); also data-fill="<tokens>";
+                 class "touched" on each block the step changed (so a cell in #tables)
     #free-list   the free blocks, head first, each an element with data-block="<id>"
     #tables      one element per live sequence, data-seq="<id>", in admission order (a
                  hybrid trace: group by group, "A:full" ... then "A:window" ...); its
                  children with data-block are its physical blocks in logical order
                  (data-block="-1": a logical block a sliding window dropped)
     #version     the vLLM version label
+    #changes     the step's changes: [data-kind] groups of [data-goto="<block>"] links
+    #headline    presentation mode's caption (two lines at most; its title the full one)
+    #legend      what each look means; #host the host's blocks ([data-host-seq]) under swap
+    #timeline    `generate`'s request timeline, a row per sequence ([data-request])
     body         data-step-index="<i>" (0-based position in the trace) and
-                 data-steps="<count>"; class "projector" in projector mode
+                 data-steps="<count>"; class "projector" in presentation mode
     window.pagedsimViewer   {go(i), index(), count()} for tools that drive the page
 
 Any text is safe: every string from a trace (captions, sequence ids, block text, hashes,
