@@ -215,7 +215,8 @@ def page_data(
     `block_hashes`, if they carry them); story: {"details": each step's detail, shown on
     hovering its caption (e.g. `generate`'s engine notation), "timeline": [[seq, first
     scheduled, [preempted at, ...], finished or -1], ...] by step position (`narrate.py`),
-    "host": each step's swapped-out sequences, [[seq, blocks], ...]}."""
+    "host": each step's swapped-out sequences, [[seq, blocks], ...], "kernel":
+    `kernel_view.kernel_story(...)`}."""
     if lang not in LANGS:
         raise ValueError(f"lang must be one of {', '.join(LANGS)}, got {lang!r}")
     snaps = _snapshots(trace_or_snapshots)
@@ -234,6 +235,15 @@ def page_data(
     for step, detail in zip(data["steps"], story.get("details") or (), strict=False):
         if detail:
             step["dt"] = str(detail)
+    if story.get("kernel"):  # kernel_view.kernel_story: plain numbers, made JSON-safe here
+        k = story["kernel"]
+        data["kernel"] = {
+            "part": [int(x) for x in k["part"]],
+            "slots": int(k["slots"]),
+            "shape": [int(x) for x in k["shape"]],
+            "bytesPerToken": int(k["bytes_per_token"]),
+            "maxTokens": {str(q): int(n) for q, n in k["max_tokens"].items()},
+        }
     if any(story.get("host") or ()):
         data["host"] = [[[str(q), int(n)] for q, n in row] for row in story["host"]]
     if story.get("timeline"):

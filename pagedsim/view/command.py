@@ -33,6 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--lang", choices=LANGS, default=None, help="captions in en or zh (default: the locale)"
     )
+    p.add_argument(
+        "--kernel",
+        action="store_true",
+        help="add the kernel's view (cuda_kernels' split-K plan, bytes read, contiguous waste)",
+    )
     args = p.parse_args(argv)
     if not args.trace.is_file():
         p.error(f"no such trace: {args.trace}")
@@ -47,6 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     page = sources.saved(data, detect(args.lang), title=f"pagedsim view {args.trace.name}")
     if args.title:
         page["title"] = args.title
+    if args.kernel:
+        from .kernel_view import kernel_story
+
+        page["story"] = {
+            **page.get("story", {}),
+            "kernel": kernel_story(page["trace_or_snapshots"]),
+        }
     written = write_html(args.html, **page)
     size = args.html.stat().st_size
     print(

@@ -119,7 +119,8 @@
   const tablesEl = el("div", { id: "tables" });
   tablesPane.append(el("h2", {}, UI["block tables (logical \u2192 physical)"]), tablesEl);
   const timeline = el("section", { id: "timeline", hidden: "" });
-  tablesPane.append(timeline);
+  const kernelEl = el("section", { id: "kernel", hidden: "" });
+  tablesPane.append(timeline, kernelEl);
   const poolPane = el("section", { id: "pool-pane" });
   const blocksHead = el("h2", {}, UI["physical blocks"] + " (B = " + BS + ")");
   const wrap = el("div", { id: "blocks-wrap" });
@@ -500,6 +501,7 @@
     drawTables(state, d);
     drawChanges(d);
     drawHost(i);
+    drawKernel();
     reveal(d);
     drawArrows(d);
     scrub.value = String(i);
@@ -572,6 +574,59 @@
     hostEl.append(list);
     if (presenting) fit(); // the pane took or gave back room: the tiles are fitted again
   }
+
+  // ---- the kernel's view (D.kernel): how paged attention reads the chosen sequence's blocks --
+  // Click a sequence's name in the tables to choose it. Partition size from cuda_kernels'
+  // choose_partition at build time; the ranges, bytes and waste follow from the state.
+  let kernelSeq = null;
+  function line(parent, text) { parent.append(el("p", {}, text)); }
+  function drawKernel() {
+    if (!D.kernel) return;
+    const K = D.kernel, s = state, part = K.part[cur] || 0;
+    kernelEl.hidden = false; kernelEl.textContent = "";
+    kernelEl.append(el("h2", {}, "kernel's view (paged attention, decode)"));
+    if (kernelSeq === null || !s.tables.has(kernelSeq)) kernelSeq = s.order.length ? s.order[0] : null;
+    if (kernelSeq === null) { line(kernelEl, UI["(no sequences)"]); return; }
+    const t = s.tables.get(kernelSeq), name = plain(D.seqs[kernelSeq]), n = t.n;
+    const read = t.blocks.filter((b) => b >= 0);
+    kernelEl.setAttribute("data-seq", D.seqs[kernelSeq]);
+    line(kernelEl, "query of " + name + " (token " + (n - 1) + ") \u2192 block table [" +
+      t.blocks.map((b, j) => j + "\u2192" + b).join(", ") + "] \u2192 reads blocks " + read.join(", ") + ", in this order");
+    const plan = el("ol", { class: "kplan" });
+    for (let p = 0, lo = 0; lo < n; p++, lo += part) {
+      const hi = Math.min(n, lo + part) - 1;
+      const blocks = t.blocks.slice(Math.floor(lo / BS), Math.floor(hi / BS) + 1);
+      plan.append(el("li", { "data-partition": String(p), "data-tokens": lo + "-" + hi },
+        "CTA " + p + " (split-K partition " + p + "): tokens " + lo + "\u2013" + hi + " \u2192 blocks " + blocks.join(", ")));
+      if (part <= 0) break;
+    }
+    line(kernelEl, "cuda_kernels.attention.choose_partition: " + part + " tokens per partition over " + K.slots +
+      " CTA slots (" + K.shape[0] + " KV head(s), head_dim " + K.shape[1] + ")");
+    kernelEl.append(plan);
+    const full = BS * K.bytesPerToken, last = n - (t.blocks.length - 1) * BS;
+    line(kernelEl, "bytes per block: " + full + " (" + BS + " tokens \u00d7 " + K.bytesPerToken +
+      " B of K and V); last block " + t.blocks[t.blocks.length - 1] + " holds " + last + " of " + BS +
+      " tokens: the read stops at byte " + last * K.bytesPerToken + " of " + full);
+    let reserved = 0, used = 0;
+    const held = new Set();
+    for (const q of s.order) {
+      reserved += K.maxTokens[D.seqs[q]] || 0; used += s.tables.get(q).n;
+      for (const b of s.tables.get(q).blocks) if (b >= 0) held.add(b);
+    }
+    let stored = 0; // tokens in the blocks held: a shared block's tokens are stored once
+    for (const b of held) stored += s.fill[b];
+    const slack = held.size * BS - stored;
+    const pct = (x, of) => (of ? (100 * x / of).toFixed(0) : "0") + "%";
+    line(kernelEl, "contiguous (each sequence reserved at its longest length): " + reserved + " token slots reserved, " +
+      used + " used, " + (reserved - used) + " wasted (" + pct(reserved - used, reserved) + "); paged: " +
+      held.size * BS + " slots in " + held.size + " blocks hold " + stored + " tokens (a shared block once), " + Math.max(0, slack) + " unfilled (" + pct(Math.max(0, slack), held.size * BS) + ")");
+  }
+  document.addEventListener("click", (ev) => {
+    const row = D.kernel && ev.target.closest && ev.target.closest("#tables [data-seq] .seq");
+    if (!row) return;
+    const q = D.seqs.indexOf(row.parentNode.getAttribute("data-seq"));
+    if (q >= 0) { kernelSeq = q; drawKernel(); }
+  });
 
   // ---- the request timeline (generate): scheduled, preempted, finished, and the step shown ----
   const tlNow = el("i", { class: "tl-now" });
