@@ -438,6 +438,10 @@
     }
     cancelAnimationFrame(revealing);
     const tile = e.length && hidden[rowOf(e[0])] ? blockEls[e[0]] : null, cell = lit[0];
+    if (tile) { // the rows it brings into view are drawn now, not in a second pass when seen
+      const r = rowOf(e[0]);
+      for (let b = Math.max(0, r - 16) * ROW; b < Math.min(NB, (r + 17) * ROW); b++) if (stale[b]) drawLook(b);
+    }
     revealing = requestAnimationFrame(() => {
       if (tile) tile.scrollIntoView({ block: "center", inline: "nearest" });
       if (cell) cell.scrollIntoView(near);
@@ -486,13 +490,14 @@
   function go(i) {
     i = Math.max(0, Math.min(N - 1, i | 0));
     if (i === cur && state) return;
+    const was = cur;
     state = stateAt(i); cur = i;
     const d = STEPS[i], own = owners(state);
     stepText.textContent = "step " + d.n + " / " + LAST_N;
     captionEl.textContent = plain(d.c);
     headline.textContent = short(plain(d.c));
     headline.title = plain(d.c) + (d.dt ? "\n" + UI.engine + ": " + plain(d.dt) : "");
-    captionEl.title = d.dt ? UI.engine + ": " + plain(d.dt) : "";
+    captionEl.title = plain(d.c) + (d.dt ? "\n" + UI.engine + ": " + plain(d.dt) : "");
     drawNow();
     whyEl.textContent = plain(d.w || "");
     drawMarks(d);
@@ -502,7 +507,7 @@
     drawChanges(d);
     drawHost(i);
     drawKernel();
-    reveal(d);
+    if (!BIG || Math.abs(i - was) === 1) reveal(d); // a big pool's jump: the strip links the change
     drawArrows(d);
     scrub.value = String(i);
     body.setAttribute("data-step-index", String(i));
