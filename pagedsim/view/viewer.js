@@ -213,7 +213,8 @@
   const shLabel = new Array(NB).fill(""), shHash = new Array(NB).fill("");
   const shBg = new Array(NB).fill(""); // the inline background of a tile with several owners
   const rowOf = (b) => (b / ROW) | 0;
-  const hidden = new Uint8Array(Math.ceil(NB / ROW)), stale = new Uint8Array(NB);
+  // a big pool's rows count as hidden until the observer first reports them
+  const hidden = new Uint8Array(Math.ceil(NB / ROW)).fill(BIG ? 1 : 0), stale = new Uint8Array(NB);
   const touchedAt = new Int32Array(NB).fill(-1); // the step index whose events named the block
   function drawLook(b) {
     stale[b] = 0;
@@ -486,7 +487,7 @@
     story.classList.toggle("failed", x.includes("oob"));
   }
 
-  let pinned = -1;
+  let pinned = -1, linked = false;
   function go(i) {
     i = Math.max(0, Math.min(N - 1, i | 0));
     if (i === cur && state) return;
@@ -507,7 +508,10 @@
     drawChanges(d);
     drawHost(i);
     drawKernel();
-    if (!BIG || Math.abs(i - was) === 1) reveal(d); // a big pool's jump: the strip links the change
+    // a big pool reveals on a single step and on a link (#step=N); a scrub or jump lists the
+    // change in the strip instead, one click away (scrolling far costs a frame of new rows)
+    if (!BIG || Math.abs(i - was) === 1 || linked) reveal(d);
+    linked = false;
     drawArrows(d);
     scrub.value = String(i);
     body.setAttribute("data-step-index", String(i));
@@ -777,12 +781,13 @@
   }
   window.addEventListener("hashchange", () => {
     const i = fromHash(); // read before present() rewrites the hash
-    present(/(^#|&)present\b/.test(location.hash)); go(i);
+    present(/(^#|&)present\b/.test(location.hash)); linked = true; go(i);
   });
   window.addEventListener("resize", () => { fit(); arrowsShown = true; drawArrows(STEPS[cur]); });
   window.pagedsimViewer = { go: go, index: () => cur, count: () => N };
   drawLegend();
   drawTimeline();
   present(/(^#|&)present\b/.test(location.hash));
+  linked = true;
   go(fromHash());
 })();
