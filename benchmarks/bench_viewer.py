@@ -22,13 +22,17 @@ figures of that run, so compare those from runs without it.
     python benchmarks/bench_viewer.py [--steps 2000] [--blocks 4096] [--json]
     python benchmarks/bench_viewer.py --page a.html --page b.html    (side by side)
     python benchmarks/bench_viewer.py --page a.html --page b.html --cpu
+    python benchmarks/bench_viewer.py --page a.html --page b.html --busy --samples 20
 """
 
 from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
 import json
+import multiprocessing
+import os
 import random
 import shutil
 import statistics
@@ -157,6 +161,32 @@ def cpu_times(trace: Path, counts: dict) -> dict:
     return out
 
 
+def _spin(stop) -> None:  # a busy process: what a loaded teaching machine runs beside the page
+    while not stop.is_set():
+        sum(range(10_000))
+
+
+@contextlib.contextmanager
+def busy(on: bool):
+    """With `on`: one busy process per core for the duration (the issue's "machine under
+    load"); each is ended when the block ends."""
+    if not on:
+        yield
+        return
+    stop = multiprocessing.Event()
+    spinners = [
+        multiprocessing.Process(target=_spin, args=(stop,)) for _ in range(os.cpu_count() or 1)
+    ]
+    for proc in spinners:
+        proc.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for proc in spinners:
+            proc.join(5)
+
+
 def browser_times(pages: list[Path], samples: int, seed: int = 1, cpu: bool = False) -> list[dict]:
     """Each page's load time and step-change times, the pages timed in turn in one browser;
     `cpu`: the run is traced and `cpu_times` added."""
@@ -186,6 +216,7 @@ def browser_times(pages: list[Path], samples: int, seed: int = 1, cpu: bool = Fa
             summary.update(load_s=round(load, 3), steps=n)
             for kind, values in timing.items():
                 summary[f"{kind}_ms_median"] = round(statistics.median(values), 2)
+                summary[f"{kind}_ms_p95"] = round(sorted(values)[int(0.95 * (len(values) - 1))], 2)
                 summary[f"{kind}_ms_max"] = round(max(values), 2)
             if cpu:
                 summary.update(cpu_times(trace, {k: len(v) for k, v in timing.items()}))
@@ -214,13 +245,19 @@ def main(argv=None) -> int:
         action="store_true",
         help="also trace the run: the renderer's CPU time per step change and per frame after it",
     )
+    p.add_argument(
+        "--busy",
+        action="store_true",
+        help="time with one busy process per core beside the browser (keep --samples small)",
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     if args.page:
         missing = [str(x) for x in args.page if not x.is_file()]
         if missing:
             p.error(f"no such page: {', '.join(missing)}")
-        results = browser_times(args.page, args.samples, cpu=args.cpu)
+        with busy(args.busy):
+            results = browser_times(args.page, args.samples, cpu=args.cpu)
     else:
         t0 = time.perf_counter()
         session, script = scenario(args.steps, args.blocks, args.block_size)
@@ -232,7 +269,8 @@ def main(argv=None) -> int:
         write = time.perf_counter() - t0
         out = args.html or Path(tempfile.mkdtemp()) / "long.html"
         out.write_text(html, encoding="utf-8")
-        results = browser_times([out], args.samples, cpu=args.cpu)
+        with busy(args.busy):
+            results = browser_times([out], args.samples, cpu=args.cpu)
         results[0].update(
             steps=args.steps,
             blocks=args.blocks,

@@ -25,12 +25,13 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass, field
 
+from ..captions_en import EN
 from ..errors import BlockError, OutOfBlocks, SequenceError
 from ..manager import KVCacheManager
 from ..policies.hybrid import HybridManager
 from ..policies.preemption import PREEMPTION, PREEMPTION_POLICIES
 from ..policies.prefix_cache import PrefixCachingManager
-from .captions import caption
+from .captions import ZH, caption
 from .lang import t
 
 POLICIES = ("none",) + PREEMPTION_POLICIES  # none: a short pool fails the step
@@ -142,6 +143,25 @@ NOTES_ZH = {
 }
 
 
+PREEMPTING = (
+    "swapped seq {seq} out to the host ({n} blocks)",
+    "preempted seq {seq}: {n} tokens to recompute",
+)
+
+
+def _preempted(said: str, m: Moment, lang: str) -> str:
+    """`said` with "seq X finishes" told as "seq X is preempted" for each X that the moment
+    preempted (the manager freed it, so the step's story calls it a finish)."""
+    for note in m.notes:
+        if getattr(note, "template", None) in PREEMPTING:
+            seq = note.fields["seq"]
+            table = ZH if lang == "zh" else EN
+            was = table["finish"].format(seq_id=seq)
+            now = f"序列 {seq} 被抢占" if lang == "zh" else f"seq {seq} is preempted"
+            said = said.replace(was, now)
+    return said
+
+
 class Note(str):
     """A note, in English as a str, that keeps its template and fields for `said(lang)`."""
 
@@ -208,9 +228,10 @@ class Session:
         return self._captioned(m, m.snapshot, lang)
 
     def _captioned(self, m: Moment, i: int, lang: str):
-        """Snapshot i, made by moment m: the command, its notes and the step's caption."""
+        """Snapshot i, made by moment m: the command, its notes and the step's caption (a
+        sequence that m preempted "is preempted" there: it does not finish)."""
         snap = self.snapshots[i]
-        said = caption(snap, lang)
+        said = _preempted(caption(snap, lang), m, lang)
         if i < m.snapshot:  # a step the command's preemption made on the way
             return snap.with_caption(
                 t("`{command}` (preemption): {said}", lang, NOTES_ZH, command=m.command, said=said)

@@ -118,9 +118,13 @@ def validate(d: dict) -> None:
         raise ValueError(f"{where}: every event must be an object")
     if not isinstance(d.get("caption", ""), str):
         raise ValueError(f"{where}: caption must be text")
+    if not isinstance(d.get("custom_caption", ""), (str, type(None))):
+        raise ValueError(f"{where}: custom_caption must be text or null")
     for s in d.get("sequences", ()):
         if not isinstance(s, dict):
             raise ValueError(f"{where}: a sequence must be an object, got {s!r}"[:200])
+        if isinstance(s.get("seq_id"), bool) or not isinstance(s.get("seq_id"), (str, int)):
+            raise ValueError(f"{where}: a seq_id must be text or a whole number"[:200])
         _blocks(s.get("blocks", ()), f"{where}: table of {s.get('seq_id')!r}", n)
         _whole(s.get("num_tokens"), f"{where}: num_tokens of {s.get('seq_id')!r}", 0)
     for pair in d.get("pending_copies", ()):

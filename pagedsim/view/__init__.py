@@ -14,11 +14,22 @@ physical (both KV cache groups, side by side, for a hybrid trace); the step's ca
 and its "why" line; what the step changed, outlined; copy-on-write arrows (src -> dst);
 OutOfBlocks and preemption marked; which vLLM version (v0 or v1) the mechanism follows.
 
+Every step outlines what it changed (each block whose ref count, fill, cache flag, text or
+hash differs, the free-list entries and the table cells it wrote), names it in a "changed"
+strip (allocated, hit, shared, copied, freed, evicted, hashed, filled, swapped out / in;
+each block a link), and scrolls the panes so the change is in view (in a wide window the
+tables and the pool scroll on their own). A swap page has a host pane; a `generate` page
+has plain captions (`narrate.py`), its engine notation on hover, and a request timeline.
+
 Controls: Prev/Next buttons and ArrowLeft/ArrowRight, Home/End, a scrubber, Play/Pause
-(Space) with a speed menu, P (or the button) for projector mode (at 1920x1080 the
-caption is >= 28 px and block labels >= 20 px). Hover or click a block to see its id,
-ref count, owners, fill, hash, text and the step that last changed it. The step index
-lives in the URL hash (`page.html#step=4`), so a link opens at that step.
+(Space) with a speed menu, P (or the button) for presentation mode, F for full screen.
+Presentation mode sizes everything in 1% of the largest 16:9 box the window holds (at
+1920x1080 the caption is 34 px and block labels >= 20 px) and fits a small pool's tiles
+to the pool pane; the controls hide until the mouse moves, a legend stays, the caption
+is at most two lines (a long block list counted, the full caption on hover). Hover or
+click a block to see its id, ref count, owners, fill, hash, text and the step that last
+changed it. The step index lives in the URL hash (`page.html#step=4`, `#step=4&present`
+in presentation mode), so a link opens at that step, in that mode.
 
 DOM contract (tests and other tools read the state back from these; kept stable):
 
@@ -26,16 +37,28 @@ DOM contract (tests and other tools read the state back from these; kept stable)
     #caption     the step's caption (text only)
     #why         the step's "why" line (may be empty)
     #blocks      every physical block as an element with data-block="<id>" and
-                 data-ref="<ref count>" (0 when free); also data-fill="<tokens>"
+                 data-ref="<ref count>" (0 when free); also data-fill="<tokens>";
+                 class "touched" on each block the step changed (so a cell in #tables)
     #free-list   the free blocks, head first, each an element with data-block="<id>"
     #tables      one element per live sequence, data-seq="<id>", in admission order (a
                  hybrid trace: group by group, "A:full" ... then "A:window" ...); its
                  children with data-block are its physical blocks in logical order
                  (data-block="-1": a logical block a sliding window dropped)
     #version     the vLLM version label
+    #changes     the step's changes: [data-kind] groups of [data-goto="<block>"] links
+    #headline    presentation mode's caption (two lines at most; its title the full one)
+    #legend      what each look means; #host the host's blocks ([data-host-seq]) under swap
+    #timeline    `generate`'s request timeline, a row per sequence ([data-request])
     body         data-step-index="<i>" (0-based position in the trace) and
-                 data-steps="<count>"; class "projector" in projector mode
+                 data-steps="<count>"; class "projector" in presentation mode
     window.pagedsimViewer   {go(i), index(), count()} for tools that drive the page
+
+Any text is safe: every string from a trace (captions, sequence ids, block text, hashes,
+title) travels as JSON with "<", ">", "&", U+2028/U+2029 and lone surrogates written as
+\\uXXXX escapes, so nothing in it can end the data's <script> element, and the page puts it
+on screen as text only (never as HTML), with bidi overrides and other invisible controls
+shown as "<U+202E>". A page's size is the trace's differences plus the viewer (about 40 kB):
+each text is stored once, and escaping at most multiplies a text's length by 6.
 
 Reference: the PagedAttention paper (Kwon et al., SOSP 2023), Fig. 6-8, and vLLM v1's
 `vllm/v1/core/block_pool.py` (the free queue) for what is drawn.
@@ -45,6 +68,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from importlib.resources import files
 
 from ..app.captions import caption as _caption
@@ -75,7 +99,7 @@ UI_ZH = {
     "Play": "播放",
     "Pause": "暂停",
     "speed": "速度",
-    "Projector": "投影",
+    "Projector": "演示",
     "free list, head first": "空闲链表，表头在前",
     "block tables (logical \u2192 physical)": "块表（逻辑 \u2192 物理）",
     "physical blocks": "物理块",
@@ -98,7 +122,27 @@ UI_ZH = {
     "dropped": "已丢弃",
     "copy-on-write": "写时复制",
     "changed this step": "本步改动",
-    "keys": "按键：\u2190 \u2192 Home End，空格 播放，P 投影",
+    "allocated": "分配",
+    "hit": "命中缓存",
+    "copied": "复制",
+    "shared": "共享",
+    "swapped out": "换出",
+    "swapped in": "换入",
+    "released": "释放一个引用",
+    "freed": "释放",
+    "evicted": "驱逐",
+    "hashed": "已哈希",
+    "filled": "写入",
+    "touched": "涉及",
+    "requests": "请求",
+    "host memory (swapped out)": "主机内存（已换出）",
+    "running": "运行中",
+    "engine": "引擎记法",
+    "keys": "按键：\u2190 \u2192 Home End，空格 播放，P 演示，F 全屏",
+    "a sequence's colour": "序列的颜色",
+    "shared (ref count > 1)": "共享（引用计数 > 1）",
+    "cached (free, prefix cache)": "已缓存（空闲，前缀缓存）",
+    "free-list head": "空闲链表表头",
 }
 UI_KEYS = tuple(UI_ZH)
 
@@ -108,7 +152,12 @@ def _ui(lang: str) -> dict:
         return dict(UI_ZH)
     out = {k: k for k in UI_KEYS}
     out.update(
-        {"step": "step", "of": "/", "keys": "keys: \u2190 \u2192 Home End, Space play, P projector"}
+        {
+            "step": "step",
+            "of": "/",
+            "keys": "keys: \u2190 \u2192 Home End, Space play, P present, F full screen",
+            "Projector": "Present",
+        }
     )
     return out
 
@@ -155,6 +204,7 @@ def page_data(
     captions=None,
     labels=None,
     hashes=None,
+    story=None,
 ) -> dict:
     """Everything the page shows, as JSON-ready data (see `diffs.py` for a step's shape).
 
@@ -162,7 +212,11 @@ def page_data(
     "pre", ...)}, added to the OutOfBlocks marks the events already show; captions: each
     step's caption (default: the snapshot's own, in `lang`); labels / hashes: each step's
     text and prefix-cache hash per block (default: the snapshots' `block_labels` /
-    `block_hashes`, if they carry them)."""
+    `block_hashes`, if they carry them); story: {"details": each step's detail, shown on
+    hovering its caption (e.g. `generate`'s engine notation), "timeline": [[seq, first
+    scheduled, [preempted at, ...], finished or -1], ...] by step position (`narrate.py`),
+    "host": each step's swapped-out sequences, [[seq, blocks], ...], "kernel":
+    `kernel_view.kernel_story(...)`}."""
     if lang not in LANGS:
         raise ValueError(f"lang must be one of {', '.join(LANGS)}, got {lang!r}")
     snaps = _snapshots(trace_or_snapshots)
@@ -177,6 +231,26 @@ def page_data(
         if any(e.kind == "allocation_failed" for e in s.events) and "oob" not in marks.get(i, ()):
             marks.setdefault(i, []).append("oob")
     data = encode(snaps, captions, list(whys or ()), marks, labels, hashes)
+    story = story or {}
+    for step, detail in zip(data["steps"], story.get("details") or (), strict=False):
+        if detail:
+            step["dt"] = str(detail)
+    if story.get("kernel"):  # kernel_view.kernel_story: plain numbers, made JSON-safe here
+        k = story["kernel"]
+        data["kernel"] = {
+            "part": [int(x) for x in k["part"]],
+            "slots": int(k["slots"]),
+            "shape": [int(x) for x in k["shape"]],
+            "bytesPerToken": int(k["bytes_per_token"]),
+            "maxTokens": {str(q): int(n) for q, n in k["max_tokens"].items()},
+        }
+    if any(story.get("host") or ()):
+        data["host"] = [[[str(q), int(n)] for q, n in row] for row in story["host"]]
+    if story.get("timeline"):
+        data["timeline"] = [
+            [str(q), int(a), [int(x) for x in pre], int(end)]
+            for q, a, pre, end in story["timeline"]
+        ]
     bases: dict = {}
     data["colour"] = [
         bases.setdefault(n.split(":")[0] if _groups(data["seqs"]) else n, len(bases)) % len(PALETTE)
@@ -200,10 +274,22 @@ def _asset(name: str) -> str:
     return files(__package__).joinpath(name).read_text(encoding="utf-8")
 
 
+# Characters that JSON may carry raw but that an HTML parser or a JS source reads as markup or
+# line ends: "<" (</script>, <!--), ">" and "&", U+2028/U+2029, and lone surrogates (which
+# UTF-8 cannot encode). Written as \\uXXXX escapes they mean the same to JSON.parse.
+_UNSAFE_IN_SCRIPT = re.compile("[<>&\u2028\u2029\ud800-\udfff]")
+
+
 def _script_json(data: dict) -> str:
-    """JSON that is safe inside <script>: no "</" can close the element early."""
+    """JSON that is safe inside <script>: nothing in it can end or re-mode the element, and
+    every string reads back from JSON.parse exactly as it was (any text, any code point)."""
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return text.replace("<", "\\u003c")  # only inside strings, where JSON.parse reads it back
+    return _UNSAFE_IN_SCRIPT.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def _no_surrogates(text: str) -> str:
+    """`text` with each lone surrogate (which UTF-8 cannot encode) as U+FFFD."""
+    return re.sub("[\ud800-\udfff]", "\ufffd", text)
 
 
 def to_html(
@@ -217,6 +303,7 @@ def to_html(
     captions=None,
     labels=None,
     hashes=None,
+    story=None,
 ) -> str:
     """One self-contained HTML page for the trace (a `Trace`, a list of `Snapshot`s, or a
     `trace_json.to_dict(trace)` dict). See the module docstring for what it shows and its DOM
@@ -231,6 +318,7 @@ def to_html(
         captions=captions,
         labels=labels,
         hashes=hashes,
+        story=story,
     )
     return page_html(data)
 
@@ -248,7 +336,7 @@ def page_html(data: dict) -> str:
         # the page may run its own inline script and style and nothing else: no request leaves
         + '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">\n"
-        f"<title>{html.escape(title)}</title>\n"
+        f"<title>{html.escape(_no_surrogates(title))}</title>\n"
         f"<style>\n{_asset('viewer.css')}</style>\n</head>\n<body>\n"
         f'<script type="application/json" id="trace-data">{_script_json(data)}</script>\n'
         f"<script>\n{_asset('viewer.js')}</script>\n</body></html>\n"

@@ -45,6 +45,11 @@ def _parser():
         "--lang", choices=LANGS, default=None, help="captions in en or zh (default: the locale)"
     )
     p.add_argument("--every", type=int_in(1, 1 << 30), default=1, help="show every Nth event")
+    p.add_argument(
+        "--kernel",
+        action="store_true",
+        help="add the kernel's view (cuda_kernels' split-K plan, bytes read, contiguous waste)",
+    )
     live = p.add_argument_group("a live vLLM server")
     live.add_argument("--zmq", metavar="URL", help="subscribe to KV events at tcp://HOST:PORT")
     live.add_argument("--topic", default="", help="the ZMQ topic to subscribe to (default: all)")
@@ -96,7 +101,19 @@ def main(argv: list[str] | None = None) -> int:
     except UnicodeDecodeError as e:
         p.error(f"{args.trace}: not UTF-8 text (byte {e.start})")
     page = sources.saved(data, lang, title=title)
-    print(f"wrote {write_html(args.html, **page)}", file=sys.stderr)
+    if args.kernel:
+        from .kernel_view import kernel_story
+
+        page["story"] = {
+            **page.get("story", {}),
+            "kernel": kernel_story(page["trace_or_snapshots"]),
+        }
+    written = write_html(args.html, **page)
+    size = args.html.stat().st_size
+    print(
+        f"wrote {written} ({size:,} bytes from a {args.trace.stat().st_size:,}-byte trace)",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -10,7 +10,8 @@ One step, as a JSON object whose keys are left out when nothing of that kind cha
 
     n    the snapshot's own step number (what "step 4 / 11" names)
     c    the caption, in the page's language            w   the "why" line, if any
-    x    marks: "oob" (OutOfBlocks: the pool ran dry), "pre" (a sequence was preempted)
+    x    marks: "oob" (OutOfBlocks: the pool ran dry), "pre" (a sequence was preempted),
+         "out" / "in" (a sequence was swapped out to the host / back in)
     fl   the free list, head first: {"a": [...]} the whole list, or {"r": [...], "i":
          [[pos, [ids]], ...]}: remove these ids, then insert runs at positions of the new list
     r    ref counts that changed, flattened [block, count, block, count, ...]
@@ -19,7 +20,11 @@ One step, as a JSON object whose keys are left out when nothing of that kind cha
     t    tables that changed: [seq, num_tokens, keep, [blocks after the first keep]];
          keep -1 means the sequence left (no list). `seq` indexes the page's `seqs`.
     q    the live sequences in admission order (seq indexes), when that order changed
-    e    the blocks this step's events touched (what the page highlights), in order
+    e    every block the step changed (what the page outlines and brings into view): those
+         its events name, in order, then any other whose ref count, fill, cached flag, text
+         or hash differs from the step before
+    ek   what happened to each block of `e`, a code per block (`CHANGE_KINDS`): allocated,
+         hit, shared, released, freed, copied, evicted, hashed, filled, swapped out / in
     cp   copy-on-write pairs (src, dst) this step made, for the copy kernel
     lb   text labels that changed, flattened [block, text, ...] (`generate`'s blocks)
     h    prefix-cache hashes that changed, flattened [block, hash or "", ...]
@@ -31,6 +36,22 @@ playground, a replayed KV event stream and a served model.
 """
 
 from __future__ import annotations
+
+# What a step did to a block, in the order a block is told (the first that applies).
+CHANGE_KINDS = {
+    "a": "allocated",  # free -> owned, taken fresh
+    "h": "hit",  # free -> owned, a cached block found by the prefix cache
+    "c": "copied",  # copy-on-write destination
+    "s": "shared",  # one more owner
+    "o": "swapped out",  # its owner went to the host (swap preemption)
+    "i": "swapped in",  # taken again for a sequence back from the host
+    "r": "released",  # one fewer owner, still owned
+    "x": "freed",  # back to the free list
+    "v": "evicted",  # a cached block's hash forgotten, the block reused (or dropped)
+    "k": "hashed",  # it got its prefix-cache hash
+    "f": "filled",  # slots written (or its text changed)
+    "t": "touched",  # named by an event, no visible change (e.g. a copy's source)
+}
 
 
 def touched_blocks(snap) -> list:
@@ -131,11 +152,9 @@ class Encoder:
         if free != self.free:
             out["fl"] = free_list_diff(self.free, free)
             self.free = free
+        before = (self.refs, self.cached)
         self._counts(snap, out)
         self._tables(snap, out)
-        touched = touched_blocks(snap)
-        if touched:
-            out["e"] = touched
         if snap.pending_copies:
             out["cp"] = [list(p) for p in snap.pending_copies]
         self._texts(
@@ -144,7 +163,45 @@ class Encoder:
         self._texts(
             out, "h", self.hashes, getattr(snap, "block_hashes", ()) if hashes is None else hashes
         )
+        self._changed(snap, out, *before, swap=_swap(marks))
         return out
+
+    def _changed(self, snap, out: dict, refs: list, cached: set, swap: str) -> None:
+        """out["e"] / out["ek"]: every block the step changed and what happened to it."""
+        blocks = dict.fromkeys(touched_blocks(snap))
+        for key in ("r", "f", "lb", "h"):
+            blocks.update(dict.fromkeys(out.get(key, [])[::2]))
+        blocks.update(dict.fromkeys([*out.get("k", ()), *out.get("ku", ())]))
+        if not blocks:
+            return
+        copied = {e.dst for e in snap.events if e.kind == "copy_on_write"}
+        hashes = out.get("h", [])
+        hashed = {b for b, h in zip(hashes[::2], hashes[1::2], strict=True) if h}
+        rehashed = set(hashes[::2])  # a cached block taken with another hash was evicted
+        written = set(out.get("f", [])[::2]) | set(out.get("lb", [])[::2])
+        kinds = []
+        for b in blocks:
+            old, new = refs[b], self.refs[b]
+            if b in copied:
+                kinds.append("c")
+            elif old == 0 < new:
+                reused = "v" if b in rehashed else "h"
+                kinds.append(reused if b in cached else "i" if swap == "i" else "a")
+            elif new > old:
+                kinds.append("s")
+            elif old > 0 == new:
+                kinds.append("o" if swap == "o" else "x")
+            elif new < old:
+                kinds.append("r")
+            elif b in cached and b not in self.cached:
+                kinds.append("v")
+            elif b in hashed or (b in self.cached and b not in cached):
+                kinds.append("k")
+            elif b in written:
+                kinds.append("f")
+            else:
+                kinds.append("t")
+        out["e"], out["ek"] = list(blocks), "".join(kinds)
 
     def _counts(self, snap, out: dict) -> None:
         refs, fill = list(snap.ref_counts), list(snap.block_fill)
@@ -191,6 +248,12 @@ class Encoder:
         if new != mine:
             out[key] = _pairs(mine, new)
             mine[:] = new
+
+
+def _swap(marks) -> str:
+    """ "o" for a step marked as swapping a sequence out to the host ("out"), "i" for one
+    marked as swapping one back in ("in"), else ""."""
+    return "o" if "out" in marks else "i" if "in" in marks else ""
 
 
 def encode(snapshots, captions, whys=(), marks=None, labels=None, hashes=None) -> dict:

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..app.captions import caption
 from ..app.trace_json import snapshot_to_dict
+from .narrate import narrate
 
 TOUR_VERSION = "fork + copy-on-write: vLLM v0 · free queue: vLLM v1"
 EVENTS_VERSION = "vLLM v1 KV cache events (BlockStored / BlockRemoved / AllBlocksCleared)"
@@ -41,16 +42,19 @@ def version_of(options) -> str:
 
 
 def _preemption_marks(session) -> dict:
-    """Positions in `session.timeline()` whose step preempted a sequence."""
+    """Positions in `session.timeline()` whose step preempted a sequence ("pre", and "out"
+    when swap sent it to the host) or swapped one back in ("in")."""
     marks, k, pos = {}, 0, 1
     for m in session.moments[: session.cursor]:
-        preempting = any(
-            str(n).startswith(("preempted seq", "swapped seq")) and "back in" not in str(n)
-            for n in m.notes
-        )
+        notes = {getattr(n, "template", "") for n in m.notes}  # play_session's Notes
+        swapped = "swapped seq {seq} out to the host ({n} blocks)" in notes
+        preempting = swapped or "preempted seq {seq}: {n} tokens to recompute" in notes
+        back = "swapped seq {seq} back in" in notes
         for i in range(k + 1, m.snapshot + 1):
             if i < m.snapshot or preempting:
-                marks[pos] = ["pre"]
+                marks[pos] = ["pre", "out"] if swapped else ["pre"]
+            elif back:
+                marks[pos] = ["in"]
             pos += 1
         k = m.snapshot
     return marks
@@ -79,15 +83,39 @@ def _hashes(session) -> list | None:
     return out
 
 
+def _host(snaps: list, marks: dict) -> list:
+    """What the host holds after each timeline step under swap preemption: [[seq, blocks],
+    ...], from the steps marked "out" (the sequence the step freed, with its table's length)
+    and "in" (the sequence the step added back)."""
+    held: dict = {}
+    out = []
+    for pos, snap in enumerate(snaps):
+        kinds = marks.get(pos, ())
+        if "out" in kinds and pos > 0:
+            sizes = {s.seq_id: len(s.blocks) for s in snaps[pos - 1].sequences}
+            for e in snap.events:
+                if e.kind == "sequence_freed":
+                    held[e.seq_id] = sizes.get(e.seq_id, 0)
+        if "in" in kinds:
+            for e in snap.events:
+                if e.kind == "sequence_added":
+                    held.pop(e.seq_id, None)
+        out.append([[str(q), n] for q, n in held.items()])
+    return out
+
+
 def play(session, lang: str = "en", title: str = "pagedsim play") -> dict:
     snaps = session.timeline(lang)
+    marks = _preemption_marks(session)
+    host = _host(snaps, marks)
     return dict(
         trace_or_snapshots=snaps,
         lang=lang,
         title=title,
         version=version_of(session.options),
-        marks=_preemption_marks(session),
+        marks=marks,
         hashes=_hashes(session),
+        **({"story": {"host": host}} if any(host) else {}),
     )
 
 
@@ -105,6 +133,7 @@ def generate(engine, marks, lang: str = "en") -> dict:
     from ..engine.generate import step_frames
 
     frames = step_frames(engine, marks)
+    told = narrate(frames, engine.log)
     flags = {
         i: ["pre"]
         for i, rec in enumerate(engine.log)
@@ -117,6 +146,8 @@ def generate(engine, marks, lang: str = "en") -> dict:
         title="pagedsim generate: the blocks serving a model",
         marks=flags,
         labels=[getattr(f, "block_labels", ()) for f in frames],
+        captions=told.captions,
+        story={"details": told.details, "timeline": told.timeline},
     )
 
 
@@ -142,11 +173,15 @@ def saved(data: dict, lang: str = "en", title: str = "pagedsim trace") -> dict:
         out["whys"] = whys
     marks = view.get("marks") or {}
     if not isinstance(marks, dict) or not all(
-        str(k).isdigit() and isinstance(v, list) and set(v) <= {"oob", "pre"}
+        str(k).isdigit() and isinstance(v, list) and set(v) <= {"oob", "pre", "out", "in"}
         for k, v in marks.items()
     ):
-        raise ValueError('view.marks must map step positions to lists of "oob" / "pre"')
+        raise ValueError(
+            'view.marks must map step positions to lists of "oob" / "pre" / "out" / "in"'
+        )
     out["marks"] = {int(k): v for k, v in marks.items()}
+    if view.get("story") is not None:
+        out["story"] = _story(view["story"], len(snaps))
     for key in ("labels", "hashes"):
         per_step = view.get(key)
         if per_step is None:
@@ -161,6 +196,42 @@ def saved(data: dict, lang: str = "en", title: str = "pagedsim trace") -> dict:
             raise ValueError(f"view.{key} must be a list (one per step) of lists of text")
         out[key] = per_step
     return out
+
+
+def _story(story, steps: int) -> dict:
+    """view.story, checked: {"details": [text per step], "timeline": [[seq, first, [steps],
+    last], ...]} with every step position inside the trace."""
+    bad = ValueError(
+        'view.story must be {"details": [text, ...], "timeline": [[seq, step, [steps], step]]}'
+    )
+    if not isinstance(story, dict) or set(story) - {"details", "timeline", "host"}:
+        raise bad
+    details, rows = story.get("details", []), story.get("timeline", [])
+    if not isinstance(details, list) or not all(isinstance(d, str) for d in details):
+        raise bad
+    if not isinstance(rows, list):
+        raise bad
+    for row in rows:
+        if not (isinstance(row, list) and len(row) == 4 and isinstance(row[2], list)):
+            raise bad
+        for x in [row[1], *row[2], row[3]]:
+            if isinstance(x, bool) or not isinstance(x, int) or not -1 <= x < steps:
+                raise bad
+    host = story.get("host", [])
+    if not isinstance(host, list) or not all(
+        isinstance(row, list)
+        and all(
+            isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) and _whole(x[1])
+            for x in row
+        )
+        for row in host
+    ):
+        raise bad
+    return {"details": details[:steps], "timeline": rows, "host": host[:steps]}
+
+
+def _whole(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1 << 20
 
 
 def _text(view: dict, key: str, default: str) -> str:
@@ -181,6 +252,8 @@ def trace_out(page: dict) -> dict:
     for key in ("labels", "hashes"):
         if page.get(key):
             view[key] = [[str(x) for x in row] for row in page[key]]
+    if page.get("story"):
+        view["story"] = page["story"]
     snapshots = []
     for i, s in enumerate(snaps):
         d = snapshot_to_dict(s)

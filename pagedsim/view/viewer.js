@@ -78,13 +78,23 @@
     if (text !== undefined) e.textContent = text;
     return e;
   }
+  // Text from a trace is shown as text: never parsed as HTML, and the characters that would
+  // act on the text around them (bidi overrides and isolates, other invisible controls) are
+  // shown as their code point, e.g. "<U+202E>", so a caption cannot reorder or hide what follows.
+  const CONTROL = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+  function plain(t) {
+    return String(t).replace(CONTROL, (c) => "<U+" + c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0") + ">");
+  }
+  // Block text shows its whitespace (a space as "·", a newline as "↵") and may wrap after it.
+  const WS = { " ": "\u00b7", "\n": "\u21b5", "\t": "\u2192" };
+  function spaces(t) { return t.replace(/[ \n\t]/g, (c) => WS[c] + "\u200b"); }
   function esc(t) {
-    return String(t).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
+    return plain(t).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
   }
   const body = document.body;
   if (NB > 256) body.classList.add("big");
   const top = el("header", { id: "top" });
-  top.append(el("span", { id: "title" }, D.title), el("span", { id: "version" }, D.version));
+  top.append(el("span", { id: "title" }, plain(D.title)), el("span", { id: "version" }, plain(D.version)));
   const controls = el("div", { id: "controls" });
   const bPrev = el("button", { id: "prev", title: "ArrowLeft" }, "\u25c0 " + UI.Prev);
   const bPlay = el("button", { id: "play", title: "Space" }, "\u25b6 " + UI.Play);
@@ -102,12 +112,17 @@
   const story = el("section", { id: "story" });
   const marks = el("div", { id: "marks" });
   const captionEl = el("p", { id: "caption" });
+  const headline = el("p", { id: "headline" }); // presentation mode's caption: two lines at most
   const whyEl = el("p", { id: "why" });
-  story.append(marks, captionEl, whyEl);
+  const changes = el("nav", { id: "changes", hidden: "" });
+  story.append(marks, captionEl, headline, whyEl, changes);
   const main = el("main");
   const tablesPane = el("section", { id: "tables-pane" });
   const tablesEl = el("div", { id: "tables" });
   tablesPane.append(el("h2", {}, UI["block tables (logical \u2192 physical)"]), tablesEl);
+  const timeline = el("section", { id: "timeline", hidden: "" });
+  const kernelEl = el("section", { id: "kernel", hidden: "" });
+  tablesPane.append(timeline, kernelEl);
   const poolPane = el("section", { id: "pool-pane" });
   const blocksHead = el("h2", {}, UI["physical blocks"] + " (B = " + BS + ")");
   const wrap = el("div", { id: "blocks-wrap" });
@@ -118,7 +133,10 @@
   wrap.append(blocksEl, arrows);
   const freeHead = el("h2", { id: "free-head" });
   const freeEl = el("div", { id: "free-list" });
-  poolPane.append(blocksHead, wrap, freeHead, freeEl);
+  const legend = el("ul", { id: "legend" });
+  const hostEl = el("section", { id: "host", hidden: "" });
+  poolPane.append(blocksHead, wrap, freeHead, freeEl, hostEl);
+  tablesPane.append(legend); // the left column has room to spare: the tiles keep theirs
   main.append(tablesPane, poolPane);
   const info = el("aside", { id: "info", hidden: "" });
   const keys = el("footer", { id: "keys" }, UI.keys);
@@ -168,7 +186,7 @@
   // tiles that look alike share one computed style (the browser caches it).
   const owned = el("style");
   owned.textContent = D.palette.map((c, k) =>
-    ".block.o" + k + " { background: " + c + "; color: " + INK[k] + "; }").join("\n");
+    ".block.o" + k + ", .hb.o" + k + " { background: " + c + "; color: " + INK[k] + "; }").join("\n");
   document.head.append(owned);
   function owners(s) {
     const out = new Map();
@@ -197,12 +215,13 @@
   const shLabel = new Array(NB).fill(""), shHash = new Array(NB).fill("");
   const shBg = new Array(NB).fill(""); // the inline background of a tile with several owners
   const rowOf = (b) => (b / ROW) | 0;
-  const hidden = new Uint8Array(Math.ceil(NB / ROW)), stale = new Uint8Array(NB);
+  // a big pool's rows count as hidden until the observer first reports them
+  const hidden = new Uint8Array(Math.ceil(NB / ROW)).fill(BIG ? 1 : 0), stale = new Uint8Array(NB);
   const touchedAt = new Int32Array(NB).fill(-1); // the step index whose events named the block
   function drawLook(b) {
     stale[b] = 0;
     const ref = shRef[b], fill = shFill[b], flags = shFlags[b], who = shWho[b] || [];
-    const label = shLabel[b], hash = shHash[b] ? "#" + shHash[b] : "", e = blockEls[b];
+    const label = shLabel[b], hash = shHash[b] ? "#" + plain(shHash[b]) : "", e = blockEls[b];
     e.className = "block" + (ref === 0 ? " free" : "") + (flags & 1 ? " cached" : "") +
       (ref > 1 ? " shared" : "") + (flags & 2 ? " head" : "") + (flags & 4 ? " touched" : "") +
       (who.length === 1 ? " o" + D.colour[who[0]] : "");
@@ -213,7 +232,7 @@
     if (!texts) return;
     const width = (100 * fill / BS) + "%";
     if (bar.firstChild.style.width !== width) bar.firstChild.style.width = width;
-    setText(txt, label || (ref ? fill + "/" + BS : (flags & 1 ? UI.cached : "")) + (hash && !label ? " " + hash : ""));
+    setText(txt, spaces(plain(label)) || (ref ? fill + "/" + BS : (flags & 1 ? UI.cached : "")) + (hash && !label ? " " + hash : ""));
   }
   function setText(e, t) { if (e.textContent !== t) e.textContent = t; }
   function drawBlocks(s, d, own) {
@@ -250,7 +269,8 @@
   // element is created or re-attached and the browser re-shapes only the changed texts.
   const freeOf = new Array(NB).fill(null); // block -> the element that shows it
   const inOld = new Int32Array(NB), inNew = new Int32Array(NB);
-  const FB = ["fb", "fb cached", "fb head", "fb cached head"];
+  const FB = ["fb", "fb cached", "fb head", "fb cached head", "fb touched", "fb cached touched",
+    "fb head touched", "fb cached head touched"];
   let freeShown = [], stamp = 0;
   const spareFree = []; // free-list elements off the page, to be used again
   function freeSpan(b) {
@@ -308,7 +328,8 @@
       freeShown = b;
     }
     for (let e = freeEl.firstChild, head = 2; e !== null; e = e.nextSibling, head = 0) {
-      const look = s.cached[e.block] | head; // the cached flag can change while the list stays
+      // the cached flag can change while the list stays
+      const look = s.cached[e.block] | head | (touchedAt[e.block] === cur ? 4 : 0);
       if (e.look !== look) { e.look = look; e.className = FB[look]; }
     }
     freeHead.textContent = UI["free list, head first"] + " (" + b.length + " " + UI.free + ")";
@@ -324,7 +345,7 @@
     const c = colourOf(q), row = el("div", { class: "table", "data-seq": D.seqs[q] });
     row.style.setProperty("--c", c); row.style.setProperty("--k", inkOn(c));
     const ntok = el("span", { class: "ntok" }), list = el("span", { class: "cells" });
-    row.append(el("span", { class: "seq" }, D.seqs[q]), ntok, list);
+    row.append(el("span", { class: "seq" }, plain(D.seqs[q])), ntok, list);
     return { el: row, ntok: ntok, list: list, cells: [], t: null };
   }
   function setCell(c, b) {
@@ -374,11 +395,60 @@
     emptyTables.hidden = s.order.length > 0;
     for (const c of lit) c.classList.remove("touched");
     lit = [];
-    if (d.e) {
+    const light = (c) => { if (!c.classList.contains("touched")) { c.classList.add("touched"); lit.push(c); } };
+    for (const [q, , keep, tail] of d.t || []) { // the cells the step wrote into a table
+      if (keep < 0 || !s.tables.has(q)) continue;
+      const cells = rows.get(q).cells;
+      for (let j = keep; j < keep + tail.length && j < cells.length; j++) light(cells[j]);
+    }
+    if (d.e) { // the cells that show a block the step changed
       for (const q of s.order) {
-        for (const c of rows.get(q).cells) if (c.block >= 0 && touchedAt[c.block] === cur) { c.classList.add("touched"); lit.push(c); }
+        for (const c of rows.get(q).cells) if (c.block >= 0 && touchedAt[c.block] === cur) light(c);
       }
     }
+  }
+  // ---- what the step changed: a strip of links by kind, and the change brought into view --
+  const KIND = { a: "allocated", h: "hit", c: "copied", s: "shared", o: "swapped out",
+    i: "swapped in", r: "released", x: "freed", v: "evicted", k: "hashed", f: "filled", t: "touched" };
+  const LISTED = 12; // block links shown per kind; the rest are counted
+  function drawChanges(d) {
+    changes.textContent = "";
+    const e = d.e || [], ek = d.ek || "";
+    changes.hidden = e.length === 0;
+    if (!e.length) return;
+    const by = new Map();
+    e.forEach((b, j) => { const k = ek[j] || "t"; if (!by.has(k)) by.set(k, []); by.get(k).push(b); });
+    changes.append(el("span", { class: "lead" }, UI["changed this step"] + ":"));
+    for (const [k, list] of by) {
+      const g = el("span", { class: "chg k-" + k, "data-kind": KIND[k] });
+      g.append(el("b", {}, UI[KIND[k]] + (list.length > 1 ? " \u00d7" + list.length : "")));
+      for (const b of list.slice(0, LISTED)) g.append(el("span", { class: "goto", "data-goto": String(b), tabindex: "0" }, String(b)));
+      if (list.length > LISTED) g.append(el("span", { class: "more" }, "+" + (list.length - LISTED)));
+      changes.append(g);
+    }
+  }
+  // A small page: the last changed tile and cell, then the first, so both are in view if they
+  // fit. A big pool scrolls only when the first changed row is off screen (the row observer
+  // knows without a layout), and in the next frame, so the layout it needs is the frame's own.
+  let revealing = 0;
+  function reveal(d) {
+    const e = d.e || [];
+    const near = { block: "nearest", inline: "nearest" };
+    if (!BIG) {
+      if (e.length) { blockEls[e[e.length - 1]].scrollIntoView(near); blockEls[e[0]].scrollIntoView(near); }
+      if (lit.length) { lit[lit.length - 1].scrollIntoView(near); lit[0].scrollIntoView(near); }
+      return;
+    }
+    cancelAnimationFrame(revealing);
+    const tile = e.length && hidden[rowOf(e[0])] ? blockEls[e[0]] : null, cell = lit[0];
+    if (tile) { // the rows it brings into view are drawn now, not in a second pass when seen
+      const r = rowOf(e[0]);
+      for (let b = Math.max(0, r - 16) * ROW; b < Math.min(NB, (r + 17) * ROW); b++) if (stale[b]) drawLook(b);
+    }
+    revealing = requestAnimationFrame(() => {
+      if (tile) tile.scrollIntoView({ block: "center", inline: "nearest" });
+      if (cell) cell.scrollIntoView(near);
+    });
   }
   let arrowsShown = false;
   function drawArrows(d) {
@@ -419,25 +489,37 @@
     story.classList.toggle("failed", x.includes("oob"));
   }
 
-  let pinned = -1;
+  let pinned = -1, linked = false;
   function go(i) {
     i = Math.max(0, Math.min(N - 1, i | 0));
     if (i === cur && state) return;
+    const was = cur;
     state = stateAt(i); cur = i;
     const d = STEPS[i], own = owners(state);
     stepText.textContent = "step " + d.n + " / " + LAST_N;
-    captionEl.textContent = d.c;
-    whyEl.textContent = d.w || "";
+    captionEl.textContent = plain(d.c);
+    headline.textContent = short(plain(d.c));
+    headline.title = plain(d.c) + (d.dt ? "\n" + UI.engine + ": " + plain(d.dt) : "");
+    captionEl.title = plain(d.c) + (d.dt ? "\n" + UI.engine + ": " + plain(d.dt) : "");
+    drawNow();
+    whyEl.textContent = plain(d.w || "");
     drawMarks(d);
     drawBlocks(state, d, own);
     drawFree(state);
     drawTables(state, d);
+    drawChanges(d);
+    drawHost(i);
+    drawKernel();
+    // a big pool reveals on a single step and on a link (#step=N); a scrub or jump lists the
+    // change in the strip instead, one click away (scrolling far costs a frame of new rows)
+    if (!BIG || Math.abs(i - was) === 1 || linked) reveal(d);
+    linked = false;
     drawArrows(d);
     scrub.value = String(i);
     body.setAttribute("data-step-index", String(i));
     bPrev.disabled = i === 0; bNext.disabled = i === N - 1;
     if (pinned >= 0) describe(pinned);
-    try { history.replaceState(null, "", "#step=" + i); } catch (e) { /* a sandboxed frame */ }
+    try { history.replaceState(null, "", "#step=" + i + (presenting ? "&present" : "")); } catch (e) { /* a sandboxed frame */ }
     if (D.stream) drawEvent(d);
   }
   body.setAttribute("data-steps", String(N));
@@ -464,13 +546,146 @@
     return b >= 0 && b < NB && e !== info ? b : -1;
   }
   document.addEventListener("mouseover", (ev) => {
+    const d = STEPS[cur];
+    if (d && d.dt && ev.target.closest && ev.target.closest("#caption, #headline")) {
+      info.innerHTML = "<dl><dt>" + esc(UI.engine) + "</dt><dd>" + esc(d.dt) + "</dd></dl>";
+      info.removeAttribute("data-block"); info.hidden = false; return;
+    }
     const b = blockOf(ev.target);
     if (b >= 0) describe(b); else if (pinned < 0) info.hidden = true; else describe(pinned);
   });
   document.addEventListener("click", (ev) => {
+    const link = ev.target.closest && ev.target.closest("[data-goto]");
+    if (link) { // a link in the "changed" strip: the block in view, its details pinned
+      const g = parseInt(link.getAttribute("data-goto"), 10);
+      blockEls[g].scrollIntoView({ block: "center", inline: "nearest" });
+      pinned = g; describe(g); return;
+    }
     const b = blockOf(ev.target);
     if (b >= 0) { pinned = pinned === b ? -1 : b; describe(b); }
   });
+
+  // ---- the host pane (swap preemption): each swapped-out sequence's blocks, in its colour ----
+  let hostShown = null;
+  function drawHost(i) {
+    if (!D.host) return;
+    const row = D.host[i] || [], key = JSON.stringify(row);
+    if (key === hostShown) return;
+    hostShown = key;
+    hostEl.textContent = "";
+    hostEl.hidden = false;
+    hostEl.append(el("h2", {}, UI["host memory (swapped out)"]));
+    const list = el("div", { class: "host-blocks" });
+    for (const [q, n] of row) {
+      const k = D.seqs.indexOf(q);
+      for (let j = 0; j < n; j++) {
+        const t = el("span", { class: "hb" + (k >= 0 ? " o" + D.colour[k] : ""), "data-host-seq": q }, plain(q) + ":" + j);
+        list.append(t);
+      }
+    }
+    if (!row.length) list.append(el("span", { class: "empty-host" }, "\u2013"));
+    hostEl.append(list);
+    if (presenting) fit(); // the pane took or gave back room: the tiles are fitted again
+  }
+
+  // ---- the kernel's view (D.kernel): how paged attention reads the chosen sequence's blocks --
+  // Click a sequence's name in the tables to choose it. Partition size from cuda_kernels'
+  // choose_partition at build time; the ranges, bytes and waste follow from the state.
+  let kernelSeq = null;
+  function line(parent, text) { parent.append(el("p", {}, text)); }
+  function drawKernel() {
+    if (!D.kernel) return;
+    const K = D.kernel, s = state, part = K.part[cur] || 0;
+    kernelEl.hidden = false; kernelEl.textContent = "";
+    kernelEl.append(el("h2", {}, "kernel's view (paged attention, decode)"));
+    if (kernelSeq === null || !s.tables.has(kernelSeq)) kernelSeq = s.order.length ? s.order[0] : null;
+    if (kernelSeq === null) { line(kernelEl, UI["(no sequences)"]); return; }
+    const t = s.tables.get(kernelSeq), name = plain(D.seqs[kernelSeq]), n = t.n;
+    const read = t.blocks.filter((b) => b >= 0);
+    kernelEl.setAttribute("data-seq", D.seqs[kernelSeq]);
+    line(kernelEl, "query of " + name + " (token " + (n - 1) + ") \u2192 block table [" +
+      t.blocks.map((b, j) => j + "\u2192" + b).join(", ") + "] \u2192 reads blocks " + read.join(", ") + ", in this order");
+    const plan = el("ol", { class: "kplan" });
+    for (let p = 0, lo = 0; lo < n; p++, lo += part) {
+      const hi = Math.min(n, lo + part) - 1;
+      const blocks = t.blocks.slice(Math.floor(lo / BS), Math.floor(hi / BS) + 1);
+      plan.append(el("li", { "data-partition": String(p), "data-tokens": lo + "-" + hi },
+        "CTA " + p + " (split-K partition " + p + "): tokens " + lo + "\u2013" + hi + " \u2192 blocks " + blocks.join(", ")));
+      if (part <= 0) break;
+    }
+    line(kernelEl, "cuda_kernels.attention.choose_partition: " + part + " tokens per partition over " + K.slots +
+      " CTA slots (" + K.shape[0] + " KV head(s), head_dim " + K.shape[1] + ")");
+    kernelEl.append(plan);
+    const full = BS * K.bytesPerToken, last = n - (t.blocks.length - 1) * BS;
+    line(kernelEl, "bytes per block: " + full + " (" + BS + " tokens \u00d7 " + K.bytesPerToken +
+      " B of K and V); last block " + t.blocks[t.blocks.length - 1] + " holds " + last + " of " + BS +
+      " tokens: the read stops at byte " + last * K.bytesPerToken + " of " + full);
+    let reserved = 0, used = 0;
+    const held = new Set();
+    for (const q of s.order) {
+      reserved += K.maxTokens[D.seqs[q]] || 0; used += s.tables.get(q).n;
+      for (const b of s.tables.get(q).blocks) if (b >= 0) held.add(b);
+    }
+    let stored = 0; // tokens in the blocks held: a shared block's tokens are stored once
+    for (const b of held) stored += s.fill[b];
+    const slack = held.size * BS - stored;
+    const pct = (x, of) => (of ? (100 * x / of).toFixed(0) : "0") + "%";
+    line(kernelEl, "contiguous (each sequence reserved at its longest length): " + reserved + " token slots reserved, " +
+      used + " used, " + (reserved - used) + " wasted (" + pct(reserved - used, reserved) + "); paged: " +
+      held.size * BS + " slots in " + held.size + " blocks hold " + stored + " tokens (a shared block once), " + Math.max(0, slack) + " unfilled (" + pct(Math.max(0, slack), held.size * BS) + ")");
+  }
+  document.addEventListener("click", (ev) => {
+    const row = D.kernel && ev.target.closest && ev.target.closest("#tables [data-seq] .seq");
+    if (!row) return;
+    const q = D.seqs.indexOf(row.parentNode.getAttribute("data-seq"));
+    if (q >= 0) { kernelSeq = q; drawKernel(); }
+  });
+
+  // ---- the request timeline (generate): scheduled, preempted, finished, and the step shown ----
+  const tlNow = el("i", { class: "tl-now" });
+  function drawTimeline() {
+    if (!D.timeline || !D.timeline.length) return;
+    timeline.hidden = false;
+    timeline.append(el("h2", {}, UI.requests));
+    const at = (i) => (100 * i / Math.max(1, N - 1)).toFixed(2) + "%";
+    const rowsEl = el("div", { class: "tl-rows" });
+    for (const [q, first, pre, end] of D.timeline) {
+      const row = el("div", { class: "tl-row", "data-request": q });
+      const track = el("span", { class: "tl-track" });
+      const run = el("i", { class: "tl-run", title: q + ": " + UI.running });
+      run.style.left = at(first); run.style.width = "calc(" + at((end < 0 ? N - 1 : end) - first) + " + 2px)";
+      const k = D.seqs.indexOf(q);
+      if (k >= 0) run.style.background = colourOf(k);
+      track.append(el("i", { class: "tl-arrived", title: q + " arrived" }), run);
+      for (const p of pre) { const m = el("i", { class: "tl-pre", title: q + " " + UI.preempted + " @ " + STEPS[p].n }); m.style.left = at(p); track.append(m); }
+      if (end >= 0) { const m = el("i", { class: "tl-end", title: q + " finished @ " + STEPS[end].n }); m.style.left = at(end); track.append(m); }
+      row.append(el("span", { class: "tl-name" }, plain(q)), track);
+      rowsEl.append(row);
+    }
+    rowsEl.append(tlNow);
+    timeline.append(rowsEl);
+  }
+  function drawNow() { if (D.timeline) tlNow.style.left = "calc(5em + (100% - 5em) * " + (cur / Math.max(1, N - 1)).toFixed(4) + ")"; }
+
+  // ---- the legend: what each look means ------------------------------------------------------
+  function drawLegend() {
+    const items = [
+      ["owned", D.seqs.length ? UI["a sequence's colour"] : UI.owners],
+      ["shared", UI["shared (ref count > 1)"]],
+      ["free", UI.free],
+      ["cached", UI["cached (free, prefix cache)"]],
+      ["head", UI["free-list head"]],
+      ["touched", UI["changed this step"]],
+    ];
+    for (const [k, text] of items) {
+      const li = el("li", { "data-look": k });
+      li.append(el("span", { class: "swatch " + k }), document.createTextNode(text));
+      legend.append(li);
+    }
+    const badge = el("li", { "data-look": "badge" });
+    badge.append(el("span", { class: "swatch badge" }, "2"), document.createTextNode(UI["ref count"]));
+    legend.append(badge);
+  }
 
   // ---- controls ---------------------------------------------------------------------------
   let timer = null;
@@ -484,21 +699,76 @@
     bPlay.textContent = timer ? "\u23f8 " + UI.Pause : "\u25b6 " + UI.Play;
     bPlay.classList.toggle("on", !!timer);
   }
-  function projector() {
-    body.classList.toggle("projector"); bProj.classList.toggle("on");
-    if (!texts) { // a big pool's tiles get their fill bar and text, drawn now or when seen
+  // ---- presentation mode (P, or #step=N&present): sizes follow the screen -----------------
+  // One unit, --u, is 1% of the largest 16:9 box the window holds; text is sized in it. A pool
+  // that fits on screen gets the largest tiles that fill the pool pane; a big one scrolls.
+  let presenting = false;
+  function present(on) {
+    if (on === presenting) return;
+    presenting = on;
+    body.classList.toggle("projector", on); bProj.classList.toggle("on", on);
+    if (on && !texts) { // a big pool's tiles get their fill bar and text, drawn now or when seen
       texts = true;
       for (let b = 0; b < NB; b++) {
         blockEls[b].insertAdjacentHTML("beforeend", TEXTS);
         if (hidden[rowOf(b)]) stale[b] = 1; else drawLook(b);
       }
     }
-    arrowsShown = true; drawArrows(STEPS[cur]); // the blocks moved: draw the arrows again
+    fit();
+    if (cur >= 0) {
+      try { history.replaceState(null, "", "#step=" + cur + (on ? "&present" : "")); } catch (e) { /* sandboxed */ }
+      reveal(STEPS[cur]);
+    }
+  }
+  function fit() {
+    const root = document.documentElement.style;
+    if (!presenting) { root.removeProperty("--u"); root.removeProperty("--fit"); return; }
+    root.setProperty("--u", (Math.min(innerWidth, innerHeight * 16 / 9) / 100).toFixed(2) + "px");
+    if (!BIG) {
+      root.setProperty("--fit", "0px"); // measure the pane with the tiles out of the way
+      const cs = getComputedStyle(wrap), gap = 14;
+      const w = wrap.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight) - 16;
+      const h = wrap.clientHeight - parseFloat(cs.paddingTop) - parseFloat(cs.paddingBottom) - 16;
+      let best = 0;
+      for (let c = 1; c <= NB; c++) {
+        const r = Math.ceil(NB / c);
+        best = Math.max(best, Math.min((w - (c - 1) * gap) / c, (h - (r - 1) * gap) / r));
+      }
+      root.setProperty("--fit", Math.max(40, Math.floor(best - 2)) + "px");
+    }
+    arrowsShown = true; drawArrows(STEPS[cur] || {});
+  }
+  // A long list in a caption becomes a count, details on hover (the full caption is #caption
+  // and the headline's tooltip): "25 shared blocks (details on hover)".
+  const LONG = [
+    [/\bblocks ((?:\d+, ){5,}\d+)(?: \(counts? now [^)]*\))?/g, (m, list) => count(list) + " blocks"],
+    [/(?:block \d+ stays \(count \d+\)(?:, |$)){6,}/g, (m) => count(m) + " blocks stay"],
+    [/copy-on-write ((?:\d+ -> \d+, ){5,}\d+ -> \d+)/g, (m, list) => "copy-on-write of " + count(list) + " blocks"],
+    [/ \((counts now [^)]{60,})\)/g, () => ""],
+  ];
+  function count(list) { return list.split(", ").filter((x) => x.trim()).length; }
+  function short(t) {
+    let out = t;
+    for (const [re, to] of LONG) out = out.replace(re, to);
+    return out === t ? t : out + " (details on hover)";
+  }
+  // The chrome (title, controls, keys) hides while presenting and shows on a mouse move.
+  let chromeTimer = null;
+  document.addEventListener("mousemove", () => {
+    if (!presenting) return;
+    body.classList.add("chrome");
+    clearTimeout(chromeTimer);
+    chromeTimer = setTimeout(() => body.classList.remove("chrome"), 2500);
+  });
+  function fullScreen() {
+    const done = () => {};
+    if (document.fullscreenElement) document.exitFullscreen().then(done, done);
+    else if (document.documentElement.requestFullscreen) document.documentElement.requestFullscreen().then(done, done);
   }
   bPrev.addEventListener("click", () => go(cur - 1));
   bNext.addEventListener("click", () => go(cur + 1));
   bPlay.addEventListener("click", () => play(!timer));
-  bProj.addEventListener("click", projector);
+  bProj.addEventListener("click", () => present(!presenting));
   speed.addEventListener("change", () => { if (timer) play(true); });
   scrub.addEventListener("input", () => go(parseInt(scrub.value, 10)));
   document.addEventListener("keydown", (ev) => {
@@ -506,14 +776,18 @@
     const moves = { ArrowRight: cur + 1, ArrowLeft: cur - 1, Home: 0, End: N - 1 };
     if (ev.key in moves) { ev.preventDefault(); go(moves[ev.key]); }
     else if (ev.key === " ") { ev.preventDefault(); play(!timer); }
-    else if (ev.key === "p" || ev.key === "P") { ev.preventDefault(); projector(); }
+    else if (ev.key === "p" || ev.key === "P") { ev.preventDefault(); present(!presenting); }
+    else if (ev.key === "f" || ev.key === "F") { ev.preventDefault(); fullScreen(); }
   });
   function fromHash() {
     const m = /step=(\d+)/.exec(location.hash);
     return m ? parseInt(m[1], 10) : 0;
   }
-  window.addEventListener("hashchange", () => go(fromHash()));
-  window.addEventListener("resize", () => { arrowsShown = true; drawArrows(STEPS[cur]); });
+  window.addEventListener("hashchange", () => {
+    const i = fromHash(); // read before present() rewrites the hash
+    present(/(^#|&)present\b/.test(location.hash)); linked = true; go(i);
+  });
+  window.addEventListener("resize", () => { fit(); arrowsShown = true; drawArrows(STEPS[cur]); });
   window.pagedsimViewer = { go: go, index: () => cur, count: () => N };
 
   // ---- a vLLM KV event stream (D.stream, pagedsim/view/stream.py) ------------------------
@@ -588,5 +862,9 @@
       try { history.replaceState(null, "", "#follow"); } catch (e) { /* a sandboxed frame */ }
     }
   }
+  drawLegend();
+  drawTimeline();
+  present(/(^#|&)present\b/.test(location.hash));
+  linked = true;
   go(D.stream && D.stream.live && /follow/.test(location.hash) ? N - 1 : fromHash());
 })();

@@ -145,3 +145,14 @@ def test_a_2000_step_trace_on_4096_blocks_fits_in_6_mb():
     html = to_html(session.timeline("en"))
     assert len(session.timeline("en")) > 1500
     assert len(html.encode()) < 6_000_000
+
+
+@pytest.mark.parametrize("policy", ["swap", "recompute"])
+def test_a_preempted_sequence_is_told_as_preempted_not_as_finishing(policy):
+    session = Session(Options(5, 4, policy=policy))
+    for c in ("alloc A 8", "alloc B 8", "alloc C 8"):
+        session.run(c)
+    said = [s.custom_caption for s in session.timeline("en")]
+    assert any("seq B is preempted" in c for c in said), said
+    assert not any("seq B finishes" in c for c in said), said
+    assert any("被抢占" in s.custom_caption for s in session.timeline("zh"))

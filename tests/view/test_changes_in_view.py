@@ -1,0 +1,140 @@
+"""Every step draws what it changed, in view: walking a page step by step, each block whose
+state differs from the step before (ref count, fill, cached flag, free-list membership, text,
+hash) and each table cell that differs is outlined, and is inside the window and every
+pane that scrolls it. Tour, a playground page with every operation, and `generate`."""
+
+import pytest
+
+from pagedsim.app import tour as tour_app
+from pagedsim.app.play_session import Options, Refused, Session
+from pagedsim.view import page_data, sources, to_html
+
+pytestmark = pytest.mark.slow
+
+# Every operation: allocate, fill, fork (share), copy-on-write, free, prefix-cache hash and
+# hit, eviction of a cached block, swap out to the host and back in.
+EVERY_OPERATION = [
+    "alloc A 6 p",
+    "append A 3",
+    "fork A B",
+    "append B",
+    "append A",
+    "free A",
+    "free B",
+    "alloc C 8 p",
+    "alloc D 9 q",
+    "alloc E 8 r",
+    "evict D",
+    "alloc F 12 s",
+    "free E",
+    "resume D",
+    "append C 2",
+]
+
+IN_VIEW = """(sel) => {
+    const seen = (e) => {
+        const r = e.getBoundingClientRect();
+        if (r.width === 0 || r.bottom <= 0 || r.right <= 0 || r.top >= innerHeight ||
+            r.left >= innerWidth) return false;
+        for (let p = e.parentElement; p && p !== document.body; p = p.parentElement) {
+            const s = getComputedStyle(p);
+            if (!/(auto|scroll|hidden)/.test(s.overflow + s.overflowX + s.overflowY)) continue;
+            const c = p.getBoundingClientRect();
+            if (r.bottom <= c.top || r.top >= c.bottom || r.right <= c.left || r.left >= c.right)
+                return false;
+        }
+        return true;
+    };
+    return [...document.querySelectorAll(sel)].map((e) => [e.dataset.block,
+        e.closest('[data-seq]') ? e.closest('[data-seq]').dataset.seq : null,
+        e.dataset.logical === undefined ? null : +e.dataset.logical, seen(e)]);
+}"""
+
+
+def differing(prev, snap, labels=None) -> tuple[set, set]:
+    """The blocks and the (seq, logical) table cells whose state differs between two steps."""
+    free0, free1 = set(prev.free_list), set(snap.free_list)
+    cached0, cached1 = set(prev.cached_blocks), set(snap.cached_blocks)
+    blocks = {
+        b
+        for b in range(snap.num_blocks)
+        if prev.ref_counts[b] != snap.ref_counts[b]
+        or prev.block_fill[b] != snap.block_fill[b]
+        or (b in free0) != (b in free1)
+        or (b in cached0) != (b in cached1)
+        or (labels is not None and labels[0][b : b + 1] != labels[1][b : b + 1])
+    }
+    before = {s.seq_id: s.blocks for s in prev.sequences}
+    cells = {
+        (str(s.seq_id), j)
+        for s in snap.sequences
+        for j, b in enumerate(s.blocks)
+        if j >= len(before.get(s.seq_id, ())) or before[s.seq_id][j] != b or b in blocks
+    }
+    return blocks, cells
+
+
+def walk(open_page, page: dict, viewport=(1366, 768), labels=None) -> int:
+    """Step through `page` with ArrowRight; every change outlined and in view. Returns the
+    number of steps that changed something."""
+    snaps = page["trace_or_snapshots"]
+    loaded = open_page(to_html(**page), viewport=viewport)
+    changed = 0
+    for i in range(1, len(snaps)):
+        loaded.page.keyboard.press("ArrowRight")
+        assert loaded.page.evaluate("window.pagedsimViewer.index()") == i
+        pair = (labels[i - 1], labels[i]) if labels else None
+        blocks, cells = differing(snaps[i - 1], snaps[i], pair)
+        if not blocks and not cells:
+            continue
+        changed += 1
+        tiles = loaded.page.evaluate(IN_VIEW, "#blocks .block.touched")
+        marked = {int(b): seen for b, _, _, seen in tiles}
+        assert blocks <= set(marked), f"step {i}: blocks {blocks - set(marked)} not outlined"
+        assert all(marked[b] for b in blocks), f"step {i}: outlined blocks out of view {tiles}"
+        lit = loaded.page.evaluate(IN_VIEW, "#tables .cell.touched")
+        shown = {(q, j): seen for _, q, j, seen in lit}
+        assert cells <= set(shown), f"step {i}: cells {cells - set(shown)} not outlined"
+        assert all(shown[c] for c in cells), f"step {i}: outlined cells out of view {lit}"
+        strip = loaded.page.evaluate(
+            "[...document.querySelectorAll('#changes [data-goto]')].map(e => +e.dataset.goto)"
+        )
+        assert blocks <= set(strip) or len(strip) >= 12, f"step {i}: {blocks} vs strip {strip}"
+    loaded.check_clean()
+    return changed
+
+
+@pytest.mark.parametrize("viewport", [(1366, 768), (1920, 1080)])
+def test_every_tour_step_outlines_its_changes_in_view(open_page, viewport):
+    assert walk(open_page, tour_app.tour_page("en"), viewport) >= 10
+
+
+def run_session(options: Options, commands) -> Session:
+    session = Session(options)
+    for c in commands:
+        try:
+            session.run(c)
+        except Refused as e:
+            raise AssertionError(f"{c}: {e}") from None
+    return session
+
+
+def test_every_playground_operation_outlines_its_changes_in_view(open_page):
+    session = run_session(Options(12, 4, prefix_cache=True, policy="swap"), EVERY_OPERATION)
+    page = sources.play(session)
+    kinds = "".join(s.get("ek", "") for s in page_data(**page)["steps"])
+    assert set("ahcsoixfv") <= set(kinds), kinds  # every kind of change occurs
+    assert walk(open_page, page) == len(page["trace_or_snapshots"]) - 1
+
+
+def test_every_generate_step_outlines_its_changes_in_view(open_page):
+    from pagedsim.engine.generate import run
+
+    engine, marks, _ = run(
+        prompts=["ROMEO: But soft, what light", "JULIET: O Romeo"],
+        max_tokens=10,
+        blocks=16,
+        block_size=8,
+    )
+    page = sources.generate(engine, marks)
+    assert walk(open_page, page, labels=page["labels"]) == len(page["labels"]) - 1

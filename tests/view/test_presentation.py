@@ -1,0 +1,96 @@
+"""Presentation mode in Chromium: sizes follow the screen, chrome hides, a legend stays, the
+URL keeps the mode, and a caption is at most two lines."""
+
+import pytest
+
+from pagedsim.app import tour as tour_app
+from pagedsim.app.play_session import Options, Session
+from pagedsim.view import sources, to_html
+
+from .test_page_in_chromium import check_not_blank, shots
+
+pytestmark = pytest.mark.slow
+
+# The share of the window that the page's content covers: the union of the boxes of the
+# caption, the tables, the tiles, the free list and the legend, over the window's area.
+COVERED = """() => {
+    const boxes = [...document.querySelectorAll(
+        '#headline, #why, #tables .table, #blocks .block, #free-list, #legend')]
+        .filter((e) => e.offsetParent !== null).map((e) => e.getBoundingClientRect());
+    const left = Math.max(0, Math.min(...boxes.map((r) => r.left)));
+    const top = Math.max(0, Math.min(...boxes.map((r) => r.top)));
+    const right = Math.min(innerWidth, Math.max(...boxes.map((r) => r.right)));
+    const bottom = Math.min(innerHeight, Math.max(...boxes.map((r) => r.bottom)));
+    const tiles = [...document.querySelectorAll('#blocks .block')]
+        .map((e) => e.getBoundingClientRect());
+    return {covered: (right - left) * (bottom - top) / (innerWidth * innerHeight),
+            tiles: tiles.reduce((a, r) => a + r.width * r.height, 0) / (innerWidth * innerHeight),
+            allTilesShown: tiles.every((r) => r.top >= 0 && r.bottom <= innerHeight &&
+                                              r.left >= 0 && r.right <= innerWidth)};
+}"""
+
+SHOWN = "(sel) => { const e = document.querySelector(sel); return !!e && e.offsetParent !== null; }"
+
+
+@pytest.fixture(scope="module")
+def tour_html():
+    return to_html(**tour_app.tour_page("en"))
+
+
+@pytest.mark.parametrize("size", [(1366, 768), (1920, 1080), (3840, 2160)])
+def test_a_12_block_tour_fills_a_16_9_screen_in_presentation_mode(
+    open_page, tour_html, tmp_path, size
+):
+    loaded = open_page(tour_html, fragment="#step=5&present", viewport=size)
+    page = loaded.page
+    assert page.evaluate("document.body.classList.contains('projector')")
+    fill = page.evaluate(COVERED)
+    assert fill["covered"] >= 0.85 and fill["allTilesShown"], fill
+    assert fill["tiles"] >= 0.25, fill  # the tiles themselves, not only the frame, are large
+    assert not page.evaluate(SHOWN, "#controls") and not page.evaluate(SHOWN, "#keys")
+    assert page.evaluate(SHOWN, "#legend")
+    assert "shared" in page.inner_text("#legend") and "free-list head" in page.inner_text("#legend")
+    shot = shots(tmp_path) / f"tour-present-{size[0]}x{size[1]}.png"
+    page.screenshot(path=str(shot))
+    check_not_blank(shot)
+    page.mouse.move(size[0] // 2, size[1] // 2)
+    page.mouse.move(size[0] // 3, size[1] // 3)
+    assert page.evaluate(SHOWN, "#controls")  # a mouse move shows the chrome
+    loaded.check_clean()
+
+
+def test_links_keep_presentation_mode_and_p_toggles_it(open_page, tour_html):
+    loaded = open_page(tour_html, fragment="#step=2&present", viewport=(1920, 1080))
+    page = loaded.page
+    page.keyboard.press("ArrowRight")
+    assert page.evaluate("location.hash") == "#step=3&present"
+    page.keyboard.press("p")
+    assert page.evaluate("location.hash") == "#step=3"
+    assert not page.evaluate("document.body.classList.contains('projector')")
+    assert page.evaluate(SHOWN, "#controls")
+    page.keyboard.press("P")
+    assert page.evaluate("location.hash") == "#step=3&present"
+    page.evaluate("location.hash = '#step=7'")  # a link without the flag leaves the mode
+    page.wait_for_function("() => window.pagedsimViewer.index() === 7")
+    assert not page.evaluate("document.body.classList.contains('projector')")
+    page.keyboard.press("f")  # full screen may be refused headless; it must raise nothing
+    loaded.check_clean()
+
+
+def test_a_long_caption_is_two_lines_with_the_details_on_hover(open_page):
+    session = Session(Options(64, 4))
+    for c in ("alloc A 100", "fork A B", "append B", "free A"):
+        session.run(c)
+    snaps = session.timeline("en")
+    loaded = open_page(to_html(**sources.play(session)), fragment="#step=2&present")
+    page = loaded.page
+    for i in (2, 4):
+        page.evaluate(f"window.pagedsimViewer.go({i})")
+        head = page.evaluate("""() => { const e = document.querySelector('#headline');
+            return {text: e.textContent, title: e.title, lines: e.scrollHeight /
+                    parseFloat(getComputedStyle(e).lineHeight)}; }""")
+        assert head["lines"] <= 2.05, head
+        assert head["text"].endswith("(details on hover)") and " 25 blocks" in head["text"], head
+        assert head["title"] == snaps[i].custom_caption
+        assert loaded.dom()["caption"] == snaps[i].custom_caption  # the DOM contract holds
+    loaded.check_clean()
