@@ -28,6 +28,13 @@ iteration is `schedule()`, the model, then `update_from_output()` (scheduler_out
        winning ones the same way; v1 runs beam search outside the scheduler).
     4. a `StepRecord` of the usage is appended to `records`.
 
+An engine that runs a model adds requests with `add_request` (vLLM v0's order: the
+prefill samples the first token; a decode computes the last sampled token; a recompute
+prefills the prompt and every sampled token) and mirrors its output processor's forks and
+frees with `fork_seq` / `free_seq` (v0's names) between schedule() and update_from_output():
+parallel samples fork after the first sample, beams fork and fall out as the model's
+log-probs rank them. A group of forked sequences is only ever swapped, never recomputed.
+
 The manager's `reclaimer` hook is pointed at the same victim choice, so an allocation
 that runs short anywhere preempts (a group not scheduled this step) instead of failing.
 With prefix caching, decoded tokens carry ids, so generated blocks are cached too, and
@@ -159,6 +166,7 @@ class SchedulerV0(WorkloadScheduler):
         # and each of their sequences' sampled tokens
         self._stops: dict[int, tuple[int, ...]] = {}
         self._out: dict[ReqId, list[int]] = {}
+        self._groups: dict[int, Group] = {}  # their groups, by request index, until finished
         manager.reclaimer = self._evict
 
     def _check_fits(self, i: int, r: Request) -> None:
@@ -178,19 +186,20 @@ class SchedulerV0(WorkloadScheduler):
 
     # ---- serving a model (v0's LLMEngine.add_request) --------------------------------
     def add_request(
-        self, prompt: TokenIds, max_tokens: int, stop_token_ids: TokenIds = ()
+        self, prompt: TokenIds, max_tokens: int, stop_token_ids: TokenIds = (), best_of: int = 1
     ) -> ReqId:
         """A request arriving now from an engine that runs a model: a group of one sequence
         that waits from the next schedule(). As in vLLM v0, its prefill samples its first
         token, and a recomputed sequence prefills its prompt and every token it sampled,
         then samples the next. It finishes after `max_tokens` sampled tokens, or when it
         samples one of `stop_token_ids` (kept). Refused (nothing changed) when it could
-        never fit. Returns its sequence id, (index, 0)."""
+        never fit with `best_of` sequences (v0's name: the samples or beams the engine's
+        output processor forks from it with fork_seq). Returns its sequence id, (index, 0)."""
         ids = prompt_ids(prompt, None, "prompt")
         if not ids:
             raise ValueError("prompt must hold at least one token id")
         stops = prompt_ids(stop_token_ids, None, "stop_token_ids")
-        r = Request(len(ids), count_arg("max_tokens", max_tokens, 1))
+        r = Request(len(ids), count_arg("max_tokens", max_tokens, 1), n=best_of)
         i = len(self.requests)
         self._check_fits(i, r)
         if self.tokens is None:
@@ -205,8 +214,48 @@ class SchedulerV0(WorkloadScheduler):
         self.tokens.append(ids)
         self._stops[i] = stops
         self._out[(i, 0)] = []
-        self.waiting.append(Group(i, r.prompt_len, r.output_len, [(i, 0)]))
+        self._groups[i] = Group(i, r.prompt_len, r.output_len, [(i, 0)])
+        self.waiting.append(self._groups[i])
         return (i, 0)
+
+    def fork_seq(self, parent: ReqId, child: ReqId) -> None:
+        """The output processor forked `child` from `parent` (vLLM v0's Scheduler.fork_seq,
+        called between schedule() and update_from_output()): the child shares the parent's
+        blocks (copy-on-write) and its sampled tokens, and samples this step too."""
+        g = self._sampling_group(parent, "parent")
+        if not (isinstance(child, tuple) and len(child) == 2 and child[0] == g.key):
+            raise ValueError(f"child must be a sequence id ({g.key}, k), got {child!r}")
+        if child in self._out:
+            raise ValueError(f"child {child!r} is already a live sequence")
+        self.manager.fork(parent, child)
+        g.seq_ids.append(child)
+        self._out[child] = list(self._out[parent])
+
+    def free_seq(self, seq: ReqId) -> None:
+        """The output processor dropped `seq` (vLLM v0's Scheduler.free_seq): a beam that
+        fell out, or a sample that stopped. A group left with no sequence is finished."""
+        g = self._sampling_group(seq, "seq")
+        self.manager.free_sequence(seq)
+        g.seq_ids.remove(seq)
+        del self._out[seq]
+
+    def _sampling_group(self, seq: object, name: str) -> Group:
+        """The added request's group that `seq` lives in, if it samples this step."""
+        out = self._pending_output
+        key = seq[0] if isinstance(seq, tuple) and seq in self._out else None
+        if out is None or key not in self._sampling_keys(out):
+            raise ValueError(
+                f"{name} {seq!r} is not a live sequence of a request sampling this step"
+            )
+        return self._groups[key]
+
+    def _sampling_keys(self, scheduler_output: SchedulerOutput) -> list[int]:
+        """The added requests that sample this step, in the order they were scheduled."""
+        ids = [
+            *scheduler_output.scheduled_cached_reqs.req_ids,
+            *(new.req_id for new in scheduler_output.scheduled_new_reqs),
+        ]
+        return list(dict.fromkeys(s[0] for s in ids if s[0] in self._groups))
 
     # ---- results -------------------------------------------------------------
     @property
@@ -286,11 +335,12 @@ class SchedulerV0(WorkloadScheduler):
     def sampling_req_ids(self, scheduler_output: SchedulerOutput) -> list[ReqId]:
         """The sequences of a step that sample a token: the decoded ones, and the prefilled
         ones of requests an engine added (add_request). A workload's prefill samples
-        nothing: its group generates `output_len` tokens by decoding."""
-        prefilled = [new.req_id for new in scheduler_output.scheduled_new_reqs]
+        nothing: its group generates `output_len` tokens by decoding. An added request's
+        sequences are the live ones: fork_seq and free_seq change them."""
+        workload = scheduler_output.scheduled_cached_reqs.req_ids
         return [
-            *scheduler_output.scheduled_cached_reqs.req_ids,
-            *(s for s in prefilled if s in self._out),
+            *(s for s in workload if s[0] not in self._groups),
+            *(s for k in self._sampling_keys(scheduler_output) for s in self._groups[k].seq_ids),
         ]
 
     def workload_tokens(self, scheduler_output: SchedulerOutput) -> dict[ReqId, int]:
@@ -316,9 +366,10 @@ class SchedulerV0(WorkloadScheduler):
         sampled = self._check_output(scheduler_output, sampled)
         self._pending_output = None
         m, finished, still = self.manager, list[ReqId](), list[Group]()
+        served = set(self._sampling_keys(scheduler_output))
         for g in self.running:
-            if g.seq_ids[0] not in sampled:  # admitted or swapped in this step
-                still.append(g)
+            if g.key not in served and (not g.seq_ids or g.seq_ids[0] not in sampled):
+                still.append(g)  # admitted or swapped in this step
                 continue
             g.generated += 1
             for s in g.seq_ids if g.key in self._stops else ():
@@ -328,6 +379,7 @@ class SchedulerV0(WorkloadScheduler):
                     m.free_sequence(s)
                     finished.append(s)
                     self._out.pop(s, None)
+                self._groups.pop(g.key, None)  # type: ignore[call-overload]
                 self.finished += 1
             else:
                 if len(g.seq_ids) > 1 and self._request(g).beam_width > 1:
@@ -341,6 +393,8 @@ class SchedulerV0(WorkloadScheduler):
 
     def _stopped(self, g: Group) -> bool:
         """An added request's sequence sampled one of its stop tokens."""
+        if g.key in self._groups and not g.seq_ids:
+            return True  # the output processor freed every sequence (a beam search ended)
         stops = self._stops.get(g.key, ()) if isinstance(g.key, int) else ()
         return bool(stops) and all(self._out[s][-1] in stops for s in g.seq_ids)
 
@@ -451,6 +505,11 @@ class SchedulerV0(WorkloadScheduler):
         return True
 
     def _preempt(self, g: Group) -> None:
+        if g.key in self._groups and len(g.seq_ids) > 1 and not self.policy.keeps_kv:
+            raise RuntimeError(
+                "a request whose sequences were forked can only be swapped "
+                "(preemption 'swap'; vLLM v0 refuses to recompute them too)"
+            )
         self._preempted.add(g.key)
         self._preempted_now.update(g.seq_ids)
         self.running.remove(g)

@@ -2,6 +2,7 @@
 added as they come (add_request), a prefill that samples the first token, sampled stop
 tokens, and a recompute that prefills the prompt and every sampled token again."""
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -9,6 +10,7 @@ from hypothesis import strategies as st
 from pagedsim.manager import KVCacheManager
 from pagedsim.policies.prefix_cache import PrefixCachingManager
 from pagedsim.scheduler import SchedulerV0
+from pagedsim.scheduler_output import SchedulerOutput
 
 
 def test_the_prefill_samples_and_a_stop_token_ends_the_request():
@@ -57,6 +59,18 @@ def _alone(prompt: list, max_tokens: int) -> list:
     return tokens
 
 
+def _schedule(s: SchedulerV0, seqs: dict) -> SchedulerOutput:
+    """schedule(), checking that each sampling sequence computes up to the end of its
+    tokens (`seqs`: each sequence's prompt and sampled tokens)."""
+    out = s.schedule()
+    cached = out.scheduled_cached_reqs
+    starts = dict(zip(cached.req_ids, cached.num_computed_tokens, strict=True))
+    starts.update({n.req_id: n.num_computed_tokens for n in out.scheduled_new_reqs})
+    for rid in s.sampling_req_ids(out):
+        assert starts[rid] + out.num_scheduled_tokens[rid] == len(seqs[rid])
+    return out
+
+
 def _serve(prompts, max_tokens: int, policy: str, manager) -> SchedulerV0:
     """Serve `prompts` with the fake model; check that each sampling sequence computed
     exactly its prompt and sampled tokens, invariants after every step, and each output
@@ -66,13 +80,9 @@ def _serve(prompts, max_tokens: int, policy: str, manager) -> SchedulerV0:
     for _ in range(500):
         if s.done:
             break
-        out = s.schedule()
-        cached = out.scheduled_cached_reqs
-        starts = dict(zip(cached.req_ids, cached.num_computed_tokens, strict=True))
-        starts.update({n.req_id: n.num_computed_tokens for n in out.scheduled_new_reqs})
+        out = _schedule(s, seqs)
         sampled = {}
         for rid in s.sampling_req_ids(out):
-            assert starts[rid] + out.num_scheduled_tokens[rid] == len(seqs[rid])
             sampled[rid] = _model(tuple(seqs[rid]))
             seqs[rid].append(sampled[rid])
         s.update_from_output(out, sampled)
@@ -109,3 +119,103 @@ def test_preemption_never_changes_what_a_sequence_computes(
         policy,
         (PrefixCachingManager if caching else KVCacheManager)(num_blocks, 2),
     )
+
+
+def test_n_samples_fork_after_the_first_sample_and_share_the_prompt():
+    """vLLM v0's output processor forks the samples once the prompt's logits are in."""
+    m = KVCacheManager(16, 2)
+    s = SchedulerV0([], m, "swap", host_blocks=16, record=False)
+    rid = s.add_request((1, 2, 3), 3, best_of=2)
+    out = s.schedule()
+    assert out.num_scheduled_tokens == {rid: 3}  # one prefill for both samples
+    s.fork_seq(rid, (0, 1))
+    assert s.sampling_req_ids(out) == [rid, (0, 1)]
+    assert m.block_table((0, 1)).blocks == m.block_table(rid).blocks
+    s.update_from_output(out, {rid: 4, (0, 1): 5})
+    out = s.schedule()  # each computes its own sampled token: the shared tail is copied
+    assert out.num_scheduled_tokens == {rid: 1, (0, 1): 1}
+    assert m.block_table(rid).blocks[0] == m.block_table((0, 1)).blocks[0]
+    assert m.block_table(rid).blocks[1] != m.block_table((0, 1)).blocks[1]
+    s.free_seq((0, 1))  # it stopped
+    assert s.update_from_output(out, {rid: 6}) == []
+    assert s.update_from_output(s.schedule(), {rid: 7}) == [rid] and s.done
+    assert m.seq_ids() == []
+
+
+def test_a_group_whose_sequences_are_all_freed_is_finished():
+    s = SchedulerV0([], KVCacheManager(16, 2), record=False)
+    rid = s.add_request((1, 2, 3), 5, best_of=2)
+    out = s.schedule()
+    s.free_seq(rid)  # a beam search that ended early: no beam left
+    assert s.update_from_output(out, {}) == [] and s.done and s.manager.seq_ids() == []
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda s: s.fork_seq((0, 0), (1, 1)), "child must be a sequence id"),
+        (lambda s: s.fork_seq((0, 0), (0, 0)), "already a live sequence"),
+        (lambda s: s.fork_seq((0, 5), (0, 1)), "parent"),
+        (lambda s: s.free_seq((0, 3)), "not a live sequence of a request sampling"),
+    ],
+)
+def test_a_bad_fork_or_free_changes_nothing(call, message):
+    s = SchedulerV0([], KVCacheManager(16, 2), record=False)
+    s.add_request((1, 2, 3), 5, best_of=2)
+    s.add_request((4, 5), 5)
+    s.update_from_output(s.schedule(), {(0, 0): 1, (1, 0): 2})
+    s.schedule()  # both decode
+    with pytest.raises(ValueError, match=message):
+        call(s)
+    assert s.manager.seq_ids() == [(0, 0), (1, 0)] and s._groups[0].seq_ids == [(0, 0)]
+
+
+def test_a_forked_request_is_never_recomputed():
+    s = SchedulerV0([], KVCacheManager(15, 2), "recompute", victim="oldest", record=False)
+    rid = s.add_request((1, 2, 3), 8, best_of=2)
+    others = [s.add_request((4, 5, 6), 8), s.add_request((7, 8), 8)]
+    out = s.schedule()
+    s.fork_seq(rid, (0, 1))
+    s.update_from_output(out, {rid: 1, (0, 1): 2, **dict.fromkeys(others, 3)})
+    with pytest.raises(RuntimeError, match="can only be swapped"):
+        for _ in range(8):
+            out = s.schedule()
+            s.update_from_output(out, dict.fromkeys(s.sampling_req_ids(out), 1))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    prompts=st.lists(st.lists(st.integers(0, 9), min_size=1, max_size=6), min_size=1, max_size=4),
+    best_of=st.integers(1, 3),
+    num_blocks=st.integers(22, 32),
+    seed=st.integers(0, 2**16),
+)
+def test_forks_and_frees_keep_every_sequence_computable(prompts, best_of, num_blocks, seed):
+    """A fake output processor forks `best_of` samples after the prompt, then at random frees
+    one or forks one from another (beam search's moves): every sampling sequence has
+    computed exactly its tokens but the last, whatever swaps happen; invariants hold."""
+    rng = np.random.default_rng(seed)
+    manager = KVCacheManager(num_blocks, 2)
+    s = SchedulerV0([], manager, "swap", host_blocks=256, record=False)
+    seqs = {s.add_request(p, 5, best_of=best_of): list(p) for p in prompts}
+    made = dict.fromkeys(range(len(prompts)), 1)  # sequences each request has had
+    for _ in range(300):
+        if s.done:
+            break
+        out = _schedule(s, seqs)
+        for rid in s.sampling_req_ids(out):
+            live = s._groups[rid[0]].seq_ids
+            if len(live) < best_of or (len(live) > 1 and rng.random() < 0.3):
+                child = (rid[0], made[rid[0]])
+                made[rid[0]] += 1
+                parent = live[int(rng.integers(len(live)))]
+                s.fork_seq(parent, child)
+                seqs[child] = list(seqs[parent])
+                if len(live) > best_of:
+                    s.free_seq(live[0])
+        sampled = {rid: int(rng.integers(1, 50)) for rid in s.sampling_req_ids(out)}
+        for rid, token in sampled.items():
+            seqs[rid].append(token)
+        s.update_from_output(out, sampled)
+        manager.check_invariants()
+    assert s.done and manager.seq_ids() == []
