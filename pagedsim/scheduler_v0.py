@@ -28,6 +28,13 @@ iteration is `schedule()`, the model, then `update_from_output()` (scheduler_out
        winning ones the same way; v1 runs beam search outside the scheduler).
     4. a `StepRecord` of the usage is appended to `records`.
 
+An engine that runs a model adds requests with `add_request` (vLLM v0's order: the
+prefill samples the first token; a decode computes the last sampled token; a recompute
+prefills the prompt and every sampled token) and mirrors its output processor's forks and
+frees with `fork_seq` / `free_seq` (v0's names) between schedule() and update_from_output():
+parallel samples fork after the first sample, beams fork and fall out as the model's
+log-probs rank them. A group of forked sequences is only ever swapped, never recomputed.
+
 The manager's `reclaimer` hook is pointed at the same victim choice, so an allocation
 that runs short anywhere preempts (a group not scheduled this step) instead of failing.
 With prefix caching, decoded tokens carry ids, so generated blocks are cached too, and
@@ -124,7 +131,6 @@ class SchedulerV0(WorkloadScheduler):
         self.record = record
         self.seed = seed
         self.rng = np.random.default_rng(seed)
-        nb = manager.num_blocks
         self.requests = requests
         if tokens is not None and len(tokens) != len(self.requests):
             raise ValueError(f"tokens has {len(tokens)} prompts for {len(self.requests)} requests")
@@ -139,18 +145,7 @@ class SchedulerV0(WorkloadScheduler):
             ]
         )
         for i, r in enumerate(self.requests):
-            per_seq = manager.peak_blocks(r.prompt_len, r.total_len)
-            worst = r.num_seqs * per_seq + r.num_seqs + self.watermark
-            if max_running is not None and r.num_seqs > max_running:
-                raise ValueError(
-                    f"request {i} has {r.num_seqs} sequences; max_running "
-                    f"{max_running} can never admit it"
-                )
-            if worst > nb:
-                raise ValueError(
-                    f"request {i} ({r.num_seqs} x {r.total_len} tokens) needs up to "
-                    f"{worst} blocks, more than the pool's {nb}"
-                )
+            self._check_fits(i, r)
         self._arrivals = deque(
             sorted(range(len(self.requests)), key=lambda i: self.requests[i].arrival_step)
         )
@@ -167,7 +162,100 @@ class SchedulerV0(WorkloadScheduler):
         self._preempted_now: set[ReqId] = set()  # sequences preempted this step
         self._finished_req_ids: set[ReqId] = set()  # finished since the last schedule()
         self._preempted: set[object] = set()  # keys of groups preempted at least once
+        # requests added by an engine that runs a model (add_request): index -> stop ids,
+        # and each of their sequences' sampled tokens
+        self._stops: dict[int, tuple[int, ...]] = {}
+        self._out: dict[ReqId, list[int]] = {}
+        self._groups: dict[int, Group] = {}  # their groups, by request index, until finished
         manager.reclaimer = self._evict
+
+    def _check_fits(self, i: int, r: Request) -> None:
+        """Raise if request `i` could never be admitted (its worst case exceeds the pool)."""
+        per_seq = self.manager.peak_blocks(r.prompt_len, r.total_len)
+        worst = r.num_seqs * per_seq + r.num_seqs + self.watermark
+        if self.max_running is not None and r.num_seqs > self.max_running:
+            raise ValueError(
+                f"request {i} has {r.num_seqs} sequences; max_running "
+                f"{self.max_running} can never admit it"
+            )
+        if worst > self.manager.num_blocks:
+            raise ValueError(
+                f"request {i} ({r.num_seqs} x {r.total_len} tokens) needs up to "
+                f"{worst} blocks, more than the pool's {self.manager.num_blocks}"
+            )
+
+    # ---- serving a model (v0's LLMEngine.add_request) --------------------------------
+    def add_request(
+        self, prompt: TokenIds, max_tokens: int, stop_token_ids: TokenIds = (), best_of: int = 1
+    ) -> ReqId:
+        """A request arriving now from an engine that runs a model: a group of one sequence
+        that waits from the next schedule(). As in vLLM v0, its prefill samples its first
+        token, and a recomputed sequence prefills its prompt and every token it sampled,
+        then samples the next. It finishes after `max_tokens` sampled tokens, or when it
+        samples one of `stop_token_ids` (kept). Refused (nothing changed) when it could
+        never fit with `best_of` sequences (v0's name: the samples or beams the engine's
+        output processor forks from it with fork_seq). Returns its sequence id, (index, 0)."""
+        ids = prompt_ids(prompt, None, "prompt")
+        if not ids:
+            raise ValueError("prompt must hold at least one token id")
+        stops = prompt_ids(stop_token_ids, None, "stop_token_ids")
+        r = Request(len(ids), count_arg("max_tokens", max_tokens, 1), n=best_of)
+        i = len(self.requests)
+        self._check_fits(i, r)
+        if self.tokens is None:
+            if self.requests:
+                raise ValueError(
+                    "add_request needs a scheduler whose requests have token ids "
+                    "(built with tokens=..., or with no requests)"
+                )
+            self.tokens = []
+            self._cached = isinstance(self.manager, PrefixCachingManager)
+        self.requests.append(r)
+        self.tokens.append(ids)
+        self._stops[i] = stops
+        self._out[(i, 0)] = []
+        self._groups[i] = Group(i, r.prompt_len, r.output_len, [(i, 0)])
+        self.waiting.append(self._groups[i])
+        return (i, 0)
+
+    def fork_seq(self, parent: ReqId, child: ReqId) -> None:
+        """The output processor forked `child` from `parent` (vLLM v0's Scheduler.fork_seq,
+        called between schedule() and update_from_output()): the child shares the parent's
+        blocks (copy-on-write) and its sampled tokens, and samples this step too."""
+        g = self._sampling_group(parent, "parent")
+        if not (isinstance(child, tuple) and len(child) == 2 and child[0] == g.key):
+            raise ValueError(f"child must be a sequence id ({g.key}, k), got {child!r}")
+        if child in self._out:
+            raise ValueError(f"child {child!r} is already a live sequence")
+        self.manager.fork(parent, child)
+        g.seq_ids.append(child)
+        self._out[child] = list(self._out[parent])
+
+    def free_seq(self, seq: ReqId) -> None:
+        """The output processor dropped `seq` (vLLM v0's Scheduler.free_seq): a beam that
+        fell out, or a sample that stopped. A group left with no sequence is finished."""
+        g = self._sampling_group(seq, "seq")
+        self.manager.free_sequence(seq)
+        g.seq_ids.remove(seq)
+        del self._out[seq]
+
+    def _sampling_group(self, seq: object, name: str) -> Group:
+        """The added request's group that `seq` lives in, if it samples this step."""
+        out = self._pending_output
+        key = seq[0] if isinstance(seq, tuple) and seq in self._out else None
+        if out is None or key not in self._sampling_keys(out):
+            raise ValueError(
+                f"{name} {seq!r} is not a live sequence of a request sampling this step"
+            )
+        return self._groups[key]
+
+    def _sampling_keys(self, scheduler_output: SchedulerOutput) -> list[int]:
+        """The added requests that sample this step, in the order they were scheduled."""
+        ids = [
+            *scheduler_output.scheduled_cached_reqs.req_ids,
+            *(new.req_id for new in scheduler_output.scheduled_new_reqs),
+        ]
+        return list(dict.fromkeys(s[0] for s in ids if s[0] in self._groups))
 
     # ---- results -------------------------------------------------------------
     @property
@@ -232,7 +320,8 @@ class SchedulerV0(WorkloadScheduler):
             ],
             scheduled_cached_reqs=CachedRequestData(
                 [s for _, s in cached],
-                [g.prompt_len + g.generated for g, _ in cached],
+                # a served sequence computes its last sampled token's K/V now
+                [g.prompt_len + g.generated - (s in self._out) for g, s in cached],
                 [g.generated for g, _ in cached],
             ),
             num_scheduled_tokens=self._scheduled,
@@ -244,17 +333,29 @@ class SchedulerV0(WorkloadScheduler):
         return out
 
     def sampling_req_ids(self, scheduler_output: SchedulerOutput) -> list[ReqId]:
-        """The sequences of a step that sample a token: the decoded ones (a v0 prefill
-        here samples nothing: a group generates `output_len` tokens by decoding)."""
-        return list(scheduler_output.scheduled_cached_reqs.req_ids)
+        """The sequences of a step that sample a token: the decoded ones, and the prefilled
+        ones of requests an engine added (add_request). A workload's prefill samples
+        nothing: its group generates `output_len` tokens by decoding. An added request's
+        sequences are the live ones: fork_seq and free_seq change them."""
+        workload = scheduler_output.scheduled_cached_reqs.req_ids
+        return [
+            *(s for s in workload if s[0] not in self._groups),
+            *(s for k in self._sampling_keys(scheduler_output) for s in self._groups[k].seq_ids),
+        ]
 
     def workload_tokens(self, scheduler_output: SchedulerOutput) -> dict[ReqId, int]:
-        """The ids the decodes gave the manager (the workload's tokens: the model, faked)."""
+        """The ids the decodes gave the manager (the workload's tokens: the model, faked);
+        an added request's prefill gets one too."""
         cached = scheduler_output.scheduled_cached_reqs
-        return {
+        sampled = {
             s: synthetic_token(s[0], s[1], n)
             for s, n in zip(cached.req_ids, cached.num_computed_tokens, strict=True)
         }
+        for new in scheduler_output.scheduled_new_reqs:
+            if new.req_id in self._out:
+                n = new.num_computed_tokens + scheduler_output.num_scheduled_tokens[new.req_id]
+                sampled[new.req_id] = synthetic_token(*new.req_id, n)
+        return sampled
 
     def update_from_output(
         self, scheduler_output: SchedulerOutput, sampled: Mapping[ReqId, int]
@@ -265,15 +366,20 @@ class SchedulerV0(WorkloadScheduler):
         sampled = self._check_output(scheduler_output, sampled)
         self._pending_output = None
         m, finished, still = self.manager, list[ReqId](), list[Group]()
+        served = set(self._sampling_keys(scheduler_output))
         for g in self.running:
-            if g.seq_ids[0] not in sampled:  # admitted or swapped in this step
-                still.append(g)
+            if g.key not in served and (not g.seq_ids or g.seq_ids[0] not in sampled):
+                still.append(g)  # admitted or swapped in this step
                 continue
             g.generated += 1
-            if g.generated >= g.output_len:
+            for s in g.seq_ids if g.key in self._stops else ():
+                self._out[s].append(sampled[s])
+            if g.generated >= g.output_len or self._stopped(g):
                 for s in g.seq_ids:
                     m.free_sequence(s)
                     finished.append(s)
+                    self._out.pop(s, None)
+                self._groups.pop(g.key, None)  # type: ignore[call-overload]
                 self.finished += 1
             else:
                 if len(g.seq_ids) > 1 and self._request(g).beam_width > 1:
@@ -284,6 +390,13 @@ class SchedulerV0(WorkloadScheduler):
         if self.record:
             self.records.append(self._record(scheduler_output))
         return finished
+
+    def _stopped(self, g: Group) -> bool:
+        """An added request's sequence sampled one of its stop tokens."""
+        if g.key in self._groups and not g.seq_ids:
+            return True  # the output processor freed every sequence (a beam search ended)
+        stops = self._stops.get(g.key, ()) if isinstance(g.key, int) else ()
+        return bool(stops) and all(self._out[s][-1] in stops for s in g.seq_ids)
 
     def _record(self, scheduler_output: SchedulerOutput) -> StepRecord:
         m, total = self.manager, scheduler_output.total_num_scheduled_tokens
@@ -314,9 +427,11 @@ class SchedulerV0(WorkloadScheduler):
             return []
         seqs = self._running_seqs()
         ids = None
-        if self._cached:
+        if self._cached:  # an added request's sequence computes its last sampled token
             ids = [
-                synthetic_token(s[0], s[1], g.prompt_len + g.generated)
+                self._out[s][-1]
+                if s in self._out
+                else synthetic_token(s[0], s[1], g.prompt_len + g.generated)
                 for g in self.running
                 for s in g.seq_ids
             ]
@@ -377,6 +492,8 @@ class SchedulerV0(WorkloadScheduler):
                 ids = (
                     None
                     if cache is None or beams
+                    else self._out[s]
+                    if s in self._out  # an added request's sampled tokens
                     else [synthetic_token(s[0], s[1], q) for q in range(p, p + g.generated)]
                 )
                 m.append_tokens(s, g.generated, token_ids=ids)
@@ -388,6 +505,11 @@ class SchedulerV0(WorkloadScheduler):
         return True
 
     def _preempt(self, g: Group) -> None:
+        if g.key in self._groups and len(g.seq_ids) > 1 and not self.policy.keeps_kv:
+            raise RuntimeError(
+                "a request whose sequences were forked can only be swapped "
+                "(preemption 'swap'; vLLM v0 refuses to recompute them too)"
+            )
         self._preempted.add(g.key)
         self._preempted_now.update(g.seq_ids)
         self.running.remove(g)

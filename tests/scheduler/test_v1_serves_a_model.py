@@ -8,7 +8,7 @@ from pagedsim.block_table import NULL_BLOCK
 from pagedsim.policies.hybrid import HybridManager
 from pagedsim.policies.prefix_cache import PrefixCachingManager
 from pagedsim.policies.sliding_window_cache import SlidingWindowPrefixCachingManager
-from pagedsim.scheduler import SchedulerV1
+from pagedsim.scheduler import SchedulerV0, SchedulerV1
 
 
 def test_an_added_request_stops_at_a_sampled_stop_token_and_frees_its_blocks():
@@ -29,11 +29,13 @@ def test_an_added_request_stops_at_a_sampled_stop_token_and_frees_its_blocks():
         (((), 3), ValueError, "prompt"),
         (((1, 2), 0), ValueError, "max_tokens"),
         (((1, 2), 3, (-1,)), ValueError, "stop_token_ids"),
-        (((1,) * 10, 10), ValueError, "needs 10 blocks, more than the pool's 8"),
+        (((1,) * 10, 10), ValueError, "more than the pool's 8"),
     ],
 )
-def test_a_bad_request_is_refused_and_changes_nothing(args, error, message):
-    s = SchedulerV1([], PrefixCachingManager(8, 2), record=False)
+@pytest.mark.parametrize("scheduler", [SchedulerV1, SchedulerV0])
+def test_a_bad_request_is_refused_and_changes_nothing(scheduler, args, error, message):
+    """Both schedulers' add_request (SchedulerV0's: test_v0_serves_a_model.py)."""
+    s = scheduler([], PrefixCachingManager(8, 2), record=False)
     with pytest.raises(error, match=message):
         s.add_request(*args)
     assert s.requests == [] and len(s.waiting) == 0 and s.done

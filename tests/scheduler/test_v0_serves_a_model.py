@@ -1,0 +1,221 @@
+"""What SchedulerV0 takes from an engine that runs a real model (vLLM v0's order): requests
+added as they come (add_request), a prefill that samples the first token, sampled stop
+tokens, and a recompute that prefills the prompt and every sampled token again."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pagedsim.manager import KVCacheManager
+from pagedsim.policies.prefix_cache import PrefixCachingManager
+from pagedsim.scheduler import SchedulerV0
+from pagedsim.scheduler_output import SchedulerOutput
+
+
+def test_the_prefill_samples_and_a_stop_token_ends_the_request():
+    s = SchedulerV0([], PrefixCachingManager(16, 2), record=False)
+    rid = s.add_request((1, 2, 3), 5, stop_token_ids=(7,))
+    out = s.schedule()
+    assert out.num_scheduled_tokens == {rid: 3} and s.sampling_req_ids(out) == [rid]
+    assert s.update_from_output(out, {rid: 4}) == []
+    out = s.schedule()  # the decode computes the sampled token's K/V: position 3
+    assert out.scheduled_cached_reqs.num_computed_tokens == [3]
+    assert s.manager.num_tokens(rid) == 4
+    assert s.update_from_output(out, {rid: 7}) == [rid]  # stopped after 2 of 5 tokens
+    assert s.done and s.manager.seq_ids() == []
+
+
+def test_max_tokens_one_finishes_at_the_prefill():
+    s = SchedulerV0([], KVCacheManager(8, 2), record=False)
+    rid = s.add_request((5, 6), 1)
+    assert s.update_from_output(s.schedule(), {rid: 9}) == [rid] and s.done
+
+
+def test_a_sampled_token_reaches_the_prefix_cache():
+    """The decode names its block with the sampled id: a follow-up prompt that repeats the
+    answer hits it (as v0's prefix caching hashes generated tokens too)."""
+    s = SchedulerV0([], PrefixCachingManager(16, 2), record=False)
+    first = s.add_request((1, 2, 3), 3)
+    for token in (4, 5, 6):
+        s.update_from_output(s.schedule(), {first: token})
+    assert s.done
+    second = s.add_request((1, 2, 3, 4, 5, 9), 1)
+    out = s.schedule()
+    assert out.scheduled_new_reqs[0].num_computed_tokens == 4  # blocks (1, 2), (3, 4)
+    assert out.num_scheduled_tokens == {second: 2}
+
+
+def _model(tokens: tuple) -> int:
+    """A fake model: the next token is a function of the whole sequence."""
+    return (sum((i + 1) * t for i, t in enumerate(tokens)) * 7 + len(tokens)) % 50
+
+
+def _alone(prompt: list, max_tokens: int) -> list:
+    """The sequence the fake model gives `prompt` run alone (stop token 0)."""
+    tokens = list(prompt)
+    while len(tokens) - len(prompt) < max_tokens and (len(tokens) == len(prompt) or tokens[-1]):
+        tokens.append(_model(tuple(tokens)))
+    return tokens
+
+
+def _schedule(s: SchedulerV0, seqs: dict) -> SchedulerOutput:
+    """schedule(), checking that each sampling sequence computes up to the end of its
+    tokens (`seqs`: each sequence's prompt and sampled tokens)."""
+    out = s.schedule()
+    cached = out.scheduled_cached_reqs
+    starts = dict(zip(cached.req_ids, cached.num_computed_tokens, strict=True))
+    starts.update({n.req_id: n.num_computed_tokens for n in out.scheduled_new_reqs})
+    for rid in s.sampling_req_ids(out):
+        assert starts[rid] + out.num_scheduled_tokens[rid] == len(seqs[rid])
+    return out
+
+
+def _serve(prompts, max_tokens: int, policy: str, manager) -> SchedulerV0:
+    """Serve `prompts` with the fake model; check that each sampling sequence computed
+    exactly its prompt and sampled tokens, invariants after every step, and each output
+    against the request run alone."""
+    s = SchedulerV0([], manager, policy, host_blocks=64, record=False)
+    seqs = {s.add_request(p, max_tokens, stop_token_ids=(0,)): list(p) for p in prompts}
+    for _ in range(500):
+        if s.done:
+            break
+        out = _schedule(s, seqs)
+        sampled = {}
+        for rid in s.sampling_req_ids(out):
+            sampled[rid] = _model(tuple(seqs[rid]))
+            seqs[rid].append(sampled[rid])
+        s.update_from_output(out, sampled)
+        manager.check_invariants()
+    assert s.done and manager.seq_ids() == []
+    for rid, tokens in seqs.items():
+        assert tokens == _alone(prompts[rid[0]], max_tokens)
+    return s
+
+
+@pytest.mark.parametrize("policy", ["recompute", "swap"])
+@pytest.mark.parametrize("caching", [True, False])
+def test_a_preempted_request_samples_what_it_would_alone(policy, caching):
+    prompts = [[1, 2, 3, 4, 5], [6, 7, 8, 9, 1], [2, 4, 6, 8, 1]]
+    manager = (PrefixCachingManager if caching else KVCacheManager)(10, 2)
+    assert _serve(prompts, 8, policy, manager).preemptions > 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    prompts=st.lists(st.lists(st.integers(0, 9), min_size=1, max_size=7), min_size=1, max_size=5),
+    max_tokens=st.integers(1, 6),
+    policy=st.sampled_from(["recompute", "swap"]),
+    caching=st.booleans(),
+    num_blocks=st.integers(10, 16),
+)
+def test_preemption_never_changes_what_a_sequence_computes(
+    prompts, max_tokens, policy, caching, num_blocks
+):
+    """Whatever the pool and policy, a model sees each sequence as it would alone."""
+    _serve(
+        prompts,
+        max_tokens,
+        policy,
+        (PrefixCachingManager if caching else KVCacheManager)(num_blocks, 2),
+    )
+
+
+def test_n_samples_fork_after_the_first_sample_and_share_the_prompt():
+    """vLLM v0's output processor forks the samples once the prompt's logits are in."""
+    m = KVCacheManager(16, 2)
+    s = SchedulerV0([], m, "swap", host_blocks=16, record=False)
+    rid = s.add_request((1, 2, 3), 3, best_of=2)
+    out = s.schedule()
+    assert out.num_scheduled_tokens == {rid: 3}  # one prefill for both samples
+    s.fork_seq(rid, (0, 1))
+    assert s.sampling_req_ids(out) == [rid, (0, 1)]
+    assert m.block_table((0, 1)).blocks == m.block_table(rid).blocks
+    s.update_from_output(out, {rid: 4, (0, 1): 5})
+    out = s.schedule()  # each computes its own sampled token: the shared tail is copied
+    assert out.num_scheduled_tokens == {rid: 1, (0, 1): 1}
+    assert m.block_table(rid).blocks[0] == m.block_table((0, 1)).blocks[0]
+    assert m.block_table(rid).blocks[1] != m.block_table((0, 1)).blocks[1]
+    s.free_seq((0, 1))  # it stopped
+    assert s.update_from_output(out, {rid: 6}) == []
+    assert s.update_from_output(s.schedule(), {rid: 7}) == [rid] and s.done
+    assert m.seq_ids() == []
+
+
+def test_a_group_whose_sequences_are_all_freed_is_finished():
+    s = SchedulerV0([], KVCacheManager(16, 2), record=False)
+    rid = s.add_request((1, 2, 3), 5, best_of=2)
+    out = s.schedule()
+    s.free_seq(rid)  # a beam search that ended early: no beam left
+    assert s.update_from_output(out, {}) == [] and s.done and s.manager.seq_ids() == []
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda s: s.fork_seq((0, 0), (1, 1)), "child must be a sequence id"),
+        (lambda s: s.fork_seq((0, 0), (0, 0)), "already a live sequence"),
+        (lambda s: s.fork_seq((0, 5), (0, 1)), "parent"),
+        (lambda s: s.free_seq((0, 3)), "not a live sequence of a request sampling"),
+    ],
+)
+def test_a_bad_fork_or_free_changes_nothing(call, message):
+    s = SchedulerV0([], KVCacheManager(16, 2), record=False)
+    s.add_request((1, 2, 3), 5, best_of=2)
+    s.add_request((4, 5), 5)
+    s.update_from_output(s.schedule(), {(0, 0): 1, (1, 0): 2})
+    s.schedule()  # both decode
+    with pytest.raises(ValueError, match=message):
+        call(s)
+    assert s.manager.seq_ids() == [(0, 0), (1, 0)] and s._groups[0].seq_ids == [(0, 0)]
+
+
+def test_a_forked_request_is_never_recomputed():
+    s = SchedulerV0([], KVCacheManager(15, 2), "recompute", victim="oldest", record=False)
+    rid = s.add_request((1, 2, 3), 8, best_of=2)
+    others = [s.add_request((4, 5, 6), 8), s.add_request((7, 8), 8)]
+    out = s.schedule()
+    s.fork_seq(rid, (0, 1))
+    s.update_from_output(out, {rid: 1, (0, 1): 2, **dict.fromkeys(others, 3)})
+    with pytest.raises(RuntimeError, match="can only be swapped"):
+        for _ in range(8):
+            out = s.schedule()
+            s.update_from_output(out, dict.fromkeys(s.sampling_req_ids(out), 1))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    prompts=st.lists(st.lists(st.integers(0, 9), min_size=1, max_size=6), min_size=1, max_size=4),
+    best_of=st.integers(1, 3),
+    num_blocks=st.integers(22, 32),
+    seed=st.integers(0, 2**16),
+)
+def test_forks_and_frees_keep_every_sequence_computable(prompts, best_of, num_blocks, seed):
+    """A fake output processor forks `best_of` samples after the prompt, then at random frees
+    one or forks one from another (beam search's moves): every sampling sequence has
+    computed exactly its tokens but the last, whatever swaps happen; invariants hold."""
+    rng = np.random.default_rng(seed)
+    manager = KVCacheManager(num_blocks, 2)
+    s = SchedulerV0([], manager, "swap", host_blocks=256, record=False)
+    seqs = {s.add_request(p, 5, best_of=best_of): list(p) for p in prompts}
+    made = dict.fromkeys(range(len(prompts)), 1)  # sequences each request has had
+    for _ in range(300):
+        if s.done:
+            break
+        out = _schedule(s, seqs)
+        for rid in s.sampling_req_ids(out):
+            live = s._groups[rid[0]].seq_ids
+            if len(live) < best_of or (len(live) > 1 and rng.random() < 0.3):
+                child = (rid[0], made[rid[0]])
+                made[rid[0]] += 1
+                parent = live[int(rng.integers(len(live)))]
+                s.fork_seq(parent, child)
+                seqs[child] = list(seqs[parent])
+                if len(live) > best_of:
+                    s.free_seq(live[0])
+        sampled = {rid: int(rng.integers(1, 50)) for rid in s.sampling_req_ids(out)}
+        for rid, token in sampled.items():
+            seqs[rid].append(token)
+        s.update_from_output(out, sampled)
+        manager.check_invariants()
+    assert s.done and manager.seq_ids() == []
