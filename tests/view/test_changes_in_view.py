@@ -133,7 +133,7 @@ def test_every_generate_step_outlines_its_changes_in_view(open_page):
     engine, marks, _ = run(
         prompts=["ROMEO: But soft, what light", "JULIET: O Romeo"],
         max_tokens=10,
-        blocks=16,
+        num_gpu_blocks_override=16,
         block_size=8,
     )
     page = sources.generate(engine, marks)

@@ -16,7 +16,7 @@ WROTE = re.compile(
 
 @pytest.fixture(scope="module")
 def served():
-    engine, marks, _ = run(blocks=24, block_size=8, max_tokens=24)
+    engine, marks, _ = run(num_gpu_blocks_override=24, block_size=8, max_tokens=24)
     return engine, step_frames(engine, marks)
 
 
@@ -52,7 +52,7 @@ def test_the_timeline_orders_each_sequences_life(served):
 
 
 def test_the_page_carries_the_plain_captions_the_details_and_the_timeline():
-    engine, marks, _ = run(blocks=24, block_size=8, max_tokens=24)
+    engine, marks, _ = run(num_gpu_blocks_override=24, block_size=8, max_tokens=24)
     data = page_data(**sources.generate(engine, marks))
     assert all(step["dt"].startswith("batch ") for step in data["steps"])
     assert data["timeline"] and not any("finishes" in s["c"] for s in data["steps"])
