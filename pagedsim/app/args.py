@@ -12,16 +12,18 @@ import argparse
 import math
 import pathlib
 import tempfile
+from collections.abc import Callable
+from typing import NoReturn
 
 
 class ArgParser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line on stderr (exit status 2)."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def int_in(low: int, high: int):
+def int_in(low: int, high: int) -> Callable[[str], int]:
     """An argparse `type`: an integer in [low, high]."""
 
     def parse(text: str) -> int:
@@ -37,7 +39,7 @@ def int_in(low: int, high: int):
     return parse
 
 
-def float_in(low: float, high: float, *, open_low: bool = False):
+def float_in(low: float, high: float, *, open_low: bool = False) -> Callable[[str], float]:
     """An argparse `type`: a finite number in [low, high] (or (low, high] with open_low)."""
 
     def parse(text: str) -> float:

@@ -12,6 +12,9 @@ forms are optional variants), add it to `TABLES`, and add its code to `lang.LANG
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from .. import trace as tr
 from ..captions_en import EN
 from ..story import Phrasebook, story_of, tell
 
@@ -61,11 +64,11 @@ def book(lang: str) -> Phrasebook:
     return Phrasebook(TABLES[lang])
 
 
-def caption(snapshot, lang: str = "en") -> str:
+def caption(snapshot: tr.Snapshot, lang: str = "en") -> str:
     """The snapshot's caption in `lang`: its own words if it has some, else its story."""
     return story_of(snapshot).words(book(lang))
 
 
-def describe(events, lang: str = "en") -> str:
+def describe(events: Iterable[tr.Event], lang: str = "en") -> str:
     """One sentence in `lang` for the events of one step."""
     return tell(events).words(book(lang))

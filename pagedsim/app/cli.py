@@ -51,10 +51,11 @@ COMMANDS = {
 # and 3.4b copy-on-write): course.COMMANDS and course.POOLS, name -> (module:function, help).
 try:
     from course import COMMANDS as _COURSE_COMMANDS
-    from course import POOLS as COURSE_POOLS
+    from course import POOLS as _COURSE_POOLS
 except ImportError:  # pagedsim installed without the course
-    _COURSE_COMMANDS, COURSE_POOLS = {}, {}
+    _COURSE_COMMANDS, _COURSE_POOLS = {}, {}
 COMMANDS.update(_COURSE_COMMANDS)
+COURSE_POOLS: dict[str, tuple[str, str]] = _COURSE_POOLS  # read by `pagedsim generate --pool`
 
 
 def _usage() -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 
 LANGS = ("en", "zh")
 ENV = "PAGEDSIM_LANG"  # the variable `set_lang` exports and `detect` reads first
@@ -55,7 +56,7 @@ def say(en: str, zh: str, lang: str | None = None) -> str:
     return zh if detect(lang) == "zh" else en
 
 
-def t(template: str, lang: str, table: dict, **fields) -> str:
+def t(template: str, lang: str, table: Mapping[str, str], **fields: object) -> str:
     """`template` (English) in `lang`, looked up in `table`, with `fields` filled in."""
     text = table.get(template, template) if lang == "zh" else template
     return text.format(**fields) if fields else text

@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from collections.abc import Callable
+from typing import TypedDict
 
 from ..errors import OutOfBlocks
 from ..manager import KVCacheManager
@@ -28,7 +30,8 @@ from .lang import LANGS, detect, display_width, t, wrap
 NUM_BLOCKS, BLOCK_SIZE = 12, 4
 
 # (why this step matters, the operation). Each operation is one manager step.
-SCRIPT = [
+# (why, op): each step of the tour, what the chapter says about it and the call it makes
+SCRIPT: list[tuple[str, Callable[[KVCacheManager], object]]] = [
     (
         "3.4: allocate() pops the head of the free list, so A's 6 prompt tokens take the "
         "first two blocks; the second is only half full.",
@@ -111,7 +114,10 @@ def format_snapshot(
     """The snapshot as text: free list, block tables, pending copies, physical blocks.
     No line is wider than `width` columns; `per_row` blocks per row (default: as many as fit)."""
     per_row = per_row or max(1, (width - 4) // CELL)
-    say = lambda template, **kw: t(template, lang, view_zh.ZH, **kw)  # noqa: E731
+
+    def say(template: str, **kw: object) -> str:
+        return t(template, lang, view_zh.ZH, **kw)
+
     owners: dict[int, list[str]] = {b: [] for b in range(s.num_blocks)}
     for seq in s.sequences:
         for b in seq.blocks:
@@ -206,7 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.draw:  # fail on an unwritable folder before printing anything
         writable_dir(args.draw)
     lang, width = detect(args.lang), args.width or terminal_width()
-    say = lambda template, **kw: t(template, lang, tour_zh.ZH, **kw)  # noqa: E731
+
+    def say(template: str, **kw: object) -> str:
+        return t(template, lang, tour_zh.ZH, **kw)
+
     m = tour_manager(args.steps)
     assert m.trace is not None, "tour_manager records a trace"
     snaps = m.trace.snapshots
@@ -215,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
     else:
 
-        def show(text):
+        def show(text: str) -> None:
             print("\n".join(o for line in text.split("\n") for o in wrap(line, width)))
 
         show(
@@ -263,7 +272,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def tour_page(lang: str = "en", steps: int | None = None) -> dict:
+class TourPage(TypedDict):
+    """`pagedsim.view.write_html`'s keywords for the tour."""
+
+    trace_or_snapshots: list[Snapshot]
+    captions: list[str]
+    whys: list[str]
+    lang: str
+    title: str
+    version: str
+
+
+def tour_page(lang: str = "en", steps: int | None = None) -> TourPage:
     """The tour as `pagedsim.view.write_html`'s keywords: snapshots, captions, why lines."""
     from ..view.sources import TOUR_VERSION
 
@@ -275,7 +295,7 @@ def tour_page(lang: str = "en", steps: int | None = None) -> dict:
     whys = [start if s.step == 0 else script[s.step - 1] for s in snaps]
     if any(e.kind == "allocation_failed" for e in snaps[-1].events):
         whys[-1] += " " + (tour_zh.OUT_OF_BLOCKS_NOTE if lang == "zh" else OUT_OF_BLOCKS_NOTE)
-    return dict(
+    return TourPage(
         trace_or_snapshots=snaps,
         captions=[caption(s, lang) for s in snaps],
         whys=whys,

@@ -14,8 +14,10 @@ mark is accepted, as the CSV workloads accept one. No matplotlib here.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, fields
 from pathlib import Path
+from typing import Any
 
 from .. import trace as tr
 from ..story import caption
@@ -35,12 +37,15 @@ EVENT_TYPES = {
     )
 }
 KINDS = {tr._snake(name): cls for name, cls in EVENT_TYPES.items()}
+# a JSON object, as json.loads returns it and json.dumps takes it: its values are any JSON
+# (json's own functions type them Any); validate() checks a loaded one before it is used
+JSONObject = dict[str, Any]
 TUPLE_FIELDS = ("free_list", "ref_counts", "block_fill", "cached_blocks")
 
 
-def snapshot_to_dict(snapshot: tr.Snapshot) -> dict:
+def snapshot_to_dict(snapshot: tr.Snapshot) -> JSONObject:
     """JSON-ready: every field, plus `caption` in English (`custom_caption` only if set)."""
-    out = {"step": snapshot.step, "caption": caption(snapshot)}
+    out: JSONObject = {"step": snapshot.step, "caption": caption(snapshot)}
     out.update(
         (f.name, getattr(snapshot, f.name))
         for f in fields(snapshot)
@@ -53,7 +58,7 @@ def snapshot_to_dict(snapshot: tr.Snapshot) -> dict:
     return out
 
 
-def to_dict(trace: tr.Trace) -> dict:
+def to_dict(trace: tr.Trace) -> JSONObject:
     """The whole trace, JSON-ready: its events, then one `snapshot_to_dict` per step."""
     return {
         "events": [e.to_dict() for e in trace.events],
@@ -61,11 +66,12 @@ def to_dict(trace: tr.Trace) -> dict:
     }
 
 
-def _tuples(value):
+def _tuples(value: Any) -> Any:
+    """A JSON value with its lists made tuples (an event's fields are tuples)."""
     return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
-def event_from_dict(d: dict) -> tr.Event:
+def event_from_dict(d: JSONObject) -> tr.Event:
     kind = d.get("kind")
     if kind not in KINDS:
         raise ValueError(f"unknown event kind {kind!r}; known: {', '.join(sorted(KINDS))}")
@@ -76,7 +82,7 @@ def event_from_dict(d: dict) -> tr.Event:
         raise ValueError(f"event {kind!r} lacks field {e.args[0]!r}") from None
 
 
-def _whole(value, what: str, low: int = 0, high: int | None = None) -> int:
+def _whole(value: object, what: str, low: int = 0, high: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{what} must be a whole number, got {value!r}"[:200])
     if value < low or (high is not None and value > high):
@@ -85,7 +91,7 @@ def _whole(value, what: str, low: int = 0, high: int | None = None) -> int:
     return value
 
 
-def _blocks(values, what: str, num_blocks: int, *, distinct: bool = False) -> None:
+def _blocks(values: object, what: str, num_blocks: int, *, distinct: bool = False) -> None:
     if not isinstance(values, (list, tuple)):
         raise ValueError(f"{what} must be a list of block ids, got {values!r}"[:200])
     for v in values:
@@ -94,7 +100,7 @@ def _blocks(values, what: str, num_blocks: int, *, distinct: bool = False) -> No
         raise ValueError(f"{what} names a block twice: {list(values)}"[:200])
 
 
-def validate(d: dict) -> None:
+def validate(d: object) -> None:
     """Refuse a snapshot whose numbers cannot describe a pool (before anything is built)."""
     if not isinstance(d, dict):
         raise ValueError(f"a snapshot must be an object, got {type(d).__name__}")
@@ -131,7 +137,7 @@ def validate(d: dict) -> None:
         _blocks(pair, f"{where}: pending copy", n)
 
 
-def snapshot_from_dict(d: dict) -> tr.Snapshot:
+def snapshot_from_dict(d: JSONObject) -> tr.Snapshot:
     validate(d)
     try:
         values = {f.name: d[f.name] for f in fields(tr.Snapshot) if f.name in d}
@@ -154,7 +160,7 @@ def snapshot_from_dict(d: dict) -> tr.Snapshot:
     return snap
 
 
-def snapshots_from_dict(d: dict) -> list[tr.Snapshot]:
+def snapshots_from_dict(d: JSONObject) -> list[tr.Snapshot]:
     if not isinstance(d, dict) or not d.get("snapshots"):
         raise ValueError(
             "not a pagedsim trace: expected an object with a non-empty 'snapshots' list"
@@ -165,7 +171,7 @@ def snapshots_from_dict(d: dict) -> list[tr.Snapshot]:
     return snaps
 
 
-def load_snapshots(path) -> list[tr.Snapshot]:
+def load_snapshots(path: str | os.PathLike[str]) -> list[tr.Snapshot]:
     """The snapshots of a JSON trace file (from `pagedsim tour --json > FILE`)."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8-sig"))

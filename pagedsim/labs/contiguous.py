@@ -23,11 +23,12 @@ import bisect
 import heapq
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import count_arg
 
 
-def _range_min_table(values: np.ndarray) -> list[np.ndarray]:
+def _range_min_table(values: npt.NDArray[np.int64]) -> list[npt.NDArray[np.int64]]:
     """Sparse table: level j holds min(values[i : i + 2**j])."""
     table = [values]
     j = 1
@@ -39,13 +40,19 @@ def _range_min_table(values: np.ndarray) -> list[np.ndarray]:
     return table
 
 
-def _range_min(table, lo: int, hi: int) -> int:
+def _range_min(table: list[npt.NDArray[np.int64]], lo: int, hi: int) -> int:
     """min(values[lo:hi]) for hi > lo, in O(1)."""
     j = (hi - lo).bit_length() - 1
     return int(min(table[j][lo], table[j][hi - (1 << j)]))
 
 
-def external_fragmentation(size, output_len, arrival, memory: int, queue: str = "fcfs") -> int:
+def external_fragmentation(
+    size: npt.ArrayLike,
+    output_len: npt.ArrayLike,
+    arrival: npt.ArrayLike,
+    memory: int,
+    queue: str = "fcfs",
+) -> int:
     """Sum over steps of free slots no waiting request can use (first-fit placement).
 
     queue="fcfs": admission is strictly in order, so while the head of the queue does
@@ -62,7 +69,9 @@ def external_fragmentation(size, output_len, arrival, memory: int, queue: str = 
     return _replay(size[order], output_len[order], arrival[order], memory, queue)
 
 
-def _requests(size, output_len, arrival, memory: int):
+def _requests(
+    size: npt.ArrayLike, output_len: npt.ArrayLike, arrival: npt.ArrayLike, memory: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """The three columns as int64 arrays, checked against each other and `memory`."""
     size, output_len, arrival = (
         _int_column(name, values)
@@ -115,7 +124,13 @@ class _Regions:
         return self.finishing[0][0] if self.finishing else None
 
 
-def _replay(size, output_len, arrival, memory: int, queue: str) -> int:
+def _replay(
+    size: npt.NDArray[np.int64],
+    output_len: npt.NDArray[np.int64],
+    arrival: npt.NDArray[np.int64],
+    memory: int,
+    queue: str,
+) -> int:
     """The event-by-event replay of requests sorted by arrival (see the module docstring)."""
     n, rmq, regions = len(size), _range_min_table(size), _Regions(memory)
     head = arrived = 0  # waiting requests are [head, arrived)
@@ -138,7 +153,7 @@ def _replay(size, output_len, arrival, memory: int, queue: str) -> int:
     return total
 
 
-def _int_column(name: str, values) -> np.ndarray:
+def _int_column(name: str, values: npt.ArrayLike) -> npt.NDArray[np.int64]:
     """A 1-D int64 array of `values`; TypeError for anything that is not integers."""
     array = np.asarray(values)
     if array.ndim != 1 or not (array.size == 0 or np.issubdtype(array.dtype, np.integer)):
@@ -148,9 +163,10 @@ def _int_column(name: str, values) -> np.ndarray:
     return array.astype(np.int64)
 
 
-def _holes(starts: list[int], ends: dict, memory: int) -> list[tuple[int, int]]:
+def _holes(starts: list[int], ends: dict[int, int], memory: int) -> list[tuple[int, int]]:
     """(start, length) of every free gap, in address order."""
-    out, cursor = [], 0
+    out: list[tuple[int, int]] = []
+    cursor = 0
     for s in starts:
         if s > cursor:
             out.append((cursor, s - cursor))

@@ -34,6 +34,7 @@ compare-and-swap can); CUDA C++ Programming Guide, "Atomic Functions".
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..errors import count_arg
@@ -78,7 +79,9 @@ class Outcome:
         return bool(self.duplicates) or self.top_drift != 0
 
 
-def _advance(impl: str, pc: int, regs: tuple[int, int], top: int, stack: tuple[int, ...], tid: int):
+def _advance(
+    impl: str, pc: int, regs: tuple[int, int], top: int, stack: tuple[int, ...], tid: int
+) -> tuple[int, tuple[int, int], int, Step]:
     """Run one step of thread `tid`; return (pc, regs, top, Step)."""
     t, b = regs
     if pc == 0 and impl == "atomic_add":
@@ -96,7 +99,7 @@ def _advance(impl: str, pc: int, regs: tuple[int, int], top: int, stack: tuple[i
     return 1, (top, b), top, Step(tid, "cas fail", "top", top, f"expected {t}, t={top}")
 
 
-def explore(impl: str, threads: int, stack: tuple[int, ...] | None = None):
+def explore(impl: str, threads: int, stack: tuple[int, ...] | None = None) -> Iterator[Outcome]:
     """Yield an Outcome for every interleaving of `threads` concurrent pops.
 
     `stack` holds the free block ids, bottom first; the pop takes from the end.
@@ -115,7 +118,9 @@ def explore(impl: str, threads: int, stack: tuple[int, ...] | None = None):
     if len(stack) < threads:
         raise ValueError(f"stack needs at least {threads} ids, got {len(stack)}")
 
-    def walk(pcs, regs, top, steps):
+    def walk(
+        pcs: tuple[int, ...], regs: tuple[tuple[int, int], ...], top: int, steps: list[Step]
+    ) -> Iterator[Outcome]:
         live = [i for i, pc in enumerate(pcs) if pc != DONE]
         if not live:
             yield Outcome(tuple(steps), tuple(r[1] for r in regs), top, len(stack))
@@ -133,7 +138,8 @@ def explore(impl: str, threads: int, stack: tuple[int, ...] | None = None):
 
 def multinomial(threads: int, steps: int) -> int:
     """Interleavings of `threads` straight-line programs of `steps` steps each."""
-    return math.factorial(threads * steps) // math.factorial(steps) ** threads
+    per_thread: int = math.factorial(steps) ** threads  # int ** int is typed Any
+    return math.factorial(threads * steps) // per_thread
 
 
 @dataclass(frozen=True)

@@ -32,12 +32,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 AXES = ("N", "KV", "H", "B", "D", "D/x", "x")
+Coord = int | npt.NDArray[np.int64]  # one index, or one per lane
 FUSED_AXES = ("N", "KV", "H", "B", "D")  # the chapter's block, the kernels' BLOCK_MAJOR
 
 
-def vec_width(dtype) -> int:
+def vec_width(dtype: npt.DTypeLike) -> int:
     """x: elements per 16-byte vector (4 for float32, 8 for float16)."""
     return 16 // np.dtype(dtype).itemsize
 
@@ -47,12 +49,14 @@ class KVLayout:
     """One cache layout: the axis order of its K and V arrays (see the module docstring)."""
 
     name: str
-    k_axes: tuple  # K's axes, outermost first
-    v_axes: tuple  # V's axes
+    k_axes: tuple[str, ...]  # K's axes, outermost first
+    v_axes: tuple[str, ...]  # V's axes
     shape: str  # the arrays as the docstring table writes them
-    vec16_along_tokens: tuple = ()  # "k"/"v": arrays whose 16-byte vectors run along tokens
+    vec16_along_tokens: tuple[
+        str, ...
+    ] = ()  # "k"/"v": arrays whose 16-byte vectors run along tokens
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for which, axes in (("k_axes", self.k_axes), ("v_axes", self.v_axes)):
             named = set(axes) - {"KV"}
             dims = {"N", "H", "B"} <= named and ({"D"} <= named or {"D/x", "x"} <= named)
@@ -77,25 +81,46 @@ class KVLayout:
     def v_ndim(self) -> int:
         return len(self.v_axes)
 
-    def axes(self, which: str) -> tuple:
+    def axes(self, which: str) -> tuple[str, ...]:
         if which not in ("k", "v"):
             raise ValueError(f"which must be 'k' or 'v', got {which!r}")
         return self.k_axes if which == "k" else self.v_axes
 
-    def array_shape(self, which: str, n: int, h: int, b: int, d: int, x: int) -> tuple:
+    def array_shape(self, which: str, n: int, h: int, b: int, d: int, x: int) -> tuple[int, ...]:
         """The K or V array's shape for N=n blocks, H=h heads, B=b tokens, D=d dims."""
         size = {"N": n, "KV": 2, "H": h, "B": b, "D": d, "D/x": d // x, "x": x}
         return tuple(size[a] for a in self.axes(which))
 
-    def index(self, which: str, N, H, B, D, x, n, h, t, d):
+    def index(
+        self,
+        which: str,
+        N: int,
+        H: int,
+        B: int,
+        D: int,
+        x: int,
+        n: Coord,
+        h: Coord,
+        t: Coord,
+        d: Coord,
+    ) -> Coord:
         """Element index of (n, h, t, d) of K or V from its array's start (row-major)."""
-        where = {"N": n, "KV": int(which == "v"), "H": h, "B": t, "D": d, "D/x": d // x, "x": d % x}
-        idx, sizes = 0, self.array_shape(which, N, H, B, D, x)
+        where: dict[str, Coord] = {
+            "N": n,
+            "KV": int(which == "v"),
+            "H": h,
+            "B": t,
+            "D": d,
+            "D/x": d // x,
+            "x": d % x,
+        }
+        idx: Coord = 0
+        sizes = self.array_shape(which, N, H, B, D, x)
         for axis, size in zip(self.axes(which), sizes, strict=True):
             idx = idx * size + where[axis]
         return idx
 
-    def dims(self, k_shape: tuple, x: int) -> tuple[int, int, int, int]:
+    def dims(self, k_shape: tuple[int, ...], x: int) -> tuple[int, int, int, int]:
         """(num_blocks, num_kv_heads, block_size, head_dim) read off K's shape; ValueError
         if a vector axis is not x wide."""
         if len(k_shape) != self.k_ndim:
@@ -125,7 +150,7 @@ class KVLayout:
         return self._from(c[:, 0], self.k_axes, x), self._from(c[:, 1], self.v_axes, x)
 
     @staticmethod
-    def _from(part: np.ndarray, axes: tuple, x: int) -> np.ndarray:
+    def _from(part: np.ndarray, axes: tuple[str, ...], x: int) -> np.ndarray:
         """`part` [N, H, B, D] with its axes reordered (and D split into D/x, x) as `axes`."""
         names = ["N", "H", "B", "D"]
         if "x" in axes:

@@ -21,6 +21,9 @@ cache hits, bytes swapped and steps.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+
+import numpy as np
 
 from .. import workloads
 from ..app.args import ArgParser, float_in, int_in
@@ -43,19 +46,22 @@ COLUMNS = (
     "steps",
 )
 
+# one run's row, by COLUMNS: the policy names, then its counts and rates
+PolicyRow = dict[str, str | float]
+
 
 def compare(
-    requests,
-    tokens,
+    requests: Sequence[workloads.Request],
+    tokens: Sequence[np.ndarray],
     *,
     block_size: int = 16,
     memory_tokens: int = DEFAULT_MEMORY_TOKENS,
     swap_space: float = 4.0,
     model: str = "opt-13b",
-) -> list[dict]:
+) -> list[PolicyRow]:
     block_bytes = preset(model).bytes_per_block(block_size)
     host_blocks = int(swap_space * 2**30 // block_bytes)
-    rows = []
+    rows: list[PolicyRow] = []
     runs = [("v1", e, "recompute") for e in EVICTION_POLICIES]
     runs += [("v0", e, p) for e in EVICTION_POLICIES for p in PREEMPTION_POLICIES]
     for mode, eviction, preemption in runs:
@@ -97,6 +103,14 @@ def compare(
     return rows
 
 
+def _cell(column: str, value: str | float) -> str:
+    if isinstance(value, str):
+        return value
+    if column == "hit_rate":
+        return f"{100 * value:.1f}%"
+    return f"{value:.0f}" if column == "swapped_mib" else str(value)
+
+
 def main(argv: list[str]) -> int:
     ap = ArgParser(prog="pagedsim policies", description=__doc__.split("\n\n")[0])
     add_trace_args(ap)
@@ -135,17 +149,7 @@ def main(argv: list[str]) -> int:
         f"trace: {source}; block size {args.block_size}, memory {args.memory_tokens} token "
         f"slots, host swap {args.swap_space:g} GiB of {args.model} blocks"
     )
-    cells = [COLUMNS] + [
-        tuple(
-            f"{100 * r[c]:.1f}%"
-            if c == "hit_rate"
-            else f"{r[c]:.0f}"
-            if c == "swapped_mib"
-            else str(r[c])
-            for c in COLUMNS
-        )
-        for r in rows
-    ]
+    cells = [COLUMNS] + [tuple(_cell(c, r[c]) for c in COLUMNS) for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
     for row in cells:
         print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))

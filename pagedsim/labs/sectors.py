@@ -23,12 +23,15 @@ References: CUDA C++ Best Practices Guide, "Coalesced Access to Global Memory"
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
+import numpy.typing as npt
 
 from . import kv_layouts as _kv
-from .kv_layouts import LAYOUTS, KVLayout, layout
+from .kv_layouts import LAYOUTS, Coord, KVLayout, layout
 
 __all__ = [
     "LAYOUTS",
@@ -70,18 +73,22 @@ class Geometry:
         return 16 // self.elem_bytes  # elements per 16-byte vector
 
 
-def element_offset(layout_name: str, which: str, g: Geometry, n, h, t, d):
+def element_offset(
+    layout_name: str, which: str, g: Geometry, n: Coord, h: Coord, t: Coord, d: Coord
+) -> npt.NDArray[np.int64]:
     """Byte offset of element (n, h, t, d) of K (which="k") or V (which="v") from its array
     start."""
     spec = layout(layout_name)
     n, h, t, d = (np.asarray(a, dtype=np.int64) for a in (n, h, t, d))
     idx = spec.index(which, g.num_blocks, g.num_kv_heads, g.block_size, g.head_dim, g.x, n, h, t, d)
-    return idx * g.elem_bytes
+    return np.asarray(idx, dtype=np.int64) * g.elem_bytes
 
 
-def lane_elements(mapping: str, g: Geometry, token0: int = 0):
+def lane_elements(
+    mapping: str, g: Geometry, token0: int = 0
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], int]:
     """(t, d, nbytes) per lane: the first element and the width each of the 32 lanes loads."""
-    lanes = np.arange(WARP)
+    lanes = np.arange(WARP, dtype=np.int64)
     if mapping == "kernel":
         i = token0 * g.head_dim + lanes
         return i // g.head_dim, i % g.head_dim, g.elem_bytes
@@ -155,6 +162,32 @@ def warp_load(
     )
 
 
+class AlignmentRow(TypedDict):
+    """One row of `alignment_table`."""
+
+    offset: int
+    elem_bytes: int
+    warp_bytes: int
+    warp_sectors: int
+    warp_lines: int
+    warp_extra: float
+    tile_bytes: int
+    tile_sectors: int
+    tile_extra: float
+
+
+class LayoutRow(TypedDict):
+    """One row of `layout_table`."""
+
+    layout: str
+    mapping: str
+    which: str
+    requested: int
+    sectors: int
+    lines: int
+    efficiency: float
+
+
 def misaligned_run(run_bytes: int, offset_bytes: int) -> tuple[int, int]:
     """(sectors, lines) for one contiguous run of run_bytes starting offset_bytes past a
     128-byte boundary."""
@@ -162,14 +195,16 @@ def misaligned_run(run_bytes: int, offset_bytes: int) -> tuple[int, int]:
     return touched(a, run_bytes, SECTOR), touched(a, run_bytes, LINE)
 
 
-def alignment_table(offsets=(0, 4, 16, 64, 128), g: Geometry = Geometry()) -> list[dict]:
+def alignment_table(
+    offsets: Sequence[int] = (0, 4, 16, 64, 128), g: Geometry = Geometry()
+) -> list[AlignmentRow]:
     """Predicted cost of a block start `offset` bytes past a 128-byte boundary.
 
     warp: the kernel mapping's first K load (32 lanes x elem_bytes contiguous bytes);
     tile: one (block, head) K tile read in full, B * D * elem_bytes contiguous bytes, the
     DRAM traffic when neighbouring warps share the straddled sectors through L1/L2.
     """
-    rows = []
+    rows: list[AlignmentRow] = []
     warp_bytes, tile_bytes = WARP * g.elem_bytes, g.block_size * g.head_dim * g.elem_bytes
     ws0, wl0 = misaligned_run(warp_bytes, 0)
     ts0, _ = misaligned_run(tile_bytes, 0)
@@ -192,9 +227,9 @@ def alignment_table(offsets=(0, 4, 16, 64, 128), g: Geometry = Geometry()) -> li
     return rows
 
 
-def layout_table(g: Geometry = Geometry()) -> list[dict]:
+def layout_table(g: Geometry = Geometry()) -> list[LayoutRow]:
     """Every layout x mapping x (K, V): sectors, lines and efficiency of one warp load."""
-    rows = []
+    rows: list[LayoutRow] = []
     for name in LAYOUTS:
         for mapping in MAPPINGS:
             for which in ("k", "v"):
@@ -224,7 +259,7 @@ def kv_distance(layout: str, g: Geometry = Geometry(), block: int = 3, head: int
     return v - k + (0 if LAYOUTS[layout].same_array else pool)
 
 
-def format_table(rows: list[dict]) -> str:
+def format_table(rows: Sequence[Mapping[str, object]]) -> str:
     keys = list(rows[0])
     width = {k: max(len(k), *(len(f"{r[k]}") for r in rows)) for k in keys}
     lines = ["  ".join(k.rjust(width[k]) for k in keys)]

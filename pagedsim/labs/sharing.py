@@ -21,12 +21,14 @@ OPT-13B on Alpaca; ours only has the shape of that process, not its statistics.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from ..block_table import blocks_needed
 from ..errors import MAX_BLOCK_SIZE, count_arg
 from ..manager import KVCacheManager
 from ..scheduler_v0 import SchedulerV0
+from ..workloads import Request
 
 PAPER = {  # the vLLM paper's reported savings on Alpaca (Sec. 6.3)
     "parallel sampling": "6.1% - 9.8% (n = 2, 4, 6)",
@@ -35,7 +37,7 @@ PAPER = {  # the vLLM paper's reported savings on Alpaca (Sec. 6.3)
 
 
 def saving(
-    requests,
+    requests: Iterable[Request],
     block_size: int,
     *,
     n: int = 1,
@@ -54,15 +56,28 @@ def saving(
     return 1.0 - used / unshared if unshared else 0.0
 
 
-def sharing_savings(requests, block_size: int = 16, widths=(2, 4, 6), **kw) -> dict:
+def sharing_savings(
+    requests: Sequence[Request],
+    block_size: int = 16,
+    widths: Sequence[int] = (2, 4, 6),
+    *,
+    beam_reshuffle: float = 0.25,
+    seed: int = 0,
+) -> dict[str, dict[int, float]]:
     """{"parallel sampling": {2: saving, ...}, "beam search": {2: saving, ...}}."""
     return {
-        "parallel sampling": {w: saving(requests, block_size, n=w, **kw) for w in widths},
-        "beam search": {w: saving(requests, block_size, beam_width=w, **kw) for w in widths},
+        "parallel sampling": {
+            w: saving(requests, block_size, n=w, beam_reshuffle=beam_reshuffle, seed=seed)
+            for w in widths
+        },
+        "beam search": {
+            w: saving(requests, block_size, beam_width=w, beam_reshuffle=beam_reshuffle, seed=seed)
+            for w in widths
+        },
     }
 
 
-def format_savings(result: dict) -> str:
+def format_savings(result: Mapping[str, Mapping[int, float]]) -> str:
     lines = ["blocks saved by sharing (vs the same sequences without sharing):"]
     for kind, by_width in result.items():
         ours = ", ".join(f"{w}: {100 * v:.1f}%" for w, v in by_width.items())

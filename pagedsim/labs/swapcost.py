@@ -40,7 +40,7 @@ from typing import TypedDict
 
 from ..app.args import ArgParser, float_in, int_in
 from ..errors import MAX_BLOCK_SIZE
-from ..sizing import preset
+from ..sizing import ModelSpec, preset
 
 
 class Row(TypedDict):
@@ -58,17 +58,21 @@ LENGTHS = (16, 64, 256, 512, 1024, 2048)
 BANDWIDTHS = (4, 8, 16, 25, 32, 64)  # GB/s, for the crossover table
 
 
-def params_of(spec) -> float:
+def params_of(spec: ModelSpec) -> float:
     d = spec.query_heads * spec.head_dim
     return 12.0 * spec.num_layers * d * d
 
 
-def swap_seconds(length: int, spec, block_size: int, gbps: float, latency_us: float) -> float:
+def swap_seconds(
+    length: int, spec: ModelSpec, block_size: int, gbps: float, latency_us: float
+) -> float:
     blocks = math.ceil(length / block_size)
     return 2 * (blocks * latency_us * 1e-6 + length * spec.bytes_per_token() / (gbps * 1e9))
 
 
-def recompute_seconds(length: int, spec, params: float, tflops: float, mfu: float) -> float:
+def recompute_seconds(
+    length: int, spec: ModelSpec, params: float, tflops: float, mfu: float
+) -> float:
     d = spec.query_heads * spec.head_dim
     flops = 2 * params * length + 2 * spec.num_layers * length * length * d
     return flops / (tflops * 1e12 * mfu)
@@ -93,7 +97,15 @@ def measured_hit_fraction(
     return 1.0 - s.recomputed_tokens / s.discarded_tokens if s.discarded_tokens else 0.0
 
 
-def crossover_gbps(length: int, spec, params, block_size, tflops, mfu, latency_us) -> float | None:
+def crossover_gbps(
+    length: int,
+    spec: ModelSpec,
+    params: float,
+    block_size: int,
+    tflops: float,
+    mfu: float,
+    latency_us: float,
+) -> float | None:
     """PCIe bandwidth at which swap and recompute tie (None: recompute always wins)."""
     spare = (
         recompute_seconds(length, spec, params, tflops, mfu)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +47,8 @@ from .waste import (
     waste_figure,
 )
 
+# one row of the sweep, by COLUMNS: numbers, and None where the driver did not run
+SweepRow = dict[str, float | None]
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MAX_SIM_REQUESTS = 20_000  # the driver runs once per block size: beyond this, hours
 COLUMNS = (
@@ -59,7 +62,7 @@ COLUMNS = (
 )
 
 
-def analytic_row(cols: dict, block_size: int, memory_tokens: int) -> dict:
+def analytic_row(cols: dict[str, np.ndarray], block_size: int, memory_tokens: int) -> SweepRow:
     p, o = cols["prompt_len"], cols["output_len"]
     k = np.maximum(cols["n"], cols["beam_width"])
     total = p + o
@@ -77,19 +80,24 @@ def analytic_row(cols: dict, block_size: int, memory_tokens: int) -> dict:
     }
 
 
-def driver_row(requests, tokens, block_size: int, memory_tokens: int) -> dict:
+def driver_row(
+    requests: Sequence[workloads.Request],
+    tokens: Sequence[np.ndarray],
+    block_size: int,
+    memory_tokens: int,
+) -> SweepRow:
     manager = PrefixCachingManager(memory_tokens // block_size, block_size, trace=False)
     s = make_scheduler(requests, manager, "recompute", tokens=tokens, record=False).run()
     return {"preemptions": s.preemptions, "hit_rate": manager.stats.hit_rate}
 
 
 def sweep(
-    requests,
-    block_sizes=BLOCK_SIZES,
+    requests: Iterable[workloads.Request],
+    block_sizes: Iterable[int] = BLOCK_SIZES,
     memory_tokens: int = DEFAULT_MEMORY_TOKENS,
     sim_requests: int = 200,
     seed: int = 0,
-) -> list[dict]:
+) -> list[SweepRow]:
     """One row per block size (see the module doc). The trace must not be empty."""
     requests = list(requests)
     if not requests:
@@ -99,7 +107,7 @@ def sweep(
     cols = workloads.as_arrays(requests)
     sim = requests[:sim_requests]
     tokens = workloads.prompt_tokens(sim, seed)
-    rows = []
+    rows: list[SweepRow] = []
     for b in block_sizes:
         row = analytic_row(cols, b, memory_tokens)
         fits = all(
@@ -114,8 +122,8 @@ def sweep(
     return rows
 
 
-def format_rows(rows) -> str:
-    def cell(c, v):
+def format_rows(rows: Iterable[SweepRow]) -> str:
+    def cell(c: str, v: float | None) -> str:
         if v is None:
             return "n/a"
         return (
@@ -144,7 +152,7 @@ def sweep_figure(out_dir: Path) -> list[Path]:
 
 
 # name -> callable(out_dir: pathlib.Path) -> list[pathlib.Path]; see draw/figures.py
-FIGURES: dict = {
+FIGURES: dict[str, Callable[[Path], list[Path]]] = {
     "waste_breakdown": waste_figure,
     "block_size_sweep": sweep_figure,
 }

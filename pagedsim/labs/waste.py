@@ -38,8 +38,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from .. import workloads
 from ..app.args import ArgParser, int_in
@@ -57,19 +60,22 @@ MAX_MEMORY_TOKENS = 1 << 40  # token slots of contiguous memory
 
 def exact_sum(values: np.ndarray) -> int:
     """The sum of an int64 array as a Python int: no overflow however long the array."""
-    return sum(np.asarray(values).tolist())
+    total: int = sum(np.asarray(values).tolist())  # Python ints: tolist() is typed Any
+    return total
 
 
 def ceil_sum(n: np.ndarray, block_size: int) -> np.ndarray:
     """C(n) = sum over l = 1..n of ceil(l / block_size), elementwise."""
     q, r = np.divmod(n, block_size)
-    return block_size * q * (q + 1) // 2 + r * (q + 1)
+    c: npt.NDArray[np.int64] = block_size * q * (q + 1) // 2 + r * (q + 1)
+    return c
 
 
 def next_pow2(x: np.ndarray) -> np.ndarray:
     """The smallest power of two >= x (x >= 1), elementwise."""
     _, exp = np.frexp((np.asarray(x) - 1).astype(np.float64))
-    return np.left_shift(np.int64(1), exp.astype(np.int64))
+    pow2: npt.NDArray[np.int64] = np.left_shift(np.int64(1), exp.astype(np.int64))
+    return pow2
 
 
 def allocation_sizes(total_len: np.ndarray, max_len: int) -> dict[str, np.ndarray]:
@@ -81,7 +87,7 @@ def allocation_sizes(total_len: np.ndarray, max_len: int) -> dict[str, np.ndarra
 
 
 def sums(
-    cols: dict,
+    cols: dict[str, np.ndarray],
     block_size: int,
     max_len: int,
     mode: str = "static",
@@ -123,9 +129,9 @@ def sums(
     return out
 
 
-def fractions(part_sums: dict) -> dict[str, dict[str, float]]:
+def fractions(part_sums: dict[str, dict[str, int]]) -> dict[str, dict[str, float]]:
     """Each allocator's parts divided by their total (they sum to 1)."""
-    out = {}
+    out: dict[str, dict[str, float]] = {}
     for name, parts in part_sums.items():
         whole = sum(parts.values())
         out[name] = {k: (v / whole if whole else 0.0) for k, v in parts.items()}
@@ -133,19 +139,19 @@ def fractions(part_sums: dict) -> dict[str, dict[str, float]]:
 
 
 def breakdown(
-    requests,
+    requests: Iterable[workloads.Request],
     block_size: int = 16,
     max_len: int = 2048,
     mode: str = "static",
     memory_tokens: int = DEFAULT_MEMORY_TOKENS,
     queue: str = "fcfs",
-) -> dict:
+) -> dict[str, dict[str, float]]:
     return fractions(
         sums(workloads.as_arrays(requests), block_size, max_len, mode, memory_tokens, queue)
     )
 
 
-def _check(block_size, max_len, mode, memory_tokens) -> None:
+def _check(block_size: int, max_len: int, mode: str, memory_tokens: int) -> None:
     count_arg("block_size", block_size, 1, MAX_BLOCK_SIZE)
     count_arg("max_len", max_len, 1, MAX_LEN)
     count_arg("memory_tokens", memory_tokens, 1, MAX_MEMORY_TOKENS)
@@ -153,7 +159,7 @@ def _check(block_size, max_len, mode, memory_tokens) -> None:
         raise ValueError(f"mode must be 'static' or 'continuous', got {mode!r}")
 
 
-def waste_figure(out_dir) -> list:
+def waste_figure(out_dir: Path) -> list[Path]:
     """Memory-waste breakdown, paged vs Orca max/pow2/oracle (like vLLM Fig. 2)."""
     from ..draw.figures_workloads import draw_waste
 
@@ -162,7 +168,7 @@ def waste_figure(out_dir) -> list:
     return draw_waste(by_mode, out_dir)
 
 
-def format_table(frac: dict) -> str:
+def format_table(frac: Mapping[str, Mapping[str, float]]) -> str:
     heads = ("allocator",) + PARTS
     rows = [heads] + [
         (name,) + tuple(f"{100 * frac[name][p]:.1f}%" for p in PARTS)
@@ -189,7 +195,7 @@ def add_trace_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int_in(0, 2**63 - 1), default=0)
 
 
-def load_requests(args) -> tuple[list, str]:
+def load_requests(args: argparse.Namespace) -> tuple[list[workloads.Request], str]:
     """The requests named on the command line; an empty trace is refused (nothing to measure)."""
     if args.trace:
         requests, source = workloads.read_csv(args.trace), args.trace

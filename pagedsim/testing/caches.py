@@ -19,13 +19,30 @@ one call that rebuilds it.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
+import numpy.typing as npt
 from hypothesis import strategies as st
 
 POISON = 1000.0  # finite in float16 too; any softmax that includes it is far off
 TOLERANCE = {"float32": 1e-4, "float16": 1e-2}  # atol = rtol, per input dtype
+
+
+class CaseSpec(TypedDict):
+    """The paged_case(...) arguments, as `paged_case(**spec)` takes them back."""
+
+    context_lens: list[int]
+    block_size: int
+    num_kv_heads: int
+    group: int
+    head_dim: int
+    dtype: str
+    spare_blocks: int
+    scale: float | None
+    seed: int
 
 
 @dataclass(eq=False)
@@ -35,10 +52,10 @@ class PagedCase:
     block_tables: np.ndarray  # int32 [S, max_blocks]
     context_lens: np.ndarray  # int32 [S]
     scale: float
-    spec: dict = field(repr=False)  # the paged_case(...) arguments that rebuild it
+    spec: CaseSpec = field(repr=False)  # the paged_case(...) arguments that rebuild it
 
     @property
-    def args(self) -> tuple:
+    def args(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]:
         """(query, kv_cache, block_tables, context_lens, scale): call fn(*case.args)."""
         return self.query, self.kv_cache, self.block_tables, self.context_lens, self.scale
 
@@ -55,18 +72,18 @@ class PagedCase:
 
 def paged_case(
     *,
-    context_lens=(5,),
+    context_lens: Iterable[int] = (5,),
     block_size: int = 4,
     num_kv_heads: int = 1,
     group: int = 1,
     head_dim: int = 8,
     dtype: str = "float32",
     spare_blocks: int = 1,
-    scale=None,
+    scale: float | None = None,
     seed: int = 0,
 ) -> PagedCase:
     """One scattered cache, rebuilt exactly from these arguments (random data from `seed`)."""
-    spec = dict(
+    spec = CaseSpec(
         context_lens=list(map(int, context_lens)),
         block_size=block_size,
         num_kv_heads=num_kv_heads,
@@ -111,13 +128,13 @@ def paged_caches(
     *,
     max_seqs: int = 3,
     max_context: int = 20,
-    block_sizes=(1, 2, 4, 8),
+    block_sizes: Sequence[int] = (1, 2, 4, 8),
     max_kv_heads: int = 2,
     max_group: int = 4,
-    head_dims=(1, 3, 4, 5, 8, 16),
-    dtypes=("float32", "float16"),
-    scales=(None, 0.3),
-):
+    head_dims: Sequence[int] = (1, 3, 4, 5, 8, 16),
+    dtypes: Sequence[str] = ("float32", "float16"),
+    scales: Sequence[float | None] = (None, 0.3),
+) -> st.SearchStrategy[PagedCase]:
     """PagedCases: scattered blocks, poisoned unused slots, GQA groups, odd head dims."""
     return st.builds(
         paged_case,
@@ -133,7 +150,13 @@ def paged_caches(
     )
 
 
-def reference_attention(query, kv_cache, block_tables, context_lens, scale=None) -> np.ndarray:
+def reference_attention(
+    query: npt.ArrayLike,
+    kv_cache: npt.ArrayLike,
+    block_tables: Sequence[npt.ArrayLike] | np.ndarray,
+    context_lens: npt.ArrayLike,
+    scale: float | None = None,
+) -> np.ndarray:
     """[S, H, D] float64: softmax(q K^T * scale) V over each sequence's blocks (GQA:
     query head h reads KV head h // group). Gathers through the table, like the kernel.
 

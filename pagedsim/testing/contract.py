@@ -28,8 +28,10 @@ from __future__ import annotations
 import operator
 import signal
 import threading
-from contextlib import contextmanager
-from typing import Any, NoReturn
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from types import FrameType
+from typing import Any, NoReturn, SupportsIndex, cast
 
 from ..errors import OutOfBlocks
 from .messages import render
@@ -52,7 +54,7 @@ class Hung(BaseException):
 
 
 @contextmanager
-def alarm(seconds, make_error):
+def alarm(seconds: float | None, make_error: Callable[[], BaseException]) -> Iterator[None]:
     """Raise `make_error()` in the body if it runs longer than `seconds` (SIGALRM).
 
     A no-op where a timer cannot interrupt: off POSIX, outside the main thread, or
@@ -62,11 +64,11 @@ def alarm(seconds, make_error):
         and hasattr(signal, "setitimer")
         and threading.current_thread() is threading.main_thread()
     )
-    if not usable:
+    if seconds is None or not usable:
         yield
         return
 
-    def on_alarm(signum, frame):
+    def on_alarm(signum: int, frame: FrameType | None) -> NoReturn:
         raise make_error()
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
@@ -78,7 +80,7 @@ def alarm(seconds, make_error):
         signal.signal(signal.SIGALRM, previous)
 
 
-def time_limit(seconds, what: str, script: list[str]):
+def time_limit(seconds: float | None, what: str, script: list[str]) -> AbstractContextManager[None]:
     """Raise `Hung` if the body runs longer than `seconds` (POSIX main thread only)."""
     return alarm(
         seconds,
@@ -96,7 +98,7 @@ def time_limit(seconds, what: str, script: list[str]):
 class Managed:
     """A user's manager seen through the contract; every call is logged as Python."""
 
-    def __init__(self, script: list[str], call_timeout=None):
+    def __init__(self, script: list[str], call_timeout: float | None = None) -> None:
         self.script = script  # the calls so far, as lines of Python
         self.call_timeout = call_timeout  # seconds per call, or None
         self.obj: Any = None  # the user's manager: duck-typed, each answer checked here
@@ -106,8 +108,11 @@ class Managed:
         self.broken = True
         raise NonConformance(render(problem, self.script))
 
-    def call(self, text: str, fn, *args, log: bool = True):
-        """Run fn(*args). Returns ("ok", value), ("ran_out", exc) or ("error", exc)."""
+    def call(
+        self, text: str, fn: Callable[..., Any], *args: object, log: bool = True
+    ) -> tuple[str, Any]:
+        """Run fn(*args). Returns ("ok", value), ("ran_out", exc) or ("error", exc); value is
+        the user's answer, duck-typed like `obj` (each caller checks it)."""
         if log:
             self.script.append(text)
         try:
@@ -121,7 +126,9 @@ class Managed:
         except Exception as exc:  # noqa: BLE001 -- the caller decides whether it is expected
             return "error", exc
 
-    def build(self, factory, num_blocks: int, block_size: int):
+    def build(
+        self, factory: Callable[[int, int], object], num_blocks: int, block_size: int
+    ) -> None:
         text = f"factory({num_blocks}, {block_size})"
         self.script.append(f"m = {text}")
         outcome, value = self.call(text, factory, num_blocks, block_size, log=False)
@@ -142,7 +149,7 @@ class Managed:
                 )
         self.obj = value
 
-    def query(self, text: str, fn, *args):
+    def query(self, text: str, fn: Callable[..., Any], *args: object) -> Any:
         """A read-only call (block_table, num_free_blocks): it must not fail."""
         outcome, value = self.call(text, fn, *args, log=False)
         if outcome != "ok":
@@ -156,7 +163,7 @@ class Managed:
             value = self.query("m.num_free_blocks()", value)
         return as_int("num_free_blocks", value, self)
 
-    def table(self, seq) -> list[int]:
+    def table(self, seq: object) -> list[int]:
         raw = self.query(f"m.block_table({seq!r})", self.obj.block_table, seq)
         try:
             return [operator.index(b) for b in raw]
@@ -174,18 +181,19 @@ class Managed:
             self.fail(f"m.drain_copies() returned {pairs!r}: expected (src, dst) int pairs")
 
 
-def as_int(name: str, value, managed: Managed) -> int:
+def as_int(name: str, value: object, managed: Managed) -> int:
     try:
-        return operator.index(value)
+        return operator.index(cast(SupportsIndex, value))  # TypeError if it is not one
     except TypeError:
         managed.fail(f"m.{name} is {value!r}: expected an int (or a method returning one)")
 
 
-def type_name(value) -> str:
+def type_name(value: object) -> str:
     """The name of `value`'s class; for an object in the target's process (conform runs the
     target there, pagedsim/testing/remote.py), the name it has there."""
     if getattr(type(value), "__pagedsim_remote__", False):
-        return object.__getattribute__(value, "_name")
+        name: str = object.__getattribute__(value, "_name")
+        return name
     return type(value).__name__
 
 

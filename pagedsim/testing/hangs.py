@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 
 from ..errors import OutOfBlocks
 from ..manager import KVCacheManager
 from .contract import Hung, time_limit
 from .messages import render
+
+# makes the manager under test: factory(num_blocks, block_size)
+Factory = Callable[[int, int], object]
 
 
 def valid(script: list[str]) -> bool:
@@ -29,7 +33,7 @@ def valid(script: list[str]) -> bool:
     return True
 
 
-def hangs(factory, script: list[str], seconds: float) -> bool:
+def hangs(factory: Factory, script: list[str], seconds: float) -> bool:
     """Does replaying `script` (lines of Python on `m`) hang in its last line, and only there?"""
     scope = {"factory": factory}
     for i, line in enumerate(script):
@@ -43,12 +47,14 @@ def hangs(factory, script: list[str], seconds: float) -> bool:
     return False
 
 
-def shrink_hang(factory, script: list[str], seconds: float, budget: float = 30.0) -> list[str]:
+def shrink_hang(
+    factory: Factory, script: list[str], seconds: float, budget: float = 30.0
+) -> list[str]:
     """The shortest script found within `budget` seconds that still hangs in the last call."""
     deadline = time.monotonic() + budget
     lines = list(script)
 
-    def keep(candidate):
+    def keep(candidate: list[str]) -> bool:
         return valid(candidate) and hangs(factory, candidate, seconds)
 
     i = len(lines) - 2  # never drop the factory line (0) or the hanging call (last)
@@ -69,7 +75,7 @@ def shrink_hang(factory, script: list[str], seconds: float, budget: float = 30.0
     return lines
 
 
-def shrunk(exc: Hung, factory, call_timeout: float) -> Hung:
+def shrunk(exc: Hung, factory: Factory, call_timeout: float) -> Hung:
     """`exc` with its script shrunk (replays use a limit of at most one second per call)."""
     script = exc.script
     lines = shrink_hang(factory, script, min(call_timeout, 1.0))

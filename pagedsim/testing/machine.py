@@ -25,6 +25,8 @@ Checks after every step (the failure message says which one broke):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
@@ -47,7 +49,8 @@ def _strategy(value):
 class ManagerConformance(RuleBasedStateMachine):
     """The rules and checks; `manager_machine` makes a subclass bound to one factory."""
 
-    factory = None  # factory(num_blocks, block_size) -> the manager under test
+    # factory(num_blocks, block_size) -> the manager under test; manager_machine binds it
+    factory: Callable[[int, int], object] | None = None
     sizes = st.tuples(NUM_BLOCKS, BLOCK_SIZES)  # (num_blocks, block_size)
     free_order = None  # None, "lifo" or "fifo": compare tables exactly with the model's
     invalid_ids = False  # also call with unknown / duplicate ids; expect an exception
@@ -63,7 +66,9 @@ class ManagerConformance(RuleBasedStateMachine):
         self.nb, self.bs = nb, bs
         self.script: list[str] = []  # the calls so far, as Python
         self.m = Managed(self.script, self.call_timeout)
-        self.m.build(type(self).factory, nb, bs)
+        factory = type(self).factory
+        assert factory is not None, "manager_machine binds a factory"
+        self.m.build(factory, nb, bs)
         self.model = KVCacheManager(nb, bs, free_order=self.free_order or "lifo", trace=False)
         self.memory = np.full(nb * bs, -1, np.int64)  # [num_blocks * block_size] shadow KV
         self.writer: dict[int, tuple] = {}  # value -> (seq, position) that wrote it

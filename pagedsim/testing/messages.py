@@ -3,6 +3,11 @@ calls that lead there as a script of Python the user can paste into a test."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
+# what a refused call must leave alone: (num_free_blocks, block table by sequence id)
+PoolState = tuple[int, Mapping[object, Sequence[int]]]
+
 
 def render(
     problem: str,
@@ -42,8 +47,8 @@ def hint(text: str, extra: int) -> str:
     )
 
 
-def diff(before, after) -> str:
-    parts = []
+def diff(before: PoolState, after: PoolState) -> str:
+    parts: list[str] = []
     if before[0] != after[0]:
         parts.append(f"num_free_blocks went {before[0]} -> {after[0]}")
     for seq in before[1]:

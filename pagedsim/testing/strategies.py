@@ -25,7 +25,7 @@ class PromptedRequest:
 
 @st.composite
 def requests(
-    draw,
+    draw: st.DrawFn,
     *,
     max_requests: int = 4,
     max_prompt: int = 24,
@@ -33,7 +33,7 @@ def requests(
     max_samples: int = 4,
     num_prefixes: int = 2,
     vocab: int = 50,
-):
+) -> list[PromptedRequest]:
     """A list of PromptedRequest. Each uses parallel sampling (n) or beam search, not both;
     prompts start with one of `num_prefixes` shared prefixes (or none)."""
     prefixes = draw(
@@ -43,7 +43,7 @@ def requests(
             max_size=num_prefixes,
         )
     )
-    out = []
+    out: list[PromptedRequest] = []
     for _ in range(draw(st.integers(1, max_requests))):
         which = draw(st.integers(-1, num_prefixes - 1))  # -1: no shared prefix
         prefix = prefixes[which] if which >= 0 else []
@@ -71,16 +71,18 @@ class Op:
     """One manager call. str(op) is the Python line; op.apply(m) makes the call."""
 
     name: str  # add_sequence, append_tokens, fork or free_sequence
-    args: tuple
+    args: tuple[int, ...]
 
-    def apply(self, manager):
+    def apply(self, manager: object) -> object:
         return getattr(manager, self.name)(*self.args)
 
     def __str__(self) -> str:
         return f"m.{self.name}({', '.join(map(repr, self.args))})"
 
 
-def operations(*, max_ops: int = 20, max_id: int = 4, max_tokens: int = 12):
+def operations(
+    *, max_ops: int = 20, max_id: int = 4, max_tokens: int = 12
+) -> st.SearchStrategy[list[Op]]:
     """Lists of Ops with ids in 0..max_id. Nothing tracks which ids are live, so some
     calls name unknown sequences, add an id twice or fork into a live id: a manager
     must reject those (and change nothing), and accept the rest."""

@@ -24,6 +24,7 @@ import contextlib
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,7 +66,7 @@ def _refuse_root(root: Path) -> str:
     return real.rstrip("/") + "/"
 
 
-def entries(root, bounds: Bounds = Bounds()) -> list[Entry]:
+def entries(root: str | os.PathLike[str], bounds: Bounds = Bounds()) -> list[Entry]:
     """Every file, link and special file below `root` (folders are walked, not listed), in
     sorted order; Stopped when a bound is reached or the root may not be walked."""
     root = Path(root)
@@ -135,7 +136,7 @@ def _names(fd: int, budget: int, bounds: Bounds) -> list[str]:
     return sorted(names, reverse=True)
 
 
-def read(path, limit: int) -> bytes:
+def read(path: str | os.PathLike[str], limit: int) -> bytes:
     """The bytes of the regular file `path` (never through a link in its last part), or
     Stopped: not a regular file, or more than `limit` bytes by its size before reading or by
     what it holds while read (it may grow)."""
@@ -162,7 +163,7 @@ def read(path, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def remove_tree(path) -> None:
+def remove_tree(path: str | os.PathLike[str]) -> None:
     """Delete the folder `path` and everything below it, however deep (a job can nest 1,100
     folders in its scratch, and shutil.rmtree recurses), following no link, making each
     folder writable as it is entered. One descriptor open at a time: the walk goes back up
@@ -218,7 +219,7 @@ def _clear(fd: int) -> list[str]:
 
 
 @contextlib.contextmanager
-def temporary_folder(prefix: str):
+def temporary_folder(prefix: str) -> Iterator[Path]:
     """A new private folder (mode 0700) that is removed with `remove_tree` on leaving, whatever
     a job nested in it (tempfile.TemporaryDirectory's rmtree recurses)."""
     folder = Path(tempfile.mkdtemp(prefix=prefix))
