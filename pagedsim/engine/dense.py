@@ -41,7 +41,7 @@ def sequence_logits(model: Transformer, tokens) -> np.ndarray:
     """Logits [T, V] at every position of one sequence (a whole-sequence causal forward)."""
     h = model.embed_tokens(tokens)
     for layer in range(model.config.layers):
-        q, k, v = model.qkv(layer, h, np.arange(len(h)))
+        q, k, v = model.qkv(layer, h, np.arange(len(h)), np.full(len(h), len(h)))
         h = model.finish(layer, h, dense_attention(q, k, v, model.attention[layer]))
     return model.logits(h)
 
@@ -67,13 +67,7 @@ class DenseEngine:
         if not isinstance(request, Request):
             raise TypeError(f"a request must be a Request, got {type(request).__name__}")
         self.model.check_tokens(request.prompt)
-        limit = self.model.max_model_len
-        if limit is not None and len(request.prompt) + request.max_tokens > limit:
-            raise ValueError(
-                f"prompt + max_tokens = {len(request.prompt) + request.max_tokens} "
-                f"exceeds the {limit} positions longrope's short factors serve "
-                f"(original_max_position_embeddings)"
-            )
+        self.model.check_length(len(request.prompt), request.max_tokens)
         if request.width > self.max_num_seqs:
             raise ValueError(
                 f"request runs {request.width} sequences; max_num_seqs is {self.max_num_seqs}"
@@ -89,7 +83,8 @@ class DenseEngine:
         m = self.model
         h = m.embed_tokens(tokens)
         for layer in range(m.config.layers):
-            q, k, v = m.qkv(layer, h, np.arange(start, start + len(tokens)))
+            end = start + len(tokens)
+            q, k, v = m.qkv(layer, h, np.arange(start, end), np.full(len(tokens), end))
             keys, values = cache[layer]
             keys, values = np.concatenate([keys, k]), np.concatenate([values, v])
             cache[layer] = (keys, values)

@@ -11,11 +11,13 @@
 
 config.json is read as each family's transformers config class reads it: its defaults
 for absent fields, rope_theta + rope_scaling (transformers 4) or rope_parameters
-(transformers 5, per layer type for Gemma 3), the family's layer pattern (layer_types, or
-Gemma 2's alternation, Gemma 3's sliding_window_pattern, Qwen's max_window_layers), and
-the family's switches in model.py. A field that cannot be served (a rope_type other than
-default/linear/llama3/longrope, mlp_bias, an unknown activation, a generation setting
-that would change greedy tokens and is not implemented) is refused in one line naming it.
+(transformers 5, per layer type for Gemma 3) -- a non-empty rope_scaling beside
+rope_parameters replaces it, as transformers 5 does -- the family's layer pattern
+(layer_types, or Gemma 2's alternation, Gemma 3's sliding_window_pattern, Qwen's
+max_window_layers), and the family's switches in model.py. Every rope_type of rope.py is
+served (default, linear, llama3, yarn, dynamic, longrope). A field that cannot be served
+(another rope_type, mlp_bias, an unknown activation, a generation setting that would
+change greedy tokens and is not implemented) is refused in one line naming it.
 
 Weights are read with the `safetensors` NumPy API and converted to float32, the
 engine's NumPy dtype (bf16 through `ml_dtypes`). Every header is checked first --
@@ -24,7 +26,8 @@ table of names is built), names and shapes -- then each tensor is read through i
 short-lived `safe_open`, so neither the source tensors nor the file's mapped pages pile
 up: peak memory is the float32 model plus one tensor, measured at 1.06x a 51 MB fp32
 checkpoint and 2.15x a 25 MB bf16 one (tests/engine/test_hf_checkpoints.py holds it
-under 2.5x). JSON files over MAX_JSON_BYTES, or nested too deeply to parse, are refused.
+under 2.5x). JSON files over MAX_JSON_BYTES (tokenizer.json: MAX_TOKENIZER_BYTES), or
+nested too deeply to parse, are refused, the size checked before a byte is read.
 Nothing is fetched from a network: only files in DIR are opened.
 
 Every failure is a `CheckpointError` (a ValueError) whose one-line message names the
@@ -136,6 +139,19 @@ DEFAULTS = {  # config fields transformers fills in when config.json leaves them
         logits_scaling=1.0,
     ),
 }
+MAX_POSITIONS = {  # max_position_embeddings when config.json leaves it out
+    "llama": 2048,
+    "qwen2": 32768,
+    "mistral": 131072,
+    "qwen3": 32768,
+    "gemma": 8192,
+    "gemma2": 8192,
+    "gemma3": 131072,
+    "phi3": 4096,
+    "olmo2": 2048,
+    "smollm3": 32768,
+    "granite": 2048,
+}
 ACTIVATIONS = {
     "silu": "silu",
     "swish": "silu",
@@ -145,6 +161,7 @@ ACTIVATIONS = {
     "gelu": "gelu",
 }
 MAX_JSON_BYTES = 16 << 20  # a config, generation config or shard index larger is refused
+MAX_TOKENIZER_BYTES = 64 << 20  # the largest released tokenizer.json (Gemma 3) is 33 MB
 LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding"}
 # generation_config.json fields that would change greedy tokens and are not implemented
 UNSUPPORTED_GENERATION = {
@@ -219,20 +236,31 @@ def _short(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _rope_source(raw: dict, path: Path) -> tuple:
+    """(the rope dict, its field name), by transformers 5's rule: a truthy rope_scaling
+    replaces rope_parameters whole (`rope_scaling or rope_parameters`); anything but an
+    object there is refused, as transformers refuses it."""
+    scaling = raw.get("rope_scaling")
+    if scaling:
+        if not isinstance(scaling, dict):
+            raise CheckpointError(
+                f"{path}: field rope_scaling must be an object, got {_short(scaling)}"
+            )
+        return scaling, "rope_scaling"
+    return raw.get("rope_parameters"), "rope_parameters"
+
+
 def _rope(raw: dict, path: Path, family: str, layer_kind: str) -> tuple:
     """(rope_theta, rope scaling as sorted pairs) for layers of `layer_kind`, read as
-    transformers 4 (rope_theta + rope_scaling) or 5 (rope_parameters, per layer type for
-    Gemma 3) writes them. Llama 3's "llama3", "linear" and Phi-3's "longrope" are served."""
-    params = raw.get("rope_parameters")
-    name = "rope_parameters"
+    transformers 5 reads rope_theta, rope_scaling and rope_parameters (per layer type for
+    Gemma 3). Every rope_type rope.py lists is served; any other is refused."""
+    params, name = _rope_source(raw, path)
     if isinstance(params, dict) and f"{layer_kind}_attention" in params:
-        params, name = params[f"{layer_kind}_attention"], f"rope_parameters.{layer_kind}_attention"
+        params, name = params[f"{layer_kind}_attention"], f"{name}.{layer_kind}_attention"
     elif isinstance(params, dict) and any(k.endswith("_attention") for k in params):
-        params, name = params.get("full_attention"), "rope_parameters.full_attention"
-    if params is None:
-        params, name = raw.get("rope_scaling"), "rope_scaling"
-        if family == "gemma3" and layer_kind == "sliding":
-            params = None  # transformers 4: the local rope is plain, at rope_local_base_freq
+        params, name = params.get("full_attention"), f"{name}.full_attention"
+    elif family == "gemma3" and layer_kind == "sliding":
+        params = None  # a flat dict: the local rope is plain, at rope_local_base_freq
     if params is not None and not isinstance(params, dict):
         raise CheckpointError(f"{path}: field {name} must be an object, got {_short(params)}")
     params = dict(params or {})
@@ -248,66 +276,143 @@ def _rope(raw: dict, path: Path, family: str, layer_kind: str) -> tuple:
     kind = params.get("rope_type", params.get("type", "default"))
     if family == "phi3" and kind in ("su", "yarn"):
         kind = "longrope"  # Phi3Config's reading of its early names
-    scaling: dict = {}
-    if kind == "default":
-        pass
-    elif kind == "linear":
-        scaling["factor"] = _field(params, path, "factor", float)
-    elif kind == "llama3":
-        for key in (
-            "factor",
-            "low_freq_factor",
-            "high_freq_factor",
-            "original_max_position_embeddings",
-        ):
-            scaling[key] = _field(params, path, key, float)
-        if scaling["low_freq_factor"] == scaling["high_freq_factor"]:
-            raise CheckpointError(
-                f"{path}: field {name} has low_freq_factor equal to high_freq_factor"
-            )
-    elif kind == "longrope":
-        scaling.update(_longrope(raw, params, path, name))
-    else:
+    reader = ROPE_READERS.get(kind) if isinstance(kind, str) else None
+    if reader is None:
         raise CheckpointError(
-            f"{path}: field {name} has rope_type {kind!r}; served: "
-            f"default, linear, llama3, longrope"
+            f"{path}: field {name}.rope_type is {_short(kind)}; served: {', '.join(ROPE_READERS)}"
         )
+    scaling = reader(_RopeFields(raw, params, path, name, family))
     if scaling:
         scaling["rope_type"] = kind
     return theta, tuple(sorted(scaling.items()))
 
 
-def _longrope(raw: dict, params: dict, path: Path, name: str) -> dict:
-    """Phi-3's longrope with its short factors (what transformers uses while the sequence
-    is within original_max_position_embeddings; longer sequences are refused)."""
-    original = params.get(
-        "original_max_position_embeddings", raw.get("original_max_position_embeddings")
+class _RopeFields:
+    """The fields of one rope dict, each checked and named `{name}.{key}` when wrong."""
+
+    def __init__(self, raw: dict, params: dict, path: Path, name: str, family: str):
+        self.raw, self.params, self.path, self.name, self.family = raw, params, path, name, family
+
+    def number(self, key: str, kind=float, default=None, positive=True):
+        value = self.params.get(key)
+        if value is None and default is None:
+            raise CheckpointError(f"{self.path}: field {self.name}.{key} is missing")
+        return _field(
+            {f"{self.name}.{key}": value},
+            self.path,
+            f"{self.name}.{key}",
+            kind,
+            default,
+            positive=positive,
+        )
+
+    def max_positions(self) -> int:
+        return _field(
+            self.raw, self.path, "max_position_embeddings", int, MAX_POSITIONS[self.family]
+        )
+
+    def original(self) -> int:
+        """original_max_position_embeddings: Phi-3's top-level field (its config class
+        default 4096) overrides the dict's, as Phi3Config does; other families read the
+        dict, else max_position_embeddings."""
+        if self.family == "phi3":
+            return _field(self.raw, self.path, "original_max_position_embeddings", int, 4096)
+        return self.number("original_max_position_embeddings", int, self.max_positions())
+
+    def factors(self, key: str, count: int) -> tuple:
+        f = self.params.get(key)
+        if not (
+            isinstance(f, list)
+            and len(f) == count
+            and all(
+                isinstance(x, (int, float))
+                and not isinstance(x, bool)
+                and math.isfinite(x)
+                and x > 0
+                for x in f
+            )
+        ):
+            raise CheckpointError(
+                f"{self.path}: field {self.name}.{key} must be a list of {count} positive numbers"
+            )
+        return tuple(float(x) for x in f)
+
+
+def _plain(f: _RopeFields) -> dict:
+    return {}
+
+
+def _linear(f: _RopeFields) -> dict:
+    return dict(factor=f.number("factor"))
+
+
+def _llama3(f: _RopeFields) -> dict:
+    keys = ("factor", "low_freq_factor", "high_freq_factor")
+    out = {k: f.number(k) for k in keys}
+    out["original_max_position_embeddings"] = float(f.original())
+    if out["low_freq_factor"] == out["high_freq_factor"]:
+        raise CheckpointError(
+            f"{f.path}: field {f.name}.low_freq_factor equals {f.name}.high_freq_factor"
+        )
+    return out
+
+
+def _yarn(f: _RopeFields) -> dict:
+    """YaRN: factor, original_max_position_embeddings, and the optional attention_factor,
+    beta_fast (32), beta_slow (1), mscale, mscale_all_dim, truncate (true)."""
+    out = dict(
+        factor=f.number("factor"),
+        original_max_position_embeddings=f.original(),
+        beta_fast=f.number("beta_fast", float, 32.0) if f.params.get("beta_fast") else 32.0,
+        beta_slow=f.number("beta_slow", float, 1.0) if f.params.get("beta_slow") else 1.0,
+        truncate=f.params.get("truncate", True) is not False,
     )
-    if original is None:
-        raise CheckpointError(
-            f"{path}: field original_max_position_embeddings is missing (needed by {name} longrope)"
-        )
-    original = _field({"v": original}, path, "v", int)
-    short = params.get("short_factor")
-    if not (
-        isinstance(short, list)
-        and all(isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0 for f in short)
-    ):
-        raise CheckpointError(
-            f"{path}: field {name}.short_factor must be a list of positive numbers"
-        )
-    factor = params.get("factor")
-    if factor is None:  # Phi-3: the ratio of the two lengths (transformers 5's order)
-        factor = _field(raw, path, "max_position_embeddings", int) / original
-    attention = params.get("attention_factor")
-    if attention is None:
-        factor = 1.0 if factor is None else float(factor)
-        attention = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
-    return dict(
-        short_factor=tuple(float(f) for f in short),
-        attention_factor=float(attention),
+    if f.params.get("attention_factor") is not None:
+        out["attention_factor"] = f.number("attention_factor")
+    for key in ("mscale", "mscale_all_dim"):
+        if f.params.get(key):
+            out[key] = f.number(key)
+    return out
+
+
+def _dynamic(f: _RopeFields) -> dict:
+    """Dynamic NTK: factor, against max_position_embeddings (rope.py recomputes the base
+    from the sequence length past it)."""
+    return dict(factor=f.number("factor"), max_position_embeddings=f.max_positions())
+
+
+def _longrope(f: _RopeFields) -> dict:
+    """Phi-3's longrope: short factors within original_max_position_embeddings, long
+    factors past it, and the attention factor sqrt(1 + ln(factor) / ln(original))."""
+    original = f.original()
+    half = f.params.get("short_factor")
+    count = len(half) if isinstance(half, list) else 0
+    out = dict(
+        short_factor=f.factors("short_factor", count),
+        long_factor=f.factors("long_factor", count),
         original_max_position_embeddings=original,
     )
+    if count == 0:
+        raise CheckpointError(f"{f.path}: field {f.name}.short_factor must be a non-empty list")
+    factor = f.params.get("factor")
+    if factor is None:  # the ratio of the two lengths (transformers 5's order)
+        factor = f.max_positions() / original
+    attention = f.params.get("attention_factor")
+    if attention is None:
+        factor = float(factor)
+        attention = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
+    out["attention_factor"] = float(attention)
+    return out
+
+
+ROPE_READERS = {
+    "default": _plain,
+    "linear": _linear,
+    "llama3": _llama3,
+    "yarn": _yarn,
+    "dynamic": _dynamic,
+    "longrope": _longrope,
+}
 
 
 def _layer_types(raw: dict, path: Path, family: str, layers: int, window) -> tuple:
@@ -484,6 +589,7 @@ def load_config(directory) -> tuple[ModelConfig, dict]:
             no_rope_layers=no_rope,
             rotary_dim=rotary,
             fused=family == "phi3",
+            rope_switch_recomputes=family == "phi3",
             norm_offset=1 if family in GEMMA else 0,
             norm_layout={"gemma2": "sandwich", "gemma3": "sandwich", "olmo2": "post"}.get(
                 family, "pre"
@@ -512,7 +618,7 @@ def load_config(directory) -> tuple[ModelConfig, dict]:
         raise CheckpointError(f"{path}: {e}") from None
     gen = directory / "generation_config.json"
     generation = generation_config(gen, config) if gen.is_file() else {}
-    eos = generation_config(path, config, only=("eos_token_id",)).get("eos_token_id", ())
+    eos = _config_eos(raw, path, config, generation)
     info = dict(
         architecture=archs[0],
         family=family,
@@ -523,6 +629,17 @@ def load_config(directory) -> tuple[ModelConfig, dict]:
         max_position_embeddings=raw.get("max_position_embeddings"),
     )
     return config, info
+
+
+def _config_eos(raw: dict, path: Path, config: ModelConfig, generation: dict) -> tuple:
+    """config.json's eos_token_id, checked unless generation_config.json overrides it
+    (transformers then uses the file's): an id outside the vocabulary can never be
+    generated, so dropping it changes nothing."""
+    if "eos_token_id" not in generation:
+        return generation_config(path, config, only=("eos_token_id",)).get("eos_token_id", ())
+    given = raw.get("eos_token_id")
+    ids = given if isinstance(given, list) else [given]
+    return tuple(t for t in ids if type(t) is int and 0 <= t < config.vocab)
 
 
 def generation_config(path: Path, config: ModelConfig, only=None) -> dict:
@@ -732,12 +849,19 @@ def load_model(directory) -> Transformer:
 
 
 def load_tokenizer(directory):
-    """DIR/tokenizer.json through Hugging Face's `tokenizers` library."""
+    """DIR/tokenizer.json through Hugging Face's `tokenizers` library; a file over
+    MAX_TOKENIZER_BYTES is refused from its size alone, before it is read."""
     from tokenizers import Tokenizer
 
     path = Path(directory) / "tokenizer.json"
     if not path.is_file():
         raise CheckpointError(f"{path}: missing file")
+    size = path.stat().st_size
+    if size > MAX_TOKENIZER_BYTES:
+        raise CheckpointError(
+            f"{path}: {size:,} bytes; a tokenizer.json over "
+            f"{MAX_TOKENIZER_BYTES:,} bytes is refused"
+        )
     try:
         return Tokenizer.from_file(str(path))
     except Exception as e:  # the library raises its own Exception subclass

@@ -16,14 +16,15 @@ Llama (modeling_llama.py) in a few switches of `ModelConfig`:
                                 and MLP), attn/final soft-caps, attn_scale from
                                 query_pre_attn_scalar, sliding layers (layer_types)
     Gemma 3                     + qk_norm "head", local_rope_base for the sliding layers
-    Phi-3                       fused (qkv_proj, gate_up_proj), rope "longrope" (short factors)
+    Phi-3                       fused (qkv_proj, gate_up_proj), rope "longrope"
     OLMo-2                      norm_layout "post" (norms after attention and MLP only),
                                 qk_norm "all" (over the whole projection, H*D)
     SmolLM3                     no_rope_layers: layers that skip RoPE
     Granite                     embed_scale, attn_scale, residual_scale, logit_scale
 
-RMSNorm is x / sqrt(mean(x^2) + eps) * (norm_offset + w); RoPE uses `rotate_half` pairs
-(x[i], x[i + R/2]) over the first R = rotary_dim dims of a head. Weights are held
+RMSNorm is x / sqrt(mean(x^2) + eps) * (norm_offset + w); RoPE (rope.py, every
+rope_type) uses `rotate_half` pairs (x[i], x[i + R/2]) over the first R = rotary_dim dims
+of a head. Weights are held
 under Hugging Face's tensor names and shapes ([out, in] for a linear layer), float32.
 
 Attention is *not* in here: `qkv` gives a layer's projections and `finish` takes the
@@ -42,12 +43,12 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from ..errors import count_arg
+from .rope import ROPE_TYPES, RotaryEmbedding
 
 MAX_LAYERS = 4096  # no released model has a tenth of this; more is refused before any table
 MAX_PARAMETERS = 1 << 32  # 16 GiB of float32: any larger model is refused before allocating
 NORM_LAYOUTS = ("pre", "sandwich", "post")
 ACTS = ("silu", "gelu_tanh", "gelu")
-ROPE_TYPES = ("default", "linear", "llama3", "longrope")
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class ModelConfig:
     no_rope_layers: tuple = ()  # layer indices that skip RoPE (SmolLM3)
     rotary_dim: int | None = None  # R: RoPE on the first R dims of a head (None: all D)
     fused: bool = False  # qkv_proj and gate_up_proj are single tensors (Phi-3)
+    rope_switch_recomputes: bool = False  # longrope's switch re-embeds the cache (Phi-3)
 
     def __post_init__(self):
         for f in fields(self):
@@ -119,6 +121,12 @@ class ModelConfig:
         kind = dict(self.rope_scaling).get("rope_type", "default")
         if kind not in ROPE_TYPES:
             raise ValueError(f"rope_type must be one of {ROPE_TYPES}, got {kind!r}")
+        short = dict(self.rope_scaling).get("short_factor")
+        if short is not None and len(short) != self.rotary // 2:
+            raise ValueError(
+                f"longrope short_factor has {len(short)} values; the rotary dims need "
+                f"{self.rotary // 2}"
+            )
         if self.num_parameters > MAX_PARAMETERS:
             raise ValueError(
                 f"the config describes {self.num_parameters:.3g} parameters; at "
@@ -253,34 +261,6 @@ def tensor_shapes(c: ModelConfig) -> dict:
     return shapes
 
 
-def rope_frequencies(c: ModelConfig, base: float, scaling: dict) -> tuple:
-    """(inv_freq float32 [R/2], attention factor) as transformers' rope init functions
-    compute them (modeling_rope_utils.py), in float32 like torch."""
-    r = c.rotary
-    exps = np.arange(0, r, 2, dtype=np.int64).astype(np.float32) / np.float32(r)
-    kind = scaling.get("rope_type", "default")
-    if kind == "longrope":  # the short factors: sequences within the original length
-        ext = np.asarray(scaling["short_factor"], np.float32)
-        return (np.float32(1.0) / (ext * np.float32(base) ** exps)).astype(np.float32), float(
-            scaling["attention_factor"]
-        )
-    inv = (np.float32(1.0) / np.float32(base) ** exps).astype(np.float32)
-    if kind == "linear":
-        inv = (inv / np.float32(scaling["factor"])).astype(np.float32)
-    elif kind == "llama3":
-        factor, low, high = (
-            np.float32(scaling[k]) for k in ("factor", "low_freq_factor", "high_freq_factor")
-        )
-        old = np.float32(scaling["original_max_position_embeddings"])
-        wavelen = np.float32(2 * math.pi) / inv
-        scaled = np.where(wavelen > old / low, inv / factor, inv).astype(np.float32)
-        smooth = (old / wavelen - low) / (high - low)
-        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-        medium = ~(wavelen < old / high) & ~(wavelen > old / low)
-        inv = np.where(medium, smoothed, scaled).astype(np.float32)
-    return inv, 1.0
-
-
 class Transformer:
     info: dict  # what a checkpoint's files said (set by hf.load_model; absent otherwise)
 
@@ -329,25 +309,14 @@ class Transformer:
                 lw.setdefault(n, None)
             self.layer_weights.append(lw)
         scaling = dict(c.rope_scaling)
-        full = rope_frequencies(c, c.rope_base, scaling)
-        local = full if c.local_rope_base is None else rope_frequencies(c, c.local_rope_base, {})
-        self.ropes = [
-            None
-            if i in c.no_rope_layers
-            # (inv_freq [R/2], factor) or None
-            else local
-            if c.layer_type(i) == "sliding"
-            else full
+        full = RotaryEmbedding(c.rotary, c.rope_base, scaling)
+        local = (
+            full if c.local_rope_base is None else RotaryEmbedding(c.rotary, c.local_rope_base, {})
+        )
+        self.ropes = [  # each layer's RotaryEmbedding, or None (no rope)
+            None if i in c.no_rope_layers else local if c.layer_type(i) == "sliding" else full
             for i in range(c.layers)
         ]
-        # longrope's short factors hold while the sequence is within the original length
-        # (transformers switches every position to the long factors past it): longer
-        # sequences are refused by the engines
-        self.max_model_len = (
-            scaling.get("original_max_position_embeddings")
-            if scaling.get("rope_type") == "longrope"
-            else None
-        )
         scale = c.head_dim**-0.5 if c.attn_scale is None else c.attn_scale
         self.attention = [
             Attention(
@@ -355,6 +324,23 @@ class Transformer:
             )
             for i in range(c.layers)
         ]  # what each layer's attention does
+
+    def check_length(self, prompt: int, max_tokens: int) -> None:
+        """Raise if a sequence of `prompt` tokens and up to `max_tokens` more cannot be
+        served exactly. Phi-3's generate drops its whole KV cache and re-embeds every
+        position with the long factors when the sequence first passes
+        original_max_position_embeddings; a paged cache keeps the keys it wrote (and may
+        share their blocks), so a request that would cross there in decode is refused."""
+        rope = next((r for r in self.ropes if r is not None), None)
+        if not (self.config.rope_switch_recomputes and rope is not None and rope.threshold):
+            return
+        if prompt <= rope.threshold < prompt + max_tokens:
+            raise ValueError(
+                f"prompt {prompt} + max_tokens {max_tokens} crosses "
+                f"original_max_position_embeddings {rope.threshold}, where Phi-3 re-embeds "
+                f"its whole KV cache with longrope's long factors; served: requests that "
+                f"stay within it, or prompts already past it"
+            )
 
     @property
     def num_parameters(self) -> int:
@@ -383,8 +369,10 @@ class Transformer:
         s = self.config.embed_scale
         return h if s == 1 else h * np.float32(s)
 
-    def qkv(self, layer: int, h: np.ndarray, positions) -> tuple:
-        """q [T, H, D], k [T, H_kv, D], v [T, H_kv, D] for tokens at `positions`."""
+    def qkv(self, layer: int, h: np.ndarray, positions, ends=None) -> tuple:
+        """q [T, H, D], k [T, H_kv, D], v [T, H_kv, D] for tokens at `positions`; `ends`:
+        each token's sequence length at the end of this forward pass (rope.py: the
+        length-dependent ropes read it; None: position + 1)."""
         c, lw = self.config, self.layer_weights[layer]
         x = h if c.norm_layout == "post" else self.norm(h, lw["input_layernorm.weight"])
         q = linear(x, lw["q_proj.weight"], lw["q_proj.bias"])
@@ -399,9 +387,8 @@ class Transformer:
         rope = self.ropes[layer]
         if rope is None:
             return np.ascontiguousarray(q), np.ascontiguousarray(k), v
-        inv_freq, factor = rope
-        angles = np.asarray(positions, np.float32)[:, None] * inv_freq[None, :]  # [T, R/2]
-        return rotary(q, angles, factor), rotary(k, angles, factor), v
+        angles = rope.angles(positions, ends)  # [T, R/2]
+        return rope.apply(q, angles), rope.apply(k, angles), v
 
     def finish(self, layer: int, h: np.ndarray, attn: np.ndarray) -> np.ndarray:
         """The rest of the layer: o_proj and the residual, then the MLP and the residual."""
@@ -512,17 +499,4 @@ def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float = 1e-6) -> np.ndarray
     x = x.astype(np.float32)
     return (x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + np.float32(eps)) * weight).astype(
         np.float32
-    )
-
-
-def rotary(x: np.ndarray, angles: np.ndarray, factor: float = 1.0) -> np.ndarray:
-    """x * cos + rotate_half(x) * sin on the first R dims, rotate_half(x) = (-x[R/2:], x[:R/2])
-    (Hugging Face); cos and sin are scaled by the rope's attention factor (longrope)."""
-    half = angles.shape[-1]
-    cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]  # [T, 1, R/2]
-    if factor != 1:
-        cos, sin = cos * np.float32(factor), sin * np.float32(factor)
-    a, b, rest = x[..., :half], x[..., half : 2 * half], x[..., 2 * half :]
-    return np.ascontiguousarray(
-        np.concatenate([a * cos - b * sin, b * cos + a * sin, rest], axis=-1), dtype=np.float32
     )

@@ -114,13 +114,7 @@ class PagedEngine:
         if not isinstance(request, Request):
             raise TypeError(f"a request must be a Request, got {type(request).__name__}")
         self.model.check_tokens(request.prompt)
-        limit = self.model.max_model_len
-        if limit is not None and len(request.prompt) + request.max_tokens > limit:
-            raise ValueError(
-                f"prompt + max_tokens = {len(request.prompt) + request.max_tokens} "
-                f"exceeds the {limit} positions longrope's short factors serve "
-                f"(original_max_position_embeddings)"
-            )
+        self.model.check_length(len(request.prompt), request.max_tokens)
         if request.width > 1 and not getattr(self.blocks, "supports_fork", True):
             raise ValueError(
                 f"request runs {request.width} sequences; a model with "
@@ -240,6 +234,7 @@ class PagedEngine:
         order = prefill + decode
         tokens = np.concatenate([i.run.state.tokens[i.seq][i.start : i.end] for i in order])
         positions = np.concatenate([np.arange(i.start, i.end) for i in order])
+        lengths = np.concatenate([np.full(i.end - i.start, i.end) for i in order])
         groups = sorted(set(self.layer_group))
         slots = {
             g: np.concatenate(
@@ -260,7 +255,7 @@ class PagedEngine:
         h = m.embed_tokens(tokens)
         for layer in range(c.layers):
             g = self.layer_group[layer]
-            q, k, v = m.qkv(layer, h, positions)
+            q, k, v = m.qkv(layer, h, positions, lengths)
             self.kv.write(layer, k, v, slots[g])
             pre_args, dec_args = pre[g], dec[g]
             parts = []

@@ -470,7 +470,136 @@ FAMILIES = {
         },
         {"bos_token_id": 1, "eos_token_id": 2},
     ),
+    # every rope_type at lengths where it differs from plain rope (the prompt is 13 tokens
+    # and 24 are generated: "past" = a prompt past the threshold, else crossing in decode)
+    "qwen2.5-yarn": (
+        {  # Qwen2.5-7B-Instruct's long-context recipe: yarn x4 over the original length
+            "architectures": ["Qwen2ForCausalLM"],
+            "model_type": "qwen2",
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "hidden_act": "silu",
+            "rms_norm_eps": 1e-06,
+            "rope_scaling": {
+                "factor": 4.0,
+                "original_max_position_embeddings": 16,
+                "type": "yarn",
+            },
+            "rope_theta": 1000000.0,
+            "tie_word_embeddings": False,
+        },
+        {"bos_token_id": 1, "eos_token_id": 2},
+    ),
+    "yarn-mscale": (
+        {  # DeepSeek-style yarn: beta_fast/beta_slow, mscale over mscale_all_dim
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "hidden_act": "silu",
+            "rms_norm_eps": 1e-05,
+            "rope_theta": 10000.0,
+            "tie_word_embeddings": False,
+            "rope_scaling": {
+                "rope_type": "yarn",
+                "factor": 40.0,
+                "original_max_position_embeddings": 16,
+                "beta_fast": 16,
+                "beta_slow": 2,
+                "mscale": 1.0,
+                "mscale_all_dim": 0.5,
+            },
+        },
+        {"bos_token_id": 1, "eos_token_id": 2},
+    ),
+    "yarn-attention-factor": (
+        {  # gpt-oss-style yarn: no truncation of the correction range, attention_factor given
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "hidden_act": "silu",
+            "rms_norm_eps": 1e-05,
+            "rope_theta": 10000.0,
+            "tie_word_embeddings": False,
+            "rope_scaling": {
+                "rope_type": "yarn",
+                "factor": 32.0,
+                "original_max_position_embeddings": 16,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "truncate": False,
+                "attention_factor": 1.3,
+            },
+        },
+        {"bos_token_id": 1, "eos_token_id": 2},
+    ),
+    "dynamic": (
+        {  # dynamic NTK, crossing max_position_embeddings in decode
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "hidden_act": "silu",
+            "rms_norm_eps": 1e-05,
+            "rope_theta": 10000.0,
+            "tie_word_embeddings": False,
+            "max_position_embeddings": 20,
+            "rope_scaling": {"type": "dynamic", "factor": 4.0},
+        },
+        {"bos_token_id": 1, "eos_token_id": 2},
+    ),
+    "dynamic-past": (
+        {  # dynamic NTK, the prompt already past max_position_embeddings
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "hidden_act": "silu",
+            "rms_norm_eps": 1e-05,
+            "rope_theta": 10000.0,
+            "tie_word_embeddings": False,
+            "max_position_embeddings": 8,
+            "rope_scaling": {"rope_type": "dynamic", "factor": 2.0},
+        },
+        {"bos_token_id": 1, "eos_token_id": 2},
+    ),
+    "rope-scaling-beside-parameters": (
+        {  # a legacy rope_scaling beside rope_parameters: transformers 5 applies rope_scaling
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "hidden_act": "silu",
+            "rms_norm_eps": 1e-05,
+            "rope_theta": 5000.0,
+            "tie_word_embeddings": False,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 777.0},
+            "rope_scaling": {
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "original_max_position_embeddings": 16,
+            },
+        },
+        {"bos_token_id": 1, "eos_token_id": 2},
+    ),
 }
+
+
+def _phi35(original: int, longest: int) -> tuple:
+    """Phi-3.5's longrope with its original length shrunk to `original`."""
+    config, generation = FAMILIES["phi3.5"]
+    return (
+        {
+            **config,
+            "max_position_embeddings": longest,
+            "original_max_position_embeddings": original,
+        },
+        generation,
+    )
+
+
+FAMILIES["phi3.5-long-past"] = _phi35(8, 256)  # the prompt already past the original length
 
 
 def config_json(name: str) -> dict:
