@@ -39,7 +39,7 @@ def dense_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, spec=None) -> n
 
 def sequence_logits(model: Transformer, tokens) -> np.ndarray:
     """Logits [T, V] at every position of one sequence (a whole-sequence causal forward)."""
-    h = model.embed_tokens(tokens)
+    h = model.embed_tokens(tokens, np.arange(len(tokens)))
     for layer in range(model.config.layers):
         q, k, v = model.qkv(layer, h, np.arange(len(h)), np.full(len(h), len(h)))
         h = model.finish(layer, h, dense_attention(q, k, v, model.attention[layer]))
@@ -81,7 +81,7 @@ class DenseEngine:
     def forward(self, cache: list, tokens, start: int) -> np.ndarray:
         """Run tokens at positions start.. of one sequence; extend its per-layer (K, V)."""
         m = self.model
-        h = m.embed_tokens(tokens)
+        h = m.embed_tokens(tokens, np.arange(start, start + len(tokens)))
         for layer in range(m.config.layers):
             end = start + len(tokens)
             q, k, v = m.qkv(layer, h, np.arange(start, end), np.full(len(tokens), end))

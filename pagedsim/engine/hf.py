@@ -1,7 +1,10 @@
 """Load a local Hugging Face checkpoint (the layout `save_pretrained` writes), offline.
 
     config.json                    Llama (2, 3.x), Qwen2, Mistral, Qwen3, Gemma, Gemma 2,
-                                   Gemma 3 (text), Phi-3, OLMo-2, SmolLM3, Granite
+                                   Gemma 3 (text), Phi-3, OLMo-2, SmolLM3, Granite; the
+                                   classic GPT-2, GPT-NeoX (Pythia), Phi-2, Falcon (not its
+                                   new_decoder_architecture or alibi), StableLM, Starcoder2,
+                                   Cohere (tensor names: layouts.py)
     model.safetensors              or model.safetensors.index.json + its shards, or (with
                                    torch installed) pytorch_model*.bin, read through
                                    torch.load(weights_only=True)
@@ -42,6 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .layouts import convert, layer_prefix, tensor_map
 from .model import MAX_LAYERS, ModelConfig, Transformer, tensor_shapes
 
 # architecture -> family; each family's defaults are its transformers config class's
@@ -57,6 +61,13 @@ FAMILIES = {
     "Olmo2ForCausalLM": "olmo2",
     "SmolLM3ForCausalLM": "smollm3",
     "GraniteForCausalLM": "granite",
+    "GPT2LMHeadModel": "gpt2",
+    "GPTNeoXForCausalLM": "gpt_neox",
+    "PhiForCausalLM": "phi",
+    "FalconForCausalLM": "falcon",
+    "StableLmForCausalLM": "stablelm",
+    "Starcoder2ForCausalLM": "starcoder2",
+    "CohereForCausalLM": "cohere",
 }
 ARCHITECTURES = tuple(FAMILIES)
 GEMMA = ("gemma", "gemma2", "gemma3")
@@ -151,7 +162,26 @@ MAX_POSITIONS = {  # max_position_embeddings when config.json leaves it out
     "olmo2": 2048,
     "smollm3": 32768,
     "granite": 2048,
+    "gpt_neox": 2048,
+    "phi": 2048,
+    "falcon": 2048,
+    "stablelm": 4096,
+    "starcoder2": 4096,
+    "cohere": 8192,
 }
+DEFAULTS.update(
+    {
+        family: dict(rope_theta=theta)
+        for family, theta in (
+            ("gpt_neox", 10000.0),
+            ("phi", 10000.0),
+            ("falcon", 10000.0),
+            ("stablelm", 10000.0),
+            ("starcoder2", 10000.0),
+            ("cohere", 500000.0),
+        )
+    }
+)
 ACTIVATIONS = {
     "silu": "silu",
     "swish": "silu",
@@ -494,19 +524,163 @@ def _no_rope(raw: dict, path: Path, layers: int) -> tuple:
     return tuple(i for i, f in enumerate(flags) if not f)
 
 
-def load_config(directory) -> tuple[ModelConfig, dict]:
-    """(ModelConfig, info): info holds architecture, the generation config, dtype and max length."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise CheckpointError(f"{directory}: no such checkpoint directory")
-    path = directory / "config.json"
-    raw = _json(path)
-    archs = raw.get("architectures")
-    if not (isinstance(archs, list) and len(archs) == 1 and archs[0] in FAMILIES):
+# the classic families: (config field, transformers' default) for each quantity model.py reads
+CLASSIC: dict[str, dict] = {
+    "gpt2": dict(
+        vocab=("vocab_size", 50257),
+        hidden=("n_embd", 768),
+        layers=("n_layer", 12),
+        heads=("n_head", 12),
+        mlp=("n_inner", None),  # None: 4 x hidden
+        eps=("layer_norm_epsilon", 1e-5),
+        act=("activation_function", "gelu_new"),
+        tie=True,
+    ),
+    "gpt_neox": dict(
+        eps=("layer_norm_eps", 1e-5), act=("hidden_act", "gelu"), tie=False, share=0.25
+    ),
+    "phi": dict(eps=("layer_norm_eps", 1e-5), act=("hidden_act", "gelu_new"), tie=False, share=0.5),
+    "falcon": dict(
+        mlp=("ffn_hidden_size", None),
+        eps=("layer_norm_epsilon", 1e-5),
+        act=("activation", "gelu"),
+        tie=True,
+    ),
+    "stablelm": dict(
+        eps=("layer_norm_eps", 1e-5), act=("hidden_act", "silu"), tie=False, share=0.25
+    ),
+    "starcoder2": dict(
+        eps=("norm_epsilon", 1e-5), act=("hidden_act", "gelu_pytorch_tanh"), tie=True
+    ),
+    "cohere": dict(eps=("layer_norm_eps", 1e-5), act=("hidden_act", "silu"), tie=True),
+}
+# switches a classic checkpoint may set that change the forward pass and are not served
+CLASSIC_REFUSED = {
+    "gpt2": {"scale_attn_by_inverse_layer_idx": False, "add_cross_attention": False},
+    "phi": {"qk_layernorm": False},
+    "falcon": {"alibi": False, "new_decoder_architecture": False},
+    "stablelm": {"qk_layernorm": False},
+    "cohere": {"use_qk_norm": False},
+}
+
+
+def _classic_switches(raw: dict, path: Path, family: str) -> dict:
+    """The ModelConfig switches of GPT-2, GPT-NeoX, Phi-2, Falcon, StableLM, Starcoder2 and
+    Cohere, read from their config fields with their transformers defaults."""
+    for name, default in CLASSIC_REFUSED.get(family, {}).items():
+        if raw.get(name, default) not in (default, None):
+            raise CheckpointError(
+                f"{path}: field {name} is {_short(raw[name])}; only {default} is served"
+            )
+    flag = {  # field, default
+        "gpt_neox": ("use_parallel_residual", True),
+        "falcon": ("parallel_attn", True),
+        "stablelm": ("use_parallel_residual", False),
+    }.get(family)
+    parallel = {"phi": "shared", "cohere": "shared"}.get(family)
+    if flag is not None and _field(raw, path, flag[0], bool, flag[1]):
+        parallel = "two" if family == "gpt_neox" else "shared"
+    bias = {
+        "gpt2": True,
+        "phi": True,
+        "gpt_neox": _field(raw, path, "attention_bias", bool, True),
+        "falcon": _field(raw, path, "bias", bool, False),
+        "starcoder2": _field(raw, path, "use_bias", bool, True),
+        "stablelm": False,
+        "cohere": _field(raw, path, "attention_bias", bool, False),
+    }[family]
+    qkv_bias = bias or (family == "stablelm" and _field(raw, path, "use_qkv_bias", bool, False))
+    return dict(
+        norm="layer_nobias" if family == "cohere" else "layer",
+        parallel=parallel,
+        qkv_bias=qkv_bias,
+        o_bias=bias,
+        mlp_bias=bias and family not in ("cohere",),
+        mlp_gated=family in ("stablelm", "cohere"),
+        lm_head_bias=family == "phi",
+        rope_interleaved=family == "cohere",
+        logit_multiplier=_field(raw, path, "logit_scale", float, 0.0625)
+        if family == "cohere"
+        else 1.0,
+    )
+
+
+def _classic_config(raw: dict, path: Path, family: str) -> ModelConfig:
+    """A classic family's ModelConfig: LayerNorms, parallel blocks, learned or partial rope."""
+    spec = CLASSIC[family]
+    names = dict(
+        vocab=("vocab_size", None),
+        hidden=("hidden_size", None),
+        layers=("num_hidden_layers", None),
+        heads=("num_attention_heads", None),
+        mlp=("intermediate_size", None),
+    )
+    names.update({k: v for k, v in spec.items() if k in names})
+    sizes = {k: _field(raw, path, f, int, d) for k, (f, d) in names.items() if k != "mlp"}
+    f, d = names["mlp"]
+    sizes["mlp"] = (
+        4 * sizes["hidden"] if raw.get(f) is None and d is None else _field(raw, path, f, int, d)
+    )
+    if sizes["layers"] > MAX_LAYERS:
         raise CheckpointError(
-            f"{path}: field architectures is {_short(archs)}; supported: {', '.join(FAMILIES)}"
+            f"{path}: field num_hidden_layers is {sizes['layers']}; at most {MAX_LAYERS} are served"
         )
-    family = FAMILIES[archs[0]]
+    act_field, act_default = spec["act"]
+    act = raw.get(act_field) or act_default
+    if act not in ACTIVATIONS:
+        raise CheckpointError(
+            f"{path}: field {act_field} is {_short(act)}; served: {', '.join(ACTIVATIONS)}"
+        )
+    heads, hidden = sizes["heads"], sizes["hidden"]
+    kv = heads
+    if family == "falcon":
+        kv = 1 if _field(raw, path, "multi_query", bool, True) else heads
+    elif family in ("phi", "stablelm", "starcoder2", "cohere"):
+        kv = _field(raw, path, "num_key_value_heads", int, heads)
+    head_dim = hidden // heads
+    window = None
+    if family == "starcoder2" and raw.get("sliding_window") is not None:
+        window = _field(raw, path, "sliding_window", int)
+    learned = _field(raw, path, "n_positions", int, 1024) if family == "gpt2" else 0
+    rotary, theta, scaling = None, 10000.0, ()
+    if not learned:
+        params, _ = _rope_source(raw, path)
+        params = params if isinstance(params, dict) else {}
+        share = raw.get("partial_rotary_factor", params.get("partial_rotary_factor"))
+        share = raw.get("rotary_pct", spec.get("share", 1.0)) if share is None else share
+        share = _field({"partial_rotary_factor": share}, path, "partial_rotary_factor", float)
+        if share > 1:
+            raise CheckpointError(f"{path}: field partial_rotary_factor must be <= 1, got {share}")
+        rotary = int(head_dim * share) if share < 1 else None
+        raw = (
+            raw
+            if "rope_theta" in raw or "rotary_emb_base" not in raw
+            else {**raw, "rope_theta": raw["rotary_emb_base"]}
+        )
+        theta, scaling = _rope(raw, path, family, "full")
+    unscaled = family == "gpt2" and not _field(raw, path, "scale_attn_weights", bool, True)
+    try:
+        return ModelConfig(
+            **sizes,
+            kv_heads=kv,
+            head_dim=head_dim,
+            rope_base=theta,
+            rope_scaling=scaling,
+            rms_eps=_field(raw, path, spec["eps"][0], float, spec["eps"][1]),
+            tie_embeddings=_field(raw, path, "tie_word_embeddings", bool, spec["tie"]),
+            sliding_window=window,
+            act=ACTIVATIONS[act],
+            rotary_dim=rotary,
+            learned_positions=learned,
+            attn_scale=1.0 if unscaled else None,  # GPT-2's scale_attn_weights false
+            **_classic_switches(raw, path, family),
+        )
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{path}: {e}") from None
+
+
+def _modern_config(raw: dict, path: Path, family: str) -> ModelConfig:
+    """The Llama-like families' ModelConfig (RMSNorm, gated MLP, rope)."""
     d = DEFAULTS[family]
     act = _activation(raw, path, family)
     if raw.get("use_bidirectional_attention"):
@@ -616,6 +790,24 @@ def load_config(directory) -> tuple[ModelConfig, dict]:
         )
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: {e}") from None
+    return config
+
+
+def load_config(directory) -> tuple[ModelConfig, dict]:
+    """(ModelConfig, info): info holds architecture, the generation config, dtype and max length."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory}: no such checkpoint directory")
+    path = directory / "config.json"
+    raw = _json(path)
+    archs = raw.get("architectures")
+    if not (isinstance(archs, list) and len(archs) == 1 and archs[0] in FAMILIES):
+        raise CheckpointError(
+            f"{path}: field architectures is {_short(archs)}; supported: {', '.join(FAMILIES)}"
+        )
+    family = FAMILIES[archs[0]]
+    reader = _classic_config if family in CLASSIC else _modern_config
+    config = reader(raw, path, family)
     gen = directory / "generation_config.json"
     generation = generation_config(gen, config) if gen.is_file() else {}
     eos = _config_eos(raw, path, config, generation)
@@ -715,6 +907,8 @@ def weight_files(directory: Path) -> dict:
 
 
 FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
+# buffers some checkpoints save that the model recomputes (rope tables, GPT-2's causal mask)
+IGNORED = ("inv_freq", "attn.bias", "attn.masked_bias")
 
 
 def read_headers(files: dict) -> dict:
@@ -740,13 +934,14 @@ def read_headers(files: dict) -> dict:
     return out
 
 
-def check_sizes(config: ModelConfig, headers: dict, where) -> None:
+def check_sizes(config: ModelConfig, headers: dict, where, family: str = "llama") -> None:
     """The config's layer count against the layers the files hold, before any table of
     tensor names is built (a 1 KB config.json may declare 10^8 layers)."""
     held = set()
+    prefix = layer_prefix(family).split("{}")[0]
     for name in headers:
-        if name.startswith("model.layers."):
-            index = name.split(".")[2]
+        if name.startswith(prefix):
+            index = name[len(prefix) :].split(".")[0]
             if index.isdigit():
                 held.add(int(index))
     if config.layers > len(held):
@@ -756,7 +951,7 @@ def check_sizes(config: ModelConfig, headers: dict, where) -> None:
         )
 
 
-def load_weights(directory, config: ModelConfig) -> dict:
+def load_weights(directory, config: ModelConfig, family: str = "llama") -> dict:
     """Every tensor `tensor_shapes(config)` lists, float32, checked against the config:
     the headers first (dtypes, sizes, names, shapes), then one tensor at a time."""
     import ml_dtypes  # noqa: F401  (registers bfloat16 with NumPy for safetensors)
@@ -767,8 +962,9 @@ def load_weights(directory, config: ModelConfig) -> dict:
     if isinstance(files.get(None), list):
         return load_bin(files[None], config)
     headers = read_headers(files)
-    check_sizes(config, headers, directory)
-    want = tensor_shapes(config)
+    check_sizes(config, headers, directory, family)
+    wanted = tensor_map(family, config)
+    want = {name: shape for name, (shape, _) in wanted.items()}
     for name, shape in want.items():
         if name not in headers:
             listed = files.get(name, files.get(None))
@@ -782,7 +978,7 @@ def load_weights(directory, config: ModelConfig) -> dict:
     extra = sorted(
         k
         for k in set(headers) - set(want)
-        if not k.endswith("inv_freq") and not (k == "lm_head.weight" and config.tie_embeddings)
+        if not k.endswith(IGNORED) and not (k == "lm_head.weight" and config.tie_embeddings)
     )
     if extra:
         raise CheckpointError(
@@ -794,7 +990,10 @@ def load_weights(directory, config: ModelConfig) -> dict:
         for name in want:  # one open per tensor: the file's mapped pages go each time
             path = headers[name][2]
             with safe_open(str(path), framework="np") as f:
-                weights[name] = f.get_tensor(name).astype(np.float32, copy=False)
+                array = f.get_tensor(name)
+            for target, transposed, rows in wanted[name][1]:
+                weights[target] = convert(array, transposed, rows)
+            del array
     except (SafetensorError, OSError, TypeError) as e:
         raise CheckpointError(f"{path}: cannot read safetensors ({e})") from None
     return weights
@@ -843,7 +1042,8 @@ def load_bin(paths: list, config: ModelConfig) -> dict:
 def load_model(directory) -> Transformer:
     """The checkpoint in DIR as the engine's Transformer (float32 NumPy weights)."""
     config, info = load_config(directory)
-    model = Transformer(config, load_weights(directory, config), name=str(directory))
+    weights = load_weights(directory, config, info["family"])
+    model = Transformer(config, weights, name=str(directory))
     model.info = info
     return model
 

@@ -21,6 +21,15 @@ Llama (modeling_llama.py) in a few switches of `ModelConfig`:
                                 qk_norm "all" (over the whole projection, H*D)
     SmolLM3                     no_rope_layers: layers that skip RoPE
     Granite                     embed_scale, attn_scale, residual_scale, logit_scale
+    GPT-2                       norm "layer" (LayerNorm + bias), learned_positions, a plain
+                                (not gated) MLP with biases, biases on every projection
+    GPT-NeoX (Pythia)           + parallel "two" (x + attn(ln1 x) + mlp(ln2 x)), rotary_dim
+    Phi-2                       + parallel "shared" (one norm feeds both), lm_head_bias
+    Falcon                      parallel "shared", multi-query (kv_heads 1), exact GELU
+    StableLM                    LayerNorm, gated MLP, q/k/v biases, rotary_dim
+    Starcoder2                  LayerNorm, plain GELU MLP with biases, a sliding window
+    Cohere                      norm "layer_nobias", parallel "shared", rope_interleaved,
+                                logit_multiplier
 
 RMSNorm is x / sqrt(mean(x^2) + eps) * (norm_offset + w); RoPE (rope.py, every
 rope_type) uses `rotate_half` pairs (x[i], x[i + R/2]) over the first R = rotary_dim dims
@@ -93,6 +102,14 @@ class ModelConfig:
     rotary_dim: int | None = None  # R: RoPE on the first R dims of a head (None: all D)
     fused: bool = False  # qkv_proj and gate_up_proj are single tensors (Phi-3)
     rope_switch_recomputes: bool = False  # longrope's switch re-embeds the cache (Phi-3)
+    norm: str = "rms"  # "rms", "layer" (LayerNorm with bias), "layer_nobias" (Cohere)
+    mlp_gated: bool = True  # act(gate) * up -> down; False: act(up + b) -> down + b (GPT-2)
+    mlp_bias: bool = False  # the MLP's up/down (and gate) projections have biases
+    parallel: str | None = None  # attention and MLP read one input: "shared" norm or "two"
+    learned_positions: int = 0  # > 0: a learned position table of this many rows, no rope
+    lm_head_bias: bool = False  # lm_head has a bias (Phi-2)
+    logit_multiplier: float = 1.0  # logits are multiplied by this (Cohere logit_scale)
+    rope_interleaved: bool = False  # rope pairs (x[2i], x[2i+1]) (Cohere)
 
     def __post_init__(self):
         for f in fields(self):
@@ -150,7 +167,9 @@ class ModelConfig:
         qk = {None: 0, "head": 2 * self.head_dim, "all": q + kv}[self.qk_norm]
         per_layer = (q + 2 * kv) * h + q * h + 3 * h * self.mlp + norms * h + qk
         per_layer += (q + 2 * kv) * self.qkv_bias + h * self.o_bias
-        return self.layers * per_layer + (2 - self.tie_embeddings) * self.vocab * h + h
+        per_layer += (self.mlp + h) * self.mlp_bias + norms * h * (self.norm == "layer")
+        table = (2 - self.tie_embeddings) * self.vocab * h + self.learned_positions * h
+        return self.layers * per_layer + table + h
 
     def layer_type(self, layer: int) -> str:
         if self.layer_types:
@@ -173,12 +192,15 @@ POSITIVE = (
     "attn_softcap",
     "final_softcap",
     "local_rope_base",
+    "logit_multiplier",
 )
 CHOICES = {
     "norm_layout": NORM_LAYOUTS,
     "act": ACTS,
     "qk_norm": (None, "head", "all"),
     "norm_offset": (0, 1),
+    "norm": ("rms", "layer", "layer_nobias"),
+    "parallel": (None, "shared", "two"),
 }
 
 
@@ -197,9 +219,9 @@ def _check_field(name: str, value, default) -> None:
             raise ValueError(f"{name} must be a finite number > 0, got {value}")
     elif name == "seed":
         count_arg("seed", value, 0, 2**63 - 1)
-    elif name in ("sliding_window", "rotary_dim"):
+    elif name in ("sliding_window", "rotary_dim", "learned_positions"):
         if value is not None:
-            count_arg(name, value, 1)
+            count_arg(name, value, int(name == "rotary_dim" or name == "sliding_window"))
     elif name in CHOICES:
         if isinstance(value, bool) or value not in CHOICES[name]:
             raise ValueError(f"{name} must be one of {CHOICES[name]}, got {value!r}")
@@ -216,6 +238,12 @@ def tensor_shapes(c: ModelConfig) -> dict:
     shapes = {"model.embed_tokens.weight": (c.vocab, c.hidden), "model.norm.weight": (c.hidden,)}
     if not c.tie_embeddings:
         shapes["lm_head.weight"] = (c.vocab, c.hidden)
+    if c.lm_head_bias:
+        shapes["lm_head.bias"] = (c.vocab,)
+    if c.learned_positions:
+        shapes["model.embed_positions.weight"] = (c.learned_positions, c.hidden)
+    if c.norm == "layer":
+        shapes["model.norm.bias"] = (c.hidden,)
     norms = {
         "pre": ("input_layernorm", "post_attention_layernorm"),
         "sandwich": (
@@ -226,9 +254,13 @@ def tensor_shapes(c: ModelConfig) -> dict:
         ),
         "post": ("post_attention_layernorm", "post_feedforward_layernorm"),
     }[c.norm_layout]
+    if c.parallel == "shared":
+        norms = ("input_layernorm",)
     for i in range(c.layers):
         p = f"model.layers.{i}."
         shapes.update({f"{p}{n}.weight": (c.hidden,) for n in norms})
+        if c.norm == "layer":
+            shapes.update({f"{p}{n}.bias": (c.hidden,) for n in norms})
         if c.fused:
             shapes[p + "self_attn.qkv_proj.weight"] = (q + 2 * kv, c.hidden)
             shapes[p + "mlp.gate_up_proj.weight"] = (2 * c.mlp, c.hidden)
@@ -238,10 +270,15 @@ def tensor_shapes(c: ModelConfig) -> dict:
                     p + "self_attn.q_proj.weight": (q, c.hidden),
                     p + "self_attn.k_proj.weight": (kv, c.hidden),
                     p + "self_attn.v_proj.weight": (kv, c.hidden),
-                    p + "mlp.gate_proj.weight": (c.mlp, c.hidden),
                     p + "mlp.up_proj.weight": (c.mlp, c.hidden),
                 }
             )
+            if c.mlp_gated:
+                shapes[p + "mlp.gate_proj.weight"] = (c.mlp, c.hidden)
+        if c.mlp_bias:
+            shapes.update({p + "mlp.up_proj.bias": (c.mlp,), p + "mlp.down_proj.bias": (c.hidden,)})
+            if c.mlp_gated:
+                shapes[p + "mlp.gate_proj.bias"] = (c.mlp,)
         shapes[p + "self_attn.o_proj.weight"] = (c.hidden, q)
         shapes[p + "mlp.down_proj.weight"] = (c.hidden, c.mlp)
         if c.qk_norm:
@@ -281,6 +318,9 @@ class Transformer:
         self.embed = w["model.embed_tokens.weight"]  # [V, hidden]
         self.lm_head = self.embed if c.tie_embeddings else w["lm_head.weight"]  # [V, hidden]
         self.final_norm = w["model.norm.weight"]
+        self.final_norm_bias = w.get("model.norm.bias")
+        self.lm_head_bias = w.get("lm_head.bias")
+        self.positions = w.get("model.embed_positions.weight")  # [P, hidden] or None
         q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
         self.layer_weights = []  # per layer: short name ("q_proj.weight") -> array or None
         for i in range(c.layers):
@@ -305,16 +345,22 @@ class Transformer:
                 lw.update(
                     {"gate_proj.weight": gate_up[: c.mlp], "up_proj.weight": gate_up[c.mlp :]}
                 )
-            for n in ("q_proj.bias", "k_proj.bias", "v_proj.bias", "o_proj.bias"):
+            for n in BIASES:
                 lw.setdefault(n, None)
             self.layer_weights.append(lw)
         scaling = dict(c.rope_scaling)
-        full = RotaryEmbedding(c.rotary, c.rope_base, scaling)
+        full = RotaryEmbedding(c.rotary, c.rope_base, scaling, c.rope_interleaved)
         local = (
-            full if c.local_rope_base is None else RotaryEmbedding(c.rotary, c.local_rope_base, {})
+            full
+            if c.local_rope_base is None
+            else RotaryEmbedding(c.rotary, c.local_rope_base, {}, c.rope_interleaved)
         )
         self.ropes = [  # each layer's RotaryEmbedding, or None (no rope)
-            None if i in c.no_rope_layers else local if c.layer_type(i) == "sliding" else full
+            None
+            if i in c.no_rope_layers or c.learned_positions
+            else local
+            if c.layer_type(i) == "sliding"
+            else full
             for i in range(c.layers)
         ]
         scale = c.head_dim**-0.5 if c.attn_scale is None else c.attn_scale
@@ -361,20 +407,37 @@ class Transformer:
                 f"{int(ids.min())} .. {int(ids.max())}"
             )
 
-    def norm(self, x: np.ndarray, weight: np.ndarray) -> np.ndarray:
-        return rms_norm(x, weight + np.float32(self.config.norm_offset), self.config.rms_eps)
+    def norm(self, x: np.ndarray, weight: np.ndarray, bias=None) -> np.ndarray:
+        c = self.config
+        if c.norm != "rms":
+            return layer_norm(x, weight, bias, c.rms_eps)
+        return rms_norm(x, weight + np.float32(c.norm_offset), c.rms_eps)
 
-    def embed_tokens(self, tokens) -> np.ndarray:
+    def layer_norm_of(self, lw: dict, name: str, x: np.ndarray) -> np.ndarray:
+        return self.norm(x, lw[name + ".weight"], lw.get(name + ".bias"))
+
+    def embed_tokens(self, tokens, positions=None) -> np.ndarray:
+        """[T, hidden]: token embeddings (x embed_scale), plus the learned position
+        embeddings (GPT-2) at `positions`."""
         h = self.embed[np.asarray(tokens, np.int64)]  # [T, hidden]
         s = self.config.embed_scale
-        return h if s == 1 else h * np.float32(s)
+        h = h if s == 1 else h * np.float32(s)
+        if self.positions is not None:
+            where = np.asarray(positions, np.int64)
+            if len(where) and where.max() >= len(self.positions):
+                raise ValueError(
+                    f"position {int(where.max())} is past the model's "
+                    f"{len(self.positions)} learned positions"
+                )
+            h = h + self.positions[where]
+        return h
 
     def qkv(self, layer: int, h: np.ndarray, positions, ends=None) -> tuple:
         """q [T, H, D], k [T, H_kv, D], v [T, H_kv, D] for tokens at `positions`; `ends`:
         each token's sequence length at the end of this forward pass (rope.py: the
         length-dependent ropes read it; None: position + 1)."""
         c, lw = self.config, self.layer_weights[layer]
-        x = h if c.norm_layout == "post" else self.norm(h, lw["input_layernorm.weight"])
+        x = h if c.norm_layout == "post" else self.layer_norm_of(lw, "input_layernorm", h)
         q = linear(x, lw["q_proj.weight"], lw["q_proj.bias"])
         k = linear(x, lw["k_proj.weight"], lw["k_proj.bias"])
         v = linear(x, lw["v_proj.weight"], lw["v_proj.bias"])
@@ -397,23 +460,39 @@ class Transformer:
         o = linear(
             attn.reshape(len(h), -1).astype(np.float32), lw["o_proj.weight"], lw["o_proj.bias"]
         )
+        if c.parallel:  # GPT-NeoX, Phi-2, Falcon, Cohere: the MLP reads the layer's input
+            second = "input_layernorm" if c.parallel == "shared" else "post_attention_layernorm"
+            return (o + self.mlp(lw, self.layer_norm_of(lw, second, h))) + h
         if c.norm_layout != "pre":
             o = self.norm(o, lw["post_attention_layernorm.weight"])
         h = h + (o if r == 1 else o * r)
         x = {
-            "pre": lambda: self.norm(h, lw["post_attention_layernorm.weight"]),
+            "pre": lambda: self.layer_norm_of(lw, "post_attention_layernorm", h),
             "sandwich": lambda: self.norm(h, lw["pre_feedforward_layernorm.weight"]),
             "post": lambda: h,
         }[c.norm_layout]()
-        gate = x @ lw["gate_proj.weight"].T
-        m = (activation(c.act, gate) * (x @ lw["up_proj.weight"].T)) @ lw["down_proj.weight"].T
+        m = self.mlp(lw, x)
         if c.norm_layout != "pre":
             m = self.norm(m, lw["post_feedforward_layernorm.weight"])
         return h + (m if r == 1 else m * r)
 
+    def mlp(self, lw: dict, x: np.ndarray) -> np.ndarray:
+        """act(gate) * up -> down, or (not gated) act(up) -> down, biases where present."""
+        c = self.config
+        up = linear(x, lw["up_proj.weight"], lw["up_proj.bias"])
+        inner = (
+            activation(c.act, linear(x, lw["gate_proj.weight"], lw["gate_proj.bias"])) * up
+            if c.mlp_gated
+            else activation(c.act, up)
+        )
+        return linear(inner, lw["down_proj.weight"], lw["down_proj.bias"])
+
     def logits(self, h: np.ndarray) -> np.ndarray:
         c = self.config
-        out = self.norm(h, self.final_norm) @ self.lm_head.T  # [T, V]
+        x = self.norm(h, self.final_norm, self.final_norm_bias)
+        out = linear(x, self.lm_head, self.lm_head_bias)  # [T, V]
+        if c.logit_multiplier != 1:
+            out = out * np.float32(c.logit_multiplier)
         if c.logit_scale != 1:
             out = out / np.float32(c.logit_scale)
         if c.final_softcap is not None:
@@ -493,6 +572,21 @@ def activation(name: str, x: np.ndarray) -> np.ndarray:
     return (0.5 * x * (1 + np.vectorize(erf, otypes=[np.float64])(x / math.sqrt(2)))).astype(
         np.float32
     )
+
+
+BIASES = tuple(
+    f"{n}.bias"
+    for n in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+)
+
+
+def layer_norm(x: np.ndarray, weight: np.ndarray, bias, eps: float) -> np.ndarray:
+    """(x - mean) / sqrt(var + eps) * w (+ b), float32 (torch's LayerNorm; Cohere's has no b)."""
+    x = x.astype(np.float32)
+    centred = x - x.mean(axis=-1, keepdims=True)
+    out = centred / np.sqrt((centred * centred).mean(axis=-1, keepdims=True) + np.float32(eps))
+    out = out * weight
+    return (out if bias is None else out + bias).astype(np.float32)
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float = 1e-6) -> np.ndarray:

@@ -252,7 +252,7 @@ class PagedEngine:
         split = sum(i.end - i.start for i in prefill)
         pre = {g: self._batch(prefill, g) for g in groups}
         dec = {g: self._batch(decode, g) for g in groups}
-        h = m.embed_tokens(tokens)
+        h = m.embed_tokens(tokens, positions)
         for layer in range(c.layers):
             g = self.layer_group[layer]
             q, k, v = m.qkv(layer, h, positions, lengths)

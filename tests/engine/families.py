@@ -583,6 +583,118 @@ FAMILIES = {
         },
         {"bos_token_id": 1, "eos_token_id": 2},
     ),
+    # the classic families (model.py's LayerNorm, parallel and learned-position switches)
+    "gpt2": (
+        {  # gpt2: learned positions, Conv1D weights, fused c_attn, tied head
+            "architectures": ["GPT2LMHeadModel"],
+            "model_type": "gpt2",
+            "activation_function": "gelu_new",
+            "bos_token_id": 50256 % 128,
+            "eos_token_id": 50256 % 128,
+            "layer_norm_epsilon": 1e-05,
+            "n_embd": 64,
+            "n_head": 4,
+            "n_layer": 4,
+            "n_inner": None,
+            "n_positions": 64,
+            "max_position_embeddings": 64,
+            "scale_attn_weights": True,
+            "vocab_size": 128,
+        },
+        {"bos_token_id": 50256 % 128, "eos_token_id": 50256 % 128},
+    ),
+    "pythia": (
+        {  # pythia-160m: parallel residual with two norms, a quarter of each head rotated
+            "architectures": ["GPTNeoXForCausalLM"],
+            "model_type": "gpt_neox",
+            "bos_token_id": 0,
+            "eos_token_id": 0,
+            "hidden_act": "gelu",
+            "layer_norm_eps": 1e-05,
+            "num_key_value_heads": 4,
+            "rotary_emb_base": 10000,
+            "rotary_pct": 0.25,
+            "tie_word_embeddings": False,
+            "use_parallel_residual": True,
+        },
+        {"bos_token_id": 0, "eos_token_id": 0},
+    ),
+    "phi-2": (
+        {  # phi-2: one LayerNorm feeding attention and MLP, partial rotary 0.4, head bias
+            "architectures": ["PhiForCausalLM"],
+            "model_type": "phi",
+            "bos_token_id": 50256 % 128,
+            "eos_token_id": 50256 % 128,
+            "hidden_act": "gelu_new",
+            "layer_norm_eps": 1e-05,
+            "partial_rotary_factor": 0.4,
+            "qk_layernorm": False,
+            "rope_theta": 10000.0,
+            "tie_word_embeddings": False,
+        },
+        {"bos_token_id": 50256 % 128, "eos_token_id": 50256 % 128},
+    ),
+    "falcon": (
+        {  # falcon-7b: multi-query (one K/V head), parallel attention, no biases
+            "architectures": ["FalconForCausalLM"],
+            "model_type": "falcon",
+            "alibi": False,
+            "bias": False,
+            "bos_token_id": 11,
+            "eos_token_id": 11,
+            "layer_norm_epsilon": 1e-05,
+            "multi_query": True,
+            "new_decoder_architecture": False,
+            "parallel_attn": True,
+        },
+        {"bos_token_id": 11, "eos_token_id": 11},
+    ),
+    "stablelm-2": (
+        {  # stablelm-2-1_6b: LayerNorms, q/k/v biases, a quarter of each head rotated
+            "architectures": ["StableLmForCausalLM"],
+            "model_type": "stablelm",
+            "bos_token_id": 100257 % 128,
+            "eos_token_id": 100257 % 128,
+            "hidden_act": "silu",
+            "layer_norm_eps": 1e-05,
+            "partial_rotary_factor": 0.25,
+            "qk_layernorm": False,
+            "rope_theta": 10000,
+            "tie_word_embeddings": False,
+            "use_parallel_residual": False,
+            "use_qkv_bias": True,
+        },
+        {"bos_token_id": 100257 % 128, "eos_token_id": 100257 % 128},
+    ),
+    "starcoder2": (
+        {  # starcoder2-3b: biases everywhere, a plain GELU MLP, a window (shrunk to 8)
+            "architectures": ["Starcoder2ForCausalLM"],
+            "model_type": "starcoder2",
+            "bos_token_id": 0,
+            "eos_token_id": 0,
+            "hidden_act": "gelu_pytorch_tanh",
+            "norm_epsilon": 1e-05,
+            "rope_theta": 999999.4420358813,
+            "sliding_window": 8,
+            "use_bias": True,
+        },
+        {"bos_token_id": 0, "eos_token_id": 0},
+    ),
+    "command-r": (
+        {  # c4ai-command-r: bias-free LayerNorm, parallel block, interleaved rope, logit_scale
+            "architectures": ["CohereForCausalLM"],
+            "model_type": "cohere",
+            "attention_bias": False,
+            "bos_token_id": 5,
+            "eos_token_id": 6,
+            "hidden_act": "silu",
+            "layer_norm_eps": 1e-05,
+            "logit_scale": 0.0625,
+            "rope_theta": 8000000.0,
+            "use_qk_norm": False,
+        },
+        {"bos_token_id": 5, "eos_token_id": 6},
+    ),
 }
 
 
@@ -600,6 +712,26 @@ def _phi35(original: int, longest: int) -> tuple:
 
 
 FAMILIES["phi3.5-long-past"] = _phi35(8, 256)  # the prompt already past the original length
+
+# entries the float64 reference (family_reference.py) does not compute (a rope_type or a
+# family it lacks): transformers is their oracle (test_hf_families_oracle.py and
+# test_hf_rope_oracle.py)
+ORACLE_ONLY = (
+    "gpt2",
+    "pythia",
+    "phi-2",
+    "falcon",
+    "stablelm-2",
+    "starcoder2",
+    "command-r",
+    "qwen2.5-yarn",
+    "yarn-mscale",
+    "yarn-attention-factor",
+    "dynamic",
+    "dynamic-past",
+    "phi3.5-long-past",
+    "rope-scaling-beside-parameters",
+)
 
 
 def config_json(name: str) -> dict:

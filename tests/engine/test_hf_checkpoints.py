@@ -82,7 +82,7 @@ def _break(d, what):
         key, value = {
             "layers": ("num_hidden_layers", 3),
             "hidden": ("hidden_size", 48),
-            "arch": ("architectures", ["GPT2LMHeadModel"]),
+            "arch": ("architectures", ["Llama4ForCausalLM"]),
             "rope": ("rope_scaling", {"rope_type": "mrope", "factor": 4.0}),
             "heads": ("num_attention_heads", "four"),
             "vocab": ("vocab_size", 0),
@@ -107,7 +107,7 @@ BROKEN = [
         "hidden",
         "tensor model.embed_tokens.weight has shape (64, 32) but config.json implies (64, 48)",
     ),
-    ("arch", "config.json: field architectures is ['GPT2LMHeadModel']; supported"),
+    ("arch", "config.json: field architectures is ['Llama4ForCausalLM']; supported"),
     ("rope", "config.json: field rope_scaling.rope_type is 'mrope'"),
     ("heads", "config.json: field num_attention_heads must be a positive integer, got 'four'"),
     ("vocab", "config.json: field vocab_size must be a positive integer, got 0"),

@@ -49,7 +49,7 @@ def build(directory, name):
     out_gain = 2.0 / raw.get("residual_multiplier", 1.0)
     with torch.no_grad():
         for key, p in model.named_parameters():
-            if key.endswith("norm.weight"):
+            if key.endswith("norm.weight") or (".ln_" in key and key.endswith("weight")):
                 p.copy_((0.0 if offset else 1.0) + 0.1 * torch.randn_like(p))
             elif key.endswith("bias"):
                 p.normal_(0, 0.5)
