@@ -4,7 +4,8 @@
                                    Gemma 3 (text), Phi-3, OLMo-2, SmolLM3, Granite; the
                                    classic GPT-2, GPT-NeoX (Pythia), Phi-2, Falcon (not its
                                    new_decoder_architecture or alibi), StableLM, Starcoder2,
-                                   Cohere (tensor names: layouts.py)
+                                   Cohere (tensor names: layouts.py); the mixtures of
+                                   experts Mixtral, Qwen2-MoE, OLMoE, Granite-MoE (moe.py)
     model.safetensors              or model.safetensors.index.json + its shards, or (with
                                    torch installed) pytorch_model*.bin, read through
                                    torch.load(weights_only=True)
@@ -68,7 +69,13 @@ FAMILIES = {
     "StableLmForCausalLM": "stablelm",
     "Starcoder2ForCausalLM": "starcoder2",
     "CohereForCausalLM": "cohere",
+    "MixtralForCausalLM": "mixtral",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "OlmoeForCausalLM": "olmoe",
+    "GraniteMoeForCausalLM": "granitemoe",
 }
+# a mixture-of-experts family reads its attention as its dense relative does
+MOE_BASE = {"mixtral": "mistral", "qwen2_moe": "qwen2", "olmoe": "olmo2", "granitemoe": "granite"}
 ARCHITECTURES = tuple(FAMILIES)
 GEMMA = ("gemma", "gemma2", "gemma3")
 DEFAULTS = {  # config fields transformers fills in when config.json leaves them out
@@ -168,7 +175,17 @@ MAX_POSITIONS = {  # max_position_embeddings when config.json leaves it out
     "stablelm": 4096,
     "starcoder2": 4096,
     "cohere": 8192,
+    "mixtral": 131072,
+    "qwen2_moe": 32768,
+    "olmoe": 4096,
+    "granitemoe": 2048,
 }
+DEFAULTS.update(
+    mixtral={**DEFAULTS["mistral"], "sliding_window": None},
+    qwen2_moe=DEFAULTS["qwen2"],
+    olmoe=DEFAULTS["olmo2"],
+    granitemoe=DEFAULTS["granite"],
+)
 DEFAULTS.update(
     {
         family: dict(rope_theta=theta)
@@ -479,9 +496,11 @@ def _layer_types(raw: dict, path: Path, family: str, layers: int, window) -> tup
 
 def _window(raw: dict, path: Path, family: str):
     """sliding_window, or None where the family ignores it."""
-    if family in ("llama", "gemma", "olmo2", "granite"):
+    if family in ("llama", "gemma", "olmo2", "granite", "olmoe", "granitemoe"):
         return None
-    if family in ("qwen2", "qwen3", "smollm3") and not raw.get("use_sliding_window", False):
+    if family in ("qwen2", "qwen3", "smollm3", "qwen2_moe") and not raw.get(
+        "use_sliding_window", False
+    ):
         return None
     if raw.get("sliding_window", DEFAULTS[family].get("sliding_window")) is None:
         return None
@@ -679,10 +698,43 @@ def _classic_config(raw: dict, path: Path, family: str) -> ModelConfig:
         raise CheckpointError(f"{path}: {e}") from None
 
 
+def _moe_fields(raw: dict, path: Path, family: str, layers: int) -> dict:
+    """The mixture-of-experts switches (moe.py) of Mixtral, Qwen2-MoE, OLMoE, Granite-MoE."""
+    if family not in MOE_BASE:
+        return {}
+    count = "num_local_experts" if family in ("mixtral", "granitemoe") else "num_experts"
+    out = dict(
+        experts=_field(
+            raw, path, count, int, {"mixtral": 8, "qwen2_moe": 60, "olmoe": 64}.get(family, 8)
+        ),
+        experts_per_token=_field(
+            raw, path, "num_experts_per_tok", int, {"qwen2_moe": 4, "olmoe": 8}.get(family, 2)
+        ),
+        router="topk_softmax" if family == "granitemoe" else "softmax_topk",
+        norm_topk=family == "mixtral"
+        or (family in ("qwen2_moe", "olmoe") and _field(raw, path, "norm_topk_prob", bool, False)),
+        expert_mlp=_field(raw, path, "intermediate_size", int),
+    )
+    if family == "qwen2_moe":
+        out["expert_mlp"] = _field(raw, path, "moe_intermediate_size", int, 1408)
+        out["shared_mlp"] = _field(raw, path, "shared_expert_intermediate_size", int, 5632)
+        step = _field(raw, path, "decoder_sparse_step", int, 1)
+        dense = raw.get("mlp_only_layers") or []
+        if not (isinstance(dense, list) and all(type(i) is int and 0 <= i < layers for i in dense)):
+            raise CheckpointError(f"{path}: field mlp_only_layers must list layer indices")
+        out["dense_layers"] = tuple(i for i in range(layers) if i in dense or (i + 1) % step != 0)
+    if family == "olmoe" and raw.get("clip_qkv") is not None:
+        raise CheckpointError(
+            f"{path}: field clip_qkv is {_short(raw['clip_qkv'])}; only null is served"
+        )
+    return out
+
+
 def _modern_config(raw: dict, path: Path, family: str) -> ModelConfig:
     """The Llama-like families' ModelConfig (RMSNorm, gated MLP, rope)."""
     d = DEFAULTS[family]
     act = _activation(raw, path, family)
+    base = MOE_BASE.get(family, family)
     if raw.get("use_bidirectional_attention"):
         raise CheckpointError(
             f"{path}: field use_bidirectional_attention is true; only causal attention is served"
@@ -718,11 +770,14 @@ def _modern_config(raw: dict, path: Path, family: str) -> ModelConfig:
             raise CheckpointError(f"{path}: field partial_rotary_factor must be <= 1, got {share}")
         rotary = int(head_dim * share) if share < 1 else None
     window = _window(raw, path, family)
-    types = _layer_types(raw, path, family, layers, window)
+    types = _layer_types(raw, path, base, layers, window)
     if types and "sliding" not in types:
         window, types = None, ()
-    bias = family == "qwen2" or (
-        family != "phi3" and _field(raw, path, "attention_bias", bool, False)
+    bias = (
+        _field(raw, path, "qkv_bias", bool, True)
+        if family == "qwen2_moe"
+        else family == "qwen2"
+        or (family != "phi3" and _field(raw, path, "attention_bias", bool, False))
     )
     theta, scaling = _rope(raw, path, family, "full")
     local = None
@@ -739,7 +794,7 @@ def _modern_config(raw: dict, path: Path, family: str) -> ModelConfig:
         scale = (
             _field(raw, path, "query_pre_attn_scalar", float, d["query_pre_attn_scalar"]) ** -0.5
         )
-    elif family == "granite":
+    elif base == "granite":
         scale = _field(raw, path, "attention_multiplier", float, d["attention_multiplier"])
     try:
         config = ModelConfig(
@@ -756,7 +811,7 @@ def _modern_config(raw: dict, path: Path, family: str) -> ModelConfig:
             rms_eps=_field(raw, path, "rms_norm_eps", float, d["rms_norm_eps"]),
             tie_embeddings=_field(raw, path, "tie_word_embeddings", bool, d["tie_word_embeddings"]),
             qkv_bias=bias,
-            o_bias=bias and family != "qwen2",
+            o_bias=bias and base != "qwen2",
             sliding_window=window,
             layer_types=types,
             act=ACTIVATIONS[act],
@@ -764,15 +819,16 @@ def _modern_config(raw: dict, path: Path, family: str) -> ModelConfig:
             rotary_dim=rotary,
             fused=family == "phi3",
             rope_switch_recomputes=family == "phi3",
+            **_moe_fields(raw, path, family, layers),
             norm_offset=1 if family in GEMMA else 0,
             norm_layout={"gemma2": "sandwich", "gemma3": "sandwich", "olmo2": "post"}.get(
                 family, "pre"
             ),
-            qk_norm={"qwen3": "head", "gemma3": "head", "olmo2": "all"}.get(family),
+            qk_norm={"qwen3": "head", "gemma3": "head", "olmo2": "all", "olmoe": "all"}.get(family),
             embed_scale=float(np.float32(hidden**0.5))
             if family in GEMMA
             else _field(raw, path, "embedding_multiplier", float, 1.0)
-            if family == "granite"
+            if base == "granite"
             else 1.0,
             attn_scale=scale,
             attn_softcap=_optional(
@@ -782,10 +838,10 @@ def _modern_config(raw: dict, path: Path, family: str) -> ModelConfig:
                 raw, path, "final_logit_softcapping", d.get("final_logit_softcapping")
             ),
             residual_scale=_field(raw, path, "residual_multiplier", float, 1.0)
-            if family == "granite"
+            if base == "granite"
             else 1.0,
             logit_scale=_field(raw, path, "logits_scaling", float, 1.0)
-            if family == "granite"
+            if base == "granite"
             else 1.0,
         )
     except (TypeError, ValueError) as e:

@@ -87,7 +87,10 @@ RENAMED = {
         "mlp.down_proj": "mlp.dense_4h_to_h",
     },
     "starcoder2": {"mlp.up_proj": "mlp.c_fc", "mlp.down_proj": "mlp.c_proj"},
+    "mixtral": {"mlp.gate": "block_sparse_moe.gate"},
+    "granitemoe": {"mlp.gate": "block_sparse_moe.router.layer"},
 }
+MIXTRAL_EXPERT = {"gate_proj": "w1", "up_proj": "w3", "down_proj": "w2"}
 FUSED_QKV = {  # family -> the checkpoint's fused q/k/v projection, per layer
     "gpt2": "attn.c_attn",
     "gpt_neox": "attention.query_key_value",
@@ -130,9 +133,16 @@ def tensor_map(family: str, c: ModelConfig) -> dict:
             "self_attn.v_proj",
         ):
             continue
+        if stem.startswith("mlp.experts.") and family in ("mixtral", "granitemoe"):
+            if family == "granitemoe":
+                continue  # below: three tensors per layer hold every expert
+            _, _, e, proj = stem.split(".")
+            stem = f"block_sparse_moe.experts.{e}.{MIXTRAL_EXPERT[proj]}"
         source = prefix.format(index) + renamed.get(stem, stem) + "." + kind
         flip = conv and kind == "weight" and len(shape) == 2
         out[source] = (shape[::-1] if flip else shape, [(name, flip, None)])
+    if family == "granitemoe":
+        out.update(_granite_experts(c, prefix))
     if family in FUSED_QKV:
         rows = _qkv_rows(family, c)
         total = (c.heads + 2 * c.kv_heads) * c.head_dim
@@ -148,6 +158,25 @@ def tensor_map(family: str, c: ModelConfig) -> dict:
                     (total,),
                     [(p + ".bias", False, r) for p, r in zip(parts, rows, strict=True)],
                 )
+    return out
+
+
+def _granite_experts(c: ModelConfig, prefix: str) -> dict:
+    """Granite-MoE's experts: input_linear [E, 2 x inner, hidden] (gate rows, then up) and
+    output_linear [E, hidden, inner] per layer."""
+    out: dict = {}
+    n, inner = c.experts, c.expert_mlp
+    for i in range(c.layers):
+        q, to = prefix.format(i) + "block_sparse_moe.", f"model.layers.{i}.mlp.experts."
+        out[q + "input_linear.weight"] = (
+            (n, 2 * inner, c.hidden),
+            [(f"{to}{e}.gate_proj.weight", False, (e, slice(0, inner))) for e in range(n)]
+            + [(f"{to}{e}.up_proj.weight", False, (e, slice(inner, None))) for e in range(n)],
+        )
+        out[q + "output_linear.weight"] = (
+            (n, c.hidden, inner),
+            [(f"{to}{e}.down_proj.weight", False, (e,)) for e in range(n)],
+        )
     return out
 
 

@@ -52,6 +52,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from ..errors import count_arg
+from .moe import moe_mlp
 from .rope import ROPE_TYPES, RotaryEmbedding
 
 MAX_LAYERS = 4096  # no released model has a tenth of this; more is refused before any table
@@ -110,6 +111,13 @@ class ModelConfig:
     lm_head_bias: bool = False  # lm_head has a bias (Phi-2)
     logit_multiplier: float = 1.0  # logits are multiplied by this (Cohere logit_scale)
     rope_interleaved: bool = False  # rope pairs (x[2i], x[2i+1]) (Cohere)
+    experts: int = 0  # > 0: the MLP is a mixture of this many gated experts (moe.py)
+    experts_per_token: int = 0  # the router's top-k
+    router: str = "softmax_topk"  # softmax then top-k, or "topk_softmax" (Granite-MoE)
+    norm_topk: bool = False  # renormalise the top-k weights to sum to 1 (Mixtral)
+    expert_mlp: int = 0  # an expert's inner width
+    shared_mlp: int = 0  # > 0: a shared expert of this width behind a sigmoid gate (Qwen2-MoE)
+    dense_layers: tuple = ()  # layers whose MLP stays dense (Qwen2-MoE mlp_only_layers)
 
     def __post_init__(self):
         for f in fields(self):
@@ -133,6 +141,11 @@ class ModelConfig:
             )
         if "sliding" in self.layer_types and self.sliding_window is None:
             raise ValueError("layer_types has sliding layers but sliding_window is None")
+        if self.experts and not 0 < self.experts_per_token <= self.experts:
+            raise ValueError(
+                f"experts_per_token must lie in 1..experts ({self.experts}), "
+                f"got {self.experts_per_token}"
+            )
         if any(type(i) is not int or not 0 <= i < self.layers for i in self.no_rope_layers):
             raise ValueError(f"no_rope_layers must be layer indices below {self.layers}")
         kind = dict(self.rope_scaling).get("rope_type", "default")
@@ -168,6 +181,9 @@ class ModelConfig:
         per_layer = (q + 2 * kv) * h + q * h + 3 * h * self.mlp + norms * h + qk
         per_layer += (q + 2 * kv) * self.qkv_bias + h * self.o_bias
         per_layer += (self.mlp + h) * self.mlp_bias + norms * h * (self.norm == "layer")
+        if self.experts:  # the dense MLP's 3 h mlp become E experts, a router, a shared one
+            per_layer += 3 * h * (self.experts * self.expert_mlp + self.shared_mlp - self.mlp)
+            per_layer += h * (self.experts + bool(self.shared_mlp))
         table = (2 - self.tie_embeddings) * self.vocab * h + self.learned_positions * h
         return self.layers * per_layer + table + h
 
@@ -201,7 +217,19 @@ CHOICES = {
     "norm_offset": (0, 1),
     "norm": ("rms", "layer", "layer_nobias"),
     "parallel": (None, "shared", "two"),
+    "router": ("softmax_topk", "topk_softmax"),
 }
+
+
+COUNTS = (  # None or an int >= 1 (the first two), an int >= 0 (the rest)
+    "sliding_window",
+    "rotary_dim",
+    "learned_positions",
+    "experts",
+    "experts_per_token",
+    "expert_mlp",
+    "shared_mlp",
+)
 
 
 def _check_field(name: str, value, default) -> None:
@@ -219,22 +247,36 @@ def _check_field(name: str, value, default) -> None:
             raise ValueError(f"{name} must be a finite number > 0, got {value}")
     elif name == "seed":
         count_arg("seed", value, 0, 2**63 - 1)
-    elif name in ("sliding_window", "rotary_dim", "learned_positions"):
+    elif name in COUNTS:
         if value is not None:
             count_arg(name, value, int(name == "rotary_dim" or name == "sliding_window"))
     elif name in CHOICES:
         if isinstance(value, bool) or value not in CHOICES[name]:
             raise ValueError(f"{name} must be one of {CHOICES[name]}, got {value!r}")
-    elif name in ("layer_types", "no_rope_layers", "rope_scaling"):
+    elif name in ("layer_types", "no_rope_layers", "rope_scaling", "dense_layers"):
         if type(value) is not tuple:
             raise TypeError(f"{name} must be a tuple, got {type(value).__name__}")
     elif type(value) is not bool:
         raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
 
 
-def tensor_shapes(c: ModelConfig) -> dict:
-    """Every tensor the model needs: Hugging Face name -> shape."""
-    q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+def moe_shapes(c: ModelConfig, p: str) -> dict:
+    """A mixture-of-experts layer's tensors, in place of the dense MLP's (prefix `p`)."""
+    shapes = {p + "mlp.gate.weight": (c.experts, c.hidden)}  # the router
+    for e in range(c.experts):
+        q = f"{p}mlp.experts.{e}."
+        shapes[q + "gate_proj.weight"] = shapes[q + "up_proj.weight"] = (c.expert_mlp, c.hidden)
+        shapes[q + "down_proj.weight"] = (c.hidden, c.expert_mlp)
+    if c.shared_mlp:
+        q = p + "mlp.shared_expert."
+        shapes[q + "gate_proj.weight"] = shapes[q + "up_proj.weight"] = (c.shared_mlp, c.hidden)
+        shapes[q + "down_proj.weight"] = (c.hidden, c.shared_mlp)
+        shapes[p + "mlp.shared_expert_gate.weight"] = (1, c.hidden)
+    return shapes
+
+
+def _global_shapes(c: ModelConfig) -> dict:
+    """The tensors outside the layers: embeddings, final norm, head."""
     shapes = {"model.embed_tokens.weight": (c.vocab, c.hidden), "model.norm.weight": (c.hidden,)}
     if not c.tie_embeddings:
         shapes["lm_head.weight"] = (c.vocab, c.hidden)
@@ -244,6 +286,13 @@ def tensor_shapes(c: ModelConfig) -> dict:
         shapes["model.embed_positions.weight"] = (c.learned_positions, c.hidden)
     if c.norm == "layer":
         shapes["model.norm.bias"] = (c.hidden,)
+    return shapes
+
+
+def tensor_shapes(c: ModelConfig) -> dict:
+    """Every tensor the model needs: Hugging Face name -> shape."""
+    q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+    shapes = _global_shapes(c)
     norms = {
         "pre": ("input_layernorm", "post_attention_layernorm"),
         "sandwich": (
@@ -295,6 +344,10 @@ def tensor_shapes(c: ModelConfig) -> dict:
             )
         if c.o_bias:
             shapes[p + "self_attn.o_proj.bias"] = (c.hidden,)
+        if c.experts and i not in c.dense_layers:
+            for n in ("gate_proj", "up_proj", "down_proj"):
+                del shapes[f"{p}mlp.{n}.weight"]
+            shapes.update(moe_shapes(c, p))
     return shapes
 
 
@@ -347,6 +400,11 @@ class Transformer:
                 )
             for n in BIASES:
                 lw.setdefault(n, None)
+            if "gate.weight" in lw:  # a mixture of experts: each projection stacked [E, ...]
+                for n in ("gate_proj", "up_proj", "down_proj"):
+                    lw[f"experts.{n}"] = np.stack(
+                        [lw.pop(f"experts.{e}.{n}.weight") for e in range(c.experts)]
+                    )
             self.layer_weights.append(lw)
         scaling = dict(c.rope_scaling)
         full = RotaryEmbedding(c.rotary, c.rope_base, scaling, c.rope_interleaved)
@@ -477,8 +535,11 @@ class Transformer:
         return h + (m if r == 1 else m * r)
 
     def mlp(self, lw: dict, x: np.ndarray) -> np.ndarray:
-        """act(gate) * up -> down, or (not gated) act(up) -> down, biases where present."""
+        """act(gate) * up -> down, or (not gated) act(up) -> down, biases where present; a
+        mixture of experts where the layer has a router (moe.py)."""
         c = self.config
+        if "gate.weight" in lw:
+            return moe_mlp(c, lw, x)
         up = linear(x, lw["up_proj.weight"], lw["up_proj.bias"])
         inner = (
             activation(c.act, linear(x, lw["gate_proj.weight"], lw["gate_proj.bias"])) * up
