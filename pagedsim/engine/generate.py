@@ -18,11 +18,13 @@ the blocks of turn 1's prompt *and* answer (v1 caches generated blocks too).
 --json prints the same as JSON; --draw DIR writes the manager's snapshot after each
 engine step, every block labelled with the text it holds.
 
-A checkpoint's generation_config.json applies as in transformers' generate() and vLLM's
---generation-config auto (apply_generation_config); the report says which settings came
-from it, and --generation-config none ignores it. A model with sliding-window layers is
-served by v1's window manager, or by the hybrid allocator when it mixes full and sliding
-layers (window_adapter.py): each step then prints the blocks each KV cache group holds.
+A checkpoint's generation_config.json applies as vLLM's --generation-config auto applies
+it (apply_generation_config). A file without top_k means no top-k, as in vLLM;
+transformers' generate() would apply top_k = 50 there (sampling.py). The report says
+which settings came from it, and --generation-config none ignores it. A model with
+sliding-window layers is served by v1's window manager, or by the hybrid allocator when it
+mixes full and sliding layers (window_adapter.py): each step then prints the blocks each
+KV cache group holds.
 
 `run(..., manager=)` serves from another block manager (`--pool workspace`: the student's
 own 3.4a and 3.4b, course/ch03_kv_block/capstone.py) with pagedsim's own serving the same

@@ -230,7 +230,7 @@ class CheckpointError(ValueError):
     """A checkpoint directory that cannot be served; the message names file and field."""
 
 
-def _json(path: Path) -> dict:
+def read_json(path: Path) -> dict:
     if not path.is_file():
         raise CheckpointError(f"{path}: missing file")
     size = path.stat().st_size
@@ -855,7 +855,7 @@ def load_config(directory) -> tuple[ModelConfig, dict]:
     if not directory.is_dir():
         raise CheckpointError(f"{directory}: no such checkpoint directory")
     path = directory / "config.json"
-    raw = _json(path)
+    raw = read_json(path)
     archs = raw.get("architectures")
     if not (isinstance(archs, list) and len(archs) == 1 and archs[0] in FAMILIES):
         raise CheckpointError(
@@ -894,7 +894,7 @@ def generation_config(path: Path, config: ModelConfig, only=None) -> dict:
     """The generation_config.json fields the engine applies, checked: eos_token_id (a
     tuple), repetition_penalty, max_new_tokens, do_sample, temperature, top_p, top_k.
     A field that would change greedy tokens and is not implemented is refused."""
-    raw = _json(path)
+    raw = read_json(path)
     out: dict = {}
     eos = raw.get("eos_token_id")
     if eos is not None:
@@ -949,7 +949,7 @@ def weight_files(directory: Path) -> dict:
         raise CheckpointError(
             f"{directory}: missing file model.safetensors (or model.safetensors.index.json)"
         )
-    weight_map = _json(index).get("weight_map")
+    weight_map = read_json(index).get("weight_map")
     if not isinstance(weight_map, dict):
         raise CheckpointError(f"{index}: field weight_map must be an object")
     for shard in set(weight_map.values()):
