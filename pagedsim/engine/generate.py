@@ -78,6 +78,9 @@ def mix(tok, max_tokens: int, stop=()) -> list:
     ]
 
 
+NOT_CHECKED = dict(tokens_match=None, logit_positions_match=None, max_logit_diff=None)
+
+
 def compare(dense: list, paged: list) -> dict:
     """Tokens equal per request, and the largest logit difference over shared positions."""
     pairs = list(zip(dense, paged, strict=True))
@@ -202,6 +205,7 @@ def run(
     generation_config: str = "auto",
     manager=None,
     pool_name: str = "tested",
+    check_dense: bool = True,
 ) -> tuple:
     """Serve the mix, the prompts, or `turns` turns of a conversation, then the dense
     engine. Returns (engine, marks, summary): marks[i] is the manager snapshot index after
@@ -210,7 +214,8 @@ def run(
     ignores it (vLLM's option). `manager`: a factory (num_blocks, block_size) -> an empty
     KVCacheManager to serve from (`--pool`); pagedsim's own manager, the reference pool,
     then serves the same requests beside it step by step (lockstep.py), summary["pool"]
-    says where the two first part, and lockstep.PoolFailed is raised if it raises."""
+    says where the two first part, and lockstep.PoolFailed is raised if it raises.
+    `check_dense` False skips the dense engine (tokens_match and max_logit_diff None)."""
     if model is None:
         model, tok = load()
     if generation_config not in ("auto", "none"):
@@ -299,7 +304,7 @@ def run(
         states += got
         marks += m
         texts += t
-    dense = DenseEngine(model).generate([s.request for s in states])
+    dense = DenseEngine(model).generate([s.request for s in states]) if check_dense else None
     stats = engine.scheduler.stats
     summary = dict(
         model=Path(model.name).name,
@@ -320,7 +325,7 @@ def run(
         swap_bytes=stats["swap_bytes"],
         requests=report(tok, states, engine.runs),
         generation_config=from_file,
-        **compare(dense, states),
+        **(compare(dense, states) if dense is not None else NOT_CHECKED),
     )
     if beside is not None:
         d = beside.divergence

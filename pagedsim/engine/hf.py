@@ -74,6 +74,15 @@ FAMILIES = {
     "OlmoeForCausalLM": "olmoe",
     "GraniteMoeForCausalLM": "granitemoe",
 }
+# architectures refused with the reason (a family out of reach is never served approximately)
+REFUSED = {
+    "DeepseekV2ForCausalLM": "multi-head latent attention (MLA) is not served: its cache "
+    "holds one latent of kv_lora_rank + qk_rope_head_dim values per token and layer (vLLM's "
+    "MLA page: block_size x 576 values), which the engine's K/V blocks and kernels do not "
+    "model, and an approximation would not be DeepSeek's output",
+    "DeepseekV3ForCausalLM": "multi-head latent attention (MLA) is not served",
+    "Llama4ForCausalLM": "Llama 4's chunked attention and no-rope layers are not served",
+}
 # a mixture-of-experts family reads its attention as its dense relative does
 MOE_BASE = {"mixtral": "mistral", "qwen2_moe": "qwen2", "olmoe": "olmo2", "granitemoe": "granite"}
 ARCHITECTURES = tuple(FAMILIES)
@@ -857,6 +866,8 @@ def load_config(directory) -> tuple[ModelConfig, dict]:
     path = directory / "config.json"
     raw = read_json(path)
     archs = raw.get("architectures")
+    if isinstance(archs, list) and len(archs) == 1 and archs[0] in REFUSED:
+        raise CheckpointError(f"{path}: field architectures is {archs[0]}: {REFUSED[archs[0]]}")
     if not (isinstance(archs, list) and len(archs) == 1 and archs[0] in FAMILIES):
         raise CheckpointError(
             f"{path}: field architectures is {_short(archs)}; supported: {', '.join(FAMILIES)}"

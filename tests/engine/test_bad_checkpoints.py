@@ -159,6 +159,7 @@ def test_a_bin_only_checkpoint_is_read_with_torch_weights_only(tmp_path):
             "rope_scaling.long_factor",
         ),
         ("llama", {"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
+        ("llama", {"architectures": ["DeepseekV2ForCausalLM"]}, "architectures"),
         ("llama", {"use_bidirectional_attention": True}, "use_bidirectional_attention"),
         ("llama", {"mlp_bias": True}, "mlp_bias"),
         ("llama", {"hidden_act": "relu"}, "hidden_act"),
