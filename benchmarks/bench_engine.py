@@ -168,6 +168,7 @@ def one_side(side: str, directory: str, batch: int, prompt: int, tokens: int) ->
         import torch
         import transformers
 
+        torch.set_num_threads(1)
         model = transformers.AutoModelForCausalLM.from_pretrained(
             directory, torch_dtype=torch.float32
         ).eval()
@@ -193,11 +194,16 @@ def one_side(side: str, directory: str, batch: int, prompt: int, tokens: int) ->
     )
 
 
-def vs_transformers(directory: str, label: str, prompt: int, tokens: int) -> None:
+ONE_THREAD = {v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+
+
+def vs_transformers(directory: str, label: str, prompt: int, tokens: int, batches=(1, 8)) -> None:
+    """Side-by-side rows, each side in a fresh process with one BLAS / torch thread."""
+    import os
     import subprocess
     import sys
 
-    for batch in (1, 8):
+    for batch in batches:
         row = []
         for side in ("pagedsim", "transformers"):
             done = subprocess.run(
@@ -218,6 +224,7 @@ def vs_transformers(directory: str, label: str, prompt: int, tokens: int) -> Non
                 capture_output=True,
                 text=True,
                 check=True,
+                env={**os.environ, **ONE_THREAD},
             )
             row.append(json.loads(done.stdout.strip().splitlines()[-1]))
         p, t = row
@@ -243,6 +250,9 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=8)
     p.add_argument("--prompt", type=int, default=64)
     p.add_argument("--tokens", type=int, default=32)
+    p.add_argument(
+        "--batches", default="1,8", help="--vs-transformers: batch sizes, e.g. 8 (default 1,8)"
+    )
     a = p.parse_args()
     if a.one:
         print(json.dumps(one_side(a.one, a.model, a.batch, a.prompt, a.tokens)))
@@ -250,10 +260,12 @@ def main() -> None:
     if a.vs_transformers:
         from pagedsim.engine.generate import DEFAULT_MODEL
 
-        vs_transformers(str(DEFAULT_MODEL), "shipped", a.prompt, a.tokens)
+        batches = [int(b) for b in a.batches.split(",")]
+        vs_transformers(str(DEFAULT_MODEL), "shipped", a.prompt, a.tokens, batches)
         if a.big:
             with tempfile.TemporaryDirectory() as tmp:
-                vs_transformers(str(write_random_llama(Path(tmp))), "100m", a.prompt, a.tokens)
+                big = str(write_random_llama(Path(tmp)))
+                vs_transformers(big, "100m", a.prompt, a.tokens, batches)
         return
     from pagedsim.engine import Request
     from pagedsim.engine.generate import load

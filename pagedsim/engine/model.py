@@ -355,7 +355,9 @@ class Transformer:
     info: dict  # what a checkpoint's files said (set by hf.load_model; absent otherwise)
 
     def __init__(self, config: ModelConfig, weights: dict, name: str = "model"):
-        """`weights`: name -> array as `tensor_shapes(config)` lists (stored as float32)."""
+        """`weights`: name -> array as `tensor_shapes(config)` lists (stored as float32).
+        The layers' entries are consumed (removed from the dict as their fused copies are
+        made), so that loading never holds a layer twice."""
         self.config = c = config
         self.name = name  # what to call it in reports
         want = tensor_shapes(c)
@@ -398,6 +400,14 @@ class Transformer:
                 lw.update(
                     {"gate_proj.weight": gate_up[: c.mlp], "up_proj.weight": gate_up[c.mlp :]}
                 )
+                lw["qkv.weight"], lw["gate_up.weight"] = qkv, gate_up
+            else:  # one GEMM for q, k, v (and gate, up): the separate names become row views
+                _fuse(lw, ("q_proj", "k_proj", "v_proj"), "qkv")
+                if c.mlp_gated and "gate_proj.weight" in lw:
+                    _fuse(lw, ("gate_proj", "up_proj"), "gate_up")
+                for k in [k for k in w if k.startswith(p)]:  # the fused copies replace them
+                    del w[k]
+                    weights.pop(k, None)
             for n in BIASES:
                 lw.setdefault(n, None)
             if "gate.weight" in lw:  # a mixture of experts: each projection stacked [E, ...]
@@ -451,7 +461,12 @@ class Transformer:
         tensors = [self.embed, self.final_norm] + (
             [] if self.lm_head is self.embed else [self.lm_head]
         )
-        tensors += [a for lw in self.layer_weights for a in lw.values() if a is not None]
+        tensors += [
+            a
+            for lw in self.layer_weights
+            for k, a in lw.items()
+            if a is not None and k not in ("qkv.weight", "gate_up.weight")  # views' owners
+        ]
         return sum(a.size for a in tensors)
 
     def check_tokens(self, tokens) -> None:
@@ -496,9 +511,12 @@ class Transformer:
         length-dependent ropes read it; None: position + 1)."""
         c, lw = self.config, self.layer_weights[layer]
         x = h if c.norm_layout == "post" else self.layer_norm_of(lw, "input_layernorm", h)
-        q = linear(x, lw["q_proj.weight"], lw["q_proj.bias"])
-        k = linear(x, lw["k_proj.weight"], lw["k_proj.bias"])
-        v = linear(x, lw["v_proj.weight"], lw["v_proj.bias"])
+        y = x @ lw["qkv.weight"].T  # [T, (H + 2 H_kv) D]: q | k | v
+        q, k, v = np.split(y, [c.heads * c.head_dim, (c.heads + c.kv_heads) * c.head_dim], axis=1)
+        q, k, v = (
+            t if lw[n] is None else t + lw[n]
+            for t, n in ((q, "q_proj.bias"), (k, "k_proj.bias"), (v, "v_proj.bias"))
+        )
         if c.qk_norm == "all":  # OLMo-2: over the whole projection
             q, k = self.norm(q, lw["q_norm.weight"]), self.norm(k, lw["k_norm.weight"])
         q, k = q.reshape(-1, c.heads, c.head_dim), k.reshape(-1, c.kv_heads, c.head_dim)
@@ -540,12 +558,18 @@ class Transformer:
         c = self.config
         if "gate.weight" in lw:
             return moe_mlp(c, lw, x)
-        up = linear(x, lw["up_proj.weight"], lw["up_proj.bias"])
-        inner = (
-            activation(c.act, linear(x, lw["gate_proj.weight"], lw["gate_proj.bias"])) * up
-            if c.mlp_gated
-            else activation(c.act, up)
-        )
+        if "gate_up.weight" in lw:  # one GEMM: gate | up
+            gate, up = np.split(x @ lw["gate_up.weight"].T, [len(lw["gate_proj.weight"])], axis=1)
+            gate = gate if lw["gate_proj.bias"] is None else gate + lw["gate_proj.bias"]
+            up = up if lw["up_proj.bias"] is None else up + lw["up_proj.bias"]
+            inner = activation(c.act, gate) * up
+        else:
+            up = linear(x, lw["up_proj.weight"], lw["up_proj.bias"])
+            inner = (
+                activation(c.act, linear(x, lw["gate_proj.weight"], lw["gate_proj.bias"])) * up
+                if c.mlp_gated
+                else activation(c.act, up)
+            )
         return linear(inner, lw["down_proj.weight"], lw["down_proj.bias"])
 
     def logits(self, h: np.ndarray) -> np.ndarray:
@@ -633,6 +657,16 @@ def activation(name: str, x: np.ndarray) -> np.ndarray:
     return (0.5 * x * (1 + np.vectorize(erf, otypes=[np.float64])(x / math.sqrt(2)))).astype(
         np.float32
     )
+
+
+def _fuse(lw: dict, names: tuple, fused: str) -> None:
+    """lw[fused.weight] = the rows of `names` stacked; each name becomes a view of it."""
+    parts = [lw[n + ".weight"] for n in names]
+    lw[fused + ".weight"] = whole = np.concatenate(parts)
+    start = 0
+    for n, part in zip(names, parts, strict=True):
+        lw[n + ".weight"] = whole[start : start + len(part)]
+        start += len(part)
 
 
 BIASES = tuple(
