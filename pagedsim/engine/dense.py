@@ -20,10 +20,12 @@ def dense_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, spec=None) -> n
     """q [T, H, D] for the last T of L positions; k, v [L, H_kv, D] -> [T, H, D] (causal).
     `spec` (model.Attention): the scale (default 1/sqrt(D)), a soft-cap, a window."""
     t, heads, d = q.shape
-    length, group = len(k), heads // k.shape[1]
-    kk, vv = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)  # [L, H, D]
+    length, kv_heads = len(k), k.shape[1]
+    group = heads // kv_heads
     scale = np.float32(d**-0.5 if spec is None else spec.scale)
-    scores = np.einsum("thd,lhd->htl", q, kk) * scale  # [H, T, L]
+    # batched GEMMs per KV head, its `group` query heads' rows stacked (no repeated K/V)
+    qg = q.reshape(t, kv_heads, group, d).transpose(1, 2, 0, 3).reshape(kv_heads, group * t, d)
+    scores = (qg @ k.transpose(1, 2, 0)).reshape(heads, t, length) * scale  # [H, T, L]
     if spec is not None and spec.softcap is not None:
         cap = np.float32(spec.softcap)
         scores = np.tanh(scores / cap) * cap
@@ -34,7 +36,11 @@ def dense_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, spec=None) -> n
     scores = np.where(masked[None], -np.inf, scores)
     p = np.exp(scores - scores.max(axis=-1, keepdims=True))
     p /= p.sum(axis=-1, keepdims=True)
-    return np.einsum("htl,lhd->thd", p, vv).astype(np.float32)
+    out = p.reshape(kv_heads, group * t, length) @ v.transpose(1, 0, 2)  # [H_kv, G*T, D]
+    return np.ascontiguousarray(
+        out.reshape(kv_heads, group, t, d).transpose(2, 0, 1, 3).reshape(t, heads, d),
+        dtype=np.float32,
+    )
 
 
 def sequence_logits(model: Transformer, tokens) -> np.ndarray:
