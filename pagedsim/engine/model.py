@@ -371,7 +371,10 @@ class Transformer:
                 )
         w = {k: np.asarray(weights[k], np.float32) for k in want}
         self.embed = w["model.embed_tokens.weight"]  # [V, hidden]
-        self.lm_head = self.embed if c.tie_embeddings else w["lm_head.weight"]  # [V, hidden]
+        # [V, hidden], held transposed for the GEMM (a tied head: a second copy, 4 V hidden
+        # bytes, since the embedding's rows are read as rows)
+        self.lm_head = transposed(self.embed if c.tie_embeddings else w.pop("lm_head.weight"))
+        weights.pop("lm_head.weight", None)
         self.final_norm = w["model.norm.weight"]
         self.final_norm_bias = w.get("model.norm.bias")
         self.lm_head_bias = w.get("lm_head.bias")
@@ -387,6 +390,9 @@ class Transformer:
                 for k, v in w.items()
                 if k.startswith(p)
             }
+            for k in [k for k in w if k.startswith(p)]:  # lw holds them now; the fused and
+                del w[k]  # transposed copies below replace them one by one
+                weights.pop(k, None)
             if c.fused:  # Phi-3: rows [q | k | v] and [gate | up]
                 qkv = lw.pop("qkv_proj.weight")
                 lw.update(
@@ -400,14 +406,17 @@ class Transformer:
                 lw.update(
                     {"gate_proj.weight": gate_up[: c.mlp], "up_proj.weight": gate_up[c.mlp :]}
                 )
-                lw["qkv.weight"], lw["gate_up.weight"] = qkv, gate_up
+                _fuse(lw, ("q_proj", "k_proj", "v_proj"), "qkv")
+                _fuse(lw, ("gate_proj", "up_proj"), "gate_up")
             else:  # one GEMM for q, k, v (and gate, up): the separate names become row views
                 _fuse(lw, ("q_proj", "k_proj", "v_proj"), "qkv")
                 if c.mlp_gated and "gate_proj.weight" in lw:
                     _fuse(lw, ("gate_proj", "up_proj"), "gate_up")
-                for k in [k for k in w if k.startswith(p)]:  # the fused copies replace them
-                    del w[k]
-                    weights.pop(k, None)
+                elif "up_proj.weight" in lw:
+                    lw["up_proj.weight"] = transposed(lw["up_proj.weight"])
+            for n in ("o_proj.weight", "down_proj.weight"):
+                if n in lw:
+                    lw[n] = transposed(lw[n])
             for n in BIASES:
                 lw.setdefault(n, None)
             if "gate.weight" in lw:  # a mixture of experts: each projection stacked [E, ...]
@@ -459,7 +468,7 @@ class Transformer:
     @property
     def num_parameters(self) -> int:
         tensors = [self.embed, self.final_norm] + (
-            [] if self.lm_head is self.embed else [self.lm_head]
+            [] if self.config.tie_embeddings else [self.lm_head]
         )
         tensors += [
             a
@@ -660,13 +669,21 @@ def activation(name: str, x: np.ndarray) -> np.ndarray:
 
 
 def _fuse(lw: dict, names: tuple, fused: str) -> None:
-    """lw[fused.weight] = the rows of `names` stacked; each name becomes a view of it."""
+    """lw[fused.weight] = the rows of `names` stacked; each name becomes a view of it.
+    Stored transposed ([in, out] in memory, an [out, in] view): `x @ weight.T` is then a
+    GEMM on a contiguous matrix, a quarter faster for decode's few rows in NumPy's BLAS."""
     parts = [lw[n + ".weight"] for n in names]
-    lw[fused + ".weight"] = whole = np.concatenate(parts)
+    whole = np.concatenate([part.T for part in parts], axis=1)  # [in, sum of outs], C order
+    lw[fused + ".weight"] = whole.T
     start = 0
     for n, part in zip(names, parts, strict=True):
-        lw[n + ".weight"] = whole[start : start + len(part)]
+        lw[n + ".weight"] = whole[:, start : start + len(part)].T
         start += len(part)
+
+
+def transposed(a: np.ndarray) -> np.ndarray:
+    """The same [out, in] matrix, held as a C-ordered [in, out] array (see _fuse)."""
+    return np.ascontiguousarray(a.T).T
 
 
 BIASES = tuple(
