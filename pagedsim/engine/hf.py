@@ -28,10 +28,11 @@ engine's NumPy dtype (bf16 through `ml_dtypes`). Every header is checked first -
 dtypes (floats only), the layer count against the layers the files hold (before any
 table of names is built), names and shapes -- then each tensor is read through its own
 short-lived `safe_open`, so neither the source tensors nor the file's mapped pages pile
-up: peak memory is the float32 model plus one tensor, measured at 1.06x a 51 MB fp32
-checkpoint and 2.15x a 25 MB bf16 one (tests/engine/test_hf_checkpoints.py holds it
-under 2.5x). JSON files over MAX_JSON_BYTES (tokenizer.json: MAX_TOKENIZER_BYTES), or
-nested too deeply to parse, are refused, the size checked before a byte is read.
+up: peak memory is the float32 model plus about one layer (model.py re-lays each layer's
+projections, fused and transposed, releasing the loaded ones as it goes);
+tests/engine/test_hf_checkpoints.py holds a bf16 load under 2.5x its file size. JSON
+files over MAX_JSON_BYTES (tokenizer.json: MAX_TOKENIZER_BYTES), or nested too deeply to
+parse, are refused, the size checked before a byte is read.
 Nothing is fetched from a network: only files in DIR are opened.
 
 Every failure is a `CheckpointError` (a ValueError) whose one-line message names the
