@@ -26,6 +26,15 @@ on the shared 2-core machine (load average about 20; torch 2.13.0 CPU, transform
     shipped batch 8: pagedsim 425.8 tok/CPU-s, 49 MiB | transformers 32.8 tok/CPU-s, 365 MiB
     100m batch 1:    pagedsim 2.0 tok/CPU-s, 443 MiB   | transformers 3.4 tok/CPU-s, 925 MiB
     100m batch 8:    pagedsim 7.6 tok/CPU-s, 482 MiB   | transformers 6.5 tok/CPU-s, 925 MiB
+One thread each side (OMP/OPENBLAS/MKL_NUM_THREADS=1, torch.set_num_threads(1)), after
+q/k/v and gate/up became one GEMM each, attention batched GEMMs and every projection held
+transposed (2026-12-06, load average about 20, 64 prompt + 32 generated tokens):
+    100m batch 8:    pagedsim 47.3 tok/CPU-s, 589 MiB | transformers 53.4 tok/CPU-s, 927 MiB
+                     (0.89x; the same command before these changes gave 0.70-0.83x. NumPy's
+                     single-thread BLAS runs these GEMMs 20-45% slower than torch's, which
+                     is most of what is left: a [8, 768] x [768, 4096] product took 2.6 ms
+                     in torch and 2.8-3.7 ms in NumPy on the transposed layout)
+    PYTHONPATH=. python benchmarks/bench_engine.py --vs-transformers --big --batches 8
 (the shipped model has 152,640 parameters: per-token framework overhead dominates both
 sides, and torch's import is most of transformers' peak; at 100M parameters pagedsim
 holds about half of transformers' peak memory. CPU-seconds count every BLAS thread,
