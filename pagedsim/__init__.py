@@ -35,3 +35,17 @@ __all__ = [
     "Trace",
 ]
 __version__ = "0.2.0"
+
+
+def __getattr__(name: str) -> type:
+    """pagedsim.LLM and pagedsim.SamplingParams (vLLM's offline API over the engine),
+    imported on first use so that the core stays NumPy-only to import."""
+    if name == "LLM":
+        from .engine.llm import LLM
+
+        return LLM
+    if name == "SamplingParams":
+        from .engine.sampling import SamplingParams
+
+        return SamplingParams
+    raise AttributeError(f"module 'pagedsim' has no attribute {name!r}")

@@ -20,10 +20,12 @@ def dense_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, spec=None) -> n
     """q [T, H, D] for the last T of L positions; k, v [L, H_kv, D] -> [T, H, D] (causal).
     `spec` (model.Attention): the scale (default 1/sqrt(D)), a soft-cap, a window."""
     t, heads, d = q.shape
-    length, group = len(k), heads // k.shape[1]
-    kk, vv = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)  # [L, H, D]
+    length, kv_heads = len(k), k.shape[1]
+    group = heads // kv_heads
     scale = np.float32(d**-0.5 if spec is None else spec.scale)
-    scores = np.einsum("thd,lhd->htl", q, kk) * scale  # [H, T, L]
+    # batched GEMMs per KV head, its `group` query heads' rows stacked (no repeated K/V)
+    qg = q.reshape(t, kv_heads, group, d).transpose(1, 2, 0, 3).reshape(kv_heads, group * t, d)
+    scores = (qg @ k.transpose(1, 2, 0)).reshape(heads, t, length) * scale  # [H, T, L]
     if spec is not None and spec.softcap is not None:
         cap = np.float32(spec.softcap)
         scores = np.tanh(scores / cap) * cap
@@ -34,14 +36,18 @@ def dense_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, spec=None) -> n
     scores = np.where(masked[None], -np.inf, scores)
     p = np.exp(scores - scores.max(axis=-1, keepdims=True))
     p /= p.sum(axis=-1, keepdims=True)
-    return np.einsum("htl,lhd->thd", p, vv).astype(np.float32)
+    out = p.reshape(kv_heads, group * t, length) @ v.transpose(1, 0, 2)  # [H_kv, G*T, D]
+    return np.ascontiguousarray(
+        out.reshape(kv_heads, group, t, d).transpose(2, 0, 1, 3).reshape(t, heads, d),
+        dtype=np.float32,
+    )
 
 
 def sequence_logits(model: Transformer, tokens) -> np.ndarray:
     """Logits [T, V] at every position of one sequence (a whole-sequence causal forward)."""
-    h = model.embed_tokens(tokens)
+    h = model.embed_tokens(tokens, np.arange(len(tokens)))
     for layer in range(model.config.layers):
-        q, k, v = model.qkv(layer, h, np.arange(len(h)))
+        q, k, v = model.qkv(layer, h, np.arange(len(h)), np.full(len(h), len(h)))
         h = model.finish(layer, h, dense_attention(q, k, v, model.attention[layer]))
     return model.logits(h)
 
@@ -67,13 +73,7 @@ class DenseEngine:
         if not isinstance(request, Request):
             raise TypeError(f"a request must be a Request, got {type(request).__name__}")
         self.model.check_tokens(request.prompt)
-        limit = self.model.max_model_len
-        if limit is not None and len(request.prompt) + request.max_tokens > limit:
-            raise ValueError(
-                f"prompt + max_tokens = {len(request.prompt) + request.max_tokens} "
-                f"exceeds the {limit} positions longrope's short factors serve "
-                f"(original_max_position_embeddings)"
-            )
+        self.model.check_length(len(request.prompt), request.max_tokens)
         if request.width > self.max_num_seqs:
             raise ValueError(
                 f"request runs {request.width} sequences; max_num_seqs is {self.max_num_seqs}"
@@ -87,9 +87,10 @@ class DenseEngine:
     def forward(self, cache: list, tokens, start: int) -> np.ndarray:
         """Run tokens at positions start.. of one sequence; extend its per-layer (K, V)."""
         m = self.model
-        h = m.embed_tokens(tokens)
+        h = m.embed_tokens(tokens, np.arange(start, start + len(tokens)))
         for layer in range(m.config.layers):
-            q, k, v = m.qkv(layer, h, np.arange(start, start + len(tokens)))
+            end = start + len(tokens)
+            q, k, v = m.qkv(layer, h, np.arange(start, end), np.full(len(tokens), end))
             keys, values = cache[layer]
             keys, values = np.concatenate([keys, k]), np.concatenate([values, v])
             cache[layer] = (keys, values)

@@ -1,7 +1,11 @@
 """Load a local Hugging Face checkpoint (the layout `save_pretrained` writes), offline.
 
     config.json                    Llama (2, 3.x), Qwen2, Mistral, Qwen3, Gemma, Gemma 2,
-                                   Gemma 3 (text), Phi-3, OLMo-2, SmolLM3, Granite
+                                   Gemma 3 (text), Phi-3, OLMo-2, SmolLM3, Granite; the
+                                   classic GPT-2, GPT-NeoX (Pythia), Phi-2, Falcon (not its
+                                   new_decoder_architecture or alibi), StableLM, Starcoder2,
+                                   Cohere (tensor names: layouts.py); the mixtures of
+                                   experts Mixtral, Qwen2-MoE, OLMoE, Granite-MoE (moe.py)
     model.safetensors              or model.safetensors.index.json + its shards, or (with
                                    torch installed) pytorch_model*.bin, read through
                                    torch.load(weights_only=True)
@@ -11,20 +15,24 @@
 
 config.json is read as each family's transformers config class reads it: its defaults
 for absent fields, rope_theta + rope_scaling (transformers 4) or rope_parameters
-(transformers 5, per layer type for Gemma 3), the family's layer pattern (layer_types, or
-Gemma 2's alternation, Gemma 3's sliding_window_pattern, Qwen's max_window_layers), and
-the family's switches in model.py. A field that cannot be served (a rope_type other than
-default/linear/llama3/longrope, mlp_bias, an unknown activation, a generation setting
-that would change greedy tokens and is not implemented) is refused in one line naming it.
+(transformers 5, per layer type for Gemma 3) -- a non-empty rope_scaling beside
+rope_parameters replaces it, as transformers 5 does -- the family's layer pattern
+(layer_types, or Gemma 2's alternation, Gemma 3's sliding_window_pattern, Qwen's
+max_window_layers), and the family's switches in model.py. Every rope_type of rope.py is
+served (default, linear, llama3, yarn, dynamic, longrope). A field that cannot be served
+(another rope_type, mlp_bias, an unknown activation, a generation setting that would
+change greedy tokens and is not implemented) is refused in one line naming it.
 
 Weights are read with the `safetensors` NumPy API and converted to float32, the
 engine's NumPy dtype (bf16 through `ml_dtypes`). Every header is checked first --
 dtypes (floats only), the layer count against the layers the files hold (before any
 table of names is built), names and shapes -- then each tensor is read through its own
 short-lived `safe_open`, so neither the source tensors nor the file's mapped pages pile
-up: peak memory is the float32 model plus one tensor, measured at 1.06x a 51 MB fp32
-checkpoint and 2.15x a 25 MB bf16 one (tests/engine/test_hf_checkpoints.py holds it
-under 2.5x). JSON files over MAX_JSON_BYTES, or nested too deeply to parse, are refused.
+up: peak memory is the float32 model plus about one layer (model.py re-lays each layer's
+projections, fused and transposed, releasing the loaded ones as it goes);
+tests/engine/test_hf_checkpoints.py holds a bf16 load under 2.5x its file size. JSON
+files over MAX_JSON_BYTES (tokenizer.json: MAX_TOKENIZER_BYTES), or nested too deeply to
+parse, are refused, the size checked before a byte is read.
 Nothing is fetched from a network: only files in DIR are opened.
 
 Every failure is a `CheckpointError` (a ValueError) whose one-line message names the
@@ -39,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .layouts import convert, layer_prefix, tensor_map
 from .model import MAX_LAYERS, ModelConfig, Transformer, tensor_shapes
 
 # architecture -> family; each family's defaults are its transformers config class's
@@ -54,7 +63,29 @@ FAMILIES = {
     "Olmo2ForCausalLM": "olmo2",
     "SmolLM3ForCausalLM": "smollm3",
     "GraniteForCausalLM": "granite",
+    "GPT2LMHeadModel": "gpt2",
+    "GPTNeoXForCausalLM": "gpt_neox",
+    "PhiForCausalLM": "phi",
+    "FalconForCausalLM": "falcon",
+    "StableLmForCausalLM": "stablelm",
+    "Starcoder2ForCausalLM": "starcoder2",
+    "CohereForCausalLM": "cohere",
+    "MixtralForCausalLM": "mixtral",
+    "Qwen2MoeForCausalLM": "qwen2_moe",
+    "OlmoeForCausalLM": "olmoe",
+    "GraniteMoeForCausalLM": "granitemoe",
 }
+# architectures refused with the reason (a family out of reach is never served approximately)
+REFUSED = {
+    "DeepseekV2ForCausalLM": "multi-head latent attention (MLA) is not served: its cache "
+    "holds one latent of kv_lora_rank + qk_rope_head_dim values per token and layer (vLLM's "
+    "MLA page: block_size x 576 values), which the engine's K/V blocks and kernels do not "
+    "model, and an approximation would not be DeepSeek's output",
+    "DeepseekV3ForCausalLM": "multi-head latent attention (MLA) is not served",
+    "Llama4ForCausalLM": "Llama 4's chunked attention and no-rope layers are not served",
+}
+# a mixture-of-experts family reads its attention as its dense relative does
+MOE_BASE = {"mixtral": "mistral", "qwen2_moe": "qwen2", "olmoe": "olmo2", "granitemoe": "granite"}
 ARCHITECTURES = tuple(FAMILIES)
 GEMMA = ("gemma", "gemma2", "gemma3")
 DEFAULTS = {  # config fields transformers fills in when config.json leaves them out
@@ -136,6 +167,48 @@ DEFAULTS = {  # config fields transformers fills in when config.json leaves them
         logits_scaling=1.0,
     ),
 }
+MAX_POSITIONS = {  # max_position_embeddings when config.json leaves it out
+    "llama": 2048,
+    "qwen2": 32768,
+    "mistral": 131072,
+    "qwen3": 32768,
+    "gemma": 8192,
+    "gemma2": 8192,
+    "gemma3": 131072,
+    "phi3": 4096,
+    "olmo2": 2048,
+    "smollm3": 32768,
+    "granite": 2048,
+    "gpt_neox": 2048,
+    "phi": 2048,
+    "falcon": 2048,
+    "stablelm": 4096,
+    "starcoder2": 4096,
+    "cohere": 8192,
+    "mixtral": 131072,
+    "qwen2_moe": 32768,
+    "olmoe": 4096,
+    "granitemoe": 2048,
+}
+DEFAULTS.update(
+    mixtral={**DEFAULTS["mistral"], "sliding_window": None},
+    qwen2_moe=DEFAULTS["qwen2"],
+    olmoe=DEFAULTS["olmo2"],
+    granitemoe=DEFAULTS["granite"],
+)
+DEFAULTS.update(
+    {
+        family: dict(rope_theta=theta)
+        for family, theta in (
+            ("gpt_neox", 10000.0),
+            ("phi", 10000.0),
+            ("falcon", 10000.0),
+            ("stablelm", 10000.0),
+            ("starcoder2", 10000.0),
+            ("cohere", 500000.0),
+        )
+    }
+)
 ACTIVATIONS = {
     "silu": "silu",
     "swish": "silu",
@@ -145,6 +218,7 @@ ACTIVATIONS = {
     "gelu": "gelu",
 }
 MAX_JSON_BYTES = 16 << 20  # a config, generation config or shard index larger is refused
+MAX_TOKENIZER_BYTES = 64 << 20  # the largest released tokenizer.json (Gemma 3) is 33 MB
 LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding"}
 # generation_config.json fields that would change greedy tokens and are not implemented
 UNSUPPORTED_GENERATION = {
@@ -166,7 +240,7 @@ class CheckpointError(ValueError):
     """A checkpoint directory that cannot be served; the message names file and field."""
 
 
-def _json(path: Path) -> dict:
+def read_json(path: Path) -> dict:
     if not path.is_file():
         raise CheckpointError(f"{path}: missing file")
     size = path.stat().st_size
@@ -219,20 +293,31 @@ def _short(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _rope_source(raw: dict, path: Path) -> tuple:
+    """(the rope dict, its field name), by transformers 5's rule: a truthy rope_scaling
+    replaces rope_parameters whole (`rope_scaling or rope_parameters`); anything but an
+    object there is refused, as transformers refuses it."""
+    scaling = raw.get("rope_scaling")
+    if scaling:
+        if not isinstance(scaling, dict):
+            raise CheckpointError(
+                f"{path}: field rope_scaling must be an object, got {_short(scaling)}"
+            )
+        return scaling, "rope_scaling"
+    return raw.get("rope_parameters"), "rope_parameters"
+
+
 def _rope(raw: dict, path: Path, family: str, layer_kind: str) -> tuple:
     """(rope_theta, rope scaling as sorted pairs) for layers of `layer_kind`, read as
-    transformers 4 (rope_theta + rope_scaling) or 5 (rope_parameters, per layer type for
-    Gemma 3) writes them. Llama 3's "llama3", "linear" and Phi-3's "longrope" are served."""
-    params = raw.get("rope_parameters")
-    name = "rope_parameters"
+    transformers 5 reads rope_theta, rope_scaling and rope_parameters (per layer type for
+    Gemma 3). Every rope_type rope.py lists is served; any other is refused."""
+    params, name = _rope_source(raw, path)
     if isinstance(params, dict) and f"{layer_kind}_attention" in params:
-        params, name = params[f"{layer_kind}_attention"], f"rope_parameters.{layer_kind}_attention"
+        params, name = params[f"{layer_kind}_attention"], f"{name}.{layer_kind}_attention"
     elif isinstance(params, dict) and any(k.endswith("_attention") for k in params):
-        params, name = params.get("full_attention"), "rope_parameters.full_attention"
-    if params is None:
-        params, name = raw.get("rope_scaling"), "rope_scaling"
-        if family == "gemma3" and layer_kind == "sliding":
-            params = None  # transformers 4: the local rope is plain, at rope_local_base_freq
+        params, name = params.get("full_attention"), f"{name}.full_attention"
+    elif family == "gemma3" and layer_kind == "sliding":
+        params = None  # a flat dict: the local rope is plain, at rope_local_base_freq
     if params is not None and not isinstance(params, dict):
         raise CheckpointError(f"{path}: field {name} must be an object, got {_short(params)}")
     params = dict(params or {})
@@ -248,66 +333,143 @@ def _rope(raw: dict, path: Path, family: str, layer_kind: str) -> tuple:
     kind = params.get("rope_type", params.get("type", "default"))
     if family == "phi3" and kind in ("su", "yarn"):
         kind = "longrope"  # Phi3Config's reading of its early names
-    scaling: dict = {}
-    if kind == "default":
-        pass
-    elif kind == "linear":
-        scaling["factor"] = _field(params, path, "factor", float)
-    elif kind == "llama3":
-        for key in (
-            "factor",
-            "low_freq_factor",
-            "high_freq_factor",
-            "original_max_position_embeddings",
-        ):
-            scaling[key] = _field(params, path, key, float)
-        if scaling["low_freq_factor"] == scaling["high_freq_factor"]:
-            raise CheckpointError(
-                f"{path}: field {name} has low_freq_factor equal to high_freq_factor"
-            )
-    elif kind == "longrope":
-        scaling.update(_longrope(raw, params, path, name))
-    else:
+    reader = ROPE_READERS.get(kind) if isinstance(kind, str) else None
+    if reader is None:
         raise CheckpointError(
-            f"{path}: field {name} has rope_type {kind!r}; served: "
-            f"default, linear, llama3, longrope"
+            f"{path}: field {name}.rope_type is {_short(kind)}; served: {', '.join(ROPE_READERS)}"
         )
+    scaling = reader(_RopeFields(raw, params, path, name, family))
     if scaling:
         scaling["rope_type"] = kind
     return theta, tuple(sorted(scaling.items()))
 
 
-def _longrope(raw: dict, params: dict, path: Path, name: str) -> dict:
-    """Phi-3's longrope with its short factors (what transformers uses while the sequence
-    is within original_max_position_embeddings; longer sequences are refused)."""
-    original = params.get(
-        "original_max_position_embeddings", raw.get("original_max_position_embeddings")
+class _RopeFields:
+    """The fields of one rope dict, each checked and named `{name}.{key}` when wrong."""
+
+    def __init__(self, raw: dict, params: dict, path: Path, name: str, family: str):
+        self.raw, self.params, self.path, self.name, self.family = raw, params, path, name, family
+
+    def number(self, key: str, kind=float, default=None, positive=True):
+        value = self.params.get(key)
+        if value is None and default is None:
+            raise CheckpointError(f"{self.path}: field {self.name}.{key} is missing")
+        return _field(
+            {f"{self.name}.{key}": value},
+            self.path,
+            f"{self.name}.{key}",
+            kind,
+            default,
+            positive=positive,
+        )
+
+    def max_positions(self) -> int:
+        return _field(
+            self.raw, self.path, "max_position_embeddings", int, MAX_POSITIONS[self.family]
+        )
+
+    def original(self) -> int:
+        """original_max_position_embeddings: Phi-3's top-level field (its config class
+        default 4096) overrides the dict's, as Phi3Config does; other families read the
+        dict, else max_position_embeddings."""
+        if self.family == "phi3":
+            return _field(self.raw, self.path, "original_max_position_embeddings", int, 4096)
+        return self.number("original_max_position_embeddings", int, self.max_positions())
+
+    def factors(self, key: str, count: int) -> tuple:
+        f = self.params.get(key)
+        if not (
+            isinstance(f, list)
+            and len(f) == count
+            and all(
+                isinstance(x, (int, float))
+                and not isinstance(x, bool)
+                and math.isfinite(x)
+                and x > 0
+                for x in f
+            )
+        ):
+            raise CheckpointError(
+                f"{self.path}: field {self.name}.{key} must be a list of {count} positive numbers"
+            )
+        return tuple(float(x) for x in f)
+
+
+def _plain(f: _RopeFields) -> dict:
+    return {}
+
+
+def _linear(f: _RopeFields) -> dict:
+    return dict(factor=f.number("factor"))
+
+
+def _llama3(f: _RopeFields) -> dict:
+    keys = ("factor", "low_freq_factor", "high_freq_factor")
+    out = {k: f.number(k) for k in keys}
+    out["original_max_position_embeddings"] = float(f.original())
+    if out["low_freq_factor"] == out["high_freq_factor"]:
+        raise CheckpointError(
+            f"{f.path}: field {f.name}.low_freq_factor equals {f.name}.high_freq_factor"
+        )
+    return out
+
+
+def _yarn(f: _RopeFields) -> dict:
+    """YaRN: factor, original_max_position_embeddings, and the optional attention_factor,
+    beta_fast (32), beta_slow (1), mscale, mscale_all_dim, truncate (true)."""
+    out = dict(
+        factor=f.number("factor"),
+        original_max_position_embeddings=f.original(),
+        beta_fast=f.number("beta_fast", float, 32.0) if f.params.get("beta_fast") else 32.0,
+        beta_slow=f.number("beta_slow", float, 1.0) if f.params.get("beta_slow") else 1.0,
+        truncate=f.params.get("truncate", True) is not False,
     )
-    if original is None:
-        raise CheckpointError(
-            f"{path}: field original_max_position_embeddings is missing (needed by {name} longrope)"
-        )
-    original = _field({"v": original}, path, "v", int)
-    short = params.get("short_factor")
-    if not (
-        isinstance(short, list)
-        and all(isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0 for f in short)
-    ):
-        raise CheckpointError(
-            f"{path}: field {name}.short_factor must be a list of positive numbers"
-        )
-    factor = params.get("factor")
-    if factor is None:  # Phi-3: the ratio of the two lengths (transformers 5's order)
-        factor = _field(raw, path, "max_position_embeddings", int) / original
-    attention = params.get("attention_factor")
-    if attention is None:
-        factor = 1.0 if factor is None else float(factor)
-        attention = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
-    return dict(
-        short_factor=tuple(float(f) for f in short),
-        attention_factor=float(attention),
+    if f.params.get("attention_factor") is not None:
+        out["attention_factor"] = f.number("attention_factor")
+    for key in ("mscale", "mscale_all_dim"):
+        if f.params.get(key):
+            out[key] = f.number(key)
+    return out
+
+
+def _dynamic(f: _RopeFields) -> dict:
+    """Dynamic NTK: factor, against max_position_embeddings (rope.py recomputes the base
+    from the sequence length past it)."""
+    return dict(factor=f.number("factor"), max_position_embeddings=f.max_positions())
+
+
+def _longrope(f: _RopeFields) -> dict:
+    """Phi-3's longrope: short factors within original_max_position_embeddings, long
+    factors past it, and the attention factor sqrt(1 + ln(factor) / ln(original))."""
+    original = f.original()
+    half = f.params.get("short_factor")
+    count = len(half) if isinstance(half, list) else 0
+    out = dict(
+        short_factor=f.factors("short_factor", count),
+        long_factor=f.factors("long_factor", count),
         original_max_position_embeddings=original,
     )
+    if count == 0:
+        raise CheckpointError(f"{f.path}: field {f.name}.short_factor must be a non-empty list")
+    factor = f.params.get("factor")
+    if factor is None:  # the ratio of the two lengths (transformers 5's order)
+        factor = f.max_positions() / original
+    attention = f.params.get("attention_factor")
+    if attention is None:
+        factor = float(factor)
+        attention = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
+    out["attention_factor"] = float(attention)
+    return out
+
+
+ROPE_READERS = {
+    "default": _plain,
+    "linear": _linear,
+    "llama3": _llama3,
+    "yarn": _yarn,
+    "dynamic": _dynamic,
+    "longrope": _longrope,
+}
 
 
 def _layer_types(raw: dict, path: Path, family: str, layers: int, window) -> tuple:
@@ -344,9 +506,11 @@ def _layer_types(raw: dict, path: Path, family: str, layers: int, window) -> tup
 
 def _window(raw: dict, path: Path, family: str):
     """sliding_window, or None where the family ignores it."""
-    if family in ("llama", "gemma", "olmo2", "granite"):
+    if family in ("llama", "gemma", "olmo2", "granite", "olmoe", "granitemoe"):
         return None
-    if family in ("qwen2", "qwen3", "smollm3") and not raw.get("use_sliding_window", False):
+    if family in ("qwen2", "qwen3", "smollm3", "qwen2_moe") and not raw.get(
+        "use_sliding_window", False
+    ):
         return None
     if raw.get("sliding_window", DEFAULTS[family].get("sliding_window")) is None:
         return None
@@ -389,21 +553,198 @@ def _no_rope(raw: dict, path: Path, layers: int) -> tuple:
     return tuple(i for i, f in enumerate(flags) if not f)
 
 
-def load_config(directory) -> tuple[ModelConfig, dict]:
-    """(ModelConfig, info): info holds architecture, the generation config, dtype and max length."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise CheckpointError(f"{directory}: no such checkpoint directory")
-    path = directory / "config.json"
-    raw = _json(path)
-    archs = raw.get("architectures")
-    if not (isinstance(archs, list) and len(archs) == 1 and archs[0] in FAMILIES):
+# the classic families: (config field, transformers' default) for each quantity model.py reads
+CLASSIC: dict[str, dict] = {
+    "gpt2": dict(
+        vocab=("vocab_size", 50257),
+        hidden=("n_embd", 768),
+        layers=("n_layer", 12),
+        heads=("n_head", 12),
+        mlp=("n_inner", None),  # None: 4 x hidden
+        eps=("layer_norm_epsilon", 1e-5),
+        act=("activation_function", "gelu_new"),
+        tie=True,
+    ),
+    "gpt_neox": dict(
+        eps=("layer_norm_eps", 1e-5), act=("hidden_act", "gelu"), tie=False, share=0.25
+    ),
+    "phi": dict(eps=("layer_norm_eps", 1e-5), act=("hidden_act", "gelu_new"), tie=False, share=0.5),
+    "falcon": dict(
+        mlp=("ffn_hidden_size", None),
+        eps=("layer_norm_epsilon", 1e-5),
+        act=("activation", "gelu"),
+        tie=True,
+    ),
+    "stablelm": dict(
+        eps=("layer_norm_eps", 1e-5), act=("hidden_act", "silu"), tie=False, share=0.25
+    ),
+    "starcoder2": dict(
+        eps=("norm_epsilon", 1e-5), act=("hidden_act", "gelu_pytorch_tanh"), tie=True
+    ),
+    "cohere": dict(eps=("layer_norm_eps", 1e-5), act=("hidden_act", "silu"), tie=True),
+}
+# switches a classic checkpoint may set that change the forward pass and are not served
+CLASSIC_REFUSED = {
+    "gpt2": {"scale_attn_by_inverse_layer_idx": False, "add_cross_attention": False},
+    "phi": {"qk_layernorm": False},
+    "falcon": {"alibi": False, "new_decoder_architecture": False},
+    "stablelm": {"qk_layernorm": False},
+    "cohere": {"use_qk_norm": False},
+}
+
+
+def _classic_switches(raw: dict, path: Path, family: str) -> dict:
+    """The ModelConfig switches of GPT-2, GPT-NeoX, Phi-2, Falcon, StableLM, Starcoder2 and
+    Cohere, read from their config fields with their transformers defaults."""
+    for name, default in CLASSIC_REFUSED.get(family, {}).items():
+        if raw.get(name, default) not in (default, None):
+            raise CheckpointError(
+                f"{path}: field {name} is {_short(raw[name])}; only {default} is served"
+            )
+    flag = {  # field, default
+        "gpt_neox": ("use_parallel_residual", True),
+        "falcon": ("parallel_attn", True),
+        "stablelm": ("use_parallel_residual", False),
+    }.get(family)
+    parallel = {"phi": "shared", "cohere": "shared"}.get(family)
+    if flag is not None and _field(raw, path, flag[0], bool, flag[1]):
+        parallel = "two" if family == "gpt_neox" else "shared"
+    bias = {
+        "gpt2": True,
+        "phi": True,
+        "gpt_neox": _field(raw, path, "attention_bias", bool, True),
+        "falcon": _field(raw, path, "bias", bool, False),
+        "starcoder2": _field(raw, path, "use_bias", bool, True),
+        "stablelm": False,
+        "cohere": _field(raw, path, "attention_bias", bool, False),
+    }[family]
+    qkv_bias = bias or (family == "stablelm" and _field(raw, path, "use_qkv_bias", bool, False))
+    return dict(
+        norm="layer_nobias" if family == "cohere" else "layer",
+        parallel=parallel,
+        qkv_bias=qkv_bias,
+        o_bias=bias,
+        mlp_bias=bias and family not in ("cohere",),
+        mlp_gated=family in ("stablelm", "cohere"),
+        lm_head_bias=family == "phi",
+        rope_interleaved=family == "cohere",
+        logit_multiplier=_field(raw, path, "logit_scale", float, 0.0625)
+        if family == "cohere"
+        else 1.0,
+    )
+
+
+def _classic_config(raw: dict, path: Path, family: str) -> ModelConfig:
+    """A classic family's ModelConfig: LayerNorms, parallel blocks, learned or partial rope."""
+    spec = CLASSIC[family]
+    names = dict(
+        vocab=("vocab_size", None),
+        hidden=("hidden_size", None),
+        layers=("num_hidden_layers", None),
+        heads=("num_attention_heads", None),
+        mlp=("intermediate_size", None),
+    )
+    names.update({k: v for k, v in spec.items() if k in names})
+    sizes = {k: _field(raw, path, f, int, d) for k, (f, d) in names.items() if k != "mlp"}
+    f, d = names["mlp"]
+    sizes["mlp"] = (
+        4 * sizes["hidden"] if raw.get(f) is None and d is None else _field(raw, path, f, int, d)
+    )
+    if sizes["layers"] > MAX_LAYERS:
         raise CheckpointError(
-            f"{path}: field architectures is {_short(archs)}; supported: {', '.join(FAMILIES)}"
+            f"{path}: field num_hidden_layers is {sizes['layers']}; at most {MAX_LAYERS} are served"
         )
-    family = FAMILIES[archs[0]]
+    act_field, act_default = spec["act"]
+    act = raw.get(act_field) or act_default
+    if act not in ACTIVATIONS:
+        raise CheckpointError(
+            f"{path}: field {act_field} is {_short(act)}; served: {', '.join(ACTIVATIONS)}"
+        )
+    heads, hidden = sizes["heads"], sizes["hidden"]
+    kv = heads
+    if family == "falcon":
+        kv = 1 if _field(raw, path, "multi_query", bool, True) else heads
+    elif family in ("phi", "stablelm", "starcoder2", "cohere"):
+        kv = _field(raw, path, "num_key_value_heads", int, heads)
+    head_dim = hidden // heads
+    window = None
+    if family == "starcoder2" and raw.get("sliding_window") is not None:
+        window = _field(raw, path, "sliding_window", int)
+    learned = _field(raw, path, "n_positions", int, 1024) if family == "gpt2" else 0
+    rotary, theta, scaling = None, 10000.0, ()
+    if not learned:
+        params, _ = _rope_source(raw, path)
+        params = params if isinstance(params, dict) else {}
+        share = raw.get("partial_rotary_factor", params.get("partial_rotary_factor"))
+        share = raw.get("rotary_pct", spec.get("share", 1.0)) if share is None else share
+        share = _field({"partial_rotary_factor": share}, path, "partial_rotary_factor", float)
+        if share > 1:
+            raise CheckpointError(f"{path}: field partial_rotary_factor must be <= 1, got {share}")
+        rotary = int(head_dim * share) if share < 1 else None
+        raw = (
+            raw
+            if "rope_theta" in raw or "rotary_emb_base" not in raw
+            else {**raw, "rope_theta": raw["rotary_emb_base"]}
+        )
+        theta, scaling = _rope(raw, path, family, "full")
+    unscaled = family == "gpt2" and not _field(raw, path, "scale_attn_weights", bool, True)
+    try:
+        return ModelConfig(
+            **sizes,
+            kv_heads=kv,
+            head_dim=head_dim,
+            rope_base=theta,
+            rope_scaling=scaling,
+            rms_eps=_field(raw, path, spec["eps"][0], float, spec["eps"][1]),
+            tie_embeddings=_field(raw, path, "tie_word_embeddings", bool, spec["tie"]),
+            sliding_window=window,
+            act=ACTIVATIONS[act],
+            rotary_dim=rotary,
+            learned_positions=learned,
+            attn_scale=1.0 if unscaled else None,  # GPT-2's scale_attn_weights false
+            **_classic_switches(raw, path, family),
+        )
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{path}: {e}") from None
+
+
+def _moe_fields(raw: dict, path: Path, family: str, layers: int) -> dict:
+    """The mixture-of-experts switches (moe.py) of Mixtral, Qwen2-MoE, OLMoE, Granite-MoE."""
+    if family not in MOE_BASE:
+        return {}
+    count = "num_local_experts" if family in ("mixtral", "granitemoe") else "num_experts"
+    out = dict(
+        experts=_field(
+            raw, path, count, int, {"mixtral": 8, "qwen2_moe": 60, "olmoe": 64}.get(family, 8)
+        ),
+        experts_per_token=_field(
+            raw, path, "num_experts_per_tok", int, {"qwen2_moe": 4, "olmoe": 8}.get(family, 2)
+        ),
+        router="topk_softmax" if family == "granitemoe" else "softmax_topk",
+        norm_topk=family == "mixtral"
+        or (family in ("qwen2_moe", "olmoe") and _field(raw, path, "norm_topk_prob", bool, False)),
+        expert_mlp=_field(raw, path, "intermediate_size", int),
+    )
+    if family == "qwen2_moe":
+        out["expert_mlp"] = _field(raw, path, "moe_intermediate_size", int, 1408)
+        out["shared_mlp"] = _field(raw, path, "shared_expert_intermediate_size", int, 5632)
+        step = _field(raw, path, "decoder_sparse_step", int, 1)
+        dense = raw.get("mlp_only_layers") or []
+        if not (isinstance(dense, list) and all(type(i) is int and 0 <= i < layers for i in dense)):
+            raise CheckpointError(f"{path}: field mlp_only_layers must list layer indices")
+        out["dense_layers"] = tuple(i for i in range(layers) if i in dense or (i + 1) % step != 0)
+    if family == "olmoe" and raw.get("clip_qkv") is not None:
+        raise CheckpointError(
+            f"{path}: field clip_qkv is {_short(raw['clip_qkv'])}; only null is served"
+        )
+    return out
+
+
+def _modern_config(raw: dict, path: Path, family: str) -> ModelConfig:
+    """The Llama-like families' ModelConfig (RMSNorm, gated MLP, rope)."""
     d = DEFAULTS[family]
     act = _activation(raw, path, family)
+    base = MOE_BASE.get(family, family)
     if raw.get("use_bidirectional_attention"):
         raise CheckpointError(
             f"{path}: field use_bidirectional_attention is true; only causal attention is served"
@@ -439,11 +780,14 @@ def load_config(directory) -> tuple[ModelConfig, dict]:
             raise CheckpointError(f"{path}: field partial_rotary_factor must be <= 1, got {share}")
         rotary = int(head_dim * share) if share < 1 else None
     window = _window(raw, path, family)
-    types = _layer_types(raw, path, family, layers, window)
+    types = _layer_types(raw, path, base, layers, window)
     if types and "sliding" not in types:
         window, types = None, ()
-    bias = family == "qwen2" or (
-        family != "phi3" and _field(raw, path, "attention_bias", bool, False)
+    bias = (
+        _field(raw, path, "qkv_bias", bool, True)
+        if family == "qwen2_moe"
+        else family == "qwen2"
+        or (family != "phi3" and _field(raw, path, "attention_bias", bool, False))
     )
     theta, scaling = _rope(raw, path, family, "full")
     local = None
@@ -460,7 +804,7 @@ def load_config(directory) -> tuple[ModelConfig, dict]:
         scale = (
             _field(raw, path, "query_pre_attn_scalar", float, d["query_pre_attn_scalar"]) ** -0.5
         )
-    elif family == "granite":
+    elif base == "granite":
         scale = _field(raw, path, "attention_multiplier", float, d["attention_multiplier"])
     try:
         config = ModelConfig(
@@ -477,22 +821,24 @@ def load_config(directory) -> tuple[ModelConfig, dict]:
             rms_eps=_field(raw, path, "rms_norm_eps", float, d["rms_norm_eps"]),
             tie_embeddings=_field(raw, path, "tie_word_embeddings", bool, d["tie_word_embeddings"]),
             qkv_bias=bias,
-            o_bias=bias and family != "qwen2",
+            o_bias=bias and base != "qwen2",
             sliding_window=window,
             layer_types=types,
             act=ACTIVATIONS[act],
             no_rope_layers=no_rope,
             rotary_dim=rotary,
             fused=family == "phi3",
+            rope_switch_recomputes=family == "phi3",
+            **_moe_fields(raw, path, family, layers),
             norm_offset=1 if family in GEMMA else 0,
             norm_layout={"gemma2": "sandwich", "gemma3": "sandwich", "olmo2": "post"}.get(
                 family, "pre"
             ),
-            qk_norm={"qwen3": "head", "gemma3": "head", "olmo2": "all"}.get(family),
+            qk_norm={"qwen3": "head", "gemma3": "head", "olmo2": "all", "olmoe": "all"}.get(family),
             embed_scale=float(np.float32(hidden**0.5))
             if family in GEMMA
             else _field(raw, path, "embedding_multiplier", float, 1.0)
-            if family == "granite"
+            if base == "granite"
             else 1.0,
             attn_scale=scale,
             attn_softcap=_optional(
@@ -502,17 +848,37 @@ def load_config(directory) -> tuple[ModelConfig, dict]:
                 raw, path, "final_logit_softcapping", d.get("final_logit_softcapping")
             ),
             residual_scale=_field(raw, path, "residual_multiplier", float, 1.0)
-            if family == "granite"
+            if base == "granite"
             else 1.0,
             logit_scale=_field(raw, path, "logits_scaling", float, 1.0)
-            if family == "granite"
+            if base == "granite"
             else 1.0,
         )
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: {e}") from None
+    return config
+
+
+def load_config(directory) -> tuple[ModelConfig, dict]:
+    """(ModelConfig, info): info holds architecture, the generation config, dtype and max length."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory}: no such checkpoint directory")
+    path = directory / "config.json"
+    raw = read_json(path)
+    archs = raw.get("architectures")
+    if isinstance(archs, list) and len(archs) == 1 and archs[0] in REFUSED:
+        raise CheckpointError(f"{path}: field architectures is {archs[0]}: {REFUSED[archs[0]]}")
+    if not (isinstance(archs, list) and len(archs) == 1 and archs[0] in FAMILIES):
+        raise CheckpointError(
+            f"{path}: field architectures is {_short(archs)}; supported: {', '.join(FAMILIES)}"
+        )
+    family = FAMILIES[archs[0]]
+    reader = _classic_config if family in CLASSIC else _modern_config
+    config = reader(raw, path, family)
     gen = directory / "generation_config.json"
     generation = generation_config(gen, config) if gen.is_file() else {}
-    eos = generation_config(path, config, only=("eos_token_id",)).get("eos_token_id", ())
+    eos = _config_eos(raw, path, config, generation)
     info = dict(
         architecture=archs[0],
         family=family,
@@ -525,11 +891,22 @@ def load_config(directory) -> tuple[ModelConfig, dict]:
     return config, info
 
 
+def _config_eos(raw: dict, path: Path, config: ModelConfig, generation: dict) -> tuple:
+    """config.json's eos_token_id, checked unless generation_config.json overrides it
+    (transformers then uses the file's): an id outside the vocabulary can never be
+    generated, so dropping it changes nothing."""
+    if "eos_token_id" not in generation:
+        return generation_config(path, config, only=("eos_token_id",)).get("eos_token_id", ())
+    given = raw.get("eos_token_id")
+    ids = given if isinstance(given, list) else [given]
+    return tuple(t for t in ids if type(t) is int and 0 <= t < config.vocab)
+
+
 def generation_config(path: Path, config: ModelConfig, only=None) -> dict:
     """The generation_config.json fields the engine applies, checked: eos_token_id (a
     tuple), repetition_penalty, max_new_tokens, do_sample, temperature, top_p, top_k.
     A field that would change greedy tokens and is not implemented is refused."""
-    raw = _json(path)
+    raw = read_json(path)
     out: dict = {}
     eos = raw.get("eos_token_id")
     if eos is not None:
@@ -584,7 +961,7 @@ def weight_files(directory: Path) -> dict:
         raise CheckpointError(
             f"{directory}: missing file model.safetensors (or model.safetensors.index.json)"
         )
-    weight_map = _json(index).get("weight_map")
+    weight_map = read_json(index).get("weight_map")
     if not isinstance(weight_map, dict):
         raise CheckpointError(f"{index}: field weight_map must be an object")
     for shard in set(weight_map.values()):
@@ -598,6 +975,8 @@ def weight_files(directory: Path) -> dict:
 
 
 FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
+# buffers some checkpoints save that the model recomputes (rope tables, GPT-2's causal mask)
+IGNORED = ("inv_freq", "attn.bias", "attn.masked_bias")
 
 
 def read_headers(files: dict) -> dict:
@@ -623,13 +1002,14 @@ def read_headers(files: dict) -> dict:
     return out
 
 
-def check_sizes(config: ModelConfig, headers: dict, where) -> None:
+def check_sizes(config: ModelConfig, headers: dict, where, family: str = "llama") -> None:
     """The config's layer count against the layers the files hold, before any table of
     tensor names is built (a 1 KB config.json may declare 10^8 layers)."""
     held = set()
+    prefix = layer_prefix(family).split("{}")[0]
     for name in headers:
-        if name.startswith("model.layers."):
-            index = name.split(".")[2]
+        if name.startswith(prefix):
+            index = name[len(prefix) :].split(".")[0]
             if index.isdigit():
                 held.add(int(index))
     if config.layers > len(held):
@@ -639,7 +1019,7 @@ def check_sizes(config: ModelConfig, headers: dict, where) -> None:
         )
 
 
-def load_weights(directory, config: ModelConfig) -> dict:
+def load_weights(directory, config: ModelConfig, family: str = "llama") -> dict:
     """Every tensor `tensor_shapes(config)` lists, float32, checked against the config:
     the headers first (dtypes, sizes, names, shapes), then one tensor at a time."""
     import ml_dtypes  # noqa: F401  (registers bfloat16 with NumPy for safetensors)
@@ -650,8 +1030,9 @@ def load_weights(directory, config: ModelConfig) -> dict:
     if isinstance(files.get(None), list):
         return load_bin(files[None], config)
     headers = read_headers(files)
-    check_sizes(config, headers, directory)
-    want = tensor_shapes(config)
+    check_sizes(config, headers, directory, family)
+    wanted = tensor_map(family, config)
+    want = {name: shape for name, (shape, _) in wanted.items()}
     for name, shape in want.items():
         if name not in headers:
             listed = files.get(name, files.get(None))
@@ -665,7 +1046,7 @@ def load_weights(directory, config: ModelConfig) -> dict:
     extra = sorted(
         k
         for k in set(headers) - set(want)
-        if not k.endswith("inv_freq") and not (k == "lm_head.weight" and config.tie_embeddings)
+        if not k.endswith(IGNORED) and not (k == "lm_head.weight" and config.tie_embeddings)
     )
     if extra:
         raise CheckpointError(
@@ -677,7 +1058,10 @@ def load_weights(directory, config: ModelConfig) -> dict:
         for name in want:  # one open per tensor: the file's mapped pages go each time
             path = headers[name][2]
             with safe_open(str(path), framework="np") as f:
-                weights[name] = f.get_tensor(name).astype(np.float32, copy=False)
+                array = f.get_tensor(name)
+            for target, transposed, rows in wanted[name][1]:
+                weights[target] = convert(array, transposed, rows)
+            del array
     except (SafetensorError, OSError, TypeError) as e:
         raise CheckpointError(f"{path}: cannot read safetensors ({e})") from None
     return weights
@@ -726,18 +1110,26 @@ def load_bin(paths: list, config: ModelConfig) -> dict:
 def load_model(directory) -> Transformer:
     """The checkpoint in DIR as the engine's Transformer (float32 NumPy weights)."""
     config, info = load_config(directory)
-    model = Transformer(config, load_weights(directory, config), name=str(directory))
+    weights = load_weights(directory, config, info["family"])
+    model = Transformer(config, weights, name=str(directory))
     model.info = info
     return model
 
 
 def load_tokenizer(directory):
-    """DIR/tokenizer.json through Hugging Face's `tokenizers` library."""
+    """DIR/tokenizer.json through Hugging Face's `tokenizers` library; a file over
+    MAX_TOKENIZER_BYTES is refused from its size alone, before it is read."""
     from tokenizers import Tokenizer
 
     path = Path(directory) / "tokenizer.json"
     if not path.is_file():
         raise CheckpointError(f"{path}: missing file")
+    size = path.stat().st_size
+    if size > MAX_TOKENIZER_BYTES:
+        raise CheckpointError(
+            f"{path}: {size:,} bytes; a tokenizer.json over "
+            f"{MAX_TOKENIZER_BYTES:,} bytes is refused"
+        )
     try:
         return Tokenizer.from_file(str(path))
     except Exception as e:  # the library raises its own Exception subclass

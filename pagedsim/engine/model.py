@@ -16,14 +16,24 @@ Llama (modeling_llama.py) in a few switches of `ModelConfig`:
                                 and MLP), attn/final soft-caps, attn_scale from
                                 query_pre_attn_scalar, sliding layers (layer_types)
     Gemma 3                     + qk_norm "head", local_rope_base for the sliding layers
-    Phi-3                       fused (qkv_proj, gate_up_proj), rope "longrope" (short factors)
+    Phi-3                       fused (qkv_proj, gate_up_proj), rope "longrope"
     OLMo-2                      norm_layout "post" (norms after attention and MLP only),
                                 qk_norm "all" (over the whole projection, H*D)
     SmolLM3                     no_rope_layers: layers that skip RoPE
     Granite                     embed_scale, attn_scale, residual_scale, logit_scale
+    GPT-2                       norm "layer" (LayerNorm + bias), learned_positions, a plain
+                                (not gated) MLP with biases, biases on every projection
+    GPT-NeoX (Pythia)           + parallel "two" (x + attn(ln1 x) + mlp(ln2 x)), rotary_dim
+    Phi-2                       + parallel "shared" (one norm feeds both), lm_head_bias
+    Falcon                      parallel "shared", multi-query (kv_heads 1), exact GELU
+    StableLM                    LayerNorm, gated MLP, q/k/v biases, rotary_dim
+    Starcoder2                  LayerNorm, plain GELU MLP with biases, a sliding window
+    Cohere                      norm "layer_nobias", parallel "shared", rope_interleaved,
+                                logit_multiplier
 
-RMSNorm is x / sqrt(mean(x^2) + eps) * (norm_offset + w); RoPE uses `rotate_half` pairs
-(x[i], x[i + R/2]) over the first R = rotary_dim dims of a head. Weights are held
+RMSNorm is x / sqrt(mean(x^2) + eps) * (norm_offset + w); RoPE (rope.py, every
+rope_type) uses `rotate_half` pairs (x[i], x[i + R/2]) over the first R = rotary_dim dims
+of a head. Weights are held
 under Hugging Face's tensor names and shapes ([out, in] for a linear layer), float32.
 
 Attention is *not* in here: `qkv` gives a layer's projections and `finish` takes the
@@ -42,12 +52,13 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from ..errors import count_arg
+from .moe import moe_mlp
+from .rope import ROPE_TYPES, RotaryEmbedding
 
 MAX_LAYERS = 4096  # no released model has a tenth of this; more is refused before any table
 MAX_PARAMETERS = 1 << 32  # 16 GiB of float32: any larger model is refused before allocating
 NORM_LAYOUTS = ("pre", "sandwich", "post")
 ACTS = ("silu", "gelu_tanh", "gelu")
-ROPE_TYPES = ("default", "linear", "llama3", "longrope")
 
 
 @dataclass(frozen=True)
@@ -91,6 +102,22 @@ class ModelConfig:
     no_rope_layers: tuple = ()  # layer indices that skip RoPE (SmolLM3)
     rotary_dim: int | None = None  # R: RoPE on the first R dims of a head (None: all D)
     fused: bool = False  # qkv_proj and gate_up_proj are single tensors (Phi-3)
+    rope_switch_recomputes: bool = False  # longrope's switch re-embeds the cache (Phi-3)
+    norm: str = "rms"  # "rms", "layer" (LayerNorm with bias), "layer_nobias" (Cohere)
+    mlp_gated: bool = True  # act(gate) * up -> down; False: act(up + b) -> down + b (GPT-2)
+    mlp_bias: bool = False  # the MLP's up/down (and gate) projections have biases
+    parallel: str | None = None  # attention and MLP read one input: "shared" norm or "two"
+    learned_positions: int = 0  # > 0: a learned position table of this many rows, no rope
+    lm_head_bias: bool = False  # lm_head has a bias (Phi-2)
+    logit_multiplier: float = 1.0  # logits are multiplied by this (Cohere logit_scale)
+    rope_interleaved: bool = False  # rope pairs (x[2i], x[2i+1]) (Cohere)
+    experts: int = 0  # > 0: the MLP is a mixture of this many gated experts (moe.py)
+    experts_per_token: int = 0  # the router's top-k
+    router: str = "softmax_topk"  # softmax then top-k, or "topk_softmax" (Granite-MoE)
+    norm_topk: bool = False  # renormalise the top-k weights to sum to 1 (Mixtral)
+    expert_mlp: int = 0  # an expert's inner width
+    shared_mlp: int = 0  # > 0: a shared expert of this width behind a sigmoid gate (Qwen2-MoE)
+    dense_layers: tuple = ()  # layers whose MLP stays dense (Qwen2-MoE mlp_only_layers)
 
     def __post_init__(self):
         for f in fields(self):
@@ -114,11 +141,22 @@ class ModelConfig:
             )
         if "sliding" in self.layer_types and self.sliding_window is None:
             raise ValueError("layer_types has sliding layers but sliding_window is None")
+        if self.experts and not 0 < self.experts_per_token <= self.experts:
+            raise ValueError(
+                f"experts_per_token must lie in 1..experts ({self.experts}), "
+                f"got {self.experts_per_token}"
+            )
         if any(type(i) is not int or not 0 <= i < self.layers for i in self.no_rope_layers):
             raise ValueError(f"no_rope_layers must be layer indices below {self.layers}")
         kind = dict(self.rope_scaling).get("rope_type", "default")
         if kind not in ROPE_TYPES:
             raise ValueError(f"rope_type must be one of {ROPE_TYPES}, got {kind!r}")
+        short = dict(self.rope_scaling).get("short_factor")
+        if short is not None and len(short) != self.rotary // 2:
+            raise ValueError(
+                f"longrope short_factor has {len(short)} values; the rotary dims need "
+                f"{self.rotary // 2}"
+            )
         if self.num_parameters > MAX_PARAMETERS:
             raise ValueError(
                 f"the config describes {self.num_parameters:.3g} parameters; at "
@@ -142,7 +180,12 @@ class ModelConfig:
         qk = {None: 0, "head": 2 * self.head_dim, "all": q + kv}[self.qk_norm]
         per_layer = (q + 2 * kv) * h + q * h + 3 * h * self.mlp + norms * h + qk
         per_layer += (q + 2 * kv) * self.qkv_bias + h * self.o_bias
-        return self.layers * per_layer + (2 - self.tie_embeddings) * self.vocab * h + h
+        per_layer += (self.mlp + h) * self.mlp_bias + norms * h * (self.norm == "layer")
+        if self.experts:  # the dense MLP's 3 h mlp become E experts, a router, a shared one
+            per_layer += 3 * h * (self.experts * self.expert_mlp + self.shared_mlp - self.mlp)
+            per_layer += h * (self.experts + bool(self.shared_mlp))
+        table = (2 - self.tie_embeddings) * self.vocab * h + self.learned_positions * h
+        return self.layers * per_layer + table + h
 
     def layer_type(self, layer: int) -> str:
         if self.layer_types:
@@ -165,13 +208,28 @@ POSITIVE = (
     "attn_softcap",
     "final_softcap",
     "local_rope_base",
+    "logit_multiplier",
 )
 CHOICES = {
     "norm_layout": NORM_LAYOUTS,
     "act": ACTS,
     "qk_norm": (None, "head", "all"),
     "norm_offset": (0, 1),
+    "norm": ("rms", "layer", "layer_nobias"),
+    "parallel": (None, "shared", "two"),
+    "router": ("softmax_topk", "topk_softmax"),
 }
+
+
+COUNTS = (  # None or an int >= 1 (the first two), an int >= 0 (the rest)
+    "sliding_window",
+    "rotary_dim",
+    "learned_positions",
+    "experts",
+    "experts_per_token",
+    "expert_mlp",
+    "shared_mlp",
+)
 
 
 def _check_field(name: str, value, default) -> None:
@@ -189,25 +247,52 @@ def _check_field(name: str, value, default) -> None:
             raise ValueError(f"{name} must be a finite number > 0, got {value}")
     elif name == "seed":
         count_arg("seed", value, 0, 2**63 - 1)
-    elif name in ("sliding_window", "rotary_dim"):
+    elif name in COUNTS:
         if value is not None:
-            count_arg(name, value, 1)
+            count_arg(name, value, int(name == "rotary_dim" or name == "sliding_window"))
     elif name in CHOICES:
         if isinstance(value, bool) or value not in CHOICES[name]:
             raise ValueError(f"{name} must be one of {CHOICES[name]}, got {value!r}")
-    elif name in ("layer_types", "no_rope_layers", "rope_scaling"):
+    elif name in ("layer_types", "no_rope_layers", "rope_scaling", "dense_layers"):
         if type(value) is not tuple:
             raise TypeError(f"{name} must be a tuple, got {type(value).__name__}")
     elif type(value) is not bool:
         raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
 
 
-def tensor_shapes(c: ModelConfig) -> dict:
-    """Every tensor the model needs: Hugging Face name -> shape."""
-    q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+def moe_shapes(c: ModelConfig, p: str) -> dict:
+    """A mixture-of-experts layer's tensors, in place of the dense MLP's (prefix `p`)."""
+    shapes = {p + "mlp.gate.weight": (c.experts, c.hidden)}  # the router
+    for e in range(c.experts):
+        q = f"{p}mlp.experts.{e}."
+        shapes[q + "gate_proj.weight"] = shapes[q + "up_proj.weight"] = (c.expert_mlp, c.hidden)
+        shapes[q + "down_proj.weight"] = (c.hidden, c.expert_mlp)
+    if c.shared_mlp:
+        q = p + "mlp.shared_expert."
+        shapes[q + "gate_proj.weight"] = shapes[q + "up_proj.weight"] = (c.shared_mlp, c.hidden)
+        shapes[q + "down_proj.weight"] = (c.hidden, c.shared_mlp)
+        shapes[p + "mlp.shared_expert_gate.weight"] = (1, c.hidden)
+    return shapes
+
+
+def _global_shapes(c: ModelConfig) -> dict:
+    """The tensors outside the layers: embeddings, final norm, head."""
     shapes = {"model.embed_tokens.weight": (c.vocab, c.hidden), "model.norm.weight": (c.hidden,)}
     if not c.tie_embeddings:
         shapes["lm_head.weight"] = (c.vocab, c.hidden)
+    if c.lm_head_bias:
+        shapes["lm_head.bias"] = (c.vocab,)
+    if c.learned_positions:
+        shapes["model.embed_positions.weight"] = (c.learned_positions, c.hidden)
+    if c.norm == "layer":
+        shapes["model.norm.bias"] = (c.hidden,)
+    return shapes
+
+
+def tensor_shapes(c: ModelConfig) -> dict:
+    """Every tensor the model needs: Hugging Face name -> shape."""
+    q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+    shapes = _global_shapes(c)
     norms = {
         "pre": ("input_layernorm", "post_attention_layernorm"),
         "sandwich": (
@@ -218,9 +303,13 @@ def tensor_shapes(c: ModelConfig) -> dict:
         ),
         "post": ("post_attention_layernorm", "post_feedforward_layernorm"),
     }[c.norm_layout]
+    if c.parallel == "shared":
+        norms = ("input_layernorm",)
     for i in range(c.layers):
         p = f"model.layers.{i}."
         shapes.update({f"{p}{n}.weight": (c.hidden,) for n in norms})
+        if c.norm == "layer":
+            shapes.update({f"{p}{n}.bias": (c.hidden,) for n in norms})
         if c.fused:
             shapes[p + "self_attn.qkv_proj.weight"] = (q + 2 * kv, c.hidden)
             shapes[p + "mlp.gate_up_proj.weight"] = (2 * c.mlp, c.hidden)
@@ -230,10 +319,15 @@ def tensor_shapes(c: ModelConfig) -> dict:
                     p + "self_attn.q_proj.weight": (q, c.hidden),
                     p + "self_attn.k_proj.weight": (kv, c.hidden),
                     p + "self_attn.v_proj.weight": (kv, c.hidden),
-                    p + "mlp.gate_proj.weight": (c.mlp, c.hidden),
                     p + "mlp.up_proj.weight": (c.mlp, c.hidden),
                 }
             )
+            if c.mlp_gated:
+                shapes[p + "mlp.gate_proj.weight"] = (c.mlp, c.hidden)
+        if c.mlp_bias:
+            shapes.update({p + "mlp.up_proj.bias": (c.mlp,), p + "mlp.down_proj.bias": (c.hidden,)})
+            if c.mlp_gated:
+                shapes[p + "mlp.gate_proj.bias"] = (c.mlp,)
         shapes[p + "self_attn.o_proj.weight"] = (c.hidden, q)
         shapes[p + "mlp.down_proj.weight"] = (c.hidden, c.mlp)
         if c.qk_norm:
@@ -250,42 +344,20 @@ def tensor_shapes(c: ModelConfig) -> dict:
             )
         if c.o_bias:
             shapes[p + "self_attn.o_proj.bias"] = (c.hidden,)
+        if c.experts and i not in c.dense_layers:
+            for n in ("gate_proj", "up_proj", "down_proj"):
+                del shapes[f"{p}mlp.{n}.weight"]
+            shapes.update(moe_shapes(c, p))
     return shapes
-
-
-def rope_frequencies(c: ModelConfig, base: float, scaling: dict) -> tuple:
-    """(inv_freq float32 [R/2], attention factor) as transformers' rope init functions
-    compute them (modeling_rope_utils.py), in float32 like torch."""
-    r = c.rotary
-    exps = np.arange(0, r, 2, dtype=np.int64).astype(np.float32) / np.float32(r)
-    kind = scaling.get("rope_type", "default")
-    if kind == "longrope":  # the short factors: sequences within the original length
-        ext = np.asarray(scaling["short_factor"], np.float32)
-        return (np.float32(1.0) / (ext * np.float32(base) ** exps)).astype(np.float32), float(
-            scaling["attention_factor"]
-        )
-    inv = (np.float32(1.0) / np.float32(base) ** exps).astype(np.float32)
-    if kind == "linear":
-        inv = (inv / np.float32(scaling["factor"])).astype(np.float32)
-    elif kind == "llama3":
-        factor, low, high = (
-            np.float32(scaling[k]) for k in ("factor", "low_freq_factor", "high_freq_factor")
-        )
-        old = np.float32(scaling["original_max_position_embeddings"])
-        wavelen = np.float32(2 * math.pi) / inv
-        scaled = np.where(wavelen > old / low, inv / factor, inv).astype(np.float32)
-        smooth = (old / wavelen - low) / (high - low)
-        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-        medium = ~(wavelen < old / high) & ~(wavelen > old / low)
-        inv = np.where(medium, smoothed, scaled).astype(np.float32)
-    return inv, 1.0
 
 
 class Transformer:
     info: dict  # what a checkpoint's files said (set by hf.load_model; absent otherwise)
 
     def __init__(self, config: ModelConfig, weights: dict, name: str = "model"):
-        """`weights`: name -> array as `tensor_shapes(config)` lists (stored as float32)."""
+        """`weights`: name -> array as `tensor_shapes(config)` lists (stored as float32).
+        The layers' entries are consumed (removed from the dict as their fused copies are
+        made), so that loading never holds a layer twice."""
         self.config = c = config
         self.name = name  # what to call it in reports
         want = tensor_shapes(c)
@@ -299,8 +371,14 @@ class Transformer:
                 )
         w = {k: np.asarray(weights[k], np.float32) for k in want}
         self.embed = w["model.embed_tokens.weight"]  # [V, hidden]
-        self.lm_head = self.embed if c.tie_embeddings else w["lm_head.weight"]  # [V, hidden]
+        # [V, hidden], held transposed for the GEMM (a tied head: a second copy, 4 V hidden
+        # bytes, since the embedding's rows are read as rows)
+        self.lm_head = transposed(self.embed if c.tie_embeddings else w.pop("lm_head.weight"))
+        weights.pop("lm_head.weight", None)
         self.final_norm = w["model.norm.weight"]
+        self.final_norm_bias = w.get("model.norm.bias")
+        self.lm_head_bias = w.get("lm_head.bias")
+        self.positions = w.get("model.embed_positions.weight")  # [P, hidden] or None
         q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
         self.layer_weights = []  # per layer: short name ("q_proj.weight") -> array or None
         for i in range(c.layers):
@@ -312,6 +390,9 @@ class Transformer:
                 for k, v in w.items()
                 if k.startswith(p)
             }
+            for k in [k for k in w if k.startswith(p)]:  # lw holds them now; the fused and
+                del w[k]  # transposed copies below replace them one by one
+                weights.pop(k, None)
             if c.fused:  # Phi-3: rows [q | k | v] and [gate | up]
                 qkv = lw.pop("qkv_proj.weight")
                 lw.update(
@@ -325,29 +406,40 @@ class Transformer:
                 lw.update(
                     {"gate_proj.weight": gate_up[: c.mlp], "up_proj.weight": gate_up[c.mlp :]}
                 )
-            for n in ("q_proj.bias", "k_proj.bias", "v_proj.bias", "o_proj.bias"):
+                _fuse(lw, ("q_proj", "k_proj", "v_proj"), "qkv")
+                _fuse(lw, ("gate_proj", "up_proj"), "gate_up")
+            else:  # one GEMM for q, k, v (and gate, up): the separate names become row views
+                _fuse(lw, ("q_proj", "k_proj", "v_proj"), "qkv")
+                if c.mlp_gated and "gate_proj.weight" in lw:
+                    _fuse(lw, ("gate_proj", "up_proj"), "gate_up")
+                elif "up_proj.weight" in lw:
+                    lw["up_proj.weight"] = transposed(lw["up_proj.weight"])
+            for n in ("o_proj.weight", "down_proj.weight"):
+                if n in lw:
+                    lw[n] = transposed(lw[n])
+            for n in BIASES:
                 lw.setdefault(n, None)
+            if "gate.weight" in lw:  # a mixture of experts: each projection stacked [E, ...]
+                for n in ("gate_proj", "up_proj", "down_proj"):
+                    lw[f"experts.{n}"] = np.stack(
+                        [lw.pop(f"experts.{e}.{n}.weight") for e in range(c.experts)]
+                    )
             self.layer_weights.append(lw)
         scaling = dict(c.rope_scaling)
-        full = rope_frequencies(c, c.rope_base, scaling)
-        local = full if c.local_rope_base is None else rope_frequencies(c, c.local_rope_base, {})
-        self.ropes = [
+        full = RotaryEmbedding(c.rotary, c.rope_base, scaling, c.rope_interleaved)
+        local = (
+            full
+            if c.local_rope_base is None
+            else RotaryEmbedding(c.rotary, c.local_rope_base, {}, c.rope_interleaved)
+        )
+        self.ropes = [  # each layer's RotaryEmbedding, or None (no rope)
             None
-            if i in c.no_rope_layers
-            # (inv_freq [R/2], factor) or None
+            if i in c.no_rope_layers or c.learned_positions
             else local
             if c.layer_type(i) == "sliding"
             else full
             for i in range(c.layers)
         ]
-        # longrope's short factors hold while the sequence is within the original length
-        # (transformers switches every position to the long factors past it): longer
-        # sequences are refused by the engines
-        self.max_model_len = (
-            scaling.get("original_max_position_embeddings")
-            if scaling.get("rope_type") == "longrope"
-            else None
-        )
         scale = c.head_dim**-0.5 if c.attn_scale is None else c.attn_scale
         self.attention = [
             Attention(
@@ -356,12 +448,34 @@ class Transformer:
             for i in range(c.layers)
         ]  # what each layer's attention does
 
+    def check_length(self, prompt: int, max_tokens: int) -> None:
+        """Raise if a sequence of `prompt` tokens and up to `max_tokens` more cannot be
+        served exactly. Phi-3's generate drops its whole KV cache and re-embeds every
+        position with the long factors when the sequence first passes
+        original_max_position_embeddings; a paged cache keeps the keys it wrote (and may
+        share their blocks), so a request that would cross there in decode is refused."""
+        rope = next((r for r in self.ropes if r is not None), None)
+        if not (self.config.rope_switch_recomputes and rope is not None and rope.threshold):
+            return
+        if prompt <= rope.threshold < prompt + max_tokens:
+            raise ValueError(
+                f"prompt {prompt} + max_tokens {max_tokens} crosses "
+                f"original_max_position_embeddings {rope.threshold}, where Phi-3 re-embeds "
+                f"its whole KV cache with longrope's long factors; served: requests that "
+                f"stay within it, or prompts already past it"
+            )
+
     @property
     def num_parameters(self) -> int:
         tensors = [self.embed, self.final_norm] + (
-            [] if self.lm_head is self.embed else [self.lm_head]
+            [] if self.config.tie_embeddings else [self.lm_head]
         )
-        tensors += [a for lw in self.layer_weights for a in lw.values() if a is not None]
+        tensors += [
+            a
+            for lw in self.layer_weights
+            for k, a in lw.items()
+            if a is not None and k not in ("qkv.weight", "gate_up.weight")  # views' owners
+        ]
         return sum(a.size for a in tensors)
 
     def check_tokens(self, tokens) -> None:
@@ -375,21 +489,43 @@ class Transformer:
                 f"{int(ids.min())} .. {int(ids.max())}"
             )
 
-    def norm(self, x: np.ndarray, weight: np.ndarray) -> np.ndarray:
-        return rms_norm(x, weight + np.float32(self.config.norm_offset), self.config.rms_eps)
+    def norm(self, x: np.ndarray, weight: np.ndarray, bias=None) -> np.ndarray:
+        c = self.config
+        if c.norm != "rms":
+            return layer_norm(x, weight, bias, c.rms_eps)
+        return rms_norm(x, weight + np.float32(c.norm_offset), c.rms_eps)
 
-    def embed_tokens(self, tokens) -> np.ndarray:
+    def layer_norm_of(self, lw: dict, name: str, x: np.ndarray) -> np.ndarray:
+        return self.norm(x, lw[name + ".weight"], lw.get(name + ".bias"))
+
+    def embed_tokens(self, tokens, positions=None) -> np.ndarray:
+        """[T, hidden]: token embeddings (x embed_scale), plus the learned position
+        embeddings (GPT-2) at `positions`."""
         h = self.embed[np.asarray(tokens, np.int64)]  # [T, hidden]
         s = self.config.embed_scale
-        return h if s == 1 else h * np.float32(s)
+        h = h if s == 1 else h * np.float32(s)
+        if self.positions is not None:
+            where = np.asarray(positions, np.int64)
+            if len(where) and where.max() >= len(self.positions):
+                raise ValueError(
+                    f"position {int(where.max())} is past the model's "
+                    f"{len(self.positions)} learned positions"
+                )
+            h = h + self.positions[where]
+        return h
 
-    def qkv(self, layer: int, h: np.ndarray, positions) -> tuple:
-        """q [T, H, D], k [T, H_kv, D], v [T, H_kv, D] for tokens at `positions`."""
+    def qkv(self, layer: int, h: np.ndarray, positions, ends=None) -> tuple:
+        """q [T, H, D], k [T, H_kv, D], v [T, H_kv, D] for tokens at `positions`; `ends`:
+        each token's sequence length at the end of this forward pass (rope.py: the
+        length-dependent ropes read it; None: position + 1)."""
         c, lw = self.config, self.layer_weights[layer]
-        x = h if c.norm_layout == "post" else self.norm(h, lw["input_layernorm.weight"])
-        q = linear(x, lw["q_proj.weight"], lw["q_proj.bias"])
-        k = linear(x, lw["k_proj.weight"], lw["k_proj.bias"])
-        v = linear(x, lw["v_proj.weight"], lw["v_proj.bias"])
+        x = h if c.norm_layout == "post" else self.layer_norm_of(lw, "input_layernorm", h)
+        y = x @ lw["qkv.weight"].T  # [T, (H + 2 H_kv) D]: q | k | v
+        q, k, v = np.split(y, [c.heads * c.head_dim, (c.heads + c.kv_heads) * c.head_dim], axis=1)
+        q, k, v = (
+            t if lw[n] is None else t + lw[n]
+            for t, n in ((q, "q_proj.bias"), (k, "k_proj.bias"), (v, "v_proj.bias"))
+        )
         if c.qk_norm == "all":  # OLMo-2: over the whole projection
             q, k = self.norm(q, lw["q_norm.weight"]), self.norm(k, lw["k_norm.weight"])
         q, k = q.reshape(-1, c.heads, c.head_dim), k.reshape(-1, c.kv_heads, c.head_dim)
@@ -399,9 +535,8 @@ class Transformer:
         rope = self.ropes[layer]
         if rope is None:
             return np.ascontiguousarray(q), np.ascontiguousarray(k), v
-        inv_freq, factor = rope
-        angles = np.asarray(positions, np.float32)[:, None] * inv_freq[None, :]  # [T, R/2]
-        return rotary(q, angles, factor), rotary(k, angles, factor), v
+        angles = rope.angles(positions, ends)  # [T, R/2]
+        return rope.apply(q, angles), rope.apply(k, angles), v
 
     def finish(self, layer: int, h: np.ndarray, attn: np.ndarray) -> np.ndarray:
         """The rest of the layer: o_proj and the residual, then the MLP and the residual."""
@@ -410,23 +545,48 @@ class Transformer:
         o = linear(
             attn.reshape(len(h), -1).astype(np.float32), lw["o_proj.weight"], lw["o_proj.bias"]
         )
+        if c.parallel:  # GPT-NeoX, Phi-2, Falcon, Cohere: the MLP reads the layer's input
+            second = "input_layernorm" if c.parallel == "shared" else "post_attention_layernorm"
+            return (o + self.mlp(lw, self.layer_norm_of(lw, second, h))) + h
         if c.norm_layout != "pre":
             o = self.norm(o, lw["post_attention_layernorm.weight"])
         h = h + (o if r == 1 else o * r)
         x = {
-            "pre": lambda: self.norm(h, lw["post_attention_layernorm.weight"]),
+            "pre": lambda: self.layer_norm_of(lw, "post_attention_layernorm", h),
             "sandwich": lambda: self.norm(h, lw["pre_feedforward_layernorm.weight"]),
             "post": lambda: h,
         }[c.norm_layout]()
-        gate = x @ lw["gate_proj.weight"].T
-        m = (activation(c.act, gate) * (x @ lw["up_proj.weight"].T)) @ lw["down_proj.weight"].T
+        m = self.mlp(lw, x)
         if c.norm_layout != "pre":
             m = self.norm(m, lw["post_feedforward_layernorm.weight"])
         return h + (m if r == 1 else m * r)
 
+    def mlp(self, lw: dict, x: np.ndarray) -> np.ndarray:
+        """act(gate) * up -> down, or (not gated) act(up) -> down, biases where present; a
+        mixture of experts where the layer has a router (moe.py)."""
+        c = self.config
+        if "gate.weight" in lw:
+            return moe_mlp(c, lw, x)
+        if "gate_up.weight" in lw:  # one GEMM: gate | up
+            gate, up = np.split(x @ lw["gate_up.weight"].T, [len(lw["gate_proj.weight"])], axis=1)
+            gate = gate if lw["gate_proj.bias"] is None else gate + lw["gate_proj.bias"]
+            up = up if lw["up_proj.bias"] is None else up + lw["up_proj.bias"]
+            inner = activation(c.act, gate) * up
+        else:
+            up = linear(x, lw["up_proj.weight"], lw["up_proj.bias"])
+            inner = (
+                activation(c.act, linear(x, lw["gate_proj.weight"], lw["gate_proj.bias"])) * up
+                if c.mlp_gated
+                else activation(c.act, up)
+            )
+        return linear(inner, lw["down_proj.weight"], lw["down_proj.bias"])
+
     def logits(self, h: np.ndarray) -> np.ndarray:
         c = self.config
-        out = self.norm(h, self.final_norm) @ self.lm_head.T  # [T, V]
+        x = self.norm(h, self.final_norm, self.final_norm_bias)
+        out = linear(x, self.lm_head, self.lm_head_bias)  # [T, V]
+        if c.logit_multiplier != 1:
+            out = out * np.float32(c.logit_multiplier)
         if c.logit_scale != 1:
             out = out / np.float32(c.logit_scale)
         if c.final_softcap is not None:
@@ -508,21 +668,41 @@ def activation(name: str, x: np.ndarray) -> np.ndarray:
     )
 
 
+def _fuse(lw: dict, names: tuple, fused: str) -> None:
+    """lw[fused.weight] = the rows of `names` stacked; each name becomes a view of it.
+    Stored transposed ([in, out] in memory, an [out, in] view): `x @ weight.T` is then a
+    GEMM on a contiguous matrix, a quarter faster for decode's few rows in NumPy's BLAS."""
+    parts = [lw[n + ".weight"] for n in names]
+    whole = np.concatenate([part.T for part in parts], axis=1)  # [in, sum of outs], C order
+    lw[fused + ".weight"] = whole.T
+    start = 0
+    for n, part in zip(names, parts, strict=True):
+        lw[n + ".weight"] = whole[:, start : start + len(part)].T
+        start += len(part)
+
+
+def transposed(a: np.ndarray) -> np.ndarray:
+    """The same [out, in] matrix, held as a C-ordered [in, out] array (see _fuse)."""
+    return np.ascontiguousarray(a.T).T
+
+
+BIASES = tuple(
+    f"{n}.bias"
+    for n in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+)
+
+
+def layer_norm(x: np.ndarray, weight: np.ndarray, bias, eps: float) -> np.ndarray:
+    """(x - mean) / sqrt(var + eps) * w (+ b), float32 (torch's LayerNorm; Cohere's has no b)."""
+    x = x.astype(np.float32)
+    centred = x - x.mean(axis=-1, keepdims=True)
+    out = centred / np.sqrt((centred * centred).mean(axis=-1, keepdims=True) + np.float32(eps))
+    out = out * weight
+    return (out if bias is None else out + bias).astype(np.float32)
+
+
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float = 1e-6) -> np.ndarray:
     x = x.astype(np.float32)
     return (x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + np.float32(eps)) * weight).astype(
         np.float32
-    )
-
-
-def rotary(x: np.ndarray, angles: np.ndarray, factor: float = 1.0) -> np.ndarray:
-    """x * cos + rotate_half(x) * sin on the first R dims, rotate_half(x) = (-x[R/2:], x[:R/2])
-    (Hugging Face); cos and sin are scaled by the rope's attention factor (longrope)."""
-    half = angles.shape[-1]
-    cos, sin = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]  # [T, 1, R/2]
-    if factor != 1:
-        cos, sin = cos * np.float32(factor), sin * np.float32(factor)
-    a, b, rest = x[..., :half], x[..., half : 2 * half], x[..., 2 * half :]
-    return np.ascontiguousarray(
-        np.concatenate([a * cos - b * sin, b * cos + a * sin, rest], axis=-1), dtype=np.float32
     )

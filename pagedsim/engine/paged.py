@@ -145,7 +145,7 @@ class PagedEngine:
             self.manager,
             max_num_batched_tokens=max_num_batched_tokens,
             record=False,
-            max_model_len=self.model.max_model_len or 2**62,
+            max_model_len=2**62,  # the model's own limits: Transformer.check_length
             enable_prefix_caching=caching,
             slide_after_update=True,  # the model reads the window during the step
         )
@@ -177,13 +177,7 @@ class PagedEngine:
         if not isinstance(request, Request):
             raise TypeError(f"a request must be a Request, got {type(request).__name__}")
         self.model.check_tokens(request.prompt)
-        limit = self.model.max_model_len
-        if limit is not None and len(request.prompt) + request.max_tokens > limit:
-            raise ValueError(
-                f"prompt + max_tokens = {len(request.prompt) + request.max_tokens} "
-                f"exceeds the {limit} positions longrope's short factors serve "
-                f"(original_max_position_embeddings)"
-            )
+        self.model.check_length(len(request.prompt), request.max_tokens)
         bs, pool = self.block_size, self.manager.num_blocks
         worst = (
             request.width
@@ -406,6 +400,7 @@ class PagedEngine:
         order = prefill + decode
         tokens = np.concatenate([i.run.state.tokens[i.key][i.start : i.end] for i in order])
         positions = np.concatenate([np.arange(i.start, i.end) for i in order])
+        lengths = np.concatenate([np.full(i.end - i.start, i.end) for i in order])
         groups = sorted(set(self.layer_group))
         tables = {id(i): self._tables(i.seq) for i in order}
         slots = {
@@ -415,10 +410,10 @@ class PagedEngine:
         split = sum(i.end - i.start for i in prefill)
         pre = {g: _batch(prefill, [tables[id(i)][g].blocks for i in prefill]) for g in groups}
         dec = {g: _batch(decode, [tables[id(i)][g].blocks for i in decode]) for g in groups}
-        h = m.embed_tokens(tokens)
+        h = m.embed_tokens(tokens, positions)
         for layer in range(c.layers):
             g = self.layer_group[layer]
-            q, k, v = m.qkv(layer, h, positions)
+            q, k, v = m.qkv(layer, h, positions, lengths)
             self.kv.write(layer, k, v, slots[g])
             parts = []
             if prefill:

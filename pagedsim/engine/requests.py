@@ -41,6 +41,7 @@ import numpy as np
 
 from ..errors import count_arg, token_ids_arg
 from . import beam_search as bs
+from . import sampling
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class Request:
     length_penalty: float = 1.0  # beam search: hypotheses score log-prob / length ** this
     repetition_penalty: float = 1.0  # > 1 discourages tokens already in the sequence
     top_k: int = 0  # keep the k most likely tokens when sampling; 0 keeps all
+    params: sampling.SamplingParams | None = None  # vLLM sampling: replaces the fields above
 
     def __post_init__(self):
         prompt = token_ids_arg("prompt", self.prompt)
@@ -214,6 +216,15 @@ class RequestState:
         self.generated += 1
         return actions
 
+    def _pick(self, s: str, row: np.ndarray, index: int, step: int) -> int:
+        r = self.request
+        if r.params is None:
+            return sample(row, r.temperature, r.seed, index, step, r.top_p, r.top_k)
+        prompt = r.prompt
+        output = self.tokens[s][len(prompt) :]
+        processed = sampling.process(row, prompt, output, r.params, r.stop_token_ids)
+        return sampling.draw(processed, r.params, index, step)
+
     def _sample_picks(self, logits: dict) -> list:
         r, step = self.request, self.generated
         logits = {
@@ -221,17 +232,9 @@ class RequestState:
         }
         if step == 0 and r.n > 1:  # the prompt's logits serve all n samples
             ((s, row),) = logits.items()
-            return [
-                (s, sample(row, r.temperature, r.seed, i, step, r.top_p, r.top_k), 0.0, i)
-                for i in range(r.n)
-            ]
+            return [(s, self._pick(s, row, i, step), 0.0, i) for i in range(r.n)]
         return [
-            (
-                s,
-                sample(row, r.temperature, r.seed, self.index[s], step, r.top_p, r.top_k),
-                0.0,
-                self.index[s],
-            )
+            (s, self._pick(s, row, self.index[s], step), 0.0, self.index[s])
             for s, row in sorted(logits.items(), key=lambda kv: self.index[kv[0]])
         ]
 

@@ -4,12 +4,20 @@ files hold (or absurdly many), nested or huge JSON, and a .bin-only checkpoint."
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from pagedsim.engine.hf import MAX_JSON_BYTES, CheckpointError, load_model
+from pagedsim.engine.hf import (
+    MAX_JSON_BYTES,
+    MAX_TOKENIZER_BYTES,
+    CheckpointError,
+    load_config,
+    load_model,
+    load_tokenizer,
+)
 
 from .checkpoints import write_checkpoint
 
@@ -76,6 +84,32 @@ def test_a_huge_config_json_is_refused_by_its_size_before_parsing(tmp_path):
     assert f"a JSON file over {MAX_JSON_BYTES:,} bytes is refused" in one_line(e)
 
 
+def test_a_huge_tokenizer_json_is_refused_by_its_size_without_reading_it(tmp_path, monkeypatch):
+    """A sparse file: its size says 1 byte over the cap, and no byte of it is read."""
+    d = write_checkpoint(tmp_path)
+    with open(d / "tokenizer.json", "wb") as f:
+        f.truncate(MAX_TOKENIZER_BYTES + 1)
+    monkeypatch.setattr(Path, "read_text", lambda *a, **k: pytest.fail("read the file"))
+    monkeypatch.setattr(Path, "read_bytes", lambda *a, **k: pytest.fail("read the file"))
+    with pytest.raises(CheckpointError) as e:
+        load_tokenizer(d)
+    assert f"tokenizer.json over {MAX_TOKENIZER_BYTES:,} bytes is refused" in one_line(e)
+
+
+def test_a_config_eos_outside_the_vocab_that_generation_config_overrides_is_served(tmp_path):
+    """transformers uses generation_config.json's eos_token_id; config.json's (here past
+    the vocabulary, as a shrunk checkpoint may leave it) is no error."""
+    d = write_checkpoint(tmp_path, vocab=64)
+    config = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**config, "eos_token_id": [2, 32000]}))
+    with pytest.raises(CheckpointError) as e:
+        load_config(d)
+    assert "eos_token_id" in one_line(e)
+    (d / "generation_config.json").write_text(json.dumps({"eos_token_id": 3}))
+    _, info = load_config(d)
+    assert info["stop_token_ids"] == (3,) and info["config_eos_token_ids"] == (2,)
+
+
 def test_a_bin_only_checkpoint_without_torch_says_how_to_read_it(tmp_path, monkeypatch):
     d = write_checkpoint(tmp_path)
     (d / "model.safetensors").rename(d / "pytorch_model.bin")
@@ -106,18 +140,35 @@ def test_a_bin_only_checkpoint_is_read_with_torch_weights_only(tmp_path):
 @pytest.mark.parametrize(
     "family, edit, field",
     [
-        ("llama", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "rope_scaling"),
+        ("llama", {"rope_scaling": {"rope_type": "dynamic"}}, "rope_scaling.factor"),
         (
             "llama",
-            {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}},
-            "rope_parameters",
+            {"rope_parameters": {"rope_type": "proportional", "rope_theta": 1e4, "factor": 4.0}},
+            "rope_parameters.rope_type",
+        ),
+        # beside rope_parameters, a legacy rope_scaling is read (transformers 5's rule)
+        ("llama", {"rope_parameters": {"rope_type": "default"}, "rope_scaling": 5}, "rope_scaling"),
+        (
+            "llama",
+            {"rope_parameters": {"rope_type": "default"}, "rope_scaling": {"type": None}},
+            "rope_scaling.rope_type",
+        ),
+        (
+            "llama",
+            {"rope_scaling": {"rope_type": "longrope", "short_factor": [1.0] * 4}},
+            "rope_scaling.long_factor",
         ),
         ("llama", {"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
+        ("llama", {"architectures": ["DeepseekV2ForCausalLM"]}, "architectures"),
         ("llama", {"use_bidirectional_attention": True}, "use_bidirectional_attention"),
         ("llama", {"mlp_bias": True}, "mlp_bias"),
         ("llama", {"hidden_act": "relu"}, "hidden_act"),
         ("mistral", {"sliding_window": 4, "layer_types": ["chunked_attention"] * 2}, "layer_types"),
-        ("llama", {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "low_freq_factor"),
+        (
+            "llama",
+            {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
+            "rope_scaling.low_freq_factor",
+        ),
     ],
 )
 def test_a_config_that_cannot_be_served_is_refused_naming_the_field(tmp_path, family, edit, field):

@@ -82,8 +82,8 @@ def _break(d, what):
         key, value = {
             "layers": ("num_hidden_layers", 3),
             "hidden": ("hidden_size", 48),
-            "arch": ("architectures", ["GPT2LMHeadModel"]),
-            "rope": ("rope_scaling", {"rope_type": "yarn", "factor": 4.0}),
+            "arch": ("architectures", ["BertForMaskedLM"]),
+            "rope": ("rope_scaling", {"rope_type": "mrope", "factor": 4.0}),
             "heads": ("num_attention_heads", "four"),
             "vocab": ("vocab_size", 0),
         }[what]
@@ -107,8 +107,8 @@ BROKEN = [
         "hidden",
         "tensor model.embed_tokens.weight has shape (64, 32) but config.json implies (64, 48)",
     ),
-    ("arch", "config.json: field architectures is ['GPT2LMHeadModel']; supported"),
-    ("rope", "config.json: field rope_scaling has rope_type 'yarn'"),
+    ("arch", "config.json: field architectures is ['BertForMaskedLM']; supported"),
+    ("rope", "config.json: field rope_scaling.rope_type is 'mrope'"),
     ("heads", "config.json: field num_attention_heads must be a positive integer, got 'four'"),
     ("vocab", "config.json: field vocab_size must be a positive integer, got 0"),
     ("fewer layers", "tensor model.layers.1."),
@@ -201,9 +201,25 @@ def test_generate_serves_a_checkpoint_without_a_tokenizer_from_token_ids(tmp_pat
         timeout=1800,
     )
     assert done.returncode == 0, done.stderr
-    (req,) = json.loads(done.stdout)["summary"]["requests"]
+    summary = json.loads(done.stdout)["summary"]
+    (req,) = summary["requests"]
     assert req["prompt"] is None and req["outputs"][0]["text"] is None
     assert req["outputs"][0]["token_ids"] == reference_greedy(d, PROMPT, 6)
+    assert summary["tokens_match"] is None  # --model: the dense check is off by default
+
+
+def test_check_dense_serves_again_densely_and_compares(tmp_path):
+    d = write_checkpoint(tmp_path)
+    args = ["--model", str(d), "--prompt-ids", "1,2,3", "--max-tokens", "4", "--json"]
+    done = subprocess.run(
+        [sys.executable, "-m", "pagedsim", "generate", *args, "--check-dense"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)["summary"]
+    assert summary["tokens_match"] is True and summary["max_logit_diff"] < 1e-4
 
 
 def test_a_null_kv_head_count_means_as_many_kv_heads_as_query_heads(tmp_path):

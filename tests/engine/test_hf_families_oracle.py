@@ -49,7 +49,7 @@ def build(directory, name):
     out_gain = 2.0 / raw.get("residual_multiplier", 1.0)
     with torch.no_grad():
         for key, p in model.named_parameters():
-            if key.endswith("norm.weight"):
+            if key.endswith("norm.weight") or (".ln_" in key and key.endswith("weight")):
                 p.copy_((0.0 if offset else 1.0) + 0.1 * torch.randn_like(p))
             elif key.endswith("bias"):
                 p.normal_(0, 0.5)
@@ -73,14 +73,14 @@ def transformers_tokens(directory, with_logits: bool = False):
     model = transformers.AutoModelForCausalLM.from_pretrained(
         directory, torch_dtype=torch.float32, attn_implementation="eager"
     ).eval()
-    with torch.no_grad():
+    with torch.no_grad():  # logits first: a dynamic rope remembers the longest length seen
+        logits = model(torch.tensor([PROMPT])).logits[0].numpy()  # [T, V]
         out = model.generate(
             torch.tensor([PROMPT]),
             do_sample=False,
             max_new_tokens=NEW_TOKENS,
             attention_mask=torch.ones(1, len(PROMPT), dtype=torch.long),
         )
-        logits = model(torch.tensor([PROMPT])).logits[0].numpy()  # [T, V]
     tokens = out[0, len(PROMPT) :].tolist()
     return (tokens, logits) if with_logits else tokens
 

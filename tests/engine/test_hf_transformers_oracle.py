@@ -162,6 +162,7 @@ def test_the_command_line_gives_transformers_greedy_tokens(tmp_path, case):
             "--temperature",
             "0",
             "--json",
+            "--check-dense",
         ],
         capture_output=True,
         text=True,

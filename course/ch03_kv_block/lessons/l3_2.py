@@ -28,6 +28,13 @@ The whole pool is one array, kv_pool[num_blocks, num_layers, 2, H_kv, block_size
 K and V of a block sit side by side and kv_pool[:, layer] is a per-layer cache view that
 the kernels use without copying. The demo prints block sizes for a few models, the
 pool's strides, and writes K/V with the write_kv kernel through such a view.
+
+A mixture-of-experts model (Mixtral, Qwen2-MoE, OLMoE, Granite-MoE) changes none of
+this. Its experts replace the MLP, which runs after attention and keeps nothing between
+steps; a token's K and V come from the attention projections alone, whichever experts
+the router picks. So Mixtral-8x7B's block is exactly Mistral-7B's (32 layers, 8 KV heads
+of 128): 47B parameters of weights, the KV cache of a 7B model. `pagedsim generate`
+serves these checkpoints with the same block tables.
 """
 TEXT_ZH = """
 一个 Block 存放 block_size 个 token 在每一层、每个 KV 头上的 K 和 V。大小为 block_size ×
@@ -35,6 +42,11 @@ TEXT_ZH = """
 32 个 128 维的头、FP16）是 8 MiB，所以一块 GPU 只能放几千个 Block。使用 GQA 时只计 KV 头，
 因此 Llama-3-8B 的 Block 小 4 倍。整个池是一个数组 kv_pool[块数, 层数, 2, H_kv, block_size, D]，
 同一 Block 的 K 和 V 相邻，kv_pool[:, layer] 就是内核直接使用的单层视图（不拷贝）。
+
+混合专家（MoE）模型（Mixtral、Qwen2-MoE、OLMoE、Granite-MoE）不改变上面任何一点：专家替换的是
+MLP，它在注意力之后运行、步与步之间不保留任何东西；一个 token 的 K 和 V 只来自注意力投影，与路由
+选中哪些专家无关。所以 Mixtral-8x7B 的 Block 与 Mistral-7B 完全相同（32 层、8 个 128 维 KV 头）：
+权重是 47B 参数，KV 缓存却是 7B 模型的。`pagedsim generate` 用同样的块表服务这些检查点。
 """
 
 

@@ -1,0 +1,186 @@
+"""Where each family's checkpoint keeps its tensors, and how they become the model's.
+
+model.py names every tensor as Llama does (`model.layers.{i}.self_attn.q_proj.weight`,
+[out, in]). Most families save exactly those names; the classic ones do not:
+
+    GPT-2        transformer.h.{i}: ln_1, attn.c_attn (Conv1D [in, 3 x hidden]: q | k | v
+                 columns), attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj (Conv1D: transposed);
+                 transformer.wte / wpe (learned positions) / ln_f; the head is tied
+    GPT-NeoX     gpt_neox.layers.{i}: attention.query_key_value rows per head [q_h k_h v_h],
+                 attention.dense, mlp.dense_h_to_4h / dense_4h_to_h; embed_in, embed_out
+    Phi-2        model.layers.{i}: self_attn.dense (o), mlp.fc1 / fc2; model.final_layernorm,
+                 lm_head with a bias
+    Falcon       transformer.h.{i}: self_attention.query_key_value rows [q heads | k | v]
+                 (multi-query: one K/V head), dense, mlp.dense_h_to_4h / dense_4h_to_h;
+                 transformer.word_embeddings / ln_f
+    Starcoder2   mlp.c_fc / c_proj ([out, in], not Conv1D)
+    StableLM, Cohere   Llama's names (LayerNorms with or without biases)
+
+`tensor_map(family, config)` lists, per checkpoint tensor, its shape and the model
+tensors it becomes: (model name, transposed?, the rows taken -- None for all).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .model import ModelConfig, tensor_shapes
+
+# family -> (prefix of layer i's tensors, {model global name: checkpoint name})
+GLOBALS = {
+    "gpt2": (
+        "transformer.h.{}.",
+        {
+            "model.embed_tokens.weight": "transformer.wte.weight",
+            "model.embed_positions.weight": "transformer.wpe.weight",
+            "model.norm.weight": "transformer.ln_f.weight",
+            "model.norm.bias": "transformer.ln_f.bias",
+        },
+    ),
+    "gpt_neox": (
+        "gpt_neox.layers.{}.",
+        {
+            "model.embed_tokens.weight": "gpt_neox.embed_in.weight",
+            "model.norm.weight": "gpt_neox.final_layer_norm.weight",
+            "model.norm.bias": "gpt_neox.final_layer_norm.bias",
+            "lm_head.weight": "embed_out.weight",
+        },
+    ),
+    "phi": (
+        "model.layers.{}.",
+        {
+            "model.norm.weight": "model.final_layernorm.weight",
+            "model.norm.bias": "model.final_layernorm.bias",
+        },
+    ),
+    "falcon": (
+        "transformer.h.{}.",
+        {
+            "model.embed_tokens.weight": "transformer.word_embeddings.weight",
+            "model.norm.weight": "transformer.ln_f.weight",
+            "model.norm.bias": "transformer.ln_f.bias",
+        },
+    ),
+}
+# family -> {model per-layer name: checkpoint per-layer name}, for renamed tensors
+RENAMED = {
+    "gpt2": {
+        "input_layernorm": "ln_1",
+        "post_attention_layernorm": "ln_2",
+        "self_attn.o_proj": "attn.c_proj",
+        "mlp.up_proj": "mlp.c_fc",
+        "mlp.down_proj": "mlp.c_proj",
+    },
+    "gpt_neox": {
+        "self_attn.o_proj": "attention.dense",
+        "mlp.up_proj": "mlp.dense_h_to_4h",
+        "mlp.down_proj": "mlp.dense_4h_to_h",
+    },
+    "phi": {
+        "self_attn.o_proj": "self_attn.dense",
+        "mlp.up_proj": "mlp.fc1",
+        "mlp.down_proj": "mlp.fc2",
+    },
+    "falcon": {
+        "self_attn.o_proj": "self_attention.dense",
+        "mlp.up_proj": "mlp.dense_h_to_4h",
+        "mlp.down_proj": "mlp.dense_4h_to_h",
+    },
+    "starcoder2": {"mlp.up_proj": "mlp.c_fc", "mlp.down_proj": "mlp.c_proj"},
+    "mixtral": {"mlp.gate": "block_sparse_moe.gate"},
+    "granitemoe": {"mlp.gate": "block_sparse_moe.router.layer"},
+}
+MIXTRAL_EXPERT = {"gate_proj": "w1", "up_proj": "w3", "down_proj": "w2"}
+FUSED_QKV = {  # family -> the checkpoint's fused q/k/v projection, per layer
+    "gpt2": "attn.c_attn",
+    "gpt_neox": "attention.query_key_value",
+    "falcon": "self_attention.query_key_value",
+}
+CONV1D = ("gpt2",)  # weights saved [in, out]
+
+
+def layer_prefix(family: str) -> str:
+    return GLOBALS.get(family, ("model.layers.{}.", {}))[0]
+
+
+def _qkv_rows(family: str, c: ModelConfig) -> tuple:
+    """(q rows, k rows, v rows) of the fused projection, in the model's head order."""
+    d, h, kv = c.head_dim, c.heads, c.kv_heads
+    if family == "gpt_neox":  # per head: q_h, k_h, v_h
+        base = np.arange(h)[:, None] * 3 * d + np.arange(d)[None, :]
+        return tuple((base + part * d).reshape(-1) for part in range(3))
+    q = np.arange(h * d)  # GPT-2 columns, Falcon rows: all q, then k, then v
+    return q, h * d + np.arange(kv * d), h * d + kv * d + np.arange(kv * d)
+
+
+def tensor_map(family: str, c: ModelConfig) -> dict:
+    """checkpoint name -> (shape, [(model name, transposed, rows or None)])."""
+    shapes = tensor_shapes(c)
+    prefix, globals_ = GLOBALS.get(family, ("model.layers.{}.", {}))
+    renamed = RENAMED.get(family, {})
+    conv = family in CONV1D
+    out: dict = {}
+    for name, shape in shapes.items():
+        if not name.startswith("model.layers."):
+            source = globals_.get(name, name)
+            out[source] = (shape, [(name, False, None)])
+            continue
+        index, short = name[len("model.layers.") :].split(".", 1)
+        stem, kind = short.rsplit(".", 1)
+        if family in FUSED_QKV and stem in (
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+        ):
+            continue
+        if stem.startswith("mlp.experts.") and family in ("mixtral", "granitemoe"):
+            if family == "granitemoe":
+                continue  # below: three tensors per layer hold every expert
+            _, _, e, proj = stem.split(".")
+            stem = f"block_sparse_moe.experts.{e}.{MIXTRAL_EXPERT[proj]}"
+        source = prefix.format(index) + renamed.get(stem, stem) + "." + kind
+        flip = conv and kind == "weight" and len(shape) == 2
+        out[source] = (shape[::-1] if flip else shape, [(name, flip, None)])
+    if family == "granitemoe":
+        out.update(_granite_experts(c, prefix))
+    if family in FUSED_QKV:
+        rows = _qkv_rows(family, c)
+        total = (c.heads + 2 * c.kv_heads) * c.head_dim
+        for i in range(c.layers):
+            source = prefix.format(i) + FUSED_QKV[family]
+            parts = [f"model.layers.{i}.self_attn.{x}_proj" for x in "qkv"]
+            out[source + ".weight"] = (
+                (c.hidden, total) if conv else (total, c.hidden),
+                [(p + ".weight", conv, r) for p, r in zip(parts, rows, strict=True)],
+            )
+            if c.qkv_bias:
+                out[source + ".bias"] = (
+                    (total,),
+                    [(p + ".bias", False, r) for p, r in zip(parts, rows, strict=True)],
+                )
+    return out
+
+
+def _granite_experts(c: ModelConfig, prefix: str) -> dict:
+    """Granite-MoE's experts: input_linear [E, 2 x inner, hidden] (gate rows, then up) and
+    output_linear [E, hidden, inner] per layer."""
+    out: dict = {}
+    n, inner = c.experts, c.expert_mlp
+    for i in range(c.layers):
+        q, to = prefix.format(i) + "block_sparse_moe.", f"model.layers.{i}.mlp.experts."
+        out[q + "input_linear.weight"] = (
+            (n, 2 * inner, c.hidden),
+            [(f"{to}{e}.gate_proj.weight", False, (e, slice(0, inner))) for e in range(n)]
+            + [(f"{to}{e}.up_proj.weight", False, (e, slice(inner, None))) for e in range(n)],
+        )
+        out[q + "output_linear.weight"] = (
+            (n, c.hidden, inner),
+            [(f"{to}{e}.down_proj.weight", False, (e,)) for e in range(n)],
+        )
+    return out
+
+
+def convert(array: np.ndarray, transposed: bool, rows) -> np.ndarray:
+    """One model tensor from a checkpoint tensor."""
+    a = array.T if transposed else array
+    return np.ascontiguousarray(a if rows is None else a[rows], dtype=np.float32)

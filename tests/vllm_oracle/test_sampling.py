@@ -1,0 +1,94 @@
+"""pagedsim's processed next-token distribution against vLLM's own sampling functions.
+
+A script run by the vLLM venv (/work/venv-vllm, vLLM 0.34; or $PAGEDSIM_VLLM_PYTHON)
+applies vLLM v1's steps in its CPU sampler's order -- `apply_penalties` (repetition,
+frequency, presence), temperature, `_apply_min_p`, `apply_top_k_top_p_pytorch` -- to
+random logits for random SamplingParams; pagedsim.engine.sampling.process must give the
+same distribution (the same tokens masked, the same probabilities). Data passes as JSON
+both ways. Skipped, in one line, where that venv is absent.
+"""
+
+import json
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pagedsim.engine.sampling import SamplingParams, distribution, process
+
+PYTHON = Path(os.environ.get("PAGEDSIM_VLLM_PYTHON", "/work/venv-vllm/bin/python"))
+pytestmark = pytest.mark.skipif(
+    not PYTHON.exists(), reason=f"no vLLM venv at {PYTHON} (set PAGEDSIM_VLLM_PYTHON)"
+)
+
+SCRIPT = textwrap.dedent("""
+    import json, sys, torch
+    from vllm.model_executor.layers.utils import apply_penalties
+    from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p_pytorch
+    from vllm.v1.worker.cpu.sampler import _apply_min_p
+    out = []
+    for case in json.load(sys.stdin):
+        p, vocab = case["params"], len(case["logits"])
+        x = torch.tensor([case["logits"]], dtype=torch.float32)
+        pad = lambda ids: torch.tensor([ids or [vocab]], dtype=torch.long)
+        apply_penalties(x, pad(case["prompt"]), pad(case["output"]),
+                        torch.tensor([p["presence_penalty"]]),
+                        torch.tensor([p["frequency_penalty"]]),
+                        torch.tensor([p["repetition_penalty"]]))
+        x = x / p["temperature"]
+        if p["min_p"] > 0:
+            _apply_min_p(x, torch.tensor([0]), torch.tensor([p["min_p"]]))
+        k = min(p["top_k"], vocab) if p["top_k"] > 0 else vocab  # vLLM clamps k to the vocab
+        x = apply_top_k_top_p_pytorch(x, torch.tensor([k]), torch.tensor([p["top_p"]]))
+        out.append(torch.softmax(x[0].double(), -1).tolist())
+    json.dump(out, sys.stdout)
+""")
+
+
+def cases(count: int, seed: int) -> list:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        vocab = int(rng.integers(8, 200))
+        params = dict(
+            presence_penalty=float(rng.choice([0.0, rng.uniform(-2, 2)])),
+            frequency_penalty=float(rng.choice([0.0, rng.uniform(-2, 2)])),
+            repetition_penalty=float(rng.choice([1.0, rng.uniform(0.5, 2.0)])),
+            temperature=float(rng.uniform(0.2, 2.0)),
+            top_p=float(rng.choice([1.0, rng.uniform(0.05, 1.0)])),
+            top_k=int(rng.choice([0, -1, rng.integers(1, vocab + 3)])),
+            min_p=float(rng.choice([0.0, rng.uniform(0.0, 0.5)])),
+        )
+        out.append(
+            dict(
+                logits=(rng.standard_normal(vocab) * rng.uniform(0.5, 4)).tolist(),
+                prompt=rng.integers(0, vocab, int(rng.integers(0, 12))).tolist(),
+                output=rng.integers(0, vocab, int(rng.integers(0, 12))).tolist(),
+                params=params,
+            )
+        )
+    return out
+
+
+def test_the_processed_distribution_is_vllms():
+    batch = cases(150, seed=int(np.random.default_rng().integers(1 << 31)))
+    done = subprocess.run(
+        [str(PYTHON), "-c", SCRIPT],
+        input=json.dumps(batch),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    theirs = json.loads(done.stdout)
+    for case, want in zip(batch, theirs, strict=True):
+        params = SamplingParams(**case["params"])
+        got = distribution(
+            process(np.array(case["logits"]), case["prompt"], case["output"], params)
+        )
+        want = np.array(want)
+        assert np.array_equal(got > 0, want > 0), case["params"]  # the same tokens kept
+        assert np.abs(got - want).max() < 1e-5, case["params"]
