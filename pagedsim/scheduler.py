@@ -7,7 +7,8 @@
         token budget (`max_num_batched_tokens`), chunked prefill, recompute-only
         preemption, FCFS or priority policy (vLLM v1's scheduler)
 
-What both share (argument checks, the run loop, synthetic ids) is in scheduler_common.py.
+What both share (schedule() + update_from_output() = step(), argument checks, the run
+loop, synthetic ids) is in scheduler_common.py; what schedule() returns in scheduler_output.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
-"""What both schedulers share: argument checks, the run loop, synthetic token ids (v0 and v1).
+"""What both schedulers share: the step on a workload, argument checks, the run loop (v0, v1).
 
+    WorkloadScheduler      schedule() and update_from_output() (each scheduler's own), and
+                           the one place they are joined with the workload's tokens for
+                           the model: `step()`; `run()` steps until done and refuses to
+                           spin when nothing can ever be scheduled
     check_scheduler_args   requests (a list of `Request`), a manager, `record`: TypeErrors
-    run_steps              step until done; refuse to spin when nothing can ever be scheduled
     prompt_ids             token ids given for a prompt (`TokenIds`), checked once when a
                            scheduler is built
     synthetic_token        deterministic ids for prompts and outputs nobody gave
@@ -14,13 +17,15 @@ The v0 scheduler is in scheduler_v0.py, the v1 scheduler in scheduler_v1.py, and
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence, Sized
-from typing import Protocol, TypeAlias, TypeVar
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence, Sized
+from typing import TypeAlias, TypeVar
 
 import numpy as np
 
-from .errors import token_ids_arg
+from .errors import MAX_TOKEN_ID, count_arg, token_ids_arg
 from .manager import KVCacheManager
+from .scheduler_output import ReqId, SchedulerOutput
 from .workloads import Request
 
 # one prompt's token ids, as a caller gives them: a list or tuple of ints, or a 1-D int array
@@ -32,45 +37,86 @@ def synthetic_token(*key: object) -> int:
     return hash(("pagedsim", *key)) & ((1 << 62) - 1)
 
 
-class Steppable(Protocol):
-    """What `run_steps` drives: either scheduler."""
+class WorkloadScheduler(ABC):
+    """A scheduler split as vLLM v1 and nano-vllm split it: `schedule()` says what runs,
+    `update_from_output(scheduler_output, sampled)` takes the tokens the model sampled.
+    Without a model, `step()` joins the two with the tokens the workload names."""
+
+    manager: KVCacheManager
+    now: int  # steps taken
+    max_stalled_steps: int
+    waiting: Sized
+    # the output of the last schedule() until update_from_output() takes it
+    _pending_output: SchedulerOutput | None = None
 
     @property
-    def manager(self) -> KVCacheManager: ...
+    @abstractmethod
+    def done(self) -> bool: ...  # nothing left to arrive, wait or run
+
     @property
-    def now(self) -> int: ...  # steps taken
-    @property
-    def max_stalled_steps(self) -> int: ...
-    @property
-    def waiting(self) -> Sized: ...
-    @property
-    def done(self) -> bool: ...
-    @property
+    @abstractmethod
     def arrivals_pending(self) -> bool: ...
-    def step(self) -> int: ...  # tokens computed this step
 
+    @abstractmethod
+    def schedule(self) -> SchedulerOutput: ...
 
-S = TypeVar("S", bound=Steppable)
+    @abstractmethod
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, sampled: Mapping[ReqId, int]
+    ) -> list[ReqId]: ...
 
+    @abstractmethod
+    def sampling_req_ids(self, scheduler_output: SchedulerOutput) -> list[ReqId]: ...
 
-def run_steps(sched: S, max_steps: int, check: bool) -> S:
-    """Step `sched` until done; `check` runs check_invariants after each step. Raises
-    RuntimeError after `max_steps` steps, or after `sched.max_stalled_steps` steps that
-    computed nothing while nothing was left to arrive (what waits can never fit)."""
-    stalled = 0
-    while not sched.done:
-        if sched.now >= max_steps:
-            raise RuntimeError(f"not finished after {max_steps} steps")
-        progress = sched.step()
-        if check:
-            sched.manager.check_invariants()
-        stalled = 0 if progress or sched.arrivals_pending else stalled + 1
-        if stalled >= sched.max_stalled_steps:
-            raise RuntimeError(
-                f"no progress for {stalled} steps: {len(sched.waiting)} waiting "
-                f"requests can never be scheduled"
+    @abstractmethod
+    def workload_tokens(self, scheduler_output: SchedulerOutput) -> dict[ReqId, int]: ...
+
+    def step(self) -> int:
+        """One engine step with the model faked by the workload. Returns the tokens computed."""
+        scheduler_output = self.schedule()
+        self.update_from_output(scheduler_output, self.workload_tokens(scheduler_output))
+        return scheduler_output.total_num_scheduled_tokens
+
+    def run(self: W, max_steps: int = 10**7, check: bool = False) -> W:
+        """Step until done; `check` runs check_invariants after each step. Raises
+        RuntimeError after `max_steps` steps, or after `max_stalled_steps` steps that
+        computed nothing while nothing was left to arrive (what waits can never fit)."""
+        stalled = 0
+        while not self.done:
+            if self.now >= max_steps:
+                raise RuntimeError(f"not finished after {max_steps} steps")
+            progress = self.step()
+            if check:
+                self.manager.check_invariants()
+            stalled = 0 if progress or self.arrivals_pending else stalled + 1
+            if stalled >= self.max_stalled_steps:
+                raise RuntimeError(
+                    f"no progress for {stalled} steps: {len(self.waiting)} waiting "
+                    f"requests can never be scheduled"
+                )
+        return self
+
+    def _check_output(self, scheduler_output: object, sampled: object) -> dict[ReqId, int]:
+        """`sampled` as {req_id: token} for exactly the step's sampling requests; raises
+        (changing nothing) for another step's output or a wrong set of tokens."""
+        if self._pending_output is None or scheduler_output is not self._pending_output:
+            raise ValueError(
+                "scheduler_output is not the output of this scheduler's last schedule() "
+                "still waiting for its update"
             )
-    return sched
+        if not isinstance(sampled, Mapping):
+            raise TypeError(
+                f"sampled must be a mapping req_id -> token, got {type(sampled).__name__}"
+            )
+        want = self.sampling_req_ids(self._pending_output)
+        if set(sampled) != set(want):
+            raise ValueError(
+                f"sampled must hold one token for each of {sorted(want)}, got {sorted(sampled)}"
+            )
+        return {rid: count_arg(f"sampled[{rid}]", sampled[rid], 0, MAX_TOKEN_ID) for rid in want}
+
+
+W = TypeVar("W", bound=WorkloadScheduler)
 
 
 def time_arg(name: str, value: object) -> float:

@@ -19,9 +19,12 @@ compute until the budget `max_num_batched_tokens` is spent:
        `policy="priority"`), while fewer than `max_num_seqs` run. Each is looked up
        (`get_computed_blocks`, capped at num_tokens - 1), then allocated for as much
        of the rest as the budget allows.
-    3. the model "runs": every request whose computed tokens caught up with its
-       tokens samples one token; one with `output_len` tokens sampled is freed. The
-       last sampled token never gets KV, so it never fills a block.
+    3. `schedule()` returns a SchedulerOutput (scheduler_output.py) and moves each
+       scheduled request's num_computed_tokens past its tokens; the model runs, and
+       `update_from_output(scheduler_output, sampled)` takes one token for every
+       request whose computed tokens caught up with its tokens; one with `output_len`
+       tokens sampled is freed. The last sampled token never gets KV, so it never
+       fills a block. `step()` fakes the model with the workload's tokens.
 
 A request longer than `max_model_len` (default 8192, vLLM's SchedulerConfig default),
 or one whose blocks could never fit in the whole pool, is refused when the scheduler is
@@ -38,21 +41,22 @@ on re-admission are not counted; `discarded_tokens` counts what preemption freed
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .errors import OutOfBlocks, count_arg
 from .manager import KVCacheManager
 from .policies.prefix_cache import PrefixCachingManager
 from .request_queue import SCHEDULING_POLICIES, RequestQueue, make_request_queue
-from .scheduler_common import (  # noqa: F401 -- the old home of these names
+from .scheduler_common import (
     TokenIds,
+    WorkloadScheduler,
     check_scheduler_args,
     prompt_ids,
-    run_steps,
     synthetic_token,
     time_arg,
 )
+from .scheduler_output import CachedRequestData, NewRequestData, ReqId, SchedulerOutput
 from .workloads import Request
 
 V1_VICTIMS = SCHEDULING_POLICIES  # v1's scheduling policies: they choose the victim too
@@ -95,7 +99,7 @@ class V1StepRecord:
     preempted: int  # requests preempted this step
 
 
-class SchedulerV1:
+class SchedulerV1(WorkloadScheduler):
     mode = "v1"
 
     def __init__(
@@ -152,6 +156,8 @@ class SchedulerV1:
         self.prefill_tokens = 0
         self.decode_tokens = 0
         self._left = [r.num_seqs for r in self.requests]  # unfinished samples per request
+        self._by_id = {req.request_id: req for _, req in self._pending}
+        self._finished_req_ids: set[ReqId] = set()  # finished since the last schedule()
 
     def _fan_out(
         self,
@@ -251,19 +257,19 @@ class SchedulerV1:
     def arrivals_pending(self) -> bool:
         return bool(self._pending)
 
-    def run(self, max_steps: int = 10**7, check: bool = False) -> "SchedulerV1":
-        """Step until every request is finished (see `run_steps`)."""
-        return run_steps(self, max_steps, check)
-
-    # ---- one step --------------------------------------------------------------
-    def step(self) -> int:
-        """One engine step: schedule, then 'run the model'. Returns the tokens scheduled."""
+    # ---- one step: schedule(), the model, update_from_output() -----------------------
+    def schedule(self) -> SchedulerOutput:
+        """What runs this step (v1's Scheduler.schedule): running requests first, then,
+        if nothing was preempted, waiting ones, within the token budget. Each scheduled
+        request's num_computed_tokens moves past its tokens (v1's _update_after_schedule)."""
+        if self._pending_output is not None:
+            raise RuntimeError("schedule() again before update_from_output() of the last step")
         self.now += 1
         while self._pending and self._pending[0][0] < self.now:
             self.waiting.add_request(self._pending.popleft()[1])
         scheduled: dict[V1Request, int] = {}  # request -> tokens scheduled this step
-        budget, preempted = self.max_num_batched_tokens, 0
-        i = 0
+        preempted: list[V1Request] = []
+        budget, i = self.max_num_batched_tokens, 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
             n = self._chunk(req.num_tokens - req.num_computed_tokens, budget)
@@ -274,7 +280,7 @@ class SchedulerV1:
                     budget += scheduled.pop(victim)
                     i -= 1
                 self._preempt(victim)
-                preempted += 1
+                preempted.append(victim)
                 if victim is req:
                     break
                 new = self._allocate(req, n)
@@ -283,6 +289,7 @@ class SchedulerV1:
             scheduled[req] = n
             budget -= n
             i += 1
+        admitted: list[V1Request] = []
         while (
             not preempted and self.waiting and budget > 0 and len(self.running) < self.max_num_seqs
         ):
@@ -292,25 +299,85 @@ class SchedulerV1:
             budget -= scheduled[req]
             self.waiting.pop_request()
             self.running.append(req)
-        return self._execute(scheduled, preempted)
+            admitted.append(req)
+        out = self._make_output(scheduled, admitted, preempted)
+        self._pending_output = out
+        return out
 
-    def _execute(self, scheduled: dict[V1Request, int], preempted: int) -> int:
-        prefill = decode = 0
-        for req, n in scheduled.items():
+    def _make_output(
+        self,
+        scheduled: dict[V1Request, int],
+        admitted: list[V1Request],
+        preempted: list[V1Request],
+    ) -> SchedulerOutput:
+        cached = [r for r in scheduled if r not in admitted]
+        out = SchedulerOutput(
+            scheduled_new_reqs=[
+                NewRequestData(
+                    r.request_id,
+                    r.prompt,
+                    tuple(self.manager.block_table(r.request_id).blocks),
+                    r.num_computed_tokens,
+                )
+                for r in admitted
+            ],
+            scheduled_cached_reqs=CachedRequestData(
+                [r.request_id for r in cached],
+                [r.num_computed_tokens for r in cached],
+                [len(r.sampled) for r in cached],
+            ),
+            num_scheduled_tokens={r.request_id: n for r, n in scheduled.items()},
+            total_num_scheduled_tokens=sum(scheduled.values()),
+            preempted_req_ids={r.request_id for r in preempted},
+            finished_req_ids=self._finished_req_ids,
+        )
+        self._finished_req_ids = set()
+        for req, n in scheduled.items():  # v1's _update_after_schedule
             start = req.num_computed_tokens
-            if n == 1 and req.sampled and start == req.num_tokens - 1:
-                decode += 1
-            else:
-                prefill += n
             self.recomputed_tokens += max(0, min(start + n, req.high) - start)
             req.num_computed_tokens = start + n
             req.high = max(req.high, req.num_computed_tokens)
-            if req.num_computed_tokens == req.num_tokens:  # caught up: the model samples a token
-                token = req.outputs[len(req.sampled)]
+        return out
+
+    def sampling_req_ids(self, scheduler_output: SchedulerOutput) -> list[ReqId]:
+        """The requests of a step that sample a token: those whose computed tokens caught up
+        with their tokens (a prefill chunk that ends short of the prompt samples nothing)."""
+        return [
+            rid
+            for rid in scheduler_output.num_scheduled_tokens
+            if self._by_id[rid].num_computed_tokens == self._by_id[rid].num_tokens
+        ]
+
+    def workload_tokens(self, scheduler_output: SchedulerOutput) -> dict[ReqId, int]:
+        """The tokens the workload says each sampling request samples (the model, faked)."""
+        return {
+            rid: self._by_id[rid].outputs[len(self._by_id[rid].sampled)]
+            for rid in self.sampling_req_ids(scheduler_output)
+        }
+
+    def update_from_output(
+        self, scheduler_output: SchedulerOutput, sampled: Mapping[ReqId, int]
+    ) -> list[ReqId]:
+        """Take what the model sampled (v1's Scheduler.update_from_output): `sampled` maps
+        every request that caught up (`sampling_req_ids`) to its token. A request with
+        `output_len` tokens sampled is finished and freed. Returns the finished ids."""
+        sampled = self._check_output(scheduler_output, sampled)
+        self._pending_output = None
+        prefill = decode = 0
+        finished: list[ReqId] = []
+        for rid, n in scheduler_output.num_scheduled_tokens.items():
+            req = self._by_id[rid]
+            if n == 1 and req.sampled and req.num_computed_tokens == req.num_tokens:
+                decode += 1
+            else:
+                prefill += n
+            if rid in sampled:
+                token = sampled[rid]
                 req.sampled.append(token)
                 req.unsent.append(token)
                 if len(req.sampled) == req.output_len:
                     self._finish(req)
+                    finished.append(rid)
         self.prefill_tokens += prefill
         self.decode_tokens += decode
         if self.record:
@@ -323,10 +390,10 @@ class SchedulerV1:
                     prefill + decode,
                     prefill,
                     decode,
-                    preempted,
+                    len(scheduler_output.preempted_req_ids),
                 )
             )
-        return prefill + decode
+        return finished
 
     def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
         """v1's Scheduler.reset_prefix_cache, between steps: forget every cached block.
@@ -413,6 +480,7 @@ class SchedulerV1:
     def _finish(self, req: V1Request) -> None:
         self.manager.free_sequence(req.request_id)
         self.running.remove(req)
+        self._finished_req_ids.add(req.request_id)
         self.finished_seqs += 1
         i = req.request_id[0]
         self._left[i] -= 1

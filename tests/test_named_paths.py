@@ -33,6 +33,7 @@ OTHER_PROJECTS = {  # files of vLLM, transformers and SGLang that the prose cite
     "vllm/distributed/kv_events.py",
     "core/sched/request_queue.py",
     "core/sched/scheduler.py",
+    "vllm/v1/core/sched/output.py",
     "kv_cache_manager.py",
     "kv_cache_coordinator.py",
     "single_type_kv_cache_manager.py",

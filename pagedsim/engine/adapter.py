@@ -38,37 +38,38 @@ from ..trace import BlockReleased
 class BlockAdapter:
     def __init__(
         self,
-        num_blocks: int,
+        num_gpu_blocks: int,
         block_size: int,
         *,
-        prefix_caching: bool = False,
-        host_blocks: int = 0,
+        enable_prefix_caching: bool = False,
+        num_cpu_blocks: int = 0,
         trace: bool = False,
         manager: KVCacheManager | None = None,
     ):
         """`manager`: a block manager to serve from instead of a new KVCacheManager (the
         course's, driving a student's pool: course/ch03_kv_block/capstone.py); it must be
-        empty, of num_blocks x block_size, and a PrefixCachingManager iff prefix_caching."""
+        empty, of num_gpu_blocks x block_size, and a PrefixCachingManager iff
+        enable_prefix_caching."""
         if manager is None:
-            cls = PrefixCachingManager if prefix_caching else KVCacheManager
-            manager = cls(num_blocks, block_size, trace=trace)
+            cls = PrefixCachingManager if enable_prefix_caching else KVCacheManager
+            manager = cls(num_gpu_blocks, block_size, trace=trace)
         elif not isinstance(manager, KVCacheManager):
             raise TypeError(f"manager must be a KVCacheManager, got {type(manager).__name__}")
-        elif (manager.num_blocks, manager.block_size) != (num_blocks, block_size):
+        elif (manager.num_blocks, manager.block_size) != (num_gpu_blocks, block_size):
             raise ValueError(
                 f"manager has {manager.num_blocks} blocks x {manager.block_size} tokens, "
-                f"not {num_blocks} x {block_size}"
+                f"not {num_gpu_blocks} x {block_size}"
             )
-        elif isinstance(manager, PrefixCachingManager) != prefix_caching:
+        elif isinstance(manager, PrefixCachingManager) != enable_prefix_caching:
             raise ValueError(
-                f"prefix_caching is {prefix_caching} but the manager is a {type(manager).__name__}"
+                f"enable_prefix_caching is {enable_prefix_caching} but the manager is a "
+                f"{type(manager).__name__}"
             )
         elif manager.seq_ids():
             raise ValueError("manager must start with no sequences")
         self.manager = manager
         self.block_size = block_size
-        self.prefix_caching = prefix_caching
-        self.host = HostPool(host_blocks)  # the swap policy's host side (policies/preemption.py)
+        self.host = HostPool(num_cpu_blocks)  # the swap policy's host side (policies/preemption.py)
         self.swapped: dict = {}  # seq -> (host labels per logical block, num_tokens)
         self.ready: dict = {}  # block -> tuple of the tokens whose K/V it holds in full
         self._mark = 0  # trace events already counted by `events_since_mark`
@@ -97,7 +98,7 @@ class BlockAdapter:
         K/V is already in the cache (full ready blocks), or None (nothing changed) when
         blocks are short or a hit is still being computed by another sequence."""
         bs, pool = self.block_size, self.manager.pool
-        # the manager, when it caches prefixes (prefix_caching=True), else None
+        # the manager, when it caches prefixes (enable_prefix_caching=True), else None
         cache = self.manager if isinstance(self.manager, PrefixCachingManager) else None
         hits = cache.match(tokens) if cache is not None else []
         ready = 0

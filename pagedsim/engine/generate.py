@@ -189,11 +189,11 @@ def run(
     prompts=None,
     *,
     max_tokens=None,
-    blocks=None,
+    num_gpu_blocks_override=None,
     block_size: int = 16,
-    budget: int = 64,
-    policy: str = "swap",
-    prefix_caching: bool = True,
+    max_num_batched_tokens: int = 64,
+    preemption_mode: str = "swap",
+    enable_prefix_caching: bool = True,
     backend="auto",
     turns: int = 0,
     overrides=None,
@@ -205,7 +205,9 @@ def run(
     engine. Returns (engine, marks, summary): marks[i] is the manager snapshot index after
     engine step i + 1; summary is what `generate` reports. `generation_config`: "auto"
     applies the checkpoint's generation_config.json (apply_generation_config), "none"
-    ignores it (vLLM's option). `manager`: a factory (num_blocks, block_size) -> an empty
+    ignores it (vLLM's option). `num_gpu_blocks_override` sizes the pool (vLLM's name;
+    default: 16 blocks for the mix, else room for every request at once) and the engine
+    takes the result as num_gpu_blocks. `manager`: a factory (num_blocks, block_size) -> an empty
     KVCacheManager to serve from (`--pool`); pagedsim's own manager, the reference pool,
     then serves the same requests beside it step by step (lockstep.py), summary["pool"]
     says where the two first part, and lockstep.PoolFailed is raised if it raises."""
@@ -242,12 +244,13 @@ def run(
         requests = [replace(r, **overrides) for r in mix(tok, max_tokens, stop)]
     if turns:
         requests = requests[:1]
-    if blocks is None:  # room for every request at once, plus the cache
+    num_gpu_blocks = num_gpu_blocks_override
+    if num_gpu_blocks is None:  # room for every request at once, plus the cache
         from ..block_table import blocks_needed
 
         longest = (turns or 1) * (len(requests[0].prompt) + max_tokens + 16)
         groups = len(model.config.windowed)  # a hybrid model fills two KV cache groups
-        blocks = (
+        num_gpu_blocks = (
             16
             if not prompts and not turns
             else groups
@@ -259,25 +262,25 @@ def run(
         )
     engine = PagedEngine(
         model,
-        blocks,
+        num_gpu_blocks,
         block_size,
-        max_num_batched_tokens=budget,
-        prefix_caching=prefix_caching,
-        policy=policy,
+        max_num_batched_tokens=max_num_batched_tokens,
+        enable_prefix_caching=enable_prefix_caching,
+        preemption_mode=preemption_mode,
         backend=backend,
         trace=True,
         check=manager is None,  # a pool under test is compared with the reference instead
-        manager=None if manager is None else manager(blocks, block_size),
+        manager=None if manager is None else manager(num_gpu_blocks, block_size),
     )
     beside = None
     if manager is not None:
         reference = PagedEngine(
             model,
-            blocks,
+            num_gpu_blocks,
             block_size,
-            max_num_batched_tokens=budget,
-            prefix_caching=prefix_caching,
-            policy=policy,
+            max_num_batched_tokens=max_num_batched_tokens,
+            enable_prefix_caching=enable_prefix_caching,
+            preemption_mode=preemption_mode,
             backend=engine.backend,
             trace=True,  # compared with the pool under test manager call by manager call
             check=True,
@@ -305,9 +308,9 @@ def run(
         backend=engine.backend.name,
         attention=engine.backend.where(),
         steps=len(engine.log),
-        blocks=blocks,
+        num_gpu_blocks=num_gpu_blocks,
         block_size=block_size,
-        budget=budget,
+        max_num_batched_tokens=max_num_batched_tokens,
         block_bytes=engine.kv.block_bytes,
         computed_tokens=stats["computed_tokens"],
         skipped_by_prefix_cache=stats["cached_tokens"],

@@ -104,7 +104,7 @@ def parser() -> ArgParser:
     p.add_argument(
         "--budget",
         "--max-num-batched-tokens",
-        dest="budget",
+        dest="max_num_batched_tokens",
         type=int_in(1, 1_000_000),
         default=64,
         help="vLLM's max_num_batched_tokens: tokens per step (default 64)",
@@ -179,9 +179,9 @@ def print_report(engine, s: dict, args) -> None:
             + ", ".join(f"{k} {v}" for k, v in s["generation_config"].items())
         )
     print(
-        f"{len(engine.runs)} request{many}, pool of {s['blocks']} blocks x {s['block_size']} "
-        f"tokens, "
-        f"budget {s['budget']} tokens/step, prefix caching "
+        f"{len(engine.runs)} request{many}, pool of {s['num_gpu_blocks']} blocks x "
+        f"{s['block_size']} tokens, "
+        f"budget {s['max_num_batched_tokens']} tokens/step, prefix caching "
         f"{'on' if args.enable_prefix_caching else 'off'}"
     )
     for rec in engine.log:
@@ -274,11 +274,11 @@ def main(argv: list[str] | None = None) -> int:
             tok,
             prompts,
             max_tokens=args.max_tokens,
-            blocks=args.num_gpu_blocks_override,
+            num_gpu_blocks_override=args.num_gpu_blocks_override,
             block_size=args.block_size,
-            budget=args.budget,
-            policy=args.preemption_mode,
-            prefix_caching=args.enable_prefix_caching,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            preemption_mode=args.preemption_mode,
+            enable_prefix_caching=args.enable_prefix_caching,
             backend=args.backend,
             turns=args.turns,
             overrides=overrides,

@@ -1,7 +1,7 @@
 """The engine's paged K/V: one cache per layer on the device, a host pool for swapping.
 
-    caches[layer]  [num_blocks, 2, H_kv, B, D] float32 (the attention backend's arrays)
-    hosts[layer]   [host_blocks, 2, H_kv, B, D] float32 NumPy (v0's CPU swap space)
+    caches[layer]  [num_gpu_blocks, 2, H_kv, B, D] float32 (the attention backend's arrays)
+    hosts[layer]   [num_cpu_blocks, 2, H_kv, B, D] float32 NumPy (v0's CPU swap space)
 
 Every read and write goes through the injected attention backend (`backend.py`);
 this file only fans a call out over the layers and knows a block's size in bytes.
@@ -13,11 +13,13 @@ import numpy as np
 
 
 class PagedKV:
-    def __init__(self, backend, layers, num_blocks, kv_heads, block_size, head_dim, host_blocks):
-        shape = (num_blocks, 2, kv_heads, block_size, head_dim)  # [N, 2, H_kv, B, D]
+    def __init__(
+        self, backend, layers, num_gpu_blocks, kv_heads, block_size, head_dim, num_cpu_blocks
+    ):
+        shape = (num_gpu_blocks, 2, kv_heads, block_size, head_dim)  # [N, 2, H_kv, B, D]
         self.backend = backend
         self.caches = [backend.new_cache(shape) for _ in range(layers)]
-        self.hosts = [np.zeros((host_blocks,) + shape[1:], np.float32) for _ in range(layers)]
+        self.hosts = [np.zeros((num_cpu_blocks,) + shape[1:], np.float32) for _ in range(layers)]
         self.block_bytes = layers * int(np.prod(shape[1:])) * 4  # one block, every layer
 
     @property

@@ -36,13 +36,13 @@ class PagedEngine:
     def __init__(
         self,
         model: Transformer,
-        num_blocks: int,
+        num_gpu_blocks: int,
         block_size: int,
         *,
         max_num_batched_tokens: int = 16,
-        prefix_caching: bool = False,
-        policy: str = "recompute",
-        host_blocks: int | None = None,
+        enable_prefix_caching: bool = False,
+        preemption_mode: str = "recompute",
+        num_cpu_blocks: int | None = None,
         backend="auto",
         trace: bool = False,
         check: bool = False,
@@ -50,23 +50,31 @@ class PagedEngine:
     ):
         """`backend`: "auto" (kernels on a GPU, NumPy on the CPU), "numpy", "kernels", or an
         attention backend object (backend.py). `max_num_batched_tokens` is vLLM's token
-        budget of one step. `manager`: a KVCacheManager to serve from instead of a new one
-        (adapter.py; a model with full-attention layers only)."""
+        budget of one step; `num_gpu_blocks` and `num_cpu_blocks` (default 4 x num_gpu_blocks,
+        v0's swap space) size the pools, `preemption_mode` is v0's "recompute" or "swap".
+        `manager`: a KVCacheManager to serve from instead of a new one (adapter.py; a model
+        with full-attention layers only)."""
         if not isinstance(model, Transformer):
             raise TypeError(
                 f"model must be a Transformer (TinyModel or hf.load_model), got "
                 f"{type(model).__name__}"
             )
         count_arg("max_num_batched_tokens", max_num_batched_tokens, 1)
-        for name, flag in (("prefix_caching", prefix_caching), ("trace", trace), ("check", check)):
+        for name, flag in (
+            ("enable_prefix_caching", enable_prefix_caching),
+            ("trace", trace),
+            ("check", check),
+        ):
             if type(flag) is not bool:
                 raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
-        if policy not in ("recompute", "swap"):
-            raise ValueError(f"policy must be 'recompute' or 'swap', got {policy!r}")
-        host_blocks = (
-            4 * count_arg("num_blocks", num_blocks, 1)
-            if host_blocks is None
-            else count_arg("host_blocks", host_blocks, 0)
+        if preemption_mode not in ("recompute", "swap"):
+            raise ValueError(
+                f"preemption_mode must be 'recompute' or 'swap', got {preemption_mode!r}"
+            )
+        num_cpu_blocks = (
+            4 * count_arg("num_gpu_blocks", num_gpu_blocks, 1)
+            if num_cpu_blocks is None
+            else count_arg("num_cpu_blocks", num_cpu_blocks, 0)
         )
         c = model.config
         self.model, self.check = model, check
@@ -77,19 +85,19 @@ class PagedEngine:
         if "sliding" in kinds:  # v1's window manager, or its hybrid allocator
             assert c.sliding_window is not None, "a sliding layer has a window"
             self.blocks = WindowAdapter(
-                num_blocks,
+                num_gpu_blocks,
                 block_size,
-                window=c.sliding_window,
+                sliding_window=c.sliding_window,
                 hybrid="full" in kinds,
-                prefix_caching=prefix_caching,
+                enable_prefix_caching=enable_prefix_caching,
                 trace=trace,
             )
         else:
             self.blocks = BlockAdapter(
-                num_blocks,
+                num_gpu_blocks,
                 block_size,
-                prefix_caching=prefix_caching,
-                host_blocks=host_blocks,
+                enable_prefix_caching=enable_prefix_caching,
+                num_cpu_blocks=num_cpu_blocks,
                 trace=trace,
                 manager=manager,
             )
@@ -99,15 +107,21 @@ class PagedEngine:
         ]
         self.backend = choose(backend)  # the one place the attention backend is picked
         self.kv = PagedKV(
-            self.backend, c.layers, num_blocks, c.kv_heads, block_size, c.head_dim, host_blocks
+            self.backend,
+            c.layers,
+            num_gpu_blocks,
+            c.kv_heads,
+            block_size,
+            c.head_dim,
+            num_cpu_blocks,
         )
-        self.scheduler = Scheduler(self.blocks, self.kv, max_num_batched_tokens, policy)
+        self.scheduler = Scheduler(self.blocks, self.kv, max_num_batched_tokens, preemption_mode)
         self.runs: list = []
         self.log: list = []  # one dict per step: what ran and what the blocks did
 
     @property
     def max_num_batched_tokens(self) -> int:
-        return self.scheduler.budget
+        return self.scheduler.max_num_batched_tokens
 
     def refuse(self, request) -> None:
         """Raise if `request` could never be served; changes nothing."""
@@ -134,10 +148,10 @@ class PagedEngine:
         )  # a hybrid model fills two groups
         if worst > pool:
             raise ValueError(f"request needs up to {worst} blocks alone; the pool has {pool}")
-        if request.width > self.scheduler.budget:
+        if request.width > self.scheduler.max_num_batched_tokens:
             raise ValueError(
                 f"request runs {request.width} sequences; max_num_batched_tokens "
-                f"is {self.scheduler.budget}"
+                f"is {self.scheduler.max_num_batched_tokens}"
             )
 
     def submit(self, request) -> None:

@@ -11,7 +11,7 @@ waiting ones, within `max_num_batched_tokens` (vLLM's name for the step's budget
 When a running request cannot get a slot, the most recently admitted request not yet
 served this step is preempted (the request itself if there is none). v0's rule picks
 how: one sequence -> recompute (blocks freed, tokens prefilled again later) unless the
-policy is "swap"; several sequences (beams, n > 1) -> swap, since they share blocks.
+preemption_mode is "swap"; several sequences (beams, n > 1) -> swap, since they share blocks.
 """
 
 from __future__ import annotations
@@ -48,11 +48,11 @@ class Item:
 
 
 class Scheduler:
-    def __init__(self, blocks: BlockAdapter, kv, max_num_batched_tokens: int, policy: str):
+    def __init__(self, blocks: BlockAdapter, kv, max_num_batched_tokens: int, preemption_mode: str):
         # the registry decides (policies/preemption.py)
-        self.keeps_kv = preemption_class(policy).keeps_kv
+        self.keeps_kv = preemption_class(preemption_mode).keeps_kv
         self.blocks, self.kv = blocks, kv
-        self.budget, self.policy = max_num_batched_tokens, policy
+        self.max_num_batched_tokens = max_num_batched_tokens
         self.waiting: deque = deque()
         self.running: list = []
         self.swapped: deque = deque()
@@ -72,7 +72,7 @@ class Scheduler:
 
     def schedule(self) -> list[Item]:
         items: list[Item] = []
-        budget, served = self.budget, set[int]()
+        budget, served = self.max_num_batched_tokens, set[int]()
         self._swap_in()
         for run in list(self.running):
             if run.status != "running":

@@ -39,12 +39,12 @@ class WindowAdapter:
 
     def __init__(
         self,
-        num_blocks: int,
+        num_gpu_blocks: int,
         block_size: int,
         *,
-        window: int,
+        sliding_window: int,
         hybrid: bool,
-        prefix_caching: bool = False,
+        enable_prefix_caching: bool = False,
         trace: bool = False,
     ):
         # HybridManager or SlidingWindowPrefixCachingManager: the same v1 calls, each with
@@ -52,15 +52,17 @@ class WindowAdapter:
         self.manager: Any
         self.groups: tuple[str, ...]
         if hybrid:
-            self.manager = HybridManager(num_blocks, block_size, window=window, trace=trace)
+            self.manager = HybridManager(
+                num_gpu_blocks, block_size, window=sliding_window, trace=trace
+            )
             self.groups = ("full", "window")
         else:
             self.manager = SlidingWindowPrefixCachingManager(
-                num_blocks, block_size, window=window, trace=trace
+                num_gpu_blocks, block_size, window=sliding_window, trace=trace
             )
             self.groups = ("window",)
         self.block_size = block_size
-        self.prefix_caching = prefix_caching
+        self.enable_prefix_caching = enable_prefix_caching
         self.ready: dict = {}  # unused: v1 names a block only once its K/V is computed
         self._computed: dict = {}  # seq -> tokens whose K/V is written
         self._named: set = set()  # blocks the tables named at the last events_since_mark
@@ -101,7 +103,7 @@ class WindowAdapter:
     def admit(self, seq, tokens: tuple):
         """Slots for all of `tokens`; the number of leading tokens a cache hit serves, or
         None (nothing changed) when blocks are short."""
-        hit = self.manager.get_computed_blocks(tokens) if self.prefix_caching else None
+        hit = self.manager.get_computed_blocks(tokens) if self.enable_prefix_caching else None
         done = hit.num_tokens if hit is not None else 0
         got = self.manager.allocate_slots(seq, 0, len(tokens) - done, tokens, hit)
         if got is None:

@@ -22,7 +22,7 @@ from pagedsim.app.cli import main
 from pagedsim.engine import generate
 from pagedsim.engine.lockstep import Divergence, PoolFailed, View, blocks_difference
 
-RUN = dict(max_tokens=8, blocks=24, block_size=8, prefix_caching=False)
+RUN = dict(max_tokens=8, num_gpu_blocks_override=24, block_size=8, enable_prefix_caching=False)
 CLI = ["generate", "--pool", "workspace", "--max-tokens", "8", "--block-size", "8"]
 CLI += ["--num-gpu-blocks-override", "24"]
 

@@ -55,7 +55,7 @@ def test_beam_search_ends_early_once_no_live_beam_can_beat_the_finished_ones():
 def test_a_fully_cached_block_aligned_prompt_recomputes_its_last_block_as_v1_does():
     model = TinyModel(ModelConfig(layers=1, heads=2, kv_heads=1, head_dim=8, hidden=16, mlp=32))
     engine = PagedEngine(
-        model, 8, 2, max_num_batched_tokens=8, prefix_caching=True, backend="numpy"
+        model, 8, 2, max_num_batched_tokens=8, enable_prefix_caching=True, backend="numpy"
     )
     prompt = (3, 4, 5, 6)
     engine.generate([Request(prompt, 1)])
@@ -66,7 +66,7 @@ def test_a_fully_cached_block_aligned_prompt_recomputes_its_last_block_as_v1_doe
 
 
 def test_admission_waits_for_a_hit_that_another_sequence_is_still_computing():
-    blocks = BlockAdapter(8, 2, prefix_caching=True)
+    blocks = BlockAdapter(8, 2, enable_prefix_caching=True)
     assert blocks.admit("a", (1, 2, 3, 4, 5)) == 0
     assert blocks.admit("b", (1, 2, 3, 4, 9)) is None  # a's blocks hold no K/V yet
     blocks.written("a", (1, 2, 3, 4, 5), 0, 5)
@@ -75,7 +75,7 @@ def test_admission_waits_for_a_hit_that_another_sequence_is_still_computing():
 
 
 def test_a_swapped_in_sequence_can_be_hit_again_and_goes_on_naming_its_new_blocks():
-    blocks = BlockAdapter(8, 2, prefix_caching=True, host_blocks=8)
+    blocks = BlockAdapter(8, 2, enable_prefix_caching=True, num_cpu_blocks=8)
     tokens = (1, 2, 3, 4, 5)
     assert blocks.admit("a", tokens) == 0
     blocks.written("a", tokens, 0, 5)

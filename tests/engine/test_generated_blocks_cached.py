@@ -17,7 +17,7 @@ def turn_two(prompt, answer_len, cue, block_size, caching=True):
         64,
         block_size,
         max_num_batched_tokens=32,
-        prefix_caching=caching,
+        enable_prefix_caching=caching,
         backend="numpy",
         check=True,
     )

@@ -59,9 +59,9 @@ def test_beams_with_a_stop_token_equal_transformers_beam_search(
         length_penalty=length_penalty,
     )
     dense = DenseEngine(model).generate([request])[0]
-    paged = PagedEngine(model, 64, 4, backend="numpy", prefix_caching=True, check=True).generate(
-        [request]
-    )[0]
+    paged = PagedEngine(
+        model, 64, 4, backend="numpy", enable_prefix_caching=True, check=True
+    ).generate([request])[0]
     assert dense.outputs() == want and paged.outputs() == want
     if (width, eos) == (2, 35):  # transformers stopped before max_tokens: so did the engine
         assert dense.generated < MAX_TOKENS

@@ -104,7 +104,7 @@ def test_greedy_tokens_equal_transformers_generate_on_both_engines(tmp_path, cas
     request = Request(tuple(PROMPT), 16, stop_token_ids=stop)
     dense = DenseEngine(model).generate([request])[0].outputs()
     paged = (
-        PagedEngine(model, 32, 4, backend="numpy", prefix_caching=True, check=True)
+        PagedEngine(model, 32, 4, backend="numpy", enable_prefix_caching=True, check=True)
         .generate([request])[0]
         .outputs()
     )

@@ -21,7 +21,7 @@ def serve(model, requests, blocks=200, caching=True):
         blocks,
         B,
         max_num_batched_tokens=64,
-        prefix_caching=caching,
+        enable_prefix_caching=caching,
         backend="numpy",
         check=True,
         trace=True,
@@ -63,7 +63,7 @@ def test_every_layer_sliding_is_one_window_group_that_slides():
 @pytest.mark.parametrize("model", [HYBRID, SLIDING], ids=["hybrid", "sliding"])
 def test_the_prefix_cache_hits_across_groups(model):
     prompt = tuple(range(1, 41))
-    engine = PagedEngine(model, 100, B, prefix_caching=True, backend="numpy", check=True)
+    engine = PagedEngine(model, 100, B, enable_prefix_caching=True, backend="numpy", check=True)
     first = engine.generate([Request(prompt, 6)])
     second = engine.generate([Request(prompt + (50, 51), 6)])  # after the first finished
     dense = DenseEngine(model).generate([Request(prompt, 6), Request(prompt + (50, 51), 6)])
@@ -115,8 +115,8 @@ def test_a_tight_pool_preempts_a_hybrid_request_by_recompute_and_tokens_still_ma
         22,
         B,
         max_num_batched_tokens=8,
-        prefix_caching=True,
-        policy=policy,
+        enable_prefix_caching=True,
+        preemption_mode=policy,
         backend="numpy",
         check=True,
     )

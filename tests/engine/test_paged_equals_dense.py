@@ -62,8 +62,8 @@ def assert_same(model, mix, backend):
         num_blocks,
         block_size,
         max_num_batched_tokens=budget,
-        policy=policy,
-        prefix_caching=caching,
+        preemption_mode=policy,
+        enable_prefix_caching=caching,
         backend=backend,
         check=True,
     )

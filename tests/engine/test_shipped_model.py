@@ -125,7 +125,7 @@ def test_the_kernels_serve_the_shipped_model_as_the_dense_engine_does():
         Request(tuple(tok.encode("JULIET.\nO Romeo, Romeo").ids), 3),
         Request(tuple(tok.encode("JULIET.\nO Romeo, wherefore").ids), 2, beam_width=2),
     ]
-    engine = PagedEngine(model, 12, 16, backend="kernels", prefix_caching=True, check=True)
+    engine = PagedEngine(model, 12, 16, backend="kernels", enable_prefix_caching=True, check=True)
     paged = engine.generate(requests)
     assert "cuda_kernels" in engine.backend.where()
     for p, d in zip(paged, DenseEngine(model).generate(requests), strict=True):

@@ -265,7 +265,10 @@ def test_the_generate_page_labels_each_block_with_the_text_it_holds(open_page, t
     from pagedsim.engine.generate import run
 
     engine, marks, _ = run(
-        prompts=["ROMEO: But soft, what light"], max_tokens=6, blocks=8, block_size=8
+        prompts=["ROMEO: But soft, what light"],
+        max_tokens=6,
+        num_gpu_blocks_override=8,
+        block_size=8,
     )
     page = sources.generate(engine, marks)
     frames = page["trace_or_snapshots"]

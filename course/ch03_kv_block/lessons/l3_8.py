@@ -150,7 +150,7 @@ def your_code(model, tok, backend: str = "auto", max_tokens: int = 16) -> tuple[
             tok,
             max_tokens=max_tokens,
             backend=backend,
-            prefix_caching=False,
+            enable_prefix_caching=False,
             manager=code.manager,
             pool_name="workspace",
         )
@@ -228,7 +228,9 @@ def demo(out_dir, backend: str = "auto", model_dir=None) -> None:
     )
     print("3.5 the same run with other block sizes:")
     for size in (8, 32):
-        _, _, other = run(model, tok, blocks=256 // size, block_size=size, backend=backend)
+        _, _, other = run(
+            model, tok, num_gpu_blocks_override=256 // size, block_size=size, backend=backend
+        )
         print(
             f"    B = {size:>2}: prefix cache served {other['skipped_by_prefix_cache']} tokens, "
             f"tokens match: {other['tokens_match']}"
