@@ -16,7 +16,7 @@ import importlib.util
 import os
 import types
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -135,3 +135,81 @@ def agreed(machine: object) -> None:
     """Count one step on which the two sides agreed (the tier's summary prints the counts)."""
     name = type(machine).__name__
     STEPS_AGREED[name] = STEPS_AGREED.get(name, 0) + 1
+
+
+# A 12-key Llama config.json: vLLM's ModelConfig reads it from a local directory instead of
+# the hub (its tokenizer is skipped), the first of the Scheduler's three workarounds.
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "num_hidden_layers": 1,
+    "vocab_size": 256,
+    "max_position_embeddings": 256,
+    "rms_norm_eps": 1e-6,
+    "hidden_act": "silu",
+    "torch_dtype": "float32",
+}
+
+
+class SchedulerArgs(NamedTuple):
+    num_blocks: int  # vLLM's pool, its null block included
+    block_size: int
+    max_num_batched_tokens: int  # the token budget of a step
+    max_num_seqs: int
+    policy: str  # "fcfs" or "priority"
+    max_model_len: int
+
+
+def vllm_scheduler(vllm: Any, model_dir: str, args: SchedulerArgs) -> Any:
+    """vLLM's v1 Scheduler, built as upstream tests/v1/core/utils.py's create_scheduler does,
+    with the three workarounds of a CPU machine: the local config.json, VLLM_TARGET_DEVICE=cpu
+    (load_vllm) and vllm.triton_utils.HAS_TRITON = True before the config is built."""
+    config = importlib.import_module("vllm.config")
+    importlib.import_module("vllm.triton_utils").HAS_TRITON = True
+    sched = importlib.import_module("vllm.v1.core.sched.scheduler")
+    structured = importlib.import_module("vllm.v1.structured_output")
+    vllm_config = config.VllmConfig(
+        scheduler_config=config.SchedulerConfig(
+            max_num_seqs=args.max_num_seqs,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            max_model_len=args.max_model_len,
+            enable_chunked_prefill=True,
+            policy=args.policy,
+            is_encoder_decoder=False,
+            async_scheduling=False,
+            # 0.34's default (True) admits a request only if its whole prompt fits; pagedsim's
+            # SchedulerV1 admits on its first chunk, as v1 did before (docs/vllm-name-map.md)
+            scheduler_reserve_full_isl=False,
+        ),
+        model_config=config.ModelConfig(
+            model=model_dir, skip_tokenizer_init=True, max_model_len=args.max_model_len
+        ),
+        cache_config=config.CacheConfig(
+            block_size=args.block_size, cache_dtype="auto", enable_prefix_caching=True
+        ),
+    )
+    spec = vllm.spec
+    kv_cache_config = spec.KVCacheConfig(
+        num_blocks=args.num_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[
+            spec.KVCacheGroupSpec(
+                ["layer"],
+                spec.FullAttentionSpec(
+                    block_size=args.block_size, num_kv_heads=1, head_size=1, dtype=vllm.float32
+                ),
+            )
+        ],
+    )
+    vllm_config.cache_config.num_gpu_blocks = args.num_blocks
+    return sched.Scheduler(
+        vllm_config=vllm_config,
+        kv_cache_config=kv_cache_config,
+        structured_output_manager=structured.StructuredOutputManager(vllm_config),
+        block_size=args.block_size,
+        log_stats=False,
+    )
