@@ -46,6 +46,7 @@ def load_vllm() -> types.SimpleNamespace:
             "vllm.v1.core.kv_cache_utils",
             "vllm.v1.kv_cache_interface",
             "vllm.v1.request",
+            "vllm.v1.outputs",
             "vllm.sampling_params",
             "vllm.utils.hashing",
             "vllm.distributed.kv_events",
@@ -57,6 +58,7 @@ def load_vllm() -> types.SimpleNamespace:
     ns.BlockPool = mods["vllm.v1.core.block_pool"].BlockPool
     ns.KVCacheManager = mods["vllm.v1.core.kv_cache_manager"].KVCacheManager
     ns.Request = mods["vllm.v1.request"].Request
+    ns.ModelRunnerOutput = mods["vllm.v1.outputs"].ModelRunnerOutput
     ns.SamplingParams = mods["vllm.sampling_params"].SamplingParams
     ns.sha256 = mods["vllm.utils.hashing"].sha256
     ns.utils = utils

@@ -69,6 +69,11 @@ def workloads(draw):
     return out
 
 
+def vllm_id(req_id):
+    """vLLM's request id for pagedsim's (request index, sample index)."""
+    return f"r{req_id[0]:02d}"
+
+
 class SchedulerOracle(RuleBasedStateMachine):
     def __init__(self, vllm, model_dir):
         super().__init__()
@@ -98,7 +103,7 @@ class SchedulerOracle(RuleBasedStateMachine):
             max_model_len=MAX_LEN,
             record=False,
         )
-        self.work, self.outputs, self.added = work, [o for _, o, *_ in work], 0
+        self.work, self.added = work, 0
         self.reset_preempted: set[str] = set()  # preempted by a reset since the last step
 
     def _vllm_request(self, i):
@@ -106,7 +111,7 @@ class SchedulerOracle(RuleBasedStateMachine):
         extra = 3 if end != "length" else 0  # ends early, by EOS or a stop id
         req = vllm_request(
             self.vllm,
-            f"r{i:02d}",
+            vllm_id((i, 0)),
             prompt,
             B,
             max_tokens=len(outputs) + extra,
@@ -129,22 +134,18 @@ class SchedulerOracle(RuleBasedStateMachine):
             self.added += 1
         theirs, ours = self.theirs.schedule(), self.ours.schedule()
         self._same_schedule(theirs, ours)
-        sampling = sorted(self.ours.sampling_req_ids(ours))
-        tokens = {rid: self.outputs[rid[0]][len(self.ours._by_id[rid].sampled)] for rid in sampling}
+        tokens = self.ours.workload_tokens(ours)  # the faked model: the drawn outputs, in turn
         finished = self.ours.update_from_output(ours, tokens)
-        model = self.vllm.mods["vllm.v1.outputs"] if "vllm.v1.outputs" in self.vllm.mods else None
-        if model is None:
-            import importlib
-
-            model = self.vllm.mods["vllm.v1.outputs"] = importlib.import_module("vllm.v1.outputs")
         ids = list(theirs.num_scheduled_tokens)
-        want = {f"r{rid[0]:02d}": [t] for rid, t in tokens.items()}
+        want = {vllm_id(rid): [t] for rid, t in tokens.items()}
         for rid in ids:  # the requests vLLM lets sample are pagedsim's
             req = self.theirs.requests[rid]
             assert (req.num_computed_tokens >= req.num_tokens) == (rid in want), f"{rid} samples?"
         out = self.theirs.update_from_output(
             theirs,
-            model.ModelRunnerOutput(req_ids=ids, sampled_token_ids=[want.get(r, []) for r in ids]),
+            self.vllm.ModelRunnerOutput(
+                req_ids=ids, sampled_token_ids=[want.get(r, []) for r in ids]
+            ),
         )
         done = {
             o.request_id
@@ -152,13 +153,14 @@ class SchedulerOracle(RuleBasedStateMachine):
             for o in batch.outputs
             if o.finish_reason is not None
         }
-        assert done == {f"r{i:02d}" for i, _ in finished}, f"finished: vLLM {done}"
+        assert done == {vllm_id(rid) for rid in finished}, f"finished: vLLM {done}"
 
     def _arrival_order(self):
         return sorted((a, i) for i, (_, _, a, _, _) in enumerate(self.work))
 
     def _same_schedule(self, theirs, ours):
-        name = {rid: f"r{rid[0]:02d}" for rid in self.ours._by_id}
+        name = {rid: vllm_id(rid) for rid in ours.num_scheduled_tokens}
+        name |= {rid: vllm_id(rid) for rid in ours.preempted_req_ids | ours.finished_req_ids}
         sched = {name[r]: n for r, n in ours.num_scheduled_tokens.items()}
         assert theirs.num_scheduled_tokens == sched, (
             f"scheduled: vLLM {theirs.num_scheduled_tokens}, pagedsim {sched}"
@@ -188,7 +190,7 @@ class SchedulerOracle(RuleBasedStateMachine):
     @rule(running=st.booleans())
     def reset_prefix_cache(self, running):
         if running:
-            self.reset_preempted |= {f"r{r.request_id[0]:02d}" for r in self.ours.running}
+            self.reset_preempted |= {vllm_id(r.request_id) for r in self.ours.running}
         ok = self.theirs.reset_prefix_cache(reset_running_requests=running)
         assert ok == self.ours.reset_prefix_cache(running), f"reset_prefix_cache: vLLM {ok}"
 
@@ -197,10 +199,10 @@ class SchedulerOracle(RuleBasedStateMachine):
         if not hasattr(self, "ours"):
             return
         manager = self.theirs.kv_cache_manager
-        running = [f"r{r.request_id[0]:02d}" for r in self.ours.running]
+        running = [vllm_id(r.request_id) for r in self.ours.running]
         assert [r.request_id for r in self.theirs.running] == running, "running order"
         for r in self.ours.running:
-            theirs = [P(b) for b in manager.get_block_ids(f"r{r.request_id[0]:02d}")[0]]
+            theirs = [P(b) for b in manager.get_block_ids(vllm_id(r.request_id))[0]]
             assert theirs == self.ours.manager.block_table(r.request_id).blocks, "block table"
         pool = manager.block_pool
         assert vllm_free_list(pool) == self.ours.manager.pool.free_list(), "free queue order"
