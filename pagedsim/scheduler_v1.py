@@ -468,7 +468,8 @@ class SchedulerV1(WorkloadScheduler):
 
     def _pick_victim(self) -> V1Request:
         if self.policy == "priority":
-            victim = max(self.running, key=priority_rank)
+            # v1 (0.34): max by (priority, arrival_time); a tie goes to the first running
+            victim = max(self.running, key=lambda r: (r.priority, r.arrival_time))
             self.running.remove(victim)
             return victim
         return self.running.pop()
