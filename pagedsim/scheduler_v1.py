@@ -492,8 +492,3 @@ class SchedulerV1(WorkloadScheduler):
         self._left[i] -= 1
         if not self._left[i]:
             self.finished += 1
-
-
-def priority_rank(req: V1Request) -> tuple[int, float, int, tuple[int, int]]:
-    """v1's request order under the priority policy: (priority, arrival_time), then ids."""
-    return (req.priority, req.arrival_time, req.arrival, req.request_id)
