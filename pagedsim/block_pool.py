@@ -22,17 +22,23 @@ with O(1) removal from anywhere, which the prefix cache's pool is built on.
 
 Order: `allocate()` always takes the head. `free_order` decides where a block whose count
 reaches 0 goes back:
-    "lifo"  to the head, the chapter's order (the hottest block is reused first; vLLM v0
-            pops and pushes the same end);
-    "fifo"  to the tail, as vLLM v1 does with prefix caching off (older v1 appended every
-            freed block). With prefix caching see policies/prefix_cache.py: recent v1 puts
-            unhashed blocks at the front and hashed ones at the back.
-A lifo pool only ever uses _free. In a fifo pool, when _free holds fewer blocks than a
-request takes, _back's blocks move under them (reversed) in one slice; a block moves once
-between a free and its next allocation, so both stay O(1) amortized.
+    "lifo"     to the head, the chapter's order (the hottest block is reused first; vLLM v0
+               pops and pushes the same end): `release` of a run leaves its LAST block at
+               the head, as `free` on each in turn would;
+    "prepend"  to the head too, but `release` puts a run there in the order given, its
+               FIRST block at the head: vLLM v1's order (0.34's `BlockPool.free_blocks`
+               with prefix caching off, `free_block_queue.prepend_n`; shown by
+               tests/vllm_oracle/test_block_pool_oracle.py);
+    "fifo"     to the tail, as older vLLM v1 did (it appended every freed block).
+With prefix caching see policies/cache_pool.py: v1 puts unhashed blocks at the front, in
+the order given, and hashed ones at the back. A lifo or prepend pool only ever uses _free.
+In a fifo pool, when _free holds fewer blocks than a request takes, _back's blocks move
+under them (reversed) in one slice; a block moves once between a free and its next
+allocation, so both stay O(1) amortized.
 
 `allocate_many` takes a run of blocks off the head at once; `release` puts the blocks
-whose count reaches 0 back at once, in exactly the order `free` on each in turn would.
+whose count reaches 0 back at once: in the order `free` on each in turn would (lifo, fifo),
+or as one run at the head in the order given (prepend).
 Both go through the free-list primitives (`_pop_run`, `_push_run`, `_push`, `_unlink`,
 `head`, `free_list`, `_checked_free_list`), which are all a subclass with another free
 list (`LinkedBlockPool`) replaces; a pool that decides where a freed block goes (a caching
@@ -55,7 +61,7 @@ from typing import Any
 
 from .errors import MAX_BLOCK_SIZE, MAX_NUM_BLOCKS, BlockError, OutOfBlocks, count_arg
 
-FREE_ORDERS = ("lifo", "fifo")
+FREE_ORDERS = ("lifo", "prepend", "fifo")
 
 
 class BlockPool:
@@ -120,6 +126,8 @@ class BlockPool:
         """Put blocks whose count just reached 0 back, as `_push` on each in turn would."""
         if self.free_order == "lifo":  # each one in turn on top: the last freed leads
             self._free += gone
+        elif self.free_order == "prepend":  # one run on top, in order: the first leads
+            self._free += gone[::-1]
         else:
             self._back += gone
         self.num_free_blocks += len(gone)
@@ -127,7 +135,7 @@ class BlockPool:
     def _push(self, b: int, to_head: bool | None = None) -> None:
         """Put block b back on the free list: at the head, or at the tail (default: free_order)."""
         if to_head is None:
-            to_head = self.free_order == "lifo"
+            to_head = self.free_order != "fifo"
         (self._free if to_head else self._back).append(b)
         self.num_free_blocks += 1
 
@@ -237,8 +245,9 @@ class BlockPool:
     def release(self, blocks: Any) -> None:
         """`free` for many blocks, in order; all or nothing.
 
-        The blocks whose count reaches 0 rejoin the list at once (`_push_run`), in exactly
-        the order `free` called on each in turn would leave them. Every id is checked as its
+        The blocks whose count reaches 0 rejoin the list at once (`_push_run`): in the
+        order `free` called on each in turn would leave them, or, in a prepend pool, as one
+        run at the head in the order given (v1's free_blocks). Every id is checked as its
         count drops; on a bad one the counts already dropped are put back before the error
         is raised. When nothing is shared (every held block has count 1, the common case)
         one pass checks and counts every id, and the list takes them all."""

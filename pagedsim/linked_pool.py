@@ -67,10 +67,12 @@ class LinkedBlockPool(BlockPool):
     def _push_run(self, gone: list[int]) -> None:
         nxt, prv = self._next, self._prev
         order: Iterable[int]
-        if self.free_order == "lifo":  # each one in turn at the head: the last freed leads
-            left, right, order = self._head, nxt[self._head], reversed(gone)
-        else:
+        if self.free_order == "fifo":  # after the tail, in order
             left, right, order = prv[self._tail], self._tail, gone
+        elif self.free_order == "lifo":  # each one in turn at the head: the last freed leads
+            left, right, order = self._head, nxt[self._head], reversed(gone)
+        else:  # prepend: one run at the head, in order (v1's prepend_n)
+            left, right, order = self._head, nxt[self._head], gone
         for b in order:
             nxt[left] = b
             prv[b] = left
@@ -81,7 +83,7 @@ class LinkedBlockPool(BlockPool):
 
     def _push(self, b: int, to_head: bool | None = None) -> None:
         if to_head is None:
-            to_head = self.free_order == "lifo"
+            to_head = self.free_order != "fifo"
         if to_head:  # insert right after the head sentinel
             p = self._head
             n = self._next[p]

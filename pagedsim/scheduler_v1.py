@@ -13,7 +13,8 @@ compute until the budget `max_num_batched_tokens` is spent:
        FCFS victim; with `policy="priority"`, the largest (priority, arrival_time));
        its blocks are freed -- full ones stay in the prefix cache -- and it goes back
        to the waiting queue with num_computed_tokens = 0. If the victim is the request
-       itself, the step stops scheduling running requests.
+       itself, the step stops scheduling running requests -- under "priority" it goes on
+       to the next ones, which rank higher (v1 0.34; tests/vllm_oracle).
     2. only if nothing was preempted: waiting requests, in the queue's order
        (request_queue.py: FCFS, or (priority, arrival_time) under
        `policy="priority"`), while fewer than `max_num_seqs` run. Each is looked up
@@ -308,6 +309,10 @@ class SchedulerV1(WorkloadScheduler):
                     break
                 fits = self._allocate(req, n)
             if not fits:
+                if self.policy == "priority" and preempted[-1] is req:
+                    # v1 (0.34): the lowest-priority request preempted itself; the ones after
+                    # it rank higher and may still fit in what it freed (running[i] is the next)
+                    continue
                 break
             scheduled[req] = n
             budget -= n
@@ -537,7 +542,8 @@ class SchedulerV1(WorkloadScheduler):
 
     def _pick_victim(self) -> V1Request:
         if self.policy == "priority":
-            victim = max(self.running, key=priority_rank)
+            # v1 (0.34): max by (priority, arrival_time); a tie goes to the first running
+            victim = max(self.running, key=lambda r: (r.priority, r.arrival_time))
             self.running.remove(victim)
             return victim
         return self.running.pop()
@@ -560,8 +566,3 @@ class SchedulerV1(WorkloadScheduler):
         self._left[i] -= 1
         if not self._left[i]:
             self.finished += 1
-
-
-def priority_rank(req: V1Request) -> tuple[int, float, int, tuple[int, int]]:
-    """v1's request order under the priority policy: (priority, arrival_time), then ids."""
-    return (req.priority, req.arrival_time, req.arrival, req.request_id)

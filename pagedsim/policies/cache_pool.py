@@ -10,10 +10,12 @@ give a cached block back from the middle of the list when a request hits it:
     head -> [uncached free blocks ...] [cached free blocks ...] <- tail
 
 A freed block *without* a hash goes to the head and one *with* a hash to the tail --
-recent vLLM v1's order (`free_block_queue.prepend_n(blocks_without_hash)`, then
-`append_n(blocks_with_hash)`). `allocate()` therefore hands out an uncached block
-while there is one; only when every free block is cached does it *evict* one, chosen
-by an entry of `EVICTION_KEYS` (the smallest key goes first):
+vLLM v1's order (0.34: `free_block_queue.prepend_n(blocks_without_hash)`, in the order
+given, then `append_n(blocks_with_hash)`). One exception, also v1's: `evict_blocks` drops
+a free block's hash and leaves it where it is, so an uncached block can wait among the
+cached ones. `allocate()` takes the head while it is uncached; when the head is cached it
+*evicts* one cached free block (under lru the head itself, as v1's `get_new_blocks` pops
+it), chosen by an entry of `EVICTION_KEYS` (the smallest key goes first):
 
     lru   the one whose last owner let go longest ago (v1's only order: free-queue order)
     lfu   the one hit the fewest times (ties: lru)            -- ours, for the lab
@@ -206,8 +208,10 @@ class CachingBlockPool(LinkedBlockPool):
 
     def evict_blocks(self, block_ids: Any) -> None:
         """Forget the cached contents of these blocks (v1's evict_blocks, used when a KV load
-        fails); ids that hold nothing cached are skipped. A free one moves to the head, where
-        uncached free blocks wait. All ids are checked first: all or nothing."""
+        fails); ids that hold nothing cached are skipped. A free one stays where it is on the
+        free list, uncached, among the cached blocks, as vLLM 0.34 leaves it (only its hash
+        is dropped; tests/vllm_oracle/test_block_pool_oracle.py). All ids are checked first:
+        all or nothing."""
         ids = [self._check_id(b) for b in self._iterable(block_ids)]
         for b in dict.fromkeys(ids):
             if b not in self._key:
@@ -215,9 +219,6 @@ class CachingBlockPool(LinkedBlockPool):
             if self.kv_event_queue is not None:
                 self.kv_event_queue.append(self._removed(b))
             self._forget(b)
-            if not self._ref[b]:
-                self._unlink(b)
-                self._push(b)  # uncached now: to the head
 
     @staticmethod
     def _iterable(blocks: Any) -> list[Any]:
@@ -370,8 +371,6 @@ class CachingBlockPool(LinkedBlockPool):
 
     def check_invariants(self) -> None:
         super().check_invariants()
-        flags = [b in self._key for b in self.free_list()]
-        assert flags == sorted(flags), "a cached free block sits ahead of an uncached one"
         for b, (h, tokens, parent) in self._key.items():
             assert b in self._by_hash[h] and b in self._children[parent], f"block {b} index drift"
             assert self._content[(parent, tokens)] == self._cid[b], f"block {b} content drift"

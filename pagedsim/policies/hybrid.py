@@ -32,6 +32,7 @@ from typing import Any
 from .. import trace as tr
 from ..block_table import BlockTable
 from ..errors import OutOfBlocks, SequenceError, count_arg, token_ids_arg
+from ..kv_events import BlockStored
 from ..manager import SeqId
 from ..usage import block_fill
 from .cache_pool import CachingBlockPool
@@ -176,28 +177,40 @@ class HybridManager:
         stats count it apart, as PrefixCachingManager.allocate_slots does)."""
         n = count_arg("num_new_tokens", num_new_tokens)
         ahead = count_arg("num_lookahead_tokens", num_lookahead_tokens)
+        queue = self.pool.kv_event_queue
+        start = 0 if queue is None else len(queue)
         if seq_id in self.full:
             if computed is not None or cache_salt is not None or lora_id is not None or preempted:
                 raise ValueError(
                     f"sequence {seq_id!r} is running; computed blocks, extra keys and "
                     f"preempted are for new ones"
                 )
-            new = None if new_token_ids is None else token_ids_arg("new_token_ids", new_token_ids)
-            for g in self.groups:  # refused as PrefixCachingManager refuses, before counting
-                g._check_extend(seq_id, n, new, None)
-            need = sum(g.blocks_to_extend(seq_id, n, ahead) for g in self.groups)
-            if need > self.pool.num_free_blocks:
-                self._short = need
-                return None
-            got_full = self.full.allocate_slots(seq_id, n, ahead, new)
-            got_window = self.window.allocate_slots(seq_id, n, ahead, new)
-            assert got_full is not None and got_window is not None, (
-                "the groups' need was miscounted"
+            got = self._extend(seq_id, n, ahead, new_token_ids)
+        else:
+            got = self._admit(
+                seq_id, n, ahead, new_token_ids, computed, (cache_salt, lora_id, preempted)
             )
-            return self._after("extends", seq_id, (got_full, got_window))
-        return self._admit(
-            seq_id, n, ahead, new_token_ids, computed, (cache_salt, lora_id, preempted)
-        )
+        if queue is not None:
+            # v1 allocates every group's new blocks (evicting) before it caches any group's
+            # full blocks (allocate_new_blocks, then cache_blocks): a call's BlockRemoved
+            # events come before its BlockStored ones (tests/vllm_oracle)
+            events = queue[start:]
+            stored = [e for e in events if isinstance(e, BlockStored)]
+            queue[start:] = [e for e in events if not isinstance(e, BlockStored)] + stored
+        return got
+
+    def _extend(self, seq_id: SeqId, n: int, ahead: int, new_token_ids: Any) -> Got | None:
+        new = None if new_token_ids is None else token_ids_arg("new_token_ids", new_token_ids)
+        for g in self.groups:  # refused as PrefixCachingManager refuses, before counting
+            g._check_extend(seq_id, n, new, None)
+        need = sum(g.blocks_to_extend(seq_id, n, ahead) for g in self.groups)
+        if need > self.pool.num_free_blocks:
+            self._short = need
+            return None
+        got_full = self.full.allocate_slots(seq_id, n, ahead, new)
+        got_window = self.window.allocate_slots(seq_id, n, ahead, new)
+        assert got_full is not None and got_window is not None, "the groups' need was miscounted"
+        return self._after("extends", seq_id, (got_full, got_window))
 
     def _admit(
         self,

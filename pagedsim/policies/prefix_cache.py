@@ -146,7 +146,13 @@ class PrefixCachingManager(KVCacheManager):
         return keys
 
     def _root_hash(self, keys: Keys) -> int:
-        """The hash a prompt's first block chains from: 0, or one of its extra keys."""
+        """The hash a prompt's first block chains from: 0, or one of its extra keys.
+
+        The KV cache group is not one of them: as in v1, the groups' blocks of one prefix
+        carry the same hash (its KV events tell the groups apart by group_idx), and only
+        the index keeps them apart (v1's BlockHashWithGroupId; here each group's chain
+        starts from a content root of its own)."""
+        keys = keys[len(self._group_keys) :]
         return 0 if not keys else hash(("extra keys", keys))
 
     # ---- lookups (no side effects) -------------------------------------------------
