@@ -12,7 +12,6 @@ holds (`tests/view/stream_state.check_follows`), and Chromium must draw the same
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import signal
 import socket
@@ -23,11 +22,9 @@ from pathlib import Path
 
 import pytest
 
-if importlib.util.find_spec("vllm") is None:
-    pytest.skip(
-        "vLLM is not importable: make the oracle venv (scripts/vllm_oracle_env)",
-        allow_module_level=True,
-    )
+from tests.vllm_oracle.sides import needs_vllm  # noqa: E402
+
+needs_vllm()
 
 from tests.view.stream_state import check_follows, held, page_json, tiles  # noqa: E402
 from tests.vllm_oracle.kv_event_workload import HashLink, Sides, load_vllm  # noqa: E402

@@ -1,14 +1,8 @@
 """Lesson 3.4's side-by-side run, against vLLM itself: its vLLM column is what vLLM does."""
 
-import importlib.util
+from tests.vllm_oracle.sides import needs_vllm  # noqa: E402
 
-import pytest
-
-if importlib.util.find_spec("vllm") is None:
-    pytest.skip(
-        "vLLM is not importable: make the oracle venv (scripts/vllm_oracle_env)",
-        allow_module_level=True,
-    )
+needs_vllm()
 
 from course.ch03_kv_block.lessons import l3_4  # noqa: E402
 from tests.course.test_lesson_3_4_vllm_run import recorded  # noqa: E402

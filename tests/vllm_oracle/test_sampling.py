@@ -1,28 +1,25 @@
 """pagedsim's processed next-token distribution against vLLM's own sampling functions.
 
-A script run by the vLLM venv (/work/venv-vllm, vLLM 0.34; or $PAGEDSIM_VLLM_PYTHON)
+A script run by the oracle tier's own interpreter (the venv scripts/vllm_oracle_env makes)
 applies vLLM v1's steps in its CPU sampler's order -- `apply_penalties` (repetition,
 frequency, presence), temperature, `_apply_min_p`, `apply_top_k_top_p_pytorch` -- to
 random logits for random SamplingParams; pagedsim.engine.sampling.process must give the
 same distribution (the same tokens masked, the same probabilities). Data passes as JSON
-both ways. Skipped, in one line, where that venv is absent.
+both ways. Skipped, in the tier's one line, where vLLM is not importable.
 """
 
 import json
-import os
 import subprocess
+import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
-import pytest
 
 from pagedsim.engine.sampling import SamplingParams, distribution, process
+from tests.vllm_oracle.sides import needs_vllm
 
-PYTHON = Path(os.environ.get("PAGEDSIM_VLLM_PYTHON", "/work/venv-vllm/bin/python"))
-pytestmark = pytest.mark.skipif(
-    not PYTHON.exists(), reason=f"no vLLM venv at {PYTHON} (set PAGEDSIM_VLLM_PYTHON)"
-)
+needs_vllm()
+PYTHON = sys.executable  # the tier's venv: vLLM and torch import here
 
 SCRIPT = textwrap.dedent("""
     import json, sys, torch
