@@ -44,7 +44,7 @@ def _lang_arg(p: argparse.ArgumentParser) -> None:
 
 
 def lesson_main(argv: list[str]) -> int:
-    from pagedsim.app.args import ArgParser
+    from pagedsim.io.args import ArgParser
 
     p = ArgParser(prog="pagedsim lesson", description="print and run a chapter-3 lesson")
     p.add_argument("section", nargs="?", help=f"{next(iter(LESSONS))} ... {list(LESSONS)[-1]}")
@@ -143,7 +143,7 @@ def _usage_error(prog: str, message: str) -> int:
 
 
 def _check_parser():
-    from pagedsim.app.args import ArgParser, float_in, int_in
+    from pagedsim.io.args import ArgParser, float_in, int_in
 
     p = ArgParser(prog="pagedsim check", description="run an exercise's checks")
     p.add_argument("exercise", nargs="?", help="an exercise id such as 3.4a")

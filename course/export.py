@@ -27,7 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pagedsim.app.args import ArgParser
+from pagedsim.io.args import ArgParser
 
 from . import curriculum
 from .export_links import unlink_missing

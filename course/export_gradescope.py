@@ -26,7 +26,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from pagedsim.app.args import ArgParser, float_in
+from pagedsim.io.args import ArgParser, float_in
 
 from . import curriculum, export
 from .grade_job import DEFAULT_TIMEOUT

@@ -51,7 +51,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from pagedsim.app.args import ArgParser, float_in, int_in
+from pagedsim.io.args import ArgParser, float_in, int_in
 from pagedsim.testing import jail, walk
 
 from . import curriculum, export

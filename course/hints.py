@@ -13,7 +13,7 @@ from . import curriculum, i18n, progress
 
 
 def main(argv: list[str]) -> int:
-    from pagedsim.app.args import ArgParser
+    from pagedsim.io.args import ArgParser
 
     p = ArgParser(prog="pagedsim hint", description="a hint for one exercise, gentlest first")
     p.add_argument(
@@ -42,7 +42,7 @@ def main(argv: list[str]) -> int:
         print(f"all {len(exercises)} exercises pass: no hint needed")
         return 0
     levels = ex.hint_levels(lang)
-    from pagedsim.app.lang import wrap  # CJK-aware: Chinese has no spaces to break at
+    from pagedsim.text.lang import wrap  # CJK-aware: Chinese has no spaces to break at
 
     text = levels[min(args.level, len(levels)) - 1]
     print(f"hint {ex.id}, level {args.level} of {len(levels)}:")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from pagedsim.app import lang as _lang
+from pagedsim.text import lang as _lang
 
 LANGS = _lang.LANGS
 
@@ -55,7 +55,7 @@ ZH = {
 
 
 def detect() -> str:
-    """The environment's language, by the rule of pagedsim.app.lang (shared with tour and play)."""
+    """The environment's language, by the rule of pagedsim.text.lang (shared with tour and play)."""
     return _lang.detect()
 
 
@@ -63,7 +63,7 @@ def set_lang(lang: str | None) -> str:
     """Fix the language for this process and the checks it runs; None keeps the detected one."""
     if lang is not None and lang not in LANGS:
         raise ValueError(f"--lang must be one of {', '.join(LANGS)}, got {lang!r}")
-    os.environ["PAGEDSIM_LANG"] = _lang.detect(lang)  # the rule of pagedsim.app.lang
+    os.environ["PAGEDSIM_LANG"] = _lang.detect(lang)  # the rule of pagedsim.text.lang
     return os.environ["PAGEDSIM_LANG"]
 
 

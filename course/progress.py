@@ -71,7 +71,7 @@ def state(ex, data: dict, where: Path | None) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from pagedsim.app.args import ArgParser
+    from pagedsim.io.args import ArgParser
 
     p = ArgParser(prog="pagedsim progress", description="done and left, with each last result")
     p.parse_args(argv)
@@ -97,7 +97,7 @@ def main(argv: list[str]) -> int:
 
 
 def solution_main(argv: list[str]) -> int:
-    from pagedsim.app.args import ArgParser
+    from pagedsim.io.args import ArgParser
 
     p = ArgParser(
         prog="pagedsim solution",

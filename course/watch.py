@@ -64,7 +64,7 @@ def watch(ex, exercises, *, interval: float, iterations: int | None, timeout=Non
 
 
 def main(argv: list[str]) -> int:
-    from pagedsim.app.args import ArgParser
+    from pagedsim.io.args import ArgParser
 
     p = ArgParser(
         prog="pagedsim watch",

@@ -20,7 +20,7 @@ import os
 import shutil
 from pathlib import Path
 
-from pagedsim.app.args import ArgParser
+from pagedsim.io.args import ArgParser
 
 from . import curriculum
 

@@ -3,7 +3,7 @@
 Keys are the stories' own (`arrival`, `fork.count`, ...). `key.one` is the singular a
 count of 1 asks for, `key.alone` the form a fragment takes when nothing came before
 it, `key.sep` joins a list (default: `sep`). The Chinese table in
-`pagedsim/app/captions.py` has the same keys; a test checks they agree.
+`pagedsim/text/captions.py` has the same keys; a test checks they agree.
 
 These are the figure captions, the tour's step lines and `story.caption(snapshot)`, so the
 wording is part of what the figures and the course print: change it on purpose only.

@@ -4,7 +4,7 @@
 *story*: a small frozen record such as `Arrival(seq_id="A", num_tokens=6, shared=(),
 taken=(0, 1))`. A story knows how its sentence is put together (`words(book)`), but
 not the words: those come from a *phrasebook*, one template table per language
-(English: `captions_en.EN`; Chinese and the language switch: `pagedsim.app.captions`).
+(English: `captions_en.EN`; Chinese and the language switch: `pagedsim.text.captions`).
 So the case analysis is written once, and a language is one table.
 
 `story_of(snapshot)` is the story of a recorded step. Step 0 is the pool as created;
@@ -345,7 +345,7 @@ def english(story: Story) -> str:
 
 def caption(snapshot: tr.Snapshot) -> str:
     """A recorded step in English words, told on demand (other languages:
-    `pagedsim.app.captions.caption`)."""
+    `pagedsim.text.captions.caption`)."""
     return english(story_of(snapshot))
 
 

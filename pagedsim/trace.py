@@ -6,7 +6,7 @@ state change inside it is an *event* tagged with that step, and (optionally) a
 course replay these records; nothing here knows about matplotlib.
 
 Snapshots are plain frozen data, so stepping back to snapshot k shows exactly the
-state after step k ("time travel"); `pagedsim.app.trace_json` writes them as JSON. They
+state after step k ("time travel"); `pagedsim.io.trace_json` writes them as JSON. They
 hold no sentences and never tell one: `story.caption(snapshot)` tells the step's story
 (`story.py`) in English when asked, unless a caller gave the step its own words
 (`with_caption`, kept in `custom_caption`).

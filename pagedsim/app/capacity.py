@@ -52,8 +52,8 @@ import re
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
+from ..io.args import ArgParser, float_in, int_in
 from ..sizing import ModelSpec, kv_capacity
-from .args import ArgParser, float_in, int_in
 
 GiB = 2**30
 MAX_BYTES = 2**50  # a PiB: far above any one GPU

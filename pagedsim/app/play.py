@@ -33,11 +33,11 @@ import json
 import sys
 from pathlib import Path
 
+from ..io.args import ArgParser, int_in
+from ..text.captions import caption
+from ..text.lang import LANGS, detect, t, wrap
 from ..view import sources, write_html
 from . import tour, view_zh
-from .args import ArgParser, int_in
-from .captions import caption
-from .lang import LANGS, detect, t, wrap
 from .play_session import POLICIES, STEPS, Options, Refused, Session
 
 FORMATS = ("png", "svg", "pdf")
@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _draw_trace(args, p, width: int, lang: str) -> int:
-    from .trace_json import load_snapshots
+    from ..io.trace_json import load_snapshots
 
     try:
         snaps = load_snapshots(args.trace)

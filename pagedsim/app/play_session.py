@@ -31,8 +31,8 @@ from ..manager import KVCacheManager
 from ..policies.hybrid import HybridManager
 from ..policies.preemption import PREEMPTION, PREEMPTION_POLICIES
 from ..policies.prefix_cache import PrefixCachingManager
-from .captions import ZH, caption
-from .lang import t
+from ..text.captions import ZH, caption
+from ..text.lang import t
 
 POLICIES = ("none",) + PREEMPTION_POLICIES  # none: a short pool fails the step
 

@@ -21,11 +21,12 @@ from collections.abc import Callable
 from typing import TypedDict
 
 from ..errors import OutOfBlocks
+from ..io import trace_json
 from ..manager import KVCacheManager
+from ..text.captions import caption
+from ..text.lang import LANGS, detect, display_width, t, wrap
 from ..trace import Snapshot
-from . import tour_zh, trace_json, view_zh
-from .captions import caption
-from .lang import LANGS, detect, display_width, t, wrap
+from . import tour_zh, view_zh
 
 NUM_BLOCKS, BLOCK_SIZE = 12, 4
 
@@ -176,7 +177,7 @@ def terminal_width() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .args import ArgParser, int_in, writable_dir
+    from ..io.args import ArgParser, int_in, writable_dir
 
     p = ArgParser(prog="pagedsim tour", description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int_in(0, 10**6), default=None, help="stop after N steps")

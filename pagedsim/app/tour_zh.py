@@ -2,7 +2,7 @@
 
 WHY lists the tour's explanations in the order of tour.SCRIPT; a test checks the
 lengths agree. The snapshot view the tour shares with the playground is in
-`view_zh.py`, the captions in `captions.py`.
+`view_zh.py`, the captions in `pagedsim/text/captions.py`.
 """
 
 from .view_zh import ZH as VIEW_ZH

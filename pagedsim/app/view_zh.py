@@ -3,7 +3,7 @@
 `tour.format_snapshot` prints the free list, the block tables, pending copies and the
 physical blocks under a "step k: caption" line; `pagedsim tour` and `pagedsim play`
 both print it, so both look their lines up here (English template -> Chinese, through
-`lang.t`). The captions themselves come from `captions.py`; the tour's own lines
+`lang.t`). The captions themselves come from `pagedsim/text/captions.py`; the tour's own lines
 (its header, "why", the step prompt) from `tour_zh.py`.
 """
 

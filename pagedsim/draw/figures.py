@@ -35,7 +35,7 @@ from pathlib import Path
 
 import matplotlib
 
-from ..app.args import writable_dir
+from ..io.args import writable_dir
 
 matplotlib.use("Agg")  # figures are files: never open a window
 

@@ -32,7 +32,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Circle, FancyArrowPatch, Patch, Rectangle
 from matplotlib.text import Text
 
-from ..app.captions import caption
+from ..text.captions import caption
 from ..trace import SequenceAdded, SequenceForked, SequenceFreed
 from . import style
 

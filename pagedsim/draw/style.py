@@ -45,7 +45,7 @@ from matplotlib.text import Text  # noqa: E402
 from matplotlib.ticker import LogFormatter, LogFormatterSciNotation  # noqa: E402
 from matplotlib.typing import RcKeyType  # noqa: E402
 
-from ..app.lang import t as _t  # noqa: E402
+from ..text.lang import t as _t  # noqa: E402
 from .labels_zh import ZH as _ZH  # noqa: E402
 
 SEQ_COLOURS = (  # Tol muted, ordered so neighbours in admission order contrast

@@ -4,7 +4,7 @@ serves what generate.py describes.
 The flags follow vLLM's SamplingParams and engine arguments where they exist
 (--max-tokens, --temperature, --top-p, --seed, -n, --beam-width,
 --num-gpu-blocks-override, --enable-prefix-caching, --preemption-mode (v0's);
---budget is max_num_batched_tokens). The parser is pagedsim.app.args.ArgParser, so a
+--budget is max_num_batched_tokens). The parser is pagedsim.io.args.ArgParser, so a
 bad flag is one line on stderr and exit status 2.
 
 --pool NAME serves from a block pool the course registers (course.POOLS, read by
@@ -21,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..app.args import ArgParser, float_in, int_in
+from ..io.args import ArgParser, float_in, int_in
 from ..policies.preemption import PREEMPTION_POLICIES
 from . import generate
 from .hf import CheckpointError, load_model, load_tokenizer

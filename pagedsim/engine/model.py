@@ -53,6 +53,7 @@ import numpy as np
 
 from ..errors import count_arg
 from .moe import moe_mlp
+from .ops import activation, linear
 from .rope import ROPE_TYPES, RotaryEmbedding
 
 MAX_LAYERS = 4096  # no released model has a tenth of this; more is refused before any table
@@ -644,28 +645,6 @@ class TinyModel(Transformer):
                 + 0.1 * rng.standard_normal(shape),
             )
         super().__init__(c, weights, name="TinyModel")
-
-
-def linear(x: np.ndarray, weight: np.ndarray, bias) -> np.ndarray:
-    y = x @ weight.T  # weight [out, in]
-    return y if bias is None else y + bias
-
-
-def activation(name: str, x: np.ndarray) -> np.ndarray:
-    """The MLP gate's activation, as transformers' ACT2FN computes it."""
-    if name == "silu":
-        return x / (1 + np.exp(-x))
-    if name == "gelu_tanh":  # gelu_pytorch_tanh
-        return (
-            0.5
-            * x
-            * (1 + np.tanh(np.float32(math.sqrt(2 / math.pi)) * (x + np.float32(0.044715) * x**3)))
-        ).astype(np.float32)
-    from math import erf  # exact GELU
-
-    return (0.5 * x * (1 + np.vectorize(erf, otypes=[np.float64])(x / math.sqrt(2)))).astype(
-        np.float32
-    )
 
 
 def _fuse(lw: dict, names: tuple, fused: str) -> None:

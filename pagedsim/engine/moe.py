@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .ops import activation, linear
+
 
 def route(c, logits: np.ndarray) -> tuple:
     """(experts [T, k] ordered by weight, weights [T, k]) as transformers' routers give them."""
@@ -36,8 +38,6 @@ def route(c, logits: np.ndarray) -> tuple:
 
 def moe_mlp(c, lw: dict, x: np.ndarray) -> np.ndarray:
     """The layer's mixture of experts over x [T, hidden]."""
-    from .model import activation, linear
-
     chosen, weights = route(c, (x @ lw["gate.weight"].T).astype(np.float32))
     out = np.zeros_like(x, dtype=np.float32)
     gate, up, down = lw["experts.gate_proj"], lw["experts.up_proj"], lw["experts.down_proj"]

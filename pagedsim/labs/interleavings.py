@@ -193,7 +193,7 @@ def format_schedule(out: Outcome) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..app.args import ArgParser, int_in
+    from ..io.args import ArgParser, int_in
 
     p = ArgParser(prog="pagedsim race", description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, choices=(2, 3), default=2)

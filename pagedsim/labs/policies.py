@@ -26,8 +26,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import workloads
-from ..app.args import ArgParser, float_in, int_in
 from ..errors import MAX_BLOCK_SIZE, MAX_NUM_BLOCKS
+from ..io.args import ArgParser, float_in, int_in
 from ..policies import EVICTION_POLICIES, PREEMPTION_POLICIES, PrefixCachingManager
 from ..scheduler import make_scheduler
 from ..sizing import preset

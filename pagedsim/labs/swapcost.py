@@ -38,8 +38,8 @@ import json
 import math
 from typing import TypedDict
 
-from ..app.args import ArgParser, float_in, int_in
 from ..errors import MAX_BLOCK_SIZE
+from ..io.args import ArgParser, float_in, int_in
 from ..sizing import ModelSpec, preset
 
 

@@ -31,9 +31,9 @@ from pathlib import Path
 import numpy as np
 
 from .. import workloads
-from ..app.args import ArgParser, int_in, writable_dir
 from ..block_table import blocks_needed
 from ..errors import count_arg
+from ..io.args import ArgParser, int_in, writable_dir
 from ..policies import PrefixCachingManager
 from ..scheduler import make_scheduler
 from .waste import (

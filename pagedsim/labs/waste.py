@@ -45,8 +45,8 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import workloads
-from ..app.args import ArgParser, int_in
 from ..errors import MAX_BLOCK_SIZE, count_arg
+from ..io.args import ArgParser, int_in
 from ..sizing import preset
 from .contiguous import external_fragmentation
 

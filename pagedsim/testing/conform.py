@@ -34,7 +34,7 @@ import threading
 import traceback
 from typing import TYPE_CHECKING
 
-from ..app.args import ArgParser, float_in, int_in
+from ..io.args import ArgParser, float_in, int_in
 
 if TYPE_CHECKING:
     from .remote import Channel

@@ -71,8 +71,8 @@ import json
 import re
 from importlib.resources import files
 
-from ..app.captions import caption as _caption
-from ..app.lang import LANGS
+from ..text.captions import caption as _caption
+from ..text.lang import LANGS
 from ..trace import Snapshot, Trace
 from .diffs import encode
 
@@ -166,7 +166,7 @@ def _snapshots(trace_or_snapshots) -> list:
     if isinstance(trace_or_snapshots, Trace):
         snaps = list(trace_or_snapshots.snapshots)
     elif isinstance(trace_or_snapshots, dict):  # trace_json.to_dict(trace), e.g. `tour --json`
-        from ..app.trace_json import snapshots_from_dict
+        from ..io.trace_json import snapshots_from_dict
 
         snaps = snapshots_from_dict(trace_or_snapshots)
     else:

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..app.lang import LANGS, detect
+from ..text.lang import LANGS, detect
 from . import page_html, sources, write_html
 from . import stream as stream_page
 
@@ -30,7 +30,7 @@ MAX_BYTES = 256 << 20  # a 2,000-step trace on 4,096 blocks is far smaller
 
 
 def _parser():
-    from ..app.args import ArgParser, int_in
+    from ..io.args import ArgParser, int_in
 
     p = ArgParser(prog="pagedsim view", description=__doc__.split("\n\n")[0])
     p.add_argument(

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..app.captions import caption
-from ..app.trace_json import snapshot_to_dict
+from ..io.trace_json import snapshot_to_dict
+from ..text.captions import caption
 from .narrate import narrate
 
 TOUR_VERSION = "fork + copy-on-write: vLLM v0 · free queue: vLLM v1"
@@ -154,7 +154,7 @@ def generate(engine, marks, lang: str = "en") -> dict:
 def saved(data: dict, lang: str = "en", title: str = "pagedsim trace") -> dict:
     """A saved trace: `tour --json`'s {"events", "snapshots"}, or `--trace-out`'s, which adds
     an optional "view" object {"title", "version", "whys", "marks", "labels", "hashes"}."""
-    from ..app.trace_json import snapshots_from_dict
+    from ..io.trace_json import snapshots_from_dict
 
     snaps = snapshots_from_dict(data)
     view = data.get("view") or {}

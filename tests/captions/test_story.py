@@ -10,11 +10,12 @@ from hypothesis import strategies as st
 
 from pagedsim import story as sy
 from pagedsim import trace as tr
-from pagedsim.app import captions, trace_json
-from pagedsim.app.trace_json import snapshots_from_dict
 from pagedsim.errors import OutOfBlocks, SequenceError
+from pagedsim.io import trace_json
+from pagedsim.io.trace_json import snapshots_from_dict
 from pagedsim.manager import KVCacheManager
 from pagedsim.policies.sliding_window import SlidingWindowManager
+from pagedsim.text import captions
 
 # one example of every story kind: a new kind without an example here fails the first test
 EXAMPLES = [

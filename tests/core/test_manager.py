@@ -16,7 +16,7 @@ from pagedsim import (
     blocks_needed,
     story,
 )
-from pagedsim.app import trace_json
+from pagedsim.io import trace_json
 from pagedsim.story import describe
 from pagedsim.trace import AllocationFailed, CopyOnWrite
 

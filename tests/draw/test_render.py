@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 from matplotlib.colors import to_hex
 
 from pagedsim import KVCacheManager, OutOfBlocks, SequenceError, story
-from pagedsim.app import trace_json
 from pagedsim.draw import style
 from pagedsim.draw.render import Layout, describe_artists, render
+from pagedsim.io import trace_json
 
 pytestmark = pytest.mark.draw
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from pagedsim import KVCacheManager
-from pagedsim.app import cli, trace_json
-from pagedsim.app.trace_json import load_snapshots, snapshots_from_dict
+from pagedsim.app import cli
+from pagedsim.io import trace_json
+from pagedsim.io.trace_json import load_snapshots, snapshots_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
 TIME_LIMIT = 60  # seconds; every row takes a few

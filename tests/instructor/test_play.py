@@ -10,7 +10,7 @@ from pagedsim import story
 from pagedsim.app import play
 from pagedsim.app.play_session import Options, Refused, Session, parse
 from pagedsim.app.tour import tour_manager
-from pagedsim.app.trace_json import load_snapshots, snapshots_from_dict
+from pagedsim.io.trace_json import load_snapshots, snapshots_from_dict
 
 FORK_SCRIPT = """# beam search, copy-on-write, then the pool runs dry
 alloc A 6

@@ -5,7 +5,7 @@ import io
 import pytest
 
 from pagedsim.app import tour, tour_zh
-from pagedsim.app.lang import detect, display_width, wrap
+from pagedsim.text.lang import detect, display_width, wrap
 
 
 def tour_output(capsys, *args, stdin=None, monkeypatch=None) -> str:
@@ -54,7 +54,7 @@ def test_chinese_explains_every_step_in_chinese_and_keeps_the_ids(capsys):
 def test_chinese_captions_state_the_same_numbers_as_the_english_ones():
     import re
 
-    from pagedsim.app.captions import caption
+    from pagedsim.text.captions import caption
 
     for snap in tour.tour_manager().trace.snapshots:
         zh, en = caption(snap, "zh"), caption(snap, "en")
@@ -66,8 +66,8 @@ def test_chinese_captions_state_the_same_numbers_as_the_english_ones():
 def test_a_chinese_decode_step_caption_names_every_sequence_count_and_copy_like_the_english_one():
     import re
 
-    from pagedsim.app.captions import describe
     from pagedsim.manager import KVCacheManager
+    from pagedsim.text.captions import describe
 
     m = KVCacheManager(num_blocks=8, block_size=2)
     m.add_sequence("A", 2)
@@ -109,7 +109,7 @@ def test_wrapping_at_a_width_narrower_than_the_indent_ends_and_keeps_every_chara
 
 
 def test_set_lang_exports_the_choice_for_subprocesses_and_refuses_others_leaving_it(monkeypatch):
-    from pagedsim.app.lang import ENV, say, set_lang
+    from pagedsim.text.lang import ENV, say, set_lang
 
     monkeypatch.setenv(ENV, "en")
     assert set_lang("zh") == "zh" and detect() == "zh" and say("free", "空闲") == "空闲"

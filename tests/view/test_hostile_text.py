@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pagedsim.app.tour import tour_manager
-from pagedsim.app.trace_json import to_dict
+from pagedsim.io.trace_json import to_dict
 from pagedsim.view import to_html
 from pagedsim.view.sources import saved
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from pagedsim.app import tour as tour_app
-from pagedsim.app.captions import caption
 from pagedsim.app.play_session import Options, Refused, Session
+from pagedsim.text.captions import caption
 from pagedsim.view import sources, to_html
 
 from .conftest import expected, long_script

@@ -1,0 +1,30 @@
+"""The numeric building blocks a layer's attention and MLP share: a linear map and the MLP
+gate's activations, computed as transformers' modules compute them (ACT2FN)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def linear(x: np.ndarray, weight: np.ndarray, bias) -> np.ndarray:
+    y = x @ weight.T  # weight [out, in]
+    return y if bias is None else y + bias
+
+
+def activation(name: str, x: np.ndarray) -> np.ndarray:
+    """The MLP gate's activation, as transformers' ACT2FN computes it."""
+    if name == "silu":
+        return x / (1 + np.exp(-x))
+    if name == "gelu_tanh":  # gelu_pytorch_tanh
+        return (
+            0.5
+            * x
+            * (1 + np.tanh(np.float32(math.sqrt(2 / math.pi)) * (x + np.float32(0.044715) * x**3)))
+        ).astype(np.float32)
+    from math import erf  # exact GELU
+
+    return (0.5 * x * (1 + np.vectorize(erf, otypes=[np.float64])(x / math.sqrt(2)))).astype(
+        np.float32
+    )
