@@ -28,8 +28,10 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 INT32_LIMIT = 2**31  # kernel integer arguments are int32
 GRID_LIMITS = (2**31 - 1, 65535, 65535)  # CUDA's max grid x, y, z (every cc >= 3.0)
 FLOAT32_MAX = float(np.finfo(np.float32).max)
-# The largest |scale| a launcher accepts. Every kernel folds scale (times log2(e) in the
-# base-2 ones) into q in float32 before the dot products, so a score is about
+# The largest |scale| a launcher accepts. The CUDA-core kernels fold scale (times log2(e)
+# in the base-2 ones) into q in float32 before the dot products; the fp16 tensor-core ones
+# multiply the float32 scores after the mma (q * scale in fp16 would overflow at 65504:
+# tests/kernels/test_scale_range.py). Either way a score is about
 # scale * |q| * |k| * head_dim; float32 ends at 2^128. With |scale| <= 2^16, an fp16 K
 # (|k| <= 65504 < 2^16) and head_dim <= 256 = 2^8, a score stays finite for any
 # |q| < 2^95, so the kernels agree with the float64 reference; past it (scale = 1e38,

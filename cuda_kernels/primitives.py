@@ -295,6 +295,22 @@ def softmax_rescale(m_old, tile_max, slack):
     return m_old, float32(1)
 
 
+FLOAT32_TINY = float32(np.finfo(np.float32).tiny)  # the smallest normal float32
+
+
+@cuda.jit(device=True)
+def split_scale(scale2):
+    """(sign, magnitude), sign * magnitude == scale2 for the kernels that apply the scale
+    to the fp32 scores after an fp16 mma: sign in {-1, 0, 1} rides on Q's fp16 fragments
+    (exact: no overflow, no lost bits), magnitude > 0 multiplies the scores, so the max of
+    the raw scores times it is the max of the scaled ones and a masked -inf stays -inf. A
+    zero or subnormal scale2 (0 under flush-to-zero) is sign 0, magnitude 1."""
+    magnitude = abs(scale2)
+    if magnitude < FLOAT32_TINY:
+        return float32(0), float32(1)
+    return (float32(1) if scale2 > 0 else float32(-1)), magnitude
+
+
 @cuda.jit(device=True)
 def exp2_or_zero(score, m):
     """2^(score - m), and exactly 0 for a masked score (-inf). A NaN score gives NaN, as

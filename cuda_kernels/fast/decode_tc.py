@@ -12,9 +12,12 @@ Each warp walks 16-token slabs of its partition (warp w takes slabs w, w + NW, .
     each) with cp.async into the warp's shared stage (two stages: slab s + 1 is in flight
     while slab s computes); rows are XOR-swizzled (`primitives.swizzled`) so that the
     8 rows an ldmatrix reads hit distinct banks; a masked token copies zeros (src-size 0);
-  * S = Q K^T: Q (times scale * log2 e, as fp16) stays in registers as A fragments; per
-    16 dims, one ldmatrix.x4 of K rows gives the B fragments of both 8-token halves:
-    2 x D / 16 mma per slab; each lane then holds 8 of the 16 x 16 scores, rows g, g + 8;
+  * S = Q K^T: Q (as fp16, unscaled) stays in registers as A fragments; per 16 dims,
+    one ldmatrix.x4 of K rows gives the B fragments of both 8-token halves: 2 x D / 16
+    mma per slab; each lane then holds 8 of the 16 x 16 scores, rows g, g + 8, and
+    multiplies them by scale * log2 e in float32 (8 FMUL per slab): q * scale packed to
+    fp16 overflowed to inf for |q| * |scale| * 1.44 > 65504 (scale <= 2^16 is accepted)
+    and lost bits to fp16 subnormals for tiny scales;
   * online softmax on the fragments, base 2, lazy (FlashAttention-3): a warp vote asks
     whether any score beats its row's max by more than SLACK; if not (the common case)
     p = 2^(s - m) for the lane's own 8 scores, no shuffle; if so, the warp leaves the hot
@@ -151,9 +154,10 @@ def make_tc_decode_kernel(
         cp_async_commit()
 
     @cuda.jit(device=True)
-    def scores(k_sh, qa, s, m, warp, stage, lane, first, hi):
-        """s[0:8] <- this lane's scores of the slab (-inf where masked); returns the
-        warp vote "a score beats its row's max by more than SLACK"."""
+    def scores(k_sh, qa, s, m, warp, stage, lane, first, hi, scale2):
+        """s[0:8] <- this lane's scores of the slab times scale2 = scale * log2 e, in
+        float32 after the mma (-inf where masked); returns the warp vote "a score beats
+        its row's max by more than SLACK"."""
         for i in range(8):
             s[i] = float32(0)
         mi = lane >> 3
@@ -189,6 +193,8 @@ def make_tc_decode_kernel(
         for i in range(8):  # element i: row g (+8 when i & 2), token 8 (i >> 2) + 2t + (i & 1)
             if first + 8 * (i >> 2) + 2 * t + (i & 1) >= hi:
                 s[i] = -math.inf
+            else:
+                s[i] *= scale2
             grow = grow or s[i] > m[(i >> 1) & 1] + SLACK
         return cuda.any_sync(FULL_MASK, grow)
 
@@ -274,8 +280,8 @@ def make_tc_decode_kernel(
             for w in range(4):
                 r = g + 8 * (w & 1)
                 d = 16 * kk + 2 * t + 8 * (w >> 1)
-                lo = float32(query[seq, head0 + r, d]) * scale2 if r < heads else float32(0)
-                hi2 = float32(query[seq, head0 + r, d + 1]) * scale2 if r < heads else float32(0)
+                lo = float32(query[seq, head0 + r, d]) if r < heads else float32(0)
+                hi2 = float32(query[seq, head0 + r, d + 1]) if r < heads else float32(0)
                 qa[4 * kk + w] = pack_f16x2(lo, hi2)
         for i in range(O_N):
             o[i] = float32(0)
@@ -335,7 +341,7 @@ def make_tc_decode_kernel(
                 )
                 cp_async_wait(1)  # this lane's copies of the slab have landed ...
                 cuda.syncwarp(FULL_MASK)  # ... and so have every other lane's
-                if scores(k_sh, qa, s, m, warp, stage, lane, first, hi):
+                if scores(k_sh, qa, s, m, warp, stage, lane, first, hi, scale2):
                     break  # warp-uniform: leave to move a max
                 settle(s, m, lsum)
                 accumulate(v_sh, s, o, warp, stage, lane)

@@ -44,7 +44,7 @@ from numba import cuda, float32, int32, int64
 
 from .. import _backend
 from .._checks import fp16_mma_refusal
-from ..primitives import pack_f16x2, swizzle_shape, swizzled
+from ..primitives import pack_f16x2, split_scale, swizzle_shape, swizzled
 from .decode import LOG2E
 from .prefill_tc_shape import TileShape
 from .prefill_tc_step import make_steps
@@ -126,16 +126,16 @@ def make_prefill_tc_kernel(
     cta_span, row_spans, tile_order = make_work(QT, G, R, T)
 
     @cuda.jit(device=True)
-    def q_pair(query, q_at, head0, r_lo, rows, k, half, t4):
-        """(row, dim, q[row, dim], q[row, dim + 1]) of Q's A fragment register `half` of
-        k-step k: a0 (row g), a1 (g + 8), a2, a3 (+8 dims); 0 on a padded row."""
+    def q_pair(query, q_at, head0, r_lo, rows, k, half, t4, sign):
+        """(row, dim, sign q[row, dim], sign q[row, dim + 1]) of Q's A fragment register
+        `half` of k-step k: a0 (row g), a1 (g + 8), a2, a3 (+8 dims); 0 on a padded row."""
         r = r_lo + 8 * (half & 1)
         d = 16 * k + 2 * t4 + 8 * (half >> 1)
         lo = float32(0)
         hi = float32(0)
         if r < R and r // G < rows:
-            lo = float32(query[q_at + r // G, head0 + r % G, d])
-            hi = float32(query[q_at + r // G, head0 + r % G, d + 1])
+            lo = float32(query[q_at + r // G, head0 + r % G, d]) * sign
+            hi = float32(query[q_at + r // G, head0 + r % G, d + 1]) * sign
         return r, d, lo, hi
 
     @cuda.jit
@@ -190,13 +190,15 @@ def make_prefill_tc_kernel(
         head0 = kv_head * G
         v_offset = int64(cache.strides[1] // 2)  # V's row = K's row + this (fp16 elements)
         live_lo, live_hi = row_spans(r_lo, rows, past, ctx, causal, window, sinks, rows_seen)
+        # scale's sign on Q (exact in fp16), its magnitude on the fp32 scores
+        sign, scale2 = split_scale(float32(scale * LOG2E))
         for k in range(QR):  # Q's A fragments, in registers
             for half in range(4):
-                _, _, lo, hi = q_pair(query, q0 + first, head0, r_lo, rows, k, half, t4)
+                _, _, lo, hi = q_pair(query, q0 + first, head0, r_lo, rows, k, half, t4, sign)
                 qf[4 * k + half] = pack_f16x2(lo, hi)
         for k in range(QR, KS):  # the rest in qs: element (r, d) in chunk (d - 16 QR) / 8
             for half in range(4):
-                r, d, lo, hi = q_pair(query, q0 + first, head0, r_lo, rows, k, half, t4)
+                r, d, lo, hi = q_pair(query, q0 + first, head0, r_lo, rows, k, half, t4, sign)
                 at = swizzled(r, (d - 16 * QR) >> 3, QSC, QSH, QSM) * 8 + (d & 7)
                 if n0 == 0:  # (the warps of a row block hold the same Q)
                     q_s[at] = lo
@@ -205,7 +207,6 @@ def make_prefill_tc_kernel(
             o[k] = float32(0)
         st[0] = -math.inf  # running max of each row, log2 units
         st[1] = -math.inf
-        scale2 = float32(scale * LOG2E)
 
         tiles, order = tile_order(span, kept_hi, gap, len_lo, start_hi, window)
         last = int32(tiles - 1)  # the last step's index

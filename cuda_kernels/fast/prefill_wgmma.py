@@ -51,6 +51,7 @@ from ..primitives import (
     cp_async_wait,
     fast_exp2,
     pack_f16x2,
+    split_scale,
     warp_max,
     warp_sum,
 )
@@ -305,6 +306,8 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
         v_offset = int64(cache.strides[1] // 2)  # V's row = K's row + this (fp16 elements)
         r_lo = (tid >> 5) * 16 + g  # this lane's rows: r_lo and r_lo + 8
         live_lo, live_hi = row_spans(r_lo, rows, past, ctx, causal, window, sinks, rows_seen)
+        # scale's sign on Q (exact in fp16), its magnitude on the fp32 scores
+        sign, scale2 = split_scale(float32(scale * LOG2E))
         for k in range(KS):  # Q's A words: a0 (row g), a1 (g + 8), a2, a3 (+8 columns)
             for half in range(4):
                 r = r_lo + 8 * (half & 1)
@@ -314,8 +317,8 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
                 hi = float32(0)
                 if live:
                     at = q0 + first + r // G
-                    lo = float32(query[at, head0 + r % G, d])
-                    hi = float32(query[at, head0 + r % G, d + 1])
+                    lo = float32(query[at, head0 + r % G, d]) * sign
+                    hi = float32(query[at, head0 + r % G, d + 1]) * sign
                 qf[4 * k + half] = pack_f16x2(lo, hi)
         for n in range(OF // 4):
             for i in range(4):
@@ -324,7 +327,6 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
         st[1] = -math.inf
         st[2] = float32(0)
         st[3] = float32(0)
-        scale2 = float32(scale * LOG2E)
 
         tiles, order = tile_order(span, kept_hi, gap, len_lo, start_hi, window)
         map_tile(
