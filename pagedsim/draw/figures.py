@@ -20,7 +20,8 @@ root to refresh the committed figures. Any other run without `--out` writes into
 temporary folder and says where, so a styled run never touches the committed figures.
 `--format svg` keeps every label as editable text, `--dpi 300`
 prints sharp, and `--style projector` makes slide figures (see `style.output`). `--slides`
-is the projector style (unless `--style` says otherwise) with one frame per file: 3.4's
+makes whole 16:9 slides (960 x 540 pt, PNG 1920 x 1080) in the browser page's colours, with
+the projector's big text (`--style` overrides the look) and one frame per file: 3.4's
 key frames become 3.4-tour-slide-<i>-step-<k>.png instead of one six-panel strip.
 """
 
@@ -101,14 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dpi", type=int, default=None, help=f"resolution (default {style.DPI})")
     p.add_argument(
         "--style",
-        choices=tuple(style.LOOKS),
+        choices=("paper", "projector"),
         default=None,
         help="paper (default: the committed figures) or projector (big text, strong colours)",
     )
     p.add_argument(
         "--slides",
         action="store_true",
-        help="for a slide deck: projector style, and one key frame per file",
+        help="for a slide deck: 16:9 slides in the page's colours, big text, one frame per file",
     )
     p.add_argument(
         "--lang",
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     out = writable_dir(args.out or default_out(args))  # unwritable: fails before any figure
     for name, maker in makers.items():
         start = time.perf_counter()
-        look = args.style or ("projector" if args.slides else "paper")
+        look = args.style or ("slides" if args.slides else "paper")
         with style.output(
             fmt=args.format, dpi=args.dpi, look=look, lang=args.lang, slides=args.slides
         ):

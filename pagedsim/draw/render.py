@@ -103,8 +103,8 @@ class Layout:
         if style.slides():
             wide = 0.5 + LABEL_W + self.table_cells + 1.2 + self.cols * PITCH + 0.3
             fit = min(
-                style.SLIDE_BODY_IN[0] / (wide * self.unit),
-                style.SLIDE_BODY_IN[1] / (self.height * self.unit),
+                style.SLIDE_IN[0] / (wide * self.unit),
+                style.SLIDE_IN[1] / (self.height * self.unit),
             )
             pt = max(pt, style.SLIDE_MIN_PT / fit)
         return pt

@@ -1,8 +1,7 @@
 """Shared look for every picture: a colourblind-safe palette, fonts, and a byte-stable save.
 
-Colours come from Paul Tol's "muted" qualitative scheme (https://personal.sron.nl/~pault/),
-designed to stay distinguishable under the common colour-vision deficiencies; its
-pale grey is Tol's colour for "no data", which is what a free block is. Sequences get
+Colours come from `pagedsim/palette.py`, the one palette of the figures, the slides and the
+browser page (Paul Tol's "muted" scheme, colourblind-safe). Sequences get
 colours in admission order (the order they first appear in a trace), so a sequence
 keeps its colour for the whole animation even after older sequences finish.
 
@@ -21,8 +20,8 @@ with `with output(fmt="svg", dpi=300, look="projector"):`; `save` obeys them:
             made 1.4x larger so their geometry grows with the text (13.3 in = a 16:9 slide).
     slides  True for `pagedsim figures --slides`: a figure made of several frames (3.4's
             key frames) is written one frame per file, each with its own legend, and
-            every figure is sized to a 16:9 slide's body (960 x 480 pt) with no text
-            under 18 pt there (`fit_slide`).
+            every figure is made a whole 16:9 slide (960 x 540 pt; PNG 1920 x 1080) in
+            the page's colours, with no text under 18 pt there (`fit_slide`).
 """
 
 from __future__ import annotations
@@ -45,24 +44,11 @@ from matplotlib.text import Text  # noqa: E402
 from matplotlib.ticker import LogFormatter, LogFormatterSciNotation  # noqa: E402
 from matplotlib.typing import RcKeyType  # noqa: E402
 
+# the makers draw with style.INK, style.ACCENT, ...: the palette is part of this module's API
+from ..palette import ACCENT, FREE, FREE_EDGE, INK, SEQ_COLOURS  # noqa: E402, F401
 from ..text.lang import t as _t  # noqa: E402
 from .labels_zh import ZH as _ZH  # noqa: E402
 
-SEQ_COLOURS = (  # Tol muted, ordered so neighbours in admission order contrast
-    "#88CCEE",  # cyan
-    "#CC6677",  # rose
-    "#117733",  # green
-    "#DDCC77",  # sand
-    "#332288",  # indigo
-    "#AA4499",  # purple
-    "#44AA99",  # teal
-    "#999933",  # olive
-    "#882255",  # wine
-)
-FREE = "#DDDDDD"  # Tol's pale grey: a block on the free list
-FREE_EDGE = "#888888"
-INK = "#222222"  # text and outlines
-ACCENT = "#EE7733"  # Tol vibrant orange: highlights (copy-on-write, the free-list head)
 DPI = 100
 
 RC: dict[RcKeyType, object] = {
@@ -102,6 +88,9 @@ class Look:
 LOOKS = {
     "paper": Look("paper", SEQ_COLOURS, FREE, FREE_EDGE, None, 0.0, 1.0),
     "projector": Look("projector", PROJECTOR_COLOURS, "#B0B0B0", "#333333", "#222222", 12.0, 1.4),
+    # `--slides`: the projector's sizes and dark grey text, in the page's colours (one palette
+    # for the deck and the browser page it is taught beside; text_on keeps labels readable)
+    "slides": Look("slides", SEQ_COLOURS, FREE, FREE_EDGE, "#222222", 12.0, 1.4),
 }
 
 
@@ -276,18 +265,19 @@ SAVE_RC: dict[RcKeyType, object] = {
 }
 
 
-SLIDE_BODY_IN = (960 / 72, 480 / 72)  # a 16:9 slide's body under its title band: 960 x 480 pt
+SLIDE_IN = (960 / 72, 540 / 72)  # a whole 16:9 slide: 960 x 540 pt, no white bands
+SLIDE_DPI = 144  # `--slides` PNGs without --dpi: 1920 x 1080 pixels, a full-HD screen
 SLIDE_MIN_PT = 18.0  # no text smaller than this on a slide, as projected
 
 
 def fit_slide(fig) -> None:
-    """`--slides`: size the figure to fill a slide body at its own aspect ratio (so it is
-    placed at 100%), then raise every text to at least 18 pt at that size."""
+    """`--slides`: scale the figure until it meets the edges of a 16:9 slide, then make it
+    exactly 16:9 (960 x 540 pt) by widening the short side: axes and texts keep their
+    fractional places, so the slack is spread through the layout instead of left as bands.
+    Every text is then raised to at least 18 pt."""
     if getattr(fig, "_pagedsim_slide", False):
         return
-    w, h = fig.get_size_inches()
-    fit = min(SLIDE_BODY_IN[0] / w, SLIDE_BODY_IN[1] / h)
-    fig.set_size_inches(w * fit, h * fit)
+    fig.set_size_inches(*SLIDE_IN)
     _raise_ticks(fig, SLIDE_MIN_PT)
     for text in fig.findobj(Text):
         if text.get_text() and text.get_fontsize() < SLIDE_MIN_PT:
@@ -406,7 +396,11 @@ def save(fig, path, *, dpi: int = DPI, close: bool = True) -> Path:
         fit_slide(fig)
     with plt.rc_context(SAVE_RC):
         fig.savefig(
-            path, dpi=_out["dpi"] or dpi, metadata=METADATA.get(fmt), facecolor="white", format=fmt
+            path,
+            dpi=_out["dpi"] or (SLIDE_DPI if _out["slides"] else dpi),
+            metadata=METADATA.get(fmt),
+            facecolor="white",
+            format=fmt,
         )
     if close:
         plt.close(fig)

@@ -359,10 +359,11 @@ class HybridManager:
             return f"seq {seq_id} finishes: both groups free its blocks (full blocks stay cached)"
         full, window = self.block_tables(seq_id)
         named = sum(1 for b in window if b >= 0)
+        gone = len(window) - named  # null blocks: what the window group already dropped
         return (
             f"seq {seq_id} {what} ({full.num_tokens} tokens): the full-attention group "
             f"holds {len(full)} blocks, the sliding-window group {named} of {len(window)}"
-            f" (the rest fell out of its window)"
+            + (f" (the other {gone} fell out of its window)" if gone else "")
         )
 
     def snapshot(self, caption: str = "") -> tr.Snapshot:

@@ -71,25 +71,12 @@ import json
 import re
 from importlib.resources import files
 
+from ..palette import ACCENT, ALERT, FREE, css_root
+from ..palette import SEQ_COLOURS as PALETTE
 from ..text.captions import caption as _caption
 from ..text.lang import LANGS
 from ..trace import Snapshot, Trace
 from .diffs import encode
-
-# The figures' palette (draw/style.py's SEQ_COLOURS, Tol muted; tests keep the two equal).
-# It is written out here because the page must not import matplotlib.
-PALETTE = (
-    "#88CCEE",
-    "#CC6677",
-    "#117733",
-    "#DDCC77",
-    "#332288",
-    "#AA4499",
-    "#44AA99",
-    "#999933",
-    "#882255",
-)
-FREE, ACCENT, ALERT = "#DDDDDD", "#EE7733", "#AA3377"
 
 UI_ZH = {
     "step": "第",
@@ -337,7 +324,7 @@ def page_html(data: dict) -> str:
         + '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">\n"
         f"<title>{html.escape(_no_surrogates(title))}</title>\n"
-        f"<style>\n{_asset('viewer.css')}</style>\n</head>\n<body>\n"
+        f"<style>\n{css_root()}{_asset('viewer.css')}</style>\n</head>\n<body>\n"
         f'<script type="application/json" id="trace-data">{_script_json(data)}</script>\n'
         f"<script>\n{_asset('viewer.js')}</script>\n</body></html>\n"
     )

@@ -1,5 +1,5 @@
-"""`pagedsim figures --slides` for the back of a hall: every file, fitted to a 16:9 slide's
-body (960 x 480 pt under a title band), has no text under 18 pt. Read from the SVG itself:
+"""`pagedsim figures --slides` for the back of a hall: every file is a whole 16:9 slide
+(960 x 540 pt: no white bands on a 16:9 screen) with no text under 18 pt. Read from the SVG:
 its width and height in pt, and the font size of every <text> (matplotlib writes SVG
 user units at 72 per inch, so a font-size in px is in pt)."""
 
@@ -9,15 +9,13 @@ import pytest
 
 pytestmark = [pytest.mark.draw, pytest.mark.slow]
 
-BODY = (960.0, 480.0)
+BODY = (960.0, 540.0)
+SIZE = re.compile(r'<svg[^>]*width="([\d.]+)pt" height="([\d.]+)pt"')
 
 
 def fitted_sizes(svg: str) -> list[float]:
     """Every text's size in pt once the drawing is scaled to fit the slide body."""
-    w, h = (
-        float(v)
-        for v in re.search(r'<svg[^>]*width="([\d.]+)pt" height="([\d.]+)pt"', svg).groups()
-    )
+    w, h = (float(v) for v in SIZE.search(svg).groups())
     fit = min(BODY[0] / w, BODY[1] / h)
     return [float(px) * fit for px in re.findall(r"font-size:\s*([\d.]+)px", svg)]
 
@@ -28,6 +26,16 @@ def test_fitted_sizes_reads_the_scale_from_the_svg():
         '<text style="font: 12px x; font-size: 20px">b</text></svg>'
     )
     assert fitted_sizes(svg) == [18.0, 10.0]
+
+
+def test_every_slide_is_16_by_9(deck):
+    """SVG sizes are written to 6 digits: 960 x 540 pt, not a body-sized 2:1 strip."""
+    off = {}
+    for path in deck:
+        w, h = (float(v) for v in SIZE.search(path.read_text(encoding="utf-8")).groups())
+        if abs(w * 9 - h * 16) > 1e-3 or abs(w - BODY[0]) > 1e-3:
+            off[path.name] = (w, h)
+    assert off == {}
 
 
 @pytest.fixture
