@@ -11,6 +11,9 @@ processes (the machine is shared: medians, not minima):
   cumulative, in one fresh process, as the checker imports them;
 - `child start`: the submission's process up to `child_main` imported, without and with
   bubblewrap (the difference is the sandbox's own setup);
+- `collection`: pytest collecting the exercise's checks in a fresh process, with every
+  installed pytest plugin autoloaded (as `run_checks` did before) and with autoload off and
+  only Hypothesis' plugin (as it does now), side by side;
 - `checks`: the exercise's checks run in-process against the reference solution (no child),
   a first (cold: collection, Hypothesis' first draws) and a second (warm) run.
 
@@ -87,6 +90,19 @@ def child_start(repeat: int) -> dict:
     return out
 
 
+def collection(exercise_id: str, repeat: int) -> dict:
+    from course import curriculum
+
+    check = str(ROOT / curriculum.find(exercise_id).checks[0])
+    argv = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:randomly", check]
+    argv += ["-p", "no:cacheprovider"]
+    off = {**_env(), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    return {
+        "autoload": _wall(argv, repeat),
+        "hypothesis_only": _wall([*argv, "-p", "_hypothesis_pytestplugin"], repeat, off),
+    }
+
+
 def checks(exercise_id: str) -> dict:
     from course import curriculum, runner
 
@@ -110,6 +126,7 @@ def main() -> None:
         "interpreter_s": _wall([sys.executable, "-c", "pass"], args.repeat),
         "checker_imports_s": imports(args.repeat),
         "child_start_s": child_start(args.repeat),
+        "collection_s": collection(args.exercise, args.repeat),
         "checks_s": checks(args.exercise),
     }
     if args.json:
@@ -120,6 +137,8 @@ def main() -> None:
         print(f"  checker imports up to {name}: {s:.2f} s")
     for name, s in out["child_start_s"].items():
         print(f"submission process start ({name}): {s:.2f} s")
+    for name, s in out["collection_s"].items():
+        print(f"pytest collection in a fresh process ({name}): {s:.2f} s")
     c = out["checks_s"]
     print(
         f"checks of {args.exercise} in-process: first {c['first']:.2f} s ({c['first_status']}), "
