@@ -5,10 +5,13 @@ reference solution with a comment added, half the untouched stub, so both the pa
 the failing paths run), graded with the real checks in the default isolation (bubblewrap
 where it works), once with 1 worker and once with 2, side by side in one run. Printed: the
 wall time, jobs per minute, the mean and median job time (`Result.seconds`), and the
-speed-up of 2 workers over 1; then a sizing line per class size, from the measured
-1-worker job time (the time one core needs per job).
+speed-up of the last run over the first (2 workers over 1); then a sizing line per class
+size, from the last 1-worker job time (the time one core needs per job). `--checker
+autoload lean --workers 1` compares, side by side, the checker as it was (every installed
+pytest plugin autoloaded) with the checker as it is (Hypothesis' plugin alone).
 
-    python benchmarks/bench_grade.py [--students 4] [--exercises 3.1 3.2] [--json]
+    python benchmarks/bench_grade.py [--students 4] [--exercises 3.1 3.2] [--workers 1 2]
+        [--checker lean autoload] [--json]
 
 The machine is shared: keep it short (the defaults grade 8 jobs twice, about 2 minutes).
 """
@@ -22,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from course import curriculum, grade
+from course import curriculum, grade, grade_job
 
 CLASSES = ((30, 14), (100, 14), (200, 14))  # (students, exercises) in the sizing lines
 
@@ -38,14 +41,29 @@ def make_class(root: Path, students: int, exercise_ids) -> None:
             (folder / Path(ex.stub).name).write_text(text)
 
 
-def measure(root: Path, exercise_ids, workers: int) -> dict:
+def _autoload_env(*args):
+    """The checker's environment as before issue 42's cut: every pytest plugin autoloaded."""
+    env = LEAN_ENV(*args)
+    env.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
+    return env
+
+
+LEAN_ENV = grade_job._env
+
+
+def measure(root: Path, exercise_ids, workers: int, checker: str = "lean") -> dict:
+    grade_job._env = _autoload_env if checker == "autoload" else LEAN_ENV
     start = time.perf_counter()
-    results = grade.grade(root, exercise_ids, workers=workers)
+    try:
+        results = grade.grade(root, exercise_ids, workers=workers)
+    finally:
+        grade_job._env = LEAN_ENV
     wall = time.perf_counter() - start
     seconds = [r.seconds for r in results]
     statuses = sorted({r.status for r in results})
     return {
         "workers": workers,
+        "checker": checker,
         "jobs": len(results),
         "wall_s": round(wall, 1),
         "jobs_per_min": round(60 * len(results) / wall, 2),
@@ -60,16 +78,27 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--students", type=int, default=4)
     ap.add_argument("--exercises", nargs="+", default=["3.1", "3.2"])
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="1 must be first")
+    ap.add_argument(
+        "--checker",
+        nargs="+",
+        choices=("lean", "autoload"),
+        default=["lean"],
+        help="autoload: every pytest plugin in the checker, as before (side by side with lean)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-grade-") as tmp:
         make_class(Path(tmp), args.students, args.exercises)
-        runs = [measure(Path(tmp), args.exercises, w) for w in (1, 2)]
-    one, two = runs
+        runs = [
+            measure(Path(tmp), args.exercises, w, c) for c in args.checker for w in args.workers
+        ]
+    first, last = runs[0], runs[-1]
+    one = [r for r in runs if r["workers"] == 1][-1]  # the last 1-worker run sizes the class
     per_job = one["wall_s"] / one["jobs"]  # one core's time per job, all overheads included
     out = {
         "runs": runs,
-        "speedup_2_workers": round(one["wall_s"] / two["wall_s"], 2),
+        "speedup_last_over_first": round(first["wall_s"] / last["wall_s"], 2),
         "core_s_per_job": round(per_job, 2),
         "sizing_core_hours": {f"{s}x{e}": round(s * e * per_job / 3600, 2) for s, e in CLASSES},
     }
@@ -78,11 +107,14 @@ def main() -> None:
         return
     for r in runs:
         print(
-            f"workers {r['workers']}: {r['jobs']} jobs in {r['wall_s']} s = "
+            f"{r['checker']} checker, workers {r['workers']}: {r['jobs']} jobs in "
+            f"{r['wall_s']} s = "
             f"{r['jobs_per_min']} jobs/min; job mean {r['job_mean_s']} s, median "
             f"{r['job_median_s']} s ({r['mode']}; {', '.join(r['statuses'])})"
         )
-    print(f"2 workers / 1 worker: {out['speedup_2_workers']}x; one core: {per_job:.2f} s per job")
+    name = [f"{r['checker']} checker, {r['workers']} worker(s)" for r in (last, first)]
+    print(f"{name[0]} / {name[1]}: {out['speedup_last_over_first']}x")
+    print(f"one core ({one['checker']} checker): {per_job:.2f} s per job")
     for (s, e), hours in zip(CLASSES, out["sizing_core_hours"].values(), strict=True):
         print(f"  {s} students x {e} exercises: {hours} core-hours")
 

@@ -178,6 +178,7 @@ def _env(root: Path, scratch: Path, mode: Mode, uid: int | None, digest: dict) -
         PAGEDSIM_LIMITS=json.dumps(mode.limits.as_json()),
         PAGEDSIM_MAX_REPLY=str(mode.max_reply),
         PAGEDSIM_CHECKS_DIGEST=json.dumps(digest),
+        PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",  # Hypothesis' plugin alone (course/runner.py)
     )
     for k in jail.PASSED_ON:
         if k in os.environ:

@@ -479,6 +479,11 @@ def run_checks(
         "-W",
         "ignore::pytest.PytestAssertRewriteWarning",
     ]
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):  # as `grade`'s checker runs
+        # then of the installed pytest plugins only Hypothesis' own loads: no xdist or anyio,
+        # and no pytest11 package's modules marked for assertion rewriting (seconds of a
+        # job's cold start: benchmarks/profile_grade_job.py)
+        args += ["-p", "_hypothesis_pytestplugin"]
     if markers:
         args += ["-m", markers]
     if stop_at_first:
