@@ -155,7 +155,8 @@ REPLACER = textwrap.dedent("""
         shutil.rmtree(bob)
         os.symlink("/", bob)
     ok = "GOOD" in text
-    print(json.dumps({"status": "pass" if ok else "fail", "passed": int(ok), "total": 1}))
+    verdict = json.dumps({"status": "pass" if ok else "fail", "passed": int(ok), "total": 1})
+    os.write(int(os.environ["PAGEDSIM_VERDICT_FD"]), (verdict + "\\n").encode())
 """)
 
 
@@ -179,7 +180,8 @@ DEEP_SCRATCH = textwrap.dedent("""
         for _ in range(1100):  # in its own scratch folder: shutil.rmtree would recurse
             os.mkdir("d")
             os.chdir("d")
-    print(json.dumps({"status": "pass", "passed": 1, "total": 1}))
+    verdict = json.dumps({"status": "pass", "passed": 1, "total": 1})
+    os.write(int(os.environ["PAGEDSIM_VERDICT_FD"]), (verdict + "\\n").encode())
 """)
 
 
