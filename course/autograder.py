@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import sys
+import traceback
 from pathlib import Path
 
 from pagedsim.testing import jail, walk
@@ -97,9 +98,11 @@ def main(argv: list[str] | None = None) -> int:
         exercises = [curriculum.find(i) for i in args.exercise or ()] or curriculum.load()
         results = gradescope_results(grade_submission(args.submission, exercises, args.timeout))
     except Exception as e:  # the student still sees a result, and the instructor the cause
+        where = traceback.extract_tb(e.__traceback__)[-3:]
+        cause = f"{e!r} at " + " <- ".join(f"{f.filename}:{f.lineno}" for f in reversed(where))
         results = {
             "score": 0,
-            "tests": [{"name": "autograder", "score": 0, "max_score": 0, "output": repr(e)}],
+            "tests": [{"name": "autograder", "score": 0, "max_score": 0, "output": cause}],
         }
     args.results.write_text(json.dumps(results, indent=1))
     print(f"wrote {args.results}: score {results['score']}")

@@ -192,7 +192,7 @@ def _confined(job: Job):
     """The checker's own view (jail.confined): of the shared temporary folders only its job's
     folder, and no reference solution or mutant catalogue of this installation."""
     answers = solutions_on_disk()
-    hide = [p.parent for p in answers] + [p.parent.parent / "mutants.py" for p in answers[:1]]
+    hide = [p.parent for p in answers] + [p.parent.parent / "mutants.toml" for p in answers[:1]]
     return jail.confined(keep=[job.folder], writable=job.scratch, hide=hide)
 
 

@@ -62,19 +62,24 @@ def compare(log, got, want, *, out_name: str, owner, what: str, atol=1e-6):
     at = f"{out_name}[{', '.join(map(str, index))}]"
     shown = f"{got[index]:.6g}" if got[index] != POISON else say("never written", "从未被写")
     never = not wrote  # (not `got == POISON`: an output the spec leaves alone is not poisoned)
-    why = (
-        say(
-            f"nobody wrote it (thread {should} should have)",
-            f"没有线程写它（应由线程 {should} 写）",
+    if never:
+        why = say(
+            f"nobody wrote it (thread {should} should have).",
+            f"没有线程写它（应由线程 {should} 写）。",
         )
-        if never
-        else say(
-            f"thread{'s' if len(wrote) > 1 else ''} {', '.join(map(str, wrote))} wrote it; "
-            + (f"thread {should} should have" if should is not None else "no thread should have"),
-            f"线程 {', '.join(map(str, wrote))} 写了它；"
-            + (f"应由线程 {should} 写" if should is not None else "不应有线程写它"),
+    elif wrote == [should]:
+        why = say(
+            f"thread {should} wrote it, as it should, but with the wrong value.",
+            f"线程 {should} 按要求写了它，但值不对。",
         )
-    )
+    else:
+        who = ", ".join(map(str, wrote))
+        why = say(
+            f"thread{'s' if len(wrote) > 1 else ''} {who} wrote it; "
+            + (f"thread {should} should have." if should is not None else "no thread should have."),
+            f"线程 {who} 写了它；"
+            + (f"应由线程 {should} 写。" if should is not None else "不应有线程写它。"),
+        )
     err = AssertionError(
         say(
             f"{what}: {at} is {shown}, the spec says {want[index]:.6g} "
