@@ -396,9 +396,12 @@ def confined(*, keep, writable, hide=()):
     of its own)."""
     keep = [str(Path(k).resolve()) for k in keep]
     covers = closed_folders(runtime_paths(*keep))
+    # this Python stays reachable when its environment sits in /tmp too (a venv made there)
+    reach = sorted({str(Path(p).resolve()) for p in (*keep, *runtime_paths())})
+    reach = [p for p in reach if not any(p.startswith(q + "/") for q in reach)]
     for folder in PRIVATE:
         if os.path.isdir(folder) and not os.path.islink(folder):
-            covers.append((folder, tuple(k for k in keep if k.startswith(folder + "/"))))
+            covers.append((folder, tuple(k for k in reach if k.startswith(folder + "/"))))
     hides = [str(Path(h).resolve()) for h in hide if os.path.exists(h)]
     scratch = str(Path(writable).resolve())
     libc = ctypes.CDLL(None, use_errno=True)
