@@ -53,12 +53,12 @@ tokens again, into a block of its own.
 The same blocks in vLLM's own code. Last, the demo runs vLLM v1's own KVCacheManager
 (vllm==0.34.0) beside pagedsim's PrefixCachingManager on one small workload: A takes a
 10-token prompt, B shares A's first 8 tokens, A finishes, then B. After each step it
-prints both free queues, head first (vLLM's block b is pagedsim's b - 1: vLLM's block 0
-is a null block it never hands out). They are the same list: a freed full block keeps
-its cached contents and goes to the tail, a request's last block first (so it is evicted
-first); a partly filled block, with nothing cached, goes to the head, to be reused
-first. Where vLLM is not installed, the demo prints a run recorded with it and says how
-to make the oracle venv (scripts/vllm_oracle_env in the repository).
+prints both free queues, head first, vLLM's in pagedsim's numbering (vLLM's block b is
+printed as b - 1: vLLM's block 0 is a null block it never hands out). They are the same
+list: a freed full block keeps its cached contents and goes to the tail, a request's last
+block first (so it is evicted first); a partly filled block, with nothing cached, goes to
+the head, to be reused first. Where vLLM is not installed, the demo prints a run recorded
+with it and says how to make the oracle venv (scripts/vllm_oracle_env in the repository).
 """
 TEXT_ZH = """
 Block 从公共的池里借出，序列结束时交还。池维护一个空闲 Block 编号的列表：\
@@ -81,15 +81,14 @@ v1 从不 fork：要 n 个采样的请求被拆成 n 个请求，它们通过
 进入带前缀缓存的管理器（每块 16 个 token）：第二个复用 Block 0，把第二个 Block 的 16 个
 token 重新计算一遍，写进自己的新 Block。
 
-vLLM 自己代码里的同一批 Block。最后，演示把 vLLM v1 自己的 KVCacheManager（vllm==0.34.0）和
-pagedsim 的 PrefixCachingManager 并排跑同一个小负载：A 拿一个 10 个 token 的 prompt，B 共享 A 的
-前 8 个 token，A 结束，然后 B 结束。每一步后打印两边的空闲队列，表头在前（vLLM 的 Block b 就是
-pagedsim 的 b - 1：vLLM 的 Block 0 是从不分配出去的空块）。两个列表完全一样：释放的满 Block
-保留缓存内容、进队尾，请求的最后一个 Block 排在最前（最先被驱逐）；未填满的 Block 没有缓存内容，
-回到队头，最先被复用。没有安装 vLLM 时，
+vLLM 自己代码里的同一批 Block。最后，演示把 vLLM v1 自己的 KVCacheManager（vllm==0.34.0）
+和 pagedsim 的 PrefixCachingManager 并排跑同一个小负载：A 拿一个 10 个 token 的 prompt，
+B 共享 A 的前 8 个 token，A 结束，然后 B 结束。每一步后打印两边的空闲队列，表头在前，vLLM 的
+按 pagedsim 的编号打印（vLLM 的 Block b 印作 b - 1：vLLM 的 Block 0 是从不分配出去的空
+块）。两个列表完全一样：释放的满 Block 保留缓存内容、进队尾，请求的最后一个 Block 排在
+最前（最先被驱逐）；未填满的 Block 没有缓存内容，回到队头，最先被复用。没有安装 vLLM 时，
 演示打印一次用 vLLM 录下的运行，并说明如何建立 oracle 的虚拟环境
-（仓库里的 scripts/vllm_oracle_env）。
-"""
+（仓库里的 scripts/vllm_oracle_env）。"""
 
 NAME_MAP = [
     ("BlockPool.allocate()", "v0: pop from the block allocator's free ids"),
