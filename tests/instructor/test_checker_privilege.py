@@ -140,7 +140,8 @@ def writes(path):
 
 
 caps = int(dict(line.split(":") for line in open("/proc/self/status"))["CapEff"], 16)
-print(os.path.exists(mine), os.path.exists(other), len(os.listdir(answers)),
+hidden = len(os.listdir(answers)) if os.path.isdir(answers) else 0  # a tree in /tmp: gone
+print(os.path.exists(mine), os.path.exists(other), hidden,
       writes(os.path.join(os.path.dirname(mine), "scratch.txt")), writes(planted),
       writes(os.path.join(sys.prefix, "planted.txt")), bool(caps & (1 << 21)),
       bool(caps & (1 << 1)))

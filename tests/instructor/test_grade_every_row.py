@@ -93,7 +93,8 @@ def test_a_1_gib_sparse_file_is_refused_by_its_size_and_never_read_into_memory(t
         check=True,
     )
     got = json.loads(out.stdout.splitlines()[-1])
-    assert got["rss_mib"] < 400, got  # the grader's own peak, a 1 GiB read would be > 1,024
+    # the grader's own peak: ~420 MiB of imports and jobs; reading the 1 GiB file would be > 1,024
+    assert got["rss_mib"] < 512, got
     (why,) = got["rows"]["huge"]
     assert "1,073,741,824 bytes, over the limit" in why, why
 
