@@ -18,11 +18,12 @@ from pathlib import Path
 
 from matplotlib.patches import Rectangle
 
+from .. import palette
 from ..sizing import ALIGNMENT, ModelSpec, align_up, fit_blocks, preset
 from . import style
 
 BLOCK_SIZE = 16  # the chapter's block size
-K_COLOUR, V_COLOUR = style.SEQ_COLOURS[0], style.SEQ_COLOURS[3]
+K_COLOUR, V_COLOUR = palette.SEQ_COLOURS[0], palette.SEQ_COLOURS[3]
 ANATOMY_SIZE, ALIGNMENT_SIZE = (12, 6.2), (12, 5.4)  # inches
 
 
@@ -63,13 +64,13 @@ def _block(ax, x, y, spec: ModelSpec, label: str, rh: float = 0.11, slide: bool 
         va="bottom",
     )
     for dx, colour, name in ((0, K_COLOUR, "K"), (w + 0.5, V_COLOUR, "V")):
-        ax.add_patch(Rectangle((x + dx, y), w, h, facecolor=colour, edgecolor=style.INK, lw=1))
+        ax.add_patch(Rectangle((x + dx, y), w, h, facecolor=colour, edgecolor=palette.INK, lw=1))
         # the cell grid in ink, so it reads from the back of a hall (white lines vanish there)
         ax.vlines(
             [x + dx + cw * t for t in range(1, BLOCK_SIZE)],
             y,
             y + h,
-            color=style.INK,
+            color=palette.INK,
             lw=0.7,
             alpha=0.55,
             gid="grid",
@@ -78,7 +79,7 @@ def _block(ax, x, y, spec: ModelSpec, label: str, rh: float = 0.11, slide: bool 
             [y + rh * r for r in range(1, spec.num_kv_heads)],
             x + dx,
             x + dx + w,
-            color=style.INK,
+            color=palette.INK,
             lw=0.5,
             alpha=0.45,
             gid="grid",
@@ -110,7 +111,7 @@ def _block(ax, x, y, spec: ModelSpec, label: str, rh: float = 0.11, slide: bool 
             cw,
             rh,
             facecolor="none",
-            edgecolor=style.ACCENT,
+            edgecolor=palette.ACCENT,
             lw=2.0,
             gid="one-cell",
             zorder=5,
@@ -220,7 +221,7 @@ def make_anatomy(out_dir: Path) -> list[Path]:
         "more tokens.",
         fontsize=10,
         va="top",
-        color=style.INK,
+        color=palette.INK,
     )
     return [style.save(fig, Path(out_dir) / "3.2-block-anatomy.png")]
 
@@ -251,8 +252,8 @@ def make_alignment(out_dir: Path) -> list[Path]:
                     (start, y),
                     size,
                     0.55,
-                    facecolor=style.SEQ_COLOURS[i % 2 * 6],
-                    edgecolor=style.INK,
+                    facecolor=palette.SEQ_COLOURS[i % 2 * 6],
+                    edgecolor=palette.INK,
                     lw=0.8,
                 )
             )
@@ -263,7 +264,7 @@ def make_alignment(out_dir: Path) -> list[Path]:
                 ha="center",
                 va="center",
                 fontsize=9,
-                color=style.text_on(style.SEQ_COLOURS[i % 2 * 6]),
+                color=style.text_on(palette.SEQ_COLOURS[i % 2 * 6]),
             )
             ok = start % ALIGNMENT == 0
             ax.text(
@@ -273,7 +274,7 @@ def make_alignment(out_dir: Path) -> list[Path]:
                 ha="center",
                 va="bottom",
                 fontsize=7.5,
-                color=style.INK if ok else "#AA3377",
+                color=palette.INK if ok else "#AA3377",
             )
             if step > size:
                 ax.add_patch(
@@ -282,7 +283,7 @@ def make_alignment(out_dir: Path) -> list[Path]:
                         step - size,
                         0.55,
                         facecolor="white",
-                        edgecolor=style.ACCENT,
+                        edgecolor=palette.ACCENT,
                         hatch="////",
                         lw=0.8,
                     )

@@ -16,17 +16,9 @@ from pathlib import Path
 
 from matplotlib.patches import Rectangle
 
-from pagedsim.draw.style import (
-    ACCENT,
-    FREE,
-    FREE_EDGE,
-    INK,
-    SEQ_COLOURS,
-    new_figure,
-    save,
-    slides,
-)
+from pagedsim.draw.style import new_figure, save, slides
 from pagedsim.labs import interleavings as il
+from pagedsim.palette import ACCENT, FREE, FREE_EDGE, INK, SEQ_COLOURS
 
 LANE_COLOURS = SEQ_COLOURS[:3]
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import palette
 from ..workloads import synthetic
 from . import style, tradeoff
 
@@ -66,7 +67,7 @@ def draw_waste(by_mode: dict, out_dir: Path, name: str = "waste_breakdown.png") 
                 rotation=90,
             )
             shown = {"continuous": "cont."}.get(mode, mode) if slide else mode  # bar-wide
-            ax.text(xi, 101.5, shown, ha="center", va="bottom", fontsize=8.5, color=style.INK)
+            ax.text(xi, 101.5, shown, ha="center", va="bottom", fontsize=8.5, color=palette.INK)
     centres = np.arange(len(allocators))
     ax.scatter(
         centres,
@@ -218,7 +219,7 @@ def _sweep_panels(rows) -> list:
 
 
 def _sweep_panel(ax, bs, xs, ys, label: str, logy: int, key: str, fontsize: float) -> None:
-    ax.plot(xs, ys, marker="o", color=style.SEQ_COLOURS[4])
+    ax.plot(xs, ys, marker="o", color=palette.SEQ_COLOURS[4])
     ax.set_title(label, fontsize=fontsize)
     if logy:
         ax.set_yscale("log")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
+from .. import palette
 from ..manager import KVCacheManager
 from ..story import caption
 from ..trace import BlockAllocated, SequenceAdded, SequenceFreed, TokensAppended
@@ -47,7 +48,7 @@ def _box(ax, x, y, w, h, colour, text, gid=None, **kw):
             w,
             h,
             facecolor=colour,
-            edgecolor=kw.pop("ec", style.INK),
+            edgecolor=kw.pop("ec", palette.INK),
             lw=kw.pop("lw", 0.8),
             gid=gid,
             **kw,
@@ -82,7 +83,7 @@ def make_logical_physical(out_dir: Path) -> list[Path]:
     phys_y = 4.0
     for b in range(n):  # physical memory strip
         owner = snap.owners(b)
-        colour = style.colour_of(owner[0], colours) if owner else style.FREE
+        colour = style.colour_of(owner[0], colours) if owner else palette.FREE
         _box(ax, b + 0.05, phys_y, 0.9, 0.9, colour, str(b), ls="-" if owner else "--")
     ax.text(
         left,
@@ -225,10 +226,10 @@ def make_core_flow(out_dir: Path, snapshots) -> list[Path]:
             y,
             1.2,
             0.6,
-            "white" if popped else style.FREE,
+            "white" if popped else palette.FREE,
             str(b),
             ls="--" if popped else "-",
-            ec=style.ACCENT if popped else style.FREE_EDGE,
+            ec=palette.ACCENT if popped else palette.FREE_EDGE,
             lw=1.6 if popped else 0.8,
         )
         if i > 1:
@@ -249,13 +250,13 @@ def make_core_flow(out_dir: Path, snapshots) -> list[Path]:
         f"was the head at step {before.step}",
         fontsize=8,
         va="center",
-        color=style.ACCENT,
+        color=palette.ACCENT,
     )
     ax.text(2.3, y0 + 1.1, "head now", fontsize=8, va="center", color="#555555")
     for b in range(n):  # physical memory, one column
         y = y0 + b * 0.8
         owners = snap.owners(b)
-        colour = style.colour_of(owners[0], colours) if owners else style.FREE
+        colour = style.colour_of(owners[0], colours) if owners else palette.FREE
         label = f"{b}: " + (
             "+".join(map(str, owners)) + f"  x{snap.ref_counts[b]}" if owners else "free"
         )
@@ -269,7 +270,7 @@ def make_core_flow(out_dir: Path, snapshots) -> list[Path]:
             label,
             ls="-" if owners else "--",
             lw=2.2 if b == new else 0.8,
-            ec=style.ACCENT if b == new else style.INK,
+            ec=palette.ACCENT if b == new else palette.INK,
         )
     ax.add_patch(
         FancyArrowPatch(
@@ -277,7 +278,7 @@ def make_core_flow(out_dir: Path, snapshots) -> list[Path]:
             (6.7, y0 + new * 0.8 + 0.3),
             arrowstyle="-|>",
             mutation_scale=16,
-            color=style.ACCENT,
+            color=palette.ACCENT,
             lw=2.2,
             connectionstyle="arc3,rad=-0.15",
         )
@@ -287,7 +288,7 @@ def make_core_flow(out_dir: Path, snapshots) -> list[Path]:
         y0 + 2.3 + new * 0.2,
         "allocate():\npop the head,\nref count = 1",
         fontsize=9,
-        color=style.ACCENT,
+        color=palette.ACCENT,
         fontweight="bold",
     )
     ax.text(

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from matplotlib.patches import Rectangle
 
+from ..palette import INK
 from . import style
 
 SLOTS, BLOCK = 48, 4
@@ -75,7 +76,7 @@ def _bar(ax, y, owners, colours, *, label):
                 1,
                 1,
                 facecolor=colour,
-                edgecolor=style.INK if o else "#999999",
+                edgecolor=INK if o else "#999999",
                 lw=0.4,
                 hatch=None if o else "///",
                 gid=f"slot-{label}-{i}",
@@ -154,7 +155,7 @@ def make(out_dir: Path) -> list[Path]:
         label=style.tr("blocks of {b}", b=BLOCK),
     )
     for b in range(len(blocks) + 1):  # block boundaries
-        ax.plot([b * BLOCK, b * BLOCK], [4.2, 5.6], color=style.INK, lw=1.6)
+        ax.plot([b * BLOCK, b * BLOCK], [4.2, 5.6], color=INK, lw=1.6)
     for b, (_o, _n) in enumerate(blocks):
         ax.text(
             b * BLOCK + BLOCK / 2,
@@ -185,10 +186,10 @@ def make(out_dir: Path) -> list[Path]:
         Rectangle((0, 8.3), 1.2, 0.8, facecolor="white", edgecolor="#999999", hatch="///", lw=0.4)
     )
     ax.text(1.6, 8.7, style.tr("empty slot"), va="center", fontsize=style.pt(9.5))
-    ax.add_patch(Rectangle((9, 8.3), 1.2, 0.8, facecolor=colours["A"], edgecolor=style.INK, lw=0.4))
+    ax.add_patch(Rectangle((9, 8.3), 1.2, 0.8, facecolor=colours["A"], edgecolor=INK, lw=0.4))
     ax.text(10.6, 8.7, style.tr("a request's tokens"), va="center", fontsize=style.pt(9.5))
     edge = 23 if slide else 21  # past "a request's tokens" at 18 pt
-    ax.plot([edge, edge], [8.2, 9.2], color=style.INK, lw=1.6)
+    ax.plot([edge, edge], [8.2, 9.2], color=INK, lw=1.6)
     ax.text(edge + 0.6, 8.7, style.tr("block boundary"), va="center", fontsize=style.pt(9.5))
     return [style.save(fig, Path(out_dir) / "3.1-fragmentation.png")]
 
@@ -209,6 +210,6 @@ def _names(ax, y, owners):
                 va="center",
                 fontsize=style.pt(10),
                 fontweight="bold",
-                color=style.INK,
+                color=INK,
             )
         i = j

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import palette
 from ..labs import sectors as sc
 from ..workloads import synthetic
 from . import style, tradeoff
@@ -112,8 +113,8 @@ def _traffic(ax, cost: dict, top: float = 1.18) -> None:
     need = np.array([cost[b]["contiguous"] for b in bs], dtype=float)
     over = np.array([cost[b]["kv"] - cost[b]["contiguous"] for b in bs]) / need * 100
     table = np.array([cost[b]["table"] for b in bs]) / need * 100
-    ax.bar(x, over, color=style.SEQ_COLOURS[1], label="last block's empty slots, read and masked")
-    ax.bar(x, table, bottom=over, color=style.SEQ_COLOURS[4], label="block-table entries")
+    ax.bar(x, over, color=palette.SEQ_COLOURS[1], label="last block's empty slots, read and masked")
+    ax.bar(x, table, bottom=over, color=palette.SEQ_COLOURS[4], label="block-table entries")
     slide = style.slides()
     for xi, o, t in zip(x, over, table, strict=True):
         ax.text(
@@ -139,7 +140,7 @@ def _latency(ax, cost: dict) -> None:
     bs = list(cost)
     x = np.arange(len(bs))
     lookups = [cost[b]["lookups"] for b in bs]
-    ax.plot(x, lookups, marker="o", color=style.SEQ_COLOURS[4], gid="lookups")
+    ax.plot(x, lookups, marker="o", color=palette.SEQ_COLOURS[4], gid="lookups")
     ax.set_yscale("log")
     for xi, b, n in zip(x, bs, lookups, strict=True):
         ax.text(

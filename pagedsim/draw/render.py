@@ -32,6 +32,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Circle, FancyArrowPatch, Patch, Rectangle
 from matplotlib.text import Text
 
+from .. import palette
 from ..text.captions import caption
 from ..trace import SequenceAdded, SequenceForked, SequenceFreed
 from . import style
@@ -300,7 +301,7 @@ def _caption(ax, snap, layout):
         ha="left",
         fontsize=style.pt(11),
         gid="caption",
-        color="#AA3377" if failed else style.INK,
+        color="#AA3377" if failed else palette.INK,
         fontweight="bold" if failed else "normal",
     )
     ax.text(
@@ -309,7 +310,7 @@ def _caption(ax, snap, layout):
         style.tr("block tables (logical \u2192 physical)"),
         fontsize=style.pt(10),
         va="bottom",
-        color=style.INK,
+        color=palette.INK,
         fontweight="bold",
     )
     ax.text(
@@ -318,7 +319,7 @@ def _caption(ax, snap, layout):
         style.tr("physical blocks (B = {b} tokens)", b=snap.block_size),
         fontsize=style.pt(10),
         va="bottom",
-        color=style.INK,
+        color=palette.INK,
         fontweight="bold",
     )
 
@@ -340,7 +341,7 @@ def _tables(ax, snap, layout, colours):
         y = layout.body_y + 0.6 + r * ROW
         colour = style.colour_of(seq.seq_id, colours)
         ax.add_artist(
-            Rectangle((0.5, y + 0.08), 0.5, 0.66, facecolor=colour, edgecolor=style.INK, lw=0.6)
+            Rectangle((0.5, y + 0.08), 0.5, 0.66, facecolor=colour, edgecolor=palette.INK, lw=0.6)
         )
         ax.text(
             1.15,
@@ -370,7 +371,7 @@ def _tables(ax, snap, layout, colours):
                     0.9,
                     0.66,
                     facecolor="white" if dropped else colour,
-                    edgecolor=style.INK,
+                    edgecolor=palette.INK,
                     lw=0.6,
                     ls="--" if dropped else "-",
                     gid=f"table-{seq.seq_id}-{i}",
@@ -383,7 +384,7 @@ def _tables(ax, snap, layout, colours):
                 ha="center",
                 va="center",
                 fontsize=style.pt(8.5),
-                color=style.INK if dropped else style.text_on(colour),
+                color=palette.INK if dropped else style.text_on(colour),
             )
         if cut:
             ax.text(
@@ -506,7 +507,7 @@ def _blocks(ax, snap, layout, colours):
                     ha="center",
                     va="center",
                     fontsize=style.pt(6.5),
-                    color=style.ACCENT if b == head else style.grey("#777777"),
+                    color=palette.ACCENT if b == head else style.grey("#777777"),
                 )
             continue
         first = style.colour_of(who[0], colours) if who else "#BBBBBB"
@@ -516,7 +517,7 @@ def _blocks(ax, snap, layout, colours):
                 CELL,
                 CELL,
                 facecolor=first,
-                edgecolor=style.INK,
+                edgecolor=palette.INK,
                 lw=1.8 if count > 1 else 0.8,
                 gid=f"block-{b}",
             )
@@ -533,7 +534,7 @@ def _blocks(ax, snap, layout, colours):
                     gid=f"share-{b}-{j}",
                 )
             )
-        ink = style.text_on(first) if len(who) < 2 else style.INK
+        ink = style.text_on(first) if len(who) < 2 else palette.INK
         box = (
             dict(boxstyle="round,pad=0.12", fc="white", ec="none", alpha=0.8)
             if len(who) > 1
@@ -557,7 +558,7 @@ def _blocks(ax, snap, layout, colours):
                 CELL - 0.2,
                 bar_h,
                 facecolor="white",
-                edgecolor=style.INK,
+                edgecolor=palette.INK,
                 lw=0.4,
             )
         )
@@ -566,7 +567,7 @@ def _blocks(ax, snap, layout, colours):
                 (x + 0.1, y + bar_y),
                 (CELL - 0.2) * fill / snap.block_size,
                 bar_h,
-                facecolor=style.INK,
+                facecolor=palette.INK,
                 edgecolor="none",
                 gid=f"fill-{b}",
             )
@@ -601,7 +602,7 @@ def _blocks(ax, snap, layout, colours):
                 (x + CELL - 0.05, y + 0.05),
                 0.19,
                 facecolor="white",
-                edgecolor=style.INK,
+                edgecolor=palette.INK,
                 lw=0.7,
                 zorder=6,
             )
@@ -625,7 +626,7 @@ def _blocks(ax, snap, layout, colours):
                 CELL + 0.14,
                 CELL + 0.14,
                 facecolor="none",
-                edgecolor=style.ACCENT,
+                edgecolor=palette.ACCENT,
                 lw=2.2,
                 gid=f"touched-{b}",
                 zorder=4,
@@ -645,7 +646,7 @@ def _blocks(ax, snap, layout, colours):
                 connectionstyle=f"arc3,rad={rad}",
                 arrowstyle="-|>",
                 mutation_scale=16,
-                color=style.ACCENT,
+                color=palette.ACCENT,
                 lw=2.6,
                 gid=f"copy-{src}-{dst}",
                 zorder=8,
@@ -661,7 +662,7 @@ def _blocks(ax, snap, layout, colours):
             va="top",
             fontsize=style.pt(9),
             fontweight="bold",
-            color=style.ACCENT,
+            color=palette.ACCENT,
             gid=f"copy-label-{src}-{dst}",
             zorder=9,
             bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.9),
@@ -690,14 +691,14 @@ def _legend(ax, layout, snap=None):
             marker="o",
             markersize=9,
             markerfacecolor="white",
-            markeredgecolor=style.INK,
+            markeredgecolor=palette.INK,
             label=style.tr("ref count (badge)"),
         ),
-        Patch(facecolor=style.INK, label=style.tr("fill (tokens / B)")),
+        Patch(facecolor=palette.INK, label=style.tr("fill (tokens / B)")),
         Patch(
-            facecolor="none", edgecolor=style.ACCENT, lw=2.2, label=style.tr("changed this step")
+            facecolor="none", edgecolor=palette.ACCENT, lw=2.2, label=style.tr("changed this step")
         ),
-        Line2D([], [], color=style.ACCENT, lw=2.6, label=style.tr("copy-on-write src\u2192dst")),
+        Line2D([], [], color=palette.ACCENT, lw=2.6, label=style.tr("copy-on-write src\u2192dst")),
     ]
     if style.slides() and snap is not None and not snap.pending_copies:
         handles = handles[:-1]
@@ -743,7 +744,7 @@ def _free_list(ax, snap, layout):
         "HEAD",
         fontsize=style.pt(8.5),
         va="center",
-        color=style.ACCENT,
+        color=palette.ACCENT,
         fontweight="bold",
     )
     # "HEAD" is bold 8.5 pt (18 on a slide): about 0.8 em a letter, then the first arrow

@@ -44,8 +44,7 @@ from matplotlib.text import Text  # noqa: E402
 from matplotlib.ticker import LogFormatter, LogFormatterSciNotation  # noqa: E402
 from matplotlib.typing import RcKeyType  # noqa: E402
 
-# the makers draw with style.INK, style.ACCENT, ...: the palette is part of this module's API
-from ..palette import ACCENT, FREE, FREE_EDGE, INK, SEQ_COLOURS  # noqa: E402, F401
+from ..palette import FREE, FREE_EDGE, INK, SEQ_COLOURS  # noqa: E402
 from ..text.lang import t as _t  # noqa: E402
 from .labels_zh import ZH as _ZH  # noqa: E402
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import palette
 from ..workloads import synthetic
 from . import style
 
@@ -97,7 +98,7 @@ def _waste_panel(ax, data: dict, box_y: float, top: float) -> None:
     """Wasted slots (%) per block size, each point labelled, the least-waste box at `box_y`."""
     bs = np.array(BLOCK_SIZES)
     waste = np.array([data[b][0] for b in BLOCK_SIZES])
-    ax.plot(bs, waste, "o-", color=style.SEQ_COLOURS[1], lw=2)
+    ax.plot(bs, waste, "o-", color=palette.SEQ_COLOURS[1], lw=2)
     for b, w in zip(bs, waste, strict=True):
         ax.annotate(
             f"{w:.1f}%",
@@ -128,7 +129,7 @@ def _entries_panel(ax, data: dict) -> None:
     """Mean block-table entries per sequence per block size, on a log scale."""
     bs = np.array(BLOCK_SIZES)
     entries = np.array([data[b][1] for b in BLOCK_SIZES])
-    ax.plot(bs, entries, "s-", color=style.SEQ_COLOURS[4], lw=2)
+    ax.plot(bs, entries, "s-", color=palette.SEQ_COLOURS[4], lw=2)
     for b, e in zip(bs, entries, strict=True):
         last = b == bs[-1]
         ax.annotate(

@@ -27,7 +27,9 @@ from typing import Any
 
 from .. import kv_events as ke
 from ..kv_stream import sequence_notes
-from . import ACCENT, ALERT, FREE, PALETTE, _ui
+from ..palette import ACCENT, ALERT, FREE
+from ..palette import SEQ_COLOURS as PALETTE
+from . import _ui
 
 VERSION = "vLLM v1 KV cache events (BlockStored / BlockRemoved / AllBlocksCleared)"
 

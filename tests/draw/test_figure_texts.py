@@ -2,6 +2,7 @@
 
 import pytest
 
+from pagedsim import palette
 from pagedsim.draw import flow
 from pagedsim.trace import SequenceAdded
 
@@ -105,7 +106,7 @@ def test_the_3_2_cell_grid_is_inked_and_the_chapter3_preset_explained(tmp_path, 
     grids = [c for c in ax.collections if c.get_gid() == "grid"]
     assert len(grids) == 8  # 2 models x (K, V) x (columns, rows)
     for grid in grids:
-        assert to_hex(grid.get_colors()[0]) == style.INK.lower() and grid.get_alpha() >= 0.4
+        assert to_hex(grid.get_colors()[0]) == palette.INK.lower() and grid.get_alpha() >= 0.4
     assert sum(p.get_gid() == "one-cell" for p in ax.patches) == 2
     texts = [t.get_text() for t in ax.texts]
     said = "chapter3  (the chapter's worked example, shaped like Llama-2-7B"

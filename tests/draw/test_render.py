@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from matplotlib.colors import to_hex
 
-from pagedsim import KVCacheManager, OutOfBlocks, SequenceError, story
+from pagedsim import KVCacheManager, OutOfBlocks, SequenceError, palette, story
 from pagedsim.draw import style
 from pagedsim.draw.render import Layout, describe_artists, render
 from pagedsim.io import trace_json
@@ -33,7 +33,7 @@ def check_consistent(snap, fig):
     for b in range(snap.num_blocks):
         face = to_hex(blocks[f"block-{b}"].get_facecolor())
         if snap.ref_counts[b] == 0:
-            assert face == to_hex(style.FREE), f"free block {b} is not drawn in the free colour"
+            assert face == to_hex(palette.FREE), f"free block {b} is not drawn in the free colour"
             assert f"badge-{b}" not in badges
         else:
             assert face == to_hex(colours[snap.owners(b)[0]])

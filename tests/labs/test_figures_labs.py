@@ -5,8 +5,9 @@ from matplotlib.colors import to_hex
 from matplotlib.patches import Rectangle
 
 from pagedsim.draw import figures_labs
-from pagedsim.draw.style import ACCENT, new_figure
+from pagedsim.draw.style import new_figure
 from pagedsim.labs import interleavings as il
+from pagedsim.palette import ACCENT
 
 pytestmark = [pytest.mark.draw, pytest.mark.ch3_7]
 

@@ -8,9 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pagedsim import palette
 from pagedsim.app.play_session import Options, Refused, Session
 from pagedsim.app.tour import tour_manager
-from pagedsim.view import PALETTE, View, page_data, to_html
+from pagedsim.palette import SEQ_COLOURS as PALETTE
+from pagedsim.view import View, page_data, to_html
 from pagedsim.view.diffs import free_list_diff
 
 from .conftest import long_script
@@ -111,9 +113,8 @@ def test_a_caption_cannot_close_the_script_that_holds_the_data():
 
 
 def test_the_page_uses_the_figures_palette():
-    from pagedsim.draw import style
 
-    assert PALETTE == style.SEQ_COLOURS
+    assert PALETTE == palette.SEQ_COLOURS
 
 
 def test_the_notebook_view_is_the_page_in_an_iframe_srcdoc():
