@@ -17,7 +17,7 @@ the blocks the two BlockStored streams name in the same order.
 Run as a module to record a stream through vLLM's own ZmqEventPublisher into a capture
 (`tests/view/data/vllm_stream.kvcap` is one; it needs the oracle venv):
 
-    PYTHONPATH=. /work/venv-vllm/bin/python -m tests.vllm_oracle.kv_event_workload OUT.kvcap
+    .venv-vllm/bin/python -m tests.vllm_oracle.kv_event_workload OUT.kvcap
 """
 
 from __future__ import annotations
