@@ -23,16 +23,18 @@ Rules a classroom needs:
 from __future__ import annotations
 
 import zlib
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from ..captions_en import EN
 from ..errors import BlockError, OutOfBlocks, SequenceError
-from ..manager import KVCacheManager
+from ..manager import KVCacheManager, SeqId
 from ..policies.hybrid import HybridManager
 from ..policies.preemption import PREEMPTION, PREEMPTION_POLICIES
 from ..policies.prefix_cache import PrefixCachingManager
 from ..text.captions import ZH, caption
 from ..text.lang import t
+from ..trace import Snapshot
 
 POLICIES = ("none",) + PREEMPTION_POLICIES  # none: a short pool fails the step
 
@@ -76,6 +78,18 @@ def parse(text: str) -> tuple[str, list[str | int]]:
         else:
             args.append(word)
     return op, args
+
+
+def _word(arg: str | int) -> str:
+    """A SEQ / CHILD / WORD argument: `parse` keeps those as the words typed."""
+    assert isinstance(arg, str), f"parse gives words for names, got {arg!r}"
+    return arg
+
+
+def _number(arg: str | int) -> int:
+    """An N argument: `parse` has turned it into an int."""
+    assert isinstance(arg, int), f"parse gives ints for counts, got {arg!r}"
+    return arg
 
 
 def prompt_tokens(word: str, n: int) -> list[int]:
@@ -153,7 +167,7 @@ def _preempted(said: str, m: Moment, lang: str) -> str:
     """`said` with "seq X finishes" told as "seq X is preempted" for each X that the moment
     preempted (the manager freed it, so the step's story calls it a finish)."""
     for note in m.notes:
-        if getattr(note, "template", None) in PREEMPTING:
+        if isinstance(note, Note) and note.template in PREEMPTING:
             seq = note.fields["seq"]
             table = ZH if lang == "zh" else EN
             was = table["finish"].format(seq_id=seq)
@@ -168,7 +182,7 @@ class Note(str):
     template: str  # the English template (NOTES_ZH's key)
     fields: dict[str, object]  # what fills it in
 
-    def __new__(cls, template: str, **fields):
+    def __new__(cls, template: str, **fields: object) -> Note:
         note = super().__new__(cls, template.format(**fields))
         note.template, note.fields = template, fields
         return note
@@ -181,7 +195,7 @@ class Note(str):
 class Moment:
     command: str  # the command as typed
     snapshot: int  # index of the last snapshot it produced
-    notes: list = field(default_factory=list)  # what happened besides the manager's caption
+    notes: list[str] = field(default_factory=list)  # what happened besides the manager's caption
 
 
 class Session:
@@ -193,11 +207,11 @@ class Session:
 
     # ---- the timeline --------------------------------------------------------
     @property
-    def snapshots(self) -> list:
+    def snapshots(self) -> list[Snapshot]:
         assert self.manager.trace is not None, "a session's manager records a trace"
         return self.manager.trace.snapshots
 
-    def current(self):
+    def current(self) -> Snapshot:
         """The snapshot the cursor shows (cursor 0: the empty pool)."""
         return self.snapshots[self.moments[self.cursor - 1].snapshot if self.cursor else 0]
 
@@ -211,7 +225,7 @@ class Session:
             raise Refused("already at the newest step: nothing to go forward to")
         self.cursor = min(len(self.moments), self.cursor + n)
 
-    def timeline(self, lang: str = "en") -> list:
+    def timeline(self, lang: str = "en") -> list[Snapshot]:
         """The snapshots up to the cursor, each captioned with the command that made it."""
         first = self.snapshots[0]
         out, k = [first.with_caption(caption(first, lang))], 0
@@ -220,14 +234,14 @@ class Session:
             k = m.snapshot
         return out
 
-    def shown(self, lang: str = "en"):
+    def shown(self, lang: str = "en") -> Snapshot:
         """`timeline(lang)[-1]` without captioning every step before it."""
         if self.cursor == 0:
             return self.snapshots[0].with_caption(caption(self.snapshots[0], lang))
         m = self.moments[self.cursor - 1]
         return self._captioned(m, m.snapshot, lang)
 
-    def _captioned(self, m: Moment, i: int, lang: str):
+    def _captioned(self, m: Moment, i: int, lang: str) -> Snapshot:
         """Snapshot i, made by moment m: the command, its notes and the step's caption (a
         sequence that m preempted "is preempted" there: it does not finish)."""
         snap = self.snapshots[i]
@@ -257,53 +271,53 @@ class Session:
         self.cursor = len(self.moments)
         return moment
 
-    def _rebuild(self, keep: list) -> None:
+    def _rebuild(self, keep: list[Moment]) -> None:
         self.manager = self.options.manager()
         if self.options.policy != "none":
             self._preemptible().reclaimer = self._reclaim
         self.moments: list[Moment] = []
         self.cursor = 0
-        self.host: dict = {}  # swapped-out seq -> (table, num_tokens)
-        self.preempted: dict = {}  # recompute-preempted seq -> num_tokens to prefill again
-        self.prompts: dict = {}  # seq -> prompt word (prefix caching)
-        self._pending_notes: list = []
+        self.host: dict[SeqId, tuple[list[int], int]] = {}  # swapped-out seq -> (table, tokens)
+        self.preempted: dict[SeqId, int] = {}  # recompute-preempted seq -> tokens to prefill
+        self.prompts: dict[SeqId, str] = {}  # seq -> prompt word (prefix caching)
+        self._pending_notes: list[str] = []
         for m in keep:
             self.run(m.command)
 
-    def _apply(self, op: str, args: list) -> list:
+    def _apply(self, op: str, args: list[str | int]) -> list[str]:
         m, notes = self.manager, []
         self._pending_notes = []
         try:
             if op == "alloc":
-                seq, n = args[0], args[1]
+                seq, n = _word(args[0]), _number(args[1])
                 if seq in self.host or seq in self.preempted:
                     raise Refused(f"seq {seq} is preempted: `resume {seq}` brings it back")
                 if isinstance(m, (PrefixCachingManager, HybridManager)):  # ids for the cache
-                    word = args[2] if len(args) > 2 else seq
+                    word = _word(args[2]) if len(args) > 2 else seq
                     self.prompts[seq] = word
                     m.add_sequence(seq, n, prompt_tokens(word, n))
                 else:
                     m.add_sequence(seq, n)
             elif op == "append":
-                m.append_tokens(args[0], args[1] if len(args) > 1 else 1)
+                m.append_tokens(_word(args[0]), _number(args[1]) if len(args) > 1 else 1)
             elif op == "fork":
                 if isinstance(m, HybridManager):
                     raise Refused(
                         "fork is vLLM v0's; the hybrid allocator is v1, which shares "
                         "blocks only through the prefix cache"
                     )
-                m.fork(args[0], args[1])
+                m.fork(_word(args[0]), _word(args[1]))
             elif op == "free":
-                m.free_sequence(args[0])
+                m.free_sequence(_word(args[0]))
             elif op == "evict":
-                seq = args[0] if args else self._victim(set())
-                if seq is None:
+                victim = _word(args[0]) if args else self._victim(set())
+                if victim is None:
                     raise Refused("no live sequence to evict")
-                if seq not in m:
-                    raise Refused(f"no live sequence {seq!r}")
-                self._preempt(seq)
+                if victim not in m:
+                    raise Refused(f"no live sequence {victim!r}")
+                self._preempt(victim)
             elif op == "resume":
-                notes.append(self._resume(args[0]))
+                notes.append(self._resume(_word(args[0])))
         except Refused:
             raise
         except OutOfBlocks as e:
@@ -334,11 +348,11 @@ class Session:
         assert isinstance(self.manager, KVCacheManager), "--hybrid takes no --preemption-mode"
         return self.manager
 
-    def _victim(self, protect: set):
+    def _victim(self, protect: set[Hashable]) -> SeqId | None:
         live = [s for s in self.manager.seq_ids() if s not in protect]
         return live[-1] if live else None  # the newest, as vLLM's default scheduler picks
 
-    def _reclaim(self, manager, short: int, protect: set) -> None:
+    def _reclaim(self, manager: KVCacheManager, short: int, protect: set[Hashable]) -> None:
         """The manager's reclaimer: preempt the newest unprotected sequences until `short`
         blocks are free."""
         while short > 0:
@@ -349,7 +363,7 @@ class Session:
             self._preempt(seq)
             short -= manager.num_free_blocks - before
 
-    def _preempt(self, seq) -> None:
+    def _preempt(self, seq: SeqId) -> None:
         if self.options.policy == "none":  # only `evict` gets here without one
             raise Refused(
                 "evict needs a policy: start play with --preemption-mode recompute or swap"
@@ -368,7 +382,7 @@ class Session:
             )
         m.free_sequence(seq)
 
-    def _resume(self, seq) -> str:
+    def _resume(self, seq: str) -> str:
         if seq in self.host:
             labels, n = self.host[seq]
             self._preemptible().restore_sequences(
