@@ -100,40 +100,46 @@ def prompt_tokens(word: str, n: int) -> list[int]:
 
 @dataclass
 class Options:
-    num_blocks: int = 12
+    """The pool `play`'s flags ask for, under vLLM's engine-argument names."""
+
+    num_gpu_blocks: int = 12  # --num-gpu-blocks-override
     block_size: int = 4
-    prefix_cache: bool = False
-    window: int | None = None  # sliding window in tokens (None: full attention)
-    policy: str = "none"  # what a short pool does: none (the step fails), recompute, swap
+    enable_prefix_caching: bool = False
+    sliding_window: int | None = None  # --window, in tokens (None: full attention)
+    # what a short pool does: none (the step fails), recompute, swap
+    preemption_mode: str = "none"
     hybrid: int | None = None  # two KV cache groups: full attention + a window of N tokens
 
     def manager(self) -> KVCacheManager | HybridManager:
-        if self.policy not in POLICIES:
+        if self.preemption_mode not in POLICIES:
             raise Refused(
-                f"--preemption-mode must be one of {', '.join(POLICIES)}, got {self.policy!r}"
+                f"--preemption-mode must be one of {', '.join(POLICIES)}, "
+                f"got {self.preemption_mode!r}"
             )
-        if self.prefix_cache and self.window:
+        if self.enable_prefix_caching and self.sliding_window:
             raise Refused("choose --enable-prefix-caching or --window, not both")
         if self.hybrid is not None:
             return self._hybrid()
-        if self.prefix_cache:
-            return PrefixCachingManager(self.num_blocks, self.block_size)
-        if self.window:
+        if self.enable_prefix_caching:
+            return PrefixCachingManager(self.num_gpu_blocks, self.block_size)
+        if self.sliding_window:
             from ..policies.sliding_window import SlidingWindowManager
 
-            return SlidingWindowManager(self.num_blocks, self.block_size, window=self.window)
-        return KVCacheManager(self.num_blocks, self.block_size, free_order="lifo")
+            return SlidingWindowManager(
+                self.num_gpu_blocks, self.block_size, window=self.sliding_window
+            )
+        return KVCacheManager(self.num_gpu_blocks, self.block_size, free_order="lifo")
 
     def _hybrid(self) -> HybridManager:
         """vLLM v1's hybrid allocator: both groups' tables are shown (A:full, A:window)."""
-        if self.prefix_cache or self.window or self.policy != "none":
+        if self.enable_prefix_caching or self.sliding_window or self.preemption_mode != "none":
             raise Refused(
                 "--hybrid already caches prefixes and windows its second group; it "
                 "takes no --enable-prefix-caching, --window or --preemption-mode"
             )
         if type(self.hybrid) is not int or self.hybrid < 1:
             raise Refused(f"--hybrid must be a positive number of tokens, got {self.hybrid!r}")
-        return HybridManager(self.num_blocks, self.block_size, window=self.hybrid)
+        return HybridManager(self.num_gpu_blocks, self.block_size, window=self.hybrid)
 
 
 # A note's English template -> its Chinese (same {fields}); `Note.said(lang)` picks one.
@@ -273,7 +279,7 @@ class Session:
 
     def _rebuild(self, keep: list[Moment]) -> None:
         self.manager = self.options.manager()
-        if self.options.policy != "none":
+        if self.options.preemption_mode != "none":
             self._preemptible().reclaimer = self._reclaim
         self.moments: list[Moment] = []
         self.cursor = 0
@@ -336,7 +342,7 @@ class Session:
                 n=e.needed,
                 m=self.manager.num_blocks,
             )
-        if self.options.policy != "none":
+        if self.options.preemption_mode != "none":
             return Note("the pool ran dry even after preempting")
         return Note(
             "the pool ran dry (with --preemption-mode recompute a sequence would be preempted)"
@@ -364,12 +370,12 @@ class Session:
             short -= manager.num_free_blocks - before
 
     def _preempt(self, seq: SeqId) -> None:
-        if self.options.policy == "none":  # only `evict` gets here without one
+        if self.options.preemption_mode == "none":  # only `evict` gets here without one
             raise Refused(
                 "evict needs a policy: start play with --preemption-mode recompute or swap"
             )
         m = self._preemptible()
-        if PREEMPTION[self.options.policy].keeps_kv:  # swap: the table waits on the host
+        if PREEMPTION[self.options.preemption_mode].keeps_kv:  # swap: the table waits on the host
             table = m.block_table(seq)
             self.host[seq] = (list(table.blocks), table.num_tokens)
             self._pending_notes.append(
