@@ -78,21 +78,24 @@ class ManagerConformance(RuleBasedStateMachine):
 
     @initialize(data=st.data())
     def make(self, data: st.DataObject) -> None:
-        nb, bs = data.draw(self.sizes, label="num_blocks, block_size")
+        num_blocks, block_size = data.draw(self.sizes, label="num_blocks, block_size")
         type(self).examples_run += 1
-        self.nb, self.bs = nb, bs
+        self.num_blocks, self.block_size = num_blocks, block_size
         self.script: list[str] = []  # the calls so far, as Python
         self.m = Managed(self.script, self.call_timeout)
         factory = type(self).factory
         assert factory is not None, "manager_machine binds a factory"
-        self.m.build(factory, nb, bs)
-        self.model = KVCacheManager(nb, bs, free_order=self.free_order or "lifo", trace=False)
-        self.memory = np.full(nb * bs, -1, np.int64)  # [num_blocks * block_size] shadow KV
+        self.m.build(factory, num_blocks, block_size)
+        self.model = KVCacheManager(
+            num_blocks, block_size, free_order=self.free_order or "lifo", trace=False
+        )
+        # [num_blocks * block_size] shadow KV: the value each slot holds, -1 if none
+        self.memory = np.full(num_blocks * block_size, -1, np.int64)
         self.writer: dict[int, tuple[int, int]] = {}  # value -> (seq, position) that wrote it
         self.tokens: dict[int, list[int]] = {}  # live seq -> its values, in order
         self.next_id = 0
         self.next_value = 0
-        self._check(self.script[0], (nb, nb), [])
+        self._check(self.script[0], (num_blocks, num_blocks), [])
 
     # ---- rules ----------------------------------------------------------------------
     @rule(n=st.integers(1, 12))
@@ -181,10 +184,10 @@ class ManagerConformance(RuleBasedStateMachine):
         for seq in sorted(self.tokens):
             self._free(seq)
         free = self.m.num_free()
-        if free != self.nb:
+        if free != self.num_blocks:
             self._fail(
                 f"after every sequence is freed, num_free_blocks is {free} of "
-                f"{self.nb}: {self.nb - free} block(s) leaked"
+                f"{self.num_blocks}: {self.num_blocks - free} block(s) leaked"
             )
 
     # ---- one step -------------------------------------------------------------------
@@ -256,7 +259,7 @@ class ManagerConformance(RuleBasedStateMachine):
             return ""
         seq = args[0]
         table = list(self.model.block_table(seq))
-        if len(self.tokens[seq]) % self.bs == 0 or self.model.pool.ref_count(table[-1]) < 2:
+        if len(self.tokens[seq]) % self.block_size == 0 or self.model.pool.ref_count(table[-1]) < 2:
             return ""
         sharers = [s for s in self.tokens if s != seq and table[-1] in self.model.block_table(s)]
         return (
@@ -278,7 +281,7 @@ class ManagerConformance(RuleBasedStateMachine):
         writes: Writes | None = None,
         tables_before: Mapping[int, Sequence[int]] | None = None,
     ) -> None:
-        nb, bs = self.nb, self.bs
+        nb, bs = self.num_blocks, self.block_size
         for src, dst in self.m.drain():  # the copy kernel runs before new tokens are written
             if not (0 <= src < nb and 0 <= dst < nb):
                 self._fail(f"m.drain_copies() gave ({src}, {dst}); block ids are 0..{nb - 1}")
@@ -329,7 +332,7 @@ class ManagerConformance(RuleBasedStateMachine):
     ) -> None:
         """No drain_copies(): a written logical block that moved to a new physical block is
         taken to have been copied (the manager's engine must do that copy itself)."""
-        bs = self.bs
+        bs = self.block_size
         for seq, old in tables_before.items():
             new = tables.get(seq, [])
             written = len(self.tokens.get(seq, ()))
@@ -341,19 +344,19 @@ class ManagerConformance(RuleBasedStateMachine):
                     self.memory[dst * bs : (dst + 1) * bs] = self.memory[src * bs : (src + 1) * bs]
 
     def _table(self, seq: int) -> list[int]:
-        table, n, nb = self.m.table(seq), len(self.tokens[seq]), self.nb
-        want = blocks_needed(n, self.bs)
+        table, n, nb = self.m.table(seq), len(self.tokens[seq]), self.num_blocks
+        want = blocks_needed(n, self.block_size)
         if len(table) != want:
             self._fail(
                 f"block_table({seq}) has {len(table)} entries for {n} tokens; "
-                f"expected ceil({n}/{self.bs}) = {want}"
+                f"expected ceil({n}/{self.block_size}) = {want}"
             )
         if any(not 0 <= b < nb for b in table) or len(set(table)) != len(table):
             self._fail(f"block_table({seq}) is {table}: ids must be distinct, in 0..{nb - 1}")
         return table
 
     def _read_back(self, text: str, seq: int, table: list[int], tables: Tables) -> None:
-        bs = self.bs
+        bs = self.block_size
         for p, want in enumerate(self.tokens[seq]):
             block = table[p // bs]
             slot = block * bs + p % bs
