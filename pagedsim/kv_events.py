@@ -531,8 +531,8 @@ def replay(events: Iterable[KVEvent], frames: Iterable[int] | None = None) -> li
     not vLLM's free queue. Costs one pass plus the pool's size per frame asked for."""
     t = timeline(events)
     wanted = range(len(t.steps) + 1) if frames is None else sorted(set(frames))
-    n, bs = max(t.num_slots, 1), t.block_size or 1
-    fill = [0] * n
+    num_blocks, block_size = max(t.num_slots, 1), t.block_size or 1  # the snapshot's pool
+    fill = [0] * num_blocks
     out, k = [], 0
     for want in wanted:
         for step in t.steps[k:want]:
@@ -542,7 +542,7 @@ def replay(events: Iterable[KVEvent], frames: Iterable[int] | None = None) -> li
                 fill[t.records[r].slot] = len(t.records[r].token_ids)
         k = max(k, want)
         text = t.steps[want - 1].text if want else "an empty prefix cache"
-        out.append(_snapshot(want, text, fill, n, bs))
+        out.append(_snapshot(want, text, fill, num_blocks, block_size))
     return out
 
 
@@ -573,13 +573,13 @@ def summarised(snap: tr.Snapshot, max_blocks: int) -> tr.Snapshot:
     )
 
 
-def _snapshot(k: int, text: str, fill: list[int], num_blocks: int, bs: int) -> tr.Snapshot:
+def _snapshot(k: int, text: str, fill: list[int], num_blocks: int, block_size: int) -> tr.Snapshot:
     return tr.Snapshot(
         step=k,
         custom_caption=text,
         events=(),
         num_blocks=num_blocks,
-        block_size=bs,
+        block_size=block_size,
         free_list=tuple(range(num_blocks)),  # no counts: every block drawn as ref 0
         ref_counts=(0,) * num_blocks,
         block_fill=tuple(fill),

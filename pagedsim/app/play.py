@@ -31,11 +31,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import TextIO
 
 from ..io.args import ArgParser, int_in
 from ..text.captions import caption
 from ..text.lang import LANGS, detect, t, wrap
+from ..trace import Snapshot
 from ..view import sources, write_html
 from . import tour, view_zh
 from .play_session import POLICIES, STEPS, Options, Refused, Session
@@ -63,7 +66,7 @@ class Playground:
         self,
         session: Session,
         *,
-        out=None,
+        out: TextIO | None = None,
         width: int = 100,
         lang: str = "en",
         look: str = "paper",
@@ -125,7 +128,7 @@ class Playground:
             )
         return True
 
-    def loop(self, lines, *, echo: bool = False, prompt: str = "") -> None:
+    def loop(self, lines: Iterable[str], *, echo: bool = False, prompt: str = "") -> None:
         for line in lines:
             if echo and line.strip():
                 self.say(f"> {line.rstrip()}")
@@ -141,7 +144,7 @@ def printable(text: object) -> str:
     return "".join(c if c.isprintable() or c == "\t" else ascii(c)[1:-1] for c in str(text))
 
 
-def _count(words, op) -> int:
+def _count(words: list[str], op: str) -> int:
     if not words:
         return 1
     if len(words) > 1 or not words[0].isdigit() or int(words[0]) < 1:
@@ -296,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if args.script and play.mistakes else 0
 
 
-def _draw_trace(args, p, width: int, lang: str) -> int:
+def _draw_trace(args: argparse.Namespace, p: argparse.ArgumentParser, width: int, lang: str) -> int:
     from ..io.trace_json import load_snapshots
 
     try:
@@ -341,7 +344,9 @@ SHOWN_EVENTS = 8  # events of a stream drawn: the first and last 4
 SHOWN_BLOCKS = 64  # slots of one snapshot drawn
 
 
-def _draw_events(args, p, width: int, lang: str) -> int:
+def _draw_events(
+    args: argparse.Namespace, p: argparse.ArgumentParser, width: int, lang: str
+) -> int:
     from ..kv_events import replay, shown_frames, summarised
     from ..kv_stream import read_any
     from ..view import command, page_html
@@ -375,11 +380,11 @@ def _draw_events(args, p, width: int, lang: str) -> int:
     return 0
 
 
-def _pages(args, page) -> None:
+def _pages(args: argparse.Namespace, make_page: Callable[[], dict[str, object]]) -> None:
     """--html and --trace-out: the page (`pagedsim.view`) and the trace it shows."""
     if not (args.html or args.trace_out):
         return
-    page = page()
+    page = make_page()
     if args.html:
         print(f"wrote {write_html(args.html, **page)}", file=sys.stderr)
     if args.trace_out:
@@ -389,7 +394,7 @@ def _pages(args, page) -> None:
         print(f"wrote {args.trace_out}", file=sys.stderr)
 
 
-def _write(snapshots, args, lang: str) -> None:
+def _write(snapshots: Sequence[Snapshot], args: argparse.Namespace, lang: str) -> None:
     from ..draw import scenario, style  # matplotlib only now
 
     with style.output(look=args.style):

@@ -23,16 +23,18 @@ Rules a classroom needs:
 from __future__ import annotations
 
 import zlib
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from ..captions_en import EN
 from ..errors import BlockError, OutOfBlocks, SequenceError
-from ..manager import KVCacheManager
+from ..manager import KVCacheManager, SeqId
 from ..policies.hybrid import HybridManager
 from ..policies.preemption import PREEMPTION, PREEMPTION_POLICIES
 from ..policies.prefix_cache import PrefixCachingManager
 from ..text.captions import ZH, caption
 from ..text.lang import t
+from ..trace import Snapshot
 
 POLICIES = ("none",) + PREEMPTION_POLICIES  # none: a short pool fails the step
 
@@ -78,6 +80,18 @@ def parse(text: str) -> tuple[str, list[str | int]]:
     return op, args
 
 
+def _word(arg: str | int) -> str:
+    """A SEQ / CHILD / WORD argument: `parse` keeps those as the words typed."""
+    assert isinstance(arg, str), f"parse gives words for names, got {arg!r}"
+    return arg
+
+
+def _number(arg: str | int) -> int:
+    """An N argument: `parse` has turned it into an int."""
+    assert isinstance(arg, int), f"parse gives ints for counts, got {arg!r}"
+    return arg
+
+
 def prompt_tokens(word: str, n: int) -> list[int]:
     """n token ids that depend only on `word`: equal words give equal prefixes (prefix caching)."""
     base = zlib.crc32(word.encode()) % 100_000 * 10_000
@@ -86,40 +100,46 @@ def prompt_tokens(word: str, n: int) -> list[int]:
 
 @dataclass
 class Options:
-    num_blocks: int = 12
+    """The pool `play`'s flags ask for, under vLLM's engine-argument names."""
+
+    num_gpu_blocks: int = 12  # --num-gpu-blocks-override
     block_size: int = 4
-    prefix_cache: bool = False
-    window: int | None = None  # sliding window in tokens (None: full attention)
-    policy: str = "none"  # what a short pool does: none (the step fails), recompute, swap
+    enable_prefix_caching: bool = False
+    sliding_window: int | None = None  # --window, in tokens (None: full attention)
+    # what a short pool does: none (the step fails), recompute, swap
+    preemption_mode: str = "none"
     hybrid: int | None = None  # two KV cache groups: full attention + a window of N tokens
 
     def manager(self) -> KVCacheManager | HybridManager:
-        if self.policy not in POLICIES:
+        if self.preemption_mode not in POLICIES:
             raise Refused(
-                f"--preemption-mode must be one of {', '.join(POLICIES)}, got {self.policy!r}"
+                f"--preemption-mode must be one of {', '.join(POLICIES)}, "
+                f"got {self.preemption_mode!r}"
             )
-        if self.prefix_cache and self.window:
+        if self.enable_prefix_caching and self.sliding_window:
             raise Refused("choose --enable-prefix-caching or --window, not both")
         if self.hybrid is not None:
             return self._hybrid()
-        if self.prefix_cache:
-            return PrefixCachingManager(self.num_blocks, self.block_size)
-        if self.window:
+        if self.enable_prefix_caching:
+            return PrefixCachingManager(self.num_gpu_blocks, self.block_size)
+        if self.sliding_window:
             from ..policies.sliding_window import SlidingWindowManager
 
-            return SlidingWindowManager(self.num_blocks, self.block_size, window=self.window)
-        return KVCacheManager(self.num_blocks, self.block_size, free_order="lifo")
+            return SlidingWindowManager(
+                self.num_gpu_blocks, self.block_size, window=self.sliding_window
+            )
+        return KVCacheManager(self.num_gpu_blocks, self.block_size, free_order="lifo")
 
     def _hybrid(self) -> HybridManager:
         """vLLM v1's hybrid allocator: both groups' tables are shown (A:full, A:window)."""
-        if self.prefix_cache or self.window or self.policy != "none":
+        if self.enable_prefix_caching or self.sliding_window or self.preemption_mode != "none":
             raise Refused(
                 "--hybrid already caches prefixes and windows its second group; it "
                 "takes no --enable-prefix-caching, --window or --preemption-mode"
             )
         if type(self.hybrid) is not int or self.hybrid < 1:
             raise Refused(f"--hybrid must be a positive number of tokens, got {self.hybrid!r}")
-        return HybridManager(self.num_blocks, self.block_size, window=self.hybrid)
+        return HybridManager(self.num_gpu_blocks, self.block_size, window=self.hybrid)
 
 
 # A note's English template -> its Chinese (same {fields}); `Note.said(lang)` picks one.
@@ -153,7 +173,7 @@ def _preempted(said: str, m: Moment, lang: str) -> str:
     """`said` with "seq X finishes" told as "seq X is preempted" for each X that the moment
     preempted (the manager freed it, so the step's story calls it a finish)."""
     for note in m.notes:
-        if getattr(note, "template", None) in PREEMPTING:
+        if isinstance(note, Note) and note.template in PREEMPTING:
             seq = note.fields["seq"]
             table = ZH if lang == "zh" else EN
             was = table["finish"].format(seq_id=seq)
@@ -168,7 +188,7 @@ class Note(str):
     template: str  # the English template (NOTES_ZH's key)
     fields: dict[str, object]  # what fills it in
 
-    def __new__(cls, template: str, **fields):
+    def __new__(cls, template: str, **fields: object) -> Note:
         note = super().__new__(cls, template.format(**fields))
         note.template, note.fields = template, fields
         return note
@@ -181,7 +201,7 @@ class Note(str):
 class Moment:
     command: str  # the command as typed
     snapshot: int  # index of the last snapshot it produced
-    notes: list = field(default_factory=list)  # what happened besides the manager's caption
+    notes: list[str] = field(default_factory=list)  # what happened besides the manager's caption
 
 
 class Session:
@@ -193,11 +213,11 @@ class Session:
 
     # ---- the timeline --------------------------------------------------------
     @property
-    def snapshots(self) -> list:
+    def snapshots(self) -> list[Snapshot]:
         assert self.manager.trace is not None, "a session's manager records a trace"
         return self.manager.trace.snapshots
 
-    def current(self):
+    def current(self) -> Snapshot:
         """The snapshot the cursor shows (cursor 0: the empty pool)."""
         return self.snapshots[self.moments[self.cursor - 1].snapshot if self.cursor else 0]
 
@@ -211,7 +231,7 @@ class Session:
             raise Refused("already at the newest step: nothing to go forward to")
         self.cursor = min(len(self.moments), self.cursor + n)
 
-    def timeline(self, lang: str = "en") -> list:
+    def timeline(self, lang: str = "en") -> list[Snapshot]:
         """The snapshots up to the cursor, each captioned with the command that made it."""
         first = self.snapshots[0]
         out, k = [first.with_caption(caption(first, lang))], 0
@@ -220,14 +240,14 @@ class Session:
             k = m.snapshot
         return out
 
-    def shown(self, lang: str = "en"):
+    def shown(self, lang: str = "en") -> Snapshot:
         """`timeline(lang)[-1]` without captioning every step before it."""
         if self.cursor == 0:
             return self.snapshots[0].with_caption(caption(self.snapshots[0], lang))
         m = self.moments[self.cursor - 1]
         return self._captioned(m, m.snapshot, lang)
 
-    def _captioned(self, m: Moment, i: int, lang: str):
+    def _captioned(self, m: Moment, i: int, lang: str) -> Snapshot:
         """Snapshot i, made by moment m: the command, its notes and the step's caption (a
         sequence that m preempted "is preempted" there: it does not finish)."""
         snap = self.snapshots[i]
@@ -257,53 +277,53 @@ class Session:
         self.cursor = len(self.moments)
         return moment
 
-    def _rebuild(self, keep: list) -> None:
+    def _rebuild(self, keep: list[Moment]) -> None:
         self.manager = self.options.manager()
-        if self.options.policy != "none":
+        if self.options.preemption_mode != "none":
             self._preemptible().reclaimer = self._reclaim
         self.moments: list[Moment] = []
         self.cursor = 0
-        self.host: dict = {}  # swapped-out seq -> (table, num_tokens)
-        self.preempted: dict = {}  # recompute-preempted seq -> num_tokens to prefill again
-        self.prompts: dict = {}  # seq -> prompt word (prefix caching)
-        self._pending_notes: list = []
+        self.host: dict[SeqId, tuple[list[int], int]] = {}  # swapped-out seq -> (table, tokens)
+        self.preempted: dict[SeqId, int] = {}  # recompute-preempted seq -> tokens to prefill
+        self.prompts: dict[SeqId, str] = {}  # seq -> prompt word (prefix caching)
+        self._pending_notes: list[str] = []
         for m in keep:
             self.run(m.command)
 
-    def _apply(self, op: str, args: list) -> list:
+    def _apply(self, op: str, args: list[str | int]) -> list[str]:
         m, notes = self.manager, []
         self._pending_notes = []
         try:
             if op == "alloc":
-                seq, n = args[0], args[1]
+                seq, n = _word(args[0]), _number(args[1])
                 if seq in self.host or seq in self.preempted:
                     raise Refused(f"seq {seq} is preempted: `resume {seq}` brings it back")
                 if isinstance(m, (PrefixCachingManager, HybridManager)):  # ids for the cache
-                    word = args[2] if len(args) > 2 else seq
+                    word = _word(args[2]) if len(args) > 2 else seq
                     self.prompts[seq] = word
                     m.add_sequence(seq, n, prompt_tokens(word, n))
                 else:
                     m.add_sequence(seq, n)
             elif op == "append":
-                m.append_tokens(args[0], args[1] if len(args) > 1 else 1)
+                m.append_tokens(_word(args[0]), _number(args[1]) if len(args) > 1 else 1)
             elif op == "fork":
                 if isinstance(m, HybridManager):
                     raise Refused(
                         "fork is vLLM v0's; the hybrid allocator is v1, which shares "
                         "blocks only through the prefix cache"
                     )
-                m.fork(args[0], args[1])
+                m.fork(_word(args[0]), _word(args[1]))
             elif op == "free":
-                m.free_sequence(args[0])
+                m.free_sequence(_word(args[0]))
             elif op == "evict":
-                seq = args[0] if args else self._victim(set())
-                if seq is None:
+                victim = _word(args[0]) if args else self._victim(set())
+                if victim is None:
                     raise Refused("no live sequence to evict")
-                if seq not in m:
-                    raise Refused(f"no live sequence {seq!r}")
-                self._preempt(seq)
+                if victim not in m:
+                    raise Refused(f"no live sequence {victim!r}")
+                self._preempt(victim)
             elif op == "resume":
-                notes.append(self._resume(args[0]))
+                notes.append(self._resume(_word(args[0])))
         except Refused:
             raise
         except OutOfBlocks as e:
@@ -322,7 +342,7 @@ class Session:
                 n=e.needed,
                 m=self.manager.num_blocks,
             )
-        if self.options.policy != "none":
+        if self.options.preemption_mode != "none":
             return Note("the pool ran dry even after preempting")
         return Note(
             "the pool ran dry (with --preemption-mode recompute a sequence would be preempted)"
@@ -334,11 +354,11 @@ class Session:
         assert isinstance(self.manager, KVCacheManager), "--hybrid takes no --preemption-mode"
         return self.manager
 
-    def _victim(self, protect: set):
+    def _victim(self, protect: set[Hashable]) -> SeqId | None:
         live = [s for s in self.manager.seq_ids() if s not in protect]
         return live[-1] if live else None  # the newest, as vLLM's default scheduler picks
 
-    def _reclaim(self, manager, short: int, protect: set) -> None:
+    def _reclaim(self, manager: KVCacheManager, short: int, protect: set[Hashable]) -> None:
         """The manager's reclaimer: preempt the newest unprotected sequences until `short`
         blocks are free."""
         while short > 0:
@@ -349,13 +369,13 @@ class Session:
             self._preempt(seq)
             short -= manager.num_free_blocks - before
 
-    def _preempt(self, seq) -> None:
-        if self.options.policy == "none":  # only `evict` gets here without one
+    def _preempt(self, seq: SeqId) -> None:
+        if self.options.preemption_mode == "none":  # only `evict` gets here without one
             raise Refused(
                 "evict needs a policy: start play with --preemption-mode recompute or swap"
             )
         m = self._preemptible()
-        if PREEMPTION[self.options.policy].keeps_kv:  # swap: the table waits on the host
+        if PREEMPTION[self.options.preemption_mode].keeps_kv:  # swap: the table waits on the host
             table = m.block_table(seq)
             self.host[seq] = (list(table.blocks), table.num_tokens)
             self._pending_notes.append(
@@ -368,7 +388,7 @@ class Session:
             )
         m.free_sequence(seq)
 
-    def _resume(self, seq) -> str:
+    def _resume(self, seq: str) -> str:
         if seq in self.host:
             labels, n = self.host[seq]
             self._preemptible().restore_sequences(

@@ -7,10 +7,30 @@ imports it when the kernels are asked for. Caches live on the device.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
 import numpy as np
+import numpy.typing as npt
 
 import cuda_kernels  # chooses GPU or simulator before numba.cuda loads
 from cuda_kernels.prefill import paged_prefill
+
+if TYPE_CHECKING:
+    from .model import Attention
+
+Ints = npt.NDArray[np.int32]  # block tables, context lengths, slots, query starts
+Floats = npt.NDArray[np.float32]  # queries, keys, values, the attention's output
+Pairs = Sequence[tuple[int, int]]  # (source block, destination block) per copy
+
+
+class DeviceArray(Protocol):
+    """A cache on the device: numba's DeviceNDArray on a GPU, the simulator's
+    FakeCUDAArray otherwise; [num_blocks, 2, H_kv, B, D] float32."""
+
+    shape: tuple[int, ...]
+
+    def copy_to_host(self) -> Floats: ...
 
 
 class KernelAttention:
@@ -22,33 +42,57 @@ class KernelAttention:
             "cuda_kernels on the GPU" if mode == "gpu" else "cuda_kernels on Numba's CUDA simulator"
         )
 
-    def new_cache(self, shape):
+    def new_cache(self, shape: tuple[int, ...]) -> DeviceArray:
         from numba import cuda  # configured by cuda_kernels above
 
-        return cuda.to_device(np.full(shape, np.nan, np.float32))
+        host = np.full(shape, np.nan, np.float32)  # never-written slots poison any read
+        cache: DeviceArray = cuda.to_device(host)  # type: ignore[no-untyped-call]  # numba: untyped
+        return cache
 
-    def write(self, cache, key, value, slots):
+    def write(self, cache: DeviceArray, key: Floats, value: Floats, slots: Ints) -> None:
         cuda_kernels.write_kv(cache, key, value, slots)
 
-    def prefill(self, query, cache, tables, lens, starts, spec=None):
+    def prefill(
+        self,
+        query: Floats,
+        cache: DeviceArray,
+        tables: Ints,
+        lens: Ints,
+        starts: Ints,
+        spec: Attention | None = None,
+    ) -> Floats:
         scale, window = _plain(spec)
-        return paged_prefill(query, cache, tables, lens, starts, scale, window=window or 0)
+        # the launchers take NumPy or device arrays and answer in kind: left unannotated
+        out: Floats = paged_prefill(  # type: ignore[no-untyped-call]
+            query, cache, tables, lens, starts, scale, window=window or 0
+        )
+        return out
 
-    def decode(self, query, cache, tables, lens, spec=None):
+    def decode(
+        self,
+        query: Floats,
+        cache: DeviceArray,
+        tables: Ints,
+        lens: Ints,
+        spec: Attention | None = None,
+    ) -> Floats:
         scale, window = _plain(spec)
-        return cuda_kernels.paged_attention(query, cache, tables, lens, scale, window=window)
+        out: Floats = cuda_kernels.paged_attention(  # type: ignore[no-untyped-call]
+            query, cache, tables, lens, scale, window=window
+        )
+        return out
 
-    def copy_blocks(self, cache, pairs):
+    def copy_blocks(self, cache: DeviceArray, pairs: Pairs) -> None:
         cuda_kernels.copy_blocks(cache, pairs)
 
-    def swap_out(self, cache, host, pairs):
+    def swap_out(self, cache: DeviceArray, host: Floats, pairs: Pairs) -> None:
         cuda_kernels.swap_out(cache, host, pairs)
 
-    def swap_in(self, host, cache, pairs):
+    def swap_in(self, host: Floats, cache: DeviceArray, pairs: Pairs) -> None:
         cuda_kernels.swap_in(host, cache, pairs)
 
 
-def _plain(spec) -> tuple:
+def _plain(spec: Attention | None) -> tuple[float | None, int | None]:
     """(scale, window) for the kernels; they have no soft-cap, so a model with one is refused."""
     if spec is None:
         return None, None

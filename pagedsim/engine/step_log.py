@@ -11,15 +11,15 @@ TableCounts                 the same, read from the block tables, with each KV c
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
-from ..block_table import NULL_BLOCK
-from ..trace import BlockReleased
+from ..block_table import NULL_BLOCK, BlockTable
+from ..manager import SeqId
+from ..trace import BlockReleased, Trace
 
 EVENTS = ("allocated", "shared", "copied", "freed")
 
 
-def trace_counts(trace: Any, mark: int) -> tuple[dict[str, int], int]:
+def trace_counts(trace: Trace | None, mark: int) -> tuple[dict[str, int], int]:
     """(counts of block events after event `mark`, the new mark); zeros without a trace."""
     counts = dict.fromkeys(EVENTS, 0)
     if trace is None:
@@ -39,12 +39,12 @@ def trace_counts(trace: Any, mark: int) -> tuple[dict[str, int], int]:
 class TableCounts:
     """Blocks that entered and left the live tables since the last call, per group too."""
 
-    def __init__(self, groups: tuple[str, ...], tables: Callable[[Any], tuple[Any, ...]]):
+    def __init__(self, groups: tuple[str, ...], tables: Callable[[SeqId], tuple[BlockTable, ...]]):
         self.groups = groups  # each KV cache group's name: ("full", "window") or ("window",)
         self.tables = tables  # seq -> one block table per group
         self._named: set[int] = set()  # blocks the tables named at the last call
 
-    def blocks_in_use(self, seqs: Iterable[Any]) -> dict[str, int]:
+    def blocks_in_use(self, seqs: Iterable[SeqId]) -> dict[str, int]:
         """Blocks each group's tables name right now (the hybrid saving is read here)."""
         per_seq = [self.tables(s) for s in seqs]
         return {
@@ -52,7 +52,7 @@ class TableCounts:
             for g, name in enumerate(self.groups)
         }
 
-    def since_mark(self, seqs: Iterable[Any]) -> dict[str, int]:
+    def since_mark(self, seqs: Iterable[SeqId]) -> dict[str, int]:
         seqs = list(seqs)
         named = {b for s in seqs for t in self.tables(s) for b in t.blocks if b != NULL_BLOCK}
         counts = dict(

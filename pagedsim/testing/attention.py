@@ -17,6 +17,9 @@ NumPy function (a Numba kernel is checked the same way).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NoReturn, TypedDict
+
 import numpy as np
 from hypothesis import given
 
@@ -25,8 +28,27 @@ from .contract import NonConformance, describe, time_limit
 from .messages import render
 from .run import Summary, quiet_settings, seeded
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
-def compare(fn, case: PagedCase, call_timeout=None) -> None:
+# fn(query, kv_cache, block_tables, context_lens, scale) -> [S, H, D]; checked, so any answer
+AttentionFn = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float], object]
+
+
+class CacheOptions(TypedDict, total=False):
+    """`paged_caches`' keywords, as `check_attention` passes them on."""
+
+    max_seqs: int
+    max_context: int
+    block_sizes: Sequence[int]
+    max_kv_heads: int
+    max_group: int
+    head_dims: Sequence[int]
+    dtypes: Sequence[str]
+    scales: Sequence[float | None]
+
+
+def compare(fn: AttentionFn, case: PagedCase, call_timeout: float | None = None) -> None:
     """Raise NonConformance unless fn(*case.args) matches the reference on this case."""
     script = [
         "import numpy as np",
@@ -37,7 +59,7 @@ def compare(fn, case: PagedCase, call_timeout=None) -> None:
     tol = case.tolerance
     check = f"np.testing.assert_allclose(out, case.reference(), atol={tol:g}, rtol={tol:g})"
 
-    def fail(problem):
+    def fail(problem: str) -> NoReturn:
         raise NonConformance(
             render(problem, script + [check], marker="", who="`fn` is your attention function")
         )
@@ -71,7 +93,12 @@ def compare(fn, case: PagedCase, call_timeout=None) -> None:
 
 
 def check_attention(
-    fn, *, examples: int = 100, seed: int | None = 0, call_timeout=None, **cache_kw
+    fn: AttentionFn,
+    *,
+    examples: int = 100,
+    seed: int | None = 0,
+    call_timeout: float | None = None,
+    **cache_kw: Unpack[CacheOptions],
 ) -> Summary:
     """Run `fn` on `examples` cases from `paged_caches(**cache_kw)`.
 
@@ -80,7 +107,7 @@ def check_attention(
 
     @quiet_settings(examples)
     @given(case=paged_caches(**cache_kw))
-    def attention_conforms(case):
+    def attention_conforms(case: PagedCase) -> None:
         calls[0] += 1
         compare(fn, case, call_timeout)
 

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import threading
 import traceback
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from ..io.args import ArgParser, float_in, int_in
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from .remote import Channel
 
 CHILD_FLAG = "--child"
+Loaded = Callable[..., object]  # what MODULE:NAME names: a factory or an attention function
 
 
 class LoadError(Exception):
@@ -105,7 +107,7 @@ def split_target(target: str) -> tuple[str, str]:
     return module_name, attr
 
 
-def load(target: str):
+def load(target: str) -> Loaded:
     """MODULE:NAME -> the object; MODULE is a .py path or an importable module name."""
     module_name, attr = split_target(target)
     try:
@@ -122,7 +124,7 @@ def load(target: str):
         else:
             sys.path.insert(0, os.getcwd())
             module = importlib.import_module(module_name)
-        obj = module
+        obj: object = module
         for part in attr.split("."):
             obj = getattr(obj, part)
     except LoadError:
@@ -144,7 +146,7 @@ class Target:
         jail.become_subreaper()
         self.proc: subprocess.Popen[bytes] | None = None
         self.ch: Channel | None = None
-        self.loaded: dict = {}
+        self.loaded: dict[str, Loaded] = {}
         self.expired = False
         self.timer = threading.Timer(timeout, self.expire)
         self.timer.daemon = True
@@ -197,7 +199,7 @@ class Target:
             assert self.ch is not None, "_start made a channel"
             remote.ask(self.ch, "load", None, os.getcwd())
 
-    def get(self, target: str, call_timeout=None):
+    def get(self, target: str, call_timeout: float | None = None) -> Loaded:
         """The object `target` names, loaded in a live child (LoadError if it cannot be): a
         restarted child and its import are not counted in the time limit of the call that
         needs them, but the import has a limit of its own."""
@@ -212,7 +214,7 @@ class Target:
         if target not in self.loaded:
             try:
                 with _alarm_paused(), time_limit(call_timeout, f"importing {target}", []):
-                    self.loaded[target] = remote.ask(self.ch, "load", target, os.getcwd())
+                    obj = remote.ask(self.ch, "load", target, os.getcwd())
             except remote.ChildDied:
                 if self.expired:
                     raise Expired() from None
@@ -220,10 +222,13 @@ class Target:
                     f"cannot load {target!r}: its process ended while importing it "
                     f"(exit status {self.proc.poll()})"
                 ) from None
+            if not callable(obj):  # the child's load() refuses anything else
+                raise LoadError(f"{target!r} did not load as a callable")
+            self.loaded[target] = obj
         return self.loaded[target]
 
-    def live(self, target: str, call_timeout=None):
-        def call(*args, **kwargs):
+    def live(self, target: str, call_timeout: float | None = None) -> Loaded:
+        def call(*args: object, **kwargs: object) -> object:
             from . import remote
 
             obj = self.get(target, call_timeout)
@@ -238,13 +243,13 @@ class Target:
         return call
 
 
-def _child_load(target, cwd: str):
+def _child_load(target: str | None, cwd: str) -> Loaded | None:
     os.chdir(cwd)
     return None if target is None else load(target)
 
 
 @contextlib.contextmanager
-def _alarm_paused():
+def _alarm_paused() -> Iterator[None]:
     """Stop the running SIGALRM timer for the body, then let it run on with the time it had."""
     usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
     left = signal.setitimer(signal.ITIMER_REAL, 0)[0] if usable else 0
@@ -255,11 +260,9 @@ def _alarm_paused():
             signal.setitimer(signal.ITIMER_REAL, left)
 
 
-def run_checks(args) -> int:
+def run_checks(args: argparse.Namespace) -> int:
     """Here, in the parent: load the target in its child, check it, print, return the exit code."""
-    from .attention import check_attention
-    from .contract import Hung, NonConformance, time_limit
-    from .run import check_manager
+    from .contract import Hung, time_limit
 
     target = Target(args.timeout)
     try:
@@ -274,16 +277,14 @@ def run_checks(args) -> int:
             return 2
         factory = target.live(args.target, args.call_timeout)
         fn = target.live(args.attention, args.call_timeout) if args.attention else None
-        return _verdict(
-            args, target, factory, fn, check_manager, check_attention, (NonConformance, Hung)
-        )
+        return _verdict(args, target, factory, fn)
     except Expired:
         return _too_slow(args)
     finally:
         target.close()
 
 
-def _too_slow(args) -> int:
+def _too_slow(args: argparse.Namespace) -> int:
     print(
         f"pagedsim conform: {args.target} did NOT finish within {args.timeout:g} s and "
         f"was killed (a call that never returns?)"
@@ -291,18 +292,29 @@ def _too_slow(args) -> int:
     return 1
 
 
-def _verdict(args, target, factory, fn, check_manager, check_attention, failures) -> int:
-    common = dict(examples=args.examples, seed=args.seed, call_timeout=args.call_timeout)
-    done = []
+def _verdict(args: argparse.Namespace, target: Target, factory: Loaded, fn: Loaded | None) -> int:
+    from .attention import check_attention
+    from .contract import Hung, NonConformance
+    from .run import Summary, check_manager
+
+    examples, seed, call_timeout = args.examples, args.seed, args.call_timeout
+    done: list[Summary] = []
     try:
         done.append(
             check_manager(
-                factory, steps=args.steps, check_free_order=args.check_free_order, **common
+                factory,
+                examples=examples,
+                steps=args.steps,
+                seed=seed,
+                check_free_order=args.check_free_order,
+                call_timeout=call_timeout,
             )
         )
         if fn is not None:
-            done.append(check_attention(fn, **common))
-    except failures as exc:
+            done.append(
+                check_attention(fn, examples=examples, seed=seed, call_timeout=call_timeout)
+            )
+    except (NonConformance, Hung) as exc:
         if target.expired:
             return _too_slow(args)
         what = args.attention if fn is not None and len(done) == 1 else args.target

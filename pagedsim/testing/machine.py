@@ -25,7 +25,8 @@ Checks after every step (the failure message says which one broke):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import NoReturn, TypedDict, TypeVar
 
 import numpy as np
 from hypothesis import strategies as st
@@ -35,14 +36,29 @@ from ..block_table import blocks_needed
 from ..errors import OutOfBlocks
 from ..manager import KVCacheManager
 from .contract import Managed, describe
-from .messages import diff, hint, took
+from .messages import PoolState, diff, hint, took
 
 FREE_ORDERS = (None, "lifo", "fifo")
 NUM_BLOCKS = st.integers(1, 32)  # pools shrink towards one block
 BLOCK_SIZES = st.sampled_from([1, 2, 4, 8])  # tokens per block; shrinks towards 1
 
+Tables = dict[int, list[int]]  # live seq -> its block table
+Writes = tuple[int, int, int]  # (seq, first position, tokens): what a call writes
+T = TypeVar("T")
 
-def _strategy(value):
+
+class MachineOptions(TypedDict, total=False):
+    """`manager_machine`'s keywords, for the callers that pass them on (check_manager)."""
+
+    block_size: int | st.SearchStrategy[int] | None
+    num_blocks: int | st.SearchStrategy[int] | None
+    check_free_order: str | None
+    invalid_ids: bool
+    call_timeout: float | None
+    extra_check: Callable[[object], object] | None
+
+
+def _strategy(value: T | st.SearchStrategy[T]) -> st.SearchStrategy[T]:
     return value if isinstance(value, st.SearchStrategy) else st.just(value)
 
 
@@ -52,34 +68,38 @@ class ManagerConformance(RuleBasedStateMachine):
     # factory(num_blocks, block_size) -> the manager under test; manager_machine binds it
     factory: Callable[[int, int], object] | None = None
     sizes = st.tuples(NUM_BLOCKS, BLOCK_SIZES)  # (num_blocks, block_size)
-    free_order = None  # None, "lifo" or "fifo": compare tables exactly with the model's
+    free_order: str | None = None  # None, "lifo" or "fifo": compare tables with the model's
     invalid_ids = False  # also call with unknown / duplicate ids; expect an exception
-    call_timeout = None  # seconds per call into the manager, or None
-    extra_check = None  # extra_check(manager) after every step, e.g. its check_invariants
+    call_timeout: float | None = None  # seconds per call into the manager, or None
+    # extra_check(manager) after every step, e.g. its check_invariants
+    extra_check: Callable[[object], object] | None = None
     steps_run = 0  # rules run, over all examples (for the summary line)
     examples_run = 0
 
     @initialize(data=st.data())
-    def make(self, data):
-        nb, bs = data.draw(self.sizes, label="num_blocks, block_size")
+    def make(self, data: st.DataObject) -> None:
+        num_blocks, block_size = data.draw(self.sizes, label="num_blocks, block_size")
         type(self).examples_run += 1
-        self.nb, self.bs = nb, bs
+        self.num_blocks, self.block_size = num_blocks, block_size
         self.script: list[str] = []  # the calls so far, as Python
         self.m = Managed(self.script, self.call_timeout)
         factory = type(self).factory
         assert factory is not None, "manager_machine binds a factory"
-        self.m.build(factory, nb, bs)
-        self.model = KVCacheManager(nb, bs, free_order=self.free_order or "lifo", trace=False)
-        self.memory = np.full(nb * bs, -1, np.int64)  # [num_blocks * block_size] shadow KV
-        self.writer: dict[int, tuple] = {}  # value -> (seq, position) that wrote it
+        self.m.build(factory, num_blocks, block_size)
+        self.model = KVCacheManager(
+            num_blocks, block_size, free_order=self.free_order or "lifo", trace=False
+        )
+        # [num_blocks * block_size] shadow KV: the value each slot holds, -1 if none
+        self.memory = np.full(num_blocks * block_size, -1, np.int64)
+        self.writer: dict[int, tuple[int, int]] = {}  # value -> (seq, position) that wrote it
         self.tokens: dict[int, list[int]] = {}  # live seq -> its values, in order
         self.next_id = 0
         self.next_value = 0
-        self._check(self.script[0], (nb, nb), [])
+        self._check(self.script[0], (num_blocks, num_blocks), [])
 
     # ---- rules ----------------------------------------------------------------------
     @rule(n=st.integers(1, 12))
-    def add(self, n):
+    def add(self, n: int) -> None:
         seq = self.next_id
         if self._step(
             f"m.add_sequence({seq}, {n})",
@@ -92,7 +112,7 @@ class ManagerConformance(RuleBasedStateMachine):
 
     @precondition(lambda self: self.tokens)
     @rule(i=st.integers(0, 7), n=st.integers(1, 6))
-    def append(self, i, n):
+    def append(self, i: int, n: int) -> None:
         seq = self._live(i)
         start = len(self.tokens[seq])
         self._step(
@@ -105,7 +125,7 @@ class ManagerConformance(RuleBasedStateMachine):
 
     @precondition(lambda self: self.tokens)
     @rule(i=st.integers(0, 7))
-    def fork(self, i):
+    def fork(self, i: int) -> None:
         parent = self._live(i)
         child = self.next_id
         self.next_id += 1
@@ -119,7 +139,7 @@ class ManagerConformance(RuleBasedStateMachine):
 
     @precondition(lambda self: self.tokens)
     @rule(i=st.integers(0, 7), n=st.integers(1, 6), child_writes=st.booleans())
-    def fork_then_append(self, i, n, child_writes):
+    def fork_then_append(self, i: int, n: int, child_writes: bool) -> None:
         """Beam search's pattern, and where copy-on-write happens: fork, then one side writes."""
         parent, child = self._live(i), self.next_id
         self.fork(i)
@@ -128,15 +148,15 @@ class ManagerConformance(RuleBasedStateMachine):
 
     @precondition(lambda self: self.tokens)
     @rule(i=st.integers(0, 7))
-    def free(self, i):
+    def free(self, i: int) -> None:
         self._free(self._live(i))
 
     @precondition(lambda self: self.invalid_ids)
     @rule(which=st.integers(0, 4), i=st.integers(0, 7))
-    def misuse(self, which, i):
+    def misuse(self, which: int, i: int) -> None:
         """A call with a bad id must raise (any exception) and change nothing."""
         unknown = self.next_id  # never used yet
-        calls = [
+        calls: list[tuple[str, tuple[int, ...]]] = [
             ("append_tokens", (unknown, 1)),
             ("free_sequence", (unknown,)),
             ("fork", (unknown, unknown + 1)),
@@ -158,26 +178,26 @@ class ManagerConformance(RuleBasedStateMachine):
         if self._observe() != before:
             self._fail(f"{text} raised {describe(value)} but changed the state")
 
-    def teardown(self):
+    def teardown(self) -> None:
         if not hasattr(self, "m") or self.m.broken or self.m.obj is None:
             return  # nothing built, or a failure is already on its way out
         for seq in sorted(self.tokens):
             self._free(seq)
         free = self.m.num_free()
-        if free != self.nb:
+        if free != self.num_blocks:
             self._fail(
                 f"after every sequence is freed, num_free_blocks is {free} of "
-                f"{self.nb}: {self.nb - free} block(s) leaked"
+                f"{self.num_blocks}: {self.num_blocks - free} block(s) leaked"
             )
 
     # ---- one step -------------------------------------------------------------------
-    def _live(self, i: int):
+    def _live(self, i: int) -> int:
         """The i-th live sequence (modulo): rule arguments are plain ints, which are cheap
         to draw and shrink towards the oldest sequence."""
         live = sorted(self.tokens)
         return live[i % len(live)]
 
-    def _free(self, seq):
+    def _free(self, seq: int) -> None:
         self._step(
             f"m.free_sequence({seq})",
             "free_sequence",
@@ -186,14 +206,22 @@ class ManagerConformance(RuleBasedStateMachine):
             lambda: self.tokens.pop(seq),
         )
 
-    def _step(self, text, name, args, model_op, on_success=None, writes=None) -> bool:
+    def _step(
+        self,
+        text: str,
+        name: str,
+        args: tuple[int, ...],
+        model_op: Callable[[], object],
+        on_success: Callable[[], object] | None = None,
+        writes: Writes | None = None,
+    ) -> bool:
         """Call the manager and the model; True when the call went through."""
         type(self).steps_run += 1
         before = self._observe()
         model_before = self.model.num_free_blocks
+        refusal: OutOfBlocks | None = None
         try:
             model_op()
-            refusal = None
         except OutOfBlocks as exc:  # the model raises only this
             refusal = exc
         outcome, value = self.m.call(text, getattr(self.m.obj, name), *args)
@@ -225,13 +253,13 @@ class ManagerConformance(RuleBasedStateMachine):
         self._check(text, (before[0], model_before), model_copies, writes, before[1])
         return True
 
-    def _cowhint(self, name, args) -> str:
+    def _cowhint(self, name: str, args: tuple[int, ...]) -> str:
         """Why the model needs a block here, when the reason is copy-on-write."""
         if name != "append_tokens":
             return ""
         seq = args[0]
         table = list(self.model.block_table(seq))
-        if len(self.tokens[seq]) % self.bs == 0 or self.model.pool.ref_count(table[-1]) < 2:
+        if len(self.tokens[seq]) % self.block_size == 0 or self.model.pool.ref_count(table[-1]) < 2:
             return ""
         sharers = [s for s in self.tokens if s != seq and table[-1] in self.model.block_table(s)]
         return (
@@ -240,13 +268,20 @@ class ManagerConformance(RuleBasedStateMachine):
             f"copy first (copy-on-write)"
         )
 
-    def _observe(self):
+    def _observe(self) -> PoolState:
         """(num_free, tables of live sequences): what a refused call must leave alone."""
         return self.m.num_free(), {s: tuple(self.m.table(s)) for s in self.tokens}
 
     # ---- checks -----------------------------------------------------------------------
-    def _check(self, text, free_before, model_copies, writes=None, tables_before=None):
-        nb, bs = self.nb, self.bs
+    def _check(
+        self,
+        text: str,
+        free_before: tuple[int, int],
+        model_copies: list[tuple[int, int]],
+        writes: Writes | None = None,
+        tables_before: Mapping[int, Sequence[int]] | None = None,
+    ) -> None:
+        nb, bs = self.num_blocks, self.block_size
         for src, dst in self.m.drain():  # the copy kernel runs before new tokens are written
             if not (0 <= src < nb and 0 <= dst < nb):
                 self._fail(f"m.drain_copies() gave ({src}, {dst}); block ids are 0..{nb - 1}")
@@ -292,34 +327,36 @@ class ManagerConformance(RuleBasedStateMachine):
         if self.extra_check is not None:
             self.extra_check(self.m.obj)
 
-    def _infer_copies(self, tables_before, tables, writes):
+    def _infer_copies(
+        self, tables_before: Mapping[int, Sequence[int]], tables: Tables, writes: Writes | None
+    ) -> None:
         """No drain_copies(): a written logical block that moved to a new physical block is
         taken to have been copied (the manager's engine must do that copy itself)."""
-        bs = self.bs
+        bs = self.block_size
         for seq, old in tables_before.items():
-            new = tables.get(seq)
+            new = tables.get(seq, [])
             written = len(self.tokens.get(seq, ()))
             if writes is not None and writes[0] == seq:
                 written -= writes[2]
-            for i in range(min(len(old), len(new or ()), -(-written // bs))):
+            for i in range(min(len(old), len(new), -(-written // bs))):
                 if old[i] != new[i]:
                     src, dst = old[i], new[i]
                     self.memory[dst * bs : (dst + 1) * bs] = self.memory[src * bs : (src + 1) * bs]
 
-    def _table(self, seq):
-        table, n, nb = self.m.table(seq), len(self.tokens[seq]), self.nb
-        want = blocks_needed(n, self.bs)
+    def _table(self, seq: int) -> list[int]:
+        table, n, nb = self.m.table(seq), len(self.tokens[seq]), self.num_blocks
+        want = blocks_needed(n, self.block_size)
         if len(table) != want:
             self._fail(
                 f"block_table({seq}) has {len(table)} entries for {n} tokens; "
-                f"expected ceil({n}/{self.bs}) = {want}"
+                f"expected ceil({n}/{self.block_size}) = {want}"
             )
         if any(not 0 <= b < nb for b in table) or len(set(table)) != len(table):
             self._fail(f"block_table({seq}) is {table}: ids must be distinct, in 0..{nb - 1}")
         return table
 
-    def _read_back(self, text, seq, table, tables):
-        bs = self.bs
+    def _read_back(self, text: str, seq: int, table: list[int], tables: Tables) -> None:
+        bs = self.block_size
         for p, want in enumerate(self.tokens[seq]):
             block = table[p // bs]
             slot = block * bs + p % bs
@@ -338,20 +375,20 @@ class ManagerConformance(RuleBasedStateMachine):
                 f"{p} lives in block {block} (slot {slot}), and {holds}{also}"
             )
 
-    def _fail(self, problem: str):
+    def _fail(self, problem: str) -> NoReturn:
         self.m.fail(problem)
 
 
 def manager_machine(
-    factory,
+    factory: Callable[[int, int], object],
     *,
-    block_size=None,
-    num_blocks=None,
-    check_free_order=None,
-    invalid_ids=False,
-    call_timeout=None,
-    extra_check=None,
-):
+    block_size: int | st.SearchStrategy[int] | None = None,
+    num_blocks: int | st.SearchStrategy[int] | None = None,
+    check_free_order: str | None = None,
+    invalid_ids: bool = False,
+    call_timeout: float | None = None,
+    extra_check: Callable[[object], object] | None = None,
+) -> type[ManagerConformance]:
     """A `RuleBasedStateMachine` class checking `factory(num_blocks, block_size)` managers.
 
     block_size, num_blocks: ints or Hypothesis strategies of ints; by default 1, 2, 4 or 8

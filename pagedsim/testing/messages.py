@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 # what a refused call must leave alone: (num_free_blocks, block table by sequence id)
-PoolState = tuple[int, Mapping[object, Sequence[int]]]
+PoolState = tuple[int, Mapping[int, Sequence[int]]]
 
 
 def render(

@@ -19,12 +19,22 @@ Importing this module imports only pytest: the kit loads when a fixture is used.
 from __future__ import annotations
 
 import zlib
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
-def pytest_configure(config):
+    from .caches import PagedCase
+    from .machine import MachineOptions, ManagerConformance
+    from .run import CheckOptions, Summary
+
+Factory = Callable[[int, int], object]  # factory(num_blocks, block_size) -> a manager
+
+
+def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "paged_cache(**spec): arguments for pagedsim.testing.paged_case "
@@ -33,26 +43,26 @@ def pytest_configure(config):
 
 
 class _ManagerRunner:
-    def __call__(self, factory, **kw):
+    def __call__(self, factory: Factory, **kw: Unpack[CheckOptions]) -> Summary:
         from .run import check_manager
 
         return check_manager(factory, **kw)
 
     @staticmethod
-    def machine(factory, **kw):
+    def machine(factory: Factory, **kw: Unpack[MachineOptions]) -> type[ManagerConformance]:
         from .machine import manager_machine
 
         return manager_machine(factory, **kw)
 
 
 @pytest.fixture
-def manager_machine():
+def manager_machine() -> _ManagerRunner:
     """Call with your factory(num_blocks, block_size): checks it against KVCacheManager."""
     return _ManagerRunner()
 
 
 @pytest.fixture
-def paged_cache(request):
+def paged_cache(request: pytest.FixtureRequest) -> PagedCase:
     """A scattered, poisoned paged KV cache (a PagedCase), fixed per test id."""
     from .caches import paged_case
 

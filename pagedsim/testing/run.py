@@ -7,7 +7,9 @@ same minimal counterexample) on every run, and neither writes a Hypothesis datab
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis import seed as hypothesis_seed
@@ -15,7 +17,12 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from .contract import Hung
 from .hangs import shrunk
-from .machine import manager_machine
+from .machine import MachineOptions, manager_machine
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+Test = TypeVar("Test", bound=Callable[[], None])
 
 
 @dataclass(frozen=True)
@@ -29,11 +36,19 @@ class Summary:
         return f"{self.what}: {self.steps} steps over {self.examples} generated examples conform"
 
 
-def quiet_settings(examples: int, **extra) -> settings:
+class CheckOptions(MachineOptions, total=False):
+    """`check_manager`'s keywords after the factory, for the callers that pass them on."""
+
+    examples: int
+    steps: int
+    seed: int | None
+
+
+def quiet_settings(examples: int, stateful_step_count: int | None = None) -> settings:
     """Settings for a one-shot run: no database, no deadline, no Hypothesis printing, and
     no "explain" phase (it re-runs the shrunk example hundreds of times to say which
     arguments do not matter; our counterexample is already a script)."""
-    return settings(
+    quiet = settings(
         max_examples=examples,
         deadline=None,
         database=None,
@@ -42,16 +57,23 @@ def quiet_settings(examples: int, **extra) -> settings:
         report_multiple_bugs=False,
         verbosity=Verbosity.quiet,
         suppress_health_check=list(HealthCheck),
-        **extra,
     )
+    if stateful_step_count is None:
+        return quiet
+    return settings(quiet, stateful_step_count=stateful_step_count)
 
 
-def seeded(test, seed):
+def seeded(test: Test, seed: int | None) -> Test:
     return test if seed is None else hypothesis_seed(seed)(test)
 
 
 def check_manager(
-    factory, *, examples: int = 100, steps: int = 40, seed: int | None = 0, **machine_kw
+    factory: Callable[[int, int], object],
+    *,
+    examples: int = 100,
+    steps: int = 40,
+    seed: int | None = 0,
+    **machine_kw: Unpack[MachineOptions],
 ) -> Summary:
     """Drive `factory(num_blocks, block_size)` managers through `manager_machine`.
 
@@ -68,10 +90,11 @@ def check_manager(
             test = seeded(get_state_machine_test(machine, settings=config), seed)
         except ImportError:  # pragma: no cover - depends on the Hypothesis version
 
-            def test():
+            def test() -> None:
                 run_state_machine_as_test(machine, settings=config)
 
         test()
     except Hung as exc:
+        assert machine.call_timeout is not None, "only a call with a time limit hangs"
         raise shrunk(exc, factory, machine.call_timeout) from None
     return Summary("manager", machine.examples_run, machine.steps_run)

@@ -30,14 +30,14 @@ def version_of(options) -> str:
     """The vLLM version behind a playground's options (`play_session.Options`)."""
     if options.hybrid is not None:
         label = f"vLLM v1 hybrid allocator: full attention + a {options.hybrid}-token window"
-    elif options.prefix_cache:
+    elif options.enable_prefix_caching:
         label = "vLLM v1 automatic prefix caching (free queue = LRU eviction order)"
-    elif options.window:
-        label = f"vLLM v1 sliding window of {options.window} tokens"
+    elif options.sliding_window:
+        label = f"vLLM v1 sliding window of {options.sliding_window} tokens"
     else:
         label = TOUR_VERSION
-    if options.policy != "none":
-        label += f" · preemption by {options.policy}: vLLM v0 scheduler"
+    if options.preemption_mode != "none":
+        label += f" · preemption by {options.preemption_mode}: vLLM v0 scheduler"
     return label
 
 

@@ -130,7 +130,14 @@ def _steps(t: ke.Timeline, where: list, every: int) -> list[dict]:
     return steps
 
 
-def page_data(batches, *, lang="en", title="pagedsim: a vLLM KV event stream", every=1, live=0):
+def page_data(
+    batches: list[ke.Batch],
+    *,
+    lang: str = "en",
+    title: str = "pagedsim: a vLLM KV event stream",
+    every: int = 1,
+    live: float = 0,
+) -> dict[str, Any]:
     """The page's data for a stream (a list of `kv_events.Batch`); `live` > 0 makes the page
     reload itself every `live` seconds (the file is being rewritten)."""
     if every < 1:

@@ -153,7 +153,7 @@ def test_bad_calls_are_refused_with_nothing_changed():
 def test_the_playgrounds_hybrid_option_shows_both_groups_tables_and_refuses_fork():
     from pagedsim.app.play_session import Options, Refused, Session
 
-    s = Session(Options(num_blocks=14, hybrid=6))
+    s = Session(Options(num_gpu_blocks=14, hybrid=6))
     s.run("alloc A 10 hello")
     s.run("alloc B 10 hello")  # the same prompt: both groups hit
     snap = s.current()
@@ -165,6 +165,10 @@ def test_the_playgrounds_hybrid_option_shows_both_groups_tables_and_refuses_fork
     s.run("alloc Z 99")  # a pool that runs dry is a step, and says so truthfully
     assert "OutOfBlocks, nothing changed" in story.caption(s.timeline()[-1])
     assert s.manager.seq_ids() == ["A", "B"]
-    for bad in ({"prefix_cache": True}, {"window": 4}, {"policy": "swap"}):
+    for bad in (
+        {"enable_prefix_caching": True},
+        {"sliding_window": 4},
+        {"preemption_mode": "swap"},
+    ):
         with pytest.raises(Refused):
             Session(Options(hybrid=6, **bad))

@@ -155,7 +155,7 @@ def test_a_request_larger_than_the_pool_is_refused_without_calling_the_reclaimer
 
 
 def test_the_playground_says_truthfully_that_nothing_was_preempted():
-    s = Session(Options(policy="recompute"))
+    s = Session(Options(preemption_mode="recompute"))
     s.run("alloc A 8")
     s.run("alloc B 8")
     moment = s.run("alloc Z 99")

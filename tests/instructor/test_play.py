@@ -57,7 +57,7 @@ def test_the_playgrounds_own_notes_are_in_chinese_under_lang_zh():
     s, _, _ = run_lines(FORK_SCRIPT)
     dry = story.caption(s.timeline("zh")[6])
     assert "池已耗尽" in dry and "the pool ran dry" not in dry, dry
-    s = Session(Options(num_blocks=4, block_size=4, policy="recompute"))
+    s = Session(Options(num_gpu_blocks=4, block_size=4, preemption_mode="recompute"))
     for cmd in ("alloc A 4", "alloc B 8", "append A 5"):
         s.run(cmd)
     said = story.caption(s.timeline("zh")[-1])
@@ -108,7 +108,7 @@ def test_going_back_shows_the_earlier_state_and_a_new_command_there_cuts_the_fut
 
 
 def test_recompute_preempts_the_newest_sequence_and_resume_brings_it_back():
-    s = Session(Options(num_blocks=4, block_size=4, policy="recompute"))
+    s = Session(Options(num_gpu_blocks=4, block_size=4, preemption_mode="recompute"))
     for cmd in ("alloc A 4", "alloc B 8", "append A 5"):
         s.run(cmd)
     assert "B" not in s.manager and s.preempted == {"B": 8}
@@ -119,21 +119,21 @@ def test_recompute_preempts_the_newest_sequence_and_resume_brings_it_back():
 
 
 def test_swap_keeps_the_table_on_the_host_and_restores_its_sharing():
-    s = Session(Options(num_blocks=8, block_size=4, policy="swap"))
+    s = Session(Options(num_gpu_blocks=8, block_size=4, preemption_mode="swap"))
     for cmd in ("alloc A 8", "fork A A2", "evict A2", "resume A2"):
         s.run(cmd)
     assert s.manager.num_tokens("A2") == 8 and not s.host
 
 
 def test_prefix_caching_shares_full_blocks_of_equal_prompts():
-    s = Session(Options(prefix_cache=True))
+    s = Session(Options(enable_prefix_caching=True))
     s.run("alloc A 9 system")
     s.run("alloc B 10 system")
     assert s.manager.block_table("B").blocks[:2] == s.manager.block_table("A").blocks[:2]
 
 
 def test_a_sliding_window_releases_blocks_behind_it():
-    s = Session(Options(window=4))
+    s = Session(Options(sliding_window=4))
     s.run("alloc A 4")
     s.run("append A 8")
     assert s.manager.block_table("A").blocks[0] < 0  # dropped: the null block
@@ -218,7 +218,7 @@ def test_a_block_the_window_released_is_drawn_as_an_empty_dashed_table_cell():
 
     from pagedsim.draw.render import render
 
-    s = Session(Options(window=4))
+    s = Session(Options(sliding_window=4))
     s.run("alloc A 4")
     s.run("append A 8")
     ax = render(s.current()).axes[0]

@@ -120,7 +120,9 @@ def run_session(options: Options, commands) -> Session:
 
 
 def test_every_playground_operation_outlines_its_changes_in_view(open_page):
-    session = run_session(Options(12, 4, prefix_cache=True, policy="swap"), EVERY_OPERATION)
+    session = run_session(
+        Options(12, 4, enable_prefix_caching=True, preemption_mode="swap"), EVERY_OPERATION
+    )
     page = sources.play(session)
     kinds = "".join(s.get("ek", "") for s in page_data(**page)["steps"])
     assert set("ahcsoixfv") <= set(kinds), kinds  # every kind of change occurs

@@ -150,7 +150,7 @@ def test_a_2000_step_trace_on_4096_blocks_fits_in_6_mb():
 
 @pytest.mark.parametrize("policy", ["swap", "recompute"])
 def test_a_preempted_sequence_is_told_as_preempted_not_as_finishing(policy):
-    session = Session(Options(5, 4, policy=policy))
+    session = Session(Options(5, 4, preemption_mode=policy))
     for c in ("alloc A 8", "alloc B 8", "alloc C 8"):
         session.run(c)
     said = [s.custom_caption for s in session.timeline("en")]

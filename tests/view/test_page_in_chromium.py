@@ -195,7 +195,7 @@ def test_a_random_walk_of_every_kind_of_step_change_keeps_the_dom_equal_to_the_s
     pool frees to the head of its list, the v1 pool to the tail (and keeps cached blocks)."""
     import random
 
-    options = Options(512, 16, prefix_cache=prefix_cache)
+    options = Options(512, 16, enable_prefix_caching=prefix_cache)
     session = run_session(options, long_script(400, 512, 16, seed=11))
     snaps = session.timeline("en")
     loaded = open_page(to_html(**sources.play(session)))
@@ -241,13 +241,14 @@ def test_a_hybrid_page_shows_both_kv_cache_groups_and_the_v1_label(open_page, tm
 
 
 def test_a_prefix_cache_page_shows_hashes_and_a_preemption_is_marked(open_page, tmp_path):
-    cached = run_session(Options(12, 4, prefix_cache=True), ["alloc A 9 p", "alloc B 9 p"])
+    cached = run_session(Options(12, 4, enable_prefix_caching=True), ["alloc A 9 p", "alloc B 9 p"])
     loaded = open_page(to_html(**sources.play(cached)), fragment="#step=2", name="cache.html")
     loaded.page.hover('#blocks [data-block="0"]')
     assert re.search(r"hash\s+[0-9a-f]{8}", loaded.page.inner_text("#info"))
     loaded.check_clean()
     swapped = run_session(
-        Options(5, 4, policy="swap"), ["alloc A 8", "alloc B 8", "alloc C 8", "free A", "resume B"]
+        Options(5, 4, preemption_mode="swap"),
+        ["alloc A 8", "alloc B 8", "alloc C 8", "free A", "resume B"],
     )
     snaps = swapped.timeline("en")
     loaded = open_page(to_html(**sources.play(swapped)), name="swap.html")
