@@ -157,7 +157,10 @@ def _check_parser():
         "--timeout",
         type=float_in(0, 86_400, open_low=True),
         metavar="S",
-        help="seconds allowed per check and for importing the file (default 60)",
+        help=(
+            "seconds allowed per check and for importing the file "
+            "(default 60, times the load per core when the machine is busy)"
+        ),
     )
     p.add_argument(
         "--extra-checks",
