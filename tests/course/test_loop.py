@@ -37,6 +37,24 @@ def test_every_exercise_has_three_distinct_hint_levels():
         assert len(levels) == 3 and len(set(levels)) == 3, ex.id
 
 
+def test_every_hint_level_has_a_chinese_text_of_its_own():
+    """`--lang zh` promises Chinese hints at every level, not only the last."""
+    for ex in curriculum.load():
+        en, zh = ex.hint_levels("en"), ex.hint_levels("zh")
+        assert len(zh) == len(en), ex.id
+        for level, (a, b) in enumerate(zip(en, zh, strict=True), start=1):
+            assert a != b and any("\u4e00" <= c <= "\u9fff" for c in b), (ex.id, level)
+
+
+def test_hint_in_chinese_frames_the_hint_in_chinese_too(capsys, monkeypatch):
+    monkeypatch.setenv("PAGEDSIM_LANG", "en")  # --lang zh sets it; restored after the test
+    assert hints.main(["3.4a", "--level", "1", "--lang", "zh"]) == 0
+    printed = capsys.readouterr().out
+    assert curriculum.find("3.4a").hint_levels("zh")[0][:12] in printed
+    assert "第 1 级" in printed and "pagedsim hint 3.4a --level 2" in printed
+    assert "hint 3.4a, level" not in printed and "still stuck" not in printed
+
+
 def test_progress_is_kept_in_the_workspace_and_the_solution_waits_for_a_pass(
     tmp_path, monkeypatch, capsys
 ):
