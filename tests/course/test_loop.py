@@ -127,6 +127,7 @@ def test_passing_the_last_exercise_with_stubs_left_moves_on_to_the_first_stub(
     assert watch.watch(last, exercises, interval=0.05, iterations=2) == 1  # last passes, 3.1 fails
     printed = capsys.readouterr().out
     assert f"{last.id} passes; next: {exercises[0].id}" in printed
+    assert f"new section: read `pagedsim lesson {exercises[0].section}` first" in printed
     assert "well done" not in printed
 
 
