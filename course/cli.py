@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import curriculum, i18n, verdict, workspace
+from . import curriculum, i18n, progress, verdict, workspace
 from .lessons_text import lesson_text
 
 LESSONS = {s: curriculum.lesson_module(s) for s in curriculum.sections()}  # from the lessons' files
@@ -212,8 +212,9 @@ def _list_exercises(exercises) -> int:
             f"  {ex.id:<5} {ex.title_in(i18n.lang())}\n        "
             f"{mine or Path(workspace.DEFAULT) / Path(ex.stub).name}"
         )
+    on = progress.current(exercises) or exercises[0]  # the first not passed yet
     print(
-        "\ncheck one with `pagedsim check 3.1`"
+        f"\ncheck one with `pagedsim check {on.id}`"
         + (
             ""
             if any(map(workspace.find, exercises))

@@ -131,6 +131,20 @@ def test_passing_the_last_exercise_with_stubs_left_moves_on_to_the_first_stub(
     assert "well done" not in printed
 
 
+def test_the_exercise_list_suggests_the_one_you_are_on(tmp_path, monkeypatch, capsys):
+    from course import cli
+    from course.runner import Outcome
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PAGEDSIM_WORKSPACE", raising=False)
+    workspace.create(tmp_path / workspace.DEFAULT)
+    exercises = curriculum.load()
+    progress.record(Outcome(exercises[0], workspace.find(exercises[0]), passed=8))
+    capsys.readouterr()
+    assert cli._list_exercises(exercises) == 0
+    assert f"check one with `pagedsim check {exercises[1].id}`" in capsys.readouterr().out
+
+
 def test_hint_without_an_exercise_is_for_the_one_you_are_on(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PAGEDSIM_WORKSPACE", raising=False)
