@@ -128,11 +128,15 @@ def _choose_impl(ex, args) -> tuple[Path, str | None]:
     mine = workspace.find(ex)
     if mine:
         return mine, i18n.t("checking {path}", path=mine)
+    mine = f"{workspace.DEFAULT}/{Path(ex.stub).name}"
     return ex.path("stub"), i18n.say(
-        f"no workspace file for {ex.id}: checking the untouched stub. Run `pagedsim workspace` "
-        f"once, then edit {workspace.DEFAULT}/{Path(ex.stub).name}",
-        f"没有找到 {ex.id} 的工作区文件，检查的是原始模板。先运行一次 `pagedsim workspace`，"
-        f"再编辑 {workspace.DEFAULT}/{Path(ex.stub).name}",
+        f"no workspace file for {ex.id} here: checking the untouched stub. Run this from the "
+        f"folder that holds {workspace.DEFAULT}/ (or set PAGEDSIM_WORKSPACE); without one, run "
+        f"`pagedsim workspace` once, then edit {mine}",
+        f"这里没有找到 {ex.id} 的工作区文件，检查的是原始模板。"
+        f"请在包含 {workspace.DEFAULT}/ 的目录里运行（或设置 PAGEDSIM_WORKSPACE）；"
+        f"还没有工作区时，先运行一次 `pagedsim workspace`，"
+        f"再编辑 {mine}",
     )
 
 

@@ -145,6 +145,20 @@ def test_the_exercise_list_suggests_the_one_you_are_on(tmp_path, monkeypatch, ca
     assert f"check one with `pagedsim check {exercises[1].id}`" in capsys.readouterr().out
 
 
+def test_checking_outside_a_workspace_says_where_to_run_from(tmp_path, monkeypatch):
+    """A student who made the workspace elsewhere is told to go there, not to make another."""
+    from types import SimpleNamespace
+
+    from course import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PAGEDSIM_WORKSPACE", raising=False)
+    ex = curriculum.find("3.1")
+    path, said = cli._choose_impl(ex, SimpleNamespace(impl=None, solutions=False))
+    assert path == ex.path("stub")
+    assert "from the folder that holds pagedsim-work/" in said and "PAGEDSIM_WORKSPACE" in said
+
+
 def test_hint_without_an_exercise_is_for_the_one_you_are_on(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PAGEDSIM_WORKSPACE", raising=False)
