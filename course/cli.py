@@ -27,7 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import curriculum, i18n, verdict, workspace
+from . import curriculum, i18n, progress, verdict, workspace
 from .lessons_text import lesson_text
 
 LESSONS = {s: curriculum.lesson_module(s) for s in curriculum.sections()}  # from the lessons' files
@@ -128,11 +128,15 @@ def _choose_impl(ex, args) -> tuple[Path, str | None]:
     mine = workspace.find(ex)
     if mine:
         return mine, i18n.t("checking {path}", path=mine)
+    mine = f"{workspace.DEFAULT}/{Path(ex.stub).name}"
     return ex.path("stub"), i18n.say(
-        f"no workspace file for {ex.id}: checking the untouched stub. Run `pagedsim workspace` "
-        f"once, then edit {workspace.DEFAULT}/{Path(ex.stub).name}",
-        f"没有找到 {ex.id} 的工作区文件，检查的是原始模板。先运行一次 `pagedsim workspace`，"
-        f"再编辑 {workspace.DEFAULT}/{Path(ex.stub).name}",
+        f"no workspace file for {ex.id} here: checking the untouched stub. Run this from the "
+        f"folder that holds {workspace.DEFAULT}/ (or set PAGEDSIM_WORKSPACE); without one, run "
+        f"`pagedsim workspace` once, then edit {mine}",
+        f"这里没有找到 {ex.id} 的工作区文件，检查的是原始模板。"
+        f"请在包含 {workspace.DEFAULT}/ 的目录里运行（或设置 PAGEDSIM_WORKSPACE）；"
+        f"还没有工作区时，先运行一次 `pagedsim workspace`，"
+        f"再编辑 {mine}",
     )
 
 
@@ -157,7 +161,10 @@ def _check_parser():
         "--timeout",
         type=float_in(0, 86_400, open_low=True),
         metavar="S",
-        help="seconds allowed per check and for importing the file (default 60)",
+        help=(
+            "seconds allowed per check and for importing the file "
+            "(default 60, times the load per core when the machine is busy)"
+        ),
     )
     p.add_argument(
         "--extra-checks",
@@ -209,8 +216,9 @@ def _list_exercises(exercises) -> int:
             f"  {ex.id:<5} {ex.title_in(i18n.lang())}\n        "
             f"{mine or Path(workspace.DEFAULT) / Path(ex.stub).name}"
         )
+    on = progress.current(exercises) or exercises[0]  # the first not passed yet
     print(
-        "\ncheck one with `pagedsim check 3.1`"
+        f"\ncheck one with `pagedsim check {on.id}`"
         + (
             ""
             if any(map(workspace.find, exercises))

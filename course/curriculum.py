@@ -41,6 +41,7 @@ class Exercise:
     hint: str
     hint_zh: str = ""  # the hint in Chinese (optional; English is shown when empty)
     nudges: tuple = ()  # hints before `hint`, gentlest first: `pagedsim hint ID --level 1, 2`
+    nudges_zh: tuple = ()  # the nudges in Chinese (optional; English is shown when empty)
     title_zh: str = ""  # the title in Chinese (optional, likewise)
     weight: float = 1.0  # points in grading: weight x the share of checks passed
 
@@ -49,7 +50,8 @@ class Exercise:
 
     def hint_levels(self, lang: str) -> list[str]:
         """Graduated hints: the nudges (what to look at), then the full hint (the recipe)."""
-        return [*self.nudges, self.hint_in(lang)]
+        nudges = self.nudges_zh if lang == "zh" and self.nudges_zh else self.nudges
+        return [*nudges, self.hint_in(lang)]
 
     def title_in(self, lang: str) -> str:
         return self.title_zh if lang == "zh" and self.title_zh else self.title
@@ -74,6 +76,7 @@ def load(path: Path = CURRICULUM) -> list[Exercise]:
                 hint=entry["hint"],
                 hint_zh=entry.get("hint_zh", ""),
                 nudges=tuple(entry.get("nudges", ())),
+                nudges_zh=tuple(entry.get("nudges_zh", ())),
                 title_zh=entry.get("title_zh", ""),
                 weight=entry.get("weight", 1.0),
             )
@@ -119,6 +122,8 @@ def _hint_problems(ex: Exercise) -> list[str]:
     out = [] if ex.hint.strip() else [f"exercise {ex.id} has an empty hint"]
     if not all(isinstance(n, str) and n.strip() for n in ex.nudges):
         out.append(f"exercise {ex.id} has an empty nudge (a hint level before the hint)")
+    if ex.nudges_zh and len(ex.nudges_zh) != len(ex.nudges):
+        out.append(f"exercise {ex.id} has {len(ex.nudges_zh)} Chinese nudges for {len(ex.nudges)}")
     return out
 
 

@@ -39,14 +39,18 @@ def main(argv: list[str]) -> int:
     except KeyError as e:
         p.error(e.args[0])
     if ex is None:
-        print(f"all {len(exercises)} exercises pass: no hint needed")
+        n = len(exercises)
+        print(i18n.say(f"all {n} exercises pass: no hint needed", f"{n} 个练习全部通过：无需提示"))
         return 0
     levels = ex.hint_levels(lang)
     from pagedsim.text.lang import wrap  # CJK-aware: Chinese has no spaces to break at
 
     text = levels[min(args.level, len(levels)) - 1]
-    print(f"hint {ex.id}, level {args.level} of {len(levels)}:")
+    n, of = args.level, len(levels)
+    title = f"{ex.id} 的提示，第 {n} 级（共 {of} 级）："
+    print(i18n.say(f"hint {ex.id}, level {n} of {of}:", title))
     print("\n".join(line.strip() for line in wrap(text, 100)))
-    if args.level < len(levels):
-        print(f"\nstill stuck? pagedsim hint {ex.id} --level {args.level + 1}")
+    if n < of:
+        nxt = f"pagedsim hint {ex.id} --level {n + 1}"
+        print(i18n.say(f"\nstill stuck? {nxt}", f"\n还是没思路？{nxt}"))
     return 0

@@ -51,6 +51,14 @@ def watch(ex, exercises, *, interval: float, iterations: int | None, timeout=Non
                 print(f"\n{done.id} passes, and so does every other exercise: well done")
                 return 0
             print(f"\n{done.id} passes; next: {ex.id} {ex.title_in(i18n.lang())}")
+            if ex.section != done.section:  # step 1 of every exercise: run its section's lesson
+                lesson = f"pagedsim lesson {ex.section}"
+                print(
+                    i18n.say(
+                        f"  (new section: read `{lesson}` first)",
+                        f"  （新的一节：先读 `{lesson}`）",
+                    )
+                )
             if iterations is not None and runs >= iterations:
                 return 0
             continue

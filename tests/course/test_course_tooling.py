@@ -54,10 +54,12 @@ def test_the_curriculum_check_refuses_orphans_missing_paths_and_empty_hints():
     broken = [
         dataclasses.replace(EXERCISES[0], hint="  "),
         dataclasses.replace(EXERCISES[1], stub="course/ch03_kv_block/exercises/nope.py"),
-        *EXERCISES[3:],
+        dataclasses.replace(EXERCISES[3], nudges_zh=EXERCISES[3].nudges_zh[:1]),
+        *EXERCISES[4:],
     ]  # 3.3 left out: its stub, solution and checks become orphans
     found = curriculum.problems(broken)
     assert "exercise 3.1 has an empty hint" in found
+    assert "exercise 3.4a has 1 Chinese nudges for 2" in found
     assert "exercise 3.2: course/ch03_kv_block/exercises/nope.py does not exist" in found
     for rel in (EXERCISES[2].stub, EXERCISES[2].solution, *EXERCISES[2].checks):
         assert f"orphan file {rel}: no curriculum entry names it" in found

@@ -37,6 +37,24 @@ def test_every_exercise_has_three_distinct_hint_levels():
         assert len(levels) == 3 and len(set(levels)) == 3, ex.id
 
 
+def test_every_hint_level_has_a_chinese_text_of_its_own():
+    """`--lang zh` promises Chinese hints at every level, not only the last."""
+    for ex in curriculum.load():
+        en, zh = ex.hint_levels("en"), ex.hint_levels("zh")
+        assert len(zh) == len(en), ex.id
+        for level, (a, b) in enumerate(zip(en, zh, strict=True), start=1):
+            assert a != b and any("\u4e00" <= c <= "\u9fff" for c in b), (ex.id, level)
+
+
+def test_hint_in_chinese_frames_the_hint_in_chinese_too(capsys, monkeypatch):
+    monkeypatch.setenv("PAGEDSIM_LANG", "en")  # --lang zh sets it; restored after the test
+    assert hints.main(["3.4a", "--level", "1", "--lang", "zh"]) == 0
+    printed = capsys.readouterr().out
+    assert curriculum.find("3.4a").hint_levels("zh")[0][:12] in printed
+    assert "第 1 级" in printed and "pagedsim hint 3.4a --level 2" in printed
+    assert "hint 3.4a, level" not in printed and "still stuck" not in printed
+
+
 def test_progress_is_kept_in_the_workspace_and_the_solution_waits_for_a_pass(
     tmp_path, monkeypatch, capsys
 ):
@@ -109,7 +127,36 @@ def test_passing_the_last_exercise_with_stubs_left_moves_on_to_the_first_stub(
     assert watch.watch(last, exercises, interval=0.05, iterations=2) == 1  # last passes, 3.1 fails
     printed = capsys.readouterr().out
     assert f"{last.id} passes; next: {exercises[0].id}" in printed
+    assert f"new section: read `pagedsim lesson {exercises[0].section}` first" in printed
     assert "well done" not in printed
+
+
+def test_the_exercise_list_suggests_the_one_you_are_on(tmp_path, monkeypatch, capsys):
+    from course import cli
+    from course.runner import Outcome
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PAGEDSIM_WORKSPACE", raising=False)
+    workspace.create(tmp_path / workspace.DEFAULT)
+    exercises = curriculum.load()
+    progress.record(Outcome(exercises[0], workspace.find(exercises[0]), passed=8))
+    capsys.readouterr()
+    assert cli._list_exercises(exercises) == 0
+    assert f"check one with `pagedsim check {exercises[1].id}`" in capsys.readouterr().out
+
+
+def test_checking_outside_a_workspace_says_where_to_run_from(tmp_path, monkeypatch):
+    """A student who made the workspace elsewhere is told to go there, not to make another."""
+    from types import SimpleNamespace
+
+    from course import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PAGEDSIM_WORKSPACE", raising=False)
+    ex = curriculum.find("3.1")
+    path, said = cli._choose_impl(ex, SimpleNamespace(impl=None, solutions=False))
+    assert path == ex.path("stub")
+    assert "from the folder that holds pagedsim-work/" in said and "PAGEDSIM_WORKSPACE" in said
 
 
 def test_hint_without_an_exercise_is_for_the_one_you_are_on(tmp_path, monkeypatch, capsys):

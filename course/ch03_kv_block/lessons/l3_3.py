@@ -36,10 +36,11 @@ rung5_vector.py (16-byte loads), rung6_tokens.py (several tokens per warp step a
 (split-K, the merge across warps), rung9_cp_async.py (a cp.async ring),
 rung10_tensor.py (tensor cores) and rung11_production.py (what fast/ adds). Every rung has
 paged_attention's meaning: RUNGS[k].decode(query, cache, tables, lens). The demo lists them
-and checks each against the same reference. `python -m cuda_kernels.report --ladder --arch
-sm_90` (the ptx extra) measures them without a GPU: SASS per K/V byte in the steady loop,
-registers, spills; cuda_kernels/README.md has the table, the glossary of the kernels'
-constant names, and where each PTX technique is explained.
+and checks each against the same reference; a rung that cannot serve the demo's float32 K/V
+(rung10's tensor cores take float16) says why instead. `python -m cuda_kernels.report
+--ladder --arch sm_90` (the ptx extra) measures them without a GPU: SASS per K/V byte in the
+steady loop, registers, spills; cuda_kernels/README.md has the table, the glossary of the
+kernels' constant names, and where each PTX technique is explained.
 """
 TEXT_ZH = """
 序列的 token 只在"逻辑"上连续：第 p 个 token 位于逻辑块 p // block_size 的偏移 p % block_size。
@@ -52,7 +53,8 @@ cuda_kernels/reference.py（float64 的定义，约 30 行），再按顺序读 
 rung1_naive.py、rung2_cta.py、rung3_online.py、rung4_shuffle.py、rung5_vector.py、
 rung6_tokens.py、rung7_gqa.py、rung8_split.py、rung9_cp_async.py、rung10_tensor.py
 （张量核心）和 rung11_production.py（fast/ 在此之上加了什么）。每一级都与 paged_attention 含义相同：
-RUNGS[k].decode(query, cache, tables, lens)。演示会逐级列出并与同一参考比对；
+RUNGS[k].decode(query, cache, tables, lens)。演示会逐级列出并与同一参考比对；不能处理演示中
+float32 K/V 的一级（rung10 的张量核心只接受 float16）会说明原因；
 `python -m cuda_kernels.report --ladder --arch sm_90` 无需 GPU 即可统计每级的 SASS。
 """
 
@@ -131,10 +133,11 @@ def _climb_the_ladder(query, cache, tables, lens, ref) -> None:
     from cuda_kernels.ladder import RUNGS
 
     print("the ladder (cuda_kernels/ladder/), in reading order:")
+    width = max(len(rung.file.name) for rung in RUNGS)
     for rung in RUNGS:
         try:
             err = float(np.abs(rung.decode(query, cache, tables, lens) - ref).max())
             got = f"max |rung - float64 reference| = {err:.1e}"
         except ValueError as why:  # a fast rung refuses a shape it cannot serve, and says why
             got = f"refused: {why}"
-        print(f"  {rung.file.name:<18} {rung.idea}\n  {'':<18} {got}")
+        print(f"  {rung.file.name:<{width}} {rung.idea}\n  {'':<{width}} {got}")

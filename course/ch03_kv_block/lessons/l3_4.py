@@ -154,10 +154,10 @@ def _v1_cache_demo() -> dict:
 
 # The side-by-side run below, recorded with vllm==0.34.0 (printed where vLLM is missing).
 RECORDED_VLLM_RUN = """\
-A takes a 10-token prompt      vLLM [3, 4, 5, 6, 7]        pagedsim [3, 4, 5, 6, 7]
-B shares A's first 8 tokens    vLLM [4, 5, 6, 7]           pagedsim [4, 5, 6, 7]
-A finishes                     vLLM [2, 4, 5, 6, 7]        pagedsim [2, 4, 5, 6, 7]
-B finishes                     vLLM [3, 2, 4, 5, 6, 7, 1, 0] pagedsim [3, 2, 4, 5, 6, 7, 1, 0]"""
+A takes a 10-token prompt      vLLM [3, 4, 5, 6, 7]           pagedsim [3, 4, 5, 6, 7]
+B shares A's first 8 tokens    vLLM [4, 5, 6, 7]              pagedsim [4, 5, 6, 7]
+A finishes                     vLLM [2, 4, 5, 6, 7]           pagedsim [2, 4, 5, 6, 7]
+B finishes                     vLLM [3, 2, 4, 5, 6, 7, 1, 0]  pagedsim [3, 2, 4, 5, 6, 7, 1, 0]"""
 HOW_TO_VLLM = (
     "to run it with vLLM itself: scripts/vllm_oracle_env (in the repository; it makes "
     ".venv-vllm with vllm==0.34.0 and a CPU torch), then .venv-vllm/bin/python -m pagedsim "
@@ -242,7 +242,7 @@ def _vllm_section() -> bool:
     print("(importing vLLM: about 7 s)")
     rows = list(zip(_vllm_queues(), _ours_queues(), strict=True))
     for what, (theirs, ours) in zip(STEPS, rows, strict=True):
-        print(f"{what:<30} vLLM {str(theirs):<22} pagedsim {ours}")
+        print(f"{what:<30} vLLM {str(theirs):<25} pagedsim {ours}")
     return all(theirs == ours for theirs, ours in rows)
 
 
