@@ -141,13 +141,15 @@ def _past_the_end(p: Puzzle, text: str) -> str | None:
     labels = p.axes.get(name, ())
     label = f" ({labels[int(axis)]})" if int(axis) < len(labels) else ""
     verb_zh = "读" if verb == "read" else "写"
+    # the table's garbage entries land on axis 0 of an input (a block id past the cache's end)
+    bounds = p.bounds if axis == "0" and name not in p.outputs else ""
     return say(
         f"thread {tid} {verb} {name}[{where}], past the end: axis {axis} of {name}{label} has "
         f"size {size}, so index {index} is out of range. That index is computed from the wrong "
-        f"size or the wrong axis, or an extra thread is not stopped by a guard. {p.bounds}",
+        f"size or the wrong axis, or an extra thread is not stopped by a guard. {bounds}",
         f"线程 {tid} {verb_zh}了 {name}[{where}]，越界：{name} 的第 {axis} 维{label}"
         f"大小为 {size}，下标 {index} 超出范围。这个下标用错了尺寸或维度，"
-        f"或者多余的线程没有被条件挡住。{p.bounds}",
+        f"或者多余的线程没有被条件挡住。{bounds}",
     )
 
 

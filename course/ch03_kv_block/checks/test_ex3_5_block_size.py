@@ -86,9 +86,18 @@ def test_waste_matches_the_kv_cache_manager(impl, lengths, bs):
     )
     want = empty / allocated if allocated else 0.0
     got = impl.waste_fraction(lengths, bs)
+    tokens = sum(lengths)
+    over_tokens = bool(tokens) and got == pytest.approx(empty / tokens) and empty
+    why = say(
+        f": that is the {empty} empty slots over the {tokens} tokens; divide by the {allocated} "
+        "ALLOCATED slots (tokens + empty ones)",
+        f"：这是 {empty} 个空槽位除以 {tokens} 个 token；应除以 {allocated} 个已分配槽位"
+        "（token 加空槽位）",
+    )
     assert got == pytest.approx(want), say(
-        f"waste_fraction({lengths}, {bs}) gave {got}, expected {want}",
-        f"waste_fraction({lengths}, {bs}) 得到 {got}，应为 {want}",
+        f"waste_fraction({lengths}, {bs}) gave {got}, expected {want}"
+        + (why if over_tokens else ""),
+        f"waste_fraction({lengths}, {bs}) 得到 {got}，应为 {want}" + (why if over_tokens else ""),
     )
 
 

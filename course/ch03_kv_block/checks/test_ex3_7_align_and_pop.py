@@ -256,9 +256,19 @@ def check_pop(stack, top, out, original, log=None):
 
 def _check_pop(stack, top, out, original, log=None):
     handed = [int(b) for b in out if b >= 0]
-    assert -2 not in out.tolist(), say(
-        f"some thread never wrote its result: {out.tolist()}", f"有线程没有写出结果：{out.tolist()}"
-    )
+    if -2 in out.tolist():
+        i = out.tolist().index(-2)
+        raise AssertionError(
+            say(
+                f"thread {i} never wrote out[{i}] (out is {out.tolist()}, -2 where nobody "
+                "wrote): every thread with "
+                "i < out.shape[0] must pop (or write -1); guard with out.shape[0], not another "
+                "array's size",
+                f"线程 {i} 没有写 out[{i}]（out 为 {out.tolist()}，-2 表示没人写）："
+                "每个 i < out.shape[0] 的线程都必须弹出（或写 -1）；"
+                "条件要用 out.shape[0]，而不是别的数组的大小",
+            )
+        )
     twice = sorted({b for b in handed if handed.count(b) > 1})
     if twice and log is not None and not any(what.startswith("write top") for _, what in log):
         raise AssertionError(
