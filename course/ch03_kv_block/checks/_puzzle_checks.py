@@ -91,7 +91,7 @@ def _inputs_unchanged(p: Puzzle, before: dict, arrays: dict, where: str) -> None
             )
 
 
-def _exception_cause(p: Puzzle, e: BaseException) -> str | None:
+def _exception_cause(p: Puzzle, e: BaseException, needed: int = 0) -> str | None:
     """The student-terms cause of an exception a launch raised, or None to let it through."""
     thread = re.match(r"tid=\[(\d+)", str(e))
     who = (
@@ -113,7 +113,7 @@ def _exception_cause(p: Puzzle, e: BaseException) -> str | None:
             f"NaN). {p.numerics}",
             f"{who} 除以零：所有 exp 都下溢，指数和为 0（在 GPU 上是 NaN）。{p.numerics}",
         )
-    if isinstance(e, IndexError) and (named := _past_the_end(p, str(e))):
+    if isinstance(e, IndexError) and (named := _past_the_end(p, str(e), needed)):
         return named
     if isinstance(e, IndexError):
         return say(
@@ -131,7 +131,7 @@ _PAST = re.compile(
 )
 
 
-def _past_the_end(p: Puzzle, text: str) -> str | None:
+def _past_the_end(p: Puzzle, text: str, needed: int = 0) -> str | None:
     """'thread 3 read k_cache[5, 0, 1] past the end: axis 0 of k_cache (num_blocks) has size 4'
     from the stepper's IndexError, or None when the text is not one of its."""
     m = _PAST.search(text)
@@ -142,14 +142,28 @@ def _past_the_end(p: Puzzle, text: str) -> str | None:
     label = f" ({labels[int(axis)]})" if int(axis) < len(labels) else ""
     verb_zh = "读" if verb == "read" else "写"
     # the table's garbage entries land on axis 0 of an input (a block id past the cache's end)
-    bounds = p.bounds if axis == "0" and name not in p.outputs else ""
+    extra = needed and int(tid) >= needed
+    bounds = p.bounds if axis == "0" and name not in p.outputs and not extra else ""
+    why = (
+        say(
+            f"Thread {tid} is an extra thread (this case needs {needed}): nothing stopped it. "
+            "Guard with the size of the array the thread writes, not another size.",
+            f"线程 {tid} 是多余的线程（这个用例只需要 {needed} 个）：没有条件挡住它。"
+            "要用线程所写数组的大小作条件，而不是别的尺寸。",
+        )
+        if extra
+        else say(
+            "That index is computed from the wrong size or the wrong axis, or an extra thread "
+            "is not stopped by a guard.",
+            "这个下标用错了尺寸或维度，或者多余的线程没有被条件挡住。",
+        )
+    )
     return say(
-        f"thread {tid} {verb} {name}[{where}], past the end: axis {axis} of {name}{label} has "
-        f"size {size}, so index {index} is out of range. That index is computed from the wrong "
-        f"size or the wrong axis, or an extra thread is not stopped by a guard. {bounds}",
-        f"线程 {tid} {verb_zh}了 {name}[{where}]，越界：{name} 的第 {axis} 维{label}"
-        f"大小为 {size}，下标 {index} 超出范围。这个下标用错了尺寸或维度，"
-        f"或者多余的线程没有被条件挡住。{bounds}",
+        f"thread {tid} {verb} {name}[{where}] and indexed past the end (IndexError): axis "
+        f"{axis} of {name}{label} has size {size}, so index {index} is out of range. {why} "
+        f"{bounds}",
+        f"线程 {tid} {verb_zh}了 {name}[{where}]，越界（IndexError）：{name} 的第 {axis} 维"
+        f"{label}大小为 {size}，下标 {index} 超出范围。{why}{bounds}",
     )
 
 
@@ -211,7 +225,8 @@ def _accumulated_onto_garbage(got: np.ndarray, want: np.ndarray) -> str:
     """Every wrong element is the spec's value plus the buffer's initial POISON: a += onto an
     output that was never set to 0."""
     bad = ~np.isclose(got, want, atol=1e-6, rtol=1e-6, equal_nan=True)
-    if bad.any() and np.allclose(got[bad] - want[bad], POISON, rtol=1e-6, atol=1e-3):
+    added = bad & (got != POISON)  # (an element still equal to POISON was never written)
+    if added.any() and np.allclose(got[bad] - want[bad], POISON, rtol=1e-6, atol=1e-3):
         return say(
             f"the output is the spec's value plus {POISON:g}, what the buffer held before your "
             "kernel ran (garbage on a GPU): set each output element to 0 before adding to it "
@@ -255,9 +270,9 @@ def _with_hints(
     text += _nonfinite_cause(p, impl, case, got, want)
     err.args = (text,)
     cause = (
-        (_known_mistake(p, case, arrays) if arrays is not None else "")
+        _hard_coded(p)
+        or (_known_mistake(p, case, arrays) if arrays is not None else "")
         or _accumulated_onto_garbage(got, want)
-        or _hard_coded(p)
     )
     return _lead(p, err, cause)
 
@@ -269,8 +284,8 @@ def _prepared(p: Puzzle, case: dict) -> tuple[dict, dict, dict]:
     return arrays, before, p.spec(**{k: np.array(v, copy=True) for k, v in before.items()})
 
 
-def _raised(p: Puzzle, e: Exception, where: str) -> AssertionError:
-    cause = _exception_cause(p, e)
+def _raised(p: Puzzle, e: Exception, where: str, needed: int = 0) -> AssertionError:
+    cause = _exception_cause(p, e, needed)
     if cause is None:
         raise e
     err = AssertionError(f"{cause} ({where})")
@@ -293,7 +308,7 @@ def check_spec(p: Puzzle, impl, params: st.SearchStrategy[dict], extra: int = 2)
         try:
             log = run_threads(getattr(impl, p.kernel), threads + extra, arrays)
         except Exception as e:  # the student's kernel raised: say on which case, and why
-            raise _raised(p, e, where) from e
+            raise _raised(p, e, where, threads) from e
         _inputs_unchanged(p, before, arrays, where)
         for out in p.outputs:
             try:
@@ -339,7 +354,7 @@ def launch(p: Puzzle, impl, case: dict, extra: int = 3) -> None:
             try:
                 run_threads(getattr(impl, p.kernel), threads, p.build(**case))
             except IndexError as stepped:
-                raise _raised(p, stepped, where) from e
+                raise _raised(p, stepped, where, threads - extra) from e
             except Exception:  # the replay itself failed otherwise: the launch's error stands
                 pass
         raise _raised(p, e, where) from e

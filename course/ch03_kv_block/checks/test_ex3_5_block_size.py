@@ -65,10 +65,27 @@ def test_the_functions_only_read_their_lengths(impl):
 def test_waste_counts_the_empty_end_of_each_last_block(impl):
     """Blocks of 16: 16 tokens waste 0, 17 waste 15, 1 wastes 15, so 30 in all."""
     got = impl.waste([16, 17, 1], 16)
+    slips = {
+        2: say(
+            " (0 + 1 + 1: the USED part of each last block, n % 16, was counted; waste is its "
+            "empty part)",
+            "（0 + 1 + 1：算的是每个最后一块里已用的部分 n % 16；浪费是其中空着的部分）",
+        ),
+        -2: say(
+            " (0 - 1 - 1: the blocks were counted with floor division, n // 16)",
+            "（0 - 1 - 1：块数用了向下取整 n // 16）",
+        ),
+        46: say(
+            " (16 + 15 + 15: the full block was counted as wasting a whole block)",
+            "（16 + 15 + 15：填满的块被算成浪费了一整块）",
+        ),
+    }
     assert got == 30, say(
-        f"waste([16, 17, 1], 16) gave {got}, expected 0 + 15 + 15 = 30: a partly filled "
-        "last block is still a whole block (ceil, not floor), and a full one wastes nothing",
-        f"waste([16, 17, 1], 16) 得到 {got}，应为 0 + 15 + 15 = 30：未填满的最后一个块也是一整块"
+        f"waste([16, 17, 1], 16) gave {got}{slips.get(got, '')}, expected 0 + 15 + 15 = 30: a "
+        "partly filled last block is still a whole block (ceil, not floor), and a full one "
+        "wastes nothing",
+        f"waste([16, 17, 1], 16) 得到 {got}{slips.get(got, '')}，应为 0 + 15 + 15 = 30："
+        "未填满的最后一个块也是一整块"
         f"（向上取整），"
         "填满的块不浪费",
     )

@@ -44,6 +44,13 @@ def test_align_up_is_the_smallest_aligned_size_not_below_n(impl, n, alignment):
     above."""
     got = impl.align_up(n, alignment)
     call = f"align_up({n}, {alignment}) = {got}"
+    fixed = [a for a in (128, 256, 64, 32) if a != alignment and got == -(-n // a) * a]
+    assert not fixed or got == -(-n // alignment) * alignment, say(
+        f"{call}, which is {n} rounded up to {fixed[0] if fixed else 0}, not to {alignment}: "
+        "the alignment argument is ignored (a size hard-coded); round to `alignment`",
+        f"{call}，这是把 {n} 向上取整到 {fixed[0] if fixed else 0} 的倍数，而不是 {alignment}："
+        "忽略了 alignment 参数（尺寸写死了）；应按 `alignment` 取整",
+    )
     assert got % alignment == 0, say(
         f"{call} is not a multiple of {alignment}", f"{call} 不是 {alignment} 的倍数"
     )
@@ -291,6 +298,17 @@ def _check_pop(stack, top, out, original, log=None):
         f"handed out {handed}, not all from the free stack", f"分出的块 {handed} 不全来自空闲栈"
     )
     want = min(len(original), len(out))
+    top_block = int(original[-1]) if len(original) else None
+    assert not (want and top_block not in handed), say(
+        f"{len(out)} threads asked and {len(original)} blocks were free, but the block on top, "
+        f"free_stack[{len(original) - 1}] = {top_block}, was never handed out (handed out: "
+        f"{handed}): the atomic returns the OLD top, so the popped block is free_stack[old - 1], "
+        "not free_stack[old]",
+        f"{len(out)} 个线程申请、{len(original)} 个块空闲，"
+        f"但栈顶的块 free_stack[{len(original) - 1}] = {top_block} 从未分出（分出的是 {handed}）："
+        "原子操作返回的是旧的 top，"
+        "所以弹出的块是 free_stack[old - 1]，而不是 free_stack[old]",
+    )
     assert len(handed) == want, say(
         f"{len(out)} threads asked and {len(original)} blocks were free, but {len(handed)} were "
         f"handed out",

@@ -102,8 +102,9 @@ def _variant(q, k_cache, v_cache, block_table, context_len, out, *, scale, k_hea
     pos = np.arange(L)
     k = k_cache[block_table[pos // B], pos % B]
     val = (k if v == "k" else v_cache[block_table[pos // B], pos % B]).copy()
-    if k_head0:
+    if k_head0:  # keys and values of head 0 for every head
         k = np.broadcast_to(k[:, :1], k.shape)
+        val = np.broadcast_to(val[:, :1], val.shape)
     s = np.einsum("hd,lhd->hl", q, k) * scale
     w = np.exp(s - s.max(axis=1, keepdims=True))
     out[:] = np.einsum("hl,lhd->hd", w / w.sum(axis=1, keepdims=True), val)
@@ -131,9 +132,10 @@ MISTAKES = (
     ),
     (
         say(
-            "Every head used head 0's keys: read k_cache[block, offset, h, :] with the thread's "
-            "own head h.",
-            "每个头都用了头 0 的 key：要用线程自己的头 h 读取 k_cache[block, offset, h, :]。",
+            "Every head used head 0's keys and values: read k_cache[block, offset, h, :] and "
+            "v_cache[block, offset, h, :] with the thread's own head h.",
+            "每个头都用了头 0 的 key 和 value：要用线程自己的头 h 读取 "
+            "k_cache[block, offset, h, :] 和 v_cache[block, offset, h, :]。",
         ),
         lambda **a: _variant(**a, scale=_root(a["q"]), k_head0=True),
     ),
