@@ -69,9 +69,12 @@ def test_a_hole_of_exactly_the_requested_size_is_used_and_removed(impl):
         f"a filled hole should be removed, holes are {a.holes}",
         f"被填满的空洞应被移除，现在空洞是 {a.holes}",
     )
-    assert a.allocate(4) is None and a.holes == [(7, 3)], say(
-        "a request no hole can hold returns None and changes nothing",
-        "没有空洞放得下的请求应返回 None，且不改变任何东西",
+    none = a.allocate(4)
+    assert none is None and a.holes == [(7, 3)], say(
+        f"allocate(4) with holes [(7, 3)] returned {none!r} and left {a.holes}: a request no "
+        "hole can hold returns None (not -1 or 0) and changes nothing",
+        f"空洞为 [(7, 3)] 时 allocate(4) 返回 {none!r}，留下 {a.holes}：没有空洞放得下的请求"
+        "应返回 None（不是 -1 或 0），且不改变任何东西",
     )
 
 

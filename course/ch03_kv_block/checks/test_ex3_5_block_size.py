@@ -105,6 +105,17 @@ def test_waste_matches_the_kv_cache_manager(impl, lengths, bs):
     got = impl.waste_fraction(lengths, bs)
     tokens = sum(lengths)
     over_tokens = bool(tokens) and got == pytest.approx(empty / tokens) and empty
+    each = [(-n % bs) / (n - n % -bs) for n in lengths if n]  # each sequence's own fraction
+    if each and got == pytest.approx(sum(each) / len(each)) and got != pytest.approx(want):
+        raise AssertionError(
+            say(
+                f"waste_fraction({lengths}, {bs}) gave {got}, the MEAN of each sequence's own "
+                f"fraction; expected {want}, all empty slots ({empty}) over all allocated slots "
+                f"({allocated})",
+                f"waste_fraction({lengths}, {bs}) 得到 {got}，这是各序列自身比例的平均值；应为 "
+                f"{want}，即全部空槽位（{empty}）除以全部已分配槽位（{allocated}）",
+            )
+        )
     why = say(
         f": that is the {empty} empty slots over the {tokens} tokens; divide by the {allocated} "
         "ALLOCATED slots (tokens + empty ones)",

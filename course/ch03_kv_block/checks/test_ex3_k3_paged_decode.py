@@ -71,7 +71,7 @@ def params(draw, *, full: bool):
         spare_blocks=draw(st.integers(0, 2)),
         spare_entries=draw(st.integers(0, 2)),
         base=draw(st.sampled_from([0.0, 300.0, -300.0, 2000.0, -2000.0])),
-        spread=draw(st.sampled_from([0.0, 3.0, 800.0])),
+        spread=draw(st.sampled_from([0.0, 3.0, 2000.0])),
         seed=draw(st.integers(0, 2**16)),
     )
 
@@ -96,8 +96,11 @@ AXES = {
 }
 
 
-def _variant(q, k_cache, v_cache, block_table, context_len, out, *, scale, k_head0=False, v=None):
-    """The spec with one thing changed: the scale, head 0's keys for every head, or V = K."""
+def _variant(
+    q, k_cache, v_cache, block_table, context_len, out, *, scale, k_head0=False, v=None, raw=False
+):
+    """The spec with one thing changed: the scale, head 0's keys and values for every head,
+    V = K, or (raw) a sum of exps left unshifted under shifted numerators."""
     B, L = k_cache.shape[1], int(context_len[0])
     pos = np.arange(L)
     k = k_cache[block_table[pos // B], pos % B]
@@ -107,7 +110,8 @@ def _variant(q, k_cache, v_cache, block_table, context_len, out, *, scale, k_hea
         val = np.broadcast_to(val[:, :1], val.shape)
     s = np.einsum("hd,lhd->hl", q, k) * scale
     w = np.exp(s - s.max(axis=1, keepdims=True))
-    out[:] = np.einsum("hl,lhd->hd", w / w.sum(axis=1, keepdims=True), val)
+    total = np.exp(s).sum(axis=1, keepdims=True) if raw else w.sum(axis=1, keepdims=True)
+    out[:] = np.einsum("hl,lhd->hd", w / total, val)
     return {"out": out}
 
 
@@ -146,6 +150,14 @@ MISTAKES = (
             "加权和读的是 k_cache，而它需要的是 value：out[h, :] = sum_p w_p * v_cache[...]。",
         ),
         lambda **a: _variant(**a, scale=_root(a["q"]), v="k"),
+    ),
+    (
+        say(
+            "The weights were divided by the sum of UNSHIFTED exps: shift the sum by the same "
+            "maximum as each weight, total = sum_p exp(s_p - max).",
+            "权重除以的是未平移的 exp 之和：和也要减去同一个最大值，total = sum_p exp(s_p - max)。",
+        ),
+        lambda **a: _variant(**a, scale=_root(a["q"]), raw=True),
     ),
 )
 

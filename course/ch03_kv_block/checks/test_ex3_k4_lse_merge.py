@@ -91,7 +91,21 @@ def _plain_average(o1, lse1, o2, lse2, out, lse_out):
     return {"out": out}
 
 
+def _unshifted_weights(o1, lse1, o2, lse2, out, lse_out):
+    lse_out[:] = np.maximum(lse1, lse2) + np.log(np.exp(lse1) + np.exp(lse2))
+    return {"lse_out": lse_out}
+
+
 MISTAKES = (
+    (
+        say(
+            "The weights were exp(lse1[h]) and exp(lse2[h]), not shifted by m: lse_out = m + "
+            "log(w1 + w2) needs w = exp(lse - m) (and exp(lse) alone overflows above 709).",
+            "权重用了 exp(lse1[h]) 和 exp(lse2[h])，没有减去 m：lse_out = m + log(w1 + w2) 需要 "
+            "w = exp(lse - m)（而且 exp(lse) 超过 709 就溢出）。",
+        ),
+        _unshifted_weights,
+    ),
     (
         say(
             "o1 was weighed by w2 and o2 by w1: o1 goes with w1 = exp(lse1[h] - m).",
