@@ -298,6 +298,19 @@ def _check_pop(stack, top, out, original, log=None):
         f"handed out {handed}, not all from the free stack", f"分出的块 {handed} 不全来自空闲栈"
     )
     want = min(len(original), len(out))
+    if -1 in out.tolist() and len(original) >= len(out):
+        i = out.tolist().index(-1)
+        raise AssertionError(
+            say(
+                f"thread {i} wrote -1 (stack empty), but {len(original)} blocks were free for "
+                f"{len(out)} threads (out: {out.tolist()}): the atomic returns the OLD top, so "
+                "a thread finds the stack empty only when old <= 0, and its block is "
+                "free_stack[old - 1]",
+                f"线程 {i} 写了 -1（栈空），但 {len(out)} 个线程面对 {len(original)} 个空闲块"
+                f"（out：{out.tolist()}）：原子操作返回的是旧的 top，只有 old <= 0 时栈才算空，"
+                "弹出的块是 free_stack[old - 1]",
+            )
+        )
     top_block = int(original[-1]) if len(original) else None
     assert not (want and top_block not in handed), say(
         f"{len(out)} threads asked and {len(original)} blocks were free, but the block on top, "
