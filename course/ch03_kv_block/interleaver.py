@@ -37,13 +37,24 @@ class StepArray:
 
     def __getitem__(self, idx):
         self.sched.step(f"read {self.name}[{_index(idx)}]")
-        value = self.arr[idx]
+        try:
+            value = self.arr[idx]
+        except IndexError as e:
+            raise self._past_the_end("read", idx, e) from None
         self.sched.note(f" -> {_plain(value)}")
         return value
 
     def __setitem__(self, idx, value):
         self.sched.step(f"write {self.name}[{_index(idx)}] = {_plain(value)}")
-        self.arr[idx] = value
+        try:
+            self.arr[idx] = value
+        except IndexError as e:
+            raise self._past_the_end("wrote", idx, e) from None
+
+    def _past_the_end(self, verb: str, idx, e: IndexError) -> IndexError:
+        """The IndexError with the thread, the array and the index it used, as
+        'thread 3 read key[0, 5]: index 5 is out of bounds for axis 1 with size 2'."""
+        return IndexError(f"thread {self.sched.local.tid} {verb} {self.name}[{_index(idx)}]: {e}")
 
 
 def _index(idx):

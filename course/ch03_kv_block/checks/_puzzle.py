@@ -48,6 +48,27 @@ def table(log, threads, limit=14) -> str:
     return "\n".join(["which thread read or wrote which slot, in order:", *lines])
 
 
+def _instead(log, thread, name: str) -> str:
+    """What `thread` wrote to `name` instead of its element, or that it wrote none of it."""
+    if thread is None:
+        return ""
+    writes = [w.split(" = ")[0][len("write ") :] for t, w in log if t == thread]
+    writes = [w for w in writes if w.startswith(f"{name}[")]
+    if writes:
+        return say(
+            f"Thread {thread} wrote {', '.join(writes[:3])} instead: its index is computed "
+            "from the wrong size or the wrong split of cuda.threadIdx.x.",
+            f"线程 {thread} 写的是 {', '.join(writes[:3])}：它的下标用错了尺寸，"
+            "或者 cuda.threadIdx.x 拆分错了。",
+        )
+    return say(
+        f"Thread {thread} wrote nothing to {name}: its guard stopped it, or its index split of "
+        "cuda.threadIdx.x gave it an element out of range.",
+        f"线程 {thread} 没有写 {name}：它被条件挡住了，或者它对 cuda.threadIdx.x 的拆分"
+        "得到了越界的元素。",
+    )
+
+
 def compare(log, got, want, *, out_name: str, owner, what: str, atol=1e-6):
     """Raise an AssertionError naming the first wrong element of `got` and the threads around it.
 
@@ -64,8 +85,8 @@ def compare(log, got, want, *, out_name: str, owner, what: str, atol=1e-6):
     never = not wrote  # (not `got == POISON`: an output the spec leaves alone is not poisoned)
     if never:
         why = say(
-            f"nobody wrote it (thread {should} should have).",
-            f"没有线程写它（应由线程 {should} 写）。",
+            f"nobody wrote it (thread {should} should have). {_instead(log, should, out_name)}",
+            f"没有线程写它（应由线程 {should} 写）。{_instead(log, should, out_name)}",
         )
     elif wrote == [should]:
         why = say(

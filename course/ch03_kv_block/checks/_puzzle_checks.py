@@ -15,9 +15,11 @@ Both checks refuse a kernel that changes one of its inputs.
 
 from __future__ import annotations
 
+import ast
 import math
 import re
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -56,6 +58,11 @@ class Puzzle:
     unused_read: str = ""
     bounds: str = ""  # what to add to an IndexError (which entries hold garbage)
     unwritten: str = ""  # what to add when an element the spec defines was never written
+    # what each axis of each array is, for an IndexError: {"key": ("T (tokens)", "D (head_dim)")}
+    axes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # known mistakes as specs of their own: (the cause in the student's terms, arrays -> the
+    # outputs that mistake writes). When a kernel's outputs equal one of them, its cause leads.
+    mistakes: tuple[tuple[str, Callable[..., dict]], ...] = ()
 
 
 def rerun(p: Puzzle, params: dict) -> str:
@@ -84,7 +91,7 @@ def _inputs_unchanged(p: Puzzle, before: dict, arrays: dict, where: str) -> None
             )
 
 
-def _exception_cause(p: Puzzle, e: BaseException) -> str | None:
+def _exception_cause(p: Puzzle, e: BaseException, needed: int = 0) -> str | None:
     """The student-terms cause of an exception a launch raised, or None to let it through."""
     thread = re.match(r"tid=\[(\d+)", str(e))
     who = (
@@ -106,6 +113,8 @@ def _exception_cause(p: Puzzle, e: BaseException) -> str | None:
             f"NaN). {p.numerics}",
             f"{who} 除以零：所有 exp 都下溢，指数和为 0（在 GPU 上是 NaN）。{p.numerics}",
         )
+    if isinstance(e, IndexError) and (named := _past_the_end(p, str(e), needed)):
+        return named
     if isinstance(e, IndexError):
         return say(
             f"{who} indexed past the end of an array (IndexError: {text}): an extra thread is "
@@ -114,6 +123,126 @@ def _exception_cause(p: Puzzle, e: BaseException) -> str | None:
             f"或下标用错了尺寸。{p.bounds}",
         )
     return None
+
+
+_PAST = re.compile(
+    r"thread (\d+) (read|wrote) (\w+)\[([^\]]*)\]: index (-?\d+) is out of bounds for axis "
+    r"(\d+) with size (\d+)"
+)
+
+
+def _past_the_end(p: Puzzle, text: str, needed: int = 0) -> str | None:
+    """'thread 3 read k_cache[5, 0, 1] past the end: axis 0 of k_cache (num_blocks) has size 4'
+    from the stepper's IndexError, or None when the text is not one of its."""
+    m = _PAST.search(text)
+    if not m:
+        return None
+    tid, verb, name, where, index, axis, size = m.groups()
+    labels = p.axes.get(name, ())
+    label = f" ({labels[int(axis)]})" if int(axis) < len(labels) else ""
+    verb_zh = "读" if verb == "read" else "写"
+    # the table's garbage entries land on axis 0 of an input (a block id past the cache's end)
+    extra = needed and int(tid) >= needed
+    bounds = p.bounds if axis == "0" and name not in p.outputs and not extra else ""
+    why = (
+        say(
+            f"Thread {tid} is an extra thread (this case needs {needed}): nothing stopped it. "
+            "Guard with the size of the array the thread writes, not another size.",
+            f"线程 {tid} 是多余的线程（这个用例只需要 {needed} 个）：没有条件挡住它。"
+            "要用线程所写数组的大小作条件，而不是别的尺寸。",
+        )
+        if extra
+        else say(
+            "That index is computed from the wrong size or the wrong axis, or an extra thread "
+            "is not stopped by a guard.",
+            "这个下标用错了尺寸或维度，或者多余的线程没有被条件挡住。",
+        )
+    )
+    return say(
+        f"thread {tid} {verb} {name}[{where}] and indexed past the end (IndexError): axis "
+        f"{axis} of {name}{label} has size {size}, so index {index} is out of range. {why} "
+        f"{bounds}",
+        f"线程 {tid} {verb_zh}了 {name}[{where}]，越界（IndexError）：{name} 的第 {axis} 维"
+        f"{label}大小为 {size}，下标 {index} 超出范围。{why}{bounds}",
+    )
+
+
+_SIZES = {2**k for k in range(2, 13)}  # 4 ... 4096: what a hard-coded block or head size is
+
+
+def _hard_coded(p: Puzzle) -> str:
+    """'your kernel hard-codes 64 (line 12: `D = 64`)...' when the kernel's source holds a
+    power-of-two int literal from 4 to 4096, else ''. The file is read as text, never run."""
+    from course.impl import impl_path
+
+    try:
+        path = impl_path(sys.modules[p.module].EXERCISE)
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text)
+    except (AttributeError, KeyError, OSError, SyntaxError, ValueError):
+        return ""
+    lines = text.splitlines()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == p.kernel:
+            for c in ast.walk(node):
+                if isinstance(c, ast.Constant) and type(c.value) is int and c.value in _SIZES:
+                    line = lines[c.lineno - 1].strip()
+                    return say(
+                        f"your kernel hard-codes the size {c.value} (line {c.lineno}: `{line}`), "
+                        "but the cases use many sizes: read every size from an array's shape "
+                        "(x.shape[0], x.shape[1], ...).",
+                        f"你的 kernel 把尺寸写死为 {c.value}（第 {c.lineno} 行：`{line}`），"
+                        "但用例的尺寸各不相同：每个尺寸都要从数组的 shape 读取"
+                        "（x.shape[0]、x.shape[1] ……）。",
+                    )
+    return ""
+
+
+def _known_mistake(p: Puzzle, case: dict, arrays: dict) -> str:
+    """The cause of the first of p.mistakes whose outputs the kernel wrote, or ''."""
+    for cause, mistake in p.mistakes:
+        fresh = p.build(**case)
+        want = p.spec(**{k: np.array(v, copy=True) for k, v in fresh.items()})
+        try:
+            with np.errstate(all="ignore"):  # a mistake's own overflow is its business
+                alt = mistake(**{k: np.array(v, copy=True) for k, v in fresh.items()})
+        except (IndexError, ValueError, FloatingPointError, ZeroDivisionError):
+            continue  # that mistake cannot even run on this case: not the one made
+        if all(
+            np.allclose(
+                np.asarray(arrays[o], np.float64),
+                np.asarray(alt.get(o, want[o]), np.float64),
+                atol=1e-5,
+                rtol=1e-5,
+                equal_nan=True,
+            )
+            for o in p.outputs
+        ):
+            return cause
+    return ""
+
+
+def _accumulated_onto_garbage(got: np.ndarray, want: np.ndarray) -> str:
+    """Every wrong element is the spec's value plus the buffer's initial POISON: a += onto an
+    output that was never set to 0."""
+    bad = ~np.isclose(got, want, atol=1e-6, rtol=1e-6, equal_nan=True)
+    added = bad & (got != POISON)  # (an element still equal to POISON was never written)
+    if added.any() and np.allclose(got[bad] - want[bad], POISON, rtol=1e-6, atol=1e-3):
+        return say(
+            f"the output is the spec's value plus {POISON:g}, what the buffer held before your "
+            "kernel ran (garbage on a GPU): set each output element to 0 before adding to it "
+            "with +=.",
+            f"输出等于规范值加上 {POISON:g}，即内核运行前缓冲区里的内容（在 GPU 上是垃圾值）："
+            "用 += 累加之前先把每个输出元素置为 0。",
+        )
+    return ""
+
+
+def _lead(p: Puzzle, err: AssertionError, cause: str) -> AssertionError:
+    """Put `cause` (what the code did wrong) first in the message, once."""
+    if cause and not str(err).startswith(cause):
+        err.args = (f"{cause} {err}",)
+    return err
 
 
 def _nonfinite_cause(p: Puzzle, impl, case: dict, got: np.ndarray, want: np.ndarray) -> str:
@@ -132,15 +261,21 @@ def _nonfinite_cause(p: Puzzle, impl, case: dict, got: np.ndarray, want: np.ndar
     return " " + p.numerics if p.numerics else ""
 
 
-def _with_hints(p: Puzzle, impl, case: dict, err: AssertionError, got, want) -> AssertionError:
+def _with_hints(
+    p: Puzzle, impl, case: dict, err: AssertionError, got, want, arrays: dict | None = None
+) -> AssertionError:
     text = str(err)
     if p.unwritten and ("nobody wrote it" in text or "never written" in text):
         text += " " + p.unwritten
-    text += _nonfinite_cause(
-        p, impl, case, np.asarray(got, np.float64), np.asarray(want, np.float64)
-    )
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    text += _nonfinite_cause(p, impl, case, got, want)
     err.args = (text,)
-    return err
+    cause = (
+        _hard_coded(p)
+        or (_known_mistake(p, case, arrays) if arrays is not None else "")
+        or _accumulated_onto_garbage(got, want)
+    )
+    return _lead(p, err, cause)
 
 
 def _prepared(p: Puzzle, case: dict) -> tuple[dict, dict, dict]:
@@ -150,11 +285,12 @@ def _prepared(p: Puzzle, case: dict) -> tuple[dict, dict, dict]:
     return arrays, before, p.spec(**{k: np.array(v, copy=True) for k, v in before.items()})
 
 
-def _raised(p: Puzzle, e: Exception, where: str) -> AssertionError:
-    cause = _exception_cause(p, e)
+def _raised(p: Puzzle, e: Exception, where: str, needed: int = 0) -> AssertionError:
+    cause = _exception_cause(p, e, needed)
     if cause is None:
         raise e
-    return AssertionError(f"{cause} ({where})")
+    err = AssertionError(f"{cause} ({where})")
+    return _lead(p, err, _hard_coded(p)) if isinstance(e, IndexError) else err
 
 
 def check_spec(p: Puzzle, impl, params: st.SearchStrategy[dict], extra: int = 2) -> None:
@@ -173,7 +309,7 @@ def check_spec(p: Puzzle, impl, params: st.SearchStrategy[dict], extra: int = 2)
         try:
             log = run_threads(getattr(impl, p.kernel), threads + extra, arrays)
         except Exception as e:  # the student's kernel raised: say on which case, and why
-            raise _raised(p, e, where) from e
+            raise _raised(p, e, where, threads) from e
         _inputs_unchanged(p, before, arrays, where)
         for out in p.outputs:
             try:
@@ -186,7 +322,7 @@ def check_spec(p: Puzzle, impl, params: st.SearchStrategy[dict], extra: int = 2)
                     what=where,
                 )
             except AssertionError as err:
-                raise _with_hints(p, impl, case, err, arrays[out], want[out]) from None
+                raise _with_hints(p, impl, case, err, arrays[out], want[out], arrays) from None
 
     run()
 
@@ -215,6 +351,13 @@ def launch(p: Puzzle, impl, case: dict, extra: int = 3) -> None:
     try:
         getattr(impl, p.kernel)[1, threads](*arrays.values())
     except Exception as e:
+        if isinstance(e, IndexError) and threads <= STEP_REPLAY:  # stepped, it names the array
+            try:
+                run_threads(getattr(impl, p.kernel), threads, p.build(**case))
+            except IndexError as stepped:
+                raise _raised(p, stepped, where, threads - extra) from e
+            except Exception:  # the replay itself failed otherwise: the launch's error stands
+                pass
         raise _raised(p, e, where) from e
     _inputs_unchanged(p, before, arrays, where)
     for out in p.outputs:
@@ -224,18 +367,21 @@ def launch(p: Puzzle, impl, case: dict, extra: int = 3) -> None:
             continue
         index = tuple(int(i) for i in np.argwhere(bad)[0])
         owner = p.owner(out, index, arrays)
-        who = say(f"thread {owner} owns it", f"它归线程 {owner}") if owner is not None else ""
+        who = (
+            say(f"; thread {owner} owns it", f"；它归线程 {owner}")
+            if owner is not None
+            else say("; no thread should have written it", "；不应有线程写它")
+        )
         value = f"{got[index]:.6g}" if got[index] != POISON else say("never written", "从未被写")
         at = f"{out}[{', '.join(map(str, index))}]"
         err = AssertionError(
             say(
                 f"{at} is {value}, the spec says {exp[index]:.6g} ({int(bad.sum())} element(s) "
-                f"wrong); {who}.",
-                f"{at} 是 {value}，规范给出 {exp[index]:.6g}"
-                f"（{int(bad.sum())} 个元素不对）；{who}。",
+                f"wrong){who}.",
+                f"{at} 是 {value}，规范给出 {exp[index]:.6g}（{int(bad.sum())} 个元素不对）{who}。",
             )
         )
-        err = _with_hints(p, impl, case, err, got, exp)
+        err = _with_hints(p, impl, case, err, got, exp, arrays)
         if threads <= STEP_REPLAY:  # the same case stepped: which thread wrote what, in order
             replayed, _, _ = _prepared(p, case)
             try:
@@ -249,15 +395,26 @@ def launch(p: Puzzle, impl, case: dict, extra: int = 3) -> None:
                     what=where,
                 )
             except AssertionError as stepped:
-                raise _with_hints(p, impl, case, stepped, replayed[out], want[out]) from None
+                raise _with_hints(
+                    p, impl, case, stepped, replayed[out], want[out], replayed
+                ) from None
             except Exception:  # the replay itself failed: the launch's own message stands
                 pass
         raise AssertionError(f"{err} ({where})")
 
 
-def logits_near(base: float, rng: np.random.Generator, q: np.ndarray, k: np.ndarray) -> None:
-    """Shift every logit q[h] . k[..., h, :] / sqrt(D) by about `base`, in place: coordinate 0
-    of every key is 1 and q[h, 0] is base * sqrt(D), so the scaled logits are base + O(1)."""
-    D = q.shape[-1]
-    k[..., 0] = 1.0
-    q[:, 0] = base * math.sqrt(D) + rng.standard_normal(q.shape[0])
+def logits_near(
+    base: float, spread: float, rng: np.random.Generator, q: np.ndarray, k: np.ndarray
+) -> None:
+    """Make every scaled logit q[h] . k[p, h, :] / sqrt(D) about base + offset[p], in place:
+    coordinate 0 of q is sqrt(D) and coordinate 0 of key p is base + offset[p]. The offsets
+    climb (or fall: a coin decides) evenly from 0 to `spread` along the sequence, so the first
+    logit is the smallest (or the largest) and only a shift by the true maximum is safe."""
+    L, D = k.shape[0], q.shape[-1]
+    offset = spread * np.arange(L) / max(1, L - 1)
+    if rng.random() < 0.5:
+        offset = offset[::-1]
+    q[:, 0] = math.sqrt(D)
+    k[..., 0] = (base + offset).reshape((L,) + (1,) * (k.ndim - 2)) + rng.standard_normal(
+        k.shape[:-1]
+    ) / math.sqrt(D)

@@ -35,9 +35,21 @@ def test_allocate_takes_the_front_of_the_first_hole_that_fits(impl):
     """With holes of 2, 8 and 5 slots, a request for 4 goes to the start of the 8-slot hole."""
     a = impl.FirstFit(20)
     a.holes = [(0, 2), (5, 8), (15, 5)]
-    assert a.allocate(4) == 5, say(
-        "first fit should take the first hole with room (start 5), not a later or smaller one",
-        "首次适配应取第一个放得下的空洞（起点 5），而不是更靠后或更小的那个",
+    got = a.allocate(4)
+    if got == 9:  # the last 4 slots of the 8-slot hole at 5
+        raise AssertionError(
+            say(
+                "allocate(4) returned 9, the END of the first hole that fits ((5, 8)): take the "
+                "slots from the FRONT of the hole (return 5) and leave (9, 4)",
+                "allocate(4) 返回 9，即第一个放得下的空洞 (5, 8) 的末尾：应从空洞的开头取槽位"
+                "（返回 5），留下 (9, 4)",
+            )
+        )
+    assert got == 5, say(
+        f"allocate(4) returned {got}: first fit should take the first hole with room (start 5), "
+        "not a later or smaller one",
+        f"allocate(4) 返回 {got}：首次适配应取第一个放得下的空洞（起点 5），"
+        "而不是更靠后或更小的那个",
     )
     assert a.holes == [(0, 2), (9, 4), (15, 5)], say(
         f"after taking 4 slots at 5 the holes are {a.holes}, expected [(0, 2), (9, 4), (15, 5)]",
@@ -57,9 +69,12 @@ def test_a_hole_of_exactly_the_requested_size_is_used_and_removed(impl):
         f"a filled hole should be removed, holes are {a.holes}",
         f"被填满的空洞应被移除，现在空洞是 {a.holes}",
     )
-    assert a.allocate(4) is None and a.holes == [(7, 3)], say(
-        "a request no hole can hold returns None and changes nothing",
-        "没有空洞放得下的请求应返回 None，且不改变任何东西",
+    none = a.allocate(4)
+    assert none is None and a.holes == [(7, 3)], say(
+        f"allocate(4) with holes [(7, 3)] returned {none!r} and left {a.holes}: a request no "
+        "hole can hold returns None (not -1 or 0) and changes nothing",
+        f"空洞为 [(7, 3)] 时 allocate(4) 返回 {none!r}，留下 {a.holes}：没有空洞放得下的请求"
+        "应返回 None（不是 -1 或 0），且不改变任何东西",
     )
 
 
@@ -97,6 +112,16 @@ def test_free_merges_the_range_with_both_neighbouring_holes(impl):
             "the hole before it (it ends where the range starts)"
             if touching[0][0] == (0, 3)
             else "the hole after it (it starts where the range ends)"
+        )
+    if holes != sorted(holes):
+        raise AssertionError(
+            say(
+                f"freeing [3, 6) between holes [0, 3) and [6, 12) left {a.holes}: the holes are "
+                "not sorted by start; insert the range before the first hole that starts after "
+                "it, then merge it with its neighbours",
+                f"释放空洞 [0, 3) 与 [6, 12) 之间的 [3, 6) 后留下 {a.holes}：空洞没有按起点排序；"
+                "应把区间插到第一个起点在它之后的空洞前面，再与相邻空洞合并",
+            )
         )
     if len(holes) == 1 and holes[0][0] == 0:  # one hole, as it should be, but the wrong size
         assert holes == [(0, 12)], say(
@@ -178,9 +203,15 @@ def test_first_fit_matches_a_slot_by_slot_map_on_any_trace(impl, trace):
 def test_external_fragmentation_is_one_minus_largest_hole_over_free(impl):
     """Holes of 2 and 3 slots: 5 free, the largest is 3, so fragmentation is 1 - 3/5 = 0.4."""
     got = impl.external_fragmentation([(0, 2), (5, 3)])
+    whole = say(
+        " (a whole number: 3 // 5 is 0 in integer division; divide with /)",
+        "（整数：整数除法里 3 // 5 等于 0；要用 / 做除法）",
+    )
     assert got == pytest.approx(0.4), say(
-        f"external_fragmentation of holes 2 and 3 gave {got}, expected 0.4",
-        f"空洞 2 和 3 的 external_fragmentation 得到 {got}，应为 0.4",
+        f"external_fragmentation of holes 2 and 3 gave {got}, expected 0.4 = 1 - 3 / 5"
+        + (whole if got in (0, 1) else ""),
+        f"空洞 2 和 3 的 external_fragmentation 得到 {got}，应为 0.4 = 1 - 3 / 5"
+        + (whole if got in (0, 1) else ""),
     )
     assert impl.external_fragmentation([(0, 7)]) == 0.0, say(
         "one hole means no external fragmentation", "只有一个空洞就没有外部碎片"

@@ -277,6 +277,30 @@ def test_paged_attention_reads_each_token_through_the_table(impl, seed):
     )
 
 
+def test_paged_attention_reads_only_the_entries_the_sequence_uses(impl):
+    """A block table longer than the sequence needs (a padded batch's row) ends in garbage ids:
+    only the first ceil(context_len / block_size) entries may be read."""
+    rng = np.random.default_rng(7)
+    query, cache, table, keys, values = random_case(rng, length=6)  # 2 blocks of 4
+    n = cache.shape[0]
+    padded = np.concatenate([table, [n + 5, n + 1000]]).astype(np.int64)
+    why = say(
+        f"block_table {padded.tolist()} is longer than the 6 tokens need (blocks of 4: 2 "
+        f"entries); its last entries ({n + 5}, {n + 1000}) are garbage, as in a padded batch. "
+        "Read only the first ceil(context_len / block_size) entries, through positions < "
+        "context_len, never the whole table",
+        f"block_table {padded.tolist()} 比 6 个 token 所需的更长（每块 4 个：2 项）；"
+        f"最后几项（{n + 5}、{n + 1000}）是垃圾值，就像填充过的批次。只读前 "
+        "ceil(context_len / block_size) 项，经由 < context_len 的位置读取，不要读整张表",
+    )
+    try:
+        got = np.asarray(impl.paged_attention(query, cache, padded, 6))
+    except IndexError as e:
+        raise AssertionError(f"{why} (your code raised IndexError: {e})") from None
+    want = dense_reference(query, keys, values, 1 / np.sqrt(query.shape[1]))
+    assert got.shape == want.shape and np.allclose(got, want, atol=1e-5), why
+
+
 def test_an_explicit_scale_is_used_even_when_it_is_zero(impl):
     """scale=0.0 makes every logit 0: the weights are uniform and the output is the mean of V. An
     explicit scale is used whatever its value; only None means 1/sqrt(D)."""

@@ -80,10 +80,31 @@ def walk_invariants(pool) -> list[int]:
 def test_a_new_pool_hands_out_every_block_exactly_once(impl):
     """allocate() on a fresh pool hands out 0, 1, 2, ... each once, then refuses."""
     pool = impl.FreeListPool(5)
-    assert walk_invariants(pool) == [0, 1, 2, 3, 4], say(
-        "a new pool's free list should be 0, 1, 2, 3, 4", "新池的空闲链表应为 0, 1, 2, 3, 4"
+    order = walk_invariants(pool)
+    tail = say(
+        ": the list is reversed, so _push puts a block at the TAIL (first in, first out); it must "
+        "insert it right after the head sentinel, so the block pushed last (0) comes out first",
+        "：链表反了，说明 _push 把块放到了尾部（先进先出）；它必须把块插到头哨兵之后，"
+        "这样最后压入的块（0）最先出来",
     )
-    got = [pool.allocate() for _ in range(5)]
+    assert order == [0, 1, 2, 3, 4], say(
+        f"a new pool's free list is {order}, expected 0, 1, 2, 3, 4 (__init__ pushes 4, 3, 2, "
+        "1, 0 in turn)" + (tail if order == [4, 3, 2, 1, 0] else ""),
+        f"新池的空闲链表是 {order}，应为 0, 1, 2, 3, 4（__init__ 依次压入 4, 3, 2, 1, 0）"
+        + (tail if order == [4, 3, 2, 1, 0] else ""),
+    )
+    got = []
+    for _ in range(5):
+        got.append(pool.allocate())
+        first = pool.next[pool.head]
+        assert first == pool.tail or pool.prev[first] == pool.head, say(
+            f"after allocate() took block {got[-1]}, the new first block {first} has prev "
+            f"{pool.prev[first]}, not the head sentinel {pool.head}: _unlink(b) must set "
+            "prev[next[b]] = prev[b] as well as next[prev[b]] = next[b]",
+            f"allocate() 取走块 {got[-1]} 后，新的第一个块 {first} 的 prev 是 "
+            f"{pool.prev[first]}，而不是头哨兵 {pool.head}：_unlink(b) 既要设置 "
+            "next[prev[b]] = next[b]，也要设置 prev[next[b]] = prev[b]",
+        )
     assert got == [0, 1, 2, 3, 4], say(
         f"a fresh pool handed out {got}, expected 0, 1, 2, 3, 4",
         f"新池分配出 {got}，应为 0, 1, 2, 3, 4",

@@ -54,8 +54,15 @@ def test_fork_adds_the_child_as_an_owner_of_every_block(impl):
     parent = []
     grow(impl, pool, parent, 6)
     child = impl.fork(pool, parent)
-    assert child == parent and child is not parent, say(
-        "fork should return a new list with the same blocks", "fork 应返回一个包含相同块的新列表"
+    assert child is not parent, say(
+        "fork returned the parent's own list (the same object): the child's appends would "
+        "change the parent's table; return a new list, list(parent)",
+        "fork 返回了父序列自己的列表（同一个对象）：子序列的追加会改动父序列的表；"
+        "应返回一个新列表 list(parent)",
+    )
+    assert child == parent, say(
+        f"fork returned {child}, expected a new list with the parent's blocks {parent}",
+        f"fork 返回 {child}，应为包含父序列各块 {parent} 的新列表",
     )
     counts = [pool.ref_count(b) for b in parent]
     assert counts == [2, 2], say(
@@ -94,6 +101,14 @@ def test_appending_into_a_shared_partly_filled_block_copies_it(impl, prompt):
         "往共享且未填满的块追加时没有写时复制就直接写入：另一个序列的下一个 token 会覆盖它",
     )
     src, dst = copies[0]
+    assert child[-1] != before[-1], say(
+        f"slot_for_append recorded the copy {copies[0]}, but the table passed in still ends "
+        f"with the shared block {before[-1]}: change the caller's table in place "
+        "(table[-1] = dst); `table = table[:-1] + [dst]` only rebinds a local name",
+        f"slot_for_append 记录了复制 {copies[0]}，但传进来的表最后一块仍是共享块 {before[-1]}："
+        "要原地修改调用者的表（table[-1] = dst）；"
+        "`table = table[:-1] + [dst]` 只是重新绑定了局部名字",
+    )
     assert src == parent[-1] and dst == child[-1] and dst != src, say(
         f"after a {prompt}-token prompt (table {before}) the copy pair is {copies[0]}; it should "
         f"be (the shared last block {parent[-1]}, the writer's new block {child[-1]})",

@@ -65,10 +65,27 @@ def test_the_functions_only_read_their_lengths(impl):
 def test_waste_counts_the_empty_end_of_each_last_block(impl):
     """Blocks of 16: 16 tokens waste 0, 17 waste 15, 1 wastes 15, so 30 in all."""
     got = impl.waste([16, 17, 1], 16)
+    slips = {
+        2: say(
+            " (0 + 1 + 1: the USED part of each last block, n % 16, was counted; waste is its "
+            "empty part)",
+            "（0 + 1 + 1：算的是每个最后一块里已用的部分 n % 16；浪费是其中空着的部分）",
+        ),
+        -2: say(
+            " (0 - 1 - 1: the blocks were counted with floor division, n // 16)",
+            "（0 - 1 - 1：块数用了向下取整 n // 16）",
+        ),
+        46: say(
+            " (16 + 15 + 15: the full block was counted as wasting a whole block)",
+            "（16 + 15 + 15：填满的块被算成浪费了一整块）",
+        ),
+    }
     assert got == 30, say(
-        f"waste([16, 17, 1], 16) gave {got}, expected 0 + 15 + 15 = 30: a partly filled "
-        "last block is still a whole block (ceil, not floor), and a full one wastes nothing",
-        f"waste([16, 17, 1], 16) 得到 {got}，应为 0 + 15 + 15 = 30：未填满的最后一个块也是一整块"
+        f"waste([16, 17, 1], 16) gave {got}{slips.get(got, '')}, expected 0 + 15 + 15 = 30: a "
+        "partly filled last block is still a whole block (ceil, not floor), and a full one "
+        "wastes nothing",
+        f"waste([16, 17, 1], 16) 得到 {got}{slips.get(got, '')}，应为 0 + 15 + 15 = 30："
+        "未填满的最后一个块也是一整块"
         f"（向上取整），"
         "填满的块不浪费",
     )
@@ -86,9 +103,29 @@ def test_waste_matches_the_kv_cache_manager(impl, lengths, bs):
     )
     want = empty / allocated if allocated else 0.0
     got = impl.waste_fraction(lengths, bs)
+    tokens = sum(lengths)
+    over_tokens = bool(tokens) and got == pytest.approx(empty / tokens) and empty
+    each = [(-n % bs) / (n - n % -bs) for n in lengths if n]  # each sequence's own fraction
+    if each and got == pytest.approx(sum(each) / len(each)) and got != pytest.approx(want):
+        raise AssertionError(
+            say(
+                f"waste_fraction({lengths}, {bs}) gave {got}, the MEAN of each sequence's own "
+                f"fraction; expected {want}, all empty slots ({empty}) over all allocated slots "
+                f"({allocated})",
+                f"waste_fraction({lengths}, {bs}) 得到 {got}，这是各序列自身比例的平均值；应为 "
+                f"{want}，即全部空槽位（{empty}）除以全部已分配槽位（{allocated}）",
+            )
+        )
+    why = say(
+        f": that is the {empty} empty slots over the {tokens} tokens; divide by the {allocated} "
+        "ALLOCATED slots (tokens + empty ones)",
+        f"：这是 {empty} 个空槽位除以 {tokens} 个 token；应除以 {allocated} 个已分配槽位"
+        "（token 加空槽位）",
+    )
     assert got == pytest.approx(want), say(
-        f"waste_fraction({lengths}, {bs}) gave {got}, expected {want}",
-        f"waste_fraction({lengths}, {bs}) 得到 {got}，应为 {want}",
+        f"waste_fraction({lengths}, {bs}) gave {got}, expected {want}"
+        + (why if over_tokens else ""),
+        f"waste_fraction({lengths}, {bs}) 得到 {got}，应为 {want}" + (why if over_tokens else ""),
     )
 
 

@@ -44,6 +44,13 @@ def test_align_up_is_the_smallest_aligned_size_not_below_n(impl, n, alignment):
     above."""
     got = impl.align_up(n, alignment)
     call = f"align_up({n}, {alignment}) = {got}"
+    fixed = [a for a in (128, 256, 64, 32) if a != alignment and got == -(-n // a) * a]
+    assert not fixed or got == -(-n // alignment) * alignment, say(
+        f"{call}, which is {n} rounded up to {fixed[0] if fixed else 0}, not to {alignment}: "
+        "the alignment argument is ignored (a size hard-coded); round to `alignment`",
+        f"{call}，这是把 {n} 向上取整到 {fixed[0] if fixed else 0} 的倍数，而不是 {alignment}："
+        "忽略了 alignment 参数（尺寸写死了）；应按 `alignment` 取整",
+    )
     assert got % alignment == 0, say(
         f"{call} is not a multiple of {alignment}", f"{call} 不是 {alignment} 的倍数"
     )
@@ -256,9 +263,19 @@ def check_pop(stack, top, out, original, log=None):
 
 def _check_pop(stack, top, out, original, log=None):
     handed = [int(b) for b in out if b >= 0]
-    assert -2 not in out.tolist(), say(
-        f"some thread never wrote its result: {out.tolist()}", f"有线程没有写出结果：{out.tolist()}"
-    )
+    if -2 in out.tolist():
+        i = out.tolist().index(-2)
+        raise AssertionError(
+            say(
+                f"thread {i} never wrote out[{i}] (out is {out.tolist()}, -2 where nobody "
+                "wrote): every thread with "
+                "i < out.shape[0] must pop (or write -1); guard with out.shape[0], not another "
+                "array's size",
+                f"线程 {i} 没有写 out[{i}]（out 为 {out.tolist()}，-2 表示没人写）："
+                "每个 i < out.shape[0] 的线程都必须弹出（或写 -1）；"
+                "条件要用 out.shape[0]，而不是别的数组的大小",
+            )
+        )
     twice = sorted({b for b in handed if handed.count(b) > 1})
     if twice and log is not None and not any(what.startswith("write top") for _, what in log):
         raise AssertionError(
@@ -281,6 +298,30 @@ def _check_pop(stack, top, out, original, log=None):
         f"handed out {handed}, not all from the free stack", f"分出的块 {handed} 不全来自空闲栈"
     )
     want = min(len(original), len(out))
+    if -1 in out.tolist() and len(original) >= len(out):
+        i = out.tolist().index(-1)
+        raise AssertionError(
+            say(
+                f"thread {i} wrote -1 (stack empty), but {len(original)} blocks were free for "
+                f"{len(out)} threads (out: {out.tolist()}): the atomic returns the OLD top, so "
+                "a thread finds the stack empty only when old <= 0, and its block is "
+                "free_stack[old - 1]",
+                f"线程 {i} 写了 -1（栈空），但 {len(out)} 个线程面对 {len(original)} 个空闲块"
+                f"（out：{out.tolist()}）：原子操作返回的是旧的 top，只有 old <= 0 时栈才算空，"
+                "弹出的块是 free_stack[old - 1]",
+            )
+        )
+    top_block = int(original[-1]) if len(original) else None
+    assert not (want and top_block not in handed), say(
+        f"{len(out)} threads asked and {len(original)} blocks were free, but the block on top, "
+        f"free_stack[{len(original) - 1}] = {top_block}, was never handed out (handed out: "
+        f"{handed}): the atomic returns the OLD top, so the popped block is free_stack[old - 1], "
+        "not free_stack[old]",
+        f"{len(out)} 个线程申请、{len(original)} 个块空闲，"
+        f"但栈顶的块 free_stack[{len(original) - 1}] = {top_block} 从未分出（分出的是 {handed}）："
+        "原子操作返回的是旧的 top，"
+        "所以弹出的块是 free_stack[old - 1]，而不是 free_stack[old]",
+    )
     assert len(handed) == want, say(
         f"{len(out)} threads asked and {len(original)} blocks were free, but {len(handed)} were "
         f"handed out",

@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from course.ch03_kv_block.checks._puzzle import POISON
 from course.ch03_kv_block.checks._puzzle_checks import Puzzle, check_launches, check_spec
+from course.i18n import say
 
 EXERCISE = "3.k1"
 pytestmark = pytest.mark.ch3_7
@@ -50,6 +51,46 @@ def owner(out, index, arrays):
     return hits[0] * arrays["key"].shape[1] + d if hits else None
 
 
+AXES = {
+    "key": ("T, the token count", "D, head_dim"),
+    "slot_mapping": ("T, the token count",),
+    "k_cache": ("num_slots", "D, head_dim"),
+}
+
+
+def _padding_written(key, slot_mapping, k_cache):
+    for t, slot in enumerate(slot_mapping):
+        k_cache[slot] = key[t]
+    return {"k_cache": k_cache}
+
+
+def _slot_zero_skipped(key, slot_mapping, k_cache):
+    for t, slot in enumerate(slot_mapping):
+        if slot > 0:
+            k_cache[slot] = key[t]
+    return {"k_cache": k_cache}
+
+
+MISTAKES = (
+    (
+        say(
+            "A padded token (slot_mapping[t] == -1) was written: k_cache[-1] is the cache's last "
+            "slot, so skip every token whose slot is -1.",
+            "写入了填充 token（slot_mapping[t] == -1）：k_cache[-1] 是缓存的最后一个槽，"
+            "所以槽为 -1 的 token 都要跳过。",
+        ),
+        _padding_written,
+    ),
+    (
+        say(
+            "The token whose slot is 0 was skipped: only -1 marks padding (test slot >= 0, not "
+            "slot > 0).",
+            "槽为 0 的 token 被跳过了：只有 -1 表示填充（判断 slot >= 0，而不是 slot > 0）。",
+        ),
+        _slot_zero_skipped,
+    ),
+)
+
 PUZZLE = Puzzle(
     module=__name__,
     kernel="write_kv_kernel",
@@ -58,6 +99,8 @@ PUZZLE = Puzzle(
     outputs=("k_cache",),
     threads=lambda arrays: arrays["key"].size,
     owner=owner,
+    axes=AXES,
+    mistakes=MISTAKES,
 )
 
 

@@ -51,6 +51,32 @@ def params(draw, *, full: bool):
     )
 
 
+AXES = {
+    "k_cache": ("num_blocks", "B, block_size", "D, head_dim"),
+    "block_table": ("the table's length M",),
+    "out": ("L, the sequence length", "D, head_dim"),
+}
+
+
+def _table_skipped(k_cache, block_table, out):
+    B = k_cache.shape[1]
+    for p in range(out.shape[0]):
+        out[p] = k_cache[p // B, p % B]
+    return {"out": out}
+
+
+MISTAKES = (
+    (
+        say(
+            "Position p was read from block p // B itself: that is its LOGICAL block; look up "
+            "the physical one in the table, block_table[p // B].",
+            "位置 p 是直接从块 p // B 读取的：那是它的逻辑块；"
+            "要查表得到物理块 block_table[p // B]。",
+        ),
+        _table_skipped,
+    ),
+)
+
 PUZZLE = Puzzle(
     module=__name__,
     kernel="gather_k_kernel",
@@ -59,6 +85,8 @@ PUZZLE = Puzzle(
     outputs=("out",),
     threads=lambda arrays: arrays["out"].size,
     owner=lambda out, index, arrays: index[0] * arrays["out"].shape[1] + index[1],
+    axes=AXES,
+    mistakes=MISTAKES,
     unused_read=say(
         "The cache's unused slots hold NaN here: that value came from a slot the sequence does "
         "not use. Position p lives in block block_table[p // B] at offset p % B.",

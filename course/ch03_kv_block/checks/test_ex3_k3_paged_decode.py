@@ -28,8 +28,9 @@ def spec(q, k_cache, v_cache, block_table, context_len, out):
     return {"out": out}
 
 
-def build(H, B, D, L, spare_blocks, spare_entries, base, seed, fill=np.nan):
-    """q [H, D] whose scaled logits are about `base`; a cache with `spare_blocks` unused blocks;
+def build(H, B, D, L, spare_blocks, spare_entries, base, spread, seed, fill=np.nan):
+    """q [H, D] whose scaled logits are about `base`, spread evenly over `spread` from the first
+    token to the last (or from the last to the first); a cache with `spare_blocks` unused blocks;
     a table `spare_entries` longer than L needs. Every slot the sequence does not use is `fill`,
     and every table entry past its last block is garbage (an id past the cache's end)."""
     rng = np.random.default_rng(seed)
@@ -43,7 +44,7 @@ def build(H, B, D, L, spare_blocks, spare_entries, base, seed, fill=np.nan):
     q = rng.standard_normal((H, D))
     pos = np.arange(L)
     k = rng.standard_normal((L, H, D))
-    logits_near(base, rng, q, k)
+    logits_near(base, spread, rng, q, k)
     k_cache[table[pos // B], pos % B] = k
     v_cache[table[pos // B], pos % B] = rng.standard_normal((L, H, D))
     return {
@@ -70,16 +71,96 @@ def params(draw, *, full: bool):
         spare_blocks=draw(st.integers(0, 2)),
         spare_entries=draw(st.integers(0, 2)),
         base=draw(st.sampled_from([0.0, 300.0, -300.0, 2000.0, -2000.0])),
+        spread=draw(st.sampled_from([0.0, 3.0, 2000.0])),
         seed=draw(st.integers(0, 2**16)),
     )
 
 
 NUMERICS = say(
-    "Every scaled logit on this case is near base (see the case): subtract the largest SCALED "
-    "logit (start the running max at -inf, or at the first logit, not at 0) before exp.",
-    "该用例的每个缩放后 logit 都接近 base（见用例）：在 exp 之前减去最大的缩放后 logit"
-    "（运行最大值从 -inf 或第一个 logit 开始，而不是 0）。",
+    "The scaled logits on this case lie between base and base + spread (see the case): before "
+    "exp, subtract the largest SCALED logit of the head, over all its tokens (start the running "
+    "max at -inf, or at the first logit, not at 0; shifting by the first logit, or by any other "
+    "one, overflows).",
+    "该用例的缩放后 logit 位于 base 与 base + spread 之间（见用例）："
+    "在 exp 之前减去该头所有 token 中"
+    "最大的缩放后 logit（运行最大值从 -inf 或第一个 logit 开始，而不是 0；用第一个或其他某个 logit "
+    "平移都会溢出）。",
 )
+AXES = {
+    "q": ("H, heads", "D, head_dim"),
+    "k_cache": ("num_blocks", "B, block_size", "H, heads", "D, head_dim"),
+    "v_cache": ("num_blocks", "B, block_size", "H, heads", "D, head_dim"),
+    "block_table": ("the table's length M",),
+    "context_len": ("1",),
+    "out": ("H, heads", "D, head_dim"),
+}
+
+
+def _variant(
+    q, k_cache, v_cache, block_table, context_len, out, *, scale, k_head0=False, v=None, raw=False
+):
+    """The spec with one thing changed: the scale, head 0's keys and values for every head,
+    V = K, or (raw) a sum of exps left unshifted under shifted numerators."""
+    B, L = k_cache.shape[1], int(context_len[0])
+    pos = np.arange(L)
+    k = k_cache[block_table[pos // B], pos % B]
+    val = (k if v == "k" else v_cache[block_table[pos // B], pos % B]).copy()
+    if k_head0:  # keys and values of head 0 for every head
+        k = np.broadcast_to(k[:, :1], k.shape)
+        val = np.broadcast_to(val[:, :1], val.shape)
+    s = np.einsum("hd,lhd->hl", q, k) * scale
+    w = np.exp(s - s.max(axis=1, keepdims=True))
+    total = np.exp(s).sum(axis=1, keepdims=True) if raw else w.sum(axis=1, keepdims=True)
+    out[:] = np.einsum("hl,lhd->hd", w / total, val)
+    return {"out": out}
+
+
+def _root(q):
+    return 1 / np.sqrt(q.shape[1])
+
+
+MISTAKES = (
+    (
+        say(
+            "The logits were not scaled: multiply q[h] . k_p by scale = 1 / sqrt(D).",
+            "logit 没有缩放：q[h] . k_p 要乘以 scale = 1 / sqrt(D)。",
+        ),
+        lambda **a: _variant(**a, scale=1.0),
+    ),
+    (
+        say(
+            "The logits were scaled by 1 / D: the spec's scale is 1 / sqrt(D).",
+            "logit 按 1 / D 缩放了：规范的 scale 是 1 / sqrt(D)。",
+        ),
+        lambda **a: _variant(**a, scale=1.0 / a["q"].shape[1]),
+    ),
+    (
+        say(
+            "Every head used head 0's keys and values: read k_cache[block, offset, h, :] and "
+            "v_cache[block, offset, h, :] with the thread's own head h.",
+            "每个头都用了头 0 的 key 和 value：要用线程自己的头 h 读取 "
+            "k_cache[block, offset, h, :] 和 v_cache[block, offset, h, :]。",
+        ),
+        lambda **a: _variant(**a, scale=_root(a["q"]), k_head0=True),
+    ),
+    (
+        say(
+            "The weighted sum read k_cache where it needs the values: out[h, :] = sum_p w_p * "
+            "v_cache[...], from v_cache.",
+            "加权和读的是 k_cache，而它需要的是 value：out[h, :] = sum_p w_p * v_cache[...]。",
+        ),
+        lambda **a: _variant(**a, scale=_root(a["q"]), v="k"),
+    ),
+    (
+        say(
+            "The weights were divided by the sum of UNSHIFTED exps: shift the sum by the same "
+            "maximum as each weight, total = sum_p exp(s_p - max).",
+            "权重除以的是未平移的 exp 之和：和也要减去同一个最大值，total = sum_p exp(s_p - max)。",
+        ),
+        lambda **a: _variant(**a, scale=_root(a["q"]), raw=True),
+    ),
+)
+
 PUZZLE = Puzzle(
     module=__name__,
     kernel="paged_decode_kernel",
@@ -89,6 +170,8 @@ PUZZLE = Puzzle(
     threads=lambda arrays: arrays["q"].shape[0],
     owner=lambda out, index, arrays: index[0],
     numerics=NUMERICS,
+    axes=AXES,
+    mistakes=MISTAKES,
     unused_read=say(
         "That value came from a slot the sequence does not use (those hold NaN here): read "
         "positions p < context_len[0] only, each through block_table[p // B].",

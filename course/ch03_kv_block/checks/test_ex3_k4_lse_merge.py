@@ -54,6 +54,89 @@ NUMERICS = say(
     "该用例的 lse 接近 base，两者相差可达 gap（见用例）：用二者的最大值 m = max(lse1[h], lse2[h]) "
     "平移，使较大的权重为 exp(0) = 1、另一个不超过 1（只用 lse1 或用最小值平移都会溢出）。",
 )
+AXES = {
+    "o1": ("H, heads", "D, head_dim"),
+    "o2": ("H, heads", "D, head_dim"),
+    "lse1": ("H, heads",),
+    "lse2": ("H, heads",),
+    "out": ("H, heads", "D, head_dim"),
+    "lse_out": ("H, heads",),
+}
+
+
+def _weights(lse1, lse2):
+    m = np.maximum(lse1, lse2)
+    return m, np.exp(lse1 - m), np.exp(lse2 - m)
+
+
+def _swapped(o1, lse1, o2, lse2, out, lse_out):
+    _, w1, w2 = _weights(lse1, lse2)
+    out[:] = (w2[:, None] * o1 + w1[:, None] * o2) / (w1 + w2)[:, None]
+    return {"out": out}
+
+
+def _lse_without_m(o1, lse1, o2, lse2, out, lse_out):
+    _, w1, w2 = _weights(lse1, lse2)
+    lse_out[:] = np.log(w1 + w2)
+    return {"lse_out": lse_out}
+
+
+def _lse_is_the_max(o1, lse1, o2, lse2, out, lse_out):
+    lse_out[:] = np.maximum(lse1, lse2)
+    return {"lse_out": lse_out}
+
+
+def _plain_average(o1, lse1, o2, lse2, out, lse_out):
+    out[:] = (o1 + o2) / 2
+    return {"out": out}
+
+
+def _unshifted_weights(o1, lse1, o2, lse2, out, lse_out):
+    lse_out[:] = np.maximum(lse1, lse2) + np.log(np.exp(lse1) + np.exp(lse2))
+    return {"lse_out": lse_out}
+
+
+MISTAKES = (
+    (
+        say(
+            "The weights were exp(lse1[h]) and exp(lse2[h]), not shifted by m: lse_out = m + "
+            "log(w1 + w2) needs w = exp(lse - m) (and exp(lse) alone overflows above 709).",
+            "权重用了 exp(lse1[h]) 和 exp(lse2[h])，没有减去 m：lse_out = m + log(w1 + w2) 需要 "
+            "w = exp(lse - m)（而且 exp(lse) 超过 709 就溢出）。",
+        ),
+        _unshifted_weights,
+    ),
+    (
+        say(
+            "o1 was weighed by w2 and o2 by w1: o1 goes with w1 = exp(lse1[h] - m).",
+            "o1 乘了 w2、o2 乘了 w1：o1 对应 w1 = exp(lse1[h] - m)。",
+        ),
+        _swapped,
+    ),
+    (
+        say(
+            "lse_out lacks the shift: add m back, lse_out[h] = m + log(w1 + w2).",
+            "lse_out 少了平移量：要把 m 加回来，lse_out[h] = m + log(w1 + w2)。",
+        ),
+        _lse_without_m,
+    ),
+    (
+        say(
+            "lse_out is only the maximum m: add log(w1 + w2), the log of the weights' sum.",
+            "lse_out 只是最大值 m：还要加上 log(w1 + w2)，即权重之和的对数。",
+        ),
+        _lse_is_the_max,
+    ),
+    (
+        say(
+            "out is the plain average (o1 + o2) / 2: weigh each partial by exp(lse - m) and "
+            "divide by the weights' sum.",
+            "out 是简单平均 (o1 + o2) / 2：每个部分要按 exp(lse - m) 加权，再除以权重之和。",
+        ),
+        _plain_average,
+    ),
+)
+
 PUZZLE = Puzzle(
     module=__name__,
     kernel="merge_kernel",
@@ -65,6 +148,8 @@ PUZZLE = Puzzle(
         index[0] * arrays["o1"].shape[1] + (index[1] if out == "out" else 0)
     ),
     numerics=NUMERICS,
+    axes=AXES,
+    mistakes=MISTAKES,
 )
 
 

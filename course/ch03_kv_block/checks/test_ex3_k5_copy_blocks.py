@@ -5,6 +5,7 @@ import pytest
 from hypothesis import strategies as st
 
 from course.ch03_kv_block.checks._puzzle_checks import Puzzle, check_launches, check_spec
+from course.i18n import say
 
 EXERCISE = "3.k5"
 pytestmark = pytest.mark.ch3_7
@@ -46,6 +47,30 @@ def owner(out, index, arrays):
     return (hits[0] * B + b) * D + d if hits else None
 
 
+AXES = {
+    "cache": ("num_blocks", "B, block_size", "D, head_dim"),
+    "pairs": ("P, the number of pairs", "2: (src, dst)"),
+}
+
+
+def _the_wrong_way(cache, pairs):
+    for src, dst in pairs:
+        cache[src] = cache[dst]
+    return {"cache": cache}
+
+
+MISTAKES = (
+    (
+        say(
+            "The copy went from dst to src: pairs[p, 0] is the source and pairs[p, 1] the "
+            "destination, cache[dst, b, d] = cache[src, b, d].",
+            "拷贝方向反了：pairs[p, 0] 是源、pairs[p, 1] 是目标，"
+            "cache[dst, b, d] = cache[src, b, d]。",
+        ),
+        _the_wrong_way,
+    ),
+)
+
 PUZZLE = Puzzle(
     module=__name__,
     kernel="copy_blocks_kernel",
@@ -54,6 +79,8 @@ PUZZLE = Puzzle(
     outputs=("cache",),
     threads=lambda arrays: arrays["pairs"].shape[0] * arrays["cache"][0].size,
     owner=owner,
+    axes=AXES,
+    mistakes=MISTAKES,
 )
 
 
