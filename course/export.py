@@ -30,7 +30,7 @@ from pathlib import Path
 from pagedsim.io.args import ArgParser
 
 from . import curriculum
-from .export_links import unlink_missing
+from .export_links import drop_repo_only, unlink_missing
 
 LEAVE_OUT = (
     "course/ch03_kv_block/solutions/*",
@@ -99,7 +99,8 @@ def export(dest, root: Path = curriculum.REPO_ROOT, prefixes=None) -> list[str]:
         dest.mkdir(parents=True, exist_ok=True)
         (dest / "pyproject.toml").write_text(installed_pyproject(), encoding="utf-8")
         written.append("pyproject.toml")
-    if prefixes is None:  # the README must not send a student to a page left out
+    if prefixes is None:  # the README must not send a student to a page or test left out
+        drop_repo_only(dest)
         unlink_missing(dest)
     leaks = answer_leaks(dest, root)
     if leaks:

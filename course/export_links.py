@@ -3,7 +3,9 @@
 `pagedsim export-course` leaves the instructor's pages out; a README that links to them
 would send a student to a missing file. `unlink_missing(dest)` rewrites every relative
 Markdown link `[text](path)` whose target does not exist in the copy to plain `text`
-(noting that it is in the instructor's copy), and returns the links it rewrote.
+(noting that it is in the instructor's copy), and returns the links it rewrote. A section
+between `<!-- repo-only ... -->` and `<!-- /repo-only -->` (the README's test-suite command,
+which needs the tests/ a student copy lacks) is cut out whole by `drop_repo_only(dest)`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 
 LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
 NOTE = " (in the instructor's copy)"
+REPO_ONLY = re.compile(r"<!-- repo-only\b.*?-->.*?<!-- /repo-only -->\n?", re.S)
 
 
 def _is_relative(target: str) -> bool:
@@ -38,6 +41,18 @@ def unlink_missing(dest: Path) -> list[str]:
         if new != text:
             md.write_text(new, encoding="utf-8")
     return rewritten
+
+
+def drop_repo_only(dest: Path) -> list[str]:
+    """Cut every repo-only section out of the .md files under `dest`; returns the files cut."""
+    cut = []
+    for md in sorted(Path(dest).rglob("*.md")):
+        text = md.read_text(encoding="utf-8")
+        new = REPO_ONLY.sub("", text)
+        if new != text:
+            md.write_text(new, encoding="utf-8")
+            cut.append(str(md.relative_to(dest)))
+    return cut
 
 
 def missing_links(dest: Path) -> list[str]:

@@ -29,6 +29,13 @@ def test_the_student_copy_has_the_stubs_and_checks_but_no_solutions_or_mutant_ca
     assert export.answer_leaks(student_copy) == []
 
 
+def test_the_student_readme_runs_no_test_suite_the_copy_lacks(student_copy):
+    readme = (student_copy / "README.md").read_text(encoding="utf-8")
+    assert "repo-only" not in readme and "pytest -n" not in readme
+    assert "tests/" not in readme, [line for line in readme.splitlines() if "tests/" in line]
+    assert ".venv/bin/pip install -e . && .venv/bin/pagedsim tour" in readme  # command 1 stays
+
+
 def test_in_the_student_copy_the_reference_cannot_be_imported(student_copy):
     code = "from course.ch03_kv_block.solutions.ex3_4a_free_list import *"
     run = subprocess.run(
