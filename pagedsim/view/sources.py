@@ -139,6 +139,11 @@ def generate(engine, marks, lang: str = "en") -> dict:
         for i, rec in enumerate(engine.log)
         if any(k.startswith("preempted") and v for k, v in rec.items())
     }
+    for i, kinds in told.swaps.items():  # swapped out to the host ("out") and back ("in")
+        flags[i] = flags.get(i, []) + kinds
+    story = {"details": told.details, "timeline": told.timeline}
+    if any(told.host):
+        story["host"] = told.host
     return dict(
         trace_or_snapshots=frames,
         lang=lang,
@@ -147,7 +152,7 @@ def generate(engine, marks, lang: str = "en") -> dict:
         marks=flags,
         labels=[getattr(f, "block_labels", ()) for f in frames],
         captions=told.captions,
-        story={"details": told.details, "timeline": told.timeline},
+        story=story,
     )
 
 
