@@ -684,6 +684,7 @@
     timeline.append(el("h2", {}, UI.requests));
     const at = (i) => (100 * i / Math.max(1, N - 1)).toFixed(2) + "%";
     const rowsEl = el("div", { class: "tl-rows" });
+    rowsEl.style.setProperty("--tl-n", String(D.timeline.length)); // presentation mode fits the rows
     for (const [q, first, pre, end] of D.timeline) {
       const row = el("div", { class: "tl-row", "data-request": q });
       const track = el("span", { class: "tl-track" });
@@ -718,7 +719,7 @@
       legend.append(li);
     }
     const badge = el("li", { "data-look": "badge" });
-    badge.append(el("span", { class: "swatch badge" }, "2"), document.createTextNode(UI["ref count"]));
+    badge.append(el("span", { class: "swatch badge" }, "2"), document.createTextNode(UI["ref count"] + (BIG ? " (> 1)" : "")));
     legend.append(badge);
   }
 
