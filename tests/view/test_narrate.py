@@ -115,9 +115,13 @@ def test_each_caption_names_the_blocks_its_changed_strip_lists_as_new(mix, swapp
 def test_a_swapped_request_is_told_preempted_and_held_in_host_memory(swapping):
     engine, marks = swapping
     page = sources.generate(engine, marks)
-    snaps, host, captions = page["trace_or_snapshots"], page["story"]["host"], page["captions"]
+    snaps, host, captions = (
+        page["trace_or_snapshots"],
+        page["options"].story["host"],
+        page["options"].captions,
+    )
     outs = [i for i, rec in enumerate(engine.log) if rec.get("preempted_swap")]
-    assert [i for i, m in page["marks"].items() if "out" in m] == outs
+    assert [i for i, m in page["options"].marks.items() if "out" in m] == outs
     for i in outs:
         live = {str(s.seq_id) for s in snaps[i].sequences}
         before = {str(s.seq_id): s.blocks for s in snaps[i - 1].sequences}
@@ -127,5 +131,7 @@ def test_a_swapped_request_is_told_preempted_and_held_in_host_memory(swapping):
             assert f"{q} finished" not in captions[i]
             back = next(j for j in range(i, len(snaps)) if q not in {x for x, _ in host[j]})
             assert q in {str(s.seq_id) for s in snaps[back].sequences}
-            assert "in" in page["marks"][back] and f"{q} was swapped back in" in captions[back]
+            assert (
+                "in" in page["options"].marks[back] and f"{q} was swapped back in" in captions[back]
+            )
     assert all(not row for row in host[: outs[0]])

@@ -122,7 +122,7 @@ def test_a_generate_page_shows_its_whole_timeline_and_the_host_in_presentation_m
         num_gpu_blocks_override=24, block_size=8, max_tokens=24, check_dense=False
     )
     page = sources.generate(engine, marks)
-    requests = len(page["story"]["timeline"])
+    requests = len(page["options"].story["timeline"])
     assert requests >= 10  # the default mix: enough rows to overflow a short column
     swap, swap_marks, _ = run(
         prompts=["ROMEO: But soft, what light", "JULIET: O Romeo, Romeo", "NURSE: Madam"],
@@ -131,16 +131,16 @@ def test_a_generate_page_shows_its_whole_timeline_and_the_host_in_presentation_m
         block_size=4,
         check_dense=False,
     )
-    for i in range(0, len(page["captions"]), 7):
+    for i in range(0, len(page["options"].captions), 7):
         loaded = open_page(to_html(**page), fragment=f"#step={i}&present", viewport=size)
         rows = loaded.page.evaluate(WHOLE, "#timeline .tl-row")
         assert len(rows) == requests and all(rows), (i, rows)
         assert loaded.page.evaluate(SHOWN, "#legend")
         loaded.check_clean()
     swapped = sources.generate(swap, swap_marks)
-    out = next(i for i, m in swapped["marks"].items() if "out" in m)
+    out = next(i for i, m in swapped["options"].marks.items() if "out" in m)
     loaded = open_page(to_html(**swapped), fragment=f"#step={out}&present", viewport=size)
-    held = swapped["story"]["host"][out]
+    held = swapped["options"].story["host"][out]
     tiles = loaded.page.evaluate(
         "[...document.querySelectorAll('#host [data-host-seq]')].map(e => e.dataset.hostSeq)"
     )
