@@ -18,8 +18,11 @@ Every step outlines what it changed (each block whose ref count, fill, cache fla
 hash differs, the free-list entries and the table cells it wrote), names it in a "changed"
 strip (allocated, hit, shared, copied, freed, evicted, hashed, filled, swapped out / in;
 each block a link), and scrolls the panes so the change is in view (in a wide window the
-tables and the pool scroll on their own). A swap page has a host pane; a `generate` page
-has plain captions (`narrate.py`), its engine notation on hover, and a request timeline.
+tables and the pool scroll on their own). A swap page has a host pane (`play` under swap
+preemption, `generate` when the v0 engine swaps a request out); a `generate` page has plain
+captions (`narrate.py`), its engine notation on hover, and a request timeline. A big pool
+(over 256 blocks) shows a tile's ref-count badge only above 1, and renders only the table
+rows near the window (the DOM still holds every row and cell).
 
 Controls: Prev/Next buttons and ArrowLeft/ArrowRight, Home/End, a scrubber, Play/Pause
 (Space) with a speed menu, P (or the button) for presentation mode, F for full screen.
