@@ -162,10 +162,10 @@ def snapshots(section: str) -> list:
 def stepper(section: str):
     """The section's trace as pagedsim's offline page (`pagedsim.view`): Prev/Next, the arrow
     keys, a scrubber, autoplay and block details on hover, drawn from the trace itself."""
-    from pagedsim.view import View
+    from pagedsim.view import PageOptions, View
 
     snaps = snapshots(section)
-    view = View(snaps, title=f"pagedsim {section}", height=560)
+    view = View(snaps, PageOptions(title=f"pagedsim {section}"), height=560)
     note = f"stepper: {len(snaps)} steps (open the notebook in Jupyter to step through them)"
     if _RECORD is not None:  # a stored notebook keeps the line: GitHub runs no script
         print(note)

@@ -18,7 +18,7 @@ import json
 import shutil
 import sys
 from collections.abc import Callable
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from ..errors import OutOfBlocks
 from ..io import trace_json
@@ -27,6 +27,9 @@ from ..text.captions import caption
 from ..text.lang import LANGS, detect, display_width, t, wrap
 from ..trace import Snapshot
 from . import tour_zh, view_zh
+
+if TYPE_CHECKING:
+    from ..view import PageOptions
 
 NUM_BLOCKS, BLOCK_SIZE = 12, 4
 
@@ -277,15 +280,12 @@ class TourPage(TypedDict):
     """`pagedsim.view.write_html`'s keywords for the tour."""
 
     trace_or_snapshots: list[Snapshot]
-    captions: list[str]
-    whys: list[str]
-    lang: str
-    title: str
-    version: str
+    options: PageOptions
 
 
 def tour_page(lang: str = "en", steps: int | None = None) -> TourPage:
     """The tour as `pagedsim.view.write_html`'s keywords: snapshots, captions, why lines."""
+    from ..view import PageOptions
     from ..view.sources import TOUR_VERSION
 
     trace = tour_manager(steps).trace
@@ -296,11 +296,11 @@ def tour_page(lang: str = "en", steps: int | None = None) -> TourPage:
     whys = [start if s.step == 0 else script[s.step - 1] for s in snaps]
     if any(e.kind == "allocation_failed" for e in snaps[-1].events):
         whys[-1] += " " + (tour_zh.OUT_OF_BLOCKS_NOTE if lang == "zh" else OUT_OF_BLOCKS_NOTE)
-    return TourPage(
-        trace_or_snapshots=snaps,
+    options = PageOptions(
         captions=[caption(s, lang) for s in snaps],
         whys=whys,
         lang=lang,
         title="pagedsim tour: chapter 3 on a 12-block pool",
         version=TOUR_VERSION,
     )
+    return TourPage(trace_or_snapshots=snaps, options=options)

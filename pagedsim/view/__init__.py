@@ -1,6 +1,6 @@
 """A trace in the browser: one self-contained HTML page that steps through the real state.
 
-`to_html(trace_or_snapshots, ...)` returns the page as a string: the trace as JSON
+`to_html(trace_or_snapshots, PageOptions(...))` returns the page as a string: the trace as JSON
 (per-step differences, `view/diffs.py`) plus the package's `viewer.js` and `viewer.css`,
 inlined. The page makes no request: no CDN, no web fonts, no images, no network, and
 there is no build step. Open it from disk, project it, mail it. `View` shows the same
@@ -18,8 +18,11 @@ Every step outlines what it changed (each block whose ref count, fill, cache fla
 hash differs, the free-list entries and the table cells it wrote), names it in a "changed"
 strip (allocated, hit, shared, copied, freed, evicted, hashed, filled, swapped out / in;
 each block a link), and scrolls the panes so the change is in view (in a wide window the
-tables and the pool scroll on their own). A swap page has a host pane; a `generate` page
-has plain captions (`narrate.py`), its engine notation on hover, and a request timeline.
+tables and the pool scroll on their own). A swap page has a host pane (`play` under swap
+preemption, `generate` when the v0 engine swaps a request out); a `generate` page has plain
+captions (`narrate.py`), its engine notation on hover, and a request timeline. A big pool
+(over 256 blocks) shows a tile's ref-count badge only above 1, and renders only the table
+rows near the window (the DOM still holds every row and cell).
 
 Controls: Prev/Next buttons and ArrowLeft/ArrowRight, Home/End, a scrubber, Play/Pause
 (Space) with a speed menu, P (or the button) for presentation mode, F for full screen.
@@ -69,7 +72,9 @@ from __future__ import annotations
 import html
 import json
 import re
+from dataclasses import dataclass
 from importlib.resources import files
+from typing import Any
 
 from ..palette import ACCENT, ALERT, FREE, css_root
 from ..palette import SEQ_COLOURS as PALETTE
@@ -180,30 +185,36 @@ def _groups(names) -> list | None:
     return None
 
 
-def page_data(
-    trace_or_snapshots,
-    *,
-    lang: str = "en",
-    title: str = "pagedsim",
-    version: str = "",
-    whys=None,
-    marks=None,
-    captions=None,
-    labels=None,
-    hashes=None,
-    story=None,
-) -> dict:
-    """Everything the page shows, as JSON-ready data (see `diffs.py` for a step's shape).
+@dataclass(frozen=True)
+class PageOptions:
+    """What a page shows beside its snapshots; every field may be left out.
 
+    lang: the page's language; title / version: its title and the vLLM version label;
     whys: the "why" line of each step (a list, by position); marks: {position: ("oob" |
-    "pre", ...)}, added to the OutOfBlocks marks the events already show; captions: each
-    step's caption (default: the snapshot's own, in `lang`); labels / hashes: each step's
-    text and prefix-cache hash per block (default: the snapshots' `block_labels` /
-    `block_hashes`, if they carry them); story: {"details": each step's detail, shown on
-    hovering its caption (e.g. `generate`'s engine notation), "timeline": [[seq, first
-    scheduled, [preempted at, ...], finished or -1], ...] by step position (`narrate.py`),
-    "host": each step's swapped-out sequences, [[seq, blocks], ...], "kernel":
-    `kernel_view.kernel_story(...)`}."""
+    "pre" | "out" | "in", ...)}, added to the OutOfBlocks marks the events already show;
+    captions: each step's caption (default: the snapshot's own, in `lang`); labels /
+    hashes: each step's text and prefix-cache hash per block (default: the snapshots'
+    `block_labels` / `block_hashes`, if they carry them); story: {"details": each step's
+    detail, shown on hovering its caption (e.g. `generate`'s engine notation), "timeline":
+    [[seq, first scheduled, [preempted at, ...], finished or -1], ...] by step position
+    (`narrate.py`), "host": each step's swapped-out sequences, [[seq, blocks], ...],
+    "kernel": `kernel_view.kernel_story(...)`}."""
+
+    lang: str = "en"
+    title: str = "pagedsim"
+    version: str = ""
+    whys: Any = None
+    marks: Any = None
+    captions: Any = None
+    labels: Any = None
+    hashes: Any = None
+    story: Any = None
+
+
+def page_data(trace_or_snapshots, options: PageOptions | None = None) -> dict:
+    """Everything the page shows, as JSON-ready data (see `diffs.py` for a step's shape)."""
+    o = options or PageOptions()
+    lang, whys, marks, captions, story = o.lang, o.whys, o.marks, o.captions, o.story
     if lang not in LANGS:
         raise ValueError(f"lang must be one of {', '.join(LANGS)}, got {lang!r}")
     snaps = _snapshots(trace_or_snapshots)
@@ -217,7 +228,7 @@ def page_data(
     for i, s in enumerate(snaps):
         if any(e.kind == "allocation_failed" for e in s.events) and "oob" not in marks.get(i, ()):
             marks.setdefault(i, []).append("oob")
-    data = encode(snaps, captions, list(whys or ()), marks, labels, hashes)
+    data = encode(snaps, captions, list(whys or ()), marks, o.labels, o.hashes)
     story = story or {}
     for step, detail in zip(data["steps"], story.get("details") or (), strict=False):
         if detail:
@@ -244,8 +255,8 @@ def page_data(
         for n in data["seqs"]
     ]
     data.update(
-        title=title,
-        version=version,
+        title=o.title,
+        version=o.version,
         lang=lang,
         groups=_groups(data["seqs"]),
         palette=list(PALETTE),
@@ -279,35 +290,11 @@ def _no_surrogates(text: str) -> str:
     return re.sub("[\ud800-\udfff]", "\ufffd", text)
 
 
-def to_html(
-    trace_or_snapshots,
-    *,
-    lang: str = "en",
-    title: str = "pagedsim",
-    version: str = "",
-    whys=None,
-    marks=None,
-    captions=None,
-    labels=None,
-    hashes=None,
-    story=None,
-) -> str:
+def to_html(trace_or_snapshots, options: PageOptions | None = None) -> str:
     """One self-contained HTML page for the trace (a `Trace`, a list of `Snapshot`s, or a
     `trace_json.to_dict(trace)` dict). See the module docstring for what it shows and its DOM
-    contract; the keywords are `page_data`'s."""
-    data = page_data(
-        trace_or_snapshots,
-        lang=lang,
-        title=title,
-        version=version,
-        whys=whys,
-        marks=marks,
-        captions=captions,
-        labels=labels,
-        hashes=hashes,
-        story=story,
-    )
-    return page_html(data)
+    contract, and `PageOptions` for what else it may show."""
+    return page_html(page_data(trace_or_snapshots, options))
 
 
 def page_html(data: dict) -> str:
@@ -330,11 +317,12 @@ def page_html(data: dict) -> str:
     )
 
 
-def write_html(path, trace_or_snapshots, **kwargs) -> str:
-    """Write `to_html(...)` to `path` (UTF-8); returns the path as a string."""
+def write_html(path, trace_or_snapshots, options: PageOptions | None = None) -> str:
+    """Write `to_html(...)` to `path` (UTF-8); returns the path as a string. A source's page
+    (`sources.py`: {"trace_or_snapshots", "options"}) is written by `write_html(path, **page)`."""
     from pathlib import Path
 
-    text = to_html(trace_or_snapshots, **kwargs)
+    text = to_html(trace_or_snapshots, options)
     Path(path).write_text(text, encoding="utf-8")
     return str(path)
 
@@ -345,8 +333,10 @@ class View:
     The page sits in an iframe's `srcdoc`, so its script runs in its own document (keys,
     URL hash) and nothing is fetched."""
 
-    def __init__(self, trace_or_snapshots, *, height: int = 640, **kwargs):
-        self.html = to_html(trace_or_snapshots, **kwargs)
+    def __init__(
+        self, trace_or_snapshots, options: PageOptions | None = None, *, height: int = 640
+    ):
+        self.html = to_html(trace_or_snapshots, options)
         self.height = height
 
     def _repr_html_(self) -> str:

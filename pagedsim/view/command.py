@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from ..text.lang import LANGS, detect
@@ -104,10 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.kernel:
         from .kernel_view import kernel_story
 
-        page["story"] = {
-            **page.get("story", {}),
-            "kernel": kernel_story(page["trace_or_snapshots"]),
-        }
+        o = page["options"]
+        story = {**(o.story or {}), "kernel": kernel_story(page["trace_or_snapshots"])}
+        page["options"] = replace(o, story=story)
     written = write_html(args.html, **page)
     size = args.html.stat().st_size
     print(

@@ -1,6 +1,7 @@
 """What each command puts on a page: its snapshots, captions, "why" lines, marks and label.
 
-Every function returns the keyword arguments of `pagedsim.view.to_html` for one source:
+Every function returns one source's page, {"trace_or_snapshots": ..., "options":
+`PageOptions`}, which `pagedsim.view.write_html(path, **page)` writes:
 
     tour(lang)                      the tour's script (its "why" lines, v0 fork, v1 free queue)
     play(session, lang)             a playground `Session`: its timeline, preemption marked,
@@ -19,6 +20,7 @@ from typing import Any
 
 from ..io.trace_json import snapshot_to_dict
 from ..text.captions import caption
+from . import PageOptions
 from .narrate import narrate
 
 TOUR_VERSION = "fork + copy-on-write: vLLM v0 · free queue: vLLM v1"
@@ -108,25 +110,25 @@ def play(session, lang: str = "en", title: str = "pagedsim play") -> dict:
     snaps = session.timeline(lang)
     marks = _preemption_marks(session)
     host = _host(snaps, marks)
-    return dict(
-        trace_or_snapshots=snaps,
+    options = PageOptions(
         lang=lang,
         title=title,
         version=version_of(session.options),
         marks=marks,
         hashes=_hashes(session),
-        **({"story": {"host": host}} if any(host) else {}),
+        story={"host": host} if any(host) else None,
     )
+    return {"trace_or_snapshots": snaps, "options": options}
 
 
 def events(snapshots, lang: str = "en", title: str = "pagedsim play --events") -> dict:
-    return dict(
-        trace_or_snapshots=snapshots,
+    options = PageOptions(
         lang=lang,
         title=title,
         version=EVENTS_VERSION,
         captions=[f"event {s.step}: {caption(s, lang)}" for s in snapshots],
     )
+    return {"trace_or_snapshots": snapshots, "options": options}
 
 
 def generate(engine, marks, lang: str = "en") -> dict:
@@ -139,16 +141,21 @@ def generate(engine, marks, lang: str = "en") -> dict:
         for i, rec in enumerate(engine.log)
         if any(k.startswith("preempted") and v for k, v in rec.items())
     }
-    return dict(
-        trace_or_snapshots=frames,
+    for i, kinds in told.swaps.items():  # swapped out to the host ("out") and back ("in")
+        flags[i] = flags.get(i, []) + kinds
+    story = {"details": told.details, "timeline": told.timeline}
+    if any(told.host):
+        story["host"] = told.host
+    options = PageOptions(
         lang=lang,
         version=GENERATE_VERSION,
         title="pagedsim generate: the blocks serving a model",
         marks=flags,
         labels=[getattr(f, "block_labels", ()) for f in frames],
         captions=told.captions,
-        story={"details": told.details, "timeline": told.timeline},
+        story=story,
     )
+    return {"trace_or_snapshots": frames, "options": options}
 
 
 def saved(data: dict, lang: str = "en", title: str = "pagedsim trace") -> dict:
@@ -161,10 +168,7 @@ def saved(data: dict, lang: str = "en", title: str = "pagedsim trace") -> dict:
     if not isinstance(view, dict):
         raise ValueError("'view' must be an object")
     out: dict[str, Any] = dict(
-        trace_or_snapshots=snaps,
-        lang=lang,
-        title=_text(view, "title", title),
-        version=_text(view, "version", ""),
+        lang=lang, title=_text(view, "title", title), version=_text(view, "version", "")
     )
     whys = view.get("whys")
     if whys is not None:
@@ -195,7 +199,7 @@ def saved(data: dict, lang: str = "en", title: str = "pagedsim trace") -> dict:
         ):
             raise ValueError(f"view.{key} must be a list (one per step) of lists of text")
         out[key] = per_step
-    return out
+    return {"trace_or_snapshots": snaps, "options": PageOptions(**out)}
 
 
 def _story(story, steps: int) -> dict:
@@ -243,23 +247,23 @@ def _text(view: dict, key: str, default: str) -> str:
 
 def trace_out(page: dict) -> dict:
     """A source's page as a JSON trace for `--trace-out` (read back by `saved`)."""
-    snaps = page["trace_or_snapshots"]
-    view = {"title": page.get("title", ""), "version": page.get("version", "")}
-    if page.get("whys"):
-        view["whys"] = list(page["whys"])
-    if page.get("marks"):
-        view["marks"] = {str(k): list(v) for k, v in page["marks"].items()}
+    snaps, o = page["trace_or_snapshots"], page["options"]
+    view: dict[str, Any] = {"title": o.title, "version": o.version}
+    if o.whys:
+        view["whys"] = list(o.whys)
+    if o.marks:
+        view["marks"] = {str(k): list(v) for k, v in o.marks.items()}
     for key in ("labels", "hashes"):
-        if page.get(key):
-            view[key] = [[str(x) for x in row] for row in page[key]]
-    if page.get("story"):
-        view["story"] = page["story"]
+        if getattr(o, key):
+            view[key] = [[str(x) for x in row] for row in getattr(o, key)]
+    if o.story:
+        view["story"] = o.story
     snapshots = []
     for i, s in enumerate(snaps):
         d = snapshot_to_dict(s)
         d.pop("block_labels", None)  # generate's, kept in view.labels
-        if page.get("captions"):
-            d["custom_caption"] = page["captions"][i]
+        if o.captions:
+            d["custom_caption"] = o.captions[i]
         snapshots.append(d)
     return {
         "events": [e for d in snapshots for e in d["events"]],

@@ -346,7 +346,7 @@
     row.style.setProperty("--c", c); row.style.setProperty("--k", inkOn(c));
     const ntok = el("span", { class: "ntok" }), list = el("span", { class: "cells" });
     row.append(el("span", { class: "seq" }, plain(D.seqs[q])), ntok, list);
-    return { el: row, ntok: ntok, list: list, cells: [], t: null };
+    return (row.row = { el: row, ntok: ntok, list: list, cells: [], t: null, far: false, seen: false });
   }
   function setCell(c, b) {
     if (c.block === b) return;
@@ -368,7 +368,8 @@
       let c = r.cells[j];
       if (c === undefined) {
         c = el("span", { class: "cell", "data-logical": String(j) });
-        c.append(el("sub", {}, String(j)), document.createTextNode(""));
+        if (!BIG) c.append(el("sub", {}, String(j))); // a big pool's long rows: no index under each
+        c.append(document.createTextNode(""));
         c.block = null; r.cells.push(c); r.list.append(c);
       }
       setCell(c, blocks[j]);
@@ -391,6 +392,7 @@
         if (at[g] === row) at[g] = row.nextSibling; else groupEls[g].insertBefore(row, at[g]);
       }
       orderShown = s.order;
+      if (BIG) farRows(s);
     }
     emptyTables.hidden = s.order.length > 0;
     for (const c of lit) c.classList.remove("touched");
@@ -406,6 +408,36 @@
         for (const c of rows.get(q).cells) if (c.block >= 0 && touchedAt[c.block] === cur) light(c);
       }
     }
+  }
+  // A big page's rows far from the window are not rendered at all ("far": content-visibility
+  // hidden). The browser's own skipping (content-visibility: auto) renders every row within
+  // half a window of the pane's edges, three times the rows one sees, and after a jump most of
+  // those are new. The rows in sight are told by an observer; after a step change the rows at
+  // the places that were in sight (and two more each side) are rendered in the same frame, and
+  // the observer corrects the rest a frame later (a row scrolled into sight is drawn then).
+  let shownRows = [];
+  const rowWatch = BIG ? new IntersectionObserver((seen) => {
+    for (const ev of seen) {
+      const r = ev.target.row;
+      r.seen = ev.isIntersecting;
+      if (r.far === r.seen) { r.far = !r.seen; r.el.classList.toggle("far", r.far); }
+    }
+  }, { rootMargin: "120px 0px", scrollMargin: "120px 0px" }) : null;
+  function farRows(s) {
+    let lo = -1, hi = -1;
+    shownRows.forEach((r, k) => { if (r.seen) { if (lo < 0) lo = k; hi = k; } });
+    const next = [];
+    for (const box of groupEls) for (const e of box.children) if (e.row) next.push(e.row);
+    next.forEach((r, k) => {
+      if (!r.watched) { r.watched = true; rowWatch.observe(r.el); }
+      const far = lo >= 0 && (k < lo - 2 || k > hi + 2);
+      if (r.far !== far) { r.far = far; r.el.classList.toggle("far", far); }
+    });
+    shownRows = next;
+  }
+  function unfar(cell) { // a far row is rendered before a cell in it is scrolled to
+    const r = cell.closest(".table").row;
+    if (r && r.far) { r.far = false; r.el.classList.remove("far"); }
   }
   // ---- what the step changed: a strip of links by kind, and the change brought into view --
   const KIND = { a: "allocated", h: "hit", c: "copied", s: "shared", o: "swapped out",
@@ -447,7 +479,7 @@
     }
     revealing = requestAnimationFrame(() => {
       if (tile) tile.scrollIntoView({ block: "center", inline: "nearest" });
-      if (cell) cell.scrollIntoView(near);
+      if (cell) { unfar(cell); cell.scrollIntoView(near); }
     });
   }
   let arrowsShown = false;
@@ -489,7 +521,7 @@
     story.classList.toggle("failed", x.includes("oob"));
   }
 
-  let pinned = -1, linked = false;
+  let pinned = -1, linked = false, arrowsFrame = 0;
   function go(i) {
     i = Math.max(0, Math.min(N - 1, i | 0));
     if (i === cur && state) return;
@@ -514,7 +546,10 @@
     // change in the strip instead, one click away (scrolling far costs a frame of new rows)
     if (!BIG || Math.abs(i - was) === 1 || linked) reveal(d);
     linked = false;
-    drawArrows(d);
+    // a big pool measures its arrows in the next frame, before its style and layout, so the
+    // step change forces no layout of its own (a small page draws them at once)
+    cancelAnimationFrame(arrowsFrame);
+    if (BIG) arrowsFrame = requestAnimationFrame(() => drawArrows(STEPS[cur])); else drawArrows(d);
     scrub.value = String(i);
     body.setAttribute("data-step-index", String(i));
     bPrev.disabled = i === 0; bNext.disabled = i === N - 1;
@@ -649,6 +684,7 @@
     timeline.append(el("h2", {}, UI.requests));
     const at = (i) => (100 * i / Math.max(1, N - 1)).toFixed(2) + "%";
     const rowsEl = el("div", { class: "tl-rows" });
+    rowsEl.style.setProperty("--tl-n", String(D.timeline.length)); // presentation mode fits the rows
     for (const [q, first, pre, end] of D.timeline) {
       const row = el("div", { class: "tl-row", "data-request": q });
       const track = el("span", { class: "tl-track" });
@@ -683,7 +719,7 @@
       legend.append(li);
     }
     const badge = el("li", { "data-look": "badge" });
-    badge.append(el("span", { class: "swatch badge" }, "2"), document.createTextNode(UI["ref count"]));
+    badge.append(el("span", { class: "swatch badge" }, "2"), document.createTextNode(UI["ref count"] + (BIG ? " (> 1)" : "")));
     legend.append(badge);
   }
 

@@ -139,4 +139,4 @@ def test_every_generate_step_outlines_its_changes_in_view(open_page):
         block_size=8,
     )
     page = sources.generate(engine, marks)
-    assert walk(open_page, page, labels=page["labels"]) == len(page["labels"]) - 1
+    assert walk(open_page, page, labels=page["options"].labels) == len(page["options"].labels) - 1

@@ -2,6 +2,7 @@
 bytes follow from the shown step, and the contiguous layout's numbers from the trace."""
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -18,7 +19,10 @@ def test_the_kernel_panel_states_cuda_kernels_plan_for_the_chosen_sequence(open_
     page = tour_app.tour_page("en")
     snaps = page["trace_or_snapshots"]
     story = kernel_story(snaps, KernelShape(kv_heads=2, head_dim=32, dtype_bytes=2))
-    loaded = open_page(to_html(**page, story={"kernel": story}), fragment="#step=7")
+    loaded = open_page(
+        to_html(page["trace_or_snapshots"], replace(page["options"], story={"kernel": story})),
+        fragment="#step=7",
+    )
     k, snap = 7, snaps[7]
     counts = [s.num_tokens for s in snap.sequences]
     part = choose_partition(counts, 2, sm_count() * SIMULATED_CTAS_PER_SM)

@@ -10,13 +10,20 @@ from pagedsim.view import page_data, sources
 from pagedsim.view.narrate import narrate, visible
 
 WROTE = re.compile(
-    r"(\S+) (?:generated '.*?' into|wrote token \d+ into) block (\d+) \(slot (\d+) of (\d+)\)"
+    r"(\S+) (?:generated '.*?' into|wrote token \d+ into) (?:new )?block (\d+) "
+    r"\(slot (\d+) of (\d+)\)"
 )
 
 
 @pytest.fixture(scope="module")
-def served():
+def mix():
     engine, marks, _ = run(num_gpu_blocks_override=24, block_size=8, max_tokens=24)
+    return engine, marks
+
+
+@pytest.fixture(scope="module")
+def served(mix):
+    engine, marks = mix
     return engine, step_frames(engine, marks)
 
 
@@ -60,3 +67,71 @@ def test_the_page_carries_the_plain_captions_the_details_and_the_timeline():
 
 def test_whitespace_is_visible():
     assert visible("a b\nc\td") == "a\u00b7b\u21b5c\u2192d"
+
+
+# The blocks a caption says a step gave out: "got new blocks 0, 1", "into new block 6", and
+# "swapped back in: ... into blocks 2, 3".
+NEW = re.compile(
+    r"got new blocks? ([\d, ]+)|into new block (\d+)|host memory into blocks ([\d, ]+)"
+)
+
+
+def named_new(caption: str) -> set:
+    return {int(x) for m in NEW.finditer(caption) for g in m.groups() if g for x in g.split(",")}
+
+
+def strip_new(step: dict) -> set:
+    """The blocks the page's "changed" strip lists as taken this step: allocated, hit,
+    swapped in, or evicted to be reused (its ref count rose from 0)."""
+    rose = set(step.get("r", [])[::2])
+    kinds = zip(step.get("e", []), step.get("ek", ""), strict=True)
+    return {b for b, k in kinds if k in "ahi" or (k == "v" and b in rose)}
+
+
+@pytest.fixture(scope="module")
+def swapping():
+    """Three requests on 12 blocks of 4 tokens: the v0 engine swaps one out, then back in."""
+    engine, marks, _ = run(
+        prompts=["ROMEO: But soft, what light", "JULIET: O Romeo, Romeo", "NURSE: Madam"],
+        max_tokens=12,
+        num_gpu_blocks_override=12,
+        block_size=4,
+        check_dense=False,
+    )
+    assert any(rec.get("preempted_swap") for rec in engine.log)
+    return engine, marks
+
+
+@pytest.mark.parametrize("which", ["mix", "swap"])
+def test_each_caption_names_the_blocks_its_changed_strip_lists_as_new(mix, swapping, which):
+    data = page_data(**sources.generate(*(mix if which == "mix" else swapping)))
+    named = 0
+    for i, step in enumerate(data["steps"]):
+        assert named_new(step["c"]) == strip_new(step), (i, step["c"], step.get("e"))
+        named += bool(strip_new(step))
+    assert named >= 3
+
+
+def test_a_swapped_request_is_told_preempted_and_held_in_host_memory(swapping):
+    engine, marks = swapping
+    page = sources.generate(engine, marks)
+    snaps, host, captions = (
+        page["trace_or_snapshots"],
+        page["options"].story["host"],
+        page["options"].captions,
+    )
+    outs = [i for i, rec in enumerate(engine.log) if rec.get("preempted_swap")]
+    assert [i for i, m in page["options"].marks.items() if "out" in m] == outs
+    for i in outs:
+        live = {str(s.seq_id) for s in snaps[i].sequences}
+        before = {str(s.seq_id): s.blocks for s in snaps[i - 1].sequences}
+        for q, n in host[i]:
+            assert q not in live and n == len(before[q])  # its whole table is on the host
+            assert f"{q} was preempted and swapped out" in captions[i]
+            assert f"{q} finished" not in captions[i]
+            back = next(j for j in range(i, len(snaps)) if q not in {x for x, _ in host[j]})
+            assert q in {str(s.seq_id) for s in snaps[back].sequences}
+            assert (
+                "in" in page["options"].marks[back] and f"{q} was swapped back in" in captions[back]
+            )
+    assert all(not row for row in host[: outs[0]])

@@ -12,7 +12,7 @@ from pagedsim import palette
 from pagedsim.app.play_session import Options, Refused, Session
 from pagedsim.app.tour import tour_manager
 from pagedsim.palette import SEQ_COLOURS as PALETTE
-from pagedsim.view import View, page_data, to_html
+from pagedsim.view import PageOptions, View, page_data, to_html
 from pagedsim.view.diffs import free_list_diff
 
 from .conftest import long_script
@@ -90,7 +90,7 @@ def test_replaying_the_page_data_gives_back_every_snapshot_of_a_long_run():
 
 
 def test_the_page_inlines_everything_and_refers_to_nothing_outside_itself():
-    html = to_html(tour_manager().trace, title="tour <test>")
+    html = to_html(tour_manager().trace, PageOptions(title="tour <test>"))
     assert "<title>tour &lt;test&gt;</title>" in html
     assert not re.search(
         r"""(src|href)\s*=|@import|url\((?!#)|fetch\(|XMLHttpRequest|"""
@@ -128,9 +128,9 @@ def test_bad_input_is_refused_with_one_line():
     with pytest.raises(TypeError, match="takes a Trace"):
         to_html([1, 2])
     with pytest.raises(ValueError, match="lang must be one of"):
-        to_html(tour_manager().trace, lang="fr")
+        to_html(tour_manager().trace, PageOptions(lang="fr"))
     with pytest.raises(ValueError, match="12 snapshots but 1 captions"):
-        to_html(tour_manager().trace, captions=["x"])
+        to_html(tour_manager().trace, PageOptions(captions=["x"]))
     with pytest.raises(ValueError, match="not a pagedsim trace"):
         to_html({"events": []})
 

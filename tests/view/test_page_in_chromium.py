@@ -56,12 +56,12 @@ def test_every_tour_step_in_the_page_equals_the_simulators_snapshot_forwards_and
     open_page, tour_page, tmp_path
 ):
     page, html = tour_page
-    snaps, captions = page["trace_or_snapshots"], page["captions"]
+    snaps, captions = page["trace_or_snapshots"], page["options"].captions
     loaded = open_page(html)
     last = snaps[-1].step
     for i, snap in enumerate(snaps):
         check_step(loaded, snap, captions[i], last)
-        assert loaded.dom()["why"] == page["whys"][i]
+        assert loaded.dom()["why"] == page["options"].whys[i]
         loaded.page.keyboard.press("ArrowRight")
     check_step(loaded, snaps[-1], captions[-1], last)  # ArrowRight at the end stays there
     for i in reversed(range(len(snaps))):
@@ -276,8 +276,8 @@ def test_the_generate_page_labels_each_block_with_the_text_it_holds(open_page, t
     page = sources.generate(engine, marks)
     frames = page["trace_or_snapshots"]
     loaded = open_page(to_html(**page), fragment=f"#step={len(frames) - 1}")
-    check_step(loaded, frames[-1], page["captions"][-1], frames[-1].step)
-    assert "generated" in page["captions"][1] and "(slot " in page["captions"][1]
+    check_step(loaded, frames[-1], page["options"].captions[-1], frames[-1].step)
+    assert "generated" in page["options"].captions[1] and "(slot " in page["options"].captions[1]
     texts = loaded.page.eval_on_selector_all(
         "#blocks .block .txt", "es => es.map(e => e.textContent)"
     )

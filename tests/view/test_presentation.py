@@ -94,3 +94,59 @@ def test_a_long_caption_is_two_lines_with_the_details_on_hover(open_page):
         assert head["title"] == snaps[i].custom_caption
         assert loaded.dom()["caption"] == snaps[i].custom_caption  # the DOM contract holds
     loaded.check_clean()
+
+
+# Each timeline row and each host-pane tile: wholly inside the window and every pane that
+# scrolls it (the left column once cut the request timeline at 1366x768).
+WHOLE = """(sel) => [...document.querySelectorAll(sel)].map((e) => {
+    const r = e.getBoundingClientRect();
+    let ok = r.height > 0 && r.top >= 0 && r.bottom <= innerHeight && r.left >= 0 &&
+             r.right <= innerWidth;
+    for (let p = e.parentElement; p && p !== document.body; p = p.parentElement) {
+        const s = getComputedStyle(p);
+        if (!/(auto|scroll|hidden)/.test(s.overflow + s.overflowX + s.overflowY)) continue;
+        const c = p.getBoundingClientRect();
+        ok = ok && r.top >= c.top - 1 && r.bottom <= c.bottom + 1;
+    }
+    return ok;
+})"""
+
+
+@pytest.mark.parametrize("size", [(1366, 768), (1920, 1080)])
+def test_a_generate_page_shows_its_whole_timeline_and_the_host_in_presentation_mode(
+    open_page, tmp_path, size
+):
+    from pagedsim.engine.generate import run
+
+    engine, marks, _ = run(
+        num_gpu_blocks_override=24, block_size=8, max_tokens=24, check_dense=False
+    )
+    page = sources.generate(engine, marks)
+    requests = len(page["options"].story["timeline"])
+    assert requests >= 10  # the default mix: enough rows to overflow a short column
+    swap, swap_marks, _ = run(
+        prompts=["ROMEO: But soft, what light", "JULIET: O Romeo, Romeo", "NURSE: Madam"],
+        max_tokens=12,
+        num_gpu_blocks_override=12,
+        block_size=4,
+        check_dense=False,
+    )
+    for i in range(0, len(page["options"].captions), 7):
+        loaded = open_page(to_html(**page), fragment=f"#step={i}&present", viewport=size)
+        rows = loaded.page.evaluate(WHOLE, "#timeline .tl-row")
+        assert len(rows) == requests and all(rows), (i, rows)
+        assert loaded.page.evaluate(SHOWN, "#legend")
+        loaded.check_clean()
+    swapped = sources.generate(swap, swap_marks)
+    out = next(i for i, m in swapped["options"].marks.items() if "out" in m)
+    loaded = open_page(to_html(**swapped), fragment=f"#step={out}&present", viewport=size)
+    held = swapped["options"].story["host"][out]
+    tiles = loaded.page.evaluate(
+        "[...document.querySelectorAll('#host [data-host-seq]')].map(e => e.dataset.hostSeq)"
+    )
+    assert tiles == [q for q, n in held for _ in range(n)] and tiles
+    assert all(loaded.page.evaluate(WHOLE, "#host [data-host-seq]"))
+    shot = shots(tmp_path) / f"generate-swap-present-{size[0]}x{size[1]}.png"
+    loaded.page.screenshot(path=str(shot))
+    check_not_blank(shot)
+    loaded.check_clean()
