@@ -156,10 +156,8 @@ def decode_shape(loaders, head_dim, group_size, dtype, warps, tokens_per_row, st
     them), checked."""
     VECTOR = bool(loaders.vector)
     g = geometry(head_dim, group_size, dtype, warps, staged=VECTOR and staged is not False)
-    D, VEC, NVEC, LPR, VPL, NW = (
-        int(head_dim),
-        *(g[k] for k in ("vec", "nvec", "lpr", "vpl", "warps")),
-    )
+    D, VEC, NVEC, LPR, VPL = int(head_dim), g["vec"], g["nvec"], g["lpr"], g["vpl"]
+    NW = g["warps"]
     HPC, TPR = g["hpc"], int(tokens_per_row or g["tpr"])
     if VECTOR and D % VEC:
         raise ValueError(f"vector loaders need head_dim % {VEC} == 0, got {D}")
@@ -415,18 +413,8 @@ def make_walk(c, loaders, locate):
 def make_ends(c):
     """(begin, merge): the CTA's state before its first step, and its rows' softmax
     states merged once at the end, through shared memory, into its partial outputs."""
-    NVEC = c.NVEC
-    D, HPC, SLOT, VEC, LPR, OWN, R, NT, DV = (
-        c.D,
-        c.HPC,
-        c.SLOT,
-        c.VEC,
-        c.LPR,
-        c.OWN,
-        c.R,
-        c.NW * 32,
-        c.DV,
-    )
+    D, HPC, SLOT, VEC, LPR, OWN = c.D, c.HPC, c.SLOT, c.VEC, c.LPR, c.OWN
+    NVEC, R, NT, DV = c.NVEC, c.R, c.NW * 32, c.DV
 
     @cuda.jit(device=True)
     def begin(st, x, query, seq, head0, heads, col, scale2):

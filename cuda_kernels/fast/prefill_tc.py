@@ -88,17 +88,8 @@ def launch_config(head_dim: int) -> tuple[int, int, int, int]:
 def make_cta_io(shape, loader):
     """(lane_of, load_q, write_out): where a thread sits in the CTA, Q into its A fragments
     (registers, then qs), and O out, divided by the row sums."""
-    G, R, QR, KS, OS, RW, RSH, NDW, OF = (
-        shape.G,
-        shape.R,
-        shape.QR,
-        shape.KS,
-        shape.OS,
-        shape.RW,
-        shape.RSH,
-        shape.NDW,
-        shape.OF,
-    )
+    G, R, QR, KS, OS = shape.G, shape.R, shape.QR, shape.KS, shape.OS
+    RW, RSH, NDW, OF = shape.RW, shape.RSH, shape.NDW, shape.OF
     QSC, QSH, QSM = shape.q_swizzle
     chunk_bases, q_chunk_bases = loader.chunk_bases, loader.q_chunk_bases
 

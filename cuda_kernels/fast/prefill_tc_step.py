@@ -132,16 +132,8 @@ def make_rescale(shape):
 
 def make_values(shape):
     """(values, masked_pv): O += P V on the tensor cores, and on CUDA cores."""
-    T, RW, SF, NS, NDW, OF, SC, ONES = (
-        shape.T,
-        shape.RW,
-        shape.SF,
-        shape.NS,
-        shape.NDW,
-        shape.OF,
-        shape.SC,
-        shape.ONES,
-    )
+    T, RW, SF, NS = shape.T, shape.RW, shape.SF, shape.NS
+    NDW, OF, SC, ONES = shape.NDW, shape.OF, shape.SC, shape.ONES
     _, SH, SM = shape.swizzle
 
     @cuda.jit(device=True)
