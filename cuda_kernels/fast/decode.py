@@ -66,6 +66,8 @@ is NaN and poisons the running sum and the output.
 from __future__ import annotations
 
 import math
+from collections import namedtuple
+from types import SimpleNamespace
 
 import numpy as np
 from numba import cuda, float32, int32, uint32
@@ -85,6 +87,24 @@ from .decode_loads import fetcher, make_locate, unpacker
 
 LOG2E = 1.4426950408889634  # scores are kept in log2 units: exp(x) = 2^(x log2 e)
 SLACK = float32(8.0)  # lazy rescaling: the running max moves only when exceeded by > 2^8
+
+
+# The named tuples the kernel's device functions take, built once per CTA and passed whole.
+# the sequence's K/V in this CTA's partition: the K and V sources, the table, which
+# sequence and KV head, the partition's end `hi` and the window's (kept, start)
+Src = namedtuple("Src", "k_src v_src block_tables seq kv_head hi kept start")
+# the lane's place: its lane in the warp, its row in the CTA [0, R), its place in the row
+Place = namedtuple("Place", "lane row col")
+# where one step's raw K/V lie: the register buffers, or the ring stage at word `at`
+Stage = namedtuple("Stage", "k_buf v_buf ring at")
+# the table entries two steps ahead, per token of the row: block, offset, valid
+Ahead = namedtuple("Ahead", "blk off ok")
+# one step's scratch: the lane's partial dots (padded to NP), every p of the row, the
+# lane's own p, the running max of their heads, the step base from which each is
+# masked (`limits`), one unpacked K or V row slice
+Scratch = namedtuple("Scratch", "dots s own_p m_own lim kv")
+# the running softmax state: q (times scale log2 e), the accumulators, max and sum per head
+State = namedtuple("State", "q acc m lsum")
 
 
 def make_decode_kernel(
@@ -127,15 +147,18 @@ def make_decode_kernel(
     [p * partition_size, (p + 1) * partition_size); an empty one writes l = 0, out = 0,
     m = -inf. The kernel trusts its arguments: the host launcher validates them.
     """
+    c = decode_shape(loaders, head_dim, group_size, dtype, warps, tokens_per_row, staged)
+    return decode_kernel(c, loaders, make_locate(int(block_size), paged))
+
+
+def decode_shape(loaders, head_dim, group_size, dtype, warps, tokens_per_row, staged):
+    """The kernel's compile-time constants (`geometry`'s, and the sizes derived from
+    them), checked."""
     VECTOR = bool(loaders.vector)
     g = geometry(head_dim, group_size, dtype, warps, staged=VECTOR and staged is not False)
-    D, G, B = int(head_dim), int(group_size), int(block_size)
-    VEC, NVEC, LPR, VPL, RPW, NW, R = (
-        g[k] for k in ("vec", "nvec", "lpr", "vpl", "rpw", "warps", "rows")
-    )
-    HPC, CHUNKS, TPR = g["hpc"], g["chunks"], int(tokens_per_row or g["tpr"])
-    NT = NW * 32
-    FP16 = np.dtype(dtype).itemsize == 2
+    D, VEC, NVEC, LPR, VPL = int(head_dim), g["vec"], g["nvec"], g["lpr"], g["vpl"]
+    NW = g["warps"]
+    HPC, TPR = g["hpc"], int(tokens_per_row or g["tpr"])
     if VECTOR and D % VEC:
         raise ValueError(f"vector loaders need head_dim % {VEC} == 0, got {D}")
     STAGED = g["staged"] and ring_bytes(NW, TPR, VPL) <= RING_BUDGET
@@ -144,93 +167,100 @@ def make_decode_kernel(
             "staged=True needs vector loaders and a cp.async ring within "
             f"{RING_BUDGET} bytes, got {ring_bytes(NW, TPR, VPL)} bytes"
         )
-    KIND = "staged" if STAGED else "vector" if VECTOR else "scalar"
     RAW_N = 4 if VECTOR else VEC  # words (u32) or floats per vector before unpacking
-    RAW_T = uint32 if VECTOR else float32
     SLOT = VPL * VEC  # floats of one head (or one K/V row) per lane
-    load_k, load_v = loaders.load_k, loaders.load_v
-    HS, TH, DV = HPC * SLOT, TPR * HPC, NVEC * VEC  # array sizes
+    TH = TPR * HPC
     NP = 1 << (TH - 1).bit_length()  # TH padded to a power of two for the reduce-scatter
-    OWN = max(1, NP // LPR)  # scores each lane finishes (and exponentiates) per step
     # Where a lane's raw K/V words live: the ring (words; chunk c of a lane's stage at
     # base + c * 128, its 32 lanes side by side: LDS.128 without bank conflicts) or the
     # ping-pong register buffers (BUF words each).
     CPL = 2 * TPR * VPL  # chunks a lane owns in each stage: K (token t, vector jv), then V
     STRIDE = 32 * 4 if STAGED else RAW_N  # words from one of a lane's vectors to the next
-    STAGE_W = NW * CPL * 32 * 4 if STAGED else 0  # words of one stage
-    V_AT = TPR * VPL * STRIDE if STAGED else 0  # V after K within a stage
-    BUF = 1 if STAGED else TPR * VPL * RAW_N
-    RING_W = max(STAGES * STAGE_W, R * HPC * DV)  # the stages, then the merge's accumulators
-
-    fetch_k, fetch_v = (
-        fetcher(fn, KIND, VPL, LPR, VEC, NVEC, D, STRIDE) for fn in (load_k, load_v)
+    return SimpleNamespace(
+        D=D,
+        G=int(group_size),
+        VEC=VEC,
+        NVEC=NVEC,
+        LPR=LPR,
+        VPL=VPL,
+        RPW=g["rpw"],
+        NW=NW,
+        R=g["rows"],
+        HPC=HPC,
+        CHUNKS=g["chunks"],
+        TPR=TPR,
+        FP16=np.dtype(dtype).itemsize == 2,
+        STAGED=STAGED,
+        KIND="staged" if STAGED else "vector" if VECTOR else "scalar",
+        RAW_T=uint32 if VECTOR else float32,
+        SLOT=SLOT,
+        HS=HPC * SLOT,
+        TH=TH,
+        DV=NVEC * VEC,
+        NP=NP,
+        OWN=max(1, NP // LPR),  # scores each lane finishes (and exponentiates) per step
+        CPL=CPL,
+        STRIDE=STRIDE,
+        STAGE_W=NW * CPL * 32 * 4 if STAGED else 0,  # words of one stage
+        V_AT=TPR * VPL * STRIDE if STAGED else 0,  # V after K within a stage
+        BUF=1 if STAGED else TPR * VPL * RAW_N,
+        RING_W=max(STAGES * NW * CPL * 32 * 4, g["rows"] * HPC * NVEC * VEC),  # then the merge's
     )
-    to_float = unpacker(KIND, VPL, VEC, FP16, STRIDE)
 
-    locate = make_locate(B, paged)
+
+def make_loads(c, loaders, locate):
+    """(prologue, issue): step 0's K/V (and step 1's table entries), and each later
+    step's: `issue(src, place, ahead, stage, nxt)` fetches the step whose table entries
+    `ahead` holds into `stage`, then reads those of the step at base `nxt`."""
+    TPR, VPL, STRIDE, V_AT, R, STAGED = c.TPR, c.VPL, c.STRIDE, c.V_AT, c.R, c.STAGED
+    fetch_k, fetch_v = (
+        fetcher(fn, c.KIND, VPL, c.LPR, c.VEC, c.NVEC, c.D, STRIDE)
+        for fn in (loaders.load_k, loaders.load_v)
+    )
 
     @cuda.jit(device=True)
-    def issue(
-        k_src,
-        v_src,
-        seq,
-        kv_head,
-        col,
-        row,
-        blk,
-        off,
-        ok,
-        k_buf,
-        v_buf,
-        ring,
-        at,
-        ahead,
-        hi,
-        kept,
-        start,
-        block_tables,
-    ):
-        """Loads (or cp.async copies, one group) for the next step into (k_buf, v_buf) or
-        the ring stage at `at`, from the table entries read one step earlier; then read
-        the table entries of the step after (index `ahead`)."""
+    def issue(src, place, ahead, stage, nxt):
+        """Loads (or cp.async copies, one group) for the next step into the stage, from
+        the table entries read one step earlier; then read those of the step after."""
+        blk, off, ok = ahead
         for t in range(TPR):
-            k_at = at + t * VPL * STRIDE
-            fetch_k(k_src, seq, blk[t], kv_head, off[t], ok[t] != 0, col, k_buf, ring, k_at)
-            fetch_v(v_src, seq, blk[t], kv_head, off[t], ok[t] != 0, col, v_buf, ring, k_at + V_AT)
-            blk[t], off[t], ok[t] = locate(ahead + t * R + row, hi, kept, start, seq, block_tables)
+            at = stage.at + t * VPL * STRIDE
+            token = (blk[t], off[t], ok[t] != 0)
+            fetch_k(src.k_src, src.seq, src.kv_head, token, place.col, stage.k_buf, stage.ring, at)
+            fetch_v(
+                src.v_src,
+                src.seq,
+                src.kv_head,
+                token,
+                place.col,
+                stage.v_buf,
+                stage.ring,
+                at + V_AT,
+            )
+            blk[t], off[t], ok[t] = locate(
+                nxt + t * R + place.row, src.hi, src.kept, src.start, src.seq, src.block_tables
+            )
         if STAGED:
             cp_async_commit()
 
     @cuda.jit(device=True)
-    def score(k_buf, ring, at, q, dots, own_p, kv, m_own, lane, base, lim, row, hi):
-        """This step's scores: q . k for the row's TPR tokens (attended indices base + row +
-        t * R) and the CTA's heads, finished over the row's lanes, each lane keeping OWN of
-        them, masked when base >= lim[j] (`limits`; the register path, at the register
-        limit at G = 8, recomputes the test instead). own_p <- their 2^(s - m), valid unless
-        the max must move; returns the warp vote "some score beats its head's max by more
-        than SLACK"."""
-        for t in range(TPR):  # this lane's part of q . k
-            to_float(k_buf, ring, at + t * VPL * STRIDE, kv)
-            for h in range(HPC):
-                dot = float32(0)
-                for i in range(SLOT):
-                    dot += q[h * SLOT + i] * kv[i]
-                dots[t * HPC + h] = dot
-        for i in range(TH, NP):
-            dots[i] = float32(0)
-        reduce_scatter(dots, NP, LPR, lane)
-        grow = False
-        for j in range(OWN):  # the lane's own totals
-            if STAGED:
-                masked = base >= lim[j]
-            else:
-                k = owned_index(lane, j, NP, LPR)
-                masked = k >= TH or base + row + (k // HPC) * R >= hi
-            if masked:
-                dots[j] = -math.inf  # a masked token or a padding slot
-            grow = grow or dots[j] > m_own[j] + SLACK
-            own_p[j] = exp2_or_zero(dots[j], m_own[j])
-        return cuda.any_sync(FULL_MASK, grow)
+    def prologue(src, place, ahead, stage, lo):
+        """Step 0's K/V in flight (from base lo), step 1's table entries read."""
+        for t in range(TPR):
+            ahead.blk[t], ahead.off[t], ahead.ok[t] = locate(
+                lo + t * R + place.row, src.hi, src.kept, src.start, src.seq, src.block_tables
+            )
+        issue(src, place, ahead, stage, lo + R * TPR)
+
+    return prologue, issue
+
+
+def make_score(c):
+    """(limits, score): one step's scores on the row's tokens, each lane finishing its own
+    (the reduce-scatter, `decode.py`'s docstring), and where they are masked."""
+    TPR, HPC, SLOT, TH, NP, LPR, OWN, R = c.TPR, c.HPC, c.SLOT, c.TH, c.NP, c.LPR, c.OWN, c.R
+    STAGED, VPL, STRIDE = c.STAGED, c.VPL, c.STRIDE
+    to_float = unpacker(c.KIND, VPL, c.VEC, c.FP16, STRIDE)
 
     @cuda.jit(device=True)
     def limits(lim, lane, row, hi):
@@ -244,18 +274,61 @@ def make_decode_kernel(
             lim[j] = int32(hi - row - t * R) if k < TH else int32(-1)
 
     @cuda.jit(device=True)
-    def settle(own_p, s, lsum, lane):
-        """The common case: the max stays; s[0:NP] <- every p of the row, l += p."""
-        broadcast(own_p, NP, LPR, lane, s)
-        for t in range(TPR):
+    def score(stage, q, x, place, base, hi):
+        """This step's scores: q . k for the row's TPR tokens (attended indices base + row +
+        t * R) and the CTA's heads, finished over the row's lanes, each lane keeping OWN of
+        them, masked when base >= lim[j] (`limits`; the register path, at the register
+        limit at G = 8, recomputes the test instead). own_p <- their 2^(s - m), valid unless
+        the max must move; returns the warp vote "some score beats its head's max by more
+        than SLACK"."""
+        dots, kv, m_own, lane = x.dots, x.kv, x.m_own, place.lane
+        for t in range(TPR):  # this lane's part of q . k
+            to_float(stage.k_buf, stage.ring, stage.at + t * VPL * STRIDE, kv)
             for h in range(HPC):
-                lsum[h] += s[t * HPC + h]
+                dot = float32(0)
+                for i in range(SLOT):
+                    dot += q[h * SLOT + i] * kv[i]
+                dots[t * HPC + h] = dot
+        for i in range(TH, NP):
+            dots[i] = float32(0)
+        reduce_scatter(dots, NP, LPR, lane)
+        grow = False
+        for j in range(OWN):  # the lane's own totals
+            if STAGED:
+                masked = base >= x.lim[j]
+            else:
+                k = owned_index(lane, j, NP, LPR)
+                masked = k >= TH or base + place.row + (k // HPC) * R >= hi
+            if masked:
+                dots[j] = -math.inf  # a masked token or a padding slot
+            grow = grow or dots[j] > m_own[j] + SLACK
+            x.own_p[j] = exp2_or_zero(dots[j], m_own[j])
+        return cuda.any_sync(FULL_MASK, grow)
+
+    return limits, score
+
+
+def make_softmax(c):
+    """(settle, regrow, accumulate): the online softmax after a step's scores, the common
+    case and the rare one, then P V."""
+    TPR, HPC, SLOT, NP, LPR, OWN = c.TPR, c.HPC, c.SLOT, c.NP, c.LPR, c.OWN
+    VPL, STRIDE, V_AT = c.VPL, c.STRIDE, c.V_AT
+    to_float = unpacker(c.KIND, VPL, c.VEC, c.FP16, STRIDE)
 
     @cuda.jit(device=True)
-    def regrow(dots, s, acc, m, m_own, lsum, lane):
+    def settle(x, lsum, lane):
+        """The common case: the max stays; s[0:NP] <- every p of the row, l += p."""
+        broadcast(x.own_p, NP, LPR, lane, x.s)
+        for t in range(TPR):
+            for h in range(HPC):
+                lsum[h] += x.s[t * HPC + h]
+
+    @cuda.jit(device=True)
+    def regrow(x, st, lane):
         """The rare case (warp-uniform): move each head's max where a score beat it,
         rescale its sum and accumulators by alpha, then s[0:NP] <- the exps, l += p."""
-        broadcast(dots, NP, LPR, lane, s)
+        s, acc, m, lsum = x.s, st.acc, st.m, st.lsum
+        broadcast(x.dots, NP, LPR, lane, s)
         for h in range(HPC):
             top = s[h]
             for t in range(1, TPR):
@@ -273,182 +346,110 @@ def make_decode_kernel(
             k = owned_index(lane, j, NP, LPR)
             h = k - (k // HPC) * HPC
             for hh in range(HPC):
-                m_own[j] = m[hh] if h == hh else m_own[j]
+                x.m_own[j] = m[hh] if h == hh else x.m_own[j]
 
     @cuda.jit(device=True)
-    def accumulate(v_buf, ring, at, s, acc, kv):
+    def accumulate(stage, x, acc):
         """acc += p * v for the row's TPR tokens and the CTA's heads."""
         for t in range(TPR):
-            to_float(v_buf, ring, at + V_AT + t * VPL * STRIDE, kv)
+            to_float(stage.v_buf, stage.ring, stage.at + V_AT + t * VPL * STRIDE, x.kv)
             for h in range(HPC):
-                p = s[t * HPC + h]
+                p = x.s[t * HPC + h]
                 for i in range(SLOT):
-                    acc[h * SLOT + i] += p * kv[i]
+                    acc[h * SLOT + i] += p * x.kv[i]
 
-    @cuda.jit
-    def paged_decode(
-        k_src,
-        v_src,
-        query,
-        block_tables,
-        context_lens,
-        scale,
-        sinks,
-        window,
-        partition_size,
-        out,
-        max_logits,
-        exp_sums,
-    ):
-        kv_head = cuda.blockIdx.x // CHUNKS
-        head0 = kv_head * G + (cuda.blockIdx.x - kv_head * CHUNKS) * HPC
-        heads = min(HPC, kv_head * G + G - head0)  # heads of this CTA (the last chunk may be short)
-        seq = cuda.blockIdx.y
-        part = cuda.blockIdx.z
-        tid = cuda.threadIdx.x
-        warp = tid // 32
-        lane = tid - warp * 32
-        row = warp * RPW + lane // LPR  # this lane's row in the CTA, [0, R)
-        col = lane - (lane // LPR) * LPR  # its place in the row: vectors col, col + LPR, ...
+    return settle, regrow, accumulate
 
-        scale2 = float32(scale * LOG2E)
-        q = cuda.local.array(HS, float32)  # [HPC, SLOT]: q * scale * log2(e)
-        acc = cuda.local.array(HS, float32)  # [HPC, SLOT]: sum_t p_t v_t
-        m = cuda.local.array(HPC, float32)  # running max (same in every lane of a row)
-        lsum = cuda.local.array(HPC, float32)  # running sum of exp(score - m)
-        dots = cuda.local.array(NP, float32)  # this lane's partial dot products, padded
-        s = cuda.local.array(NP, float32)  # [TPR, HPC] this step's p, in every lane
-        own_p = cuda.local.array(OWN, float32)  # p of the lane's own scores
-        m_own = cuda.local.array(OWN, float32)  # the running max of their heads
-        lim = cuda.local.array(OWN, int32)  # the step base from which each is masked
-        kv = cuda.local.array(SLOT, float32)  # one unpacked K or V row slice
-        k_a = cuda.local.array(BUF, RAW_T)  # raw K/V of even steps (register kinds) ...
-        v_a = cuda.local.array(BUF, RAW_T)
-        k_b = cuda.local.array(BUF, RAW_T)  # ... and of odd steps
-        v_b = cuda.local.array(BUF, RAW_T)
-        ring = cuda.shared.array(RING_W, uint32, alignment=16)  # [STAGES, NW, CPL, 32, 4]
-        at_a = uint32((warp * CPL * 32 + lane) * 4) if STAGED else uint32(0)  # even steps' stage
-        at_b = uint32(at_a + STAGE_W)  # odd steps'
-        blk = cuda.local.array(TPR, int32)  # table entries two steps ahead
-        off = cuda.local.array(TPR, int32)
-        ok = cuda.local.array(TPR, int32)
 
+def make_walk(c, loaders, locate):
+    """walk(src, place, ahead, stages, st, x, lo, steps): every step of the partition from
+    base lo, K/V of step s + 1 in flight while step s computes; stages = (A, B), the even
+    and odd steps' (ping-pong: they swap roles, no copies)."""
+    PER_STEP, STAGED = c.R * c.TPR, c.STAGED
+    prologue, issue = make_loads(c, loaders, locate)
+    limits, score = make_score(c)
+    settle, regrow, accumulate = make_softmax(c)
+
+    @cuda.jit(device=True)
+    def walk(src, place, ahead, stages, st, x, lo, steps):
+        a, b = stages
+        limits(x.lim, place.lane, place.row, src.hi)
+        prologue(src, place, ahead, a, lo)
+        step = int32(0)
+        while step < steps:
+            while step < steps:  # the hot loop; ping-pong: A and B swap roles, no copies
+                base = int32(lo + step * PER_STEP)
+                if step % 2 == 0:
+                    issue(src, place, ahead, b, base + 2 * PER_STEP)
+                    if STAGED:
+                        cp_async_wait(1)  # this lane's copies of step s have landed
+                    if score(a, st.q, x, place, base, src.hi):
+                        break  # warp-uniform: the whole warp leaves to move the max
+                    settle(x, st.lsum, place.lane)
+                    accumulate(a, x, st.acc)
+                else:
+                    issue(src, place, ahead, a, base + 2 * PER_STEP)
+                    if STAGED:
+                        cp_async_wait(1)
+                    if score(b, st.q, x, place, base, src.hi):
+                        break
+                    settle(x, st.lsum, place.lane)
+                    accumulate(b, x, st.acc)
+                step = int32(step + 1)
+            if step < steps:  # finish the step whose scores moved a max (rare)
+                regrow(x, st, place.lane)
+                if step % 2 == 0:
+                    accumulate(a, x, st.acc)
+                else:
+                    accumulate(b, x, st.acc)
+                step = int32(step + 1)
+        if STAGED:
+            cp_async_wait(0)  # the last (masked, zero-fill) copies land before ...
+            cuda.syncthreads()  # ... the ring, read by every warp, becomes the merge's
+
+    return walk
+
+
+def make_ends(c):
+    """(begin, merge): the CTA's state before its first step, and its rows' softmax
+    states merged once at the end, through shared memory, into its partial outputs."""
+    D, HPC, SLOT, VEC, LPR, OWN = c.D, c.HPC, c.SLOT, c.VEC, c.LPR, c.OWN
+    NVEC, R, NT, DV = c.NVEC, c.R, c.NW * 32, c.DV
+
+    @cuda.jit(device=True)
+    def begin(st, x, query, seq, head0, heads, col, scale2):
+        """q <- query * scale * log2 e (the lane's slice), acc = 0, l = 0, m = -inf."""
+        q, acc = st.q, st.acc
         for h in range(HPC):
             head = head0 + min(h, heads - 1)  # padded heads compute a copy, never written
             for i in range(SLOT):
                 d = (col + (i // VEC) * LPR) * VEC + i % VEC
                 q[h * SLOT + i] = float32(query[seq, head, d]) * scale2 if d < D else float32(0)
                 acc[h * SLOT + i] = float32(0)
-            m[h] = -math.inf
-            lsum[h] = float32(0)
+            st.m[h] = -math.inf
+            st.lsum[h] = float32(0)
         for j in range(OWN):
-            m_own[j] = -math.inf
+            x.m_own[j] = -math.inf
 
-        length = context_lens[seq]
-        kept = int32(0)  # attended indices and counts are int32: no 64-bit compares
-        start = int32(0)
-        if window > 0:
-            kept = int32(min(sinks, length))
-            start = int32(max(length - window, kept))
-        lo = int32(part * partition_size)
-        hi = int32(min(lo + partition_size, kept + length - start))
-        per_step = int32(R * TPR)
-        steps = int32((max(hi - lo, 0) + per_step - 1) // per_step)  # the same in every lane
-        limits(lim, lane, row, hi)
-
-        # prologue: step 0's K/V in flight, step 1's table entries read
-        for t in range(TPR):
-            b0, o0, v0 = locate(lo + t * R + row, hi, kept, start, seq, block_tables)
-            fetch_k(k_src, seq, b0, kv_head, o0, v0, col, k_a, ring, at_a + t * VPL * STRIDE)
-            fetch_v(v_src, seq, b0, kv_head, o0, v0, col, v_a, ring, at_a + V_AT + t * VPL * STRIDE)
-            blk[t], off[t], ok[t] = locate(
-                lo + per_step + t * R + row, hi, kept, start, seq, block_tables
-            )
-        if STAGED:
-            cp_async_commit()
-        step = int32(0)
-        while step < steps:
-            while step < steps:  # the hot loop; ping-pong: A and B swap roles, no copies
-                base = int32(lo + step * per_step)
-                if step % 2 == 0:
-                    issue(
-                        k_src,
-                        v_src,
-                        seq,
-                        kv_head,
-                        col,
-                        row,
-                        blk,
-                        off,
-                        ok,
-                        k_b,
-                        v_b,
-                        ring,
-                        at_b,
-                        base + 2 * per_step,
-                        hi,
-                        kept,
-                        start,
-                        block_tables,
-                    )
-                    if STAGED:
-                        cp_async_wait(1)  # this lane's copies of step s have landed
-                    if score(k_a, ring, at_a, q, dots, own_p, kv, m_own, lane, base, lim, row, hi):
-                        break  # warp-uniform: the whole warp leaves to move the max
-                    settle(own_p, s, lsum, lane)
-                    accumulate(v_a, ring, at_a, s, acc, kv)
-                else:
-                    issue(
-                        k_src,
-                        v_src,
-                        seq,
-                        kv_head,
-                        col,
-                        row,
-                        blk,
-                        off,
-                        ok,
-                        k_a,
-                        v_a,
-                        ring,
-                        at_a,
-                        base + 2 * per_step,
-                        hi,
-                        kept,
-                        start,
-                        block_tables,
-                    )
-                    if STAGED:
-                        cp_async_wait(1)
-                    if score(k_b, ring, at_b, q, dots, own_p, kv, m_own, lane, base, lim, row, hi):
-                        break
-                    settle(own_p, s, lsum, lane)
-                    accumulate(v_b, ring, at_b, s, acc, kv)
-                step = int32(step + 1)
-            if step < steps:  # finish the step whose scores moved a max (rare)
-                regrow(dots, s, acc, m, m_own, lsum, lane)
-                if step % 2 == 0:
-                    accumulate(v_a, ring, at_a, s, acc, kv)
-                else:
-                    accumulate(v_b, ring, at_b, s, acc, kv)
-                step = int32(step + 1)
-        if STAGED:
-            cp_async_wait(0)  # the last (masked, zero-fill) copies land before ...
-            cuda.syncthreads()  # ... the ring, read by every warp, becomes the merge's
-
-        # merge the rows' softmax states once, through shared memory
+    @cuda.jit(device=True)
+    def merge(outs, ring, st, place, where, tid):
+        """outs = (out, max_logits, exp_sums) at where = (seq, head0, heads, part): each
+        head's max, sum and normalised output over the CTA's rows."""
+        out, max_logits, exp_sums = outs
+        seq, head0, heads, part = where
+        row, col = place.row, place.col
         acc_s = ring.view(np.float32)  # [R, HPC, DV] on the ring
         m_s = cuda.shared.array((R, HPC), float32)  # row maxima, then the rows' weights
         l_s = cuda.shared.array((R, HPC), float32)
         total_s = cuda.shared.array(HPC, float32)
         for h in range(HPC):
             for i in range(SLOT):
-                c = col + (i // VEC) * LPR
-                if c < NVEC:
-                    acc_s[(row * HPC + h) * DV + c * VEC + i % VEC] = acc[h * SLOT + i]
+                k = col + (i // VEC) * LPR
+                if k < NVEC:
+                    acc_s[(row * HPC + h) * DV + k * VEC + i % VEC] = st.acc[h * SLOT + i]
             if col == 0:
-                m_s[row, h] = m[h]
-                l_s[row, h] = lsum[h]
+                m_s[row, h] = st.m[h]
+                l_s[row, h] = st.lsum[h]
         cuda.syncthreads()  # every row's state is in shared memory
         for h in range(tid, heads, NT):  # one thread per head, whatever the group size
             top = float32(-math.inf)
@@ -471,5 +472,88 @@ def make_decode_kernel(
             for r in range(R):
                 num += m_s[r, h] * acc_s[(r * HPC + h) * DV + d]
             out[seq, head0 + h, part, d] = num / total_s[h] if total_s[h] != 0 else float32(0)
+
+    return begin, merge
+
+
+@cuda.jit(device=True)
+def window_bounds(length, window, sinks, part, partition_size):
+    """(kept, start, lo, hi): the window's sinks kept and its start (window <= 0: none),
+    and the partition's attended indices [lo, hi). int32 throughout: no 64-bit compares."""
+    kept = int32(0)
+    start = int32(0)
+    if window > 0:
+        kept = int32(min(sinks, length))
+        start = int32(max(length - window, kept))
+    lo = int32(part * partition_size)
+    return kept, start, lo, int32(min(lo + partition_size, kept + length - start))
+
+
+def decode_kernel(c, loaders, locate):
+    """The kernel `make_decode_kernel` documents, for constants c (`decode_shape`)."""
+    G, HPC, CHUNKS, RPW, LPR, R, TPR, CPL = c.G, c.HPC, c.CHUNKS, c.RPW, c.LPR, c.R, c.TPR, c.CPL
+    HS, NP, OWN, SLOT, BUF, RAW_T, STAGED = c.HS, c.NP, c.OWN, c.SLOT, c.BUF, c.RAW_T, c.STAGED
+    RING_W, STAGE_W = c.RING_W, c.STAGE_W
+    walk = make_walk(c, loaders, locate)
+    begin, merge = make_ends(c)
+
+    @cuda.jit
+    def paged_decode(
+        k_src,
+        v_src,
+        query,
+        block_tables,
+        context_lens,
+        scale,
+        sinks,
+        window,
+        partition_size,
+        out,
+        max_logits,
+        exp_sums,
+    ):
+        kv_head = cuda.blockIdx.x // CHUNKS
+        head0 = kv_head * G + (cuda.blockIdx.x - kv_head * CHUNKS) * HPC
+        heads = min(HPC, kv_head * G + G - head0)  # heads of this CTA (the last chunk may be short)
+        seq = cuda.blockIdx.y
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        lane = tid - warp * 32
+        row = warp * RPW + lane // LPR  # this lane's row in the CTA, [0, R)
+        col = lane - (lane // LPR) * LPR  # its place in the row: vectors col, col + LPR, ...
+
+        q = cuda.local.array(HS, float32)  # [HPC, SLOT]: q * scale * log2(e)
+        acc = cuda.local.array(HS, float32)  # [HPC, SLOT]: sum_t p_t v_t
+        m = cuda.local.array(HPC, float32)  # running max (same in every lane of a row)
+        lsum = cuda.local.array(HPC, float32)  # running sum of exp(score - m)
+        dots = cuda.local.array(NP, float32)  # this lane's partial dot products, padded
+        s = cuda.local.array(NP, float32)  # [TPR, HPC] this step's p, in every lane
+        own_p = cuda.local.array(OWN, float32)  # p of the lane's own scores
+        m_own = cuda.local.array(OWN, float32)  # the running max of their heads
+        lim = cuda.local.array(OWN, int32)  # the step base from which each is masked
+        kv = cuda.local.array(SLOT, float32)  # one unpacked K or V row slice
+        k_a = cuda.local.array(BUF, RAW_T)  # raw K/V of even steps (register kinds) ...
+        v_a = cuda.local.array(BUF, RAW_T)
+        k_b = cuda.local.array(BUF, RAW_T)  # ... and of odd steps
+        v_b = cuda.local.array(BUF, RAW_T)
+        ring = cuda.shared.array(RING_W, uint32, alignment=16)  # [STAGES, NW, CPL, 32, 4]
+        at_a = uint32((warp * CPL * 32 + lane) * 4) if STAGED else uint32(0)  # even steps' stage
+        blk = cuda.local.array(TPR, int32)  # table entries two steps ahead
+        off = cuda.local.array(TPR, int32)
+        ok = cuda.local.array(TPR, int32)
+        st = State(q, acc, m, lsum)
+        x = Scratch(dots, s, own_p, m_own, lim, kv)
+        begin(st, x, query, seq, head0, heads, col, float32(scale * LOG2E))
+
+        kept, start, lo, hi = window_bounds(
+            context_lens[seq], window, sinks, cuda.blockIdx.z, partition_size
+        )
+        steps = int32((max(hi - lo, 0) + R * TPR - 1) // (R * TPR))  # the same in every lane
+        src = Src(k_src, v_src, block_tables, seq, kv_head, hi, kept, start)
+        place = Place(lane, row, col)
+        stages = (Stage(k_a, v_a, ring, at_a), Stage(k_b, v_b, ring, uint32(at_a + STAGE_W)))
+        walk(src, place, Ahead(blk, off, ok), stages, st, x, lo, steps)
+        outs = (out, max_logits, exp_sums)
+        merge(outs, ring, st, place, (seq, head0, heads, cuda.blockIdx.z), tid)
 
     return paged_decode

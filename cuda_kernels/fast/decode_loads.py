@@ -50,15 +50,17 @@ def make_locate(block_size: int, paged: bool = True):
 
 
 def fetcher(row_fn, kind, VPL, LPR, VEC, NVEC, D, stride):
-    """Device function fetch(src, seq, block, kv_head, offset, valid, col, buf, ring, at):
-    this lane's vectors col, col + LPR, ... of one K or V row into its words (zeros where
-    the token is masked or the vector lies past head_dim). "staged" issues one 16-byte
+    """Device function fetch(src, seq, kv_head, token, col, buf, ring, at): this lane's
+    vectors col, col + LPR, ... of one K or V row into its words, token = (block, offset,
+    valid) as `locate` gives it (zeros where the token is masked or the vector lies past
+    head_dim). "staged" issues one 16-byte
     cp.async per vector (src-size 0 writes the zeros) and leaves the commit to the caller."""
     if kind == "staged":
         FULL = VPL * LPR == NVEC  # every lane's every vector lies inside head_dim
 
         @cuda.jit(device=True)
-        def fetch(src, seq, block, kv_head, offset, valid, col, buf, ring, at):
+        def fetch(src, seq, kv_head, token, col, buf, ring, at):
+            block, offset, valid = token
             start = row_fn(src, seq, block, kv_head, offset)  # unconditional: invariants hoist
             for jv in range(VPL):
                 c = col + jv * LPR
@@ -68,7 +70,8 @@ def fetcher(row_fn, kind, VPL, LPR, VEC, NVEC, D, stride):
     elif kind == "vector":
 
         @cuda.jit(device=True)
-        def fetch(src, seq, block, kv_head, offset, valid, col, buf, ring, at):
+        def fetch(src, seq, kv_head, token, col, buf, ring, at):
+            block, offset, valid = token
             start = row_fn(src, seq, block, kv_head, offset)  # unconditional: invariants hoist
             for jv in range(VPL):
                 c = col + jv * LPR
@@ -82,7 +85,8 @@ def fetcher(row_fn, kind, VPL, LPR, VEC, NVEC, D, stride):
     else:
 
         @cuda.jit(device=True)
-        def fetch(src, seq, block, kv_head, offset, valid, col, buf, ring, at):
+        def fetch(src, seq, kv_head, token, col, buf, ring, at):
+            block, offset, valid = token
             for jv in range(VPL):
                 for e in range(VEC):
                     d = (col + jv * LPR) * VEC + e

@@ -35,6 +35,8 @@ Shapes it serves (`tc_supported`): float16 K/V, vector loaders, head_dim a multi
 from __future__ import annotations
 
 import math
+from collections import namedtuple
+from types import SimpleNamespace
 
 import numpy as np
 from numba import cuda, float32, int32
@@ -54,6 +56,7 @@ from ..primitives import (
     swizzle_shape,
     swizzled,
 )
+from .decode import Src, window_bounds
 from .decode_loads import make_locate
 
 LOG2E = 1.4426950408889634
@@ -87,6 +90,13 @@ def tc_geometry(head_dim: int, group_size: int, warps: int | None = None) -> dic
     return dict(hpc=hpc, chunks=chunks, warps=nw, shared=shared(nw), stride=stride)
 
 
+# the warp's view of shared memory: the K and V stage arrays, the warp and its lane
+Warp = namedtuple("Warp", "k_sh v_sh warp lane")
+# the lane's rows g and g + 8: the slab's scores (then p), running max, its part of the
+# sums, and O's C fragments
+Acc = namedtuple("Acc", "s m lsum o")
+
+
 def make_tc_decode_kernel(
     loaders,
     head_dim: int,
@@ -100,94 +110,88 @@ def make_tc_decode_kernel(
     `tc_geometry(...)["warps"] * 32` threads. Needs vector loaders and float16 K/V."""
     if not loaders.vector:
         raise ValueError("the tensor-core decode needs vector (row-index) loaders")
-    D, G, B = int(head_dim), int(group_size), int(block_size)
-    reason = tc_supported(np.float16, D)
+    reason = tc_supported(np.float16, int(head_dim))
     if reason:
         raise ValueError(reason)
+    c = tc_shape(int(head_dim), int(group_size), warps)
+    return tc_kernel(c, loaders, make_locate(int(block_size), paged))
+
+
+def tc_shape(D: int, G: int, warps: int | None) -> SimpleNamespace:
+    """The kernel's compile-time constants."""
     geo = tc_geometry(D, G, warps)
-    HPC, CHUNKS, NW = geo["hpc"], geo["chunks"], geo["warps"]
-    NT = 32 * NW
-    KD, ND, CH = D // 16, D // 8, D // 8  # k-steps of QK^T, 8-dim tiles of O, row chunks
-    CPL = CH // 2  # chunks each lane copies per row (two lanes per token)
-    QA_N, O_N = 4 * KD, 4 * ND  # registers of Q's A fragments and O's accumulators
+    NW, CH = geo["warps"], D // 8
     STRIDE, SWZ_SHIFT, SWZ_MASK = swizzle_shape(CH)
-    ROWE = STRIDE * 8  # halves per shared row
-    STAGE_E = NW * 2 * TOK * ROWE  # one array holds every warp's two stages
-    MERGE = (NW, HPC, D) if NW > 1 else (1, 1, 1)
-    load_k, load_v = loaders.load_k, loaders.load_v
+    return SimpleNamespace(
+        D=D,
+        G=G,
+        HPC=geo["hpc"],
+        CHUNKS=geo["chunks"],
+        NW=NW,
+        KD=D // 16,  # k-steps of QK^T
+        ND=D // 8,  # 8-dim tiles of O
+        CPL=CH // 2,  # chunks each lane copies per row (two lanes per token)
+        STRIDE=STRIDE,
+        SWZ_SHIFT=SWZ_SHIFT,
+        SWZ_MASK=SWZ_MASK,
+        STAGE_E=NW * 2 * TOK * STRIDE * 8,  # one array holds every warp's two stages
+        MERGE=(NW, geo["hpc"], D) if NW > 1 else (1, 1, 1),
+    )
+
+
+def make_slot(c):
+    """slot(warp, stage, token, chunk): element index in a stage array of 16-byte `chunk`
+    of `token`'s row (swizzled: the 8 rows an ldmatrix reads hit distinct banks)."""
+    STRIDE, SWZ_SHIFT, SWZ_MASK = c.STRIDE, c.SWZ_SHIFT, c.SWZ_MASK
 
     @cuda.jit(device=True)
     def slot(warp, stage, token, chunk):
-        """Element index in a stage array of 16-byte `chunk` of `token`'s row."""
         return swizzled((warp * 2 + stage) * TOK + token, chunk, STRIDE, SWZ_SHIFT, SWZ_MASK) * 8
 
-    locate = make_locate(B, paged)
+    return slot
+
+
+def make_slab(c, loaders, locate):
+    """(copy_slab, scores, accumulate): a 16-token slab into a warp's stage, S = Q K^T on
+    it, and O += P V."""
+    KD, ND, CPL = c.KD, c.ND, c.CPL
+    load_k, load_v = loaders.load_k, loaders.load_v
+    slot = make_slot(c)
 
     @cuda.jit(device=True)
-    def copy_slab(
-        k_src,
-        v_src,
-        k_sh,
-        v_sh,
-        warp,
-        stage,
-        first,
-        lane,
-        hi,
-        kept,
-        start,
-        seq,
-        kv_head,
-        block_tables,
-    ):
+    def copy_slab(src, wp, stage, first):
         """cp.async this warp's slab [first, first + 16) into `stage`, then commit."""
-        token = lane >> 1
-        block, off, valid = locate(first + token, hi, kept, start, seq, block_tables)
+        token = wp.lane >> 1
+        seq, kv_head = src.seq, src.kv_head
+        block, off, valid = locate(
+            first + token, src.hi, src.kept, src.start, seq, src.block_tables
+        )
         nbytes = 16 if valid else 0  # a masked token lands as zeros
-        k_row = load_k(k_src, seq, block, kv_head, off)
-        v_row = load_v(v_src, seq, block, kv_head, off)
+        k_row = load_k(src.k_src, seq, block, kv_head, off)
+        v_row = load_v(src.v_src, seq, block, kv_head, off)
         for i in range(CPL):
-            c = (lane & 1) + 2 * i
-            at = slot(warp, stage, token, c)
-            cp_async16(k_sh, at, k_src, k_row + c * 8, nbytes)
-            cp_async16(v_sh, at, v_src, v_row + c * 8, nbytes)
+            ch = (wp.lane & 1) + 2 * i
+            at = slot(wp.warp, stage, token, ch)
+            cp_async16(wp.k_sh, at, src.k_src, k_row + ch * 8, nbytes)
+            cp_async16(wp.v_sh, at, src.v_src, v_row + ch * 8, nbytes)
         cp_async_commit()
 
     @cuda.jit(device=True)
-    def scores(k_sh, qa, s, m, warp, stage, lane, first, hi, scale2):
+    def scores(wp, stage, qa, acc, first, hi, scale2):
         """s[0:8] <- this lane's scores of the slab times scale2 = scale * log2 e, in
         float32 after the mma (-inf where masked); returns the warp vote "a score beats
         its row's max by more than SLACK"."""
+        s, lane = acc.s, wp.lane
         for i in range(8):
             s[i] = float32(0)
         mi = lane >> 3
         token = 8 * (mi >> 1) + (lane & 7)  # ldmatrix row address: matrices (half, chunk)
         for kk in range(KD):
-            b0, b1, b2, b3 = ldmatrix_x4(k_sh, slot(warp, stage, token, 2 * kk + (mi & 1)))
-            s[0], s[1], s[2], s[3] = mma_f16(
-                qa[4 * kk],
-                qa[4 * kk + 1],
-                qa[4 * kk + 2],
-                qa[4 * kk + 3],
-                b0,
-                b1,
-                s[0],
-                s[1],
-                s[2],
-                s[3],
-            )
-            s[4], s[5], s[6], s[7] = mma_f16(
-                qa[4 * kk],
-                qa[4 * kk + 1],
-                qa[4 * kk + 2],
-                qa[4 * kk + 3],
-                b2,
-                b3,
-                s[4],
-                s[5],
-                s[6],
-                s[7],
-            )
+            at = slot(wp.warp, stage, token, 2 * kk + (mi & 1))
+            b0, b1, b2, b3 = ldmatrix_x4(wp.k_sh, at)
+            a0, a1, a2, a3 = qa[4 * kk], qa[4 * kk + 1], qa[4 * kk + 2], qa[4 * kk + 3]
+            s[0], s[1], s[2], s[3] = mma_f16(a0, a1, a2, a3, b0, b1, s[0], s[1], s[2], s[3])
+            s[4], s[5], s[6], s[7] = mma_f16(a0, a1, a2, a3, b2, b3, s[4], s[5], s[6], s[7])
         t = lane & 3
         grow = False
         for i in range(8):  # element i: row g (+8 when i & 2), token 8 (i >> 2) + 2t + (i & 1)
@@ -195,19 +199,51 @@ def make_tc_decode_kernel(
                 s[i] = -math.inf
             else:
                 s[i] *= scale2
-            grow = grow or s[i] > m[(i >> 1) & 1] + SLACK
+            grow = grow or s[i] > acc.m[(i >> 1) & 1] + SLACK
         return cuda.any_sync(FULL_MASK, grow)
 
     @cuda.jit(device=True)
-    def settle(s, m, lsum):
+    def accumulate(wp, stage, acc):
+        """O += P V over the slab: P's A fragments are the score fragments, packed."""
+        s, o, lane = acc.s, acc.o, wp.lane
+        a0 = pack_f16x2(s[0], s[1])
+        a1 = pack_f16x2(s[2], s[3])
+        a2 = pack_f16x2(s[4], s[5])
+        a3 = pack_f16x2(s[6], s[7])
+        mi = lane >> 3
+        token = 8 * (mi & 1) + (lane & 7)  # matrices (tokens 0-7 | 8-15) x (chunk, chunk + 1)
+        for nd2 in range(ND // 2):
+            at = slot(wp.warp, stage, token, 2 * nd2 + (mi >> 1))
+            b0, b1, b2, b3 = ldmatrix_x4_trans(wp.v_sh, at)
+            x = 8 * nd2
+            o[x], o[x + 1], o[x + 2], o[x + 3] = mma_f16(
+                a0, a1, a2, a3, b0, b1, o[x], o[x + 1], o[x + 2], o[x + 3]
+            )
+            o[x + 4], o[x + 5], o[x + 6], o[x + 7] = mma_f16(
+                a0, a1, a2, a3, b2, b3, o[x + 4], o[x + 5], o[x + 6], o[x + 7]
+            )
+
+    return copy_slab, scores, accumulate
+
+
+def make_walk(c, loaders, locate):
+    """walk(src, wp, qa, acc, mine, steps, scale2): the warp's slabs mine, mine + NW * 16,
+    ... (steps of them), slab s + 1 in flight while slab s computes."""
+    ND, PER_STEP = c.ND, c.NW * TOK
+    copy_slab, scores, accumulate = make_slab(c, loaders, locate)
+
+    @cuda.jit(device=True)
+    def settle(acc):
         """Common case: p = 2^(s - m) for the lane's scores; l += p (the lane's part)."""
+        s, m, lsum = acc.s, acc.m, acc.lsum
         for i in range(8):
             s[i] = exp2_or_zero(s[i], m[(i >> 1) & 1])
             lsum[(i >> 1) & 1] += s[i]
 
     @cuda.jit(device=True)
-    def regrow(s, m, lsum, o):
+    def regrow(acc):
         """Rare case (warp-uniform): move the rows' maxima, rescale, then settle."""
+        s, m, lsum, o = acc.s, acc.m, acc.lsum, acc.o
         for r in range(2):
             top = max(max(s[2 * r], s[2 * r + 1]), max(s[2 * r + 4], s[2 * r + 5]))
             top = max(top, cuda.shfl_xor_sync(FULL_MASK, top, 1))  # the quad holds the row
@@ -218,26 +254,143 @@ def make_tc_decode_kernel(
             for nd in range(ND):
                 o[4 * nd + 2 * r] *= alpha
                 o[4 * nd + 2 * r + 1] *= alpha
-        settle(s, m, lsum)
+        settle(acc)
 
     @cuda.jit(device=True)
-    def accumulate(v_sh, s, o, warp, stage, lane):
-        """O += P V over the slab: P's A fragments are the score fragments, packed."""
-        a0 = pack_f16x2(s[0], s[1])
-        a1 = pack_f16x2(s[2], s[3])
-        a2 = pack_f16x2(s[4], s[5])
-        a3 = pack_f16x2(s[6], s[7])
-        mi = lane >> 3
-        token = 8 * (mi & 1) + (lane & 7)  # matrices (tokens 0-7 | 8-15) x (chunk, chunk + 1)
-        for nd2 in range(ND // 2):
-            b0, b1, b2, b3 = ldmatrix_x4_trans(v_sh, slot(warp, stage, token, 2 * nd2 + (mi >> 1)))
-            x = 8 * nd2
-            o[x], o[x + 1], o[x + 2], o[x + 3] = mma_f16(
-                a0, a1, a2, a3, b0, b1, o[x], o[x + 1], o[x + 2], o[x + 3]
-            )
-            o[x + 4], o[x + 5], o[x + 6], o[x + 7] = mma_f16(
-                a0, a1, a2, a3, b2, b3, o[x + 4], o[x + 5], o[x + 6], o[x + 7]
-            )
+    def walk(src, wp, qa, acc, mine, steps, scale2):
+        copy_slab(src, wp, 0, mine)
+        step = int32(0)
+        while step < steps:
+            while step < steps:  # the hot loop
+                stage = step & 1
+                first = int32(mine + step * PER_STEP)
+                cuda.syncwarp(FULL_MASK)  # every lane is done reading the other stage
+                copy_slab(src, wp, stage ^ 1, first + PER_STEP)
+                cp_async_wait(1)  # this lane's copies of the slab have landed ...
+                cuda.syncwarp(FULL_MASK)  # ... and so have every other lane's
+                if scores(wp, stage, qa, acc, first, src.hi, scale2):
+                    break  # warp-uniform: leave to move a max
+                settle(acc)
+                accumulate(wp, stage, acc)
+                step = int32(step + 1)
+            if step < steps:  # finish the slab whose scores moved a max (rare)
+                regrow(acc)
+                accumulate(wp, step & 1, acc)
+                step = int32(step + 1)
+        cp_async_wait(0)  # no copy may land after the CTA's shared memory is reused
+
+    return walk
+
+
+def make_begin(c):
+    """begin(query, seq, head0, heads, lane, qa, acc): qa <- Q's A fragments (fp16,
+    unscaled; rows past `heads` zero); O = 0, l = 0, m = -inf."""
+    KD, ND = c.KD, c.ND
+
+    @cuda.jit(device=True)
+    def begin(query, seq, head0, heads, lane, qa, acc):
+        g, t = lane >> 2, lane & 3
+        for kk in range(KD):
+            for w in range(4):
+                r = g + 8 * (w & 1)
+                d = 16 * kk + 2 * t + 8 * (w >> 1)
+                lo = float32(query[seq, head0 + r, d]) if r < heads else float32(0)
+                hi2 = float32(query[seq, head0 + r, d + 1]) if r < heads else float32(0)
+                qa[4 * kk + w] = pack_f16x2(lo, hi2)
+        for i in range(4 * ND):
+            acc.o[i] = float32(0)
+        for r in range(2):
+            acc.m[r] = -math.inf
+            acc.lsum[r] = float32(0)
+
+    return begin
+
+
+def make_finish(c):
+    """finish(outs, where, wp, acc, tid): the rows' sums over the quad, then the partial
+    outputs outs = (out, max_logits, exp_sums) at where = (seq, head0, heads, part),
+    merged across the warps in shared memory when NW > 1."""
+    D, NW, ND, NT, MERGE = c.D, c.NW, c.ND, 32 * c.NW, c.MERGE
+
+    @cuda.jit(device=True)
+    def write_own(outs, where, lane, acc):
+        """One warp: each lane normalises and writes its own rows."""
+        out, max_logits, exp_sums = outs
+        seq, head0, heads, part = where
+        g, t = lane >> 2, lane & 3
+        for r in range(2):
+            row = g + 8 * r
+            if row < heads:
+                total = acc.lsum[r]
+                for nd in range(ND):
+                    for e in range(2):
+                        val = acc.o[4 * nd + 2 * r + e] / total if total != 0 else float32(0)
+                        out[seq, head0 + row, part, 8 * nd + 2 * t + e] = val
+                if t == 0:
+                    max_logits[seq, head0 + row, part] = acc.m[r] / LOG2E
+                    exp_sums[seq, head0 + row, part] = total
+
+    @cuda.jit(device=True)
+    def merge(outs, where, wp, acc, tid):
+        """NW warps: their states (m, l, O) meet in shared memory, merged by log-sum-exp."""
+        out, max_logits, exp_sums = outs
+        seq, head0, heads, part = where
+        o_sh = cuda.shared.array(MERGE, float32)  # [NW, HPC, D]: the warps' O, to merge
+        m_sh = cuda.shared.array((NW, M), float32)  # row maxima, then the warps' weights
+        l_sh = cuda.shared.array((NW, M), float32)
+        g, t, warp = wp.lane >> 2, wp.lane & 3, wp.warp
+        for r in range(2):
+            row = g + 8 * r
+            if t == 0:
+                m_sh[warp, row] = acc.m[r]
+                l_sh[warp, row] = acc.lsum[r]
+            if row < heads:
+                for nd in range(ND):
+                    for e in range(2):
+                        o_sh[warp, row, 8 * nd + 2 * t + e] = acc.o[4 * nd + 2 * r + e]
+        cuda.syncthreads()  # every warp's (m, l, O) is in shared memory
+        for h in range(tid, heads, NT):
+            top = float32(-math.inf)
+            for w in range(NW):
+                if l_sh[w, h] != 0:
+                    top = max(top, m_sh[w, h])
+            total = float32(0)
+            for w in range(NW):
+                weight = math.exp2(m_sh[w, h] - top) if l_sh[w, h] != 0 else float32(0)
+                total += weight * l_sh[w, h]
+                m_sh[w, h] = weight
+            l_sh[0, h] = total  # warp 0's sum is no longer needed: the head's total
+            max_logits[seq, head0 + h, part] = top / LOG2E
+            exp_sums[seq, head0 + h, part] = total
+        cuda.syncthreads()  # the weights and totals are ready
+        for i in range(tid, heads * D, NT):
+            h = i // D
+            d = i - h * D
+            num = float32(0)
+            for w in range(NW):
+                num += m_sh[w, h] * o_sh[w, h, d]
+            total = l_sh[0, h]
+            out[seq, head0 + h, part, d] = num / total if total != 0 else float32(0)
+
+    @cuda.jit(device=True)
+    def finish(outs, where, wp, acc, tid):
+        for r in range(2):  # the row sums over the quad
+            acc.lsum[r] += cuda.shfl_xor_sync(FULL_MASK, acc.lsum[r], 1)
+            acc.lsum[r] += cuda.shfl_xor_sync(FULL_MASK, acc.lsum[r], 2)
+        if NW == 1:
+            write_own(outs, where, wp.lane, acc)
+        else:
+            merge(outs, where, wp, acc, tid)
+
+    return finish
+
+
+def tc_kernel(c, loaders, locate):
+    """The kernel `make_tc_decode_kernel` documents, for constants c (`tc_shape`)."""
+    G, HPC, CHUNKS, NW, STAGE_E = c.G, c.HPC, c.CHUNKS, c.NW, c.STAGE_E
+    QA_N, O_N = 4 * c.KD, 4 * c.ND  # registers of Q's A fragments and O's accumulators
+    walk = make_walk(c, loaders, locate)
+    begin, finish = make_begin(c), make_finish(c)
 
     @cuda.jit
     def paged_decode_tc(
@@ -260,145 +413,25 @@ def make_tc_decode_kernel(
         seq = cuda.blockIdx.y
         part = cuda.blockIdx.z
         tid = cuda.threadIdx.x
-        warp = tid >> 5
-        lane = tid & 31
-        g = lane >> 2
-        t = lane & 3
         k_sh = cuda.shared.array(STAGE_E, float16, alignment=16)  # [NW, 2 stages, 16, ROWE]
         v_sh = cuda.shared.array(STAGE_E, float16, alignment=16)
-        o_sh = cuda.shared.array(MERGE, float32)  # [NW, HPC, D]: the warps' O, to merge
-        m_sh = cuda.shared.array((NW, M), float32)  # row maxima, then the warps' weights
-        l_sh = cuda.shared.array((NW, M), float32)
         qa = cuda.local.array(QA_N, uint32)  # Q's A fragments
         o = cuda.local.array(O_N, float32)  # O's C fragments: rows g, g + 8
         s = cuda.local.array(8, float32)  # the slab's scores, then p
         m = cuda.local.array(2, float32)  # running max of rows g, g + 8
         lsum = cuda.local.array(2, float32)  # this lane's part of their sums
+        wp = Warp(k_sh, v_sh, tid >> 5, tid & 31)
+        acc = Acc(s, m, lsum, o)
+        begin(query, seq, head0, heads, wp.lane, qa, acc)
 
-        scale2 = float32(scale * LOG2E)
-        for kk in range(KD):
-            for w in range(4):
-                r = g + 8 * (w & 1)
-                d = 16 * kk + 2 * t + 8 * (w >> 1)
-                lo = float32(query[seq, head0 + r, d]) if r < heads else float32(0)
-                hi2 = float32(query[seq, head0 + r, d + 1]) if r < heads else float32(0)
-                qa[4 * kk + w] = pack_f16x2(lo, hi2)
-        for i in range(O_N):
-            o[i] = float32(0)
-        for r in range(2):
-            m[r] = -math.inf
-            lsum[r] = float32(0)
-
-        length = context_lens[seq]
-        kept = int32(0)
-        start = int32(0)
-        if window > 0:
-            kept = int32(min(sinks, length))
-            start = int32(max(length - window, kept))
-        lo_j = int32(part * partition_size)
-        hi = int32(min(lo_j + partition_size, kept + length - start))
+        kept, start, lo_j, hi = window_bounds(
+            context_lens[seq], window, sinks, part, partition_size
+        )
         per_step = int32(NW * TOK)
         steps = int32((max(hi - lo_j, 0) + per_step - 1) // per_step)  # the same in every warp
-        mine = int32(lo_j + warp * TOK)  # this warp's first slab
-
-        copy_slab(
-            k_src,
-            v_src,
-            k_sh,
-            v_sh,
-            warp,
-            0,
-            mine,
-            lane,
-            hi,
-            kept,
-            start,
-            seq,
-            kv_head,
-            block_tables,
-        )
-        step = int32(0)
-        while step < steps:
-            while step < steps:  # the hot loop
-                stage = step & 1
-                first = int32(mine + step * per_step)
-                cuda.syncwarp(FULL_MASK)  # every lane is done reading the other stage
-                copy_slab(
-                    k_src,
-                    v_src,
-                    k_sh,
-                    v_sh,
-                    warp,
-                    stage ^ 1,
-                    first + per_step,
-                    lane,
-                    hi,
-                    kept,
-                    start,
-                    seq,
-                    kv_head,
-                    block_tables,
-                )
-                cp_async_wait(1)  # this lane's copies of the slab have landed ...
-                cuda.syncwarp(FULL_MASK)  # ... and so have every other lane's
-                if scores(k_sh, qa, s, m, warp, stage, lane, first, hi, scale2):
-                    break  # warp-uniform: leave to move a max
-                settle(s, m, lsum)
-                accumulate(v_sh, s, o, warp, stage, lane)
-                step = int32(step + 1)
-            if step < steps:  # finish the slab whose scores moved a max (rare)
-                regrow(s, m, lsum, o)
-                accumulate(v_sh, s, o, warp, step & 1, lane)
-                step = int32(step + 1)
-        cp_async_wait(0)  # no copy may land after the CTA's shared memory is reused
-
-        for r in range(2):  # the row sums over the quad
-            lsum[r] += cuda.shfl_xor_sync(FULL_MASK, lsum[r], 1)
-            lsum[r] += cuda.shfl_xor_sync(FULL_MASK, lsum[r], 2)
-        if NW == 1:  # one warp: each lane normalises and writes its own rows
-            for r in range(2):
-                row = g + 8 * r
-                if row < heads:
-                    total = lsum[r]
-                    for nd in range(ND):
-                        for e in range(2):
-                            val = o[4 * nd + 2 * r + e] / total if total != 0 else float32(0)
-                            out[seq, head0 + row, part, 8 * nd + 2 * t + e] = val
-                    if t == 0:
-                        max_logits[seq, head0 + row, part] = m[r] / LOG2E
-                        exp_sums[seq, head0 + row, part] = total
-        else:  # the warps' states meet in shared memory
-            for r in range(2):
-                row = g + 8 * r
-                if t == 0:
-                    m_sh[warp, row] = m[r]
-                    l_sh[warp, row] = lsum[r]
-                if row < heads:
-                    for nd in range(ND):
-                        for e in range(2):
-                            o_sh[warp, row, 8 * nd + 2 * t + e] = o[4 * nd + 2 * r + e]
-            cuda.syncthreads()  # every warp's (m, l, O) is in shared memory
-            for h in range(tid, heads, NT):
-                top = float32(-math.inf)
-                for w in range(NW):
-                    if l_sh[w, h] != 0:
-                        top = max(top, m_sh[w, h])
-                total = float32(0)
-                for w in range(NW):
-                    weight = math.exp2(m_sh[w, h] - top) if l_sh[w, h] != 0 else float32(0)
-                    total += weight * l_sh[w, h]
-                    m_sh[w, h] = weight
-                l_sh[0, h] = total  # warp 0's sum is no longer needed: the head's total
-                max_logits[seq, head0 + h, part] = top / LOG2E
-                exp_sums[seq, head0 + h, part] = total
-            cuda.syncthreads()  # the weights and totals are ready
-            for i in range(tid, heads * D, NT):
-                h = i // D
-                d = i - h * D
-                num = float32(0)
-                for w in range(NW):
-                    num += m_sh[w, h] * o_sh[w, h, d]
-                total = l_sh[0, h]
-                out[seq, head0 + h, part, d] = num / total if total != 0 else float32(0)
+        mine = int32(lo_j + wp.warp * TOK)  # this warp's first slab
+        src = Src(k_src, v_src, block_tables, seq, kv_head, hi, kept, start)
+        walk(src, wp, qa, acc, mine, steps, float32(scale * LOG2E))
+        finish((out, max_logits, exp_sums), (seq, head0, heads, part), wp, acc, tid)
 
     return paged_decode_tc

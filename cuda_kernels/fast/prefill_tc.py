@@ -37,8 +37,6 @@ swizzle mode (128-byte, for its shared-memory descriptor) would change.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba import cuda, float32, int32, int64
 
@@ -47,9 +45,9 @@ from .._checks import fp16_mma_refusal
 from ..primitives import pack_f16x2, split_scale, swizzle_shape, swizzled
 from .decode import LOG2E
 from .prefill_tc_shape import TileShape
-from .prefill_tc_step import make_steps
+from .prefill_tc_step import Acc, Lane, Tiles, make_walk
 from .prefill_tc_tiles import make_tile_loader
-from .prefill_work import make_work, tile_at
+from .prefill_work import KvSpan, Rows, make_work
 
 SHARED_BUDGET = 40 * 1024  # the K and V tiles, under the 48 KiB static limit
 MAX_HEAD_DIM = 256
@@ -87,6 +85,78 @@ def launch_config(head_dim: int) -> tuple[int, int, int, int]:
     return 4, tile, q_regs, 1
 
 
+def make_cta_io(shape, loader):
+    """(lane_of, load_q, write_out): where a thread sits in the CTA, Q into its A fragments
+    (registers, then qs), and O out, divided by the row sums."""
+    G, R, QR, KS, OS = shape.G, shape.R, shape.QR, shape.KS, shape.OS
+    RW, RSH, NDW, OF = shape.RW, shape.RSH, shape.NDW, shape.OF
+    QSC, QSH, QSM = shape.q_swizzle
+    chunk_bases, q_chunk_bases = loader.chunk_bases, loader.q_chunk_bases
+
+    @cuda.jit(device=True)
+    def lane_of(tid, kb, vb, db, qb):
+        """The thread's `Lane`: its warp's first n-tile of O, its rows r_lo and r_lo + 8,
+        and its slot bases (kb..qb filled)."""
+        lane, warp = tid & 31, tid >> 5
+        n0 = (warp >> RSH) * NDW if OS > 1 else 0  # this warp's first n-tile of O
+        r_lo = ((warp & (RW - 1)) if OS > 1 else warp) * 16 + (lane >> 2)
+        chunk_bases((lane & 7) + 8 * (lane >> 4), (lane >> 3) & 1, kb)
+        chunk_bases((lane & 7) + 8 * ((lane >> 3) & 1), lane >> 4, vb)
+        chunk_bases(tid >> 1, tid & 1, db)
+        q_chunk_bases(r_lo - (lane >> 2) + (lane & 15), lane >> 4, qb)
+        for q in range(4):
+            vb[q] += n0  # n0 is a multiple of 8 where the layout is swizzled
+        return Lane(tid, n0, r_lo, kb, vb, db, qb)
+
+    @cuda.jit(device=True)
+    def q_pair(query, q_at, head0, rows, r, d, sign):
+        """(sign q[row r, dim d], sign q[r, d + 1]); 0 on a padded row."""
+        lo = float32(0)
+        hi = float32(0)
+        if r < R and r // G < rows:
+            lo = float32(query[q_at + r // G, head0 + r % G, d]) * sign
+            hi = float32(query[q_at + r // G, head0 + r % G, d + 1]) * sign
+        return lo, hi
+
+    @cuda.jit(device=True)
+    def load_q(query, q_at, head0, rows, sign, lane, qf, q_s):
+        """Q's A fragments: k-steps < QR in qf, the rest in qs (element (r, d) in chunk
+        (d - 16 QR) / 8). Register `half` of a k-step: a0 (row g), a1 (g + 8), a2, a3
+        (+8 dims)."""
+        r_lo, t4 = lane.r_lo, lane.tid & 3
+        for k in range(QR):
+            for half in range(4):
+                r, d = r_lo + 8 * (half & 1), 16 * k + 2 * t4 + 8 * (half >> 1)
+                lo, hi = q_pair(query, q_at, head0, rows, r, d, sign)
+                qf[4 * k + half] = pack_f16x2(lo, hi)
+        for k in range(QR, KS):
+            for half in range(4):
+                r, d = r_lo + 8 * (half & 1), 16 * k + 2 * t4 + 8 * (half >> 1)
+                lo, hi = q_pair(query, q_at, head0, rows, r, d, sign)
+                at = swizzled(r, (d - 16 * QR) >> 3, QSC, QSH, QSM) * 8 + (d & 7)
+                if lane.n0 == 0:  # (the warps of a row block hold the same Q)
+                    q_s[at] = lo
+                    q_s[at + 1] = hi
+
+    @cuda.jit(device=True)
+    def write_out(out, o, q_at, head0, lane, live_lo, live_hi):
+        """out's rows r_lo and r_lo + 8 <- O / l (the mma summed each row over all its
+        columns: nothing to reduce)."""
+        r_lo, l_lo, l_hi = lane.r_lo, o[OF], o[OF + 2]
+        at_lo = q_at + r_lo // G
+        at_hi = q_at + (r_lo + 8) // G
+        for n in range(NDW):
+            d = 8 * (lane.n0 + n) + 2 * (lane.tid & 3)
+            if live_lo:
+                out[at_lo, head0 + r_lo % G, d] = o[4 * n] / l_lo
+                out[at_lo, head0 + r_lo % G, d + 1] = o[4 * n + 1] / l_lo
+            if live_hi:
+                out[at_hi, head0 + (r_lo + 8) % G, d] = o[4 * n + 2] / l_hi
+                out[at_hi, head0 + (r_lo + 8) % G, d + 1] = o[4 * n + 3] / l_hi
+
+    return lane_of, load_q, write_out
+
+
 def make_prefill_tc_kernel(
     head_dim: int,
     group_size: int,
@@ -96,47 +166,17 @@ def make_prefill_tc_kernel(
     q_regs: int | None = None,
     o_split: int = 1,
 ):
-    """Build the kernel; D, G, NW (warps), T (KV tile, a multiple of 16), the cache's block
-    size B, q_regs (Q's k-steps kept in registers, default all) and o_split (1, or 2: two
-    warps per row block, each with half of O) are constants (`TileShape`; B is a template
-    parameter in vLLM's kernels too: the block-table division becomes a shift or a
-    multiply).
-
-    Launched as kernel[(num_work, num_kv_heads), 32 * NW](cache, query, block_tables,
-    context_lens, query_start_loc, work_seq, work_first, block_size, scale, causal, window,
-    sinks, out) with the arguments of `prefill.make_prefill_kernel` (cache float16;
-    block_size must equal B)."""
+    """The kernel for constants D, G, NW (warps), T (KV tile), the cache's block size B
+    (a template parameter in vLLM's too), q_regs and o_split (`TileShape`). Launched as
+    kernel[(num_work, num_kv_heads), 32 * NW] with `prefill.make_prefill_kernel`'s
+    arguments (cache float16; block_size must equal B)."""
     shape = TileShape.build(head_dim, group_size, warps, tile, block_size, q_regs, o_split)
-    G, T, R, QT, ROWS, KS, QR = (
-        shape.G,
-        shape.T,
-        shape.R,
-        shape.QT,
-        shape.ROWS,
-        shape.KS,
-        shape.QR,
-    )
-    OS, RW, RSH, NDW, OF, OL = shape.OS, shape.RW, shape.RSH, shape.NDW, shape.OF, shape.OL
+    G, T, ROWS, OL = shape.G, shape.T, shape.ROWS, shape.OL
     BUF, QBUF, QF, SF = shape.BUF, shape.QBUF, shape.QF, shape.SF
-    QSC, QSH, QSM = shape.q_swizzle
     loader = make_tile_loader(shape)
-    map_tile, issue_any = loader.map_tile, loader.issue_any
-    chunk_bases, q_chunk_bases = loader.chunk_bases, loader.q_chunk_bases
-    step_masked, step_full = make_steps(shape, loader)
-    cta_span, row_spans, tile_order = make_work(QT, G, R, T)
-
-    @cuda.jit(device=True)
-    def q_pair(query, q_at, head0, r_lo, rows, k, half, t4, sign):
-        """(row, dim, sign q[row, dim], sign q[row, dim + 1]) of Q's A fragment register
-        `half` of k-step k: a0 (row g), a1 (g + 8), a2, a3 (+8 dims); 0 on a padded row."""
-        r = r_lo + 8 * (half & 1)
-        d = 16 * k + 2 * t4 + 8 * (half >> 1)
-        lo = float32(0)
-        hi = float32(0)
-        if r < R and r // G < rows:
-            lo = float32(query[q_at + r // G, head0 + r % G, d]) * sign
-            hi = float32(query[q_at + r // G, head0 + r % G, d + 1]) * sign
-        return r, d, lo, hi
+    cta_span, row_spans, tile_order = make_work(shape.QT, G, shape.R, T)
+    walk = make_walk(shape, loader, tile_order)
+    lane_of, load_q, write_out = make_cta_io(shape, loader)
 
     @cuda.jit
     def paged_prefill_tc(
@@ -154,15 +194,6 @@ def make_prefill_tc_kernel(
         sinks,
         out,
     ):
-        work = cuda.blockIdx.x
-        kv_head = cuda.blockIdx.y
-        tid = cuda.threadIdx.x
-        lane = tid & 31
-        g = lane >> 2
-        t4 = lane & 3
-        warp = tid >> 5
-        n0 = (warp >> RSH) * NDW if OS > 1 else 0  # this warp's first n-tile of O
-        r_lo = ((warp & (RW - 1)) if OS > 1 else warp) * 16 + g  # its rows: r_lo, r_lo + 8
         k_s = cuda.shared.array(BUF, np.float16, alignment=16)  # K tile: [T rows][SC chunks]
         v_s = cuda.shared.array(BUF, np.float16, alignment=16)  # V tile, the same layout
         tok_s = cuda.shared.array((2, T), int64)  # K row of each tile token, per buffer
@@ -177,129 +208,20 @@ def make_prefill_tc_kernel(
         vb = cuda.local.array(4, int32)
         db = cuda.local.array(4, int32)
         qb = cuda.local.array(4, int32)  # q_s's ldmatrix rows
-        chunk_bases((lane & 7) + 8 * (lane >> 4), (lane >> 3) & 1, kb)
-        chunk_bases((lane & 7) + 8 * ((lane >> 3) & 1), lane >> 4, vb)
-        chunk_bases(tid >> 1, tid & 1, db)
-        q_chunk_bases(r_lo - g + (lane & 15), lane >> 4, qb)
-        for q in range(4):
-            vb[q] += n0  # n0 is a multiple of 8 where the layout is swizzled
-
+        lane = lane_of(cuda.threadIdx.x, kb, vb, db, qb)
+        tiles = Tiles(tok_s, k_s, v_s, p_sh, q_s)
+        work = cuda.blockIdx.x
         (seq, first, q0, rows, past, ctx, len_lo, len_hi, kept_hi, start_hi, gap, span) = cta_span(
             work_seq, work_first, query_start_loc, context_lens, work, causal, window, sinks
         )
-        head0 = kv_head * G
         v_offset = int64(cache.strides[1] // 2)  # V's row = K's row + this (fp16 elements)
-        live_lo, live_hi = row_spans(r_lo, rows, past, ctx, causal, window, sinks, rows_seen)
+        kv = KvSpan(cache, block_tables, seq, cuda.blockIdx.y, span, kept_hi, gap, v_offset)
+        live_lo, live_hi = row_spans(lane.r_lo, rows, past, ctx, causal, window, sinks, rows_seen)
         # scale's sign on Q (exact in fp16), its magnitude on the fp32 scores
         sign, scale2 = split_scale(float32(scale * LOG2E))
-        for k in range(QR):  # Q's A fragments, in registers
-            for half in range(4):
-                _, _, lo, hi = q_pair(query, q0 + first, head0, r_lo, rows, k, half, t4, sign)
-                qf[4 * k + half] = pack_f16x2(lo, hi)
-        for k in range(QR, KS):  # the rest in qs: element (r, d) in chunk (d - 16 QR) / 8
-            for half in range(4):
-                r, d, lo, hi = q_pair(query, q0 + first, head0, r_lo, rows, k, half, t4, sign)
-                at = swizzled(r, (d - 16 * QR) >> 3, QSC, QSH, QSM) * 8 + (d & 7)
-                if n0 == 0:  # (the warps of a row block hold the same Q)
-                    q_s[at] = lo
-                    q_s[at + 1] = hi
-        for k in range(OL):
-            o[k] = float32(0)
-        st[0] = -math.inf  # running max of each row, log2 units
-        st[1] = -math.inf
-
-        tiles, order = tile_order(span, kept_hi, gap, len_lo, start_hi, window)
-        last = int32(tiles - 1)  # the last step's index
-        map_tile(
-            cache,
-            block_tables,
-            seq,
-            kv_head,
-            int32(tile_at(int32(0), order) * T),
-            span,
-            kept_hi,
-            gap,
-            tok_s,
-            0,
-            tid,
-        )
-        cuda.syncthreads()  # the first map, and qs, are visible before any thread reads them
-        issue_any(cache, 0, tok_s, 0, k_s, tid, db)
-        for e in range(order[2]):  # the masked tiles, then the full ones: two loops
-            step_masked(
-                cache,
-                block_tables,
-                seq,
-                kv_head,
-                e,
-                last,
-                order,
-                span,
-                kept_hi,
-                gap,
-                v_offset,
-                tok_s,
-                k_s,
-                v_s,
-                p_sh,
-                tid,
-                n0,
-                qf,
-                q_s,
-                s,
-                o,
-                st,
-                rows_seen,
-                scale2,
-                kb,
-                vb,
-                db,
-                qb,
-            )
-        for e in range(order[2], tiles):
-            step_full(
-                cache,
-                block_tables,
-                seq,
-                kv_head,
-                e,
-                last,
-                order,
-                span,
-                kept_hi,
-                gap,
-                v_offset,
-                tok_s,
-                k_s,
-                v_s,
-                p_sh,
-                tid,
-                n0,
-                qf,
-                q_s,
-                s,
-                o,
-                st,
-                rows_seen,
-                scale2,
-                kb,
-                vb,
-                db,
-                qb,
-            )
-
-        l_lo = o[OF]  # the mma summed each row over all its columns: nothing to reduce
-        l_hi = o[OF + 2]
-        at_lo = q0 + first + r_lo // G
-        at_hi = q0 + first + (r_lo + 8) // G
-        for n in range(NDW):
-            d = 8 * (n0 + n) + 2 * t4
-            if live_lo:
-                out[at_lo, head0 + r_lo % G, d] = o[4 * n] / l_lo
-                out[at_lo, head0 + r_lo % G, d + 1] = o[4 * n + 1] / l_lo
-            if live_hi:
-                out[at_hi, head0 + (r_lo + 8) % G, d] = o[4 * n + 2] / l_hi
-                out[at_hi, head0 + (r_lo + 8) % G, d + 1] = o[4 * n + 3] / l_hi
+        load_q(query, q0 + first, kv.kv_head * G, rows, sign, lane, qf, q_s)
+        walk(kv, tiles, lane, Rows(qf, rows_seen, scale2), Acc(s, o, st), len_lo, start_hi, window)
+        write_out(out, o, q0 + first, kv.kv_head * G, lane, live_lo, live_hi)
 
     return paged_prefill_tc
 

@@ -65,7 +65,6 @@ class TileShape:
     ROWS = property(lambda s: 16 * s.RW)  # M: query rows per CTA
     QT = property(lambda s: max(1, s.ROWS // s.G))  # query tokens per CTA
     R = property(lambda s: s.QT * s.G)  # rows in use (of ROWS)
-    BSH = property(lambda s: s.B.bit_length() - 1 if s.B & (s.B - 1) == 0 else -1)  # log2 B
     KS = property(lambda s: s.D // 16)  # k-steps of S = Q K^T
     QC = property(lambda s: 2 * (s.KS - s.QR))  # 16-byte chunks per row of qs
     q_swizzle = property(lambda s: swizzle_shape(max(s.QC, 1)))  # (QSC, QSH, QSM)

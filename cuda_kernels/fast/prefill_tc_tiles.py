@@ -3,10 +3,10 @@ and the swizzled shared-memory layout.
 
     loader = make_tile_loader(shape)   # shape: prefill_tc_shape.TileShape
 
-  * `map_tile`: thread t < T maps token t of a tile through the block table once per tile
-    (`tok_s[b, t]`, the row's element index in the cache, -1 past the span), skipping the
-    window's seam (`prefill_work.position`); B is a constant, so the division is a shift
-    when B = 2^k.
+  * `map_tile(kv, base, tok_s, b, tid)`: thread t < T maps token t of a tile through the
+    block table once per tile (`tok_s[b, t]`, the row's element index in the cache, -1
+    past the span), skipping the window's seam: `prefill_work.make_map_tile`, shared
+    with `prefill_wgmma`.
   * `issue_any` / `issue_whole`: two threads per row issue 16-byte `cp_async16` copies of
     every other chunk into swizzled shared rows (`primitives.swizzled`: the 8 rows of one
     ldmatrix hit 8 distinct bank groups), one commit group per call; `issue_any` writes
@@ -23,33 +23,17 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from numba import cuda, float32, int32, int64
+from numba import cuda, float32, int64
 
-from ..layout import k_row
 from ..primitives import cp_async16, cp_async_commit, swizzled
-from .prefill_work import position
+from .prefill_work import make_map_tile
 
 
 def make_tile_loader(shape) -> SimpleNamespace:
     """The loader's device functions for one kernel shape (constants: T, B, NT, chunks)."""
-    T, B, BSH, NT, NCH, PASSES = shape.T, shape.B, shape.BSH, shape.NT, shape.NCH, shape.PASSES
+    T, NT, NCH, PASSES = shape.T, shape.NT, shape.NCH, shape.PASSES
     SC, SH, SM = shape.swizzle
     QSC, QSH, QSM = shape.q_swizzle
-
-    @cuda.jit(device=True)
-    def map_tile(cache, block_tables, seq, kv_head, base, span, kept_hi, gap, tok_s, b, tid):
-        """tok_s[b, t] <- the cache element index of K's row for token t of the tile at
-        span index `base`, -1 past the span: one block-table read per token per tile."""
-        if tid < T:  # T <= NT: one token per thread
-            row = int64(-1)
-            j = int32(base + tid)
-            if j < span:
-                pos = int32(position(j, kept_hi, gap))  # positions are int32, >= 0
-                logical = int32(pos >> BSH) if BSH >= 0 else int32(pos // B)
-                row = k_row(
-                    cache, seq, block_tables[seq, logical], kv_head, int32(pos - logical * B)
-                )
-            tok_s[b, tid] = row
 
     def make_issue(zero_fill: bool):
         """issue(cache, offset, tok_s, b, dst, tid): cp.async the rows mapped in tok_s[b]
@@ -112,7 +96,7 @@ def make_tile_loader(shape) -> SimpleNamespace:
         return odd
 
     return SimpleNamespace(
-        map_tile=map_tile,
+        map_tile=make_map_tile(T, shape.B),
         issue_any=issue_any,
         issue_whole=issue_whole,
         chunk_bases=chunk_bases,

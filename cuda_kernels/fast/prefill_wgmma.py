@@ -41,6 +41,8 @@ Grid: (num_work, num_kv_heads), 128 threads (4 warps = one warpgroup). Warp w ow
 from __future__ import annotations
 
 import math
+from collections import namedtuple
+from types import SimpleNamespace
 
 import numpy as np
 from numba import cuda, float32, int32, int64
@@ -56,7 +58,15 @@ from ..primitives import (
     warp_sum,
 )
 from .decode import LOG2E
-from .prefill_work import make_work, position, run_tile, seen_by, tile_at
+from .prefill_work import (
+    KvSpan,
+    Rows,
+    make_map_tile,
+    make_mask,
+    make_work,
+    run_tile,
+    tile_at,
+)
 from .wgmma import (
     SWIZZLE_128B,
     align_pad,
@@ -85,39 +95,53 @@ def kv_tile() -> int:
     return 64 if _backend.backend() == "gpu" else 16
 
 
-def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_size: int):
-    """Build the kernel for D, G, T (tokens per tile, a multiple of 16 up to 64) and the
-    cache's block size B; launched like `prefill_tc.make_prefill_tc_kernel`'s with
-    THREADS threads: kernel[(num_work, num_kv_heads), 128](cache, query, block_tables,
-    context_lens, query_start_loc, work_seq, work_first, block_size, scale, causal,
-    window, sinks, out)."""
+# shared memory: the tile maps [2, T], and the K and V tiles at kv_s[k_at:], kv_s[v_at:]
+Tiles = namedtuple("Tiles", "tok_s kv_s k_at v_at")
+# the running state: S (m64nT accumulator), P as f16x2 (the A words of P V), O (panel p
+# at o[32p:]), and the running max of rows g, g + 8, then their partial sums
+Acc = namedtuple("Acc", "s pw o st")
+
+
+def wgmma_shape(head_dim: int, group_size: int, tile: int, block_size: int) -> SimpleNamespace:
+    """The kernel's constants for D, G, T and B, checked."""
     D, G, T, B = int(head_dim), int(group_size), int(tile), int(block_size)
     if D % 16 or not 16 <= D <= MAX_HEAD_DIM or T % 16 or not 16 <= T <= 64:
         raise ValueError(
             f"head_dim must be a multiple of 16 in [16, {MAX_HEAD_DIM}] and the "
             f"tile one in [16, 64], got {D} and {T}"
         )
-    QT = max(1, 64 // G)  # query tokens per CTA
-    R = QT * G  # rows in use (of 64)
-    KS = D // 16  # k-steps of S
-    PANELS = (D + 63) // 64
-    LAST_N = D - 64 * (PANELS - 1)  # width of the last 64-dim panel
-    PANEL = T * 64  # fp16 elements of one panel: T rows of 128 bytes
-    BUF = PANELS * PANEL  # one K (or V) tile
-    SMEM = 2 * BUF + 512  # the K and V tiles, and up to 1024 bytes to align them
-    SF, OF = T // 2, D // 2  # accumulator registers of S and O per lane
-    QF = 4 * KS  # Q's A words per lane
-    PW = T // 4  # P's A words per lane
+    panels = (D + 63) // 64
+    return SimpleNamespace(
+        D=D,
+        G=G,
+        T=T,
+        B=B,
+        QT=max(1, 64 // G),  # query tokens per CTA
+        R=max(1, 64 // G) * G,  # rows in use (of 64)
+        KS=D // 16,  # k-steps of S
+        PANELS=panels,
+        LAST_N=D - 64 * (panels - 1),  # width of the last 64-dim panel
+        PANEL=T * 64,  # fp16 elements of one panel: T rows of 128 bytes
+        BUF=panels * T * 64,  # one K (or V) tile
+        SMEM=2 * panels * T * 64 + 512,  # the K and V tiles, and up to 1024 bytes to align
+        SF=T // 2,  # S accumulator registers per lane
+        OF=D // 2,  # O accumulator registers per lane
+        QF=4 * (D // 16),  # Q's A words per lane
+        PW=T // 4,  # P's A words per lane
+    )
+
+
+def make_products(c):
+    """(scores, values): S = Q K^T and O += P V, each a batch of wgmmas waited for."""
+    T, KS, PANELS, PANEL, SF = c.T, c.KS, c.PANELS, c.PANEL, c.SF
     mma_s = mma_for(T, False)  # B = K^T, K-major
     mma_o = mma_for(64, True)  # B = V, MN-major
-    mma_o_last = mma_for(LAST_N, True)
-
-    map_tile, issue_any, issue_whole = make_tile_io(D, T, B, THREADS)
-    cta_span, row_spans, tile_order = make_work(QT, G, R, T)
+    mma_o_last = mma_for(c.LAST_N, True)
 
     @cuda.jit(device=True)
-    def scores(kv_s, k_at, qf, s):
+    def scores(tiles, qf, s):
         """S = Q K^T for this tile: KS wgmmas chained on s, the first with accumulate 0."""
+        kv_s, k_at = tiles.kv_s, tiles.k_at
         wgmma_fence()
         for k in range(KS):
             desc = smem_desc(kv_s, k_at + (k >> 2) * PANEL + (k & 3) * 16, 16, 1024, SWIZZLE_128B)
@@ -126,10 +150,11 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
         wgmma_wait(0)
 
     @cuda.jit(device=True)
-    def values(kv_s, v_at, s, pw, o):
+    def values(tiles, acc):
         """O += P V: P's S fragments packed to f16x2 (pw) are the A words, 16 tokens a
         step. All packed before the fence: wgmma_fence must separate every register write
         from the wgmma that reads it (PTX ISA, wgmma.fence)."""
+        s, pw, o, kv_s, v_at = acc.s, acc.pw, acc.o, tiles.kv_s, tiles.v_at
         for k in range(SF // 2):
             pw[k] = pack_f16x2(s[2 * k], s[2 * k + 1])
         wgmma_fence()
@@ -149,17 +174,17 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
         wgmma_commit()
         wgmma_wait(0)
 
-    @cuda.jit(device=True)
-    def mask(s, base, span, kept_hi, gap, rows_seen, t4):
-        """-inf where a row does not see the column (causal, window, tile tail)."""
-        for k in range(SF):
-            col = base + 8 * (k >> 2) + 2 * t4 + (k & 1)
-            if col >= span or not seen_by((k >> 1) & 1, position(col, kept_hi, gap), rows_seen):
-                s[k] = -math.inf
+    return scores, values
+
+
+def make_softmax(c):
+    """softmax(acc, scale2): the online softmax after a tile's scores."""
+    SF, OF = c.SF, c.OF
 
     @cuda.jit(device=True)
-    def softmax(s, o, st, scale2):
+    def softmax(acc, scale2):
         """Update the running max and sums from this tile's scores, rescale O."""
+        s, o, st = acc.s, acc.o, acc.st
         top_lo = float32(-math.inf)
         top_hi = float32(-math.inf)
         for n in range(SF // 4):  # loops over 4-register blocks: unrolled, s stays in registers
@@ -189,36 +214,26 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
             o[4 * n + 2] *= alpha_hi
             o[4 * n + 3] *= alpha_hi
 
+    return softmax
+
+
+def make_walk(c, tile_order):
+    """walk(kv, tiles, tid, rows, acc, len_lo, start_hi, window): every KV tile of the CTA,
+    the masked steps first, then the full ones (two loops; `prefill_work`'s order), from
+    an empty acc (O = 0, max -inf, sums 0)."""
+    T, OF = c.T, c.OF
+    map_tile = make_map_tile(T, c.B)
+    issue_any, issue_whole = make_tile_io(c.D, T, THREADS)
+    scores, values = make_products(c)
+    mask, softmax = make_mask(c.SF), make_softmax(c)
+
     def make_step(masked: bool):
         """One KV tile: S = Q K^T, (the mask), the online softmax, O += P V."""
+        issue = issue_any if masked else issue_whole
 
         @cuda.jit(device=True)
-        def step(
-            cache,
-            block_tables,
-            seq,
-            kv_head,
-            e,
-            tiles,
-            order,
-            span,
-            kept_hi,
-            gap,
-            v_offset,
-            tok_s,
-            kv_s,
-            k_at,
-            v_at,
-            tid,
-            qf,
-            s,
-            pw,
-            o,
-            st,
-            rows_seen,
-            scale2,
-            t4,
-        ):
+        def step(kv, tiles, tid, rows, acc, e, num_tiles, order):
+            tok_s, kv_s = tiles.tok_s, tiles.kv_s
             b = e & 1  # this step's map in tok_s[b], the next one's in tok_s[1 - b]
             # the tile of step e, and of step e + 1 (a full step's next tile is full too)
             tile = run_tile(e, order) if not masked else tile_at(e, order)
@@ -228,43 +243,100 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
             # K of this tile is visible to the warpgroup's wgmma; every warp is done with
             # the last P V, so the V tile may be overwritten
             cuda.syncthreads()
+            issue(kv.cache, kv.v_offset, tok_s, b, kv_s, tiles.v_at, tid)
+            if e + 1 < num_tiles:
+                map_tile(kv, after * T, tok_s, 1 - b, tid)
+            scores(tiles, rows.qf, acc.s)
             if masked:
-                issue_any(cache, v_offset, tok_s, b, kv_s, v_at, tid)
-            else:
-                issue_whole(cache, v_offset, tok_s, b, kv_s, v_at, tid)
-            if e + 1 < tiles:
-                map_tile(
-                    cache,
-                    block_tables,
-                    seq,
-                    kv_head,
-                    after * T,
-                    span,
-                    kept_hi,
-                    gap,
-                    tok_s,
-                    1 - b,
-                    tid,
-                )
-            scores(kv_s, k_at, qf, s)
-            if masked:
-                mask(s, tile * T, span, kept_hi, gap, rows_seen, t4)
-            softmax(s, o, st, scale2)
+                mask(acc.s, tile * T, kv, rows.rows_seen, tid & 3)
+            softmax(acc, rows.scale2)
             cp_async_wait(0)
             fence_proxy_async()
             # V is visible to wgmma; every warp is done with S = Q K^T, so the K tile may
             # be overwritten; the next tile's map is visible
             cuda.syncthreads()
-            if e + 1 < tiles:  # the full steps come last: theirs is always a whole tile
-                if masked:
-                    issue_any(cache, 0, tok_s, 1 - b, kv_s, k_at, tid)
-                else:
-                    issue_whole(cache, 0, tok_s, 1 - b, kv_s, k_at, tid)
-            values(kv_s, v_at, s, pw, o)
+            if e + 1 < num_tiles:  # the full steps come last: theirs is always a whole tile
+                issue(kv.cache, 0, tok_s, 1 - b, kv_s, tiles.k_at, tid)
+            values(tiles, acc)
 
         return step
 
     step_masked, step_full = make_step(True), make_step(False)
+
+    @cuda.jit(device=True)
+    def walk(kv, tiles, tid, rows, acc, len_lo, start_hi, window):
+        for k in range(OF):
+            acc.o[k] = float32(0)
+        acc.st[0] = -math.inf
+        acc.st[1] = -math.inf
+        acc.st[2] = float32(0)
+        acc.st[3] = float32(0)
+        num_tiles, order = tile_order(kv.span, kv.kept_hi, kv.gap, len_lo, start_hi, window)
+        map_tile(kv, int32(tile_at(int32(0), order) * T), tiles.tok_s, 0, tid)
+        cuda.syncthreads()  # the first map is visible before any thread copies by it
+        issue_any(kv.cache, 0, tiles.tok_s, 0, tiles.kv_s, tiles.k_at, tid)
+        for e in range(order[2]):  # the masked tiles, then the full ones: two loops
+            step_masked(kv, tiles, tid, rows, acc, e, num_tiles, order)
+        for e in range(order[2], num_tiles):
+            step_full(kv, tiles, tid, rows, acc, e, num_tiles, order)
+
+    return walk
+
+
+def make_cta_io(c):
+    """(load_q, write_out): Q into the lane's A words, O / l out. The lane's rows are
+    r_lo = 16 warp + g and r_lo + 8; live = (live_lo, live_hi) says which are real."""
+    G, KS, OF = c.G, c.KS, c.OF
+
+    @cuda.jit(device=True)
+    def load_q(query, q_at, head0, tid, live, sign, qf):
+        """Q's A words: a0 (row g), a1 (g + 8), a2, a3 (+8 columns), sign q (0: padding)."""
+        r_lo, t4 = (tid >> 5) * 16 + ((tid & 31) >> 2), tid & 3
+        live_lo, live_hi = live
+        for k in range(KS):
+            for half in range(4):
+                r = r_lo + 8 * (half & 1)
+                d = 16 * k + 2 * t4 + 8 * (half >> 1)
+                lo = float32(0)
+                hi = float32(0)
+                if live_lo if half & 1 == 0 else live_hi:
+                    at = q_at + r // G
+                    lo = float32(query[at, head0 + r % G, d]) * sign
+                    hi = float32(query[at, head0 + r % G, d + 1]) * sign
+                qf[4 * k + half] = pack_f16x2(lo, hi)
+
+    @cuda.jit(device=True)
+    def write_out(out, acc, q_at, head0, tid, live):
+        """out's rows <- O / l, l the quad's partial sums added up."""
+        r_lo, t4, o = (tid >> 5) * 16 + ((tid & 31) >> 2), tid & 3, acc.o
+        live_lo, live_hi = live
+        l_lo = warp_sum(acc.st[2], 4)  # the quad's partial sums: each row's total
+        l_hi = warp_sum(acc.st[3], 4)
+        at_lo = q_at + r_lo // G
+        at_hi = q_at + (r_lo + 8) // G
+        for n in range(OF // 4):
+            d = 8 * n + 2 * t4
+            if live_lo:
+                out[at_lo, head0 + r_lo % G, d] = o[4 * n] / l_lo
+                out[at_lo, head0 + r_lo % G, d + 1] = o[4 * n + 1] / l_lo
+            if live_hi:
+                out[at_hi, head0 + (r_lo + 8) % G, d] = o[4 * n + 2] / l_hi
+                out[at_hi, head0 + (r_lo + 8) % G, d + 1] = o[4 * n + 3] / l_hi
+
+    return load_q, write_out
+
+
+def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_size: int):
+    """Build the kernel for D, G, T (tokens per tile, a multiple of 16 up to 64) and the
+    cache's block size B; launched like `prefill_tc.make_prefill_tc_kernel`'s with
+    THREADS threads: kernel[(num_work, num_kv_heads), 128](cache, query, block_tables,
+    context_lens, query_start_loc, work_seq, work_first, block_size, scale, causal,
+    window, sinks, out)."""
+    c = wgmma_shape(head_dim, group_size, tile, block_size)
+    G, T, BUF, SMEM, SF, OF, QF, PW = c.G, c.T, c.BUF, c.SMEM, c.SF, c.OF, c.QF, c.PW
+    cta_span, row_spans, tile_order = make_work(c.QT, G, c.R, T)
+    walk = make_walk(c, tile_order)
+    load_q, write_out = make_cta_io(c)
 
     @cuda.jit
     def paged_prefill_wgmma(
@@ -282,12 +354,7 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
         sinks,
         out,
     ):
-        work = cuda.blockIdx.x
-        kv_head = cuda.blockIdx.y
         tid = cuda.threadIdx.x
-        lane = tid & 31
-        g = lane >> 2
-        t4 = lane & 3
         kv_s = cuda.shared.array(SMEM, np.float16)  # [pad][K tile][V tile]
         tok_s = cuda.shared.array((2, T), int64)  # K row of each tile token, per buffer
         qf = cuda.local.array(QF, np.uint32)  # Q's A words, [k-step][a0..a3]
@@ -297,120 +364,22 @@ def make_prefill_wgmma_kernel(head_dim: int, group_size: int, tile: int, block_s
         st = cuda.local.array(4, float32)  # running max of rows g, g+8; their partial sums
         rows_seen = cuda.local.array(6, int32)  # (length, kept, start) of rows g, g+8
         k_at = align_pad(kv_s)  # the K tile starts on a 1024-byte boundary, V after it
-        v_at = k_at + BUF
+        tiles = Tiles(tok_s, kv_s, k_at, k_at + BUF)
 
+        work = cuda.blockIdx.x
         (seq, first, q0, rows, past, ctx, len_lo, len_hi, kept_hi, start_hi, gap, span) = cta_span(
             work_seq, work_first, query_start_loc, context_lens, work, causal, window, sinks
         )
-        head0 = kv_head * G
         v_offset = int64(cache.strides[1] // 2)  # V's row = K's row + this (fp16 elements)
-        r_lo = (tid >> 5) * 16 + g  # this lane's rows: r_lo and r_lo + 8
-        live_lo, live_hi = row_spans(r_lo, rows, past, ctx, causal, window, sinks, rows_seen)
+        kv = KvSpan(cache, block_tables, seq, cuda.blockIdx.y, span, kept_hi, gap, v_offset)
+        r_lo = (tid >> 5) * 16 + ((tid & 31) >> 2)  # this lane's rows: r_lo and r_lo + 8
+        live = row_spans(r_lo, rows, past, ctx, causal, window, sinks, rows_seen)
         # scale's sign on Q (exact in fp16), its magnitude on the fp32 scores
         sign, scale2 = split_scale(float32(scale * LOG2E))
-        for k in range(KS):  # Q's A words: a0 (row g), a1 (g + 8), a2, a3 (+8 columns)
-            for half in range(4):
-                r = r_lo + 8 * (half & 1)
-                live = live_lo if half & 1 == 0 else live_hi
-                d = 16 * k + 2 * t4 + 8 * (half >> 1)
-                lo = float32(0)
-                hi = float32(0)
-                if live:
-                    at = q0 + first + r // G
-                    lo = float32(query[at, head0 + r % G, d]) * sign
-                    hi = float32(query[at, head0 + r % G, d + 1]) * sign
-                qf[4 * k + half] = pack_f16x2(lo, hi)
-        for n in range(OF // 4):
-            for i in range(4):
-                o[4 * n + i] = float32(0)
-        st[0] = -math.inf
-        st[1] = -math.inf
-        st[2] = float32(0)
-        st[3] = float32(0)
-
-        tiles, order = tile_order(span, kept_hi, gap, len_lo, start_hi, window)
-        map_tile(
-            cache,
-            block_tables,
-            seq,
-            kv_head,
-            int32(tile_at(int32(0), order) * T),
-            span,
-            kept_hi,
-            gap,
-            tok_s,
-            0,
-            tid,
-        )
-        cuda.syncthreads()  # the first map is visible before any thread copies by it
-        issue_any(cache, 0, tok_s, 0, kv_s, k_at, tid)
-        for e in range(order[2]):  # the masked tiles, then the full ones: two loops
-            step_masked(
-                cache,
-                block_tables,
-                seq,
-                kv_head,
-                e,
-                tiles,
-                order,
-                span,
-                kept_hi,
-                gap,
-                v_offset,
-                tok_s,
-                kv_s,
-                k_at,
-                v_at,
-                tid,
-                qf,
-                s,
-                pw,
-                o,
-                st,
-                rows_seen,
-                scale2,
-                t4,
-            )
-        for e in range(order[2], tiles):
-            step_full(
-                cache,
-                block_tables,
-                seq,
-                kv_head,
-                e,
-                tiles,
-                order,
-                span,
-                kept_hi,
-                gap,
-                v_offset,
-                tok_s,
-                kv_s,
-                k_at,
-                v_at,
-                tid,
-                qf,
-                s,
-                pw,
-                o,
-                st,
-                rows_seen,
-                scale2,
-                t4,
-            )
-
-        l_lo = warp_sum(st[2], 4)  # the quad's partial sums: each row's total
-        l_hi = warp_sum(st[3], 4)
-        at_lo = q0 + first + r_lo // G
-        at_hi = q0 + first + (r_lo + 8) // G
-        for n in range(OF // 4):
-            d = 8 * n + 2 * t4
-            if live_lo:
-                out[at_lo, head0 + r_lo % G, d] = o[4 * n] / l_lo
-                out[at_lo, head0 + r_lo % G, d + 1] = o[4 * n + 1] / l_lo
-            if live_hi:
-                out[at_hi, head0 + (r_lo + 8) % G, d] = o[4 * n + 2] / l_hi
-                out[at_hi, head0 + (r_lo + 8) % G, d + 1] = o[4 * n + 3] / l_hi
+        load_q(query, q0 + first, kv.kv_head * G, tid, live, sign, qf)
+        acc = Acc(s, pw, o, st)
+        walk(kv, tiles, tid, Rows(qf, rows_seen, scale2), acc, len_lo, start_hi, window)
+        write_out(out, acc, q0 + first, kv.kv_head * G, tid, live)
 
     return paged_prefill_wgmma
 

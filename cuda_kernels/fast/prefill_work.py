@@ -29,6 +29,15 @@ constants, for any shape:
     run_tile(e, order)           tile_at for a step of the run (e >= masked_tiles),
                                  without the compares: the whole-tile loop's
 
+The K/V a CTA reads travel together as one `KvSpan` (its sequence's cache rows, span
+and seam), what its lane's rows need as one `Rows`, and `make_map_tile(T, B)` maps a
+tile of the span through the block table:
+
+    map_tile(kv, base, tok_s, b, tid)   tok_s[b, t] <- the cache element index of K's row
+                                        of span index base + t, -1 past the span
+    make_mask(SF) -> mask(s, base, kv, rows_seen, t4)   -inf on the scores a row does
+                                        not see, in both kernels' fragment layout
+
 Loop state is int32 throughout (64-bit loop state costs registers). The kernels run
 steps [0, masked_tiles) with the mask and [masked_tiles, tiles) without, in two loops
 (the second holds no mask code and no compares), and a whole step's next tile is whole.
@@ -36,10 +45,24 @@ steps [0, masked_tiles) with the mask and [masked_tiles, tiles) without, in two 
 
 from __future__ import annotations
 
-import numpy as np
-from numba import cuda, int32
+import math
+from collections import namedtuple
 
+import numpy as np
+from numba import cuda, int32, int64
+
+from ..layout import k_row
 from ..primitives import window_span
+
+# The K/V one CTA reads, passed whole to the tile loaders and steps: the cache
+# [num_blocks, 2, num_kv_heads, block_size, head_dim], block_tables [num_seqs,
+# max_blocks], the sequence and KV head, the span (positions [0, kept_hi) then
+# [gap, ...), span of them) and v_offset (V's row = K's row + this, in elements).
+KvSpan = namedtuple("KvSpan", "cache block_tables seq kv_head span kept_hi gap v_offset")
+# The lane's rows r_lo and r_lo + 8, as the steps read them: Q's A fragments (the words in
+# registers), (length, kept, start) of each row (`row_spans`), and the scale's magnitude
+# times log2(e) (`primitives.split_scale`).
+Rows = namedtuple("Rows", "qf rows_seen scale2")
 
 
 @cuda.jit(device=True)
@@ -69,6 +92,45 @@ def tile_at(e, order):
     if e >= masked_tiles:
         return run_tile(e, order)
     return e if e < first_full else int32(e + end_full - first_full)
+
+
+def make_map_tile(T: int, B: int):
+    """map_tile(kv, base, tok_s, b, tid) for tiles of T tokens and a cache of block size B
+    (a constant: the division is a shift when B = 2^k)."""
+    BSH = B.bit_length() - 1 if B & (B - 1) == 0 else -1  # log2(B) when B is 2^k
+
+    @cuda.jit(device=True)
+    def map_tile(kv, base, tok_s, b, tid):
+        """tok_s[b, t] <- the cache element index of K's row for token t of the tile at
+        span index `base`, -1 past the span: one block-table read per token per tile."""
+        if tid < T:  # T <= threads: one token per thread
+            row = int64(-1)
+            j = int32(base + tid)
+            if j < kv.span:
+                pos = int32(position(j, kv.kept_hi, kv.gap))  # positions are int32, >= 0
+                logical = int32(pos >> BSH) if BSH >= 0 else int32(pos // B)
+                block = kv.block_tables[kv.seq, logical]
+                row = k_row(kv.cache, kv.seq, block, kv.kv_head, int32(pos - logical * B))
+            tok_s[b, tid] = row
+
+    return map_tile
+
+
+def make_mask(SF: int):
+    """mask(s, base, kv, rows_seen, t4): S's SF fragment registers of a lane (8-column
+    n-tiles of 4: rows g, g + 8 x columns 2 t4, 2 t4 + 1, the mma.sync and wgmma layout
+    alike) of the tile at span index base <- -inf where the row does not see the column
+    (causal diagonal, window edge, sinks or the tile's tail past the span)."""
+
+    @cuda.jit(device=True)
+    def mask(s, base, kv, rows_seen, t4):
+        for k in range(SF):
+            col = base + 8 * (k >> 2) + 2 * t4 + (k & 1)
+            pos = position(col, kv.kept_hi, kv.gap)
+            if col >= kv.span or not seen_by((k >> 1) & 1, pos, rows_seen):
+                s[k] = -math.inf
+
+    return mask
 
 
 def make_work(QT: int, G: int, R: int, T: int):

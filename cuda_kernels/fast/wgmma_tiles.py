@@ -1,5 +1,5 @@
-"""The K/V tile machinery of `prefill_wgmma`: a tile's block-table map and its cp.async
-copies into 128-byte-swizzled panels.
+"""The K/V tile copies of `prefill_wgmma`: cp.async into 128-byte-swizzled panels, by the
+map of each tile that `prefill_work.make_map_tile` writes.
 
 A CTA reads the span [0, kept_hi) then [gap, len_hi) of its sequence's positions (the
 window's seam skipped, `prefill_work.position`) in tiles of T tokens. A tile in shared
@@ -7,8 +7,8 @@ memory is ceil(D / 64) panels of T rows x 64 fp16 (128 bytes); the 16-byte chunk
 r sits at chunk (c % 8) ^ (r % 8) of row r in panel c // 8 (wgmma's 128-byte swizzle, the
 tile 1024-byte aligned by the caller). Invariants the kernel relies on:
 
-  * `map_tile` writes tok_s[b, t] for t < T: the cache element index of K's row of the
-    tile's token t, -1 past the span (one block-table read per token per tile);
+  * `map_tile` (prefill_work) writes tok_s[b, t] for t < T: the cache element index of
+    K's row of the tile's token t, -1 past the span (one block-table read per token);
   * `issue_any` copies every row, writing zeros for rows past the span (so a tail tile's
     P V adds 0 x 0, never garbage); `issue_whole` assumes a whole tile (no select): the
     tiles `prefill_work.tile_order` puts in the run every row sees whole.
@@ -16,35 +16,19 @@ tile 1024-byte aligned by the caller). Invariants the kernel relies on:
 
 from __future__ import annotations
 
-from numba import cuda, int32, int64
+from numba import cuda, int64
 
-from ..layout import k_row
 from ..primitives import cp_async16, cp_async_commit
-from .prefill_work import position
 
 
-def make_tile_io(head_dim: int, tile: int, block_size: int, threads: int):
-    """(map_tile, issue_any, issue_whole) for D, T, B and the CTA's threads."""
-    D, T, B, NT = int(head_dim), int(tile), int(block_size), int(threads)
-    BSH = B.bit_length() - 1 if B & (B - 1) == 0 else -1  # log2(B) when B is 2^k
+def make_tile_io(head_dim: int, tile: int, threads: int):
+    """(issue_any, issue_whole) for D, T and the CTA's threads."""
+    D, T, NT = int(head_dim), int(tile), int(threads)
     NCH = D // 8  # 16-byte chunks of a K/V row
     PANEL = T * 64  # fp16 elements of one panel
     COPIES = (T * NCH + NT - 1) // NT  # 16-byte copies per thread per tile
     EVEN = NT % NCH == 0  # then a thread's chunk is the same in every copy
     ROWS_PER_PASS = NT // NCH if EVEN else 0
-
-    @cuda.jit(device=True)
-    def map_tile(cache, block_tables, seq, kv_head, base, span, kept_hi, gap, tok_s, b, tid):
-        if tid < T:
-            row = int64(-1)
-            j = int32(base + tid)
-            if j < span:
-                pos = int32(position(j, kept_hi, gap))
-                logical = int32(pos >> BSH) if BSH >= 0 else int32(pos // B)
-                row = k_row(
-                    cache, seq, block_tables[seq, logical], kv_head, int32(pos - logical * B)
-                )
-            tok_s[b, tid] = row
 
     def make_issue(zero_fill: bool):
         @cuda.jit(device=True)
@@ -71,4 +55,4 @@ def make_tile_io(head_dim: int, tile: int, block_size: int, threads: int):
 
         return issue
 
-    return map_tile, make_issue(True), make_issue(False)
+    return make_issue(True), make_issue(False)

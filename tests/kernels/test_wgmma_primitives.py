@@ -9,6 +9,8 @@ that B does not use and unusual LBO / SBO values, so that swapping them would sh
 Mutation checks: words laid out with two registers swapped, or a swizzled B with two
 chunks left unswapped, give a wrong product."""
 
+from collections import namedtuple
+
 import numpy as np
 import pytest
 from numba import cuda, float32
@@ -54,8 +56,12 @@ def d_table(n):
     return table
 
 
-def place(B, mode, trans_b, k0=0, swizzle=True):
-    """(memory fp16 [SMEM - 512], start element, lbo, sbo) holding B [16 x N]."""
+# B placed in shared memory: memory fp16 [SMEM - 512], the start element, LBO and SBO
+Placed = namedtuple("Placed", "memory start lbo sbo")
+
+
+def place(B, mode, trans_b, k0=0, swizzle=True) -> Placed:
+    """B [16 x N] laid out for descriptor mode `mode` (K-major, or MN-major with trans_b)."""
     n = B.shape[1]
     memory = np.full(SMEM - 512, np.nan, np.float16)
     width = WIDTH[mode]
@@ -68,7 +74,7 @@ def place(B, mode, trans_b, k0=0, swizzle=True):
                 else:  # row k % 8 of core (k // 8, j // 8), element j % 8
                     at = (k // 8) * lbo + (j // 8) * sbo + (k % 8) * 16 + (j % 8) * 2
                 memory[at // 2] = B[k, j]
-        return memory, 0, lbo, sbo
+        return Placed(memory, 0, lbo, sbo)
     per_row, chunks = width // 2, width // 16  # fp16 and 16-byte chunks in a row
 
     def chunk_at(row, chunk):  # rows of one 8 * W atom share the pattern W / 128 at a time
@@ -82,7 +88,7 @@ def place(B, mode, trans_b, k0=0, swizzle=True):
                 col = k0 + k
                 at = (j // 8) * sbo + (j % 8) * width + chunk_at(j % 8, col // 8) * 16
                 memory[(at + (col % 8) * 2) // 2] = B[k, j]
-        return memory, k0, lbo, sbo
+        return Placed(memory, k0, lbo, sbo)
     panels = -(-n // per_row)  # n split in panels of per_row, LBO apart; 8-k groups SBO
     lbo, sbo = atom, (panels + 1) * atom
     for k in range(16):
@@ -90,10 +96,12 @@ def place(B, mode, trans_b, k0=0, swizzle=True):
             at = (j // per_row) * lbo + (k // 8) * sbo + (k % 8) * width
             at += chunk_at(k % 8, (j % per_row) // 8) * 16 + (j % 8) * 2
             memory[at // 2] = B[k, j]
-    return memory, 0, lbo, sbo
+    return Placed(memory, 0, lbo, sbo)
 
 
-def run(memory, start, lbo, sbo, mode, n, trans_b, words, acc):
+def run(b, mode, n, trans_b, words, acc):
+    """D = A B + C on one warpgroup: B placed (`place`), A as each thread's words, C acc."""
+    memory, start, lbo, sbo = b
     mma, regs, size = wg.mma_for(n, trans_b), n // 2, memory.size
     out = np.full((128, regs), np.nan, np.float32)
 
@@ -147,8 +155,7 @@ CASES = [
 @pytest.mark.parametrize("mode, trans_b, n, k0", CASES)
 def test_every_lane_gets_its_d_elements_for_each_swizzle_mode_and_major_ness(mode, trans_b, n, k0):
     A, B, C, acc, table = operands(10 * mode + n, n)
-    memory, start, lbo, sbo = place(B, mode, trans_b, k0)
-    out = run(memory, start, lbo, sbo, mode, n, trans_b, a_words(A), acc)
+    out = run(place(B, mode, trans_b, k0), mode, n, trans_b, a_words(A), acc)
     D = A @ B + C
     for thread, cells in enumerate(table):
         assert out[thread].tolist() == [D[r, c] for r, c in cells], thread
@@ -156,8 +163,7 @@ def test_every_lane_gets_its_d_elements_for_each_swizzle_mode_and_major_ness(mod
 
 def test_a_words_with_two_registers_swapped_give_a_wrong_product():
     A, B, C, acc, table = operands(1, 16)
-    memory, start, lbo, sbo = place(B, 1, False)
-    out = run(memory, start, lbo, sbo, 1, 16, False, a_words(A, swap=(1, 2)), acc)
+    out = run(place(B, 1, False), 1, 16, False, a_words(A, swap=(1, 2)), acc)
     want = np.array([[(A @ B + C)[r, c] for r, c in cells] for cells in table])
     assert (out != want).any()
 
@@ -165,8 +171,7 @@ def test_a_words_with_two_registers_swapped_give_a_wrong_product():
 @pytest.mark.parametrize("trans_b", [False, True])
 def test_a_128_byte_swizzled_tile_stored_unswizzled_gives_a_wrong_product(trans_b):
     A, B, C, acc, table = operands(2, 64)
-    memory, start, lbo, sbo = place(B, 1, trans_b, swizzle=False)
-    out = run(memory, start, lbo, sbo, 1, 64, trans_b, a_words(A), acc)
+    out = run(place(B, 1, trans_b, swizzle=False), 1, 64, trans_b, a_words(A), acc)
     want = np.array([[(A @ B + C)[r, c] for r, c in cells] for cells in table])
     assert not np.array_equal(out, want)
 
