@@ -33,7 +33,7 @@ import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from ..io.args import ArgParser, int_in
 from ..text.captions import caption
@@ -380,7 +380,7 @@ def _draw_events(
     return 0
 
 
-def _pages(args: argparse.Namespace, make_page: Callable[[], dict[str, object]]) -> None:
+def _pages(args: argparse.Namespace, make_page: Callable[[], dict[str, Any]]) -> None:
     """--html and --trace-out: the page (`pagedsim.view`) and the trace it shows."""
     if not (args.html or args.trace_out):
         return
