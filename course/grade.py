@@ -21,6 +21,8 @@ limits of its own). Each student's folder is walked once, bounded (pagedsim/test
 no recursion, no link followed, a depth, a count and byte limits; past one, every row of
 that student says why), and the files are read, in bounded chunks, into a private spool
 before the first job: each job grades those bytes; DIR is hashed after every job (`Watch`).
+As root, each job's checker runs as a uid of its own with no capability, and is forked from
+its worker's warm process (grade_warm.py) rather than started cold.
 How a submission is isolated (`decide_mode`): bubblewrap where it works, a uid of its own
 per job when the grader is root; with neither, grading is refused unless --no-sandbox,
 and every result is then `verified: false` (the threat model: course/INSTRUCTORS.md).
@@ -54,7 +56,7 @@ from pathlib import Path
 from pagedsim.io.args import ArgParser, float_in, int_in
 from pagedsim.testing import jail, walk
 
-from . import curriculum, export
+from . import curriculum, export, grade_warm
 from . import grade_similarity as similarity
 from .grade_job import (  # noqa: F401 -- re-exported: one job's pieces keep their old names
     DEFAULT_TIMEOUT,
@@ -225,7 +227,9 @@ def grade(
     with walk.temporary_folder("pagedsim-grade-") as tmp:
         spool = Spool(Path(tmp) / "spool")  # never shared with a job
         spool.fill(root, handed, exercises, limits)
-        run = Run(_build(Path(tmp)), Path(tmp) / "jobs", mode, timeout, extra, command)
+        build = _build(Path(tmp))
+        warm = _warm(Path(tmp), build, extra, workers) if _warm_fits(mode, command) else None
+        run = Run(build, Path(tmp) / "jobs", mode, timeout, extra, command, warm)
         run.jobs.mkdir()
         if os.geteuid() == 0:  # each job's users may pass through (never list) to its own folder
             for d in (Path(tmp), run.jobs):
@@ -233,6 +237,8 @@ def grade(
         try:
             results = Graded(_in_parallel(run, todo, spool, watch, workers))
         finally:
+            if warm is not None:
+                warm.close()
             jail.kill_tree(None, orphans_of_self=True, keep=keep)  # whatever escaped its session
         results.similarity = similarity.run(spool.files())
     for r in results:
@@ -256,6 +262,24 @@ def _build(tmp: Path) -> dict:
     build = {rel: (tmp / "build" / rel).read_bytes() for rel in written}
     shutil.rmtree(tmp / "build")
     return build
+
+
+def _warm_fits(mode: Mode, command) -> bool:
+    """Whether the run's checkers fork from warm processes (course/grade_warm.py): as root, in
+    a verified mode, with the real checker."""
+    return mode.warm and mode.verified and command is None and os.geteuid() == 0
+
+
+def _warm(tmp: Path, build: dict, extra, workers: int) -> grade_warm.Pool:
+    """The run's warm checkers, and the copy of the build they import from: read-only,
+    readable by every job's checker (it holds what each job's own copy holds)."""
+    folder = tmp / "warm"
+    for rel, body in build.items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_bytes(body)
+    paths = private_checks(folder, extra)
+    jail.read_only(folder)
+    return grade_warm.Pool(folder, paths, workers)
 
 
 def _in_parallel(run: Run, todo, spool: Spool, watch: Watch, workers: int) -> list[Result]:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pagedsim.testing import jail, walk
 
-from . import curriculum, grade_launch, isolation, verdict
+from . import curriculum, grade_launch, grade_warm, isolation, verdict
 
 STATUSES = ("pass", "fail", "timeout", "error")
 DEFAULT_TIMEOUT = 120.0  # seconds per student x exercise: the checks take ~2-5 s on a slow core
@@ -154,6 +154,7 @@ class Mode:
     own_uid: bool  # each job's child as a user of its own (the grader runs as root)
     limits: jail.Limits = jail.Limits()
     max_reply: int = 64 << 20  # bytes in one reply of the submission's process
+    warm: bool = True  # as root: each worker's checker forked from a warm process (grade_warm)
 
     @property
     def verified(self) -> bool:
@@ -253,6 +254,51 @@ def _launcher(job: Job, mode: Mode, users: Users) -> grade_launch.Launcher:
             jail.kill_user(users.job)
 
     return grade_launch.Launcher(spawn, end)
+
+
+def _start_cold(argv: list[str], job: Job, users: Users | None, env: dict, fds: list[int]):
+    """The job's checker as a process of its own: confined and as its uid (`_confined`) when
+    `users` are given."""
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        env=env,
+        pass_fds=fds,
+        start_new_session=True,
+        cwd=None if users else job.scratch,  # as its uid, it enters scratch itself
+        preexec_fn=_confined(job, users) if users else None,
+    )
+
+
+def _fork_warm(
+    pool: grade_warm.Pool, slot: int, job: Job, users: Users, argv: list[str], env: dict
+) -> grade_warm.Job:
+    """The job's checker forked from its worker's warm process, confined and as its uid just
+    as `_confined` starts a cold one; its fds (verdict, launcher) named as in `env`."""
+    argv = [*argv, "--json"] + (["--extra-checks", *map(str, pool.extra)] if pool.extra else [])
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    fds = {"stdout": out_w, "stderr": err_w, verdict.VAR: int(env.pop(verdict.VAR))}
+    if grade_launch.VAR in env:
+        fds[grade_launch.VAR] = int(env.pop(grade_launch.VAR))
+    groups = [] if users.group == users.checker else [users.group]
+    account = dict(uid=users.checker, groups=groups, cwd=str(job.scratch), bare=True)
+    view = dict(
+        keep=[str(job.folder), str(pool.build)],
+        writable=str(job.scratch),
+        hide=[str(p) for p in _hidden()],
+    )
+    try:
+        got = pool.slots[slot].start(argv, env, view, account, fds)
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    got.read(out_r, err_r)
+    return got
 
 
 def verify_checks(root: Path) -> str | None:
@@ -358,6 +404,7 @@ class Run:
     timeout: float = DEFAULT_TIMEOUT  # seconds per job
     extra_checks: tuple = ()  # the instructor's extra check files: (name, bytes) or paths
     command: Callable | None = None  # (ex_id, path, extra) -> argv: a test's fake checker
+    warm: grade_warm.Pool | None = None  # the run's warm checkers (as root, Mode.warm)
 
 
 def run_one(
@@ -390,19 +437,12 @@ def run_one(
         env[grade_launch.VAR] = str(launcher.fd())
         fds.append(launcher.fd())
     try:
-        proc = subprocess.Popen(
-            (run.command or child_command)(ex_id, job.submission, extra),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
-            env=env,
-            pass_fds=fds,
-            start_new_session=True,
-            cwd=None if users else job.scratch,  # as its uid, it enters scratch itself
-            preexec_fn=_confined(job, users) if users else None,
-        )
+        if users is not None and run.warm is not None:
+            argv = [ex_id, "--impl", str(job.submission)]
+            proc = _fork_warm(run.warm, slot, job, users, argv, env)
+        else:
+            argv = (run.command or child_command)(ex_id, job.submission, extra)
+            proc = _start_cold(argv, job, users, env, fds)
     finally:
         os.close(theirs)
         if launcher is not None:

@@ -1,5 +1,6 @@
 """The checker (the process that talks to the submission) runs as a uid of its own, holding no
-capability, under `pagedsim grade` as root (grade_job.run_one, course/grade_launch.py).
+capability, under `pagedsim grade` as root (grade_job.run_one, course/grade_launch.py),
+whether it starts cold or is forked from its worker's warm process (course/grade_warm.py).
 
 Each probe below is an instructor's `--extra-checks` test: trusted code, but it runs in the
 checker, so it stands for a payload that somehow got to run there (the escape of issue 39
@@ -30,6 +31,9 @@ The attacks, and what each must get:
     userns         a user + mount namespace of its own, then unmount the blank over the
                    solutions: they stay hidden (locked mounts)
     ptrace         PTRACE_ATTACH to another uid's process or the grader: EPERM
+    warm_socket    forked from a warm process (course/grade_warm.py), it holds no socket of
+                   that process (which forks checkers as root): its only packet socket
+                   is its launcher's
     launcher       its request channel to the grader takes only `start` and `stop`: a
                    command line is refused and the channel ends
 """
@@ -235,6 +239,23 @@ PROBES = textwrap.dedent('''
         assert not got, f"attached to {got}"
 
 
+    def test_probe_warm_socket():
+        import socket
+        from course.grade_launch import Client
+
+        mine = Client.taken().sock.fileno()
+        packets = []
+        for fd in map(int, os.listdir("/proc/self/fd")):
+            try:
+                s = socket.socket(fileno=os.dup(fd))
+            except OSError:
+                continue
+            if s.type == socket.SOCK_SEQPACKET and fd != mine:
+                packets.append(fd)
+            s.close()
+        assert not packets, f"packet sockets {packets} besides the launcher's {mine}"
+
+
     def test_probe_launcher():
         from course.grade_launch import Client
 
@@ -253,6 +274,7 @@ def _victim(uid: int) -> subprocess.Popen:
 
 MODES = [
     pytest.param((Mode(False, True), 1), id="own uid, 1 worker"),
+    pytest.param((Mode(False, True, warm=False), 1), id="own uid, cold, 1 worker"),
     pytest.param(
         (Mode(True, True), 2),
         id="both, 2 workers",
