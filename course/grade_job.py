@@ -294,6 +294,10 @@ def _fork_warm(
     )
     try:
         got = pool.slots[slot].start(argv, env, view, account, fds)
+    except OSError:
+        os.close(out_r)
+        os.close(err_r)
+        raise
     finally:
         os.close(out_w)
         os.close(err_w)
@@ -437,10 +441,15 @@ def run_one(
         env[grade_launch.VAR] = str(launcher.fd())
         fds.append(launcher.fd())
     try:
+        proc = None
         if users is not None and run.warm is not None:
-            argv = [ex_id, "--impl", str(job.submission)]
-            proc = _fork_warm(run.warm, slot, job, users, argv, env)
-        else:
+            try:
+                proc = _fork_warm(
+                    run.warm, slot, job, users, [ex_id, "--impl", str(job.submission)], dict(env)
+                )
+            except OSError:  # the warm process is gone: this job starts cold
+                proc = None
+        if proc is None:
             argv = (run.command or child_command)(ex_id, job.submission, extra)
             proc = _start_cold(argv, job, users, env, fds)
     finally:

@@ -49,7 +49,7 @@ from pathlib import Path
 
 import pytest
 
-from course import curriculum, grade, grade_launch
+from course import curriculum, grade, grade_launch, grade_warm
 from course.grade_job import Mode
 from pagedsim.testing import jail
 
@@ -432,3 +432,19 @@ def test_a_reply_left_unread_by_an_interrupted_request_is_skipped(launcher):
     assert sock.recv(2) == b"hi" and got.proc is not None
     sock.close()
     assert client.stop() == 0 and got.proc is None and len(ended) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="warm checkers run only when the grader is root")
+def test_a_job_whose_warm_process_is_gone_starts_cold_and_is_graded(tmp_path, monkeypatch):
+    tried = []
+
+    def gone(self, *args):
+        tried.append(self)
+        raise OSError("the warm process is gone")
+
+    monkeypatch.setattr(grade_warm.Warm, "start", gone)
+    (tmp_path / "ann").mkdir()
+    (tmp_path / "ann" / NAME).write_text(EX.path("stub").read_text())
+    (got,) = grade.grade(tmp_path, ["3.1"], timeout=240, workers=1, mode=Mode(False, True))
+    assert tried and got.status == "fail" and got.total > 0 and got.verified, got
