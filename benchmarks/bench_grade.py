@@ -8,10 +8,12 @@ wall time, jobs per minute, the mean and median job time (`Result.seconds`), and
 speed-up of the last run over the first (2 workers over 1); then a sizing line per class
 size, from the last 1-worker job time (the time one core needs per job). `--checker
 autoload lean --workers 1` compares, side by side, the checker as it was (every installed
-pytest plugin autoloaded) with the checker as it is (Hypothesis' plugin alone).
+pytest plugin autoloaded) with a cold lean one (Hypothesis' plugin alone); `--checker lean
+warm` a cold checker per job with one forked from its worker's warm process
+(course/grade_warm.py, as root).
 
     python benchmarks/bench_grade.py [--students 4] [--exercises 3.1 3.2] [--workers 1 2]
-        [--checker lean autoload] [--json]
+        [--checker lean autoload warm] [--json]
 
 The machine is shared: keep it short (the defaults grade 8 jobs twice, about 2 minutes).
 """
@@ -19,6 +21,7 @@ The machine is shared: keep it short (the defaults grade 8 jobs twice, about 2 m
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import tempfile
@@ -53,9 +56,10 @@ LEAN_ENV = grade_job._env
 
 def measure(root: Path, exercise_ids, workers: int, checker: str = "lean") -> dict:
     grade_job._env = _autoload_env if checker == "autoload" else LEAN_ENV
+    mode = dataclasses.replace(grade.decide_mode(None), warm=checker == "warm")
     start = time.perf_counter()
     try:
-        results = grade.grade(root, exercise_ids, workers=workers)
+        results = grade.grade(root, exercise_ids, workers=workers, mode=mode)
     finally:
         grade_job._env = LEAN_ENV
     wall = time.perf_counter() - start
@@ -82,9 +86,10 @@ def main() -> None:
     ap.add_argument(
         "--checker",
         nargs="+",
-        choices=("lean", "autoload"),
+        choices=("lean", "autoload", "warm"),
         default=["lean"],
-        help="autoload: every pytest plugin in the checker, as before (side by side with lean)",
+        help="lean: a cold checker per job; autoload: every pytest plugin in it, as before; "
+        "warm: forked from its worker's warm process (side by side, in the order given)",
     )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()

@@ -31,7 +31,7 @@ from pathlib import Path
 from pagedsim.testing import jail, walk
 
 from . import curriculum
-from .grade_job import DEFAULT_TIMEOUT, READ_LIMITS, Mode, read_handed, row, run_one, survey
+from .grade_job import DEFAULT_TIMEOUT, READ_LIMITS, Mode, Run, read_handed, row, run_one, survey
 from .grade_report import gradescope_results
 
 STUDENT = "submission"  # the one student of a Gradescope run, as the rows name them
@@ -65,9 +65,10 @@ def grade_submission(folder: Path, exercises, timeout: float) -> list:
     with walk.temporary_folder("pagedsim-autograder-") as tmp:
         jobs = Path(tmp) / "jobs"
         jobs.mkdir()
-        if how.own_uid:  # each job's user may pass through (never list) to its own folder
+        if os.geteuid() == 0:  # each job's users may pass through (never list) to its folder
             for d in (Path(tmp), jobs):
                 d.chmod(0o711)
+        run = Run(build, jobs, how, timeout)
         jail.become_subreaper()
         for ex in exercises:
             got = data.get(ex.id)
@@ -75,13 +76,7 @@ def grade_submission(folder: Path, exercises, timeout: float) -> list:
             if not isinstance(got, bytes):
                 rows.append(row(STUDENT, ex.id, how, "error", [got or f"no file {path.name}"]))
                 continue
-            uid = jail.job_uid(0) if how.own_uid else None
-            rows.append(
-                run_one(
-                    STUDENT, ex.id, path, timeout=timeout, build=build, jobs=jobs, mode=how,
-                    data=got, uid=uid,
-                )
-            )  # fmt: skip
+            rows.append(run_one(STUDENT, ex.id, path, run, data=got))
     return rows
 
 

@@ -21,6 +21,8 @@ limits of its own). Each student's folder is walked once, bounded (pagedsim/test
 no recursion, no link followed, a depth, a count and byte limits; past one, every row of
 that student says why), and the files are read, in bounded chunks, into a private spool
 before the first job: each job grades those bytes; DIR is hashed after every job (`Watch`).
+As root, each job's checker runs as a uid of its own with no capability, and is forked from
+its worker's warm process (grade_warm.py) rather than started cold.
 How a submission is isolated (`decide_mode`): bubblewrap where it works, a uid of its own
 per job when the grader is root; with neither, grading is refused unless --no-sandbox,
 and every result is then `verified: false` (the threat model: course/INSTRUCTORS.md).
@@ -54,7 +56,7 @@ from pathlib import Path
 from pagedsim.io.args import ArgParser, float_in, int_in
 from pagedsim.testing import jail, walk
 
-from . import curriculum, export
+from . import curriculum, export, grade_warm
 from . import grade_similarity as similarity
 from .grade_job import (  # noqa: F401 -- re-exported: one job's pieces keep their old names
     DEFAULT_TIMEOUT,
@@ -64,6 +66,7 @@ from .grade_job import (  # noqa: F401 -- re-exported: one job's pieces keep the
     Mode,
     ReadLimits,
     Result,
+    Run,
     child_command,
     private_checks,
     read_handed,
@@ -206,70 +209,36 @@ def grade(
     extra_checks=(),
     workers: int = 2,
     command=None,
-    sandbox: bool | None = None,
     mode: Mode | None = None,
     limits: ReadLimits = READ_LIMITS,
 ) -> Graded:
     """Grade every (student, exercise) of `root`; `command(ex_id, path, extra)` replaces the
-    checker command (tests use a fake). `mode` (default: `decide_mode(sandbox)`) says how each
-    submission is isolated; `limits`, how much of a student's folder is walked and read."""
+    checker command (tests use a fake). `mode` (default: `decide_mode(None)`, the best this
+    machine offers) says how each submission is isolated; `limits`, how much of a student's
+    folder is walked and read."""
     root = Path(root).resolve()
     handed, exercises = plan(root, exercise_ids, limits)
-    mode = mode or decide_mode(sandbox)
+    mode = mode or decide_mode(None)
     todo = [(s, ex.id, handed[s].path(root / s, ex)) for s in handed for ex in exercises]
     jail.become_subreaper()
     keep = jail.descendants(os.getpid())
     watch = Watch(root, limits)
-    slots = queue.Queue()
-    for n in range(max(1, workers)):
-        slots.put(n)
-
-    def one(s, i, p):
-        data = spool.get(s, i)
-        if data is None or isinstance(data, str):  # not read: its one line says why
-            return row(s, i, mode, "error", [data or f"no file {p.name}"])
-        slot = slots.get()
-        watch.start((s, i))
-        try:
-            return run_one(
-                s,
-                i,
-                p,
-                timeout=timeout,
-                extra_checks=extra,
-                command=command,
-                build=build,
-                jobs=jobs,
-                mode=mode,
-                data=data,
-                uid=jail.job_uid(slot) if mode.own_uid else None,
-            )
-        finally:
-            watch.end((s, i))
-            slots.put(slot)
-
+    extra = tuple((Path(c).name, Path(c).read_bytes()) for c in extra_checks)  # none can change
     with walk.temporary_folder("pagedsim-grade-") as tmp:
         spool = Spool(Path(tmp) / "spool")  # never shared with a job
         spool.fill(root, handed, exercises, limits)
-        jobs = Path(tmp) / "jobs"  # outside every student's folder
-        written = export.export(
-            Path(tmp) / "build", prefixes=export.PACKAGES
-        )  # the code without solutions
-        build = {rel: (Path(tmp) / "build" / rel).read_bytes() for rel in written}
-        shutil.rmtree(Path(tmp) / "build")
-        jobs.mkdir()
-        if mode.own_uid:  # each job's user may pass through (never list) to its own folder
-            for d in (Path(tmp), jobs):
+        build = _build(Path(tmp))
+        warm = _warm(Path(tmp), build, extra, workers) if _warm_fits(mode, command) else None
+        run = Run(build, Path(tmp) / "jobs", mode, timeout, extra, command, warm)
+        run.jobs.mkdir()
+        if os.geteuid() == 0:  # each job's users may pass through (never list) to its own folder
+            for d in (Path(tmp), run.jobs):
                 d.chmod(0o711)
-        extra = [
-            (Path(c).name, Path(c).read_bytes()) for c in extra_checks
-        ]  # no job can change them
         try:
-            with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-                results = Graded(
-                    f.result() for f in [pool.submit(one, s, i, p) for s, i, p in todo]
-                )
+            results = Graded(_in_parallel(run, todo, spool, watch, workers))
         finally:
+            if warm is not None:
+                warm.close()
             jail.kill_tree(None, orphans_of_self=True, keep=keep)  # whatever escaped its session
         results.similarity = similarity.run(spool.files())
     for r in results:
@@ -284,6 +253,56 @@ def grade(
         if r.status in ("pass", "fail"):
             r.similar = results.similarity.flags.get((r.student, r.exercise), "")
     return results
+
+
+def _build(tmp: Path) -> dict:
+    """{relative path: bytes} of the code without solutions (`export-course`), held in memory
+    so that no job can change another's."""
+    written = export.export(tmp / "build", prefixes=export.PACKAGES)
+    build = {rel: (tmp / "build" / rel).read_bytes() for rel in written}
+    shutil.rmtree(tmp / "build")
+    return build
+
+
+def _warm_fits(mode: Mode, command) -> bool:
+    """Whether the run's checkers fork from warm processes (course/grade_warm.py): as root, in
+    a verified mode, with the real checker."""
+    return mode.warm and mode.verified and command is None and os.geteuid() == 0
+
+
+def _warm(tmp: Path, build: dict, extra, workers: int) -> grade_warm.Pool:
+    """The run's warm checkers, and the copy of the build they import from: read-only,
+    readable by every job's checker (it holds what each job's own copy holds)."""
+    folder = tmp / "warm"
+    for rel, body in build.items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_bytes(body)
+    paths = private_checks(folder, extra)
+    jail.read_only(folder)
+    return grade_warm.Pool(folder, paths, workers)
+
+
+def _in_parallel(run: Run, todo, spool: Spool, watch: Watch, workers: int) -> list[Result]:
+    """One Result per (student, exercise, path) of `todo`, in that order, `workers` at a time;
+    each job holds a slot (its uids, when the grader is root) while it runs."""
+    slots: queue.Queue = queue.Queue()
+    for n in range(max(1, workers)):
+        slots.put(n)
+
+    def one(s: str, i: str, p: Path) -> Result:
+        data = spool.get(s, i)
+        if data is None or isinstance(data, str):  # not read: its one line says why
+            return row(s, i, run.mode, "error", [data or f"no file {p.name}"])
+        slot = slots.get()
+        watch.start((s, i))
+        try:
+            return run_one(s, i, p, run, data=data, slot=slot)
+        finally:
+            watch.end((s, i))
+            slots.put(slot)
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        return [f.result() for f in [pool.submit(one, s, i, p) for s, i, p in todo]]
 
 
 def parser() -> ArgParser:

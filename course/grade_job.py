@@ -6,6 +6,9 @@ may write only in its scratch folder (`Job`); the copies are hashed before and a
 job that changed them is not graded; at the end (or at the time limit) the whole session
 is killed; a `Result` is produced for anything the student did, never an exception. A
 file that is a link or a byte-for-byte copy of a reference solution is refused unread.
+When the grader is root, the checker runs confined and as a uid of its own holding no
+capability (`Users`, `_confined`), and the grader starts and ends the submission's process
+at the checker's request (`_launcher`, course/grade_launch.py).
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pagedsim.testing import jail, walk
 
-from . import curriculum, verdict
+from . import curriculum, grade_launch, grade_warm, isolation, verdict
 
 STATUSES = ("pass", "fail", "timeout", "error")
 DEFAULT_TIMEOUT = 120.0  # seconds per student x exercise: the checks take ~2-5 s on a slow core
@@ -150,6 +154,7 @@ class Mode:
     own_uid: bool  # each job's child as a user of its own (the grader runs as root)
     limits: jail.Limits = jail.Limits()
     max_reply: int = 64 << 20  # bytes in one reply of the submission's process
+    warm: bool = True  # as root: each worker's checker forked from a warm process (grade_warm)
 
     @property
     def verified(self) -> bool:
@@ -163,9 +168,11 @@ class Mode:
         return " + ".join(parts) or "none"
 
 
-def _env(root: Path, scratch: Path, mode: Mode, uid: int | None, digest: dict) -> dict:
-    """The checker's environment: its private copy of the code (`root`) alone on the import
-    path, and what its child must be given (sandbox, uid, limits, the checks' hashes)."""
+def _env(job: Job, mode: Mode, users: Users | None) -> dict:
+    """The checker's environment: its private copy of the code alone on the import path, and
+    what its child must be given (sandbox, uid, limits, the checks' hashes); as a uid of its
+    own, its scratch is its HOME too (root's is not its to read)."""
+    root, scratch = job.code, job.scratch
     env = {k: v for k, v in os.environ.items() if not k.startswith("PAGEDSIM_")}
     env.update(
         MPLBACKEND="Agg",
@@ -177,23 +184,125 @@ def _env(root: Path, scratch: Path, mode: Mode, uid: int | None, digest: dict) -
         PAGEDSIM_SANDBOX="1" if mode.sandbox else "0",
         PAGEDSIM_LIMITS=json.dumps(mode.limits.as_json()),
         PAGEDSIM_MAX_REPLY=str(mode.max_reply),
-        PAGEDSIM_CHECKS_DIGEST=json.dumps(digest),
+        PAGEDSIM_CHECKS_DIGEST=json.dumps(job.checks_digest()),
         PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",  # Hypothesis' plugin alone (course/runner.py)
     )
     for k in jail.PASSED_ON:
         if k in os.environ:
             env[k] = os.environ[k]
-    if uid is not None:
-        env["PAGEDSIM_JOB_UID"] = str(uid)
+    if users is not None:
+        env["HOME"] = str(scratch)
+        if users.job is not None:
+            env["PAGEDSIM_JOB_UID"] = str(users.job)
     return env
 
 
-def _confined(job: Job):
-    """The checker's own view (jail.confined): of the shared temporary folders only its job's
-    folder, and no reference solution or mutant catalogue of this installation."""
+@dataclass(frozen=True)
+class Users:
+    """Who a job's processes run as when the grader is root: the checker as a uid of its own,
+    holding no capability; the submission as another (or, with none, as root inside
+    bubblewrap's namespaces). Neither can signal, trace or write to the other."""
+
+    checker: int
+    job: int | None
+
+    @classmethod
+    def of(cls, mode: Mode, slot: int) -> Users:
+        return cls(jail.checker_uid(slot), jail.job_uid(slot) if mode.own_uid else None)
+
+    @property
+    def group(self) -> int:
+        """The group that reads the job's code and file (both of them are in it)."""
+        return self.job if self.job is not None else self.checker
+
+
+def _hidden() -> list[Path]:
+    """The reference solutions and the mutant catalogue of this installation."""
     answers = solutions_on_disk()
-    hide = [p.parent for p in answers] + [p.parent.parent / "mutants.toml" for p in answers[:1]]
-    return jail.confined(keep=[job.folder], writable=job.scratch, hide=hide)
+    return [p.parent for p in answers] + [p.parent.parent / "mutants.toml" for p in answers[:1]]
+
+
+def _confined(job: Job, users: Users):
+    """The checker's own view (jail.confined): of the shared temporary folders only its job's
+    folder, no reference solution or mutant catalogue of this installation, and then its own
+    uid, with no capability and no way to gain one (jail.Account.bare)."""
+    groups = () if users.group == users.checker else (users.group,)
+    account = jail.Account(users.checker, groups, cwd=str(job.scratch), bare=True)
+    return jail.confined(keep=[job.folder], writable=job.scratch, hide=_hidden(), account=account)
+
+
+def _launcher(job: Job, mode: Mode, users: Users) -> grade_launch.Launcher:
+    """The grader's end of the job's submission process (course/grade_launch.py): started in
+    a view like the checker's, writable only in scratch/child, as the job's uid."""
+    spec = isolation.ChildSpec(job.submission, job.code, job.work, mode.sandbox)
+    view = dict(keep=[job.folder], writable=job.work, hide=_hidden())
+    if users.job is not None:
+        account = jail.Account(users.job, limits=mode.limits, cwd=str(job.work))
+        prepare = jail.confined(**view, account=account)
+    else:  # bubblewrap as root (no uid of its own): it maps uid 0 into its namespace
+        confine = jail.confined(**view)
+
+        def prepare() -> None:
+            confine()
+            mode.limits.apply(False)
+
+    def spawn(fd: int) -> subprocess.Popen:
+        return spec.popen(fd, prepare, own_uid=users.job is not None)
+
+    def end(pid: int) -> None:
+        if users.job is not None:
+            jail.kill_user(users.job)
+
+    return grade_launch.Launcher(spawn, end)
+
+
+def _start_cold(argv: list[str], job: Job, users: Users | None, env: dict, fds: list[int]):
+    """The job's checker as a process of its own: confined and as its uid (`_confined`) when
+    `users` are given."""
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        env=env,
+        pass_fds=fds,
+        start_new_session=True,
+        cwd=None if users else job.scratch,  # as its uid, it enters scratch itself
+        preexec_fn=_confined(job, users) if users else None,
+    )
+
+
+def _fork_warm(
+    pool: grade_warm.Pool, slot: int, job: Job, users: Users, argv: list[str], env: dict
+) -> grade_warm.Job:
+    """The job's checker forked from its worker's warm process, confined and as its uid just
+    as `_confined` starts a cold one; its fds (verdict, launcher) named as in `env`."""
+    argv = [*argv, "--json"] + (["--extra-checks", *map(str, pool.extra)] if pool.extra else [])
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    fds = {"stdout": out_w, "stderr": err_w, verdict.VAR: int(env.pop(verdict.VAR))}
+    if grade_launch.VAR in env:
+        fds[grade_launch.VAR] = int(env.pop(grade_launch.VAR))
+    groups = [] if users.group == users.checker else [users.group]
+    account = dict(uid=users.checker, groups=groups, cwd=str(job.scratch), bare=True)
+    view = dict(
+        keep=[str(job.folder), str(pool.build)],
+        writable=str(job.scratch),
+        hide=[str(p) for p in _hidden()],
+    )
+    try:
+        got = pool.slots[slot].start(argv, env, view, account, fds)
+    except OSError:
+        os.close(out_r)
+        os.close(err_r)
+        raise
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    got.read(out_r, err_r)
+    return got
 
 
 def verify_checks(root: Path) -> str | None:
@@ -215,21 +324,21 @@ class Job:
     folder: Path
     code: Path  # the build (code and checks, no solutions): read-only, hashed before and after
     submission: Path  # a read-only copy of the student's file
-    scratch: Path  # the checker's scratch; the child's is scratch/child
+    scratch: Path  # the checker's scratch; the child's is scratch/child (`work`)
     digest: dict = field(default_factory=dict)  # relative path -> sha256, code and file
+
+    @property
+    def work(self) -> Path:
+        return self.scratch / "child"
 
     @classmethod
     def make(
-        cls,
-        jobs: Path,
-        build: dict,
-        name: str,
-        data: bytes,
-        extra_checks=(),
-        uid: int | None = None,
+        cls, run: Run, name: str, data: bytes, users: Users | None = None
     ) -> tuple[Job, list[Path]]:
         """Write the build and the file (both held in memory since grading began, so no job can
-        change another's) into a new private folder."""
+        change another's) into a new private folder. With `users`: the code and the file
+        readable by their group only, scratch the checker's, scratch/child the job's."""
+        jobs, build, extra_checks = run.jobs, run.build, run.extra_checks
         folder = Path(tempfile.mkdtemp(prefix="job-", dir=jobs))
         job = cls(folder, folder / "code", folder / "submission" / name, folder / "scratch")
         for rel, body in build.items():
@@ -239,11 +348,15 @@ class Job:
         job.submission.parent.mkdir()
         job.submission.write_bytes(data)
         job.scratch.mkdir()
+        job.work.mkdir()
         jail.read_only(job.code)
         jail.read_only(job.submission.parent)
-        if uid is not None:
-            jail.share_with(uid, job.code)
-            jail.share_with(uid, job.submission.parent)
+        if users is not None:
+            jail.share_with(users.group, job.code)
+            jail.share_with(users.group, job.submission.parent)
+            jail.give_to(users.checker, job.scratch)
+            if users.job is not None:
+                jail.give_to(users.job, job.work)
             for d in (folder, job.scratch):
                 d.chmod(0o711)
         job.digest = job.contents()
@@ -285,98 +398,132 @@ def row(student: str, ex_id: str, mode: Mode, status: str, messages=(), **kw) ->
     )
 
 
+@dataclass(frozen=True)
+class Run:
+    """What every job of one `grade` run shares."""
+
+    build: dict  # relative path -> bytes: the code and the checks, no solutions
+    jobs: Path  # where each job's private folder is made (outside every student's)
+    mode: Mode = Mode(False, False)
+    timeout: float = DEFAULT_TIMEOUT  # seconds per job
+    extra_checks: tuple = ()  # the instructor's extra check files: (name, bytes) or paths
+    command: Callable | None = None  # (ex_id, path, extra) -> argv: a test's fake checker
+    warm: grade_warm.Pool | None = None  # the run's warm checkers (as root, Mode.warm)
+
+
 def run_one(
-    student: str,
-    ex_id: str,
-    path: Path,
-    *,
-    timeout: float,
-    extra_checks=(),
-    command=None,
-    build: dict,
-    jobs: Path,
-    mode: Mode = Mode(False, False),
-    data: bytes | None = None,
-    uid: int | None = None,
+    student: str, ex_id: str, path: Path, run: Run, *, data: bytes | None = None, slot: int = 0
 ) -> Result:
     """Grade one file in its own session, from its own copy of the checks; never raises for
     anything the student did. The session and every descendant are killed when it ends.
-    `data`: the file's bytes as read when grading began (default: read now)."""
-
-    def result(status: str, messages=(), **kw) -> Result:
-        return row(student, ex_id, mode, status, messages, **kw)
-
+    `data`: the file's bytes as read when grading began (default: read now); `slot`: which
+    of the run's workers grades it (its uids, when the grader is root)."""
+    mode = run.mode
     if data is None and not path.is_file():
-        return result("error", [f"no file {path.name}"])
+        return row(student, ex_id, mode, "error", [f"no file {path.name}"])
     refused = refuse(path, data)
     if refused:
-        return result("error", [refused])
+        return row(student, ex_id, mode, "error", [refused])
     data = walk.read(path, READ_LIMITS.file_bytes) if data is None else data
-    job, extra = Job.make(jobs, build, path.name, data, extra_checks, uid)
+    # as root, the checker runs as a uid of its own and the grader starts its submission
+    confine = run.command is None and mode.verified and os.geteuid() == 0  # a test's fake: as is
+    users = Users.of(mode, slot) if confine else None
+    legacy_uid = jail.job_uid(slot) if mode.own_uid and not confine else None
+    job, extra = Job.make(run, path.name, data, users)
+    launcher = _launcher(job, mode, users) if users is not None else None
     start = time.monotonic()
     ours, theirs = os.pipe()  # the verdict's channel (course/verdict.py), named before it runs
-    confine = command is None and mode.verified and os.geteuid() == 0  # a test's fake: as is
-    env = _env(job.code, job.scratch, mode, uid, job.checks_digest())
+    env = {**_env(job, mode, users), verdict.VAR: str(theirs)}
+    if legacy_uid is not None:
+        env["PAGEDSIM_JOB_UID"] = str(legacy_uid)
+    fds = [theirs]
+    if launcher is not None:
+        env[grade_launch.VAR] = str(launcher.fd())
+        fds.append(launcher.fd())
     try:
-        proc = subprocess.Popen(
-            (command or child_command)(ex_id, job.submission, extra),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
-            env={**env, verdict.VAR: str(theirs)},
-            pass_fds=[theirs],
-            start_new_session=True,
-            cwd=job.scratch,
-            preexec_fn=_confined(job) if confine else None,
-        )
+        proc = None
+        if users is not None and run.warm is not None:
+            try:
+                proc = _fork_warm(
+                    run.warm, slot, job, users, [ex_id, "--impl", str(job.submission)], dict(env)
+                )
+            except OSError:  # the warm process is gone: this job starts cold
+                proc = None
+        if proc is None:
+            argv = (run.command or child_command)(ex_id, job.submission, extra)
+            proc = _start_cold(argv, job, users, env, fds)
     finally:
         os.close(theirs)
+        if launcher is not None:
+            launcher.serve()
     receiver = verdict.Receiver(ours)
+    out, err, timed_out = _wait(proc, run.timeout, launcher, users, legacy_uid)
+    took = round(time.monotonic() - start, 2)
+    got, why = receiver.verdict()  # never stdout: anything may print there
+    tampered = job.tampered()
+    job.remove()
+    return _judge(
+        row(student, ex_id, mode, "error", seconds=took),
+        Ended(got, why, tampered, timed_out, proc.returncode, err),
+        run.timeout,
+    )
+
+
+def _wait(proc, timeout: float, launcher, users, legacy_uid) -> tuple[str, str, bool]:
+    """(stdout, stderr, whether it timed out) of the checker, once it, its submission, their
+    children and every process of the job's uids are dead."""
     timed_out = False
+    out = err = ""
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
     finally:
-        # every time: the checker, the student, their children, and all of the job's uid
+        # every time: the checker, the student, their children, and all of the job's uids
         jail.kill_tree(proc.pid, sessions={proc.pid})
-        if uid is not None:
+        if launcher is not None:
+            launcher.close()
+        for uid in filter(None, [legacy_uid, *(() if users is None else (users.checker,))]):
             jail.kill_user(uid)
     if timed_out:
         out, err = proc.communicate()
-    took = round(time.monotonic() - start, 2)
-    got, why = receiver.verdict()  # never stdout: anything may print there
-    tampered = job.tampered()
-    job.remove()
+    return out, err, timed_out
 
-    if tampered:
-        return result(
-            "error",
-            [
-                f"the job changed its private copy of {tampered[0]}"
-                f"{' and more' if len(tampered) > 1 else ''}: not graded"
-            ],
-            seconds=took,
-        )
-    if timed_out:
-        return result(
-            "timeout",
-            [f"killed after {timeout:g} s: an endless loop, or far too slow"],
-            seconds=took,
-        )
-    if why:
-        return result("error", [f"the checker's verdict was refused: {why}"], seconds=took)
-    if isinstance(got, dict) and got.get("status") in STATUSES:
-        keep = {k: got[k] for k in ("status", "passed", "total", "failed", "messages") if k in got}
-        return result(keep.pop("status"), keep.pop("messages", ()), seconds=took, **keep)
-    tail = (err.strip().splitlines() or ["(nothing on stderr)"])[-1]
-    return result(
-        "error",
-        [f"the checker exited with code {proc.returncode} before reporting: {tail[:200]}"],
-        seconds=took,
-    )
+
+@dataclass(frozen=True)
+class Ended:
+    """How a job's checker ended, as the grader saw it."""
+
+    verdict: dict | None  # what came on the verdict channel
+    refused: str  # why that was not a verdict, if it was not
+    tampered: list  # files of the private copy that changed
+    timed_out: bool
+    returncode: int | None
+    stderr: str
+
+
+def _judge(base: Result, end: Ended, timeout: float) -> Result:
+    """The job's row, from `base` (an error, with the job's seconds) and how it ended."""
+    if end.tampered:
+        more = " and more" if len(end.tampered) > 1 else ""
+        base.messages = [f"the job changed its private copy of {end.tampered[0]}{more}: not graded"]
+    elif end.timed_out:
+        base.status = "timeout"
+        base.messages = [f"killed after {timeout:g} s: an endless loop, or far too slow"]
+    elif end.refused:
+        base.messages = [f"the checker's verdict was refused: {end.refused}"]
+    elif isinstance(end.verdict, dict) and end.verdict.get("status") in STATUSES:
+        got = end.verdict
+        keep = {k: got[k] for k in ("passed", "total", "failed") if k in got}
+        base.status, base.messages = got["status"], list(got.get("messages", ()))
+        for k, v in keep.items():
+            setattr(base, k, v)
+    else:
+        tail = (end.stderr.strip().splitlines() or ["(nothing on stderr)"])[-1]
+        base.messages = [
+            f"the checker exited with code {end.returncode} before reporting: {tail[:200]}"
+        ]
+    return base
 
 
 def refuse(path: Path, data: bytes | None = None) -> str:

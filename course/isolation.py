@@ -12,7 +12,9 @@ requests until the socket closes. It runs in its own session; this process is ma
 subreaper of its orphans, and closing the Submission kills the child, its session and
 every descendant (pagedsim/testing/jail.py), at the end of every run and after every time
 limit.
-With `sandbox=True` it runs under bubblewrap (jail.sandbox_argv).
+With `sandbox=True` it runs under bubblewrap (jail.sandbox_argv). Under `pagedsim grade` as
+root this process holds no capability, so it asks the grader to start and end the child
+(course/grade_launch.py: the same `ChildSpec`, started as the job's uid).
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ import socket
 import subprocess
 import sys
 import types
+from dataclasses import dataclass
 from pathlib import Path
 
 from pagedsim.testing import audit, jail, remote
 
-from . import verdict
+from . import grade_launch, verdict
 
 IMPORT_EXITED = "your file ended its own process while being imported ({why})"
 REFUSED = "your code's process sent a message the grader refused to read: {why}"
@@ -69,6 +72,7 @@ class Submission:
         self.refused: str | None = None
         self.limit_hit: str | None = None
         self._module = None
+        self.launcher = grade_launch.Client.taken()  # under `grade` as root: ask the grader
         jail.become_subreaper()
 
     def __enter__(self):
@@ -81,46 +85,35 @@ class Submission:
         # before the first call into the submission: the checker's own audit hook
         # (pagedsim/testing/audit.py); under `grade` it may write only in its scratch folder
         audit.install(scratch=self.scratch if verdict.is_open() else None, on_breach=verdict.breach)
-        ours, theirs = socket.socketpair()
-        serve = "import sys; from course.isolation import child_main; child_main(int(sys.argv[1]))"
-        argv = [sys.executable, "-c", serve, str(theirs.fileno())]
-        work = self.scratch / "child"
-        work.mkdir(parents=True, exist_ok=True)
-        own = self.uid is not None
-        if own:
-            jail.give_to(self.uid, work)
-        path = [str(self.code_root), *filter(None, [os.environ.get("PYTHONPATH")])]
-        env = jail.child_env(home=work, pythonpath=os.pathsep.join(path))
-        if self.sandbox:
-            argv = jail.sandbox_argv(
-                argv,
-                code_root=self.code_root,
-                files=[self.path],
-                scratch=work,
-                hide=HIDE,
-                env=env,
-            )
-        self.proc = subprocess.Popen(
-            argv,
-            pass_fds=[theirs.fileno()],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env,
-            cwd=None if own else work,  # a confined checker may not enter it: the uid does
-            start_new_session=True,
-            preexec_fn=self._as_user(work) if own else lambda: self.limits.apply(False),
-        )
-        theirs.close()
+        if self.launcher is not None:  # under `grade` as root: the grader starts it
+            ours = self.launcher.start()
+        else:
+            ours = self._spawn()
         self.ch = remote.Channel(ours, trusting=False, on_dead=self._kill, limit=self.limit)
         self.ch.impl_file = str(self.path)
         self.ch.on_error = self._saw
         return self.ch
 
-    def _as_user(self, work: Path):
-        """The child as the job's uid, able to reach this Python, the code and the file."""
-        reach = jail.runtime_paths(self.code_root, self.path.parent, work)
-        return jail.become(self.uid, reach=reach, limits=self.limits, cwd=work)
+    def spec(self) -> ChildSpec:
+        more = tuple(filter(None, [os.environ.get("PYTHONPATH")]))
+        return ChildSpec(self.path, self.code_root, self.scratch / "child", self.sandbox, more)
+
+    def _spawn(self) -> socket.socket:
+        """Start the child from here: its socket's other end."""
+        ours, theirs = socket.socketpair()
+        spec = self.spec()
+        spec.work.mkdir(parents=True, exist_ok=True)
+        if self.uid is not None:
+            jail.give_to(self.uid, spec.work)
+            reach = jail.runtime_paths(self.code_root, self.path.parent, spec.work)
+            prepare = jail.become(self.uid, reach=reach, limits=self.limits, cwd=spec.work)
+        else:
+            prepare = lambda: self.limits.apply(False)  # noqa: E731
+        try:
+            self.proc = spec.popen(theirs.fileno(), prepare, own_uid=self.uid is not None)
+        finally:
+            theirs.close()
+        return ours
 
     def _saw(self, exc: BaseException) -> None:
         """An exception from the child: one that a limit caused (or caused it) names the limit."""
@@ -139,21 +132,31 @@ class Submission:
             self.limit_hit = self.limit_hit or f"processes limit {self.limits.processes}"
 
     def _kill(self) -> None:
-        if self.proc is not None:
-            try:  # its own end first (a closed socket ends it), so a limit's signal is seen
-                self.proc.wait(timeout=1)
-            except subprocess.TimeoutExpired:
-                pass
-            self.limit_hit = self.limit_hit or self.limits.why(self.proc.returncode)
-            jail.kill_tree(
-                self.proc.pid, sessions={self.proc.pid}, orphans_of_self=True, keep=self.keep
-            )
-            if self.uid is not None:
-                jail.kill_user(self.uid)
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
+        code = self._stop()
+        self.limit_hit = self.limit_hit or self.limits.why(code)
+
+    def _stop(self) -> int | None:
+        """End the child (its own end first: a closed socket ends it, so a limit's signal is
+        seen), kill everything it started; its exit status."""
+        if self.launcher is not None:
+            return self.launcher.stop()
+        if self.proc is None:
+            return None
+        try:
+            self.proc.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            pass
+        code = self.proc.returncode
+        jail.kill_tree(
+            self.proc.pid, sessions={self.proc.pid}, orphans_of_self=True, keep=self.keep
+        )
+        if self.uid is not None:
+            jail.kill_user(self.uid)
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        return code
 
     def module(self):
         """The student's module as a module object here: imported in the child on first use, and
@@ -171,7 +174,7 @@ class Submission:
             try:
                 self._module = remote.ask(self.ch, "import_impl", str(self.path), self.exercise_id)
             except remote.ChildDied as e:
-                code = self.proc.poll() if self.proc else None
+                code = self._stop()
                 why = f"exit status {code}" if code is not None else str(e)
                 self.close()
                 if self.refused:
@@ -184,17 +187,58 @@ class Submission:
             self.refused = self.refused or self.ch.refused
         if self.ch is not None and not self.ch.dead:
             self.ch.kill("closed")
-        elif self.proc is not None:
+        elif self.proc is not None or self.launcher is not None:
             self._kill()
-        jail.kill_tree(  # a setsid and a fork chain came back to us: we are their subreaper
-            None,
-            orphans_of_self=True,
-            keep=self.keep,
-            sessions={self.proc.pid} if self.proc else set(),
-        )
-        if self.uid is not None:
-            jail.kill_user(self.uid)
+        if self.launcher is None:  # a setsid and a fork chain came back to us: their subreaper
+            jail.kill_tree(
+                None,
+                orphans_of_self=True,
+                keep=self.keep,
+                sessions={self.proc.pid} if self.proc else set(),
+            )
+            if self.uid is not None:
+                jail.kill_user(self.uid)
         self.ch = None
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """The submission's process, whoever starts it (this checker, or the grader for it:
+    course/grade_launch.py): always this one command, on the student's file."""
+
+    path: Path  # the student's file
+    code_root: Path  # the code it imports (a job's private copy under `grade`)
+    work: Path  # its scratch folder: its HOME, its cwd, the one place it may write
+    sandbox: bool  # under bubblewrap
+    pythonpath: tuple[str, ...] = ()  # more folders to import from, after `code_root`
+
+    def popen(self, fd: int, prepare, *, own_uid: bool) -> subprocess.Popen:
+        """Start it, serving on the socket `fd`; `prepare` is its preexec_fn (a uid, limits, a
+        view of the file system). With `own_uid` its uid enters `work` (in `prepare`)."""
+        serve = "import sys; from course.isolation import child_main; child_main(int(sys.argv[1]))"
+        argv = [sys.executable, "-c", serve, str(fd)]
+        path = dict.fromkeys([str(self.code_root), *self.pythonpath])
+        env = jail.child_env(home=self.work, pythonpath=os.pathsep.join(path))
+        if self.sandbox:
+            argv = jail.sandbox_argv(
+                argv,
+                code_root=self.code_root,
+                files=[self.path],
+                scratch=self.work,
+                hide=HIDE,
+                env=env,
+            )
+        return subprocess.Popen(
+            argv,
+            pass_fds=[fd],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            cwd=None if own_uid else self.work,
+            start_new_session=True,
+            preexec_fn=prepare,
+        )
 
 
 class _Live(types.ModuleType):

@@ -429,35 +429,8 @@ def _without_explain():
         settings.load_profile(before)
 
 
-def run_checks(
-    ex: Exercise,
-    impl: Path | str,
-    *,
-    stop_at_first: bool = False,
-    seconds: float | None = None,
-    extra_checks=(),
-    markers: str | None = None,
-    isolate: bool | None = None,
-    sandbox: bool | None = None,
-) -> Outcome:
-    """Run `ex`'s checks (and any extra pytest files) against the file `impl`; nothing is printed.
-
-    `isolate` (default: every file but the reference solution) runs the file in a child
-    process; `sandbox` (default: $PAGEDSIM_SANDBOX is 1, as `pagedsim grade` sets it) runs
-    that child under bubblewrap."""
-    impl = Path(impl).resolve()
-    outcome = Outcome(ex, impl)
-    if not impl.is_file():
-        outcome.error = i18n.t("no such file: {path}", path=impl)
-        return outcome
-    # the default limit grows with the machine's load; a limit the caller chose is kept
-    seconds = float(seconds or DEFAULT_SECONDS * machine_scale())
-    checks = [str(REPO_ROOT / c) for c in ex.checks]
-    checks += [str(Path(p).resolve()) for p in extra_checks]
-    reference = impl == ex.path("solution").resolve()
-    isolate = not reference if isolate is None else isolate
-    scratch = Path(os.environ.get("PAGEDSIM_SCRATCH") or tempfile.mkdtemp(prefix="pagedsim-check-"))
-    own_scratch = not os.environ.get("PAGEDSIM_SCRATCH")
+def _pytest_args(checks: list[str], scratch: Path, markers: str | None, stop_at_first: bool):
+    """pytest's command line for one run of the checks, its output and caches off."""
     args = checks + ["--basetemp", str(scratch / "pytest")]
     args += [
         "-c",
@@ -488,6 +461,39 @@ def run_checks(
         args += ["-m", markers]
     if stop_at_first:
         args.append("-x")
+    return args
+
+
+def run_checks(
+    ex: Exercise,
+    impl: Path | str,
+    *,
+    stop_at_first: bool = False,
+    seconds: float | None = None,
+    extra_checks=(),
+    markers: str | None = None,
+    isolate: bool | None = None,
+    sandbox: bool | None = None,
+) -> Outcome:
+    """Run `ex`'s checks (and any extra pytest files) against the file `impl`; nothing is printed.
+
+    `isolate` (default: every file but the reference solution) runs the file in a child
+    process; `sandbox` (default: $PAGEDSIM_SANDBOX is 1, as `pagedsim grade` sets it) runs
+    that child under bubblewrap."""
+    impl = Path(impl).resolve()
+    outcome = Outcome(ex, impl)
+    if not impl.is_file():
+        outcome.error = i18n.t("no such file: {path}", path=impl)
+        return outcome
+    # the default limit grows with the machine's load; a limit the caller chose is kept
+    seconds = float(seconds or DEFAULT_SECONDS * machine_scale())
+    checks = [str(REPO_ROOT / c) for c in ex.checks]
+    checks += [str(Path(p).resolve()) for p in extra_checks]
+    reference = impl == ex.path("solution").resolve()
+    isolate = not reference if isolate is None else isolate
+    scratch = Path(os.environ.get("PAGEDSIM_SCRATCH") or tempfile.mkdtemp(prefix="pagedsim-check-"))
+    own_scratch = not os.environ.get("PAGEDSIM_SCRATCH")
+    args = _pytest_args(checks, scratch, markers, stop_at_first)
     env = dict(
         PAGEDSIM_IMPL=str(impl),
         PAGEDSIM_EXERCISE=ex.id,
@@ -497,14 +503,14 @@ def run_checks(
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     hide = contextlib.nullcontext() if reference else solutions_hidden()
+    sub = None
     if isolate:
         from .isolation import Submission
 
         sandbox = os.environ.get("PAGEDSIM_SANDBOX") == "1" if sandbox is None else sandbox
         sub = Submission(impl, ex.id, scratch=scratch, code_root=REPO_ROOT, sandbox=sandbox)
-        child = _in_child(sub, checks)
-    else:
-        child = contextlib.nullcontext()
+    child = _in_child(sub, checks) if sub is not None else contextlib.nullcontext()
+    code = None
     try:
         changed = verify_checks(REPO_ROOT)  # under `pagedsim grade`: right before the import
         if changed:
@@ -516,22 +522,21 @@ def run_checks(
     finally:
         for k, v in saved.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
-        if isolate and sub.limit_hit:  # e.g. "memory limit 2 GiB": the run says nothing more
-            outcome.error = sub.limit_hit
-        if isolate and sub.refused and outcome.error is None:  # a reply it would not read
-            from .isolation import REFUSED
-
-            outcome.error = REFUSED.format(why=sub.refused)
         if own_scratch:
             shutil.rmtree(scratch, ignore_errors=True)
-    if (
-        code
-        not in (
-            pytest.ExitCode.OK,
-            pytest.ExitCode.TESTS_FAILED,
-            pytest.ExitCode.NO_TESTS_COLLECTED,
-        )
-        and outcome.error is None
-    ):
+    return _ended(outcome, sub, code)
+
+
+def _ended(outcome: Outcome, sub, code) -> Outcome:
+    """`outcome` once pytest returned `code`: a limit the submission's process ran into, or a
+    reply it sent that was refused, is the error (and the run says nothing more)."""
+    if sub is not None and sub.limit_hit:  # e.g. "memory limit 2 GiB"
+        outcome.error = sub.limit_hit
+    if sub is not None and sub.refused and outcome.error is None:  # a reply it would not read
+        from .isolation import REFUSED
+
+        outcome.error = REFUSED.format(why=sub.refused)
+    ok = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED)
+    if code is not None and code not in ok and outcome.error is None:
         outcome.error = f"pytest stopped with {pytest.ExitCode(code).name}"
     return outcome

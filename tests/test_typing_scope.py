@@ -65,14 +65,6 @@ CONVERTING = frozenset(
         "pagedsim.engine.rope",
         "pagedsim.engine.sampling",
         "pagedsim.engine.scheduler",
-        "pagedsim.testing.audit",
-        "pagedsim.testing.jail",
-        "pagedsim.testing.remote",
-        "pagedsim.testing.remote_caps",
-        "pagedsim.testing.remote_codec",
-        "pagedsim.testing.remote_errors",
-        "pagedsim.testing.remote_proxy",
-        "pagedsim.testing.remote_values",
     }
 )
 

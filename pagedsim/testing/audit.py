@@ -23,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from .remote_errors import is_frame
 
@@ -56,7 +58,7 @@ def _raise(why: str) -> None:
     raise Breach(why)
 
 
-_STATE: dict = {
+_STATE: dict[str, Any] = {
     "serving": 0,
     "scratch": None,
     "on_breach": _raise,
@@ -65,7 +67,9 @@ _STATE: dict = {
 }
 
 
-def install(*, scratch=None, on_breach=None) -> None:
+def install(
+    *, scratch: str | os.PathLike[str] | None = None, on_breach: Callable[[str], None] | None = None
+) -> None:
     """Add the hook (once per process; later calls only update `scratch` and `on_breach`)."""
     if scratch is not None:
         _STATE["scratch"] = os.path.realpath(scratch)
@@ -77,11 +81,11 @@ def install(*, scratch=None, on_breach=None) -> None:
 
 
 def installed() -> bool:
-    return _STATE["installed"]
+    return bool(_STATE["installed"])
 
 
 @contextlib.contextmanager
-def serving():
+def serving() -> Iterator[None]:
     """While the checker serves the submission or reads what it sent."""
     _STATE["serving"] += 1
     try:
@@ -90,7 +94,7 @@ def serving():
         _STATE["serving"] -= 1
 
 
-def _hook(event: str, args) -> None:
+def _hook(event: str, args: tuple[Any, ...]) -> None:
     if _STATE["breaching"]:
         return
     if _STATE["serving"]:
@@ -112,7 +116,7 @@ def _breach(why: str) -> None:
         _STATE["breaching"] = False
 
 
-def _writes(args) -> bool:
+def _writes(args: tuple[Any, ...]) -> bool:
     """Whether an `open` event opens for writing (open()'s mode text, or os.open's flags)."""
     mode, flags = (args + (None, None))[1:3]
     if isinstance(mode, str):
@@ -120,6 +124,6 @@ def _writes(args) -> bool:
     return isinstance(flags, int) and bool(flags & WRITES)
 
 
-def _inside(path, folder: str) -> bool:
+def _inside(path: str | bytes, folder: str) -> bool:
     real = os.path.realpath(os.fsdecode(path))
     return real == os.devnull or real == folder or real.startswith(folder + os.sep)

@@ -8,6 +8,10 @@
                            only the folders Python and the code need (no source tree, no solutions)
     job_uid / kill_user    a uid of its own per job (when the grader is root), and every
                            process of it killed at once, until none is left
+    checker_uid            the uid of a job's checker: never 0, never a job's
+    confined(...)          a mount namespace of its own: private /tmp, solutions hidden,
+                           read-only but scratch; then an `Account` (`switch`: a uid, its
+                           groups, no capability left with `bare`, no_new_privs)
     Limits                 rlimits per job: memory, CPU time, file size, open files, processes
     child_env(...)         the submission's whole environment (nothing of the grader's)
     contents(folder)       {relative path: sha256} to find files a job changed, by content
@@ -29,8 +33,10 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from . import walk
 
@@ -40,7 +46,9 @@ PR_SET_CHILD_SUBREAPER = 36
 def become_subreaper() -> bool:
     """Make this process the reaper of its descendants' orphans (False where not supported)."""
     try:
-        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return bool(
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        )
     except (OSError, AttributeError):
         return False
 
@@ -69,7 +77,7 @@ def _processes() -> dict[int, tuple[int, int]]:
     return out
 
 
-def descendants(pid: int, table=None) -> set[int]:
+def descendants(pid: int, table: dict[int, tuple[int, int]] | None = None) -> set[int]:
     table = _processes() if table is None else table
     children: dict[int, list[int]] = {}
     for p, (ppid, _) in table.items():
@@ -84,7 +92,11 @@ def descendants(pid: int, table=None) -> set[int]:
 
 
 def kill_tree(
-    pid: int | None, *, sessions=(), orphans_of_self: bool = False, keep=frozenset()
+    pid: int | None,
+    *,
+    sessions: Collection[int] = (),
+    orphans_of_self: bool = False,
+    keep: Collection[int] = frozenset(),
 ) -> None:
     """SIGKILL `pid`, every process in `sessions`, their descendants, and (with `orphans_of_self`)
     every descendant of this process not in `keep`. First every one found is stopped (SIGSTOP),
@@ -154,7 +166,7 @@ def _stop_new_children(me: int, stopped: set[int], spare: set[int]) -> set[int]:
     return caught
 
 
-def _reap_each(pids: set[int], sessions, seconds: float = 5.0) -> None:
+def _reap_each(pids: set[int], sessions: Collection[int], seconds: float = 5.0) -> None:
     """Wait for every process we killed to be gone: each pid in `pids`, and each process of
     `sessions` (killed by group, so never listed). One that dies after the last sweep is
     handed to us as its subreaper a moment later, and nobody else will ever collect it: a
@@ -203,7 +215,7 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-def _signal(pids, sig) -> None:
+def _signal(pids: Iterable[int], sig: int) -> None:
     for p in pids:
         try:
             os.kill(p, sig)
@@ -211,7 +223,7 @@ def _signal(pids, sig) -> None:
             pass
 
 
-def _reap(pids) -> None:
+def _reap(pids: Iterable[int]) -> None:
     """Collect those of `pids` that are exited children of ours (orphans handed to us as
     subreaper included), and no other: a `waitpid(-1)` would also take another thread's
     child, whose Popen would then read a status of 0 for a process it never saw end."""
@@ -253,7 +265,13 @@ def _bind(flag: str, path: str) -> list[str]:
 
 
 def sandbox_argv(
-    argv: list[str], *, code_root: Path, files=(), scratch: Path, hide=(), env=None
+    argv: list[str],
+    *,
+    code_root: Path,
+    files: Iterable[str | Path] = (),
+    scratch: Path,
+    hide: Iterable[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> list[str]:
     """`argv` under bubblewrap: read-only system, Python and `code_root`; `files` read-only;
     `scratch` writable; the relative paths `hide` (folders emptied, files blanked) hidden
@@ -310,9 +328,17 @@ def sandbox_argv(
 UID_BASE = 1_000_000  # job uids: UID_BASE + grader pid * 64 + slot, unique on this machine
 
 
+CHECKER_UID_BASE = UID_BASE + (1 << 29)  # checker uids: past every job uid (pids < 2**22)
+
+
 def job_uid(slot: int) -> int:
     """A uid (and gid) no other process uses: for one job of this grader, `slot` < 64."""
     return UID_BASE + os.getpid() * 64 + slot
+
+
+def checker_uid(slot: int) -> int:
+    """The uid of the checker of the job in `slot` (< 64): never 0, never a job's."""
+    return CHECKER_UID_BASE + os.getpid() * 64 + slot
 
 
 # -- the runtime a job's user can reach -----------------------------------------------------------
@@ -326,7 +352,7 @@ CLONE_NEWNS, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = (
 )
 
 
-def closed_folders(paths) -> list[tuple[str, tuple[str, ...]]]:
+def closed_folders(paths: Iterable[str | Path]) -> list[tuple[str, tuple[str, ...]]]:
     """[(a folder others may not pass through, the needed paths below it)]: e.g. a pyenv
     under a 0700 /root gives ("/root", ("/root/.pyenv/versions/3.11.7",))."""
     found: dict[str, list[str]] = {}
@@ -345,13 +371,53 @@ def closed_folders(paths) -> list[tuple[str, tuple[str, ...]]]:
     ]
 
 
-def runtime_paths(*extra) -> list[str]:
+def runtime_paths(*extra: str | Path) -> list[str]:
     """What a job's Python needs to reach: its installation, its environment, `extra`."""
     exe = str(Path(sys.executable).resolve().parent)
     return [sys.base_prefix, sys.prefix, exe, *map(str, extra)]
 
 
-def become(uid: int, *, reach=(), limits: Limits | None = None, cwd=None):
+@dataclass(frozen=True)
+class Account:
+    """Who a process becomes before it runs its program (`switch`): a uid (and gid) of its own,
+    the only other groups it is in, its rlimits and its folder."""
+
+    uid: int
+    groups: tuple[int, ...] = ()  # supplementary groups (e.g. the job's, to read its code)
+    limits: Limits | None = None
+    cwd: str | None = None  # entered as the uid: its folder is 0700, and root lacks DAC powers
+    bare: bool = False  # no capability left even in the bounding set, and no_new_privs set
+
+
+PR_SET_NO_NEW_PRIVS = 38
+
+
+def switch(account: Account, libc: Any = None) -> None:
+    """In the child (as root, between fork and exec): become `account`. Leaving uid 0 clears
+    the permitted, effective and ambient capability sets; with `account.bare` the bounding
+    set is emptied first and no_new_privs is set, so no setuid or file-capability program
+    can give any power back."""
+    if account.limits is not None:
+        account.limits.apply(True)
+    if account.bare:
+        for cap in range(LAST_CAP + 1):
+            libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # past the last one: EINVAL, ignored
+        if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    os.setgroups(list(account.groups))
+    os.setresgid(account.uid, account.uid, account.uid)
+    os.setresuid(account.uid, account.uid, account.uid)
+    if account.cwd is not None:
+        os.chdir(account.cwd)
+
+
+def become(
+    uid: int,
+    *,
+    reach: Iterable[str | Path] = (),
+    limits: Limits | None = None,
+    cwd: str | Path | None = None,
+) -> Callable[[], None]:
     """A preexec_fn that starts a process as `uid` (and gid `uid`, no other groups), with
     `limits`, in `cwd`, and able to reach `reach` (default: this Python) even where it sits
     in a folder only root may enter: the process gets a mount namespace of its own in which
@@ -359,17 +425,12 @@ def become(uid: int, *, reach=(), limits: Limits | None = None, cwd=None):
     Nothing is copied and the host is not changed. Called as root, in the child."""
     view = closed_folders(reach or runtime_paths())
     libc = ctypes.CDLL(None, use_errno=True) if view else None
+    account = Account(uid, limits=limits, cwd=None if cwd is None else str(cwd))
 
     def run() -> None:
         if view:
             _private_view(libc, view)
-        if limits is not None:
-            limits.apply(True)
-        os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
-        if cwd is not None:  # as the uid: its folder is 0700, and root may lack DAC powers
-            os.chdir(cwd)
+        switch(account)
 
     return run
 
@@ -377,23 +438,29 @@ def become(uid: int, *, reach=(), limits: Limits | None = None, cwd=None):
 PRIVATE = ("/tmp", "/var/tmp", "/dev/shm")  # the shared writable folders, private when confined
 
 
-# What a confined checker keeps of root's powers: chown and chmod its child's folder, start the
-# child as a job's uid (and bubblewrap, which maps that uid: setfcap) and kill it. No
-# CAP_SYS_ADMIN (it cannot remount what is read-only), no CAP_DAC_OVERRIDE, no ptrace.
-CHECKER_CAPS = {0, 3, 5, 6, 7, 31}  # chown, fowner, kill, setgid, setuid, setfcap
+# What a confined process that stays root keeps of root's powers (a submission's bubblewrap when
+# no uid of its own is used: it maps uid 0 into its namespace, setfcap): no CAP_SYS_ADMIN (it
+# cannot remount what is read-only), no CAP_DAC_OVERRIDE, no ptrace. One that `switch`es to an
+# `Account` keeps nothing of them.
+ROOT_CAPS = {0, 3, 5, 6, 7, 31}  # chown, fowner, kill, setgid, setuid, setfcap
 PR_CAPBSET_DROP, LAST_CAP = 24, 63
 MS_RDONLY, MS_NOEXEC, MS_REMOUNT = 1, 8, 32
 _KEPT_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC}
 
 
-def confined(*, keep, writable, hide=()):
-    """A preexec_fn for the checker (as root, in the child): a mount namespace of its own in
-    which /tmp, /var/tmp and /dev/shm are empty but for `keep` (the job's own folder: no
-    other job's, no student's), this Python is reachable, each path of `hide` (the
-    reference solutions on disk) is an empty folder or file, and every file system is
-    read-only but `writable` (its scratch); then root's capabilities are cut to
-    CHECKER_CAPS for the program it runs (uid 0 stays: it starts its submission as a uid
-    of its own)."""
+def confined(
+    *,
+    keep: Iterable[str | Path],
+    writable: str | Path,
+    hide: Iterable[str | Path] = (),
+    account: Account | None = None,
+) -> Callable[[], None]:
+    """A preexec_fn (as root, in the child): a mount namespace of its own in which /tmp,
+    /var/tmp and /dev/shm are empty but for `keep` (the job's own folder: no other job's, no
+    student's), this Python is reachable, each path of `hide` (the reference solutions on
+    disk) is an empty folder or file, and every file system is read-only but `writable`
+    (its scratch); then the process becomes `account` (`switch`), or, with none, stays uid 0
+    with root's capabilities cut to ROOT_CAPS."""
     keep = [str(Path(k).resolve()) for k in keep]
     covers = closed_folders(runtime_paths(*keep))
     # this Python stays reachable when its environment sits in /tmp too (a venv made there)
@@ -411,14 +478,17 @@ def confined(*, keep, writable, hide=()):
         _private_view(libc, covers, hides)
         _mount(libc, scratch.encode(), scratch.encode(), None, MS_BIND)  # a mount of its own
         _read_only_but(libc, scratch)
+        if account is not None:
+            switch(account, libc)
+            return
         for cap in range(LAST_CAP + 1):
-            if cap not in CHECKER_CAPS:
+            if cap not in ROOT_CAPS:
                 libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # past the last one: EINVAL, ignored
 
     return run
 
 
-def _read_only_but(libc, writable: str) -> None:
+def _read_only_but(libc: Any, writable: str) -> None:
     """Remount every mount of this namespace read-only, but `writable` and the kernel's own
     (/proc, /sys, /dev: /dev/null stays writable)."""
     with open("/proc/self/mountinfo", "rb") as f:
@@ -437,14 +507,25 @@ def _read_only_but(libc, writable: str) -> None:
                 raise
 
 
-def _mount(libc, src, dst, kind, flags, data=None) -> None:
+def _mount(
+    libc: Any,
+    src: bytes | None,
+    dst: bytes,
+    kind: bytes | None,
+    flags: int,
+    data: bytes | None = None,
+) -> None:
     if libc.mount(src, dst, kind, flags, data) != 0:
         e = ctypes.get_errno()
         raise OSError(e, f"mount {dst!r}: {os.strerror(e)}")
 
 
-def _private_view(libc, view, hides=()) -> None:
-    def mount(src, dst, kind, flags, data=None):
+def _private_view(
+    libc: Any, view: Iterable[tuple[str, tuple[str, ...]]], hides: Iterable[str] = ()
+) -> None:
+    def mount(
+        src: bytes | None, dst: bytes, kind: bytes | None, flags: int, data: bytes | None = None
+    ) -> None:
         _mount(libc, src, dst, kind, flags, data)
 
     if libc.unshare(CLONE_NEWNS) != 0:
@@ -594,7 +675,7 @@ class Limits:
         if own_uid:
             resource.setrlimit(resource.RLIMIT_NPROC, (self.processes, self.processes))
 
-    def why(self, returncode) -> str | None:
+    def why(self, returncode: int | None) -> str | None:
         """The limit a child that ended with `returncode` ran into, in one line, if any (a
         signal's number, negative from Python, or 128 + it as bubblewrap passes it on)."""
         if returncode in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
@@ -603,7 +684,7 @@ class Limits:
             return f"file size limit {_amount(self.file_size)}"
         return None
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, int]:
         return asdict(self)
 
     @classmethod
@@ -680,11 +761,11 @@ def contents(folder: Path, hash_limit: int | None = None) -> dict[str, str]:
     return out
 
 
-def _no_follow(path, flags):
+def _no_follow(path: str | Path, flags: int) -> int:
     return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
 
 
-def changed(before: dict, after: dict) -> list[str]:
+def changed(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
     """Paths added, changed or removed between two `contents`."""
     return sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
 

@@ -42,6 +42,8 @@ import contextlib
 import socket
 import struct
 import types
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -75,22 +77,28 @@ class Channel:
     refused before it is read, and `refused` says why the conversation ended that way."""
 
     def __init__(
-        self, sock: socket.socket, *, trusting: bool, on_dead=None, limit: int = DEFAULT_LIMIT
-    ):
+        self,
+        sock: socket.socket,
+        *,
+        trusting: bool,
+        on_dead: Callable[[], None] | None = None,
+        limit: int = DEFAULT_LIMIT,
+    ) -> None:
         self.sock, self.trusting, self.on_dead, self.limit = sock, trusting, on_dead, limit
         self.exports: dict[int, object] = {}
         # their id -> our proxy (stand-in exception classes stay the same class)
-        self.proxies: dict[int, object] = {}
+        self.proxies: dict[int, Any] = {}
         self.seq = 0
         self.dead: str | None = None  # why this channel can no longer be used
         self.refused: str | None = None  # a message from the other end that was not read
-        self.helpers: dict = {}  # op -> function, for the child's extra requests
-        self.on_error = None  # called with each exception the other end raised
+        self.helpers: dict[str, Callable[..., Any]] = {}  # op -> function: the child's requests
+        self.on_error: Callable[[BaseException], None] | None = None  # each exception of theirs
+        self.impl_file: str | None = None  # the file under test (its frames in tracebacks)
         # while serving an untrusting end's requests or reading its replies (audit.py)
         self.guard = contextlib.nullcontext if trusting else audit.serving
-        self._methods: dict = {}  # (id(capability), name) -> its Method, served once
-        self._aliases: dict = {}  # of the reply being encoded
-        self._args: tuple = ()  # of the reply being decoded
+        self._methods: dict[tuple[int, str], Method] = {}  # (id(capability), name): served once
+        self._aliases: dict[int, tuple[int, Any]] = {}  # of the reply being encoded
+        self._args: tuple[Any, ...] = ()  # of the reply being decoded
         self._encoder = Encoder(self._alias, self._handle)
         self._decoder: Decoder = Decoder(
             theirs=self._theirs,
@@ -101,12 +109,12 @@ class Channel:
         )
 
     # -- encoding ---------------------------------------------------------------------------------
-    def export(self, obj) -> int:
+    def export(self, obj: object) -> int:
         key = id(obj)
         self.exports[key] = obj
         return key
 
-    def encode(self, obj, aliases=None):
+    def encode(self, obj: Any, aliases: dict[int, tuple[int, Any]] | None = None) -> Any:
         """`obj` as a node (remote_codec.py): data by copy, anything else by handle.
         `aliases`: {id: (index, arg)} of the arguments a reply may name as ["g", index]."""
         saved, self._aliases = self._aliases, aliases or {}
@@ -115,11 +123,11 @@ class Channel:
         finally:
             self._aliases = saved
 
-    def _alias(self, o):
+    def _alias(self, o: Any) -> list[Any] | None:
         hit = self._aliases.get(id(o))
         return ["g", hit[0]] if hit is not None and hit[1] is o else None
 
-    def _handle(self, o):
+    def _handle(self, o: Any) -> Any:
         if isinstance(o, RemoteModule):
             o = o.__dict__["_remote"]
         if isinstance(o, Remote) and object.__getattribute__(o, "_ch") is self:
@@ -141,7 +149,7 @@ class Channel:
         )
         return ["h", kind, self.export(o), str(getattr(o, "__name__", type(o).__name__))]
 
-    def decode(self, node, args=()):
+    def decode(self, node: Any, args: tuple[Any, ...] = ()) -> Any:
         """A node from the other end as a value (RemoteError if it is not one of the table);
         `args`: the request's arguments, which ["g", index] names."""
         saved, self._args = self._args, args
@@ -150,22 +158,22 @@ class Channel:
         finally:
             self._args = saved
 
-    def _ours(self, key):
+    def _ours(self, key: int) -> Any:
         if key not in self.exports:
             raise RemoteError("a reference to an object that was never handed over")
         return self.exports[key]
 
-    def _arg(self, i):
+    def _arg(self, i: int) -> Any:
         if not 0 <= i < len(self._args):
             raise RemoteError("a reference to an argument that was not passed")
         return self._args[i]
 
-    def _theirs(self, kind, key, name):
+    def _theirs(self, kind: str, key: int, name: str) -> Any:
         if key not in self.proxies:
             self.proxies[key] = self._make_proxy(key, kind, name)
         return self.proxies[key]
 
-    def _make_proxy(self, key, kind, name):
+    def _make_proxy(self, key: int, kind: str, name: str) -> Any:
         if kind == "module":
             return RemoteModule(self, key, name)
         if kind == "function" and self.trusting:  # a real function, so it binds as a method
@@ -174,11 +182,11 @@ class Channel:
         return Remote(self, key, name)
 
     # -- the conversation ------------------------------------------------------------------
-    def _send(self, message) -> None:
+    def _send(self, message: object) -> None:
         data = dump_message(message)
         self.sock.sendall(struct.pack("!Q", len(data)) + data)
 
-    def _recv(self):
+    def _recv(self) -> list[Any]:
         """The next message, as plain JSON lists (nothing built yet). Its length is checked
         against the limit before a byte of it is read, and it is read into one buffer of
         that length: a peer that sends more cannot make this process hold more."""
@@ -206,7 +214,7 @@ class Channel:
             got += part
         return bytes(buf) if n < 1 << 16 else buf
 
-    def request(self, op: str, *payload):
+    def request(self, op: str, *payload: Any) -> Any:
         """Ask the other end; serve its requests until our reply arrives."""
         if self.dead:
             raise ChildDied(self.dead)
@@ -234,7 +242,9 @@ class Channel:
             self.kill("stopped at a time limit")
             raise
 
-    def _finish(self, message, mine, args, op, payload):
+    def _finish(
+        self, message: list[Any], mine: int, args: Any, op: str, payload: tuple[Any, ...]
+    ) -> Any:
         if len(message) != 5 or message[1] not in ("ok", "err") or message[2] != mine:
             raise RemoteError("a malformed or out-of-order reply")
         _tag, kind, _seq, value, back = message
@@ -260,12 +270,16 @@ class Channel:
             if self.on_dead:
                 self.on_dead()
 
-    def _serve(self, message) -> None:
+    def _serve(self, message: list[Any]) -> None:
         with self.guard():
             self._serve_one(message)
 
-    def _serve_one(self, message) -> None:
-        seq, back, aliases, args = 0, {}, {}, ()
+    def _serve_one(self, message: list[Any]) -> None:
+        seq: Any = 0
+        back: dict[int | str, Any] = {}
+        aliases: dict[int, tuple[int, Any]] = {}
+        args: Any = ()
+        reply: tuple[str, Any]
         try:
             if len(message) != 4 or type(message[1]) is not int or type(message[2]) is not str:
                 raise RemoteError("a malformed request")
@@ -296,14 +310,14 @@ class Channel:
         del args
         self._send(["P", "err", seq, self.encode(failed), ["d", []]])
 
-    def perform(self, op, payload):
+    def perform(self, op: str, payload: tuple[Any, ...]) -> Any:
         if self.trusting:
             if op in self.helpers:
                 return self.helpers[op](*payload)
             return _perform(op, payload[0], payload)
         return self._perform_for_untrusted(op, payload)
 
-    def _perform_for_untrusted(self, op, payload):
+    def _perform_for_untrusted(self, op: str, payload: tuple[Any, ...]) -> Any:
         """A request of the submission on one of our capabilities: checked against the
         capability's surface before any attribute is looked up (remote_caps.py)."""
         obj = payload[0]
@@ -320,7 +334,7 @@ class Channel:
             )
         return _perform(op, obj, payload)
 
-    def _method(self, obj, name: str) -> Method:
+    def _method(self, obj: object, name: str) -> Method:
         key = (id(obj), name)
         if key not in self._methods:
             self._methods[key] = Method(obj, name)
@@ -332,7 +346,7 @@ _NAMED = {"getattr": "attributes", "setattr": "settable", "special": "operations
 _OPS = {"call": CALL, "asarray": ARRAY}  # the other requests, as the operation they are
 
 
-def _perform(op, obj, payload):
+def _perform(op: str, obj: Any, payload: tuple[Any, ...]) -> Any:
     if op == "getattr":
         return getattr(obj, payload[1])
     if op == "setattr":
@@ -350,7 +364,7 @@ def _size(n: int) -> str:
     return f"{n / (1 << 20):.3g} MiB" if n >= 1 << 20 else f"{n} bytes"
 
 
-def serve(fd: int, helpers: dict) -> None:
+def serve(fd: int, helpers: dict[str, Callable[..., Any]]) -> None:
     """The child's whole life: stdin/stdout/stderr to /dev/null ($PAGEDSIM_CHILD_OUTPUT, for
     debugging, takes the output instead), then serve requests until the socket closes."""
     import os

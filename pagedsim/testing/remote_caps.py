@@ -25,7 +25,9 @@ from __future__ import annotations
 import collections.abc
 import functools
 import types
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any, NoReturn, TypeVar
 
 from ..block_pool import BlockPool
 from .remote_values import SPECIAL
@@ -82,14 +84,23 @@ class Surface:
 
 
 SURFACES: dict[type, Surface] = {}
+T = TypeVar("T", bound=type)
 
 
-def register(cls: type, *, methods=(), attributes=(), settable=(), operations=()) -> type:
+def register(
+    cls: T,
+    *,
+    methods: Iterable[str] = (),
+    attributes: Iterable[str] = (),
+    settable: Iterable[str] = (),
+    operations: Iterable[str] = (),
+) -> T:
     """Let instances of exactly `cls` cross, with this surface and no more. ValueError for a
     type that is never a capability, a name that is private or a dunder, an unknown
     operation."""
     if not isinstance(cls, type) or issubclass(cls, NEVER):
         raise ValueError(f"{cls!r} can never be handed to a submission")
+    methods, attributes, settable = tuple(methods), tuple(attributes), tuple(settable)
     for name in (*methods, *attributes, *settable):
         if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):
             raise ValueError(f"{name!r} is not a public name: it cannot be on a surface")
@@ -102,12 +113,12 @@ def register(cls: type, *, methods=(), attributes=(), settable=(), operations=()
     return cls
 
 
-def capability(**surface):
+def capability(**surface: Iterable[str]) -> Callable[[T], T]:
     """`register` as a class decorator."""
     return lambda cls: register(cls, **surface)
 
 
-def surface_of(obj) -> Surface | None:
+def surface_of(obj: object) -> Surface | None:
     """The surface of `obj`'s exact type (a subclass is not registered by its base)."""
     return SURFACES.get(type(obj))
 
@@ -118,13 +129,13 @@ class Method:
 
     __slots__ = ("_obj", "_name")
 
-    def __init__(self, obj, name: str):
+    def __init__(self, obj: object, name: str) -> None:
         self._obj, self._name = obj, name
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return getattr(self._obj, self._name)(*args, **kwargs)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<method {self._name} of {type(self._obj).__name__}>"
 
 
@@ -133,16 +144,16 @@ class Cursor:
 
     __slots__ = ("_it",)
 
-    def __init__(self, it):
+    def __init__(self, it: Iterator[Any]) -> None:
         self._it = it
 
-    def __next__(self):
+    def __next__(self) -> Any:
         return next(self._it)
 
-    def __iter__(self):
+    def __iter__(self) -> Cursor:
         return self
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<iterator>"
 
 
@@ -153,18 +164,18 @@ class Callback:
 
     __slots__ = ("_fn",)
 
-    def __init__(self, fn):
+    def __init__(self, fn: Callable[..., Any]) -> None:
         if not callable(fn):
             raise TypeError("Callback needs a function")
         self._fn = fn
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._fn(*args, **kwargs)
 
-    def __get__(self, obj, owner=None):
+    def __get__(self, obj: object, owner: type | None = None) -> Callable[..., Any]:
         return self if obj is None else functools.partial(self._fn, obj)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<callback {getattr(self._fn, '__name__', 'function')}>"
 
 
@@ -200,7 +211,7 @@ register(Cursor, operations={"__next__", "__iter__"})
 register(Callback, operations={CALL})
 
 
-def served(obj):
+def served(obj: object) -> object:
     """`obj` as the checker may hand it over: itself when registered, an iterator as a
     `Cursor`; Unregistered otherwise (only the type is read, never an attribute)."""
     if type(obj) in SURFACES:
@@ -210,7 +221,7 @@ def served(obj):
     return _refuse(obj)
 
 
-def _refuse(obj):
+def _refuse(obj: object) -> NoReturn:
     raise Unregistered(
         f"the checker does not hand a {type(obj).__name__} to the code under test: only data "
         "and the capabilities registered in pagedsim/testing/remote_caps.py cross"

@@ -36,7 +36,7 @@ import json
 import math
 import pathlib
 import re
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import numpy as np
 
@@ -71,14 +71,14 @@ DTYPES = {
 _TEXT_DTYPE = re.compile(r"[<>|][US][0-9]{1,7}")
 
 
-def dtype_of(name) -> np.dtype:
+def dtype_of(name: object) -> np.dtype[Any]:
     """A dtype from its wire name; only numbers, booleans and fixed-width text."""
     if not isinstance(name, str) or not (name in DTYPES or _TEXT_DTYPE.fullmatch(name)):
         raise RemoteError(f"refused a value of dtype {str(name)[:40]!r} from the other process")
     return np.dtype(name)
 
 
-def wire_dtype(dt: np.dtype) -> str | None:
+def wire_dtype(dt: np.dtype[Any]) -> str | None:
     """`dt`'s wire name, or None when it does not cross by copy (objects, records, dates)."""
     name = dt.str
     return name if name in DTYPES or _TEXT_DTYPE.fullmatch(name) else None
@@ -88,7 +88,7 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def _unb64(text) -> bytes:
+def _unb64(text: object) -> bytes:
     if not isinstance(text, str):
         raise RemoteError("a malformed message: bytes that are not base64 text")
     try:
@@ -97,11 +97,11 @@ def _unb64(text) -> bytes:
         raise RemoteError("a malformed message: bytes that are not base64 text") from None
 
 
-def dump_message(message) -> bytes:
+def dump_message(message: object) -> bytes:
     return json.dumps(message, separators=(",", ":"), allow_nan=True).encode("ascii")
 
 
-def load_message(data: bytes | bytearray):
+def load_message(data: bytes | bytearray) -> Any:
     """JSON text to plain lists, strings and numbers (no node is built yet)."""
     try:
         return json.loads(data.decode("utf-8"), object_pairs_hook=_no_objects)
@@ -111,7 +111,7 @@ def load_message(data: bytes | bytearray):
         raise RemoteError("a malformed message: not JSON text") from None
 
 
-def _no_objects(pairs):
+def _no_objects(pairs: object) -> NoReturn:
     raise RemoteError("a malformed message: a JSON object")
 
 
@@ -120,10 +120,12 @@ class Encoder:
     of the request's arguments (else None); `handle(obj)` the node of anything not in the table
     (an object, a function, a module, an exception or an exception class)."""
 
-    def __init__(self, alias, handle):
+    def __init__(
+        self, alias: Callable[[Any], list[Any] | None], handle: Callable[[Any], Any]
+    ) -> None:
         self.alias, self.handle = alias, handle
 
-    def node(self, obj, depth: int = 0):
+    def node(self, obj: Any, depth: int = 0) -> Any:
         if depth > MAX_DEPTH:
             raise TypeError("a value nested too deeply to send")
         t = type(obj)
@@ -156,7 +158,7 @@ class Encoder:
         return self.handle(obj)
 
 
-_LEAVES: dict[type, Callable[[Any], list]] = {
+_LEAVES: dict[type, Callable[[Any], list[Any]]] = {
     bytes: lambda o: ["b", _b64(o)],
     bytearray: lambda o: ["ba", _b64(bytes(o))],
     complex: lambda o: ["c", o.real, o.imag],
@@ -168,13 +170,13 @@ _LEAVES: dict[type, Callable[[Any], list]] = {
 _SEQUENCES: dict[type, str] = {list: "l", tuple: "t", set: "s", frozenset: "fs"}
 
 
-def _int(v, what: str) -> int:
+def _int(v: object, what: str) -> int:
     if type(v) is not int:
         raise RemoteError(f"a malformed message: {what} is not an integer")
     return v
 
 
-def _str(v, what: str) -> str:
+def _str(v: object, what: str) -> str:
     if type(v) is not str:
         raise RemoteError(f"a malformed message: {what} is not text")
     return v
@@ -185,12 +187,20 @@ class Decoder:
     `theirs(kind, key, name)` a proxy, `ours(key)` an object handed over, `arg(i)` an argument,
     `exc_class(node)` and `exception(node)` (remote_errors.py) the rest."""
 
-    def __init__(self, *, theirs, ours, arg, exc_class, exception):
+    def __init__(
+        self,
+        *,
+        theirs: Callable[[str, int, str], Any],
+        ours: Callable[[int], Any],
+        arg: Callable[[int], Any],
+        exc_class: Callable[[list[Any]], Any],
+        exception: Callable[[list[Any], int], Any],
+    ) -> None:
         self.theirs, self.ours, self.arg = theirs, ours, arg
         self.exc_class, self.exception = exc_class, exception
         self._by_tag = {tag: getattr(self, "_" + name) for tag, name in _NAMES.items()}
 
-    def decode(self, node):
+    def decode(self, node: Any) -> Any:
         """`node` as a value, or a RemoteError: whatever the node, only the table is built."""
         try:
             return self.value(node)
@@ -199,7 +209,7 @@ class Decoder:
         except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as e:
             raise RemoteError(f"a malformed message: {type(e).__name__}") from None
 
-    def value(self, node, depth: int = 0):
+    def value(self, node: Any, depth: int = 0) -> Any:
         if depth > MAX_DEPTH:
             raise RemoteError("a malformed message: a value nested too deeply")
         if node is None or type(node) in (bool, int, str):
@@ -216,30 +226,30 @@ class Decoder:
             raise RemoteError(f"a malformed message: {tag!r} with {len(rest)} fields")
         return self._by_tag[tag](rest, depth + 1)
 
-    def items(self, seq, depth):
+    def items(self, seq: Any, depth: int) -> list[Any]:
         if type(seq) is not list:
             raise RemoteError("a malformed message: items that are not a list")
         return [self.value(v, depth) for v in seq]
 
-    def _bytes(self, rest, depth):
+    def _bytes(self, rest: list[Any], depth: int) -> Any:
         return _unb64(rest[0])
 
-    def _bytearray(self, rest, depth):
+    def _bytearray(self, rest: list[Any], depth: int) -> Any:
         return bytearray(_unb64(rest[0]))
 
-    def _list(self, rest, depth):
+    def _list(self, rest: list[Any], depth: int) -> Any:
         return self.items(rest[0], depth)
 
-    def _tuple(self, rest, depth):
+    def _tuple(self, rest: list[Any], depth: int) -> Any:
         return tuple(self.items(rest[0], depth))
 
-    def _set(self, rest, depth):
+    def _set(self, rest: list[Any], depth: int) -> Any:
         return set(self._hashable(self.items(rest[0], depth)))
 
-    def _frozenset(self, rest, depth):
+    def _frozenset(self, rest: list[Any], depth: int) -> Any:
         return frozenset(self._hashable(self.items(rest[0], depth)))
 
-    def _dict(self, rest, depth):
+    def _dict(self, rest: list[Any], depth: int) -> Any:
         pairs = rest[0]
         if type(pairs) is not list or any(type(p) is not list or len(p) != 2 for p in pairs):
             raise RemoteError("a malformed message: a dict that is not a list of pairs")
@@ -247,7 +257,7 @@ class Decoder:
         return dict(zip(keys, [self.value(v, depth) for _, v in pairs], strict=True))
 
     @staticmethod
-    def _hashable(values):
+    def _hashable(values: list[Any]) -> list[Any]:
         for v in values:
             if not _is_key(v):
                 raise RemoteError(
@@ -256,28 +266,28 @@ class Decoder:
                 )
         return values
 
-    def _complex(self, rest, depth):
+    def _complex(self, rest: list[Any], depth: int) -> Any:
         re_, im = rest
         if type(re_) not in (int, float) or type(im) not in (int, float):
             raise RemoteError("a malformed message: a complex number that is not two numbers")
         return complex(re_, im)
 
-    def _range(self, rest, depth):
+    def _range(self, rest: list[Any], depth: int) -> Any:
         return range(*(_int(v, "a range bound") for v in rest))
 
-    def _slice(self, rest, depth):
+    def _slice(self, rest: list[Any], depth: int) -> Any:
         return slice(*(self.value(v, depth) for v in rest))
 
-    def _ellipsis(self, rest, depth):
+    def _ellipsis(self, rest: list[Any], depth: int) -> Any:
         return Ellipsis
 
-    def _path(self, rest, depth):
+    def _path(self, rest: list[Any], depth: int) -> Any:
         return pathlib.PosixPath(_str(rest[0], "a path"))
 
-    def _purepath(self, rest, depth):
+    def _purepath(self, rest: list[Any], depth: int) -> Any:
         return pathlib.PurePosixPath(_str(rest[0], "a path"))
 
-    def _array(self, rest, depth):
+    def _array(self, rest: list[Any], depth: int) -> Any:
         dt, shape, data = dtype_of(rest[0]), rest[1], _unb64(rest[2])
         if (
             type(shape) is not list
@@ -289,16 +299,16 @@ class Decoder:
             raise RemoteError("a malformed message: an array whose bytes do not match its shape")
         return np.frombuffer(data, dtype=dt).reshape(shape).copy()
 
-    def _scalar(self, rest, depth):
+    def _scalar(self, rest: list[Any], depth: int) -> Any:
         dt, data = dtype_of(rest[0]), _unb64(rest[1])
         if len(data) != dt.itemsize:
             raise RemoteError("a malformed message: a scalar whose bytes do not match its dtype")
         return np.frombuffer(data, dtype=dt)[0]
 
-    def _dtype(self, rest, depth):
+    def _dtype(self, rest: list[Any], depth: int) -> Any:
         return dtype_of(rest[0])
 
-    def _record(self, rest, depth):
+    def _record(self, rest: list[Any], depth: int) -> Any:
         name, pairs = rest
         cls = RECORDS.get(name) if type(name) is str else None
         if cls is None:
@@ -312,29 +322,29 @@ class Decoder:
             raise RemoteError(f"a malformed message: a {name} with unknown or repeated fields")
         return cls(**{k: self.value(v, depth) for k, v in pairs})
 
-    def _handle(self, rest, depth):
+    def _handle(self, rest: list[Any], depth: int) -> Any:
         kind, key, name = rest
         if kind not in ("object", "function", "module"):
             raise RemoteError("a malformed message: an unknown kind of handle")
         return self.theirs(kind, _int(key, "a handle"), _str(name, "a handle's name")[:200])
 
-    def _ours(self, rest, depth):
+    def _ours(self, rest: list[Any], depth: int) -> Any:
         return self.ours(_int(rest[0], "a handle"))
 
-    def _arg(self, rest, depth):
+    def _arg(self, rest: list[Any], depth: int) -> Any:
         return self.arg(_int(rest[0], "an argument index"))
 
-    def _known_exc(self, rest, depth):
+    def _known_exc(self, rest: list[Any], depth: int) -> Any:
         return self.exc_class(["kx", *rest])
 
-    def _exc_class(self, rest, depth):
+    def _exc_class(self, rest: list[Any], depth: int) -> Any:
         return self.exc_class(["xc", *rest])
 
-    def _exception(self, rest, depth):
+    def _exception(self, rest: list[Any], depth: int) -> Any:
         return self.exception(rest, depth)
 
 
-def _is_key(v) -> bool:
+def _is_key(v: object) -> bool:
     if v is None or type(v) in (bool, int, float, str, bytes, complex, range, frozenset):
         return True
     if type(v) is tuple:

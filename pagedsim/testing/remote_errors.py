@@ -19,7 +19,8 @@ import builtins
 import pathlib
 import sys
 import traceback
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .remote_values import RemoteError
 
@@ -56,7 +57,7 @@ KNOWN_EXCEPTIONS = {
 _NEVER_FROM_CHILD = (SystemExit, KeyboardInterrupt, GeneratorExit)
 
 
-def known_class(name) -> type | None:
+def known_class(name: object) -> type[BaseException] | None:
     """The class a wire name stands for, when it is in the fixed table and imported here."""
     where = KNOWN_EXCEPTIONS.get(name) if isinstance(name, str) else None
     if where is None:
@@ -66,14 +67,14 @@ def known_class(name) -> type | None:
     return cls if isinstance(cls, type) and issubclass(cls, BaseException) else None
 
 
-def known_name(cls) -> str | None:
+def known_name(cls: type) -> str | None:
     """`cls`'s wire name, when it is one of KNOWN_EXCEPTIONS."""
     mod, name = getattr(cls, "__module__", None), getattr(cls, "__qualname__", None)
     wire = name if mod == "builtins" else f"{mod}.{name}"
     return wire if known_class(wire) is cls else None
 
 
-def class_node(cls, ch: Channel):
+def class_node(cls: type, ch: Channel) -> list[Any]:
     """A class as a node: its name if known, our stand-in's key back, else a stand-in's recipe."""
     name = known_name(cls)
     if name is not None:
@@ -85,7 +86,7 @@ def class_node(cls, ch: Channel):
     return ["xc", ch.export(cls), str(cls.__name__), bases]
 
 
-def class_from(node, ch: Channel) -> type:
+def class_from(node: list[Any], ch: Channel) -> type[BaseException]:
     """The class a `["kx", ...]` or `["xc", ...]` node stands for (stand-ins cached by key)."""
     if node[0] == "kx":
         cls = known_class(node[1])
@@ -115,10 +116,13 @@ def class_from(node, ch: Channel) -> type:
     return made
 
 
-def encode_exception(e: BaseException, ch: Channel, node, depth: int = 0) -> list:
+def encode_exception(
+    e: BaseException, ch: Channel, node: Callable[[Any], Any], depth: int = 0
+) -> list[Any]:
     """`e` as an `["x", ...]` node; `node(value)` encodes its arguments and attributes."""
     impl = ch.helpers.get("impl_path", lambda: None)()
-    frames, tb = [], e.__traceback__
+    frames: list[list[Any]] = []
+    tb = e.__traceback__
     while tb is not None:
         if impl and _same_file(tb.tb_frame.f_code.co_filename, impl):
             frames.append([tb.tb_frame.f_code.co_name, tb.tb_lineno])
@@ -155,21 +159,21 @@ def encode_exception(e: BaseException, ch: Channel, node, depth: int = 0) -> lis
     ]
 
 
-def _safe(node, value):
+def _safe(node: Callable[[Any], Any], value: object) -> Any:
     try:
         return node(value)
     except Exception:  # noqa: BLE001 - a value that cannot cross: its repr does
         return _text(value, repr)
 
 
-def _text(e, how=str) -> str:
+def _text(e: object, how: Callable[[object], str] = str) -> str:
     try:
-        return how(e)
+        return str(how(e))
     except Exception:  # noqa: BLE001
         return f"<{type(e).__name__}>"
 
 
-def _formatted(e) -> str:
+def _formatted(e: BaseException) -> str:
     """`e`'s traceback as text: file, line and function of each frame, then the exception
     (no source lines: reading them would cost more than the rest of a round trip)."""
     try:
@@ -192,7 +196,9 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def build_exception(rest, ch: Channel, value, depth: int) -> BaseException:
+def build_exception(
+    rest: list[Any], ch: Channel, value: Callable[[Any, int], Any], depth: int
+) -> BaseException:
     """The other side's exception (the fields of an `["x", ...]` node) as one of this side, with
     its frames in the student's file. `value(node, depth)` decodes a nested value."""
     cls_node, args, text, frames, attrs, inner, notes, formatted = rest
@@ -253,7 +259,7 @@ def build_exception(rest, ch: Channel, value, depth: int) -> BaseException:
     return exc
 
 
-def _instance(cls, args, text, ch) -> BaseException:
+def _instance(cls: type[BaseException], args: list[Any], text: str, ch: Channel) -> BaseException:
     """`cls(*args)`: `cls` is a known class or a stand-in, so its constructor is one of ours."""
     if not ch.trusting and not issubclass(cls, Exception):
         cls, args = RemoteError, [f"{cls.__name__}: {text}"]
@@ -272,7 +278,7 @@ def _instance(cls, args, text, ch) -> BaseException:
 FRAME = compile("__next()", "<frame>", "exec")
 
 
-def is_frame(code) -> bool:
+def is_frame(code: Any) -> bool:
     """Whether `code` is FRAME with another name, file or line (it can only call __next)."""
     return (
         getattr(code, "co_code", None) == FRAME.co_code
@@ -281,7 +287,7 @@ def is_frame(code) -> bool:
     )
 
 
-def raise_from_frames(exc: BaseException, frames, filename: str) -> None:
+def raise_from_frames(exc: BaseException, frames: list[list[Any]], filename: str) -> None:
     """Raise `exc` from nested frames named like the student's functions, at their lines."""
     codes = []
     for name, line in frames:

@@ -10,7 +10,8 @@ system's own dunder attributes here and forwards everything else.
 from __future__ import annotations
 
 import types
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,12 +24,12 @@ if TYPE_CHECKING:
 class _Raised(Exception):
     """Carries the other side's exception out of `request` (unwrapped by Remote)."""
 
-    def __init__(self, exc):
+    def __init__(self, exc: BaseException) -> None:
         super().__init__()
         self.exc = exc
 
 
-def ask(ch: Channel, op: str, *payload):
+def ask(ch: Channel, op: str, *payload: Any) -> Any:
     """ch.request, raising the other side's exception itself (outside any except block, so that
     its cause, the chain the runner reads, is kept)."""
     try:
@@ -44,41 +45,41 @@ class Remote:
     __slots__ = ("_ch", "_id", "_name")
     __pagedsim_remote__ = True
 
-    def __init__(self, ch: Channel, key: int, name: str):
+    def __init__(self, ch: Channel, key: int, name: str) -> None:
         object.__setattr__(self, "_ch", ch)
         object.__setattr__(self, "_id", key)
         object.__setattr__(self, "_name", name)
 
-    def _ask(self, op, *payload):
+    def _ask(self, op: str, *payload: Any) -> Any:
         return ask(object.__getattribute__(self, "_ch"), op, self, *payload)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
         return self._ask("getattr", name)
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: Any) -> None:
         self._ask("setattr", name, value)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._ask("call", args, kwargs)
 
-    def __array__(self, dtype=None, copy=None):
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray[Any, Any]:
         out = self._ask("asarray")
         if not isinstance(out, np.ndarray):
             raise TypeError("the submission's object did not become an array")
         return out if dtype is None else out.astype(dtype)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         try:
-            return self._ask("special", "__repr__", ())
+            return str(self._ask("special", "__repr__", ()))
         except ChildDied:
             return f"<{object.__getattribute__(self, '_name')} from a stopped run of your code>"
 
-    def __hash__(self):
-        return self._ask("special", "__hash__", ())
+    def __hash__(self) -> int:
+        return int(self._ask("special", "__hash__", ()))
 
-    def _pagedsim_stepper_run(self, stepper, num_threads, arrays, names):
+    def _pagedsim_stepper_run(self, stepper: Any, num_threads: int, arrays: Any, names: Any) -> Any:
         """The stepper's run() (course/ch03_kv_block/interleaver.py), done where the kernel
         lives."""
         log, after = ask(
@@ -97,8 +98,8 @@ class Remote:
         return log
 
 
-def _special(name):
-    def method(self, *args):
+def _special(name: str) -> Callable[..., Any]:
+    def method(self: Remote, *args: Any) -> Any:
         return self._ask("special", name, args)
 
     method.__name__ = name
@@ -112,19 +113,19 @@ for _name in SPECIAL - {"__repr__", "__hash__"}:
 class RemoteModule(types.ModuleType):
     """The submission's module (or one of its libraries), as a module object here."""
 
-    def __init__(self, ch: Channel, key: int, name: str):
+    def __init__(self, ch: Channel, key: int, name: str) -> None:
         super().__init__(name)
         self.__dict__["_remote"] = Remote(ch, key, name)
         self.__dict__[
             "__path__"
         ] = []  # so that `import matplotlib.figure` may look for a submodule
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
         return getattr(self.__dict__["_remote"], name)
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: Any) -> None:
         if name.startswith("__") and name.endswith(
             "__"
         ):  # the import system's bookkeeping stays here
@@ -132,5 +133,5 @@ class RemoteModule(types.ModuleType):
         else:
             setattr(self.__dict__["_remote"], name, value)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<module {self.__name__!r} (in the submission's process)>"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -76,16 +77,16 @@ class RemoteError(Exception):
     """A message from the submission's process that the grader refused to read."""
 
 
-def _collect_back(args, kwargs) -> dict:
-    back = {i: a for i, a in enumerate(args) if isinstance(a, MUTABLE)}
+def _collect_back(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[int | str, Any]:
+    back: dict[int | str, Any] = {i: a for i, a in enumerate(args) if isinstance(a, MUTABLE)}
     back.update({k: v for k, v in kwargs.items() if isinstance(v, MUTABLE)})
     return back
 
 
-def _write_back(args, kwargs, back) -> None:
+def _write_back(args: tuple[Any, ...], kwargs: dict[str, Any], back: dict[Any, Any] | None) -> None:
     """Apply the callee's changes to the caller's own lists, dicts, sets and arrays."""
     for key, new in (back or {}).items():
-        old = args[key] if isinstance(key, int) and key < len(args) else kwargs.get(key)
+        old: Any = args[key] if isinstance(key, int) and key < len(args) else kwargs.get(key)
         if old is new or type(old) is not type(new):
             continue
         if isinstance(old, np.ndarray):

@@ -150,9 +150,11 @@ print(os.path.exists(mine), os.path.exists(other), hidden,
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a mount namespace of its own needs root")
 def test_the_confined_checker_sees_only_its_job_in_tmp_and_no_reference_solution(tmp_path):
-    """jail.confined, as `grade` starts each checker: of /tmp only its job's folder (no other
-    job, no student folder), the solutions on disk empty, every file system read-only but
-    its scratch, and root's powers cut to starting and killing its submission."""
+    """jail.confined with no account, as `grade` starts a submission's bubblewrap that has no
+    uid of its own: of /tmp only its job's folder (no other job, no student folder), the
+    solutions on disk empty, every file system read-only but its scratch, and root's powers
+    cut to what bubblewrap needs (ROOT_CAPS). The checker itself runs as a uid of its own:
+    test_checker_uid.py."""
     job, other = tmp_path / "job", tmp_path / "other-job"
     job.mkdir()
     other.mkdir()

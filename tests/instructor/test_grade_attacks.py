@@ -109,7 +109,9 @@ def graded(root: Path, *, sandbox: bool) -> dict:
     attacks must then be found afterwards, by hash)."""
     # 300 s: a stub takes over 70 s on a loaded two-core machine
     mode = None if sandbox else grade.Mode(False, False)
-    results = grade.grade(root, ["3.5"], timeout=300, workers=2, sandbox=sandbox, mode=mode)
+    results = grade.grade(
+        root, ["3.5"], timeout=300, workers=2, mode=mode or grade.decide_mode(sandbox)
+    )
     return {r.student: r for r in results}
 
 
@@ -217,7 +219,7 @@ def test_the_sandbox_has_no_network_a_read_only_file_system_but_scratch_and_its_
         tmp_path / "class",
         {"probe": PROBE.format(outside=str(tmp_path / "outside.txt"), solution=str(SOLUTION))},
     )
-    (result,) = grade.grade(root, ["3.5"], timeout=300, sandbox=True)
+    (result,) = grade.grade(root, ["3.5"], timeout=300, mode=grade.decide_mode(True))
     facts = dict(
         f.split("=")
         for f in result.messages[0].split("RuntimeError: ")[1].split(" (line")[0].split()

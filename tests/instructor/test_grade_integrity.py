@@ -60,7 +60,9 @@ def test_a_rewrite_of_another_students_file_is_blamed_on_its_job_and_never_reach
     write(root, {"a_eve": "REWRITE", "b_bob": "GOOD"})
     got = {
         r.student: r
-        for r in grade.grade(root, ["3.1"], timeout=600, command=command, workers=1, sandbox=False)
+        for r in grade.grade(
+            root, ["3.1"], timeout=600, command=command, workers=1, mode=grade.decide_mode(False)
+        )
     }
     assert got["b_bob"].status == "pass", got["b_bob"]
     assert got["a_eve"].status == "error"
@@ -83,8 +85,9 @@ def test_each_job_gets_its_own_private_copy_of_the_checks_hashed_by_file(tmp_pat
     build = {"course/checks/test_x.py": b"def test_a():\n    pass\n", "course/__init__.py": b""}
     jobs = tmp_path / "jobs"
     jobs.mkdir()
-    one, _ = grade_job.Job.make(jobs, build, NAME, b"x = 1\n")
-    two, _ = grade_job.Job.make(jobs, build, NAME, b"x = 2\n")
+    run = grade_job.Run(build, jobs)
+    one, _ = grade_job.Job.make(run, NAME, b"x = 1\n")
+    two, _ = grade_job.Job.make(run, NAME, b"x = 2\n")
     assert one.code != two.code and not one.tampered() and not two.tampered()
     assert one.checks_digest() == {
         "checks/test_x.py": jail.contents(one.code / "course")["checks/test_x.py"],
@@ -110,7 +113,7 @@ def test_with_no_isolation_grading_is_refused_unless_no_sandbox_and_then_unverif
     with pytest.raises(SystemExit):
         grade.main([str(root)])
     assert "--no-sandbox" in capsys.readouterr().err
-    (r,) = grade.grade(root, ["3.1"], timeout=600, command=command, sandbox=False)
+    (r,) = grade.grade(root, ["3.1"], timeout=600, command=command, mode=grade.decide_mode(False))
     assert r.status == "pass" and r.verified is False and r.mode == "none"
     assert r.limits == jail.Limits().as_json()
     assert "unverified" in grade_report.table([r]).splitlines()[2]

@@ -1,0 +1,186 @@
+"""A job's submission process, started and ended by the grader at its checker's request.
+
+Under `pagedsim grade` as root, the checker runs as a uid of its own holding no capability
+(grade_job.run_one): it can neither start a process as the job's uid nor signal one. The
+grader does both for it, and nothing else, over a socketpair whose end the checker holds
+(its number in $PAGEDSIM_LAUNCHER_FD, taken out of the environment on first use):
+
+    the checker sends   the grader (`Launcher`, a thread per job)         and answers
+    b"start"            ends the job's submission process if one runs,   b"started N", with the
+                        then starts a new one: always the same command   checker's end of the
+                        (course/isolation.py: ChildSpec) on the job's    new process's socket
+                        file, in a view of the file system like the      (SCM_RIGHTS)
+                        checker's, as the job's uid, with its limits
+    b"stop"             waits up to a second for it to end on its own    b"stopped N RC": its
+                        (its socket closed), then kills its session,     exit status ("None"
+                        its descendants and every process of its uid     when none ran)
+
+N numbers the request answered (1, 2, ...): a reply left unread by a request that a time
+limit interrupted in the checker is told from the answer to the next one.
+
+Any other request (a command line, a path, more than `REQUEST` bytes) ends the service: the
+process is killed and the channel closed, so a checker made to say anything else only loses
+its own submission. The requests carry no argument: what runs, as whom, where, is fixed by
+the grader when the job starts.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+from collections.abc import Callable
+
+from pagedsim.testing import jail
+
+VAR = "PAGEDSIM_LAUNCHER_FD"
+REQUEST = 16  # bytes of the longest request read
+START, STOP, STARTED = b"start", b"stop", b"started"
+
+
+class Launcher:
+    """The grader's end for one job. `spawn(fd)` starts the submission's process serving on
+    the socket `fd` (grade_job: `ChildSpec.popen` confined, as the job's uid); `end(pid)`
+    kills every process it may have left (its uid's)."""
+
+    def __init__(
+        self, spawn: Callable[[int], subprocess.Popen], end: Callable[[int], None]
+    ) -> None:
+        self.spawn, self.end = spawn, end
+        self.ours, self.theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.proc: subprocess.Popen | None = None
+        self.served = 0  # requests answered
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def fd(self) -> int:
+        """The checker's end, to pass it (pass_fds) and name it in $PAGEDSIM_LAUNCHER_FD."""
+        return self.theirs.fileno()
+
+    def serve(self) -> None:
+        """Once the checker started: its end leaves this process, and the service begins."""
+        self.theirs.close()
+        self.thread.start()
+
+    def close(self) -> None:
+        """At the end of the job (the checker killed): the service ends, and so does the
+        submission's process, whatever it started, and every process of its uid."""
+        try:
+            self.ours.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        if self.thread.is_alive():
+            self.thread.join()
+        else:
+            self._stop()
+        self.ours.close()
+
+    def _serve(self) -> None:
+        try:
+            while True:
+                request = self.ours.recv(REQUEST + 1)
+                if request in (START, STOP):
+                    self.served += 1
+                if request == START:
+                    self._start()
+                elif request == STOP:
+                    code = self._stop()
+                    self.ours.send(f"stopped {self.served} {code}".encode())
+                else:  # the checker ended (b""), or asked for something it never asks for
+                    break
+        except OSError:
+            pass
+        finally:
+            self._stop()
+            try:  # the checker reads the end of the service at once, not at the job's end
+                self.ours.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _start(self) -> None:
+        self._stop()
+        mine, child = socket.socketpair()
+        try:
+            self.proc = self.spawn(child.fileno())
+        except (OSError, subprocess.SubprocessError) as e:
+            self.ours.send(f"failed {self.served} {type(e).__name__}".encode())
+            return
+        finally:
+            child.close()
+        try:
+            socket.send_fds(
+                self.ours, [f"{STARTED.decode()} {self.served}".encode()], [mine.fileno()]
+            )
+        finally:
+            mine.close()
+
+    def _stop(self) -> int | None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return None
+        try:
+            proc.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            pass
+        code = proc.returncode
+        jail.kill_tree(proc.pid, sessions={proc.pid})
+        self.end(proc.pid)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        return code
+
+
+class Client:
+    """The checker's end: `start()` gives the socket of a new submission process, `stop()` the
+    exit status of the last one, once it and all it started are gone."""
+
+    _taken: Client | None = None
+
+    def __init__(self, fd: int) -> None:
+        self.sock = socket.socket(fileno=fd)
+        self.sock.set_inheritable(False)
+        self.sent = 0  # requests sent
+
+    @classmethod
+    def taken(cls) -> Client | None:
+        """This process's client, when `grade` named one ($PAGEDSIM_LAUNCHER_FD, removed from the
+        environment and not inherited by anything this process starts)."""
+        text = os.environ.pop(VAR, None)
+        if cls._taken is None and text and text.isdigit():
+            try:
+                cls._taken = cls(int(text))
+            except OSError:
+                return None
+        return cls._taken
+
+    def start(self) -> socket.socket:
+        reply, fds = self._ask(START)
+        if reply[:1] != [STARTED] or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            raise OSError(f"the grader did not start the submission's process: {reply!r}")
+        return socket.socket(fileno=fds[0])
+
+    def stop(self) -> int | None:
+        try:
+            reply, _ = self._ask(STOP)
+        except OSError:
+            return None
+        code = reply[-1].decode(errors="replace") if len(reply) == 3 else ""
+        return int(code) if code.lstrip("-").isdigit() else None
+
+    def _ask(self, request: bytes) -> tuple[list[bytes], list[int]]:
+        """Send `request`; its reply, split into words, and the fds it carried. Replies to
+        earlier requests that were never read (a time limit struck) are skipped, and any
+        socket they carried closed."""
+        self.sent += 1
+        self.sock.send(request)
+        while True:
+            data, fds, _, _ = socket.recv_fds(self.sock, 64, 1)
+            words = data.split()
+            if not data or len(words) > 1 and words[1] == str(self.sent).encode():
+                return words, fds
+            for fd in fds:
+                os.close(fd)
