@@ -60,21 +60,25 @@ def table(results, pairs: dict | None = None) -> str:
     if notes:
         lines.append("")
     for r in notes:
-        what = (
-            ", ".join(r.failed)
-            if r.status == "fail" and r.failed
-            else (r.messages[0] if r.messages else "")
-        )
-        lines.append(printable(f"{names[r.student]} {r.exercise} {r.status}: {what}")[:160])
+        if r.status == "fail" and r.failed:
+            what = f"{len(r.failed)} failed: " + ", ".join(r.failed)
+        else:
+            what = r.messages[0] if r.messages else ""
+        lines.append(_cut(printable(f"{names[r.student]} {r.exercise} {r.status}: {what}")))
     for r in results:
         if r.similar:
-            lines.append(printable(f"{names[r.student]} {r.exercise} flagged: {r.similar}")[:160])
+            lines.append(_cut(printable(f"{names[r.student]} {r.exercise} flagged: {r.similar}")))
     if pairs:
         lines += ["", "most similar pairs (normalised syntax trees; a flag, never a fail):"]
     for ex, rows in (pairs or {}).items():
         for a, b, share in rows:
             lines.append(printable(f"  {ex}  {names.get(a, a)}  {names.get(b, b)}  {share:.0%}"))
     return "\n".join(lines)
+
+
+def _cut(line: str, width: int = 160) -> str:
+    """`line`, ending in an ellipsis where it had to be cut to `width` characters."""
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 COLUMNS = (

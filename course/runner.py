@@ -174,7 +174,7 @@ def print_report(outcome, *, verbose: bool, hint: bool) -> None:
             + (f"\n{tail}" if tail else "")
             + (f"\n      [{', '.join(checks)}]" if verbose else "")
         )
-    if (outcome.failures or outcome.error) and hint:
+    if (outcome.failures or outcome.error) and hint and outcome.impl.is_file():  # no file: no hint
         print(i18n.say(f"need a hint? pagedsim hint {ex.id}", f"需要提示？pagedsim hint {ex.id}"))
 
 

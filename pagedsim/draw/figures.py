@@ -129,7 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         unknown = [n for n in args.only if n not in makers]
         if unknown:
-            p.error(f"unknown figure(s) {', '.join(unknown)}; `--list` shows the names")
+            print(
+                f"pagedsim figures: error: unknown figure(s) {', '.join(unknown)}; "
+                "`--list` shows the names",
+                file=sys.stderr,
+            )
+            return 2
         makers = {n: makers[n] for n in args.only}
     out = writable_dir(args.out or default_out(args))  # unwritable: fails before any figure
     for name, maker in makers.items():

@@ -23,7 +23,7 @@ from ..text.captions import caption
 from . import PageOptions
 from .narrate import narrate
 
-TOUR_VERSION = "fork + copy-on-write: vLLM v0 · free queue: vLLM v1"
+TOUR_VERSION = "fork + copy-on-write: vLLM v0 · free list: a LIFO stack, as in vLLM v0"
 EVENTS_VERSION = "vLLM v1 KV cache events (BlockStored / BlockRemoved / AllBlocksCleared)"
 GENERATE_VERSION = "vLLM v1 scheduler + prefix cache · v0 fork + copy-on-write (n, beams)"
 

@@ -156,3 +156,9 @@ def test_json_messages_fold_like_the_text_report_one_per_kind_of_failure():
     out = outcome.as_json()
     assert out["messages"] == [m for m, _ in fold(failures)]
     assert out["failed"] == ["check_a", "check_b", "check_c"] and out["total"] == 4
+
+
+def test_a_missing_file_is_one_error_line_with_no_hint(tmp_path, capsys):
+    assert cli.check_main(["3.1", "--impl", str(tmp_path / "nope.py")]) != 0
+    out = capsys.readouterr().out
+    assert "no such file" in out and "nope.py" in out and "hint" not in out, out

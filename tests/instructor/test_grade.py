@@ -140,7 +140,7 @@ def test_json_and_table_output(tmp_path, fake, capsys, monkeypatch):
     assert table[0].split() == ["student", "3.1", "score"]
     assert table[2].split() == ["ann", "2/2", "unverified", f"{weight}/{weight}"]
     assert table[3].split() == ["ben", "1/2", "unverified", f"{float(weight) / 2:g}/{weight}"]
-    assert "ben 3.1 fail: test_b" in table
+    assert "ben 3.1 fail: 1 failed: test_b" in table
     assert table[-1].startswith("sandbox: off and no user of its own: every result is UNVERIFIED")
 
 

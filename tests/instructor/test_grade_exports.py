@@ -92,3 +92,15 @@ def test_a_weight_that_is_not_a_number_is_a_curriculum_problem(tmp_path):
     bad.write_text(text)
     problems = curriculum.problems(curriculum.load(bad))
     assert any("weight 'ten' is not a number" in p for p in problems), problems
+
+
+def test_a_cut_row_of_the_table_says_so_and_how_many_checks_failed():
+    from course.grade_job import Result
+
+    failed = [f"test_check_number_{i}_of_a_long_list" for i in range(9)]
+    r = Result("bob", "3.1", "fail", passed=0, total=9, failed=failed)
+    row = grade_report.table([r]).splitlines()[-1]
+    assert row.startswith("bob 3.1 fail: 9 failed: test_check_number_0")
+    assert len(row) == 160 and row.endswith("\u2026"), row
+    short = grade_report.table([Result("ann", "3.1", "fail", failed=["test_one"])])
+    assert short.splitlines()[-1] == "ann 3.1 fail: 1 failed: test_one"

@@ -157,3 +157,11 @@ def test_a_preempted_sequence_is_told_as_preempted_not_as_finishing(policy):
     assert any("seq B is preempted" in c for c in said), said
     assert not any("seq B finishes" in c for c in said), said
     assert any("被抢占" in s.custom_caption for s in session.timeline("zh"))
+
+
+def test_the_tour_badge_names_the_free_order_the_tour_runs():
+    from pagedsim.view.sources import TOUR_VERSION
+
+    order = tour_manager().pool.free_order  # the chapter's stack: the last freed is next out
+    assert order == "lifo" and "LIFO" in TOUR_VERSION and "vLLM v0" in TOUR_VERSION
+    assert "free queue: vLLM v1" not in TOUR_VERSION  # v1's queue is FIFO (LRU eviction)
