@@ -1,0 +1,193 @@
+"""No function over 80 lines and none with more than 8 parameters, outside kernel device code.
+
+Every .py file of the project outside tests/ is parsed with `ast` (nothing is imported).
+A function's length is its `def` line to its last line, decorators not counted; its
+parameters are all of them (positional, keyword-only, `*args`, `**kwargs`) except a
+method's `self` / `cls`. A function compiled for the GPU (any decorator named `jit`:
+`cuda.jit`, `cuda.jit(device=True)`, `numba.njit`) is device code and exempt: a kernel's
+signature is its launch, and a device function's is a list of registers.
+
+`ALLOWED` names today's offenders that other work owns, each with the number it was
+measured at. An allowed function may shrink but not grow, and an entry that no longer
+offends fails the test too, so the list only ever gets shorter.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SOURCES = ("pagedsim", "course", "cuda_kernels", "benchmarks", "scripts", "examples")
+MAX_LINES = 80
+MAX_PARAMS = 8
+
+# "path::qualified.name" -> (lines, params) measured when the rule was set; shrink it.
+ALLOWED: dict[str, tuple[int, int]] = {
+    "benchmarks/gpu_attention.py::_phases": (83, 3),
+    "benchmarks/gpu_attention.py::bench_case": (131, 12),
+    "benchmarks/gpu_checks.py::check_config": (37, 10),
+    "benchmarks/gpu_common.py::auto_launch": (45, 9),
+    "benchmarks/gpu_common.py::decode_launch": (62, 13),
+    "benchmarks/gpu_prefill.py::prefill_rows": (91, 6),
+    "benchmarks/gpu_summary.py::markdown": (81, 1),
+    "course/ch03_kv_block/checks/test_ex3_k3_paged_decode.py::build": (26, 9),
+    "course/ch03_kv_block/lessons/l3_8.py::demo": (108, 3),
+    "course/grade.py::grade": (86, 9),
+    "course/grade_job.py::run_one": (92, 11),
+    "course/runner.py::run_checks": (106, 8),
+    "cuda_kernels/_prefill_checks.py::check_batch": (53, 11),
+    "cuda_kernels/attention.py::decode_with": (129, 16),
+    "cuda_kernels/attention.py::paged_attention": (43, 10),
+    "cuda_kernels/fast/decode.py::make_decode_kernel": (386, 9),
+    "cuda_kernels/fast/decode_tc.py::make_tc_decode_kernel": (315, 6),
+    "cuda_kernels/fast/prefill_tc.py::make_prefill_tc_kernel": (215, 7),
+    "cuda_kernels/fast/prefill_tc_step.py::make_steps": (197, 2),
+    "cuda_kernels/fast/prefill_tc_step.py::make_steps.make_step": (145, 1),
+    "cuda_kernels/fast/prefill_tc_tiles.py::make_tile_loader": (89, 1),
+    "cuda_kernels/fast/prefill_wgmma.py::make_prefill_wgmma_kernel": (328, 4),
+    "cuda_kernels/gpu/intrinsics.py::_make_mma.typer": (17, 11),
+    "cuda_kernels/gpu/wgmma_intrinsics.py::_make_wgmma.typer": (33, 9),
+    "cuda_kernels/ladder/rung10_tensor.py::make_tensor_kernel": (96, 1),
+    "cuda_kernels/ladder/rung8_split.py::make_split_kernel": (96, 2),
+    "cuda_kernels/ladder/rung9_cp_async.py::make_ring_kernel": (102, 2),
+    "cuda_kernels/prefill.py::launcher": (54, 12),
+    "cuda_kernels/prefill.py::make_prefill_kernel": (174, 7),
+    "cuda_kernels/prefill.py::paged_prefill": (67, 11),
+    "cuda_kernels/reference.py::reference_prefill": (29, 9),
+    "cuda_kernels/report.py::kernel_specs": (142, 0),
+    "cuda_kernels/report.py::main": (93, 1),
+    "cuda_kernels/sim/tensor_sim.py::mma_bf16": (3, 10),
+    "cuda_kernels/sim/tensor_sim.py::mma_f16": (3, 10),
+    "pagedsim/app/capacity.py::_cfg": (12, 9),
+    "pagedsim/app/capacity.py::main": (88, 1),
+    "pagedsim/app/capacity.py::plan": (90, 1),
+    "pagedsim/app/play.py::main": (131, 1),
+    "pagedsim/app/tour.py::main": (95, 1),
+    "pagedsim/draw/anatomy.py::_block": (81, 7),
+    "pagedsim/draw/anatomy.py::make_alignment": (96, 1),
+    "pagedsim/draw/figures_labs.py::_draw_schedule": (105, 4),
+    "pagedsim/draw/figures_workloads.py::draw_waste": (107, 3),
+    "pagedsim/draw/flow.py::_box": (22, 9),
+    "pagedsim/draw/flow.py::make_core_flow": (156, 2),
+    "pagedsim/draw/flow.py::make_logical_physical": (88, 1),
+    "pagedsim/draw/fragmentation.py::make": (107, 1),
+    "pagedsim/draw/render.py::_blocks": (208, 4),
+    "pagedsim/draw/render.py::_free_list": (84, 3),
+    "pagedsim/draw/render.py::_tables": (93, 4),
+    "pagedsim/engine/generate.py::run": (164, 16),
+    "pagedsim/engine/generate_cli.py::main": (91, 1),
+    "pagedsim/engine/generate_cli.py::parser": (120, 0),
+    "pagedsim/engine/hf.py::_modern_config": (117, 3),
+    "pagedsim/engine/model.py::Transformer.__init__": (93, 3),
+    "pagedsim/engine/paged.py::PagedEngine.__init__": (78, 12),
+    "pagedsim/labs/kv_layouts.py::KVLayout.index": (28, 10),
+    "pagedsim/labs/swapcost.py::main": (93, 1),
+    "pagedsim/scheduler_v0.py::SchedulerV0.__init__": (79, 13),
+    "pagedsim/scheduler_v1.py::SchedulerV1.__init__": (78, 16),
+    "pagedsim/testing/caches.py::paged_case": (52, 9),
+    "pagedsim/view/__init__.py::page_data": (75, 10),
+    "pagedsim/view/__init__.py::to_html": (29, 10),
+    "scripts/train_tiny_model.py::main": (95, 0),
+}
+
+
+def _is_device(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    for deco in node.decorator_list:
+        target = deco.func if isinstance(deco, ast.Call) else deco
+        name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+        if name.endswith("jit"):
+            return True
+    return False
+
+
+def _params(node: ast.FunctionDef | ast.AsyncFunctionDef, in_class: bool) -> int:
+    a = node.args
+    count = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs)
+    count += (a.vararg is not None) + (a.kwarg is not None)
+    first = (a.posonlyargs + a.args)[:1]
+    return count - (in_class and bool(first) and first[0].arg in ("self", "cls"))
+
+
+def _functions(tree: ast.AST, prefix: str = "", in_class: bool = False):
+    """(qualified name, node, defined directly in a class) for every def under `tree`."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield prefix + node.name, node, in_class
+            yield from _functions(node, prefix + node.name + ".", False)
+        elif isinstance(node, ast.ClassDef):
+            yield from _functions(node, prefix + node.name + ".", True)
+        else:
+            yield from _functions(node, prefix, in_class)
+
+
+@functools.cache
+def measure() -> dict[str, tuple[int, int]]:
+    """ "path::name" -> (lines, params) for every host function of the project."""
+    found = {}
+    for package in SOURCES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            tree = ast.parse(path.read_text(encoding="utf-8"), rel)
+            for name, node, in_class in _functions(tree):
+                if not _is_device(node):
+                    lines = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                    found[f"{rel}::{name}"] = (lines, _params(node, in_class))
+    return found
+
+
+def _over(lines: int, params: int) -> bool:
+    return lines > MAX_LINES or params > MAX_PARAMS
+
+
+def test_every_python_folder_is_measured():
+    folders = [d for d in ROOT.iterdir() if d.is_dir() and not d.name.startswith(".")]
+    holding = {d.name for d in folders if d.name != "tests" and next(d.rglob("*.py"), None)}
+    missed = holding - set(SOURCES)
+    assert not missed, f"folders with Python that the shape rule does not read: {sorted(missed)}"
+
+
+def test_no_host_function_over_80_lines_or_8_parameters():
+    found = measure()
+    bad = [
+        f"{key}: {lines} lines, {params} parameters"
+        for key, (lines, params) in sorted(found.items())
+        if _over(lines, params) and key not in ALLOWED
+    ]
+    assert not bad, "split by meaning, or pass one named tuple:\n" + "\n".join(bad)
+
+
+def test_allowed_offenders_only_shrink():
+    found = measure()
+    grown = [
+        f"{key}: now {found[key]}, allowed {limit}"
+        for key, limit in ALLOWED.items()
+        if key in found
+        and (found[key][0] > max(limit[0], MAX_LINES) or found[key][1] > max(limit[1], MAX_PARAMS))
+    ]
+    stale = [key for key in ALLOWED if key not in found or not _over(*found[key])]
+    assert not grown, "an allowed function grew:\n" + "\n".join(grown)
+    assert not stale, "no longer offends (or gone): delete from ALLOWED:\n" + "\n".join(stale)
+
+
+def test_the_rule_sees_a_long_function_and_a_wide_one(tmp_path):
+    """The measure itself: a 81-line def and a 9-parameter def are caught, a jit one is not."""
+    body = "\n".join(f"    x{i} = {i}" for i in range(80))
+    src = (
+        f"def long():\n{body}\n\n"
+        "def wide(a, b, c, d, e, f, g, h, i):\n    pass\n\n"
+        "class K:\n    def ok(self, a, b, c, d, e, f, g, h):\n        pass\n\n"
+        "@cuda.jit(device=True)\ndef reg(a, b, c, d, e, f, g, h, i, j):\n    pass\n"
+    )
+    tree = ast.parse(src)
+    shape = {
+        name: (n.end_lineno - n.lineno + 1, _params(n, c))
+        for name, n, c in _functions(tree)
+        if not _is_device(n)
+    }
+    assert shape == {"long": (81, 0), "wide": (2, 9), "K.ok": (2, 8)}
+    assert [name for name, (lines, params) in shape.items() if _over(lines, params)] == [
+        "long",
+        "wide",
+    ]
