@@ -73,9 +73,8 @@ ALLOWED: dict[str, tuple[int, int]] = {
     "pagedsim/draw/flow.py::make_core_flow": (156, 2),
     "pagedsim/draw/flow.py::make_logical_physical": (88, 1),
     "pagedsim/draw/fragmentation.py::make": (107, 1),
-    "pagedsim/draw/render.py::_blocks": (208, 4),
-    "pagedsim/draw/render.py::_free_list": (84, 3),
-    "pagedsim/draw/render.py::_tables": (93, 4),
+
+
     "pagedsim/engine/generate.py::run": (164, 16),
     "pagedsim/engine/generate_cli.py::main": (91, 1),
     "pagedsim/engine/generate_cli.py::parser": (120, 0),
