@@ -63,16 +63,6 @@ ALLOWED: dict[str, tuple[int, int]] = {
     "pagedsim/app/capacity.py::_cfg": (12, 9),
     "pagedsim/app/capacity.py::main": (88, 1),
     "pagedsim/app/capacity.py::plan": (90, 1),
-    "pagedsim/app/play.py::main": (131, 1),
-    "pagedsim/app/tour.py::main": (95, 1),
-    "pagedsim/draw/anatomy.py::_block": (81, 7),
-    "pagedsim/draw/anatomy.py::make_alignment": (96, 1),
-    "pagedsim/draw/figures_labs.py::_draw_schedule": (105, 4),
-    "pagedsim/draw/figures_workloads.py::draw_waste": (107, 3),
-    "pagedsim/draw/flow.py::_box": (22, 9),
-    "pagedsim/draw/flow.py::make_core_flow": (156, 2),
-    "pagedsim/draw/flow.py::make_logical_physical": (88, 1),
-    "pagedsim/draw/fragmentation.py::make": (107, 1),
 
 
     "pagedsim/engine/generate.py::run": (164, 16),
