@@ -63,8 +63,6 @@ ALLOWED: dict[str, tuple[int, int]] = {
     "pagedsim/app/capacity.py::_cfg": (12, 9),
     "pagedsim/app/capacity.py::main": (88, 1),
     "pagedsim/app/capacity.py::plan": (90, 1),
-
-
     "pagedsim/engine/generate.py::run": (164, 16),
     "pagedsim/engine/generate_cli.py::main": (91, 1),
     "pagedsim/engine/generate_cli.py::parser": (120, 0),
