@@ -72,12 +72,8 @@ def check_correctness(rng, dim: int, dry: bool) -> dict:
             query,
             tables,
             lens,
-            num_blocks=num_blocks,
-            num_kv_heads=kv_heads,
-            block_size=bs,
-            head_dim=dim,
-            mode="split",
-            partition_size=64,
+            ck.CacheShape(num_blocks, kv_heads, bs, dim),
+            ck.DecodeOptions(mode="split", partition_size=64),
         )
         results[f"factory[split-NHD,{name}]"] = common.close(nhd, want, tol)
         spare = sorted(set(range(num_blocks)) - set(tables.ravel().tolist()))  # unused blocks

@@ -175,10 +175,7 @@ def auto_launch(
         query,
         tables,
         lens,
-        num_blocks=k_src.shape[0],
-        num_kv_heads=num_kv_heads,
-        block_size=block_size,
-        head_dim=dim,
+        attention.CacheShape(k_src.shape[0], num_kv_heads, block_size, dim),
     )
     plan = dict(attention.LAST_PLAN)
     mode = "single" if plan["num_partitions"] == 1 else "split"
