@@ -111,15 +111,10 @@ def check_config(
     else:
         cache, table, loaders, block = host, tables, ck.BLOCK_MAJOR, bs
     d_cache = cuda.to_device(cache)
+    on_device = (cuda.to_device(a) for a in (query, table, lens))
+    case = common.DecodeCase(loaders, d_cache, d_cache, *on_device, block, kv_heads)
     launch, out = common.decode_launch(
-        loaders,
-        d_cache,
-        d_cache,
-        cuda.to_device(query),
-        cuda.to_device(table),
-        cuda.to_device(lens),
-        block_size=block,
-        num_kv_heads=kv_heads,
+        case,
         mode=mode,
         part=16 if dry else 64,
         paged=layout == "paged",

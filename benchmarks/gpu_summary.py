@@ -147,7 +147,19 @@ def markdown(report: dict) -> str:
             f"| {t['what']} | {_cell(t['measured'])} {t['unit']} | >= {t['goal']} "
             f"{t['unit']} | {t['verdict']} | {t['detail']} |"
         )
+    lines += _phase_lines(report) + _decode_lines(report) + _prefill_lines(report)
     lines += [
+        "",
+        f"launch overhead: {_cell(report.get('launch_overhead_ms'), '.4f')} ms per "
+        f"launch (an empty kernel, back to back in one event window; rows under 3x it "
+        f"are marked launch_bound)",
+    ]
+    lines += compile_lines(report.get("compile"))
+    return "\n".join(lines + _ladder_lines(report))
+
+
+def _phase_lines(report: dict) -> list[str]:
+    lines = [
         "",
         "| phase | seconds | compile s | compiles | status |",
         "| --- | --- | --- | --- | --- |",
@@ -165,7 +177,11 @@ def markdown(report: dict) -> str:
             f"{_cell(rec.get('compile_s'), '.1f')} | {_cell(rec.get('compiles'), 'd')} "
             f"| {status} |"
         )
-    lines += [
+    return lines
+
+
+def _decode_lines(report: dict) -> list[str]:
+    lines = [
         "",
         "| decode (auto) | G | dtype | path | ms | GB/s | % of roofline | checked |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -179,7 +195,11 @@ def markdown(report: dict) -> str:
                 f"{_cell(r.get('pct_of_roofline'), '.1f')} | "
                 f"{r.get('checked_on_device')} |"
             )
-    lines += [
+    return lines
+
+
+def _prefill_lines(report: dict) -> list[str]:
+    lines = [
         "",
         "| prefill | path ran | ms | TFLOP/s | % of tensor peak | checked |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -193,14 +213,11 @@ def markdown(report: dict) -> str:
                 f"{_cell(p.get('pct_of_tensor_peak'), '.1f')} | "
                 f"{p.get('checked_on_device', p.get('error', '-'))} |"
             )
-    lines += [
-        "",
-        f"launch overhead: {_cell(report.get('launch_overhead_ms'), '.4f')} ms per "
-        f"launch (an empty kernel, back to back in one event window; rows under 3x it "
-        f"are marked launch_bound)",
-    ]
-    lines += compile_lines(report.get("compile"))
-    lines += [
+    return lines
+
+
+def _ladder_lines(report: dict) -> list[str]:
+    lines = [
         "",
         "| ladder rung | ms | GB/s | % of read roofline | predicted % | prediction | checked |",
         "| --- | --- | --- | --- | --- | --- | --- |",
@@ -214,7 +231,7 @@ def markdown(report: dict) -> str:
             f"{_cell(r.get('pct_of_roofline'), '.1f')} | {_cell(low, 'g')}-{_cell(high, 'g')} | "
             f"{r.get('prediction', '-')} | {note or r.get('checked_on_device')} |"
         )
-    return "\n".join(lines)
+    return lines
 
 
 def compile_lines(comp: dict | None) -> list[str]:

@@ -133,16 +133,9 @@ def test_the_auto_row_times_what_paged_attention_launches_and_reads_its_plan_bac
     tables, num_blocks = ck.reference.scattered_block_tables(rng, lens, 4, spare=1)
     cache = cuda.to_device(rng.standard_normal((num_blocks, 2, 1, 4, 16)).astype(np.float16))
     query = cuda.to_device(rng.standard_normal((2, 4, 16)).astype(np.float16))
-    launch, out, plan = common.auto_launch(
-        ck.BLOCK_MAJOR,
-        cache,
-        cache,
-        query,
-        cuda.to_device(tables),
-        cuda.to_device(lens),
-        block_size=4,
-        num_kv_heads=1,
-    )
+    on_device = (cuda.to_device(tables), cuda.to_device(lens))
+    case = common.DecodeCase(ck.BLOCK_MAJOR, cache, cache, query, *on_device, 4, 1)
+    launch, out, plan = common.auto_launch(case)
     assert plan["path"] == "tensor" and plan["num_partitions"] == 1  # G = 4, float16, D = 16
     launch()
     want = ck.reference.paged_attention(query.copy_to_host(), cache.copy_to_host(), tables, lens)
