@@ -23,20 +23,23 @@ SOURCES = ("pagedsim", "course", "cuda_kernels", "benchmarks", "scripts", "examp
 MAX_LINES = 80
 MAX_PARAMS = 8
 
+# Signatures that are a PTX instruction's operand list, the honest shape for them: numba's
+# @intrinsic typer takes exactly the intrinsic's arguments, and the simulator's stand-ins
+# take the registers of the instruction they replace. Exempt for good.
+PTX_SHAPED = {
+    "cuda_kernels/gpu/intrinsics.py::_make_mma.typer": "mma.sync.m16n8k16: 4 A, 2 B, 4 C regs",
+    "cuda_kernels/gpu/wgmma_intrinsics.py::_make_wgmma.typer": "wgmma.mma_async's operands",
+    "cuda_kernels/sim/tensor_sim.py::mma_f16": "mma.sync.m16n8k16.f16: 4 A, 2 B, 4 C regs",
+    "cuda_kernels/sim/tensor_sim.py::mma_bf16": "mma.sync.m16n8k16.bf16: 4 A, 2 B, 4 C regs",
+}
+
 # "path::qualified.name" -> (lines, params) measured when the rule was set; shrink it.
 ALLOWED: dict[str, tuple[int, int]] = {
-    "benchmarks/gpu_attention.py::_phases": (83, 3),
-    "benchmarks/gpu_attention.py::bench_case": (131, 12),
     "benchmarks/gpu_checks.py::check_config": (37, 10),
-    "benchmarks/gpu_common.py::auto_launch": (45, 9),
-    "benchmarks/gpu_common.py::decode_launch": (62, 13),
-    "benchmarks/gpu_prefill.py::prefill_rows": (91, 6),
-    "benchmarks/gpu_summary.py::markdown": (81, 1),
     "course/ch03_kv_block/checks/test_ex3_k3_paged_decode.py::build": (26, 9),
     "course/grade.py::grade": (86, 9),
     "course/grade_job.py::run_one": (92, 11),
     "course/runner.py::run_checks": (106, 8),
-    "cuda_kernels/_prefill_checks.py::check_batch": (53, 11),
     "cuda_kernels/attention.py::paged_attention": (43, 10),
     "cuda_kernels/fast/decode.py::make_decode_kernel": (386, 9),
     "cuda_kernels/fast/decode_tc.py::make_tc_decode_kernel": (315, 6),
@@ -45,17 +48,12 @@ ALLOWED: dict[str, tuple[int, int]] = {
     "cuda_kernels/fast/prefill_tc_step.py::make_steps.make_step": (145, 1),
     "cuda_kernels/fast/prefill_tc_tiles.py::make_tile_loader": (89, 1),
     "cuda_kernels/fast/prefill_wgmma.py::make_prefill_wgmma_kernel": (328, 4),
-    "cuda_kernels/gpu/intrinsics.py::_make_mma.typer": (17, 11),
-    "cuda_kernels/gpu/wgmma_intrinsics.py::_make_wgmma.typer": (33, 9),
     "cuda_kernels/ladder/rung10_tensor.py::make_tensor_kernel": (96, 1),
     "cuda_kernels/ladder/rung8_split.py::make_split_kernel": (96, 2),
     "cuda_kernels/ladder/rung9_cp_async.py::make_ring_kernel": (102, 2),
-    "cuda_kernels/prefill.py::launcher": (54, 12),
     "cuda_kernels/prefill.py::make_prefill_kernel": (174, 7),
     "cuda_kernels/prefill.py::paged_prefill": (67, 11),
     "cuda_kernels/reference.py::reference_prefill": (29, 9),
-    "cuda_kernels/sim/tensor_sim.py::mma_bf16": (3, 10),
-    "cuda_kernels/sim/tensor_sim.py::mma_f16": (3, 10),
     "pagedsim/app/capacity.py::_cfg": (12, 9),
     "pagedsim/app/capacity.py::main": (88, 1),
     "pagedsim/app/capacity.py::plan": (90, 1),
@@ -133,7 +131,7 @@ def test_no_host_function_over_80_lines_or_8_parameters():
     bad = [
         f"{key}: {lines} lines, {params} parameters"
         for key, (lines, params) in sorted(found.items())
-        if _over(lines, params) and key not in ALLOWED
+        if _over(lines, params) and key not in ALLOWED and key not in PTX_SHAPED
     ]
     assert not bad, "split by meaning, or pass one named tuple:\n" + "\n".join(bad)
 
@@ -149,6 +147,8 @@ def test_allowed_offenders_only_shrink():
     stale = [key for key in ALLOWED if key not in found or not _over(*found[key])]
     assert not grown, "an allowed function grew:\n" + "\n".join(grown)
     assert not stale, "no longer offends (or gone): delete from ALLOWED:\n" + "\n".join(stale)
+    gone = [key for key in PTX_SHAPED if key not in found or not _over(*found[key])]
+    assert not gone, "no longer offends (or gone): delete from PTX_SHAPED:\n" + "\n".join(gone)
 
 
 def test_the_rule_sees_a_long_function_and_a_wide_one(tmp_path):
