@@ -269,9 +269,7 @@ def bench_case(rng, case, dim, runs, timed, copy_gbs, dry, *, layouts=LAYOUTS) -
         for mode in ("single", "split"):
             timed_pair = {}
             for layout, cases in layouts_:
-                ok = check_config(
-                    rng, heads, kv_heads, dim, dtype, mode, layout, dry, context, path
-                )
+                ok = check_config(rng, case, dim, mode, layout, dry, path)
                 checked[(path, mode, layout)] = ok
                 launches = [
                     common.decode_launch(

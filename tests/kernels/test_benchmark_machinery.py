@@ -146,18 +146,8 @@ def test_the_auto_row_times_what_paged_attention_launches_and_reads_its_plan_bac
 @pytest.mark.parametrize("layout", ["paged", "contiguous"])
 def test_the_benchmarks_tensor_core_configurations_pass_its_device_check(layout, mode):
     rng = np.random.default_rng(11)
-    assert gpu_attention.check_config(
-        rng,
-        heads=4,
-        kv_heads=1,
-        dim=16,
-        dtype="float16",
-        mode=mode,
-        layout=layout,
-        dry=True,
-        context=24,
-        path="tensor",
-    )
+    case = (2, 24, 4, 1, "float16")  # batch, context, heads, kv_heads, dtype
+    assert gpu_attention.check_config(rng, case, 16, mode, layout, dry=True, path="tensor")
 
 
 def test_a_phase_that_raises_is_recorded_and_the_next_phase_still_runs():
