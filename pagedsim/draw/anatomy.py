@@ -113,7 +113,6 @@ MODELS = (
     ),
     ("llama-3-8b", "GQA: 32 query heads share 8 KV heads"),
 )
-SLIDE_IN = (13.33 / 1.4, 6.67 / 1.4)  # the projector look scales by 1.4 to a slide body
 
 
 def anatomy_slides(out_dir: Path) -> list[Path]:
@@ -125,7 +124,7 @@ def anatomy_slides(out_dir: Path) -> list[Path]:
     )
     for i, (name, note) in enumerate(MODELS):
         spec = preset(name)
-        fig = style.new_figure(*SLIDE_IN)
+        fig = style.new_figure(*style.SLIDE_BODY_IN)
         ax = fig.add_axes((0, 0, 1, 1))
         ax.set_xlim(0, 24)
         ax.set_ylim(0, 10)

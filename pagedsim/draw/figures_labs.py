@@ -16,7 +16,7 @@ from pathlib import Path
 
 from matplotlib.patches import Rectangle
 
-from pagedsim.draw.style import new_figure, save, slides
+from pagedsim.draw.style import SLIDE_BODY_IN, new_figure, save, slides
 from pagedsim.labs import interleavings as il
 from pagedsim.palette import ACCENT, FREE, FREE_EDGE, INK, SEQ_COLOURS
 
@@ -214,7 +214,7 @@ def race_timeline_slides(out_dir: Path) -> list[Path]:
     ]
     paths = []
     for i, (key, outcome, title) in enumerate(cases):
-        fig = new_figure(13.33 / 1.4, 6.67 / 1.4)  # the projector look scales by 1.4
+        fig = new_figure(*SLIDE_BODY_IN)
         ax = fig.subplots()
         _draw_schedule(ax, outcome, title, slide=True)
         fig.text(0.01, 0.98, "Two threads pop the free stack [10, 11, 12] at once", va="top")
@@ -314,7 +314,7 @@ def layout_sector_slides(out_dir: Path) -> list[Path]:
     cases = [("kernel", "k"), ("kernel", "v"), ("vec16", "k")]
     paths = []
     for r, layout in enumerate(sc.LAYOUTS):
-        fig = new_figure(13.33 / 1.4, 6.67 / 1.4)  # the projector look scales by 1.4
+        fig = new_figure(*SLIDE_BODY_IN)
         axes = fig.subplots(1, 3)
         for c, (mapping, which) in enumerate(cases):
             w = sc.warp_load(layout, mapping, which, g)

@@ -30,7 +30,7 @@ def draw_waste(by_mode: dict, out_dir: Path, name: str = "waste_breakdown.png") 
     `--slides`: the bars on one slide, the note on the paper's markers on the next."""
     slide = style.slides()
     if slide:
-        fig = style.new_figure(*SLIDE_IN)
+        fig = style.new_figure(*style.SLIDE_BODY_IN)
         ax = fig.add_axes([0.09, 0.22, 0.56, 0.64])
     else:
         fig = style.new_figure(10.0, 5.0)
@@ -128,7 +128,7 @@ def _waste_slides(fig, by_mode: dict, out_dir: Path, name: str) -> list[Path]:
         va="bottom",
     )
     stem = Path(name).stem
-    note = style.new_figure(*SLIDE_IN)
+    note = style.new_figure(*style.SLIDE_BODY_IN)
     note.text(
         0.02,
         0.96,
@@ -274,9 +274,6 @@ def draw_sweep(rows, out_dir: Path, title: str = "", name: str = "block_size_swe
     return [style.save(fig, Path(out_dir) / name)]
 
 
-SLIDE_IN = (13.33 / 1.4, 6.67 / 1.4)  # the projector look scales by 1.4 to a slide body
-
-
 def draw_sweep_slides(rows, out_dir: Path, title: str, name: str) -> list:
     """One idea per slide: each panel alone (`<name>-slide-<i>-<panel>.png`), then each note as
     a text slide, all at 18 pt or more once fitted to a 16:9 slide body."""
@@ -286,7 +283,7 @@ def draw_sweep_slides(rows, out_dir: Path, title: str, name: str) -> list:
     why, differ = sweep_notes(rows)
     slides += [(key, text) for key, text in (("why", why), ("not-3.5", differ)) if text]
     for i, (key, what) in enumerate(slides):
-        fig = style.new_figure(*SLIDE_IN)
+        fig = style.new_figure(*style.SLIDE_BODY_IN)
         if isinstance(what, str):  # a note: text only, wrapped to the slide's width
             fig.text(
                 0.02,

@@ -23,7 +23,6 @@ from ..trace import BlockAllocated, SequenceAdded, SequenceFreed, TokensAppended
 from . import style
 
 LOGICAL_SIZE, FLOW_SIZE = (12, 5.6), (10.5, 7.0)  # inches
-SLIDE_IN = (13.33 / 1.4, 6.67 / 1.4)  # the projector look scales by 1.4 to a slide body
 PHYS_Y = 4.0  # 3.3: the height of the physical strip, between the two logical rows
 
 
@@ -72,7 +71,7 @@ def make_logical_physical(out_dir: Path) -> list[Path]:
     # on a slide (18 pt): a slide-shaped figure, a wider label column, and room at the top
     # for the title and the subtitle wrapped to the slide's width
     slide = style.slides()
-    fig = style.new_figure(*(SLIDE_IN if slide else LOGICAL_SIZE))
+    fig = style.new_figure(*(style.SLIDE_BODY_IN if slide else LOGICAL_SIZE))
     ax = fig.add_axes((0, 0, 1, 1))
     left = -4.0 if slide else -3.0  # where the row labels start
     ax.set_xlim(left - 0.2, n + 0.6)
@@ -167,7 +166,7 @@ def make_core_flow(out_dir: Path, snapshots) -> list[Path]:
     # on a slide (18 pt) the figure is as wide as a slide body, the caption wraps, and the
     # column heads keep one line (what they hold is said by the boxes themselves)
     slide = style.slides()
-    fig = style.new_figure(*(SLIDE_IN if slide else FLOW_SIZE))
+    fig = style.new_figure(*(style.SLIDE_BODY_IN if slide else FLOW_SIZE))
     ax = fig.add_axes((0, 0, 1, 1))
     y0 = 2.85 if slide else 2.7
     top = snap.num_blocks * 0.8 + y0 - 0.3
