@@ -134,13 +134,16 @@ def _cell(value, fmt: str = ".3f") -> str:
     return "-" if value is None else f"{value:{fmt}}"
 
 
+def _head(*columns: str) -> list[str]:
+    """A blank line, then a markdown table's header row and its rule."""
+    return ["", "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+
+
 def markdown(report: dict) -> str:
     lines = [
         f"gpu_attention on {report.get('device')} ({report.get('backend')}, "
         f"dry_run={report.get('dry_run')}), {_cell(report.get('seconds'), '.0f')} s",
-        "",
-        "| target | measured | goal | verdict | detail |",
-        "| --- | --- | --- | --- | --- |",
+        *_head("target", "measured", "goal", "verdict", "detail"),
     ]
     for t in report.get("targets") or targets(report):
         lines.append(
@@ -159,11 +162,7 @@ def markdown(report: dict) -> str:
 
 
 def _phase_lines(report: dict) -> list[str]:
-    lines = [
-        "",
-        "| phase | seconds | compile s | compiles | status |",
-        "| --- | --- | --- | --- | --- |",
-    ]
+    lines = _head("phase", "seconds", "compile s", "compiles", "status")
     for name, rec in (report.get("phases") or {}).items():
         status = (
             "skipped: " + rec["skipped"]
@@ -181,11 +180,7 @@ def _phase_lines(report: dict) -> list[str]:
 
 
 def _decode_lines(report: dict) -> list[str]:
-    lines = [
-        "",
-        "| decode (auto) | G | dtype | path | ms | GB/s | % of roofline | checked |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
+    lines = _head("decode (auto)", "G", "dtype", "path", "ms", "GB/s", "% of roofline", "checked")
     for r in report.get("cases") or []:
         if r.get("mode") == "auto":
             lines.append(
@@ -199,11 +194,7 @@ def _decode_lines(report: dict) -> list[str]:
 
 
 def _prefill_lines(report: dict) -> list[str]:
-    lines = [
-        "",
-        "| prefill | path ran | ms | TFLOP/s | % of tensor peak | checked |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
+    lines = _head("prefill", "path ran", "ms", "TFLOP/s", "% of tensor peak", "checked")
     for r in report.get("prefill") or []:
         for p in r.get("by_path") or [r]:
             out = f" ({p['out_dtype']} out)" if p.get("out_dtype") == "float16" else ""
@@ -217,11 +208,9 @@ def _prefill_lines(report: dict) -> list[str]:
 
 
 def _ladder_lines(report: dict) -> list[str]:
-    lines = [
-        "",
-        "| ladder rung | ms | GB/s | % of read roofline | predicted % | prediction | checked |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
+    lines = _head(
+        "ladder rung", "ms", "GB/s", "% of read roofline", "predicted %", "prediction", "checked"
+    )
     for r in report.get("ladder") or []:
         note = r.get("skipped") or r.get("refused")
         low, high = r.get("predicted_pct") or (None, None)
@@ -252,7 +241,7 @@ def compile_lines(comp: dict | None) -> list[str]:
             f"(PTX + ptxas, measured here) x {comp['gpu_host_speed']} (GPU host speed) x "
             f"{comp['margin']} + {comp['slack_s']} s ({comp['measured']})"
         )
-        return ["", head, "", "| phase | CPU s here | kernels |", "| --- | --- | --- |"] + [
+        return ["", head, *_head("phase", "CPU s here", "kernels")] + [
             f"| {name} | {rec['compile_s']:.1f} | {rec['kernels']} |"
             for name, rec in comp["phases"].items()
         ]
@@ -270,7 +259,7 @@ def compile_lines(comp: dict | None) -> list[str]:
                 f"{len(comp['left_out'])} kernels ({', '.join(comp['left_out'])})"
             )
         unit = "kernels"
-    lines = ["", head, "", f"| phase | compile s | {unit} |", "| --- | --- | --- |"]
+    lines = ["", head, *_head("phase", "compile s", unit)]
     for name, rec in comp.get("phases", {}).items():
         lines.append(f"| {name} | {_cell(rec['compile_s'], '.1f')} | {rec[unit]} |")
     lines.append(f"| total | {_cell(comp['total_s'], '.1f')} | |")
