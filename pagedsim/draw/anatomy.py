@@ -115,13 +115,20 @@ MODELS = (
 )
 
 
+BYTES_OF = "= B \u00d7 layers \u00d7 2 (K,V) \u00d7 KV heads \u00d7 head_dim \u00d7 bytes"
+
+
+def gqa_ratio() -> int:
+    """How many times smaller llama-3-8b's block is than the chapter's (8 KV heads, not 32)."""
+    chapter, gqa = preset("chapter3"), preset("llama-3-8b")
+    return chapter.bytes_per_block(BLOCK_SIZE) // gqa.bytes_per_block(BLOCK_SIZE)
+
+
 def anatomy_slides(out_dir: Path) -> list[Path]:
     """`--slides`: one model per slide (`3.2-block-anatomy-slide-<i>-<model>`), its block
     drawn above its bytes, every text at 18 pt or more on a 16:9 slide body."""
     paths = []
-    ratio = preset("chapter3").bytes_per_block(BLOCK_SIZE) // preset("llama-3-8b").bytes_per_block(
-        BLOCK_SIZE
-    )
+    ratio = gqa_ratio()
     for i, (name, note) in enumerate(MODELS):
         spec = preset(name)
         fig = style.new_figure(*style.SLIDE_BODY_IN)
@@ -137,7 +144,7 @@ def anatomy_slides(out_dir: Path) -> list[Path]:
         y = 6.0 - spec.num_kv_heads * rh
         _block(ax, 2.0, y, spec, textwrap.fill(f"{name}  ({note})", 70), rh=rh, slide=True)
         lines = [
-            ("= B \u00d7 layers \u00d7 2 (K,V) \u00d7 KV heads \u00d7 head_dim \u00d7 bytes", {}),
+            (BYTES_OF, {}),
             ("= " + formula(spec), {"family": "DejaVu Sans Mono"}),
             (f"per token: {spec.bytes_per_token():,} B", {"color": "#444444"}),
         ]
@@ -168,31 +175,16 @@ def make_anatomy(out_dir: Path) -> list[Path]:
     for name, note in MODELS:
         spec = preset(name)
         h = _block(ax, 1.6, y - spec.num_kv_heads * 0.11 - 0.8, spec, f"{name}  ({note})")
-        tx = 15.2
+        tx, grey = 15.2, "#444444"
         ax.text(tx, y - 0.5, f"{name}: bytes per block", fontsize=10.5, fontweight="bold", va="top")
-        ax.text(
-            tx,
-            y - 1.1,
-            "= B \u00d7 layers \u00d7 2 (K,V) \u00d7 KV heads \u00d7 head_dim \u00d7 bytes",
-            fontsize=9,
-            va="top",
-            color="#444444",
-        )
-        ax.text(
-            tx, y - 1.65, "= " + formula(spec), fontsize=9.5, va="top", family="DejaVu Sans Mono"
-        )
-        ax.text(
-            tx,
-            y - 2.2,
-            f"per token: {spec.bytes_per_token():,} B",
-            fontsize=9,
-            va="top",
-            color="#444444",
-        )
+        for ty, text, kw in (
+            (y - 1.1, BYTES_OF, dict(fontsize=9, color=grey)),
+            (y - 1.65, "= " + formula(spec), dict(fontsize=9.5, family="DejaVu Sans Mono")),
+            (y - 2.2, f"per token: {spec.bytes_per_token():,} B", dict(fontsize=9, color=grey)),
+        ):
+            ax.text(tx, ty, text, va="top", **kw)
         y -= h + 2.6
-    ratio = preset("chapter3").bytes_per_block(BLOCK_SIZE) // preset("llama-3-8b").bytes_per_block(
-        BLOCK_SIZE
-    )
+    ratio = gqa_ratio()
     ax.text(
         15.2,
         0.3,

@@ -293,35 +293,15 @@ def _caption(ax, snap, layout):
         text = "\n".join(text[i : i + chars // 2] for i in range(0, len(text), chars // 2))
     else:
         text = textwrap.fill(f"step {snap.step}: {said}", chars)
-    ax.text(
-        0.5,
-        0.35,
-        text,
-        va="top",
-        ha="left",
-        fontsize=style.pt(11),
-        gid="caption",
-        color="#AA3377" if failed else palette.INK,
-        fontweight="bold" if failed else "normal",
+    ink, weight = ("#AA3377", "bold") if failed else (palette.INK, "normal")
+    _text(ax, 0.5, 0.35, text, 11, va="top", ha="left", gid="caption", color=ink, fontweight=weight)
+    heads = (
+        (0.5, style.tr("block tables (logical \u2192 physical)")),
+        (layout.grid_x, style.tr("physical blocks (B = {b} tokens)", b=snap.block_size)),
     )
-    ax.text(
-        0.5,
-        layout.body_y - 0.62,
-        style.tr("block tables (logical \u2192 physical)"),
-        fontsize=style.pt(10),
-        va="bottom",
-        color=palette.INK,
-        fontweight="bold",
-    )
-    ax.text(
-        layout.grid_x,
-        layout.body_y - 0.62,
-        style.tr("physical blocks (B = {b} tokens)", b=snap.block_size),
-        fontsize=style.pt(10),
-        va="bottom",
-        color=palette.INK,
-        fontweight="bold",
-    )
+    for x, head in heads:
+        y = layout.body_y - 0.62
+        _text(ax, x, y, head, 10, ha="left", va="bottom", color=palette.INK, fontweight="bold")
 
 
 def _text(ax, x, y, text, size, **kw):
