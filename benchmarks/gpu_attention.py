@@ -80,6 +80,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -174,51 +175,40 @@ def launch_bound(ms) -> bool | None:
     return None if ms is None or over is None else ms < common.LAUNCH_BOUND * over
 
 
-def bench_case(
-    rng, batch, context, heads, kv_heads, dtype, dim, runs, timed, copy_gbs, dry, *, layouts=LAYOUTS
-) -> list[dict]:
-    bs = 16
-    item = np.dtype(dtype).itemsize
-    per_seq = -(-context // bs)
-    num_blocks = batch * per_seq
-    kv_bytes = batch * context * kv_heads * dim * item * 2
-    copies = common.rotation(kv_bytes) if timed else 1
-    query = cuda.to_device(rng.standard_normal((batch, heads, dim)).astype(dtype))
-    lens = cuda.to_device(np.full(batch, context, np.int32))
-    paged = [common.filled(rng, (num_blocks, 2, kv_heads, bs, dim), dtype) for _ in range(copies)]
-    table = cuda.to_device(rng.permutation(num_blocks).reshape(batch, per_seq).astype(np.int32))
-    flat = [
-        common.filled(rng, (batch, 2, kv_heads, context, dim), dtype)
-        for _ in range(copies if "contiguous" in layouts else 0)
-    ]
-    flat_table = cuda.to_device(np.zeros((batch, 1), np.int32))  # never read (paged=False)
-    blocks = 8 * attention.sm_count() if timed else 2
-    roof_ms = common.time_ms(
-        [
-            common.read_roofline_launch(c.reshape(c.size), blocks, 256 if timed else 16)
-            for c in paged
-        ],
-        runs,
-        timed,
-    )
-    moved = kv_bytes + batch * heads * dim * item + batch * heads * dim * 4
-    base = {
-        "batch": batch,
-        "context": context,
-        "heads": heads,
-        "kv_heads": kv_heads,
-        "group": heads // kv_heads,
-        "head_dim": dim,
-        "dtype": dtype,
-        "kv_bytes": kv_bytes,
-        "bytes_moved": moved,
-        "working_set_copies": copies,
-    }
+class _Rows(NamedTuple):
+    """What every row of one decode case shares: its `base` fields, the bytes it moves,
+    the read roofline's time and the copy bandwidth the rows are compared with."""
 
-    def row(mode, layout, ms, ok=True, path=None):
-        bps = moved / ms * 1e3 if ms else None
+    base: dict
+    moved: int
+    roof_ms: float | None
+    copy_gbs: float | None
+
+    @classmethod
+    def for_case(cls, case, dim: int, copies: int, roof_ms, copy_gbs) -> "_Rows":
+        batch, context, heads, kv_heads, dtype = case
+        item = np.dtype(dtype).itemsize
+        kv_bytes = batch * context * kv_heads * dim * item * 2
+        moved = kv_bytes + batch * heads * dim * item + batch * heads * dim * 4
+        base = {
+            "batch": batch,
+            "context": context,
+            "heads": heads,
+            "kv_heads": kv_heads,
+            "group": heads // kv_heads,
+            "head_dim": dim,
+            "dtype": dtype,
+            "kv_bytes": kv_bytes,
+            "bytes_moved": moved,
+            "working_set_copies": copies,
+        }
+        return cls(base, moved, roof_ms, copy_gbs)
+
+    def row(self, mode, layout, ms, ok=True, path=None) -> dict:
+        bps = self.moved / ms * 1e3 if ms else None
+        copy_gbs, roof_ms = self.copy_gbs, self.roof_ms
         return {
-            **base,
+            **self.base,
             "mode": mode,
             "layout": layout,
             "path": path,
@@ -231,80 +221,110 @@ def bench_case(
             "pct_of_copy": 100 * bps / 1e9 / copy_gbs if bps and copy_gbs else None,
         }
 
-    rows = [row("read-only", "roofline", roof_ms)]
-    paths = ["cuda_core"] + (["tensor"] if tc_supported(dtype, dim) is None else [])
-    checked = {}
-    for path in paths:
+
+def bench_case(rng, case, dim, runs, timed, copy_gbs, dry, *, layouts=LAYOUTS) -> list[dict]:
+    """Every row of one decode case (batch, context, heads, kv_heads, dtype): the read
+    roofline, each path x mode x layout, what paged_attention's auto runs, and torch SDPA."""
+    batch, context, heads, kv_heads, dtype = case
+    bs, per_seq = 16, -(-context // 16)
+    num_blocks = batch * per_seq
+    kv_bytes = batch * context * kv_heads * dim * np.dtype(dtype).itemsize * 2
+    copies = common.rotation(kv_bytes) if timed else 1
+    query = cuda.to_device(rng.standard_normal((batch, heads, dim)).astype(dtype))
+    lens = cuda.to_device(np.full(batch, context, np.int32))
+    paged = [common.filled(rng, (num_blocks, 2, kv_heads, bs, dim), dtype) for _ in range(copies)]
+    table = cuda.to_device(rng.permutation(num_blocks).reshape(batch, per_seq).astype(np.int32))
+    flat = [
+        common.filled(rng, (batch, 2, kv_heads, context, dim), dtype)
+        for _ in range(copies if "contiguous" in layouts else 0)
+    ]
+    flat_table = cuda.to_device(np.zeros((batch, 1), np.int32))  # never read (paged=False)
+    blocks = 8 * attention.sm_count() if timed else 2
+    reads = [
+        common.read_roofline_launch(c.reshape(c.size), blocks, 256 if timed else 16) for c in paged
+    ]
+    roof_ms = common.time_ms(reads, runs, timed)
+    made = _Rows.for_case(case, dim, copies, roof_ms, copy_gbs)
+    rows = [made.row("read-only", "roofline", roof_ms)]
+    layouts_ = (
+        (
+            "paged",
+            [
+                common.DecodeCase(ck.BLOCK_MAJOR, c, c, query, table, lens, bs, kv_heads)
+                for c in paged
+            ],
+        ),
+        (
+            "contiguous",
+            [
+                common.DecodeCase(
+                    contiguous.CONTIGUOUS, c, c, query, flat_table, lens, context, kv_heads
+                )
+                for c in flat
+            ],
+        ),
+    )[: len(layouts)]
+    checked: dict = {}
+    for path in ["cuda_core"] + (["tensor"] if tc_supported(dtype, dim) is None else []):
         for mode in ("single", "split"):
             timed_pair = {}
-            for layout, caches, tab, loaders, block in (
-                ("paged", paged, table, ck.BLOCK_MAJOR, bs),
-                ("contiguous", flat, flat_table, contiguous.CONTIGUOUS, context),
-            )[: len(layouts)]:
-                ok = check_config(
-                    rng, heads, kv_heads, dim, dtype, mode, layout, dry, context, path
-                )
+            for layout, cases in layouts_:
+                ok = check_config(rng, case, dim, mode, layout, dry, path)
                 checked[(path, mode, layout)] = ok
                 launches = [
                     common.decode_launch(
-                        loaders,
                         c,
-                        c,
-                        query,
-                        tab,
-                        lens,
-                        block_size=block,
-                        num_kv_heads=kv_heads,
                         mode=mode,
                         part=attention.DEFAULT_PARTITION,
                         paged=layout == "paged",
                         longest=context,
                         path=path,
                     )[0]
-                    for c in caches
+                    for c in cases
                 ]
                 ms = common.time_ms(launches, runs, timed) if ok else None
-                timed_pair[layout] = row(mode, layout, ms, ok, path)
+                timed_pair[layout] = made.row(mode, layout, ms, ok, path)
             p, c = timed_pair["paged"], timed_pair.get("contiguous")
             if c and p["median_ms"] and c["median_ms"]:
                 p["paging_overhead_pct"] = 100 * (p["median_ms"] / c["median_ms"] - 1)
             rows += [p, c] if c else [p]
-    # what users get: paged_attention(mode="auto", path="auto"), its plan read back
-    autos = [
-        common.auto_launch(
-            ck.BLOCK_MAJOR, c, c, query, table, lens, block_size=bs, num_kv_heads=kv_heads
-        )
-        for c in paged
-    ]
+    rows.append(_auto_row(made, layouts_[0][1], checked, runs, timed))
+    return rows + _sdpa_rows(made, case, dim, runs, timed)
+
+
+def _auto_row(made: _Rows, cases: list, checked: dict, runs, timed) -> dict:
+    """What users get: paged_attention(mode="auto", path="auto"), its plan read back; timed
+    when the configuration it runs passed its device check."""
+    autos = [common.auto_launch(c) for c in cases]
     plan = autos[0][2]
     ok = checked[(plan["path"], "single" if plan["num_partitions"] == 1 else "split", "paged")]
-    auto = row(
-        "auto",
-        "paged",
-        common.time_ms([a[0] for a in autos], runs, timed) if ok else None,
-        ok,
-        plan["path"],
-    )
-    rows.append(
-        {**auto, "partition_size": plan["partition_size"], "num_partitions": plan["num_partitions"]}
-    )
-    try:  # a peer, not a kernel of ours: a torch without enable_gqa (< 2.5) only loses the row
+    ms = common.time_ms([a[0] for a in autos], runs, timed) if ok else None
+    auto = made.row("auto", "paged", ms, ok, plan["path"])
+    return {
+        **auto,
+        "partition_size": plan["partition_size"],
+        "num_partitions": plan["num_partitions"],
+    }
+
+
+def _sdpa_rows(made: _Rows, case, dim, runs, timed) -> list[dict]:
+    """torch SDPA on the same case: a peer, not a kernel of ours, so a torch without
+    enable_gqa (< 2.5) only loses the row (it says why)."""
+    batch, context, heads, kv_heads, dtype = case
+    try:
         torch_ms = torch_sdpa_ms(batch, context, heads, kv_heads, dim, dtype, runs, timed)
     except Exception as error:  # noqa: BLE001
-        rows.append(
+        return [
             {
-                **base,
+                **made.base,
                 "mode": "sdpa",
                 "layout": "torch_contiguous",
                 "checked_on_device": True,
                 "median_ms": None,
                 "error": f"{type(error).__name__}: {error}",
             }
-        )
-        torch_ms = None
-    if torch_ms is not None:
-        rows.append(row("sdpa", "torch_contiguous", torch_ms))
-    return rows
+        ]
+    return [made.row("sdpa", "torch_contiguous", torch_ms)] if torch_ms is not None else []
 
 
 def _device_name() -> str:
@@ -371,6 +391,17 @@ def _chosen(args) -> list[str]:
     return chosen
 
 
+def _roofline_check(rng, dry: bool) -> bool:
+    """Whether the read roofline's kernel reads every byte once (a few KiB on a dry run,
+    16 MiB on a GPU)."""
+    return common.roofline_reads_every_byte_once(
+        rng,
+        (1 << 12) + 48 if dry else (1 << 24) + 48,
+        2 if dry else 8 * attention.sm_count(),
+        16 if dry else 256,
+    )
+
+
 def _phases(args, report: dict, began: float) -> list:
     """(name, fn) of every phase, in run order: the headline targets first."""
     rng = np.random.default_rng(0)
@@ -412,7 +443,7 @@ def _phases(args, report: dict, began: float) -> list:
                 continue
             t0 = time.perf_counter()
             report["cases"] += bench_case(
-                rng, *case, dim, runs, on_gpu, copy_gbs(), dry, layouts=layouts
+                rng, case, dim, runs, on_gpu, copy_gbs(), dry, layouts=layouts
             )
             longest = max(longest, time.perf_counter() - t0)
             print(f"done {case} after {time.perf_counter() - began:.0f} s", file=sys.stderr)
@@ -426,12 +457,7 @@ def _phases(args, report: dict, began: float) -> list:
 
     def correctness_phase(_):
         report["correctness"] = check_correctness(rng, dim, dry)
-        report["roofline_check"] = common.roofline_reads_every_byte_once(
-            rng,
-            (1 << 12) + 48 if dry else (1 << 24) + 48,
-            2 if dry else 8 * attention.sm_count(),
-            16 if dry else 256,
-        )
+        report["roofline_check"] = _roofline_check(rng, dry)
 
     def copies_phase(_):
         report["copies"] = copy_rows(rng, "float16", runs, on_gpu, copy_gbs(), dry)

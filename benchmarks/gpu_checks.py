@@ -5,9 +5,9 @@ on device buffers with NaN-poisoned outputs. A configuration that fails is never
     check_correctness(rng, dim, dry)   every launcher (write_kv; paged_attention single,
                                        split, window; the split-NHD factory; copy_blocks;
                                        swap) in float32 and float16: {name: passed}
-    check_config(rng, heads, kv_heads, dim, dtype, mode, layout, dry, context, path)
-                                       the very kernel a decode row times, on a few short
-                                       sequences: passed
+    check_config(rng, case, dim, mode, layout, dry, path)
+                                       the very kernel a decode row of `case` times, on a
+                                       few short sequences: passed
 """
 
 from __future__ import annotations  # noqa: I001  (cuda_kernels before numba)
@@ -72,12 +72,8 @@ def check_correctness(rng, dim: int, dry: bool) -> dict:
             query,
             tables,
             lens,
-            num_blocks=num_blocks,
-            num_kv_heads=kv_heads,
-            block_size=bs,
-            head_dim=dim,
-            mode="split",
-            partition_size=64,
+            ck.CacheShape(num_blocks, kv_heads, bs, dim),
+            ck.DecodeOptions(mode="split", partition_size=64),
         )
         results[f"factory[split-NHD,{name}]"] = common.close(nhd, want, tol)
         spare = sorted(set(range(num_blocks)) - set(tables.ravel().tolist()))  # unused blocks
@@ -95,12 +91,12 @@ def check_correctness(rng, dim: int, dry: bool) -> dict:
     return results
 
 
-def check_config(
-    rng, heads, kv_heads, dim, dtype, mode, layout, dry, context, path="cuda_core"
-) -> bool:
+def check_config(rng, case, dim, mode, layout, dry, path="cuda_core") -> bool:
     """The timed kernel itself (same compiled kernel: G, dtype, head_dim, block size, and
     for the contiguous layout the same row length `context`; same launcher and mode) on a
-    few short sequences, on the device, against the float64 reference."""
+    few short sequences, on the device, against the float64 reference. `case`: the decode
+    case (batch, context, heads, kv_heads, dtype) that is timed; its batch is not used."""
+    _, context, heads, kv_heads, dtype = case
     bs = 16
     lens = np.array([3, 17] if dry else [37, 300, 1], np.int32)  # dry: split-K over 2 parts
     tables, num_blocks = reference.scattered_block_tables(rng, lens, bs, spare=2)
@@ -115,15 +111,10 @@ def check_config(
     else:
         cache, table, loaders, block = host, tables, ck.BLOCK_MAJOR, bs
     d_cache = cuda.to_device(cache)
+    on_device = (cuda.to_device(a) for a in (query, table, lens))
+    case = common.DecodeCase(loaders, d_cache, d_cache, *on_device, block, kv_heads)
     launch, out = common.decode_launch(
-        loaders,
-        d_cache,
-        d_cache,
-        cuda.to_device(query),
-        cuda.to_device(table),
-        cuda.to_device(lens),
-        block_size=block,
-        num_kv_heads=kv_heads,
+        case,
         mode=mode,
         part=16 if dry else 64,
         paged=layout == "paged",

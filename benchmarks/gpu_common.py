@@ -33,6 +33,7 @@ from __future__ import annotations  # noqa: I001  (cuda_kernels before numba: se
 import statistics
 import time
 import traceback
+from typing import NamedTuple
 
 import numpy as np
 
@@ -152,49 +153,34 @@ class Phases:
         return result
 
 
-def auto_launch(
-    loaders,
-    k_src,
-    v_src,
-    query,
-    tables,
-    lens,
-    *,
-    block_size: int,
-    num_kv_heads: int,
-    paged: bool = True,
-):
+class DecodeCase(NamedTuple):
+    """One decode problem on the device: K/V read through `loaders`, query [S, H, D], the
+    block tables and context lengths, and the cache's block size and KV heads."""
+
+    loaders: object
+    k_src: object
+    v_src: object
+    query: object
+    tables: object
+    lens: object
+    block_size: int
+    num_kv_heads: int
+
+
+def auto_launch(case: DecodeCase, *, paged: bool = True):
     """(launch, out, plan): the launch paged_attention's path="auto" makes on these device
     buffers. The plan (path, partition_size, num_partitions) comes from one call of the
     real launcher (`attention.decode_with`), so it is exactly what a user gets."""
-    dim = query.shape[2]
     attention.decode_with(
-        loaders,
-        k_src,
-        v_src,
-        query,
-        tables,
-        lens,
-        num_blocks=k_src.shape[0],
-        num_kv_heads=num_kv_heads,
-        block_size=block_size,
-        head_dim=dim,
+        *case[:6],
+        attention.CacheShape(
+            case.k_src.shape[0], case.num_kv_heads, case.block_size, case.query.shape[2]
+        ),
     )
     plan = dict(attention.LAST_PLAN)
     mode = "single" if plan["num_partitions"] == 1 else "split"
     launch, out = decode_launch(
-        loaders,
-        k_src,
-        v_src,
-        query,
-        tables,
-        lens,
-        block_size=block_size,
-        num_kv_heads=num_kv_heads,
-        mode=mode,
-        part=plan["partition_size"],
-        paged=paged,
-        path=plan["path"],
+        case, mode=mode, part=plan["partition_size"], paged=paged, path=plan["path"]
     )
     return launch, out, plan
 
@@ -244,15 +230,8 @@ def rotation(nbytes: int) -> int:
 
 
 def decode_launch(
-    loaders,
-    k_src,
-    v_src,
-    query,
-    tables,
-    lens,
+    case: DecodeCase,
     *,
-    block_size: int,
-    num_kv_heads: int,
     mode: str,
     part: int,
     paged: bool = True,
@@ -263,6 +242,7 @@ def decode_launch(
     (and the merge when split) on device buffers; out [S, H, D] float32 holds the result
     afterwards. mode "single" covers the longest context in one partition; "split" uses
     partitions of `part` tokens."""
+    loaders, k_src, v_src, query, tables, lens, block_size, num_kv_heads = case
     num_seqs, num_heads, dim = query.shape
     kernel, threads, chunks = attention.kernel_for(
         loaders,

@@ -293,9 +293,9 @@ def warm_steps(rng, grid, dim: int, dry: bool, layouts=("paged", "contiguous")) 
     """{phase: [step]}: each step runs one of the phase's device checks (or an untimed
     small instance) and so compiles what the phase will time."""
     decode = [
-        partial(check_config, rng, heads, kv_heads, dim, dtype, mode, layout, dry, context, path)
-        for _, context, heads, kv_heads, dtype in grid
-        for path in ["cuda_core"] + (["tensor"] if tc_supported(dtype, dim) is None else [])
+        partial(check_config, rng, case, dim, mode, layout, dry, path)
+        for case in grid  # (batch, context, heads, kv_heads, dtype)
+        for path in ["cuda_core"] + (["tensor"] if tc_supported(case[4], dim) is None else [])
         for mode in ("single", "split")
         for layout in layouts
     ]

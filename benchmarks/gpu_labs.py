@@ -93,15 +93,11 @@ def _problem(cfg, rng):
 def _raw_decode(name, k_dev, v_dev, d_q, d_tables, d_lens, cfg):
     """A closure launching the layout's kernel once, single pass, on prepared device buffers."""
     loaders = attention.usable_loaders(layouts.LOADERS[name], k_dev, v_dev, cfg["dim"])
+    case = common.DecodeCase(
+        loaders, k_dev, v_dev, d_q, d_tables, d_lens, cfg["block"], cfg["kv_heads"]
+    )
     return common.decode_launch(
-        loaders,
-        k_dev,
-        v_dev,
-        d_q,
-        d_tables,
-        d_lens,
-        block_size=cfg["block"],
-        num_kv_heads=cfg["kv_heads"],
+        case,
         mode="single",
         part=cfg["context"],
         longest=cfg["context"],

@@ -86,19 +86,13 @@ def check_prefill(rng, heads, kv_heads, dim, dtype, dry, path="auto", out_dtype=
 def prefill_rows(rng, case, dim: int, runs: int, timed: bool, dry: bool) -> list[dict]:
     batch, new, prefix, heads, kv_heads, dtype = case
     ctx = prefix + new
-    per_seq = -(-ctx // BLOCK_SIZE)
-    num_blocks = batch * per_seq
-    item = np.dtype(dtype).itemsize
-    kv_bytes = 2 * batch * ctx * kv_heads * dim * item
+    num_blocks = batch * -(-ctx // BLOCK_SIZE)  # whole blocks per sequence
+    kv_bytes = 2 * batch * ctx * kv_heads * dim * np.dtype(dtype).itemsize
     copies = common.rotation(kv_bytes) if timed else 1
     caches = [
         common.filled(rng, (num_blocks, 2, kv_heads, BLOCK_SIZE, dim), dtype) for _ in range(copies)
     ]
-    table = cuda.to_device(rng.permutation(num_blocks).reshape(batch, per_seq).astype(np.int32))
-    query = common.filled(rng, (batch * new, heads, dim), dtype)  # [total_q, H, D]
-    lens = cuda.to_device(np.full(batch, ctx, np.int32))
-    q_lens = np.full(batch, new, np.int64)
-    starts = cuda.to_device(np.arange(batch + 1, dtype=np.int32) * new)
+    query, on_device = _prefill_batch(rng, case, dim, num_blocks)
     outs = {d: cuda.device_array((batch * new, heads, dim), d) for d in OUT_DTYPES}
     attended = batch * (new * prefix + new * (new + 1) // 2)  # (query token, position) pairs
     flops = 4 * dim * heads * attended
@@ -120,14 +114,9 @@ def prefill_rows(rng, case, dim: int, runs: int, timed: bool, dry: bool) -> list
             prefill.launcher(
                 c,
                 query,
-                table,
-                lens,
-                starts,
-                q_lens,
+                on_device,
                 scale=require_scale(None, dim),
-                causal=True,
-                window=None,
-                sinks=0,
+                mask=prefill.PrefillMask(causal=True, window=None, sinks=0),
                 out=outs[out_dtype],
                 path=path,
             )
@@ -174,6 +163,18 @@ def prefill_rows(rng, case, dim: int, runs: int, timed: bool, dry: bool) -> list
             + [wgmma_row(caches[0], case, dim, runs, timed, dry)],
         }
     ] + common.prefill_peer_rows(case, dim, runs, timed, flops)
+
+
+def _prefill_batch(rng, case, dim: int, num_blocks: int):
+    """(query [total_q, H, D], the batch) of `case` on the device: every sequence's `new`
+    tokens behind its cached prefix, its blocks scattered over the pool."""
+    batch, new, prefix, heads, _, dtype = case
+    per_seq = num_blocks // batch
+    table = cuda.to_device(rng.permutation(num_blocks).reshape(batch, per_seq).astype(np.int32))
+    query = common.filled(rng, (batch * new, heads, dim), dtype)  # [total_q, H, D]
+    lens = cuda.to_device(np.full(batch, prefix + new, np.int32))
+    starts = cuda.to_device(np.arange(batch + 1, dtype=np.int32) * new)
+    return query, prefill.PrefillBatch(table, lens, starts, np.full(batch, new, np.int64))
 
 
 def wgmma_row(cache, case, dim: int, runs: int, timed: bool, dry: bool) -> dict:
@@ -231,14 +232,9 @@ def _wgmma_child(case, dim: int, runs: int, timed: bool, dry: bool) -> dict:
         return prefill.launcher(
             c,
             query,
-            table,
-            lens,
-            starts,
-            np.full(batch, new, np.int64),
+            prefill.PrefillBatch(table, lens, starts, np.full(batch, new, np.int64)),
             scale=require_scale(None, dim),
-            causal=True,
-            window=None,
-            sinks=0,
+            mask=prefill.PrefillMask(causal=True, window=None, sinks=0),
             out=outs[path],
             path=path,
         )

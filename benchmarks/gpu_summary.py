@@ -134,24 +134,35 @@ def _cell(value, fmt: str = ".3f") -> str:
     return "-" if value is None else f"{value:{fmt}}"
 
 
+def _head(*columns: str) -> list[str]:
+    """A blank line, then a markdown table's header row and its rule."""
+    return ["", "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+
+
 def markdown(report: dict) -> str:
     lines = [
         f"gpu_attention on {report.get('device')} ({report.get('backend')}, "
         f"dry_run={report.get('dry_run')}), {_cell(report.get('seconds'), '.0f')} s",
-        "",
-        "| target | measured | goal | verdict | detail |",
-        "| --- | --- | --- | --- | --- |",
+        *_head("target", "measured", "goal", "verdict", "detail"),
     ]
     for t in report.get("targets") or targets(report):
         lines.append(
             f"| {t['what']} | {_cell(t['measured'])} {t['unit']} | >= {t['goal']} "
             f"{t['unit']} | {t['verdict']} | {t['detail']} |"
         )
+    lines += _phase_lines(report) + _decode_lines(report) + _prefill_lines(report)
     lines += [
         "",
-        "| phase | seconds | compile s | compiles | status |",
-        "| --- | --- | --- | --- | --- |",
+        f"launch overhead: {_cell(report.get('launch_overhead_ms'), '.4f')} ms per "
+        f"launch (an empty kernel, back to back in one event window; rows under 3x it "
+        f"are marked launch_bound)",
     ]
+    lines += compile_lines(report.get("compile"))
+    return "\n".join(lines + _ladder_lines(report))
+
+
+def _phase_lines(report: dict) -> list[str]:
+    lines = _head("phase", "seconds", "compile s", "compiles", "status")
     for name, rec in (report.get("phases") or {}).items():
         status = (
             "skipped: " + rec["skipped"]
@@ -165,11 +176,11 @@ def markdown(report: dict) -> str:
             f"{_cell(rec.get('compile_s'), '.1f')} | {_cell(rec.get('compiles'), 'd')} "
             f"| {status} |"
         )
-    lines += [
-        "",
-        "| decode (auto) | G | dtype | path | ms | GB/s | % of roofline | checked |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
+    return lines
+
+
+def _decode_lines(report: dict) -> list[str]:
+    lines = _head("decode (auto)", "G", "dtype", "path", "ms", "GB/s", "% of roofline", "checked")
     for r in report.get("cases") or []:
         if r.get("mode") == "auto":
             lines.append(
@@ -179,11 +190,11 @@ def markdown(report: dict) -> str:
                 f"{_cell(r.get('pct_of_roofline'), '.1f')} | "
                 f"{r.get('checked_on_device')} |"
             )
-    lines += [
-        "",
-        "| prefill | path ran | ms | TFLOP/s | % of tensor peak | checked |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
+    return lines
+
+
+def _prefill_lines(report: dict) -> list[str]:
+    lines = _head("prefill", "path ran", "ms", "TFLOP/s", "% of tensor peak", "checked")
     for r in report.get("prefill") or []:
         for p in r.get("by_path") or [r]:
             out = f" ({p['out_dtype']} out)" if p.get("out_dtype") == "float16" else ""
@@ -193,18 +204,13 @@ def markdown(report: dict) -> str:
                 f"{_cell(p.get('pct_of_tensor_peak'), '.1f')} | "
                 f"{p.get('checked_on_device', p.get('error', '-'))} |"
             )
-    lines += [
-        "",
-        f"launch overhead: {_cell(report.get('launch_overhead_ms'), '.4f')} ms per "
-        f"launch (an empty kernel, back to back in one event window; rows under 3x it "
-        f"are marked launch_bound)",
-    ]
-    lines += compile_lines(report.get("compile"))
-    lines += [
-        "",
-        "| ladder rung | ms | GB/s | % of read roofline | predicted % | prediction | checked |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
+    return lines
+
+
+def _ladder_lines(report: dict) -> list[str]:
+    lines = _head(
+        "ladder rung", "ms", "GB/s", "% of read roofline", "predicted %", "prediction", "checked"
+    )
     for r in report.get("ladder") or []:
         note = r.get("skipped") or r.get("refused")
         low, high = r.get("predicted_pct") or (None, None)
@@ -214,7 +220,7 @@ def markdown(report: dict) -> str:
             f"{_cell(r.get('pct_of_roofline'), '.1f')} | {_cell(low, 'g')}-{_cell(high, 'g')} | "
             f"{r.get('prediction', '-')} | {note or r.get('checked_on_device')} |"
         )
-    return "\n".join(lines)
+    return lines
 
 
 def compile_lines(comp: dict | None) -> list[str]:
@@ -235,7 +241,7 @@ def compile_lines(comp: dict | None) -> list[str]:
             f"(PTX + ptxas, measured here) x {comp['gpu_host_speed']} (GPU host speed) x "
             f"{comp['margin']} + {comp['slack_s']} s ({comp['measured']})"
         )
-        return ["", head, "", "| phase | CPU s here | kernels |", "| --- | --- | --- |"] + [
+        return ["", head, *_head("phase", "CPU s here", "kernels")] + [
             f"| {name} | {rec['compile_s']:.1f} | {rec['kernels']} |"
             for name, rec in comp["phases"].items()
         ]
@@ -253,7 +259,7 @@ def compile_lines(comp: dict | None) -> list[str]:
                 f"{len(comp['left_out'])} kernels ({', '.join(comp['left_out'])})"
             )
         unit = "kernels"
-    lines = ["", head, "", f"| phase | compile s | {unit} |", "| --- | --- | --- |"]
+    lines = ["", head, *_head("phase", "compile s", unit)]
     for name, rec in comp.get("phases", {}).items():
         lines.append(f"| {name} | {_cell(rec['compile_s'], '.1f')} | {rec[unit]} |")
     lines.append(f"| total | {_cell(comp['total_s'], '.1f')} | |")

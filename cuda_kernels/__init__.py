@@ -26,10 +26,10 @@ from ._backend import backend, select
 
 select()
 
-from .attention import choose_partition, decode_with, paged_attention  # noqa: E402
+from .attention import DecodeOptions, choose_partition, decode_with, paged_attention  # noqa: E402
 from .block_copy import copy_blocks, swap_in, swap_out  # noqa: E402
 from .fast.decode import make_decode_kernel  # noqa: E402
-from .layout import BLOCK_MAJOR, Loaders, new_kv_cache  # noqa: E402
+from .layout import BLOCK_MAJOR, CacheShape, Loaders, new_kv_cache  # noqa: E402
 from .prefill import paged_prefill  # noqa: E402
 from .write_kv import write_kv  # noqa: E402
 
@@ -43,6 +43,8 @@ __all__ = [
     "swap_in",
     "make_decode_kernel",
     "decode_with",
+    "DecodeOptions",
+    "CacheShape",
     "choose_partition",
     "Loaders",
     "BLOCK_MAJOR",

@@ -19,6 +19,8 @@ on a GPU, compute capability 9.0 (sm_90a); under the simulator it runs the stand
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from . import _backend
@@ -26,6 +28,7 @@ from . import _checks as ck
 from .attention import attended_ranges, check_read_blocks
 from .fast.prefill_tc import unservable as tc_unservable
 from .fast.prefill_wgmma import unservable as wgmma_unservable
+from .layout import CacheShape
 from .primitives import aligned16
 
 PATHS = ("auto", "tensor", "cuda_core", "wgmma")
@@ -85,20 +88,32 @@ def choose_path(path, kv_cache) -> str:
     return "cuda_core"
 
 
+class PrefillMask(NamedTuple):
+    """Which keys a query row sees: up to its own position when `causal` (else the whole
+    context), then only the last `window` of those (0 or None: all) and the first `sinks`."""
+
+    causal: bool = True
+    window: int | None = 0
+    sinks: int = 0
+
+
+class PrefillBatch(NamedTuple):
+    """A batch as the launcher reads it: block_tables [S, max_blocks], context_lens [S],
+    query_start_loc [S + 1] (int32, on the host or the device), and the query lengths [S]
+    on the host (the work list is built from them)."""
+
+    tables: object
+    lens: object
+    starts: object
+    q_lens: np.ndarray
+
+
 def check_batch(
-    query,
-    num_kv_heads,
-    head_dim,
-    block_size,
-    num_blocks,
-    block_tables,
-    context_lens,
-    query_start_loc,
-    causal,
-    window,
-    sinks,
-):
-    """Validate everything but the cache; returns (tables, lens, starts) on the host."""
+    query, shape: CacheShape, block_tables, context_lens, query_start_loc, mask: PrefillMask
+) -> PrefillBatch:
+    """Validate everything but the cache; returns the batch on the host."""
+    num_blocks, num_kv_heads, block_size, head_dim = shape
+    causal, window, sinks = mask
     total_q = ck.check_query(query, num_kv_heads, head_dim, "token")[0]
     tables = ck.host_ints("block_tables", block_tables, 2)
     lens = ck.host_ints("context_lens", context_lens, 1)
@@ -137,4 +152,4 @@ def check_batch(
     kept_hi, _, _ = attended_ranges(ctx, window, sinks)
     _, start_lo, _ = attended_ranges(len_lo, window, sinks)
     check_read_blocks(tables, block_size, num_blocks, kept_hi, start_lo, ctx, rows=q_lens > 0)
-    return tables, lens, starts, q_lens
+    return PrefillBatch(tables, lens, starts, q_lens)

@@ -32,6 +32,7 @@ in 2 waves, the second a third full (what spreading tokens evenly over slots gav
 from __future__ import annotations
 
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 from numba import cuda
@@ -41,7 +42,7 @@ from . import _checks as ck
 from .fast.decode import make_decode_kernel
 from .fast.decode_geometry import geometry
 from .fast.decode_tc import make_tc_decode_kernel, tc_geometry, tc_supported
-from .layout import BLOCK_MAJOR, Loaders, check_kv_cache
+from .layout import BLOCK_MAJOR, CacheShape, Loaders, check_kv_cache
 from .merge import merge_partitions
 from .primitives import aligned16, vec_width
 
@@ -270,26 +271,22 @@ def paged_attention(
     path: "auto" | "tensor" | "cuda_core" (`choose_path`); what ran is LAST_PLAN["path"].
     NumPy query -> NumPy result; device query -> device result.
     """
-    num_blocks, num_kv_heads, block_size, head_dim = check_kv_cache("kv_cache", kv_cache)
+    shape = check_kv_cache("kv_cache", kv_cache)
     cache = ck.to_device(kv_cache)  # a device cache (or pool view) is used in place
-    return decode_with(
-        BLOCK_MAJOR,
-        cache,
-        cache,
-        query,
-        block_tables,
-        context_lens,
-        num_blocks=num_blocks,
-        num_kv_heads=num_kv_heads,
-        block_size=block_size,
-        head_dim=head_dim,
-        scale=scale,
-        mode=mode,
-        partition_size=partition_size,
-        window=window,
-        sinks=sinks,
-        path=path,
-    )
+    options = DecodeOptions(scale, mode, partition_size, window, sinks, path)
+    return decode_with(BLOCK_MAJOR, cache, cache, query, block_tables, context_lens, shape, options)
+
+
+class DecodeOptions(NamedTuple):
+    """`paged_attention`'s keywords: the scale, the tokens attended (window, sinks) and how
+    the launch is planned (mode, partition_size, path)."""
+
+    scale: float | None = None  # None: 1/sqrt(head_dim)
+    mode: str = "auto"  # MODES
+    partition_size: int | None = None  # tokens per split-K partition (mode split / auto)
+    window: int | None = None  # attend to the last `window` tokens ...
+    sinks: int = 0  # ... and the first `sinks`
+    path: str = "auto"  # PATHS
 
 
 def decode_with(
@@ -299,91 +296,47 @@ def decode_with(
     query,
     block_tables,
     context_lens,
-    *,
-    num_blocks: int,
-    num_kv_heads: int,
-    block_size: int,
-    head_dim: int,
-    scale=None,
-    mode="auto",
-    partition_size=None,
-    window=None,
-    sinks=0,
-    path="auto",
+    shape: CacheShape,
+    options: DecodeOptions | None = None,
 ):
     """`paged_attention` for any layout: validate, choose the mode, launch.
 
     loaders: `layout.Loaders`; `name` must be unique per pair of address functions (it
     keys the compiled-kernel cache). k_src/v_src: device arrays
     (NumPy is copied over) handed unchanged to load_k/load_v; the caller checks their
-    layout. num_blocks bounds the block ids; block_size maps positions to blocks.
-    Everything else is validated here exactly as for `paged_attention`.
+    layout and gives its `shape`: num_blocks bounds the block ids; block_size maps
+    positions to blocks. Everything else is validated here exactly as for `paged_attention`.
     """
-    num_seqs, num_heads, _ = ck.check_query(query, num_kv_heads, head_dim, "sequence")
-    tables = ck.host_ints("block_tables", block_tables, 2)
-    lens = ck.host_ints("context_lens", context_lens, 1)
-    if tables.dtype != np.int32 or lens.dtype != np.int32:
-        raise ValueError("block_tables and context_lens must be int32")
-    if tables.shape[0] != num_seqs:
-        raise ValueError(f"block_tables has {tables.shape[0]} rows for {num_seqs} sequences")
-    ck.require_shape("context_lens", lens, (num_seqs,))
-    max_blocks = tables.shape[1]
-    ck.require_range(
-        "context_lens",
-        lens,
-        1,
-        max_blocks * block_size + 1,
-        f": block_tables has {max_blocks} blocks of {block_size} tokens",
-    )
-    window, sinks = ck.window_args(window, sinks)
-    kept, start, count = attended_ranges(lens, window, sinks)
-    check_read_blocks(tables, block_size, num_blocks, kept, start, lens)
-    scale = ck.require_scale(scale, head_dim)
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if partition_size is not None:
-        if mode == "single":
-            raise ValueError("partition_size applies only to mode='split' or 'auto'")
-        partition_size = ck.require_int("partition_size", partition_size, 1)
-    group = num_heads // num_kv_heads
+    options = DecodeOptions() if options is None else options
+    tables, lens, count, opt = _checked(query, block_tables, context_lens, shape, options)
+    num_seqs, num_heads, head_dim = query.shape[0], query.shape[1], shape.head_dim
+    group = num_heads // shape.num_kv_heads
     k_src, v_src = ck.to_device(k_src), ck.to_device(v_src)
     dtype = np.dtype(k_src.dtype)
     loaders = usable_loaders(loaders, k_src, v_src, head_dim)
-    path = choose_path(path, loaders, dtype, head_dim, group)
-    kernel, threads, chunks = kernel_for(loaders, head_dim, group, dtype, block_size, path=path)
+    path = choose_path(opt.path, loaders, dtype, head_dim, group)
+    kernel, threads, chunks = kernel_for(
+        loaders, head_dim, group, dtype, shape.block_size, path=path
+    )
     d_query = ck.to_device(query)
     d_tables = ck.to_device(tables if not ck.is_device(block_tables) else block_tables)
     d_lens = ck.to_device(lens if not ck.is_device(context_lens) else context_lens)
-    longest = int(count.max())
-    part = partition_size or DEFAULT_PARTITION
     out = _empty((num_seqs, num_heads, head_dim))  # [S, H, D]
     one_pass = out.reshape(num_seqs, num_heads, 1, head_dim)  # partial when P == 1
-    if mode == "auto":  # out stands in for max_logits / exp_sums: same type, [S, H, P] float32
-        slots = cta_slots(
-            kernel,
-            (
-                k_src,
-                v_src,
-                d_query,
-                d_tables,
-                d_lens,
-                np.float32(1),
-                np.int32(0),
-                np.int32(0),
-                np.int32(1),
-                one_pass,
-                out,
-                out,
-            ),
-            threads,
+    arrays = (k_src, v_src, d_query, d_tables, d_lens)
+    part = opt.partition_size or DEFAULT_PARTITION
+    if opt.mode == "auto":  # out stands in for max_logits / exp_sums: same type, [S, H, P] float32
+        probe = (*arrays, np.float32(1), np.int32(0), np.int32(0), np.int32(1), one_pass, out, out)
+        part = choose_partition(
+            count, shape.num_kv_heads * chunks, cta_slots(kernel, probe, threads)
         )
-        part = choose_partition(count, num_kv_heads * chunks, slots)
-    if mode == "single":
-        part = longest
-    num_parts = -(-longest // part)
+    if opt.mode == "single":
+        part = int(count.max())
+    num_parts = -(-int(count.max()) // part)
+    grid = (shape.num_kv_heads * chunks, num_seqs, num_parts)
     ck.require_grid(
         "paged_attention",
-        (num_kv_heads * chunks, num_seqs, num_parts),
+        grid,
         (
             "KV heads x head chunks",
             "sequences",
@@ -394,33 +347,59 @@ def decode_with(
     LAST_PLAN.update(
         path=path, partition_size=int(part), num_partitions=int(num_parts), threads=int(threads)
     )
-
-    if num_parts == 1:
-        partial = one_pass
-    else:
-        partial = _empty((num_seqs, num_heads, num_parts, head_dim))  # [S, H, P, D]
+    partial = one_pass if num_parts == 1 else _empty((num_seqs, num_heads, num_parts, head_dim))
     max_logits = _empty((num_seqs, num_heads, num_parts))  # [S, H, P]
     exp_sums = _empty((num_seqs, num_heads, num_parts))  # [S, H, P]
-    kernel[(num_kv_heads * chunks, num_seqs, num_parts), threads](
-        k_src,
-        v_src,
-        d_query,
-        d_tables,
-        d_lens,
-        np.float32(scale),
-        np.int32(sinks),
-        np.int32(window or 0),
+    scalars = (
+        np.float32(opt.scale),
+        np.int32(opt.sinks),
+        np.int32(opt.window or 0),
         np.int32(part),
-        partial,
-        max_logits,
-        exp_sums,
     )
+    kernel[grid, threads](*arrays, *scalars, partial, max_logits, exp_sums)
     if num_parts > 1:
-        grid = ck.require_grid(
+        merge_grid = ck.require_grid(
             "merge_partitions", (num_heads, num_seqs, 1), ("heads", "sequences", "")
         )
-        merge_partitions[grid, min(threads, 128)](partial, max_logits, exp_sums, out)
+        merge_partitions[merge_grid, min(threads, 128)](partial, max_logits, exp_sums, out)
     return out if ck.is_device(query) else out.copy_to_host()
+
+
+def _checked(query, block_tables, context_lens, shape: CacheShape, options: DecodeOptions):
+    """Validate the query, tables, lengths and options against `shape`, in this order.
+    Returns (tables, lens) on the host as int32, the tokens each sequence attends, and
+    `options` with the scale, window, sinks and partition size normalised."""
+    num_seqs, _, _ = ck.check_query(query, shape.num_kv_heads, shape.head_dim, "sequence")
+    tables = ck.host_ints("block_tables", block_tables, 2)
+    lens = ck.host_ints("context_lens", context_lens, 1)
+    if tables.dtype != np.int32 or lens.dtype != np.int32:
+        raise ValueError("block_tables and context_lens must be int32")
+    if tables.shape[0] != num_seqs:
+        raise ValueError(f"block_tables has {tables.shape[0]} rows for {num_seqs} sequences")
+    ck.require_shape("context_lens", lens, (num_seqs,))
+    max_blocks, block_size = tables.shape[1], shape.block_size
+    ck.require_range(
+        "context_lens",
+        lens,
+        1,
+        max_blocks * block_size + 1,
+        f": block_tables has {max_blocks} blocks of {block_size} tokens",
+    )
+    window, sinks = ck.window_args(options.window, options.sinks)
+    kept, start, count = attended_ranges(lens, window, sinks)
+    check_read_blocks(tables, block_size, shape.num_blocks, kept, start, lens)
+    scale = ck.require_scale(options.scale, shape.head_dim)
+    if options.mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {options.mode!r}")
+    partition_size = options.partition_size
+    if partition_size is not None:
+        if options.mode == "single":
+            raise ValueError("partition_size applies only to mode='split' or 'auto'")
+        partition_size = ck.require_int("partition_size", partition_size, 1)
+    normal = options._replace(
+        scale=scale, window=window, sinks=sinks, partition_size=partition_size
+    )
+    return tables, lens, count, normal
 
 
 def usable_loaders(loaders: Loaders, k_src, v_src, head_dim: int) -> Loaders:

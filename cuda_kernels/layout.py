@@ -76,8 +76,17 @@ BLOCK_MAJOR_SCALAR = Loaders("kv_cache[N,2,H,B,D] scalar", load_k, load_v)
 BLOCK_MAJOR = Loaders("kv_cache[N,2,H,B,D]", k_row, v_row, vector=True, fallback=BLOCK_MAJOR_SCALAR)
 
 
-def check_kv_cache(name: str, kv_cache) -> tuple[int, int, int, int]:
-    """Validate a per-layer cache; returns (num_blocks, num_kv_heads, block_size, head_dim)."""
+class CacheShape(NamedTuple):
+    """A cache's geometry, as the launchers check block ids and positions against it."""
+
+    num_blocks: int
+    num_kv_heads: int
+    block_size: int
+    head_dim: int
+
+
+def check_kv_cache(name: str, kv_cache) -> CacheShape:
+    """Validate a per-layer cache; returns its (num_blocks, num_kv_heads, block_size, head_dim)."""
     ck.require_array(name, kv_cache, 5, ck.FLOAT_DTYPES)
     num_blocks, two, num_kv_heads, block_size, head_dim = ck.shape_of(kv_cache)
     if two != 2:
@@ -88,7 +97,7 @@ def check_kv_cache(name: str, kv_cache) -> tuple[int, int, int, int]:
     if min(num_blocks, num_kv_heads, block_size, head_dim) < 1:
         raise ValueError(f"{name} has an empty dimension: shape {ck.shape_of(kv_cache)}")
     ck.require_inner_contiguous(name, kv_cache)
-    return num_blocks, num_kv_heads, block_size, head_dim
+    return CacheShape(num_blocks, num_kv_heads, block_size, head_dim)
 
 
 def new_kv_cache(num_blocks, num_kv_heads, block_size, head_dim, dtype=np.float32):

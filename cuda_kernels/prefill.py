@@ -59,7 +59,7 @@ from numba import cuda, float32, int32, uint32
 
 from . import _backend
 from . import _checks as ck
-from ._prefill_checks import check_batch, choose_path
+from ._prefill_checks import PrefillBatch, PrefillMask, check_batch, choose_path
 from .attention import _empty, usable_loaders
 from .fast import prefill_tc, prefill_wgmma
 from .fast.decode import LOG2E, SLACK
@@ -356,61 +356,32 @@ def paged_prefill(
     SDPA and FlashAttention write): every kernel accumulates in float32 and rounds once, on
     the store, halving the output's bytes.
     """
-    num_blocks, num_kv_heads, block_size, head_dim = check_kv_cache("kv_cache", kv_cache)
+    shape = check_kv_cache("kv_cache", kv_cache)
     out_dtype = ck.require_out_dtype(out_dtype)
     path = choose_path(path, kv_cache)
     window, sinks = ck.window_args(window, sinks, zero_is_full=True)
-    tables, lens, starts, q_lens = check_batch(
-        query,
-        num_kv_heads,
-        head_dim,
-        block_size,
-        num_blocks,
-        block_tables,
-        context_lens,
-        query_start_loc,
-        causal,
-        window,
-        sinks,
-    )
-    scale = ck.require_scale(scale, head_dim)
+    mask = PrefillMask(causal, window, sinks)
+    batch = check_batch(query, shape, block_tables, context_lens, query_start_loc, mask)
+    scale = ck.require_scale(scale, shape.head_dim)
     out = _empty(ck.shape_of(query), out_dtype)  # [total_q, H, D]
-    launcher(
-        ck.to_device(kv_cache),
-        ck.to_device(query),
-        ck.to_device(tables),
-        ck.to_device(lens),
-        ck.to_device(starts),
-        q_lens,
-        scale=scale,
-        causal=causal,
-        window=window,
-        sinks=sinks,
-        out=out,
-        path=path,
-    )()
+    on_device = batch._replace(
+        tables=ck.to_device(batch.tables),
+        lens=ck.to_device(batch.lens),
+        starts=ck.to_device(batch.starts),
+    )
+    cache = ck.to_device(kv_cache)
+    launcher(cache, ck.to_device(query), on_device, scale=scale, mask=mask, out=out, path=path)()
     LAST_PATH["path"] = path
     return out if ck.is_device(query) else out.copy_to_host()
 
 
 def launcher(
-    cache,
-    query,
-    tables,
-    lens,
-    starts,
-    q_lens,
-    *,
-    scale: float,
-    causal: bool,
-    window,
-    sinks: int,
-    out,
-    path: str = "auto",
+    cache, query, batch: PrefillBatch, *, scale: float, mask: PrefillMask, out, path: str = "auto"
 ):
     """launch() running the prefill kernel on device buffers into out [total_q, H, D]
     (float32 or float16), with no checks: `paged_prefill` validates first, the GPU benchmark times
-    launch() alone. q_lens: the host's query lengths (the work list is built here).
+    launch() alone. `batch`: its tables, lengths and starts on the device, and the query
+    lengths on the host (the work list is built here).
     launch.path says which kernel it runs ("tensor", "wgmma" or "cuda_core")."""
     num_kv_heads, head_dim = cache.shape[2], cache.shape[4]
     group = query.shape[1] // num_kv_heads
@@ -422,22 +393,23 @@ def launcher(
     else:
         loaders = usable_loaders(BLOCK_MAJOR, cache, cache, head_dim)  # 16-byte or scalar
         kernel, threads, q_tile = kernel_for(head_dim, group, loaders, cache.dtype)
-    work = [(s, f) for s, n in enumerate(np.asarray(q_lens).tolist()) for f in range(0, n, q_tile)]
+    q_lens = np.asarray(batch.q_lens).tolist()
+    work = [(s, f) for s, n in enumerate(q_lens) for f in range(0, n, q_tile)]
     work_seq = cuda.to_device(np.array([w[0] for w in work], np.int32))  # [num_work]
     work_first = cuda.to_device(np.array([w[1] for w in work], np.int32))  # [num_work]
     args = (
         cache,
         query,
-        tables,
-        lens,
-        starts,
+        batch.tables,
+        batch.lens,
+        batch.starts,
         work_seq,
         work_first,
         np.int32(cache.shape[3]),
         np.float32(scale),
-        np.int32(bool(causal)),
-        np.int32(window or 0),
-        np.int32(sinks),
+        np.int32(bool(mask.causal)),
+        np.int32(mask.window or 0),
+        np.int32(mask.sinks),
         out,
     )
     ck.require_grid("paged_prefill", (len(work), num_kv_heads, 1), ("query tiles", "KV heads", ""))

@@ -88,43 +88,30 @@ def find_ptxas() -> str | None:
 
 def kernel_specs():
     """(name, python function, signature[, threads]) for every kernel the package launches."""
-    import numpy as np
+    from . import alloc, labs
+
+    specs = _memory_specs() + _decode_specs()
+    # The chapter 3.7 labs: concurrent allocators and the layout/alignment decode variants.
+    for package in (alloc, labs):
+        prefix = package.__name__.rsplit(".", 1)[-1]
+        specs += [(f"{prefix}.{name}", *rest) for name, *rest in package.PTX_KERNELS]
+    return specs + _prefill_specs()
+
+
+def _memory_specs() -> list:
+    """The kernels that move KV: write_kv, copy_blocks, and the split-K merge."""
     from numba import types as t
 
     from .block_copy import copy_blocks_kernel, copy_blocks_vec
-    from .fast.decode import make_decode_kernel
-    from .labs.contiguous import CONTIGUOUS
-    from .layout import BLOCK_MAJOR, BLOCK_MAJOR_SCALAR
     from .merge import merge_partitions
     from .write_kv import write_kv_kernel, write_kv_vec
 
     f16c5, f16a5 = t.Array(t.float16, 5, "C"), t.Array(t.float16, 5, "A")
     f32c3, f32c4 = t.Array(t.float32, 3, "C"), t.Array(t.float32, 4, "C")
-
-    def decode_sig(cache, q):
-        return (
-            cache,
-            cache,
-            q,
-            t.Array(t.int32, 2, "C"),
-            t.Array(t.int32, 1, "C"),
-            t.float32,
-            t.int32,
-            t.int32,
-            t.int32,
-            f32c4,
-            f32c3,
-            f32c3,
-        )
-
-    write_sig = (
-        f16c5,
-        t.Array(t.float16, 3, "C"),
-        t.Array(t.float16, 3, "C"),
-        t.Array(t.int64, 1, "C"),
-    )
+    f16c3 = t.Array(t.float16, 3, "C")
+    write_sig = (f16c5, f16c3, f16c3, t.Array(t.int64, 1, "C"))
     pairs = t.Array(t.int32, 2, "C")
-    specs = [
+    return [
         ("write_kv[f16]", write_kv_kernel.py_func, write_sig),
         ("write_kv_vec[f16]", write_kv_vec.py_func, write_sig),
         ("copy_blocks[f16]", copy_blocks_kernel.py_func, (f16c5, f16c5, pairs)),
@@ -132,10 +119,33 @@ def kernel_specs():
         ("copy_blocks_vec[f16,pool-view]", copy_blocks_vec.py_func, (f16a5, f16a5, pairs, t.int64)),
         ("merge_partitions", merge_partitions.py_func, (f32c4, f32c3, f32c3, f32c3)),
     ]
+
+
+def _decode_sig(cache, q) -> tuple:
+    """A decode kernel's launch: K, V, query, tables, lengths, scale, sinks, window,
+    partition size, then partial [S, H, P, D], max_logits and exp_sums [S, H, P]."""
+    from numba import types as t
+
+    i32 = t.int32
+    f32c3, f32c4 = t.Array(t.float32, 3, "C"), t.Array(t.float32, 4, "C")
+    tables, lens = t.Array(i32, 2, "C"), t.Array(i32, 1, "C")
+    return (cache, cache, q, tables, lens, t.float32, i32, i32, i32, f32c4, f32c3, f32c3)
+
+
+def _decode_specs() -> list:
+    """The decode kernel on the CUDA cores (several G, dtypes, layouts) and on the tensor cores."""
+    import numpy as np
+    from numba import types as t
+
+    from .fast.decode import make_decode_kernel
+    from .fast.decode_tc import make_tc_decode_kernel, tc_geometry  # path="tensor"
+    from .labs.contiguous import CONTIGUOUS
+    from .layout import BLOCK_MAJOR, BLOCK_MAJOR_SCALAR
+
+    f16c5, f16a5 = t.Array(t.float16, 5, "C"), t.Array(t.float16, 5, "A")
     warps = 4  # the GPU launch configuration (`attention.launch_warps` on a GPU)
-    threads = 32 * warps
     # (name, loaders, numba dtype, group, head_dim, cache type, paged, block_size); the NHD
-    # layout and the other lab layouts come with labs.PTX_KERNELS below
+    # layout and the other lab layouts come with labs.PTX_KERNELS
     decodes = [
         ("float16,G=8,D=128", BLOCK_MAJOR, t.float16, 8, 128, f16c5, True, 16),
         ("float16,G=4,D=128", BLOCK_MAJOR, t.float16, 4, 128, f16c5, True, 16),
@@ -145,42 +155,35 @@ def kernel_specs():
         ("scalar,float16,G=8,D=128", BLOCK_MAJOR_SCALAR, t.float16, 8, 128, f16c5, True, 16),
         ("contiguous,float16,G=4,D=128", CONTIGUOUS, t.float16, 4, 128, f16c5, False, 4096),
     ]
+    specs = []
     for name, loaders, dtype, group, head_dim, cache, paged, block_size in decodes:
         kern = make_decode_kernel(
             loaders, head_dim, group, np.dtype(dtype.name), block_size, warps=warps, paged=paged
         )
-        specs.append(
-            (
-                f"paged_decode[{name}]",
-                kern.py_func,
-                decode_sig(cache, t.Array(dtype, 3, "C")),
-                threads,
-            )
-        )
-    from .fast.decode_tc import make_tc_decode_kernel, tc_geometry  # path="tensor", as on a GPU
-
+        sig = _decode_sig(cache, t.Array(dtype, 3, "C"))
+        specs.append((f"paged_decode[{name}]", kern.py_func, sig, 32 * warps))
     for group in (4, 8, 16):
         kern = make_tc_decode_kernel(BLOCK_MAJOR, 128, group, 16)
-        specs.append(
-            (
-                f"paged_decode_tc[float16,G={group},D=128]",
-                kern.py_func,
-                decode_sig(f16c5, t.Array(t.float16, 3, "C")),
-                32 * tc_geometry(128, group)["warps"],
-            )
-        )
-    # The chapter 3.7 labs: concurrent allocators and the layout/alignment decode variants.
-    from . import alloc, labs
+        sig = _decode_sig(f16c5, t.Array(t.float16, 3, "C"))
+        threads = 32 * tc_geometry(128, group)["warps"]
+        specs.append((f"paged_decode_tc[float16,G={group},D=128]", kern.py_func, sig, threads))
+    return specs
 
-    for package in (alloc, labs):
-        prefix = package.__name__.rsplit(".", 1)[-1]
-        specs += [(f"{prefix}.{name}", *rest) for name, *rest in package.PTX_KERNELS]
-    from .prefill import make_prefill_kernel  # paged prefill: (NT=128, T, QT) as on a GPU
 
-    i32 = t.Array(t.int32, 1, "C")
+def _prefill_specs() -> list:
+    """The paged prefill on the CUDA cores, the tensor cores, and wgmma (sm_90a only)."""
+    import numpy as np
+    from numba import types as t
+
+    from .fast.prefill_wgmma import make_prefill_wgmma_kernel
+    from .layout import BLOCK_MAJOR
+    from .prefill import make_prefill_kernel  # (NT=128, T, QT) as on a GPU
+
+    i32, f32c3 = t.Array(t.int32, 1, "C"), t.Array(t.float32, 3, "C")
+    specs = []
     for dtype, group, head_dim, tile, cache in (
-        (t.float16, 8, 128, 32, f16c5),
-        (t.float16, 1, 128, 32, f16c5),
+        (t.float16, 8, 128, 32, t.Array(t.float16, 5, "C")),
+        (t.float16, 1, 128, 32, t.Array(t.float16, 5, "C")),
         (t.float32, 4, 80, 32, t.Array(t.float32, 5, "C")),
     ):
         kern = make_prefill_kernel(
@@ -192,37 +195,28 @@ def kernel_specs():
             loaders=BLOCK_MAJOR,
             dtype=np.dtype(dtype.name),
         )
+        ints = (t.int32, t.float32, t.int32, t.int32, t.int32)
+        sig = (
+            cache,
+            t.Array(dtype, 3, "C"),
+            t.Array(t.int32, 2, "C"),
+            i32,
+            i32,
+            i32,
+            i32,
+            *ints,
+            f32c3,
+        )
         specs.append(
-            (
-                f"paged_prefill[{dtype.name},G={group},D={head_dim}]",
-                kern.py_func,
-                (
-                    cache,
-                    t.Array(dtype, 3, "C"),
-                    t.Array(t.int32, 2, "C"),
-                    i32,
-                    i32,
-                    i32,
-                    i32,
-                    t.int32,
-                    t.float32,
-                    t.int32,
-                    t.int32,
-                    t.int32,
-                    f32c3,
-                ),
-                128,
-            )
+            (f"paged_prefill[{dtype.name},G={group},D={head_dim}]", kern.py_func, sig, 128)
         )
     specs += [prefill_tc_spec(group, head_dim) for group, head_dim in PREFILL_TC_CASES]
-    prefill_sig = prefill_tc_sig()
-    from .fast.prefill_wgmma import make_prefill_wgmma_kernel  # path="wgmma": sm_90a only
-
+    wgmma = make_prefill_wgmma_kernel(128, 8, 64, 16).py_func
     specs.append(
         (
             "paged_prefill_wgmma[float16,G=8,D=128]",
-            make_prefill_wgmma_kernel(128, 8, 64, 16).py_func,
-            prefill_sig,
+            wgmma,
+            prefill_tc_sig(),
             128,
             {"sm_90": "sm_90a"},
         )
@@ -676,7 +670,8 @@ def _with_threads(spec: tuple) -> tuple:
 SPEC_SETS = {"kernels": kernel_specs, "ladder": ladder_specs, "head_dims": head_dim_specs}
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """`python -m cuda_kernels.report`'s command line."""
     parser = argparse.ArgumentParser(
         prog="python -m cuda_kernels.report", description=__doc__.split("\n")[0]
     )
@@ -715,10 +710,14 @@ def main(argv=None) -> int:
         action="store_true",
         help="with --ladder: rewrite cuda_kernels/README.md's ladder table (sm_90 rows)",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = (cli := parser()).parse_args(argv)
     sets = [s for s in SPEC_SETS if getattr(args, s)] or ["kernels"]
     if len(sets) > 1 and not (args.json or args.compile_only):
-        parser.error("several of --kernels, --ladder and --head-dims need --json or --compile-only")
+        cli.error("several of --kernels, --ladder and --head-dims need --json or --compile-only")
     if _backend.backend() != "gpu":  # compile_ptx needs the real CUDA target: re-run
         env = dict(os.environ, PAGEDSIM_CUDA="gpu", NUMBA_ENABLE_CUDASIM="0")
         root = str(Path(__file__).resolve().parent.parent)
@@ -750,9 +749,15 @@ def main(argv=None) -> int:
     if "ladder" in sets and not args.compile_only:
         names = {spec[0] for spec in per_set["ladder"]}
         ladder_rows([r for r in rows if r["kernel"] in names])
-    if args.compile_only:
-        pass  # already printed, row by row
-    elif args.json:
+    if not args.compile_only:  # else already printed, row by row
+        _print(rows, args, sets, began)
+    return 0
+
+
+def _print(rows: list[dict], args: argparse.Namespace, sets: list[str], began: float) -> None:
+    """The rows as JSON, the README's markdown, the ladder's table (or its README block), or
+    the kernels' table."""
+    if args.json:
         print(json.dumps(rows, indent=1))
     elif args.markdown:
         print(markdown(rows, git_commit()))
@@ -768,7 +773,6 @@ def main(argv=None) -> int:
             f"{len(rows)} kernels compiled in {time.perf_counter() - began:.1f} s; "
             f"spills: {sum(r['spill_bytes'] for r in rows)} bytes"
         )
-    return 0
 
 
 if __name__ == "__main__":

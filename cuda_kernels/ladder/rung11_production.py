@@ -56,9 +56,9 @@ ADDS = (
     ("multi-warp CTAs (tensor cores)", "fast/decode_tc.py", 89, "nw = warps or next("),
     ("reduce-scatter of the scores", "fast/decode.py", 294, "reduce_scatter(dots, NP, LPR, lane)"),
     ("the cp.async ring, NW warps", "fast/decode.py", 385, "cp_async_wait(1)"),
-    ("the split plan: path", "attention.py", 130, "def choose_path("),
-    ("the split plan: cost", "attention.py", 181, "def plan_cost("),
-    ("the split plan: partition", "attention.py", 191, "def choose_partition("),
+    ("the split plan: path", "attention.py", 131, "def choose_path("),
+    ("the split plan: cost", "attention.py", 182, "def plan_cost("),
+    ("the split plan: partition", "attention.py", 192, "def choose_partition("),
 )
 
 

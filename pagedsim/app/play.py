@@ -166,7 +166,8 @@ def draw_step(session: Session, path: Path, lang: str = "en", look: str = "paper
         return scenario.draw_one(session.timeline(lang), session.cursor, path)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> ArgParser:
+    """`pagedsim play`'s command line."""
     p = ArgParser(
         prog="pagedsim play",
         description=__doc__.split("\n\n")[0],
@@ -210,6 +211,19 @@ def main(argv: list[str] | None = None) -> int:
         default="paper",
         help="projector: text >= 12 pt and strong colours, for slides",
     )
+    _pool_arguments(p)
+    p.add_argument(
+        "--width",
+        type=int_in(20, 1000),
+        default=None,
+        help="line width, 20..1000 (default: the terminal's)",
+    )
+    p.add_argument("--lang", choices=LANGS, default=None, help="en or zh (default: the locale)")
+    return p
+
+
+def _pool_arguments(p: ArgParser) -> None:
+    """The pool a script plays on: its size, the block size, and the vLLM features it runs."""
     p.add_argument(
         "--num-gpu-blocks-override",
         type=int_in(1, 4096),
@@ -244,13 +258,10 @@ def main(argv: list[str] | None = None) -> int:
         default="none",
         help="when the pool is short: none (the step fails), recompute or swap the newest",
     )
-    p.add_argument(
-        "--width",
-        type=int_in(20, 1000),
-        default=None,
-        help="line width, 20..1000 (default: the terminal's)",
-    )
-    p.add_argument("--lang", choices=LANGS, default=None, help="en or zh (default: the locale)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
     args = p.parse_args(argv)
     if sum(map(bool, (args.script, args.trace, args.events))) > 1:
         p.error(
@@ -262,6 +273,11 @@ def main(argv: list[str] | None = None) -> int:
         return _draw_trace(args, p, width, lang)
     if args.events:
         return _draw_events(args, p, width, lang)
+    return _play(args, p, width, lang)
+
+
+def _play(args: argparse.Namespace, p: ArgParser, width: int, lang: str) -> int:
+    """A new session, played from the script or typed (stdin), then drawn and saved."""
     try:
         session = Session(
             Options(

@@ -29,6 +29,7 @@ from ..trace import Snapshot
 from . import tour_zh, view_zh
 
 if TYPE_CHECKING:
+    from ..io.args import ArgParser
     from ..view import PageOptions
 
 NUM_BLOCKS, BLOCK_SIZE = 12, 4
@@ -179,8 +180,9 @@ def terminal_width() -> int:
     return shutil.get_terminal_size((100, 24)).columns
 
 
-def main(argv: list[str] | None = None) -> int:
-    from ..io.args import ArgParser, int_in, writable_dir
+def parser() -> ArgParser:
+    """`pagedsim tour`'s command line."""
+    from ..io.args import ArgParser, int_in
 
     p = ArgParser(prog="pagedsim tour", description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int_in(0, 10**6), default=None, help="stop after N steps")
@@ -210,58 +212,27 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="en or zh (default: from PAGEDSIM_LANG or the locale)",
     )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..io.args import writable_dir
+
+    p = parser()
     args = p.parse_args(argv)
     if args.width is not None and args.width < 40:
         p.error("--width must be at least 40")
     if args.draw:  # fail on an unwritable folder before printing anything
         writable_dir(args.draw)
     lang, width = detect(args.lang), args.width or terminal_width()
-
-    def say(template: str, **kw: object) -> str:
-        return t(template, lang, tour_zh.ZH, **kw)
-
     m = tour_manager(args.steps)
     assert m.trace is not None, "tour_manager records a trace"
     snaps = m.trace.snapshots
     if args.json:
         json.dump(trace_json.to_dict(m.trace), sys.stdout, indent=1, default=str)
         print()
-    else:
-
-        def show(text: str) -> None:
-            print("\n".join(o for line in text.split("\n") for o in wrap(line, width)))
-
-        show(
-            say(
-                "pagedsim tour: chapter 3 on a pool of {n} blocks x {b} tokens (free order: LIFO, "
-                "as in the chapter)",
-                n=NUM_BLOCKS,
-                b=BLOCK_SIZE,
-            )
-            + "\n"
-        )
-        k = 0
-        while k < len(snaps):
-            s = snaps[k]
-            if lang == "zh":
-                why = tour_zh.WHY[s.step - 1] if s.step else tour_zh.WHY_START
-            else:
-                why = SCRIPT[s.step - 1][0] if s.step else WHY_START
-            show(say("step {k}: {caption}", k=s.step, caption=caption(s, lang)))
-            show(say("  why: {why}", why=why))
-            print(format_snapshot(s, width=width, lang=lang))
-            print()
-            k += 1
-            if args.step and k < len(snaps):
-                print(say("press Enter for the next step (b back, q to stop)"), end=" ", flush=True)
-                answer = sys.stdin.readline()
-                if not answer or answer.strip().lower() == "q":
-                    print()
-                    return 0
-                if answer.strip().lower() == "b":  # show the step before this one again
-                    k = max(0, k - 2)
-        if any(e.kind == "allocation_failed" for e in snaps[-1].events):
-            show(tour_zh.OUT_OF_BLOCKS_NOTE if lang == "zh" else OUT_OF_BLOCKS_NOTE)
+    elif not _narrate(snaps, lang, width, wait=args.step):
+        return 0
     if args.html:
         from ..view import write_html
 
@@ -274,6 +245,50 @@ def main(argv: list[str] | None = None) -> int:
             for path in write_trace(snaps, args.draw):
                 print(f"wrote {path}", file=sys.stderr)
     return 0
+
+
+def _narrate(snaps: list[Snapshot], lang: str, width: int, wait: bool) -> bool:
+    """Print each step: its caption, why the tour does it, and the pool. With `wait`, pause
+    between steps (Enter = next, b = back); False when the reader stopped with q."""
+
+    def say(template: str, **kw: object) -> str:
+        return t(template, lang, tour_zh.ZH, **kw)
+
+    def show(text: str) -> None:
+        print("\n".join(o for line in text.split("\n") for o in wrap(line, width)))
+
+    show(
+        say(
+            "pagedsim tour: chapter 3 on a pool of {n} blocks x {b} tokens (free order: LIFO, "
+            "as in the chapter)",
+            n=NUM_BLOCKS,
+            b=BLOCK_SIZE,
+        )
+        + "\n"
+    )
+    k = 0
+    while k < len(snaps):
+        s = snaps[k]
+        if lang == "zh":
+            why = tour_zh.WHY[s.step - 1] if s.step else tour_zh.WHY_START
+        else:
+            why = SCRIPT[s.step - 1][0] if s.step else WHY_START
+        show(say("step {k}: {caption}", k=s.step, caption=caption(s, lang)))
+        show(say("  why: {why}", why=why))
+        print(format_snapshot(s, width=width, lang=lang))
+        print()
+        k += 1
+        if wait and k < len(snaps):
+            print(say("press Enter for the next step (b back, q to stop)"), end=" ", flush=True)
+            answer = sys.stdin.readline()
+            if not answer or answer.strip().lower() == "q":
+                print()
+                return False
+            if answer.strip().lower() == "b":  # show the step before this one again
+                k = max(0, k - 2)
+    if any(e.kind == "allocation_failed" for e in snaps[-1].events):
+        show(tour_zh.OUT_OF_BLOCKS_NOTE if lang == "zh" else OUT_OF_BLOCKS_NOTE)
+    return True
 
 
 class TourPage(TypedDict):

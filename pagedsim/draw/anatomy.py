@@ -24,6 +24,7 @@ from . import style
 
 BLOCK_SIZE = 16  # the chapter's block size
 K_COLOUR, V_COLOUR = palette.SEQ_COLOURS[0], palette.SEQ_COLOURS[3]
+CELL_W = 0.28  # 3.2: the width of one token column
 ANATOMY_SIZE, ALIGNMENT_SIZE = (12, 6.2), (12, 5.4)  # inches
 
 
@@ -40,8 +41,7 @@ def formula(spec: ModelSpec, block_size: int = BLOCK_SIZE) -> str:
 def _block(ax, x, y, spec: ModelSpec, label: str, rh: float = 0.11, slide: bool = False):
     """One whole-model block at (x, y): layers stacked behind, K|V grids in front. `rh` is a
     head row's height; on a `slide` (18 pt) the K and V names take two lines each."""
-    cw = 0.28  # token column width
-    w, h = BLOCK_SIZE * cw, spec.num_kv_heads * rh
+    w, h = BLOCK_SIZE * CELL_W, spec.num_kv_heads * rh
     for i in (3, 2, 1):  # shadows for the other layers
         for dx, colour in ((0, K_COLOUR), (w + 0.5, V_COLOUR)):
             ax.add_patch(
@@ -64,51 +64,20 @@ def _block(ax, x, y, spec: ModelSpec, label: str, rh: float = 0.11, slide: bool 
         va="bottom",
     )
     for dx, colour, name in ((0, K_COLOUR, "K"), (w + 0.5, V_COLOUR, "V")):
-        ax.add_patch(Rectangle((x + dx, y), w, h, facecolor=colour, edgecolor=palette.INK, lw=1))
-        # the cell grid in ink, so it reads from the back of a hall (white lines vanish there)
-        ax.vlines(
-            [x + dx + cw * t for t in range(1, BLOCK_SIZE)],
-            y,
-            y + h,
-            color=palette.INK,
-            lw=0.7,
-            alpha=0.55,
-            gid="grid",
-        )
-        ax.hlines(
-            [y + rh * r for r in range(1, spec.num_kv_heads)],
-            x + dx,
-            x + dx + w,
-            color=palette.INK,
-            lw=0.5,
-            alpha=0.45,
-            gid="grid",
-        )
+        _grid(ax, (x + dx, y), spec.num_kv_heads, rh, colour)
+        sep = "\n" if slide else " "
+        title = f"{name}: {spec.num_kv_heads} heads{sep}\u00d7 {BLOCK_SIZE} tokens"
         ax.text(
-            x + dx + w / 2,
-            y - 0.15,
-            f"{name}: {spec.num_kv_heads} heads"
-            + ("\n" if slide else " ")
-            + f"\u00d7 {BLOCK_SIZE} tokens",
-            ha="center",
-            va="top",
-            fontsize=9,
-            fontweight="bold",
+            x + dx + w / 2, y - 0.15, title, ha="center", va="top", fontsize=9, fontweight="bold"
         )
-    ax.text(
-        x - 0.15,
-        y + h / 2,
-        f"{spec.num_kv_heads}\nKV\nheads",
-        ha="right",
-        va="center",
-        fontsize=8.5,
-    )
+    heads = f"{spec.num_kv_heads}\nKV\nheads"
+    ax.text(x - 0.15, y + h / 2, heads, ha="right", va="center", fontsize=8.5)
     ax.text(x, y + h + 0.7, label, fontsize=10.5, fontweight="bold", va="bottom")
     # one cell picked out: the unit the caption talks about
     ax.add_patch(
         Rectangle(
             (x, y + h - rh),
-            cw,
+            CELL_W,
             rh,
             facecolor="none",
             edgecolor=palette.ACCENT,
@@ -118,6 +87,17 @@ def _block(ax, x, y, spec: ModelSpec, label: str, rh: float = 0.11, slide: bool 
         )
     )
     return h
+
+
+def _grid(ax, xy, heads: int, rh: float, colour):
+    """K or V of one layer: a grid of `heads` rows x BLOCK_SIZE token columns at `xy`."""
+    (x, y), w, h = xy, BLOCK_SIZE * CELL_W, heads * rh
+    ax.add_patch(Rectangle((x, y), w, h, facecolor=colour, edgecolor=palette.INK, lw=1))
+    # the cell grid in ink, so it reads from the back of a hall (white lines vanish there)
+    columns = [x + CELL_W * t for t in range(1, BLOCK_SIZE)]
+    ax.vlines(columns, y, y + h, color=palette.INK, lw=0.7, alpha=0.55, gid="grid")
+    rows = [y + rh * r for r in range(1, heads)]
+    ax.hlines(rows, x, x + w, color=palette.INK, lw=0.5, alpha=0.45, gid="grid")
 
 
 ANATOMY_TITLE = "3.2  What one KV block holds (block_size = 16 tokens, FP16); grids drawn to scale"
@@ -133,19 +113,25 @@ MODELS = (
     ),
     ("llama-3-8b", "GQA: 32 query heads share 8 KV heads"),
 )
-SLIDE_IN = (13.33 / 1.4, 6.67 / 1.4)  # the projector look scales by 1.4 to a slide body
+
+
+BYTES_OF = "= B \u00d7 layers \u00d7 2 (K,V) \u00d7 KV heads \u00d7 head_dim \u00d7 bytes"
+
+
+def gqa_ratio() -> int:
+    """How many times smaller llama-3-8b's block is than the chapter's (8 KV heads, not 32)."""
+    chapter, gqa = preset("chapter3"), preset("llama-3-8b")
+    return chapter.bytes_per_block(BLOCK_SIZE) // gqa.bytes_per_block(BLOCK_SIZE)
 
 
 def anatomy_slides(out_dir: Path) -> list[Path]:
     """`--slides`: one model per slide (`3.2-block-anatomy-slide-<i>-<model>`), its block
     drawn above its bytes, every text at 18 pt or more on a 16:9 slide body."""
     paths = []
-    ratio = preset("chapter3").bytes_per_block(BLOCK_SIZE) // preset("llama-3-8b").bytes_per_block(
-        BLOCK_SIZE
-    )
+    ratio = gqa_ratio()
     for i, (name, note) in enumerate(MODELS):
         spec = preset(name)
-        fig = style.new_figure(*SLIDE_IN)
+        fig = style.new_figure(*style.SLIDE_BODY_IN)
         ax = fig.add_axes((0, 0, 1, 1))
         ax.set_xlim(0, 24)
         ax.set_ylim(0, 10)
@@ -158,7 +144,7 @@ def anatomy_slides(out_dir: Path) -> list[Path]:
         y = 6.0 - spec.num_kv_heads * rh
         _block(ax, 2.0, y, spec, textwrap.fill(f"{name}  ({note})", 70), rh=rh, slide=True)
         lines = [
-            ("= B \u00d7 layers \u00d7 2 (K,V) \u00d7 KV heads \u00d7 head_dim \u00d7 bytes", {}),
+            (BYTES_OF, {}),
             ("= " + formula(spec), {"family": "DejaVu Sans Mono"}),
             (f"per token: {spec.bytes_per_token():,} B", {"color": "#444444"}),
         ]
@@ -189,31 +175,16 @@ def make_anatomy(out_dir: Path) -> list[Path]:
     for name, note in MODELS:
         spec = preset(name)
         h = _block(ax, 1.6, y - spec.num_kv_heads * 0.11 - 0.8, spec, f"{name}  ({note})")
-        tx = 15.2
+        tx, grey = 15.2, "#444444"
         ax.text(tx, y - 0.5, f"{name}: bytes per block", fontsize=10.5, fontweight="bold", va="top")
-        ax.text(
-            tx,
-            y - 1.1,
-            "= B \u00d7 layers \u00d7 2 (K,V) \u00d7 KV heads \u00d7 head_dim \u00d7 bytes",
-            fontsize=9,
-            va="top",
-            color="#444444",
-        )
-        ax.text(
-            tx, y - 1.65, "= " + formula(spec), fontsize=9.5, va="top", family="DejaVu Sans Mono"
-        )
-        ax.text(
-            tx,
-            y - 2.2,
-            f"per token: {spec.bytes_per_token():,} B",
-            fontsize=9,
-            va="top",
-            color="#444444",
-        )
+        for ty, text, kw in (
+            (y - 1.1, BYTES_OF, dict(fontsize=9, color=grey)),
+            (y - 1.65, "= " + formula(spec), dict(fontsize=9.5, family="DejaVu Sans Mono")),
+            (y - 2.2, f"per token: {spec.bytes_per_token():,} B", dict(fontsize=9, color=grey)),
+        ):
+            ax.text(tx, ty, text, va="top", **kw)
         y -= h + 2.6
-    ratio = preset("chapter3").bytes_per_block(BLOCK_SIZE) // preset("llama-3-8b").bytes_per_block(
-        BLOCK_SIZE
-    )
+    ratio = gqa_ratio()
     ax.text(
         15.2,
         0.3,
@@ -242,53 +213,8 @@ def make_alignment(out_dir: Path) -> list[Path]:
     ax.set_xlim(-60, end + 60)
     ax.set_ylim(-0.2, 2.3)
     ax.vlines(range(0, end + 1, ALIGNMENT), -0.1, 2.05, color="#DDDDDD", lw=0.6, zorder=0)
-    for _row, (y, step, title) in enumerate(
-        ((1.3, size, "packed\n(no padding)"), (0.15, stride, f"aligned\nto {ALIGNMENT} B"))
-    ):
-        for i in range(TOY_BLOCKS):
-            start = i * step
-            ax.add_patch(
-                Rectangle(
-                    (start, y),
-                    size,
-                    0.55,
-                    facecolor=palette.SEQ_COLOURS[i % 2 * 6],
-                    edgecolor=palette.INK,
-                    lw=0.8,
-                )
-            )
-            ax.text(
-                start + size / 2,
-                y + 0.275,
-                f"block {i}",
-                ha="center",
-                va="center",
-                fontsize=9,
-                color=style.text_on(palette.SEQ_COLOURS[i % 2 * 6]),
-            )
-            ok = start % ALIGNMENT == 0
-            ax.text(
-                start,
-                y + 0.62,
-                f"{start}" + ("" if ok else f"\n(+{start % ALIGNMENT})"),
-                ha="center",
-                va="bottom",
-                fontsize=7.5,
-                color=palette.INK if ok else "#AA3377",
-            )
-            if step > size:
-                ax.add_patch(
-                    Rectangle(
-                        (start + size, y),
-                        step - size,
-                        0.55,
-                        facecolor="white",
-                        edgecolor=palette.ACCENT,
-                        hatch="////",
-                        lw=0.8,
-                    )
-                )
-        ax.text(-70, y + 0.275, title, ha="right", va="center", fontsize=10, fontweight="bold")
+    _address_row(ax, 1.3, size, size, "packed\n(no padding)")
+    _address_row(ax, 0.15, size, stride, f"aligned\nto {ALIGNMENT} B")
     ax.set_yticks([])
     ax.set_xticks(range(0, end + 1, (8 if slide else 4) * ALIGNMENT))
     ax.set_xlabel(
@@ -299,6 +225,57 @@ def make_alignment(out_dir: Path) -> list[Path]:
     )
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
+    title, sub, note = _alignment_texts(size, stride, slide)
+    fig.text(0.02, 0.96, title, fontsize=12.5, fontweight="bold", va="top")
+    fig.text(0.02, 0.9 if slide else 0.895, sub, fontsize=10, va="top")
+    fig.text(0.02, 0.01 if slide else 0.06, note, fontsize=9.5, va="bottom")
+    return [style.save(fig, Path(out_dir) / "3.7-alignment.png")]
+
+
+def _address_row(ax, y, size: int, step: int, title: str):
+    """TOY_BLOCKS blocks of `size` bytes at height `y`, one every `step` bytes: each with its
+    start address (in plum where it is not a multiple of 128), the padding hatched."""
+    for i in range(TOY_BLOCKS):
+        start, colour = i * step, palette.SEQ_COLOURS[i % 2 * 6]
+        ax.add_patch(
+            Rectangle((start, y), size, 0.55, facecolor=colour, edgecolor=palette.INK, lw=0.8)
+        )
+        ax.text(
+            start + size / 2,
+            y + 0.275,
+            f"block {i}",
+            ha="center",
+            va="center",
+            fontsize=9,
+            color=style.text_on(colour),
+        )
+        ok = start % ALIGNMENT == 0
+        ax.text(
+            start,
+            y + 0.62,
+            f"{start}" + ("" if ok else f"\n(+{start % ALIGNMENT})"),
+            ha="center",
+            va="bottom",
+            fontsize=7.5,
+            color=palette.INK if ok else "#AA3377",
+        )
+        if step > size:
+            ax.add_patch(
+                Rectangle(
+                    (start + size, y),
+                    step - size,
+                    0.55,
+                    facecolor="white",
+                    edgecolor=palette.ACCENT,
+                    hatch="////",
+                    lw=0.8,
+                )
+            )
+    ax.text(-70, y + 0.275, title, ha="right", va="center", fontsize=10, fontweight="bold")
+
+
+def _alignment_texts(size: int, stride: int, slide: bool) -> tuple[str, str, str]:
+    """3.7's title, subtitle and note, with the numbers of `sizing` (wrapped on a slide)."""
     budget = 64 * 1024
     packed, aligned = fit_blocks(budget, size, alignment=1), fit_blocks(budget, size)
     title = (
@@ -323,7 +300,4 @@ def make_alignment(out_dir: Path) -> list[Path]:
             f"{sub} (+n): the block starts n bytes past a {ALIGNMENT}-byte boundary."
         )
         sub, note = textwrap.fill(sub, 88), textwrap.fill(note, 88)
-    fig.text(0.02, 0.96, title, fontsize=12.5, fontweight="bold", va="top")
-    fig.text(0.02, 0.9 if slide else 0.895, sub, fontsize=10, va="top")
-    fig.text(0.02, 0.01 if slide else 0.06, note, fontsize=9.5, va="bottom")
-    return [style.save(fig, Path(out_dir) / "3.7-alignment.png")]
+    return title, sub, note

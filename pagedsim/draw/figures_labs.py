@@ -16,11 +16,22 @@ from pathlib import Path
 
 from matplotlib.patches import Rectangle
 
-from pagedsim.draw.style import new_figure, save, slides
+from pagedsim.draw.style import SLIDE_BODY_IN, new_figure, save, slides
 from pagedsim.labs import interleavings as il
 from pagedsim.palette import ACCENT, FREE, FREE_EDGE, INK, SEQ_COLOURS
 
 LANE_COLOURS = SEQ_COLOURS[:3]
+
+
+# a memory step's name in its box (t = atomic.sub(top, 0, 1) = atomic_add(-1)), and on a slide
+OP_LABEL = {
+    "read": "read",
+    "write": "write",
+    "cas ok": "CAS ok",
+    "cas fail": "CAS fail",
+    "atomic_add": "atomic.sub",
+}
+SLIDE_OP_LABEL = {**OP_LABEL, "cas ok": "CAS \u2713", "cas fail": "CAS \u2717", "atomic_add": "sub"}
 
 
 def _draw_schedule(ax, out: il.Outcome, title: str, slide: bool = False) -> None:
@@ -31,88 +42,85 @@ def _draw_schedule(ax, out: il.Outcome, title: str, slide: bool = False) -> None
     dup = set(out.duplicates)
     top = out.start_top
     for k, s in enumerate(out.steps):
-        y = n - 1 - s.thread
         hot = s.addr.startswith("stack") and s.value in dup
-        face = ACCENT if hot else ("#FFFFFF" if s.op == "cas fail" else LANE_COLOURS[s.thread])
-        ax.add_patch(
-            Rectangle(
-                (k + 0.05, y + 0.12),
-                0.9,
-                0.76,
-                facecolor=face,
-                edgecolor=INK,
-                linewidth=2.2 if hot else 0.8,
-                linestyle="--" if s.op == "cas fail" else "-",
-            )
-        )
-        label = {
-            "read": "read",
-            "write": "write",
-            "cas ok": "CAS ok",
-            "cas fail": "CAS fail",
-            "atomic_add": "atomic.sub",
-        }[s.op]  # t = atomic.sub(top, 0, 1) = atomic_add(-1)
-        addr = s.addr
-        if slide:
-            label = {"CAS ok": "CAS \u2713", "CAS fail": "CAS \u2717", "atomic.sub": "sub"}.get(
-                label, label
-            )
-            addr = addr.replace("stack", "s")
-        ax.text(
-            k + 0.5,
-            y + 0.62,
-            f"{label}\n{addr}",
-            ha="center",
-            va="center",
-            fontsize=7.5,
-            color=INK,
-        )
-        ax.text(
-            k + 0.5,
-            y + 0.24,
-            f"= {s.value}",
-            ha="center",
-            va="center",
-            fontsize=8,
-            color=INK,
-            fontweight="bold" if hot else "normal",
-        )
+        _draw_step(ax, k, s, n - 1 - s.thread, hot, slide)
         if s.addr == "top" and s.op in ("write", "cas ok", "atomic_add"):
             top = s.value
         ax.text(k + 0.5, -0.45, str(top), ha="center", va="center", fontsize=9, color=INK)
     ax.text(-0.15, -0.45, "top", ha="right", va="center", fontsize=9, color=INK)
     want = out.start_top - n
     ends = f"ends {top}, should be {want}" if top != want else f"ends {top}: right"
-    if slide:  # the outcome beside the lanes: thread i gets b; top's end in the title
-        ax.set_yticks(
-            [n - 1 - i + 0.5 for i in range(n)],
-            [f"thread {i}\ngets {out.blocks[i]}" for i in range(n)],
+    if slide:
+        _slide_lanes(ax, out, title, ends)
+    else:
+        _paper_lanes(ax, out, title, (ends, top != want))
+
+
+def _draw_step(ax, k: int, s, y: int, hot: bool, slide: bool) -> None:
+    """Memory step `k` in its thread's lane at height `y`: what it did, where, and the value;
+    `hot` (orange): it handed out a block another thread gets too."""
+    failed = s.op == "cas fail"
+    face = ACCENT if hot else ("#FFFFFF" if failed else LANE_COLOURS[s.thread])
+    ax.add_patch(
+        Rectangle(
+            (k + 0.05, y + 0.12),
+            0.9,
+            0.76,
+            facecolor=face,
+            edgecolor=INK,
+            linewidth=2.2 if hot else 0.8,
+            linestyle="--" if failed else "-",
         )
-        for i, tick in enumerate(ax.get_yticklabels()):
-            if out.blocks[i] in dup:
-                tick.set_color(ACCENT)
-                tick.set_fontweight("bold")
-        ax.set_xticks([k + 0.5 for k in range(len(out.steps))], [])
-        ax.tick_params(axis="x", length=0)
-        ax.set_xlim(-0.05, len(out.steps) + 0.05)
-        ax.set_ylim(-0.8, n)
-        ax.set_xlabel(f"memory step (time) \u2192   top {ends}")
-        ax.set_title(title, loc="left")
-        for side in ("top", "right", "left", "bottom"):
-            ax.spines[side].set_visible(False)
-        return
-    ax.text(
-        len(out.steps) + 0.2,
-        -0.45,
-        ends,
-        va="center",
-        fontsize=9,
-        color=ACCENT if top != want else INK,
     )
+    label, addr = OP_LABEL[s.op], s.addr
+    if slide:
+        label, addr = SLIDE_OP_LABEL[s.op], addr.replace("stack", "s")
+    ax.text(
+        k + 0.5, y + 0.62, f"{label}\n{addr}", ha="center", va="center", fontsize=7.5, color=INK
+    )
+    ax.text(
+        k + 0.5,
+        y + 0.24,
+        f"= {s.value}",
+        ha="center",
+        va="center",
+        fontsize=8,
+        color=INK,
+        fontweight="bold" if hot else "normal",
+    )
+
+
+def _slide_lanes(ax, out: il.Outcome, title: str, ends: str) -> None:
+    """The axes on a slide: the outcome beside the lanes (thread i gets b), top's end in the
+    x label."""
+    n, dup = len(out.blocks), set(out.duplicates)
+    ax.set_yticks(
+        [n - 1 - i + 0.5 for i in range(n)],
+        [f"thread {i}\ngets {out.blocks[i]}" for i in range(n)],
+    )
+    for i, tick in enumerate(ax.get_yticklabels()):
+        if out.blocks[i] in dup:
+            tick.set_color(ACCENT)
+            tick.set_fontweight("bold")
+    ax.set_xticks([k + 0.5 for k in range(len(out.steps))], [])
+    ax.tick_params(axis="x", length=0)
+    ax.set_xlim(-0.05, len(out.steps) + 0.05)
+    ax.set_ylim(-0.8, n)
+    ax.set_xlabel(f"memory step (time) \u2192   top {ends}")
+    ax.set_title(title, loc="left")
+    for side in ("top", "right", "left", "bottom"):
+        ax.spines[side].set_visible(False)
+
+
+def _paper_lanes(ax, out: il.Outcome, title: str, ends: tuple[str, bool]) -> None:
+    """The axes on paper: after the last step, what each thread gets and how top ends
+    (`ends`: the words, and whether that is wrong)."""
+    n, dup, x = len(out.blocks), set(out.duplicates), len(out.steps) + 0.2
+    ax.text(x, -0.45, ends[0], va="center", fontsize=9, color=ACCENT if ends[1] else INK)
     for i in range(n):
         got = out.blocks[i]
         ax.text(
-            len(out.steps) + 0.2,
+            x,
             n - 1 - i + 0.5,
             f"gets {got}",
             va="center",
@@ -206,7 +214,7 @@ def race_timeline_slides(out_dir: Path) -> list[Path]:
     ]
     paths = []
     for i, (key, outcome, title) in enumerate(cases):
-        fig = new_figure(13.33 / 1.4, 6.67 / 1.4)  # the projector look scales by 1.4
+        fig = new_figure(*SLIDE_BODY_IN)
         ax = fig.subplots()
         _draw_schedule(ax, outcome, title, slide=True)
         fig.text(0.01, 0.98, "Two threads pop the free stack [10, 11, 12] at once", va="top")
@@ -306,7 +314,7 @@ def layout_sector_slides(out_dir: Path) -> list[Path]:
     cases = [("kernel", "k"), ("kernel", "v"), ("vec16", "k")]
     paths = []
     for r, layout in enumerate(sc.LAYOUTS):
-        fig = new_figure(13.33 / 1.4, 6.67 / 1.4)  # the projector look scales by 1.4
+        fig = new_figure(*SLIDE_BODY_IN)
         axes = fig.subplots(1, 3)
         for c, (mapping, which) in enumerate(cases):
             w = sc.warp_load(layout, mapping, which, g)

@@ -30,44 +30,14 @@ def draw_waste(by_mode: dict, out_dir: Path, name: str = "waste_breakdown.png") 
     `--slides`: the bars on one slide, the note on the paper's markers on the next."""
     slide = style.slides()
     if slide:
-        fig = style.new_figure(*SLIDE_IN)
+        fig = style.new_figure(*style.SLIDE_BODY_IN)
         ax = fig.add_axes([0.09, 0.22, 0.56, 0.64])
     else:
         fig = style.new_figure(10.0, 5.0)
         ax = fig.add_axes([0.075, 0.15, 0.64, 0.74])
-    modes = list(by_mode)
     allocators = ("max", "pow2", "oracle", "paged")
-    width = 0.8 / len(modes)
-    for m, mode in enumerate(modes):
-        x = np.arange(len(allocators)) + (m - (len(modes) - 1) / 2) * width
-        bottom = np.zeros(len(allocators))
-        for part, colour, label in zip(PARTS, PART_COLOURS, PART_LABELS, strict=True):
-            h = np.array([100 * by_mode[mode][a][part] for a in allocators])
-            ax.bar(
-                x,
-                h,
-                width * 0.92,
-                bottom=bottom,
-                color=colour,
-                edgecolor="white",
-                linewidth=0.5,
-                label=label if m == 0 else None,
-            )
-            bottom += h
-        for xi, a in zip(x, allocators, strict=True):
-            share = 100 * by_mode[mode][a]["token_states"]
-            ax.text(
-                xi,
-                share / 2,
-                f"{share:.0f}%",
-                ha="center",
-                va="center",
-                fontsize=8,
-                color="white",
-                rotation=90,
-            )
-            shown = {"continuous": "cont."}.get(mode, mode) if slide else mode  # bar-wide
-            ax.text(xi, 101.5, shown, ha="center", va="bottom", fontsize=8.5, color=palette.INK)
+    for m, mode in enumerate(by_mode):
+        _waste_bars(ax, (m, len(by_mode)), mode, by_mode[mode], allocators)
     centres = np.arange(len(allocators))
     ax.scatter(
         centres,
@@ -90,30 +60,7 @@ def draw_waste(by_mode: dict, out_dir: Path, name: str = "waste_breakdown.png") 
         ax.set_title(title, loc="left")
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, fontsize=10)
     if slide:
-        fig.text(
-            0.01,
-            0.01,
-            "static: all admitted at step 0, unlimited memory.\ncont. = continuous: "
-            "first-fit in 14,648 slots (12 GB of OPT-13B KV), FCFS.",
-            fontsize=18,
-            va="bottom",
-        )
-        stem = Path(name).stem
-        note = style.new_figure(*SLIDE_IN)
-        note.text(
-            0.02,
-            0.96,
-            textwrap.fill(paper_note(by_mode), 66),
-            va="top",
-            ha="left",
-            fontsize=22,
-            gid="paper-note",
-            linespacing=1.25,
-        )
-        return [
-            style.save(fig, Path(out_dir) / f"{stem}-slide-1-bars.png"),
-            style.save(note, Path(out_dir) / f"{stem}-slide-2-paper.png"),
-        ]
+        return _waste_slides(fig, by_mode, out_dir, name)
     fig.text(
         0.075,
         0.03,
@@ -132,6 +79,70 @@ def draw_waste(by_mode: dict, out_dir: Path, name: str = "waste_breakdown.png") 
         linespacing=1.25,
     )
     return [style.save(fig, Path(out_dir) / name)]
+
+
+def _waste_bars(ax, which: tuple[int, int], mode: str, shares: dict, allocators) -> None:
+    """Mode `which[0]` of `which[1]`: one stacked bar per allocator (its `shares`), the token
+    states' share written inside, the mode's name on top."""
+    m, modes = which
+    width = 0.8 / modes
+    x = np.arange(len(allocators)) + (m - (modes - 1) / 2) * width
+    bottom = np.zeros(len(allocators))
+    for part, colour, label in zip(PARTS, PART_COLOURS, PART_LABELS, strict=True):
+        h = np.array([100 * shares[a][part] for a in allocators])
+        ax.bar(
+            x,
+            h,
+            width * 0.92,
+            bottom=bottom,
+            color=colour,
+            edgecolor="white",
+            linewidth=0.5,
+            label=label if m == 0 else None,
+        )
+        bottom += h
+    shown = {"continuous": "cont."}.get(mode, mode) if style.slides() else mode  # bar-wide
+    for xi, a in zip(x, allocators, strict=True):
+        share = 100 * shares[a]["token_states"]
+        ax.text(
+            xi,
+            share / 2,
+            f"{share:.0f}%",
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="white",
+            rotation=90,
+        )
+        ax.text(xi, 101.5, shown, ha="center", va="bottom", fontsize=8.5, color=palette.INK)
+
+
+def _waste_slides(fig, by_mode: dict, out_dir: Path, name: str) -> list[Path]:
+    """`--slides`: the bars with their footnote, then the note on the paper's markers."""
+    fig.text(
+        0.01,
+        0.01,
+        "static: all admitted at step 0, unlimited memory.\ncont. = continuous: "
+        "first-fit in 14,648 slots (12 GB of OPT-13B KV), FCFS.",
+        fontsize=18,
+        va="bottom",
+    )
+    stem = Path(name).stem
+    note = style.new_figure(*style.SLIDE_BODY_IN)
+    note.text(
+        0.02,
+        0.96,
+        textwrap.fill(paper_note(by_mode), 66),
+        va="top",
+        ha="left",
+        fontsize=22,
+        gid="paper-note",
+        linespacing=1.25,
+    )
+    return [
+        style.save(fig, Path(out_dir) / f"{stem}-slide-1-bars.png"),
+        style.save(note, Path(out_dir) / f"{stem}-slide-2-paper.png"),
+    ]
 
 
 def paper_note(by_mode: dict) -> str:
@@ -263,9 +274,6 @@ def draw_sweep(rows, out_dir: Path, title: str = "", name: str = "block_size_swe
     return [style.save(fig, Path(out_dir) / name)]
 
 
-SLIDE_IN = (13.33 / 1.4, 6.67 / 1.4)  # the projector look scales by 1.4 to a slide body
-
-
 def draw_sweep_slides(rows, out_dir: Path, title: str, name: str) -> list:
     """One idea per slide: each panel alone (`<name>-slide-<i>-<panel>.png`), then each note as
     a text slide, all at 18 pt or more once fitted to a 16:9 slide body."""
@@ -275,7 +283,7 @@ def draw_sweep_slides(rows, out_dir: Path, title: str, name: str) -> list:
     why, differ = sweep_notes(rows)
     slides += [(key, text) for key, text in (("why", why), ("not-3.5", differ)) if text]
     for i, (key, what) in enumerate(slides):
-        fig = style.new_figure(*SLIDE_IN)
+        fig = style.new_figure(*style.SLIDE_BODY_IN)
         if isinstance(what, str):  # a note: text only, wrapped to the slide's width
             fig.text(
                 0.02,

@@ -23,7 +23,7 @@ from ..trace import BlockAllocated, SequenceAdded, SequenceFreed, TokensAppended
 from . import style
 
 LOGICAL_SIZE, FLOW_SIZE = (12, 5.6), (10.5, 7.0)  # inches
-SLIDE_IN = (13.33 / 1.4, 6.67 / 1.4)  # the projector look scales by 1.4 to a slide body
+PHYS_Y = 4.0  # 3.3: the height of the physical strip, between the two logical rows
 
 
 def scattered_manager() -> KVCacheManager:
@@ -41,19 +41,11 @@ def scattered_manager() -> KVCacheManager:
     return m
 
 
-def _box(ax, x, y, w, h, colour, text, gid=None, **kw):
-    ax.add_patch(
-        Rectangle(
-            (x, y),
-            w,
-            h,
-            facecolor=colour,
-            edgecolor=kw.pop("ec", palette.INK),
-            lw=kw.pop("lw", 0.8),
-            gid=gid,
-            **kw,
-        )
-    )
+def _box(ax, x, y, w, h, colour, text, **kw):
+    """A block drawn at (x, y): `colour`, ink edge (unless `ec`), and `text` centred on it."""
+    kw.setdefault("edgecolor", kw.pop("ec", palette.INK))
+    kw.setdefault("lw", 0.8)
+    ax.add_patch(Rectangle((x, y), w, h, facecolor=colour, **kw))
     ax.text(
         x + w / 2,
         y + h / 2,
@@ -65,6 +57,11 @@ def _box(ax, x, y, w, h, colour, text, gid=None, **kw):
     )
 
 
+def _arrow(ax, a, b, colour, **kw):
+    """An arrow from `a` to `b` (a block table's entry to its block, a list's link)."""
+    ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", color=colour, **kw))
+
+
 def make_logical_physical(out_dir: Path) -> list[Path]:
     """3.3: contiguous logical blocks of two sequences, scattered in physical memory."""
     m = scattered_manager()
@@ -74,73 +71,22 @@ def make_logical_physical(out_dir: Path) -> list[Path]:
     # on a slide (18 pt): a slide-shaped figure, a wider label column, and room at the top
     # for the title and the subtitle wrapped to the slide's width
     slide = style.slides()
-    fig = style.new_figure(*(SLIDE_IN if slide else LOGICAL_SIZE))
+    fig = style.new_figure(*(style.SLIDE_BODY_IN if slide else LOGICAL_SIZE))
     ax = fig.add_axes((0, 0, 1, 1))
     left = -4.0 if slide else -3.0  # where the row labels start
     ax.set_xlim(left - 0.2, n + 0.6)
     ax.set_ylim(0, 11.8 if slide else 9.3)
     ax.set_axis_off()
-    phys_y = 4.0
     for b in range(n):  # physical memory strip
         owner = snap.owners(b)
         colour = style.colour_of(owner[0], colours) if owner else palette.FREE
-        _box(ax, b + 0.05, phys_y, 0.9, 0.9, colour, str(b), ls="-" if owner else "--")
-    ax.text(
-        left,
-        phys_y + 0.45,
-        "physical blocks\n(GPU memory)",
-        va="center",
-        fontsize=10,
-        fontweight="bold",
-    )
+        _box(ax, b + 0.05, PHYS_Y, 0.9, 0.9, colour, str(b), ls="-" if owner else "--")
+    bold = dict(va="center", fontsize=10, fontweight="bold")
+    ax.text(left, PHYS_Y + 0.45, "physical blocks\n(GPU memory)", **bold)
     for seq, y, side in zip(snap.sequences, (7.0, 1.0), (1, -1), strict=True):
-        colour = style.colour_of(seq.seq_id, colours)
-        ax.text(
-            left,
-            y + 0.45,
-            f"seq {seq.seq_id}: logical\n({seq.num_tokens} tokens)",
-            va="center",
-            fontsize=10,
-            fontweight="bold",
-        )
-        x0 = (n - len(seq.blocks)) / 2
-        for i, b in enumerate(seq.blocks):
-            last = min(snap.block_size, seq.num_tokens - i * snap.block_size)
-            _box(ax, x0 + i + 0.05, y, 0.9, 0.9, colour, f"L{i}", gid=f"logical-{seq.seq_id}-{i}")
-            ax.text(
-                x0 + i + 0.5,
-                y + (1.05 if side > 0 else -0.15),
-                f"{last}/{snap.block_size}",
-                ha="center",
-                va="bottom" if side > 0 else "top",
-                fontsize=7.5,
-                color="#555555",
-            )
-            start = (x0 + i + 0.5, y if side > 0 else y + 0.9)
-            end = (b + 0.5, phys_y + 0.9 if side > 0 else phys_y)
-            ax.add_patch(
-                FancyArrowPatch(
-                    start,
-                    end,
-                    arrowstyle="-|>",
-                    mutation_scale=10,
-                    color=colour,
-                    lw=1.3,
-                    shrinkA=1,
-                    shrinkB=1,
-                    alpha=0.9,
-                )
-            )
-        table = ", ".join(map(str, seq.blocks))
-        ax.text(
-            x0 + len(seq.blocks) + 0.5,
-            y + 0.45,
-            f"block table {seq.seq_id}" + ("\n" if slide else " ") + f"= [{table}]",
-            ha="left",
-            fontsize=9.5,
-            family="DejaVu Sans Mono",
-            va="center",
-        )
+        label = f"seq {seq.seq_id}: logical\n({seq.num_tokens} tokens)"
+        ax.text(left, y + 0.45, label, **bold)
+        _logical_row(ax, snap, seq, (y, side), style.colour_of(seq.seq_id, colours))
     title = (
         "3.3  Logical blocks are contiguous; physical blocks are wherever the free list put them"
     )
@@ -153,6 +99,38 @@ def make_logical_physical(out_dir: Path) -> list[Path]:
         left, 10.3 if slide else 8.55, sub, fontsize=9, va="top", color="#444444", gid="subtitle"
     )
     return [style.save(fig, Path(out_dir) / "3.3-logical-vs-physical.png")]
+
+
+def _logical_row(ax, snap, seq, at, colour):
+    """One sequence's logical blocks side by side at height `at[0]`, each with its fill and
+    an arrow to its physical block: above the strip (`at[1]` = 1) or below it (-1)."""
+    (y, side), n, size = at, snap.num_blocks, snap.block_size
+    x0 = (n - len(seq.blocks)) / 2
+    for i, b in enumerate(seq.blocks):
+        last = min(size, seq.num_tokens - i * size)
+        _box(ax, x0 + i + 0.05, y, 0.9, 0.9, colour, f"L{i}", gid=f"logical-{seq.seq_id}-{i}")
+        ax.text(
+            x0 + i + 0.5,
+            y + (1.05 if side > 0 else -0.15),
+            f"{last}/{size}",
+            ha="center",
+            va="bottom" if side > 0 else "top",
+            fontsize=7.5,
+            color="#555555",
+        )
+        start = (x0 + i + 0.5, y if side > 0 else y + 0.9)
+        end = (b + 0.5, PHYS_Y + 0.9 if side > 0 else PHYS_Y)
+        _arrow(ax, start, end, colour, mutation_scale=10, lw=1.3, shrinkA=1, shrinkB=1, alpha=0.9)
+    table = ", ".join(map(str, seq.blocks))
+    ax.text(
+        x0 + len(seq.blocks) + 0.5,
+        y + 0.45,
+        f"block table {seq.seq_id}" + ("\n" if style.slides() else " ") + f"= [{table}]",
+        ha="left",
+        fontsize=9.5,
+        family="DejaVu Sans Mono",
+        va="center",
+    )
 
 
 def logical_subtitle(m: KVCacheManager) -> str:
@@ -185,14 +163,13 @@ def make_core_flow(out_dir: Path, snapshots) -> list[Path]:
     before, snap = snapshots[k - 1], snapshots[k]
     new = next(e.block for e in snap.events if isinstance(e, BlockAllocated))
     colours = style.seq_colours(snapshots[: k + 1])
-    n = snap.num_blocks
     # on a slide (18 pt) the figure is as wide as a slide body, the caption wraps, and the
     # column heads keep one line (what they hold is said by the boxes themselves)
     slide = style.slides()
-    fig = style.new_figure(*(SLIDE_IN if slide else FLOW_SIZE))
+    fig = style.new_figure(*(style.SLIDE_BODY_IN if slide else FLOW_SIZE))
     ax = fig.add_axes((0, 0, 1, 1))
     y0 = 2.85 if slide else 2.7
-    top = n * 0.8 + y0 - 0.3
+    top = snap.num_blocks * 0.8 + y0 - 0.3
     ax.set_xlim(0, 17.5)
     ax.set_ylim(top + 1.2, -0.2)
     ax.set_axis_off()
@@ -216,72 +193,50 @@ def make_core_flow(out_dir: Path, snapshots) -> list[Path]:
     for x, title in zip((0.6, 6.4, 12.6), heads, strict=True):
         title = title.split("\n")[0] if slide else title
         ax.text(x, 2.05 if slide else 1.6, title, fontsize=10.5, fontweight="bold", va="top")
-    pool = [new] + list(snap.free_list)  # the popped block, ghosted, then the list now
+    _free_pool(ax, [new, *snap.free_list], y0, before.step)
+    _physical_column(ax, snap, y0, new, colours)
+    note = "free(): when a count drops to 0 the block is pushed back at the head (LIFO)"
+    ax.text(0.6, top + 0.8, note, fontsize=9, color="#444444")
+    _table_column(ax, snap, y0, colours)
+    return [style.save(fig, Path(out_dir) / "3.6-core-flow.png")]
+
+
+def _free_pool(ax, pool, y0, before):
+    """3.6's left column: the block allocate() just popped (ghosted), then the free list."""
     for i, b in enumerate(pool):
         y = y0 + i * 0.8
-        popped = i == 0
-        _box(
-            ax,
-            0.9,
-            y,
-            1.2,
-            0.6,
-            "white" if popped else palette.FREE,
-            str(b),
-            ls="--" if popped else "-",
-            ec=palette.ACCENT if popped else palette.FREE_EDGE,
-            lw=1.6 if popped else 0.8,
-        )
+        if i == 0:
+            _box(ax, 0.9, y, 1.2, 0.6, "white", str(b), ls="--", ec=palette.ACCENT, lw=1.6)
+        else:
+            _box(ax, 0.9, y, 1.2, 0.6, palette.FREE, str(b), ls="-", ec=palette.FREE_EDGE)
         if i > 1:
-            ax.add_patch(
-                FancyArrowPatch(
-                    (1.5, y - 0.2),
-                    (1.5, y),
-                    arrowstyle="-|>",
-                    mutation_scale=8,
-                    color="#666666",
-                    shrinkA=0,
-                    shrinkB=0,
-                )
-            )
-    ax.text(
-        2.3,
-        y0 + 0.3,
-        f"was the head at step {before.step}",
-        fontsize=8,
-        va="center",
-        color=palette.ACCENT,
-    )
+            _arrow(ax, (1.5, y - 0.2), (1.5, y), "#666666", mutation_scale=8, shrinkA=0, shrinkB=0)
+    said = f"was the head at step {before}"
+    ax.text(2.3, y0 + 0.3, said, fontsize=8, va="center", color=palette.ACCENT)
     ax.text(2.3, y0 + 1.1, "head now", fontsize=8, va="center", color="#555555")
-    for b in range(n):  # physical memory, one column
-        y = y0 + b * 0.8
+
+
+def _physical_column(ax, snap, y0, new, colours):
+    """3.6's middle column: every physical block with its owners and count; the arrow of
+    allocate() from the pool to block `new`."""
+    for b in range(snap.num_blocks):
         owners = snap.owners(b)
         colour = style.colour_of(owners[0], colours) if owners else palette.FREE
         label = f"{b}: " + (
             "+".join(map(str, owners)) + f"  x{snap.ref_counts[b]}" if owners else "free"
         )
+        ec, lw = (palette.ACCENT, 2.2) if b == new else (palette.INK, 0.8)
         _box(
-            ax,
-            6.7,
-            y,
-            2.6,
-            0.6,
-            colour,
-            label,
-            ls="-" if owners else "--",
-            lw=2.2 if b == new else 0.8,
-            ec=palette.ACCENT if b == new else palette.INK,
+            ax, 6.7, y0 + b * 0.8, 2.6, 0.6, colour, label, ls="-" if owners else "--", lw=lw, ec=ec
         )
-    ax.add_patch(
-        FancyArrowPatch(
-            (2.1, y0 + 0.3),
-            (6.7, y0 + new * 0.8 + 0.3),
-            arrowstyle="-|>",
-            mutation_scale=16,
-            color=palette.ACCENT,
-            lw=2.2,
-            connectionstyle="arc3,rad=-0.15",
-        )
+    _arrow(
+        ax,
+        (2.1, y0 + 0.3),
+        (6.7, y0 + new * 0.8 + 0.3),
+        palette.ACCENT,
+        mutation_scale=16,
+        lw=2.2,
+        connectionstyle="arc3,rad=-0.15",
     )
     ax.text(
         3.6,
@@ -291,40 +246,28 @@ def make_core_flow(out_dir: Path, snapshots) -> list[Path]:
         color=palette.ACCENT,
         fontweight="bold",
     )
-    ax.text(
-        0.6,
-        top + 0.8,
-        "free(): when a count drops to 0 the block is pushed back at the head (LIFO)",
-        fontsize=9,
-        color="#444444",
-    )
-    y = y0 + (0.2 if slide else -0.25)
-    for seq in snap.sequences:  # block tables stacked in one column: no arrow crosses a cell
+
+
+def _table_column(ax, snap, y0, colours):
+    """3.6's right column: the block tables stacked, so no arrow crosses a cell."""
+    y = y0 + (0.2 if style.slides() else -0.25)
+    for seq in snap.sequences:
         colour = style.colour_of(seq.seq_id, colours)
-        ax.text(
-            12.6,
-            y + 0.3,
-            f"seq {seq.seq_id} ({seq.num_tokens} tokens)",
-            fontsize=9.5,
-            fontweight="bold",
-            va="center",
-        )
+        label = f"seq {seq.seq_id} ({seq.num_tokens} tokens)"
+        ax.text(12.6, y + 0.3, label, fontsize=9.5, fontweight="bold", va="center")
         y += 0.75
         for i, b in enumerate(seq.blocks):
             _box(ax, 12.9, y, 1.6, 0.6, colour, f"L{i} \u2192 {b}")
-            ax.add_patch(
-                FancyArrowPatch(
-                    (12.9, y + 0.3),
-                    (9.3, y0 + b * 0.8 + 0.3),
-                    arrowstyle="-|>",
-                    mutation_scale=10,
-                    color=colour,
-                    lw=1.2,
-                    alpha=0.9,
-                    shrinkA=1,
-                    shrinkB=2,
-                )
+            _arrow(
+                ax,
+                (12.9, y + 0.3),
+                (9.3, y0 + b * 0.8 + 0.3),
+                colour,
+                mutation_scale=10,
+                lw=1.2,
+                alpha=0.9,
+                shrinkA=1,
+                shrinkB=2,
             )
             y += 0.8
         y += 0.5
-    return [style.save(fig, Path(out_dir) / "3.6-core-flow.png")]

@@ -70,15 +70,16 @@ def fixed_blocks(requests=REQUESTS, finished=FINISHED, late=LATE, slots=SLOTS, b
 def _bar(ax, y, owners, colours, *, label):
     for i, o in enumerate(owners):
         colour = colours.get(o, "white")
+        edge, hatch = (INK, None) if o else ("#999999", "///")
         ax.add_patch(
             Rectangle(
                 (i, y),
                 1,
                 1,
                 facecolor=colour,
-                edgecolor=INK if o else "#999999",
+                edgecolor=edge,
                 lw=0.4,
-                hatch=None if o else "///",
+                hatch=hatch,
                 gid=f"slot-{label}-{i}",
             )
         )
@@ -117,6 +118,14 @@ def make(out_dir: Path) -> list[Path]:
         color=style.grey("#444444"),
     )
 
+    _first_fit_row(ax, colours)
+    _blocks_row(ax, colours)
+    _key(ax, colours)
+    return [style.save(fig, Path(out_dir) / "3.1-fragmentation.png")]
+
+
+def _first_fit_row(ax, colours):
+    """The contiguous layout after B and D finish, and why F is refused."""
     owner, fits = first_fit()
     holes, run = [], 0
     for o in [*owner, "end"]:
@@ -145,18 +154,17 @@ def make(out_dir: Path) -> list[Path]:
         gid="first-fit-verdict",
     )
 
+
+def _blocks_row(ax, colours):
+    """The same story in blocks of BLOCK slots: F takes whichever blocks are free."""
     blocks = fixed_blocks()
     slots = [o for o, n in blocks for k in range(BLOCK)]
-    _bar(
-        ax,
-        4.4,
-        [o if k < n else None for o, n in blocks for k in range(BLOCK)],
-        colours,
-        label=style.tr("blocks of {b}", b=BLOCK),
-    )
+    held = [o if k < n else None for o, n in blocks for k in range(BLOCK)]
+    _bar(ax, 4.4, held, colours, label=style.tr("blocks of {b}", b=BLOCK))
     for b in range(len(blocks) + 1):  # block boundaries
         ax.plot([b * BLOCK, b * BLOCK], [4.2, 5.6], color=INK, lw=1.6)
-    for b, (_o, _n) in enumerate(blocks):
+    grey = style.grey("#555555")
+    for b in range(len(blocks)):
         ax.text(
             b * BLOCK + BLOCK / 2,
             5.95,
@@ -164,7 +172,7 @@ def make(out_dir: Path) -> list[Path]:
             ha="center",
             va="center",
             fontsize=style.pt(8.5),
-            color=style.grey("#555555"),
+            color=grey,
         )
     _names(ax, 4.4, slots)
     wasted = sum(BLOCK - n for o, n in blocks if o)
@@ -182,16 +190,19 @@ def make(out_dir: Path) -> list[Path]:
         va="center",
         gid="blocks-verdict",
     )
+
+
+def _key(ax, colours):
+    """What an empty slot, a request's tokens and a block boundary look like."""
     ax.add_patch(
         Rectangle((0, 8.3), 1.2, 0.8, facecolor="white", edgecolor="#999999", hatch="///", lw=0.4)
     )
     ax.text(1.6, 8.7, style.tr("empty slot"), va="center", fontsize=style.pt(9.5))
     ax.add_patch(Rectangle((9, 8.3), 1.2, 0.8, facecolor=colours["A"], edgecolor=INK, lw=0.4))
     ax.text(10.6, 8.7, style.tr("a request's tokens"), va="center", fontsize=style.pt(9.5))
-    edge = 23 if slide else 21  # past "a request's tokens" at 18 pt
+    edge = 23 if style.slides() else 21  # past "a request's tokens" at 18 pt
     ax.plot([edge, edge], [8.2, 9.2], color=INK, lw=1.6)
     ax.text(edge + 0.6, 8.7, style.tr("block boundary"), va="center", fontsize=style.pt(9.5))
-    return [style.save(fig, Path(out_dir) / "3.1-fragmentation.png")]
 
 
 def _names(ax, y, owners):

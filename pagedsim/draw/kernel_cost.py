@@ -87,7 +87,7 @@ def _slides(out_dir: Path, cost: dict, title: str, caveat: str) -> list[Path]:
 
     paths = []
     for i, key in enumerate(("traffic", "latency", "caveat")):
-        fig = style.new_figure(*tradeoff.SLIDE_IN)
+        fig = style.new_figure(*style.SLIDE_BODY_IN)
         if key == "caveat":
             text = textwrap.fill(caveat.replace("\n", " "), 66)
             fig.text(0.02, 0.96, text, va="top", fontsize=22, gid="caveat", linespacing=1.25)

@@ -293,380 +293,283 @@ def _caption(ax, snap, layout):
         text = "\n".join(text[i : i + chars // 2] for i in range(0, len(text), chars // 2))
     else:
         text = textwrap.fill(f"step {snap.step}: {said}", chars)
-    ax.text(
-        0.5,
-        0.35,
-        text,
-        va="top",
-        ha="left",
-        fontsize=style.pt(11),
-        gid="caption",
-        color="#AA3377" if failed else palette.INK,
-        fontweight="bold" if failed else "normal",
+    ink, weight = ("#AA3377", "bold") if failed else (palette.INK, "normal")
+    _text(ax, 0.5, 0.35, text, 11, va="top", ha="left", gid="caption", color=ink, fontweight=weight)
+    heads = (
+        (0.5, style.tr("block tables (logical \u2192 physical)")),
+        (layout.grid_x, style.tr("physical blocks (B = {b} tokens)", b=snap.block_size)),
     )
-    ax.text(
-        0.5,
-        layout.body_y - 0.62,
-        style.tr("block tables (logical \u2192 physical)"),
-        fontsize=style.pt(10),
-        va="bottom",
-        color=palette.INK,
-        fontweight="bold",
-    )
-    ax.text(
-        layout.grid_x,
-        layout.body_y - 0.62,
-        style.tr("physical blocks (B = {b} tokens)", b=snap.block_size),
-        fontsize=style.pt(10),
-        va="bottom",
-        color=palette.INK,
-        fontweight="bold",
-    )
+    for x, head in heads:
+        y = layout.body_y - 0.62
+        _text(ax, x, y, head, 10, ha="left", va="bottom", color=palette.INK, fontweight="bold")
+
+
+def _text(ax, x, y, text, size, **kw):
+    """`text` at (x, y), centred on it both ways unless `kw` says otherwise, at `size` pt."""
+    kw.setdefault("ha", "center")
+    kw.setdefault("va", "center")
+    return ax.text(x, y, text, fontsize=style.pt(size), **kw)
+
+
+def _box(ax, x, y, w, h, **kw):
+    """A rectangle with its top-left corner at (x, y) (y grows downwards)."""
+    return ax.add_artist(Rectangle((x, y), w, h, **kw))
 
 
 def _tables(ax, snap, layout, colours):
     x0 = 0.5 + layout.label_w
+    grey = style.grey("#666666")
     for i in range(layout.table_cells):  # logical index header
-        ax.text(
-            x0 + i + 0.45,
-            layout.body_y + 0.35,
-            str(i),
-            ha="center",
-            fontsize=style.pt(7.5),
-            color=style.grey("#666666"),
-        )
+        _text(ax, x0 + i + 0.45, layout.body_y + 0.35, str(i), 7.5, va="baseline", color=grey)
     seqs = snap.sequences
     shown = seqs if len(seqs) <= layout.table_rows else seqs[: layout.table_rows - 1]
     for r, seq in enumerate(shown):
-        y = layout.body_y + 0.6 + r * ROW
-        colour = style.colour_of(seq.seq_id, colours)
-        ax.add_artist(
-            Rectangle((0.5, y + 0.08), 0.5, 0.66, facecolor=colour, edgecolor=palette.INK, lw=0.6)
-        )
-        ax.text(
-            1.15,
-            y + 0.41,
-            style.tr("seq {s}", s=seq.seq_id),
-            va="center",
-            fontsize=style.pt(9.5),
-            fontweight="bold",
-            gid=f"label-{seq.seq_id}",
-        )
-        ax.text(
-            x0 - 0.15,
-            y + 0.41,
-            style.tr("{n} tok", n=seq.num_tokens),
-            va="center",
-            ha="right",
-            fontsize=style.pt(8),
-            gid=f"tokens-{seq.seq_id}",
-        )
-        blocks = seq.blocks
-        cut = len(blocks) > layout.table_cells
-        for i, b in enumerate(blocks[: layout.table_cells - 1] if cut else blocks):
-            dropped = b < 0  # NULL_BLOCK: a sliding window released it
-            ax.add_artist(
-                Rectangle(
-                    (x0 + i, y + 0.08),
-                    0.9,
-                    0.66,
-                    facecolor="white" if dropped else colour,
-                    edgecolor=palette.INK,
-                    lw=0.6,
-                    ls="--" if dropped else "-",
-                    gid=f"table-{seq.seq_id}-{i}",
-                )
-            )
-            ax.text(
-                x0 + i + 0.45,
-                y + 0.41,
-                "\u2013" if dropped else str(b),
-                ha="center",
-                va="center",
-                fontsize=style.pt(8.5),
-                color=palette.INK if dropped else style.text_on(colour),
-            )
-        if cut:
-            ax.text(
-                x0 + layout.table_cells - 0.55,
-                y + 0.41,
-                f"+{len(blocks) - layout.table_cells + 1}",
-                ha="center",
-                va="center",
-                fontsize=style.pt(8),
-                color=style.grey("#444444"),
-            )
+        _table_row(ax, layout.body_y + 0.6 + r * ROW, seq, layout, colours)
     rows = len(shown) + (len(shown) < len(seqs))
     for j, (sid, back) in enumerate(layout.departed(snap.step)[: max(0, layout.table_rows - rows)]):
         _gone_row(ax, layout.body_y + 0.6 + (rows + j) * ROW, sid, back, colours, layout.label_w)
     if len(shown) < len(seqs):
-        ax.text(
-            0.5,
-            layout.body_y + 0.6 + len(shown) * ROW + 0.41,
-            style.tr("... and {n} more sequences", n=len(seqs) - len(shown)),
-            va="center",
-            fontsize=style.pt(8.5),
-            color=style.grey("#444444"),
-        )
+        more = style.tr("... and {n} more sequences", n=len(seqs) - len(shown))
+        y = layout.body_y + 0.6 + len(shown) * ROW + 0.41
+        _text(ax, 0.5, y, more, 8.5, ha="left", color=style.grey("#444444"))
     if not seqs:
-        ax.text(
-            0.5,
-            layout.body_y + 1.05,
-            style.tr("(no sequences)"),
-            va="center",
-            fontsize=style.pt(9),
-            color=style.grey("#666666"),
+        _text(ax, 0.5, layout.body_y + 1.05, style.tr("(no sequences)"), 9, ha="left", color=grey)
+
+
+def _table_row(ax, y, seq, layout, colours):
+    """One sequence: its colour, "seq A" and "9 tok", then the slots of its block table."""
+    x0, sid = 0.5 + layout.label_w, seq.seq_id
+    colour = style.colour_of(sid, colours)
+    _box(ax, 0.5, y + 0.08, 0.5, 0.66, facecolor=colour, edgecolor=palette.INK, lw=0.6)
+    label = style.tr("seq {s}", s=sid)
+    _text(ax, 1.15, y + 0.41, label, 9.5, ha="left", fontweight="bold", gid=f"label-{sid}")
+    tokens = style.tr("{n} tok", n=seq.num_tokens)
+    _text(ax, x0 - 0.15, y + 0.41, tokens, 8, ha="right", gid=f"tokens-{sid}")
+    blocks = seq.blocks
+    cut = len(blocks) > layout.table_cells
+    for i, b in enumerate(blocks[: layout.table_cells - 1] if cut else blocks):
+        dropped = b < 0  # NULL_BLOCK: a sliding window released it
+        face, ls = ("white", "--") if dropped else (colour, "-")
+        _box(
+            ax,
+            x0 + i,
+            y + 0.08,
+            0.9,
+            0.66,
+            facecolor=face,
+            edgecolor=palette.INK,
+            lw=0.6,
+            ls=ls,
+            gid=f"table-{sid}-{i}",
         )
+        ink = palette.INK if dropped else style.text_on(colour)
+        _text(ax, x0 + i + 0.45, y + 0.41, "\u2013" if dropped else str(b), 8.5, color=ink)
+    if cut:
+        more = f"+{len(blocks) - layout.table_cells + 1}"
+        _text(ax, x0 + layout.table_cells - 0.55, y + 0.41, more, 8, color=style.grey("#444444"))
 
 
 def _gone_row(ax, y, seq_id, back, colours, label_w):
     """A sequence that left the pool at this step: its colour as a dashed outline, and why."""
     colour = style.colour_of(seq_id, colours)
-    ax.add_artist(
-        Rectangle(
-            (0.5, y + 0.08),
-            0.5,
-            0.66,
-            facecolor="white",
-            edgecolor=colour,
-            lw=1.6,
-            ls="--",
-            gid=f"gone-{seq_id}",
-        )
+    _box(
+        ax,
+        0.5,
+        y + 0.08,
+        0.5,
+        0.66,
+        facecolor="white",
+        edgecolor=colour,
+        lw=1.6,
+        ls="--",
+        gid=f"gone-{seq_id}",
     )
-    ax.text(
-        1.15,
-        y + 0.41,
-        style.tr("seq {s}", s=seq_id),
-        va="center",
-        fontsize=style.pt(9.5),
-        color=style.grey("#666666"),
-    )
+    grey = style.grey("#666666")
+    _text(ax, 1.15, y + 0.41, style.tr("seq {s}", s=seq_id), 9.5, ha="left", color=grey)
     why = (
         style.tr("finished: its blocks are freed")
         if back is None
         else style.tr("preempted: out of the pool until step {k}", k=back)
     )
-    ax.text(
+    _text(
+        ax,
         0.5 + label_w,
         y + 0.41,
         why,
-        va="center",
-        fontsize=style.pt(8.5),
-        color=style.grey("#666666"),
+        8.5,
+        ha="left",
+        color=grey,
         style="italic",
         gid=f"gone-why-{seq_id}",
     )
 
 
 def _blocks(ax, snap, layout, colours):
+    """The physical pool: every block, then this step's orange frames and copy arrows."""
     owners: dict[int, list[object]] = {b: [] for b in range(snap.num_blocks)}
     for seq in snap.sequences:
         for b in seq.blocks:
             if 0 <= b < snap.num_blocks:
                 owners[b].append(seq.seq_id)
-    cached = set(snap.cached_blocks)
-    head = snap.free_list[0] if snap.free_list else None
-    # on a slide every text is 18 pt, about 0.4 of a block: the id, the fill and a thinner
-    # fill bar are stacked apart so that they do not run into each other
-    slide = style.slides()
-    id_y, fill_y, name_y = (0.22, 0.62, 0.7) if slide else (0.36, 0.66, 0.8)
-    bar_y, bar_h = (CELL - 0.13, 0.08) if slide else (CELL - 0.2, 0.12)
     for b in range(snap.num_blocks):
-        x, y = block_xy(layout, b)
-        count, who = snap.ref_counts[b], owners[b]
-        if count == 0:
-            ax.add_artist(
-                Rectangle(
-                    (x, y),
-                    CELL,
-                    CELL,
-                    facecolor=style.look().free,
-                    edgecolor=style.look().free_edge,
-                    lw=0.8,
-                    ls="--",
-                    hatch="//" if b in cached else None,
-                    gid=f"block-{b}",
-                )
-            )
-            ax.text(
-                x + CELL / 2,
-                y + (0.25 if slide else 0.45),
-                str(b),
-                ha="center",
-                va="center",
-                fontsize=style.pt(9.5),
-                color=style.grey("#777777"),
-            )
-            # grey + dashed already says "free": name only the special ones
-            if b == head or (b in cached and not slide):  # a slide's legend names the hatch
-                ax.text(
-                    x + CELL / 2,
-                    y + name_y,
-                    style.tr("head" if b == head else "cached"),
-                    ha="center",
-                    va="center",
-                    fontsize=style.pt(6.5),
-                    color=palette.ACCENT if b == head else style.grey("#777777"),
-                )
-            continue
-        first = style.colour_of(who[0], colours) if who else "#BBBBBB"
-        ax.add_artist(
-            Rectangle(
-                (x, y),
-                CELL,
-                CELL,
-                facecolor=first,
-                edgecolor=palette.INK,
-                lw=1.8 if count > 1 else 0.8,
-                gid=f"block-{b}",
-            )
-        )
-        for j, seq_id in enumerate(who[1:], start=1):  # extra owners: vertical stripes
-            w = CELL / len(who)
-            ax.add_artist(
-                Rectangle(
-                    (x + j * w, y),
-                    w,
-                    CELL,
-                    facecolor=style.colour_of(seq_id, colours),
-                    edgecolor="none",
-                    gid=f"share-{b}-{j}",
-                )
-            )
-        ink = style.text_on(first) if len(who) < 2 else palette.INK
-        box = (
-            dict(boxstyle="round,pad=0.12", fc="white", ec="none", alpha=0.8)
-            if len(who) > 1
-            else None
-        )
-        ax.text(
-            x + CELL / 2,
-            y + id_y,
-            str(b),
-            ha="center",
-            va="center",
-            fontsize=style.pt(10),
-            fontweight="bold",
-            color=ink,
-            bbox=box,
-        )
-        fill = snap.block_fill[b]
-        ax.add_artist(
-            Rectangle(
-                (x + 0.1, y + bar_y),
-                CELL - 0.2,
-                bar_h,
-                facecolor="white",
-                edgecolor=palette.INK,
-                lw=0.4,
-            )
-        )
-        ax.add_artist(
-            Rectangle(
-                (x + 0.1, y + bar_y),
-                (CELL - 0.2) * fill / snap.block_size,
-                bar_h,
-                facecolor=palette.INK,
-                edgecolor="none",
-                gid=f"fill-{b}",
-            )
-        )
-        text = block_label(snap, b)  # the text the block holds, when the trace knows it
-        if text:
-            ax.text(
-                x + CELL / 2,
-                y + 0.64,
-                text,
-                ha="center",
-                va="center",
-                fontsize=style.pt(4.5),
-                color=ink,
-                bbox=box,
-                gid=f"text-{b}",
-                linespacing=0.9,
-            )
+        if snap.ref_counts[b] == 0:
+            _free_block(ax, snap, b, block_xy(layout, b))
         else:
-            ax.text(
-                x + CELL / 2,
-                y + fill_y,
-                f"{fill}/{snap.block_size}",
-                ha="center",
-                va="center",
-                fontsize=style.pt(6.5),
-                color=ink,
-                bbox=box,
+            _used_block(
+                ax, snap, b, block_xy(layout, b), [style.colour_of(s, colours) for s in owners[b]]
             )
-        ax.add_artist(
-            Circle(
-                (x + CELL - 0.05, y + 0.05),
-                0.19,
-                facecolor="white",
-                edgecolor=palette.INK,
-                lw=0.7,
-                zorder=6,
-            )
-        )
-        ax.text(
-            x + CELL - 0.05,
-            y + 0.06,
-            str(count),
-            ha="center",
-            va="center",
-            fontsize=style.pt(7),
-            fontweight="bold",
-            gid=f"badge-{b}",
-            zorder=7,
-        )
     for b in touched_blocks(snap):  # what this step changed: an orange frame
         x, y = block_xy(layout, b)
-        ax.add_artist(
-            Rectangle(
-                (x - 0.07, y - 0.07),
-                CELL + 0.14,
-                CELL + 0.14,
-                facecolor="none",
-                edgecolor=palette.ACCENT,
-                lw=2.2,
-                gid=f"touched-{b}",
-                zorder=4,
-            )
+        _box(
+            ax,
+            x - 0.07,
+            y - 0.07,
+            CELL + 0.14,
+            CELL + 0.14,
+            facecolor="none",
+            edgecolor=palette.ACCENT,
+            lw=2.2,
+            gid=f"touched-{b}",
+            zorder=4,
         )
-    for src, dst in snap.pending_copies:  # below the blocks, clear of the badges, label at its side
-        (sx, sy), (dx, dy) = block_xy(layout, src), block_xy(layout, dst)
-        a, b = (sx + CELL / 2, sy + CELL + 0.08), (dx + CELL / 2, dy + CELL + 0.08)
-        dist = math.hypot(b[0] - a[0], b[1] - a[1])
-        rad = min(0.45, 2 * COPY_DEPTH / max(dist, 1e-9)) * (
-            1 if dx >= sx else -1
-        )  # dips COPY_DEPTH
-        ax.add_artist(
-            FancyArrowPatch(
-                a,
-                b,
-                connectionstyle=f"arc3,rad={rad}",
-                arrowstyle="-|>",
-                mutation_scale=16,
-                color=palette.ACCENT,
-                lw=2.6,
-                gid=f"copy-{src}-{dst}",
-                zorder=8,
-                shrinkA=0,
-                shrinkB=0,
-            )
+    for src, dst in snap.pending_copies:
+        _copy_arrow(ax, layout, src, dst)
+
+
+def _free_block(ax, snap, b, xy):
+    """A free block: grey and dashed (hatched while the prefix cache still holds its
+    tokens); the free list's head and, off a slide, cached blocks say so in words."""
+    (x, y), slide, lk = xy, style.slides(), style.look()
+    cached = b in snap.cached_blocks
+    _box(
+        ax,
+        x,
+        y,
+        CELL,
+        CELL,
+        facecolor=lk.free,
+        edgecolor=lk.free_edge,
+        lw=0.8,
+        ls="--",
+        hatch="//" if cached else None,
+        gid=f"block-{b}",
+    )
+    _text(ax, x + CELL / 2, y + (0.25 if slide else 0.45), str(b), 9.5, color=style.grey("#777777"))
+    head = snap.free_list and b == snap.free_list[0]
+    if head or (cached and not slide):  # a slide's legend names the hatch
+        word = style.tr("head") if head else style.tr("cached")
+        ink = palette.ACCENT if head else style.grey("#777777")
+        _text(ax, x + CELL / 2, y + (0.7 if slide else 0.8), word, 6.5, color=ink)
+
+
+def _used_block(ax, snap, b, xy, owners):
+    """A block in use, in its owners' colours (extra owners as vertical stripes), with its
+    id, a fill bar, the tokens it holds and its ref count badge. `owners`: their colours."""
+    (x, y), count = xy, snap.ref_counts[b]
+    # on a slide every text is 18 pt, about 0.4 of a block: the id, the fill and a thinner
+    # fill bar are stacked apart so that they do not run into each other
+    id_y, fill_y, bar_y, bar_h = (
+        (0.22, 0.62, CELL - 0.13, 0.08) if style.slides() else (0.36, 0.66, CELL - 0.2, 0.12)
+    )
+    first = owners[0] if owners else "#BBBBBB"
+    _box(
+        ax,
+        x,
+        y,
+        CELL,
+        CELL,
+        facecolor=first,
+        edgecolor=palette.INK,
+        lw=1.8 if count > 1 else 0.8,
+        gid=f"block-{b}",
+    )
+    for j, colour in enumerate(owners[1:], start=1):
+        w = CELL / len(owners)
+        _box(ax, x + j * w, y, w, CELL, facecolor=colour, edgecolor="none", gid=f"share-{b}-{j}")
+    shared = len(owners) > 1
+    ink = palette.INK if shared else style.text_on(first)
+    box = dict(boxstyle="round,pad=0.12", fc="white", ec="none", alpha=0.8) if shared else None
+    _text(ax, x + CELL / 2, y + id_y, str(b), 10, fontweight="bold", color=ink, bbox=box)
+    fill = snap.block_fill[b]
+    _box(
+        ax, x + 0.1, y + bar_y, CELL - 0.2, bar_h, facecolor="white", edgecolor=palette.INK, lw=0.4
+    )
+    _box(
+        ax,
+        x + 0.1,
+        y + bar_y,
+        (CELL - 0.2) * fill / snap.block_size,
+        bar_h,
+        facecolor=palette.INK,
+        edgecolor="none",
+        gid=f"fill-{b}",
+    )
+    text = block_label(snap, b)  # the text the block holds, when the trace knows it
+    if text:
+        _text(
+            ax,
+            x + CELL / 2,
+            y + 0.64,
+            text,
+            4.5,
+            color=ink,
+            bbox=box,
+            gid=f"text-{b}",
+            linespacing=0.9,
         )
-        ax.text(
-            (a[0] + b[0]) / 2,
-            (a[1] + b[1]) / 2 + abs(rad) * dist / 2 + 0.12,
-            style.tr("copy {src}\u2192{dst}", src=src, dst=dst),
-            ha="center",
-            va="top",
-            fontsize=style.pt(9),
-            fontweight="bold",
+    else:
+        _text(ax, x + CELL / 2, y + fill_y, f"{fill}/{snap.block_size}", 6.5, color=ink, bbox=box)
+    ax.add_artist(
+        Circle(
+            (x + CELL - 0.05, y + 0.05),
+            0.19,
+            facecolor="white",
+            edgecolor=palette.INK,
+            lw=0.7,
+            zorder=6,
+        )
+    )
+    _text(
+        ax, x + CELL - 0.05, y + 0.06, str(count), 7, fontweight="bold", gid=f"badge-{b}", zorder=7
+    )
+
+
+def _copy_arrow(ax, layout, src, dst):
+    """A pending copy-on-write, src -> dst: an arc under the blocks, clear of the badges,
+    that dips COPY_DEPTH, with its label at its side."""
+    (sx, sy), (dx, dy) = block_xy(layout, src), block_xy(layout, dst)
+    a, b = (sx + CELL / 2, sy + CELL + 0.08), (dx + CELL / 2, dy + CELL + 0.08)
+    dist = math.hypot(b[0] - a[0], b[1] - a[1])
+    rad = min(0.45, 2 * COPY_DEPTH / max(dist, 1e-9)) * (1 if dx >= sx else -1)
+    ax.add_artist(
+        FancyArrowPatch(
+            a,
+            b,
+            connectionstyle=f"arc3,rad={rad}",
+            arrowstyle="-|>",
+            mutation_scale=16,
             color=palette.ACCENT,
-            gid=f"copy-label-{src}-{dst}",
-            zorder=9,
-            bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.9),
+            lw=2.6,
+            gid=f"copy-{src}-{dst}",
+            zorder=8,
+            shrinkA=0,
+            shrinkB=0,
         )
+    )
+    label = style.tr("copy {src}\u2192{dst}", src=src, dst=dst)
+    _text(
+        ax,
+        (a[0] + b[0]) / 2,
+        (a[1] + b[1]) / 2 + abs(rad) * dist / 2 + 0.12,
+        label,
+        9,
+        va="top",
+        fontweight="bold",
+        color=palette.ACCENT,
+        gid=f"copy-label-{src}-{dst}",
+        zorder=9,
+        bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.9),
+    )
 
 
 def block_label(snap, b: int) -> str:
@@ -728,72 +631,38 @@ def _legend(ax, layout, snap=None):
 
 
 def _free_list(ax, snap, layout):
-    y = layout.free_y
-    ax.text(
-        0.5,
-        y,
-        style.tr("free list, head first = allocate() order ({n} free)", n=len(snap.free_list)),
-        fontsize=style.pt(10),
-        fontweight="bold",
-        va="center",
-    )
+    """The free list as a chain of nodes from HEAD, as many as fit, then TAIL (or how many
+    more, or that it is empty)."""
+    y, free = layout.free_y, snap.free_list
+    title = style.tr("free list, head first = allocate() order ({n} free)", n=len(free))
+    _text(ax, 0.5, y, title, 10, ha="left", fontweight="bold")
     y += 0.45
-    ax.text(
-        0.5,
-        y + 0.4,
-        "HEAD",
-        fontsize=style.pt(8.5),
-        va="center",
-        color=palette.ACCENT,
-        fontweight="bold",
-    )
+    _text(ax, 0.5, y + 0.4, "HEAD", 8.5, ha="left", color=palette.ACCENT, fontweight="bold")
     # "HEAD" is bold 8.5 pt (18 on a slide): about 0.8 em a letter, then the first arrow
     head_end = 0.5 + 3.3 * layout.text_pt(8.5) / 72 / layout.unit
     x = max(2.0, head_end + 0.45)
     room = max(1, int((layout.width - x - 1.6) // NODE_PITCH))
-    free = snap.free_list
     shown = free if len(free) <= room else free[: room - 1]
     prev = (max(1.45, head_end + 0.1), y + 0.4)
+    lk = style.look()
     for i, b in enumerate(shown):
         nx = x + i * NODE_PITCH
-        ax.add_artist(
-            FancyArrowPatch(
-                prev,
-                (nx, y + 0.4),
-                arrowstyle="-|>",
-                mutation_scale=9,
-                color=style.grey("#555555"),
-                lw=0.9,
-                shrinkA=1,
-                shrinkB=1,
-            )
+        _link(ax, prev, (nx, y + 0.4))
+        _box(
+            ax,
+            nx,
+            y + 0.05,
+            0.7,
+            0.7,
+            facecolor=lk.free,
+            edgecolor=lk.free_edge,
+            lw=0.8,
+            gid=f"free-{i}",
         )
-        ax.add_artist(
-            Rectangle(
-                (nx, y + 0.05),
-                0.7,
-                0.7,
-                facecolor=style.look().free,
-                edgecolor=style.look().free_edge,
-                lw=0.8,
-                gid=f"free-{i}",
-            )
-        )
-        ax.text(nx + 0.35, y + 0.4, str(b), ha="center", va="center", fontsize=style.pt(8.5))
+        _text(ax, nx + 0.35, y + 0.4, str(b), 8.5)
         prev = (nx + 0.7, y + 0.4)
     end = x + len(shown) * NODE_PITCH
-    ax.add_artist(
-        FancyArrowPatch(
-            prev,
-            (end, y + 0.4),
-            arrowstyle="-|>",
-            mutation_scale=9,
-            color=style.grey("#555555"),
-            lw=0.9,
-            shrinkA=1,
-            shrinkB=1,
-        )
-    )
+    _link(ax, prev, (end, y + 0.4))
     rest = len(free) - len(shown)
     tail = (
         style.tr("... +{n} more", n=rest)
@@ -802,12 +671,21 @@ def _free_list(ax, snap, layout):
         if not free
         else "TAIL"
     )
-    ax.text(
-        end + 0.1,
-        y + 0.4,
-        tail,
-        va="center",
-        fontsize=style.pt(8.5),
-        color="#AA3377" if not free else style.grey("#555555"),
-        gid="free-tail",
+    ink = "#AA3377" if not free else style.grey("#555555")
+    _text(ax, end + 0.1, y + 0.4, tail, 8.5, ha="left", color=ink, gid="free-tail")
+
+
+def _link(ax, a, b):
+    """One arrow of the free list's chain."""
+    ax.add_artist(
+        FancyArrowPatch(
+            a,
+            b,
+            arrowstyle="-|>",
+            mutation_scale=9,
+            color=style.grey("#555555"),
+            lw=0.9,
+            shrinkA=1,
+            shrinkB=1,
+        )
     )

@@ -265,6 +265,8 @@ SAVE_RC: dict[RcKeyType, object] = {
 
 
 SLIDE_IN = (960 / 72, 540 / 72)  # a whole 16:9 slide: 960 x 540 pt, no white bands
+# a slide body for a figure drawn in the projector look, which scales by 1.4 (inches)
+SLIDE_BODY_IN = (13.33 / 1.4, 6.67 / 1.4)
 SLIDE_DPI = 144  # `--slides` PNGs without --dpi: 1920 x 1080 pixels, a full-HD screen
 SLIDE_MIN_PT = 18.0  # no text smaller than this on a slide, as projected
 

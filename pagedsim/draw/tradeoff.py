@@ -69,9 +69,6 @@ def make(out_dir: Path) -> list[Path]:
     return [style.save(fig, Path(out_dir) / "3.5-block-size-tradeoff.png")]
 
 
-SLIDE_IN = (13.33 / 1.4, 6.67 / 1.4)  # the projector look scales by 1.4 to a slide body
-
-
 def _slides(out_dir: Path, data: dict, title: str, note: str) -> list[Path]:
     """`--slides`: each panel on its own slide (`3.5-block-size-tradeoff-slide-<i>-<key>`),
     the workload and the definitions wrapped above and below it, all at 18 pt or more."""
@@ -79,7 +76,7 @@ def _slides(out_dir: Path, data: dict, title: str, note: str) -> list[Path]:
 
     paths = []
     for i, key in enumerate(("waste", "entries")):
-        fig = style.new_figure(*SLIDE_IN)
+        fig = style.new_figure(*style.SLIDE_BODY_IN)
         ax = fig.add_axes([0.1, 0.27, 0.86, 0.52])
         if key == "waste":
             _waste_panel(ax, data, box_y=0.8, top=1.35)

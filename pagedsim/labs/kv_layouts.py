@@ -92,19 +92,12 @@ class KVLayout:
         return tuple(size[a] for a in self.axes(which))
 
     def index(
-        self,
-        which: str,
-        N: int,
-        H: int,
-        B: int,
-        D: int,
-        x: int,
-        n: Coord,
-        h: Coord,
-        t: Coord,
-        d: Coord,
+        self, which: str, shape: tuple[int, ...], n: Coord, h: Coord, t: Coord, d: Coord
     ) -> Coord:
-        """Element index of (n, h, t, d) of K or V from its array's start (row-major)."""
+        """Element index of (n, h, t, d) of K or V from the start of its array, of `shape`
+        (`array_shape` gives it), row-major."""
+        axes = self.axes(which)
+        x = shape[axes.index("x")] if "x" in axes else 1
         where: dict[str, Coord] = {
             "N": n,
             "KV": int(which == "v"),
@@ -115,8 +108,7 @@ class KVLayout:
             "x": d % x,
         }
         idx: Coord = 0
-        sizes = self.array_shape(which, N, H, B, D, x)
-        for axis, size in zip(self.axes(which), sizes, strict=True):
+        for axis, size in zip(axes, shape, strict=True):
             idx = idx * size + where[axis]
         return idx
 

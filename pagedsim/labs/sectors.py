@@ -80,7 +80,8 @@ def element_offset(
     start."""
     spec = layout(layout_name)
     n, h, t, d = (np.asarray(a, dtype=np.int64) for a in (n, h, t, d))
-    idx = spec.index(which, g.num_blocks, g.num_kv_heads, g.block_size, g.head_dim, g.x, n, h, t, d)
+    shape = spec.array_shape(which, g.num_blocks, g.num_kv_heads, g.block_size, g.head_dim, g.x)
+    idx = spec.index(which, shape, n, h, t, d)
     return np.asarray(idx, dtype=np.int64) * g.elem_bytes
 
 

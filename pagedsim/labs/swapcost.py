@@ -34,6 +34,7 @@ ASSUMPTIONS (defaults; every one is a flag, none is a measurement of ours):
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from typing import TypedDict
@@ -114,7 +115,8 @@ def crossover_gbps(
     return 2 * length * spec.bytes_per_token() / spare / 1e9 if spare > 0 else None
 
 
-def main(argv: list[str]) -> int:
+def parser() -> ArgParser:
+    """`pagedsim swapcost`'s command line: the model, the GPU and the link it assumes."""
     ap = ArgParser(prog="pagedsim swapcost", description=__doc__.split("\n\n")[0])
     positive = float_in(0, 1e30, open_low=True)
     ap.add_argument("--model", default="opt-13b", help="a sizing preset")
@@ -145,6 +147,11 @@ def main(argv: list[str]) -> int:
         "(default: measured on a v1 run)",
     )
     ap.add_argument("--json", action="store_true")
+    return ap
+
+
+def main(argv: list[str]) -> int:
+    ap = parser()
     args = ap.parse_args(argv)
     try:
         spec = preset(args.model)
@@ -152,24 +159,7 @@ def main(argv: list[str]) -> int:
         ap.error(str(e))
     h = measured_hit_fraction() if args.hit_fraction is None else args.hit_fraction
     params = args.params or params_of(spec)
-    rows: list[Row] = []
-    for length in LENGTHS:
-        s = swap_seconds(length, spec, args.block_size, args.pcie_gbps, args.copy_latency_us)
-        r = recompute_seconds(length, spec, params, args.tflops, args.mfu)
-        x = crossover_gbps(
-            length, spec, params, args.block_size, args.tflops, args.mfu, args.copy_latency_us
-        )
-        r1 = r - recompute_seconds(int(h * length), spec, params, args.tflops, args.mfu)
-        rows.append(
-            {
-                "tokens": length,
-                "swap_ms": 1e3 * s,
-                "recompute_ms": 1e3 * r,
-                "recompute_v1_ms": 1e3 * r1,
-                "cheaper": "swap" if s < r else "recompute",
-                "crossover_gbps": x,
-            }
-        )
+    rows = [_row(length, spec, params, h, args) for length in LENGTHS]
     if args.json:
         print(
             json.dumps(
@@ -178,6 +168,33 @@ def main(argv: list[str]) -> int:
             )
         )
         return 0
+    _print_table(rows, spec, params, h, args)
+    return 0
+
+
+def _row(length: int, spec: ModelSpec, params: float, h: float, args: argparse.Namespace) -> Row:
+    """Swap against recompute for one preempted sequence of `length` tokens; `h`: the share
+    of it v1's prefix cache serves again."""
+    s = swap_seconds(length, spec, args.block_size, args.pcie_gbps, args.copy_latency_us)
+    r = recompute_seconds(length, spec, params, args.tflops, args.mfu)
+    x = crossover_gbps(
+        length, spec, params, args.block_size, args.tflops, args.mfu, args.copy_latency_us
+    )
+    r1 = r - recompute_seconds(int(h * length), spec, params, args.tflops, args.mfu)
+    return {
+        "tokens": length,
+        "swap_ms": 1e3 * s,
+        "recompute_ms": 1e3 * r,
+        "recompute_v1_ms": 1e3 * r1,
+        "cheaper": "swap" if s < r else "recompute",
+        "crossover_gbps": x,
+    }
+
+
+def _print_table(
+    rows: list[Row], spec: ModelSpec, params: float, h: float, args: argparse.Namespace
+) -> None:
+    """The assumptions, the rows, then the 512-token crossover by PCIe bandwidth."""
     print(
         f"ASSUMED: {spec.name} ({spec.bytes_per_token():,} B/token, "
         f"{params / 1e9:.1f}e9 params), "
@@ -206,4 +223,3 @@ def main(argv: list[str]) -> int:
             f"  {gbps:>3} GB/s  swap {1e3 * s:6.2f} ms  recompute {1e3 * r:6.2f} ms  -> "
             f"{'swap' if s < r else 'recompute'}"
         )
-    return 0

@@ -133,16 +133,9 @@ def test_the_auto_row_times_what_paged_attention_launches_and_reads_its_plan_bac
     tables, num_blocks = ck.reference.scattered_block_tables(rng, lens, 4, spare=1)
     cache = cuda.to_device(rng.standard_normal((num_blocks, 2, 1, 4, 16)).astype(np.float16))
     query = cuda.to_device(rng.standard_normal((2, 4, 16)).astype(np.float16))
-    launch, out, plan = common.auto_launch(
-        ck.BLOCK_MAJOR,
-        cache,
-        cache,
-        query,
-        cuda.to_device(tables),
-        cuda.to_device(lens),
-        block_size=4,
-        num_kv_heads=1,
-    )
+    on_device = (cuda.to_device(tables), cuda.to_device(lens))
+    case = common.DecodeCase(ck.BLOCK_MAJOR, cache, cache, query, *on_device, 4, 1)
+    launch, out, plan = common.auto_launch(case)
     assert plan["path"] == "tensor" and plan["num_partitions"] == 1  # G = 4, float16, D = 16
     launch()
     want = ck.reference.paged_attention(query.copy_to_host(), cache.copy_to_host(), tables, lens)
@@ -153,18 +146,8 @@ def test_the_auto_row_times_what_paged_attention_launches_and_reads_its_plan_bac
 @pytest.mark.parametrize("layout", ["paged", "contiguous"])
 def test_the_benchmarks_tensor_core_configurations_pass_its_device_check(layout, mode):
     rng = np.random.default_rng(11)
-    assert gpu_attention.check_config(
-        rng,
-        heads=4,
-        kv_heads=1,
-        dim=16,
-        dtype="float16",
-        mode=mode,
-        layout=layout,
-        dry=True,
-        context=24,
-        path="tensor",
-    )
+    case = (2, 24, 4, 1, "float16")  # batch, context, heads, kv_heads, dtype
+    assert gpu_attention.check_config(rng, case, 16, mode, layout, dry=True, path="tensor")
 
 
 def test_a_phase_that_raises_is_recorded_and_the_next_phase_still_runs():

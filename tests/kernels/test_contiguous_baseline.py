@@ -20,6 +20,5 @@ pytestmark = pytest.mark.kernels
 @pytest.mark.parametrize("layout", ["contiguous", "paged"])
 def test_the_timed_kernels_match_the_float64_reference(layout, dtype, mode):
     rng = np.random.default_rng(7)
-    assert gpu_attention.check_config(
-        rng, heads=2, kv_heads=1, dim=8, dtype=dtype, mode=mode, layout=layout, dry=True, context=24
-    )
+    case = (2, 24, 2, 1, dtype)  # batch, context, heads, kv_heads, dtype
+    assert gpu_attention.check_config(rng, case, 8, mode, layout, dry=True)

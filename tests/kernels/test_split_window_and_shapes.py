@@ -214,12 +214,8 @@ def test_the_factory_builds_a_kernel_for_split_token_major_pools():
         query,
         tables,
         lens,
-        num_blocks=cache.shape[0],
-        num_kv_heads=2,
-        block_size=4,
-        head_dim=8,
-        mode="split",
-        partition_size=4,
+        ck.CacheShape(num_blocks=cache.shape[0], num_kv_heads=2, block_size=4, head_dim=8),
+        ck.DecodeOptions(mode="split", partition_size=4),
     )
     assert rel_err(out, reference.paged_attention(query, cache, tables, lens)) < 1e-5
 

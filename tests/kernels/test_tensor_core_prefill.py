@@ -87,13 +87,15 @@ def test_tensor_and_cuda_core_paths_agree_and_auto_takes_tensor_cores_when_it_ca
     assert prefill.LAST_PATH["path"] == "tensor"
     assert choose_path("auto", cache.astype(np.float32)) == "cuda_core"
     assert choose_path("auto", cache[..., :24]) == "cuda_core"  # 24 is not a multiple of 16
+    d_cache, d_query, d_tables, d_lens, d_starts = (
+        prefill.ck.to_device(a) for a in (cache, query, tables, lens, starts)
+    )
     launch = prefill.launcher(
-        *(prefill.ck.to_device(a) for a in (cache, query, tables, lens, starts)),
-        np.diff(starts),
+        d_cache,
+        d_query,
+        prefill.PrefillBatch(d_tables, d_lens, d_starts, np.diff(starts)),
         scale=0.25,
-        causal=True,
-        window=0,
-        sinks=0,
+        mask=prefill.PrefillMask(causal=True, window=0, sinks=0),
         out=prefill._empty(query.shape),
         path="auto",
     )

@@ -65,7 +65,8 @@ def test_every_registered_layout_holds_every_element_where_its_index_says():
     n, h, t, d = np.meshgrid(*map(np.arange, (N, H, B, D)), indexing="ij")
     for name, spec in layouts.LAYOUTS.items():
         for which, src in zip("kv", layouts.convert(name, cache), strict=True):
-            at = spec.index(which, N, H, B, D, x, n, h, t, d)
+            assert src.shape == spec.array_shape(which, N, H, B, D, x), f"{name} {which}"
+            at = spec.index(which, src.shape, n, h, t, d)
             want = cache[n, int(which == "v"), h, t, d]
             np.testing.assert_array_equal(src.reshape(-1)[at], want, err_msg=f"{name} {which}")
 

@@ -96,11 +96,11 @@ AXES = {
 }
 
 
-def _variant(
-    q, k_cache, v_cache, block_table, context_len, out, *, scale, k_head0=False, v=None, raw=False
-):
-    """The spec with one thing changed: the scale, head 0's keys and values for every head,
-    V = K, or (raw) a sum of exps left unshifted under shifted numerators."""
+def _variant(q, k_cache, v_cache, block_table, context_len, out, *, scale, change=""):
+    """The spec with the scale changed, and maybe one more thing (`change`): "k_head0" (head 0's
+    keys and values for every head), "v=k", or "raw" (a sum of exps left unshifted under shifted
+    numerators)."""
+    k_head0, raw, v = change == "k_head0", change == "raw", "k" if change == "v=k" else None
     B, L = k_cache.shape[1], int(context_len[0])
     pos = np.arange(L)
     k = k_cache[block_table[pos // B], pos % B]
@@ -141,7 +141,7 @@ MISTAKES = (
             "每个头都用了头 0 的 key 和 value：要用线程自己的头 h 读取 "
             "k_cache[block, offset, h, :] 和 v_cache[block, offset, h, :]。",
         ),
-        lambda **a: _variant(**a, scale=_root(a["q"]), k_head0=True),
+        lambda **a: _variant(**a, scale=_root(a["q"]), change="k_head0"),
     ),
     (
         say(
@@ -149,7 +149,7 @@ MISTAKES = (
             "v_cache[...], from v_cache.",
             "加权和读的是 k_cache，而它需要的是 value：out[h, :] = sum_p w_p * v_cache[...]。",
         ),
-        lambda **a: _variant(**a, scale=_root(a["q"]), v="k"),
+        lambda **a: _variant(**a, scale=_root(a["q"]), change="v=k"),
     ),
     (
         say(
@@ -157,7 +157,7 @@ MISTAKES = (
             "maximum as each weight, total = sum_p exp(s_p - max).",
             "权重除以的是未平移的 exp 之和：和也要减去同一个最大值，total = sum_p exp(s_p - max)。",
         ),
-        lambda **a: _variant(**a, scale=_root(a["q"]), raw=True),
+        lambda **a: _variant(**a, scale=_root(a["q"]), change="raw"),
     ),
 )
 

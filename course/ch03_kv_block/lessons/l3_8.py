@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 TITLE = "Capstone: the blocks serve a model"
 TITLE_ZH = "收官：Block 为模型服务"
 FIGURES = [
@@ -161,17 +163,41 @@ def your_code(model, tok, backend: str = "auto", max_tokens: int = 16) -> tuple[
     return [f"served by {files}", *s["pool"]["lines"]], s["pool"]["matches"]
 
 
+class _Run(NamedTuple):
+    """One run of the capstone's mix: what `pagedsim.engine.generate.run` returned."""
+
+    model: Any
+    tok: Any
+    engine: Any
+    marks: list
+    summary: dict  # the run's numbers (requests, bytes, tokens_match, ...)
+    backend: str
+
+
 def demo(out_dir, backend: str = "auto", model_dir=None) -> None:
-    from pagedsim.engine.generate import load, run, step_frames
+    from pagedsim.engine.generate import load, run
 
     model, tok = load(model_dir)
-    engine, marks, s = run(model, tok, backend=backend)
-    log, bs, texts = engine.log, engine.block_size, engine.block_labels
-    reqs = s["requests"]
+    r = _Run(model, tok, *run(model, tok, backend=backend), backend)
+    s = r.summary
     print(
         f"model: {s['parameters']:,} parameters, {model.config.layers} layers; "
         f"{s['steps']} engine steps, attention: {s['attention']}"
     )
+    blocks = _follow_r0(r)
+    _recap_chapter(r, blocks, out_dir)
+    print("\nyour code: the run again on your 3.4a free list and 3.4b copy-on-write")
+    lines, yours = your_code(model, tok, backend)
+    for line in lines:
+        print(f"    {line}")
+    _verdict(r, yours)
+
+
+def _follow_r0(r: _Run) -> list:
+    """Points 1-4: r0's blocks, r1's prefix hit, r2's beams, r0's table as it grows.
+    Returns r0's first block table."""
+    engine, marks, reqs = r.engine, r.marks, r.summary["requests"]
+    bs, texts = engine.block_size, engine.block_labels
     start = _first_step(engine, marks, "r0.0")
     blocks, n = _tables_at(engine, marks, start)["r0.0"]
     print(
@@ -190,11 +216,10 @@ def demo(out_dir, backend: str = "auto", model_dir=None) -> None:
     )
     fork = next(i for i in range(len(marks)) if "r2.1" in _tables_at(engine, marks, i))
     t = _tables_at(engine, marks, fork)
-    copies = sum(rec["copied"] for rec in log)
     print(
         f"3. at engine step {fork + 1} beam r2.1 forked from r2.0: tables {t['r2.0'][0]} and "
-        f"{t['r2.1'][0]}, all blocks shared; copy-on-write copied {copies} blocks in the run. "
-        f"The beams read {[o['text'] for o in reqs[2]['outputs']]}."
+        f"{t['r2.1'][0]}, all blocks shared; copy-on-write copied {_copies(r)} blocks in the "
+        f"run. The beams read {[o['text'] for o in reqs[2]['outputs']]}."
     )
     grow = _growth(engine, marks, "r0.0")
     print(f"4. r0's table as its text grew ({len(grow)} sizes):")
@@ -204,15 +229,25 @@ def demo(out_dir, backend: str = "auto", model_dir=None) -> None:
             f"{texts[i][table[-1]]!r}"
         )
     print(f"   r0 wrote: {reqs[0]['outputs'][0]['text']!r}")
+    return blocks
 
-    frames = step_frames(engine, marks)
+
+def _copies(r: _Run) -> int:
+    return sum(rec["copied"] for rec in r.engine.log)
+
+
+def _recap_chapter(r: _Run, blocks: list, out_dir) -> None:
+    """Sections 3.1-3.7 of the chapter, each seen in this run; 3.6 draws its steps."""
+    from pagedsim.engine.generate import run, step_frames
+
+    s, c, log, bs = r.summary, r.model.config, r.engine.log, r.engine.block_size
+    frames = step_frames(r.engine, r.marks)
     peak = max(frames, key=lambda f: len(f.sequences))
     print(
         f"\n3.1 after engine step {frames.index(peak) + 1}, {len(peak.sequences)} sequences of "
         f"{sorted({q.num_tokens for q in peak.sequences})} tokens share the pool; no table is a "
         f"contiguous range it had to reserve."
     )
-    c = model.config
     print(
         f"3.2 one block = {c.layers} layers x (K, V) x {c.kv_heads} KV heads x {bs} tokens x "
         f"{c.head_dim} dims x 4 bytes = {s['block_bytes']} bytes; copy-on-write moved "
@@ -224,12 +259,12 @@ def demo(out_dir, backend: str = "auto", model_dir=None) -> None:
     )
     print(
         f"3.4 {sum(rec['shared'] for rec in log)} block references were shared by forks and "
-        f"hits, {copies} blocks copied on write, {sum(rec['freed'] for rec in log)} freed."
+        f"hits, {_copies(r)} blocks copied on write, {sum(rec['freed'] for rec in log)} freed."
     )
     print("3.5 the same run with other block sizes:")
     for size in (8, 32):
         _, _, other = run(
-            model, tok, num_gpu_blocks_override=256 // size, block_size=size, backend=backend
+            r.model, r.tok, num_gpu_blocks_override=256 // size, block_size=size, backend=r.backend
         )
         print(
             f"    B = {size:>2}: prefix cache served {other['skipped_by_prefix_cache']} tokens, "
@@ -243,25 +278,26 @@ def demo(out_dir, backend: str = "auto", model_dir=None) -> None:
     except ImportError as e:
         print(f"3.6 (no pictures: {e})")
     print(
-        f"3.7 the pool was allocated once ({engine.manager.num_blocks} blocks x "
+        f"3.7 the pool was allocated once ({r.engine.manager.num_blocks} blocks x "
         f"{c.layers} layers, NaN-poisoned): a read of an unwritten slot would show in the "
         f"logits. {s['preempted_swap']} preemptions swapped out and back (v0)."
     )
-    print("\nyour code: the run again on your 3.4a free list and 3.4b copy-on-write")
-    lines, yours = your_code(model, tok, backend)
-    for line in lines:
-        print(f"    {line}")
-    generated = sum(len(o["token_ids"]) for r in reqs for o in r["outputs"])
+
+
+def _verdict(r: _Run, yours: bool | None) -> None:
+    """Whether the blocks served the model: the dense engine's tokens, and your own code's."""
+    s, reqs = r.summary, r.summary["requests"]
+    generated = sum(len(o["token_ids"]) for q in reqs for o in q["outputs"])
     print(
         f"\nthe dense engine agrees: tokens {'identical' if s['tokens_match'] else 'DIFFERENT'}, "
         f"largest logit difference {s['max_logit_diff']:.1e} (float32 rounding)"
     )
-    hits = sum(r["hit_tokens"] for r in reqs)
+    hits = sum(q["hit_tokens"] for q in reqs)
     verdict = "served correctly" if s["tokens_match"] else "NOT served correctly"
     print(
         f"Verdict: the blocks {verdict} -- {generated} generated characters "
         f"{'equal' if s['tokens_match'] else 'differ from'} the dense engine's, while "
-        f"{hits} prompt tokens came from the prefix cache and {copies} blocks were copied "
+        f"{hits} prompt tokens came from the prefix cache and {_copies(r)} blocks were copied "
         f"instead of whole sequences; "
         + {
             True: "your own 3.4a and 3.4b served every token and block the same.",
