@@ -544,7 +544,9 @@ class Transformer:
         c, lw = self.config, self.layer_weights[layer]
         r = np.float32(c.residual_scale)
         o = linear(
-            attn.reshape(len(h), -1).astype(np.float32), lw["o_proj.weight"], lw["o_proj.bias"]
+            attn.reshape(len(h), -1).astype(np.float32, copy=False),
+            lw["o_proj.weight"],
+            lw["o_proj.bias"],
         )
         if c.parallel:  # GPT-NeoX, Phi-2, Falcon, Cohere: the MLP reads the layer's input
             second = "input_layernorm" if c.parallel == "shared" else "post_attention_layernorm"
@@ -673,15 +675,14 @@ BIASES = tuple(
 
 def layer_norm(x: np.ndarray, weight: np.ndarray, bias, eps: float) -> np.ndarray:
     """(x - mean) / sqrt(var + eps) * w (+ b), float32 (torch's LayerNorm; Cohere's has no b)."""
-    x = x.astype(np.float32)
+    x = x.astype(np.float32, copy=False)
     centred = x - x.mean(axis=-1, keepdims=True)
     out = centred / np.sqrt((centred * centred).mean(axis=-1, keepdims=True) + np.float32(eps))
     out = out * weight
-    return (out if bias is None else out + bias).astype(np.float32)
+    return (out if bias is None else out + bias).astype(np.float32, copy=False)
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float = 1e-6) -> np.ndarray:
-    x = x.astype(np.float32)
-    return (x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + np.float32(eps)) * weight).astype(
-        np.float32
-    )
+    x = x.astype(np.float32, copy=False)
+    scale = np.sqrt((x * x).mean(axis=-1, keepdims=True) + np.float32(eps))
+    return (x / scale * weight).astype(np.float32, copy=False)
