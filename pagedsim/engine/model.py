@@ -372,60 +372,18 @@ class Transformer:
                 )
         w = {k: np.asarray(weights[k], np.float32) for k in want}
         self.embed = w["model.embed_tokens.weight"]  # [V, hidden]
-        # [V, hidden], held transposed for the GEMM (a tied head: a second copy, 4 V hidden
-        # bytes, since the embedding's rows are read as rows)
-        self.lm_head = transposed(self.embed if c.tie_embeddings else w.pop("lm_head.weight"))
+        # [V, hidden] in C order like every projection (ops.linear); a tied head is the
+        # embedding itself
+        self.lm_head = np.ascontiguousarray(
+            self.embed if c.tie_embeddings else w.pop("lm_head.weight")
+        )
         weights.pop("lm_head.weight", None)
         self.final_norm = w["model.norm.weight"]
         self.final_norm_bias = w.get("model.norm.bias")
         self.lm_head_bias = w.get("lm_head.bias")
         self.positions = w.get("model.embed_positions.weight")  # [P, hidden] or None
-        q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
-        self.layer_weights = []  # per layer: short name ("q_proj.weight") -> array or None
-        for i in range(c.layers):
-            p = f"model.layers.{i}."
-            lw = {
-                k[len(p) :].split(".", 1)[-1]
-                if k[len(p) :].startswith(("self_attn", "mlp"))
-                else k[len(p) :]: v
-                for k, v in w.items()
-                if k.startswith(p)
-            }
-            for k in [k for k in w if k.startswith(p)]:  # lw holds them now; the fused and
-                del w[k]  # transposed copies below replace them one by one
-                weights.pop(k, None)
-            if c.fused:  # Phi-3: rows [q | k | v] and [gate | up]
-                qkv = lw.pop("qkv_proj.weight")
-                lw.update(
-                    {
-                        "q_proj.weight": qkv[:q],
-                        "k_proj.weight": qkv[q : q + kv],
-                        "v_proj.weight": qkv[q + kv :],
-                    }
-                )
-                gate_up = lw.pop("gate_up_proj.weight")
-                lw.update(
-                    {"gate_proj.weight": gate_up[: c.mlp], "up_proj.weight": gate_up[c.mlp :]}
-                )
-                _fuse(lw, ("q_proj", "k_proj", "v_proj"), "qkv")
-                _fuse(lw, ("gate_proj", "up_proj"), "gate_up")
-            else:  # one GEMM for q, k, v (and gate, up): the separate names become row views
-                _fuse(lw, ("q_proj", "k_proj", "v_proj"), "qkv")
-                if c.mlp_gated and "gate_proj.weight" in lw:
-                    _fuse(lw, ("gate_proj", "up_proj"), "gate_up")
-                elif "up_proj.weight" in lw:
-                    lw["up_proj.weight"] = transposed(lw["up_proj.weight"])
-            for n in ("o_proj.weight", "down_proj.weight"):
-                if n in lw:
-                    lw[n] = transposed(lw[n])
-            for n in BIASES:
-                lw.setdefault(n, None)
-            if "gate.weight" in lw:  # a mixture of experts: each projection stacked [E, ...]
-                for n in ("gate_proj", "up_proj", "down_proj"):
-                    lw[f"experts.{n}"] = np.stack(
-                        [lw.pop(f"experts.{e}.{n}.weight") for e in range(c.experts)]
-                    )
-            self.layer_weights.append(lw)
+        # per layer: short name ("q_proj.weight") -> array or None
+        self.layer_weights = [_layer_weights(c, w, weights, i) for i in range(c.layers)]
         scaling = dict(c.rope_scaling)
         full = RotaryEmbedding(c.rotary, c.rope_base, scaling, c.rope_interleaved)
         local = (
@@ -521,10 +479,10 @@ class Transformer:
         length-dependent ropes read it; None: position + 1)."""
         c, lw = self.config, self.layer_weights[layer]
         x = h if c.norm_layout == "post" else self.layer_norm_of(lw, "input_layernorm", h)
-        y = x @ lw["qkv.weight"].T  # [T, (H + 2 H_kv) D]: q | k | v
+        y = linear(x, lw["qkv.weight"], None)  # [T, (H + 2 H_kv) D]: q | k | v
         q, k, v = np.split(y, [c.heads * c.head_dim, (c.heads + c.kv_heads) * c.head_dim], axis=1)
-        q, k, v = (
-            t if lw[n] is None else t + lw[n]
+        q, k, v = (  # C order, so that the head reshapes below are views
+            np.ascontiguousarray(t if lw[n] is None else t + lw[n])
             for t, n in ((q, "q_proj.bias"), (k, "k_proj.bias"), (v, "v_proj.bias"))
         )
         if c.qk_norm == "all":  # OLMo-2: over the whole projection
@@ -571,7 +529,9 @@ class Transformer:
         if "gate.weight" in lw:
             return moe_mlp(c, lw, x)
         if "gate_up.weight" in lw:  # one GEMM: gate | up
-            gate, up = np.split(x @ lw["gate_up.weight"].T, [len(lw["gate_proj.weight"])], axis=1)
+            gate, up = np.split(
+                linear(x, lw["gate_up.weight"], None), [len(lw["gate_proj.weight"])], axis=1
+            )
             gate = gate if lw["gate_proj.bias"] is None else gate + lw["gate_proj.bias"]
             up = up if lw["up_proj.bias"] is None else up + lw["up_proj.bias"]
             inner = activation(c.act, gate) * up
@@ -595,7 +555,7 @@ class Transformer:
         if c.final_softcap is not None:
             cap = np.float32(c.final_softcap)
             out = np.tanh(out / cap) * cap
-        return out.astype(np.float32)
+        return np.ascontiguousarray(out, dtype=np.float32)  # rows are the sequences'
 
 
 class TinyModel(Transformer):
@@ -649,22 +609,62 @@ class TinyModel(Transformer):
         super().__init__(c, weights, name="TinyModel")
 
 
+def _layer_weights(c: ModelConfig, w: dict, weights: dict, i: int) -> dict:
+    """Layer i's weights under short names, fused for one GEMM each (q, k, v and gate, up),
+    every projection [out, in] in C order, experts stacked; the layer's entries leave `w`
+    and the caller's `weights` as they are taken."""
+    q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+    p = f"model.layers.{i}."
+    lw = {
+        k[len(p) :].split(".", 1)[-1]
+        if k[len(p) :].startswith(("self_attn", "mlp"))
+        else k[len(p) :]: v
+        for k, v in w.items()
+        if k.startswith(p)
+    }
+    for k in [k for k in w if k.startswith(p)]:  # lw holds them now; the fused
+        del w[k]  # copies below replace them one by one
+        weights.pop(k, None)
+    if c.fused:  # Phi-3: rows [q | k | v] and [gate | up]
+        qkv = lw.pop("qkv_proj.weight")
+        lw.update(
+            {
+                "q_proj.weight": qkv[:q],
+                "k_proj.weight": qkv[q : q + kv],
+                "v_proj.weight": qkv[q + kv :],
+            }
+        )
+        gate_up = lw.pop("gate_up_proj.weight")
+        lw.update({"gate_proj.weight": gate_up[: c.mlp], "up_proj.weight": gate_up[c.mlp :]})
+        _fuse(lw, ("q_proj", "k_proj", "v_proj"), "qkv")
+        _fuse(lw, ("gate_proj", "up_proj"), "gate_up")
+    else:  # one GEMM for q, k, v (and gate, up): the separate names become row views
+        _fuse(lw, ("q_proj", "k_proj", "v_proj"), "qkv")
+        if c.mlp_gated and "gate_proj.weight" in lw:
+            _fuse(lw, ("gate_proj", "up_proj"), "gate_up")
+    for n in ("up_proj.weight", "o_proj.weight", "down_proj.weight"):
+        if n in lw:  # [out, in] in C order (ops.linear); fused rows already are
+            lw[n] = np.ascontiguousarray(lw[n])
+    for n in BIASES:
+        lw.setdefault(n, None)
+    if "gate.weight" in lw:  # a mixture of experts: each projection stacked [E, ...]
+        for n in ("gate_proj", "up_proj", "down_proj"):
+            lw[f"experts.{n}"] = np.stack(
+                [lw.pop(f"experts.{e}.{n}.weight") for e in range(c.experts)]
+            )
+    return lw
+
+
 def _fuse(lw: dict, names: tuple, fused: str) -> None:
-    """lw[fused.weight] = the rows of `names` stacked; each name becomes a view of it.
-    Stored transposed ([in, out] in memory, an [out, in] view): `x @ weight.T` is then a
-    GEMM on a contiguous matrix, a quarter faster for decode's few rows in NumPy's BLAS."""
+    """lw[fused.weight] = the rows of `names` stacked, [sum of outs, in] in C order (one GEMM
+    for all of them); each name becomes a row view of it."""
     parts = [lw[n + ".weight"] for n in names]
-    whole = np.concatenate([part.T for part in parts], axis=1)  # [in, sum of outs], C order
-    lw[fused + ".weight"] = whole.T
+    whole = np.concatenate(parts, axis=0)
+    lw[fused + ".weight"] = whole
     start = 0
     for n, part in zip(names, parts, strict=True):
-        lw[n + ".weight"] = whole[:, start : start + len(part)].T
+        lw[n + ".weight"] = whole[start : start + len(part)]
         start += len(part)
-
-
-def transposed(a: np.ndarray) -> np.ndarray:
-    """The same [out, in] matrix, held as a C-ordered [in, out] array (see _fuse)."""
-    return np.ascontiguousarray(a.T).T
 
 
 BIASES = tuple(
