@@ -740,11 +740,9 @@ def _moe_fields(raw: dict, path: Path, family: str, layers: int) -> dict:
     return out
 
 
-def _modern_config(raw: dict, path: Path, family: str) -> ModelConfig:
-    """The Llama-like families' ModelConfig (RMSNorm, gated MLP, rope)."""
-    d = DEFAULTS[family]
-    act = _activation(raw, path, family)
-    base = MOE_BASE.get(family, family)
+def _modern_refusals(raw: dict, path: Path, family: str):
+    """Refuse what the Llama-like families may declare but pagedsim does not serve; the
+    raw partial_rotary_factor (None when absent), which only Phi-3 may set."""
     if raw.get("use_bidirectional_attention"):
         raise CheckpointError(
             f"{path}: field use_bidirectional_attention is true; only causal attention is served"
@@ -760,6 +758,41 @@ def _modern_config(raw: dict, path: Path, family: str) -> ModelConfig:
             f"{path}: field partial_rotary_factor is {_short(share_raw)}; "
             f"only Phi-3 rotates part of a head"
         )
+    return share_raw
+
+
+def _modern_scales(raw: dict, path: Path, family: str, hidden: int) -> dict:
+    """The multipliers and soft-caps: Gemma's embedding scale, query_pre_attn_scalar and
+    soft-caps, Granite's embedding, attention, residual and logit multipliers."""
+    d, granite = DEFAULTS[family], MOE_BASE.get(family, family) == "granite"
+    scale = None
+    if family in ("gemma2", "gemma3"):
+        scale = (
+            _field(raw, path, "query_pre_attn_scalar", float, d["query_pre_attn_scalar"]) ** -0.5
+        )
+    elif granite:
+        scale = _field(raw, path, "attention_multiplier", float, d["attention_multiplier"])
+    embed = _field(raw, path, "embedding_multiplier", float, 1.0) if granite else 1.0
+    return dict(
+        embed_scale=float(np.float32(hidden**0.5)) if family in GEMMA else embed,
+        attn_scale=scale,
+        attn_softcap=_optional(
+            raw, path, "attn_logit_softcapping", d.get("attn_logit_softcapping")
+        ),
+        final_softcap=_optional(
+            raw, path, "final_logit_softcapping", d.get("final_logit_softcapping")
+        ),
+        residual_scale=_field(raw, path, "residual_multiplier", float, 1.0) if granite else 1.0,
+        logit_scale=_field(raw, path, "logits_scaling", float, 1.0) if granite else 1.0,
+    )
+
+
+def _modern_config(raw: dict, path: Path, family: str) -> ModelConfig:
+    """The Llama-like families' ModelConfig (RMSNorm, gated MLP, rope)."""
+    d = DEFAULTS[family]
+    act = _activation(raw, path, family)
+    base = MOE_BASE.get(family, family)
+    share_raw = _modern_refusals(raw, path, family)
     layers = _field(raw, path, "num_hidden_layers", int)
     if layers > MAX_LAYERS:
         raise CheckpointError(
@@ -799,13 +832,7 @@ def _modern_config(raw: dict, path: Path, family: str) -> ModelConfig:
                 f"the local rope; only a plain local rope is served"
             )
     no_rope = _no_rope(raw, path, layers) if family == "smollm3" else ()
-    scale = None
-    if family in ("gemma2", "gemma3"):
-        scale = (
-            _field(raw, path, "query_pre_attn_scalar", float, d["query_pre_attn_scalar"]) ** -0.5
-        )
-    elif base == "granite":
-        scale = _field(raw, path, "attention_multiplier", float, d["attention_multiplier"])
+    scales = _modern_scales(raw, path, family, hidden)
     try:
         config = ModelConfig(
             vocab=_field(raw, path, "vocab_size", int),
@@ -835,24 +862,7 @@ def _modern_config(raw: dict, path: Path, family: str) -> ModelConfig:
                 family, "pre"
             ),
             qk_norm={"qwen3": "head", "gemma3": "head", "olmo2": "all", "olmoe": "all"}.get(family),
-            embed_scale=float(np.float32(hidden**0.5))
-            if family in GEMMA
-            else _field(raw, path, "embedding_multiplier", float, 1.0)
-            if base == "granite"
-            else 1.0,
-            attn_scale=scale,
-            attn_softcap=_optional(
-                raw, path, "attn_logit_softcapping", d.get("attn_logit_softcapping")
-            ),
-            final_softcap=_optional(
-                raw, path, "final_logit_softcapping", d.get("final_logit_softcapping")
-            ),
-            residual_scale=_field(raw, path, "residual_multiplier", float, 1.0)
-            if base == "granite"
-            else 1.0,
-            logit_scale=_field(raw, path, "logits_scaling", float, 1.0)
-            if base == "granite"
-            else 1.0,
+            **scales,
         )
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: {e}") from None
