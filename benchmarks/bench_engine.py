@@ -35,6 +35,17 @@ transposed (2026-12-06, load average about 20, 64 prompt + 32 generated tokens):
                      is most of what is left: a [8, 768] x [768, 4096] product took 2.6 ms
                      in torch and 2.8-3.7 ms in NumPy on the transposed layout)
     PYTHONPATH=. python benchmarks/bench_engine.py --vs-transformers --big --batches 8
+After decode attention became one batched gather per step and every projection is held in
+Hugging Face's [out, in] C order and computed as (weight @ x.T).T (2026-12-06, load
+average about 10, torch 2.13.0, transformers 5.25.0, the same interpreter for all three,
+alternating before / after / transformers, 3 rounds, 100m batch 8):
+    before 45.8-54.0 tok/CPU-s (median 51.6), after 54.6-62.9 (median 58.4), transformers
+    50.6-58.0 (median 55.6); per round after/transformers 1.08, 1.15, 0.98x, before 0.93,
+    1.02, 0.82x; peak memory 490-503 MiB (the tied head is no longer a 98 MB copy)
+    PYTHONPATH=. python benchmarks/bench_engine.py --vs-transformers --big --batches 8 \
+        --repeats 3          -> 0.92, 0.96, 0.96x (median 0.96x) in a busier hour
+GEMMs are now 77% of pagedsim's CPU time and within a few % of torch's for these shapes,
+so the ratio sits at 1.0x give or take the machine's noise (about 10% run to run).
 (the shipped model has 152,640 parameters: per-token framework overhead dominates both
 sides, and torch's import is most of transformers' peak; at 100M parameters pagedsim
 holds about half of transformers' peak memory. CPU-seconds count every BLAS thread,
