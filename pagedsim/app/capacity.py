@@ -57,10 +57,12 @@ import json
 import re
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
+from typing import Any
 
 from ..io.args import ArgParser, float_in, int_in
 from ..sizing import ModelSpec, kv_capacity
 
+Config = dict[str, Any]  # a config.json object, or a report built from one
 GiB = 2**30
 MAX_BYTES = 2**50  # a PiB: far above any one GPU
 MAX_LEN = 2**24  # tokens per request
@@ -83,7 +85,16 @@ GPUS = {  # nominal memory, GiB
 }
 
 
-def _cfg(layers, hidden, heads, kv, inter, vocab, max_pos, **extra):
+def _cfg(
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv: int,
+    inter: int,
+    vocab: int,
+    max_pos: int,
+    **extra: Any,
+) -> dict[str, Any]:
     return dict(
         num_hidden_layers=layers,
         hidden_size=hidden,
@@ -221,7 +232,7 @@ class MissingField(ValueError):
     """A config.json lacks a field (one that is there but wrong is a plain ValueError)."""
 
 
-def _field(cfg: dict, key: str, source: str, default=None) -> int:
+def _field(cfg: Config, key: str, source: str, default: int | None = None) -> int:
     value = next((cfg[k] for k in (key, *ALIASES.get(key, ())) if cfg.get(k) is not None), default)
     if value is None:
         raise MissingField(f"{source}: config has no {key!r}")
@@ -232,13 +243,14 @@ def _field(cfg: dict, key: str, source: str, default=None) -> int:
             else f"an integer of {len(str(value)):,} digits"
         )
         raise ValueError(f"{source}: {key} must be a positive integer up to 2**32, got {shown!r}")
-    return value
+    return int(value)
 
 
-def read_config(cfg, source: str) -> dict:
+def read_config(raw: object, source: str) -> Config:
     """The KV-cache shape and weight estimate of a config.json dict, checked field by field."""
-    if not isinstance(cfg, dict):
-        raise ValueError(f"{source}: a config must be a JSON object, got {type(cfg).__name__}")
+    if not isinstance(raw, dict):
+        raise ValueError(f"{source}: a config must be a JSON object, got {type(raw).__name__}")
+    cfg: Config = raw
     if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
         cfg = cfg["text_config"]  # multimodal checkpoints nest the language model's config
     layers = _field(cfg, "num_hidden_layers", source)
@@ -283,7 +295,7 @@ def read_config(cfg, source: str) -> dict:
     )
 
 
-def mla_dims(cfg: dict, heads: int, source: str) -> dict:
+def mla_dims(cfg: Config, heads: int, source: str) -> Config:
     """Multi-head latent attention (DeepSeek-V2/V3, a config with kv_lora_rank): the
     latent each token caches per layer, kv_lora_rank + qk_rope_head_dim values (vLLM's
     MLAAttentionSpec head_size, one KV head, no V), and the per-head K and V values it
@@ -301,7 +313,7 @@ def mla_dims(cfg: dict, heads: int, source: str) -> dict:
     )
 
 
-def _mla_attention_params(cfg: dict, hidden: int, heads: int, source: str) -> int:
+def _mla_attention_params(cfg: Config, hidden: int, heads: int, source: str) -> int:
     """One MLA layer's projections (DeepSeek-V2's modeling): q (through a q_lora_rank
     bottleneck when there is one), the joint down-projection to the latent and the rotary
     key, the latent's up-projection to per-head K (no rope part) and V, and o_proj."""
@@ -313,7 +325,7 @@ def _mla_attention_params(cfg: dict, hidden: int, heads: int, source: str) -> in
     return q + hidden * (rank + rope) + rank * heads * (nope + v) + heads * v * hidden
 
 
-def _mlp_params(cfg: dict, layers: int, hidden: int, source: str) -> int:
+def _mlp_params(cfg: Config, layers: int, hidden: int, source: str) -> int:
     """Every layer's MLP: 3 matrices when gated, 2 for OPT-style, times the experts of an
     MoE (Mixtral's num_local_experts, or DeepSeek's routed and shared experts of
     moe_intermediate_size after first_k_dense_replace dense layers)."""
@@ -329,7 +341,9 @@ def _mlp_params(cfg: dict, layers: int, hidden: int, source: str) -> int:
     return dense * per * inter + (layers - dense) * moe
 
 
-def estimate_params(cfg, layers, hidden, heads, kv, head_dim, source) -> int:
+def estimate_params(
+    cfg: Config, layers: int, hidden: int, heads: int, kv: int, head_dim: int, source: str
+) -> int:
     """Parameters from the shapes: embeddings (and an untied LM head), the attention
     projections (q/k/v/o, or MLA's) and the MLPs. Norms and biases are left out (well
     under 0.1%)."""
@@ -343,7 +357,7 @@ def estimate_params(cfg, layers, hidden, heads, kv, head_dim, source) -> int:
     return vocab * hidden * (2 if untied else 1) + layers * attention + mlp
 
 
-def load_model(text: str) -> tuple[str, dict]:
+def load_model(text: str) -> tuple[str, Config]:
     """(name, read_config(...)) for a preset name, a folder holding config.json, or a file."""
     key = text.lower().split("/")[-1].removeprefix("meta-")
     if key in MODELS and not Path(text).exists():
@@ -366,7 +380,7 @@ def load_model(text: str) -> tuple[str, dict]:
 MLA_FIELDS = ("latent_dim", "kv_lora_rank", "qk_rope_head_dim", "uncompressed_values")
 
 
-def _dtypes(args, model: dict) -> tuple[str, str, int]:
+def _dtypes(args: argparse.Namespace, model: Config) -> tuple[str, str, int]:
     """(the model's dtype, the KV cache's, bytes per KV element) as vLLM resolves them."""
     dtype = (
         TORCH_DTYPES[args.dtype]
@@ -378,7 +392,7 @@ def _dtypes(args, model: dict) -> tuple[str, str, int]:
     return dtype, kv_dtype, kv_bytes
 
 
-def _max_model_len(args, model: dict, name: str) -> int:
+def _max_model_len(args: argparse.Namespace, model: Config, name: str) -> int:
     max_len = args.max_model_len or model["max_position_embeddings"]
     if max_len is None:
         raise ValueError(f"{name} has no max_position_embeddings: pass --max-model-len")
@@ -391,7 +405,7 @@ def _max_model_len(args, model: dict, name: str) -> int:
     return int(max_len)
 
 
-def _kv_heads_per_gpu(args, model: dict) -> int:
+def _kv_heads_per_gpu(args: argparse.Namespace, model: Config) -> int:
     """KV heads each GPU caches. MLA caches one latent per token (vLLM counts it as one KV
     head) that every tensor-parallel rank keeps whole."""
     tp, kv_heads = args.tensor_parallel_size, model["num_kv_heads"]
@@ -405,7 +419,7 @@ def _kv_heads_per_gpu(args, model: dict) -> int:
     return 1 if mla else max(1, kv_heads // tp)
 
 
-def _available(args, model: dict, dtype: str, out: dict) -> int:
+def _available(args: argparse.Namespace, model: Config, dtype: str, out: Config) -> int:
     """Bytes left for the KV cache; what they came from goes into `out`."""
     if args.kv_cache_memory_bytes is not None:
         out.update(source="--kv-cache-memory-bytes (vLLM's kv_cache_memory_bytes)")
@@ -443,7 +457,7 @@ def _available(args, model: dict, dtype: str, out: dict) -> int:
     return int(available)
 
 
-def plan(args) -> dict:
+def plan(args: argparse.Namespace) -> Config:
     """Everything `capacity` reports, as one dict (what --json prints)."""
     name, model = load_model(args.model)
     dtype, kv_dtype, kv_bytes = _dtypes(args, model)
@@ -480,7 +494,7 @@ def plan(args) -> dict:
     return out
 
 
-def _per_token(r: dict) -> str:
+def _per_token(r: Config) -> str:
     """The product behind bytes_per_token: K and V of each KV head, or MLA's latent."""
     each = f"{r['kv_bytes_per_element']} B ({r['kv_cache_dtype']})"
     if r.get("latent_dim") is None:
@@ -495,7 +509,7 @@ def _per_token(r: dict) -> str:
     )
 
 
-def report(r: dict) -> str:
+def report(r: Config) -> str:
     """The human-readable report, ending with vLLM's two startup log lines."""
     params = r["parameters_estimated"]
     lines = [
