@@ -44,6 +44,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -1133,7 +1134,7 @@ def load_model(directory) -> Transformer:
     return model
 
 
-def load_tokenizer(directory):
+def load_tokenizer(directory: str | Path) -> Any:
     """DIR/tokenizer.json through Hugging Face's `tokenizers` library; a file over
     MAX_TOKENIZER_BYTES is refused from its size alone, before it is read."""
     from tokenizers import Tokenizer
