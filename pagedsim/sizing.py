@@ -23,6 +23,15 @@ layers all use full attention, which vLLM puts in one KV cache group:
     max_concurrency = num_blocks / ceil(max_model_len / block_size)
                       "Maximum concurrency for X tokens per request: Y.YYx"
 
+Multi-head latent attention (MLA: DeepSeek-V2/V3) caches no per-head K and V. Each token
+keeps, per layer, one latent vector of kv_lora_rank values (the compressed K and V, which
+the up-projections expand at attention time) and the qk_rope_head_dim values of its
+shared rotary key: `ModelSpec.latent_dim` = kv_lora_rank + qk_rope_head_dim replaces
+2 * num_kv_heads * head_dim, as vLLM's MLAAttentionSpec (vllm/v1/kv_cache_interface.py)
+pages it with num_kv_heads 1, head_size kv_lora_rank + qk_rope_head_dim and no V:
+
+    page_size_bytes = block_size * latent_dim * dtype_bytes                     (MLA, one layer)
+
 vLLM keeps one tensor per layer, so it divides by page_size_bytes and then by the number
 of layers; since both are whole numbers, that is the same as dividing once by
 bytes_per_block (floor(floor(a / p) / L) = floor(a / (p * L))).
@@ -47,13 +56,15 @@ class ModelSpec:
     head_dim: int  # elements per head vector
     dtype_bytes: int = 2  # bytes per element: 2 for FP16/BF16, 1 for FP8
     num_heads: int | None = None  # query heads; None means the same as num_kv_heads
+    latent_dim: int | None = None  # MLA: values per token and layer (kv_lora_rank + rope dim)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
             raise TypeError(f"ModelSpec.name must be a str, got {type(self.name).__name__}")
-        for field in ("num_layers", "num_kv_heads", "head_dim", "dtype_bytes", "num_heads"):
+        optional = ("num_heads", "latent_dim")
+        for field in ("num_layers", "num_kv_heads", "head_dim", "dtype_bytes", *optional):
             value = getattr(self, field)
-            if value is not None or field != "num_heads":
+            if value is not None or field not in optional:
                 object.__setattr__(self, field, count_arg(f"ModelSpec.{field}", value, 1))
         if self.num_heads is not None and self.num_heads % self.num_kv_heads:
             raise ValueError(
@@ -65,9 +76,15 @@ class ModelSpec:
     def query_heads(self) -> int:
         return self.num_heads if self.num_heads is not None else self.num_kv_heads
 
+    def values_per_layer(self) -> int:
+        """Numbers one token caches in one layer: K and V of every KV head, or MLA's latent."""
+        if self.latent_dim is not None:
+            return self.latent_dim
+        return 2 * self.num_kv_heads * self.head_dim
+
     def bytes_per_token(self) -> int:
-        """K and V of one token, summed over all layers and KV heads."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+        """K and V (or MLA's latent) of one token, summed over all layers and KV heads."""
+        return self.num_layers * self.values_per_layer() * self.dtype_bytes
 
     def bytes_per_block(self, block_size: int) -> int:
         """One whole-model block: `block_size` tokens of K and V."""
@@ -171,7 +188,7 @@ def kv_capacity(
     block_size = count_arg("block_size", block_size, 1)
     available_bytes = count_arg("available_bytes", available_bytes)
     max_model_len = count_arg("max_model_len", max_model_len, 1)
-    page = 2 * block_size * spec.num_kv_heads * spec.head_dim * spec.dtype_bytes
+    page = block_size * spec.values_per_layer() * spec.dtype_bytes
     num_blocks = available_bytes // page // spec.num_layers
     per_request = -(-max_model_len // block_size)
     return KVCapacity(

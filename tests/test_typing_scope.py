@@ -44,7 +44,6 @@ STRICT_FLAGS = (
 # those branches merge; a module may leave it only by joining the strict override.
 CONVERTING = frozenset(
     {
-        "pagedsim.app.capacity",
         "pagedsim.engine",
         "pagedsim.engine.adapter",
         "pagedsim.engine.backend",
@@ -54,16 +53,9 @@ CONVERTING = frozenset(
         "pagedsim.engine.generate_cli",
         "pagedsim.engine.hf",
         "pagedsim.engine.kvstore",
-        "pagedsim.engine.layouts",
-        "pagedsim.engine.llm",
         "pagedsim.engine.lockstep",
-        "pagedsim.engine.model",
-        "pagedsim.engine.moe",
-        "pagedsim.engine.ops",
         "pagedsim.engine.paged",
         "pagedsim.engine.requests",
-        "pagedsim.engine.rope",
-        "pagedsim.engine.sampling",
         "pagedsim.engine.scheduler",
     }
 )

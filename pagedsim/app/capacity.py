@@ -16,6 +16,12 @@ concurrency for X tokens per request: Y.YYx" -- with the arithmetic behind it
     num_tokens      = num_blocks * block_size
     concurrency     = num_blocks / ceil(max_model_len / block_size)
 
+A multi-head latent attention model (DeepSeek-V2/V3: a config with kv_lora_rank) caches one
+latent vector per token and layer, kv_lora_rank + qk_rope_head_dim values, instead of K
+and V for each head; vLLM's MLAAttentionSpec pages it as one KV head of that size with no
+V, so page_size_bytes = block_size * (kv_lora_rank + qk_rope_head_dim) * kv_dtype_bytes and
+every tensor-parallel GPU holds the whole latent (DeepSeek-V2-Lite: 576 values, not 5,120).
+
 One of the num_blocks is vLLM v1's null block (block 0, which the block pool never hands
 out), so vLLM refuses to start -- and so does this command -- unless num_blocks - 1 blocks
 hold one request of max_model_len tokens.
@@ -51,10 +57,12 @@ import json
 import re
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
+from typing import Any
 
 from ..io.args import ArgParser, float_in, int_in
 from ..sizing import ModelSpec, kv_capacity
 
+Config = dict[str, Any]  # a config.json object, or a report built from one
 GiB = 2**30
 MAX_BYTES = 2**50  # a PiB: far above any one GPU
 MAX_LEN = 2**24  # tokens per request
@@ -77,7 +85,16 @@ GPUS = {  # nominal memory, GiB
 }
 
 
-def _cfg(layers, hidden, heads, kv, inter, vocab, max_pos, dtype="bfloat16", **extra):
+def _cfg(
+    layers: int,
+    hidden: int,
+    heads: int,
+    kv: int,
+    inter: int,
+    vocab: int,
+    max_pos: int,
+    **extra: Any,
+) -> dict[str, Any]:
     return dict(
         num_hidden_layers=layers,
         hidden_size=hidden,
@@ -86,14 +103,13 @@ def _cfg(layers, hidden, heads, kv, inter, vocab, max_pos, dtype="bfloat16", **e
         intermediate_size=inter,
         vocab_size=vocab,
         max_position_embeddings=max_pos,
-        torch_dtype=dtype,
-        **extra,
+        **{"torch_dtype": "bfloat16", **extra},
     )
 
 
 MODELS = {  # config.json values of the Hugging Face checkpoints
-    "llama-2-7b": _cfg(32, 4096, 32, 32, 11008, 32000, 4096, "float16"),
-    "llama-2-13b": _cfg(40, 5120, 40, 40, 13824, 32000, 4096, "float16"),
+    "llama-2-7b": _cfg(32, 4096, 32, 32, 11008, 32000, 4096, torch_dtype="float16"),
+    "llama-2-13b": _cfg(40, 5120, 40, 40, 13824, 32000, 4096, torch_dtype="float16"),
     "llama-3-8b": _cfg(32, 4096, 32, 8, 14336, 128256, 8192),
     "llama-3.1-8b": _cfg(32, 4096, 32, 8, 14336, 128256, 131072),
     "llama-3-70b": _cfg(80, 8192, 64, 8, 28672, 128256, 8192),
@@ -117,6 +133,27 @@ MODELS = {  # config.json values of the Hugging Face checkpoints
         sliding_window=4096,
         tie_word_embeddings=True,
     ),
+    # multi-head latent attention: each token caches a 512 + 64 latent, not per-head K, V
+    "deepseek-v2-lite": _cfg(
+        27,
+        2048,
+        16,
+        16,
+        10944,
+        102400,
+        163840,
+        model_type="deepseek_v2",
+        kv_lora_rank=512,
+        q_lora_rank=None,
+        qk_nope_head_dim=128,
+        qk_rope_head_dim=64,
+        v_head_dim=128,
+        moe_intermediate_size=1408,
+        n_routed_experts=64,
+        n_shared_experts=2,
+        num_experts_per_tok=6,
+        first_k_dense_replace=1,
+    ),
     "opt-13b": dict(
         num_hidden_layers=40,
         hidden_size=5120,
@@ -139,7 +176,7 @@ TORCH_DTYPES = {
 }  # vLLM's --dtype / torch_dtype names
 KV_CACHE_DTYPES = {"bfloat16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1}
 # vLLM's --kv-cache-dtype choices besides "auto" (the model's dtype); fp8_ds_mla, DeepSeek's
-# MLA layout, is left out: pagedsim sizes multi-head / grouped-query attention only
+# packed MLA layout (its row bytes are not a count of values), is left out
 UNITS = {
     "": 1,
     "b": 1,
@@ -195,7 +232,7 @@ class MissingField(ValueError):
     """A config.json lacks a field (one that is there but wrong is a plain ValueError)."""
 
 
-def _field(cfg: dict, key: str, source: str, default=None) -> int:
+def _field(cfg: Config, key: str, source: str, default: int | None = None) -> int:
     value = next((cfg[k] for k in (key, *ALIASES.get(key, ())) if cfg.get(k) is not None), default)
     if value is None:
         raise MissingField(f"{source}: config has no {key!r}")
@@ -206,13 +243,14 @@ def _field(cfg: dict, key: str, source: str, default=None) -> int:
             else f"an integer of {len(str(value)):,} digits"
         )
         raise ValueError(f"{source}: {key} must be a positive integer up to 2**32, got {shown!r}")
-    return value
+    return int(value)
 
 
-def read_config(cfg, source: str) -> dict:
+def read_config(raw: object, source: str) -> Config:
     """The KV-cache shape and weight estimate of a config.json dict, checked field by field."""
-    if not isinstance(cfg, dict):
-        raise ValueError(f"{source}: a config must be a JSON object, got {type(cfg).__name__}")
+    if not isinstance(raw, dict):
+        raise ValueError(f"{source}: a config must be a JSON object, got {type(raw).__name__}")
+    cfg: Config = raw
     if "num_hidden_layers" not in cfg and isinstance(cfg.get("text_config"), dict):
         cfg = cfg["text_config"]  # multimodal checkpoints nest the language model's config
     layers = _field(cfg, "num_hidden_layers", source)
@@ -246,6 +284,7 @@ def read_config(cfg, source: str) -> dict:
         num_heads=heads,
         num_kv_heads=kv,
         head_dim=head_dim,
+        **mla_dims(cfg, heads, source),
         dtype=TORCH_DTYPES[dtype],
         sliding_window=window,
         max_position_embeddings=_field(cfg, "max_position_embeddings", source)
@@ -256,21 +295,69 @@ def read_config(cfg, source: str) -> dict:
     )
 
 
-def estimate_params(cfg, layers, hidden, heads, kv, head_dim, source) -> int:
-    """Parameters from the shapes: embeddings (and an untied LM head), the q/k/v/o projections
-    and the MLP (3 matrices when gated, 2 for OPT-style; times the experts of an MoE).
-    Norms and biases are left out (well under 0.1%)."""
+def mla_dims(cfg: Config, heads: int, source: str) -> Config:
+    """Multi-head latent attention (DeepSeek-V2/V3, a config with kv_lora_rank): the
+    latent each token caches per layer, kv_lora_rank + qk_rope_head_dim values (vLLM's
+    MLAAttentionSpec head_size, one KV head, no V), and the per-head K and V values it
+    stands for. Only latent_dim (None) for any other attention."""
+    if cfg.get("kv_lora_rank") is None:
+        return dict(latent_dim=None)
+    rank = _field(cfg, "kv_lora_rank", source)
+    rope = _field(cfg, "qk_rope_head_dim", source)
+    nope, v = _field(cfg, "qk_nope_head_dim", source), _field(cfg, "v_head_dim", source)
+    return dict(
+        latent_dim=rank + rope,
+        kv_lora_rank=rank,
+        qk_rope_head_dim=rope,
+        uncompressed_values=heads * (nope + rope + v),  # K [H, nope + rope] and V [H, v]
+    )
+
+
+def _mla_attention_params(cfg: Config, hidden: int, heads: int, source: str) -> int:
+    """One MLA layer's projections (DeepSeek-V2's modeling): q (through a q_lora_rank
+    bottleneck when there is one), the joint down-projection to the latent and the rotary
+    key, the latent's up-projection to per-head K (no rope part) and V, and o_proj."""
+    rank, rope = _field(cfg, "kv_lora_rank", source), _field(cfg, "qk_rope_head_dim", source)
+    nope, v = _field(cfg, "qk_nope_head_dim", source), _field(cfg, "v_head_dim", source)
+    q_rank = cfg.get("q_lora_rank")
+    q_out = heads * (nope + rope)
+    q = hidden * q_out if q_rank is None else _field(cfg, "q_lora_rank", source) * (hidden + q_out)
+    return q + hidden * (rank + rope) + rank * heads * (nope + v) + heads * v * hidden
+
+
+def _mlp_params(cfg: Config, layers: int, hidden: int, source: str) -> int:
+    """Every layer's MLP: 3 matrices when gated, 2 for OPT-style, times the experts of an
+    MoE (Mixtral's num_local_experts, or DeepSeek's routed and shared experts of
+    moe_intermediate_size after first_k_dense_replace dense layers)."""
     gated = cfg.get("model_type") not in ("opt", "gpt2", "gpt_neox", "falcon", "bloom")
     inter = _field(cfg, "intermediate_size", source)
-    experts = _field(cfg, "num_local_experts", source, 1)
+    per = (3 if gated else 2) * hidden
+    if cfg.get("n_routed_experts") is None:
+        return layers * per * inter * _field(cfg, "num_local_experts", source, 1)
+    dense = min(layers, _field(cfg, "first_k_dense_replace", source, 1))
+    routed = _field(cfg, "n_routed_experts", source)
+    experts = routed + _field(cfg, "n_shared_experts", source, 1)
+    moe = per * _field(cfg, "moe_intermediate_size", source) * experts + hidden * routed
+    return dense * per * inter + (layers - dense) * moe
+
+
+def estimate_params(
+    cfg: Config, layers: int, hidden: int, heads: int, kv: int, head_dim: int, source: str
+) -> int:
+    """Parameters from the shapes: embeddings (and an untied LM head), the attention
+    projections (q/k/v/o, or MLA's) and the MLPs. Norms and biases are left out (well
+    under 0.1%)."""
     vocab = _field(cfg, "vocab_size", source)
-    attention = 2 * hidden * heads * head_dim + 2 * hidden * kv * head_dim
-    mlp = (3 if gated else 2) * hidden * inter * experts
+    if cfg.get("kv_lora_rank") is None:
+        attention = 2 * hidden * heads * head_dim + 2 * hidden * kv * head_dim
+    else:
+        attention = _mla_attention_params(cfg, hidden, heads, source)
     untied = not cfg.get("tie_word_embeddings", False)
-    return vocab * hidden * (2 if untied else 1) + layers * (attention + mlp)
+    mlp = _mlp_params(cfg, layers, hidden, source)
+    return vocab * hidden * (2 if untied else 1) + layers * attention + mlp
 
 
-def load_model(text: str) -> tuple[str, dict]:
+def load_model(text: str) -> tuple[str, Config]:
     """(name, read_config(...)) for a preset name, a folder holding config.json, or a file."""
     key = text.lower().split("/")[-1].removeprefix("meta-")
     if key in MODELS and not Path(text).exists():
@@ -290,9 +377,11 @@ def load_model(text: str) -> tuple[str, dict]:
     return str(path), read_config(cfg, str(path))
 
 
-def plan(args) -> dict:
-    """Everything `capacity` reports, as one dict (what --json prints)."""
-    name, model = load_model(args.model)
+MLA_FIELDS = ("latent_dim", "kv_lora_rank", "qk_rope_head_dim", "uncompressed_values")
+
+
+def _dtypes(args: argparse.Namespace, model: Config) -> tuple[str, str, int]:
+    """(the model's dtype, the KV cache's, bytes per KV element) as vLLM resolves them."""
     dtype = (
         TORCH_DTYPES[args.dtype]
         if args.dtype != "auto"
@@ -300,6 +389,10 @@ def plan(args) -> dict:
     )  # vLLM's auto: fp32 -> fp16
     kv_dtype = dtype if args.kv_cache_dtype == "auto" else args.kv_cache_dtype
     kv_bytes = MODEL_DTYPES[dtype] if args.kv_cache_dtype == "auto" else KV_CACHE_DTYPES[kv_dtype]
+    return dtype, kv_dtype, kv_bytes
+
+
+def _max_model_len(args: argparse.Namespace, model: Config, name: str) -> int:
     max_len = args.max_model_len or model["max_position_embeddings"]
     if max_len is None:
         raise ValueError(f"{name} has no max_position_embeddings: pass --max-model-len")
@@ -309,65 +402,84 @@ def plan(args) -> dict:
             f"--max-model-len {max_len:,} is longer than the model's "
             f"max_position_embeddings ({limit:,}); vLLM refuses it too"
         )
+    return int(max_len)
+
+
+def _kv_heads_per_gpu(args: argparse.Namespace, model: Config) -> int:
+    """KV heads each GPU caches. MLA caches one latent per token (vLLM counts it as one KV
+    head) that every tensor-parallel rank keeps whole."""
+    tp, kv_heads = args.tensor_parallel_size, model["num_kv_heads"]
+    mla = model["latent_dim"] is not None
+    if model["num_heads"] % tp or (not mla and kv_heads % tp and tp % kv_heads):
+        raise ValueError(
+            f"--tensor-parallel-size {tp} must divide num_attention_heads "
+            f"({model['num_heads']}) and divide or be a multiple of "
+            f"num_key_value_heads ({kv_heads}), as vLLM requires"
+        )
+    return 1 if mla else max(1, kv_heads // tp)
+
+
+def _available(args: argparse.Namespace, model: Config, dtype: str, out: Config) -> int:
+    """Bytes left for the KV cache; what they came from goes into `out`."""
+    if args.kv_cache_memory_bytes is not None:
+        out.update(source="--kv-cache-memory-bytes (vLLM's kv_cache_memory_bytes)")
+        return int(args.kv_cache_memory_bytes)
     weights = args.weights_bytes
-    if weights is None and args.kv_cache_memory_bytes is None:
+    if weights is None:
         if model["params"] is None:
             raise ValueError(
                 f"cannot estimate the weights ({model['params_unknown']}): pass "
                 "--weights-bytes or --kv-cache-memory-bytes"
             )
         weights = model["params"] * MODEL_DTYPES[dtype] // args.tensor_parallel_size
-    tp, kv_heads = args.tensor_parallel_size, model["num_kv_heads"]
-    if model["num_heads"] % tp or (kv_heads % tp and tp % kv_heads):
+    if args.gpu is None and args.gpu_memory is None:
         raise ValueError(
-            f"--tensor-parallel-size {tp} must divide num_attention_heads "
-            f"({model['num_heads']}) and divide or be a multiple of "
-            f"num_key_value_heads ({kv_heads}), as vLLM requires"
+            "say how much memory: --gpu PRESET, --gpu-memory BYTES or --kv-cache-memory-bytes BYTES"
         )
-    kv_per_gpu = max(1, kv_heads // tp)
+    total = GPUS[args.gpu] if args.gpu else args.gpu_memory
+    requested = int(total * args.gpu_memory_utilization)
+    available = requested - weights - args.other_bytes
+    out.update(
+        gpu=args.gpu,
+        gpu_memory_bytes=total,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        requested_bytes=requested,
+        weights_bytes=weights,
+        weights_estimated=args.weights_bytes is None,
+        other_bytes=args.other_bytes,
+    )
+    if available <= 0:
+        raise ValueError(
+            f"nothing left for the KV cache: {total:,} B x "
+            f"{args.gpu_memory_utilization:g} = {requested:,} B, weights "
+            f"{weights:,} B, other {args.other_bytes:,} B"
+        )
+    return int(available)
+
+
+def plan(args: argparse.Namespace) -> Config:
+    """Everything `capacity` reports, as one dict (what --json prints)."""
+    name, model = load_model(args.model)
+    dtype, kv_dtype, kv_bytes = _dtypes(args, model)
+    max_len = _max_model_len(args, model, name)
+    kv_per_gpu = _kv_heads_per_gpu(args, model)
+    shown = ("num_layers", "num_heads", "num_kv_heads", "head_dim", "sliding_window")
     out = dict(
         model=name,
-        **{
-            k: model[k]
-            for k in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "sliding_window")
-        },
+        **{k: model[k] for k in shown},
+        **{k: model[k] for k in MLA_FIELDS if k in model},
         parameters_estimated=model["params"],
         dtype=dtype,
         kv_cache_dtype=kv_dtype,
         kv_bytes_per_element=kv_bytes,
         block_size=args.block_size,
         max_model_len=max_len,
-        tensor_parallel_size=tp,
+        tensor_parallel_size=args.tensor_parallel_size,
         kv_heads_per_gpu=kv_per_gpu,
     )
-    if args.kv_cache_memory_bytes is not None:
-        available = args.kv_cache_memory_bytes
-        out.update(source="--kv-cache-memory-bytes (vLLM's kv_cache_memory_bytes)")
-    else:
-        if args.gpu is None and args.gpu_memory is None:
-            raise ValueError(
-                "say how much memory: --gpu PRESET, --gpu-memory BYTES or "
-                "--kv-cache-memory-bytes BYTES"
-            )
-        total = GPUS[args.gpu] if args.gpu else args.gpu_memory
-        requested = int(total * args.gpu_memory_utilization)
-        available = requested - weights - args.other_bytes
-        out.update(
-            gpu=args.gpu,
-            gpu_memory_bytes=total,
-            gpu_memory_utilization=args.gpu_memory_utilization,
-            requested_bytes=requested,
-            weights_bytes=weights,
-            weights_estimated=args.weights_bytes is None,
-            other_bytes=args.other_bytes,
-        )
-        if available <= 0:
-            raise ValueError(
-                f"nothing left for the KV cache: {total:,} B x "
-                f"{args.gpu_memory_utilization:g} = {requested:,} B, weights "
-                f"{weights:,} B, other {args.other_bytes:,} B"
-            )
-    spec = ModelSpec(name, model["num_layers"], kv_per_gpu, model["head_dim"], kv_bytes)
+    available = _available(args, model, dtype, out)
+    layers, latent = model["num_layers"], model["latent_dim"]
+    spec = ModelSpec(name, layers, kv_per_gpu, model["head_dim"], kv_bytes, latent_dim=latent)
     cap = kv_capacity(spec, args.block_size, available, max_len)
     usable = max(cap.num_blocks - 1, 0)  # vLLM v1's block pool keeps block 0 as the null block
     if usable < cap.blocks_per_request:
@@ -382,16 +494,30 @@ def plan(args) -> dict:
     return out
 
 
-def report(r: dict) -> str:
+def _per_token(r: Config) -> str:
+    """The product behind bytes_per_token: K and V of each KV head, or MLA's latent."""
+    each = f"{r['kv_bytes_per_element']} B ({r['kv_cache_dtype']})"
+    if r.get("latent_dim") is None:
+        return (
+            f"2 (K, V) x {r['num_layers']} layers x {r['kv_heads_per_gpu']} KV heads x "
+            f"{r['head_dim']} x {each}"
+        )
+    return (
+        f"{r['num_layers']} layers x (kv_lora_rank {r['kv_lora_rank']} + qk_rope_head_dim "
+        f"{r['qk_rope_head_dim']}) x {each}: MLA caches one latent per token and layer "
+        f"instead of {r['uncompressed_values']:,} values of per-head K and V"
+    )
+
+
+def report(r: Config) -> str:
     """The human-readable report, ending with vLLM's two startup log lines."""
     params = r["parameters_estimated"]
     lines = [
         f"model      {r['model']}: {r['num_layers']} layers, {r['num_heads']} query / "
         f"{r['num_kv_heads']} KV heads, head_dim {r['head_dim']}, "
         + (f"about {params / 1e9:.2f} B parameters" if params else "parameters unknown"),
-        f"per token  {r['bytes_per_token']:,} B = 2 (K, V) x {r['num_layers']} layers x "
-        f"{r['kv_heads_per_gpu']} KV heads x {r['head_dim']} x {r['kv_bytes_per_element']} B "
-        f"({r['kv_cache_dtype']})"
+        f"per token  {r['bytes_per_token']:,} B = "
+        + _per_token(r)
         + (
             f", on each of {r['tensor_parallel_size']} GPUs"
             if r["tensor_parallel_size"] > 1
@@ -434,19 +560,8 @@ def report(r: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> int:
-    ap = ArgParser(
-        prog="pagedsim capacity",
-        description=__doc__.split("\n\n")[0],
-        epilog="\n\n".join(__doc__.split("\n\n")[2:]),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    ap.add_argument(
-        "--model",
-        required=True,
-        metavar="PRESET|DIR",
-        help=f"a preset ({', '.join(MODELS)}) or a folder/file with config.json",
-    )
+def _memory_arguments(ap: ArgParser) -> None:
+    """The flags that say how much memory the KV cache gets, as vLLM's engine arguments."""
     mem = ap.add_mutually_exclusive_group()
     mem.add_argument(
         "--gpu",
@@ -485,6 +600,22 @@ def main(argv: list[str]) -> int:
         default=0,
         help="activations, CUDA graphs, NCCL... (default 0: not counted)",
     )
+
+
+def parser() -> ArgParser:
+    ap = ArgParser(
+        prog="pagedsim capacity",
+        description=__doc__.split("\n\n")[0],
+        epilog="\n\n".join(__doc__.split("\n\n")[2:]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "--model",
+        required=True,
+        metavar="PRESET|DIR",
+        help=f"a preset ({', '.join(MODELS)}) or a folder/file with config.json",
+    )
+    _memory_arguments(ap)
     ap.add_argument(
         "--block-size",
         type=int_in(1, MAX_BLOCK),
@@ -518,7 +649,11 @@ def main(argv: list[str]) -> int:
         help="GPUs the model is split over; the numbers are per GPU (default 1)",
     )
     ap.add_argument("--json", action="store_true", help="print the numbers as JSON")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
     result = plan(args)
     print(json.dumps(result, indent=2) if args.json else report(result))
     return 0

@@ -40,6 +40,9 @@ METHODS = ("new_cache", "write", "prefill", "decode", "copy_blocks", "swap_out",
 class NumpyAttention:
     name = "numpy"
 
+    def __init__(self) -> None:
+        self.buffer = np.empty(0, np.float32)  # the decode gather's, reused step to step
+
     def where(self) -> str:
         return "NumPy paged attention on the CPU"
 
@@ -62,7 +65,17 @@ class NumpyAttention:
         return out
 
     def decode(self, query, cache, tables, lens, spec=None):
-        return self.prefill(query, cache, tables, lens, np.arange(len(lens) + 1), spec)
+        return batched_decode(
+            query, cache, tables, lens, spec, self._workspace(query, cache, tables)
+        )
+
+    def _workspace(self, query, cache, tables) -> np.ndarray:
+        """The decode gather's buffer, grown to the largest step seen (the table width
+        bounds the blocks a step gathers)."""
+        need = len(query) * np.shape(tables)[1] * int(np.prod(cache.shape[1:]))
+        if self.buffer.size < need:
+            self.buffer = np.empty(need, np.float32)
+        return self.buffer
 
     def copy_blocks(self, cache, pairs):
         for src, dst in pairs:
@@ -85,8 +98,48 @@ def gather(cache: np.ndarray, table, length: int) -> tuple:
     kv = np.where(
         (blocks >= 0)[:, None, None, None, None], cache[np.maximum(blocks, 0)], np.float32(0)
     )  # [n, 2, H_kv, B, D]
-    kv = kv.transpose(1, 0, 3, 2, 4).reshape(2, -1, kv.shape[2], kv.shape[4])  # [2, n*B, H_kv, D]
+    kv = np.ascontiguousarray(kv.transpose(1, 0, 3, 2, 4))  # [2, n, B, H_kv, D]: one copy,
+    kv = kv.reshape(2, -1, kv.shape[3], kv.shape[4])  # then a view [2, n*B, H_kv, D]
     return kv[0, :length], kv[1, :length]
+
+
+def batched_decode(query, cache, tables, lens, spec=None, workspace=None) -> np.ndarray:
+    """One query per sequence, every sequence at once -> [S, H, D]. Each sequence's blocks
+    are gathered through its table (padded to the longest), and its query meets each
+    block in place: a [G, D] x [D, B] product per (sequence, block, KV head), one stacked
+    matmul, with the positions past a sequence's length, in a null block or before its
+    window masked. `workspace`: a float32 array the gather may reuse (fresh pages for
+    every layer's gather cost more than the arithmetic)."""
+    s, heads, d = query.shape
+    if s == 0:
+        return np.empty(query.shape, np.float32)
+    bs, kv_heads = cache.shape[3], cache.shape[2]
+    group = heads // kv_heads
+    lens = np.asarray(lens, np.int64)
+    width = -(-int(lens.max()) // bs)  # n: blocks of the longest sequence
+    blocks = np.asarray(tables, np.int64)[:, :width]  # [S, n]: -1 pads and null blocks
+    shape = (s, width) + cache.shape[1:]  # [S, n, 2, H_kv, B, D]
+    size = int(np.prod(shape))
+    out = None if workspace is None or workspace.size < size else workspace[:size].reshape(shape)
+    kv = np.take(cache, np.maximum(blocks, 0), axis=0, out=out)
+    where = np.arange(width * bs).reshape(width, bs)  # [n, B]: each slot's position
+    masked = (where[None] >= lens[:, None, None]) | (blocks < 0)[:, :, None]  # [S, n, B]
+    if spec is not None and spec.window is not None:
+        masked |= where[None] <= lens[:, None, None] - 1 - spec.window
+    mask = np.broadcast_to(masked[:, :, None], (s, width, kv_heads, bs))  # [S, n, H_kv, B]
+    kv[:, :, 1][mask] = 0  # values of masked slots (NaN when never written) weigh nothing
+    scale = np.float32(d**-0.5 if spec is None else spec.scale)
+    qg = query.reshape(s, 1, kv_heads, group, d)
+    scores = (qg @ kv[:, :, 0].swapaxes(-1, -2)) * scale  # [S, n, H_kv, G, B]
+    if spec is not None and spec.softcap is not None:
+        cap = np.float32(spec.softcap)
+        scores = np.tanh(scores / cap) * cap
+    scores[np.broadcast_to(mask[:, :, :, None], scores.shape)] = -np.inf
+    top = scores.max(axis=(1, 4), keepdims=True)  # [S, 1, H_kv, G, 1]
+    p = np.exp(scores - top)
+    p /= p.sum(axis=(1, 4), keepdims=True)
+    attn = (p @ kv[:, :, 1]).sum(axis=1)  # [S, n, H_kv, G, D] summed over blocks
+    return np.ascontiguousarray(attn.reshape(s, heads, d), dtype=np.float32)
 
 
 def gpu_visible() -> bool:

@@ -29,7 +29,7 @@ dtypes (floats only), the layer count against the layers the files hold (before 
 table of names is built), names and shapes -- then each tensor is read through its own
 short-lived `safe_open`, so neither the source tensors nor the file's mapped pages pile
 up: peak memory is the float32 model plus about one layer (model.py re-lays each layer's
-projections, fused and transposed, releasing the loaded ones as it goes);
+projections, fusing q, k, v and gate, up, releasing the loaded ones as it goes);
 tests/engine/test_hf_checkpoints.py holds a bf16 load under 2.5x its file size. JSON
 files over MAX_JSON_BYTES (tokenizer.json: MAX_TOKENIZER_BYTES), or nested too deeply to
 parse, are refused, the size checked before a byte is read.
@@ -44,11 +44,12 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from .layouts import convert, layer_prefix, tensor_map
-from .model import MAX_LAYERS, ModelConfig, Transformer, tensor_shapes
+from .model import MAX_LAYERS, ModelConfig, Transformer
 
 # architecture -> family; each family's defaults are its transformers config class's
 FAMILIES = {
@@ -740,11 +741,9 @@ def _moe_fields(raw: dict, path: Path, family: str, layers: int) -> dict:
     return out
 
 
-def _modern_config(raw: dict, path: Path, family: str) -> ModelConfig:
-    """The Llama-like families' ModelConfig (RMSNorm, gated MLP, rope)."""
-    d = DEFAULTS[family]
-    act = _activation(raw, path, family)
-    base = MOE_BASE.get(family, family)
+def _modern_refusals(raw: dict, path: Path, family: str):
+    """Refuse what the Llama-like families may declare but pagedsim does not serve; the
+    raw partial_rotary_factor (None when absent), which only Phi-3 may set."""
     if raw.get("use_bidirectional_attention"):
         raise CheckpointError(
             f"{path}: field use_bidirectional_attention is true; only causal attention is served"
@@ -760,6 +759,41 @@ def _modern_config(raw: dict, path: Path, family: str) -> ModelConfig:
             f"{path}: field partial_rotary_factor is {_short(share_raw)}; "
             f"only Phi-3 rotates part of a head"
         )
+    return share_raw
+
+
+def _modern_scales(raw: dict, path: Path, family: str, hidden: int) -> dict:
+    """The multipliers and soft-caps: Gemma's embedding scale, query_pre_attn_scalar and
+    soft-caps, Granite's embedding, attention, residual and logit multipliers."""
+    d, granite = DEFAULTS[family], MOE_BASE.get(family, family) == "granite"
+    scale = None
+    if family in ("gemma2", "gemma3"):
+        scale = (
+            _field(raw, path, "query_pre_attn_scalar", float, d["query_pre_attn_scalar"]) ** -0.5
+        )
+    elif granite:
+        scale = _field(raw, path, "attention_multiplier", float, d["attention_multiplier"])
+    embed = _field(raw, path, "embedding_multiplier", float, 1.0) if granite else 1.0
+    return dict(
+        embed_scale=float(np.float32(hidden**0.5)) if family in GEMMA else embed,
+        attn_scale=scale,
+        attn_softcap=_optional(
+            raw, path, "attn_logit_softcapping", d.get("attn_logit_softcapping")
+        ),
+        final_softcap=_optional(
+            raw, path, "final_logit_softcapping", d.get("final_logit_softcapping")
+        ),
+        residual_scale=_field(raw, path, "residual_multiplier", float, 1.0) if granite else 1.0,
+        logit_scale=_field(raw, path, "logits_scaling", float, 1.0) if granite else 1.0,
+    )
+
+
+def _modern_config(raw: dict, path: Path, family: str) -> ModelConfig:
+    """The Llama-like families' ModelConfig (RMSNorm, gated MLP, rope)."""
+    d = DEFAULTS[family]
+    act = _activation(raw, path, family)
+    base = MOE_BASE.get(family, family)
+    share_raw = _modern_refusals(raw, path, family)
     layers = _field(raw, path, "num_hidden_layers", int)
     if layers > MAX_LAYERS:
         raise CheckpointError(
@@ -799,13 +833,7 @@ def _modern_config(raw: dict, path: Path, family: str) -> ModelConfig:
                 f"the local rope; only a plain local rope is served"
             )
     no_rope = _no_rope(raw, path, layers) if family == "smollm3" else ()
-    scale = None
-    if family in ("gemma2", "gemma3"):
-        scale = (
-            _field(raw, path, "query_pre_attn_scalar", float, d["query_pre_attn_scalar"]) ** -0.5
-        )
-    elif base == "granite":
-        scale = _field(raw, path, "attention_multiplier", float, d["attention_multiplier"])
+    scales = _modern_scales(raw, path, family, hidden)
     try:
         config = ModelConfig(
             vocab=_field(raw, path, "vocab_size", int),
@@ -835,24 +863,7 @@ def _modern_config(raw: dict, path: Path, family: str) -> ModelConfig:
                 family, "pre"
             ),
             qk_norm={"qwen3": "head", "gemma3": "head", "olmo2": "all", "olmoe": "all"}.get(family),
-            embed_scale=float(np.float32(hidden**0.5))
-            if family in GEMMA
-            else _field(raw, path, "embedding_multiplier", float, 1.0)
-            if base == "granite"
-            else 1.0,
-            attn_scale=scale,
-            attn_softcap=_optional(
-                raw, path, "attn_logit_softcapping", d.get("attn_logit_softcapping")
-            ),
-            final_softcap=_optional(
-                raw, path, "final_logit_softcapping", d.get("final_logit_softcapping")
-            ),
-            residual_scale=_field(raw, path, "residual_multiplier", float, 1.0)
-            if base == "granite"
-            else 1.0,
-            logit_scale=_field(raw, path, "logits_scaling", float, 1.0)
-            if base == "granite"
-            else 1.0,
+            **scales,
         )
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{path}: {e}") from None
@@ -1021,23 +1032,41 @@ def check_sizes(config: ModelConfig, headers: dict, where, family: str = "llama"
 
 def load_weights(directory, config: ModelConfig, family: str = "llama") -> dict:
     """Every tensor `tensor_shapes(config)` lists, float32, checked against the config:
-    the headers first (dtypes, sizes, names, shapes), then one tensor at a time."""
-    import ml_dtypes  # noqa: F401  (registers bfloat16 with NumPy for safetensors)
-    from safetensors import SafetensorError, safe_open
-
+    the headers first (dtypes, sizes, names, shapes), then one tensor at a time. A
+    safetensors checkpoint and a `.bin` one go through the same family name map
+    (layouts.tensor_map: renamed, fused and Conv1D tensors alike)."""
     directory = Path(directory)
     files = weight_files(directory)
     if isinstance(files.get(None), list):
-        return load_bin(files[None], config)
-    headers = read_headers(files)
+        state = read_bin(files[None])
+        headers = {k: (tuple(t.shape), "F32", files[None][0]) for k, t in state.items()}
+
+        def read(name: str, path: Path) -> np.ndarray:  # each torch tensor goes once read
+            return state.pop(name).float().numpy()
+
+    else:
+        headers, read = read_headers(files), read_safetensor
     check_sizes(config, headers, directory, family)
     wanted = tensor_map(family, config)
-    want = {name: shape for name, (shape, _) in wanted.items()}
-    for name, shape in want.items():
+    _check_names(config, headers, wanted, files, directory)
+    weights = {}
+    for name in wanted:  # one tensor at a time: each source goes once it is converted
+        array = read(name, headers[name][2])
+        for target, transposed, rows in wanted[name][1]:
+            weights[target] = convert(array, transposed, rows)
+        del array
+    return weights
+
+
+def _check_names(config: ModelConfig, headers: dict, wanted: dict, files: dict, directory):
+    """Every tensor the model needs is there with its shape, and none is left unused."""
+    for name, (shape, _) in wanted.items():
         if name not in headers:
             listed = files.get(name, files.get(None))
             where = listed if listed is not None else directory / "model.safetensors.index.json"
-            raise CheckpointError(f"{where}: missing tensor {name}")
+            raise CheckpointError(
+                f"{where[0] if isinstance(where, list) else where}: missing tensor {name}"
+            )
         if headers[name][0] != shape:
             raise CheckpointError(
                 f"{headers[name][2]}: tensor {name} has shape "
@@ -1045,7 +1074,7 @@ def load_weights(directory, config: ModelConfig, family: str = "llama") -> dict:
             )
     extra = sorted(
         k
-        for k in set(headers) - set(want)
+        for k in set(headers) - set(wanted)
         if not k.endswith(IGNORED) and not (k == "lm_head.weight" and config.tie_embeddings)
     )
     if extra:
@@ -1053,23 +1082,23 @@ def load_weights(directory, config: ModelConfig, family: str = "llama") -> dict:
             f"{headers[extra[0]][2]}: tensor {extra[0]} is not used by the "
             f"model config.json describes ({len(extra)} such tensors)"
         )
-    weights = {}
+
+
+def read_safetensor(name: str, path: Path) -> np.ndarray:
+    """One tensor, through its own short-lived safe_open (the mapped pages go with it)."""
+    import ml_dtypes  # noqa: F401  (registers bfloat16 with NumPy for safetensors)
+    from safetensors import SafetensorError, safe_open
+
     try:
-        for name in want:  # one open per tensor: the file's mapped pages go each time
-            path = headers[name][2]
-            with safe_open(str(path), framework="np") as f:
-                array = f.get_tensor(name)
-            for target, transposed, rows in wanted[name][1]:
-                weights[target] = convert(array, transposed, rows)
-            del array
+        with safe_open(str(path), framework="np") as f:
+            return f.get_tensor(name)
     except (SafetensorError, OSError, TypeError) as e:
         raise CheckpointError(f"{path}: cannot read safetensors ({e})") from None
-    return weights
 
 
-def load_bin(paths: list, config: ModelConfig) -> dict:
-    """A `.bin`-only checkpoint, read with torch.load(weights_only=True) (torch's restricted
-    unpickler: tensors and plain containers only) when torch is installed."""
+def read_bin(paths: list) -> dict:
+    """A `.bin`-only checkpoint's tensors, read with torch.load(weights_only=True) (torch's
+    restricted unpickler: tensors and plain containers only) when torch is installed."""
     try:
         import torch
     except ImportError:
@@ -1093,18 +1122,7 @@ def load_bin(paths: list, config: ModelConfig) -> dict:
             if not (isinstance(t, torch.Tensor) and t.is_floating_point()):
                 raise CheckpointError(f"{path}: tensor {name} is not a floating-point tensor")
             weights[name] = t
-    headers = {k: (tuple(t.shape), "F32", paths[0]) for k, t in weights.items()}
-    check_sizes(config, headers, paths[0].parent)
-    want = tensor_shapes(config)
-    for name, shape in want.items():
-        if name not in weights:
-            raise CheckpointError(f"{paths[0].parent}: missing tensor {name}")
-        if tuple(weights[name].shape) != shape:
-            raise CheckpointError(
-                f"{paths[0].parent}: tensor {name} has shape "
-                f"{tuple(weights[name].shape)} but config.json implies {shape}"
-            )
-    return {k: weights[k].to(torch.float32).numpy() for k in want}
+    return weights
 
 
 def load_model(directory) -> Transformer:
@@ -1116,7 +1134,7 @@ def load_model(directory) -> Transformer:
     return model
 
 
-def load_tokenizer(directory):
+def load_tokenizer(directory: str | Path) -> Any:
     """DIR/tokenizer.json through Hugging Face's `tokenizers` library; a file over
     MAX_TOKENIZER_BYTES is refused from its size alone, before it is read."""
     from tokenizers import Tokenizer

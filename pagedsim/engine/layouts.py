@@ -22,6 +22,8 @@ tensors it becomes: (model name, transposed?, the rows taken -- None for all).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .model import ModelConfig, tensor_shapes
@@ -103,7 +105,7 @@ def layer_prefix(family: str) -> str:
     return GLOBALS.get(family, ("model.layers.{}.", {}))[0]
 
 
-def _qkv_rows(family: str, c: ModelConfig) -> tuple:
+def _qkv_rows(family: str, c: ModelConfig) -> tuple[np.ndarray, ...]:
     """(q rows, k rows, v rows) of the fused projection, in the model's head order."""
     d, h, kv = c.head_dim, c.heads, c.kv_heads
     if family == "gpt_neox":  # per head: q_h, k_h, v_h
@@ -113,13 +115,13 @@ def _qkv_rows(family: str, c: ModelConfig) -> tuple:
     return q, h * d + np.arange(kv * d), h * d + kv * d + np.arange(kv * d)
 
 
-def tensor_map(family: str, c: ModelConfig) -> dict:
+def tensor_map(family: str, c: ModelConfig) -> dict[str, tuple[Any, list[Any]]]:
     """checkpoint name -> (shape, [(model name, transposed, rows or None)])."""
     shapes = tensor_shapes(c)
     prefix, globals_ = GLOBALS.get(family, ("model.layers.{}.", {}))
     renamed = RENAMED.get(family, {})
     conv = family in CONV1D
-    out: dict = {}
+    out: dict[str, tuple[Any, list[Any]]] = {}
     for name, shape in shapes.items():
         if not name.startswith("model.layers."):
             source = globals_.get(name, name)
@@ -161,10 +163,10 @@ def tensor_map(family: str, c: ModelConfig) -> dict:
     return out
 
 
-def _granite_experts(c: ModelConfig, prefix: str) -> dict:
+def _granite_experts(c: ModelConfig, prefix: str) -> dict[str, tuple[Any, list[Any]]]:
     """Granite-MoE's experts: input_linear [E, 2 x inner, hidden] (gate rows, then up) and
     output_linear [E, hidden, inner] per layer."""
-    out: dict = {}
+    out: dict[str, tuple[Any, list[Any]]] = {}
     n, inner = c.experts, c.expert_mlp
     for i in range(c.layers):
         q, to = prefix.format(i) + "block_sparse_moe.", f"model.layers.{i}.mlp.experts."
@@ -180,7 +182,7 @@ def _granite_experts(c: ModelConfig, prefix: str) -> dict:
     return out
 
 
-def convert(array: np.ndarray, transposed: bool, rows) -> np.ndarray:
+def convert(array: np.ndarray, transposed: bool, rows: Any) -> np.ndarray:
     """One model tensor from a checkpoint tensor."""
     a = array.T if transposed else array
     return np.ascontiguousarray(a if rows is None else a[rows], dtype=np.float32)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from . import hf
 from .model import Transformer
@@ -37,9 +38,9 @@ from .sampling import SamplingParams, find_stop, top_logprobs
 class CompletionOutput:
     index: int
     text: str
-    token_ids: list
+    token_ids: list[Any]
     cumulative_logprob: float | None
-    logprobs: list | None
+    logprobs: list[Any] | None
     finish_reason: str | None = None  # "stop" or "length"
     stop_reason: int | str | None = None  # the stop token id or stop string
 
@@ -48,8 +49,8 @@ class CompletionOutput:
 class RequestOutput:
     request_id: str
     prompt: str | None
-    prompt_token_ids: list
-    outputs: list = field(default_factory=list)
+    prompt_token_ids: list[Any]
+    outputs: list[Any] = field(default_factory=list)
     finished: bool = True
 
 
@@ -58,7 +59,7 @@ class LLM:
 
     def __init__(
         self,
-        model,
+        model: Transformer | str | Path,
         *,
         block_size: int = 16,
         enable_prefix_caching: bool = True,
@@ -80,7 +81,9 @@ class LLM:
         self.backend = backend
         self._next_id = 0
 
-    def generate(self, prompts, sampling_params: SamplingParams | list | None = None) -> list:
+    def generate(
+        self, prompts: Any, sampling_params: SamplingParams | list[Any] | None = None
+    ) -> list[Any]:
         """One RequestOutput per prompt: a string, or a list of token ids."""
         prompts = [prompts] if isinstance(prompts, str) or _is_ids(prompts) else list(prompts)
         params = sampling_params if sampling_params is not None else SamplingParams()
@@ -107,8 +110,8 @@ class LLM:
         return out
 
     def chat(
-        self, messages, sampling_params: SamplingParams | None = None, **template_kwargs
-    ) -> list:
+        self, messages: Any, sampling_params: SamplingParams | None = None, **template_kwargs: Any
+    ) -> list[Any]:
         """generate() on the checkpoint's chat template applied to `messages` (one
         conversation, a list of {"role", "content"} dicts, or a list of them)."""
         conversations = messages if messages and isinstance(messages[0], list) else [messages]
@@ -116,13 +119,13 @@ class LLM:
         return self.generate(texts, sampling_params)
 
     def apply_chat_template(
-        self, messages: list, add_generation_prompt: bool = True, **extra
+        self, messages: list[Any], add_generation_prompt: bool = True, **extra: Any
     ) -> str:
         """The text of a conversation, by tokenizer_config.json's chat_template (sandboxed)."""
         template, special = self._template()
         return render_chat(template, messages, add_generation_prompt, {**special, **extra})
 
-    def _template(self) -> tuple:
+    def _template(self) -> tuple[Any, ...]:
         if self.directory is None:
             raise ValueError("chat needs a checkpoint directory with tokenizer_config.json")
         path = self.directory / "tokenizer_config.json"
@@ -142,14 +145,14 @@ class LLM:
         }
         return template, special
 
-    def _encode(self, prompt) -> list:
+    def _encode(self, prompt: Any) -> list[int]:
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError("a text prompt needs the checkpoint's tokenizer; give token ids")
             return list(self.tokenizer.encode(prompt).ids)
         return [int(t) for t in prompt]
 
-    def _request(self, prompt_ids: list, p: SamplingParams) -> Request:
+    def _request(self, prompt_ids: list[Any], p: SamplingParams) -> Request:
         eos = () if p.ignore_eos else self.eos
         stops = tuple(dict.fromkeys([*(p.stop_token_ids or ()), *eos]))
         return Request(
@@ -161,7 +164,7 @@ class LLM:
             params=p,
         )
 
-    def _serve(self, requests: list) -> list:
+    def _serve(self, requests: list[Any]) -> list[Any]:
         blocks = 4 + sum(
             r.width * -(-(len(r.prompt) + r.max_tokens) // self.block_size) for r in requests
         )
@@ -183,7 +186,7 @@ class LLM:
         return [run.state for run in engine.runs]
 
     def _completion(
-        self, index: int, prompt_ids: list, tokens: list, p: SamplingParams, state
+        self, index: int, prompt_ids: list[Any], tokens: list[Any], p: SamplingParams, state: Any
     ) -> CompletionOutput:
         """One sample: stop strings applied, text decoded, logprobs from the raw logits."""
         tokens = list(tokens)
@@ -211,7 +214,7 @@ class LLM:
         total = sum(lp[t] for lp, t in zip(logprobs, tokens, strict=True)) if logprobs else None
         return CompletionOutput(index, text, tokens, total, logprobs, finish, reason)
 
-    def _stop_strings(self, tokens: list, p: SamplingParams):
+    def _stop_strings(self, tokens: list[Any], p: SamplingParams) -> tuple[Any, ...] | None:
         """(tokens up to the one completing a stop string, the cut text, the string)."""
         stops = list(p.stop or ())
         previous = ""
@@ -225,11 +228,11 @@ class LLM:
             previous = text
         return None
 
-    def _decode(self, ids: list) -> str:
+    def _decode(self, ids: list[Any]) -> str:
         return "" if self.tokenizer is None else self.tokenizer.decode(list(ids))
 
 
-def _is_ids(prompt) -> bool:
+def _is_ids(prompt: object) -> bool:
     return (
         isinstance(prompt, (list, tuple))
         and bool(prompt)
@@ -237,13 +240,15 @@ def _is_ids(prompt) -> bool:
     )
 
 
-def _token_text(value) -> str:
+def _token_text(value: object) -> str:
     if isinstance(value, dict):  # {"content": "<s>", ...} (AddedToken as saved)
         value = value.get("content")
     return value if isinstance(value, str) else ""
 
 
-def render_chat(template: str, messages: list, add_generation_prompt: bool, variables: dict) -> str:
+def render_chat(
+    template: str, messages: list[Any], add_generation_prompt: bool, variables: dict[str, Any]
+) -> str:
     """Render a chat template in jinja2's ImmutableSandboxedEnvironment (transformers'
     settings: trim_blocks, lstrip_blocks, raise_exception, tojson)."""
     try:
@@ -252,7 +257,7 @@ def render_chat(template: str, messages: list, add_generation_prompt: bool, vari
     except ImportError:
         raise ImportError("chat templates need jinja2 (pip install 'pagedsim[chat]')") from None
 
-    def raise_exception(message):
+    def raise_exception(message: str) -> None:
         raise TemplateError(message)
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)

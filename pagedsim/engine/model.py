@@ -48,14 +48,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ..errors import count_arg
 from .moe import moe_mlp
 from .ops import activation, linear
 from .rope import ROPE_TYPES, RotaryEmbedding
 
+# a layer's weights by short name ("q_proj.weight"); an absent bias is None
+Weights = dict[str, Any]
 MAX_LAYERS = 4096  # no released model has a tenth of this; more is refused before any table
 MAX_PARAMETERS = 1 << 32  # 16 GiB of float32: any larger model is refused before allocating
 NORM_LAYOUTS = ("pre", "sandwich", "post")
@@ -87,7 +91,7 @@ class ModelConfig:
     qkv_bias: bool = False  # q/k/v projections have biases (Qwen2; Llama attention_bias)
     o_bias: bool = False  # o_proj has a bias (Llama attention_bias)
     sliding_window: int | None = None  # W of the sliding layers
-    layer_types: tuple = ()  # per layer "full" or "sliding"; () = all "sliding" if W else "full"
+    layer_types: tuple[str, ...] = ()  # per layer "full"/"sliding"; () = all "sliding" if W
     norm_offset: float = 0.0  # RMSNorm scales by (norm_offset + w): 1 for Gemma
     norm_layout: str = "pre"  # "pre" (Llama), "sandwich" (Gemma 2/3), "post" (OLMo-2)
     qk_norm: str | None = None  # None, "head" (Qwen3, Gemma 3) or "all" (OLMo-2)
@@ -98,9 +102,9 @@ class ModelConfig:
     final_softcap: float | None = None  # Gemma 2 final_logit_softcapping
     residual_scale: float = 1.0  # Granite residual_multiplier
     logit_scale: float = 1.0  # logits are divided by this (Granite logits_scaling)
-    rope_scaling: tuple = ()  # sorted (key, value) pairs of rope_scaling; () = default
+    rope_scaling: tuple[tuple[str, Any], ...] = ()  # rope_scaling's sorted (key, value)s
     local_rope_base: float | None = None  # sliding layers' rope_theta (Gemma 3)
-    no_rope_layers: tuple = ()  # layer indices that skip RoPE (SmolLM3)
+    no_rope_layers: tuple[int, ...] = ()  # layer indices that skip RoPE (SmolLM3)
     rotary_dim: int | None = None  # R: RoPE on the first R dims of a head (None: all D)
     fused: bool = False  # qkv_proj and gate_up_proj are single tensors (Phi-3)
     rope_switch_recomputes: bool = False  # longrope's switch re-embeds the cache (Phi-3)
@@ -118,9 +122,9 @@ class ModelConfig:
     norm_topk: bool = False  # renormalise the top-k weights to sum to 1 (Mixtral)
     expert_mlp: int = 0  # an expert's inner width
     shared_mlp: int = 0  # > 0: a shared expert of this width behind a sigmoid gate (Qwen2-MoE)
-    dense_layers: tuple = ()  # layers whose MLP stays dense (Qwen2-MoE mlp_only_layers)
+    dense_layers: tuple[int, ...] = ()  # layers whose MLP stays dense (Qwen2-MoE mlp_only_layers)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for f in fields(self):
             _check_field(f.name, getattr(self, f.name), f.default)
         if self.heads % self.kv_heads:
@@ -190,11 +194,11 @@ class ModelConfig:
 
     def layer_type(self, layer: int) -> str:
         if self.layer_types:
-            return self.layer_types[layer]
+            return str(self.layer_types[layer])
         return "full" if self.sliding_window is None else "sliding"
 
     @property
-    def windowed(self) -> set:
+    def windowed(self) -> set[str]:
         """The kinds of layer the model has: {"full"}, {"sliding"} or both (hybrid)."""
         return {self.layer_type(i) for i in range(self.layers)}
 
@@ -233,7 +237,7 @@ COUNTS = (  # None or an int >= 1 (the first two), an int >= 0 (the rest)
 )
 
 
-def _check_field(name: str, value, default) -> None:
+def _check_field(name: str, value: Any, default: Any) -> None:
     """One ModelConfig field's type and range."""
     if name == "layers":
         count_arg(name, value, 1, MAX_LAYERS)
@@ -261,9 +265,9 @@ def _check_field(name: str, value, default) -> None:
         raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
 
 
-def moe_shapes(c: ModelConfig, p: str) -> dict:
+def moe_shapes(c: ModelConfig, p: str) -> dict[str, tuple[int, ...]]:
     """A mixture-of-experts layer's tensors, in place of the dense MLP's (prefix `p`)."""
-    shapes = {p + "mlp.gate.weight": (c.experts, c.hidden)}  # the router
+    shapes: dict[str, tuple[int, ...]] = {p + "mlp.gate.weight": (c.experts, c.hidden)}
     for e in range(c.experts):
         q = f"{p}mlp.experts.{e}."
         shapes[q + "gate_proj.weight"] = shapes[q + "up_proj.weight"] = (c.expert_mlp, c.hidden)
@@ -276,9 +280,10 @@ def moe_shapes(c: ModelConfig, p: str) -> dict:
     return shapes
 
 
-def _global_shapes(c: ModelConfig) -> dict:
+def _global_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
     """The tensors outside the layers: embeddings, final norm, head."""
-    shapes = {"model.embed_tokens.weight": (c.vocab, c.hidden), "model.norm.weight": (c.hidden,)}
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (c.vocab, c.hidden)}
+    shapes["model.norm.weight"] = (c.hidden,)
     if not c.tie_embeddings:
         shapes["lm_head.weight"] = (c.vocab, c.hidden)
     if c.lm_head_bias:
@@ -290,7 +295,7 @@ def _global_shapes(c: ModelConfig) -> dict:
     return shapes
 
 
-def tensor_shapes(c: ModelConfig) -> dict:
+def tensor_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Every tensor the model needs: Hugging Face name -> shape."""
     q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
     shapes = _global_shapes(c)
@@ -353,9 +358,9 @@ def tensor_shapes(c: ModelConfig) -> dict:
 
 
 class Transformer:
-    info: dict  # what a checkpoint's files said (set by hf.load_model; absent otherwise)
+    info: dict[str, Any]  # what a checkpoint's files said (set by hf.load_model; absent otherwise)
 
-    def __init__(self, config: ModelConfig, weights: dict, name: str = "model"):
+    def __init__(self, config: ModelConfig, weights: dict[str, Any], name: str = "model"):
         """`weights`: name -> array as `tensor_shapes(config)` lists (stored as float32).
         The layers' entries are consumed (removed from the dict as their fused copies are
         made), so that loading never holds a layer twice."""
@@ -372,60 +377,18 @@ class Transformer:
                 )
         w = {k: np.asarray(weights[k], np.float32) for k in want}
         self.embed = w["model.embed_tokens.weight"]  # [V, hidden]
-        # [V, hidden], held transposed for the GEMM (a tied head: a second copy, 4 V hidden
-        # bytes, since the embedding's rows are read as rows)
-        self.lm_head = transposed(self.embed if c.tie_embeddings else w.pop("lm_head.weight"))
+        # [V, hidden] in C order like every projection (ops.linear); a tied head is the
+        # embedding itself
+        self.lm_head = np.ascontiguousarray(
+            self.embed if c.tie_embeddings else w.pop("lm_head.weight")
+        )
         weights.pop("lm_head.weight", None)
         self.final_norm = w["model.norm.weight"]
         self.final_norm_bias = w.get("model.norm.bias")
         self.lm_head_bias = w.get("lm_head.bias")
         self.positions = w.get("model.embed_positions.weight")  # [P, hidden] or None
-        q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
-        self.layer_weights = []  # per layer: short name ("q_proj.weight") -> array or None
-        for i in range(c.layers):
-            p = f"model.layers.{i}."
-            lw = {
-                k[len(p) :].split(".", 1)[-1]
-                if k[len(p) :].startswith(("self_attn", "mlp"))
-                else k[len(p) :]: v
-                for k, v in w.items()
-                if k.startswith(p)
-            }
-            for k in [k for k in w if k.startswith(p)]:  # lw holds them now; the fused and
-                del w[k]  # transposed copies below replace them one by one
-                weights.pop(k, None)
-            if c.fused:  # Phi-3: rows [q | k | v] and [gate | up]
-                qkv = lw.pop("qkv_proj.weight")
-                lw.update(
-                    {
-                        "q_proj.weight": qkv[:q],
-                        "k_proj.weight": qkv[q : q + kv],
-                        "v_proj.weight": qkv[q + kv :],
-                    }
-                )
-                gate_up = lw.pop("gate_up_proj.weight")
-                lw.update(
-                    {"gate_proj.weight": gate_up[: c.mlp], "up_proj.weight": gate_up[c.mlp :]}
-                )
-                _fuse(lw, ("q_proj", "k_proj", "v_proj"), "qkv")
-                _fuse(lw, ("gate_proj", "up_proj"), "gate_up")
-            else:  # one GEMM for q, k, v (and gate, up): the separate names become row views
-                _fuse(lw, ("q_proj", "k_proj", "v_proj"), "qkv")
-                if c.mlp_gated and "gate_proj.weight" in lw:
-                    _fuse(lw, ("gate_proj", "up_proj"), "gate_up")
-                elif "up_proj.weight" in lw:
-                    lw["up_proj.weight"] = transposed(lw["up_proj.weight"])
-            for n in ("o_proj.weight", "down_proj.weight"):
-                if n in lw:
-                    lw[n] = transposed(lw[n])
-            for n in BIASES:
-                lw.setdefault(n, None)
-            if "gate.weight" in lw:  # a mixture of experts: each projection stacked [E, ...]
-                for n in ("gate_proj", "up_proj", "down_proj"):
-                    lw[f"experts.{n}"] = np.stack(
-                        [lw.pop(f"experts.{e}.{n}.weight") for e in range(c.experts)]
-                    )
-            self.layer_weights.append(lw)
+        # per layer: short name ("q_proj.weight") -> array or None
+        self.layer_weights = [_layer_weights(c, w, weights, i) for i in range(c.layers)]
         scaling = dict(c.rope_scaling)
         full = RotaryEmbedding(c.rotary, c.rope_base, scaling, c.rope_interleaved)
         local = (
@@ -479,7 +442,7 @@ class Transformer:
         ]
         return sum(a.size for a in tensors)
 
-    def check_tokens(self, tokens) -> None:
+    def check_tokens(self, tokens: ArrayLike) -> None:
         """Token ids must be ints in [0, vocab)."""
         ids = np.asarray(tokens)
         if ids.dtype.kind not in "iu":
@@ -490,16 +453,16 @@ class Transformer:
                 f"{int(ids.min())} .. {int(ids.max())}"
             )
 
-    def norm(self, x: np.ndarray, weight: np.ndarray, bias=None) -> np.ndarray:
+    def norm(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
         c = self.config
         if c.norm != "rms":
             return layer_norm(x, weight, bias, c.rms_eps)
         return rms_norm(x, weight + np.float32(c.norm_offset), c.rms_eps)
 
-    def layer_norm_of(self, lw: dict, name: str, x: np.ndarray) -> np.ndarray:
+    def layer_norm_of(self, lw: Weights, name: str, x: np.ndarray) -> np.ndarray:
         return self.norm(x, lw[name + ".weight"], lw.get(name + ".bias"))
 
-    def embed_tokens(self, tokens, positions=None) -> np.ndarray:
+    def embed_tokens(self, tokens: ArrayLike, positions: ArrayLike | None = None) -> np.ndarray:
         """[T, hidden]: token embeddings (x embed_scale), plus the learned position
         embeddings (GPT-2) at `positions`."""
         h = self.embed[np.asarray(tokens, np.int64)]  # [T, hidden]
@@ -515,16 +478,18 @@ class Transformer:
             h = h + self.positions[where]
         return h
 
-    def qkv(self, layer: int, h: np.ndarray, positions, ends=None) -> tuple:
+    def qkv(
+        self, layer: int, h: np.ndarray, positions: ArrayLike, ends: ArrayLike | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """q [T, H, D], k [T, H_kv, D], v [T, H_kv, D] for tokens at `positions`; `ends`:
         each token's sequence length at the end of this forward pass (rope.py: the
         length-dependent ropes read it; None: position + 1)."""
         c, lw = self.config, self.layer_weights[layer]
         x = h if c.norm_layout == "post" else self.layer_norm_of(lw, "input_layernorm", h)
-        y = x @ lw["qkv.weight"].T  # [T, (H + 2 H_kv) D]: q | k | v
+        y = linear(x, lw["qkv.weight"], None)  # [T, (H + 2 H_kv) D]: q | k | v
         q, k, v = np.split(y, [c.heads * c.head_dim, (c.heads + c.kv_heads) * c.head_dim], axis=1)
-        q, k, v = (
-            t if lw[n] is None else t + lw[n]
+        q, k, v = (  # C order, so that the head reshapes below are views
+            np.ascontiguousarray(t if lw[n] is None else t + lw[n])
             for t, n in ((q, "q_proj.bias"), (k, "k_proj.bias"), (v, "v_proj.bias"))
         )
         if c.qk_norm == "all":  # OLMo-2: over the whole projection
@@ -544,11 +509,14 @@ class Transformer:
         c, lw = self.config, self.layer_weights[layer]
         r = np.float32(c.residual_scale)
         o = linear(
-            attn.reshape(len(h), -1).astype(np.float32), lw["o_proj.weight"], lw["o_proj.bias"]
+            attn.reshape(len(h), -1).astype(np.float32, copy=False),
+            lw["o_proj.weight"],
+            lw["o_proj.bias"],
         )
         if c.parallel:  # GPT-NeoX, Phi-2, Falcon, Cohere: the MLP reads the layer's input
             second = "input_layernorm" if c.parallel == "shared" else "post_attention_layernorm"
-            return (o + self.mlp(lw, self.layer_norm_of(lw, second, h))) + h
+            out: np.ndarray = (o + self.mlp(lw, self.layer_norm_of(lw, second, h))) + h
+            return out
         if c.norm_layout != "pre":
             o = self.norm(o, lw["post_attention_layernorm.weight"])
         h = h + (o if r == 1 else o * r)
@@ -560,16 +528,19 @@ class Transformer:
         m = self.mlp(lw, x)
         if c.norm_layout != "pre":
             m = self.norm(m, lw["post_feedforward_layernorm.weight"])
-        return h + (m if r == 1 else m * r)
+        done: np.ndarray = h + (m if r == 1 else m * r)
+        return done
 
-    def mlp(self, lw: dict, x: np.ndarray) -> np.ndarray:
+    def mlp(self, lw: Weights, x: np.ndarray) -> np.ndarray:
         """act(gate) * up -> down, or (not gated) act(up) -> down, biases where present; a
         mixture of experts where the layer has a router (moe.py)."""
         c = self.config
         if "gate.weight" in lw:
             return moe_mlp(c, lw, x)
         if "gate_up.weight" in lw:  # one GEMM: gate | up
-            gate, up = np.split(x @ lw["gate_up.weight"].T, [len(lw["gate_proj.weight"])], axis=1)
+            gate, up = np.split(
+                linear(x, lw["gate_up.weight"], None), [len(lw["gate_proj.weight"])], axis=1
+            )
             gate = gate if lw["gate_proj.bias"] is None else gate + lw["gate_proj.bias"]
             up = up if lw["up_proj.bias"] is None else up + lw["up_proj.bias"]
             inner = activation(c.act, gate) * up
@@ -593,7 +564,7 @@ class Transformer:
         if c.final_softcap is not None:
             cap = np.float32(c.final_softcap)
             out = np.tanh(out / cap) * cap
-        return out.astype(np.float32)
+        return np.ascontiguousarray(out, dtype=np.float32)  # rows are the sequences'
 
 
 class TinyModel(Transformer):
@@ -605,7 +576,7 @@ class TinyModel(Transformer):
             raise TypeError(f"config must be a ModelConfig, got {type(c).__name__}")
         rng = np.random.default_rng(c.seed)
 
-        def w(*shape, gain=1.0):  # drawn [in, out], stored [out, in] as Hugging Face does
+        def w(*shape: int, gain: float = 1.0) -> np.ndarray:  # drawn [in, out], kept [out, in]
             return np.ascontiguousarray(
                 (rng.standard_normal(shape) * gain / np.sqrt(shape[0])).astype(np.float32).T
             )
@@ -638,31 +609,71 @@ class TinyModel(Transformer):
                 )
         weights["model.norm.weight"] = np.ones(c.hidden, np.float32)
         weights["lm_head.weight"] = w(c.hidden, c.vocab, gain=4.0)  # well-spread logits
-        for key, shape in tensor_shapes(c).items():  # norms and biases the config asks for
+        for key, dims in tensor_shapes(c).items():  # norms and biases the config asks for
             weights.setdefault(
                 key,
                 (key.endswith("norm.weight") and not c.norm_offset)
-                + 0.1 * rng.standard_normal(shape),
+                + 0.1 * rng.standard_normal(dims),
             )
         super().__init__(c, weights, name="TinyModel")
 
 
-def _fuse(lw: dict, names: tuple, fused: str) -> None:
-    """lw[fused.weight] = the rows of `names` stacked; each name becomes a view of it.
-    Stored transposed ([in, out] in memory, an [out, in] view): `x @ weight.T` is then a
-    GEMM on a contiguous matrix, a quarter faster for decode's few rows in NumPy's BLAS."""
+def _layer_weights(c: ModelConfig, w: Weights, weights: dict[str, Any], i: int) -> Weights:
+    """Layer i's weights under short names, fused for one GEMM each (q, k, v and gate, up),
+    every projection [out, in] in C order, experts stacked; the layer's entries leave `w`
+    and the caller's `weights` as they are taken."""
+    q, kv = c.heads * c.head_dim, c.kv_heads * c.head_dim
+    p = f"model.layers.{i}."
+    lw = {
+        k[len(p) :].split(".", 1)[-1]
+        if k[len(p) :].startswith(("self_attn", "mlp"))
+        else k[len(p) :]: v
+        for k, v in w.items()
+        if k.startswith(p)
+    }
+    for k in [k for k in w if k.startswith(p)]:  # lw holds them now; the fused
+        del w[k]  # copies below replace them one by one
+        weights.pop(k, None)
+    if c.fused:  # Phi-3: rows [q | k | v] and [gate | up]
+        qkv = lw.pop("qkv_proj.weight")
+        lw.update(
+            {
+                "q_proj.weight": qkv[:q],
+                "k_proj.weight": qkv[q : q + kv],
+                "v_proj.weight": qkv[q + kv :],
+            }
+        )
+        gate_up = lw.pop("gate_up_proj.weight")
+        lw.update({"gate_proj.weight": gate_up[: c.mlp], "up_proj.weight": gate_up[c.mlp :]})
+        _fuse(lw, ("q_proj", "k_proj", "v_proj"), "qkv")
+        _fuse(lw, ("gate_proj", "up_proj"), "gate_up")
+    else:  # one GEMM for q, k, v (and gate, up): the separate names become row views
+        _fuse(lw, ("q_proj", "k_proj", "v_proj"), "qkv")
+        if c.mlp_gated and "gate_proj.weight" in lw:
+            _fuse(lw, ("gate_proj", "up_proj"), "gate_up")
+    for n in ("up_proj.weight", "o_proj.weight", "down_proj.weight"):
+        if n in lw:  # [out, in] in C order (ops.linear); fused rows already are
+            lw[n] = np.ascontiguousarray(lw[n])
+    for n in BIASES:
+        lw.setdefault(n, None)
+    if "gate.weight" in lw:  # a mixture of experts: each projection stacked [E, ...]
+        for n in ("gate_proj", "up_proj", "down_proj"):
+            lw[f"experts.{n}"] = np.stack(
+                [lw.pop(f"experts.{e}.{n}.weight") for e in range(c.experts)]
+            )
+    return lw
+
+
+def _fuse(lw: Weights, names: tuple[str, ...], fused: str) -> None:
+    """lw[fused.weight] = the rows of `names` stacked, [sum of outs, in] in C order (one GEMM
+    for all of them); each name becomes a row view of it."""
     parts = [lw[n + ".weight"] for n in names]
-    whole = np.concatenate([part.T for part in parts], axis=1)  # [in, sum of outs], C order
-    lw[fused + ".weight"] = whole.T
+    whole = np.concatenate(parts, axis=0)
+    lw[fused + ".weight"] = whole
     start = 0
     for n, part in zip(names, parts, strict=True):
-        lw[n + ".weight"] = whole[:, start : start + len(part)].T
+        lw[n + ".weight"] = whole[start : start + len(part)]
         start += len(part)
-
-
-def transposed(a: np.ndarray) -> np.ndarray:
-    """The same [out, in] matrix, held as a C-ordered [in, out] array (see _fuse)."""
-    return np.ascontiguousarray(a.T).T
 
 
 BIASES = tuple(
@@ -671,17 +682,20 @@ BIASES = tuple(
 )
 
 
-def layer_norm(x: np.ndarray, weight: np.ndarray, bias, eps: float) -> np.ndarray:
+def layer_norm(
+    x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, eps: float
+) -> np.ndarray:
     """(x - mean) / sqrt(var + eps) * w (+ b), float32 (torch's LayerNorm; Cohere's has no b)."""
-    x = x.astype(np.float32)
+    x = x.astype(np.float32, copy=False)
     centred = x - x.mean(axis=-1, keepdims=True)
     out = centred / np.sqrt((centred * centred).mean(axis=-1, keepdims=True) + np.float32(eps))
     out = out * weight
-    return (out if bias is None else out + bias).astype(np.float32)
+    done: np.ndarray = (out if bias is None else out + bias).astype(np.float32, copy=False)
+    return done
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float = 1e-6) -> np.ndarray:
-    x = x.astype(np.float32)
-    return (x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + np.float32(eps)) * weight).astype(
-        np.float32
-    )
+    x = x.astype(np.float32, copy=False)
+    scale = np.sqrt((x * x).mean(axis=-1, keepdims=True) + np.float32(eps))
+    done: np.ndarray = (x / scale * weight).astype(np.float32, copy=False)
+    return done

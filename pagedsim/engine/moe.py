@@ -14,12 +14,17 @@ routed to, so the paged cache serves an MoE model unchanged.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 from .ops import activation, linear
 
+if TYPE_CHECKING:  # model.py imports this module: the config type is for the checker only
+    from .model import ModelConfig
 
-def route(c, logits: np.ndarray) -> tuple:
+
+def route(c: ModelConfig, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(experts [T, k] ordered by weight, weights [T, k]) as transformers' routers give them."""
     k = c.experts_per_token
     if c.router == "topk_softmax":
@@ -36,7 +41,7 @@ def route(c, logits: np.ndarray) -> tuple:
     return chosen, w.astype(np.float32)
 
 
-def moe_mlp(c, lw: dict, x: np.ndarray) -> np.ndarray:
+def moe_mlp(c: ModelConfig, lw: dict[str, Any], x: np.ndarray) -> np.ndarray:
     """The layer's mixture of experts over x [T, hidden]."""
     chosen, weights = route(c, (x @ lw["gate.weight"].T).astype(np.float32))
     out = np.zeros_like(x, dtype=np.float32)

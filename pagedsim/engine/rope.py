@@ -33,21 +33,25 @@ interleaved pairs (x[2i], x[2i + 1]; Cohere).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope", "dynamic")
 
 
 def _exponents(dim: int) -> np.ndarray:
-    return np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
+    out: np.ndarray = np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / np.float32(dim)
+    return out
 
 
 def _default(dim: int, base: float) -> np.ndarray:
-    return (np.float32(1.0) / np.float32(base) ** _exponents(dim)).astype(np.float32)
+    out: np.ndarray = np.float32(1.0) / np.float32(base) ** _exponents(dim)
+    return out.astype(np.float32)
 
 
-def _llama3(inv: np.ndarray, s: dict) -> np.ndarray:
+def _llama3(inv: np.ndarray, s: dict[str, Any]) -> np.ndarray:
     factor, low, high = (
         np.float32(s[k]) for k in ("factor", "low_freq_factor", "high_freq_factor")
     )
@@ -65,7 +69,7 @@ def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
     return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 
-def _yarn(dim: int, base: float, s: dict) -> tuple:
+def _yarn(dim: int, base: float, s: dict[str, Any]) -> tuple[np.ndarray, float]:
     """(inv_freq, attention factor) of YaRN: extrapolated (default) frequencies for the
     fast-rotating dims, interpolated (/ factor) for the slow ones, a linear ramp between."""
     factor = s["factor"]
@@ -100,7 +104,7 @@ def _yarn(dim: int, base: float, s: dict) -> tuple:
 class RotaryEmbedding:
     """One layer kind's rope: `angles(positions, ends)` and the attention `factor`."""
 
-    def __init__(self, dim: int, base: float, scaling: dict, interleaved: bool = False):
+    def __init__(self, dim: int, base: float, scaling: dict[str, Any], interleaved: bool = False):
         self.dim, self.base, self.interleaved = dim, float(base), interleaved
         self.kind = kind = scaling.get("rope_type", "default")
         if kind not in ROPE_TYPES:
@@ -139,14 +143,16 @@ class RotaryEmbedding:
         f32 = np.float32
         stretch = (f32(factor) * f32(length) / f32(m) - f32(factor - 1)) ** f32(dim / (dim - 2))
         base = f32(self.base) * stretch
-        return (f32(1.0) / base ** _exponents(dim)).astype(np.float32)
+        out: np.ndarray = f32(1.0) / base ** _exponents(dim)
+        return out.astype(np.float32)
 
-    def angles(self, positions, ends=None) -> np.ndarray:
+    def angles(self, positions: ArrayLike, ends: ArrayLike | None = None) -> np.ndarray:
         """float32 [T, R/2]; `ends[t]`: the length of token t's sequence at the end of the
         forward pass that embeds it (None: position + 1, one decode step per token)."""
         pos = np.asarray(positions, np.float32)
         if self.threshold is None:
-            return pos[:, None] * self.inv_freq[None, :]
+            plain: np.ndarray = pos[:, None] * self.inv_freq[None, :]
+            return plain
         lengths = (
             np.asarray(positions, np.int64) + 1 if ends is None else np.asarray(ends, np.int64)
         )

@@ -28,6 +28,7 @@ by `pagedsim generate` as the file says.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,22 +47,22 @@ class SamplingParams:
     top_k: int = 0  # 0 or -1: no top-k (vLLM); transformers' generate defaults to 50
     min_p: float = 0.0
     seed: int | None = None
-    stop: str | list | None = None
-    stop_token_ids: list | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
     max_tokens: int | None = 16
     min_tokens: int = 0
     logprobs: int | None = None
     include_stop_str_in_output: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check(self)
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         object.__setattr__(self, "stop", stop)
         object.__setattr__(self, "stop_token_ids", [int(t) for t in self.stop_token_ids or []])
 
 
-def _number(name: str, value, low: float, high: float, low_open: bool = False) -> None:
+def _number(name: str, value: object, low: float, high: float, low_open: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")
     if not math.isfinite(value) or value < low or value > high or (low_open and value == low):
@@ -69,7 +70,7 @@ def _number(name: str, value, low: float, high: float, low_open: bool = False) -
         raise ValueError(f"{name} must be in {bound}{low:g}, {high:g}], got {value}")
 
 
-def _int(name: str, value, low: int, allow_none: bool = False) -> None:
+def _int(name: str, value: object, low: int, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
     if isinstance(value, bool) or not isinstance(value, int):
@@ -110,7 +111,11 @@ def _check(p: SamplingParams) -> None:
 
 
 def process(
-    logits: np.ndarray, prompt, output, params: SamplingParams, eos: tuple = ()
+    logits: np.ndarray,
+    prompt: Sequence[int],
+    output: Sequence[int],
+    params: SamplingParams,
+    eos: tuple[int, ...] = (),
 ) -> np.ndarray:
     """The processed logits (float32 [V], -inf where a token cannot be drawn), steps 1-6."""
     x = np.array(logits, np.float32)
@@ -131,7 +136,9 @@ def process(
     return x.astype(np.float32)
 
 
-def penalize(x: np.ndarray, prompt, output, params: SamplingParams) -> np.ndarray:
+def penalize(
+    x: np.ndarray, prompt: Sequence[int], output: Sequence[int], params: SamplingParams
+) -> np.ndarray:
     """Repetition (prompt and output), frequency and presence (output) penalties."""
     r, f, pres = params.repetition_penalty, params.frequency_penalty, params.presence_penalty
     if r == 1 and f == 0 and pres == 0:
@@ -157,7 +164,7 @@ def _top_p(x: np.ndarray, top_p: float) -> np.ndarray:
     cumulative = np.cumsum(p / p.sum())
     drop = cumulative <= 1 - top_p
     drop[-1] = False
-    out = x.copy()
+    out: np.ndarray = x.copy()
     out[order[drop]] = -np.inf
     return out
 
@@ -166,7 +173,8 @@ def distribution(processed: np.ndarray) -> np.ndarray:
     """softmax of processed logits, float64 (a greedy request: one-hot at the argmax)."""
     x = np.asarray(processed, np.float64)
     p = np.exp(x - x.max())
-    return p / p.sum()
+    out: np.ndarray = p / p.sum()
+    return out
 
 
 def draw(processed: np.ndarray, params: SamplingParams, index: int, step: int) -> int:
@@ -181,7 +189,7 @@ def draw(processed: np.ndarray, params: SamplingParams, index: int, step: int) -
         return int(np.argmax(np.asarray(processed, np.float64) + gumbel))
 
 
-def top_logprobs(logits: np.ndarray, token: int, n: int) -> dict:
+def top_logprobs(logits: np.ndarray, token: int, n: int) -> dict[int, float]:
     """{token id: log-probability} of the n most likely tokens and the chosen one, from
     the raw logits (vLLM's raw_logprobs)."""
     x = np.asarray(logits, np.float64)
@@ -191,7 +199,7 @@ def top_logprobs(logits: np.ndarray, token: int, n: int) -> dict:
     return {int(t): float(lp[t]) for t in [token, *best.tolist()]}
 
 
-def find_stop(text: str, new_chars: int, stops: list, include: bool) -> int | None:
+def find_stop(text: str, new_chars: int, stops: list[str], include: bool) -> int | None:
     """Where to cut `text` when a stop string ends within its last `new_chars`
     characters (vLLM's check_stop_strings: the earliest-ending stop wins), or None."""
     best = None

@@ -385,3 +385,51 @@ def test_llama_3_70b_over_four_h100s_is_reported_per_gpu(capsys):
         capsys, "--model", "llama-3-70b", "--gpu", "H100-80GB", "--tensor-parallel-size", "3"
     )
     assert rc == 2 and "must divide num_attention_heads (64)" in err
+
+
+def test_deepseek_v2_lite_caches_one_mla_latent_per_token_and_layer(capsys):
+    r = numbers(capsys, "--model", "deepseek-v2-lite", "--kv-cache-memory-bytes", "20GiB")
+    # per token: 27 layers x (kv_lora_rank 512 + qk_rope_head_dim 64) x 2 B = 31,104 B, where
+    # per-head K and V would take 27 x 16 x (128 + 64 + 128) x 2 B = 276,480 B
+    assert (r["latent_dim"], r["uncompressed_values"]) == (576, 5_120)
+    assert r["bytes_per_token"] == 31_104 and r["kv_heads_per_gpu"] == 1
+    # one layer's block (vLLM's MLAAttentionSpec page): 16 x 576 x 2 B = 18,432 B
+    assert (r["page_size_bytes"], r["bytes_per_block"]) == (18_432, 497_664)
+    # 21,474,836,480 // 18,432 = 1,165,084 // 27 = 43,151 blocks = 690,416 tokens
+    assert (r["num_blocks"], r["num_tokens"]) == (43_151, 690_416)
+
+
+def test_an_mla_latent_is_whole_on_every_tensor_parallel_gpu(capsys):
+    one = numbers(capsys, "--model", "deepseek-v2-lite", "--kv-cache-memory-bytes", "8GiB")
+    two = numbers(
+        capsys, "--model", "deepseek-v2-lite", "--kv-cache-memory-bytes", "8GiB",
+        "--tensor-parallel-size", "2",
+    )  # fmt: skip
+    assert two["page_size_bytes"] == one["page_size_bytes"] == 18_432
+
+
+def test_deepseek_v2_lites_weights_are_estimated_from_mla_and_its_experts(capsys):
+    r = numbers(capsys, "--model", "deepseek-v2-lite", "--gpu", "H100-80GB")
+    # per layer, MLA: q 2,048 x 16 x 192 + kv_a 2,048 x 576 + kv_b 512 x 16 x 256
+    # + o 16 x 128 x 2,048 = 13,762,560; 27 layers: 371,589,120. MLP: one dense layer
+    # 3 x 2,048 x 10,944 = 67,239,936, then 26 MoE layers of (64 + 2) x 3 x 2,048 x 1,408
+    # + a 2,048 x 64 router = 571,080,704: 14,848,098,304. Embeddings and head: 2 x
+    # 102,400 x 2,048 = 419,430,400. Total 15,706,357,760 (the model card: 15.7 B).
+    assert r["parameters_estimated"] == 15_706_357_760
+
+
+def test_the_report_says_what_an_mla_block_holds(capsys):
+    rc, out, _ = run(capsys, "--model", "deepseek-v2-lite", "--kv-cache-memory-bytes", "8GiB")
+    assert rc == 0
+    assert "31,104 B = 27 layers x (kv_lora_rank 512 + qk_rope_head_dim 64) x 2 B (bfloat16)" in out
+    assert "instead of 5,120 values of per-head K and V" in out
+    assert "one layer's block (vLLM's page_size_bytes) 18,432 B" in out
+
+
+def test_an_mla_config_without_its_rope_dim_is_named_in_one_line(tmp_path, capsys):
+    cfg = dict(capacity.MODELS["deepseek-v2-lite"])
+    del cfg["qk_rope_head_dim"]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    rc, out, err = run(capsys, "--model", str(tmp_path), "--kv-cache-memory-bytes", "8GiB")
+    assert rc != 0 and out == ""
+    assert "config has no 'qk_rope_head_dim'" in err and len(err.strip().splitlines()) == 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pagedsim.sizing import PRESETS
+from pagedsim.sizing import PRESETS, ModelSpec
 
 TITLE = "The inside of a block"
 TITLE_ZH = "Block 的内部"
@@ -35,6 +35,15 @@ steps; a token's K and V come from the attention projections alone, whichever ex
 the router picks. So Mixtral-8x7B's block is exactly Mistral-7B's (32 layers, 8 KV heads
 of 128): 47B parameters of weights, the KV cache of a 7B model. `pagedsim generate`
 serves these checkpoints with the same block tables.
+
+Multi-head latent attention (MLA: DeepSeek-V2, V3) does change the block. It caches no
+per-head K and V: each token keeps, per layer, one latent vector of kv_lora_rank values
+(the compressed K and V, expanded by up-projections when attention runs) and the
+qk_rope_head_dim values of its one rotary key. DeepSeek-V2-Lite (27 layers, kv_lora_rank
+512, qk_rope_head_dim 64) caches 576 values per token and layer where per-head K and V
+would take 16 x (128 + 64 + 128) = 5,120, so its 16-token block is 16 x 27 x 576 x 2 B =
+486 KiB. vLLM's MLAAttentionSpec pages it the same way, as one KV head of 576 with no V
+(`pagedsim capacity --model deepseek-v2-lite` prints it; the demo's last row).
 """
 TEXT_ZH = """
 一个 Block 存放 block_size 个 token 在每一层、每个 KV 头上的 K 和 V。大小为 block_size ×
@@ -47,17 +56,29 @@ TEXT_ZH = """
 MLP，它在注意力之后运行、步与步之间不保留任何东西；一个 token 的 K 和 V 只来自注意力投影，与路由
 选中哪些专家无关。所以 Mixtral-8x7B 的 Block 与 Mistral-7B 完全相同（32 层、8 个 128 维 KV 头）：
 权重是 47B 参数，KV 缓存却是 7B 模型的。`pagedsim generate` 用同样的块表服务这些检查点。
+
+多头潜在注意力（MLA：DeepSeek-V2、V3）则改变了 Block：它不缓存每个头的 K 和 V，每个 token 在每层
+只保存一个 kv_lora_rank 维的潜在向量（压缩后的 K 和 V，注意力计算时由上投影展开）和 qk_rope_head_dim
+维的一个旋转键。DeepSeek-V2-Lite（27 层、kv_lora_rank 512、qk_rope_head_dim 64）每个 token 每层缓存
+576 个数，而按头存 K 和 V 需要 16 ×（128 + 64 + 128）= 5,120 个，所以它 16 个 token 的 Block 是
+16 × 27 × 576 × 2 B = 486 KiB。vLLM 的 MLAAttentionSpec 也这样分页：一个 576 维的 KV 头、没有 V
+（`pagedsim capacity --model deepseek-v2-lite` 会打印它；即演示的最后一行）。
 """
 
 
 def demo(out_dir) -> None:
     from course.ch03_kv_block.lessons import verdict
 
-    print(f"{'model':<12} {'bytes/token':>12} {'bytes/block (16 tokens)':>24}")
+    print(f"{'model':<16} {'bytes/token':>12} {'bytes/block (16 tokens)':>24}")
     sizes = {}
     for spec in PRESETS.values():
         sizes[spec.name] = spec.bytes_per_block(16)
-        print(f"{spec.name:<12} {spec.bytes_per_token():>12,} {sizes[spec.name]:>24,}")
+        print(f"{spec.name:<16} {spec.bytes_per_token():>12,} {sizes[spec.name]:>24,}")
+    mla = ModelSpec("deepseek-v2-lite", num_layers=27, num_kv_heads=1, head_dim=576, latent_dim=576)
+    print(
+        f"{mla.name:<16} {mla.bytes_per_token():>12,} {mla.bytes_per_block(16):>24,}"
+        "  (MLA: one latent of 512 + 64 per token and layer, not K and V per head)"
+    )
     small, large = min(sizes, key=sizes.get), max(sizes, key=sizes.get)
     kv_memory = 40 * 2**30
     meaning = (
