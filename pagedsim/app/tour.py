@@ -254,8 +254,8 @@ def _narrate(snaps: list[Snapshot], lang: str, width: int, wait: bool) -> bool:
     def say(template: str, **kw: object) -> str:
         return t(template, lang, tour_zh.ZH, **kw)
 
-    def show(text: str) -> None:
-        print("\n".join(o for line in text.split("\n") for o in wrap(line, width)))
+    def show(text: str, indent: str = "      ") -> None:  # a step's caption hangs under it
+        print("\n".join(o for line in text.split("\n") for o in wrap(line, width, indent)))
 
     show(
         say(
@@ -287,7 +287,7 @@ def _narrate(snaps: list[Snapshot], lang: str, width: int, wait: bool) -> bool:
             if answer.strip().lower() == "b":  # show the step before this one again
                 k = max(0, k - 2)
     if any(e.kind == "allocation_failed" for e in snaps[-1].events):
-        show(tour_zh.OUT_OF_BLOCKS_NOTE if lang == "zh" else OUT_OF_BLOCKS_NOTE)
+        show(tour_zh.OUT_OF_BLOCKS_NOTE if lang == "zh" else OUT_OF_BLOCKS_NOTE, indent="")
     return True
 
 

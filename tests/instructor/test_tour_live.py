@@ -24,6 +24,13 @@ def test_no_tour_line_is_wider_than_the_width_asked_for(capsys, width, lang):
     assert out.count("\n") > 100  # the whole tour was printed, not cut short
 
 
+def test_the_closing_paragraph_is_a_paragraph_not_a_hanging_caption(capsys):
+    out = tour_output(capsys, "--width", "80").rstrip("\n")
+    closing = out.split("\n\n")[-1].splitlines()
+    assert closing[0].startswith("The pool ran dry") and len(closing) > 1, closing
+    assert not [line for line in closing if line.startswith(" ")], closing
+
+
 def test_a_narrow_width_puts_fewer_blocks_on_a_row(capsys):
     def rows(width):
         out = tour_output(capsys, "--width", str(width), "--steps", "0")
