@@ -30,6 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .requests import seq_key
+
 
 @dataclass
 class Divergence:
@@ -92,6 +94,11 @@ class View:
         return cls(seqs, list(snap.ref_counts), list(snap.free_list), len(snap.free_list))
 
 
+def seq_name(seq: Any) -> str:
+    """A manager's sequence id as the engine names it: (1, 0) -> "r1.0"."""
+    return seq_key(seq) if isinstance(seq, tuple) else str(seq)
+
+
 def blocks_difference(reference: View, tested: View, name: str = "tested") -> str | None:
     """The first difference between two managers' sequences, tables, counts and free lists."""
     ref, got = reference.seqs, tested.seqs
@@ -99,26 +106,27 @@ def blocks_difference(reference: View, tested: View, name: str = "tested") -> st
         if s not in got:
             continue
         mine, n = got[s]
+        seq = seq_name(s)
         for i, (b, c) in enumerate(zip(mine, table, strict=False)):
             if b != c:
                 return (
-                    f"seq {s}'s table maps logical {i} -> {b} in the {name} pool, -> {c} in "
+                    f"seq {seq}'s table maps logical {i} -> {b} in the {name} pool, -> {c} in "
                     f"the reference pool"
                 )
         if len(mine) != len(table):
             return (
-                f"seq {s}'s table has {len(mine)} blocks {mine} in the {name} pool, "
+                f"seq {seq}'s table has {len(mine)} blocks {mine} in the {name} pool, "
                 f"{len(table)} {table} in the reference pool"
             )
         if n != num:
-            return f"seq {s} holds {n} tokens in the {name} pool, {num} in the reference pool"
+            return f"seq {seq} holds {n} tokens in the {name} pool, {num} in the reference pool"
     for b, (c, m) in enumerate(zip(reference.ref_counts, tested.ref_counts, strict=True)):
         if c != m:
             return f"block {b}'s ref count is {m} in the {name} pool, {c} in the reference pool"
     if set(ref) != set(got):
         return (
-            f"the {name} pool holds sequences {sorted(map(str, got))}, the reference pool "
-            f"{sorted(map(str, ref))}"
+            f"the {name} pool holds sequences {sorted(map(seq_name, got))}, the reference pool "
+            f"{sorted(map(seq_name, ref))}"
         )
     free, mine_free = reference.free_list, tested.free_list
     if free != mine_free:
@@ -144,19 +152,30 @@ def blocks_difference(reference: View, tested: View, name: str = "tested") -> st
 
 
 _CALLS = {  # the event that names a manager call -> how the report names the call
-    "SequenceAdded": lambda e: f"add_sequence({e.seq_id}, {e.num_tokens} tokens)",
-    "TokensAppended": lambda e: f"append_tokens({e.seq_id}) at position {e.first_position}",
-    "SequenceForked": lambda e: f"fork({e.parent} -> {e.child})",
-    "SequenceFreed": lambda e: f"free_sequence({e.seq_id})",
-    "AllocationFailed": lambda e: f"{e.what} for {e.seq_id}, refused",
+    "SequenceAdded": lambda e: f"add_sequence({seq_name(e.seq_id)}, {e.num_tokens} tokens)",
+    "TokensAppended": lambda e: (
+        f"append_tokens({seq_name(e.seq_id)}) at position {e.first_position}"
+    ),
+    "SequenceForked": lambda e: f"fork({seq_name(e.parent)} -> {seq_name(e.child)})",
+    "SequenceFreed": lambda e: f"free_sequence({seq_name(e.seq_id)})",
+    "AllocationFailed": lambda e: f"{e.what} for {seq_name(e.seq_id)}, refused",
 }
 
 
 def describe(events) -> str:
     """The manager call a snapshot's events record, e.g. 'append_tokens(r1.1) at position 67,
-    copy-on-write 11 -> 15'."""
-    call = next((_CALLS[type(e).__name__](e) for e in events if type(e).__name__ in _CALLS), "")
-    cow = [f"copy-on-write {e.src} -> {e.dst}" for e in events if type(e).__name__ == "CopyOnWrite"]
+    copy-on-write 11 -> 15 for r1.1', or 'decode_step(r0.0, r1.0, r1.1)' for a decode of
+    several sequences (one token each)."""
+    appended = [seq_name(e.seq_id) for e in events if type(e).__name__ == "TokensAppended"]
+    if len(appended) > 1:
+        call = f"decode_step({', '.join(appended)})"
+    else:
+        call = next((_CALLS[type(e).__name__](e) for e in events if type(e).__name__ in _CALLS), "")
+    cow = [
+        f"copy-on-write {e.src} -> {e.dst} for {seq_name(e.seq_id)}"
+        for e in events
+        if type(e).__name__ == "CopyOnWrite"
+    ]
     return ", ".join([call, *cow] if call else cow) or "a call"
 
 

@@ -149,6 +149,17 @@ def sample(
     return int(np.argmax(x + gumbel))
 
 
+def seq_key(seq_id: tuple[int, int]) -> str:
+    """A scheduler's sequence id (request, sample) as RequestState names it: (1, 0) -> "r1.0"."""
+    return f"r{seq_id[0]}.{seq_id[1]}"
+
+
+def seq_id(key: str) -> tuple[int, int]:
+    """The scheduler's sequence id of a RequestState key: "r1.0" -> (1, 0)."""
+    request, sample = key[1:].split(".")
+    return int(request), int(sample)
+
+
 class RequestState:
     """One request's live sequences: seq key -> token list, plus scores and sample ids."""
 
@@ -164,7 +175,7 @@ class RequestState:
         self._next = 1
 
     def key(self, k: int) -> str:
-        return f"r{self.rid}.{k}"
+        return seq_key((self.rid, k))
 
     @property
     def done(self) -> bool:

@@ -110,8 +110,11 @@ v1 的缓存池，所以这次运行关闭前缀缓存。结果一致并不等�
 
 
 def _tables_at(engine, marks, i) -> dict:
+    """Step i's tables by the request state's names: sequence (2, 1) is "r2.1"."""
+    from pagedsim.engine.requests import seq_key
+
     snap = engine.manager.trace.snapshots[marks[i]]
-    return {str(q.seq_id): (list(q.blocks), q.num_tokens) for q in snap.sequences}
+    return {seq_key(q.seq_id): (list(q.blocks), q.num_tokens) for q in snap.sequences}
 
 
 def _first_step(engine, marks, seq) -> int:
