@@ -21,6 +21,7 @@ import json
 import sys
 from pathlib import Path
 
+from ..config import CacheConfig, SchedulerConfig
 from ..io.args import ArgParser, float_in, int_in
 from ..policies.preemption import PREEMPTION_POLICIES
 from . import generate
@@ -282,19 +283,24 @@ def main(argv: list[str] | None = None) -> int:
         engine, marks, summary = generate.run(
             model,
             tok,
-            prompts,
-            max_tokens=args.max_tokens,
-            num_gpu_blocks_override=args.num_gpu_blocks_override,
-            block_size=args.block_size,
-            max_num_batched_tokens=args.max_num_batched_tokens,
-            preemption_mode=args.preemption_mode,
-            enable_prefix_caching=args.enable_prefix_caching,
+            generate.Workload(
+                prompts=prompts,
+                max_tokens=args.max_tokens,
+                turns=args.turns,
+                overrides=overrides,
+                generation_config=args.generation_config,
+            ),
+            CacheConfig(
+                block_size=args.block_size,
+                num_gpu_blocks_override=args.num_gpu_blocks_override,
+                enable_prefix_caching=args.enable_prefix_caching,
+            ),
+            SchedulerConfig(
+                max_num_batched_tokens=args.max_num_batched_tokens,
+                preemption_mode=args.preemption_mode,
+            ),
             backend=args.backend,
-            turns=args.turns,
-            overrides=overrides,
-            generation_config=args.generation_config,
-            manager=manager,
-            pool_name=args.pool,
+            pool=None if manager is None else generate.Pool(manager, args.pool),
             check_dense=args.model is None if args.check_dense is None else args.check_dense,
         )
     except PoolFailed as e:  # the finding itself: where the pool parted, and how it failed

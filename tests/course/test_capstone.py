@@ -19,11 +19,15 @@ from hypothesis import strategies as st
 from course import curriculum, mutation
 from course.ch03_kv_block import capstone
 from pagedsim.app.cli import main
+from pagedsim.config import CacheConfig
 from pagedsim.engine import generate
 from pagedsim.engine.lockstep import Divergence, PoolFailed, View, blocks_difference
 from pagedsim.manager import KVCacheManager
 
-RUN = dict(max_tokens=8, num_gpu_blocks_override=24, block_size=8, enable_prefix_caching=False)
+RUN = dict(
+    workload=generate.Workload(max_tokens=8),
+    cache=CacheConfig(block_size=8, num_gpu_blocks_override=24, enable_prefix_caching=False),
+)
 CLI = ["generate", "--pool", "workspace", "--max-tokens", "8", "--block-size", "8"]
 CLI += ["--num-gpu-blocks-override", "24"]
 
@@ -49,7 +53,7 @@ def serve(model, folder, monkeypatch) -> Divergence:
     monkeypatch.setenv("PAGEDSIM_WORKSPACE", str(folder))
     try:
         _, _, summary = generate.run(
-            *model, **RUN, manager=capstone.workspace_pool(), pool_name="workspace"
+            *model, **RUN, pool=generate.Pool(capstone.workspace_pool(), "workspace")
         )
     except PoolFailed as e:
         return e.divergence
@@ -66,7 +70,7 @@ def test_the_reference_solutions_serve_every_token_and_block_of_the_reference_po
 ):
     monkeypatch.setenv("PAGEDSIM_WORKSPACE", str(workspace(tmp_path)))
     engine, _, summary = generate.run(
-        *model, **RUN, manager=capstone.workspace_pool(), pool_name="workspace"
+        *model, **RUN, pool=generate.Pool(capstone.workspace_pool(), "workspace")
     )
     assert isinstance(engine.manager, capstone.WorkspaceManager)
     assert summary["cow_bytes"] > 0 and any(r["shared"] for r in engine.log), "forks and copies ran"

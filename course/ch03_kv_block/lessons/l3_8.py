@@ -136,7 +136,8 @@ def your_code(model, tok, backend: str = "auto", max_tokens: int = 16) -> tuple[
     """The mix served by your 3.4a free list and 3.4b copy-on-write beside the reference pool
     (course/ch03_kv_block/capstone.py). Returns (lines to print, matched); matched is None
     when your code is not there yet (no workspace file, or still the stub)."""
-    from pagedsim.engine.generate import run
+    from pagedsim.config import CacheConfig
+    from pagedsim.engine.generate import Pool, Workload, run
     from pagedsim.engine.lockstep import PoolFailed
 
     from .. import capstone
@@ -151,11 +152,10 @@ def your_code(model, tok, backend: str = "auto", max_tokens: int = 16) -> tuple[
         _, _, s = run(
             model,
             tok,
-            max_tokens=max_tokens,
+            Workload(max_tokens=max_tokens),
+            CacheConfig(enable_prefix_caching=False),
             backend=backend,
-            enable_prefix_caching=False,
-            manager=code.manager,
-            pool_name="workspace",
+            pool=Pool(code.manager, "workspace"),
         )
     except PoolFailed as e:
         return [f"served by {files}", *e.divergence.lines()], False
@@ -165,6 +165,7 @@ def your_code(model, tok, backend: str = "auto", max_tokens: int = 16) -> tuple[
 
 
 def demo(out_dir, backend: str = "auto", model_dir=None) -> None:
+    from pagedsim.config import CacheConfig
     from pagedsim.engine.generate import load, run, step_frames
 
     model, tok = load(model_dir)
@@ -231,9 +232,8 @@ def demo(out_dir, backend: str = "auto", model_dir=None) -> None:
     )
     print("3.5 the same run with other block sizes:")
     for size in (8, 32):
-        _, _, other = run(
-            model, tok, num_gpu_blocks_override=256 // size, block_size=size, backend=backend
-        )
+        cache = CacheConfig(block_size=size, num_gpu_blocks_override=256 // size)
+        _, _, other = run(model, tok, cache=cache, backend=backend)
         print(
             f"    B = {size:>2}: prefix cache served {other['skipped_by_prefix_cache']} tokens, "
             f"tokens match: {other['tokens_match']}"
