@@ -215,13 +215,12 @@ class SchedulerV0(WorkloadScheduler):
     def check_request(self, prompt_len: int, max_tokens: int, best_of: int = 1) -> None:
         """Raise (nothing changed) if a request `add_request` would take could never be
         admitted. vLLM v0's BlockSpaceManager.can_allocate says NEVER when the prompt's
-        blocks plus the watermark exceed the pool; here the admission's headroom block
-        counts too (`_admit`), and so does the group's peak: `best_of` sequences of up to
-        prompt_len + max_tokens tokens each, since a forked group is swapped only whole."""
+        blocks plus the watermark exceed the pool; here the group's peak counts: `best_of`
+        sequences of up to prompt_len + max_tokens tokens each, since a forked group is
+        swapped only whole (its admission, `_blocks_to_admit`, never asks for more)."""
         r = Request(prompt_len, max_tokens, n=best_of)
         peak = r.num_seqs * self.manager.peak_blocks(r.prompt_len, r.total_len)
-        first = blocks_needed(r.prompt_len, self.manager.block_size) + 1  # _admit's headroom
-        self._refuse("the request", r, max(peak, first))
+        self._refuse("the request", r, peak)
 
     def _refuse(self, name: str, r: Request, worst: int) -> None:
         worst += self.watermark
@@ -511,7 +510,7 @@ class SchedulerV0(WorkloadScheduler):
 
     # ---- admission and preemption -----------------------------------------------------
     def _admit(self, g: Group) -> bool:
-        m, bs = self.manager, self.manager.block_size
+        m = self.manager
         k, p = len(g.seq_ids), g.prompt_len
         if self.max_running is not None and self._num_running() + k > self.max_running:
             return False
@@ -519,9 +518,7 @@ class SchedulerV0(WorkloadScheduler):
         # the prefix cache, when there is one and the prompts' ids are known (else None)
         cache = m if self.tokens is not None and isinstance(m, PrefixCachingManager) else None
         tokens = () if self.tokens is None else self.tokens[g.key]
-        need = blocks_needed(p, bs) + k + self.watermark  # headroom for the next decode
-        if g.generated:
-            need += k * (blocks_needed(p + g.generated, bs) - p // bs)
+        need = self._blocks_to_admit(g)
         if need > m.num_free_blocks and cache is not None:  # hits on blocks in use cost nothing
             need -= sum(1 for b in cache.get_computed_blocks(tokens).blocks if m.pool.ref_count(b))
         if need > m.num_free_blocks:
@@ -555,6 +552,23 @@ class SchedulerV0(WorkloadScheduler):
             self.recomputed_tokens += prefilled
         g.order = self._next_order()
         return True
+
+    def _blocks_to_admit(self, g: Group) -> int:
+        """Free blocks `_admit` asks for (before prefix-cache hits): the prompt (and what a
+        recomputed group had generated), one block per sequence of headroom for the next
+        decode, and the watermark. A request an engine added (add_request) is one sequence
+        whose prefill samples a token: it asks for the blocks of its tokens, plus a block
+        only if its next decode starts one (vLLM v0's can_allocate counts no headroom)."""
+        bs, k, p = self.manager.block_size, len(g.seq_ids), g.prompt_len
+        if g.key in self._groups:
+            assert k == 1, "a forked added request is only ever swapped"
+            held = p + g.generated
+            starts_block = g.generated + 1 < g.output_len and held % bs == 0
+            return blocks_needed(held, bs) + starts_block + self.watermark
+        need = blocks_needed(p, bs) + k + self.watermark  # headroom for the next decode
+        if g.generated:
+            need += k * (blocks_needed(p + g.generated, bs) - p // bs)
+        return need
 
     def _preempt(self, g: Group) -> None:
         if g.key in self._groups and len(g.seq_ids) > 1 and not self.policy.keeps_kv:

@@ -264,16 +264,20 @@ def test_a_forked_group_that_finds_the_host_full_raises_and_changes_nothing():
 
 
 def test_a_request_the_pool_holds_at_its_peak_is_taken_and_one_block_more_is_refused():
-    """What the engine took before SchedulerV0 served it (best_of x its peak blocks, plus
-    the admission's one block of headroom) is taken; one block more is refused."""
+    """What the engine took before SchedulerV0 served it (best_of x its peak blocks) is
+    taken, and admitted with no block of headroom unless its next decode starts a block;
+    one block more is refused."""
     s = SchedulerV0([], KVCacheManager(8, 4), record=False)
     s.check_request(5, 11, best_of=2)  # 2 sequences x blocks(16) = 8
     with pytest.raises(ValueError, match="needs up to 10 blocks, more than the pool's 8"):
         s.check_request(5, 12, best_of=2)  # 2 x blocks(17) = 10
-    small = SchedulerV0([], KVCacheManager(2, 4), record=False)
-    small.check_request(3, 2)  # one block at its peak, but admission wants a second
-    with pytest.raises(ValueError, match="needs up to 3 blocks"):
-        small.check_request(8, 1)  # blocks(8) + 1 of headroom
     with pytest.raises(ValueError, match="needs up to 10 blocks"):
         s.add_request((1, 2, 3, 4, 5), 12, best_of=2)
     assert s.requests == [] and s.waiting == deque()
+    tiny = SchedulerV0([], KVCacheManager(1, 4), record=False)
+    rid = tiny.add_request((7,), 3)  # one block holds its 1 + 3 tokens
+    for token in (3, 4, 5):
+        out = tiny.schedule()
+        assert out.total_num_scheduled_tokens > 0
+        tiny.update_from_output(out, {rid: token})
+    assert tiny.done and tiny.manager.num_free_blocks == 1
