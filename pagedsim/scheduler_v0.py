@@ -33,7 +33,9 @@ prefill samples the first token; a decode computes the last sampled token; a rec
 prefills the prompt and every sampled token) and mirrors its output processor's forks and
 frees with `fork_seq` / `free_seq` (v0's names) between schedule() and update_from_output():
 parallel samples fork after the first sample, beams fork and fall out as the model's
-log-probs rank them. A group of forked sequences is only ever swapped, never recomputed.
+log-probs rank them. A group of forked sequences is only ever swapped, never recomputed:
+`SeqGroupPolicy` is v0's choice per group, and `check_request` refuses a request that
+could never be admitted. The v0 engine (engine/paged.py, mode="v0") serves on this.
 
 The manager's `reclaimer` hook is pointed at the same victim choice, so an allocation
 that runs short anywhere preempts (a group not scheduled this step) instead of failing.
@@ -50,10 +52,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .block_table import blocks_needed
+from .block_table import NULL_BLOCK, blocks_needed
 from .errors import count_arg
 from .manager import KVCacheManager
-from .policies.preemption import Group, RecomputePolicy, make_policy, preemption_class
+from .policies.preemption import (
+    Group,
+    RecomputePolicy,
+    SwapPolicy,
+    make_policy,
+    preemption_class,
+)
 from .policies.prefix_cache import PrefixCachingManager
 from .scheduler_common import (
     TokenIds,
@@ -67,6 +75,35 @@ from .scheduler_output import CachedRequestData, NewRequestData, ReqId, Schedule
 from .workloads import Request
 
 VICTIMS = ("newest", "oldest")
+
+
+class SeqGroupPolicy(SwapPolicy):
+    """vLLM v0's preemption of a sequence group (`Scheduler._preempt`): with no
+    preemption_mode given, a group of one sequence is recomputed and a group of several
+    (parallel samples, beams: they share blocks) is swapped, since v0 recomputes only a
+    lone sequence. `swap_single` (v0's preemption_mode="swap") swaps a lone sequence too,
+    recomputing it when the host pool is full. A group of several that finds the host pool
+    full raises, as v0 does ("Aborted due to the lack of CPU swap space")."""
+
+    name = "recompute"  # the policy pagedsim's --preemption-mode "recompute" means in v0
+
+    def __init__(self, host_blocks: int, block_bytes: int = 1, *, swap_single: bool = False):
+        super().__init__(host_blocks, block_bytes)
+        self.swap_single = swap_single
+
+    def preempt(self, manager: KVCacheManager, group: Group) -> str:
+        if len(group.seq_ids) == 1 and not self.swap_single:
+            return RecomputePolicy.preempt(self, manager, group)
+        if len(group.seq_ids) > 1:
+            tables = [manager.block_table(s).blocks for s in group.seq_ids]
+            distinct = {b for t in tables for b in t if b != NULL_BLOCK}
+            if len(distinct) > self.host_free:
+                raise RuntimeError(
+                    f"the host pool is full ({self.host_free} free blocks, {len(distinct)} "
+                    f"needed): a group of several sequences can only be swapped (vLLM v0 "
+                    f"aborts here too)"
+                )
+        return super().preempt(manager, group)
 
 
 @dataclass(frozen=True)
@@ -170,17 +207,31 @@ class SchedulerV0(WorkloadScheduler):
         manager.reclaimer = self._evict
 
     def _check_fits(self, i: int, r: Request) -> None:
-        """Raise if request `i` could never be admitted (its worst case exceeds the pool)."""
+        """Raise if workload request `i` could never be admitted (its worst case, with one
+        block of decode headroom per sequence, exceeds the pool)."""
         per_seq = self.manager.peak_blocks(r.prompt_len, r.total_len)
-        worst = r.num_seqs * per_seq + r.num_seqs + self.watermark
+        self._refuse(f"request {i}", r, r.num_seqs * per_seq + r.num_seqs)
+
+    def check_request(self, prompt_len: int, max_tokens: int, best_of: int = 1) -> None:
+        """Raise (nothing changed) if a request `add_request` would take could never be
+        admitted. vLLM v0's BlockSpaceManager.can_allocate says NEVER when the prompt's
+        blocks plus the watermark exceed the pool; here the group's peak counts: `best_of`
+        sequences of up to prompt_len + max_tokens tokens each, since a forked group is
+        swapped only whole (its admission, `_blocks_to_admit`, never asks for more)."""
+        r = Request(prompt_len, max_tokens, n=best_of)
+        peak = r.num_seqs * self.manager.peak_blocks(r.prompt_len, r.total_len)
+        self._refuse("the request", r, peak)
+
+    def _refuse(self, name: str, r: Request, worst: int) -> None:
+        worst += self.watermark
         if self.max_running is not None and r.num_seqs > self.max_running:
             raise ValueError(
-                f"request {i} has {r.num_seqs} sequences; max_running "
+                f"{name} has {r.num_seqs} sequences; max_running "
                 f"{self.max_running} can never admit it"
             )
         if worst > self.manager.num_blocks:
             raise ValueError(
-                f"request {i} ({r.num_seqs} x {r.total_len} tokens) needs up to "
+                f"{name} ({r.num_seqs} x {r.total_len} tokens) needs up to "
                 f"{worst} blocks, more than the pool's {self.manager.num_blocks}"
             )
 
@@ -201,7 +252,7 @@ class SchedulerV0(WorkloadScheduler):
         stops = prompt_ids(stop_token_ids, None, "stop_token_ids")
         r = Request(len(ids), count_arg("max_tokens", max_tokens, 1), n=best_of)
         i = len(self.requests)
-        self._check_fits(i, r)
+        self.check_request(r.prompt_len, r.output_len, r.num_seqs)
         if self.tokens is None:
             if self.requests:
                 raise ValueError(
@@ -459,7 +510,7 @@ class SchedulerV0(WorkloadScheduler):
 
     # ---- admission and preemption -----------------------------------------------------
     def _admit(self, g: Group) -> bool:
-        m, bs = self.manager, self.manager.block_size
+        m = self.manager
         k, p = len(g.seq_ids), g.prompt_len
         if self.max_running is not None and self._num_running() + k > self.max_running:
             return False
@@ -467,9 +518,7 @@ class SchedulerV0(WorkloadScheduler):
         # the prefix cache, when there is one and the prompts' ids are known (else None)
         cache = m if self.tokens is not None and isinstance(m, PrefixCachingManager) else None
         tokens = () if self.tokens is None else self.tokens[g.key]
-        need = blocks_needed(p, bs) + k + self.watermark  # headroom for the next decode
-        if g.generated:
-            need += k * (blocks_needed(p + g.generated, bs) - p // bs)
+        need = self._blocks_to_admit(g)
         if need > m.num_free_blocks and cache is not None:  # hits on blocks in use cost nothing
             need -= sum(1 for b in cache.get_computed_blocks(tokens).blocks if m.pool.ref_count(b))
         if need > m.num_free_blocks:
@@ -503,6 +552,23 @@ class SchedulerV0(WorkloadScheduler):
             self.recomputed_tokens += prefilled
         g.order = self._next_order()
         return True
+
+    def _blocks_to_admit(self, g: Group) -> int:
+        """Free blocks `_admit` asks for (before prefix-cache hits): the prompt (and what a
+        recomputed group had generated), one block per sequence of headroom for the next
+        decode, and the watermark. A request an engine added (add_request) is one sequence
+        whose prefill samples a token: it asks for the blocks of its tokens, plus a block
+        only if its next decode starts one (vLLM v0's can_allocate counts no headroom)."""
+        bs, k, p = self.manager.block_size, len(g.seq_ids), g.prompt_len
+        if g.key in self._groups:
+            assert k == 1, "a forked added request is only ever swapped"
+            held = p + g.generated
+            starts_block = g.generated + 1 < g.output_len and held % bs == 0
+            return blocks_needed(held, bs) + starts_block + self.watermark
+        need = blocks_needed(p, bs) + k + self.watermark  # headroom for the next decode
+        if g.generated:
+            need += k * (blocks_needed(p + g.generated, bs) - p // bs)
+        return need
 
     def _preempt(self, g: Group) -> None:
         if g.key in self._groups and len(g.seq_ids) > 1 and not self.policy.keeps_kv:

@@ -44,19 +44,13 @@ STRICT_FLAGS = (
 # those branches merge; a module may leave it only by joining the strict override.
 CONVERTING = frozenset(
     {
-        "pagedsim.engine",
-        "pagedsim.engine.adapter",
         "pagedsim.engine.backend",
-        "pagedsim.engine.beam_search",
         "pagedsim.engine.dense",
         "pagedsim.engine.generate",
         "pagedsim.engine.generate_cli",
         "pagedsim.engine.hf",
         "pagedsim.engine.kvstore",
-        "pagedsim.engine.lockstep",
         "pagedsim.engine.paged",
-        "pagedsim.engine.requests",
-        "pagedsim.engine.scheduler",
     }
 )
 

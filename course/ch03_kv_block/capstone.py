@@ -43,7 +43,7 @@ from pagedsim.block_pool import BlockPool
 from pagedsim.block_table import BlockTable, blocks_needed
 from pagedsim.errors import OutOfBlocks, SequenceError, token_ids_arg
 from pagedsim.errors import count_arg as _count
-from pagedsim.manager import KVCacheManager
+from pagedsim.manager import KVCacheManager, decode_need
 
 from .. import curriculum, workspace
 
@@ -286,7 +286,43 @@ class WorkspaceManager(KVCacheManager):
         self._end_step()
 
     def decode_step(self, seq_ids, with_slots: bool = True, token_ids: Any = None):
-        raise SequenceError("the workspace manager appends one sequence at a time")
+        """One token for each running sequence, as one manager call (SchedulerV0's decode),
+        in the reference's order (KVCacheManager.decode_step): first the sequences that
+        write into a partly filled block -- your slot_for_append copies a shared one --
+        then those that start a block, each group in batch order. So the copies take the
+        free list's first blocks and the new blocks the next ones, as in the reference."""
+        seq_ids = self._id_list(seq_ids)
+        batch = self._tables_of(seq_ids)
+        if len(set(map(id, batch))) != len(batch):
+            raise SequenceError("the workspace manager decodes each sequence once a step")
+        if token_ids is not None:
+            token_ids = token_ids_arg("token_ids", token_ids, len(seq_ids))
+            self._before_tokens_appended(
+                [(s, (t,)) for s, t in zip(seq_ids, token_ids, strict=True)]
+            )
+        bs = self.block_size
+        if decode_need(batch, self.pool, bs) > self.pool.num_free_blocks:
+            need = lambda: decode_need(batch, self.pool, bs)  # noqa: E731 - counted again
+            self._reserve(need, set(seq_ids), f"decode_step({len(batch)} seqs)")
+        positions = [t.num_tokens for t in batch]
+        order = sorted(range(len(batch)), key=lambda i: positions[i] % bs == 0)
+        slots: list = [None] * len(batch)
+        records = []
+        for i in order:  # partly filled blocks (and their copies) first, then new blocks
+            table, before, copies = batch[i], list(batch[i].blocks), []
+            slot = self._b("slot_for_append", self.pool, table.blocks, positions[i], bs, copies)
+            self._check_append(table, before, positions[i], slot, copies)
+            table.num_tokens = positions[i] + 1
+            slots[i] = slot
+            records.append((seq_ids[i], table, before, copies))
+        for i, s in enumerate(seq_ids):
+            if token_ids is not None:
+                self._on_tokens_appended(s, positions[i], (token_ids[i],))
+            self._emit(tr.TokensAppended, s, positions[i], (slots[i],))
+        for record in records:
+            self._record_append(*record)
+        self._end_step()
+        return slots if with_slots else None
 
 
 class Workspace:

@@ -6,20 +6,19 @@
     hf.py               a local Hugging Face checkpoint -> model + tokenizer (offline)
     requests.py         requests, sampling, parallel samples and beam search (both engines)
     dense.py            the reference engine: contiguous per-sequence K/V, NumPy attention
-    adapter.py          the v0 engine's door into the block manager and its prefix cache
     backend.py          the one seam for attention: NumPy or the kernels, chosen once
     kernels_backend.py  that seam on cuda_kernels (the only import of cuda_kernels)
     kvstore.py          the paged K/V per layer, read and written through the backend
-    scheduler.py        the v0 engine's scheduler: forks, beams, preemption by swap or recompute
     paged.py            the paged engine: schedule() -> the model -> update_from_output();
                         v1 on pagedsim's SchedulerV1 (window managers and the hybrid
-                        allocator for sliding layers), v0 on scheduler.py
+                        allocator for sliding layers), v0 on SchedulerV0 (forks,
+                        beams, preemption by swap or recompute)
     step_log.py         what a step did to the blocks, for the step log
     generate.py         `pagedsim generate`: text from the shipped model, step by step
 
 Where the engine sits: it ships inside the pagedsim package but is *not* part of
-pagedsim's core. It is a consumer of two libraries -- the core (through adapter.py,
-public calls only) and cuda_kernels (through kernels_backend.py, only when the kernels
+pagedsim's core. It is a consumer of two libraries -- the core (its schedulers and
+managers, public calls only) and cuda_kernels (through kernels_backend.py, only when the kernels
 are asked for) -- like pagedsim.app and pagedsim.labs, and nothing in the core or in
 cuda_kernels imports it (tests/core/test_core_imports.py). It stays in the package,
 rather than beside it, so that `pip install pagedsim` and `pagedsim generate` bring the

@@ -27,15 +27,23 @@ surviving beams fork and append on every step, the last one included.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+import numpy.typing as npt
+
+# a finished hypothesis: (score, (step, rank) as the tie-break order, all its tokens)
+Hypothesis = tuple[float, tuple[int, int], list[int]]
 
 
-def num_candidates(beam_width: int, stop_token_ids) -> int:
+def num_candidates(beam_width: int, stop_token_ids: Sequence[int]) -> int:
     """K: enough candidates that W of them survive even when the best ones all stop."""
     return max(2, 1 + len(set(stop_token_ids))) * beam_width
 
 
-def top_candidates(scores: list, logprobs: list, k: int) -> list:
+def top_candidates(
+    scores: Sequence[float], logprobs: Sequence[npt.NDArray[np.float64]], k: int
+) -> list[tuple[int, int, float]]:
     """The k best (beam index, token, cumulative log-prob), best first.
 
     scores[b] is beam b's cumulative log-probability, logprobs[b] its [V] log_softmax."""
@@ -48,15 +56,15 @@ def top_candidates(scores: list, logprobs: list, k: int) -> list:
 
 def hypothesis_score(logprob: float, generated_len: int, length_penalty: float) -> float:
     """transformers' finished-beam score: the log-prob divided by length ** length_penalty."""
-    return logprob / generated_len**length_penalty
+    return float(logprob / generated_len**length_penalty)
 
 
-def keep_best(hypotheses: list, width: int) -> list:
+def keep_best(hypotheses: list[Hypothesis], width: int) -> list[Hypothesis]:
     """The `width` best (score, order, tokens), best first; ties keep the earlier one."""
     return sorted(hypotheses, key=lambda h: (-h[0], h[1]))[:width]
 
 
-def cannot_improve(hypotheses: list, width: int, best_running: float) -> bool:
+def cannot_improve(hypotheses: list[Hypothesis], width: int, best_running: float) -> bool:
     """transformers' early_stopping=False heuristic: W are finished and the best running
     beam (already divided by its length ** length_penalty) beats none of them."""
     return len(hypotheses) == width and best_running <= min(h[0] for h in hypotheses)

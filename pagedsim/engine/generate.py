@@ -33,11 +33,14 @@ requests beside it, compared after every manager call (lockstep.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
+from ..block_table import blocks_needed
+from ..config import CacheConfig, SchedulerConfig
 from ..trace import Snapshot
 from .dense import DenseEngine
 from .hf import load_model, load_tokenizer
@@ -187,51 +190,51 @@ def apply_generation_config(generation: dict, overrides: dict, max_tokens) -> tu
     return fields, max_tokens, used
 
 
-def run(
-    model=None,
-    tok=None,
-    prompts=None,
-    *,
-    max_tokens=None,
-    num_gpu_blocks_override=None,
-    block_size: int = 16,
-    max_num_batched_tokens: int = 64,
-    preemption_mode: str = "swap",
-    enable_prefix_caching: bool = True,
-    backend="auto",
-    turns: int = 0,
-    overrides=None,
-    generation_config: str = "auto",
-    manager=None,
-    pool_name: str = "tested",
-    check_dense: bool = True,
-) -> tuple:
-    """Serve the mix, the prompts, or `turns` turns of a conversation, then the dense
-    engine. Returns (engine, marks, summary): marks[i] is the manager snapshot index after
-    engine step i + 1; summary is what `generate` reports. `generation_config`: "auto"
-    applies the checkpoint's generation_config.json (apply_generation_config), "none"
-    ignores it (vLLM's option). `num_gpu_blocks_override` sizes the pool (vLLM's name;
-    default: 16 blocks for the mix, else room for every request at once) and the engine
-    takes the result as num_gpu_blocks. `manager`: a factory (num_blocks, block_size) -> an empty
-    KVCacheManager to serve from (`--pool`); pagedsim's own manager, the reference pool,
-    then serves the same requests beside it step by step (lockstep.py), summary["pool"]
-    says where the two first part, and lockstep.PoolFailed is raised if it raises.
-    `check_dense` False skips the dense engine (tokens_match and max_logit_diff None)."""
-    if model is None:
-        model, tok = load()
-    if generation_config not in ("auto", "none"):
-        raise ValueError(f"generation_config must be 'auto' or 'none', got {generation_config!r}")
-    generation = (
-        getattr(model, "info", {}).get("generation", {}) if generation_config == "auto" else {}
-    )
+@dataclass(frozen=True)
+class Workload:
+    """What `generate` serves: the prompts (text or token ids; none: the mix), or `turns`
+    turns of a conversation, `max_tokens` each (None: the generation config's
+    max_new_tokens, else 32), with `overrides` of the Request fields (the command line's
+    sampling flags) and the checkpoint's generation_config.json applied ("auto", as
+    transformers and vLLM do, see apply_generation_config) or not ("none")."""
+
+    prompts: Sequence[str | Sequence[int]] = ()  # kept as a tuple
+    max_tokens: int | None = None
+    turns: int = 0
+    overrides: dict = field(default_factory=dict)
+    generation_config: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.generation_config not in ("auto", "none"):
+            raise ValueError(
+                f"generation_config must be 'auto' or 'none', got {self.generation_config!r}"
+            )
+        object.__setattr__(self, "prompts", tuple(self.prompts or ()))
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A block manager under test (`--pool`): `manager(num_blocks, block_size)` makes an
+    empty KVCacheManager; pagedsim's own, the reference pool, serves beside it."""
+
+    manager: Callable
+    name: str = "tested"
+
+
+def requests_of(model, tok, workload: Workload) -> tuple:
+    """(requests, max_tokens, settings taken from the generation config) for a workload."""
+    generation = getattr(model, "info", {}).get("generation", {})
     overrides, max_tokens, from_file = apply_generation_config(
-        generation, dict(overrides or {}), max_tokens
+        generation if workload.generation_config == "auto" else {},
+        dict(workload.overrides),
+        workload.max_tokens,
     )
     # without the file, config.json's eos_token_id still stops (vLLM: the model's EOS)
     stop = tuple(
         from_file.get("eos_token_id", getattr(model, "info", {}).get("config_eos_token_ids", ()))
     )
-    if (not prompts or turns or any(isinstance(p, str) for p in prompts)) and tok is None:
+    prompts = workload.prompts
+    if (not prompts or workload.turns or any(isinstance(p, str) for p in prompts)) and tok is None:
         raise ValueError(
             "text prompts, the default workload and --turns need the "
             "checkpoint's tokenizer.json; give --prompt-ids instead"
@@ -248,65 +251,92 @@ def run(
         ]
     else:
         requests = [replace(r, **overrides) for r in mix(tok, max_tokens, stop)]
-    if turns:
-        requests = requests[:1]
-    num_gpu_blocks = num_gpu_blocks_override
-    if num_gpu_blocks is None:  # room for every request at once, plus the cache
-        from ..block_table import blocks_needed
+    return (requests[:1] if workload.turns else requests), max_tokens, from_file
 
-        longest = (turns or 1) * (len(requests[0].prompt) + max_tokens + 16)
-        groups = len(model.config.windowed)  # a hybrid model fills two KV cache groups
-        num_gpu_blocks = (
-            16
-            if not prompts and not turns
-            else groups
-            * sum(
-                r.width * blocks_needed(max(longest, len(r.prompt) + max_tokens), block_size)
-                for r in requests
-            )
-            + 4
-        )
-    # v1 serves what vLLM v1's scheduler serves; beams, n > 1, swapping and a pool under
-    # test (the workspace's fork and copy-on-write) are v0's
+
+def pool_size(model, requests: list, workload: Workload, max_tokens: int, cache) -> int:
+    """num_gpu_blocks: the override, else 16 blocks for the mix, else room for every
+    request at once (every turn of a conversation), plus 4 for the cache."""
+    if cache.num_gpu_blocks_override is not None:
+        return cache.num_gpu_blocks_override
+    if not workload.prompts and not workload.turns:
+        return 16
+    longest = (workload.turns or 1) * (len(requests[0].prompt) + max_tokens + 16)
+    groups = len(model.config.windowed)  # a hybrid model fills two KV cache groups
+    need = sum(
+        r.width * blocks_needed(max(longest, len(r.prompt) + max_tokens), cache.block_size)
+        for r in requests
+    )
+    return groups * need + 4
+
+
+def engines(model, requests: list, num_gpu_blocks: int, configs: tuple, options: tuple) -> tuple:
+    """(the engine that serves, the Lockstep beside it or None). v1 serves what vLLM v1's
+    scheduler serves; beams, n > 1, swapping and a pool under test (the workspace's fork
+    and copy-on-write) are v0's. `configs`: (cache, scheduler); `options`: (backend, pool,
+    tokenizer)."""
+    (cache, scheduler), (backend, pool, tok) = configs, options
     v1 = "sliding" in model.config.windowed or (
-        preemption_mode == "recompute"
-        and manager is None
+        scheduler.preemption_mode == "recompute"
+        and pool is None
         and all(r.width == 1 and not r.beam_width for r in requests)
     )
-    mode = "v1" if v1 else "v0"
-    engine = PagedEngine(
-        model,
-        num_gpu_blocks,
-        block_size,
-        max_num_batched_tokens=max_num_batched_tokens,
-        enable_prefix_caching=enable_prefix_caching,
-        preemption_mode="recompute" if v1 else preemption_mode,
-        mode=mode,
-        backend=backend,
-        trace=True,
-        check=manager is None,  # a pool under test is compared with the reference instead
-        manager=None if manager is None else manager(num_gpu_blocks, block_size),
-    )
-    beside = None
-    if manager is not None:
-        reference = PagedEngine(
+
+    def engine(manager, **flags) -> PagedEngine:
+        return PagedEngine(
             model,
             num_gpu_blocks,
-            block_size,
-            max_num_batched_tokens=max_num_batched_tokens,
-            enable_prefix_caching=enable_prefix_caching,
-            preemption_mode=preemption_mode,
-            mode=mode,
-            backend=engine.backend,
-            trace=True,  # compared with the pool under test manager call by manager call
-            check=True,
+            cache.block_size,
+            max_num_batched_tokens=scheduler.max_num_batched_tokens,
+            enable_prefix_caching=cache.enable_prefix_caching,
+            preemption_mode="recompute" if v1 else scheduler.preemption_mode,
+            mode="v1" if v1 else "v0",
+            trace=True,
+            manager=manager,
+            **flags,
         )
-        decode = None if tok is None else (lambda ids: tok.decode(list(ids)))
-        beside = Lockstep(engine, reference, pool_name, decode)
+
+    if pool is None:
+        return engine(None, backend=backend, check=True), None
+    # the pool under test is compared with the reference, manager call by manager call
+    tested = engine(pool.manager(num_gpu_blocks, cache.block_size), backend=backend)
+    reference = engine(None, backend=tested.backend, check=True)
+    decode = None if tok is None else (lambda ids: tok.decode(list(ids)))
+    return tested, Lockstep(tested, reference, pool.name, decode)
+
+
+def run(
+    model=None,
+    tok=None,
+    workload: Workload | None = None,
+    cache: CacheConfig | None = None,
+    scheduler: SchedulerConfig | None = None,
+    *,
+    backend="auto",
+    pool: Pool | None = None,
+    check_dense: bool = True,
+) -> tuple:
+    """Serve the workload (default: the mix), then the dense engine. Returns (engine,
+    marks, summary): marks[i] is the manager snapshot index after engine step i + 1;
+    summary is what `generate` reports. `cache.num_gpu_blocks_override` sizes the pool
+    (pool_size) and the engine takes the result as num_gpu_blocks. `pool`: serve from a
+    block manager under test, with pagedsim's own manager, the reference pool, serving the
+    same requests beside it step by step (lockstep.py); summary["pool"] says where the two
+    first part, and lockstep.PoolFailed is raised if it raises. `check_dense` False skips
+    the dense engine (tokens_match and max_logit_diff None)."""
+    if model is None:
+        model, tok = load()
+    workload, cache = workload or Workload(), cache or CacheConfig()
+    scheduler = scheduler or SchedulerConfig()
+    requests, max_tokens, from_file = requests_of(model, tok, workload)
+    num_gpu_blocks = pool_size(model, requests, workload, max_tokens, cache)
+    engine, beside = engines(
+        model, requests, num_gpu_blocks, (cache, scheduler), (backend, pool, tok)
+    )
     states: list[RequestState] = []
     marks: list[int] = []
     texts: list[tuple[str, ...]] = []
-    for turn in range(max(turns, 1)):
+    for turn in range(max(workload.turns, 1)):
         if turn:  # the transcript so far, then the next speaker
             last = states[-1]
             cue = tuple(tok.encode(CUES[(turn - 1) % len(CUES)]).ids)
@@ -317,25 +347,8 @@ def run(
         marks += m
         texts += t
     dense = DenseEngine(model).generate([s.request for s in states]) if check_dense else None
-    stats = engine.stats
-    summary = dict(
-        model=Path(model.name).name,
-        parameters=model.num_parameters,
-        backend=engine.backend.name,
-        attention=engine.backend.where(),
-        steps=len(engine.log),
-        num_gpu_blocks=num_gpu_blocks,
-        block_size=block_size,
-        max_num_batched_tokens=max_num_batched_tokens,
-        block_bytes=engine.kv.block_bytes,
-        computed_tokens=stats["computed_tokens"],
-        skipped_by_prefix_cache=stats["cached_tokens"],
-        recomputed_after_preemption=stats["recomputed_tokens"],
-        preempted_recompute=stats["preempted_recompute"],
-        preempted_swap=stats["preempted_swap"],
-        cow_bytes=stats["cow_bytes"],
-        swap_bytes=stats["swap_bytes"],
-        requests=report(tok, states, engine.runs),
+    summary = summarize(engine, states, (cache, scheduler, num_gpu_blocks), tok)
+    summary.update(
         generation_config=from_file,
         **(compare(dense, states) if dense is not None else NOT_CHECKED),
     )
@@ -351,6 +364,31 @@ def run(
         )
     engine.block_labels = texts
     return engine, marks, summary
+
+
+def summarize(engine: PagedEngine, states: list, sizes: tuple, tok) -> dict:
+    """What `generate` reports of a served run; `sizes`: (cache, scheduler, num_gpu_blocks)."""
+    cache, scheduler, num_gpu_blocks = sizes
+    stats, model = engine.stats, engine.model
+    return dict(
+        model=Path(model.name).name,
+        parameters=model.num_parameters,
+        backend=engine.backend.name,
+        attention=engine.backend.where(),
+        steps=len(engine.log),
+        num_gpu_blocks=num_gpu_blocks,
+        block_size=cache.block_size,
+        max_num_batched_tokens=scheduler.max_num_batched_tokens,
+        block_bytes=engine.kv.block_bytes,
+        computed_tokens=stats["computed_tokens"],
+        skipped_by_prefix_cache=stats["cached_tokens"],
+        recomputed_after_preemption=stats["recomputed_tokens"],
+        preempted_recompute=stats["preempted_recompute"],
+        preempted_swap=stats["preempted_swap"],
+        cow_bytes=stats["cow_bytes"],
+        swap_bytes=stats["swap_bytes"],
+        requests=report(tok, states, engine.runs),
+    )
 
 
 def step_frames(engine, marks) -> list:

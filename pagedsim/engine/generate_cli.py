@@ -21,6 +21,7 @@ import json
 import sys
 from pathlib import Path
 
+from ..config import CacheConfig, SchedulerConfig
 from ..io.args import ArgParser, float_in, int_in
 from ..policies.preemption import PREEMPTION_POLICIES
 from . import generate
@@ -242,6 +243,42 @@ def print_report(engine, s: dict, args) -> None:
         print(line)
 
 
+def _configs(
+    args: argparse.Namespace,
+) -> tuple[generate.Workload, CacheConfig, SchedulerConfig]:
+    """The command line as the engine's three configs, in vLLM's names."""
+    overrides = {
+        k: v
+        for k, v in dict(
+            n=args.n,
+            beam_width=args.beam_width,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            seed=args.seed,
+            repetition_penalty=args.repetition_penalty,
+        ).items()
+        if v is not None
+    }
+    workload = generate.Workload(
+        prompts=(args.prompt or []) + (args.prompt_ids or []),
+        max_tokens=args.max_tokens,
+        turns=args.turns,
+        overrides=overrides,
+        generation_config=args.generation_config,
+    )
+    cache = CacheConfig(
+        block_size=args.block_size,
+        num_gpu_blocks_override=args.num_gpu_blocks_override,
+        enable_prefix_caching=args.enable_prefix_caching,
+    )
+    scheduler = SchedulerConfig(
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        preemption_mode=args.preemption_mode,
+    )
+    return workload, cache, scheduler
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
@@ -264,37 +301,13 @@ def main(argv: list[str] | None = None) -> int:
     except CheckpointError as e:  # names the file and the field: nothing to add
         print(f"pagedsim generate: error: {e}", file=sys.stderr)
         return 2
-    overrides = {
-        k: v
-        for k, v in dict(
-            n=args.n,
-            beam_width=args.beam_width,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            top_k=args.top_k,
-            seed=args.seed,
-            repetition_penalty=args.repetition_penalty,
-        ).items()
-        if v is not None
-    }
     try:
-        prompts = (args.prompt or []) + (args.prompt_ids or [])
         engine, marks, summary = generate.run(
             model,
             tok,
-            prompts,
-            max_tokens=args.max_tokens,
-            num_gpu_blocks_override=args.num_gpu_blocks_override,
-            block_size=args.block_size,
-            max_num_batched_tokens=args.max_num_batched_tokens,
-            preemption_mode=args.preemption_mode,
-            enable_prefix_caching=args.enable_prefix_caching,
+            *_configs(args),
             backend=args.backend,
-            turns=args.turns,
-            overrides=overrides,
-            generation_config=args.generation_config,
-            manager=manager,
-            pool_name=args.pool,
+            pool=None if manager is None else generate.Pool(manager, args.pool),
             check_dense=args.model is None if args.check_dense is None else args.check_dense,
         )
     except PoolFailed as e:  # the finding itself: where the pool parted, and how it failed

@@ -27,8 +27,16 @@ Forks and copy-on-write are vLLM v0's (both engines run v0 sharing for beams and
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from .. import trace as tr
+from .requests import Request, seq_key
+
+if TYPE_CHECKING:
+    from ..manager import KVCacheManager
+    from .paged import PagedEngine, Run
 
 
 @dataclass
@@ -72,13 +80,14 @@ class PoolFailed(RuntimeError):
 class View:
     """What a block manager holds, as compared: from a live manager or a trace snapshot."""
 
-    seqs: dict  # seq -> (its table's physical blocks, its number of tokens)
-    ref_counts: list  # [num_blocks]
-    free_list: list  # head first
+    # seq -> (its table's physical blocks, its number of tokens)
+    seqs: dict[Any, tuple[list[int], int]]
+    ref_counts: list[int]  # [num_blocks]
+    free_list: list[int]  # head first
     num_free: int  # the pool's own count of free blocks
 
     @classmethod
-    def of(cls, manager) -> View:
+    def of(cls, manager: KVCacheManager) -> View:
         seqs = {
             s: (list(manager.block_table(s).blocks), manager.num_tokens(s))
             for s in manager.seq_ids()
@@ -87,9 +96,14 @@ class View:
         return cls(seqs, pool.ref_counts(), pool.free_list(), manager.num_free_blocks)
 
     @classmethod
-    def of_snapshot(cls, snap) -> View:
+    def of_snapshot(cls, snap: tr.Snapshot) -> View:
         seqs = {q.seq_id: (list(q.blocks), q.num_tokens) for q in snap.sequences}
         return cls(seqs, list(snap.ref_counts), list(snap.free_list), len(snap.free_list))
+
+
+def seq_name(seq: Any) -> str:
+    """A manager's sequence id as the engine names it: (1, 0) -> "r1.0"."""
+    return seq_key(seq) if isinstance(seq, tuple) else str(seq)
 
 
 def blocks_difference(reference: View, tested: View, name: str = "tested") -> str | None:
@@ -99,26 +113,27 @@ def blocks_difference(reference: View, tested: View, name: str = "tested") -> st
         if s not in got:
             continue
         mine, n = got[s]
+        seq = seq_name(s)
         for i, (b, c) in enumerate(zip(mine, table, strict=False)):
             if b != c:
                 return (
-                    f"seq {s}'s table maps logical {i} -> {b} in the {name} pool, -> {c} in "
+                    f"seq {seq}'s table maps logical {i} -> {b} in the {name} pool, -> {c} in "
                     f"the reference pool"
                 )
         if len(mine) != len(table):
             return (
-                f"seq {s}'s table has {len(mine)} blocks {mine} in the {name} pool, "
+                f"seq {seq}'s table has {len(mine)} blocks {mine} in the {name} pool, "
                 f"{len(table)} {table} in the reference pool"
             )
         if n != num:
-            return f"seq {s} holds {n} tokens in the {name} pool, {num} in the reference pool"
+            return f"seq {seq} holds {n} tokens in the {name} pool, {num} in the reference pool"
     for b, (c, m) in enumerate(zip(reference.ref_counts, tested.ref_counts, strict=True)):
         if c != m:
             return f"block {b}'s ref count is {m} in the {name} pool, {c} in the reference pool"
     if set(ref) != set(got):
         return (
-            f"the {name} pool holds sequences {sorted(map(str, got))}, the reference pool "
-            f"{sorted(map(str, ref))}"
+            f"the {name} pool holds sequences {sorted(map(seq_name, got))}, the reference pool "
+            f"{sorted(map(seq_name, ref))}"
         )
     free, mine_free = reference.free_list, tested.free_list
     if free != mine_free:
@@ -128,7 +143,7 @@ def blocks_difference(reference: View, tested: View, name: str = "tested") -> st
         )
         shown = max(8, at + 3)  # enough to see the difference, not a whole large pool
 
-        def head(blocks: list) -> str:
+        def head(blocks: list[int]) -> str:
             return str(blocks[:shown])[:-1] + (", ...]" if len(blocks) > shown else "]")
 
         return (
@@ -143,24 +158,36 @@ def blocks_difference(reference: View, tested: View, name: str = "tested") -> st
     return None
 
 
-_CALLS = {  # the event that names a manager call -> how the report names the call
-    "SequenceAdded": lambda e: f"add_sequence({e.seq_id}, {e.num_tokens} tokens)",
-    "TokensAppended": lambda e: f"append_tokens({e.seq_id}) at position {e.first_position}",
-    "SequenceForked": lambda e: f"fork({e.parent} -> {e.child})",
-    "SequenceFreed": lambda e: f"free_sequence({e.seq_id})",
-    "AllocationFailed": lambda e: f"{e.what} for {e.seq_id}, refused",
+# the event that names a manager call -> how the report names the call
+_CALLS: dict[str, Callable[[Any], str]] = {
+    "SequenceAdded": lambda e: f"add_sequence({seq_name(e.seq_id)}, {e.num_tokens} tokens)",
+    "TokensAppended": lambda e: (
+        f"append_tokens({seq_name(e.seq_id)}) at position {e.first_position}"
+    ),
+    "SequenceForked": lambda e: f"fork({seq_name(e.parent)} -> {seq_name(e.child)})",
+    "SequenceFreed": lambda e: f"free_sequence({seq_name(e.seq_id)})",
+    "AllocationFailed": lambda e: f"{e.what} for {seq_name(e.seq_id)}, refused",
 }
 
 
-def describe(events) -> str:
+def describe(events: Sequence[tr.Event]) -> str:
     """The manager call a snapshot's events record, e.g. 'append_tokens(r1.1) at position 67,
-    copy-on-write 11 -> 15'."""
-    call = next((_CALLS[type(e).__name__](e) for e in events if type(e).__name__ in _CALLS), "")
-    cow = [f"copy-on-write {e.src} -> {e.dst}" for e in events if type(e).__name__ == "CopyOnWrite"]
+    copy-on-write 11 -> 15 for r1.1', or 'decode_step(r0.0, r1.0, r1.1)' for a decode of
+    several sequences (one token each)."""
+    appended = [seq_name(e.seq_id) for e in events if isinstance(e, tr.TokensAppended)]
+    if len(appended) > 1:
+        call = f"decode_step({', '.join(appended)})"
+    else:
+        call = next((_CALLS[type(e).__name__](e) for e in events if type(e).__name__ in _CALLS), "")
+    cow = [
+        f"copy-on-write {e.src} -> {e.dst} for {seq_name(e.seq_id)}"
+        for e in events
+        if isinstance(e, tr.CopyOnWrite)
+    ]
     return ", ".join([call, *cow] if call else cow) or "a call"
 
 
-def _every(run) -> dict:
+def _every(run: Run) -> dict[str, list[int]]:
     state = run.state
     return {**state.tokens, **state.finished}
 
@@ -168,19 +195,25 @@ def _every(run) -> dict:
 class Lockstep:
     """Serve the same requests on `tested` and `reference`, comparing after every step."""
 
-    def __init__(self, tested, reference, name: str = "tested", decode: Any = None):
+    def __init__(
+        self,
+        tested: PagedEngine,
+        reference: PagedEngine,
+        name: str = "tested",
+        decode: Callable[[Iterable[int]], str] | None = None,
+    ) -> None:
         self.tested, self.reference = tested, reference
         self.decode = decode  # token id -> text, or None
         self.divergence = Divergence(name)
         self.steps = 0  # engine steps of the reference so far
         self.compared = 0  # manager snapshots compared so far (when both managers trace)
 
-    def submit(self, request) -> None:
+    def submit(self, request: Request) -> None:
         self.reference.submit(request)
         self.tested.submit(request)
 
     @staticmethod
-    def done(engine) -> bool:
+    def done(engine: PagedEngine) -> bool:
         return all(run.status == "done" for run in engine.runs)
 
     def step(self) -> bool:

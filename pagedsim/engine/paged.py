@@ -14,12 +14,17 @@ the scheduled tokens, and per layer writes their K/V into their slots (`write_kv
 `query_start_loc`) and `paged_attention` for the decodes (query length 1), then the rest
 of the layer in NumPy. Every request whose computed tokens caught up with its tokens
 samples one (`RequestState.advance`). The v0 engine (`mode="v0"`: beam search, n > 1,
-swapping) still runs on engine/scheduler.py. Which code reads the blocks (NumPy, or
-cuda_kernels on a GPU or the simulator) is the injected backend (backend.py).
+swapping) runs the same loop on `SchedulerV0` (vLLM v0's LLMEngine.step): whole prompts
+prefill in one step, each request's sampler forks and frees its sequences through
+`fork_seq` / `free_seq` (v0's output processor), and the engine moves the K/V the
+scheduler asked for (the policy's swaps, the manager's copy-on-write copies). Which code
+reads the blocks (NumPy, or cuda_kernels on a GPU or the simulator) is the injected
+backend (backend.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -31,14 +36,35 @@ from ..policies.hybrid import HybridManager
 from ..policies.prefix_cache import PrefixCachingManager
 from ..policies.sliding_window_cache import SlidingWindowPrefixCachingManager
 from ..scheduler_output import SchedulerOutput
+from ..scheduler_v0 import SchedulerV0, SeqGroupPolicy
 from ..scheduler_v1 import SchedulerV1
-from .adapter import BlockAdapter
 from .backend import choose
 from .kvstore import PagedKV
 from .model import Transformer
-from .requests import Request, RequestState
-from .scheduler import Item, Run, Scheduler
+from .requests import Request, RequestState, seq_id
 from .step_log import TableCounts, trace_counts
+
+
+@dataclass
+class Run:
+    """A request inside the engine."""
+
+    state: RequestState
+    hit_tokens: int = 0  # tokens served by prefix-cache hits, over every admission
+    status: str = "waiting"  # waiting | running | done
+
+
+@dataclass
+class Item:
+    """One sequence's share of a step: compute positions [start, end)."""
+
+    run: Run
+    seq: object  # the block manager's sequence id
+    key: str  # the sequence's key in run.state.tokens
+    start: int
+    end: int
+    write_from: int  # positions below this already hold K/V (a capped cache hit)
+
 
 STATS = (
     "preempted_recompute",
@@ -74,8 +100,11 @@ class PagedEngine:
         """`backend`: "auto" (kernels on a GPU, NumPy on the CPU), "numpy", "kernels", or an
         attention backend object (backend.py). `max_num_batched_tokens` is vLLM's token
         budget of one step. `mode`: "v1" (SchedulerV1; v1 preempts by recomputing) or "v0"
-        (beam search, n > 1 and swapping; `num_cpu_blocks`, default 4 x num_gpu_blocks, is
-        v0's swap space and `preemption_mode` v0's "recompute" or "swap"). `manager`: a
+        (SchedulerV0: beam search, n > 1 and swapping; `num_cpu_blocks`, default 4 x
+        num_gpu_blocks, is v0's swap space; `preemption_mode` "recompute" is v0's rule per
+        group -- one sequence recomputed, several swapped -- and "swap" swaps every group:
+        SeqGroupPolicy). v0 prefills whole prompts (v0 without chunked prefill), so
+        `max_num_batched_tokens` only bounds a request's sequences there. `manager`: a
         KVCacheManager to serve from instead of a new one (v0, full-attention layers only)."""
         if not isinstance(model, Transformer):
             raise TypeError(
@@ -111,32 +140,26 @@ class PagedEngine:
         self.groups = tuple(
             g for g, kind in (("full", "full"), ("window", "sliding")) if kind in c.windowed
         )
-        self.scheduler: Any  # SchedulerV1, or the v0 engine's Scheduler
+        self.scheduler: Any  # SchedulerV1 or SchedulerV0
+        self.stats = dict.fromkeys(STATS, 0)
+        self._budget = max_num_batched_tokens
         if mode == "v1":
             self.manager = _v1_manager(c, num_gpu_blocks, block_size, enable_prefix_caching, trace)
             self.scheduler = self._v1_scheduler(max_num_batched_tokens, enable_prefix_caching)
         else:
-            self.blocks = BlockAdapter(
-                num_gpu_blocks,
-                block_size,
-                enable_prefix_caching=enable_prefix_caching,
-                num_cpu_blocks=num_cpu_blocks,
-                trace=trace,
-                manager=manager,
+            self.manager = _v0_manager(
+                manager, num_gpu_blocks, block_size, enable_prefix_caching, trace
             )
-            self.manager = self.blocks.manager
-            self.scheduler = Scheduler(
-                self.blocks, self.kv, max_num_batched_tokens, preemption_mode
-            )
-            self.stats = self.scheduler.stats
-        self._written: dict[int, tuple] = {}  # v1: block -> the tokens its K/V holds in full
+            swap_single = preemption_mode == "swap"
+            policy = SeqGroupPolicy(num_cpu_blocks, self.kv.block_bytes, swap_single=swap_single)
+            self.scheduler = SchedulerV0([], self.manager, policy, record=False)
+        self._written: dict[int, tuple] = {}  # block -> the tokens its K/V holds in full
         self._mark = 0  # trace events already counted in the step log
         self.runs: list = []
         self.log: list = []  # one dict per step: what ran and what the blocks did
 
     def _v1_scheduler(self, max_num_batched_tokens: int, caching: bool) -> SchedulerV1:
-        """SchedulerV1 over the v1 manager; the step log's counters beside it."""
-        self.stats = dict.fromkeys(STATS, 0)
+        """SchedulerV1 over the v1 manager; the window groups' step-log counts beside it."""
         self._tables_log = (
             TableCounts(self.groups, self._tables) if "window" in self.groups else None
         )
@@ -170,7 +193,8 @@ class PagedEngine:
 
     @property
     def max_num_batched_tokens(self) -> int:
-        return self.scheduler.max_num_batched_tokens
+        """The step's token budget (v1); v0 prefills whole prompts, as vLLM v0 did."""
+        return self._budget
 
     def refuse(self, request) -> None:
         """Raise if `request` could never be served; changes nothing."""
@@ -197,18 +221,18 @@ class PagedEngine:
                 f"request runs {request.width} sequences; max_num_batched_tokens "
                 f"is {self.max_num_batched_tokens}"
             )
+        if self.mode == "v0":  # its admission headroom and watermark (SchedulerV0)
+            self.scheduler.check_request(len(request.prompt), request.max_tokens, request.width)
 
     def submit(self, request) -> None:
         """Queue a request; refuse one that could never fit the pool or the token budget."""
         self.refuse(request)
         run = Run(RequestState(len(self.runs), request))
-        if self.mode == "v1":
-            rid = self.scheduler.add_request(
-                request.prompt, request.max_tokens, request.stop_token_ids
-            )
-            assert rid == (len(self.runs), 0), "the scheduler numbers requests as the engine"
-        else:
-            self.scheduler.add(run)
+        best_of = {} if self.mode == "v1" else {"best_of": request.width}
+        rid = self.scheduler.add_request(
+            request.prompt, request.max_tokens, request.stop_token_ids, **best_of
+        )
+        assert rid == (len(self.runs), 0), "the scheduler numbers requests as the engine"
         self.runs.append(run)
 
     def generate(self, requests, max_steps: int = 10_000) -> list:
@@ -229,40 +253,82 @@ class PagedEngine:
         raise RuntimeError(f"not finished after {max_steps} steps")
 
     def step(self) -> dict:
+        """One engine step: schedule() -> (v0: the K/V moves it asked for) -> the model ->
+        each sampling request's sampler -> update_from_output(). The step log's entry."""
         if all(run.status == "done" for run in self.runs):
             raise RuntimeError(
                 "nothing to step: no request is waiting or running (submit one first)"
             )
-        if self.mode == "v0":
-            return self._step_v0()
+        counts = self._counts()
         scheduler_output = self.scheduler.schedule()
+        moved = self._move_blocks() if self.mode == "v0" else False
         items = self._items(scheduler_output)
         logits = self._run(items) if items else {}
-        sampled = {}
-        for item in items:
-            state = item.run.state
-            if item.key in logits:
-                state.advance({item.key: logits[item.key]})
-                sampled[item.seq] = (state.tokens.get(item.key) or state.finished[item.key])[-1]
-        self._remember(items)
+        self._remember(items)  # before a sampler frees a sequence's blocks
+        sampled = self._sample(scheduler_output, logits)
         for rid in self.scheduler.update_from_output(scheduler_output, sampled):
             self.runs[rid[0]].status = "done"
-        s = self.stats
-        s["computed_tokens"] += scheduler_output.total_num_scheduled_tokens
-        s["preempted_recompute"] += len(scheduler_output.preempted_req_ids)
-        before = s["recomputed_tokens"]
-        s["recomputed_tokens"] = self.scheduler.discarded_tokens
-        if not items and not scheduler_output.preempted_req_ids:
+        for run in self.runs:  # v0: a request whose every sequence stopped ends with none left
+            if run.state.done:
+                run.status = "done"
+        self.stats["computed_tokens"] += scheduler_output.total_num_scheduled_tokens
+        preempted = {k: v - counts[k] for k, v in self._counts().items() if v != counts[k]}
+        for k, v in preempted.items():
+            self.stats[k] += v
+        if not items and not moved and not preempted:
             raise RuntimeError("nothing could be scheduled: the pool or budget is too small")
-        preempted = {
-            k: v
-            for k, v in (
-                ("preempted_recompute", len(scheduler_output.preempted_req_ids)),
-                ("recomputed_tokens", s["recomputed_tokens"] - before),
-            )
-            if v
-        }
         return self._record(items, preempted)
+
+    def _counts(self) -> dict:
+        """The scheduler's preemption counters, as the step log names them."""
+        sched = self.scheduler
+        if self.mode == "v1":
+            return dict(
+                preempted_recompute=sched.preemptions, recomputed_tokens=sched.discarded_tokens
+            )
+        swaps = sched.policy.swap_outs
+        return dict(
+            preempted_recompute=sched.preemptions - swaps,
+            preempted_swap=swaps,
+            recomputed_tokens=sched.recomputed_tokens,
+        )
+
+    def _move_blocks(self) -> bool:
+        """v0: the K/V moves the step's schedule() asked for, before the model runs: swaps
+        out first (their GPU blocks may be handed out again in the same schedule()), then
+        the manager's copy-on-write copies, then swaps in. True if anything was swapped."""
+        swap_out, swap_in = self.scheduler.policy.drain_swaps()
+        copies = self.manager.drain_copies()
+        for pairs, move in ((swap_out, self.kv.swap_out), (copies, self.kv.copy)):
+            if pairs:
+                move(pairs)
+        if swap_in:
+            self.kv.swap_in(swap_in)
+        self.stats["swap_bytes"] += (len(swap_out) + len(swap_in)) * self.kv.block_bytes
+        self.stats["cow_bytes"] += len(copies) * self.kv.block_bytes
+        return bool(swap_out or swap_in)
+
+    def _sample(self, scheduler_output: SchedulerOutput, logits: dict) -> dict:
+        """Each sampling request's sampler on its sequences' logits (RequestState.advance);
+        in v0 its forks and frees reach the scheduler between schedule() and
+        update_from_output(), as v0's output processor calls Scheduler.fork_seq and
+        free_seq. Returns {req_id: the token it sampled}."""
+        sched = self.scheduler
+        for rid in dict.fromkeys(q[0] for q in sched.sampling_req_ids(scheduler_output)):
+            state = self.runs[rid].state
+            for kind, *keys in state.advance({k: logits[k] for k in state.seq_keys()}):
+                if self.mode == "v1":
+                    continue  # a stop token: update_from_output finishes the request
+                if kind == "fork":
+                    sched.fork_seq(seq_id(keys[0]), seq_id(keys[1]))
+                else:
+                    sched.free_seq(seq_id(keys[0]))
+        sampled = {}
+        for q in sched.sampling_req_ids(scheduler_output):  # v0: the live ones, after forks
+            state = self.runs[q[0]].state
+            key = state.key(q[1])
+            sampled[q] = (state.tokens.get(key) or state.finished[key])[-1]
+        return sampled
 
     def _items(self, scheduler_output: SchedulerOutput) -> list[Item]:
         """The scheduled requests as the runner's items; new ones are marked running and
@@ -274,18 +340,24 @@ class PagedEngine:
                 strict=True,
             )
         )
+        counts = scheduler_output.num_scheduled_tokens
         for new in scheduler_output.scheduled_new_reqs:
             run = self.runs[new.req_id[0]]
             run.status = "running"
-            run.hit_tokens += new.num_computed_tokens
-            self.stats["cached_tokens"] += new.num_computed_tokens
             starts[new.req_id] = new.num_computed_tokens
+            if counts[new.req_id]:  # v0: a sequence forked at admission computes nothing
+                run.hit_tokens += new.num_computed_tokens
+                self.stats["cached_tokens"] += new.num_computed_tokens
         for rid in scheduler_output.preempted_req_ids:
             self.runs[rid[0]].status = "waiting"
+        if self.mode == "v0":  # a group swapped in this step runs again, from the next
+            for group in self.scheduler.running:
+                self.runs[group.key].status = "running"
         items = []
-        for rid, n in scheduler_output.num_scheduled_tokens.items():
+        for rid, n in counts.items():
             run, start = self.runs[rid[0]], starts[rid]
-            items.append(Item(run, rid, run.state.key(0), start, start + n, start))
+            if n:
+                items.append(Item(run, rid, run.state.key(rid[1]), start, start + n, start))
         return items
 
     def _remember(self, items: list[Item]) -> None:
@@ -297,28 +369,6 @@ class PagedEngine:
             for b in range(i.start // bs, min(i.end // bs, len(table))):
                 if table[b] != NULL_BLOCK:
                     self._written[table[b]] = tuple(tokens[b * bs : (b + 1) * bs])
-
-    def _step_v0(self) -> dict:
-        before = dict(self.stats)
-        items = self.scheduler.schedule()
-        if not items:
-            raise RuntimeError("nothing could be scheduled: the pool or budget is too small")
-        logits = self._run(items)
-        for item in items:
-            state = item.run.state
-            self.blocks.written(item.seq, state.tokens[item.seq], item.write_from, item.end)
-            item.run.computed[item.seq] = item.end
-        self.stats["computed_tokens"] += sum(i.end - i.start for i in items)
-        for run in {id(i.run): i.run for i in items}.values():
-            self._advance(run, logits)
-        return self._record(
-            items,
-            {
-                k: v - before[k]
-                for k, v in self.stats.items()
-                if k.startswith("preempted") and v != before[k]
-            },
-        )
 
     def _record(self, items: list[Item], preempted: dict) -> dict:
         if self.check:
@@ -350,19 +400,17 @@ class PagedEngine:
         """block -> the token ids it holds: live sequences' blocks, and the free blocks the
         prefix cache can still hit (their K/V is complete). For labelling pictures."""
         bs = self.block_size
-        if self.mode == "v0":
-            out = {b: prefix[-bs:] for b, prefix in self.blocks.ready.items()}
-        elif isinstance(self.manager, PrefixCachingManager):
+        if isinstance(self.manager, PrefixCachingManager):
             out = {
                 b: self._written[b] for b in self.manager.cached_free_blocks() if b in self._written
             }
         else:
             out = {}
-        for i, run in enumerate(self.runs):
+        for run in self.runs:
             if run.status != "running":
                 continue
             for s in run.state.seq_keys():
-                seq = (i, 0) if self.mode == "v1" else s
+                seq = seq_id(s)
                 tokens = run.state.tokens[s][: self.manager.num_tokens(seq)]
                 for n, b in enumerate(self._tables(seq)[0].blocks):
                     if b != NULL_BLOCK:
@@ -373,24 +421,6 @@ class PagedEngine:
         """A sequence's block table per KV cache group."""
         m = self.manager
         return m.block_tables(seq) if isinstance(m, HybridManager) else (m.block_table(seq),)
-
-    def _advance(self, run: Run, logits: dict) -> None:
-        """v0: sample, and mirror the request's forks and frees in the blocks."""
-        state = run.state
-        if any(run.computed[s] < len(state.tokens[s]) for s in state.seq_keys()):
-            return  # a chunk of a prompt: no token yet
-        for kind, *seqs in state.advance({s: logits[s] for s in state.seq_keys()}):
-            if kind == "fork":
-                self.blocks.fork(*seqs)
-                run.computed[seqs[1]] = run.computed[seqs[0]]
-            else:
-                self.blocks.free(seqs[0])
-                del run.computed[seqs[0]]
-        if state.done:
-            for s in state.seq_keys():
-                self.blocks.free(s)
-            run.status = "done"
-            self.scheduler.running.remove(run)
 
     def _run(self, items: list) -> dict:
         """Forward the scheduled positions; logits {key: [V]} of sequences at their end."""
@@ -470,6 +500,29 @@ def _batch(items: list, tables: list):
     lens = np.array([i.end for i in items], np.int32)
     starts = np.concatenate([[0], np.cumsum([i.end - i.start for i in items])]).astype(np.int32)
     return padded, lens, starts
+
+
+def _v0_manager(manager, num_gpu_blocks: int, block_size: int, caching: bool, trace: bool):
+    """v0's manager: `manager` if given (the course's, driving a student's pool:
+    course/ch03_kv_block/capstone.py), checked to be empty, of num_gpu_blocks x
+    block_size, and a PrefixCachingManager iff `caching`; else a new one."""
+    if manager is None:
+        cls = PrefixCachingManager if caching else KVCacheManager
+        return cls(num_gpu_blocks, block_size, trace=trace)
+    if not isinstance(manager, KVCacheManager):
+        raise TypeError(f"manager must be a KVCacheManager, got {type(manager).__name__}")
+    if (manager.num_blocks, manager.block_size) != (num_gpu_blocks, block_size):
+        raise ValueError(
+            f"manager has {manager.num_blocks} blocks x {manager.block_size} tokens, "
+            f"not {num_gpu_blocks} x {block_size}"
+        )
+    if isinstance(manager, PrefixCachingManager) != caching:
+        raise ValueError(
+            f"enable_prefix_caching is {caching} but the manager is a {type(manager).__name__}"
+        )
+    if manager.seq_ids():
+        raise ValueError("manager must start with no sequences")
+    return manager
 
 
 def _v1_manager(config, num_gpu_blocks: int, block_size: int, caching: bool, trace: bool):

@@ -35,7 +35,9 @@ generates exactly max_tokens tokens.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -43,23 +45,26 @@ from ..errors import count_arg, token_ids_arg
 from . import beam_search as bs
 from . import sampling
 
+Logits = np.ndarray[Any, np.dtype[Any]]  # [V] one position's logits
+Pick = tuple[str, int, float, int]  # (parent seq, token, cumulative log-prob, sample index)
+
 
 @dataclass(frozen=True)
 class Request:
-    prompt: tuple  # token ids
+    prompt: tuple[int, ...]  # token ids
     max_tokens: int  # tokens generated per sequence (fewer if a stop token comes first)
     n: int = 1  # parallel samples (ignored with beam search)
     beam_width: int = 0  # 0: sampling; W >= 1: beam search with W beams
     temperature: float = 0.0  # 0: greedy
     seed: int = 0  # with (sample index, step): the sampling stream
     top_p: float = 1.0  # nucleus sampling: 1 keeps every token
-    stop_token_ids: tuple = ()  # a sequence (sampled, or a beam) ends after emitting one
+    stop_token_ids: tuple[int, ...] = ()  # a sequence (sampled, or a beam) ends after emitting one
     length_penalty: float = 1.0  # beam search: hypotheses score log-prob / length ** this
     repetition_penalty: float = 1.0  # > 1 discourages tokens already in the sequence
     top_k: int = 0  # keep the k most likely tokens when sampling; 0 keeps all
     params: sampling.SamplingParams | None = None  # vLLM sampling: replaces the fields above
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         prompt = token_ids_arg("prompt", self.prompt)
         if not prompt:
             raise ValueError("prompt must hold at least one token id")
@@ -96,7 +101,7 @@ class Request:
         return self.beam_width or self.n
 
 
-def _real(name: str, value, high: float = math.inf) -> float:
+def _real(name: str, value: object, high: float = math.inf) -> float:
     """A finite real number in [0, high] (a bool, a string or NaN is refused)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")
@@ -109,10 +114,10 @@ def _real(name: str, value, high: float = math.inf) -> float:
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     x = np.asarray(logits, np.float64)
     x = x - x.max()
-    return x - np.log(np.exp(x).sum())
+    return np.asarray(x - np.log(np.exp(x).sum()))
 
 
-def penalize(logits: np.ndarray, tokens, penalty: float) -> np.ndarray:
+def penalize(logits: Logits, tokens: Sequence[int], penalty: float) -> Logits:
     """Repetition penalty over the tokens seen so far (prompt and output)."""
     if penalty == 1:
         return logits
@@ -149,6 +154,17 @@ def sample(
     return int(np.argmax(x + gumbel))
 
 
+def seq_key(seq_id: tuple[int, int]) -> str:
+    """A scheduler's sequence id (request, sample) as RequestState names it: (1, 0) -> "r1.0"."""
+    return f"r{seq_id[0]}.{seq_id[1]}"
+
+
+def seq_id(key: str) -> tuple[int, int]:
+    """The scheduler's sequence id of a RequestState key: "r1.0" -> (1, 0)."""
+    request, sample = key[1:].split(".")
+    return int(request), int(sample)
+
+
 class RequestState:
     """One request's live sequences: seq key -> token list, plus scores and sample ids."""
 
@@ -157,23 +173,26 @@ class RequestState:
         self.tokens = {self.key(0): list(request.prompt)}  # seq key -> all tokens so far
         self.score = {self.key(0): 0.0}  # cumulative log-probability (beam search)
         self.index = {self.key(0): 0}  # sample index: the sampling stream of the sequence
-        self.finished: dict = {}  # seq key -> all tokens, for sequences that hit a stop token
-        self.hypotheses: list = []  # beam search: (score, order, all tokens), best first
+        # seq key -> all tokens, for sequences that hit a stop token
+        self.finished: dict[str, list[int]] = {}
+        # beam search: (score, order, all tokens), best first
+        self.hypotheses: list[bs.Hypothesis] = []
         self.generated = 0  # tokens generated per sequence so far
-        self.logits: dict = {}  # tuple(tokens) -> logits at their last token (for comparisons)
+        # tuple(tokens) -> logits at their last token (for comparisons)
+        self.logits: dict[tuple[int, ...], Logits] = {}
         self._next = 1
 
     def key(self, k: int) -> str:
-        return f"r{self.rid}.{k}"
+        return seq_key((self.rid, k))
 
     @property
     def done(self) -> bool:
         return self.generated >= self.request.max_tokens or not self.tokens
 
-    def seq_keys(self) -> list:
+    def seq_keys(self) -> list[str]:
         return list(self.tokens)
 
-    def outputs(self) -> list:
+    def outputs(self) -> list[list[int]]:
         """Generated tokens of each sequence: the finished hypotheses, best first (beams),
         or every sample by sample index."""
         start = len(self.request.prompt)
@@ -182,7 +201,7 @@ class RequestState:
         every = {**self.tokens, **self.finished}
         return [every[s][start:] for s in sorted(every, key=lambda s: self.index[s])]
 
-    def advance(self, logits: dict) -> list:
+    def advance(self, logits: dict[str, Logits]) -> list[tuple[str, ...]]:
         """Consume logits {seq: [V]} for every live sequence; append tokens; return actions."""
         assert set(logits) == set(self.tokens), "logits must cover exactly the live sequences"
         for s, row in logits.items():
@@ -225,7 +244,7 @@ class RequestState:
         processed = sampling.process(row, prompt, output, r.params, r.stop_token_ids)
         return sampling.draw(processed, r.params, index, step)
 
-    def _sample_picks(self, logits: dict) -> list:
+    def _sample_picks(self, logits: dict[str, Logits]) -> list[Pick]:
         r, step = self.request, self.generated
         logits = {
             s: penalize(row, self.tokens[s], r.repetition_penalty) for s, row in logits.items()
@@ -238,7 +257,7 @@ class RequestState:
             for s, row in sorted(logits.items(), key=lambda kv: self.index[kv[0]])
         ]
 
-    def _beam_picks(self, logits: dict) -> list:
+    def _beam_picks(self, logits: dict[str, Logits]) -> list[Pick]:
         """The surviving beams as picks (none when the search ends early); this step's
         hypotheses join self.hypotheses. See beam_search.py for the rules."""
         r = self.request

@@ -22,7 +22,8 @@ to a policy:
 The (gpu, host) / (host, gpu) pairs wait in `drain_swaps()` for the
 `cuda_kernels.swap_out` / `swap_in` launchers, like copy-on-write pairs wait for
 `copy_blocks`. `HostPool` is the host side on its own (fixed host block ids, tables
-saved as labels); the engine's block adapter uses it too.
+saved as labels). The v0 engine preempts with SchedulerV0's `SeqGroupPolicy`, a
+`SwapPolicy` that follows vLLM v0's choice per group (scheduler_v0.py).
 
 How to add a policy: write one class with a `name`, `keeps_kv` (does a preempted group
 wait for a swap-in, or is it recomputed?), `preempt(manager, group)` returning the name

@@ -31,6 +31,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from ..engine.lockstep import seq_name
+
 SPAN = re.compile(r"^(?P<seq>.+)\[(?P<start>\d+):(?P<end>\d+)\]$")
 NEW_BLOCK = re.compile(r"into new block (\d+)")
 VISIBLE = str.maketrans({" ": "\u00b7", "\n": "\u21b5", "\t": "\u2192", "\r": "\u240d"})
@@ -54,7 +56,7 @@ def _written(span: tuple, frame, before: tuple, owned: dict, labels: tuple, fres
     text after the step before; `owned`: seq -> its table after the step before; `fresh`: the
     blocks the step gave it (a decode into one is told "into new block")."""
     seq, start, end = span
-    table = {str(s.seq_id): s.blocks for s in frame.sequences}.get(seq, ())
+    table = {seq_name(s.seq_id): s.blocks for s in frame.sequences}.get(seq, ())
     bs = frame.block_size
     if end - start > 1:
         blocks = sorted(set(table[start // bs : (end - 1) // bs + 1]), key=table.index)
@@ -122,7 +124,7 @@ def _departures(frames: list, spans: list) -> tuple[dict, dict, dict]:
     left: dict = {}
     live_before: set = set()
     for i, frame in enumerate(frames):
-        live = {str(s.seq_id) for s in frame.sequences}
+        live = {seq_name(s.seq_id) for s in frame.sequences}
         for seq, *_ in spans[i]:
             scheduled.setdefault(seq, i)
         for seq in sorted(live_before - live):
@@ -215,7 +217,7 @@ def narrate(frames: list, log: list) -> Told:
         ]
         captions.append("; ".join(parts) or "nothing was scheduled")
         details.append("batch " + " ".join(log[i].get("seqs", ())) if i < len(log) else "")
-        before, owned = labels, {str(s.seq_id): s.blocks for s in frame.sequences}
+        before, owned = labels, {seq_name(s.seq_id): s.blocks for s in frame.sequences}
     timeline = [[q, scheduled[q], preempted.get(q, []), finished.get(q, -1)] for q in scheduled]
     host = [
         [[q, n] for (q, at), (n, back) in sorted(swapped.items()) if at <= i < back]

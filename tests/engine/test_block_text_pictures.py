@@ -7,13 +7,13 @@ import matplotlib
 matplotlib.use("Agg")
 
 from pagedsim.draw.render import block_label, render  # noqa: E402
-from pagedsim.engine.generate import load, run, step_frames  # noqa: E402
+from pagedsim.engine.generate import Workload, load, run, step_frames  # noqa: E402
 
 
 def test_the_frames_label_every_live_block_with_the_16_characters_it_holds():
     model, tok = load()
     engine, marks, _ = run(
-        model, tok, ["ROMEO.\nBut soft, what light"], max_tokens=12, backend="numpy"
+        model, tok, Workload(["ROMEO.\nBut soft, what light"], 12), backend="numpy"
     )
     frames = step_frames(engine, marks)
     first = frames[0]
@@ -32,7 +32,7 @@ def test_the_frames_label_every_live_block_with_the_16_characters_it_holds():
 def test_the_renderer_draws_a_blocks_text_and_leaves_unlabelled_snapshots_alone():
     model, tok = load()
     engine, marks, _ = run(
-        model, tok, ["ROMEO.\nBut soft, what light"], max_tokens=2, backend="numpy"
+        model, tok, Workload(["ROMEO.\nBut soft, what light"], 2), backend="numpy"
     )
     frame = step_frames(engine, marks)[0]
     fig = render(frame)

@@ -7,8 +7,9 @@ The same families against transformers itself: test_hf_families_oracle.py."""
 import numpy as np
 import pytest
 
+from pagedsim.config import CacheConfig
 from pagedsim.engine.dense import sequence_logits
-from pagedsim.engine.generate import run
+from pagedsim.engine.generate import Workload, run
 from pagedsim.engine.hf import load_model
 
 from .families import FAMILIES, ORACLE_ONLY
@@ -25,10 +26,8 @@ def test_a_family_decodes_the_tokens_of_an_independent_float64_forward(tmp_path,
     _, _, summary = run(
         load_model(directory),
         None,
-        [PROMPT],
-        max_tokens=NEW_TOKENS,
-        block_size=4,
-        overrides={"temperature": 0.0},
+        Workload([PROMPT], NEW_TOKENS, overrides={"temperature": 0.0}),
+        CacheConfig(block_size=4),
         backend="numpy",
     )
     got = summary["requests"][0]["outputs"][0]["token_ids"]
@@ -53,10 +52,8 @@ def test_a_windowed_model_drops_blocks_as_its_window_slides(tmp_path, name, kind
     engine, _, summary = run(
         load_model(directory),
         None,
-        [PROMPT],
-        max_tokens=20,
-        block_size=4,
-        overrides={"temperature": 0.0},
+        Workload([PROMPT], 20, overrides={"temperature": 0.0}),
+        CacheConfig(block_size=4),
         backend="numpy",
     )
     assert engine.groups == kinds

@@ -20,8 +20,9 @@ torch = pytest.importorskip(
 )
 transformers = pytest.importorskip("transformers", reason="the oracle needs transformers")
 
+from pagedsim.config import CacheConfig  # noqa: E402
 from pagedsim.engine.dense import sequence_logits  # noqa: E402
-from pagedsim.engine.generate import run  # noqa: E402
+from pagedsim.engine.generate import Workload, run  # noqa: E402
 from pagedsim.engine.hf import load_model  # noqa: E402
 
 from .families import FAMILIES, config_json, generation_json  # noqa: E402
@@ -89,10 +90,8 @@ def pagedsim_tokens(directory) -> tuple:
     _, _, summary = run(
         load_model(directory),
         None,
-        [PROMPT],
-        max_tokens=NEW_TOKENS,
-        block_size=4,
-        overrides={"temperature": 0.0},
+        Workload([PROMPT], NEW_TOKENS, overrides={"temperature": 0.0}),
+        CacheConfig(block_size=4),
         backend="numpy",
     )
     return summary["requests"][0]["outputs"][0]["token_ids"], summary
@@ -128,11 +127,8 @@ def test_the_repetition_penalty_from_the_file_is_applied_and_none_ignores_it(tmp
     _, _, plain = run(
         load_model(directory),
         None,
-        [PROMPT],
-        max_tokens=NEW_TOKENS,
-        overrides={"temperature": 0.0},
+        Workload([PROMPT], NEW_TOKENS, overrides={"temperature": 0.0}, generation_config="none"),
         backend="numpy",
-        generation_config="none",
     )
     model = transformers.AutoModelForCausalLM.from_pretrained(
         directory, torch_dtype=torch.float32

@@ -2,15 +2,19 @@
 added as they come (add_request), a prefill that samples the first token, sampled stop
 tokens, and a recompute that prefills the prompt and every sampled token again."""
 
+from collections import deque
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pagedsim.manager import KVCacheManager
+from pagedsim.policies.preemption import Group
 from pagedsim.policies.prefix_cache import PrefixCachingManager
 from pagedsim.scheduler import SchedulerV0
 from pagedsim.scheduler_output import SchedulerOutput
+from pagedsim.scheduler_v0 import SeqGroupPolicy
 
 
 def test_the_prefill_samples_and_a_stop_token_ends_the_request():
@@ -219,3 +223,61 @@ def test_forks_and_frees_keep_every_sequence_computable(prompts, best_of, num_bl
         s.update_from_output(out, sampled)
         manager.check_invariants()
     assert s.done and manager.seq_ids() == []
+
+
+# ---- v0's preemption per group, and the requests that could never be admitted -------------
+def _forked(m: KVCacheManager, key: int) -> Group:
+    """A group of two sequences sharing a 3-token prompt (two blocks of 2)."""
+    m.add_sequence((key, 0), 3)
+    m.fork((key, 0), (key, 1))
+    return Group(key, 3, 4, [(key, 0), (key, 1)])
+
+
+def test_v0s_group_rule_recomputes_a_lone_sequence_and_swaps_a_forked_group():
+    m = KVCacheManager(16, 2)
+    policy = SeqGroupPolicy(16)
+    m.add_sequence((0, 0), 3)
+    assert policy.preempt(m, Group(0, 3, 4, [(0, 0)])) == "recompute"
+    assert policy.swap_outs == 0 and policy.drain_swaps() == ([], [])
+    assert policy.preempt(m, _forked(m, 1)) == "swap"
+    out, _ = policy.drain_swaps()
+    assert len(out) == 2 and policy.swap_outs == 1  # the shared blocks move once
+    assert m.seq_ids() == [] and m.num_free_blocks == 16
+
+
+def test_swap_mode_swaps_a_lone_sequence_and_recomputes_it_when_the_host_is_full():
+    m = KVCacheManager(16, 2)
+    m.add_sequence((0, 0), 3)
+    m.add_sequence((1, 0), 3)
+    policy = SeqGroupPolicy(2, swap_single=True)
+    assert policy.preempt(m, Group(0, 3, 4, [(0, 0)])) == "swap"
+    assert policy.preempt(m, Group(1, 3, 4, [(1, 0)])) == "recompute"  # no host block left
+
+
+def test_a_forked_group_that_finds_the_host_full_raises_and_changes_nothing():
+    m = KVCacheManager(16, 2)
+    group = _forked(m, 0)
+    policy = SeqGroupPolicy(1)
+    with pytest.raises(RuntimeError, match=r"the host pool is full \(1 free blocks, 2 needed\)"):
+        policy.preempt(m, group)
+    assert m.seq_ids() == [(0, 0), (0, 1)] and policy.host_free == 1 and policy.preemptions == 0
+
+
+def test_a_request_the_pool_holds_at_its_peak_is_taken_and_one_block_more_is_refused():
+    """What the engine took before SchedulerV0 served it (best_of x its peak blocks) is
+    taken, and admitted with no block of headroom unless its next decode starts a block;
+    one block more is refused."""
+    s = SchedulerV0([], KVCacheManager(8, 4), record=False)
+    s.check_request(5, 11, best_of=2)  # 2 sequences x blocks(16) = 8
+    with pytest.raises(ValueError, match="needs up to 10 blocks, more than the pool's 8"):
+        s.check_request(5, 12, best_of=2)  # 2 x blocks(17) = 10
+    with pytest.raises(ValueError, match="needs up to 10 blocks"):
+        s.add_request((1, 2, 3, 4, 5), 12, best_of=2)
+    assert s.requests == [] and s.waiting == deque()
+    tiny = SchedulerV0([], KVCacheManager(1, 4), record=False)
+    rid = tiny.add_request((7,), 3)  # one block holds its 1 + 3 tokens
+    for token in (3, 4, 5):
+        out = tiny.schedule()
+        assert out.total_num_scheduled_tokens > 0
+        tiny.update_from_output(out, {rid: token})
+    assert tiny.done and tiny.manager.num_free_blocks == 1

@@ -5,9 +5,13 @@ import re
 
 import pytest
 
-from pagedsim.engine.generate import run, step_frames
+from pagedsim.config import CacheConfig
+from pagedsim.engine.generate import Workload, run, step_frames
+from pagedsim.engine.lockstep import seq_name
 from pagedsim.view import page_data, sources
 from pagedsim.view.narrate import narrate, visible
+
+CACHE = CacheConfig(block_size=8, num_gpu_blocks_override=24)
 
 WROTE = re.compile(
     r"(\S+) (?:generated '.*?' into|wrote token \d+ into) (?:new )?block (\d+) "
@@ -17,7 +21,7 @@ WROTE = re.compile(
 
 @pytest.fixture(scope="module")
 def mix():
-    engine, marks, _ = run(num_gpu_blocks_override=24, block_size=8, max_tokens=24)
+    engine, marks, _ = run(workload=Workload(max_tokens=24), cache=CACHE)
     return engine, marks
 
 
@@ -33,7 +37,7 @@ def test_each_decode_caption_names_the_block_and_slot_the_engine_wrote(served):
     checked = 0
     for i, caption in enumerate(told.captions):
         spans = {s.split("[")[0]: s for s in engine.log[i]["seqs"]}
-        tables = {str(s.seq_id): s.blocks for s in frames[i].sequences}
+        tables = {seq_name(s.seq_id): s.blocks for s in frames[i].sequences}
         for seq, block, slot, size in WROTE.findall(caption):
             start = int(spans[seq].split("[")[1].split(":")[0])
             assert int(size) == frames[i].block_size
@@ -59,7 +63,7 @@ def test_the_timeline_orders_each_sequences_life(served):
 
 
 def test_the_page_carries_the_plain_captions_the_details_and_the_timeline():
-    engine, marks, _ = run(num_gpu_blocks_override=24, block_size=8, max_tokens=24)
+    engine, marks, _ = run(workload=Workload(max_tokens=24), cache=CACHE)
     data = page_data(**sources.generate(engine, marks))
     assert all(step["dt"].startswith("batch ") for step in data["steps"])
     assert data["timeline"] and not any("finishes" in s["c"] for s in data["steps"])

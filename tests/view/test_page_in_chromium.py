@@ -265,13 +265,12 @@ def test_a_prefix_cache_page_shows_hashes_and_a_preemption_is_marked(open_page, 
 
 
 def test_the_generate_page_labels_each_block_with_the_text_it_holds(open_page, tmp_path):
-    from pagedsim.engine.generate import run
+    from pagedsim.config import CacheConfig
+    from pagedsim.engine.generate import Workload, run
 
     engine, marks, _ = run(
-        prompts=["ROMEO: But soft, what light"],
-        max_tokens=6,
-        num_gpu_blocks_override=8,
-        block_size=8,
+        workload=Workload(["ROMEO: But soft, what light"], 6),
+        cache=CacheConfig(block_size=8, num_gpu_blocks_override=8),
     )
     page = sources.generate(engine, marks)
     frames = page["trace_or_snapshots"]

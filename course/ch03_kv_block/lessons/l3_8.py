@@ -112,8 +112,11 @@ v1 的缓存池，所以这次运行关闭前缀缓存。结果一致并不等�
 
 
 def _tables_at(engine, marks, i) -> dict:
+    """Step i's tables by the request state's names: sequence (2, 1) is "r2.1"."""
+    from pagedsim.engine.requests import seq_key
+
     snap = engine.manager.trace.snapshots[marks[i]]
-    return {str(q.seq_id): (list(q.blocks), q.num_tokens) for q in snap.sequences}
+    return {seq_key(q.seq_id): (list(q.blocks), q.num_tokens) for q in snap.sequences}
 
 
 def _first_step(engine, marks, seq) -> int:
@@ -135,7 +138,8 @@ def your_code(model, tok, backend: str = "auto", max_tokens: int = 16) -> tuple[
     """The mix served by your 3.4a free list and 3.4b copy-on-write beside the reference pool
     (course/ch03_kv_block/capstone.py). Returns (lines to print, matched); matched is None
     when your code is not there yet (no workspace file, or still the stub)."""
-    from pagedsim.engine.generate import run
+    from pagedsim.config import CacheConfig
+    from pagedsim.engine.generate import Pool, Workload, run
     from pagedsim.engine.lockstep import PoolFailed
 
     from .. import capstone
@@ -150,11 +154,10 @@ def your_code(model, tok, backend: str = "auto", max_tokens: int = 16) -> tuple[
         _, _, s = run(
             model,
             tok,
-            max_tokens=max_tokens,
+            Workload(max_tokens=max_tokens),
+            CacheConfig(enable_prefix_caching=False),
             backend=backend,
-            enable_prefix_caching=False,
-            manager=code.manager,
-            pool_name="workspace",
+            pool=Pool(code.manager, "workspace"),
         )
     except PoolFailed as e:
         return [f"served by {files}", *e.divergence.lines()], False
@@ -238,6 +241,7 @@ def _copies(r: _Run) -> int:
 
 def _recap_chapter(r: _Run, blocks: list, out_dir) -> None:
     """Sections 3.1-3.7 of the chapter, each seen in this run; 3.6 draws its steps."""
+    from pagedsim.config import CacheConfig
     from pagedsim.engine.generate import run, step_frames
 
     s, c, log, bs = r.summary, r.model.config, r.engine.log, r.engine.block_size
@@ -245,13 +249,13 @@ def _recap_chapter(r: _Run, blocks: list, out_dir) -> None:
     peak = max(frames, key=lambda f: len(f.sequences))
     print(
         f"\n3.1 after engine step {frames.index(peak) + 1}, {len(peak.sequences)} sequences of "
-        f"{sorted({q.num_tokens for q in peak.sequences})} tokens share the pool; no table is a "
+        f"{sorted(q.num_tokens for q in peak.sequences)} tokens share the pool; no table is a "
         f"contiguous range it had to reserve."
     )
     print(
         f"3.2 one block = {c.layers} layers x (K, V) x {c.kv_heads} KV heads x {bs} tokens x "
-        f"{c.head_dim} dims x 4 bytes = {s['block_bytes']} bytes; copy-on-write moved "
-        f"{s['cow_bytes']} bytes and swapping {s['swap_bytes']} (whole blocks)."
+        f"{c.head_dim} dims x 4 bytes = {s['block_bytes']:,} bytes; copy-on-write moved "
+        f"{s['cow_bytes']:,} bytes and swapping {s['swap_bytes']:,} (whole blocks)."
     )
     print(
         f"3.3 r0's first token went to slot {blocks[0]} * {bs} + 0 = {blocks[0] * bs}; its "
@@ -263,9 +267,8 @@ def _recap_chapter(r: _Run, blocks: list, out_dir) -> None:
     )
     print("3.5 the same run with other block sizes:")
     for size in (8, 32):
-        _, _, other = run(
-            r.model, r.tok, num_gpu_blocks_override=256 // size, block_size=size, backend=r.backend
-        )
+        cache = CacheConfig(block_size=size, num_gpu_blocks_override=256 // size)
+        _, _, other = run(r.model, r.tok, cache=cache, backend=r.backend)
         print(
             f"    B = {size:>2}: prefix cache served {other['skipped_by_prefix_cache']} tokens, "
             f"tokens match: {other['tokens_match']}"
