@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pagedsim.testing import jail, walk
 
-from . import curriculum, grade_launch, grade_warm, isolation, verdict
+from . import checks_digest, curriculum, grade_launch, grade_warm, isolation, verdict
 
 STATUSES = ("pass", "fail", "timeout", "error")
 DEFAULT_TIMEOUT = 120.0  # seconds per student x exercise: the checks take ~2-5 s on a slow core
@@ -184,7 +184,7 @@ def _env(job: Job, mode: Mode, users: Users | None) -> dict:
         PAGEDSIM_SANDBOX="1" if mode.sandbox else "0",
         PAGEDSIM_LIMITS=json.dumps(mode.limits.as_json()),
         PAGEDSIM_MAX_REPLY=str(mode.max_reply),
-        PAGEDSIM_CHECKS_DIGEST=json.dumps(job.checks_digest()),
+        **{checks_digest.VAR: json.dumps(job.checks_digest())},
         PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",  # Hypothesis' plugin alone (course/runner.py)
     )
     for k in jail.PASSED_ON:
@@ -303,15 +303,6 @@ def _fork_warm(
         os.close(err_w)
     got.read(out_r, err_r)
     return got
-
-
-def verify_checks(root: Path) -> str | None:
-    """In the checker, right before pytest imports the checks: the name of a file of the
-    private copy whose content is not what the grader hashed ($PAGEDSIM_CHECKS_DIGEST), if any."""
-    want = json.loads(os.environ.get("PAGEDSIM_CHECKS_DIGEST") or "{}")
-    if not want:
-        return None
-    return next(iter(jail.changed(want, jail.contents(Path(root) / "course"))), None)
 
 
 @dataclass

@@ -41,8 +41,8 @@ from pagedsim.testing.remote_caps import Unregistered
 
 from . import check_fixtures, i18n
 from . import impl as impl_module
+from .checks_digest import verify_checks
 from .curriculum import COURSE_DIR, REPO_ROOT, Exercise
-from .grade_job import verify_checks
 from .guard import keep_first, solutions_hidden
 from .impl import (
     DEFAULT_SECONDS,
@@ -71,6 +71,7 @@ class Outcome:
     failures: list = field(default_factory=list)
     skipped: list = field(default_factory=list)  # reasons
     error: str | None = None  # the checks themselves could not run
+    hint_helps: bool = True  # False where no hint could help (the file is not there)
 
     @property
     def ok(self) -> bool:
@@ -174,7 +175,7 @@ def print_report(outcome, *, verbose: bool, hint: bool) -> None:
             + (f"\n{tail}" if tail else "")
             + (f"\n      [{', '.join(checks)}]" if verbose else "")
         )
-    if (outcome.failures or outcome.error) and hint and outcome.impl.is_file():  # no file: no hint
+    if (outcome.failures or outcome.error) and hint and outcome.hint_helps:
         print(i18n.say(f"need a hint? pagedsim hint {ex.id}", f"需要提示？pagedsim hint {ex.id}"))
 
 
@@ -484,6 +485,7 @@ def run_checks(
     outcome = Outcome(ex, impl)
     if not impl.is_file():
         outcome.error = i18n.t("no such file: {path}", path=impl)
+        outcome.hint_helps = False
         return outcome
     # the default limit grows with the machine's load; a limit the caller chose is kept
     seconds = float(seconds or DEFAULT_SECONDS * machine_scale())

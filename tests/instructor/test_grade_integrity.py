@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from course import curriculum, grade, grade_job, grade_report, grade_similarity
+from course import checks_digest, curriculum, grade, grade_job, grade_report, grade_similarity
 from pagedsim.testing import jail
 
 NAME = "ex3_1_first_fit.py"
@@ -76,9 +76,9 @@ def test_the_checker_refuses_checks_that_changed_before_their_import(tmp_path, m
     check = code / "course" / "checks" / "test_x.py"
     check.write_text("def test_a():\n    assert 1\n")
     monkeypatch.setenv("PAGEDSIM_CHECKS_DIGEST", json.dumps(jail.contents(code / "course")))
-    assert grade_job.verify_checks(code) is None
+    assert checks_digest.verify_checks(code) is None
     check.write_text("def test_a():\n    assert 2\n")
-    assert grade_job.verify_checks(code) == "checks/test_x.py"
+    assert checks_digest.verify_checks(code) == "checks/test_x.py"
 
 
 def test_each_job_gets_its_own_private_copy_of_the_checks_hashed_by_file(tmp_path):
