@@ -88,39 +88,49 @@ class Emulated:
         else:
             self.hit_tokens += tokens
 
+    def schedule_running(self, running, waiting, sched):
+        """v1's first loop: the running requests in order, preempting until each fits;
+        returns the budget left and whether anything was preempted."""
+        budget, preempted, i = self.budget, False, 0
+        while i < len(running) and budget > 0:
+            r = running[i]
+            n = min(len(r["prompt"]) + len(r["out"]) - r["done"], budget)
+            ok = self.allocate(r, n)
+            while not ok:
+                if self.by_priority:  # v1 0.34: max (priority, arrival time); a tie goes
+                    # to the first running (max keeps the first), not to the latest index
+                    victim = max(running, key=lambda q: (q["priority"], q["arrival"]))
+                    running.remove(victim)
+                    if id(victim) in sched:  # scheduled earlier this step: undo that
+                        budget += sched.pop(id(victim))[1]
+                        i -= 1
+                else:
+                    victim = running.pop()
+                self.release(victim)
+                victim["preempted"] = True
+                waiting.insert(0, victim)
+                self.preemptions += 1
+                preempted = True
+                if victim is r:
+                    break
+                ok = self.allocate(r, n)
+            if not ok:
+                if self.by_priority and victim is r:  # v1 0.34: r preempted itself; the
+                    continue  # ones after it rank higher and may fit (running[i] is next)
+                break
+            sched[id(r)] = (r, n)
+            budget -= n
+            i += 1
+        return budget, preempted
+
     def run(self, reqs):
         waiting, running, now, pending = [], [], 0, sorted(reqs, key=lambda r: r["arrival"])
         while pending or waiting or running:
             now += 1
             while pending and pending[0]["arrival"] < now:
                 waiting.append(pending.pop(0))
-            budget, sched, preempted, i = self.budget, {}, False, 0
-            while i < len(running) and budget > 0:
-                r = running[i]
-                n = min(len(r["prompt"]) + len(r["out"]) - r["done"], budget)
-                ok = self.allocate(r, n)
-                while not ok:
-                    if self.by_priority:  # the least urgent; ties: the latest to arrive
-                        victim = max(running, key=self.rank)
-                        running.remove(victim)
-                        if id(victim) in sched:  # scheduled earlier this step: undo that
-                            budget += sched.pop(id(victim))[1]
-                            i -= 1
-                    else:
-                        victim = running.pop()
-                    self.release(victim)
-                    victim["preempted"] = True
-                    waiting.insert(0, victim)
-                    self.preemptions += 1
-                    preempted = True
-                    if victim is r:
-                        break
-                    ok = self.allocate(r, n)
-                if not ok:
-                    break
-                sched[id(r)] = (r, n)
-                budget -= n
-                i += 1
+            sched = {}
+            budget, preempted = self.schedule_running(running, waiting, sched)
             while not preempted and waiting and budget > 0 and len(running) < self.max_seqs:
                 if self.by_priority:  # v1's priority queue: the most urgent, then the oldest
                     waiting.sort(key=self.rank)
