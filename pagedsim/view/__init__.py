@@ -43,7 +43,8 @@ DOM contract (tests and other tools read the state back from these; kept stable)
                  data-ref="<ref count>" (0 when free); also data-fill="<tokens>";
                  class "touched" on each block the step changed (so a cell in #tables)
     #free-list   the free blocks, head first, each an element with data-block="<id>"
-    #tables      one element per live sequence, data-seq="<id>", in admission order (a
+    #tables      one element per live sequence, data-seq="<name>" (its id, or the name
+                 `PageOptions.names` gives it: `generate`'s "r0.0"), in admission order (a
                  hybrid trace: group by group, "A:full" ... then "A:window" ...); its
                  children with data-block are its physical blocks in logical order
                  (data-block="-1": a logical block a sliding window dropped)
@@ -198,7 +199,9 @@ class PageOptions:
     detail, shown on hovering its caption (e.g. `generate`'s engine notation), "timeline":
     [[seq, first scheduled, [preempted at, ...], finished or -1], ...] by step position
     (`narrate.py`), "host": each step's swapped-out sequences, [[seq, blocks], ...],
-    "kernel": `kernel_view.kernel_story(...)`}."""
+    "kernel": `kernel_view.kernel_story(...)`}; names: a function from a snapshot's sequence
+    id to the name the page calls it (default `str`), so that the tables, hover boxes,
+    host pane and timeline say what the captions say (`generate`: `lockstep.seq_name`)."""
 
     lang: str = "en"
     title: str = "pagedsim"
@@ -209,6 +212,7 @@ class PageOptions:
     labels: Any = None
     hashes: Any = None
     story: Any = None
+    names: Any = None
 
 
 def page_data(trace_or_snapshots, options: PageOptions | None = None) -> dict:
@@ -228,7 +232,9 @@ def page_data(trace_or_snapshots, options: PageOptions | None = None) -> dict:
     for i, s in enumerate(snaps):
         if any(e.kind == "allocation_failed" for e in s.events) and "oob" not in marks.get(i, ()):
             marks.setdefault(i, []).append("oob")
-    data = encode(snaps, captions, list(whys or ()), marks, o.labels, o.hashes)
+    data = encode(snaps, captions, list(whys or ()), marks, o.labels, o.hashes, o.names or str)
+    if len(set(data["seqs"])) != len(data["seqs"]):
+        raise ValueError(f"two sequences share a name: {data['seqs']}")
     story = story or {}
     for step, detail in zip(data["steps"], story.get("details") or (), strict=False):
         if detail:

@@ -256,10 +256,11 @@ def _swap(marks) -> str:
     return "o" if "out" in marks else "i" if "in" in marks else ""
 
 
-def encode(snapshots, captions, whys=(), marks=None, labels=None, hashes=None) -> dict:
+def encode(snapshots, captions, whys=(), marks=None, labels=None, hashes=None, name=str) -> dict:
     """The steps and the sequence names of `snapshots`: captions[i] and whys[i] (if any) are
     step i's caption and why line, marks[i] its marks; labels[i] / hashes[i] (if given) the
-    text and prefix-cache hash of each block after step i, instead of the snapshot's own."""
+    text and prefix-cache hash of each block after step i, instead of the snapshot's own;
+    `name(seq_id)` the text the page names a sequence by."""
     enc = Encoder(snapshots[0].num_blocks)
 
     def nth(rows, i):
@@ -274,6 +275,6 @@ def encode(snapshots, captions, whys=(), marks=None, labels=None, hashes=None) -
     return {
         "nb": snapshots[0].num_blocks,
         "bs": snapshots[0].block_size,
-        "seqs": [str(s) for s in enc.seqs],
+        "seqs": [str(name(s)) for s in enc.seqs],
         "steps": steps,
     }

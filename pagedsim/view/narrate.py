@@ -101,7 +101,7 @@ def _new_blocks(prev, frame) -> dict:
             if b >= 0 and b not in copies and was[b] == 0 < frame.ref_counts[b]
         ]
         if fresh:
-            out[str(s.seq_id)] = fresh
+            out[seq_name(s.seq_id)] = fresh
     return out
 
 
@@ -140,7 +140,7 @@ def _departures(frames: list, spans: list) -> tuple[dict, dict, dict]:
 
 
 def _live(frame) -> set:
-    return {str(s.seq_id) for s in frame.sequences}
+    return {seq_name(s.seq_id) for s in frame.sequences}
 
 
 def _swapped(frames: list, log: list, spans: list, preempted: dict) -> dict:
@@ -159,7 +159,7 @@ def _swapped(frames: list, log: list, spans: list, preempted: dict) -> dict:
                 first = next((x for x in spans[back] if x[0] == seq), None)
                 if first is None or first[1] == 0 or first[2] - first[1] != 1:
                     continue
-            before = {str(s.seq_id): s.blocks for s in frames[i - 1].sequences} if i else {}
+            before = {seq_name(s.seq_id): s.blocks for s in frames[i - 1].sequences} if i else {}
             out[(seq, i)] = (sum(1 for b in before.get(seq, ()) if b >= 0), back)
     return out
 
@@ -167,7 +167,7 @@ def _swapped(frames: list, log: list, spans: list, preempted: dict) -> dict:
 def _swap_parts(i: int, frame, swapped: dict) -> tuple[list, list, set, set]:
     """Step i's swap captions (those swapped back in, those swapped out), the sequences it
     swapped out (told here, not as sent back to the free list) and the blocks it swapped in."""
-    tables = {str(s.seq_id): s.blocks for s in frame.sequences}
+    tables = {seq_name(s.seq_id): s.blocks for s in frame.sequences}
     restored = {
         q: list(dict.fromkeys(tables.get(q, ())[:n]))
         for (q, _), (n, back) in sorted(swapped.items())

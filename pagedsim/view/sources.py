@@ -7,7 +7,8 @@ Every function returns one source's page, {"trace_or_snapshots": ..., "options":
     play(session, lang)             a playground `Session`: its timeline, preemption marked,
                                     prefix-cache hashes read from the pool after each command
     events(snapshots)               a replayed vLLM KV event stream (`play --events`)
-    generate(engine, marks)         `generate`'s engine steps, blocks labelled with their text
+    generate(engine, marks)         `generate`'s engine steps, blocks labelled with their text,
+                                    sequences named as the engine names them ("r0.0")
     saved(data)                     a JSON trace written by `tour --json` or `--trace-out`
 
 `version_of(options)` names the vLLM version each playground mechanism follows. No
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..engine.lockstep import seq_name
 from ..io.trace_json import snapshot_to_dict
 from ..text.captions import caption
 from . import PageOptions
@@ -154,6 +156,7 @@ def generate(engine, marks, lang: str = "en") -> dict:
         labels=[getattr(f, "block_labels", ()) for f in frames],
         captions=told.captions,
         story=story,
+        names=seq_name,  # "r0.0", as the captions, hover text and timeline say
     )
     return {"trace_or_snapshots": frames, "options": options}
 

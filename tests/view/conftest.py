@@ -128,14 +128,15 @@ def open_page(browser, tmp_path):
         ctx.close()
 
 
-def expected(snap, caption: str) -> dict:
-    """What the DOM must say for `snap` (see pagedsim/view/__init__.py)."""
+def expected(snap, caption: str, name=str) -> dict:
+    """What the DOM must say for `snap` (see pagedsim/view/__init__.py), each sequence
+    called `name(seq_id)` (the page's `PageOptions.names`)."""
     return dict(
         caption=caption,
         free=list(snap.free_list),
         refs=[[b, c] for b, c in enumerate(snap.ref_counts)],
         fill=list(snap.block_fill),
-        tables=[[str(s.seq_id), list(s.blocks)] for s in snap.sequences],
+        tables=[[name(s.seq_id), list(s.blocks)] for s in snap.sequences],
     )
 
 

@@ -51,8 +51,9 @@ IN_VIEW = """(sel) => {
 }"""
 
 
-def differing(prev, snap, labels=None) -> tuple[set, set]:
-    """The blocks and the (seq, logical) table cells whose state differs between two steps."""
+def differing(prev, snap, labels=None, name=str) -> tuple[set, set]:
+    """The blocks and the (seq, logical) table cells whose state differs between two steps,
+    each sequence called `name(seq_id)` as the page calls it."""
     free0, free1 = set(prev.free_list), set(snap.free_list)
     cached0, cached1 = set(prev.cached_blocks), set(snap.cached_blocks)
     blocks = {
@@ -66,7 +67,7 @@ def differing(prev, snap, labels=None) -> tuple[set, set]:
     }
     before = {s.seq_id: s.blocks for s in prev.sequences}
     cells = {
-        (str(s.seq_id), j)
+        (name(s.seq_id), j)
         for s in snap.sequences
         for j, b in enumerate(s.blocks)
         if j >= len(before.get(s.seq_id, ())) or before[s.seq_id][j] != b or b in blocks
@@ -77,14 +78,14 @@ def differing(prev, snap, labels=None) -> tuple[set, set]:
 def walk(open_page, page: dict, viewport=(1366, 768), labels=None) -> int:
     """Step through `page` with ArrowRight; every change outlined and in view. Returns the
     number of steps that changed something."""
-    snaps = page["trace_or_snapshots"]
+    snaps, name = page["trace_or_snapshots"], page["options"].names or str
     loaded = open_page(to_html(**page), viewport=viewport)
     changed = 0
     for i in range(1, len(snaps)):
         loaded.page.keyboard.press("ArrowRight")
         assert loaded.page.evaluate("window.pagedsimViewer.index()") == i
         pair = (labels[i - 1], labels[i]) if labels else None
-        blocks, cells = differing(snaps[i - 1], snaps[i], pair)
+        blocks, cells = differing(snaps[i - 1], snaps[i], pair, name)
         if not blocks and not cells:
             continue
         changed += 1

@@ -96,10 +96,10 @@ def strip_new(step: dict) -> set:
 def swapping():
     """Three requests on 12 blocks of 4 tokens: the v0 engine swaps one out, then back in."""
     engine, marks, _ = run(
-        prompts=["ROMEO: But soft, what light", "JULIET: O Romeo, Romeo", "NURSE: Madam"],
-        max_tokens=12,
-        num_gpu_blocks_override=12,
-        block_size=4,
+        workload=Workload(
+            ["ROMEO: But soft, what light", "JULIET: O Romeo, Romeo", "NURSE: Madam"], 12
+        ),
+        cache=CacheConfig(block_size=4, num_gpu_blocks_override=12),
         check_dense=False,
     )
     assert any(rec.get("preempted_swap") for rec in engine.log)
@@ -127,14 +127,14 @@ def test_a_swapped_request_is_told_preempted_and_held_in_host_memory(swapping):
     outs = [i for i, rec in enumerate(engine.log) if rec.get("preempted_swap")]
     assert [i for i, m in page["options"].marks.items() if "out" in m] == outs
     for i in outs:
-        live = {str(s.seq_id) for s in snaps[i].sequences}
-        before = {str(s.seq_id): s.blocks for s in snaps[i - 1].sequences}
+        live = {seq_name(s.seq_id) for s in snaps[i].sequences}
+        before = {seq_name(s.seq_id): s.blocks for s in snaps[i - 1].sequences}
         for q, n in host[i]:
             assert q not in live and n == len(before[q])  # its whole table is on the host
             assert f"{q} was preempted and swapped out" in captions[i]
             assert f"{q} finished" not in captions[i]
             back = next(j for j in range(i, len(snaps)) if q not in {x for x, _ in host[j]})
-            assert q in {str(s.seq_id) for s in snaps[back].sequences}
+            assert q in {seq_name(s.seq_id) for s in snaps[back].sequences}
             assert (
                 "in" in page["options"].marks[back] and f"{q} was swapped back in" in captions[back]
             )

@@ -13,6 +13,7 @@ import pytest
 
 from pagedsim.app import tour as tour_app
 from pagedsim.app.play_session import Options, Refused, Session
+from pagedsim.engine.lockstep import seq_name
 from pagedsim.text.captions import caption
 from pagedsim.view import sources, to_html
 
@@ -36,9 +37,10 @@ def check_not_blank(path: Path) -> None:
     assert max(n for n, _ in colours) < 0.97 * sum(n for n, _ in colours), f"{path} is one colour"
 
 
-def check_step(loaded, snap, text: str, last: int, grouped: bool = False) -> None:
-    """The DOM states `snap`; `grouped`: a hybrid page lists the tables group by group."""
-    dom, want = loaded.dom(), expected(snap, text)
+def check_step(loaded, snap, text: str, last: int, grouped: bool = False, name=str) -> None:
+    """The DOM states `snap`, each sequence called `name(seq_id)`; `grouped`: a hybrid page
+    lists the tables group by group."""
+    dom, want = loaded.dom(), expected(snap, text, name)
     assert dom["step"] == f"step {snap.step} / {last}"
     if grouped:
         dom["tables"] = sorted(dom["tables"], key=lambda t: t[0].endswith(":window"))
@@ -275,7 +277,8 @@ def test_the_generate_page_labels_each_block_with_the_text_it_holds(open_page, t
     page = sources.generate(engine, marks)
     frames = page["trace_or_snapshots"]
     loaded = open_page(to_html(**page), fragment=f"#step={len(frames) - 1}")
-    check_step(loaded, frames[-1], page["options"].captions[-1], frames[-1].step)
+    captions = page["options"].captions
+    check_step(loaded, frames[-1], captions[-1], frames[-1].step, name=seq_name)
     assert "generated" in page["options"].captions[1] and "(slot " in page["options"].captions[1]
     texts = loaded.page.eval_on_selector_all(
         "#blocks .block .txt", "es => es.map(e => e.textContent)"
@@ -325,4 +328,55 @@ def test_a_big_pools_tiles_gain_their_fill_and_text_in_projector_mode(open_page,
     check_not_blank(shot)
     loaded.page.keyboard.press("p")
     check_step(loaded, snaps[k], caption(snaps[k]), snaps[-1].step)
+    loaded.check_clean()
+
+
+NAMES_SHOWN = """() => ({
+    labels: [...document.querySelectorAll('#tables [data-seq]')].map(e =>
+        [e.dataset.seq, e.querySelector('.seq').textContent]),
+    text: document.body.innerText,
+    titles: [...document.querySelectorAll('[title]')].map(e => e.title).join(' '),
+})"""
+TUPLE_ID = re.compile(r"\(\d+, \d+\)")
+ENGINE_NAME = re.compile(r"\br\d+\.\d+\b")
+
+
+def test_the_generate_page_names_each_sequence_as_its_captions_do(open_page, tmp_path):
+    """`pagedsim generate --max-tokens 12 --num-gpu-blocks-override 12`: the tables, hover
+    boxes, "changed" strip, host pane and legend say "r0.0", as the captions do, never the
+    manager's tuple id "(0, 0)"."""
+    from pagedsim.config import CacheConfig
+    from pagedsim.engine.generate import Workload, run
+
+    engine, marks, _ = run(
+        workload=Workload(max_tokens=12), cache=CacheConfig(num_gpu_blocks_override=12)
+    )
+    page = sources.generate(engine, marks)
+    frames, captions = page["trace_or_snapshots"], page["options"].captions
+    assert any(isinstance(s.seq_id, tuple) for f in frames for s in f.sequences)
+    loaded = open_page(to_html(**page), viewport=(1366, 768))
+    named_in_both = 0
+    for i, frame in enumerate(frames):
+        shown = loaded.page.evaluate(NAMES_SHOWN)
+        assert not TUPLE_ID.search(shown["text"] + shown["titles"]), f"step {i}: a tuple id shown"
+        want = [seq_name(s.seq_id) for s in frame.sequences]
+        assert shown["labels"] == [[q, q] for q in want], f"step {i}: {shown['labels']}"
+        told = set(ENGINE_NAME.findall(captions[i]))
+        assert told & {str(s.seq_id) for s in frame.sequences} == set()
+        named_in_both += len(told & set(want))
+        owned = [b for s in frame.sequences for b in s.blocks if b >= 0]
+        if owned:  # the hover box names the owners as the table does
+            loaded.page.click(f'#blocks [data-block="{owned[0]}"]')
+            info = loaded.page.inner_text("#info")
+            assert any(q in info for q in want) and not TUPLE_ID.search(info), info
+        if i == 2:
+            shot = shots(tmp_path) / "generate-names-1366.png"
+            loaded.page.screenshot(path=str(shot))
+            check_not_blank(shot)
+        loaded.page.keyboard.press("ArrowRight")
+    assert named_in_both >= len(frames) // 2  # the captions do name the tables' sequences
+    rows = loaded.page.eval_on_selector_all(
+        "[data-request]", "es => es.map(e => e.dataset.request)"
+    )
+    assert rows and set(rows) <= {seq_name(s.seq_id) for f in frames for s in f.sequences}
     loaded.check_clean()

@@ -116,19 +116,22 @@ WHOLE = """(sel) => [...document.querySelectorAll(sel)].map((e) => {
 def test_a_generate_page_shows_its_whole_timeline_and_the_host_in_presentation_mode(
     open_page, tmp_path, size
 ):
-    from pagedsim.engine.generate import run
+    from pagedsim.config import CacheConfig
+    from pagedsim.engine.generate import Workload, run
 
     engine, marks, _ = run(
-        num_gpu_blocks_override=24, block_size=8, max_tokens=24, check_dense=False
+        workload=Workload(max_tokens=24),
+        cache=CacheConfig(block_size=8, num_gpu_blocks_override=24),
+        check_dense=False,
     )
     page = sources.generate(engine, marks)
     requests = len(page["options"].story["timeline"])
     assert requests >= 10  # the default mix: enough rows to overflow a short column
     swap, swap_marks, _ = run(
-        prompts=["ROMEO: But soft, what light", "JULIET: O Romeo, Romeo", "NURSE: Madam"],
-        max_tokens=12,
-        num_gpu_blocks_override=12,
-        block_size=4,
+        workload=Workload(
+            ["ROMEO: But soft, what light", "JULIET: O Romeo, Romeo", "NURSE: Madam"], 12
+        ),
+        cache=CacheConfig(block_size=4, num_gpu_blocks_override=12),
         check_dense=False,
     )
     for i in range(0, len(page["options"].captions), 7):
