@@ -27,7 +27,10 @@ from .narrate import narrate
 
 TOUR_VERSION = "fork + copy-on-write: vLLM v0 · free list: a LIFO stack, as in vLLM v0"
 EVENTS_VERSION = "vLLM v1 KV cache events (BlockStored / BlockRemoved / AllBlocksCleared)"
-GENERATE_VERSION = "vLLM v1 scheduler + prefix cache · v0 fork + copy-on-write (n, beams)"
+GENERATE_VERSION = {  # the engine's mode: the scheduler that served the run
+    "v1": "vLLM v1 scheduler (SchedulerV1) + prefix cache",
+    "v0": "vLLM v0 scheduler (SchedulerV0): fork + copy-on-write (n, beams), swap",
+}
 
 
 def version_of(options) -> str:
@@ -150,7 +153,7 @@ def generate(engine, marks, lang: str = "en") -> dict:
         story["host"] = told.host
     options = PageOptions(
         lang=lang,
-        version=GENERATE_VERSION,
+        version=GENERATE_VERSION[engine.mode],
         title="pagedsim generate: the blocks serving a model",
         marks=flags,
         labels=[getattr(f, "block_labels", ()) for f in frames],

@@ -139,3 +139,19 @@ def test_a_swapped_request_is_told_preempted_and_held_in_host_memory(swapping):
                 "in" in page["options"].marks[back] and f"{q} was swapped back in" in captions[back]
             )
     assert all(not row for row in host[: outs[0]])
+
+
+def test_the_page_badge_names_the_scheduler_that_served_the_run(swapping):
+    from pagedsim.config import SchedulerConfig
+
+    served_v1 = run(  # plain prompts under recompute: the v1 engine serves them
+        workload=Workload(["ROMEO: But soft", "JULIET: O Romeo"], 4),
+        scheduler=SchedulerConfig(preemption_mode="recompute"),
+        check_dense=False,
+    )[:2]
+    assert (served_v1[0].mode, swapping[0].mode) == ("v1", "v0")
+    for engine, marks in (served_v1, swapping):
+        version = sources.generate(engine, marks)["options"].version
+        other = "v1" if engine.mode == "v0" else "v0"
+        assert f"Scheduler{engine.mode.upper()}" in version, (engine.mode, version)
+        assert f"Scheduler{other.upper()}" not in version, (engine.mode, version)
