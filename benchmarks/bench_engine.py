@@ -135,11 +135,17 @@ def write_random_llama(
 
 def bench(model, requests, backend: str, block_size: int = 16) -> dict:
     from pagedsim.block_table import blocks_needed
+    from pagedsim.config import CacheConfig, SchedulerConfig
     from pagedsim.engine import DenseEngine, PagedEngine
 
     blocks = sum(blocks_needed(len(r.prompt) + r.max_tokens, block_size) for r in requests)
     engine = PagedEngine(
-        model, blocks, block_size, backend=backend, max_num_batched_tokens=max(256, len(requests))
+        model,
+        CacheConfig(block_size=block_size, num_gpu_blocks=blocks, enable_prefix_caching=False),
+        SchedulerConfig(
+            max_num_batched_tokens=max(256, len(requests)), preemption_mode="recompute"
+        ),
+        backend=backend,
     )
     start = time.perf_counter()
     engine.generate(requests)
@@ -170,6 +176,7 @@ def one_side(side: str, directory: str, batch: int, prompt: int, tokens: int) ->
     ids = rng.integers(1, config["vocab_size"], (batch, prompt))
     if side == "pagedsim":
         from pagedsim.block_table import blocks_needed
+        from pagedsim.config import CacheConfig, SchedulerConfig
         from pagedsim.engine import PagedEngine, Request
         from pagedsim.engine.hf import load_model
 
@@ -177,10 +184,13 @@ def one_side(side: str, directory: str, batch: int, prompt: int, tokens: int) ->
         requests = [Request(tuple(int(t) for t in row), tokens) for row in ids]
         engine = PagedEngine(
             model,
-            batch * blocks_needed(prompt + tokens, 16),
-            16,
+            CacheConfig(
+                block_size=16,
+                num_gpu_blocks=batch * blocks_needed(prompt + tokens, 16),
+                enable_prefix_caching=False,
+            ),
+            SchedulerConfig(max_num_batched_tokens=max(256, batch), preemption_mode="recompute"),
             backend="numpy",
-            max_num_batched_tokens=max(256, batch),
         )
         start = time.process_time()
         engine.generate(requests)

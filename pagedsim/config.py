@@ -1,9 +1,11 @@
 """The serving settings, grouped and named as vLLM groups and names them (vllm/config/).
 
     CacheConfig       how the KV cache is cut and kept: block_size, the pool's size
-                      (num_gpu_blocks_override), enable_prefix_caching
+                      (num_gpu_blocks_override, then num_gpu_blocks), v0's swap space
+                      (num_cpu_blocks), enable_prefix_caching
     SchedulerConfig   what one step may schedule and how it preempts:
-                      max_num_batched_tokens, preemption_mode (v0's; v1 only recomputes)
+                      max_num_batched_tokens, max_num_seqs, policy, max_model_len,
+                      long_prefill_token_threshold, preemption_mode (v0's; v1 only recomputes)
 
 Only the fields pagedsim reads are here, with vLLM's names, so a number keeps one name from
 the command line (`--num-gpu-blocks-override`, `--block-size`, `--max-num-batched-tokens`)
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 
 from .errors import count_arg
 from .policies.preemption import PREEMPTION_POLICIES
+from .request_queue import make_request_queue
 
 
 @dataclass(frozen=True)
@@ -25,11 +28,18 @@ class CacheConfig:
     block_size: int = 16  # tokens per block
     num_gpu_blocks_override: int | None = None  # the pool's blocks (None: the caller sizes it)
     enable_prefix_caching: bool = True  # v1's automatic prefix caching
+    num_gpu_blocks: int | None = None  # the pool's blocks, once sized (the engine's)
+    num_cpu_blocks: int | None = None  # v0's swap space (None: the engine's 4 x num_gpu_blocks)
 
     def __post_init__(self) -> None:
         count_arg("block_size", self.block_size, 1)
-        if self.num_gpu_blocks_override is not None:
-            count_arg("num_gpu_blocks_override", self.num_gpu_blocks_override, 1)
+        for name, low in (
+            ("num_gpu_blocks_override", 1),
+            ("num_gpu_blocks", 1),
+            ("num_cpu_blocks", 0),
+        ):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, count_arg(name, getattr(self, name), low))
         if type(self.enable_prefix_caching) is not bool:
             raise TypeError(
                 f"enable_prefix_caching must be a bool, got "
@@ -43,9 +53,20 @@ class SchedulerConfig:
 
     max_num_batched_tokens: int = 64  # tokens one step may compute (v1's token budget)
     preemption_mode: str = "swap"  # v0's: "recompute" or "swap" (v1 always recomputes)
+    max_num_seqs: int = 256  # requests running at once (v1)
+    policy: str = "fcfs"  # v1's waiting order: "fcfs" or "priority"
+    long_prefill_token_threshold: int = 0  # v1: cap on one request's prefill chunk (0: none)
+    max_model_len: int = 8192  # v1: a longer request is refused (vLLM's default)
 
     def __post_init__(self) -> None:
-        count_arg("max_num_batched_tokens", self.max_num_batched_tokens, 1)
+        for name, low in (
+            ("max_num_batched_tokens", 1),
+            ("max_num_seqs", 1),
+            ("long_prefill_token_threshold", 0),
+            ("max_model_len", 1),
+        ):
+            object.__setattr__(self, name, count_arg(name, getattr(self, name), low))
+        make_request_queue(self.policy)  # TypeError / ValueError naming policy
         if self.preemption_mode not in PREEMPTION_POLICIES:
             raise ValueError(
                 f"preemption_mode must be one of {PREEMPTION_POLICIES}, "

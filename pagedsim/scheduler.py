@@ -13,11 +13,13 @@ loop, synthetic ids) is in scheduler_common.py; what schedule() returns in sched
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from .config import CacheConfig
 from .policies.preemption import Group, RecomputePolicy
 from .scheduler_v0 import VICTIMS, SchedulerV0, StepRecord
-from .scheduler_v1 import SchedulerV1, V1StepRecord
+from .scheduler_v1 import DEFAULT_SCHEDULER_CONFIG, RequestColumns, SchedulerV1, V1StepRecord
 
 MODES = ("v0", "v1")
 SCHEDULERS = {"v0": SchedulerV0, "v1": SchedulerV1}  # mode -> class
@@ -27,14 +29,31 @@ def make_scheduler(
     requests: Any, manager: Any, *args: Any, mode: str = "v0", **kwargs: Any
 ) -> SchedulerV0 | SchedulerV1:
     """The scheduler of a vLLM version over `manager`; the other arguments are its own
-    (SchedulerV0: policy, victim, watermark ...; SchedulerV1: max_num_batched_tokens,
-    max_num_seqs, policy ...)."""
+    (SchedulerV0: policy, victim, watermark ...; SchedulerV1: the fields of SchedulerConfig
+    and CacheConfig -- max_num_batched_tokens, max_num_seqs, policy, enable_prefix_caching
+    ... -- tokens, output_tokens, priorities, arrival_times, record ...)."""
     if not isinstance(mode, str):
         raise TypeError(f"mode must be a str, got {type(mode).__name__}")
     if mode not in SCHEDULERS:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode == "v1" and not args:
+        return _v1(requests, manager, kwargs)
     scheduler: SchedulerV0 | SchedulerV1 = SCHEDULERS[mode](requests, manager, *args, **kwargs)
     return scheduler
+
+
+def _v1(requests: Any, manager: Any, kwargs: dict[str, Any]) -> SchedulerV1:
+    """SchedulerV1 from keywords: vLLM's SchedulerConfig and CacheConfig fields become the
+    configs, the workload's columns a RequestColumns, the rest stay keywords."""
+
+    def take(names: Any) -> dict[str, Any]:
+        return {name: kwargs.pop(name) for name in names if name in kwargs}
+
+    fields = [f.name for f in dataclasses.fields(DEFAULT_SCHEDULER_CONFIG)]
+    scheduler_config = dataclasses.replace(DEFAULT_SCHEDULER_CONFIG, **take(fields))
+    cache_config = CacheConfig(**take(["enable_prefix_caching"]))
+    columns = RequestColumns(**take(RequestColumns._fields))
+    return SchedulerV1(requests, manager, scheduler_config, cache_config, columns=columns, **kwargs)
 
 
 __all__ = [

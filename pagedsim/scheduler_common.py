@@ -45,7 +45,7 @@ class WorkloadScheduler(ABC):
 
     manager: KVCacheManager | HybridManager
     now: int  # steps taken
-    max_stalled_steps: int
+    max_stalled_steps: int = 1000  # steps without progress before run() gives up
     waiting: Sized
     # the output of the last schedule() until update_from_output() takes it
     _pending_output: SchedulerOutput | None = None

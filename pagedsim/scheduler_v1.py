@@ -44,7 +44,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
+from .config import CacheConfig, SchedulerConfig
 from .errors import OutOfBlocks, count_arg
 from .manager import KVCacheManager
 from .policies.hybrid import HybridManager
@@ -91,6 +93,22 @@ class V1Request:
         return self.prompt + tuple(self.sampled)
 
 
+class RequestColumns(NamedTuple):
+    """The workload's per-request columns (None: not given): prompt tokens (prefix
+    caching), output tokens (what `step()` hands back), priorities and arrival times."""
+
+    tokens: Sequence[TokenIds] | None = None
+    output_tokens: Sequence[TokenIds] | None = None
+    priorities: Sequence[int] | None = None
+    arrival_times: Sequence[float] | None = None
+
+
+# SchedulerV1's own defaults: a 2048-token budget (the rest are vLLM's)
+DEFAULT_SCHEDULER_CONFIG = SchedulerConfig(max_num_batched_tokens=2048)
+DEFAULT_CACHE_CONFIG = CacheConfig()
+NO_COLUMNS = RequestColumns()
+
+
 @dataclass(frozen=True)
 class V1StepRecord:
     step: int
@@ -110,37 +128,37 @@ class SchedulerV1(WorkloadScheduler):
         self,
         requests: Iterable[Request],
         manager: KVCacheManager | HybridManager,
+        scheduler_config: SchedulerConfig = DEFAULT_SCHEDULER_CONFIG,
+        cache_config: CacheConfig = DEFAULT_CACHE_CONFIG,
         *,
-        max_num_batched_tokens: int = 2048,
-        max_num_seqs: int = 256,
-        tokens: Sequence[TokenIds] | None = None,
-        output_tokens: Sequence[TokenIds] | None = None,
-        priorities: Sequence[int] | None = None,
+        columns: RequestColumns = NO_COLUMNS,
         record: bool = True,
-        max_stalled_steps: int = 1000,
         num_lookahead_tokens: int = 0,
-        policy: str = "fcfs",
-        long_prefill_token_threshold: int = 0,
-        max_model_len: int = 8192,
-        arrival_times: Sequence[float] | None = None,
-        enable_prefix_caching: bool = True,
         slide_after_update: bool = False,
     ) -> None:
+        """As vLLM v1's Scheduler takes `scheduler_config` and `cache_config`: the budget,
+        max_num_seqs, policy, max_model_len and long_prefill_token_threshold from the one,
+        enable_prefix_caching from the other. `columns`: the workload's per-request tokens,
+        output tokens, priorities and arrival times."""
         requests = check_scheduler_args(requests, manager, record, (KVCacheManager, HybridManager))
-        if not isinstance(enable_prefix_caching, bool):
+        if not isinstance(scheduler_config, SchedulerConfig):
             raise TypeError(
-                f"enable_prefix_caching must be a bool, got {type(enable_prefix_caching).__name__}"
+                f"scheduler_config must be a SchedulerConfig, got {type(scheduler_config).__name__}"
             )
-        self.max_num_batched_tokens = count_arg("max_num_batched_tokens", max_num_batched_tokens, 1)
+        if not isinstance(cache_config, CacheConfig):
+            raise TypeError(
+                f"cache_config must be a CacheConfig, got {type(cache_config).__name__}"
+            )
+        if not isinstance(columns, RequestColumns):
+            raise TypeError(f"columns must be a RequestColumns, got {type(columns).__name__}")
+        self.scheduler_config, self.cache_config = scheduler_config, cache_config
+        self.max_num_batched_tokens = scheduler_config.max_num_batched_tokens
         # v1: a prefill chunk of one request is capped at this many tokens (0: no cap)
-        self.long_prefill_token_threshold = count_arg(
-            "long_prefill_token_threshold", long_prefill_token_threshold
-        )
+        self.long_prefill_token_threshold = scheduler_config.long_prefill_token_threshold
         # v1: requests longer than this are refused (an int >= 1, vLLM's SchedulerConfig
         # default 8192; v1 has no "unbounded")
-        self.max_model_len = count_arg("max_model_len", max_model_len, 1)
-        self.max_num_seqs = count_arg("max_num_seqs", max_num_seqs, 1)
-        self.max_stalled_steps = count_arg("max_stalled_steps", max_stalled_steps, 1)
+        self.max_model_len = scheduler_config.max_model_len
+        self.max_num_seqs = scheduler_config.max_num_seqs
         # slots reserved past each request's tokens (v1: speculative tokens); blocks only
         self.num_lookahead_tokens = count_arg("num_lookahead_tokens", num_lookahead_tokens)
         # the manager when it has v1's calls (get_computed_blocks, allocate_slots), else None
@@ -148,7 +166,7 @@ class SchedulerV1(WorkloadScheduler):
             manager if isinstance(manager, (PrefixCachingManager, HybridManager)) else None
         )
         # off: no lookup (v1's enable_prefix_caching=False); the manager still allocates slots
-        self.enable_prefix_caching = enable_prefix_caching and self._cache is not None
+        self.enable_prefix_caching = cache_config.enable_prefix_caching and self._cache is not None
         if not isinstance(slide_after_update, bool):
             raise TypeError(
                 f"slide_after_update must be a bool, got {type(slide_after_update).__name__}"
@@ -162,13 +180,12 @@ class SchedulerV1(WorkloadScheduler):
         )
         if self.num_lookahead_tokens and self._cache is None:
             raise ValueError("num_lookahead_tokens needs allocate_slots (a PrefixCachingManager)")
-        # TypeError / ValueError for a bad name
-        self.waiting: RequestQueue[V1Request] = make_request_queue(policy)
-        self.policy = policy
+        self.waiting: RequestQueue[V1Request] = make_request_queue(scheduler_config.policy)
+        self.policy = scheduler_config.policy
         self.manager = manager
         self.record = record
         self.requests = requests
-        self._pending = deque(self._fan_out(tokens, output_tokens, priorities, arrival_times))
+        self._pending = deque(self._fan_out(*columns))
         if isinstance(manager, KVCacheManager):
             manager.reclaimer = None  # v1 preempts in the scheduler, never inside an allocation
         self.running: list[V1Request] = []

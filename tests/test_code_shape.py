@@ -45,10 +45,7 @@ ALLOWED: dict[str, tuple[int, int]] = {
     "cuda_kernels/prefill.py::make_prefill_kernel": (174, 7),
     "cuda_kernels/prefill.py::paged_prefill": (67, 11),
     "cuda_kernels/reference.py::reference_prefill": (29, 9),
-    "pagedsim/engine/generate_cli.py::parser": (120, 0),
-    "pagedsim/engine/paged.py::PagedEngine.__init__": (78, 12),
     "pagedsim/scheduler_v0.py::SchedulerV0.__init__": (79, 13),
-    "pagedsim/scheduler_v1.py::SchedulerV1.__init__": (78, 16),
     "pagedsim/testing/caches.py::paged_case": (52, 9),
 }
 

@@ -285,11 +285,8 @@ def engines(model, requests: list, num_gpu_blocks: int, configs: tuple, options:
     def engine(manager, **flags) -> PagedEngine:
         return PagedEngine(
             model,
-            num_gpu_blocks,
-            cache.block_size,
-            max_num_batched_tokens=scheduler.max_num_batched_tokens,
-            enable_prefix_caching=cache.enable_prefix_caching,
-            preemption_mode="recompute" if v1 else scheduler.preemption_mode,
+            replace(cache, num_gpu_blocks=num_gpu_blocks),
+            replace(scheduler, preemption_mode="recompute" if v1 else scheduler.preemption_mode),
             mode="v1" if v1 else "v0",
             trace=True,
             manager=manager,

@@ -42,6 +42,15 @@ def token_ids(text: str) -> tuple:
 
 def parser() -> ArgParser:
     p = ArgParser(prog="pagedsim generate", description=generate.__doc__.split("\n\n")[0])
+    _workload_args(p)
+    _sampling_args(p)
+    _engine_args(p)
+    _output_args(p)
+    return p
+
+
+def _workload_args(p: ArgParser) -> None:
+    """The model, the dense check beside it, and the prompts it serves."""
     p.add_argument(
         "--model",
         metavar="DIR",
@@ -67,6 +76,10 @@ def parser() -> ArgParser:
         metavar="ID,ID,...",
         help="a prompt as token ids (repeatable; needs no tokenizer.json)",
     )
+
+
+def _sampling_args(p: ArgParser) -> None:
+    """What each request asks for: its length and how its tokens are sampled."""
     p.add_argument(
         "--max-tokens",
         type=int_in(1, 4096),
@@ -102,6 +115,10 @@ def parser() -> ArgParser:
         default=0,
         help="serve a conversation of N turns: each prompt is the transcript so far",
     )
+
+
+def _engine_args(p: ArgParser) -> None:
+    """vLLM's cache and scheduler settings, the pool and the attention backend."""
     p.add_argument(
         "--num-gpu-blocks-override",
         type=int_in(1, 1_000_000),
@@ -146,6 +163,10 @@ def parser() -> ArgParser:
         help="attention: auto = kernels on a GPU, NumPy on the CPU; kernels without "
         "a GPU = Numba's CUDA simulator (slow: tiny models only)",
     )
+
+
+def _output_args(p: ArgParser) -> None:
+    """What the run writes besides the tokens."""
     p.add_argument("--json", action="store_true")
     p.add_argument("--draw", metavar="DIR", help="write a PNG per engine step and a GIF")
     p.add_argument(
@@ -159,7 +180,6 @@ def parser() -> ArgParser:
         metavar="FILE",
         help="save the engine steps as a JSON trace (for `pagedsim view`)",
     )
-    return p
 
 
 def _pools() -> dict:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config import CacheConfig, SchedulerConfig
 from . import hf
 from .model import Transformer
 from .paged import PagedEngine
@@ -172,10 +173,12 @@ class LLM:
         forks = any(r.width > 1 or r.beam_width for r in requests)
         engine = PagedEngine(
             self.model,
-            blocks,
-            self.block_size,
-            max_num_batched_tokens=self.budget,
-            enable_prefix_caching=self.prefix_caching,
+            CacheConfig(
+                block_size=self.block_size,
+                num_gpu_blocks=blocks,
+                enable_prefix_caching=self.prefix_caching,
+            ),
+            SchedulerConfig(max_num_batched_tokens=self.budget, preemption_mode="recompute"),
             backend=self.backend,
             mode="v0" if forks else "v1",
         )

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..block_table import NULL_BLOCK, blocks_needed
+from ..config import CacheConfig, SchedulerConfig
 from ..errors import count_arg
 from ..manager import KVCacheManager
 from ..policies.hybrid import HybridManager
@@ -66,6 +67,9 @@ class Item:
     write_from: int  # positions below this already hold K/V (a capped cache hit)
 
 
+# the engine's own defaults: a 16-token budget, v0 recomputing one sequence per group
+ENGINE_SCHEDULER_CONFIG = SchedulerConfig(max_num_batched_tokens=16, preemption_mode="recompute")
+
 STATS = (
     "preempted_recompute",
     "preempted_swap",
@@ -84,43 +88,48 @@ class PagedEngine:
     def __init__(
         self,
         model: Transformer,
-        num_gpu_blocks: int,
-        block_size: int,
+        cache_config: CacheConfig,
+        scheduler_config: SchedulerConfig = ENGINE_SCHEDULER_CONFIG,
         *,
-        max_num_batched_tokens: int = 16,
-        enable_prefix_caching: bool = False,
-        preemption_mode: str = "recompute",
-        num_cpu_blocks: int | None = None,
         backend="auto",
         trace: bool = False,
         check: bool = False,
         manager=None,
         mode: str = "v1",
     ):
-        """`backend`: "auto" (kernels on a GPU, NumPy on the CPU), "numpy", "kernels", or an
-        attention backend object (backend.py). `max_num_batched_tokens` is vLLM's token
-        budget of one step. `mode`: "v1" (SchedulerV1; v1 preempts by recomputing) or "v0"
-        (SchedulerV0: beam search, n > 1 and swapping; `num_cpu_blocks`, default 4 x
-        num_gpu_blocks, is v0's swap space; `preemption_mode` "recompute" is v0's rule per
-        group -- one sequence recomputed, several swapped -- and "swap" swaps every group:
-        SeqGroupPolicy). v0 prefills whole prompts (v0 without chunked prefill), so
-        `max_num_batched_tokens` only bounds a request's sequences there. `manager`: a
-        KVCacheManager to serve from instead of a new one (v0, full-attention layers only)."""
+        """As vLLM's engine takes its configs: `cache_config` gives block_size,
+        num_gpu_blocks (required), num_cpu_blocks and enable_prefix_caching;
+        `scheduler_config` max_num_batched_tokens (vLLM's token budget of one step) and
+        preemption_mode. `backend`: "auto" (kernels on a GPU, NumPy on the CPU), "numpy",
+        "kernels", or an attention backend object (backend.py). `mode`: "v1" (SchedulerV1;
+        v1 preempts by recomputing) or "v0" (SchedulerV0: beam search, n > 1 and swapping;
+        `num_cpu_blocks`, default 4 x num_gpu_blocks, is v0's swap space; preemption_mode
+        "recompute" is v0's rule per group -- one sequence recomputed, several swapped --
+        and "swap" swaps every group: SeqGroupPolicy). v0 prefills whole prompts (v0
+        without chunked prefill), so `max_num_batched_tokens` only bounds a request's
+        sequences there. `manager`: a KVCacheManager to serve from instead of a new one
+        (v0, full-attention layers only)."""
         if not isinstance(model, Transformer):
             raise TypeError(
                 f"model must be a Transformer (TinyModel or hf.load_model), got "
                 f"{type(model).__name__}"
             )
-        count_arg("max_num_batched_tokens", max_num_batched_tokens, 1)
-        count_arg("num_gpu_blocks", num_gpu_blocks, 1)
-        flags = dict(enable_prefix_caching=enable_prefix_caching, trace=trace, check=check)
+        for name, config, kind in (
+            ("cache_config", cache_config, CacheConfig),
+            ("scheduler_config", scheduler_config, SchedulerConfig),
+        ):
+            if not isinstance(config, kind):
+                raise TypeError(f"{name} must be a {kind.__name__}, got {type(config).__name__}")
+        if cache_config.num_gpu_blocks is None:
+            raise ValueError("cache_config.num_gpu_blocks must be set: the pool's size")
+        num_gpu_blocks, block_size = cache_config.num_gpu_blocks, cache_config.block_size
+        caching = cache_config.enable_prefix_caching
+        preemption_mode = scheduler_config.preemption_mode
+        flags = dict(trace=trace, check=check)
         c = model.config
         self._check_args(mode, c.windowed, preemption_mode, manager, flags)
-        num_cpu_blocks = (
-            4 * num_gpu_blocks
-            if num_cpu_blocks is None
-            else count_arg("num_cpu_blocks", num_cpu_blocks, 0)
-        )
+        num_cpu_blocks = cache_config.num_cpu_blocks
+        num_cpu_blocks = 4 * num_gpu_blocks if num_cpu_blocks is None else num_cpu_blocks
         self.model, self.check, self.mode, self.block_size = model, check, mode, block_size
         self.backend = choose(backend)  # the one place the attention backend is picked
         self.kv = PagedKV(
@@ -142,14 +151,12 @@ class PagedEngine:
         )
         self.scheduler: Any  # SchedulerV1 or SchedulerV0
         self.stats = dict.fromkeys(STATS, 0)
-        self._budget = max_num_batched_tokens
+        self._budget = scheduler_config.max_num_batched_tokens
         if mode == "v1":
-            self.manager = _v1_manager(c, num_gpu_blocks, block_size, enable_prefix_caching, trace)
-            self.scheduler = self._v1_scheduler(max_num_batched_tokens, enable_prefix_caching)
+            self.manager = _v1_manager(c, num_gpu_blocks, block_size, caching, trace)
+            self.scheduler = self._v1_scheduler(self._budget, cache_config)
         else:
-            self.manager = _v0_manager(
-                manager, num_gpu_blocks, block_size, enable_prefix_caching, trace
-            )
+            self.manager = _v0_manager(manager, num_gpu_blocks, block_size, caching, trace)
             swap_single = preemption_mode == "swap"
             policy = SeqGroupPolicy(num_cpu_blocks, self.kv.block_bytes, swap_single=swap_single)
             self.scheduler = SchedulerV0([], self.manager, policy, record=False)
@@ -158,7 +165,7 @@ class PagedEngine:
         self.runs: list = []
         self.log: list = []  # one dict per step: what ran and what the blocks did
 
-    def _v1_scheduler(self, max_num_batched_tokens: int, caching: bool) -> SchedulerV1:
+    def _v1_scheduler(self, max_num_batched_tokens: int, cache: CacheConfig) -> SchedulerV1:
         """SchedulerV1 over the v1 manager; the window groups' step-log counts beside it."""
         self._tables_log = (
             TableCounts(self.groups, self._tables) if "window" in self.groups else None
@@ -166,10 +173,10 @@ class PagedEngine:
         return SchedulerV1(
             [],
             self.manager,
-            max_num_batched_tokens=max_num_batched_tokens,
+            # max_model_len: the model's own limits (Transformer.check_length)
+            SchedulerConfig(max_num_batched_tokens=max_num_batched_tokens, max_model_len=2**62),
+            cache,
             record=False,
-            max_model_len=2**62,  # the model's own limits: Transformer.check_length
-            enable_prefix_caching=caching,
             slide_after_update=True,  # the model reads the window during the step
         )
 
@@ -178,10 +185,6 @@ class PagedEngine:
         for name, flag in flags.items():
             if type(flag) is not bool:
                 raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
-        if preemption_mode not in ("recompute", "swap"):
-            raise ValueError(
-                f"preemption_mode must be 'recompute' or 'swap', got {preemption_mode!r}"
-            )
         if mode not in ("v1", "v0"):
             raise ValueError(f"mode must be 'v1' or 'v0', got {mode!r}")
         if mode == "v0" and "sliding" in windowed:

@@ -31,8 +31,10 @@ def test_only_the_kernels_backend_imports_cuda_kernels_or_numba():
 def test_serving_on_the_numpy_backend_loads_neither_numba_nor_cuda_kernels():
     code = (
         "import sys\n"
+        "from pagedsim.config import CacheConfig\n"
         "from pagedsim.engine import PagedEngine, Request, TinyModel\n"
-        "PagedEngine(TinyModel(), 8, 4, backend='numpy').generate([Request((1, 2, 3), 4)])\n"
+        "cache = CacheConfig(block_size=4, num_gpu_blocks=8, enable_prefix_caching=False)\n"
+        "PagedEngine(TinyModel(), cache, backend='numpy').generate([Request((1, 2, 3), 4)])\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numba', "
         "'cuda_kernels')))\n"
     )

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from pagedsim.config import CacheConfig, SchedulerConfig
 from pagedsim.engine import ModelConfig, PagedEngine, Request, TinyModel
 from pagedsim.engine.generate_cli import main as generate_main
 from pagedsim.engine.requests import RequestState, sample
@@ -54,7 +55,10 @@ def test_beam_search_ends_early_once_no_live_beam_can_beat_the_finished_ones():
 def test_a_fully_cached_block_aligned_prompt_recomputes_its_last_block_as_v1_does():
     model = TinyModel(ModelConfig(layers=1, heads=2, kv_heads=1, head_dim=8, hidden=16, mlp=32))
     engine = PagedEngine(
-        model, 8, 2, max_num_batched_tokens=8, enable_prefix_caching=True, backend="numpy"
+        model,
+        CacheConfig(block_size=2, num_gpu_blocks=8, enable_prefix_caching=True),
+        SchedulerConfig(max_num_batched_tokens=8, preemption_mode="recompute"),
+        backend="numpy",
     )
     prompt = (3, 4, 5, 6)
     engine.generate([Request(prompt, 1)])
@@ -68,11 +72,9 @@ def _v0_tokens(caching: bool, num_gpu_blocks: int, mode: str = "swap"):
     model = TinyModel(ModelConfig(layers=1, heads=2, kv_heads=1, head_dim=8, hidden=16, mlp=32))
     engine = PagedEngine(
         model,
-        num_gpu_blocks,
-        2,
+        CacheConfig(block_size=2, num_gpu_blocks=num_gpu_blocks, enable_prefix_caching=caching),
+        SchedulerConfig(max_num_batched_tokens=16, preemption_mode=mode),
         mode="v0",
-        enable_prefix_caching=caching,
-        preemption_mode=mode,
         backend="numpy",
         check=True,
     )
@@ -114,7 +116,11 @@ def test_generate_refuses_a_pool_too_small_for_one_request_with_a_usage_error(ca
 
 def test_a_bad_request_is_refused_before_the_engine_changes_anything():
     model = TinyModel(ModelConfig(layers=1, heads=2, kv_heads=1, head_dim=8, hidden=16, mlp=32))
-    engine = PagedEngine(model, 8, 2, backend="numpy")
+    engine = PagedEngine(
+        model,
+        CacheConfig(block_size=2, num_gpu_blocks=8, enable_prefix_caching=False),
+        backend="numpy",
+    )
     with pytest.raises(ValueError, match=r"token ids must lie in \[0, 96\)"):
         engine.submit(Request((1, 96), 2))
     with pytest.raises(TypeError, match="prompt entry must be an int, got float 1.5"):

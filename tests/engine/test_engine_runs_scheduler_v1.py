@@ -6,12 +6,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pagedsim.config import CacheConfig, SchedulerConfig
 from pagedsim.engine import DenseEngine, ModelConfig, PagedEngine, Request, TinyModel
 from pagedsim.manager import KVCacheManager
 from pagedsim.policies.hybrid import HybridManager
 from pagedsim.policies.prefix_cache import PrefixCachingManager
 from pagedsim.policies.sliding_window_cache import SlidingWindowPrefixCachingManager
 from pagedsim.scheduler import SchedulerV1
+from pagedsim.scheduler_v1 import RequestColumns
 from pagedsim.workloads import Request as Workload
 
 SMALL = dict(heads=2, kv_heads=1, head_dim=8, hidden=16, mlp=32)
@@ -63,10 +65,9 @@ def scheduler_alone(kind, requests, outputs, workload):
     scheduler = SchedulerV1(
         [Workload(len(r.prompt), r.max_tokens) for r in requests],
         v1_manager(kind, num_blocks, block_size, caching),
-        max_num_batched_tokens=budget,
-        tokens=[r.prompt for r in requests],
-        output_tokens=outputs,
-        enable_prefix_caching=caching,
+        SchedulerConfig(max_num_batched_tokens=budget),
+        CacheConfig(enable_prefix_caching=caching),
+        columns=RequestColumns(tokens=[r.prompt for r in requests], output_tokens=outputs),
         slide_after_update=True,
     )
     batches = []
@@ -93,10 +94,10 @@ def test_the_v1_engine_schedules_what_scheduler_v1_schedules(kind, workload):
     model = MODELS[kind]
     engine = PagedEngine(
         model,
-        num_blocks,
-        block_size,
-        max_num_batched_tokens=budget,
-        enable_prefix_caching=caching,
+        CacheConfig(
+            block_size=block_size, num_gpu_blocks=num_blocks, enable_prefix_caching=caching
+        ),
+        SchedulerConfig(max_num_batched_tokens=budget, preemption_mode="recompute"),
         backend="numpy",
         check=True,
     )

@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from pagedsim.config import CacheConfig, SchedulerConfig
 from pagedsim.engine import DenseEngine, ModelConfig, PagedEngine, Request, TinyModel
 from pagedsim.engine.backend import NumpyAttention, choose
 
@@ -84,11 +85,20 @@ def test_a_model_config_with_a_bad_field_is_refused(field, value, error):
 @pytest.mark.parametrize("budget, error", [(0, ValueError), (-5, ValueError), (2.5, TypeError)])
 def test_an_engine_needs_a_positive_token_budget(budget, error):
     with pytest.raises(error, match="max_num_batched_tokens"):
-        PagedEngine(SMALL, 8, 4, max_num_batched_tokens=budget, backend="numpy")
+        PagedEngine(
+            SMALL,
+            CacheConfig(block_size=4, num_gpu_blocks=8, enable_prefix_caching=False),
+            SchedulerConfig(max_num_batched_tokens=budget, preemption_mode="recompute"),
+            backend="numpy",
+        )
 
 
 def test_generate_refuses_something_that_is_not_a_request_before_submitting_any():
-    engine = PagedEngine(SMALL, 8, 4, backend="numpy")
+    engine = PagedEngine(
+        SMALL,
+        CacheConfig(block_size=4, num_gpu_blocks=8, enable_prefix_caching=False),
+        backend="numpy",
+    )
     with pytest.raises(TypeError, match="a request must be a Request, got int"):
         engine.generate([Request((1, 2), 2), 5])
     with pytest.raises(TypeError, match="requests must be a list of Request"):
@@ -97,7 +107,11 @@ def test_generate_refuses_something_that_is_not_a_request_before_submitting_any(
 
 
 def test_stepping_an_engine_with_nothing_submitted_says_so():
-    engine = PagedEngine(SMALL, 8, 4, backend="numpy")
+    engine = PagedEngine(
+        SMALL,
+        CacheConfig(block_size=4, num_gpu_blocks=8, enable_prefix_caching=False),
+        backend="numpy",
+    )
     with pytest.raises(RuntimeError, match="nothing to step: no request is waiting or running"):
         engine.step()
     assert engine.log == []
@@ -116,7 +130,11 @@ def test_the_backend_is_chosen_in_one_place_and_an_object_can_be_injected():
             calls.append("decode")
             return super().decode(*args)
 
-    engine = PagedEngine(SMALL, 8, 4, backend=Counting())
+    engine = PagedEngine(
+        SMALL,
+        CacheConfig(block_size=4, num_gpu_blocks=8, enable_prefix_caching=False),
+        backend=Counting(),
+    )
     engine.generate([Request((1, 2, 3), 3)])
     assert calls and engine.kv.name == "numpy"
 

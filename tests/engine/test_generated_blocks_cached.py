@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pagedsim.config import CacheConfig, SchedulerConfig
 from pagedsim.engine import DenseEngine, ModelConfig, PagedEngine, Request, TinyModel
 
 MODEL = TinyModel(ModelConfig(layers=1, heads=2, kv_heads=1, head_dim=8, hidden=16, mlp=32))
@@ -14,10 +15,8 @@ MODEL = TinyModel(ModelConfig(layers=1, heads=2, kv_heads=1, head_dim=8, hidden=
 def turn_two(prompt, answer_len, cue, block_size, caching=True):
     engine = PagedEngine(
         MODEL,
-        64,
-        block_size,
-        max_num_batched_tokens=32,
-        enable_prefix_caching=caching,
+        CacheConfig(block_size=block_size, num_gpu_blocks=64, enable_prefix_caching=caching),
+        SchedulerConfig(max_num_batched_tokens=32, preemption_mode="recompute"),
         backend="numpy",
         check=True,
     )
@@ -59,7 +58,13 @@ def test_a_follow_up_hits_every_full_block_whose_kv_was_computed(prompt, answer,
 @pytest.mark.parametrize("stop", [(0,), tuple(range(96))])
 def test_a_stop_token_ends_a_sequence_early_on_both_engines(stop):
     request = Request((5, 6, 7), 6, n=2, temperature=1.0, seed=3, stop_token_ids=stop)
-    paged = PagedEngine(MODEL, 16, 2, backend="numpy", check=True, mode="v0").generate([request])
+    paged = PagedEngine(
+        MODEL,
+        CacheConfig(block_size=2, num_gpu_blocks=16, enable_prefix_caching=False),
+        backend="numpy",
+        check=True,
+        mode="v0",
+    ).generate([request])
     dense = DenseEngine(MODEL).generate([request])
     assert paged[0].outputs() == dense[0].outputs()
     for out in paged[0].outputs():

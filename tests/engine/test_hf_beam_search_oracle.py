@@ -16,6 +16,7 @@ torch = pytest.importorskip(
 )
 pytest.importorskip("transformers", reason="the oracle needs transformers")
 
+from pagedsim.config import CacheConfig  # noqa: E402
 from pagedsim.engine import DenseEngine, PagedEngine, Request  # noqa: E402
 from pagedsim.engine.hf import load_model  # noqa: E402
 
@@ -60,7 +61,11 @@ def test_beams_with_a_stop_token_equal_transformers_beam_search(
     )
     dense = DenseEngine(model).generate([request])[0]
     paged = PagedEngine(
-        model, 64, 4, backend="numpy", enable_prefix_caching=True, check=True, mode="v0"
+        model,
+        CacheConfig(block_size=4, num_gpu_blocks=64, enable_prefix_caching=True),
+        backend="numpy",
+        check=True,
+        mode="v0",
     ).generate([request])[0]
     assert dense.outputs() == want and paged.outputs() == want
     if (width, eos) == (2, 35):  # transformers stopped before max_tokens: so did the engine

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pagedsim.config import CacheConfig
 from pagedsim.engine import DenseEngine, PagedEngine, Request
 from pagedsim.engine.dense import sequence_logits
 from pagedsim.engine.hf import CheckpointError, load_model, load_tokenizer
@@ -41,7 +42,12 @@ def test_a_checkpoint_is_served_like_hugging_faces_equations_by_both_engines(tmp
     )
     want = reference_greedy(d, PROMPT, 8)
     dense = DenseEngine(model).generate([Request(PROMPT, 8)])
-    paged = PagedEngine(model, 16, 4, backend="numpy", check=True).generate([Request(PROMPT, 8)])
+    paged = PagedEngine(
+        model,
+        CacheConfig(block_size=4, num_gpu_blocks=16, enable_prefix_caching=False),
+        backend="numpy",
+        check=True,
+    ).generate([Request(PROMPT, 8)])
     assert dense[0].outputs() == [want] and paged[0].outputs() == [want]
 
 

@@ -15,6 +15,7 @@ torch = pytest.importorskip(
 )
 transformers = pytest.importorskip("transformers", reason="the oracle needs transformers")
 
+from pagedsim.config import CacheConfig  # noqa: E402
 from pagedsim.engine import DenseEngine, PagedEngine, Request  # noqa: E402
 from pagedsim.engine.dense import sequence_logits  # noqa: E402
 from pagedsim.engine.hf import load_model  # noqa: E402
@@ -104,7 +105,12 @@ def test_greedy_tokens_equal_transformers_generate_on_both_engines(tmp_path, cas
     request = Request(tuple(PROMPT), 16, stop_token_ids=stop)
     dense = DenseEngine(model).generate([request])[0].outputs()
     paged = (
-        PagedEngine(model, 32, 4, backend="numpy", enable_prefix_caching=True, check=True)
+        PagedEngine(
+            model,
+            CacheConfig(block_size=4, num_gpu_blocks=32, enable_prefix_caching=True),
+            backend="numpy",
+            check=True,
+        )
         .generate([request])[0]
         .outputs()
     )

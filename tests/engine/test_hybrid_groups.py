@@ -6,6 +6,7 @@ dense engine's, and the blocks in use at long context match the arithmetic."""
 import pytest
 
 from pagedsim.block_table import blocks_needed
+from pagedsim.config import CacheConfig, SchedulerConfig
 from pagedsim.engine import DenseEngine, ModelConfig, PagedEngine, Request, TinyModel
 
 WINDOW, B = 16, 4
@@ -18,10 +19,8 @@ SLIDING = TinyModel(ModelConfig(layers=2, sliding_window=WINDOW))
 def serve(model, requests, blocks=200, caching=True):
     engine = PagedEngine(
         model,
-        blocks,
-        B,
-        max_num_batched_tokens=64,
-        enable_prefix_caching=caching,
+        CacheConfig(block_size=B, num_gpu_blocks=blocks, enable_prefix_caching=caching),
+        SchedulerConfig(max_num_batched_tokens=64, preemption_mode="recompute"),
         backend="numpy",
         check=True,
         trace=True,
@@ -63,7 +62,12 @@ def test_every_layer_sliding_is_one_window_group_that_slides():
 @pytest.mark.parametrize("model", [HYBRID, SLIDING], ids=["hybrid", "sliding"])
 def test_the_prefix_cache_hits_across_groups(model):
     prompt = tuple(range(1, 41))
-    engine = PagedEngine(model, 100, B, enable_prefix_caching=True, backend="numpy", check=True)
+    engine = PagedEngine(
+        model,
+        CacheConfig(block_size=B, num_gpu_blocks=100, enable_prefix_caching=True),
+        backend="numpy",
+        check=True,
+    )
     first = engine.generate([Request(prompt, 6)])
     second = engine.generate([Request(prompt + (50, 51), 6)])  # after the first finished
     dense = DenseEngine(model).generate([Request(prompt, 6), Request(prompt + (50, 51), 6)])
@@ -74,7 +78,11 @@ def test_the_prefix_cache_hits_across_groups(model):
 
 
 def test_a_windowed_model_refuses_several_sequences_per_request():
-    engine = PagedEngine(HYBRID, 50, B, backend="numpy")
+    engine = PagedEngine(
+        HYBRID,
+        CacheConfig(block_size=B, num_gpu_blocks=50, enable_prefix_caching=False),
+        backend="numpy",
+    )
     with pytest.raises(ValueError, match="a model with sliding-window layers serves one"):
         engine.submit(Request((1, 2, 3), 4, n=2))
     assert engine.runs == []
@@ -96,7 +104,13 @@ def test_the_kernels_read_both_groups_tables_null_blocks_included():
         )
     )
     requests = [Request(tuple(range(1, 12)), 6)]
-    engine = PagedEngine(model, 20, B, max_num_batched_tokens=8, backend="kernels", check=True)
+    engine = PagedEngine(
+        model,
+        CacheConfig(block_size=B, num_gpu_blocks=20, enable_prefix_caching=False),
+        SchedulerConfig(max_num_batched_tokens=8, preemption_mode="recompute"),
+        backend="kernels",
+        check=True,
+    )
     states = engine.generate(requests)
     assert states[0].outputs() == DenseEngine(model).generate(requests)[0].outputs()
     assert any(rec["window_blocks"] < rec["full_blocks"] for rec in engine.log)  # it slid
@@ -104,9 +118,19 @@ def test_the_kernels_read_both_groups_tables_null_blocks_included():
 
 def test_a_windowed_model_is_served_by_v1_which_never_swaps():
     with pytest.raises(ValueError, match="v1 preempts by recomputing only"):
-        PagedEngine(HYBRID, 50, B, preemption_mode="swap", backend="numpy")
+        PagedEngine(
+            HYBRID,
+            CacheConfig(block_size=B, num_gpu_blocks=50, enable_prefix_caching=False),
+            SchedulerConfig(max_num_batched_tokens=16, preemption_mode="swap"),
+            backend="numpy",
+        )
     with pytest.raises(ValueError, match="served by v1"):
-        PagedEngine(SLIDING, 50, B, mode="v0", backend="numpy")
+        PagedEngine(
+            SLIDING,
+            CacheConfig(block_size=B, num_gpu_blocks=50, enable_prefix_caching=False),
+            mode="v0",
+            backend="numpy",
+        )
 
 
 def test_a_tight_pool_preempts_a_hybrid_request_by_recompute_and_tokens_still_match():
@@ -118,10 +142,8 @@ def test_a_tight_pool_preempts_a_hybrid_request_by_recompute_and_tokens_still_ma
     ]
     engine = PagedEngine(
         model,
-        22,
-        B,
-        max_num_batched_tokens=8,
-        enable_prefix_caching=True,
+        CacheConfig(block_size=B, num_gpu_blocks=22, enable_prefix_caching=True),
+        SchedulerConfig(max_num_batched_tokens=8, preemption_mode="recompute"),
         backend="numpy",
         check=True,
     )

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pagedsim.block_table import blocks_needed
+from pagedsim.config import CacheConfig, SchedulerConfig
 from pagedsim.engine import DenseEngine, ModelConfig, PagedEngine, Request, TinyModel
 
 SMALL = TinyModel(ModelConfig(layers=1, heads=2, kv_heads=1, head_dim=8, hidden=16, mlp=32))
@@ -61,12 +62,11 @@ def assert_same(model, mix, backend):
     v1 = policy == "recompute" and all(r.width == 1 and not r.beam_width for r in requests)
     engine = PagedEngine(
         model,
-        num_blocks,
-        block_size,
-        max_num_batched_tokens=budget,
-        preemption_mode=policy,
+        CacheConfig(
+            block_size=block_size, num_gpu_blocks=num_blocks, enable_prefix_caching=caching
+        ),
+        SchedulerConfig(max_num_batched_tokens=budget, preemption_mode=policy),
         mode="v1" if v1 else "v0",
-        enable_prefix_caching=caching,
         backend=backend,
         check=True,
     )

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pagedsim.config import CacheConfig
 from pagedsim.engine.dense import sequence_logits
 from pagedsim.engine.generate import DEFAULT_MODEL, load
 
@@ -126,7 +127,11 @@ def test_the_kernels_serve_the_shipped_model_as_the_dense_engine_does():
         Request(tuple(tok.encode("JULIET.\nO Romeo, wherefore").ids), 2, beam_width=2),
     ]
     engine = PagedEngine(
-        model, 12, 16, backend="kernels", enable_prefix_caching=True, check=True, mode="v0"
+        model,
+        CacheConfig(block_size=16, num_gpu_blocks=12, enable_prefix_caching=True),
+        backend="kernels",
+        check=True,
+        mode="v0",
     )
     paged = engine.generate(requests)
     assert "cuda_kernels" in engine.backend.where()

@@ -15,6 +15,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pagedsim import KVCacheManager
+from pagedsim.config import SchedulerConfig
 from pagedsim.policies import PrefixCachingManager
 from pagedsim.scheduler import SchedulerV0, SchedulerV1
 from pagedsim.scheduler_output import SchedulerOutput
@@ -67,7 +68,7 @@ def test_v1_outputs_keep_v1s_meaning_on_any_model(shapes, budget, max_seqs, cach
     bs = 4
     nb = max(-(-(r.total_len - 1) // bs) for r in reqs) + 2
     m = (PrefixCachingManager if cached else KVCacheManager)(nb, bs)
-    s = SchedulerV1(reqs, m, max_num_batched_tokens=budget, max_num_seqs=max_seqs)
+    s = SchedulerV1(reqs, m, SchedulerConfig(max_num_batched_tokens=budget, max_num_seqs=max_seqs))
 
     def limits(out):
         assert out.total_num_scheduled_tokens <= budget
@@ -150,7 +151,7 @@ def test_step_is_schedule_then_update_with_the_workloads_tokens(shapes, mode, nb
         if mode == "v0":
             tokens = [[(i * 7 + j) % 5 for j in range(r.prompt_len)] for i, r in enumerate(reqs)]
             return SchedulerV0(reqs, m, "recompute", tokens=tokens)
-        return SchedulerV1(reqs, m, max_num_batched_tokens=8)
+        return SchedulerV1(reqs, m, SchedulerConfig(max_num_batched_tokens=8))
 
     try:
         by_step = build().run()

@@ -5,6 +5,7 @@ slides only once update_from_output says the step's tokens are computed."""
 import pytest
 
 from pagedsim.block_table import NULL_BLOCK
+from pagedsim.config import CacheConfig, SchedulerConfig
 from pagedsim.policies.hybrid import HybridManager
 from pagedsim.policies.prefix_cache import PrefixCachingManager
 from pagedsim.policies.sliding_window_cache import SlidingWindowPrefixCachingManager
@@ -43,7 +44,12 @@ def test_a_bad_request_is_refused_and_changes_nothing(scheduler, args, error, me
 
 @pytest.mark.parametrize("caching", [True, False])
 def test_prefix_caching_off_looks_nothing_up(caching):
-    s = SchedulerV1([], PrefixCachingManager(16, 2), record=False, enable_prefix_caching=caching)
+    s = SchedulerV1(
+        [],
+        PrefixCachingManager(16, 2),
+        cache_config=CacheConfig(enable_prefix_caching=caching),
+        record=False,
+    )
     first = s.add_request((1, 2, 3, 4, 5), 1)
     s.update_from_output(s.schedule(), {first: 9})  # finished: its full blocks stay cached
     second = s.add_request((1, 2, 3, 4, 6), 1)
@@ -76,7 +82,7 @@ def test_a_hybrid_manager_peaks_at_the_sum_of_its_groups():
     assert m.peak_blocks(10, 40, 16) == m.full.peak_blocks(10, 40, 16) + m.window.peak_blocks(
         10, 40, 16
     )
-    s = SchedulerV1([], m, record=False, max_num_batched_tokens=16)
+    s = SchedulerV1([], m, SchedulerConfig(max_num_batched_tokens=16), record=False)
     rid = s.add_request(tuple(range(1, 11)), 4)
     out = s.schedule()
     assert out.num_scheduled_tokens == {rid: 10} and out.scheduled_new_reqs[0].block_ids

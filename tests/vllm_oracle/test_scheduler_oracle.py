@@ -30,8 +30,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from pagedsim.config import SchedulerConfig
 from pagedsim.policies import PrefixCachingManager
-from pagedsim.scheduler_v1 import SchedulerV1
+from pagedsim.scheduler_v1 import RequestColumns, SchedulerV1
 from pagedsim.workloads import Request
 
 from .sides import (
@@ -94,13 +95,17 @@ class SchedulerOracle(RuleBasedStateMachine):
         self.ours = SchedulerV1(
             [Request(len(p), len(o), arrival_step=a) for p, o, a, _, _ in work],
             PrefixCachingManager(N, B, trace=False),
-            max_num_batched_tokens=budget,
-            max_num_seqs=max_num_seqs,
-            tokens=[p for p, *_ in work],
-            output_tokens=[o for _, o, *_ in work],
-            priorities=[pr for *_, pr, _ in work],
-            policy=policy,
-            max_model_len=MAX_LEN,
+            SchedulerConfig(
+                max_num_batched_tokens=budget,
+                max_num_seqs=max_num_seqs,
+                policy=policy,
+                max_model_len=MAX_LEN,
+            ),
+            columns=RequestColumns(
+                tokens=[p for p, *_ in work],
+                output_tokens=[o for _, o, *_ in work],
+                priorities=[pr for *_, pr, _ in work],
+            ),
             record=False,
         )
         self.work, self.added = work, 0
