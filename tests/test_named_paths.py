@@ -34,6 +34,7 @@ OTHER_PROJECTS = {  # files of vLLM, transformers and SGLang that the prose cite
     "core/sched/request_queue.py",
     "core/sched/scheduler.py",
     "vllm/v1/core/sched/output.py",
+    "vllm/v1/kv_cache_interface.py",
     "kv_cache_manager.py",
     "kv_cache_coordinator.py",
     "single_type_kv_cache_manager.py",
