@@ -260,3 +260,25 @@ def fp16_mma_refusal(path: str, head_dim: int, cache_dtype, max_head_dim: int) -
             f"got {head_dim}"
         )
     return None
+
+
+def block_tables_and_lens(block_tables, context_lens, num_seqs: int, block_size: int):
+    """`block_tables` [num_seqs, max_blocks] and `context_lens` [num_seqs], both int32 on the
+    host, each length in 1 .. max_blocks * block_size (ValueError/TypeError naming the argument).
+    Returns (tables, lens)."""
+    tables = host_ints("block_tables", block_tables, 2)
+    lens = host_ints("context_lens", context_lens, 1)
+    if tables.dtype != np.int32 or lens.dtype != np.int32:
+        raise ValueError("block_tables and context_lens must be int32")
+    if tables.shape[0] != num_seqs:
+        raise ValueError(f"block_tables has {tables.shape[0]} rows for {num_seqs} sequences")
+    require_shape("context_lens", lens, (num_seqs,))
+    max_blocks = tables.shape[1]
+    require_range(
+        "context_lens",
+        lens,
+        1,
+        max_blocks * block_size + 1,
+        f": block_tables has {max_blocks} blocks of {block_size} tokens",
+    )
+    return tables, lens

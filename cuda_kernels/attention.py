@@ -370,21 +370,8 @@ def _checked(query, block_tables, context_lens, shape: CacheShape, options: Deco
     Returns (tables, lens) on the host as int32, the tokens each sequence attends, and
     `options` with the scale, window, sinks and partition size normalised."""
     num_seqs, _, _ = ck.check_query(query, shape.num_kv_heads, shape.head_dim, "sequence")
-    tables = ck.host_ints("block_tables", block_tables, 2)
-    lens = ck.host_ints("context_lens", context_lens, 1)
-    if tables.dtype != np.int32 or lens.dtype != np.int32:
-        raise ValueError("block_tables and context_lens must be int32")
-    if tables.shape[0] != num_seqs:
-        raise ValueError(f"block_tables has {tables.shape[0]} rows for {num_seqs} sequences")
-    ck.require_shape("context_lens", lens, (num_seqs,))
-    max_blocks, block_size = tables.shape[1], shape.block_size
-    ck.require_range(
-        "context_lens",
-        lens,
-        1,
-        max_blocks * block_size + 1,
-        f": block_tables has {max_blocks} blocks of {block_size} tokens",
-    )
+    block_size = shape.block_size
+    tables, lens = ck.block_tables_and_lens(block_tables, context_lens, num_seqs, block_size)
     window, sinks = ck.window_args(options.window, options.sinks)
     kept, start, count = attended_ranges(lens, window, sinks)
     check_read_blocks(tables, block_size, shape.num_blocks, kept, start, lens)

@@ -66,20 +66,7 @@ def prepare(query, kv_cache, block_tables, context_lens, scale) -> Case:
     """Validate (ValueError/TypeError naming the argument), copy NumPy inputs over."""
     num_blocks, num_kv_heads, block_size, head_dim = check_kv_cache("kv_cache", kv_cache)
     num_seqs, num_heads, _ = ck.check_query(query, num_kv_heads, head_dim, "sequence")
-    tables = ck.host_ints("block_tables", block_tables, 2)
-    lens = ck.host_ints("context_lens", context_lens, 1)
-    if tables.dtype != np.int32 or lens.dtype != np.int32:
-        raise ValueError("block_tables and context_lens must be int32")
-    if tables.shape[0] != num_seqs:
-        raise ValueError(f"block_tables has {tables.shape[0]} rows for {num_seqs} sequences")
-    ck.require_shape("context_lens", lens, (num_seqs,))
-    ck.require_range(
-        "context_lens",
-        lens,
-        1,
-        tables.shape[1] * block_size + 1,
-        f": block_tables has {tables.shape[1]} blocks of {block_size} tokens",
-    )
+    tables, lens = ck.block_tables_and_lens(block_tables, context_lens, num_seqs, block_size)
     zero = np.zeros(num_seqs, np.int64)
     check_read_blocks(tables, block_size, num_blocks, zero, zero, lens.astype(np.int64))
     scale = ck.require_scale(scale, head_dim)
