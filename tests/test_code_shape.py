@@ -45,7 +45,6 @@ ALLOWED: dict[str, tuple[int, int]] = {
     "cuda_kernels/prefill.py::make_prefill_kernel": (174, 7),
     "cuda_kernels/prefill.py::paged_prefill": (67, 11),
     "cuda_kernels/reference.py::reference_prefill": (29, 9),
-    "pagedsim/scheduler_v0.py::SchedulerV0.__init__": (79, 13),
     "pagedsim/testing/caches.py::paged_case": (52, 9),
 }
 
