@@ -54,22 +54,27 @@ def _v0(
     host_blocks: int = 0,
     tokens: Any = None,
     record: bool = True,
+    max_num_seqs: int = V0_SCHEDULER_CONFIG.max_num_seqs,
     **kwargs: Any,
 ) -> SchedulerV0:
     """SchedulerV0 from keywords: `policy` (a name: preemption_mode, or a policy object),
     max_num_seqs and host_blocks (num_cpu_blocks) become the configs, V0Settings' fields
     the settings."""
-    settings = V0Settings(**{f: kwargs.pop(f) for f in V0Settings._fields if f in kwargs})
-    if isinstance(policy, str):  # a name: the config's preemption_mode
-        kwargs["preemption_mode"], policy = policy, None
-    scheduler_config = dataclasses.replace(V0_SCHEDULER_CONFIG, **kwargs)
+    unknown = sorted(set(kwargs) - set(V0Settings._fields))
+    if unknown:
+        raise TypeError(f"mode='v0' takes no {', '.join(unknown)} (a v1 setting?)")
+    settings = V0Settings(**kwargs)
+    mode = policy if isinstance(policy, str) else V0_SCHEDULER_CONFIG.preemption_mode
+    scheduler_config = dataclasses.replace(
+        V0_SCHEDULER_CONFIG, preemption_mode=mode, max_num_seqs=max_num_seqs
+    )
     cache_config = CacheConfig(num_cpu_blocks=host_blocks)
     return SchedulerV0(
         requests,
         manager,
         scheduler_config,
         cache_config,
-        policy=policy,
+        policy=None if isinstance(policy, str) else policy,
         settings=settings,
         tokens=tokens,
         record=record,

@@ -153,3 +153,11 @@ def test_v0_refuses_a_config_that_is_not_vllms(bad):
         SchedulerV0([], KVCacheManager(4, 4), cache_config=bad)
     with pytest.raises(TypeError, match="settings must be a V0Settings"):
         SchedulerV0([], KVCacheManager(4, 4), settings=bad)
+
+
+def test_v0_keywords_become_its_configs_and_a_v1_only_one_is_refused():
+    s = make_scheduler([], KVCacheManager(8, 4), "swap", host_blocks=3, max_num_seqs=5)
+    assert s.scheduler_config.preemption_mode == "swap" and s.max_num_seqs == 5
+    assert isinstance(s.policy, SwapPolicy) and s.policy.host.num_blocks == 3
+    with pytest.raises(TypeError, match="mode='v0' takes no max_num_batched_tokens"):
+        make_scheduler([], KVCacheManager(8, 4), max_num_batched_tokens=64)
