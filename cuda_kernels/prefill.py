@@ -29,22 +29,26 @@ request/tile indices), so a batch of decodes plus one long prompt launches no id
 blocks. One thread block serves the QT x G query rows of one KV head's group, so each
 K/V element is read from global memory once per group (GQA), as in decode.
 
-Per KV tile of T attended positions, the block (NT threads):
-  1. maps the tile's positions to (physical block, offset) through the block table;
-  2. loads K and V into shared memory as float32. With the cache's vector loaders
+The CTA's rows and span come from `fast.prefill_work`'s `cta_span`, as in the tensor-core
+kernels. Per KV tile of T attended positions, the block (NT threads):
+  1. `map_tile`: maps the tile's positions to (physical block, offset) through the block
+     table;
+  2. `load_tile`: loads K and V into shared memory as float32. With the cache's vector loaders
      (`layout.BLOCK_MAJOR`: head_dim a multiple of 8 fp16 / 4 fp32 values and a 16-byte
      aligned cache) one thread takes one 16-byte vector of a row with
      `primitives.load16` (ld.global.nc.v4.u32) and unpacks it in registers; otherwise
      the launcher picks the scalar fallback (`attention.usable_loaders`, as decode
      does) and one thread reads one element;
-  3. computes the R x T scores (R = QT * G rows), -inf where a row may not attend;
-  4. one thread per row updates the running max, the running sum and the rescale
+  3. `scores`: computes the R x T scores (R = QT * G rows), -inf where a row may not attend;
+  4. `softmax`: one thread per row updates the running max, the running sum and the rescale
      factor: the online softmax of `primitives` in base 2 (q is pre-multiplied by
      scale * log2 e, `softmax_rescale` with decode's lazy SLACK, `exp2_or_zero`);
-  5. each thread owns head_dim elements d = tid, tid + NT, ... of all R rows in
+  5. `accumulate`: each thread owns head_dim elements d = tid, tid + NT, ... of all R rows in
      registers and adds p[row, t] * v[t, d]; each v[t, d] read from shared memory
      serves the R rows (decode's accumulation with rows in place of heads).
-q (pre-scaled) stays in shared memory; the end writes acc / l.
+q (pre-scaled) stays in shared memory (`load_q`); the end writes acc / l (`store`). The steps
+take what travels together as one named tuple: `Queries` (the CTA's rows and mask), `Tile`
+(the KV tile in shared memory) and `Running` (the rows' softmax state and accumulators).
 `attention.paged_attention` (decode) keeps its whole state in registers instead: with
 one query row per head there is nothing to share, while here a K/V tile in shared
 memory serves QT x G rows.
@@ -53,6 +57,7 @@ memory serves QT x G rows.
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 
 import numpy as np
 from numba import cuda, float32, int32, uint32
@@ -63,6 +68,7 @@ from ._prefill_checks import PrefillBatch, PrefillMask, check_batch, choose_path
 from .attention import _empty, usable_loaders
 from .fast import prefill_tc, prefill_wgmma
 from .fast.decode import LOG2E, SLACK
+from .fast.prefill_work import make_work, position
 from .layout import BLOCK_MAJOR, Loaders, check_kv_cache
 from .primitives import exp2_or_zero, load16, softmax_rescale, unpack16, vec_width, window_span
 
@@ -71,14 +77,17 @@ LAST_PATH = {"path": None}  # the kernel the last paged_prefill call ran: "tenso
 _kernels: dict = {}
 
 
-def _tile_loader(loaders: Loaders, D: int, NT: int, VEC: int, FP16: bool):
+def _tile_loader(loaders: Loaders, D: int, NT: int, dtype):
     """Device function load_tile(cache, seq, kv_head, count, blk_s, off_s, k_s, v_s, tid):
     k_s[t, 0:D], v_s[t, 0:D] <- float32 K/V rows of the tile's `count` tokens, the NT
     threads sharing the work: one 16-byte vector each with vector loaders, else one
     element each (the loaders' contracts: `decode.make_decode_kernel`)."""
     load_k, load_v = loaders.load_k, loaders.load_v
+    VEC, FP16 = vec_width(dtype), np.dtype(dtype).itemsize == 2  # values per 16 bytes
+    if loaders.vector and D % VEC:
+        raise ValueError(f"vector loaders need head_dim % {VEC} == 0, got {D}")
     if loaders.vector:
-        NVEC = D // VEC  # the launcher guarantees D % VEC == 0 for vector loaders
+        NVEC = D // VEC
 
         @cuda.jit(device=True)
         def put16(cache, index, raw, vals, dst, t, d0):
@@ -114,6 +123,136 @@ def _tile_loader(loaders: Loaders, D: int, NT: int, VEC: int, FP16: bool):
     return load_tile
 
 
+# The CTA's query tokens, as the score step reads them: how many are real (rows <= QT), the
+# position of the first (past), the context length, and the mask each applies to its row
+# (causal: token i sees past + i + 1 positions; else ctx; then the window and its sinks).
+Queries = namedtuple("Queries", "rows past ctx causal window sinks")
+# One KV tile in shared memory: each token's position, physical block and offset in it
+# [T], K [T, D+1] (padded: consecutive tokens in different banks), V [T, D], the scores,
+# then the probabilities [R, T].
+Tile = namedtuple("Tile", "pos_s blk_s off_s k_s v_s p_s")
+# The running state of the R rows: q (pre-scaled) [R, D], the online softmax's max, sum
+# and this tile's rescale factor [R] each, and the thread's accumulators acc[r * DPT + j]
+# = out[r, tid + j * NT] (registers).
+Running = namedtuple("Running", "q_s m_s l_s a_s acc")
+
+
+def _tile_steps(D: int, G: int, NT: int, T: int, R: int):
+    """(map_tile, scores, softmax): steps 1, 3 and 4 of a KV tile (the module doc)."""
+
+    @cuda.jit(device=True)
+    def map_tile(block_tables, seq, base, count, kept_hi, gap, block_size, tile, tid):
+        """tile's pos_s, blk_s, off_s <- each of its `count` tokens' position (span index
+        base + t, the window's seam skipped), physical block and offset."""
+        for t in range(tid, count, NT):
+            pos = position(base + t, kept_hi, gap)
+            logical = pos // block_size
+            tile.pos_s[t] = pos
+            tile.blk_s[t] = block_tables[seq, logical]
+            tile.off_s[t] = pos - logical * block_size
+
+    @cuda.jit(device=True)
+    def scores(q_s, tile, qs, count, tid):
+        """tile.p_s[r, t] <- q . k of the R x count pairs, -inf where row r may not attend."""
+        for e in range(tid, R * count, NT):
+            r = e // count
+            t = e - r * count
+            i = r // G
+            length = qs.ctx
+            if qs.causal:
+                length = qs.past + i + 1
+            kept, start = window_span(length, qs.window, qs.sinks)
+            pos = tile.pos_s[t]
+            score = -math.inf
+            if i < qs.rows and pos < length and (pos < kept or pos >= start):
+                score = float32(0)
+                for d in range(D):
+                    score += q_s[r, d] * tile.k_s[t, d]
+            tile.p_s[r, t] = score
+
+    @cuda.jit(device=True)
+    def softmax(p_s, run, count, tid):
+        """One thread per row: the running max, sum and rescale factor after this tile,
+        and p_s's scores turned into exp2(score - max)."""
+        for r in range(tid, R, NT):
+            top = float32(-math.inf)
+            for t in range(count):
+                top = max(top, p_s[r, t])
+            # a row with nothing attended yet keeps m = -inf, alpha = 1 and p = 0
+            m_new, alpha = softmax_rescale(run.m_s[r], top, SLACK)
+            total = float32(0)
+            for t in range(count):
+                score = p_s[r, t]
+                e = exp2_or_zero(score, m_new)
+                total += e
+                # a masked token's weight is -0.0: see `accumulate`
+                p_s[r, t] = e if score != -math.inf else float32(-0.0)
+            run.a_s[r] = alpha
+            run.l_s[r] = run.l_s[r] * alpha + total
+            run.m_s[r] = m_new
+
+    return map_tile, scores, softmax
+
+
+def _row_steps(D: int, G: int, NT: int, R: int, DPT: int):
+    """(load_q, accumulate, store): the rows' state set up, step 5 of a tile, the end."""
+
+    @cuda.jit(device=True)
+    def load_q(query, q_at, head0, rows, scale2, run, tid):
+        """q_s <- the tile's queries times scale2 (0 past `rows`); m = -inf, l = 0, acc = 0."""
+        for e in range(tid, R * D, NT):
+            r = e // D
+            d = e - r * D
+            i = r // G
+            value = float32(0)
+            if i < rows:
+                value = float32(query[q_at + i, head0 + r - i * G, d]) * scale2
+            run.q_s[r, d] = value
+        for r in range(tid, R, NT):
+            run.m_s[r] = -math.inf
+            run.l_s[r] = float32(0)
+        for k in range(R * DPT):
+            run.acc[k] = float32(0)
+
+    @cuda.jit(device=True)
+    def accumulate(run, v_s, p_s, count, tid):
+        """acc[r, d] = acc[r, d] * alpha[r] + sum_t p[r, t] v[t, d] for the thread's d."""
+        acc = run.acc
+        for j in range(DPT):
+            d = tid + j * NT
+            if d < D:
+                for r in range(R):
+                    acc[r * DPT + j] *= run.a_s[r]
+                finite = True
+                for t in range(count):
+                    finite = finite and v_s[t, d] - v_s[t, d] == 0  # no NaN, no inf
+                for t in range(count):
+                    v = v_s[t, d]  # one shared load, reused by the R rows
+                    for r in range(R):
+                        p = p_s[r, t]
+                        # 0 x NaN is NaN: a NaN/inf value a row does not attend
+                        # (weight -0.0) must not reach it, as in the reference
+                        if finite or p != 0 or math.copysign(float32(1), p) > 0:
+                            acc[r * DPT + j] += p * v
+
+    @cuda.jit(device=True)
+    def store(out, run, q_at, head0, rows, tid):
+        """out[q_at + i, head0 + h, d] <- acc / l for the tile's real rows."""
+        for j in range(DPT):
+            d = tid + j * NT
+            if d < D:
+                for r in range(R):
+                    i = r // G
+                    if i < rows:
+                        total = run.l_s[r]
+                        value = float32(0)
+                        if total != 0:  # NaN stays NaN
+                            value = run.acc[r * DPT + j] / total
+                        out[q_at + i, head0 + r - i * G, d] = value
+
+    return load_q, accumulate, store
+
+
 def make_prefill_kernel(
     head_dim: int,
     group_size: int,
@@ -125,46 +264,33 @@ def make_prefill_kernel(
 ):
     """Build the prefill kernel; D, G, NT, T (KV tile), QT (query tile), the layout's
     loaders and the cache dtype are compile-time (vector loaders need D % VEC == 0).
-
-    Launched as kernel[(num_work, num_kv_heads), NT](
-        cache,            # [N, 2, H_kv, B, D] float32/float16
-        query,            # [total_q, H, D] float32/float16, H = H_kv * G
-        block_tables,     # [S, max_blocks] int32
-        context_lens,     # [S] int32
-        query_start_loc,  # [S + 1] int32
-        work_seq, work_first,  # [num_work] int32: the tile's sequence and first query index
-        block_size, scale, causal, window, sinks,  # int32, float32, int32 x3
-        out)              # [total_q, H, D] float32
-    """
+    Launched as kernel[(num_work, num_kv_heads), NT](...) with the arguments it lists."""
     D, G, NT, T, QT = int(head_dim), int(group_size), int(threads), int(tile), int(q_tile)
     R = QT * G  # query rows per thread block
-    DP = D + 1  # padded key row: consecutive tokens in different banks
     DPT = (D + NT - 1) // NT  # head_dim elements per thread in the output
-    ACC = R * DPT  # accumulators per thread: every row of the tile, for those d
-    VEC = vec_width(dtype)
-    if loaders.vector and D % VEC:
-        raise ValueError(f"vector loaders need head_dim % {VEC} == 0, got {D}")
-    load_tile = _tile_loader(loaders, D, NT, VEC, np.dtype(dtype).itemsize == 2)
+    DP, ACC = D + 1, R * DPT  # a padded key row (tokens in other banks); acc per thread
+    load_tile = _tile_loader(loaders, D, NT, dtype)
+    cta_span, _, _ = make_work(QT, G, R, T)
+    map_tile, scores, softmax = _tile_steps(D, G, NT, T, R)
+    load_q, accumulate, store = _row_steps(D, G, NT, R, DPT)
 
     @cuda.jit
     def paged_prefill_kernel(
-        cache,
-        query,
-        block_tables,
-        context_lens,
-        query_start_loc,
-        work_seq,
-        work_first,
-        block_size,
-        scale,
-        causal,
-        window,
-        sinks,
-        out,
+        cache,  # [N, 2, H_kv, B, D] float32/float16
+        query,  # [total_q, H, D] float32/float16, H = H_kv * G
+        block_tables,  # [S, max_blocks] int32
+        context_lens,  # [S] int32
+        query_start_loc,  # [S + 1] int32
+        work_seq,  # [num_work] int32: each CTA's sequence
+        work_first,  # [num_work] int32: and the first query token it serves
+        block_size,  # int32
+        scale,  # float32
+        causal,  # int32 (0 / 1)
+        window,  # int32 (0: full attention)
+        sinks,  # int32
+        out,  # [total_q, H, D] float32/float16
     ):
-        work = cuda.blockIdx.x
-        kv_head = cuda.blockIdx.y
-        tid = cuda.threadIdx.x
+        work, kv_head, tid = cuda.blockIdx.x, cuda.blockIdx.y, cuda.threadIdx.x
         q_s = cuda.shared.array((R, D), float32)  # the tile's queries, times scale
         k_s = cuda.shared.array((T, DP), float32)  # [T, D+1] key tile
         v_s = cuda.shared.array((T, D), float32)  # [T, D] value tile
@@ -176,116 +302,28 @@ def make_prefill_kernel(
         l_s = cuda.shared.array(R, float32)  # running sum of exp per row
         a_s = cuda.shared.array(R, float32)  # this tile's rescale factor per row
         acc = cuda.local.array(ACC, float32)  # acc[r*DPT + j] is [r, tid + j*NT] of [R, D]
-
-        seq = work_seq[work]
-        first = work_first[work]
-        q0 = query_start_loc[seq]
-        q_len = query_start_loc[seq + 1] - q0
-        ctx = context_lens[seq]
-        rows = min(QT, q_len - first)  # valid query tokens in this tile
-        head0 = kv_head * G
+        seq, first, q0, rows, past, ctx, _, _, kept_hi, _, gap, span = cta_span(
+            work_seq, work_first, query_start_loc, context_lens, work, causal, window, sinks
+        )
+        qs = Queries(rows, past, ctx, causal, window, sinks)
+        tile_s = Tile(pos_s, blk_s, off_s, k_s, v_s, p_s)
+        run = Running(q_s, m_s, l_s, a_s, acc)
         scale2 = float32(scale * LOG2E)  # scores in log2 units: exp(x) = 2^(x log2 e)
-        past = ctx - q_len + first  # position of the tile's first query token
-        len_lo = ctx  # positions seen by the first and the last row
-        len_hi = ctx
-        if causal:
-            len_lo = past + 1
-            len_hi = past + rows
-        kept_hi, _ = window_span(len_hi, window, sinks)
-        _, start_lo = window_span(len_lo, window, sinks)
-        gap = max(start_lo, kept_hi)  # the block reads [0, kept_hi) then [gap, len_hi)
-        span = kept_hi + len_hi - gap
-
-        for e in range(tid, R * D, NT):
-            r = e // D
-            d = e - r * D
-            i = r // G
-            value = float32(0)
-            if i < rows:
-                value = float32(query[q0 + first + i, head0 + r - i * G, d]) * scale2
-            q_s[r, d] = value
-        for r in range(tid, R, NT):
-            m_s[r] = -math.inf
-            l_s[r] = float32(0)
-        for k in range(ACC):
-            acc[k] = float32(0)
+        load_q(query, q0 + first, kv_head * G, rows, scale2, run, tid)
         cuda.syncthreads()  # q_s, m_s, l_s initialised before any tile uses them
-
         for base in range(0, span, T):
             count = min(T, span - base)
-            for t in range(tid, count, NT):
-                j = base + t
-                pos = j if j < kept_hi else gap + (j - kept_hi)
-                logical = pos // block_size
-                pos_s[t] = pos
-                blk_s[t] = block_tables[seq, logical]
-                off_s[t] = pos - logical * block_size
+            map_tile(block_tables, seq, base, count, kept_hi, gap, block_size, tile_s, tid)
             # the tile map is visible; the previous tile's readers of v_s, p_s, a_s are done
             cuda.syncthreads()
             load_tile(cache, seq, kv_head, count, blk_s, off_s, k_s, v_s, tid)
             cuda.syncthreads()  # the K/V tile is in shared memory before scores read it
-            for e in range(tid, R * count, NT):
-                r = e // count
-                t = e - r * count
-                i = r // G
-                length = ctx
-                if causal:
-                    length = past + i + 1
-                kept, start = window_span(length, window, sinks)
-                pos = pos_s[t]
-                score = -math.inf
-                if i < rows and pos < length and (pos < kept or pos >= start):
-                    score = float32(0)
-                    for d in range(D):
-                        score += q_s[r, d] * k_s[t, d]
-                p_s[r, t] = score
+            scores(q_s, tile_s, qs, count, tid)
             cuda.syncthreads()  # all R x count scores are written before the softmax
-            for r in range(tid, R, NT):
-                top = float32(-math.inf)
-                for t in range(count):
-                    top = max(top, p_s[r, t])
-                # a row with nothing attended yet keeps m = -inf, alpha = 1 and p = 0
-                m_new, alpha = softmax_rescale(m_s[r], top, SLACK)
-                total = float32(0)
-                for t in range(count):
-                    score = p_s[r, t]
-                    e = exp2_or_zero(score, m_new)
-                    total += e
-                    # a masked token's weight is -0.0: see the accumulation below
-                    p_s[r, t] = e if score != -math.inf else float32(-0.0)
-                a_s[r] = alpha
-                l_s[r] = l_s[r] * alpha + total
-                m_s[r] = m_new
+            softmax(p_s, run, count, tid)
             cuda.syncthreads()  # probabilities and alpha are visible before accumulation
-            for j in range(DPT):
-                d = tid + j * NT
-                if d < D:
-                    for r in range(R):
-                        acc[r * DPT + j] *= a_s[r]
-                    finite = True
-                    for t in range(count):
-                        finite = finite and v_s[t, d] - v_s[t, d] == 0  # no NaN, no inf
-                    for t in range(count):
-                        v = v_s[t, d]  # one shared load, reused by the R rows
-                        for r in range(R):
-                            p = p_s[r, t]
-                            # 0 x NaN is NaN: a NaN/inf value a row does not attend
-                            # (weight -0.0) must not reach it, as in the reference
-                            if finite or p != 0 or math.copysign(float32(1), p) > 0:
-                                acc[r * DPT + j] += p * v
-
-        # No barrier needed: l_s was last written before a barrier above.
-        for j in range(DPT):
-            d = tid + j * NT
-            if d < D:
-                for r in range(R):
-                    i = r // G
-                    if i < rows:
-                        total = l_s[r]
-                        value = float32(0)
-                        if total != 0:  # NaN stays NaN
-                            value = acc[r * DPT + j] / total
-                        out[q0 + first + i, head0 + r - i * G, d] = value
+            accumulate(run, v_s, p_s, count, tid)
+        store(out, run, q0 + first, kv_head * G, rows, tid)  # l_s: written before a barrier
 
     return paged_prefill_kernel
 

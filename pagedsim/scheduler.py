@@ -16,9 +16,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .config import CacheConfig
+from .config import CacheConfig, SchedulerConfig
 from .policies.preemption import Group, RecomputePolicy
-from .scheduler_v0 import VICTIMS, SchedulerV0, StepRecord
+from .scheduler_v0 import DEFAULT_SCHEDULER_CONFIG as V0_SCHEDULER_CONFIG
+from .scheduler_v0 import VICTIMS, SchedulerV0, StepRecord, V0Settings
 from .scheduler_v1 import DEFAULT_SCHEDULER_CONFIG, RequestColumns, SchedulerV1, V1StepRecord
 
 MODES = ("v0", "v1")
@@ -29,7 +30,8 @@ def make_scheduler(
     requests: Any, manager: Any, *args: Any, mode: str = "v0", **kwargs: Any
 ) -> SchedulerV0 | SchedulerV1:
     """The scheduler of a vLLM version over `manager`; the other arguments are its own
-    (SchedulerV0: policy, victim, watermark ...; SchedulerV1: the fields of SchedulerConfig
+    (SchedulerV0: policy, max_num_seqs, host_blocks, the fields of V0Settings -- victim,
+    watermark ... -- tokens, record; SchedulerV1: the fields of SchedulerConfig
     and CacheConfig -- max_num_batched_tokens, max_num_seqs, policy, enable_prefix_caching
     ... -- tokens, output_tokens, priorities, arrival_times, record ...)."""
     if not isinstance(mode, str):
@@ -38,8 +40,45 @@ def make_scheduler(
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if mode == "v1" and not args:
         return _v1(requests, manager, kwargs)
+    if mode == "v0" and len(args) <= 1 and not isinstance(args and args[0], SchedulerConfig):
+        return _v0(requests, manager, *args, **kwargs)
     scheduler: SchedulerV0 | SchedulerV1 = SCHEDULERS[mode](requests, manager, *args, **kwargs)
     return scheduler
+
+
+def _v0(
+    requests: Any,
+    manager: Any,
+    policy: str | RecomputePolicy | None = "recompute",
+    *,
+    host_blocks: int = 0,
+    tokens: Any = None,
+    record: bool = True,
+    max_num_seqs: int = V0_SCHEDULER_CONFIG.max_num_seqs,
+    **kwargs: Any,
+) -> SchedulerV0:
+    """SchedulerV0 from keywords: `policy` (a name: preemption_mode, or a policy object),
+    max_num_seqs and host_blocks (num_cpu_blocks) become the configs, V0Settings' fields
+    the settings."""
+    unknown = sorted(set(kwargs) - set(V0Settings._fields))
+    if unknown:
+        raise TypeError(f"mode='v0' takes no {', '.join(unknown)} (a v1 setting?)")
+    settings = V0Settings(**kwargs)
+    mode = policy if isinstance(policy, str) else V0_SCHEDULER_CONFIG.preemption_mode
+    scheduler_config = dataclasses.replace(
+        V0_SCHEDULER_CONFIG, preemption_mode=mode, max_num_seqs=max_num_seqs
+    )
+    cache_config = CacheConfig(num_cpu_blocks=host_blocks)
+    return SchedulerV0(
+        requests,
+        manager,
+        scheduler_config,
+        cache_config,
+        policy=None if isinstance(policy, str) else policy,
+        settings=settings,
+        tokens=tokens,
+        record=record,
+    )
 
 
 def _v1(requests: Any, manager: Any, kwargs: dict[str, Any]) -> SchedulerV1:

@@ -5,6 +5,7 @@
                            the model: `step()`; `run()` steps until done and refuses to
                            spin when nothing can ever be scheduled
     check_scheduler_args   requests (a list of `Request`), a manager, `record`: TypeErrors
+    check_configs          a SchedulerConfig and a CacheConfig: TypeErrors
     prompt_ids             token ids given for a prompt (`TokenIds`), checked once when a
                            scheduler is built
     synthetic_token        deterministic ids for prompts and outputs nobody gave
@@ -23,6 +24,7 @@ from typing import TypeAlias, TypeVar
 
 import numpy as np
 
+from .config import CacheConfig, SchedulerConfig
 from .errors import MAX_TOKEN_ID, count_arg, token_ids_arg
 from .manager import KVCacheManager
 from .policies.hybrid import HybridManager
@@ -156,6 +158,16 @@ def check_scheduler_args(
             raise TypeError(f"requests[{i}] must be a Request, got {type(r).__name__} {r!r}")
         checked.append(r)
     return checked
+
+
+def check_configs(scheduler_config: object, cache_config: object) -> None:
+    """TypeError unless they are a SchedulerConfig and a CacheConfig (both schedulers)."""
+    if not isinstance(scheduler_config, SchedulerConfig):
+        raise TypeError(
+            f"scheduler_config must be a SchedulerConfig, got {type(scheduler_config).__name__}"
+        )
+    if not isinstance(cache_config, CacheConfig):
+        raise TypeError(f"cache_config must be a CacheConfig, got {type(cache_config).__name__}")
 
 
 def prompt_ids(value: object, n: int | None, name: str) -> tuple[int, ...]:

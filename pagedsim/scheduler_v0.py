@@ -46,13 +46,16 @@ With prefix caching, decoded tokens carry ids, so generated blocks are cached to
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from .block_table import NULL_BLOCK, blocks_needed
+from .config import CacheConfig, SchedulerConfig
 from .errors import count_arg
 from .manager import KVCacheManager
 from .policies.preemption import (
@@ -66,6 +69,7 @@ from .policies.prefix_cache import PrefixCachingManager
 from .scheduler_common import (
     TokenIds,
     WorkloadScheduler,
+    check_configs,
     check_scheduler_args,
     fraction,
     prompt_ids,
@@ -75,6 +79,38 @@ from .scheduler_output import CachedRequestData, NewRequestData, ReqId, Schedule
 from .workloads import Request
 
 VICTIMS = ("newest", "oldest")
+NO_SEQ_CAP = sys.maxsize  # max_num_seqs that never caps: the blocks alone decide admission
+
+
+class V0Settings(NamedTuple):
+    """pagedsim's own v0 knobs, which no vLLM config holds."""
+
+    victim: str = "newest"  # the running group preempted first: "newest" (v0's) or "oldest"
+    watermark: float = 0.01  # pool fraction admission leaves free (v0's BlockSpaceManager)
+    beam_reshuffle: float = 0.25  # chance a beam is replaced by a fork of another, per step
+    seed: int = 0  # seeds the synthetic beam re-ranking
+    max_stalled_steps: int = 1000  # steps without progress before run() gives up
+
+    def checked(self) -> V0Settings:
+        """These settings with the fractions as floats; ValueError / TypeError naming a bad one."""
+        if self.victim not in VICTIMS:
+            raise ValueError(f"victim must be one of {VICTIMS}, got {self.victim!r}")
+        watermark = fraction("watermark", self.watermark, 1.0)
+        if watermark >= 1.0:
+            raise ValueError(
+                f"watermark must be below 1 (it would keep the whole pool free), got {watermark!r}"
+            )
+        return self._replace(
+            watermark=watermark,
+            beam_reshuffle=fraction("beam_reshuffle", self.beam_reshuffle, 1.0),
+            max_stalled_steps=count_arg("max_stalled_steps", self.max_stalled_steps, 1),
+        )
+
+
+# SchedulerV0's own defaults: recompute, no cap on running sequences, no swap space
+DEFAULT_SCHEDULER_CONFIG = SchedulerConfig(preemption_mode="recompute", max_num_seqs=NO_SEQ_CAP)
+DEFAULT_CACHE_CONFIG = CacheConfig()
+DEFAULT_SETTINGS = V0Settings()
 
 
 class SeqGroupPolicy(SwapPolicy):
@@ -130,39 +166,37 @@ class SchedulerV0(WorkloadScheduler):
         self,
         requests: Iterable[Request],
         manager: KVCacheManager,
-        policy: str | RecomputePolicy = "recompute",
+        scheduler_config: SchedulerConfig = DEFAULT_SCHEDULER_CONFIG,
+        cache_config: CacheConfig = DEFAULT_CACHE_CONFIG,
         *,
-        victim: str = "newest",
-        max_running: int | None = None,
-        host_blocks: int = 0,
-        block_bytes: int = 1,
-        beam_reshuffle: float = 0.25,
-        seed: int = 0,
+        policy: RecomputePolicy | None = None,
+        settings: V0Settings = DEFAULT_SETTINGS,
         tokens: Sequence[TokenIds] | None = None,
         record: bool = True,
-        watermark: float = 0.01,
-        max_stalled_steps: int = 1000,
     ) -> None:
+        """As vLLM v0's Scheduler takes `scheduler_config` and `cache_config`: the
+        preemption policy (`preemption_mode`) and the cap on running sequences
+        (`max_num_seqs`; NO_SEQ_CAP: the blocks decide) from the one, the host pool
+        (`num_cpu_blocks`; None: no swap space) from the other. `policy`: a policy object
+        that replaces the one `preemption_mode` names (the engine's SeqGroupPolicy, or one
+        that counts bytes). `settings`: pagedsim's own v0 knobs (V0Settings). `tokens`:
+        each request's prompt token ids (prefix caching)."""
         requests = check_scheduler_args(requests, manager, record)
-        if victim not in VICTIMS:
-            raise ValueError(f"victim must be one of {VICTIMS}, got {victim!r}")
-        beam_reshuffle = fraction("beam_reshuffle", beam_reshuffle, 1.0)
-        watermark = fraction("watermark", watermark, 1.0)
-        if watermark >= 1.0:
-            raise ValueError(
-                f"watermark must be below 1 (it would keep the whole pool free), got {watermark!r}"
-            )
-        if max_running is not None:
-            max_running = count_arg("max_running", max_running, 1)
-        self.max_stalled_steps = count_arg("max_stalled_steps", max_stalled_steps, 1)
+        check_configs(scheduler_config, cache_config)
+        if policy is not None and not isinstance(policy, RecomputePolicy):
+            raise TypeError(f"policy must be a RecomputePolicy, got {type(policy).__name__}")
+        if not isinstance(settings, V0Settings):
+            raise TypeError(f"settings must be a V0Settings, got {type(settings).__name__}")
+        victim, watermark, beam_reshuffle, seed, max_stalled_steps = settings.checked()
+        self.scheduler_config, self.cache_config = scheduler_config, cache_config
+        self.max_stalled_steps = max_stalled_steps
         self.manager = manager
-        self.policy = (
-            make_policy(policy, host_blocks=host_blocks, block_bytes=block_bytes)
-            if isinstance(policy, str)
-            else policy
-        )
+        if policy is None:
+            host_blocks = cache_config.num_cpu_blocks or 0
+            policy = make_policy(scheduler_config.preemption_mode, host_blocks=host_blocks)
+        self.policy = policy
         self.victim = victim  # which running group is preempted first
-        self.max_running = max_running  # cap on running sequences (None: blocks decide)
+        self.max_num_seqs = scheduler_config.max_num_seqs  # cap on running sequences
         self.beam_reshuffle = beam_reshuffle
         self.watermark = int(watermark * manager.num_blocks)  # blocks admission leaves free
         self.record = record
@@ -224,10 +258,10 @@ class SchedulerV0(WorkloadScheduler):
 
     def _refuse(self, name: str, r: Request, worst: int) -> None:
         worst += self.watermark
-        if self.max_running is not None and r.num_seqs > self.max_running:
+        if r.num_seqs > self.max_num_seqs:
             raise ValueError(
-                f"{name} has {r.num_seqs} sequences; max_running "
-                f"{self.max_running} can never admit it"
+                f"{name} has {r.num_seqs} sequences; max_num_seqs "
+                f"{self.max_num_seqs} can never admit it"
             )
         if worst > self.manager.num_blocks:
             raise ValueError(
@@ -512,7 +546,7 @@ class SchedulerV0(WorkloadScheduler):
     def _admit(self, g: Group) -> bool:
         m = self.manager
         k, p = len(g.seq_ids), g.prompt_len
-        if self.max_running is not None and self._num_running() + k > self.max_running:
+        if self._num_running() + k > self.max_num_seqs:
             return False
         assert isinstance(g.key, int), f"group key {g.key!r} is not a request index"
         # the prefix cache, when there is one and the prompts' ids are known (else None)

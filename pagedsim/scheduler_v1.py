@@ -56,6 +56,7 @@ from .request_queue import SCHEDULING_POLICIES, RequestQueue, make_request_queue
 from .scheduler_common import (
     TokenIds,
     WorkloadScheduler,
+    check_configs,
     check_scheduler_args,
     prompt_ids,
     synthetic_token,
@@ -141,14 +142,7 @@ class SchedulerV1(WorkloadScheduler):
         enable_prefix_caching from the other. `columns`: the workload's per-request tokens,
         output tokens, priorities and arrival times."""
         requests = check_scheduler_args(requests, manager, record, (KVCacheManager, HybridManager))
-        if not isinstance(scheduler_config, SchedulerConfig):
-            raise TypeError(
-                f"scheduler_config must be a SchedulerConfig, got {type(scheduler_config).__name__}"
-            )
-        if not isinstance(cache_config, CacheConfig):
-            raise TypeError(
-                f"cache_config must be a CacheConfig, got {type(cache_config).__name__}"
-            )
+        check_configs(scheduler_config, cache_config)
         if not isinstance(columns, RequestColumns):
             raise TypeError(f"columns must be a RequestColumns, got {type(columns).__name__}")
         self.scheduler_config, self.cache_config = scheduler_config, cache_config

@@ -114,7 +114,6 @@ def make_decode_kernel(
     dtype,
     block_size: int,
     warps: int = 4,
-    tokens_per_row=None,
     paged: bool = True,
     staged: bool | None = None,
 ):
@@ -132,8 +131,8 @@ def make_decode_kernel(
     whenever the loaders are vector ones and it fits RING_BUDGET (`geometry`'s "staged");
     True where it cannot serve is a ValueError.
 
-    head_dim, group_size, dtype (of K/V), block_size, warps and tokens_per_row are
-    compile-time constants. Launch with `warps * 32` threads and
+    head_dim, group_size, dtype (of K/V), block_size and warps are compile-time constants
+    (tokens per lane row: `geometry`'s "tpr"). Launch with `warps * 32` threads and
         grid (num_kv_heads * chunks, num_seqs, num_partitions), chunks = geometry()["chunks"]
         kernel[grid, threads](k_src, v_src,
             query,          # [S, H, D] float32/float16, H = num_kv_heads * G
@@ -147,18 +146,18 @@ def make_decode_kernel(
     [p * partition_size, (p + 1) * partition_size); an empty one writes l = 0, out = 0,
     m = -inf. The kernel trusts its arguments: the host launcher validates them.
     """
-    c = decode_shape(loaders, head_dim, group_size, dtype, warps, tokens_per_row, staged)
+    c = decode_shape(loaders, head_dim, group_size, dtype, warps, staged)
     return decode_kernel(c, loaders, make_locate(int(block_size), paged))
 
 
-def decode_shape(loaders, head_dim, group_size, dtype, warps, tokens_per_row, staged):
+def decode_shape(loaders, head_dim, group_size, dtype, warps, staged):
     """The kernel's compile-time constants (`geometry`'s, and the sizes derived from
     them), checked."""
     VECTOR = bool(loaders.vector)
     g = geometry(head_dim, group_size, dtype, warps, staged=VECTOR and staged is not False)
     D, VEC, NVEC, LPR, VPL = int(head_dim), g["vec"], g["nvec"], g["lpr"], g["vpl"]
     NW = g["warps"]
-    HPC, TPR = g["hpc"], int(tokens_per_row or g["tpr"])
+    HPC, TPR = g["hpc"], g["tpr"]
     if VECTOR and D % VEC:
         raise ValueError(f"vector loaders need head_dim % {VEC} == 0, got {D}")
     STAGED = g["staged"] and ring_bytes(NW, TPR, VPL) <= RING_BUDGET

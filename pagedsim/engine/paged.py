@@ -159,7 +159,7 @@ class PagedEngine:
             self.manager = _v0_manager(manager, num_gpu_blocks, block_size, caching, trace)
             swap_single = preemption_mode == "swap"
             policy = SeqGroupPolicy(num_cpu_blocks, self.kv.block_bytes, swap_single=swap_single)
-            self.scheduler = SchedulerV0([], self.manager, policy, record=False)
+            self.scheduler = SchedulerV0([], self.manager, policy=policy, record=False)
         self._written: dict[int, tuple] = {}  # block -> the tokens its K/V holds in full
         self._mark = 0  # trace events already counted in the step log
         self.runs: list = []

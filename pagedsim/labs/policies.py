@@ -28,7 +28,7 @@ import numpy as np
 from .. import workloads
 from ..errors import MAX_BLOCK_SIZE, MAX_NUM_BLOCKS
 from ..io.args import ArgParser, float_in, int_in
-from ..policies import EVICTION_POLICIES, PREEMPTION_POLICIES, PrefixCachingManager
+from ..policies import EVICTION_POLICIES, PREEMPTION_POLICIES, PrefixCachingManager, make_policy
 from ..scheduler import make_scheduler
 from ..sizing import preset
 from .waste import DEFAULT_MEMORY_TOKENS, add_trace_args, load_requests
@@ -71,15 +71,8 @@ def compare(
         if mode == "v1":
             s = make_scheduler(requests, m, mode="v1", tokens=tokens, record=False).run()
         else:
-            s = make_scheduler(
-                requests,
-                m,
-                preemption,
-                tokens=tokens,
-                host_blocks=host_blocks,
-                block_bytes=block_bytes,
-                record=False,
-            ).run()
+            policy = make_policy(preemption, host_blocks=host_blocks, block_bytes=block_bytes)
+            s = make_scheduler(requests, m, policy, tokens=tokens, record=False).run()
         rows.append(
             {
                 "mode": mode,

@@ -27,7 +27,7 @@ from dataclasses import replace
 from ..block_table import blocks_needed
 from ..errors import MAX_BLOCK_SIZE, count_arg
 from ..manager import KVCacheManager
-from ..scheduler_v0 import SchedulerV0
+from ..scheduler_v0 import SchedulerV0, V0Settings
 from ..workloads import Request
 
 PAPER = {  # the vLLM paper's reported savings on Alpaca (Sec. 6.3)
@@ -50,7 +50,9 @@ def saving(
     k = max(n, beam_width)
     blocks = sum(k * blocks_needed(r.total_len, block_size) + k for r in reqs) + 1
     manager = KVCacheManager(blocks, block_size, trace=False)
-    s = SchedulerV0(reqs, manager, beam_reshuffle=beam_reshuffle, seed=seed).run()
+    s = SchedulerV0(
+        reqs, manager, settings=V0Settings(beam_reshuffle=beam_reshuffle, seed=seed)
+    ).run()
     used = sum(r.blocks_used for r in s.records)
     unshared = sum(r.unshared_blocks for r in s.records)
     return 1.0 - used / unshared if unshared else 0.0

@@ -9,16 +9,18 @@ the requests hold afterwards.
 """
 
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pagedsim import KVCacheManager
-from pagedsim.config import SchedulerConfig
+from pagedsim.config import CacheConfig, SchedulerConfig
 from pagedsim.policies import PrefixCachingManager
 from pagedsim.scheduler import SchedulerV0, SchedulerV1
 from pagedsim.scheduler_output import SchedulerOutput
+from pagedsim.scheduler_v0 import DEFAULT_SCHEDULER_CONFIG as V0_CONFIG
 from pagedsim.workloads import Request
 
 SHAPES = st.lists(
@@ -97,7 +99,12 @@ def test_v0_outputs_decode_one_token_per_sequence(shapes, policy, beams, seed):
         Request(p, o, arrival_step=a, beam_width=1 + beams * (i % 2))
         for i, (p, o, a) in enumerate(shapes)
     ]
-    s = SchedulerV0(reqs, KVCacheManager(24, 4), policy, host_blocks=64)
+    s = SchedulerV0(
+        reqs,
+        KVCacheManager(24, 4),
+        replace(V0_CONFIG, preemption_mode=policy),
+        CacheConfig(num_cpu_blocks=64),
+    )
     sent = drive(s, seed)
     assert s.finished == len(reqs) and s.manager.num_free_blocks == 24
     for i, r in enumerate(reqs):  # every sequence decoded output_len tokens
@@ -150,7 +157,7 @@ def test_step_is_schedule_then_update_with_the_workloads_tokens(shapes, mode, nb
         m = (PrefixCachingManager if cached else KVCacheManager)(nb, 4)
         if mode == "v0":
             tokens = [[(i * 7 + j) % 5 for j in range(r.prompt_len)] for i, r in enumerate(reqs)]
-            return SchedulerV0(reqs, m, "recompute", tokens=tokens)
+            return SchedulerV0(reqs, m, tokens=tokens)
         return SchedulerV1(reqs, m, SchedulerConfig(max_num_batched_tokens=8))
 
     try:

@@ -5,8 +5,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pagedsim import KVCacheManager
+from pagedsim.config import CacheConfig, SchedulerConfig
 from pagedsim.policies import PrefixCachingManager, RecomputePolicy, SwapPolicy, make_policy
-from pagedsim.scheduler import make_scheduler
+from pagedsim.scheduler import SchedulerV0, make_scheduler
 from pagedsim.workloads import Request
 
 
@@ -128,3 +129,35 @@ def test_parallel_samples_fork_and_copy_on_write_their_shared_last_block():
     assert s.records[-1].unshared_blocks == 3 * 2 and s.records[-1].blocks_used == 4
     s.run(check=True)
     assert m.num_free_blocks == 16
+
+
+def test_v0_takes_its_policy_cap_and_swap_space_from_vllms_configs():
+    """vLLM v0's Scheduler reads preemption_mode and max_num_seqs from SchedulerConfig and
+    its swap space from CacheConfig: a cap of 2 sequences never runs 3 at once."""
+    reqs = [Request(3, 4) for _ in range(4)]
+    config = SchedulerConfig(preemption_mode="swap", max_num_seqs=2)
+    s = SchedulerV0(reqs, KVCacheManager(64, 4), config, CacheConfig(num_cpu_blocks=8))
+    assert isinstance(s.policy, SwapPolicy) and s.policy.host.num_blocks == 8
+    s.run(check=True)
+    assert s.finished == 4 and max(r.running for r in s.records) == 2
+    uncapped = SchedulerV0(reqs, KVCacheManager(64, 4)).run()
+    assert type(uncapped.policy) is RecomputePolicy
+    assert max(r.running for r in uncapped.records) == 4
+
+
+@pytest.mark.parametrize("bad", [{"max_num_seqs": 2}, None])
+def test_v0_refuses_a_config_that_is_not_vllms(bad):
+    with pytest.raises(TypeError, match="scheduler_config must be a SchedulerConfig"):
+        SchedulerV0([], KVCacheManager(4, 4), bad)
+    with pytest.raises(TypeError, match="cache_config must be a CacheConfig"):
+        SchedulerV0([], KVCacheManager(4, 4), cache_config=bad)
+    with pytest.raises(TypeError, match="settings must be a V0Settings"):
+        SchedulerV0([], KVCacheManager(4, 4), settings=bad)
+
+
+def test_v0_keywords_become_its_configs_and_a_v1_only_one_is_refused():
+    s = make_scheduler([], KVCacheManager(8, 4), "swap", host_blocks=3, max_num_seqs=5)
+    assert s.scheduler_config.preemption_mode == "swap" and s.max_num_seqs == 5
+    assert isinstance(s.policy, SwapPolicy) and s.policy.host.num_blocks == 3
+    with pytest.raises(TypeError, match="mode='v0' takes no max_num_batched_tokens"):
+        make_scheduler([], KVCacheManager(8, 4), max_num_batched_tokens=64)

@@ -3,18 +3,25 @@ added as they come (add_request), a prefill that samples the first token, sample
 tokens, and a recompute that prefills the prompt and every sampled token again."""
 
 from collections import deque
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pagedsim.config import CacheConfig
 from pagedsim.manager import KVCacheManager
 from pagedsim.policies.preemption import Group
 from pagedsim.policies.prefix_cache import PrefixCachingManager
 from pagedsim.scheduler import SchedulerV0
 from pagedsim.scheduler_output import SchedulerOutput
-from pagedsim.scheduler_v0 import SeqGroupPolicy
+from pagedsim.scheduler_v0 import DEFAULT_SCHEDULER_CONFIG, SeqGroupPolicy, V0Settings
+
+
+def _config(preemption_mode: str):
+    """SchedulerV0's defaults with another preemption policy."""
+    return replace(DEFAULT_SCHEDULER_CONFIG, preemption_mode=preemption_mode)
 
 
 def test_the_prefill_samples_and_a_stop_token_ends_the_request():
@@ -79,7 +86,7 @@ def _serve(prompts, max_tokens: int, policy: str, manager) -> SchedulerV0:
     """Serve `prompts` with the fake model; check that each sampling sequence computed
     exactly its prompt and sampled tokens, invariants after every step, and each output
     against the request run alone."""
-    s = SchedulerV0([], manager, policy, host_blocks=64, record=False)
+    s = SchedulerV0([], manager, _config(policy), CacheConfig(num_cpu_blocks=64), record=False)
     seqs = {s.add_request(p, max_tokens, stop_token_ids=(0,)): list(p) for p in prompts}
     for _ in range(500):
         if s.done:
@@ -128,7 +135,7 @@ def test_preemption_never_changes_what_a_sequence_computes(
 def test_n_samples_fork_after_the_first_sample_and_share_the_prompt():
     """vLLM v0's output processor forks the samples once the prompt's logits are in."""
     m = KVCacheManager(16, 2)
-    s = SchedulerV0([], m, "swap", host_blocks=16, record=False)
+    s = SchedulerV0([], m, _config("swap"), CacheConfig(num_cpu_blocks=16), record=False)
     rid = s.add_request((1, 2, 3), 3, best_of=2)
     out = s.schedule()
     assert out.num_scheduled_tokens == {rid: 3}  # one prefill for both samples
@@ -175,7 +182,7 @@ def test_a_bad_fork_or_free_changes_nothing(call, message):
 
 
 def test_a_forked_request_is_never_recomputed():
-    s = SchedulerV0([], KVCacheManager(15, 2), "recompute", victim="oldest", record=False)
+    s = SchedulerV0([], KVCacheManager(15, 2), settings=V0Settings(victim="oldest"), record=False)
     rid = s.add_request((1, 2, 3), 8, best_of=2)
     others = [s.add_request((4, 5, 6), 8), s.add_request((7, 8), 8)]
     out = s.schedule()
@@ -200,7 +207,7 @@ def test_forks_and_frees_keep_every_sequence_computable(prompts, best_of, num_bl
     computed exactly its tokens but the last, whatever swaps happen; invariants hold."""
     rng = np.random.default_rng(seed)
     manager = KVCacheManager(num_blocks, 2)
-    s = SchedulerV0([], manager, "swap", host_blocks=256, record=False)
+    s = SchedulerV0([], manager, _config("swap"), CacheConfig(num_cpu_blocks=256), record=False)
     seqs = {s.add_request(p, 5, best_of=best_of): list(p) for p in prompts}
     made = dict.fromkeys(range(len(prompts)), 1)  # sequences each request has had
     for _ in range(300):

@@ -102,8 +102,8 @@ def test_parallel_samples_are_independent_requests_sharing_the_prompt_through_th
         ({"watermark": -0.01}, ValueError),
         ({"watermark": float("nan")}, ValueError),
         ({"watermark": "1%"}, TypeError),
-        ({"max_running": 0}, ValueError),
-        ({"max_running": 1}, ValueError),  # the request has 2 samples: it could never run
+        ({"max_num_seqs": 0}, ValueError),
+        ({"max_num_seqs": 1}, ValueError),  # the request has 2 samples: it could never run
     ],
 )
 def test_options_that_could_never_serve_a_request_are_refused_at_construction(kwargs, error):
