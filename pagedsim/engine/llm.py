@@ -267,17 +267,21 @@ class LLM:
         engine = self._engine_for(requests)
         beside = self.lockstep
         first = len(engine.runs)
-        for r in requests:
-            (beside or engine).submit(r)
-        while not _done(engine) or (beside is not None and not _done(beside.reference)):
-            serving = not _done(engine)
-            if beside is not None:
-                beside.step()
-            else:
-                engine.step()
-            if serving and self.trace:
-                last = len(engine.manager.trace.snapshots) - 1
-                self.steps.append(EngineStep(last, self._block_labels(engine)))
+        try:
+            for r in requests:
+                (beside or engine).submit(r)
+            while not _done(engine) or (beside is not None and not _done(beside.reference)):
+                serving = not _done(engine)
+                if beside is not None:
+                    beside.step()
+                else:
+                    engine.step()
+                if serving and self.trace:
+                    last = len(engine.manager.trace.snapshots) - 1
+                    self.steps.append(EngineStep(last, self._block_labels(engine)))
+        except BaseException:  # a half-served batch stays in no engine: the next call builds one
+            self.llm_engine, self.lockstep, self._served = None, None, {}
+            raise
         runs: list[Run] = engine.runs[first:]
         return runs
 

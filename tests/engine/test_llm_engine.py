@@ -92,6 +92,18 @@ def test_the_engine_lives_across_calls_and_a_repeat_hits_its_cache(checkpoint):
     assert llm.llm_engine is not engine and llm.llm_engine.mode == "v0"
 
 
+def test_a_request_too_big_for_the_pool_is_one_line_and_leaves_no_half_served_batch(checkpoint):
+    llm = LLM(checkpoint, block_size=4, num_gpu_blocks_override=3)
+    greedy = SamplingParams(temperature=0, max_tokens=4)
+    with pytest.raises(ValueError) as e:
+        llm.generate(["the cat", "the cat sat on the mat, and the dog sat too"], greedy)
+    assert "blocks" in str(e.value) and len(str(e.value).splitlines()) == 1
+    (out,) = llm.generate("the cat", greedy)
+    assert len(llm.llm_engine.runs) == 1  # "the cat" of the refused batch is not served later
+    alone = LLM(checkpoint).generate("the cat", greedy)[0]
+    assert out.outputs[0].token_ids == alone.outputs[0].token_ids
+
+
 def test_engine_arguments_are_vllms_and_an_unknown_one_is_one_line(checkpoint):
     llm = LLM(checkpoint, block_size=8, max_num_batched_tokens=32, preemption_mode="swap")
     assert (llm.cache_config.block_size, llm.scheduler_config.max_num_batched_tokens) == (8, 32)
