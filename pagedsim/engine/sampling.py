@@ -68,12 +68,13 @@ class BeamSearchParams:
     beam search: `LLM.generate` takes them for a prompt beside sampled ones in one batch,
     and the engine forks beams and shares their blocks (v0; beam_search.py has the rules,
     transformers' own). `repetition_penalty` is pagedsim's addition (transformers applies it
-    in beam search too); vLLM's BeamSearchParams has none, nor does pagedsim sample beams
-    (vLLM's `temperature`)."""
+    in beam search too); vLLM's BeamSearchParams has none. Beams are ranked by the raw
+    log-probabilities, so `temperature` must stay vLLM's default, 0."""
 
     beam_width: int
     max_tokens: int
     ignore_eos: bool = False
+    temperature: float = 0.0
     length_penalty: float = 1.0
     include_stop_str_in_output: bool = False
     repetition_penalty: float = 1.0
@@ -81,6 +82,7 @@ class BeamSearchParams:
     def __post_init__(self) -> None:
         _int("beam_width", self.beam_width, 1)
         _int("max_tokens", self.max_tokens, 1)
+        _number("temperature", self.temperature, 0.0, 0.0)
         _number("length_penalty", self.length_penalty, -math.inf, math.inf)
         _number("repetition_penalty", self.repetition_penalty, 0.0, math.inf, low_open=True)
 

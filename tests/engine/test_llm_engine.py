@@ -150,7 +150,8 @@ def test_check_dense_compares_with_the_dense_engine_and_can_fail(checkpoint):
 
 
 @pytest.mark.parametrize(
-    "field, value", [("beam_width", 0), ("max_tokens", 0), ("repetition_penalty", 0.0)]
+    "field, value",
+    [("beam_width", 0), ("max_tokens", 0), ("temperature", 0.7), ("repetition_penalty", 0.0)],
 )
 def test_a_bad_beam_search_parameter_is_one_line_naming_it(field, value):
     args = dict(beam_width=2, max_tokens=4) | {field: value}
