@@ -144,10 +144,10 @@ def snapshots(section: str) -> list:
     if section == "3.6":
         return _lesson("3.6").manager_snapshots()
     if section == "3.8":  # the capstone's run, on the NumPy path (same tables as the kernels')
-        from pagedsim.engine.generate import run, step_frames
+        from pagedsim.engine.generate import serve, step_frames
 
-        engine, marks, _ = run(backend="numpy")
-        return step_frames(engine, marks)
+        llm, _ = serve(backend="numpy")
+        return step_frames(llm.llm_engine, llm.steps)
     if section == "3.3":
         m = KVCacheManager(10, 4)
         m.add_sequence("A", 5)

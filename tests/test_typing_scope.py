@@ -46,8 +46,6 @@ CONVERTING = frozenset(
     {
         "pagedsim.engine.backend",
         "pagedsim.engine.dense",
-        "pagedsim.engine.generate",
-        "pagedsim.engine.generate_cli",
         "pagedsim.engine.hf",
         "pagedsim.engine.kvstore",
         "pagedsim.engine.paged",

@@ -14,7 +14,9 @@
                         allocator for sliding layers), v0 on SchedulerV0 (forks,
                         beams, preemption by swap or recompute)
     step_log.py         what a step did to the blocks, for the step log
-    generate.py         `pagedsim generate`: text from the shipped model, step by step
+    generate.py         `pagedsim generate`: text from the shipped model, step by step,
+                        served through llm.py (vLLM's `LLM`), as generate_cli.py's
+                        command line asks
 
 Where the engine sits: it ships inside the pagedsim package but is *not* part of
 pagedsim's core. It is a consumer of two libraries -- the core (its schedulers and

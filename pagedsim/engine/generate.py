@@ -26,136 +26,97 @@ sliding-window layers is served by v1's window manager, or by the hybrid allocat
 mixes full and sliding layers, on SchedulerV1: each step then prints the blocks each KV
 cache group holds.
 
-`run(..., manager=)` serves from another block manager (`--pool workspace`: the student's
-own 3.4a and 3.4b, course/ch03_kv_block/capstone.py) with pagedsim's own serving the same
-requests beside it, compared after every manager call (lockstep.py).
+The command serves through `pagedsim.LLM` (llm.py), as a vLLM user would: `serve` turns
+the workload into prompts and SamplingParams (BeamSearchParams for a beam search), builds
+an LLM with the command's CacheConfig and SchedulerConfig, calls `LLM.generate` (once per
+turn), `LLM.check_dense` for the dense comparison, and reads the step log and the trace
+from `llm.llm_engine` and `llm.steps`. `pool=` serves from another block manager
+(`--pool workspace`: the student's own 3.4a and 3.4b, course/ch03_kv_block/capstone.py)
+with pagedsim's own serving the same requests beside it, compared after every manager
+call (lockstep.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-
-import numpy as np
+from typing import Any
 
 from ..block_table import blocks_needed
 from ..config import CacheConfig, SchedulerConfig
 from ..trace import Snapshot
-from .dense import DenseEngine
 from .hf import load_model, load_tokenizer
-from .lockstep import Lockstep
+from .llm import LLM, DenseCheck, EngineStep, Params, RequestOutput
+from .lockstep import Pool
+from .model import Transformer
 from .paged import PagedEngine
-from .requests import Request, RequestState
+from .sampling import BeamSearchParams, SamplingParams
 
 DEFAULT_MODEL = Path(__file__).with_name("models") / "shakespeare"
 SHARED = "ROMEO.\nBut soft, what light through yonder window breaks?\n"
 CUES = ("\n\nJULIET.\n", "\n\nROMEO.\n")  # --turns: the next speaker, alternating
+Fields = dict[str, Any]  # one request as the command line words it (see `params`)
 
 
-def load(model_dir=None) -> tuple:
+def load(model_dir: str | Path | None = None) -> tuple[Transformer, Any]:
     """(model, tokenizer) from DIR, or the shipped model."""
     directory = DEFAULT_MODEL if model_dir is None else Path(model_dir)
     return load_model(directory), load_tokenizer(directory)
 
 
-def mix(tok, max_tokens: int, stop=()) -> list:
-    """The default workload (see the module docstring)."""
-
-    def enc(text):
-        return tuple(tok.encode(text).ids)
-
-    first = enc(SHARED + "It is the east, and Juliet is the sun.\n")
+def mix(max_tokens: int) -> list[tuple[str, Fields]]:
+    """The default workload (see the module docstring): (prompt, fields) per request."""
+    first = SHARED + "It is the east, and Juliet is the sun.\n"
     return [
-        Request(first, max_tokens, stop_token_ids=stop),
-        Request(
-            enc(SHARED + "\nJULIET.\n"),
-            max_tokens,
-            n=2,
-            temperature=0.8,
-            seed=7,
-            stop_token_ids=stop,
+        (first, dict(max_tokens=max_tokens)),
+        (SHARED + "\nJULIET.\n", dict(max_tokens=max_tokens, n=2, temperature=0.8, seed=7)),
+        (
+            "FRIAR LAWRENCE.\nThese violent delights",
+            dict(max_tokens=max_tokens, beam_width=2, eos=False),
         ),
-        Request(enc("FRIAR LAWRENCE.\nThese violent delights"), max_tokens, beam_width=2),
-        Request(first, max(1, max_tokens // 2), stop_token_ids=stop),
+        (first, dict(max_tokens=max(1, max_tokens // 2))),
     ]
 
 
-NOT_CHECKED = dict(tokens_match=None, logit_positions_match=None, max_logit_diff=None)
-
-
-def compare(dense: list, paged: list) -> dict:
-    """Tokens equal per request, and the largest logit difference over shared positions."""
-    pairs = list(zip(dense, paged, strict=True))
-    diffs = [
-        float(np.abs(d.logits[k] - p.logits[k]).max())
-        for d, p in pairs
-        for k in d.logits
-        if k in p.logits
-    ]
-    return dict(
-        tokens_match=all(d.outputs() == p.outputs() for d, p in pairs),
-        logit_positions_match=all(set(d.logits) == set(p.logits) for d, p in pairs),
-        max_logit_diff=max(diffs, default=0.0),
+def params(fields: Fields) -> Params:
+    """One request's fields (max_tokens, and n, beam_width, temperature, top_p, top_k, seed,
+    repetition_penalty when given; eos False: no stop token) as vLLM's parameters. The
+    command decodes greedily unless asked to sample (apply_generation_config)."""
+    eos = fields.get("eos", True)
+    if fields.get("beam_width"):
+        return BeamSearchParams(
+            fields["beam_width"],
+            fields["max_tokens"],
+            ignore_eos=not eos,
+            repetition_penalty=fields.get("repetition_penalty", 1.0),
+        )
+    asked = ("n", "temperature", "top_p", "top_k", "seed", "repetition_penalty")
+    chosen = {k: fields[k] for k in asked if k in fields}
+    return SamplingParams(
+        **{"temperature": 0.0, **chosen}, max_tokens=fields["max_tokens"], ignore_eos=not eos
     )
+
+
+NOT_CHECKED: dict[str, None] = dict.fromkeys(DenseCheck._fields)
 
 
 @dataclass(frozen=True)
 class LabelledSnapshot(Snapshot):
-    block_labels: tuple = ()  # [num_blocks] the text each block holds ("" when none)
+    block_labels: tuple[str, ...] = ()  # [num_blocks] the text each block holds ("" when none)
 
 
-def text(tok, ids):
+def text(tok: Any, ids: Sequence[int]) -> str | None:
     """The text of token ids, or None without a tokenizer (a --prompt-ids run)."""
-    return None if tok is None else tok.decode(list(ids))
-
-
-def labels(engine: PagedEngine, tok) -> tuple:
-    """The text each physical block holds (live blocks and cache-hittable free ones)."""
-    held = engine.block_tokens()
-    return tuple(
-        text(tok, held[b]) or "" if b in held else "" for b in range(engine.manager.num_blocks)
-    )
-
-
-def serve(engine: PagedEngine, requests: list, tok, beside: Lockstep | None = None) -> tuple:
-    """Submit and step to the end. Returns (states, marks, block labels per step). With
-    `beside` (whose tested engine is `engine`), the reference engine steps alongside and
-    the two are compared after every step."""
-    marks, texts = [], []
-    first = len(engine.runs)
-    for r in requests:
-        (beside or engine).submit(r)
-    while not Lockstep.done(engine) or (beside and not Lockstep.done(beside.reference)):
-        serving = not Lockstep.done(engine)
-        if beside is not None:
-            beside.step()
-        else:
-            engine.step()
-        if not serving:
-            continue
-        marks.append(len(engine.manager.trace.snapshots) - 1)
-        texts.append(labels(engine, tok))
-    return [run.state for run in engine.runs[first:]], marks, texts
-
-
-def report(tok, states, runs) -> list:
-    """Per request: prompt, generated token ids and text per sequence, prompt hit tokens."""
-    return [
-        dict(
-            prompt=text(tok, s.request.prompt),
-            prompt_token_ids=list(s.request.prompt),
-            hit_tokens=run.hit_tokens,
-            outputs=[dict(token_ids=out, text=text(tok, out)) for out in s.outputs()],
-        )
-        for s, run in zip(states, runs, strict=True)
-    ]
+    return None if tok is None else str(tok.decode(list(ids)))
 
 
 DEFAULT_MAX_TOKENS = 32
 
 
-def apply_generation_config(generation: dict, overrides: dict, max_tokens) -> tuple:
+def apply_generation_config(
+    generation: dict[str, Any], overrides: Fields, max_tokens: int | None
+) -> tuple[Fields, int, dict[str, Any]]:
     """(request fields, max_tokens, what came from the file) for a checkpoint's
     generation_config.json fields `generation`, as transformers' generate() and vLLM's
     `--generation-config auto` use them: the user's flags win; eos_token_id always stops;
@@ -166,7 +127,7 @@ def apply_generation_config(generation: dict, overrides: dict, max_tokens) -> tu
     defaults. A file's do_sample alone does not switch sampling on (transformers would;
     vLLM would sample at the file's temperature): the report says it was left aside.
     --temperature 0 is always greedy."""
-    used: dict = {}
+    used: dict[str, Any] = {}
     fields = dict(overrides)
     if "eos_token_id" in generation:
         used["eos_token_id"] = list(generation["eos_token_id"])
@@ -194,14 +155,15 @@ def apply_generation_config(generation: dict, overrides: dict, max_tokens) -> tu
 class Workload:
     """What `generate` serves: the prompts (text or token ids; none: the mix), or `turns`
     turns of a conversation, `max_tokens` each (None: the generation config's
-    max_new_tokens, else 32), with `overrides` of the Request fields (the command line's
-    sampling flags) and the checkpoint's generation_config.json applied ("auto", as
-    transformers and vLLM do, see apply_generation_config) or not ("none")."""
+    max_new_tokens, else 32), with `overrides` of the request fields (the command line's
+    sampling flags: n, beam_width, temperature, top_p, top_k, seed, repetition_penalty)
+    and the checkpoint's generation_config.json applied ("auto", as transformers and vLLM
+    do, see apply_generation_config) or not ("none")."""
 
     prompts: Sequence[str | Sequence[int]] = ()  # kept as a tuple
     max_tokens: int | None = None
     turns: int = 0
-    overrides: dict = field(default_factory=dict)
+    overrides: Fields = field(default_factory=dict)
     generation_config: str = "auto"
 
     def __post_init__(self) -> None:
@@ -213,25 +175,25 @@ class Workload:
 
 
 @dataclass(frozen=True)
-class Pool:
-    """A block manager under test (`--pool`): `manager(num_blocks, block_size)` makes an
-    empty KVCacheManager; pagedsim's own, the reference pool, serves beside it."""
+class Plan:
+    """A workload as vLLM's terms: the prompts (token ids; with --turns, the first turn's)
+    and the parameters of each, the pool that holds it, and the generation_config.json
+    settings it took."""
 
-    manager: Callable
-    name: str = "tested"
+    prompts: list[tuple[int, ...]]
+    params: list[Params]
+    num_gpu_blocks: int
+    generation_config: dict[str, Any]
 
 
-def requests_of(model, tok, workload: Workload) -> tuple:
-    """(requests, max_tokens, settings taken from the generation config) for a workload."""
-    generation = getattr(model, "info", {}).get("generation", {})
+def plan(model: Transformer, tok: Any, workload: Workload, cache: CacheConfig) -> Plan:
+    """The workload's prompts and parameters (the command line's over the generation
+    config's), and the pool they need (pool_size)."""
+    info = getattr(model, "info", {})
     overrides, max_tokens, from_file = apply_generation_config(
-        generation if workload.generation_config == "auto" else {},
+        info.get("generation", {}) if workload.generation_config == "auto" else {},
         dict(workload.overrides),
         workload.max_tokens,
-    )
-    # without the file, config.json's eos_token_id still stops (vLLM: the model's EOS)
-    stop = tuple(
-        from_file.get("eos_token_id", getattr(model, "info", {}).get("config_eos_token_ids", ()))
     )
     prompts = workload.prompts
     if (not prompts or workload.turns or any(isinstance(p, str) for p in prompts)) and tok is None:
@@ -240,142 +202,113 @@ def requests_of(model, tok, workload: Workload) -> tuple:
             "checkpoint's tokenizer.json; give --prompt-ids instead"
         )
     if prompts:  # text, or token ids
-        requests = [
-            Request(
-                tuple(tok.encode(p).ids) if isinstance(p, str) else tuple(p),
-                max_tokens,
-                stop_token_ids=stop,
-                **overrides,
-            )
-            for p in prompts
-        ]
+        asked = [(p, {"max_tokens": max_tokens}) for p in prompts]
     else:
-        requests = [replace(r, **overrides) for r in mix(tok, max_tokens, stop)]
-    return (requests[:1] if workload.turns else requests), max_tokens, from_file
+        asked = list(mix(max_tokens))
+    if workload.turns:
+        asked = asked[:1]
+    ids = [tuple(tok.encode(p).ids) if isinstance(p, str) else tuple(p) for p, _ in asked]
+    every = [params({**f, **overrides}) for _, f in asked]
+    blocks = pool_size(model, list(zip(ids, every, strict=True)), workload, max_tokens, cache)
+    return Plan(ids, every, blocks, from_file)
 
 
-def pool_size(model, requests: list, workload: Workload, max_tokens: int, cache) -> int:
+def pool_size(
+    model: Transformer,
+    requests: list[tuple[tuple[int, ...], Params]],
+    workload: Workload,
+    max_tokens: int,
+    cache: CacheConfig,
+) -> int:
     """num_gpu_blocks: the override, else 16 blocks for the mix, else room for every
     request at once (every turn of a conversation), plus 4 for the cache."""
     if cache.num_gpu_blocks_override is not None:
         return cache.num_gpu_blocks_override
     if not workload.prompts and not workload.turns:
         return 16
-    longest = (workload.turns or 1) * (len(requests[0].prompt) + max_tokens + 16)
+    longest = (workload.turns or 1) * (len(requests[0][0]) + max_tokens + 16)
     groups = len(model.config.windowed)  # a hybrid model fills two KV cache groups
     need = sum(
-        r.width * blocks_needed(max(longest, len(r.prompt) + max_tokens), cache.block_size)
-        for r in requests
+        _width(p) * blocks_needed(max(longest, len(prompt) + max_tokens), cache.block_size)
+        for prompt, p in requests
     )
     return groups * need + 4
 
 
-def engines(model, requests: list, num_gpu_blocks: int, configs: tuple, options: tuple) -> tuple:
-    """(the engine that serves, the Lockstep beside it or None). v1 serves what vLLM v1's
-    scheduler serves; beams, n > 1, swapping and a pool under test (the workspace's fork
-    and copy-on-write) are v0's. `configs`: (cache, scheduler); `options`: (backend, pool,
-    tokenizer)."""
-    (cache, scheduler), (backend, pool, tok) = configs, options
-    v1 = "sliding" in model.config.windowed or (
-        scheduler.preemption_mode == "recompute"
-        and pool is None
-        and all(r.width == 1 and not r.beam_width for r in requests)
-    )
-
-    def engine(manager, **flags) -> PagedEngine:
-        return PagedEngine(
-            model,
-            replace(cache, num_gpu_blocks=num_gpu_blocks),
-            replace(scheduler, preemption_mode="recompute" if v1 else scheduler.preemption_mode),
-            mode="v1" if v1 else "v0",
-            trace=True,
-            manager=manager,
-            **flags,
-        )
-
-    if pool is None:
-        return engine(None, backend=backend, check=True), None
-    # the pool under test is compared with the reference, manager call by manager call
-    tested = engine(pool.manager(num_gpu_blocks, cache.block_size), backend=backend)
-    reference = engine(None, backend=tested.backend, check=True)
-    decode = None if tok is None else (lambda ids: tok.decode(list(ids)))
-    return tested, Lockstep(tested, reference, pool.name, decode)
+def _width(p: Params) -> int:
+    return p.beam_width if isinstance(p, BeamSearchParams) else p.n
 
 
-def run(
-    model=None,
-    tok=None,
+def serve(
+    model: Transformer | None = None,
+    tok: Any = None,
     workload: Workload | None = None,
     cache: CacheConfig | None = None,
     scheduler: SchedulerConfig | None = None,
     *,
-    backend="auto",
+    backend: Any = "auto",
     pool: Pool | None = None,
     check_dense: bool = True,
-) -> tuple:
-    """Serve the workload (default: the mix), then the dense engine. Returns (engine,
-    marks, summary): marks[i] is the manager snapshot index after engine step i + 1;
-    summary is what `generate` reports. `cache.num_gpu_blocks_override` sizes the pool
-    (pool_size) and the engine takes the result as num_gpu_blocks. `pool`: serve from a
-    block manager under test, with pagedsim's own manager, the reference pool, serving the
-    same requests beside it step by step (lockstep.py); summary["pool"] says where the two
-    first part, and lockstep.PoolFailed is raised if it raises. `check_dense` False skips
-    the dense engine (tokens_match and max_logit_diff None)."""
+) -> tuple[LLM, dict[str, Any]]:
+    """Serve the workload (default: the mix) on a traced LLM, then check it on the dense
+    engine. Returns (llm, summary): `llm.llm_engine` served (its step log, stats and
+    manager trace), `llm.steps` says where each engine step left the trace; the summary
+    is what `generate` reports. `cache.num_gpu_blocks_override` sizes the pool
+    (pool_size). `pool`: serve from a block manager under test beside pagedsim's own
+    (lockstep.py); summary["pool"] says where the two first part, and
+    lockstep.PoolFailed is raised if it raises. `check_dense` False skips the dense
+    engine (tokens_match and max_logit_diff None)."""
     if model is None:
         model, tok = load()
     workload, cache = workload or Workload(), cache or CacheConfig()
-    scheduler = scheduler or SchedulerConfig()
-    requests, max_tokens, from_file = requests_of(model, tok, workload)
-    num_gpu_blocks = pool_size(model, requests, workload, max_tokens, cache)
-    engine, beside = engines(
-        model, requests, num_gpu_blocks, (cache, scheduler), (backend, pool, tok)
+    planned = plan(model, tok, workload, cache)
+    llm = LLM(
+        model,
+        tokenizer=tok,
+        cache_config=replace(cache, num_gpu_blocks_override=planned.num_gpu_blocks),
+        scheduler_config=scheduler or SchedulerConfig(),
+        backend=backend,
+        pool=pool,
+        trace=True,
+        generation_config=workload.generation_config,
     )
-    states: list[RequestState] = []
-    marks: list[int] = []
-    texts: list[tuple[str, ...]] = []
-    for turn in range(max(workload.turns, 1)):
+    outputs = conversation(llm, planned, workload.turns)
+    dense = llm.check_dense(outputs) if check_dense else None
+    return llm, summarize(llm, outputs, planned, dense)
+
+
+def conversation(llm: LLM, planned: Plan, turns: int) -> list[RequestOutput]:
+    """`LLM.generate` on the plan's prompts; with `turns`, once per turn, each prompt the
+    previous prompt, its answer and the next speaker's cue."""
+    if not turns:
+        return llm.generate(planned.prompts, planned.params)
+    outputs: list[RequestOutput] = []
+    prompt: Sequence[int] = planned.prompts[0]
+    for turn in range(turns):
         if turn:  # the transcript so far, then the next speaker
-            last = states[-1]
-            cue = tuple(tok.encode(CUES[(turn - 1) % len(CUES)]).ids)
-            prompt = tuple(last.request.prompt) + tuple(last.outputs()[0]) + cue
-            requests = [replace(requests[0], prompt=prompt)]
-        got, m, t = serve(engine, requests, tok, beside)
-        states += got
-        marks += m
-        texts += t
-    dense = DenseEngine(model).generate([s.request for s in states]) if check_dense else None
-    summary = summarize(engine, states, (cache, scheduler, num_gpu_blocks), tok)
-    summary.update(
-        generation_config=from_file,
-        **(compare(dense, states) if dense is not None else NOT_CHECKED),
-    )
-    if beside is not None:
-        d = beside.divergence
-        summary["pool"] = dict(
-            name=d.name,
-            matches=d.matches,
-            blocks=d.blocks,
-            token=d.token,
-            error=None,
-            lines=d.lines(),
-        )
-    engine.block_labels = texts
-    return engine, marks, summary
+            last = outputs[-1]
+            cue = llm.tokenizer.encode(CUES[(turn - 1) % len(CUES)]).ids
+            prompt = [*last.prompt_token_ids, *last.outputs[0].token_ids, *cue]
+        outputs += llm.generate([list(prompt)], planned.params[:1])
+    return outputs
 
 
-def summarize(engine: PagedEngine, states: list, sizes: tuple, tok) -> dict:
-    """What `generate` reports of a served run; `sizes`: (cache, scheduler, num_gpu_blocks)."""
-    cache, scheduler, num_gpu_blocks = sizes
+def summarize(
+    llm: LLM, outputs: list[RequestOutput], planned: Plan, dense: DenseCheck | None
+) -> dict[str, Any]:
+    """What `generate` reports of a served run."""
+    engine, tok = llm.llm_engine, llm.tokenizer
+    assert engine is not None, "summarize a served LLM"
     stats, model = engine.stats, engine.model
-    return dict(
+    summary: dict[str, Any] = dict(
         model=Path(model.name).name,
         parameters=model.num_parameters,
         backend=engine.backend.name,
         attention=engine.backend.where(),
         steps=len(engine.log),
-        num_gpu_blocks=num_gpu_blocks,
-        block_size=cache.block_size,
-        max_num_batched_tokens=scheduler.max_num_batched_tokens,
+        num_gpu_blocks=planned.num_gpu_blocks,
+        block_size=llm.cache_config.block_size,
+        max_num_batched_tokens=llm.scheduler_config.max_num_batched_tokens,
         block_bytes=engine.kv.block_bytes,
         computed_tokens=stats["computed_tokens"],
         skipped_by_prefix_cache=stats["cached_tokens"],
@@ -384,16 +317,39 @@ def summarize(engine: PagedEngine, states: list, sizes: tuple, tok) -> dict:
         preempted_swap=stats["preempted_swap"],
         cow_bytes=stats["cow_bytes"],
         swap_bytes=stats["swap_bytes"],
-        requests=report(tok, states, engine.runs),
+        requests=[report(tok, o) for o in outputs],
+        generation_config=planned.generation_config,
+        **(dense._asdict() if dense is not None else NOT_CHECKED),
+    )
+    if llm.lockstep is not None:
+        d = llm.lockstep.divergence
+        summary["pool"] = dict(
+            name=d.name,
+            matches=d.matches,
+            blocks=d.blocks,
+            token=d.token,
+            error=None,
+            lines=d.lines(),
+        )
+    return summary
+
+
+def report(tok: Any, out: RequestOutput) -> dict[str, Any]:
+    """One request: prompt, generated token ids and text per sequence, prompt hit tokens."""
+    return dict(
+        prompt=text(tok, out.prompt_token_ids),
+        prompt_token_ids=out.prompt_token_ids,
+        hit_tokens=out.num_cached_tokens,
+        outputs=[dict(token_ids=c.token_ids, text=text(tok, c.token_ids)) for c in out.outputs],
     )
 
 
-def step_frames(engine, marks) -> list:
-    """The manager's snapshot after each engine step, numbered by engine step (as `generate`
-    prints them), captioned with that step's batch, carrying all of the step's events, and
-    each block labelled with the text it holds."""
+def step_frames(engine: PagedEngine, steps: Sequence[EngineStep]) -> list[LabelledSnapshot]:
+    """The manager's snapshot after each engine step (`LLM(trace=True).steps`), numbered by
+    engine step (as `generate` prints them), captioned with that step's batch, carrying
+    all of the step's events, and each block labelled with the text it holds."""
     snaps = engine.manager.trace.snapshots
-    texts = getattr(engine, "block_labels", [()] * len(marks))
+    marks = [s.snapshot for s in steps]
     spans = zip([0, *(m + 1 for m in marks)], marks, strict=False)  # manager steps of engine step i
     return [
         LabelledSnapshot(
@@ -403,7 +359,7 @@ def step_frames(engine, marks) -> list:
                 "custom_caption": "batch " + " ".join(engine.log[i]["seqs"]),
                 "events": tuple(e for s in snaps[a : m + 1] for e in s.events),
             },
-            block_labels=texts[i],
+            block_labels=steps[i].block_labels,
         )
         for i, (a, m) in enumerate(spans)
     ]

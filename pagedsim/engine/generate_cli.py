@@ -19,17 +19,24 @@ import argparse
 import importlib
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..config import CacheConfig, SchedulerConfig
 from ..io.args import ArgParser, float_in, int_in
 from ..policies.preemption import PREEMPTION_POLICIES
 from . import generate
 from .hf import CheckpointError, load_model, load_tokenizer
-from .lockstep import PoolFailed
+from .llm import EngineStep
+from .lockstep import Pool, PoolFailed
+from .paged import PagedEngine
+
+if TYPE_CHECKING:
+    from ..manager import KVCacheManager
 
 
-def token_ids(text: str) -> tuple:
+def token_ids(text: str) -> tuple[int, ...]:
     """An argparse `type`: comma-separated non-negative token ids."""
     try:
         ids = tuple(int(t) for t in text.split(","))
@@ -41,7 +48,8 @@ def token_ids(text: str) -> tuple:
 
 
 def parser() -> ArgParser:
-    p = ArgParser(prog="pagedsim generate", description=generate.__doc__.split("\n\n")[0])
+    about = (generate.__doc__ or "").split("\n\n")[0]
+    p = ArgParser(prog="pagedsim generate", description=about)
     _workload_args(p)
     _sampling_args(p)
     _engine_args(p)
@@ -182,32 +190,33 @@ def _output_args(p: ArgParser) -> None:
     )
 
 
-def _pools() -> dict:
+def _pools() -> dict[str, tuple[str, str]]:
     """The pools the course registers (course.POOLS, read by the `pagedsim` command)."""
     from ..app.cli import COURSE_POOLS
 
     return COURSE_POOLS
 
 
-def pool_factory(name: str):
+def pool_factory(name: str) -> Callable[[int, int], KVCacheManager]:
     """The factory (num_blocks, block_size) -> KVCacheManager of a registered pool."""
     module, func = _pools()[name][0].split(":")
-    return getattr(importlib.import_module(module), func)()
+    factory: Callable[[int, int], KVCacheManager] = getattr(importlib.import_module(module), func)()
+    return factory
 
 
-def print_report(engine, s: dict, args) -> None:
+def print_report(engine: PagedEngine, s: dict[str, Any], args: argparse.Namespace) -> None:
     print(
         f"pagedsim generate: {s['model']} ({s['parameters']:,} parameters, float32), "
         f"attention: {s['attention']}"
     )
-    many = "s" if len(engine.runs) > 1 else ""
+    many = "s" if len(s["requests"]) > 1 else ""
     if s.get("generation_config"):
         print(
             "from generation_config.json: "
             + ", ".join(f"{k} {v}" for k, v in s["generation_config"].items())
         )
     print(
-        f"{len(engine.runs)} request{many}, pool of {s['num_gpu_blocks']} blocks x "
+        f"{len(s['requests'])} request{many}, pool of {s['num_gpu_blocks']} blocks x "
         f"{s['block_size']} tokens, "
         f"budget {s['max_num_batched_tokens']} tokens/step, prefix caching "
         f"{'on' if args.enable_prefix_caching else 'off'}"
@@ -299,6 +308,39 @@ def _configs(
     return workload, cache, scheduler
 
 
+def _pool_failed(e: PoolFailed, args: argparse.Namespace) -> None:
+    """Where the pool under test parted from the reference, and how it failed."""
+    d = e.divergence
+    if args.json:
+        pool = dict(name=d.name, matches=False, blocks=d.blocks, token=d.token, error=d.error)
+        json.dump(dict(summary=dict(pool=dict(pool, lines=d.lines()))), sys.stdout, indent=1)
+        print()
+        return
+    print(f"pagedsim generate --pool {args.pool}: served beside the reference pool")
+    for line in d.lines():
+        print(line)
+
+
+def _write_steps(engine: PagedEngine, steps: list[EngineStep], args: argparse.Namespace) -> None:
+    """--draw, --html and --trace-out: the engine's steps as pictures, a page, a trace."""
+    if args.draw:
+        from ..draw.animate import write_trace  # matplotlib only when asked for
+
+        for path in write_trace(generate.step_frames(engine, steps), args.draw, name="generate"):
+            print(f"wrote {path}", file=sys.stderr)
+    if args.html or args.trace_out:
+        from ..view import sources, write_html
+
+        page = sources.generate(engine, steps)
+        if args.html:
+            print(f"wrote {write_html(args.html, **page)}", file=sys.stderr)
+        if args.trace_out:
+            Path(args.trace_out).write_text(
+                json.dumps(sources.trace_out(page), default=str), encoding="utf-8"
+            )
+            print(f"wrote {args.trace_out}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
@@ -322,47 +364,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pagedsim generate: error: {e}", file=sys.stderr)
         return 2
     try:
-        engine, marks, summary = generate.run(
+        llm, summary = generate.serve(
             model,
             tok,
             *_configs(args),
             backend=args.backend,
-            pool=None if manager is None else generate.Pool(manager, args.pool),
+            pool=None if manager is None else Pool(manager, args.pool),
             check_dense=args.model is None if args.check_dense is None else args.check_dense,
         )
     except PoolFailed as e:  # the finding itself: where the pool parted, and how it failed
-        d = e.divergence
-        if args.json:
-            pool = dict(name=d.name, matches=False, blocks=d.blocks, token=d.token, error=d.error)
-            json.dump(dict(summary=dict(pool=dict(pool, lines=d.lines()))), sys.stdout, indent=1)
-            print()
-            return 1
-        print(f"pagedsim generate --pool {args.pool}: served beside the reference pool")
-        for line in d.lines():
-            print(line)
+        _pool_failed(e, args)
         return 1
     except ValueError as e:  # a pool or budget too small for one request, a bad size
         p.error(str(e))
+    assert llm.llm_engine is not None, "a served LLM has its engine"
     if args.json:
-        json.dump(dict(steps=engine.log, summary=summary), sys.stdout, indent=1)
+        json.dump(dict(steps=llm.llm_engine.log, summary=summary), sys.stdout, indent=1)
         print()
     else:
-        print_report(engine, summary, args)
-    if args.draw:
-        from ..draw.animate import write_trace  # matplotlib only when asked for
-
-        for path in write_trace(generate.step_frames(engine, marks), args.draw, name="generate"):
-            print(f"wrote {path}", file=sys.stderr)
-    if args.html or args.trace_out:
-        from ..view import sources, write_html
-
-        page = sources.generate(engine, marks)
-        if args.html:
-            print(f"wrote {write_html(args.html, **page)}", file=sys.stderr)
-        if args.trace_out:
-            Path(args.trace_out).write_text(
-                json.dumps(sources.trace_out(page), default=str), encoding="utf-8"
-            )
-            print(f"wrote {args.trace_out}", file=sys.stderr)
+        print_report(llm.llm_engine, summary, args)
+    _write_steps(llm.llm_engine, llm.steps, args)
     dense_ok = summary["tokens_match"] is not False  # None: the check was off
     return 0 if dense_ok and summary.get("pool", {}).get("matches", True) else 1

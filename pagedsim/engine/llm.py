@@ -5,15 +5,37 @@ paged engine.
     out = llm.generate(["Hello"], SamplingParams(max_tokens=8, temperature=0))
     out[0].outputs[0].text, .token_ids, .logprobs, .finish_reason
     llm.chat([{"role": "user", "content": "Hi"}])         # the checkpoint's chat_template
+    llm.check_dense(out)                                  # the same requests, dense
+    llm.llm_engine.log, llm.llm_engine.stats              # what the engine did, per step
+
+Engine arguments are vLLM's, as keywords (`block_size=`, `enable_prefix_caching=`,
+`num_gpu_blocks_override=`, `max_num_batched_tokens=`, `preemption_mode=`,
+`generation_config=` "auto" or "none"...) or whole, as `cache_config=` and
+`scheduler_config=` (config.py); a keyword wins over the config's field. As vLLM's LLM
+keeps its LLMEngine, `llm_engine` (a PagedEngine) lives across `generate` calls, so a
+later call hits the blocks an earlier one cached. It is built at the first call, with
+room for that batch unless num_gpu_blocks_override sizes the pool, and built again when
+a batch needs what it cannot give: more blocks, or v0 (n > 1 and beam search fork
+sequences, vLLM v0's way) on a v1 engine, or v1 on a v0 one. v1 serves unless a request
+forks, preemption_mode is "swap" or a pool is under test (a model with sliding-window
+layers always runs v1).
+
+`trace=True` records the block manager's every call and checks its invariants after
+every step; `steps` then holds, per engine step, where the manager's trace stood and the
+text each block held (`pagedsim generate --html`, `--draw` and `--trace-out` read them,
+with `generate.step_frames`). `pool=Pool(...)` serves from a block manager under test,
+with pagedsim's own serving the same requests beside it (`lockstep`, lockstep.py).
 
 Outputs are vLLM's shapes: one RequestOutput per prompt (prompt, prompt_token_ids,
-outputs), and one CompletionOutput per sample (n). `logprobs` is a list (one dict per
-generated token) of {token id: log-probability}: the top `logprobs` tokens and the
-chosen one, of the raw model logits (vLLM's default raw_logprobs). A stop string ends a
-sample where it occurs (finish_reason "stop", stop_reason the string), its text cut
-before the string unless include_stop_str_in_output, as vLLM's detokenizer cuts; a stop
-token (EOS unless ignore_eos, or stop_token_ids) ends it with the token kept in
-token_ids and left out of the text.
+outputs, num_cached_tokens: the prompt tokens the prefix cache served), and one
+CompletionOutput per sample (n) or beam. `logprobs` is a list (one dict per generated
+token) of {token id: log-probability}: the top `logprobs` tokens and the chosen one, of
+the raw model logits (vLLM's default raw_logprobs). A stop string ends a sample where it
+occurs (finish_reason "stop", stop_reason the string), its text cut before the string
+unless include_stop_str_in_output, as vLLM's detokenizer cuts; a stop token (EOS unless
+ignore_eos, or stop_token_ids) ends it with the token kept in token_ids and left out of
+the text. A prompt may take BeamSearchParams instead (vLLM's; served beside the sampled
+prompts, as v0 served beam search).
 
 The chat template is rendered with jinja2's ImmutableSandboxedEnvironment, as
 transformers renders it (a template cannot reach Python objects or change its inputs);
@@ -23,25 +45,52 @@ jinja2 is the optional extra `pagedsim[chat]`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from ..config import CacheConfig, SchedulerConfig
 from . import hf
+from .dense import DenseEngine
+from .lockstep import Lockstep, Pool
 from .model import Transformer
-from .paged import PagedEngine
-from .requests import Request
-from .sampling import SamplingParams, find_stop, top_logprobs
+from .paged import PagedEngine, Run
+from .requests import Request, RequestState
+from .sampling import BeamSearchParams, SamplingParams, find_stop, top_logprobs
+
+Params = SamplingParams | BeamSearchParams
+# vLLM's engine arguments pagedsim reads -> the config that holds each
+ENGINE_ARGS = {
+    **dict.fromkeys(
+        ("block_size", "enable_prefix_caching", "num_gpu_blocks_override", "num_cpu_blocks"),
+        "cache",
+    ),
+    **dict.fromkeys(
+        (
+            "max_num_batched_tokens",
+            "preemption_mode",
+            "max_num_seqs",
+            "max_model_len",
+            "policy",
+            "long_prefill_token_threshold",
+        ),
+        "scheduler",
+    ),
+}
+# the Python API's scheduler: vLLM's budget; v1 preempts by recomputing
+LLM_SCHEDULER_CONFIG = SchedulerConfig(max_num_batched_tokens=2048, preemption_mode="recompute")
 
 
 @dataclass
 class CompletionOutput:
     index: int
     text: str
-    token_ids: list[Any]
+    token_ids: list[int]
     cumulative_logprob: float | None
-    logprobs: list[Any] | None
+    logprobs: list[dict[int, float]] | None
     finish_reason: str | None = None  # "stop" or "length"
     stop_reason: int | str | None = None  # the stop token id or stop string
 
@@ -50,9 +99,26 @@ class CompletionOutput:
 class RequestOutput:
     request_id: str
     prompt: str | None
-    prompt_token_ids: list[Any]
-    outputs: list[Any] = field(default_factory=list)
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput] = field(default_factory=list)
     finished: bool = True
+    num_cached_tokens: int | None = None  # prompt tokens served by the prefix cache (vLLM's)
+
+
+@dataclass(frozen=True)
+class EngineStep:
+    """One step of a traced engine (`LLM(trace=True)`)."""
+
+    snapshot: int  # index of the manager's snapshot after the step (llm_engine.manager.trace)
+    block_labels: tuple[str, ...]  # [num_blocks] the text each block holds ("" when none)
+
+
+class DenseCheck(NamedTuple):
+    """The paged engine's requests served again by the dense engine (`LLM.check_dense`)."""
+
+    tokens_match: bool  # every request's tokens equal
+    logit_positions_match: bool  # logits kept at the same positions
+    max_logit_diff: float  # the largest logit difference over shared positions
 
 
 class LLM:
@@ -62,53 +128,74 @@ class LLM:
         self,
         model: Transformer | str | Path,
         *,
-        block_size: int = 16,
-        enable_prefix_caching: bool = True,
-        max_num_batched_tokens: int = 2048,
-        backend: str = "numpy",
+        tokenizer: Any = None,
+        cache_config: CacheConfig | None = None,
+        scheduler_config: SchedulerConfig | None = None,
+        backend: Any = "numpy",
+        pool: Pool | None = None,
+        trace: bool = False,
+        **engine_args: Any,
     ):
+        """`model`: a checkpoint directory, or a loaded Transformer (then `tokenizer`, a
+        `tokenizers.Tokenizer`, is the only one: without it prompts are token ids)."""
         if isinstance(model, Transformer):
-            self.model, self.tokenizer, directory = model, None, None
+            self.model, directory = model, None
         else:
             directory = Path(model)
             self.model = hf.load_model(directory)
-            self.tokenizer = hf.load_tokenizer(directory)
-        self.directory = directory
+            tokenizer = tokenizer if tokenizer is not None else hf.load_tokenizer(directory)
+        self.directory, self.tokenizer = directory, tokenizer
+        generation = engine_args.pop("generation_config", "auto")
+        if generation not in ("auto", "none"):
+            raise ValueError(f"generation_config must be 'auto' or 'none', got {generation!r}")
         info = getattr(self.model, "info", {})
-        self.eos = tuple(info.get("stop_token_ids", ()))
-        self.block_size = block_size
-        self.prefix_caching = enable_prefix_caching
-        self.budget = max_num_batched_tokens
-        self.backend = backend
+        # "auto": generation_config.json's eos_token_id, else config.json's (vLLM's EOS)
+        eos = info.get("stop_token_ids" if generation == "auto" else "config_eos_token_ids")
+        self.eos = tuple(eos or ())
+        self.cache_config, self.scheduler_config = engine_configs(
+            cache_config or CacheConfig(), scheduler_config or LLM_SCHEDULER_CONFIG, engine_args
+        )
+        self.backend, self.pool, self.trace = backend, pool, trace or pool is not None
+        self.llm_engine: PagedEngine | None = None  # vLLM's name; built at the first call
+        self.lockstep: Lockstep | None = None  # with `pool`: the reference beside it
+        self.steps: list[EngineStep] = []  # trace: one per engine step of llm_engine
+        self._served: dict[str, Run] = {}  # request id -> its run in llm_engine
+        self._num_gpu_blocks = 0  # llm_engine's pool
         self._next_id = 0
 
     def generate(
-        self, prompts: Any, sampling_params: SamplingParams | list[Any] | None = None
-    ) -> list[Any]:
+        self, prompts: Any, sampling_params: Params | Sequence[Params] | None = None
+    ) -> list[RequestOutput]:
         """One RequestOutput per prompt: a string, or a list of token ids."""
         prompts = [prompts] if isinstance(prompts, str) or _is_ids(prompts) else list(prompts)
         params = sampling_params if sampling_params is not None else SamplingParams()
-        every = params if isinstance(params, list) else [params] * len(prompts)
+        every = list(params) if isinstance(params, Sequence) else [params] * len(prompts)
         if len(every) != len(prompts):
             raise ValueError(
                 f"{len(every)} SamplingParams for {len(prompts)} prompts; give one or one each"
             )
         ids = [self._encode(p) for p in prompts]
-        requests = [self._request(i, p) for i, p in zip(ids, every, strict=True)]
-        states = self._serve(requests)
+        runs = self._run_engine([self._request(i, p) for i, p in zip(ids, every, strict=True)])
         out = []
-        for prompt, prompt_ids, p, state in zip(prompts, ids, every, states, strict=True):
+        for prompt, prompt_ids, p, run in zip(prompts, ids, every, runs, strict=True):
             rid = str(self._next_id)
             self._next_id += 1
+            self._served[rid] = run
+            state = run.state
             samples = [
                 self._completion(k, prompt_ids, s, p, state) for k, s in enumerate(state.outputs())
             ]
-            out.append(
-                RequestOutput(
-                    rid, prompt if isinstance(prompt, str) else None, list(prompt_ids), samples
-                )
-            )
+            text = prompt if isinstance(prompt, str) else None
+            out.append(RequestOutput(rid, text, list(prompt_ids), samples, True, run.hit_tokens))
         return out
+
+    def check_dense(self, outputs: Sequence[RequestOutput]) -> DenseCheck:
+        """Serve the requests behind `outputs` again on the dense engine (contiguous K/V,
+        no blocks: dense.py) and compare tokens and logits with what the paged engine
+        computed. `pagedsim generate --check-dense` reports it."""
+        states = [self._run_of(o.request_id).state for o in outputs]
+        dense = DenseEngine(self.model).generate([s.request for s in states])
+        return compare(dense, states)
 
     def chat(
         self, messages: Any, sampling_params: SamplingParams | None = None, **template_kwargs: Any
@@ -153,8 +240,17 @@ class LLM:
             return list(self.tokenizer.encode(prompt).ids)
         return [int(t) for t in prompt]
 
-    def _request(self, prompt_ids: list[Any], p: SamplingParams) -> Request:
+    def _request(self, prompt_ids: list[int], p: Params) -> Request:
         eos = () if p.ignore_eos else self.eos
+        if isinstance(p, BeamSearchParams):
+            return Request(
+                tuple(prompt_ids),
+                p.max_tokens,
+                beam_width=p.beam_width,
+                stop_token_ids=eos,
+                length_penalty=p.length_penalty,
+                repetition_penalty=p.repetition_penalty,
+            )
         stops = tuple(dict.fromkeys([*(p.stop_token_ids or ()), *eos]))
         return Request(
             tuple(prompt_ids),
@@ -165,31 +261,93 @@ class LLM:
             params=p,
         )
 
-    def _serve(self, requests: list[Any]) -> list[Any]:
-        blocks = 4 + sum(
-            r.width * -(-(len(r.prompt) + r.max_tokens) // self.block_size) for r in requests
-        )
-        # v1 serves one sequence per request; n > 1 (parallel sampling) is v0's fork
+    def _run_engine(self, requests: list[Request]) -> list[Run]:
+        """Submit, then step the engine (and the reference pool beside it) until every
+        request is done; vLLM's LLM._run_engine. Returns the requests' runs."""
+        engine = self._engine_for(requests)
+        beside = self.lockstep
+        first = len(engine.runs)
+        try:
+            for r in requests:
+                (beside or engine).submit(r)
+            while not _done(engine) or (beside is not None and not _done(beside.reference)):
+                serving = not _done(engine)
+                if beside is not None:
+                    beside.step()
+                else:
+                    engine.step()
+                if serving and self.trace:
+                    last = len(engine.manager.trace.snapshots) - 1
+                    self.steps.append(EngineStep(last, self._block_labels(engine)))
+        except BaseException:  # a half-served batch stays in no engine: the next call builds one
+            self.llm_engine, self.lockstep, self._served = None, None, {}
+            raise
+        runs: list[Run] = engine.runs[first:]
+        return runs
+
+    def _engine_for(self, requests: list[Request]) -> PagedEngine:
+        """llm_engine, built (again) when it cannot serve `requests` (module docstring)."""
         forks = any(r.width > 1 or r.beam_width for r in requests)
-        engine = PagedEngine(
-            self.model,
-            CacheConfig(
-                block_size=self.block_size,
-                num_gpu_blocks=blocks,
-                enable_prefix_caching=self.prefix_caching,
-            ),
-            SchedulerConfig(max_num_batched_tokens=self.budget, preemption_mode="recompute"),
-            backend=self.backend,
-            mode="v0" if forks else "v1",
+        v1 = "sliding" in self.model.config.windowed or (
+            self.scheduler_config.preemption_mode == "recompute" and self.pool is None and not forks
         )
-        for r in requests:
-            engine.submit(r)
-        while not all(run.status == "done" for run in engine.runs):
-            engine.step()
-        return [run.state for run in engine.runs]
+        size = self.cache_config.block_size
+        blocks = self.cache_config.num_gpu_blocks_override or 4 + sum(
+            r.width * -(-(len(r.prompt) + r.max_tokens) // size) for r in requests
+        )
+        engine = self.llm_engine
+        if engine is not None and engine.mode == ("v1" if v1 else "v0"):
+            if blocks <= self._num_gpu_blocks:
+                return engine
+        return self._build(v1, blocks)
+
+    def _build(self, v1: bool, num_gpu_blocks: int) -> PagedEngine:
+        cache = replace(self.cache_config, num_gpu_blocks=num_gpu_blocks)
+        scheduler = self.scheduler_config
+        if v1:  # v1 always recomputes
+            scheduler = replace(scheduler, preemption_mode="recompute")
+
+        def engine(manager: Any, backend: Any, check: bool) -> PagedEngine:
+            return PagedEngine(
+                self.model,
+                cache,
+                scheduler,
+                backend=backend,
+                trace=self.trace,
+                check=check,
+                manager=manager,
+                mode="v1" if v1 else "v0",
+            )
+
+        self.lockstep, self.steps, self._served = None, [], {}
+        self._num_gpu_blocks = num_gpu_blocks
+        if self.pool is None:
+            self.llm_engine = engine(None, self.backend, self.trace)
+            return self.llm_engine
+        # the pool under test, compared with the reference manager call by manager call
+        tested = engine(self.pool.manager(num_gpu_blocks, cache.block_size), self.backend, False)
+        reference = engine(None, tested.backend, True)
+        decode = None if self.tokenizer is None else self._decode
+        self.lockstep = Lockstep(tested, reference, self.pool.name, decode)
+        self.llm_engine = tested
+        return tested
+
+    def _block_labels(self, engine: PagedEngine) -> tuple[str, ...]:
+        """The text each physical block holds (live blocks and cache-hittable free ones)."""
+        held = engine.block_tokens()
+        blocks = range(engine.manager.num_blocks)
+        return tuple(self._decode(held[b]) if b in held else "" for b in blocks)
+
+    def _run_of(self, request_id: str) -> Run:
+        if request_id not in self._served:
+            raise ValueError(
+                f"request {request_id!r} was not served by this LLM's current engine "
+                f"(another LLM served it, or the engine was built again since)"
+            )
+        return self._served[request_id]
 
     def _completion(
-        self, index: int, prompt_ids: list[Any], tokens: list[Any], p: SamplingParams, state: Any
+        self, index: int, prompt_ids: list[int], tokens: list[int], p: Params, state: RequestState
     ) -> CompletionOutput:
         """One sample: stop strings applied, text decoded, logprobs from the raw logits."""
         tokens = list(tokens)
@@ -203,21 +361,22 @@ class LLM:
         keep = p.include_stop_str_in_output  # a stop token's text is left out, as in vLLM
         text_tokens = tokens[:-1] if finish == "stop" and not keep else tokens
         text = self._decode(text_tokens)
-        if p.stop and self.tokenizer is not None:
-            cut = self._stop_strings(tokens, p)
+        sampled = p if isinstance(p, SamplingParams) else None
+        if sampled is not None and sampled.stop and self.tokenizer is not None:
+            cut = self._stop_strings(tokens, sampled)
             if cut is not None:
                 tokens, text, reason = cut
                 finish = "stop"
         logprobs = None
-        if p.logprobs is not None:
+        if sampled is not None and sampled.logprobs is not None:
             logprobs = []
             for i, t in enumerate(tokens):
                 raw = state.logits[tuple([*prompt_ids, *tokens[:i]])]
-                logprobs.append(top_logprobs(raw, t, p.logprobs))
+                logprobs.append(top_logprobs(raw, t, sampled.logprobs))
         total = sum(lp[t] for lp, t in zip(logprobs, tokens, strict=True)) if logprobs else None
         return CompletionOutput(index, text, tokens, total, logprobs, finish, reason)
 
-    def _stop_strings(self, tokens: list[Any], p: SamplingParams) -> tuple[Any, ...] | None:
+    def _stop_strings(self, tokens: list[int], p: SamplingParams) -> tuple[Any, ...] | None:
         """(tokens up to the one completing a stop string, the cut text, the string)."""
         stops = list(p.stop or ())
         previous = ""
@@ -231,8 +390,45 @@ class LLM:
             previous = text
         return None
 
-    def _decode(self, ids: list[Any]) -> str:
+    def _decode(self, ids: Iterable[int]) -> str:
         return "" if self.tokenizer is None else self.tokenizer.decode(list(ids))
+
+
+def engine_configs(
+    cache: CacheConfig, scheduler: SchedulerConfig, engine_args: dict[str, Any]
+) -> tuple[CacheConfig, SchedulerConfig]:
+    """vLLM's engine arguments given as keywords, over the configs (a keyword wins)."""
+    for name in engine_args:
+        if name not in ENGINE_ARGS:
+            raise TypeError(
+                f"LLM() got an unknown engine argument {name!r}; it takes "
+                f"{', '.join([*ENGINE_ARGS, 'generation_config'])}"
+            )
+    by = {
+        kind: {k: v for k, v in engine_args.items() if ENGINE_ARGS[k] == kind}
+        for kind in ENGINE_ARGS.values()
+    }
+    return replace(cache, **by.get("cache", {})), replace(scheduler, **by.get("scheduler", {}))
+
+
+def compare(dense: list[RequestState], paged: list[RequestState]) -> DenseCheck:
+    """Tokens equal per request, and the largest logit difference over shared positions."""
+    pairs = list(zip(dense, paged, strict=True))
+    diffs = [
+        float(np.abs(d.logits[k] - p.logits[k]).max())
+        for d, p in pairs
+        for k in d.logits
+        if k in p.logits
+    ]
+    return DenseCheck(
+        tokens_match=all(d.outputs() == p.outputs() for d, p in pairs),
+        logit_positions_match=all(set(d.logits) == set(p.logits) for d, p in pairs),
+        max_logit_diff=max(diffs, default=0.0),
+    )
+
+
+def _done(engine: PagedEngine) -> bool:
+    return all(run.status == "done" for run in engine.runs)
 
 
 def _is_ids(prompt: object) -> bool:

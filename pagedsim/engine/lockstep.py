@@ -68,6 +68,16 @@ class Divergence:
         return out
 
 
+@dataclass(frozen=True)
+class Pool:
+    """A block manager under test (`pagedsim generate --pool`, `LLM(pool=)`):
+    `manager(num_blocks, block_size)` makes an empty KVCacheManager; pagedsim's own, the
+    reference pool, serves the same requests beside it."""
+
+    manager: Callable[[int, int], KVCacheManager]
+    name: str = "tested"
+
+
 class PoolFailed(RuntimeError):
     """The pool under test raised while serving; `divergence` says where and what came before."""
 

@@ -82,9 +82,6 @@ STATS = (
 
 
 class PagedEngine:
-    # per engine step, the text each block holds: set by generate.generate, read by step_frames
-    block_labels: list[tuple[str, ...]]
-
     def __init__(
         self,
         model: Transformer,

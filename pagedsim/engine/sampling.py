@@ -62,6 +62,31 @@ class SamplingParams:
         object.__setattr__(self, "stop_token_ids", [int(t) for t in self.stop_token_ids or []])
 
 
+@dataclass(frozen=True)
+class BeamSearchParams:
+    """vLLM's BeamSearchParams (v1's `LLM.beam_search` takes them), served as vLLM v0 served
+    beam search: `LLM.generate` takes them for a prompt beside sampled ones in one batch,
+    and the engine forks beams and shares their blocks (v0; beam_search.py has the rules,
+    transformers' own). `repetition_penalty` is pagedsim's addition (transformers applies it
+    in beam search too); vLLM's BeamSearchParams has none. Beams are ranked by the raw
+    log-probabilities, so `temperature` must stay vLLM's default, 0."""
+
+    beam_width: int
+    max_tokens: int
+    ignore_eos: bool = False
+    temperature: float = 0.0
+    length_penalty: float = 1.0
+    include_stop_str_in_output: bool = False
+    repetition_penalty: float = 1.0
+
+    def __post_init__(self) -> None:
+        _int("beam_width", self.beam_width, 1)
+        _int("max_tokens", self.max_tokens, 1)
+        _number("temperature", self.temperature, 0.0, 0.0)
+        _number("length_penalty", self.length_penalty, -math.inf, math.inf)
+        _number("repetition_penalty", self.repetition_penalty, 0.0, math.inf, low_open=True)
+
+
 def _number(name: str, value: object, low: float, high: float, low_open: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")

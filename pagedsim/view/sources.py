@@ -136,10 +136,11 @@ def events(snapshots, lang: str = "en", title: str = "pagedsim play --events") -
     return {"trace_or_snapshots": snapshots, "options": options}
 
 
-def generate(engine, marks, lang: str = "en") -> dict:
+def generate(engine, steps, lang: str = "en") -> dict:
+    """A traced LLM's run as a page: `engine` is its llm_engine, `steps` its steps."""
     from ..engine.generate import step_frames
 
-    frames = step_frames(engine, marks)
+    frames = step_frames(engine, steps)
     told = narrate(frames, engine.log)
     flags = {
         i: ["pre"]

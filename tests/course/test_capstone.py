@@ -21,7 +21,7 @@ from course.ch03_kv_block import capstone
 from pagedsim.app.cli import main
 from pagedsim.config import CacheConfig
 from pagedsim.engine import generate
-from pagedsim.engine.lockstep import Divergence, PoolFailed, View, blocks_difference
+from pagedsim.engine.lockstep import Divergence, Pool, PoolFailed, View, blocks_difference
 from pagedsim.manager import KVCacheManager
 
 RUN = dict(
@@ -52,8 +52,8 @@ def workspace(folder, patch: mutation.Mutant | None = None, stub=()):
 def serve(model, folder, monkeypatch) -> Divergence:
     monkeypatch.setenv("PAGEDSIM_WORKSPACE", str(folder))
     try:
-        _, _, summary = generate.run(
-            *model, **RUN, pool=generate.Pool(capstone.workspace_pool(), "workspace")
+        _, summary = generate.serve(
+            *model, **RUN, pool=Pool(capstone.workspace_pool(), "workspace")
         )
     except PoolFailed as e:
         return e.divergence
@@ -69,14 +69,13 @@ def test_the_reference_solutions_serve_every_token_and_block_of_the_reference_po
     model, tmp_path, monkeypatch
 ):
     monkeypatch.setenv("PAGEDSIM_WORKSPACE", str(workspace(tmp_path)))
-    engine, _, summary = generate.run(
-        *model, **RUN, pool=generate.Pool(capstone.workspace_pool(), "workspace")
-    )
+    llm, summary = generate.serve(*model, **RUN, pool=Pool(capstone.workspace_pool(), "workspace"))
+    engine = llm.llm_engine
     assert isinstance(engine.manager, capstone.WorkspaceManager)
     assert summary["cow_bytes"] > 0 and any(r["shared"] for r in engine.log), "forks and copies ran"
     assert summary["pool"]["matches"], summary["pool"]["lines"]
     assert summary["tokens_match"]  # and the dense engine agrees with the student's pool
-    reference = generate.run(*model, **RUN)[2]
+    reference = generate.serve(*model, **RUN)[1]
     assert [r["outputs"] for r in summary["requests"]] == [
         r["outputs"] for r in reference["requests"]
     ]

@@ -52,14 +52,17 @@ def test_rows_are_reserved_for_the_departed_so_no_mark_falls_off_the_table():
 
 
 def test_generate_frames_are_numbered_by_engine_step_and_carry_the_whole_steps_events():
-    from pagedsim.engine.generate import run, step_frames
+    from pagedsim.engine.generate import serve, step_frames
 
-    engine, marks, _ = run(backend="numpy")
+    llm, _ = serve(backend="numpy")
+    engine, marks = llm.llm_engine, llm.steps
     frames = step_frames(engine, marks)
     assert [f.step for f in frames] == list(range(1, len(engine.log) + 1))
     told = [story.caption(f) for f in frames]
     assert all(c.startswith("batch ") and "engine step" not in c for c in told)
     snaps = engine.manager.trace.snapshots
-    assert sum(len(f.events) for f in frames) == sum(len(s.events) for s in snaps[: marks[-1] + 1])
+    assert sum(len(f.events) for f in frames) == sum(
+        len(s.events) for s in snaps[: marks[-1].snapshot + 1]
+    )
     finished = {sid for g in departures(frames) for sid, back in g if back is None}
     assert finished == {q.seq_id for s in snaps for q in s.sequences}  # everyone finishes, once

@@ -7,14 +7,13 @@ import matplotlib
 matplotlib.use("Agg")
 
 from pagedsim.draw.render import block_label, render  # noqa: E402
-from pagedsim.engine.generate import Workload, load, run, step_frames  # noqa: E402
+from pagedsim.engine.generate import Workload, load, serve, step_frames  # noqa: E402
 
 
 def test_the_frames_label_every_live_block_with_the_16_characters_it_holds():
     model, tok = load()
-    engine, marks, _ = run(
-        model, tok, Workload(["ROMEO.\nBut soft, what light"], 12), backend="numpy"
-    )
+    llm, _ = serve(model, tok, Workload(["ROMEO.\nBut soft, what light"], 12), backend="numpy")
+    engine, marks = llm.llm_engine, llm.steps
     frames = step_frames(engine, marks)
     first = frames[0]
     (seq,) = first.sequences
@@ -31,14 +30,13 @@ def test_the_frames_label_every_live_block_with_the_16_characters_it_holds():
 
 def test_the_renderer_draws_a_blocks_text_and_leaves_unlabelled_snapshots_alone():
     model, tok = load()
-    engine, marks, _ = run(
-        model, tok, Workload(["ROMEO.\nBut soft, what light"], 2), backend="numpy"
-    )
+    llm, _ = serve(model, tok, Workload(["ROMEO.\nBut soft, what light"], 2), backend="numpy")
+    engine, marks = llm.llm_engine, llm.steps
     frame = step_frames(engine, marks)[0]
     fig = render(frame)
     texts = {t.get_gid(): t.get_text() for ax in fig.axes for t in ax.texts if t.get_gid()}
     b = frame.sequences[0].blocks[0]
     assert texts[f"text-{b}"] == block_label(frame, b) == "ROMEO.\u21b5B\nut soft,"
-    plain = engine.manager.trace.snapshots[marks[0]]  # the manager's own snapshot
+    plain = engine.manager.trace.snapshots[marks[0].snapshot]  # the manager's own snapshot
     fig = render(plain)
     assert not any((t.get_gid() or "").startswith("text-") for ax in fig.axes for t in ax.texts)

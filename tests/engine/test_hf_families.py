@@ -9,7 +9,7 @@ import pytest
 
 from pagedsim.config import CacheConfig
 from pagedsim.engine.dense import sequence_logits
-from pagedsim.engine.generate import Workload, run
+from pagedsim.engine.generate import Workload, serve
 from pagedsim.engine.hf import load_model
 
 from .families import FAMILIES, ORACLE_ONLY
@@ -23,7 +23,7 @@ NEW_TOKENS = 12
 def test_a_family_decodes_the_tokens_of_an_independent_float64_forward(tmp_path, name):
     directory = write_family(tmp_path / name, name)
     expected = reference_greedy(directory, PROMPT, NEW_TOKENS)
-    _, _, summary = run(
+    _, summary = serve(
         load_model(directory),
         None,
         Workload([PROMPT], NEW_TOKENS, overrides={"temperature": 0.0}),
@@ -49,13 +49,14 @@ def test_a_family_decodes_the_tokens_of_an_independent_float64_forward(tmp_path,
 )
 def test_a_windowed_model_drops_blocks_as_its_window_slides(tmp_path, name, kinds):
     directory = write_family(tmp_path / name, name)
-    engine, _, summary = run(
+    llm, summary = serve(
         load_model(directory),
         None,
         Workload([PROMPT], 20, overrides={"temperature": 0.0}),
         CacheConfig(block_size=4),
         backend="numpy",
     )
+    engine = llm.llm_engine
     assert engine.groups == kinds
     peak = {g: max(rec[f"{g}_blocks"] for rec in engine.log) for g in kinds}
     total = len(PROMPT) + 20  # 33 tokens: 9 blocks of 4 when nothing is dropped

@@ -22,7 +22,7 @@ transformers = pytest.importorskip("transformers", reason="the oracle needs tran
 
 from pagedsim.config import CacheConfig  # noqa: E402
 from pagedsim.engine.dense import sequence_logits  # noqa: E402
-from pagedsim.engine.generate import Workload, run  # noqa: E402
+from pagedsim.engine.generate import Workload, serve  # noqa: E402
 from pagedsim.engine.hf import load_model  # noqa: E402
 
 from .families import FAMILIES, config_json, generation_json  # noqa: E402
@@ -87,7 +87,7 @@ def transformers_tokens(directory, with_logits: bool = False):
 
 
 def pagedsim_tokens(directory) -> tuple:
-    _, _, summary = run(
+    _, summary = serve(
         load_model(directory),
         None,
         Workload([PROMPT], NEW_TOKENS, overrides={"temperature": 0.0}),
@@ -124,7 +124,7 @@ def test_the_repetition_penalty_from_the_file_is_applied_and_none_ignores_it(tmp
     with_file, summary = pagedsim_tokens(directory)
     assert summary["generation_config"]["repetition_penalty"] == 1.8
     assert with_file == transformers_tokens(directory)
-    _, _, plain = run(
+    _, plain = serve(
         load_model(directory),
         None,
         Workload([PROMPT], NEW_TOKENS, overrides={"temperature": 0.0}, generation_config="none"),

@@ -21,7 +21,7 @@ torch = pytest.importorskip(
 transformers = pytest.importorskip("transformers", reason="the oracle needs transformers")
 
 from pagedsim.engine.dense import sequence_logits  # noqa: E402
-from pagedsim.engine.generate import Workload, run  # noqa: E402
+from pagedsim.engine.generate import Workload, serve  # noqa: E402
 from pagedsim.engine.hf import load_model  # noqa: E402
 
 from .families import config_json  # noqa: E402
@@ -72,10 +72,10 @@ def test_phi3_crossing_its_original_length_in_decode_is_refused_in_one_line(tmp_
     (directory / "config.json").write_text(json.dumps(config))
     model = load_model(directory)
     with pytest.raises(ValueError) as e:
-        run(model, None, Workload([TOKENS[:13]], 24), backend="numpy")
+        serve(model, None, Workload([TOKENS[:13]], 24), backend="numpy")
     assert "original_max_position_embeddings 20" in str(e.value)
     assert len(str(e.value).splitlines()) == 1
     for prompt, new in ((13, 7), (21, 10)):  # within it, and a prompt past it
         workload = Workload([TOKENS[:prompt]], new, overrides={"temperature": 0.0})
-        _, _, summary = run(model, None, workload)
+        _, summary = serve(model, None, workload)
         assert len(summary["requests"][0]["outputs"][0]["token_ids"]) <= new

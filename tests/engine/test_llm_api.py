@@ -29,7 +29,7 @@ def llm(checkpoint):
 
 
 def test_greedy_text_and_tokens_match_an_independent_forward(llm, checkpoint):
-    assert llm.prefix_caching  # on by default, as in vLLM v1
+    assert llm.cache_config.enable_prefix_caching  # on by default, as in vLLM v1
     (out,) = llm.generate([PROMPT], SamplingParams(temperature=0, max_tokens=12))
     ids = out.prompt_token_ids
     assert ids == llm.tokenizer.encode(PROMPT).ids

@@ -132,11 +132,12 @@ def test_every_playground_operation_outlines_its_changes_in_view(open_page):
 
 def test_every_generate_step_outlines_its_changes_in_view(open_page):
     from pagedsim.config import CacheConfig
-    from pagedsim.engine.generate import Workload, run
+    from pagedsim.engine.generate import Workload, serve
 
-    engine, marks, _ = run(
+    llm, _ = serve(
         workload=Workload(["ROMEO: But soft, what light", "JULIET: O Romeo"], 10),
         cache=CacheConfig(block_size=8, num_gpu_blocks_override=16),
     )
+    engine, marks = llm.llm_engine, llm.steps
     page = sources.generate(engine, marks)
     assert walk(open_page, page, labels=page["options"].labels) == len(page["options"].labels) - 1

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from pagedsim.config import CacheConfig
-from pagedsim.engine.generate import Workload, run, step_frames
+from pagedsim.engine.generate import Workload, serve, step_frames
 from pagedsim.engine.lockstep import seq_name
 from pagedsim.view import page_data, sources
 from pagedsim.view.narrate import narrate, visible
@@ -21,7 +21,8 @@ WROTE = re.compile(
 
 @pytest.fixture(scope="module")
 def mix():
-    engine, marks, _ = run(workload=Workload(max_tokens=24), cache=CACHE)
+    llm, _ = serve(workload=Workload(max_tokens=24), cache=CACHE)
+    engine, marks = llm.llm_engine, llm.steps
     return engine, marks
 
 
@@ -63,7 +64,8 @@ def test_the_timeline_orders_each_sequences_life(served):
 
 
 def test_the_page_carries_the_plain_captions_the_details_and_the_timeline():
-    engine, marks, _ = run(workload=Workload(max_tokens=24), cache=CACHE)
+    llm, _ = serve(workload=Workload(max_tokens=24), cache=CACHE)
+    engine, marks = llm.llm_engine, llm.steps
     data = page_data(**sources.generate(engine, marks))
     assert all(step["dt"].startswith("batch ") for step in data["steps"])
     assert data["timeline"] and not any("finishes" in s["c"] for s in data["steps"])
@@ -95,13 +97,14 @@ def strip_new(step: dict) -> set:
 @pytest.fixture(scope="module")
 def swapping():
     """Three requests on 12 blocks of 4 tokens: the v0 engine swaps one out, then back in."""
-    engine, marks, _ = run(
+    llm, _ = serve(
         workload=Workload(
             ["ROMEO: But soft, what light", "JULIET: O Romeo, Romeo", "NURSE: Madam"], 12
         ),
         cache=CacheConfig(block_size=4, num_gpu_blocks_override=12),
         check_dense=False,
     )
+    engine, marks = llm.llm_engine, llm.steps
     assert any(rec.get("preempted_swap") for rec in engine.log)
     return engine, marks
 
@@ -144,11 +147,12 @@ def test_a_swapped_request_is_told_preempted_and_held_in_host_memory(swapping):
 def test_the_page_badge_names_the_scheduler_that_served_the_run(swapping):
     from pagedsim.config import SchedulerConfig
 
-    served_v1 = run(  # plain prompts under recompute: the v1 engine serves them
+    llm, _ = serve(  # plain prompts under recompute: the v1 engine serves them
         workload=Workload(["ROMEO: But soft", "JULIET: O Romeo"], 4),
         scheduler=SchedulerConfig(preemption_mode="recompute"),
         check_dense=False,
-    )[:2]
+    )
+    served_v1 = llm.llm_engine, llm.steps
     assert (served_v1[0].mode, swapping[0].mode) == ("v1", "v0")
     for engine, marks in (served_v1, swapping):
         version = sources.generate(engine, marks)["options"].version

@@ -268,12 +268,13 @@ def test_a_prefix_cache_page_shows_hashes_and_a_preemption_is_marked(open_page, 
 
 def test_the_generate_page_labels_each_block_with_the_text_it_holds(open_page, tmp_path):
     from pagedsim.config import CacheConfig
-    from pagedsim.engine.generate import Workload, run
+    from pagedsim.engine.generate import Workload, serve
 
-    engine, marks, _ = run(
+    llm, _ = serve(
         workload=Workload(["ROMEO: But soft, what light"], 6),
         cache=CacheConfig(block_size=8, num_gpu_blocks_override=8),
     )
+    engine, marks = llm.llm_engine, llm.steps
     page = sources.generate(engine, marks)
     frames = page["trace_or_snapshots"]
     loaded = open_page(to_html(**page), fragment=f"#step={len(frames) - 1}")
@@ -346,11 +347,10 @@ def test_the_generate_page_names_each_sequence_as_its_captions_do(open_page, tmp
     boxes, "changed" strip, host pane and legend say "r0.0", as the captions do, never the
     manager's tuple id "(0, 0)"."""
     from pagedsim.config import CacheConfig
-    from pagedsim.engine.generate import Workload, run
+    from pagedsim.engine.generate import Workload, serve
 
-    engine, marks, _ = run(
-        workload=Workload(max_tokens=12), cache=CacheConfig(num_gpu_blocks_override=12)
-    )
+    llm, _ = serve(workload=Workload(max_tokens=12), cache=CacheConfig(num_gpu_blocks_override=12))
+    engine, marks = llm.llm_engine, llm.steps
     page = sources.generate(engine, marks)
     frames, captions = page["trace_or_snapshots"], page["options"].captions
     assert any(isinstance(s.seq_id, tuple) for f in frames for s in f.sequences)

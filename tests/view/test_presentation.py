@@ -117,23 +117,25 @@ def test_a_generate_page_shows_its_whole_timeline_and_the_host_in_presentation_m
     open_page, tmp_path, size
 ):
     from pagedsim.config import CacheConfig
-    from pagedsim.engine.generate import Workload, run
+    from pagedsim.engine.generate import Workload, serve
 
-    engine, marks, _ = run(
+    llm, _ = serve(
         workload=Workload(max_tokens=24),
         cache=CacheConfig(block_size=8, num_gpu_blocks_override=24),
         check_dense=False,
     )
+    engine, marks = llm.llm_engine, llm.steps
     page = sources.generate(engine, marks)
     requests = len(page["options"].story["timeline"])
     assert requests >= 10  # the default mix: enough rows to overflow a short column
-    swap, swap_marks, _ = run(
+    llm, _ = serve(
         workload=Workload(
             ["ROMEO: But soft, what light", "JULIET: O Romeo, Romeo", "NURSE: Madam"], 12
         ),
         cache=CacheConfig(block_size=4, num_gpu_blocks_override=12),
         check_dense=False,
     )
+    swap, swap_marks = llm.llm_engine, llm.steps
     for i in range(0, len(page["options"].captions), 7):
         loaded = open_page(to_html(**page), fragment=f"#step={i}&present", viewport=size)
         rows = loaded.page.evaluate(WHOLE, "#timeline .tl-row")

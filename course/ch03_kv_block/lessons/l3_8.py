@@ -111,23 +111,23 @@ v1 的缓存池，所以这次运行关闭前缀缓存。结果一致并不等�
 """
 
 
-def _tables_at(engine, marks, i) -> dict:
+def _tables_at(engine, steps, i) -> dict:
     """Step i's tables by the request state's names: sequence (2, 1) is "r2.1"."""
     from pagedsim.engine.requests import seq_key
 
-    snap = engine.manager.trace.snapshots[marks[i]]
+    snap = engine.manager.trace.snapshots[steps[i].snapshot]
     return {seq_key(q.seq_id): (list(q.blocks), q.num_tokens) for q in snap.sequences}
 
 
-def _first_step(engine, marks, seq) -> int:
-    return next(i for i in range(len(marks)) if seq in _tables_at(engine, marks, i))
+def _first_step(engine, steps, seq) -> int:
+    return next(i for i in range(len(steps)) if seq in _tables_at(engine, steps, i))
 
 
-def _growth(engine, marks, seq) -> list:
+def _growth(engine, steps, seq) -> list:
     """(step index, table) each time `seq`'s table got a new block."""
     out, width = [], 0
-    for i in range(len(marks)):
-        table = _tables_at(engine, marks, i).get(seq)
+    for i in range(len(steps)):
+        table = _tables_at(engine, steps, i).get(seq)
         if table and len(table[0]) > width:
             width = len(table[0])
             out.append((i, table))
@@ -139,8 +139,8 @@ def your_code(model, tok, backend: str = "auto", max_tokens: int = 16) -> tuple[
     (course/ch03_kv_block/capstone.py). Returns (lines to print, matched); matched is None
     when your code is not there yet (no workspace file, or still the stub)."""
     from pagedsim.config import CacheConfig
-    from pagedsim.engine.generate import Pool, Workload, run
-    from pagedsim.engine.lockstep import PoolFailed
+    from pagedsim.engine.generate import Workload, serve
+    from pagedsim.engine.lockstep import Pool, PoolFailed
 
     from .. import capstone
 
@@ -151,7 +151,7 @@ def your_code(model, tok, backend: str = "auto", max_tokens: int = 16) -> tuple[
         return [str(e)], None
     files = ", ".join(str(p) for p in code.paths.values())
     try:
-        _, _, s = run(
+        _, s = serve(
             model,
             tok,
             Workload(max_tokens=max_tokens),
@@ -167,21 +167,22 @@ def your_code(model, tok, backend: str = "auto", max_tokens: int = 16) -> tuple[
 
 
 class _Run(NamedTuple):
-    """One run of the capstone's mix: what `pagedsim.engine.generate.run` returned."""
+    """One run of the capstone's mix, served by `pagedsim.engine.generate.serve`."""
 
     model: Any
     tok: Any
-    engine: Any
-    marks: list
+    engine: Any  # llm.llm_engine
+    steps: list  # llm.steps: the manager's trace and each block's text, per engine step
     summary: dict  # the run's numbers (requests, bytes, tokens_match, ...)
     backend: str
 
 
 def demo(out_dir, backend: str = "auto", model_dir=None) -> None:
-    from pagedsim.engine.generate import load, run
+    from pagedsim.engine.generate import load, serve
 
     model, tok = load(model_dir)
-    r = _Run(model, tok, *run(model, tok, backend=backend), backend)
+    llm, summary = serve(model, tok, backend=backend)
+    r = _Run(model, tok, llm.llm_engine, llm.steps, summary, backend)
     s = r.summary
     print(
         f"model: {s['parameters']:,} parameters, {model.config.layers} layers; "
@@ -199,32 +200,32 @@ def demo(out_dir, backend: str = "auto", model_dir=None) -> None:
 def _follow_r0(r: _Run) -> list:
     """Points 1-4: r0's blocks, r1's prefix hit, r2's beams, r0's table as it grows.
     Returns r0's first block table."""
-    engine, marks, reqs = r.engine, r.marks, r.summary["requests"]
-    bs, texts = engine.block_size, engine.block_labels
-    start = _first_step(engine, marks, "r0.0")
-    blocks, n = _tables_at(engine, marks, start)["r0.0"]
+    engine, steps, reqs = r.engine, r.steps, r.summary["requests"]
+    bs, texts = engine.block_size, [step.block_labels for step in steps]
+    start = _first_step(engine, steps, "r0.0")
+    blocks, n = _tables_at(engine, steps, start)["r0.0"]
     print(
         f"\n1. r0's prompt has {len(reqs[0]['prompt_token_ids'])} characters, so it gets "
         f"{len(blocks)} blocks of {bs}: {blocks}"
     )
     for b in blocks:
         print(f"     block {b:>2} = {texts[start][b]!r}")
-    r1 = _first_step(engine, marks, "r1.0")
-    shared = [b for b in _tables_at(engine, marks, r1)["r1.0"][0] if b in blocks]
+    r1 = _first_step(engine, steps, "r1.0")
+    shared = [b for b in _tables_at(engine, steps, r1)["r1.0"][0] if b in blocks]
     print(
         f"2. r1 starts with the same {reqs[1]['hit_tokens']} characters: it hit "
         f"{reqs[1]['hit_tokens']} tokens in the prefix cache, blocks {shared} of r0's table; "
         f"r3, r0's prompt again, hit {reqs[3]['hit_tokens']} of its "
         f"{len(reqs[3]['prompt_token_ids'])} (the last block is recomputed for its logits)."
     )
-    fork = next(i for i in range(len(marks)) if "r2.1" in _tables_at(engine, marks, i))
-    t = _tables_at(engine, marks, fork)
+    fork = next(i for i in range(len(steps)) if "r2.1" in _tables_at(engine, steps, i))
+    t = _tables_at(engine, steps, fork)
     print(
         f"3. at engine step {fork + 1} beam r2.1 forked from r2.0: tables {t['r2.0'][0]} and "
         f"{t['r2.1'][0]}, all blocks shared; copy-on-write copied {_copies(r)} blocks in the "
         f"run. The beams read {[o['text'] for o in reqs[2]['outputs']]}."
     )
-    grow = _growth(engine, marks, "r0.0")
+    grow = _growth(engine, steps, "r0.0")
     print(f"4. r0's table as its text grew ({len(grow)} sizes):")
     for i, (table, num) in grow:
         print(
@@ -242,10 +243,10 @@ def _copies(r: _Run) -> int:
 def _recap_chapter(r: _Run, blocks: list, out_dir) -> None:
     """Sections 3.1-3.7 of the chapter, each seen in this run; 3.6 draws its steps."""
     from pagedsim.config import CacheConfig
-    from pagedsim.engine.generate import run, step_frames
+    from pagedsim.engine.generate import serve, step_frames
 
     s, c, log, bs = r.summary, r.model.config, r.engine.log, r.engine.block_size
-    frames = step_frames(r.engine, r.marks)
+    frames = step_frames(r.engine, r.steps)
     peak = max(frames, key=lambda f: len(f.sequences))
     print(
         f"\n3.1 after engine step {frames.index(peak) + 1}, {len(peak.sequences)} sequences of "
@@ -268,7 +269,7 @@ def _recap_chapter(r: _Run, blocks: list, out_dir) -> None:
     print("3.5 the same run with other block sizes:")
     for size in (8, 32):
         cache = CacheConfig(block_size=size, num_gpu_blocks_override=256 // size)
-        _, _, other = run(r.model, r.tok, cache=cache, backend=r.backend)
+        _, other = serve(r.model, r.tok, cache=cache, backend=r.backend)
         print(
             f"    B = {size:>2}: prefix cache served {other['skipped_by_prefix_cache']} tokens, "
             f"tokens match: {other['tokens_match']}"
