@@ -29,6 +29,7 @@ target the rungs are compared with. Read `fast/decode.py`'s docstring next.
 from __future__ import annotations
 
 from ..attention import paged_attention
+from ..mask import ScoreMask
 from .launch import REPORT_BLOCK, REPORT_GROUP, REPORT_HEAD_DIM, prepare
 
 NAME = "production"
@@ -56,9 +57,9 @@ ADDS = (
     ("multi-warp CTAs (tensor cores)", "fast/decode_tc.py", 89, "nw = warps or next("),
     ("reduce-scatter of the scores", "fast/decode.py", 293, "reduce_scatter(dots, NP, LPR, lane)"),
     ("the cp.async ring, NW warps", "fast/decode.py", 384, "cp_async_wait(1)"),
-    ("the split plan: path", "attention.py", 131, "def choose_path("),
-    ("the split plan: cost", "attention.py", 182, "def plan_cost("),
-    ("the split plan: partition", "attention.py", 192, "def choose_partition("),
+    ("the split plan: path", "attention.py", 132, "def choose_path("),
+    ("the split plan: cost", "attention.py", 183, "def plan_cost("),
+    ("the split plan: partition", "attention.py", 193, "def choose_partition("),
 )
 
 
@@ -79,7 +80,8 @@ def decode(query, kv_cache, block_tables, context_lens, scale=None):
 def launch(case):
     """`paged_attention` on a validated case (its own host checks run again: this is the
     production launcher, checks included)."""
-    return case.result(paged_attention(case.query, case.cache, case.tables, case.lens, case.scale))
+    mask = ScoreMask(scale=case.scale)
+    return case.result(paged_attention(case.query, case.cache, case.tables, case.lens, mask))
 
 
 def ptx_spec(sig):
