@@ -55,13 +55,10 @@ def check_correctness(rng, dim: int, dry: bool) -> dict:
         for mode, part in (("single", None), ("split", 64), ("split", 7)):
             out = ck.paged_attention(*d_args, mode=mode, partition_size=part).copy_to_host()
             results[f"paged_attention[{name},{mode},P={part}]"] = common.close(out, want, tol)
-        win = ck.paged_attention(
-            *d_args, window=window, sinks=sinks, mode="split", partition_size=window_part
-        )
+        mask = ck.ScoreMask(sliding_window=window, sinks=sinks)
+        win = ck.paged_attention(*d_args, mask, mode="split", partition_size=window_part)
         results[f"paged_attention[{name},window]"] = common.close(
-            win.copy_to_host(),
-            reference.windowed_attention(query, host, tables, lens, window, sinks),
-            tol,
+            win.copy_to_host(), reference.paged_attention(query, host, tables, lens, mask), tol
         )
         k_pool = cuda.to_device(np.ascontiguousarray(host[:, 0].transpose(0, 2, 1, 3)))
         v_pool = cuda.to_device(np.ascontiguousarray(host[:, 1].transpose(0, 2, 1, 3)))

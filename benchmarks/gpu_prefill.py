@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from cuda_kernels import attention, prefill, reference  # first: it selects the CUDA backend
-from cuda_kernels._checks import require_scale
+from cuda_kernels.mask import CAUSAL, checked
 from numba import cuda
 
 import gpu_common as common
@@ -115,8 +115,7 @@ def prefill_rows(rng, case, dim: int, runs: int, timed: bool, dry: bool) -> list
                 c,
                 query,
                 on_device,
-                scale=require_scale(None, dim),
-                mask=prefill.PrefillMask(causal=True, window=None, sinks=0),
+                mask=checked(CAUSAL, dim),
                 out=outs[out_dtype],
                 path=path,
             )
@@ -233,8 +232,7 @@ def _wgmma_child(case, dim: int, runs: int, timed: bool, dry: bool) -> dict:
             c,
             query,
             prefill.PrefillBatch(table, lens, starts, np.full(batch, new, np.int64)),
-            scale=require_scale(None, dim),
-            mask=prefill.PrefillMask(causal=True, window=None, sinks=0),
+            mask=checked(CAUSAL, dim),
             out=outs[path],
             path=path,
         )

@@ -7,13 +7,15 @@ imported, so `_backend` is imported first and nothing above it touches numba.
 
 Launchers (all validate before launching; ValueError names the bad argument):
     write_kv(kv_cache, key, value, slot_mapping)            write_kv.py
-    paged_attention(query, kv_cache, block_tables, context_lens, scale=None, *,
-                    mode="auto", partition_size=None, window=None, sinks=0)  attention.py
-    paged_prefill(query, kv_cache, block_tables, context_lens, query_start_loc, scale=None,
-                  causal=True, window=0, sinks=0, path="auto")              prefill.py
+    paged_attention(query, kv_cache, block_tables, context_lens, mask=ScoreMask(), *,
+                    mode="auto", partition_size=None, path="auto")          attention.py
+    paged_prefill(query, kv_cache, block_tables, context_lens, query_start_loc,
+                  mask=ScoreMask(), *, path="auto", out_dtype=np.float32)   prefill.py
                   path "tensor": fast/prefill_tc.py (mma.sync, FlashAttention-2 style);
                   "cuda_core": prefill.py's kernel; "auto": tensor cores when the shape
                   allows (_prefill_checks.choose_path says which)
+    ScoreMask(scale=None, causal=True, sliding_window=None, sinks=0)        mask.py
+                  the scale and the keys a query row sees, in vLLM v1's names
     copy_blocks(kv_cache, pairs); swap_out(kv_cache, host, pairs); swap_in(host, kv_cache, pairs)
 Building blocks every kernel imports: primitives.py (16-byte loads, warp reductions,
 online softmax, and the tensor-core pieces: mma, ldmatrix, cp.async, f16x2 packing).
@@ -30,6 +32,7 @@ from .attention import DecodeOptions, choose_partition, decode_with, paged_atten
 from .block_copy import copy_blocks, swap_in, swap_out  # noqa: E402
 from .fast.decode import make_decode_kernel  # noqa: E402
 from .layout import BLOCK_MAJOR, CacheShape, Loaders, new_kv_cache  # noqa: E402
+from .mask import ScoreMask  # noqa: E402
 from .prefill import paged_prefill  # noqa: E402
 from .write_kv import write_kv  # noqa: E402
 
@@ -38,6 +41,7 @@ __all__ = [
     "write_kv",
     "paged_attention",
     "paged_prefill",
+    "ScoreMask",
     "copy_blocks",
     "swap_out",
     "swap_in",

@@ -199,25 +199,6 @@ def write_back(host, dev):
         host[...] = dev.copy_to_host()
 
 
-def window_args(window, sinks, zero_is_full: bool = False):
-    """(window or None, sinks): the sliding-window arguments of the attention launchers.
-
-    None means full attention (and so does 0 when `zero_is_full`); sinks needs a window."""
-    if window is not None and not (
-        zero_is_full
-        and isinstance(window, (int, np.integer))
-        and not isinstance(window, (bool, np.bool_))
-        and window == 0
-    ):
-        window = require_int("window", window, 1)
-    else:
-        window = None
-    sinks = require_int("sinks", sinks, 0)
-    if window is None and sinks:
-        raise ValueError("sinks needs a window: pass window=... as well")
-    return window, sinks
-
-
 def check_query(query, num_kv_heads: int, head_dim: int, what: str = "sequence") -> tuple:
     """An attention launcher's query [rows, H, D]: float, C-contiguous, non-empty, H a
     multiple of num_kv_heads and D the cache's. Returns its shape."""

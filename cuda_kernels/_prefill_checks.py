@@ -1,7 +1,7 @@
 """Host-side checks of a paged-prefill batch (`prefill.paged_prefill` runs them first).
 
-The query, cache and window arguments go through the validators every attention
-launcher shares (`_checks.check_query`, `layout.check_kv_cache`, `_checks.window_args`);
+The query, cache and mask go through the validators every attention launcher shares
+(`_checks.check_query`, `layout.check_kv_cache`, `mask.checked`, which `paged_prefill` runs);
 this adds what only a ragged prefill batch has: query_start_loc [S + 1] running from 0 to
 the query's token count without going down, every context at least as long as its query
 tokens, and every block-table entry the kernel will read (the attended blocks of each
@@ -29,6 +29,7 @@ from .attention import attended_ranges, check_read_blocks
 from .fast.prefill_tc import unservable as tc_unservable
 from .fast.prefill_wgmma import unservable as wgmma_unservable
 from .layout import CacheShape
+from .mask import ScoreMask
 from .primitives import aligned16
 
 PATHS = ("auto", "tensor", "cuda_core", "wgmma")
@@ -88,15 +89,6 @@ def choose_path(path, kv_cache) -> str:
     return "cuda_core"
 
 
-class PrefillMask(NamedTuple):
-    """Which keys a query row sees: up to its own position when `causal` (else the whole
-    context), then only the last `window` of those (0 or None: all) and the first `sinks`."""
-
-    causal: bool = True
-    window: int | None = 0
-    sinks: int = 0
-
-
 class PrefillBatch(NamedTuple):
     """A batch as the launcher reads it: block_tables [S, max_blocks], context_lens [S],
     query_start_loc [S + 1] (int32, on the host or the device), and the query lengths [S]
@@ -109,11 +101,12 @@ class PrefillBatch(NamedTuple):
 
 
 def check_batch(
-    query, shape: CacheShape, block_tables, context_lens, query_start_loc, mask: PrefillMask
+    query, shape: CacheShape, block_tables, context_lens, query_start_loc, mask: ScoreMask
 ) -> PrefillBatch:
-    """Validate everything but the cache; returns the batch on the host."""
+    """Validate everything but the cache and the mask (checked by `mask.checked` first);
+    returns the batch on the host."""
     num_blocks, num_kv_heads, block_size, head_dim = shape
-    causal, window, sinks = mask
+    _, causal, window, sinks = mask
     total_q = ck.check_query(query, num_kv_heads, head_dim, "token")[0]
     tables = ck.host_ints("block_tables", block_tables, 2)
     lens = ck.host_ints("context_lens", context_lens, 1)
@@ -145,8 +138,6 @@ def check_batch(
             f"context_lens[{at[0]}] = {int(lens[at])} is shorter than its "
             f"{int(q_lens[at])} query tokens"
         )
-    if not isinstance(causal, (bool, np.bool_)):
-        raise ValueError(f"causal must be a bool, got {causal!r}")
     ctx = lens.astype(np.int64)
     len_lo = ctx - q_lens + 1 if causal else ctx  # positions seen by each first / last row
     kept_hi, _, _ = attended_ranges(ctx, window, sinks)

@@ -43,6 +43,7 @@ from .fast.decode import make_decode_kernel
 from .fast.decode_geometry import geometry
 from .fast.decode_tc import make_tc_decode_kernel, tc_geometry, tc_supported
 from .layout import BLOCK_MAJOR, CacheShape, Loaders, check_kv_cache
+from .mask import CAUSAL, ScoreMask, checked
 from .merge import merge_partitions
 from .primitives import aligned16, vec_width
 
@@ -253,39 +254,35 @@ def paged_attention(
     kv_cache,
     block_tables,
     context_lens,
-    scale=None,
+    mask: ScoreMask = CAUSAL,
     *,
     mode="auto",
     partition_size=None,
-    window=None,
-    sinks=0,
     path="auto",
 ):
     """Decode attention over kv_cache[num_blocks, 2, H_kv, B, D] -> float32 [S, H, D].
 
     query [S, H, D] (float32/float16), block_tables int32 [S, max_blocks], context_lens
-    int32 [S]. scale defaults to 1/sqrt(D); |scale| <= 2^16 (`_checks.MAX_SCALE`: a
-    larger one overflows the float32 scores, so it is refused). window/sinks: attend only
-    to the first `sinks` and the last `window` tokens (table entries of skipped blocks may
-    be -1).
+    int32 [S]. mask: a `mask.ScoreMask` (vLLM's names): its scale defaults to 1/sqrt(D),
+    |scale| <= 2^16 (`_checks.MAX_SCALE`: a larger one overflows the float32 scores, so it
+    is refused); sliding_window/sinks attend only to the first `sinks` and the last
+    `sliding_window` tokens (table entries of skipped blocks may be -1); causal changes
+    nothing for decode's one row.
     path: "auto" | "tensor" | "cuda_core" (`choose_path`); what ran is LAST_PLAN["path"].
     NumPy query -> NumPy result; device query -> device result.
     """
     shape = check_kv_cache("kv_cache", kv_cache)
     cache = ck.to_device(kv_cache)  # a device cache (or pool view) is used in place
-    options = DecodeOptions(scale, mode, partition_size, window, sinks, path)
+    options = DecodeOptions(mask, mode, partition_size, path)
     return decode_with(BLOCK_MAJOR, cache, cache, query, block_tables, context_lens, shape, options)
 
 
 class DecodeOptions(NamedTuple):
-    """`paged_attention`'s keywords: the scale, the tokens attended (window, sinks) and how
-    the launch is planned (mode, partition_size, path)."""
+    """`paged_attention`'s mask and how its launch is planned (mode, partition_size, path)."""
 
-    scale: float | None = None  # None: 1/sqrt(head_dim)
+    mask: ScoreMask = CAUSAL  # the scale and the tokens attended
     mode: str = "auto"  # MODES
     partition_size: int | None = None  # tokens per split-K partition (mode split / auto)
-    window: int | None = None  # attend to the last `window` tokens ...
-    sinks: int = 0  # ... and the first `sinks`
     path: str = "auto"  # PATHS
 
 
@@ -351,9 +348,9 @@ def decode_with(
     max_logits = _empty((num_seqs, num_heads, num_parts))  # [S, H, P]
     exp_sums = _empty((num_seqs, num_heads, num_parts))  # [S, H, P]
     scalars = (
-        np.float32(opt.scale),
-        np.int32(opt.sinks),
-        np.int32(opt.window or 0),
+        np.float32(opt.mask.scale),
+        np.int32(opt.mask.sinks),
+        np.int32(opt.mask.sliding_window or 0),
         np.int32(part),
     )
     kernel[grid, threads](*arrays, *scalars, partial, max_logits, exp_sums)
@@ -368,14 +365,13 @@ def decode_with(
 def _checked(query, block_tables, context_lens, shape: CacheShape, options: DecodeOptions):
     """Validate the query, tables, lengths and options against `shape`, in this order.
     Returns (tables, lens) on the host as int32, the tokens each sequence attends, and
-    `options` with the scale, window, sinks and partition size normalised."""
+    `options` with the mask (`mask.checked`) and partition size normalised."""
     num_seqs, _, _ = ck.check_query(query, shape.num_kv_heads, shape.head_dim, "sequence")
     block_size = shape.block_size
     tables, lens = ck.block_tables_and_lens(block_tables, context_lens, num_seqs, block_size)
-    window, sinks = ck.window_args(options.window, options.sinks)
-    kept, start, count = attended_ranges(lens, window, sinks)
+    mask = checked(options.mask, shape.head_dim)
+    kept, start, count = attended_ranges(lens, mask.sliding_window, mask.sinks)
     check_read_blocks(tables, block_size, shape.num_blocks, kept, start, lens)
-    scale = ck.require_scale(options.scale, shape.head_dim)
     if options.mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {options.mode!r}")
     partition_size = options.partition_size
@@ -383,9 +379,7 @@ def _checked(query, block_tables, context_lens, shape: CacheShape, options: Deco
         if options.mode == "single":
             raise ValueError("partition_size applies only to mode='split' or 'auto'")
         partition_size = ck.require_int("partition_size", partition_size, 1)
-    normal = options._replace(
-        scale=scale, window=window, sinks=sinks, partition_size=partition_size
-    )
+    normal = options._replace(mask=mask, partition_size=partition_size)
     return tables, lens, count, normal
 
 

@@ -18,10 +18,10 @@ Decode is the case query_len = 1: then p + 1 = context_len, and the row is exact
 what `paged_attention` computes (tests check both the kernels and the references).
 Shared pieces have one home each: the window rule (`primitives.window_span` on the device,
 `attention.attended_ranges` on the host, `reference.attended_positions` in the
-reference); the query, scale and window/sinks validators (`_checks`, as for decode; the
-ragged batch's own checks are in `_prefill_checks`); the cache layout's loaders and the
-vector-or-scalar choice (`layout.BLOCK_MAJOR`, `attention.usable_loaders`); the 16-byte
-load and the online-softmax steps (`primitives`).
+reference); the validators, as for decode (`_checks` for the query, `mask.checked` for
+the ScoreMask; the ragged batch's own checks are in `_prefill_checks`); the cache
+layout's loaders and the vector-or-scalar choice (`layout.BLOCK_MAJOR`,
+`attention.usable_loaders`); the 16-byte load and the online-softmax steps (`primitives`).
 
 Grid: (num_work, num_kv_heads). A work item is (sequence, first query token) for a
 tile of QT query tokens; the host lists only non-empty tiles (FlashInfer's
@@ -64,12 +64,13 @@ from numba import cuda, float32, int32, uint32
 
 from . import _backend
 from . import _checks as ck
-from ._prefill_checks import PrefillBatch, PrefillMask, check_batch, choose_path
+from ._prefill_checks import PrefillBatch, check_batch, choose_path
 from .attention import _empty, usable_loaders
 from .fast import prefill_tc, prefill_wgmma
 from .fast.decode import LOG2E, SLACK
 from .fast.prefill_work import make_work, position
 from .layout import BLOCK_MAJOR, Loaders, check_kv_cache
+from .mask import CAUSAL, ScoreMask, checked
 from .primitives import exp2_or_zero, load16, softmax_rescale, unpack16, vec_width, window_span
 
 SHARED_LIMIT = 48 * 1024  # static shared memory per thread block
@@ -368,10 +369,8 @@ def paged_prefill(
     block_tables,
     context_lens,
     query_start_loc,
-    scale=None,
-    causal=True,
-    window=0,
-    sinks=0,
+    mask: ScoreMask = CAUSAL,
+    *,
     path="auto",
     out_dtype=np.float32,
 ):
@@ -379,9 +378,10 @@ def paged_prefill(
 
     query [total_q, H, D] float32/float16, packed by sequence; query_start_loc int32
     [S + 1] (sequence s owns rows starting at query_start_loc[s]); block_tables int32
-    [S, max_blocks]; context_lens int32 [S], each >= its query length. scale defaults to
-    1/sqrt(D), |scale| <= 2^16 (`_checks.MAX_SCALE`). window 0 (or None) is full
-    attention; sinks needs a window. path: "auto"
+    [S, max_blocks]; context_lens int32 [S], each >= its query length. mask: a
+    `mask.ScoreMask` (vLLM's names): scale defaults to 1/sqrt(D), |scale| <= 2^16
+    (`_checks.MAX_SCALE`); causal by default; sliding_window None is full attention;
+    sinks needs a sliding_window. path: "auto"
     (tensor cores when the shape allows, `_prefill_checks.choose_path`), "tensor"
     (`prefill_tc`; ValueError on a shape it cannot serve), "wgmma" (`prefill_wgmma`,
     Hopper's warpgroup MMA, fp16 cache, head_dim a multiple of 16 up to 128; opt-in:
@@ -397,10 +397,8 @@ def paged_prefill(
     shape = check_kv_cache("kv_cache", kv_cache)
     out_dtype = ck.require_out_dtype(out_dtype)
     path = choose_path(path, kv_cache)
-    window, sinks = ck.window_args(window, sinks, zero_is_full=True)
-    mask = PrefillMask(causal, window, sinks)
+    mask = checked(mask, shape.head_dim)
     batch = check_batch(query, shape, block_tables, context_lens, query_start_loc, mask)
-    scale = ck.require_scale(scale, shape.head_dim)
     out = _empty(ck.shape_of(query), out_dtype)  # [total_q, H, D]
     on_device = batch._replace(
         tables=ck.to_device(batch.tables),
@@ -408,17 +406,16 @@ def paged_prefill(
         starts=ck.to_device(batch.starts),
     )
     cache = ck.to_device(kv_cache)
-    launcher(cache, ck.to_device(query), on_device, scale=scale, mask=mask, out=out, path=path)()
+    launcher(cache, ck.to_device(query), on_device, mask=mask, out=out, path=path)()
     LAST_PATH["path"] = path
     return out if ck.is_device(query) else out.copy_to_host()
 
 
-def launcher(
-    cache, query, batch: PrefillBatch, *, scale: float, mask: PrefillMask, out, path: str = "auto"
-):
+def launcher(cache, query, batch: PrefillBatch, *, mask: ScoreMask, out, path: str = "auto"):
     """launch() running the prefill kernel on device buffers into out [total_q, H, D]
-    (float32 or float16), with no checks: `paged_prefill` validates first, the GPU benchmark times
-    launch() alone. `batch`: its tables, lengths and starts on the device, and the query
+    (float32 or float16), with no checks: `paged_prefill` validates first (`mask` as
+    `mask.checked` returns it: a float scale), the GPU benchmark times launch() alone.
+    `batch`: its tables, lengths and starts on the device, and the query
     lengths on the host (the work list is built here).
     launch.path says which kernel it runs ("tensor", "wgmma" or "cuda_core")."""
     num_kv_heads, head_dim = cache.shape[2], cache.shape[4]
@@ -444,9 +441,9 @@ def launcher(
         work_seq,
         work_first,
         np.int32(cache.shape[3]),
-        np.float32(scale),
+        np.float32(mask.scale),
         np.int32(bool(mask.causal)),
-        np.int32(mask.window or 0),
+        np.int32(mask.sliding_window or 0),
         np.int32(mask.sinks),
         out,
     )

@@ -12,6 +12,8 @@ import math
 
 import numpy as np
 
+from .mask import CAUSAL, ScoreMask
+
 
 def attended_positions(length: int, window=None, sinks: int = 0) -> np.ndarray:
     """Token positions a query at the end of a `length`-token context attends to:
@@ -51,25 +53,16 @@ def dense_attention(
 
 
 def paged_attention(
-    query, kv_cache, block_tables, context_lens, scale=None, *, window=None, sinks: int = 0
+    query, kv_cache, block_tables, context_lens, mask: ScoreMask = CAUSAL
 ) -> np.ndarray:
-    """[S, H, D] float64: each sequence's attention through its block table."""
+    """[S, H, D] float64: each sequence's attention through its block table, with the
+    mask's scale (None: 1/sqrt(D)), sliding_window and sinks (`mask.ScoreMask`)."""
     out = np.empty(query.shape, np.float64)
     for s, length in enumerate(np.asarray(context_lens)):
-        positions = attended_positions(int(length), window, sinks)
+        positions = attended_positions(int(length), mask.sliding_window, mask.sinks)
         keys, values = gather_kv(np.asarray(kv_cache), block_tables[s], positions)
-        out[s] = dense_attention(query[s], keys, values, scale)
+        out[s] = dense_attention(query[s], keys, values, mask.scale)
     return out
-
-
-def windowed_attention(
-    query, kv_cache, block_tables, context_lens, window: int, sinks: int = 0, scale=None
-) -> np.ndarray:
-    """The sliding-window reference with StreamingLLM-style attention sinks: the first
-    `sinks` plus the last `window` tokens."""
-    return paged_attention(
-        query, kv_cache, block_tables, context_lens, scale, window=window, sinks=sinks
-    )
 
 
 def scattered_block_tables(rng, lens, block_size: int, spare: int = 0, fill: int = -1):
@@ -90,31 +83,22 @@ def scattered_block_tables(rng, lens, block_size: int, spare: int = 0, fill: int
 
 
 def reference_prefill(
-    query,
-    kv_cache,
-    block_tables,
-    context_lens,
-    query_start_loc,
-    scale=None,
-    causal=True,
-    window=0,
-    sinks: int = 0,
+    query, kv_cache, block_tables, context_lens, query_start_loc, mask: ScoreMask = CAUSAL
 ) -> np.ndarray:
     """[total_q, H, D] float64: paged prefill, one query row at a time.
 
     Query token i of sequence s (rows query_start_loc[s] ..) is at position
-    p = context_len - query_len + i and sees the first p + 1 positions when causal (the
-    whole context otherwise), windowed by `attended_positions`. With query_len = 1
+    p = context_len - query_len + i and sees the first p + 1 positions when mask.causal
+    (the whole context otherwise), windowed by `attended_positions`. With query_len = 1
     this is `paged_attention` row for row: decode is the case query_len = 1.
     """
-    window = window or None  # 0 means full attention, as in the kernel
     starts = np.asarray(query_start_loc)
     out = np.empty(query.shape, np.float64)
     for s, ctx in enumerate(np.asarray(context_lens)):
         lo, hi = int(starts[s]), int(starts[s + 1])
         for row in range(lo, hi):
-            length = int(ctx) - (hi - row) + 1 if causal else int(ctx)
-            positions = attended_positions(length, window, sinks)
+            length = int(ctx) - (hi - row) + 1 if mask.causal else int(ctx)
+            positions = attended_positions(length, mask.sliding_window, mask.sinks)
             keys, values = gather_kv(np.asarray(kv_cache), block_tables[s], positions)
-            out[row] = dense_attention(query[row], keys, values, scale)
+            out[row] = dense_attention(query[row], keys, values, mask.scale)
     return out

@@ -45,6 +45,7 @@ OTHER_PROJECTS = {  # files of vLLM, transformers and SGLang that the prose cite
     "python/sglang/srt/mem_cache/allocator.py",
     "modeling_rope_utils.py",
     "vllm/v1/core/block_pool.py",
+    "vllm/v1/attention/backends/flash_attn.py",
 }
 USER_FILES = {  # examples of a user's or a student's own files
     "my_file.py",

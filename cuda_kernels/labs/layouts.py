@@ -31,6 +31,7 @@ from numba import cuda, float32, int32
 from cuda_kernels import _checks as ck
 from cuda_kernels.attention import DecodeOptions, decode_with
 from cuda_kernels.layout import BLOCK_MAJOR, CacheShape, Loaders, check_kv_cache
+from cuda_kernels.mask import CAUSAL, ScoreMask
 from cuda_kernels.primitives import itemsize
 from pagedsim.labs.kv_layouts import LAYOUTS, vec_width
 from pagedsim.labs.kv_layouts import layout as registered
@@ -165,12 +166,14 @@ def geometry(layout: str, k_src, v_src) -> tuple[int, int, int, int]:
     return n, h, b, d
 
 
-def decode(layout: str, query, k_src, v_src, block_tables, context_lens, scale=None, **kw):
+def decode(
+    layout: str, query, k_src, v_src, block_tables, context_lens, mask: ScoreMask = CAUSAL, **kw
+):
     """Decode attention -> float32 [S, H, D] over a cache in `layout` (see the module docstring)."""
     n, h, b, d = geometry(layout, k_src, v_src)
     k_dev = ck.to_device(k_src)
     v_dev = k_dev if LAYOUTS[layout].same_array else ck.to_device(v_src)
-    options = DecodeOptions(scale=scale, **kw)
+    options = DecodeOptions(mask, **kw)
     shape = CacheShape(n, h, b, d)
     return decode_with(
         loaders(layout), k_dev, v_dev, query, block_tables, context_lens, shape, options

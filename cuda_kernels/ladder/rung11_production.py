@@ -29,6 +29,7 @@ target the rungs are compared with. Read `fast/decode.py`'s docstring next.
 from __future__ import annotations
 
 from ..attention import paged_attention
+from ..mask import ScoreMask
 from .launch import REPORT_BLOCK, REPORT_GROUP, REPORT_HEAD_DIM, prepare
 
 NAME = "production"
@@ -39,7 +40,7 @@ PREDICTED_PCT = (70.0, 100.0)  # % of the read roofline at the ladder's case (RE
 # (what, file under cuda_kernels/, line, text on that line)
 ADDS = (
     ("base-2 exp: log2(e)", "fast/decode.py", 88, "LOG2E = 1.4426950408889634"),
-    ("base-2 exp: q * scale * log2(e)", "fast/decode.py", 546, "float32(scale * LOG2E)"),
+    ("base-2 exp: q * scale * log2(e)", "fast/decode.py", 545, "float32(scale * LOG2E)"),
     ("base-2 exp: one MUFU.EX2", "gpu/intrinsics.py", 92, "def fast_exp2(typingctx, x):"),
     ("lazy rescale: SLACK", "fast/decode.py", 89, "SLACK = float32(8.0)"),
     (
@@ -52,13 +53,13 @@ ADDS = (
     ("swizzle: the layout", "primitives.py", 173, "def swizzled(row, chunk, stride, shift, mask):"),
     ("swizzle: the tiles", "fast/decode_tc.py", 124, "= swizzle_shape(CH)"),
     ("multi-warp CTAs: NW warps", "fast/decode.py", 116, "warps: int = 4,"),
-    ("multi-warp CTAs: the merge", "fast/decode.py", 453, "every row's state is in shared memory"),
+    ("multi-warp CTAs: the merge", "fast/decode.py", 452, "every row's state is in shared memory"),
     ("multi-warp CTAs (tensor cores)", "fast/decode_tc.py", 89, "nw = warps or next("),
-    ("reduce-scatter of the scores", "fast/decode.py", 294, "reduce_scatter(dots, NP, LPR, lane)"),
-    ("the cp.async ring, NW warps", "fast/decode.py", 385, "cp_async_wait(1)"),
-    ("the split plan: path", "attention.py", 131, "def choose_path("),
-    ("the split plan: cost", "attention.py", 182, "def plan_cost("),
-    ("the split plan: partition", "attention.py", 192, "def choose_partition("),
+    ("reduce-scatter of the scores", "fast/decode.py", 293, "reduce_scatter(dots, NP, LPR, lane)"),
+    ("the cp.async ring, NW warps", "fast/decode.py", 384, "cp_async_wait(1)"),
+    ("the split plan: path", "attention.py", 132, "def choose_path("),
+    ("the split plan: cost", "attention.py", 183, "def plan_cost("),
+    ("the split plan: partition", "attention.py", 193, "def choose_partition("),
 )
 
 
@@ -79,7 +80,8 @@ def decode(query, kv_cache, block_tables, context_lens, scale=None):
 def launch(case):
     """`paged_attention` on a validated case (its own host checks run again: this is the
     production launcher, checks included)."""
-    return case.result(paged_attention(case.query, case.cache, case.tables, case.lens, case.scale))
+    mask = ScoreMask(scale=case.scale)
+    return case.result(paged_attention(case.query, case.cache, case.tables, case.lens, mask))
 
 
 def ptx_spec(sig):

@@ -1,4 +1,4 @@
-"""A correct paged attention in plain NumPy, with cuda_kernels.paged_attention's signature:
+"""A correct paged attention in plain NumPy, with the testing kit's signature:
 
     pagedsim conform examples/conform/deque_allocator.py:DequeBlockManager \
         --attention examples/conform/numpy_attention.py:paged_attention

@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 import cuda_kernels  # chooses GPU or simulator before numba.cuda loads
+from cuda_kernels.mask import ScoreMask
 from cuda_kernels.prefill import paged_prefill
 
 if TYPE_CHECKING:
@@ -61,11 +62,8 @@ class KernelAttention:
         starts: Ints,
         spec: Attention | None = None,
     ) -> Floats:
-        scale, window = _plain(spec)
-        # the launchers take NumPy or device arrays and answer in kind: left unannotated
-        out: Floats = paged_prefill(  # type: ignore[no-untyped-call]
-            query, cache, tables, lens, starts, scale, window=window or 0
-        )
+        # the launchers take NumPy or device arrays and answer in kind (arrays unannotated)
+        out: Floats = paged_prefill(query, cache, tables, lens, starts, _mask(spec))
         return out
 
     def decode(
@@ -76,10 +74,7 @@ class KernelAttention:
         lens: Ints,
         spec: Attention | None = None,
     ) -> Floats:
-        scale, window = _plain(spec)
-        out: Floats = cuda_kernels.paged_attention(  # type: ignore[no-untyped-call]
-            query, cache, tables, lens, scale, window=window
-        )
+        out: Floats = cuda_kernels.paged_attention(query, cache, tables, lens, _mask(spec))
         return out
 
     def copy_blocks(self, cache: DeviceArray, pairs: Pairs) -> None:
@@ -92,13 +87,14 @@ class KernelAttention:
         cuda_kernels.swap_in(host, cache, pairs)
 
 
-def _plain(spec: Attention | None) -> tuple[float | None, int | None]:
-    """(scale, window) for the kernels; they have no soft-cap, so a model with one is refused."""
+def _mask(spec: Attention | None) -> ScoreMask:
+    """The layer's scale and window as the kernels' ScoreMask (causal, no sinks); the
+    kernels have no soft-cap, so a model with one is refused."""
     if spec is None:
-        return None, None
+        return ScoreMask()
     if spec.softcap is not None:
         raise ValueError(
             f"the kernels have no attention soft-cap (attn_logit_softcapping "
             f"{spec.softcap}); use --backend numpy"
         )
-    return spec.scale, spec.window
+    return ScoreMask(scale=spec.scale, sliding_window=spec.window)

@@ -21,8 +21,8 @@ n counts *computed* tokens only: lookahead slots (v1's speculative tokens) are
 allocated but not computed, so they never push the window forward. A step's own
 tokens count as computed when it ends (the simulator has no separate model run), so
 the table after a step serves the next token's query; the kernel side is
-`paged_attention(..., window=W, sinks=S)` run for that query, which masks exactly the
-positions dropped here.
+`paged_attention(..., ScoreMask(sliding_window=W, sinks=S))` run for that query, which
+masks exactly the positions dropped here.
 
 Blocks are dropped at the end of every public step (a decode step included), so the
 live blocks of a sequence never exceed ceil(S/B) + ceil(W/B) + 1 (+ its lookahead).

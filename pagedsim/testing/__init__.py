@@ -1,7 +1,7 @@
 """pagedsim.testing: the simulator as a Hypothesis oracle for YOUR block manager or kernel.
 
 Point the kit at any block manager (see `contract.py` for the names it needs) or any
-paged-attention function with `cuda_kernels.paged_attention`'s signature:
+paged-attention function with `cuda_kernels.paged_attention`'s arrays and a scale:
 
     from pagedsim.testing import check_manager, check_attention, manager_machine
     check_manager(MyManager)              # raises NonConformance with a paste-able script

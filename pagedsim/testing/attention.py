@@ -1,6 +1,7 @@
 """`check_attention`: compare a paged-attention function with the float64 reference.
 
-The function has the signature of `cuda_kernels.paged_attention`:
+The function takes `cuda_kernels.paged_attention`'s arrays and a plain scale (the
+kernel itself takes a `ScoreMask(scale=...)` there):
 
     fn(query, kv_cache, block_tables, context_lens, scale) -> [S, H, D]
 

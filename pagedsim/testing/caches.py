@@ -1,7 +1,8 @@
 """Paged KV caches for testing attention: `paged_case`, `paged_caches()` and the float64
 reference (NumPy only; PagedAttention, Kwon et al. 2023, 4.1).
 
-A case holds exactly the arguments of `cuda_kernels.paged_attention`:
+A case holds the arguments of `cuda_kernels.paged_attention`, with a plain scale where
+the kernel takes a `ScoreMask` (so that checking a NumPy function needs no Numba):
 
     query         [S, H, D]               float32 or float16, H = num_kv_heads * group
     kv_cache      [N, 2, H_kv, B, D]      the project's layout (cuda_kernels/layout.py)

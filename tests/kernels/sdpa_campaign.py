@@ -32,7 +32,7 @@ import time
 import traceback
 
 import numpy as np
-from sdpa_cases import arrays, draw_decode, draw_prefill, expected_auto, sdpa, servable
+from sdpa_cases import arrays, draw_decode, draw_prefill, expected_auto, score_mask, sdpa, servable
 
 TOL_TENSOR = 4e-3
 TOL_CUDA_CORE = 2e-5
@@ -47,23 +47,13 @@ def launch(case: dict, data: dict, path: str) -> tuple[np.ndarray, str]:
     if case["kind"] == "decode":
         out = cuda_kernels.paged_attention(
             *common,
-            case["scale"],
+            score_mask(case),
             mode=case["mode"],
             partition_size=case["partition_size"],
-            window=case["window"],
-            sinks=case["sinks"],
             path=path,
         )
         return out, attention.LAST_PLAN["path"]
-    out = cuda_kernels.paged_prefill(
-        *common,
-        data["query_start_loc"],
-        case["scale"],
-        causal=case["causal"],
-        window=case["window"] or 0,
-        sinks=case["sinks"],
-        path=path,
-    )
+    out = cuda_kernels.paged_prefill(*common, data["query_start_loc"], score_mask(case), path=path)
     return out, prefill.LAST_PATH["path"]
 
 

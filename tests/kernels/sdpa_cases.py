@@ -255,23 +255,22 @@ def sdpa(case: dict, data: dict) -> np.ndarray:
     return out
 
 
+def score_mask(case: dict):
+    """The case's scale, causality (decode: causal), window and sinks as a ScoreMask."""
+    from cuda_kernels import ScoreMask
+
+    causal = case["causal"] if case["kind"] == "prefill" else True
+    return ScoreMask(case["scale"], causal, case["window"], case["sinks"])
+
+
 def numpy_reference(case: dict, data: dict) -> np.ndarray:
     """cuda_kernels.reference in float64 (for CI, where torch is absent)."""
     from cuda_kernels import reference
 
     common = (data["query"], data["kv_cache"], data["block_tables"], data["context_lens"])
     if case["kind"] == "decode":
-        return reference.paged_attention(
-            *common, case["scale"], window=case["window"], sinks=case["sinks"]
-        )
-    return reference.reference_prefill(
-        *common,
-        data["query_start_loc"],
-        case["scale"],
-        causal=case["causal"],
-        window=case["window"] or 0,
-        sinks=case["sinks"],
-    )
+        return reference.paged_attention(*common, score_mask(case))
+    return reference.reference_prefill(*common, data["query_start_loc"], score_mask(case))
 
 
 def servable(case: dict) -> bool:

@@ -56,9 +56,10 @@ def test_the_tensor_path_matches_the_float64_reference(
         rng, lens, block_size, 1, group, head_dim, np.float16 if q16 else np.float32
     )
     mode = dict(mode="split", partition_size=split) if split else dict(mode="single")
-    got = ck.paged_attention(query, cache, tables, lens, scale, path="tensor", **mode)
+    mask = ck.ScoreMask(scale=scale)
+    got = ck.paged_attention(query, cache, tables, lens, mask, path="tensor", **mode)
     assert attention.LAST_PLAN["path"] == "tensor"
-    assert rel_err(got, reference.paged_attention(query, cache, tables, lens, scale)) < TOL
+    assert rel_err(got, reference.paged_attention(query, cache, tables, lens, mask)) < TOL
 
 
 @pytest.mark.parametrize(
@@ -103,17 +104,18 @@ def test_two_warps_split_the_slabs_and_merge_their_states_in_shared_memory(group
 def test_a_window_with_sinks_on_the_tensor_path_matches_the_windowed_reference(split):
     rng = np.random.default_rng(5)
     query, cache, tables, lens = fp16_case(rng, [45], 4, 1, 4, 16)
-    kw = dict(window=13, sinks=3, path="tensor")
+    mask = ck.ScoreMask(sliding_window=13, sinks=3)
     got = ck.paged_attention(
         query,
         cache,
         tables,
         lens,
+        mask,
         mode="split" if split else "single",
         partition_size=6 if split else None,
-        **kw,
+        path="tensor",
     )
-    want = reference.windowed_attention(query, cache, tables, lens, 13, 3)
+    want = reference.paged_attention(query, cache, tables, lens, mask)
     assert rel_err(got, want) < TOL
 
 

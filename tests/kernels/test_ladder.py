@@ -11,7 +11,7 @@ from conftest import GARBAGE, rel_err
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cuda_kernels import reference
+from cuda_kernels import ScoreMask, reference
 from cuda_kernels._checks import MAX_SCALE
 from cuda_kernels.ladder import FILES, RUNGS
 from cuda_kernels.ladder.rung1_naive import naive_decode
@@ -93,7 +93,7 @@ def test_any_small_shape_matches_the_reference(
     rng = np.random.default_rng(seed)
     query, cache, tables, lens = batch(rng, lens, kv_heads, group, head_dim, block_size, np.float16)
     got = run(rung, query, cache, tables, lens, scale=0.3)
-    want = reference.paged_attention(query, cache, tables, lens, 0.3)
+    want = reference.paged_attention(query, cache, tables, lens, ScoreMask(scale=0.3))
     assert rel_err(got, want) < TOLERANCE.get(rung.name, 1e-5)
 
 

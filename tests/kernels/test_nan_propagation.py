@@ -9,6 +9,7 @@ from conftest import random_cache, random_query, rel_err
 
 import cuda_kernels as ck
 from cuda_kernels import reference
+from cuda_kernels.mask import CAUSAL
 
 # "auto" is left out: on these short contexts it runs the single-pass grid "single" runs
 # (one partition; LAST_PLAN differs only in partition_size, 256 against the context).
@@ -31,8 +32,8 @@ def case(seed, lens=(9, 6), kv_heads=2, group=2, head_dim=8, block_size=4):
     return query, cache, tables, np.asarray(lens, np.int32), int(spare)
 
 
-def run(query, cache, tables, lens, mode, part, **kw):
-    return ck.paged_attention(query, cache, tables, lens, mode=mode, partition_size=part, **kw)
+def run(query, cache, tables, lens, mode, part, mask=CAUSAL):
+    return ck.paged_attention(query, cache, tables, lens, mask, mode=mode, partition_size=part)
 
 
 def assert_nan_exactly_where_the_reference_has_it(got, want):
@@ -78,7 +79,7 @@ def test_nan_the_context_never_reaches_changes_nothing(mode, part):
     query, cache, tables, lens, spare = case(4)
     cache[spare] = np.nan  # a block no table names
     cache[tables[1, 1], :, :, 2:] = np.nan  # sequence 1 has 6 tokens: offsets 2, 3 are past it
-    window = dict(window=3, sinks=1)
+    window = ck.ScoreMask(sliding_window=3, sinks=1)
     cache[tables[0, 0], :, :, 2] = np.nan  # token 2 of sequence 0: outside the window
-    got = run(query, cache, tables, lens, mode, part, **window)
-    assert rel_err(got, reference.paged_attention(query, cache, tables, lens, **window)) < 1e-5
+    got = run(query, cache, tables, lens, mode, part, window)
+    assert rel_err(got, reference.paged_attention(query, cache, tables, lens, window)) < 1e-5

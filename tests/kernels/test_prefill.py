@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cuda_kernels as ck
-from cuda_kernels import prefill, reference
+from cuda_kernels import ScoreMask, prefill, reference
 from cuda_kernels.prefill import paged_prefill
 from cuda_kernels.reference import reference_prefill
 
@@ -45,7 +45,7 @@ def ragged_batches(draw):
 @settings(max_examples=12)
 @given(
     batch=ragged_batches(),
-    window=st.sampled_from([0, 0, 1, 3]),
+    window=st.sampled_from([None, None, 1, 3]),
     sinks=st.integers(0, 2),
     causal=st.booleans(),
 )
@@ -53,19 +53,15 @@ def test_paged_prefill_matches_the_float64_reference_on_ragged_batches(
     batch, window, sinks, causal
 ):
     cache, tables, lens, starts, query = batch
-    sinks = sinks if window else 0
-    out = paged_prefill(
-        query, cache, tables, lens, starts, causal=causal, window=window, sinks=sinks
-    )
-    want = reference_prefill(
-        query, cache, tables, lens, starts, causal=causal, window=window, sinks=sinks
-    )
+    mask = ScoreMask(causal=causal, sliding_window=window, sinks=sinks if window else 0)
+    out = paged_prefill(query, cache, tables, lens, starts, mask)
+    want = reference_prefill(query, cache, tables, lens, starts, mask)
     assert out.dtype == np.float32 and out.shape == query.shape
     assert rel_err(out, want) < (3e-3 if query.dtype == np.float16 else 1e-5)
 
 
 @settings(max_examples=20)
-@given(batch=ragged_batches(), window=st.sampled_from([0, 2]), sinks=st.integers(0, 1))
+@given(batch=ragged_batches(), window=st.sampled_from([None, 2]), sinks=st.integers(0, 1))
 def test_the_prefill_reference_with_one_query_token_per_sequence_is_the_decode_reference(
     batch, window, sinks
 ):
@@ -73,9 +69,9 @@ def test_the_prefill_reference_with_one_query_token_per_sequence_is_the_decode_r
     rng = np.random.default_rng(0)
     query = rng.standard_normal((len(lens), 2 * cache.shape[2], cache.shape[4]))
     starts = np.arange(len(lens) + 1, dtype=np.int32)
-    sinks = sinks if window else 0
-    got = reference_prefill(query, cache, tables, lens, starts, window=window, sinks=sinks)
-    want = reference.paged_attention(query, cache, tables, lens, window=window or None, sinks=sinks)
+    mask = ScoreMask(sliding_window=window, sinks=sinks if window else 0)
+    got = reference_prefill(query, cache, tables, lens, starts, mask)
+    want = reference.paged_attention(query, cache, tables, lens, mask)
     assert np.array_equal(got, want)
 
 
@@ -86,8 +82,9 @@ def test_paged_prefill_with_query_length_one_equals_paged_attention():
     cache = rng.standard_normal((num_blocks, 2, 2, 4, 8)).astype(np.float32)
     query = rng.standard_normal((3, 4, 8)).astype(np.float32)
     starts = np.arange(4, dtype=np.int32)
-    got = paged_prefill(query, cache, tables, lens, starts, window=5, sinks=1)
-    want = ck.paged_attention(query, cache, tables, lens, window=5, sinks=1)
+    mask = ScoreMask(sliding_window=5, sinks=1)
+    got = paged_prefill(query, cache, tables, lens, starts, mask)
+    want = ck.paged_attention(query, cache, tables, lens, mask)
     assert np.abs(got - want).max() < 1e-6
 
 
@@ -102,8 +99,9 @@ def test_other_thread_and_tile_shapes_give_the_same_output(config, monkeypatch):
     cache = rng.standard_normal((num_blocks, 2, 1, 2, 5)).astype(np.float32)
     starts = np.array([0, 6, 7], np.int32)
     query = rng.standard_normal((7, 2, 5)).astype(np.float32)
-    out = paged_prefill(query, cache, tables, lens, starts, window=4, sinks=1)
-    want = reference_prefill(query, cache, tables, lens, starts, window=4, sinks=1)
+    mask = ScoreMask(sliding_window=4, sinks=1)
+    out = paged_prefill(query, cache, tables, lens, starts, mask)
+    want = reference_prefill(query, cache, tables, lens, starts, mask)
     assert rel_err(out, want) < 1e-5
 
 
@@ -162,10 +160,17 @@ CASES = {
         dict(block_tables=np.array([[0, 1], [2, 9]], np.int32)),
         r"block_tables\[\(1, 1\)\] = 9 is out of range",
     ),
-    "sinks_without_window": (dict(sinks=1), r"sinks needs a window"),
-    "negative_window": (dict(window=-2), r"window = -2 must be >= 1"),
-    "causal_not_a_bool": (dict(causal=1), r"causal must be a bool"),
-    "scale_not_finite": (dict(scale=float("inf")), r"scale must be a finite float32"),
+    "sinks_without_window": (dict(mask=ScoreMask(sinks=1)), r"sinks needs a sliding_window"),
+    "negative_window": (
+        dict(mask=ScoreMask(sliding_window=-2)),
+        r"sliding_window = -2 must be >= 1",
+    ),
+    "window_of_zero": (dict(mask=ScoreMask(sliding_window=0)), r"sliding_window = 0 must be"),
+    "causal_not_a_bool": (dict(mask=ScoreMask(causal=1)), r"causal must be a bool"),
+    "scale_not_finite": (
+        dict(mask=ScoreMask(scale=float("inf"))),
+        r"scale must be a finite float32",
+    ),
     "query_of_float64": (dict(query=QUERY.astype(np.float64)), r"query must be float32/float16"),
 }
 
@@ -177,13 +182,25 @@ def test_bad_prefill_arguments_raise_a_value_error_naming_them(name):
         paged_prefill(**{**ARGS, **change})
 
 
+@pytest.mark.parametrize("launch", ["prefill", "decode"])
+def test_a_bare_scale_where_the_mask_goes_is_a_type_error_naming_score_mask(launch):
+    """The fifth (decode) / sixth (prefill) argument was the scale before ScoreMask."""
+    call = {
+        "prefill": lambda: paged_prefill(*ARGS.values(), 0.5),
+        "decode": lambda: ck.paged_attention(QUERY[:2], CACHE, *list(ARGS.values())[2:4], 0.5),
+    }[launch]
+    with pytest.raises(TypeError, match=r"mask must be a cuda_kernels.ScoreMask, got 0.5"):
+        call()
+
+
 def test_a_windowed_prefill_never_validates_the_blocks_it_skips():
     tables = np.array([[-1, -1, 2, 3]], np.int32)  # positions 0..7 dropped by the window
     starts = np.array([0, 2], np.int32)
     query = QUERY[:2].copy()
     lens = np.array([16], np.int32)
-    out = paged_prefill(query, CACHE, tables, lens, starts, window=4)
-    want = reference_prefill(query, CACHE, np.array([[0, 0, 2, 3]]), lens, starts, window=4)
+    mask = ScoreMask(sliding_window=4)
+    out = paged_prefill(query, CACHE, tables, lens, starts, mask)
+    want = reference_prefill(query, CACHE, np.array([[0, 0, 2, 3]]), lens, starts, mask)
     assert rel_err(out, want) < 1e-5
 
 

@@ -55,9 +55,10 @@ def test_decode_matches_the_reference_at_every_accepted_scale(scale, path, group
     lens = rng.integers(1, 40, size=2).tolist()
     query, cache, tables, lens = integer_case(rng, lens, 2, 2 * group, 2, 32, 4)
     mode = dict(mode="split", partition_size=split) if split else dict(mode="single")
-    got = ck.paged_attention(query, cache, tables, lens, scale, path=path, **mode)
+    mask = ck.ScoreMask(scale=scale)
+    got = ck.paged_attention(query, cache, tables, lens, mask, path=path, **mode)
     assert attention.LAST_PLAN["path"] == path
-    want = reference.paged_attention(query, cache, tables, lens, scale)
+    want = reference.paged_attention(query, cache, tables, lens, mask)
     assert rel_err(got, want) < TOL
 
 
@@ -81,11 +82,8 @@ def test_prefill_matches_the_reference_at_every_accepted_scale(scale, path, grou
     q_len = int(rng.integers(1, 6))
     query, cache, tables, lens = integer_case(rng, [prefix + q_len], q_len, group, 1, 16, 5)
     starts = np.array([0, q_len], np.int32)
-    got = prefill.paged_prefill(
-        query, cache, tables, lens, starts, scale=scale, causal=causal, path=path
-    )
+    mask = ck.ScoreMask(scale=scale, causal=causal)
+    got = prefill.paged_prefill(query, cache, tables, lens, starts, mask, path=path)
     assert prefill.LAST_PATH["path"] == path
-    want = reference.reference_prefill(
-        query, cache, tables, lens, starts, scale=scale, causal=causal
-    )
+    want = reference.reference_prefill(query, cache, tables, lens, starts, mask)
     assert rel_err(got, want) < TOL

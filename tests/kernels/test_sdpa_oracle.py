@@ -38,7 +38,7 @@ from sdpa_cases import (
 )
 
 import cuda_kernels
-from cuda_kernels import reference
+from cuda_kernels import ScoreMask, reference
 
 TINY = 4  # simulated warp x tile units per Hypothesis example (a few seconds)
 
@@ -198,7 +198,7 @@ def test_a_mask_one_position_off_misses_the_tensor_tolerance_by_far_on_a_needle_
         data["kv_cache"],
         data["block_tables"],
         off["context_lens"],
-        window=off["window"],
+        ScoreMask(sliding_window=off["window"]),
     )
     assert error(wrong, want, data) > 20 * TOL_TENSOR
 

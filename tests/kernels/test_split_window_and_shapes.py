@@ -54,7 +54,8 @@ def test_windowed_attention_matches_the_windowed_reference_and_skips_dropped_blo
 ):
     rng = np.random.default_rng(seed)
     query, cache, tables, lens = scattered_case(rng, [length], 4, 1, 2, 8)
-    want = reference.windowed_attention(query, cache, tables, lens, window, sinks)
+    mask = ck.ScoreMask(sliding_window=window, sinks=sinks)
+    want = reference.paged_attention(query, cache, tables, lens, mask)
     attended = set(reference.attended_positions(length, window, sinks).tolist())
     for logical in range(tables.shape[1]):  # drop blocks the window does not reach
         if not attended & set(range(4 * logical, 4 * logical + 4)):
@@ -64,8 +65,7 @@ def test_windowed_attention_matches_the_windowed_reference_and_skips_dropped_blo
         cache,
         tables,
         lens,
-        window=window,
-        sinks=sinks,
+        mask,
         mode="split" if split else "single",
         partition_size=3 if split else None,
     )

@@ -10,7 +10,7 @@ from conftest import rel_err
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cuda_kernels import prefill
+from cuda_kernels import ScoreMask, prefill
 from cuda_kernels._prefill_checks import choose_path
 from cuda_kernels.fast import prefill_tc
 from cuda_kernels.fast.prefill_tc_shape import TileShape
@@ -40,8 +40,8 @@ def test_the_tensor_core_prefill_matches_the_float64_reference_on_ragged_chunked
     args, causal
 ):
     query, cache, tables, lens, starts = args
-    out = paged_prefill(query, cache, tables, lens, starts, causal=causal, path="tensor")
-    want = reference_prefill(query, cache, tables, lens, starts, causal=causal)
+    out = paged_prefill(query, cache, tables, lens, starts, ScoreMask(causal=causal), path="tensor")
+    want = reference_prefill(query, cache, tables, lens, starts, ScoreMask(causal=causal))
     assert out.shape == query.shape and out.dtype == np.float32
     assert rel_err(out, want) < TOL
 
@@ -63,9 +63,9 @@ def test_windows_and_sinks_on_tensor_cores_follow_the_reference(window, sinks, c
     the causal diagonal all occur."""
     rng = np.random.default_rng(window * 10 + sinks)
     query, cache, tables, lens, starts = batch(rng, [50, 3], [20, 2], 2, 2, 32, 8)
-    kw = dict(window=window, sinks=sinks, causal=causal)
-    out = paged_prefill(query, cache, tables, lens, starts, path="tensor", **kw)
-    assert rel_err(out, reference_prefill(query, cache, tables, lens, starts, **kw)) < TOL
+    mask = ScoreMask(causal=causal, sliding_window=window, sinks=sinks)
+    out = paged_prefill(query, cache, tables, lens, starts, mask, path="tensor")
+    assert rel_err(out, reference_prefill(query, cache, tables, lens, starts, mask)) < TOL
 
 
 def test_a_long_cached_prefix_runs_the_unmasked_tile_loop_and_a_float32_query_is_accepted():
@@ -94,8 +94,7 @@ def test_tensor_and_cuda_core_paths_agree_and_auto_takes_tensor_cores_when_it_ca
         d_cache,
         d_query,
         prefill.PrefillBatch(d_tables, d_lens, d_starts, np.diff(starts)),
-        scale=0.25,
-        mask=prefill.PrefillMask(causal=True, window=0, sinks=0),
+        mask=ScoreMask(scale=0.25),
         out=prefill._empty(query.shape),
         path="auto",
     )
@@ -155,8 +154,9 @@ def run_shape(monkeypatch, config, head_dim, group, block_size, prefixes, q_lens
     query, cache, tables, lens, starts = batch(
         rng, prefixes, q_lens, 1, group, head_dim, block_size
     )
-    out = paged_prefill(query, cache, tables, lens, starts, causal=causal, path="tensor")
-    return rel_err(out, reference_prefill(query, cache, tables, lens, starts, causal=causal))
+    mask = ScoreMask(causal=causal)
+    out = paged_prefill(query, cache, tables, lens, starts, mask, path="tensor")
+    return rel_err(out, reference_prefill(query, cache, tables, lens, starts, mask))
 
 
 @pytest.mark.slow

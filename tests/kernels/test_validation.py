@@ -85,15 +85,24 @@ CASES = {
         attention(block_tables=np.array([[0, 1], [-1, 3]], np.int32)),
         r"block_tables\[\(1, 0\)\] = -1",
     ),
-    "window_of_zero": (attention(window=0), r"window = 0 must be >= 1"),
-    "sinks_without_window": (attention(sinks=2), r"sinks needs a window"),
+    "window_of_zero": (
+        attention(mask=ck.ScoreMask(sliding_window=0)),
+        r"sliding_window = 0 must be >= 1",
+    ),
+    "sinks_without_window": (
+        attention(mask=ck.ScoreMask(sinks=2)),
+        r"sinks needs a sliding_window",
+    ),
     "unknown_mode": (attention(mode="fast"), r"mode must be one of"),
     "partition_of_zero": (attention(mode="split", partition_size=0), r"partition_size = 0"),
     "partition_for_single_pass": (
         attention(mode="single", partition_size=4),
         r"partition_size applies only",
     ),
-    "scale_not_finite": (attention(scale=float("nan")), r"scale must be a finite float32"),
+    "scale_not_finite": (
+        attention(mask=ck.ScoreMask(scale=float("nan"))),
+        r"scale must be a finite float32",
+    ),
     "copy_from_a_block_past_the_cache": (
         lambda: ck.copy_blocks(CACHE.copy(), [(0, 1), (7, 2)]),
         r"pairs\[1\] src = 7 is out of range",
@@ -301,14 +310,23 @@ def test_swap_refuses_a_host_pool_of_the_wrong_kind_or_layout(host, out):
 
 
 def attention_args(**change):
+    """A valid decode call with `change` in it: mask fields (MASK_FIELDS) go into its
+    ScoreMask; sinks come with a window and partition_size with mode="split"."""
     args = dict(query=QUERY, kv_cache=CACHE, block_tables=TABLES, context_lens=LENS)
-    args.update(change)
-    return args
+    if "sinks" in change:
+        change = {"sliding_window": 4, **change}
+    if "partition_size" in change:
+        change = {"mode": "split", **change}
+    mask = {k: change.pop(k) for k in MASK_FIELDS if k in change}
+    return {**args, **change, "mask": ck.ScoreMask(**mask)}
 
 
+# the mask's fields by their ScoreMask names, then the launch's own arguments
+MASK_FIELDS = ("scale", "causal", "sliding_window", "sinks")
 ATTENTION_BAD = [
     ("scale", BAD_SCALE),
-    ("window", st.one_of(NOT_INT, HUGE, st.integers(-(2**40), 0))),
+    ("causal", st.one_of(st.integers(0, 1), st.none(), st.text(max_size=2))),
+    ("sliding_window", st.one_of(NOT_INT, HUGE, st.integers(-(2**40), 0))),
     ("sinks", st.one_of(NOT_INT, HUGE, st.integers(-(2**40), -1), st.none())),
     ("partition_size", st.one_of(NOT_INT, HUGE, st.integers(-(2**40), 0))),
     ("block_tables", st.one_of(BAD_INDEX_LIST.map(lambda row: [row, [2, 3]]), BAD_INDEX_ARRAY)),
@@ -321,12 +339,8 @@ ATTENTION_BAD = [
 @given(data=st.data())
 def test_paged_attention_refuses_every_ill_typed_or_out_of_range_argument(data):
     name, bad = data.draw(st.sampled_from(ATTENTION_BAD))
-    value = data.draw(bad)
-    extra = (
-        {"window": 4} if name == "sinks" else {"mode": "split"} if name == "partition_size" else {}
-    )
     cache = CACHE.copy()
-    args = attention_args(kv_cache=cache, **extra, **{name: value})
+    args = attention_args(kv_cache=cache, **{name: data.draw(bad)})
     raises_clearly_and_changes_nothing(lambda: ck.paged_attention(**args), cache)
 
 
@@ -334,13 +348,9 @@ def test_paged_attention_refuses_every_ill_typed_or_out_of_range_argument(data):
 @given(data=st.data())
 def test_decode_with_refuses_every_ill_typed_or_out_of_range_argument(data):
     name, bad = data.draw(st.sampled_from(ATTENTION_BAD))
-    value = data.draw(bad)
     cache = CACHE.copy()
-    args = attention_args(**{name: value})
-    extra = (
-        {"window": 4} if name == "sinks" else {"mode": "split"} if name == "partition_size" else {}
-    )
-    kw = {k: args[k] for k in ("scale", "window", "sinks", "partition_size") if k in args}
+    args = attention_args(**{name: data.draw(bad)})
+    plan = {k: args[k] for k in ("mode", "partition_size") if k in args}
     raises_clearly_and_changes_nothing(
         lambda: ck.decode_with(
             BLOCK_MAJOR,
@@ -350,7 +360,7 @@ def test_decode_with_refuses_every_ill_typed_or_out_of_range_argument(data):
             args["block_tables"],
             args["context_lens"],
             ck.CacheShape(num_blocks=4, num_kv_heads=2, block_size=4, head_dim=8),
-            ck.DecodeOptions(**extra, **kw),
+            ck.DecodeOptions(args["mask"], **plan),
         ),
         cache,
     )
@@ -361,7 +371,7 @@ def test_an_extreme_scale_inside_the_documented_range_matches_the_float64_refere
     from cuda_kernels.reference import paged_attention as reference
 
     lens = np.array([5, 8], np.int32)
-    got = ck.paged_attention(QUERY, CACHE, TABLES, lens, scale)
-    want = reference(QUERY, CACHE, TABLES, lens, scale)
+    got = ck.paged_attention(QUERY, CACHE, TABLES, lens, ck.ScoreMask(scale=scale))
+    want = reference(QUERY, CACHE, TABLES, lens, ck.ScoreMask(scale=scale))
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, want, atol=1e-3)

@@ -12,7 +12,7 @@ from conftest import rel_err
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cuda_kernels import _prefill_checks, prefill
+from cuda_kernels import ScoreMask, _prefill_checks, prefill
 from cuda_kernels._prefill_checks import choose_path
 from cuda_kernels.fast import prefill_wgmma
 from cuda_kernels.prefill import paged_prefill
@@ -40,8 +40,8 @@ def wgmma_batches(draw):
 @given(args=wgmma_batches(), causal=st.booleans())
 def test_the_wgmma_prefill_matches_the_float64_reference_on_ragged_chunked_batches(args, causal):
     query, cache, tables, lens, starts = args
-    out = paged_prefill(query, cache, tables, lens, starts, causal=causal, path="wgmma")
-    want = reference_prefill(query, cache, tables, lens, starts, causal=causal)
+    out = paged_prefill(query, cache, tables, lens, starts, ScoreMask(causal=causal), path="wgmma")
+    want = reference_prefill(query, cache, tables, lens, starts, ScoreMask(causal=causal))
     assert out.shape == query.shape and out.dtype == np.float32
     assert rel_err(out, want) < TOL
     assert prefill.LAST_PATH["path"] == "wgmma"
@@ -71,12 +71,12 @@ def test_windows_and_sinks_on_wgmma_follow_the_reference(window, sinks, causal):
     diagonal and a tile tail all occur."""
     rng = np.random.default_rng(window * 10 + sinks)
     query, cache, tables, lens, starts = batch(rng, [30], [10], 1, 2, 16, 8)
-    kw = dict(window=window, sinks=sinks, causal=causal)
-    out = paged_prefill(query, cache, tables, lens, starts, path="wgmma", **kw)
-    assert rel_err(out, reference_prefill(query, cache, tables, lens, starts, **kw)) < TOL
+    mask = ScoreMask(causal=causal, sliding_window=window, sinks=sinks)
+    out = paged_prefill(query, cache, tables, lens, starts, mask, path="wgmma")
+    assert rel_err(out, reference_prefill(query, cache, tables, lens, starts, mask)) < TOL
 
 
-@pytest.mark.parametrize("prefix, new, window, sinks", [(34, 3, 0, 0), (60, 3, 40, 2)])
+@pytest.mark.parametrize("prefix, new, window, sinks", [(34, 3, None, 0), (60, 3, 40, 2)])
 def test_a_long_cached_prefix_runs_the_unmasked_tile_loop_between_masked_tiles(
     prefix, new, window, sinks
 ):
@@ -84,9 +84,9 @@ def test_a_long_cached_prefix_runs_the_unmasked_tile_loop_between_masked_tiles(
     loop without a mask, after the sink, seam and diagonal tiles."""
     rng = np.random.default_rng(prefix)
     query, cache, tables, lens, starts = batch(rng, [prefix], [new], 1, 2, 16, 16)
-    kw = dict(window=window, sinks=sinks)
-    out = paged_prefill(query, cache, tables, lens, starts, path="wgmma", **kw)
-    assert rel_err(out, reference_prefill(query, cache, tables, lens, starts, **kw)) < TOL
+    mask = ScoreMask(sliding_window=window, sinks=sinks)
+    out = paged_prefill(query, cache, tables, lens, starts, mask, path="wgmma")
+    assert rel_err(out, reference_prefill(query, cache, tables, lens, starts, mask)) < TOL
 
 
 def test_a_32_token_tile_reads_s_as_an_m64n32_and_p_v_in_two_k_steps(monkeypatch):

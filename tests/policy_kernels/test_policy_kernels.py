@@ -77,10 +77,9 @@ def test_windowed_kernel_over_the_managers_tables_equals_the_windowed_reference(
     block_tables = np.array([t + [-1] * (width - len(t)) for t in tables], np.int32)
     lens = np.array([m.num_tokens("a"), m.num_tokens("b")], np.int32)
     query = rng.standard_normal((2, 4, D)).astype(np.float32)  # 4 query heads over 2 KV heads
-    got = cuda_kernels.paged_attention(
-        query, kv, block_tables, lens, window=window - 1, sinks=sinks
-    )
-    want = reference.windowed_attention(query, kv, block_tables, lens, window - 1, sinks)
+    mask = cuda_kernels.ScoreMask(sliding_window=window - 1, sinks=sinks)
+    got = cuda_kernels.paged_attention(query, kv, block_tables, lens, mask)
+    want = reference.paged_attention(query, kv, block_tables, lens, mask)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 

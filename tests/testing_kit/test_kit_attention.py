@@ -105,7 +105,7 @@ def test_a_case_is_scattered_and_poisons_every_slot_no_token_lives_in():
 
 
 def test_the_kit_reference_agrees_with_the_kernels_reference():
-    from cuda_kernels import reference
+    from cuda_kernels import ScoreMask, reference
 
     for seed in range(3):
         case = paged_case(
@@ -119,7 +119,7 @@ def test_the_kit_reference_agrees_with_the_kernels_reference():
         )
         np.testing.assert_allclose(
             reference_attention(*case.args),
-            reference.paged_attention(*case.args),
+            reference.paged_attention(*case.args[:4], ScoreMask(scale=case.scale)),
             rtol=1e-12,
             atol=1e-12,
         )
@@ -139,8 +139,12 @@ def test_a_function_that_writes_into_its_inputs_is_caught():
 def test_the_projects_own_decode_kernel_conforms_through_the_kit():
     import cuda_kernels  # the CUDA simulator without a GPU: keep the cases tiny
 
+    def kernel(query, kv_cache, block_tables, context_lens, scale):
+        mask = cuda_kernels.ScoreMask(scale=scale)  # the kit passes a plain scale
+        return cuda_kernels.paged_attention(query, kv_cache, block_tables, context_lens, mask)
+
     summary = check_attention(
-        cuda_kernels.paged_attention,
+        kernel,
         examples=10,
         max_seqs=2,
         max_context=8,
