@@ -44,12 +44,9 @@ STRICT_FLAGS = (
 # those branches merge; a module may leave it only by joining the strict override.
 CONVERTING = frozenset(
     {
-        "pagedsim.engine.backend",
-        "pagedsim.engine.dense",
         "pagedsim.engine.generate",
         "pagedsim.engine.generate_cli",
         "pagedsim.engine.hf",
-        "pagedsim.engine.kvstore",
         "pagedsim.engine.paged",
     }
 )
