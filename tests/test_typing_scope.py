@@ -46,7 +46,6 @@ CONVERTING = frozenset(
     {
         "pagedsim.engine.generate",
         "pagedsim.engine.generate_cli",
-        "pagedsim.engine.hf",
         "pagedsim.engine.paged",
     }
 )

@@ -29,6 +29,7 @@ from typing import Any
 
 from ..config import CacheConfig, SchedulerConfig
 from . import hf
+from .hf_json import read_json
 from .model import Transformer
 from .paged import PagedEngine
 from .requests import Request
@@ -130,7 +131,7 @@ class LLM:
         if self.directory is None:
             raise ValueError("chat needs a checkpoint directory with tokenizer_config.json")
         path = self.directory / "tokenizer_config.json"
-        config = hf.read_json(path)
+        config = read_json(path)
         template = config.get("chat_template")
         if isinstance(template, list):  # named templates: the "default" one
             template = next(
