@@ -43,18 +43,14 @@ class AttentionBackend(Protocol[Cache]):
 
     name: str  # "numpy" or "kernels"
 
-    def where(self) -> str:
-        """One phrase: what actually ran."""
-        ...
+    def where(self) -> str: ...  # one phrase: what actually ran
 
-    def new_cache(self, shape: tuple[int, ...]) -> Cache:
-        """A cache whose unwritten slots are NaN."""
-        ...
+    def new_cache(self, shape: tuple[int, ...]) -> Cache: ...  # unwritten slots are NaN
 
-    def write(self, cache: Cache, key: Floats, value: Floats, slots: Ints) -> None:
-        """K/V [T, H_kv, D] into slots (-1: skip)."""
-        ...
+    # K/V [T, H_kv, D] into slots (-1: skip)
+    def write(self, cache: Cache, key: Floats, value: Floats, slots: Ints) -> None: ...
 
+    # ragged causal prefill -> [T, H, D]
     def prefill(
         self,
         query: Floats,
@@ -63,15 +59,12 @@ class AttentionBackend(Protocol[Cache]):
         lens: Ints,
         starts: Ints,
         spec: Attention | None = None,
-    ) -> Floats:
-        """Ragged causal prefill -> [T, H, D]."""
-        ...
+    ) -> Floats: ...
 
+    # one query per sequence -> [S, H, D]
     def decode(
         self, query: Floats, cache: Cache, tables: Ints, lens: Ints, spec: Attention | None = None
-    ) -> Floats:
-        """One query per sequence -> [S, H, D]."""
-        ...
+    ) -> Floats: ...
 
     def copy_blocks(self, cache: Cache, pairs: Pairs) -> None: ...
 
