@@ -44,10 +44,6 @@ STRICT_FLAGS = (
 # those branches merge; a module may leave it only by joining the strict override.
 CONVERTING = frozenset(
     {
-        "pagedsim.engine.backend",
-        "pagedsim.engine.dense",
-        "pagedsim.engine.hf",
-        "pagedsim.engine.kvstore",
         "pagedsim.engine.paged",
     }
 )

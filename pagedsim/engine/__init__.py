@@ -3,7 +3,14 @@
     model.py            the transformer (Llama's equations with each family's switches:
                         Qwen2/3, Mistral, Gemma 1-3, Phi-3, OLMo-2, SmolLM3, Granite; NumPy
                         float32), minus attention; TinyModel = seeded random weights
-    hf.py               a local Hugging Face checkpoint -> model + tokenizer (offline)
+    hf.py               a local Hugging Face checkpoint -> model + tokenizer (offline), read
+                        by the hf_*.py beside it:
+    hf_json.py          its JSON files, size-limited, and each field checked (CheckpointError)
+    hf_families.py      the families served, and each one's transformers config defaults
+    hf_config.py        config.json -> ModelConfig, family by family
+    hf_rope.py          the rope fields -> rope_theta and the rope scaling
+    hf_generation.py    generation_config.json, and the token ids that stop a sequence
+    hf_weights.py       the weight files -> float32 arrays, headers checked first
     requests.py         requests, sampling, parallel samples and beam search (both engines)
     dense.py            the reference engine: contiguous per-sequence K/V, NumPy attention
     backend.py          the one seam for attention: NumPy or the kernels, chosen once

@@ -1,18 +1,10 @@
 """The engine's one seam for attention: who writes, reads, copies and swaps paged K/V.
 
-An attention backend is any object with these methods (arrays are the cache layout of
-cuda_kernels/layout.py, [num_blocks, 2, H_kv, B, D] float32):
-
-    name                                       "numpy" or "kernels"
-    where()                                    one phrase: what actually ran
-    new_cache(shape)                           a cache whose unwritten slots are NaN
-    write(cache, key, value, slots)            K/V [T, H_kv, D] into slots (-1: skip)
-    prefill(query, cache, tables, lens, starts, spec)  ragged causal prefill -> [T, H, D]
-    decode(query, cache, tables, lens, spec)   one query per sequence -> [S, H, D]
-
-`spec` is the layer's model.Attention: its scale, soft-cap and sliding window. A table
-entry of a block the window left behind may be -1 (vLLM's null block).
-    copy_blocks(cache, pairs) / swap_out(cache, host, pairs) / swap_in(host, cache, pairs)
+An attention backend is any object with the methods of `AttentionBackend` below, on
+caches in the layout of cuda_kernels/layout.py ([num_blocks, 2, H_kv, B, D] float32): a
+NumPy array here, a device array in kernels_backend.py. `spec` is the layer's
+model.Attention: its scale, soft-cap and sliding window. A table entry of a block the
+window left behind may be -1 (vLLM's null block).
 
 `choose(name)` is the only place a backend is picked, and `pagedsim.engine.kernels_backend`
 the only module that imports cuda_kernels; the engine receives the chosen object
@@ -26,15 +18,59 @@ blocks, copy-on-write, prefix hits and swapping are exercised either way.
 
 from __future__ import annotations
 
-import importlib
 import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from .dense import dense_attention
 
+if TYPE_CHECKING:
+    from .model import Attention
+
 NAMES = ("auto", "numpy", "kernels")
 METHODS = ("new_cache", "write", "prefill", "decode", "copy_blocks", "swap_out", "swap_in")
+Ints = npt.NDArray[np.int32]  # block tables, context lengths, slots, query starts
+Floats = npt.NDArray[np.float32]  # queries, keys, values, the attention's output
+Pairs = Sequence[tuple[int, int]]  # (source block, destination block) per copy
+Cache = TypeVar("Cache")  # a backend's own cache: a NumPy array, a device array
+
+
+class AttentionBackend(Protocol[Cache]):
+    """Who writes, reads, copies and swaps paged K/V; every array on the host is NumPy."""
+
+    name: str  # "numpy" or "kernels"
+
+    def where(self) -> str: ...  # one phrase: what actually ran
+
+    def new_cache(self, shape: tuple[int, ...]) -> Cache: ...  # unwritten slots are NaN
+
+    # K/V [T, H_kv, D] into slots (-1: skip)
+    def write(self, cache: Cache, key: Floats, value: Floats, slots: Ints) -> None: ...
+
+    # ragged causal prefill -> [T, H, D]
+    def prefill(
+        self,
+        query: Floats,
+        cache: Cache,
+        tables: Ints,
+        lens: Ints,
+        starts: Ints,
+        spec: Attention | None = None,
+    ) -> Floats: ...
+
+    # one query per sequence -> [S, H, D]
+    def decode(
+        self, query: Floats, cache: Cache, tables: Ints, lens: Ints, spec: Attention | None = None
+    ) -> Floats: ...
+
+    def copy_blocks(self, cache: Cache, pairs: Pairs) -> None: ...
+
+    def swap_out(self, cache: Cache, host: Floats, pairs: Pairs) -> None: ...
+
+    def swap_in(self, host: Floats, cache: Cache, pairs: Pairs) -> None: ...
 
 
 class NumpyAttention:
@@ -46,17 +82,25 @@ class NumpyAttention:
     def where(self) -> str:
         return "NumPy paged attention on the CPU"
 
-    def new_cache(self, shape):
+    def new_cache(self, shape: tuple[int, ...]) -> Floats:
         return np.full(shape, np.nan, np.float32)  # never-written slots poison any read
 
-    def write(self, cache, key, value, slots):
+    def write(self, cache: Floats, key: Floats, value: Floats, slots: Ints) -> None:
         bs = cache.shape[3]
         keep = slots >= 0
         blocks, offsets = slots[keep] // bs, slots[keep] % bs
         cache[blocks, 0, :, offsets] = key[keep]
         cache[blocks, 1, :, offsets] = value[keep]
 
-    def prefill(self, query, cache, tables, lens, starts, spec=None):
+    def prefill(
+        self,
+        query: Floats,
+        cache: Floats,
+        tables: Ints,
+        lens: Ints,
+        starts: Ints,
+        spec: Attention | None = None,
+    ) -> Floats:
         out = np.empty(query.shape, np.float32)  # [T, H, D]
         for s, ctx in enumerate(lens):
             lo, hi = int(starts[s]), int(starts[s + 1])
@@ -64,12 +108,14 @@ class NumpyAttention:
             out[lo:hi] = dense_attention(query[lo:hi], keys, values, spec)
         return out
 
-    def decode(self, query, cache, tables, lens, spec=None):
+    def decode(
+        self, query: Floats, cache: Floats, tables: Ints, lens: Ints, spec: Attention | None = None
+    ) -> Floats:
         return batched_decode(
             query, cache, tables, lens, spec, self._workspace(query, cache, tables)
         )
 
-    def _workspace(self, query, cache, tables) -> np.ndarray:
+    def _workspace(self, query: Floats, cache: Floats, tables: Ints) -> Floats:
         """The decode gather's buffer, grown to the largest step seen (the table width
         bounds the blocks a step gathers)."""
         need = len(query) * np.shape(tables)[1] * int(np.prod(cache.shape[1:]))
@@ -77,20 +123,20 @@ class NumpyAttention:
             self.buffer = np.empty(need, np.float32)
         return self.buffer
 
-    def copy_blocks(self, cache, pairs):
+    def copy_blocks(self, cache: Floats, pairs: Pairs) -> None:
         for src, dst in pairs:
             cache[dst] = cache[src]
 
-    def swap_out(self, cache, host, pairs):
+    def swap_out(self, cache: Floats, host: Floats, pairs: Pairs) -> None:
         for gpu, h in pairs:
             host[h] = cache[gpu]
 
-    def swap_in(self, host, cache, pairs):
+    def swap_in(self, host: Floats, cache: Floats, pairs: Pairs) -> None:
         for h, gpu in pairs:
             cache[gpu] = host[h]
 
 
-def gather(cache: np.ndarray, table, length: int) -> tuple:
+def gather(cache: Floats, table: Ints, length: int) -> tuple[Floats, Floats]:
     """K and V [length, H_kv, D] of one sequence, read through its block table; a null
     block (-1, left behind by a sliding window) reads as zeros, which the window masks."""
     bs = cache.shape[3]
@@ -103,7 +149,14 @@ def gather(cache: np.ndarray, table, length: int) -> tuple:
     return kv[0, :length], kv[1, :length]
 
 
-def batched_decode(query, cache, tables, lens, spec=None, workspace=None) -> np.ndarray:
+def batched_decode(
+    query: Floats,
+    cache: Floats,
+    tables: Ints,
+    lens: Ints,
+    spec: Attention | None = None,
+    workspace: Floats | None = None,
+) -> Floats:
     """One query per sequence, every sequence at once -> [S, H, D]. Each sequence's blocks
     are gathered through its table (padded to the longest), and its query meets each
     block in place: a [G, D] x [D, B] product per (sequence, block, KV head), one stacked
@@ -152,7 +205,7 @@ def gpu_visible() -> bool:
     return os.path.exists("/dev/nvidiactl")
 
 
-def choose(backend="auto"):
+def choose(backend: str | AttentionBackend[Any] = "auto") -> AttentionBackend[Any]:
     """A backend object from a name in NAMES, or `backend` itself if it has every method."""
     if not isinstance(backend, str):
         missing = [m for m in METHODS if not callable(getattr(backend, m, None))]
@@ -168,4 +221,6 @@ def choose(backend="auto"):
         backend = "kernels" if gpu_visible() else "numpy"
     if backend == "numpy":
         return NumpyAttention()
-    return importlib.import_module(".kernels_backend", __package__).KernelAttention()
+    from .kernels_backend import KernelAttention  # loads numba: only when asked for
+
+    return KernelAttention()

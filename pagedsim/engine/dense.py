@@ -9,14 +9,20 @@ equal these and its logits must agree to float32 rounding.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import count_arg
-from .model import Transformer
+from .model import Attention, Transformer
 from .requests import Request, RequestState
 
+Floats = npt.NDArray[np.float32]
+KV = tuple[Floats, Floats]  # one layer's keys and values [L, H_kv, D] of one sequence
 
-def dense_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, spec=None) -> np.ndarray:
+
+def dense_attention(q: Floats, k: Floats, v: Floats, spec: Attention | None = None) -> Floats:
     """q [T, H, D] for the last T of L positions; k, v [L, H_kv, D] -> [T, H, D] (causal).
     `spec` (model.Attention): the scale (default 1/sqrt(D)), a soft-cap, a window."""
     t, heads, d = q.shape
@@ -43,7 +49,7 @@ def dense_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, spec=None) -> n
     )
 
 
-def sequence_logits(model: Transformer, tokens) -> np.ndarray:
+def sequence_logits(model: Transformer, tokens: Sequence[int]) -> Floats:
     """Logits [T, V] at every position of one sequence (a whole-sequence causal forward)."""
     h = model.embed_tokens(tokens, np.arange(len(tokens)))
     for layer in range(model.config.layers):
@@ -68,7 +74,7 @@ class DenseEngine:
         self.max_num_seqs = count_arg("max_num_seqs", max_num_seqs, 1)
         self.max_model_len = count_arg("max_model_len", max_model_len, 1)
 
-    def refuse(self, request) -> None:
+    def refuse(self, request: Request) -> None:
         """Raise if `request` could never be served; changes nothing."""
         if not isinstance(request, Request):
             raise TypeError(f"a request must be a Request, got {type(request).__name__}")
@@ -84,7 +90,7 @@ class DenseEngine:
                 f"exceeds max_model_len {self.max_model_len}"
             )
 
-    def forward(self, cache: list, tokens, start: int) -> np.ndarray:
+    def forward(self, cache: list[KV], tokens: Sequence[int], start: int) -> Floats:
         """Run tokens at positions start.. of one sequence; extend its per-layer (K, V)."""
         m = self.model
         h = m.embed_tokens(tokens, np.arange(start, start + len(tokens)))
@@ -95,14 +101,15 @@ class DenseEngine:
             keys, values = np.concatenate([keys, k]), np.concatenate([values, v])
             cache[layer] = (keys, values)
             h = m.finish(layer, h, dense_attention(q, keys, values, m.attention[layer]))
-        return m.logits(h[-1:])[0]
+        last: Floats = m.logits(h[-1:])[0]
+        return last
 
     def run_request(self, rid: int, request: Request) -> RequestState:
         c = self.model.config
         self.refuse(request)
         state = RequestState(rid, request)
         empty = np.zeros((0, c.kv_heads, c.head_dim), np.float32)
-        caches = {state.key(0): [(empty, empty)] * c.layers}
+        caches: dict[str, list[KV]] = {state.key(0): [(empty, empty)] * c.layers}
         logits = {state.key(0): self.forward(caches[state.key(0)], request.prompt, 0)}
         while True:
             for action in state.advance(logits):
@@ -117,7 +124,7 @@ class DenseEngine:
                 for s in state.seq_keys()
             }
 
-    def generate(self, requests) -> list:
+    def generate(self, requests: Iterable[Request]) -> list[RequestState]:
         """RequestState per request (outputs(), logits), in request order (all refused if
         one is bad)."""
         if isinstance(requests, Request) or not hasattr(requests, "__iter__"):

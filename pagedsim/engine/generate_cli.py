@@ -27,7 +27,8 @@ from ..config import CacheConfig, SchedulerConfig
 from ..io.args import ArgParser, float_in, int_in
 from ..policies.preemption import PREEMPTION_POLICIES
 from . import generate
-from .hf import CheckpointError, load_model, load_tokenizer
+from .hf import load_model, load_tokenizer
+from .hf_json import CheckpointError
 from .llm import EngineStep
 from .lockstep import Pool, PoolFailed
 from .paged import PagedEngine

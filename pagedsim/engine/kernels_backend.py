@@ -7,22 +7,17 @@ imports it when the kernels are asked for. Caches live on the device.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-import numpy.typing as npt
 
 import cuda_kernels  # chooses GPU or simulator before numba.cuda loads
 from cuda_kernels.mask import ScoreMask
 from cuda_kernels.prefill import paged_prefill
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # backend.py imports this module when the kernels are chosen
+    from .backend import Floats, Ints, Pairs
     from .model import Attention
-
-Ints = npt.NDArray[np.int32]  # block tables, context lengths, slots, query starts
-Floats = npt.NDArray[np.float32]  # queries, keys, values, the attention's output
-Pairs = Sequence[tuple[int, int]]  # (source block, destination block) per copy
 
 
 class DeviceArray(Protocol):

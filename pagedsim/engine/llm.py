@@ -55,6 +55,7 @@ import numpy as np
 from ..config import CacheConfig, SchedulerConfig
 from . import hf
 from .dense import DenseEngine
+from .hf_json import read_json
 from .lockstep import Lockstep, Pool
 from .model import Transformer
 from .paged import PagedEngine, Run
@@ -217,7 +218,7 @@ class LLM:
         if self.directory is None:
             raise ValueError("chat needs a checkpoint directory with tokenizer_config.json")
         path = self.directory / "tokenizer_config.json"
-        config = hf.read_json(path)
+        config = read_json(path)
         template = config.get("chat_template")
         if isinstance(template, list):  # named templates: the "default" one
             template = next(

@@ -1,4 +1,4 @@
-"""Rotary position embeddings, every rope_type hf.py serves, as transformers computes them.
+"""Rotary position embeddings, every rope_type hf_rope.py reads, as transformers computes them.
 
     angle[t, i] = position[t] * inv_freq[i]          i < R/2, R = rotary dims of a head
     q' = q * cos(angle) * a + rotate(q) * sin(angle) * a     a = the attention factor

@@ -10,16 +10,12 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from pagedsim.engine.hf import (
-    MAX_JSON_BYTES,
-    MAX_TOKENIZER_BYTES,
-    CheckpointError,
-    load_config,
-    load_model,
-    load_tokenizer,
-)
+from pagedsim.engine.hf import MAX_TOKENIZER_BYTES, load_model, load_tokenizer
+from pagedsim.engine.hf_config import load_config
+from pagedsim.engine.hf_json import MAX_JSON_BYTES, CheckpointError
 
 from .checkpoints import write_checkpoint
+from .families import config_json
 
 
 def one_line(e) -> str:
@@ -108,6 +104,35 @@ def test_a_config_eos_outside_the_vocab_that_generation_config_overrides_is_serv
     (d / "generation_config.json").write_text(json.dumps({"eos_token_id": 3}))
     _, info = load_config(d)
     assert info["stop_token_ids"] == (3,) and info["config_eos_token_ids"] == (2,)
+
+
+@pytest.mark.parametrize(
+    "family, key",
+    [
+        ("llama-3.2", "hidden_act"),
+        ("gemma2", "hidden_activation"),
+        ("gpt2", "activation_function"),
+        ("llama-3.2", "num_hidden_layers"),
+        ("gpt2", "n_layer"),
+    ],
+)
+@pytest.mark.parametrize("value", [["silu"], {"silu": 1}])
+def test_an_activation_or_layer_count_of_the_wrong_json_type_is_refused_by_name(
+    tmp_path, family, key, value
+):
+    """A list or an object where a string or a number belongs (a fuzz run found the
+    activation raising TypeError: unhashable type)."""
+    (tmp_path / "config.json").write_text(json.dumps({**config_json(family), key: value}))
+    with pytest.raises(CheckpointError) as e:
+        load_config(tmp_path)
+    assert f"config.json: field {key} " in one_line(e)
+
+
+def test_a_classic_layer_count_past_the_limit_names_its_own_field(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({**config_json("gpt2"), "n_layer": 5000}))
+    with pytest.raises(CheckpointError) as e:
+        load_config(tmp_path)
+    assert "field n_layer is 5000; at most 4096 layers are served" in one_line(e)
 
 
 def test_a_bin_only_checkpoint_without_torch_says_how_to_read_it(tmp_path, monkeypatch):

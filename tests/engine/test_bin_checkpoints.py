@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from pagedsim.engine.hf import CheckpointError, load_model
+from pagedsim.engine.hf import load_model
+from pagedsim.engine.hf_json import CheckpointError
 
 torch = pytest.importorskip("torch", reason="reading .bin needs torch")
 

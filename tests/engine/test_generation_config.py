@@ -7,7 +7,8 @@ import pytest
 
 from pagedsim.engine.generate import DEFAULT_MAX_TOKENS, apply_generation_config
 from pagedsim.engine.generate_cli import main
-from pagedsim.engine.hf import CheckpointError, load_model
+from pagedsim.engine.hf import load_model
+from pagedsim.engine.hf_json import CheckpointError
 
 from .family_reference import reference_greedy, write_family
 

@@ -16,7 +16,8 @@ import pytest
 from pagedsim.config import CacheConfig
 from pagedsim.engine import DenseEngine, PagedEngine, Request
 from pagedsim.engine.dense import sequence_logits
-from pagedsim.engine.hf import CheckpointError, load_model, load_tokenizer
+from pagedsim.engine.hf import load_model, load_tokenizer
+from pagedsim.engine.hf_json import CheckpointError
 
 from .checkpoints import reference_greedy, reference_logits, write_checkpoint
 
