@@ -70,6 +70,11 @@ from pathlib import Path
 
 import numpy as np
 
+# vLLM's default max_num_batched_tokens on the CPU for the offline LLM class (0.34,
+# vllm/engine/arg_utils.py): every prompt of a batch prefills in one step, as
+# transformers' generate prefills them in one forward pass
+CPU_BUDGET = 4096
+
 
 def write_random_llama(
     directory: Path,
@@ -167,8 +172,11 @@ def bench(model, requests, backend: str, block_size: int = 16) -> dict:
     )
 
 
-def one_side(side: str, directory: str, batch: int, prompt: int, tokens: int) -> dict:
-    """Generate in this process with pagedsim or transformers; CPU time and peak memory."""
+def one_side(
+    side: str, directory: str, batch: int, prompt: int, tokens: int, budget: int = CPU_BUDGET
+) -> dict:
+    """Generate in this process with pagedsim or transformers; CPU time and peak memory.
+    `budget`: pagedsim's max_num_batched_tokens."""
     import resource
 
     rng = np.random.default_rng(0)
@@ -189,7 +197,7 @@ def one_side(side: str, directory: str, batch: int, prompt: int, tokens: int) ->
                 num_gpu_blocks=batch * blocks_needed(prompt + tokens, 16),
                 enable_prefix_caching=False,
             ),
-            SchedulerConfig(max_num_batched_tokens=max(256, batch), preemption_mode="recompute"),
+            SchedulerConfig(max_num_batched_tokens=max(budget, batch), preemption_mode="recompute"),
             backend="numpy",
         )
         start = time.process_time()
@@ -227,14 +235,16 @@ def one_side(side: str, directory: str, batch: int, prompt: int, tokens: int) ->
 ONE_THREAD = {v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
 
 
-def run_side(python: str, side: str, directory: str, batch: int, prompt: int, tokens: int):
+def run_side(
+    python: str, side: str, directory: str, batch: int, prompt: int, tokens: int, budget: int
+):
     """One side's row, measured in a fresh process with one BLAS / torch thread."""
     import os
     import subprocess
 
     done = subprocess.run(
         [python, __file__, "--one", side, "--model", directory, "--batch", str(batch)]
-        + ["--prompt", str(prompt), "--tokens", str(tokens)],
+        + ["--prompt", str(prompt), "--tokens", str(tokens), "--budget", str(budget)],
         capture_output=True,
         text=True,
         check=True,
@@ -244,7 +254,14 @@ def run_side(python: str, side: str, directory: str, batch: int, prompt: int, to
 
 
 def vs_transformers(
-    directory: str, label: str, prompt: int, tokens: int, batches=(1, 8), python=None, repeats=1
+    directory: str,
+    label: str,
+    prompt: int,
+    tokens: int,
+    batches=(1, 8),
+    python=None,
+    repeats=1,
+    budget=CPU_BUDGET,
 ) -> None:
     """Side-by-side rows, the two sides alternating `repeats` times (each run a fresh
     process); `python` runs the transformers side (None: this interpreter). With repeats,
@@ -256,8 +273,10 @@ def vs_transformers(
     for batch in batches:
         ratios = []
         for _ in range(repeats):
-            p = run_side(sys.executable, "pagedsim", directory, batch, prompt, tokens)
-            t = run_side(python or sys.executable, "transformers", directory, batch, prompt, tokens)
+            p = run_side(sys.executable, "pagedsim", directory, batch, prompt, tokens, budget)
+            t = run_side(
+                python or sys.executable, "transformers", directory, batch, prompt, tokens, budget
+            )
             ratios.append(p["tokens_per_cpu_second"] / t["tokens_per_cpu_second"])
             print(
                 f"{label} batch {batch}: pagedsim {p['tokens_per_cpu_second']} tok/CPU-s, "
@@ -295,16 +314,23 @@ def main() -> None:
         help="--vs-transformers: the interpreter with torch and transformers for their side "
         "(default: this one), e.g. /work/venv-vllm/bin/python",
     )
+    p.add_argument(
+        "--budget",
+        type=int,
+        default=CPU_BUDGET,
+        help="--vs-transformers: pagedsim's max_num_batched_tokens (default %(default)s, "
+        "vLLM's on the CPU; 256 splits a batch-8 prefill over three steps)",
+    )
     a = p.parse_args()
     if a.one:
-        print(json.dumps(one_side(a.one, a.model, a.batch, a.prompt, a.tokens)))
+        print(json.dumps(one_side(a.one, a.model, a.batch, a.prompt, a.tokens, a.budget)))
         return
     if a.vs_transformers:
         from pagedsim.engine.generate import DEFAULT_MODEL
 
         batches = [int(b) for b in a.batches.split(",")]
         py = a.transformers_python
-        rows = dict(prompt=a.prompt, tokens=a.tokens, batches=batches, python=py)
+        rows = dict(prompt=a.prompt, tokens=a.tokens, batches=batches, python=py, budget=a.budget)
         vs_transformers(str(DEFAULT_MODEL), "shipped", **rows, repeats=a.repeats)
         if a.big:
             with tempfile.TemporaryDirectory() as tmp:
