@@ -46,6 +46,21 @@ alternating before / after / transformers, 3 rounds, 100m batch 8):
         --repeats 3          -> 0.92, 0.96, 0.96x (median 0.96x) in a busier hour
 GEMMs are now 77% of pagedsim's CPU time and within a few % of torch's for these shapes,
 so the ratio sits at 1.0x give or take the machine's noise (about 10% run to run).
+After the decode gather stopped copying through a buffer (np.take mode="clip"), masked
+values were zeroed by index, and the softmax, RMSNorm, RoPE and SiLU stopped making
+temporaries (the same bits), and with pagedsim's token budget at vLLM's CPU default (4096:
+the 8 prompts prefill in one step, as transformers' do; 256 split them over three steps,
+two more passes over every weight), 2026-12-06, load average 9-12, 9 rounds alternating
+before (256) / after (256) / after (4096) / transformers, 100m batch 8, tok/CPU-s:
+    before 54.2-69.9 (median 56.8), after at 256 56.8-74.7 (median 60.2), after at 4096
+    59.3-76.8 (median 66.8), transformers 55.9-65.7 (median 61.6); per round after (4096)
+    / transformers 1.02-1.28x (median 1.07x, every round >= 1.0), after (256) 0.89-1.28x
+    (median 1.02x), before 0.86-1.09x (median 0.97x); peak memory 486-502 MiB
+    PYTHONPATH=. python benchmarks/bench_engine.py --vs-transformers --big --batches 8 \
+        --repeats 3 [--budget 256]
+Left: the GEMMs read all 400 MB of weights each decode step at the memory's speed (a
+[32000, 768] LM head runs at about 1.5x the time of summing it), and the decode gather
+reads each layer's K/V cold after them; both sides pay the same.
 (the shipped model has 152,640 parameters: per-token framework overhead dominates both
 sides, and torch's import is most of transformers' peak; at 100M parameters pagedsim
 holds about half of transformers' peak memory. CPU-seconds count every BLAS thread,
