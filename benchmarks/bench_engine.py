@@ -58,6 +58,9 @@ before (256) / after (256) / after (4096) / transformers, 100m batch 8, tok/CPU-
     (median 1.02x), before 0.86-1.09x (median 0.97x); peak memory 486-502 MiB
     PYTHONPATH=. python benchmarks/bench_engine.py --vs-transformers --big --batches 8 \
         --repeats 3 [--budget 256]
+    (that command, --transformers-python /work/venv-vllm/bin/python: 100m batch 8 1.14,
+    1.05, 1.14x, median 1.14x, 60.0-68.6 against 52.6-62.0 tok/CPU-s; shipped batch 8
+    median 1.20x, 2364-2729 against 1963-4411 tok/CPU-s: 0.1 s runs, the noisiest rows)
 Left: the GEMMs read all 400 MB of weights each decode step at the memory's speed (a
 [32000, 768] LM head runs at about 1.5x the time of summing it), and the decode gather
 reads each layer's K/V cold after them; both sides pay the same.
