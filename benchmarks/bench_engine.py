@@ -46,6 +46,24 @@ alternating before / after / transformers, 3 rounds, 100m batch 8):
         --repeats 3          -> 0.92, 0.96, 0.96x (median 0.96x) in a busier hour
 GEMMs are now 77% of pagedsim's CPU time and within a few % of torch's for these shapes,
 so the ratio sits at 1.0x give or take the machine's noise (about 10% run to run).
+After the decode gather stopped copying through a buffer (np.take mode="clip"), masked
+values were zeroed by index, and the softmax, RMSNorm, RoPE and SiLU stopped making
+temporaries (the same bits), and with pagedsim's token budget at vLLM's CPU default (4096:
+the 8 prompts prefill in one step, as transformers' do; 256 split them over three steps,
+two more passes over every weight), 2026-12-06, load average 9-12, 9 rounds alternating
+before (256) / after (256) / after (4096) / transformers, 100m batch 8, tok/CPU-s:
+    before 54.2-69.9 (median 56.8), after at 256 56.8-74.7 (median 60.2), after at 4096
+    59.3-76.8 (median 66.8), transformers 55.9-65.7 (median 61.6); per round after (4096)
+    / transformers 1.02-1.28x (median 1.07x, every round >= 1.0), after (256) 0.89-1.28x
+    (median 1.02x), before 0.86-1.09x (median 0.97x); peak memory 486-502 MiB
+    PYTHONPATH=. python benchmarks/bench_engine.py --vs-transformers --big --batches 8 \
+        --repeats 3 [--budget 256]
+    (that command, --transformers-python /work/venv-vllm/bin/python: 100m batch 8 1.14,
+    1.05, 1.14x, median 1.14x, 60.0-68.6 against 52.6-62.0 tok/CPU-s; shipped batch 8
+    median 1.20x, 2364-2729 against 1963-4411 tok/CPU-s: 0.1 s runs, the noisiest rows)
+Left: the GEMMs read all 400 MB of weights each decode step at the memory's speed (a
+[32000, 768] LM head runs at about 1.5x the time of summing it), and the decode gather
+reads each layer's K/V cold after them; both sides pay the same.
 (the shipped model has 152,640 parameters: per-token framework overhead dominates both
 sides, and torch's import is most of transformers' peak; at 100M parameters pagedsim
 holds about half of transformers' peak memory. CPU-seconds count every BLAS thread,
@@ -69,6 +87,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+# vLLM's default max_num_batched_tokens on the CPU for the offline LLM class (0.34,
+# vllm/engine/arg_utils.py): every prompt of a batch prefills in one step, as
+# transformers' generate prefills them in one forward pass
+CPU_BUDGET = 4096
 
 
 def write_random_llama(
@@ -167,8 +190,11 @@ def bench(model, requests, backend: str, block_size: int = 16) -> dict:
     )
 
 
-def one_side(side: str, directory: str, batch: int, prompt: int, tokens: int) -> dict:
-    """Generate in this process with pagedsim or transformers; CPU time and peak memory."""
+def one_side(
+    side: str, directory: str, batch: int, prompt: int, tokens: int, budget: int = CPU_BUDGET
+) -> dict:
+    """Generate in this process with pagedsim or transformers; CPU time and peak memory.
+    `budget`: pagedsim's max_num_batched_tokens."""
     import resource
 
     rng = np.random.default_rng(0)
@@ -189,7 +215,7 @@ def one_side(side: str, directory: str, batch: int, prompt: int, tokens: int) ->
                 num_gpu_blocks=batch * blocks_needed(prompt + tokens, 16),
                 enable_prefix_caching=False,
             ),
-            SchedulerConfig(max_num_batched_tokens=max(256, batch), preemption_mode="recompute"),
+            SchedulerConfig(max_num_batched_tokens=max(budget, batch), preemption_mode="recompute"),
             backend="numpy",
         )
         start = time.process_time()
@@ -227,14 +253,16 @@ def one_side(side: str, directory: str, batch: int, prompt: int, tokens: int) ->
 ONE_THREAD = {v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
 
 
-def run_side(python: str, side: str, directory: str, batch: int, prompt: int, tokens: int):
+def run_side(
+    python: str, side: str, directory: str, batch: int, prompt: int, tokens: int, budget: int
+):
     """One side's row, measured in a fresh process with one BLAS / torch thread."""
     import os
     import subprocess
 
     done = subprocess.run(
         [python, __file__, "--one", side, "--model", directory, "--batch", str(batch)]
-        + ["--prompt", str(prompt), "--tokens", str(tokens)],
+        + ["--prompt", str(prompt), "--tokens", str(tokens), "--budget", str(budget)],
         capture_output=True,
         text=True,
         check=True,
@@ -244,7 +272,14 @@ def run_side(python: str, side: str, directory: str, batch: int, prompt: int, to
 
 
 def vs_transformers(
-    directory: str, label: str, prompt: int, tokens: int, batches=(1, 8), python=None, repeats=1
+    directory: str,
+    label: str,
+    prompt: int,
+    tokens: int,
+    batches=(1, 8),
+    python=None,
+    repeats=1,
+    budget=CPU_BUDGET,
 ) -> None:
     """Side-by-side rows, the two sides alternating `repeats` times (each run a fresh
     process); `python` runs the transformers side (None: this interpreter). With repeats,
@@ -256,8 +291,10 @@ def vs_transformers(
     for batch in batches:
         ratios = []
         for _ in range(repeats):
-            p = run_side(sys.executable, "pagedsim", directory, batch, prompt, tokens)
-            t = run_side(python or sys.executable, "transformers", directory, batch, prompt, tokens)
+            p = run_side(sys.executable, "pagedsim", directory, batch, prompt, tokens, budget)
+            t = run_side(
+                python or sys.executable, "transformers", directory, batch, prompt, tokens, budget
+            )
             ratios.append(p["tokens_per_cpu_second"] / t["tokens_per_cpu_second"])
             print(
                 f"{label} batch {batch}: pagedsim {p['tokens_per_cpu_second']} tok/CPU-s, "
@@ -295,16 +332,23 @@ def main() -> None:
         help="--vs-transformers: the interpreter with torch and transformers for their side "
         "(default: this one), e.g. /work/venv-vllm/bin/python",
     )
+    p.add_argument(
+        "--budget",
+        type=int,
+        default=CPU_BUDGET,
+        help="--vs-transformers: pagedsim's max_num_batched_tokens (default %(default)s, "
+        "vLLM's on the CPU; 256 splits a batch-8 prefill over three steps)",
+    )
     a = p.parse_args()
     if a.one:
-        print(json.dumps(one_side(a.one, a.model, a.batch, a.prompt, a.tokens)))
+        print(json.dumps(one_side(a.one, a.model, a.batch, a.prompt, a.tokens, a.budget)))
         return
     if a.vs_transformers:
         from pagedsim.engine.generate import DEFAULT_MODEL
 
         batches = [int(b) for b in a.batches.split(",")]
         py = a.transformers_python
-        rows = dict(prompt=a.prompt, tokens=a.tokens, batches=batches, python=py)
+        rows = dict(prompt=a.prompt, tokens=a.tokens, batches=batches, python=py, budget=a.budget)
         vs_transformers(str(DEFAULT_MODEL), "shipped", **rows, repeats=a.repeats)
         if a.big:
             with tempfile.TemporaryDirectory() as tmp:

@@ -174,22 +174,25 @@ def batched_decode(
     shape = (s, width) + cache.shape[1:]  # [S, n, 2, H_kv, B, D]
     size = int(np.prod(shape))
     out = None if workspace is None or workspace.size < size else workspace[:size].reshape(shape)
-    kv = np.take(cache, np.maximum(blocks, 0), axis=0, out=out)
+    # mode="clip": every index is in range already, and "raise" copies through a buffer
+    kv = np.take(cache, np.maximum(blocks, 0), axis=0, out=out, mode="clip")
     where = np.arange(width * bs).reshape(width, bs)  # [n, B]: each slot's position
     masked = (where[None] >= lens[:, None, None]) | (blocks < 0)[:, :, None]  # [S, n, B]
     if spec is not None and spec.window is not None:
         masked |= where[None] <= lens[:, None, None] - 1 - spec.window
-    mask = np.broadcast_to(masked[:, :, None], (s, width, kv_heads, bs))  # [S, n, H_kv, B]
-    kv[:, :, 1][mask] = 0  # values of masked slots (NaN when never written) weigh nothing
+    seq, block, slot = np.nonzero(masked)  # values of masked slots (NaN when never
+    kv[seq, block, 1, :, slot] = 0  # written) weigh nothing
+    masked = masked[:, :, None, None, :]  # [S, n, 1, 1, B]: broadcasts over H_kv and G
     scale = np.float32(d**-0.5 if spec is None else spec.scale)
     qg = query.reshape(s, 1, kv_heads, group, d)
-    scores = (qg @ kv[:, :, 0].swapaxes(-1, -2)) * scale  # [S, n, H_kv, G, B]
+    scores = qg @ kv[:, :, 0].swapaxes(-1, -2)  # [S, n, H_kv, G, B]
+    scores *= scale
     if spec is not None and spec.softcap is not None:
         cap = np.float32(spec.softcap)
         scores = np.tanh(scores / cap) * cap
-    scores[np.broadcast_to(mask[:, :, :, None], scores.shape)] = -np.inf
-    top = scores.max(axis=(1, 4), keepdims=True)  # [S, 1, H_kv, G, 1]
-    p = np.exp(scores - top)
+    np.copyto(scores, np.float32(-np.inf), where=masked)
+    scores -= scores.max(axis=(1, 4), keepdims=True)  # the max of [S, 1, H_kv, G, 1]
+    p = np.exp(scores, out=scores)
     p /= p.sum(axis=(1, 4), keepdims=True)
     attn = (p @ kv[:, :, 1]).sum(axis=1)  # [S, n, H_kv, G, D] summed over blocks
     return np.ascontiguousarray(attn.reshape(s, heads, d), dtype=np.float32)

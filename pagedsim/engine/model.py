@@ -55,7 +55,7 @@ from numpy.typing import ArrayLike
 
 from ..errors import count_arg
 from .moe import moe_mlp
-from .ops import activation, linear
+from .ops import activation, gated, linear
 from .rope import ROPE_TYPES, RotaryEmbedding
 
 # a layer's weights by short name ("q_proj.weight"); an absent bias is None
@@ -457,7 +457,8 @@ class Transformer:
         c = self.config
         if c.norm != "rms":
             return layer_norm(x, weight, bias, c.rms_eps)
-        return rms_norm(x, weight + np.float32(c.norm_offset), c.rms_eps)
+        offset = np.float32(c.norm_offset)
+        return rms_norm(x, weight + offset if offset else weight, c.rms_eps)
 
     def layer_norm_of(self, lw: Weights, name: str, x: np.ndarray) -> np.ndarray:
         return self.norm(x, lw[name + ".weight"], lw.get(name + ".bias"))
@@ -483,26 +484,31 @@ class Transformer:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """q [T, H, D], k [T, H_kv, D], v [T, H_kv, D] for tokens at `positions`; `ends`:
         each token's sequence length at the end of this forward pass (rope.py: the
-        length-dependent ropes read it; None: position + 1)."""
+        length-dependent ropes read it; None: position + 1). Each in C order (the
+        kernels' write_kv takes no strided rows)."""
         c, lw = self.config, self.layer_weights[layer]
         x = h if c.norm_layout == "post" else self.layer_norm_of(lw, "input_layernorm", h)
-        y = linear(x, lw["qkv.weight"], None)  # [T, (H + 2 H_kv) D]: q | k | v
-        q, k, v = np.split(y, [c.heads * c.head_dim, (c.heads + c.kv_heads) * c.head_dim], axis=1)
-        q, k, v = (  # C order, so that the head reshapes below are views
-            np.ascontiguousarray(t if lw[n] is None else t + lw[n])
-            for t, n in ((q, "q_proj.bias"), (k, "k_proj.bias"), (v, "v_proj.bias"))
-        )
+        # [T, (H + 2 H_kv) D] in C order (one copy of the transposed product): the
+        # elementwise work below reads rows, and q and k rotate in one call
+        y = np.ascontiguousarray(linear(x, lw["qkv.weight"], None))
+        nq, nk = c.heads * c.head_dim, (c.heads + c.kv_heads) * c.head_dim
+        parts = {"q": slice(0, nq), "k": slice(nq, nk), "v": slice(nk, None)}
+        for name, cols in parts.items():
+            if lw[f"{name}_proj.bias"] is not None:
+                y[:, cols] += lw[f"{name}_proj.bias"]
         if c.qk_norm == "all":  # OLMo-2: over the whole projection
-            q, k = self.norm(q, lw["q_norm.weight"]), self.norm(k, lw["k_norm.weight"])
-        q, k = q.reshape(-1, c.heads, c.head_dim), k.reshape(-1, c.kv_heads, c.head_dim)
+            for name in "qk":
+                y[:, parts[name]] = self.norm(y[:, parts[name]], lw[f"{name}_norm.weight"])
+        v = y[:, nk:].reshape(-1, c.kv_heads, c.head_dim)
+        qk = y[:, :nk].reshape(-1, c.heads + c.kv_heads, c.head_dim)
         if c.qk_norm == "head":  # Qwen3, Gemma 3: over each head's D
-            q, k = self.norm(q, lw["q_norm.weight"]), self.norm(k, lw["k_norm.weight"])
-        v = np.ascontiguousarray(v.reshape(-1, c.kv_heads, c.head_dim))
+            qk[:, : c.heads] = self.norm(qk[:, : c.heads], lw["q_norm.weight"])
+            qk[:, c.heads :] = self.norm(qk[:, c.heads :], lw["k_norm.weight"])
         rope = self.ropes[layer]
-        if rope is None:
-            return np.ascontiguousarray(q), np.ascontiguousarray(k), v
-        angles = rope.angles(positions, ends)  # [T, R/2]
-        return rope.apply(q, angles), rope.apply(k, angles), v
+        if rope is not None:
+            qk = rope.apply(qk, rope.angles(positions, ends))  # [T, R/2] angles
+        q, k = np.ascontiguousarray(qk[:, : c.heads]), np.ascontiguousarray(qk[:, c.heads :])
+        return q, k, np.ascontiguousarray(v)
 
     def finish(self, layer: int, h: np.ndarray, attn: np.ndarray) -> np.ndarray:
         """The rest of the layer: o_proj and the residual, then the MLP and the residual."""
@@ -538,12 +544,13 @@ class Transformer:
         if "gate.weight" in lw:
             return moe_mlp(c, lw, x)
         if "gate_up.weight" in lw:  # one GEMM: gate | up
-            gate, up = np.split(
-                linear(x, lw["gate_up.weight"], None), [len(lw["gate_proj.weight"])], axis=1
-            )
-            gate = gate if lw["gate_proj.bias"] is None else gate + lw["gate_proj.bias"]
-            up = up if lw["up_proj.bias"] is None else up + lw["up_proj.bias"]
-            inner = activation(c.act, gate) * up
+            gate_up = linear(x, lw["gate_up.weight"], None)  # fresh: changed in place
+            split = len(lw["gate_proj.weight"])
+            gate, up = gate_up[:, :split], gate_up[:, split:]
+            for part, n in ((gate, "gate_proj.bias"), (up, "up_proj.bias")):
+                if lw[n] is not None:
+                    part += lw[n]
+            inner = gated(c.act, gate, up)
         else:
             up = linear(x, lw["up_proj.weight"], lw["up_proj.bias"])
             inner = (
@@ -695,7 +702,15 @@ def layer_norm(
 
 
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """x / sqrt(mean(x^2) + eps) * w in float32, operation for operation as
+    `(x * x).mean(-1)` rounds (a float32 sum divided by the count in float64), without
+    the temporaries: a norm runs twice a layer, on a few rows in decode."""
     x = x.astype(np.float32, copy=False)
-    scale = np.sqrt((x * x).mean(axis=-1, keepdims=True) + np.float32(eps))
-    done: np.ndarray = (x / scale * weight).astype(np.float32, copy=False)
+    square = x * x
+    scale = np.add.reduce(square, axis=-1, keepdims=True)
+    np.true_divide(scale, np.intp(x.shape[-1]), out=scale, casting="unsafe")
+    scale += np.float32(eps)
+    np.sqrt(scale, out=scale)
+    done: np.ndarray = np.divide(x, scale, out=square)
+    done *= weight
     return done

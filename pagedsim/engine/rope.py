@@ -182,7 +182,12 @@ def rotary(
         turned = np.stack([a * cos - b * sin, b * cos + a * sin], axis=-1)
         turned = turned.reshape(*x.shape[:-1], 2 * half)
         return np.ascontiguousarray(np.concatenate([turned, rest], axis=-1), dtype=np.float32)
-    a, b, rest = x[..., :half], x[..., half : 2 * half], x[..., 2 * half :]
-    return np.ascontiguousarray(
-        np.concatenate([a * cos - b * sin, b * cos + a * sin, rest], axis=-1), dtype=np.float32
-    )
+    a, b = x[..., :half], x[..., half : 2 * half]
+    out = np.empty(x.shape, np.float32)  # written in place: a * cos - b * sin, b * cos + a * sin
+    first, second = out[..., :half], out[..., half : 2 * half]
+    np.multiply(a, cos, out=first)
+    first -= b * sin
+    np.multiply(b, cos, out=second)
+    second += a * sin
+    out[..., 2 * half :] = x[..., 2 * half :]
+    return out
