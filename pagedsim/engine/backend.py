@@ -178,8 +178,8 @@ def batched_decode(
     kv = np.take(cache, np.maximum(blocks, 0), axis=0, out=out, mode="clip")
     where = np.arange(width * bs).reshape(width, bs)  # [n, B]: each slot's position
     masked = (where[None] >= lens[:, None, None]) | (blocks < 0)[:, :, None]  # [S, n, B]
-    if spec is not None and spec.window is not None:
-        masked |= where[None] <= lens[:, None, None] - 1 - spec.window
+    if spec is not None and spec.sliding_window is not None:
+        masked |= where[None] <= lens[:, None, None] - 1 - spec.sliding_window
     seq, block, slot = np.nonzero(masked)  # values of masked slots (NaN when never
     kv[seq, block, 1, :, slot] = 0  # written) weigh nothing
     masked = masked[:, :, None, None, :]  # [S, n, 1, 1, B]: broadcasts over H_kv and G
@@ -187,8 +187,8 @@ def batched_decode(
     qg = query.reshape(s, 1, kv_heads, group, d)
     scores = qg @ kv[:, :, 0].swapaxes(-1, -2)  # [S, n, H_kv, G, B]
     scores *= scale
-    if spec is not None and spec.softcap is not None:
-        cap = np.float32(spec.softcap)
+    if spec is not None and spec.logits_soft_cap is not None:
+        cap = np.float32(spec.logits_soft_cap)
         scores = np.tanh(scores / cap) * cap
     np.copyto(scores, np.float32(-np.inf), where=masked)
     scores -= scores.max(axis=(1, 4), keepdims=True)  # the max of [S, 1, H_kv, G, 1]

@@ -32,13 +32,13 @@ def dense_attention(q: Floats, k: Floats, v: Floats, spec: Attention | None = No
     # batched GEMMs per KV head, its `group` query heads' rows stacked (no repeated K/V)
     qg = q.reshape(t, kv_heads, group, d).transpose(1, 2, 0, 3).reshape(kv_heads, group * t, d)
     scores = (qg @ k.transpose(1, 2, 0)).reshape(heads, t, length) * scale  # [H, T, L]
-    if spec is not None and spec.softcap is not None:
-        cap = np.float32(spec.softcap)
+    if spec is not None and spec.logits_soft_cap is not None:
+        cap = np.float32(spec.logits_soft_cap)
         scores = np.tanh(scores / cap) * cap
     query_pos = length - t + np.arange(t)  # [T]
     masked = np.arange(length)[None, :] > query_pos[:, None]  # [T, L]: the future
-    if spec is not None and spec.window is not None:  # and what the window left behind
-        masked |= np.arange(length)[None, :] <= query_pos[:, None] - spec.window
+    if spec is not None and spec.sliding_window is not None:  # and what the window left behind
+        masked |= np.arange(length)[None, :] <= query_pos[:, None] - spec.sliding_window
     scores = np.where(masked[None], -np.inf, scores)
     p = np.exp(scores - scores.max(axis=-1, keepdims=True))
     p /= p.sum(axis=-1, keepdims=True)

@@ -87,9 +87,9 @@ def _mask(spec: Attention | None) -> ScoreMask:
     kernels have no soft-cap, so a model with one is refused."""
     if spec is None:
         return ScoreMask()
-    if spec.softcap is not None:
+    if spec.logits_soft_cap is not None:
         raise ValueError(
             f"the kernels have no attention soft-cap (attn_logit_softcapping "
-            f"{spec.softcap}); use --backend numpy"
+            f"{spec.logits_soft_cap}); use --backend numpy"
         )
-    return ScoreMask(scale=spec.scale, sliding_window=spec.window)
+    return ScoreMask(scale=spec.scale, sliding_window=spec.sliding_window)

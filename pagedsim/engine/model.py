@@ -68,11 +68,14 @@ ACTS = ("silu", "gelu_tanh", "gelu")
 
 @dataclass(frozen=True)
 class Attention:
-    """How one layer's attention reads K/V."""
+    """How one layer's attention reads K/V; its fields keep the names of vLLM v1's
+    attention impls (FlashAttentionImpl's `scale`, `logits_soft_cap`, `sliding_window`)."""
 
     scale: float  # scores = q . k * scale
-    softcap: float | None = None  # scores -> softcap * tanh(scores / softcap) (Gemma 2)
-    window: int | None = None  # attend to the last `window` positions, itself included
+    logits_soft_cap: float | None = None  # scores -> cap * tanh(scores / cap) (Gemma 2)
+    sliding_window: int | None = (
+        None  # attend to the last `sliding_window` positions, itself included
+    )
 
 
 @dataclass(frozen=True)

@@ -18,14 +18,14 @@ def reference(query, cache, tables, lens, spec) -> np.ndarray:
     bs, kv_heads = cache.shape[3], cache.shape[2]
     out = np.zeros((s, heads, d))
     for i in range(s):
-        seen = range(max(0, lens[i] - (spec.window or lens[i])), lens[i])
+        seen = range(max(0, lens[i] - (spec.sliding_window or lens[i])), lens[i])
         keys = np.array([cache[tables[i][p // bs], 0, :, p % bs] for p in seen], np.float64)
         values = np.array([cache[tables[i][p // bs], 1, :, p % bs] for p in seen], np.float64)
         for h in range(heads):
             g = h // (heads // kv_heads)
             scores = keys[:, g] @ query[i, h].astype(np.float64) * spec.scale
-            if spec.softcap is not None:
-                scores = spec.softcap * np.tanh(scores / spec.softcap)
+            if spec.logits_soft_cap is not None:
+                scores = spec.logits_soft_cap * np.tanh(scores / spec.logits_soft_cap)
             p = np.exp(scores - scores.max())
             out[i, h] = (p / p.sum()) @ values[:, g]
     return out
