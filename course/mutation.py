@@ -86,7 +86,7 @@ def right_for(exercise_id: str) -> list[Mutant]:
     return [m for m in RIGHT if m.exercise == exercise_id]
 
 
-BINOPS = {
+OPERATORS = {  # binary (also in `x += ...`) and boolean
     ast.Add: ast.Sub,
     ast.Sub: ast.Add,
     ast.Mult: ast.Div,
@@ -98,19 +98,17 @@ BINOPS = {
     ast.Pow: ast.Mult,
     ast.LShift: ast.RShift,
     ast.RShift: ast.LShift,
+    ast.And: ast.Or,
+    ast.Or: ast.And,
 }
-CMPOPS = {
-    ast.Lt: ast.LtE,
-    ast.LtE: ast.Lt,
-    ast.Gt: ast.GtE,
-    ast.GtE: ast.Gt,
-    ast.Eq: ast.NotEq,
-    ast.NotEq: ast.Eq,
-    ast.Is: ast.IsNot,
-    ast.IsNot: ast.Is,
-    ast.In: ast.NotIn,
-    ast.NotIn: ast.In,
-}
+_CMP_PAIRS = (  # each comparison becomes the other one of its pair, both ways
+    (ast.Lt, ast.LtE),
+    (ast.Gt, ast.GtE),
+    (ast.Eq, ast.NotEq),
+    (ast.Is, ast.IsNot),
+    (ast.In, ast.NotIn),
+)
+CMPOPS = {a: b for x, y in _CMP_PAIRS for a, b in ((x, y), (y, x))}
 SYMBOL = {
     ast.Add: "+",
     ast.Sub: "-",
@@ -232,26 +230,10 @@ def _drop_unary(n) -> None:
 
 
 def _operator_points(node) -> list:
-    if isinstance(node, (ast.BinOp, ast.AugAssign)) and type(node.op) in BINOPS:
-        new = BINOPS[type(node.op)]
-        return [
-            (
-                node,
-                "operator",
-                f"{SYMBOL[type(node.op)]} -> {SYMBOL[new]}",
-                lambda n, new=new: setattr(n, "op", new()),
-            )
-        ]
-    if isinstance(node, ast.BoolOp):
-        new = ast.Or if isinstance(node.op, ast.And) else ast.And
-        return [
-            (
-                node,
-                "operator",
-                f"{SYMBOL[type(node.op)]} -> {SYMBOL[new]}",
-                lambda n, new=new: setattr(n, "op", new()),
-            )
-        ]
+    if isinstance(node, (ast.BinOp, ast.AugAssign, ast.BoolOp)) and type(node.op) in OPERATORS:
+        new = OPERATORS[type(node.op)]
+        change = f"{SYMBOL[type(node.op)]} -> {SYMBOL[new]}"
+        return [(node, "operator", change, lambda n, new=new: setattr(n, "op", new()))]
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Not, ast.Invert)):
         return [(node, "operator", f"unary {type(node.op).__name__} dropped", _drop_unary)]
     return []
