@@ -367,16 +367,16 @@ def alignment_sectors(out_dir: Path) -> list[Path]:
     left.set_xlabel("bytes from a 128-byte boundary (grey: 32-byte sectors fetched)")
     left.set_title("32 lanes x 4 B (fp32) starting at the offset", fontsize=10)
     width = 0.2
-    series = (  # (bytes per element, which extra, colour, label, number format)
-        (4, "warp_extra", SEQ_COLOURS[0], "fp32 warp load (128 B)", ".0f"),
-        (2, "warp_extra", SEQ_COLOURS[1], "fp16 warp load (64 B)", ".0f"),
-        (2, "tile_extra", SEQ_COLOURS[2], "fp16 whole K tile ({} B)", ".1f"),
+    series = (  # (bytes per element, the whole tile's extra?, colour, label, number format)
+        (4, False, SEQ_COLOURS[0], "fp32 warp load (128 B)", ".0f"),
+        (2, False, SEQ_COLOURS[1], "fp16 warp load (64 B)", ".0f"),
+        (2, True, SEQ_COLOURS[2], "fp16 whole K tile ({} B)", ".1f"),
     )
-    for j, (es, key, colour, label, fmt) in enumerate(series):
+    for j, (es, tile, colour, label, fmt) in enumerate(series):
         rows = sc.alignment_table(offsets, sc.Geometry(elem_bytes=es))
         bars = right.bar(
             [k + (j - 1) * width for k in range(len(offsets))],
-            [100 * r[key] for r in rows],
+            [100 * (r["tile_extra"] if tile else r["warp_extra"]) for r in rows],
             width,
             color=colour,
             label=label.format(rows[0]["tile_bytes"]),
