@@ -634,46 +634,29 @@ def _with_threads(spec: tuple) -> tuple:
 SPEC_SETS = {"kernels": kernel_specs, "ladder": ladder_specs, "head_dims": head_dim_specs}
 
 
+FLAGS = {  # the on/off options: flag -> its help
+    "--json": "print a JSON list instead of a table",
+    "--markdown": "print the README's decode/prefill table (report_format.py)",
+    "--kernels": "the kernels (the default unless --ladder or --head-dims is given)",
+    "--ladder": "the rungs of cuda_kernels.ladder instead of the kernels",
+    "--head-dims": "the tensor-core prefill at G=4 for every kind of head_dim instead of the "
+    "kernels",
+    "--compile-only": "only time each kernel's compile to PTX: JSON lines, first {planned: "
+    "[names]}, then one row per kernel and arch as each is done",
+    "--readme": "with --ladder: rewrite cuda_kernels/README.md's ladder table (sm_90 rows)",
+}
+
+
 def parser() -> argparse.ArgumentParser:
     """`python -m cuda_kernels.report`'s command line."""
     parser = argparse.ArgumentParser(
         prog="python -m cuda_kernels.report", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
-    parser.add_argument(
-        "--markdown",
-        action="store_true",
-        help="print the README's decode/prefill table (report_format.py)",
-    )
+    for flag, text in FLAGS.items():
+        parser.add_argument(flag, action="store_true", help=text)
     parser.add_argument("--arch", action="append", choices=ARCHS, help="repeatable; default: both")
     parser.add_argument("--ptx-dir", type=Path, help="also write each kernel's PTX here")
-    parser.add_argument(
-        "--kernels",
-        action="store_true",
-        help="the kernels (the default unless --ladder or --head-dims is given)",
-    )
-    parser.add_argument(
-        "--ladder",
-        action="store_true",
-        help="the rungs of cuda_kernels.ladder instead of the kernels",
-    )
-    parser.add_argument(
-        "--head-dims",
-        action="store_true",
-        help="the tensor-core prefill at G=4 for every kind of head_dim instead of the kernels",
-    )
-    parser.add_argument(
-        "--compile-only",
-        action="store_true",
-        help="only time each kernel's compile to PTX: JSON lines, first {planned: [names]}, "
-        "then one row per kernel and arch as each is done",
-    )
     parser.add_argument("--workers", type=int, help="compiling processes (default: CPUs, <= 4)")
-    parser.add_argument(
-        "--readme",
-        action="store_true",
-        help="with --ladder: rewrite cuda_kernels/README.md's ladder table (sm_90 rows)",
-    )
     return parser
 
 
