@@ -246,24 +246,15 @@ def bench_case(rng, case, dim, runs, timed, copy_gbs, dry, *, layouts=LAYOUTS) -
     roof_ms = common.time_ms(reads, runs, timed)
     made = _Rows.for_case(case, dim, copies, roof_ms, copy_gbs)
     rows = [made.row("read-only", "roofline", roof_ms)]
-    layouts_ = (
-        (
-            "paged",
-            [
-                common.DecodeCase(ck.BLOCK_MAJOR, c, c, query, table, lens, bs, kv_heads)
-                for c in paged
-            ],
-        ),
-        (
-            "contiguous",
-            [
-                common.DecodeCase(
-                    contiguous.CONTIGUOUS, c, c, query, flat_table, lens, context, kv_heads
-                )
-                for c in flat
-            ],
-        ),
-    )[: len(layouts)]
+    cases = {  # layout -> (loaders, caches, block table, block size)
+        "paged": (ck.BLOCK_MAJOR, paged, table, bs),
+        "contiguous": (contiguous.CONTIGUOUS, flat, flat_table, context),
+    }
+    layouts_ = [
+        (name, [common.DecodeCase(how, c, c, query, t, lens, b, kv_heads) for c in caches])
+        for name, (how, caches, t, b) in cases.items()
+        if name in layouts
+    ]
     checked: dict = {}
     for path in ["cuda_core"] + (["tensor"] if tc_supported(dtype, dim) is None else []):
         for mode in ("single", "split"):

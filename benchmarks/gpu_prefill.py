@@ -39,6 +39,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -83,24 +84,59 @@ def check_prefill(rng, heads, kv_heads, dim, dtype, dry, path="auto", out_dtype=
     return common.close(out.copy_to_host(), want, 1e-5 if dtype == "float32" else 4e-3)
 
 
+class Problem(NamedTuple):
+    """`case` on the device: K/V caches (enough rotated copies when timed), the query
+    [total_q, H, D] and the batch (each sequence's `new` tokens behind its cached prefix,
+    its blocks scattered over the pool), the K/V bytes and the FLOPs one launch does."""
+
+    caches: list
+    query: object
+    batch: prefill.PrefillBatch
+    kv_bytes: int
+    flops: int
+
+
+def problem(rng, case, dim: int, timed: bool) -> Problem:
+    batch, new, prefix, heads, kv_heads, dtype = case
+    per_seq = -(-(prefix + new) // BLOCK_SIZE)  # whole blocks per sequence
+    num_blocks = batch * per_seq
+    kv_bytes = 2 * batch * (prefix + new) * kv_heads * dim * np.dtype(dtype).itemsize
+    caches = [
+        common.filled(rng, (num_blocks, 2, kv_heads, BLOCK_SIZE, dim), dtype)
+        for _ in range(common.rotation(kv_bytes) if timed else 1)
+    ]
+    table = cuda.to_device(rng.permutation(num_blocks).reshape(batch, per_seq).astype(np.int32))
+    query = common.filled(rng, (batch * new, heads, dim), dtype)
+    lens = cuda.to_device(np.full(batch, prefix + new, np.int32))
+    starts = cuda.to_device(np.arange(batch + 1, dtype=np.int32) * new)
+    on_device = prefill.PrefillBatch(table, lens, starts, np.full(batch, new, np.int64))
+    attended = batch * (new * prefix + new * (new + 1) // 2)  # (query token, position) pairs
+    return Problem(caches, query, on_device, kv_bytes, 4 * dim * heads * attended)
+
+
+def launches(p: Problem, dim: int, out, path: str) -> list:
+    """One causal launch of `path` per cache copy, writing `out`."""
+    mask = checked(CAUSAL, dim)
+    return [prefill.launcher(c, p.query, p.batch, mask=mask, out=out, path=path) for c in p.caches]
+
+
+def timings(flops: int, ms) -> dict:
+    return {
+        "median_ms": ms,
+        "tflop_per_s": common.tflops(flops, ms),
+        "pct_of_tensor_peak": common.pct_of_tensor_peak(flops, ms),
+    }
+
+
 def prefill_rows(rng, case, dim: int, runs: int, timed: bool, dry: bool) -> list[dict]:
     batch, new, prefix, heads, kv_heads, dtype = case
-    ctx = prefix + new
-    num_blocks = batch * -(-ctx // BLOCK_SIZE)  # whole blocks per sequence
-    kv_bytes = 2 * batch * ctx * kv_heads * dim * np.dtype(dtype).itemsize
-    copies = common.rotation(kv_bytes) if timed else 1
-    caches = [
-        common.filled(rng, (num_blocks, 2, kv_heads, BLOCK_SIZE, dim), dtype) for _ in range(copies)
-    ]
-    query, on_device = _prefill_batch(rng, case, dim, num_blocks)
+    p = problem(rng, case, dim, timed)
     outs = {d: cuda.device_array((batch * new, heads, dim), d) for d in OUT_DTYPES}
-    attended = batch * (new * prefix + new * (new + 1) // 2)  # (query token, position) pairs
-    flops = 4 * dim * heads * attended
 
     def timed_path(path: str, out_dtype: str = "float32") -> dict:
         """Check `path` on the device, then time it: {path, path_ran, checked, ms, ...}."""
         try:
-            ran = prefill.choose_path(path, caches[0])
+            ran = prefill.choose_path(path, p.caches[0])
         except ValueError as why:  # "tensor" on a shape it cannot serve
             return {
                 "path": path,
@@ -110,26 +146,13 @@ def prefill_rows(rng, case, dim: int, runs: int, timed: bool, dry: bool) -> list
                 "median_ms": None,
             }
         ok = check_prefill(rng, heads, kv_heads, dim, dtype, dry, path, out_dtype)
-        launches = [
-            prefill.launcher(
-                c,
-                query,
-                on_device,
-                mask=checked(CAUSAL, dim),
-                out=outs[out_dtype],
-                path=path,
-            )
-            for c in caches
-        ]
-        ms = common.time_ms(launches, runs, timed) if ok else None
+        ms = common.time_ms(launches(p, dim, outs[out_dtype], path), runs, timed) if ok else None
         return {
             "path": path,
             "out_dtype": out_dtype,
             "path_ran": ran,
             "checked_on_device": ok,
-            "median_ms": ms,
-            "tflop_per_s": common.tflops(flops, ms),
-            "pct_of_tensor_peak": common.pct_of_tensor_peak(flops, ms),
+            **timings(p.flops, ms),
         }
 
     auto = timed_path("auto")
@@ -147,33 +170,21 @@ def prefill_rows(rng, case, dim: int, runs: int, timed: bool, dry: bool) -> list
             "head_dim": dim,
             "dtype": dtype,
             "block_size": BLOCK_SIZE,
-            "kv_bytes": kv_bytes,
-            "working_set_copies": copies,
-            "flop": flops,
+            "kv_bytes": p.kv_bytes,
+            "working_set_copies": len(p.caches),
+            "flop": p.flops,
             "checked_on_device": auto["checked_on_device"],
             "median_ms": ms,
             "path": "auto",
             "path_ran": auto["path_ran"],
             "tokens_per_s": batch * new / ms * 1e3 if ms else None,
-            "flop_per_s": flops / ms * 1e3 if ms else None,
+            "flop_per_s": p.flops / ms * 1e3 if ms else None,
             "fp16_out": half,
             "by_path": [auto, half]
-            + [timed_path(p) for p in PATHS]
-            + [wgmma_row(caches[0], case, dim, runs, timed, dry)],
+            + [timed_path(path) for path in PATHS]
+            + [wgmma_row(p.caches[0], case, dim, runs, timed, dry)],
         }
-    ] + common.prefill_peer_rows(case, dim, runs, timed, flops)
-
-
-def _prefill_batch(rng, case, dim: int, num_blocks: int):
-    """(query [total_q, H, D], the batch) of `case` on the device: every sequence's `new`
-    tokens behind its cached prefix, its blocks scattered over the pool."""
-    batch, new, prefix, heads, _, dtype = case
-    per_seq = num_blocks // batch
-    table = cuda.to_device(rng.permutation(num_blocks).reshape(batch, per_seq).astype(np.int32))
-    query = common.filled(rng, (batch * new, heads, dim), dtype)  # [total_q, H, D]
-    lens = cuda.to_device(np.full(batch, prefix + new, np.int32))
-    starts = cuda.to_device(np.arange(batch + 1, dtype=np.int32) * new)
-    return query, prefill.PrefillBatch(table, lens, starts, np.full(batch, new, np.int64))
+    ] + common.prefill_peer_rows(case, dim, runs, timed, p.flops)
 
 
 def wgmma_row(cache, case, dim: int, runs: int, timed: bool, dry: bool) -> dict:
@@ -209,36 +220,14 @@ def wgmma_row(cache, case, dim: int, runs: int, timed: bool, dry: bool) -> dict:
 def _wgmma_child(case, dim: int, runs: int, timed: bool, dry: bool) -> dict:
     """In the child: compare with the tensor path, check, then time path="wgmma"."""
     rng = np.random.default_rng(24)
-    batch, new, prefix, heads, kv_heads, dtype = case
-    ctx = prefix + new
-    per_seq = -(-ctx // BLOCK_SIZE)
-    num_blocks = batch * per_seq
-    kv_bytes = 2 * batch * ctx * kv_heads * dim * np.dtype(dtype).itemsize
-    caches = [
-        common.filled(rng, (num_blocks, 2, kv_heads, BLOCK_SIZE, dim), dtype)
-        for _ in range(common.rotation(kv_bytes) if timed else 1)
-    ]
-    table = cuda.to_device(rng.permutation(num_blocks).reshape(batch, per_seq).astype(np.int32))
-    query = common.filled(rng, (batch * new, heads, dim), dtype)
-    lens = cuda.to_device(np.full(batch, ctx, np.int32))
-    starts = cuda.to_device(np.arange(batch + 1, dtype=np.int32) * new)
+    batch, new, _, heads, kv_heads, dtype = case
+    p = problem(rng, case, dim, timed)
     outs = {
-        p: cuda.to_device(np.full((batch * new, heads, dim), np.nan, np.float32))
-        for p in ("tensor", "wgmma")
+        path: cuda.to_device(np.full((batch * new, heads, dim), np.nan, np.float32))
+        for path in ("tensor", "wgmma")
     }
-
-    def launch(path, c):
-        return prefill.launcher(
-            c,
-            query,
-            prefill.PrefillBatch(table, lens, starts, np.full(batch, new, np.int64)),
-            mask=checked(CAUSAL, dim),
-            out=outs[path],
-            path=path,
-        )
-
-    launch("tensor", caches[0])()
-    launch("wgmma", caches[0])()
+    launches(p, dim, outs["tensor"], "tensor")[0]()
+    launches(p, dim, outs["wgmma"], "wgmma")[0]()
     cuda.synchronize()
     want, got = outs["tensor"].copy_to_host(), outs["wgmma"].copy_to_host()
     diff = float(np.abs(got - want).max()) if np.isfinite(got).all() else float("inf")
@@ -265,15 +254,8 @@ def _wgmma_child(case, dim: int, runs: int, timed: bool, dry: bool) -> dict:
             if not agree
             else "differs from the float64 reference on the ragged check batch",
         }
-    attended = batch * (new * prefix + new * (new + 1) // 2)
-    flops = 4 * dim * heads * attended
-    ms = common.time_ms([launch("wgmma", c) for c in caches], runs, timed)
-    return {
-        **row,
-        "median_ms": ms,
-        "tflop_per_s": common.tflops(flops, ms),
-        "pct_of_tensor_peak": common.pct_of_tensor_peak(flops, ms),
-    }
+    ms = common.time_ms(launches(p, dim, outs["wgmma"], "wgmma"), runs, timed)
+    return {**row, **timings(p.flops, ms)}
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--wgmma-child"]:

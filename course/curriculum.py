@@ -68,19 +68,9 @@ def load(path: Path = CURRICULUM) -> list[Exercise]:
         missing = [f for f in FIELDS if f not in entry]
         if missing:
             raise ValueError(f"curriculum entry {i + 1} lacks {missing}")
-        out.append(
-            Exercise(
-                **{f: entry[f] for f in FIELDS[:5]},
-                checks=tuple(entry["checks"]),
-                marker=entry["marker"],
-                hint=entry["hint"],
-                hint_zh=entry.get("hint_zh", ""),
-                nudges=tuple(entry.get("nudges", ())),
-                nudges_zh=tuple(entry.get("nudges_zh", ())),
-                title_zh=entry.get("title_zh", ""),
-                weight=entry.get("weight", 1.0),
-            )
-        )
+        known = {k: v for k, v in entry.items() if k in Exercise.__dataclass_fields__}
+        lists = {k: tuple(known[k]) for k in ("checks", "nudges", "nudges_zh") if k in known}
+        out.append(Exercise(**{**known, **lists}))
     return out
 
 

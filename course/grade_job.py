@@ -217,9 +217,12 @@ class Users:
 
 
 def _hidden() -> list[Path]:
-    """The reference solutions and the mutant catalogue of this installation."""
+    """The reference solutions and the mutant catalogues of this installation."""
     answers = solutions_on_disk()
-    return [p.parent for p in answers] + [p.parent.parent / "mutants.toml" for p in answers[:1]]
+    chapter = [p.parent.parent for p in answers[:1]]
+    return [p.parent for p in answers] + [
+        c / name for c in chapter for name in ("mutants.toml", "equivalent_mutants.toml")
+    ]
 
 
 def _confined(job: Job, users: Users):

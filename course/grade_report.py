@@ -118,26 +118,16 @@ def csv_text(header, rows) -> str:
 
 def as_csv(results) -> str:
     weights = curriculum.weights()
-    return csv_text(
-        COLUMNS,
-        (
-            [
-                r.student,
-                r.exercise,
-                r.status,
-                r.passed,
-                r.total,
-                score(r, weights),
-                weights.get(r.exercise, 1.0),
-                r.seconds,
-                r.verified,
-                r.mode,
-                r.similar,
-                r.messages[0] if r.messages else "",
-            ]
-            for r in results
-        ),
-    )
+
+    def row(r) -> list:
+        made = {
+            "score": score(r, weights),
+            "weight": weights.get(r.exercise, 1.0),
+            "message": r.messages[0] if r.messages else "",
+        }
+        return [made[c] if c in made else getattr(r, c) for c in COLUMNS]
+
+    return csv_text(COLUMNS, map(row, results))
 
 
 def pairs_csv(pairs: dict) -> str:

@@ -30,14 +30,7 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     lang = i18n.set_lang(args.lang)
     exercises = curriculum.load()
-    try:
-        ex = (
-            curriculum.find(args.exercise, exercises)
-            if args.exercise
-            else progress.current(exercises)
-        )
-    except KeyError as e:
-        p.error(e.args[0])
+    ex = progress.named_or_current(p, args.exercise, exercises)
     if ex is None:
         n = len(exercises)
         print(i18n.say(f"all {n} exercises pass: no hint needed", f"{n} 个练习全部通过：无需提示"))

@@ -54,11 +54,6 @@ ZH = {
 }
 
 
-def detect() -> str:
-    """The environment's language, by the rule of pagedsim.text.lang (shared with tour and play)."""
-    return _lang.detect()
-
-
 def set_lang(lang: str | None) -> str:
     """Fix the language for this process and the checks it runs; None keeps the detected one."""
     if lang is not None and lang not in LANGS:
@@ -68,7 +63,8 @@ def set_lang(lang: str | None) -> str:
 
 
 def lang() -> str:
-    return detect()
+    """The environment's language, by the rule of pagedsim.text.lang (shared with tour and play)."""
+    return _lang.detect()
 
 
 def t(template: str, **kw) -> str:

@@ -28,6 +28,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 
 from . import curriculum, i18n
@@ -55,12 +56,9 @@ def _import_failure(e: BaseException, path: Path) -> ImportFailed:
     elif isinstance(e, SystemExit):
         what = i18n.t("your file called sys.exit({code}) while being imported", code=repr(e.code))
     else:
-        tb, line = e.__traceback__, None
-        while tb is not None:
-            if Path(tb.tb_frame.f_code.co_filename).resolve() == path:
-                line = tb.tb_lineno
-            tb = tb.tb_next
-        at = i18n.t(" (line {line} of your file)", line=line) if line else ""
+        frames = traceback.walk_tb(e.__traceback__)
+        lines = [n for f, n in frames if Path(f.f_code.co_filename).resolve() == path]
+        at = i18n.t(" (line {line} of your file)", line=lines[-1]) if lines else ""
         what = i18n.t(
             "importing your file raised {name}: {what}{at}", name=type(e).__name__, what=e, at=at
         )

@@ -37,6 +37,7 @@ REFUSED = "your code's process sent a message the grader refused to read: {why}"
 HIDE = (
     "course/ch03_kv_block/solutions",
     "course/ch03_kv_block/mutants.toml",
+    "course/ch03_kv_block/equivalent_mutants.toml",
 )  # never mounted in the sandbox
 
 

@@ -15,8 +15,9 @@ syntax tree at one point, of four kinds:
 
 Each mutant is unparsed (ast.unparse) to a temporary file and run against the
 exercise's checks, stopping at the first failure; a check that fails, errors or runs
-past the time limit *catches* it. EQUIVALENT lists the mutants that cannot change any
-observable behaviour, each with its reason: they are reported, not counted.
+past the time limit *catches* it. EQUIVALENT (ch03_kv_block/equivalent_mutants.toml) lists
+the mutants that cannot change any observable behaviour, each with its reason: they are
+reported, not counted.
 
     python -m course.mutation [ID ...] [--sample N] [--list] [--survivors]
     pagedsim check --mutants --generic [--sample N]
@@ -41,6 +42,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 CATALOGUE = Path(__file__).parent / "ch03_kv_block" / "mutants.toml"
+EQUIVALENTS = CATALOGUE.with_name("equivalent_mutants.toml")
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,7 @@ def right_for(exercise_id: str) -> list[Mutant]:
     return [m for m in RIGHT if m.exercise == exercise_id]
 
 
-BINOPS = {
+OPERATORS = {  # binary (also in `x += ...`) and boolean
     ast.Add: ast.Sub,
     ast.Sub: ast.Add,
     ast.Mult: ast.Div,
@@ -96,19 +98,17 @@ BINOPS = {
     ast.Pow: ast.Mult,
     ast.LShift: ast.RShift,
     ast.RShift: ast.LShift,
+    ast.And: ast.Or,
+    ast.Or: ast.And,
 }
-CMPOPS = {
-    ast.Lt: ast.LtE,
-    ast.LtE: ast.Lt,
-    ast.Gt: ast.GtE,
-    ast.GtE: ast.Gt,
-    ast.Eq: ast.NotEq,
-    ast.NotEq: ast.Eq,
-    ast.Is: ast.IsNot,
-    ast.IsNot: ast.Is,
-    ast.In: ast.NotIn,
-    ast.NotIn: ast.In,
-}
+_CMP_PAIRS = (  # each comparison becomes the other one of its pair, both ways
+    (ast.Lt, ast.LtE),
+    (ast.Gt, ast.GtE),
+    (ast.Eq, ast.NotEq),
+    (ast.Is, ast.IsNot),
+    (ast.In, ast.NotIn),
+)
+CMPOPS = {a: b for x, y in _CMP_PAIRS for a, b in ((x, y), (y, x))}
 SYMBOL = {
     ast.Add: "+",
     ast.Sub: "-",
@@ -135,233 +135,15 @@ SYMBOL = {
     ast.Or: "or",
 }
 
-# (exercise, mutant key) -> why no check can tell it from the solution. The key is
-# "<kind>: <source line, stripped> :: <change>", as `--list` prints it.
-_FIGSIZE = (
-    "new_axes's figure size in inches (given code): every artist sits in data coordinates "
-    "on an equal-aspect axes, so another size scales the same diagram; the checks pin "
-    "where things are, not inches"
-)
-_COSMETIC = (
-    "appearance only (font size, line width, arrow curvature or shrink, title wrapping, PNG dpi): "
-    "the diagram shows the same blocks, counts, arrows and free list"
-)
-_SAME_Y = (
-    "the argument changed is the table column, and only the row's y coordinate ([1]) is used: "
-    "same value"
-)
-_COUNT_IN_BOX = (
-    "the count label moves from 0.1 below the centre to 0.1 above it: still inside its square, "
-    "below the id"
-)
-_NEVER_READ = (
-    "pop_blocks fills `out` with a sentinel that every thread overwrites (one thread "
-    "per entry), so its value is never observed"
-)
-EQUIVALENT: dict[tuple[str, str], str] = {
-    (
-        "3.6",
-        "operator in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * "
-        "max(len(snapshot.sequences), 1) + 2 :: + -> - [1]",
-    ): _FIGSIZE,
-    (
-        "3.6",
-        "constant in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * "
-        "max(len(snapshot.sequences), 1) + 2 :: 2 -> 3",
-    ): _FIGSIZE,
-    (
-        "3.6",
-        "operator in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * "
-        "max(len(snapshot.sequences), 1) + 2 :: unary USub dropped [1]",
-    ): _FIGSIZE,
-    (
-        "3.6",
-        "operator in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * "
-        "max(len(snapshot.sequences), 1) + 2 :: * -> /",
-    ): _FIGSIZE,
-    (
-        "3.6",
-        "operator in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * "
-        "max(len(snapshot.sequences), 1) + 2 :: // -> /",
-    ): _FIGSIZE,
-    (
-        "3.6",
-        "constant in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * "
-        "max(len(snapshot.sequences), 1) + 2 :: 1.3 -> 2.3",
-    ): _FIGSIZE,
-    (
-        "3.6",
-        "operator in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows "
-        "+ 0.5)) :: + -> - [1]",
-    ): _FIGSIZE,
-    (
-        "3.6",
-        "operator in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows "
-        "+ 0.5)) :: + -> - [2]",
-    ): _FIGSIZE,
-    (
-        "3.6",
-        "operator in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * "
-        "max(len(snapshot.sequences), 1) + 2 :: unary USub dropped [2]",
-    ): _FIGSIZE,
-    (
-        "3.6",
-        "constant in new_axes: rows = -(-snapshot.num_blocks // PER_ROW) + 1.3 * "
-        "max(len(snapshot.sequences), 1) + 2 :: 1 -> 2",
-    ): _FIGSIZE,
-    (
-        "3.6",
-        "operator in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows "
-        "+ 0.5)) :: * -> / [1]",
-    ): _FIGSIZE,
-    (
-        "3.6",
-        "constant in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows "
-        "+ 0.5)) :: 2.5 -> 3.5",
-    ): _FIGSIZE,
-    (
-        "3.6",
-        "constant in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows "
-        "+ 0.5)) :: 0.5 -> 1.5",
-    ): _FIGSIZE,
-    (
-        "3.6",
-        "constant in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows "
-        "+ 0.5)) :: 1.0 -> 2.0",
-    ): _FIGSIZE,
-    (
-        "3.6",
-        "constant in new_axes: fig, ax = plt.subplots(figsize=(1.0 * PER_ROW + 2.5, 0.8 * rows "
-        "+ 0.5)) :: 0.8 -> 1.8",
-    ): _FIGSIZE,
-    (
-        "3.6",
-        'constant in draw_flow: ax.text(x, y + 0.28, f"#{b}", ha="center", va="center", '
-        "fontsize=7) :: 7 -> 8",
-    ): _COSMETIC,
-    (
-        "3.6",
-        'constant in draw_trace: ax.set_title(f"step {snap.step}: {caption(snap)}", fontsize=8, '
-        "wrap=True) :: 8 -> 9",
-    ): _COSMETIC,
-    (
-        "3.6",
-        'constant in draw_trace: ax.set_title(f"step {snap.step}: {caption(snap)}", fontsize=8, '
-        "wrap=True) :: True -> False",
-    ): _COSMETIC,
-    (
-        "3.6",
-        'constant in draw_trace: fig.savefig(paths[-1], dpi=80, bbox_inches="tight") :: 80 -> 81',
-    ): _COSMETIC,
-    (
-        "3.6",
-        'constant in draw_flow: arrowprops=dict(arrowstyle="->", color="#555555", lw=0.8, '
-        ":: 0.8 -> 1.8",
-    ): _COSMETIC,
-    (
-        "3.6",
-        "constant in draw_flow: shrinkA=8, shrinkB=8, :: 8 -> 9 [1]",
-    ): _COSMETIC,
-    (
-        "3.6",
-        "constant in draw_flow: shrinkA=8, shrinkB=8, :: 8 -> 9 [2]",
-    ): _COSMETIC,
-    (
-        "3.6",
-        'operator in draw_flow: connectionstyle=f"arc3,rad={0.15 + 0.1 * row}")) :: + -> -',
-    ): _COSMETIC,
-    (
-        "3.6",
-        'constant in draw_flow: connectionstyle=f"arc3,rad={0.15 + 0.1 * row}")) :: 0.15 -> 1.15',
-    ): _COSMETIC,
-    (
-        "3.6",
-        'constant in draw_flow: connectionstyle=f"arc3,rad={0.15 + 0.1 * row}")) :: 0.1 -> 1.1',
-    ): _COSMETIC,
-    (
-        "3.6",
-        "constant in draw_flow: bottom = table_xy(len(snapshot.sequences), 0, n)[1] :: 0 -> 1",
-    ): _SAME_Y,
-    (
-        "3.6",
-        'constant in draw_flow: ax.text(-0.7, table_xy(row, 0, n)[1], f"seq {seq.seq_id}", '
-        'ha="right", va="center") :: 0 -> 1',
-    ): _SAME_Y,
-    (
-        "3.6",
-        'operator in draw_flow: ax.text(x, y - 0.1, str(count), ha="center", va="center", '
-        'gid=f"count-{b}") :: - -> +',
-    ): _COUNT_IN_BOX,
-    (
-        "3.7",
-        "operator in pop_blocks: out = np.full(num_threads, -2, np.int32)  # -2: a thread that "
-        "never wrote :: unary USub dropped",
-    ): _NEVER_READ,
-    (
-        "3.7",
-        "constant in pop_blocks: out = np.full(num_threads, -2, np.int32)  # -2: a thread that "
-        "never wrote :: 2 -> 3",
-    ): _NEVER_READ,
-    (
-        "3.1",
-        "statement in allocate: return None :: deleted",
-    ): "allocate's last line; without it the function falls off its end and returns None all the "
-    "same",
-    (
-        "3.1",
-        "comparison in free: while i < len(self.holes) and self.holes[i][0] < start: :: "
-        "self.holes[i][0] < start: < -> <=",
-    ): "a freed range never starts where a hole starts (free space and a live range are "
-    "disjoint), so holes[i][0] == start never happens on valid input",
-    (
-        "3.1",
-        "comparison in free: if i > 0 and self.holes[i - 1][0] + self.holes[i - 1][1] == "
-        "start:  # touches the left hole :: i > 0: > -> >=",
-    ): "with i == 0 every hole starts after the freed range, so holes[-1] (the last hole, or the "
-    "range itself) never ends exactly at its start: the merge test is false either way",
-    (
-        "3.4a",
-        "statement in _check: return b :: deleted",
-    ): "_check's return value is never used: every caller calls it for the PoolError only",
-    (
-        "3.4a",
-        "comparison in free_list: while b != self.tail and len(out) <= self.num_blocks: :: "
-        "len(out) <= self.num_blocks: <= -> <",
-    ): "the length guard only stops a walk of a corrupted (looping) list; on a valid list the "
-    "tail ends the walk after at most num_blocks entries either way",
-    (
-        "3.4a",
-        "constant in __init__: self.next = [0] * (num_blocks + 2)  # [num_blocks + 2] next "
-        "node on the free list :: 2 -> 3",
-    ): "one unused extra node at the end: no pointer ever names it",
-    (
-        "3.4a",
-        "constant in __init__: self.prev = [0] * (num_blocks + 2)  # [num_blocks + 2] "
-        "previous node on the free list :: 0 -> 1",
-    ): "every prev entry is written (by _push or the sentinel lines) before it is read",
-    (
-        "3.4a",
-        "constant in __init__: self.next = [0] * (num_blocks + 2)  # [num_blocks + 2] next "
-        "node on the free list :: 0 -> 1",
-    ): "every next entry is written (by _push or the sentinel lines) before it is read",
-    (
-        "3.4a",
-        "constant in __init__: self.prev = [0] * (num_blocks + 2)  # [num_blocks + 2] "
-        "previous node on the free list :: 2 -> 3",
-    ): "one unused extra node at the end: no pointer ever names it",
-    (
-        "3.4a",
-        "statement in __init__: self.prev[self.head], self.next[self.tail] = self.head, "
-        "self.tail :: deleted",
-    ): "prev[head] and next[tail] point out of the list and are never read: walks follow next "
-    "from the head and stop at the tail, and _unlink/_push read the links of blocks and "
-    "next[head] only",
-    (
-        "3.7",
-        "constant in pop_blocks: pop_kernel[1, num_threads](stack, top, out) :: 1 -> 2",
-    ): "a second block of threads has i >= out.shape[0] for every thread, so the kernel's guard "
-    "makes it do nothing: same outputs, same top",
-}
+
+def _equivalent() -> dict[tuple[str, str], str]:
+    """(exercise, mutant key) -> why no check can tell it from the solution
+    (ch03_kv_block/equivalent_mutants.toml)."""
+    table = tomllib.loads(EQUIVALENTS.read_text(encoding="utf-8"))
+    return {(r["exercise"], r["key"]): table["reasons"][r["why"]] for r in table["equivalent"]}
+
+
+EQUIVALENT = _equivalent()
 
 
 @dataclass(frozen=True)
@@ -448,26 +230,10 @@ def _drop_unary(n) -> None:
 
 
 def _operator_points(node) -> list:
-    if isinstance(node, (ast.BinOp, ast.AugAssign)) and type(node.op) in BINOPS:
-        new = BINOPS[type(node.op)]
-        return [
-            (
-                node,
-                "operator",
-                f"{SYMBOL[type(node.op)]} -> {SYMBOL[new]}",
-                lambda n, new=new: setattr(n, "op", new()),
-            )
-        ]
-    if isinstance(node, ast.BoolOp):
-        new = ast.Or if isinstance(node.op, ast.And) else ast.And
-        return [
-            (
-                node,
-                "operator",
-                f"{SYMBOL[type(node.op)]} -> {SYMBOL[new]}",
-                lambda n, new=new: setattr(n, "op", new()),
-            )
-        ]
+    if isinstance(node, (ast.BinOp, ast.AugAssign, ast.BoolOp)) and type(node.op) in OPERATORS:
+        new = OPERATORS[type(node.op)]
+        change = f"{SYMBOL[type(node.op)]} -> {SYMBOL[new]}"
+        return [(node, "operator", change, lambda n, new=new: setattr(n, "op", new()))]
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Not, ast.Invert)):
         return [(node, "operator", f"unary {type(node.op).__name__} dropped", _drop_unary)]
     return []

@@ -139,3 +139,12 @@ def current(exercises):
     where = folder()
     data = load(where)
     return next((ex for ex in exercises if state(ex, data, where) != "pass"), None)
+
+
+def named_or_current(p, exercise_id: str | None, exercises):
+    """The exercise named on `p`'s command line, else the one the student is on (`current`);
+    an unknown id is a usage error of `p`."""
+    try:
+        return curriculum.find(exercise_id, exercises) if exercise_id else current(exercises)
+    except KeyError as e:
+        p.error(e.args[0])

@@ -251,22 +251,19 @@ def _describe(item, excinfo, impl: Path) -> Failure:
     # an ExceptionGroup
     while isinstance(getattr(exc, "exceptions", None), tuple) and exc.exceptions:
         exc = exc.exceptions[0]
-    chain, seen = exc, set()
-    while chain is not None and id(chain) not in seen:  # NotImplementedError may be wrapped
-        seen.add(id(chain))
-        if isinstance(chain, NotImplementedError):
-            tb, where = chain.__traceback__, []
-            while tb is not None:
-                if Path(tb.tb_frame.f_code.co_filename).resolve() == impl:
-                    where.append(tb.tb_frame.f_code.co_name)
-                tb = tb.tb_next
-            # the simulator's prefix
-            what = re.sub(r"^tid=\[.*?\] ctaid=\[.*?\]: ", "", _first_line(str(chain)))
-            what = what or (where[-1] if where else i18n.t("a function"))
-            return Failure(
-                item.name, i18n.t("not implemented yet: {what}", what=what), "not_implemented"
-            )
-        chain = chain.__cause__ or chain.__context__
+    stub = _in_chain(exc, NotImplementedError)  # it may be wrapped
+    if stub is not None:
+        tb, where = stub.__traceback__, []
+        while tb is not None:
+            if Path(tb.tb_frame.f_code.co_filename).resolve() == impl:
+                where.append(tb.tb_frame.f_code.co_name)
+            tb = tb.tb_next
+        # the simulator's prefix
+        what = re.sub(r"^tid=\[.*?\] ctaid=\[.*?\]: ", "", _first_line(str(stub)))
+        what = what or (where[-1] if where else i18n.t("a function"))
+        return Failure(
+            item.name, i18n.t("not implemented yet: {what}", what=what), "not_implemented"
+        )
     if isinstance(exc, CheckTimeout):
         return Failure(item.name, f"{doc}: {exc}", "timeout")
     if isinstance(exc, ImportTimeout):
@@ -298,13 +295,11 @@ def _describe(item, excinfo, impl: Path) -> Failure:
     )
 
 
-def _unregistered(exc: BaseException) -> BaseException | None:
-    """The check's own hand-over of an object that is no capability
-    (pagedsim/testing/remote_caps.py), if that is what failed, wherever in the cause chain it
-    is."""
+def _in_chain(exc: BaseException | None, cls: type[BaseException]) -> BaseException | None:
+    """The first `cls` in `exc`'s chain of causes and contexts, if any."""
     seen = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, Unregistered):
+        if isinstance(exc, cls):
             return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
@@ -326,9 +321,9 @@ class _Collector:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
         rep = (yield).get_result()
-        if rep.failed and call.excinfo is not None and _unregistered(call.excinfo.value):
+        if rep.failed and call.excinfo is not None and _in_chain(call.excinfo.value, Unregistered):
             self.outcome.error = self.outcome.error or (  # a bug in the checks, not the file
-                f"{item.name}: {_first_line(str(_unregistered(call.excinfo.value)))}"
+                f"{item.name}: {_first_line(str(_in_chain(call.excinfo.value, Unregistered)))}"
             )
         elif rep.failed and call.excinfo is not None:
             self.outcome.failures.append(_describe(item, call.excinfo, self.outcome.impl))

@@ -92,14 +92,7 @@ def main(argv: list[str]) -> int:
     if args.interval <= 0 or (args.iterations is not None and args.iterations < 1):
         p.error("--interval must be > 0 and --iterations at least 1")
     exercises = curriculum.load()
-    try:
-        ex = (
-            curriculum.find(args.exercise, exercises)
-            if args.exercise
-            else progress.current(exercises)
-        )
-    except KeyError as e:
-        p.error(e.args[0])
+    ex = progress.named_or_current(p, args.exercise, exercises)
     if ex is None:
         print(f"all {len(exercises)} exercises pass: well done")
         return 0

@@ -28,15 +28,16 @@ DEFAULT = "pagedsim-work"
 MARKER = ".pagedsim-workspace"
 
 
+def _places(folder: Path, name: str) -> list[Path]:
+    """Where a workspace in `folder` keeps the file `name`: the folder itself when it is a
+    workspace, then the default workspace under it."""
+    return ([folder / name] if (folder / MARKER).is_file() else []) + [folder / DEFAULT / name]
+
+
 def candidates(ex: curriculum.Exercise) -> list[Path]:
     name = Path(ex.stub).name
-    out = []
-    if os.environ.get("PAGEDSIM_WORKSPACE"):
-        out.append(Path(os.environ["PAGEDSIM_WORKSPACE"]) / name)
-    if (Path.cwd() / MARKER).is_file():
-        out.append(Path.cwd() / name)
-    out.append(Path.cwd() / DEFAULT / name)
-    return out
+    named = os.environ.get("PAGEDSIM_WORKSPACE")
+    return ([Path(named) / name] if named else []) + _places(Path.cwd(), name)
 
 
 def find(ex: curriculum.Exercise) -> Path | None:
@@ -48,18 +49,9 @@ def find_upwards(ex: curriculum.Exercise, start: Path | None = None) -> Path | N
     """`find`, then the same places in every folder above the current one: a notebook's kernel
     runs in the notebook's own folder (course/ch03_kv_block/notebooks), while the student made
     the workspace at the repository root as the README says."""
-    found = find(ex)
-    if found is not None:
-        return found
-    name = Path(ex.stub).name
-    for folder in Path(start or Path.cwd()).resolve().parents:
-        for p in (
-            (folder / name) if (folder / MARKER).is_file() else None,
-            folder / DEFAULT / name,
-        ):
-            if p is not None and p.is_file():
-                return p
-    return None
+    name, above = Path(ex.stub).name, Path(start or Path.cwd()).resolve().parents
+    places = (p for folder in above for p in _places(folder, name))
+    return find(ex) or next((p for p in places if p.is_file()), None)
 
 
 def create(folder: Path, exercises=None) -> tuple[list[Path], list[Path]]:

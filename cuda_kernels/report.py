@@ -179,49 +179,17 @@ def _prefill_specs() -> list:
     from .layout import BLOCK_MAJOR
     from .prefill import make_prefill_kernel  # (NT=128, T, QT) as on a GPU
 
-    i32, f32c3 = t.Array(t.int32, 1, "C"), t.Array(t.float32, 3, "C")
     specs = []
-    for dtype, group, head_dim, tile, cache in (
-        (t.float16, 8, 128, 32, t.Array(t.float16, 5, "C")),
-        (t.float16, 1, 128, 32, t.Array(t.float16, 5, "C")),
-        (t.float32, 4, 80, 32, t.Array(t.float32, 5, "C")),
-    ):
+    for dtype, group, head_dim in ((t.float16, 8, 128), (t.float16, 1, 128), (t.float32, 4, 80)):
         kern = make_prefill_kernel(
-            head_dim,
-            group,
-            128,
-            tile,
-            max(1, 16 // group),
-            loaders=BLOCK_MAJOR,
-            dtype=np.dtype(dtype.name),
+            head_dim, group, 128, 32, max(1, 16 // group), BLOCK_MAJOR, np.dtype(dtype.name)
         )
-        ints = (t.int32, t.float32, t.int32, t.int32, t.int32)
-        sig = (
-            cache,
-            t.Array(dtype, 3, "C"),
-            t.Array(t.int32, 2, "C"),
-            i32,
-            i32,
-            i32,
-            i32,
-            *ints,
-            f32c3,
-        )
-        specs.append(
-            (f"paged_prefill[{dtype.name},G={group},D={head_dim}]", kern.py_func, sig, 128)
-        )
+        name = f"paged_prefill[{dtype.name},G={group},D={head_dim}]"
+        specs.append((name, kern.py_func, prefill_sig(dtype), 128))
     specs += [prefill_tc_spec(group, head_dim) for group, head_dim in PREFILL_TC_CASES]
     wgmma = make_prefill_wgmma_kernel(128, 8, 64, 16).py_func
-    specs.append(
-        (
-            "paged_prefill_wgmma[float16,G=8,D=128]",
-            wgmma,
-            prefill_tc_sig(),
-            128,
-            {"sm_90": "sm_90a"},
-        )
-    )
-    return specs
+    name = "paged_prefill_wgmma[float16,G=8,D=128]"
+    return [*specs, (name, wgmma, prefill_sig(), 128, {"sm_90": "sm_90a"})]
 
 
 # (G, head_dim) of the report's tensor-core prefill rows; the head-dim sweep adds G = 4 at
@@ -230,24 +198,20 @@ PREFILL_TC_CASES = ((8, 128), (1, 128), (8, 256), (4, 80))
 HEAD_DIMS = (16, 64, 80, 128, 192, 208, 256)
 
 
-def prefill_tc_sig() -> tuple:
-    """numba types of the paged prefill kernels' arguments (float16 cache)."""
+def prefill_sig(dtype=None) -> tuple:
+    """numba types of the paged prefill kernels' arguments: cache and query of `dtype`
+    (default float16), block_tables, context_lens, query_start_loc, work_seq, work_first,
+    block_size, scale, causal, window, sinks, and the float32 out."""
     from numba import types as t
 
+    dtype = t.float16 if dtype is None else dtype
     i32 = t.Array(t.int32, 1, "C")
+    ints = (i32, i32, i32, i32, t.int32, t.float32, t.int32, t.int32, t.int32)
     return (
-        t.Array(t.float16, 5, "C"),
-        t.Array(t.float16, 3, "C"),
+        t.Array(dtype, 5, "C"),
+        t.Array(dtype, 3, "C"),
         t.Array(t.int32, 2, "C"),
-        i32,
-        i32,
-        i32,
-        i32,
-        t.int32,
-        t.float32,
-        t.int32,
-        t.int32,
-        t.int32,
+        *ints,
         t.Array(t.float32, 3, "C"),
     )
 
@@ -259,7 +223,7 @@ def prefill_tc_spec(group: int, head_dim: int) -> tuple:
     warps, tile, q_regs, o_split = launch_config(head_dim)
     kern = make_prefill_tc_kernel(head_dim, group, warps, tile, 16, q_regs, o_split)
     name = f"paged_prefill_tc[float16,G={group},D={head_dim}]"
-    return (name, kern.py_func, prefill_tc_sig(), 32 * warps)
+    return (name, kern.py_func, prefill_sig(), 32 * warps)
 
 
 def head_dim_specs():
@@ -670,46 +634,29 @@ def _with_threads(spec: tuple) -> tuple:
 SPEC_SETS = {"kernels": kernel_specs, "ladder": ladder_specs, "head_dims": head_dim_specs}
 
 
+FLAGS = {  # the on/off options: flag -> its help
+    "--json": "print a JSON list instead of a table",
+    "--markdown": "print the README's decode/prefill table (report_format.py)",
+    "--kernels": "the kernels (the default unless --ladder or --head-dims is given)",
+    "--ladder": "the rungs of cuda_kernels.ladder instead of the kernels",
+    "--head-dims": "the tensor-core prefill at G=4 for every kind of head_dim instead of the "
+    "kernels",
+    "--compile-only": "only time each kernel's compile to PTX: JSON lines, first {planned: "
+    "[names]}, then one row per kernel and arch as each is done",
+    "--readme": "with --ladder: rewrite cuda_kernels/README.md's ladder table (sm_90 rows)",
+}
+
+
 def parser() -> argparse.ArgumentParser:
     """`python -m cuda_kernels.report`'s command line."""
     parser = argparse.ArgumentParser(
         prog="python -m cuda_kernels.report", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
-    parser.add_argument(
-        "--markdown",
-        action="store_true",
-        help="print the README's decode/prefill table (report_format.py)",
-    )
+    for flag, text in FLAGS.items():
+        parser.add_argument(flag, action="store_true", help=text)
     parser.add_argument("--arch", action="append", choices=ARCHS, help="repeatable; default: both")
     parser.add_argument("--ptx-dir", type=Path, help="also write each kernel's PTX here")
-    parser.add_argument(
-        "--kernels",
-        action="store_true",
-        help="the kernels (the default unless --ladder or --head-dims is given)",
-    )
-    parser.add_argument(
-        "--ladder",
-        action="store_true",
-        help="the rungs of cuda_kernels.ladder instead of the kernels",
-    )
-    parser.add_argument(
-        "--head-dims",
-        action="store_true",
-        help="the tensor-core prefill at G=4 for every kind of head_dim instead of the kernels",
-    )
-    parser.add_argument(
-        "--compile-only",
-        action="store_true",
-        help="only time each kernel's compile to PTX: JSON lines, first {planned: [names]}, "
-        "then one row per kernel and arch as each is done",
-    )
     parser.add_argument("--workers", type=int, help="compiling processes (default: CPUs, <= 4)")
-    parser.add_argument(
-        "--readme",
-        action="store_true",
-        help="with --ladder: rewrite cuda_kernels/README.md's ladder table (sm_90 rows)",
-    )
     return parser
 
 

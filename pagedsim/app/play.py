@@ -78,8 +78,7 @@ class Playground:
         self.mistakes = 0
 
     def say(self, text: str) -> None:
-        lines = (printable(line) for line in text.split("\n"))
-        print("\n".join(o for line in lines for o in wrap(line, self.width)), file=self.out)
+        echo(text, self.width, self.out)
 
     def show(self) -> None:
         s = self.session
@@ -136,6 +135,12 @@ class Playground:
                 break
             if prompt:
                 print(prompt, end="", file=self.out, flush=True)
+
+
+def echo(text: str, width: int, out: TextIO | None = None) -> None:
+    """Print `text` made printable (`printable`) and wrapped at `width`, line by line."""
+    lines = (printable(line) for line in text.split("\n"))
+    print("\n".join(o for line in lines for o in wrap(line, width)), file=out or sys.stdout)
 
 
 def printable(text: object) -> str:
@@ -323,22 +328,7 @@ def _draw_trace(args: argparse.Namespace, p: argparse.ArgumentParser, width: int
     except (OSError, ValueError) as e:
         p.error(f"--trace: {printable(e)}")
     for s in snaps:
-        print(
-            "\n".join(
-                wrap(
-                    printable(
-                        t(
-                            "step {k}: {caption}",
-                            lang,
-                            view_zh.ZH,
-                            k=s.step,
-                            caption=caption(s, lang),
-                        )
-                    ),
-                    width,
-                )
-            )
-        )
+        echo(t("step {k}: {caption}", lang, view_zh.ZH, k=s.step, caption=caption(s, lang)), width)
         text = tour.format_snapshot(s, width=width, lang=lang)
         print("\n".join(printable(line) for line in text.split("\n")))
     if args.draw:
@@ -379,8 +369,7 @@ def _draw_events(
         p.error(f"--events: {printable(e)}")
     assert batches is not None  # p.error exits
     for step in data["steps"][1:]:
-        notes = "".join(f" [{n}]" for n in step["kv"]["notes"])
-        print("\n".join(wrap(printable(step["c"] + notes), width)))
+        echo(step["c"] + "".join(f" [{n}]" for n in step["kv"]["notes"]), width)
     if args.draw:
         events = [e for b in batches for e in b.events]
         frames = shown_frames(len(events), SHOWN_EVENTS)

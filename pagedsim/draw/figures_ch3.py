@@ -11,7 +11,6 @@ from pathlib import Path
 
 from . import anatomy, flow, fragmentation, kernel_cost, scenario, style, tradeoff
 from .animate import write_gif
-from .scenario import key_frames  # noqa: F401 -- part of this module's interface
 
 
 def tour_snapshots() -> list:

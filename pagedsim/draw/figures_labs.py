@@ -367,30 +367,25 @@ def alignment_sectors(out_dir: Path) -> list[Path]:
     left.set_xlabel("bytes from a 128-byte boundary (grey: 32-byte sectors fetched)")
     left.set_title("32 lanes x 4 B (fp32) starting at the offset", fontsize=10)
     width = 0.2
-    for j, (es, label) in enumerate([(4, "fp32 warp load (128 B)"), (2, "fp16 warp load (64 B)")]):
+    series = (  # (bytes per element, the whole tile's extra?, colour, label, number format)
+        (4, False, SEQ_COLOURS[0], "fp32 warp load (128 B)", ".0f"),
+        (2, False, SEQ_COLOURS[1], "fp16 warp load (64 B)", ".0f"),
+        (2, True, SEQ_COLOURS[2], "fp16 whole K tile ({} B)", ".1f"),
+    )
+    for j, (es, tile, colour, label, fmt) in enumerate(series):
         rows = sc.alignment_table(offsets, sc.Geometry(elem_bytes=es))
-        xs = [k + (j - 1) * width for k in range(len(offsets))]
         bars = right.bar(
-            xs,
-            [100 * r["warp_extra"] for r in rows],
+            [k + (j - 1) * width for k in range(len(offsets))],
+            [100 * (r["tile_extra"] if tile else r["warp_extra"]) for r in rows],
             width,
-            color=SEQ_COLOURS[j],
-            label=label,
+            color=colour,
+            label=label.format(rows[0]["tile_bytes"]),
             edgecolor=INK,
             linewidth=0.8,
         )  # a 0 bar: a dark line at 0
-        right.bar_label(bars, fmt=lambda v: f"{v:.0f}%" if v else "0", fontsize=9, gid="bar-label")
-    rows = sc.alignment_table(offsets, sc.Geometry(elem_bytes=2))
-    bars = right.bar(
-        [k + width for k in range(len(offsets))],
-        [100 * r["tile_extra"] for r in rows],
-        width,
-        color=SEQ_COLOURS[2],
-        edgecolor=INK,
-        linewidth=0.8,
-        label=f"fp16 whole K tile ({rows[0]['tile_bytes']} B)",
-    )
-    right.bar_label(bars, fmt=lambda v: f"{v:.1f}%" if v else "0", fontsize=9, gid="bar-label")
+        right.bar_label(
+            bars, fmt=lambda v, f=fmt: f"{v:{f}}%" if v else "0", fontsize=9, gid="bar-label"
+        )
     right.set_xticks(range(len(offsets)), [f"+{o}" for o in offsets])
     right.set_xlabel("block start offset (bytes)")
     right.set_ylabel("extra sectors (%)")

@@ -35,6 +35,7 @@ from matplotlib.text import Text
 from .. import palette
 from ..text.captions import caption
 from ..trace import SequenceAdded, SequenceForked, SequenceFreed
+from ..view.diffs import touched_blocks  # the blocks a step's events name
 from . import style
 
 MAX_SEQS = 8  # table rows drawn; with more sequences the last row summarises the rest
@@ -262,17 +263,6 @@ def describe_artists(fig) -> list[tuple]:
 
 def _r(values) -> tuple:
     return tuple(round(float(v), 6) for v in values)
-
-
-def touched_blocks(snap) -> list[int]:
-    """Blocks named by this step's events (allocated, shared, released, copied), in order."""
-    out = []
-    for e in snap.events:
-        for name in ("block", "src", "dst"):
-            b = getattr(e, name, None)
-            if isinstance(b, int) and 0 <= b < snap.num_blocks and b not in out:
-                out.append(b)
-    return out
 
 
 def block_xy(layout: Layout, b: int) -> tuple[float, float]:

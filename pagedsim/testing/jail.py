@@ -235,27 +235,23 @@ def bwrap() -> str | None:
     """The bubblewrap executable, if it is installed and works here (probed once)."""
     global _PROBED
     if _PROBED is None:
-        exe = shutil.which("bwrap")
-        ok = False
-        if exe:
-            import subprocess
-
-            try:
-                ok = (
-                    subprocess.run(
-                        [exe, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
-                        capture_output=True,
-                        timeout=20,
-                    ).returncode
-                    == 0
-                )
-            except (OSError, subprocess.SubprocessError):
-                ok = False
-        _PROBED = exe if ok else ""
+        exe = shutil.which("bwrap") or ""
+        probe = [exe, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"]
+        _PROBED = exe if exe and _succeeds(probe, 20) else ""
     return _PROBED or None
 
 
 _PROBED: str | None = None
+
+
+def _succeeds(argv: list[str], timeout: float, **popen: Any) -> bool:
+    """Whether `argv` runs and exits 0 within `timeout` seconds (its output discarded)."""
+    import subprocess
+
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=timeout, **popen).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
 def _bind(flag: str, path: str) -> list[str]:
@@ -553,7 +549,6 @@ def can_run_as_user(sandbox: bool) -> bool:
     if sandbox not in _USER_PROBED:
         ok = os.geteuid() == 0
         if ok:
-            import subprocess
             import tempfile
 
             uid = job_uid(63)
@@ -564,20 +559,8 @@ def can_run_as_user(sandbox: bool) -> bool:
                     argv = sandbox_argv(
                         argv, code_root=Path(home), scratch=Path(home), env={"HOME": home}
                     )
-                try:
-                    ok = (
-                        subprocess.run(
-                            argv,
-                            preexec_fn=become(uid, reach=runtime_paths(home)),
-                            cwd=home,
-                            env={"HOME": home},
-                            capture_output=True,
-                            timeout=30,
-                        ).returncode
-                        == 0
-                    )
-                except (OSError, subprocess.SubprocessError):
-                    ok = False
+                reach = become(uid, reach=runtime_paths(home))
+                ok = _succeeds(argv, 30, preexec_fn=reach, cwd=home, env={"HOME": home})
                 kill_user(uid)
         _USER_PROBED[sandbox] = ok
     return _USER_PROBED[sandbox]

@@ -198,7 +198,7 @@ class Decoder:
     ) -> None:
         self.theirs, self.ours, self.arg = theirs, ours, arg
         self.exc_class, self.exception = exc_class, exception
-        self._by_tag = {tag: getattr(self, "_" + name) for tag, name in _NAMES.items()}
+        self._by_tag = {tag: getattr(self, "_" + name) for tag, (name, _) in _TAGS.items()}
 
     def decode(self, node: Any) -> Any:
         """`node` as a value, or a RemoteError: whatever the node, only the table is built."""
@@ -219,7 +219,7 @@ class Decoder:
         if type(node) is not list or not node or type(node[0]) is not str:
             raise RemoteError("a malformed message: a value that is not a tagged list")
         tag, rest = node[0], node[1:]
-        shape = _ARITY.get(tag)
+        shape = _TAGS.get(tag, (None, None))[1]
         if shape is None:
             raise RemoteError(f"a malformed message: an unknown tag {tag[:20]!r}")
         if len(rest) != shape:
@@ -352,53 +352,29 @@ def _is_key(v: object) -> bool:
     return isinstance(v, np.generic)
 
 
-_ARITY = {
-    "b": 1,
-    "ba": 1,
-    "l": 1,
-    "t": 1,
-    "s": 1,
-    "fs": 1,
-    "d": 1,
-    "c": 2,
-    "r": 3,
-    "sl": 3,
-    "...": 0,
-    "p": 1,
-    "pp": 1,
-    "a": 3,
-    "n": 2,
-    "dt": 1,
-    "rec": 2,
-    "h": 3,
-    "y": 1,
-    "g": 1,
-    "kx": 1,
-    "xc": 3,
-    "x": 8,
-}
-_NAMES = {
-    "b": "bytes",
-    "ba": "bytearray",
-    "l": "list",
-    "t": "tuple",
-    "s": "set",
-    "fs": "frozenset",
-    "d": "dict",
-    "c": "complex",
-    "r": "range",
-    "sl": "slice",
-    "...": "ellipsis",
-    "p": "path",
-    "pp": "purepath",
-    "a": "array",
-    "n": "scalar",
-    "dt": "dtype",
-    "rec": "record",
-    "h": "handle",
-    "y": "ours",
-    "g": "arg",
-    "kx": "known_exc",
-    "xc": "exc_class",
-    "x": "exception",
+# tag -> (the Decoder method that builds it, less its "_"; how many fields follow the tag)
+_TAGS = {
+    "b": ("bytes", 1),
+    "ba": ("bytearray", 1),
+    "l": ("list", 1),
+    "t": ("tuple", 1),
+    "s": ("set", 1),
+    "fs": ("frozenset", 1),
+    "d": ("dict", 1),
+    "c": ("complex", 2),
+    "r": ("range", 3),
+    "sl": ("slice", 3),
+    "...": ("ellipsis", 0),
+    "p": ("path", 1),
+    "pp": ("purepath", 1),
+    "a": ("array", 3),
+    "n": ("scalar", 2),
+    "dt": ("dtype", 1),
+    "rec": ("record", 2),
+    "h": ("handle", 3),
+    "y": ("ours", 1),
+    "g": ("arg", 1),
+    "kx": ("known_exc", 1),
+    "xc": ("exc_class", 3),
+    "x": ("exception", 8),
 }

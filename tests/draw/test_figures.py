@@ -32,7 +32,7 @@ def px(size, dpi=style.DPI):
 def expected_sizes(tour_snaps):
     lay = Layout.for_snapshots(tour_snaps)
     frame = (lay.width * lay.unit, lay.height * lay.unit)
-    n = len(figures_ch3.key_frames(tour_snaps))
+    n = len(scenario.key_frames(tour_snaps))
     cols, rows = scenario.STRIP_COLS, math.ceil(n / scenario.STRIP_COLS)
     strip = (
         cols * frame[0] + (cols - 1) * scenario.STRIP_GAP,
@@ -132,7 +132,7 @@ def test_waste_grows_and_table_entries_shrink_with_block_size_on_the_sharegpt_wo
 
 
 def test_key_frames_include_the_fork_the_copy_on_write_and_the_failure(tour_snaps):
-    kinds = {e.kind for k in figures_ch3.key_frames(tour_snaps) for e in tour_snaps[k].events}
+    kinds = {e.kind for k in scenario.key_frames(tour_snaps) for e in tour_snaps[k].events}
     assert {"sequence_forked", "copy_on_write", "sequence_freed", "allocation_failed"} <= kinds
 
 

@@ -15,7 +15,7 @@ from hypothesis.extra import numpy as hnp
 
 from pagedsim.testing import remote
 from pagedsim.testing.remote_codec import (
-    _ARITY,
+    _TAGS,
     DTYPES,
     dtype_of,
     dump_message,
@@ -201,7 +201,7 @@ json_leaves = st.one_of(
     st.integers(),
     st.floats(),
     st.text(max_size=12),
-    st.sampled_from(sorted(_ARITY)),
+    st.sampled_from(sorted(_TAGS)),
     st.sampled_from(sorted(DTYPES)),
     st.just("AAAA"),
     st.sampled_from(["object", "function", "module"]),
@@ -210,7 +210,7 @@ trees = st.recursive(
     json_leaves,
     lambda inner: st.one_of(
         st.lists(inner, max_size=5),
-        st.tuples(st.sampled_from(sorted(_ARITY)), st.lists(inner, max_size=4)).map(
+        st.tuples(st.sampled_from(sorted(_TAGS)), st.lists(inner, max_size=4)).map(
             lambda t: [t[0], *t[1]]
         ),
     ),
