@@ -569,8 +569,11 @@ class SchedulerV1(WorkloadScheduler):
         self.waiting.prepend_request(req)
 
     def _finish(self, req: V1Request) -> None:
+        """Free a finished request's blocks and forget it (v1's _free_request): the
+        scheduler keeps no finished request's tokens."""
         self.manager.free_sequence(req.request_id)
         self.running.remove(req)
+        del self._by_id[req.request_id]
         self._finished_req_ids.add(req.request_id)
         self.finished_seqs += 1
         i = req.request_id[0]

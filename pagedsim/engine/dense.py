@@ -107,7 +107,7 @@ class DenseEngine:
     def run_request(self, rid: int, request: Request) -> RequestState:
         c = self.model.config
         self.refuse(request)
-        state = RequestState(rid, request)
+        state = RequestState(rid, request, keep_logits=True)  # for comparisons
         empty = np.zeros((0, c.kv_heads, c.head_dim), np.float32)
         caches: dict[str, list[KV]] = {state.key(0): [(empty, empty)] * c.layers}
         logits = {state.key(0): self.forward(caches[state.key(0)], request.prompt, 0)}

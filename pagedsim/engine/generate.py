@@ -271,6 +271,7 @@ def serve(
         pool=pool,
         trace=True,
         generation_config=workload.generation_config,
+        keep_logits=check_dense,  # the dense check compares every position's logits
     )
     outputs = conversation(llm, planned, workload.turns)
     dense = llm.check_dense(outputs) if check_dense else None

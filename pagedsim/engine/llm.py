@@ -5,20 +5,29 @@ paged engine.
     out = llm.generate(["Hello"], SamplingParams(max_tokens=8, temperature=0))
     out[0].outputs[0].text, .token_ids, .logprobs, .finish_reason
     llm.chat([{"role": "user", "content": "Hi"}])         # the checkpoint's chat_template
-    llm.check_dense(out)                                  # the same requests, dense
+    llm.check_dense(out)                                  # with LLM(..., keep_logits=True)
     llm.llm_engine.log, llm.llm_engine.stats              # what the engine did, per step
 
 Engine arguments are vLLM's, as keywords (`block_size=`, `enable_prefix_caching=`,
 `num_gpu_blocks_override=`, `max_num_batched_tokens=`, `preemption_mode=`,
-`generation_config=` "auto" or "none"...) or whole, as `cache_config=` and
-`scheduler_config=` (config.py); a keyword wins over the config's field. As vLLM's LLM
-keeps its LLMEngine, `llm_engine` (a PagedEngine) lives across `generate` calls, so a
-later call hits the blocks an earlier one cached. It is built at the first call, with
-room for that batch unless num_gpu_blocks_override sizes the pool, and built again when
-a batch needs what it cannot give: more blocks, or v0 (n > 1 and beam search fork
-sequences, vLLM v0's way) on a v1 engine, or v1 on a v0 one. v1 serves unless a request
-forks, preemption_mode is "swap" or a pool is under test (a model with sliding-window
-layers always runs v1).
+`generation_config=` "auto" or "none"..., and pagedsim's own `keep_logits=`) or whole,
+as `cache_config=` and `scheduler_config=` (config.py); a keyword wins over the config's
+field. As vLLM's LLM keeps its LLMEngine, `llm_engine` (a PagedEngine) lives across
+`generate` calls, so a later call hits the blocks an earlier one cached. It is built at
+the first call, with room for that batch unless num_gpu_blocks_override sizes the pool,
+and built again when a batch needs what it cannot give: more blocks, or v0 (n > 1 and
+beam search fork sequences, vLLM v0's way) on a v1 engine, or v1 on a v0 one. v1 serves
+unless a request forks, preemption_mode is "swap" or a pool is under test (a model with
+sliding-window layers always runs v1).
+
+As vLLM's engine frees a request once its output is returned, a finished request leaves
+`llm_engine` and the LLM keeps nothing of it, so a long-lived LLM stays the same size;
+untraced, `llm_engine.log` holds the last call's steps only (`trace=True` keeps every
+step). `keep_logits=True` (`pagedsim generate --check-dense` sets it) is the exception:
+every request then keeps its logits at each position (V floats per token), and the LLM
+keeps every request it served since its engine was built, for `check_dense`, which
+refuses outputs served without it. A request asking for `logprobs` keeps its logits until
+its output is built.
 
 `trace=True` records the block manager's every call and checks its invariants after
 every step; `steps` then holds, per engine step, where the manager's trace stood and the
@@ -153,6 +162,10 @@ class LLM:
         # "auto": generation_config.json's eos_token_id, else config.json's (vLLM's EOS)
         eos = info.get("stop_token_ids" if generation == "auto" else "config_eos_token_ids")
         self.eos = tuple(eos or ())
+        # every position's logits, and every served request, for check_dense
+        self.keep_logits = engine_args.pop("keep_logits", False)
+        if type(self.keep_logits) is not bool:
+            raise TypeError(f"keep_logits must be a bool, got {type(self.keep_logits).__name__}")
         self.cache_config, self.scheduler_config = engine_configs(
             cache_config or CacheConfig(), scheduler_config or LLM_SCHEDULER_CONFIG, engine_args
         )
@@ -160,7 +173,7 @@ class LLM:
         self.llm_engine: PagedEngine | None = None  # vLLM's name; built at the first call
         self.lockstep: Lockstep | None = None  # with `pool`: the reference beside it
         self.steps: list[EngineStep] = []  # trace: one per engine step of llm_engine
-        self._served: dict[str, Run] = {}  # request id -> its run in llm_engine
+        self._served: dict[str, Run] = {}  # keep_logits: request id -> its run in llm_engine
         self._num_gpu_blocks = 0  # llm_engine's pool
         self._next_id = 0
 
@@ -181,7 +194,8 @@ class LLM:
         for prompt, prompt_ids, p, run in zip(prompts, ids, every, runs, strict=True):
             rid = str(self._next_id)
             self._next_id += 1
-            self._served[rid] = run
+            if self.keep_logits:
+                self._served[rid] = run
             state = run.state
             samples = [
                 self._completion(k, prompt_ids, s, p, state) for k, s in enumerate(state.outputs())
@@ -193,7 +207,8 @@ class LLM:
     def check_dense(self, outputs: Sequence[RequestOutput]) -> DenseCheck:
         """Serve the requests behind `outputs` again on the dense engine (contiguous K/V,
         no blocks: dense.py) and compare tokens and logits with what the paged engine
-        computed. `pagedsim generate --check-dense` reports it."""
+        computed: outputs of an LLM built with keep_logits=True. `pagedsim generate
+        --check-dense` reports it."""
         states = [self._run_of(o.request_id).state for o in outputs]
         dense = DenseEngine(self.model).generate([s.request for s in states])
         return compare(dense, states)
@@ -266,11 +281,11 @@ class LLM:
         """Submit, then step the engine (and the reference pool beside it) until every
         request is done; vLLM's LLM._run_engine. Returns the requests' runs."""
         engine = self._engine_for(requests)
+        if not self.trace:  # the step log of this call only; a trace keeps every step's
+            engine.log.clear()
         beside = self.lockstep
-        first = len(engine.runs)
         try:
-            for r in requests:
-                (beside or engine).submit(r)
+            runs = [(beside or engine).submit(r, self.keep_logits) for r in requests]
             while not _done(engine) or (beside is not None and not _done(beside.reference)):
                 serving = not _done(engine)
                 if beside is not None:
@@ -283,7 +298,6 @@ class LLM:
         except BaseException:  # a half-served batch stays in no engine: the next call builds one
             self.llm_engine, self.lockstep, self._served = None, None, {}
             raise
-        runs: list[Run] = engine.runs[first:]
         return runs
 
     def _engine_for(self, requests: list[Request]) -> PagedEngine:
@@ -340,6 +354,11 @@ class LLM:
         return tuple(self._decode(held[b]) if b in held else "" for b in blocks)
 
     def _run_of(self, request_id: str) -> Run:
+        if not self.keep_logits:
+            raise ValueError(
+                "check_dense needs the logits of every position: build the LLM with "
+                "keep_logits=True (pagedsim generate --check-dense does)"
+            )
         if request_id not in self._served:
             raise ValueError(
                 f"request {request_id!r} was not served by this LLM's current engine "
@@ -403,7 +422,7 @@ def engine_configs(
         if name not in ENGINE_ARGS:
             raise TypeError(
                 f"LLM() got an unknown engine argument {name!r}; it takes "
-                f"{', '.join([*ENGINE_ARGS, 'generation_config'])}"
+                f"{', '.join([*ENGINE_ARGS, 'generation_config', 'keep_logits'])}"
             )
     by = {
         kind: {k: v for k, v in engine_args.items() if ENGINE_ARGS[k] == kind}
@@ -429,7 +448,7 @@ def compare(dense: list[RequestState], paged: list[RequestState]) -> DenseCheck:
 
 
 def _done(engine: PagedEngine) -> bool:
-    return all(run.status == "done" for run in engine.runs)
+    return not engine.runs
 
 
 def _is_ids(prompt: object) -> bool:

@@ -217,14 +217,19 @@ class Lockstep:
         self.divergence = Divergence(name)
         self.steps = 0  # engine steps of the reference so far
         self.compared = 0  # manager snapshots compared so far (when both managers trace)
+        # (reference run, tested run) of each request still served by either engine
+        self._pairs: list[tuple[Run, Run]] = []
 
-    def submit(self, request: Request) -> None:
-        self.reference.submit(request)
-        self.tested.submit(request)
+    def submit(self, request: Request, keep_logits: bool = False) -> Run:
+        """Submit to both engines; the tested engine's Run (submit's keep_logits)."""
+        ref = self.reference.submit(request)
+        run = self.tested.submit(request, keep_logits)
+        self._pairs.append((ref, run))
+        return run
 
     @staticmethod
     def done(engine: PagedEngine) -> bool:
-        return all(run.status == "done" for run in engine.runs)
+        return not engine.runs
 
     def step(self) -> bool:
         """One step of each engine that still serves; compare. False when both are done.
@@ -248,6 +253,7 @@ class Lockstep:
                         self.divergence.blocks = f"at step {self.steps}, {found}"
                 raise PoolFailed(self.divergence) from e
         self._compare()
+        self._pairs = [(a, b) for a, b in self._pairs if (a.status, b.status) != ("done",) * 2]
         return True
 
     def _compare(self) -> None:
@@ -283,7 +289,7 @@ class Lockstep:
         return None
 
     def _token_difference(self) -> str | None:
-        for ref_run, run in zip(self.reference.runs, self.tested.runs, strict=True):
+        for ref_run, run in self._pairs:
             ref, got = _every(ref_run), _every(run)
             prompt = len(ref_run.state.request.prompt)
             for s in sorted(set(ref) & set(got)):

@@ -20,6 +20,13 @@ prefill in one step, each request's sampler forks and frees its sequences throug
 scheduler asked for (the policy's swaps, the manager's copy-on-write copies). Which code
 reads the blocks (NumPy, or cuda_kernels on a GPU or the simulator) is the injected
 backend (backend.py).
+
+As vLLM frees a finished request from its scheduler and engine once its output is out,
+a finished request leaves `runs` (the live requests, by request number) in the step that
+finishes it: `submit` hands its Run to the caller, and a step's work grows with the live
+requests, never with those served before. The step log (`log`) keeps one entry per step.
+A request keeps its per-position logits only when submitted with `keep_logits` (for the
+dense comparison), or when it asks for logprobs (RequestState).
 """
 
 from __future__ import annotations
@@ -159,7 +166,8 @@ class PagedEngine:
             self.scheduler = SchedulerV0([], self.manager, policy=policy, record=False)
         self._written: dict[int, tuple] = {}  # block -> the tokens its K/V holds in full
         self._mark = 0  # trace events already counted in the step log
-        self.runs: list = []
+        self.runs: dict[int, Run] = {}  # the live requests, by request number (rid[0])
+        self._num_requests = 0  # requests ever submitted: the next one's number
         self.log: list = []  # one dict per step: what ran and what the blocks did
 
     def _v1_scheduler(self, max_num_batched_tokens: int, cache: CacheConfig) -> SchedulerV1:
@@ -180,8 +188,7 @@ class PagedEngine:
     @staticmethod
     def _check_args(mode, windowed, preemption_mode: str, manager, flags: dict) -> None:
         for name, flag in flags.items():
-            if type(flag) is not bool:
-                raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+            _flag(name, flag)
         if mode not in ("v1", "v0"):
             raise ValueError(f"mode must be 'v1' or 'v0', got {mode!r}")
         if mode == "v0" and "sliding" in windowed:
@@ -224,38 +231,44 @@ class PagedEngine:
         if self.mode == "v0":  # its admission headroom and watermark (SchedulerV0)
             self.scheduler.check_request(len(request.prompt), request.max_tokens, request.width)
 
-    def submit(self, request) -> None:
-        """Queue a request; refuse one that could never fit the pool or the token budget."""
+    def submit(self, request, keep_logits: bool = False) -> Run:
+        """Queue a request; refuse one that could never fit the pool or the token budget.
+        Returns its Run, which leaves `runs` when it is done. `keep_logits`: keep the
+        logits at every position (RequestState.logits), to compare with the dense engine."""
+        _flag("keep_logits", keep_logits)
         self.refuse(request)
-        run = Run(RequestState(len(self.runs), request))
+        number = self._num_requests
+        run = Run(RequestState(number, request, keep_logits))
         best_of = {} if self.mode == "v1" else {"best_of": request.width}
         rid = self.scheduler.add_request(
             request.prompt, request.max_tokens, request.stop_token_ids, **best_of
         )
-        assert rid == (len(self.runs), 0), "the scheduler numbers requests as the engine"
-        self.runs.append(run)
+        assert rid == (number, 0), "the scheduler numbers requests as the engine"
+        self.runs[number] = run
+        self._num_requests += 1
+        return run
 
-    def generate(self, requests, max_steps: int = 10_000) -> list:
-        """Serve `requests` to the end; RequestState per request (all refused if one is bad)."""
+    def generate(self, requests, max_steps: int = 10_000, keep_logits: bool = False) -> list:
+        """Serve `requests` to the end; RequestState per request (all refused if one is bad),
+        each with its logits at every position if `keep_logits` (submit)."""
         if isinstance(requests, Request) or not hasattr(requests, "__iter__"):
             raise TypeError(f"requests must be a list of Request, got {type(requests).__name__}")
         requests = list(requests)
         for r in requests:
             self.refuse(r)
         count_arg("max_steps", max_steps, 1)
-        first = len(self.runs)
-        for r in requests:
-            self.submit(r)
+        _flag("keep_logits", keep_logits)
+        runs = [self.submit(r, keep_logits) for r in requests]
         for _ in range(max_steps):
-            if all(run.status == "done" for run in self.runs):
-                return [run.state for run in self.runs[first:]]
+            if not self.runs:
+                return [run.state for run in runs]
             self.step()
         raise RuntimeError(f"not finished after {max_steps} steps")
 
     def step(self) -> dict:
         """One engine step: schedule() -> (v0: the K/V moves it asked for) -> the model ->
         each sampling request's sampler -> update_from_output(). The step log's entry."""
-        if all(run.status == "done" for run in self.runs):
+        if not self.runs:
             raise RuntimeError(
                 "nothing to step: no request is waiting or running (submit one first)"
             )
@@ -268,9 +281,10 @@ class PagedEngine:
         sampled = self._sample(scheduler_output, logits)
         for rid in self.scheduler.update_from_output(scheduler_output, sampled):
             self.runs[rid[0]].status = "done"
-        for run in self.runs:  # v0: a request whose every sequence stopped ends with none left
-            if run.state.done:
+        for run in self.runs.values():  # v0: a request whose every sequence stopped ends
+            if run.state.done:  # with none left
                 run.status = "done"
+        self.runs = {n: run for n, run in self.runs.items() if run.status != "done"}
         self.stats["computed_tokens"] += scheduler_output.total_num_scheduled_tokens
         preempted = {k: v - counts[k] for k, v in self._counts().items() if v != counts[k]}
         for k, v in preempted.items():
@@ -374,7 +388,7 @@ class PagedEngine:
         if self.check:
             self.manager.check_invariants()
         if self.mode == "v1" and self._tables_log is not None:
-            live = [(i, 0) for i, run in enumerate(self.runs) if run.status == "running"]
+            live = [(i, 0) for i, run in self.runs.items() if run.status == "running"]
             events = self._tables_log.since_mark(live)
         else:
             events, self._mark = trace_counts(self.manager.trace, self._mark)
@@ -393,7 +407,7 @@ class PagedEngine:
     def blocks_in_use(self) -> dict:
         """v1 window managers: blocks each KV cache group's tables name right now."""
         assert self.mode == "v1" and self._tables_log is not None, "a sliding-window model"
-        live = [(i, 0) for i, run in enumerate(self.runs) if run.status == "running"]
+        live = [(i, 0) for i, run in self.runs.items() if run.status == "running"]
         return self._tables_log.blocks_in_use(live)
 
     def block_tokens(self) -> dict:
@@ -406,7 +420,7 @@ class PagedEngine:
             }
         else:
             out = {}
-        for run in self.runs:
+        for run in self.runs.values():
             if run.status != "running":
                 continue
             for s in run.state.seq_keys():
@@ -487,6 +501,11 @@ class PagedEngine:
         b = np.asarray(blocks, np.int64)[pos // bs]
         keep = (b != NULL_BLOCK) & (pos >= item.write_from)
         return np.where(keep, b * bs + pos % bs, -1).astype(np.int64)
+
+
+def _flag(name: str, value: object) -> None:
+    if type(value) is not bool:
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
 
 
 def _batch(items: list, tables: list):

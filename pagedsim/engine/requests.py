@@ -30,6 +30,11 @@ smallest set of tokens whose probability reaches top_p (nucleus sampling; vLLM's
 SamplingParams.top_p). A sampled sequence ends early when it
 emits one of `stop_token_ids` (the token is kept, as in vLLM's output ids); otherwise it
 generates exactly max_tokens tokens.
+
+Logits are kept only when asked (`keep_logits`): `logits` then maps each position's
+tokens to the logits at its last token (V floats per generated token), which the dense
+comparison (`LLM.check_dense`) and `logprobs` read. vLLM keeps no logits after sampling
+either; it computes logprobs in the sampler, only for a request that asks for them.
 """
 
 from __future__ import annotations
@@ -168,8 +173,11 @@ def seq_id(key: str) -> tuple[int, int]:
 class RequestState:
     """One request's live sequences: seq key -> token list, plus scores and sample ids."""
 
-    def __init__(self, rid: int, request: Request):
+    def __init__(self, rid: int, request: Request, keep_logits: bool = False):
         self.rid, self.request = rid, request
+        # keep every position's logits: the dense comparison, or the request's logprobs
+        params = request.params
+        self.keep_logits = keep_logits or (params is not None and params.logprobs is not None)
         self.tokens = {self.key(0): list(request.prompt)}  # seq key -> all tokens so far
         self.score = {self.key(0): 0.0}  # cumulative log-probability (beam search)
         self.index = {self.key(0): 0}  # sample index: the sampling stream of the sequence
@@ -178,7 +186,7 @@ class RequestState:
         # beam search: (score, order, all tokens), best first
         self.hypotheses: list[bs.Hypothesis] = []
         self.generated = 0  # tokens generated per sequence so far
-        # tuple(tokens) -> logits at their last token (for comparisons)
+        # tuple(tokens) -> logits at their last token (only with keep_logits)
         self.logits: dict[tuple[int, ...], Logits] = {}
         self._next = 1
 
@@ -204,8 +212,9 @@ class RequestState:
     def advance(self, logits: dict[str, Logits]) -> list[tuple[str, ...]]:
         """Consume logits {seq: [V]} for every live sequence; append tokens; return actions."""
         assert set(logits) == set(self.tokens), "logits must cover exactly the live sequences"
-        for s, row in logits.items():
-            self.logits[tuple(self.tokens[s])] = np.asarray(row, np.float32).copy()
+        if self.keep_logits:
+            for s, row in logits.items():
+                self.logits[tuple(self.tokens[s])] = np.asarray(row, np.float32).copy()
         if self.request.beam_width:
             picks = self._beam_picks(logits)
         else:

@@ -344,7 +344,15 @@ class CachingBlockPool(LinkedBlockPool):
             self._stamp[b] += 1
             key = self._evict_key(self, b, next(self._clock))
             heapq.heappush(self._heap, (key, self._stamp[b], b))
+            if len(self._heap) > 2 * len(self._stamp):  # mostly stale: a pool whose hits
+                self._compact()  # never evict would otherwise grow its heap forever
         super()._push(b, to_head=not cached)
+
+    def _compact(self) -> None:
+        """Drop the stale heap entries (an older stamp never matches again): at most one
+        entry per block is left, so the heap stays within 2 x num_blocks."""
+        self._heap = [e for e in self._heap if e[1] == self._stamp[e[2]]]
+        heapq.heapify(self._heap)
 
     def _pick_victim(self) -> int:
         # protected entries, pushed back once a victim is found

@@ -1,6 +1,8 @@
 """Prefix caching with vLLM v1's rules: generated blocks cached, hits capped at n - 1, token stats,
 allocate_slots / get_computed_blocks, the free order, refusals that change nothing."""
 
+from unittest.mock import patch
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -243,3 +245,41 @@ def test_a_lookahead_slot_in_a_shared_partly_filled_block_copies_it_first_or_cha
     assert m.allocate_slots("b", 0, num_lookahead_tokens=1) == [2]
     assert m.drain_copies() == [(1, 2)] and list(m.block_table("a")) == [0, 1]
     m.check_invariants()
+
+
+COMPACT = cache_pool.CachingBlockPool._compact
+
+
+def _served(managers, prompts, check):
+    """Each prompt served and finished on each (manager, its pool's _compact); `check`."""
+    for n, prompt in enumerate(prompts):
+        for m, compact in managers:
+            with patch.object(cache_pool.CachingBlockPool, "_compact", compact):
+                m.add_sequence(n, len(prompt), tokens=prompt)
+                m.free_sequence(n)
+        check()
+
+
+def test_one_prompt_served_again_and_again_keeps_the_eviction_heap_bounded():
+    m = PrefixCachingManager(6, 2)
+    _served([(m, COMPACT)], [[1, 2, 3, 4, 5]] * 60, m.check_invariants)
+    assert len(m.pool._heap) <= 2 * m.num_blocks
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    prompts=st.lists(st.lists(st.integers(1, 3), min_size=1, max_size=9), min_size=1, max_size=40),
+    eviction=st.sampled_from(cache_pool.EVICTION_POLICIES),
+)
+def test_compacting_the_eviction_heap_never_changes_what_is_evicted(prompts, eviction):
+    """Every release of a cached block queues a heap entry and the stale ones are
+    compacted away: every state (free order, cached blocks, evictions) equals a
+    never-compacted pool's, and the heap stays within 2 x the pool."""
+    lazy, compacted = (PrefixCachingManager(6, 2, eviction=eviction) for _ in range(2))
+
+    def check():
+        assert state(lazy) == state(compacted)
+        assert len(compacted.pool._heap) <= 2 * compacted.num_blocks
+        compacted.check_invariants()
+
+    _served([(lazy, lambda self: None), (compacted, COMPACT)], prompts, check)

@@ -12,7 +12,9 @@ from pagedsim.engine.generate import Workload, load, serve, step_frames  # noqa:
 
 def test_the_frames_label_every_live_block_with_the_16_characters_it_holds():
     model, tok = load()
-    llm, _ = serve(model, tok, Workload(["ROMEO.\nBut soft, what light"], 12), backend="numpy")
+    llm, summary = serve(
+        model, tok, Workload(["ROMEO.\nBut soft, what light"], 12), backend="numpy"
+    )
     engine, marks = llm.llm_engine, llm.steps
     frames = step_frames(engine, marks)
     first = frames[0]
@@ -23,7 +25,8 @@ def test_the_frames_label_every_live_block_with_the_16_characters_it_holds():
     # 27 prompt characters + 10 of the 12 generated: the 11th is computed in the last step,
     # which also frees the sequence, and the 12th is only sampled
     assert len(seq.blocks) == 3 and seq.num_tokens == 27 + 10
-    held = engine.runs[0].state.tokens["r0.0"][: seq.num_tokens]
+    (served,) = summary["requests"]
+    held = [*served["prompt_token_ids"], *served["outputs"][0]["token_ids"]][: seq.num_tokens]
     assert "".join(last.block_labels[b] for b in seq.blocks) == tok.decode(held)
     assert frames[-1].sequences == () and last.block_labels[seq.blocks[0]] == "ROMEO.\nBut soft,"
 

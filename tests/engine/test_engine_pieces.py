@@ -128,7 +128,7 @@ def test_a_bad_request_is_refused_before_the_engine_changes_anything():
     with pytest.raises(ValueError, match="up to 17 blocks alone; the pool has 8"):
         engine.submit(Request((1,), 1, n=17))  # the pool check comes first
     assert (
-        engine.runs == [] and not engine.scheduler.waiting and engine.manager.num_free_blocks == 8
+        engine.runs == {} and not engine.scheduler.waiting and engine.manager.num_free_blocks == 8
     )
 
 

@@ -103,7 +103,7 @@ def test_generate_refuses_something_that_is_not_a_request_before_submitting_any(
         engine.generate([Request((1, 2), 2), 5])
     with pytest.raises(TypeError, match="requests must be a list of Request"):
         engine.generate(Request((1, 2), 2))
-    assert engine.runs == [] and engine.manager.num_free_blocks == 8
+    assert engine.runs == {} and engine.manager.num_free_blocks == 8
 
 
 def test_stepping_an_engine_with_nothing_submitted_says_so():

@@ -22,7 +22,9 @@ def turn_two(prompt, answer_len, cue, block_size, caching=True):
     )
     (first,) = engine.generate([Request(prompt, answer_len)])
     follow = tuple(prompt) + tuple(first.outputs()[0]) + tuple(cue)
-    (second,) = engine.generate([Request(follow, 3)])
+    second = engine.submit(Request(follow, 3))  # its Run: the prefix-cache hit it had
+    while engine.runs:
+        engine.step()
     return engine, first, second, follow
 
 
@@ -30,14 +32,14 @@ def test_turn_two_hits_the_blocks_of_turn_ones_prompt_and_answer():
     prompt = (1, 2, 3, 4, 5, 6)
     engine, first, second, follow = turn_two(prompt, 9, (7, 8), 4)
     # turn 1 computed K/V for its 6 prompt tokens and 8 of its 9 answer tokens: 3 full blocks
-    assert engine.runs[1].hit_tokens == 12 > len(prompt)
+    assert second.hit_tokens == 12 > len(prompt)
     dense = DenseEngine(MODEL).generate([Request(follow, 3)])
-    assert second.outputs() == dense[0].outputs()
+    assert second.state.outputs() == dense[0].outputs()
 
 
 def test_without_the_prefix_cache_turn_two_hits_nothing():
-    engine, *_ = turn_two((1, 2, 3, 4, 5, 6), 9, (7, 8), 4, caching=False)
-    assert engine.runs[1].hit_tokens == 0
+    _, _, second, _ = turn_two((1, 2, 3, 4, 5, 6), 9, (7, 8), 4, caching=False)
+    assert second.hit_tokens == 0
 
 
 @settings(max_examples=25)
@@ -51,8 +53,9 @@ def test_a_follow_up_hits_every_full_block_whose_kv_was_computed(prompt, answer,
     engine, first, second, follow = turn_two(tuple(prompt), answer, tuple(cue), block_size)
     computed = len(prompt) + answer - 1  # the last answer token was sampled, never run
     cap = len(follow) - 1  # v1: the last prompt token is always computed
-    assert engine.runs[1].hit_tokens == min(computed, cap) // block_size * block_size
-    assert second.outputs() == DenseEngine(MODEL).generate([Request(follow, 3)])[0].outputs()
+    assert second.hit_tokens == min(computed, cap) // block_size * block_size
+    dense = DenseEngine(MODEL).generate([Request(follow, 3)])
+    assert second.state.outputs() == dense[0].outputs()
 
 
 @pytest.mark.parametrize("stop", [(0,), tuple(range(96))])

@@ -70,7 +70,7 @@ def assert_same(model, mix, backend):
         backend=backend,
         check=True,
     )
-    paged = engine.generate(requests)
+    paged = engine.generate(requests, keep_logits=True)
     dense = DenseEngine(model).generate(requests)
     for d, p in zip(dense, paged, strict=True):
         assert p.outputs() == d.outputs()

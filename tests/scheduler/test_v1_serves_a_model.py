@@ -15,12 +15,14 @@ from pagedsim.scheduler import SchedulerV0, SchedulerV1
 def test_an_added_request_stops_at_a_sampled_stop_token_and_frees_its_blocks():
     s = SchedulerV1([], PrefixCachingManager(8, 2), record=False)
     rid = s.add_request((1, 2, 3), 5, stop_token_ids=(7,))
+    req = s._by_id[rid]
     out = s.schedule()
     assert out.num_scheduled_tokens == {rid: 3} and out.scheduled_new_reqs[0].req_id == rid
     assert s.update_from_output(out, {rid: 4}) == []
     out = s.schedule()
     assert s.update_from_output(out, {rid: 7}) == [rid]  # stopped after 2 of 5 tokens
-    assert s.done and s.manager.seq_ids() == [] and s._by_id[rid].sampled == [4, 7]
+    assert s.done and s.manager.seq_ids() == [] and req.sampled == [4, 7]
+    assert rid not in s._by_id  # a finished request leaves the scheduler, as in v1
 
 
 @pytest.mark.parametrize(
