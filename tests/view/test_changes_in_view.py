@@ -115,7 +115,7 @@ def walk(open_page, page: dict, viewport=(1366, 768), labels=None, present=False
     return changed
 
 
-SCREENS = [(1366, 768), (1920, 1080)]
+SCREENS = [(1366, 768), (1920, 1080), (3840, 2160)]
 MODES = [pytest.param(False, id="default"), pytest.param(True, id="present")]
 
 
