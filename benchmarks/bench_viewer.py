@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import collections
 import contextlib
 import json
 import multiprocessing
@@ -122,18 +123,22 @@ def cpu_times(trace: Path, counts: dict) -> dict:
     by kind. `counts`: how many changes of each kind the run made, in TIMING's order."""
     data = json.loads(trace.read_text(encoding="utf-8"))
     events = data["traceEvents"] if isinstance(data, dict) else data
-    fires = sorted(
-        (e for e in events if e.get("name") == "TimerFire" and e.get("ph") == "X"),
-        key=lambda e: e["ts"],
-    )
-    if not fires or len(fires) != sum(counts.values()):
+    fires = [e for e in events if e.get("name") == "TimerFire" and e.get("ph") == "X"]
+    if not fires:
+        return {}
+    # the page's main thread fires the run's timers; a renderer left from a page timed
+    # before may fire one of its own into the trace
+    pid, tid = collections.Counter((e["pid"], e["tid"]) for e in fires).most_common(1)[0][0]
+    fires = sorted((e for e in fires if (e["pid"], e["tid"]) == (pid, tid)), key=lambda e: e["ts"])
+    if len(fires) != sum(counts.values()):
         return {}  # not one timer per change: the trace does not match the run
-    tid = fires[0]["tid"]
     tasks = sorted(
         (
             e
             for e in events
-            if e.get("name") == "RunTask" and e.get("ph") == "X" and e.get("tid") == tid
+            if e.get("name") == "RunTask"
+            and e.get("ph") == "X"
+            and (e.get("pid"), e.get("tid")) == (pid, tid)
         ),
         key=lambda e: e["ts"],
     )
