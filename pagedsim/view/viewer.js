@@ -805,8 +805,9 @@
   // multiple of its length).
   function columns() {
     if (!BIG) return;
-    const gap = parseFloat(getComputedStyle(blocksEl.firstChild).columnGap) || 0;
-    const tile = blockEls[0].offsetWidth + gap, room = wrap.clientWidth + gap;
+    const cs = getComputedStyle(blocksEl.firstChild), gap = parseFloat(cs.columnGap) || 0;
+    const pad = (parseFloat(cs.paddingLeft) || 0) + (parseFloat(cs.paddingRight) || 0);
+    const tile = blockEls[0].offsetWidth + gap, room = wrap.clientWidth + gap - pad;
     let cols = ROW;
     while (cols > 4 && cols * tile > room) cols /= 2;
     blocksEl.style.setProperty("--cols", String(cols));
