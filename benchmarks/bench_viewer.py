@@ -132,7 +132,7 @@ def cpu_times(trace: Path, counts: dict) -> dict:
     fires = sorted((e for e in fires if (e["pid"], e["tid"]) == (pid, tid)), key=lambda e: e["ts"])
     if len(fires) != sum(counts.values()):
         return {}  # not one timer per change: the trace does not match the run
-    tasks = sorted(
+    nested = sorted(
         (
             e
             for e in events
@@ -140,9 +140,13 @@ def cpu_times(trace: Path, counts: dict) -> dict:
             and e.get("ph") == "X"
             and (e.get("pid"), e.get("tid")) == (pid, tid)
         ),
-        key=lambda e: e["ts"],
+        key=lambda e: (e["ts"], -e["dur"]),
     )
-    starts = [t["ts"] for t in tasks]  # the main thread's tasks do not overlap
+    tasks: list = []  # the outermost tasks: a task run inside another is counted in it
+    for t in nested:
+        if not tasks or t["ts"] >= tasks[-1]["ts"] + tasks[-1]["dur"]:
+            tasks.append(t)
+    starts = [t["ts"] for t in tasks]  # these do not overlap
     holder = []  # the index of the task each change ran in
     for f in fires:
         i = bisect.bisect_right(starts, f["ts"]) - 1
