@@ -125,13 +125,13 @@ def cpu_times(trace: Path, counts: dict) -> dict:
     events = data["traceEvents"] if isinstance(data, dict) else data
     fires = [e for e in events if e.get("name") == "TimerFire" and e.get("ph") == "X"]
     if not fires:
-        return {}
+        return {"cpu": "not measured: no timer in the trace"}
     # the page's main thread fires the run's timers; a renderer left from a page timed
     # before may fire one of its own into the trace
     pid, tid = collections.Counter((e["pid"], e["tid"]) for e in fires).most_common(1)[0][0]
     fires = sorted((e for e in fires if (e["pid"], e["tid"]) == (pid, tid)), key=lambda e: e["ts"])
     if len(fires) != sum(counts.values()):
-        return {}  # not one timer per change: the trace does not match the run
+        return {"cpu": f"not measured: {len(fires)} timers for {sum(counts.values())} changes"}
     nested = sorted(
         (
             e
@@ -151,7 +151,7 @@ def cpu_times(trace: Path, counts: dict) -> dict:
     for f in fires:
         i = bisect.bisect_right(starts, f["ts"]) - 1
         if i < 0 or f["ts"] >= starts[i] + tasks[i]["dur"]:
-            return {}  # a change outside every task: the trace does not match the run
+            return {"cpu": f"not measured: change {len(holder)} ran outside every task"}
         holder.append(i)
     change = [tasks[i].get("tdur", 0) / 1000 for i in holder]
     frame = []
