@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import collections
 import contextlib
 import json
 import multiprocessing
@@ -122,27 +123,35 @@ def cpu_times(trace: Path, counts: dict) -> dict:
     by kind. `counts`: how many changes of each kind the run made, in TIMING's order."""
     data = json.loads(trace.read_text(encoding="utf-8"))
     events = data["traceEvents"] if isinstance(data, dict) else data
-    fires = sorted(
-        (e for e in events if e.get("name") == "TimerFire" and e.get("ph") == "X"),
-        key=lambda e: e["ts"],
-    )
-    if not fires or len(fires) != sum(counts.values()):
-        return {}  # not one timer per change: the trace does not match the run
-    tid = fires[0]["tid"]
-    tasks = sorted(
+    fires = [e for e in events if e.get("name") == "TimerFire" and e.get("ph") == "X"]
+    if not fires:
+        return {"cpu": "not measured: no timer in the trace"}
+    # the page's main thread fires the run's timers; a renderer left from a page timed
+    # before may fire one of its own into the trace
+    pid, tid = collections.Counter((e["pid"], e["tid"]) for e in fires).most_common(1)[0][0]
+    fires = sorted((e for e in fires if (e["pid"], e["tid"]) == (pid, tid)), key=lambda e: e["ts"])
+    if len(fires) != sum(counts.values()):
+        return {"cpu": f"not measured: {len(fires)} timers for {sum(counts.values())} changes"}
+    nested = sorted(
         (
             e
             for e in events
-            if e.get("name") == "RunTask" and e.get("ph") == "X" and e.get("tid") == tid
+            if e.get("name") == "RunTask"
+            and e.get("ph") == "X"
+            and (e.get("pid"), e.get("tid")) == (pid, tid)
         ),
-        key=lambda e: e["ts"],
+        key=lambda e: (e["ts"], -e["dur"]),
     )
-    starts = [t["ts"] for t in tasks]  # the main thread's tasks do not overlap
+    tasks: list = []  # the outermost tasks: a task run inside another is counted in it
+    for t in nested:
+        if not tasks or t["ts"] >= tasks[-1]["ts"] + tasks[-1]["dur"]:
+            tasks.append(t)
+    starts = [t["ts"] for t in tasks]  # these do not overlap
     holder = []  # the index of the task each change ran in
     for f in fires:
         i = bisect.bisect_right(starts, f["ts"]) - 1
         if i < 0 or f["ts"] >= starts[i] + tasks[i]["dur"]:
-            return {}  # a change outside every task: the trace does not match the run
+            return {"cpu": f"not measured: change {len(holder)} ran outside every task"}
         holder.append(i)
     change = [tasks[i].get("tdur", 0) / 1000 for i in holder]
     frame = []

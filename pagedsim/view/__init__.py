@@ -21,15 +21,18 @@ each block a link), and scrolls the panes so the change is in view (in a wide wi
 tables and the pool scroll on their own). A swap page has a host pane (`play` under swap
 preemption, `generate` when the v0 engine swaps a request out); a `generate` page has plain
 captions (`narrate.py`), its engine notation on hover, and a request timeline. A big pool
-(over 256 blocks) shows a tile's ref-count badge only above 1, and renders only the table
-rows near the window (the DOM still holds every row and cell).
+(over 256 blocks) shows a tile's ref-count badge only above 1, lays its rows of 32 tiles out
+in lines of 32, 16, 8 or 4, whichever fits the pane (no tile off to the side), and renders
+only the table rows near the window (the DOM still holds every row and cell).
 
 Controls: Prev/Next buttons and ArrowLeft/ArrowRight, Home/End, a scrubber, Play/Pause
 (Space) with a speed menu, P (or the button) for presentation mode, F for full screen.
 Presentation mode sizes everything in 1% of the largest 16:9 box the window holds (at
 1920x1080 the caption is 34 px and block labels >= 20 px) and fits a small pool's tiles
-to the pool pane; the controls hide until the mouse moves, a legend stays, the caption
-is at most two lines (a long block list counted, the full caption on hover). Hover or
+to the pool pane and the tables' text to their column (1.5 down to 0.8 units, so a step's
+changed cells fit in sight together); the controls hide until the mouse moves, a legend
+stays, the caption is at most two lines (a long block list counted, the full caption on
+hover). Hover or
 click a block to see its id, ref count, owners, fill, hash, text and the step that last
 changed it. The step index lives in the URL hash (`page.html#step=4`, `#step=4&present`
 in presentation mode), so a link opens at that step, in that mode.

@@ -252,8 +252,26 @@ def _text(view: dict, key: str, default: str) -> str:
     return value
 
 
+# the fields of a snapshot's events that hold a sequence id (pagedsim/trace.py)
+SEQ_FIELDS = ("seq_id", "parent", "child")
+
+
+def _named(d: dict, name) -> dict:
+    """A snapshot dict whose sequence ids are the names the page shows (`generate`'s manager
+    ids (1, 0) become "r1.0"), so a saved trace names its sequences as its page did."""
+    for s in d["sequences"]:
+        s["seq_id"] = name(s["seq_id"])
+    for e in d["events"]:
+        for key in SEQ_FIELDS:
+            if key in e:
+                e[key] = name(e[key])
+    return d
+
+
 def trace_out(page: dict) -> dict:
-    """A source's page as a JSON trace for `--trace-out` (read back by `saved`)."""
+    """A source's page as a JSON trace for `--trace-out` (read back by `saved`). With
+    `PageOptions.names` the sequences are saved under those names. "snapshots" comes first:
+    `pagedsim view` tells a trace from a KV event stream by it (`kv_stream.read_any`)."""
     snaps, o = page["trace_or_snapshots"], page["options"]
     view: dict[str, Any] = {"title": o.title, "version": o.version}
     if o.whys:
@@ -267,13 +285,13 @@ def trace_out(page: dict) -> dict:
         view["story"] = o.story
     snapshots = []
     for i, s in enumerate(snaps):
-        d = snapshot_to_dict(s)
+        d = snapshot_to_dict(s) if o.names is None else _named(snapshot_to_dict(s), o.names)
         d.pop("block_labels", None)  # generate's, kept in view.labels
         if o.captions:
             d["custom_caption"] = o.captions[i]
         snapshots.append(d)
     return {
-        "events": [e for d in snapshots for e in d["events"]],
         "snapshots": snapshots,
+        "events": [e for d in snapshots for e in d["events"]],
         "view": view,
     }

@@ -459,27 +459,29 @@
       changes.append(g);
     }
   }
-  // A small page: the last changed tile and cell, then the first, so both are in view if they
-  // fit. A big pool scrolls only when the first changed row is off screen (the row observer
-  // knows without a layout), and in the next frame, so the layout it needs is the frame's own.
+  // The last changed tile and cell, then the first (the highest and lowest block ids), so
+  // both are in view if they fit. A big pool scrolls in the next frame, so the layout it needs
+  // is the frame's own; when the row of either end is off screen (the row observer knows
+  // without a layout), the rows around it are drawn first and the last tile is centred.
   let revealing = 0;
   function reveal(d) {
     const e = d.e || [];
     const near = { block: "nearest", inline: "nearest" };
+    const lo = e.length ? Math.min(...e) : -1, hi = e.length ? Math.max(...e) : -1;
     if (!BIG) {
-      if (e.length) { blockEls[e[e.length - 1]].scrollIntoView(near); blockEls[e[0]].scrollIntoView(near); }
+      if (e.length) { blockEls[hi].scrollIntoView(near); blockEls[lo].scrollIntoView(near); }
       if (lit.length) { lit[lit.length - 1].scrollIntoView(near); lit[0].scrollIntoView(near); }
       return;
     }
     cancelAnimationFrame(revealing);
-    const tile = e.length && hidden[rowOf(e[0])] ? blockEls[e[0]] : null, cell = lit[0];
-    if (tile) { // the rows it brings into view are drawn now, not in a second pass when seen
-      const r = rowOf(e[0]);
-      for (let b = Math.max(0, r - 16) * ROW; b < Math.min(NB, (r + 17) * ROW); b++) if (stale[b]) drawLook(b);
+    const away = e.length > 0 && (hidden[rowOf(lo)] === 1 || hidden[rowOf(hi)] === 1);
+    if (away) { // the rows it brings into view are drawn now, not in a second pass when seen
+      for (let b = Math.max(0, rowOf(lo) - 16) * ROW; b < Math.min(NB, (rowOf(hi) + 17) * ROW); b++) if (stale[b]) drawLook(b);
     }
+    const cells = lit.length ? [lit[lit.length - 1], lit[0]] : [];
     revealing = requestAnimationFrame(() => {
-      if (tile) tile.scrollIntoView({ block: "center", inline: "nearest" });
-      if (cell) { unfar(cell); cell.scrollIntoView(near); }
+      if (e.length) { blockEls[hi].scrollIntoView(away ? { block: "center", inline: "nearest" } : near); blockEls[lo].scrollIntoView(near); }
+      for (const c of cells) { unfar(c); c.scrollIntoView(near); }
     });
   }
   let arrowsShown = false;
@@ -539,6 +541,7 @@
     drawBlocks(state, d, own);
     drawFree(state);
     drawTables(state, d);
+    if (presenting) fitTables();
     drawChanges(d);
     drawHost(i);
     drawKernel();
@@ -758,7 +761,10 @@
   }
   function fit() {
     const root = document.documentElement.style;
-    if (!presenting) { root.removeProperty("--u"); root.removeProperty("--fit"); return; }
+    if (!presenting) {
+      for (const k of ["--u", "--fit", "--tscale"]) root.removeProperty(k);
+      tablesFor = -1; columns(); return;
+    }
     root.setProperty("--u", (Math.min(innerWidth, innerHeight * 16 / 9) / 100).toFixed(2) + "px");
     if (!BIG) {
       root.setProperty("--fit", "0px"); // measure the pane with the tiles out of the way
@@ -772,7 +778,40 @@
       }
       root.setProperty("--fit", Math.max(40, Math.floor(best - 2)) + "px");
     }
+    columns();
+    tablesFor = -1; fitTables();
     arrowsShown = true; drawArrows(STEPS[cur] || {});
+  }
+  // Presentation mode: the tables' text takes the largest size, from 1.5 down to 0.8 units,
+  // at which every table fits its column, so all of a step's changed cells can be in sight
+  // at once (more tables than fit at 0.8 scroll, to the change). Measured when the tables'
+  // cell count changes.
+  let tablesFor = -1;
+  function fitTables() {
+    let cells = state ? state.order.length : 0;
+    if (state) for (const q of state.order) cells += state.tables.get(q).blocks.length;
+    if (!presenting || cells === tablesFor) return;
+    tablesFor = cells;
+    const root = document.documentElement.style;
+    let scale = 1.5;
+    root.setProperty("--tscale", String(scale));
+    for (let k = 0; k < 4 && tablesEl.scrollHeight > tablesEl.clientHeight + 1 && scale > 0.8; k++) {
+      scale = Math.max(0.8, scale * Math.min(0.95, Math.sqrt(tablesEl.clientHeight / tablesEl.scrollHeight)));
+      root.setProperty("--tscale", scale.toFixed(3));
+    }
+  }
+  // A big pool's rows of ROW tiles wrap in lines of ROW, ROW / 2, ... tiles, the most that fit
+  // the pane, so no tile is off to the side and the ids stay aligned (a line starts at a
+  // multiple of its length).
+  function columns() {
+    if (!BIG) return;
+    const cs = getComputedStyle(blocksEl.firstChild), gap = parseFloat(cs.columnGap) || 0;
+    const pad = (parseFloat(cs.paddingLeft) || 0) + (parseFloat(cs.paddingRight) || 0);
+    const tile = blockEls[0].offsetWidth + gap, room = wrap.clientWidth + gap - pad;
+    let cols = ROW;
+    while (cols > 4 && cols * tile > room) cols /= 2;
+    blocksEl.style.setProperty("--cols", String(cols));
+    blocksEl.style.setProperty("--lines", String(ROW / cols));
   }
   // A long list in a caption becomes a count, details on hover (the full caption is #caption
   // and the headline's tooltip): "25 shared blocks (details on hover)".
@@ -900,6 +939,7 @@
   }
   drawLegend();
   drawTimeline();
+  columns();
   present(/(^#|&)present\b/.test(location.hash));
   linked = true;
   go(D.stream && D.stream.live && /follow/.test(location.hash) ? N - 1 : fromHash());

@@ -3,11 +3,15 @@ state differs from the step before (ref count, fill, cached flag, free-list memb
 hash) and each table cell that differs is outlined, and is inside the window and every
 pane that scrolls it. Tour, a playground page with every operation, and `generate`."""
 
+import contextlib
+
 import pytest
 
 from pagedsim.app import tour as tour_app
 from pagedsim.app.play_session import Options, Refused, Session
 from pagedsim.view import page_data, sources, to_html
+
+from .conftest import long_script
 
 pytestmark = pytest.mark.slow
 
@@ -51,6 +55,9 @@ IN_VIEW = """(sel) => {
 }"""
 
 
+FRAME = "() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)))"
+
+
 def differing(prev, snap, labels=None, name=str) -> tuple[set, set]:
     """The blocks and the (seq, logical) table cells whose state differs between two steps,
     each sequence called `name(seq_id)` as the page calls it."""
@@ -75,15 +82,18 @@ def differing(prev, snap, labels=None, name=str) -> tuple[set, set]:
     return blocks, cells
 
 
-def walk(open_page, page: dict, viewport=(1366, 768), labels=None) -> int:
-    """Step through `page` with ArrowRight; every change outlined and in view. Returns the
-    number of steps that changed something."""
+def walk(open_page, page: dict, viewport=(1366, 768), labels=None, present=False) -> int:
+    """Step through `page` with ArrowRight (`present`: in presentation mode); every change
+    outlined and in view. Returns the number of steps that changed something."""
     snaps, name = page["trace_or_snapshots"], page["options"].names or str
-    loaded = open_page(to_html(**page), viewport=viewport)
+    fragment = "#step=0&present" if present else ""
+    loaded = open_page(to_html(**page), viewport=viewport, fragment=fragment)
+    assert loaded.page.evaluate("document.body.classList.contains('projector')") == present
     changed = 0
     for i in range(1, len(snaps)):
         loaded.page.keyboard.press("ArrowRight")
         assert loaded.page.evaluate("window.pagedsimViewer.index()") == i
+        loaded.page.evaluate(FRAME)  # a big pool scrolls in the frame after the step change
         pair = (labels[i - 1], labels[i]) if labels else None
         blocks, cells = differing(snaps[i - 1], snaps[i], pair, name)
         if not blocks and not cells:
@@ -105,9 +115,14 @@ def walk(open_page, page: dict, viewport=(1366, 768), labels=None) -> int:
     return changed
 
 
-@pytest.mark.parametrize("viewport", [(1366, 768), (1920, 1080)])
-def test_every_tour_step_outlines_its_changes_in_view(open_page, viewport):
-    assert walk(open_page, tour_app.tour_page("en"), viewport) >= 10
+SCREENS = [(1366, 768), (1920, 1080), (3840, 2160)]
+MODES = [pytest.param(False, id="default"), pytest.param(True, id="present")]
+
+
+@pytest.mark.parametrize("present", MODES)
+@pytest.mark.parametrize("viewport", SCREENS)
+def test_every_tour_step_outlines_its_changes_in_view(open_page, viewport, present):
+    assert walk(open_page, tour_app.tour_page("en"), viewport, present=present) >= 10
 
 
 def run_session(options: Options, commands) -> Session:
@@ -120,17 +135,30 @@ def run_session(options: Options, commands) -> Session:
     return session
 
 
-def test_every_playground_operation_outlines_its_changes_in_view(open_page):
+@pytest.mark.parametrize("present", MODES)
+def test_every_playground_operation_outlines_its_changes_in_view(open_page, present):
     session = run_session(
         Options(12, 4, enable_prefix_caching=True, preemption_mode="swap"), EVERY_OPERATION
     )
     page = sources.play(session)
     kinds = "".join(s.get("ek", "") for s in page_data(**page)["steps"])
     assert set("ahcsoixfv") <= set(kinds), kinds  # every kind of change occurs
-    assert walk(open_page, page) == len(page["trace_or_snapshots"]) - 1
+    assert walk(open_page, page, present=present) == len(page["trace_or_snapshots"]) - 1
 
 
-def test_every_generate_step_outlines_its_changes_in_view(open_page):
+@pytest.mark.parametrize("present", MODES)
+def test_a_big_pool_brings_each_change_into_view(open_page, present):
+    """400 blocks (a big pool: rows of 32 tiles, drawn when seen) at 1366x768: no changed tile
+    is off to the side or below the fold, in either mode."""
+    session = Session(Options(400, 16))
+    for c in long_script(40, 400, 16, seed=3):
+        with contextlib.suppress(Refused):
+            session.run(c)
+    assert walk(open_page, sources.play(session), present=present) >= 30
+
+
+@pytest.mark.parametrize("present", MODES)
+def test_every_generate_step_outlines_its_changes_in_view(open_page, present):
     from pagedsim.config import CacheConfig
     from pagedsim.engine.generate import Workload, serve
 
@@ -140,4 +168,5 @@ def test_every_generate_step_outlines_its_changes_in_view(open_page):
     )
     engine, marks = llm.llm_engine, llm.steps
     page = sources.generate(engine, marks)
-    assert walk(open_page, page, labels=page["options"].labels) == len(page["options"].labels) - 1
+    steps = len(page["options"].labels) - 1
+    assert walk(open_page, page, labels=page["options"].labels, present=present) == steps
