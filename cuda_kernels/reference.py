@@ -15,13 +15,13 @@ import numpy as np
 from .mask import CAUSAL, ScoreMask
 
 
-def attended_positions(length: int, window=None, sinks: int = 0) -> np.ndarray:
+def attended_positions(length: int, sliding_window=None, sinks: int = 0) -> np.ndarray:
     """Token positions a query at the end of a `length`-token context attends to:
-    all of them, or the first `sinks` plus the last `window` (StreamingLLM-style)."""
-    if window is None:
+    all of them, or the first `sinks` plus the last `sliding_window` (StreamingLLM-style)."""
+    if sliding_window is None:
         return np.arange(length)
     kept = min(sinks, length)
-    start = max(length - window, kept)
+    start = max(length - sliding_window, kept)
     return np.concatenate([np.arange(kept), np.arange(start, length)])
 
 

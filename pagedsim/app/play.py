@@ -247,6 +247,7 @@ def _pool_arguments(p: ArgParser) -> None:
     )
     p.add_argument(
         "--window",
+        dest="sliding_window",
         type=int_in(1, 1 << 20),
         metavar="N",
         help="sliding-window attention over N tokens",
@@ -289,7 +290,7 @@ def _play(args: argparse.Namespace, p: ArgParser, width: int, lang: str) -> int:
                 args.num_gpu_blocks_override,
                 args.block_size,
                 args.enable_prefix_caching,
-                args.window,
+                args.sliding_window,
                 args.preemption_mode,
                 args.hybrid,
             )

@@ -126,7 +126,7 @@ class Options:
             from ..policies.sliding_window import SlidingWindowManager
 
             return SlidingWindowManager(
-                self.num_gpu_blocks, self.block_size, window=self.sliding_window
+                self.num_gpu_blocks, self.block_size, sliding_window=self.sliding_window
             )
         return KVCacheManager(self.num_gpu_blocks, self.block_size, free_order="lifo")
 
@@ -139,7 +139,7 @@ class Options:
             )
         if type(self.hybrid) is not int or self.hybrid < 1:
             raise Refused(f"--hybrid must be a positive number of tokens, got {self.hybrid!r}")
-        return HybridManager(self.num_gpu_blocks, self.block_size, window=self.hybrid)
+        return HybridManager(self.num_gpu_blocks, self.block_size, sliding_window=self.hybrid)
 
 
 # A note's English template -> its Chinese (same {fields}); `Note.said(lang)` picks one.

@@ -22,7 +22,7 @@ PROMPT = [7, 7, 7, 7, 1, 2, 3, 4, 5, 9]  # 10 tokens: two full blocks of 4 and a
 
 def hybrid_snapshots() -> list:
     """A arrives, decodes past its window, B shares A's prompt, A finishes."""
-    m = HybridManager(14, 4, window=6)
+    m = HybridManager(14, 4, sliding_window=6)
     m.add_sequence("A", len(PROMPT), PROMPT)
     m.append_tokens("A", 4)
     hit = m.get_computed_blocks(PROMPT)

@@ -553,10 +553,10 @@ def _v1_manager(config, num_gpu_blocks: int, block_size: int, caching: bool, tra
         assert config.sliding_window is not None, "a sliding layer has a window"
         if "full" in kinds:
             return HybridManager(
-                num_gpu_blocks, block_size, window=config.sliding_window, trace=trace
+                num_gpu_blocks, block_size, sliding_window=config.sliding_window, trace=trace
             )
         return SlidingWindowPrefixCachingManager(
-            num_gpu_blocks, block_size, window=config.sliding_window, trace=trace
+            num_gpu_blocks, block_size, sliding_window=config.sliding_window, trace=trace
         )
     cls = PrefixCachingManager if caching else KVCacheManager
     return cls(num_gpu_blocks, block_size, trace=trace)

@@ -63,7 +63,7 @@ class HybridManager:
         num_blocks: int,
         block_size: int,
         *,
-        window: int,
+        sliding_window: int,
         eviction: str = "lru",
         enable_kv_cache_events: bool = False,
         trace: bool = True,
@@ -77,7 +77,12 @@ class HybridManager:
         self.block_size = self.pool.block_size
         self.full = PrefixCachingManager(num_blocks, block_size, pool=self.pool, trace=False)
         self.window = SlidingWindowPrefixCachingManager(
-            num_blocks, block_size, window=window, pool=self.pool, group_idx=1, trace=False
+            num_blocks,
+            block_size,
+            sliding_window=sliding_window,
+            pool=self.pool,
+            group_idx=1,
+            trace=False,
         )
         # one request is one prefix-cache lookup (v1's KVCacheManager records one
         # PrefixCacheStats entry per request, whatever its groups): the full group records it
@@ -93,7 +98,8 @@ class HybridManager:
                 self.snapshot(
                     caption=(
                         f"a pool of {num_blocks} blocks x {block_size} tokens shared by two KV "
-                        f"cache groups: full attention and a sliding window of {window} tokens"
+                        "cache groups: full attention and a sliding window of "
+                        f"{sliding_window} tokens"
                     )
                 )
             )

@@ -517,7 +517,7 @@ class PrefixCachingManager(KVCacheManager):
 
         `stored` holds (logical, hash, parent hash or None at the prompt start, tokens)."""
         lora = dict(self._extra.get(seq_id, ())).get("lora_id")
-        window = getattr(self, "window", None)  # a sliding-window group names its window
+        window = getattr(self, "sliding_window", None)  # a sliding-window group names its window
         spec: dict[str, Any] = dict(
             group_idx=self.group_idx,
             kv_cache_spec_sliding_window=window,

@@ -44,12 +44,18 @@ class SlidingWindowManager(KVCacheManager):
     drops_blocks = True  # tables hold NULL_BLOCK for blocks behind the window
 
     def __init__(
-        self, num_blocks: int, block_size: int, *, window: int, sinks: int = 0, **kwargs: Any
+        self,
+        num_blocks: int,
+        block_size: int,
+        *,
+        sliding_window: int,
+        sinks: int = 0,
+        **kwargs: Any,
     ) -> None:
         block_size = count_arg("block_size", block_size, 1, MAX_BLOCK_SIZE)
-        window = count_arg("window", window, 1, MAX_WINDOW)
+        sliding_window = count_arg("sliding_window", sliding_window, 1, MAX_WINDOW)
         sinks = count_arg("sinks", sinks, 0, MAX_WINDOW)
-        self.window = window  # W: the most recent tokens every query sees
+        self.sliding_window = sliding_window  # W: the most recent tokens every query sees
         self.sinks = sinks  # S: the first tokens every query also sees
         self.first_droppable = -(-sinks // block_size)  # first logical block with no sink token
         self.dropped_blocks = 0  # blocks returned to the pool by sliding
@@ -59,7 +65,7 @@ class SlidingWindowManager(KVCacheManager):
     def get_num_skipped_tokens(self, num_computed_tokens: int) -> int:
         """Tokens the next query never reads again, sinks aside: n - W + 1 (v1's name)."""
         n = count_arg("num_computed_tokens", num_computed_tokens)
-        return max(0, n - self.window + 1)
+        return max(0, n - self.sliding_window + 1)
 
     def kept(self, num_tokens: int, num_computed_tokens: int | None = None) -> int:
         """How many logical blocks stay named for a table of `num_tokens` slots of which
@@ -87,7 +93,7 @@ class SlidingWindowManager(KVCacheManager):
         total_len = max(prompt_len, count_arg("total_len", total_len))
         if max_chunk is not None:
             max_chunk = count_arg("max_chunk", max_chunk, 1)
-            span = min(self.window - 1 + max_chunk, total_len)
+            span = min(self.sliding_window - 1 + max_chunk, total_len)
             return min(
                 blocks_needed(total_len, self.block_size),
                 blocks_needed(span, self.block_size) + 1 + self.first_droppable,
@@ -119,7 +125,8 @@ class SlidingWindowManager(KVCacheManager):
         """v1's remove_skipped_blocks: free the blocks the next query never reads."""
         table = self._tables[seq_id]
         i = self._next_drop.get(seq_id, self.first_droppable)
-        stop = (num_computed_tokens - self.window + 1) // self.block_size  # [.., stop) skipped
+        # blocks [.., stop) are skipped
+        stop = (num_computed_tokens - self.sliding_window + 1) // self.block_size
         if i >= stop:
             return
         # the last block first, as v1 does: it ends the longer prefix, so it is evicted first

@@ -36,7 +36,8 @@ class SlidingWindowPrefixCachingManager(SlidingWindowManager, PrefixCachingManag
         if self.sinks:
             return super()._match(tokens, max_blocks, keys)
         bs, pool = self.block_size, self.pool
-        run_needed = max(1, -(-(self.window - 1) // bs))  # v1: sliding_window_contiguous_blocks
+        # v1: sliding_window_contiguous_blocks
+        run_needed = max(1, -(-(self.sliding_window - 1) // bs))
         cid = pool.root_of(keys)  # where the prompt's chain starts (its extra keys)
         if cid is None:
             return []

@@ -12,7 +12,7 @@ from pagedsim.workloads import Request
 
 def test_blocks_entirely_behind_the_window_are_freed_and_marked_null():
     # B = 4, W = 6, S = 2: block 0 holds the sinks and always stays.
-    m = SlidingWindowManager(10, 4, window=6, sinks=2)
+    m = SlidingWindowManager(10, 4, sliding_window=6, sinks=2)
     m.add_sequence("a", 12)  # the next query (12) reads 7..12: block 1 (4..7) still needed
     assert m.block_table("a") == [0, 1, 2]
     m.append_tokens("a", 2)  # 14 tokens: the next query reads 9..14, block 1 (4..7) goes
@@ -23,13 +23,13 @@ def test_blocks_entirely_behind_the_window_are_freed_and_marked_null():
 
 
 def test_without_sinks_the_first_block_goes_too():
-    m = SlidingWindowManager(10, 4, window=4)
+    m = SlidingWindowManager(10, 4, sliding_window=4)
     m.add_sequence("a", 9)  # the next query (9) reads 6..9: block 0 (0..3) is gone
     assert m.block_table("a") == [NULL_BLOCK, 1, 2]
 
 
 def test_a_shared_block_dropped_by_one_fork_stays_for_the_other():
-    m = SlidingWindowManager(10, 2, window=3, trace=False)
+    m = SlidingWindowManager(10, 2, sliding_window=3, trace=False)
     m.add_sequence("a", 3)  # [0, 1]; the next query (position 3) reads 1..3: both stay
     m.fork("a", "b")
     m.decode_step(["a"])  # a has 4 tokens: its next query reads 2..4, block 0 (0..1) goes
@@ -40,13 +40,13 @@ def test_a_shared_block_dropped_by_one_fork_stays_for_the_other():
 
 def test_bad_window_arguments_are_refused():
     with pytest.raises(ValueError, match=r"window must be an int in \[1, "):
-        SlidingWindowManager(4, 2, window=0)
+        SlidingWindowManager(4, 2, sliding_window=0)
     with pytest.raises(ValueError, match=r"sinks must be an int in \[0, "):
-        SlidingWindowManager(4, 2, window=3, sinks=-1)
+        SlidingWindowManager(4, 2, sliding_window=3, sinks=-1)
     with pytest.raises(ValueError, match=r"block_size must be an int in \[1, "):
-        SlidingWindowManager(8, 0, window=4)  # not a ZeroDivisionError
+        SlidingWindowManager(8, 0, sliding_window=4)  # not a ZeroDivisionError
     with pytest.raises(TypeError, match="window must be an int"):
-        SlidingWindowManager(4, 2, window=2.5)
+        SlidingWindowManager(4, 2, sliding_window=2.5)
 
 
 @settings(max_examples=25)
@@ -61,6 +61,6 @@ def test_the_driver_with_a_window_keeps_only_window_and_sink_blocks(
     bs, window, sinks, rows, traced
 ):
     reqs = [Request(p, o, n=2) for p, o in rows]
-    m = SlidingWindowManager(64, bs, window=window, sinks=sinks, trace=traced)
+    m = SlidingWindowManager(64, bs, sliding_window=window, sinks=sinks, trace=traced)
     make_scheduler(reqs, m).run(check=True)  # check_invariants counts the kept blocks exactly
     assert m.num_free_blocks == 64

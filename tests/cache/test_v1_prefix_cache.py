@@ -145,7 +145,7 @@ def test_stale_computed_blocks_are_refused():
 
 
 def test_blocks_that_slide_out_of_the_window_stay_cached():
-    m = SlidingWindowPrefixCachingManager(16, 2, window=4)
+    m = SlidingWindowPrefixCachingManager(16, 2, sliding_window=4)
     m.add_sequence("a", 9, tokens=list(range(9)))  # the next query reads 6..9: blocks 0-2 go
     assert m.block_table("a")[:4] == [-1, -1, -1, 3]
     assert len(m.cached_free_blocks()) == 3  # freed by the window, still findable
@@ -155,7 +155,7 @@ def test_blocks_that_slide_out_of_the_window_stay_cached():
 
 
 def test_a_sliding_window_hit_starts_past_evicted_blocks_it_would_never_read():
-    m = SlidingWindowPrefixCachingManager(8, 2, window=4)  # a hit needs ceil(3/2) = 2 blocks
+    m = SlidingWindowPrefixCachingManager(8, 2, sliding_window=4)  # a hit: ceil(3/2) = 2 blocks
     tokens = list(range(12))
     m.add_sequence("a", 12, tokens=tokens)  # blocks 0..3 slide out (freed, still cached)
     m.free_sequence("a")
@@ -187,7 +187,7 @@ def test_a_sliding_window_cache_under_the_v1_scheduler_keeps_every_invariant(
 
     reqs = [Request(p, o) for p, o, _ in shapes]
     tokens = [[7 * k] * p for p, _, k in shapes]  # two families of prompts that repeat
-    m = SlidingWindowPrefixCachingManager(64, bs, window=window, trace=False)
+    m = SlidingWindowPrefixCachingManager(64, bs, sliding_window=window, trace=False)
     need = max(
         min(
             -(-(r.total_len - 1) // bs),  # the whole KV, or the window + one chunk
@@ -195,7 +195,7 @@ def test_a_sliding_window_cache_under_the_v1_scheduler_keeps_every_invariant(
         )
         for r in reqs
     )
-    m = SlidingWindowPrefixCachingManager(need + spare, bs, window=window, trace=False)
+    m = SlidingWindowPrefixCachingManager(need + spare, bs, sliding_window=window, trace=False)
     s = make_scheduler(reqs, m, mode="v1", tokens=tokens, max_num_batched_tokens=5).run(check=True)
     assert s.finished == len(reqs) and m.num_free_blocks == m.num_blocks
 

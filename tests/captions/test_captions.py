@@ -6,7 +6,7 @@ from pagedsim.policies.sliding_window import SlidingWindowManager
 
 
 def test_a_window_drop_is_named_in_the_caption():
-    m = SlidingWindowManager(10, 2, window=4)
+    m = SlidingWindowManager(10, 2, sliding_window=4)
     m.add_sequence("A", 4)
     first, second = m.trace.snapshots[-1].sequences[0].blocks  # positions 0..1 and 2..3
     m.append_tokens("A", 3)  # 7 computed tokens: the next query (position 7) reads 4..7 (v1)

@@ -13,7 +13,7 @@ from pagedsim.policies.hybrid import HybridManager
     window=st.integers(2, 12),
 )
 def test_the_caption_says_fell_out_exactly_when_the_window_dropped_blocks(prompt, appends, window):
-    m = HybridManager(64, 4, window=window)
+    m = HybridManager(64, 4, sliding_window=window)
     m.add_sequence("A", prompt)
     for n in [None, *appends]:
         if n is not None:
@@ -26,7 +26,7 @@ def test_the_caption_says_fell_out_exactly_when_the_window_dropped_blocks(prompt
 
 
 def test_a_short_sequence_keeps_every_block_and_says_nothing_fell_out():
-    m = HybridManager(16, 4, window=8)
+    m = HybridManager(16, 4, sliding_window=8)
     m.add_sequence("A", 5)
     caption = m.trace.snapshots[-1].custom_caption
     assert "the sliding-window group 2 of 2" in caption and "fell out" not in caption

@@ -126,8 +126,12 @@ OPS = st.lists(
 )
 
 
-def run(ops, window=None):
-    m = KVCacheManager(6, 2) if window is None else SlidingWindowManager(6, 2, window=window)
+def run(ops, sliding_window=None):
+    m = (
+        KVCacheManager(6, 2)
+        if sliding_window is None
+        else SlidingWindowManager(6, 2, sliding_window=sliding_window)
+    )
     live = []
     for i, (op, pick, n) in enumerate(ops):
         who = live[pick % len(live)] if live else None
@@ -135,7 +139,7 @@ def run(ops, window=None):
             if op == "a" or who is None:
                 m.add_sequence(f"S{i}", n)
                 live.append(f"S{i}")
-            elif op == "f" and window is None:
+            elif op == "f" and sliding_window is None:
                 m.fork(who, f"S{i}")
                 live.append(f"S{i}")
             elif op == "p":

@@ -164,8 +164,8 @@ def test_the_new_cache_calls_refuse_bad_arguments_with_nothing_changed(call, x, 
 @given(ANY, ANY)
 def test_hybrid_and_window_managers_refuse_bad_constructor_arguments(window, blocks):
     for make in (
-        lambda: HybridManager(blocks, 2, window=window),
-        lambda: SlidingWindowPrefixCachingManager(blocks, 2, window=window),
+        lambda: HybridManager(blocks, 2, sliding_window=window),
+        lambda: SlidingWindowPrefixCachingManager(blocks, 2, sliding_window=window),
         lambda: PrefixCachingManager(blocks, 2, group_idx=window),
     ):
         try:

@@ -24,7 +24,7 @@ def state(m):
 
 
 def test_both_groups_draw_from_one_pool_and_only_the_window_group_drops():
-    m = HybridManager(12, B, window=4)
+    m = HybridManager(12, B, sliding_window=4)
     m.add_sequence("A", 9)
     full, window = m.block_tables("A")
     assert NULL_BLOCK not in full.blocks and len(full) == 5
@@ -34,7 +34,7 @@ def test_both_groups_draw_from_one_pool_and_only_the_window_group_drops():
 
 
 def test_a_short_pool_refuses_both_groups_and_changes_nothing():
-    m = HybridManager(6, B, window=4)
+    m = HybridManager(6, B, sliding_window=4)
     m.add_sequence("A", 4)  # 2 + 2 blocks
     before = state(m)
     assert m.allocate_slots("B", 4, new_token_ids=[9, 9, 9, 9]) is None  # needs 4, 2 free
@@ -61,7 +61,7 @@ def test_a_protected_cached_block_is_passed_over_by_eviction():
 
 
 def test_the_groups_return_one_common_prefix_count_each():
-    m = HybridManager(16, B, window=4)
+    m = HybridManager(16, B, sliding_window=4)
     m.add_sequence("A", 6, [1] * 6)
     hit = m.get_computed_blocks([1] * 6)
     m.allocate_slots("B", 6 - hit.num_tokens, new_token_ids=[1] * 6, computed=hit)
@@ -69,7 +69,7 @@ def test_the_groups_return_one_common_prefix_count_each():
 
 
 def test_a_request_is_one_prefix_cache_lookup_however_many_groups():
-    m = HybridManager(16, B, window=4)
+    m = HybridManager(16, B, sliding_window=4)
     m.allocate_slots("A", 6, new_token_ids=[1] * 6)
     hit = m.get_computed_blocks([1] * 6)
     m.allocate_slots("B", 6 - hit.num_tokens, new_token_ids=[1] * 6, computed=hit)
@@ -82,10 +82,10 @@ def test_a_request_is_one_prefix_cache_lookup_however_many_groups():
 @pytest.mark.parametrize(
     "kwargs, error",
     [
-        ({"window": 0}, ValueError),
-        ({"window": 2.5}, TypeError),
-        ({"window": 4, "trace": 1}, TypeError),
-        ({"window": 4, "eviction": "mru"}, ValueError),
+        ({"sliding_window": 0}, ValueError),
+        ({"sliding_window": 2.5}, TypeError),
+        ({"sliding_window": 4, "trace": 1}, TypeError),
+        ({"sliding_window": 4, "eviction": "mru"}, ValueError),
     ],
 )
 def test_bad_construction_arguments_are_refused(kwargs, error):
@@ -106,7 +106,7 @@ def test_bad_construction_arguments_are_refused(kwargs, error):
     st.integers(4, 14),
 )
 def test_random_operations_keep_both_groups_consistent(ops, window, num_blocks):
-    m = HybridManager(num_blocks, B, window=window, trace=False)
+    m = HybridManager(num_blocks, B, sliding_window=window, trace=False)
     k = 0
     for op, tokens in ops:
         before = state(m)
@@ -133,7 +133,7 @@ def test_random_operations_keep_both_groups_consistent(ops, window, num_blocks):
 
 
 def test_bad_calls_are_refused_with_nothing_changed():
-    m = HybridManager(8, B, window=4)
+    m = HybridManager(8, B, sliding_window=4)
     m.add_sequence("A", 3)
     before = state(m)
     for call, error in [

@@ -70,6 +70,6 @@ def test_a_decode_step_is_one_trace_step_that_names_the_batch():
 
 def test_peak_blocks_is_the_whole_table_or_the_window_plus_one():
     assert KVCacheManager(64, 4).peak_blocks(10, 30) == 8
-    w = SlidingWindowManager(64, 4, window=8)
+    w = SlidingWindowManager(64, 4, sliding_window=8)
     assert w.peak_blocks(30, 40) == 8  # the whole prompt is held until the step ends
     assert w.peak_blocks(2, 40) == w.kept(40) + 1

@@ -72,7 +72,7 @@ class RaisingHashMachine(RuleBasedStateMachine):
             self.m = PrefixCachingManager(num_blocks, bs, hash_fn=self.hash, trace=False)
         else:
             self.m = SlidingWindowPrefixCachingManager(
-                num_blocks, bs, window=window, hash_fn=self.hash, trace=False
+                num_blocks, bs, sliding_window=window, hash_fn=self.hash, trace=False
             )
         self.next_id = 0
         self.swapped = {}  # seq -> (labels, num_tokens, prefix state), freed for a swap-in
@@ -179,7 +179,7 @@ class HybridRefusalMachine(RuleBasedStateMachine):
         num_blocks=st.integers(2, 12), bs=st.sampled_from([1, 2, 4]), window=st.integers(1, 8)
     )
     def make(self, num_blocks, bs, window):
-        self.m = HybridManager(num_blocks, bs, window=window, trace=False)
+        self.m = HybridManager(num_blocks, bs, sliding_window=window, trace=False)
         self.next_id = 0
 
     def refused(self, error, call):
@@ -255,7 +255,7 @@ test_the_hybrid_manager_refuses_what_prefix_caching_refuses = HybridRefusalMachi
 
 
 def test_the_hybrid_manager_refuses_the_three_reported_calls():
-    m = HybridManager(4, 4, window=8, trace=False)
+    m = HybridManager(4, 4, sliding_window=8, trace=False)
     m.add_sequence("A", 6)
     with pytest.raises(ValueError, match="token_ids has 2 entries for 1 token"):
         m.append_tokens("A", 1, token_ids=[1, 2])

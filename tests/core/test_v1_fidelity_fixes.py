@@ -25,7 +25,7 @@ from tests.helpers import manager_state
 
 # ---- 1. lookahead slots are not computed tokens -------------------------------------------
 def test_lookahead_slots_do_not_push_the_window_forward():
-    m = SlidingWindowPrefixCachingManager(16, 2, window=4)
+    m = SlidingWindowPrefixCachingManager(16, 2, sliding_window=4)
     new = m.allocate_slots("s", 4, num_lookahead_tokens=4, new_token_ids=[1, 2, 3, 4])
     # 4 computed tokens: the next query (position 4) reads 1..4, so blocks 0 and 1 stay
     assert m.num_computed_tokens("s") == 4 and m.num_tokens("s") == 8
@@ -35,7 +35,7 @@ def test_lookahead_slots_do_not_push_the_window_forward():
 
 
 def test_new_blocks_returned_by_allocate_slots_are_where_the_step_writes_never_null():
-    m = SlidingWindowPrefixCachingManager(16, 2, window=4)
+    m = SlidingWindowPrefixCachingManager(16, 2, sliding_window=4)
     new = m.allocate_slots("s", 9, new_token_ids=list(range(9)))  # 3 blocks slide out at once
     assert NULL_BLOCK not in new and len(new) == 5  # the step's KV goes to all five
     assert m.block_table("s").blocks == [NULL_BLOCK] * 3 + new[3:]
@@ -45,7 +45,7 @@ def test_new_blocks_returned_by_allocate_slots_are_where_the_step_writes_never_n
 # ---- 2. v1's drop count ------------------------------------------------------------------
 @pytest.mark.parametrize("n, dropped", [(4, 0), (5, 1), (6, 1), (7, 2), (11, 4)])
 def test_the_window_drops_what_the_next_query_never_reads_as_v1_does(n, dropped):
-    m = SlidingWindowManager(16, 2, window=4)
+    m = SlidingWindowManager(16, 2, sliding_window=4)
     m.add_sequence("s", n)
     assert m.block_table("s").blocks.count(NULL_BLOCK) == dropped == (n - 4 + 1) // 2
     m.check_invariants()
@@ -53,7 +53,7 @@ def test_the_window_drops_what_the_next_query_never_reads_as_v1_does(n, dropped)
 
 def test_the_drop_rule_agrees_with_the_sliding_window_hit_rule():
     # a hit needs ceil((W - 1) / B) cached blocks before the next token: exactly what stays
-    m = SlidingWindowPrefixCachingManager(32, 2, window=5)
+    m = SlidingWindowPrefixCachingManager(32, 2, sliding_window=5)
     m.add_sequence("a", 12, tokens=list(range(12)))
     kept = [b for b in m.block_table("a") if b != NULL_BLOCK]
     assert len(kept) == -(-(5 - 1) // 2)  # 12 tokens fill 6 blocks; the window keeps 2

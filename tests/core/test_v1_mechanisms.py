@@ -148,7 +148,7 @@ def test_common_prefix_blocks_are_those_every_running_request_holds():
 
 
 def test_a_sliding_window_has_no_common_prefix_blocks_as_in_v1():
-    m = SlidingWindowManager(8, BS, window=4)
+    m = SlidingWindowManager(8, BS, sliding_window=4)
     m.add_sequence("a", 6)
     assert m.get_num_common_prefix_blocks("a", 1) == 0
 

@@ -35,7 +35,7 @@ class V1CacheMachine(RuleBasedStateMachine):
             self.m = PrefixCachingManager(num_blocks, bs, enable_kv_cache_events=True, trace=False)
         else:
             self.m = SlidingWindowPrefixCachingManager(
-                num_blocks, bs, window=window, enable_kv_cache_events=True, trace=False
+                num_blocks, bs, sliding_window=window, enable_kv_cache_events=True, trace=False
             )
         self.published = Counter()  # hashes cached, as the events tell it
         self.next_id = 0

@@ -30,9 +30,9 @@ MODELS = {
 def v1_manager(kind, num_blocks, block_size, caching):
     """The manager the v1 engine builds for a model of this kind (paged._v1_manager)."""
     if kind == "hybrid":
-        return HybridManager(num_blocks, block_size, window=WINDOW)
+        return HybridManager(num_blocks, block_size, sliding_window=WINDOW)
     if kind == "window":
-        return SlidingWindowPrefixCachingManager(num_blocks, block_size, window=WINDOW)
+        return SlidingWindowPrefixCachingManager(num_blocks, block_size, sliding_window=WINDOW)
     return (PrefixCachingManager if caching else KVCacheManager)(num_blocks, block_size)
 
 

@@ -75,7 +75,7 @@ def busy_managers(draw, window=False):
         m = SlidingWindowManager(
             num_blocks,
             block_size,
-            window=draw(st.integers(1, 6)),
+            sliding_window=draw(st.integers(1, 6)),
             sinks=draw(st.integers(0, 3)),
             trace=trace,
         )

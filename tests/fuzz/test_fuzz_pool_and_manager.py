@@ -41,7 +41,11 @@ def test_a_pool_or_manager_of_a_bad_size_is_never_built(bad, which):
     ):
         return
     args = {"num_blocks": 4, "block_size": 2, which: value}
-    for make in (BlockPool, KVCacheManager, lambda **kw: SlidingWindowManager(**kw, window=3)):
+    for make in (
+        BlockPool,
+        KVCacheManager,
+        lambda **kw: SlidingWindowManager(**kw, sliding_window=3),
+    ):
         with pytest.raises(error):
             make(**args)
 
@@ -192,9 +196,9 @@ def test_a_reclaimer_that_frees_nothing_ends_in_out_of_blocks_with_nothing_chang
 
 def test_a_window_manager_of_block_size_zero_is_a_value_error_not_a_zero_division():
     with pytest.raises(ValueError, match="block_size"):
-        SlidingWindowManager(8, 0, window=4)
+        SlidingWindowManager(8, 0, sliding_window=4)
     with pytest.raises(ValueError, match="window"):
-        SlidingWindowManager(8, 2, window=2**31)
+        SlidingWindowManager(8, 2, sliding_window=2**31)
 
 
 @FUZZ

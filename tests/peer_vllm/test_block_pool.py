@@ -64,7 +64,7 @@ def test_two_blocks_under_one_hash_are_both_kept_and_the_first_one_is_found():
 
 
 def test_each_kv_cache_group_finds_only_the_blocks_it_cached():
-    m = HybridManager(8, B, window=2 * B, trace=False)
+    m = HybridManager(8, B, sliding_window=2 * B, trace=False)
     m.allocate_slots("0", 3 * B, new_token_ids=list(range(3 * B)))
     full, window = m.block_tables("0")
     for own, other in ((m.full, m.window), (m.window, m.full)):

@@ -21,7 +21,7 @@ COMMON = [i for i in range(3) for _ in range(B)]
 
 
 def history():
-    m = HybridManager(20, B, window=2 * B)
+    m = HybridManager(20, B, sliding_window=2 * B)
     all0 = COMMON + [3] * 7
     hit = m.get_computed_blocks(all0)
     assert hit.blocks == ((), ()) and hit.num_tokens == 0

@@ -30,7 +30,7 @@ def test_a_single_group_stores_its_blocks_as_group_0_full_attention():
 
 
 def test_each_hybrid_group_stores_its_blocks_under_its_own_group_idx_and_spec():
-    m = HybridManager(8, B, window=128, enable_kv_cache_events=True, trace=False)
+    m = HybridManager(8, B, sliding_window=128, enable_kv_cache_events=True, trace=False)
     m.allocate_slots("0", 2 * B, new_token_ids=list(range(2 * B)))
     events = m.take_events()
     assert [type(e) for e in events] == [BlockStored, BlockStored]
@@ -50,7 +50,7 @@ def test_each_hybrid_group_stores_its_blocks_under_its_own_group_idx_and_spec():
 
 
 def test_an_evicted_block_is_removed_under_the_group_that_cached_it():
-    m = HybridManager(4, B, window=2 * B, enable_kv_cache_events=True, trace=False)
+    m = HybridManager(4, B, sliding_window=2 * B, enable_kv_cache_events=True, trace=False)
     tokens = list(range(2 * B))
     m.allocate_slots("0", 2 * B, new_token_ids=tokens)  # both groups cache 2 blocks: pool full
     stored = m.take_events()
@@ -66,7 +66,7 @@ def test_an_evicted_block_is_removed_under_the_group_that_cached_it():
 def test_a_stored_run_after_a_dropped_block_names_the_logical_parent_hash():
     """vLLM's null-parent case: the block before the run is the null block in the table
     (a sliding window dropped it), yet parent_block_hash is the hash it had."""
-    m = SlidingWindowPrefixCachingManager(8, 1, window=1, enable_kv_cache_events=True)
+    m = SlidingWindowPrefixCachingManager(8, 1, sliding_window=1, enable_kv_cache_events=True)
     m.allocate_slots("r", 2, new_token_ids=[10, 11])
     first = m.take_events()
     m.allocate_slots("r", 2, new_token_ids=[12, 13])

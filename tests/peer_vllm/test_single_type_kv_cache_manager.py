@@ -3,7 +3,7 @@
 
 Translations:
     * vLLM's SlidingWindowManager over a BlockPool is pagedsim's
-      `SlidingWindowPrefixCachingManager(num_blocks, block_size, window=W)`; the null block
+      `SlidingWindowPrefixCachingManager(num_blocks, block_size, sliding_window=W)`; the null block
       is NULL_BLOCK = -1, so block ids shift by -1 and a pool of N is N - 1 here.
     * vLLM fills `cached_block_hash_to_block` by hand; here a prompt is cached for real and
       the blocks that should miss are evicted with `pool.evict_blocks`. A chain is only
@@ -29,7 +29,7 @@ B, W = 2, 4
 def cached_pattern(block_is_cached):
     """A manager whose prefix cache holds exactly the blocks marked True of one prompt."""
     n = len(block_is_cached)
-    m = SlidingWindowPrefixCachingManager(2 * n + 4, B, window=W)
+    m = SlidingWindowPrefixCachingManager(2 * n + 4, B, sliding_window=W)
     tokens = list(range(n * B))
     m.allocate_slots("prime", n * B, new_token_ids=tokens)
     m.free_sequence("prime")
@@ -68,7 +68,7 @@ def test_sliding_window_possible_cached_prefix(block_is_cached, expect_length):
 
 
 def test_sliding_window_remove_skipped_blocks():
-    m = SlidingWindowPrefixCachingManager(40, B, window=W)
+    m = SlidingWindowPrefixCachingManager(40, B, sliding_window=W)
     m.allocate_slots("test", 0, num_lookahead_tokens=22, new_token_ids=list(range(22)))
     original = m.block_table("test").blocks
     assert len(original) == 11
@@ -81,7 +81,7 @@ def test_sliding_window_remove_skipped_blocks():
         assert table == [NULL_BLOCK] * nulls + original[nulls:], f"{n} computed tokens"
         m.check_invariants()
     # blocks 2 and 3 went in one step: 3 ends the longer prefix and is evicted first
-    m2 = SlidingWindowPrefixCachingManager(11, B, window=W)
+    m2 = SlidingWindowPrefixCachingManager(11, B, sliding_window=W)
     m2.allocate_slots("test", 0, num_lookahead_tokens=22, new_token_ids=list(range(22)))
     t = m2.block_table("test").blocks
     m2.allocate_slots("test", 7)
@@ -97,9 +97,9 @@ def blocks_taken(m, seq, tokens, hit):
     return free - m.num_free_blocks + m.dropped_blocks - dropped
 
 
-def primed(window, evict_first=0):
+def primed(sliding_window, evict_first=0):
     """20-token prompt cached (10 blocks), its first `evict_first` blocks evicted."""
-    m = SlidingWindowPrefixCachingManager(60, B, window=window)
+    m = SlidingWindowPrefixCachingManager(60, B, sliding_window=sliding_window)
     m.allocate_slots("prime", 20, new_token_ids=list(range(20)))
     m.free_sequence("prime")
     m.pool.evict_blocks(
@@ -110,18 +110,20 @@ def primed(window, evict_first=0):
 
 def test_get_num_blocks_to_allocate():
     tokens = list(range(40))  # 20 blocks
-    m = primed(window=1000)  # a hit from block 0: ten cached, free blocks
+    m = primed(sliding_window=1000)  # a hit from block 0: ten cached, free blocks
     hit = m.get_computed_blocks(tokens)
     assert len(hit.blocks) == 10 and NULL_BLOCK not in hit.blocks
     assert blocks_taken(m, "1", tokens, hit) == 20  # the ten hits leave the free list too
-    m = primed(window=10, evict_first=5)  # a hit needs ceil(9 / 2) = 5 blocks from the right
+    m = primed(
+        sliding_window=10, evict_first=5
+    )  # a hit needs ceil(9 / 2) = 5 blocks from the right
     hit = m.get_computed_blocks(tokens)
     assert hit.blocks[:5] == (NULL_BLOCK,) * 5 and len(hit.blocks) == 10
     assert blocks_taken(m, "2", tokens, hit) == 15  # null blocks cost nothing
 
 
 def test_evictable_cached_blocks_not_double_allocated():
-    m = SlidingWindowPrefixCachingManager(99, B, window=2 * B)
+    m = SlidingWindowPrefixCachingManager(99, B, sliding_window=2 * B)
     m.allocate_slots("prime", B, new_token_ids=[5, 6])
     m.free_sequence("prime")
     evictable = m.cached_free_blocks()[0]  # ref count 0, an eviction candidate

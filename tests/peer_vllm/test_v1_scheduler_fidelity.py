@@ -43,7 +43,7 @@ def test_a_long_prompt_is_admitted_when_the_window_plus_one_chunk_fits(manager):
     # window 64, budget 128, B 16: v1's cap is cdiv(63 + 128, 16) + 1 = 13 blocks, while
     # the 516-token prompt alone spans 33
     assert cdiv(64 - 1 + 128, 16) + 1 == 13
-    m = manager(13, 16, window=64)
+    m = manager(13, 16, sliding_window=64)
     s = make_scheduler([Request(516, 4)], m, mode="v1", max_num_batched_tokens=128)
     peak = 0
     while not s.done:
@@ -55,7 +55,7 @@ def test_a_long_prompt_is_admitted_when_the_window_plus_one_chunk_fits(manager):
 
 def test_the_window_cap_is_v1s_max_memory_usage_in_blocks():
     # the values of vLLM's sliding-window memory test: window 1024, budget 1024, B 16
-    w = SlidingWindowManager(10_000, 16, window=1024)
+    w = SlidingWindowManager(10_000, 16, sliding_window=1024)
     assert w.peak_blocks(16_384, 16_384, 1024) == cdiv(1024 - 1 + 1024, 16) + 1 == 129
     # a request shorter than the window plus a chunk holds all of its blocks
     assert w.peak_blocks(100, 200, 1024) == cdiv(200, 16)
@@ -89,7 +89,7 @@ def test_a_pool_of_v1s_cap_serves_every_request_with_a_sliding_window(
         for r in reqs
     )
     manager = SlidingWindowPrefixCachingManager if cached else SlidingWindowManager
-    m = manager(cap, bs, window=window, trace=False)
+    m = manager(cap, bs, sliding_window=window, trace=False)
     tokens = [[7] * p for p, _ in shapes] if cached else None
     s = make_scheduler(
         reqs, m, mode="v1", tokens=tokens, max_num_batched_tokens=budget, num_lookahead_tokens=ahead

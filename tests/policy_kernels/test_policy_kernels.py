@@ -65,7 +65,7 @@ def test_windowed_kernel_over_the_managers_tables_equals_the_windowed_reference(
     # over the n cached tokens with window W - 1 and must find every one of them.
     rng = np.random.default_rng(seed)
     bs = 2
-    m = SlidingWindowManager(24, bs, window=window, sinks=sinks, trace=False)
+    m = SlidingWindowManager(24, bs, sliding_window=window, sinks=sinks, trace=False)
     m.add_sequence("a", 3)
     m.add_sequence("b", 1)
     for _ in range(length):

@@ -61,7 +61,7 @@ def test_prefix_caching_off_looks_nothing_up(caching):
 
 
 def test_a_window_slides_past_a_step_only_after_the_model_computed_it():
-    m = SlidingWindowPrefixCachingManager(16, 2, window=3)
+    m = SlidingWindowPrefixCachingManager(16, 2, sliding_window=3)
     s = SchedulerV1([], m, record=False, slide_after_update=True)
     rid = s.add_request(tuple(range(1, 9)), 2)
     out = s.schedule()  # the whole prompt: its queries read blocks 0..3 during the step
@@ -72,7 +72,7 @@ def test_a_window_slides_past_a_step_only_after_the_model_computed_it():
 
 
 def test_without_a_model_the_window_slides_at_schedule_time():
-    m = SlidingWindowPrefixCachingManager(16, 2, window=3)
+    m = SlidingWindowPrefixCachingManager(16, 2, sliding_window=3)
     s = SchedulerV1([], m, record=False)
     rid = s.add_request(tuple(range(1, 9)), 2)
     s.schedule()
@@ -80,7 +80,7 @@ def test_without_a_model_the_window_slides_at_schedule_time():
 
 
 def test_a_hybrid_manager_peaks_at_the_sum_of_its_groups():
-    m = HybridManager(64, 4, window=8)
+    m = HybridManager(64, 4, sliding_window=8)
     assert m.peak_blocks(10, 40, 16) == m.full.peak_blocks(10, 40, 16) + m.window.peak_blocks(
         10, 40, 16
     )

@@ -37,8 +37,8 @@ MUTANTS = {
     ),
     "WindowOracle": (
         "policies/sliding_window_cache.py",
-        "run_needed = max(1, -(-(self.window - 1) // bs))",
-        "run_needed = max(1, -(-self.window // bs))",
+        "run_needed = max(1, -(-(self.sliding_window - 1) // bs))",
+        "run_needed = max(1, -(-self.sliding_window // bs))",
     ),
     "HybridOracle": (
         "policies/hybrid.py",

@@ -218,7 +218,7 @@ class WindowOracle(ManagerOracle):
 
     def make_ours(self):
         return SlidingWindowPrefixCachingManager(
-            N, B, window=W, enable_kv_cache_events=True, trace=False
+            N, B, sliding_window=W, enable_kv_cache_events=True, trace=False
         )
 
 
@@ -228,7 +228,7 @@ class HybridOracle(ManagerOracle):
     kinds = ("full", "window")
 
     def make_ours(self):
-        return HybridManager(N, B, window=W, enable_kv_cache_events=True, trace=False)
+        return HybridManager(N, B, sliding_window=W, enable_kv_cache_events=True, trace=False)
 
     def our_tables(self, rid):
         return tuple(t.blocks for t in self.ours.block_tables(rid))
