@@ -3,11 +3,9 @@ in the core (issue 41, "Types").
 
 pyproject.toml's [tool.mypy] has one override that turns on every flag of `--strict`; its
 `module` list is the strict scope. These tests read that file (nothing is imported or run):
-    * every module under pagedsim/ outside draw/ and view/ is in the strict list, unless
-      CONVERTING names it;
-    * CONVERTING names only modules that exist and are not strict yet;
+    * every module under pagedsim/ outside draw/ and view/ is in the strict list;
     * no override with `disable_error_code` names a core module (pagedsim/ outside draw/,
-      view/, engine/, app/), or any other module of the strict scope once it is converted;
+      view/, engine/, app/), or any other module of the strict scope;
     * no file of the scope switches mypy off by itself (an inline `# mypy:` comment, or a
       `# type: ignore` without an error code).
 """
@@ -39,13 +37,6 @@ STRICT_FLAGS = (
     "no_implicit_reexport",
     "strict_equality",
     "extra_checks",
-)
-# Modules other branches of issue 41 are still making strict. The lead empties this list as
-# those branches merge; a module may leave it only by joining the strict override.
-CONVERTING = frozenset(
-    {
-        "pagedsim.engine.paged",
-    }
 )
 
 
@@ -94,19 +85,11 @@ def strict_patterns() -> list[str]:
 
 def test_every_module_outside_draw_and_view_is_strict() -> None:
     strict = strict_patterns()
-    missing = sorted(m for m in scope() if m not in CONVERTING and not named(m, strict))
+    missing = sorted(m for m in scope() if not named(m, strict))
     assert not missing, (
         f"add these to the strict override in pyproject.toml (or fix them until mypy "
         f"passes): {', '.join(missing)}"
     )
-
-
-def test_the_converting_list_names_only_modules_not_yet_strict() -> None:
-    strict, modules = strict_patterns(), scope()
-    gone = sorted(m for m in CONVERTING if m not in modules)
-    done = sorted(m for m in CONVERTING if m in modules and named(m, strict))
-    assert not gone, f"remove from CONVERTING, no longer in pagedsim/: {', '.join(gone)}"
-    assert not done, f"remove from CONVERTING, strict now: {', '.join(done)}"
 
 
 def test_no_error_code_is_switched_off_in_the_core() -> None:
@@ -119,8 +102,8 @@ def test_no_error_code_is_switched_off_in_the_core() -> None:
         patterns = _patterns(override)
         core = sorted(m for m in modules if not _within(m, NOT_CORE) and named(m, patterns))
         assert not core, f"disable_error_code names core modules: {', '.join(core)}"
-        converted = sorted(m for m in modules if m not in CONVERTING and named(m, patterns))
-        assert not converted, f"disable_error_code names strict modules: {', '.join(converted)}"
+        strict = sorted(m for m in modules if named(m, patterns))
+        assert not strict, f"disable_error_code names strict modules: {', '.join(strict)}"
 
 
 INLINE_OFF = re.compile(r"#\s*mypy:|#\s*type:\s*ignore(?!\[)")

@@ -349,7 +349,10 @@ def step_frames(engine: PagedEngine, steps: Sequence[EngineStep]) -> list[Labell
     """The manager's snapshot after each engine step (`LLM(trace=True).steps`), numbered by
     engine step (as `generate` prints them), captioned with that step's batch, carrying
     all of the step's events, and each block labelled with the text it holds."""
-    snaps = engine.manager.trace.snapshots
+    trace = engine.manager.trace
+    if trace is None:
+        raise ValueError("step_frames needs an engine that records a trace (LLM(trace=True))")
+    snaps = trace.snapshots
     marks = [s.snapshot for s in steps]
     spans = zip([0, *(m + 1 for m in marks)], marks, strict=False)  # manager steps of engine step i
     return [

@@ -292,8 +292,10 @@ class LLM:
                     beside.step()
                 else:
                     engine.step()
+                trace = engine.manager.trace
                 if serving and self.trace:
-                    last = len(engine.manager.trace.snapshots) - 1
+                    assert trace is not None, "a traced LLM's engine records a trace"
+                    last = len(trace.snapshots) - 1
                     self.steps.append(EngineStep(last, self._block_labels(engine)))
         except BaseException:  # a half-served batch stays in no engine: the next call builds one
             self.llm_engine, self.lockstep, self._served = None, None, {}

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import trace as tr
+from ..policies.hybrid import HybridManager
 from .requests import Request, seq_key
 
 if TYPE_CHECKING:
@@ -259,11 +260,12 @@ class Lockstep:
     def _compare(self) -> None:
         d = self.divergence
         if d.blocks is None:
+            reference, tested = self.reference.manager, self.tested.manager
+            assert not isinstance(reference, HybridManager), "lockstep serves v0"
+            assert not isinstance(tested, HybridManager), "lockstep serves v0"
             try:
                 found = self._calls_difference() or blocks_difference(
-                    View.of(self.reference.manager),
-                    View.of(self.tested.manager),
-                    d.name,
+                    View.of(reference), View.of(tested), d.name
                 )
             except Exception as e:  # noqa: BLE001 - a state too broken to read is the finding
                 found = f"the {d.name} pool's state could not be read ({type(e).__name__}: {e})"

@@ -31,12 +31,13 @@ dense comparison), or when it asks for logprobs (RequestState).
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..block_table import NULL_BLOCK, blocks_needed
+from ..block_table import NULL_BLOCK, BlockTable, blocks_needed
 from ..config import CacheConfig, SchedulerConfig
 from ..errors import count_arg
 from ..manager import KVCacheManager
@@ -46,10 +47,10 @@ from ..policies.sliding_window_cache import SlidingWindowPrefixCachingManager
 from ..scheduler_output import SchedulerOutput
 from ..scheduler_v0 import SchedulerV0, SeqGroupPolicy
 from ..scheduler_v1 import SchedulerV1
-from .backend import choose
+from .backend import AttentionBackend, Ints, choose
 from .kvstore import PagedKV
-from .model import Transformer
-from .requests import Request, RequestState, seq_id
+from .model import ModelConfig, Transformer
+from .requests import Logits, Request, RequestState, seq_id
 from .step_log import TableCounts, trace_counts
 
 
@@ -67,7 +68,7 @@ class Item:
     """One sequence's share of a step: compute positions [start, end)."""
 
     run: Run
-    seq: object  # the block manager's sequence id
+    seq: tuple[int, int]  # the block manager's sequence id
     key: str  # the sequence's key in run.state.tokens
     start: int
     end: int
@@ -95,12 +96,12 @@ class PagedEngine:
         cache_config: CacheConfig,
         scheduler_config: SchedulerConfig = ENGINE_SCHEDULER_CONFIG,
         *,
-        backend="auto",
+        backend: str | AttentionBackend[Any] = "auto",
         trace: bool = False,
         check: bool = False,
-        manager=None,
+        manager: KVCacheManager | None = None,
         mode: str = "v1",
-    ):
+    ) -> None:
         """As vLLM's engine takes its configs: `cache_config` gives block_size,
         num_gpu_blocks (required), num_cpu_blocks and enable_prefix_caching;
         `scheduler_config` max_num_batched_tokens (vLLM's token budget of one step) and
@@ -164,11 +165,11 @@ class PagedEngine:
             swap_single = preemption_mode == "swap"
             policy = SeqGroupPolicy(num_cpu_blocks, self.kv.block_bytes, swap_single=swap_single)
             self.scheduler = SchedulerV0([], self.manager, policy=policy, record=False)
-        self._written: dict[int, tuple] = {}  # block -> the tokens its K/V holds in full
+        self._written: dict[int, tuple[int, ...]] = {}  # block -> the tokens its K/V holds in full
         self._mark = 0  # trace events already counted in the step log
         self.runs: dict[int, Run] = {}  # the live requests, by request number (rid[0])
         self._num_requests = 0  # requests ever submitted: the next one's number
-        self.log: list = []  # one dict per step: what ran and what the blocks did
+        self.log: list[dict[str, Any]] = []  # one dict per step: what ran and what the blocks did
 
     def _v1_scheduler(self, max_num_batched_tokens: int, cache: CacheConfig) -> SchedulerV1:
         """SchedulerV1 over the v1 manager; the window groups' step-log counts beside it."""
@@ -186,7 +187,13 @@ class PagedEngine:
         )
 
     @staticmethod
-    def _check_args(mode, windowed, preemption_mode: str, manager, flags: dict) -> None:
+    def _check_args(
+        mode: str,
+        windowed: set[str],
+        preemption_mode: str,
+        manager: KVCacheManager | None,
+        flags: dict[str, bool],
+    ) -> None:
         for name, flag in flags.items():
             _flag(name, flag)
         if mode not in ("v1", "v0"):
@@ -203,7 +210,7 @@ class PagedEngine:
         """The step's token budget (v1); v0 prefills whole prompts, as vLLM v0 did."""
         return self._budget
 
-    def refuse(self, request) -> None:
+    def refuse(self, request: Request) -> None:
         """Raise if `request` could never be served; changes nothing."""
         if not isinstance(request, Request):
             raise TypeError(f"a request must be a Request, got {type(request).__name__}")
@@ -231,7 +238,7 @@ class PagedEngine:
         if self.mode == "v0":  # its admission headroom and watermark (SchedulerV0)
             self.scheduler.check_request(len(request.prompt), request.max_tokens, request.width)
 
-    def submit(self, request, keep_logits: bool = False) -> Run:
+    def submit(self, request: Request, keep_logits: bool = False) -> Run:
         """Queue a request; refuse one that could never fit the pool or the token budget.
         Returns its Run, which leaves `runs` when it is done. `keep_logits`: keep the
         logits at every position (RequestState.logits), to compare with the dense engine."""
@@ -248,7 +255,9 @@ class PagedEngine:
         self._num_requests += 1
         return run
 
-    def generate(self, requests, max_steps: int = 10_000, keep_logits: bool = False) -> list:
+    def generate(
+        self, requests: Iterable[Request], max_steps: int = 10_000, keep_logits: bool = False
+    ) -> list[RequestState]:
         """Serve `requests` to the end; RequestState per request (all refused if one is bad),
         each with its logits at every position if `keep_logits` (submit)."""
         if isinstance(requests, Request) or not hasattr(requests, "__iter__"):
@@ -265,7 +274,7 @@ class PagedEngine:
             self.step()
         raise RuntimeError(f"not finished after {max_steps} steps")
 
-    def step(self) -> dict:
+    def step(self) -> dict[str, Any]:
         """One engine step: schedule() -> (v0: the K/V moves it asked for) -> the model ->
         each sampling request's sampler -> update_from_output(). The step log's entry."""
         if not self.runs:
@@ -293,7 +302,7 @@ class PagedEngine:
             raise RuntimeError("nothing could be scheduled: the pool or budget is too small")
         return self._record(items, preempted)
 
-    def _counts(self) -> dict:
+    def _counts(self) -> dict[str, int]:
         """The scheduler's preemption counters, as the step log names them."""
         sched = self.scheduler
         if self.mode == "v1":
@@ -322,7 +331,9 @@ class PagedEngine:
         self.stats["cow_bytes"] += len(copies) * self.kv.block_bytes
         return bool(swap_out or swap_in)
 
-    def _sample(self, scheduler_output: SchedulerOutput, logits: dict) -> dict:
+    def _sample(
+        self, scheduler_output: SchedulerOutput, logits: dict[str, Logits]
+    ) -> dict[tuple[int, int], int]:
         """Each sampling request's sampler on its sequences' logits (RequestState.advance);
         in v0 its forks and frees reach the scheduler between schedule() and
         update_from_output(), as v0's output processor calls Scheduler.fork_seq and
@@ -337,7 +348,7 @@ class PagedEngine:
                     sched.fork_seq(seq_id(keys[0]), seq_id(keys[1]))
                 else:
                     sched.free_seq(seq_id(keys[0]))
-        sampled = {}
+        sampled: dict[tuple[int, int], int] = {}
         for q in sched.sampling_req_ids(scheduler_output):  # v0: the live ones, after forks
             state = self.runs[q[0]].state
             key = state.key(q[1])
@@ -384,7 +395,7 @@ class PagedEngine:
                 if table[b] != NULL_BLOCK:
                     self._written[table[b]] = tuple(tokens[b * bs : (b + 1) * bs])
 
-    def _record(self, items: list[Item], preempted: dict) -> dict:
+    def _record(self, items: list[Item], preempted: dict[str, int]) -> dict[str, Any]:
         if self.check:
             self.manager.check_invariants()
         if self.mode == "v1" and self._tables_log is not None:
@@ -404,13 +415,13 @@ class PagedEngine:
         self.log.append(record)
         return record
 
-    def blocks_in_use(self) -> dict:
+    def blocks_in_use(self) -> dict[str, Any]:
         """v1 window managers: blocks each KV cache group's tables name right now."""
         assert self.mode == "v1" and self._tables_log is not None, "a sliding-window model"
         live = [(i, 0) for i, run in self.runs.items() if run.status == "running"]
         return self._tables_log.blocks_in_use(live)
 
-    def block_tokens(self) -> dict:
+    def block_tokens(self) -> dict[int, tuple[int, ...]]:
         """block -> the token ids it holds: live sequences' blocks, and the free blocks the
         prefix cache can still hit (their K/V is complete). For labelling pictures."""
         bs = self.block_size
@@ -431,12 +442,12 @@ class PagedEngine:
                         out[b] = tuple(tokens[n * bs : (n + 1) * bs])
         return out
 
-    def _tables(self, seq) -> tuple:
+    def _tables(self, seq: Hashable) -> tuple[BlockTable, ...]:
         """A sequence's block table per KV cache group."""
         m = self.manager
         return m.block_tables(seq) if isinstance(m, HybridManager) else (m.block_table(seq),)
 
-    def _run(self, items: list) -> dict:
+    def _run(self, items: list[Item]) -> dict[str, Logits]:
         """Forward the scheduled positions; logits {key: [V]} of sequences at their end."""
         m, c = self.model, self.model.config
         prefill = [i for i in items if i.end - i.start > 1]
@@ -493,7 +504,7 @@ class PagedEngine:
         out: np.ndarray | list[np.ndarray] = m.logits(h[[n for n, _ in ends]]) if ends else []
         return {i.key: row for (_, i), row in zip(ends, out, strict=True)}
 
-    def _slots(self, item: Item, blocks) -> np.ndarray:
+    def _slots(self, item: Item, blocks: Sequence[int]) -> np.ndarray:
         """The slot of each position the step writes; -1 for a position whose K/V is
         already there (a capped cache hit) or whose block the window dropped."""
         bs = self.block_size
@@ -508,11 +519,9 @@ def _flag(name: str, value: object) -> None:
         raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
 
 
-def _batch(items: list, tables: list):
+def _batch(items: list[Item], tables: list[Sequence[int]]) -> tuple[Ints, Ints, Ints]:
     """(block_tables int32 [S, max_blocks] padded with -1, context_lens, query_start_loc)."""
-    if not items:
-        return None
-    width = max(len(t) for t in tables)
+    width = max((len(t) for t in tables), default=0)
     padded = np.full((len(items), width), -1, np.int32)
     for row, t in enumerate(tables):
         padded[row, : len(t)] = t
@@ -521,7 +530,9 @@ def _batch(items: list, tables: list):
     return padded, lens, starts
 
 
-def _v0_manager(manager, num_gpu_blocks: int, block_size: int, caching: bool, trace: bool):
+def _v0_manager(
+    manager: KVCacheManager | None, num_gpu_blocks: int, block_size: int, caching: bool, trace: bool
+) -> KVCacheManager:
     """v0's manager: `manager` if given (the course's, driving a student's pool:
     course/ch03_kv_block/capstone.py), checked to be empty, of num_gpu_blocks x
     block_size, and a PrefixCachingManager iff `caching`; else a new one."""
@@ -544,7 +555,9 @@ def _v0_manager(manager, num_gpu_blocks: int, block_size: int, caching: bool, tr
     return manager
 
 
-def _v1_manager(config, num_gpu_blocks: int, block_size: int, caching: bool, trace: bool):
+def _v1_manager(
+    config: ModelConfig, num_gpu_blocks: int, block_size: int, caching: bool, trace: bool
+) -> KVCacheManager | HybridManager:
     """v1's manager for a model: the hybrid allocator (full and sliding layers), the window
     manager (every layer slides), else the prefix-caching manager, or a plain
     KVCacheManager when prefix caching is off (the window managers then skip the lookup)."""
