@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import count_arg
+from .errors import bool_arg, count_arg
 from .policies.preemption import PREEMPTION
 from .request_queue import make_request_queue
 
@@ -40,11 +40,7 @@ class CacheConfig:
         ):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, count_arg(name, getattr(self, name), low))
-        if type(self.enable_prefix_caching) is not bool:
-            raise TypeError(
-                f"enable_prefix_caching must be a bool, got "
-                f"{type(self.enable_prefix_caching).__name__}"
-            )
+        bool_arg("enable_prefix_caching", self.enable_prefix_caching)
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,14 @@ def count_arg(name: str, value: object, low: int | None = 0, high: int | None = 
     return n
 
 
+def bool_arg(name: str, value: object) -> bool:
+    """`value` if it is a bool; a TypeError naming `name` for anything else (1, "yes",
+    None, a NumPy bool): a flag is never guessed from a truthy value."""
+    if type(value) is not bool:
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
 def token_ids_arg(name: str, value: Any, n: int | None = None) -> tuple[int, ...]:
     """`value` as a tuple of Python ints in [0, MAX_TOKEN_ID], exactly `n` of them if n is given.
 

@@ -64,7 +64,7 @@ import numpy as np
 from . import trace as tr
 from .block_pool import BlockPool
 from .block_table import NULL_BLOCK, BlockTable, blocks_needed, restore_plan
-from .errors import OutOfBlocks, SequenceError, token_ids_arg
+from .errors import OutOfBlocks, SequenceError, bool_arg, token_ids_arg
 from .errors import count_arg as _count
 from .usage import Usage, block_fill
 
@@ -91,9 +91,8 @@ class KVCacheManager:
         snapshots: bool = True,
         pool: BlockPool | None = None,
     ):
-        for name, flag in (("trace", trace), ("snapshots", snapshots)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name} must be a bool, got {type(flag).__name__}")
+        bool_arg("trace", trace)
+        bool_arg("snapshots", snapshots)
         if pool is None:
             pool = BlockPool(num_blocks, block_size, free_order)
         elif not isinstance(pool, BlockPool):
@@ -210,8 +209,7 @@ class KVCacheManager:
         self._check_new(seq_id)
         if type(num_tokens) is not int or num_tokens < 0:
             num_tokens = _count("num_tokens", num_tokens)
-        if not isinstance(with_slots, bool):
-            raise TypeError(f"with_slots must be a bool, got {type(with_slots).__name__}")
+        bool_arg("with_slots", with_slots)
         pool, bs = self.pool, self.block_size
         need = -(-num_tokens // bs)  # blocks_needed, both checked already
         if need > pool.num_free_blocks:
@@ -535,8 +533,7 @@ class KVCacheManager:
         the tables (SequenceError for an unknown id), the arguments, room (the reclaimer),
         each entry's position (for slots, the trace and token hooks) and the copies."""
         batch = self._tables_of(seq_ids)
-        if not isinstance(with_slots, bool):
-            raise TypeError(f"with_slots must be a bool, got {type(with_slots).__name__}")
+        bool_arg("with_slots", with_slots)
         if token_ids is not None:
             token_ids = token_ids_arg("token_ids", token_ids, len(seq_ids))
             self._before_tokens_appended(

@@ -25,7 +25,7 @@ from typing import TypeAlias, TypeVar
 import numpy as np
 
 from .config import CacheConfig, SchedulerConfig
-from .errors import MAX_TOKEN_ID, count_arg, token_ids_arg
+from .errors import MAX_TOKEN_ID, bool_arg, count_arg, token_ids_arg
 from .manager import KVCacheManager
 from .policies.hybrid import HybridManager
 from .scheduler_output import ReqId, SchedulerOutput
@@ -148,8 +148,7 @@ def check_scheduler_args(
     if not isinstance(manager, kinds):
         names = " or ".join(k.__name__ for k in kinds)
         raise TypeError(f"manager must be a {names}, got {type(manager).__name__}")
-    if not isinstance(record, bool):
-        raise TypeError(f"record must be a bool, got {type(record).__name__}")
+    bool_arg("record", record)
     if isinstance(requests, (str, bytes)) or not hasattr(requests, "__iter__"):
         raise TypeError(f"requests must be an iterable of Request, got {type(requests).__name__}")
     checked: list[Request] = []

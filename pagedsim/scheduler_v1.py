@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from .config import CacheConfig, SchedulerConfig
-from .errors import OutOfBlocks, count_arg
+from .errors import OutOfBlocks, bool_arg, count_arg
 from .manager import KVCacheManager
 from .policies.hybrid import HybridManager
 from .policies.prefix_cache import PrefixCachingManager
@@ -161,10 +161,7 @@ class SchedulerV1(WorkloadScheduler):
         )
         # off: no lookup (v1's enable_prefix_caching=False); the manager still allocates slots
         self.enable_prefix_caching = cache_config.enable_prefix_caching and self._cache is not None
-        if not isinstance(slide_after_update, bool):
-            raise TypeError(
-                f"slide_after_update must be a bool, got {type(slide_after_update).__name__}"
-            )
+        bool_arg("slide_after_update", slide_after_update)
         # a window manager slides past the tokens it is told are computed; a model reads
         # the window during the step, so with a model the step's slots are asked for as
         # lookahead and told computed in update_from_output (v1 slides by the tokens
@@ -482,11 +479,7 @@ class SchedulerV1(WorkloadScheduler):
         as v1 does; otherwise a running request's blocks are in use and the reset fails.
         Returns whether it succeeded (False: nothing forgotten). Without a prefix cache
         there is nothing to forget: True when no block is in use, as v1's pool answers."""
-        if not isinstance(reset_running_requests, bool):
-            raise TypeError(
-                f"reset_running_requests must be a bool, got "
-                f"{type(reset_running_requests).__name__}"
-            )
+        bool_arg("reset_running_requests", reset_running_requests)
         if self._pending_output is not None:
             raise RuntimeError("reset_prefix_cache() between schedule() and update_from_output()")
         if reset_running_requests:

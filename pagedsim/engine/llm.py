@@ -62,6 +62,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..config import CacheConfig, SchedulerConfig
+from ..errors import bool_arg
 from . import hf
 from .dense import DenseEngine
 from .hf_json import read_json
@@ -163,9 +164,7 @@ class LLM:
         eos = info.get("stop_token_ids" if generation == "auto" else "config_eos_token_ids")
         self.eos = tuple(eos or ())
         # every position's logits, and every served request, for check_dense
-        self.keep_logits = engine_args.pop("keep_logits", False)
-        if type(self.keep_logits) is not bool:
-            raise TypeError(f"keep_logits must be a bool, got {type(self.keep_logits).__name__}")
+        self.keep_logits = bool_arg("keep_logits", engine_args.pop("keep_logits", False))
         self.cache_config, self.scheduler_config = engine_configs(
             cache_config or CacheConfig(), scheduler_config or LLM_SCHEDULER_CONFIG, engine_args
         )

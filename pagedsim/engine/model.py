@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..errors import count_arg
+from ..errors import bool_arg, count_arg
 from .moe import moe_mlp
 from .ops import activation, gated, linear
 from .rope import ROPE_TYPES, RotaryEmbedding
@@ -264,8 +264,8 @@ def _check_field(name: str, value: Any, default: Any) -> None:
     elif name in ("layer_types", "no_rope_layers", "rope_scaling", "dense_layers"):
         if type(value) is not tuple:
             raise TypeError(f"{name} must be a tuple, got {type(value).__name__}")
-    elif type(value) is not bool:
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    else:
+        bool_arg(name, value)
 
 
 def moe_shapes(c: ModelConfig, p: str) -> dict[str, tuple[int, ...]]:

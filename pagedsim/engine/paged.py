@@ -39,7 +39,7 @@ import numpy as np
 
 from ..block_table import NULL_BLOCK, BlockTable, blocks_needed
 from ..config import CacheConfig, SchedulerConfig
-from ..errors import count_arg
+from ..errors import bool_arg, count_arg
 from ..manager import KVCacheManager
 from ..policies.hybrid import HybridManager
 from ..policies.prefix_cache import PrefixCachingManager
@@ -195,7 +195,7 @@ class PagedEngine:
         flags: dict[str, bool],
     ) -> None:
         for name, flag in flags.items():
-            _flag(name, flag)
+            bool_arg(name, flag)
         if mode not in ("v1", "v0"):
             raise ValueError(f"mode must be 'v1' or 'v0', got {mode!r}")
         if mode == "v0" and "sliding" in windowed:
@@ -242,7 +242,7 @@ class PagedEngine:
         """Queue a request; refuse one that could never fit the pool or the token budget.
         Returns its Run, which leaves `runs` when it is done. `keep_logits`: keep the
         logits at every position (RequestState.logits), to compare with the dense engine."""
-        _flag("keep_logits", keep_logits)
+        bool_arg("keep_logits", keep_logits)
         self.refuse(request)
         number = self._num_requests
         run = Run(RequestState(number, request, keep_logits))
@@ -266,7 +266,7 @@ class PagedEngine:
         for r in requests:
             self.refuse(r)
         count_arg("max_steps", max_steps, 1)
-        _flag("keep_logits", keep_logits)
+        bool_arg("keep_logits", keep_logits)
         runs = [self.submit(r, keep_logits) for r in requests]
         for _ in range(max_steps):
             if not self.runs:
@@ -512,11 +512,6 @@ class PagedEngine:
         b = np.asarray(blocks, np.int64)[pos // bs]
         keep = (b != NULL_BLOCK) & (pos >= item.write_from)
         return np.where(keep, b * bs + pos % bs, -1).astype(np.int64)
-
-
-def _flag(name: str, value: object) -> None:
-    if type(value) is not bool:
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
 
 
 def _batch(items: list[Item], tables: list[Sequence[int]]) -> tuple[Ints, Ints, Ints]:

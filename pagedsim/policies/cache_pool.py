@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import OutOfBlocks, count_arg
+from ..errors import OutOfBlocks, bool_arg, count_arg
 from ..kv_events import MEDIUM_GPU, AllBlocksCleared, BlockRemoved
 from ..linked_pool import LinkedBlockPool
 from .cache_stats import CacheStats
@@ -97,11 +97,7 @@ class CachingBlockPool(LinkedBlockPool):
         stats: CacheStats | None = None,
         enable_kv_cache_events: bool = False,
     ):
-        if not isinstance(enable_kv_cache_events, bool):
-            raise TypeError(
-                f"enable_kv_cache_events must be a bool, got "
-                f"{type(enable_kv_cache_events).__name__}"
-            )
+        bool_arg("enable_kv_cache_events", enable_kv_cache_events)
         if not isinstance(eviction, str):
             raise TypeError(f"eviction must be a str, got {type(eviction).__name__}")
         if eviction not in EVICTION_KEYS:

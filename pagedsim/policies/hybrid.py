@@ -31,7 +31,7 @@ from typing import Any
 
 from .. import trace as tr
 from ..block_table import BlockTable
-from ..errors import OutOfBlocks, SequenceError, count_arg, token_ids_arg
+from ..errors import OutOfBlocks, SequenceError, bool_arg, count_arg, token_ids_arg
 from ..kv_events import BlockStored
 from ..manager import SeqId
 from ..usage import block_fill
@@ -68,8 +68,7 @@ class HybridManager:
         enable_kv_cache_events: bool = False,
         trace: bool = True,
     ) -> None:
-        if not isinstance(trace, bool):
-            raise TypeError(f"trace must be a bool, got {type(trace).__name__}")
+        bool_arg("trace", trace)
         self.stats = CacheStats()
         self.pool = CachingBlockPool(
             num_blocks, block_size, eviction, self.stats, enable_kv_cache_events

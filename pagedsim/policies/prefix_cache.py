@@ -62,7 +62,7 @@ from typing import Any
 
 from .. import trace as tr
 from ..block_table import NULL_BLOCK, BlockTable, blocks_needed
-from ..errors import count_arg, token_ids_arg
+from ..errors import bool_arg, count_arg, token_ids_arg
 from ..kv_events import BlockStored
 from ..manager import KVCacheManager, SeqId
 from .cache_pool import CachingBlockPool
@@ -202,8 +202,7 @@ class PrefixCachingManager(KVCacheManager):
         """
         n = count_arg("num_new_tokens", num_new_tokens)
         ahead = count_arg("num_lookahead_tokens", num_lookahead_tokens)
-        if not isinstance(preempted, bool):
-            raise TypeError(f"preempted must be a bool, got {type(preempted).__name__}")
+        bool_arg("preempted", preempted)
         if seq_id in self._tables:
             if preempted:
                 raise ValueError(f"sequence {seq_id!r} is running; preempted is for new ones")
@@ -351,8 +350,7 @@ class PrefixCachingManager(KVCacheManager):
             if cache_salt is not None or lora_id is not None:
                 raise ValueError("extra keys (cache_salt, lora_id) need the prompt's tokens")
             return super().add_sequence(seq_id, num_tokens, with_slots=with_slots)
-        if not isinstance(with_slots, bool):
-            raise TypeError(f"with_slots must be a bool, got {type(with_slots).__name__}")
+        bool_arg("with_slots", with_slots)
         self._check_new(seq_id)
         num_tokens = count_arg("num_tokens", num_tokens)
         tokens = _ids(tokens)
