@@ -63,6 +63,7 @@ import numpy as np
 
 from ..config import CacheConfig, SchedulerConfig
 from ..errors import bool_arg
+from ..scheduler_common import check_configs
 from . import hf
 from .dense import DenseEngine
 from .hf_json import read_json
@@ -419,6 +420,7 @@ def engine_configs(
     cache: CacheConfig, scheduler: SchedulerConfig, engine_args: dict[str, Any]
 ) -> tuple[CacheConfig, SchedulerConfig]:
     """vLLM's engine arguments given as keywords, over the configs (a keyword wins)."""
+    check_configs(scheduler, cache)
     for name in engine_args:
         if name not in ENGINE_ARGS:
             raise TypeError(

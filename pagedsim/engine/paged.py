@@ -44,6 +44,7 @@ from ..manager import KVCacheManager
 from ..policies.hybrid import HybridManager
 from ..policies.prefix_cache import PrefixCachingManager
 from ..policies.sliding_window_cache import SlidingWindowPrefixCachingManager
+from ..scheduler_common import check_configs
 from ..scheduler_output import SchedulerOutput
 from ..scheduler_v0 import SchedulerV0, SeqGroupPolicy
 from ..scheduler_v1 import SchedulerV1
@@ -119,12 +120,7 @@ class PagedEngine:
                 f"model must be a Transformer (TinyModel or hf.load_model), got "
                 f"{type(model).__name__}"
             )
-        for name, config, kind in (
-            ("cache_config", cache_config, CacheConfig),
-            ("scheduler_config", scheduler_config, SchedulerConfig),
-        ):
-            if not isinstance(config, kind):
-                raise TypeError(f"{name} must be a {kind.__name__}, got {type(config).__name__}")
+        check_configs(scheduler_config, cache_config)
         if cache_config.num_gpu_blocks is None:
             raise ValueError("cache_config.num_gpu_blocks must be set: the pool's size")
         num_gpu_blocks, block_size = cache_config.num_gpu_blocks, cache_config.block_size

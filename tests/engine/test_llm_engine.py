@@ -116,6 +116,10 @@ def test_engine_arguments_are_vllms_and_an_unknown_one_is_one_line(checkpoint):
     assert "'blocksize'" in str(e.value) and len(str(e.value).splitlines()) == 1
     with pytest.raises(ValueError, match="block_size"):
         LLM(checkpoint, block_size=0)
+    with pytest.raises(TypeError, match="^cache_config must be a CacheConfig, got dict$"):
+        LLM(checkpoint, cache_config={"block_size": 8})
+    with pytest.raises(TypeError, match="^scheduler_config must be a SchedulerConfig, got str$"):
+        LLM(checkpoint, scheduler_config="v1")
 
 
 def test_a_traced_llm_keeps_each_steps_snapshot_and_block_text(shipped):
