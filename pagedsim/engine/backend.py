@@ -174,7 +174,9 @@ def batched_decode(
     shape = (s, width) + cache.shape[1:]  # [S, n, 2, H_kv, B, D]
     size = int(np.prod(shape))
     out = None if workspace is None or workspace.size < size else workspace[:size].reshape(shape)
-    # mode="clip": every index is in range already, and "raise" copies through a buffer
+    if blocks.size and int(blocks.max()) >= len(cache):  # so that "clip" never clips
+        raise IndexError(f"block {int(blocks.max())} is outside the {len(cache)}-block cache")
+    # mode="clip": every index is in range now, and "raise" copies through a buffer
     kv = np.take(cache, np.maximum(blocks, 0), axis=0, out=out, mode="clip")
     where = np.arange(width * bs).reshape(width, bs)  # [n, B]: each slot's position
     masked = (where[None] >= lens[:, None, None]) | (blocks < 0)[:, :, None]  # [S, n, B]

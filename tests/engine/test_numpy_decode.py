@@ -4,6 +4,7 @@ random tables, lengths, null blocks, windows, soft-caps, GQA groups, and never-w
 slots poisoned with NaN."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -72,3 +73,13 @@ def test_batched_decode_equals_the_token_by_token_reference(step):
     np.testing.assert_allclose(got, reference(query, cache, tables, lens, spec), atol=2e-5)
     again = backend.decode(query, cache, tables, lens, spec)  # its reused buffer: same answer
     np.testing.assert_array_equal(again, got)
+
+
+@given(step=decode_steps(), past=st.integers(0, 5))
+def test_a_block_id_past_the_cache_is_refused_never_clipped(step, past):
+    query, cache, tables, lens, spec = step
+    row = int(np.argmax(lens))  # the longest row: its first block is always read
+    tables = tables.copy()
+    tables[row, 0] = len(cache) + past
+    with pytest.raises(IndexError, match=f"block {len(cache) + past} is outside"):
+        NumpyAttention().decode(query, cache, tables, lens, spec)
