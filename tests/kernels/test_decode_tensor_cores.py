@@ -37,6 +37,9 @@ def fp16_case(rng, lens, block_size, kv_heads, group, head_dim, q_dtype=np.float
 @example(  # the rare path (scale 2), a partition inside a slab, two chunks of heads
     head_dim=16, group=17, block_size=3, lens=[20], split=7, q16=True, scale=2.0, seed=3
 )
+@example(  # a float32 query whose fp16 rounding alone moved the output past TOL
+    head_dim=80, group=5, block_size=3, lens=[1, 16], split=None, q16=False, scale=2.0, seed=25
+)
 @given(
     head_dim=st.sampled_from([16, 32, 48, 80, 128, 256]),
     group=st.integers(1, 17),
@@ -59,7 +62,11 @@ def test_the_tensor_path_matches_the_float64_reference(
     mask = ck.ScoreMask(scale=scale)
     got = ck.paged_attention(query, cache, tables, lens, mask, path="tensor", **mode)
     assert attention.LAST_PLAN["path"] == "tensor"
-    assert rel_err(got, reference.paged_attention(query, cache, tables, lens, mask)) < TOL
+    # the reference reads q as the mma does, rounded to fp16: at scale 2 and D=80 the
+    # rounding alone moves a float32 query's output by 0.5% (seed 25 below), which TOL
+    # does not cover; what is left to compare is the kernel's own arithmetic
+    rounded = query.astype(np.float16)
+    assert rel_err(got, reference.paged_attention(rounded, cache, tables, lens, mask)) < TOL
 
 
 @pytest.mark.parametrize(
