@@ -150,15 +150,9 @@ def model(row: dict, reuse: float | None = 1.0, expects_flops: bool = False) -> 
     when reuse is None (not known)."""
     sass, nbytes = row.get("loop_sass"), row.get("loop_kv_bytes")
     keys = (
-        "bound",
-        "peak",
-        "expected_pct_of_peak",
-        "expected_pct_of_tensor_peak",
-        "issue_budget_pct",
-        "reuse",
-        "hbm_bytes",
-        "flops_per_hbm_byte",
-    )
+        "bound peak expected_pct_of_peak expected_pct_of_tensor_peak issue_budget_pct reuse "
+        "hbm_bytes flops_per_hbm_byte"
+    ).split()
     if reuse is None:
         return {**dict.fromkeys(keys), "bound_note": NO_REUSE}
     if not reuse >= 1:
