@@ -24,6 +24,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -99,13 +100,8 @@ class Manager:
 
     def __init__(self, trace: bool = False, with_slots: bool = False):
         m = KVCacheManager(NUM_BLOCKS, BLOCK_SIZE, trace=trace, snapshots=False)
-        add, decode = m.add_sequence, m.decode_step
-        self.add: Callable[[int, int], object] = lambda s, prompt: add(
-            s, prompt, with_slots=with_slots
-        )
-        self.step: Callable[[list[int]], object] = lambda seq_ids: decode(
-            seq_ids, with_slots=with_slots
-        )
+        self.add: Callable[[int, int], object] = partial(m.add_sequence, with_slots=with_slots)
+        self.step: Callable[[list[int]], object] = partial(m.decode_step, with_slots=with_slots)
         self.finish = m.free_sequence
 
 

@@ -229,7 +229,7 @@ def report(isa: bool = True) -> dict:
         "floors": FLOORS,
         "tested": tested(),
         "wheels": str(wheel_dir().relative_to(ROOT)),
-        "wgmma": parse(found.get("numba-cuda")) >= parse(WGMMA_FLOOR),
+        "wgmma": wgmma_ok(found),
     }
     if isa and not stops(info):
         info["nvvm_ptx_isa"] = nvvm_ptx_isa()
@@ -237,9 +237,10 @@ def report(isa: bool = True) -> dict:
     return info
 
 
-def wgmma_ok() -> bool:
-    """Whether this numba-cuda (faked or not) can build the sm_90a wgmma kernel."""
-    return parse(installed().get("numba-cuda")) >= parse(WGMMA_FLOOR)
+def wgmma_ok(found: dict | None = None) -> bool:
+    """Whether this numba-cuda (`found`, else the installed one, faked or not) can build the
+    sm_90a wgmma kernel."""
+    return parse((found or installed()).get("numba-cuda")) >= parse(WGMMA_FLOOR)
 
 
 def install_command(python: str, rehearse: bool, target: str = "") -> list[str]:
@@ -278,7 +279,7 @@ def install(info: dict, stream) -> bool:
             name, _, version = line.partition("==")
             if name in info:
                 info[name] = version
-        info["wgmma"] = parse(info.get("numba-cuda")) >= parse(WGMMA_FLOOR)
+        info["wgmma"] = wgmma_ok(info)
         info["installed"] = f"rehearsed from {req.parent.relative_to(ROOT)}"
     return done.returncode == 0
 

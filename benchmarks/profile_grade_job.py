@@ -52,18 +52,10 @@ def _wall(argv: list[str], repeat: int, env=None) -> float:
 
 
 def imports(repeat: int) -> dict:
-    runs = [
-        json.loads(
-            subprocess.run(
-                [sys.executable, "-c", TIMED_IMPORTS, *IMPORTS],
-                env=_env(),
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
-        )
-        for _ in range(repeat)
-    ]
+    argv, runs = [sys.executable, "-c", TIMED_IMPORTS, *IMPORTS], []
+    for _ in range(repeat):
+        done = subprocess.run(argv, env=_env(), check=True, capture_output=True, text=True)
+        runs.append(json.loads(done.stdout))
     return {name: statistics.median(r[name] for r in runs) for name in IMPORTS}
 
 

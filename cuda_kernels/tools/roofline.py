@@ -53,7 +53,6 @@ from __future__ import annotations
 
 SMS, SCHEDULERS, CLOCK_HZ = 132, 4, 1.98e9
 ISSUE_S = SMS * SCHEDULERS * CLOCK_HZ
-HBM_NOMINAL_BYTES_S = 4.8e12
 HBM_BYTES_S = 4.3e12  # achievable: the model's memory roof
 L2_BYTES_S = 9.9e12  # measured (RRZE-HPC/gpu-benches, H200): see the module docstring
 TENSOR_FLOPS_S = 990e12
