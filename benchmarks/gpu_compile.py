@@ -29,12 +29,9 @@ from __future__ import annotations  # noqa: I001  (cuda_kernels before numba)
 
 import json
 import os
-import queue
 import signal
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -171,49 +168,30 @@ def _command(extra: list[str], workers: int) -> list[str]:
 
 
 def _stream(extra: list[str], workers: int, deadline: float) -> tuple[list[str], list[dict]]:
-    """(planned kernel names, rows done) of one `report --compile-only` child streaming JSON
-    lines; at `deadline` (perf_counter) the child and its workers are stopped."""
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    """(planned kernel names, rows done) of one `report --compile-only` child, which prints
+    one JSON line per kernel; at `deadline` (perf_counter) the child and its workers are
+    stopped and the lines printed so far are kept."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    child = subprocess.Popen(
+        _command(extra, workers),
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group: stopped with its workers
     )
-    with tempfile.TemporaryFile("w+") as err:
-        child = subprocess.Popen(
-            _command(extra, workers),
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-            start_new_session=True,  # its own process group: stopped with its workers
-        )
-        lines: queue.Queue = queue.Queue()
-
-        def read():
-            for line in child.stdout:
-                lines.put(line)
-            lines.put(None)  # the child closed its output: it ended
-
-        threading.Thread(target=read, daemon=True).start()
-        planned, rows = [], []
-        while True:
-            try:
-                line = lines.get(timeout=max(0.0, deadline - time.perf_counter()))
-            except queue.Empty:  # the deadline: keep what is done
-                os.killpg(child.pid, signal.SIGKILL)
-                child.wait()
-                return planned, rows
-            if line is None:
-                break
-            item = json.loads(line)
-            if "planned" in item:
-                planned = item["planned"]
-            else:
-                rows.append(item)
-        if child.wait() != 0:
-            err.seek(0)
-            raise RuntimeError(f"report --compile-only failed: {err.read()[-600:]}")
-    return planned, rows
+    try:
+        out, err = child.communicate(timeout=max(0.0, deadline - time.perf_counter()))
+    except subprocess.TimeoutExpired:  # the deadline: keep what is done
+        os.killpg(child.pid, signal.SIGKILL)
+        out, err = child.communicate()
+    else:
+        if child.returncode != 0:
+            raise RuntimeError(f"report --compile-only failed: {err[-600:]}")
+    items = [json.loads(line) for line in out.split("\n")[:-1]]  # whole lines only
+    planned = next((item["planned"] for item in items if "planned" in item), [])
+    return planned, [item for item in items if "planned" not in item]
 
 
 def seconds(workers: int | None = None, budget_s: float = DRY_BUDGET_S) -> dict:

@@ -78,19 +78,22 @@ def _problem(cfg, rng):
     return cache, query, tables, np.full(S, L, np.int32)
 
 
-def _raw_decode(name, k_dev, v_dev, d_q, d_tables, d_lens, cfg):
-    """A closure launching the layout's kernel once, single pass, on prepared device buffers."""
+def _timed_decode(name, k_dev, v_dev, on_device, cfg, timed: bool, nbytes: int) -> dict:
+    """{kv_bytes, median_ms, gb_per_s} of the layout's kernel, single pass, launched on
+    prepared device buffers (query, tables, lens) without the launcher's host checks."""
     loaders = attention.usable_loaders(layouts.LOADERS[name], k_dev, v_dev, cfg["dim"])
-    case = common.DecodeCase(
-        loaders, k_dev, v_dev, d_q, d_tables, d_lens, cfg["block"], cfg["kv_heads"]
+    case = common.DecodeCase(loaders, k_dev, v_dev, *on_device, cfg["block"], cfg["kv_heads"])
+    launch, _ = common.decode_launch(
+        case, mode="single", part=cfg["context"], longest=cfg["context"]
     )
-    return common.decode_launch(case, mode="single", part=cfg["context"], longest=cfg["context"])[0]
+    ms = _timed(launch, cfg["runs"], timed)
+    return {"kv_bytes": nbytes, "median_ms": ms, "gb_per_s": nbytes / ms / 1e6 if ms else None}
 
 
 def bench_layouts(cfg, problem, timed: bool) -> list[dict]:
     cache, query, tables, lens = problem
-    d_q, d_tables, d_lens = cuda.to_device(query), cuda.to_device(tables), cuda.to_device(lens)
-    kv_bytes = cache.nbytes
+    on_device = [cuda.to_device(a) for a in (query, tables, lens)]
+    d_q = on_device[0]
     attention.POISON["on"] = True
     base = layouts.decode(
         "fused", d_q, *(2 * (cuda.to_device(cache),)), tables, lens, mode="single"
@@ -103,41 +106,29 @@ def bench_layouts(cfg, problem, timed: bool) -> list[dict]:
         v_dev = k_dev if name == "fused" else cuda.to_device(v_src)
         got = layouts.decode(name, d_q, k_dev, v_dev, tables, lens, mode="single").copy_to_host()
         err = float(np.max(np.abs(got - base)))
-        ms = _timed(_raw_decode(name, k_dev, v_dev, d_q, d_tables, d_lens, cfg), cfg["runs"], timed)
-        rows.append(
-            {
-                "layout": name,
-                "max_abs_diff_vs_fused": err,
-                "kv_bytes": kv_bytes,
-                "median_ms": ms,
-                "gb_per_s": kv_bytes / ms / 1e6 if ms else None,
-            }
-        )
+        timing = _timed_decode(name, k_dev, v_dev, on_device, cfg, timed, cache.nbytes)
+        rows.append({"layout": name, "max_abs_diff_vs_fused": err, **timing})
         del k_dev, v_dev
     return rows
 
 
 def bench_alignment(cfg, problem, timed: bool) -> list[dict]:
     cache, query, tables, lens = problem
-    d_q, d_tables, d_lens = cuda.to_device(query), cuda.to_device(tables), cuda.to_device(lens)
+    on_device = [cuda.to_device(a) for a in (query, tables, lens)]
     attention.POISON["on"] = True
     rows, base = [], None
     for offset in alignment.OFFSETS:
         pool = alignment.offset_pool(cache.shape, cache.dtype, offset)
         pool.copy_to_device(cache)
-        got = attention.paged_attention(d_q, pool, tables, lens, mode="single").copy_to_host()
+        got = attention.paged_attention(on_device[0], pool, tables, lens, mode="single")
+        got = got.copy_to_host()
         base = got if base is None else base
-        ms = _timed(
-            _raw_decode("fused", pool, pool, d_q, d_tables, d_lens, cfg), cfg["runs"], timed
-        )
         rows.append(
             {
                 "offset": offset,
                 "address_mod_128": alignment.device_address(pool) % 128,
                 "max_abs_diff_vs_offset_0": float(np.max(np.abs(got - base))),
-                "kv_bytes": cache.nbytes,
-                "median_ms": ms,
-                "gb_per_s": cache.nbytes / ms / 1e6 if ms else None,
+                **_timed_decode("fused", pool, pool, on_device, cfg, timed, cache.nbytes),
             }
         )
         del pool
