@@ -296,11 +296,17 @@ def _chosen(args) -> list[str]:
     return chosen
 
 
+def _roofline_check(rng, dry: bool) -> bool:
+    """Whether the read roofline's kernel reads every byte once (a few KiB dry, 16 MiB)."""
+    size, blocks, threads = (1 << 12, 2, 16) if dry else (1 << 24, 8 * attention.sm_count(), 256)
+    return common.roofline_reads_every_byte_once(rng, size + 48, blocks, threads)
+
+
 def _phases(args, report: dict, began: float) -> list:
     """(name, fn) of every phase, in run order: the headline targets first."""
     rng = np.random.default_rng(0)
     on_gpu, dry = report["timings_valid"], args.dry_run
-    runs, sm_count = args.runs or (1 if dry else 20), attention.sm_count()
+    runs = args.runs or (1 if dry else 20)
     grid, dim, layouts = _decode_selection(args)
 
     def compile_phase(phase):  # every kernel, before anything is timed
@@ -351,11 +357,7 @@ def _phases(args, report: dict, began: float) -> list:
 
     def correctness_phase(_):
         report["correctness"] = check_correctness(rng, dim, dry)
-        # the read roofline's kernel reads every byte once: a few KiB dry, 16 MiB on a GPU
-        size, blocks, threads = ((1 << 12), 2, 16) if dry else ((1 << 24), 8 * sm_count, 256)
-        report["roofline_check"] = common.roofline_reads_every_byte_once(
-            rng, size + 48, blocks, threads
-        )
+        report["roofline_check"] = _roofline_check(rng, dry)
 
     def copies_phase(_):
         report["copies"] = copy_rows(rng, "float16", runs, on_gpu, copy_gbs(), dry)

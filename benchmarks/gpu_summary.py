@@ -150,13 +150,9 @@ def markdown(report: dict) -> str:
 def _phase_lines(report: dict) -> list[str]:
     lines = _head("phase", "seconds", "compile s", "compiles", "status")
     for name, rec in (report.get("phases") or {}).items():
-        status = (
-            "skipped: " + rec["skipped"]
-            if "skipped" in rec
-            else "failed: " + rec["error"]
-            if "error" in rec
-            else "ran"
-        )
+        status = "ran"
+        if "skipped" in rec or "error" in rec:
+            status = f"skipped: {rec['skipped']}" if "skipped" in rec else f"failed: {rec['error']}"
         lines.append(
             f"| {name} | {_cell(rec.get('seconds'), '.1f')} | "
             f"{_cell(rec.get('compile_s'), '.1f')} | {_cell(rec.get('compiles'), 'd')} "

@@ -644,14 +644,8 @@ def main(argv=None) -> int:
             for row in rows:
                 print(json.dumps(row), flush=True)
 
-    rows = collect(
-        specs,
-        tuple(args.arch or ARCHS),
-        args.ptx_dir,
-        args.workers,
-        compile_only=args.compile_only,
-        on_rows=on_rows,
-    )
+    archs, only = tuple(args.arch or ARCHS), args.compile_only
+    rows = collect(specs, archs, args.ptx_dir, args.workers, compile_only=only, on_rows=on_rows)
     if "ladder" in sets and not args.compile_only:
         names = {spec[0] for spec in per_set["ladder"]}
         ladder_rows([r for r in rows if r["kernel"] in names])
