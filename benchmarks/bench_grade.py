@@ -1,21 +1,15 @@
 """Grading benchmark: `pagedsim grade`'s time per job, and what a second worker buys.
 
-A generated class of `--students` folders, each with `--exercises` files (half of them the
-reference solution with a comment added, half the untouched stub, so both the passing and
-the failing paths run), graded with the real checks in the default isolation (bubblewrap
-where it works), once with 1 worker and once with 2, side by side in one run. Printed: the
-wall time, jobs per minute, the mean and median job time (`Result.seconds`), and the
-speed-up of the last run over the first (2 workers over 1); then a sizing line per class
-size, from the last 1-worker job time (the time one core needs per job). `--checker
-autoload lean --workers 1` compares, side by side, the checker as it was (every installed
-pytest plugin autoloaded) with a cold lean one (Hypothesis' plugin alone); `--checker lean
-warm` a cold checker per job with one forked from its worker's warm process
-(course/grade_warm.py, as root).
-
     python benchmarks/bench_grade.py [--students 4] [--exercises 3.1 3.2] [--workers 1 2]
         [--checker lean autoload warm] [--json]
 
-The machine is shared: keep it short (the defaults grade 8 jobs twice, about 2 minutes).
+A generated class (half the files the reference solution with a comment added, half the
+untouched stub, so both paths run), graded with the real checks in the default isolation,
+with each number of workers in turn: wall time, jobs per minute, mean and median job time,
+the speed-up of the last run over the first, and core-hours per class size from the last
+1-worker run. `--checker` compares, side by side: lean (a cold checker per job), autoload
+(every pytest plugin, as before issue 42) and warm (forked from the worker's warm process,
+course/grade_warm.py). The defaults grade 8 jobs twice, about 2 minutes.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """Replaying a vLLM KV event stream: time and peak memory against the stream's length.
 
-The stream is the worst case for the old replay (issue 40): one BlockStored chain of N
-blocks, then N events each storing one child of the chain's last block. The old
-`kv_events._chains` walked every leaf's whole chain for every frame, so it grew as N**2
-(N = 3,000: 10-21 s and 314 MiB). Measured, in this process, for each N:
-
-    stream   reading it (JSON lines -> events)
-    replay   kv_events.timeline(events): the one pass every page and print starts from
-    page     view.stream.page_data(batches): the page's data, one step per event
-
-Wall time is one untraced run; peak memory is tracemalloc's, from a second run of
-the same call (the events are read before). The old code, where the tree has no
-`timeline`, is measured on what it had instead, for N up to --old-max:
-`replay(events, shown_frames(...))` (what `play --events` did, 8 frames) and
-`replay(events)` (every frame, what a lossless page needs; N up to --old-every-max).
-
     python benchmarks/bench_kv_events.py [--n 3000 30000] [--old-max 3000]
-    git stash; python benchmarks/bench_kv_events.py --n 1500 3000; git stash pop   (before)
+
+The worst case for the old replay (issue 40): one BlockStored chain of N blocks, then N
+events each storing one child of its last block. Per N: reading the stream,
+`kv_events.timeline` and `view.stream.page_data`; wall time of one run, then tracemalloc's
+peak in a second. On an old tree (no `timeline`; benchmarks/README.md says how) it measures
+what that had: `replay` over 8 frames (N <= --old-max) and every frame (<= --old-every-max).
 """
 
 from __future__ import annotations

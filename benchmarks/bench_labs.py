@@ -1,16 +1,10 @@
 """Labs benchmark: the waste comparison and the block-size sweep over a 10,000-request trace.
 
-Target: both together in <= 10 s on the 2-core development machine.
-
-    waste static       closed-form sums over the trace (NumPy), 4 allocators
-    waste continuous   the same plus the event-driven first-fit replay of 3 contiguous allocators
-    sweep              9 block sizes: closed forms on all 10,000 requests, and the driver with
-                       prefix caching on the first 200 (preemptions, hit rate)
-
-Each is timed best-of-`--repeats` (the machine is shared and noisy) with the trace
-generated once outside the timing.
-
     python benchmarks/bench_labs.py [--repeats 3] [--json]
+
+Target: all of it in <= 10 s on the 2-core development machine. `waste static` (closed
+forms, 4 allocators), `waste continuous` (plus the first-fit replay of 3 contiguous
+allocators) and `sweep` (9 block sizes), each best-of-`--repeats`, the trace made once.
 """
 
 from __future__ import annotations

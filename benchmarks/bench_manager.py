@@ -1,29 +1,18 @@
 """Churn benchmark: KVCacheManager against a bare-Python floor, side by side in one run.
 
-The standard churn workload: a pool of 65,536 blocks of 16 tokens; 4,000 requests
-with lognormal prompt and output lengths (means near 160 and 340 tokens, clipped to
-[1, 2048], seed 0); up to 256 sequences running; each scheduler step admits what fits,
-appends one token to every running sequence and frees the ones that finished; a block is
-allocated only when the last one is full; a finished sequence frees all its blocks.
-
-The *floor* is the least work that bookkeeping can do: a Python list used as a stack of
-free block ids, a dict of per-sequence block lists and a dict of lengths. No ref counts,
-no validation, no slot computation, no tracing.
-
-The schedule (who is admitted, who runs, who finishes, step by step) is worked out once,
-before any timing, so only the memory-management calls are timed. Every contender replays
-it on its own state, in lockstep: the steps are cut into chunks of 16 and each chunk is
-timed for every contender in turn (the order rotates from chunk to chunk), so a burst of
-load on a shared machine falls on all of them alike. Time is this process's CPU time
-(`time.process_time`). One repetition replays the whole schedule and gives each
-contender's ratio floor_time / its time (1.0: as fast as the floor); the median over the
-repetitions is reported, with the lowest and highest.
-
-Two figures matter, both with tracing off: the batch `decode_step` (one call per
-scheduler step, as a scheduler makes it) and the per-call `append_tokens(seq, 1)` (one
-call per token, the simplest loop a learner writes).
-
     python benchmarks/bench_manager.py [--repeats 7] [--requests 4000] [--trace-on] [--json]
+
+The churn workload: 65,536 blocks of 16 tokens; 4,000 requests with lognormal prompt and
+output lengths (means near 160 and 340, clipped to [1, 2048], seed 0); up to 256 running;
+each step admits what fits, appends one token to every running sequence and frees the
+finished. The *floor* is the least bookkeeping can do: a list as a stack of free ids, a
+dict of block lists and one of lengths (no ref counts, validation, slots or tracing).
+
+The schedule is worked out before any timing; every contender replays it in lockstep,
+chunks of 16 steps timed for each in turn (the order rotating), so a burst of load falls on
+all alike. Time is CPU time; one repetition gives each contender floor_time / its time, and
+the median over repetitions is reported with the lowest and highest. The two figures that
+matter, tracing off: the batch `decode_step` and the per-call `append_tokens(seq, 1)`.
 """
 
 from __future__ import annotations
@@ -35,6 +24,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -110,13 +100,8 @@ class Manager:
 
     def __init__(self, trace: bool = False, with_slots: bool = False):
         m = KVCacheManager(NUM_BLOCKS, BLOCK_SIZE, trace=trace, snapshots=False)
-        add, decode = m.add_sequence, m.decode_step
-        self.add: Callable[[int, int], object] = lambda s, prompt: add(
-            s, prompt, with_slots=with_slots
-        )
-        self.step: Callable[[list[int]], object] = lambda seq_ids: decode(
-            seq_ids, with_slots=with_slots
-        )
+        self.add: Callable[[int, int], object] = partial(m.add_sequence, with_slots=with_slots)
+        self.step: Callable[[list[int]], object] = partial(m.decode_step, with_slots=with_slots)
         self.finish = m.free_sequence
 
 

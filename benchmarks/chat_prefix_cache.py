@@ -1,16 +1,11 @@
 """Multi-turn chat through the prefix cache: prompt tokens served from cache vs computed.
 
-8 conversations x 6 turns (defaults), block size 16, 4096 blocks, seed 0. Each turn's
-prompt is the whole history (every earlier message and response) plus a new message;
-each response's KV is computed except for its last sampled token (vLLM v1). Run:
-
     PYTHONPATH=$PWD python benchmarks/chat_prefix_cache.py [--json]
 
-It drives the manager only through calls that also existed before v1's rules
-(`add_sequence(seq, n, tokens)`, `append_tokens`, `free_sequence`), so the same
-script measures an older checkout (PYTHONPATH=that checkout) for a before/after.
-Without token ids on append (older code) generated blocks are not cached; with
-block-count stats (older code) hits are converted to tokens.
+8 conversations x 6 turns, block size 16, 4096 blocks, seed 0; each prompt is the whole
+history plus a new message; each response's KV is computed but for its last sampled token
+(vLLM v1). It uses only calls older checkouts had too (PYTHONPATH=that checkout for a
+before/after): there, generated blocks are not cached and block hits count as tokens.
 """
 
 from __future__ import annotations
@@ -59,10 +54,8 @@ def run(chat, block_size=16, num_blocks=4096) -> dict:
             hit_total += after - before
             computed = resp[:-1]  # the last sampled token never gets KV
             if computed:
-                if with_ids:
-                    m.append_tokens((c, t), len(computed), token_ids=computed)
-                else:
-                    m.append_tokens((c, t), len(computed))
+                ids = {"token_ids": computed} if with_ids else {}
+                m.append_tokens((c, t), len(computed), **ids)
             m.free_sequence((c, t))
             history[c] = prompt + resp
         per_turn.append(

@@ -4,27 +4,14 @@
                                                          # while the total stays < 40 MiB
     python benchmarks/fetch_wheels.py --python 3.10 --cuda 12 [--dest DIR]
 
-The GPU machine has no network, and carries the repository's tracked files plus at most
-64 MiB of ignored paths in all. When `gpu_preflight.py` finds numba-cuda below its floor
-(0.21) or its cuda-bindings of a newer CUDA major than the driver, the run installs these
-instead, offline, from the folder of the running Python (`wheels/py3.12/`, ...):
-
-    pip install --no-index --no-deps --find-links benchmarks/wheels/py3.12 \\
-        -r benchmarks/wheels/py3.12/requirements.txt
-
-The set (WANTED, about 15.5 MiB per Python): numba-cuda at the version this checkout is
-tested with, cuda-bindings of the CUDA major asked for (12, the default, runs on any
-driver >= 525; 13 needs a driver >= 580), cuda-core and cuda-pathfinder (numba-cuda's own
-dependencies; pip picks the newest that supports that Python: cuda-pathfinder 1.9 needs
-3.11, so 3.10 gets 1.8), and on 3.10 backports.strenum (cuda-core's). Not numba nor
-llvmlite: numba-cuda 0.30 needs numba >= 0.60, which every GPU image has, and llvmlite
-alone is 57 MiB. The numba-cuda, cuda-bindings and cuda-core wheels are CPython-version
-specific, hence one folder per Python: `pip download --only-binary=:all: --no-deps
---python-version X.Y --platform manylinux...x86_64` fetches each for that interpreter
-whatever runs this script. By default the Pythons are taken in PYTHONS order (3.12 is the
-GPU image's, 3.10 the oldest this project supports) while the total stays under BUDGET_MIB;
-it prints which set it took and which it left out. The folder is git-ignored (never
-commit wheels); each requirements.txt pins what was fetched.
+The GPU machine has no network and carries at most 64 MiB of ignored paths; when
+`gpu_preflight.py` stops, the run installs the set of the running Python offline from
+wheels/pyX.Y (benchmarks/README.md, "The wheels"). A set (`wanted`): numba-cuda at the
+tested version, cuda-bindings of the CUDA major asked for (12 runs on any driver >= 525; 13
+needs >= 580), cuda-core and cuda-pathfinder (the newest that supports that Python), and on
+3.10 backports.strenum. Not numba nor llvmlite: every GPU image has numba >= 0.60, and
+llvmlite alone is 57 MiB. The wheels are CPython-version specific, hence one folder per
+Python, each with a requirements.txt pinning what was fetched; the folder is git-ignored.
 """
 
 from __future__ import annotations

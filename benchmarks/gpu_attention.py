@@ -5,71 +5,14 @@
     python benchmarks/gpu_attention.py --dry-run         # the simulator: checks the script
     ... --phases prefill,decode --out DIR                # a subset, in run order
 
-Before anything imports numba.cuda, `gpu_preflight.require(install_wheels=True)` checks the
-environment: numba-cuda below 0.21 (or cuda-bindings newer than the driver) is replaced from
-the carried wheels of the running Python (benchmarks/wheels/pyX.Y), offline, and the script
-starts again; between the floor and the tested versions it warns and goes on (the wgmma
-rows skipped below 0.24). Everything goes under --out DIR (default $OUT, else ./out: the
-lent machine returns only $OUT): r.json (rewritten after every phase), r.md (the summary)
-and log.txt (all that was printed). --first-run keeps what a first run needs: no float32
-case, no contiguous rows, no labs.
-
-Phases, in run order (the issue's targets first; benchmarks/README.md says what each
-measures and how long it takes):
-  compile      every kernel the other phases launch, compiled before any of them times
-               anything (`gpu_compile.py`): on a GPU in this process, by running each
-               phase's device checks up front (numba's on-disk cache cannot be shared
-               between processes for these kernels: the docstring there says why); in
-               the dry run, numba's compile of the same kernels to PTX in parallel
-               processes, beside the simulated phases (the dry run then takes the
-               longer of the two, not their sum). compile.phases.<name>.compile_s and
-               compile.total_s give the seconds per phase and in total; each phase's
-               own compile_s then says what it still compiled;
-  copy         device-to-device copy bandwidth (bytes read + bytes written / time);
-  prefill      paged prefill (`gpu_prefill.py`): prompts behind a cached prefix, GQA,
-               checked on the device against reference_prefill before it is timed;
-               tokens/s, TFLOP/s and % of the dense fp16 tensor peak per path (auto,
-               tensor, cuda_core, and the path auto ran); peer rows (torch SDPA's flash
-               backend, flash_attn, FlashInfer) on contiguous K/V when importable;
-  decode       decode over (batch, context, heads, kv_heads), G = 4, 8, 1, 32, float16 and
-               float32, block_size 16: each path ("cuda_core", and "tensor" where the shape
-               allows: float16, head_dim % 16 == 0) single-pass and split-K, and "auto"
-               (what paged_attention(mode="auto", path="auto") launches, with the path,
-               partition_size and num_partitions it chose). Before a configuration is
-               timed, the same kernel is checked on the device against the float64
-               reference on a small instance (`gpu_checks.check_config`). Rows:
-                 paged       the paged kernel over a shuffled block table;
-                 contiguous  the same kernel body over each sequence's K/V stored
-                             contiguously (`cuda_kernels.labs.contiguous`):
-                             paging_overhead_pct compares them;
-                 roofline    a read-only kernel reading the same K/V bytes with 16-byte
-                             loads; pct_of_roofline = roofline time / kernel time;
-                 torch_sdpa  torch's scaled_dot_product_attention on contiguous K/V
-                             [B, H_kv, L, D] (enable_gqa), when torch is importable;
-  correctness  every launcher against cuda_kernels.reference on the device, NaN-poisoned
-               buffers (`gpu_checks.check_correctness`), and the roofline kernel's sum;
-  ladder       every rung of cuda_kernels.ladder, checked, then % of the read roofline
-               (`gpu_ladder.py`);
-  copies       copy_blocks (large copies) and write_kv rows, as % of the copy bandwidth;
-  labs         the chapter 3.7 labs (`gpu_labs.run`), unless --no-labs.
-Timing: CUDA events around PER_SAMPLE back-to-back launches (launch overhead hidden behind
-queued work), median of `runs` samples; caches rotate so that every working set is >= 4x
-the 50 MB L2 (H100, H200). bytes_moved = K/V read once + query + float32 output.
-
-Each phase runs under `gpu_common.Phases`: it starts only if its budget (PHASE_S; the
-compile phase's from the measured compile time, `gpu_compile.budget_s`) fits in what is
-left of 7.5 minutes, so the run, its startup included, ends inside 9; a decode case
-starts only if the longest case so far fits. A phase that raises (a launch error, a
-missing module) is recorded with its error and the next phase runs; a kernel that disagrees with the
-reference is reported and never timed. report["phases"] gives each phase's seconds and JIT
-compile time (compile_s, compiles). The JSON is rewritten after every phase, so a run cut
-short keeps what it measured; at the end report["targets"] holds issue 24's GPU targets
-with the measured value and PASS / FAIL / NOT MEASURED (`gpu_summary.py`), and the same
-summary, targets first, is written to r.md and printed last. The exit status is 1
-when a kernel disagreed or a phase failed. Under the simulator it refuses (exit 2) unless
---dry-run: then timings are null, because the simulator records no time, each timed
-closure is launched once, and every decode case of DRY_GRID runs (the phase and case
-budgets are the GPU's). No number here is ever made up.
+benchmarks/README.md is the reference: the preflight (`gpu_preflight.require` runs before
+anything imports numba.cuda), the phases in run order (PHASE_S) with what each measures and
+its budget, the timing method (`gpu_common.time_ms`) and issue 24's targets
+(`gpu_summary.py`). Everything goes under --out DIR (default $OUT, else ./out): r.json
+(rewritten after every phase), r.md and log.txt. Every configuration is checked on the device
+against the float64 reference before it is timed; one that disagrees is reported, never
+timed. Exit 1 when a kernel disagreed or a phase failed; under the simulator it refuses
+(exit 2) unless --dry-run, whose timings are null. No number here is ever made up.
 """
 
 from __future__ import annotations  # noqa: I001  (cuda_kernels before numba: see below)
@@ -79,6 +22,7 @@ import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -114,15 +58,11 @@ GRID = [  # (batch, context, num_heads, num_kv_heads, dtype): G = heads / kv_hea
     (4, 32768, 32, 8, "float16"),  # few long sequences: split-K territory
     (32, 4096, 32, 8, "float32"),
 ]
-# the dry run's cases: each group (2, 8), dtype, path and mode once, two K/V blocks per
-# sequence, one case with two KV heads; one sequence each: the device checks (a ragged
-# batch) are what is compared, the timed launches only have to run
+# the dry run's cases: each group (2, 8), dtype, path and mode once (the device checks, on a
+# ragged batch, are what is compared; the timed launches only have to run)
 DRY_GRID = [(1, 20, 2, 1, "float16"), (1, 20, 16, 2, "float32")]
 # Seconds each phase may take on a GPU, in run order, the targets' phases first
-# (`gpu_common.Phases`: a phase that does not fit in what is left of TOTAL_S is skipped; a
-# decode case starts only if the longest case so far, at least CASE_S, fits in its phase).
-# The compile phase holds every phase's JIT compiles, so the others' budgets are their
-# checks and timing alone, and the budgets add up to TOTAL_S: every phase fits.
+# (`gpu_common.Phases`); a decode case starts only if the longest so far (>= CASE_S) fits.
 PHASE_S = {
     "compile": None,  # from the measured compile time: `budgets`, gpu_compile.budget_s
     "copy": 10,
@@ -150,13 +90,11 @@ def torch_sdpa_ms(batch, context, heads, kv_heads, dim, dtype, runs, timed):
     tdtype = getattr(torch, dtype)
     q = torch.randn(batch, heads, 1, dim, device="cuda", dtype=tdtype)
     kv_bytes = 2 * batch * context * kv_heads * dim * q.element_size()
-    kvs = [
-        (
-            torch.randn(batch, kv_heads, context, dim, device="cuda", dtype=tdtype),
-            torch.randn(batch, kv_heads, context, dim, device="cuda", dtype=tdtype),
-        )
-        for _ in range(common.rotation(kv_bytes))
-    ]
+
+    def kv():
+        return torch.randn(batch, kv_heads, context, dim, device="cuda", dtype=tdtype)
+
+    kvs = [(kv(), kv()) for _ in range(common.rotation(kv_bytes))]
     launches = [
         lambda k=k, v=v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True) for k, v in kvs
     ]
@@ -290,12 +228,8 @@ def _auto_row(made: _Rows, cases: list, checked: dict, runs, timed) -> dict:
     plan = autos[0][2]
     ok = checked[(plan["path"], "single" if plan["num_partitions"] == 1 else "split", "paged")]
     ms = common.time_ms([a[0] for a in autos], runs, timed) if ok else None
-    auto = made.row("auto", "paged", ms, ok, plan["path"])
-    return {
-        **auto,
-        "partition_size": plan["partition_size"],
-        "num_partitions": plan["num_partitions"],
-    }
+    parts = {k: plan[k] for k in ("partition_size", "num_partitions")}
+    return {**made.row("auto", "paged", ms, ok, plan["path"]), **parts}
 
 
 def _sdpa_rows(made: _Rows, case, dim, runs, timed) -> list[dict]:
@@ -307,11 +241,7 @@ def _sdpa_rows(made: _Rows, case, dim, runs, timed) -> list[dict]:
     except Exception as error:  # noqa: BLE001
         return [
             {
-                **made.base,
-                "mode": "sdpa",
-                "layout": "torch_contiguous",
-                "checked_on_device": True,
-                "median_ms": None,
+                **made.row("sdpa", "torch_contiguous", None),
                 "error": f"{type(error).__name__}: {error}",
             }
         ]
@@ -325,32 +255,16 @@ def _device_name() -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    flag = partial(parser.add_argument, action="store_true")
     parser.add_argument(
-        "--out",
-        help="the folder for r.json (rewritten after every phase), r.md (the summary) and "
-        "log.txt (default: $OUT, else ./out): the lent GPU machine returns only $OUT",
+        "--out", help="folder for r.json, r.md, log.txt (default: $OUT, else ./out)"
     )
+    flag("--dry-run", help="tiny grid; allowed on the simulator")
+    parser.add_argument("--runs", type=int, help="timed samples per case (default 20; 1 dry)")
+    flag("--first-run", help="what a first GPU run needs: no float32, no contiguous, no labs")
+    flag("--no-labs", help="skip the chapter 3.7 labs (benchmarks/gpu_labs.py)")
     parser.add_argument(
-        "--dry-run", action="store_true", help="tiny grid; allowed on the simulator"
-    )
-    parser.add_argument(
-        "--runs",
-        type=int,
-        default=None,
-        help="timed samples per case (default 20; 1 with --dry-run)",
-    )
-    parser.add_argument(
-        "--first-run",
-        action="store_true",
-        help="what a first GPU run needs: no float32 case, no contiguous rows, no labs",
-    )
-    parser.add_argument(
-        "--no-labs",
-        action="store_true",
-        help="skip the chapter 3.7 labs (benchmarks/gpu_labs.py), run by default",
-    )
-    parser.add_argument(
-        "--phases", help="comma-separated subset of the phases, in run order: " + ",".join(PHASE_S)
+        "--phases", help="comma-separated subset, in run order: " + ",".join(PHASE_S)
     )
     return parser
 
@@ -383,14 +297,9 @@ def _chosen(args) -> list[str]:
 
 
 def _roofline_check(rng, dry: bool) -> bool:
-    """Whether the read roofline's kernel reads every byte once (a few KiB on a dry run,
-    16 MiB on a GPU)."""
-    return common.roofline_reads_every_byte_once(
-        rng,
-        (1 << 12) + 48 if dry else (1 << 24) + 48,
-        2 if dry else 8 * attention.sm_count(),
-        16 if dry else 256,
-    )
+    """Whether the read roofline's kernel reads every byte once (a few KiB dry, 16 MiB)."""
+    size, blocks, threads = (1 << 12, 2, 16) if dry else (1 << 24, 8 * attention.sm_count(), 256)
+    return common.roofline_reads_every_byte_once(rng, size + 48, blocks, threads)
 
 
 def _phases(args, report: dict, began: float) -> list:

@@ -1,13 +1,7 @@
-"""The device checks of the GPU benchmark: each launcher, and each configuration that
-`gpu_attention.py` is about to time, against the float64 reference (`cuda_kernels.reference`),
-on device buffers with NaN-poisoned outputs. A configuration that fails is never timed.
-
-    check_correctness(rng, dim, dry)   every launcher (write_kv; paged_attention single,
-                                       split, window; the split-NHD factory; copy_blocks;
-                                       swap) in float32 and float16: {name: passed}
-    check_config(rng, case, dim, mode, layout, dry, path)
-                                       the very kernel a decode row of `case` times, on a
-                                       few short sequences: passed
+"""The device checks of the GPU benchmark, against the float64 reference
+(`cuda_kernels.reference`), on device buffers with NaN-poisoned outputs: `check_correctness`
+(every launcher, float32 and float16: {name: passed}) and `check_config` (the very kernel a
+decode row is about to time). A configuration that fails is never timed.
 """
 
 from __future__ import annotations  # noqa: I001  (cuda_kernels before numba)
@@ -62,16 +56,9 @@ def check_correctness(rng, dim: int, dry: bool) -> dict:
         )
         k_pool = cuda.to_device(np.ascontiguousarray(host[:, 0].transpose(0, 2, 1, 3)))
         v_pool = cuda.to_device(np.ascontiguousarray(host[:, 1].transpose(0, 2, 1, 3)))
-        nhd = ck.decode_with(
-            NHD_SCALAR,
-            k_pool,
-            v_pool,
-            query,
-            tables,
-            lens,
-            ck.CacheShape(num_blocks, kv_heads, bs, dim),
-            ck.DecodeOptions(mode="split", partition_size=64),
-        )
+        shape = ck.CacheShape(num_blocks, kv_heads, bs, dim)
+        split = ck.DecodeOptions(mode="split", partition_size=64)
+        nhd = ck.decode_with(NHD_SCALAR, k_pool, v_pool, query, tables, lens, shape, split)
         results[f"factory[split-NHD,{name}]"] = common.close(nhd, want, tol)
         spare = sorted(set(range(num_blocks)) - set(tables.ravel().tolist()))  # unused blocks
         ck.copy_blocks(d_cache, [(int(tables[2, 0]), spare[0])])
@@ -89,10 +76,9 @@ def check_correctness(rng, dim: int, dry: bool) -> dict:
 
 
 def check_config(rng, case, dim, mode, layout, dry, path="cuda_core") -> bool:
-    """The timed kernel itself (same compiled kernel: G, dtype, head_dim, block size, and
-    for the contiguous layout the same row length `context`; same launcher and mode) on a
-    few short sequences, on the device, against the float64 reference. `case`: the decode
-    case (batch, context, heads, kv_heads, dtype) that is timed; its batch is not used."""
+    """The very kernel a decode row of `case` (batch, context, heads, kv_heads, dtype) times
+    (same G, dtype, head_dim, block size or contiguous row length, launcher and mode) on a
+    few short sequences, on the device, against the float64 reference."""
     _, context, heads, kv_heads, dtype = case
     bs = 16
     lens = np.array([3, 17] if dry else [37, 300, 1], np.int32)  # dry: split-K over 2 parts
@@ -110,12 +96,9 @@ def check_config(rng, case, dim, mode, layout, dry, path="cuda_core") -> bool:
     d_cache = cuda.to_device(cache)
     on_device = (cuda.to_device(a) for a in (query, table, lens))
     case = common.DecodeCase(loaders, d_cache, d_cache, *on_device, block, kv_heads)
+    part = 16 if dry else 64
     launch, out = common.decode_launch(
-        case,
-        mode=mode,
-        part=16 if dry else 64,
-        paged=layout == "paged",
-        path=path,
+        case, mode=mode, part=part, paged=layout == "paged", path=path
     )
     launch()
     attention.POISON["on"] = None

@@ -1,31 +1,12 @@
-"""Shared pieces of the GPU benchmarks (gpu_attention.py, gpu_labs.py).
-
-    decode_launch    a closure launching exactly what `attention.decode_with` launches for
-                     a layout's loaders (kernel, grid, partial buffers, merge), minus the
-                     host-side checks, on buffers already on the device: what is timed;
-    read_roofline    a read-only kernel streaming the same K/V bytes with 16-byte loads
-                     (`primitives.load16`), xor-folding them into one word per thread so
-                     nothing is optimised away: the most a decode kernel could achieve;
-    close, time_ms, filled   the correctness test, the event timer and random device buffers
-                     every row uses;
-    rotation         how many copies of a buffer to cycle between launches, so that the
-                     working set is at least 4x the L2 (50 MB on an H100 and an H200) and
-                     no launch reads from L2;
-    Phases           the per-phase time guard: each phase has a budget and starts only if
-                     it fits in what is left of TOTAL_S (7.5 minutes of phases, so that the
-                     startup and one case overrunning its estimate still end the run inside
-                     9), else it is
-                     skipped and says so; a phase that raises is recorded and the next one
-                     runs; it records each phase's seconds and JIT compile time (time in
-                     numba's compiler lock: `CompileClock`);
-    tflops, pct_of_tensor_peak, peak constants   from `cuda_kernels.tools.roofline` (H200);
-    auto_launch      what paged_attention's path="auto" launches (its plan, read back
-                     from attention.LAST_PLAN), as a timed closure.
-The contiguous-KV baseline kernel lives in `cuda_kernels.labs.contiguous`.
+"""Shared pieces of the GPU benchmarks (gpu_attention.py, gpu_labs.py, ...): the event timer
+(`time_ms`), random device buffers (`filled`), the correctness test (`close`), the decode
+launch that is timed (`decode_launch`, `auto_launch`), the read-only roofline kernel, the
+per-phase time guard (`Phases`, with `CompileClock`), the working-set rotation past the L2,
+and the prefill peers (torch SDPA, flash_attn, FlashInfer). benchmarks/README.md says how
+each is used. The contiguous-KV baseline kernel lives in `cuda_kernels.labs.contiguous`.
 
 Import order: `cuda_kernels` is imported before anything from numba, so this module
-chooses the backend itself (a GPU, else the simulator) whichever script imports it first;
-numba reads NUMBA_ENABLE_CUDASIM only once, when numba.cuda first loads.
+chooses the backend itself (a GPU, else the simulator) whichever script imports it first.
 """
 
 from __future__ import annotations  # noqa: I001  (cuda_kernels before numba: see below)
@@ -50,7 +31,6 @@ WORKING_SET = 4 * L2_BYTES
 PER_SAMPLE = 10  # launches between one pair of events
 TOTAL_S = 450.0  # phases stop starting after 7.5 minutes: with the startup, the run stays under 9
 TENSOR_PEAK_TFLOPS = roofline.TENSOR_FLOPS_S / 1e12  # H200 dense fp16, ~990
-HBM_GB_S = roofline.HBM_BYTES_S / 1e9  # 4,300 achievable (4,800 nominal)
 
 
 def tflops(flop: float, ms) -> float | None:
@@ -64,10 +44,8 @@ def pct_of_tensor_peak(flop: float, ms) -> float | None:
 
 
 class CompileClock:
-    """Seconds spent in (and number of outermost entries into) numba's global compiler
-    lock while installed: every JIT compile holds it, a kernel's compile including its
-    device functions' (nested entries are not counted again). numba-cuda broadcasts the
-    lock as "numba-cuda:compiler_lock" (numba itself as "numba:compiler_lock")."""
+    """Seconds spent in (and outermost entries into) numba's compiler lock while installed:
+    every JIT compile holds it, nested entries (device functions) are not counted again."""
 
     def __init__(self):
         self.seconds, self.count, self._depth, self._t0 = 0.0, 0, 0, 0.0
@@ -105,12 +83,9 @@ class CompileClock:
 
 class Phases:
     """The per-phase time guard. `run(name, budget_s, fn)` calls fn(guard) when budget_s
-    fits in what is left of total_s, else skips it; fn may call guard.left() between its
-    cases to stop early (and then reports what it left out). An exception in fn ends that
-    phase only: it is recorded (error, and the last frames in traceback) and the run goes
-    on. `record` holds, per phase: seconds, compile_s, compiles, and skipped (the reason)
-    when it did not run. `began` (default: now) is when the run's clock started, e.g. at
-    the script's first line, so imports count against total_s too."""
+    fits in what is left of total_s, else records why it skipped; fn may call guard.left()
+    to stop early. An exception ends that phase only (recorded: error, traceback). `record`
+    holds per phase: seconds, compile_s, compiles, or skipped. `began`: the run's start."""
 
     def __init__(
         self, total_s: float = TOTAL_S, clock=time.perf_counter, began: float | None = None
@@ -154,8 +129,7 @@ class Phases:
 
 
 class DecodeCase(NamedTuple):
-    """One decode problem on the device: K/V read through `loaders`, query [S, H, D], the
-    block tables and context lengths, and the cache's block size and KV heads."""
+    """One decode problem on the device: K/V read through `loaders`, query [S, H, D]."""
 
     loaders: object
     k_src: object
@@ -168,9 +142,8 @@ class DecodeCase(NamedTuple):
 
 
 def auto_launch(case: DecodeCase, *, paged: bool = True):
-    """(launch, out, plan): the launch paged_attention's path="auto" makes on these device
-    buffers. The plan (path, partition_size, num_partitions) comes from one call of the
-    real launcher (`attention.decode_with`), so it is exactly what a user gets."""
+    """(launch, out, plan): what paged_attention's path="auto" launches on these buffers,
+    its plan read back from one call of the real launcher (`attention.decode_with`)."""
     attention.decode_with(
         *case[:6],
         attention.CacheShape(
@@ -238,20 +211,13 @@ def decode_launch(
     longest: int | None = None,
     path: str = "cuda_core",
 ):
-    """(launch, out): launch() runs the decode kernel of `path` ("cuda_core" or "tensor")
-    (and the merge when split) on device buffers; out [S, H, D] float32 holds the result
-    afterwards. mode "single" covers the longest context in one partition; "split" uses
-    partitions of `part` tokens."""
+    """(launch, out): launch() runs the decode kernel of `path` (and the merge when split)
+    into out [S, H, D] float32; mode "single" is one partition, "split" `part` tokens each."""
     loaders, k_src, v_src, query, tables, lens, block_size, num_kv_heads = case
     num_seqs, num_heads, dim = query.shape
+    group, dtype = num_heads // num_kv_heads, np.dtype(k_src.dtype)
     kernel, threads, chunks = attention.kernel_for(
-        loaders,
-        dim,
-        num_heads // num_kv_heads,
-        np.dtype(k_src.dtype),
-        block_size,
-        paged=paged,
-        path=path,
+        loaders, dim, group, dtype, block_size, paged=paged, path=path
     )
     longest = longest or int(lens.copy_to_host().max())
     part = longest if mode == "single" else part
@@ -264,20 +230,8 @@ def decode_launch(
     )
     m = attention._empty((num_seqs, num_heads, num_parts))
     s = attention._empty((num_seqs, num_heads, num_parts))
-    args = (
-        k_src,
-        v_src,
-        query,
-        tables,
-        lens,
-        np.float32(require_scale(None, dim)),
-        np.int32(0),
-        np.int32(0),
-        np.int32(part),
-        partial,
-        m,
-        s,
-    )
+    scale, sinks, window = np.float32(require_scale(None, dim)), np.int32(0), np.int32(0)
+    args = (k_src, v_src, query, tables, lens, scale, sinks, window, np.int32(part), partial, m, s)
 
     def launch():
         kernel[(num_kv_heads * chunks, num_seqs, num_parts), threads](*args)
@@ -295,11 +249,9 @@ def close(out, want, tol) -> bool:
 
 def time_ms(launches, runs: int, timed: bool, left=None):
     """Median over `runs` samples of the mean time of PER_SAMPLE back-to-back launches,
-    cycling through `launches` (rotated buffers). One launch is queued before the start
-    event, so the GPU is busy when the timed launches are enqueued: Python's launch
-    overhead is hidden behind queued work, not measured. `left` (seconds left to the
-    caller, checked before every sample): sampling stops when the slowest sample so far
-    would not fit, and the median is of the samples taken (None if none)."""
+    cycling through `launches` (rotated buffers), one launch queued before the start event
+    (Python's launch overhead hidden). Sampling stops when the slowest sample so far would
+    not fit in `left()` seconds; None untimed or with no sample."""
     launches = launches if isinstance(launches, list) else [launches]
     if timed:  # compile and warm up; untimed (a dry run), the samples are the only launches
         for launch in launches:
@@ -333,9 +285,7 @@ def nothing(sink):
 
 
 def launch_overhead_ms(runs: int, timed: bool):
-    """Milliseconds per launch of an empty kernel, PER_SAMPLE launches inside one event
-    window (`time_ms`): the host's per-launch cost, below which no kernel time is real.
-    A row whose median_ms is within LAUNCH_BOUND x this times the launch, not the kernel."""
+    """Milliseconds per launch of an empty kernel (`time_ms`): the host's per-launch cost."""
     sink = cuda.device_array(32, np.uint32)
     return time_ms(lambda: nothing[1, 32](sink), runs, timed)
 
@@ -344,8 +294,7 @@ LAUNCH_BOUND = 3  # a row under 3x the launch overhead is marked launch_bound
 
 
 def filled(rng, shape, dtype):
-    """A device array of `shape` with random values (one host piece reused: values do not
-    matter for timing, only the bytes)."""
+    """A device array of `shape` with random values (one host piece reused)."""
     dev = cuda.device_array(shape, dtype)
     per = int(np.prod(shape[1:]))
     chunk = min(shape[0], max(1, (1 << 26) // per))
@@ -394,12 +343,9 @@ def _torch_prefill_peers(batch, new, prefix, heads, kv_heads, dim, dtype):
     try:
         import flashinfer  # one prompt at a time: [L, H, D]
 
-        qs = [q[b].transpose(0, 1).contiguous() for b in range(batch)]
-        ks = [k[b].transpose(0, 1).contiguous() for b in range(batch)]
-        vs = [v[b].transpose(0, 1).contiguous() for b in range(batch)]
+        per = [[x[b].transpose(0, 1).contiguous() for x in (q, k, v)] for b in range(batch)]
         peers["flashinfer_single_prefill"] = lambda: [
-            flashinfer.single_prefill_with_kv_cache(a, b, c, causal=True)
-            for a, b, c in zip(qs, ks, vs, strict=True)
+            flashinfer.single_prefill_with_kv_cache(*qkv, causal=True) for qkv in per
         ]
     except ImportError:
         pass
@@ -407,9 +353,8 @@ def _torch_prefill_peers(batch, new, prefix, heads, kv_heads, dim, dtype):
 
 
 def prefill_peer_rows(case, dim: int, runs: int, timed: bool, flop: int) -> list[dict]:
-    """Timed rows of the prefill peers (torch SDPA's flash backend, flash_attn, FlashInfer)
-    that are importable, on contiguous K/V; a peer that fails says why in its row. None
-    without a GPU or torch: the rows are then absent, never made up."""
+    """Timed rows of the importable prefill peers on contiguous K/V; a peer that fails says
+    why in its row. None without a GPU or torch: absent, never made up."""
     batch, new, prefix, heads, kv_heads, dtype = case
     if not timed:
         return []

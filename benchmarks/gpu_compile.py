@@ -1,63 +1,37 @@
 """The `compile` phase of the GPU run: every kernel the timed phases launch, compiled before
 any of them times anything, and the seconds it took, per phase and in total.
 
-    seconds(workers=None, budget_s=DRY_BUDGET_S)
-        -> {"how": "ptx", "phases", "total_s", "complete", "left_out", "budget_s", "kernels",
-            "compile_s_sum", "compile_cpu_s_sum", "wall_s", "workers", "slowest", "rows"}
-    warm(rng, grid, dim, dry, left) -> {"how": "jit", "phases", "total_s", "compiles",
-                                        "wall_s", "left_out"}
-    budget_s(phases, first_run) -> int     the compile phase's budget on a GPU, from
-                                           compile_measured.json (PTX + ptxas CPU seconds
-                                           measured here x GPU_HOST_SPEED x MARGIN + SLACK_S)
+    warm(rng, grid, dim, dry, left)   on a GPU: compile in this process, up front
+    seconds(workers, budget_s)        without a GPU (the dry run): compile to PTX, measured
+    budget_s(phases, first_run)       the compile phase's budget on a GPU, from
+                                      compile_measured.json (see benchmarks/README.md)
     python benchmarks/gpu_compile.py --measure [--kernels] [--ladder]   rewrites that file
 
-On a GPU, `warm` compiles in this process, up front: it runs each phase's own device checks
-(the very kernels a phase times, on small instances: `gpu_checks.check_config` for every
-decode configuration and path, `check_prefill` for every prefill path and output dtype,
-`gpu_ladder.check_rung` for every rung, `check_correctness`, the copy rows and the 3.7 labs
-on tiny untimed instances of their full-size specialisations). numba keeps each compiled
-kernel in memory, so when the phase itself checks and times, it compiles nothing
-(`phases.<name>.compiles` says so). Each phase's entry holds its compile seconds (time in
-numba's compiler lock, `gpu_common.CompileClock`), compiles and wall seconds; a step
-skipped because the phase's budget ran out (`left`) is named in left_out and compiles in
-its own phase instead. The wgmma prefill runs in a child process (`gpu_prefill`), which
-compiles its own two kernels.
+`warm` runs each phase's own device checks (the very kernels a phase times, on small
+instances), so that the timed phase finds them compiled (`phases.<name>.compiles` says so);
+a step the budget does not reach (`left`) is named in left_out and compiles in its own
+phase. The wgmma prefill compiles in its own child process (`gpu_prefill`).
 
 Why not in parallel processes through numba's on-disk cache (`cache=True`): the cache
 looks a kernel up by a key that includes a pickle of its closure, and these kernels are
-closures over their device functions, whose pickles carry a per-process id. The same
-kernel built in two processes gets two different keys (checked: the sha256 of
-`numba.cuda.serialize.dumps` of the closure of each `report.kernel_specs()` kernel
-differs between two runs for every decode kernel, even with PYTHONHASHSEED fixed), so a
-cache written by a worker would never be read by the run. Only the module-level kernels
-(write_kv, copy_blocks, the allocators) would hit, and they compile in about a second.
+closures over device functions whose pickles carry a per-process id (the sha256 of
+`numba.cuda.serialize.dumps` of every decode kernel of `report.kernel_specs()` differs
+between two runs, even with PYTHONHASHSEED fixed), so a worker's cache is never read.
 
-Without a GPU (the dry run), `seconds` measures the same work where it can: each kernel of
-`python -m cuda_kernels.report` (the decode and prefill instances, the copy kernels, the
-3.7 labs) and every ladder rung is compiled to PTX for sm_90 by numba's real CUDA target
-(typing, lowering, NVVM: the part of a JIT compile numba does; the driver's ptxas step
-comes on top on a GPU), in `workers` processes at once, in a child process
-(`report --compile-only`, two of them at once: the kernels, the rungs), which does not
-touch this process's CUDA context. The rows arrive as each kernel is done; at budget_s
-the children are stopped, and the kernels not done are named in left_out (complete is
-False): on a loaded machine the dry run ends with what was measured rather than never
-(`gpu_attention` runs this beside the simulated phases). Each row is
-given to the phase that launches it (`PHASE_OF`); phases.<name>.compile_s is what one
-process spends compiling that phase's kernels one after the other, total_s the sum over
-phases, wall_s what compiling them all in parallel took. compile_cpu_s counts CPU seconds
-instead: on a loaded machine the wall seconds grow with the load, the CPU seconds do not.
+`seconds` runs `report --compile-only` children (the kernels, the rungs) that compile to
+PTX for sm_90 (typing, lowering, NVVM; ptxas comes on top on a GPU) and stream one row per
+kernel; at budget_s they are stopped and what is not done is named in left_out. Each row
+goes to the phase that launches it (`PHASE_OF`); compile_cpu_s counts CPU seconds, which
+load inflates far less than wall seconds.
 """
 
 from __future__ import annotations  # noqa: I001  (cuda_kernels before numba)
 
 import json
 import os
-import queue
 import signal
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -81,9 +55,8 @@ MARGIN = 1.5  # the compile phase gets the estimate times this
 SLACK_S = 15  # plus this: the CUDA context, the device checks' own launches
 DRY_BUDGET_S = 600  # the dry run's compile measurement stops here and names what is left
 
-# A report kernel's name prefix -> the phase that launches it (first match wins). The
-# correctness phase launches write_kv, copy_blocks and the decode kernels again, at
-# other shapes: it is counted with the phases that time them.
+# A report kernel's name prefix -> the phase that launches it (first match wins); the
+# correctness phase's kernels count with the phases that time them.
 PHASE_OF = (
     ("rung", "ladder"),
     ("paged_prefill", "prefill"),
@@ -135,21 +108,15 @@ def estimate(rows: list[dict], phases, first_run: bool) -> float:
 
 
 def budget_s(phases, first_run: bool, measured: Path = MEASURED) -> int:
-    """The compile phase's budget on a GPU, from the measurement here (`--measure`): the
-    CPU seconds of compiling, to PTX and through ptxas, the report's kernels and rungs of
-    the phases that run (the report's decode and prefill instances stand for the run's:
-    the same factories, about as many), times GPU_HOST_SPEED (1.0: a GPU host's core is
-    taken to be no slower than this shared build machine's; the run's own compile phase
-    records what it really took), times MARGIN, plus SLACK_S. A kernel the budget does
-    not reach compiles in its own phase, and the phase's record says so."""
+    """The compile phase's budget on a GPU: the CPU seconds measured here (`--measure`) of
+    the phases' kernels to PTX and through ptxas, x GPU_HOST_SPEED x MARGIN + SLACK_S."""
     rows = json.loads(measured.read_text())["rows"]
     cpu = estimate(rows, set(phases) - {"compile"}, first_run)
     return int(-(-(cpu * GPU_HOST_SPEED * MARGIN + SLACK_S) // 1))
 
 
 def planned(phases, first_run: bool, measured: Path = MEASURED) -> dict:
-    """The compile budget a GPU run of `phases` gets and the measurement it comes from
-    (what a dry run of a first run records instead of compiling again)."""
+    """The compile budget a GPU run of `phases` gets and the measurement it comes from."""
     data = json.loads(measured.read_text())
     chosen = set(phases) - {"compile"}
     return {
@@ -175,9 +142,8 @@ def planned(phases, first_run: bool, measured: Path = MEASURED) -> dict:
 
 
 def measure(sets=("--kernels", "--ladder"), out: Path = MEASURED, workers: int = 1) -> dict:
-    """Compile the report's kernels and rungs (`sets`: report flags) to PTX and through
-    ptxas for sm_90, here, one at a time, and write the rows to `out` (what budget_s
-    reads); rows of kernels not compiled this time are kept from the file."""
+    """Compile the report's `sets` to PTX and through ptxas for sm_90, one at a time, and
+    write the rows to `out` (what budget_s reads), keeping the file's other rows."""
     planned, rows = _stream(list(sets), workers, time.perf_counter() + 7200)
     done = {r["kernel"] for r in rows}
     if out.exists():
@@ -197,69 +163,39 @@ def measure(sets=("--kernels", "--ladder"), out: Path = MEASURED, workers: int =
 
 
 def _command(extra: list[str], workers: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "cuda_kernels.report",
-        "--compile-only",
-        "--arch",
-        "sm_90",
-        "--workers",
-        str(workers),
-        *extra,
-    ]
+    report = [sys.executable, "-m", "cuda_kernels.report", "--compile-only", "--arch", "sm_90"]
+    return [*report, "--workers", str(workers), *extra]
 
 
 def _stream(extra: list[str], workers: int, deadline: float) -> tuple[list[str], list[dict]]:
-    """(planned kernel names, rows done) of one `report --compile-only` child, whose rows
-    arrive one JSON line at a time; at `deadline` (a perf_counter time) the child and its
-    workers are stopped and the rows done so far are kept."""
-    env = dict(
-        os.environ,
-        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    """(planned kernel names, rows done) of one `report --compile-only` child, which prints
+    one JSON line per kernel; at `deadline` (perf_counter) the child and its workers are
+    stopped and the lines printed so far are kept."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    child = subprocess.Popen(
+        _command(extra, workers),
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group: stopped with its workers
     )
-    with tempfile.TemporaryFile("w+") as err:
-        child = subprocess.Popen(
-            _command(extra, workers),
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-            start_new_session=True,  # its own process group: stopped with its workers
-        )
-        lines: queue.Queue = queue.Queue()
-
-        def read():
-            for line in child.stdout:
-                lines.put(line)
-            lines.put(None)  # the child closed its output: it ended
-
-        threading.Thread(target=read, daemon=True).start()
-        planned, rows = [], []
-        while True:
-            try:
-                line = lines.get(timeout=max(0.0, deadline - time.perf_counter()))
-            except queue.Empty:  # the deadline: keep what is done
-                os.killpg(child.pid, signal.SIGKILL)
-                child.wait()
-                return planned, rows
-            if line is None:
-                break
-            item = json.loads(line)
-            if "planned" in item:
-                planned = item["planned"]
-            else:
-                rows.append(item)
-        if child.wait() != 0:
-            err.seek(0)
-            raise RuntimeError(f"report --compile-only failed: {err.read()[-600:]}")
-    return planned, rows
+    try:
+        out, err = child.communicate(timeout=max(0.0, deadline - time.perf_counter()))
+    except subprocess.TimeoutExpired:  # the deadline: keep what is done
+        os.killpg(child.pid, signal.SIGKILL)
+        out, err = child.communicate()
+    else:
+        if child.returncode != 0:
+            raise RuntimeError(f"report --compile-only failed: {err[-600:]}")
+    items = [json.loads(line) for line in out.split("\n")[:-1]]  # whole lines only
+    planned = next((item["planned"] for item in items if "planned" in item), [])
+    return planned, [item for item in items if "planned" not in item]
 
 
 def seconds(workers: int | None = None, budget_s: float = DRY_BUDGET_S) -> dict:
-    """The kernels' and the rungs' compile to PTX, two children at once, for at most
-    budget_s: a kernel not done by then is named in left_out (complete: False)."""
+    """The kernels' and rungs' compile to PTX, two children at once, for at most budget_s."""
     workers = workers or max(1, min(os.cpu_count() or 1, 16))
     began = time.perf_counter()
     with ThreadPoolExecutor(2) as pool:
@@ -333,9 +269,8 @@ def warm(
     rng, grid, dim: int, dry: bool, phases=None, left=lambda: float("inf"), layouts=None
 ) -> dict:
     """Compile, in this process, every kernel the named phases (default: all) will launch,
-    by running their checks; stops starting steps when `left()` reaches 0. A step that
-    raises (a rung or path refusing a shape says why in its own phase) is not counted as a
-    failure here: its phase runs it again and reports it."""
+    by running their checks, until `left()` reaches 0. A step that raises is only counted:
+    its phase runs it again and reports it."""
     began = time.perf_counter()
     record, left_out = {}, []
     steps_of = warm_steps(rng, grid, dim, dry, *([layouts] if layouts else []))

@@ -1,12 +1,7 @@
-"""The copy rows of the GPU benchmark (`gpu_attention.py` runs them).
-
-copy_bandwidth(nbytes, runs, timed)   device-to-device copy of nbytes: bytes read +
-                                      bytes written / median time, the yardstick of
-                                      the copy rows (pct_of_copy)
-copy_rows(rng, dtype, runs, timed, copy_gbs, dry)
-                                      copy_blocks over many large block pairs and
-                                      write_kv of a big batch of tokens, each checked
-                                      bit for bit on the device before it is timed
+"""The copy rows of the GPU benchmark (`gpu_attention.py` runs them): `copy_bandwidth`, the
+device-to-device copy (bytes read + written / median time) that the rows' pct_of_copy is
+measured against, and `copy_rows`: copy_blocks and write_kv, each checked bit for bit on
+the device before it is timed.
 """
 
 from __future__ import annotations  # noqa: I001  (cuda_kernels before numba)

@@ -3,18 +3,12 @@
     python benchmarks/gpu_labs.py --out labs.json            # on a GPU, < 5 minutes
     python benchmarks/gpu_labs.py --dry-run --out labs.json  # tiny sizes, simulator OK
 
-1. layouts: the factory decode kernel over fused / split / nhd / vllm caches holding
-   the same numbers (checked equal to the fused result first), fp16, head_dim 128,
-   block_size 16, K/V far larger than L2; K/V bytes read / median kernel time;
-2. alignment: the fused kernel over pools 0, 4, 16, 64, 128 bytes off a 128-B boundary;
-3. allocators: cas, atomic_add, prefix_sum and racy kernels at 1k..1M concurrent
-   requests of 1..4 blocks; blocks per second, and for racy how many ids it handed
-   out twice (the race, measured);
-4. pre-allocation: N blocks as N cuda.device_array calls vs one pool + N host pops.
-Kernel times are CUDA events around the launch (median of several runs); the
-launcher's host-side validation is outside the timed region. Under the simulator the
-script refuses (exit 2) unless --dry-run, and then every timing is null: the
-simulator records no time. No number here is ever made up.
+layouts: the decode kernel over fused / split / nhd / vllm caches of the same numbers
+(checked equal first), K/V bytes read / kernel time; alignment: pools 0..128 bytes off a
+128-B boundary; allocators: cas, atomic_add, prefix_sum and racy at 1k..1M concurrent
+requests (racy: ids handed out twice); pre-allocation: N device_array calls vs one pool.
+Times are CUDA events around the launch (median); under the simulator it refuses (exit 2)
+unless --dry-run, whose timings are null.
 """
 
 from __future__ import annotations  # noqa: I001 (cuda_kernels must come before numba)
@@ -24,6 +18,7 @@ import json
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -50,17 +45,10 @@ FULL = {
     "requests": [1_000, 10_000, 100_000, 1_000_000],
     "prealloc": [256, 4096],
 }
-DRY = {
-    "seqs": 2,
-    "context": 10,  # three scattered blocks of 4, the last one partial
-    "kv_heads": 1,
-    "group": 2,
-    "dim": 8,
-    "block": 4,
-    "runs": 1,
-    "requests": [48],
-    "prealloc": [4],
-}
+# context 10: three scattered blocks of 4, the last one partial
+DRY = dict(
+    seqs=2, context=10, kv_heads=1, group=2, dim=8, block=4, runs=1, requests=[48], prealloc=[4]
+)
 
 
 def _timed(launch, runs: int, timed: bool, reset=None) -> float | None:
@@ -90,24 +78,22 @@ def _problem(cfg, rng):
     return cache, query, tables, np.full(S, L, np.int32)
 
 
-def _raw_decode(name, k_dev, v_dev, d_q, d_tables, d_lens, cfg):
-    """A closure launching the layout's kernel once, single pass, on prepared device buffers."""
+def _timed_decode(name, k_dev, v_dev, on_device, cfg, timed: bool, nbytes: int) -> dict:
+    """{kv_bytes, median_ms, gb_per_s} of the layout's kernel, single pass, launched on
+    prepared device buffers (query, tables, lens) without the launcher's host checks."""
     loaders = attention.usable_loaders(layouts.LOADERS[name], k_dev, v_dev, cfg["dim"])
-    case = common.DecodeCase(
-        loaders, k_dev, v_dev, d_q, d_tables, d_lens, cfg["block"], cfg["kv_heads"]
+    case = common.DecodeCase(loaders, k_dev, v_dev, *on_device, cfg["block"], cfg["kv_heads"])
+    launch, _ = common.decode_launch(
+        case, mode="single", part=cfg["context"], longest=cfg["context"]
     )
-    return common.decode_launch(
-        case,
-        mode="single",
-        part=cfg["context"],
-        longest=cfg["context"],
-    )[0]
+    ms = _timed(launch, cfg["runs"], timed)
+    return {"kv_bytes": nbytes, "median_ms": ms, "gb_per_s": nbytes / ms / 1e6 if ms else None}
 
 
 def bench_layouts(cfg, problem, timed: bool) -> list[dict]:
     cache, query, tables, lens = problem
-    d_q, d_tables, d_lens = cuda.to_device(query), cuda.to_device(tables), cuda.to_device(lens)
-    kv_bytes = cache.nbytes
+    on_device = [cuda.to_device(a) for a in (query, tables, lens)]
+    d_q = on_device[0]
     attention.POISON["on"] = True
     base = layouts.decode(
         "fused", d_q, *(2 * (cuda.to_device(cache),)), tables, lens, mode="single"
@@ -120,45 +106,58 @@ def bench_layouts(cfg, problem, timed: bool) -> list[dict]:
         v_dev = k_dev if name == "fused" else cuda.to_device(v_src)
         got = layouts.decode(name, d_q, k_dev, v_dev, tables, lens, mode="single").copy_to_host()
         err = float(np.max(np.abs(got - base)))
-        ms = _timed(_raw_decode(name, k_dev, v_dev, d_q, d_tables, d_lens, cfg), cfg["runs"], timed)
-        rows.append(
-            {
-                "layout": name,
-                "max_abs_diff_vs_fused": err,
-                "kv_bytes": kv_bytes,
-                "median_ms": ms,
-                "gb_per_s": kv_bytes / ms / 1e6 if ms else None,
-            }
-        )
+        timing = _timed_decode(name, k_dev, v_dev, on_device, cfg, timed, cache.nbytes)
+        rows.append({"layout": name, "max_abs_diff_vs_fused": err, **timing})
         del k_dev, v_dev
     return rows
 
 
 def bench_alignment(cfg, problem, timed: bool) -> list[dict]:
     cache, query, tables, lens = problem
-    d_q, d_tables, d_lens = cuda.to_device(query), cuda.to_device(tables), cuda.to_device(lens)
+    on_device = [cuda.to_device(a) for a in (query, tables, lens)]
     attention.POISON["on"] = True
     rows, base = [], None
     for offset in alignment.OFFSETS:
         pool = alignment.offset_pool(cache.shape, cache.dtype, offset)
         pool.copy_to_device(cache)
-        got = attention.paged_attention(d_q, pool, tables, lens, mode="single").copy_to_host()
+        got = attention.paged_attention(on_device[0], pool, tables, lens, mode="single")
+        got = got.copy_to_host()
         base = got if base is None else base
-        ms = _timed(
-            _raw_decode("fused", pool, pool, d_q, d_tables, d_lens, cfg), cfg["runs"], timed
-        )
         rows.append(
             {
                 "offset": offset,
                 "address_mod_128": alignment.device_address(pool) % 128,
                 "max_abs_diff_vs_offset_0": float(np.max(np.abs(got - base))),
-                "kv_bytes": cache.nbytes,
-                "median_ms": ms,
-                "gb_per_s": cache.nbytes / ms / 1e6 if ms else None,
+                **_timed_decode("fused", pool, pool, on_device, cfg, timed, cache.nbytes),
             }
         )
         del pool
     return rows
+
+
+def _reset(pool, top0, ids0, d_table) -> None:
+    pool.top.copy_to_device(top0)
+    pool.free_ids.copy_to_device(ids0)
+    d_table.copy_to_device(np.full(d_table.shape, -1, np.int32))
+
+
+def _prefix_sum(grid, d_counts, pool, d_table, d_granted) -> None:
+    offsets = AP.exclusive_scan(d_counts)
+    AP.take_slices_kernel[grid, 128](
+        d_counts, offsets, 0, pool.free_ids, pool.ref, d_table, d_granted
+    )
+
+
+def _stack(kernel, grid, d_counts, pool, d_table, d_granted) -> None:
+    kernel[grid, 128](d_counts, pool.free_ids, pool.top, pool.ref, d_table, d_granted)
+
+
+ALLOCATORS = {
+    "cas": partial(_stack, AK.alloc_cas_kernel),
+    "atomic_add": partial(_stack, AK.alloc_atomic_add_kernel),
+    "prefix_sum": _prefix_sum,
+    "racy": partial(_stack, AK.alloc_racy_kernel),
+}
 
 
 def bench_allocators(cfg, rng, timed: bool) -> list[dict]:
@@ -166,50 +165,16 @@ def bench_allocators(cfg, rng, timed: bool) -> list[dict]:
     for n in cfg["requests"]:
         counts = rng.integers(1, 5, size=n).astype(np.int32)
         total = int(counts.sum())
-        for method in ("cas", "atomic_add", "prefix_sum", "racy"):
+        for method in ALLOCATORS:
             pool = DevicePool(total)
             ids0 = pool.free_ids.copy_to_host()
             top0 = np.array([total], np.int32)
             d_counts = cuda.to_device(counts)
             d_table = cuda.device_array((n, 4), np.int32)
             d_granted = cuda.device_array(n, np.int32)
-            grid = (n + 127) // 128
-
-            # the closures run inside this iteration (in _timed): bind its values as defaults
-            def reset(pool=pool, top0=top0, ids0=ids0, d_table=d_table, n=n):
-                pool.top.copy_to_device(top0)
-                pool.free_ids.copy_to_device(ids0)
-                d_table.copy_to_device(np.full((n, 4), -1, np.int32))
-
-            if method == "prefix_sum":
-
-                def launch(
-                    d_counts=d_counts, grid=grid, pool=pool, d_table=d_table, d_granted=d_granted
-                ):
-                    offsets = AP.exclusive_scan(d_counts)
-                    AP.take_slices_kernel[grid, 128](
-                        d_counts, offsets, 0, pool.free_ids, pool.ref, d_table, d_granted
-                    )
-            else:
-                kernel = {
-                    "cas": AK.alloc_cas_kernel,
-                    "atomic_add": AK.alloc_atomic_add_kernel,
-                    "racy": AK.alloc_racy_kernel,
-                }[method]
-
-                def launch(
-                    kernel=kernel,
-                    grid=grid,
-                    d_counts=d_counts,
-                    pool=pool,
-                    d_table=d_table,
-                    d_granted=d_granted,
-                ):
-                    kernel[grid, 128](
-                        d_counts, pool.free_ids, pool.top, pool.ref, d_table, d_granted
-                    )
-
-            ms = _timed(launch, cfg["runs"], timed, reset)
+            args = (d_counts, pool, d_table, d_granted)
+            launch = partial(ALLOCATORS[method], (n + 127) // 128, *args)
+            ms = _timed(launch, cfg["runs"], timed, partial(_reset, pool, top0, ids0, d_table))
             table = d_table.copy_to_host()
             ids = table[table >= 0]
             rows.append(

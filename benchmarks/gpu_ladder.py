@@ -1,24 +1,13 @@
 """The `ladder` phase of the GPU run: every rung of `cuda_kernels.ladder` timed on one
 decode batch, as % of the read roofline (a read-only kernel over the same K/V bytes).
 
-    rows(rng, runs, timed, dry, left) -> [{rung, idea, case, checked_on_device, median_ms,
-                                           roofline_ms, pct_of_roofline, gb_per_s, ...}]
-
-The batch (LADDER_CASE): 16 sequences x 2,048 tokens, 32 query heads over 8 KV heads
-(G = 4), head_dim 128, float16, 16-token blocks in a shuffled table; K/V are 268 MB, over
-5x the 50 MB L2, so every launch reads HBM. Rungs 1-4 (SMALL_RUNGS: one thread or one CTA
-per query head, scalar loads, slow by design: rung 1's thread walks a whole context) are
-timed on SMALL_CASE, 4 x 512 tokens (16 MB, rotated through enough copies to pass 4x the
-L2), with their own roofline row. Before a rung is timed it is checked on the device
-against the float64 reference on a small instance (an unchecked rung is never timed).
-Each rung is timed through `Rung.launch` on a case validated once
-(`ladder.launch.prepare`), so the host checks are outside the timing. The phase's time
-guard (`left`) is checked before every sample (`gpu_common.time_ms`), not only before a
-rung: a slow rung loses samples, never the rungs after it; a rung that would not fit at
-all is skipped and says so. The roofline kernel runs 8 CTAs of 256 threads per SM, the SM
-count read from the device (`attention.sm_count`). Each row carries the share
-cuda_kernels/README.md predicts for the rung (`Rung.predicted_pct`) and whether the
-measurement held it (`prediction`: held, below, above or untimed).
+LADDER_CASE's K/V are 268 MB, over 5x the L2, so every launch reads HBM; rungs 1-4 (slow
+by design) are timed on SMALL_CASE with their own roofline row. Each rung is first checked
+on the device against the float64 reference (an unchecked rung is never timed), then timed
+through `Rung.launch` on a case validated once (`ladder.launch.prepare`: host checks outside
+the timing). The time guard (`left`) is checked before every sample, so a slow rung loses
+samples, never the rungs after it. Each row carries the share cuda_kernels/README.md
+predicts (`Rung.predicted_pct`) and whether it held (`prediction`).
 """
 
 from __future__ import annotations  # noqa: I001 (cuda_kernels must come before numba)
@@ -32,26 +21,14 @@ from numba import cuda
 
 import gpu_common as common
 
-LADDER_CASE = {
-    "batch": 16,
-    "context": 2048,
-    "heads": 32,
-    "kv_heads": 8,
-    "head_dim": 128,
-    "dtype": "float16",
-    "block_size": 16,
-}
+LADDER_CASE = dict(
+    batch=16, context=2048, heads=32, kv_heads=8, head_dim=128, dtype="float16", block_size=16
+)
 SMALL_CASE = {**LADDER_CASE, "batch": 4, "context": 512}
 SMALL_RUNGS = 4  # rungs 1..4 are timed on SMALL_CASE
-DRY_CASE = {
-    "batch": 2,
-    "context": 24,
-    "heads": 4,
-    "kv_heads": 2,
-    "head_dim": 16,
-    "dtype": "float16",
-    "block_size": 4,
-}
+DRY_CASE = dict(
+    batch=2, context=24, heads=4, kv_heads=2, head_dim=16, dtype="float16", block_size=4
+)
 SLOW_RUNS = 3  # samples for the small-case rungs, whose single launch can take a second
 TOLERANCE = {"tensor_cores": 5e-3, "production": 5e-3}  # P: float16 into the 2nd mma
 

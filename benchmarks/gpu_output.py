@@ -3,9 +3,7 @@
     folder = out_dir(argv)      --out DIR, else $OUT, else ./out (git-ignored)
     tee(folder)                 from now on stdout and stderr also go to folder/log.txt
 
-Inside the folder: r.json (rewritten after every phase), r.md (the summary) and log.txt
-(everything the run printed, the preflight included). Imports no numba: the log starts
-before the preflight.
+Imports no numba: the log starts before the preflight.
 """
 
 from __future__ import annotations

@@ -1,36 +1,21 @@
 """The paged-prefill row of the GPU benchmark (`gpu_attention.py` runs it).
 
-A batch of prompts, each with `new` new tokens after a cached prefix of `prefix` tokens
-(a prefix-cache hit: the prefix is attended, never recomputed), GQA, block_size 16, a
-shuffled block table; `cuda_kernels.prefill.paged_prefill`'s kernel, causal, launched
-through `prefill.launcher` (the launch `paged_prefill` makes, without its host checks).
+A batch of prompts, each with `new` new tokens behind a cached prefix of `prefix` tokens
+(a prefix-cache hit), GQA, block_size 16, a shuffled block table; launched through
+`prefill.launcher` (the launch `paged_prefill` makes, without its host checks). Every path
+is first checked on the device on a small ragged batch against `reference_prefill`
+(float64, NaN-poisoned output); an unchecked configuration is never timed.
 
-Correctness first: before timing, the same compiled kernel (same head_dim, group, dtype
-and loaders) runs on the device on a small ragged batch (a prompt behind a cached prefix,
-a chunk, a decode token) with NaN-poisoned output, against `reference_prefill`
-(float64); an unchecked configuration is never timed.
+FLOPs: 4 x head_dim per (query head, attended position) (q.k and p.v; no softmax), where
+query token i of a prompt attends prefix + i + 1 positions. The row times path="auto" and
+says which kernel it ran (`path_ran`); `fp16_out` is the same with out_dtype=float16, what
+SDPA writes (the SDPA target compares it); `by_path` times each fixed path; the peers'
+rows (`gpu_common.prefill_peer_rows`) follow.
 
-Figures: tokens_per_s = new tokens / time; flop_per_s counts 4 x head_dim FLOPs per
-(query head, attended position): 2 D for q.k, 2 D for p.v (the softmax is left out),
-where query token i (0-based) of a prompt attends prefix + i + 1 positions.
-
-Output: `fp16_out` times path="auto" with out_dtype=float16, as SDPA and FlashAttention
-write it (half the output bytes); the SDPA target compares that row, like for like.
-Paths: the row times path="auto" (what users get) and says which kernel it ran
-(`path_ran`: "tensor" for `prefill_tc`, "cuda_core" for `prefill`'s kernel); `by_path`
-times each fixed path the same way, each checked on the device first, with TFLOP/s and
-% of the dense fp16 tensor-core peak (gpu_common.TENSOR_PEAK_TFLOPS, from roofline.py).
-A path that cannot serve the shape is listed with the reason and no timing. Then the
-peers' rows (`gpu_common.prefill_peer_rows`: torch SDPA's flash backend, flash_attn,
-FlashInfer, on contiguous K/V, when importable) with the same FLOP count.
-
-The wgmma row (`wgmma_row`, path="wgmma", opt-in, never yet run on a GPU) runs in a
-child process with a timeout (WGMMA_TIMEOUT_S), so that a fault or a hang on its first
-run cannot take the benchmark down: on the timed shape it first compares its output with
-the tensor path's on the device (max abs diff printed and in the row; outside 4e-3 x the
-largest |output| the row says so and is not timed), then checks it on the small ragged
-batch against the float64 reference, and only then times it. Off sm_90 it is skipped
-with the reason. Its JIT compiles happen in the child (not in the phase's compile_s).
+The wgmma row (`wgmma_row`, never yet run on a GPU) runs in a child process with a timeout
+(WGMMA_TIMEOUT_S), so that a fault or a hang cannot take the benchmark down: it is first
+compared with the tensor path's output on the timed shape, then checked against the
+float64 reference, and only then timed.
 """
 
 from __future__ import annotations  # noqa: I001 (cuda_kernels must come before numba)
@@ -56,6 +41,7 @@ DRY_PREFILL = (1, 6, 5, 2, 1, "float16")  # G = 2; the ragged device check cover
 BLOCK_SIZE = 16
 PATHS = ("tensor", "cuda_core")  # timed next to "auto"
 OUT_DTYPES = ("float32", "float16")  # paged_prefill's out_dtype: fp16 is what SDPA writes
+UNCHECKED = {"checked_on_device": None, "median_ms": None}  # a path that did not run
 WGMMA_TIMEOUT_S = 75  # the wgmma child: two JIT compiles, a comparison, a check, timing
 
 
@@ -70,15 +56,8 @@ def check_prefill(rng, heads, kv_heads, dim, dtype, dry, path="auto", out_dtype=
     query = rng.standard_normal((int(starts[-1]), heads, dim)).astype(dtype)
     want = reference.reference_prefill(query, host, tables, lens, starts)
     attention.POISON["on"] = True
-    out = prefill.paged_prefill(
-        cuda.to_device(query),
-        cuda.to_device(host),
-        cuda.to_device(tables),
-        cuda.to_device(lens),
-        cuda.to_device(starts),
-        path=path,
-        out_dtype=out_dtype,
-    )
+    on_device = [cuda.to_device(a) for a in (query, host, tables, lens, starts)]
+    out = prefill.paged_prefill(*on_device, path=path, out_dtype=out_dtype)
     attention.POISON["on"] = None
     # fp16: P is rounded to fp16 before P V on tensor cores (FlashAttention-2 does the same)
     return common.close(out.copy_to_host(), want, 1e-5 if dtype == "float32" else 4e-3)
@@ -138,13 +117,7 @@ def prefill_rows(rng, case, dim: int, runs: int, timed: bool, dry: bool) -> list
         try:
             ran = prefill.choose_path(path, p.caches[0])
         except ValueError as why:  # "tensor" on a shape it cannot serve
-            return {
-                "path": path,
-                "path_ran": None,
-                "skipped": str(why),
-                "checked_on_device": None,
-                "median_ms": None,
-            }
+            return {"path": path, "path_ran": None, "skipped": str(why), **UNCHECKED}
         ok = check_prefill(rng, heads, kv_heads, dim, dtype, dry, path, out_dtype)
         ms = common.time_ms(launches(p, dim, outs[out_dtype], path), runs, timed) if ok else None
         return {
@@ -189,7 +162,7 @@ def prefill_rows(rng, case, dim: int, runs: int, timed: bool, dry: bool) -> list
 
 def wgmma_row(cache, case, dim: int, runs: int, timed: bool, dry: bool) -> dict:
     """path="wgmma" in a child process (module docstring); the row it printed, or why not."""
-    row = {"path": "wgmma", "path_ran": None, "checked_on_device": None, "median_ms": None}
+    row = {"path": "wgmma", "path_ran": None, **UNCHECKED}
     if not gpu_preflight.wgmma_ok():  # numba-cuda < 0.24 has no sm_90a target
         return {**row, "skipped": f"numba-cuda < {gpu_preflight.WGMMA_FLOOR} (preflight)"}
     try:

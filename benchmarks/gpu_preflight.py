@@ -1,32 +1,17 @@
 """Preflight of the GPU run: what this machine has, what can run on it, and the fix.
 
     python benchmarks/gpu_preflight.py [--install]   # prints; exits 0, or 3 when it cannot run
-    gpu_attention.py runs `require(install=True)` first, before anything imports numba.cuda.
+    gpu_attention.py runs `require(install_wheels=True)` before anything imports numba.cuda.
 
-It prints Python, numba, numba-cuda, llvmlite, cuda-bindings, torch, the CUDA driver and
-runtime versions, the device's name and compute capability, all read without importing
-numba.cuda (the driver and runtime through ctypes, the packages through
-importlib.metadata), so an old numba-cuda cannot break the preflight itself. Then:
-
-  stop (exit 3, one line naming the package, its version, the floor and the fix):
-    numba-cuda below FLOORS (0.21: `from numba.cuda import types` in the kernels), numba
-    below 0.60 (what numba-cuda 0.30 needs), either missing; a cuda-bindings whose CUDA
-    major is newer than the driver's (13 needs a driver >= 580).
-  warn, and run: numba-cuda or numba between the floor and the versions this checkout is
-    tested with (pyproject.toml's bounds); below WGMMA_FLOOR (0.24, the sm_90a target)
-    the wgmma rows are skipped (`wgmma_ok`); NVVM's PTX ISA (read from a one-line kernel
-    compiled in a child process) newer than the driver can JIT (DRIVER_PTX_ISA).
-With --install (and in gpu_attention.py) a stop that the carried wheels fix is fixed:
-`pip install --no-index --no-deps` from benchmarks/wheels/pyX.Y, the folder of the
-running Python (`benchmarks/fetch_wheels.py` fetched them beforehand, on a machine with
-network), then the script starts again in a fresh interpreter (os.execv) and checks again.
+Everything is read without importing numba.cuda (the driver and runtime through ctypes,
+the packages through importlib.metadata), so an old numba-cuda cannot break the preflight.
+benchmarks/README.md states the floors (FLOORS: a stop, exit 3, one line with the fix), the
+warnings, and the offline install from the carried wheels (benchmarks/wheels/pyX.Y), after
+which the script starts again (os.execv).
 
 Rehearsal without a GPU: PAGEDSIM_FAKE_VERSIONS="numba-cuda=0.20.1,python=3.10,driver=12.4"
-replaces what is installed (any PACKAGES name, python, driver, cuda-bindings). Then the
-install is rehearsed, never made: `pip install --dry-run --target TMP --python-version
-3.10 --only-binary=:all:` resolves the carried wheels for the faked Python offline, and
-the run goes on as if they were installed (`benchmarks/gpu_rehearsal.py` does the whole
-dry run so).
+replaces what is installed (any PACKAGES name, python, driver); the install is then
+resolved offline for the faked Python (`pip install --dry-run --target`), never made.
 """
 
 from __future__ import annotations
@@ -244,7 +229,7 @@ def report(isa: bool = True) -> dict:
         "floors": FLOORS,
         "tested": tested(),
         "wheels": str(wheel_dir().relative_to(ROOT)),
-        "wgmma": parse(found.get("numba-cuda")) >= parse(WGMMA_FLOOR),
+        "wgmma": wgmma_ok(found),
     }
     if isa and not stops(info):
         info["nvvm_ptx_isa"] = nvvm_ptx_isa()
@@ -252,9 +237,10 @@ def report(isa: bool = True) -> dict:
     return info
 
 
-def wgmma_ok() -> bool:
-    """Whether this numba-cuda (faked or not) can build the sm_90a wgmma kernel."""
-    return parse(installed().get("numba-cuda")) >= parse(WGMMA_FLOOR)
+def wgmma_ok(found: dict | None = None) -> bool:
+    """Whether this numba-cuda (`found`, else the installed one, faked or not) can build the
+    sm_90a wgmma kernel."""
+    return parse((found or installed()).get("numba-cuda")) >= parse(WGMMA_FLOOR)
 
 
 def install_command(python: str, rehearse: bool, target: str = "") -> list[str]:
@@ -293,7 +279,7 @@ def install(info: dict, stream) -> bool:
             name, _, version = line.partition("==")
             if name in info:
                 info[name] = version
-        info["wgmma"] = parse(info.get("numba-cuda")) >= parse(WGMMA_FLOOR)
+        info["wgmma"] = wgmma_ok(info)
         info["installed"] = f"rehearsed from {req.parent.relative_to(ROOT)}"
     return done.returncode == 0
 

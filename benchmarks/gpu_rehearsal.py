@@ -2,19 +2,11 @@
 
     python benchmarks/gpu_rehearsal.py [--fake numba-cuda=0.20.1,python=3.10] [--keep DIR]
 
-What the lent GPU machine does: it receives the repository's tracked files plus the ignored
-paths named in `carry` (benchmarks/wheels), at most 64 MiB in all; it runs one command in
-the repository root; only what the command writes under $OUT comes back. This script:
-  1. copies exactly that (`git ls-files` and benchmarks/wheels) into a scratch folder and
-     checks the total is under CARRY_LIMIT_MIB;
-  2. runs COMMAND there (benchmarks/README.md's one command, plus --dry-run: the
-     simulator, tiny shapes, no timing) with OUT set and PAGEDSIM_FAKE_VERSIONS faking an
-     old numba-cuda and Python 3.10 (`gpu_preflight`: below the floor the carried
-     py3.10 wheels are resolved offline for Python 3.10, a rehearsal of the install);
-  3. checks the command wrote nothing outside $OUT (every file of the copy, byte for
-     byte, and no new file but __pycache__), and that $OUT holds r.json, r.md and
-     log.txt, the log showing the preflight's rehearsed install and the summary table.
-It prints one line per check and exits 0 when all hold.
+It copies what the GPU machine receives (`git ls-files` plus CARRY) into a scratch folder,
+runs COMMAND there with --dry-run, OUT set and PAGEDSIM_FAKE_VERSIONS (the preflight then
+rehearses the offline install), and checks the size, that nothing was written outside
+$OUT, and that $OUT holds r.json, r.md and log.txt with the install and the summary
+(benchmarks/README.md, "The rehearsal"). One line per check; exit 0 when all hold.
 """
 
 from __future__ import annotations

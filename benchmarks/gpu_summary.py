@@ -1,23 +1,9 @@
 """The verdict of a `gpu_attention.py` run: issue 24's GPU targets and a short Markdown table.
 
-    targets(report)   one entry per target: what was measured, the goal, and PASS / FAIL,
-                      or NOT MEASURED with the reason (no GPU, a phase skipped or failed, a
-                      peer not importable, a row unchecked). Never a number made up.
-    markdown(report)  the targets, the phases (seconds, JIT compile seconds and count, or
-                      why a phase was skipped or failed), the compile phase's seconds
-                      per phase and in total (`compile_lines`), the decode rows that
-                      paged_attention(path="auto") runs, and the prefill rows
-
-Targets (issue 24, "How it will be judged", on the headline shapes of gpu_attention.GRID
-and gpu_prefill.PREFILL):
-    prefill_vs_sdpa_flash   torch SDPA flash time / paged_prefill(path="auto") time, on 8
-                            prompts x 1,024 new tokens behind a 1,024-token cached prefix,
-                            GQA 32/8, D=128, fp16: at least 0.8 (parity is the goal); ours
-                            with out_dtype=float16 when that row was timed (SDPA writes fp16:
-                            like for like), else the float32-output row
-    decode_g4_pct_of_roofline  pct_of_roofline of the auto decode row at G = 4 (batch 64,
-                            context 4,096, 32/8 heads, fp16): at least 85
-    decode_g8_pct_of_roofline  the same at G = 8 (batch 32, 64/8 heads): at least 75
+targets(report)   per target (TARGETS; benchmarks/README.md's "Targets"): the measured
+                  value, the goal, and PASS / FAIL, or NOT MEASURED with the reason.
+markdown(report)  the targets, the phases, the compile phase (`compile_lines`), the
+                  decode rows of path="auto", the prefill rows and the ladder.
 """
 
 from __future__ import annotations
@@ -164,13 +150,9 @@ def markdown(report: dict) -> str:
 def _phase_lines(report: dict) -> list[str]:
     lines = _head("phase", "seconds", "compile s", "compiles", "status")
     for name, rec in (report.get("phases") or {}).items():
-        status = (
-            "skipped: " + rec["skipped"]
-            if "skipped" in rec
-            else "failed: " + rec["error"]
-            if "error" in rec
-            else "ran"
-        )
+        status = "ran"
+        if "skipped" in rec or "error" in rec:
+            status = f"skipped: {rec['skipped']}" if "skipped" in rec else f"failed: {rec['error']}"
         lines.append(
             f"| {name} | {_cell(rec.get('seconds'), '.1f')} | "
             f"{_cell(rec.get('compile_s'), '.1f')} | {_cell(rec.get('compiles'), 'd')} "

@@ -1,25 +1,14 @@
 """Where one `pagedsim grade` job's time goes, phase by phase.
 
-A job (course/grade_job.py) starts a cold checker process (`pagedsim check ID --json`),
-which imports pytest, Hypothesis, NumPy and pagedsim, collects the checks, and starts the
-submission's own cold process under bubblewrap (course/isolation.py), which imports
-pagedsim again. Each phase is timed here on its own, the median of `--repeat` fresh
-processes (the machine is shared: medians, not minima):
-
-- `interpreter`: `python -c pass`;
-- `checker imports`: numpy, hypothesis, pytest, pagedsim, course.runner, course.isolation,
-  cumulative, in one fresh process, as the checker imports them;
-- `child start`: the submission's process up to `child_main` imported, without and with
-  bubblewrap (the difference is the sandbox's own setup);
-- `collection`: pytest collecting the exercise's checks in a fresh process, with every
-  installed pytest plugin autoloaded (as `run_checks` did before) and with autoload off and
-  only Hypothesis' plugin (as it does now), side by side;
-- `checks`: the exercise's checks run in-process against the reference solution (no child),
-  a first (cold: collection, Hypothesis' first draws) and a second (warm) run.
-
     python benchmarks/profile_grade_job.py [--exercise 3.1] [--repeat 3] [--json]
 
-Compare with `benchmarks/bench_grade.py`'s job time: the rest is the job's own copy of the
+A job (course/grade_job.py) starts a cold checker (`pagedsim check ID --json`), which
+imports pytest, Hypothesis, NumPy and pagedsim, collects the checks and starts the
+submission's own process under bubblewrap (course/isolation.py). Each phase is the median
+of `--repeat` fresh processes: the interpreter's start; the checker's imports, cumulative;
+the child's start without and with bubblewrap; pytest's collection with every plugin
+autoloaded and with Hypothesis' alone; the checks in-process against the reference
+solution, cold then warm. The rest of `bench_grade.py`'s job time is the job's copy of the
 code, its hashing, and the kill at the end.
 """
 
@@ -63,18 +52,10 @@ def _wall(argv: list[str], repeat: int, env=None) -> float:
 
 
 def imports(repeat: int) -> dict:
-    runs = [
-        json.loads(
-            subprocess.run(
-                [sys.executable, "-c", TIMED_IMPORTS, *IMPORTS],
-                env=_env(),
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
-        )
-        for _ in range(repeat)
-    ]
+    argv, runs = [sys.executable, "-c", TIMED_IMPORTS, *IMPORTS], []
+    for _ in range(repeat):
+        done = subprocess.run(argv, env=_env(), check=True, capture_output=True, text=True)
+        runs.append(json.loads(done.stdout))
     return {name: statistics.median(r[name] for r in runs) for name in IMPORTS}
 
 

@@ -6,36 +6,19 @@
     python -m cuda_kernels.report --head-dims     # paged_prefill_tc at G=4, every HEAD_DIMS
     python -m cuda_kernels.report --json --kernels --ladder --head-dims   # all, one run
 
-For each kernel (write_kv, copy_blocks and merge in their vector and scalar forms; decode-
-factory instances: vector fp16/fp32, a pool view, the scalar fallback, the contiguous
-baseline; the 3.7 labs' `alloc.PTX_KERNELS` and `labs.PTX_KERNELS`) and each arch
-(default sm_80 and sm_90):
-  1. numba's typing and lowering, once per kernel (`lower`), then NVVM per arch -> PTX, as
-     `numba.cuda.compile_ptx` gives it (written to DIR/<kernel>_<arch>.ptx with
-     --ptx-dir); specs numba compiles alike (`compile_key`) are compiled once;
-  2. `ptxas -v -arch=<arch>` -> a cubin, and registers, shared memory, stack and spill bytes;
-  3. `nvdisasm -c` (or `cuobjdump -sass`) on the cubin -> SASS.
-Each row then carries the figures of `tools/disasm.py` (whose docstring states how the
-steady-state loop is found): global_load_bits, shuffles, barriers from the PTX;
-loop_sass, sass_per_kv_byte, hmma / hgmma / ldsm / ldgsts (counts in the steady-state
-loop), loop_sass_per_hmma and flops_per_loop_sass from the SASS; ctas_per_sm /
-warps_per_sm, an occupancy estimate from registers, shared memory and the CTA's thread
-count; from the H200 model of `tools/roofline.py` (formula, constants and sources in its
-docstring): bound (tensor, issue, l2 or memory), peak, expected_pct_of_peak,
-expected_pct_of_tensor_peak, hbm_bytes, flops_per_hbm_byte (the arithmetic intensity
-used) and issue_budget_pct (sass_per_kv_byte over the 0.243 SASS per byte an H200 can
-issue at 4.3 TB/s); reuse, how many CTAs read each K/V byte: 1 for decode, and for the
-prefill rows (`prefill_case`) the count at roofline.HEADLINE with the row's G, query
-tokens per CTA (q_tile) and K/V tile (kv_tile), with reuse_case saying so; path:
-"tensor" or "cuda_core" for the decode kernels (paged_decode_tc is what path="auto"
-launches for G >= 4, float16, head_dim % 16 == 0). paged_prefill_wgmma (path="wgmma",
-Hopper's warpgroup MMA) exists only for sm_90a: its row comes with --arch sm_90 and says
-arch "sm_90a" (compiled with cc (9, 0, "a"), ptxas -arch=sm_90a, PTX file *_sm_90a.ptx).
+For each kernel (`kernel_specs`: write_kv, copy_blocks, merge, decode and prefill factory
+instances, the 3.7 labs) and each arch (default sm_80 and sm_90): numba's typing and
+lowering once (`lower`), NVVM per arch -> PTX (as `numba.cuda.compile_ptx` gives it), then
+`ptxas -v` -> a cubin and its registers, shared memory, stack and spills, then `nvdisasm -c`
+(or `cuobjdump -sass`) -> SASS. Each row then carries the figures of `tools/disasm.py` (PTX
+and steady-state loop counts, occupancy) and the H200 model of `tools/roofline.py` (bound,
+expected % of peak, K/V reuse for the prefill rows: `prefill_case`); their docstrings define
+them. paged_prefill_wgmma exists only for sm_90a: its row comes with --arch sm_90.
 
-compile_ptx needs no GPU but does need numba's real CUDA target, so under the simulator
-this module re-runs itself in a subprocess with PAGEDSIM_CUDA=gpu and NUMBA_ENABLE_CUDASIM=0.
-ptxas, nvdisasm and cuobjdump come from the nvidia-cuda-nvcc, -nvdisasm and -cuobjdump
-wheels (the `ptx` extra) or PATH; without a disassembler the SASS fields are None.
+compile_ptx needs numba's real CUDA target but no GPU, so under the simulator this module
+re-runs itself in a subprocess with PAGEDSIM_CUDA=gpu and NUMBA_ENABLE_CUDASIM=0. ptxas,
+nvdisasm and cuobjdump come from the `ptx` extra's wheels or PATH; without a disassembler
+the SASS fields are None.
 """
 
 from __future__ import annotations
@@ -241,9 +224,8 @@ def ladder_specs():
 
 
 def kernel_diff(before, rung) -> dict:
-    """{kernel_lines, lines_changed}: the rung's kernel source lines, and how many lines a
-    unified diff from the previous rung's kernel adds or removes (None for rung 1, and for
-    a rung without a kernel of its own: the last, production's)."""
+    """{kernel_lines, lines_changed}: the rung's kernel source lines and the lines a diff
+    from the previous rung's adds or removes (None without a previous or an own kernel)."""
     import difflib
     import inspect
 
@@ -260,9 +242,8 @@ def kernel_diff(before, rung) -> dict:
 
 def ladder_rows(rows: list[dict]) -> list[dict]:
     """Each rung's row gains cache_reads (`Rung.reads` at the report case's group) and
-    sass_per_cache_byte = sass_per_kv_byte x cache_reads: the loop's issue slots per byte of
-    cache one decode step needs, which is what GQA improves (it loads each byte once for
-    the group; sass_per_kv_byte alone counts per byte loaded)."""
+    sass_per_cache_byte = sass_per_kv_byte x cache_reads: issue slots per byte of cache a
+    decode step needs, which GQA improves (each byte loaded once for the group)."""
     from .ladder import RUNGS
     from .ladder.launch import REPORT_GROUP
 
@@ -288,9 +269,8 @@ def targets(spec: tuple, archs) -> list[tuple[str, str]]:
 
 
 def parse_ptxas(text: str) -> dict:
-    """ptxas -v output -> one row. A PTX file may hold several functions (a kernel and
-    the device functions it did not inline): registers and shared memory are the most
-    any one uses; stack and spill bytes are summed over all of them."""
+    """ptxas -v output -> one row: over the kernel and its non-inlined device functions,
+    the most registers and shared memory any one uses, stack and spill bytes summed."""
     found = {key: [int(n) for n in rx.findall(text)] for key, rx in _PTXAS_LINE.items()}
     row = {key: max(found[key], default=0) for key in ("registers", "shared_bytes")}
     row["stack_bytes"] = sum(found["stack_bytes"])
@@ -316,13 +296,10 @@ def disassemble(cubin: Path) -> str | None:
 
 
 def lower(func, sig, cc: tuple):
-    """numba's typing and lowering of a kernel, once: the code library whose
-    `get_asm_strs(cc=...)` runs NVVM for any cc. It is what `compile_ptx(func, sig, cc=cc)`
-    does before NVVM (its default options: numba ABI, no fastmath, no debug), through
-    numba-cuda's `_compile_pyfunc_with_fixup`. numba reads the cc while lowering only to
-    pick an f64 atomic add (cc >= 6.0) and a fastmath tanh (cc >= 7.5), the same for every
-    arch here, so one lowering serves sm_80, sm_90 and sm_90a
-    (tests/kernels/test_ptx_report.py compares the PTX with compile_ptx's)."""
+    """numba's typing and lowering of a kernel, once, as `compile_ptx` does before NVVM: the
+    code library whose `get_asm_strs(cc=...)` runs NVVM for any cc. Lowering reads the cc
+    only for an f64 atomic add (>= 6.0) and a fastmath tanh (>= 7.5), so one lowering
+    serves sm_80, sm_90 and sm_90a (tests/kernels/test_ptx_report.py checks the PTX)."""
     from numba.cuda.compiler import _compile_pyfunc_with_fixup
 
     lib, _ = _compile_pyfunc_with_fixup(func, sig, device=False, abi="numba", cc=cc)
@@ -387,10 +364,8 @@ def row(name: str, func, threads: int, arch: str, target: str, built: dict) -> d
 
 
 def compile_seconds(name: str, func, sig, target: str, ptxas: str | None = None) -> dict:
-    """{kernel, arch, compile_s, compile_cpu_s, ptxas_s, ptxas_cpu_s}: the wall and CPU
-    seconds numba's compile_ptx took for target (typing, lowering, NVVM), then those of
-    `ptxas -arch=target` on its PTX (what the driver's JIT adds on a GPU; None without
-    ptxas). CPU seconds are what load cannot inflate."""
+    """{kernel, arch, compile_s, compile_cpu_s, ptxas_s, ptxas_cpu_s}: wall and CPU seconds
+    of compile_ptx for target, then of `ptxas` on its PTX (None without ptxas)."""
     from numba.cuda import compile_ptx
 
     began, cpu = time.perf_counter(), time.process_time()
@@ -411,13 +386,8 @@ def compile_seconds(name: str, func, sig, target: str, ptxas: str | None = None)
             _run([ptxas, f"-arch={target}", str(path), "-o", str(path.with_suffix(".cubin"))], name)
             after = os.times()
         out["ptxas_s"] = round(time.perf_counter() - began, 2)
-        out["ptxas_cpu_s"] = round(
-            after.children_user
-            + after.children_system
-            - before.children_user
-            - before.children_system,
-            2,
-        )
+        children = after.children_user + after.children_system  # ptxas's CPU time
+        out["ptxas_cpu_s"] = round(children - before.children_user - before.children_system, 2)
     return out
 
 
@@ -425,10 +395,9 @@ _NAME_FIELD = re.compile(r"\b([A-Z])=(\d+)")
 
 
 def prefill_case(kernel: str, func, ctas_per_sm: int) -> dict:
-    """For a prefill kernel, its K/V reuse at roofline.HEADLINE: G and D from the row's
-    name (`...[dtype,G=g,D=d]`), the query tokens per CTA (QT) and the K/V tile (T) from
-    the kernel's compile-time constants (its Python closure); {} for other kernels, and
-    reuse None (so no bound, rather than a wrong one) when those are not found."""
+    """For a prefill kernel, its K/V reuse at roofline.HEADLINE: G and D from the row's name,
+    QT and T from the kernel's closure; {} for other kernels, reuse None (no bound rather
+    than a wrong one) when those are not found."""
     if not kernel.startswith("paged_prefill"):
         return {}
     fields = {k: int(v) for k, v in _NAME_FIELD.findall(kernel)}
@@ -481,12 +450,8 @@ def git_commit() -> str | None:
 
 
 class _NoDevice:
-    """Stand-in for `get_current_device()` on a machine without a GPU.
-
-    compile_ptx compiles the kernel for the cc it is given, but a `@cuda.jit(device=True)`
-    function called from it is compiled by its dispatcher for the *current device's*
-    cc, which needs a driver. Only that cc is read; the kernel's own cc decides the PTX.
-    """
+    """Stand-in for `get_current_device()` without a GPU: a device function's dispatcher
+    reads the current device's cc (only that); the kernel's own cc decides the PTX."""
 
     compute_capability = (8, 0)
 
@@ -513,10 +478,9 @@ def compile_key(spec: tuple, archs) -> tuple | None:
 
 
 def fingerprint(obj, depth: int = 0):
-    """A hashable stand-in for what numba reads of a Python function: its code object,
-    globals (by identity), defaults and closure values, with device functions
-    (dispatchers), tuples and lists taken apart the same way; None for anything else
-    unhashable."""
+    """A hashable stand-in for what numba reads of a Python function (code, globals by
+    identity, defaults, closure values; dispatchers, tuples and lists taken apart the same
+    way); None for anything else unhashable."""
     from numba.cuda.dispatcher import CUDADispatcher
 
     if depth > 20:
@@ -554,14 +518,11 @@ def collect(
     compile_only: bool = False,
     on_rows=None,
 ) -> list[dict]:
-    """Every (spec, arch) row of `specs` (kernel_specs(), ladder_specs(), ...), in spec
-    order then arch order. Specs with the same `compile_key` are compiled once, each
-    kernel lowered once for all its archs (`build`). numba's compiler holds a
-    process-wide lock, so the compiles are shared among `workers` forked processes
-    (default: the CPU count, at most 4), which inherit the specs (closures do not pickle)
-    and return text; this process makes the rows and writes DIR/<kernel>_<arch>.ptx.
-    compile_only: rows of compile seconds (`compile_seconds`: PTX, then ptxas when found)
-    for every spec and arch. on_rows: called with each spec's rows as soon as they are done."""
+    """Every (spec, arch) row of `specs`, in spec then arch order; specs with one
+    `compile_key` are compiled once. numba's compiler holds a process-wide lock, so the
+    compiles go to `workers` forked processes (default: CPUs, <= 4), which inherit the specs
+    (closures do not pickle) and return text. compile_only: `compile_seconds` rows instead.
+    on_rows: called with each spec's rows as soon as they are done."""
     _allow_device_functions_without_gpu()
     ptxas = find_ptxas()
     if ptxas is None and not compile_only:
@@ -615,8 +576,7 @@ _SPECS: list = []  # collect's specs, which its forked workers inherit
 
 
 def _job(index: int, archs: tuple, ptxas: str | None, tmp: str, compile_only: bool) -> list:
-    """A worker's share: spec `index`'s products for every target (`build`), or its
-    compile seconds per target."""
+    """A worker's share: spec `index`'s `build` products (or compile seconds) per target."""
     name, func, sig, _ = _with_threads(_SPECS[index])
     targets_ = [target for _, target in targets(_SPECS[index], archs)]
     if compile_only:
@@ -626,8 +586,7 @@ def _job(index: int, archs: tuple, ptxas: str | None, tmp: str, compile_only: bo
 
 
 def _with_threads(spec: tuple) -> tuple:
-    """(name, func, sig[, threads[, targets]]) -> (name, func, sig, threads); 128 threads
-    by default."""
+    """(name, func, sig[, threads[, targets]]) -> (name, func, sig, threads)."""
     return (*spec[:3], spec[3] if len(spec) > 3 else DEFAULT_THREADS)
 
 
@@ -685,14 +644,8 @@ def main(argv=None) -> int:
             for row in rows:
                 print(json.dumps(row), flush=True)
 
-    rows = collect(
-        specs,
-        tuple(args.arch or ARCHS),
-        args.ptx_dir,
-        args.workers,
-        compile_only=args.compile_only,
-        on_rows=on_rows,
-    )
+    archs, only = tuple(args.arch or ARCHS), args.compile_only
+    rows = collect(specs, archs, args.ptx_dir, args.workers, compile_only=only, on_rows=on_rows)
     if "ladder" in sets and not args.compile_only:
         names = {spec[0] for spec in per_set["ladder"]}
         ladder_rows([r for r in rows if r["kernel"] in names])

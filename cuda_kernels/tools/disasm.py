@@ -175,27 +175,19 @@ def loop_mix(instrs: list[Instr], a: int, b: int) -> dict:
     }
 
 
+STEADY_KEYS = (  # steady_loop's figures, in order
+    "loop_sass loop_kv_loads loop_kv_bits loop_inner_loops sass_per_kv_byte loop_kv_bytes hmma "
+    "hgmma ldsm ldgsts loop_flops tensor_flops loop_sass_per_hmma flops_per_loop_sass"
+).split()
+
+
 def steady_loop(instrs: list[Instr], kv_bits: int | None = None) -> dict:
     """The steady-state loop's figures (see the module docstring); None values if no loop loads."""
     spans = loops(instrs)
     in_loop = {k for a, b in spans for k in range(a, b + 1)}
     widths = [instrs[k].load_bits for k in in_loop if instrs[k].load_bits]
-    empty = {
-        "loop_sass": None,
-        "loop_kv_loads": 0,
-        "loop_kv_bits": None,
-        "loop_inner_loops": None,
-        "sass_per_kv_byte": None,
-        "loop_kv_bytes": None,
-        "hmma": None,
-        "hgmma": None,
-        "ldsm": None,
-        "ldgsts": None,
-        "loop_flops": None,
-        "tensor_flops": None,
-        "loop_sass_per_hmma": None,
-        "flops_per_loop_sass": None,
-    }
+    empty = dict.fromkeys(STEADY_KEYS)
+    empty["loop_kv_loads"] = 0
     if not widths:
         return empty
     bits = kv_bits or (max(widths) if max(widths) > 32 else min(widths))

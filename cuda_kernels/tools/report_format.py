@@ -1,63 +1,35 @@
 """How `python -m cuda_kernels.report` prints its rows: a fixed-width table, or Markdown.
 
     table(rows)              every row, one line each (the default output)
-    markdown(rows, as_of)    the README's "Kernels without a GPU" table: the paged decode
-                             and prefill rows only, with their loop counts and the H200
-                             model of `roofline.py` (bound, % of the kernel's own peak and
-                             % of the dense fp16 tensor peak, the K/V reuse it assumed)
-
-The Markdown header is MARKDOWN_HEADS exactly; a test holds the README's table to it, so
-regenerating the README's table after a kernel change is one command:
-    python -m cuda_kernels.report --markdown --arch sm_90
+    markdown(rows, as_of)    the README's "Kernels without a GPU" table (decode and prefill
+                             rows, their loop counts and the H200 model of `roofline.py`);
+                             a test holds the README's header to MARKDOWN_HEADS, so after a
+                             kernel change: python -m cuda_kernels.report --markdown --arch sm_90
+    ladder_table(rows)       `report --ladder`: one row per rung and arch (`report.ladder_rows`)
 A missing figure prints as "-", never as a made-up number.
-
-    ladder_table(rows)       `report --ladder`: one row per rung and arch, its loop SASS
-                             per K/V byte, how many times leaner than rung 1 (same arch),
-                             registers and spills, and (`report.ladder_rows`) how often it
-                             loads each cache byte at G = 4 and the SASS per cache byte
 """
 
 from __future__ import annotations
 
-COLUMNS = (
-    ("kernel", 44, "s"),
-    ("arch", 6, "s"),
-    ("registers", 5, "d"),
-    ("shared_bytes", 7, "d"),
-    ("spill_bytes", 6, "d"),
-    ("global_load_bits", 5, "d"),
-    ("shuffles", 5, "d"),
-    ("barriers", 4, "d"),
-    ("loop_sass", 6, "d"),
-    ("sass_per_kv_byte", 8, ".3f"),
-    ("hmma", 5, "d"),
-    ("loop_sass_per_hmma", 7, ".1f"),
-    ("ctas_per_sm", 5, "d"),
-    ("warps_per_sm", 5, "d"),
-    ("reuse", 6, ".1f"),
-    ("bound", 7, "s"),
-    ("expected_pct_of_peak", 6, ".1f"),
-    ("expected_pct_of_tensor_peak", 7, ".2f"),
-)
-HEADS = (
-    "kernel",
-    "arch",
-    "regs",
-    "smem B",
-    "spill",
-    "ldbit",
-    "shfl",
-    "bar",
-    "loop",
-    "sass/B",
-    "hmma",
-    "sass/mma",
-    "CTA/SM",
-    "warp/SM",
-    "reuse",
-    "bound",
-    "%peak",
-    "%tensor",
+COLUMNS = (  # (row key, header, width, format) of the default table
+    ("kernel", "kernel", 44, "s"),
+    ("arch", "arch", 6, "s"),
+    ("registers", "regs", 5, "d"),
+    ("shared_bytes", "smem B", 7, "d"),
+    ("spill_bytes", "spill", 6, "d"),
+    ("global_load_bits", "ldbit", 5, "d"),
+    ("shuffles", "shfl", 5, "d"),
+    ("barriers", "bar", 4, "d"),
+    ("loop_sass", "loop", 6, "d"),
+    ("sass_per_kv_byte", "sass/B", 8, ".3f"),
+    ("hmma", "hmma", 5, "d"),
+    ("loop_sass_per_hmma", "sass/mma", 7, ".1f"),
+    ("ctas_per_sm", "CTA/SM", 5, "d"),
+    ("warps_per_sm", "warp/SM", 5, "d"),
+    ("reuse", "reuse", 6, ".1f"),
+    ("bound", "bound", 7, "s"),
+    ("expected_pct_of_peak", "%peak", 6, ".1f"),
+    ("expected_pct_of_tensor_peak", "%tensor", 7, ".2f"),
 )
 
 # (row key, Markdown header, format) of the README table
@@ -84,16 +56,14 @@ MARKDOWN_KERNELS = ("paged_decode", "paged_prefill")  # name prefixes the README
 
 
 def table(rows: list[dict]) -> str:
-    head = " ".join(
-        f"{h:{w}}" if f == "s" else f"{h:>{w}}" for h, (_, w, f) in zip(HEADS, COLUMNS, strict=True)
-    )
+    head = " ".join(f"{h:{w}}" if f == "s" else f"{h:>{w}}" for _, h, w, f in COLUMNS)
     lines = [head, "-" * len(head)]
     for r in rows:
         cells = [
             (f"{r[k]:{w}{f}}" if f == "s" else f"{r[k]:>{w}{f}}")
             if r.get(k) is not None
             else f"{'-':>{w}}"
-            for k, w, f in COLUMNS
+            for k, _, w, f in COLUMNS
         ]
         lines.append(" ".join(cells))
     return "\n".join(lines)

@@ -53,7 +53,6 @@ from __future__ import annotations
 
 SMS, SCHEDULERS, CLOCK_HZ = 132, 4, 1.98e9
 ISSUE_S = SMS * SCHEDULERS * CLOCK_HZ
-HBM_NOMINAL_BYTES_S = 4.8e12
 HBM_BYTES_S = 4.3e12  # achievable: the model's memory roof
 L2_BYTES_S = 9.9e12  # measured (RRZE-HPC/gpu-benches, H200): see the module docstring
 TENSOR_FLOPS_S = 990e12
@@ -150,15 +149,9 @@ def model(row: dict, reuse: float | None = 1.0, expects_flops: bool = False) -> 
     when reuse is None (not known)."""
     sass, nbytes = row.get("loop_sass"), row.get("loop_kv_bytes")
     keys = (
-        "bound",
-        "peak",
-        "expected_pct_of_peak",
-        "expected_pct_of_tensor_peak",
-        "issue_budget_pct",
-        "reuse",
-        "hbm_bytes",
-        "flops_per_hbm_byte",
-    )
+        "bound peak expected_pct_of_peak expected_pct_of_tensor_peak issue_budget_pct reuse "
+        "hbm_bytes flops_per_hbm_byte"
+    ).split()
     if reuse is None:
         return {**dict.fromkeys(keys), "bound_note": NO_REUSE}
     if not reuse >= 1:
