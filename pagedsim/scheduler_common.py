@@ -1,18 +1,9 @@
 """What both schedulers share: the step on a workload, argument checks, the run loop (v0, v1).
 
-    WorkloadScheduler      schedule() and update_from_output() (each scheduler's own), and
-                           the one place they are joined with the workload's tokens for
-                           the model: `step()`; `run()` steps until done and refuses to
-                           spin when nothing can ever be scheduled
-    check_scheduler_args   requests (a list of `Request`), a manager, `record`: TypeErrors
-    check_configs          a SchedulerConfig and a CacheConfig: TypeErrors
-    prompt_ids             token ids given for a prompt (`TokenIds`), checked once when a
-                           scheduler is built
-    synthetic_token        deterministic ids for prompts and outputs nobody gave
-    time_arg, fraction     a finite non-negative time; a real number in [0, high]
-
-The v0 scheduler is in scheduler_v0.py, the v1 scheduler in scheduler_v1.py, and
-`make_scheduler(mode=...)` (scheduler.py) builds either.
+`WorkloadScheduler.step()` is the one place schedule() and update_from_output() are joined
+with the workload's tokens; `run()` steps until done and refuses to spin when nothing can
+ever be scheduled. The rest checks arguments once, when a scheduler is built, and makes
+deterministic ids for prompts and outputs nobody gave (`synthetic_token`).
 """
 
 from __future__ import annotations

@@ -1,22 +1,15 @@
 """What one step did, as typed data: the one case analysis behind every caption.
 
-`tell(events)` reads the events of one manager step (see `trace.py`) and returns a
-*story*: a small frozen record such as `Arrival(seq_id="A", num_tokens=6, shared=(),
-taken=(0, 1))`. A story knows how its sentence is put together (`words(book)`), but
-not the words: those come from a *phrasebook*, one template table per language
-(English: `captions_en.EN`; Chinese and the language switch: `pagedsim.text.captions`).
-So the case analysis is written once, and a language is one table.
+`tell(events)` turns one manager step's events (`trace.py`) into a *story*, a small frozen
+record such as `Arrival(seq_id="A", num_tokens=6, shared=(), taken=(0, 1))`. A story puts
+its sentence together (`words(book)`) from a *phrasebook*, one template table per language
+(`captions_en.EN`; Chinese: `pagedsim.text.captions`), so a language is one table.
+`story_of(snapshot)` is a recorded step's story (its `custom_caption`, if set, in every
+language); `caption` and `describe` tell it in English. This module reads `trace.py`,
+never the other way round.
 
-`story_of(snapshot)` is the story of a recorded step. Step 0 is the pool as created;
-a snapshot that carries its own words (`Snapshot.custom_caption`, set with
-`Snapshot.with_caption`) tells exactly those words in every language. `caption(snapshot)`
-and `describe(events)` tell a step in English (`english(story)`); a snapshot itself never
-tells anything, so this module reads `trace.py` and `trace.py` never reads it.
-
-How to add a story: write a frozen dataclass with a `words(book)` method that uses
-template keys of its own, teach `tell` when to return it, and add its keys to every
-table. `tests/captions/test_story.py` renders every story kind with every table, so a
-missing key fails there, not in front of a class.
+To add a story: a frozen dataclass with `words(book)`, a case in `tell`, and its keys in
+every table (`tests/captions/test_story.py` renders every kind with every table).
 """
 
 from __future__ import annotations

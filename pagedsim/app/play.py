@@ -3,27 +3,16 @@
     pagedsim play                       type commands (stdin), see the pool after each
     pagedsim play SCRIPT --draw DIR     run a scenario script; write frames, key frames, a GIF
     pagedsim play --trace T.json --draw DIR   draw a trace saved by `pagedsim tour --json`
-    pagedsim play --events E.jsonl --html F    replay a KV cache event stream, every event
-                                        a step (vLLM v1's BlockStored / BlockRemoved /
-                                        AllBlocksCleared as JSON lines or a .kvcap capture,
-                                        see pagedsim/kv_events.py and kv_stream.py)
+    pagedsim play --events E.jsonl --html F    replay a vLLM v1 KV event stream (JSON
+                                        lines or a .kvcap capture), every event a step
 
-Step commands (they run on a real `KVCacheManager`, see play_session.STEPS):
-    alloc SEQ N [WORD]   append SEQ [N]   fork SEQ CHILD   free SEQ   evict [SEQ]   resume SEQ
-Other commands:
-    show             print the pool again        back [N] / forward [N]   travel in time
-    draw FILE        draw the shown step (.png, .svg or .pdf)
-    help             this list                   quit         stop reading
-Lines starting with # are comments. A scenario script is just these lines in a file.
+The commands are `help_text()`; lines starting with # are comments. After each command the
+pool is printed as text (a SCRIPT written with `--html` prints captions only). A mistake
+is explained in one line and changes nothing; a pool that runs dry is a step of its own.
+Options pick the manager: `--enable-prefix-caching` (v1), `--window N`, `--hybrid N`,
+`--preemption-mode recompute|swap` (preempt the newest sequence, as vLLM v0's scheduler
+does). The flags carry vLLM's engine-argument names (`--num-gpu-blocks-override`).
 
-After every command the free list, the block tables and the counts are printed as
-text (a SCRIPT written to a page with `--html` prints each step's caption only: the
-page shows the pool). A mistake (unknown sequence, a typo, a missing number) is explained in one
-line and changes nothing; a pool that runs dry is a step of its own, printed and
-drawn as such. Options pick the manager: `--enable-prefix-caching` (vLLM v1 automatic
-prefix caching), `--window N` (sliding window), `--preemption-mode recompute|swap` (preempt
-the newest sequence when the pool is short, as vLLM v0's scheduler does). The flags carry
-vLLM's engine-argument names: `--num-gpu-blocks-override` is the pool's size.
 """
 
 from __future__ import annotations
