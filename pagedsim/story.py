@@ -203,9 +203,9 @@ class Append(Story):
     seq_id: object
     first_position: int  # position of the first appended token
     slots: tuple[int, ...]  # slot of each appended token
-    copies: tuple[
-        tuple[int, int, object, int], ...
-    ]  # (src, src count before, writer, dst) per copy-on-write
+    # (src, src count before, writer, dst) per copy-on-write
+    copies: tuple[tuple[int, int, object, int], ...]
+
     fresh: tuple[int, ...]  # blocks taken because the last block was full
     dropped: tuple[int, ...]  # blocks a sliding window released
 
@@ -248,34 +248,6 @@ def _taken(events: Sequence[tr.Event]) -> tuple[int, ...]:
     return tuple(e.block for e in _of(events, tr.BlockAllocated))
 
 
-def _refused(head: tr.AllocationFailed) -> Story:
-    return Refusal(head.seq_id, head.what, head.needed, head.available)
-
-
-def _arrival(head: tr.SequenceAdded, events: Sequence[tr.Event]) -> Story:
-    return Arrival(
-        head.seq_id,
-        head.num_tokens,
-        tuple(e.block for e in _of(events, tr.BlockShared)),
-        _taken(events),
-    )
-
-
-def _fork(head: tr.SequenceForked, events: Sequence[tr.Event]) -> Story:
-    return Fork(
-        head.parent, head.child, tuple((e.block, e.ref_count) for e in _of(events, tr.BlockShared))
-    )
-
-
-def _finish(head: tr.SequenceFreed, events: Sequence[tr.Event]) -> Story:
-    released = _of(events, tr.BlockReleased)
-    return Finish(
-        head.seq_id,
-        tuple(e.block for e in released if e.ref_count == 0),
-        tuple((e.block, e.ref_count) for e in released if e.ref_count > 0),
-    )
-
-
 def _decode(events: Sequence[tr.Event]) -> Story:
     cow = _of(events, tr.CopyOnWrite)
     copied = {c.dst for c in cow}
@@ -308,13 +280,18 @@ def tell(events: Iterable[tr.Event]) -> Story:
     # the step's first event -> its story (checked in order, before the decode rule)
     match head:
         case tr.AllocationFailed():
-            return _refused(head)
+            return Refusal(head.seq_id, head.what, head.needed, head.available)
         case tr.SequenceAdded():
-            return _arrival(head, events)
+            shared = tuple(e.block for e in _of(events, tr.BlockShared))
+            return Arrival(head.seq_id, head.num_tokens, shared, _taken(events))
         case tr.SequenceForked():
-            return _fork(head, events)
+            counts = tuple((e.block, e.ref_count) for e in _of(events, tr.BlockShared))
+            return Fork(head.parent, head.child, counts)
         case tr.SequenceFreed():
-            return _finish(head, events)
+            released = _of(events, tr.BlockReleased)
+            back = tuple(e.block for e in released if e.ref_count == 0)
+            kept = tuple((e.block, e.ref_count) for e in released if e.ref_count > 0)
+            return Finish(head.seq_id, back, kept)
     if len(_of(events, tr.TokensAppended)) > 1:
         return _decode(events)
     if isinstance(head, tr.TokensAppended):

@@ -13,7 +13,7 @@ With tracing off a manager builds no event object at all and runs the same state
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -114,9 +114,7 @@ class Snapshot:
     block_fill: tuple[int, ...]  # [num_blocks] tokens held by each block (0 if free)
     sequences: tuple[SeqState, ...]  # SeqState for every live sequence, in admission order
     pending_copies: tuple[tuple[int, int], ...] = ()  # (src, dst) pairs not yet drained
-    cached_blocks: tuple[int, ...] = field(
-        default=()
-    )  # free blocks that still hold reusable contents
+    cached_blocks: tuple[int, ...] = ()  # free blocks that still hold reusable contents
 
     def with_caption(self, text: str) -> Snapshot:
         """This snapshot, captioned with `text` in every language instead of its story."""

@@ -239,6 +239,8 @@ def read_config(raw: object, source: str) -> Config:
     if window is not None:
         window = _field(cfg, "sliding_window", source)
     max_pos = cfg.get("max_position_embeddings")
+    if max_pos is not None:
+        max_pos = _field(cfg, "max_position_embeddings", source)
     try:
         params, unknown = estimate_params(cfg, layers, hidden, heads, kv, head_dim, source), None
     except MissingField as e:  # only needed when the weights are to be estimated
@@ -251,9 +253,7 @@ def read_config(raw: object, source: str) -> Config:
         **mla_dims(cfg, heads, source),
         dtype=TORCH_DTYPES[dtype],
         sliding_window=window,
-        max_position_embeddings=_field(cfg, "max_position_embeddings", source)
-        if max_pos is not None
-        else None,
+        max_position_embeddings=max_pos,
         params=params,
         params_unknown=unknown,
     )
@@ -346,11 +346,9 @@ MLA_FIELDS = ("latent_dim", "kv_lora_rank", "qk_rope_head_dim", "uncompressed_va
 
 def _dtypes(args: argparse.Namespace, model: Config) -> tuple[str, str, int]:
     """(the model's dtype, the KV cache's, bytes per KV element) as vLLM resolves them."""
-    dtype = (
-        TORCH_DTYPES[args.dtype]
-        if args.dtype != "auto"
-        else ("float16" if model["dtype"] == "float32" else model["dtype"])
-    )  # vLLM's auto: fp32 -> fp16
+    dtype: str = model["dtype"] if args.dtype == "auto" else TORCH_DTYPES[args.dtype]
+    if args.dtype == "auto" and dtype == "float32":  # vLLM's auto serves float32 as float16
+        dtype = "float16"
     kv_dtype = dtype if args.kv_cache_dtype == "auto" else args.kv_cache_dtype
     kv_bytes = MODEL_DTYPES[dtype] if args.kv_cache_dtype == "auto" else KV_CACHE_DTYPES[kv_dtype]
     return dtype, kv_dtype, kv_bytes
@@ -475,28 +473,21 @@ def _per_token(r: Config) -> str:
 
 def report(r: Config) -> str:
     """The human-readable report, ending with vLLM's two startup log lines."""
-    params = r["parameters_estimated"]
+    params, tp = r["parameters_estimated"], r["tensor_parallel_size"]
     lines = [
         f"model      {r['model']}: {r['num_layers']} layers, {r['num_heads']} query / "
         f"{r['num_kv_heads']} KV heads, head_dim {r['head_dim']}, "
         + (f"about {params / 1e9:.2f} B parameters" if params else "parameters unknown"),
         f"per token  {r['bytes_per_token']:,} B = "
         + _per_token(r)
-        + (
-            f", on each of {r['tensor_parallel_size']} GPUs"
-            if r["tensor_parallel_size"] > 1
-            else ""
-        ),
+        + (f", on each of {tp} GPUs" if tp > 1 else ""),
         f"per block  {r['bytes_per_block']:,} B ({r['bytes_per_block'] / 2**20:.2f} MiB) for "
         f"{r['block_size']} tokens; one layer's block (vLLM's page_size_bytes) "
         f"{r['page_size_bytes']:,} B",
     ]
     if "gpu_memory_bytes" in r:
-        how = (
-            "estimated: parameters x bytes of the model dtype"
-            if r["weights_estimated"]
-            else ("--weights-bytes")
-        )
+        estimated = "estimated: parameters x bytes of the model dtype"
+        how = estimated if r["weights_estimated"] else "--weights-bytes"
         lines.append(
             f"memory     {r['gpu'] or 'GPU'} {r['gpu_memory_bytes']:,} B x "
             f"{r['gpu_memory_utilization']:g} = {r['requested_bytes']:,} B, minus weights "
@@ -545,25 +536,19 @@ def _memory_arguments(ap: ArgParser) -> None:
         default=0.9,
         help="fraction of GPU memory vLLM may use (default 0.9)",
     )
-    ap.add_argument(
+    for flag, default, help_ in BYTE_FLAGS:
+        ap.add_argument(flag, type=byte_count, metavar="BYTES", default=default, help=help_)
+
+
+BYTE_FLAGS = (  # (flag, default, help): the memory flags that take BYTES, in --help order
+    (
         "--kv-cache-memory-bytes",
-        type=byte_count,
-        metavar="BYTES",
-        help="KV cache bytes, as vLLM's --kv-cache-memory-bytes (overrides the rest)",
-    )
-    ap.add_argument(
-        "--weights-bytes",
-        type=byte_count,
-        metavar="BYTES",
-        help="weight memory (default: estimated from the config's shapes)",
-    )
-    ap.add_argument(
-        "--other-bytes",
-        type=byte_count,
-        metavar="BYTES",
-        default=0,
-        help="activations, CUDA graphs, NCCL... (default 0: not counted)",
-    )
+        None,
+        "KV cache bytes, as vLLM's --kv-cache-memory-bytes (overrides the rest)",
+    ),
+    ("--weights-bytes", None, "weight memory (default: estimated from the config's shapes)"),
+    ("--other-bytes", 0, "activations, CUDA graphs, NCCL... (default 0: not counted)"),
+)
 
 
 def parser() -> ArgParser:

@@ -160,6 +160,15 @@ def draw_step(session: Session, path: Path, lang: str = "en", look: str = "paper
         return scenario.draw_one(session.timeline(lang), session.cursor, path)
 
 
+FILE_FLAGS = (  # (flag, metavar, help): what is read or written, in --help order
+    ("--trace", "FILE", "a trace from `pagedsim tour --json` to draw"),
+    ("--events", "FILE", "a vLLM KV event stream (JSON lines or a .kvcap capture) to replay"),
+    ("--draw", "DIR", "write one frame per step, the key frames and a GIF"),
+    ("--html", "FILE", "write the steps as one self-contained page to step through in a browser"),
+    ("--trace-out", "FILE", "save the steps as a JSON trace (for `pagedsim view`)"),
+)
+
+
 def parser() -> ArgParser:
     """`pagedsim play`'s command line."""
     p = ArgParser(
@@ -169,33 +178,8 @@ def parser() -> ArgParser:
         epilog=help_text(),
     )
     p.add_argument("script", nargs="?", type=Path, help="a scenario file (default: read stdin)")
-    p.add_argument(
-        "--trace", type=Path, metavar="FILE", help="a trace from `pagedsim tour --json` to draw"
-    )
-    p.add_argument(
-        "--events",
-        type=Path,
-        metavar="FILE",
-        help="a vLLM KV event stream (JSON lines or a .kvcap capture) to replay",
-    )
-    p.add_argument(
-        "--draw",
-        type=Path,
-        metavar="DIR",
-        help="write one frame per step, the key frames and a GIF",
-    )
-    p.add_argument(
-        "--html",
-        type=Path,
-        metavar="FILE",
-        help="write the steps as one self-contained page to step through in a browser",
-    )
-    p.add_argument(
-        "--trace-out",
-        type=Path,
-        metavar="FILE",
-        help="save the steps as a JSON trace (for `pagedsim view`)",
-    )
+    for flag, metavar, help_ in FILE_FLAGS:
+        p.add_argument(flag, type=Path, metavar=metavar, help=help_)
     p.add_argument(
         "--format", choices=FORMATS, default="png", help="format of the frames (default png)"
     )
