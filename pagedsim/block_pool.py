@@ -23,7 +23,10 @@ replaces the free-list primitives (`_pop_run`, `_push_run`, `_push`, `_unlink`, 
                v1 0.34's `free_block_queue.prepend_n` (tests/vllm_oracle);
     "fifo"     to the tail, as older vLLM v1 did.
 With prefix caching see policies/cache_pool.py. In a fifo pool, _back's blocks move under
-_free (reversed) in one slice when _free runs short: O(1) amortized.
+_free (reversed) in one slice when _free runs short: O(1) amortized. A pool that decides
+where a freed block goes overrides `_push` and `release` (and `allocate`/`allocate_many` if
+it picks the block handed out); other classes read only the public queries.
+
 
 Invariants (checked by `check_invariants`):
     * the free list holds exactly `num_free_blocks` valid ids, none twice;

@@ -20,7 +20,7 @@ from .errors import MAX_TOKEN_ID, bool_arg, count_arg, token_ids_arg
 from .manager import KVCacheManager
 from .policies.hybrid import HybridManager
 from .scheduler_output import ReqId, SchedulerOutput
-from .workloads import Request
+from .workloads import Request, request_list
 
 # one prompt's token ids, as a caller gives them: a list or tuple of ints, or a 1-D int array
 TokenIds: TypeAlias = Sequence[int] | np.ndarray
@@ -140,14 +140,7 @@ def check_scheduler_args(
         names = " or ".join(k.__name__ for k in kinds)
         raise TypeError(f"manager must be a {names}, got {type(manager).__name__}")
     bool_arg("record", record)
-    if isinstance(requests, (str, bytes)) or not hasattr(requests, "__iter__"):
-        raise TypeError(f"requests must be an iterable of Request, got {type(requests).__name__}")
-    checked: list[Request] = []
-    for i, r in enumerate(list(requests)):
-        if not isinstance(r, Request):
-            raise TypeError(f"requests[{i}] must be a Request, got {type(r).__name__} {r!r}")
-        checked.append(r)
-    return checked
+    return request_list(requests)
 
 
 def check_configs(scheduler_config: object, cache_config: object) -> None:

@@ -17,6 +17,8 @@ each step gives tokens until `max_num_batched_tokens` is spent:
     3. `schedule()` returns a SchedulerOutput and moves num_computed_tokens past the
        scheduled tokens; `update_from_output(scheduler_output, sampled)` takes a token
        for every request that caught up and frees one with `output_len` tokens sampled.
+       The last sampled token never gets KV. `step()` fakes the model with the workload.
+
 
 A request longer than `max_model_len`, or whose blocks could never fit in the pool, is
 refused when the scheduler is built (ValueError), as v1 rejects it at admission. No

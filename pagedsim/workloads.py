@@ -123,14 +123,14 @@ def synthetic(
     return [Request(int(p), int(o), n, beam_width) for p, o in zip(prompts, outputs, strict=True)]
 
 
-def _requests(requests: Iterable[object]) -> list[Request]:
+def request_list(requests: Iterable[object]) -> list[Request]:
     """`requests` as a list, every item a Request (TypeError otherwise)."""
     if isinstance(requests, (str, bytes)) or not hasattr(requests, "__iter__"):
         raise TypeError(f"requests must be an iterable of Request, got {type(requests).__name__}")
     checked: list[Request] = []
-    for r in list(requests):
+    for i, r in enumerate(list(requests)):
         if not isinstance(r, Request):
-            raise TypeError(f"requests must hold Request objects, got {type(r).__name__}")
+            raise TypeError(f"requests[{i}] must be a Request, got {type(r).__name__} {r!r}")
         checked.append(r)
     return checked
 
@@ -141,7 +141,7 @@ REQUIRED = COLUMNS[:2]
 
 def as_arrays(requests: Iterable[Request]) -> dict[str, np.ndarray]:
     """Columns of a request list as int64 arrays (for the vectorised labs)."""
-    requests = _requests(requests)
+    requests = request_list(requests)
     return {
         f: np.fromiter((getattr(r, f) for r in requests), np.int64, len(requests)) for f in COLUMNS
     }
@@ -149,7 +149,7 @@ def as_arrays(requests: Iterable[Request]) -> dict[str, np.ndarray]:
 
 def write_csv(requests: Iterable[Request], path: StrPath) -> None:
     """Write a trace; optional columns are written only if some request uses them."""
-    requests = _requests(requests)
+    requests = request_list(requests)
     cols = list(REQUIRED) + [
         c
         for c in COLUMNS[2:]
@@ -221,7 +221,7 @@ def prompt_tokens(
     prompts (length in `prefix_lens`, prefix k with weight 1/(k+1)), then at least one
     fresh random token."""
 
-    requests = _requests(requests)
+    requests = request_list(requests)
     seed = count_arg("seed", seed, 0, (1 << 64) - 1)
     num_prefixes = count_arg("num_prefixes", num_prefixes, 1, 1 << 16)
     vocab = count_arg("vocab", vocab, 1, 1 << 62)
