@@ -29,7 +29,7 @@ from ..text.captions import caption
 from ..text.lang import LANGS, detect, t, wrap
 from ..trace import Snapshot
 from ..view import sources, write_html
-from . import tour, view_zh
+from . import tour, tour_zh
 from .play_session import POLICIES, STEPS, Options, Refused, Session
 
 FORMATS = ("png", "svg", "pdf")
@@ -76,7 +76,7 @@ class Playground:
             "  (in the past: `forward` or a new command)" if s.cursor < len(s.moments) else ""
         )
         self.say(
-            t("step {k}: {caption}", self.lang, view_zh.ZH, k=snap.step, caption=caption(snap))
+            t("step {k}: {caption}", self.lang, tour_zh.VIEW_ZH, k=snap.step, caption=caption(snap))
         )
         self.say(f"  [{where}]")
         if self.pool:
@@ -302,7 +302,10 @@ def _draw_trace(args: argparse.Namespace, p: argparse.ArgumentParser, width: int
     except (OSError, ValueError) as e:
         p.error(f"--trace: {printable(e)}")
     for s in snaps:
-        echo(t("step {k}: {caption}", lang, view_zh.ZH, k=s.step, caption=caption(s, lang)), width)
+        echo(
+            t("step {k}: {caption}", lang, tour_zh.VIEW_ZH, k=s.step, caption=caption(s, lang)),
+            width,
+        )
         text = tour.format_snapshot(s, width=width, lang=lang)
         print("\n".join(printable(line) for line in text.split("\n")))
     if args.draw:

@@ -26,7 +26,7 @@ from ..manager import KVCacheManager
 from ..text.captions import caption
 from ..text.lang import LANGS, detect, display_width, t, wrap
 from ..trace import Snapshot
-from . import tour_zh, view_zh
+from . import tour_zh
 
 if TYPE_CHECKING:
     from ..io.args import ArgParser
@@ -127,7 +127,7 @@ def format_snapshot(
     per_row = per_row or max(1, (width - 4) // CELL)
 
     def say(template: str, **kw: object) -> str:
-        return t(template, lang, view_zh.ZH, **kw)
+        return t(template, lang, tour_zh.VIEW_ZH, **kw)
 
     owners: dict[int, list[str]] = {b: [] for b in range(s.num_blocks)}
     for seq in s.sequences:
