@@ -1,12 +1,9 @@
 """pagedsim: a step-by-step simulator of PagedAttention's KV-cache block manager.
 
-The public contract used by the course and by outside checks:
-
-    BlockPool, BlockTable, KVCacheManager, OutOfBlocks, BlockError
-
-The core (this package minus `pagedsim.draw`) needs only NumPy: it never imports
-matplotlib or numba. The kernels (`cuda_kernels`) consume its block tables, slot
-mappings and copy lists; the renderer (`pagedsim.draw`) draws its snapshots.
+The public contract used by the course and by outside checks: BlockPool, BlockTable,
+KVCacheManager, OutOfBlocks, BlockError. The core needs only NumPy (never matplotlib or
+numba); `cuda_kernels` consume its tables, slot mappings and copies, `pagedsim.draw`
+draws its snapshots.
 """
 
 from .block_pool import BlockPool

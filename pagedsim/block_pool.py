@@ -1,53 +1,32 @@
 """The physical block pool: every block made up front, a free list, ref counts (3.4).
 
-The chapter's `KVBlock` struct carries `ref_count` and a `next_free` pointer. Here
-the counts live in a list indexed by block id ("struct of arrays"), which is how a
-GPU-side pool would lay them out and is faster in Python than one object per block,
-and the free list is the free block ids themselves, on two Python lists used as stacks,
-as vLLM v0's block allocator keeps them (a list of free blocks, or a deque of free ids):
+The chapter's `KVBlock` carries `ref_count` and `next_free`. Here the counts live in a
+list indexed by block id (struct of arrays, as a GPU-side pool lays them out), and the
+free list is the free ids on two Python lists used as stacks, as vLLM v0's allocator
+keeps them:
 
     _ref[b]   how many block tables hold block b; 0 means b is free
-    _free     free ids, the head of the list LAST: `allocate()` pops its end, a lifo free
-              pushes onto it
+    _free     free ids, the head of the list LAST (`allocate()` pops its end)
     _back     free ids pushed at the tail (a fifo free), oldest first: after all of _free
 
-The free list, head first, is reversed(_free) + _back. Why two lists of ids and not a
-linked list? Because a whole sequence's blocks go back in one `extend` and a run comes
-off the head in one slice, both done in C, and the pool holds one list beside the
-counts instead of two. What ids cannot do cheaply is leave from the *middle*: `take`
-searches, O(n). A plain pool never needs that; a prefix cache does, on every hit of a
-freed-but-cached block, which is why vLLM v1's free queue (`FreeKVCacheBlockQueue`) is a
-doubly linked list: `LinkedBlockPool` (linked_pool.py), the same pool and the same order
-with O(1) removal from anywhere, which the prefix cache's pool is built on.
+The free list, head first, is reversed(_free) + _back: a sequence's blocks go back in one
+`extend` and a run comes off the head in one slice. Ids cannot leave from the middle
+cheaply (`take` searches, O(n)); a prefix cache needs that on every hit, which is why vLLM
+v1's `FreeKVCacheBlockQueue` is a doubly linked list: `LinkedBlockPool` (linked_pool.py)
+replaces the free-list primitives (`_pop_run`, `_push_run`, `_push`, `_unlink`, `head`,
+`free_list`, `_checked_free_list`) with O(1) removal from anywhere.
 
-Order: `allocate()` always takes the head. `free_order` decides where a block whose count
-reaches 0 goes back:
-    "lifo"     to the head, the chapter's order (the hottest block is reused first; vLLM v0
-               pops and pushes the same end): `release` of a run leaves its LAST block at
-               the head, as `free` on each in turn would;
-    "prepend"  to the head too, but `release` puts a run there in the order given, its
-               FIRST block at the head: vLLM v1's order (0.34's `BlockPool.free_blocks`
-               with prefix caching off, `free_block_queue.prepend_n`; shown by
-               tests/vllm_oracle/test_block_pool_oracle.py);
-    "fifo"     to the tail, as older vLLM v1 did (it appended every freed block).
-With prefix caching see policies/cache_pool.py: v1 puts unhashed blocks at the front, in
-the order given, and hashed ones at the back. A lifo or prepend pool only ever uses _free.
-In a fifo pool, when _free holds fewer blocks than a request takes, _back's blocks move
-under them (reversed) in one slice; a block moves once between a free and its next
-allocation, so both stay O(1) amortized.
+`allocate()` takes the head. `free_order` says where a block whose count reaches 0 goes:
+    "lifo"     to the head (the chapter's order, vLLM v0's): `release` of a run leaves
+               its LAST block at the head, as `free` on each in turn would;
+    "prepend"  to the head, a run in the order given, its FIRST block at the head: vLLM
+               v1 0.34's `free_block_queue.prepend_n` (tests/vllm_oracle);
+    "fifo"     to the tail, as older vLLM v1 did.
+With prefix caching see policies/cache_pool.py. In a fifo pool, _back's blocks move under
+_free (reversed) in one slice when _free runs short: O(1) amortized. A pool that decides
+where a freed block goes overrides `_push` and `release` (and `allocate`/`allocate_many` if
+it picks the block handed out); other classes read only the public queries.
 
-`allocate_many` takes a run of blocks off the head at once; `release` puts the blocks
-whose count reaches 0 back at once: in the order `free` on each in turn would (lifo, fifo),
-or as one run at the head in the order given (prepend).
-Both go through the free-list primitives (`_pop_run`, `_push_run`, `_push`, `_unlink`,
-`head`, `free_list`, `_checked_free_list`), which are all a subclass with another free
-list (`LinkedBlockPool`) replaces; a pool that decides where a freed block goes (a caching
-pool, say) overrides `_push` and `release`, and `allocate`/`allocate_many` if it decides
-which block is handed out.
-
-Other classes read the pool only through its public queries (the counters
-`num_free_blocks`, v1's name, and `num_shared`; `ref_count`, `is_shared`, `head`,
-`free_list`, `ref_counts`).
 
 Invariants (checked by `check_invariants`):
     * the free list holds exactly `num_free_blocks` valid ids, none twice;

@@ -1,18 +1,14 @@
 """One sequence's block table: logical block i -> physical block id (3.3).
 
-A sequence's tokens are contiguous in *logical* space: token p lives in logical
-block p // block_size at offset p % block_size. The table maps each logical block
-to whichever physical block the pool handed out, so physical blocks can sit
-anywhere. A token's *slot* is its flat index in the cache's token dimension:
+Token p lives in logical block p // block_size at offset p % block_size; the table maps
+each logical block to whichever physical block the pool handed out. A token's *slot*,
+what vLLM's `slot_mapping` holds and `write_kv` consumes, is
 
     slot = physical_block * block_size + offset
 
-which is exactly what vLLM's `slot_mapping` holds and what the `write_kv` kernel
-consumes. A table always has ceil(num_tokens / block_size) entries.
-
-Entries equal to NULL_BLOCK (-1) mark logical blocks that were dropped (a sliding
-window); translating a token that lives in one raises. This is vLLM v1's null block
-(`BlockPool.null_block`, block 0 set aside at start-up); ours is not a pool block.
+A table always has ceil(num_tokens / block_size) entries. NULL_BLOCK (-1) marks a logical
+block a sliding window dropped (translating a token in it raises): vLLM v1's null block
+(`BlockPool.null_block`), though ours is not a pool block.
 """
 
 from __future__ import annotations
@@ -84,13 +80,6 @@ class BlockTable:
             slots[np.repeat(blocks == NULL_BLOCK, bs)[: self.num_tokens]] = -1
         return slots
 
-    @property
-    def fill_of_last(self) -> int:
-        """Tokens in the last block (block_size when it is full, 0 when the table is empty)."""
-        if not self.blocks:
-            return 0
-        return self.num_tokens - (len(self.blocks) - 1) * self.block_size
-
     # ---- list-like view ----------------------------------------------------
     def __len__(self) -> int:
         return len(self.blocks)
@@ -138,12 +127,9 @@ class BlockTable:
 def restore_plan(
     tables: Any, block_size: int, drops_blocks: bool
 ) -> dict[Hashable, tuple[tuple[int, ...], int]]:
-    """Validate `restore_sequences`' argument: {seq_id: (labels tuple, num_tokens)}.
+    """Validate `restore_sequences`' {seq_id: (labels, num_tokens)}: a label per logical
+    block, none twice, NULL_BLOCK only where a window dropped one (never the last)."""
 
-    Each entry is (labels, num_tokens) with one label per logical block; a table may not
-    name a label twice, and NULL_BLOCK is allowed only where a sliding window dropped a
-    block (`drops_blocks`), never as the last block.
-    """
     if not isinstance(tables, dict):
         raise TypeError(f"tables must be a dict, got {type(tables).__name__}")
     plan = {}

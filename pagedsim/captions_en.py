@@ -1,12 +1,9 @@
 """The English caption table: every template a step story (`story.py`) is told with.
 
-Keys are the stories' own (`arrival`, `fork.count`, ...). `key.one` is the singular a
-count of 1 asks for, `key.alone` the form a fragment takes when nothing came before
-it, `key.sep` joins a list (default: `sep`). The Chinese table in
-`pagedsim/text/captions.py` has the same keys; a test checks they agree.
-
-These are the figure captions, the tour's step lines and `story.caption(snapshot)`, so the
-wording is part of what the figures and the course print: change it on purpose only.
+Keys are the stories' own (`arrival`, `fork.count`, ...): `key.one` is the singular for a
+count of 1, `key.alone` a fragment with nothing before it, `key.sep` joins a list (default
+`sep`). The Chinese table (`pagedsim/text/captions.py`) has the same keys. The figures,
+the tour and the course print these: change the wording on purpose only.
 """
 
 EN = {

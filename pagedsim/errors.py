@@ -1,17 +1,11 @@
 """The ways a caller can misuse the simulator, and the one integer-argument validator.
 
-`OutOfBlocks` is not a bug: the pool is simply full, and a scheduler is expected to
-catch it (preempt, swap, or wait). `BlockError` and `SequenceError` are bugs in the
-caller: freeing a block twice, naming a block or sequence that does not exist.
-An argument of the wrong *type* is a `TypeError`; one of the right type but out of
-range is a `ValueError`. Every one of them is raised *before* any state changes, so
-after it the pool, every block table and every counter are exactly as they were.
-
-Size limits (documented so that a typo cannot exhaust memory or overflow int64):
-
-    MAX_NUM_BLOCKS   2**22  blocks in one pool (three Python lists of that length)
-    MAX_BLOCK_SIZE   2**16  tokens per block
-    MAX_TOKEN_ID     2**63 - 1  token ids are stored as int64
+`OutOfBlocks` is not a bug: the pool is full, and a scheduler catches it (preempt, swap or
+wait). `BlockError` and `SequenceError` are the caller's bugs (a double free, an unknown
+block or sequence). A wrong *type* is a `TypeError`, a value out of range a `ValueError`.
+Each is raised *before* any state changes. Size limits, so that a typo cannot exhaust
+memory or overflow int64: MAX_NUM_BLOCKS 2**22 blocks, MAX_BLOCK_SIZE 2**16 tokens,
+MAX_TOKEN_ID 2**63 - 1 (token ids are int64).
 """
 
 import operator

@@ -1,53 +1,30 @@
 """KV cache events: what the prefix cache publishes, with vLLM v1's names and JSON shape.
 
 vLLM v1's block pool queues an event whenever the set of cached blocks changes
-(`vllm/distributed/kv_events.py`; `BlockPool.take_events()` drains the queue, the
-engine publishes them over ZMQ in `KVEventBatch`es):
+(`vllm/distributed/kv_events.py`, read at commit 0181ea3; the engine publishes them over
+ZMQ in `KVEventBatch`es):
 
-    BlockStored       full blocks were hashed and became findable: their block_hashes,
-                      the parent_block_hash they chain from (None at the start of a
-                      prompt), their token_ids (block_size per block), lora_id, medium,
+    BlockStored       full blocks became findable: block_hashes, parent_block_hash (None
+                      at a prompt's start), token_ids, block_size, lora_id, medium,
                       lora_name, then the optional extra_keys, group_idx,
                       kv_cache_spec_kind and kv_cache_spec_sliding_window
-    BlockRemoved      cached blocks were evicted (their contents are overwritten):
-                      block_hashes, medium, group_idx
+    BlockRemoved      cached blocks were evicted: block_hashes, medium, group_idx
     AllBlocksCleared  reset_prefix_cache() forgot every cached block
 
-Fields, names and order are those of vLLM's kv_events.py (read at commit 0181ea3).
-group_idx is the KV cache group whose block it was, on stores and removals alike: 0 for
-the only group, 0 or 1 under the hybrid allocator (policies/hybrid.py), as vLLM's
-`BlockRemoved(..., group_idx=get_group_id(block_hash))` says which group lost a block.
-kv_cache_spec_kind is "full_attention" or "sliding_window" (with the window in tokens
-in kv_cache_spec_sliding_window), vLLM's `KVCacheSpecKind` values. extra_keys stays
-None: vLLM sends each block's own extra keys (cache_salt on the first block, the LoRA
-name, multimodal hashes), while pagedsim chains a prompt's extra keys from its root
-(policies/prefix_cache.py), so it has no per-block list to send.
+group_idx is the KV cache group (0, or 0/1 under the hybrid allocator). extra_keys stays
+None: pagedsim chains a prompt's extra keys from its root (policies/prefix_cache.py), so
+it has no per-block list. Our hashes are Python's, not sha256; the stream reads the same.
 
-`PrefixCachingManager(..., enable_kv_cache_events=True)` queues the same events, and
-`take_events()` hands them over. Ours differ in the hash values only (Python's hash
-of (parent hash, tokens) instead of sha256), so a stream cannot be mixed with a real
-server's, but it reads the same.
+The JSON shape is msgspec's for a published batch: {"ts", "events", "data_parallel_rank"},
+events tagged by "type"; older releases encoded each struct as an array, tag first, and
+`event_from_json` reads both. `read_stream` / `read_batches` take JSON lines (kv_stream.py
+reads msgpack). `timeline` replays a stream in one pass: each stored block gets a slot (a
+tile; a stream carries no block ids, counts or free order, so the replay invents none).
 
-The JSON shape is what msgspec makes of a published `KVEventBatch`: an object
-{"ts": ..., "events": [...], "data_parallel_rank": ...} whose events are objects
-tagged by "type" ({"type": "BlockStored", "block_hashes": [...], ...}); older vLLM
-releases encoded each struct as an array, tag first (["BlockStored", [...], ...]), and
-`event_from_json` reads both. `read_stream` takes JSON lines, each a batch or a bare
-event (`read_batches` keeps the batches, with the "seq" a saved stream adds;
-`kv_stream.py` reads vLLM's msgpack messages and captures of them). `timeline` replays
-a stream in one pass, linear in its events: each stored block gets a slot (a tile on
-the page; a stream carries no block ids), and each event records only the blocks it
-stored or removed. A stream tells no reference counts, owners or free-queue order, so
-the replay invents none. `replay` gives snapshots of chosen events for the figures.
-
-A stream comes from another process, so every field is checked (`FIELD_RULES`: types,
-token ids in [0, 2**63 - 1], LoRA ids from 1, group_idx from 0, the spec kinds pagedsim
-knows, a window only on a sliding-window block, one extra_keys entry per block), a
-`block_size` that changes mid-stream is refused (a pool's block size is fixed), and a
-line nested deeper than MAX_DEPTH is refused before json's recursive parser sees it.
-Each is a ValueError naming the line. `replay(events, frames)` snapshots only the frames
-asked for, and `summarised` cuts a snapshot to a drawable size, so a 50,000-block event
-draws in seconds (`pagedsim play --events --draw`).
+A stream comes from another process, so every field is checked (`FIELD_RULES`), a
+`block_size` that changes mid-stream is refused, and a line nested deeper than MAX_DEPTH
+is refused before json's recursive parser sees it; each is a ValueError naming the line.
+`replay(events, frames)` and `summarised` keep a 50,000-block stream drawable.
 """
 
 from __future__ import annotations
@@ -56,7 +33,7 @@ import heapq
 import json
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from typing import TypeAlias, TypeGuard
 
 from . import trace as tr
@@ -69,17 +46,14 @@ BlockHash: TypeAlias = int | str  # a block's hash as a stream carries it: an in
 @dataclass
 class BlockStored:
     block_hashes: list[BlockHash]  # one hash per newly cached block, in prefix order
-    parent_block_hash: (
-        BlockHash | None
-    )  # hash of the block before the first one (None: prompt start)
+    parent_block_hash: BlockHash | None  # the block before the first (None: prompt start)
     token_ids: list[int]  # block_size token ids per block, concatenated
     block_size: int  # tokens per block
     lora_id: int | None = None  # the LoRA adapter the blocks were computed with
     medium: str | None = MEDIUM_GPU  # where the blocks live
     lora_name: str | None = None  # vLLM's newer name for the adapter
-    extra_keys: list[list[str | int] | None] | None = (
-        None  # per block: the extra keys hashed with it (see above)
-    )
+    extra_keys: list[list[str | int] | None] | None = None  # per block: its extra keys
+
     group_idx: int | None = None  # KV cache group of the blocks (0: the only one)
     kv_cache_spec_kind: str | None = None  # "full_attention" | "sliding_window"
     kv_cache_spec_sliding_window: int | None = None  # the window in tokens (sliding only)
@@ -104,34 +78,28 @@ KVEvent: TypeAlias = BlockStored | BlockRemoved | AllBlocksCleared  # one event 
 EVENT_TYPES: dict[str, type[KVEvent]] = {
     cls.__name__: cls for cls in (BlockStored, BlockRemoved, AllBlocksCleared)
 }
-ARRAY_ORDER = {  # field order of vLLM's array-like encoding (older releases)
-    "BlockStored": (
-        "block_hashes",
-        "parent_block_hash",
-        "token_ids",
-        "block_size",
-        "lora_id",
-        "medium",
-        "lora_name",
-    ),
-    "BlockRemoved": ("block_hashes", "medium"),
-    "AllBlocksCleared": (),
+# field order of vLLM's array-like encoding (older releases): the fields before OPTIONAL's
+ARRAY_ORDER = {
+    name: tuple(f.name for f in fields(cls) if f.name not in OPTIONAL)
+    for name, cls in EVENT_TYPES.items()
+}
+REQUIRED = {  # the fields without a default
+    name: tuple(f.name for f in fields(cls) if f.default is MISSING)
+    for name, cls in EVENT_TYPES.items()
 }
 
 
 def event_to_json(event: KVEvent) -> dict[str, object]:
-    """One event as vLLM's tagged JSON object (the optional fields left out while None,
-    as msgspec's omit_defaults does; vLLM's other fields have no default)."""
+    """One event as vLLM's tagged JSON object (None optional fields left out, as
+    msgspec's omit_defaults does)."""
     out: dict[str, object] = {"type": type(event).__name__}
     out.update({k: v for k, v in asdict(event).items() if k not in OPTIONAL or v is not None})
     return out
 
 
 def event_from_json(obj: object) -> KVEvent:
-    """An event from a tagged object or a tagged array; ValueError names what is wrong.
-
-    Every field is checked for type and range (see `FIELD_RULES`); fields that other vLLM
-    versions added are read past."""
+    """An event from a tagged object or array, every field checked (`FIELD_RULES`;
+    unknown fields read past); ValueError names what is wrong."""
     if isinstance(obj, list) and obj and isinstance(obj[0], str):
         kind, values = obj[0], obj[1:]
         if kind not in ARRAY_ORDER:
@@ -162,11 +130,6 @@ MAX_BLOCK_SIZE = 1 << 16  # tokens per block (vLLM's largest is 256)
 MAX_GROUP_IDX = (1 << 31) - 1  # KV cache groups (vLLM has a handful)
 MAX_WINDOW = 1 << 40  # a sliding window in tokens
 SPEC_KINDS = ("full_attention", "sliding_window")  # the kinds pagedsim's managers cache
-REQUIRED = {
-    "BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size"),
-    "BlockRemoved": ("block_hashes",),
-    "AllBlocksCleared": (),
-}
 
 
 Check: TypeAlias = Callable[[object], bool]  # one field's test
@@ -273,8 +236,7 @@ _BRACKETS = re.compile(r"[\[\]{}]")
 
 
 def _check_depth(line: str) -> None:
-    """Refuse a line nested deeper than MAX_DEPTH before json parses it (its parser
-    recurses, so `[[[[...` would be a RecursionError, not a clean refusal)."""
+    """Refuse a line nested deeper than MAX_DEPTH (json's parser would recurse)."""
     depth = 0
     for m in _BRACKETS.finditer(_STRINGS.sub('""', line)):
         depth += 1 if m.group() in "[{" else -1
@@ -284,23 +246,18 @@ def _check_depth(line: str) -> None:
 
 @dataclass
 class Batch:
-    """One published KVEventBatch: its events, with what the wire says around them.
-
-    seq is the publisher's sequence number (ZMQ's second frame; -1 ends a replay; None
-    when the source did not keep it), ts and data_parallel_rank the batch's own fields,
-    topic the ZMQ topic, replayed True if it came back through the replay socket."""
+    """One published KVEventBatch: its events, with what the wire says around them."""
 
     events: list[KVEvent]
-    seq: int | None = None
+    seq: int | None = None  # ZMQ's second frame (-1 ends a replay; None: not kept)
     ts: float | None = None
     data_parallel_rank: int | None = None
-    topic: str | None = None
-    replayed: bool = False
+    topic: str | None = None  # the ZMQ topic
+    replayed: bool = False  # came back through the replay socket
 
 
 def batch_to_json(batch: Batch) -> dict[str, object]:
-    """A batch as one JSON line: msgspec's object form plus "seq" (and "topic", "replayed"
-    when set), so a saved stream keeps what gap detection needs."""
+    """A batch as one JSON line: msgspec's object form plus "seq", "topic", "replayed"."""
     out: dict[str, object] = {
         "ts": batch.ts,
         "events": [event_to_json(e) for e in batch.events],
@@ -316,11 +273,8 @@ def batch_to_json(batch: Batch) -> dict[str, object]:
 
 
 def read_stream(lines: Iterable[str | bytes]) -> list[KVEvent]:
-    """Events from JSON lines: each line a KVEventBatch (object or array) or one event.
-    A line may be str or UTF-8 bytes (a file opened in binary mode, a socket's frames).
-
-    ValueError, naming the line, for a malformed line, a field out of range or a
-    block_size that differs from the stream's first."""
+    """Events from JSON lines (str or UTF-8 bytes), each a KVEventBatch or one event;
+    ValueError naming the line for anything malformed or a changed block_size."""
     return [e for b in read_batches(lines) for e in b.events]
 
 
@@ -343,8 +297,8 @@ def read_batches(lines: Iterable[str | bytes]) -> list[Batch]:
 
 
 def batch_of(obj: object) -> Batch:
-    """A batch from decoded JSON or msgpack: an object {"ts", "events", ...}, vLLM's array
-    [ts, events, data_parallel_rank], or one bare event. ValueError if malformed."""
+    """A batch from decoded JSON or msgpack: an object, vLLM's array [ts, events,
+    data_parallel_rank], or one bare event. ValueError if malformed."""
     if isinstance(obj, dict) and "events" in obj:
         batch = Batch(_events_of(obj["events"]), ts=obj.get("ts"))
         batch.data_parallel_rank = obj.get("data_parallel_rank")
@@ -391,8 +345,7 @@ def _text_of(line: object) -> str:
 
 
 def _same_block_size(events: Iterable[KVEvent], block_size: int | None) -> int | None:
-    """The stream's block size after `events`; ValueError if one of them changes it (the
-    pool's block size is fixed when the engine starts)."""
+    """The stream's block size after `events`; ValueError if one of them changes it."""
     for e in events:
         if isinstance(e, BlockStored):
             if block_size is not None and e.block_size != block_size:
@@ -410,11 +363,7 @@ def _events_of(batch: object) -> list[KVEvent]:
     return [event_from_json(e) for e in batch]
 
 
-# ---- replay: a stream as a timeline, linear in its events ----------------------------------
-# A stream tells which blocks are cached, their hashes, parents, token ids, LoRA and medium.
-# It does not tell vLLM's block ids, reference counts or free-queue order, so the replay
-# invents none of them: each cached block gets a "slot" (a tile on the page, the lowest one
-# free, a display position only), and a step records only the blocks its event changed.
+# ---- replay: a stream as a timeline, linear in its events (slots: the lowest free tile) ----
 
 
 @dataclass
@@ -460,9 +409,7 @@ class Timeline:
 
 
 def timeline(events: Iterable[KVEvent]) -> Timeline:
-    """Replay `events` in one pass; each event costs the blocks it names (AllBlocksCleared:
-    the blocks cached then). ValueError, naming the event, if a BlockStored changes the
-    stream's block_size."""
+    """Replay `events` in one pass; ValueError naming the event if block_size changes."""
     out = Timeline()
     for k, event in enumerate(events, 1):
         try:
@@ -523,12 +470,9 @@ def _drop(t: Timeline, record: int, k: int) -> None:
 
 
 def replay(events: Iterable[KVEvent], frames: Iterable[int] | None = None) -> list[tr.Snapshot]:
-    """Snapshots of the cache after each event (plus the empty start), for the figures and
-    the text grid; with `frames` (event numbers, 0 = the start), only those. A snapshot
-    shows what the stream tells: cached blocks on their slots, with their tokens. A stream
-    carries no sequences or reference counts, so every slot has count 0 and is listed
-    free in slot order (a Snapshot's cached blocks are free ones); the figure's free list is
-    not vLLM's free queue. Costs one pass plus the pool's size per frame asked for."""
+    """Snapshots after each event (0 = the empty start), or only `frames`: cached blocks
+    on their slots. With no counts in a stream every slot is count 0 and listed free in
+    slot order (not vLLM's free queue)."""
     t = timeline(events)
     wanted = range(len(t.steps) + 1) if frames is None else sorted(set(frames))
     num_blocks, block_size = max(t.num_slots, 1), t.block_size or 1  # the snapshot's pool
@@ -547,8 +491,8 @@ def replay(events: Iterable[KVEvent], frames: Iterable[int] | None = None) -> li
 
 
 def shown_frames(num_events: int, limit: int) -> list[int]:
-    """The event numbers (0 = the start) worth drawing of a stream: all of them up to
-    `limit`, else the first and the last limit // 2 (`play --events --draw` says so)."""
+    """Event numbers to draw (0 = the start): all up to `limit`, else the first and last
+    limit // 2."""
     if num_events + 1 <= limit:
         return list(range(num_events + 1))
     half = max(limit // 2, 1)
@@ -556,8 +500,7 @@ def shown_frames(num_events: int, limit: int) -> list[int]:
 
 
 def summarised(snap: tr.Snapshot, max_blocks: int) -> tr.Snapshot:
-    """`snap` cut to its first `max_blocks` slots, captioned with what was left out -- a
-    picture of 50,000 blocks shows nothing a reader can take in. Unchanged if it fits."""
+    """`snap` cut to its first `max_blocks` slots, captioned with what was left out."""
     n = snap.num_blocks
     if n <= max_blocks:
         return snap
@@ -589,8 +532,8 @@ def _snapshot(k: int, text: str, fill: list[int], num_blocks: int, block_size: i
 
 
 def short_hash(h: BlockHash) -> str:
-    """The form a caption, a tile and the hover box name a hash by: its last 8 hex digits
-    (an int's low 32 bits), or the last 8 characters of a hash sent as text."""
+    """A hash as captions and tiles name it: its last 8 hex digits (or characters)."""
+
     return format(h & 0xFFFFFFFF, "08x") if isinstance(h, int) else h[-8:]
 
 

@@ -1,31 +1,18 @@
 """A vLLM KV event stream as it travels: ZMQ messages, captures of them, and their order.
 
-vLLM's `ZmqEventPublisher` (vLLM v1, `vllm/distributed/kv_events.py`) sends each
-`KVEventBatch` as one ZMQ message of three frames:
+vLLM v1's `ZmqEventPublisher` (`vllm/distributed/kv_events.py`) sends each `KVEventBatch`
+as one ZMQ message of three frames: topic (UTF-8), seq (8 bytes big-endian, from 0) and
+the payload, msgpack [ts, events, data_parallel_rank]. Its replay socket (a ROUTER)
+answers with the batches from some seq on, then an end marker: seq -1, empty payload.
 
-    topic     UTF-8 text (empty by default; a subscriber filters on it)
-    seq       the batch's sequence number, 8 bytes big-endian, counting from 0
-    payload   the batch, msgpack (msgspec): an array [ts, events, data_parallel_rank],
-              each event a map tagged by "type" (`kv_events.batch_of` reads it)
+A capture (`.kvcap`) keeps the messages byte for byte: the header
+b"pagedsim-kv-capture/1\\n", then per message a u32 frame count and per frame a u32
+length and the bytes (big-endian; a fourth frame b"replay" marks a replayed message).
 
-Its replay socket (a ROUTER) answers a request for the batches from some seq on with
-those messages, then an end marker whose seq is -1 and whose payload is empty.
-
-A capture (`.kvcap`) keeps the messages a subscriber received, byte for byte:
-
-    b"pagedsim-kv-capture/1\\n"          the header, once
-    then per message: u32 number of frames, then per frame u32 length and the bytes
-    (big-endian; a "replayed" message is marked by a fourth frame b"replay")
-
-`read_any(path)` reads a capture, JSON lines (`kv_events.read_batches`) or, for the
-caller to hand to `pagedsim view`'s trace reader, says it is a JSON trace. msgpack is
-decoded by msgspec into plain data (dicts, lists, numbers, text, bytes) and then checked
-field by field like JSON; nothing is unpickled or evaluated. Hashes sent as msgpack bytes
-become lowercase hex text.
-
-`sequence_notes(batches)` finds what the sequence numbers say: batches never received
-(a gap), the same or an older seq again (a replay or a restarted publisher), and the end
-of a replay, so the page can show each where it happened.
+`read_any(path)` reads a capture or JSON lines, or says the file is a JSON trace. msgpack
+is decoded by msgspec into plain data and checked like JSON; nothing is unpickled or
+evaluated; hashes sent as bytes become hex text. `sequence_notes(batches)` finds gaps,
+repeats and replay ends in the sequence numbers.
 """
 
 from __future__ import annotations

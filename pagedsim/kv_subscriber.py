@@ -1,17 +1,14 @@
 """Subscribe to a vLLM server's KV events over ZMQ, as vLLM's `kv_events_subscriber` example does.
 
-vLLM v1's `ZmqEventPublisher` publishes on a PUB socket; it binds a wildcard endpoint
-("tcp://*:5557") and connects to any other ("tcp://127.0.0.1:5557"), so the subscriber
-connects in the first case and binds (`bind=True`) in the second. With a replay endpoint
-(vLLM's `replay_endpoint`, a ROUTER), a gap in the sequence numbers is asked back: the
-request is the first missing seq as 8 big-endian bytes, the answer those batches and an
-end marker with seq -1 (see `kv_stream`).
+vLLM v1's `ZmqEventPublisher` binds a wildcard endpoint ("tcp://*:5557") and connects to
+any other, so the subscriber connects in the first case and binds (`bind=True`) in the
+second. With a replay endpoint (a ROUTER) a gap in the sequence numbers is asked back
+(the first missing seq, 8 big-endian bytes; see `kv_stream`).
 
-`Subscriber.poll(ms)` takes what arrived. Its `entries` are the messages in publisher
-order: a batch that came back from the replay socket is put where its seq belongs, and
-one already held is dropped. A message that is not vLLM's shape is refused with one line
-on stderr and counted in `refused`; the stream goes on. Needs pyzmq and msgspec (the
-`events` extra).
+`Subscriber.poll(ms)` takes what arrived; `entries` are in publisher order (a replayed
+batch goes where its seq belongs, one already held is dropped). A message that is not
+vLLM's shape is refused with one line on stderr and counted in `refused`. Needs pyzmq and
+msgspec (the `events` extra).
 """
 
 from __future__ import annotations
@@ -19,7 +16,6 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any
 
 from .kv_events import Batch
 from .kv_stream import END_SEQ, MAGIC, batch_of_message, need, write_message
@@ -44,10 +40,10 @@ class Subscriber:
     _held: set[int] = field(default_factory=set)  # seqs received
     _next: int | None = None  # the seq expected next from the PUB socket
     _asking: bool = False  # a replay request is being answered
-    _zmq: Any = None
 
     def __post_init__(self) -> None:
-        zmq = self._zmq = need("zmq")
+        zmq = need("zmq")
+
         need("msgspec")
         self._ctx = zmq.Context()
         self._sub = self._ctx.socket(zmq.SUB)

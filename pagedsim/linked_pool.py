@@ -1,19 +1,15 @@
 """The block pool with vLLM v1's free queue: an intrusive doubly linked list (3.4).
 
-`BlockPool` (block_pool.py) keeps its free ids on stacks, which cannot give up a block
-from the middle in O(1). A prefix cache must: a freed block keeps its contents while it
-waits on the free list, and a later request that hits it takes it back from wherever it
-is. vLLM v1's `FreeKVCacheBlockQueue` is a doubly linked list for that reason, and so is
-this pool's free list -- the chapter's `next_free` pointer, plus a `prev`. The ref counts,
-the checks and the order are `BlockPool`'s; only the free-list primitives differ:
+A prefix cache must take a freed-but-cached block back from the middle of the free list,
+which `BlockPool`'s stacks cannot do in O(1); vLLM v1's `FreeKVCacheBlockQueue` is a
+doubly linked list for that reason, and so is this one (the chapter's `next_free`, plus a
+`prev`). Counts, checks and order are `BlockPool`'s; only the free-list primitives differ:
 
     _prev[b]  the previous block on the free list (or the head sentinel)
     _next[b]  the next block on the free list (or the tail sentinel)
 
-with two sentinel nodes, ids `num_blocks` (head) and `num_blocks + 1` (tail). `take`
-unlinks a block from anywhere in O(1), `allocate_many` splices a run off the head,
-`release` links the freed blocks in as one run. The prefix cache's pool
-(policies/cache_pool.py) is built on this one.
+The sentinels are ids `num_blocks` (head) and `num_blocks + 1` (tail). The prefix cache's
+pool (policies/cache_pool.py) is built on this one.
 
 Invariants (checked by `check_invariants`, on top of the pool's own):
     * walking the list from the head visits exactly `num_free_blocks` blocks, then the tail;

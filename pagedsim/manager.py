@@ -1,30 +1,23 @@
 """The KV-cache manager: sequences, block tables, sharing and copy-on-write (3.3, 3.4).
 
-It owns one `BlockPool` and one `BlockTable` per live sequence, and it is the only
-thing that changes them. Its outputs are what the kernels consume:
+It owns one `BlockPool` and one `BlockTable` per live sequence, and only it changes
+them. Its outputs are what the kernels consume:
 
     block_table(seq)  logical -> physical ids        (paged_attention's block_tables row)
     slot_mapping(seq) flat slot of every token        (write_kv's slot_mapping)
     drain_copies()    (src, dst) pairs to copy         (copy_blocks, for copy-on-write)
 
-Sharing (beam search, parallel sampling): `fork` gives the child the parent's table
-and adds one to every block's count. A block goes back to the free list only when
-the last owner frees it. When an owner appends into a *partly filled, shared* last
-block, it first gets a private copy: a new block, plus a (src, dst) pair for the
-copy kernel. Full shared blocks are never written again, so they stay shared.
+Sharing, fork and copy-on-write follow vLLM v0's block manager (v1 shares only full
+blocks, through the prefix cache, policies/prefix_cache.py). `fork` gives the child the
+parent's table and adds one to every block's count; a block is freed when its last owner
+frees it. An owner appending into a partly filled, shared last block first gets a private
+copy (a new block and a (src, dst) pair); full shared blocks are never written again.
 
-Every operation is all-or-nothing: it validates its arguments (TypeError for a wrong
-type, ValueError/SequenceError/BlockError for a wrong value) and works out how many
-blocks it needs *before* touching anything; `OutOfBlocks` means the pool is really too
-small. If a `reclaimer` is set (the scheduler's preemption, the chapter's
-evict_blocks()), a short allocation first asks it to free blocks of other sequences,
-then plans the request again; a request that needs more blocks than the whole pool is
-refused without asking (v1 refuses it at admission, instead of preempting everyone for
-it). Each public call is one trace step (see `trace.py`); with tracing off the same code
-runs and no event is built.
-
-Sharing, fork and copy-on-write follow vLLM v0's block manager; v1 shares blocks only
-through the prefix cache (policies/prefix_cache.py).
+Every operation is all-or-nothing: it validates its arguments and counts the blocks it
+needs before touching anything; `OutOfBlocks` means the pool is really too small. A
+`reclaimer` (the scheduler's preemption) is asked to free other sequences' blocks first;
+a request larger than the whole pool is refused without asking (as v1 refuses it at
+admission). Each public call is one trace step (`trace.py`).
 
 Invariants (`check_invariants`), on top of the pool's own:
     * every table has ceil(num_tokens / block_size) entries;
@@ -32,26 +25,11 @@ Invariants (`check_invariants`), on top of the pool's own:
     * no table names a free block, and no table names the same block twice;
     * only a manager that drops blocks (a sliding window) holds NULL_BLOCK entries.
 
-The common decode step (tracing off, no slots or token ids wanted, nothing shared, a
-free block for every entry) has nothing to plan: its one pass over the batch looks each
-id up as it goes, and an unknown id makes it take back the tokens it gave before it
-raises. Any other decode step is planned before anything changes (`_plan_decode` and the
-functions at the end of this file), from the tables and the pool's counts alone, which
-is what makes it all or nothing:
-
-    start_positions   where each entry's token goes (a table listed k times fills k
-                      positions in turn)
-    plan_copies       which tables must copy their last block first (copy-on-write):
-                      a table whose first write lands in a partly filled block that
-                      another table still holds. Writers earlier in the batch that
-                      copied away from the same block lower its count, exactly as
-                      `append_tokens(s, 1)` for each entry in turn would. The step
-                      makes these copies first, then hands out the boundary blocks, so
-                      the main loop over the batch stays one tight pass.
-    decode_need       free blocks the step takes: one per entry at a block boundary,
-                      one per copy.
-
-Copy-on-write is vLLM v0's mechanism (v1 shares only full, cached blocks).
+The common decode step (no tracing, slots, token ids or sharing, and a free block per
+entry) plans nothing: its one pass takes back the tokens it gave if it meets an unknown
+id. Any other decode step is planned first, from the tables and counts alone
+(`start_positions`, `plan_copies`: the copies an entry into a shared partly filled block
+must make, counting earlier writers that copied away; `decode_need`).
 """
 
 from __future__ import annotations
@@ -74,9 +52,7 @@ Reclaimer = Callable[["KVCacheManager", int, set[Hashable]], None]
 
 
 class KVCacheManager:
-    """The block manager: the pool, the tables, the pending copies and the trace; it admits,
-    grows, forks, restores and frees sequences and answers every query on them (see module
-    doc)."""
+    """The block manager: the pool, the tables, the pending copies and the trace."""
 
     drops_blocks = False  # may a table hold NULL_BLOCK entries? (a sliding window: yes)
     shares_pool = False  # True for a KV cache group of a hybrid manager (policies/hybrid.py)
@@ -108,22 +84,21 @@ class KVCacheManager:
         self.block_size = pool.block_size
         self._tables: dict[SeqId, BlockTable] = {}  # live sequences, in admission order
         self._copies: list[tuple[int, int]] = []  # copy-on-write pairs awaiting the kernel
-        self._sink: tr.Trace | tr.NullSink = tr.Trace(snapshots) if trace else tr.NULL_SINK
+        self._sink = tr.Trace(snapshots and trace)  # written to only while tracing
         self._tracing = trace  # build events at all? (False: nothing is built)
         # Can a step end by just counting it? (no trace, and no subclass hooks _end_step)
         self._quiet_steps = not trace and type(self)._end_step is KVCacheManager._end_step
         self.step = 0  # number of completed public steps
-        # Called as reclaimer(manager, blocks_short, protect) when an allocation finds too few
-        # free blocks. It may free blocks of sequences not in `protect` (preempt, swap out);
-        # the request is then planned again.
+        # reclaimer(manager, blocks_short, protect) may free blocks of sequences outside
+        # `protect` (preempt, swap out) when an allocation is short; it is then planned again
         self.reclaimer: Reclaimer | None = None
-        if isinstance(self._sink, tr.Trace) and snapshots:
+        if trace and snapshots:
             self._sink.snapshots.append(self.snapshot())  # step 0: the pool as created
 
     @property
     def trace(self) -> tr.Trace | None:
         """The recorded history, or None when tracing is off."""
-        return self._sink if isinstance(self._sink, tr.Trace) else None
+        return self._sink if self._tracing else None
 
     # ---- queries -------------------------------------------------------------
     @property
@@ -158,9 +133,8 @@ class KVCacheManager:
         return self._table(seq_id).slot_mapping()
 
     def get_num_common_prefix_blocks(self, request_id: SeqId, num_running_requests: int) -> int:
-        """Leading blocks of `request_id` that every one of the `num_running_requests`
-        running requests holds: a block's count equals that number (v1, for cascade
-        attention, which computes attention over such a shared prefix once)."""
+        """Leading blocks of `request_id` whose count equals `num_running_requests`: the
+        prefix every running request holds (v1, for cascade attention)."""
         table = self._table(request_id)
         n = _count("num_running_requests", num_running_requests, 1)
         common = 0
@@ -176,14 +150,13 @@ class KVCacheManager:
         return need <= self.pool.num_free_blocks
 
     def blocks_for_decode(self, seq_ids: Iterable[SeqId]) -> int:
-        """Free blocks `decode_step(seq_ids)` needs: one at each block boundary, one for
-        each first write into a shared, partly filled last block (copy-on-write)."""
+        """Free blocks `decode_step(seq_ids)` needs (boundaries plus copy-on-writes)."""
         return decode_need(self._tables_of(self._id_list(seq_ids)), self.pool, self.block_size)
 
     def peak_blocks(self, prompt_len: int, total_len: int, max_chunk: int | None = None) -> int:
-        """The most blocks one sequence holds at once while growing from prompt_len to total_len
-        slots, `max_chunk` slots a step at most (v1's chunked prefill; None: a whole prompt in
-        one step, as v0 admits it). Full attention holds every block, whatever the chunk."""
+        """Most blocks one sequence holds growing from prompt_len to total_len slots,
+        `max_chunk` a step (v1's chunked prefill; None: v0's whole prompt). Full attention
+        holds every block, whatever the chunk."""
         if max_chunk is not None:
             _count("max_chunk", max_chunk)
         return blocks_needed(
@@ -202,10 +175,8 @@ class KVCacheManager:
     def add_sequence(
         self, seq_id: SeqId, num_tokens: int, *, with_slots: bool = True
     ) -> np.ndarray | None:
-        """Admit a sequence with a prompt of `num_tokens` tokens.
-
-        Returns the prompt's slot mapping (int64 array), ready for `write_kv`, or None
-        when `with_slots` is False (a scheduler that asks for slots later saves the array)."""
+        """Admit a sequence with a `num_tokens`-token prompt; its slot mapping (None
+        without `with_slots`)."""
         self._check_new(seq_id)
         if type(num_tokens) is not int or num_tokens < 0:
             num_tokens = _count("num_tokens", num_tokens)
@@ -228,9 +199,7 @@ class KVCacheManager:
         return table.slot_mapping() if with_slots else None
 
     def append_tokens(self, seq_id: SeqId, n: int = 1, token_ids: Any = None) -> list[int]:
-        """Append `n` tokens to a sequence (their ids, if given, reach `_on_tokens_appended`).
-
-        Returns the slots they are written to."""
+        """Append `n` tokens to a sequence; the slots they are written to."""
         try:
             table = self._tables[seq_id]
         except (KeyError, TypeError):
@@ -268,14 +237,10 @@ class KVCacheManager:
     def decode_step(
         self, seq_ids: Iterable[SeqId], with_slots: bool = True, token_ids: Any = None
     ) -> list[int] | None:
-        """Append one token to each listed sequence, as one step: one scheduler iteration.
+        """Append one token to each listed sequence (k times if listed k times), as one step.
 
-        A sequence listed k times gets k tokens. It takes the same blocks and makes the
-        same copies as `append_tokens(s, 1)` for each entry in turn (the copies are handed
-        their blocks first, see plan_copies); all or nothing for the whole batch. `token_ids`,
-        if given, has one id per entry. Returns the new tokens' slots, or None when
-        `with_slots` is False.
-        """
+        Same blocks and copies as `append_tokens(s, 1)` per entry; all or nothing. Returns
+        the slots (None without `with_slots`)."""
         seq_ids = self._id_list(seq_ids)
         pool, bs = self.pool, self.block_size
         plan = None  # the common step plans nothing: no slots, no trace, no copies, room
@@ -287,8 +252,7 @@ class KVCacheManager:
             or len(seq_ids) > pool.num_free_blocks
         ):
             plan = self._plan_decode(seq_ids, with_slots, token_ids)
-        # The one pass over the batch. In the common step it looks each id up as it goes; an
-        # unknown one stops it, and the tokens it gave are taken back.
+        # the one pass; in the common step an unknown id stops it and _take_back undoes it
         takers = []  # tables whose next token starts a block, in entry order
         try:
             for t in plan.batch if plan is not None else map(self._tables.__getitem__, seq_ids):
@@ -322,17 +286,11 @@ class KVCacheManager:
     def restore_sequences(
         self, tables: dict[SeqId, Any], prefix_state: Any = None
     ) -> dict[int, int]:
-        """Re-admit sequences whose KV comes back from elsewhere (a swap-in), as one step.
+        """Re-admit swapped-in sequences, as one step; {label: new physical block}.
 
-        `tables` maps seq_id -> (labels, num_tokens), one label per logical block
-        (NULL_BLOCK for one a sliding window dropped). Entries with the same label get the
-        same new physical block, so a prefix the sequences shared before stays shared; one
-        table may not name a label twice. `prefix_state` maps some of those seq_ids to what
-        `prefix_state(seq_id)` returned before the sequence was freed: a prefix cache names
-        the restored full blocks again and goes on hashing the sequence's new ones (v0's
-        block manager re-hashes swapped-in blocks by their tokens). All or nothing.
-        Returns {label: physical block}, for the copy that brings the data back.
-        """
+        `tables`: seq_id -> (labels, num_tokens), a label per logical block (NULL_BLOCK:
+        dropped by a window); equal labels share one new block. `prefix_state`: seq_id ->
+        what `prefix_state(seq_id)` gave before the free (v0 re-hashes swapped-in blocks)."""
         plan = restore_plan(tables, self.block_size, self.drops_blocks)
         for seq_id in plan:
             self._check_new(seq_id)
@@ -361,8 +319,7 @@ class KVCacheManager:
         return placed
 
     def prefix_state(self, seq_id: SeqId) -> Any:
-        """What `restore_sequences` needs to go on hashing the sequence after it is freed
-        and restored (a swap); None here: a manager without a prefix cache keeps nothing."""
+        """What `restore_sequences` needs to go on hashing it after a swap (None here)."""
         self._table(seq_id)
         return None
 
@@ -397,14 +354,13 @@ class KVCacheManager:
 
     # ---- hooks for subclasses ------------------------------------------------------
     def _before_tokens_appended(self, appends: list[tuple[SeqId, tuple[int, ...]]]) -> None:
-        """Called with [(seq_id, token ids)], in order, before a call that was given token
-        ids changes anything; it may refuse by raising (a prefix cache hashes ahead here)."""
+        """Before a call given token ids changes anything; may refuse by raising."""
 
     def _on_tokens_appended(
         self, seq_id: SeqId, first_position: int, token_ids: tuple[int, ...]
     ) -> None:
-        """Called with the ids of tokens just placed at first_position.. (when the caller gave
-        them), inside the same step. A prefix cache hashes blocks as they fill here."""
+        """Ids of tokens just placed at first_position.., in the same step (a prefix cache
+        hashes full blocks here)."""
 
     def _restore_states(
         self, plan: dict[SeqId, tuple[tuple[int, ...], int]], prefix_state: Any
@@ -443,7 +399,7 @@ class KVCacheManager:
             raise SequenceError(f"sequence {seq_id!r} already exists")
 
     def _id_list(self, seq_ids: Iterable[SeqId]) -> list[SeqId]:
-        """seq_ids as a list; a generator is read once, a string is refused."""
+        """seq_ids as a list; a string is refused."""
         if type(seq_ids) is list:
             return seq_ids
         if isinstance(seq_ids, (str, bytes)) or not hasattr(seq_ids, "__iter__"):
@@ -453,7 +409,7 @@ class KVCacheManager:
         return list(seq_ids)
 
     def _tables_of(self, seq_ids: list[SeqId]) -> list[BlockTable]:
-        """The tables of seq_ids, in order (SequenceError for the first unknown id)."""
+        """The tables of seq_ids (SequenceError for the first unknown id)."""
         try:
             return list(map(self._tables.__getitem__, seq_ids))
         except (KeyError, TypeError):
@@ -461,8 +417,7 @@ class KVCacheManager:
             raise SequenceError(f"unknown sequence {missing!r}") from None
 
     def _take_back(self, seq_ids: list[SeqId]) -> None:
-        """Undo a decode pass that stopped at an unknown id: each entry before it gave its
-        table one token, so each takes it back; then raise SequenceError for that id."""
+        """Undo a decode pass that stopped at an unknown id, then raise SequenceError."""
         for s in seq_ids:
             try:
                 table = self._tables[s]
@@ -473,8 +428,7 @@ class KVCacheManager:
 
     # ---- steps, snapshots, invariants ----------------------------------------------
     def _emit(self, kind: Callable[..., tr.Event], *fields: Any) -> None:
-        """Record `kind(step, *fields)` in the current step; nothing is built when tracing is
-        off."""
+        """Record `kind(step, *fields)` in the current step (nothing built untraced)."""
         if self._tracing:
             self._sink.emit(kind(self.step + 1, *fields))
 
@@ -529,9 +483,7 @@ class KVCacheManager:
 
     # ---- planning and recording -------------------------------------------------
     def _plan_decode(self, seq_ids: list[SeqId], with_slots: Any, token_ids: Any) -> DecodePlan:
-        """Everything a decode step must check, find or do before its pass over the batch:
-        the tables (SequenceError for an unknown id), the arguments, room (the reclaimer),
-        each entry's position (for slots, the trace and token hooks) and the copies."""
+        """A decode step's checks, room, positions and copies, before its pass."""
         batch = self._tables_of(seq_ids)
         bool_arg("with_slots", with_slots)
         if token_ids is not None:
@@ -559,18 +511,13 @@ class KVCacheManager:
         return DecodePlan(batch, token_ids, positions, copied)
 
     def _reserve(self, need: int | Callable[[], int], protect: Any, what: str) -> None:
-        """Return once `need` blocks are free, else record the refusal and raise OutOfBlocks.
-
-        `need` is an int or a zero-argument plan that counts the blocks again. While the
-        plan does not fit, the reclaimer (if any) is asked for the shortfall; it may free
-        blocks of sequences outside `protect`. It stops when the reclaimer frees nothing.
-        """
+        """Return once `need` (an int or a recounting plan) blocks are free, asking the
+        reclaimer for the shortfall until it frees nothing; else record it, OutOfBlocks."""
         plan = need if callable(need) else (lambda: need)
         if not isinstance(protect, (set, frozenset)):
             protect = {protect}
         blocks, available = plan(), self.pool.num_free_blocks
-        # more than the whole pool can never fit: refused at once, nobody is preempted for it
-        # (v1 rejects such a request at admission)
+        # more than the whole pool never fits: nobody is preempted for it (as v1)
         while self.pool.num_blocks >= blocks > available and self.reclaimer is not None:
             self.reclaimer(self, blocks - available, set(protect))
             if self.pool.num_free_blocks <= available:  # nothing freed: give up
@@ -610,7 +557,6 @@ class KVCacheManager:
         return -(-(table.num_tokens + n) // bs) - len(table.blocks) + copy
 
     def _grow(self, seq_id: SeqId, table: BlockTable, logical: int) -> None:
-        """Append one freshly allocated block to `table` as logical block `logical`."""
         b = self.pool.allocate()
         table.blocks.append(b)
         self._emit(tr.BlockAllocated, seq_id, b, logical)
@@ -637,7 +583,7 @@ class KVCacheManager:
 
 # ---- planning one decode step (before anything changes) ------------------------------
 class DecodePlan(NamedTuple):
-    """What `_plan_decode` found and did before a planned decode step's pass."""
+    """What `_plan_decode` found and did."""
 
     batch: list[BlockTable]  # each entry's table
     token_ids: tuple[int, ...] | None  # one id per entry, validated (None: not given)

@@ -2,15 +2,12 @@
 
     fcfs      arrival order; a preempted request goes back to the *front*
               (v1's FCFSRequestQueue, `prepend_request`)
-    priority  a heap on (priority, arrival_time, arrival): the smallest priority value
-              is admitted first, ties in arrival order; a preempted request simply
-              rejoins the heap (v1's PriorityRequestQueue, which orders requests by
-              `Request.__lt__` on the same keys)
+    priority  a heap on (priority, arrival_time, arrival): smallest priority first, ties
+              in arrival order; a preempted request rejoins the heap (v1's
+              PriorityRequestQueue, ordered by `Request.__lt__` on the same keys)
 
-Both answer the same calls, so the scheduler never asks which one it holds:
-`add_request`, `prepend_request`, `peek_request`, `pop_request`, `len()`, `bool()`,
-iteration and indexing (`waiting[0]` is the next to admit), both in admission order --
-v1's FCFS queue is a deque, and its tests index it.
+Both answer `add_request`, `prepend_request`, `peek_request`, `pop_request`, `len()`,
+`bool()`, iteration and indexing (`waiting[0]` is next), in admission order.
 """
 
 from __future__ import annotations

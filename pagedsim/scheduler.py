@@ -1,14 +1,11 @@
 """A continuous-batching driver, as vLLM v0 or v1 schedules: `make_scheduler(mode=...)`.
 
-    make_scheduler(requests, manager, ..., mode="v0")   scheduler_v0.SchedulerV0: whole-
-        prompt admission, a watermark, group preemption by a policy (recompute or swap),
-        fork and copy-on-write (vLLM v0's scheduler and block manager)
-    make_scheduler(requests, manager, ..., mode="v1")   scheduler_v1.SchedulerV1: one
-        token budget (`max_num_batched_tokens`), chunked prefill, recompute-only
-        preemption, FCFS or priority policy (vLLM v1's scheduler)
+    mode="v0"   scheduler_v0.SchedulerV0: whole-prompt admission, a watermark, group
+                preemption (recompute or swap), fork and copy-on-write
+    mode="v1"   scheduler_v1.SchedulerV1: one token budget, chunked prefill,
+                recompute-only preemption, FCFS or priority
 
-What both share (schedule() + update_from_output() = step(), argument checks, the run
-loop, synthetic ids) is in scheduler_common.py; what schedule() returns in scheduler_output.py.
+What both share is in scheduler_common.py; what schedule() returns in scheduler_output.py.
 """
 
 from __future__ import annotations
@@ -17,10 +14,10 @@ import dataclasses
 from typing import Any
 
 from .config import CacheConfig, SchedulerConfig
-from .policies.preemption import Group, RecomputePolicy
+from .policies.preemption import RecomputePolicy
 from .scheduler_v0 import DEFAULT_SCHEDULER_CONFIG as V0_SCHEDULER_CONFIG
-from .scheduler_v0 import VICTIMS, SchedulerV0, StepRecord, V0Settings
-from .scheduler_v1 import DEFAULT_SCHEDULER_CONFIG, RequestColumns, SchedulerV1, V1StepRecord
+from .scheduler_v0 import SchedulerV0, V0Settings
+from .scheduler_v1 import DEFAULT_SCHEDULER_CONFIG, RequestColumns, SchedulerV1
 
 MODES = ("v0", "v1")
 SCHEDULERS = {"v0": SchedulerV0, "v1": SchedulerV1}  # mode -> class
@@ -93,17 +90,3 @@ def _v1(requests: Any, manager: Any, kwargs: dict[str, Any]) -> SchedulerV1:
     cache_config = CacheConfig(**take(["enable_prefix_caching"]))
     columns = RequestColumns(**take(RequestColumns._fields))
     return SchedulerV1(requests, manager, scheduler_config, cache_config, columns=columns, **kwargs)
-
-
-__all__ = [
-    "make_scheduler",
-    "SchedulerV0",
-    "SchedulerV1",
-    "StepRecord",
-    "V1StepRecord",
-    "Group",
-    "RecomputePolicy",
-    "VICTIMS",
-    "MODES",
-    "SCHEDULERS",
-]

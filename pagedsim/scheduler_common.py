@@ -1,18 +1,9 @@
 """What both schedulers share: the step on a workload, argument checks, the run loop (v0, v1).
 
-    WorkloadScheduler      schedule() and update_from_output() (each scheduler's own), and
-                           the one place they are joined with the workload's tokens for
-                           the model: `step()`; `run()` steps until done and refuses to
-                           spin when nothing can ever be scheduled
-    check_scheduler_args   requests (a list of `Request`), a manager, `record`: TypeErrors
-    check_configs          a SchedulerConfig and a CacheConfig: TypeErrors
-    prompt_ids             token ids given for a prompt (`TokenIds`), checked once when a
-                           scheduler is built
-    synthetic_token        deterministic ids for prompts and outputs nobody gave
-    time_arg, fraction     a finite non-negative time; a real number in [0, high]
-
-The v0 scheduler is in scheduler_v0.py, the v1 scheduler in scheduler_v1.py, and
-`make_scheduler(mode=...)` (scheduler.py) builds either.
+`WorkloadScheduler.step()` is the one place schedule() and update_from_output() are joined
+with the workload's tokens; `run()` steps until done and refuses to spin when nothing can
+ever be scheduled. The rest checks arguments once, when a scheduler is built, and makes
+deterministic ids for prompts and outputs nobody gave (`synthetic_token`).
 """
 
 from __future__ import annotations
@@ -29,7 +20,7 @@ from .errors import MAX_TOKEN_ID, bool_arg, count_arg, token_ids_arg
 from .manager import KVCacheManager
 from .policies.hybrid import HybridManager
 from .scheduler_output import ReqId, SchedulerOutput
-from .workloads import Request
+from .workloads import Request, request_list
 
 # one prompt's token ids, as a caller gives them: a list or tuple of ints, or a 1-D int array
 TokenIds: TypeAlias = Sequence[int] | np.ndarray
@@ -149,14 +140,7 @@ def check_scheduler_args(
         names = " or ".join(k.__name__ for k in kinds)
         raise TypeError(f"manager must be a {names}, got {type(manager).__name__}")
     bool_arg("record", record)
-    if isinstance(requests, (str, bytes)) or not hasattr(requests, "__iter__"):
-        raise TypeError(f"requests must be an iterable of Request, got {type(requests).__name__}")
-    checked: list[Request] = []
-    for i, r in enumerate(list(requests)):
-        if not isinstance(r, Request):
-            raise TypeError(f"requests[{i}] must be a Request, got {type(r).__name__} {r!r}")
-        checked.append(r)
-    return checked
+    return request_list(requests)
 
 
 def check_configs(scheduler_config: object, cache_config: object) -> None:

@@ -1,26 +1,15 @@
 """What one `schedule()` says runs this step, in vLLM v1's names (vllm/v1/core/sched/output.py).
 
-Both schedulers split a step the way vLLM v1 (and nano-vllm) do:
+Both schedulers split a step as vLLM v1 (and nano-vllm) do:
 
     out = scheduler.schedule()               which requests compute how many tokens
     sampled = <run the model on out>         one token per request that caught up
     finished = scheduler.update_from_output(out, sampled)
 
-    SchedulerOutput.scheduled_new_reqs      NewRequestData: requests admitted this step
-                                            (new, or resumed after a preemption: v1 sends
-                                            a resumed request in full, like a new one)
-    SchedulerOutput.scheduled_cached_reqs   CachedRequestData: running requests scheduled
-                                            again (their data is already with the runner)
-    num_scheduled_tokens                    req_id -> tokens to compute this step
-    total_num_scheduled_tokens              their sum
-    preempted_req_ids                       preempted while this step was scheduled
-    finished_req_ids                        finished since the previous schedule() (the
-                                            runner drops their state)
-
-A request id here is (request index, sample index): a parallel sample of v1 is its own
-request, and a v0 sequence of a group (a beam, a sample) is scheduled on its own.
-`num_computed_tokens` is the count *before* this step's tokens, as in v1: the runner
-computes positions [num_computed_tokens, num_computed_tokens + num_scheduled_tokens).
+A request id is (request index, sample index): a v1 parallel sample, or a v0 sequence of a
+group (a beam, a sample). `num_computed_tokens` is the count *before* this step's tokens,
+as in v1: the runner computes [num_computed_tokens, + num_scheduled_tokens). A request
+resumed after a preemption is sent in full, like a new one (v1).
 """
 
 from __future__ import annotations
@@ -51,14 +40,9 @@ class CachedRequestData:
 
 @dataclass(frozen=True)
 class SchedulerOutput:
-    scheduled_new_reqs: list[NewRequestData]
-    scheduled_cached_reqs: CachedRequestData
-    num_scheduled_tokens: dict[ReqId, int]
+    scheduled_new_reqs: list[NewRequestData]  # admitted this step (new or resumed)
+    scheduled_cached_reqs: CachedRequestData  # running ones, already with the runner
+    num_scheduled_tokens: dict[ReqId, int]  # tokens each computes this step
     total_num_scheduled_tokens: int
-    preempted_req_ids: set[ReqId]
-    finished_req_ids: set[ReqId]
-
-    @property
-    def num_reqs(self) -> int:
-        """Requests scheduled this step."""
-        return len(self.num_scheduled_tokens)
+    preempted_req_ids: set[ReqId]  # preempted while this step was scheduled
+    finished_req_ids: set[ReqId]  # finished since the previous schedule() (runner drops them)

@@ -1,47 +1,30 @@
 """vLLM v0's continuous-batching driver over one KV-cache manager (v0; Orca, vLLM Sec. 4.5).
 
-`make_scheduler(..., mode="v0")` (scheduler.py) builds this one; vLLM v1's token-budget
-scheduler is in scheduler_v1.py. This one follows vLLM v0's scheduler and block manager:
-whole-prompt admission, a watermark, group preemption, swap, fork and copy-on-write.
-
-Each request becomes a *group* of sequences that share its prompt: `n` parallel
-samples or `beam_width` beams, forked from the prompt with copy-on-write. One model
-iteration is `schedule()`, the model, then `update_from_output()` (scheduler_output.py;
-`step()` fakes the model with the workload's tokens):
+Whole-prompt admission, a watermark, group preemption, swap, fork and copy-on-write, as
+vLLM v0's scheduler and block manager (v1's token-budget scheduler: scheduler_v1.py).
+Each request is a *group* of sequences sharing its prompt (`n` samples or `beam_width`
+beams, forked with copy-on-write). A step is `schedule()`, the model, then
+`update_from_output()` (`step()` fakes the model with the workload's tokens):
 
     schedule()
-    1. decode: every running sequence gets one token (`manager.decode_step`). If the
-       free blocks cannot cover the new blocks this needs (including copy-on-write
-       copies), victim groups are preempted first -- by default the most recently
-       admitted -- with the chosen policy (`recompute` or `swap`, see policies/).
-    2. if nothing was preempted: swapped groups come back first (FCFS), and then
-       waiting groups are admitted in arrival order while their prompt blocks, plus
-       one block per sequence of headroom for the next decode, plus a watermark (1% of
-       the pool, v0's default) fit in the free blocks.
-       A recomputed group prefills its prompt and the tokens it had generated.
+    1. decode: every running sequence gets one token; while the free blocks cannot cover
+       that (copy-on-write included), victim groups (default: the newest) are preempted
+       by the policy (`recompute` or `swap`, policies/).
+    2. if nothing was preempted: swapped groups come back (FCFS), then waiting groups are
+       admitted in arrival order while their prompt blocks, one block of decode headroom
+       per sequence and the watermark (1% of the pool, v0's default) fit.
     update_from_output(scheduler_output, sampled)
-    3. every decoded group is one token longer; a group with `output_len` tokens is
-       finished and frees its blocks (v0 frees finished groups after the model ran, so
-       the next schedule(), not this one, admits into them). Beams are then re-ranked
-       synthetically: each beam, with probability `beam_reshuffle`, is replaced by a
-       fork of another beam (vLLM v0's beam search frees losing beams and forks
-       winning ones the same way; v1 runs beam search outside the scheduler).
-    4. a `StepRecord` of the usage is appended to `records`.
+    3. each decoded group is one token longer; one with `output_len` tokens is freed (so
+       the next schedule() admits into its blocks). Beams are re-ranked synthetically:
+       with probability `beam_reshuffle` a beam is replaced by a fork of another.
+    4. a `StepRecord` is appended to `records`.
 
-An engine that runs a model adds requests with `add_request` (vLLM v0's order: the
-prefill samples the first token; a decode computes the last sampled token; a recompute
-prefills the prompt and every sampled token) and mirrors its output processor's forks and
-frees with `fork_seq` / `free_seq` (v0's names) between schedule() and update_from_output():
-parallel samples fork after the first sample, beams fork and fall out as the model's
-log-probs rank them. A group of forked sequences is only ever swapped, never recomputed:
-`SeqGroupPolicy` is v0's choice per group, and `check_request` refuses a request that
-could never be admitted. The v0 engine (engine/paged.py, mode="v0") serves on this.
-
-The manager's `reclaimer` hook is pointed at the same victim choice, so an allocation
-that runs short anywhere preempts (a group not scheduled this step) instead of failing.
-With prefix caching, decoded tokens carry ids, so generated blocks are cached too, and
-`recomputed_tokens` counts only tokens prefilled again after cache hits
-(`discarded_tokens`: what was freed).
+An engine that runs a model uses `add_request` (v0's order: the prefill samples the first
+token; a recompute prefills the prompt and every sampled token) and mirrors its output
+processor with `fork_seq` / `free_seq` between schedule() and update_from_output(). A
+forked group is only swapped, never recomputed (`SeqGroupPolicy`). The manager's
+`reclaimer` preempts by the same victim choice; with prefix caching `recomputed_tokens`
+counts only tokens prefilled again after cache hits (`discarded_tokens`: what was freed).
 """
 
 from __future__ import annotations
@@ -58,13 +41,7 @@ from .block_table import NULL_BLOCK, blocks_needed
 from .config import CacheConfig, SchedulerConfig
 from .errors import count_arg
 from .manager import KVCacheManager
-from .policies.preemption import (
-    Group,
-    RecomputePolicy,
-    SwapPolicy,
-    make_policy,
-    preemption_class,
-)
+from .policies.preemption import Group, RecomputePolicy, SwapPolicy, make_policy, preemption_class
 from .policies.prefix_cache import PrefixCachingManager
 from .scheduler_common import (
     TokenIds,
@@ -92,7 +69,7 @@ class V0Settings(NamedTuple):
     max_stalled_steps: int = 1000  # steps without progress before run() gives up
 
     def checked(self) -> V0Settings:
-        """These settings with the fractions as floats; ValueError / TypeError naming a bad one."""
+        """These settings checked, the fractions as floats."""
         if self.victim not in VICTIMS:
             raise ValueError(f"victim must be one of {VICTIMS}, got {self.victim!r}")
         watermark = fraction("watermark", self.watermark, 1.0)
@@ -114,12 +91,10 @@ DEFAULT_SETTINGS = V0Settings()
 
 
 class SeqGroupPolicy(SwapPolicy):
-    """vLLM v0's preemption of a sequence group (`Scheduler._preempt`): with no
-    preemption_mode given, a group of one sequence is recomputed and a group of several
-    (parallel samples, beams: they share blocks) is swapped, since v0 recomputes only a
-    lone sequence. `swap_single` (v0's preemption_mode="swap") swaps a lone sequence too,
-    recomputing it when the host pool is full. A group of several that finds the host pool
-    full raises, as v0 does ("Aborted due to the lack of CPU swap space")."""
+    """vLLM v0's preemption of a sequence group (`Scheduler._preempt`): a lone sequence
+    is recomputed (swapped too with `swap_single`, v0's preemption_mode="swap", unless the
+    host is full), a group of several is swapped, and raises when the host pool is full
+    (v0: "Aborted due to the lack of CPU swap space")."""
 
     name = "recompute"  # the policy pagedsim's --preemption-mode "recompute" means in v0
 
@@ -174,13 +149,9 @@ class SchedulerV0(WorkloadScheduler):
         tokens: Sequence[TokenIds] | None = None,
         record: bool = True,
     ) -> None:
-        """As vLLM v0's Scheduler takes `scheduler_config` and `cache_config`: the
-        preemption policy (`preemption_mode`) and the cap on running sequences
-        (`max_num_seqs`; NO_SEQ_CAP: the blocks decide) from the one, the host pool
-        (`num_cpu_blocks`; None: no swap space) from the other. `policy`: a policy object
-        that replaces the one `preemption_mode` names (the engine's SeqGroupPolicy, or one
-        that counts bytes). `settings`: pagedsim's own v0 knobs (V0Settings). `tokens`:
-        each request's prompt token ids (prefix caching)."""
+        """As vLLM v0's Scheduler: preemption_mode and max_num_seqs from `scheduler_config`,
+        the host pool (num_cpu_blocks) from `cache_config`. `policy` replaces the one
+        preemption_mode names; `tokens`: each request's prompt ids (prefix caching)."""
         requests = check_scheduler_args(requests, manager, record)
         check_configs(scheduler_config, cache_config)
         if policy is not None and not isinstance(policy, RecomputePolicy):
@@ -205,8 +176,7 @@ class SchedulerV0(WorkloadScheduler):
         self.requests = requests
         if tokens is not None and len(tokens) != len(self.requests):
             raise ValueError(f"tokens has {len(tokens)} prompts for {len(self.requests)} requests")
-        # request index -> prompt token ids (for prefix caching), as tuples, checked now,
-        # not halfway through a run
+        # request index -> prompt token ids (prefix caching), checked now, not mid-run
         self.tokens = (
             None
             if tokens is None
@@ -241,17 +211,14 @@ class SchedulerV0(WorkloadScheduler):
         manager.reclaimer = self._evict
 
     def _check_fits(self, i: int, r: Request) -> None:
-        """Raise if workload request `i` could never be admitted (its worst case, with one
-        block of decode headroom per sequence, exceeds the pool)."""
+        """Raise if request `i` could never be admitted (with decode headroom)."""
         per_seq = self.manager.peak_blocks(r.prompt_len, r.total_len)
         self._refuse(f"request {i}", r, r.num_seqs * per_seq + r.num_seqs)
 
     def check_request(self, prompt_len: int, max_tokens: int, best_of: int = 1) -> None:
-        """Raise (nothing changed) if a request `add_request` would take could never be
-        admitted. vLLM v0's BlockSpaceManager.can_allocate says NEVER when the prompt's
-        blocks plus the watermark exceed the pool; here the group's peak counts: `best_of`
-        sequences of up to prompt_len + max_tokens tokens each, since a forked group is
-        swapped only whole (its admission, `_blocks_to_admit`, never asks for more)."""
+        """Raise (nothing changed) if an `add_request` could never be admitted. v0's
+        can_allocate counts the prompt and the watermark; here the group's peak counts
+        (`best_of` sequences of prompt_len + max_tokens), as a forked group swaps whole."""
         r = Request(prompt_len, max_tokens, n=best_of)
         peak = r.num_seqs * self.manager.peak_blocks(r.prompt_len, r.total_len)
         self._refuse("the request", r, peak)
@@ -273,13 +240,10 @@ class SchedulerV0(WorkloadScheduler):
     def add_request(
         self, prompt: TokenIds, max_tokens: int, stop_token_ids: TokenIds = (), best_of: int = 1
     ) -> ReqId:
-        """A request arriving now from an engine that runs a model: a group of one sequence
-        that waits from the next schedule(). As in vLLM v0, its prefill samples its first
-        token, and a recomputed sequence prefills its prompt and every token it sampled,
-        then samples the next. It finishes after `max_tokens` sampled tokens, or when it
-        samples one of `stop_token_ids` (kept). Refused (nothing changed) when it could
-        never fit with `best_of` sequences (v0's name: the samples or beams the engine's
-        output processor forks from it with fork_seq). Returns its sequence id, (index, 0)."""
+        """A request from an engine that runs a model: a group of one sequence, waiting
+        from the next schedule(); it finishes after `max_tokens` tokens or on a stop token
+        (kept). Refused (nothing changed) if `best_of` sequences (what fork_seq may make of
+        it) could never fit. Returns its sequence id, (index, 0)."""
         ids = prompt_ids(prompt, None, "prompt")
         if not ids:
             raise ValueError("prompt must hold at least one token id")
@@ -304,9 +268,8 @@ class SchedulerV0(WorkloadScheduler):
         return (i, 0)
 
     def fork_seq(self, parent: ReqId, child: ReqId) -> None:
-        """The output processor forked `child` from `parent` (vLLM v0's Scheduler.fork_seq,
-        called between schedule() and update_from_output()): the child shares the parent's
-        blocks (copy-on-write) and its sampled tokens, and samples this step too."""
+        """v0's fork_seq, between schedule() and update_from_output(): `child` shares
+        `parent`'s blocks and tokens, and samples this step too."""
         g = self._sampling_group(parent, "parent")
         if not (isinstance(child, tuple) and len(child) == 2 and child[0] == g.key):
             raise ValueError(f"child must be a sequence id ({g.key}, k), got {child!r}")
@@ -317,8 +280,7 @@ class SchedulerV0(WorkloadScheduler):
         self._out[child] = list(self._out[parent])
 
     def free_seq(self, seq: ReqId) -> None:
-        """The output processor dropped `seq` (vLLM v0's Scheduler.free_seq): a beam that
-        fell out, or a sample that stopped. A group left with no sequence is finished."""
+        """v0's free_seq: a beam fell out or a sample stopped (no sequence left: finished)."""
         g = self._sampling_group(seq, "seq")
         self.manager.free_sequence(seq)
         g.seq_ids.remove(seq)
@@ -362,9 +324,7 @@ class SchedulerV0(WorkloadScheduler):
 
     # ---- one iteration: schedule(), the model, update_from_output() -----------------
     def schedule(self) -> SchedulerOutput:
-        """What runs this step (v0's Scheduler.schedule): one token for every running
-        sequence, preempting groups while the blocks are short; then, if nothing was
-        preempted, swapped groups back in and waiting groups admitted (prefilled)."""
+        """What runs this step (v0's Scheduler.schedule; see the module doc)."""
         self._start_step()
         self._scheduled = {}
         self._preempted_now = set()
@@ -418,10 +378,8 @@ class SchedulerV0(WorkloadScheduler):
         return out
 
     def sampling_req_ids(self, scheduler_output: SchedulerOutput) -> list[ReqId]:
-        """The sequences of a step that sample a token: the decoded ones, and the prefilled
-        ones of requests an engine added (add_request). A workload's prefill samples
-        nothing: its group generates `output_len` tokens by decoding. An added request's
-        sequences are the live ones: fork_seq and free_seq change them."""
+        """The sequences that sample: the decoded ones, and the prefilled live ones of
+        added requests (a workload's prefill samples nothing)."""
         workload = scheduler_output.scheduled_cached_reqs.req_ids
         return [
             *(s for s in workload if s[0] not in self._groups),
@@ -429,8 +387,7 @@ class SchedulerV0(WorkloadScheduler):
         ]
 
     def workload_tokens(self, scheduler_output: SchedulerOutput) -> dict[ReqId, int]:
-        """The ids the decodes gave the manager (the workload's tokens: the model, faked);
-        an added request's prefill gets one too."""
+        """The workload's tokens for `sampling_req_ids` (the model, faked)."""
         cached = scheduler_output.scheduled_cached_reqs
         sampled = {
             s: synthetic_token(s[0], s[1], n)
@@ -445,9 +402,7 @@ class SchedulerV0(WorkloadScheduler):
     def update_from_output(
         self, scheduler_output: SchedulerOutput, sampled: Mapping[ReqId, int]
     ) -> list[ReqId]:
-        """Take the sampled tokens (v0's output processing): every decoded group is one
-        token longer; a group with `output_len` tokens is finished and freed, and beams
-        are re-ranked. Returns the finished sequences."""
+        """Take the sampled tokens (v0's output processing); the finished sequences."""
         sampled = self._check_output(scheduler_output, sampled)
         self._pending_output = None
         m, finished, still = self.manager, list[ReqId](), list[Group]()
@@ -503,8 +458,7 @@ class SchedulerV0(WorkloadScheduler):
         )
 
     def _schedule_decodes(self) -> list[Group]:
-        """One slot for every running sequence (preempting first while blocks are short);
-        the groups decoded."""
+        """One slot for every running sequence, preempting while short; the groups."""
         m = self.manager
         while self.running and m.blocks_for_decode(self._running_seqs()) > m.num_free_blocks:
             self._preempt(self._pick(self.running))
@@ -588,11 +542,9 @@ class SchedulerV0(WorkloadScheduler):
         return True
 
     def _blocks_to_admit(self, g: Group) -> int:
-        """Free blocks `_admit` asks for (before prefix-cache hits): the prompt (and what a
-        recomputed group had generated), one block per sequence of headroom for the next
-        decode, and the watermark. A request an engine added (add_request) is one sequence
-        whose prefill samples a token: it asks for the blocks of its tokens, plus a block
-        only if its next decode starts one (vLLM v0's can_allocate counts no headroom)."""
+        """Free blocks `_admit` asks for before cache hits: the tokens, a block of decode
+        headroom per sequence, the watermark. An added request's prefill samples, so it
+        needs headroom only if its next decode starts a block (v0's can_allocate)."""
         bs, k, p = self.manager.block_size, len(g.seq_ids), g.prompt_len
         if g.key in self._groups:
             assert k == 1, "a forked added request is only ever swapped"
@@ -625,8 +577,7 @@ class SchedulerV0(WorkloadScheduler):
         return min(groups, key=lambda g: g.order)
 
     def _evict(self, manager: KVCacheManager, blocks_short: int, protect: set[Hashable]) -> None:
-        """The manager's reclaimer hook: preempt groups that hold no protected sequence and
-        were not scheduled this step (the model is about to compute their tokens)."""
+        """The manager's reclaimer: preempt groups neither protected nor scheduled now."""
         while blocks_short > 0:
             candidates = [
                 g
@@ -640,7 +591,7 @@ class SchedulerV0(WorkloadScheduler):
             blocks_short -= manager.num_free_blocks - free_before
 
     def _request(self, g: Group) -> Request:
-        """The request a group came from (its key is the request's index)."""
+
         assert isinstance(g.key, int), f"group key {g.key!r} is not a request index"
         return self.requests[g.key]
 

@@ -1,42 +1,30 @@
 """vLLM v1's scheduler: one token budget, chunked prefill, recompute-only preemption (v1).
 
-The reference is vLLM v1's core/sched/scheduler.py.
+The reference is vLLM v1's core/sched/scheduler.py. There are no prefill and decode
+phases: each request has `num_computed_tokens` and `num_tokens` (prompt + sampled), and
+each step gives tokens until `max_num_batched_tokens` is spent:
 
-There are no prefill and decode phases. Every request has `num_computed_tokens` and
-`num_tokens` (prompt + sampled output), and each step gives requests tokens to
-compute until the budget `max_num_batched_tokens` is spent:
+    1. running requests first: each gets min(tokens left, budget,
+       long_prefill_token_threshold if set). When `allocate_slots` returns None the
+       *last* running request is preempted (with `policy="priority"`, the largest
+       (priority, arrival_time)): freed (full blocks stay cached) and back to waiting
+       with num_computed_tokens = 0. If the victim is the request itself the step stops
+       scheduling running requests; under "priority" the next ones, which rank higher,
+       go on (v1 0.34; tests/vllm_oracle).
+    2. only if nothing was preempted: waiting requests in queue order (request_queue.py)
+       while fewer than `max_num_seqs` run, each looked up (`get_computed_blocks`,
+       capped at num_tokens - 1) and allocated for what the budget allows.
+    3. `schedule()` returns a SchedulerOutput and moves num_computed_tokens past the
+       scheduled tokens; `update_from_output(scheduler_output, sampled)` takes a token
+       for every request that caught up and frees one with `output_len` tokens sampled.
+       The last sampled token never gets KV. `step()` fakes the model with the workload.
 
-    1. running requests first, in order: each gets min(num_tokens - num_computed_tokens,
-       budget, long_prefill_token_threshold if set) tokens -- a decode is 1 token, a
-       long prompt is prefilled in chunks over several steps. When `allocate_slots`
-       returns None, the *last* running request is preempted (`running.pop()`, v1's
-       FCFS victim; with `policy="priority"`, the largest (priority, arrival_time));
-       its blocks are freed -- full ones stay in the prefix cache -- and it goes back
-       to the waiting queue with num_computed_tokens = 0. If the victim is the request
-       itself, the step stops scheduling running requests -- under "priority" it goes on
-       to the next ones, which rank higher (v1 0.34; tests/vllm_oracle).
-    2. only if nothing was preempted: waiting requests, in the queue's order
-       (request_queue.py: FCFS, or (priority, arrival_time) under
-       `policy="priority"`), while fewer than `max_num_seqs` run. Each is looked up
-       (`get_computed_blocks`, capped at num_tokens - 1), then allocated for as much
-       of the rest as the budget allows.
-    3. `schedule()` returns a SchedulerOutput (scheduler_output.py) and moves each
-       scheduled request's num_computed_tokens past its tokens; the model runs, and
-       `update_from_output(scheduler_output, sampled)` takes one token for every
-       request whose computed tokens caught up with its tokens; one with `output_len`
-       tokens sampled is freed. The last sampled token never gets KV, so it never
-       fills a block. `step()` fakes the model with the workload's tokens.
 
-A request longer than `max_model_len` (default 8192, vLLM's SchedulerConfig default),
-or one whose blocks could never fit in the whole pool, is refused when the scheduler is
-built (ValueError): v1 rejects it at admission instead of preempting everyone for it.
-No watermark, no swap, no beam search (v1 runs beam search at the entry point).
-Parallel sampling (n > 1) fans out into n independent requests with the same
-prompt; they share the prompt's full blocks through the prefix cache only.
-
-Recomputation is counted through the cache: `recomputed_tokens` counts tokens this
-request had computed before and computes again, so tokens served from cached blocks
-on re-admission are not counted; `discarded_tokens` counts what preemption freed.
+A request longer than `max_model_len`, or whose blocks could never fit in the pool, is
+refused when the scheduler is built (ValueError), as v1 rejects it at admission. No
+watermark, swap or beam search; parallel samples (n > 1) are independent requests that
+share the prompt's full blocks through the prefix cache only. `recomputed_tokens` counts
+tokens computed again net of cache hits; `discarded_tokens` what preemption freed.
 """
 
 from __future__ import annotations
@@ -52,7 +40,7 @@ from .manager import KVCacheManager
 from .policies.hybrid import HybridManager
 from .policies.prefix_cache import PrefixCachingManager
 from .policies.sliding_window import SlidingWindowManager
-from .request_queue import SCHEDULING_POLICIES, RequestQueue, make_request_queue
+from .request_queue import RequestQueue, make_request_queue
 from .scheduler_common import (
     TokenIds,
     WorkloadScheduler,
@@ -64,8 +52,6 @@ from .scheduler_common import (
 )
 from .scheduler_output import CachedRequestData, NewRequestData, ReqId, SchedulerOutput
 from .workloads import Request
-
-V1_VICTIMS = SCHEDULING_POLICIES  # v1's scheduling policies: they choose the victim too
 
 
 @dataclass(eq=False)
@@ -95,8 +81,7 @@ class V1Request:
 
 
 class RequestColumns(NamedTuple):
-    """The workload's per-request columns (None: not given): prompt tokens (prefix
-    caching), output tokens (what `step()` hands back), priorities and arrival times."""
+    """The workload's per-request columns (None: not given)."""
 
     tokens: Sequence[TokenIds] | None = None
     output_tokens: Sequence[TokenIds] | None = None
@@ -137,10 +122,8 @@ class SchedulerV1(WorkloadScheduler):
         num_lookahead_tokens: int = 0,
         slide_after_update: bool = False,
     ) -> None:
-        """As vLLM v1's Scheduler takes `scheduler_config` and `cache_config`: the budget,
-        max_num_seqs, policy, max_model_len and long_prefill_token_threshold from the one,
-        enable_prefix_caching from the other. `columns`: the workload's per-request tokens,
-        output tokens, priorities and arrival times."""
+        """As vLLM v1's Scheduler: the budget, limits and policy from `scheduler_config`,
+        enable_prefix_caching from `cache_config`."""
         requests = check_scheduler_args(requests, manager, record, (KVCacheManager, HybridManager))
         check_configs(scheduler_config, cache_config)
         if not isinstance(columns, RequestColumns):
@@ -149,8 +132,6 @@ class SchedulerV1(WorkloadScheduler):
         self.max_num_batched_tokens = scheduler_config.max_num_batched_tokens
         # v1: a prefill chunk of one request is capped at this many tokens (0: no cap)
         self.long_prefill_token_threshold = scheduler_config.long_prefill_token_threshold
-        # v1: requests longer than this are refused (an int >= 1, vLLM's SchedulerConfig
-        # default 8192; v1 has no "unbounded")
         self.max_model_len = scheduler_config.max_model_len
         self.max_num_seqs = scheduler_config.max_num_seqs
         # slots reserved past each request's tokens (v1: speculative tokens); blocks only
@@ -162,8 +143,7 @@ class SchedulerV1(WorkloadScheduler):
         # off: no lookup (v1's enable_prefix_caching=False); the manager still allocates slots
         self.enable_prefix_caching = cache_config.enable_prefix_caching and self._cache is not None
         bool_arg("slide_after_update", slide_after_update)
-        # a window manager slides past the tokens it is told are computed; a model reads
-        # the window during the step, so with a model the step's slots are asked for as
+        # a model reads the window during the step, so its slots are asked for as
         # lookahead and told computed in update_from_output (v1 slides by the tokens
         # computed before the step: remove_skipped_blocks(request.num_computed_tokens))
         self._slide_late = slide_after_update and isinstance(
@@ -176,7 +156,7 @@ class SchedulerV1(WorkloadScheduler):
         self.manager = manager
         self.record = record
         self.requests = requests
-        self._pending = deque(self._fan_out(*columns))
+        self._pending = deque(self._fan_out(columns))
         if isinstance(manager, KVCacheManager):
             manager.reclaimer = None  # v1 preempts in the scheduler, never inside an allocation
         self.running: list[V1Request] = []
@@ -193,20 +173,9 @@ class SchedulerV1(WorkloadScheduler):
         self._by_id = {req.request_id: req for _, req in self._pending}
         self._finished_req_ids: set[ReqId] = set()  # finished since the last schedule()
 
-    def _fan_out(
-        self,
-        tokens: Sequence[TokenIds] | None,
-        output_tokens: Sequence[TokenIds] | None,
-        priorities: Sequence[int] | None,
-        arrival_times: Sequence[float] | None,
-    ) -> list[tuple[int, V1Request]]:
-        nb, out = self.manager.num_blocks, list[tuple[int, V1Request]]()
-        for name, column in (
-            ("tokens", tokens),
-            ("output_tokens", output_tokens),
-            ("priorities", priorities),
-            ("arrival_times", arrival_times),
-        ):
+    def _fan_out(self, columns: RequestColumns) -> list[tuple[int, V1Request]]:
+        """(arrival step, request) for every sample of every request, in arrival order."""
+        for name, column in columns._asdict().items():
             if column is not None and (
                 isinstance(column, (str, bytes, dict, set, frozenset))
                 or not hasattr(column, "__getitem__")
@@ -219,23 +188,16 @@ class SchedulerV1(WorkloadScheduler):
                 raise ValueError(
                     f"{name} has {len(column)} entries for {len(self.requests)} requests"
                 )
+        tokens, output_tokens, priorities, arrival_times = columns
+        out = list[tuple[int, V1Request]]()
         for i, r in enumerate(self.requests):
-            if r.total_len > self.max_model_len:
-                raise ValueError(
-                    f"request {i} ({r.total_len} tokens) is longer than "
-                    f"max_model_len {self.max_model_len}"
-                )
             if r.beam_width > 1:
                 raise ValueError(
                     f"request {i} uses beam search; vLLM v1 runs it at the entry "
                     f"point, not in the scheduler (use mode='v0')"
                 )
-            peak = self._peak_blocks(r)
-            if peak > nb:
-                raise ValueError(
-                    f"request {i} ({r.total_len} tokens) needs {peak} blocks, "
-                    f"more than the pool's {nb}"
-                )
+            too_long = f"request {i} ({r.total_len} tokens) is longer than max_model_len"
+            self._check_fits(i, r, too_long)
             prompt = (
                 tuple(synthetic_token(i, "p", p) for p in range(r.prompt_len))
                 if tokens is None
@@ -263,24 +225,24 @@ class SchedulerV1(WorkloadScheduler):
                     if given is not None and k == 0
                     else tuple(synthetic_token(i, k, j) for j in range(r.output_len))
                 )
-                out.append(
-                    (
-                        r.arrival_step,
-                        V1Request(
-                            (i, k), prompt, r.output_len, outs, i, prio, arrival_time=arrived
-                        ),
-                    )
-                )
+                req = V1Request((i, k), prompt, r.output_len, outs, i, prio, arrival_time=arrived)
+                out.append((r.arrival_step, req))
         out.sort(key=lambda x: (x[0], x[1].arrival))
         return out
 
-    def _peak_blocks(self, r: Request) -> int:
-        """Most blocks one sample can hold: all its KV (the last sampled token has none), or
-        -- when a window drops blocks -- the window plus one chunk of at most the budget
-        (v1's SlidingWindowSpec.max_memory_usage_bytes), lookahead slots included."""
-        ahead = self.num_lookahead_tokens
+    def _check_fits(self, i: int, r: Request, too_long: str) -> None:
+        """Refuse request i if longer than max_model_len, or if one sample's peak blocks
+        (all its KV, or a window plus a budget-sized chunk: v1's
+        SlidingWindowSpec.max_memory_usage_bytes, lookahead included) exceed the pool."""
+        if r.total_len > self.max_model_len:
+            raise ValueError(f"{too_long} {self.max_model_len}")
+        ahead, nb = self.num_lookahead_tokens, self.manager.num_blocks
         chunk = self._chunk(r.total_len, self.max_num_batched_tokens)
-        return self.manager.peak_blocks(r.prompt_len, r.total_len - 1 + ahead, chunk + ahead)
+        peak = self.manager.peak_blocks(r.prompt_len, r.total_len - 1 + ahead, chunk + ahead)
+        if peak > nb:
+            raise ValueError(
+                f"request {i} ({r.total_len} tokens) needs {peak} blocks, more than the pool's {nb}"
+            )
 
     # ---- results -------------------------------------------------------------
     @property
@@ -341,19 +303,13 @@ class SchedulerV1(WorkloadScheduler):
         return out
 
     def _make_output(
-        self,
-        scheduled: dict[V1Request, int],
-        admitted: list[V1Request],
-        preempted: list[V1Request],
+        self, scheduled: dict[V1Request, int], admitted: list[V1Request], preempted: list[V1Request]
     ) -> SchedulerOutput:
         cached = [r for r in scheduled if r not in admitted]
         out = SchedulerOutput(
             scheduled_new_reqs=[
                 NewRequestData(
-                    r.request_id,
-                    r.prompt,
-                    self.block_ids(r.request_id),
-                    r.num_computed_tokens,
+                    r.request_id, r.prompt, self.block_ids(r.request_id), r.num_computed_tokens
                 )
                 for r in admitted
             ],
@@ -384,25 +340,15 @@ class SchedulerV1(WorkloadScheduler):
     def add_request(
         self, prompt: TokenIds, max_tokens: int, stop_token_ids: TokenIds = ()
     ) -> ReqId:
-        """A request arriving now from an engine that runs a model (v1's add_request): it
-        waits from the next schedule(); it finishes after `max_tokens` sampled tokens, or
-        when it samples one of `stop_token_ids` (kept, as v1 keeps it). Its `outputs` stay
-        empty: only update_from_output() gives it tokens. Refused (nothing changed) when it
-        could never fit. Returns its request id, (index, 0)."""
+        """A request from an engine that runs a model (v1's add_request), waiting from the
+        next schedule(); it finishes after `max_tokens` tokens or on a `stop_token_ids`
+        token (kept, as v1 keeps it). Refused (nothing changed) when it could never fit.
+        Returns its request id, (index, 0)."""
         ids = prompt_ids(prompt, None, "prompt")
         stops = prompt_ids(stop_token_ids, None, "stop_token_ids")
         r = Request(len(ids), count_arg("max_tokens", max_tokens, 1))
         i = len(self.requests)
-        if r.total_len > self.max_model_len:
-            raise ValueError(
-                f"prompt + max_tokens = {r.total_len} exceeds max_model_len {self.max_model_len}"
-            )
-        peak = self._peak_blocks(r)
-        if peak > self.manager.num_blocks:
-            raise ValueError(
-                f"request {i} ({r.total_len} tokens) needs {peak} blocks, "
-                f"more than the pool's {self.manager.num_blocks}"
-            )
+        self._check_fits(i, r, f"prompt + max_tokens = {r.total_len} exceeds max_model_len")
         req = V1Request((i, 0), ids, r.output_len, (), i, arrival_time=self.now)
         req.stop_token_ids = stops
         self.requests.append(r)
@@ -412,8 +358,7 @@ class SchedulerV1(WorkloadScheduler):
         return req.request_id
 
     def sampling_req_ids(self, scheduler_output: SchedulerOutput) -> list[ReqId]:
-        """The requests of a step that sample a token: those whose computed tokens caught up
-        with their tokens (a prefill chunk that ends short of the prompt samples nothing)."""
+        """The requests of a step whose computed tokens caught up (so they sample)."""
         return [
             rid
             for rid in scheduler_output.num_scheduled_tokens
@@ -430,9 +375,8 @@ class SchedulerV1(WorkloadScheduler):
     def update_from_output(
         self, scheduler_output: SchedulerOutput, sampled: Mapping[ReqId, int]
     ) -> list[ReqId]:
-        """Take what the model sampled (v1's Scheduler.update_from_output): `sampled` maps
-        every request that caught up (`sampling_req_ids`) to its token. A request with
-        `output_len` tokens sampled is finished and freed. Returns the finished ids."""
+        """Take what the model sampled (v1's update_from_output): a token for each of
+        `sampling_req_ids`; finished requests are freed. Returns the finished ids."""
         sampled = self._check_output(scheduler_output, sampled)
         self._pending_output = None
         prefill = decode = 0
@@ -472,13 +416,9 @@ class SchedulerV1(WorkloadScheduler):
         return finished
 
     def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool:
-        """v1's Scheduler.reset_prefix_cache, between steps: forget every cached block.
-
-        With reset_running_requests, every running request is preempted first (the last
-        one first, each back to the front of the waiting queue, so they keep their order),
-        as v1 does; otherwise a running request's blocks are in use and the reset fails.
-        Returns whether it succeeded (False: nothing forgotten). Without a prefix cache
-        there is nothing to forget: True when no block is in use, as v1's pool answers."""
+        """v1's reset_prefix_cache, between steps: forget every cached block; whether it
+        did. With reset_running_requests every running request is preempted first (last
+        first, so they keep their order); else blocks in use make it fail, as in v1."""
         bool_arg("reset_running_requests", reset_running_requests)
         if self._pending_output is not None:
             raise RuntimeError("reset_prefix_cache() between schedule() and update_from_output()")
@@ -562,8 +502,8 @@ class SchedulerV1(WorkloadScheduler):
         self.waiting.prepend_request(req)
 
     def _finish(self, req: V1Request) -> None:
-        """Free a finished request's blocks and forget it (v1's _free_request): the
-        scheduler keeps no finished request's tokens."""
+        """Free a finished request's blocks and forget it (v1's _free_request)."""
+
         self.manager.free_sequence(req.request_id)
         self.running.remove(req)
         del self._by_id[req.request_id]

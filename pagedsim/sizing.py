@@ -1,40 +1,24 @@
 """How many bytes a KV block costs, and how many blocks fit in a budget (chapter 3.2, 3.7).
 
-One block holds K and V for `block_size` tokens across every layer and KV head:
-
     bytes_per_block = block_size * num_layers * 2 (K and V) * num_kv_heads * head_dim * dtype_bytes
 
-For the chapter's example (32 layers, 32 heads, head_dim 128, FP16, block_size 16)
-that is 16 * 32 * 2 * 32 * 128 * 2 = 8,388,608 bytes (8 MiB). With grouped-query
-attention only the KV heads count, which is why Llama-3-8B's blocks are 4x smaller.
+The chapter's example (32 layers, 32 heads, head_dim 128, FP16, block_size 16) is 8 MiB;
+with grouped-query attention only the KV heads count (Llama-3-8B's blocks are 4x smaller).
+`fit_blocks` carves blocks out of a budget with each start aligned (3.7).
 
-`fit_blocks` answers the pre-allocation question of 3.7: given a memory budget,
-how many blocks can be carved out when each block's start is rounded up to an
-alignment boundary (128 bytes by default), and how many bytes that padding costs.
-
-`kv_capacity` answers the serving question (`pagedsim capacity`): how many blocks and
-tokens fit in the memory left for the KV cache, and how many requests of max_model_len
-tokens that is. It follows vLLM v1 (vllm/v1/core/kv_cache_utils.py) for a model whose
-layers all use full attention, which vLLM puts in one KV cache group:
+`kv_capacity` (`pagedsim capacity`) follows vLLM v1 (vllm/v1/core/kv_cache_utils.py) for
+a model whose layers all use full attention (one KV cache group):
 
     page_size_bytes = 2 * block_size * num_kv_heads * head_dim * dtype_bytes   (one layer)
     num_blocks      = available_bytes // page_size_bytes // num_layers          (get_num_blocks)
     num_tokens      = num_blocks * block_size             "GPU KV cache size: N tokens"
     max_concurrency = num_blocks / ceil(max_model_len / block_size)
-                      "Maximum concurrency for X tokens per request: Y.YYx"
 
-Multi-head latent attention (MLA: DeepSeek-V2/V3) caches no per-head K and V. Each token
-keeps, per layer, one latent vector of kv_lora_rank values (the compressed K and V, which
-the up-projections expand at attention time) and the qk_rope_head_dim values of its
-shared rotary key: `ModelSpec.latent_dim` = kv_lora_rank + qk_rope_head_dim replaces
-2 * num_kv_heads * head_dim, as vLLM's MLAAttentionSpec (vllm/v1/kv_cache_interface.py)
-pages it with num_kv_heads 1, head_size kv_lora_rank + qk_rope_head_dim and no V:
-
-    page_size_bytes = block_size * latent_dim * dtype_bytes                     (MLA, one layer)
-
-vLLM keeps one tensor per layer, so it divides by page_size_bytes and then by the number
-of layers; since both are whole numbers, that is the same as dividing once by
-bytes_per_block (floor(floor(a / p) / L) = floor(a / (p * L))).
+Multi-head latent attention (MLA: DeepSeek-V2/V3) caches, per token and layer, one latent
+of kv_lora_rank + qk_rope_head_dim values (`ModelSpec.latent_dim`) instead of per-head K
+and V, as vLLM's MLAAttentionSpec pages it (one KV head, no V):
+page_size_bytes = block_size * latent_dim * dtype_bytes. Dividing by page_size_bytes and
+then the layers equals dividing once by bytes_per_block: floor(floor(a / p) / L) = floor(a / pL).
 """
 
 from __future__ import annotations

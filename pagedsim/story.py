@@ -1,22 +1,15 @@
 """What one step did, as typed data: the one case analysis behind every caption.
 
-`tell(events)` reads the events of one manager step (see `trace.py`) and returns a
-*story*: a small frozen record such as `Arrival(seq_id="A", num_tokens=6, shared=(),
-taken=(0, 1))`. A story knows how its sentence is put together (`words(book)`), but
-not the words: those come from a *phrasebook*, one template table per language
-(English: `captions_en.EN`; Chinese and the language switch: `pagedsim.text.captions`).
-So the case analysis is written once, and a language is one table.
+`tell(events)` turns one manager step's events (`trace.py`) into a *story*, a small frozen
+record such as `Arrival(seq_id="A", num_tokens=6, shared=(), taken=(0, 1))`. A story puts
+its sentence together (`words(book)`) from a *phrasebook*, one template table per language
+(`captions_en.EN`; Chinese: `pagedsim.text.captions`), so a language is one table.
+`story_of(snapshot)` is a recorded step's story (its `custom_caption`, if set, in every
+language); `caption` and `describe` tell it in English. This module reads `trace.py`,
+never the other way round.
 
-`story_of(snapshot)` is the story of a recorded step. Step 0 is the pool as created;
-a snapshot that carries its own words (`Snapshot.custom_caption`, set with
-`Snapshot.with_caption`) tells exactly those words in every language. `caption(snapshot)`
-and `describe(events)` tell a step in English (`english(story)`); a snapshot itself never
-tells anything, so this module reads `trace.py` and `trace.py` never reads it.
-
-How to add a story: write a frozen dataclass with a `words(book)` method that uses
-template keys of its own, teach `tell` when to return it, and add its keys to every
-table. `tests/captions/test_story.py` renders every story kind with every table, so a
-missing key fails there, not in front of a class.
+To add a story: a frozen dataclass with `words(book)`, a case in `tell`, and its keys in
+every table (`tests/captions/test_story.py` renders every kind with every table).
 """
 
 from __future__ import annotations
@@ -210,9 +203,9 @@ class Append(Story):
     seq_id: object
     first_position: int  # position of the first appended token
     slots: tuple[int, ...]  # slot of each appended token
-    copies: tuple[
-        tuple[int, int, object, int], ...
-    ]  # (src, src count before, writer, dst) per copy-on-write
+    # (src, src count before, writer, dst) per copy-on-write
+    copies: tuple[tuple[int, int, object, int], ...]
+
     fresh: tuple[int, ...]  # blocks taken because the last block was full
     dropped: tuple[int, ...]  # blocks a sliding window released
 
@@ -255,34 +248,6 @@ def _taken(events: Sequence[tr.Event]) -> tuple[int, ...]:
     return tuple(e.block for e in _of(events, tr.BlockAllocated))
 
 
-def _refused(head: tr.AllocationFailed) -> Story:
-    return Refusal(head.seq_id, head.what, head.needed, head.available)
-
-
-def _arrival(head: tr.SequenceAdded, events: Sequence[tr.Event]) -> Story:
-    return Arrival(
-        head.seq_id,
-        head.num_tokens,
-        tuple(e.block for e in _of(events, tr.BlockShared)),
-        _taken(events),
-    )
-
-
-def _fork(head: tr.SequenceForked, events: Sequence[tr.Event]) -> Story:
-    return Fork(
-        head.parent, head.child, tuple((e.block, e.ref_count) for e in _of(events, tr.BlockShared))
-    )
-
-
-def _finish(head: tr.SequenceFreed, events: Sequence[tr.Event]) -> Story:
-    released = _of(events, tr.BlockReleased)
-    return Finish(
-        head.seq_id,
-        tuple(e.block for e in released if e.ref_count == 0),
-        tuple((e.block, e.ref_count) for e in released if e.ref_count > 0),
-    )
-
-
 def _decode(events: Sequence[tr.Event]) -> Story:
     cow = _of(events, tr.CopyOnWrite)
     copied = {c.dst for c in cow}
@@ -315,13 +280,18 @@ def tell(events: Iterable[tr.Event]) -> Story:
     # the step's first event -> its story (checked in order, before the decode rule)
     match head:
         case tr.AllocationFailed():
-            return _refused(head)
+            return Refusal(head.seq_id, head.what, head.needed, head.available)
         case tr.SequenceAdded():
-            return _arrival(head, events)
+            shared = tuple(e.block for e in _of(events, tr.BlockShared))
+            return Arrival(head.seq_id, head.num_tokens, shared, _taken(events))
         case tr.SequenceForked():
-            return _fork(head, events)
+            counts = tuple((e.block, e.ref_count) for e in _of(events, tr.BlockShared))
+            return Fork(head.parent, head.child, counts)
         case tr.SequenceFreed():
-            return _finish(head, events)
+            released = _of(events, tr.BlockReleased)
+            back = tuple(e.block for e in released if e.ref_count == 0)
+            kept = tuple((e.block, e.ref_count) for e in released if e.ref_count > 0)
+            return Finish(head.seq_id, back, kept)
     if len(_of(events, tr.TokensAppended)) > 1:
         return _decode(events)
     if isinstance(head, tr.TokensAppended):

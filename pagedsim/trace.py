@@ -1,25 +1,19 @@
 """The recorded history of a manager: typed events grouped into steps, plus snapshots.
 
-The algorithm never draws. Each public call on `KVCacheManager` is one *step*; every
-state change inside it is an *event* tagged with that step, and (optionally) a
-*snapshot* of the whole state is kept after it. The renderer, the tour and the
-course replay these records; nothing here knows about matplotlib.
+The algorithm never draws. Each public call on `KVCacheManager` is one *step*; each state
+change in it is an *event* tagged with that step, and a *snapshot* of the whole state may
+be kept after it: plain frozen data, so showing snapshot k is time travel
+(`pagedsim.io.trace_json` writes them). Snapshots hold no sentences: `story.caption`
+tells a step, unless it was given words (`with_caption`, kept in `custom_caption`).
 
-Snapshots are plain frozen data, so stepping back to snapshot k shows exactly the
-state after step k ("time travel"); `pagedsim.io.trace_json` writes them as JSON. They
-hold no sentences and never tell one: `story.caption(snapshot)` tells the step's story
-(`story.py`) in English when asked, unless a caller gave the step its own words
-(`with_caption`, kept in `custom_caption`).
+With tracing off a manager builds no event object at all and runs the same state change.
 
-A manager writes to a *sink*: a `Trace` when tracing is on, `NULL_SINK` when it is
-off. The manager checks `sink.recording` before it builds an event, so with tracing
-off no event object is ever made and the state change runs the same code either way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -120,9 +114,7 @@ class Snapshot:
     block_fill: tuple[int, ...]  # [num_blocks] tokens held by each block (0 if free)
     sequences: tuple[SeqState, ...]  # SeqState for every live sequence, in admission order
     pending_copies: tuple[tuple[int, int], ...] = ()  # (src, dst) pairs not yet drained
-    cached_blocks: tuple[int, ...] = field(
-        default=()
-    )  # free blocks that still hold reusable contents
+    cached_blocks: tuple[int, ...] = ()  # free blocks that still hold reusable contents
 
     def with_caption(self, text: str) -> Snapshot:
         """This snapshot, captioned with `text` in every language instead of its story."""
@@ -144,26 +136,8 @@ class Snapshot:
 SnapshotFn = Callable[[Sequence[Event]], "Snapshot"]
 
 
-class NullSink:
-    """Where events go when tracing is off: nowhere (and nothing is built for it)."""
-
-    recording = False
-    keep_snapshots = False
-
-    def emit(self, event: Event, first_of_step: bool = False) -> None:
-        pass
-
-    def end_step(self, snapshot_fn: SnapshotFn) -> None:
-        pass
-
-
-NULL_SINK = NullSink()
-
-
 class Trace:
     """Events in order, and (if `keep_snapshots`) one snapshot per step, starting at step 0."""
-
-    recording = True
 
     def __init__(self, keep_snapshots: bool = True):
         self.keep_snapshots = keep_snapshots

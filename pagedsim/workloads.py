@@ -1,32 +1,22 @@
 """Request traces: seeded synthetic ShareGPT/Alpaca workloads and CSV traces (vLLM paper, Fig. 11).
 
-The vLLM paper (Kwon et al., SOSP 2023, Sec. 6.1 and Fig. 11) samples requests from
-two datasets and reports their mean lengths in tokens:
+The vLLM paper (Kwon et al., SOSP 2023, Sec. 6.1) reports the datasets' mean lengths:
 
     sharegpt   input 161.31   output 337.99   (long multi-turn chats)
     alpaca     input  19.31   output  58.45   (short instructions)
 
-We do not ship the datasets. `synthetic` draws each length from a log-normal
-distribution (right-skewed, like the paper's histograms), rounds it to an int and
-clips it to [1, cap]. The log-normal's `mu` is solved (by bisection on the closed-form
-mean of a clipped log-normal) so that the *clipped* mean equals the paper's mean;
-measured means land within a few percent for a few thousand requests.
+We do not ship the datasets. `synthetic` draws each length from a log-normal, rounded and
+clipped to [1, cap], with `mu` solved (bisection on the clipped log-normal's closed-form
+mean) so that the *clipped* mean equals the paper's:
 
     dataset    sigma in/out   cap in/out    why the caps
     sharegpt   1.0 / 0.9      1024 / 1024   prompt + output <= 2048, OPT's context length
     alpaca     0.6 / 0.8       256 /  512   the paper's Alpaca histograms end there
 
-A trace is also a CSV file (UTF-8, a byte-order mark allowed) with the header
-`prompt_len,output_len` and optional columns `n` (parallel samples), `beam_width` and
-`arrival_step`. A header with no rows is a valid, empty trace.
-
-Limits, so that a typo cannot exhaust memory and no sum over a trace can overflow
-int64 (per request, samples x length^2 stays below 2**58):
-
-    MAX_SEQ_LEN    2**24 tokens per prompt or output (16.7M; the longest contexts today)
-    MAX_SAMPLES    256 parallel samples or beams per request
-    MAX_REQUESTS   1,000,000 requests in one trace
-    MAX_ARRIVAL    2**31 - 1, the last arrival step
+A CSV trace (UTF-8, a BOM allowed) has the header `prompt_len,output_len` and optional
+columns `n`, `beam_width` and `arrival_step`. Limits keep a typo from exhausting memory or
+overflowing int64: MAX_SEQ_LEN 2**24 tokens, MAX_SAMPLES 256, MAX_REQUESTS 1,000,000,
+MAX_ARRIVAL 2**31 - 1.
 """
 
 from __future__ import annotations
@@ -73,7 +63,7 @@ class Request:
 
     @property
     def total_len(self) -> int:
-        """L = prompt + output: the final length of each of its sequences."""
+        """L = prompt + output: each sequence's final length."""
         return self.prompt_len + self.output_len
 
     @property
@@ -133,34 +123,33 @@ def synthetic(
     return [Request(int(p), int(o), n, beam_width) for p, o in zip(prompts, outputs, strict=True)]
 
 
-def _requests(requests: Iterable[object]) -> list[Request]:
+def request_list(requests: Iterable[object]) -> list[Request]:
     """`requests` as a list, every item a Request (TypeError otherwise)."""
     if isinstance(requests, (str, bytes)) or not hasattr(requests, "__iter__"):
         raise TypeError(f"requests must be an iterable of Request, got {type(requests).__name__}")
     checked: list[Request] = []
-    for r in list(requests):
+    for i, r in enumerate(list(requests)):
         if not isinstance(r, Request):
-            raise TypeError(f"requests must hold Request objects, got {type(r).__name__}")
+            raise TypeError(f"requests[{i}] must be a Request, got {type(r).__name__} {r!r}")
         checked.append(r)
     return checked
-
-
-def as_arrays(requests: Iterable[Request]) -> dict[str, np.ndarray]:
-    """Columns of a request list as int64 arrays (for the vectorised labs)."""
-    requests = _requests(requests)
-    fields = ("prompt_len", "output_len", "n", "beam_width", "arrival_step")
-    return {
-        f: np.fromiter((getattr(r, f) for r in requests), np.int64, len(requests)) for f in fields
-    }
 
 
 COLUMNS = ("prompt_len", "output_len", "n", "beam_width", "arrival_step")
 REQUIRED = COLUMNS[:2]
 
 
+def as_arrays(requests: Iterable[Request]) -> dict[str, np.ndarray]:
+    """Columns of a request list as int64 arrays (for the vectorised labs)."""
+    requests = request_list(requests)
+    return {
+        f: np.fromiter((getattr(r, f) for r in requests), np.int64, len(requests)) for f in COLUMNS
+    }
+
+
 def write_csv(requests: Iterable[Request], path: StrPath) -> None:
     """Write a trace; optional columns are written only if some request uses them."""
-    requests = _requests(requests)
+    requests = request_list(requests)
     cols = list(REQUIRED) + [
         c
         for c in COLUMNS[2:]
@@ -174,8 +163,7 @@ def write_csv(requests: Iterable[Request], path: StrPath) -> None:
 
 
 def read_csv(path: StrPath) -> list[Request]:
-    """Read a trace. Raises ValueError naming the file, line and column of a bad row
-    (OSError if the file cannot be opened)."""
+    """Read a trace; ValueError names the file, line and column of a bad row."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             return _read_rows(csv.reader(f), path)
@@ -229,14 +217,11 @@ def prompt_tokens(
     vocab: int = 32000,
     prefix_lens: Sequence[int] = (16, 512),
 ) -> list[np.ndarray]:
-    """Token ids for each prompt, for prefix caching: shared system prompts, then unique text.
+    """Token ids for each prompt, for prefix caching: one of `num_prefixes` shared system
+    prompts (length in `prefix_lens`, prefix k with weight 1/(k+1)), then at least one
+    fresh random token."""
 
-    There are `num_prefixes` shared prefixes, each of a seeded length in `prefix_lens`
-    (inclusive); request i uses prefix k with probability proportional to 1/(k+1)
-    (a few popular system prompts, many rare ones) and keeps at least one unique
-    token at the end. The rest of the prompt is fresh random tokens.
-    """
-    requests = _requests(requests)
+    requests = request_list(requests)
     seed = count_arg("seed", seed, 0, (1 << 64) - 1)
     num_prefixes = count_arg("num_prefixes", num_prefixes, 1, 1 << 16)
     vocab = count_arg("vocab", vocab, 1, 1 << 62)

@@ -1,6 +1,4 @@
-"""The apps built on the simulator core: the tour, the playground, captions and their languages,
-trace JSON and the `pagedsim` command line.
+"""The `pagedsim` command line and its apps: the tour, the playground, capacity.
 
-The core (the pool, tables, manager, policies, schedulers, trace) never imports this package;
-`tests/core/test_core_imports.py` checks that.
+The core never imports this package (`tests/core/test_core_imports.py`).
 """

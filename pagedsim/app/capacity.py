@@ -5,9 +5,9 @@
         --kv-cache-dtype fp8
     pagedsim capacity --model mistral-7b --kv-cache-memory-bytes 20GiB --json
 
-It prints what vLLM v1 logs at startup -- "GPU KV cache size: N tokens" and "Maximum
-concurrency for X tokens per request: Y.YYx" -- with the arithmetic behind it
-(`pagedsim.sizing.kv_capacity`, which follows vllm/v1/core/kv_cache_utils.py):
+It prints vLLM v1's startup lines, "GPU KV cache size: N tokens" and "Maximum concurrency
+for X tokens per request: Y.YYx", with the arithmetic behind them (`pagedsim.sizing.
+kv_capacity`, after vllm/v1/core/kv_cache_utils.py):
 
     available       = gpu_memory * gpu_memory_utilization - weights - other
                       (or --kv-cache-memory-bytes)
@@ -16,38 +16,24 @@ concurrency for X tokens per request: Y.YYx" -- with the arithmetic behind it
     num_tokens      = num_blocks * block_size
     concurrency     = num_blocks / ceil(max_model_len / block_size)
 
-A multi-head latent attention model (DeepSeek-V2/V3: a config with kv_lora_rank) caches one
-latent vector per token and layer, kv_lora_rank + qk_rope_head_dim values, instead of K
-and V for each head; vLLM's MLAAttentionSpec pages it as one KV head of that size with no
-V, so page_size_bytes = block_size * (kv_lora_rank + qk_rope_head_dim) * kv_dtype_bytes and
-every tensor-parallel GPU holds the whole latent (DeepSeek-V2-Lite: 576 values, not 5,120).
+A multi-head latent attention model (DeepSeek-V2/V3: kv_lora_rank in its config) caches one
+latent of kv_lora_rank + qk_rope_head_dim values per token and layer, paged as one KV head
+with no V (vLLM's MLAAttentionSpec) and held whole by every tensor-parallel GPU. Block 0 is
+vLLM v1's null block, so vLLM (and this command) refuses to start unless num_blocks - 1
+blocks hold one request of max_model_len tokens.
 
-One of the num_blocks is vLLM v1's null block (block 0, which the block pool never hands
-out), so vLLM refuses to start -- and so does this command -- unless num_blocks - 1 blocks
-hold one request of max_model_len tokens.
+The flags are vLLM's engine arguments: --dtype is the model's (auto: the checkpoint's
+torch_dtype, float32 served as float16), --kv-cache-dtype the cache's (fp8 variants: 1 byte).
 
-The flags are vLLM's engine arguments: --dtype is the model's dtype (auto, half, float16,
-bfloat16, float, float32; auto is the checkpoint's torch_dtype, float32 served as
-float16) and sets the bytes of the weights; --kv-cache-dtype is the KV cache's (auto = the
-model's dtype; bfloat16; fp8, fp8_e4m3, fp8_e5m2, fp8_inc at one byte).
+What it cannot know: vLLM measures `available` by profiling a forward pass (weights,
+activations, non-torch memory); here the weights are estimated from the config's shapes
+(or --weights-bytes, e.g. for a quantized checkpoint) and everything else is --other-bytes
+(default 0), so the result is an upper bound. --kv-cache-memory-bytes skips all that, as
+vLLM's does. Every layer counts as full attention (vLLM v1's hybrid allocator fits more for
+a sliding window; a note says so). With --tensor-parallel-size N the numbers are one GPU's.
 
-What it cannot know. vLLM does not compute `available` from a formula: it loads the weights,
-runs a profiling forward pass of max_num_batched_tokens, and subtracts the measured peak
-(weights + activations + non-torch memory such as NCCL buffers) from total memory x
-utilization; CUDA graphs are captured afterwards. Here the weights are estimated from the
-config's shapes (parameters x bytes of the model dtype; override with --weights-bytes, e.g.
-for a quantized checkpoint) and everything else is --other-bytes (default 0), so the result is
-an upper bound on what vLLM will find. --kv-cache-memory-bytes skips all of that, as vLLM's
-kv_cache_memory_bytes does. Every layer is counted as full attention: for a model with a
-sliding window, vLLM v1's hybrid allocator frees blocks outside the window, so it fits more
-requests than this says (a note says so). With --tensor-parallel-size N every number is one
-GPU's, as vLLM logs it: each GPU holds num_kv_heads / N KV heads (one, replicated, when N is
-larger) and 1/N of the weights.
-
-Model presets are real config.json values (Hugging Face hub); --model DIR reads DIR/config.json
-(hidden_size, num_attention_heads, num_key_value_heads, head_dim, num_hidden_layers,
-torch_dtype, sliding_window, max_position_embeddings). GPU presets are nominal capacities in
-GiB (80GB = 80 GiB); the driver reports a little less, so pass --gpu-memory for your card.
+Model presets are real config.json values (Hugging Face hub); --model DIR reads
+DIR/config.json. GPU presets are nominal GiB (80GB = 80 GiB): pass --gpu-memory for yours.
 """
 
 from __future__ import annotations
@@ -107,6 +93,20 @@ def _cfg(
     )
 
 
+GEMMA_2 = dict(head_dim=256, sliding_window=4096, tie_word_embeddings=True)
+DEEPSEEK_V2_LITE = dict(
+    model_type="deepseek_v2",
+    kv_lora_rank=512,
+    q_lora_rank=None,
+    qk_nope_head_dim=128,
+    qk_rope_head_dim=64,
+    v_head_dim=128,
+    moe_intermediate_size=1408,
+    n_routed_experts=64,
+    n_shared_experts=2,
+    num_experts_per_tok=6,
+    first_k_dense_replace=1,
+)
 MODELS = {  # config.json values of the Hugging Face checkpoints
     "llama-2-7b": _cfg(32, 4096, 32, 32, 11008, 32000, 4096, torch_dtype="float16"),
     "llama-2-13b": _cfg(40, 5120, 40, 40, 13824, 32000, 4096, torch_dtype="float16"),
@@ -121,39 +121,9 @@ MODELS = {  # config.json values of the Hugging Face checkpoints
     ),
     "qwen2.5-72b": _cfg(80, 8192, 64, 8, 29568, 152064, 32768),
     # Gemma 2's checkpoint says float32; vLLM serves Gemma 2 in bfloat16
-    "gemma-2-9b": _cfg(
-        42,
-        3584,
-        16,
-        8,
-        14336,
-        256000,
-        8192,
-        head_dim=256,
-        sliding_window=4096,
-        tie_word_embeddings=True,
-    ),
+    "gemma-2-9b": _cfg(42, 3584, 16, 8, 14336, 256000, 8192, **GEMMA_2),
     # multi-head latent attention: each token caches a 512 + 64 latent, not per-head K, V
-    "deepseek-v2-lite": _cfg(
-        27,
-        2048,
-        16,
-        16,
-        10944,
-        102400,
-        163840,
-        model_type="deepseek_v2",
-        kv_lora_rank=512,
-        q_lora_rank=None,
-        qk_nope_head_dim=128,
-        qk_rope_head_dim=64,
-        v_head_dim=128,
-        moe_intermediate_size=1408,
-        n_routed_experts=64,
-        n_shared_experts=2,
-        num_experts_per_tok=6,
-        first_k_dense_replace=1,
-    ),
+    "deepseek-v2-lite": _cfg(27, 2048, 16, 16, 10944, 102400, 163840, **DEEPSEEK_V2_LITE),
     "opt-13b": dict(
         num_hidden_layers=40,
         hidden_size=5120,
@@ -177,17 +147,11 @@ TORCH_DTYPES = {
 KV_CACHE_DTYPES = {"bfloat16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1}
 # vLLM's --kv-cache-dtype choices besides "auto" (the model's dtype); fp8_ds_mla, DeepSeek's
 # packed MLA layout (its row bytes are not a count of values), is left out
-UNITS = {
+UNITS = {  # byte units: decimal (kb = 10**3) and binary (kib = 2**10)
     "": 1,
     "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
+    **{f"{p}b": 10 ** (3 * k) for k, p in enumerate("kmgt", 1)},
+    **{f"{p}ib": 2 ** (10 * k) for k, p in enumerate("kmgt", 1)},
 }
 
 
@@ -275,6 +239,8 @@ def read_config(raw: object, source: str) -> Config:
     if window is not None:
         window = _field(cfg, "sliding_window", source)
     max_pos = cfg.get("max_position_embeddings")
+    if max_pos is not None:
+        max_pos = _field(cfg, "max_position_embeddings", source)
     try:
         params, unknown = estimate_params(cfg, layers, hidden, heads, kv, head_dim, source), None
     except MissingField as e:  # only needed when the weights are to be estimated
@@ -287,9 +253,7 @@ def read_config(raw: object, source: str) -> Config:
         **mla_dims(cfg, heads, source),
         dtype=TORCH_DTYPES[dtype],
         sliding_window=window,
-        max_position_embeddings=_field(cfg, "max_position_embeddings", source)
-        if max_pos is not None
-        else None,
+        max_position_embeddings=max_pos,
         params=params,
         params_unknown=unknown,
     )
@@ -382,11 +346,9 @@ MLA_FIELDS = ("latent_dim", "kv_lora_rank", "qk_rope_head_dim", "uncompressed_va
 
 def _dtypes(args: argparse.Namespace, model: Config) -> tuple[str, str, int]:
     """(the model's dtype, the KV cache's, bytes per KV element) as vLLM resolves them."""
-    dtype = (
-        TORCH_DTYPES[args.dtype]
-        if args.dtype != "auto"
-        else ("float16" if model["dtype"] == "float32" else model["dtype"])
-    )  # vLLM's auto: fp32 -> fp16
+    dtype: str = model["dtype"] if args.dtype == "auto" else TORCH_DTYPES[args.dtype]
+    if args.dtype == "auto" and dtype == "float32":  # vLLM's auto serves float32 as float16
+        dtype = "float16"
     kv_dtype = dtype if args.kv_cache_dtype == "auto" else args.kv_cache_dtype
     kv_bytes = MODEL_DTYPES[dtype] if args.kv_cache_dtype == "auto" else KV_CACHE_DTYPES[kv_dtype]
     return dtype, kv_dtype, kv_bytes
@@ -511,28 +473,21 @@ def _per_token(r: Config) -> str:
 
 def report(r: Config) -> str:
     """The human-readable report, ending with vLLM's two startup log lines."""
-    params = r["parameters_estimated"]
+    params, tp = r["parameters_estimated"], r["tensor_parallel_size"]
     lines = [
         f"model      {r['model']}: {r['num_layers']} layers, {r['num_heads']} query / "
         f"{r['num_kv_heads']} KV heads, head_dim {r['head_dim']}, "
         + (f"about {params / 1e9:.2f} B parameters" if params else "parameters unknown"),
         f"per token  {r['bytes_per_token']:,} B = "
         + _per_token(r)
-        + (
-            f", on each of {r['tensor_parallel_size']} GPUs"
-            if r["tensor_parallel_size"] > 1
-            else ""
-        ),
+        + (f", on each of {tp} GPUs" if tp > 1 else ""),
         f"per block  {r['bytes_per_block']:,} B ({r['bytes_per_block'] / 2**20:.2f} MiB) for "
         f"{r['block_size']} tokens; one layer's block (vLLM's page_size_bytes) "
         f"{r['page_size_bytes']:,} B",
     ]
     if "gpu_memory_bytes" in r:
-        how = (
-            "estimated: parameters x bytes of the model dtype"
-            if r["weights_estimated"]
-            else ("--weights-bytes")
-        )
+        estimated = "estimated: parameters x bytes of the model dtype"
+        how = estimated if r["weights_estimated"] else "--weights-bytes"
         lines.append(
             f"memory     {r['gpu'] or 'GPU'} {r['gpu_memory_bytes']:,} B x "
             f"{r['gpu_memory_utilization']:g} = {r['requested_bytes']:,} B, minus weights "
@@ -581,25 +536,19 @@ def _memory_arguments(ap: ArgParser) -> None:
         default=0.9,
         help="fraction of GPU memory vLLM may use (default 0.9)",
     )
-    ap.add_argument(
+    for flag, default, help_ in BYTE_FLAGS:
+        ap.add_argument(flag, type=byte_count, metavar="BYTES", default=default, help=help_)
+
+
+BYTE_FLAGS = (  # (flag, default, help): the memory flags that take BYTES, in --help order
+    (
         "--kv-cache-memory-bytes",
-        type=byte_count,
-        metavar="BYTES",
-        help="KV cache bytes, as vLLM's --kv-cache-memory-bytes (overrides the rest)",
-    )
-    ap.add_argument(
-        "--weights-bytes",
-        type=byte_count,
-        metavar="BYTES",
-        help="weight memory (default: estimated from the config's shapes)",
-    )
-    ap.add_argument(
-        "--other-bytes",
-        type=byte_count,
-        metavar="BYTES",
-        default=0,
-        help="activations, CUDA graphs, NCCL... (default 0: not counted)",
-    )
+        None,
+        "KV cache bytes, as vLLM's --kv-cache-memory-bytes (overrides the rest)",
+    ),
+    ("--weights-bytes", None, "weight memory (default: estimated from the config's shapes)"),
+    ("--other-bytes", 0, "activations, CUDA graphs, NCCL... (default 0: not counted)"),
+)
 
 
 def parser() -> ArgParser:

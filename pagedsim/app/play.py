@@ -3,27 +3,16 @@
     pagedsim play                       type commands (stdin), see the pool after each
     pagedsim play SCRIPT --draw DIR     run a scenario script; write frames, key frames, a GIF
     pagedsim play --trace T.json --draw DIR   draw a trace saved by `pagedsim tour --json`
-    pagedsim play --events E.jsonl --html F    replay a KV cache event stream, every event
-                                        a step (vLLM v1's BlockStored / BlockRemoved /
-                                        AllBlocksCleared as JSON lines or a .kvcap capture,
-                                        see pagedsim/kv_events.py and kv_stream.py)
+    pagedsim play --events E.jsonl --html F    replay a vLLM v1 KV event stream (JSON
+                                        lines or a .kvcap capture), every event a step
 
-Step commands (they run on a real `KVCacheManager`, see play_session.STEPS):
-    alloc SEQ N [WORD]   append SEQ [N]   fork SEQ CHILD   free SEQ   evict [SEQ]   resume SEQ
-Other commands:
-    show             print the pool again        back [N] / forward [N]   travel in time
-    draw FILE        draw the shown step (.png, .svg or .pdf)
-    help             this list                   quit         stop reading
-Lines starting with # are comments. A scenario script is just these lines in a file.
+The commands are `help_text()`; lines starting with # are comments. After each command the
+pool is printed as text (a SCRIPT written with `--html` prints captions only). A mistake
+is explained in one line and changes nothing; a pool that runs dry is a step of its own.
+Options pick the manager: `--enable-prefix-caching` (v1), `--window N`, `--hybrid N`,
+`--preemption-mode recompute|swap` (preempt the newest sequence, as vLLM v0's scheduler
+does). The flags carry vLLM's engine-argument names (`--num-gpu-blocks-override`).
 
-After every command the free list, the block tables and the counts are printed as
-text (a SCRIPT written to a page with `--html` prints each step's caption only: the
-page shows the pool). A mistake (unknown sequence, a typo, a missing number) is explained in one
-line and changes nothing; a pool that runs dry is a step of its own, printed and
-drawn as such. Options pick the manager: `--enable-prefix-caching` (vLLM v1 automatic
-prefix caching), `--window N` (sliding window), `--preemption-mode recompute|swap` (preempt
-the newest sequence when the pool is short, as vLLM v0's scheduler does). The flags carry
-vLLM's engine-argument names: `--num-gpu-blocks-override` is the pool's size.
 """
 
 from __future__ import annotations
@@ -40,7 +29,7 @@ from ..text.captions import caption
 from ..text.lang import LANGS, detect, t, wrap
 from ..trace import Snapshot
 from ..view import sources, write_html
-from . import tour, view_zh
+from . import tour, tour_zh
 from .play_session import POLICIES, STEPS, Options, Refused, Session
 
 FORMATS = ("png", "svg", "pdf")
@@ -87,7 +76,7 @@ class Playground:
             "  (in the past: `forward` or a new command)" if s.cursor < len(s.moments) else ""
         )
         self.say(
-            t("step {k}: {caption}", self.lang, view_zh.ZH, k=snap.step, caption=caption(snap))
+            t("step {k}: {caption}", self.lang, tour_zh.VIEW_ZH, k=snap.step, caption=caption(snap))
         )
         self.say(f"  [{where}]")
         if self.pool:
@@ -171,6 +160,15 @@ def draw_step(session: Session, path: Path, lang: str = "en", look: str = "paper
         return scenario.draw_one(session.timeline(lang), session.cursor, path)
 
 
+FILE_FLAGS = (  # (flag, metavar, help): what is read or written, in --help order
+    ("--trace", "FILE", "a trace from `pagedsim tour --json` to draw"),
+    ("--events", "FILE", "a vLLM KV event stream (JSON lines or a .kvcap capture) to replay"),
+    ("--draw", "DIR", "write one frame per step, the key frames and a GIF"),
+    ("--html", "FILE", "write the steps as one self-contained page to step through in a browser"),
+    ("--trace-out", "FILE", "save the steps as a JSON trace (for `pagedsim view`)"),
+)
+
+
 def parser() -> ArgParser:
     """`pagedsim play`'s command line."""
     p = ArgParser(
@@ -180,33 +178,8 @@ def parser() -> ArgParser:
         epilog=help_text(),
     )
     p.add_argument("script", nargs="?", type=Path, help="a scenario file (default: read stdin)")
-    p.add_argument(
-        "--trace", type=Path, metavar="FILE", help="a trace from `pagedsim tour --json` to draw"
-    )
-    p.add_argument(
-        "--events",
-        type=Path,
-        metavar="FILE",
-        help="a vLLM KV event stream (JSON lines or a .kvcap capture) to replay",
-    )
-    p.add_argument(
-        "--draw",
-        type=Path,
-        metavar="DIR",
-        help="write one frame per step, the key frames and a GIF",
-    )
-    p.add_argument(
-        "--html",
-        type=Path,
-        metavar="FILE",
-        help="write the steps as one self-contained page to step through in a browser",
-    )
-    p.add_argument(
-        "--trace-out",
-        type=Path,
-        metavar="FILE",
-        help="save the steps as a JSON trace (for `pagedsim view`)",
-    )
+    for flag, metavar, help_ in FILE_FLAGS:
+        p.add_argument(flag, type=Path, metavar=metavar, help=help_)
     p.add_argument(
         "--format", choices=FORMATS, default="png", help="format of the frames (default png)"
     )
@@ -329,7 +302,10 @@ def _draw_trace(args: argparse.Namespace, p: argparse.ArgumentParser, width: int
     except (OSError, ValueError) as e:
         p.error(f"--trace: {printable(e)}")
     for s in snaps:
-        echo(t("step {k}: {caption}", lang, view_zh.ZH, k=s.step, caption=caption(s, lang)), width)
+        echo(
+            t("step {k}: {caption}", lang, tour_zh.VIEW_ZH, k=s.step, caption=caption(s, lang)),
+            width,
+        )
         text = tour.format_snapshot(s, width=width, lang=lang)
         print("\n".join(printable(line) for line in text.split("\n")))
     if args.draw:

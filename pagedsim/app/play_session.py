@@ -1,23 +1,17 @@
 """The playground's state: a real block manager, a timeline of commands, and time travel.
 
-A `Session` owns one `KVCacheManager` (optionally `PrefixCachingManager` or
-`SlidingWindowManager`) and the list of commands that built its state. Each accepted
-command is one *moment* of the timeline; `back` and `forward` only move a cursor
-over the recorded snapshots. Typing a new command while the cursor is in the past
-cuts the future off and rebuilds the manager by replaying the kept commands (the
-simulator is deterministic, so the replay lands in exactly the shown state), like
-undo in an editor.
+A `Session` owns one manager and the commands that built its state; each accepted command
+is one *moment*. `back` and `forward` move a cursor over the recorded snapshots; a new
+command typed in the past cuts the future off and replays the kept commands (the
+simulator is deterministic), like undo in an editor.
 
 Rules a classroom needs:
-    * a refused command (unknown sequence, bad number) changes nothing and is not
-      part of the timeline; `Refused` carries the one-line reason;
-    * a pool that runs dry is a *step* (the manager records AllocationFailed), so it
-      is kept, printed and drawn like any other;
-    * copy-on-write pairs are drained after every command, so a snapshot shows
-      only the pairs its own step made;
-    * with a preemption policy (v0-style scheduler behaviour, vLLM paper Sec. 4.5) a
-      short pool preempts the newest other sequence: `recompute` frees it, `swap`
-      also keeps its table on the host so `resume` can bring it back.
+    * a refused command changes nothing and is not kept; `Refused` carries the one-line reason;
+    * a pool that runs dry is a *step* (AllocationFailed), kept, printed and drawn;
+    * copy-on-write pairs are drained after every command (a snapshot shows its own);
+    * with a preemption policy (v0's scheduler, vLLM paper Sec. 4.5) a short pool
+      preempts the newest other sequence: `recompute` frees it, `swap` keeps its table
+      on the host so `resume` can bring it back.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from ..manager import KVCacheManager
 from ..text.captions import caption
 from ..text.lang import LANGS, detect, display_width, t, wrap
 from ..trace import Snapshot
-from . import tour_zh, view_zh
+from . import tour_zh
 
 if TYPE_CHECKING:
     from ..io.args import ArgParser
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
 NUM_BLOCKS, BLOCK_SIZE = 12, 4
 
-# (why this step matters, the operation). Each operation is one manager step.
 # (why, op): each step of the tour, what the chapter says about it and the call it makes
 SCRIPT: list[tuple[str, Callable[[KVCacheManager], object]]] = [
     (
@@ -97,6 +96,13 @@ OUT_OF_BLOCKS_NOTE = (
 )
 
 
+def _whys(lang: str) -> tuple[str, list[str], str]:
+    """The tour's start line, the why of each step, and its out-of-blocks note, in `lang`."""
+    if lang == "zh":
+        return tour_zh.WHY_START, tour_zh.WHY, tour_zh.OUT_OF_BLOCKS_NOTE
+    return WHY_START, [why for why, _ in SCRIPT], OUT_OF_BLOCKS_NOTE
+
+
 def tour_manager(steps: int | None = None) -> KVCacheManager:
     """Run the tour's script (all of it, or the first `steps` steps) and return the manager."""
     m = KVCacheManager(NUM_BLOCKS, BLOCK_SIZE, free_order="lifo")
@@ -116,12 +122,12 @@ CELL = 18  # characters per physical-block cell in the text picture
 def format_snapshot(
     s: Snapshot, per_row: int | None = None, width: int = 100, lang: str = "en"
 ) -> str:
-    """The snapshot as text: free list, block tables, pending copies, physical blocks.
-    No line is wider than `width` columns; `per_row` blocks per row (default: as many as fit)."""
+    """The snapshot as text (free list, tables, copies, blocks), no line over `width`."""
+
     per_row = per_row or max(1, (width - 4) // CELL)
 
     def say(template: str, **kw: object) -> str:
-        return t(template, lang, view_zh.ZH, **kw)
+        return t(template, lang, tour_zh.VIEW_ZH, **kw)
 
     owners: dict[int, list[str]] = {b: [] for b in range(s.num_blocks)}
     for seq in s.sequences:
@@ -248,8 +254,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _narrate(snaps: list[Snapshot], lang: str, width: int, wait: bool) -> bool:
-    """Print each step: its caption, why the tour does it, and the pool. With `wait`, pause
-    between steps (Enter = next, b = back); False when the reader stopped with q."""
+    """Print each step (caption, why, pool); `wait` pauses between steps. False: q."""
 
     def say(template: str, **kw: object) -> str:
         return t(template, lang, tour_zh.ZH, **kw)
@@ -266,13 +271,11 @@ def _narrate(snaps: list[Snapshot], lang: str, width: int, wait: bool) -> bool:
         )
         + "\n"
     )
+    start, script, note = _whys(lang)
     k = 0
     while k < len(snaps):
         s = snaps[k]
-        if lang == "zh":
-            why = tour_zh.WHY[s.step - 1] if s.step else tour_zh.WHY_START
-        else:
-            why = SCRIPT[s.step - 1][0] if s.step else WHY_START
+        why = script[s.step - 1] if s.step else start
         show(say("step {k}: {caption}", k=s.step, caption=caption(s, lang)))
         show(say("  why: {why}", why=why))
         print(format_snapshot(s, width=width, lang=lang))
@@ -287,7 +290,7 @@ def _narrate(snaps: list[Snapshot], lang: str, width: int, wait: bool) -> bool:
             if answer.strip().lower() == "b":  # show the step before this one again
                 k = max(0, k - 2)
     if any(e.kind == "allocation_failed" for e in snaps[-1].events):
-        show(tour_zh.OUT_OF_BLOCKS_NOTE if lang == "zh" else OUT_OF_BLOCKS_NOTE, indent="")
+        show(note, indent="")
     return True
 
 
@@ -306,11 +309,10 @@ def tour_page(lang: str = "en", steps: int | None = None) -> TourPage:
     trace = tour_manager(steps).trace
     assert trace is not None, "the tour's manager records a trace"
     snaps = trace.snapshots
-    script = tour_zh.WHY if lang == "zh" else [why for why, _ in SCRIPT]
-    start = tour_zh.WHY_START if lang == "zh" else WHY_START
+    start, script, note = _whys(lang)
     whys = [start if s.step == 0 else script[s.step - 1] for s in snaps]
     if any(e.kind == "allocation_failed" for e in snaps[-1].events):
-        whys[-1] += " " + (tour_zh.OUT_OF_BLOCKS_NOTE if lang == "zh" else OUT_OF_BLOCKS_NOTE)
+        whys[-1] += " " + note
     options = PageOptions(
         captions=[caption(s, lang) for s in snaps],
         whys=whys,

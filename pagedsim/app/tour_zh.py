@@ -1,11 +1,29 @@
-"""Chinese for `pagedsim tour --lang zh`: the tour's explanations and its own lines.
+"""Chinese for `pagedsim tour --lang zh` and `pagedsim play --lang zh` (English -> Chinese
+templates, through `lang.t`): the snapshot view both print, and the tour's own lines.
 
-WHY lists the tour's explanations in the order of tour.SCRIPT; a test checks the
-lengths agree. The snapshot view the tour shares with the playground is in
-`view_zh.py`, the captions in `pagedsim/text/captions.py`.
+WHY lists the tour's explanations in the order of tour.SCRIPT; a test checks the lengths
+agree. The captions are in `pagedsim/text/captions.py`.
 """
 
-from .view_zh import ZH as VIEW_ZH
+# the snapshot view (`tour.format_snapshot`), which the tour and the playground both print
+VIEW_ZH = {
+    "step {k}: {caption}": "第 {k} 步：{caption}",
+    "  free list, head first ({n} free): {free}": "  空闲链表，表头在前（{n} 块空闲）：{free}",
+    "  block tables:": "  块表：",
+    "    {seq:<3} {n:>3} tokens   logical->physical: {mapping}": (
+        "    {seq:<3} {n:>3} 个 token   逻辑->物理：{mapping}"
+    ),
+    "dropped": "已丢弃",
+    "    (no sequences)": "    （没有序列）",
+    "(empty)": "（空）",
+    "  copy-on-write pairs for the copy_blocks kernel (src, dst): {pairs}": (
+        "  写时复制对，交给 copy_blocks 内核 (src, dst)：{pairs}"
+    ),
+    "  physical blocks (owners, ref count, fill): {used} used, {shared} shared, {free} free": (
+        "  物理块（持有者、引用计数、填充）：已用 {used}，共享 {shared}，空闲 {free}"
+    ),
+    "free": "空闲",
+}
 
 WHY_START = "3.1：所有块在开始时一次性创建，全部挂在空闲链表上。"
 

@@ -1,14 +1,10 @@
 """A trace as JSON (`pagedsim tour --json`), and read back: snapshots again.
 
-`to_dict(trace)` stores every snapshot with its events as plain JSON (event `kind`
-in snake case, tuples as lists, each snapshot's English `caption` beside its step).
-`snapshots_from_dict` rebuilds frozen `Snapshot`s
-with typed events, so the renderer and the playground draw a loaded trace exactly
-like a live one. Bad input raises ValueError naming the first thing that is wrong:
-every number is checked for its type and range (a step is a whole number >= 0, block
-ids lie in the pool, free-list entries are distinct, a block holds 0..block_size
-tokens), so nothing downstream meets a block that does not exist. A UTF-8 byte-order
-mark is accepted, as the CSV workloads accept one. No matplotlib here.
+`to_dict(trace)` stores every snapshot with its events as plain JSON (event `kind` in snake
+case, each snapshot's English `caption` beside its step); `snapshots_from_dict` rebuilds
+frozen `Snapshot`s with typed events. Bad input raises ValueError naming the first wrong
+thing: every number's type and range is checked, so nothing downstream meets a block that
+does not exist. A UTF-8 byte-order mark is accepted.
 """
 
 from __future__ import annotations
@@ -22,21 +18,8 @@ from typing import Any
 from .. import trace as tr
 from ..story import caption
 
-EVENT_TYPES = {
-    cls.__name__: cls
-    for cls in (
-        tr.SequenceAdded,
-        tr.TokensAppended,
-        tr.SequenceForked,
-        tr.SequenceFreed,
-        tr.BlockAllocated,
-        tr.BlockShared,
-        tr.BlockReleased,
-        tr.CopyOnWrite,
-        tr.AllocationFailed,
-    )
-}
-KINDS = {tr._snake(name): cls for name, cls in EVENT_TYPES.items()}
+KINDS = {tr._snake(cls.__name__): cls for cls in tr.Event.__subclasses__()}  # every event
+
 # a JSON object, as json.loads returns it and json.dumps takes it: its values are any JSON
 # (json's own functions type them Any); validate() checks a loaded one before it is used
 JSONObject = dict[str, Any]

@@ -1,13 +1,9 @@
 """Captions in every language: the Chinese template table and the language switch.
 
-A step's story (`pagedsim/story.py`) is told with one table per language: English in
-`pagedsim/captions_en.py` (the core needs it for `story.caption`), Chinese here.
+English is `pagedsim/captions_en.py` (the core tells stories with it); Chinese is here.
 `caption(snapshot, lang)` is what the tour, the playground and the figures print; ids,
-counts and call names stay as they are, only the sentence changes language.
-
-How to add a language: write its table with the keys of `EN` (plurals and `alone`
-forms are optional variants), add it to `TABLES`, and add its code to `lang.LANGS`.
-`tests/captions/test_story.py` checks that every table covers every story.
+counts and call names are never translated. To add a language: a table with `EN`'s keys
+in `TABLES`, and its code in `lang.LANGS` (`tests/captions/test_story.py` checks coverage).
 """
 
 from __future__ import annotations

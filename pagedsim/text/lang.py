@@ -1,18 +1,10 @@
 """English or Chinese for every app and the course (`--lang en|zh`): the one language rule.
 
-The language is `--lang` when given, else PAGEDSIM_LANG, else the locale: Chinese when
-LC_ALL, LC_MESSAGES or LANG starts with "zh", English otherwise.
-
-    detect(chosen)          that rule: "en" or "zh"
-    set_lang(chosen)        decide once and export it in PAGEDSIM_LANG, so subprocesses
-                            (a check run, a grader's worker) see the same language
-    t(template, lang, ZH)   an English template looked up in a ZH table and filled in; a
-                            template without a translation stays English, so nothing is lost
-    say(en, zh, lang)       a sentence written in both languages at the call site
-    display_width, wrap     terminal columns of mixed English/CJK text, and line wrapping
-
-Identifiers (seq ids, block ids, `allocate()`) are never translated. The captions' own
-tables are in `captions.py`.
+The language is `--lang` when given, else PAGEDSIM_LANG, else the locale (Chinese when
+LC_ALL, LC_MESSAGES or LANG starts with "zh"). `set_lang` exports it in PAGEDSIM_LANG for
+subprocesses; `t(template, lang, ZH)` looks an English template up (untranslated: stays
+English); `say(en, zh, lang)` picks a sentence; `display_width` and `wrap` measure and wrap
+mixed English/CJK text. Identifiers (seq ids, block ids, `allocate()`) are never translated.
 """
 
 from __future__ import annotations

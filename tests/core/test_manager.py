@@ -17,8 +17,9 @@ from pagedsim import (
     story,
 )
 from pagedsim.io import trace_json
+from pagedsim.policies.prefix_cache import PrefixCachingManager
 from pagedsim.story import describe
-from pagedsim.trace import AllocationFailed, CopyOnWrite
+from pagedsim.trace import AllocationFailed, CopyOnWrite, PrefixCacheReset
 
 
 def test_a_table_has_ceil_tokens_over_block_size_entries():
@@ -201,6 +202,17 @@ def test_the_trace_is_json_ready():
     data = json.loads(json.dumps(trace_json.to_dict(m.trace)))
     assert [e["kind"] for e in data["events"]][:2] == ["sequence_added", "block_allocated"]
     assert data["snapshots"][-1]["sequences"][1]["seq_id"] == "B"
+
+
+def test_a_trace_with_a_prefix_cache_reset_loads_back():
+    m = PrefixCachingManager(4, 2)
+    m.add_sequence("A", 4, [1, 2, 3, 4])
+    m.free_sequence("A")
+    assert m.reset_prefix_cache()
+    data = json.loads(json.dumps(trace_json.to_dict(m.trace)))
+    snaps = trace_json.snapshots_from_dict(data)
+    assert snaps[-1].events == (PrefixCacheReset(m.step, 2),)
+    assert snaps == m.trace.snapshots
 
 
 def test_describe_never_returns_an_empty_caption():

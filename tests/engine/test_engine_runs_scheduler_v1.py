@@ -12,8 +12,7 @@ from pagedsim.manager import KVCacheManager
 from pagedsim.policies.hybrid import HybridManager
 from pagedsim.policies.prefix_cache import PrefixCachingManager
 from pagedsim.policies.sliding_window_cache import SlidingWindowPrefixCachingManager
-from pagedsim.scheduler import SchedulerV1
-from pagedsim.scheduler_v1 import RequestColumns
+from pagedsim.scheduler_v1 import RequestColumns, SchedulerV1
 from pagedsim.workloads import Request as Workload
 
 SMALL = dict(heads=2, kv_heads=1, head_dim=8, hidden=16, mlp=32)

@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 from pagedsim import KVCacheManager
 from pagedsim.config import CacheConfig, SchedulerConfig
 from pagedsim.policies import PrefixCachingManager
-from pagedsim.scheduler import SchedulerV0, SchedulerV1
 from pagedsim.scheduler_output import SchedulerOutput
 from pagedsim.scheduler_v0 import DEFAULT_SCHEDULER_CONFIG as V0_CONFIG
+from pagedsim.scheduler_v0 import SchedulerV0
+from pagedsim.scheduler_v1 import SchedulerV1
 from pagedsim.workloads import Request
 
 SHAPES = st.lists(

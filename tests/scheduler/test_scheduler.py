@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 from pagedsim import KVCacheManager
 from pagedsim.config import CacheConfig, SchedulerConfig
 from pagedsim.policies import PrefixCachingManager, RecomputePolicy, SwapPolicy, make_policy
-from pagedsim.scheduler import SchedulerV0, make_scheduler
+from pagedsim.scheduler import make_scheduler
+from pagedsim.scheduler_v0 import SchedulerV0
 from pagedsim.workloads import Request
 
 

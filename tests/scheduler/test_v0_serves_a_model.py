@@ -14,9 +14,8 @@ from pagedsim.config import CacheConfig
 from pagedsim.manager import KVCacheManager
 from pagedsim.policies.preemption import Group
 from pagedsim.policies.prefix_cache import PrefixCachingManager
-from pagedsim.scheduler import SchedulerV0
 from pagedsim.scheduler_output import SchedulerOutput
-from pagedsim.scheduler_v0 import DEFAULT_SCHEDULER_CONFIG, SeqGroupPolicy, V0Settings
+from pagedsim.scheduler_v0 import DEFAULT_SCHEDULER_CONFIG, SchedulerV0, SeqGroupPolicy, V0Settings
 
 
 def _config(preemption_mode: str):

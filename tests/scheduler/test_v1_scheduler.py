@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from pagedsim import KVCacheManager
 from pagedsim.policies import PrefixCachingManager
-from pagedsim.scheduler import SchedulerV1, make_scheduler
+from pagedsim.scheduler import make_scheduler
+from pagedsim.scheduler_v1 import SchedulerV1
 from pagedsim.workloads import Request
 
 

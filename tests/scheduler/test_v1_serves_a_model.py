@@ -9,7 +9,8 @@ from pagedsim.config import CacheConfig, SchedulerConfig
 from pagedsim.policies.hybrid import HybridManager
 from pagedsim.policies.prefix_cache import PrefixCachingManager
 from pagedsim.policies.sliding_window_cache import SlidingWindowPrefixCachingManager
-from pagedsim.scheduler import SchedulerV0, SchedulerV1
+from pagedsim.scheduler_v0 import SchedulerV0
+from pagedsim.scheduler_v1 import SchedulerV1
 
 
 def test_an_added_request_stops_at_a_sampled_stop_token_and_frees_its_blocks():
