@@ -90,10 +90,9 @@ def test_appending_into_a_shared_partly_filled_block_copies_it(impl, prompt):
         f"was {before[-1]}), but the caller's copies list is still empty: the (src, dst) pair "
         "was lost, so nobody copies the block's tokens. Append to the list passed in "
         "(copies.append((src, dst))); `copies = copies + [...]` rebinds a local name",
-        f"slot_for_append 做了私有拷贝（写入者的最后一块现在是 {child[-1]}，原来是 "
-        f"{before[-1]}），但调用者的 copies 列表仍是空的：(src, dst) 对丢了，没人会拷贝这个块的 "
-        "token。要追加到传进来的列表（copies.append((src, dst))）；`copies = copies + [...]` "
-        "只是重新绑定了局部名字",
+        f"slot_for_append 做了私有拷贝（写入者的最后一块现在是 {child[-1]}，原来是 {before[-1]}），"
+        "但调用者的 copies 列表仍是空的：(src, dst) 对丢了，没人会拷贝这个块的 token。要追加到传进"
+        "来的列表（copies.append((src, dst))）；`copies = copies + [...]` 只是重新绑定了局部名字",
     )
     assert len(copies) == 1, say(
         "appending into a shared, partly filled block wrote into it without copy-on-write: "
@@ -105,9 +104,8 @@ def test_appending_into_a_shared_partly_filled_block_copies_it(impl, prompt):
         f"slot_for_append recorded the copy {copies[0]}, but the table passed in still ends "
         f"with the shared block {before[-1]}: change the caller's table in place "
         "(table[-1] = dst); `table = table[:-1] + [dst]` only rebinds a local name",
-        f"slot_for_append 记录了复制 {copies[0]}，但传进来的表最后一块仍是共享块 {before[-1]}："
-        "要原地修改调用者的表（table[-1] = dst）；"
-        "`table = table[:-1] + [dst]` 只是重新绑定了局部名字",
+        f"slot_for_append 记录了复制 {copies[0]}，但传进来的表最后一块仍是共享块 {before[-1]}：要原"
+        "地修改调用者的表（table[-1] = dst）；`table = table[:-1] + [dst]` 只是重新绑定了局部名字",
     )
     assert src == parent[-1] and dst == child[-1] and dst != src, say(
         f"after a {prompt}-token prompt (table {before}) the copy pair is {copies[0]}; it should "
@@ -127,8 +125,7 @@ def test_appending_into_a_shared_partly_filled_block_copies_it(impl, prompt):
     )
     assert parent == before and child[:-1] == before[:-1], say(
         f"copy-on-write changed the wrong table entry: parent {parent}, child {child}; only the "
-        f"child's "
-        "last entry may change",
+        "child's last entry may change",
         f"写时复制改错了表项：父序列 {parent}，子序列 {child}；只有子序列的最后一项可以改变",
     )
 
@@ -225,18 +222,15 @@ def why_free_lists_differ(seq, got, want, pool, sources=(), finished=()):
     if leaked:
         counts = [pool.ref_count(b) for b in leaked]
         return say(
-            f"after seq {seq} finished, block(s) {leaked} should be free but still have "
-            f"count(s) {counts}: "
-            "a leak; some owner never let go of them (after a copy-on-write the writer must "
-            "pool.free the shared block it copied from)",
-            f"序列 {seq} 结束后，块 {leaked} 应该空闲，但计数仍是 {counts}：泄漏了；"
-            "有持有者没有释放它们（copy-on-write 之后，写入方必须对被复制的共享块调用 "
-            "pool.free）",
+            f"after seq {seq} finished, block(s) {leaked} should be free but still have count(s) "
+            f"{counts}: a leak; some owner never let go of them (after a copy-on-write the writer "
+            "must pool.free the shared block it copied from)",
+            f"序列 {seq} 结束后，块 {leaked} 应该空闲，但计数仍是 {counts}：泄漏了；有持有者没有释"
+            "放它们（copy-on-write 之后，写入方必须对被复制的共享块调用 pool.free）",
         )
     if early:
         return say(
-            f"after seq {seq} finished, block(s) {early} are free although another sequence "
-            f"still "
+            f"after seq {seq} finished, block(s) {early} are free although another sequence still "
             "holds them: a block was freed too often",
             f"序列 {seq} 结束后，块 {early} 已空闲，但另一个序列仍持有它们：某个块被多释放了",
         )
@@ -419,9 +413,8 @@ def run_two_beams(impl, rng, write, copy, attend):
     """A 6-token prompt, a fork, then 3 different tokens per beam; returns (got, want) [2, H, D]."""
     bs, heads, kv_heads, d = 4, 2, 1, 4
     pool = BlockPool(8, bs)
-    cache = rng.standard_normal((8, 2, kv_heads, bs, d)).astype(
-        np.float32
-    )  # [N, 2, H_kv, B, D] noise
+    # [N, 2, H_kv, B, D] noise
+    cache = rng.standard_normal((8, 2, kv_heads, bs, d)).astype(np.float32)
     tables, history = {"A": []}, {"A": []}
     new_kv = lambda: rng.standard_normal((2, kv_heads, d)).astype(np.float32)  # noqa: E731
     prompt = [new_kv() for _ in range(6)]
