@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from course.ch03_kv_block.lessons import reference, verdict
 from pagedsim.sizing import PRESETS, fit_blocks
 
 TITLE = "Pitfalls in real projects"
@@ -22,7 +23,7 @@ FIGURES_ZH = [
     "一次 warp 读取在每个起始偏移处触及的 sector（下面的模型）",
     "K 和 V 放在一起还是分开：一次 warp 读取触及的 sector",
     "有竞争的弹栈的第一个出错调度",
-]  # the captions of FIGURES, in order
+]
 TEXT = """
 Three pitfalls. (1) Alignment: GPU loads are served in 32-byte sectors and 128-byte lines,
 so every block should start on a 128-byte boundary; round the block's stride *up* to a
@@ -109,10 +110,9 @@ def _layout_part(sectors) -> None:
         lay: min(r["efficiency"] for r in rows if r["layout"] == lay) for lay in ("fused", "split")
     }
     _note(
-        f"what it means: every load reads whole sectors in both layouts (efficiency fused "
+        "what it means: every load reads whole sectors in both layouts (efficiency fused "
         f"{eff['fused']:.0%}, split {eff['split']:.0%}), so the model predicts about 0% lost by "
-        f"storing K and V apart, "
-        "against the chapter's ~30% lower bandwidth utilisation."
+        "storing K and V apart, against the chapter's ~30% lower bandwidth utilisation."
     )
     _note(
         "a GPU run (the source repository's benchmarks/gpu_labs.py, layouts part) times the same "
@@ -154,17 +154,15 @@ def _prealloc_part() -> None:
         "what it means: on demand, every new block is a device allocation (a cudaMalloc, and a "
         "cudaFree later); pooled, one allocation at start-up and none while serving. The times "
         "above come from the simulator (NumPy allocations), not from a GPU; the source "
-        "repository's benchmarks/gpu_labs.py (prealloc part) "
-        "times both strategies on a GPU, where cudaMalloc and cudaFree are driver calls that may "
-        "synchronise the device."
+        "repository's benchmarks/gpu_labs.py (prealloc part) times both strategies on a GPU, where "
+        "cudaMalloc and cudaFree are driver calls that may synchronise the device."
     )
     from pagedsim import NULL_BLOCK
 
     _note(
-        f"the null block: vLLM v1 takes block 0 off its free queue at start-up and points table "
+        "the null block: vLLM v1 takes block 0 off its free queue at start-up and points table "
         f"entries that hold no KV at it; pagedsim writes NULL_BLOCK = {NULL_BLOCK} in those "
-        f"entries and keeps "
-        "every pool block usable."
+        "entries and keeps every pool block usable."
     )
 
 
@@ -178,8 +176,6 @@ def racy_pop(free_stack, top, out):
 
 
 def demo(out_dir) -> None:
-    from course.ch03_kv_block.lessons import reference
-
     ref = reference("3.7")
     block_starts, pop_kernel = ref.block_starts, ref.pop_kernel
     from course.ch03_kv_block.interleaver import Stepper
@@ -200,9 +196,8 @@ def demo(out_dir) -> None:
     )
     print(
         f"1,200-byte blocks: one rounded stride gives starts {block_starts(4, 1200)}; rounding "
-        f"each start "
-        "would give [0, 1280, 2432, 3712], and block 1 (1280..2480) would overlap block 2 by 48 "
-        "B"
+        "each start would give [0, 1280, 2432, 3712], and block 1 (1280..2480) would overlap "
+        "block 2 by 48 B"
     )
     try:
         sectors = _sectors()
@@ -242,8 +237,6 @@ def demo(out_dir) -> None:
         for tid, what in log[:6]:
             print(f"   thread {tid}: {what}")
         handed[name] = out.tolist()
-    from course.ch03_kv_block.lessons import verdict
-
     racy, atomic = (len(set(handed[k])) for k in ("racy pop", "atomic pop"))
     verdict(
         f"aligned strides cost {odd.padding_fraction:.1%} of a pool of 1,000-byte blocks and "
