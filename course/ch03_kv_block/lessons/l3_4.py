@@ -120,7 +120,7 @@ def _v0_fork_demo() -> dict:
     except BlockError as e:
         refused = True
         print(f"a double free is refused: BlockError: {e}")
-    return {"copies": copies, "refused": refused, "free": m.num_free_blocks, "blocks": 6}
+    return {"copies": copies, "refused": refused}
 
 
 def _v1_cache_demo() -> dict:

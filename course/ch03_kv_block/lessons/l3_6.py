@@ -155,10 +155,9 @@ def own_snapshots(pool_mod, cow_mod, num_blocks=8):
 
 def manager_snapshots():
     m = KVCacheManager(8, BLOCK_SIZE)
+    calls = {"add": m.add_sequence, "append": m.append_tokens, "fork": m.fork}
     for op, seq, *rest in SCRIPT:
-        {"add": m.add_sequence, "append": m.append_tokens, "fork": m.fork}.get(
-            op, lambda s: m.free_sequence(s)
-        )(seq, *rest)
+        calls.get(op, m.free_sequence)(seq, *rest)  # "free" is the rest
     return m.trace.snapshots
 
 
@@ -168,25 +167,15 @@ def compare(yours, reference) -> list[str]:
     for a, b in zip(yours, reference, strict=False):  # a half-done run may stop early
         what = []
         if a.free_list != b.free_list:
-            first = next(
-                i
-                for i, (x, y) in enumerate(
-                    zip(a.free_list + (None,), b.free_list + (None,), strict=False)
-                )
-                if x != y
-            )
+            pairs = zip(a.free_list + (None,), b.free_list + (None,), strict=False)
+            first = next(i for i, (x, y) in enumerate(pairs) if x != y)
             what.append(
                 f"free list {list(a.free_list)} vs the manager's {list(b.free_list)} "
                 f"(first difference at position {first})"
             )
-        counts = [
-            blk
-            for blk, (x, y) in enumerate(zip(a.ref_counts, b.ref_counts, strict=False))
-            if x != y
-        ]
+        counts = enumerate(zip(a.ref_counts, b.ref_counts, strict=False))
         what += [
-            f"block {blk} has count {a.ref_counts[blk]}, the manager's {b.ref_counts[blk]}"
-            for blk in counts
+            f"block {blk} has count {x}, the manager's {y}" for blk, (x, y) in counts if x != y
         ]
         if what:
             out.append(f"step {a.step} ({story.caption(b)}): " + "; ".join(what))

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from course.ch03_kv_block.interleaver import Stepper
 from course.ch03_kv_block.lessons import reference, verdict
+from pagedsim.labs import sectors
+from pagedsim.labs.interleavings import summarize
 from pagedsim.sizing import PRESETS, fit_blocks
 
 TITLE = "Pitfalls in real projects"
@@ -72,17 +75,7 @@ def _note(text: str) -> None:
     print(textwrap.fill(text, 100, initial_indent="  ", subsequent_indent="    "))
 
 
-def _sectors():
-    """The sector-count model: pagedsim.labs.sectors where it lives, else
-    cuda_kernels.labs.sectors."""
-    try:
-        from pagedsim.labs import sectors
-    except ImportError:
-        from cuda_kernels.labs import sectors
-    return sectors
-
-
-def _alignment_part(sectors) -> None:
+def _alignment_part() -> None:
     rows = sectors.alignment_table()
     print("\npredicted sectors for one block start offset (model, not a measurement):")
     print(sectors.format_table(rows))
@@ -102,7 +95,7 @@ def _alignment_part(sectors) -> None:
     )
 
 
-def _layout_part(sectors) -> None:
+def _layout_part() -> None:
     rows = [r for r in sectors.layout_table() if r["layout"] in ("fused", "split")]
     print("\npredicted sectors per warp load, K and V together (fused) or apart (split):")
     print(sectors.format_table(rows))
@@ -178,8 +171,6 @@ def racy_pop(free_stack, top, out):
 def demo(out_dir) -> None:
     ref = reference("3.7")
     block_starts, pop_kernel = ref.block_starts, ref.pop_kernel
-    from course.ch03_kv_block.interleaver import Stepper
-
     budget = 40 * 2**30
     print(f"{'model':<12} {'block bytes':>12} {'stride':>12} {'blocks in 40 GiB':>17}")
     model_padding = 0.0
@@ -199,37 +190,19 @@ def demo(out_dir) -> None:
         "each start would give [0, 1280, 2432, 3712], and block 1 (1280..2480) would overlap "
         "block 2 by 48 B"
     )
-    try:
-        sectors = _sectors()
-        _alignment_part(sectors)
-        _layout_part(sectors)
-    except ImportError as e:
-        print(f"\n(the sector-count model is not available: {e})")
+    _alignment_part()
+    _layout_part()
     print("\nGPU measurements of the chapter's 30% / 15% claims: pending (no GPU was available).")
-    try:
-        _prealloc_part()
-    except ImportError as e:
-        print(f"\n(the pre-allocation lab cuda_kernels.labs.prealloc is not available: {e})")
-    try:
-        from pagedsim.labs.interleavings import summarize
-
-        for impl in ("racy", "atomic_add"):
-            s = summarize(impl, 2)
-            print(
-                f"pagedsim race: {impl} pop, 2 threads: {s.bad} of {s.total} interleavings go wrong"
-            )
-    except ImportError as e:
-        print(f"(pagedsim.labs.interleavings is not available: {e})")
+    _prealloc_part()
+    for impl in ("racy", "atomic_add"):
+        s = summarize(impl, 2)
+        print(f"pagedsim race: {impl} pop, 2 threads: {s.bad} of {s.total} interleavings go wrong")
     handed = {}
     for name, kernel in (("racy pop", racy_pop), ("atomic pop", pop_kernel)):
-        stack, top, out = (
-            np.arange(10, 14, dtype=np.int32),
-            np.array([4], np.int32),
-            np.full(3, -2, np.int32),
-        )
-        log = Stepper("round_robin").run(
-            kernel, 3, stack, top, out, names=["free_stack", "top", "out"]
-        )
+        stack, top = np.arange(10, 14, dtype=np.int32), np.array([4], np.int32)
+        out = np.full(3, -2, np.int32)  # -2: not written
+        names = ["free_stack", "top", "out"]
+        log = Stepper("round_robin").run(kernel, 3, stack, top, out, names=names)
         print(
             f"\n{name}, 3 threads, round robin: blocks handed out {out.tolist()}, top ends at "
             f"{top[0]}"
