@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from course.ch03_kv_block.checks._puzzle import table
 from course.ch03_kv_block.interleaver import Stepper
 from course.i18n import say
 
@@ -164,14 +165,6 @@ def stepped(impl, schedule, num_threads, stack, top, out):
     return Stepper(schedule).run(impl.pop_kernel, num_threads, stack, top, out, names=names)
 
 
-def trace_lines(log, threads, limit=18):
-    """The interleaving as the student reads it: `thread T: what`, in order, for `threads`."""
-    lines = [f"        thread {t}: {what}" for t, what in log if t in threads]
-    if len(lines) > limit:
-        lines = lines[:limit] + [f"        ... ({len(lines) - limit} more steps)"]
-    return "\n".join(["the interleaving (each line one memory access, in order):", *lines])
-
-
 def race_cause(log) -> str:
     """The bug class the trace shows, in words ('' when it shows none of the known ones)."""
     atomics = {}  # thread -> index in log of its first atomic on top
@@ -260,7 +253,8 @@ def check_pop(stack, top, out, original, log=None):
         message = (cause or str(e).splitlines()[0]) if cause or str(e) else ""
         threads = sorted({t for t, _ in log})[:6]
         err = AssertionError(message)
-        err.calls = trace_lines(log, threads)  # the runner prints it under the message
+        title = "the interleaving (each line one memory access, in order):"
+        err.calls = table(log, threads, 18, title)  # the runner prints it under the message
         raise err from None
 
 
