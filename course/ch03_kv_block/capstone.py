@@ -223,13 +223,9 @@ class WorkspaceManager(KVCacheManager):
             self._before_tokens_appended([(seq_id, token_ids)])
         if self._room_needed(table, n) > self.pool.num_free_blocks:
             self._reserve(lambda: self._room_needed(table, n), {seq_id}, f"append_tokens({n})")
-        bs, slots = self.block_size, []
+        slots = []
         for _ in range(n):
-            pos, before = table.num_tokens, list(table.blocks)
-            copies: list = []
-            slot = self._b("slot_for_append", self.pool, table.blocks, pos, bs, copies)
-            self._check_append(table, before, pos, slot, copies)
-            table.num_tokens = pos + 1
+            slot, before, copies = self._your_append(table)
             slots.append(slot)
             self._record_append(seq_id, table, before, copies)
         if token_ids is not None:
@@ -240,6 +236,14 @@ class WorkspaceManager(KVCacheManager):
             )
         self._end_step()
         return slots
+
+    def _your_append(self, table) -> tuple[int, list, list]:
+        """One token appended by your slot_for_append, checked: (slot, blocks before, copies)."""
+        pos, before, copies = table.num_tokens, list(table.blocks), []
+        slot = self._b("slot_for_append", self.pool, table.blocks, pos, self.block_size, copies)
+        self._check_append(table, before, pos, slot, copies)
+        table.num_tokens = pos + 1
+        return slot, before, copies
 
     def _check_append(self, table, before: list, pos: int, slot, copies: list) -> None:
         """What slot_for_append must leave: the table grown to hold `pos`, the slot it names,
@@ -260,9 +264,8 @@ class WorkspaceManager(KVCacheManager):
         expected = [(before[-1], blocks[-1])] if replaced else []
         if copies != expected:
             raise YourCodeFailed(
-                f"your 3.4b slot_for_append recorded copies {copies} at position {pos}, "
-                f"expected {expected} (the table's last block went {before[-1:]} -> "
-                f"{blocks[-1:]})"
+                f"your 3.4b slot_for_append recorded copies {copies} at position {pos}, expected "
+                f"{expected} (the table's last block went {before[-1:]} -> {blocks[-1:]})"
             )
 
     def _record_append(self, seq_id, table, before: list, copies: list) -> None:
@@ -309,12 +312,8 @@ class WorkspaceManager(KVCacheManager):
         slots: list = [None] * len(batch)
         records = []
         for i in order:  # partly filled blocks (and their copies) first, then new blocks
-            table, before, copies = batch[i], list(batch[i].blocks), []
-            slot = self._b("slot_for_append", self.pool, table.blocks, positions[i], bs, copies)
-            self._check_append(table, before, positions[i], slot, copies)
-            table.num_tokens = positions[i] + 1
-            slots[i] = slot
-            records.append((seq_ids[i], table, before, copies))
+            slots[i], before, copies = self._your_append(batch[i])
+            records.append((seq_ids[i], batch[i], before, copies))
         for i, s in enumerate(seq_ids):
             if token_ids is not None:
                 self._on_tokens_appended(s, positions[i], (token_ids[i],))

@@ -89,9 +89,8 @@ TEMPLATES = [
         r"(.+?) succeeded, but it needs (\d+) free block\(s\) and only (\d+) are free: it must "
         r"raise OutOfBlocks or MemoryError \(the model does\)(?:" + COW + r")?$",
         lambda m: (
-            f"{m[1]} 成功了，但它需要 {m[2]} 个空闲块，而只有 {m[3]} 个：它必须抛出 OutOfBlocks "
-            f"或 MemoryError"
-            "（模型会抛出）"
+            f"{m[1]} 成功了，但它需要 {m[2]} 个空闲块，而只有 {m[3]} 个：它必须抛出 OutOfBlocks 或 "
+            "MemoryError（模型会抛出）"
             + (
                 f"。在模型里它的最后一块未填满，且与序列 {m[4]} 共享（fork 记上了子序列的引用），"
                 "所以写入前需要先复制一份私有块（copy-on-write）"

@@ -40,12 +40,12 @@ def touched(log, name, index, shape) -> list[int]:
     return sorted(found)
 
 
-def table(log, threads, limit=14) -> str:
+def table(log, threads, limit=14, title="which thread read or wrote which slot, in order:") -> str:
     """What each of `threads` did, in order, one memory access a line."""
     lines = [f"        thread {t}: {what}" for t, what in log if t in threads]
     if len(lines) > limit:
         lines = lines[:limit] + [f"        ... ({len(lines) - limit} more)"]
-    return "\n".join(["which thread read or wrote which slot, in order:", *lines])
+    return "\n".join([title, *lines])
 
 
 def _instead(log, thread, name: str) -> str:

@@ -65,6 +65,27 @@ class Puzzle:
     mistakes: tuple[tuple[str, Callable[..., dict]], ...] = ()
 
 
+def mistake(en: str, zh: str, spec: Callable[..., dict]) -> tuple[str, Callable[..., dict]]:
+    """One of Puzzle.mistakes: the cause in the student's words, and the spec that mistake is."""
+    return say(en, zh), spec
+
+
+def paged_table(rng: np.random.Generator, L: int, B: int, spare_blocks: int, spare_entries: int):
+    """(num_blocks, block table) for L tokens in blocks of B: the blocks in random order, then
+    `spare_entries` garbage entries (ids past the cache's end), as in a padded batch's row."""
+    used = -(-L // B)
+    N = used + spare_blocks
+    blocks = rng.permutation(N)[:used]
+    garbage = N + 1000 + rng.integers(0, 10**6, spare_entries)
+    return N, np.concatenate([blocks, garbage]).astype(np.int64)
+
+
+def on_block_edge(draw, L: int, B: int) -> int:
+    """L, or a length on the block edge below it, +-1: where an off-by-one shows."""
+    edge = [x for x in (L - L % B, L - L % B + 1, L - L % B - 1) if 1 <= x <= L]
+    return draw(st.sampled_from([L, *edge]))
+
+
 def rerun(p: Puzzle, params: dict) -> str:
     args = ", ".join(f"{k}={v!r}" for k, v in params.items())
     return f"from {p.module} import build; arrays = build({args})"
@@ -159,9 +180,8 @@ def _past_the_end(p: Puzzle, text: str, needed: int = 0) -> str | None:
         )
     )
     return say(
-        f"thread {tid} {verb} {name}[{where}] and indexed past the end (IndexError): axis "
-        f"{axis} of {name}{label} has size {size}, so index {index} is out of range. {why} "
-        f"{bounds}",
+        f"thread {tid} {verb} {name}[{where}] and indexed past the end (IndexError): axis {axis} "
+        f"of {name}{label} has size {size}, so index {index} is out of range. {why} {bounds}",
         f"线程 {tid} {verb_zh}了 {name}[{where}]，越界（IndexError）：{name} 的第 {axis} 维"
         f"{label}大小为 {size}，下标 {index} 超出范围。{why}{bounds}",
     )

@@ -251,12 +251,10 @@ def test_external_fragmentation_counts_equal_holes_and_takes_them_in_any_order(i
     got = impl.external_fragmentation(holes)
     assert got == pytest.approx(0.5), say(
         f"external_fragmentation({given_holes}) gave {got}, expected 1 - 4/8 = 0.5: two holes of "
-        f"the same "
-        "size both count as free space, and the largest hole is not necessarily the first or the "
-        "last",
-        f"external_fragmentation({given_holes}) 得到 {got}，应为 1 - 4/8 = 0.5：两个同样大小的空"
-        f"洞都算空闲空间，"
-        "最大的空洞也不一定是第一个或最后一个",
+        "the same size both count as free space, and the largest hole is not necessarily the "
+        "first or the last",
+        f"external_fragmentation({given_holes}) 得到 {got}，应为 1 - 4/8 = 0.5：两个同样大小的空洞"
+        "都算空闲空间，最大的空洞也不一定是第一个或最后一个",
     )
     assert holes == given_holes, say(
         f"external_fragmentation changed the list it was given: {given_holes} became {holes}",

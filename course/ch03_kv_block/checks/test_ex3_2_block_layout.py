@@ -78,24 +78,17 @@ def c_strides(shape) -> tuple:
     )
 
 
-def swapped_axes(shape, index, got):
-    """The two axes whose order the student swapped, when `got` is the offset of that layout."""
+def swapped(shape, index, got, *, sizes_too: bool):
+    """The two axes the student swapped, when `got` is the offset with both their indices and
+    their sizes swapped (sizes_too: the axes in the wrong order), or their indices alone (each
+    index times the other's stride)."""
     for a in range(len(shape)):
         for b in range(a + 1, len(shape)):
             order = list(range(len(shape)))
             order[a], order[b] = b, a
-            if offset_of([shape[k] for k in order], [index[k] for k in order]) == got:
-                return AXES[a], AXES[b]
-    return None
-
-
-def swapped_indices(shape, index, got):
-    """The two axes whose indices the student swapped (each index times the other's stride)."""
-    for a in range(len(shape)):
-        for b in range(a + 1, len(shape)):
-            slipped = list(index)
-            slipped[a], slipped[b] = index[b], index[a]
-            if index[a] != index[b] and offset_of(shape, slipped) == got:
+            sizes = [shape[k] for k in order] if sizes_too else shape
+            moved = sizes_too or index[a] != index[b]
+            if moved and offset_of(sizes, [index[k] for k in order]) == got:
                 return AXES[a], AXES[b]
     return None
 
@@ -106,7 +99,7 @@ def test_flat_offset_follows_the_axis_order_of_the_pool(impl):
     shape, index = (3, 5, 2, 7, 4, 6), (2, 3, 1, 5, 2, 4)
     got, want = impl.flat_offset(shape, *index), offset_of(shape, index)
     if got != want:
-        swap = swapped_axes(shape, index, got)
+        swap = swapped(shape, index, got, sizes_too=True)
         assert swap is None, say(
             f"flat_offset{(shape, *index)} gave {got}, expected {want}: it treats the {swap[0]} "
             f"and {swap[1]} axes in swapped order. The pool is [num_blocks, num_layers, 2 (K/V), "
@@ -115,7 +108,7 @@ def test_flat_offset_follows_the_axis_order_of_the_pool(impl):
             f"{swap[1]} 轴的顺序弄反了。池是 [num_blocks, num_layers, 2 (K/V), num_kv_heads, "
             "block_size, head_dim]：kv 在 head 之前，token 在 dim 之前",
         )
-        slip = swapped_indices(shape, index, got)
+        slip = swapped(shape, index, got, sizes_too=False)
         assert slip is None, say(
             f"flat_offset{(shape, *index)} gave {got}, expected {want}: the {slip[0]} and "
             f"{slip[1]} indices are swapped (the {slip[0]} index is multiplied by the {slip[1]} "
@@ -151,9 +144,8 @@ def pool_index(draw):
 def test_flat_offset_agrees_with_numpy_indexing(impl, case):
     """flat_offset(shape, *index) is the number NumPy finds at kv_pool[index] in an arange pool."""
     shape, index = case
-    pool = np.arange(np.prod(shape)).reshape(
-        shape
-    )  # [N, L, 2, H_kv, B, D]: each element holds its offset
+    # [N, L, 2, H_kv, B, D]: each element holds its offset
+    pool = np.arange(np.prod(shape)).reshape(shape)
     got = impl.flat_offset(shape, *index)
     numpy_strides = tuple(s // pool.itemsize for s in pool.strides)
     assert got == pool[index], say(
@@ -274,11 +266,9 @@ def test_the_results_are_integers_and_strides_a_tuple_even_with_repeated_sizes(i
     got = impl.bytes_per_block(16, 32, 32, 128, 2)
     assert isinstance(got, (int, np.integer)) and not isinstance(got, bool), say(
         f"bytes_per_block(16, 32, 32, 128, 2) returned {got!r} of type {type(got).__name__}: a "
-        f"number of bytes "
-        "is an int; multiply integers only (no / and no float factors)",
-        f"bytes_per_block(16, 32, 32, 128, 2) 返回了类型为 {type(got).__name__} 的 {got!r}：字节"
-        f"数是 int；"
-        "只用整数相乘（不要用 /，也不要有浮点因子）",
+        "number of bytes is an int; multiply integers only (no / and no float factors)",
+        f"bytes_per_block(16, 32, 32, 128, 2) 返回了类型为 {type(got).__name__} 的 {got!r}：字节数"
+        "是 int；只用整数相乘（不要用 /，也不要有浮点因子）",
     )
     for shape, want in [
         ([4, 4, 4], (16, 4, 1)),
@@ -289,8 +279,7 @@ def test_the_results_are_integers_and_strides_a_tuple_even_with_repeated_sizes(i
         got = impl.strides(shape)
         assert isinstance(got, tuple) and got == want, say(
             f"strides({shape!r}) gave {got!r}, expected the tuple {want}: each stride is the "
-            f"product of the "
-            "sizes to its right (by position, so repeated sizes do not matter)",
+            "product of the sizes to its right (by position, so repeated sizes do not matter)",
             f"strides({shape!r}) 得到 {got!r}，应为元组 {want}：每个步长是它右边各维大小的乘积（"
             f"按位置算，大小重复不影响）",
         )

@@ -190,9 +190,8 @@ def slip_named(query, keys, values, scale, got) -> str:
 
 def random_case(rng, *, heads=4, kv_heads=2, bs=4, d=8, length=11, num_blocks=9, loud=1.0):
     """A cache filled with noise, one sequence scattered over random blocks, and its logical K/V."""
-    cache = rng.standard_normal((num_blocks, 2, kv_heads, bs, d)).astype(
-        np.float32
-    )  # [N, 2, H_kv, B, D]
+    # [N, 2, H_kv, B, D]
+    cache = rng.standard_normal((num_blocks, 2, kv_heads, bs, d)).astype(np.float32)
     table = rng.permutation(num_blocks)[: -(-length // bs)]
     keys = rng.standard_normal((length, kv_heads, d)).astype(np.float32)  # [T, H_kv, D]
     values = rng.standard_normal((length, kv_heads, d)).astype(np.float32)
@@ -313,9 +312,8 @@ def test_an_explicit_scale_is_used_even_when_it_is_zero(impl):
         assert got.shape == want.shape and np.allclose(got, want, atol=1e-6), say(
             f"paged_attention(..., scale={scale}) differs from softmax(q k * {scale}) v"
             + (
-                ": your result is the default scale's, so an explicit "
-                f"{scale} was taken as not given; test `scale is None` (not `scale or ...`, which "
-                "drops 0.0)"
+                f": your result is the default scale's, so an explicit {scale} was taken as not "
+                "given; test `scale is None` (not `scale or ...`, which drops 0.0)"
                 if ignored
                 else ""
             ),
@@ -395,10 +393,9 @@ def why_kit_case_differs(got, want, case, s):
     )
     if np.abs(got).max() > POISON / 10:
         return say(
-            f"{where}: your output holds the poison value {POISON:g}, so it read a slot no "
-            f"token "
-            "owns: a position >= context_len, the empty tail of the last block, or a block "
-            "the table does not name",
+            f"{where}: your output holds the poison value {POISON:g}, so it read a slot no token "
+            "owns: a position >= context_len, the empty tail of the last block, or a block the "
+            "table does not name",
             f"{where}：输出里出现了毒值 {POISON:g}，说明读到了不属于任何 token 的 slot："
             "位置 >= context_len、最后一个 Block 的空尾，或表里没有的 Block",
         )
@@ -417,8 +414,7 @@ def why_kit_case_differs(got, want, case, s):
         )
     return say(
         f"{where}: your attention differs from the float64 reference by "
-        f"{np.abs(got - want).max():.3g}: check the gather through the table and the KV "
-        f"head of "
+        f"{np.abs(got - want).max():.3g}: check the gather through the table and the KV head of "
         "each query head (h // (H // H_kv))",
         f"{where}：你的注意力与 float64 参考结果相差 {np.abs(got - want).max():.3g}："
         "检查按表取 K/V 的下标，以及每个查询头对应的 KV 头（h // (H // H_kv)）",
@@ -482,9 +478,8 @@ def test_paged_attention_returns_float64_and_leaves_its_inputs_alone(impl, dtype
     )
     assert got.dtype == np.float64, say(
         f"with a {dtype} cache, paged_attention returned {got.dtype}; its docstring promises "
-        f"float64: "
-        "compute (and return) in float64 so that it matches a float64 reference to 1e-9, not just "
-        "to the input's precision",
+        "float64: compute (and return) in float64 so that it matches a float64 reference to 1e-9, "
+        "not just to the input's precision",
         f"cache 为 {dtype} 时 paged_attention 返回了 {got.dtype}；文档承诺 float64："
         "用 float64 计算并返回，结果才能与 float64 参考值在 1e-9 内一致，而不只是输入的精度",
     )
@@ -499,9 +494,5 @@ def test_paged_attention_returns_float64_and_leaves_its_inputs_alone(impl, dtype
         f"{np.abs(got - want).max() if got.shape == want.shape else got.shape}：先把 K、V 和 "
         f"query 转成 float64 再算点积",
     )
-    after = (query, cache, table)
-    for name, old, new in zip(("query", "kv_cache", "block_table"), before, after, strict=True):
-        assert np.array_equal(old, new), say(
-            f"paged_attention changed its argument {name} in place; work on a copy",
-            f"paged_attention 就地修改了参数 {name}；请在副本上计算",
-        )
+    problem = changed_inputs(before, (query, cache, table))
+    assert not problem, problem

@@ -314,27 +314,22 @@ def as_calls(calls) -> list[str]:
 
 def replay(impl, calls) -> None:
     """Run the calls [(name, block)] on FreeListPool(6) and a list-and-dict model. A call the model
-    refuses (a double free, incref or take of the wrong block)
-    must raise PoolError; everything else must agree with the model after every step."""
-    pool, free, count, done = impl.FreeListPool(6), list(range(6)), {}, []
+    refuses (a double free, incref or take of the wrong block) must raise PoolError; everything
+    else must agree with the model after every step."""
+    pool, free, count = impl.FreeListPool(6), list(range(6)), {}
     for (name, b), call in zip(calls, as_calls(calls), strict=True):
-        done.append(call)
         refused = (not free) if name == "allocate" else (b in free) != (name == "take")
-        if refused:
-            raises(
-                impl.PoolError,
-                getattr(pool, name),
-                *([] if name == "allocate" else [b]),
-                what=f"{done[-1]} (block {b} is {'free' if b in free else 'in use'})"
-                if name != "allocate"
-                else "allocate() with no free block",
-            )
+        if refused and name == "allocate":
+            raises(impl.PoolError, pool.allocate, what="allocate() with no free block")
+        elif refused:
+            what = f"{call} (block {b} is {'free' if b in free else 'in use'})"
+            raises(impl.PoolError, getattr(pool, name), b, what=what)
         elif name in ("allocate", "take"):
             b = free[0] if name == "allocate" else b
             got = pool.allocate() if name == "allocate" else pool.take(b)
             assert got == b, say(
-                f"{done[-1]} returned {got}, but the head of the free list was {b}",
-                f"{done[-1]} 返回 {got}，但空闲链表表头是 {b}",
+                f"{call} returned {got}, but the head of the free list was {b}",
+                f"{call} 返回 {got}，但空闲链表表头是 {b}",
             )
             free.remove(b)
             count[b] = 1
@@ -342,21 +337,21 @@ def replay(impl, calls) -> None:
             count[b] += 1 if name == "incref" else -1
             got = getattr(pool, name)(b)
             assert got == count[b], say(
-                f"{done[-1]} returned {got}; the count is now {count[b]}",
-                f"{done[-1]} 返回 {got}；现在的计数是 {count[b]}",
+                f"{call} returned {got}; the count is now {count[b]}",
+                f"{call} 返回 {got}；现在的计数是 {count[b]}",
             )
             if not count[b]:
                 del count[b]
                 free.insert(0, b)
         order = walk_invariants(pool)
         assert order == free, say(
-            f"after {done[-1]} the free list is {order} but should be {free}",
-            f"{done[-1]} 之后空闲链表是 {order}，应为 {free}",
+            f"after {call} the free list is {order} but should be {free}",
+            f"{call} 之后空闲链表是 {order}，应为 {free}",
         )
         counts = {b: c for b, c in enumerate(pool.ref) if c}
         assert counts == count, say(
-            f"after {done[-1]} the counts are {counts} but should be {count}",
-            f"{done[-1]} 之后计数是 {counts}，应为 {count}",
+            f"after {call} the counts are {counts} but should be {count}",
+            f"{call} 之后计数是 {counts}，应为 {count}",
         )
 
 

@@ -21,15 +21,15 @@ from hypothesis import strategies as st
 from course.ch03_kv_block.checks._kit_zh import in_chinese
 from course.i18n import say
 from pagedsim import BlockPool, KVCacheManager, OutOfBlocks
-from pagedsim.testing import NonConformance, check_manager
+from pagedsim.testing import NonConformance, check_manager, reference_attention
 
 EXERCISE = "3.4b"
 pytestmark = pytest.mark.ch3_4
 
 
-def grow(impl, pool, table, n, bs=4):
-    """Append n tokens to an empty table; returns their slots."""
-    copies, slots = [], []
+def grow(impl, pool, n, bs=4):
+    """A new table grown to n tokens by your slot_for_append, and the tokens' slots."""
+    table, copies, slots = [], [], []
     for p in range(n):
         slots.append(impl.slot_for_append(pool, table, p, bs, copies))
         assert len(table) == p // bs + 1, say(
@@ -45,15 +45,19 @@ def grow(impl, pool, table, n, bs=4):
         "appending to a private sequence should never copy a block",
         "往私有序列追加时不应拷贝任何块",
     )
-    return slots
+    return table, slots
+
+
+def forked(impl, num_blocks, prompt):
+    """A pool of blocks of 4 tokens, a parent table grown to `prompt` tokens, its fork."""
+    pool = BlockPool(num_blocks, 4)
+    parent, _ = grow(impl, pool, prompt)
+    return pool, parent, impl.fork(pool, parent)
 
 
 def test_fork_adds_the_child_as_an_owner_of_every_block(impl):
     """After fork every block of the parent has count 2 and the child has its own list."""
-    pool = BlockPool(6, 4)
-    parent = []
-    grow(impl, pool, parent, 6)
-    child = impl.fork(pool, parent)
+    pool, parent, child = forked(impl, 6, 6)
     assert child is not parent, say(
         "fork returned the parent's own list (the same object): the child's appends would "
         "change the parent's table; return a new list, list(parent)",
@@ -78,8 +82,7 @@ def test_appending_into_a_shared_partly_filled_block_copies_it(impl, prompt):
     """The writer of a shared, partly filled last block gets a private copy and a (src, dst)
     pair."""
     pool = BlockPool(8, 4)
-    parent = []
-    grow(impl, pool, parent, prompt)  # 6 tokens: blocks [0, 1], block 1 holds 2 of 4 tokens
+    parent, _ = grow(impl, pool, prompt)  # 6 tokens: blocks [0, 1], block 1 holds 2 of 4 tokens
     before = list(parent)
     child = impl.fork(pool, parent)
     copies = []
@@ -90,10 +93,9 @@ def test_appending_into_a_shared_partly_filled_block_copies_it(impl, prompt):
         f"was {before[-1]}), but the caller's copies list is still empty: the (src, dst) pair "
         "was lost, so nobody copies the block's tokens. Append to the list passed in "
         "(copies.append((src, dst))); `copies = copies + [...]` rebinds a local name",
-        f"slot_for_append 做了私有拷贝（写入者的最后一块现在是 {child[-1]}，原来是 "
-        f"{before[-1]}），但调用者的 copies 列表仍是空的：(src, dst) 对丢了，没人会拷贝这个块的 "
-        "token。要追加到传进来的列表（copies.append((src, dst))）；`copies = copies + [...]` "
-        "只是重新绑定了局部名字",
+        f"slot_for_append 做了私有拷贝（写入者的最后一块现在是 {child[-1]}，原来是 {before[-1]}），"
+        "但调用者的 copies 列表仍是空的：(src, dst) 对丢了，没人会拷贝这个块的 token。要追加到传进"
+        "来的列表（copies.append((src, dst))）；`copies = copies + [...]` 只是重新绑定了局部名字",
     )
     assert len(copies) == 1, say(
         "appending into a shared, partly filled block wrote into it without copy-on-write: "
@@ -105,9 +107,8 @@ def test_appending_into_a_shared_partly_filled_block_copies_it(impl, prompt):
         f"slot_for_append recorded the copy {copies[0]}, but the table passed in still ends "
         f"with the shared block {before[-1]}: change the caller's table in place "
         "(table[-1] = dst); `table = table[:-1] + [dst]` only rebinds a local name",
-        f"slot_for_append 记录了复制 {copies[0]}，但传进来的表最后一块仍是共享块 {before[-1]}："
-        "要原地修改调用者的表（table[-1] = dst）；"
-        "`table = table[:-1] + [dst]` 只是重新绑定了局部名字",
+        f"slot_for_append 记录了复制 {copies[0]}，但传进来的表最后一块仍是共享块 {before[-1]}：要原"
+        "地修改调用者的表（table[-1] = dst）；`table = table[:-1] + [dst]` 只是重新绑定了局部名字",
     )
     assert src == parent[-1] and dst == child[-1] and dst != src, say(
         f"after a {prompt}-token prompt (table {before}) the copy pair is {copies[0]}; it should "
@@ -127,18 +128,14 @@ def test_appending_into_a_shared_partly_filled_block_copies_it(impl, prompt):
     )
     assert parent == before and child[:-1] == before[:-1], say(
         f"copy-on-write changed the wrong table entry: parent {parent}, child {child}; only the "
-        f"child's "
-        "last entry may change",
+        "child's last entry may change",
         f"写时复制改错了表项：父序列 {parent}，子序列 {child}；只有子序列的最后一项可以改变",
     )
 
 
 def test_a_full_shared_block_stays_shared_and_is_never_copied(impl):
     """Forking at a block boundary: the next token takes a fresh block, no copy is made."""
-    pool = BlockPool(6, 4)
-    parent = []
-    grow(impl, pool, parent, 8)
-    child = impl.fork(pool, parent)
+    pool, parent, child = forked(impl, 6, 8)
     copies = []
     impl.slot_for_append(pool, child, 8, 4, copies)
     assert copies == [], say(
@@ -152,10 +149,7 @@ def test_a_full_shared_block_stays_shared_and_is_never_copied(impl):
 
 def test_freeing_the_parent_keeps_the_childs_blocks(impl):
     """After fork, the parent finishing must not free blocks the child still reads."""
-    pool = BlockPool(6, 4)
-    parent = []
-    grow(impl, pool, parent, 6)
-    child = impl.fork(pool, parent)
+    pool, parent, child = forked(impl, 6, 6)
     impl.free_table(pool, parent)
     assert parent == [], say("free_table should empty the table", "free_table 应清空表")
     freed = [b for b in child if pool.is_free(b)]
@@ -177,8 +171,7 @@ def test_free_table_releases_the_last_block_first(impl):
     """A finished sequence's blocks go back last first, so its first block is the next one
     reused."""
     pool = BlockPool(6, 4)
-    table = []
-    grow(impl, pool, table, 10)  # blocks [0, 1, 2]
+    table, _ = grow(impl, pool, 10)  # blocks [0, 1, 2]
     impl.free_table(pool, table)
     order = pool.free_list()
     forward = order[:3] == [2, 1, 0]
@@ -204,8 +197,8 @@ def why_free_lists_differ(seq, got, want, pool, sources=(), finished=()):
     """A leak, a block freed while still in use, or only the order: which one, in words.
     `sources`: the blocks your copy-on-writes copied from; `finished`: the table just freed."""
     leaked, early = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+    counts = [pool.ref_count(b) for b in leaked]
     if leaked and not set(leaked) & set(sources) and set(leaked) & set(finished):
-        counts = [pool.ref_count(b) for b in leaked]
         return say(
             f"after free_table(pool, t{seq}) of table {list(finished)}, block(s) {leaked} of it "
             f"still have count(s) {counts}: free_table let go of some blocks but not all; call "
@@ -214,7 +207,6 @@ def why_free_lists_differ(seq, got, want, pool, sources=(), finished=()):
             f"{counts}：free_table 只放开了部分块；表中每个块都要调用一次 pool.free",
         )
     if leaked and set(leaked) & set(sources):
-        counts = [pool.ref_count(b) for b in leaked]
         return say(
             f"after seq {seq} finished, block(s) {leaked} should be free but still have "
             f"count(s) {counts}: they are blocks your copy-on-write copied from; the writer "
@@ -223,20 +215,16 @@ def why_free_lists_differ(seq, got, want, pool, sources=(), finished=()):
             "拷贝过的源块；写入者拷贝之后必须对共享块调用 pool.free，否则会泄漏",
         )
     if leaked:
-        counts = [pool.ref_count(b) for b in leaked]
         return say(
-            f"after seq {seq} finished, block(s) {leaked} should be free but still have "
-            f"count(s) {counts}: "
-            "a leak; some owner never let go of them (after a copy-on-write the writer must "
-            "pool.free the shared block it copied from)",
-            f"序列 {seq} 结束后，块 {leaked} 应该空闲，但计数仍是 {counts}：泄漏了；"
-            "有持有者没有释放它们（copy-on-write 之后，写入方必须对被复制的共享块调用 "
-            "pool.free）",
+            f"after seq {seq} finished, block(s) {leaked} should be free but still have count(s) "
+            f"{counts}: a leak; some owner never let go of them (after a copy-on-write the writer "
+            "must pool.free the shared block it copied from)",
+            f"序列 {seq} 结束后，块 {leaked} 应该空闲，但计数仍是 {counts}：泄漏了；有持有者没有释"
+            "放它们（copy-on-write 之后，写入方必须对被复制的共享块调用 pool.free）",
         )
     if early:
         return say(
-            f"after seq {seq} finished, block(s) {early} are free although another sequence "
-            f"still "
+            f"after seq {seq} finished, block(s) {early} are free although another sequence still "
             "holds them: a block was freed too often",
             f"序列 {seq} 结束后，块 {early} 已空闲，但另一个序列仍持有它们：某个块被多释放了",
         )
@@ -285,9 +273,8 @@ def replay_against_the_manager(impl, script, done):
     ]
     model = KVCacheManager(24, 4, trace=False)
     pool = BlockPool(24, 4)
-    tables, sources = {0: []}, []
     model.add_sequence(0, prompt)
-    grow(impl, pool, tables[0], prompt)
+    tables, sources = {0: grow(impl, pool, prompt)[0]}, []
     for op, k in ops:
         if not tables:
             break
@@ -406,12 +393,8 @@ def test_your_functions_keep_every_sequences_tokens_in_the_testing_kits_shadow_m
             )
         )
         calls = "; ".join(line.split("  # ")[0].strip() for line in script.splitlines()[1:])
-        failure.calls = re.sub(
-            r"m = factory\((\d+), (\d+)\)",
-            r"m = YourTables(BlockPool(\1, "
-            r"\2))",
-            calls,
-        )
+        factory = r"m = factory\((\d+), (\d+)\)"
+        failure.calls = re.sub(factory, r"m = YourTables(BlockPool(\1, \2))", calls)
         raise failure from None
 
 
@@ -419,16 +402,14 @@ def run_two_beams(impl, rng, write, copy, attend):
     """A 6-token prompt, a fork, then 3 different tokens per beam; returns (got, want) [2, H, D]."""
     bs, heads, kv_heads, d = 4, 2, 1, 4
     pool = BlockPool(8, bs)
-    cache = rng.standard_normal((8, 2, kv_heads, bs, d)).astype(
-        np.float32
-    )  # [N, 2, H_kv, B, D] noise
-    tables, history = {"A": []}, {"A": []}
+    # [N, 2, H_kv, B, D] noise
+    cache = rng.standard_normal((8, 2, kv_heads, bs, d)).astype(np.float32)
     new_kv = lambda: rng.standard_normal((2, kv_heads, d)).astype(np.float32)  # noqa: E731
     prompt = [new_kv() for _ in range(6)]
-    slots = grow(impl, pool, tables["A"], 6, bs)
+    tables, history = {}, {"A": list(prompt), "B": list(prompt)}
+    tables["A"], slots = grow(impl, pool, 6, bs)
     write(cache, slots, prompt)
-    history["A"] = list(prompt)
-    tables["B"], history["B"] = impl.fork(pool, tables["A"]), list(prompt)
+    tables["B"] = impl.fork(pool, tables["A"])
     for _ in range(3):
         copies, slots, tokens = [], [], []
         for seq in ("A", "B"):
@@ -439,7 +420,9 @@ def run_two_beams(impl, rng, write, copy, attend):
             copy(cache, copies)  # before the new tokens are written
         write(cache, slots, tokens)
     query = rng.standard_normal((2, heads, d)).astype(np.float32)  # [S, H, D]
-    got = attend(query, cache, [tables["A"], tables["B"]], [len(history["A"]), len(history["B"])])
+    width = max(map(len, tables.values()))  # block_tables [S, max_blocks], padded with 0
+    bt = np.array([tables[s] + [0] * (width - len(tables[s])) for s in "AB"], np.int32)
+    got = attend(query, cache, bt, np.array([len(history[s]) for s in "AB"], np.int32))
     want = []
     for s, seq in enumerate(("A", "B")):
         kv = np.asarray(history[seq], np.float64)  # [T, 2, H_kv, D]
@@ -461,14 +444,6 @@ def numpy_copy(cache, pairs):
         cache[dst] = cache[src]
 
 
-def numpy_attend(query, cache, tables, lens):
-    from cuda_kernels import reference  # NumPy float64; never the exercise's own solution
-
-    width = max(map(len, tables))
-    bt = np.array([t + [0] * (width - len(t)) for t in tables], np.int32)  # [S, max_blocks]
-    return reference.paged_attention(query, cache, bt, np.asarray(lens, np.int32))
-
-
 def assert_beams_agree(got, want):
     for s, seq in enumerate("AB"):
         err = np.abs(got[s] - want[s]).max()
@@ -483,7 +458,7 @@ def assert_beams_agree(got, want):
 def test_two_beams_after_a_fork_each_attend_to_their_own_tokens_in_numpy(impl):
     """End to end in NumPy: write, fork, copy-on-write, then attention per beam."""
     assert_beams_agree(
-        *run_two_beams(impl, np.random.default_rng(3), numpy_write, numpy_copy, numpy_attend)
+        *run_two_beams(impl, np.random.default_rng(3), numpy_write, numpy_copy, reference_attention)
     )
 
 
@@ -500,18 +475,8 @@ def test_two_beams_after_a_fork_each_attend_to_their_own_tokens_with_the_kernels
             np.asarray(slots, np.int64),
         )
 
-    def attend(query, cache, tables, lens):
-        width = max(map(len, tables))
-        bt = np.array([t + [0] * (width - len(t)) for t in tables], np.int32)  # [S, max_blocks]
-        return kernels.paged_attention(query, cache, bt, np.asarray(lens, np.int32))
-
-    got, want = run_two_beams(
-        impl,
-        np.random.default_rng(4),
-        write,
-        lambda c, pairs: kernels.copy_blocks(c, pairs),
-        attend,
-    )
+    rng = np.random.default_rng(4)
+    got, want = run_two_beams(impl, rng, write, kernels.copy_blocks, kernels.paged_attention)
     assert_beams_agree(got, want)
 
 

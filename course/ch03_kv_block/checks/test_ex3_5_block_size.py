@@ -28,6 +28,14 @@ def manager_waste(lengths, bs):
     return u.empty_slots, u.blocks_used * bs
 
 
+def chosen(impl, *args):
+    """choose_block_size(*args), or "ValueError" when it refuses."""
+    try:
+        return impl.choose_block_size(*args)
+    except ValueError:
+        return "ValueError"
+
+
 def test_the_functions_only_read_their_lengths(impl):
     """lengths is read, never changed: each function works on a tuple, and a list passed in comes
     back as it went in (runs first, so a list consumed in place is named before what it breaks)."""
@@ -84,10 +92,8 @@ def test_waste_counts_the_empty_end_of_each_last_block(impl):
         f"waste([16, 17, 1], 16) gave {got}{slips.get(got, '')}, expected 0 + 15 + 15 = 30: a "
         "partly filled last block is still a whole block (ceil, not floor), and a full one "
         "wastes nothing",
-        f"waste([16, 17, 1], 16) 得到 {got}{slips.get(got, '')}，应为 0 + 15 + 15 = 30："
-        "未填满的最后一个块也是一整块"
-        f"（向上取整），"
-        "填满的块不浪费",
+        f"waste([16, 17, 1], 16) 得到 {got}{slips.get(got, '')}，应为 0 + 15 + 15 = 30：未填满的最"
+        "后一个块也是一整块（向上取整），填满的块不浪费",
     )
 
 
@@ -142,17 +148,9 @@ def test_the_largest_block_size_within_budget_and_waste_is_chosen(impl):
         f"with a budget of 52,000 bytes only blocks of 8 fit (52,000 slots), got {tight}",
         f"预算 52,000 字节时只有 8 放得下（正好 52,000 个槽位），实际得到 {tight}",
     )
-    raises(
-        ValueError,
-        impl.choose_block_size,
-        lengths,
-        1,
-        51_999,
-        CANDIDATES,
-        0.1,
-        match="budget",
-        what="choose_block_size with a 51,999-byte budget (no candidate fits)",
-    )
+    what = "choose_block_size with a 51,999-byte budget (no candidate fits)"
+    args = (lengths, 1, 51_999, CANDIDATES, 0.1)
+    raises(ValueError, impl.choose_block_size, *args, match="budget", what=what)
 
 
 def test_a_waste_or_budget_exactly_at_the_limit_qualifies(impl):
@@ -165,10 +163,7 @@ def test_a_waste_or_budget_exactly_at_the_limit_qualifies(impl):
         f"waste_fraction([9, 10], 10) 得到 {frac!r}，而不是恰好 1/20 = 0.05：用 Python float"
         "（float64）计算比例，不要用只有约 7 位有效数字的 float32",
     )
-    try:
-        got = impl.choose_block_size([9, 10], 1, 20, (10,), 0.05)  # 1 empty slot of 20: exactly 5%
-    except ValueError:
-        got = "ValueError"
+    got = chosen(impl, [9, 10], 1, 20, (10,), 0.05)  # 1 empty slot of 20: exactly 5%
     assert got == 10, say(
         f"blocks of 10 for sequences of 9 and 10 tokens waste exactly 1/20 = 5% and fill the "
         f"20-byte budget exactly; with max_waste=0.05 that qualifies (<=, not <), but "
@@ -196,10 +191,7 @@ def just_past_cases():
 def test_a_waste_just_past_the_limit_is_refused_at_a_realistic_slot_count(impl):
     """5.3% at a 5% limit is refused (no rounding to whole percents); over 2**30 slots, a waste of
     one slot past the limit is refused and one exactly at it accepted (no float32)."""
-    try:
-        got = impl.choose_block_size([1, 18], 1, 1000, (100,), 0.05)  # 181 of 200 slots wasted
-    except ValueError:
-        got = "ValueError"
+    got = chosen(impl, [1, 18], 1, 1000, (100,), 0.05)  # 181 of 200 slots wasted
     assert got == "ValueError", say(
         "choose_block_size([1, 18], 1, 1000, (100,), 0.05) accepted blocks of 100, which waste "
         "181 of 200 slots",
@@ -207,10 +199,7 @@ def test_a_waste_just_past_the_limit_is_refused_at_a_realistic_slot_count(impl):
         "槽位中的 181 个",
     )
     lengths = [94, 95, 94, 95, 95, 95, 94, 95, 95, 95]  # 53 empty slots of 1,000: 5.3%
-    try:
-        got = impl.choose_block_size(lengths, 1, 10**6, (100,), 0.05)
-    except ValueError:
-        got = "ValueError"
+    got = chosen(impl, lengths, 1, 10**6, (100,), 0.05)
     assert got == "ValueError", say(
         "choose_block_size accepted blocks of 100 that waste 53 of 1,000 slots (5.3%) at "
         "max_waste=0.05: the fraction was rounded (to a whole percent?) before the comparison; "
@@ -223,18 +212,14 @@ def test_a_waste_just_past_the_limit_is_refused_at_a_realistic_slot_count(impl):
     assert frac == limit, say(
         f"waste_fraction of 128 sequences of ~7.5M tokens in blocks of {BIG_BLOCK:,} gave "
         f"{frac!r}, the exact fraction is {limit!r} ({limit * BIG_POOL:,.0f} of {BIG_POOL:,} "
-        "slots): compute in "
-        "Python floats (float64), not float32, which keeps only about 7 digits",
+        "slots): compute in Python floats (float64), not float32, which keeps only about 7 digits",
         f"128 个约 750 万 token 的序列、块大小 {BIG_BLOCK:,} 时 waste_fraction 得到 "
         f"{frac!r}，精确值是 {limit!r}（{BIG_POOL:,} 个槽位中的 {limit * BIG_POOL:,.0f} 个）："
         "用 Python float（float64）计算，不要用只有约 7 位有效数字的 float32",
     )
     cases = ((at, BIG_BLOCK, "exactly at"), (past, "ValueError", "one slot past"))
     for lengths, want, what in cases:
-        try:
-            got = impl.choose_block_size(lengths, 1, 2 * BIG_POOL, (BIG_BLOCK,), limit)
-        except ValueError:
-            got = "ValueError"
+        got = chosen(impl, lengths, 1, 2 * BIG_POOL, (BIG_BLOCK,), limit)
         assert got == want, say(
             f"over {BIG_POOL:,} slots, a waste {what} max_waste={limit!r} (one slot is "
             f"{1 / BIG_POOL:.2g} of the pool) should give {want}, choose_block_size gave {got}: "
@@ -249,9 +234,7 @@ def test_a_waste_just_past_the_limit_is_refused_at_a_realistic_slot_count(impl):
 @pytest.mark.parametrize("bs", CANDIDATES)
 def test_the_default_candidates_and_waste_limit_are_8_to_128_and_10_percent(impl, bs):
     """Called without candidates or max_waste, the choice uses (8, 16, 32, 64, 128) and 10%."""
-    lengths = [
-        3 * bs
-    ] * 4  # exact multiples of bs: no waste; the budget holds them in blocks of bs only
+    lengths = [3 * bs] * 4  # multiples of bs: no waste; the budget holds them in blocks of bs only
     try:
         got = impl.choose_block_size(lengths, 1, sum(lengths))
     except ValueError as e:
@@ -269,17 +252,14 @@ def test_the_default_candidates_and_waste_limit_are_8_to_128_and_10_percent(impl
         f"budget should choose {bs}, got {got}: the defaults must be candidates=(8, 16, 32, 64, "
         f"128), max_waste=0.1",
         f"用默认候选值时，{sum(lengths)} 字节预算里的四个 {3 * bs} token 序列应选 {bs}，实际选了 "
-        f"{got}："
-        "默认值必须是 candidates=(8, 16, 32, 64, 128)、max_waste=0.1",
+        f"{got}：默认值必须是 candidates=(8, 16, 32, 64, 128)、max_waste=0.1",
     )
     chosen = impl.choose_block_size([520] * 100, 1, 10**6)
     assert chosen == 64, say(
         f"with the default max_waste, 100 sequences of 520 tokens chose {chosen}: 128 wastes 19% "
-        f"(over the "
-        "default 10%), 64 wastes 9.7%, so 64",
+        "(over the default 10%), 64 wastes 9.7%, so 64",
         f"用默认 max_waste 时，100 个 520 token 的序列选了 {chosen}：128 浪费 19%（超过默认的 "
-        f"10%），"
-        "64 浪费 9.7%，所以应选 64",
+        "10%），64 浪费 9.7%，所以应选 64",
     )
 
 
@@ -299,17 +279,9 @@ def test_the_choice_qualifies_and_no_larger_candidate_does(impl, lengths, bpt, b
 
     good = [bs for bs in CANDIDATES if ok(bs)]
     if not good:
-        raises(
-            ValueError,
-            impl.choose_block_size,
-            lengths,
-            bpt,
-            budget,
-            CANDIDATES,
-            limit,
-            what=f"choose_block_size({lengths}, {bpt}, {budget}, max_waste={limit}) (no "
-            f"candidate qualifies)",
-        )
+        what = f"choose_block_size({lengths}, {bpt}, {budget}, max_waste={limit})"
+        args = (lengths, bpt, budget, CANDIDATES, limit)
+        raises(ValueError, impl.choose_block_size, *args, what=f"{what} (no candidate qualifies)")
         return
     got = impl.choose_block_size(lengths, bpt, budget, CANDIDATES, limit)
     assert got == max(good), say(
@@ -340,22 +312,13 @@ def test_the_choice_does_not_depend_on_the_order_or_repeats_of_the_candidates(
     call = f"choose_block_size({lengths}, 1, {budget}, candidates={given_list}, max_waste={limit})"
     good = [bs for bs in candidates if ok(bs)]
     if not good:
-        raises(
-            ValueError,
-            impl.choose_block_size,
-            lengths,
-            1,
-            budget,
-            candidates,
-            limit,
-            what=f"{call} (no candidate qualifies)",
-        )
+        args = (lengths, 1, budget, candidates, limit)
+        raises(ValueError, impl.choose_block_size, *args, what=f"{call} (no candidate qualifies)")
     else:
         got = impl.choose_block_size(lengths, 1, budget, candidates, limit)
         assert got == max(good), say(
             f"{call} gave {got}, expected {max(good)}: the candidates come in any order (and may "
-            f"repeat), "
-            "so sort them (largest first) before trying them",
+            "repeat), so sort them (largest first) before trying them",
             f"{call} 得到 {got}，应为 {max(good)}：候选值可以是任意顺序（也可能重复），要先从大"
             f"到小排序再逐个尝试",
         )
@@ -378,9 +341,8 @@ def test_waste_takes_any_sequence_of_lengths_and_an_empty_one_wastes_nothing(imp
     for lengths in ([], (), np.array([], dtype=np.int64)):
         got = (impl.waste(lengths, 16), impl.waste_fraction(lengths, 16))
         assert got == (0, 0.0), say(
-            f"with no sequences ({lengths!r}) waste and waste_fraction "
-            f"gave {got}, "
-            "expected (0, 0.0): nothing allocated wastes nothing",
+            f"with no sequences ({lengths!r}) waste and waste_fraction gave {got}, expected (0, "
+            "0.0): nothing allocated wastes nothing",
             f"没有序列（{lengths!r}）时 waste 和 waste_fraction 得到 {got}，应为 (0, 0.0)",
         )
     for lengths in ((16, 17, 1), np.array([16, 17, 1])):

@@ -268,8 +268,7 @@ def test_boxes_sit_on_their_centres_and_the_axes_show_them_all(impl, pictures):
                 f"{y0:.1f}..{y1:.1f}: "
                 "finish with ax.set_xlim / ax.set_ylim so the whole picture shows",
                 f"第 {snap.step} 步：{gid} 超出了坐标范围 x {x0:.1f}..{x1:.1f}，y "
-                f"{y0:.1f}..{y1:.1f}："
-                "最后用 ax.set_xlim / ax.set_ylim 让整张图都显示出来",
+                f"{y0:.1f}..{y1:.1f}：最后用 ax.set_xlim / ax.set_ylim 让整张图都显示出来",
             )
         for b, count in enumerate(snap.ref_counts):
             label = art.get(f"count-{b}")
@@ -303,9 +302,8 @@ def test_boxes_sit_on_their_centres_and_the_axes_show_them_all(impl, pictures):
                 f"step {snap.step}: the axes' limits x {x0:.1f}..{x1:.1f}, y {y0:.1f}..{y1:.1f} "
                 f"leave wide blank "
                 "margins: keep at most one unit around the picture (two on the left)",
-                f"第 {snap.step} 步：坐标范围 x {x0:.1f}..{x1:.1f}，y {y0:.1f}..{y1:.1f} 留了很"
-                f"宽的空白："
-                "图四周最多留一个单位（左边两个）",
+                f"第 {snap.step} 步：坐标范围 x {x0:.1f}..{x1:.1f}，y {y0:.1f}..{y1:.1f} 留了很宽的"
+                "空白：图四周最多留一个单位（左边两个）",
             )
 
 

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from course.ch03_kv_block.checks._puzzle import table
 from course.ch03_kv_block.interleaver import Stepper
 from course.i18n import say
 
@@ -115,11 +116,9 @@ def describe_starts(starts, num_blocks, block_bytes, alignment):
                 f"bytes long, but block {i} starts at {starts[i]}: they overlap by "
                 f"{starts[i - 1] + block_bytes - starts[i]} B. Round the block size up once "
                 f"to get the stride ({stride}), then start block i at i * stride",
-                f"{call}：块 {i - 1} 从 {starts[i - 1]} 开始、长 {block_bytes} 字节，而块 "
-                f"{i} 从 {starts[i]} 开始：两者重叠 "
-                f"{starts[i - 1] + block_bytes - starts[i]} 字节。先把块大小向上取整一次"
-                f"得到步长（{stride}），"
-                "再让第 i 块从 i × 步长开始",
+                f"{call}：块 {i - 1} 从 {starts[i - 1]} 开始、长 {block_bytes} 字节，而块 {i} 从 "
+                f"{starts[i]} 开始：两者重叠 {starts[i - 1] + block_bytes - starts[i]} 字节。先把块"
+                f"大小向上取整一次得到步长（{stride}），再让第 i 块从 i × 步长开始",
             )
     bad = [x for x in starts if x % alignment]
     if bad:
@@ -155,18 +154,15 @@ def test_block_starts_with_the_default_alignment_on_several_sizes(impl, block_by
 
 
 def fresh(num_free=8, num_threads=6, seed=0):
-    stack = (
-        np.random.default_rng(seed).permutation(40)[:num_free].astype(np.int32)
-    )  # free block ids
-    return stack, np.array([num_free], np.int32), np.full(num_threads, -2, np.int32)
+    """(free_stack, top, out, a copy of free_stack): distinct free block ids, out all -2."""
+    stack = np.random.default_rng(seed).permutation(40)[:num_free].astype(np.int32)
+    return stack, np.array([num_free], np.int32), np.full(num_threads, -2, np.int32), stack.copy()
 
 
-def trace_lines(log, threads, limit=18):
-    """The interleaving as the student reads it: `thread T: what`, in order, for `threads`."""
-    lines = [f"        thread {t}: {what}" for t, what in log if t in threads]
-    if len(lines) > limit:
-        lines = lines[:limit] + [f"        ... ({len(lines) - limit} more steps)"]
-    return "\n".join(["the interleaving (each line one memory access, in order):", *lines])
+def stepped(impl, schedule, num_threads, stack, top, out):
+    """pop_kernel run by the stepper; returns its log of memory accesses."""
+    names = ["free_stack", "top", "out"]
+    return Stepper(schedule).run(impl.pop_kernel, num_threads, stack, top, out, names=names)
 
 
 def race_cause(log) -> str:
@@ -187,7 +183,7 @@ def race_cause(log) -> str:
     for i, (t, what) in enumerate(log):
         if what.startswith("atomic cas top"):
             expected = what.split("expecting ", 1)[1].split(",", 1)[0]
-            returned = what.rsplit("returned ", 1)[1].split(",", 1)[0]
+            returned = str(_returned(what))
             retried = any(u == t and w.startswith("atomic cas top") for u, w in log[i + 1 :])
             if expected != returned and not retried:
                 return say(
@@ -207,17 +203,13 @@ def race_cause(log) -> str:
                 "threads had changed it: the block it takes comes from that second read (a re-read "
                 "of top after the atomic). Use the value the atomic returns: old = "
                 "cuda.atomic.sub(top, 0, 1), then free_stack[old - 1]",
-                f"线程 {t} 对 top 做了原子操作之后又读了一次 top（{later[0]}），"
-                "而其他线程已经改过它："
-                "它拿的块来自第二次读取（原子操作之后重读 top）。要用原子操作的返回值："
-                "old = cuda.atomic.sub(top, 0, 1)，再取 free_stack[old - 1]",
+                f"线程 {t} 对 top 做了原子操作之后又读了一次 top（{later[0]}），而其他线程已经改过"
+                "它：它拿的块来自第二次读取（原子操作之后重读 top）。要用原子操作的返回值：old = "
+                "cuda.atomic.sub(top, 0, 1)，再取 free_stack[old - 1]",
             )
 
-    def returned(t):  # what thread t's first atomic on top returned (harm shows at <= 0)
-        what = log[atomics[t]][1]
-        return int(what.rsplit("returned ", 1)[1].split(",", 1)[0]) if "returned " in what else 1
-
-    for t, first in sorted(atomics.items(), key=lambda kv: returned(kv[0]) > 0):
+    # threads whose atomic found the stack empty first (the harm shows at <= 0)
+    for t, first in sorted(atomics.items(), key=lambda kv: _returned(log[kv[1]][1]) > 0):
         before = [i for i, (u, w) in enumerate(log[:first]) if u == t and w.startswith("read top")]
         if before and any(u != t and w.startswith("atomic") for u, w in log[before[-1] : first]):
             return say(
@@ -230,8 +222,7 @@ def race_cause(log) -> str:
                 "（old > 0），而不是之前读到的值",
             )
     for t, first in atomics.items():
-        what = log[first][1]
-        old = int(what.rsplit("returned ", 1)[1].split(",", 1)[0]) if "returned " in what else 1
+        old = _returned(log[first][1])
         took = [w for u, w in log[first + 1 :] if u == t and w.startswith("read free_stack")]
         if old <= 0 and took:
             return say(
@@ -243,6 +234,11 @@ def race_cause(log) -> str:
                 "而不是 old >= 0）",
             )
     return ""
+
+
+def _returned(what: str) -> int:
+    """What an atomic's log line says it returned (1 when it says nothing)."""
+    return int(what.rsplit("returned ", 1)[1].split(",", 1)[0]) if "returned " in what else 1
 
 
 def check_pop(stack, top, out, original, log=None):
@@ -257,7 +253,8 @@ def check_pop(stack, top, out, original, log=None):
         message = (cause or str(e).splitlines()[0]) if cause or str(e) else ""
         threads = sorted({t for t, _ in log})[:6]
         err = AssertionError(message)
-        err.calls = trace_lines(log, threads)  # the runner prints it under the message
+        title = "the interleaving (each line one memory access, in order):"
+        err.calls = table(log, threads, 18, title)  # the runner prints it under the message
         raise err from None
 
 
@@ -267,10 +264,9 @@ def _check_pop(stack, top, out, original, log=None):
         i = out.tolist().index(-2)
         raise AssertionError(
             say(
-                f"thread {i} never wrote out[{i}] (out is {out.tolist()}, -2 where nobody "
-                "wrote): every thread with "
-                "i < out.shape[0] must pop (or write -1); guard with out.shape[0], not another "
-                "array's size",
+                f"thread {i} never wrote out[{i}] (out is {out.tolist()}, -2 where nobody wrote): "
+                "every thread with i < out.shape[0] must pop (or write -1); guard with "
+                "out.shape[0], not another array's size",
                 f"线程 {i} 没有写 out[{i}]（out 为 {out.tolist()}，-2 表示没人写）："
                 "每个 i < out.shape[0] 的线程都必须弹出（或写 -1）；"
                 "条件要用 out.shape[0]，而不是别的数组的大小",
@@ -290,9 +286,8 @@ def _check_pop(stack, top, out, original, log=None):
         f"two threads popped the same block {twice[0]}: reading top and writing top - 1 are "
         f"separate "
         "steps, so another thread read the same top in between; make it one cuda.atomic operation",
-        f"两个线程弹出了同一个块 {twice[0]}：读 top 和写 top - 1 是分开的两步，另一个线程在中间"
-        f"读到了同一个 top；"
-        "改成一个 cuda.atomic 操作",
+        f"两个线程弹出了同一个块 {twice[0]}：读 top 和写 top - 1 是分开的两步，另一个线程在中间读到"
+        "了同一个 top；改成一个 cuda.atomic 操作",
     )
     assert set(handed) <= set(original.tolist()), say(
         f"handed out {handed}, not all from the free stack", f"分出的块 {handed} 不全来自空闲栈"
@@ -317,10 +312,9 @@ def _check_pop(stack, top, out, original, log=None):
         f"free_stack[{len(original) - 1}] = {top_block}, was never handed out (handed out: "
         f"{handed}): the atomic returns the OLD top, so the popped block is free_stack[old - 1], "
         "not free_stack[old]",
-        f"{len(out)} 个线程申请、{len(original)} 个块空闲，"
-        f"但栈顶的块 free_stack[{len(original) - 1}] = {top_block} 从未分出（分出的是 {handed}）："
-        "原子操作返回的是旧的 top，"
-        "所以弹出的块是 free_stack[old - 1]，而不是 free_stack[old]",
+        f"{len(out)} 个线程申请、{len(original)} 个块空闲，但栈顶的块 "
+        f"free_stack[{len(original) - 1}] = {top_block} 从未分出（分出的是 {handed}）：原子操作返回"
+        "的是旧的 top，所以弹出的块是 free_stack[old - 1]，而不是 free_stack[old]",
     )
     assert len(handed) == want, say(
         f"{len(out)} threads asked and {len(original)} blocks were free, but {len(handed)} were "
@@ -338,22 +332,16 @@ def _check_pop(stack, top, out, original, log=None):
 
 def test_the_pop_hands_out_distinct_blocks_when_threads_interleave_step_by_step(impl):
     """Round robin over memory accesses (the lost-update order): 6 threads, 8 free blocks."""
-    stack, top, out = fresh()
-    original = stack.copy()
-    log = Stepper("round_robin").run(
-        impl.pop_kernel, len(out), stack, top, out, names=["free_stack", "top", "out"]
-    )
+    stack, top, out, original = fresh()
+    log = stepped(impl, "round_robin", len(out), stack, top, out)
     check_pop(stack, top, out, original, log)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_the_pop_is_correct_under_random_interleavings(impl, seed):
     """Seeded random orders of memory accesses: 5 threads, 4 free blocks (one thread finds none)."""
-    stack, top, out = fresh(num_free=4, num_threads=5, seed=seed)
-    original = stack.copy()
-    log = Stepper(seed).run(
-        impl.pop_kernel, len(out), stack, top, out, names=["free_stack", "top", "out"]
-    )
+    stack, top, out, original = fresh(num_free=4, num_threads=5, seed=seed)
+    log = stepped(impl, seed, len(out), stack, top, out)
     check_pop(stack, top, out, original, log)
     assert (out == -1).sum() == 1, say(
         f"with 4 free blocks and 5 threads exactly one should get -1: {out.tolist()}",
@@ -364,16 +352,13 @@ def test_the_pop_is_correct_under_random_interleavings(impl, seed):
 def test_a_thread_that_finds_the_stack_empty_writes_minus_one(impl):
     """top = 0: the stack is empty (free_stack still holds an old id); the thread must write -1."""
     stack, top, out = np.array([7, 9], np.int32), np.array([0], np.int32), np.full(1, -2, np.int32)
-    Stepper("round_robin").run(
-        impl.pop_kernel, 1, stack, top, out, names=["free_stack", "top", "out"]
-    )
+    stepped(impl, "round_robin", 1, stack, top, out)
     stale = out[0] in (7, 9)
     assert out[0] == -1, say(
         f"with top = 0 (no free block) the thread wrote {out[0]} instead of -1"
         + (
             f": it handed out block {out[0]}, read at free_stack[-1]. The atomic returned the old "
-            f"top, 0; "
-            "an old top of 0 or less means empty (test old > 0, not old >= 0)"
+            "top, 0; an old top of 0 or less means empty (test old > 0, not old >= 0)"
             if stale
             else ""
         ),
@@ -393,12 +378,9 @@ def test_a_thread_that_finds_the_stack_empty_writes_minus_one(impl):
 def test_threads_beyond_the_output_do_nothing(impl):
     """A launch rounds threads up to a block size: 6 threads for 4 requests; threads 4 and 5 must
     not pop."""
-    stack, top, out = fresh(num_free=8, num_threads=4)
-    original = stack.copy()
+    stack, top, out, original = fresh(num_free=8, num_threads=4)
     try:
-        Stepper("round_robin").run(
-            impl.pop_kernel, 6, stack, top, out, names=["free_stack", "top", "out"]
-        )
+        stepped(impl, "round_robin", 6, stack, top, out)
     except IndexError as e:
         raise AssertionError(
             say(
@@ -410,8 +392,7 @@ def test_threads_beyond_the_output_do_nothing(impl):
         ) from None
     assert top[0] == 4, say(
         f"6 threads for 4 outputs left top at {top[0]}, expected 8 - 4 = 4: threads with i >= "
-        f"out.shape[0] "
-        "must not pop a block",
+        "out.shape[0] must not pop a block",
         f"6 个线程、4 个输出后 top 停在 {top[0]}，应为 8 - 4 = 4：i >= out.shape[0] 的线程不能弹"
         f"出块",
     )
@@ -421,8 +402,7 @@ def test_threads_beyond_the_output_do_nothing(impl):
 @pytest.mark.kernels
 def test_the_pop_kernel_launches_and_hands_out_each_block_once(impl, kernels):
     """A real launch (GPU, or the simulator): 24 threads, 16 free blocks."""
-    stack, top, out = fresh(num_free=16, num_threads=24, seed=9)
-    original = stack.copy()
+    stack, top, out, original = fresh(num_free=16, num_threads=24, seed=9)
     out, after = impl.pop_blocks(stack, 24)
     check_pop(stack, np.array([after]), out, original)
 

@@ -5,8 +5,7 @@ import pytest
 from hypothesis import strategies as st
 
 from course.ch03_kv_block.checks._puzzle import POISON
-from course.ch03_kv_block.checks._puzzle_checks import Puzzle, check_launches, check_spec
-from course.i18n import say
+from course.ch03_kv_block.checks._puzzle_checks import Puzzle, check_launches, check_spec, mistake
 
 EXERCISE = "3.k1"
 pytestmark = pytest.mark.ch3_7
@@ -72,21 +71,17 @@ def _slot_zero_skipped(key, slot_mapping, k_cache):
 
 
 MISTAKES = (
-    (
-        say(
-            "A padded token (slot_mapping[t] == -1) was written: k_cache[-1] is the cache's last "
-            "slot, so skip every token whose slot is -1.",
-            "写入了填充 token（slot_mapping[t] == -1）：k_cache[-1] 是缓存的最后一个槽，"
-            "所以槽为 -1 的 token 都要跳过。",
-        ),
+    mistake(
+        "A padded token (slot_mapping[t] == -1) was written: k_cache[-1] is the cache's last "
+        "slot, so skip every token whose slot is -1.",
+        "写入了填充 token（slot_mapping[t] == -1）：k_cache[-1] 是缓存的最后一个槽，"
+        "所以槽为 -1 的 token 都要跳过。",
         _padding_written,
     ),
-    (
-        say(
-            "The token whose slot is 0 was skipped: only -1 marks padding (test slot >= 0, not "
-            "slot > 0).",
-            "槽为 0 的 token 被跳过了：只有 -1 表示填充（判断 slot >= 0，而不是 slot > 0）。",
-        ),
+    mistake(
+        "The token whose slot is 0 was skipped: only -1 marks padding (test slot >= 0, not "
+        "slot > 0).",
+        "槽为 0 的 token 被跳过了：只有 -1 表示填充（判断 slot >= 0，而不是 slot > 0）。",
         _slot_zero_skipped,
     ),
 )

@@ -5,7 +5,14 @@ import pytest
 from hypothesis import strategies as st
 
 from course.ch03_kv_block.checks._puzzle import POISON
-from course.ch03_kv_block.checks._puzzle_checks import Puzzle, check_launches, check_spec
+from course.ch03_kv_block.checks._puzzle_checks import (
+    Puzzle,
+    check_launches,
+    check_spec,
+    mistake,
+    on_block_edge,
+    paged_table,
+)
 from course.i18n import say
 
 EXERCISE = "3.k2"
@@ -23,12 +30,8 @@ def build(B, D, L, spare_blocks, spare_entries, seed, fill=np.nan):
     """A cache whose slots past the sequence hold `fill`; a table `spare_entries` longer than L
     needs, its extra entries garbage (ids past the cache's end)."""
     rng = np.random.default_rng(seed)
-    used = -(-L // B)
-    N = used + spare_blocks
+    N, table = paged_table(rng, L, B, spare_blocks, spare_entries)
     k_cache = np.full((N, B, D), fill)
-    table = np.concatenate(
-        [rng.permutation(N)[:used], N + 1000 + rng.integers(0, 10**6, spare_entries)]
-    ).astype(np.int64)
     pos = np.arange(L)
     k_cache[table[pos // B], pos % B] = rng.standard_normal((L, D))
     return {"k_cache": k_cache, "block_table": table, "out": np.full((L, D), POISON)}
@@ -40,11 +43,10 @@ def params(draw, *, full: bool):
     D = draw(st.sampled_from([1, 2, 8, 64, 128]) if full else st.integers(1, 3))
     B = draw(st.integers(1, 32) if full else st.integers(1, 4))
     L = draw(st.integers(1, max(1, 256 // D)) if full else st.integers(1, 7))
-    edge = [x for x in (L - L % B, L - L % B + 1, L - L % B - 1) if 1 <= x <= L]
     return dict(
         B=B,
         D=D,
-        L=draw(st.sampled_from([L, *edge])),  # on a block edge, +-1
+        L=on_block_edge(draw, L, B),
         spare_blocks=draw(st.integers(0, 2)),
         spare_entries=draw(st.integers(0, 2)),
         seed=draw(st.integers(0, 2**16)),
@@ -66,13 +68,10 @@ def _table_skipped(k_cache, block_table, out):
 
 
 MISTAKES = (
-    (
-        say(
-            "Position p was read from block p // B itself: that is its LOGICAL block; look up "
-            "the physical one in the table, block_table[p // B].",
-            "位置 p 是直接从块 p // B 读取的：那是它的逻辑块；"
-            "要查表得到物理块 block_table[p // B]。",
-        ),
+    mistake(
+        "Position p was read from block p // B itself: that is its LOGICAL block; look up "
+        "the physical one in the table, block_table[p // B].",
+        "位置 p 是直接从块 p // B 读取的：那是它的逻辑块；要查表得到物理块 block_table[p // B]。",
         _table_skipped,
     ),
 )

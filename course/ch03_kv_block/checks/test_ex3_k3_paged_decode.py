@@ -10,6 +10,9 @@ from course.ch03_kv_block.checks._puzzle_checks import (
     check_launches,
     check_spec,
     logits_near,
+    mistake,
+    on_block_edge,
+    paged_table,
 )
 from course.i18n import say
 
@@ -34,13 +37,9 @@ def build(H, B, D, L, spare_blocks, spare_entries, base, spread, seed, fill=np.n
     a table `spare_entries` longer than L needs. Every slot the sequence does not use is `fill`,
     and every table entry past its last block is garbage (an id past the cache's end)."""
     rng = np.random.default_rng(seed)
-    used = -(-L // B)
-    N = used + spare_blocks
+    N, table = paged_table(rng, L, B, spare_blocks, spare_entries)
     k_cache = np.full((N, B, H, D), fill)
     v_cache = np.full((N, B, H, D), fill)
-    table = np.concatenate(
-        [rng.permutation(N)[:used], N + 1000 + rng.integers(0, 10**6, spare_entries)]
-    ).astype(np.int64)
     q = rng.standard_normal((H, D))
     pos = np.arange(L)
     k = rng.standard_normal((L, H, D))
@@ -60,9 +59,7 @@ def build(H, B, D, L, spare_blocks, spare_entries, base, spread, seed, fill=np.n
 @st.composite
 def params(draw, *, full: bool):
     B = draw(st.integers(1, 32) if full else st.integers(1, 3))
-    L = draw(st.integers(1, 6 * B) if full else st.integers(1, 6))
-    edge = [x for x in (L - L % B, L - L % B + 1, L - L % B - 1) if 1 <= x <= L]
-    L = draw(st.sampled_from([L, *edge]))  # on a block edge, +-1
+    L = on_block_edge(draw, draw(st.integers(1, 6 * B) if full else st.integers(1, 6)), B)
     return dict(
         H=draw(st.integers(1, 4) if full else st.integers(1, 3)),
         B=B,
@@ -81,10 +78,9 @@ NUMERICS = say(
     "exp, subtract the largest SCALED logit of the head, over all its tokens (start the running "
     "max at -inf, or at the first logit, not at 0; shifting by the first logit, or by any other "
     "one, overflows).",
-    "该用例的缩放后 logit 位于 base 与 base + spread 之间（见用例）："
-    "在 exp 之前减去该头所有 token 中"
-    "最大的缩放后 logit（运行最大值从 -inf 或第一个 logit 开始，而不是 0；用第一个或其他某个 logit "
-    "平移都会溢出）。",
+    "该用例的缩放后 logit 位于 base 与 base + spread 之间（见用例）：在 exp 之前减去该头所有 token "
+    "中最大的缩放后 logit（运行最大值从 -inf 或第一个 logit 开始，而不是 0；用第一个或其他某个 "
+    "logit 平移都会溢出）。",
 )
 AXES = {
     "q": ("H, heads", "D, head_dim"),
@@ -120,43 +116,33 @@ def _root(q):
 
 
 MISTAKES = (
-    (
-        say(
-            "The logits were not scaled: multiply q[h] . k_p by scale = 1 / sqrt(D).",
-            "logit 没有缩放：q[h] . k_p 要乘以 scale = 1 / sqrt(D)。",
-        ),
+    mistake(
+        "The logits were not scaled: multiply q[h] . k_p by scale = 1 / sqrt(D).",
+        "logit 没有缩放：q[h] . k_p 要乘以 scale = 1 / sqrt(D)。",
         lambda **a: _variant(**a, scale=1.0),
     ),
-    (
-        say(
-            "The logits were scaled by 1 / D: the spec's scale is 1 / sqrt(D).",
-            "logit 按 1 / D 缩放了：规范的 scale 是 1 / sqrt(D)。",
-        ),
+    mistake(
+        "The logits were scaled by 1 / D: the spec's scale is 1 / sqrt(D).",
+        "logit 按 1 / D 缩放了：规范的 scale 是 1 / sqrt(D)。",
         lambda **a: _variant(**a, scale=1.0 / a["q"].shape[1]),
     ),
-    (
-        say(
-            "Every head used head 0's keys and values: read k_cache[block, offset, h, :] and "
-            "v_cache[block, offset, h, :] with the thread's own head h.",
-            "每个头都用了头 0 的 key 和 value：要用线程自己的头 h 读取 "
-            "k_cache[block, offset, h, :] 和 v_cache[block, offset, h, :]。",
-        ),
+    mistake(
+        "Every head used head 0's keys and values: read k_cache[block, offset, h, :] and "
+        "v_cache[block, offset, h, :] with the thread's own head h.",
+        "每个头都用了头 0 的 key 和 value：要用线程自己的头 h 读取 "
+        "k_cache[block, offset, h, :] 和 v_cache[block, offset, h, :]。",
         lambda **a: _variant(**a, scale=_root(a["q"]), change="k_head0"),
     ),
-    (
-        say(
-            "The weighted sum read k_cache where it needs the values: out[h, :] = sum_p w_p * "
-            "v_cache[...], from v_cache.",
-            "加权和读的是 k_cache，而它需要的是 value：out[h, :] = sum_p w_p * v_cache[...]。",
-        ),
+    mistake(
+        "The weighted sum read k_cache where it needs the values: out[h, :] = sum_p w_p * "
+        "v_cache[...], from v_cache.",
+        "加权和读的是 k_cache，而它需要的是 value：out[h, :] = sum_p w_p * v_cache[...]。",
         lambda **a: _variant(**a, scale=_root(a["q"]), change="v=k"),
     ),
-    (
-        say(
-            "The weights were divided by the sum of UNSHIFTED exps: shift the sum by the same "
-            "maximum as each weight, total = sum_p exp(s_p - max).",
-            "权重除以的是未平移的 exp 之和：和也要减去同一个最大值，total = sum_p exp(s_p - max)。",
-        ),
+    mistake(
+        "The weights were divided by the sum of UNSHIFTED exps: shift the sum by the same "
+        "maximum as each weight, total = sum_p exp(s_p - max).",
+        "权重除以的是未平移的 exp 之和：和也要减去同一个最大值，total = sum_p exp(s_p - max)。",
         lambda **a: _variant(**a, scale=_root(a["q"]), change="raw"),
     ),
 )

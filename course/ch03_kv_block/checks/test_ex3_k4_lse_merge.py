@@ -5,7 +5,7 @@ import pytest
 from hypothesis import strategies as st
 
 from course.ch03_kv_block.checks._puzzle import POISON
-from course.ch03_kv_block.checks._puzzle_checks import Puzzle, check_launches, check_spec
+from course.ch03_kv_block.checks._puzzle_checks import Puzzle, check_launches, check_spec, mistake
 from course.i18n import say
 
 EXERCISE = "3.k4"
@@ -97,42 +97,32 @@ def _unshifted_weights(o1, lse1, o2, lse2, out, lse_out):
 
 
 MISTAKES = (
-    (
-        say(
-            "The weights were exp(lse1[h]) and exp(lse2[h]), not shifted by m: lse_out = m + "
-            "log(w1 + w2) needs w = exp(lse - m) (and exp(lse) alone overflows above 709).",
-            "权重用了 exp(lse1[h]) 和 exp(lse2[h])，没有减去 m：lse_out = m + log(w1 + w2) 需要 "
-            "w = exp(lse - m)（而且 exp(lse) 超过 709 就溢出）。",
-        ),
+    mistake(
+        "The weights were exp(lse1[h]) and exp(lse2[h]), not shifted by m: lse_out = m + "
+        "log(w1 + w2) needs w = exp(lse - m) (and exp(lse) alone overflows above 709).",
+        "权重用了 exp(lse1[h]) 和 exp(lse2[h])，没有减去 m：lse_out = m + log(w1 + w2) 需要 "
+        "w = exp(lse - m)（而且 exp(lse) 超过 709 就溢出）。",
         _unshifted_weights,
     ),
-    (
-        say(
-            "o1 was weighed by w2 and o2 by w1: o1 goes with w1 = exp(lse1[h] - m).",
-            "o1 乘了 w2、o2 乘了 w1：o1 对应 w1 = exp(lse1[h] - m)。",
-        ),
+    mistake(
+        "o1 was weighed by w2 and o2 by w1: o1 goes with w1 = exp(lse1[h] - m).",
+        "o1 乘了 w2、o2 乘了 w1：o1 对应 w1 = exp(lse1[h] - m)。",
         _swapped,
     ),
-    (
-        say(
-            "lse_out lacks the shift: add m back, lse_out[h] = m + log(w1 + w2).",
-            "lse_out 少了平移量：要把 m 加回来，lse_out[h] = m + log(w1 + w2)。",
-        ),
+    mistake(
+        "lse_out lacks the shift: add m back, lse_out[h] = m + log(w1 + w2).",
+        "lse_out 少了平移量：要把 m 加回来，lse_out[h] = m + log(w1 + w2)。",
         _lse_without_m,
     ),
-    (
-        say(
-            "lse_out is only the maximum m: add log(w1 + w2), the log of the weights' sum.",
-            "lse_out 只是最大值 m：还要加上 log(w1 + w2)，即权重之和的对数。",
-        ),
+    mistake(
+        "lse_out is only the maximum m: add log(w1 + w2), the log of the weights' sum.",
+        "lse_out 只是最大值 m：还要加上 log(w1 + w2)，即权重之和的对数。",
         _lse_is_the_max,
     ),
-    (
-        say(
-            "out is the plain average (o1 + o2) / 2: weigh each partial by exp(lse - m) and "
-            "divide by the weights' sum.",
-            "out 是简单平均 (o1 + o2) / 2：每个部分要按 exp(lse - m) 加权，再除以权重之和。",
-        ),
+    mistake(
+        "out is the plain average (o1 + o2) / 2: weigh each partial by exp(lse - m) and "
+        "divide by the weights' sum.",
+        "out 是简单平均 (o1 + o2) / 2：每个部分要按 exp(lse - m) 加权，再除以权重之和。",
         _plain_average,
     ),
 )

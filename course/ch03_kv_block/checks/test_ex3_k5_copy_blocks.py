@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import strategies as st
 
-from course.ch03_kv_block.checks._puzzle_checks import Puzzle, check_launches, check_spec
-from course.i18n import say
+from course.ch03_kv_block.checks._puzzle_checks import Puzzle, check_launches, check_spec, mistake
 
 EXERCISE = "3.k5"
 pytestmark = pytest.mark.ch3_7
@@ -60,13 +59,10 @@ def _the_wrong_way(cache, pairs):
 
 
 MISTAKES = (
-    (
-        say(
-            "The copy went from dst to src: pairs[p, 0] is the source and pairs[p, 1] the "
-            "destination, cache[dst, b, d] = cache[src, b, d].",
-            "拷贝方向反了：pairs[p, 0] 是源、pairs[p, 1] 是目标，"
-            "cache[dst, b, d] = cache[src, b, d]。",
-        ),
+    mistake(
+        "The copy went from dst to src: pairs[p, 0] is the source and pairs[p, 1] the "
+        "destination, cache[dst, b, d] = cache[src, b, d].",
+        "拷贝方向反了：pairs[p, 0] 是源、pairs[p, 1] 是目标，cache[dst, b, d] = cache[src, b, d]。",
         _the_wrong_way,
     ),
 )

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import strategies as st
 
 from course.ch03_kv_block.checks._puzzle import POISON
-from course.ch03_kv_block.checks._puzzle_checks import Puzzle, check_launches, check_spec
+from course.ch03_kv_block.checks._puzzle_checks import Puzzle, check_launches, check_spec, mistake
 from course.i18n import say
 
 EXERCISE = "3.k6"
@@ -44,40 +44,30 @@ def _rule(keep):
 
 
 MISTAKES = (
-    (
-        say(
-            "A block whose last token is n - w - 1, just before the window, was kept: drop block "
-            "j when (j + 1) * B <= n - w (<=, not <).",
-            "最后一个 token 是 n - w - 1（紧挨窗口之前）的块被保留了："
-            "当 (j + 1) * B <= n - w 时丢弃"
-            "块 j（<=，不是 <）。",
-        ),
+    mistake(
+        "A block whose last token is n - w - 1, just before the window, was kept: drop block "
+        "j when (j + 1) * B <= n - w (<=, not <).",
+        "最后一个 token 是 n - w - 1（紧挨窗口之前）的块被保留了：当 (j + 1) * B <= n - w 时丢"
+        "弃块 j（<=，不是 <）。",
         _rule(lambda j, n, w, B: (j + 1) * B < n - w),
     ),
-    (
-        say(
-            "A block that is only partly before the window was dropped (the count was rounded "
-            "up): a block goes only when ALL its tokens, up to (j + 1) * B - 1, are before n - w.",
-            "只有一部分在窗口之前的块被丢弃了（向上取整了）：只有当块的全部 token（直到 "
-            "(j + 1) * B - 1）都在 n - w 之前时才丢弃。",
-        ),
+    mistake(
+        "A block that is only partly before the window was dropped (the count was rounded "
+        "up): a block goes only when ALL its tokens, up to (j + 1) * B - 1, are before n - w.",
+        "只有一部分在窗口之前的块被丢弃了（向上取整了）：只有当块的全部 token（直到 "
+        "(j + 1) * B - 1）都在 n - w 之前时才丢弃。",
         _rule(lambda j, n, w, B: j < -(-(n - w) // B)),
     ),
-    (
-        say(
-            "Only the block's first token was compared with the window: every token of block j, "
-            "up to (j + 1) * B - 1, must be before n - w.",
-            "只比较了块的第一个 token："
-            "块 j 的每个 token（直到 (j + 1) * B - 1）都必须在 n - w 之前。",
-        ),
+    mistake(
+        "Only the block's first token was compared with the window: every token of block j, "
+        "up to (j + 1) * B - 1, must be before n - w.",
+        "只比较了块的第一个 token：块 j 的每个 token（直到 (j + 1) * B - 1）都必须在 n - w 之前。",
         _rule(lambda j, n, w, B: j * B < n - w),
     ),
-    (
-        say(
-            "The window was ignored: a block is dropped when it ends before n - w, the window's "
-            "first position, not before n.",
-            "忽略了窗口：块在 n - w（窗口的第一个位置）之前结束才丢弃，而不是在 n 之前。",
-        ),
+    mistake(
+        "The window was ignored: a block is dropped when it ends before n - w, the window's "
+        "first position, not before n.",
+        "忽略了窗口：块在 n - w（窗口的第一个位置）之前结束才丢弃，而不是在 n 之前。",
         _rule(lambda j, n, w, B: (j + 1) * B <= n),
     ),
 )

@@ -57,6 +57,5 @@ def reference(exercise_id: str):
             ) from e
     raise NeedsExercise(
         f"this part of the demo runs exercise {exercise_id}'s code: write it in "
-        f"{workspace.DEFAULT}/{Path(ex.stub).name} (this build has no reference "
-        f"solutions)"
+        f"{workspace.DEFAULT}/{Path(ex.stub).name} (this build has no reference solutions)"
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+from course.ch03_kv_block.lessons import reference, verdict
 from pagedsim import BlockPool, blocks_needed
 
 TITLE = "Why fixed-size blocks?"
@@ -14,9 +15,7 @@ FIGURES = [
         "first-fit holes against fixed blocks: free space that no request can use",
     )
 ]
-FIGURES_ZH = [
-    "首次适配留下的空洞与固定块对比：没有请求能用上的空闲空间"
-]  # the captions of FIGURES, in order
+FIGURES_ZH = ["首次适配留下的空洞与固定块对比：没有请求能用上的空闲空间"]
 TEXT = """
 Give every sequence one contiguous range sized to its length, and memory soon looks like
 Swiss cheese: after a few sequences finish, the free space is many holes, each too small
@@ -52,8 +51,6 @@ def random_trace(seed: int = 3, steps: int = 120):
 
 
 def demo(out_dir) -> None:
-    from course.ch03_kv_block.lessons import reference
-
     ref = reference("3.1")
     FirstFit, external_fragmentation = ref.FirstFit, ref.external_fragmentation
 
@@ -91,14 +88,11 @@ def demo(out_dir) -> None:
         f"blocks were free"
     )
     print("look at: the requests refused 'with room' -- they are pure external fragmentation.")
-    from course.ch03_kv_block.lessons import verdict
-
     if refused_ff_with_room and refused_blocks < refused_ff:
         verdict(
             f"{refused_ff_with_room} of first fit's {refused_ff} refusals happened with enough "
             f"slots free, and fixed blocks refused only {refused_blocks}: the difference is "
-            f"external fragmentation, "
-            "which fixed blocks cannot have",
+            "external fragmentation, which fixed blocks cannot have",
             f"首次适配的 {refused_ff} 次拒绝里有 {refused_ff_with_room} 次发生在空闲槽位足够"
             f"时，而固定块只拒绝了 {refused_blocks} 次：差别就是外部碎片，固定块不会有外部碎片",
         )
@@ -106,7 +100,6 @@ def demo(out_dir) -> None:
         verdict(
             f"on this trace first fit refused {refused_ff} requests ({refused_ff_with_room} "
             f"with room) and fixed blocks {refused_blocks}: fragmentation did not show here",
-            f"在这条轨迹上首次适配拒绝了 {refused_ff} 次（{refused_ff_with_room} 次有空"
-            f"间），固定块 {refused_blocks} 次："
-            "这里没有显出碎片",
+            f"在这条轨迹上首次适配拒绝了 {refused_ff} 次（{refused_ff_with_room} 次有空间），固定块"
+            f" {refused_blocks} 次：这里没有显出碎片",
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from course.ch03_kv_block.lessons import verdict
 from pagedsim.sizing import PRESETS, ModelSpec
 
 TITLE = "The inside of a block"
@@ -14,9 +15,7 @@ FIGURES = [
         "one block's layout (K, V, heads x tokens x head_dim, all layers) and its bytes",
     )
 ]
-FIGURES_ZH = [
-    "一个 Block 的布局（K、V，头 × token × head_dim，所有层）及其字节数"
-]  # the captions of FIGURES, in order
+FIGURES_ZH = ["一个 Block 的布局（K、V，头 × token × head_dim，所有层）及其字节数"]
 TEXT = """
 One block holds the K and V vectors of block_size tokens, for every layer and every KV
 head. Its size is block_size x num_layers x 2 (K and V) x num_kv_heads x head_dim x bytes
@@ -67,8 +66,6 @@ MLP，它在注意力之后运行、步与步之间不保留任何东西；一�
 
 
 def demo(out_dir) -> None:
-    from course.ch03_kv_block.lessons import verdict
-
     print(f"{'model':<16} {'bytes/token':>12} {'bytes/block (16 tokens)':>24}")
     sizes = {}
     for spec in PRESETS.values():
@@ -92,15 +89,8 @@ def demo(out_dir) -> None:
     shape = (6, 3, 2, 2, 4, 8)  # [N, L, 2, H_kv, B, D]
     pool = np.full(shape, np.nan, np.float32)
     print(f"\nkv_pool{list(shape)} element strides: {[s // 4 for s in pool.strides]}")
-    try:
-        import cuda_kernels
-    except ImportError as e:
-        print(f"(skipping the write_kv run: cuda_kernels is not available: {e})")
-        verdict(
-            meaning[0] + "; every block is a few MiB, which is why the pool is counted in blocks",
-            meaning[1] + "；每个 Block 都有几 MiB，所以池按 Block 计数",
-        )
-        return
+    import cuda_kernels  # here, not at the top: it loads Numba
+
     rng = np.random.default_rng(0)
     key = rng.standard_normal((3, 2, 8)).astype(np.float32)  # [T, H_kv, D]
     value = rng.standard_normal((3, 2, 8)).astype(np.float32)
@@ -120,9 +110,8 @@ def demo(out_dir) -> None:
     verdict(
         meaning[0]
         + (
-            "; and the kernel, writing through kv_pool[:, 1], filled exactly the 96 "
-            "numbers of 3 tokens, so the view and the strides above address the pool "
-            "correctly"
+            "; and the kernel, writing through kv_pool[:, 1], filled exactly the 96 numbers of 3 "
+            "tokens, so the view and the strides above address the pool correctly"
             if exact
             else f"; but the kernel filled {written} numbers instead of 96: the view is "
             f"not the pool"

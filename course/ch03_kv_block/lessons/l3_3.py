@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from course.ch03_kv_block.lessons import verdict
 from pagedsim import KVCacheManager
 
 TITLE = "Logical blocks vs physical blocks"
@@ -14,7 +15,7 @@ FIGURES = [
         "two sequences contiguous in logical blocks, scattered in physical memory",
     )
 ]
-FIGURES_ZH = ["两个序列在逻辑块上连续，在物理内存里分散"]  # the captions of FIGURES, in order
+FIGURES_ZH = ["两个序列在逻辑块上连续，在物理内存里分散"]
 TEXT = """
 A sequence's tokens are contiguous only in *logical* space: token p is in logical block
 p // block_size, at offset p % block_size. The block table maps each logical block to a
@@ -70,23 +71,9 @@ def demo(out_dir) -> None:
     m.append_tokens("A", 4)
     for s in ("A", "B"):
         print(f"seq {s}: block table {m.block_table(s).blocks}, slots {m.slot_mapping(s).tolist()}")
-    try:
-        import cuda_kernels
-        from cuda_kernels import reference
-    except ImportError as e:
-        print(f"(skipping the kernel run: cuda_kernels is not available: {e})")
-        from course.ch03_kv_block.lessons import verdict
+    import cuda_kernels  # here, not at the top: it loads Numba
+    from cuda_kernels import reference
 
-        slots = [p for s in ("A", "B") for p in m.slot_mapping(s).tolist()]
-        verdict(
-            f"the two sequences' {len(slots)} tokens sit in {len(set(slots))} distinct slots "
-            f"although their "
-            "blocks interleave: the block table keeps each sequence's tokens its own",
-            f"两个序列的 {len(slots)} 个 token 落在 {len(set(slots))} 个互不相同的 slot 里，"
-            f"尽管它们的 Block 交错："
-            "Block Table 让每个序列的 token 各归其主",
-        )
-        return
     rng = np.random.default_rng(0)
     cache = rng.standard_normal((10, 2, 2, 4, 8)).astype(np.float32)  # [N, 2, H_kv, B, D]
     tables = np.zeros((2, 3), np.int32)  # [S, max_blocks]
@@ -94,9 +81,8 @@ def demo(out_dir) -> None:
         t = m.block_table(s).blocks
         tables[i, : len(t)] = t
     lens = np.array([m.num_tokens("A"), m.num_tokens("B")], np.int32)
-    query = rng.standard_normal((2, 4, 8)).astype(
-        np.float32
-    )  # [S, H, D]: 4 query heads share 2 KV heads
+    # [S, H, D]: 4 query heads share 2 KV heads
+    query = rng.standard_normal((2, 4, 8)).astype(np.float32)
     out = cuda_kernels.paged_attention(query, cache, tables, lens)
     ref = reference.paged_attention(query, cache, tables, lens)
     err = float(np.abs(out - ref).max())
@@ -104,27 +90,22 @@ def demo(out_dir) -> None:
         f"paged_attention on {cuda_kernels.backend()}: max |kernel - float64 reference| = {err:.2e}"
     )
     _climb_the_ladder(query, cache, tables, lens, ref)
-    from course.ch03_kv_block.lessons import verdict
-
     eps = float(np.finfo(np.float32).eps)
     if err <= TOLERANCE:
         verdict(
             f"max error {err:.2e} is within the tolerance {TOLERANCE:.0e} (float32 arithmetic "
             f"against a float64 reference; {err / eps:.1f} x float32's epsilon {eps:.1e}): the "
-            f"kernel reads every "
-            "token through the block table correctly",
+            "kernel reads every token through the block table correctly",
             f"最大误差 {err:.2e} 在容差 {TOLERANCE:.0e} 之内（float32 运算对比 float64 参"
             f"考；约为 float32 机器精度 {eps:.1e} 的 {err / eps:.1f} 倍）：内核按 Block Table "
             f"正确地读到了每个 token",
         )
     else:
         verdict(
-            f"max error {err:.2e} is OUTSIDE the tolerance {TOLERANCE:.0e}: the kernel reads "
-            f"the wrong "
-            "tokens (a wrong table entry, offset or KV head), not just rounds differently",
-            f"最大误差 {err:.2e} 超出了容差 {TOLERANCE:.0e}：内核读错了 token（表项、偏移或 "
-            f"KV 头不对），"
-            "而不只是舍入不同",
+            f"max error {err:.2e} is OUTSIDE the tolerance {TOLERANCE:.0e}: the kernel reads the "
+            "wrong tokens (a wrong table entry, offset or KV head), not just rounds differently",
+            f"最大误差 {err:.2e} 超出了容差 {TOLERANCE:.0e}：内核读错了 token（表项、偏移或 KV 头不"
+            "对），而不只是舍入不同",
         )
 
 

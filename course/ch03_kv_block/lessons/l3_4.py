@@ -8,6 +8,7 @@ hit capped at num_tokens - 1, is v1 (pagedsim.policies.prefix_cache).
 
 from __future__ import annotations
 
+from course.ch03_kv_block.lessons import verdict
 from pagedsim import BlockError, BlockPool, KVCacheManager
 from pagedsim.policies.prefix_cache import PrefixCachingManager
 from pagedsim.story import caption
@@ -20,9 +21,7 @@ FIGURES = [
         "the tour as an animated GIF and a strip of key frames: fork, copy-on-write (v0), free",
     )
 ]
-FIGURES_ZH = [
-    "导览的 GIF 动画和一排关键帧：fork、copy-on-write（v0）、释放"
-]  # the captions of FIGURES, in order
+FIGURES_ZH = ["导览的 GIF 动画和一排关键帧：fork、copy-on-write（v0）、释放"]
 TEXT = """
 Blocks are borrowed from a shared pool and handed back when a sequence ends. The pool
 keeps a free list of block ids: allocate() takes the head and free() puts the block back,
@@ -121,7 +120,7 @@ def _v0_fork_demo() -> dict:
     except BlockError as e:
         refused = True
         print(f"a double free is refused: BlockError: {e}")
-    return {"copies": copies, "refused": refused, "free": m.num_free_blocks, "blocks": 6}
+    return {"copies": copies, "refused": refused}
 
 
 def _v1_cache_demo() -> dict:
@@ -144,10 +143,9 @@ def _v1_cache_demo() -> dict:
         for b in sorted(set(m.block_table("A").blocks + m.block_table("B").blocks))
     }
     print(
-        f"reference counts {counts}: block 0 is shared (count 2). Block 1 is full and cached "
-        f"too, but B's "
-        "hit is capped at n - 1 = 31 tokens, which holds one full block, so B computes its last "
-        "16 tokens again, into block 2"
+        f"reference counts {counts}: block 0 is shared (count 2). Block 1 is full and cached too, "
+        "but B's hit is capped at n - 1 = 31 tokens, which holds one full block, so B computes "
+        "its last 16 tokens again, into block 2"
     )
     return {"shared": sorted(b for b, c in counts.items() if c > 1)}
 
@@ -159,9 +157,8 @@ B shares A's first 8 tokens    vLLM [4, 5, 6, 7]              pagedsim [4, 5, 6,
 A finishes                     vLLM [2, 4, 5, 6, 7]           pagedsim [2, 4, 5, 6, 7]
 B finishes                     vLLM [3, 2, 4, 5, 6, 7, 1, 0]  pagedsim [3, 2, 4, 5, 6, 7, 1, 0]"""
 HOW_TO_VLLM = (
-    "to run it with vLLM itself: scripts/vllm_oracle_env (in the repository; it makes "
-    ".venv-vllm with vllm==0.34.0 and a CPU torch), then .venv-vllm/bin/python -m pagedsim "
-    "lesson 3.4"
+    "to run it with vLLM itself: scripts/vllm_oracle_env (in the repository; it makes .venv-vllm "
+    "with vllm==0.34.0 and a CPU torch), then .venv-vllm/bin/python -m pagedsim lesson 3.4"
 )
 STEPS = ("A takes a 10-token prompt", "B shares A's first 8 tokens", "A finishes", "B finishes")
 
@@ -247,8 +244,6 @@ def _vllm_section() -> bool:
 
 
 def demo(out_dir) -> None:
-    from course.ch03_kv_block.lessons import verdict
-
     print("v0: fork and copy-on-write")
     v0 = _v0_fork_demo()
     print("\nv1: no fork; two requests share a full prompt block through the prefix cache")
@@ -269,9 +264,8 @@ def demo(out_dir) -> None:
     verdict(
         (
             f"v0 shared both blocks at the fork and copied exactly {len(v0['copies'])} (the "
-            f"half-full one B wrote into), a double free was refused, and v1 shared block(s) "
-            f"{v1['shared']} through the prefix cache: "
-            "counts, not copies, make sharing cheap"
+            "half-full one B wrote into), a double free was refused, and v1 shared block(s) "
+            f"{v1['shared']} through the prefix cache: counts, not copies, make sharing cheap"
         )
         if v0_ok
         else f"expected one copy-on-write pair and a refused double free, got {v0['copies']} and "

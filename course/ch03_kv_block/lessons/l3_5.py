@@ -10,6 +10,7 @@ Reference: Kwon et al., SOSP 2023, section 7.1 (kernel microbenchmark) and 7.2 (
 
 from __future__ import annotations
 
+from course.ch03_kv_block.lessons import reference, verdict
 from pagedsim.sizing import preset
 
 TITLE = "Choosing the block size"
@@ -29,7 +30,7 @@ FIGURES = [
 FIGURES_ZH = [
     "浪费（%）和表项数随 B 的变化，即下表中的数字",
     "同样的浪费一列，加上固定显存下的批大小、抢占次数和前缀命中",
-]  # the captions of FIGURES, in order
+]
 TEXT = """
 A block of B tokens trades two costs against each other, and they pull in opposite directions.
 
@@ -116,8 +117,6 @@ def step_lengths():
 
 
 def demo(out_dir) -> None:
-    from course.ch03_kv_block.lessons import reference
-
     ref = reference("3.5")
     choose_block_size, waste_fraction = ref.choose_block_size, ref.waste_fraction
 
@@ -152,16 +151,13 @@ def demo(out_dir) -> None:
         "look at: B=16 is the first size whose lookups per step drop below ~30 while waste stays "
         "under 2%."
     )
-    from course.ch03_kv_block.lessons import verdict
-
     w16 = waste_fraction(lengths, 16)
     verdict(
         f"the rule picks {chosen[0.02]} at a 2% waste limit and {chosen[0.05]} at 5%; at "
         f"vLLM's default 16 this workload wastes {w16:.1%}, so 16 is "
         f"{'inside' if w16 <= 0.02 else 'outside'} the 2% limit, and smaller "
         "blocks would save little memory while multiplying the kernel's lookups",
-        f"浪费上限 2% 时规则选 {chosen[0.02]}，5% 时选 {chosen[0.05]}；在 vLLM 默认的 16 下"
-        f"这个负载浪费 {w16:.1%}，{'在' if w16 <= 0.02 else '超出'} 2% 上"
-        f"限{'之内' if w16 <= 0.02 else ''}；更小的 Block 省不了多少显存，却让内核的查表次数"
-        f"成倍增加",
+        f"浪费上限 2% 时规则选 {chosen[0.02]}，5% 时选 {chosen[0.05]}；在 vLLM 默认的 16 下这个负载"
+        f"浪费 {w16:.1%}，{'在' if w16 <= 0.02 else '超出'} 2% 上限"
+        f"{'之内' if w16 <= 0.02 else ''}；更小的 Block 省不了多少显存，却让内核的查表次数成倍增加",
     )

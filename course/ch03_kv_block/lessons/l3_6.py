@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 
+from course.ch03_kv_block.lessons import NeedsExercise, verdict
 from pagedsim import KVCacheManager, story
 from pagedsim.trace import SeqState, Snapshot
 
@@ -16,16 +17,14 @@ TITLE_ZH = "核心流程图"
 FIGURES = [
     (
         "3.6-core-flow",
-        "free pool -> allocated blocks -> block tables, drawn from the tour's "
-        "trace "
-        "(its fork and copy-on-write are v0); the demo also draws step-NN.png with your "
-        "draw_flow",
+        "free pool -> allocated blocks -> block tables, drawn from the tour's trace (its fork and "
+        "copy-on-write are v0); the demo also draws step-NN.png with your draw_flow",
     )
 ]
 FIGURES_ZH = [
     "空闲池 -> 已分配的块 -> Block Table，按导览的轨迹绘制（其中的 fork 和 "
     "copy-on-write 属于 v0）；演示还会用你的 draw_flow 画出 step-NN.png"
-]  # the captions of FIGURES, in order
+]
 TEXT = """
 The chapter's figure has three parts: the free block pool, the allocated blocks, and the
 block tables that translate logical blocks to physical ones. Allocation takes from the
@@ -92,8 +91,6 @@ def _yours_or_reference(exercise_id: str, probe):
             print(
                 f"your {exercise_id} raised {type(e).__name__}: {e}; using the reference solution"
             )
-    from course.ch03_kv_block.lessons import NeedsExercise
-
     raise NeedsExercise(
         f"this demo runs exercise {exercise_id}'s code: finish {mine.name} first "
         "(this build has no reference solutions)"
@@ -158,10 +155,9 @@ def own_snapshots(pool_mod, cow_mod, num_blocks=8):
 
 def manager_snapshots():
     m = KVCacheManager(8, BLOCK_SIZE)
+    calls = {"add": m.add_sequence, "append": m.append_tokens, "fork": m.fork}
     for op, seq, *rest in SCRIPT:
-        {"add": m.add_sequence, "append": m.append_tokens, "fork": m.fork}.get(
-            op, lambda s: m.free_sequence(s)
-        )(seq, *rest)
+        calls.get(op, m.free_sequence)(seq, *rest)  # "free" is the rest
     return m.trace.snapshots
 
 
@@ -171,25 +167,15 @@ def compare(yours, reference) -> list[str]:
     for a, b in zip(yours, reference, strict=False):  # a half-done run may stop early
         what = []
         if a.free_list != b.free_list:
-            first = next(
-                i
-                for i, (x, y) in enumerate(
-                    zip(a.free_list + (None,), b.free_list + (None,), strict=False)
-                )
-                if x != y
-            )
+            pairs = zip(a.free_list + (None,), b.free_list + (None,), strict=False)
+            first = next(i for i, (x, y) in enumerate(pairs) if x != y)
             what.append(
                 f"free list {list(a.free_list)} vs the manager's {list(b.free_list)} "
                 f"(first difference at position {first})"
             )
-        counts = [
-            blk
-            for blk, (x, y) in enumerate(zip(a.ref_counts, b.ref_counts, strict=False))
-            if x != y
-        ]
+        counts = enumerate(zip(a.ref_counts, b.ref_counts, strict=False))
         what += [
-            f"block {blk} has count {a.ref_counts[blk]}, the manager's {b.ref_counts[blk]}"
-            for blk in counts
+            f"block {blk} has count {x}, the manager's {y}" for blk, (x, y) in counts if x != y
         ]
         if what:
             out.append(f"step {a.step} ({story.caption(b)}): " + "; ".join(what))
@@ -221,8 +207,7 @@ def demo(out_dir) -> None:
     except Exception as e:  # a half-finished exercise: say so and draw the reference run instead
         print(
             f"your pool or copy-on-write raised {type(e).__name__}: {e} -- run `pagedsim check "
-            f"3.4a` "
-            "and `pagedsim check 3.4b`; drawing pagedsim's manager's run instead"
+            "3.4a` and `pagedsim check 3.4b`; drawing pagedsim's manager's run instead"
         )
         snaps = manager_snapshots()
     differences = compare(snaps, manager_snapshots())
@@ -240,23 +225,18 @@ def demo(out_dir) -> None:
         "look at: the arrows of A and C both reach block 0 (count 2); C's last entry is its "
         "private copy (v0 copy-on-write)."
     )
-    from course.ch03_kv_block.lessons import verdict
-
     if differences:
         verdict(
             f"your run differs from pagedsim's manager at {len(differences)} point(s): the "
-            f"pictures show "
-            "where, and the checks of 3.4a and 3.4b say which rule is broken",
+            "pictures show where, and the checks of 3.4a and 3.4b say which rule is broken",
             f"你的运行与 pagedsim 的管理器有 {len(differences)} 处不同：图里能看到在哪"
             f"里，3.4a 和 3.4b 的检查会指出违反了哪条规则",
         )
     else:
         verdict(
-            f"all {len(snaps)} steps match pagedsim's manager, so the {len(paths)} pictures "
-            f"show the real "
-            "free list and counts: sharing is visible as two arrows into one block with count "
-            "2",
-            f"全部 {len(snaps)} 步都与 pagedsim 的管理器一致，所以这 {len(paths)} 张图显示的"
-            f"是真实的空闲链表和计数："
-            "共享就是两支箭头指向计数为 2 的同一个块",
+            f"all {len(snaps)} steps match pagedsim's manager, so the {len(paths)} pictures show "
+            "the real free list and counts: sharing is visible as two arrows into one block with "
+            "count 2",
+            f"全部 {len(snaps)} 步都与 pagedsim 的管理器一致，所以这 {len(paths)} 张图显示的是真实"
+            "的空闲链表和计数：共享就是两支箭头指向计数为 2 的同一个块",
         )

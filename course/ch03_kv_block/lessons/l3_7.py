@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from course.ch03_kv_block.interleaver import Stepper
+from course.ch03_kv_block.lessons import reference, verdict
+from pagedsim.labs import sectors
+from pagedsim.labs.interleavings import summarize
 from pagedsim.sizing import PRESETS, fit_blocks
 
 TITLE = "Pitfalls in real projects"
@@ -22,7 +26,7 @@ FIGURES_ZH = [
     "一次 warp 读取在每个起始偏移处触及的 sector（下面的模型）",
     "K 和 V 放在一起还是分开：一次 warp 读取触及的 sector",
     "有竞争的弹栈的第一个出错调度",
-]  # the captions of FIGURES, in order
+]
 TEXT = """
 Three pitfalls. (1) Alignment: GPU loads are served in 32-byte sectors and 128-byte lines,
 so every block should start on a 128-byte boundary; round the block's stride *up* to a
@@ -71,17 +75,7 @@ def _note(text: str) -> None:
     print(textwrap.fill(text, 100, initial_indent="  ", subsequent_indent="    "))
 
 
-def _sectors():
-    """The sector-count model: pagedsim.labs.sectors where it lives, else
-    cuda_kernels.labs.sectors."""
-    try:
-        from pagedsim.labs import sectors
-    except ImportError:
-        from cuda_kernels.labs import sectors
-    return sectors
-
-
-def _alignment_part(sectors) -> None:
+def _alignment_part() -> None:
     rows = sectors.alignment_table()
     print("\npredicted sectors for one block start offset (model, not a measurement):")
     print(sectors.format_table(rows))
@@ -101,7 +95,7 @@ def _alignment_part(sectors) -> None:
     )
 
 
-def _layout_part(sectors) -> None:
+def _layout_part() -> None:
     rows = [r for r in sectors.layout_table() if r["layout"] in ("fused", "split")]
     print("\npredicted sectors per warp load, K and V together (fused) or apart (split):")
     print(sectors.format_table(rows))
@@ -109,10 +103,9 @@ def _layout_part(sectors) -> None:
         lay: min(r["efficiency"] for r in rows if r["layout"] == lay) for lay in ("fused", "split")
     }
     _note(
-        f"what it means: every load reads whole sectors in both layouts (efficiency fused "
+        "what it means: every load reads whole sectors in both layouts (efficiency fused "
         f"{eff['fused']:.0%}, split {eff['split']:.0%}), so the model predicts about 0% lost by "
-        f"storing K and V apart, "
-        "against the chapter's ~30% lower bandwidth utilisation."
+        "storing K and V apart, against the chapter's ~30% lower bandwidth utilisation."
     )
     _note(
         "a GPU run (the source repository's benchmarks/gpu_labs.py, layouts part) times the same "
@@ -154,17 +147,15 @@ def _prealloc_part() -> None:
         "what it means: on demand, every new block is a device allocation (a cudaMalloc, and a "
         "cudaFree later); pooled, one allocation at start-up and none while serving. The times "
         "above come from the simulator (NumPy allocations), not from a GPU; the source "
-        "repository's benchmarks/gpu_labs.py (prealloc part) "
-        "times both strategies on a GPU, where cudaMalloc and cudaFree are driver calls that may "
-        "synchronise the device."
+        "repository's benchmarks/gpu_labs.py (prealloc part) times both strategies on a GPU, where "
+        "cudaMalloc and cudaFree are driver calls that may synchronise the device."
     )
     from pagedsim import NULL_BLOCK
 
     _note(
-        f"the null block: vLLM v1 takes block 0 off its free queue at start-up and points table "
+        "the null block: vLLM v1 takes block 0 off its free queue at start-up and points table "
         f"entries that hold no KV at it; pagedsim writes NULL_BLOCK = {NULL_BLOCK} in those "
-        f"entries and keeps "
-        "every pool block usable."
+        "entries and keeps every pool block usable."
     )
 
 
@@ -178,12 +169,8 @@ def racy_pop(free_stack, top, out):
 
 
 def demo(out_dir) -> None:
-    from course.ch03_kv_block.lessons import reference
-
     ref = reference("3.7")
     block_starts, pop_kernel = ref.block_starts, ref.pop_kernel
-    from course.ch03_kv_block.interleaver import Stepper
-
     budget = 40 * 2**30
     print(f"{'model':<12} {'block bytes':>12} {'stride':>12} {'blocks in 40 GiB':>17}")
     model_padding = 0.0
@@ -200,41 +187,22 @@ def demo(out_dir) -> None:
     )
     print(
         f"1,200-byte blocks: one rounded stride gives starts {block_starts(4, 1200)}; rounding "
-        f"each start "
-        "would give [0, 1280, 2432, 3712], and block 1 (1280..2480) would overlap block 2 by 48 "
-        "B"
+        "each start would give [0, 1280, 2432, 3712], and block 1 (1280..2480) would overlap "
+        "block 2 by 48 B"
     )
-    try:
-        sectors = _sectors()
-        _alignment_part(sectors)
-        _layout_part(sectors)
-    except ImportError as e:
-        print(f"\n(the sector-count model is not available: {e})")
+    _alignment_part()
+    _layout_part()
     print("\nGPU measurements of the chapter's 30% / 15% claims: pending (no GPU was available).")
-    try:
-        _prealloc_part()
-    except ImportError as e:
-        print(f"\n(the pre-allocation lab cuda_kernels.labs.prealloc is not available: {e})")
-    try:
-        from pagedsim.labs.interleavings import summarize
-
-        for impl in ("racy", "atomic_add"):
-            s = summarize(impl, 2)
-            print(
-                f"pagedsim race: {impl} pop, 2 threads: {s.bad} of {s.total} interleavings go wrong"
-            )
-    except ImportError as e:
-        print(f"(pagedsim.labs.interleavings is not available: {e})")
+    _prealloc_part()
+    for impl in ("racy", "atomic_add"):
+        s = summarize(impl, 2)
+        print(f"pagedsim race: {impl} pop, 2 threads: {s.bad} of {s.total} interleavings go wrong")
     handed = {}
     for name, kernel in (("racy pop", racy_pop), ("atomic pop", pop_kernel)):
-        stack, top, out = (
-            np.arange(10, 14, dtype=np.int32),
-            np.array([4], np.int32),
-            np.full(3, -2, np.int32),
-        )
-        log = Stepper("round_robin").run(
-            kernel, 3, stack, top, out, names=["free_stack", "top", "out"]
-        )
+        stack, top = np.arange(10, 14, dtype=np.int32), np.array([4], np.int32)
+        out = np.full(3, -2, np.int32)  # -2: not written
+        names = ["free_stack", "top", "out"]
+        log = Stepper("round_robin").run(kernel, 3, stack, top, out, names=names)
         print(
             f"\n{name}, 3 threads, round robin: blocks handed out {out.tolist()}, top ends at "
             f"{top[0]}"
@@ -242,8 +210,6 @@ def demo(out_dir) -> None:
         for tid, what in log[:6]:
             print(f"   thread {tid}: {what}")
         handed[name] = out.tolist()
-    from course.ch03_kv_block.lessons import verdict
-
     racy, atomic = (len(set(handed[k])) for k in ("racy pop", "atomic pop"))
     verdict(
         f"aligned strides cost {odd.padding_fraction:.1%} of a pool of 1,000-byte blocks and "

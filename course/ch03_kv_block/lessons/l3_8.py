@@ -218,7 +218,7 @@ def _follow_r0(r: _Run) -> list:
         f"r3, r0's prompt again, hit {reqs[3]['hit_tokens']} of its "
         f"{len(reqs[3]['prompt_token_ids'])} (the last block is recomputed for its logits)."
     )
-    fork = next(i for i in range(len(steps)) if "r2.1" in _tables_at(engine, steps, i))
+    fork = _first_step(engine, steps, "r2.1")
     t = _tables_at(engine, steps, fork)
     print(
         f"3. at engine step {fork + 1} beam r2.1 forked from r2.0: tables {t['r2.0'][0]} and "
@@ -243,6 +243,7 @@ def _copies(r: _Run) -> int:
 def _recap_chapter(r: _Run, blocks: list, out_dir) -> None:
     """Sections 3.1-3.7 of the chapter, each seen in this run; 3.6 draws its steps."""
     from pagedsim.config import CacheConfig
+    from pagedsim.draw.animate import write_frames
     from pagedsim.engine.generate import serve, step_frames
 
     s, c, log, bs = r.summary, r.model.config, r.engine.log, r.engine.block_size
@@ -274,13 +275,8 @@ def _recap_chapter(r: _Run, blocks: list, out_dir) -> None:
             f"    B = {size:>2}: prefix cache served {other['skipped_by_prefix_cache']} tokens, "
             f"tokens match: {other['tokens_match']}"
         )
-    try:
-        from pagedsim.draw.animate import write_frames
-
-        paths = write_frames(frames, out_dir, prefix="generate-step")
-        print(f"3.6 wrote {len(paths)} flow diagrams, one per engine step, to {out_dir}")
-    except ImportError as e:
-        print(f"3.6 (no pictures: {e})")
+    paths = write_frames(frames, out_dir, prefix="generate-step")
+    print(f"3.6 wrote {len(paths)} flow diagrams, one per engine step, to {out_dir}")
     print(
         f"3.7 the pool was allocated once ({r.engine.manager.num_blocks} blocks x "
         f"{c.layers} layers, NaN-poisoned): a read of an unwritten slot would show in the "
