@@ -128,17 +128,7 @@ def _waste_slides(fig, by_mode: dict, out_dir: Path, name: str) -> list[Path]:
         va="bottom",
     )
     stem = Path(name).stem
-    note = style.new_figure(*style.SLIDE_BODY_IN)
-    note.text(
-        0.02,
-        0.96,
-        textwrap.fill(paper_note(by_mode), 66),
-        va="top",
-        ha="left",
-        fontsize=22,
-        gid="paper-note",
-        linespacing=1.25,
-    )
+    note = style.text_slide(paper_note(by_mode), "paper-note")
     return [
         style.save(fig, Path(out_dir) / f"{stem}-slide-1-bars.png"),
         style.save(note, Path(out_dir) / f"{stem}-slide-2-paper.png"),
@@ -208,24 +198,13 @@ def _sweep_panels(rows) -> list:
     """(key, xs, ys, title, log y axis) of each panel of the sweep."""
     bs = [r["block_size"] for r in rows]
     ok = [r for r in rows if r["preemptions"] is not None]
+    ok_bs = [r["block_size"] for r in ok]
     return [
         ("waste", bs, [100 * r["waste"] for r in rows], "internal fragmentation (%)", 0),
         ("entries", bs, [r["mean_entries"] for r in rows], "table entries per sequence (mean)", 1),
         ("batch", bs, [r["max_batch"] for r in rows], "largest batch that fits (requests)", 0),
-        (
-            "preemptions",
-            [r["block_size"] for r in ok],
-            [r["preemptions"] for r in ok],
-            "preemptions (recompute)",
-            0,
-        ),
-        (
-            "hit-rate",
-            [r["block_size"] for r in ok],
-            [100 * r["hit_rate"] for r in ok],
-            "prefix-cache hit rate (%)",
-            0,
-        ),
+        ("preemptions", ok_bs, [r["preemptions"] for r in ok], "preemptions (recompute)", 0),
+        ("hit-rate", ok_bs, [100 * r["hit_rate"] for r in ok], "prefix-cache hit rate (%)", 0),
     ]
 
 
@@ -283,19 +262,10 @@ def draw_sweep_slides(rows, out_dir: Path, title: str, name: str) -> list:
     why, differ = sweep_notes(rows)
     slides += [(key, text) for key, text in (("why", why), ("not-3.5", differ)) if text]
     for i, (key, what) in enumerate(slides):
-        fig = style.new_figure(*style.SLIDE_BODY_IN)
         if isinstance(what, str):  # a note: text only, wrapped to the slide's width
-            fig.text(
-                0.02,
-                0.96,
-                textwrap.fill(what, 66),
-                va="top",
-                ha="left",
-                fontsize=22,
-                gid="notes",
-                linespacing=1.25,
-            )
+            fig = style.text_slide(what, "notes")
         else:
+            fig = style.new_figure(*style.SLIDE_BODY_IN)
             ax = fig.add_axes([0.1, 0.2, 0.86, 0.62])
             xs, ys, label, logy = what
             _sweep_panel(ax, bs, xs, ys, label, logy, key, 20)

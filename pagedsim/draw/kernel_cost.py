@@ -87,11 +87,10 @@ def _slides(out_dir: Path, cost: dict, title: str, caveat: str) -> list[Path]:
 
     paths = []
     for i, key in enumerate(("traffic", "latency", "caveat")):
-        fig = style.new_figure(*style.SLIDE_BODY_IN)
         if key == "caveat":
-            text = textwrap.fill(caveat.replace("\n", " "), 66)
-            fig.text(0.02, 0.96, text, va="top", fontsize=22, gid="caveat", linespacing=1.25)
+            fig = style.text_slide(caveat, "caveat")
         else:
+            fig = style.new_figure(*style.SLIDE_BODY_IN)
             ax = fig.add_axes([0.1, 0.15, 0.86, 0.6])
             if key == "traffic":
                 _traffic(ax, cost, top=1.45)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import textwrap
 from dataclasses import dataclass
+from typing import Any
 
 from matplotlib.colors import to_hex
 from matplotlib.lines import Line2D
@@ -302,7 +303,9 @@ def _text(ax, x, y, text, size, **kw):
 
 
 def _box(ax, x, y, w, h, **kw):
-    """A rectangle with its top-left corner at (x, y) (y grows downwards)."""
+    """A rectangle with its top-left corner at (x, y) (y grows downwards), ink-edged unless
+    `kw` says otherwise."""
+    kw.setdefault("edgecolor", palette.INK)
     return ax.add_artist(Rectangle((x, y), w, h, **kw))
 
 
@@ -330,7 +333,7 @@ def _table_row(ax, y, seq, layout, colours):
     """One sequence: its colour, "seq A" and "9 tok", then the slots of its block table."""
     x0, sid = 0.5 + layout.label_w, seq.seq_id
     colour = style.colour_of(sid, colours)
-    _box(ax, 0.5, y + 0.08, 0.5, 0.66, facecolor=colour, edgecolor=palette.INK, lw=0.6)
+    _box(ax, 0.5, y + 0.08, 0.5, 0.66, facecolor=colour, lw=0.6)
     label = style.tr("seq {s}", s=sid)
     _text(ax, 1.15, y + 0.41, label, 9.5, ha="left", fontweight="bold", gid=f"label-{sid}")
     tokens = style.tr("{n} tok", n=seq.num_tokens)
@@ -340,18 +343,7 @@ def _table_row(ax, y, seq, layout, colours):
     for i, b in enumerate(blocks[: layout.table_cells - 1] if cut else blocks):
         dropped = b < 0  # NULL_BLOCK: a sliding window released it
         face, ls = ("white", "--") if dropped else (colour, "-")
-        _box(
-            ax,
-            x0 + i,
-            y + 0.08,
-            0.9,
-            0.66,
-            facecolor=face,
-            edgecolor=palette.INK,
-            lw=0.6,
-            ls=ls,
-            gid=f"table-{sid}-{i}",
-        )
+        _box(ax, x0 + i, y + 0.08, 0.9, 0.66, facecolor=face, lw=0.6, ls=ls, gid=f"table-{sid}-{i}")
         ink = palette.INK if dropped else style.text_on(colour)
         _text(ax, x0 + i + 0.45, y + 0.41, "\u2013" if dropped else str(b), 8.5, color=ink)
     if cut:
@@ -362,18 +354,8 @@ def _table_row(ax, y, seq, layout, colours):
 def _gone_row(ax, y, seq_id, back, colours, label_w):
     """A sequence that left the pool at this step: its colour as a dashed outline, and why."""
     colour = style.colour_of(seq_id, colours)
-    _box(
-        ax,
-        0.5,
-        y + 0.08,
-        0.5,
-        0.66,
-        facecolor="white",
-        edgecolor=colour,
-        lw=1.6,
-        ls="--",
-        gid=f"gone-{seq_id}",
-    )
+    gone = dict(facecolor="white", edgecolor=colour, lw=1.6, ls="--", gid=f"gone-{seq_id}")
+    _box(ax, 0.5, y + 0.08, 0.5, 0.66, **gone)
     grey = style.grey("#666666")
     _text(ax, 1.15, y + 0.41, style.tr("seq {s}", s=seq_id), 9.5, ha="left", color=grey)
     why = (
@@ -381,17 +363,8 @@ def _gone_row(ax, y, seq_id, back, colours, label_w):
         if back is None
         else style.tr("preempted: out of the pool until step {k}", k=back)
     )
-    _text(
-        ax,
-        0.5 + label_w,
-        y + 0.41,
-        why,
-        8.5,
-        ha="left",
-        color=grey,
-        style="italic",
-        gid=f"gone-why-{seq_id}",
-    )
+    why_kw = dict(ha="left", color=grey, style="italic", gid=f"gone-why-{seq_id}")
+    _text(ax, 0.5 + label_w, y + 0.41, why, 8.5, **why_kw)
 
 
 def _blocks(ax, snap, layout, colours):
@@ -410,18 +383,8 @@ def _blocks(ax, snap, layout, colours):
             )
     for b in touched_blocks(snap):  # what this step changed: an orange frame
         x, y = block_xy(layout, b)
-        _box(
-            ax,
-            x - 0.07,
-            y - 0.07,
-            CELL + 0.14,
-            CELL + 0.14,
-            facecolor="none",
-            edgecolor=palette.ACCENT,
-            lw=2.2,
-            gid=f"touched-{b}",
-            zorder=4,
-        )
+        frame = dict(facecolor="none", edgecolor=palette.ACCENT, lw=2.2, gid=f"touched-{b}")
+        _box(ax, x - 0.07, y - 0.07, CELL + 0.14, CELL + 0.14, zorder=4, **frame)
     for src, dst in snap.pending_copies:
         _copy_arrow(ax, layout, src, dst)
 
@@ -431,19 +394,9 @@ def _free_block(ax, snap, b, xy):
     tokens); the free list's head and, off a slide, cached blocks say so in words."""
     (x, y), slide, lk = xy, style.slides(), style.look()
     cached = b in snap.cached_blocks
-    _box(
-        ax,
-        x,
-        y,
-        CELL,
-        CELL,
-        facecolor=lk.free,
-        edgecolor=lk.free_edge,
-        lw=0.8,
-        ls="--",
-        hatch="//" if cached else None,
-        gid=f"block-{b}",
-    )
+    hatch = "//" if cached else None
+    free = dict(facecolor=lk.free, edgecolor=lk.free_edge, lw=0.8, ls="--", hatch=hatch)
+    _box(ax, x, y, CELL, CELL, gid=f"block-{b}", **free)
     _text(ax, x + CELL / 2, y + (0.25 if slide else 0.45), str(b), 9.5, color=style.grey("#777777"))
     head = snap.free_list and b == snap.free_list[0]
     if head or (cached and not slide):  # a slide's legend names the hatch
@@ -462,17 +415,7 @@ def _used_block(ax, snap, b, xy, owners):
         (0.22, 0.62, CELL - 0.13, 0.08) if style.slides() else (0.36, 0.66, CELL - 0.2, 0.12)
     )
     first = owners[0] if owners else "#BBBBBB"
-    _box(
-        ax,
-        x,
-        y,
-        CELL,
-        CELL,
-        facecolor=first,
-        edgecolor=palette.INK,
-        lw=1.8 if count > 1 else 0.8,
-        gid=f"block-{b}",
-    )
+    _box(ax, x, y, CELL, CELL, facecolor=first, lw=1.8 if count > 1 else 0.8, gid=f"block-{b}")
     for j, colour in enumerate(owners[1:], start=1):
         w = CELL / len(owners)
         _box(ax, x + j * w, y, w, CELL, facecolor=colour, edgecolor="none", gid=f"share-{b}-{j}")
@@ -481,44 +424,17 @@ def _used_block(ax, snap, b, xy, owners):
     box = dict(boxstyle="round,pad=0.12", fc="white", ec="none", alpha=0.8) if shared else None
     _text(ax, x + CELL / 2, y + id_y, str(b), 10, fontweight="bold", color=ink, bbox=box)
     fill = snap.block_fill[b]
-    _box(
-        ax, x + 0.1, y + bar_y, CELL - 0.2, bar_h, facecolor="white", edgecolor=palette.INK, lw=0.4
-    )
-    _box(
-        ax,
-        x + 0.1,
-        y + bar_y,
-        (CELL - 0.2) * fill / snap.block_size,
-        bar_h,
-        facecolor=palette.INK,
-        edgecolor="none",
-        gid=f"fill-{b}",
-    )
+    _box(ax, x + 0.1, y + bar_y, CELL - 0.2, bar_h, facecolor="white", lw=0.4)
+    bar = dict(facecolor=palette.INK, edgecolor="none", gid=f"fill-{b}")
+    _box(ax, x + 0.1, y + bar_y, (CELL - 0.2) * fill / snap.block_size, bar_h, **bar)
     text = block_label(snap, b)  # the text the block holds, when the trace knows it
     if text:
-        _text(
-            ax,
-            x + CELL / 2,
-            y + 0.64,
-            text,
-            4.5,
-            color=ink,
-            bbox=box,
-            gid=f"text-{b}",
-            linespacing=0.9,
-        )
+        words = dict(color=ink, bbox=box, gid=f"text-{b}", linespacing=0.9)
+        _text(ax, x + CELL / 2, y + 0.64, text, 4.5, **words)
     else:
         _text(ax, x + CELL / 2, y + fill_y, f"{fill}/{snap.block_size}", 6.5, color=ink, bbox=box)
-    ax.add_artist(
-        Circle(
-            (x + CELL - 0.05, y + 0.05),
-            0.19,
-            facecolor="white",
-            edgecolor=palette.INK,
-            lw=0.7,
-            zorder=6,
-        )
-    )
+    badge = Circle((x + CELL - 0.05, y + 0.05), 0.19, fc="white", ec=palette.INK, lw=0.7, zorder=6)
+    ax.add_artist(badge)
     _text(
         ax, x + CELL - 0.05, y + 0.06, str(count), 7, fontweight="bold", gid=f"badge-{b}", zorder=7
     )
@@ -531,35 +447,16 @@ def _copy_arrow(ax, layout, src, dst):
     a, b = (sx + CELL / 2, sy + CELL + 0.08), (dx + CELL / 2, dy + CELL + 0.08)
     dist = math.hypot(b[0] - a[0], b[1] - a[1])
     rad = min(0.45, 2 * COPY_DEPTH / max(dist, 1e-9)) * (1 if dx >= sx else -1)
-    ax.add_artist(
-        FancyArrowPatch(
-            a,
-            b,
-            connectionstyle=f"arc3,rad={rad}",
-            arrowstyle="-|>",
-            mutation_scale=16,
-            color=palette.ACCENT,
-            lw=2.6,
-            gid=f"copy-{src}-{dst}",
-            zorder=8,
-            shrinkA=0,
-            shrinkB=0,
-        )
+    arc: dict[str, Any] = dict(
+        connectionstyle=f"arc3,rad={rad}", arrowstyle="-|>", shrinkA=0, shrinkB=0
     )
+    ink: dict[str, Any] = dict(color=palette.ACCENT, zorder=8, mutation_scale=16, lw=2.6)
+    ax.add_artist(FancyArrowPatch(a, b, gid=f"copy-{src}-{dst}", **arc, **ink))
     label = style.tr("copy {src}\u2192{dst}", src=src, dst=dst)
-    _text(
-        ax,
-        (a[0] + b[0]) / 2,
-        (a[1] + b[1]) / 2 + abs(rad) * dist / 2 + 0.12,
-        label,
-        9,
-        va="top",
-        fontweight="bold",
-        color=palette.ACCENT,
-        gid=f"copy-label-{src}-{dst}",
-        zorder=9,
-        bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.9),
-    )
+    x, y = (a[0] + b[0]) / 2, (a[1] + b[1]) / 2 + abs(rad) * dist / 2 + 0.12
+    tag = dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.9)
+    words = dict(fontweight="bold", color=palette.ACCENT, gid=f"copy-label-{src}-{dst}")
+    _text(ax, x, y, label, 9, va="top", zorder=9, bbox=tag, **words)
 
 
 def block_label(snap, b: int) -> str:
@@ -574,19 +471,11 @@ def block_label(snap, b: int) -> str:
 def _legend(ax, layout, snap=None):
     """What the marks mean: the legend of every step picture (on a slide, the copy-on-write
     entry only where the frame draws a copy, so the row fits at 18 pt)."""
-    lk = style.look()
+    lk, badge = style.look(), style.tr("ref count (badge)")
+    free: dict[str, Any] = dict(facecolor=lk.free, edgecolor=lk.free_edge, ls="--")
     handles = [
-        Patch(facecolor=lk.free, edgecolor=lk.free_edge, ls="--", label=style.tr("free block")),
-        Line2D(
-            [],
-            [],
-            ls="none",
-            marker="o",
-            markersize=9,
-            markerfacecolor="white",
-            markeredgecolor=palette.INK,
-            label=style.tr("ref count (badge)"),
-        ),
+        Patch(**free, label=style.tr("free block")),
+        Line2D([], [], ls="none", marker="o", ms=9, mfc="white", mec=palette.INK, label=badge),
         Patch(facecolor=palette.INK, label=style.tr("fill (tokens / B)")),
         Patch(
             facecolor="none", edgecolor=palette.ACCENT, lw=2.2, label=style.tr("changed this step")
@@ -597,13 +486,7 @@ def _legend(ax, layout, snap=None):
         handles = handles[:-1]
     if style.slides() and snap is not None and set(snap.cached_blocks) & set(snap.free_list):
         handles.append(  # a slide's blocks are too narrow for the word "cached" at 18 pt
-            Patch(
-                facecolor=lk.free,
-                edgecolor=lk.free_edge,
-                ls="--",
-                hatch="//",
-                label=style.tr("cached (free, reusable)"),
-            )
+            Patch(**free, hatch="//", label=style.tr("cached (free, reusable)"))
         )
     ncol = 3 if style.slides() and len(handles) > 4 else len(handles)
     leg = ax.legend(
@@ -638,17 +521,8 @@ def _free_list(ax, snap, layout):
     for i, b in enumerate(shown):
         nx = x + i * NODE_PITCH
         _link(ax, prev, (nx, y + 0.4))
-        _box(
-            ax,
-            nx,
-            y + 0.05,
-            0.7,
-            0.7,
-            facecolor=lk.free,
-            edgecolor=lk.free_edge,
-            lw=0.8,
-            gid=f"free-{i}",
-        )
+        node = dict(facecolor=lk.free, edgecolor=lk.free_edge, lw=0.8, gid=f"free-{i}")
+        _box(ax, nx, y + 0.05, 0.7, 0.7, **node)
         _text(ax, nx + 0.35, y + 0.4, str(b), 8.5)
         prev = (nx + 0.7, y + 0.4)
     end = x + len(shown) * NODE_PITCH
@@ -667,15 +541,5 @@ def _free_list(ax, snap, layout):
 
 def _link(ax, a, b):
     """One arrow of the free list's chain."""
-    ax.add_artist(
-        FancyArrowPatch(
-            a,
-            b,
-            arrowstyle="-|>",
-            mutation_scale=9,
-            color=style.grey("#555555"),
-            lw=0.9,
-            shrinkA=1,
-            shrinkB=1,
-        )
-    )
+    link: dict[str, Any] = dict(arrowstyle="-|>", mutation_scale=9, shrinkA=1, shrinkB=1)
+    ax.add_artist(FancyArrowPatch(a, b, color=style.grey("#555555"), lw=0.9, **link))

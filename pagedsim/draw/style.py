@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
+from typing import Any
 
 import matplotlib
 
@@ -59,16 +60,9 @@ RC: dict[RcKeyType, object] = {
 }
 
 
-PROJECTOR_COLOURS = (  # Tol bright/vibrant, the darker half: nothing washes out on a projector
-    "#0077BB",
-    "#CC3311",
-    "#009988",
-    "#AA3377",
-    "#332288",
-    "#997700",
-    "#117733",
-    "#882255",
-    "#555555",
+# Tol bright/vibrant, the darker half: nothing washes out on a projector
+PROJECTOR_COLOURS = tuple(
+    "#0077BB #CC3311 #009988 #AA3377 #332288 #997700 #117733 #882255 #555555".split()
 )
 FORMATS = ("png", "svg", "pdf")
 
@@ -93,34 +87,13 @@ LOOKS = {
 }
 
 
-class _Output(TypedDict):
-    """What `output(...)` chose: every figure saved meanwhile follows it."""
-
-    fmt: str  # png, svg or pdf
-    dpi: int | None  # None: each figure's own
-    look: Look  # paper or projector
-    lang: str  # en or zh (zh only with a CJK font)
-    slides: bool  # one frame per file
-
-
-class _Noted(_Output, total=False):
-    noted: bool  # the missing-CJK-font note was printed (once per process)
-
-
-_out: _Noted = {"fmt": "png", "dpi": None, "look": LOOKS["paper"], "lang": "en", "slides": False}
+# what `output(...)` chose: every figure saved meanwhile follows it; "noted": the
+# missing-CJK-font note was printed (once per process)
+_out: dict[str, Any] = dict(fmt="png", dpi=None, look=LOOKS["paper"], lang="en", slides=False)
 CJK_FONTS = (
-    "Noto Sans CJK SC",
-    "Noto Sans CJK JP",
-    "Noto Sans SC",
-    "Source Han Sans SC",
-    "WenQuanYi Zen Hei",
-    "WenQuanYi Micro Hei",
-    "Droid Sans Fallback",
-    "AR PL UMing CN",
-    "SimHei",
-    "Microsoft YaHei",
-    "PingFang SC",
-)
+    "Noto Sans CJK SC, Noto Sans CJK JP, Noto Sans SC, Source Han Sans SC, WenQuanYi Zen Hei, "
+    "WenQuanYi Micro Hei, Droid Sans Fallback, AR PL UMing CN, SimHei, Microsoft YaHei, PingFang SC"
+).split(", ")
 NO_CJK_NOTE = (
     "pagedsim: no CJK font found (e.g. `apt-get install fonts-noto-cjk`); figure text stays English"
 )
@@ -279,20 +252,23 @@ def fit_slide(fig) -> None:
     if getattr(fig, "_pagedsim_slide", False):
         return
     fig.set_size_inches(*SLIDE_IN)
-    _raise_ticks(fig, SLIDE_MIN_PT)
-    for text in fig.findobj(Text):
-        if text.get_text() and text.get_fontsize() < SLIDE_MIN_PT:
-            text.set_fontsize(SLIDE_MIN_PT)
+    _raise_text(fig, SLIDE_MIN_PT)
     _wrap_to_figure(fig)
     fig._pagedsim_slide = True
+
+
+def text_slide(text: str, gid: str):
+    """`--slides`: a slide of words only, `text` wrapped to the slide body at 22 pt."""
+    fig = new_figure(*SLIDE_BODY_IN)
+    wrapped = textwrap.fill(text, 66)
+    fig.text(0.02, 0.96, wrapped, va="top", ha="left", fontsize=22, gid=gid, linespacing=1.25)
+    return fig
 
 
 def _wrap_to_figure(fig) -> None:
     """Text raised to 18 pt may run off the figure: a horizontal text that does is broken
     into lines at spaces (never mid-word), as many as it takes to fit between its anchor and
     the figure's edge."""
-    import textwrap
-
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     page = fig.bbox
@@ -328,18 +304,15 @@ def fit_look(fig) -> None:
         fig.set_size_inches(w * lk.scale, h * lk.scale)
         fig._pagedsim_scaled = True
     if lk.min_pt:
-        _raise_ticks(fig, lk.min_pt)
-        for text in fig.findobj(Text):
-            if text.get_text() and text.get_fontsize() < lk.min_pt:
-                text.set_fontsize(lk.min_pt)
+        _raise_text(fig, lk.min_pt)
     if lk.name != "paper":
         _recolour(fig, lk)
 
 
-def _raise_ticks(fig, min_pt: float) -> None:
-    """Tick labels are made at draw time from each axis's tick settings, so raise those too.
-    Log axes label 10^k in mathtext, whose exponent is set at 70% of the label size: they
-    get plain numbers instead (10, 100, 1000), so no superscript falls under `min_pt`."""
+def _raise_text(fig, min_pt: float) -> None:
+    """Raise every text of `fig`, tick labels included, to at least `min_pt`. Log axes label
+    10^k in mathtext, whose exponent is 70% of the label size: they get plain numbers instead
+    (10, 100, 1000), so no superscript falls under `min_pt`."""
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
             for which in ("major", "minor"):
@@ -352,6 +325,9 @@ def _raise_ticks(fig, min_pt: float) -> None:
             ):
                 if isinstance(get(), LogFormatterSciNotation):
                     put(LogFormatter(base=get()._base, labelOnlyBase=get().labelOnlyBase))
+    for text in fig.findobj(Text):
+        if text.get_text() and text.get_fontsize() < min_pt:
+            text.set_fontsize(min_pt)
 
 
 def _recolour(fig, lk: Look) -> None:
@@ -368,19 +344,10 @@ def _recolour(fig, lk: Look) -> None:
         return to_rgba(swap[key], rgba[3]) if key in swap and rgba[3] > 0 else None
 
     for artist in fig.findobj(lambda a: isinstance(a, (Patch, Line2D, Text))):
-        if isinstance(artist, Patch):
-            pairs = (
-                (artist.get_facecolor, artist.set_facecolor),
-                (artist.get_edgecolor, artist.set_edgecolor),
-            )
-            for get, put in pairs:
-                c = new(get())
-                if c is not None:
-                    put(c)
-        else:
-            c = new(artist.get_color())
+        for name in ("facecolor", "edgecolor") if isinstance(artist, Patch) else ("color",):
+            c = new(getattr(artist, f"get_{name}")())
             if c is not None:
-                artist.set_color(c)
+                getattr(artist, f"set_{name}")(c)
 
 
 def save(fig, path, *, dpi: int = DPI, close: bool = True) -> Path:
