@@ -1,42 +1,31 @@
 """The prefix cache's block pool: cached free blocks, a hash index, eviction by name (v1).
 
-The reference is vLLM v1's block_pool.py.
-
-vLLM v1 keeps a freed block's contents and hash until the block is handed out again
-(`BlockPool.free_blocks` / `get_new_blocks` / `_maybe_evict_cached_block`). This pool
-does the same on top of `LinkedBlockPool`'s intrusive free list (linked_pool.py), which can
-give a cached block back from the middle of the list when a request hits it:
+The reference is vLLM v1's block_pool.py: a freed block keeps its contents and hash until
+it is handed out again. On `LinkedBlockPool`'s intrusive free list (linked_pool.py), which
+can give a cached block back from the middle when a request hits it:
 
     head -> [uncached free blocks ...] [cached free blocks ...] <- tail
 
-A freed block *without* a hash goes to the head and one *with* a hash to the tail --
-vLLM v1's order (0.34: `free_block_queue.prepend_n(blocks_without_hash)`, in the order
-given, then `append_n(blocks_with_hash)`). One exception, also v1's: `evict_blocks` drops
-a free block's hash and leaves it where it is, so an uncached block can wait among the
-cached ones. `allocate()` takes the head while it is uncached; when the head is cached it
-*evicts* one cached free block (under lru the head itself, as v1's `get_new_blocks` pops
-it), chosen by an entry of `EVICTION_KEYS` (the smallest key goes first):
+Freed blocks without a hash go to the head, with a hash to the tail (vLLM 0.34's
+`free_blocks`: `prepend_n`, then `append_n`); `evict_blocks` drops a free block's hash and
+leaves it in place, as v1 does. `allocate()` takes the head while it is uncached, else
+*evicts* the cached free block with the smallest key of `EVICTION_KEYS[eviction]`
+(under lru the head itself, as v1's `get_new_blocks` pops it; the smallest key goes first):
 
     lru   the one whose last owner let go longest ago (v1's only order: free-queue order)
     lfu   the one hit the fewest times (ties: lru)            -- ours, for the lab
     fifo  the one cached first                                -- ours, for the lab
 
-How to add one: add an entry to `EVICTION_KEYS`, a function (pool, block, now) ->
-sortable key (`now` is a logical clock, `pool.hits_of(b)` and `pool.born_of(b)` are
-there to read). `PrefixCachingManager(eviction=...)`, the policies lab and the name
-checks take their choices from it; tests/core/test_registries.py checks that every prose
-list of the names (README, the package docs, the labs) matches it.
+How to add one: an entry (pool, block, now) -> sortable key in `EVICTION_KEYS` (`now` is a
+logical clock; `pool.hits_of(b)`, `pool.born_of(b)` are there to read); the manager, the
+lab and tests/core/test_registries.py take their names from it.
 
-The index maps a chained hash to the blocks that hold it (v1's
-`cached_block_hash_to_block`, which also allows several blocks per hash: two
-requests that compute the same block at once both keep theirs). A hit is never
-trusted on the hash alone: the tokens are compared, and so is the *content id* of
-the parent -- an id interned per distinct (parent content id, tokens), shared by
-duplicate blocks, and kept while a cached block holds it, a later block of its
-prefix is cached, or a live sequence continues from it (`pin`) -- so a colliding hash
-function cannot splice two prefixes together, while a
-child still matches after its parent was evicted or duplicated, as v1's hash chain
-does (a sliding window's hit may start past evicted blocks).
+The index maps a chained hash to its blocks (v1's `cached_block_hash_to_block`; several
+blocks may share a hash). A hit is never trusted on the hash alone: the tokens are
+compared, and so is the parent's *content id* (one per distinct (parent content id,
+tokens), kept while a cached block, a cached child or a live sequence (`pin`) holds it),
+so a colliding hash function cannot splice two prefixes, while a child still matches
+after its parent was evicted, as v1's hash chain does.
 """
 
 from __future__ import annotations

@@ -1,27 +1,21 @@
 """The hybrid allocator: full-attention and sliding-window KV cache groups over one pool (v1).
 
-Gemma-style models interleave full-attention layers with sliding-window layers. vLLM v1
-puts each kind in its own *KV cache group* (`KVCacheGroupSpec`); every group keeps its
-own block table per request, all groups draw blocks from one `BlockPool`, and the
-`HybridKVCacheCoordinator` (v1 kv_cache_coordinator.py) keeps them in step:
+Gemma-style models interleave full-attention and sliding-window layers. vLLM v1 gives each
+kind a *KV cache group* with its own block table per request, all over one `BlockPool`,
+kept in step by `HybridKVCacheCoordinator` (v1 kv_cache_coordinator.py):
 
-    lookup     each group finds its longest cache hit, and the hit is *aligned*: the full
-               group finds k blocks from the start; the window group then searches within
-               those k (from the right, ceil((W - 1) / B) cached blocks suffice, null
-               blocks before them); the full group's hit is cut to the window group's
-               length. Both groups then reuse the same number of tokens.
-    allocate   all or nothing across groups: the blocks both groups need (new blocks plus
-               cached free hits) are counted first; a short pool returns None, changing
-               nothing. The window group's cached free hits are protected while the full
-               group allocates, so one group never evicts the other's hits (vLLM #33775).
-    drop       each group drops on its own: the window group frees what its next query
-               never reads (remove_skipped_blocks), the full group keeps everything.
+    lookup     the hit is *aligned*: the full group finds k blocks from the start, the
+               window group searches within those k, and the full hit is cut to the
+               window's length: both groups reuse the same number of tokens.
+    allocate   all or nothing: both groups' need (new blocks plus cached free hits) is
+               counted first; a short pool returns None. The window group's hits are
+               protected while the full group allocates (vLLM #33775).
+    drop       the window group frees what its next query never reads; the full keeps all.
 
-Here each group is a manager of its own (`PrefixCachingManager` group 0,
-`SlidingWindowPrefixCachingManager` group 1) over one shared `CachingBlockPool`. A
-group's hashes chain from a root of its own, as v1's `BlockHashWithGroupId` keeps the
-groups apart in one index. `snapshot()` shows both tables of a request ("A:full",
-"A:window") over the one pool, for the playground and `draw/hybrid.py`.
+Each group is a manager of its own (`PrefixCachingManager` group 0,
+`SlidingWindowPrefixCachingManager` group 1) over one `CachingBlockPool`, each chaining
+from its own root (v1's `BlockHashWithGroupId`). `snapshot()` shows a request's two tables
+as "A:full" and "A:window" (draw/hybrid.py).
 """
 
 from __future__ import annotations

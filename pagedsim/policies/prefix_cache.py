@@ -2,56 +2,33 @@
 
 References: v1 kv_cache_manager.py and single_type_kv_cache_manager.py.
 
-Every *full* block whose tokens are known is named by a chained hash of (parent
-block's hash, its own tokens) and stays findable until its block is handed out again
-(`cache_pool.py`). That includes blocks filled by *generated* tokens: the ids reach
-the manager through `append_tokens(..., token_ids=...)`, `decode_step(...,
-token_ids=...)` or `allocate_slots(..., new_token_ids=...)`, and a block is hashed
-as soon as it fills. A sampled token whose KV has not been computed has no slot, so
-it never counts.
-
-Looking up a prompt of n tokens (v1's `get_computed_blocks`):
+Every *full* block whose tokens are known, prompt or generated (ids given to
+`append_tokens`, `decode_step` or `allocate_slots`), is named by a chained hash of
+(parent's hash, its tokens) as soon as it fills, and stays findable until the block is
+handed out again (`cache_pool.py`). A lookup of n tokens (v1's `get_computed_blocks`):
 
     hit = the longest run of cached full blocks from the start, capped at n - 1 tokens
 
-The cap is v1's `max_cache_hit_length = num_tokens - 1`: the last token must be
-computed to get its logits, so a block-aligned, fully cached prompt recomputes its
-last block. Stats are in tokens (`hit_tokens` of `prompt_tokens`), block counts
-beside them.
+(v1's `max_cache_hit_length`: the last token is computed for its logits). Two ways in:
 
-Two ways in:
-    v1 shape   `get_computed_blocks(token_ids)` (a pure lookup), then
-               `allocate_slots(seq, num_new_tokens, num_lookahead_tokens, new_token_ids,
-               computed=...)`: new blocks, or None when short with nothing changed.
-               It never preempts: the v1 scheduler does that and retries.
-               A `ComputedBlocks` is checked again when it comes back, so a stale
-               or forged one (a different prompt, a hit past the cap, a token count
-               its blocks do not hold, other extra keys) is a ValueError, never a
-               silent over-long hit.
-    v0 shape   `add_sequence(seq, n, tokens)`: lookup and allocation in one call. A
-               reclaimer may run when short; the whole request is then planned again,
-               because a reclaimer can free the very sequence holding the hits.
+    v1 shape   `get_computed_blocks(token_ids)` (a pure lookup), then `allocate_slots(seq,
+               num_new_tokens, num_lookahead_tokens, new_token_ids, computed=...)`: new
+               blocks, or None with nothing changed; it never preempts (the scheduler
+               does). A stale or forged `ComputedBlocks` is a ValueError.
+    v0 shape   `add_sequence(seq, n, tokens)`: lookup and allocation in one call; when a
+               reclaimer runs, the request is planned again (it may free the hits).
 
-Extra keys (v1's `generate_block_hash_extra_keys`): a `cache_salt` (one tenant's
-secret) or a `lora_id` (the adapter the KV was computed with) makes a prompt's chain
-start from its own root, so two tenants or two adapters with the same prompt never
-share a block. Also v1's: `reset_prefix_cache()` (refused, False, while a block is in
-use), KV cache events (`enable_kv_cache_events=True`, then `take_events()`, see
-kv_events.py) and `get_num_common_prefix_blocks` (manager.py).
+Extra keys (v1's `generate_block_hash_extra_keys`): a `cache_salt` or a `lora_id` starts a
+prompt's chain from its own root, so two tenants or adapters never share a block. Also
+v1's: `reset_prefix_cache()`, KV cache events (`enable_kv_cache_events=True`,
+`take_events()`, kv_events.py).
 
-A swap (v0) frees a sequence's GPU blocks and later restores it into fresh ones
-(`KVCacheManager.restore_sequences`, policies/preemption.py's `HostPool`). Fresh blocks
-carry no hash, so without more the restored full blocks could never be hit and the
-sequence's next blocks would never be named. vLLM v0's block manager re-hashes every
-swapped-in full block by its tokens (PrefixCachingBlockAllocator.swap_in allocates an
-immutable block for each), and v1 has no swap at all (a preempted request recomputes).
-So this manager does as v0: `prefix_state(seq)` is taken before the sequence is freed,
-and `restore_sequences(..., prefix_state)` chains the restored blocks from the prompt's
-root again and goes on hashing. One difference: v0 reuses a cached block of the same
-content instead of the restored one; this pool keeps both under the hash, as v1's
-index allows. Invariant (checked by tests/cache/test_prefix_cache.py's machine): after
-a swap-in, every full block of the sequence is cached under the chained hash of its
-token prefix.
+A swap (v0) restores a sequence into fresh, unhashed blocks. As vLLM v0's swap_in
+re-hashes every swapped-in full block, `prefix_state(seq)` is taken before the free and
+`restore_sequences(..., prefix_state)` chains the restored blocks again (v0 would reuse a
+cached block of the same content; this pool keeps both under the hash, as v1's index
+allows). Invariant (tests/cache/test_prefix_cache.py's machine): after a swap-in, every
+full block of the sequence is cached under the chained hash of its token prefix.
 """
 
 from __future__ import annotations
