@@ -13,6 +13,7 @@ All three are computed from index arithmetic or exhaustive enumeration: no GPU, 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from matplotlib.patches import Rectangle
 
@@ -61,33 +62,17 @@ def _draw_step(ax, k: int, s, y: int, hot: bool, slide: bool) -> None:
     `hot` (orange): it handed out a block another thread gets too."""
     failed = s.op == "cas fail"
     face = ACCENT if hot else ("#FFFFFF" if failed else LANE_COLOURS[s.thread])
-    ax.add_patch(
-        Rectangle(
-            (k + 0.05, y + 0.12),
-            0.9,
-            0.76,
-            facecolor=face,
-            edgecolor=INK,
-            linewidth=2.2 if hot else 0.8,
-            linestyle="--" if failed else "-",
-        )
+    edge: dict[str, Any] = dict(
+        edgecolor=INK, linewidth=2.2 if hot else 0.8, linestyle="--" if failed else "-"
     )
+    ax.add_patch(Rectangle((k + 0.05, y + 0.12), 0.9, 0.76, facecolor=face, **edge))
     label, addr = OP_LABEL[s.op], s.addr
     if slide:
         label, addr = SLIDE_OP_LABEL[s.op], addr.replace("stack", "s")
-    ax.text(
-        k + 0.5, y + 0.62, f"{label}\n{addr}", ha="center", va="center", fontsize=7.5, color=INK
-    )
-    ax.text(
-        k + 0.5,
-        y + 0.24,
-        f"= {s.value}",
-        ha="center",
-        va="center",
-        fontsize=8,
-        color=INK,
-        fontweight="bold" if hot else "normal",
-    )
+    centred = dict(ha="center", va="center", color=INK)
+    ax.text(k + 0.5, y + 0.62, f"{label}\n{addr}", fontsize=7.5, **centred)
+    weight = "bold" if hot else "normal"
+    ax.text(k + 0.5, y + 0.24, f"= {s.value}", fontsize=8, fontweight=weight, **centred)
 
 
 def _slide_lanes(ax, out: il.Outcome, title: str, ends: str) -> None:
@@ -119,15 +104,8 @@ def _paper_lanes(ax, out: il.Outcome, title: str, ends: tuple[str, bool]) -> Non
     ax.text(x, -0.45, ends[0], va="center", fontsize=9, color=ACCENT if ends[1] else INK)
     for i in range(n):
         got = out.blocks[i]
-        ax.text(
-            x,
-            n - 1 - i + 0.5,
-            f"gets {got}",
-            va="center",
-            fontsize=9,
-            color=ACCENT if got in dup else INK,
-            fontweight="bold" if got in dup else "normal",
-        )
+        hot = dict(color=ACCENT, fontweight="bold") if got in dup else dict(color=INK)
+        ax.text(x, n - 1 - i + 0.5, f"gets {got}", va="center", fontsize=9, **hot)
     ax.set_yticks([n - 1 - i + 0.5 for i in range(n)], [f"thread {i}" for i in range(n)])
     ax.set_xticks([k + 0.5 for k in range(len(out.steps))], [str(k) for k in range(len(out.steps))])
     ax.set_xlim(-0.2, len(out.steps) + 1.4)
@@ -149,79 +127,58 @@ def overlapping(impl: str) -> il.Outcome:
     raise AssertionError(f"no overlapping schedule of {impl}")  # the walk always has one
 
 
-def race_timeline(out_dir: Path) -> list[Path]:
-    """The first bad schedule of the racy pop for 2 threads; the exercise's atomic.sub pop and the
-    allocator kernel's compare-and-swap pop on an overlapping schedule."""
-    if slides():
-        return race_timeline_slides(out_dir)
-    racy = il.summarize("racy", 2)
-    bad = racy.first_bad
-    assert bad is not None, "the racy pop has a bad schedule for 2 threads"
-    fig = new_figure(10, 8.0)
-    a1, a2, a3 = fig.subplots(3, 1, gridspec_kw={"hspace": 0.85})
-    _draw_schedule(
-        a1,
-        bad,
-        f"racy pop: {racy.bad} of {racy.total} interleavings hand one block to two "
-        f"threads; here block {bad.duplicates[0]} (orange)",
-    )
-    sub = il.summarize("atomic_add", 2)
-    _draw_schedule(
-        a2,
-        overlapping("atomic_add"),
-        f"exercise 3.7's pop, t = cuda.atomic.sub(top, 0, 1): {sub.bad} bad of "
-        f"{sub.total}; read and decrement are one step",
-    )
-    cs = il.summarize("cas", 2)
-    _draw_schedule(
-        a3,
-        overlapping("cas"),
-        f"cuda_kernels.alloc's compare-and-swap pop: {cs.bad} bad of {cs.total}; "
-        "a failed CAS (dashed) retries with the top it saw",
-    )
-    fig.suptitle(
-        "Two threads pop the free stack [10, 11, 12] at once", fontsize=12, x=0.02, ha="left"
-    )
-    fig.subplots_adjust(left=0.1, right=0.93, top=0.9, bottom=0.07)
-    return [save(fig, Path(out_dir) / "race_timeline.png")]
-
-
-def race_timeline_slides(out_dir: Path) -> list[Path]:
-    """`--slides`: one schedule per slide (`race_timeline-slide-<i>-<pop>.png`), at 18 pt."""
+def _pops(slide: bool) -> list[tuple[str, il.Outcome, str]]:
+    """(file key, schedule, title) of each pop: the racy pop's first bad schedule for 2 threads,
+    then the exercise's atomic.sub pop and the kernel's compare-and-swap pop, overlapping."""
     racy, sub, cs = il.summarize("racy", 2), il.summarize("atomic_add", 2), il.summarize("cas", 2)
-    first_bad = racy.first_bad
-    if first_bad is None:
+    bad = racy.first_bad
+    if bad is None:
         raise RuntimeError("the racy pop has no bad schedule to draw")
-    cases = [
+    titles = (
         (
-            "racy",
-            first_bad,
             f"racy pop: {racy.bad} of {racy.total} schedules hand one block\n"
-            f"to two threads; here block {first_bad.duplicates[0]} (orange)",
-        ),
-        (
-            "atomic-sub",
-            overlapping("atomic_add"),
+            f"to two threads; here block {bad.duplicates[0]} (orange)",
             f"exercise 3.7: t = cuda.atomic.sub(top, 0, 1)\n{sub.bad} bad of {sub.total}: "
             "read and decrement are one step",
-        ),
-        (
-            "cas",
-            overlapping("cas"),
             f"cuda_kernels.alloc, compare-and-swap: {cs.bad} bad of {cs.total}\n"
             "a failed CAS (dashed) retries with the top it saw",
-        ),
-    ]
-    paths = []
-    for i, (key, outcome, title) in enumerate(cases):
-        fig = new_figure(*SLIDE_BODY_IN)
-        ax = fig.subplots()
-        _draw_schedule(ax, outcome, title, slide=True)
-        fig.text(0.01, 0.98, "Two threads pop the free stack [10, 11, 12] at once", va="top")
-        fig.text(0.99, 0.01, "s[i] = stack[i]", ha="right", va="bottom")
-        fig.subplots_adjust(left=0.15, right=0.99, top=0.74, bottom=0.12)
-        paths.append(save(fig, Path(out_dir) / f"race_timeline-slide-{i + 1}-{key}.png"))
-    return paths
+        )
+        if slide
+        else (
+            f"racy pop: {racy.bad} of {racy.total} interleavings hand one block to two "
+            f"threads; here block {bad.duplicates[0]} (orange)",
+            f"exercise 3.7's pop, t = cuda.atomic.sub(top, 0, 1): {sub.bad} bad of "
+            f"{sub.total}; read and decrement are one step",
+            f"cuda_kernels.alloc's compare-and-swap pop: {cs.bad} bad of {cs.total}; "
+            "a failed CAS (dashed) retries with the top it saw",
+        )
+    )
+    schedules = (bad, overlapping("atomic_add"), overlapping("cas"))
+    return list(zip(("racy", "atomic-sub", "cas"), schedules, titles, strict=True))
+
+
+def race_timeline(out_dir: Path) -> list[Path]:
+    """The first bad schedule of the racy pop for 2 threads; the exercise's atomic.sub pop and the
+    allocator kernel's compare-and-swap pop on an overlapping schedule. `--slides`: one
+    schedule per slide (`race_timeline-slide-<i>-<pop>.png`), at 18 pt."""
+    title = "Two threads pop the free stack [10, 11, 12] at once"
+    if slides():
+        paths = []
+        for i, (key, outcome, name) in enumerate(_pops(slide=True)):
+            fig = new_figure(*SLIDE_BODY_IN)
+            _draw_schedule(fig.subplots(), outcome, name, slide=True)
+            fig.text(0.01, 0.98, title, va="top")
+            fig.text(0.99, 0.01, "s[i] = stack[i]", ha="right", va="bottom")
+            fig.subplots_adjust(left=0.15, right=0.99, top=0.74, bottom=0.12)
+            paths.append(save(fig, Path(out_dir) / f"race_timeline-slide-{i + 1}-{key}.png"))
+        return paths
+    fig = new_figure(10, 8.0)
+    axes = fig.subplots(3, 1, gridspec_kw={"hspace": 0.85})
+    for ax, (_, outcome, name) in zip(axes, _pops(slide=False), strict=True):
+        _draw_schedule(ax, outcome, name)
+    fig.suptitle(title, fontsize=12, x=0.02, ha="left")
+    fig.subplots_adjust(left=0.1, right=0.93, top=0.9, bottom=0.07)
+    return [save(fig, Path(out_dir) / "race_timeline.png")]
 
 
 def _sector_strip(ax, w, title: str, slide: bool = False) -> None:
@@ -276,21 +233,34 @@ def _sector_strip(ax, w, title: str, slide: bool = False) -> None:
 
 
 def layout_sectors(out_dir: Path) -> list[Path]:
-    """One warp's K load per layout and thread mapping: bytes per lane over the sector grid."""
+    """One warp's K load per layout and thread mapping: bytes per lane over the sector grid.
+    `--slides`: one layout per slide (`layout_sectors-slide-<i>-<layout>.png`), its three
+    loads side by side."""
     from pagedsim.labs import sectors as sc
 
     g = sc.Geometry()
+    cases = [("kernel", "k"), ("kernel", "v"), ("vec16", "k")]
     if slides():
-        return layout_sector_slides(out_dir)
+        paths = []
+        for r, layout in enumerate(sc.LAYOUTS):
+            fig = new_figure(*SLIDE_BODY_IN)
+            axes = fig.subplots(1, 3)
+            for ax, (mapping, which) in zip(axes, cases, strict=True):
+                w = sc.warp_load(layout, mapping, which, g)
+                _sector_strip(ax, w, f"{which.upper()}, {mapping}", slide=True)
+            axes[0].set_ylabel("lane")
+            fig.suptitle(f"{layout}: one warp's load (fp16, B={g.block_size}, D={g.head_dim})")
+            fig.supxlabel("bytes of the 128-B lines touched; grey: 32-B sectors fetched")
+            fig.subplots_adjust(left=0.08, right=0.95, top=0.7, bottom=0.2, wspace=0.3)
+            paths.append(save(fig, Path(out_dir) / f"layout_sectors-slide-{r + 1}-{layout}.png"))
+        return paths
     fig = new_figure(12, 10)
     axes = fig.subplots(4, 3)
-    cases = [("kernel", "k"), ("kernel", "v"), ("vec16", "k")]
     for r, layout in enumerate(sc.LAYOUTS):
         for c, (mapping, which) in enumerate(cases):
             w = sc.warp_load(layout, mapping, which, g)
             _sector_strip(axes[r, c], w, f"{layout}, {which.upper()}, {mapping}")
-            if c == 0:
-                axes[r, c].set_ylabel("lane")
+        axes[r, 0].set_ylabel("lane")
     fig.suptitle(
         f"One warp's load, fp16, B={g.block_size}, D={g.head_dim}. 'kernel': lanes over "
         f"head_dim (the factory kernel); 'vec16': 16 B per lane over tokens (vLLM)",
@@ -303,28 +273,6 @@ def layout_sectors(out_dir: Path) -> list[Path]:
     )
     fig.subplots_adjust(left=0.05, right=0.98, top=0.92, bottom=0.07, hspace=0.75, wspace=0.2)
     return [save(fig, Path(out_dir) / "layout_sectors.png")]
-
-
-def layout_sector_slides(out_dir: Path) -> list[Path]:
-    """`--slides`: one layout per slide (`layout_sectors-slide-<i>-<layout>.png`), its three
-    loads side by side, every text at 18 pt or more on a 16:9 slide body."""
-    from pagedsim.labs import sectors as sc
-
-    g = sc.Geometry()
-    cases = [("kernel", "k"), ("kernel", "v"), ("vec16", "k")]
-    paths = []
-    for r, layout in enumerate(sc.LAYOUTS):
-        fig = new_figure(*SLIDE_BODY_IN)
-        axes = fig.subplots(1, 3)
-        for c, (mapping, which) in enumerate(cases):
-            w = sc.warp_load(layout, mapping, which, g)
-            _sector_strip(axes[c], w, f"{which.upper()}, {mapping}", slide=True)
-        axes[0].set_ylabel("lane")
-        fig.suptitle(f"{layout}: one warp's load (fp16, B={g.block_size}, D={g.head_dim})")
-        fig.supxlabel("bytes of the 128-B lines touched; grey: 32-B sectors fetched")
-        fig.subplots_adjust(left=0.08, right=0.95, top=0.7, bottom=0.2, wspace=0.3)
-        paths.append(save(fig, Path(out_dir) / f"layout_sectors-slide-{r + 1}-{layout}.png"))
-    return paths
 
 
 def alignment_sectors(out_dir: Path) -> list[Path]:
