@@ -116,15 +116,8 @@ def _traffic(ax, cost: dict, top: float = 1.18) -> None:
     ax.bar(x, table, bottom=over, color=palette.SEQ_COLOURS[4], label="block-table entries")
     slide = style.slides()
     for xi, o, t in zip(x, over, table, strict=True):
-        ax.text(
-            xi,
-            o + t + 0.4,
-            f"+{o + t:.1f}%" if not slide else f"+{o + t:.0f}%",  # bar-wide at 18 pt
-            ha="center",
-            va="bottom",
-            fontsize=8.5,
-            gid="extra",
-        )
+        extra = f"+{o + t:.1f}%" if not slide else f"+{o + t:.0f}%"  # bar-wide at 18 pt
+        ax.text(xi, o + t + 0.4, extra, ha="center", va="bottom", fontsize=8.5, gid="extra")
     ax.set_xticks(x, [str(b) for b in bs])
     ax.set_xlabel("block size B (tokens)")
     ax.set_ylabel("extra sectors over a contiguous cache (%)")
@@ -142,27 +135,13 @@ def _latency(ax, cost: dict) -> None:
     ax.plot(x, lookups, marker="o", color=palette.SEQ_COLOURS[4], gid="lookups")
     ax.set_yscale("log")
     for xi, b, n in zip(x, bs, lookups, strict=True):
-        ax.text(
-            xi,
-            n * 1.25,
-            f"{cost[b]['bytes_per_lookup'] // 1024 or 0.5:g} KiB",
-            ha="center",
-            va="bottom",
-            fontsize=8,
-        )
+        kib = f"{cost[b]['bytes_per_lookup'] // 1024 or 0.5:g} KiB"
+        ax.text(xi, n * 1.25, kib, ha="center", va="bottom", fontsize=8)
     ax.set_xticks(x, [str(b) for b in bs])
     ax.set_xlabel("block size B (tokens)")
     ax.set_ylabel("dependent block-table lookups per step (mean)")
     ax.set_title("latency: a dependent lookup before each block's loads", fontsize=10)
     ax.set_ylim(min(lookups) / 1.5, max(lookups) * 3)
-    ax.text(
-        0.98,
-        0.97,
-        "labels: K+V bytes one lookup brings in",
-        transform=ax.transAxes,
-        ha="right",
-        va="top",
-        fontsize=8.5,
-        color="#444444",
-    )
+    corner = dict(transform=ax.transAxes, ha="right", va="top", fontsize=8.5, color="#444444")
+    ax.text(0.98, 0.97, "labels: K+V bytes one lookup brings in", **corner)
     ax.grid(alpha=0.3)
