@@ -192,26 +192,20 @@ class CachingBlockPool(LinkedBlockPool):
         return True
 
     def evict_blocks(self, block_ids: Any) -> None:
-        """Forget the cached contents of these blocks (v1's evict_blocks, used when a KV load
-        fails); ids that hold nothing cached are skipped. A free one stays where it is on the
-        free list, uncached, among the cached blocks, as vLLM 0.34 leaves it (only its hash
-        is dropped; tests/vllm_oracle/test_block_pool_oracle.py). All ids are checked first:
-        all or nothing."""
-        ids = [self._check_id(b) for b in self._iterable(block_ids)]
+        """Forget the cached contents of these blocks (v1's evict_blocks, for a failed KV load),
+        all or nothing; uncached ids are skipped. A free one keeps its place on the free list,
+        as vLLM 0.34 leaves it (tests/vllm_oracle/test_block_pool_oracle.py)."""
+        if isinstance(block_ids, (str, bytes)) or not hasattr(block_ids, "__iter__"):
+            raise TypeError(
+                f"block_ids must be an iterable of block ids, got {type(block_ids).__name__}"
+            )
+        ids = [self._check_id(b) for b in block_ids]
         for b in dict.fromkeys(ids):
             if b not in self._key:
                 continue
             if self.kv_event_queue is not None:
                 self.kv_event_queue.append(self._removed(b))
             self._forget(b)
-
-    @staticmethod
-    def _iterable(blocks: Any) -> list[Any]:
-        if isinstance(blocks, (str, bytes)) or not hasattr(blocks, "__iter__"):
-            raise TypeError(
-                f"block_ids must be an iterable of block ids, got {type(blocks).__name__}"
-            )
-        return list(blocks)
 
     def children_of(self, parent: int) -> list[int]:
         return self._children.get(parent, [])
@@ -313,11 +307,8 @@ class CachingBlockPool(LinkedBlockPool):
         blocks = self._check_ids(blocks)
         unhashed = []
         for b in blocks:
-            count = self._ref[b]
-            if count > 1:
-                self.free(b)
-            elif b in self._key:
-                self.free(b)  # count 0: _push queues it at the tail for eviction
+            if self._ref[b] > 1 or b in self._key:
+                self.free(b)  # a cached block's last free queues it at the tail (_push)
             else:
                 unhashed.append(b)
         for b in reversed(unhashed):  # each at the head in turn: the first given leads

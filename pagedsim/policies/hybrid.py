@@ -87,15 +87,11 @@ class HybridManager:
         self._short = 0  # free blocks the last refused allocate_slots needed
         self._trace = tr.Trace() if trace else None
         if self._trace is not None:
-            self._trace.snapshots.append(
-                self.snapshot(
-                    caption=(
-                        f"a pool of {num_blocks} blocks x {block_size} tokens shared by two KV "
-                        "cache groups: full attention and a sliding window of "
-                        f"{sliding_window} tokens"
-                    )
-                )
+            said = (
+                f"a pool of {num_blocks} blocks x {block_size} tokens shared by two KV cache "
+                f"groups: full attention and a sliding window of {sliding_window} tokens"
             )
+            self._trace.snapshots.append(self.snapshot(caption=said))
 
     # ---- queries -----------------------------------------------------------------------
     @property
@@ -224,10 +220,10 @@ class HybridManager:
         self.full._check_new(seq_id)
         if new_token_ids is None:
             raise ValueError(f"new sequence {seq_id!r} needs new_token_ids (its prompt)")
+        keys = [g.extra_keys(cache_salt, lora_id) for g in self.groups]
         if computed is None:
             tokens = token_ids_arg("new_token_ids", new_token_ids)
             per_group: list[Any] = [None, None]
-            keys = [g.extra_keys(cache_salt, lora_id) for g in self.groups]
             hits: tuple[tuple[int, ...], ...] = ((), ())
         elif (
             not isinstance(computed, HybridComputedBlocks)
@@ -244,15 +240,13 @@ class HybridManager:
                 else token_ids_arg("new_token_ids", new_token_ids)
             )
             per_group, hits = list(computed.per_group), computed.blocks
-            checked: list[ComputedBlocks] = list(computed.per_group)
             if (
                 hits != tuple(c.blocks for c in per_group)
                 or len(set(map(len, hits))) != 1
                 or any(c.num_tokens != computed.num_tokens for c in per_group)
             ):
                 raise ValueError("computed blocks are not one aligned hit of both groups")
-            keys = [g.extra_keys(cache_salt, lora_id) for g in self.groups]
-            for g, c, k in zip(self.groups, checked, keys, strict=True):
+            for g, c, k in zip(self.groups, per_group, keys, strict=True):
                 g._check_computed(c, tokens, list(c.blocks), tokens is c.token_ids, k)
         done = computed.num_tokens if computed is not None else 0
         if done + n > len(tokens):
@@ -264,19 +258,13 @@ class HybridManager:
         if need > self.pool.num_free_blocks:
             self._short = need
             return None
+        extra_keys = dict(cache_salt=cache_salt, lora_id=lora_id)
         with self.pool.protecting(b for b in hits[1] if b >= 0):
             got_full = self.full.allocate_slots(
-                seq_id,
-                n,
-                ahead,
-                tokens,
-                per_group[0],
-                cache_salt=cache_salt,
-                lora_id=lora_id,
-                preempted=preempted,
+                seq_id, n, ahead, tokens, per_group[0], preempted=preempted, **extra_keys
             )
         got_window = self.window.allocate_slots(
-            seq_id, n, ahead, tokens, per_group[1], cache_salt=cache_salt, lora_id=lora_id
+            seq_id, n, ahead, tokens, per_group[1], **extra_keys
         )
         assert got_full is not None and got_window is not None, "the groups' need was miscounted"
         return self._after("arrives", seq_id, (got_full, got_window))
@@ -317,15 +305,11 @@ class HybridManager:
             return got
         self.step += 1
         if self._trace is not None:
-            self._trace.snapshots.append(
-                self.snapshot(
-                    caption=(
-                        f"seq {seq_id} {what} needs {self._short} free blocks in the two groups "
-                        f"together but only {self.pool.num_free_blocks} are free: OutOfBlocks, "
-                        f"nothing changed"
-                    )
-                )
+            said = (
+                f"seq {seq_id} {what} needs {self._short} free blocks in the two groups together "
+                f"but only {self.pool.num_free_blocks} are free: OutOfBlocks, nothing changed"
             )
+            self._trace.snapshots.append(self.snapshot(caption=said))
         raise OutOfBlocks(self._short, self.pool.num_free_blocks, f"seq {seq_id!r} {what}")
 
     def free_sequence(self, seq_id: SeqId) -> None:

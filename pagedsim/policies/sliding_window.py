@@ -70,14 +70,10 @@ class SlidingWindowManager(KVCacheManager):
         return blocks_needed(num_tokens, bs) - gone
 
     def peak_blocks(self, prompt_len: int, total_len: int, max_chunk: int | None = None) -> int:
-        """The most blocks a sequence holds at once while growing to total_len slots.
-
-        With `max_chunk` (v1's chunked prefill: at most max_num_batched_tokens slots a step,
-        plus lookahead): the W - 1 computed tokens the next query reads plus one chunk,
-        anywhere in a block -- v1's SlidingWindowSpec.max_memory_usage_bytes,
-        cdiv(min(W - 1 + max_chunk, total_len), B) + 1 -- plus the sink blocks. Without it
-        (v0: a whole prompt in one step) the whole prompt is held until the step ends, and
-        later the window plus one new block."""
+        """The most blocks a sequence holds at once while growing to total_len slots. With
+        `max_chunk` (v1's chunked prefill), v1's SlidingWindowSpec.max_memory_usage_bytes:
+        cdiv(min(W - 1 + max_chunk, total_len), B) + 1, plus the sink blocks. Without it (v0:
+        a whole prompt in one step), the prompt, then the window plus one new block."""
         prompt_len = count_arg("prompt_len", prompt_len)
         total_len = max(prompt_len, count_arg("total_len", total_len))
         if max_chunk is not None:
