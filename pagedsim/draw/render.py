@@ -84,15 +84,8 @@ class Layout:
         seqs = max(seqs, *(len(s.sequences) + len(g) for s, g in zip(snapshots, gone, strict=True)))
         marks = tuple((s.step, g) for s, g in zip(snapshots, gone, strict=True) if g)
         names = max((len(str(q.seq_id)) for s in snapshots for q in s.sequences), default=1)
-        return cls(
-            n,
-            cols,
-            max(2, min(seqs, MAX_SEQS)),
-            max(4, min(cells, MAX_CELLS)),
-            copies,
-            marks,
-            names,
-        )
+        rows, slots = max(2, min(seqs, MAX_SEQS)), max(4, min(cells, MAX_CELLS))
+        return cls(n, cols, rows, slots, copies, marks, names)
 
     def departed(self, step: int) -> tuple:
         """((seq_id, back_step | None), ...) for the frame of `step` (see `departures`)."""
@@ -164,22 +157,14 @@ def departures(snapshots) -> list[tuple]:
         }
         for s in snapshots
     ]
+    seen = [held | new for held, new in zip(live, added, strict=True)]
     out = []
     for k, snap in enumerate(snapshots):
         before = [q.seq_id for q in snapshots[k - 1].sequences] if k else []
         freed = [e.seq_id for e in snap.events if isinstance(e, SequenceFreed)]
         left = [sid for sid in dict.fromkeys([*before, *freed]) if sid not in live[k]]
-        back = [
-            next(
-                (
-                    snapshots[j].step
-                    for j in range(k + 1, len(snapshots))
-                    if sid in live[j] or sid in added[j]
-                ),
-                None,
-            )
-            for sid in left
-        ]
+        later = range(k + 1, len(snapshots))
+        back = [next((snapshots[j].step for j in later if sid in seen[j]), None) for sid in left]
         out.append(tuple(zip(left, back, strict=True)))
     return out
 
@@ -250,15 +235,10 @@ def describe_artists(fig) -> list[tuple]:
                     geom = _r(sum(ends, ())) if ends else ()
                 else:
                     geom = ()
-                out.append(
-                    (
-                        type(a).__name__,
-                        a.get_gid(),
-                        to_hex(a.get_facecolor(), keep_alpha=True),
-                        to_hex(a.get_edgecolor(), keep_alpha=True),
-                        geom,
-                    )
+                face, edge = (
+                    to_hex(c, keep_alpha=True) for c in (a.get_facecolor(), a.get_edgecolor())
                 )
+                out.append((type(a).__name__, a.get_gid(), face, edge, geom))
     return out
 
 

@@ -12,6 +12,7 @@ strip's last frame draws the legend. For a lecture hall, `write_slides` (what
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt
 
@@ -55,18 +56,8 @@ def strip_figure(snapshots, picks=None, *, cols: int = STRIP_COLS):
         box = ((c * (w + gap)) / W, 1 - (r * (h + gap) + h) / H, w / W, h / H)
         ax = fig.add_axes(box, gid=f"frame-{k}")
         render(snapshots[k], ax=ax, layout=layout, colours=colours, legend=i == len(picks) - 1)
-        ax.add_artist(
-            plt.Rectangle(
-                (0.002, 0.002),
-                0.996,
-                0.996,
-                transform=ax.transAxes,
-                fill=False,
-                ec="#999999",
-                lw=0.8,
-                clip_on=False,
-            )
-        )
+        edge: dict[str, Any] = dict(fill=False, ec="#999999", lw=0.8, clip_on=False)
+        ax.add_artist(plt.Rectangle((0.002, 0.002), 0.996, 0.996, transform=ax.transAxes, **edge))
     return fig
 
 

@@ -1,27 +1,18 @@
 """Shared look for every picture: a colourblind-safe palette, fonts, and a byte-stable save.
 
-Colours come from `pagedsim/palette.py`, the one palette of the figures, the slides and the
-browser page (Paul Tol's "muted" scheme, colourblind-safe). Sequences get
-colours in admission order (the order they first appear in a trace), so a sequence
-keeps its colour for the whole animation even after older sequences finish.
+Colours come from `pagedsim/palette.py` (Paul Tol's "muted" scheme), shared by the figures,
+the slides and the browser page; sequences get them in admission order, so a sequence keeps
+its colour for a whole animation. `save` writes without timestamps or version metadata, so
+the same seed gives the same bytes. `with output(fmt=..., dpi=..., look=..., slides=...):`
+holds what `pagedsim figures` chose, and `save` obeys it:
 
-`save` writes PNGs at a fixed dpi with no timestamp or software-version metadata, so
-regenerating a figure from the same seed gives the same bytes.
-
-Output settings for `pagedsim figures --format --dpi --style` are held here and set
-with `with output(fmt="svg", dpi=300, look="projector"):`; `save` obeys them:
-
-    fmt     png, svg or pdf: a maker's "x.png" is written as "x.svg" / "x.pdf". SVG keeps
-            text as <text> elements (svg.fonttype "none"), so labels stay editable;
-            PDF embeds TrueType fonts (pdf.fonttype 42). Neither carries a date.
+    fmt     png, svg (text stays <text>: svg.fonttype "none") or pdf (TrueType fonts);
+            a maker's "x.png" is written as "x.svg" / "x.pdf". Neither carries a date.
     dpi     raster resolution (PNG and the pixels inside PDF/SVG); default DPI.
-    look    "paper" (the default, what figures/ holds) or "projector": darker, saturated
-            colours (Tol "bright"), no pale fills, every text at least 12 pt, and figures
-            made 1.4x larger so their geometry grows with the text (13.3 in = a 16:9 slide).
-    slides  True for `pagedsim figures --slides`: a figure made of several frames (3.4's
-            key frames) is written one frame per file, each with its own legend, and
-            every figure is made a whole 16:9 slide (960 x 540 pt; PNG 1920 x 1080) in
-            the page's colours, with no text under 18 pt there (`fit_slide`).
+    look    "paper" (what figures/ holds) or "projector": Tol "bright" colours, no pale
+            fills, every text at least 12 pt, figures 1.4x larger.
+    slides  `--slides`: multi-frame figures write one frame per file, and every figure is
+            a whole 16:9 slide (960 x 540 pt; PNG 1920 x 1080), no text under 18 pt.
 """
 
 from __future__ import annotations

@@ -65,15 +65,8 @@ class Stepper:
         return self.go(self.index - 1)
 
     def _on_key(self, event) -> None:
-        moves = {
-            "right": 1,
-            "n": 1,
-            " ": 1,
-            "left": -1,
-            "p": -1,
-            "home": -len(self.snapshots),
-            "end": len(self.snapshots),
-        }
+        n = len(self.snapshots)
+        moves = {"right": 1, "n": 1, " ": 1, "left": -1, "p": -1, "home": -n, "end": n}
         if event.key in moves:
             self.go(self.index + moves[event.key])
 
