@@ -199,19 +199,12 @@ def _sector_strip(ax, w, title: str, slide: bool = False) -> None:
 
     for a in w.addresses:
         for sector in range(int(a) // sc.SECTOR, (int(a) + w.nbytes - 1) // sc.SECTOR + 1):
-            ax.axvspan(
-                x_of(sector * sc.SECTOR), x_of(sector * sc.SECTOR) + sc.SECTOR, color=FREE, zorder=0
-            )
+            x = x_of(sector * sc.SECTOR)
+            ax.axvspan(x, x + sc.SECTOR, color=FREE, zorder=0)
     for i in range(len(lines) + 1):
         ax.axvline(i * sc.LINE, color=FREE_EDGE, linewidth=0.8, zorder=1)
-    ax.barh(
-        np.arange(sc.WARP),
-        w.nbytes,
-        left=[x_of(a) for a in w.addresses],
-        height=0.8,
-        color=SEQ_COLOURS[4],
-        zorder=2,
-    )
+    starts = [x_of(a) for a in w.addresses]
+    ax.barh(np.arange(sc.WARP), w.nbytes, left=starts, height=0.8, color=SEQ_COLOURS[4], zorder=2)
     ax.set_xlim(0, len(lines) * sc.LINE)
     ax.set_ylim(-1, sc.WARP)
     ax.set_yticks([0, 31])
@@ -220,16 +213,13 @@ def _sector_strip(ax, w, title: str, slide: bool = False) -> None:
     span = int(w.addresses.max()) + w.nbytes - int(w.addresses.min())
     n_lines = f"{w.lines} line{'s' * (w.lines > 1)}"
     if slide:  # a third of a slide's width at 18 pt: the same facts, shorter lines
-        ax.set_title(
-            f"{title}\n{w.sectors} sectors, {n_lines}\n{w.efficiency:.0%} used, over {span} B",
-            fontsize=18,
-        )
+        facts = f"\n{w.sectors} sectors, {n_lines}\n{w.efficiency:.0%} used, over {span} B"
+        ax.set_title(title + facts, fontsize=18)
         return
-    ax.set_title(
-        f"{title}: {w.sectors} sectors, {n_lines}, {w.efficiency:.0%} used\n"
-        f"(bytes spread over {span} B)",
-        fontsize=8.5,
+    facts = (
+        f": {w.sectors} sectors, {n_lines}, {w.efficiency:.0%} used\n(bytes spread over {span} B)"
     )
+    ax.set_title(title + facts, fontsize=8.5)
 
 
 def layout_sectors(out_dir: Path) -> list[Path]:
@@ -292,25 +282,17 @@ def alignment_sectors(out_dir: Path) -> list[Path]:
     for i, o in enumerate(offsets):
         y = len(offsets) - 1 - i
         for s in range(o // 32, (o + 127) // 32 + 1):
-            left.add_patch(
-                Rectangle((s * 32, y + 0.1), 32, 0.8, facecolor=FREE, edgecolor=FREE_EDGE)
-            )
+            left.add_patch(Rectangle((s * 32, y + 0.1), 32, 0.8, fc=FREE, ec=FREE_EDGE))
         left.add_patch(Rectangle((o, y + 0.3), 128, 0.4, facecolor=SEQ_COLOURS[4]))
         n_sec, n_line = sc.misaligned_run(128, o)
-        left.text(
-            300,
-            y + 0.5,
-            f"{n_sec} sectors, {n_line} line{'s' if n_line > 1 else ''}",
-            va="center",
-            fontsize=9,
-        )
+        cost = f"{n_sec} sectors, {n_line} line{'s' if n_line > 1 else ''}"
+        left.text(300, y + 0.5, cost, va="center", fontsize=9)
     for x in (0, 128, 256):
         left.axvline(x, color=INK, linewidth=1)
     left.set_xlim(0, 390)
     left.set_ylim(0, len(offsets))
-    left.set_yticks(
-        [len(offsets) - 1 - i + 0.5 for i in range(len(offsets))], [f"+{o} B" for o in offsets]
-    )
+    ys = [len(offsets) - 1 - i + 0.5 for i in range(len(offsets))]
+    left.set_yticks(ys, [f"+{o} B" for o in offsets])
     left.set_xticks(range(0, 257, 64 if slides() else 32))  # 18 pt on a slide: every other
     left.set_xlabel("bytes from a 128-byte boundary (grey: 32-byte sectors fetched)")
     left.set_title("32 lanes x 4 B (fp32) starting at the offset", fontsize=10)
@@ -322,15 +304,11 @@ def alignment_sectors(out_dir: Path) -> list[Path]:
     )
     for j, (es, tile, colour, label, fmt) in enumerate(series):
         rows = sc.alignment_table(offsets, sc.Geometry(elem_bytes=es))
-        bars = right.bar(
-            [k + (j - 1) * width for k in range(len(offsets))],
-            [100 * (r["tile_extra"] if tile else r["warp_extra"]) for r in rows],
-            width,
-            color=colour,
-            label=label.format(rows[0]["tile_bytes"]),
-            edgecolor=INK,
-            linewidth=0.8,
-        )  # a 0 bar: a dark line at 0
+        xs = [k + (j - 1) * width for k in range(len(offsets))]
+        extra = [100 * (r["tile_extra"] if tile else r["warp_extra"]) for r in rows]
+        name = label.format(rows[0]["tile_bytes"])
+        # a 0 bar: a dark line at 0
+        bars = right.bar(xs, extra, width, color=colour, label=name, edgecolor=INK, linewidth=0.8)
         right.bar_label(
             bars, fmt=lambda v, f=fmt: f"{v:{f}}%" if v else "0", fontsize=9, gid="bar-label"
         )
