@@ -1,13 +1,9 @@
 """Figures 3.2 (what one KV block holds, and its size) and 3.7 (128-byte alignment).
 
-3.2 draws one block for every layer: K and V side by side, each a grid of
-KV heads x tokens whose cells are head_dim-long vectors, drawn to scale so the
-GQA model's block is visibly 4x smaller. The bytes formula is evaluated with
-`pagedsim.sizing`, never typed in.
-
-3.7 lays blocks out on an address line twice: packed back to back, and with each
-start rounded up to 128 bytes by `sizing.align_up`; `sizing.fit_blocks` gives the
-padding and how many blocks a budget holds either way.
+3.2 draws one block for every layer, K and V side by side, each a grid of KV heads x tokens
+whose cells are head_dim vectors, to scale (the GQA model's block is visibly 4x smaller);
+the bytes come from `pagedsim.sizing`, never typed in. 3.7 lays blocks on an address line
+packed and with each start rounded up to 128 bytes (`sizing.align_up`, `fit_blocks`).
 Reference: vLLM `vllm/worker/cache_engine.py` (KV cache shape and size per block).
 """
 
@@ -107,11 +103,7 @@ def anatomy_slides(out_dir: Path) -> list[Path]:
     ratio = gqa_ratio()
     for i, (name, note) in enumerate(MODELS.items()):
         spec = preset(name)
-        fig = style.new_figure(*style.SLIDE_BODY_IN)
-        ax = fig.add_axes((0, 0, 1, 1))
-        ax.set_xlim(0, 24)
-        ax.set_ylim(0, 10)
-        ax.set_axis_off()
+        fig, ax = style.canvas(style.SLIDE_BODY_IN, (0, 24), (0, 10))
         ax.text(
             0.4, 9.85, textwrap.fill(ANATOMY_TITLE, 64), fontsize=13, fontweight="bold", va="top"
         )
@@ -140,11 +132,7 @@ def make_anatomy(out_dir: Path) -> list[Path]:
     """3.2: one block's layout (K, V, heads x tokens x head_dim, all layers) and its bytes."""
     if style.slides():
         return anatomy_slides(out_dir)
-    fig = style.new_figure(*ANATOMY_SIZE)
-    ax = fig.add_axes((0, 0, 1, 1))
-    ax.set_xlim(0, 24)
-    ax.set_ylim(-0.6, 11.8)
-    ax.set_axis_off()
+    fig, ax = style.canvas(ANATOMY_SIZE, (0, 24), (-0.6, 11.8))
     ax.text(0.4, 11.5, ANATOMY_TITLE, fontsize=13, fontweight="bold", va="top")
     ax.text(0.4, 10.85, ANATOMY_NOTE, fontsize=9.5, va="top")
     y = 9.5

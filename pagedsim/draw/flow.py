@@ -1,11 +1,9 @@
 """Figures 3.3 (logical vs physical blocks) and 3.6 (the core flow), drawn from real traces.
 
-Nothing here is hand-placed: every box and arrow comes from a `Snapshot` of a
-`KVCacheManager` run. 3.3 puts each sequence's logical blocks in a contiguous row
-and draws an arrow to wherever its block table says the physical block is. 3.6
-shows the three structures of the chapter's design in one frame: the free pool
-(the free list, head first), the physical blocks, and the block tables, with the
-block that `allocate()` just popped from the head highlighted.
+Every box and arrow comes from a `Snapshot` of a `KVCacheManager` run. 3.3 draws each
+sequence's logical blocks in a row, with an arrow to wherever its block table puts each
+physical block. 3.6 shows the free pool (head first), the physical blocks and the block
+tables in one frame, the block `allocate()` just popped highlighted.
 Reference: Kwon et al., SOSP 2023, figure 6 (block table translation).
 """
 
@@ -64,12 +62,9 @@ def make_logical_physical(out_dir: Path) -> list[Path]:
     # on a slide (18 pt): a slide-shaped figure, a wider label column, and room at the top
     # for the title and the subtitle wrapped to the slide's width
     slide = style.slides()
-    fig = style.new_figure(*(style.SLIDE_BODY_IN if slide else LOGICAL_SIZE))
-    ax = fig.add_axes((0, 0, 1, 1))
     left = -4.0 if slide else -3.0  # where the row labels start
-    ax.set_xlim(left - 0.2, n + 0.6)
-    ax.set_ylim(0, 11.8 if slide else 9.3)
-    ax.set_axis_off()
+    size = style.SLIDE_BODY_IN if slide else LOGICAL_SIZE
+    fig, ax = style.canvas(size, (left - 0.2, n + 0.6), (0, 11.8 if slide else 9.3))
     for b in range(n):  # physical memory strip
         owner = snap.owners(b)
         colour = style.colour_of(owner[0], colours) if owner else palette.FREE
@@ -145,13 +140,10 @@ def make_core_flow(out_dir: Path, snapshots) -> list[Path]:
     # on a slide (18 pt) the figure is as wide as a slide body, the caption wraps, and the
     # column heads keep one line (what they hold is said by the boxes themselves)
     slide = style.slides()
-    fig = style.new_figure(*(style.SLIDE_BODY_IN if slide else FLOW_SIZE))
-    ax = fig.add_axes((0, 0, 1, 1))
     y0 = 2.85 if slide else 2.7
     top = snap.num_blocks * 0.8 + y0 - 0.3
-    ax.set_xlim(0, 17.5)
-    ax.set_ylim(top + 1.2, -0.2)
-    ax.set_axis_off()
+    size = style.SLIDE_BODY_IN if slide else FLOW_SIZE
+    fig, ax = style.canvas(size, (0, 17.5), (top + 1.2, -0.2))
     title = ("3.6  The core flow" if slide else "3.6  The core flow, from a real trace") + (
         ": free pool \u2192 allocated blocks \u2192 block tables"
     )

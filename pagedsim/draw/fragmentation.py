@@ -1,17 +1,10 @@
 """3.1: external fragmentation -- first-fit holes against fixed-size blocks (PagedAttention Sec. 3).
 
-The same five requests (A..E) fill a 48-slot memory, then B and D finish. A sixth
-request F of 12 tokens arrives:
-
-    first fit, one contiguous range per request   18 slots are free, but in holes of
-                                                  6, 8 and 4: F is refused (external
-                                                  fragmentation)
-    fixed blocks of B = 4 slots, any block will do  F takes the 3 free blocks wherever
-                                                  they are; the only waste is inside
-                                                  each request's last block (internal)
-
-Both layouts are computed here by a 20-line first-fit model and a free-list model;
-the picture draws what they return. Reference: Kwon et al., SOSP 2023, Sec. 3 and Fig. 3.
+Five requests (A..E) fill a 48-slot memory, B and D finish, and F needs 12 slots. First fit
+(one contiguous range per request) has 18 free slots in holes of 6, 8 and 4, so F is
+refused; with blocks of B = 4 slots F takes any 3 free blocks, and the only waste is inside
+each request's last block. Both layouts come from the small models below (`first_fit`,
+`fixed_blocks`). Reference: Kwon et al., SOSP 2023, Sec. 3 and Fig. 3.
 """
 
 from __future__ import annotations

@@ -1,20 +1,16 @@
 """Figure 3.5b: the kernel's side of the block-size trade-off, from the sector model (no GPU).
 
-Figure 3.5 prices a block size in memory (wasted slots, table length). This one prices it in
-what the decode kernel reads, per decode step of one sequence and one KV head, counted in
-32-byte sectors with `pagedsim.labs.sectors` (a model: it counts bytes, it times nothing):
+Per decode step of one sequence and one KV head, in 32-byte sectors (`pagedsim.labs.sectors`,
+a model: it counts bytes, it times nothing), over figure 3.5's 500 seeded ShareGPT-like
+requests with Llama-2-7B's head (D = 128, fp16):
 
-    contiguous  2 (K, V) x sectors of one l x D x elem-byte run: the cache without blocks
-    KV read     2 x ceil(l / B) tiles x sectors of one B x D x elem-byte tile: the kernel loads
-                whole blocks and masks the empty tail of the last one
-    table       sectors of the ceil(l / B) int32 block-table entries the thread block reads
-    lookups     ceil(l / B): each is a dependent load; the block's loads wait for it
+    contiguous  2 (K, V) x sectors of one l x D run: the cache without blocks
+    KV read     2 x ceil(l / B) tiles x sectors of one B x D tile (the last one masked)
+    table       sectors of the ceil(l / B) int32 block-table entries
+    lookups     ceil(l / B) dependent loads, each before its block's loads
 
-l runs over every decode step of the same 500 seeded ShareGPT-like requests as figure 3.5,
-with Llama-2-7B's head (D = 128, fp16). Traffic is lowest for small blocks, yet vLLM measures
-small blocks as slow (paper section 7.2): what the sector model leaves out is latency, one
-table lookup on the critical path per B tokens, and too little contiguous work per lookup.
-A GPU run of the decode kernel over block sizes is what should replace this figure.
+Traffic is lowest for small blocks, yet vLLM measures them as slow (paper section 7.2): the
+model leaves out latency. A GPU run over block sizes should replace this figure.
 """
 
 from __future__ import annotations

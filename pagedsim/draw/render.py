@@ -1,24 +1,19 @@
 """Draw one `Snapshot` of the block manager: physical memory, free list, block tables, caption.
 
-`render(snapshot)` is a pure function of the snapshot (plus optional colours and a
-layout shared by a whole trace): it reads frozen data and only creates artists, so
-drawing snapshot k again always gives the same picture. That is what makes the
-stepper's "step back" real time travel. Picture layout (y grows downwards):
+`render(snapshot)` is a pure function of the snapshot (plus colours and a layout shared by a
+trace): drawing snapshot k again gives the same picture, which makes the stepper's "step
+back" real time travel. Layout (y grows downwards):
 
     step k: caption ........................................................
     block tables (logical -> physical)   | physical blocks (grid, row-major)
       seq A  9 tok  [0][1][5]             |  [0 A x1 4/4] [1 A x1 1/4] [2 free] ...
     free list, head first: HEAD -> 7 -> 8 -> ... (+n more)
 
-Artists carry gids so tests can find them without looking at pixels:
-`block-<b>` (one rectangle per physical block), `share-<b>-<j>` (stripes of extra
-owners), `touched-<b>` (orange frame: this step's events name block b), `badge-<b>`
-(ref count text), `fill-<b>` (fill bar), `free-<i>` (i-th free
-list node), `table-<seq>-<i>` (logical slot i), `copy-<src>-<dst>`, `caption`, and
-`gone-<seq>` / `gone-why-<seq>` (a sequence that left the pool in this frame, finished or
-preempted: `departures` reads that from the trace, and `Layout` carries it per step).
-Reference: Kwon et al., "Efficient Memory Management for LLM Serving with
-PagedAttention" (SOSP 2023), figures 6-8, which draw the same three structures.
+Artists carry gids for the tests: `block-<b>`, `share-<b>-<j>` (extra owners' stripes),
+`touched-<b>` (this step's events name b), `badge-<b>` (ref count), `fill-<b>`, `free-<i>`,
+`table-<seq>-<i>`, `copy-<src>-<dst>`, `caption`, and `gone-<seq>` / `gone-why-<seq>` (a
+sequence that left the pool in this frame: `departures`). Reference: Kwon et al., SOSP 2023,
+figures 6-8, which draw the same three structures.
 """
 
 from __future__ import annotations

@@ -248,6 +248,17 @@ def fit_slide(fig) -> None:
     fig._pagedsim_slide = True
 
 
+def canvas(size: tuple[float, float], xlim: tuple[float, float], ylim: tuple[float, float]):
+    """(figure, axes) for a diagram: one axes filling a figure of `size` inches, limits
+    `xlim` x `ylim` in the diagram's own units, no frame or ticks."""
+    fig = new_figure(*size)
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_xlim(*xlim)
+    ax.set_ylim(*ylim)
+    ax.set_axis_off()
+    return fig, ax
+
+
 def text_slide(text: str, gid: str):
     """`--slides`: a slide of words only, `text` wrapped to the slide body at 22 pt."""
     fig = new_figure(*SLIDE_BODY_IN)

@@ -1,15 +1,12 @@
 """Figure 3.5: the block-size trade-off on a seeded ShareGPT-like workload.
 
-Small blocks waste few slots (only the last block of a sequence is partly empty)
-but need long block tables; big blocks need short tables but waste more of their
-last block. Definitions, measured over every decode step of every request:
+Small blocks waste few slots but need long block tables; big blocks, the reverse. Over
+every decode step of every request, with l the length after the step:
 
-    l = the sequence's length after the step (prompt_len + 1 ... prompt_len + output_len)
     wasted slots (%)       = 100 * sum(ceil(l/B)*B - l) / sum(ceil(l/B)*B)
     table entries          = mean over steps of ceil(l/B)  (one int32 per entry)
 
-Workload: `pagedsim.workloads.synthetic("sharegpt", 500, seed=0)` (log-normal
-lengths with the vLLM paper's means, 161 prompt / 338 output tokens).
+Workload: `synthetic("sharegpt", 500, seed=0)` (the vLLM paper's mean lengths).
 Reference: Kwon et al., SOSP 2023, section 7.2 (ablation on block size).
 """
 
