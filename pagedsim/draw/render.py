@@ -93,10 +93,8 @@ class Layout:
         pt = style.pt(size)
         if style.slides():
             wide = 0.5 + LABEL_W + self.table_cells + 1.2 + self.cols * PITCH + 0.3
-            fit = min(
-                style.SLIDE_IN[0] / (wide * self.unit),
-                style.SLIDE_IN[1] / (self.height * self.unit),
-            )
+            (w, h), unit = style.SLIDE_IN, self.unit
+            fit = min(w / (wide * unit), h / (self.height * unit))
             pt = max(pt, style.SLIDE_MIN_PT / fit)
         return pt
 
@@ -353,9 +351,8 @@ def _blocks(ax, snap, layout, colours):
         if snap.ref_counts[b] == 0:
             _free_block(ax, snap, b, block_xy(layout, b))
         else:
-            _used_block(
-                ax, snap, b, block_xy(layout, b), [style.colour_of(s, colours) for s in owners[b]]
-            )
+            inks = [style.colour_of(s, colours) for s in owners[b]]
+            _used_block(ax, snap, b, block_xy(layout, b), inks)
     for b in touched_blocks(snap):  # what this step changed: an orange frame
         x, y = block_xy(layout, b)
         frame = dict(facecolor="none", edgecolor=palette.ACCENT, lw=2.2, gid=f"touched-{b}")
@@ -410,9 +407,8 @@ def _used_block(ax, snap, b, xy, owners):
         _text(ax, x + CELL / 2, y + fill_y, f"{fill}/{snap.block_size}", 6.5, color=ink, bbox=box)
     badge = Circle((x + CELL - 0.05, y + 0.05), 0.19, fc="white", ec=palette.INK, lw=0.7, zorder=6)
     ax.add_artist(badge)
-    _text(
-        ax, x + CELL - 0.05, y + 0.06, str(count), 7, fontweight="bold", gid=f"badge-{b}", zorder=7
-    )
+    bold = dict(fontweight="bold", gid=f"badge-{b}", zorder=7)
+    _text(ax, x + CELL - 0.05, y + 0.06, str(count), 7, **bold)
 
 
 def _copy_arrow(ax, layout, src, dst):
@@ -422,11 +418,11 @@ def _copy_arrow(ax, layout, src, dst):
     a, b = (sx + CELL / 2, sy + CELL + 0.08), (dx + CELL / 2, dy + CELL + 0.08)
     dist = math.hypot(b[0] - a[0], b[1] - a[1])
     rad = min(0.45, 2 * COPY_DEPTH / max(dist, 1e-9)) * (1 if dx >= sx else -1)
-    arc: dict[str, Any] = dict(
-        connectionstyle=f"arc3,rad={rad}", arrowstyle="-|>", shrinkA=0, shrinkB=0
-    )
+    arc: dict[str, Any] = dict(connectionstyle=f"arc3,rad={rad}", arrowstyle="-|>")
     ink: dict[str, Any] = dict(color=palette.ACCENT, zorder=8, mutation_scale=16, lw=2.6)
-    ax.add_artist(FancyArrowPatch(a, b, gid=f"copy-{src}-{dst}", **arc, **ink))
+    ax.add_artist(
+        FancyArrowPatch(a, b, gid=f"copy-{src}-{dst}", shrinkA=0, shrinkB=0, **arc, **ink)
+    )
     label = style.tr("copy {src}\u2192{dst}", src=src, dst=dst)
     x, y = (a[0] + b[0]) / 2, (a[1] + b[1]) / 2 + abs(rad) * dist / 2 + 0.12
     tag = dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.9)
@@ -503,13 +499,8 @@ def _free_list(ax, snap, layout):
     end = x + len(shown) * NODE_PITCH
     _link(ax, prev, (end, y + 0.4))
     rest = len(free) - len(shown)
-    tail = (
-        style.tr("... +{n} more", n=rest)
-        if rest
-        else style.tr("empty: the next allocate() fails")
-        if not free
-        else "TAIL"
-    )
+    tail = "TAIL" if free else style.tr("empty: the next allocate() fails")
+    tail = style.tr("... +{n} more", n=rest) if rest else tail
     ink = "#AA3377" if not free else style.grey("#555555")
     _text(ax, end + 0.1, y + 0.4, tail, 8.5, ha="left", color=ink, gid="free-tail")
 
