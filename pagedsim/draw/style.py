@@ -203,11 +203,7 @@ def text_on(colour) -> str:
 def whole_pixels(width: float, height: float, dpi: int = DPI) -> tuple[float, float]:
     """Inches that come out as round(inches * dpi) pixels whether matplotlib rounds or
     truncates (versions differ): a quarter pixel above the whole number."""
-
-    def whole(x: float) -> float:
-        return (round(x * dpi) + 0.25) / dpi
-
-    return whole(width), whole(height)
+    return (round(width * dpi) + 0.25) / dpi, (round(height * dpi) + 0.25) / dpi
 
 
 def new_figure(width: float, height: float):
@@ -364,14 +360,9 @@ def save(fig, path, *, dpi: int = DPI, close: bool = True) -> Path:
     fit_look(fig)
     if _out["slides"]:
         fit_slide(fig)
+    dpi = _out["dpi"] or (SLIDE_DPI if _out["slides"] else dpi)
     with plt.rc_context(SAVE_RC):
-        fig.savefig(
-            path,
-            dpi=_out["dpi"] or (SLIDE_DPI if _out["slides"] else dpi),
-            metadata=METADATA.get(fmt),
-            facecolor="white",
-            format=fmt,
-        )
+        fig.savefig(path, dpi=dpi, metadata=METADATA.get(fmt), facecolor="white", format=fmt)
     if close:
         plt.close(fig)
     return path
