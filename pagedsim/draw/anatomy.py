@@ -180,8 +180,7 @@ def make_alignment(out_dir: Path) -> list[Path]:
         else f"byte address (grey lines every {ALIGNMENT} B; (+n): the block starts n bytes "
         f"past a {ALIGNMENT}-byte boundary)"
     )
-    for side in ("top", "right", "left"):
-        ax.spines[side].set_visible(False)
+    ax.spines[["top", "right", "left"]].set_visible(False)
     title, sub, note = _alignment_texts(size, stride, slide)
     fig.text(0.02, 0.96, title, fontsize=12.5, fontweight="bold", va="top")
     fig.text(0.02, 0.9 if slide else 0.895, sub, fontsize=10, va="top")

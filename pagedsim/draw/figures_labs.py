@@ -93,8 +93,7 @@ def _slide_lanes(ax, out: il.Outcome, title: str, ends: str) -> None:
     ax.set_ylim(-0.8, n)
     ax.set_xlabel(f"memory step (time) \u2192   top {ends}")
     ax.set_title(title, loc="left")
-    for side in ("top", "right", "left", "bottom"):
-        ax.spines[side].set_visible(False)
+    ax.spines[["top", "right", "left", "bottom"]].set_visible(False)
 
 
 def _paper_lanes(ax, out: il.Outcome, title: str, ends: tuple[str, bool]) -> None:
@@ -112,8 +111,7 @@ def _paper_lanes(ax, out: il.Outcome, title: str, ends: tuple[str, bool]) -> Non
     ax.set_ylim(-0.8, n)
     ax.set_xlabel("memory step (time)")
     ax.set_title(title, fontsize=10, loc="left")
-    for side in ("top", "right", "left"):
-        ax.spines[side].set_visible(False)
+    ax.spines[["top", "right", "left"]].set_visible(False)
 
 
 def overlapping(impl: str) -> il.Outcome:
