@@ -1,13 +1,9 @@
 """Figures 3.2 (what one KV block holds, and its size) and 3.7 (128-byte alignment).
 
-3.2 draws one block for every layer: K and V side by side, each a grid of
-KV heads x tokens whose cells are head_dim-long vectors, drawn to scale so the
-GQA model's block is visibly 4x smaller. The bytes formula is evaluated with
-`pagedsim.sizing`, never typed in.
-
-3.7 lays blocks out on an address line twice: packed back to back, and with each
-start rounded up to 128 bytes by `sizing.align_up`; `sizing.fit_blocks` gives the
-padding and how many blocks a budget holds either way.
+3.2 draws one block for every layer, K and V side by side, each a grid of KV heads x tokens
+whose cells are head_dim vectors, to scale (the GQA model's block is visibly 4x smaller);
+the bytes come from `pagedsim.sizing`, never typed in. 3.7 lays blocks on an address line
+packed and with each start rounded up to 128 bytes (`sizing.align_up`, `fit_blocks`).
 Reference: vLLM `vllm/worker/cache_engine.py` (KV cache shape and size per block).
 """
 
@@ -15,6 +11,7 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from matplotlib.patches import Rectangle
 
@@ -44,48 +41,25 @@ def _block(ax, x, y, spec: ModelSpec, label: str, rh: float = 0.11, slide: bool 
     w, h = BLOCK_SIZE * CELL_W, spec.num_kv_heads * rh
     for i in (3, 2, 1):  # shadows for the other layers
         for dx, colour in ((0, K_COLOUR), (w + 0.5, V_COLOUR)):
-            ax.add_patch(
-                Rectangle(
-                    (x + dx + 0.18 * i, y + 0.18 * i),
-                    w,
-                    h,
-                    facecolor=colour,
-                    alpha=0.25,
-                    edgecolor="#999999",
-                    lw=0.5,
-                )
-            )
-    ax.text(
-        x + 2 * w + 0.5 + 0.6,
-        y + (0.0 if slide else 0.6),  # on a slide: clear of the two-line label above
-        f"\u00d7 {spec.num_layers} layers\n(one K|V pair each)",
-        fontsize=9,
-        color="#444444",
-        va="bottom",
-    )
+            shadow: dict[str, Any] = dict(facecolor=colour, alpha=0.25, edgecolor="#999999", lw=0.5)
+            ax.add_patch(Rectangle((x + dx + 0.18 * i, y + 0.18 * i), w, h, **shadow))
+    layers = f"\u00d7 {spec.num_layers} layers\n(one K|V pair each)"
+    # on a slide: clear of the two-line label above
+    ly = y + (0.0 if slide else 0.6)
+    ax.text(x + 2 * w + 0.5 + 0.6, ly, layers, fontsize=9, color="#444444", va="bottom")
     for dx, colour, name in ((0, K_COLOUR, "K"), (w + 0.5, V_COLOUR, "V")):
         _grid(ax, (x + dx, y), spec.num_kv_heads, rh, colour)
         sep = "\n" if slide else " "
         title = f"{name}: {spec.num_kv_heads} heads{sep}\u00d7 {BLOCK_SIZE} tokens"
-        ax.text(
-            x + dx + w / 2, y - 0.15, title, ha="center", va="top", fontsize=9, fontweight="bold"
-        )
+        ax.text(x + dx + w / 2, y - 0.15, title, ha="center", va="top", fontsize=9, weight="bold")
     heads = f"{spec.num_kv_heads}\nKV\nheads"
     ax.text(x - 0.15, y + h / 2, heads, ha="right", va="center", fontsize=8.5)
     ax.text(x, y + h + 0.7, label, fontsize=10.5, fontweight="bold", va="bottom")
     # one cell picked out: the unit the caption talks about
-    ax.add_patch(
-        Rectangle(
-            (x, y + h - rh),
-            CELL_W,
-            rh,
-            facecolor="none",
-            edgecolor=palette.ACCENT,
-            lw=2.0,
-            gid="one-cell",
-            zorder=5,
-        )
+    pick: dict[str, Any] = dict(
+        facecolor="none", edgecolor=palette.ACCENT, lw=2.0, gid="one-cell", zorder=5
     )
+    ax.add_patch(Rectangle((x, y + h - rh), CELL_W, rh, **pick))
     return h
 
 
@@ -106,13 +80,11 @@ ANATOMY_NOTE = (
     "\u00d7 2 bytes = 256 B. A block stores K and V of 16 tokens for every head of every "
     "layer."
 )
-MODELS = (
-    (
-        "chapter3",
-        "the chapter's worked example, shaped like Llama-2-7B; MHA: 32 query heads, 32 KV heads",
-    ),
-    ("llama-3-8b", "GQA: 32 query heads share 8 KV heads"),
-)
+MODELS = {
+    "chapter3": "the chapter's worked example, shaped like Llama-2-7B; MHA: 32 query heads, "
+    "32 KV heads",
+    "llama-3-8b": "GQA: 32 query heads share 8 KV heads",
+}
 
 
 BYTES_OF = "= B \u00d7 layers \u00d7 2 (K,V) \u00d7 KV heads \u00d7 head_dim \u00d7 bytes"
@@ -129,13 +101,9 @@ def anatomy_slides(out_dir: Path) -> list[Path]:
     drawn above its bytes, every text at 18 pt or more on a 16:9 slide body."""
     paths = []
     ratio = gqa_ratio()
-    for i, (name, note) in enumerate(MODELS):
+    for i, (name, note) in enumerate(MODELS.items()):
         spec = preset(name)
-        fig = style.new_figure(*style.SLIDE_BODY_IN)
-        ax = fig.add_axes((0, 0, 1, 1))
-        ax.set_xlim(0, 24)
-        ax.set_ylim(0, 10)
-        ax.set_axis_off()
+        fig, ax = style.canvas(style.SLIDE_BODY_IN, (0, 24), (0, 10))
         ax.text(
             0.4, 9.85, textwrap.fill(ANATOMY_TITLE, 64), fontsize=13, fontweight="bold", va="top"
         )
@@ -164,15 +132,11 @@ def make_anatomy(out_dir: Path) -> list[Path]:
     """3.2: one block's layout (K, V, heads x tokens x head_dim, all layers) and its bytes."""
     if style.slides():
         return anatomy_slides(out_dir)
-    fig = style.new_figure(*ANATOMY_SIZE)
-    ax = fig.add_axes((0, 0, 1, 1))
-    ax.set_xlim(0, 24)
-    ax.set_ylim(-0.6, 11.8)
-    ax.set_axis_off()
+    fig, ax = style.canvas(ANATOMY_SIZE, (0, 24), (-0.6, 11.8))
     ax.text(0.4, 11.5, ANATOMY_TITLE, fontsize=13, fontweight="bold", va="top")
     ax.text(0.4, 10.85, ANATOMY_NOTE, fontsize=9.5, va="top")
     y = 9.5
-    for name, note in MODELS:
+    for name, note in MODELS.items():
         spec = preset(name)
         h = _block(ax, 1.6, y - spec.num_kv_heads * 0.11 - 0.8, spec, f"{name}  ({note})")
         tx, grey = 15.2, "#444444"
@@ -185,15 +149,8 @@ def make_anatomy(out_dir: Path) -> list[Path]:
             ax.text(tx, ty, text, va="top", **kw)
         y -= h + 2.6
     ratio = gqa_ratio()
-    ax.text(
-        15.2,
-        0.3,
-        f"GQA stores {ratio}x fewer bytes per block,\nso the same memory holds {ratio}x "
-        "more tokens.",
-        fontsize=10,
-        va="top",
-        color=palette.INK,
-    )
+    gqa = f"GQA stores {ratio}x fewer bytes per block,\nso the same memory holds {ratio}x"
+    ax.text(15.2, 0.3, gqa + " more tokens.", fontsize=10, va="top", color=palette.INK)
     return [style.save(fig, Path(out_dir) / "3.2-block-anatomy.png")]
 
 
@@ -223,8 +180,7 @@ def make_alignment(out_dir: Path) -> list[Path]:
         else f"byte address (grey lines every {ALIGNMENT} B; (+n): the block starts n bytes "
         f"past a {ALIGNMENT}-byte boundary)"
     )
-    for side in ("top", "right", "left"):
-        ax.spines[side].set_visible(False)
+    ax.spines[["top", "right", "left"]].set_visible(False)
     title, sub, note = _alignment_texts(size, stride, slide)
     fig.text(0.02, 0.96, title, fontsize=12.5, fontweight="bold", va="top")
     fig.text(0.02, 0.9 if slide else 0.895, sub, fontsize=10, va="top")
@@ -237,40 +193,18 @@ def _address_row(ax, y, size: int, step: int, title: str):
     start address (in plum where it is not a multiple of 128), the padding hatched."""
     for i in range(TOY_BLOCKS):
         start, colour = i * step, palette.SEQ_COLOURS[i % 2 * 6]
-        ax.add_patch(
-            Rectangle((start, y), size, 0.55, facecolor=colour, edgecolor=palette.INK, lw=0.8)
-        )
-        ax.text(
-            start + size / 2,
-            y + 0.275,
-            f"block {i}",
-            ha="center",
-            va="center",
-            fontsize=9,
-            color=style.text_on(colour),
-        )
+        ax.add_patch(Rectangle((start, y), size, 0.55, fc=colour, ec=palette.INK, lw=0.8))
+        centred = dict(ha="center", va="center", fontsize=9, color=style.text_on(colour))
+        ax.text(start + size / 2, y + 0.275, f"block {i}", **centred)
         ok = start % ALIGNMENT == 0
-        ax.text(
-            start,
-            y + 0.62,
-            f"{start}" + ("" if ok else f"\n(+{start % ALIGNMENT})"),
-            ha="center",
-            va="bottom",
-            fontsize=7.5,
-            color=palette.INK if ok else "#AA3377",
-        )
+        where = f"{start}" + ("" if ok else f"\n(+{start % ALIGNMENT})")
+        ink = palette.INK if ok else "#AA3377"
+        ax.text(start, y + 0.62, where, ha="center", va="bottom", fontsize=7.5, color=ink)
         if step > size:
-            ax.add_patch(
-                Rectangle(
-                    (start + size, y),
-                    step - size,
-                    0.55,
-                    facecolor="white",
-                    edgecolor=palette.ACCENT,
-                    hatch="////",
-                    lw=0.8,
-                )
+            pad: dict[str, Any] = dict(
+                facecolor="white", edgecolor=palette.ACCENT, hatch="////", lw=0.8
             )
+            ax.add_patch(Rectangle((start + size, y), step - size, 0.55, **pad))
     ax.text(-70, y + 0.275, title, ha="right", va="center", fontsize=10, fontweight="bold")
 
 

@@ -1,10 +1,8 @@
 """Replay a trace: PNG frames, an animated GIF, and an HTML player for notebooks.
 
-Every frame is `render(snapshots[k])` drawn into the same figure with one layout
-and one colour map for the whole trace, so blocks stay put and a sequence keeps its
-colour from its first frame to its last. The animation is matplotlib's
-`FuncAnimation`; GIFs are written through `PillowWriter`, and `to_html` returns
-`Animation.to_jshtml()` (play, pause and step buttons, no ffmpeg needed).
+Every frame is `render(snapshots[k])` into one figure with one layout and one colour map, so
+blocks stay put and a sequence keeps its colour. GIFs go through `FuncAnimation` and
+`PillowWriter`; `to_html` is `Animation.to_jshtml()` (no ffmpeg needed).
 Reference: matplotlib's animation gallery, "Saving animations".
 """
 

@@ -4,25 +4,17 @@
                      [--format png|svg|pdf] [--dpi N] [--style paper|projector] [--lang en|zh]
                      [--slides]
 
-Figure makers are collected from the registries named in REGISTRIES, each a module
-with a dict `FIGURES: name -> maker(out_dir: Path) -> list[Path]`:
+Figure makers come from the modules in REGISTRIES, each with a dict `FIGURES: name ->
+maker(out_dir: Path) -> list[Path]`: chapter 3's diagrams (draw/figures_ch3.py), the
+workload labs (labs/sweep.py computes the rows, draw/figures_workloads.py draws them),
+the race and sector figures (draw/figures_labs.py) and the hybrid allocator (draw/hybrid.py).
 
-    pagedsim.draw.figures_ch3   chapter 3's own diagrams (3.2 - 3.7), from the tour
-    pagedsim.labs.sweep         the workload labs: waste breakdown and block-size sweep
-                                (the lab computes the rows; draw/figures_workloads.py draws them)
-    pagedsim.draw.figures_labs  the race timeline and the sector / alignment strips
-    pagedsim.draw.hybrid        the hybrid allocator's two KV cache groups over one pool
-
-Every maker uses fixed seeds, so running this twice writes the same files. Without
-`--out`, a plain regeneration (the defaults: PNG, 100 dpi, the paper style, English)
-writes into `figures/` relative to the current directory: run it from the repository
-root to refresh the committed figures. Any other run without `--out` writes into a new
-temporary folder and says where, so a styled run never touches the committed figures.
-`--format svg` keeps every label as editable text, `--dpi 300`
-prints sharp, and `--style projector` makes slide figures (see `style.output`). `--slides`
-makes whole 16:9 slides (960 x 540 pt, PNG 1920 x 1080) in the browser page's colours, with
-the projector's big text (`--style` overrides the look) and one frame per file: 3.4's
-key frames become 3.4-tour-slide-<i>-step-<k>.png instead of one six-panel strip.
+Every maker uses fixed seeds: two runs write the same files. A plain regeneration (PNG,
+100 dpi, paper style, English) without `--out` writes into `figures/` (run it from the
+repository root); any other run without `--out` writes into a new temporary folder and says
+where. `--format svg` keeps labels as text, `--style projector` makes slide figures, and
+`--slides` makes whole 16:9 slides (PNG 1920 x 1080) in the browser page's colours, one
+frame per file (see `style.output`).
 """
 
 from __future__ import annotations
@@ -62,16 +54,12 @@ def collect() -> dict:
     return makers
 
 
+PLAIN = ("png", None, "paper", False, "en")  # --format, --dpi, --style, --slides, --lang
+
+
 def default_out(args) -> str:
     """figures/ for a plain regeneration; a new temporary folder (named on stderr) otherwise."""
-    plain = (
-        args.format == "png"
-        and args.dpi is None
-        and args.style in (None, "paper")
-        and not args.slides
-        and args.lang == "en"
-    )
-    if plain:
+    if (args.format, args.dpi, args.style or "paper", bool(args.slides), args.lang) == PLAIN:
         return "figures"
     folder = tempfile.mkdtemp(prefix="pagedsim-figures-")
     print(
@@ -84,39 +72,19 @@ def default_out(args) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="pagedsim figures", description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--out",
-        default=None,
-        metavar="DIR",
-        help="output folder (default: figures/ for a plain regeneration, else a new "
-        "temporary folder, named on stderr)",
-    )
+    where = "default: figures/ for a plain regeneration, else a new temporary folder"
+    p.add_argument("--out", metavar="DIR", help=f"output folder ({where}, named on stderr)")
     p.add_argument("--only", nargs="+", metavar="NAME", help="make only these figures")
     p.add_argument("--list", action="store_true", help="list the figure names and exit")
-    p.add_argument(
-        "--format",
-        choices=style.FORMATS,
-        default="png",
-        help="png (default), svg (text stays text) or pdf; GIFs stay GIFs",
-    )
+    formats = "png (default), svg (text stays text) or pdf; GIFs stay GIFs"
+    p.add_argument("--format", choices=style.FORMATS, default="png", help=formats)
     p.add_argument("--dpi", type=int, default=None, help=f"resolution (default {style.DPI})")
-    p.add_argument(
-        "--style",
-        choices=("paper", "projector"),
-        default=None,
-        help="paper (default: the committed figures) or projector (big text, strong colours)",
-    )
-    p.add_argument(
-        "--slides",
-        action="store_true",
-        help="for a slide deck: 16:9 slides in the page's colours, big text, one frame per file",
-    )
-    p.add_argument(
-        "--lang",
-        choices=("en", "zh"),
-        default="en",
-        help="label language (zh needs a CJK font; the committed figures are en)",
-    )
+    looks = "paper (default: the committed figures) or projector (big text, strong colours)"
+    p.add_argument("--style", choices=("paper", "projector"), help=looks)
+    deck = "for a slide deck: 16:9 slides in the page's colours, big text, one frame per file"
+    p.add_argument("--slides", action="store_true", help=deck)
+    langs = "label language (zh needs a CJK font; the committed figures are en)"
+    p.add_argument("--lang", choices=("en", "zh"), default="en", help=langs)
     args = p.parse_args(argv)
     if args.dpi is not None and not 10 <= args.dpi <= 2400:
         p.error("--dpi must be in 10..2400")
@@ -129,9 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         unknown = [n for n in args.only if n not in makers]
         if unknown:
+            names = ", ".join(unknown)
             print(
-                f"pagedsim figures: error: unknown figure(s) {', '.join(unknown)}; "
-                "`--list` shows the names",
+                f"pagedsim figures: error: unknown figure(s) {names}; `--list` shows the names",
                 file=sys.stderr,
             )
             return 2

@@ -13,6 +13,7 @@ All three are computed from index arithmetic or exhaustive enumeration: no GPU, 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from matplotlib.patches import Rectangle
 
@@ -61,33 +62,17 @@ def _draw_step(ax, k: int, s, y: int, hot: bool, slide: bool) -> None:
     `hot` (orange): it handed out a block another thread gets too."""
     failed = s.op == "cas fail"
     face = ACCENT if hot else ("#FFFFFF" if failed else LANE_COLOURS[s.thread])
-    ax.add_patch(
-        Rectangle(
-            (k + 0.05, y + 0.12),
-            0.9,
-            0.76,
-            facecolor=face,
-            edgecolor=INK,
-            linewidth=2.2 if hot else 0.8,
-            linestyle="--" if failed else "-",
-        )
+    edge: dict[str, Any] = dict(
+        edgecolor=INK, linewidth=2.2 if hot else 0.8, linestyle="--" if failed else "-"
     )
+    ax.add_patch(Rectangle((k + 0.05, y + 0.12), 0.9, 0.76, facecolor=face, **edge))
     label, addr = OP_LABEL[s.op], s.addr
     if slide:
         label, addr = SLIDE_OP_LABEL[s.op], addr.replace("stack", "s")
-    ax.text(
-        k + 0.5, y + 0.62, f"{label}\n{addr}", ha="center", va="center", fontsize=7.5, color=INK
-    )
-    ax.text(
-        k + 0.5,
-        y + 0.24,
-        f"= {s.value}",
-        ha="center",
-        va="center",
-        fontsize=8,
-        color=INK,
-        fontweight="bold" if hot else "normal",
-    )
+    centred = dict(ha="center", va="center", color=INK)
+    ax.text(k + 0.5, y + 0.62, f"{label}\n{addr}", fontsize=7.5, **centred)
+    weight = "bold" if hot else "normal"
+    ax.text(k + 0.5, y + 0.24, f"= {s.value}", fontsize=8, fontweight=weight, **centred)
 
 
 def _slide_lanes(ax, out: il.Outcome, title: str, ends: str) -> None:
@@ -108,8 +93,7 @@ def _slide_lanes(ax, out: il.Outcome, title: str, ends: str) -> None:
     ax.set_ylim(-0.8, n)
     ax.set_xlabel(f"memory step (time) \u2192   top {ends}")
     ax.set_title(title, loc="left")
-    for side in ("top", "right", "left", "bottom"):
-        ax.spines[side].set_visible(False)
+    ax.spines[["top", "right", "left", "bottom"]].set_visible(False)
 
 
 def _paper_lanes(ax, out: il.Outcome, title: str, ends: tuple[str, bool]) -> None:
@@ -119,23 +103,15 @@ def _paper_lanes(ax, out: il.Outcome, title: str, ends: tuple[str, bool]) -> Non
     ax.text(x, -0.45, ends[0], va="center", fontsize=9, color=ACCENT if ends[1] else INK)
     for i in range(n):
         got = out.blocks[i]
-        ax.text(
-            x,
-            n - 1 - i + 0.5,
-            f"gets {got}",
-            va="center",
-            fontsize=9,
-            color=ACCENT if got in dup else INK,
-            fontweight="bold" if got in dup else "normal",
-        )
+        hot = dict(color=ACCENT, fontweight="bold") if got in dup else dict(color=INK)
+        ax.text(x, n - 1 - i + 0.5, f"gets {got}", va="center", fontsize=9, **hot)
     ax.set_yticks([n - 1 - i + 0.5 for i in range(n)], [f"thread {i}" for i in range(n)])
     ax.set_xticks([k + 0.5 for k in range(len(out.steps))], [str(k) for k in range(len(out.steps))])
     ax.set_xlim(-0.2, len(out.steps) + 1.4)
     ax.set_ylim(-0.8, n)
     ax.set_xlabel("memory step (time)")
     ax.set_title(title, fontsize=10, loc="left")
-    for side in ("top", "right", "left"):
-        ax.spines[side].set_visible(False)
+    ax.spines[["top", "right", "left"]].set_visible(False)
 
 
 def overlapping(impl: str) -> il.Outcome:
@@ -149,79 +125,58 @@ def overlapping(impl: str) -> il.Outcome:
     raise AssertionError(f"no overlapping schedule of {impl}")  # the walk always has one
 
 
-def race_timeline(out_dir: Path) -> list[Path]:
-    """The first bad schedule of the racy pop for 2 threads; the exercise's atomic.sub pop and the
-    allocator kernel's compare-and-swap pop on an overlapping schedule."""
-    if slides():
-        return race_timeline_slides(out_dir)
-    racy = il.summarize("racy", 2)
-    bad = racy.first_bad
-    assert bad is not None, "the racy pop has a bad schedule for 2 threads"
-    fig = new_figure(10, 8.0)
-    a1, a2, a3 = fig.subplots(3, 1, gridspec_kw={"hspace": 0.85})
-    _draw_schedule(
-        a1,
-        bad,
-        f"racy pop: {racy.bad} of {racy.total} interleavings hand one block to two "
-        f"threads; here block {bad.duplicates[0]} (orange)",
-    )
-    sub = il.summarize("atomic_add", 2)
-    _draw_schedule(
-        a2,
-        overlapping("atomic_add"),
-        f"exercise 3.7's pop, t = cuda.atomic.sub(top, 0, 1): {sub.bad} bad of "
-        f"{sub.total}; read and decrement are one step",
-    )
-    cs = il.summarize("cas", 2)
-    _draw_schedule(
-        a3,
-        overlapping("cas"),
-        f"cuda_kernels.alloc's compare-and-swap pop: {cs.bad} bad of {cs.total}; "
-        "a failed CAS (dashed) retries with the top it saw",
-    )
-    fig.suptitle(
-        "Two threads pop the free stack [10, 11, 12] at once", fontsize=12, x=0.02, ha="left"
-    )
-    fig.subplots_adjust(left=0.1, right=0.93, top=0.9, bottom=0.07)
-    return [save(fig, Path(out_dir) / "race_timeline.png")]
-
-
-def race_timeline_slides(out_dir: Path) -> list[Path]:
-    """`--slides`: one schedule per slide (`race_timeline-slide-<i>-<pop>.png`), at 18 pt."""
+def _pops(slide: bool) -> list[tuple[str, il.Outcome, str]]:
+    """(file key, schedule, title) of each pop: the racy pop's first bad schedule for 2 threads,
+    then the exercise's atomic.sub pop and the kernel's compare-and-swap pop, overlapping."""
     racy, sub, cs = il.summarize("racy", 2), il.summarize("atomic_add", 2), il.summarize("cas", 2)
-    first_bad = racy.first_bad
-    if first_bad is None:
+    bad = racy.first_bad
+    if bad is None:
         raise RuntimeError("the racy pop has no bad schedule to draw")
-    cases = [
+    titles = (
         (
-            "racy",
-            first_bad,
             f"racy pop: {racy.bad} of {racy.total} schedules hand one block\n"
-            f"to two threads; here block {first_bad.duplicates[0]} (orange)",
-        ),
-        (
-            "atomic-sub",
-            overlapping("atomic_add"),
+            f"to two threads; here block {bad.duplicates[0]} (orange)",
             f"exercise 3.7: t = cuda.atomic.sub(top, 0, 1)\n{sub.bad} bad of {sub.total}: "
             "read and decrement are one step",
-        ),
-        (
-            "cas",
-            overlapping("cas"),
             f"cuda_kernels.alloc, compare-and-swap: {cs.bad} bad of {cs.total}\n"
             "a failed CAS (dashed) retries with the top it saw",
-        ),
-    ]
-    paths = []
-    for i, (key, outcome, title) in enumerate(cases):
-        fig = new_figure(*SLIDE_BODY_IN)
-        ax = fig.subplots()
-        _draw_schedule(ax, outcome, title, slide=True)
-        fig.text(0.01, 0.98, "Two threads pop the free stack [10, 11, 12] at once", va="top")
-        fig.text(0.99, 0.01, "s[i] = stack[i]", ha="right", va="bottom")
-        fig.subplots_adjust(left=0.15, right=0.99, top=0.74, bottom=0.12)
-        paths.append(save(fig, Path(out_dir) / f"race_timeline-slide-{i + 1}-{key}.png"))
-    return paths
+        )
+        if slide
+        else (
+            f"racy pop: {racy.bad} of {racy.total} interleavings hand one block to two "
+            f"threads; here block {bad.duplicates[0]} (orange)",
+            f"exercise 3.7's pop, t = cuda.atomic.sub(top, 0, 1): {sub.bad} bad of "
+            f"{sub.total}; read and decrement are one step",
+            f"cuda_kernels.alloc's compare-and-swap pop: {cs.bad} bad of {cs.total}; "
+            "a failed CAS (dashed) retries with the top it saw",
+        )
+    )
+    schedules = (bad, overlapping("atomic_add"), overlapping("cas"))
+    return list(zip(("racy", "atomic-sub", "cas"), schedules, titles, strict=True))
+
+
+def race_timeline(out_dir: Path) -> list[Path]:
+    """The first bad schedule of the racy pop for 2 threads; the exercise's atomic.sub pop and the
+    allocator kernel's compare-and-swap pop on an overlapping schedule. `--slides`: one
+    schedule per slide (`race_timeline-slide-<i>-<pop>.png`), at 18 pt."""
+    title = "Two threads pop the free stack [10, 11, 12] at once"
+    if slides():
+        paths = []
+        for i, (key, outcome, name) in enumerate(_pops(slide=True)):
+            fig = new_figure(*SLIDE_BODY_IN)
+            _draw_schedule(fig.subplots(), outcome, name, slide=True)
+            fig.text(0.01, 0.98, title, va="top")
+            fig.text(0.99, 0.01, "s[i] = stack[i]", ha="right", va="bottom")
+            fig.subplots_adjust(left=0.15, right=0.99, top=0.74, bottom=0.12)
+            paths.append(save(fig, Path(out_dir) / f"race_timeline-slide-{i + 1}-{key}.png"))
+        return paths
+    fig = new_figure(10, 8.0)
+    axes = fig.subplots(3, 1, gridspec_kw={"hspace": 0.85})
+    for ax, (_, outcome, name) in zip(axes, _pops(slide=False), strict=True):
+        _draw_schedule(ax, outcome, name)
+    fig.suptitle(title, fontsize=12, x=0.02, ha="left")
+    fig.subplots_adjust(left=0.1, right=0.93, top=0.9, bottom=0.07)
+    return [save(fig, Path(out_dir) / "race_timeline.png")]
 
 
 def _sector_strip(ax, w, title: str, slide: bool = False) -> None:
@@ -242,19 +197,12 @@ def _sector_strip(ax, w, title: str, slide: bool = False) -> None:
 
     for a in w.addresses:
         for sector in range(int(a) // sc.SECTOR, (int(a) + w.nbytes - 1) // sc.SECTOR + 1):
-            ax.axvspan(
-                x_of(sector * sc.SECTOR), x_of(sector * sc.SECTOR) + sc.SECTOR, color=FREE, zorder=0
-            )
+            x = x_of(sector * sc.SECTOR)
+            ax.axvspan(x, x + sc.SECTOR, color=FREE, zorder=0)
     for i in range(len(lines) + 1):
         ax.axvline(i * sc.LINE, color=FREE_EDGE, linewidth=0.8, zorder=1)
-    ax.barh(
-        np.arange(sc.WARP),
-        w.nbytes,
-        left=[x_of(a) for a in w.addresses],
-        height=0.8,
-        color=SEQ_COLOURS[4],
-        zorder=2,
-    )
+    starts = [x_of(a) for a in w.addresses]
+    ax.barh(np.arange(sc.WARP), w.nbytes, left=starts, height=0.8, color=SEQ_COLOURS[4], zorder=2)
     ax.set_xlim(0, len(lines) * sc.LINE)
     ax.set_ylim(-1, sc.WARP)
     ax.set_yticks([0, 31])
@@ -263,34 +211,44 @@ def _sector_strip(ax, w, title: str, slide: bool = False) -> None:
     span = int(w.addresses.max()) + w.nbytes - int(w.addresses.min())
     n_lines = f"{w.lines} line{'s' * (w.lines > 1)}"
     if slide:  # a third of a slide's width at 18 pt: the same facts, shorter lines
-        ax.set_title(
-            f"{title}\n{w.sectors} sectors, {n_lines}\n{w.efficiency:.0%} used, over {span} B",
-            fontsize=18,
-        )
+        facts = f"\n{w.sectors} sectors, {n_lines}\n{w.efficiency:.0%} used, over {span} B"
+        ax.set_title(title + facts, fontsize=18)
         return
-    ax.set_title(
-        f"{title}: {w.sectors} sectors, {n_lines}, {w.efficiency:.0%} used\n"
-        f"(bytes spread over {span} B)",
-        fontsize=8.5,
+    facts = (
+        f": {w.sectors} sectors, {n_lines}, {w.efficiency:.0%} used\n(bytes spread over {span} B)"
     )
+    ax.set_title(title + facts, fontsize=8.5)
 
 
 def layout_sectors(out_dir: Path) -> list[Path]:
-    """One warp's K load per layout and thread mapping: bytes per lane over the sector grid."""
+    """One warp's K load per layout and thread mapping: bytes per lane over the sector grid.
+    `--slides`: one layout per slide (`layout_sectors-slide-<i>-<layout>.png`), its three
+    loads side by side."""
     from pagedsim.labs import sectors as sc
 
     g = sc.Geometry()
+    cases = [("kernel", "k"), ("kernel", "v"), ("vec16", "k")]
     if slides():
-        return layout_sector_slides(out_dir)
+        paths = []
+        for r, layout in enumerate(sc.LAYOUTS):
+            fig = new_figure(*SLIDE_BODY_IN)
+            axes = fig.subplots(1, 3)
+            for ax, (mapping, which) in zip(axes, cases, strict=True):
+                w = sc.warp_load(layout, mapping, which, g)
+                _sector_strip(ax, w, f"{which.upper()}, {mapping}", slide=True)
+            axes[0].set_ylabel("lane")
+            fig.suptitle(f"{layout}: one warp's load (fp16, B={g.block_size}, D={g.head_dim})")
+            fig.supxlabel("bytes of the 128-B lines touched; grey: 32-B sectors fetched")
+            fig.subplots_adjust(left=0.08, right=0.95, top=0.7, bottom=0.2, wspace=0.3)
+            paths.append(save(fig, Path(out_dir) / f"layout_sectors-slide-{r + 1}-{layout}.png"))
+        return paths
     fig = new_figure(12, 10)
     axes = fig.subplots(4, 3)
-    cases = [("kernel", "k"), ("kernel", "v"), ("vec16", "k")]
     for r, layout in enumerate(sc.LAYOUTS):
         for c, (mapping, which) in enumerate(cases):
             w = sc.warp_load(layout, mapping, which, g)
             _sector_strip(axes[r, c], w, f"{layout}, {which.upper()}, {mapping}")
-            if c == 0:
-                axes[r, c].set_ylabel("lane")
+        axes[r, 0].set_ylabel("lane")
     fig.suptitle(
         f"One warp's load, fp16, B={g.block_size}, D={g.head_dim}. 'kernel': lanes over "
         f"head_dim (the factory kernel); 'vec16': 16 B per lane over tokens (vLLM)",
@@ -303,28 +261,6 @@ def layout_sectors(out_dir: Path) -> list[Path]:
     )
     fig.subplots_adjust(left=0.05, right=0.98, top=0.92, bottom=0.07, hspace=0.75, wspace=0.2)
     return [save(fig, Path(out_dir) / "layout_sectors.png")]
-
-
-def layout_sector_slides(out_dir: Path) -> list[Path]:
-    """`--slides`: one layout per slide (`layout_sectors-slide-<i>-<layout>.png`), its three
-    loads side by side, every text at 18 pt or more on a 16:9 slide body."""
-    from pagedsim.labs import sectors as sc
-
-    g = sc.Geometry()
-    cases = [("kernel", "k"), ("kernel", "v"), ("vec16", "k")]
-    paths = []
-    for r, layout in enumerate(sc.LAYOUTS):
-        fig = new_figure(*SLIDE_BODY_IN)
-        axes = fig.subplots(1, 3)
-        for c, (mapping, which) in enumerate(cases):
-            w = sc.warp_load(layout, mapping, which, g)
-            _sector_strip(axes[c], w, f"{which.upper()}, {mapping}", slide=True)
-        axes[0].set_ylabel("lane")
-        fig.suptitle(f"{layout}: one warp's load (fp16, B={g.block_size}, D={g.head_dim})")
-        fig.supxlabel("bytes of the 128-B lines touched; grey: 32-B sectors fetched")
-        fig.subplots_adjust(left=0.08, right=0.95, top=0.7, bottom=0.2, wspace=0.3)
-        paths.append(save(fig, Path(out_dir) / f"layout_sectors-slide-{r + 1}-{layout}.png"))
-    return paths
 
 
 def alignment_sectors(out_dir: Path) -> list[Path]:
@@ -344,25 +280,17 @@ def alignment_sectors(out_dir: Path) -> list[Path]:
     for i, o in enumerate(offsets):
         y = len(offsets) - 1 - i
         for s in range(o // 32, (o + 127) // 32 + 1):
-            left.add_patch(
-                Rectangle((s * 32, y + 0.1), 32, 0.8, facecolor=FREE, edgecolor=FREE_EDGE)
-            )
+            left.add_patch(Rectangle((s * 32, y + 0.1), 32, 0.8, fc=FREE, ec=FREE_EDGE))
         left.add_patch(Rectangle((o, y + 0.3), 128, 0.4, facecolor=SEQ_COLOURS[4]))
         n_sec, n_line = sc.misaligned_run(128, o)
-        left.text(
-            300,
-            y + 0.5,
-            f"{n_sec} sectors, {n_line} line{'s' if n_line > 1 else ''}",
-            va="center",
-            fontsize=9,
-        )
+        cost = f"{n_sec} sectors, {n_line} line{'s' if n_line > 1 else ''}"
+        left.text(300, y + 0.5, cost, va="center", fontsize=9)
     for x in (0, 128, 256):
         left.axvline(x, color=INK, linewidth=1)
     left.set_xlim(0, 390)
     left.set_ylim(0, len(offsets))
-    left.set_yticks(
-        [len(offsets) - 1 - i + 0.5 for i in range(len(offsets))], [f"+{o} B" for o in offsets]
-    )
+    ys = [len(offsets) - 1 - i + 0.5 for i in range(len(offsets))]
+    left.set_yticks(ys, [f"+{o} B" for o in offsets])
     left.set_xticks(range(0, 257, 64 if slides() else 32))  # 18 pt on a slide: every other
     left.set_xlabel("bytes from a 128-byte boundary (grey: 32-byte sectors fetched)")
     left.set_title("32 lanes x 4 B (fp32) starting at the offset", fontsize=10)
@@ -374,15 +302,11 @@ def alignment_sectors(out_dir: Path) -> list[Path]:
     )
     for j, (es, tile, colour, label, fmt) in enumerate(series):
         rows = sc.alignment_table(offsets, sc.Geometry(elem_bytes=es))
-        bars = right.bar(
-            [k + (j - 1) * width for k in range(len(offsets))],
-            [100 * (r["tile_extra"] if tile else r["warp_extra"]) for r in rows],
-            width,
-            color=colour,
-            label=label.format(rows[0]["tile_bytes"]),
-            edgecolor=INK,
-            linewidth=0.8,
-        )  # a 0 bar: a dark line at 0
+        xs = [k + (j - 1) * width for k in range(len(offsets))]
+        extra = [100 * (r["tile_extra"] if tile else r["warp_extra"]) for r in rows]
+        name = label.format(rows[0]["tile_bytes"])
+        # a 0 bar: a dark line at 0
+        bars = right.bar(xs, extra, width, color=colour, label=name, edgecolor=INK, linewidth=0.8)
         right.bar_label(
             bars, fmt=lambda v, f=fmt: f"{v:{f}}%" if v else "0", fontsize=9, gid="bar-label"
         )

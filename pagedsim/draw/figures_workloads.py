@@ -22,6 +22,10 @@ PARTS = ("token_states", "reserved", "internal_fragmentation", "external_fragmen
 PART_LABELS = ("token states", "reservation", "internal fragmentation", "external fragmentation")
 PART_COLOURS = ("#117733", "#DDCC77", "#CC6677", "#332288")  # Tol muted
 LABELS = {"paged": "paged (B=16)", "max": "Orca max", "pow2": "Orca pow2", "oracle": "Orca oracle"}
+FOOTNOTE = (
+    "static: all admitted at step 0, unlimited memory.\n{}: first-fit in 14,648 slots "
+    "(12 GB of OPT-13B KV), FCFS."
+)
 PAPER_TOKEN_STATES = {"paged": 96.3, "max": 20.4, "pow2": 26.8, "oracle": 38.2}  # vLLM Fig. 2
 
 
@@ -39,15 +43,9 @@ def draw_waste(by_mode: dict, out_dir: Path, name: str = "waste_breakdown.png") 
     for m, mode in enumerate(by_mode):
         _waste_bars(ax, (m, len(by_mode)), mode, by_mode[mode], allocators)
     centres = np.arange(len(allocators))
-    ax.scatter(
-        centres,
-        [PAPER_TOKEN_STATES[a] for a in allocators],
-        marker="D",
-        s=28,
-        color="black",
-        zorder=5,
-        label="paper: token states" if slide else "paper Fig. 2: token states",
-    )
+    paper = [PAPER_TOKEN_STATES[a] for a in allocators]
+    label = "paper: token states" if slide else "paper Fig. 2: token states"
+    ax.scatter(centres, paper, marker="D", s=28, color="black", zorder=5, label=label)
     ticks = [LABELS[a].replace("Orca ", "Orca\n") if slide else LABELS[a] for a in allocators]
     ax.set_xticks(centres, ticks)
     ax.set_xlim(-0.55, len(allocators) - 0.45)
@@ -61,23 +59,9 @@ def draw_waste(by_mode: dict, out_dir: Path, name: str = "waste_breakdown.png") 
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, fontsize=10)
     if slide:
         return _waste_slides(fig, by_mode, out_dir, name)
-    fig.text(
-        0.075,
-        0.03,
-        "static: all admitted at step 0, unlimited memory.\ncontinuous: "
-        "first-fit in 14,648 slots (12 GB of OPT-13B KV), FCFS.",
-        fontsize=9.5,
-    )
-    fig.text(
-        0.735,
-        0.6,
-        textwrap.fill(paper_note(by_mode), 38),
-        fontsize=8.5,
-        va="top",
-        color="#444444",
-        gid="paper-note",
-        linespacing=1.25,
-    )
+    fig.text(0.075, 0.03, FOOTNOTE.format("continuous"), fontsize=9.5)
+    note = dict(fontsize=8.5, va="top", color="#444444", gid="paper-note", linespacing=1.25)
+    fig.text(0.735, 0.6, textwrap.fill(paper_note(by_mode), 38), **note)
     return [style.save(fig, Path(out_dir) / name)]
 
 
@@ -90,55 +74,22 @@ def _waste_bars(ax, which: tuple[int, int], mode: str, shares: dict, allocators)
     bottom = np.zeros(len(allocators))
     for part, colour, label in zip(PARTS, PART_COLOURS, PART_LABELS, strict=True):
         h = np.array([100 * shares[a][part] for a in allocators])
-        ax.bar(
-            x,
-            h,
-            width * 0.92,
-            bottom=bottom,
-            color=colour,
-            edgecolor="white",
-            linewidth=0.5,
-            label=label if m == 0 else None,
-        )
+        key = label if m == 0 else None
+        ax.bar(x, h, width * 0.92, bottom=bottom, color=colour, ec="white", lw=0.5, label=key)
         bottom += h
     shown = {"continuous": "cont."}.get(mode, mode) if style.slides() else mode  # bar-wide
     for xi, a in zip(x, allocators, strict=True):
         share = 100 * shares[a]["token_states"]
-        ax.text(
-            xi,
-            share / 2,
-            f"{share:.0f}%",
-            ha="center",
-            va="center",
-            fontsize=8,
-            color="white",
-            rotation=90,
-        )
+        inside = dict(ha="center", va="center", fontsize=8, color="white", rotation=90)
+        ax.text(xi, share / 2, f"{share:.0f}%", **inside)
         ax.text(xi, 101.5, shown, ha="center", va="bottom", fontsize=8.5, color=palette.INK)
 
 
 def _waste_slides(fig, by_mode: dict, out_dir: Path, name: str) -> list[Path]:
     """`--slides`: the bars with their footnote, then the note on the paper's markers."""
-    fig.text(
-        0.01,
-        0.01,
-        "static: all admitted at step 0, unlimited memory.\ncont. = continuous: "
-        "first-fit in 14,648 slots (12 GB of OPT-13B KV), FCFS.",
-        fontsize=18,
-        va="bottom",
-    )
+    fig.text(0.01, 0.01, FOOTNOTE.format("cont. = continuous"), fontsize=18, va="bottom")
     stem = Path(name).stem
-    note = style.new_figure(*style.SLIDE_BODY_IN)
-    note.text(
-        0.02,
-        0.96,
-        textwrap.fill(paper_note(by_mode), 66),
-        va="top",
-        ha="left",
-        fontsize=22,
-        gid="paper-note",
-        linespacing=1.25,
-    )
+    note = style.text_slide(paper_note(by_mode), "paper-note")
     return [
         style.save(fig, Path(out_dir) / f"{stem}-slide-1-bars.png"),
         style.save(note, Path(out_dir) / f"{stem}-slide-2-paper.png"),
@@ -208,24 +159,13 @@ def _sweep_panels(rows) -> list:
     """(key, xs, ys, title, log y axis) of each panel of the sweep."""
     bs = [r["block_size"] for r in rows]
     ok = [r for r in rows if r["preemptions"] is not None]
+    ok_bs = [r["block_size"] for r in ok]
     return [
         ("waste", bs, [100 * r["waste"] for r in rows], "internal fragmentation (%)", 0),
         ("entries", bs, [r["mean_entries"] for r in rows], "table entries per sequence (mean)", 1),
         ("batch", bs, [r["max_batch"] for r in rows], "largest batch that fits (requests)", 0),
-        (
-            "preemptions",
-            [r["block_size"] for r in ok],
-            [r["preemptions"] for r in ok],
-            "preemptions (recompute)",
-            0,
-        ),
-        (
-            "hit-rate",
-            [r["block_size"] for r in ok],
-            [100 * r["hit_rate"] for r in ok],
-            "prefix-cache hit rate (%)",
-            0,
-        ),
+        ("preemptions", ok_bs, [r["preemptions"] for r in ok], "preemptions (recompute)", 0),
+        ("hit-rate", ok_bs, [100 * r["hit_rate"] for r in ok], "prefix-cache hit rate (%)", 0),
     ]
 
 
@@ -259,17 +199,8 @@ def draw_sweep(rows, out_dir: Path, title: str = "", name: str = "block_size_swe
     notes.set_axis_off()
     why, differ = sweep_notes(rows)
     text = "\n\n".join(textwrap.fill(t, 56) for t in (why, differ) if t is not None)
-    notes.text(
-        -0.12,
-        1.1,
-        text,
-        va="top",
-        ha="left",
-        fontsize=8.5,
-        transform=notes.transAxes,
-        gid="notes",
-        linespacing=1.3,
-    )
+    words = dict(va="top", ha="left", fontsize=8.5, gid="notes", linespacing=1.3)
+    notes.text(-0.12, 1.1, text, transform=notes.transAxes, **words)
     fig.suptitle(f"Block size sweep: {title}", fontsize=11)
     return [style.save(fig, Path(out_dir) / name)]
 
@@ -283,19 +214,10 @@ def draw_sweep_slides(rows, out_dir: Path, title: str, name: str) -> list:
     why, differ = sweep_notes(rows)
     slides += [(key, text) for key, text in (("why", why), ("not-3.5", differ)) if text]
     for i, (key, what) in enumerate(slides):
-        fig = style.new_figure(*style.SLIDE_BODY_IN)
         if isinstance(what, str):  # a note: text only, wrapped to the slide's width
-            fig.text(
-                0.02,
-                0.96,
-                textwrap.fill(what, 66),
-                va="top",
-                ha="left",
-                fontsize=22,
-                gid="notes",
-                linespacing=1.25,
-            )
+            fig = style.text_slide(what, "notes")
         else:
+            fig = style.new_figure(*style.SLIDE_BODY_IN)
             ax = fig.add_axes([0.1, 0.2, 0.86, 0.62])
             xs, ys, label, logy = what
             _sweep_panel(ax, bs, xs, ys, label, logy, key, 20)

@@ -1,11 +1,9 @@
 """Figures 3.3 (logical vs physical blocks) and 3.6 (the core flow), drawn from real traces.
 
-Nothing here is hand-placed: every box and arrow comes from a `Snapshot` of a
-`KVCacheManager` run. 3.3 puts each sequence's logical blocks in a contiguous row
-and draws an arrow to wherever its block table says the physical block is. 3.6
-shows the three structures of the chapter's design in one frame: the free pool
-(the free list, head first), the physical blocks, and the block tables, with the
-block that `allocate()` just popped from the head highlighted.
+Every box and arrow comes from a `Snapshot` of a `KVCacheManager` run. 3.3 draws each
+sequence's logical blocks in a row, with an arrow to wherever its block table puts each
+physical block. 3.6 shows the free pool (head first), the physical blocks and the block
+tables in one frame, the block `allocate()` just popped highlighted.
 Reference: Kwon et al., SOSP 2023, figure 6 (block table translation).
 """
 
@@ -46,15 +44,8 @@ def _box(ax, x, y, w, h, colour, text, **kw):
     kw.setdefault("edgecolor", kw.pop("ec", palette.INK))
     kw.setdefault("lw", 0.8)
     ax.add_patch(Rectangle((x, y), w, h, facecolor=colour, **kw))
-    ax.text(
-        x + w / 2,
-        y + h / 2,
-        text,
-        ha="center",
-        va="center",
-        fontsize=9,
-        color=style.text_on(colour),
-    )
+    ink = style.text_on(colour)
+    ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=9, color=ink)
 
 
 def _arrow(ax, a, b, colour, **kw):
@@ -71,12 +62,9 @@ def make_logical_physical(out_dir: Path) -> list[Path]:
     # on a slide (18 pt): a slide-shaped figure, a wider label column, and room at the top
     # for the title and the subtitle wrapped to the slide's width
     slide = style.slides()
-    fig = style.new_figure(*(style.SLIDE_BODY_IN if slide else LOGICAL_SIZE))
-    ax = fig.add_axes((0, 0, 1, 1))
     left = -4.0 if slide else -3.0  # where the row labels start
-    ax.set_xlim(left - 0.2, n + 0.6)
-    ax.set_ylim(0, 11.8 if slide else 9.3)
-    ax.set_axis_off()
+    size = style.SLIDE_BODY_IN if slide else LOGICAL_SIZE
+    fig, ax = style.canvas(size, (left - 0.2, n + 0.6), (0, 11.8 if slide else 9.3))
     for b in range(n):  # physical memory strip
         owner = snap.owners(b)
         colour = style.colour_of(owner[0], colours) if owner else palette.FREE
@@ -95,9 +83,8 @@ def make_logical_physical(out_dir: Path) -> list[Path]:
         title = textwrap.fill(title, 50)
         sub = textwrap.fill(sub.replace("\n", " "), 95)
     ax.text(left, 11.5 if slide else 9.0, title, fontsize=12.5, fontweight="bold", va="top")
-    ax.text(
-        left, 10.3 if slide else 8.55, sub, fontsize=9, va="top", color="#444444", gid="subtitle"
-    )
+    grey = dict(fontsize=9, va="top", color="#444444", gid="subtitle")
+    ax.text(left, 10.3 if slide else 8.55, sub, **grey)
     return [style.save(fig, Path(out_dir) / "3.3-logical-vs-physical.png")]
 
 
@@ -109,28 +96,15 @@ def _logical_row(ax, snap, seq, at, colour):
     for i, b in enumerate(seq.blocks):
         last = min(size, seq.num_tokens - i * size)
         _box(ax, x0 + i + 0.05, y, 0.9, 0.9, colour, f"L{i}", gid=f"logical-{seq.seq_id}-{i}")
-        ax.text(
-            x0 + i + 0.5,
-            y + (1.05 if side > 0 else -0.15),
-            f"{last}/{size}",
-            ha="center",
-            va="bottom" if side > 0 else "top",
-            fontsize=7.5,
-            color="#555555",
-        )
+        fill = dict(ha="center", va="bottom" if side > 0 else "top", fontsize=7.5, color="#555555")
+        ax.text(x0 + i + 0.5, y + (1.05 if side > 0 else -0.15), f"{last}/{size}", **fill)
         start = (x0 + i + 0.5, y if side > 0 else y + 0.9)
         end = (b + 0.5, PHYS_Y + 0.9 if side > 0 else PHYS_Y)
         _arrow(ax, start, end, colour, mutation_scale=10, lw=1.3, shrinkA=1, shrinkB=1, alpha=0.9)
-    table = ", ".join(map(str, seq.blocks))
-    ax.text(
-        x0 + len(seq.blocks) + 0.5,
-        y + 0.45,
-        f"block table {seq.seq_id}" + ("\n" if style.slides() else " ") + f"= [{table}]",
-        ha="left",
-        fontsize=9.5,
-        family="DejaVu Sans Mono",
-        va="center",
-    )
+    sep = "\n" if style.slides() else " "
+    table = f"block table {seq.seq_id}{sep}= [{', '.join(map(str, seq.blocks))}]"
+    mono = dict(ha="left", fontsize=9.5, family="DejaVu Sans Mono", va="center")
+    ax.text(x0 + len(seq.blocks) + 0.5, y + 0.45, table, **mono)
 
 
 def logical_subtitle(m: KVCacheManager) -> str:
@@ -166,22 +140,14 @@ def make_core_flow(out_dir: Path, snapshots) -> list[Path]:
     # on a slide (18 pt) the figure is as wide as a slide body, the caption wraps, and the
     # column heads keep one line (what they hold is said by the boxes themselves)
     slide = style.slides()
-    fig = style.new_figure(*(style.SLIDE_BODY_IN if slide else FLOW_SIZE))
-    ax = fig.add_axes((0, 0, 1, 1))
     y0 = 2.85 if slide else 2.7
     top = snap.num_blocks * 0.8 + y0 - 0.3
-    ax.set_xlim(0, 17.5)
-    ax.set_ylim(top + 1.2, -0.2)
-    ax.set_axis_off()
-    ax.text(
-        0.3,
-        0.2,
-        ("3.6  The core flow" if slide else "3.6  The core flow, from a real trace")
-        + ": free pool \u2192 allocated blocks \u2192 block tables",
-        fontsize=12.5,
-        fontweight="bold",
-        va="top",
+    size = style.SLIDE_BODY_IN if slide else FLOW_SIZE
+    fig, ax = style.canvas(size, (0, 17.5), (top + 1.2, -0.2))
+    title = ("3.6  The core flow" if slide else "3.6  The core flow, from a real trace") + (
+        ": free pool \u2192 allocated blocks \u2192 block tables"
     )
+    ax.text(0.3, 0.2, title, fontsize=12.5, fontweight="bold", va="top")
     said = f"step {snap.step}: {caption(snap)}"
     said = textwrap.fill(said, 90) if slide else said
     ax.text(0.3, 0.85, said, fontsize=9.5, va="top", color="#444444")
@@ -226,26 +192,12 @@ def _physical_column(ax, snap, y0, new, colours):
             "+".join(map(str, owners)) + f"  x{snap.ref_counts[b]}" if owners else "free"
         )
         ec, lw = (palette.ACCENT, 2.2) if b == new else (palette.INK, 0.8)
-        _box(
-            ax, 6.7, y0 + b * 0.8, 2.6, 0.6, colour, label, ls="-" if owners else "--", lw=lw, ec=ec
-        )
-    _arrow(
-        ax,
-        (2.1, y0 + 0.3),
-        (6.7, y0 + new * 0.8 + 0.3),
-        palette.ACCENT,
-        mutation_scale=16,
-        lw=2.2,
-        connectionstyle="arc3,rad=-0.15",
-    )
-    ax.text(
-        3.6,
-        y0 + 2.3 + new * 0.2,
-        "allocate():\npop the head,\nref count = 1",
-        fontsize=9,
-        color=palette.ACCENT,
-        fontweight="bold",
-    )
+        ls = "-" if owners else "--"
+        _box(ax, 6.7, y0 + b * 0.8, 2.6, 0.6, colour, label, ls=ls, lw=lw, ec=ec)
+    bend = dict(mutation_scale=16, lw=2.2, connectionstyle="arc3,rad=-0.15")
+    _arrow(ax, (2.1, y0 + 0.3), (6.7, y0 + new * 0.8 + 0.3), palette.ACCENT, **bend)
+    pop = "allocate():\npop the head,\nref count = 1"
+    ax.text(3.6, y0 + 2.3 + new * 0.2, pop, fontsize=9, color=palette.ACCENT, fontweight="bold")
 
 
 def _table_column(ax, snap, y0, colours):
@@ -258,16 +210,7 @@ def _table_column(ax, snap, y0, colours):
         y += 0.75
         for i, b in enumerate(seq.blocks):
             _box(ax, 12.9, y, 1.6, 0.6, colour, f"L{i} \u2192 {b}")
-            _arrow(
-                ax,
-                (12.9, y + 0.3),
-                (9.3, y0 + b * 0.8 + 0.3),
-                colour,
-                mutation_scale=10,
-                lw=1.2,
-                alpha=0.9,
-                shrinkA=1,
-                shrinkB=2,
-            )
+            thin = dict(mutation_scale=10, lw=1.2, alpha=0.9, shrinkA=1, shrinkB=2)
+            _arrow(ax, (12.9, y + 0.3), (9.3, y0 + b * 0.8 + 0.3), colour, **thin)
             y += 0.8
         y += 0.5

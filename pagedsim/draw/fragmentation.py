@@ -1,17 +1,10 @@
 """3.1: external fragmentation -- first-fit holes against fixed-size blocks (PagedAttention Sec. 3).
 
-The same five requests (A..E) fill a 48-slot memory, then B and D finish. A sixth
-request F of 12 tokens arrives:
-
-    first fit, one contiguous range per request   18 slots are free, but in holes of
-                                                  6, 8 and 4: F is refused (external
-                                                  fragmentation)
-    fixed blocks of B = 4 slots, any block will do  F takes the 3 free blocks wherever
-                                                  they are; the only waste is inside
-                                                  each request's last block (internal)
-
-Both layouts are computed here by a 20-line first-fit model and a free-list model;
-the picture draws what they return. Reference: Kwon et al., SOSP 2023, Sec. 3 and Fig. 3.
+Five requests (A..E) fill a 48-slot memory, B and D finish, and F needs 12 slots. First fit
+(one contiguous range per request) has 18 free slots in holes of 6, 8 and 4, so F is
+refused; with blocks of B = 4 slots F takes any 3 free blocks, and the only waste is inside
+each request's last block. Both layouts come from the small models below (`first_fit`,
+`fixed_blocks`). Reference: Kwon et al., SOSP 2023, Sec. 3 and Fig. 3.
 """
 
 from __future__ import annotations
@@ -71,18 +64,8 @@ def _bar(ax, y, owners, colours, *, label):
     for i, o in enumerate(owners):
         colour = colours.get(o, "white")
         edge, hatch = (INK, None) if o else ("#999999", "///")
-        ax.add_patch(
-            Rectangle(
-                (i, y),
-                1,
-                1,
-                facecolor=colour,
-                edgecolor=edge,
-                lw=0.4,
-                hatch=hatch,
-                gid=f"slot-{label}-{i}",
-            )
-        )
+        slot = dict(facecolor=colour, edgecolor=edge, lw=0.4, hatch=hatch, gid=f"slot-{label}-{i}")
+        ax.add_patch(Rectangle((i, y), 1, 1, **slot))
     ax.text(-0.6, y + 0.5, label, ha="right", va="center", fontsize=style.pt(10), fontweight="bold")
 
 
@@ -97,27 +80,11 @@ def make(out_dir: Path) -> list[Path]:
     ax.set_xlim(-1, SLOTS + 1)
     ax.set_ylim(9.6, -0.6)
     ax.set_axis_off()
-    fig.text(
-        0.02,
-        0.96,
-        style.tr("3.1  External fragmentation: first-fit holes vs fixed blocks"),
-        fontsize=style.pt(12),
-        fontweight="bold",
-        va="top",
-    )
-    fig.text(
-        0.02,
-        0.905,
-        style.tr(
-            "{slots} token slots. A..E arrive, B and D finish, then F needs {n} slots.",
-            slots=SLOTS,
-            n=LATE[1],
-        ),
-        fontsize=style.pt(10),
-        va="top",
-        color=style.grey("#444444"),
-    )
-
+    title = style.tr("3.1  External fragmentation: first-fit holes vs fixed blocks")
+    fig.text(0.02, 0.96, title, fontsize=style.pt(12), fontweight="bold", va="top")
+    story = "{slots} token slots. A..E arrive, B and D finish, then F needs {n} slots."
+    sub = style.tr(story, slots=SLOTS, n=LATE[1])
+    fig.text(0.02, 0.905, sub, fontsize=style.pt(10), va="top", color=style.grey("#444444"))
     _first_fit_row(ax, colours)
     _blocks_row(ax, colours)
     _key(ax, colours)
@@ -138,21 +105,15 @@ def _first_fit_row(ax, colours):
     _names(ax, 0.6, owner)
     assert not fits, "the story needs a refused late request"
     slide = style.slides()  # 18 pt: the verdict wraps to two lines, hung under the bar
-    ax.text(
-        0,
-        1.8 if slide else 2.15,
-        style.tr(
-            "free: {free} slots in holes of {holes}  \u2192  F ({n}) is refused: no hole is big "
-            "enough (external fragmentation)",
-            free=owner.count(None),
-            holes=", ".join(map(str, holes)),
-            n=LATE[1],
-        ),
-        fontsize=style.pt(10.5),
-        va="top" if slide else "center",
-        color="#AA3377",
-        gid="first-fit-verdict",
+    verdict = style.tr(
+        "free: {free} slots in holes of {holes}  \u2192  F ({n}) is refused: no hole is big "
+        "enough (external fragmentation)",
+        free=owner.count(None),
+        holes=", ".join(map(str, holes)),
+        n=LATE[1],
     )
+    words = dict(fontsize=style.pt(10.5), color="#AA3377", gid="first-fit-verdict")
+    ax.text(0, 1.8 if slide else 2.15, verdict, va="top" if slide else "center", **words)
 
 
 def _blocks_row(ax, colours):
@@ -165,31 +126,18 @@ def _blocks_row(ax, colours):
         ax.plot([b * BLOCK, b * BLOCK], [4.2, 5.6], color=INK, lw=1.6)
     grey = style.grey("#555555")
     for b in range(len(blocks)):
-        ax.text(
-            b * BLOCK + BLOCK / 2,
-            5.95,
-            f"#{b}",
-            ha="center",
-            va="center",
-            fontsize=style.pt(8.5),
-            color=grey,
-        )
+        centred = dict(ha="center", va="center", fontsize=style.pt(8.5), color=grey)
+        ax.text(b * BLOCK + BLOCK / 2, 5.95, f"#{b}", **centred)
     _names(ax, 4.4, slots)
     wasted = sum(BLOCK - n for o, n in blocks if o)
     taken = ", ".join(str(b) for b, (o, _) in enumerate(blocks) if o == "F")
-    ax.text(
-        0,
-        7.0,
-        style.tr(
-            "F takes blocks {blocks}: they need not be next to each other. Waste: {waste} slots, "
-            "only inside last blocks (internal, < B per request)",
-            blocks=taken,
-            waste=wasted,
-        ),
-        fontsize=style.pt(10.5),
-        va="center",
-        gid="blocks-verdict",
+    verdict = style.tr(
+        "F takes blocks {blocks}: they need not be next to each other. Waste: {waste} slots, "
+        "only inside last blocks (internal, < B per request)",
+        blocks=taken,
+        waste=wasted,
     )
+    ax.text(0, 7.0, verdict, fontsize=style.pt(10.5), va="center", gid="blocks-verdict")
 
 
 def _key(ax, colours):
@@ -213,14 +161,6 @@ def _names(ax, y, owners):
         while j < len(owners) and owners[j] == owners[i]:
             j += 1
         if owners[i] is not None:
-            ax.text(
-                (i + j) / 2,
-                y - 0.35,
-                owners[i],
-                ha="center",
-                va="center",
-                fontsize=style.pt(10),
-                fontweight="bold",
-                color=INK,
-            )
+            name = dict(ha="center", va="center", fontsize=style.pt(10), fontweight="bold")
+            ax.text((i + j) / 2, y - 0.35, owners[i], color=INK, **name)
         i = j

@@ -1,13 +1,13 @@
 """The hybrid allocator drawn: two KV cache groups over one pool (v1 HybridKVCacheCoordinator).
 
-    hybrid-groups   a Gemma-style model: every request has a full-attention table and a
-                    sliding-window table, both drawing blocks from one pool. The window
-                    table frees what its next query never reads (null entries), the full
-                    table keeps every block, and a second request with the same prompt
-                    hits the same number of tokens in both groups.
+    hybrid-groups   a Gemma-style model: each request has a full-attention and a
+                    sliding-window table over one pool. The window table frees what its
+                    next query never reads (null entries), the full table keeps every
+                    block, and a second request with the same prompt hits as many
+                    tokens in both groups.
 
-The frames are snapshots of a real `HybridManager` run (`policies/hybrid.py`), drawn by the
-ordinary renderer: request "A" shows as the rows "A:full" and "A:window".
+Snapshots of a real `HybridManager` run (`policies/hybrid.py`), drawn by the ordinary
+renderer: request "A" shows as the rows "A:full" and "A:window".
 """
 
 from __future__ import annotations

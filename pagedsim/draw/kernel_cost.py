@@ -1,20 +1,16 @@
 """Figure 3.5b: the kernel's side of the block-size trade-off, from the sector model (no GPU).
 
-Figure 3.5 prices a block size in memory (wasted slots, table length). This one prices it in
-what the decode kernel reads, per decode step of one sequence and one KV head, counted in
-32-byte sectors with `pagedsim.labs.sectors` (a model: it counts bytes, it times nothing):
+Per decode step of one sequence and one KV head, in 32-byte sectors (`pagedsim.labs.sectors`,
+a model: it counts bytes, it times nothing), over figure 3.5's 500 seeded ShareGPT-like
+requests with Llama-2-7B's head (D = 128, fp16):
 
-    contiguous  2 (K, V) x sectors of one l x D x elem-byte run: the cache without blocks
-    KV read     2 x ceil(l / B) tiles x sectors of one B x D x elem-byte tile: the kernel loads
-                whole blocks and masks the empty tail of the last one
-    table       sectors of the ceil(l / B) int32 block-table entries the thread block reads
-    lookups     ceil(l / B): each is a dependent load; the block's loads wait for it
+    contiguous  2 (K, V) x sectors of one l x D run: the cache without blocks
+    KV read     2 x ceil(l / B) tiles x sectors of one B x D tile (the last one masked)
+    table       sectors of the ceil(l / B) int32 block-table entries
+    lookups     ceil(l / B) dependent loads, each before its block's loads
 
-l runs over every decode step of the same 500 seeded ShareGPT-like requests as figure 3.5,
-with Llama-2-7B's head (D = 128, fp16). Traffic is lowest for small blocks, yet vLLM measures
-small blocks as slow (paper section 7.2): what the sector model leaves out is latency, one
-table lookup on the critical path per B tokens, and too little contiguous work per lookup.
-A GPU run of the decode kernel over block sizes is what should replace this figure.
+Traffic is lowest for small blocks, yet vLLM measures them as slow (paper section 7.2): the
+model leaves out latency. A GPU run over block sizes should replace this figure.
 """
 
 from __future__ import annotations
@@ -87,11 +83,10 @@ def _slides(out_dir: Path, cost: dict, title: str, caveat: str) -> list[Path]:
 
     paths = []
     for i, key in enumerate(("traffic", "latency", "caveat")):
-        fig = style.new_figure(*style.SLIDE_BODY_IN)
         if key == "caveat":
-            text = textwrap.fill(caveat.replace("\n", " "), 66)
-            fig.text(0.02, 0.96, text, va="top", fontsize=22, gid="caveat", linespacing=1.25)
+            fig = style.text_slide(caveat, "caveat")
         else:
+            fig = style.new_figure(*style.SLIDE_BODY_IN)
             ax = fig.add_axes([0.1, 0.15, 0.86, 0.6])
             if key == "traffic":
                 _traffic(ax, cost, top=1.45)
@@ -117,15 +112,8 @@ def _traffic(ax, cost: dict, top: float = 1.18) -> None:
     ax.bar(x, table, bottom=over, color=palette.SEQ_COLOURS[4], label="block-table entries")
     slide = style.slides()
     for xi, o, t in zip(x, over, table, strict=True):
-        ax.text(
-            xi,
-            o + t + 0.4,
-            f"+{o + t:.1f}%" if not slide else f"+{o + t:.0f}%",  # bar-wide at 18 pt
-            ha="center",
-            va="bottom",
-            fontsize=8.5,
-            gid="extra",
-        )
+        extra = f"+{o + t:.1f}%" if not slide else f"+{o + t:.0f}%"  # bar-wide at 18 pt
+        ax.text(xi, o + t + 0.4, extra, ha="center", va="bottom", fontsize=8.5, gid="extra")
     ax.set_xticks(x, [str(b) for b in bs])
     ax.set_xlabel("block size B (tokens)")
     ax.set_ylabel("extra sectors over a contiguous cache (%)")
@@ -143,27 +131,13 @@ def _latency(ax, cost: dict) -> None:
     ax.plot(x, lookups, marker="o", color=palette.SEQ_COLOURS[4], gid="lookups")
     ax.set_yscale("log")
     for xi, b, n in zip(x, bs, lookups, strict=True):
-        ax.text(
-            xi,
-            n * 1.25,
-            f"{cost[b]['bytes_per_lookup'] // 1024 or 0.5:g} KiB",
-            ha="center",
-            va="bottom",
-            fontsize=8,
-        )
+        kib = f"{cost[b]['bytes_per_lookup'] // 1024 or 0.5:g} KiB"
+        ax.text(xi, n * 1.25, kib, ha="center", va="bottom", fontsize=8)
     ax.set_xticks(x, [str(b) for b in bs])
     ax.set_xlabel("block size B (tokens)")
     ax.set_ylabel("dependent block-table lookups per step (mean)")
     ax.set_title("latency: a dependent lookup before each block's loads", fontsize=10)
     ax.set_ylim(min(lookups) / 1.5, max(lookups) * 3)
-    ax.text(
-        0.98,
-        0.97,
-        "labels: K+V bytes one lookup brings in",
-        transform=ax.transAxes,
-        ha="right",
-        va="top",
-        fontsize=8.5,
-        color="#444444",
-    )
+    corner = dict(transform=ax.transAxes, ha="right", va="top", fontsize=8.5, color="#444444")
+    ax.text(0.98, 0.97, "labels: K+V bytes one lookup brings in", **corner)
     ax.grid(alpha=0.3)

@@ -1,24 +1,19 @@
 """Draw one `Snapshot` of the block manager: physical memory, free list, block tables, caption.
 
-`render(snapshot)` is a pure function of the snapshot (plus optional colours and a
-layout shared by a whole trace): it reads frozen data and only creates artists, so
-drawing snapshot k again always gives the same picture. That is what makes the
-stepper's "step back" real time travel. Picture layout (y grows downwards):
+`render(snapshot)` is a pure function of the snapshot (plus colours and a layout shared by a
+trace): drawing snapshot k again gives the same picture, which makes the stepper's "step
+back" real time travel. Layout (y grows downwards):
 
     step k: caption ........................................................
     block tables (logical -> physical)   | physical blocks (grid, row-major)
       seq A  9 tok  [0][1][5]             |  [0 A x1 4/4] [1 A x1 1/4] [2 free] ...
     free list, head first: HEAD -> 7 -> 8 -> ... (+n more)
 
-Artists carry gids so tests can find them without looking at pixels:
-`block-<b>` (one rectangle per physical block), `share-<b>-<j>` (stripes of extra
-owners), `touched-<b>` (orange frame: this step's events name block b), `badge-<b>`
-(ref count text), `fill-<b>` (fill bar), `free-<i>` (i-th free
-list node), `table-<seq>-<i>` (logical slot i), `copy-<src>-<dst>`, `caption`, and
-`gone-<seq>` / `gone-why-<seq>` (a sequence that left the pool in this frame, finished or
-preempted: `departures` reads that from the trace, and `Layout` carries it per step).
-Reference: Kwon et al., "Efficient Memory Management for LLM Serving with
-PagedAttention" (SOSP 2023), figures 6-8, which draw the same three structures.
+Artists carry gids for the tests: `block-<b>`, `share-<b>-<j>` (extra owners' stripes),
+`touched-<b>` (this step's events name b), `badge-<b>` (ref count), `fill-<b>`, `free-<i>`,
+`table-<seq>-<i>`, `copy-<src>-<dst>`, `caption`, and `gone-<seq>` / `gone-why-<seq>` (a
+sequence that left the pool in this frame: `departures`). Reference: Kwon et al., SOSP 2023,
+figures 6-8, which draw the same three structures.
 """
 
 from __future__ import annotations
@@ -26,6 +21,7 @@ from __future__ import annotations
 import math
 import textwrap
 from dataclasses import dataclass
+from typing import Any
 
 from matplotlib.colors import to_hex
 from matplotlib.lines import Line2D
@@ -83,15 +79,8 @@ class Layout:
         seqs = max(seqs, *(len(s.sequences) + len(g) for s, g in zip(snapshots, gone, strict=True)))
         marks = tuple((s.step, g) for s, g in zip(snapshots, gone, strict=True) if g)
         names = max((len(str(q.seq_id)) for s in snapshots for q in s.sequences), default=1)
-        return cls(
-            n,
-            cols,
-            max(2, min(seqs, MAX_SEQS)),
-            max(4, min(cells, MAX_CELLS)),
-            copies,
-            marks,
-            names,
-        )
+        rows, slots = max(2, min(seqs, MAX_SEQS)), max(4, min(cells, MAX_CELLS))
+        return cls(n, cols, rows, slots, copies, marks, names)
 
     def departed(self, step: int) -> tuple:
         """((seq_id, back_step | None), ...) for the frame of `step` (see `departures`)."""
@@ -104,10 +93,8 @@ class Layout:
         pt = style.pt(size)
         if style.slides():
             wide = 0.5 + LABEL_W + self.table_cells + 1.2 + self.cols * PITCH + 0.3
-            fit = min(
-                style.SLIDE_IN[0] / (wide * self.unit),
-                style.SLIDE_IN[1] / (self.height * self.unit),
-            )
+            (w, h), unit = style.SLIDE_IN, self.unit
+            fit = min(w / (wide * unit), h / (self.height * unit))
             pt = max(pt, style.SLIDE_MIN_PT / fit)
         return pt
 
@@ -163,22 +150,14 @@ def departures(snapshots) -> list[tuple]:
         }
         for s in snapshots
     ]
+    seen = [held | new for held, new in zip(live, added, strict=True)]
     out = []
     for k, snap in enumerate(snapshots):
         before = [q.seq_id for q in snapshots[k - 1].sequences] if k else []
         freed = [e.seq_id for e in snap.events if isinstance(e, SequenceFreed)]
         left = [sid for sid in dict.fromkeys([*before, *freed]) if sid not in live[k]]
-        back = [
-            next(
-                (
-                    snapshots[j].step
-                    for j in range(k + 1, len(snapshots))
-                    if sid in live[j] or sid in added[j]
-                ),
-                None,
-            )
-            for sid in left
-        ]
+        later = range(k + 1, len(snapshots))
+        back = [next((snapshots[j].step for j in later if sid in seen[j]), None) for sid in left]
         out.append(tuple(zip(left, back, strict=True)))
     return out
 
@@ -249,15 +228,10 @@ def describe_artists(fig) -> list[tuple]:
                     geom = _r(sum(ends, ())) if ends else ()
                 else:
                     geom = ()
-                out.append(
-                    (
-                        type(a).__name__,
-                        a.get_gid(),
-                        to_hex(a.get_facecolor(), keep_alpha=True),
-                        to_hex(a.get_edgecolor(), keep_alpha=True),
-                        geom,
-                    )
+                face, edge = (
+                    to_hex(c, keep_alpha=True) for c in (a.get_facecolor(), a.get_edgecolor())
                 )
+                out.append((type(a).__name__, a.get_gid(), face, edge, geom))
     return out
 
 
@@ -302,7 +276,9 @@ def _text(ax, x, y, text, size, **kw):
 
 
 def _box(ax, x, y, w, h, **kw):
-    """A rectangle with its top-left corner at (x, y) (y grows downwards)."""
+    """A rectangle with its top-left corner at (x, y) (y grows downwards), ink-edged unless
+    `kw` says otherwise."""
+    kw.setdefault("edgecolor", palette.INK)
     return ax.add_artist(Rectangle((x, y), w, h, **kw))
 
 
@@ -330,7 +306,7 @@ def _table_row(ax, y, seq, layout, colours):
     """One sequence: its colour, "seq A" and "9 tok", then the slots of its block table."""
     x0, sid = 0.5 + layout.label_w, seq.seq_id
     colour = style.colour_of(sid, colours)
-    _box(ax, 0.5, y + 0.08, 0.5, 0.66, facecolor=colour, edgecolor=palette.INK, lw=0.6)
+    _box(ax, 0.5, y + 0.08, 0.5, 0.66, facecolor=colour, lw=0.6)
     label = style.tr("seq {s}", s=sid)
     _text(ax, 1.15, y + 0.41, label, 9.5, ha="left", fontweight="bold", gid=f"label-{sid}")
     tokens = style.tr("{n} tok", n=seq.num_tokens)
@@ -340,18 +316,7 @@ def _table_row(ax, y, seq, layout, colours):
     for i, b in enumerate(blocks[: layout.table_cells - 1] if cut else blocks):
         dropped = b < 0  # NULL_BLOCK: a sliding window released it
         face, ls = ("white", "--") if dropped else (colour, "-")
-        _box(
-            ax,
-            x0 + i,
-            y + 0.08,
-            0.9,
-            0.66,
-            facecolor=face,
-            edgecolor=palette.INK,
-            lw=0.6,
-            ls=ls,
-            gid=f"table-{sid}-{i}",
-        )
+        _box(ax, x0 + i, y + 0.08, 0.9, 0.66, facecolor=face, lw=0.6, ls=ls, gid=f"table-{sid}-{i}")
         ink = palette.INK if dropped else style.text_on(colour)
         _text(ax, x0 + i + 0.45, y + 0.41, "\u2013" if dropped else str(b), 8.5, color=ink)
     if cut:
@@ -362,18 +327,8 @@ def _table_row(ax, y, seq, layout, colours):
 def _gone_row(ax, y, seq_id, back, colours, label_w):
     """A sequence that left the pool at this step: its colour as a dashed outline, and why."""
     colour = style.colour_of(seq_id, colours)
-    _box(
-        ax,
-        0.5,
-        y + 0.08,
-        0.5,
-        0.66,
-        facecolor="white",
-        edgecolor=colour,
-        lw=1.6,
-        ls="--",
-        gid=f"gone-{seq_id}",
-    )
+    gone = dict(facecolor="white", edgecolor=colour, lw=1.6, ls="--", gid=f"gone-{seq_id}")
+    _box(ax, 0.5, y + 0.08, 0.5, 0.66, **gone)
     grey = style.grey("#666666")
     _text(ax, 1.15, y + 0.41, style.tr("seq {s}", s=seq_id), 9.5, ha="left", color=grey)
     why = (
@@ -381,17 +336,8 @@ def _gone_row(ax, y, seq_id, back, colours, label_w):
         if back is None
         else style.tr("preempted: out of the pool until step {k}", k=back)
     )
-    _text(
-        ax,
-        0.5 + label_w,
-        y + 0.41,
-        why,
-        8.5,
-        ha="left",
-        color=grey,
-        style="italic",
-        gid=f"gone-why-{seq_id}",
-    )
+    why_kw = dict(ha="left", color=grey, style="italic", gid=f"gone-why-{seq_id}")
+    _text(ax, 0.5 + label_w, y + 0.41, why, 8.5, **why_kw)
 
 
 def _blocks(ax, snap, layout, colours):
@@ -405,23 +351,12 @@ def _blocks(ax, snap, layout, colours):
         if snap.ref_counts[b] == 0:
             _free_block(ax, snap, b, block_xy(layout, b))
         else:
-            _used_block(
-                ax, snap, b, block_xy(layout, b), [style.colour_of(s, colours) for s in owners[b]]
-            )
+            inks = [style.colour_of(s, colours) for s in owners[b]]
+            _used_block(ax, snap, b, block_xy(layout, b), inks)
     for b in touched_blocks(snap):  # what this step changed: an orange frame
         x, y = block_xy(layout, b)
-        _box(
-            ax,
-            x - 0.07,
-            y - 0.07,
-            CELL + 0.14,
-            CELL + 0.14,
-            facecolor="none",
-            edgecolor=palette.ACCENT,
-            lw=2.2,
-            gid=f"touched-{b}",
-            zorder=4,
-        )
+        frame = dict(facecolor="none", edgecolor=palette.ACCENT, lw=2.2, gid=f"touched-{b}")
+        _box(ax, x - 0.07, y - 0.07, CELL + 0.14, CELL + 0.14, zorder=4, **frame)
     for src, dst in snap.pending_copies:
         _copy_arrow(ax, layout, src, dst)
 
@@ -431,19 +366,9 @@ def _free_block(ax, snap, b, xy):
     tokens); the free list's head and, off a slide, cached blocks say so in words."""
     (x, y), slide, lk = xy, style.slides(), style.look()
     cached = b in snap.cached_blocks
-    _box(
-        ax,
-        x,
-        y,
-        CELL,
-        CELL,
-        facecolor=lk.free,
-        edgecolor=lk.free_edge,
-        lw=0.8,
-        ls="--",
-        hatch="//" if cached else None,
-        gid=f"block-{b}",
-    )
+    hatch = "//" if cached else None
+    free = dict(facecolor=lk.free, edgecolor=lk.free_edge, lw=0.8, ls="--", hatch=hatch)
+    _box(ax, x, y, CELL, CELL, gid=f"block-{b}", **free)
     _text(ax, x + CELL / 2, y + (0.25 if slide else 0.45), str(b), 9.5, color=style.grey("#777777"))
     head = snap.free_list and b == snap.free_list[0]
     if head or (cached and not slide):  # a slide's legend names the hatch
@@ -462,17 +387,7 @@ def _used_block(ax, snap, b, xy, owners):
         (0.22, 0.62, CELL - 0.13, 0.08) if style.slides() else (0.36, 0.66, CELL - 0.2, 0.12)
     )
     first = owners[0] if owners else "#BBBBBB"
-    _box(
-        ax,
-        x,
-        y,
-        CELL,
-        CELL,
-        facecolor=first,
-        edgecolor=palette.INK,
-        lw=1.8 if count > 1 else 0.8,
-        gid=f"block-{b}",
-    )
+    _box(ax, x, y, CELL, CELL, facecolor=first, lw=1.8 if count > 1 else 0.8, gid=f"block-{b}")
     for j, colour in enumerate(owners[1:], start=1):
         w = CELL / len(owners)
         _box(ax, x + j * w, y, w, CELL, facecolor=colour, edgecolor="none", gid=f"share-{b}-{j}")
@@ -481,47 +396,19 @@ def _used_block(ax, snap, b, xy, owners):
     box = dict(boxstyle="round,pad=0.12", fc="white", ec="none", alpha=0.8) if shared else None
     _text(ax, x + CELL / 2, y + id_y, str(b), 10, fontweight="bold", color=ink, bbox=box)
     fill = snap.block_fill[b]
-    _box(
-        ax, x + 0.1, y + bar_y, CELL - 0.2, bar_h, facecolor="white", edgecolor=palette.INK, lw=0.4
-    )
-    _box(
-        ax,
-        x + 0.1,
-        y + bar_y,
-        (CELL - 0.2) * fill / snap.block_size,
-        bar_h,
-        facecolor=palette.INK,
-        edgecolor="none",
-        gid=f"fill-{b}",
-    )
+    _box(ax, x + 0.1, y + bar_y, CELL - 0.2, bar_h, facecolor="white", lw=0.4)
+    bar = dict(facecolor=palette.INK, edgecolor="none", gid=f"fill-{b}")
+    _box(ax, x + 0.1, y + bar_y, (CELL - 0.2) * fill / snap.block_size, bar_h, **bar)
     text = block_label(snap, b)  # the text the block holds, when the trace knows it
     if text:
-        _text(
-            ax,
-            x + CELL / 2,
-            y + 0.64,
-            text,
-            4.5,
-            color=ink,
-            bbox=box,
-            gid=f"text-{b}",
-            linespacing=0.9,
-        )
+        words = dict(color=ink, bbox=box, gid=f"text-{b}", linespacing=0.9)
+        _text(ax, x + CELL / 2, y + 0.64, text, 4.5, **words)
     else:
         _text(ax, x + CELL / 2, y + fill_y, f"{fill}/{snap.block_size}", 6.5, color=ink, bbox=box)
-    ax.add_artist(
-        Circle(
-            (x + CELL - 0.05, y + 0.05),
-            0.19,
-            facecolor="white",
-            edgecolor=palette.INK,
-            lw=0.7,
-            zorder=6,
-        )
-    )
-    _text(
-        ax, x + CELL - 0.05, y + 0.06, str(count), 7, fontweight="bold", gid=f"badge-{b}", zorder=7
-    )
+    badge = Circle((x + CELL - 0.05, y + 0.05), 0.19, fc="white", ec=palette.INK, lw=0.7, zorder=6)
+    ax.add_artist(badge)
+    bold = dict(fontweight="bold", gid=f"badge-{b}", zorder=7)
+    _text(ax, x + CELL - 0.05, y + 0.06, str(count), 7, **bold)
 
 
 def _copy_arrow(ax, layout, src, dst):
@@ -531,35 +418,16 @@ def _copy_arrow(ax, layout, src, dst):
     a, b = (sx + CELL / 2, sy + CELL + 0.08), (dx + CELL / 2, dy + CELL + 0.08)
     dist = math.hypot(b[0] - a[0], b[1] - a[1])
     rad = min(0.45, 2 * COPY_DEPTH / max(dist, 1e-9)) * (1 if dx >= sx else -1)
+    arc: dict[str, Any] = dict(connectionstyle=f"arc3,rad={rad}", arrowstyle="-|>")
+    ink: dict[str, Any] = dict(color=palette.ACCENT, zorder=8, mutation_scale=16, lw=2.6)
     ax.add_artist(
-        FancyArrowPatch(
-            a,
-            b,
-            connectionstyle=f"arc3,rad={rad}",
-            arrowstyle="-|>",
-            mutation_scale=16,
-            color=palette.ACCENT,
-            lw=2.6,
-            gid=f"copy-{src}-{dst}",
-            zorder=8,
-            shrinkA=0,
-            shrinkB=0,
-        )
+        FancyArrowPatch(a, b, gid=f"copy-{src}-{dst}", shrinkA=0, shrinkB=0, **arc, **ink)
     )
     label = style.tr("copy {src}\u2192{dst}", src=src, dst=dst)
-    _text(
-        ax,
-        (a[0] + b[0]) / 2,
-        (a[1] + b[1]) / 2 + abs(rad) * dist / 2 + 0.12,
-        label,
-        9,
-        va="top",
-        fontweight="bold",
-        color=palette.ACCENT,
-        gid=f"copy-label-{src}-{dst}",
-        zorder=9,
-        bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.9),
-    )
+    x, y = (a[0] + b[0]) / 2, (a[1] + b[1]) / 2 + abs(rad) * dist / 2 + 0.12
+    tag = dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.9)
+    words = dict(fontweight="bold", color=palette.ACCENT, gid=f"copy-label-{src}-{dst}")
+    _text(ax, x, y, label, 9, va="top", zorder=9, bbox=tag, **words)
 
 
 def block_label(snap, b: int) -> str:
@@ -574,19 +442,11 @@ def block_label(snap, b: int) -> str:
 def _legend(ax, layout, snap=None):
     """What the marks mean: the legend of every step picture (on a slide, the copy-on-write
     entry only where the frame draws a copy, so the row fits at 18 pt)."""
-    lk = style.look()
+    lk, badge = style.look(), style.tr("ref count (badge)")
+    free: dict[str, Any] = dict(facecolor=lk.free, edgecolor=lk.free_edge, ls="--")
     handles = [
-        Patch(facecolor=lk.free, edgecolor=lk.free_edge, ls="--", label=style.tr("free block")),
-        Line2D(
-            [],
-            [],
-            ls="none",
-            marker="o",
-            markersize=9,
-            markerfacecolor="white",
-            markeredgecolor=palette.INK,
-            label=style.tr("ref count (badge)"),
-        ),
+        Patch(**free, label=style.tr("free block")),
+        Line2D([], [], ls="none", marker="o", ms=9, mfc="white", mec=palette.INK, label=badge),
         Patch(facecolor=palette.INK, label=style.tr("fill (tokens / B)")),
         Patch(
             facecolor="none", edgecolor=palette.ACCENT, lw=2.2, label=style.tr("changed this step")
@@ -597,13 +457,7 @@ def _legend(ax, layout, snap=None):
         handles = handles[:-1]
     if style.slides() and snap is not None and set(snap.cached_blocks) & set(snap.free_list):
         handles.append(  # a slide's blocks are too narrow for the word "cached" at 18 pt
-            Patch(
-                facecolor=lk.free,
-                edgecolor=lk.free_edge,
-                ls="--",
-                hatch="//",
-                label=style.tr("cached (free, reusable)"),
-            )
+            Patch(**free, hatch="//", label=style.tr("cached (free, reusable)"))
         )
     ncol = 3 if style.slides() and len(handles) > 4 else len(handles)
     leg = ax.legend(
@@ -638,44 +492,20 @@ def _free_list(ax, snap, layout):
     for i, b in enumerate(shown):
         nx = x + i * NODE_PITCH
         _link(ax, prev, (nx, y + 0.4))
-        _box(
-            ax,
-            nx,
-            y + 0.05,
-            0.7,
-            0.7,
-            facecolor=lk.free,
-            edgecolor=lk.free_edge,
-            lw=0.8,
-            gid=f"free-{i}",
-        )
+        node = dict(facecolor=lk.free, edgecolor=lk.free_edge, lw=0.8, gid=f"free-{i}")
+        _box(ax, nx, y + 0.05, 0.7, 0.7, **node)
         _text(ax, nx + 0.35, y + 0.4, str(b), 8.5)
         prev = (nx + 0.7, y + 0.4)
     end = x + len(shown) * NODE_PITCH
     _link(ax, prev, (end, y + 0.4))
     rest = len(free) - len(shown)
-    tail = (
-        style.tr("... +{n} more", n=rest)
-        if rest
-        else style.tr("empty: the next allocate() fails")
-        if not free
-        else "TAIL"
-    )
+    tail = "TAIL" if free else style.tr("empty: the next allocate() fails")
+    tail = style.tr("... +{n} more", n=rest) if rest else tail
     ink = "#AA3377" if not free else style.grey("#555555")
     _text(ax, end + 0.1, y + 0.4, tail, 8.5, ha="left", color=ink, gid="free-tail")
 
 
 def _link(ax, a, b):
     """One arrow of the free list's chain."""
-    ax.add_artist(
-        FancyArrowPatch(
-            a,
-            b,
-            arrowstyle="-|>",
-            mutation_scale=9,
-            color=style.grey("#555555"),
-            lw=0.9,
-            shrinkA=1,
-            shrinkB=1,
-        )
-    )
+    link: dict[str, Any] = dict(arrowstyle="-|>", mutation_scale=9, shrinkA=1, shrinkB=1)
+    ax.add_artist(FancyArrowPatch(a, b, color=style.grey("#555555"), lw=0.9, **link))

@@ -1,17 +1,15 @@
 """Any trace as slides: one frame per step, a key-frame strip (or one file per key frame), a GIF.
 
-Used by `pagedsim play SCRIPT --draw DIR`, `pagedsim play --trace T.json --draw DIR`
-and by the 3.4 figure. The key-frame strip is ONE figure with one axes per frame
-(`render(..., ax=...)` into each), so in SVG and PDF it stays vector: every label is
-text you can edit, nothing is pasted pixels. Frames share one `Layout` and one
-colour map, so blocks stay put and a sequence keeps its colour across frames; only the
-strip's last frame draws the legend. For a lecture hall, `write_slides` (what
-`pagedsim figures --slides` writes) puts each key frame in its own file instead.
+Used by `pagedsim play ... --draw DIR` and the 3.4 figure. The key-frame strip is ONE
+figure, one axes per frame, so in SVG and PDF every label stays editable text. Frames share
+one `Layout` and colour map; only the strip's last frame draws the legend. `write_slides`
+(`pagedsim figures --slides`) puts each key frame in its own file instead.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt
 
@@ -55,18 +53,8 @@ def strip_figure(snapshots, picks=None, *, cols: int = STRIP_COLS):
         box = ((c * (w + gap)) / W, 1 - (r * (h + gap) + h) / H, w / W, h / H)
         ax = fig.add_axes(box, gid=f"frame-{k}")
         render(snapshots[k], ax=ax, layout=layout, colours=colours, legend=i == len(picks) - 1)
-        ax.add_artist(
-            plt.Rectangle(
-                (0.002, 0.002),
-                0.996,
-                0.996,
-                transform=ax.transAxes,
-                fill=False,
-                ec="#999999",
-                lw=0.8,
-                clip_on=False,
-            )
-        )
+        edge: dict[str, Any] = dict(fill=False, ec="#999999", lw=0.8, clip_on=False)
+        ax.add_artist(plt.Rectangle((0.002, 0.002), 0.996, 0.996, transform=ax.transAxes, **edge))
     return fig
 
 

@@ -1,36 +1,28 @@
 """Shared look for every picture: a colourblind-safe palette, fonts, and a byte-stable save.
 
-Colours come from `pagedsim/palette.py`, the one palette of the figures, the slides and the
-browser page (Paul Tol's "muted" scheme, colourblind-safe). Sequences get
-colours in admission order (the order they first appear in a trace), so a sequence
-keeps its colour for the whole animation even after older sequences finish.
+Colours come from `pagedsim/palette.py` (Paul Tol's "muted" scheme), shared by the figures,
+the slides and the browser page; sequences get them in admission order, so a sequence keeps
+its colour for a whole animation. `save` writes without timestamps or version metadata, so
+the same seed gives the same bytes. `with output(fmt=..., dpi=..., look=..., slides=...):`
+holds what `pagedsim figures` chose, and `save` obeys it:
 
-`save` writes PNGs at a fixed dpi with no timestamp or software-version metadata, so
-regenerating a figure from the same seed gives the same bytes.
-
-Output settings for `pagedsim figures --format --dpi --style` are held here and set
-with `with output(fmt="svg", dpi=300, look="projector"):`; `save` obeys them:
-
-    fmt     png, svg or pdf: a maker's "x.png" is written as "x.svg" / "x.pdf". SVG keeps
-            text as <text> elements (svg.fonttype "none"), so labels stay editable;
-            PDF embeds TrueType fonts (pdf.fonttype 42). Neither carries a date.
+    fmt     png, svg (text stays <text>: svg.fonttype "none") or pdf (TrueType fonts);
+            a maker's "x.png" is written as "x.svg" / "x.pdf". Neither carries a date.
     dpi     raster resolution (PNG and the pixels inside PDF/SVG); default DPI.
-    look    "paper" (the default, what figures/ holds) or "projector": darker, saturated
-            colours (Tol "bright"), no pale fills, every text at least 12 pt, and figures
-            made 1.4x larger so their geometry grows with the text (13.3 in = a 16:9 slide).
-    slides  True for `pagedsim figures --slides`: a figure made of several frames (3.4's
-            key frames) is written one frame per file, each with its own legend, and
-            every figure is made a whole 16:9 slide (960 x 540 pt; PNG 1920 x 1080) in
-            the page's colours, with no text under 18 pt there (`fit_slide`).
+    look    "paper" (what figures/ holds) or "projector": Tol "bright" colours, no pale
+            fills, every text at least 12 pt, figures 1.4x larger.
+    slides  `--slides`: multi-frame figures write one frame per file, and every figure is
+            a whole 16:9 slide (960 x 540 pt; PNG 1920 x 1080), no text under 18 pt.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
+from typing import Any
 
 import matplotlib
 
@@ -59,16 +51,9 @@ RC: dict[RcKeyType, object] = {
 }
 
 
-PROJECTOR_COLOURS = (  # Tol bright/vibrant, the darker half: nothing washes out on a projector
-    "#0077BB",
-    "#CC3311",
-    "#009988",
-    "#AA3377",
-    "#332288",
-    "#997700",
-    "#117733",
-    "#882255",
-    "#555555",
+# Tol bright/vibrant, the darker half: nothing washes out on a projector
+PROJECTOR_COLOURS = tuple(
+    "#0077BB #CC3311 #009988 #AA3377 #332288 #997700 #117733 #882255 #555555".split()
 )
 FORMATS = ("png", "svg", "pdf")
 
@@ -93,34 +78,13 @@ LOOKS = {
 }
 
 
-class _Output(TypedDict):
-    """What `output(...)` chose: every figure saved meanwhile follows it."""
-
-    fmt: str  # png, svg or pdf
-    dpi: int | None  # None: each figure's own
-    look: Look  # paper or projector
-    lang: str  # en or zh (zh only with a CJK font)
-    slides: bool  # one frame per file
-
-
-class _Noted(_Output, total=False):
-    noted: bool  # the missing-CJK-font note was printed (once per process)
-
-
-_out: _Noted = {"fmt": "png", "dpi": None, "look": LOOKS["paper"], "lang": "en", "slides": False}
+# what `output(...)` chose: every figure saved meanwhile follows it; "noted": the
+# missing-CJK-font note was printed (once per process)
+_out: dict[str, Any] = dict(fmt="png", dpi=None, look=LOOKS["paper"], lang="en", slides=False)
 CJK_FONTS = (
-    "Noto Sans CJK SC",
-    "Noto Sans CJK JP",
-    "Noto Sans SC",
-    "Source Han Sans SC",
-    "WenQuanYi Zen Hei",
-    "WenQuanYi Micro Hei",
-    "Droid Sans Fallback",
-    "AR PL UMing CN",
-    "SimHei",
-    "Microsoft YaHei",
-    "PingFang SC",
-)
+    "Noto Sans CJK SC, Noto Sans CJK JP, Noto Sans SC, Source Han Sans SC, WenQuanYi Zen Hei, "
+    "WenQuanYi Micro Hei, Droid Sans Fallback, AR PL UMing CN, SimHei, Microsoft YaHei, PingFang SC"
+).split(", ")
 NO_CJK_NOTE = (
     "pagedsim: no CJK font found (e.g. `apt-get install fonts-noto-cjk`); figure text stays English"
 )
@@ -239,11 +203,7 @@ def text_on(colour) -> str:
 def whole_pixels(width: float, height: float, dpi: int = DPI) -> tuple[float, float]:
     """Inches that come out as round(inches * dpi) pixels whether matplotlib rounds or
     truncates (versions differ): a quarter pixel above the whole number."""
-
-    def whole(x: float) -> float:
-        return (round(x * dpi) + 0.25) / dpi
-
-    return whole(width), whole(height)
+    return (round(width * dpi) + 0.25) / dpi, (round(height * dpi) + 0.25) / dpi
 
 
 def new_figure(width: float, height: float):
@@ -279,20 +239,34 @@ def fit_slide(fig) -> None:
     if getattr(fig, "_pagedsim_slide", False):
         return
     fig.set_size_inches(*SLIDE_IN)
-    _raise_ticks(fig, SLIDE_MIN_PT)
-    for text in fig.findobj(Text):
-        if text.get_text() and text.get_fontsize() < SLIDE_MIN_PT:
-            text.set_fontsize(SLIDE_MIN_PT)
+    _raise_text(fig, SLIDE_MIN_PT)
     _wrap_to_figure(fig)
     fig._pagedsim_slide = True
+
+
+def canvas(size: tuple[float, float], xlim: tuple[float, float], ylim: tuple[float, float]):
+    """(figure, axes) for a diagram: one axes filling a figure of `size` inches, limits
+    `xlim` x `ylim` in the diagram's own units, no frame or ticks."""
+    fig = new_figure(*size)
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_xlim(*xlim)
+    ax.set_ylim(*ylim)
+    ax.set_axis_off()
+    return fig, ax
+
+
+def text_slide(text: str, gid: str):
+    """`--slides`: a slide of words only, `text` wrapped to the slide body at 22 pt."""
+    fig = new_figure(*SLIDE_BODY_IN)
+    wrapped = textwrap.fill(text, 66)
+    fig.text(0.02, 0.96, wrapped, va="top", ha="left", fontsize=22, gid=gid, linespacing=1.25)
+    return fig
 
 
 def _wrap_to_figure(fig) -> None:
     """Text raised to 18 pt may run off the figure: a horizontal text that does is broken
     into lines at spaces (never mid-word), as many as it takes to fit between its anchor and
     the figure's edge."""
-    import textwrap
-
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     page = fig.bbox
@@ -328,18 +302,15 @@ def fit_look(fig) -> None:
         fig.set_size_inches(w * lk.scale, h * lk.scale)
         fig._pagedsim_scaled = True
     if lk.min_pt:
-        _raise_ticks(fig, lk.min_pt)
-        for text in fig.findobj(Text):
-            if text.get_text() and text.get_fontsize() < lk.min_pt:
-                text.set_fontsize(lk.min_pt)
+        _raise_text(fig, lk.min_pt)
     if lk.name != "paper":
         _recolour(fig, lk)
 
 
-def _raise_ticks(fig, min_pt: float) -> None:
-    """Tick labels are made at draw time from each axis's tick settings, so raise those too.
-    Log axes label 10^k in mathtext, whose exponent is set at 70% of the label size: they
-    get plain numbers instead (10, 100, 1000), so no superscript falls under `min_pt`."""
+def _raise_text(fig, min_pt: float) -> None:
+    """Raise every text of `fig`, tick labels included, to at least `min_pt`. Log axes label
+    10^k in mathtext, whose exponent is 70% of the label size: they get plain numbers instead
+    (10, 100, 1000), so no superscript falls under `min_pt`."""
     for ax in fig.axes:
         for axis in (ax.xaxis, ax.yaxis):
             for which in ("major", "minor"):
@@ -352,6 +323,9 @@ def _raise_ticks(fig, min_pt: float) -> None:
             ):
                 if isinstance(get(), LogFormatterSciNotation):
                     put(LogFormatter(base=get()._base, labelOnlyBase=get().labelOnlyBase))
+    for text in fig.findobj(Text):
+        if text.get_text() and text.get_fontsize() < min_pt:
+            text.set_fontsize(min_pt)
 
 
 def _recolour(fig, lk: Look) -> None:
@@ -368,19 +342,10 @@ def _recolour(fig, lk: Look) -> None:
         return to_rgba(swap[key], rgba[3]) if key in swap and rgba[3] > 0 else None
 
     for artist in fig.findobj(lambda a: isinstance(a, (Patch, Line2D, Text))):
-        if isinstance(artist, Patch):
-            pairs = (
-                (artist.get_facecolor, artist.set_facecolor),
-                (artist.get_edgecolor, artist.set_edgecolor),
-            )
-            for get, put in pairs:
-                c = new(get())
-                if c is not None:
-                    put(c)
-        else:
-            c = new(artist.get_color())
+        for name in ("facecolor", "edgecolor") if isinstance(artist, Patch) else ("color",):
+            c = new(getattr(artist, f"get_{name}")())
             if c is not None:
-                artist.set_color(c)
+                getattr(artist, f"set_{name}")(c)
 
 
 def save(fig, path, *, dpi: int = DPI, close: bool = True) -> Path:
@@ -395,14 +360,9 @@ def save(fig, path, *, dpi: int = DPI, close: bool = True) -> Path:
     fit_look(fig)
     if _out["slides"]:
         fit_slide(fig)
+    dpi = _out["dpi"] or (SLIDE_DPI if _out["slides"] else dpi)
     with plt.rc_context(SAVE_RC):
-        fig.savefig(
-            path,
-            dpi=_out["dpi"] or (SLIDE_DPI if _out["slides"] else dpi),
-            metadata=METADATA.get(fmt),
-            facecolor="white",
-            format=fmt,
-        )
+        fig.savefig(path, dpi=dpi, metadata=METADATA.get(fmt), facecolor="white", format=fmt)
     if close:
         plt.close(fig)
     return path

@@ -1,9 +1,7 @@
 """Step through a trace in a matplotlib window: left/right keys or the prev/next buttons.
 
-The stepper's only state is an index into the list of snapshots. Moving to step k
-re-renders snapshot k from scratch, so stepping backward is time travel: the picture
-is exactly the state after step k, not an "undo" of later drawing. Works headless
-too (call `next()`, `prev()`, `go(k)`), which is how the tests drive it.
+The only state is an index into the snapshots; step k is re-rendered from scratch, so
+stepping back is time travel, not an undo. Headless too (`next()`, `prev()`, `go(k)`).
 
     from pagedsim.draw.trace_viewer import Stepper
     Stepper(manager.trace.snapshots).show()   # needs an interactive backend
@@ -65,15 +63,8 @@ class Stepper:
         return self.go(self.index - 1)
 
     def _on_key(self, event) -> None:
-        moves = {
-            "right": 1,
-            "n": 1,
-            " ": 1,
-            "left": -1,
-            "p": -1,
-            "home": -len(self.snapshots),
-            "end": len(self.snapshots),
-        }
+        n = len(self.snapshots)
+        moves = {"right": 1, "n": 1, " ": 1, "left": -1, "p": -1, "home": -n, "end": n}
         if event.key in moves:
             self.go(self.index + moves[event.key])
 

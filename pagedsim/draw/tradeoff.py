@@ -1,15 +1,12 @@
 """Figure 3.5: the block-size trade-off on a seeded ShareGPT-like workload.
 
-Small blocks waste few slots (only the last block of a sequence is partly empty)
-but need long block tables; big blocks need short tables but waste more of their
-last block. Definitions, measured over every decode step of every request:
+Small blocks waste few slots but need long block tables; big blocks, the reverse. Over
+every decode step of every request, with l the length after the step:
 
-    l = the sequence's length after the step (prompt_len + 1 ... prompt_len + output_len)
     wasted slots (%)       = 100 * sum(ceil(l/B)*B - l) / sum(ceil(l/B)*B)
     table entries          = mean over steps of ceil(l/B)  (one int32 per entry)
 
-Workload: `pagedsim.workloads.synthetic("sharegpt", 500, seed=0)` (log-normal
-lengths with the vLLM paper's means, 161 prompt / 338 output tokens).
+Workload: `synthetic("sharegpt", 500, seed=0)` (the vLLM paper's mean lengths).
 Reference: Kwon et al., SOSP 2023, section 7.2 (ablation on block size).
 """
 
@@ -97,28 +94,18 @@ def _waste_panel(ax, data: dict, box_y: float, top: float) -> None:
     waste = np.array([data[b][0] for b in BLOCK_SIZES])
     ax.plot(bs, waste, "o-", color=palette.SEQ_COLOURS[1], lw=2)
     for b, w in zip(bs, waste, strict=True):
-        ax.annotate(
-            f"{w:.1f}%",
-            (b, w),
-            textcoords="offset points",
-            xytext=(0, 8),
-            ha="center",
-            fontsize=8.5,
-        )
+        above = dict(textcoords="offset points", xytext=(0, 8), ha="center", fontsize=8.5)
+        ax.annotate(f"{w:.1f}%", (b, w), **above)
     ax.set_ylabel("wasted slots (% of allocated slots)")
     ax.set_title("internal fragmentation grows with B")
     ax.set_ylim(0, max(waste) * top)
     best = BLOCK_SIZES[int(np.argmin(waste))]
-    ax.text(
-        0.03,
-        box_y,
+    best_text = (
         f"least waste: B={best} ({data[best][0]:.1f}%, {data[best][1]:.0f} entries)\n"
-        f"B=16: {data[16][0]:.1f}% waste, {data[16][1]:.1f} entries",
-        transform=ax.transAxes,
-        va="top",
-        fontsize=9,
-        bbox=dict(boxstyle="round", fc="white", ec="#BBBBBB"),
+        f"B=16: {data[16][0]:.1f}% waste, {data[16][1]:.1f} entries"
     )
+    rounded = dict(boxstyle="round", fc="white", ec="#BBBBBB")
+    ax.text(0.03, box_y, best_text, transform=ax.transAxes, va="top", fontsize=9, bbox=rounded)
     _block_size_axis(ax)
 
 
@@ -129,14 +116,8 @@ def _entries_panel(ax, data: dict) -> None:
     ax.plot(bs, entries, "s-", color=palette.SEQ_COLOURS[4], lw=2)
     for b, e in zip(bs, entries, strict=True):
         last = b == bs[-1]
-        ax.annotate(
-            f"{e:.1f}",
-            (b, e),
-            textcoords="offset points",
-            xytext=(-4 if last else 6, -14 if last else 6),
-            ha="right" if last else "left",
-            fontsize=8.5,
-        )
+        shift = dict(xytext=(-4, -14), ha="right") if last else dict(xytext=(6, 6), ha="left")
+        ax.annotate(f"{e:.1f}", (b, e), textcoords="offset points", fontsize=8.5, **shift)
     ax.set_yscale("log")
     ax.set_ylim(entries.min() / 1.6, entries.max() * 2.2)
     ax.set_ylabel("block-table entries per sequence (mean)")

@@ -3,19 +3,15 @@
     preemption.py      recompute / swap a victim group when the pool runs dry (v0)
     cache_pool.py      the caching pool: hash index, free order, eviction keys (v1)
     prefix_cache.py    reuse every full computed block, prompt and generated, across
-                       requests (vLLM v1 prefix caching; lru / lfu / fifo eviction), in
-                       v1's shape (get_computed_blocks, then allocate_slots) and v0's
+                       requests (vLLM v1 prefix caching; lru / lfu / fifo eviction)
     sliding_window.py  return blocks that fell out of the attention window (with sinks)
-    sliding_window_cache.py  sliding window + prefix caching: skipped blocks stay cached,
-                       v1's hit rule (v1)
+    sliding_window_cache.py  sliding window + prefix caching, v1's hit rule (v1)
     hybrid.py          two KV cache groups (full attention + sliding window) over one
                        pool, hits aligned across groups (v1 HybridKVCacheCoordinator)
 
-Everything is selectable by name: `make_policy("recompute" | "swap", ...)` and
-`PrefixCachingManager(..., eviction="lru" | "lfu" | "fifo")`. A new preemption policy is
-one class and one entry in `PREEMPTION`, a new eviction policy one entry in
-`EVICTION_KEYS` (each registry says how); tests/core/test_registries.py keeps every prose
-list of the names in step.
+Selectable by name: `make_policy("recompute" | "swap", ...)` and
+`PrefixCachingManager(..., eviction="lru" | "lfu" | "fifo")`; a new policy is one entry in
+`PREEMPTION` or `EVICTION_KEYS` (tests/core/test_registries.py keeps the prose in step).
 """
 
 from .cache_pool import EVICTION_KEYS, EVICTION_POLICIES, CachingBlockPool

@@ -1,42 +1,31 @@
 """The prefix cache's block pool: cached free blocks, a hash index, eviction by name (v1).
 
-The reference is vLLM v1's block_pool.py.
-
-vLLM v1 keeps a freed block's contents and hash until the block is handed out again
-(`BlockPool.free_blocks` / `get_new_blocks` / `_maybe_evict_cached_block`). This pool
-does the same on top of `LinkedBlockPool`'s intrusive free list (linked_pool.py), which can
-give a cached block back from the middle of the list when a request hits it:
+The reference is vLLM v1's block_pool.py: a freed block keeps its contents and hash until
+it is handed out again. On `LinkedBlockPool`'s intrusive free list (linked_pool.py), which
+can give a cached block back from the middle when a request hits it:
 
     head -> [uncached free blocks ...] [cached free blocks ...] <- tail
 
-A freed block *without* a hash goes to the head and one *with* a hash to the tail --
-vLLM v1's order (0.34: `free_block_queue.prepend_n(blocks_without_hash)`, in the order
-given, then `append_n(blocks_with_hash)`). One exception, also v1's: `evict_blocks` drops
-a free block's hash and leaves it where it is, so an uncached block can wait among the
-cached ones. `allocate()` takes the head while it is uncached; when the head is cached it
-*evicts* one cached free block (under lru the head itself, as v1's `get_new_blocks` pops
-it), chosen by an entry of `EVICTION_KEYS` (the smallest key goes first):
+Freed blocks without a hash go to the head, with a hash to the tail (vLLM 0.34's
+`free_blocks`: `prepend_n`, then `append_n`); `evict_blocks` drops a free block's hash and
+leaves it in place, as v1 does. `allocate()` takes the head while it is uncached, else
+*evicts* the cached free block with the smallest key of `EVICTION_KEYS[eviction]`
+(under lru the head itself, as v1's `get_new_blocks` pops it; the smallest key goes first):
 
     lru   the one whose last owner let go longest ago (v1's only order: free-queue order)
     lfu   the one hit the fewest times (ties: lru)            -- ours, for the lab
     fifo  the one cached first                                -- ours, for the lab
 
-How to add one: add an entry to `EVICTION_KEYS`, a function (pool, block, now) ->
-sortable key (`now` is a logical clock, `pool.hits_of(b)` and `pool.born_of(b)` are
-there to read). `PrefixCachingManager(eviction=...)`, the policies lab and the name
-checks take their choices from it; tests/core/test_registries.py checks that every prose
-list of the names (README, the package docs, the labs) matches it.
+How to add one: an entry (pool, block, now) -> sortable key in `EVICTION_KEYS` (`now` is a
+logical clock; `pool.hits_of(b)`, `pool.born_of(b)` are there to read); the manager, the
+lab and tests/core/test_registries.py take their names from it.
 
-The index maps a chained hash to the blocks that hold it (v1's
-`cached_block_hash_to_block`, which also allows several blocks per hash: two
-requests that compute the same block at once both keep theirs). A hit is never
-trusted on the hash alone: the tokens are compared, and so is the *content id* of
-the parent -- an id interned per distinct (parent content id, tokens), shared by
-duplicate blocks, and kept while a cached block holds it, a later block of its
-prefix is cached, or a live sequence continues from it (`pin`) -- so a colliding hash
-function cannot splice two prefixes together, while a
-child still matches after its parent was evicted or duplicated, as v1's hash chain
-does (a sliding window's hit may start past evicted blocks).
+The index maps a chained hash to its blocks (v1's `cached_block_hash_to_block`; several
+blocks may share a hash). A hit is never trusted on the hash alone: the tokens are
+compared, and so is the parent's *content id* (one per distinct (parent content id,
+tokens), kept while a cached block, a cached child or a live sequence (`pin`) holds it),
+so a colliding hash function cannot splice two prefixes, while a child still matches
+after its parent was evicted, as v1's hash chain does.
 """
 
 from __future__ import annotations
@@ -203,26 +192,20 @@ class CachingBlockPool(LinkedBlockPool):
         return True
 
     def evict_blocks(self, block_ids: Any) -> None:
-        """Forget the cached contents of these blocks (v1's evict_blocks, used when a KV load
-        fails); ids that hold nothing cached are skipped. A free one stays where it is on the
-        free list, uncached, among the cached blocks, as vLLM 0.34 leaves it (only its hash
-        is dropped; tests/vllm_oracle/test_block_pool_oracle.py). All ids are checked first:
-        all or nothing."""
-        ids = [self._check_id(b) for b in self._iterable(block_ids)]
+        """Forget the cached contents of these blocks (v1's evict_blocks, for a failed KV load),
+        all or nothing; uncached ids are skipped. A free one keeps its place on the free list,
+        as vLLM 0.34 leaves it (tests/vllm_oracle/test_block_pool_oracle.py)."""
+        if isinstance(block_ids, (str, bytes)) or not hasattr(block_ids, "__iter__"):
+            raise TypeError(
+                f"block_ids must be an iterable of block ids, got {type(block_ids).__name__}"
+            )
+        ids = [self._check_id(b) for b in block_ids]
         for b in dict.fromkeys(ids):
             if b not in self._key:
                 continue
             if self.kv_event_queue is not None:
                 self.kv_event_queue.append(self._removed(b))
             self._forget(b)
-
-    @staticmethod
-    def _iterable(blocks: Any) -> list[Any]:
-        if isinstance(blocks, (str, bytes)) or not hasattr(blocks, "__iter__"):
-            raise TypeError(
-                f"block_ids must be an iterable of block ids, got {type(blocks).__name__}"
-            )
-        return list(blocks)
 
     def children_of(self, parent: int) -> list[int]:
         return self._children.get(parent, [])
@@ -324,11 +307,8 @@ class CachingBlockPool(LinkedBlockPool):
         blocks = self._check_ids(blocks)
         unhashed = []
         for b in blocks:
-            count = self._ref[b]
-            if count > 1:
-                self.free(b)
-            elif b in self._key:
-                self.free(b)  # count 0: _push queues it at the tail for eviction
+            if self._ref[b] > 1 or b in self._key:
+                self.free(b)  # a cached block's last free queues it at the tail (_push)
             else:
                 unhashed.append(b)
         for b in reversed(unhashed):  # each at the head in turn: the first given leads

@@ -1,27 +1,21 @@
 """The hybrid allocator: full-attention and sliding-window KV cache groups over one pool (v1).
 
-Gemma-style models interleave full-attention layers with sliding-window layers. vLLM v1
-puts each kind in its own *KV cache group* (`KVCacheGroupSpec`); every group keeps its
-own block table per request, all groups draw blocks from one `BlockPool`, and the
-`HybridKVCacheCoordinator` (v1 kv_cache_coordinator.py) keeps them in step:
+Gemma-style models interleave full-attention and sliding-window layers. vLLM v1 gives each
+kind a *KV cache group* with its own block table per request, all over one `BlockPool`,
+kept in step by `HybridKVCacheCoordinator` (v1 kv_cache_coordinator.py):
 
-    lookup     each group finds its longest cache hit, and the hit is *aligned*: the full
-               group finds k blocks from the start; the window group then searches within
-               those k (from the right, ceil((W - 1) / B) cached blocks suffice, null
-               blocks before them); the full group's hit is cut to the window group's
-               length. Both groups then reuse the same number of tokens.
-    allocate   all or nothing across groups: the blocks both groups need (new blocks plus
-               cached free hits) are counted first; a short pool returns None, changing
-               nothing. The window group's cached free hits are protected while the full
-               group allocates, so one group never evicts the other's hits (vLLM #33775).
-    drop       each group drops on its own: the window group frees what its next query
-               never reads (remove_skipped_blocks), the full group keeps everything.
+    lookup     the hit is *aligned*: the full group finds k blocks from the start, the
+               window group searches within those k, and the full hit is cut to the
+               window's length: both groups reuse the same number of tokens.
+    allocate   all or nothing: both groups' need (new blocks plus cached free hits) is
+               counted first; a short pool returns None. The window group's hits are
+               protected while the full group allocates (vLLM #33775).
+    drop       the window group frees what its next query never reads; the full keeps all.
 
-Here each group is a manager of its own (`PrefixCachingManager` group 0,
-`SlidingWindowPrefixCachingManager` group 1) over one shared `CachingBlockPool`. A
-group's hashes chain from a root of its own, as v1's `BlockHashWithGroupId` keeps the
-groups apart in one index. `snapshot()` shows both tables of a request ("A:full",
-"A:window") over the one pool, for the playground and `draw/hybrid.py`.
+Each group is a manager of its own (`PrefixCachingManager` group 0,
+`SlidingWindowPrefixCachingManager` group 1) over one `CachingBlockPool`, each chaining
+from its own root (v1's `BlockHashWithGroupId`). `snapshot()` shows a request's two tables
+as "A:full" and "A:window" (draw/hybrid.py).
 """
 
 from __future__ import annotations
@@ -93,15 +87,11 @@ class HybridManager:
         self._short = 0  # free blocks the last refused allocate_slots needed
         self._trace = tr.Trace() if trace else None
         if self._trace is not None:
-            self._trace.snapshots.append(
-                self.snapshot(
-                    caption=(
-                        f"a pool of {num_blocks} blocks x {block_size} tokens shared by two KV "
-                        "cache groups: full attention and a sliding window of "
-                        f"{sliding_window} tokens"
-                    )
-                )
+            said = (
+                f"a pool of {num_blocks} blocks x {block_size} tokens shared by two KV cache "
+                f"groups: full attention and a sliding window of {sliding_window} tokens"
             )
+            self._trace.snapshots.append(self.snapshot(caption=said))
 
     # ---- queries -----------------------------------------------------------------------
     @property
@@ -230,10 +220,10 @@ class HybridManager:
         self.full._check_new(seq_id)
         if new_token_ids is None:
             raise ValueError(f"new sequence {seq_id!r} needs new_token_ids (its prompt)")
+        keys = [g.extra_keys(cache_salt, lora_id) for g in self.groups]
         if computed is None:
             tokens = token_ids_arg("new_token_ids", new_token_ids)
             per_group: list[Any] = [None, None]
-            keys = [g.extra_keys(cache_salt, lora_id) for g in self.groups]
             hits: tuple[tuple[int, ...], ...] = ((), ())
         elif (
             not isinstance(computed, HybridComputedBlocks)
@@ -250,15 +240,13 @@ class HybridManager:
                 else token_ids_arg("new_token_ids", new_token_ids)
             )
             per_group, hits = list(computed.per_group), computed.blocks
-            checked: list[ComputedBlocks] = list(computed.per_group)
             if (
                 hits != tuple(c.blocks for c in per_group)
                 or len(set(map(len, hits))) != 1
                 or any(c.num_tokens != computed.num_tokens for c in per_group)
             ):
                 raise ValueError("computed blocks are not one aligned hit of both groups")
-            keys = [g.extra_keys(cache_salt, lora_id) for g in self.groups]
-            for g, c, k in zip(self.groups, checked, keys, strict=True):
+            for g, c, k in zip(self.groups, per_group, keys, strict=True):
                 g._check_computed(c, tokens, list(c.blocks), tokens is c.token_ids, k)
         done = computed.num_tokens if computed is not None else 0
         if done + n > len(tokens):
@@ -270,19 +258,13 @@ class HybridManager:
         if need > self.pool.num_free_blocks:
             self._short = need
             return None
+        extra_keys = dict(cache_salt=cache_salt, lora_id=lora_id)
         with self.pool.protecting(b for b in hits[1] if b >= 0):
             got_full = self.full.allocate_slots(
-                seq_id,
-                n,
-                ahead,
-                tokens,
-                per_group[0],
-                cache_salt=cache_salt,
-                lora_id=lora_id,
-                preempted=preempted,
+                seq_id, n, ahead, tokens, per_group[0], preempted=preempted, **extra_keys
             )
         got_window = self.window.allocate_slots(
-            seq_id, n, ahead, tokens, per_group[1], cache_salt=cache_salt, lora_id=lora_id
+            seq_id, n, ahead, tokens, per_group[1], **extra_keys
         )
         assert got_full is not None and got_window is not None, "the groups' need was miscounted"
         return self._after("arrives", seq_id, (got_full, got_window))
@@ -323,15 +305,11 @@ class HybridManager:
             return got
         self.step += 1
         if self._trace is not None:
-            self._trace.snapshots.append(
-                self.snapshot(
-                    caption=(
-                        f"seq {seq_id} {what} needs {self._short} free blocks in the two groups "
-                        f"together but only {self.pool.num_free_blocks} are free: OutOfBlocks, "
-                        f"nothing changed"
-                    )
-                )
+            said = (
+                f"seq {seq_id} {what} needs {self._short} free blocks in the two groups together "
+                f"but only {self.pool.num_free_blocks} are free: OutOfBlocks, nothing changed"
             )
+            self._trace.snapshots.append(self.snapshot(caption=said))
         raise OutOfBlocks(self._short, self.pool.num_free_blocks, f"seq {seq_id!r} {what}")
 
     def free_sequence(self, seq_id: SeqId) -> None:

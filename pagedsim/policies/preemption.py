@@ -1,37 +1,24 @@
 """Preemption under memory pressure: one class per policy, one registry (vLLM paper Sec. 4.5).
 
-Swap and group preemption follow vLLM v0 (v1 is recompute-only, see the scheduler's
-mode="v1"; vLLM's swap_blocks moves the data).
+Swap and group preemption follow vLLM v0 (v1 only recomputes). When the running sequences
+need more blocks than are free, the scheduler picks a victim *group* (a request's
+sequences, which share blocks) and hands it to a policy:
 
-When the running sequences need more blocks than are free, the scheduler picks a
-victim *group* (all sequences of one request, since they share blocks) and hands it
-to a policy:
+    recompute  free every block of the group and requeue it; its prompt and generated
+               tokens are prefilled again. Counted: `recomputed_tokens`.
+    swap       copy the group's distinct blocks into a fixed host (CPU) pool, free the GPU
+               blocks, later bring them back into fresh ones, keeping the sharing.
+               Counted: `bytes_swapped`. A full host pool falls back to recompute (ours:
+               v0 raises "Aborted due to the lack of CPU swap space").
 
-    recompute  free every block of the group and requeue it; when it is admitted
-               again, its prompt and the tokens it already generated are prefilled
-               again. Counted: `recomputed_tokens` (a shared prompt counts once).
-    swap       copy the group's distinct blocks into a host (CPU) pool of fixed size,
-               free the GPU blocks, and later bring them back into fresh GPU blocks,
-               keeping the sharing between the group's sequences. Counted:
-               `bytes_swapped` (out and in). If the host pool is full, the group
-               falls back to recompute. That fallback is ours: vLLM v0 raises
-               instead (RuntimeError "Aborted due to the lack of CPU swap space"),
-               and vLLM v1 has no swap at all (it preempts by recompute only,
-               relying on the prefix cache).
+The (gpu, host) / (host, gpu) pairs wait in `drain_swaps()` for `cuda_kernels.swap_out` /
+`swap_in`, as copy-on-write pairs wait for `copy_blocks`. SchedulerV0's `SeqGroupPolicy`
+is a `SwapPolicy` that makes v0's choice per group (scheduler_v0.py).
 
-The (gpu, host) / (host, gpu) pairs wait in `drain_swaps()` for the
-`cuda_kernels.swap_out` / `swap_in` launchers, like copy-on-write pairs wait for
-`copy_blocks`. `HostPool` is the host side on its own (fixed host block ids, tables
-saved as labels). The v0 engine preempts with SchedulerV0's `SeqGroupPolicy`, a
-`SwapPolicy` that follows vLLM v0's choice per group (scheduler_v0.py).
-
-How to add a policy: write one class with a `name`, `keeps_kv` (does a preempted group
-wait for a swap-in, or is it recomputed?), `preempt(manager, group)` returning the name
-of the policy that was applied, `swap_in(manager, group)` and a classmethod
-`make(**options)`; then add one entry to `PREEMPTION`. The v0 scheduler, the engine,
-`pagedsim play --preemption-mode` and `pagedsim generate --preemption-mode` (vLLM v0's
-engine argument) take their choices from `PREEMPTION_POLICIES`, and
-tests/core/test_registries.py checks every prose list of the names against it.
+How to add a policy: one class with `name`, `keeps_kv` (is a preempted group swapped back
+in?), `preempt(manager, group)` returning the policy applied, `swap_in(manager, group)`
+and a classmethod `make(**options)`, then one entry in `PREEMPTION`. The scheduler, the
+engine and both `--preemption-mode` options take their choices from `PREEMPTION_POLICIES`.
 """
 
 from __future__ import annotations

@@ -2,56 +2,33 @@
 
 References: v1 kv_cache_manager.py and single_type_kv_cache_manager.py.
 
-Every *full* block whose tokens are known is named by a chained hash of (parent
-block's hash, its own tokens) and stays findable until its block is handed out again
-(`cache_pool.py`). That includes blocks filled by *generated* tokens: the ids reach
-the manager through `append_tokens(..., token_ids=...)`, `decode_step(...,
-token_ids=...)` or `allocate_slots(..., new_token_ids=...)`, and a block is hashed
-as soon as it fills. A sampled token whose KV has not been computed has no slot, so
-it never counts.
-
-Looking up a prompt of n tokens (v1's `get_computed_blocks`):
+Every *full* block whose tokens are known, prompt or generated (ids given to
+`append_tokens`, `decode_step` or `allocate_slots`), is named by a chained hash of
+(parent's hash, its tokens) as soon as it fills, and stays findable until the block is
+handed out again (`cache_pool.py`). A lookup of n tokens (v1's `get_computed_blocks`):
 
     hit = the longest run of cached full blocks from the start, capped at n - 1 tokens
 
-The cap is v1's `max_cache_hit_length = num_tokens - 1`: the last token must be
-computed to get its logits, so a block-aligned, fully cached prompt recomputes its
-last block. Stats are in tokens (`hit_tokens` of `prompt_tokens`), block counts
-beside them.
+(v1's `max_cache_hit_length`: the last token is computed for its logits). Two ways in:
 
-Two ways in:
-    v1 shape   `get_computed_blocks(token_ids)` (a pure lookup), then
-               `allocate_slots(seq, num_new_tokens, num_lookahead_tokens, new_token_ids,
-               computed=...)`: new blocks, or None when short with nothing changed.
-               It never preempts: the v1 scheduler does that and retries.
-               A `ComputedBlocks` is checked again when it comes back, so a stale
-               or forged one (a different prompt, a hit past the cap, a token count
-               its blocks do not hold, other extra keys) is a ValueError, never a
-               silent over-long hit.
-    v0 shape   `add_sequence(seq, n, tokens)`: lookup and allocation in one call. A
-               reclaimer may run when short; the whole request is then planned again,
-               because a reclaimer can free the very sequence holding the hits.
+    v1 shape   `get_computed_blocks(token_ids)` (a pure lookup), then `allocate_slots(seq,
+               num_new_tokens, num_lookahead_tokens, new_token_ids, computed=...)`: new
+               blocks, or None with nothing changed; it never preempts (the scheduler
+               does). A stale or forged `ComputedBlocks` is a ValueError.
+    v0 shape   `add_sequence(seq, n, tokens)`: lookup and allocation in one call; when a
+               reclaimer runs, the request is planned again (it may free the hits).
 
-Extra keys (v1's `generate_block_hash_extra_keys`): a `cache_salt` (one tenant's
-secret) or a `lora_id` (the adapter the KV was computed with) makes a prompt's chain
-start from its own root, so two tenants or two adapters with the same prompt never
-share a block. Also v1's: `reset_prefix_cache()` (refused, False, while a block is in
-use), KV cache events (`enable_kv_cache_events=True`, then `take_events()`, see
-kv_events.py) and `get_num_common_prefix_blocks` (manager.py).
+Extra keys (v1's `generate_block_hash_extra_keys`): a `cache_salt` or a `lora_id` starts a
+prompt's chain from its own root, so two tenants or adapters never share a block. Also
+v1's: `reset_prefix_cache()`, KV cache events (`enable_kv_cache_events=True`,
+`take_events()`, kv_events.py).
 
-A swap (v0) frees a sequence's GPU blocks and later restores it into fresh ones
-(`KVCacheManager.restore_sequences`, policies/preemption.py's `HostPool`). Fresh blocks
-carry no hash, so without more the restored full blocks could never be hit and the
-sequence's next blocks would never be named. vLLM v0's block manager re-hashes every
-swapped-in full block by its tokens (PrefixCachingBlockAllocator.swap_in allocates an
-immutable block for each), and v1 has no swap at all (a preempted request recomputes).
-So this manager does as v0: `prefix_state(seq)` is taken before the sequence is freed,
-and `restore_sequences(..., prefix_state)` chains the restored blocks from the prompt's
-root again and goes on hashing. One difference: v0 reuses a cached block of the same
-content instead of the restored one; this pool keeps both under the hash, as v1's
-index allows. Invariant (checked by tests/cache/test_prefix_cache.py's machine): after
-a swap-in, every full block of the sequence is cached under the chained hash of its
-token prefix.
+A swap (v0) restores a sequence into fresh, unhashed blocks. As vLLM v0's swap_in
+re-hashes every swapped-in full block, `prefix_state(seq)` is taken before the free and
+`restore_sequences(..., prefix_state)` chains the restored blocks again (v0 would reuse a
+cached block of the same content; this pool keeps both under the hash, as v1's index
+allows). Invariant (tests/cache/test_prefix_cache.py's machine): after a swap-in, every
+full block of the sequence is cached under the chained hash of its token prefix.
 """
 
 from __future__ import annotations
@@ -84,8 +61,7 @@ class ComputedBlocks:
 
 
 class PrefixCachingManager(KVCacheManager):
-    """vLLM v1's prefix cache over a CachingBlockPool, in the v1 and v0 shapes (see module
-    doc)."""
+    """vLLM v1's prefix cache over a CachingBlockPool, in the v1 and v0 shapes."""
 
     pool: CachingBlockPool  # the pool's hash index is what the cache looks blocks up in
 
@@ -146,19 +122,16 @@ class PrefixCachingManager(KVCacheManager):
         return keys
 
     def _root_hash(self, keys: Keys) -> int:
-        """The hash a prompt's first block chains from: 0, or one of its extra keys.
-
-        The KV cache group is not one of them: as in v1, the groups' blocks of one prefix
-        carry the same hash (its KV events tell the groups apart by group_idx), and only
-        the index keeps them apart (v1's BlockHashWithGroupId; here each group's chain
-        starts from a content root of its own)."""
+        """The hash a prompt's first block chains from: 0, or its extra keys'. Not its KV cache
+        group's: as in v1, the groups' blocks of one prefix share a hash, and only the index
+        keeps them apart (BlockHashWithGroupId; here a content root per group)."""
         keys = keys[len(self._group_keys) :]
         return 0 if not keys else hash(("extra keys", keys))
 
     # ---- lookups (no side effects) -------------------------------------------------
     def match(self, tokens: Any, *, cache_salt: Any = None, lora_id: Any = None) -> list[int]:
         """The cached blocks holding `tokens`' longest prefix of full blocks (no cap)."""
-        tokens = _ids(tokens)
+        tokens = token_ids_arg("token_ids", tokens)
         keys = self.extra_keys(cache_salt, lora_id)
         return self._match(tokens, len(tokens) // self.block_size, keys)
 
@@ -190,16 +163,11 @@ class PrefixCachingManager(KVCacheManager):
         lora_id: Any = None,
         preempted: bool = False,
     ) -> list[int] | None:
-        """Slots for `num_new_tokens` more computed tokens (+ lookahead), as v1 does.
-
-        A new sequence needs `new_token_ids` (its prompt, or prompt + output after a
-        preemption) and may bring `computed` from `get_computed_blocks` for those ids
-        and the same extra keys. A running one may bring `new_token_ids` sampled since
-        its last call. Returns the newly allocated blocks, or None -- with nothing
-        changed -- when the free blocks (counting cached free hits, which leave the free
-        list) are too few. `preempted` says a new sequence is a preempted request coming
-        back: its lookup is counted apart (CacheStats.record).
-        """
+        """Slots for `num_new_tokens` more computed tokens (+ lookahead), as v1 does: the new
+        blocks, or None, with nothing changed, when the free blocks (cached free hits
+        included) are too few. A new sequence needs `new_token_ids` (its prompt, plus its
+        output after a preemption; `preempted` counts its lookup apart) and may bring
+        `computed` for them; a running one, the ids sampled since its last call."""
         n = count_arg("num_new_tokens", num_new_tokens)
         ahead = count_arg("num_lookahead_tokens", num_lookahead_tokens)
         bool_arg("preempted", preempted)
@@ -218,15 +186,12 @@ class PrefixCachingManager(KVCacheManager):
             if not isinstance(computed, ComputedBlocks):
                 raise TypeError(f"computed must come from get_computed_blocks, got {computed!r}")
             hits = list(computed.blocks)
-        # the ids get_computed_blocks already checked need no second pass
-        same = computed is not None and new_token_ids is computed.token_ids
-        tokens = (
-            computed.token_ids
-            if computed is not None and same
-            else token_ids_arg("new_token_ids", new_token_ids)
-        )
-        if computed is not None:
+            # the ids get_computed_blocks already checked need no second pass
+            same = new_token_ids is computed.token_ids
+            tokens = computed.token_ids if same else token_ids_arg("new_token_ids", new_token_ids)
             self._check_computed(computed, tokens, hits, same, keys)
+        else:
+            tokens = token_ids_arg("new_token_ids", new_token_ids)
         done = len(hits) * self.block_size
         if done + n > len(tokens):
             raise ValueError(f"{done} cached + {n} new tokens exceed the {len(tokens)} known")
@@ -266,8 +231,8 @@ class PrefixCachingManager(KVCacheManager):
     def blocks_to_extend(
         self, seq_id: SeqId, num_new_tokens: int, num_lookahead_tokens: int = 0
     ) -> int:
-        """Free blocks `allocate_slots(seq_id, num_new_tokens, num_lookahead_tokens)` takes
-        from a running sequence (v1: get_num_blocks_to_allocate); changes nothing."""
+        """Free blocks allocate_slots would take for a running sequence (v1:
+        get_num_blocks_to_allocate); changes nothing."""
         table = self._table(seq_id)
         n = count_arg("num_new_tokens", num_new_tokens)
         ahead = count_arg("num_lookahead_tokens", num_lookahead_tokens)
@@ -353,7 +318,7 @@ class PrefixCachingManager(KVCacheManager):
         bool_arg("with_slots", with_slots)
         self._check_new(seq_id)
         num_tokens = count_arg("num_tokens", num_tokens)
-        tokens = _ids(tokens)
+        tokens = token_ids_arg("token_ids", tokens)
         if len(tokens) != num_tokens:
             raise ValueError(f"tokens has {len(tokens)} entries but num_tokens is {num_tokens}")
         cap = max(num_tokens - 1, 0) // self.block_size
@@ -451,10 +416,9 @@ class PrefixCachingManager(KVCacheManager):
             self._publish_stored(seq_id, stored)
 
     def _hash_ahead(self, chains: Iterable[tuple[int, Sequence[int], int]]) -> None:
-        """Call hash_fn for every block a change is about to fill, *before* anything changes,
-        and keep the results for `_cache_full_blocks`: a hash_fn that raises then leaves the
-        manager as it was. `chains` holds (parent hash, token ids from a block boundary,
-        blocks to hash)."""
+        """Call hash_fn for the blocks a change will fill *before* anything changes (a hash_fn
+        that raises leaves the manager as it was); `_cache_full_blocks` takes the results.
+        `chains`: (parent hash, token ids from a block boundary, blocks to hash)."""
         bs, hashes = self.block_size, {}
         for h, run, num_blocks in chains:
             for i in range(num_blocks):
@@ -511,9 +475,8 @@ class PrefixCachingManager(KVCacheManager):
     def _publish_stored(
         self, seq_id: SeqId, stored: list[tuple[int, int, int | None, Tokens]]
     ) -> None:
-        """One BlockStored per run of consecutive newly cached blocks (v1: cache_full_blocks).
-
-        `stored` holds (logical, hash, parent hash or None at the prompt start, tokens)."""
+        """One BlockStored per run of consecutive newly cached blocks (v1: cache_full_blocks);
+        `stored`: (logical, hash, parent hash or None at the prompt start, tokens)."""
         lora = dict(self._extra.get(seq_id, ())).get("lora_id")
         window = getattr(self, "sliding_window", None)  # a sliding-window group names its window
         spec: dict[str, Any] = dict(
@@ -633,9 +596,7 @@ class PrefixCachingManager(KVCacheManager):
 
     def _restore_prefix_state(self, seq_id: SeqId, state: Any) -> None:
         """Chain the restored blocks from the prompt's root again, as at admission (v0's
-        swap-in re-hashes every full block by its tokens; this pool keeps a duplicate
-        beside a cached block of the same content, as v1's index does, instead of
-        reusing it)."""
+        swap-in re-hashes every full block; see the module doc)."""
         tokens, keys = state
         self._known[seq_id] = list(tokens)
         self._extra[seq_id] = keys
@@ -682,16 +643,10 @@ class PrefixCachingManager(KVCacheManager):
             )
 
 
-def _ids(tokens: Any) -> Tokens:
-    """Token ids as a tuple of Python ints in [0, 2**63) (TypeError / ValueError otherwise)."""
-    return token_ids_arg("token_ids", tokens)
-
-
 def _common(a: Tokens, b: Tokens) -> int:
+    """The length of the common prefix of two token runs."""
     n = 0
-    for x, y in zip(a, b, strict=False):  # the common prefix of two lengths
-        if x != y:
-            break
+    while n < min(len(a), len(b)) and a[n] == b[n]:
         n += 1
     return n
 

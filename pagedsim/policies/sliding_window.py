@@ -1,31 +1,20 @@
 """Sliding-window attention with attention sinks: old blocks go back to the pool (v1).
 
-References: the chapter's 3.x, Mistral, StreamingLLM.
+References: Mistral; StreamingLLM (Xiao et al. 2023) for the sinks, which vLLM lacks.
 
-With a window of W tokens and S sink tokens, the query at position q attends to
-positions p with p < S (the sinks, Xiao et al. 2023, "StreamingLLM") or
-q - W < p <= q (the window: W tokens, itself included). Logical block i covers
-positions [i*B, (i+1)*B). Once n tokens are computed, the next query is at position
-n and reads nothing before n - W + 1, so block i can never be attended again when
+With a window of W tokens and S sinks, the query at q reads p < S and q - W < p <= q.
+Block i covers [i*B, (i+1)*B); once n tokens are computed the next query (at n) never
+reads block i again when
 
     (i + 1) * B <= n - W + 1   and   i * B >= S
 
-The manager frees it and writes NULL_BLOCK into the table entry, keeping the logical
-numbering of the later blocks intact. This is vLLM v1's
-`SlidingWindowManager.remove_skipped_blocks(request_id, num_computed_tokens)`: v1
-skips the first num_computed_tokens - W + 1 tokens (`get_num_skipped_tokens`) and marks
-their blocks with its null block. Attention sinks are StreamingLLM's, not a vLLM
-mechanism. With prefix caching on, the v1 combination is in sliding_window_cache.py.
-
-n counts *computed* tokens only: lookahead slots (v1's speculative tokens) are
-allocated but not computed, so they never push the window forward. A step's own
-tokens count as computed when it ends (the simulator has no separate model run), so
-the table after a step serves the next token's query; the kernel side is
-`paged_attention(..., ScoreMask(sliding_window=W, sinks=S))` run for that query, which
-masks exactly the positions dropped here.
-
-Blocks are dropped at the end of every public step (a decode step included), so the
-live blocks of a sequence never exceed ceil(S/B) + ceil(W/B) + 1 (+ its lookahead).
+It is freed and its entry becomes NULL_BLOCK, keeping later logical numbers: vLLM v1's
+`SlidingWindowManager.remove_skipped_blocks` (skipping `get_num_skipped_tokens` =
+n - W + 1). With prefix caching, see sliding_window_cache.py. n counts *computed* tokens
+only (lookahead slots never push the window); a step's tokens count when it ends, so the
+table serves the next query, masked the same by `ScoreMask(sliding_window=W, sinks=S)`.
+Invariant: after every public step a sequence names exactly `kept(...)` blocks, at most
+ceil(S/B) + ceil(W/B) + 1 (+ lookahead).
 """
 
 from __future__ import annotations
@@ -81,14 +70,10 @@ class SlidingWindowManager(KVCacheManager):
         return blocks_needed(num_tokens, bs) - gone
 
     def peak_blocks(self, prompt_len: int, total_len: int, max_chunk: int | None = None) -> int:
-        """The most blocks a sequence holds at once while growing to total_len slots.
-
-        With `max_chunk` (v1's chunked prefill: at most max_num_batched_tokens slots a step,
-        plus lookahead): the W - 1 computed tokens the next query reads plus one chunk,
-        anywhere in a block -- v1's SlidingWindowSpec.max_memory_usage_bytes,
-        cdiv(min(W - 1 + max_chunk, total_len), B) + 1 -- plus the sink blocks. Without it
-        (v0: a whole prompt in one step) the whole prompt is held until the step ends, and
-        later the window plus one new block."""
+        """The most blocks a sequence holds at once while growing to total_len slots. With
+        `max_chunk` (v1's chunked prefill), v1's SlidingWindowSpec.max_memory_usage_bytes:
+        cdiv(min(W - 1 + max_chunk, total_len), B) + 1, plus the sink blocks. Without it (v0:
+        a whole prompt in one step), the prompt, then the window plus one new block."""
         prompt_len = count_arg("prompt_len", prompt_len)
         total_len = max(prompt_len, count_arg("total_len", total_len))
         if max_chunk is not None:

@@ -1,20 +1,14 @@
 """Sliding window + prefix caching, as vLLM v1 combines them (v1 single_type_kv_cache_manager.py).
 
-Two rules of v1's `SlidingWindowManager`:
+1. Blocks out of the window are freed (`remove_skipped_blocks`), their entries null; a
+   freed block keeps its hash at the free queue's tail, so a later request can hit it.
+   Here they drop at the end of each step (v1: when allocating).
+2. A hit need not start at block 0 (`find_longest_cache_hit`): the ceil((W - 1) / B)
+   blocks just before the tokens to compute suffice. The search runs from the right; the
+   earliest such run ends the hit, null blocks before it; with no full run, the hit is
+   the cached blocks from block 0, as for full attention (capped at num_tokens - 1).
 
-1. Blocks that fall out of the window are freed (`remove_skipped_blocks`) and their
-   table entries become the null block. A freed block keeps its hash, so it joins
-   the tail of the free queue as an eviction candidate: a later request can still
-   hit it. Here they are dropped at the end of each step (v1: when allocating).
-2. A hit need not start at block 0 (`find_longest_cache_hit`): a query only reads
-   the last W tokens, so it is enough that the ceil((W - 1) / B) blocks just before
-   the tokens to compute are cached. The search runs from the right; the earliest
-   such run of cached blocks ends the hit, and every block before it is null. If no
-   full run exists, the hit is the cached blocks from block 0 on, as for full
-   attention. The `num_tokens - 1` cap applies as before.
-
-With attention sinks (ours, not v1's) the first blocks are read too, so rule 2 is
-used only when `sinks == 0`; otherwise a hit must start at block 0.
+With attention sinks (ours) the first blocks are read too, so a hit then starts at 0.
 """
 
 from __future__ import annotations
