@@ -200,7 +200,7 @@ def _curriculum_report(exercises) -> int:
 
 def _mutants_report(args, chosen) -> int:
     try:
-        from .mutants_report import report
+        from .mutation import report
     except ImportError:
         return _usage_error(
             "pagedsim check",

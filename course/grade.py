@@ -1,45 +1,19 @@
 """`pagedsim grade DIR`: grade a folder of submissions, one process per student x exercise.
 
-    DIR/
-      alice/ex3_4a_free_list.py      files are named like the stubs (course/curriculum.toml)
-      alice/ex3_4b_copy_on_write.py
-      bob/ex3_4a_free_list.py         (or anywhere below bob/, e.g. bob/hw3/ex3_4a_free_list.py)
+    DIR/alice/ex3_4a_free_list.py   files named like the stubs, anywhere below the student's
+    DIR/bob/hw3/ex3_4a_free_list.py folder (course/curriculum.toml)
 
-    pagedsim grade DIR [--exercise ID ...] [--timeout S] [--json] [--extra-checks PATH ...]
-                       [--workers N] [--sandbox | --no-sandbox] [--csv FILE]
-                       [--results-json FOLDER] [--memory-mib MIB] [--cpu-seconds S]
-                       [--max-reply-mib MIB] [--pairs FILE]
-
-Every (student, exercise) runs `pagedsim check ID --impl FILE --json` in a new
-process group; at the time limit the whole group is killed (SIGKILL), so an endless loop at
-import or inside a check costs exactly `--timeout` seconds and is reported as
-`timeout`. The checker runs from a private student build (`export-course`, code
-only) made for the run, so the reference solutions are neither importable nor on
-disk where `course.__file__` points (one job: grade_job.py; the reports: grade_report.py;
-similarity to the reference and between students: grade_similarity.py, in a child with
-limits of its own). Each student's folder is walked once, bounded (pagedsim/testing/walk.py:
-no recursion, no link followed, a depth, a count and byte limits; past one, every row of
-that student says why), and the files are read, in bounded chunks, into a private spool
-before the first job: each job grades those bytes; DIR is hashed after every job (`Watch`).
-As root, each job's checker runs as a uid of its own with no capability, and is forked from
-its worker's warm process (grade_warm.py) rather than started cold.
-How a submission is isolated (`decide_mode`): bubblewrap where it works, a uid of its own
-per job when the grader is root; with neither, grading is refused unless --no-sandbox,
-and every result is then `verified: false` (the threat model: course/INSTRUCTORS.md).
-The statuses:
-
-    pass     every check passed
-    fail     the file imports and runs, some checks fail (their names are listed)
-    timeout  killed at the time limit
-    error    the file is missing, does not parse, crashes or calls sys.exit at
-             import, imports the reference solution, or the checker itself died
-
-`--extra-checks` adds the instructor's own pytest files (hidden from students): each
-test in them must call `course.impl.load_impl(ID)` to get the submission. Without
-`--exercise`, every exercise that at least one student handed in is graded, and a
-student without that file gets `error` ("no file ..."). Exit status: 0 when every
-result was produced (whatever the grades), 2 for bad arguments (checked before anything
-is probed or started).
+Every (student, exercise) runs `pagedsim check ID --impl FILE --json` in a session of its own,
+killed whole at `--timeout` (status `timeout`), from a private build without the solutions (one job:
+grade_job.py; reports: grade_report.py; similarity: grade_similarity.py). Each student's folder is
+walked once, bounded (pagedsim/testing/walk.py), and read into a private spool before the first job;
+DIR is hashed after every job (`Watch`). As root, each checker runs as a uid of its own, forked from
+its worker's warm process (grade_warm.py). Isolation (`decide_mode`): bubblewrap where it works, a
+uid per job as root; with neither, grading is refused unless --no-sandbox, and every result is
+`verified: false`. Statuses: pass, fail, timeout, error (missing, unparsable, crashing or solution-
+importing file, or a dead checker). Without --exercise, every exercise some student handed in is
+graded. Exit status 0 when every result was produced, 2 for bad arguments (checked before anything
+starts). The threat model and options: course/INSTRUCTORS.md.
 """
 
 from __future__ import annotations
@@ -77,9 +51,8 @@ from .grade_report import as_csv, as_json, pairs_csv, printable, table, write_gr
 
 
 def plan(root: Path, exercise_ids=None, limits: ReadLimits = READ_LIMITS):
-    """({student: Handed}, exercises to grade): every sub-folder (a link to one too: it gets
-    a row that says why it was not walked), each walked once, and the chosen exercises, or
-    those at least one student handed in."""
+    """({student: Handed}, exercises to grade): every sub-folder walked once (a link to one
+    gets a row saying why), and the chosen exercises, or those some student handed in."""
     exercises = curriculum.load()
     names = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     handed = {s: survey(root / s, exercises, limits) for s in names}
@@ -92,8 +65,7 @@ def plan(root: Path, exercise_ids=None, limits: ReadLimits = READ_LIMITS):
 
 class Spool:
     """What every job grades, read before the first job starts (so no job can change another
-    student's file), one bounded file at a time, into a folder of the grader's own: the
-    grader never holds more than one file (ReadLimits.file_bytes) per worker in memory."""
+    student's file) into a folder of the grader's own, one bounded file at a time."""
 
     def __init__(self, folder: Path):
         self.folder = folder
@@ -124,20 +96,16 @@ class Spool:
 
 
 class Graded(list):
-    """grade()'s answer: the Results, one per student x exercise, and the similarity report
-    (`similarity.Report`: the most similar student pairs per exercise)."""
+    """grade()'s answer: a Result per student x exercise, and the similarity report."""
 
     similarity: similarity.Report
 
 
 class Watch:
-    """Who changed a file under DIR: after each job ends, each student's folder is hashed
-    again (by content, jail.contents: bounded, no link followed) and every change since the
-    last look is blamed on each job that ran since then (the one job, with --workers 1).
-    Files are graded from the bytes read when grading began (Spool), so a change never
-    reaches the student whose file it was. Past ReadLimits.student_bytes hashed in one
-    folder, a file is known by its size, ctime and inode, so a student's 1 GiB file (or
-    5,000 files of 1 MiB) is not read again after every job."""
+    """Who changed a file under DIR: after each job, each student's folder is hashed again
+    (jail.contents) and every change is blamed on each job that ran since the last look.
+    Past ReadLimits.student_bytes in one folder, a file is known by its size, ctime and
+    inode, so a huge folder is not read again after every job."""
 
     def __init__(self, root: Path, limits: ReadLimits = READ_LIMITS):
         self.root, self.limits, self.lock = root, limits, threading.Lock()
@@ -176,10 +144,9 @@ class Watch:
 def decide_mode(
     sandbox: bool | None, *, as_user: bool | None = None, limits=None, max_reply: int = 64 << 20
 ) -> Mode:
-    """The isolation a run gets: bubblewrap when asked or by default where it works, and a uid
-    of its own per job whenever one can run Python here (`as_user` forces it). ValueError
-    when the sandbox was asked for and does not work, or when nothing would isolate a
-    submission and --no-sandbox was not given (then every result would be unverified)."""
+    """The isolation a run gets: bubblewrap when asked or where it works, and a uid per job
+    whenever one can run Python here (`as_user` forces it). ValueError when the sandbox was
+    asked for and does not work, or nothing would isolate a submission unasked."""
     works = jail.bwrap() is not None
     if sandbox and not works:
         raise ValueError(
@@ -209,9 +176,7 @@ def grade(
     limits: ReadLimits = READ_LIMITS,
 ) -> Graded:
     """Grade every (student, exercise) of `root`; `command(ex_id, path, extra)` replaces the
-    checker command (tests use a fake). `mode` (default: `decide_mode(None)`, the best this
-    machine offers) says how each submission is isolated; `limits`, how much of a student's
-    folder is walked and read."""
+    checker command (tests use a fake); `mode` defaults to the best this machine offers."""
     root = Path(root).resolve()
     handed, exercises = plan(root, exercise_ids, limits)
     mode = mode or decide_mode(None)
@@ -252,8 +217,7 @@ def grade(
 
 
 def _build(tmp: Path) -> dict:
-    """{relative path: bytes} of the code without solutions (`export-course`), held in memory
-    so that no job can change another's."""
+    """{relative path: bytes} of the code without solutions (`export-course`), in memory."""
     written = export.export(tmp / "build", prefixes=export.PACKAGES)
     build = {rel: (tmp / "build" / rel).read_bytes() for rel in written}
     shutil.rmtree(tmp / "build")
@@ -261,14 +225,12 @@ def _build(tmp: Path) -> dict:
 
 
 def _warm_fits(mode: Mode, command) -> bool:
-    """Whether the run's checkers fork from warm processes (course/grade_warm.py): as root, in
-    a verified mode, with the real checker."""
+    """Whether checkers fork from warm processes: as root, verified, with the real checker."""
     return mode.warm and mode.verified and command is None and os.geteuid() == 0
 
 
 def _warm(tmp: Path, build: dict, extra, workers: int) -> grade_warm.Pool:
-    """The run's warm checkers, and the copy of the build they import from: read-only,
-    readable by every job's checker (it holds what each job's own copy holds)."""
+    """The run's warm checkers, and the read-only copy of the build they import from."""
     folder = tmp / "warm"
     for rel, body in build.items():
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -279,8 +241,8 @@ def _warm(tmp: Path, build: dict, extra, workers: int) -> grade_warm.Pool:
 
 
 def _in_parallel(run: Run, todo, spool: Spool, watch: Watch, workers: int) -> list[Result]:
-    """One Result per (student, exercise, path) of `todo`, in that order, `workers` at a time;
-    each job holds a slot (its uids, when the grader is root) while it runs."""
+    """One Result per (student, exercise, path) of `todo`, in order, `workers` at a time;
+    each job holds a slot (its uids, as root) while it runs."""
     slots: queue.Queue = queue.Queue()
     for n in range(max(1, workers)):
         slots.put(n)

@@ -1,28 +1,24 @@
 """Mutation testing of the reference solutions: do the checks catch the bugs they must?
 
-Two kinds of mutant. The *named* ones are the mistakes students make: a table of text patches
-of the solutions, `ch03_kv_block/mutants.toml`, which this module loads (`WRONG`, `RIGHT`) and
-applies (`Mutant.apply`); `pagedsim check --mutants` runs them (course/mutants_report.py).
-The *generic* ones are the blind measure: every mutant of a solution made by rewriting its
-syntax tree at one point, of four kinds:
+The *named* mutants are the mistakes students make: text patches of the solutions in
+`ch03_kv_block/mutants.toml` (`WRONG`: some check must fail on each; `RIGHT`: correct
+variants, each must pass). The *generic* ones are the blind measure: every mutant made by
+rewriting a solution's syntax tree at one point, of four kinds:
 
-    operator    + -> -, - -> +, * -> /, / -> *, // -> /, % -> //, & -> |, | -> &, ** -> *,
-                << <-> >>, and/or swapped, unary - and not dropped (also in `x += ...`)
+    operator    + <-> -, * <-> /, // -> /, % -> //, & <-> |, ** -> *, << <-> >>, and <-> or,
+                unary - and not dropped (also in `x += ...`)
     comparison  < <-> <=, > <-> >=, == <-> !=, is <-> is not, in <-> not in
     constant    an int or float c -> c + 1, True <-> False (strings are left alone)
-    statement   one statement inside a function body replaced by `pass`
-                (docstrings and imports are never deleted)
+    statement   one statement of a function body replaced by `pass` (not docstrings, imports)
 
-Each mutant is unparsed (ast.unparse) to a temporary file and run against the
-exercise's checks, stopping at the first failure; a check that fails, errors or runs
-past the time limit *catches* it. EQUIVALENT (ch03_kv_block/equivalent_mutants.toml) lists
-the mutants that cannot change any observable behaviour, each with its reason: they are
-reported, not counted.
+A check that fails, errors or times out on a mutant catches it. EQUIVALENT
+(ch03_kv_block/equivalent_mutants.toml) lists, with reasons, the mutants no check can tell
+from the solution: reported, not counted. At least GENERIC_TARGET of the rest must be caught.
 
+    pagedsim check --mutants [--generic [--sample N]]      (`report`)
     python -m course.mutation [ID ...] [--sample N] [--list] [--survivors]
-    pagedsim check --mutants --generic [--sample N]
 
-The full measurement takes minutes; CI runs a small deterministic sample
+The full measurement takes minutes; CI runs a small seeded sample
 (tests/course/test_generic_mutants.py).
 """
 
@@ -41,6 +37,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+GENERIC_TARGET = 0.95  # the share of generic mutants the checks must catch, per exercise
 CATALOGUE = Path(__file__).parent / "ch03_kv_block" / "mutants.toml"
 EQUIVALENTS = CATALOGUE.with_name("equivalent_mutants.toml")
 
@@ -86,54 +83,31 @@ def right_for(exercise_id: str) -> list[Mutant]:
     return [m for m in RIGHT if m.exercise == exercise_id]
 
 
-OPERATORS = {  # binary (also in `x += ...`) and boolean
-    ast.Add: ast.Sub,
-    ast.Sub: ast.Add,
-    ast.Mult: ast.Div,
-    ast.Div: ast.Mult,
-    ast.FloorDiv: ast.Div,
-    ast.Mod: ast.FloorDiv,
-    ast.BitAnd: ast.BitOr,
-    ast.BitOr: ast.BitAnd,
-    ast.Pow: ast.Mult,
-    ast.LShift: ast.RShift,
-    ast.RShift: ast.LShift,
-    ast.And: ast.Or,
-    ast.Or: ast.And,
-}
-_CMP_PAIRS = (  # each comparison becomes the other one of its pair, both ways
+_BOTH_WAYS = (  # each operator becomes the other one of its pair, and back
+    (ast.Add, ast.Sub),
+    (ast.Mult, ast.Div),
+    (ast.BitAnd, ast.BitOr),
+    (ast.LShift, ast.RShift),
+    (ast.And, ast.Or),
     (ast.Lt, ast.LtE),
     (ast.Gt, ast.GtE),
     (ast.Eq, ast.NotEq),
     (ast.Is, ast.IsNot),
     (ast.In, ast.NotIn),
 )
-CMPOPS = {a: b for x, y in _CMP_PAIRS for a, b in ((x, y), (y, x))}
-SYMBOL = {
-    ast.Add: "+",
-    ast.Sub: "-",
-    ast.Mult: "*",
-    ast.Div: "/",
-    ast.FloorDiv: "//",
-    ast.Mod: "%",
-    ast.BitAnd: "&",
-    ast.BitOr: "|",
-    ast.Pow: "**",
-    ast.LShift: "<<",
-    ast.RShift: ">>",
-    ast.Lt: "<",
-    ast.LtE: "<=",
-    ast.Gt: ">",
-    ast.GtE: ">=",
-    ast.Eq: "==",
-    ast.NotEq: "!=",
-    ast.Is: "is",
-    ast.IsNot: "is not",
-    ast.In: "in",
-    ast.NotIn: "not in",
-    ast.And: "and",
-    ast.Or: "or",
-}
+# binary (also in `x += ...`), boolean and comparison operators -> the mutant's operator
+SWAP = {a: b for x, y in _BOTH_WAYS for a, b in ((x, y), (y, x))}
+SWAP.update({ast.FloorDiv: ast.Div, ast.Mod: ast.FloorDiv, ast.Pow: ast.Mult})
+
+
+def _symbol(op: type) -> str:
+    """How Python writes the operator `op`: ast.Add is "+", ast.NotIn "not in"."""
+    a, b = ast.Name("a"), ast.Name("b")
+    if issubclass(op, ast.cmpop):
+        return ast.unparse(ast.Compare(a, [op()], [b]))[2:-2]
+    if issubclass(op, ast.boolop):
+        return ast.unparse(ast.BoolOp(op(), [a, b]))[2:-2]
+    return ast.unparse(ast.BinOp(a, op(), b))[2:-2]
 
 
 def _equivalent() -> dict[tuple[str, str], str]:
@@ -230,9 +204,9 @@ def _drop_unary(n) -> None:
 
 
 def _operator_points(node) -> list:
-    if isinstance(node, (ast.BinOp, ast.AugAssign, ast.BoolOp)) and type(node.op) in OPERATORS:
-        new = OPERATORS[type(node.op)]
-        change = f"{SYMBOL[type(node.op)]} -> {SYMBOL[new]}"
+    if isinstance(node, (ast.BinOp, ast.AugAssign, ast.BoolOp)) and type(node.op) in SWAP:
+        new = SWAP[type(node.op)]
+        change = f"{_symbol(type(node.op))} -> {_symbol(new)}"
         return [(node, "operator", change, lambda n, new=new: setattr(n, "op", new()))]
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Not, ast.Invert)):
         return [(node, "operator", f"unary {type(node.op).__name__} dropped", _drop_unary)]
@@ -242,17 +216,13 @@ def _operator_points(node) -> list:
 def _comparison_points(node) -> list:
     out = []
     for k, op in enumerate(node.ops):
-        if type(op) in CMPOPS:
-            new = CMPOPS[type(op)]
+        if type(op) in SWAP:
+            new, was = SWAP[type(op)], _symbol(type(op))
             left = node.left if k == 0 else node.comparators[k - 1]
-            what = f"{ast.unparse(left)} {SYMBOL[type(op)]} {ast.unparse(node.comparators[k])}"
+            what = f"{ast.unparse(left)} {was} {ast.unparse(node.comparators[k])}"
+            change = f"{what}: {was} -> {_symbol(new)}"
             out.append(
-                (
-                    node,
-                    "comparison",
-                    f"{what}: {SYMBOL[type(op)]} -> {SYMBOL[new]}",
-                    lambda n, k=k, new=new: n.ops.__setitem__(k, new()),
-                )
+                (node, "comparison", change, lambda n, k=k, new=new: n.ops.__setitem__(k, new()))
             )
     return out
 
@@ -300,29 +270,16 @@ def generate(exercise_id: str, source: str) -> list[tuple[Generic, str]]:
     """Every generic mutant of `source`, with its mutated source text."""
     lines = source.splitlines()
     functions = _functions(ast.parse(source))
-    count = len(_points(ast.parse(source)))
     out = []
-    for index in range(count):
+    for index in range(len(_points(ast.parse(source)))):
         tree = ast.parse(source)
         node, kind, change, apply = _points(tree)[index]
         apply(node)
-        mutated = ast.unparse(ast.fix_missing_locations(tree))
         line = getattr(node, "lineno", 0)
-        col = getattr(node, "col_offset", 0)
+        where = (lines[line - 1].strip() if line else "", functions.get(line, ""))
+        m = Generic(exercise_id, index, kind, line, change, *where)
         out.append(
-            (
-                Generic(
-                    exercise_id,
-                    index,
-                    kind,
-                    line,
-                    change,
-                    lines[line - 1].strip() if line else "",
-                    functions.get(line, ""),
-                ),
-                mutated,
-                col,
-            )
+            (m, ast.unparse(ast.fix_missing_locations(tree)), getattr(node, "col_offset", 0))
         )
     by_key: dict[str, list] = {}
     for item in out:
@@ -377,6 +334,69 @@ def score(results: list[Result]) -> tuple[int, int, int]:
     """(caught, counted, equivalent): equivalent mutants are not counted."""
     counted = [r for r in results if r.equivalent is None]
     return sum(r.caught_by is not None for r in counted), len(counted), len(results) - len(counted)
+
+
+def named(exercises) -> tuple[list, int]:
+    """Rows (exercise, mutant, caught by or 'NOT CAUGHT') and the number of failing solutions."""
+    from .runner import print_report, run_checks
+
+    sol_bad, rows = 0, []
+    with tempfile.TemporaryDirectory(prefix="pagedsim-mutants-") as tmp:
+        for ex in exercises:
+            sol = run_checks(ex, ex.path("solution"))
+            if not sol.ok:
+                sol_bad += 1
+                print_report(sol, verbose=True, hint=False)
+                print(f"  ^ the reference solution of {ex.id} does not pass its own checks")
+            for m in wrong_for(ex.id):
+                path = Path(tmp) / f"{ex.id.replace('.', '_')}_{m.name}.py"
+                path.write_text(m.apply(ex.path("solution").read_text()))
+                # our own mutants
+                res = run_checks(ex, path, stop_at_first=True, seconds=20, isolate=False)
+                caught = res.failures[0].check if res.failures else None
+                missed = "NOT CAUGHT" + (f" ({res.error})" if res.error else "")
+                rows.append((ex.id, m.name, caught or missed))
+            for m in right_for(ex.id):  # correct, written differently
+                path = Path(tmp) / f"{ex.id.replace('.', '_')}_right_{m.name}.py"
+                path.write_text(m.apply(ex.path("solution").read_text()))
+                res = run_checks(ex, path, isolate=False)
+                if not res.ok:
+                    sol_bad += 1
+                    print_report(res, verbose=True, hint=False)
+                    print(f"  ^ {ex.id}'s correct variant {m.name} is rejected ({m.mistake})")
+    return rows, sol_bad
+
+
+def report(exercises, *, generic: bool = False, sample: int | None = None) -> int:
+    rows, sol_bad = named(exercises)
+    if rows:
+        w0, w1 = max(len(r[1]) for r in rows), max(len(r[2]) for r in rows)
+        print(f"{'exercise':<8} | {'mutant':<{w0}} | caught by")
+        print(f"{'-' * 8}-+-{'-' * w0}-+-{'-' * w1}")
+        for r in rows:
+            print(f"{r[0]:<8} | {r[1]:<{w0}} | {r[2]}")
+    caught = sum(1 for r in rows if not r[2].startswith("NOT CAUGHT"))
+    print(
+        f"\n{caught}/{len(rows)} mutants caught; "
+        f"{len(exercises) - sol_bad}/{len(exercises)} solutions pass"
+    )
+    bad = bool(sol_bad or caught < len(rows))
+    if generic:
+        what = f"a seeded sample of {sample} per exercise" if sample else "all of them"
+        print(
+            f"\ngeneric mutants of each solution ({what}; "
+            "python -m course.mutation --survivors lists them):"
+        )
+        for ex in exercises:
+            got, counted, eq = score(measure(ex, sample=sample))
+            share = got / counted if counted else 1.0
+            bad |= share < GENERIC_TARGET
+            print(
+                f"  {ex.id:<5} {got:>4}/{counted:<4} caught ({share:.1%})"
+                + (f", {eq} equivalent" if eq else ""),
+                flush=True,
+            )
+    return 1 if bad else 0
 
 
 def main(argv: list[str] | None = None) -> int:
