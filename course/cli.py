@@ -34,13 +34,8 @@ LESSONS = {s: curriculum.lesson_module(s) for s in curriculum.sections()}  # fro
 
 
 def _lang_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--lang",
-        choices=i18n.LANGS,
-        help="language of the text (default: from the "
-        "locale, "
-        "Chinese when LANG or LC_ALL starts with zh, else English)",
-    )
+    default = "from the locale, Chinese when LANG or LC_ALL starts with zh, else English"
+    p.add_argument("--lang", choices=i18n.LANGS, help=f"language of the text (default: {default})")
 
 
 def lesson_main(argv: list[str]) -> int:
@@ -48,11 +43,9 @@ def lesson_main(argv: list[str]) -> int:
 
     p = ArgParser(prog="pagedsim lesson", description="print and run a chapter-3 lesson")
     p.add_argument("section", nargs="?", help=f"{next(iter(LESSONS))} ... {list(LESSONS)[-1]}")
+    out = "a new temporary folder; the files written are named"
     p.add_argument(
-        "--out",
-        type=Path,
-        help="where a lesson that draws writes its figures (default: a new "
-        "temporary folder; the files written are named)",
+        "--out", type=Path, help=f"where a lesson that draws writes its figures (default: {out})"
     )
     p.add_argument("--no-demo", action="store_true", help="print the text only")
     _lang_arg(p)
@@ -83,20 +76,14 @@ def lesson_main(argv: list[str]) -> int:
         written = sorted(set(out.rglob("*")) - before)
         print()
     for ex in (e for e in curriculum.load() if e.section == args.section):
-        mine = workspace.find(ex)
-        where = (
-            str(mine)
-            if mine
-            else i18n.say(
-                f"{workspace.DEFAULT}/{Path(ex.stub).name} (create it with `pagedsim workspace`)",
-                f"{workspace.DEFAULT}/{Path(ex.stub).name}（先运行 `pagedsim workspace` 生成）",
-            )
+        mine, stub = workspace.find(ex), f"{workspace.DEFAULT}/{Path(ex.stub).name}"
+        make = i18n.say(
+            " (create it with `pagedsim workspace`)", "（先运行 `pagedsim workspace` 生成）"
         )
-        print(
-            f"{i18n.say('exercise', '练习')} {ex.id}: {ex.title_in(lang)}\n  "
-            f"{i18n.say('edit ', '编辑')}  {where}\n  {i18n.say('check', '检查')}  pagedsim "
-            f"check {ex.id}"
-        )
+        where = str(mine) if mine else stub + make
+        print(f"{i18n.say('exercise', '练习')} {ex.id}: {ex.title_in(lang)}")
+        print(f"  {i18n.say('edit ', '编辑')}  {where}")
+        print(f"  {i18n.say('check', '检查')}  pagedsim check {ex.id}")
     if not args.no_demo:
         _say_what_was_written(out, written, temporary=not args.out)
     return 0

@@ -10,10 +10,10 @@ walked once, bounded (pagedsim/testing/walk.py), and read into a private spool b
 DIR is hashed after every job (`Watch`). As root, each checker runs as a uid of its own, forked from
 its worker's warm process (grade_warm.py). Isolation (`decide_mode`): bubblewrap where it works, a
 uid per job as root; with neither, grading is refused unless --no-sandbox, and every result is
-`verified: false`. Statuses: pass, fail, timeout, error (missing, unparsable, crashing or solution-
-importing file, or a dead checker). Without --exercise, every exercise some student handed in is
-graded. Exit status 0 when every result was produced, 2 for bad arguments (checked before anything
-starts). The threat model and options: course/INSTRUCTORS.md.
+`verified: false`. Statuses: pass, fail, timeout, error (missing, unparsable, crashing or
+solution-importing file, or a dead checker). Without --exercise, every exercise some student handed
+in is graded. Exit status 0 when every result was produced, 2 for bad arguments (checked before
+anything starts). The threat model and options: course/INSTRUCTORS.md.
 """
 
 from __future__ import annotations
