@@ -4,17 +4,14 @@
               solution in a plain pytest run, the student's file under `pagedsim check`
     kernels   the `cuda_kernels` package (a GPU or Numba's CUDA simulator), or a skip
 
-`impl` is the module seen through `traced`: each function and method the file defines
-is wrapped so that an exception leaving it carries the student's own call in
-`exc.raised_by` (for example "external_fragmentation([])"), and the runner names that
-call instead of the whole check. Calls inside the file are not wrapped.
-
-`pagedsim check` registers this module as a pytest plugin, so files passed with
-`--extra-checks` get both fixtures without a conftest of their own; it also registers
-one marker per curriculum section (ch3_1, ...), so that no list of markers is kept by hand.
-"""
+`impl` is the module seen through `traced`: an exception leaving one of the file's functions or
+methods carries the student's own call in `exc.raised_by` (e.g. "external_fragmentation([])"),
+which the runner names instead of the whole check. `pagedsim check` registers this module as a
+pytest plugin, so `--extra-checks` files get both fixtures, and one marker per curriculum section
+(ch3_1, ...)."""
 
 import atexit
+import contextlib
 import functools
 import inspect
 import os
@@ -33,7 +30,7 @@ def pytest_configure(config):
 
     if os.environ.get(
         "PAGEDSIM_EXERCISE"
-    ):  # under `pagedsim check`: nothing lands in the student's folder
+    ):  # under `pagedsim check`: nothing in the student's folder
         _private_hypothesis_home()
     for marker, section in curriculum.markers().items():
         config.addinivalue_line("markers", f"{marker}: checks for course section {section}")
@@ -85,19 +82,16 @@ def _wrap(fn, name: str, bound: bool):
                 text = ", ".join(
                     [*map(short, shown), *(f"{k}={short(v)}" for k, v in kwargs.items())]
                 )
-                try:
+                with contextlib.suppress(AttributeError):  # an exception type with __slots__
                     e.raised_by = f"{name}({text})"
-                except AttributeError:  # an exception type with __slots__
-                    pass
             raise
 
     return call
 
 
 class _Named:
-    """A name served on demand by a submission in its own process (course/isolation.py),
-    whose calls name the call that raised; indexing (a kernel launch) and attributes pass
-    through, and the stepper still sees a remote kernel (`__pagedsim_remote__`)."""
+    """A name served by a submission in its own process (course/isolation.py), whose calls name
+    the call that raised; indexing (a kernel launch) and attributes pass through."""
 
     __pagedsim_remote__ = True
 
@@ -145,22 +139,9 @@ def traced(module):
             }
             if "__init__" in methods:
                 methods["__init__"] = _wrap(value.__init__, name, bound=True)
-            try:
-                setattr(
-                    view,
-                    name,
-                    type(
-                        name,
-                        (value,),
-                        {
-                            **methods,
-                            "__module__": value.__module__,
-                            "__qualname__": value.__qualname__,
-                        },
-                    ),
-                )
-            except TypeError:  # a class that refuses subclasses: leave it as it is
-                pass
+            names = {"__module__": value.__module__, "__qualname__": value.__qualname__}
+            with contextlib.suppress(TypeError):  # a class refusing subclasses stays as it is
+                setattr(view, name, type(name, (value,), {**methods, **names}))
     return view
 
 

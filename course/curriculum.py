@@ -126,10 +126,11 @@ def problems(exercises: list[Exercise] | None = None) -> list[str]:
             out.append(f"exercise {ex.id} is listed twice")
         ids.add(ex.id)
         out += _hint_problems(ex)
+        weight = ex.weight
         if (
-            not isinstance(ex.weight, (int, float))
-            or isinstance(ex.weight, bool)
-            or not (0 <= ex.weight <= 1000)
+            isinstance(weight, bool)
+            or not isinstance(weight, (int, float))
+            or not 0 <= weight <= 1000
         ):
             out.append(f"exercise {ex.id}: weight {ex.weight!r} is not a number from 0 to 1000")
         if not ex.title.strip():
@@ -148,10 +149,8 @@ def problems(exercises: list[Exercise] | None = None) -> list[str]:
         if ex.stub == ex.solution:
             out.append(f"exercise {ex.id}: the stub and the solution are the same file")
         if ex.section not in sections():
-            out.append(
-                f"exercise {ex.id}: section {ex.section} has no lesson ({LESSONS_DIR.name}/"
-                f"l{ex.section.replace('.', '_')}.py)"
-            )
+            lesson = f"{LESSONS_DIR.name}/l{ex.section.replace('.', '_')}.py"
+            out.append(f"exercise {ex.id}: section {ex.section} has no lesson ({lesson})")
     for folder in OWNED_DIRS.values():
         for f in sorted((REPO_ROOT / folder).glob("*.py")):
             rel = f.relative_to(REPO_ROOT).as_posix()

@@ -263,31 +263,39 @@ def _in_parallel(run: Run, todo, spool: Spool, watch: Watch, workers: int) -> li
         return [f.result() for f in [pool.submit(one, s, i, p) for s, i, p in todo]]
 
 
+OUTPUTS = (  # the report files: option, metavar, what it writes
+    ("--csv", "FILE", "one row per student x exercise to FILE"),
+    (
+        "--results-json",
+        "FOLDER",
+        "FOLDER/STUDENT/results.json in Gradescope's format, and FOLDER/manifest.json (each "
+        "student folder -> its file)",
+    ),
+    ("--pairs", "FILE", "the most similar student pairs per exercise to FILE (CSV)"),
+)
+LIMITS = (  # each submission's process: option, lowest, highest, default, metavar, what
+    ("--memory-mib", 64, 1 << 20, 2048, "MIB", "address space of each submission's process"),
+    ("--cpu-seconds", 1, 86_400, 300, "S", "CPU time of each submission's process"),
+    ("--max-reply-mib", 1, 4096, 64, "MIB", "the largest message a submission's process may send"),
+)
+
+
 def parser() -> ArgParser:
     p = ArgParser(prog="pagedsim grade", description=__doc__.split("\n\n")[0])
     p.add_argument("dir", type=Path, help="one folder per student, files named like the stubs")
     p.add_argument(
         "--exercise", nargs="+", metavar="ID", help="grade only these exercises (e.g. 3.4a 3.4b)"
     )
-    p.add_argument(
-        "--timeout",
-        type=float_in(0, 86_400, open_low=True),
-        default=DEFAULT_TIMEOUT,
-        metavar="S",
-        help=f"seconds per student x exercise before its session is killed "
-        f"(default {DEFAULT_TIMEOUT:g})",
+    per = (
+        f"seconds per student x exercise before its session is killed (default {DEFAULT_TIMEOUT:g})"
     )
+    seconds = float_in(0, 86_400, open_low=True)
+    p.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="S", help=per)
     p.add_argument(
         "--json", action="store_true", help="print {student: {exercise: result}} as JSON"
     )
-    p.add_argument(
-        "--extra-checks",
-        nargs="+",
-        default=[],
-        type=Path,
-        metavar="PATH",
-        help="the instructor's hidden pytest files, run with the exercise's own checks",
-    )
+    extra = "the instructor's hidden pytest files, run with the exercise's own checks"
+    p.add_argument("--extra-checks", nargs="+", default=[], type=Path, metavar="PATH", help=extra)
     p.add_argument(
         "--workers",
         type=int_in(1, 64),
@@ -302,43 +310,11 @@ def parser() -> ArgParser:
         "folder, no network, its own PID namespace (default: on when bwrap works here). "
         "--no-sandbox grades even where nothing isolates a submission (results unverified)",
     )
-    p.add_argument(
-        "--csv", type=Path, metavar="FILE", help="also write one row per student x exercise to FILE"
-    )
-    p.add_argument(
-        "--results-json",
-        type=Path,
-        metavar="FOLDER",
-        help="also write FOLDER/STUDENT/results.json in Gradescope's format, and "
-        "FOLDER/manifest.json (each student folder -> its file)",
-    )
-    p.add_argument(
-        "--pairs",
-        type=Path,
-        metavar="FILE",
-        help="also write the most similar student pairs per exercise to FILE (CSV)",
-    )
-    p.add_argument(
-        "--memory-mib",
-        type=int_in(64, 1 << 20),
-        default=2048,
-        metavar="MIB",
-        help="address space of each submission's process (default 2048)",
-    )
-    p.add_argument(
-        "--cpu-seconds",
-        type=int_in(1, 86_400),
-        default=300,
-        metavar="S",
-        help="CPU time of each submission's process (default 300)",
-    )
-    p.add_argument(
-        "--max-reply-mib",
-        type=int_in(1, 4096),
-        default=64,
-        metavar="MIB",
-        help="the largest message a submission's process may send (default 64)",
-    )
+    for name, metavar, what in OUTPUTS:
+        p.add_argument(name, type=Path, metavar=metavar, help=f"also write {what}")
+    for name, low, high, default, metavar, what in LIMITS:
+        said = f"{what} (default {default})"
+        p.add_argument(name, type=int_in(low, high), default=default, metavar=metavar, help=said)
     return p
 
 
@@ -368,10 +344,10 @@ def main(argv: list[str]) -> int:
         p.error(str(e))
     answers = solutions_on_disk()
     if answers and not mode.sandbox and args.sandbox is None:
+        where = printable(answers[0].parent)
         p.error(
-            f"the reference solutions are on disk ({printable(answers[0].parent)}) and no sandbox "
-            "can hide them from submissions: install bubblewrap, run from a copy made by "
-            "`pagedsim export-course`, "
+            f"the reference solutions are on disk ({where}) and no sandbox can hide them from "
+            "submissions: install bubblewrap, run from a copy made by `pagedsim export-course`, "
             "or pass --no-sandbox to accept it"
         )
     results = grade(
@@ -391,11 +367,8 @@ def main(argv: list[str]) -> int:
     if args.json:
         print(json.dumps(as_json(results), indent=1))
     elif not results:
-        print(
-            f"pagedsim grade: nothing to grade in {printable(args.dir)} (one folder per student, "
-            "files named "
-            f"like the stubs, e.g. alice/ex3_4a_free_list.py)"
-        )
+        how = "one folder per student, files named like the stubs, e.g. alice/ex3_4a_free_list.py"
+        print(f"pagedsim grade: nothing to grade in {printable(args.dir)} ({how})")
     else:
         print(table(results, results.similarity.pairs))
         print("\n" + describe(mode, answers))
@@ -415,8 +388,6 @@ def describe(mode: Mode, answers) -> str:
     else:
         what = "sandbox: off and no user of its own: every result is UNVERIFIED"
     if not mode.sandbox and answers:
-        what += (
-            f"; the reference solutions under {printable(answers[0].parent)} were "
-            "readable by submissions"
-        )
+        where = printable(answers[0].parent)
+        what += f"; the reference solutions under {where} were readable by submissions"
     return what

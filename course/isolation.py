@@ -13,6 +13,7 @@ bubblewrap. Under `pagedsim grade` as root the grader starts and ends it for us
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import socket
@@ -135,20 +136,16 @@ class Submission:
             return self.launcher.stop()
         if self.proc is None:
             return None
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=1)
-        except subprocess.TimeoutExpired:
-            pass
         code = self.proc.returncode
         jail.kill_tree(
             self.proc.pid, sessions={self.proc.pid}, orphans_of_self=True, keep=self.keep
         )
         if self.uid is not None:
             jail.kill_user(self.uid)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
         return code
 
     def module(self):

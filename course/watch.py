@@ -1,11 +1,9 @@
 """`pagedsim watch [ID]`: check on every save, and move on to the next exercise on a pass
 (rustlings' `watch`).
 
-It checks the exercise (by default the first one in course order that has not passed), then
-polls the file's content hash (no inotify needed) every --interval seconds and checks again
-when it changes. On a pass it records it (course/progress.py), names the next exercise and
-checks that one. --iterations N stops after N checks (for tests and scripts); Ctrl-C stops it.
-"""
+It checks the exercise (default: the first not passed), then polls the file's content hash every
+--interval seconds and checks again when it changes. On a pass it records it (course/progress.py)
+and moves on. --iterations N stops after N checks; Ctrl-C stops it."""
 
 from __future__ import annotations
 
@@ -24,8 +22,7 @@ def _digest(path: Path) -> str:
 
 
 def _next_left(ex, exercises) -> curriculum.Exercise | None:
-    """The first exercise after `ex` in course order that has not passed, wrapping around to the
-    start: passing the last one with earlier ones left is not the end of the course."""
+    """The first exercise after `ex` not passed, wrapping around to the start."""
     i = exercises.index(ex)
     return progress.current(exercises[i + 1 :] + exercises[: i + 1])
 
@@ -79,13 +76,8 @@ def main(argv: list[str]) -> int:
         description="check an exercise on every save; move on to the next on a pass",
     )
     p.add_argument("exercise", nargs="?", help="where to start (default: the first not passed)")
-    p.add_argument(
-        "--interval",
-        type=float,
-        default=1.0,
-        metavar="S",
-        help="seconds between looks at the file (default 1)",
-    )
+    every = "seconds between looks at the file (default 1)"
+    p.add_argument("--interval", type=float, default=1.0, metavar="S", help=every)
     p.add_argument("--iterations", type=int, metavar="N", help="stop after N checks")
     p.add_argument("--timeout", type=float, metavar="S", help="seconds allowed per check")
     args = p.parse_args(argv)
