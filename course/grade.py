@@ -1,7 +1,8 @@
 """`pagedsim grade DIR`: grade a folder of submissions, one process per student x exercise.
 
-    DIR/alice/ex3_4a_free_list.py   files named like the stubs, anywhere below the student's
-    DIR/bob/hw3/ex3_4a_free_list.py folder (course/curriculum.toml)
+    DIR/
+      alice/ex3_4a_free_list.py      files are named like the stubs (course/curriculum.toml),
+      bob/hw3/ex3_4a_free_list.py    anywhere below the student's folder
 
 Every (student, exercise) runs `pagedsim check ID --impl FILE --json` in a session of its own,
 killed whole at `--timeout` (status `timeout`), from a private build without the solutions (one job:
@@ -189,7 +190,9 @@ def grade(
         spool = Spool(Path(tmp) / "spool")  # never shared with a job
         spool.fill(root, handed, exercises, limits)
         build = _build(Path(tmp))
-        warm = _warm(Path(tmp), build, extra, workers) if _warm_fits(mode, command) else None
+        # as root, verified, with the real checker: checkers fork from warm processes
+        warm_fits = mode.warm and mode.verified and command is None and os.geteuid() == 0
+        warm = _warm(Path(tmp), build, extra, workers) if warm_fits else None
         run = Run(build, Path(tmp) / "jobs", mode, timeout, extra, command, warm)
         run.jobs.mkdir()
         if os.geteuid() == 0:  # each job's users may pass through (never list) to its own folder
@@ -207,10 +210,7 @@ def grade(
         if wrote:
             names = ", ".join(wrote[:3]) + (" ..." if len(wrote) > 3 else "")
             r.status, r.passed = "error", 0
-            r.messages = [
-                f"changed files in the submissions folder while it ran: {names}",
-                *r.messages,
-            ]
+            r.messages.insert(0, f"changed files in the submissions folder while it ran: {names}")
         if r.status in ("pass", "fail"):
             r.similar = results.similarity.flags.get((r.student, r.exercise), "")
     return results
@@ -222,11 +222,6 @@ def _build(tmp: Path) -> dict:
     build = {rel: (tmp / "build" / rel).read_bytes() for rel in written}
     shutil.rmtree(tmp / "build")
     return build
-
-
-def _warm_fits(mode: Mode, command) -> bool:
-    """Whether checkers fork from warm processes: as root, verified, with the real checker."""
-    return mode.warm and mode.verified and command is None and os.geteuid() == 0
 
 
 def _warm(tmp: Path, build: dict, extra, workers: int) -> grade_warm.Pool:

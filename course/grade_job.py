@@ -127,17 +127,8 @@ def read_handed(folder: Path, handed: Handed, exercises, limits: ReadLimits) -> 
 
 def child_command(exercise_id: str, path: Path, extra_checks=()) -> list[str]:
     """The command one grading process runs: `pagedsim check ID --impl FILE --json`."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "pagedsim.app.cli",
-        "check",
-        exercise_id,
-        "--impl",
-        str(path),
-        "--json",
-    ]
-    return cmd + (["--extra-checks", *map(str, extra_checks)] if extra_checks else [])
+    cmd = [sys.executable, "-m", "pagedsim.app.cli", "check", exercise_id, "--impl", str(path)]
+    return cmd + ["--json"] + (["--extra-checks", *map(str, extra_checks)] if extra_checks else [])
 
 
 @dataclass(frozen=True)
@@ -180,9 +171,7 @@ def _env(job: Job, mode: Mode, users: Users | None) -> dict:
         **{checks_digest.VAR: json.dumps(job.checks_digest())},
         PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",  # Hypothesis' plugin alone (course/runner.py)
     )
-    for k in jail.PASSED_ON:
-        if k in os.environ:
-            env[k] = os.environ[k]
+    env.update({k: os.environ[k] for k in jail.PASSED_ON if k in os.environ})
     if users is not None:
         env["HOME"] = str(scratch)
         if users.job is not None:
@@ -349,11 +338,8 @@ class Job:
         }
 
     def checks_digest(self) -> dict:
-        return {
-            k[len("code/course/") :]: v
-            for k, v in self.digest.items()
-            if k.startswith("code/course/")
-        }
+        ours = "code/course/"
+        return {k.removeprefix(ours): v for k, v in self.digest.items() if k.startswith(ours)}
 
     def tampered(self) -> list[str]:
         """The files of the private copy that changed since the job was made."""
@@ -365,17 +351,9 @@ class Job:
 
 def row(student: str, ex_id: str, mode: Mode, status: str, messages=(), **kw) -> Result:
     """A Result that says how the run was isolated (`mode`)."""
-    return Result(
-        student,
-        ex_id,
-        status,
-        messages=list(messages),
-        sandbox=mode.sandbox,
-        verified=mode.verified,
-        mode=mode.name,
-        limits=mode.limits.as_json(),
-        **kw,
-    )
+    how = dict(sandbox=mode.sandbox, verified=mode.verified, mode=mode.name)
+    how["limits"] = mode.limits.as_json()
+    return Result(student, ex_id, status, messages=list(messages), **how, **kw)
 
 
 @dataclass(frozen=True)

@@ -35,17 +35,11 @@ def table(results, pairs: dict | None = None) -> str:
     names = {r.student: printable(r.student) for r in results}
     students = list(dict.fromkeys(r.student for r in results))
     ids = list(dict.fromkeys(r.exercise for r in results))
-    shown: dict = {
-        (r.student, r.exercise): (
-            f"{r.passed}/{r.total}" if r.status in ("pass", "fail") else r.status.upper()
-        )
-        + ("" if r.verified else " unverified")
-        for r in results
-    }
-    weights = curriculum.weights()
-    points: dict = {}
+    weights, points, shown = curriculum.weights(), dict.fromkeys(students, 0.0), {}
     for r in results:
-        points[r.student] = points.get(r.student, 0.0) + score(r, weights)
+        got = f"{r.passed}/{r.total}" if r.status in ("pass", "fail") else r.status.upper()
+        shown[r.student, r.exercise] = got + ("" if r.verified else " unverified")
+        points[r.student] += score(r, weights)
     most = sum(weights.get(i, 1.0) for i in ids)
     for s in students:
         shown[s, "score"] = f"{points[s]:g}/{most:g}"

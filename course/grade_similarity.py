@@ -42,6 +42,10 @@ COMMON = 0.25  # a fingerprint in more than this share of a class's files is ign
 SECONDS, SECONDS_PER_FILE = 30, 4
 MEMORY = 1 << 30  # the child's address space
 TOO_LARGE = "too large to compare"
+FLAG = (
+    " the reference solution once names, comments and formatting are normalised: look at it "
+    "(a flag, not a fail)"
+)
 
 
 class _Normalise(ast.NodeTransformer):
@@ -110,18 +114,6 @@ def fingerprints(toks: list[str]) -> frozenset[int]:
     return frozenset(min(hashes[i : i + W]) for i in range(len(hashes) - W + 1))
 
 
-def _share(a: frozenset, b: frozenset) -> float:
-    return len(a & b) / len(a | b) if a and b else 0.0
-
-
-def _flag_text(r: float) -> str:
-    what = "identical to" if r == 1.0 else f"{r:.0%} like"
-    return (
-        f"{what} the reference solution once names, comments and formatting are "
-        "normalised: look at it (a flag, not a fail)"
-    )
-
-
 def _reference(exercise_id: str, field: str) -> bytes | None:
     try:
         return walk.read(curriculum.find(exercise_id).path(field), MAX_BYTES)
@@ -150,9 +142,11 @@ def compare(files: dict) -> dict:
             except (walk.Stopped, MemoryError):  # over the cap, or its tree over the budget
                 flags.setdefault(ex_id, {})[student] = TOO_LARGE
                 continue
-            r = _share(prints[student], ref)
+            mine = prints[student]
+            r = len(mine & ref) / len(mine | ref) if mine and ref else 0.0
             if r >= THRESHOLD:
-                flags.setdefault(ex_id, {})[student] = _flag_text(r)
+                what = "identical to" if r == 1.0 else f"{r:.0%} like"
+                flags.setdefault(ex_id, {})[student] = what + FLAG
         pairs[ex_id] = _pairs({s: p - stub for s, p in prints.items()})
     return {"flags": flags, "pairs": pairs}
 

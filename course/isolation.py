@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib
 import os
 import socket
 import subprocess
@@ -265,12 +266,6 @@ def _import_impl(path: str, exercise_id: str):
     return module
 
 
-def _import_module(name: str):
-    import importlib
-
-    return importlib.import_module(name)
-
-
 def _stepper_run(kernel, schedule, timeout, num_threads, arrays, names):
     from .ch03_kv_block.interleaver import Stepper
 
@@ -289,12 +284,8 @@ def child_main(fd: int) -> None:
         fd,
         dict(
             import_impl=_import_impl,
-            import_module=_import_module,
+            import_module=importlib.import_module,
             stepper_run=_stepper_run,
             impl_path=lambda: _STATE.get("impl"),
         ),
     )
-
-
-if __name__ == "__main__":
-    child_main(int(sys.argv[1]))

@@ -153,11 +153,6 @@ def _first_line(text: str) -> str:
     return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
 
 
-def _summary(doc: str) -> str:
-    """A check's message: the first paragraph of its docstring, wrapped lines joined."""
-    return " ".join((doc or "").strip().split("\n\n")[0].split())
-
-
 def counterexample(exc: BaseException) -> str:
     """Hypothesis's shrunk example as one short line: a state machine's calls (invariants left
     out, drawn values filled in) or a property's arguments, or a check's own `exc.calls`; '' when
@@ -210,7 +205,9 @@ def no_addresses(text: str) -> str:
 
 def _describe(item, excinfo, impl: Path) -> Failure:
     func = getattr(item, "function", None)
-    doc = _summary(getattr(func, "__doc__", None) or "").rstrip(".") or item.name.replace("_", " ")
+    # a check's message: the first paragraph of its docstring, wrapped lines joined
+    doc = " ".join((getattr(func, "__doc__", None) or "").strip().split("\n\n")[0].split())
+    doc = doc.rstrip(".") or item.name.replace("_", " ")
     exc = excinfo.value
     # an ExceptionGroup
     while isinstance(getattr(exc, "exceptions", None), tuple) and exc.exceptions:

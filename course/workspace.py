@@ -85,10 +85,7 @@ def main(argv: list[str]) -> int:
         print(f"  new   {path.name}")
     for path in kept:
         print(f"  kept  {path.name} (already there; never overwritten)")
-    hint = (
-        ""
-        if args.folder == Path(DEFAULT)
-        else f"  (from another folder: PAGEDSIM_WORKSPACE={where})"
-    )
+    hint = f"  (from another folder: PAGEDSIM_WORKSPACE={where})"
+    hint = "" if args.folder == Path(DEFAULT) else hint
     print(f"\nedit the files there, then run `pagedsim check 3.1` from {where.parent}{hint}")
     return 0
