@@ -21,16 +21,14 @@ import tempfile
 import types
 
 import pytest
+from hypothesis import configuration
 
+from course import curriculum
 from course.impl import load_impl
 
 
 def pytest_configure(config):
-    from course import curriculum
-
-    if os.environ.get(
-        "PAGEDSIM_EXERCISE"
-    ):  # under `pagedsim check`: nothing in the student's folder
+    if os.environ.get("PAGEDSIM_EXERCISE"):  # under `pagedsim check`: none in the student's folder
         _private_hypothesis_home()
     for marker, section in curriculum.markers().items():
         config.addinivalue_line("markers", f"{marker}: checks for course section {section}")
@@ -41,8 +39,6 @@ _HOME: list = []  # [the temporary folder, the home Hypothesis had before the ru
 
 def _private_hypothesis_home() -> None:
     """Point Hypothesis's storage (its .hypothesis/ folder) at one temporary folder per process."""
-    from hypothesis import configuration
-
     if not _HOME:
         _HOME.append(tempfile.mkdtemp(prefix="pagedsim-hypothesis-"))
         atexit.register(shutil.rmtree, _HOME[0], True)
@@ -52,8 +48,6 @@ def _private_hypothesis_home() -> None:
 
 def pytest_unconfigure(config):
     if len(_HOME) == 2:  # give an in-process caller (a test, a notebook) its own home back
-        from hypothesis import configuration
-
         configuration.set_hypothesis_home_dir(_HOME.pop())
 
 

@@ -27,6 +27,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from pagedsim.io.args import ArgParser, float_in, int_in
+
 from . import curriculum, i18n, progress, verdict, workspace
 from .lessons_text import lesson_text
 
@@ -39,8 +41,6 @@ def _lang_arg(p: argparse.ArgumentParser) -> None:
 
 
 def lesson_main(argv: list[str]) -> int:
-    from pagedsim.io.args import ArgParser
-
     p = ArgParser(prog="pagedsim lesson", description="print and run a chapter-3 lesson")
     p.add_argument("section", nargs="?", help=f"{next(iter(LESSONS))} ... {list(LESSONS)[-1]}")
     out = "a new temporary folder; the files written are named"
@@ -130,8 +130,6 @@ def _usage_error(prog: str, message: str) -> int:
 
 
 def _check_parser():
-    from pagedsim.io.args import ArgParser, float_in, int_in
-
     p = ArgParser(prog="pagedsim check", description="run an exercise's checks")
     p.add_argument("exercise", nargs="?", help="an exercise id such as 3.4a")
     p.add_argument("--impl", type=Path, help="check this file instead of your workspace's")

@@ -45,13 +45,11 @@ class Exercise:
     title_zh: str = ""  # the title in Chinese (optional, likewise)
     weight: float = 1.0  # points in grading: weight x the share of checks passed
 
-    def hint_in(self, lang: str) -> str:
-        return self.hint_zh if lang == "zh" and self.hint_zh else self.hint
-
     def hint_levels(self, lang: str) -> list[str]:
         """Graduated hints: the nudges (what to look at), then the full hint (the recipe)."""
-        nudges = self.nudges_zh if lang == "zh" and self.nudges_zh else self.nudges
-        return [*nudges, self.hint_in(lang)]
+        zh = lang == "zh"
+        nudges = self.nudges_zh if zh and self.nudges_zh else self.nudges
+        return [*nudges, self.hint_zh if zh and self.hint_zh else self.hint]
 
     def title_in(self, lang: str) -> str:
         return self.title_zh if lang == "zh" and self.title_zh else self.title

@@ -14,6 +14,7 @@ import json
 import shutil
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 from pagedsim.io.args import ArgParser
@@ -104,8 +105,6 @@ def installed_pyproject(dist=None) -> str:
     """A pyproject.toml for a copy exported from an installed pagedsim (a wheel carries none):
     its name, version, dependencies (no extras) and commands."""
     if dist is None:
-        from importlib import metadata
-
         dist = metadata.distribution("pagedsim")
     q = json.dumps  # a TOML basic string is written like a JSON string
     deps = [r.split(";")[0].strip() for r in dist.requires or () if "extra ==" not in r]

@@ -16,12 +16,14 @@ checker cannot ask for another fork.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import socket
 import subprocess
 import sys
 import threading
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -144,8 +146,6 @@ def _drain(fd: int, into: list[bytes]) -> None:
 def serve(fd: int) -> None:
     """Import what every checker imports, then fork a checker per request until the socket
     closes."""
-    import importlib
-
     for name in PRELOAD:
         importlib.import_module(name)
     sock = socket.socket(fileno=fd)
@@ -196,8 +196,6 @@ def _child(request: dict[str, Any], fds: dict[str, int], control: int) -> None:
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
     except BaseException:  # noqa: BLE001 - the grader reads it as the checker's stderr
-        import traceback
-
         traceback.print_exc()
     finally:
         os._exit(code)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import importlib
+import importlib.util
 import os
 import socket
 import subprocess
@@ -27,6 +28,7 @@ from pathlib import Path
 from pagedsim.testing import audit, jail, remote
 
 from . import grade_launch, verdict
+from .guard import _Blocker
 
 IMPORT_EXITED = "your file ended its own process while being imported ({why})"
 REFUSED = "your code's process sent a message the grader refused to read: {why}"
@@ -249,8 +251,6 @@ class _Live(types.ModuleType):
 
 # -- the child ------------------------------------------------------------------------------
 def _import_impl(path: str, exercise_id: str):
-    import importlib.util
-
     from .impl import _import_failure
 
     name = f"_course_impl_{exercise_id.replace('.', '_')}"
@@ -277,8 +277,6 @@ _STATE: dict = {}
 
 
 def child_main(fd: int) -> None:
-    from .guard import _Blocker
-
     sys.meta_path.insert(0, _Blocker())  # the reference solutions stay unimportable in here
     remote.serve(
         fd,

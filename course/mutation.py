@@ -32,6 +32,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import curriculum
+from .runner import print_report, run_checks
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
@@ -301,8 +304,6 @@ class Result:
 
 def measure(ex, *, sample: int | None = None, seed: int = 0, seconds: float = 10.0) -> list[Result]:
     """Run every (or a seeded sample of) generic mutant of `ex`'s solution against its checks."""
-    from .runner import run_checks
-
     source = ex.path("solution").read_text(encoding="utf-8")
     mutants = generate(ex.id, source)
     if sample is not None and sample < len(mutants):
@@ -338,8 +339,6 @@ def score(results: list[Result]) -> tuple[int, int, int]:
 
 def named(exercises) -> tuple[list, int]:
     """Rows (exercise, mutant, caught by or 'NOT CAUGHT') and the number of failing solutions."""
-    from .runner import print_report, run_checks
-
     sol_bad, rows = 0, []
     with tempfile.TemporaryDirectory(prefix="pagedsim-mutants-") as tmp:
         for ex in exercises:
@@ -400,8 +399,6 @@ def report(exercises, *, generic: bool = False, sample: int | None = None) -> in
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import curriculum
-
     p = argparse.ArgumentParser(
         prog="python -m course.mutation", description=__doc__.split("\n\n")[0]
     )

@@ -101,24 +101,20 @@ def figures(section: str, out: Path) -> list[Path]:
     with style.output("png", dpi=30 if FAST else None):
         for name, _ in getattr(_lesson(section), "FIGURES", ()):
             if FAST and not name.startswith("3."):  # the labs' figures run whole sweeps: named only
-                print(
-                    f"figure {name}: pagedsim figures --only {name} --out DIR (not drawn in the "
-                    f"fast run)"
-                )
+                command = f"pagedsim figures --only {name} --out DIR"
+                print(f"figure {name}: {command} (not drawn in the fast run)")
             elif name == "3.4-tour":  # the GIF is the stepper below; keep the strip
                 from pagedsim.draw import scenario
                 from pagedsim.draw.figures_ch3 import tour_snapshots
 
-                paths.append(
-                    scenario.write_strip(tour_snapshots(), out / "3.4-tour-key-frames.png")
-                )
+                strip = out / "3.4-tour-key-frames.png"
+                paths.append(scenario.write_strip(tour_snapshots(), strip))
             else:
                 paths += [p for p in makers[name](out) if p.suffix == ".png"]
     for path in paths:
-        _display(
-            {"image/png": base64.b64encode(path.read_bytes()).decode("ascii")},
-            f"figure: {path.relative_to(out.parent) if path.is_relative_to(out.parent) else path}",
-        )
+        shown = path.relative_to(out.parent) if path.is_relative_to(out.parent) else path
+        png = base64.b64encode(path.read_bytes()).decode("ascii")
+        _display({"image/png": png}, f"figure: {shown}")
     return paths
 
 

@@ -12,6 +12,8 @@ import hashlib
 import json
 from pathlib import Path
 
+from pagedsim.io.args import ArgParser
+
 from . import curriculum, i18n, workspace
 
 NAME = ".pagedsim-progress.json"
@@ -69,8 +71,6 @@ def state(ex, data: dict, where: Path | None) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from pagedsim.io.args import ArgParser
-
     p = ArgParser(prog="pagedsim progress", description="done and left, with each last result")
     p.parse_args(argv)
     where = folder()
@@ -94,8 +94,6 @@ def main(argv: list[str]) -> int:
 
 
 def solution_main(argv: list[str]) -> int:
-    from pagedsim.io.args import ArgParser
-
     p = ArgParser(
         prog="pagedsim solution",
         description="the reference solution, once your own passes its checks",
@@ -103,10 +101,7 @@ def solution_main(argv: list[str]) -> int:
     p.add_argument("exercise", help="an exercise id such as 3.4a")
     p.add_argument("--force", action="store_true", help="show it before you have passed")
     args = p.parse_args(argv)
-    try:
-        ex = curriculum.find(args.exercise)
-    except KeyError as e:
-        p.error(e.args[0])
+    ex = named_or_current(p, args.exercise, curriculum.load())
     path = ex.path("solution")
     if not path.is_file():
         print(f"this copy of the course has no reference solution for {ex.id}")

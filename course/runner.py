@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from hypothesis import Phase, settings
 
 from pagedsim.testing.remote_caps import Unregistered
 
@@ -356,8 +357,6 @@ def _in_child(sub, check_files):
 def _without_explain():
     """Hypothesis's profile less its explain phase while the checks run: it re-runs a failing
     example to add comments that `counterexample` drops (half a stub's property time)."""
-    from hypothesis import Phase, settings
-
     before = settings.get_current_profile_name()
     parent = settings.get_profile(before)
     phases = [p for p in parent.phases if p is not Phase.explain]

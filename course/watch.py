@@ -11,7 +11,10 @@ import hashlib
 import time
 from pathlib import Path
 
+from pagedsim.io.args import ArgParser
+
 from . import curriculum, i18n, progress, workspace
+from .runner import print_report, run_checks
 
 
 def _digest(path: Path) -> str:
@@ -29,8 +32,6 @@ def _next_left(ex, exercises) -> curriculum.Exercise | None:
 
 def watch(ex, exercises, *, interval: float, iterations: int | None, timeout=None) -> int:
     """Check `ex` now and on every change, moving on after each pass; returns the exit status."""
-    from .runner import print_report, run_checks
-
     runs = 0
     while ex is not None:
         mine = workspace.find(ex)
@@ -69,8 +70,6 @@ def watch(ex, exercises, *, interval: float, iterations: int | None, timeout=Non
 
 
 def main(argv: list[str]) -> int:
-    from pagedsim.io.args import ArgParser
-
     p = ArgParser(
         prog="pagedsim watch",
         description="check an exercise on every save; move on to the next on a pass",
