@@ -5,9 +5,9 @@ reads $PAGEDSIM_IMPL (the file) and $PAGEDSIM_EXERCISE (the exercise it implemen
 `pagedsim check`; unset (or naming another exercise), the reference solution is loaded, so a
 plain `pytest` checks the solutions.
 
-A file is imported once per (path, mtime, size), under a time limit ($PAGEDSIM_CHECK_SECONDS, 60
-s by default): a loop at module level ends as a CheckTimeout, and a failed import fails the same
-way at every later check. While the runner checks a file in its own process (`_remote`,
+A file is imported once per (path, mtime, size), under a time limit ($PAGEDSIM_CHECK_SECONDS,
+60 s by default): a loop at module level ends as a CheckTimeout, and a failed import fails the
+same way at every later check. While the runner checks a file in its own process (`_remote`,
 course/isolation.py), load_impl returns that process's module: nothing of the file runs here."""
 
 from __future__ import annotations

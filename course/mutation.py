@@ -142,17 +142,6 @@ class Generic:
         )
 
 
-def _is_docstring(node, parent) -> bool:
-    body = getattr(parent, "body", None)
-    return (
-        isinstance(node, ast.Expr)
-        and isinstance(node.value, ast.Constant)
-        and isinstance(node.value.value, str)
-        and bool(body)
-        and body[0] is node
-    )
-
-
 def _annotation_nodes(tree) -> set:
     """ids of nodes inside annotations: never evaluated (from __future__ import annotations)."""
     out = set()
@@ -184,19 +173,18 @@ def _statement_points(tree, in_function: set) -> list:
             if fieldname != "body" or not isinstance(value, list) or id(parent) not in bodies:
                 continue
             for i, stmt in enumerate(value):
-                if _is_docstring(stmt, parent) or isinstance(
-                    stmt, (ast.Import, ast.ImportFrom, ast.Pass)
-                ):
+                text = isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+                if i == 0 and text and isinstance(stmt.value.value, str):  # a docstring
                     continue
-                out.append(
-                    (
-                        stmt,
-                        "statement",
-                        "deleted",
-                        lambda _n, body=value, i=i: body.__setitem__(i, ast.Pass()),
-                    )
-                )
+                if not isinstance(stmt, (ast.Import, ast.ImportFrom, ast.Pass)):
+                    delete = _replace_with_pass(value, i)
+                    out.append((stmt, "statement", "deleted", delete))
     return out
+
+
+def _replace_with_pass(body: list, i: int):
+    """A statement point's apply(): body[i] becomes `pass`."""
+    return lambda _node: body.__setitem__(i, ast.Pass())
 
 
 def _drop_unary(n) -> None:
@@ -375,26 +363,19 @@ def report(exercises, *, generic: bool = False, sample: int | None = None) -> in
         for r in rows:
             print(f"{r[0]:<8} | {r[1]:<{w0}} | {r[2]}")
     caught = sum(1 for r in rows if not r[2].startswith("NOT CAUGHT"))
-    print(
-        f"\n{caught}/{len(rows)} mutants caught; "
-        f"{len(exercises) - sol_bad}/{len(exercises)} solutions pass"
-    )
+    solutions = f"{len(exercises) - sol_bad}/{len(exercises)} solutions pass"
+    print(f"\n{caught}/{len(rows)} mutants caught; {solutions}")
     bad = bool(sol_bad or caught < len(rows))
     if generic:
         what = f"a seeded sample of {sample} per exercise" if sample else "all of them"
-        print(
-            f"\ngeneric mutants of each solution ({what}; "
-            "python -m course.mutation --survivors lists them):"
-        )
+        how = "python -m course.mutation --survivors lists them"
+        print(f"\ngeneric mutants of each solution ({what}; {how}):")
         for ex in exercises:
             got, counted, eq = score(measure(ex, sample=sample))
             share = got / counted if counted else 1.0
             bad |= share < GENERIC_TARGET
-            print(
-                f"  {ex.id:<5} {got:>4}/{counted:<4} caught ({share:.1%})"
-                + (f", {eq} equivalent" if eq else ""),
-                flush=True,
-            )
+            eqs = f", {eq} equivalent" if eq else ""
+            print(f"  {ex.id:<5} {got:>4}/{counted:<4} caught ({share:.1%}){eqs}", flush=True)
     return 1 if bad else 0
 
 
@@ -407,9 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--list", action="store_true", help="list the mutants without running them")
     p.add_argument("--survivors", action="store_true", help="print every mutant no check caught")
     args = p.parse_args(argv)
-    exercises = (
-        [curriculum.find(i) for i in args.exercises] if args.exercises else curriculum.load()
-    )
+    exercises = [curriculum.find(i) for i in args.exercises] or curriculum.load()
     total_caught = total = 0
     for ex in exercises:
         if args.list:
@@ -419,18 +398,14 @@ def main(argv: list[str] | None = None) -> int:
         results = measure(ex, sample=args.sample)
         caught, counted, eq = score(results)
         total_caught, total = total_caught + caught, total + counted
+        eqs = f", {eq} listed as equivalent" if eq else ""
+        share = f"{caught / max(counted, 1):.1%}"
         print(
-            f"{ex.id:<5} {caught:>4}/{counted:<4} generic mutants caught "
-            f"({caught / max(counted, 1):.1%})" + (f", {eq} listed as equivalent" if eq else ""),
-            flush=True,
+            f"{ex.id:<5} {caught:>4}/{counted:<4} generic mutants caught ({share}){eqs}", flush=True
         )
         if args.survivors:
-            for r in results:
-                if r.caught_by is None and r.equivalent is None:
-                    print(
-                        f"      survived #{r.mutant.index} line {r.mutant.line}: {r.mutant.key}",
-                        flush=True,
-                    )
+            for m in (r.mutant for r in results if r.caught_by is None and r.equivalent is None):
+                print(f"      survived #{m.index} line {m.line}: {m.key}", flush=True)
     if not args.list:
         print(f"all   {total_caught:>4}/{total:<4} ({total_caught / max(total, 1):.1%})")
     return 0
