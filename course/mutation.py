@@ -307,13 +307,10 @@ def measure(ex, *, sample: int | None = None, seed: int = 0, seconds: float = 10
                 continue
             path = Path(tmp) / f"{Path(ex.solution).stem}_g{m.index}.py"
             path.write_text(text, encoding="utf-8")
-            fast = run_checks(
-                ex, path, stop_at_first=True, seconds=seconds, markers="not kernels", isolate=False
-            )  # our own mutants: trusted, and many
+            how = dict(stop_at_first=True, seconds=seconds, isolate=False)  # ours: trusted, many
+            fast = run_checks(ex, path, markers="not kernels", **how)
             if fast.ok or not fast.failures and not fast.error:
-                fast = run_checks(
-                    ex, path, stop_at_first=True, seconds=seconds, markers="kernels", isolate=False
-                )
+                fast = run_checks(ex, path, markers="kernels", **how)
             caught = fast.failures[0].check if fast.failures else (fast.error and "error")
             results.append(Result(m, caught or None))
     return results
