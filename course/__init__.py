@@ -1,27 +1,16 @@
 """The pagedsim course: lessons, exercises and checks that follow the chapter on KV blocks.
 
-    course/curriculum.toml   the exercises in course order (id, stub, solution, checks, hint):
-                             the one list; markers, lessons and notebooks are derived from it
-    course/curriculum.py     loads it (tomllib; tomli on Python 3.10) and validates it
-    course/impl.py           which implementation a check loads: solution, stub, or any file
-    course/runner.py         runs an exercise's checks in-process and words each failure
+    course/curriculum.toml   the exercises in course order: the one list (curriculum.py loads it)
+    course/runner.py         runs an exercise's checks and words each failure (impl.py: which file)
     course/cli.py            `pagedsim lesson 3.4` and `pagedsim check 3.4a`
-    course/hints.py          `pagedsim hint 3.4a [--level 2|3]`: hints on request, gentlest first
-    course/progress.py       `pagedsim progress` and `pagedsim solution 3.4a` (after a pass)
-    course/watch.py          `pagedsim watch [3.4a]`: check on every save, move on after a pass
-    course/ch03_kv_block/capstone.py  `pagedsim generate --pool workspace`: your 3.4a and 3.4b
-                             serve the model (lesson 3.8)
+    course/hints.py, progress.py, watch.py, workspace.py   the student's other commands
+    course/grade*.py, export*.py, autograder.py            the instructor's (INSTRUCTORS.md)
     course/ch03_kv_block/    chapter 3: lessons, stubs, solutions, checks, mutants, the stepper
 
-The checks themselves are pytest files in course/ch03_kv_block/checks/ (one marker per
-section, registered from the curriculum); tests/course/ch03/ runs them on the solutions.
-
-COMMANDS is what the course adds to the `pagedsim` command (pagedsim/app/cli.py merges it):
-name -> (module:function, one-line help); POOLS, what it adds to `pagedsim generate --pool`
-(course/ch03_kv_block/capstone.py: the model served by the student's own 3.4a and 3.4b).
-A command whose module this build lacks (the student copy has no grading or export) is left
-out, so it is never listed to crash.
-"""
+COMMANDS is what the course adds to the `pagedsim` command (pagedsim/app/cli.py merges it): name
+-> (module:function, one-line help); a command whose module this build lacks (the student copy
+has no grading or export) is left out. POOLS is what it adds to `pagedsim generate --pool`
+(course/ch03_kv_block/capstone.py: the model served by the student's own 3.4a and 3.4b)."""
 
 from importlib.util import find_spec
 

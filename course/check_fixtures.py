@@ -4,17 +4,14 @@
               solution in a plain pytest run, the student's file under `pagedsim check`
     kernels   the `cuda_kernels` package (a GPU or Numba's CUDA simulator), or a skip
 
-`impl` is the module seen through `traced`: each function and method the file defines
-is wrapped so that an exception leaving it carries the student's own call in
-`exc.raised_by` (for example "external_fragmentation([])"), and the runner names that
-call instead of the whole check. Calls inside the file are not wrapped.
-
-`pagedsim check` registers this module as a pytest plugin, so files passed with
-`--extra-checks` get both fixtures without a conftest of their own; it also registers
-one marker per curriculum section (ch3_1, ...), so that no list of markers is kept by hand.
-"""
+`impl` is the module seen through `traced`: an exception leaving one of the file's functions or
+methods carries the student's own call in `exc.raised_by` (e.g. "external_fragmentation([])"),
+which the runner names instead of the whole check. `pagedsim check` registers this module as a
+pytest plugin, so `--extra-checks` files get both fixtures, and one marker per curriculum section
+(ch3_1, ...)."""
 
 import atexit
+import contextlib
 import functools
 import inspect
 import os
@@ -24,16 +21,14 @@ import tempfile
 import types
 
 import pytest
+from hypothesis import configuration
 
+from course import curriculum
 from course.impl import load_impl
 
 
 def pytest_configure(config):
-    from course import curriculum
-
-    if os.environ.get(
-        "PAGEDSIM_EXERCISE"
-    ):  # under `pagedsim check`: nothing lands in the student's folder
+    if os.environ.get("PAGEDSIM_EXERCISE"):  # under `pagedsim check`: none in the student's folder
         _private_hypothesis_home()
     for marker, section in curriculum.markers().items():
         config.addinivalue_line("markers", f"{marker}: checks for course section {section}")
@@ -44,8 +39,6 @@ _HOME: list = []  # [the temporary folder, the home Hypothesis had before the ru
 
 def _private_hypothesis_home() -> None:
     """Point Hypothesis's storage (its .hypothesis/ folder) at one temporary folder per process."""
-    from hypothesis import configuration
-
     if not _HOME:
         _HOME.append(tempfile.mkdtemp(prefix="pagedsim-hypothesis-"))
         atexit.register(shutil.rmtree, _HOME[0], True)
@@ -55,8 +48,6 @@ def _private_hypothesis_home() -> None:
 
 def pytest_unconfigure(config):
     if len(_HOME) == 2:  # give an in-process caller (a test, a notebook) its own home back
-        from hypothesis import configuration
-
         configuration.set_hypothesis_home_dir(_HOME.pop())
 
 
@@ -85,19 +76,16 @@ def _wrap(fn, name: str, bound: bool):
                 text = ", ".join(
                     [*map(short, shown), *(f"{k}={short(v)}" for k, v in kwargs.items())]
                 )
-                try:
+                with contextlib.suppress(AttributeError):  # an exception type with __slots__
                     e.raised_by = f"{name}({text})"
-                except AttributeError:  # an exception type with __slots__
-                    pass
             raise
 
     return call
 
 
 class _Named:
-    """A name served on demand by a submission in its own process (course/isolation.py),
-    whose calls name the call that raised; indexing (a kernel launch) and attributes pass
-    through, and the stepper still sees a remote kernel (`__pagedsim_remote__`)."""
+    """A name served by a submission in its own process (course/isolation.py), whose calls name
+    the call that raised; indexing (a kernel launch) and attributes pass through."""
 
     __pagedsim_remote__ = True
 
@@ -145,22 +133,9 @@ def traced(module):
             }
             if "__init__" in methods:
                 methods["__init__"] = _wrap(value.__init__, name, bound=True)
-            try:
-                setattr(
-                    view,
-                    name,
-                    type(
-                        name,
-                        (value,),
-                        {
-                            **methods,
-                            "__module__": value.__module__,
-                            "__qualname__": value.__qualname__,
-                        },
-                    ),
-                )
-            except TypeError:  # a class that refuses subclasses: leave it as it is
-                pass
+            names = {"__module__": value.__module__, "__qualname__": value.__qualname__}
+            with contextlib.suppress(TypeError):  # a class refusing subclasses stays as it is
+                setattr(view, name, type(name, (value,), {**methods, **names}))
     return view
 
 

@@ -27,6 +27,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from pagedsim.io.args import ArgParser, float_in, int_in
+
 from . import curriculum, i18n, progress, verdict, workspace
 from .lessons_text import lesson_text
 
@@ -34,25 +36,16 @@ LESSONS = {s: curriculum.lesson_module(s) for s in curriculum.sections()}  # fro
 
 
 def _lang_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--lang",
-        choices=i18n.LANGS,
-        help="language of the text (default: from the "
-        "locale, "
-        "Chinese when LANG or LC_ALL starts with zh, else English)",
-    )
+    default = "from the locale, Chinese when LANG or LC_ALL starts with zh, else English"
+    p.add_argument("--lang", choices=i18n.LANGS, help=f"language of the text (default: {default})")
 
 
 def lesson_main(argv: list[str]) -> int:
-    from pagedsim.io.args import ArgParser
-
     p = ArgParser(prog="pagedsim lesson", description="print and run a chapter-3 lesson")
     p.add_argument("section", nargs="?", help=f"{next(iter(LESSONS))} ... {list(LESSONS)[-1]}")
+    out = "a new temporary folder; the files written are named"
     p.add_argument(
-        "--out",
-        type=Path,
-        help="where a lesson that draws writes its figures (default: a new "
-        "temporary folder; the files written are named)",
+        "--out", type=Path, help=f"where a lesson that draws writes its figures (default: {out})"
     )
     p.add_argument("--no-demo", action="store_true", help="print the text only")
     _lang_arg(p)
@@ -83,20 +76,14 @@ def lesson_main(argv: list[str]) -> int:
         written = sorted(set(out.rglob("*")) - before)
         print()
     for ex in (e for e in curriculum.load() if e.section == args.section):
-        mine = workspace.find(ex)
-        where = (
-            str(mine)
-            if mine
-            else i18n.say(
-                f"{workspace.DEFAULT}/{Path(ex.stub).name} (create it with `pagedsim workspace`)",
-                f"{workspace.DEFAULT}/{Path(ex.stub).name}（先运行 `pagedsim workspace` 生成）",
-            )
+        mine, stub = workspace.find(ex), f"{workspace.DEFAULT}/{Path(ex.stub).name}"
+        make = i18n.say(
+            " (create it with `pagedsim workspace`)", "（先运行 `pagedsim workspace` 生成）"
         )
-        print(
-            f"{i18n.say('exercise', '练习')} {ex.id}: {ex.title_in(lang)}\n  "
-            f"{i18n.say('edit ', '编辑')}  {where}\n  {i18n.say('check', '检查')}  pagedsim "
-            f"check {ex.id}"
-        )
+        where = str(mine) if mine else stub + make
+        print(f"{i18n.say('exercise', '练习')} {ex.id}: {ex.title_in(lang)}")
+        print(f"  {i18n.say('edit ', '编辑')}  {where}")
+        print(f"  {i18n.say('check', '检查')}  pagedsim check {ex.id}")
     if not args.no_demo:
         _say_what_was_written(out, written, temporary=not args.out)
     return 0
@@ -109,12 +96,8 @@ def _say_what_was_written(out: Path, new: list, *, temporary: bool) -> None:
     if files:
         names = ", ".join(str(p.relative_to(out)) for p in files[:6])
         more = f" (+{len(files) - 6} more)" if len(files) > 6 else ""
-        print(
-            i18n.say(
-                f"(wrote {len(files)} file(s) to {out}: {names}{more})",
-                f"（向 {out} 写入了 {len(files)} 个文件：{names}{more}）",
-            )
-        )
+        en = f"(wrote {len(files)} file(s) to {out}: {names}{more})"
+        print(i18n.say(en, f"（向 {out} 写入了 {len(files)} 个文件：{names}{more}）"))
     elif temporary:  # nothing to claim: the unused folder goes away
         shutil.rmtree(out, ignore_errors=True)
 
@@ -147,8 +130,6 @@ def _usage_error(prog: str, message: str) -> int:
 
 
 def _check_parser():
-    from pagedsim.io.args import ArgParser, float_in, int_in
-
     p = ArgParser(prog="pagedsim check", description="run an exercise's checks")
     p.add_argument("exercise", nargs="?", help="an exercise id such as 3.4a")
     p.add_argument("--impl", type=Path, help="check this file instead of your workspace's")
@@ -157,15 +138,9 @@ def _check_parser():
     p.add_argument(
         "--json", action="store_true", help="print one JSON object per exercise (machine-readable)"
     )
-    p.add_argument(
-        "--timeout",
-        type=float_in(0, 86_400, open_low=True),
-        metavar="S",
-        help=(
-            "seconds allowed per check and for importing the file "
-            "(default 60, times the load per core when the machine is busy)"
-        ),
-    )
+    default = "default 60, times the load per core when the machine is busy"
+    per = f"seconds allowed per check and for importing the file ({default})"
+    p.add_argument("--timeout", type=float_in(0, 86_400, open_low=True), metavar="S", help=per)
     p.add_argument(
         "--extra-checks",
         nargs="+",
@@ -180,12 +155,8 @@ def _check_parser():
     p.add_argument(
         "--generic", action="store_true", help="with --mutants: also measure generic mutants"
     )
-    p.add_argument(
-        "--sample",
-        type=int_in(1, 10**6),
-        metavar="N",
-        help="with --generic: N generic mutants per exercise",
-    )
+    per = "with --generic: N generic mutants per exercise"
+    p.add_argument("--sample", type=int_in(1, 10**6), metavar="N", help=per)
     _lang_arg(p)
     return p
 
@@ -200,38 +171,28 @@ def _curriculum_report(exercises) -> int:
 
 def _mutants_report(args, chosen) -> int:
     try:
-        from .mutants_report import report
+        from .mutation import report
     except ImportError:
-        return _usage_error(
-            "pagedsim check",
-            "--mutants is not part of this build (the student copy has no mutants)",
-        )
+        why = "--mutants is not part of this build (the student copy has no mutants)"
+        return _usage_error("pagedsim check", why)
     return report(chosen, generic=args.generic, sample=args.sample)
 
 
 def _list_exercises(exercises) -> int:
     for ex in exercises:
-        mine = workspace.find(ex)
-        print(
-            f"  {ex.id:<5} {ex.title_in(i18n.lang())}\n        "
-            f"{mine or Path(workspace.DEFAULT) / Path(ex.stub).name}"
-        )
+        mine = workspace.find(ex) or Path(workspace.DEFAULT) / Path(ex.stub).name
+        print(f"  {ex.id:<5} {ex.title_in(i18n.lang())}\n        {mine}")
     on = progress.current(exercises) or exercises[0]  # the first not passed yet
-    print(
-        f"\ncheck one with `pagedsim check {on.id}`"
-        + (
-            ""
-            if any(map(workspace.find, exercises))
-            else "; first copy the stubs to a workspace with `pagedsim workspace`"
-        )
-    )
+    first = "; first copy the stubs to a workspace with `pagedsim workspace`"
+    first = "" if any(map(workspace.find, exercises)) else first
+    print(f"\ncheck one with `pagedsim check {on.id}`{first}")
     return 0
 
 
 def _run_and_report(chosen, args) -> int:
     from .runner import print_report, run_checks
 
-    results = []
+    results, hint = [], not args.solutions and len(chosen) == 1
     for ex in chosen:
         impl, note = _choose_impl(ex, args)
         if note and not args.json:
@@ -239,13 +200,9 @@ def _run_and_report(chosen, args) -> int:
         outcome = run_checks(ex, impl, seconds=args.timeout, extra_checks=args.extra_checks)
         results.append(outcome)
         if not args.solutions:
-            from .progress import record
-
-            record(outcome)  # only a file in a workspace: `pagedsim progress` shows it
+            progress.record(outcome)  # only a file in a workspace: `pagedsim progress` shows it
         if not args.json:
-            print_report(
-                outcome, verbose=args.verbose, hint=not args.solutions and len(chosen) == 1
-            )
+            print_report(outcome, verbose=args.verbose, hint=hint)
     if args.json:
         objs = [o.as_json() for o in results]
         out = objs[0] if len(objs) == 1 and not args.all else objs
@@ -271,15 +228,14 @@ def check_main(argv: list[str]) -> int:
     if args.mutants:
         return _mutants_report(args, one or exercises)
     if (args.impl or args.extra_checks) and not one:
-        return _usage_error(
-            "pagedsim check",
-            "--impl and --extra-checks need one exercise id (e.g. pagedsim check 3.4a --impl FILE)",
+        why = (
+            "--impl and --extra-checks need one exercise id (e.g. pagedsim check 3.4a --impl FILE)"
         )
+        return _usage_error("pagedsim check", why)
     if not (args.all or one):
         return _list_exercises(exercises)
     chosen = exercises if args.all else one
     if (args.impl or args.extra_checks) and len(chosen) != 1:
-        return _usage_error(
-            "pagedsim check", "--impl and --extra-checks need exactly one exercise id"
-        )
+        why = "--impl and --extra-checks need exactly one exercise id"
+        return _usage_error("pagedsim check", why)
     return _run_and_report(chosen, args)

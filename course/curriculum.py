@@ -45,13 +45,11 @@ class Exercise:
     title_zh: str = ""  # the title in Chinese (optional, likewise)
     weight: float = 1.0  # points in grading: weight x the share of checks passed
 
-    def hint_in(self, lang: str) -> str:
-        return self.hint_zh if lang == "zh" and self.hint_zh else self.hint
-
     def hint_levels(self, lang: str) -> list[str]:
         """Graduated hints: the nudges (what to look at), then the full hint (the recipe)."""
-        nudges = self.nudges_zh if lang == "zh" and self.nudges_zh else self.nudges
-        return [*nudges, self.hint_in(lang)]
+        zh = lang == "zh"
+        nudges = self.nudges_zh if zh and self.nudges_zh else self.nudges
+        return [*nudges, self.hint_zh if zh and self.hint_zh else self.hint]
 
     def title_in(self, lang: str) -> str:
         return self.title_zh if lang == "zh" and self.title_zh else self.title
@@ -126,10 +124,11 @@ def problems(exercises: list[Exercise] | None = None) -> list[str]:
             out.append(f"exercise {ex.id} is listed twice")
         ids.add(ex.id)
         out += _hint_problems(ex)
+        weight = ex.weight
         if (
-            not isinstance(ex.weight, (int, float))
-            or isinstance(ex.weight, bool)
-            or not (0 <= ex.weight <= 1000)
+            isinstance(weight, bool)
+            or not isinstance(weight, (int, float))
+            or not 0 <= weight <= 1000
         ):
             out.append(f"exercise {ex.id}: weight {ex.weight!r} is not a number from 0 to 1000")
         if not ex.title.strip():
@@ -148,10 +147,8 @@ def problems(exercises: list[Exercise] | None = None) -> list[str]:
         if ex.stub == ex.solution:
             out.append(f"exercise {ex.id}: the stub and the solution are the same file")
         if ex.section not in sections():
-            out.append(
-                f"exercise {ex.id}: section {ex.section} has no lesson ({LESSONS_DIR.name}/"
-                f"l{ex.section.replace('.', '_')}.py)"
-            )
+            lesson = f"{LESSONS_DIR.name}/l{ex.section.replace('.', '_')}.py"
+            out.append(f"exercise {ex.id}: section {ex.section} has no lesson ({lesson})")
     for folder in OWNED_DIRS.values():
         for f in sorted((REPO_ROOT / folder).glob("*.py")):
             rel = f.relative_to(REPO_ROOT).as_posix()

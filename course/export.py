@@ -1,22 +1,11 @@
 """`pagedsim export-course DIR`: a copy of the project for students, without the answers.
 
-It copies the tracked files of the repository (`git ls-files`; outside a git checkout,
-every file except caches and virtual environments) into DIR, leaving out:
-
-    course/ch03_kv_block/solutions/   the reference solutions
-    course/ch03_kv_block/mutants.toml   the catalogue of known bugs (an answer key too)
-    course/grade.py, export.py, export_gradescope.py, mutation.py   the instructor's tools
-    tests/                            the project's own tests (they run the solutions)
-    anything named *instructor* / *INSTRUCTOR*, or *mutant*
-
-The checks stay (they do not need the solutions), so in the copy `pip install .` then
-`pagedsim check 3.4a` works as usual (exported from an installed wheel, which has no
-pyproject.toml, the copy gets one written from the installed package's metadata).
-After copying, the export proves what it promised: no solution file's text appears anywhere
-in DIR (compared byte for byte), and it prints how many files it wrote.
-A Markdown link to a page it left out becomes plain text (course/export_links.py).
-DIR must not exist or be empty.
-"""
+It copies the tracked files (`git ls-files`; outside git, the project's folders without caches)
+into DIR (new or empty), less LEAVE_OUT: the solutions, the mutant catalogue, the instructor's
+tools and pages, and tests/. The checks stay, so `pip install .` then `pagedsim check 3.4a` work
+in the copy (exported from a wheel, it gets a pyproject.toml written from the installed
+metadata). Then it proves that no solution's bytes appear anywhere in DIR, and a Markdown link to
+a page left out becomes plain text (course/export_links.py)."""
 
 from __future__ import annotations
 
@@ -25,6 +14,7 @@ import json
 import shutil
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 from pagedsim.io.args import ArgParser
@@ -32,30 +22,14 @@ from pagedsim.io.args import ArgParser
 from . import curriculum
 from .export_links import drop_repo_only, unlink_missing
 
+# what a student copy leaves out (fnmatch patterns): the answers, the instructor's tools and pages
 LEAVE_OUT = (
-    "course/ch03_kv_block/solutions/*",
-    "course/ch03_kv_block/mutants.toml",
-    "course/grade.py",
-    "course/export.py",
-    "course/export_gradescope.py",
-    "course/mutation.py",
-    "tests/*",
-    "*instructor*",
-    "*INSTRUCTOR*",
-    "*mutant*",
-    "COORD.md",
-)
-PROJECT_TOPS = (
-    "pagedsim",
-    "course",
-    "cuda_kernels",
-    "benchmarks",
-    "figures",
-    "README.md",
-    "pyproject.toml",
-)
-# what code needs to run (grade's private build)
-PACKAGES = ("pagedsim/", "course/", "cuda_kernels/")
+    "course/ch03_kv_block/solutions/* course/ch03_kv_block/mutants.toml course/grade.py "
+    "course/export.py course/export_gradescope.py course/mutation.py tests/* *instructor* "
+    "*INSTRUCTOR* *mutant* COORD.md"
+).split()
+PROJECT_TOPS = "pagedsim course cuda_kernels benchmarks figures README.md pyproject.toml".split()
+PACKAGES = ("pagedsim/", "course/", "cuda_kernels/")  # what code needs to run (grade's build)
 SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".hypothesis", "node_modules"}
 
 
@@ -83,8 +57,8 @@ def project_files(root: Path) -> list[str]:
 
 
 def export(dest, root: Path = curriculum.REPO_ROOT, prefixes=None) -> list[str]:
-    """Copy the student build into `dest` (only paths starting with one of `prefixes`, if
-    given); returns the relative paths written."""
+    """Copy the student build into `dest` (only paths starting with one of `prefixes`, if given);
+    returns the relative paths written."""
     dest = check_destination(dest, root)
     written = [
         rel
@@ -109,8 +83,8 @@ def export(dest, root: Path = curriculum.REPO_ROOT, prefixes=None) -> list[str]:
 
 
 def check_destination(dest, root: Path = curriculum.REPO_ROOT) -> Path:
-    """`dest` as a Path, or ValueError: an empty name (that would be the current folder), a
-    folder inside the project being exported (or holding it), or one that is not empty."""
+    """`dest` as a Path, or ValueError: an empty name, a folder inside (or holding) the project,
+    or one that is not empty."""
     if not str(dest).strip():
         raise ValueError("the destination folder is empty: name a new folder")
     dest, here = Path(dest), Path(root).resolve()
@@ -128,13 +102,9 @@ def check_destination(dest, root: Path = curriculum.REPO_ROOT) -> Path:
 
 
 def installed_pyproject(dist=None) -> str:
-    """A pyproject.toml for a copy exported from an installed pagedsim (a wheel carries
-    none), so that `pip install .` works in it: the installed distribution's name,
-    version, dependencies (no extras) and commands, and the packages as the repository's
-    pyproject.toml lists them."""
+    """A pyproject.toml for a copy exported from an installed pagedsim (a wheel carries none):
+    its name, version, dependencies (no extras) and commands."""
     if dist is None:
-        from importlib import metadata
-
         dist = metadata.distribution("pagedsim")
     q = json.dumps  # a TOML basic string is written like a JSON string
     deps = [r.split(";")[0].strip() for r in dist.requires or () if "extra ==" not in r]
@@ -148,29 +118,34 @@ def installed_pyproject(dist=None) -> str:
             "",
         ]
     ]
-    return "\n".join(
-        [
-            "# Written by `pagedsim export-course` from the installed package "
-            "(it carries no pyproject.toml).",
-            "[build-system]",
-            'requires = ["setuptools>=77"]',
-            'build-backend = "setuptools.build_meta"',
-            "",
-            "[project]",
-            f"name = {q(dist.metadata['Name'])}",
-            f"version = {q(dist.version)}",
-            f"requires-python = {q(dist.metadata.get('Requires-Python') or '>=3.10')}",
-            "dependencies = [" + ", ".join(map(q, deps)) + "]",
-            "",
-            *entries,
-            "[tool.setuptools.packages.find]",
-            'include = ["pagedsim*", "cuda_kernels*", "course*"]',
-            "",
-            "[tool.setuptools.package-data]",
-            'course = ["**/*.md", "*.toml", "*.ini", "**/*.ipynb"]',
-            "",
-        ]
+    return PYPROJECT.format(
+        name=q(dist.metadata["Name"]),
+        version=q(dist.version),
+        python=q(dist.metadata.get("Requires-Python") or ">=3.10"),
+        deps=", ".join(map(q, deps)),
+        entries="\n".join(entries),
     )
+
+
+PYPROJECT = """\
+# Written by `pagedsim export-course` from the installed package (it carries no pyproject.toml).
+[build-system]
+requires = ["setuptools>=77"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = {name}
+version = {version}
+requires-python = {python}
+dependencies = [{deps}]
+
+{entries}
+[tool.setuptools.packages.find]
+include = ["pagedsim*", "cuda_kernels*", "course*"]
+
+[tool.setuptools.package-data]
+course = ["**/*.md", "*.toml", "*.ini", "**/*.ipynb"]
+"""
 
 
 def answer_leaks(dest: Path, root: Path = curriculum.REPO_ROOT) -> list[str]:
@@ -193,7 +168,6 @@ def main(argv: list[str]) -> int:
     )
     args = p.parse_args(argv)
     try:
-        check_destination(args.dir)
         written = export(args.dir)
     except ValueError as e:
         p.error(str(e))

@@ -1,23 +1,14 @@
 """`pagedsim export-gradescope DIR`: a Gradescope autograder bundle for the course.
 
-    pagedsim export-gradescope DIR [--exercise ID ...] [--timeout S]
+    DIR/setup.sh          run once to build the image: a venv in /autograder/venv with the
+                          course installed from DIR/pagedsim
+    DIR/run_autograder    per submission: python -m course.autograder into results.json
+    DIR/pagedsim/         the student copy (`export-course`)
+    DIR.zip               the same, zipped: what "Configure Autograder" uploads
 
-writes
-
-    DIR/setup.sh          Gradescope runs it once to build the image: a venv in
-                          /autograder/venv with this course installed from DIR/pagedsim
-    DIR/run_autograder    per submission: grades /autograder/submission (python -m
-                          course.autograder) into /autograder/results/results.json
-    DIR/pagedsim/         the student copy of the project (`export-course`: no solutions,
-                          no mutant catalogue, no grading tools but the autograder's own)
-    DIR.zip               the same, zipped: what Gradescope's "Configure Autograder" uploads
-
-Every path in both scripts can be moved by an environment variable (AUTOGRADER_ROOT,
-AUTOGRADER_SOURCE, AUTOGRADER_SUBMISSION, AUTOGRADER_RESULTS, AUTOGRADER_PYTHON), so the
-bundle can be tried outside Gradescope. One test per exercise; its points are the
-exercise's weight in course/curriculum.toml. What isolates a submission there, and what
-`pagedsim grade` adds on one machine: course/INSTRUCTORS.md.
-"""
+Every path in both scripts can be moved by an AUTOGRADER_* variable, so the bundle runs outside
+Gradescope too. One test per exercise, worth its weight in course/curriculum.toml. Isolation
+there and under `pagedsim grade`: course/INSTRUCTORS.md."""
 
 from __future__ import annotations
 
@@ -62,8 +53,8 @@ exec "$ROOT/venv/bin/python" -m course.autograder \\
 
 
 def write_bundle(dest, exercise_ids=None, timeout: float = DEFAULT_TIMEOUT) -> Path:
-    """Write the bundle into `dest` (new or empty, outside the project) and DEST.zip; returns
-    the zip's path. ValueError for a bad destination, KeyError for an unknown exercise."""
+    """Write the bundle into `dest` (new or empty, outside the project) and DEST.zip; returns the
+    zip. ValueError for a bad destination, KeyError for an unknown exercise."""
     dest = export.check_destination(dest)
     ids = [curriculum.find(i).id for i in exercise_ids or ()] or [ex.id for ex in curriculum.load()]
     export.export(dest / "pagedsim")

@@ -18,8 +18,11 @@ NOTE = " (in the instructor's copy)"
 REPO_ONLY = re.compile(r"<!-- repo-only\b.*?-->.*?<!-- /repo-only -->\n?", re.S)
 
 
-def _is_relative(target: str) -> bool:
-    return not re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I) and not target.startswith("#")
+def _missing(md: Path, target: str) -> bool:
+    """Whether the link `target` in `md` is relative and names a file that does not exist."""
+    path = target.split("#", 1)[0]
+    relative = not re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I) and not target.startswith("#")
+    return bool(path) and relative and not (md.parent / path).exists()
 
 
 def unlink_missing(dest: Path) -> list[str]:
@@ -31,8 +34,7 @@ def unlink_missing(dest: Path) -> list[str]:
 
         def plain(m: re.Match, md=md) -> str:
             label, target = m.group(1), m.group(2)
-            path = target.split("#", 1)[0]
-            if not path or not _is_relative(target) or (md.parent / path).exists():
+            if not _missing(md, target):
                 return m.group(0)
             rewritten.append(f"{md.relative_to(dest)}: {target}")
             return label + NOTE
@@ -62,7 +64,5 @@ def missing_links(dest: Path) -> list[str]:
         f"{md.relative_to(dest)}: {m.group(2)}"
         for md in sorted(dest.rglob("*.md"))
         for m in LINK.finditer(md.read_text(encoding="utf-8"))
-        if _is_relative(m.group(2))
-        and m.group(2).split("#", 1)[0]
-        and not (md.parent / m.group(2).split("#", 1)[0]).exists()
+        if _missing(md, m.group(2))
     ]

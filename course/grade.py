@@ -1,45 +1,20 @@
 """`pagedsim grade DIR`: grade a folder of submissions, one process per student x exercise.
 
     DIR/
-      alice/ex3_4a_free_list.py      files are named like the stubs (course/curriculum.toml)
-      alice/ex3_4b_copy_on_write.py
-      bob/ex3_4a_free_list.py         (or anywhere below bob/, e.g. bob/hw3/ex3_4a_free_list.py)
+      alice/ex3_4a_free_list.py      files are named like the stubs (course/curriculum.toml),
+      bob/hw3/ex3_4a_free_list.py    anywhere below the student's folder
 
-    pagedsim grade DIR [--exercise ID ...] [--timeout S] [--json] [--extra-checks PATH ...]
-                       [--workers N] [--sandbox | --no-sandbox] [--csv FILE]
-                       [--results-json FOLDER] [--memory-mib MIB] [--cpu-seconds S]
-                       [--max-reply-mib MIB] [--pairs FILE]
-
-Every (student, exercise) runs `pagedsim check ID --impl FILE --json` in a new
-process group; at the time limit the whole group is killed (SIGKILL), so an endless loop at
-import or inside a check costs exactly `--timeout` seconds and is reported as
-`timeout`. The checker runs from a private student build (`export-course`, code
-only) made for the run, so the reference solutions are neither importable nor on
-disk where `course.__file__` points (one job: grade_job.py; the reports: grade_report.py;
-similarity to the reference and between students: grade_similarity.py, in a child with
-limits of its own). Each student's folder is walked once, bounded (pagedsim/testing/walk.py:
-no recursion, no link followed, a depth, a count and byte limits; past one, every row of
-that student says why), and the files are read, in bounded chunks, into a private spool
-before the first job: each job grades those bytes; DIR is hashed after every job (`Watch`).
-As root, each job's checker runs as a uid of its own with no capability, and is forked from
-its worker's warm process (grade_warm.py) rather than started cold.
-How a submission is isolated (`decide_mode`): bubblewrap where it works, a uid of its own
-per job when the grader is root; with neither, grading is refused unless --no-sandbox,
-and every result is then `verified: false` (the threat model: course/INSTRUCTORS.md).
-The statuses:
-
-    pass     every check passed
-    fail     the file imports and runs, some checks fail (their names are listed)
-    timeout  killed at the time limit
-    error    the file is missing, does not parse, crashes or calls sys.exit at
-             import, imports the reference solution, or the checker itself died
-
-`--extra-checks` adds the instructor's own pytest files (hidden from students): each
-test in them must call `course.impl.load_impl(ID)` to get the submission. Without
-`--exercise`, every exercise that at least one student handed in is graded, and a
-student without that file gets `error` ("no file ..."). Exit status: 0 when every
-result was produced (whatever the grades), 2 for bad arguments (checked before anything
-is probed or started).
+Every (student, exercise) runs `pagedsim check ID --impl FILE --json` in a session of its own,
+killed whole at `--timeout` (status `timeout`), from a private build without the solutions (one job:
+grade_job.py; reports: grade_report.py; similarity: grade_similarity.py). Each student's folder is
+walked once, bounded (pagedsim/testing/walk.py), and read into a private spool before the first job;
+DIR is hashed after every job (`Watch`). As root, each checker runs as a uid of its own, forked from
+its worker's warm process (grade_warm.py). Isolation (`decide_mode`): bubblewrap where it works, a
+uid per job as root; with neither, grading is refused unless --no-sandbox, and every result is
+`verified: false`. Statuses: pass, fail, timeout, error (missing, unparsable, crashing or
+solution-importing file, or a dead checker). Without --exercise, every exercise some student handed
+in is graded. Exit status 0 when every result was produced, 2 for bad arguments (checked before
+anything starts). The threat model and options: course/INSTRUCTORS.md.
 """
 
 from __future__ import annotations
@@ -77,9 +52,8 @@ from .grade_report import as_csv, as_json, pairs_csv, printable, table, write_gr
 
 
 def plan(root: Path, exercise_ids=None, limits: ReadLimits = READ_LIMITS):
-    """({student: Handed}, exercises to grade): every sub-folder (a link to one too: it gets
-    a row that says why it was not walked), each walked once, and the chosen exercises, or
-    those at least one student handed in."""
+    """({student: Handed}, exercises to grade): every sub-folder walked once (a link to one
+    gets a row saying why), and the chosen exercises, or those some student handed in."""
     exercises = curriculum.load()
     names = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     handed = {s: survey(root / s, exercises, limits) for s in names}
@@ -92,8 +66,7 @@ def plan(root: Path, exercise_ids=None, limits: ReadLimits = READ_LIMITS):
 
 class Spool:
     """What every job grades, read before the first job starts (so no job can change another
-    student's file), one bounded file at a time, into a folder of the grader's own: the
-    grader never holds more than one file (ReadLimits.file_bytes) per worker in memory."""
+    student's file) into a folder of the grader's own, one bounded file at a time."""
 
     def __init__(self, folder: Path):
         self.folder = folder
@@ -124,20 +97,16 @@ class Spool:
 
 
 class Graded(list):
-    """grade()'s answer: the Results, one per student x exercise, and the similarity report
-    (`similarity.Report`: the most similar student pairs per exercise)."""
+    """grade()'s answer: a Result per student x exercise, and the similarity report."""
 
     similarity: similarity.Report
 
 
 class Watch:
-    """Who changed a file under DIR: after each job ends, each student's folder is hashed
-    again (by content, jail.contents: bounded, no link followed) and every change since the
-    last look is blamed on each job that ran since then (the one job, with --workers 1).
-    Files are graded from the bytes read when grading began (Spool), so a change never
-    reaches the student whose file it was. Past ReadLimits.student_bytes hashed in one
-    folder, a file is known by its size, ctime and inode, so a student's 1 GiB file (or
-    5,000 files of 1 MiB) is not read again after every job."""
+    """Who changed a file under DIR: after each job, each student's folder is hashed again
+    (jail.contents) and every change is blamed on each job that ran since the last look.
+    Past ReadLimits.student_bytes in one folder, a file is known by its size, ctime and
+    inode, so a huge folder is not read again after every job."""
 
     def __init__(self, root: Path, limits: ReadLimits = READ_LIMITS):
         self.root, self.limits, self.lock = root, limits, threading.Lock()
@@ -176,10 +145,9 @@ class Watch:
 def decide_mode(
     sandbox: bool | None, *, as_user: bool | None = None, limits=None, max_reply: int = 64 << 20
 ) -> Mode:
-    """The isolation a run gets: bubblewrap when asked or by default where it works, and a uid
-    of its own per job whenever one can run Python here (`as_user` forces it). ValueError
-    when the sandbox was asked for and does not work, or when nothing would isolate a
-    submission and --no-sandbox was not given (then every result would be unverified)."""
+    """The isolation a run gets: bubblewrap when asked or where it works, and a uid per job
+    whenever one can run Python here (`as_user` forces it). ValueError when the sandbox was
+    asked for and does not work, or nothing would isolate a submission unasked."""
     works = jail.bwrap() is not None
     if sandbox and not works:
         raise ValueError(
@@ -209,9 +177,7 @@ def grade(
     limits: ReadLimits = READ_LIMITS,
 ) -> Graded:
     """Grade every (student, exercise) of `root`; `command(ex_id, path, extra)` replaces the
-    checker command (tests use a fake). `mode` (default: `decide_mode(None)`, the best this
-    machine offers) says how each submission is isolated; `limits`, how much of a student's
-    folder is walked and read."""
+    checker command (tests use a fake); `mode` defaults to the best this machine offers."""
     root = Path(root).resolve()
     handed, exercises = plan(root, exercise_ids, limits)
     mode = mode or decide_mode(None)
@@ -224,7 +190,9 @@ def grade(
         spool = Spool(Path(tmp) / "spool")  # never shared with a job
         spool.fill(root, handed, exercises, limits)
         build = _build(Path(tmp))
-        warm = _warm(Path(tmp), build, extra, workers) if _warm_fits(mode, command) else None
+        # as root, verified, with the real checker: checkers fork from warm processes
+        warm_fits = mode.warm and mode.verified and command is None and os.geteuid() == 0
+        warm = _warm(Path(tmp), build, extra, workers) if warm_fits else None
         run = Run(build, Path(tmp) / "jobs", mode, timeout, extra, command, warm)
         run.jobs.mkdir()
         if os.geteuid() == 0:  # each job's users may pass through (never list) to its own folder
@@ -242,33 +210,22 @@ def grade(
         if wrote:
             names = ", ".join(wrote[:3]) + (" ..." if len(wrote) > 3 else "")
             r.status, r.passed = "error", 0
-            r.messages = [
-                f"changed files in the submissions folder while it ran: {names}",
-                *r.messages,
-            ]
+            r.messages.insert(0, f"changed files in the submissions folder while it ran: {names}")
         if r.status in ("pass", "fail"):
             r.similar = results.similarity.flags.get((r.student, r.exercise), "")
     return results
 
 
 def _build(tmp: Path) -> dict:
-    """{relative path: bytes} of the code without solutions (`export-course`), held in memory
-    so that no job can change another's."""
+    """{relative path: bytes} of the code without solutions (`export-course`), in memory."""
     written = export.export(tmp / "build", prefixes=export.PACKAGES)
     build = {rel: (tmp / "build" / rel).read_bytes() for rel in written}
     shutil.rmtree(tmp / "build")
     return build
 
 
-def _warm_fits(mode: Mode, command) -> bool:
-    """Whether the run's checkers fork from warm processes (course/grade_warm.py): as root, in
-    a verified mode, with the real checker."""
-    return mode.warm and mode.verified and command is None and os.geteuid() == 0
-
-
 def _warm(tmp: Path, build: dict, extra, workers: int) -> grade_warm.Pool:
-    """The run's warm checkers, and the copy of the build they import from: read-only,
-    readable by every job's checker (it holds what each job's own copy holds)."""
+    """The run's warm checkers, and the read-only copy of the build they import from."""
     folder = tmp / "warm"
     for rel, body in build.items():
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -279,8 +236,8 @@ def _warm(tmp: Path, build: dict, extra, workers: int) -> grade_warm.Pool:
 
 
 def _in_parallel(run: Run, todo, spool: Spool, watch: Watch, workers: int) -> list[Result]:
-    """One Result per (student, exercise, path) of `todo`, in that order, `workers` at a time;
-    each job holds a slot (its uids, when the grader is root) while it runs."""
+    """One Result per (student, exercise, path) of `todo`, in order, `workers` at a time;
+    each job holds a slot (its uids, as root) while it runs."""
     slots: queue.Queue = queue.Queue()
     for n in range(max(1, workers)):
         slots.put(n)
@@ -301,31 +258,39 @@ def _in_parallel(run: Run, todo, spool: Spool, watch: Watch, workers: int) -> li
         return [f.result() for f in [pool.submit(one, s, i, p) for s, i, p in todo]]
 
 
+OUTPUTS = (  # the report files: option, metavar, what it writes
+    ("--csv", "FILE", "one row per student x exercise to FILE"),
+    (
+        "--results-json",
+        "FOLDER",
+        "FOLDER/STUDENT/results.json in Gradescope's format, and FOLDER/manifest.json (each "
+        "student folder -> its file)",
+    ),
+    ("--pairs", "FILE", "the most similar student pairs per exercise to FILE (CSV)"),
+)
+LIMITS = (  # each submission's process: option, lowest, highest, default, metavar, what
+    ("--memory-mib", 64, 1 << 20, 2048, "MIB", "address space of each submission's process"),
+    ("--cpu-seconds", 1, 86_400, 300, "S", "CPU time of each submission's process"),
+    ("--max-reply-mib", 1, 4096, 64, "MIB", "the largest message a submission's process may send"),
+)
+
+
 def parser() -> ArgParser:
     p = ArgParser(prog="pagedsim grade", description=__doc__.split("\n\n")[0])
     p.add_argument("dir", type=Path, help="one folder per student, files named like the stubs")
     p.add_argument(
         "--exercise", nargs="+", metavar="ID", help="grade only these exercises (e.g. 3.4a 3.4b)"
     )
-    p.add_argument(
-        "--timeout",
-        type=float_in(0, 86_400, open_low=True),
-        default=DEFAULT_TIMEOUT,
-        metavar="S",
-        help=f"seconds per student x exercise before its session is killed "
-        f"(default {DEFAULT_TIMEOUT:g})",
+    per = (
+        f"seconds per student x exercise before its session is killed (default {DEFAULT_TIMEOUT:g})"
     )
+    seconds = float_in(0, 86_400, open_low=True)
+    p.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="S", help=per)
     p.add_argument(
         "--json", action="store_true", help="print {student: {exercise: result}} as JSON"
     )
-    p.add_argument(
-        "--extra-checks",
-        nargs="+",
-        default=[],
-        type=Path,
-        metavar="PATH",
-        help="the instructor's hidden pytest files, run with the exercise's own checks",
-    )
+    extra = "the instructor's hidden pytest files, run with the exercise's own checks"
+    p.add_argument("--extra-checks", nargs="+", default=[], type=Path, metavar="PATH", help=extra)
     p.add_argument(
         "--workers",
         type=int_in(1, 64),
@@ -340,43 +305,11 @@ def parser() -> ArgParser:
         "folder, no network, its own PID namespace (default: on when bwrap works here). "
         "--no-sandbox grades even where nothing isolates a submission (results unverified)",
     )
-    p.add_argument(
-        "--csv", type=Path, metavar="FILE", help="also write one row per student x exercise to FILE"
-    )
-    p.add_argument(
-        "--results-json",
-        type=Path,
-        metavar="FOLDER",
-        help="also write FOLDER/STUDENT/results.json in Gradescope's format, and "
-        "FOLDER/manifest.json (each student folder -> its file)",
-    )
-    p.add_argument(
-        "--pairs",
-        type=Path,
-        metavar="FILE",
-        help="also write the most similar student pairs per exercise to FILE (CSV)",
-    )
-    p.add_argument(
-        "--memory-mib",
-        type=int_in(64, 1 << 20),
-        default=2048,
-        metavar="MIB",
-        help="address space of each submission's process (default 2048)",
-    )
-    p.add_argument(
-        "--cpu-seconds",
-        type=int_in(1, 86_400),
-        default=300,
-        metavar="S",
-        help="CPU time of each submission's process (default 300)",
-    )
-    p.add_argument(
-        "--max-reply-mib",
-        type=int_in(1, 4096),
-        default=64,
-        metavar="MIB",
-        help="the largest message a submission's process may send (default 64)",
-    )
+    for name, metavar, what in OUTPUTS:
+        p.add_argument(name, type=Path, metavar=metavar, help=f"also write {what}")
+    for name, low, high, default, metavar, what in LIMITS:
+        said = f"{what} (default {default})"
+        p.add_argument(name, type=int_in(low, high), default=default, metavar=metavar, help=said)
     return p
 
 
@@ -406,10 +339,10 @@ def main(argv: list[str]) -> int:
         p.error(str(e))
     answers = solutions_on_disk()
     if answers and not mode.sandbox and args.sandbox is None:
+        where = printable(answers[0].parent)
         p.error(
-            f"the reference solutions are on disk ({printable(answers[0].parent)}) and no sandbox "
-            "can hide them from submissions: install bubblewrap, run from a copy made by "
-            "`pagedsim export-course`, "
+            f"the reference solutions are on disk ({where}) and no sandbox can hide them from "
+            "submissions: install bubblewrap, run from a copy made by `pagedsim export-course`, "
             "or pass --no-sandbox to accept it"
         )
     results = grade(
@@ -429,11 +362,8 @@ def main(argv: list[str]) -> int:
     if args.json:
         print(json.dumps(as_json(results), indent=1))
     elif not results:
-        print(
-            f"pagedsim grade: nothing to grade in {printable(args.dir)} (one folder per student, "
-            "files named "
-            f"like the stubs, e.g. alice/ex3_4a_free_list.py)"
-        )
+        how = "one folder per student, files named like the stubs, e.g. alice/ex3_4a_free_list.py"
+        print(f"pagedsim grade: nothing to grade in {printable(args.dir)} ({how})")
     else:
         print(table(results, results.similarity.pairs))
         print("\n" + describe(mode, answers))
@@ -453,8 +383,6 @@ def describe(mode: Mode, answers) -> str:
     else:
         what = "sandbox: off and no user of its own: every result is UNVERIFIED"
     if not mode.sandbox and answers:
-        what += (
-            f"; the reference solutions under {printable(answers[0].parent)} were "
-            "readable by submissions"
-        )
+        where = printable(answers[0].parent)
+        what += f"; the reference solutions under {where} were readable by submissions"
     return what

@@ -1,15 +1,13 @@
 """One student x exercise, graded in a process group of its own (see course/grade.py).
 
 Invariants: every job runs `pagedsim check ID --impl FILE --json` (`child_command`) from a
-private, read-only copy of the code and the checks and a read-only copy of the file, and
-may write only in its scratch folder (`Job`); the copies are hashed before and after, so a
-job that changed them is not graded; at the end (or at the time limit) the whole session
-is killed; a `Result` is produced for anything the student did, never an exception. A
-file that is a link or a byte-for-byte copy of a reference solution is refused unread.
-When the grader is root, the checker runs confined and as a uid of its own holding no
-capability (`Users`, `_confined`), and the grader starts and ends the submission's process
-at the checker's request (`_launcher`, course/grade_launch.py).
-"""
+private, read-only copy of the code, the checks and the file, writing only in its scratch folder
+(`Job`); the copies are hashed before and after, and a job that changed them is not graded; the
+whole session is killed at the end or the time limit; a `Result` comes out for anything the
+student did, never an exception. A link, or a copy of a reference solution, is refused unread. As
+root, the checker runs confined as a uid of its own with no capability (`Users`, `_confined`),
+and the grader starts and ends the submission's process at its request (`_launcher`,
+course/grade_launch.py)."""
 
 from __future__ import annotations
 
@@ -66,8 +64,8 @@ READ_LIMITS = ReadLimits()
 
 @dataclass
 class Handed:
-    """What one student's folder holds for grading: the file chosen per stub name, or the one
-    line that says why the folder could not be walked (then every row of theirs says it)."""
+    """One student's folder: the file chosen per stub name, or the one line why the folder could
+    not be walked."""
 
     files: dict  # stub name -> walk.Entry (a regular file, or a link that `refuse` names)
     error: str = ""
@@ -79,9 +77,8 @@ class Handed:
 
 
 def survey(folder: Path, exercises, limits: ReadLimits = READ_LIMITS) -> Handed:
-    """Walk a student's folder once (walk.entries: bounded, no recursion, no link followed).
-    Per exercise: the file directly in `folder`, else the first one below it in sorted order
-    (LMS downloads nest folders); a link is kept only where no regular file has the name."""
+    """Walk a student's folder once (bounded, no link followed). Per exercise: the file directly
+    in `folder`, else the first below it in sorted order; a link only where no file has the name."""
     try:
         found = walk.entries(folder, limits.walk)
     except walk.Stopped as e:
@@ -101,9 +98,8 @@ def survey(folder: Path, exercises, limits: ReadLimits = READ_LIMITS) -> Handed:
 
 
 def read_handed(folder: Path, handed: Handed, exercises, limits: ReadLimits) -> dict:
-    """{exercise id: bytes, or the one line why not} for one student: the sizes are checked
-    (lstat, during the walk) before anything is read, then each file is read in bounded chunks
-    (walk.read), never through a link."""
+    """{exercise id: bytes, or the one line why not} for one student: sizes checked (from the
+    walk) before anything is read, each file read bounded, never through a link."""
     if handed.error:
         return {ex.id: handed.error for ex in exercises}
     chosen = {ex.id: handed.files.get(stub_name(ex)) for ex in exercises}
@@ -130,20 +126,9 @@ def read_handed(folder: Path, handed: Handed, exercises, limits: ReadLimits) -> 
 
 
 def child_command(exercise_id: str, path: Path, extra_checks=()) -> list[str]:
-    """The command one grading process runs: `pagedsim check ID --impl FILE --json`. It runs the
-    checks itself and the file in a child process of its own (course/isolation.py), then prints
-    one JSON object on its last stdout line, after that child and all it started are dead."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "pagedsim.app.cli",
-        "check",
-        exercise_id,
-        "--impl",
-        str(path),
-        "--json",
-    ]
-    return cmd + (["--extra-checks", *map(str, extra_checks)] if extra_checks else [])
+    """The command one grading process runs: `pagedsim check ID --impl FILE --json`."""
+    cmd = [sys.executable, "-m", "pagedsim.app.cli", "check", exercise_id, "--impl", str(path)]
+    return cmd + ["--json"] + (["--extra-checks", *map(str, extra_checks)] if extra_checks else [])
 
 
 @dataclass(frozen=True)
@@ -158,8 +143,8 @@ class Mode:
 
     @property
     def verified(self) -> bool:
-        """Whether a submission is kept from the grader's processes and the other files: by
-        bubblewrap, or by a uid of its own. Without either, a verdict is not to be trusted."""
+        """Whether a submission is kept from the grader and the other files (bubblewrap or an own
+        uid); without either, a verdict is not to be trusted."""
         return self.sandbox or self.own_uid
 
     @property
@@ -169,9 +154,8 @@ class Mode:
 
 
 def _env(job: Job, mode: Mode, users: Users | None) -> dict:
-    """The checker's environment: its private copy of the code alone on the import path, and
-    what its child must be given (sandbox, uid, limits, the checks' hashes); as a uid of its
-    own, its scratch is its HOME too (root's is not its to read)."""
+    """The checker's environment: its private code alone on the import path, what its child needs
+    (sandbox, uid, limits, the checks' hashes); as its own uid, scratch is HOME."""
     root, scratch = job.code, job.scratch
     env = {k: v for k, v in os.environ.items() if not k.startswith("PAGEDSIM_")}
     env.update(
@@ -187,9 +171,7 @@ def _env(job: Job, mode: Mode, users: Users | None) -> dict:
         **{checks_digest.VAR: json.dumps(job.checks_digest())},
         PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",  # Hypothesis' plugin alone (course/runner.py)
     )
-    for k in jail.PASSED_ON:
-        if k in os.environ:
-            env[k] = os.environ[k]
+    env.update({k: os.environ[k] for k in jail.PASSED_ON if k in os.environ})
     if users is not None:
         env["HOME"] = str(scratch)
         if users.job is not None:
@@ -199,9 +181,8 @@ def _env(job: Job, mode: Mode, users: Users | None) -> dict:
 
 @dataclass(frozen=True)
 class Users:
-    """Who a job's processes run as when the grader is root: the checker as a uid of its own,
-    holding no capability; the submission as another (or, with none, as root inside
-    bubblewrap's namespaces). Neither can signal, trace or write to the other."""
+    """Who a job's processes run as when the grader is root: the checker as a uid without
+    capability, the submission as another (or root in bubblewrap's namespaces)."""
 
     checker: int
     job: int | None
@@ -226,17 +207,16 @@ def _hidden() -> list[Path]:
 
 
 def _confined(job: Job, users: Users):
-    """The checker's own view (jail.confined): of the shared temporary folders only its job's
-    folder, no reference solution or mutant catalogue of this installation, and then its own
-    uid, with no capability and no way to gain one (jail.Account.bare)."""
+    """The checker's view (jail.confined): only its job's folder of the shared temporary ones, no
+    solutions or mutant catalogues, then its own uid with no capability."""
     groups = () if users.group == users.checker else (users.group,)
     account = jail.Account(users.checker, groups, cwd=str(job.scratch), bare=True)
     return jail.confined(keep=[job.folder], writable=job.scratch, hide=_hidden(), account=account)
 
 
 def _launcher(job: Job, mode: Mode, users: Users) -> grade_launch.Launcher:
-    """The grader's end of the job's submission process (course/grade_launch.py): started in
-    a view like the checker's, writable only in scratch/child, as the job's uid."""
+    """The grader's end of the job's submission process (grade_launch.py): in a view like the
+    checker's, writable only in scratch/child, as the job's uid."""
     spec = isolation.ChildSpec(job.submission, job.code, job.work, mode.sandbox)
     view = dict(keep=[job.folder], writable=job.work, hide=_hidden())
     if users.job is not None:
@@ -260,8 +240,7 @@ def _launcher(job: Job, mode: Mode, users: Users) -> grade_launch.Launcher:
 
 
 def _start_cold(argv: list[str], job: Job, users: Users | None, env: dict, fds: list[int]):
-    """The job's checker as a process of its own: confined and as its uid (`_confined`) when
-    `users` are given."""
+    """The job's checker as a process of its own (confined, as its uid, with `users`)."""
     return subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
@@ -280,8 +259,7 @@ def _start_cold(argv: list[str], job: Job, users: Users | None, env: dict, fds: 
 def _fork_warm(
     pool: grade_warm.Pool, slot: int, job: Job, users: Users, argv: list[str], env: dict
 ) -> grade_warm.Job:
-    """The job's checker forked from its worker's warm process, confined and as its uid just
-    as `_confined` starts a cold one; its fds (verdict, launcher) named as in `env`."""
+    """The job's checker forked from its worker's warm process, confined as a cold one."""
     argv = [*argv, "--json"] + (["--extra-checks", *map(str, pool.extra)] if pool.extra else [])
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -310,10 +288,8 @@ def _fork_warm(
 
 @dataclass
 class Job:
-    """One student x exercise: a private folder outside every student's, made for this job alone.
-
-    With a uid of its own the job's child reads the code and the file through its group
-    (files 0440, folders 0550, owned by root) and writes only in scratch/child, its own."""
+    """One student x exercise: a private folder for this job alone. With a uid of its own the
+    child reads code and file through its group and writes only in scratch/child."""
 
     folder: Path
     code: Path  # the build (code and checks, no solutions): read-only, hashed before and after
@@ -329,9 +305,8 @@ class Job:
     def make(
         cls, run: Run, name: str, data: bytes, users: Users | None = None
     ) -> tuple[Job, list[Path]]:
-        """Write the build and the file (both held in memory since grading began, so no job can
-        change another's) into a new private folder. With `users`: the code and the file
-        readable by their group only, scratch the checker's, scratch/child the job's."""
+        """Write the build and the file (held in memory since grading began) into a new private
+        folder; with `users`, readable by their group only."""
         jobs, build, extra_checks = run.jobs, run.build, run.extra_checks
         folder = Path(tempfile.mkdtemp(prefix="job-", dir=jobs))
         job = cls(folder, folder / "code", folder / "submission" / name, folder / "scratch")
@@ -363,11 +338,8 @@ class Job:
         }
 
     def checks_digest(self) -> dict:
-        return {
-            k[len("code/course/") :]: v
-            for k, v in self.digest.items()
-            if k.startswith("code/course/")
-        }
+        ours = "code/course/"
+        return {k.removeprefix(ours): v for k, v in self.digest.items() if k.startswith(ours)}
 
     def tampered(self) -> list[str]:
         """The files of the private copy that changed since the job was made."""
@@ -379,17 +351,9 @@ class Job:
 
 def row(student: str, ex_id: str, mode: Mode, status: str, messages=(), **kw) -> Result:
     """A Result that says how the run was isolated (`mode`)."""
-    return Result(
-        student,
-        ex_id,
-        status,
-        messages=list(messages),
-        sandbox=mode.sandbox,
-        verified=mode.verified,
-        mode=mode.name,
-        limits=mode.limits.as_json(),
-        **kw,
-    )
+    how = dict(sandbox=mode.sandbox, verified=mode.verified, mode=mode.name)
+    how["limits"] = mode.limits.as_json()
+    return Result(student, ex_id, status, messages=list(messages), **how, **kw)
 
 
 @dataclass(frozen=True)
@@ -409,9 +373,8 @@ def run_one(
     student: str, ex_id: str, path: Path, run: Run, *, data: bytes | None = None, slot: int = 0
 ) -> Result:
     """Grade one file in its own session, from its own copy of the checks; never raises for
-    anything the student did. The session and every descendant are killed when it ends.
-    `data`: the file's bytes as read when grading began (default: read now); `slot`: which
-    of the run's workers grades it (its uids, when the grader is root)."""
+    anything the student did. `data`: the bytes read when grading began; `slot`: the worker (its
+    uids)."""
     mode = run.mode
     if data is None and not path.is_file():
         return row(student, ex_id, mode, "error", [f"no file {path.name}"])
@@ -464,8 +427,7 @@ def run_one(
 
 
 def _wait(proc, timeout: float, launcher, users, legacy_uid) -> tuple[str, str, bool]:
-    """(stdout, stderr, whether it timed out) of the checker, once it, its submission, their
-    children and every process of the job's uids are dead."""
+    """(stdout, stderr, timed out) of the checker, once every process of the job is dead."""
     timed_out = False
     out = err = ""
     try:
@@ -521,11 +483,8 @@ def _judge(base: Result, end: Ended, timeout: float) -> Result:
 
 
 def refuse(path: Path, data: bytes | None = None) -> str:
-    """Why a handed-in file is not graded at all: a link (to the solution, or anywhere), or a
-    byte-for-byte copy of a reference solution; '' when it is graded. `data`: its bytes as
-    read when grading began, by a walk that follows no link (`read_handed`): then the path is
-    not looked at again, so a job that swaps another student's folder for a link since
-    cannot change that student's row."""
+    """Why a handed-in file is not graded at all (a link, or a copy of a reference solution); ''
+    when it is. With `data` (read when grading began) the path is not looked at again."""
     if data is None and (path.is_symlink() or path.resolve() != path.absolute()):
         return f"{path.name} is (or is under) a symbolic link, not a file of your own: not graded"
     try:
@@ -538,16 +497,13 @@ def refuse(path: Path, data: bytes | None = None) -> str:
 
 
 def solutions_on_disk() -> list[Path]:
-    """The reference solutions that this installation (a checkout, an editable or a plain
-    install) holds: readable by any process of this user unless a sandbox hides them."""
+    """The reference solutions this installation holds (readable unless a sandbox hides them)."""
     return [p for ex in curriculum.load() if (p := ex.path("solution")).is_file()]
 
 
 def private_checks(build: Path, extra_checks) -> list[Path]:
-    """Copies of the instructor's extra check files inside a private build, next to the
-    course's own checks, whether git tracks them or not: run from there they import the
-    build's `course` (never the source tree's, with its solutions), and a path given
-    relative to where `grade` was started still works in the checker's scratch folder."""
+    """Copies of the instructor's extra check files next to the course's own checks in a private
+    build, so that they import the build's `course`, never the source tree's."""
     folder = (
         build / Path(curriculum.load()[0].checks[0]).parent
     )  # [build]/course/ch03_kv_block/checks

@@ -1,31 +1,24 @@
 """A job's submission process, started and ended by the grader at its checker's request.
 
-Under `pagedsim grade` as root, the checker runs as a uid of its own holding no capability
-(grade_job.run_one): it can neither start a process as the job's uid nor signal one. The
-grader does both for it, and nothing else, over a socketpair whose end the checker holds
-(its number in $PAGEDSIM_LAUNCHER_FD, taken out of the environment on first use):
+Under `pagedsim grade` as root, the checker runs as a uid of its own without capability
+(grade_job.run_one): it can neither start a process as the job's uid nor signal one. The grader
+does both for it, and nothing else, over a socketpair whose end the checker holds
+($PAGEDSIM_LAUNCHER_FD, taken out of the environment on first use):
 
-    the checker sends   the grader (`Launcher`, a thread per job)         and answers
-    b"start"            ends the job's submission process if one runs,   b"started N", with the
-                        then starts a new one: always the same command   checker's end of the
-                        (course/isolation.py: ChildSpec) on the job's    new process's socket
-                        file, in a view of the file system like the      (SCM_RIGHTS)
-                        checker's, as the job's uid, with its limits
-    b"stop"             waits up to a second for it to end on its own    b"stopped N RC": its
-                        (its socket closed), then kills its session,     exit status ("None"
-                        its descendants and every process of its uid     when none ran)
+    the checker sends   the grader (`Launcher`, a thread per job)          answers
+    b"start"            ends the submission's process if one runs, then    b"started N" + the new
+                        starts the one fixed command (isolation.ChildSpec)  process's socket
+                        on the job's file, as the job's uid, in its view    (SCM_RIGHTS)
+    b"stop"             waits a second for it to end, then kills its        b"stopped N RC"
+                        session, its descendants and its uid's processes
 
-N numbers the request answered (1, 2, ...): a reply left unread by a request that a time
-limit interrupted in the checker is told from the answer to the next one.
-
-Any other request (a command line, a path, more than `REQUEST` bytes) ends the service: the
-process is killed and the channel closed, so a checker made to say anything else only loses
-its own submission. The requests carry no argument: what runs, as whom, where, is fixed by
-the grader when the job starts.
-"""
+N numbers the requests, so a reply left unread after a time limit is told from the next one.
+Anything else (an argument, a path, more than `REQUEST` bytes) ends the service: the process is
+killed and the channel closed, so a subverted checker only loses its own submission."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -40,9 +33,8 @@ START, STOP, STARTED = b"start", b"stop", b"started"
 
 
 class Launcher:
-    """The grader's end for one job. `spawn(fd)` starts the submission's process serving on
-    the socket `fd` (grade_job: `ChildSpec.popen` confined, as the job's uid); `end(pid)`
-    kills every process it may have left (its uid's)."""
+    """The grader's end for one job. `spawn(fd)` starts the submission's process serving on the
+    socket `fd` (confined, as the job's uid); `end(pid)` kills what it may have left."""
 
     def __init__(
         self, spawn: Callable[[int], subprocess.Popen], end: Callable[[int], None]
@@ -63,12 +55,10 @@ class Launcher:
         self.thread.start()
 
     def close(self) -> None:
-        """At the end of the job (the checker killed): the service ends, and so does the
-        submission's process, whatever it started, and every process of its uid."""
-        try:
+        """At the end of the job: the service ends, and so does the submission's process and all
+        of its uid."""
+        with contextlib.suppress(OSError):
             self.ours.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         if self.thread.is_alive():
             self.thread.join()
         else:
@@ -118,17 +108,13 @@ class Launcher:
         proc, self.proc = self.proc, None
         if proc is None:
             return None
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=1)
-        except subprocess.TimeoutExpired:
-            pass
         code = proc.returncode
         jail.kill_tree(proc.pid, sessions={proc.pid})
         self.end(proc.pid)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
         return code
 
 
@@ -145,8 +131,8 @@ class Client:
 
     @classmethod
     def taken(cls) -> Client | None:
-        """This process's client, when `grade` named one ($PAGEDSIM_LAUNCHER_FD, removed from the
-        environment and not inherited by anything this process starts)."""
+        """This process's client, when `grade` named one (the variable is removed, the fd not
+        inherited)."""
         text = os.environ.pop(VAR, None)
         if cls._taken is None and text and text.isdigit():
             try:
@@ -172,9 +158,8 @@ class Client:
         return int(code) if code.lstrip("-").isdigit() else None
 
     def _ask(self, request: bytes) -> tuple[list[bytes], list[int]]:
-        """Send `request`; its reply, split into words, and the fds it carried. Replies to
-        earlier requests that were never read (a time limit struck) are skipped, and any
-        socket they carried closed."""
+        """Send `request`; its reply's words and fds. Replies to earlier requests never read are
+        skipped, and their sockets closed."""
         self.sent += 1
         self.sock.send(request)
         while True:

@@ -30,22 +30,16 @@ def as_json(results) -> dict:
 
 
 def table(results, pairs: dict | None = None) -> str:
-    """The grid (student x exercise, and each student's weighted score), one line per result
-    that is not a pass, the flags, and the most similar student pairs per exercise."""
+    """The grid (student x exercise, and each student's weighted score), a line per result that
+    is not a pass, the flags, and the most similar pairs per exercise."""
     names = {r.student: printable(r.student) for r in results}
     students = list(dict.fromkeys(r.student for r in results))
     ids = list(dict.fromkeys(r.exercise for r in results))
-    shown: dict = {
-        (r.student, r.exercise): (
-            f"{r.passed}/{r.total}" if r.status in ("pass", "fail") else r.status.upper()
-        )
-        + ("" if r.verified else " unverified")
-        for r in results
-    }
-    weights = curriculum.weights()
-    points: dict = {}
+    weights, points, shown = curriculum.weights(), dict.fromkeys(students, 0.0), {}
     for r in results:
-        points[r.student] = points.get(r.student, 0.0) + score(r, weights)
+        got = f"{r.passed}/{r.total}" if r.status in ("pass", "fail") else r.status.upper()
+        shown[r.student, r.exercise] = got + ("" if r.verified else " unverified")
+        points[r.student] += score(r, weights)
     most = sum(weights.get(i, 1.0) for i in ids)
     for s in students:
         shown[s, "score"] = f"{points[s]:g}/{most:g}"
@@ -81,28 +75,15 @@ def _cut(line: str, width: int = 160) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-COLUMNS = (
-    "student",
-    "exercise",
-    "status",
-    "passed",
-    "total",
-    "score",
-    "weight",
-    "seconds",
-    "verified",
-    "mode",
-    "similar",
-    "message",
-)
-
+COLUMNS = "student exercise status passed total score weight seconds verified mode similar message"
+COLUMNS = tuple(COLUMNS.split())
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet may run as a formula
 
 
 def cell(value) -> str:
     """A CSV cell a spreadsheet shows as text: one that starts like a formula gets a leading
-    single quote (OWASP, "CSV Injection"). Every cell goes through here, numbers included."""
+    quote (OWASP, "CSV Injection")."""
     text = printable(value) if isinstance(value, str) else str(value)
     return "'" + text if text.startswith(FORMULA_STARTS) else text
 
@@ -139,18 +120,17 @@ def pairs_csv(pairs: dict) -> str:
 
 
 def score(r, weights: dict) -> float:
-    """An exercise's points: its weight (course/curriculum.toml) times the share of its checks
-    passed; nothing for an error or a timeout."""
+    """An exercise's points: its weight times the share of checks passed; 0 for an error or
+    timeout."""
     if r.status not in ("pass", "fail") or not r.total:
         return 0.0
     return round(weights.get(r.exercise, 1.0) * r.passed / r.total, 4)
 
 
 def write_gradescope(results, folder: Path) -> list[Path]:
-    """FOLDER/NAME/results.json: Gradescope's autograder format, one test per exercise
-    (score = weight x share of checks passed, max_score = weight; an unverified run says so),
-    and FOLDER/manifest.json: {student folder: its results.json}. NAME is the folder name
-    made safe; two folders that come out the same (`bob smith`, `bob_smith`) get -2, -3."""
+    """FOLDER/NAME/results.json per student (Gradescope's format) and FOLDER/manifest.json:
+    {student folder: its results.json}. NAME is the folder name made safe; names that collide
+    (`bob smith`, `bob_smith`) get -2, -3."""
     by: dict = {}
     for r in results:
         by.setdefault(r.student, []).append(r)
@@ -174,23 +154,19 @@ def write_gradescope(results, folder: Path) -> list[Path]:
 def gradescope_results(rows) -> dict:
     """One submission's results.json (Gradescope's format): a test per exercise."""
     weights = curriculum.weights()
-    tests = [
-        {
-            "name": f"exercise {r.exercise}",
-            "score": score(r, weights),
-            "max_score": weights.get(r.exercise, 1.0),
-            "status": "passed" if r.status == "pass" else "failed",
-            "output": "\n".join(
-                [
-                    f"{r.status}",
-                    *r.messages,
-                    *(["unverified: no isolation"] if not r.verified else []),
-                ]
-            ),
-            "visibility": "visible",
-        }
-        for r in rows
-    ]
+    tests = []
+    for r in rows:
+        output = [r.status, *r.messages] + ([] if r.verified else ["unverified: no isolation"])
+        tests.append(
+            {
+                "name": f"exercise {r.exercise}",
+                "score": score(r, weights),
+                "max_score": weights.get(r.exercise, 1.0),
+                "status": "passed" if r.status == "pass" else "failed",
+                "output": "\n".join(output),
+                "visibility": "visible",
+            }
+        )
     return {"score": round(sum(t["score"] for t in tests), 4), "tests": tests}
 
 
@@ -201,6 +177,5 @@ def _safe_name(name: str) -> str:
 
 
 def printable(text: str) -> str:
-    """`text` with control characters (ANSI escapes included) written as escapes: a folder name
-    cannot move the cursor or recolour the report."""
+    """`text` with control characters (ANSI escapes included) written as escapes."""
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(text))

@@ -1,25 +1,19 @@
 """`pagedsim grade`'s similarity: each submission against the reference solution (a flag), and
 student against student (the most similar pairs per exercise). Neither ever fails a job.
 
-Files are parsed (never run) and normalised: docstrings dropped, and every name a file binds
-or reads (functions, classes, arguments, variables, attributes; not builtins) renamed in
-order of first appearance (`n0`, `n1`, ...); strings and numbers are kept. The normalised
-tree, dumped, is a list of tokens.
-Its fingerprints are chosen by winnowing (Schleimer, Wilkerson and Aiken, SIGMOD 2003, the
-method behind MOSS): hash every run of K tokens, and keep the smallest hash in each window of
-W consecutive hashes. Any run of K + W - 1 tokens two files share gives both the same
-fingerprint. Two files are as similar as the share of fingerprints they have in common
-(Jaccard). The cost is linear in the input: no quadratic alignment.
+Files are parsed (never run) and normalised: docstrings dropped, every name a file binds or reads
+(not builtins) renamed in order of first appearance (`n0`, `n1`, ...). The dumped tree is a list
+of tokens, fingerprinted by winnowing (Schleimer, Wilkerson and Aiken, SIGMOD 2003, the method
+behind MOSS): hash every run of K tokens, keep the smallest hash in each window of W, so any run
+of K + W - 1 tokens two files share gives both the same fingerprint. Similarity is the Jaccard
+share of fingerprints, in linear time. For student pairs, the stub's fingerprints and those more
+than COMMON of the class share are removed first, and pairs are counted through an index from
+fingerprint to files.
 
-Student pairs: the stub's fingerprints are removed first (every student starts from it), and
-so is a fingerprint that more than COMMON of the class share (a natural answer, not a copy).
-Pairs are counted through an index from fingerprint to files, never all pairs at once.
-
-Budget: `compare` runs in a child process (`python -m course.grade_similarity`, JSON on stdin
-and stdout, nothing else crosses) that sets its own address-space and CPU limits before it
-reads a byte, under a wall-clock limit in the parent. A file over MAX_BYTES is "too large to
-compare" and is never parsed. A child that runs out of its budget costs the report, not a job.
-"""
+Budget: `compare` runs in a child (`python -m course.grade_similarity`, JSON on stdin and stdout
+only) that sets its own address-space and CPU limits before it reads a byte, under a wall-clock
+limit here. A file over MAX_BYTES is "too large to compare", never parsed. A child out of budget
+costs the report, not a job."""
 
 from __future__ import annotations
 
@@ -48,6 +42,10 @@ COMMON = 0.25  # a fingerprint in more than this share of a class's files is ign
 SECONDS, SECONDS_PER_FILE = 30, 4
 MEMORY = 1 << 30  # the child's address space
 TOO_LARGE = "too large to compare"
+FLAG = (
+    " the reference solution once names, comments and formatting are normalised: look at it "
+    "(a flag, not a fail)"
+)
 
 
 class _Normalise(ast.NodeTransformer):
@@ -72,14 +70,8 @@ class _Normalise(ast.NodeTransformer):
         return node
 
     def _body(self, node):
-        body = node.body
-        if (
-            body
-            and isinstance(body[0], ast.Expr)
-            and isinstance(body[0].value, ast.Constant)
-            and isinstance(body[0].value.value, str)
-        ):
-            node.body = body[1:] or [ast.Pass()]
+        if ast.get_docstring(node, clean=False) is not None:
+            node.body = node.body[1:] or [ast.Pass()]
         return node
 
     def visit_FunctionDef(self, node):
@@ -100,8 +92,8 @@ class _Normalise(ast.NodeTransformer):
 
 
 def tokens(source: str | bytes) -> list[str] | None:
-    """The normalised file as a list of tokens (None when it does not parse or is too large;
-    MemoryError when its tree does not fit this process's memory)."""
+    """The normalised file as tokens (None when it does not parse or is too large; MemoryError
+    when its tree does not fit)."""
     if len(source) > MAX_BYTES:
         return None
     try:
@@ -113,8 +105,7 @@ def tokens(source: str | bytes) -> list[str] | None:
 
 
 def fingerprints(toks: list[str]) -> frozenset[int]:
-    """Winnowing: the smallest hash of every window of W hashes of K-token runs (a file
-    shorter than one run is one fingerprint, its whole)."""
+    """Winnowing: the smallest hash of every window of W hashes of K-token runs."""
     if len(toks) < K:
         return frozenset([hash(tuple(toks))]) if toks else frozenset()
     hashes = [hash(tuple(toks[i : i + K])) for i in range(len(toks) - K + 1)]
@@ -123,44 +114,11 @@ def fingerprints(toks: list[str]) -> frozenset[int]:
     return frozenset(min(hashes[i : i + W]) for i in range(len(hashes) - W + 1))
 
 
-def _share(a: frozenset, b: frozenset) -> float:
-    return len(a & b) / len(a | b) if a and b else 0.0
-
-
-def ratio(a: str | bytes, b: str | bytes) -> float:
-    """The share of fingerprints two files have in common once normalised (0.0 when either
-    does not parse)."""
-    try:
-        ta, tb = tokens(a), tokens(b)
-    except MemoryError:
-        return 0.0
-    return _share(fingerprints(ta), fingerprints(tb)) if ta and tb else 0.0
-
-
-def _flag_text(r: float) -> str:
-    what = "identical to" if r == 1.0 else f"{r:.0%} like"
-    return (
-        f"{what} the reference solution once names, comments and formatting are "
-        "normalised: look at it (a flag, not a fail)"
-    )
-
-
 def _reference(exercise_id: str, field: str) -> bytes | None:
     try:
         return walk.read(curriculum.find(exercise_id).path(field), MAX_BYTES)
     except (KeyError, walk.Stopped):
         return None
-
-
-def flag(exercise_id: str, source: bytes) -> str:
-    """A one-line flag when `source` is the exercise's reference solution up to cosmetic
-    changes, "too large to compare" over MAX_BYTES, else ''. No flag where this installation
-    has no reference solution. In this process: for one file; `run` does a class."""
-    if len(source) > MAX_BYTES:
-        return TOO_LARGE
-    ref = _reference(exercise_id, "solution")
-    r = ratio(source, ref) if ref is not None else 0.0
-    return _flag_text(r) if r >= THRESHOLD else ""
 
 
 @dataclass
@@ -171,8 +129,8 @@ class Report:
 
 
 def compare(files: dict) -> dict:
-    """The child's work. `files`: exercise id -> {student: path of the bytes graded}. Returns
-    {"flags": {ex: {student: line}}, "pairs": {ex: [[a, b, share], ...]}} (JSON data only)."""
+    """The child's work. `files`: exercise id -> {student: path}. Returns {"flags": {ex:
+    {student: line}}, "pairs": {ex: [[a, b, share], ...]}} (JSON data only)."""
     flags: dict = {}
     pairs: dict = {}
     for ex_id, by_student in files.items():
@@ -184,9 +142,11 @@ def compare(files: dict) -> dict:
             except (walk.Stopped, MemoryError):  # over the cap, or its tree over the budget
                 flags.setdefault(ex_id, {})[student] = TOO_LARGE
                 continue
-            r = _share(prints[student], ref)
+            mine = prints[student]
+            r = len(mine & ref) / len(mine | ref) if mine and ref else 0.0
             if r >= THRESHOLD:
-                flags.setdefault(ex_id, {})[student] = _flag_text(r)
+                what = "identical to" if r == 1.0 else f"{r:.0%} like"
+                flags.setdefault(ex_id, {})[student] = what + FLAG
         pairs[ex_id] = _pairs({s: p - stub for s, p in prints.items()})
     return {"flags": flags, "pairs": pairs}
 
@@ -197,8 +157,8 @@ def _prints(source: bytes | None) -> frozenset:
 
 
 def _pairs(prints: dict) -> list:
-    """The TOP_PAIRS most similar pairs at or above PAIR_THRESHOLD, counted through an index
-    (fingerprint -> students) that leaves out fingerprints common to the class."""
+    """The TOP_PAIRS most similar pairs at or above PAIR_THRESHOLD, leaving out fingerprints
+    common to the class."""
     index: dict = {}
     for s, fp in prints.items():
         for f in fp:
@@ -221,8 +181,8 @@ def _pairs(prints: dict) -> list:
 
 def run(files: dict, seconds: float | None = None, memory: int = MEMORY) -> Report:
     """`compare` in a child under its own CPU and memory limits and a wall-clock limit here;
-    `files`: exercise id -> {student: path}; `seconds` of CPU (default: SECONDS, plus
-    SECONDS_PER_FILE per file). A child that fails gives a Report with `problem`."""
+    `seconds` of CPU default to SECONDS plus SECONDS_PER_FILE per file. A failed child gives a
+    Report with `problem`."""
     if seconds is None:
         seconds = SECONDS + SECONDS_PER_FILE * sum(map(len, files.values()))
     job = json.dumps({"files": {e: {s: str(p) for s, p in f.items()} for e, f in files.items()}})

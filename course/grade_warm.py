@@ -1,29 +1,29 @@
 """One warm checker per worker: its imports done once, a fresh confined child per job.
 
-A cold job (grade_job.run_one) starts `python -m pagedsim.app.cli check ...`: an interpreter,
-then NumPy, pytest, Hypothesis and pagedsim imported anew for every job
-(benchmarks/profile_grade_job.py). `Warm` keeps, per worker slot, one process (the grader's
-own code, as root, never in touch with a submission) that imported them once, from the
-run's build. For each job the grader sends it the job's checker command, environment and
-view of the file system (JSON, one line) and the job's fds (SCM_RIGHTS); it forks a child
-that first closes everything but those fds, then becomes the job's checker exactly as a
-cold one is started (jail.confined: its own mount namespace, then the checker's uid with no
-capability), and runs `pagedsim check` in-process. The child never holds the warm
-process's own socket, so a checker made to misbehave cannot ask for another fork.
+A cold job (grade_job.run_one) imports NumPy, pytest, Hypothesis and pagedsim anew
+(benchmarks/profile_grade_job.py). `Warm` keeps per worker slot one process (the grader's own
+code, as root, never in touch with a submission) that imported them once from the run's build.
+Per job the grader sends it the checker's command, environment and view (JSON, one line) and fds
+(SCM_RIGHTS); it forks a child that closes everything but those fds, becomes the job's checker
+exactly as a cold one (jail.confined, then the checker's uid without capability) and runs
+`pagedsim check` in-process. The child never holds the warm process's socket, so a subverted
+checker cannot ask for another fork.
 
     the grader sends                             the warm process answers
     {"argv", "env", "view", "account"} + fds     b"pid N" once forked; b"exit STATUS" when
-    (stdout, stderr, verdict, launcher)          the child ended (the grader may kill it)
-"""
+    (stdout, stderr, verdict, launcher)          the child ended (the grader may kill it)"""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import os
 import socket
 import subprocess
 import sys
 import threading
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +34,7 @@ MESSAGE = 1 << 20  # bytes of one request at most
 
 
 class Warm:
-    """The grader's handle on one warm process (one per worker slot), started on first use
-    from `build` (the run's code, readable by every checker uid)."""
+    """The grader's handle on one warm process, started on first use from `build`."""
 
     def __init__(self, build: Path) -> None:
         self.build = build
@@ -61,9 +60,8 @@ class Warm:
         return self.sock
 
     def start(self, argv: list[str], env: dict, view: dict, account: dict, fds: dict) -> Job:
-        """Fork the job's checker: `argv` for `pagedsim check`, `env` its whole environment,
-        `view` and `account` as jail.confined and jail.Account take them, `fds` {name: fd}
-        (stdout and stderr: write ends; verdict, launcher: as named in `env`)."""
+        """Fork the job's checker: `argv` for `pagedsim check`, its whole `env`, `view` and
+        `account` for jail.confined and jail.Account, `fds` {name: fd} as named in `env`."""
         sock = self._ensure()
         names = sorted(fds)
         request = json.dumps(
@@ -87,8 +85,8 @@ class Warm:
 
 
 class Pool:
-    """The warm processes of one `grade` run, one per worker slot, and the run's build they
-    import from (`extra`: the instructor's check files in it)."""
+    """A `grade` run's warm processes, one per worker slot, and the build they import from
+    (`extra`: the instructor's check files in it)."""
 
     def __init__(self, build: Path, extra: list[Path], workers: int) -> None:
         self.build, self.extra = build, extra
@@ -100,8 +98,7 @@ class Pool:
 
 
 class Job:
-    """A forked checker, as much of a Popen as run_one uses: `pid`, `returncode` and
-    `communicate(timeout)` (its stdout and stderr, read from pipes the grader made)."""
+    """A forked checker, as much of a Popen as run_one uses: `pid`, `returncode`, `communicate`."""
 
     def __init__(self, pid: int, sock: socket.socket) -> None:
         self.pid, self.sock = pid, sock
@@ -147,10 +144,8 @@ def _drain(fd: int, into: list[bytes]) -> None:
 
 # -- the warm process -------------------------------------------------------------------------
 def serve(fd: int) -> None:
-    """Import what every checker imports, then fork one checker per request until the grader
-    closes the socket."""
-    import importlib
-
+    """Import what every checker imports, then fork a checker per request until the socket
+    closes."""
     for name in PRELOAD:
         importlib.import_module(name)
     sock = socket.socket(fileno=fd)
@@ -185,10 +180,8 @@ def _child(request: dict[str, Any], fds: dict[str, int], control: int) -> None:
         keep = set(fds.values()) | {0, 1, 2}
         for fd in map(int, os.listdir("/proc/self/fd")):
             if fd not in keep:
-                try:
+                with contextlib.suppress(OSError):
                     os.close(fd)
-                except OSError:
-                    pass
         view, account = request["view"], request["account"]
         jail.confined(**view, account=jail.Account(**account))()
         env = dict(request["env"])
@@ -203,8 +196,6 @@ def _child(request: dict[str, Any], fds: dict[str, int], control: int) -> None:
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
     except BaseException:  # noqa: BLE001 - the grader reads it as the checker's stderr
-        import traceback
-
         traceback.print_exc()
     finally:
         os._exit(code)

@@ -1,19 +1,11 @@
 """Keep the reference solutions out of reach while a student's file is checked.
 
-A submission that is only `from course.ch03_kv_block.solutions.ex3_4a_free_list import *`
-must not pass. While `solutions_hidden()` is active, a finder placed first on
-`sys.meta_path` refuses every module under SOLUTIONS with an ImportError, and any such
-module already imported is taken out of `sys.modules` for the duration (and put back
-after). The checks themselves never import the solutions.
-
-pytest puts its assertion-rewriting finder first on `sys.meta_path` when it starts, and
-that finder imports on its own any module of a package marked for rewriting (an
-installed pagedsim registers a pytest plugin, so pytest marks `course` too): the
-runner calls `keep_first()` once pytest is configured, so the refusal comes first again.
-
-This closes the import route only; a student build without the solutions
-(the instructor's export) closes the rest.
-"""
+A submission that is only `from course.ch03_kv_block.solutions.ex3_4a_free_list import *` must
+not pass. While `solutions_hidden()` is active, a finder first on `sys.meta_path` refuses every
+module under SOLUTIONS, and any already imported is out of `sys.modules` (put back after).
+pytest's assertion rewriter goes first on `sys.meta_path` when pytest starts and imports on its
+own, so the runner calls `keep_first()` once pytest is configured. This closes the import route
+only; the instructor's export (no solutions) closes the rest."""
 
 from __future__ import annotations
 
@@ -63,8 +55,7 @@ def solutions_hidden():
 
 
 def keep_first() -> None:
-    """Put the active blockers back at the front of `sys.meta_path`, ahead of any finder
-    that was inserted after `solutions_hidden()` began (pytest's assertion rewriter)."""
+    """Put the active blockers back in front of `sys.meta_path` (ahead of pytest's rewriter)."""
     blockers = [f for f in sys.meta_path if isinstance(f, _Blocker)]
     for f in blockers:
         sys.meta_path.remove(f)

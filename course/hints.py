@@ -9,23 +9,19 @@ hint by itself; it ends with "need a hint? pagedsim hint ID".
 
 from __future__ import annotations
 
+from pagedsim.io.args import ArgParser
+from pagedsim.text.lang import wrap  # CJK-aware: Chinese has no spaces to break at
+
 from . import curriculum, i18n, progress
 
 
 def main(argv: list[str]) -> int:
-    from pagedsim.io.args import ArgParser
-
     p = ArgParser(prog="pagedsim hint", description="a hint for one exercise, gentlest first")
     p.add_argument(
         "exercise", nargs="?", help="an exercise id such as 3.4a (default: the one you are on)"
     )
-    p.add_argument(
-        "--level",
-        type=int,
-        choices=(1, 2, 3),
-        default=1,
-        help="1: what to look at (default), 2: how the pieces fit, 3: the recipe",
-    )
+    levels = "1: what to look at (default), 2: how the pieces fit, 3: the recipe"
+    p.add_argument("--level", type=int, choices=(1, 2, 3), default=1, help=levels)
     p.add_argument("--lang", choices=i18n.LANGS, help="language of the text")
     args = p.parse_args(argv)
     lang = i18n.set_lang(args.lang)
@@ -36,8 +32,6 @@ def main(argv: list[str]) -> int:
         print(i18n.say(f"all {n} exercises pass: no hint needed", f"{n} 个练习全部通过：无需提示"))
         return 0
     levels = ex.hint_levels(lang)
-    from pagedsim.text.lang import wrap  # CJK-aware: Chinese has no spaces to break at
-
     text = levels[min(args.level, len(levels)) - 1]
     n, of = args.level, len(levels)
     title = f"{ex.id} 的提示，第 {n} 级（共 {of} 级）："

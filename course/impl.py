@@ -1,23 +1,14 @@
 """Which implementation a check is looking at: the solution, the student's file, or any file.
 
-The checks never import an exercise module by name. They call `load_impl("3.4a")`
-(or take the `impl` fixture), which reads two environment variables set by
-`pagedsim check`:
+The checks never import an exercise module by name: `load_impl("3.4a")` (or the `impl` fixture)
+reads $PAGEDSIM_IMPL (the file) and $PAGEDSIM_EXERCISE (the exercise it implements), set by
+`pagedsim check`; unset (or naming another exercise), the reference solution is loaded, so a
+plain `pytest` checks the solutions.
 
-    PAGEDSIM_IMPL      path of the implementation file to load
-    PAGEDSIM_EXERCISE  the exercise that path implements
-
-When they are unset (or name another exercise), the reference solution is loaded, so
-a plain `pytest` run checks the solutions and stays green.
-
-A file is imported once per (path, mtime, size). Its import runs under a time limit
-(PAGEDSIM_CHECK_SECONDS, 60 s by default), so a loop at module level ends as a
-CheckTimeout; an import that failed fails the same way again at every later check
-instead of being re-run.
-
-While the runner checks a file in its own process (`_remote`, course/isolation.py),
-load_impl returns that process's module instead: nothing of the file runs here.
-"""
+A file is imported once per (path, mtime, size), under a time limit ($PAGEDSIM_CHECK_SECONDS,
+60 s by default): a loop at module level ends as a CheckTimeout, and a failed import fails the
+same way at every later check. While the runner checks a file in its own process (`_remote`,
+course/isolation.py), load_impl returns that process's module: nothing of the file runs here."""
 
 from __future__ import annotations
 
@@ -72,8 +63,7 @@ def check_seconds() -> float:
 
 
 def machine_scale() -> float:
-    """How much slower than an idle machine this one is now: the load per core, at least 1 (a
-    2-core machine running 9 jobs gives every check a proportionally longer limit)."""
+    """The load per core, at least 1: a busy machine gives every check a longer limit."""
     try:
         return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
     except OSError:
@@ -87,17 +77,22 @@ def _calls_so_far():
 
 
 PATIENCE = 4  # a check still making progress gets up to this many limits before it is stopped
+ENDLESS = "{what} ran for over {seconds:g} s: is there an endless loop?"
+TOO_SLOW = (
+    "{what} ran for over {seconds:g} s, still making progress but far too slowly: "
+    "something does much more work than it needs (a loop over every block?)"
+)
+STUCK = (
+    "{what} ran for over {seconds:g} s without progress (one call into your code never "
+    "returned): is there an endless loop?"
+)
 
 
 @contextlib.contextmanager
 def time_limit(seconds: float, what: str):
-    """Raise CheckTimeout in the main thread if the block runs too long.
-
-    (The runner scales its default limit with the machine's load: machine_scale.) When the
-    limit passes, a check whose
-    calls into the student's process are still being answered is slow, not stuck: it gets up
-    to PATIENCE limits, and is then called too slow; one that got no answer during the last
-    limit is stuck in one call (an endless loop, or one call doing far too much)."""
+    """Raise CheckTimeout in the main thread if the block runs too long. A check whose calls into
+    the student's process are still answered is slow, not stuck: it gets up to PATIENCE limits;
+    one with no answer during the last limit is stuck in one call."""
     state = {"seen": _calls_so_far(), "rounds": 0, "start": time.monotonic()}
 
     def tick():
@@ -105,34 +100,16 @@ def time_limit(seconds: float, what: str):
         state["rounds"] += 1
         moved = now is not None and now != state["seen"]
         state["seen"] = now
-        spent = time.monotonic() - state["start"]
+        spent = round(time.monotonic() - state["start"], 1)
         if moved and state["rounds"] < PATIENCE:
             return None  # keep going: re-armed below
         if moved:
-            return CheckTimeout(
-                i18n.t(
-                    "{what} ran for over {seconds:g} s, still making progress but far too slowly: "
-                    "something does much more work than it needs (a loop over every block?)",
-                    what=what,
-                    seconds=round(spent, 1),
-                )
-            )
-        if now is None:
-            return CheckTimeout(
-                i18n.t(
-                    "{what} ran for over {seconds:g} s: is there an endless loop?",
-                    what=what,
-                    seconds=round(spent, 1),
-                )
-            )
-        return CheckTimeout(
-            i18n.t(
-                "{what} ran for over {seconds:g} s without progress (one call into your code never "
-                "returned): is there an endless loop?",
-                what=what,
-                seconds=seconds,
-            )
-        )
+            why, shown = TOO_SLOW, spent
+        elif now is None:
+            why, shown = ENDLESS, spent
+        else:
+            why, shown = STUCK, seconds
+        return CheckTimeout(i18n.t(why, what=what, seconds=shown))
 
     with alarm_with_patience(seconds, tick):
         yield
@@ -220,9 +197,8 @@ def load_impl(exercise_id: str):
 
 
 def child_module(name: str):
-    """The module `name` as imported where the checked file runs: in its own process while the
-    runner isolates it (course/isolation.py), else here. A check uses it to run a few lines next
-    to the student's code, e.g. keep results across calls (ch03_kv_block/checks/_keep.py)."""
+    """The module `name` as imported where the checked file runs (its own process, or here), e.g.
+    to keep results across calls (ch03_kv_block/checks/_keep.py)."""
     if _remote is None:
         return importlib.import_module(name)
     from pagedsim.testing.remote import ask

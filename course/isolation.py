@@ -1,25 +1,22 @@
 """The submission's process: started, asked, restarted after a time limit, and always killed.
 
     with Submission(path, exercise_id, scratch=..., sandbox=False) as sub:
-        mod = sub.module()            # the student's file, imported in the child
-                                      # (pagedsim/testing/remote.py)
-        mod.allocate(...)             # every use is a message; nothing of the file runs here
+        mod = sub.module()    # the file, imported in the child (pagedsim/testing/remote.py)
+        mod.allocate(...)     # every use is a message; nothing of the file runs here
 
-The child is `child_main(FD)` in a fresh Python: it points its stdin, stdout and stderr at
-/dev/null (a print, or an `atexit` hook that writes a fake result to fd 1, goes nowhere),
-keeps the reference solutions unimportable (course/guard.py), and serves the grader's
-requests until the socket closes. It runs in its own session; this process is made the
-subreaper of its orphans, and closing the Submission kills the child, its session and
-every descendant (pagedsim/testing/jail.py), at the end of every run and after every time
-limit.
-With `sandbox=True` it runs under bubblewrap (jail.sandbox_argv). Under `pagedsim grade` as
-root this process holds no capability, so it asks the grader to start and end the child
-(course/grade_launch.py: the same `ChildSpec`, started as the job's uid).
-"""
+The child (`child_main`) has stdin, stdout and stderr on /dev/null, cannot import the reference
+solutions (course/guard.py), and serves requests until the socket closes. It runs in its own
+session, this process is the subreaper of its orphans, and closing the Submission kills the
+child, its session and every descendant (pagedsim/testing/jail.py). `sandbox=True` runs it under
+bubblewrap. Under `pagedsim grade` as root the grader starts and ends it for us
+(course/grade_launch.py: the same `ChildSpec`, as the job's uid)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import importlib
+import importlib.util
 import os
 import socket
 import subprocess
@@ -31,6 +28,7 @@ from pathlib import Path
 from pagedsim.testing import audit, jail, remote
 
 from . import grade_launch, verdict
+from .guard import _Blocker
 
 IMPORT_EXITED = "your file ended its own process while being imported ({why})"
 REFUSED = "your code's process sent a message the grader refused to read: {why}"
@@ -42,12 +40,10 @@ HIDE = (
 
 
 class Submission:
-    """`limit`: the most bytes one reply of the child may have (default: $PAGEDSIM_MAX_REPLY,
-    else 64 MiB); `refused` says why a reply was not read, when one was not. `uid` (default:
-    $PAGEDSIM_JOB_UID, which `pagedsim grade` sets when it runs as root): run the child as
-    that user, which owns only its scratch folder, and kill every process of that user at
-    the end. `limits` (default: $PAGEDSIM_LIMITS as JSON): the child's rlimits; `limit_hit`
-    names the one it ran into, when it did."""
+    """`limit`: the most bytes of one reply (default $PAGEDSIM_MAX_REPLY, else 64 MiB); `uid`
+    (default $PAGEDSIM_JOB_UID): the child's user, whose processes are all killed at the end;
+    `limits` (default $PAGEDSIM_LIMITS): its rlimits. `refused` and `limit_hit` say why a reply
+    was not read, or which limit the child hit."""
 
     def __init__(
         self,
@@ -137,31 +133,27 @@ class Submission:
         self.limit_hit = self.limit_hit or self.limits.why(code)
 
     def _stop(self) -> int | None:
-        """End the child (its own end first: a closed socket ends it, so a limit's signal is
-        seen), kill everything it started; its exit status."""
+        """End the child (a closed socket first, so a limit's signal is seen) and all it started;
+        its exit status."""
         if self.launcher is not None:
             return self.launcher.stop()
         if self.proc is None:
             return None
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=1)
-        except subprocess.TimeoutExpired:
-            pass
         code = self.proc.returncode
         jail.kill_tree(
             self.proc.pid, sessions={self.proc.pid}, orphans_of_self=True, keep=self.keep
         )
         if self.uid is not None:
             jail.kill_user(self.uid)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
         return code
 
     def module(self):
-        """The student's module as a module object here: imported in the child on first use, and
-        imported again in a fresh child after a time limit stopped the last one."""
+        """The student's module: imported in the child on first use, and again after a time
+        limit."""
         self.current()
         return _Live(self)
 
@@ -204,8 +196,8 @@ class Submission:
 
 @dataclass(frozen=True)
 class ChildSpec:
-    """The submission's process, whoever starts it (this checker, or the grader for it:
-    course/grade_launch.py): always this one command, on the student's file."""
+    """The submission's process, whoever starts it (this checker, or the grader): always this one
+    command, on the student's file."""
 
     path: Path  # the student's file
     code_root: Path  # the code it imports (a job's private copy under `grade`)
@@ -214,8 +206,7 @@ class ChildSpec:
     pythonpath: tuple[str, ...] = ()  # more folders to import from, after `code_root`
 
     def popen(self, fd: int, prepare, *, own_uid: bool) -> subprocess.Popen:
-        """Start it, serving on the socket `fd`; `prepare` is its preexec_fn (a uid, limits, a
-        view of the file system). With `own_uid` its uid enters `work` (in `prepare`)."""
+        """Start it on the socket `fd`; `prepare` is its preexec_fn (a uid, limits, a view)."""
         serve = "import sys; from course.isolation import child_main; child_main(int(sys.argv[1]))"
         argv = [sys.executable, "-c", serve, str(fd)]
         path = dict.fromkeys([str(self.code_root), *self.pythonpath])
@@ -260,8 +251,6 @@ class _Live(types.ModuleType):
 
 # -- the child ------------------------------------------------------------------------------
 def _import_impl(path: str, exercise_id: str):
-    import importlib.util
-
     from .impl import _import_failure
 
     name = f"_course_impl_{exercise_id.replace('.', '_')}"
@@ -277,12 +266,6 @@ def _import_impl(path: str, exercise_id: str):
     return module
 
 
-def _import_module(name: str):
-    import importlib
-
-    return importlib.import_module(name)
-
-
 def _stepper_run(kernel, schedule, timeout, num_threads, arrays, names):
     from .ch03_kv_block.interleaver import Stepper
 
@@ -294,19 +277,13 @@ _STATE: dict = {}
 
 
 def child_main(fd: int) -> None:
-    from .guard import _Blocker
-
     sys.meta_path.insert(0, _Blocker())  # the reference solutions stay unimportable in here
     remote.serve(
         fd,
         dict(
             import_impl=_import_impl,
-            import_module=_import_module,
+            import_module=importlib.import_module,
             stepper_run=_stepper_run,
             impl_path=lambda: _STATE.get("impl"),
         ),
     )
-
-
-if __name__ == "__main__":
-    child_main(int(sys.argv[1]))

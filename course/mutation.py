@@ -1,28 +1,24 @@
 """Mutation testing of the reference solutions: do the checks catch the bugs they must?
 
-Two kinds of mutant. The *named* ones are the mistakes students make: a table of text patches
-of the solutions, `ch03_kv_block/mutants.toml`, which this module loads (`WRONG`, `RIGHT`) and
-applies (`Mutant.apply`); `pagedsim check --mutants` runs them (course/mutants_report.py).
-The *generic* ones are the blind measure: every mutant of a solution made by rewriting its
-syntax tree at one point, of four kinds:
+The *named* mutants are the mistakes students make: text patches of the solutions in
+`ch03_kv_block/mutants.toml` (`WRONG`: some check must fail on each; `RIGHT`: correct
+variants, each must pass). The *generic* ones are the blind measure: every mutant made by
+rewriting a solution's syntax tree at one point, of four kinds:
 
-    operator    + -> -, - -> +, * -> /, / -> *, // -> /, % -> //, & -> |, | -> &, ** -> *,
-                << <-> >>, and/or swapped, unary - and not dropped (also in `x += ...`)
+    operator    + <-> -, * <-> /, // -> /, % -> //, & <-> |, ** -> *, << <-> >>, and <-> or,
+                unary - and not dropped (also in `x += ...`)
     comparison  < <-> <=, > <-> >=, == <-> !=, is <-> is not, in <-> not in
     constant    an int or float c -> c + 1, True <-> False (strings are left alone)
-    statement   one statement inside a function body replaced by `pass`
-                (docstrings and imports are never deleted)
+    statement   one statement of a function body replaced by `pass` (not docstrings, imports)
 
-Each mutant is unparsed (ast.unparse) to a temporary file and run against the
-exercise's checks, stopping at the first failure; a check that fails, errors or runs
-past the time limit *catches* it. EQUIVALENT (ch03_kv_block/equivalent_mutants.toml) lists
-the mutants that cannot change any observable behaviour, each with its reason: they are
-reported, not counted.
+A check that fails, errors or times out on a mutant catches it. EQUIVALENT
+(ch03_kv_block/equivalent_mutants.toml) lists, with reasons, the mutants no check can tell
+from the solution: reported, not counted. At least GENERIC_TARGET of the rest must be caught.
 
+    pagedsim check --mutants [--generic [--sample N]]      (`report`)
     python -m course.mutation [ID ...] [--sample N] [--list] [--survivors]
-    pagedsim check --mutants --generic [--sample N]
 
-The full measurement takes minutes; CI runs a small deterministic sample
+The full measurement takes minutes; CI runs a small seeded sample
 (tests/course/test_generic_mutants.py).
 """
 
@@ -36,11 +32,15 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import curriculum
+from .runner import print_report, run_checks
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+GENERIC_TARGET = 0.95  # the share of generic mutants the checks must catch, per exercise
 CATALOGUE = Path(__file__).parent / "ch03_kv_block" / "mutants.toml"
 EQUIVALENTS = CATALOGUE.with_name("equivalent_mutants.toml")
 
@@ -86,54 +86,31 @@ def right_for(exercise_id: str) -> list[Mutant]:
     return [m for m in RIGHT if m.exercise == exercise_id]
 
 
-OPERATORS = {  # binary (also in `x += ...`) and boolean
-    ast.Add: ast.Sub,
-    ast.Sub: ast.Add,
-    ast.Mult: ast.Div,
-    ast.Div: ast.Mult,
-    ast.FloorDiv: ast.Div,
-    ast.Mod: ast.FloorDiv,
-    ast.BitAnd: ast.BitOr,
-    ast.BitOr: ast.BitAnd,
-    ast.Pow: ast.Mult,
-    ast.LShift: ast.RShift,
-    ast.RShift: ast.LShift,
-    ast.And: ast.Or,
-    ast.Or: ast.And,
-}
-_CMP_PAIRS = (  # each comparison becomes the other one of its pair, both ways
+_BOTH_WAYS = (  # each operator becomes the other one of its pair, and back
+    (ast.Add, ast.Sub),
+    (ast.Mult, ast.Div),
+    (ast.BitAnd, ast.BitOr),
+    (ast.LShift, ast.RShift),
+    (ast.And, ast.Or),
     (ast.Lt, ast.LtE),
     (ast.Gt, ast.GtE),
     (ast.Eq, ast.NotEq),
     (ast.Is, ast.IsNot),
     (ast.In, ast.NotIn),
 )
-CMPOPS = {a: b for x, y in _CMP_PAIRS for a, b in ((x, y), (y, x))}
-SYMBOL = {
-    ast.Add: "+",
-    ast.Sub: "-",
-    ast.Mult: "*",
-    ast.Div: "/",
-    ast.FloorDiv: "//",
-    ast.Mod: "%",
-    ast.BitAnd: "&",
-    ast.BitOr: "|",
-    ast.Pow: "**",
-    ast.LShift: "<<",
-    ast.RShift: ">>",
-    ast.Lt: "<",
-    ast.LtE: "<=",
-    ast.Gt: ">",
-    ast.GtE: ">=",
-    ast.Eq: "==",
-    ast.NotEq: "!=",
-    ast.Is: "is",
-    ast.IsNot: "is not",
-    ast.In: "in",
-    ast.NotIn: "not in",
-    ast.And: "and",
-    ast.Or: "or",
-}
+# binary (also in `x += ...`), boolean and comparison operators -> the mutant's operator
+SWAP = {a: b for x, y in _BOTH_WAYS for a, b in ((x, y), (y, x))}
+SWAP.update({ast.FloorDiv: ast.Div, ast.Mod: ast.FloorDiv, ast.Pow: ast.Mult})
+
+
+def _symbol(op: type) -> str:
+    """How Python writes the operator `op`: ast.Add is "+", ast.NotIn "not in"."""
+    a, b = ast.Name("a"), ast.Name("b")
+    if issubclass(op, ast.cmpop):
+        return ast.unparse(ast.Compare(a, [op()], [b]))[2:-2]
+    if issubclass(op, ast.boolop):
+        return ast.unparse(ast.BoolOp(op(), [a, b]))[2:-2]
+    return ast.unparse(ast.BinOp(a, op(), b))[2:-2]
 
 
 def _equivalent() -> dict[tuple[str, str], str]:
@@ -163,17 +140,6 @@ class Generic:
         return f"{self.kind}{where}: {self.source_line} :: {self.change}" + (
             f" [{self.nth}]" if self.nth else ""
         )
-
-
-def _is_docstring(node, parent) -> bool:
-    body = getattr(parent, "body", None)
-    return (
-        isinstance(node, ast.Expr)
-        and isinstance(node.value, ast.Constant)
-        and isinstance(node.value.value, str)
-        and bool(body)
-        and body[0] is node
-    )
 
 
 def _annotation_nodes(tree) -> set:
@@ -207,19 +173,18 @@ def _statement_points(tree, in_function: set) -> list:
             if fieldname != "body" or not isinstance(value, list) or id(parent) not in bodies:
                 continue
             for i, stmt in enumerate(value):
-                if _is_docstring(stmt, parent) or isinstance(
-                    stmt, (ast.Import, ast.ImportFrom, ast.Pass)
-                ):
+                text = isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+                if i == 0 and text and isinstance(stmt.value.value, str):  # a docstring
                     continue
-                out.append(
-                    (
-                        stmt,
-                        "statement",
-                        "deleted",
-                        lambda _n, body=value, i=i: body.__setitem__(i, ast.Pass()),
-                    )
-                )
+                if not isinstance(stmt, (ast.Import, ast.ImportFrom, ast.Pass)):
+                    delete = _replace_with_pass(value, i)
+                    out.append((stmt, "statement", "deleted", delete))
     return out
+
+
+def _replace_with_pass(body: list, i: int):
+    """A statement point's apply(): body[i] becomes `pass`."""
+    return lambda _node: body.__setitem__(i, ast.Pass())
 
 
 def _drop_unary(n) -> None:
@@ -230,9 +195,9 @@ def _drop_unary(n) -> None:
 
 
 def _operator_points(node) -> list:
-    if isinstance(node, (ast.BinOp, ast.AugAssign, ast.BoolOp)) and type(node.op) in OPERATORS:
-        new = OPERATORS[type(node.op)]
-        change = f"{SYMBOL[type(node.op)]} -> {SYMBOL[new]}"
+    if isinstance(node, (ast.BinOp, ast.AugAssign, ast.BoolOp)) and type(node.op) in SWAP:
+        new = SWAP[type(node.op)]
+        change = f"{_symbol(type(node.op))} -> {_symbol(new)}"
         return [(node, "operator", change, lambda n, new=new: setattr(n, "op", new()))]
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.Not, ast.Invert)):
         return [(node, "operator", f"unary {type(node.op).__name__} dropped", _drop_unary)]
@@ -242,17 +207,13 @@ def _operator_points(node) -> list:
 def _comparison_points(node) -> list:
     out = []
     for k, op in enumerate(node.ops):
-        if type(op) in CMPOPS:
-            new = CMPOPS[type(op)]
+        if type(op) in SWAP:
+            new, was = SWAP[type(op)], _symbol(type(op))
             left = node.left if k == 0 else node.comparators[k - 1]
-            what = f"{ast.unparse(left)} {SYMBOL[type(op)]} {ast.unparse(node.comparators[k])}"
+            what = f"{ast.unparse(left)} {was} {ast.unparse(node.comparators[k])}"
+            change = f"{what}: {was} -> {_symbol(new)}"
             out.append(
-                (
-                    node,
-                    "comparison",
-                    f"{what}: {SYMBOL[type(op)]} -> {SYMBOL[new]}",
-                    lambda n, k=k, new=new: n.ops.__setitem__(k, new()),
-                )
+                (node, "comparison", change, lambda n, k=k, new=new: n.ops.__setitem__(k, new()))
             )
     return out
 
@@ -300,29 +261,16 @@ def generate(exercise_id: str, source: str) -> list[tuple[Generic, str]]:
     """Every generic mutant of `source`, with its mutated source text."""
     lines = source.splitlines()
     functions = _functions(ast.parse(source))
-    count = len(_points(ast.parse(source)))
     out = []
-    for index in range(count):
+    for index in range(len(_points(ast.parse(source)))):
         tree = ast.parse(source)
         node, kind, change, apply = _points(tree)[index]
         apply(node)
-        mutated = ast.unparse(ast.fix_missing_locations(tree))
         line = getattr(node, "lineno", 0)
-        col = getattr(node, "col_offset", 0)
+        where = (lines[line - 1].strip() if line else "", functions.get(line, ""))
+        m = Generic(exercise_id, index, kind, line, change, *where)
         out.append(
-            (
-                Generic(
-                    exercise_id,
-                    index,
-                    kind,
-                    line,
-                    change,
-                    lines[line - 1].strip() if line else "",
-                    functions.get(line, ""),
-                ),
-                mutated,
-                col,
-            )
+            (m, ast.unparse(ast.fix_missing_locations(tree)), getattr(node, "col_offset", 0))
         )
     by_key: dict[str, list] = {}
     for item in out:
@@ -344,8 +292,6 @@ class Result:
 
 def measure(ex, *, sample: int | None = None, seed: int = 0, seconds: float = 10.0) -> list[Result]:
     """Run every (or a seeded sample of) generic mutant of `ex`'s solution against its checks."""
-    from .runner import run_checks
-
     source = ex.path("solution").read_text(encoding="utf-8")
     mutants = generate(ex.id, source)
     if sample is not None and sample < len(mutants):
@@ -361,13 +307,10 @@ def measure(ex, *, sample: int | None = None, seed: int = 0, seconds: float = 10
                 continue
             path = Path(tmp) / f"{Path(ex.solution).stem}_g{m.index}.py"
             path.write_text(text, encoding="utf-8")
-            fast = run_checks(
-                ex, path, stop_at_first=True, seconds=seconds, markers="not kernels", isolate=False
-            )  # our own mutants: trusted, and many
+            how = dict(stop_at_first=True, seconds=seconds, isolate=False)  # ours: trusted, many
+            fast = run_checks(ex, path, markers="not kernels", **how)
             if fast.ok or not fast.failures and not fast.error:
-                fast = run_checks(
-                    ex, path, stop_at_first=True, seconds=seconds, markers="kernels", isolate=False
-                )
+                fast = run_checks(ex, path, markers="kernels", **how)
             caught = fast.failures[0].check if fast.failures else (fast.error and "error")
             results.append(Result(m, caught or None))
     return results
@@ -379,9 +322,61 @@ def score(results: list[Result]) -> tuple[int, int, int]:
     return sum(r.caught_by is not None for r in counted), len(counted), len(results) - len(counted)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from . import curriculum
+def named(exercises) -> tuple[list, int]:
+    """Rows (exercise, mutant, caught by or 'NOT CAUGHT') and the number of failing solutions."""
+    sol_bad, rows = 0, []
+    with tempfile.TemporaryDirectory(prefix="pagedsim-mutants-") as tmp:
+        for ex in exercises:
+            sol = run_checks(ex, ex.path("solution"))
+            if not sol.ok:
+                sol_bad += 1
+                print_report(sol, verbose=True, hint=False)
+                print(f"  ^ the reference solution of {ex.id} does not pass its own checks")
+            for m in wrong_for(ex.id):
+                path = Path(tmp) / f"{ex.id.replace('.', '_')}_{m.name}.py"
+                path.write_text(m.apply(ex.path("solution").read_text()))
+                # our own mutants
+                res = run_checks(ex, path, stop_at_first=True, seconds=20, isolate=False)
+                caught = res.failures[0].check if res.failures else None
+                missed = "NOT CAUGHT" + (f" ({res.error})" if res.error else "")
+                rows.append((ex.id, m.name, caught or missed))
+            for m in right_for(ex.id):  # correct, written differently
+                path = Path(tmp) / f"{ex.id.replace('.', '_')}_right_{m.name}.py"
+                path.write_text(m.apply(ex.path("solution").read_text()))
+                res = run_checks(ex, path, isolate=False)
+                if not res.ok:
+                    sol_bad += 1
+                    print_report(res, verbose=True, hint=False)
+                    print(f"  ^ {ex.id}'s correct variant {m.name} is rejected ({m.mistake})")
+    return rows, sol_bad
 
+
+def report(exercises, *, generic: bool = False, sample: int | None = None) -> int:
+    rows, sol_bad = named(exercises)
+    if rows:
+        w0, w1 = max(len(r[1]) for r in rows), max(len(r[2]) for r in rows)
+        print(f"{'exercise':<8} | {'mutant':<{w0}} | caught by")
+        print(f"{'-' * 8}-+-{'-' * w0}-+-{'-' * w1}")
+        for r in rows:
+            print(f"{r[0]:<8} | {r[1]:<{w0}} | {r[2]}")
+    caught = sum(1 for r in rows if not r[2].startswith("NOT CAUGHT"))
+    solutions = f"{len(exercises) - sol_bad}/{len(exercises)} solutions pass"
+    print(f"\n{caught}/{len(rows)} mutants caught; {solutions}")
+    bad = bool(sol_bad or caught < len(rows))
+    if generic:
+        what = f"a seeded sample of {sample} per exercise" if sample else "all of them"
+        how = "python -m course.mutation --survivors lists them"
+        print(f"\ngeneric mutants of each solution ({what}; {how}):")
+        for ex in exercises:
+            got, counted, eq = score(measure(ex, sample=sample))
+            share = got / counted if counted else 1.0
+            bad |= share < GENERIC_TARGET
+            eqs = f", {eq} equivalent" if eq else ""
+            print(f"  {ex.id:<5} {got:>4}/{counted:<4} caught ({share:.1%}){eqs}", flush=True)
+    return 1 if bad else 0
+
+
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m course.mutation", description=__doc__.split("\n\n")[0]
     )
@@ -390,9 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--list", action="store_true", help="list the mutants without running them")
     p.add_argument("--survivors", action="store_true", help="print every mutant no check caught")
     args = p.parse_args(argv)
-    exercises = (
-        [curriculum.find(i) for i in args.exercises] if args.exercises else curriculum.load()
-    )
+    exercises = [curriculum.find(i) for i in args.exercises] or curriculum.load()
     total_caught = total = 0
     for ex in exercises:
         if args.list:
@@ -402,18 +395,14 @@ def main(argv: list[str] | None = None) -> int:
         results = measure(ex, sample=args.sample)
         caught, counted, eq = score(results)
         total_caught, total = total_caught + caught, total + counted
+        eqs = f", {eq} listed as equivalent" if eq else ""
+        share = f"{caught / max(counted, 1):.1%}"
         print(
-            f"{ex.id:<5} {caught:>4}/{counted:<4} generic mutants caught "
-            f"({caught / max(counted, 1):.1%})" + (f", {eq} listed as equivalent" if eq else ""),
-            flush=True,
+            f"{ex.id:<5} {caught:>4}/{counted:<4} generic mutants caught ({share}){eqs}", flush=True
         )
         if args.survivors:
-            for r in results:
-                if r.caught_by is None and r.equivalent is None:
-                    print(
-                        f"      survived #{r.mutant.index} line {r.mutant.line}: {r.mutant.key}",
-                        flush=True,
-                    )
+            for m in (r.mutant for r in results if r.caught_by is None and r.equivalent is None):
+                print(f"      survived #{m.index} line {m.line}: {m.key}", flush=True)
     if not args.list:
         print(f"all   {total_caught:>4}/{total:<4} ({total_caught / max(total, 1):.1%})")
     return 0

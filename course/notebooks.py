@@ -5,21 +5,12 @@
     python -m course.notebooks --no-execute   the same cells without outputs
     python -m course.notebooks --check     exit 1 if a notebook's cells differ from the lessons' own
 
-Each notebook (nbformat 4, stored with its outputs so that GitHub shows its figures) holds
-the lesson's text in English and
-Chinese, then four code cells that call the helpers below: the lesson's demo, its
-figures, an interactive stepper over a trace (`pagedsim.view`'s offline page: Prev/Next,
-keys, scrubber, autoplay) and the exercise's check against the student's workspace file (a section
-without an exercise, the capstone 3.8, ends after the stepper). Opening one needs
-the README's install plus Jupyter; nothing here imports IPython unless it is there.
-
-tests/course/test_notebooks.py checks, cheaply, that the stored cells are the generator's and
-that every code cell has outputs; its slow test executes every code cell in order, headless
-(Agg), with
-PAGEDSIM_NOTEBOOK_FAST=1: figures at a low resolution, the labs'
-figures (whole sweeps, drawn by their own tests) named instead of drawn, and 3.8's
-engine on its NumPy path instead of the kernels.
-"""
+A notebook (nbformat 4, stored with its outputs so that GitHub shows its figures) holds the
+lesson's text in English and Chinese, then code cells that call the helpers below: the demo, the
+figures, a stepper over a trace (`pagedsim.view`'s offline page) and the check of the student's
+workspace file (none for the capstone 3.8). tests/course/test_notebooks.py runs every cell
+headless with PAGEDSIM_NOTEBOOK_FAST=1: figures at a low resolution, the labs' sweeps named
+instead of drawn, and 3.8's engine on NumPy."""
 
 from __future__ import annotations
 
@@ -51,16 +42,10 @@ _RECORD: list | None = None  # while `--execute` runs a notebook: the cell's ric
 
 
 def _display(mime: dict, fallback: str) -> None:
-    """Show a MIME bundle ({"image/png": base64 text} or {"text/html": ...}) in Jupyter, record it
-    while `--execute` runs the notebook, or print the fallback line anywhere else."""
+    """Show a MIME bundle in Jupyter, record it while `--execute` runs, or print `fallback`."""
     if _RECORD is not None:
-        _RECORD.append(
-            {
-                "output_type": "display_data",
-                "data": {**mime, "text/plain": [fallback]},
-                "metadata": {},
-            }
-        )
+        data = {**mime, "text/plain": [fallback]}
+        _RECORD.append({"output_type": "display_data", "data": data, "metadata": {}})
         return
     try:
         from IPython import get_ipython
@@ -116,24 +101,20 @@ def figures(section: str, out: Path) -> list[Path]:
     with style.output("png", dpi=30 if FAST else None):
         for name, _ in getattr(_lesson(section), "FIGURES", ()):
             if FAST and not name.startswith("3."):  # the labs' figures run whole sweeps: named only
-                print(
-                    f"figure {name}: pagedsim figures --only {name} --out DIR (not drawn in the "
-                    f"fast run)"
-                )
+                command = f"pagedsim figures --only {name} --out DIR"
+                print(f"figure {name}: {command} (not drawn in the fast run)")
             elif name == "3.4-tour":  # the GIF is the stepper below; keep the strip
                 from pagedsim.draw import scenario
                 from pagedsim.draw.figures_ch3 import tour_snapshots
 
-                paths.append(
-                    scenario.write_strip(tour_snapshots(), out / "3.4-tour-key-frames.png")
-                )
+                strip = out / "3.4-tour-key-frames.png"
+                paths.append(scenario.write_strip(tour_snapshots(), strip))
             else:
                 paths += [p for p in makers[name](out) if p.suffix == ".png"]
     for path in paths:
-        _display(
-            {"image/png": base64.b64encode(path.read_bytes()).decode("ascii")},
-            f"figure: {path.relative_to(out.parent) if path.is_relative_to(out.parent) else path}",
-        )
+        shown = path.relative_to(out.parent) if path.is_relative_to(out.parent) else path
+        png = base64.b64encode(path.read_bytes()).decode("ascii")
+        _display({"image/png": png}, f"figure: {shown}")
     return paths
 
 
@@ -161,7 +142,7 @@ def snapshots(section: str) -> list:
 
 def stepper(section: str):
     """The section's trace as pagedsim's offline page (`pagedsim.view`): Prev/Next, the arrow
-    keys, a scrubber, autoplay and block details on hover, drawn from the trace itself."""
+    keys, a scrubber, autoplay and block details on hover."""
     from pagedsim.view import PageOptions, View
 
     snaps = snapshots(section)
@@ -175,8 +156,8 @@ def stepper(section: str):
 
 
 def check(exercise_id: str) -> None:
-    """`pagedsim check ID` on your workspace file (or the untouched stub), printed the same way.
-    Returns None, so that the cell shows the report and no True or False under it."""
+    """`pagedsim check ID` on your workspace file (or the untouched stub), printed the same way;
+    returns None, so the cell shows no True or False."""
     from . import curriculum, workspace
     from .runner import print_report, run_checks
 
@@ -202,57 +183,45 @@ def _cell(kind: str, text: str) -> dict:
     return cell
 
 
+SETUP = (
+    "Setup: `pip install -e .` (or `pip install pagedsim`) as in the README, plus Jupyter. "
+    "The cells below write only into the folder the first one prints."
+)
+STEPPER = (
+    "## Step through a trace\n\nPlay, pause and step: one frame per step of the block manager."
+)
+EDIT = (
+    "- {id}: {title}. Edit `pagedsim-work/{name}` (made by `pagedsim workspace` at the "
+    "repository root, or in any folder above this notebook, or the folder $PAGEDSIM_WORKSPACE "
+    "names), then run the cell: it prints which file it checked."
+)
+
+
 def notebook(section: str) -> dict:
     lesson = _lesson(section)
     exercises = [e for e in curriculum.load() if e.section == section]
+    en = lesson_text(lesson, section, "en").replace("== ", "", 1).replace(" ==", "", 1)
+    zh = lesson_text(lesson, section, "zh").split("\n", 1)[1].strip()
     cells = [
-        _cell(
-            "markdown",
-            "# " + lesson_text(lesson, section, "en").replace("== ", "", 1).replace(" ==", "", 1),
-        ),
-        _cell(
-            "markdown", "## 中文\n\n" + lesson_text(lesson, section, "zh").split("\n", 1)[1].strip()
-        ),
-        _cell(
-            "markdown",
-            "Setup: `pip install -e .` (or `pip install pagedsim`) as in the README, "
-            "plus Jupyter. The cells below write only into the folder the first one "
-            "prints.",
-        ),
-        _cell("code", f'from course import notebooks as nb\n\nOUT = nb.out_dir("{section}")'),
-        _cell(
-            "markdown",
-            "## The demo\n\nThe same demonstration as `pagedsim lesson " + section + "`.",
-        ),
-        _cell("code", f'nb.demo("{section}", OUT)'),
-        _cell("markdown", "## The figures"),
-        _cell("code", f'paths = nb.figures("{section}", OUT)'),
-        _cell(
-            "markdown",
-            "## Step through a trace\n\nPlay, pause and step: one frame per step of "
-            "the block manager.",
-        ),
-        _cell("code", f'nb.stepper("{section}")'),
+        ("markdown", "# " + en),
+        ("markdown", "## 中文\n\n" + zh),
+        ("markdown", SETUP),
+        ("code", f'from course import notebooks as nb\n\nOUT = nb.out_dir("{section}")'),
+        ("markdown", f"## The demo\n\nThe same demonstration as `pagedsim lesson {section}`."),
+        ("code", f'nb.demo("{section}", OUT)'),
+        ("markdown", "## The figures"),
+        ("code", f'paths = nb.figures("{section}", OUT)'),
+        ("markdown", STEPPER),
+        ("code", f'nb.stepper("{section}")'),
     ]
     if exercises:
-        cells += [
-            _cell(
-                "markdown",
-                "## Your exercise\n\n"
-                + "\n".join(
-                    f"- {e.id}: {e.title}. Edit `pagedsim-work/{Path(e.stub).name}` "
-                    "(made by `pagedsim workspace` at the repository root, or in any folder "
-                    "above this notebook, or the folder $PAGEDSIM_WORKSPACE names), then run "
-                    "the cell: it prints which file it checked."
-                    for e in exercises
-                ),
-            ),
-            _cell("code", "\n".join(f'nb.check("{e.id}")' for e in exercises)),
-        ]
+        edit = (EDIT.format(id=e.id, title=e.title, name=Path(e.stub).name) for e in exercises)
+        cells.append(("markdown", "## Your exercise\n\n" + "\n".join(edit)))
+        cells.append(("code", "\n".join(f'nb.check("{e.id}")' for e in exercises)))
     else:
-        cells.append(_cell("markdown", "## No exercise\n\nThis section has no exercise to check."))
+        cells.append(("markdown", "## No exercise\n\nThis section has no exercise to check."))
     return {
-        "cells": cells,
+        "cells": [_cell(kind, text) for kind, text in cells],
         "metadata": {
             "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
             "language_info": {"name": "python"},
@@ -280,9 +249,8 @@ def without_outputs(nb: dict) -> dict:
 
 
 def execute(section: str) -> dict:
-    """Run the notebook's code cells in order in one namespace, in a temporary folder, in English,
-    and return it with their outputs: printed text as a stream, figures as PNG display data.
-    The temporary folder's path is shown as `.`; the check cells check the untouched stubs."""
+    """Run the code cells in order in one namespace, in a temporary folder (shown as `.`), in
+    English; the notebook with their outputs (stdout as a stream, figures as PNG)."""
     global _RECORD
     nb, count = notebook(section), 0
     saved_env = {
@@ -300,14 +268,11 @@ def execute(section: str) -> dict:
                 with contextlib.redirect_stdout(printed):
                     exec(compile("".join(cell["source"]), f"{section}.ipynb", "exec"), namespace)  # noqa: S102
                 text = printed.getvalue().replace(str(Path(tmp).resolve()), ".").replace(tmp, ".")
-                stream = [
-                    {
-                        "output_type": "stream",
-                        "name": "stdout",
-                        "text": text.splitlines(keepends=True),
-                    }
-                ]
-                cell.update(outputs=(stream if text else []) + _RECORD, execution_count=count)
+                lines = text.splitlines(keepends=True)
+                stream = (
+                    [{"output_type": "stream", "name": "stdout", "text": lines}] if text else []
+                )
+                cell.update(outputs=stream + _RECORD, execution_count=count)
     finally:
         _RECORD = None
         os.chdir(saved_cwd)

@@ -1,18 +1,18 @@
-"""`pagedsim progress` and `pagedsim solution ID`: where a student stands, and the reference after
-a pass (Exercism shows it once you have solved an exercise).
+"""`pagedsim progress` and `pagedsim solution ID`: where a student stands, and the reference
+after a pass (as Exercism shows it once solved).
 
-Every `pagedsim check` of a workspace file records its result in the workspace, in
-.pagedsim-progress.json: {exercise id: {"status", "passed", "total", "file", "sha256"}}. The
-file's hash is kept so that a result is shown as stale once the file changes after the check.
-`pagedsim solution ID` prints the reference only when the last check of the current file
-passed; before that it asks for --force and says why.
-"""
+Every `pagedsim check` of a workspace file records its result in the workspace's
+.pagedsim-progress.json: {exercise id: {"status", "passed", "total", "file", "sha256"}}; a result
+is stale once the file's hash changes. `solution` prints the reference only after the current
+file passed, unless --force."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from pathlib import Path
+
+from pagedsim.io.args import ArgParser
 
 from . import curriculum, i18n, workspace
 
@@ -71,34 +71,29 @@ def state(ex, data: dict, where: Path | None) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from pagedsim.io.args import ArgParser
-
     p = ArgParser(prog="pagedsim progress", description="done and left, with each last result")
     p.parse_args(argv)
     where = folder()
     if where is None:
         print("no workspace here: run `pagedsim workspace` first (or set PAGEDSIM_WORKSPACE)")
         return 1
-    data, done = load(where), 0
+    data, done, exercises = load(where), 0, curriculum.load()
     print(f"workspace: {where}")
-    for ex in curriculum.load():
+    for ex in exercises:
         now = state(ex, data, where)
         got = data.get(ex.id, {})
         score = f" ({got.get('passed')}/{got.get('total')} checks)" if got else ""
         mark = "done" if now == "pass" else "left"
         done += now == "pass"
         print(f"  {mark:<4}  {ex.id:<5} {now:<11}{score}  {ex.title_in(i18n.lang())}")
-    total = len(curriculum.load())
-    print(f"\n{done}/{total} exercises done")
-    left = [ex for ex in curriculum.load() if state(ex, data, where) != "pass"]
+    print(f"\n{done}/{len(exercises)} exercises done")
+    left = [ex for ex in exercises if state(ex, data, where) != "pass"]
     if left:
         print(f"next: pagedsim check {left[0].id}   (or `pagedsim watch {left[0].id}`)")
     return 0
 
 
 def solution_main(argv: list[str]) -> int:
-    from pagedsim.io.args import ArgParser
-
     p = ArgParser(
         prog="pagedsim solution",
         description="the reference solution, once your own passes its checks",
@@ -106,10 +101,7 @@ def solution_main(argv: list[str]) -> int:
     p.add_argument("exercise", help="an exercise id such as 3.4a")
     p.add_argument("--force", action="store_true", help="show it before you have passed")
     args = p.parse_args(argv)
-    try:
-        ex = curriculum.find(args.exercise)
-    except KeyError as e:
-        p.error(e.args[0])
+    ex = named_or_current(p, args.exercise, curriculum.load())
     path = ex.path("solution")
     if not path.is_file():
         print(f"this copy of the course has no reference solution for {ex.id}")
@@ -134,16 +126,15 @@ def solution_main(argv: list[str]) -> int:
 
 
 def current(exercises):
-    """The exercise a student is on: the first in course order that has not passed (None when
-    every one has). `watch` and `hint` start there."""
+    """The first exercise in course order not passed (None when all are): where `watch` and
+    `hint` start."""
     where = folder()
     data = load(where)
     return next((ex for ex in exercises if state(ex, data, where) != "pass"), None)
 
 
 def named_or_current(p, exercise_id: str | None, exercises):
-    """The exercise named on `p`'s command line, else the one the student is on (`current`);
-    an unknown id is a usage error of `p`."""
+    """The exercise named on `p`'s command line (an unknown id is a usage error), else `current`."""
     try:
         return curriculum.find(exercise_id, exercises) if exercise_id else current(exercises)
     except KeyError as e:

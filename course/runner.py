@@ -1,26 +1,19 @@
 """Run one exercise's checks against one implementation file, and say what failed in words.
 
-The checks are ordinary pytest files shipped in the package (tests/course/ch03/ runs
-them against the solutions). Here pytest runs in-process with its terminal output
-switched off and course/checks.ini as its only configuration, and a small plugin keeps,
-for each failing check, the one sentence a student needs:
+pytest runs in-process with its terminal output off and course/checks.ini as its only
+configuration; a small plugin keeps, per failing check, the one sentence a student needs:
 
     not implemented yet: allocate            the stub still raises NotImplementedError
     <the assertion's message>                checks phrase every assert in the student's terms
     <check>: your code raised X: ... (line N) any other exception and its line in the student's file
     ... (counterexample: allocate(); ...)    a Hypothesis failure: its shrunk example as calls
 
-Any file but the reference solution runs in a child process of its own
-(course/isolation.py): the checks and pytest stay here, every use of the file is a
-message (pagedsim/testing/remote.py), and so its prints, exits, atexit hooks and
-monkeypatches reach only its own process; the verdict is computed here alone. matplotlib, which a
-drawing exercise and its checks share, is the child's too (`_ChildModules`). In there
-the solutions cannot be imported (course/guard.py); the file's import and every check
-run under a time limit (course/impl.py), and an import that loops or crashes makes the
-outcome "timeout" or "error" rather than a hang or a traceback. What this does not do
-alone: keep a file from reading the solutions on disk or writing outside its folder;
-`pagedsim grade` adds a solution-free build and, where bubblewrap exists, a sandbox.
-"""
+Any file but the reference solution runs in a child process of its own (course/isolation.py):
+every use of it is a message (pagedsim/testing/remote.py), so its prints, exits and monkeypatches
+reach only its own process, and matplotlib is the child's too (`_ChildModules`). The solutions
+cannot be imported there (course/guard.py), and the import and every check run under a time limit
+(course/impl.py). Reading the solutions on disk or writing outside its folder is closed only by
+`pagedsim grade` (a solution-free build, a sandbox)."""
 
 from __future__ import annotations
 
@@ -36,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from hypothesis import Phase, settings
 
 from pagedsim.testing.remote_caps import Unregistered
 
@@ -83,8 +77,7 @@ class Outcome:
 
     @property
     def status(self) -> str:
-        """pass | fail | timeout | error, as `pagedsim check --json` and `pagedsim grade` report
-        it."""
+        """pass | fail | timeout | error, as `check --json` and `grade` report it."""
         kinds = {f.kind for f in self.failures}
         if "timeout" in kinds:
             return "timeout"
@@ -93,8 +86,7 @@ class Outcome:
         return "fail" if self.failures or not self.passed else "pass"
 
     def as_json(self) -> dict:
-        """The outcome for `--json`: `messages` holds one message per kind of failure (folded
-        by `template`, as the text report folds them), the error first."""
+        """The outcome for `--json`: one message per kind of failure (`fold`), the error first."""
         messages = [message for message, _ in fold(self.failures)]
         if self.error:
             messages.insert(0, self.error)
@@ -109,16 +101,14 @@ class Outcome:
 
 
 def template(message: str) -> str:
-    """A message with its numbers (seeds, block ids, counts) blanked: messages that differ only
-    there say the same thing and are shown once."""
+    """A message with its numbers blanked: messages differing only there are shown once."""
     blank = re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "#", message)
     return re.sub(r"#(, #)+", "#", blank)  # lists of any length: [#] and [#, #] say the same
 
 
 def fold(failures) -> list[tuple[str, list[str]]]:
-    """[(message, the checks that failed with it)], one entry per template of a message's first
-    line, in the order first seen; the message kept is the first one that carries a
-    counterexample (a second line), else the first."""
+    """[(message, the checks that failed with it)], one entry per `template` of a first line, in
+    order; the message kept is the first with a counterexample line, else the first."""
     groups: dict[str, tuple[str, list[str]]] = {}
     for f in failures:
         key = template(f.message.splitlines()[0] if f.message else "")
@@ -130,43 +120,24 @@ def fold(failures) -> list[tuple[str, list[str]]]:
 
 
 def print_report(outcome, *, verbose: bool, hint: bool) -> None:
-    """`pagedsim check`'s text report of one outcome: PASS / FAIL lines, failures folded by
-    `fold` (four kinds shown unless `verbose`), and the exercise's hint when asked."""
-    ex = outcome.exercise
+    """`pagedsim check`'s text report: PASS / FAIL lines, failures folded (four shown unless
+    `verbose`), and a pointer to the hint when asked."""
+    ex, n = outcome.exercise, dict(passed=outcome.passed, total=outcome.total)
     if outcome.error:
         print(f"ERROR {ex.id}: {outcome.error}")
     elif outcome.ok:
-        print(
-            i18n.t(
-                "PASS {id}  {title} ({passed}/{total} checks)",
-                id=ex.id,
-                title=ex.title_in(i18n.lang()),
-                passed=outcome.passed,
-                total=outcome.total,
-            )
-        )
+        title = ex.title_in(i18n.lang())
+        print(i18n.t("PASS {id}  {title} ({passed}/{total} checks)", id=ex.id, title=title, **n))
     else:
-        print(
-            i18n.t(
-                "{status} {id}  {passed}/{total} checks pass",
-                status=outcome.status.upper(),
-                id=ex.id,
-                passed=outcome.passed,
-                total=outcome.total,
-            )
-        )
+        status = outcome.status.upper()
+        print(i18n.t("{status} {id}  {passed}/{total} checks pass", status=status, id=ex.id, **n))
     for reason in outcome.skipped:
         print(f"SKIP {ex.id}: {reason}")
     groups = fold(outcome.failures)
     for i, (message, checks) in enumerate(groups):
         if not verbose and i == 4:
-            print(
-                "     "
-                + i18n.t(
-                    "{n} more failing check(s); --verbose shows them all",
-                    n=sum(len(checks) for _, checks in groups[4:]),
-                )
-            )
+            more = sum(len(checks) for _, checks in groups[4:])
+            print("     " + i18n.t("{n} more failing check(s); --verbose shows them all", n=more))
             break
         many = i18n.t("  ({n} checks)", n=len(checks)) if len(checks) > 1 else ""
         head, _, tail = message.partition("\n")
@@ -183,16 +154,10 @@ def _first_line(text: str) -> str:
     return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
 
 
-def _summary(doc: str) -> str:
-    """A check's message: the first paragraph of its docstring, wrapped lines joined."""
-    return " ".join((doc or "").strip().split("\n\n")[0].split())
-
-
 def counterexample(exc: BaseException) -> str:
-    """Hypothesis's shrunk example as one short line: the calls of a state machine (its
-    invariants, named agrees_* or check_*, left out, drawn values filled in), or the
-    arguments of a property; or a check's own `exc.calls` (the testing kit's script,
-    already in the student's terms). '' when there is none."""
+    """Hypothesis's shrunk example as one short line: a state machine's calls (invariants left
+    out, drawn values filled in) or a property's arguments, or a check's own `exc.calls`; '' when
+    none."""
     if isinstance(getattr(exc, "calls", None), str):
         return exc.calls
     notes = [
@@ -227,26 +192,23 @@ def counterexample(exc: BaseException) -> str:
     m = re.match(r"\w+\((.*)\),?$", args)
     if not m:
         return ""
-    text = re.sub(r"\bimpl=<module [^>]*>,?", "", m.group(1))
-    text = (
-        re.sub(r"\s+", " ", text)
-        .replace("( ", "(")
-        .replace("[ ", "[")
-        .replace(", )", ")")
-        .replace(", ]", "]")
-    )
+    text = re.sub(r"\s+", " ", re.sub(r"\bimpl=<module [^>]*>,?", "", m.group(1)))
+    for spaced, tight in (("( ", "("), ("[ ", "["), (", )", ")"), (", ]", "]")):
+        text = text.replace(spaced, tight)
     return text.strip().rstrip(",")
 
 
 def no_addresses(text: str) -> str:
-    """An object's default repr (<pagedsim.block_pool.BlockPool object at 0x7f...>) as its class
-    (<BlockPool>): a student replays the calls, not the addresses."""
+    """An object's default repr (<pagedsim.block_pool.BlockPool object at 0x7f...>) as
+    <BlockPool>."""
     return re.sub(r"<(?:[\w]+\.)*(\w+) object at 0x[0-9a-fA-F]+>", r"<\1>", text or "")
 
 
 def _describe(item, excinfo, impl: Path) -> Failure:
     func = getattr(item, "function", None)
-    doc = _summary(getattr(func, "__doc__", None) or "").rstrip(".") or item.name.replace("_", " ")
+    # a check's message: the first paragraph of its docstring, wrapped lines joined
+    doc = " ".join((getattr(func, "__doc__", None) or "").strip().split("\n\n")[0].split())
+    doc = doc.rstrip(".") or item.name.replace("_", " ")
     exc = excinfo.value
     # an ExceptionGroup
     while isinstance(getattr(exc, "exceptions", None), tuple) and exc.exceptions:
@@ -281,18 +243,9 @@ def _describe(item, excinfo, impl: Path) -> Failure:
     doc = getattr(exc, "raised_by", None) or doc
     where = [e for e in excinfo.traceback if Path(str(e.path)).resolve() == impl]
     at = i18n.t(" (line {line} of your file)", line=where[-1].lineno + 1) if where else ""
-    return Failure(
-        item.name,
-        i18n.t(
-            "{doc}: your code raised {name}: {what}{at}",
-            doc=doc,
-            name=type(exc).__name__,
-            what=_first_line(str(exc)),
-            at=at,
-        )
-        + tail,
-        "raised",
-    )
+    said = dict(doc=doc, name=type(exc).__name__, what=_first_line(str(exc)), at=at)
+    message = i18n.t("{doc}: your code raised {name}: {what}{at}", **said)
+    return Failure(item.name, message + tail, "raised")
 
 
 def _in_chain(exc: BaseException | None, cls: type[BaseException]) -> BaseException | None:
@@ -333,30 +286,24 @@ class _Collector:
             self.outcome.passed += 1
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_setup(self, item):
-        """The `impl` fixture imports the file here: the import is under the limit too."""
-        with time_limit(self.seconds, i18n.t("this check")):
-            yield
-
-    @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item):
         """Stop a check that runs too long (an endless loop in the student's code)."""
         with time_limit(self.seconds, i18n.t("this check")):
             yield
 
+    pytest_runtest_setup = pytest_runtest_call  # where the `impl` fixture imports the file
+
     def pytest_collectreport(self, report):
         if report.failed:
-            self.outcome.error = (
-                f"could not collect {report.nodeid}: {_first_line(str(report.longrepr))}"
-            )
+            why = _first_line(str(report.longrepr))
+            self.outcome.error = f"could not collect {report.nodeid}: {why}"
 
 
 SHARED = ("matplotlib",)  # libraries whose objects the submission makes and the checks read
 
 
 class _ChildModules:
-    """A finder that makes `import matplotlib...` here give the child's modules (a figure the
-    student drew is read where it lives)."""
+    """A finder that makes `import matplotlib...` here give the child's modules."""
 
     def __init__(self, sub):
         self.sub = sub
@@ -378,8 +325,8 @@ class _ChildModules:
 
 @contextlib.contextmanager
 def _in_child(sub, check_files):
-    """While the checks run: load_impl gives the child's module, matplotlib is the child's, and the
-    check modules are imported afresh (so none holds a module of an earlier run)."""
+    """While the checks run: load_impl and matplotlib are the child's, and the check modules are
+    imported afresh."""
 
     def purge():
         files = {str(Path(f).resolve()) for f in check_files}
@@ -408,12 +355,8 @@ def _in_child(sub, check_files):
 
 @contextlib.contextmanager
 def _without_explain():
-    """Hypothesis's current profile less its explain phase, while the checks run: that phase
-    re-runs a shrunk failing example many times over to add `# or any other generated
-    value` comments, which `counterexample` drops; for a stub it is half of a property's
-    time. (pagedsim.testing.run's settings leave it out for the same reason.)"""
-    from hypothesis import Phase, settings
-
+    """Hypothesis's profile less its explain phase while the checks run: it re-runs a failing
+    example to add comments that `counterexample` drops (half a stub's property time)."""
     before = settings.get_current_profile_name()
     parent = settings.get_profile(before)
     phases = [p for p in parent.phases if p is not Phase.explain]
@@ -427,27 +370,13 @@ def _without_explain():
 
 def _pytest_args(checks: list[str], scratch: Path, markers: str | None, stop_at_first: bool):
     """pytest's command line for one run of the checks, its output and caches off."""
-    args = checks + ["--basetemp", str(scratch / "pytest")]
-    args += [
-        "-c",
-        str(INI),
-        "--rootdir",
-        str(COURSE_DIR),
-        "-p",
-        "no:terminal",
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "no:randomly",
-        # these two turn an exception in a __del__ or a thread into a warning, which no one
-        # reads here, and end every run with a full gc.collect() of this process
-        "-p",
-        "no:unraisableexception",
-        "-p",
-        "no:threadexception",
-        "-W",
-        "ignore::pytest.PytestAssertRewriteWarning",
-    ]
+    args = [*checks, "--basetemp", str(scratch / "pytest"), "-c", str(INI)]
+    # no:unraisableexception and no:threadexception turn an exception in a __del__ or a thread
+    # into a warning no one reads here, and end every run with a full gc.collect()
+    plugins = "terminal cacheprovider randomly unraisableexception threadexception"
+    for name in plugins.split():
+        args += ["-p", f"no:{name}"]
+    args += ["--rootdir", str(COURSE_DIR), "-W", "ignore::pytest.PytestAssertRewriteWarning"]
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):  # as `grade`'s checker runs
         # then of the installed pytest plugins only Hypothesis' own loads: no xdist or anyio,
         # and no pytest11 package's modules marked for assertion rewriting (seconds of a
@@ -471,11 +400,9 @@ def run_checks(
     isolate: bool | None = None,
     sandbox: bool | None = None,
 ) -> Outcome:
-    """Run `ex`'s checks (and any extra pytest files) against the file `impl`; nothing is printed.
-
-    `isolate` (default: every file but the reference solution) runs the file in a child
-    process; `sandbox` (default: $PAGEDSIM_SANDBOX is 1, as `pagedsim grade` sets it) runs
-    that child under bubblewrap."""
+    """Run `ex`'s checks (and any extra pytest files) against the file `impl`; nothing is
+    printed. `isolate` (default: all but the reference solution) runs the file in a child
+    process; `sandbox` (default: $PAGEDSIM_SANDBOX is 1) runs it under bubblewrap."""
     impl = Path(impl).resolve()
     outcome = Outcome(ex, impl)
     if not impl.is_file():
@@ -491,12 +418,8 @@ def run_checks(
     scratch = Path(os.environ.get("PAGEDSIM_SCRATCH") or tempfile.mkdtemp(prefix="pagedsim-check-"))
     own_scratch = not os.environ.get("PAGEDSIM_SCRATCH")
     args = _pytest_args(checks, scratch, markers, stop_at_first)
-    env = dict(
-        PAGEDSIM_IMPL=str(impl),
-        PAGEDSIM_EXERCISE=ex.id,
-        MPLBACKEND="Agg",
-        PAGEDSIM_CHECK_SECONDS=str(seconds),
-    )
+    env = dict(PAGEDSIM_IMPL=str(impl), PAGEDSIM_EXERCISE=ex.id, MPLBACKEND="Agg")
+    env["PAGEDSIM_CHECK_SECONDS"] = str(seconds)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     hide = contextlib.nullcontext() if reference else solutions_hidden()
@@ -525,8 +448,8 @@ def run_checks(
 
 
 def _ended(outcome: Outcome, sub, code) -> Outcome:
-    """`outcome` once pytest returned `code`: a limit the submission's process ran into, or a
-    reply it sent that was refused, is the error (and the run says nothing more)."""
+    """`outcome` once pytest returned `code`: a limit the child hit, or a refused reply, is the
+    error."""
     if sub is not None and sub.limit_hit:  # e.g. "memory limit 2 GiB"
         outcome.error = sub.limit_hit
     if sub is not None and sub.refused and outcome.error is None:  # a reply it would not read

@@ -1,18 +1,14 @@
 """The checker's verdict, on a channel of its own: a pipe that `pagedsim grade` opens and names.
 
-    grade (grade_job.run_one)     r, w = os.pipe(); the checker gets w (pass_fds) and its number
+    grade (grade_job.run_one)     r, w = os.pipe(); the checker gets w (pass_fds), its number
                                   in $PAGEDSIM_VERDICT_FD; `Receiver(r)` reads it
-    checker (pagedsim check)      `take()` first thing: the fd leaves the environment and is made
-                                  non-inheritable, so the submission's process never holds it
-                                  (it gets only its socket); `send(obj)` writes one JSON line
-                                  and closes it: a second send has nowhere to go
+    checker (pagedsim check)      `take()` first thing: the fd leaves the environment and is not
+                                  inherited by the submission's process; `send(obj)` writes one
+                                  JSON line and closes it
 
-`grade` reads nothing else: what the checker, the checks or the submission print on stdout
-or stderr is never a verdict, and a channel that carries anything but exactly one JSON
-object on one line (two verdicts, junk, more than `LIMIT` bytes) gives none. The audit
-hook (pagedsim/testing/audit.py) ends the checker through `breach`: one `error` verdict,
-then the process exits.
-"""
+`grade` reads nothing else: stdout and stderr are never a verdict, and a channel that carries
+anything but exactly one JSON object on one line (two verdicts, junk, over `LIMIT` bytes) gives
+none. The audit hook (pagedsim/testing/audit.py) ends the checker through `breach`."""
 
 from __future__ import annotations
 
@@ -61,8 +57,8 @@ def send(obj) -> bool:
 
 
 def breach(why: str) -> None:
-    """The audit hook's answer: under `grade`, an `error` verdict, then the checker ends;
-    elsewhere the operation is refused with `Breach`."""
+    """The audit hook's answer: under `grade`, an `error` verdict and the checker ends; elsewhere
+    the operation is refused with `Breach`."""
     from pagedsim.testing.audit import Breach
 
     message = f"the checker was stopped: it attempted {why}"
@@ -72,8 +68,8 @@ def breach(why: str) -> None:
 
 
 class Receiver:
-    """grade's end: reads the pipe in a thread of its own (a verdict larger than the pipe's
-    buffer never blocks the checker), at most LIMIT + 1 bytes."""
+    """grade's end: reads at most LIMIT + 1 bytes in a thread of its own (a large verdict never
+    blocks the checker)."""
 
     def __init__(self, fd: int):
         self.fd, self.data = fd, b""

@@ -1,11 +1,9 @@
 """`pagedsim watch [ID]`: check on every save, and move on to the next exercise on a pass
 (rustlings' `watch`).
 
-It checks the exercise (by default the first one in course order that has not passed), then
-polls the file's content hash (no inotify needed) every --interval seconds and checks again
-when it changes. On a pass it records it (course/progress.py), names the next exercise and
-checks that one. --iterations N stops after N checks (for tests and scripts); Ctrl-C stops it.
-"""
+It checks the exercise (default: the first not passed), then polls the file's content hash every
+--interval seconds and checks again when it changes. On a pass it records it (course/progress.py)
+and moves on. --iterations N stops after N checks; Ctrl-C stops it."""
 
 from __future__ import annotations
 
@@ -13,7 +11,10 @@ import hashlib
 import time
 from pathlib import Path
 
+from pagedsim.io.args import ArgParser
+
 from . import curriculum, i18n, progress, workspace
+from .runner import print_report, run_checks
 
 
 def _digest(path: Path) -> str:
@@ -24,16 +25,13 @@ def _digest(path: Path) -> str:
 
 
 def _next_left(ex, exercises) -> curriculum.Exercise | None:
-    """The first exercise after `ex` in course order that has not passed, wrapping around to the
-    start: passing the last one with earlier ones left is not the end of the course."""
+    """The first exercise after `ex` not passed, wrapping around to the start."""
     i = exercises.index(ex)
     return progress.current(exercises[i + 1 :] + exercises[: i + 1])
 
 
 def watch(ex, exercises, *, interval: float, iterations: int | None, timeout=None) -> int:
     """Check `ex` now and on every change, moving on after each pass; returns the exit status."""
-    from .runner import print_report, run_checks
-
     runs = 0
     while ex is not None:
         mine = workspace.find(ex)
@@ -72,20 +70,13 @@ def watch(ex, exercises, *, interval: float, iterations: int | None, timeout=Non
 
 
 def main(argv: list[str]) -> int:
-    from pagedsim.io.args import ArgParser
-
     p = ArgParser(
         prog="pagedsim watch",
         description="check an exercise on every save; move on to the next on a pass",
     )
     p.add_argument("exercise", nargs="?", help="where to start (default: the first not passed)")
-    p.add_argument(
-        "--interval",
-        type=float,
-        default=1.0,
-        metavar="S",
-        help="seconds between looks at the file (default 1)",
-    )
+    every = "seconds between looks at the file (default 1)"
+    p.add_argument("--interval", type=float, default=1.0, metavar="S", help=every)
     p.add_argument("--iterations", type=int, metavar="N", help="stop after N checks")
     p.add_argument("--timeout", type=float, metavar="S", help="seconds allowed per check")
     args = p.parse_args(argv)

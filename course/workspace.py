@@ -1,18 +1,13 @@
 """`pagedsim workspace [DIR]`: copy the exercise stubs to a folder of your own.
 
-Students never edit the stubs inside the package (a `git pull` or a reinstall would
-collide with their work, and a non-editable install has no stubs to edit at all). The
-workspace is a plain folder holding one file per exercise, named like the stubs
-(ex3_4a_free_list.py, ...), plus a marker file. `pagedsim check 3.4a` looks for the
-exercise's file, in order:
+Students never edit the stubs inside the package (a `git pull` or reinstall would collide with
+their work). A workspace is a folder with one file per exercise, named like the stubs, and a
+marker file; existing files are never overwritten. `pagedsim check 3.4a` checks, in order:
 
     --impl FILE                                  that file
     $PAGEDSIM_WORKSPACE/ex3_4a_free_list.py      a workspace named by the environment
     ./ex3_4a_free_list.py                        the current folder, if it is a workspace
-    ./pagedsim-work/ex3_4a_free_list.py          the default workspace under the current folder
-
-and says which file it checked. Existing files are never overwritten.
-"""
+    ./pagedsim-work/ex3_4a_free_list.py          the default workspace under the current folder"""
 
 from __future__ import annotations
 
@@ -29,8 +24,8 @@ MARKER = ".pagedsim-workspace"
 
 
 def _places(folder: Path, name: str) -> list[Path]:
-    """Where a workspace in `folder` keeps the file `name`: the folder itself when it is a
-    workspace, then the default workspace under it."""
+    """Where a workspace in `folder` keeps `name`: the folder itself if it is one, then
+    ./DEFAULT."""
     return ([folder / name] if (folder / MARKER).is_file() else []) + [folder / DEFAULT / name]
 
 
@@ -46,9 +41,8 @@ def find(ex: curriculum.Exercise) -> Path | None:
 
 
 def find_upwards(ex: curriculum.Exercise, start: Path | None = None) -> Path | None:
-    """`find`, then the same places in every folder above the current one: a notebook's kernel
-    runs in the notebook's own folder (course/ch03_kv_block/notebooks), while the student made
-    the workspace at the repository root as the README says."""
+    """`find`, then the same places in every folder above: a notebook runs in its own folder, the
+    workspace is at the repository root."""
     name, above = Path(ex.stub).name, Path(start or Path.cwd()).resolve().parents
     places = (p for folder in above for p in _places(folder, name))
     return find(ex) or next((p for p in places if p.is_file()), None)
@@ -91,10 +85,7 @@ def main(argv: list[str]) -> int:
         print(f"  new   {path.name}")
     for path in kept:
         print(f"  kept  {path.name} (already there; never overwritten)")
-    hint = (
-        ""
-        if args.folder == Path(DEFAULT)
-        else f"  (from another folder: PAGEDSIM_WORKSPACE={where})"
-    )
+    hint = f"  (from another folder: PAGEDSIM_WORKSPACE={where})"
+    hint = "" if args.folder == Path(DEFAULT) else hint
     print(f"\nedit the files there, then run `pagedsim check 3.1` from {where.parent}{hint}")
     return 0

@@ -147,7 +147,7 @@ def test_csv_and_gradescope_results_have_a_row_per_student_and_exercise(fake, tm
     }
 
 
-def test_the_reference_solution_renamed_and_recommented_is_flagged_and_the_stub_is_not():
+def test_the_reference_solution_renamed_and_recommented_is_flagged_and_the_stub_is_not(tmp_path):
     ex = curriculum.find("3.1")
     solution = ex.path("solution").read_text()
     if not solution:
@@ -155,9 +155,13 @@ def test_the_reference_solution_renamed_and_recommented_is_flagged_and_the_stub_
     disguised = "# my own work\n" + solution.replace("free_list", "holes_i_keep").replace(
         "    ", "  "
     )
-    assert grade_similarity.flag("3.1", disguised.encode())
-    assert grade_similarity.flag("3.1", ex.path("stub").read_bytes()) == ""
-    assert grade_similarity.ratio("x = 1\n", "def f(:") == 0.0
+    files = {"eve": disguised.encode(), "bob": ex.path("stub").read_bytes(), "zed": b"def f(:"}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    paths = {name: str(tmp_path / name) for name in files}
+    flags = grade_similarity.compare({"3.1": paths})["flags"].get("3.1", {})
+    assert "the reference solution once names" in flags["eve"]
+    assert "bob" not in flags and "zed" not in flags
 
 
 def test_a_refused_write_is_reported_in_the_row_that_made_it(tmp_path):
