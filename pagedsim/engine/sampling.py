@@ -8,7 +8,8 @@ The next-token distribution is made from the model's logits in vLLM v1's order:
                        is divided by r, any other multiplied by r; then frequency_penalty
                        x (times the token was generated) and presence_penalty (if it was)
                        are subtracted -- output tokens only, as vLLM does
-    3. temperature     logits / temperature; temperature 0 is greedy (argmax)
+    3. temperature     logits / temperature; temperature 0 is greedy (argmax), and one
+                       below float32's smallest normal keeps only the top logits
     4. min_p           tokens whose probability is below min_p x the top probability go
     5. top_k           the k largest logits stay (0 or -1: all; ties at the k-th stay)
     6. top_p           the smallest set of top tokens whose probability reaches top_p stays
@@ -151,6 +152,9 @@ def process(
     x = penalize(x, prompt, output, params)
     if params.temperature == 0:
         return x
+    if np.float32(params.temperature) < np.finfo(np.float32).tiny:  # x / T would overflow:
+        top: np.ndarray = np.where(x == x.max(), np.float32(0), np.float32(-np.inf))
+        return top  # only the maxima stay
     x = x / np.float32(params.temperature)
     if params.min_p > 0:
         x = np.where(x < x.max() + np.float32(math.log(params.min_p)), -np.inf, x)
