@@ -3,20 +3,18 @@
     caches[layer]  [num_gpu_blocks, 2, H_kv, B, D] float32 (the attention backend's arrays)
     hosts[layer]   [num_cpu_blocks, 2, H_kv, B, D] float32 NumPy (v0's CPU swap space)
 
-Every read and write goes through the injected attention backend (`backend.py`);
-this file only fans a call out over the layers and knows a block's size in bytes.
+The engine reads and writes a layer's cache through the injected attention backend
+(`backend.py`); this file fans the block moves out over the layers and knows a block's
+size in bytes.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Generic
+from typing import Generic
 
 import numpy as np
 
-from .backend import AttentionBackend, Cache, Floats, Ints, Pairs
-
-if TYPE_CHECKING:
-    from .model import Attention
+from .backend import AttentionBackend, Cache, Pairs
 
 
 class PagedKV(Generic[Cache]):
@@ -24,40 +22,13 @@ class PagedKV(Generic[Cache]):
         self,
         backend: AttentionBackend[Cache],
         layers: int,
-        num_gpu_blocks: int,
-        kv_heads: int,
-        block_size: int,
-        head_dim: int,
+        shape: tuple[int, ...],  # one layer's cache: [num_gpu_blocks, 2, H_kv, B, D]
         num_cpu_blocks: int,
     ):
-        shape = (num_gpu_blocks, 2, kv_heads, block_size, head_dim)  # [N, 2, H_kv, B, D]
         self.backend = backend
         self.caches: list[Cache] = [backend.new_cache(shape) for _ in range(layers)]
         self.hosts = [np.zeros((num_cpu_blocks,) + shape[1:], np.float32) for _ in range(layers)]
         self.block_bytes = layers * int(np.prod(shape[1:])) * 4  # one block, every layer
-
-    @property
-    def name(self) -> str:
-        return self.backend.name
-
-    def write(self, layer: int, key: Floats, value: Floats, slots: Ints) -> None:
-        self.backend.write(self.caches[layer], key, value, slots)
-
-    def prefill(
-        self,
-        layer: int,
-        query: Floats,
-        tables: Ints,
-        lens: Ints,
-        starts: Ints,
-        spec: Attention | None = None,
-    ) -> Floats:
-        return self.backend.prefill(query, self.caches[layer], tables, lens, starts, spec)
-
-    def decode(
-        self, layer: int, query: Floats, tables: Ints, lens: Ints, spec: Attention | None = None
-    ) -> Floats:
-        return self.backend.decode(query, self.caches[layer], tables, lens, spec)
 
     def copy(self, pairs: Pairs) -> None:
         for cache in self.caches:

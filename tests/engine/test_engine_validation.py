@@ -136,7 +136,7 @@ def test_the_backend_is_chosen_in_one_place_and_an_object_can_be_injected():
         backend=Counting(),
     )
     engine.generate([Request((1, 2, 3), 3)])
-    assert calls and engine.kv.name == "numpy"
+    assert calls and engine.backend.name == "numpy"
 
 
 @pytest.mark.parametrize("model", [5, "model", None, ModelConfig()])
