@@ -54,7 +54,7 @@ from .lockstep import Lockstep, Pool
 from .model import Transformer
 from .paged import PagedEngine, Run
 from .requests import Request, RequestState
-from .sampling import BeamSearchParams, SamplingParams, find_stop, top_logprobs
+from .sampling import BeamSearchParams, SamplingParams, top_logprobs
 
 Params = SamplingParams | BeamSearchParams
 # vLLM's engine arguments pagedsim reads -> the config that holds each
@@ -376,17 +376,15 @@ class LLM:
         return CompletionOutput(index, text, tokens, total, logprobs, finish, reason)
 
     def _stop_strings(self, tokens: list[int], p: SamplingParams) -> tuple[Any, ...] | None:
-        """(tokens up to the one completing a stop string, the cut text, the string)."""
-        stops = list(p.stop or ())
-        previous = ""
+        """(tokens up to the one completing a stop string, the cut text, the stop reason):
+        the earliest-ending stop string wins, as in vLLM's check_stop_strings."""
         for i in range(1, len(tokens) + 1):
             text = self._decode(tokens[:i])
-            new = len(text) - len(previous) if text.startswith(previous) else len(text)
-            cut = find_stop(text, new, stops, p.include_stop_str_in_output)
-            if cut is not None:
-                stop = next(s for s in stops if s in text)
-                return tokens[:i], text[:cut], stop
-            previous = text
+            ends = [(text.find(s) + len(s), s) for s in p.stop or () if s in text]
+            if ends:
+                end, stop = min(ends, key=lambda e: e[0])
+                cut = end if p.include_stop_str_in_output else end - len(stop)
+                return tokens[:i], text[:cut], ends[0][1]
         return None
 
     def _decode(self, ids: Iterable[int]) -> str:
