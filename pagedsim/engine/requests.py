@@ -1,28 +1,21 @@
 """Requests and what happens after each forward pass: sampling, parallel samples, beams.
 
 Both engines (dense and paged) drive the same `RequestState`, so they cannot differ in
-*what* is generated, only in how attention reads K/V. After a forward pass gives the
-logits at the last token of every live sequence of a request, `advance` picks tokens
-and returns the storage actions the engine must mirror:
+*what* is generated, only in how attention reads K/V. Given the logits at the last token
+of every live sequence of a request, `advance` picks tokens and returns the storage
+actions the engine must mirror:
 
     ("fork", parent, child)  the child starts as a copy of the parent (KV shared: v0 fork)
     ("free", seq)            the sequence is gone (a beam that fell out, or the request ended)
 
-Sampling depends only on (request seed, sample index, step), never on batch
-composition, so preemption and scheduling cannot change a token. One sampler serves every
-request (sampling.py: vLLM's SamplingParams); a Request without `params` is sampled with
-its own temperature, top_p, top_k, repetition_penalty and seed as SamplingParams. n > 1
-(parallel sampling, v0 style) forks n - 1 children after the prompt; beam search
-(beam_width W) keeps the W best (beam, token) by cumulative log-probability of the
-repetition-penalised logits, forking a beam that wins twice and freeing beams that win
-nothing, exactly as transformers' generate(num_beams=W) does (beam_search.py). A sampled
-sequence ends early when it emits one of `stop_token_ids` (the token is kept, as in vLLM's
-output ids); otherwise it generates exactly max_tokens tokens.
-
-Logits are kept only when asked (`keep_logits`): `logits` then maps each position's
-tokens to the logits at its last token (V floats per generated token), which the dense
-comparison (`LLM.check_dense`) and `logprobs` read. vLLM keeps no logits after sampling
-either; it computes logprobs in the sampler, only for a request that asks for them.
+Sampling is sampling.py's (vLLM's SamplingParams; a Request without `params` is sampled
+with its own fields) and depends only on (seed, sample index, step), never on the batch,
+so preemption and scheduling cannot change a token. n > 1 (v0 style) forks n - 1 children
+after the prompt; beam search (beam_width W) keeps the W best (beam, token), forking a
+beam that wins twice and freeing beams that win nothing (beam_search.py). A sampled
+sequence ends after emitting one of `stop_token_ids` (kept, as in vLLM's output ids).
+With `keep_logits`, `logits` maps each position's tokens to the logits at its last token,
+for the dense comparison and `logprobs` (vLLM keeps none after sampling either).
 """
 
 from __future__ import annotations
