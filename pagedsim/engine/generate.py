@@ -211,14 +211,11 @@ def pool_size(
     longest = (workload.turns or 1) * (len(requests[0][0]) + max_tokens + 16)
     groups = len(model.config.windowed)  # a hybrid model fills two KV cache groups
     need = sum(
-        _width(p) * blocks_needed(max(longest, len(prompt) + max_tokens), cache.block_size)
+        (p.beam_width if isinstance(p, BeamSearchParams) else p.n)
+        * blocks_needed(max(longest, len(prompt) + max_tokens), cache.block_size)
         for prompt, p in requests
     )
     return groups * need + 4
-
-
-def _width(p: Params) -> int:
-    return p.beam_width if isinstance(p, BeamSearchParams) else p.n
 
 
 def serve(
@@ -288,7 +285,7 @@ def summarize(
         num_gpu_blocks=planned.num_gpu_blocks,
         block_size=llm.cache_config.block_size,
         max_num_batched_tokens=llm.scheduler_config.max_num_batched_tokens,
-        block_bytes=engine.kv.block_bytes,
+        block_bytes=engine.block_bytes,
         computed_tokens=stats["computed_tokens"],
         skipped_by_prefix_cache=stats["cached_tokens"],
         recomputed_after_preemption=stats["recomputed_tokens"],

@@ -41,7 +41,6 @@ from ..scheduler_output import SchedulerOutput
 from ..scheduler_v0 import SchedulerV0, SeqGroupPolicy
 from ..scheduler_v1 import SchedulerV1
 from .backend import AttentionBackend, Ints, choose
-from .kvstore import PagedKV
 from .model import ModelConfig, Transformer
 from .requests import Logits, Request, RequestState, seq_id
 from .step_log import TableCounts, trace_counts
@@ -115,8 +114,12 @@ class PagedEngine:
         num_cpu_blocks = 4 * num_gpu_blocks if num_cpu_blocks is None else num_cpu_blocks
         self.model, self.check, self.mode, self.block_size = model, check, mode, block_size
         self.backend = choose(backend)  # the one place the attention backend is picked
-        shape = (num_gpu_blocks, 2, c.kv_heads, block_size, c.head_dim)  # [N, 2, H_kv, B, D]
-        self.kv = PagedKV(self.backend, c.layers, shape, num_cpu_blocks)
+        # the paged K/V: per layer a cache [N, 2, H_kv, B, D] float32 (the backend's array)
+        # and a host pool for v0's swapping (NumPy)
+        shape = (num_gpu_blocks, 2, c.kv_heads, block_size, c.head_dim)
+        self.caches = [self.backend.new_cache(shape) for _ in range(c.layers)]
+        self.hosts = [np.zeros((num_cpu_blocks, *shape[1:]), np.float32) for _ in range(c.layers)]
+        self.block_bytes = c.layers * int(np.prod(shape[1:])) * 4  # one block, every layer
         # each layer's KV cache group: 0, or 1 for the sliding layers of a hybrid model
         self.layer_group = [
             int(len(c.windowed) == 2 and c.layer_type(i) == "sliding") for i in range(c.layers)
@@ -134,7 +137,7 @@ class PagedEngine:
         else:
             self.manager = _v0_manager(manager, num_gpu_blocks, block_size, caching, trace)
             swap_single = preemption_mode == "swap"
-            policy = SeqGroupPolicy(num_cpu_blocks, self.kv.block_bytes, swap_single=swap_single)
+            policy = SeqGroupPolicy(num_cpu_blocks, self.block_bytes, swap_single=swap_single)
             self.scheduler = SchedulerV0([], self.manager, policy=policy, record=False)
         self._written: dict[int, tuple[int, ...]] = {}  # block -> the tokens its K/V holds in full
         self._mark = 0  # trace events already counted in the step log
@@ -286,14 +289,16 @@ class PagedEngine:
         out first (their GPU blocks may be handed out again in the same schedule()), then
         the manager's copy-on-write copies, then swaps in. True if anything was swapped."""
         swap_out, swap_in = self.scheduler.policy.drain_swaps()
-        copies = self.manager.drain_copies()
-        for pairs, move in ((swap_out, self.kv.swap_out), (copies, self.kv.copy)):
-            if pairs:
-                move(pairs)
-        if swap_in:
-            self.kv.swap_in(swap_in)
-        self.stats["swap_bytes"] += (len(swap_out) + len(swap_in)) * self.kv.block_bytes
-        self.stats["cow_bytes"] += len(copies) * self.kv.block_bytes
+        copies, b = self.manager.drain_copies(), self.backend
+        for cache, host in zip(self.caches, self.hosts, strict=True):
+            if swap_out:
+                b.swap_out(cache, host, swap_out)
+            if copies:
+                b.copy_blocks(cache, copies)
+            if swap_in:
+                b.swap_in(host, cache, swap_in)
+        self.stats["swap_bytes"] += (len(swap_out) + len(swap_in)) * self.block_bytes
+        self.stats["cow_bytes"] += len(copies) * self.block_bytes
         return bool(swap_out or swap_in)
 
     def _sample(
@@ -323,13 +328,8 @@ class PagedEngine:
     def _items(self, scheduler_output: SchedulerOutput) -> list[Item]:
         """The scheduled requests as the runner's items; new ones are marked running and
         their prefix-cache hits counted."""
-        starts = dict(
-            zip(
-                scheduler_output.scheduled_cached_reqs.req_ids,
-                scheduler_output.scheduled_cached_reqs.num_computed_tokens,
-                strict=True,
-            )
-        )
+        cached = scheduler_output.scheduled_cached_reqs
+        starts = dict(zip(cached.req_ids, cached.num_computed_tokens, strict=True))
         counts = scheduler_output.num_scheduled_tokens
         for new in scheduler_output.scheduled_new_reqs:
             run = self.runs[new.req_id[0]]
@@ -383,19 +383,15 @@ class PagedEngine:
     def block_tokens(self) -> dict[int, tuple[int, ...]]:
         """block -> the token ids it holds: live sequences' blocks, and the free blocks the
         prefix cache can still hit (their K/V is complete). For labelling pictures."""
-        bs = self.block_size
-        if isinstance(self.manager, PrefixCachingManager):
-            out = {
-                b: self._written[b] for b in self.manager.cached_free_blocks() if b in self._written
-            }
-        else:
-            out = {}
+        bs, m = self.block_size, self.manager
+        hittable = m.cached_free_blocks() if isinstance(m, PrefixCachingManager) else []
+        out = {b: self._written[b] for b in hittable if b in self._written}
         for run in self.runs.values():
             if run.status != "running":
                 continue
             for s in run.state.seq_keys():
                 seq = seq_id(s)
-                tokens = run.state.tokens[s][: self.manager.num_tokens(seq)]
+                tokens = run.state.tokens[s][: m.num_tokens(seq)]
                 for n, b in enumerate(self._tables(seq)[0].blocks):
                     if b != NULL_BLOCK:
                         out[b] = tuple(tokens[n * bs : (n + 1) * bs])
@@ -426,7 +422,7 @@ class PagedEngine:
         dec = {g: _batch(decode, [tables[id(i)][g].blocks for i in decode]) for g in groups}
         h = m.embed_tokens(tokens, positions)
         for layer in range(c.layers):
-            g, spec, cache = self.layer_group[layer], m.attention[layer], self.kv.caches[layer]
+            g, spec, cache = self.layer_group[layer], m.attention[layer], self.caches[layer]
             q, k, v = m.qkv(layer, h, positions, lengths)
             self.backend.write(cache, k, v, slots[g])
             parts = []
