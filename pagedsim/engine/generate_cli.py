@@ -252,11 +252,7 @@ def print_report(engine: PagedEngine, s: dict[str, Any], args: argparse.Namespac
             f"the prefix cache\n  prompt: {shown}"
         )
         for j, out in enumerate(r["outputs"]):
-            print(
-                f"  output {j}: {out['text']!r}"
-                if out["text"] is not None
-                else f"  output {j}: {out['token_ids']}"
-            )
+            print(f"  output {j}: {out['token_ids'] if out['text'] is None else repr(out['text'])}")
     if s["tokens_match"] is None:
         print("\ndense check: off (--check-dense serves every request again, densely)")
     else:

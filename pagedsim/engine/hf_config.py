@@ -1,13 +1,10 @@
-"""config.json -> ModelConfig, read as each family's transformers config class reads it.
-
-Its defaults for absent fields (hf_families.py), the rope fields (hf_rope.py), the
-family's layer pattern (layer_types, or Gemma 2's alternation, Gemma 3's
-sliding_window_pattern, Qwen's max_window_layers), and the family's switches in
-model.py. The Llama-like families (RMSNorm, gated MLP, rope; their mixtures of experts,
-moe.py) and the classic ones (GPT-2, GPT-NeoX, Phi-2, Falcon, StableLM, Starcoder2,
-Cohere: LayerNorms, parallel blocks, learned or partial rope) each have their reader.
-A field that cannot be served (mlp_bias, an unknown activation, bidirectional
-attention...) is refused in one line naming it.
+"""config.json -> ModelConfig, read as each family's transformers config class reads it:
+its defaults (hf_families.py), its rope fields (hf_rope.py), its layer pattern
+(layer_types, Gemma 2's alternation, Gemma 3's sliding_window_pattern, Qwen's
+max_window_layers) and model.py's switches, with one reader for the Llama-like families
+(and their mixtures of experts) and one for the classic ones. A field that cannot be
+served (mlp_bias, an unknown activation, bidirectional attention...) is refused in one
+line naming it.
 """
 
 from __future__ import annotations
