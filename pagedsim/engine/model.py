@@ -68,9 +68,7 @@ class Attention:
 
     scale: float  # scores = q . k * scale
     logits_soft_cap: float | None = None  # scores -> cap * tanh(scores / cap) (Gemma 2)
-    sliding_window: int | None = (
-        None  # attend to the last `sliding_window` positions, itself included
-    )
+    sliding_window: int | None = None  # attend to the last W positions, itself included
 
 
 @dataclass(frozen=True)
