@@ -1,19 +1,13 @@
 """The engine's one seam for attention: who writes, reads, copies and swaps paged K/V.
 
-An attention backend is any object with the methods of `AttentionBackend` below, on
-caches in the layout of cuda_kernels/layout.py ([num_blocks, 2, H_kv, B, D] float32): a
-NumPy array here, a device array in kernels_backend.py. `spec` is the layer's
-model.Attention: its scale, soft-cap and sliding window. A table entry of a block the
-window left behind may be -1 (vLLM's null block).
-
-`choose(name)` is the only place a backend is picked, and `pagedsim.engine.kernels_backend`
-the only module that imports cuda_kernels; the engine receives the chosen object
-(`PagedEngine(..., backend=...)` takes a name or such an object). "auto" means the
-kernels on a GPU and NumPy on the CPU: the simulator runs each CUDA thread as a Python
-thread, so it is chosen only when asked for ("kernels" on a machine without a GPU).
-
-NumpyAttention reads K/V through the same block tables and slots as the kernels, so
-blocks, copy-on-write, prefix hits and swapping are exercised either way.
+An attention backend has the methods of `AttentionBackend`, on caches in the layout of
+cuda_kernels/layout.py ([num_blocks, 2, H_kv, B, D] float32): a NumPy array here, a device
+array in kernels_backend.py. `spec` is the layer's model.Attention (scale, soft-cap,
+sliding window); a table entry the window left behind may be -1 (vLLM's null block).
+`choose(name)` is the only place a backend is picked: "auto" means the kernels on a GPU
+and NumPy on the CPU (the simulator runs each CUDA thread as a Python thread, so only when
+asked for). NumpyAttention reads K/V through the same block tables and slots as the
+kernels, so blocks, copy-on-write, prefix hits and swapping are exercised either way.
 """
 
 from __future__ import annotations

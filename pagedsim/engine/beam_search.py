@@ -1,28 +1,23 @@
 """One step of beam search with stop tokens, as Hugging Face transformers' `generate` does it.
 
-The engine follows transformers 5.x `GenerationMixin._beam_search` with do_sample=False and
-its default early_stopping=False, because transformers is the oracle its tests compare with
-(tests/engine/test_hf_transformers_oracle.py). One step, for W beams and S stop tokens:
+The engine follows transformers 5.x `GenerationMixin._beam_search` (do_sample=False,
+early_stopping=False), the oracle of tests/engine/test_hf_transformers_oracle.py. One
+step, for W beams and S stop tokens:
 
-  * every (beam, token) pair scores  beam log-prob + log_softmax(logits of the beam)[token];
-    the K = max(2, 1 + S) * W best pairs are the candidates, best first (ties: lowest
-    beam, then lowest token id);
-  * a candidate *stops* when its token is a stop token, or when it is the request's last
-    token (max_tokens);
-  * a stopping candidate ranked among the first W becomes a finished hypothesis, scored
-    log-prob / generated_len ** length_penalty (generated_len counts the stop token); the
-    request keeps the W best hypotheses (a bounded best-first list);
-  * the first W candidates that do not stop are the next step's beams (K leaves enough);
-  * the search ends early when W hypotheses are finished and the best beam's
-    log-prob / generated_len ** length_penalty is no better than the worst of them.
-The request's output is its hypotheses, best first.
+  * every (beam, token) scores beam log-prob + log_softmax(the beam's logits)[token]; the
+    K = max(2, 1 + S) * W best are the candidates, best first (ties: lowest beam, then
+    lowest token id);
+  * a candidate whose token is a stop token, or the request's last (max_tokens), stops;
+    ranked among the first W it becomes a finished hypothesis, scored log-prob /
+    generated_len ** length_penalty (the stop token counted); the W best are kept;
+  * the first W candidates that do not stop are the next step's beams;
+  * the search ends early when W hypotheses are finished and the best beam's score is no
+    better than the worst of them. The output is the hypotheses, best first.
 
-vLLM differs, and the engine does not follow it here: v1's `LLM.beam_search` (read in
-vllm/beam_search.py at commit 00634b8, `get_beam_search_score`) keeps *every* stop token
-among each beam's 2W best continuations as completed, runs the other beams to max_tokens
-with no early stop, and divides by len(prompt + output), minus one when the last token is
-EOS. On the storage side the engine does what v0's in-engine beam search did: the
-surviving beams fork and append on every step, the last one included.
+vLLM v1's `LLM.beam_search` (vllm/beam_search.py, `get_beam_search_score`) differs: it keeps
+every stop token among each beam's 2W best as completed, runs the others to max_tokens
+with no early stop, and divides by len(prompt + output). The storage side is v0's
+in-engine beam search: surviving beams fork and append on every step.
 """
 
 from __future__ import annotations

@@ -11,29 +11,18 @@ characters); --model DIR serves a local Hugging Face checkpoint (hf.py). With no
     r3  r0's prompt again: a prefix-cache hit capped at num_tokens - 1 (v1)
 
 Each step prints its batch and what the block manager did; the end prints each
-request's text, the tokens its prompt hit in the prefix cache, and whether every token
-and logit matched the dense engine. --turns N serves a conversation instead: each turn's
-prompt is the previous prompt, its answer and the next speaker's cue, so turn 2 on hits
-the blocks of turn 1's prompt *and* answer (v1 caches generated blocks too).
---json prints the same as JSON; --draw DIR writes the manager's snapshot after each
-engine step, every block labelled with the text it holds.
+request's text, its prefix-cache hits, and whether every token and logit matched the
+dense engine. --turns N serves a conversation: each turn's prompt is the previous prompt,
+its answer and the next speaker's cue, so turn 2 on hits the blocks of turn 1's prompt
+*and* answer (v1 caches generated blocks too). A checkpoint's generation_config.json
+applies as vLLM's --generation-config auto applies it (apply_generation_config).
 
-A checkpoint's generation_config.json applies as vLLM's --generation-config auto applies
-it (apply_generation_config). A file without top_k means no top-k, as in vLLM;
-transformers' generate() would apply top_k = 50 there (sampling.py). The report says
-which settings came from it, and --generation-config none ignores it. A model with
-sliding-window layers is served by v1's window manager, or by the hybrid allocator when it
-mixes full and sliding layers, on SchedulerV1: each step then prints the blocks each KV
-cache group holds.
-
-The command serves through `pagedsim.LLM` (llm.py), as a vLLM user would: `serve` turns
-the workload into prompts and SamplingParams (BeamSearchParams for a beam search), builds
-an LLM with the command's CacheConfig and SchedulerConfig, calls `LLM.generate` (once per
-turn), `LLM.check_dense` for the dense comparison, and reads the step log and the trace
-from `llm.llm_engine` and `llm.steps`. `pool=` serves from another block manager
-(`--pool workspace`: the student's own 3.4a and 3.4b, course/ch03_kv_block/capstone.py)
-with pagedsim's own serving the same requests beside it, compared after every manager
-call (lockstep.py).
+`serve` works as a vLLM user would: the workload becomes prompts and SamplingParams
+(BeamSearchParams for a beam search) for a `pagedsim.LLM` (llm.py), served by
+`LLM.generate` (once per turn) and checked by `LLM.check_dense`; the step log and trace
+are read from `llm.llm_engine` and `llm.steps`. `pool=` serves from another block
+manager (`--pool workspace`: the student's 3.4a and 3.4b) beside pagedsim's own, compared
+after every manager call (lockstep.py).
 """
 
 from __future__ import annotations
@@ -80,9 +69,8 @@ def mix(max_tokens: int) -> list[tuple[str, Fields]]:
 
 
 def params(fields: Fields) -> Params:
-    """One request's fields (max_tokens, and n, beam_width, temperature, top_p, top_k, seed,
-    repetition_penalty when given; eos False: no stop token) as vLLM's parameters. The
-    command decodes greedily unless asked to sample (apply_generation_config)."""
+    """One request's fields (eos False: no stop token) as vLLM's parameters; greedy unless
+    the fields ask to sample (apply_generation_config)."""
     eos = fields.get("eos", True)
     if fields.get("beam_width"):
         return BeamSearchParams(
@@ -117,16 +105,13 @@ DEFAULT_MAX_TOKENS = 32
 def apply_generation_config(
     generation: dict[str, Any], overrides: Fields, max_tokens: int | None
 ) -> tuple[Fields, int, dict[str, Any]]:
-    """(request fields, max_tokens, what came from the file) for a checkpoint's
-    generation_config.json fields `generation`, as transformers' generate() and vLLM's
-    `--generation-config auto` use them: the user's flags win; eos_token_id always stops;
-    max_new_tokens stands in for an absent --max-tokens; repetition_penalty applies in
-    greedy decoding too. `pagedsim generate` decodes greedily unless asked to sample
-    (--temperature > 0, or -n > 1, --seed, --top-p or --top-k without a temperature: then
-    the file's temperature, else 1); when sampling, the file's top_p and top_k are the
-    defaults. A file's do_sample alone does not switch sampling on (transformers would;
-    vLLM would sample at the file's temperature): the report says it was left aside.
-    --temperature 0 is always greedy."""
+    """(request fields, max_tokens, what came from the file) for generation_config.json's
+    fields, as vLLM's `--generation-config auto` uses them: the user's flags win;
+    eos_token_id always stops; max_new_tokens stands in for an absent --max-tokens. Greedy
+    unless asked to sample (--temperature > 0, or -n > 1, --seed, --top-p or --top-k: then
+    the file's temperature, else 1, and the file's top_p and top_k). A file's do_sample
+    alone does not switch sampling on (transformers would): the report says so. A file
+    without top_k means no top-k, as in vLLM (transformers' generate() would apply 50)."""
     used: dict[str, Any] = {}
     fields = dict(overrides)
     if "eos_token_id" in generation:
@@ -154,11 +139,9 @@ def apply_generation_config(
 @dataclass(frozen=True)
 class Workload:
     """What `generate` serves: the prompts (text or token ids; none: the mix), or `turns`
-    turns of a conversation, `max_tokens` each (None: the generation config's
-    max_new_tokens, else 32), with `overrides` of the request fields (the command line's
-    sampling flags: n, beam_width, temperature, top_p, top_k, seed, repetition_penalty)
-    and the checkpoint's generation_config.json applied ("auto", as transformers and vLLM
-    do, see apply_generation_config) or not ("none")."""
+    turns of a conversation, `max_tokens` each (None: the generation config's, else 32),
+    the command line's sampling flags as `overrides`, and generation_config.json applied
+    ("auto") or not ("none")."""
 
     prompts: Sequence[str | Sequence[int]] = ()  # kept as a tuple
     max_tokens: int | None = None
@@ -176,9 +159,8 @@ class Workload:
 
 @dataclass(frozen=True)
 class Plan:
-    """A workload as vLLM's terms: the prompts (token ids; with --turns, the first turn's)
-    and the parameters of each, the pool that holds it, and the generation_config.json
-    settings it took."""
+    """A workload in vLLM's terms: prompts (with --turns, the first turn's) as token ids,
+    their parameters, the pool's size, and the generation_config.json settings taken."""
 
     prompts: list[tuple[int, ...]]
     params: list[Params]
@@ -229,14 +211,11 @@ def pool_size(
     longest = (workload.turns or 1) * (len(requests[0][0]) + max_tokens + 16)
     groups = len(model.config.windowed)  # a hybrid model fills two KV cache groups
     need = sum(
-        _width(p) * blocks_needed(max(longest, len(prompt) + max_tokens), cache.block_size)
+        (p.beam_width if isinstance(p, BeamSearchParams) else p.n)
+        * blocks_needed(max(longest, len(prompt) + max_tokens), cache.block_size)
         for prompt, p in requests
     )
     return groups * need + 4
-
-
-def _width(p: Params) -> int:
-    return p.beam_width if isinstance(p, BeamSearchParams) else p.n
 
 
 def serve(
@@ -251,13 +230,9 @@ def serve(
     check_dense: bool = True,
 ) -> tuple[LLM, dict[str, Any]]:
     """Serve the workload (default: the mix) on a traced LLM, then check it on the dense
-    engine. Returns (llm, summary): `llm.llm_engine` served (its step log, stats and
-    manager trace), `llm.steps` says where each engine step left the trace; the summary
-    is what `generate` reports. `cache.num_gpu_blocks_override` sizes the pool
-    (pool_size). `pool`: serve from a block manager under test beside pagedsim's own
-    (lockstep.py); summary["pool"] says where the two first part, and
-    lockstep.PoolFailed is raised if it raises. `check_dense` False skips the dense
-    engine (tokens_match and max_logit_diff None)."""
+    engine unless `check_dense` is False. Returns (llm, the summary `generate` reports).
+    `pool`: serve from a block manager under test beside pagedsim's own (lockstep.py);
+    summary["pool"] says where the two first part; lockstep.PoolFailed if it raises."""
     if model is None:
         model, tok = load()
     workload, cache = workload or Workload(), cache or CacheConfig()
@@ -310,7 +285,7 @@ def summarize(
         num_gpu_blocks=planned.num_gpu_blocks,
         block_size=llm.cache_config.block_size,
         max_num_batched_tokens=llm.scheduler_config.max_num_batched_tokens,
-        block_bytes=engine.kv.block_bytes,
+        block_bytes=engine.block_bytes,
         computed_tokens=stats["computed_tokens"],
         skipped_by_prefix_cache=stats["cached_tokens"],
         recomputed_after_preemption=stats["recomputed_tokens"],
@@ -323,15 +298,7 @@ def summarize(
         **(dense._asdict() if dense is not None else NOT_CHECKED),
     )
     if llm.lockstep is not None:
-        d = llm.lockstep.divergence
-        summary["pool"] = dict(
-            name=d.name,
-            matches=d.matches,
-            blocks=d.blocks,
-            token=d.token,
-            error=None,
-            lines=d.lines(),
-        )
+        summary["pool"] = llm.lockstep.divergence.summary()
     return summary
 
 

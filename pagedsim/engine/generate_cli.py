@@ -1,16 +1,11 @@
 """`pagedsim generate`'s command line: its flags, the report it prints, and `main`, which
 serves what generate.py describes.
 
-The flags follow vLLM's SamplingParams and engine arguments where they exist
-(--max-tokens, --temperature, --top-p, --seed, -n, --beam-width,
---num-gpu-blocks-override, --enable-prefix-caching, --preemption-mode (v0's);
---budget is max_num_batched_tokens). The parser is pagedsim.io.args.ArgParser, so a
-bad flag is one line on stderr and exit status 2.
-
---pool NAME serves from a block pool the course registers (course.POOLS, read by
-pagedsim/app/cli.py; `workspace` is the student's 3.4a free list and 3.4b copy-on-write)
-beside pagedsim's own, and reports where the two first part (lockstep.py); exit status 1
-when they do.
+The flags follow vLLM's SamplingParams and engine arguments where they exist (--budget is
+max_num_batched_tokens); a bad flag is one line on stderr and exit status 2 (ArgParser).
+--pool NAME serves from a block pool the course registers (course.POOLS; `workspace` is
+the student's 3.4a free list and 3.4b copy-on-write) beside pagedsim's own, and reports
+where the two first part (lockstep.py); exit status 1 when they do.
 """
 
 from __future__ import annotations
@@ -257,11 +252,7 @@ def print_report(engine: PagedEngine, s: dict[str, Any], args: argparse.Namespac
             f"the prefix cache\n  prompt: {shown}"
         )
         for j, out in enumerate(r["outputs"]):
-            print(
-                f"  output {j}: {out['text']!r}"
-                if out["text"] is not None
-                else f"  output {j}: {out['token_ids']}"
-            )
+            print(f"  output {j}: {out['token_ids'] if out['text'] is None else repr(out['text'])}")
     if s["tokens_match"] is None:
         print("\ndense check: off (--check-dense serves every request again, densely)")
     else:
@@ -277,19 +268,8 @@ def _configs(
     args: argparse.Namespace,
 ) -> tuple[generate.Workload, CacheConfig, SchedulerConfig]:
     """The command line as the engine's three configs, in vLLM's names."""
-    overrides = {
-        k: v
-        for k, v in dict(
-            n=args.n,
-            beam_width=args.beam_width,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            top_k=args.top_k,
-            seed=args.seed,
-            repetition_penalty=args.repetition_penalty,
-        ).items()
-        if v is not None
-    }
+    sampling = "n beam_width temperature top_p top_k seed repetition_penalty".split()
+    overrides = {k: getattr(args, k) for k in sampling if getattr(args, k) is not None}
     workload = generate.Workload(
         prompts=(args.prompt or []) + (args.prompt_ids or []),
         max_tokens=args.max_tokens,
@@ -313,8 +293,7 @@ def _pool_failed(e: PoolFailed, args: argparse.Namespace) -> None:
     """Where the pool under test parted from the reference, and how it failed."""
     d = e.divergence
     if args.json:
-        pool = dict(name=d.name, matches=False, blocks=d.blocks, token=d.token, error=d.error)
-        json.dump(dict(summary=dict(pool=dict(pool, lines=d.lines()))), sys.stdout, indent=1)
+        json.dump(dict(summary=dict(pool=d.summary())), sys.stdout, indent=1)
         print()
         return
     print(f"pagedsim generate --pool {args.pool}: served beside the reference pool")

@@ -1,29 +1,18 @@
 """Load a local Hugging Face checkpoint (the layout `save_pretrained` writes), offline.
 
-    config.json                    Llama (2, 3.x), Qwen2, Mistral, Qwen3, Gemma, Gemma 2,
-                                   Gemma 3 (text), Phi-3, OLMo-2, SmolLM3, Granite; the
-                                   classic GPT-2, GPT-NeoX (Pythia), Phi-2, Falcon (not its
-                                   new_decoder_architecture or alibi), StableLM, Starcoder2,
-                                   Cohere (tensor names: layouts.py); the mixtures of
-                                   experts Mixtral, Qwen2-MoE, OLMoE, Granite-MoE (moe.py)
-                                   -> hf_config.py, hf_families.py, hf_rope.py
-    model.safetensors              or model.safetensors.index.json + its shards, or (with
-                                   torch installed) pytorch_model*.bin, read through
-                                   torch.load(weights_only=True) -> hf_weights.py
-    tokenizer.json                 read by Hugging Face's `tokenizers` library
-    generation_config.json         optional: eos_token_id, repetition_penalty,
-                                   max_new_tokens, do_sample, temperature, top_p, top_k
-                                   -> hf_generation.py
+    config.json              Llama, Qwen2/3, Mistral, Gemma 1-3, Phi-3, OLMo-2, SmolLM3,
+                             Granite; GPT-2, GPT-NeoX, Phi-2, Falcon, StableLM, Starcoder2,
+                             Cohere (tensor names: layouts.py); the mixtures of experts
+                             Mixtral, Qwen2-MoE, OLMoE, Granite-MoE (moe.py)
+                             -> hf_config.py, hf_families.py, hf_rope.py
+    model.safetensors        or its index and shards, or (with torch) pytorch_model*.bin
+                             through torch.load(weights_only=True) -> hf_weights.py
+    tokenizer.json           read by Hugging Face's `tokenizers` library
+    generation_config.json   optional -> hf_generation.py
 
-Every rope_type of rope.py is served (default, linear, llama3, yarn, dynamic, longrope).
-A field that cannot be served (another rope_type, mlp_bias, an unknown activation, a
-generation setting that would change greedy tokens and is not implemented) is refused in
-one line naming it. JSON files over hf_json.MAX_JSON_BYTES (tokenizer.json:
-MAX_TOKENIZER_BYTES), or nested too deeply to parse, are refused, the size checked before
-a byte is read. Nothing is fetched from a network: only files in DIR are opened.
-
-Every failure is a `hf_json.CheckpointError` (a ValueError) whose one-line message names
-the file and the field or tensor.
+A field that cannot be served is refused in one line naming it; JSON files over a size
+limit are refused before a byte is read; nothing is fetched from a network. Every
+failure is a `hf_json.CheckpointError` (a ValueError) naming the file and the field.
 """
 
 from __future__ import annotations

@@ -1,19 +1,16 @@
-"""config.json -> ModelConfig, read as each family's transformers config class reads it.
-
-Its defaults for absent fields (hf_families.py), the rope fields (hf_rope.py), the
-family's layer pattern (layer_types, or Gemma 2's alternation, Gemma 3's
-sliding_window_pattern, Qwen's max_window_layers), and the family's switches in
-model.py. The Llama-like families (RMSNorm, gated MLP, rope; their mixtures of experts,
-moe.py) and the classic ones (GPT-2, GPT-NeoX, Phi-2, Falcon, StableLM, Starcoder2,
-Cohere: LayerNorms, parallel blocks, learned or partial rope) each have their reader.
-A field that cannot be served (mlp_bias, an unknown activation, bidirectional
-attention...) is refused in one line naming it.
+"""config.json -> ModelConfig, read as each family's transformers config class reads it:
+its defaults (hf_families.py), its rope fields (hf_rope.py), its layer pattern
+(layer_types, Gemma 2's alternation, Gemma 3's sliding_window_pattern, Qwen's
+max_window_layers) and model.py's switches, with one reader for the Llama-like families
+(and their mixtures of experts) and one for the classic ones. A field that cannot be
+served (mlp_bias, an unknown activation, bidirectional attention...) is refused in one
+line naming it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +24,7 @@ from .hf_families import (
     MOE_BASE,
     REFUSED,
 )
-from .hf_generation import Generation, config_eos, generation_config
+from .hf_generation import config_eos, generation_config
 from .hf_json import CheckpointError, Json, field, optional, read_json, short
 from .hf_rope import Rope, read_rope, rope_source
 from .model import MAX_LAYERS, ModelConfig
@@ -36,41 +33,8 @@ LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding"}
 DEFAULT_ROPE: Rope = (10000.0, ())  # a classic family's learned positions: no rope read
 
 
-class _Switches(TypedDict):
-    """A classic family's ModelConfig switches."""
-
-    norm: str
-    parallel: str | None
-    qkv_bias: bool
-    o_bias: bool
-    mlp_bias: bool
-    mlp_gated: bool
-    lm_head_bias: bool
-    rope_interleaved: bool
-    logit_multiplier: float
-
-
-class _Experts(TypedDict, total=False):
-    """A mixture of experts' ModelConfig fields (moe.py); none for a dense model."""
-
-    experts: int
-    experts_per_token: int
-    router: str
-    norm_topk: bool
-    expert_mlp: int
-    shared_mlp: int
-    dense_layers: tuple[int, ...]
-
-
-class _Scales(TypedDict):
-    """A Llama-like family's multipliers and soft-caps."""
-
-    embed_scale: float
-    attn_scale: float | None
-    attn_softcap: float | None
-    final_softcap: float | None
-    residual_scale: float
-    logit_scale: float
+# ModelConfig keyword arguments, as each helper below reads them from config.json
+Switches = dict[str, Any]
 
 
 def _layer_types(
@@ -177,7 +141,7 @@ def _no_rope(raw: Json, path: Path, layers: int) -> tuple[int, ...]:
     return tuple(i for i, f in enumerate(flags) if not f)
 
 
-def _classic_switches(raw: Json, path: Path, family: str) -> _Switches:
+def _classic_switches(raw: Json, path: Path, family: str) -> Switches:
     """The ModelConfig switches of GPT-2, GPT-NeoX, Phi-2, Falcon, StableLM, Starcoder2 and
     Cohere, read from their config fields with their transformers defaults."""
     for name, default in CLASSIC_REFUSED.get(family, {}).items():
@@ -203,7 +167,7 @@ def _classic_switches(raw: Json, path: Path, family: str) -> _Switches:
         "cohere": field(raw, path, "attention_bias", bool, False),
     }[family]
     qkv_bias = bias or (family == "stablelm" and field(raw, path, "use_qkv_bias", bool, False))
-    return _Switches(
+    return dict(
         norm="layer_nobias" if family == "cohere" else "layer",
         parallel=parallel,
         qkv_bias=qkv_bias,
@@ -285,12 +249,12 @@ def _classic_config(raw: Json, path: Path, family: str) -> ModelConfig:
         raise CheckpointError(f"{path}: {e}") from None
 
 
-def _moe_fields(raw: Json, path: Path, family: str, layers: int) -> _Experts:
+def _moe_fields(raw: Json, path: Path, family: str, layers: int) -> Switches:
     """The mixture-of-experts switches (moe.py) of Mixtral, Qwen2-MoE, OLMoE, Granite-MoE."""
     if family not in MOE_BASE:
-        return _Experts()
+        return {}
     count = "num_local_experts" if family in ("mixtral", "granitemoe") else "num_experts"
-    out = _Experts(
+    out: Switches = dict(
         experts=field(
             raw, path, count, int, {"mixtral": 8, "qwen2_moe": 60, "olmoe": 64}.get(family, 8)
         ),
@@ -338,7 +302,7 @@ def _modern_refusals(raw: Json, path: Path, family: str) -> object:
     return share_raw
 
 
-def _modern_scales(raw: Json, path: Path, family: str, hidden: int) -> _Scales:
+def _modern_scales(raw: Json, path: Path, family: str, hidden: int) -> Switches:
     """The multipliers and soft-caps: Gemma's embedding scale, query_pre_attn_scalar and
     soft-caps, Granite's embedding, attention, residual and logit multipliers."""
     d, granite = DEFAULTS[family], MOE_BASE.get(family, family) == "granite"
@@ -348,7 +312,7 @@ def _modern_scales(raw: Json, path: Path, family: str, hidden: int) -> _Scales:
     elif granite:
         scale = field(raw, path, "attention_multiplier", float, d["attention_multiplier"])
     embed = field(raw, path, "embedding_multiplier", float, 1.0) if granite else 1.0
-    return _Scales(
+    return dict(
         embed_scale=float(np.float32(hidden**0.5)) if family in GEMMA else embed,
         attn_scale=scale,
         attn_softcap=optional(raw, path, "attn_logit_softcapping", d.get("attn_logit_softcapping")),
@@ -453,7 +417,7 @@ def load_config(directory: str | Path) -> tuple[ModelConfig, dict[str, Any]]:
     reader = _classic_config if family in CLASSIC else _modern_config
     config = reader(raw, path, family)
     gen = directory / "generation_config.json"
-    generation = generation_config(gen, config) if gen.is_file() else Generation()
+    generation = generation_config(gen, config) if gen.is_file() else {}
     eos = config_eos(raw, path, config, generation)
     info: dict[str, Any] = dict(
         architecture=archs[0],

@@ -10,29 +10,11 @@ StableLM, Starcoder2, Cohere). hf_config.py reads config.json through these tabl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import Any
 
-
-class Defaults(TypedDict, total=False):
-    """config.json fields transformers fills in when the file leaves them out."""
-
-    rms_norm_eps: float
-    rope_theta: float
-    tie_word_embeddings: bool
-    hidden_act: str
-    hidden_activation: str  # Gemma 2 and 3 read this, not hidden_act
-    head_dim: int
-    sliding_window: int | None
-    query_pre_attn_scalar: int
-    attn_logit_softcapping: float
-    final_logit_softcapping: float
-    sliding_window_pattern: int
-    rope_local_base_freq: float
-    no_rope_layer_interval: int
-    embedding_multiplier: float
-    attention_multiplier: float
-    residual_multiplier: float
-    logits_scaling: float
+# config.json fields transformers fills in when the file leaves them out (Gemma 2 and 3
+# read hidden_activation, not hidden_act)
+Defaults = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -84,10 +66,10 @@ REFUSED = {
 # a mixture-of-experts family reads its attention as its dense relative does
 MOE_BASE = {"mixtral": "mistral", "qwen2_moe": "qwen2", "olmoe": "olmo2", "granitemoe": "granite"}
 GEMMA = ("gemma", "gemma2", "gemma3")
-LLAMA = Defaults(
+LLAMA: Defaults = dict(
     rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False, hidden_act="silu"
 )
-GEMMA_2_3 = Defaults(
+GEMMA_2_3: Defaults = dict(
     rms_norm_eps=1e-6,
     tie_word_embeddings=True,
     hidden_activation="gelu_pytorch_tanh",
@@ -167,7 +149,7 @@ DEFAULTS.update(
 )
 DEFAULTS.update(
     {
-        family: Defaults(rope_theta=theta)
+        family: dict(rope_theta=theta)
         for family, theta in (
             ("gpt_neox", 10000.0),
             ("phi", 10000.0),

@@ -9,7 +9,7 @@ eos_token_id counts only where generation_config.json gives none, as in transfor
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, TypedDict
+from typing import Any
 
 from .hf_json import CheckpointError, Json, field, read_json, short
 from .model import ModelConfig
@@ -28,29 +28,16 @@ UNSUPPORTED_GENERATION = {
     "encoder_repetition_penalty": 1.0,
     "num_beams": 1,
 }
-FLOATS: tuple[Literal["repetition_penalty", "temperature", "top_p"], ...] = (
-    "repetition_penalty",
-    "temperature",
-    "top_p",
-)
-
-
-class Generation(TypedDict, total=False):
-    """The generation_config.json fields the engine applies, each present only if given."""
-
-    eos_token_id: tuple[int, ...]
-    do_sample: bool
-    repetition_penalty: float
-    temperature: float
-    top_p: float
-    max_new_tokens: int
-    top_k: int
+FLOATS = ("repetition_penalty", "temperature", "top_p")
+# the generation_config.json fields the engine applies (eos_token_id, do_sample,
+# repetition_penalty, temperature, top_p, max_new_tokens, top_k), each only if given
+Generation = dict[str, Any]
 
 
 def generation_config(path: Path, config: ModelConfig) -> Generation:
     """generation_config.json's fields, checked; one that is not implemented is refused."""
     raw = read_json(path)
-    out = Generation()
+    out: Generation = {}
     eos = eos_token_ids(raw, path, config)
     if eos is not None:
         out["eos_token_id"] = eos

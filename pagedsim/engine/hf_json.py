@@ -1,10 +1,8 @@
 """A checkpoint's JSON files, read with a size limit, and their fields checked one by one.
 
-config.json, generation_config.json, the shard index and tokenizer_config.json are read
-by `read_json`: a file over MAX_JSON_BYTES is refused from its size alone, before a byte
-is read, and one nested too deeply to parse is refused too. `field` reads one number or
-switch as transformers' config classes do (absent or null: the default). Every failure
-is a `CheckpointError` whose one-line message names the file and the field.
+`read_json` refuses a file over MAX_JSON_BYTES from its size alone, and one nested too
+deeply to parse; `field` reads one number or switch as transformers' config classes do
+(absent or null: the default). Every failure is a `CheckpointError` naming file and field.
 """
 
 from __future__ import annotations

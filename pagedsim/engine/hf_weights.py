@@ -1,16 +1,11 @@
 """A checkpoint's weights: model.safetensors (one file or an index and its shards), or
 pytorch_model*.bin through torch.load(weights_only=True) when torch is installed.
 
-Weights are read with the `safetensors` NumPy API and converted to float32, the
-engine's NumPy dtype (bf16 through `ml_dtypes`). Every header is checked first --
-dtypes (floats only), the layer count against the layers the files hold (before any
-table of names is built), names and shapes -- then each tensor is read through its own
-short-lived `safe_open`, so neither the source tensors nor the file's mapped pages pile
-up: peak memory is the float32 model plus about one layer (model.py re-lays each layer's
-projections, fusing q, k, v and gate, up, releasing the loaded ones as it goes);
-tests/engine/test_hf_checkpoints.py holds a bf16 load under 2.5x its file size. A
-safetensors checkpoint and a `.bin` one go through the same family name map
-(layouts.tensor_map: renamed, fused and Conv1D tensors alike).
+Every header is checked first (float dtypes only, the layer count against the layers the
+files hold, names, shapes); then each tensor is read through its own short-lived
+`safe_open` and converted to float32 (bf16 through `ml_dtypes`), so peak memory is the
+float32 model plus about one layer (tests/engine/test_hf_checkpoints.py holds a bf16 load
+under 2.5x its file size). Both formats go through one name map (layouts.tensor_map).
 """
 
 from __future__ import annotations

@@ -8,47 +8,30 @@ paged engine.
     llm.check_dense(out)                                  # with LLM(..., keep_logits=True)
     llm.llm_engine.log, llm.llm_engine.stats              # what the engine did, per step
 
-Engine arguments are vLLM's, as keywords (`block_size=`, `enable_prefix_caching=`,
-`num_gpu_blocks_override=`, `max_num_batched_tokens=`, `preemption_mode=`,
-`generation_config=` "auto" or "none"..., and pagedsim's own `keep_logits=`) or whole,
-as `cache_config=` and `scheduler_config=` (config.py); a keyword wins over the config's
-field. As vLLM's LLM keeps its LLMEngine, `llm_engine` (a PagedEngine) lives across
-`generate` calls, so a later call hits the blocks an earlier one cached. It is built at
-the first call, with room for that batch unless num_gpu_blocks_override sizes the pool,
-and built again when a batch needs what it cannot give: more blocks, or v0 (n > 1 and
-beam search fork sequences, vLLM v0's way) on a v1 engine, or v1 on a v0 one. v1 serves
-unless a request forks, preemption_mode is "swap" or a pool is under test (a model with
-sliding-window layers always runs v1).
+Engine arguments are vLLM's, as keywords (`block_size=`, `preemption_mode=`,
+`generation_config=` "auto" or "none", ... and pagedsim's `keep_logits=`) or whole, as
+`cache_config=` and `scheduler_config=`; a keyword wins over the config's field. As in
+vLLM, `llm_engine` (a PagedEngine) lives across `generate` calls, so a later call hits the
+blocks an earlier one cached; it is built at the first call and again when a batch needs
+more blocks, or v0 (n > 1 and beam search fork, vLLM v0's way) on a v1 engine, or v1 on a
+v0 one. v1 serves unless a request forks, preemption_mode is "swap" or a pool is under
+test (a model with sliding-window layers always runs v1). A finished request leaves
+`llm_engine`, so a long-lived LLM stays the same size, except with `keep_logits=True`
+(for `check_dense`): every request then keeps its logits at each position.
 
-As vLLM's engine frees a request once its output is returned, a finished request leaves
-`llm_engine` and the LLM keeps nothing of it, so a long-lived LLM stays the same size;
-untraced, `llm_engine.log` holds the last call's steps only (`trace=True` keeps every
-step). `keep_logits=True` (`pagedsim generate --check-dense` sets it) is the exception:
-every request then keeps its logits at each position (V floats per token), and the LLM
-keeps every request it served since its engine was built, for `check_dense`, which
-refuses outputs served without it. A request asking for `logprobs` keeps its logits until
-its output is built.
+`trace=True` records the manager's every call and checks its invariants after every
+step; `steps` holds, per engine step, where the trace stood and the text each block held.
+`pool=Pool(...)` serves from a block manager under test beside pagedsim's own
+(lockstep.py).
 
-`trace=True` records the block manager's every call and checks its invariants after
-every step; `steps` then holds, per engine step, where the manager's trace stood and the
-text each block held (`pagedsim generate --html`, `--draw` and `--trace-out` read them,
-with `generate.step_frames`). `pool=Pool(...)` serves from a block manager under test,
-with pagedsim's own serving the same requests beside it (`lockstep`, lockstep.py).
-
-Outputs are vLLM's shapes: one RequestOutput per prompt (prompt, prompt_token_ids,
-outputs, num_cached_tokens: the prompt tokens the prefix cache served), and one
-CompletionOutput per sample (n) or beam. `logprobs` is a list (one dict per generated
-token) of {token id: log-probability}: the top `logprobs` tokens and the chosen one, of
-the raw model logits (vLLM's default raw_logprobs). A stop string ends a sample where it
-occurs (finish_reason "stop", stop_reason the string), its text cut before the string
-unless include_stop_str_in_output, as vLLM's detokenizer cuts; a stop token (EOS unless
-ignore_eos, or stop_token_ids) ends it with the token kept in token_ids and left out of
-the text. A prompt may take BeamSearchParams instead (vLLM's; served beside the sampled
-prompts, as v0 served beam search).
-
-The chat template is rendered with jinja2's ImmutableSandboxedEnvironment, as
-transformers renders it (a template cannot reach Python objects or change its inputs);
-jinja2 is the optional extra `pagedsim[chat]`.
+Outputs are vLLM's RequestOutput and CompletionOutput. `logprobs`: per generated token,
+{token id: log-probability} of the top `logprobs` tokens and the chosen one, from the raw
+logits (vLLM's raw_logprobs). A stop string ends a sample (finish_reason "stop"), its
+text cut before the string unless include_stop_str_in_output, as vLLM's detokenizer
+cuts; a stop token stays in token_ids and out of the text. A prompt may take
+BeamSearchParams (served beside sampled prompts, as v0 served beam search). The chat
+template is rendered in jinja2's ImmutableSandboxedEnvironment, as transformers does
+(the optional extra `pagedsim[chat]`).
 """
 
 from __future__ import annotations
@@ -71,24 +54,18 @@ from .lockstep import Lockstep, Pool
 from .model import Transformer
 from .paged import PagedEngine, Run
 from .requests import Request, RequestState
-from .sampling import BeamSearchParams, SamplingParams, find_stop, top_logprobs
+from .sampling import BeamSearchParams, SamplingParams, top_logprobs
 
 Params = SamplingParams | BeamSearchParams
 # vLLM's engine arguments pagedsim reads -> the config that holds each
 ENGINE_ARGS = {
     **dict.fromkeys(
-        ("block_size", "enable_prefix_caching", "num_gpu_blocks_override", "num_cpu_blocks"),
+        "block_size enable_prefix_caching num_gpu_blocks_override num_cpu_blocks".split(),
         "cache",
     ),
     **dict.fromkeys(
-        (
-            "max_num_batched_tokens",
-            "preemption_mode",
-            "max_num_seqs",
-            "max_model_len",
-            "policy",
-            "long_prefill_token_threshold",
-        ),
+        "max_num_batched_tokens preemption_mode max_num_seqs max_model_len policy "
+        "long_prefill_token_threshold".split(),
         "scheduler",
     ),
 }
@@ -286,8 +263,8 @@ class LLM:
         beside = self.lockstep
         try:
             runs = [(beside or engine).submit(r, self.keep_logits) for r in requests]
-            while not _done(engine) or (beside is not None and not _done(beside.reference)):
-                serving = not _done(engine)
+            while engine.runs or (beside is not None and beside.reference.runs):
+                serving = bool(engine.runs)
                 if beside is not None:
                     beside.step()
                 else:
@@ -399,17 +376,15 @@ class LLM:
         return CompletionOutput(index, text, tokens, total, logprobs, finish, reason)
 
     def _stop_strings(self, tokens: list[int], p: SamplingParams) -> tuple[Any, ...] | None:
-        """(tokens up to the one completing a stop string, the cut text, the string)."""
-        stops = list(p.stop or ())
-        previous = ""
+        """(tokens up to the one completing a stop string, the cut text, the stop reason):
+        the earliest-ending stop string wins, as in vLLM's check_stop_strings."""
         for i in range(1, len(tokens) + 1):
             text = self._decode(tokens[:i])
-            new = len(text) - len(previous) if text.startswith(previous) else len(text)
-            cut = find_stop(text, new, stops, p.include_stop_str_in_output)
-            if cut is not None:
-                stop = next(s for s in stops if s in text)
-                return tokens[:i], text[:cut], stop
-            previous = text
+            ends = [(text.find(s) + len(s), s) for s in p.stop or () if s in text]
+            if ends:
+                end, stop = min(ends, key=lambda e: e[0])
+                cut = end if p.include_stop_str_in_output else end - len(stop)
+                return tokens[:i], text[:cut], ends[0][1]
         return None
 
     def _decode(self, ids: Iterable[int]) -> str:
@@ -448,10 +423,6 @@ def compare(dense: list[RequestState], paged: list[RequestState]) -> DenseCheck:
         logit_positions_match=all(set(d.logits) == set(p.logits) for d, p in pairs),
         max_logit_diff=max(diffs, default=0.0),
     )
-
-
-def _done(engine: PagedEngine) -> bool:
-    return not engine.runs
 
 
 def _is_ids(prompt: object) -> bool:

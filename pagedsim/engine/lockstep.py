@@ -2,27 +2,16 @@
 
 `pagedsim generate --pool NAME` serves the model from another block manager (the course's
 `workspace` pool runs a student's free list and copy-on-write, see
-course/ch03_kv_block/capstone.py) and, beside it, from pagedsim's own KVCacheManager: the
-reference pool. Both get the same requests and the same weights; with the same block ids
-the same floats go in, so every token must be equal. After each engine step `Lockstep`
-compares the two managers, manager call by manager call (each keeps a trace with a snapshot
-per call), in the order a reader would look:
-
-    block tables  logical block i of every sequence maps to the same physical block
-    ref counts    every block has the same count
-    sequences     the same live sequences, each with the same number of tokens
-    free list     the same free blocks in the same order (allocate() pops the head), and
-                  the pool's own count of them equal to the reference's
-
-and every sequence's tokens so far. It keeps the first block difference, named by the engine
-step and the manager call (`append_tokens(r1.1) at position 67, copy-on-write 11 -> 15`), and
-the first token that differs (`Divergence`). A manager that raises stops its engine, and its
-one-line error is kept with the step it happened in (`PoolFailed`). Serving goes on after a
-block difference, so the report says whether, and where, it cost a token: a pool that hands
-out blocks in another order still computes the same tokens; one that shares a block it should
-have copied does not.
-
-Forks and copy-on-write are vLLM v0's (both engines run v0 sharing for beams and n > 1).
+course/ch03_kv_block/capstone.py) and, beside it, from pagedsim's own: the reference
+pool. With the same block ids the same floats go in, so every token must be equal. After
+each engine step `Lockstep` compares the two managers call by call (each traces a
+snapshot per call): block tables, ref counts, live sequences and their token counts, then
+the free list in order (allocate() pops the head) and the pool's own count of it; and
+every sequence's tokens so far. It keeps the first block difference, named by step and
+manager call (`append_tokens(r1.1) at position 67, copy-on-write 11 -> 15`), and the first
+token that differs (`Divergence`). A manager that raises stops its engine with its
+one-line error (`PoolFailed`); after a block difference serving goes on, so the report
+says whether it cost a token. Forks and copy-on-write are vLLM v0's.
 """
 
 from __future__ import annotations
@@ -52,6 +41,17 @@ class Divergence:
     @property
     def matches(self) -> bool:
         return self.blocks is None and self.token is None and self.error is None
+
+    def summary(self) -> dict[str, Any]:
+        """The finding as `pagedsim generate --json` reports it."""
+        return dict(
+            name=self.name,
+            matches=self.matches,
+            blocks=self.blocks,
+            token=self.token,
+            error=self.error,
+            lines=self.lines(),
+        )
 
     def lines(self) -> list[str]:
         """The report: what matched, else each first difference, one line each."""
@@ -228,19 +228,13 @@ class Lockstep:
         self._pairs.append((ref, run))
         return run
 
-    @staticmethod
-    def done(engine: PagedEngine) -> bool:
-        return not engine.runs
-
-    def step(self) -> bool:
-        """One step of each engine that still serves; compare. False when both are done.
-        Raises PoolFailed when the tested engine raises."""
-        if self.done(self.reference) and self.done(self.tested):
-            return False
+    def step(self) -> None:
+        """One step of each engine that still serves, then compare; PoolFailed when the
+        tested engine raises."""
         self.steps += 1
-        if not self.done(self.reference):
+        if self.reference.runs:
             self.reference.step()
-        if not self.done(self.tested):
+        if self.tested.runs:
             try:
                 self.tested.step()
             except Exception as e:  # noqa: BLE001 - any error of the tested pool is the finding
@@ -255,7 +249,6 @@ class Lockstep:
                 raise PoolFailed(self.divergence) from e
         self._compare()
         self._pairs = [(a, b) for a, b in self._pairs if (a.status, b.status) != ("done",) * 2]
-        return True
 
     def _compare(self) -> None:
         d = self.divergence

@@ -31,17 +31,12 @@ Llama (modeling_llama.py) in a few switches of `ModelConfig`:
     Cohere                      norm "layer_nobias", parallel "shared", rope_interleaved,
                                 logit_multiplier
 
-RMSNorm is x / sqrt(mean(x^2) + eps) * (norm_offset + w); RoPE (rope.py, every
-rope_type) uses `rotate_half` pairs (x[i], x[i + R/2]) over the first R = rotary_dim dims
-of a head. Weights are held
-under Hugging Face's tensor names and shapes ([out, in] for a linear layer), float32.
-
-Attention is *not* in here: `qkv` gives a layer's projections and `finish` takes the
-attention output back; `attention(layer)` says how that layer's attention reads K/V
-(scale, soft-cap, window), so the paged engine (blocks, tables, kernels) and the dense
-engine (contiguous arrays) run the same weights around their own attention.
-Shapes: T tokens, H query heads, H_kv KV heads, D head_dim.
-`TinyModel(ModelConfig())` is a seeded random model; `hf.load_model(DIR)` a checkpoint.
+RMSNorm is x / sqrt(mean(x^2) + eps) * (norm_offset + w); RoPE is rope.py's. Weights are
+held under Hugging Face's tensor names and shapes ([out, in] for a linear layer), float32.
+Attention is *not* in here: `qkv` gives a layer's projections, `finish` takes the
+attention output back, and `attention[layer]` says how that layer reads K/V (scale,
+soft-cap, window), so the paged and the dense engine run the same weights around their
+own attention. Shapes: T tokens, H query heads, H_kv KV heads, D head_dim.
 """
 
 from __future__ import annotations
@@ -73,9 +68,7 @@ class Attention:
 
     scale: float  # scores = q . k * scale
     logits_soft_cap: float | None = None  # scores -> cap * tanh(scores / cap) (Gemma 2)
-    sliding_window: int | None = (
-        None  # attend to the last `sliding_window` positions, itself included
-    )
+    sliding_window: int | None = None  # attend to the last W positions, itself included
 
 
 @dataclass(frozen=True)
@@ -207,17 +200,9 @@ class ModelConfig:
 
 
 POSITIVE = (
-    "rope_base",
-    "rms_eps",
-    "embed_scale",
-    "residual_scale",
-    "logit_scale",
-    "attn_scale",
-    "attn_softcap",
-    "final_softcap",
-    "local_rope_base",
-    "logit_multiplier",
-)
+    "rope_base rms_eps embed_scale residual_scale logit_scale attn_scale attn_softcap "
+    "final_softcap local_rope_base logit_multiplier"
+).split()
 CHOICES = {
     "norm_layout": NORM_LAYOUTS,
     "act": ACTS,
@@ -229,15 +214,10 @@ CHOICES = {
 }
 
 
-COUNTS = (  # None or an int >= 1 (the first two), an int >= 0 (the rest)
-    "sliding_window",
-    "rotary_dim",
-    "learned_positions",
-    "experts",
-    "experts_per_token",
-    "expert_mlp",
-    "shared_mlp",
-)
+# None or an int >= 1 (the first two), an int >= 0 (the rest)
+COUNTS = (
+    "sliding_window rotary_dim learned_positions experts experts_per_token expert_mlp shared_mlp"
+).split()
 
 
 def _check_field(name: str, value: Any, default: Any) -> None:
@@ -323,14 +303,9 @@ def tensor_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
             shapes[p + "self_attn.qkv_proj.weight"] = (q + 2 * kv, c.hidden)
             shapes[p + "mlp.gate_up_proj.weight"] = (2 * c.mlp, c.hidden)
         else:
-            shapes.update(
-                {
-                    p + "self_attn.q_proj.weight": (q, c.hidden),
-                    p + "self_attn.k_proj.weight": (kv, c.hidden),
-                    p + "self_attn.v_proj.weight": (kv, c.hidden),
-                    p + "mlp.up_proj.weight": (c.mlp, c.hidden),
-                }
-            )
+            for name, rows in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
+                shapes[f"{p}self_attn.{name}.weight"] = (rows, c.hidden)
+            shapes[p + "mlp.up_proj.weight"] = (c.mlp, c.hidden)
             if c.mlp_gated:
                 shapes[p + "mlp.gate_proj.weight"] = (c.mlp, c.hidden)
         if c.mlp_bias:
@@ -344,13 +319,8 @@ def tensor_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
             shapes[p + "self_attn.q_norm.weight"] = (per or q,)
             shapes[p + "self_attn.k_norm.weight"] = (per or kv,)
         if c.qkv_bias:
-            shapes.update(
-                {
-                    p + "self_attn.q_proj.bias": (q,),
-                    p + "self_attn.k_proj.bias": (kv,),
-                    p + "self_attn.v_proj.bias": (kv,),
-                }
-            )
+            for name, rows in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
+                shapes[f"{p}self_attn.{name}.bias"] = (rows,)
         if c.o_bias:
             shapes[p + "self_attn.o_proj.bias"] = (c.hidden,)
         if c.experts and i not in c.dense_layers:
@@ -644,23 +614,14 @@ def _layer_weights(c: ModelConfig, w: Weights, weights: dict[str, Any], i: int) 
     for k in [k for k in w if k.startswith(p)]:  # lw holds them now; the fused
         del w[k]  # copies below replace them one by one
         weights.pop(k, None)
-    if c.fused:  # Phi-3: rows [q | k | v] and [gate | up]
-        qkv = lw.pop("qkv_proj.weight")
-        lw.update(
-            {
-                "q_proj.weight": qkv[:q],
-                "k_proj.weight": qkv[q : q + kv],
-                "v_proj.weight": qkv[q + kv :],
-            }
-        )
-        gate_up = lw.pop("gate_up_proj.weight")
-        lw.update({"gate_proj.weight": gate_up[: c.mlp], "up_proj.weight": gate_up[c.mlp :]})
-        _fuse(lw, ("q_proj", "k_proj", "v_proj"), "qkv")
+    if c.fused:  # Phi-3 saves rows [q | k | v] and [gate | up]: split here, fused below
+        qkv, gate_up = lw.pop("qkv_proj.weight"), lw.pop("gate_up_proj.weight")
+        lw["q_proj.weight"], lw["k_proj.weight"], lw["v_proj.weight"] = np.split(qkv, [q, q + kv])
+        lw["gate_proj.weight"], lw["up_proj.weight"] = np.split(gate_up, [c.mlp])
+    # one GEMM for q, k, v (and gate, up): the separate names become row views
+    _fuse(lw, ("q_proj", "k_proj", "v_proj"), "qkv")
+    if c.mlp_gated and "gate_proj.weight" in lw:
         _fuse(lw, ("gate_proj", "up_proj"), "gate_up")
-    else:  # one GEMM for q, k, v (and gate, up): the separate names become row views
-        _fuse(lw, ("q_proj", "k_proj", "v_proj"), "qkv")
-        if c.mlp_gated and "gate_proj.weight" in lw:
-            _fuse(lw, ("gate_proj", "up_proj"), "gate_up")
     for n in ("up_proj.weight", "o_proj.weight", "down_proj.weight"):
         if n in lw:  # [out, in] in C order (ops.linear); fused rows already are
             lw[n] = np.ascontiguousarray(lw[n])

@@ -6,27 +6,19 @@ One `step()` is vLLM v1's EngineCore.step (and nano-vllm's LLMEngine.step), thre
     sampled = <the model on scheduler_output>       `_run`, then each request's sampler
     finished = scheduler.update_from_output(scheduler_output, sampled)
 
-The v1 engine (`mode="v1"`, the default) runs on `SchedulerV1`, the scheduler lesson 3.6
-teaches: one token budget, chunked prefill, prefix caching, recompute preemption, and the
-window managers' KV cache groups for sliding-window and hybrid models. The runner embeds
-the scheduled tokens, and per layer writes their K/V into their slots (`write_kv`), runs
-`paged_prefill` for the prefill chunks (query length > 1, ragged, packed by
-`query_start_loc`) and `paged_attention` for the decodes (query length 1), then the rest
-of the layer in NumPy. Every request whose computed tokens caught up with its tokens
-samples one (`RequestState.advance`). The v0 engine (`mode="v0"`: beam search, n > 1,
-swapping) runs the same loop on `SchedulerV0` (vLLM v0's LLMEngine.step): whole prompts
-prefill in one step, each request's sampler forks and frees its sequences through
-`fork_seq` / `free_seq` (v0's output processor), and the engine moves the K/V the
-scheduler asked for (the policy's swaps, the manager's copy-on-write copies). Which code
-reads the blocks (NumPy, or cuda_kernels on a GPU or the simulator) is the injected
-backend (backend.py).
+v1 (`mode="v1"`, the default) runs on `SchedulerV1` (lesson 3.6: one token budget, chunked
+prefill, prefix caching, recompute preemption, the window managers' KV cache groups for
+sliding-window and hybrid models). Per layer the runner writes the scheduled tokens' K/V
+into their slots, runs the backend's prefill for the prefill chunks (ragged, packed by
+`query_start_loc`) and its decode for the one-token queries, then the rest of the layer in
+NumPy. v0 (`mode="v0"`: beam search, n > 1, swapping) runs the same loop on `SchedulerV0`
+(vLLM v0's LLMEngine.step): whole prompts prefill in one step, each request's sampler forks
+and frees sequences through `fork_seq` / `free_seq` (v0's output processor), and the
+engine moves the K/V the scheduler asked for (swaps, copy-on-write copies).
 
-As vLLM frees a finished request from its scheduler and engine once its output is out,
-a finished request leaves `runs` (the live requests, by request number) in the step that
-finishes it: `submit` hands its Run to the caller, and a step's work grows with the live
-requests, never with those served before. The step log (`log`) keeps one entry per step.
-A request keeps its per-position logits only when submitted with `keep_logits` (for the
-dense comparison), or when it asks for logprobs (RequestState).
+As in vLLM, a finished request leaves `runs` (the live requests) in the step that finishes
+it: a step's work grows with the live requests, never with those served before. `log`
+keeps one entry per step.
 """
 
 from __future__ import annotations
@@ -49,7 +41,6 @@ from ..scheduler_output import SchedulerOutput
 from ..scheduler_v0 import SchedulerV0, SeqGroupPolicy
 from ..scheduler_v1 import SchedulerV1
 from .backend import AttentionBackend, Ints, choose
-from .kvstore import PagedKV
 from .model import ModelConfig, Transformer
 from .requests import Logits, Request, RequestState, seq_id
 from .step_log import TableCounts, trace_counts
@@ -80,14 +71,9 @@ class Item:
 ENGINE_SCHEDULER_CONFIG = SchedulerConfig(max_num_batched_tokens=16, preemption_mode="recompute")
 
 STATS = (
-    "preempted_recompute",
-    "preempted_swap",
-    "swap_bytes",
-    "cow_bytes",
-    "cached_tokens",
-    "computed_tokens",
-    "recomputed_tokens",
-)
+    "preempted_recompute preempted_swap swap_bytes cow_bytes cached_tokens computed_tokens "
+    "recomputed_tokens"
+).split()
 
 
 class PagedEngine:
@@ -103,18 +89,13 @@ class PagedEngine:
         manager: KVCacheManager | None = None,
         mode: str = "v1",
     ) -> None:
-        """As vLLM's engine takes its configs: `cache_config` gives block_size,
-        num_gpu_blocks (required), num_cpu_blocks and enable_prefix_caching;
-        `scheduler_config` max_num_batched_tokens (vLLM's token budget of one step) and
-        preemption_mode. `backend`: "auto" (kernels on a GPU, NumPy on the CPU), "numpy",
-        "kernels", or an attention backend object (backend.py). `mode`: "v1" (SchedulerV1;
-        v1 preempts by recomputing) or "v0" (SchedulerV0: beam search, n > 1 and swapping;
-        `num_cpu_blocks`, default 4 x num_gpu_blocks, is v0's swap space; preemption_mode
-        "recompute" is v0's rule per group -- one sequence recomputed, several swapped --
-        and "swap" swaps every group: SeqGroupPolicy). v0 prefills whole prompts (v0
-        without chunked prefill), so `max_num_batched_tokens` only bounds a request's
-        sequences there. `manager`: a KVCacheManager to serve from instead of a new one
-        (v0, full-attention layers only)."""
+        """vLLM's configs: `cache_config` (num_gpu_blocks required; num_cpu_blocks, default
+        4 x num_gpu_blocks, is v0's swap space), `scheduler_config` (the step's token
+        budget; v0 prefills whole prompts, so there it bounds a request's sequences).
+        `backend`: "auto", "numpy", "kernels" or a backend object (backend.py). `mode`:
+        "v1" (recompute preemption only) or "v0" (preemption_mode "recompute" is v0's rule
+        per group -- one sequence recomputed, several swapped -- "swap" swaps every group:
+        SeqGroupPolicy). `manager`: a KVCacheManager to serve from (v0, full attention)."""
         if not isinstance(model, Transformer):
             raise TypeError(
                 f"model must be a Transformer (TinyModel or hf.load_model), got "
@@ -133,15 +114,12 @@ class PagedEngine:
         num_cpu_blocks = 4 * num_gpu_blocks if num_cpu_blocks is None else num_cpu_blocks
         self.model, self.check, self.mode, self.block_size = model, check, mode, block_size
         self.backend = choose(backend)  # the one place the attention backend is picked
-        self.kv = PagedKV(
-            self.backend,
-            c.layers,
-            num_gpu_blocks,
-            c.kv_heads,
-            block_size,
-            c.head_dim,
-            num_cpu_blocks,
-        )
+        # the paged K/V: per layer a cache [N, 2, H_kv, B, D] float32 (the backend's array)
+        # and a host pool for v0's swapping (NumPy)
+        shape = (num_gpu_blocks, 2, c.kv_heads, block_size, c.head_dim)
+        self.caches = [self.backend.new_cache(shape) for _ in range(c.layers)]
+        self.hosts = [np.zeros((num_cpu_blocks, *shape[1:]), np.float32) for _ in range(c.layers)]
+        self.block_bytes = c.layers * int(np.prod(shape[1:])) * 4  # one block, every layer
         # each layer's KV cache group: 0, or 1 for the sliding layers of a hybrid model
         self.layer_group = [
             int(len(c.windowed) == 2 and c.layer_type(i) == "sliding") for i in range(c.layers)
@@ -159,7 +137,7 @@ class PagedEngine:
         else:
             self.manager = _v0_manager(manager, num_gpu_blocks, block_size, caching, trace)
             swap_single = preemption_mode == "swap"
-            policy = SeqGroupPolicy(num_cpu_blocks, self.kv.block_bytes, swap_single=swap_single)
+            policy = SeqGroupPolicy(num_cpu_blocks, self.block_bytes, swap_single=swap_single)
             self.scheduler = SchedulerV0([], self.manager, policy=policy, record=False)
         self._written: dict[int, tuple[int, ...]] = {}  # block -> the tokens its K/V holds in full
         self._mark = 0  # trace events already counted in the step log
@@ -201,11 +179,6 @@ class PagedEngine:
         if mode == "v1" and manager is not None:
             raise ValueError("a given manager serves v0 (mode='v0'): v1 allocates its own")
 
-    @property
-    def max_num_batched_tokens(self) -> int:
-        """The step's token budget (v1); v0 prefills whole prompts, as vLLM v0 did."""
-        return self._budget
-
     def refuse(self, request: Request) -> None:
         """Raise if `request` could never be served; changes nothing."""
         if not isinstance(request, Request):
@@ -226,10 +199,9 @@ class PagedEngine:
                 f"those outside its scheduler: this engine serves them with v0's forks "
                 f"(mode='v0'), and a model with sliding-window layers serves one"
             )
-        if request.width > self.max_num_batched_tokens:
+        if request.width > self._budget:
             raise ValueError(
-                f"request runs {request.width} sequences; max_num_batched_tokens "
-                f"is {self.max_num_batched_tokens}"
+                f"request runs {request.width} sequences; max_num_batched_tokens is {self._budget}"
             )
         if self.mode == "v0":  # its admission headroom and watermark (SchedulerV0)
             self.scheduler.check_request(len(request.prompt), request.max_tokens, request.width)
@@ -317,14 +289,16 @@ class PagedEngine:
         out first (their GPU blocks may be handed out again in the same schedule()), then
         the manager's copy-on-write copies, then swaps in. True if anything was swapped."""
         swap_out, swap_in = self.scheduler.policy.drain_swaps()
-        copies = self.manager.drain_copies()
-        for pairs, move in ((swap_out, self.kv.swap_out), (copies, self.kv.copy)):
-            if pairs:
-                move(pairs)
-        if swap_in:
-            self.kv.swap_in(swap_in)
-        self.stats["swap_bytes"] += (len(swap_out) + len(swap_in)) * self.kv.block_bytes
-        self.stats["cow_bytes"] += len(copies) * self.kv.block_bytes
+        copies, b = self.manager.drain_copies(), self.backend
+        for cache, host in zip(self.caches, self.hosts, strict=True):
+            if swap_out:
+                b.swap_out(cache, host, swap_out)
+            if copies:
+                b.copy_blocks(cache, copies)
+            if swap_in:
+                b.swap_in(host, cache, swap_in)
+        self.stats["swap_bytes"] += (len(swap_out) + len(swap_in)) * self.block_bytes
+        self.stats["cow_bytes"] += len(copies) * self.block_bytes
         return bool(swap_out or swap_in)
 
     def _sample(
@@ -354,13 +328,8 @@ class PagedEngine:
     def _items(self, scheduler_output: SchedulerOutput) -> list[Item]:
         """The scheduled requests as the runner's items; new ones are marked running and
         their prefix-cache hits counted."""
-        starts = dict(
-            zip(
-                scheduler_output.scheduled_cached_reqs.req_ids,
-                scheduler_output.scheduled_cached_reqs.num_computed_tokens,
-                strict=True,
-            )
-        )
+        cached = scheduler_output.scheduled_cached_reqs
+        starts = dict(zip(cached.req_ids, cached.num_computed_tokens, strict=True))
         counts = scheduler_output.num_scheduled_tokens
         for new in scheduler_output.scheduled_new_reqs:
             run = self.runs[new.req_id[0]]
@@ -411,28 +380,18 @@ class PagedEngine:
         self.log.append(record)
         return record
 
-    def blocks_in_use(self) -> dict[str, Any]:
-        """v1 window managers: blocks each KV cache group's tables name right now."""
-        assert self.mode == "v1" and self._tables_log is not None, "a sliding-window model"
-        live = [(i, 0) for i, run in self.runs.items() if run.status == "running"]
-        return self._tables_log.blocks_in_use(live)
-
     def block_tokens(self) -> dict[int, tuple[int, ...]]:
         """block -> the token ids it holds: live sequences' blocks, and the free blocks the
         prefix cache can still hit (their K/V is complete). For labelling pictures."""
-        bs = self.block_size
-        if isinstance(self.manager, PrefixCachingManager):
-            out = {
-                b: self._written[b] for b in self.manager.cached_free_blocks() if b in self._written
-            }
-        else:
-            out = {}
+        bs, m = self.block_size, self.manager
+        hittable = m.cached_free_blocks() if isinstance(m, PrefixCachingManager) else []
+        out = {b: self._written[b] for b in hittable if b in self._written}
         for run in self.runs.values():
             if run.status != "running":
                 continue
             for s in run.state.seq_keys():
                 seq = seq_id(s)
-                tokens = run.state.tokens[s][: self.manager.num_tokens(seq)]
+                tokens = run.state.tokens[s][: m.num_tokens(seq)]
                 for n, b in enumerate(self._tables(seq)[0].blocks):
                     if b != NULL_BLOCK:
                         out[b] = tuple(tokens[n * bs : (n + 1) * bs])
@@ -463,33 +422,16 @@ class PagedEngine:
         dec = {g: _batch(decode, [tables[id(i)][g].blocks for i in decode]) for g in groups}
         h = m.embed_tokens(tokens, positions)
         for layer in range(c.layers):
-            g = self.layer_group[layer]
+            g, spec, cache = self.layer_group[layer], m.attention[layer], self.caches[layer]
             q, k, v = m.qkv(layer, h, positions, lengths)
-            self.kv.write(layer, k, v, slots[g])
+            self.backend.write(cache, k, v, slots[g])
             parts = []
             if prefill:
-                block_tables, lens, starts = pre[g]
-                parts.append(
-                    self.kv.prefill(
-                        layer,
-                        np.ascontiguousarray(q[:split]),
-                        block_tables,
-                        lens,
-                        starts,
-                        m.attention[layer],
-                    )
-                )
+                q_pre = np.ascontiguousarray(q[:split])
+                parts.append(self.backend.prefill(q_pre, cache, *pre[g], spec))
             if decode:
-                block_tables, lens, _ = dec[g]
-                parts.append(
-                    self.kv.decode(
-                        layer,
-                        np.ascontiguousarray(q[split:]),
-                        block_tables,
-                        lens,
-                        m.attention[layer],
-                    )
-                )
+                q_dec = np.ascontiguousarray(q[split:])
+                parts.append(self.backend.decode(q_dec, cache, *dec[g][:2], spec))
             h = m.finish(layer, h, np.concatenate(parts))
         last = np.cumsum([i.end - i.start for i in order]) - 1
         ends = [

@@ -1,46 +1,26 @@
 """Requests and what happens after each forward pass: sampling, parallel samples, beams.
 
 Both engines (dense and paged) drive the same `RequestState`, so they cannot differ in
-*what* is generated, only in how attention reads K/V. After a forward pass gives the
-logits at the last token of every live sequence of a request, `advance` picks tokens
-and returns the storage actions the engine must mirror:
+*what* is generated, only in how attention reads K/V. Given the logits at the last token
+of every live sequence of a request, `advance` picks tokens and returns the storage
+actions the engine must mirror:
 
     ("fork", parent, child)  the child starts as a copy of the parent (KV shared: v0 fork)
     ("free", seq)            the sequence is gone (a beam that fell out, or the request ended)
 
-Sampling depends only on (request seed, sample index, step), never on batch
-composition, so preemption and scheduling cannot change a token:
-    repetition_penalty p != 1 first: a logit of a token already in the sequence (prompt or
-                      output) is divided by p if positive, multiplied by p if not
-                      (transformers' RepetitionPenaltyLogitsProcessor, vLLM's
-                      repetition_penalty), in greedy decoding too
-    temperature 0  -> argmax (ties: lowest id)
-    temperature >0 -> argmax((logits - max) / T + Gumbel noise from rng(seed, index, step)),
-                      in the log domain: a tiny T (even 5e-324) sends every logit below the
-                      maximum to -inf instead of overflowing, so it acts as greedy
-top_k > 0 keeps the k largest logits (ties at the k-th kept, as transformers does) before
-top_p.
-n > 1 (parallel sampling, v0 style) forks n - 1 children after the prompt; beam search
-(beam_width W) keeps the W best (beam, token) by cumulative log-probability, forking a
-beam that wins twice and freeing beams that win nothing; a beam that emits a stop token,
-or reaches max_tokens, becomes a finished hypothesis scored with `length_penalty`, and
-the search may end early, exactly as transformers' generate(num_beams=W) does
-(beam_search.py says which rules and how vLLM differs). top_p < 1 samples from the
-smallest set of tokens whose probability reaches top_p (nucleus sampling; vLLM's
-SamplingParams.top_p). A sampled sequence ends early when it
-emits one of `stop_token_ids` (the token is kept, as in vLLM's output ids); otherwise it
-generates exactly max_tokens tokens.
-
-Logits are kept only when asked (`keep_logits`): `logits` then maps each position's
-tokens to the logits at its last token (V floats per generated token), which the dense
-comparison (`LLM.check_dense`) and `logprobs` read. vLLM keeps no logits after sampling
-either; it computes logprobs in the sampler, only for a request that asks for them.
+Sampling is sampling.py's (vLLM's SamplingParams; a Request without `params` is sampled
+with its own fields) and depends only on (seed, sample index, step), never on the batch,
+so preemption and scheduling cannot change a token. n > 1 (v0 style) forks n - 1 children
+after the prompt; beam search (beam_width W) keeps the W best (beam, token), forking a
+beam that wins twice and freeing beams that win nothing (beam_search.py). A sampled
+sequence ends after emitting one of `stop_token_ids` (kept, as in vLLM's output ids).
+With `keep_logits`, `logits` maps each position's tokens to the logits at its last token,
+for the dense comparison and `logprobs` (vLLM keeps none after sampling either).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,43 +102,6 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return np.asarray(x - np.log(np.exp(x).sum()))
 
 
-def penalize(logits: Logits, tokens: Sequence[int], penalty: float) -> Logits:
-    """Repetition penalty over the tokens seen so far (prompt and output)."""
-    if penalty == 1:
-        return logits
-    out = np.array(logits, np.float32)
-    seen = np.unique(np.asarray(tokens, np.int64))
-    row = out[seen]
-    out[seen] = np.where(row < 0, row * np.float32(penalty), row / np.float32(penalty))
-    return out
-
-
-def sample(
-    logits: np.ndarray,
-    temperature: float,
-    seed: int,
-    index: int,
-    step: int,
-    top_p: float = 1.0,
-    top_k: int = 0,
-) -> int:
-    if temperature == 0:
-        return int(np.argmax(logits))
-    x = np.asarray(logits, np.float64)
-    with np.errstate(over="ignore", divide="ignore"):
-        x = (x - x.max()) / temperature  # <= 0: a tiny T gives -inf, never inf - inf
-    if 0 < top_k < len(x):
-        x = np.where(x < np.partition(x, -top_k)[-top_k], -np.inf, x)
-    if top_p < 1:  # keep the most probable tokens until their mass reaches top_p
-        p = np.exp(log_softmax(x))
-        order = np.lexsort((np.arange(len(p)), -p))
-        keep = order[: int(np.searchsorted(np.cumsum(p[order]), top_p)) + 1]
-        x = np.where(np.isin(np.arange(len(p)), keep), x, -np.inf)
-    u = np.random.default_rng([seed, index, step]).random(len(logits))
-    gumbel = -np.log(-np.log(np.clip(u, 1e-300, 1.0)))
-    return int(np.argmax(x + gumbel))
-
-
 def seq_key(seq_id: tuple[int, int]) -> str:
     """A scheduler's sequence id (request, sample) as RequestState names it: (1, 0) -> "r1.0"."""
     return f"r{seq_id[0]}.{seq_id[1]}"
@@ -175,9 +118,16 @@ class RequestState:
 
     def __init__(self, rid: int, request: Request, keep_logits: bool = False):
         self.rid, self.request = rid, request
+        # a Request's own fields as SamplingParams (a beam search ranks the raw log-probs)
+        self.params = request.params or sampling.SamplingParams(
+            temperature=0.0 if request.beam_width else request.temperature,
+            top_p=request.top_p,
+            top_k=int(request.top_k),
+            repetition_penalty=request.repetition_penalty,
+            seed=int(request.seed),
+        )
         # keep every position's logits: the dense comparison, or the request's logprobs
-        params = request.params
-        self.keep_logits = keep_logits or (params is not None and params.logprobs is not None)
+        self.keep_logits = keep_logits or self.params.logprobs is not None
         self.tokens = {self.key(0): list(request.prompt)}  # seq key -> all tokens so far
         self.score = {self.key(0): 0.0}  # cumulative log-probability (beam search)
         self.index = {self.key(0): 0}  # sample index: the sampling stream of the sequence
@@ -244,38 +194,30 @@ class RequestState:
         self.generated += 1
         return actions
 
-    def _pick(self, s: str, row: np.ndarray, index: int, step: int) -> int:
-        r = self.request
-        if r.params is None:
-            return sample(row, r.temperature, r.seed, index, step, r.top_p, r.top_k)
-        prompt = r.prompt
-        output = self.tokens[s][len(prompt) :]
-        processed = sampling.process(row, prompt, output, r.params, r.stop_token_ids)
-        return sampling.draw(processed, r.params, index, step)
-
     def _sample_picks(self, logits: dict[str, Logits]) -> list[Pick]:
-        r, step = self.request, self.generated
-        logits = {
-            s: penalize(row, self.tokens[s], r.repetition_penalty) for s, row in logits.items()
-        }
-        if step == 0 and r.n > 1:  # the prompt's logits serve all n samples
-            ((s, row),) = logits.items()
-            return [(s, self._pick(s, row, i, step), 0.0, i) for i in range(r.n)]
-        return [
-            (s, self._pick(s, row, self.index[s], step), 0.0, self.index[s])
-            for s, row in sorted(logits.items(), key=lambda kv: self.index[kv[0]])
-        ]
+        r, step, prompt = self.request, self.generated, self.request.prompt
+        picks = []
+        for s in sorted(logits, key=lambda s: self.index[s]):
+            output = self.tokens[s][len(prompt) :]
+            processed = sampling.process(logits[s], prompt, output, self.params, r.stop_token_ids)
+            # the prompt's logits serve all n samples
+            indices = range(r.n) if step == 0 and r.n > 1 else [self.index[s]]
+            picks += [(s, sampling.draw(processed, self.params, i, step), 0.0, i) for i in indices]
+        return picks
 
     def _beam_picks(self, logits: dict[str, Logits]) -> list[Pick]:
         """The surviving beams as picks (none when the search ends early); this step's
         hypotheses join self.hypotheses. See beam_search.py for the rules."""
-        r = self.request
+        r, p = self.request, self.request.prompt
         width, length = r.beam_width, self.generated + 1
         last = length >= r.max_tokens
         beams = sorted(logits, key=lambda s: self.index[s])
         cand = bs.top_candidates(
             [self.score[s] for s in beams],
-            [log_softmax(penalize(logits[s], self.tokens[s], r.repetition_penalty)) for s in beams],
+            [  # the repetition-penalised logits (temperature 0: nothing else)
+                log_softmax(sampling.process(logits[s], p, self.tokens[s][len(p) :], self.params))
+                for s in beams
+            ],
             bs.num_candidates(width, r.stop_token_ids),
         )
         picks: list[tuple[str, int, float, int]] = []

@@ -16,18 +16,13 @@
     dynamic    NTK: base' = base * (factor * L / M - (factor - 1))^(R / (R - 2)), L the
                sequence length, M max_position_embeddings; default while L <= M
 
-longrope and dynamic depend on the sequence's length, read as transformers reads it: one
-forward pass (a prefill chunk or one decode step) of a sequence whose last position is
-p uses L = p + 1 for all its tokens, and keys already cached keep the rope they were
-written with. So a prompt past the original length is embedded with the long factors
-throughout, and in decode each new token gets the frequencies of its own length. (vLLM
-differs: its dynamic rope is static at max_position_embeddings x factor, and its
-longrope picks long factors per batch.) transformers' dynamic rope also remembers the
-longest length a model instance has seen; pagedsim starts each sequence fresh, as a
-freshly loaded transformers model does.
-
-`rotate` is `rotate_half` (pairs x[i], x[i + R/2]; Llama and most families) or
-interleaved pairs (x[2i], x[2i + 1]; Cohere).
+longrope and dynamic depend on the sequence's length, as transformers reads it: one
+forward pass (a prefill chunk or a decode step) of a sequence whose last position is p
+uses L = p + 1 for all its tokens, and cached keys keep the rope they were written with
+(vLLM differs: its dynamic rope is static at max_position_embeddings x factor, and its
+longrope picks long factors per batch). Each sequence starts fresh, as a freshly loaded
+transformers model does. `rotate` is `rotate_half` (pairs x[i], x[i + R/2]; most
+families) or interleaved pairs (x[2i], x[2i + 1]; Cohere).
 """
 
 from __future__ import annotations

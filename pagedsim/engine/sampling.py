@@ -8,21 +8,16 @@ The next-token distribution is made from the model's logits in vLLM v1's order:
                        is divided by r, any other multiplied by r; then frequency_penalty
                        x (times the token was generated) and presence_penalty (if it was)
                        are subtracted -- output tokens only, as vLLM does
-    3. temperature     logits / temperature; temperature 0 is greedy (argmax)
+    3. temperature     logits / temperature; temperature 0 is greedy (argmax), and one
+                       below float32's smallest normal keeps only the top logits
     4. min_p           tokens whose probability is below min_p x the top probability go
     5. top_k           the k largest logits stay (0 or -1: all; ties at the k-th stay)
     6. top_p           the smallest set of top tokens whose probability reaches top_p stays
 
 A token is then drawn from softmax(processed) with a stream seeded by (seed, sample
-index, step) -- so batching never changes a token. `logprobs` (top-n per token) are of
-the raw model logits, before any of the steps above (vLLM's default
-logprobs_mode "raw_logprobs"). Stop strings end a sequence where they occur; the text is
-cut before the stop string unless include_stop_str_in_output, as vLLM's detokenizer cuts.
-
-top_k differs from transformers: transformers' generate applies top_k = 50 when neither
-the call nor generation_config.json sets it; vLLM (and pagedsim) apply no top-k unless
-asked (0 or -1 keep every token). A checkpoint's generation_config.json top_k is applied
-by `pagedsim generate` as the file says.
+index, step), so batching never changes a token. `logprobs` are of the raw logits (vLLM's
+default "raw_logprobs"). top_k differs from transformers, whose generate applies top_k =
+50 unless told otherwise; vLLM and pagedsim apply none unless asked.
 """
 
 from __future__ import annotations
@@ -151,6 +146,9 @@ def process(
     x = penalize(x, prompt, output, params)
     if params.temperature == 0:
         return x
+    if np.float32(params.temperature) < np.finfo(np.float32).tiny:  # x / T would overflow:
+        top: np.ndarray = np.where(x == x.max(), np.float32(0), np.float32(-np.inf))
+        return top  # only the maxima stay
     x = x / np.float32(params.temperature)
     if params.min_p > 0:
         x = np.where(x < x.max() + np.float32(math.log(params.min_p)), -np.inf, x)
@@ -222,16 +220,3 @@ def top_logprobs(logits: np.ndarray, token: int, n: int) -> dict[int, float]:
     lp = lp - np.log(np.exp(lp).sum())
     best = np.argsort(-lp, kind="stable")[:n]
     return {int(t): float(lp[t]) for t in [token, *best.tolist()]}
-
-
-def find_stop(text: str, new_chars: int, stops: list[str], include: bool) -> int | None:
-    """Where to cut `text` when a stop string ends within its last `new_chars`
-    characters (vLLM's check_stop_strings: the earliest-ending stop wins), or None."""
-    best = None
-    for stop in stops:
-        at = text.find(stop, max(0, len(text) - new_chars - len(stop) + 1))
-        if at != -1 and (best is None or at + len(stop) < best[0] + len(best[1])):
-            best = (at, stop)
-    if best is None:
-        return None
-    return best[0] + len(best[1]) if include else best[0]

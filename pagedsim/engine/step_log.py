@@ -1,11 +1,8 @@
 """What one engine step did to the blocks, for the step log (`PagedEngine.log`).
 
-trace_counts(trace, mark)   blocks allocated, shared, copied on write and freed, read
-                            from a manager's trace events after event `mark`
-TableCounts                 the same, read from the block tables, with each KV cache
-                            group's blocks in use (the v1 window managers: a sliding
-                            group's blocks leave the tables as the window moves, and
-                            these managers keep no per-block event list)
+`trace_counts` reads blocks allocated, shared, copied on write and freed from a manager's
+trace events; `TableCounts` reads the same from the block tables, with each KV cache
+group's blocks in use (the v1 window managers keep no per-block event list).
 """
 
 from __future__ import annotations

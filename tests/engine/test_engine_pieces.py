@@ -9,7 +9,14 @@ import pytest
 from pagedsim.config import CacheConfig, SchedulerConfig
 from pagedsim.engine import ModelConfig, PagedEngine, Request, TinyModel
 from pagedsim.engine.generate_cli import main as generate_main
-from pagedsim.engine.requests import RequestState, sample
+from pagedsim.engine.requests import RequestState
+from pagedsim.engine.sampling import SamplingParams, draw, process
+
+
+def sample(logits, temperature, seed, index, step, top_p=1.0):
+    """The token a request's sampler draws (RequestState's path: process, then draw)."""
+    params = SamplingParams(temperature=temperature, seed=seed, top_p=top_p)
+    return draw(process(logits, (), (), params), params, index, step)
 
 
 def test_a_sampled_token_depends_only_on_seed_sample_index_and_step():

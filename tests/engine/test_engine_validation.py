@@ -136,7 +136,7 @@ def test_the_backend_is_chosen_in_one_place_and_an_object_can_be_injected():
         backend=Counting(),
     )
     engine.generate([Request((1, 2, 3), 3)])
-    assert calls and engine.kv.name == "numpy"
+    assert calls and engine.backend.name == "numpy"
 
 
 @pytest.mark.parametrize("model", [5, "model", None, ModelConfig()])
@@ -177,16 +177,17 @@ def test_a_model_too_large_to_allocate_is_refused_before_allocating(field, value
 
 
 def test_the_repetition_penalty_divides_positive_and_multiplies_negative_seen_logits():
-    from pagedsim.engine.requests import penalize
+    from pagedsim.engine.sampling import SamplingParams, process
 
     logits = [2.0, -2.0, 1.0, 0.5]
-    out = penalize(logits, [0, 1, 1], 2.0)
+    out = process(logits, [0, 1], [1], SamplingParams(temperature=0, repetition_penalty=2.0))
     assert out.tolist() == [1.0, -4.0, 1.0, 0.5]  # tokens 2 and 3 were never seen
 
 
 def test_top_k_keeps_only_the_k_largest_logits_when_sampling():
-    from pagedsim.engine.requests import sample
+    from pagedsim.engine.sampling import SamplingParams, draw, process
 
     logits = [5.0, 4.0, 0.0, -1.0, 3.0]
-    picks = {sample(logits, 50.0, 0, 0, step, top_k=2) for step in range(200)}
+    params = SamplingParams(temperature=50.0, top_k=2)
+    picks = {draw(process(logits, [], [], params), params, 0, step) for step in range(200)}
     assert picks == {0, 1}
