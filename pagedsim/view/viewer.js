@@ -355,25 +355,27 @@
     c.className = b < 0 ? "cell dropped" : "cell";
     c.lastChild.nodeValue = b < 0 ? UI.dropped : String(b);
   }
+  // A row's missing cells come in one HTML string (the parser makes thousands of cells after
+  // a jump faster than one createElement each); cells already there are rewritten in place.
+  function cellHtml(j, b) {
+    return '<span class="cell' + (b < 0 ? " dropped" : "") + '" data-logical="' + j + '" data-block="' + b +
+      '">' + (BIG ? "" : "<sub>" + j + "</sub>") + (b < 0 ? esc(UI.dropped) : b) + "</span>";
+  }
   function fillRow(r, t) {
     r.t = t;
     setText(r.ntok, t.n + " " + UI.tokens);
-    const blocks = t.blocks;
+    const blocks = t.blocks, cells = r.cells;
     // The height the row is given while it is skipped off screen, from its number of cells
     // (about ten to a line), so rows near the window are not unskipped and skipped in turn.
     const lines = Math.max(1, Math.ceil(blocks.length / 10));
     if (r.lines !== lines) { r.lines = lines; r.el.style.containIntrinsicBlockSize = "auto " + (8 + 26 * lines) + "px"; }
-    while (r.cells.length > blocks.length) r.cells.pop().remove();
-    for (let j = 0; j < blocks.length; j++) {
-      let c = r.cells[j];
-      if (c === undefined) {
-        c = el("span", { class: "cell", "data-logical": String(j) });
-        if (!BIG) c.append(el("sub", {}, String(j))); // a big pool's long rows: no index under each
-        c.append(document.createTextNode(""));
-        c.block = null; r.cells.push(c); r.list.append(c);
-      }
-      setCell(c, blocks[j]);
-    }
+    while (cells.length > blocks.length) cells.pop().remove();
+    for (let j = 0; j < cells.length; j++) setCell(cells[j], blocks[j]);
+    if (cells.length === blocks.length) return;
+    let html = "";
+    for (let j = cells.length; j < blocks.length; j++) html += cellHtml(j, blocks[j]);
+    r.list.insertAdjacentHTML("beforeend", html);
+    for (let c = r.list.children[cells.length]; c; c = c.nextElementSibling) { c.block = blocks[cells.length]; cells.push(c); }
   }
   function groupOf(q) {
     return D.groups ? Math.max(0, D.groups.findIndex((g) => D.seqs[q].endsWith(":" + g))) : 0;
