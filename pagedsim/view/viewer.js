@@ -346,7 +346,7 @@
     row.style.setProperty("--c", c); row.style.setProperty("--k", inkOn(c));
     const ntok = el("span", { class: "ntok" }), list = el("span", { class: "cells" });
     row.append(el("span", { class: "seq" }, plain(D.seqs[q])), ntok, list);
-    return (row.row = { el: row, ntok: ntok, list: list, cells: [], t: null, far: false, seen: false });
+    return (row.row = { el: row, ntok: ntok, list: list, cells: [], t: null, look: "", seen: false });
   }
   function setCell(c, b) {
     if (c.block === b) return;
@@ -411,18 +411,26 @@
       }
     }
   }
-  // A big page's rows far from the window are not rendered at all ("far": content-visibility
-  // hidden). The browser's own skipping (content-visibility: auto) renders every row within
-  // half a window of the pane's edges, three times the rows one sees, and after a jump most of
-  // those are new. The rows in sight are told by an observer; after a step change the rows at
-  // the places that were in sight (and two more each side) are rendered in the same frame, and
-  // the observer corrects the rest a frame later (a row scrolled into sight is drawn then).
+  // A big page renders only the table rows in sight ("near": content-visibility visible);
+  // the rest are not rendered at all ("far": hidden). The browser's own skipping
+  // (content-visibility: auto) renders every row within half a window of the pane's edges,
+  // three times the rows one sees, after a jump most of them new, and it draws a row that
+  // scrolls in only frames after it is in sight. The rows in sight are told by an observer;
+  // after a step change the rows at the places that were in sight (and two more each side)
+  // are rendered in the same frame, and the observer corrects the rest a frame later (a row
+  // scrolled into sight is drawn then). Until the observer has seen a row, the browser skips.
   let shownRows = [];
+  function mark(r, look) { // "near", "far", or "" (the browser's content-visibility: auto)
+    if (r.look === look) return;
+    if (r.look) r.el.classList.remove(r.look);
+    if (look) r.el.classList.add(look);
+    r.look = look;
+  }
   const rowWatch = BIG ? new IntersectionObserver((seen) => {
     for (const ev of seen) {
       const r = ev.target.row;
       r.seen = ev.isIntersecting;
-      if (r.far === r.seen) { r.far = !r.seen; r.el.classList.toggle("far", r.far); }
+      mark(r, r.seen ? "near" : "far");
     }
   }, { rootMargin: "120px 0px", scrollMargin: "120px 0px" }) : null;
   function farRows(s) {
@@ -432,14 +440,13 @@
     for (const box of groupEls) for (const e of box.children) if (e.row) next.push(e.row);
     next.forEach((r, k) => {
       if (!r.watched) { r.watched = true; rowWatch.observe(r.el); }
-      const far = lo >= 0 && (k < lo - 2 || k > hi + 2);
-      if (r.far !== far) { r.far = far; r.el.classList.toggle("far", far); }
+      mark(r, lo < 0 ? "" : k < lo - 2 || k > hi + 2 ? "far" : "near");
     });
     shownRows = next;
   }
   function unfar(cell) { // a far row is rendered before a cell in it is scrolled to
     const r = cell.closest(".table").row;
-    if (r && r.far) { r.far = false; r.el.classList.remove("far"); }
+    if (r) mark(r, "near");
   }
   // ---- what the step changed: a strip of links by kind, and the change brought into view --
   const KIND = { a: "allocated", h: "hit", c: "copied", s: "shared", o: "swapped out",
