@@ -6,7 +6,7 @@ finishes and, when the pool runs dry, OutOfBlocks steps. The scenario is written
 play script, so the same page comes from the command line:
 
     python benchmarks/bench_viewer.py --script /tmp/long.play     (writes the script too)
-    pagedsim play /tmp/long.play --blocks 4096 --block-size 16 --html /tmp/long.html
+    pagedsim play /tmp/long.play --num-gpu-blocks-override 4096 --block-size 16 --html long.html
 
 Measured: the page's size in bytes (target <= 6 MB), the time to write it, and, in a
 headless system Chromium (Playwright; never a browser download), the time from load to
