@@ -6,7 +6,7 @@ finishes and, when the pool runs dry, OutOfBlocks steps. The scenario is written
 play script, so the same page comes from the command line:
 
     python benchmarks/bench_viewer.py --script /tmp/long.play     (writes the script too)
-    pagedsim play /tmp/long.play --blocks 4096 --block-size 16 --html /tmp/long.html
+    pagedsim play /tmp/long.play --num-gpu-blocks-override 4096 --block-size 16 --html long.html
 
 Measured: the page's size in bytes (target <= 6 MB), the time to write it, and, in a
 headless system Chromium (Playwright; never a browser download), the time from load to
@@ -82,6 +82,7 @@ def scenario(steps: int, blocks: int, block_size: int, seed: int = 0) -> tuple[S
 # One timed step change per kind, driven the way a person drives the page: keys dispatched on
 # the document, the scrubber's input event, and go(i) (what a link's #step=i does). Between
 # two samples the page renders a frame, so what scrolled into view is drawn, as in use.
+MARK = "pagedsim-bench-change"
 TIMING = """async ([jumps, samples]) => {
     const v = window.pagedsimViewer, n = v.count(), scrub = document.getElementById("scrubber");
     const frame = () => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
@@ -95,6 +96,7 @@ TIMING = """async ([jumps, samples]) => {
     const time = async (kind, change) => {
         await frame();
         const t = performance.now();
+        console.timeStamp(MARK);  // tells the change's task apart in a trace (cpu_times)
         change();
         document.body.getBoundingClientRect();  // the layout the change forces
         out[kind].push(performance.now() - t);
@@ -108,8 +110,9 @@ TIMING = """async ([jumps, samples]) => {
         await time("home_end", key("Home"));
         await time("home_end", key("End"));
     }
+    await frame();  // the last change's task ends inside the trace
     return out;
-}"""
+}""".replace("MARK", json.dumps(MARK))
 
 
 TRACED = ["devtools.timeline", "disabled-by-default-devtools.timeline"]  # RunTask is in the second
@@ -123,15 +126,19 @@ def cpu_times(trace: Path, counts: dict) -> dict:
     by kind. `counts`: how many changes of each kind the run made, in TIMING's order."""
     data = json.loads(trace.read_text(encoding="utf-8"))
     events = data["traceEvents"] if isinstance(data, dict) else data
-    fires = [e for e in events if e.get("name") == "TimerFire" and e.get("ph") == "X"]
+    # each change is marked (console.timeStamp) in its task; the page's own timers (a URL
+    # written when steps pause) are not changes
+    fires = [
+        e
+        for e in events
+        if e.get("name") == "TimeStamp" and e.get("args", {}).get("data", {}).get("message") == MARK
+    ]
     if not fires:
-        return {"cpu": "not measured: no timer in the trace"}
-    # the page's main thread fires the run's timers; a renderer left from a page timed
-    # before may fire one of its own into the trace
+        return {"cpu": "not measured: no change marked in the trace"}
     pid, tid = collections.Counter((e["pid"], e["tid"]) for e in fires).most_common(1)[0][0]
     fires = sorted((e for e in fires if (e["pid"], e["tid"]) == (pid, tid)), key=lambda e: e["ts"])
     if len(fires) != sum(counts.values()):
-        return {"cpu": f"not measured: {len(fires)} timers for {sum(counts.values())} changes"}
+        return {"cpu": f"not measured: {len(fires)} marks for {sum(counts.values())} changes"}
     nested = sorted(
         (
             e

@@ -346,7 +346,7 @@
     row.style.setProperty("--c", c); row.style.setProperty("--k", inkOn(c));
     const ntok = el("span", { class: "ntok" }), list = el("span", { class: "cells" });
     row.append(el("span", { class: "seq" }, plain(D.seqs[q])), ntok, list);
-    return (row.row = { el: row, ntok: ntok, list: list, cells: [], t: null, far: false, seen: false });
+    return (row.row = { el: row, ntok: ntok, list: list, cells: [], t: null, look: "", seen: false });
   }
   function setCell(c, b) {
     if (c.block === b) return;
@@ -355,25 +355,27 @@
     c.className = b < 0 ? "cell dropped" : "cell";
     c.lastChild.nodeValue = b < 0 ? UI.dropped : String(b);
   }
+  // A row's missing cells come in one HTML string (the parser makes thousands of cells after
+  // a jump faster than one createElement each); cells already there are rewritten in place.
+  function cellHtml(j, b) {
+    return '<span class="cell' + (b < 0 ? " dropped" : "") + '" data-logical="' + j + '" data-block="' + b +
+      '">' + (BIG ? "" : "<sub>" + j + "</sub>") + (b < 0 ? esc(UI.dropped) : b) + "</span>";
+  }
   function fillRow(r, t) {
     r.t = t;
     setText(r.ntok, t.n + " " + UI.tokens);
-    const blocks = t.blocks;
+    const blocks = t.blocks, cells = r.cells;
     // The height the row is given while it is skipped off screen, from its number of cells
     // (about ten to a line), so rows near the window are not unskipped and skipped in turn.
     const lines = Math.max(1, Math.ceil(blocks.length / 10));
     if (r.lines !== lines) { r.lines = lines; r.el.style.containIntrinsicBlockSize = "auto " + (8 + 26 * lines) + "px"; }
-    while (r.cells.length > blocks.length) r.cells.pop().remove();
-    for (let j = 0; j < blocks.length; j++) {
-      let c = r.cells[j];
-      if (c === undefined) {
-        c = el("span", { class: "cell", "data-logical": String(j) });
-        if (!BIG) c.append(el("sub", {}, String(j))); // a big pool's long rows: no index under each
-        c.append(document.createTextNode(""));
-        c.block = null; r.cells.push(c); r.list.append(c);
-      }
-      setCell(c, blocks[j]);
-    }
+    while (cells.length > blocks.length) cells.pop().remove();
+    for (let j = 0; j < cells.length; j++) setCell(cells[j], blocks[j]);
+    if (cells.length === blocks.length) return;
+    let html = "";
+    for (let j = cells.length; j < blocks.length; j++) html += cellHtml(j, blocks[j]);
+    r.list.insertAdjacentHTML("beforeend", html);
+    for (let c = r.list.children[cells.length]; c; c = c.nextElementSibling) { c.block = blocks[cells.length]; cells.push(c); }
   }
   function groupOf(q) {
     return D.groups ? Math.max(0, D.groups.findIndex((g) => D.seqs[q].endsWith(":" + g))) : 0;
@@ -409,18 +411,26 @@
       }
     }
   }
-  // A big page's rows far from the window are not rendered at all ("far": content-visibility
-  // hidden). The browser's own skipping (content-visibility: auto) renders every row within
-  // half a window of the pane's edges, three times the rows one sees, and after a jump most of
-  // those are new. The rows in sight are told by an observer; after a step change the rows at
-  // the places that were in sight (and two more each side) are rendered in the same frame, and
-  // the observer corrects the rest a frame later (a row scrolled into sight is drawn then).
+  // A big page renders only the table rows in sight ("near": content-visibility visible);
+  // the rest are not rendered at all ("far": hidden). The browser's own skipping
+  // (content-visibility: auto) renders every row within half a window of the pane's edges,
+  // three times the rows one sees, after a jump most of them new, and it draws a row that
+  // scrolls in only frames after it is in sight. The rows in sight are told by an observer;
+  // after a step change the rows at the places that were in sight (and two more each side)
+  // are rendered in the same frame, and the observer corrects the rest a frame later (a row
+  // scrolled into sight is drawn then). Until the observer has seen a row, the browser skips.
   let shownRows = [];
+  function mark(r, look) { // "near", "far", or "" (the browser's content-visibility: auto)
+    if (r.look === look) return;
+    if (r.look) r.el.classList.remove(r.look);
+    if (look) r.el.classList.add(look);
+    r.look = look;
+  }
   const rowWatch = BIG ? new IntersectionObserver((seen) => {
     for (const ev of seen) {
       const r = ev.target.row;
       r.seen = ev.isIntersecting;
-      if (r.far === r.seen) { r.far = !r.seen; r.el.classList.toggle("far", r.far); }
+      mark(r, r.seen ? "near" : "far");
     }
   }, { rootMargin: "120px 0px", scrollMargin: "120px 0px" }) : null;
   function farRows(s) {
@@ -430,14 +440,13 @@
     for (const box of groupEls) for (const e of box.children) if (e.row) next.push(e.row);
     next.forEach((r, k) => {
       if (!r.watched) { r.watched = true; rowWatch.observe(r.el); }
-      const far = lo >= 0 && (k < lo - 2 || k > hi + 2);
-      if (r.far !== far) { r.far = far; r.el.classList.toggle("far", far); }
+      mark(r, lo < 0 ? "" : k < lo - 2 || k > hi + 2 ? "far" : "near");
     });
     shownRows = next;
   }
   function unfar(cell) { // a far row is rendered before a cell in it is scrolled to
     const r = cell.closest(".table").row;
-    if (r && r.far) { r.far = false; r.el.classList.remove("far"); }
+    if (r) mark(r, "near");
   }
   // ---- what the step changed: a strip of links by kind, and the change brought into view --
   const KIND = { a: "allocated", h: "hit", c: "copied", s: "shared", o: "swapped out",
@@ -523,6 +532,19 @@
     story.classList.toggle("failed", x.includes("oob"));
   }
 
+  // The URL names the shown step (and presentation mode), so a copied link opens there; a
+  // live stream at its newest event says "#follow". history.replaceState waits on the
+  // browser process (0.2 ms of the page's CPU, but up to tens of ms of wall time per call on
+  // a busy machine), and Chromium throttles a page that calls it a few hundred times in ten
+  // seconds (a scrub, autoplay at 16x), so a run of step changes writes it once they pause.
+  const URL_PAUSE = 250;
+  let urlTimer = 0;
+  function writeUrl() {
+    clearTimeout(urlTimer);
+    const hash = D.stream && D.stream.live && cur === N - 1 ? "#follow" : "#step=" + cur + (presenting ? "&present" : "");
+    if (location.hash === hash) return;
+    try { history.replaceState(null, "", hash); } catch (e) { /* a sandboxed frame */ }
+  }
   let pinned = -1, linked = false, arrowsFrame = 0;
   function go(i) {
     i = Math.max(0, Math.min(N - 1, i | 0));
@@ -557,7 +579,10 @@
     body.setAttribute("data-step-index", String(i));
     bPrev.disabled = i === 0; bNext.disabled = i === N - 1;
     if (pinned >= 0) describe(pinned);
-    try { history.replaceState(null, "", "#step=" + i + (presenting ? "&present" : "")); } catch (e) { /* a sandboxed frame */ }
+    // a single step (the lecture's pace) writes the URL at once; a jump, a scrub, Home/End
+    // and autoplay write it when the steps pause, once for the lot
+    clearTimeout(urlTimer);
+    if (Math.abs(i - was) === 1 && !timer) writeUrl(); else urlTimer = setTimeout(writeUrl, URL_PAUSE);
     if (D.stream) drawEvent(d);
   }
   body.setAttribute("data-steps", String(N));
@@ -755,7 +780,7 @@
     }
     fit();
     if (cur >= 0) {
-      try { history.replaceState(null, "", "#step=" + cur + (on ? "&present" : "")); } catch (e) { /* sandboxed */ }
+      writeUrl();
       reveal(STEPS[cur]);
     }
   }
@@ -933,9 +958,6 @@
     if (kv.t === "BlockStored") add("parent", kv.parent === null ? "none (prompt start)" : kv.parent);
     add("lora_id", kv.lora); add("lora_name", kv.lora_name); add("medium", kv.medium); add("group_idx", kv.group);
     for (const note of kv.notes) kvEl.append(el("span", { class: "kv-note" }, note));
-    if (D.stream.live && cur === N - 1) {
-      try { history.replaceState(null, "", "#follow"); } catch (e) { /* a sandboxed frame */ }
-    }
   }
   drawLegend();
   drawTimeline();
