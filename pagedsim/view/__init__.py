@@ -35,8 +35,7 @@ stays, the caption is at most two lines (a long block list counted, the full cap
 hover). Hover or
 click a block to see its id, ref count, owners, fill, hash, text and the step that last
 changed it. The step index lives in the URL hash (`page.html#step=4`, `#step=4&present`
-in presentation mode), so a link opens at that step, in that mode; a single step writes it
-at once, a jump, scrub, Home/End or autoplay once the steps pause for 250 ms.
+in presentation mode), so a link opens at that step, in that mode.
 
 DOM contract (tests and other tools read the state back from these; kept stable):
 
