@@ -532,19 +532,6 @@
     story.classList.toggle("failed", x.includes("oob"));
   }
 
-  // The URL names the shown step (and presentation mode), so a copied link opens there; a
-  // live stream at its newest event says "#follow". history.replaceState waits on the
-  // browser process (0.2 ms of the page's CPU, but up to tens of ms of wall time per call on
-  // a busy machine), and Chromium throttles a page that calls it a few hundred times in ten
-  // seconds (a scrub, autoplay at 16x), so a run of step changes writes it once they pause.
-  const URL_PAUSE = 250;
-  let urlTimer = 0;
-  function writeUrl() {
-    clearTimeout(urlTimer);
-    const hash = D.stream && D.stream.live && cur === N - 1 ? "#follow" : "#step=" + cur + (presenting ? "&present" : "");
-    if (location.hash === hash) return;
-    try { history.replaceState(null, "", hash); } catch (e) { /* a sandboxed frame */ }
-  }
   let pinned = -1, linked = false, arrowsFrame = 0;
   function go(i) {
     i = Math.max(0, Math.min(N - 1, i | 0));
@@ -579,10 +566,7 @@
     body.setAttribute("data-step-index", String(i));
     bPrev.disabled = i === 0; bNext.disabled = i === N - 1;
     if (pinned >= 0) describe(pinned);
-    // a single step (the lecture's pace) writes the URL at once; a jump, a scrub, Home/End
-    // and autoplay write it when the steps pause, once for the lot
-    clearTimeout(urlTimer);
-    if (Math.abs(i - was) === 1 && !timer) writeUrl(); else urlTimer = setTimeout(writeUrl, URL_PAUSE);
+    try { history.replaceState(null, "", "#step=" + i + (presenting ? "&present" : "")); } catch (e) { /* a sandboxed frame */ }
     if (D.stream) drawEvent(d);
   }
   body.setAttribute("data-steps", String(N));
@@ -780,7 +764,7 @@
     }
     fit();
     if (cur >= 0) {
-      writeUrl();
+      try { history.replaceState(null, "", "#step=" + cur + (on ? "&present" : "")); } catch (e) { /* sandboxed */ }
       reveal(STEPS[cur]);
     }
   }
@@ -958,6 +942,9 @@
     if (kv.t === "BlockStored") add("parent", kv.parent === null ? "none (prompt start)" : kv.parent);
     add("lora_id", kv.lora); add("lora_name", kv.lora_name); add("medium", kv.medium); add("group_idx", kv.group);
     for (const note of kv.notes) kvEl.append(el("span", { class: "kv-note" }, note));
+    if (D.stream.live && cur === N - 1) {
+      try { history.replaceState(null, "", "#follow"); } catch (e) { /* a sandboxed frame */ }
+    }
   }
   drawLegend();
   drawTimeline();

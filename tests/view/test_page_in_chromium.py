@@ -109,13 +109,6 @@ def test_the_url_hash_opens_the_page_at_that_step_and_follows_it(open_page, tour
     assert loaded.dom()["step"] == "step 4 / 11"
     loaded.page.keyboard.press("ArrowRight")
     assert loaded.page.evaluate("location.hash") == "#step=5"
-    # a jump (End, a scrub) writes the URL once the steps pause, not on every change
-    loaded.page.keyboard.press("End")
-    loaded.page.wait_for_function("() => location.hash === '#step=11'", timeout=5_000)
-    loaded.page.eval_on_selector(
-        "#scrubber", "e => { e.value = '2'; e.dispatchEvent(new Event('input')); }"
-    )
-    loaded.page.wait_for_function("() => location.hash === '#step=2'", timeout=5_000)
     loaded.check_clean()
 
 
