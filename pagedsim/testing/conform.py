@@ -55,11 +55,9 @@ class Expired(BaseException):
 def parser() -> argparse.ArgumentParser:
     p = ArgParser(
         prog="pagedsim conform",
-        description=(
-            "Check a block manager built by MODULE:FACTORY(num_blocks, block_size) against "
-            "pagedsim's KVCacheManager, and optionally a paged-attention function against the "
-            "float64 reference."
-        ),
+        description="Check a block manager built by MODULE:FACTORY(num_blocks, block_size) "
+        "against pagedsim's KVCacheManager, and optionally a paged-attention function against "
+        "the float64 reference.",
     )
     p.add_argument("target", help="MODULE:FACTORY, MODULE a file path or an importable name")
     p.add_argument(

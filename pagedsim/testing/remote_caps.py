@@ -41,31 +41,19 @@ OPERATIONS = SPECIAL | {CALL, ARRAY}
 # Never a capability, whatever a check registers: each one leads to code, frames or names.
 NEVER: tuple[type, ...] = (
     type,
-    types.ModuleType,
-    types.FunctionType,
-    types.BuiltinFunctionType,
-    types.MethodType,
-    types.MethodWrapperType,
-    types.WrapperDescriptorType,
-    types.MethodDescriptorType,
-    types.ClassMethodDescriptorType,
-    types.GetSetDescriptorType,
-    types.MemberDescriptorType,
-    types.GeneratorType,
-    types.CoroutineType,
-    types.AsyncGeneratorType,
-    types.FrameType,
-    types.TracebackType,
-    types.CodeType,
-    types.CellType,
-    types.MappingProxyType,
-    types.SimpleNamespace,
     dict,
     functools.partial,
     property,
     staticmethod,
     classmethod,
     BaseException,
+    *(
+        getattr(types, name)
+        for name in """ModuleType FunctionType BuiltinFunctionType MethodType MethodWrapperType
+        WrapperDescriptorType MethodDescriptorType ClassMethodDescriptorType GetSetDescriptorType
+        MemberDescriptorType GeneratorType CoroutineType AsyncGeneratorType FrameType
+        TracebackType CodeType CellType MappingProxyType SimpleNamespace""".split()
+    ),
 )
 
 
@@ -182,29 +170,9 @@ class Callback:
 # pagedsim's own types that checks hand out (3.4b: the pool the student's functions share)
 register(
     BlockPool,
-    methods=(
-        "allocate",
-        "allocate_many",
-        "take",
-        "incref",
-        "free",
-        "release",
-        "ref_count",
-        "ref_counts",
-        "is_shared",
-        "is_free",
-        "head",
-        "free_list",
-        "check_invariants",
-    ),
-    attributes=(
-        "num_blocks",
-        "block_size",
-        "free_order",
-        "num_free_blocks",
-        "num_shared",
-        "num_used",
-    ),
+    methods="""allocate allocate_many take incref free release ref_count ref_counts is_shared
+    is_free head free_list check_invariants""".split(),
+    attributes="num_blocks block_size free_order num_free_blocks num_shared num_used".split(),
 )
 register(Method, operations={CALL})
 register(Cursor, operations={"__next__", "__iter__"})
