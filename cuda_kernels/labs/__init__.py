@@ -38,14 +38,8 @@ def _ptx_kernels() -> list:
             f"{dtype}[{', '.join([':'] * (n - 1) + ['::1'])}]" for n in (spec.k_ndim, spec.v_ndim)
         )
         sig = f"void({k}, {v}, {_TAIL.format(q=dtype)})"
-        rows.append(
-            (
-                f"decode_{name}[{dtype},G={PTX_GROUP},D={PTX_HEAD_DIM}]",
-                kern.py_func,
-                sig,
-                PTX_THREADS,
-            )
-        )
+        label = f"decode_{name}[{dtype},G={PTX_GROUP},D={PTX_HEAD_DIM}]"
+        rows.append((label, kern.py_func, sig, PTX_THREADS))
     return rows
 
 
