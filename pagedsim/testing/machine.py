@@ -1,17 +1,12 @@
 """`manager_machine`: a Hypothesis state machine that drives any block manager next to
 pagedsim's `KVCacheManager` (the model) and checks it after every step.
 
-Why a model? Conformance is "the same observable behaviour as the chapter's manager"
-(3.3, 3.4; vLLM v0's BlockSpaceManager semantics): the same number of free blocks
-after every call, running out of blocks on exactly the same calls. Physical block
-ids are the implementation's own choice (unless `check_free_order` is given), so
-data is checked through a shadow memory instead:
-
-    memory[slot] = value   every token written gets a unique value, in the slot its
-                           table gives (slot = table[p // B] * B + p % B)
-    copy pairs             (src, dst) from drain_copies() are applied before writes,
-                           as the copy kernel runs before write_kv
-    read back              every live sequence must read exactly its own values
+Conformance is the chapter's observable behaviour (3.3, 3.4; vLLM v0's BlockSpaceManager):
+the same free count after every call, out of blocks on exactly the same calls. Block ids
+are the manager's own choice (unless `check_free_order`), so data is checked through a
+shadow memory: every token written gets a unique value in slot table[p // B] * B + p % B,
+drain_copies() pairs are applied before writes (the copy kernel runs before write_kv),
+and every live sequence must read back exactly its own values.
 
 Checks after every step (the failure message says which one broke):
     * table length == ceil(num_tokens / block_size), ids in range, no id twice;
