@@ -128,15 +128,8 @@ def warp_load(
         lanes = np.arange(WARP)
         t, d = (lanes % per_d) * g.x, lanes // per_d
     addr = element_offset(layout, which, g, block, head, t, d) + offset_bytes
-    return WarpLoad(
-        layout,
-        mapping,
-        which,
-        addr,
-        nbytes,
-        touched(addr, nbytes, SECTOR),
-        touched(addr, nbytes, LINE),
-    )
+    sectors, lines = touched(addr, nbytes, SECTOR), touched(addr, nbytes, LINE)
+    return WarpLoad(layout, mapping, which, addr, nbytes, sectors, lines)
 
 
 class AlignmentRow(TypedDict):

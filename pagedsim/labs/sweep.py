@@ -100,12 +100,8 @@ def sweep(
         fits = all(
             r.num_seqs * (blocks_needed(r.total_len, b) + 1) <= memory_tokens // b for r in sim
         )
-        row.update(
-            driver_row(sim, tokens, b, memory_tokens)
-            if fits
-            else {"preemptions": None, "hit_rate": None}
-        )
-        rows.append(row)
+        skipped: SweepRow = {"preemptions": None, "hit_rate": None}  # a request never fits
+        rows.append(row | (driver_row(sim, tokens, b, memory_tokens) if fits else skipped))
     return rows
 
 

@@ -22,6 +22,7 @@ a failure prints), runs it under an optional time limit, and turns odd answers i
 
 from __future__ import annotations
 
+import functools
 import operator
 import signal
 import threading
@@ -77,19 +78,15 @@ def alarm(seconds: float | None, make_error: Callable[[], BaseException]) -> Ite
         signal.signal(signal.SIGALRM, previous)
 
 
+def hung(what: str, seconds: float, script: list[str]) -> Hung:
+    """The `Hung` of a call `what` that ran past `seconds`, the script ending in it."""
+    problem = f"{what} did not return within {seconds:g} s (an infinite loop?)"
+    return Hung(render(problem, script, "# <- hangs here"), list(script))
+
+
 def time_limit(seconds: float | None, what: str, script: list[str]) -> AbstractContextManager[None]:
     """Raise `Hung` if the body runs longer than `seconds` (POSIX main thread only)."""
-    return alarm(
-        seconds,
-        lambda: Hung(
-            render(
-                f"{what} did not return within {seconds:g} s (an infinite loop?)",
-                script,
-                "# <- hangs here",
-            ),
-            list(script),
-        ),
-    )
+    return alarm(seconds, functools.partial(hung, what, seconds or 0, script))
 
 
 class Managed:
