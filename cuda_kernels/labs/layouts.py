@@ -133,8 +133,8 @@ def geometry(layout: str, k_src, v_src) -> tuple[int, int, int, int]:
         if k_src is not v_src:
             raise ValueError(f"{layout} layout: pass the same kv_cache as k_src and v_src")
         return check_kv_cache("k_src", k_src)
-    ck.require_array("k_src", k_src, spec.k_ndim, ck.FLOAT_DTYPES)
-    ck.require_array("v_src", v_src, spec.v_ndim, ck.FLOAT_DTYPES)
+    ck.require_array("k_src", k_src, len(spec.k_axes), ck.FLOAT_DTYPES)
+    ck.require_array("v_src", v_src, len(spec.v_axes), ck.FLOAT_DTYPES)
     if np.dtype(k_src.dtype) != np.dtype(v_src.dtype):
         raise ValueError(f"k_src and v_src dtypes differ: {k_src.dtype} vs {v_src.dtype}")
     ck.require_c_contiguous("k_src", k_src)

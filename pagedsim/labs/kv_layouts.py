@@ -65,14 +65,6 @@ class KVLayout:
         """K and V live in one array (then k_src is v_src)."""
         return "KV" in self.k_axes
 
-    @property
-    def k_ndim(self) -> int:
-        return len(self.k_axes)
-
-    @property
-    def v_ndim(self) -> int:
-        return len(self.v_axes)
-
     def axes(self, which: str) -> tuple[str, ...]:
         if which not in ("k", "v"):
             raise ValueError(f"which must be 'k' or 'v', got {which!r}")
@@ -107,9 +99,9 @@ class KVLayout:
     def dims(self, k_shape: tuple[int, ...], x: int) -> tuple[int, int, int, int]:
         """(num_blocks, num_kv_heads, block_size, head_dim) read off K's shape; ValueError
         if a vector axis is not x wide."""
-        if len(k_shape) != self.k_ndim:
+        if len(k_shape) != len(self.k_axes):
             raise ValueError(
-                f"k_src must have {self.k_ndim} dimensions {self.k_axes}, "
+                f"k_src must have {len(self.k_axes)} dimensions {self.k_axes}, "
                 f"got shape {tuple(k_shape)}"
             )
         size = dict(zip(self.k_axes, k_shape, strict=True))

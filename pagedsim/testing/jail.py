@@ -69,12 +69,8 @@ def _stat(pid: int) -> tuple[str, int, int, int] | None:
 
 def _processes() -> dict[int, tuple[int, int]]:
     """pid -> (parent pid, session id), for every process we can see."""
-    out = {}
-    for pid in _pids():
-        st = _stat(pid)
-        if st is not None and st[0] != "Z":
-            out[pid] = (st[1], st[3])
-    return out
+    stats = ((pid, _stat(pid)) for pid in _pids())
+    return {pid: (st[1], st[3]) for pid, st in stats if st is not None and st[0] != "Z"}
 
 
 def descendants(pid: int, table: dict[int, tuple[int, int]] | None = None) -> set[int]:
@@ -192,12 +188,8 @@ def _wait(pid: int) -> bool:
 
 def _zombies_of(me: int) -> list[tuple[int, int, int]]:
     """(pid, process group, session) of each exited child of ours not yet collected."""
-    out = []
-    for pid in _pids():
-        st = _stat(pid)
-        if st is not None and st[0] == "Z" and st[1] == me:
-            out.append((pid, st[2], st[3]))
-    return out
+    stats = ((pid, _stat(pid)) for pid in _pids())
+    return [(pid, st[2], st[3]) for pid, st in stats if st is not None and st[:2] == ("Z", me)]
 
 
 def _signal_group(pgid: int, sig: int) -> None:
