@@ -550,30 +550,16 @@ def kill_user(uid: int) -> None:
     /proc sweep from here follows, and both repeat while any remains."""
     import subprocess
 
+    kill_all = [sys.executable, "-S", "-c", "import os, signal; os.kill(-1, signal.SIGKILL)"]
     seen: set[int] = set()
     for attempt in range(50):  # kill(-1) at least once: a scan can miss a process mid-fork
         if attempt and not processes_of(uid) and not processes_of(uid):
             _reap(seen)
             return
-        try:
-            subprocess.run(
-                [sys.executable, "-S", "-c", "import os, signal; os.kill(-1, signal.SIGKILL)"],
-                preexec_fn=become(uid),
-                env={},
-                timeout=10,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                check=False,
-            )
-        except (OSError, subprocess.SubprocessError):
-            pass
-        for p in processes_of(uid):
-            seen.add(p)
-            try:
-                os.kill(p, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        _succeeds(kill_all, 10, preexec_fn=become(uid), env={}, stdin=subprocess.DEVNULL)
+        found = processes_of(uid)
+        seen.update(found)
+        _signal(found, signal.SIGKILL)
         _reap(seen)
         time.sleep(0.02)
 
