@@ -6,24 +6,22 @@ The pool lives in three device arrays (see `pool.DevicePool`):
     top       # [1] int32; how many ids are free
     ref       # [num_blocks] int32; owners of each block (0 = free)
 
-Grid for every kernel here: one thread per request (allocation) or per block-table
-entry (incref/free); 1-D, with a bounds guard. Three ways to allocate:
+Grid for every kernel: one thread per request (allocation) or per block-table entry
+(incref/free); 1-D, with a bounds guard. Three ways to allocate:
 
-- `alloc_cas`: each thread claims a slice of `counts[i]` ids off the top with a
-  compare-and-swap loop; all or nothing, so a request that does not fit is refused
-  and leaves the pool untouched (`granted[i] = 0`).
-- `alloc_atomic_add`: one `cuda.atomic.sub` per thread bumps the top down by
-  `counts[i]` and returns the old top: the slice is [old-k, old). The launcher has
-  checked that the whole batch fits, so no thread can overshoot.
-- `alloc_racy`: the same as a plain load and store of `top`. Two threads that load
-  the same top get the same ids. Kept for the lesson; `pagedsim race` proves it.
+- `alloc_cas`: each thread claims `counts[i]` ids off the top with a compare-and-swap
+  loop; all or nothing, so a request that does not fit leaves the pool untouched.
+- `alloc_atomic_add`: one `cuda.atomic.sub` per thread lowers top by `counts[i]` and
+  returns the old top: the slice is [old-k, old). The launcher checked the batch fits.
+- `alloc_racy`: a plain load and store of `top`; two threads that load the same top get
+  the same ids. Kept for the lesson; `pagedsim race` proves it.
 
-Memory ordering: allocation and free run as separate launches on one stream, and a
-kernel boundary orders all global memory, so a pop never meets a concurrent push.
-Inside `free_blocks` the pushes race only with each other: `atomic.add` on `top`
-reserves a distinct slot per push before the id is written. A kernel that pushed and
-popped at once would need a second counter (reserve, then commit after a
-`cuda.threadfence()`), and an index-based CAS stack would meet the ABA problem.
+Memory ordering: allocation and free are separate launches on one stream, and a kernel
+boundary orders all global memory, so a pop never meets a concurrent push. Inside
+`free_blocks` pushes race only with each other: `atomic.add` on `top` reserves a distinct
+slot per push before the id is written. Pushing and popping at once would need a second
+counter (reserve, then commit after a `cuda.threadfence()`), and an index-based CAS stack
+would meet the ABA problem.
 
 Reference: CUDA C++ Programming Guide, "Atomic Functions"; vLLM v1 block_pool.py (the
 host-side pool this mirrors); `pagedsim.labs.interleavings` for the step-by-step race.

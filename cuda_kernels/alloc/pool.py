@@ -70,13 +70,9 @@ class DevicePool:
         return self.ref.copy_to_host()
 
     def allocate(self, counts, method: str = "cas") -> tuple[np.ndarray, np.ndarray]:
-        """Request i takes counts[i] blocks. Returns (table [n, max k] int32 padded -1,
-        granted bool[n]).
-
+        """Request i takes counts[i] blocks: (table [n, max k] int32 padded -1, granted bool[n]).
         "cas" may refuse single requests when the pool runs short (granted False, nothing
-        taken for them); the other methods need the whole batch to fit and raise
-        OutOfBlocks before launching otherwise.
-        """
+        taken for them); the others need the whole batch to fit, else OutOfBlocks."""
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
         c = _as_ids("counts", counts)
@@ -87,11 +83,8 @@ class DevicePool:
         granted = np.zeros(n, dtype=np.int32)
         if n == 0:
             return table[:, :width], granted.astype(bool)
-        d_counts, d_table, d_granted = (
-            cuda.to_device(c),
-            cuda.to_device(table),
-            cuda.to_device(granted),
-        )
+        d_counts, d_granted = cuda.to_device(c), cuda.to_device(granted)
+        d_table = cuda.to_device(table)
         args = (self.free_ids, self.top, self.ref, d_table, d_granted)
         if method == "prefix_sum":
             d_offsets = P.exclusive_scan(d_counts)
@@ -101,11 +94,7 @@ class DevicePool:
             )
             self.top.copy_to_device(np.array([base], dtype=np.int32))
         else:
-            kernel = {
-                "cas": K.alloc_cas_kernel,
-                "atomic_add": K.alloc_atomic_add_kernel,
-                "racy": K.alloc_racy_kernel,
-            }[method]
+            kernel = getattr(K, f"alloc_{method}_kernel")  # alloc_cas_kernel, ...
             kernel[_grid(n), THREADS](d_counts, *args)
         return d_table.copy_to_host()[:, :width], d_granted.copy_to_host().astype(bool)
 
@@ -119,9 +108,7 @@ class DevicePool:
             K.incref_kernel[_grid(b.size), THREADS](cuda.to_device(b), self.ref)
 
     def free(self, blocks) -> np.ndarray:
-        """Drop one owner per entry; returns released: bool[len(blocks)], True where a count
-        hit 0.
-        """
+        """Drop one owner per entry; released: bool[len(blocks)], True where a count hit 0."""
         b = _as_ids("blocks", blocks, self.num_blocks)
         ref = self.ref_counts()
         drops = np.bincount(b, minlength=self.num_blocks)

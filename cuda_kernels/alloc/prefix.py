@@ -1,18 +1,18 @@
 """Batch allocation without atomics: an exclusive prefix sum gives each request a disjoint slice.
 
-SGLang's token-to-KV pool allocates a whole batch at once: it sums the requested
-counts, takes that many ids off the free list in one step, and an exclusive scan
-of the counts tells request i where its slice starts. No two requests can overlap
-because the scan is a partition of [0, total).
+SGLang's token-to-KV pool allocates a whole batch at once: it takes the summed counts off
+the free list in one step, and an exclusive scan of the counts (a partition of [0, total),
+so no two requests overlap) tells request i where its slice starts. The scan runs on the
+device in the classic two-level way:
 
-Here the scan runs on the device in the classic two-level way:
-  1. `block_scan`: one thread block per SCAN_TPB requests; a Hillis-Steele scan in
-     shared memory (double-buffered, log2(SCAN_TPB) rounds) writes each element's
-     exclusive prefix within its block, and each block's total;
+  1. `block_scan`: one thread block per SCAN_TPB requests, a Hillis-Steele scan in shared
+     memory (double-buffered, log2(SCAN_TPB) rounds): each element's exclusive prefix within
+     its block, and each block's total;
   2. the block totals are scanned the same way (recursively, until one block is left);
   3. `add_block_offsets` adds each block's scanned total to its elements.
-Then `take_slices` copies ids free_ids[base + offset[i] : base + offset[i] + counts[i]]
-where base = top - total, and the launcher lowers top by total.
+
+Then `take_slices` copies free_ids[base + offset[i] : ... + counts[i]] (base = top - total)
+and the launcher lowers top by total.
 
 Reference: SGLang `TokenToKVPoolAllocator.alloc` (python/sglang/srt/mem_cache/allocator.py);
 Hillis & Steele, "Data parallel algorithms" (CACM 1986); GPU Gems 3, ch. 39 (scan).
@@ -27,8 +27,7 @@ SCAN_BUF = 512  # 2 * SCAN_TPB, spelled out: shared array sizes must be plain co
 
 def block_scan(values, excl, block_sums):
     """Block b, thread t: excl[i] = sum of values[b*TPB : i] (i = b*TPB + t);
-    block_sums[b] = block total.
-    """
+    block_sums[b] = the block's total."""
     buf = cuda.shared.array(SCAN_BUF, int32)  # [2, SCAN_TPB]: ping-pong buffers
     t = cuda.threadIdx.x
     i = cuda.blockIdx.x * SCAN_TPB + t
@@ -78,9 +77,7 @@ take_slices_kernel = cuda.jit(take_slices)
 
 
 def exclusive_scan(d_values):
-    """Exclusive prefix sum of a 1-D int32 device array, on the device. Returns a new
-    device array.
-    """
+    """Exclusive prefix sum of a 1-D int32 device array, on the device, as a new one."""
     n = d_values.shape[0]
     nblocks = (n + SCAN_TPB - 1) // SCAN_TPB
     d_excl = cuda.device_array(n, dtype=np.int32)

@@ -35,17 +35,12 @@ def _ptx_kernels() -> list:
             ld, PTX_HEAD_DIM, PTX_GROUP, np.dtype(dtype), PTX_BLOCK_SIZE, warps=PTX_THREADS // 32
         )
         k, v = (
-            f"{dtype}[{', '.join([':'] * (n - 1) + ['::1'])}]" for n in (spec.k_ndim, spec.v_ndim)
+            f"{dtype}[{', '.join([':'] * (n - 1) + ['::1'])}]"
+            for n in (len(spec.k_axes), len(spec.v_axes))
         )
         sig = f"void({k}, {v}, {_TAIL.format(q=dtype)})"
-        rows.append(
-            (
-                f"decode_{name}[{dtype},G={PTX_GROUP},D={PTX_HEAD_DIM}]",
-                kern.py_func,
-                sig,
-                PTX_THREADS,
-            )
-        )
+        label = f"decode_{name}[{dtype},G={PTX_GROUP},D={PTX_HEAD_DIM}]"
+        rows.append((label, kern.py_func, sig, PTX_THREADS))
     return rows
 
 

@@ -1,19 +1,15 @@
 """The alignment lab: the chapter's decode kernel over a pool whose blocks start off a
 128-byte boundary.
 
-Chapter 3.7 advises starting every block on a 128-byte boundary (a cache line). To
-measure what breaking that costs, `offset_pool` carves the pool out of a flat byte
-buffer so that its first byte sits `offset` bytes past a 128-byte boundary; with a
-block size in bytes that is a multiple of 128, every block then starts `offset` bytes
-off. The view has the kernel's own array type ([N, 2, H_kv, B, D], C-contiguous), so
-the unchanged kernel (`cuda_kernels.paged_attention`) runs on it.
-
-A 4-byte offset is legal for float32 and float16 scalar loads (the kernel's), but it
-would fault a 16-byte vector load: vectorised kernels cannot even run misaligned.
+Chapter 3.7 advises starting every block on a 128-byte boundary (a cache line).
+`offset_pool` carves the pool out of a flat byte buffer so that its first byte sits
+`offset` bytes past one; with blocks a multiple of 128 bytes, every block starts that far
+off. The view keeps the kernel's array type ([N, 2, H_kv, B, D], C-contiguous), so the
+unchanged `cuda_kernels.paged_attention` runs on it. A 4-byte offset suits scalar loads
+(the kernel's) but would fault a 16-byte vector load.
 `pagedsim.labs.sectors.alignment_table` gives the theory; `benchmarks/gpu_labs.py` measures.
 
-Reference: CUDA C++ Best Practices Guide, "Misaligned Accesses" (about 10% lower
-bandwidth for an offset copy on their GPU).
+Reference: CUDA C++ Best Practices Guide, "Misaligned Accesses".
 """
 
 from __future__ import annotations
@@ -61,7 +57,5 @@ def decode_at_offset(offset: int, query, kv_cache: np.ndarray, block_tables, con
     check_kv_cache("kv_cache", kv_cache)
     pool = offset_pool(kv_cache.shape, kv_cache.dtype, offset)
     pool.copy_to_device(np.ascontiguousarray(kv_cache))
-    return (
-        paged_attention(query, pool, block_tables, context_lens, **kw),
-        device_address(pool) % LINE,
-    )
+    out = paged_attention(query, pool, block_tables, context_lens, **kw)
+    return out, device_address(pool) % LINE

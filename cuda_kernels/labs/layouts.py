@@ -1,24 +1,19 @@
 """The layout lab: one decode kernel, every registered KV-cache layout, the same logical cache.
 
-The layouts themselves (axis orders, shapes, index arithmetic, `convert`) are the one
-registry `pagedsim.labs.kv_layouts.LAYOUTS`, pure NumPy so the sector model needs no
-numba. This module attaches to each layout name its device loaders (`LOADERS`), the
-address functions handed to the kernels' factory (`cuda_kernels.fast.decode.make_decode_kernel`,
-launched by `attention.decode_with`), so every layout runs the same kernel body and
-differs only in index arithmetic:
+The layouts (axis orders, shapes, index arithmetic, `convert`) are the registry
+`pagedsim.labs.kv_layouts.LAYOUTS`. This module attaches to each name its device loaders
+(`LOADERS`), the address functions handed to the kernels' factory
+(`cuda_kernels.fast.decode.make_decode_kernel`), so every layout runs the same kernel body:
 
     fused   the chapter's BLOCK_MAJOR: 16-byte loads, scalar fallback
     split   row index into [N, H, B, D] pools: 16-byte loads, fallback SPLIT_SCALAR
     nhd     row index into [N, B, H, D] pools: 16-byte loads, fallback NHD_SCALAR
     vllm    scalar loads (its key rows are split into x-element pieces B*x apart)
 
-How to add a layout: its `KVLayout` entry in `pagedsim.labs.kv_layouts`, then one
-`Loaders` here in `LOADERS` (or `register_loaders` at run time); the import-time check
-below refuses a registry and a loader table that disagree. `convert`, `geometry` and
-`decode` take any registered name, and `cuda_kernels.labs.PTX_KERNELS` compiles one
-decode kernel per layout for the PTX/SASS report.
+A new layout needs its `Loaders` here (or `register_loaders`); an import-time check refuses
+a registry and a loader table that disagree.
 
-Reference: vLLM csrc/attention/attention_kernels.cuh (key cache [.., D/x, B, x]) and the
+Reference: vLLM csrc/attention/attention_kernels.cuh (key cache [.., D/x, B, x]); the
 PagedAttention paper (footnote: K and V together or apart made no difference);
 FlashInfer docs, "KV-Cache Layout".
 """
@@ -35,20 +30,6 @@ from cuda_kernels.mask import CAUSAL, ScoreMask
 from cuda_kernels.primitives import itemsize
 from pagedsim.labs.kv_layouts import LAYOUTS, vec_width
 from pagedsim.labs.kv_layouts import layout as registered
-
-__all__ = [
-    "LOADERS",
-    "LAYOUTS",
-    "NHD_SCALAR",
-    "SPLIT_SCALAR",
-    "convert",
-    "decode",
-    "geometry",
-    "loaders",
-    "register_loaders",
-    "unregister_loaders",
-    "vec_width",
-]
 
 
 @cuda.jit(device=True)
@@ -152,8 +133,8 @@ def geometry(layout: str, k_src, v_src) -> tuple[int, int, int, int]:
         if k_src is not v_src:
             raise ValueError(f"{layout} layout: pass the same kv_cache as k_src and v_src")
         return check_kv_cache("k_src", k_src)
-    ck.require_array("k_src", k_src, spec.k_ndim, ck.FLOAT_DTYPES)
-    ck.require_array("v_src", v_src, spec.v_ndim, ck.FLOAT_DTYPES)
+    ck.require_array("k_src", k_src, len(spec.k_axes), ck.FLOAT_DTYPES)
+    ck.require_array("v_src", v_src, len(spec.v_axes), ck.FLOAT_DTYPES)
     if np.dtype(k_src.dtype) != np.dtype(v_src.dtype):
         raise ValueError(f"k_src and v_src dtypes differ: {k_src.dtype} vs {v_src.dtype}")
     ck.require_c_contiguous("k_src", k_src)

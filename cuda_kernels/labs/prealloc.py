@@ -1,17 +1,13 @@
 """The pre-allocation lab: one device allocation per block on demand, or one pool up front.
 
-Chapter 3.7 advises pre-allocating the block pool. The two strategies compared here:
+Chapter 3.7 advises pre-allocating the block pool. On demand, every new block is its own
+`cuda.device_array` (a cudaMalloc, and a free when dropped), wherever the allocator puts
+it, so one kernel cannot reach it by `pool[block_id]`. Pooled, one [num_blocks,
+*block_shape] array is made at start-up (as vLLM does after profiling memory) and a block
+is an id from the host `BlockPool`: no device allocation on the serving path.
 
-- on demand: every new block is its own `cuda.device_array` (a cudaMalloc, and the
-  matching free when it is dropped). The blocks land wherever the allocator puts them,
-  so one kernel cannot reach them by `pool[block_id]`; it would need a table of pointers.
-- pooled: one `cuda.device_array` of [num_blocks, *block_shape] at start-up (what
-  vLLM does after profiling memory), then a block is an id from the host `BlockPool`:
-  no device allocation at all on the serving path.
-
-Without a GPU this module reports what each strategy *does* (allocation calls and
-bytes), counted by wrapping the allocator; it never reports a time.
-`benchmarks/gpu_labs.py` times both on a GPU.
+Without a GPU this counts what each strategy does (allocation calls and bytes), never a
+time; `benchmarks/gpu_labs.py` times both on a GPU.
 
 Reference: vLLM v1 gpu_model_runner.py (`initialize_kv_cache`: one tensor per layer);
 CUDA C++ Best Practices Guide, "Memory Allocation" (allocation is expensive; reuse it).

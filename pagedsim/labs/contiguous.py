@@ -1,20 +1,13 @@
 """A contiguous KV allocator under continuous batching: first-fit placement, external
 fragmentation.
 
-Orca-style systems give each request one contiguous region of `size[i]` token slots
-(max_len, the next power of two of L, or exactly L). This module replays such a
-system in a memory of `memory` slots, event by event:
-
-    * a request is admitted (FCFS, arrival order) at step s if first-fit finds a hole
-      of at least size[i]; it is live for steps s .. s + output_len - 1, then freed;
-    * between two events nothing moves, so each span of k steps adds
-      k * (free slots in holes too small for every waiting request) to the external
-      fragmentation. Free space while nobody waits is idle, not fragmentation.
-
-The result is the sum over steps of that free space, for the waste comparison.
-Token states, reservations and internal fragmentation do not depend on the schedule
-(every request passes through each of its lengths exactly once), so they are
-computed in closed form in `waste.py`.
+Orca-style systems give each request one contiguous region of `size[i]` slots (max_len,
+the next power of two of L, or L). This replays one in a memory of `memory` slots, event
+by event: a request is admitted (FCFS) when first fit finds a hole of size[i], is live
+for output_len steps, then freed; each span of k steps between events adds k * (free
+slots in holes too small for every waiting request). Free space while nobody waits is
+idle, not fragmentation. The other parts of the waste do not depend on the schedule and
+have closed forms in `waste.py`.
 """
 
 from __future__ import annotations

@@ -1,34 +1,22 @@
 """Every interleaving of a concurrent pop from a free stack of block ids, enumerated.
 
-Chapter 3.7 says that when many GPU threads take blocks at once the pool needs
-atomics. This module shows why without a GPU and without scheduling luck: it
-splits each thread's pop into its individual memory steps and walks every order
-in which those steps can interleave.
+Chapter 3.7 says the pool needs atomics when many GPU threads take blocks at once. This
+shows why without a GPU or scheduling luck: each thread's pop is split into its memory
+steps (each atomic on its own), and every order in which they can interleave is walked.
 
-Three implementations of `pop` over a shared free stack (`stack[0:top]` free):
+- ``racy``: ``t = top``; ``b = stack[t-1]``; ``top = t-1``.
+- ``cas``: ``t = top``; loop ``b = stack[t-1]``; ``old = CAS(top, t, t-1)``; done if
+  ``old == t``, else ``t = old`` (the loop in `cuda_kernels.alloc.kernels`).
+- ``atomic_add``: ``t = atomic_add(top, -1)`` (the old value); ``b = stack[t-1]``.
 
-- ``racy``: ``t = top``; ``b = stack[t-1]``; ``top = t-1``. Three plain steps.
-- ``cas``: ``t = top``; then loop ``b = stack[t-1]``;
-  ``old = CAS(top, t, t-1)``; done if ``old == t``, else ``t = old`` and retry.
-  This is the loop in `cuda_kernels.alloc.kernels` (numba's `cuda.atomic.cas`).
-- ``atomic_add``: ``t = atomic_add(top, -1)`` (returns the old value);
-  ``b = stack[t-1]``. Two steps, the first indivisible.
+A schedule is bad when two threads return the same block, or ``top`` does not end
+``threads`` lower than it started. Fixed-length pops have ``(threads*steps)! /
+(steps!)**threads`` schedules; CAS loops are counted by the walk. Only pops run: with
+concurrent pushes an index-based CAS stack has the ABA problem, which is why
+`cuda_kernels.alloc` frees in a separate launch.
 
-Every memory step is atomic on its own (a 32-bit load, store or read-modify-write
-is). A schedule is bad when two threads return the same block, or when ``top``
-does not end ``threads`` lower than it started (a block handed out but still on
-the free stack, or taken off it and lost). Racy and atomic_add pops have a fixed
-number of steps, so their schedule count is the multinomial
-``(threads*steps)! / (steps!)**threads``; CAS loops have a variable length and
-are counted by the walk itself.
-
-Only pops run here, no pushes: with concurrent pushes an index-based CAS stack
-has the ABA problem (top goes 3 -> 2 -> 3 with a different id at stack[2]),
-which is why `cuda_kernels.alloc` frees in a separate launch.
-
-Reference: Herlihy & Shavit, "The Art of Multiprocessor Programming", ch. 5
-(consensus numbers: why a read and a write cannot implement a shared pop, and
-compare-and-swap can); CUDA C++ Programming Guide, "Atomic Functions".
+Reference: Herlihy & Shavit, "The Art of Multiprocessor Programming", ch. 5 (consensus
+numbers); CUDA C++ Programming Guide, "Atomic Functions".
 """
 
 from __future__ import annotations
@@ -164,10 +152,6 @@ def summarize(impl: str, threads: int, stack: tuple[int, ...] | None = None) -> 
     return Summary(impl, threads, total, bad, duplicated, first)
 
 
-def bad_outcomes(impl: str, threads: int, stack: tuple[int, ...] | None = None) -> list[Outcome]:
-    return [out for out in explore(impl, threads, stack) if out.bad]
-
-
 def format_schedule(out: Outcome) -> str:
     """A table: one row per step, one column per thread."""
     n = len(out.blocks)
@@ -217,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bad: {s.bad} ({s.duplicated} hand one block to two threads)")
     if s.bad == 0:
         print("every interleaving hands each thread a distinct block and top ends consistent.")
-    for out in bad_outcomes(args.impl, args.threads)[: args.show]:
+    for out in [out for out in explore(args.impl, args.threads) if out.bad][: args.show]:
         print()
         print(format_schedule(out))
     return 0

@@ -1,27 +1,20 @@
 """The KV-cache layout registry: where element (block n, kv head h, token t, dim d) lives.
 
-Pure NumPy, so the sector model (`sectors.py`) and its figure load no numba; the
-kernels (`cuda_kernels.labs.layouts`) import the same registry and attach their
-device loaders by name.
-
-A layout is the axis order of its K and V arrays, outermost first. Everything else is
-derived from that order: the arrays' shapes and ranks, the element index (row-major
-over the axes), `convert` (the chapter's fused cache rewritten into the layout) and
-the shape rules the kernel launcher checks (`dims`).
+Pure NumPy, so the sector model (`sectors.py`) loads no numba; the kernels
+(`cuda_kernels.labs.layouts`) attach their device loaders to the same names. A layout is
+the axis order of its K and V arrays, outermost first; shapes, the row-major element
+index, `convert` (from the chapter's fused cache) and the launcher's shape rules (`dims`)
+all derive from it.
 
     fused   kv_cache[N, 2, H, B, D]                 K at [:, 0], V at [:, 1] (the chapter's)
     split   k_pool[N, H, B, D], v_pool[N, H, B, D]  (vLLM paper footnote; two allocations)
     nhd     k_pool[N, B, H, D], v_pool[N, B, H, D]  (token-major, FlashInfer's NHD)
     vllm    key[N, H, D/x, B, x], value[N, H, D, B] (vLLM v0 csrc; x = 16 B / element size)
 
-Axes: N block, KV (0 for K, 1 for V: K and V share one array), H kv head, B token in
-the block, D dim, D/x and x the dim split into 16-byte vectors (d // x, d % x).
-
-How to add a layout: one `KVLayout(name, k_axes, v_axes, shape, vec16_along_tokens)`
-in `LAYOUTS` below (or `register(...)` at run time), and one `Loaders` pair for it in
-`cuda_kernels.labs.layouts.LOADERS` (an import-time check keeps the two in step). The
-sector model, `convert`, the launcher's shape checks, the tests, the layout figure and
-the PTX/SASS report (`cuda_kernels.labs.PTX_KERNELS`) all iterate this registry.
+Axes: N block, KV (K and V in one array), H kv head, B token in the block, D dim, D/x and
+x the dim split into 16-byte vectors. To add a layout: a `KVLayout` in `LAYOUTS` (or
+`register` at run time) and its `Loaders` in `cuda_kernels.labs.layouts.LOADERS`; the
+sector model, the tests, the figure and the PTX report iterate this registry.
 
 References: vLLM csrc/attention/attention_kernels.cuh (key cache [.., D/x, B, x],
 `x = 16 / sizeof(cache_t)`); FlashInfer docs, "KV-Cache Layout" (NHD / HND).
@@ -52,9 +45,8 @@ class KVLayout:
     k_axes: tuple[str, ...]  # K's axes, outermost first
     v_axes: tuple[str, ...]  # V's axes
     shape: str  # the arrays as the docstring table writes them
-    vec16_along_tokens: tuple[
-        str, ...
-    ] = ()  # "k"/"v": arrays whose 16-byte vectors run along tokens
+    # "k"/"v": the arrays whose 16-byte vectors run along tokens
+    vec16_along_tokens: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for which, axes in (("k_axes", self.k_axes), ("v_axes", self.v_axes)):
@@ -72,14 +64,6 @@ class KVLayout:
     def same_array(self) -> bool:
         """K and V live in one array (then k_src is v_src)."""
         return "KV" in self.k_axes
-
-    @property
-    def k_ndim(self) -> int:
-        return len(self.k_axes)
-
-    @property
-    def v_ndim(self) -> int:
-        return len(self.v_axes)
 
     def axes(self, which: str) -> tuple[str, ...]:
         if which not in ("k", "v"):
@@ -115,9 +99,9 @@ class KVLayout:
     def dims(self, k_shape: tuple[int, ...], x: int) -> tuple[int, int, int, int]:
         """(num_blocks, num_kv_heads, block_size, head_dim) read off K's shape; ValueError
         if a vector axis is not x wide."""
-        if len(k_shape) != self.k_ndim:
+        if len(k_shape) != len(self.k_axes):
             raise ValueError(
-                f"k_src must have {self.k_ndim} dimensions {self.k_axes}, "
+                f"k_src must have {len(self.k_axes)} dimensions {self.k_axes}, "
                 f"got shape {tuple(k_shape)}"
             )
         size = dict(zip(self.k_axes, k_shape, strict=True))

@@ -1,21 +1,17 @@
 """Eviction and preemption policies compared on one trace: hit rate, recomputed tokens,
 bytes swapped.
 
-One seeded trace (synthetic by default, or `--trace FILE`) is served by the
-continuous-batching driver with prefix caching on (prompts share seeded system
-prompts, `workloads.prompt_tokens`), once per combination of
+One seeded trace (synthetic, or `--trace FILE`) is served with prefix caching on, in the
+same KV memory, once per combination of
 
     cached-block eviction   lru (v1's order) | lfu | fifo    (policies/cache_pool.py)
-    scheduler               v1: token budget, recompute only (scheduler_v1.py), first;
-                            v0: recompute | swap (policies/preemption.py), beside it
+    scheduler               v1: token budget, recompute only (scheduler_v1.py);
+                            v0: recompute | swap (policies/preemption.py)
 
-in the same KV memory. The host pool for v0's `swap` holds `--swap-space` GiB of
-blocks (v0's default swap space is 4 GiB). Reported per run: prefix-cache hit rate
-(tokens, v1's definition: in the v1 rows a preempted request's lookup on re-admission is
-counted apart, in `preempted_hit_rate` of --json, and stays out of hit_rate, as v1's
-PrefixCacheStats does; v0 had no such split, so its rows count every admission),
-evictions, preemptions, tokens preemption discarded, tokens actually recomputed after
-cache hits, bytes swapped and steps.
+v0's `swap` gets `--swap-space` GiB of host blocks (v0's default: 4 GiB). Per run: hit
+rate in tokens (in v1 rows a preempted request's re-admission lookup is counted apart, in
+`preempted_hit_rate`, as v1's PrefixCacheStats does; v0 counts every admission),
+evictions, preemptions, tokens discarded and actually recomputed, bytes swapped, steps.
 """
 
 from __future__ import annotations
@@ -33,17 +29,9 @@ from ..scheduler import make_scheduler
 from ..sizing import preset
 from .waste import DEFAULT_MEMORY_TOKENS, add_trace_args, load_requests
 
-COLUMNS = (
-    "mode",
-    "eviction",
-    "preemption",
-    "hit_rate",
-    "evictions",
-    "preemptions",
-    "discarded_tokens",
-    "recomputed_tokens",
-    "swapped_mib",
-    "steps",
+COLUMNS = tuple(
+    """mode eviction preemption hit_rate evictions preemptions discarded_tokens
+    recomputed_tokens swapped_mib steps""".split()
 )
 
 # one run's row, by COLUMNS: the policy names, then its counts and rates
@@ -127,14 +115,8 @@ def main(argv: list[str]) -> int:
         ap.error("--memory-tokens must hold at least one block (>= --block-size)")
     requests, source = load_requests(args)  # errors: one line from pagedsim.app.cli.main
     tokens = workloads.prompt_tokens(requests, args.seed)
-    rows = compare(
-        requests,
-        tokens,
-        block_size=args.block_size,
-        memory_tokens=args.memory_tokens,
-        swap_space=args.swap_space,
-        model=args.model,
-    )
+    sizes = {"block_size": args.block_size, "memory_tokens": args.memory_tokens}
+    rows = compare(requests, tokens, **sizes, swap_space=args.swap_space, model=args.model)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0

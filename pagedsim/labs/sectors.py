@@ -1,24 +1,20 @@
-"""How many 32-byte sectors one warp's load touches in each KV-cache layout.
-Pure NumPy: drawing a figure from it loads no numba.
+"""How many 32-byte sectors one warp's load touches in each KV-cache layout (pure NumPy).
 
-A warp's global load is served in 32-byte sectors (and 128-byte cache lines); a load
-is fully efficient when the bytes its 32 lanes ask for fill every sector it touches.
-This model computes, from the index arithmetic alone, the byte addresses each lane
-reads, then counts distinct sectors and lines. It predicts; the GPU script measures.
-The layouts and their index arithmetic come from the registry, `kv_layouts.LAYOUTS`
-(re-exported here as `LAYOUTS` and `layout`); every table below covers all of them.
+A warp's global load is served in 32-byte sectors (and 128-byte lines); it is fully
+efficient when the bytes its 32 lanes ask for fill every sector it touches. From the index
+arithmetic alone (the registry, `kv_layouts.LAYOUTS`) this computes the byte each lane
+reads and counts distinct sectors and lines: it predicts, the GPU script measures.
 
 Thread mappings (which (token, dim) lane l reads in one load instruction):
 
-    kernel  the factory kernel's tile loop (`cuda_kernels.fast.decode`): flat index i = l over
-            (token, d), so the lanes read dims 0..31 of one token, one element each;
-    vec16   vLLM's key loop: lane l reads a 16-byte vector, x elements, of token l % B,
-            chunk l // B (B lanes per chunk, so a warp covers 32 // B chunks of B tokens);
-            for vLLM's value layout the 16-byte vectors run along tokens instead.
+    kernel  the factory kernel's tile loop (`cuda_kernels.fast.decode`): lanes read dims
+            0..31 of one token, one element each;
+    vec16   vLLM's key loop: lane l reads 16 bytes (x elements) of token l % B, chunk
+            l // B; for vLLM's value layout the vectors run along tokens instead.
 
-References: CUDA C++ Best Practices Guide, "Coalesced Access to Global Memory"
-(32-byte segments, misaligned access); vLLM csrc/attention/attention_kernels.cuh
-(`x = 16 / sizeof(cache_t)`); FlashInfer docs, "KV-Cache Layout" (NHD / HND).
+References: CUDA C++ Best Practices Guide, "Coalesced Access to Global Memory"; vLLM
+csrc/attention/attention_kernels.cuh (`x = 16 / sizeof(cache_t)`); FlashInfer docs,
+"KV-Cache Layout" (NHD / HND).
 """
 
 from __future__ import annotations
@@ -31,28 +27,8 @@ import numpy as np
 import numpy.typing as npt
 
 from . import kv_layouts as _kv
-from .kv_layouts import LAYOUTS, Coord, KVLayout, layout
-
-__all__ = [
-    "LAYOUTS",
-    "KVLayout",
-    "layout",
-    "Geometry",
-    "WarpLoad",
-    "MAPPINGS",
-    "element_offset",
-    "lane_elements",
-    "warp_load",
-    "touched",
-    "misaligned_run",
-    "alignment_table",
-    "layout_table",
-    "kv_distance",
-    "format_table",
-    "SECTOR",
-    "LINE",
-    "WARP",
-]
+from .kv_layouts import LAYOUTS as LAYOUTS  # the figures iterate it from here
+from .kv_layouts import Coord, layout
 
 SECTOR = 32  # bytes
 LINE = 128  # bytes
@@ -152,15 +128,8 @@ def warp_load(
         lanes = np.arange(WARP)
         t, d = (lanes % per_d) * g.x, lanes // per_d
     addr = element_offset(layout, which, g, block, head, t, d) + offset_bytes
-    return WarpLoad(
-        layout,
-        mapping,
-        which,
-        addr,
-        nbytes,
-        touched(addr, nbytes, SECTOR),
-        touched(addr, nbytes, LINE),
-    )
+    sectors, lines = touched(addr, nbytes, SECTOR), touched(addr, nbytes, LINE)
+    return WarpLoad(layout, mapping, which, addr, nbytes, sectors, lines)
 
 
 class AlignmentRow(TypedDict):

@@ -1,22 +1,16 @@
 """Memory saved by sharing blocks: parallel sampling and beam search (vLLM paper Sec. 4.4, Fig. 15).
 
-Sharing here is vLLM v0's: one group per request, forked, with copy-on-write (the
-paper's mechanism). v1 turns n samples into n requests that share full prompt blocks
-through the prefix cache, and runs beam search outside the scheduler.
+Sharing here is vLLM v0's: one group per request, forked, with copy-on-write (the paper's
+mechanism); v1 turns n samples into n requests sharing full prompt blocks through the
+prefix cache, and runs beam search outside the scheduler. Each request runs through the
+driver with `n` samples or `beam_width` beams, in a pool that never preempts; the saving is
 
-Each request of the trace is run through the continuous-batching driver with
-`n` samples or `beam_width` beams, in a pool large enough that nothing is preempted.
-At every step the driver records the blocks in use and the blocks the same running
-sequences would hold without sharing (each sequence ceil(l/B) blocks of its own).
-The saving is
+    1 - sum over steps of blocks used / sum over steps of unshared blocks
 
-    1 - sum over steps of blocks used / sum over steps of unshared blocks.
-
-Parallel samples share only the prompt's blocks. Beams are synthetic: every step
-each beam, with probability `beam_reshuffle` (default 0.25), is replaced by a fork
-of another beam, so beams share their prompt *and* long common histories, like real
-beam candidates that descend from a few survivors. The paper measures real beams of
-OPT-13B on Alpaca; ours only has the shape of that process, not its statistics.
+(unshared: each sequence ceil(l/B) blocks of its own). Samples share only the prompt.
+Beams are synthetic: each step each beam, with probability `beam_reshuffle`, becomes a
+fork of another, so beams share long histories like real survivors; the paper measures
+real OPT-13B beams on Alpaca, ours has only the shape of that process.
 """
 
 from __future__ import annotations

@@ -1,43 +1,38 @@
 """Swap or recompute? A first-order cost model for bringing back a preempted sequence
 (vLLM Sec. 4.5, Fig. 19).
 
-Swap is vLLM v0's alternative; v1 preempts by recompute only (see below).
+Swap is vLLM v0's alternative; v1 preempts by recompute only.
 
-    swap       K/V of l tokens go to the host and come back over PCIe:
+    swap       K/V of l tokens go to the host and come back over PCIe (vLLM's swap_blocks
+               issues one copy per block, hence a per-block latency):
                    t_swap = 2 * (ceil(l/B) * copy_latency + l * bytes_per_token / pcie_bandwidth)
-               (vLLM's swap_blocks issues one copy per block, hence a per-block latency)
-    recompute  the l tokens are prefilled again:
+    recompute  the l tokens are prefilled again (weights, plus causal attention scores and
+               values; d_model = heads * head_dim):
                    flops = 2 * params * l + 2 * num_layers * l**2 * d_model
-                   (weights, plus causal attention scores and values; d_model = heads * head_dim)
                    t_recompute = flops / (peak_flops * mfu)
 
-vLLM v1's argument (it preempts by recompute only): freed full blocks stay in the
-prefix cache, so re-admission recomputes only tokens past the cached prefix. With
-a fraction h of the l tokens served from cache, only tokens [h*l, l) are computed:
+v1's argument: freed full blocks stay in the prefix cache, so re-admission recomputes only
+the tokens past the cached prefix. With a fraction h of them served from cache,
 
     t_recompute_v1 = t_recompute(l) - t_recompute(h * l)
 
-h is measured (`measured_hit_fraction`: 1 - recomputed / discarded tokens of a v1
-scheduler run on a synthetic ShareGPT trace) unless `--hit-fraction` is given.
-Swap (v0 only) time is linear in l, recompute has a quadratic attention term, so for each
-length there is a PCIe bandwidth above which swapping wins:
+h is measured (`measured_hit_fraction`, on a v1 run over synthetic ShareGPT) unless
+`--hit-fraction` is given. Swap is linear in l and recompute has a quadratic term, so for
+each length there is a PCIe bandwidth above which swapping wins:
 
     bandwidth* = 2 * l * bytes_per_token / (t_recompute - 2 * ceil(l/B) * copy_latency)
 
-ASSUMPTIONS (defaults; every one is a flag, none is a measurement of ours):
-    model       OPT-13B from `sizing.PRESETS` (40 layers, 40 heads x 128, FP16 K/V:
-                819,200 bytes per token); params ~ 12 * layers * d_model**2 = 12.6e9
-    GPU         NVIDIA A100: 312 TFLOPS dense FP16 peak, prefill at 50% of peak (MFU)
-    PCIe        4.0 x16: 25 GB/s effective per direction (32 GB/s theoretical)
-    copy        10 microseconds of fixed cost per block copy, block size 16
+ASSUMED by default (each one a flag, none a measurement of ours): OPT-13B from
+`sizing.PRESETS` (819,200 bytes per token; params ~ 12 * layers * d_model**2 = 12.6e9); an
+A100 (312 TFLOPS dense FP16, prefill at 50% MFU); PCIe 4.0 x16 at 25 GB/s effective per
+direction; 10 microseconds per block copy, block size 16.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-from typing import TypedDict
+from typing import NamedTuple, TypedDict
 
 from ..errors import MAX_BLOCK_SIZE
 from ..io.args import ArgParser, float_in, int_in
@@ -55,6 +50,18 @@ class Row(TypedDict):
     crossover_gbps: float | None  # PCIe bandwidth above which swap wins (None: never)
 
 
+class Setup(NamedTuple):
+    """What the cost model assumes (each a flag of `pagedsim swapcost`)."""
+
+    spec: ModelSpec
+    params: float  # parameter count
+    block_size: int
+    tflops: float  # GPU peak dense FP16
+    mfu: float  # fraction of peak a prefill reaches
+    pcie_gbps: float  # effective GB/s per direction
+    copy_latency_us: float  # fixed cost per block copy
+
+
 LENGTHS = (16, 64, 256, 512, 1024, 2048)
 BANDWIDTHS = (4, 8, 16, 25, 32, 64)  # GB/s, for the crossover table
 
@@ -64,19 +71,19 @@ def params_of(spec: ModelSpec) -> float:
     return 12.0 * spec.num_layers * d * d
 
 
-def swap_seconds(
-    length: int, spec: ModelSpec, block_size: int, gbps: float, latency_us: float
-) -> float:
-    blocks = math.ceil(length / block_size)
-    return 2 * (blocks * latency_us * 1e-6 + length * spec.bytes_per_token() / (gbps * 1e9))
+def _copy_seconds(length: int, s: Setup) -> float:
+    """The fixed cost of copying `length` tokens' blocks out and back in (one copy a block)."""
+    return 2 * math.ceil(length / s.block_size) * s.copy_latency_us * 1e-6
 
 
-def recompute_seconds(
-    length: int, spec: ModelSpec, params: float, tflops: float, mfu: float
-) -> float:
-    d = spec.query_heads * spec.head_dim
-    flops = 2 * params * length + 2 * spec.num_layers * length * length * d
-    return flops / (tflops * 1e12 * mfu)
+def swap_seconds(length: int, s: Setup) -> float:
+    return _copy_seconds(length, s) + 2 * length * s.spec.bytes_per_token() / (s.pcie_gbps * 1e9)
+
+
+def recompute_seconds(length: int, s: Setup) -> float:
+    d = s.spec.query_heads * s.spec.head_dim
+    flops = 2 * s.params * length + 2 * s.spec.num_layers * length * length * d
+    return flops / (s.tflops * 1e12 * s.mfu)
 
 
 def measured_hit_fraction(
@@ -98,21 +105,10 @@ def measured_hit_fraction(
     return 1.0 - s.recomputed_tokens / s.discarded_tokens if s.discarded_tokens else 0.0
 
 
-def crossover_gbps(
-    length: int,
-    spec: ModelSpec,
-    params: float,
-    block_size: int,
-    tflops: float,
-    mfu: float,
-    latency_us: float,
-) -> float | None:
+def crossover_gbps(length: int, s: Setup) -> float | None:
     """PCIe bandwidth at which swap and recompute tie (None: recompute always wins)."""
-    spare = (
-        recompute_seconds(length, spec, params, tflops, mfu)
-        - 2 * math.ceil(length / block_size) * latency_us * 1e-6
-    )
-    return 2 * length * spec.bytes_per_token() / spare / 1e9 if spare > 0 else None
+    spare = recompute_seconds(length, s) - _copy_seconds(length, s)
+    return 2 * length * s.spec.bytes_per_token() / spare / 1e9 if spare > 0 else None
 
 
 def parser() -> ArgParser:
@@ -159,50 +155,41 @@ def main(argv: list[str]) -> int:
         ap.error(str(e))
     h = measured_hit_fraction() if args.hit_fraction is None else args.hit_fraction
     params = args.params or params_of(spec)
-    rows = [_row(length, spec, params, h, args) for length in LENGTHS]
+    link = (args.tflops, args.mfu, args.pcie_gbps, args.copy_latency_us)
+    setup = Setup(spec, params, args.block_size, *link)
+    rows = [_row(length, setup, h) for length in LENGTHS]
     if args.json:
-        print(
-            json.dumps(
-                {"assumptions": vars(args) | {"params": params, "hit_fraction": h}, "rows": rows},
-                indent=2,
-            )
-        )
+        assumed = vars(args) | {"params": params, "hit_fraction": h}
+        print(json.dumps({"assumptions": assumed, "rows": rows}, indent=2))
         return 0
-    _print_table(rows, spec, params, h, args)
+    how = "measured, v1 scheduler, synthetic ShareGPT" if args.hit_fraction is None else "given"
+    _print_table(rows, setup, f"{100 * h:.1f}% ({how})")
     return 0
 
 
-def _row(length: int, spec: ModelSpec, params: float, h: float, args: argparse.Namespace) -> Row:
+def _row(length: int, s: Setup, h: float) -> Row:
     """Swap against recompute for one preempted sequence of `length` tokens; `h`: the share
     of it v1's prefix cache serves again."""
-    s = swap_seconds(length, spec, args.block_size, args.pcie_gbps, args.copy_latency_us)
-    r = recompute_seconds(length, spec, params, args.tflops, args.mfu)
-    x = crossover_gbps(
-        length, spec, params, args.block_size, args.tflops, args.mfu, args.copy_latency_us
-    )
-    r1 = r - recompute_seconds(int(h * length), spec, params, args.tflops, args.mfu)
+    swap, recompute = swap_seconds(length, s), recompute_seconds(length, s)
     return {
         "tokens": length,
-        "swap_ms": 1e3 * s,
-        "recompute_ms": 1e3 * r,
-        "recompute_v1_ms": 1e3 * r1,
-        "cheaper": "swap" if s < r else "recompute",
-        "crossover_gbps": x,
+        "swap_ms": 1e3 * swap,
+        "recompute_ms": 1e3 * recompute,
+        "recompute_v1_ms": 1e3 * (recompute - recompute_seconds(int(h * length), s)),
+        "cheaper": "swap" if swap < recompute else "recompute",
+        "crossover_gbps": crossover_gbps(length, s),
     }
 
 
-def _print_table(
-    rows: list[Row], spec: ModelSpec, params: float, h: float, args: argparse.Namespace
-) -> None:
+def _print_table(rows: list[Row], s: Setup, hit: str) -> None:
     """The assumptions, the rows, then the 512-token crossover by PCIe bandwidth."""
     print(
-        f"ASSUMED: {spec.name} ({spec.bytes_per_token():,} B/token, "
-        f"{params / 1e9:.1f}e9 params), "
-        f"{args.tflops:g} TFLOPS x {args.mfu:g} MFU, PCIe {args.pcie_gbps:g} GB/s, "
-        f"{args.copy_latency_us:g} us per block copy, block size {args.block_size}"
+        f"ASSUMED: {s.spec.name} ({s.spec.bytes_per_token():,} B/token, "
+        f"{s.params / 1e9:.1f}e9 params), "
+        f"{s.tflops:g} TFLOPS x {s.mfu:g} MFU, PCIe {s.pcie_gbps:g} GB/s, "
+        f"{s.copy_latency_us:g} us per block copy, block size {s.block_size}"
     )
-    how = "measured, v1 scheduler, synthetic ShareGPT" if args.hit_fraction is None else "given"
-    print(f"prefix-cache hit fraction on re-admission: {100 * h:.1f}% ({how})")
+    print(f"prefix-cache hit fraction on re-admission: {hit}")
     print(
         f"{'tokens':>6}  {'swap out+in':>11}  {'recompute':>9}  {'v1 recompute':>12}  "
         f"{'cheaper':>9}  {'swap wins above':>15}"
@@ -217,9 +204,9 @@ def _print_table(
     length = 512
     print(f"\ncrossover at {length} tokens, by PCIe bandwidth:")
     for gbps in BANDWIDTHS:
-        s = swap_seconds(length, spec, args.block_size, gbps, args.copy_latency_us)
-        r = recompute_seconds(length, spec, params, args.tflops, args.mfu)
+        swap = swap_seconds(length, s._replace(pcie_gbps=gbps))
+        recompute = recompute_seconds(length, s)
         print(
-            f"  {gbps:>3} GB/s  swap {1e3 * s:6.2f} ms  recompute {1e3 * r:6.2f} ms  -> "
-            f"{'swap' if s < r else 'recompute'}"
+            f"  {gbps:>3} GB/s  swap {1e3 * swap:6.2f} ms  recompute {1e3 * recompute:6.2f} ms  -> "
+            f"{'swap' if swap < recompute else 'recompute'}"
         )

@@ -1,24 +1,19 @@
 """Block size sweep, 1..256: what a bigger block buys and costs (vLLM paper Sec. 7.2, Fig. 18a).
 
-The driver is the v0-mode scheduler (recompute preemption) over a prefix cache with
-vLLM v1's rules (full blocks only, hits capped at num_tokens - 1).
+The driver is the v0-mode scheduler (recompute preemption) over a prefix cache with vLLM
+v1's rules (full blocks only, hits capped at num_tokens - 1). Per block size B:
 
-For each block size B, on one workload:
+    waste         internal fragmentation of the paged allocator, a fraction of the slots
+                  it holds (closed form, see waste.py)
+    entries       block-table entries per live sequence (mean over decode steps; max)
+    max_batch     the longest prefix of the trace that fits, at final lengths, in
+                  `memory_tokens` slots (blocks = memory // B)
+    preemptions   recompute preemptions serving the first `sim_requests` requests
+    hit_rate      prefix-cache hit rate in that run (prompts share seeded system prompts)
 
-    waste         internal fragmentation of the paged allocator, as a fraction of the
-                  slots it holds (closed form over the whole trace, see waste.py)
-    entries       block-table entries per live sequence, averaged over decode steps
-                  (the table the kernel reads grows as 1/B), and the largest table
-    max_batch     the largest prefix of the trace whose requests, at their final length,
-                  fit together in `memory_tokens` slots (blocks = memory // B)
-    preemptions   recompute preemptions when the driver serves the first
-                  `sim_requests` requests in that memory, with prefix caching on
-    hit_rate      prefix-cache hit rate in that run (prompts share seeded system
-                  prompts; the part of a shared prefix that does not fill a block is lost)
-
-The paper finds 16-128 best on ShareGPT and 16-32 on Alpaca for latency; this sweep
-shows the memory side of that trade: small blocks waste nothing but need long tables,
-large blocks waste the tail of every sequence and share fewer prefix tokens.
+The paper finds 16-128 best on ShareGPT and 16-32 on Alpaca for latency; this sweep shows
+the memory side: small blocks waste nothing but need long tables, large blocks waste the
+tail of every sequence and share fewer prefix tokens.
 """
 
 from __future__ import annotations
@@ -51,15 +46,7 @@ from .waste import (
 SweepRow = dict[str, float | None]
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MAX_SIM_REQUESTS = 20_000  # the driver runs once per block size: beyond this, hours
-COLUMNS = (
-    "block_size",
-    "waste",
-    "mean_entries",
-    "max_entries",
-    "max_batch",
-    "preemptions",
-    "hit_rate",
-)
+COLUMNS = tuple("block_size waste mean_entries max_entries max_batch preemptions hit_rate".split())
 
 
 def analytic_row(cols: dict[str, np.ndarray], block_size: int, memory_tokens: int) -> SweepRow:
@@ -113,12 +100,8 @@ def sweep(
         fits = all(
             r.num_seqs * (blocks_needed(r.total_len, b) + 1) <= memory_tokens // b for r in sim
         )
-        row.update(
-            driver_row(sim, tokens, b, memory_tokens)
-            if fits
-            else {"preemptions": None, "hit_rate": None}
-        )
-        rows.append(row)
+        skipped: SweepRow = {"preemptions": None, "hit_rate": None}  # a request never fits
+        rows.append(row | (driver_row(sim, tokens, b, memory_tokens) if fits else skipped))
     return rows
 
 
@@ -126,11 +109,9 @@ def format_rows(rows: Iterable[SweepRow]) -> str:
     def cell(c: str, v: float | None) -> str:
         if v is None:
             return "n/a"
-        return (
-            f"{100 * v:.1f}%"
-            if c in ("waste", "hit_rate")
-            else (f"{v:.1f}" if isinstance(v, float) else str(v))
-        )
+        if c in ("waste", "hit_rate"):
+            return f"{100 * v:.1f}%"
+        return f"{v:.1f}" if isinstance(v, float) else str(v)
 
     table = [COLUMNS] + [tuple(cell(c, r[c]) for c in COLUMNS) for r in rows]
     widths = [max(len(t[i]) for t in table) for i in range(len(COLUMNS))]
@@ -174,12 +155,7 @@ def main(argv: list[str]) -> int:
         help="requests served by the driver for preemptions and hit rate",
     )
     ap.add_argument("--json", action="store_true")
-    ap.add_argument(
-        "--figure",
-        default=None,
-        metavar="DIR",
-        help="also write block_size_sweep.png into DIR (default: no file)",
-    )
+    ap.add_argument("--figure", metavar="DIR", help="also write block_size_sweep.png into DIR")
     args = ap.parse_args(argv)
     folder = writable_dir(args.figure) if args.figure else None  # fail before the work
     requests, source = load_requests(args)
@@ -197,10 +173,7 @@ def main(argv: list[str]) -> int:
     if folder is not None:
         from ..draw.figures_workloads import draw_sweep
 
-        (path,) = draw_sweep(
-            rows,
-            folder,
-            title=sweep_title(source, min(args.sim_requests, len(requests)), args.memory_tokens),
-        )
+        title = sweep_title(source, min(args.sim_requests, len(requests)), args.memory_tokens)
+        (path,) = draw_sweep(rows, folder, title)
         print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
     return 0

@@ -78,14 +78,6 @@ def next_pow2(x: np.ndarray) -> np.ndarray:
     return pow2
 
 
-def allocation_sizes(total_len: np.ndarray, max_len: int) -> dict[str, np.ndarray]:
-    return {
-        "max": np.full_like(total_len, max_len),
-        "pow2": next_pow2(total_len),
-        "oracle": total_len,
-    }
-
-
 def sums(
     cols: dict[str, np.ndarray],
     block_size: int,
@@ -105,27 +97,17 @@ def sums(
     tokens = exact_sum(k * (o * p + o * (o + 1) // 2))
     reserved = exact_sum(k * (o * (o - 1) // 2))
     paged = block_size * exact_sum(k * (ceil_sum(total, block_size) - ceil_sum(p, block_size)))
-    out = {
-        "paged": {
-            "token_states": tokens,
-            "reserved": 0,
-            "internal_fragmentation": paged - tokens,
-            "external_fragmentation": 0,
-        }
-    }
-    for name, size in allocation_sizes(total, max_len).items():
+    out = {"paged": dict(zip(PARTS, (tokens, 0, paged - tokens, 0), strict=True))}
+    sizes = {"max": np.full_like(total, max_len), "pow2": next_pow2(total), "oracle": total}
+    for name, size in sizes.items():
         ext = 0
         if mode == "continuous":  # each sequence of a request gets its own region
             rep = np.repeat(np.arange(len(size)), k)
             ext = external_fragmentation(
                 size[rep], o[rep], cols["arrival_step"][rep], memory_tokens, queue
             )
-        out[name] = {
-            "token_states": tokens,
-            "reserved": reserved,
-            "internal_fragmentation": exact_sum(k * o * (size - total)),
-            "external_fragmentation": ext,
-        }
+        internal = exact_sum(k * o * (size - total))
+        out[name] = dict(zip(PARTS, (tokens, reserved, internal, ext), strict=True))
     return out
 
 

@@ -1,6 +1,6 @@
 """pagedsim.testing: the simulator as a Hypothesis oracle for YOUR block manager or kernel.
 
-Point the kit at any block manager (see `contract.py` for the names it needs) or any
+Point the kit at any block manager (`contract.py` lists the names it needs) or any
 paged-attention function with `cuda_kernels.paged_attention`'s arrays and a scale:
 
     from pagedsim.testing import check_manager, check_attention, manager_machine
@@ -8,14 +8,9 @@ paged-attention function with `cuda_kernels.paged_attention`'s arrays and a scal
     check_attention(my_attention)         # the same for fn(query, kv_cache, tables, lens, scale)
     TestMine = manager_machine(MyManager).TestCase   # or run it as a pytest test
 
-From the shell: `pagedsim conform my_file.py:MyManager [--attention my_file.py:fn]`.
-In pytest the `manager_machine` and `paged_cache` fixtures do the same (plugin.py).
-
-Modules: contract (the names, call logging), machine (the state machine), strategies
-(`requests`, `operations`), caches (`paged_caches`, `paged_case`, the float64 reference),
-attention (`check_attention`), run (`check_manager`), conform (the command), plugin.
-The whole kit needs only NumPy and Hypothesis: no matplotlib, no Numba.
-Guide: docs/testing-kit.md.
+From the shell: `pagedsim conform my_file.py:MyManager [--attention my_file.py:fn]`; in
+pytest, the `manager_machine` and `paged_cache` fixtures (plugin.py). The kit needs only
+NumPy and Hypothesis. Guide: docs/testing-kit.md.
 """
 
 from .attention import check_attention, compare

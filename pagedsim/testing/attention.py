@@ -1,19 +1,13 @@
 """`check_attention`: compare a paged-attention function with the float64 reference.
 
-The function takes `cuda_kernels.paged_attention`'s arrays and a plain scale (the
-kernel itself takes a `ScoreMask(scale=...)` there):
-
     fn(query, kv_cache, block_tables, context_lens, scale) -> [S, H, D]
 
-It is called on `paged_caches()` (scattered blocks, poisoned unused slots, GQA, fp16
-and fp32, odd head dims) and must, on every case:
-    * return an array of shape [S, H, D] with only finite values;
-    * match `reference_attention` within the dtype's tolerance (atol = rtol = 1e-4 for
-      float32 inputs, 1e-2 for float16: the inputs are rounded, accumulation is not);
-    * leave its inputs unchanged.
-A failure is shrunk to the smallest case and printed as the `paged_case(...)` call
-that rebuilds it. NumPy and Hypothesis only: no GPU or Numba is needed to check a
-NumPy function (a Numba kernel is checked the same way).
+(`cuda_kernels.paged_attention`'s arrays, with a plain scale for its `ScoreMask`.) On
+every case of `paged_caches()` (scattered blocks, poisoned unused slots, GQA, fp16 and
+fp32, odd head dims) it must return a finite [S, H, D] array that matches
+`reference_attention` within the dtype's tolerance (atol = rtol = 1e-4 for float32
+inputs, 1e-2 for float16), and leave its inputs unchanged. A failure is shrunk and
+printed as the `paged_case(...)` call that rebuilds it. NumPy and Hypothesis only.
 """
 
 from __future__ import annotations

@@ -1,21 +1,14 @@
 """An audit hook in the process that talks to untrusted code: defence in depth behind the
 capability boundary (remote_caps.py).
 
-The checker runs trusted code (pytest, the checks) and reads the submission's messages.
 Whatever the submission makes the checker do happens while the checker's `Channel` serves
-its requests or reads its replies (remote.py arms `serving()` there). While serving, none of
-these may happen, whatever asked for it:
-
-    exec / compile        (but the one frame template remote_errors.py rebuilds tracebacks with)
-    import                a module not imported before
-    open                  any file
-    a process start       subprocess, os.system, os.exec*, os.spawn*, posix_spawn, fork
-    ctypes, sockets       a way around everything above
-
-and, under `pagedsim grade` (a `scratch` folder given), at no time may the checker open a
-file for writing outside its scratch folder. `install` adds the hook once per process; a
-breach calls `on_breach(why)`, which under `grade` sends the job's verdict (error) and ends
-the checker (course/verdict.py), and elsewhere raises `Breach` in place of the operation.
+its requests or reads its replies (remote.py arms `serving()` there). While serving, none
+of these may happen, whatever asked for it: exec or compile (but the frame template of
+remote_errors.py), importing a module not imported before, opening any file, starting a
+process (subprocess, os.system, exec*, spawn*, posix_spawn, fork), ctypes or sockets.
+Under `pagedsim grade` (a `scratch` folder given) the checker may at no time open a file
+for writing outside its scratch. A breach calls `on_breach(why)`: under `grade` it sends
+the job's verdict and ends the checker (course/verdict.py), elsewhere it raises `Breach`.
 """
 
 from __future__ import annotations
@@ -28,24 +21,10 @@ from typing import Any
 
 from .remote_errors import is_frame
 
-FORBIDDEN = (
-    "exec",
-    "compile",
-    "import",
-    "open",
-    "subprocess.",
-    "os.system",
-    "os.exec",
-    "os.spawn",
-    "os.posix_spawn",
-    "os.fork",
-    "os.forkpty",
-    "pty.",
-    "ctypes.",
-    "socket.",
-    "sys.addaudithook",
-    "sys.setprofile",
-    "sys.settrace",
+# audit event names (prefixes) refused while serving
+FORBIDDEN = tuple(
+    """exec compile import open subprocess. os.system os.exec os.spawn os.posix_spawn os.fork
+    os.forkpty pty. ctypes. socket. sys.addaudithook sys.setprofile sys.settrace""".split()
 )
 WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 

@@ -1,8 +1,8 @@
 """Paged KV caches for testing attention: `paged_case`, `paged_caches()` and the float64
 reference (NumPy only; PagedAttention, Kwon et al. 2023, 4.1).
 
-A case holds the arguments of `cuda_kernels.paged_attention`, with a plain scale where
-the kernel takes a `ScoreMask` (so that checking a NumPy function needs no Numba):
+A case holds `cuda_kernels.paged_attention`'s arguments, with a plain scale where the
+kernel takes a `ScoreMask` (so checking a NumPy function needs no Numba):
 
     query         [S, H, D]               float32 or float16, H = num_kv_heads * group
     kv_cache      [N, 2, H_kv, B, D]      the project's layout (cuda_kernels/layout.py)
@@ -10,11 +10,10 @@ the kernel takes a `ScoreMask` (so that checking a NumPy function needs no Numba
     context_lens  int32 [S]
     scale         float                   1/sqrt(D) unless the case says otherwise
 
-Every slot that holds no live token (unused blocks, the tail of a last block, the
-padding block that short tables point at) is POISONED with a large value, so an
-attention function that reads one more token, or the wrong block, is visibly wrong.
-`paged_case` is deterministic in its arguments, so a failing case is printed as the
-one call that rebuilds it.
+Every slot that holds no live token (unused blocks, a last block's tail, the padding
+block short tables point at) is POISONED with a large value, so reading one token too
+many or the wrong block is visibly wrong. `paged_case` is deterministic in its
+arguments, so a failing case prints as the one call that rebuilds it.
 """
 
 from __future__ import annotations

@@ -3,20 +3,15 @@
     pagedsim conform MODULE:FACTORY [--attention MODULE:FN] [--examples N] [--seed S]
                      [--check-free-order lifo|fifo] [--call-timeout SEC] [--timeout SEC]
 
-MODULE is a file path (`my_engine/blocks.py`) or an importable name (`my_engine.blocks`);
-FACTORY(num_blocks, block_size) builds a manager (see pagedsim.testing.contract).
-Exit codes: 0 conforms (one summary line), 1 does not (the minimal counterexample as
-Python calls), 2 the target cannot be loaded (one line saying why).
+MODULE is a file path or an importable name; FACTORY(num_blocks, block_size) builds a
+manager (pagedsim.testing.contract). Exit codes: 0 conforms, 1 does not (the minimal
+counterexample as Python calls), 2 the target cannot be loaded.
 
-The verdict is the parent's alone: the checks (Hypothesis included) run in this
-process, and the target runs in a child process of its own, called through a socket
-(pagedsim/testing/remote.py: every method call is a message, the results come back as
-data). So nothing the target does (printing a fake "OK", `sys.exit(0)` or `os._exit(0)`
-in the factory, ignoring SIGALRM, patching the kit) can make the command print
-"conforms" or exit 0: a child that ends early is a failure. Each call into the target
-has a time limit (--call-timeout, measured here; a hung child is killed and restarted
-for the next call), and after --timeout seconds the child is killed for good, so a loop
-or a hang in user code always ends the command.
+The verdict is the parent's alone: the checks run here and the target in a child process
+called through a socket (remote.py), so nothing it does (printing "OK", exiting 0,
+ignoring SIGALRM, patching the kit) can make the command pass. Each call has a time limit
+(--call-timeout; a hung child is killed and restarted), and after --timeout seconds the
+child is killed for good.
 """
 
 from __future__ import annotations
@@ -33,12 +28,10 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
 from ..io.args import ArgParser, float_in, int_in
-
-if TYPE_CHECKING:
-    from .remote import Channel
+from . import jail, remote
+from .contract import Hung, NonConformance, time_limit
 
 CHILD_FLAG = "--child"
 Loaded = Callable[..., object]  # what MODULE:NAME names: a factory or an attention function
@@ -55,11 +48,9 @@ class Expired(BaseException):
 def parser() -> argparse.ArgumentParser:
     p = ArgParser(
         prog="pagedsim conform",
-        description=(
-            "Check a block manager built by MODULE:FACTORY(num_blocks, block_size) against "
-            "pagedsim's KVCacheManager, and optionally a paged-attention function against the "
-            "float64 reference."
-        ),
+        description="Check a block manager built by MODULE:FACTORY(num_blocks, block_size) "
+        "against pagedsim's KVCacheManager, and optionally a paged-attention function against "
+        "the float64 reference.",
     )
     p.add_argument("target", help="MODULE:FACTORY, MODULE a file path or an importable name")
     p.add_argument(
@@ -141,11 +132,9 @@ class Target:
     there, and loads it again in a fresh child after a time limit stopped the last one."""
 
     def __init__(self, timeout: float):
-        from . import jail
-
         jail.become_subreaper()
         self.proc: subprocess.Popen[bytes] | None = None
-        self.ch: Channel | None = None
+        self.ch: remote.Channel | None = None
         self.loaded: dict[str, Loaded] = {}
         self.expired = False
         self.timer = threading.Timer(timeout, self.expire)
@@ -157,8 +146,6 @@ class Target:
         self.kill()
 
     def kill(self) -> None:
-        from . import jail
-
         if self.proc is not None:
             jail.kill_tree(self.proc.pid, sessions={self.proc.pid})
             self.proc.wait()
@@ -170,8 +157,6 @@ class Target:
         self.kill()
 
     def _start(self) -> None:
-        from . import remote
-
         ours, theirs = socket.socketpair()
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ)
@@ -192,8 +177,6 @@ class Target:
 
     def start(self) -> None:
         """A child that has imported the kit and answers (its start-up is never timed)."""
-        from . import remote
-
         with _alarm_paused():
             self._start()
             assert self.ch is not None, "_start made a channel"
@@ -203,9 +186,6 @@ class Target:
         """The object `target` names, loaded in a live child (LoadError if it cannot be): a
         restarted child and its import are not counted in the time limit of the call that
         needs them, but the import has a limit of its own."""
-        from . import remote
-        from .contract import time_limit
-
         if self.expired:
             raise Expired()
         if self.ch is None or (self.ch.dead and self.ch.dead.startswith("stopped")):
@@ -229,8 +209,6 @@ class Target:
 
     def live(self, target: str, call_timeout: float | None = None) -> Loaded:
         def call(*args: object, **kwargs: object) -> object:
-            from . import remote
-
             obj = self.get(target, call_timeout)
             try:
                 return obj(*args, **kwargs)
@@ -262,8 +240,6 @@ def _alarm_paused() -> Iterator[None]:
 
 def run_checks(args: argparse.Namespace) -> int:
     """Here, in the parent: load the target in its child, check it, print, return the exit code."""
-    from .contract import Hung, time_limit
-
     target = Target(args.timeout)
     try:
         try:
@@ -294,7 +270,6 @@ def _too_slow(args: argparse.Namespace) -> int:
 
 def _verdict(args: argparse.Namespace, target: Target, factory: Loaded, fn: Loaded | None) -> int:
     from .attention import check_attention
-    from .contract import Hung, NonConformance
     from .run import Summary, check_manager
 
     examples, seed, call_timeout = args.examples, args.seed, args.call_timeout
@@ -334,9 +309,7 @@ def _verdict(args: argparse.Namespace, target: Target, factory: Loaded, fn: Load
 
 def main(argv: list[str]) -> int:
     if argv[:1] == [CHILD_FLAG]:
-        from .remote import serve
-
-        serve(int(argv[1]), {"load": _child_load})
+        remote.serve(int(argv[1]), {"load": _child_load})
         return 0
     args = parser().parse_args(argv)  # bad options exit 2 here, before any child starts
     try:

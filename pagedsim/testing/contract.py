@@ -1,9 +1,8 @@
 """The manager contract the kit drives, and how it talks to a manager it has never seen.
 
-Any object built by `factory(num_blocks, block_size)` with these public names can be
-checked (the names of pagedsim's `KVCacheManager`, which follows vLLM v0's
-BlockSpaceManager: fork shares blocks, appending into a shared partly filled last
-block copies it first):
+Any object built by `factory(num_blocks, block_size)` with these names can be checked
+(those of pagedsim's `KVCacheManager`, which follows vLLM v0's BlockSpaceManager: fork
+shares blocks, appending into a shared partly filled last block copies it first):
 
     add_sequence(seq_id, num_tokens)   admit a prompt of num_tokens tokens
     append_tokens(seq_id, n)           grow a sequence by n tokens
@@ -11,20 +10,19 @@ block copies it first):
     free_sequence(seq_id)              release the sequence's blocks
     block_table(seq_id)                a sequence of ints: logical block i -> physical id
     num_free_blocks                    an int attribute, or a zero-argument method
-    drain_copies()                     optional: the (src, dst) copy-on-write pairs since last call;
-                                       without it, a written block that moves to a new
-                                       physical block is taken to have been copied
+    drain_copies()                     optional: the (src, dst) copy-on-write pairs since
+                                       the last call; without it, a written block that
+                                       moves is taken to have been copied
 
-Running out of blocks raises `pagedsim.OutOfBlocks` or `MemoryError`. Return values
-of the four operations are ignored; slots are computed from `block_table`.
-
-`Managed` wraps the object: it logs every call as a line of Python (the script a
-failure prints), runs it under an optional per-call time limit, and turns odd return
-values into clear `NonConformance` messages.
+Running out of blocks raises `pagedsim.OutOfBlocks` or `MemoryError`; return values of
+the four operations are ignored. `Managed` logs every call as a line of Python (the script
+a failure prints), runs it under an optional time limit, and turns odd answers into clear
+`NonConformance` messages.
 """
 
 from __future__ import annotations
 
+import functools
 import operator
 import signal
 import threading
@@ -80,19 +78,15 @@ def alarm(seconds: float | None, make_error: Callable[[], BaseException]) -> Ite
         signal.signal(signal.SIGALRM, previous)
 
 
+def hung(what: str, seconds: float, script: list[str]) -> Hung:
+    """The `Hung` of a call `what` that ran past `seconds`, the script ending in it."""
+    problem = f"{what} did not return within {seconds:g} s (an infinite loop?)"
+    return Hung(render(problem, script, "# <- hangs here"), list(script))
+
+
 def time_limit(seconds: float | None, what: str, script: list[str]) -> AbstractContextManager[None]:
     """Raise `Hung` if the body runs longer than `seconds` (POSIX main thread only)."""
-    return alarm(
-        seconds,
-        lambda: Hung(
-            render(
-                f"{what} did not return within {seconds:g} s (an infinite loop?)",
-                script,
-                "# <- hangs here",
-            ),
-            list(script),
-        ),
-    )
+    return alarm(seconds, functools.partial(hung, what, seconds or 0, script))
 
 
 class Managed:

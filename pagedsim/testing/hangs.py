@@ -13,8 +13,7 @@ from collections.abc import Callable
 
 from ..errors import OutOfBlocks
 from ..manager import KVCacheManager
-from .contract import Hung, time_limit
-from .messages import render
+from .contract import Hung, hung, time_limit
 
 # makes the manager under test: factory(num_blocks, block_size)
 Factory = Callable[[int, int], object]
@@ -77,13 +76,5 @@ def shrink_hang(
 
 def shrunk(exc: Hung, factory: Factory, call_timeout: float) -> Hung:
     """`exc` with its script shrunk (replays use a limit of at most one second per call)."""
-    script = exc.script
-    lines = shrink_hang(factory, script, min(call_timeout, 1.0))
-    return Hung(
-        render(
-            f"{lines[-1]} did not return within {call_timeout:g} s (an infinite loop?)",
-            lines,
-            "# <- hangs here",
-        ),
-        lines,
-    )
+    lines = shrink_hang(factory, exc.script, min(call_timeout, 1.0))
+    return hung(lines[-1], call_timeout, lines)

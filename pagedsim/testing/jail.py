@@ -69,12 +69,8 @@ def _stat(pid: int) -> tuple[str, int, int, int] | None:
 
 def _processes() -> dict[int, tuple[int, int]]:
     """pid -> (parent pid, session id), for every process we can see."""
-    out = {}
-    for pid in _pids():
-        st = _stat(pid)
-        if st is not None and st[0] != "Z":
-            out[pid] = (st[1], st[3])
-    return out
+    stats = ((pid, _stat(pid)) for pid in _pids())
+    return {pid: (st[1], st[3]) for pid, st in stats if st is not None and st[0] != "Z"}
 
 
 def descendants(pid: int, table: dict[int, tuple[int, int]] | None = None) -> set[int]:
@@ -99,9 +95,8 @@ def kill_tree(
     keep: Collection[int] = frozenset(),
 ) -> None:
     """SIGKILL `pid`, every process in `sessions`, their descendants, and (with `orphans_of_self`)
-    every descendant of this process not in `keep`. First every one found is stopped (SIGSTOP),
-    pass after pass until a pass finds none running, so a chain that forks and exits cannot
-    stay ahead; then all are killed, and the search repeats until a pass finds nobody."""
+    every descendant of this process not in `keep`: all are stopped first, pass after pass, so
+    a chain that forks and exits cannot stay ahead; then killed until a pass finds nobody."""
     me = os.getpid()
 
     def doomed() -> set[int]:
@@ -147,12 +142,9 @@ def kill_tree(
 
 
 def _stop_new_children(me: int, stopped: set[int], spare: set[int]) -> set[int]:
-    """SIGSTOP each running child of ours or of a process in `stopped` (other than those in
-    `spare`), newest pid first, each the moment it is seen. An orphan chain (fork, parent
-    exits, repeat) comes back to us as subreaper one member at a time; a member lives only
-    until its next fork, often less than one full /proc sweep takes on a loaded machine, so
-    the sweep in `doomed` keeps missing it. Read newest first, the live member is met a few
-    microseconds after the listing."""
+    """SIGSTOP each running child of ours or of a process in `stopped` (but `spare`), newest pid
+    first, the moment it is seen: an orphan chain's member lives only until its next fork,
+    often less than one /proc sweep takes, so `doomed` keeps missing it; newest first meets it."""
     caught: set[int] = set()
     parents = set(stopped) | {me}  # grows as we go: a child caught now is a parent below
     for pid in _pids(newest_first=True):
@@ -167,11 +159,9 @@ def _stop_new_children(me: int, stopped: set[int], spare: set[int]) -> set[int]:
 
 
 def _reap_each(pids: set[int], sessions: Collection[int], seconds: float = 5.0) -> None:
-    """Wait for every process we killed to be gone: each pid in `pids`, and each process of
-    `sessions` (killed by group, so never listed). One that dies after the last sweep is
-    handed to us as its subreaper a moment later, and nobody else will ever collect it: a
-    long-lived grader (or a test worker) would pile up such zombies until the system runs out
-    of pids."""
+    """Wait until every process of `pids` and `sessions` (killed by group, never listed) is
+    gone, collecting each zombie handed to us as subreaper: nobody else would, and a
+    long-lived grader would pile them up until the system runs out of pids."""
     me, groups = os.getpid(), set(sessions)
     pending, deadline = set(pids), time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -198,12 +188,8 @@ def _wait(pid: int) -> bool:
 
 def _zombies_of(me: int) -> list[tuple[int, int, int]]:
     """(pid, process group, session) of each exited child of ours not yet collected."""
-    out = []
-    for pid in _pids():
-        st = _stat(pid)
-        if st is not None and st[0] == "Z" and st[1] == me:
-            out.append((pid, st[2], st[3]))
-    return out
+    stats = ((pid, _stat(pid)) for pid in _pids())
+    return [(pid, st[2], st[3]) for pid, st in stats if st is not None and st[:2] == ("Z", me)]
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -224,9 +210,8 @@ def _signal(pids: Iterable[int], sig: int) -> None:
 
 
 def _reap(pids: Iterable[int]) -> None:
-    """Collect those of `pids` that are exited children of ours (orphans handed to us as
-    subreaper included), and no other: a `waitpid(-1)` would also take another thread's
-    child, whose Popen would then read a status of 0 for a process it never saw end."""
+    """Collect those of `pids` that are exited children of ours, and no other: a `waitpid(-1)`
+    would take another thread's child, whose Popen would then read a false status of 0."""
     for p in pids:
         _wait(p)
 
@@ -269,28 +254,14 @@ def sandbox_argv(
     hide: Iterable[str] = (),
     env: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """`argv` under bubblewrap: read-only system, Python and `code_root`; `files` read-only;
-    `scratch` writable; the relative paths `hide` (folders emptied, files blanked) hidden
-    wherever they appear under a bound root or its site-packages; the environment cleared
-    and set to `env` alone."""
+    """`argv` under bubblewrap: system, Python, `code_root` and `files` read-only, `scratch`
+    writable, the relative paths `hide` emptied under every bound root and its site-packages,
+    and the environment `env` alone."""
     exe = bwrap()
     if exe is None:
         raise RuntimeError("bubblewrap (bwrap) is not available")
-    out = [
-        exe,
-        "--die-with-parent",
-        "--new-session",
-        "--unshare-all",
-        "--cap-drop",
-        "ALL",
-        "--clearenv",
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
-        "--tmpfs",
-        "/tmp",
-    ]
+    flags = "--die-with-parent --new-session --unshare-all --cap-drop ALL --clearenv"
+    out = [exe, *flags.split(), "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc"):
         out += _bind("--ro-bind", top)
     roots = list(
@@ -303,9 +274,8 @@ def sandbox_argv(
         out += ["--ro-bind", exe_real, exe_real]
     for f in files:
         out += ["--ro-bind", str(Path(f).resolve()), str(Path(f).resolve())]
-    for (
-        root
-    ) in roots:  # e.g. an installed or source `course` package: its answers are never mounted
+    # e.g. an installed or source `course` package: its answers are never mounted
+    for root in roots:
         for hidden in [*Path(root).glob("lib/python*/site-packages"), Path(root)]:
             for rel in hide:
                 if (hidden / rel).is_dir():
@@ -338,14 +308,8 @@ def checker_uid(slot: int) -> int:
 
 
 # -- the runtime a job's user can reach -----------------------------------------------------------
-CLONE_NEWNS, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = (
-    0x20000,
-    2,
-    4,
-    4096,
-    16384,
-    1 << 18,
-)
+CLONE_NEWNS, MS_PRIVATE = 0x20000, 1 << 18
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 2, 4, 4096, 16384
 
 
 def closed_folders(paths: Iterable[str | Path]) -> list[tuple[str, tuple[str, ...]]]:
@@ -414,11 +378,10 @@ def become(
     limits: Limits | None = None,
     cwd: str | Path | None = None,
 ) -> Callable[[], None]:
-    """A preexec_fn that starts a process as `uid` (and gid `uid`, no other groups), with
-    `limits`, in `cwd`, and able to reach `reach` (default: this Python) even where it sits
-    in a folder only root may enter: the process gets a mount namespace of its own in which
-    each such folder is an empty tmpfs holding only the needed paths, bound back in place.
-    Nothing is copied and the host is not changed. Called as root, in the child."""
+    """A preexec_fn (as root, in the child) that starts a process as `uid` (gid `uid`, no other
+    groups), with `limits`, in `cwd`, able to reach `reach` (default: this Python) even in a
+    folder only root may enter: in a mount namespace of its own each such folder is an empty
+    tmpfs with only the needed paths bound back. Nothing is copied, the host is unchanged."""
     view = closed_folders(reach or runtime_paths())
     libc = ctypes.CDLL(None, use_errno=True) if view else None
     account = Account(uid, limits=limits, cwd=None if cwd is None else str(cwd))
@@ -519,11 +482,7 @@ def _mount(
 def _private_view(
     libc: Any, view: Iterable[tuple[str, tuple[str, ...]]], hides: Iterable[str] = ()
 ) -> None:
-    def mount(
-        src: bytes | None, dst: bytes, kind: bytes | None, flags: int, data: bytes | None = None
-    ) -> None:
-        _mount(libc, src, dst, kind, flags, data)
-
+    mount = functools.partial(_mount, libc)
     if libc.unshare(CLONE_NEWNS) != 0:
         e = ctypes.get_errno()
         raise OSError(e, f"unshare: {os.strerror(e)}")
@@ -591,30 +550,16 @@ def kill_user(uid: int) -> None:
     /proc sweep from here follows, and both repeat while any remains."""
     import subprocess
 
+    kill_all = [sys.executable, "-S", "-c", "import os, signal; os.kill(-1, signal.SIGKILL)"]
     seen: set[int] = set()
     for attempt in range(50):  # kill(-1) at least once: a scan can miss a process mid-fork
         if attempt and not processes_of(uid) and not processes_of(uid):
             _reap(seen)
             return
-        try:
-            subprocess.run(
-                [sys.executable, "-S", "-c", "import os, signal; os.kill(-1, signal.SIGKILL)"],
-                preexec_fn=become(uid),
-                env={},
-                timeout=10,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                check=False,
-            )
-        except (OSError, subprocess.SubprocessError):
-            pass
-        for p in processes_of(uid):
-            seen.add(p)
-            try:
-                os.kill(p, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        _succeeds(kill_all, 10, preexec_fn=become(uid), env={}, stdin=subprocess.DEVNULL)
+        found = processes_of(uid)
+        seen.update(found)
+        _signal(found, signal.SIGKILL)
         _reap(seen)
         time.sleep(0.02)
 
@@ -711,12 +656,9 @@ def child_env(*, home: Path, pythonpath: str) -> dict[str, str]:
 
 def contents(folder: Path, hash_limit: int | None = None) -> dict[str, str]:
     """{relative path: sha256 of its bytes} for every file below `folder` (a link: of its
-    target's name; a file that cannot be read: "unreadable"). Integrity by content: a file
-    rewritten at the same size with its mtime put back still shows. The walk is bounded
-    (walk.entries: no link followed, no recursion): where it stops, one entry names why, so
-    the stop itself shows as a change. `hash_limit`: bytes hashed at most, in all; a file that
-    would pass it is known by its size, ctime (which a write sets and no user can put back)
-    and inode instead, so a folder of large files is not read whole on every look."""
+    target's name), so a file rewritten at the same size and mtime still shows. The walk is
+    bounded (walk.entries); where it stops, one entry names why. Past `hash_limit` bytes
+    hashed in all, a file is known by its size, ctime (no user can put it back) and inode."""
     folder = Path(folder)
     try:
         found = walk.entries(folder)

@@ -1,17 +1,12 @@
 """`manager_machine`: a Hypothesis state machine that drives any block manager next to
 pagedsim's `KVCacheManager` (the model) and checks it after every step.
 
-Why a model? Conformance is "the same observable behaviour as the chapter's manager"
-(3.3, 3.4; vLLM v0's BlockSpaceManager semantics): the same number of free blocks
-after every call, running out of blocks on exactly the same calls. Physical block
-ids are the implementation's own choice (unless `check_free_order` is given), so
-data is checked through a shadow memory instead:
-
-    memory[slot] = value   every token written gets a unique value, in the slot its
-                           table gives (slot = table[p // B] * B + p % B)
-    copy pairs             (src, dst) from drain_copies() are applied before writes,
-                           as the copy kernel runs before write_kv
-    read back              every live sequence must read exactly its own values
+Conformance is the chapter's observable behaviour (3.3, 3.4; vLLM v0's BlockSpaceManager):
+the same free count after every call, out of blocks on exactly the same calls. Block ids
+are the manager's own choice (unless `check_free_order`), so data is checked through a
+shadow memory: every token written gets a unique value in slot table[p // B] * B + p % B,
+drain_copies() pairs are applied before writes (the copy kernel runs before write_kv),
+and every live sequence must read back exactly its own values.
 
 Checks after every step (the failure message says which one broke):
     * table length == ceil(num_tokens / block_size), ids in range, no id twice;
@@ -101,27 +96,14 @@ class ManagerConformance(RuleBasedStateMachine):
     @rule(n=st.integers(1, 12))
     def add(self, n: int) -> None:
         seq = self.next_id
-        if self._step(
-            f"m.add_sequence({seq}, {n})",
-            "add_sequence",
-            (seq, n),
-            lambda: self.model.add_sequence(seq, n),
-            writes=(seq, 0, n),
-        ):
+        if self._step("add_sequence", (seq, n), writes=(seq, 0, n)):
             self.next_id += 1  # a refused id is tried again: it must not be half-registered
 
     @precondition(lambda self: self.tokens)
     @rule(i=st.integers(0, 7), n=st.integers(1, 6))
     def append(self, i: int, n: int) -> None:
         seq = self._live(i)
-        start = len(self.tokens[seq])
-        self._step(
-            f"m.append_tokens({seq}, {n})",
-            "append_tokens",
-            (seq, n),
-            lambda: self.model.append_tokens(seq, n),
-            writes=(seq, start, n),
-        )
+        self._step("append_tokens", (seq, n), writes=(seq, len(self.tokens[seq]), n))
 
     @precondition(lambda self: self.tokens)
     @rule(i=st.integers(0, 7))
@@ -130,10 +112,8 @@ class ManagerConformance(RuleBasedStateMachine):
         child = self.next_id
         self.next_id += 1
         self._step(
-            f"m.fork({parent}, {child})",
             "fork",
             (parent, child),
-            lambda: self.model.fork(parent, child),
             lambda: self.tokens.__setitem__(child, list(self.tokens[parent])),
         )
 
@@ -165,7 +145,7 @@ class ManagerConformance(RuleBasedStateMachine):
             some = self._live(i)
             calls += [("add_sequence", (some, 1)), ("fork", (some, some))]
         name, args = calls[which % len(calls)]
-        text = f"m.{name}({', '.join(map(repr, args))})"
+        text = _call_text(name, args)
         before = self._observe()
         outcome, value = self.m.call(text, getattr(self.m.obj, name), *args)
         try:
@@ -198,30 +178,23 @@ class ManagerConformance(RuleBasedStateMachine):
         return live[i % len(live)]
 
     def _free(self, seq: int) -> None:
-        self._step(
-            f"m.free_sequence({seq})",
-            "free_sequence",
-            (seq,),
-            lambda: self.model.free_sequence(seq),
-            lambda: self.tokens.pop(seq),
-        )
+        self._step("free_sequence", (seq,), lambda: self.tokens.pop(seq))
 
     def _step(
         self,
-        text: str,
         name: str,
         args: tuple[int, ...],
-        model_op: Callable[[], object],
         on_success: Callable[[], object] | None = None,
         writes: Writes | None = None,
     ) -> bool:
-        """Call the manager and the model; True when the call went through."""
+        """Call `name(*args)` on the manager and the model; True when the call went through."""
         type(self).steps_run += 1
+        text = _call_text(name, args)
         before = self._observe()
         model_before = self.model.num_free_blocks
         refusal: OutOfBlocks | None = None
         try:
-            model_op()
+            getattr(self.model, name)(*args)
         except OutOfBlocks as exc:  # the model raises only this
             refusal = exc
         outcome, value = self.m.call(text, getattr(self.m.obj, name), *args)
@@ -377,6 +350,11 @@ class ManagerConformance(RuleBasedStateMachine):
 
     def _fail(self, problem: str) -> NoReturn:
         self.m.fail(problem)
+
+
+def _call_text(name: str, args: tuple[int, ...]) -> str:
+    """The call as the failure's script writes it, e.g. `m.fork(0, 1)`."""
+    return f"m.{name}({', '.join(map(repr, args))})"
 
 
 def manager_machine(

@@ -10,16 +10,12 @@ length-prefixed JSON messages with a closed schema (remote_codec.py), in both di
                                  child-only helpers
     ["P", "ok"|"err", seq, value, arguments written back]
 
-A value crosses by copy when it is plain data (None, numbers, str, bytes, tuples, lists,
-dicts, sets, paths, NumPy arrays and scalars of a number or text dtype) and by *handle*
+A value crosses by copy when it is plain data (remote_codec.py's table) and by *handle*
 otherwise: the receiver gets a proxy (`Remote`) whose every use is a message back. Lists,
-dicts, sets and arrays passed as arguments are copied back after the call (the callee may
-append to them), and a result that *is* one of the arguments comes back as that very
-object. An exception crosses as data: its class name (a student's own exception class
-becomes a local stand-in with the same name and its builtin bases), its arguments, and the
-lines of the student's file it passed through, re-raised here from frames with that file
-name, so the runner's messages ("... (line 12 of your file)", "not implemented yet:
-allocate") read exactly as they do in-process.
+dicts, sets and arrays passed as arguments are copied back after the call, and a result
+that *is* one of the arguments comes back as that very object. An exception crosses as
+data (remote_errors.py), re-raised here from frames named like the student's file, so the
+runner's messages ("... (line 12 of your file)") read exactly as they do in-process.
 
 Nothing the child sends can name code in the grader: JSON has no callables, the decoder
 builds only the schema's values, exception classes come from a fixed table by name, a
@@ -30,10 +26,8 @@ capability's registered surface before any attribute is looked up, and each answ
 the same gate, so no frame, generator, function, class or module ever crosses. Neither
 side ever unpickles.
 
-The pieces: remote_codec.py (the wire format and its table), remote_values.py (what a proxy
-may ask, the write-back of mutable arguments), remote_errors.py (exceptions both ways),
-remote_proxy.py (`Remote`, `RemoteModule`, `ask`), remote_caps.py (what the grader may hand
-over), and here the channel and the child's `serve` loop.
+Here: the channel and the child's `serve` loop; remote_values.py: what a proxy may ask and
+the write-back; remote_proxy.py: `Remote`, `RemoteModule`, `ask`.
 """
 
 from __future__ import annotations
@@ -50,14 +44,7 @@ import numpy as np
 from . import audit
 from .remote_caps import ARRAY, CALL, Callback, Method, served, surface_of
 from .remote_codec import DEFAULT_LIMIT, Decoder, Encoder, dump_message, load_message
-from .remote_errors import (
-    DEPTH,
-    build_exception,
-    class_from,
-    class_node,
-    encode_exception,
-    raise_from_frames,
-)
+from .remote_errors import DEPTH, build_exception, class_from, class_node, encode_exception
 from .remote_proxy import Remote, RemoteModule, _Raised, ask
 from .remote_values import (
     MUTABLE,
@@ -387,19 +374,5 @@ def serve(fd: int, helpers: dict[str, Callable[..., Any]]) -> None:
             ch._serve(message)
 
 
-__all__ = [
-    "DEPTH",
-    "MUTABLE",
-    "OPERATORS",
-    "SPECIAL",
-    "Channel",
-    "ChildDied",
-    "Remote",
-    "RemoteError",
-    "RemoteModule",
-    "ask",
-    "build_exception",
-    "encode_exception",
-    "raise_from_frames",
-    "serve",
-]
+# imported from here by conform.py and course/isolation.py
+__all__ = ["DEPTH", "ChildDied", "RemoteError", "ask"]

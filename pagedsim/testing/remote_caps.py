@@ -1,23 +1,19 @@
 """What the checker may hand to the code under test: capabilities with a fixed surface.
 
-Part of pagedsim/testing/remote.py. The process that runs the checks (the grader's side)
-never hands the submission an object to explore. A value crosses by copy when it is data
-(remote_codec.py's table); anything else crosses only when its exact type is registered
-here with a `Surface`: the methods the submission may call, the attributes it may read or
-set, and the operators (`len`, `[]`, iteration, ...) it may use. A request is checked
-against the surface *before* any attribute is looked up, and every answer passes the same
-gate on its way back, so a registered method that returns a frame, a generator, a bound
-method, a function, a class, a module or a dict of callables is refused, not served.
+Part of pagedsim/testing/remote.py. The checker never hands the submission an object to
+explore: a value crosses by copy when it is data (remote_codec.py's table), and anything
+else only when its exact type is registered here with a `Surface` (the methods it may
+call, attributes it may read or set, operators it may use). A request is checked against
+the surface *before* any attribute is looked up, and every answer passes the same gate
+back, so a method that returns a frame, a generator, a function, a class, a module or a
+dict of callables is refused. The only callables that cross from the checker:
 
-Three wrappers are the only callables that ever cross from the checker:
-
-    Method(obj, name)   one registered method of a capability, looked up here at each call
+    Method(obj, name)   one registered method of a capability, looked up at each call
     Cursor(iterator)    an iterator or generator: its only operation is `next`
     Callback(function)  a check's own function handed over on purpose (it binds like one)
 
-A check that hands over anything else fails at the hand-over with `Unregistered` (the
-runner reports it as an error of the checks, never as the student's); the types the shipped
-checks hand out are listed by tests/instructor/test_capabilities.py, which runs them all.
+Handing over anything else fails with `Unregistered` (an error of the checks, never the
+student's); tests/instructor/test_capabilities.py runs every type the checks hand out.
 """
 
 from __future__ import annotations
@@ -41,31 +37,19 @@ OPERATIONS = SPECIAL | {CALL, ARRAY}
 # Never a capability, whatever a check registers: each one leads to code, frames or names.
 NEVER: tuple[type, ...] = (
     type,
-    types.ModuleType,
-    types.FunctionType,
-    types.BuiltinFunctionType,
-    types.MethodType,
-    types.MethodWrapperType,
-    types.WrapperDescriptorType,
-    types.MethodDescriptorType,
-    types.ClassMethodDescriptorType,
-    types.GetSetDescriptorType,
-    types.MemberDescriptorType,
-    types.GeneratorType,
-    types.CoroutineType,
-    types.AsyncGeneratorType,
-    types.FrameType,
-    types.TracebackType,
-    types.CodeType,
-    types.CellType,
-    types.MappingProxyType,
-    types.SimpleNamespace,
     dict,
     functools.partial,
     property,
     staticmethod,
     classmethod,
     BaseException,
+    *(
+        getattr(types, name)
+        for name in """ModuleType FunctionType BuiltinFunctionType MethodType MethodWrapperType
+        WrapperDescriptorType MethodDescriptorType ClassMethodDescriptorType GetSetDescriptorType
+        MemberDescriptorType GeneratorType CoroutineType AsyncGeneratorType FrameType
+        TracebackType CodeType CellType MappingProxyType SimpleNamespace""".split()
+    ),
 )
 
 
@@ -182,29 +166,9 @@ class Callback:
 # pagedsim's own types that checks hand out (3.4b: the pool the student's functions share)
 register(
     BlockPool,
-    methods=(
-        "allocate",
-        "allocate_many",
-        "take",
-        "incref",
-        "free",
-        "release",
-        "ref_count",
-        "ref_counts",
-        "is_shared",
-        "is_free",
-        "head",
-        "free_list",
-        "check_invariants",
-    ),
-    attributes=(
-        "num_blocks",
-        "block_size",
-        "free_order",
-        "num_free_blocks",
-        "num_shared",
-        "num_used",
-    ),
+    methods="""allocate allocate_many take incref free release ref_count ref_counts is_shared
+    is_free head free_list check_invariants""".split(),
+    attributes="num_blocks block_size free_order num_free_blocks num_shared num_used".split(),
 )
 register(Method, operations={CALL})
 register(Cursor, operations={"__next__", "__iter__"})

@@ -56,17 +56,8 @@ _RECORD_NAMES = {cls: name for name, cls in RECORDS.items()}
 
 DEFAULT_LIMIT = 64 << 20  # bytes in one message from the submission's process
 MAX_DEPTH = 200  # nesting of one value
-DTYPES = {
-    f"{order}{kind}{size}"
-    for order in "<>|"
-    for kind, sizes in (
-        ("b", (1,)),
-        ("i", (1, 2, 4, 8)),
-        ("u", (1, 2, 4, 8)),
-        ("f", (2, 4, 8)),
-        ("c", (8, 16)),
-    )
-    for size in sizes
+DTYPES = {  # numbers and booleans, in any byte order
+    order + code for order in "<>|" for code in "b1 i1 i2 i4 i8 u1 u2 u4 u8 f2 f4 f8 c8 c16".split()
 }
 _TEXT_DTYPE = re.compile(r"[<>|][US][0-9]{1,7}")
 

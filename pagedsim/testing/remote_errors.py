@@ -207,16 +207,9 @@ def build_exception(
     cls = value(cls_node, depth)
     if not (isinstance(cls, type) and issubclass(cls, BaseException)):
         raise RemoteError("a malformed message: an exception class that is not one")
-    for field, kind in (
-        (args, list),
-        (text, str),
-        (frames, list),
-        (attrs, list),
-        (notes, list),
-        (formatted, str),
-    ):
-        if type(field) is not kind:
-            raise RemoteError("a malformed message: a malformed exception")
+    fields = (args, text, frames, attrs, notes, formatted)
+    if tuple(map(type, fields)) != (list, str, list, list, list, str):
+        raise RemoteError("a malformed message: a malformed exception")
     exc = _instance(cls, [value(a, depth) for a in args], text, ch)
     for pair in attrs:  # public names only: never __class__, __traceback__, ...
         if (

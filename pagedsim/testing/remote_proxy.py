@@ -116,9 +116,8 @@ class RemoteModule(types.ModuleType):
     def __init__(self, ch: Channel, key: int, name: str) -> None:
         super().__init__(name)
         self.__dict__["_remote"] = Remote(ch, key, name)
-        self.__dict__[
-            "__path__"
-        ] = []  # so that `import matplotlib.figure` may look for a submodule
+        # so that `import matplotlib.figure` may look for a submodule
+        self.__dict__["__path__"] = []
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
@@ -126,9 +125,7 @@ class RemoteModule(types.ModuleType):
         return getattr(self.__dict__["_remote"], name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name.startswith("__") and name.endswith(
-            "__"
-        ):  # the import system's bookkeeping stays here
+        if name.startswith("__") and name.endswith("__"):  # the import system's, kept here
             self.__dict__[name] = value
         else:
             setattr(self.__dict__["_remote"], name, value)

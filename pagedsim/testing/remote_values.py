@@ -15,58 +15,24 @@ from typing import Any
 import numpy as np
 
 MUTABLE = (list, dict, set, bytearray, np.ndarray)  # copied back after a call
-SPECIAL = {
-    "__len__",
-    "__getitem__",
-    "__setitem__",
-    "__delitem__",
-    "__iter__",
-    "__next__",
-    "__contains__",
-    "__bool__",
-    "__eq__",
-    "__ne__",
-    "__lt__",
-    "__le__",
-    "__gt__",
-    "__ge__",
-    "__repr__",
-    "__str__",
-    "__hash__",
-    "__int__",
-    "__float__",
-    "__index__",
-    "__add__",
-    "__sub__",
-    "__mul__",
-    "__neg__",
-}
+# The special methods a proxy forwards, and how the serving side runs each one.
 OPERATORS: dict[str, Callable[..., object]] = {
     "__len__": len,
-    "__getitem__": operator.getitem,
-    "__setitem__": operator.setitem,
-    "__delitem__": operator.delitem,
     "__iter__": iter,
     "__next__": next,
     "__contains__": lambda o, x: x in o,
     "__bool__": bool,
-    "__eq__": operator.eq,
-    "__ne__": operator.ne,
-    "__lt__": operator.lt,
-    "__le__": operator.le,
-    "__gt__": operator.gt,
-    "__ge__": operator.ge,
     "__repr__": repr,
     "__str__": str,
     "__hash__": hash,
     "__int__": int,
     "__float__": float,
-    "__index__": operator.index,
-    "__add__": operator.add,
-    "__sub__": operator.sub,
-    "__mul__": operator.mul,
-    "__neg__": operator.neg,
+    **{
+        f"__{name}__": getattr(operator, name)
+        for name in "getitem setitem delitem eq ne lt le gt ge index add sub mul neg".split()
+    },
 }
+SPECIAL = frozenset(OPERATORS)
 
 
 class ChildDied(Exception):

@@ -1,19 +1,16 @@
 """A bounded walk of a folder someone else filled, and a bounded read of one file in it.
 
 Grading walks folders a student controls (`course/grade_job.py`) and folders a job could
-write in (`jail.contents`). Such a folder may be 1,100 levels deep, hold a million files, a
-link to `/`, a FIFO, or a 1 GiB sparse file. So, unlike `Path.rglob`:
+write in (`jail.contents`): 1,100 levels deep, a million files, a link to `/`, a FIFO, a
+1 GiB sparse file. So, unlike `Path.rglob`:
 
-- the walk is a loop over an explicit stack (no recursion, so no RecursionError);
-- it opens each folder relative to its parent's descriptor with O_NOFOLLOW, so no symbolic
-  link is ever followed (not even one swapped in during the walk) and it never leaves the
-  root; a root under /proc or /sys, or a root that is a link, is refused outright;
-- it stops at `Bounds.depth` folders deep and `Bounds.entries` entries, with `Stopped` and a
-  one-line reason, never a partial answer passed off as whole;
-- `read` stats the open file first and refuses anything that is not a regular file or is
-  larger than its limit, then reads in chunks and never more than the limit;
-- `remove_tree` deletes a folder however deep, without recursion and without following a
-  link (what a job left in its scratch folder).
+- the walk loops over an explicit stack (no RecursionError) and opens each folder
+  relative to its parent's descriptor with O_NOFOLLOW, so no link is ever followed (not
+  even one swapped in mid-walk); a root under /proc or /sys, or a link, is refused;
+- it stops at `Bounds.depth` folders deep and `Bounds.entries` entries with `Stopped` and
+  a one-line reason, never a partial answer passed off as whole;
+- `read` refuses anything but a regular file within its limit, and never reads more;
+- `remove_tree` deletes a folder however deep, without recursion or following a link.
 
 Open descriptors at any time: at most depth + 2, whatever the folder's width.
 """

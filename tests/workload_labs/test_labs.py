@@ -91,18 +91,20 @@ def test_policies_cli_prints_a_row_per_combination(capsys):
 
 def test_swap_cost_by_hand_and_the_crossover_is_where_the_costs_meet():
     spec = preset("opt-13b")  # 819,200 bytes per token
-    # 16 tokens, B = 16: one block each way; 2 * (10 us + 16 * 819200 / 25e9 s)
-    assert swapcost.swap_seconds(16, spec, 16, 25.0, 10.0) == pytest.approx(
-        2 * (10e-6 + 16 * 819_200 / 25e9)
-    )
     params = swapcost.params_of(spec)
     assert params == 12 * 40 * 5120**2
-    x = swapcost.crossover_gbps(512, spec, params, 16, 312.0, 0.5, 10.0)
-    assert swapcost.swap_seconds(512, spec, 16, x, 10.0) == pytest.approx(
-        swapcost.recompute_seconds(512, spec, params, 312.0, 0.5)
+    a100 = swapcost.Setup(
+        spec, params, 16, tflops=312.0, mfu=0.5, pcie_gbps=25.0, copy_latency_us=10.0
+    )
+    # 16 tokens, B = 16: one block each way; 2 * (10 us + 16 * 819200 / 25e9 s)
+    assert swapcost.swap_seconds(16, a100) == pytest.approx(2 * (10e-6 + 16 * 819_200 / 25e9))
+    x = swapcost.crossover_gbps(512, a100)
+    assert swapcost.swap_seconds(512, a100._replace(pcie_gbps=x)) == pytest.approx(
+        swapcost.recompute_seconds(512, a100)
     )
     # A copy latency that alone costs more than recomputing means swap never wins.
-    assert swapcost.crossover_gbps(16, spec, params, 1, 312.0, 0.5, 1e6) is None
+    slow_copies = a100._replace(block_size=1, copy_latency_us=1e6)
+    assert swapcost.crossover_gbps(16, slow_copies) is None
 
 
 def test_swapcost_cli_states_its_assumptions(capsys):
