@@ -16,14 +16,10 @@ primitives with the semantics the CUDA C++ Programming Guide documents
     exist in the block): every such lane must call it, as CUDA requires. A lane not in
     its own mask, or reading a lane outside the mask (undefined in CUDA), raises; lanes
     that never arrive (a divergent shuffle) raise after a timeout instead of hanging.
-  * any_sync(mask, predicate) (CUDA's __any_sync, "Warp Vote Functions"): non-zero iff
-    the predicate is non-zero in any lane of `mask`; syncwarp(mask): the lanes of `mask`
-    wait for one another. Both are the same warp-synchronous exchange as the shuffles.
-  * `cuda.shared.array` is replaced by a thread-safe copy of numba's own (see
-    `_shared_array`: its unlocked check-then-create could hand two lanes two arrays).
-  * load16(array, index): the 16 bytes at element `index` from the array's data
-    pointer, read from memory like the GPU does; a misaligned or out-of-bounds address
-    raises (on a GPU: a misaligned-address or illegal-address fault).
+  * any_sync and syncwarp ("Warp Vote Functions") are the same warp-synchronous exchange;
+    `cuda.shared.array` becomes a thread-safe copy of numba's own (`_shared_array`);
+  * load16 reads memory as the GPU does; a misaligned or out-of-bounds address raises
+    (on a GPU: a misaligned-address or illegal-address fault).
 """
 
 from __future__ import annotations
