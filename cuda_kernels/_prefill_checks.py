@@ -8,13 +8,8 @@ tokens, and every block-table entry the kernel will read (the attended blocks of
 sequence with queries, windowed as `attention.attended_ranges` says) inside the cache.
 A refused batch has launched nothing and changed nothing.
 
-`choose_path` decides which kernel serves a call: "tensor" (`prefill_tc`, mma.sync) when
-the cache is float16, 16-byte aligned and head_dim a multiple of 16 in [16, 256], else
-"cuda_core" (`prefill.make_prefill_kernel`, the fallback for any shape). "auto" picks
-the first that can serve; asking for "tensor" on a shape it cannot serve is an error.
-"wgmma" (`prefill_wgmma`, Hopper's warpgroup MMA) is opt-in: "auto" never picks it
-until it has run on a GPU. It needs the tensor path's cache with head_dim <= 128 and,
-on a GPU, compute capability 9.0 (sm_90a); under the simulator it runs the stand-ins.
+`choose_path` decides which kernel serves a call (the paths: `paged_prefill`'s docstring);
+"tensor" also needs a 16-byte aligned cache, "auto" falls back to "cuda_core".
 """
 
 from __future__ import annotations

@@ -9,9 +9,7 @@ loaders' scalar `fallback` (or refuses when there is none).
 
 Path (`choose_path`): "cuda_core" is `fast/decode.py`, "tensor" is `fast/decode_tc.py` (the
 group's heads as the M rows of mma.m16n8k16, FlashInfer's `use_tensor_cores`; vLLM v1's
-FlashInfer backend makes the same choice for GQA). "auto" takes the tensor cores for
-groups of TC_MIN_GROUP = 4 heads or more when K/V are float16 with 16-byte aligned rows
-and head_dim is a multiple of 16 in [16, 256]; LAST_PLAN records what ran. Both paths
+FlashInfer backend makes the same choice for GQA); LAST_PLAN records what ran. Both paths
 share the split-K plan and the merge.
 
 Split-K rule (`choose_partition`; FlashInfer's decode plan sizes KV chunks to the GPU,

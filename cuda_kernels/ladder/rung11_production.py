@@ -57,9 +57,9 @@ ADDS = (
     ("multi-warp CTAs (tensor cores)", "fast/decode_tc.py", 89, "nw = warps or next("),
     ("reduce-scatter of the scores", "fast/decode.py", 293, "reduce_scatter(dots, NP, LPR, lane)"),
     ("the cp.async ring, NW warps", "fast/decode.py", 384, "cp_async_wait(1)"),
-    ("the split plan: path", "attention.py", 129, "def choose_path("),
-    ("the split plan: cost", "attention.py", 179, "def plan_cost("),
-    ("the split plan: partition", "attention.py", 189, "def choose_partition("),
+    ("the split plan: path", "attention.py", 127, "def choose_path("),
+    ("the split plan: cost", "attention.py", 177, "def plan_cost("),
+    ("the split plan: partition", "attention.py", 187, "def choose_partition("),
 )
 
 
