@@ -11,16 +11,12 @@ Launchers (all validate before launching; ValueError names the bad argument):
                     mode="auto", partition_size=None, path="auto")          attention.py
     paged_prefill(query, kv_cache, block_tables, context_lens, query_start_loc,
                   mask=ScoreMask(), *, path="auto", out_dtype=np.float32)   prefill.py
-                  path "tensor": fast/prefill_tc.py (mma.sync, FlashAttention-2 style);
-                  "cuda_core": prefill.py's kernel; "auto": tensor cores when the shape
-                  allows (_prefill_checks.choose_path says which)
     ScoreMask(scale=None, causal=True, sliding_window=None, sinks=0)        mask.py
                   the scale and the keys a query row sees, in vLLM v1's names
     copy_blocks(kv_cache, pairs); swap_out(kv_cache, host, pairs); swap_in(host, kv_cache, pairs)
-Building blocks every kernel imports: primitives.py (16-byte loads, warp reductions,
-online softmax, and the tensor-core pieces: mma, ldmatrix, cp.async, f16x2 packing).
-Kernel factory for other layouts: decode.make_decode_kernel(loaders, ...),
-launched through attention.decode_with. References: cuda_kernels.reference.
+Building blocks every kernel imports: primitives.py. Kernel factory for other layouts:
+decode.make_decode_kernel(loaders, ...), launched through attention.decode_with.
+References: cuda_kernels.reference. README.md gives the reading order.
 Cache layout (layout.py): kv_cache[num_blocks, 2, num_kv_heads, block_size, head_dim].
 """
 

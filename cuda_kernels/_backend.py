@@ -14,10 +14,7 @@ Rule, in order:
 If `numba.cuda` was imported earlier in a different mode, it cannot be switched any
 more: `select()` warns and `backend()` reports the mode numba actually runs in.
 
-What the simulator lacks is supplied by `primitives`, which reads this choice once: on
-the simulator it installs `sim/simulator`'s stand-ins (warp shuffles and votes, the
-16-byte load, a thread-safe shared array); on a GPU it uses `gpu/intrinsics`. Kernel
-bodies never branch.
+`primitives` reads this choice once to take `sim/`'s stand-ins or `gpu/intrinsics`.
 """
 
 from __future__ import annotations

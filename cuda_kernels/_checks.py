@@ -1,22 +1,17 @@
 """Host-side checks shared by every launcher, and host <-> device array plumbing.
 
-Every launcher validates its arguments here *before* any launch, so a kernel can
-trust its inputs: no block id, slot or token index it touches can be out of range,
-and a refused call has changed no buffer. A violation names the argument (and the
-offending index):
-    TypeError           a wrong kind of thing: a bool or float where an int is wanted,
-                        a list of strings as slots (`ArgumentTypeError` for an array of
-                        the wrong dtype or rank: it is a TypeError *and* a ValueError, so
-                        callers written against the older ValueError still catch it);
-    ValueError          a wrong value: out of range, not finite, not representable in
-                        the kernel's int32 / float32 argument.
-`require_int` is the one integer validator (kernel int arguments are int32, so values
-must be below 2**31); `index_array` is the one integer-array validator (lists are
-accepted only when every element is an int, never a bool, float or string).
+Every launcher validates its arguments here *before* any launch, so a kernel can trust its
+inputs (no block id, slot or token index out of range) and a refused call has changed no
+buffer. A violation names the argument (and the offending index): a TypeError for the
+wrong kind of thing (`ArgumentTypeError`, also a ValueError so older callers still catch
+it, for an array of the wrong dtype or rank), a ValueError for a wrong value (out of range,
+not finite, not representable in the kernel's int32 / float32 argument). `require_int` and
+`index_array` are the one integer and integer-array validators (lists only of ints, never
+a bool, float or string; kernel ints are int32, so values stay below 2**31).
 
-Arrays may be NumPy arrays (copied to the device and, for outputs, back) or device
-arrays (used in place). A strided view such as `kv_pool[:, layer]` of a device pool
-is used in place; a NumPy view is staged through a contiguous copy and written back.
+Arrays may be NumPy arrays (copied to the device and, for outputs, back) or device arrays
+(used in place, a strided view such as `kv_pool[:, layer]` included); a NumPy view is
+staged through a contiguous copy and written back.
 """
 
 from __future__ import annotations

@@ -8,13 +8,8 @@ tokens, and every block-table entry the kernel will read (the attended blocks of
 sequence with queries, windowed as `attention.attended_ranges` says) inside the cache.
 A refused batch has launched nothing and changed nothing.
 
-`choose_path` decides which kernel serves a call: "tensor" (`prefill_tc`, mma.sync) when
-the cache is float16, 16-byte aligned and head_dim a multiple of 16 in [16, 256], else
-"cuda_core" (`prefill.make_prefill_kernel`, the fallback for any shape). "auto" picks
-the first that can serve; asking for "tensor" on a shape it cannot serve is an error.
-"wgmma" (`prefill_wgmma`, Hopper's warpgroup MMA) is opt-in: "auto" never picks it
-until it has run on a GPU. It needs the tensor path's cache with head_dim <= 128 and,
-on a GPU, compute capability 9.0 (sm_90a); under the simulator it runs the stand-ins.
+`choose_path` decides which kernel serves a call (the paths: `paged_prefill`'s docstring);
+"tensor" also needs a 16-byte aligned cache, "auto" falls back to "cuda_core".
 """
 
 from __future__ import annotations
@@ -108,15 +103,13 @@ def check_batch(
     num_blocks, num_kv_heads, block_size, head_dim = shape
     _, causal, window, sinks = mask
     total_q = ck.check_query(query, num_kv_heads, head_dim, "token")[0]
-    tables = ck.host_ints("block_tables", block_tables, 2)
     lens = ck.host_ints("context_lens", context_lens, 1)
-    starts = ck.host_ints("query_start_loc", query_start_loc, 1)
-    if tables.dtype != np.int32 or lens.dtype != np.int32 or starts.dtype != np.int32:
-        raise ValueError("block_tables, context_lens and query_start_loc must be int32")
     num_seqs = len(lens)
+    tables, lens = ck.block_tables_and_lens(block_tables, lens, num_seqs, block_size)
+    starts = ck.host_ints("query_start_loc", query_start_loc, 1)
+    if starts.dtype != np.int32:
+        raise ValueError("query_start_loc must be int32")
     ck.require_shape("query_start_loc", starts, (num_seqs + 1,))
-    if tables.shape[0] != num_seqs:
-        raise ValueError(f"block_tables has {tables.shape[0]} rows for {num_seqs} sequences")
     if starts[0] != 0 or starts[-1] != total_q:
         raise ValueError(
             f"query_start_loc must run from 0 to {total_q} (the query's tokens), "
@@ -124,14 +117,6 @@ def check_batch(
         )
     q_lens = np.diff(starts.astype(np.int64))
     ck.require_range("query lengths (query_start_loc diffs)", q_lens, 0, 2**31)
-    max_blocks = tables.shape[1]
-    ck.require_range(
-        "context_lens",
-        lens,
-        1,
-        max_blocks * block_size + 1,
-        f": block_tables has {max_blocks} blocks of {block_size} tokens",
-    )
     at = ck.first_bad(lens < q_lens)
     if at is not None:
         raise ValueError(

@@ -9,9 +9,7 @@ loaders' scalar `fallback` (or refuses when there is none).
 
 Path (`choose_path`): "cuda_core" is `fast/decode.py`, "tensor" is `fast/decode_tc.py` (the
 group's heads as the M rows of mma.m16n8k16, FlashInfer's `use_tensor_cores`; vLLM v1's
-FlashInfer backend makes the same choice for GQA). "auto" takes the tensor cores for
-groups of TC_MIN_GROUP = 4 heads or more when K/V are float16 with 16-byte aligned rows
-and head_dim is a multiple of 16 in [16, 256]; LAST_PLAN records what ran. Both paths
+FlashInfer backend makes the same choice for GQA); LAST_PLAN records what ran. Both paths
 share the split-K plan and the merge.
 
 Split-K rule (`choose_partition`; FlashInfer's decode plan sizes KV chunks to the GPU,
@@ -109,8 +107,10 @@ def kernel_for(
     dtype = np.dtype(dtype)
     if path == "tensor":  # warps from the shared-memory budget; one under the simulator
         warps = tc_geometry(head_dim, group_size)["warps"] if launch_warps() > 1 else 1
+        chunks = tc_geometry(head_dim, group_size, warps)["chunks"]
     else:
         warps = launch_warps()
+        chunks = geometry(head_dim, group_size, dtype, warps)["chunks"]
     key = (loaders.name, head_dim, group_size, dtype.name, block_size, warps, paged, path)
     if key not in _kernels:
         if path == "tensor":
@@ -121,11 +121,6 @@ def kernel_for(
             _kernels[key] = make_decode_kernel(
                 loaders, head_dim, group_size, dtype, block_size, warps=warps, paged=paged
             )
-    chunks = (
-        tc_geometry(head_dim, group_size, warps)
-        if path == "tensor"
-        else geometry(head_dim, group_size, dtype, warps)
-    )["chunks"]
     return _kernels[key], 32 * warps, chunks
 
 
@@ -158,11 +153,10 @@ def sm_count() -> int:
 
 def cta_slots(kernel, args, threads: int) -> int:
     """SMs x resident CTAs per SM of `kernel` launched with `args` and `threads`, from the
-    driver's occupancy calculator (numba's max_cooperative_grid_blocks). Compiling for
-    the launch's exact argument types registers the overload the launch then reuses.
-    The answer is cached per (kernel, argument types, threads): later launches of the
-    same overload skip the compile lookup and the driver query.
-    The simulator assumes SIMULATED_SMS x SIMULATED_CTAS_PER_SM."""
+    driver's occupancy calculator (numba's max_cooperative_grid_blocks), cached per
+    (kernel, argument types, threads); compiling for the launch's exact argument types
+    registers the overload the launch then reuses. The simulator assumes
+    SIMULATED_SMS x SIMULATED_CTAS_PER_SM."""
     if _backend.backend() != "gpu":
         return SIMULATED_SMS * SIMULATED_CTAS_PER_SM
     try:
@@ -199,12 +193,9 @@ def choose_partition(
     max_pass=MAX_PASS,
     grain=GRAIN,
 ) -> int:
-    """Tokens per partition for mode="auto" (module docstring). `counts`: attended tokens
-    per sequence; ctas_per_seq: CTAs one partition of one sequence launches (KV heads x
-    head chunks); slots: SMs x resident CTAs. Every multiple of `grain` in
-    [min_partition, max_pass] up to the longest count is costed by `plan_cost`, which
-    counts CTAs (so whole waves) rather than spreading tokens over slots; the cheapest
-    wins, ties going to the larger partition (fewer partials to merge). A result >=
+    """Tokens per partition for mode="auto" (the module docstring's rule). `counts`:
+    attended tokens per sequence; ctas_per_seq: CTAs one partition of one sequence
+    launches (KV heads x head chunks); slots: SMs x resident CTAs. A result >=
     max(counts) means one pass."""
     counts = np.asarray(counts, np.int64)
     if counts.size == 0 or counts.min() < 0 or ctas_per_seq < 1 or slots < 1:
@@ -299,10 +290,9 @@ def decode_with(
     """`paged_attention` for any layout: validate, choose the mode, launch.
 
     loaders: `layout.Loaders`; `name` must be unique per pair of address functions (it
-    keys the compiled-kernel cache). k_src/v_src: device arrays
-    (NumPy is copied over) handed unchanged to load_k/load_v; the caller checks their
-    layout and gives its `shape`: num_blocks bounds the block ids; block_size maps
-    positions to blocks. Everything else is validated here exactly as for `paged_attention`.
+    keys the compiled-kernel cache). k_src/v_src: device arrays (NumPy is copied over)
+    handed unchanged to load_k/load_v; the caller checks their layout and gives its
+    `shape`. Everything else is validated here exactly as for `paged_attention`.
     """
     options = DecodeOptions() if options is None else options
     tables, lens, count, opt = _checked(query, block_tables, context_lens, shape, options)
@@ -364,8 +354,8 @@ def decode_with(
 
 def _checked(query, block_tables, context_lens, shape: CacheShape, options: DecodeOptions):
     """Validate the query, tables, lengths and options against `shape`, in this order.
-    Returns (tables, lens) on the host as int32, the tokens each sequence attends, and
-    `options` with the mask (`mask.checked`) and partition size normalised."""
+    Returns the host int32 tables and lens, the tokens each sequence attends, and
+    `options` normalised."""
     num_seqs, _, _ = ck.check_query(query, shape.num_kv_heads, shape.head_dim, "sequence")
     block_size = shape.block_size
     tables, lens = ck.block_tables_and_lens(block_tables, context_lens, num_seqs, block_size)

@@ -58,12 +58,9 @@ def load_v(cache, block, kv_head, offset, d):
 
 
 class Loaders(NamedTuple):
-    """How a decode kernel reads K and V (contracts: `decode.make_decode_kernel`).
-
-    name keys the compiled-kernel cache. vector=False: load_k(src, block, kv_head,
-    offset, d) -> float32. vector=True: load_k(src, seq, block, kv_head, offset) -> the
-    element index of the token's row start, rows contiguous in d. fallback: the scalar
-    Loaders to use when 16-byte loads are impossible (else the launcher refuses)."""
+    """How a decode kernel reads K and V (the contracts: `decode.make_decode_kernel`).
+    name keys the compiled-kernel cache; fallback: the scalar Loaders to use when 16-byte
+    loads are impossible (else the launcher refuses)."""
 
     name: str
     load_k: Callable

@@ -1,9 +1,7 @@
 """`ScoreMask`: how a query row's attention scores are made, one value for every launcher.
 
-Decode (`attention.paged_attention`, `attention.decode_with`), prefill
-(`prefill.paged_prefill`, `prefill.launcher`) and their NumPy references
-(`reference.paged_attention`, `reference.reference_prefill`) all take one `ScoreMask`: the
-scores q . k are multiplied by `scale`, then only the keys the mask keeps enter the softmax.
+Decode, prefill and their NumPy references all take one `ScoreMask`: the scores q . k are
+multiplied by `scale`, then only the keys the mask keeps enter the softmax.
 
 Field names follow vLLM v1's attention backends as of vLLM 0.34 (`FlashAttentionImpl.__init__`
 in vllm/v1/attention/backends/flash_attn.py, and its metadata's `causal`):

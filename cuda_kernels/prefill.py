@@ -15,13 +15,8 @@ kernel applies it to context_len (see fast/decode.py): the first `kept = min(sin
 positions plus positions [max(L - window, kept), L). `primitives.window_span` is that rule.
 
 Decode is the case query_len = 1: then p + 1 = context_len, and the row is exactly
-what `paged_attention` computes (tests check both the kernels and the references).
-Shared pieces have one home each: the window rule (`primitives.window_span` on the device,
-`attention.attended_ranges` on the host, `reference.attended_positions` in the
-reference); the validators, as for decode (`_checks` for the query, `mask.checked` for
-the ScoreMask; the ragged batch's own checks are in `_prefill_checks`); the cache
-layout's loaders and the vector-or-scalar choice (`layout.BLOCK_MAJOR`,
-`attention.usable_loaders`); the 16-byte load and the online-softmax steps (`primitives`).
+what `paged_attention` computes (tests check both the kernels and the references). The
+ragged batch's own checks are in `_prefill_checks`; the rest is shared with decode.
 
 Grid: (num_work, num_kv_heads). A work item is (sequence, first query token) for a
 tile of QT query tokens; the host lists only non-empty tiles (FlashInfer's
@@ -31,14 +26,11 @@ K/V element is read from global memory once per group (GQA), as in decode.
 
 The CTA's rows and span come from `fast.prefill_work`'s `cta_span`, as in the tensor-core
 kernels. Per KV tile of T attended positions, the block (NT threads):
-  1. `map_tile`: maps the tile's positions to (physical block, offset) through the block
-     table;
-  2. `load_tile`: loads K and V into shared memory as float32. With the cache's vector loaders
-     (`layout.BLOCK_MAJOR`: head_dim a multiple of 8 fp16 / 4 fp32 values and a 16-byte
-     aligned cache) one thread takes one 16-byte vector of a row with
-     `primitives.load16` (ld.global.nc.v4.u32) and unpacks it in registers; otherwise
-     the launcher picks the scalar fallback (`attention.usable_loaders`, as decode
-     does) and one thread reads one element;
+  1. `map_tile`: maps the tile's positions to (physical block, offset) through the table;
+  2. `load_tile`: loads K and V into shared memory as float32: one 16-byte vector of a
+     row per thread (`primitives.load16`, ld.global.nc.v4.u32, unpacked in registers)
+     with vector loaders, else one element per thread (the scalar fallback that
+     `attention.usable_loaders` picks, as for decode);
   3. `scores`: computes the R x T scores (R = QT * G rows), -inf where a row may not attend;
   4. `softmax`: one thread per row updates the running max, the running sum and the rescale
      factor: the online softmax of `primitives` in base 2 (q is pre-multiplied by
@@ -46,12 +38,9 @@ kernels. Per KV tile of T attended positions, the block (NT threads):
   5. `accumulate`: each thread owns head_dim elements d = tid, tid + NT, ... of all R rows in
      registers and adds p[row, t] * v[t, d]; each v[t, d] read from shared memory
      serves the R rows (decode's accumulation with rows in place of heads).
-q (pre-scaled) stays in shared memory (`load_q`); the end writes acc / l (`store`). The steps
-take what travels together as one named tuple: `Queries` (the CTA's rows and mask), `Tile`
-(the KV tile in shared memory) and `Running` (the rows' softmax state and accumulators).
-`attention.paged_attention` (decode) keeps its whole state in registers instead: with
-one query row per head there is nothing to share, while here a K/V tile in shared
-memory serves QT x G rows.
+q (pre-scaled) stays in shared memory (`load_q`); the end writes acc / l (`store`). Decode
+keeps its whole state in registers instead: with one query row per head there is nothing
+to share, while here a K/V tile in shared memory serves QT x G rows.
 """
 
 from __future__ import annotations
@@ -80,9 +69,8 @@ _kernels: dict = {}
 
 def _tile_loader(loaders: Loaders, D: int, NT: int, dtype):
     """Device function load_tile(cache, seq, kv_head, count, blk_s, off_s, k_s, v_s, tid):
-    k_s[t, 0:D], v_s[t, 0:D] <- float32 K/V rows of the tile's `count` tokens, the NT
-    threads sharing the work: one 16-byte vector each with vector loaders, else one
-    element each (the loaders' contracts: `decode.make_decode_kernel`)."""
+    k_s[t, 0:D], v_s[t, 0:D] <- float32 K/V rows of the tile's `count` tokens (step 2;
+    the loaders' contracts: `decode.make_decode_kernel`)."""
     load_k, load_v = loaders.load_k, loaders.load_v
     VEC, FP16 = vec_width(dtype), np.dtype(dtype).itemsize == 2  # values per 16 bytes
     if loaders.vector and D % VEC:
@@ -414,10 +402,9 @@ def paged_prefill(
 def launcher(cache, query, batch: PrefillBatch, *, mask: ScoreMask, out, path: str = "auto"):
     """launch() running the prefill kernel on device buffers into out [total_q, H, D]
     (float32 or float16), with no checks: `paged_prefill` validates first (`mask` as
-    `mask.checked` returns it: a float scale), the GPU benchmark times launch() alone.
-    `batch`: its tables, lengths and starts on the device, and the query
-    lengths on the host (the work list is built here).
-    launch.path says which kernel it runs ("tensor", "wgmma" or "cuda_core")."""
+    `mask.checked` returns it), the GPU benchmark times launch() alone. `batch`: tables,
+    lengths and starts on the device, query lengths on the host. launch.path says which
+    kernel it runs ("tensor", "wgmma" or "cuda_core")."""
     num_kv_heads, head_dim = cache.shape[2], cache.shape[4]
     group = query.shape[1] // num_kv_heads
     path = choose_path(path, cache)

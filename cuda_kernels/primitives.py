@@ -1,25 +1,15 @@
 """The small named pieces every kernel is built from (FlashInfer's style: vec_t, warp
-reductions, online-softmax state), so that a kernel body reads as its algorithm.
-
+reductions, online-softmax state), so that a kernel body reads as its algorithm. The
+device functions defined here (warp_sum/warp_max, the reduce_scatter + broadcast pair
+behind group_sums, softmax_rescale (Milakov & Gimelshein 2018), exp2_or_zero,
+merge_states, window_span, swizzled) say what they do in their docstrings. Imported
+from `gpu/intrinsics` on a GPU or `sim/` under the simulator:
     load16(array, index)         -> (u32, u32, u32, u32)  one 16-byte global load
     itemsize(array)              -> int                   element bytes, a compile-time constant
     fast_exp2(x)                 -> float32               2^x, one MUFU.EX2 (ex2.approx.ftz)
     half2_to_float2(word)        -> (float32, float32)    unpack two float16 from a u32
     bits_to_float(word)          -> float32               reinterpret a u32 as float32
-    unpack16(raw, dst, fp16)                              16 raw bytes -> dst[0:8] or dst[0:4]
-    warp_sum(value, width) / warp_max(value, width)       xor-butterfly over `width` lanes
-    group_sums(vals, n, width, lane, out)                 n sums over `width` lanes at once:
-        reduce_scatter(vals, n, width, lane) -> own       each lane keeps own of the totals,
-        owned_index(lane, j, n, width) -> k               vals[j] being total k,
-        broadcast(vals, n, width, lane, out)              then every lane gets all n
-    softmax_rescale(m_old, tile_max, slack) -> (m, alpha) online-softmax step
-                                 (Milakov & Gimelshein 2018)
-    exp2_or_zero(score, m)                                2^(score - m), 0 for a masked score
-                                 (-inf); a NaN score stays NaN
-    merge_states(m_a, l_a, m_b, l_b) -> (m, l, w_a, w_b)  combine two partial softmax states
-    window_span(length, window, sinks) -> (kept, start)   the sliding window with sinks: a
-                                 query seeing `length` positions attends [0, kept), [start, length)
-Tensor cores (sm_80+; `gpu/intrinsics` on a GPU, `sim/tensor_sim` under the simulator):
+Tensor cores (sm_80+):
     mma_f16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)
                                  mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32
     mma_bf16(...)                the same with bf16 A/B words
@@ -30,8 +20,6 @@ Tensor cores (sm_80+; `gpu/intrinsics` on a GPU, `sim/tensor_sim` under the simu
     cp_async_commit()            cp.async.commit_group
     cp_async_wait(N)             cp.async.wait_group N, N a compile-time integer literal
     pack_f16x2(lo, hi) / pack_bf16x2(lo, hi) -> u32   cvt.rn: lo in bits 0-15
-    swizzle_shape(chunks) -> (stride, shift, mask)  host: a row layout of 16-byte chunks
-    swizzled(row, chunk, stride, shift, mask) -> chunk slot   its conflict-free position
 Fragment conventions (PTX ISA, "Matrix Fragments for mma.m16n8k16"), per lane with
 g = lane >> 2 and t = lane % 4; a u32 word holds two b16 elements, the first (lower
 column / row index) in its low half, exactly as `pack_f16x2(lo, hi)` builds it:
@@ -49,28 +37,23 @@ rows gives b0/b1 of V. A C fragment pair (c0, c1) packed is an A fragment word: 
 FlashAttention-2 trick that feeds P = softmax(S) back to the next mma from registers.
 cp.async: copies land only after the thread's cp_async_wait retires their group; other
 threads see them after a barrier (`cuda.syncthreads()`) that follows the wait.
-Hopper's warpgroup MMA (wgmma, sm_90a) has its own module, `fast/wgmma.py` (one
-function per m64nNk16 shape, the descriptor, fence/commit/wait), with its stand-ins in
-`sim/wgmma_sim.py`.
+Hopper's wgmma (sm_90a) lives in `fast/wgmma.py`, its stand-ins in `sim/wgmma_sim.py`.
 
 The softmax pieces work in base 2 (scores in log2 units: q pre-multiplied by
 scale * log2(e)), as FlashAttention does: `fast_exp2` is one MUFU.EX2.
 
-`load16(array, index)` reads the 16 bytes that start at element `index` of `array`,
-counted from the array's data pointer in elements of its dtype (so a strided view is
-addressed with its own element strides). The caller guarantees 16-byte alignment and
-that the 16 bytes lie inside the array; the host launcher checks that once
-(`aligned16`). On a GPU it is an `@intrinsic` emitting LLVM `load <4 x i32>, align 16`
-from the global address space with `!invariant.load`, which NVVM turns into
-`ld.global.nc.v4.u32` (one 128-bit load per lane, through the read-only path). K/V
-therefore stay in their storage type until they sit in registers; `unpack16` converts
-them to float32 there.
+`load16(array, index)` reads the 16 bytes at element `index` of `array`, counted from its
+data pointer in its own elements (a strided view uses its own strides). The caller
+guarantees 16-byte alignment and bounds; the launcher checks that once (`aligned16`). On
+a GPU it is an `@intrinsic` emitting LLVM `load <4 x i32>, align 16` from the global
+address space with `!invariant.load`, which NVVM turns into `ld.global.nc.v4.u32` (one
+128-bit load per lane, through the read-only path), so K/V stay in their storage type
+until `unpack16` converts them to float32 in registers.
 
-Under Numba's CUDA simulator an intrinsic cannot run and warp shuffles and votes
-(`cuda.any_sync`, `cuda.syncwarp`) do not exist, so `sim/simulator.py` supplies
-plain-Python stand-ins with CUDA's documented semantics (installed only when the
-simulator backend is active, see `_backend.py`). The kernel bodies never ask which
-backend they run on.
+Under the simulator an intrinsic cannot run and warp shuffles and votes (`cuda.any_sync`,
+`cuda.syncwarp`) do not exist, so `sim/simulator.py` installs plain-Python stand-ins with
+CUDA's documented semantics (only on the simulator backend, `_backend.py`). Kernel bodies
+never ask which backend they run on.
 """
 
 from __future__ import annotations

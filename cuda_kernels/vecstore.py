@@ -23,12 +23,10 @@ from . import _backend
 
 
 def _simulated_store16(array, index, words):
-    from .sim.simulator import _numpy_of, load16
+    from .sim.simulator import checked_address
 
-    load16(array, index)  # the same alignment and bounds faults as a load of those 16 bytes
-    a = _numpy_of(array)
     raw = np.array([int(w) for w in words], np.uint32).tobytes()
-    ctypes.memmove(a.ctypes.data + int(index) * a.itemsize, raw, 16)
+    ctypes.memmove(checked_address("store16", array, index), raw, 16)
 
 
 def _gpu_store16():

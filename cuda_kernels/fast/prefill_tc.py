@@ -25,14 +25,8 @@ divides by the row sums and writes float32 rows), its launch configuration and c
 Registers (the limit that shapes large head_dims): a lane holds O (D/2 / o_split floats),
 S (T/4 floats) and Q (2 QR words, QR = k-steps kept in registers; the rest sit in shared
 memory as qs and come back through ldmatrix). `launch_config` picks per head_dim a shape
-that ptxas compiles without spills on sm_80 and sm_90 (tests/kernels/test_tensor_core_ptx):
-D <= 176: 4 warps, the largest tile of 64/32 tokens whose K and V fit SHARED_BUDGET; larger
-D: 8 warps with O split over the two warps of each row block (both compute the same S).
-
-Toward Hopper (issue 24 section 6): the row blocks are a warpgroup's: the CTA's 64 rows
-are exactly one wgmma m64nNk16 A operand (4 warps x 16 rows), and K/V tiles already sit
-in shared memory as wgmma's B operand would; only the fragment layout of S/O and the
-swizzle mode (128-byte, for its shared-memory descriptor) would change.
+that ptxas compiles without spills on sm_80 and sm_90. The CTA's 64 rows are exactly one
+wgmma m64nNk16 A operand (4 warps x 16 rows): `prefill_wgmma` is this kernel on Hopper.
 """
 
 from __future__ import annotations

@@ -7,10 +7,9 @@ mma.sync, the mask where needed, the online softmax on the accumulator fragments
 What a step reads and writes travels as five named tuples, built once by the kernel:
 `prefill_work`'s `KvSpan` (the sequence's K/V) and `Rows` (the lane's two query rows),
 `Tiles` (shared memory), `Lane` (the thread's place and address bases) and `Acc` (the
-running state). The
-step's pieces, one factory each: `make_scores` (S), `prefill_work.make_mask`,
-`make_rescale` (the online softmax), `make_values` (P V, and `masked_pv`); `make_step`
-joins them into one tile.
+running state). The step's pieces, one factory each: `make_scores` (S),
+`prefill_work.make_mask`, `make_rescale` (the online softmax), `make_values` (P V, and
+`masked_pv`); `make_step` joins them into one tile.
 
   * S: per k-step of 16 dims (`qk_step`), one ldmatrix_x4 of K rows gives the B fragments
     of two 8-token n-tiles; Q's A fragments come from registers (k < QR) or from qs

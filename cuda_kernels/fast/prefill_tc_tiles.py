@@ -3,10 +3,8 @@ and the swizzled shared-memory layout.
 
     loader = make_tile_loader(shape)   # shape: prefill_tc_shape.TileShape
 
-  * `map_tile(kv, base, tok_s, b, tid)`: thread t < T maps token t of a tile through the
-    block table once per tile (`tok_s[b, t]`, the row's element index in the cache, -1
-    past the span), skipping the window's seam: `prefill_work.make_map_tile`, shared
-    with `prefill_wgmma`.
+  * `map_tile(kv, base, tok_s, b, tid)`: `prefill_work.make_map_tile`'s (one block-table
+    read per token per tile), shared with `prefill_wgmma`.
   * `issue_any` / `issue_whole`: two threads per row issue 16-byte `cp_async16` copies of
     every other chunk into swizzled shared rows (`primitives.swizzled`: the 8 rows of one
     ldmatrix hit 8 distinct bank groups), one commit group per call; `issue_any` writes

@@ -30,10 +30,9 @@ Grid: (num_work, num_kv_heads), 128 threads (4 warps = one warpgroup). Warp w ow
     next tile through the block table once per tile; V of tile j streams in while S_j
     and the softmax run, K of tile j+1 while P_j V_j runs (prefill_tc's pipeline); after
     each wait, fence.proxy.async makes the copies visible to wgmma, then a barrier.
-  * The mask is applied only on the tiles that need it (`prefill_work`, shared with
-    prefill_tc: the masked tiles run first, then the run of tiles every row sees whole,
-    two loops), and each wgmma batch is waited for at once (no overlap of softmax and
-    wgmma yet, as FlashAttention-3's ping-pong schedules have). A NaN in a V row that a row masks
+  * The mask runs only on the tiles that need it (`prefill_work`'s two loops), and each
+    wgmma batch is waited for at once (no overlap of softmax and wgmma yet, as
+    FlashAttention-3's ping-pong schedules have). A NaN in a V row that a row masks
     inside a partly masked tile reaches that row (0 x NaN), which prefill_tc avoids
     with its CUDA-core `masked_pv`: left for a GPU session.
 """

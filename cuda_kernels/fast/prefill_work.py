@@ -19,24 +19,9 @@ them in all, in tiles of T span indices.
         order = (first_full, end_full, masked_tiles): tiles [first_full, end_full) are the
         run every row sees whole (`full_tile`), the other masked_tiles need the mask
 
-`make_work(QT, G, R, T)` builds them for one kernel's compile-time shape. Without
-constants, for any shape:
-
-    position(j, kept_hi, gap)    the context position of span index j
-    seen_by(h, pos, rows_seen)   does the lane's row h (0: r_lo, 1: r_lo + 8) see pos?
-    tile_at(e, order)            the tile step e runs: the masked tiles first (those
-                                 before the run, then those after it), then the run
-    run_tile(e, order)           tile_at for a step of the run (e >= masked_tiles),
-                                 without the compares: the whole-tile loop's
-
-The K/V a CTA reads travel together as one `KvSpan` (its sequence's cache rows, span
-and seam), what its lane's rows need as one `Rows`, and `make_map_tile(T, B)` maps a
-tile of the span through the block table:
-
-    map_tile(kv, base, tok_s, b, tid)   tok_s[b, t] <- the cache element index of K's row
-                                        of span index base + t, -1 past the span
-    make_mask(SF) -> mask(s, base, kv, rows_seen, t4)   -inf on the scores a row does
-                                        not see, in both kernels' fragment layout
+`make_work(QT, G, R, T)` builds them for one kernel's compile-time shape; `position`,
+`seen_by`, `tile_at` and `run_tile` serve any shape, `make_map_tile` and `make_mask`
+build the tile's block-table map and its mask (both kernels' fragment layout).
 
 Loop state is int32 throughout (64-bit loop state costs registers). The kernels run
 steps [0, masked_tiles) with the mask and [masked_tiles, tiles) without, in two loops

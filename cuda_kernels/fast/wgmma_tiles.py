@@ -7,8 +7,7 @@ memory is ceil(D / 64) panels of T rows x 64 fp16 (128 bytes); the 16-byte chunk
 r sits at chunk (c % 8) ^ (r % 8) of row r in panel c // 8 (wgmma's 128-byte swizzle, the
 tile 1024-byte aligned by the caller). Invariants the kernel relies on:
 
-  * `map_tile` (prefill_work) writes tok_s[b, t] for t < T: the cache element index of
-    K's row of the tile's token t, -1 past the span (one block-table read per token);
+  * `map_tile` (prefill_work) writes tok_s[b, t] for t < T, -1 past the span;
   * `issue_any` copies every row, writing zeros for rows past the span (so a tail tile's
     P V adds 0 x 0, never garbage); `issue_whole` assumes a whole tile (no select): the
     tiles `prefill_work.tile_order` puts in the run every row sees whole.

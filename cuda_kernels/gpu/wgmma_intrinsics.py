@@ -1,18 +1,11 @@
 """The GPU side of `wgmma`: Hopper warpgroup MMA of any width N, as inline PTX (sm_90a).
 
 Only imported when the real CUDA target is active; `sim/wgmma_sim.py` holds the stand-ins
-with the same names and meaning. Kernels using these compile with cc=(9, 0, "a").
-
-    wgmma_n{N}(desc, a0, a1, a2, a3, acc, base, accumulate)      N in SHAPES (8 .. 64)
-        wgmma.mma_async.sync.aligned.m64n{N}k16.f32.f16.f16, imm-trans-b 0: B K-major
-    wgmma_n{N}_t(...)                                              the same, imm-trans-b 1:
-        B MN-major ("transposed": n contiguous in shared memory, e.g. V token-major)
-      A [64 x 16] from registers (four f16x2 words per lane), B [16 x N] through the
-      64-bit shared-memory descriptor `desc`, D [64 x N] in acc[base : base + N/2] (a
-      float32 local array, updated in place; accumulate 0: D = A B, ignoring acc).
-    shared_address(array, index) -> u32   the shared-window address of array[index]
-    fence_proxy_async()                   fence.proxy.async.shared::cta
-    smem_desc, wgmma_fence, wgmma_commit, wgmma_wait: as in `gpu/intrinsics`
+with the same names and meaning (`fast/wgmma.py` lists them). Kernels using these compile
+with cc=(9, 0, "a"). wgmma_n{N} is wgmma.mma_async.sync.aligned.m64n{N}k16.f32.f16.f16
+with imm-trans-b 0 (B K-major), wgmma_n{N}_t the same with imm-trans-b 1 (B MN-major);
+acc is a float32 local array updated in place (accumulate 0: D = A B, ignoring acc).
+fence_proxy_async is fence.proxy.async.shared::cta.
 
 The asm text and its N/2 tied f32 operands are generated from N (`wgmma_text`,
 `wgmma_constraints`), not written out per shape. Operands: $0 .. $(N/2 - 1) are D

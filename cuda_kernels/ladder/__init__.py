@@ -1,20 +1,9 @@
 """The ladder: paged decode attention from a 36-line kernel to a tensor-core one, one
 idea per rung, every rung a standalone kernel in its own file (it imports only what an
-earlier rung introduced and showed). Read the files in this order (each docstring says
-what changed, why, and what it buys; `python -m cuda_kernels.report --ladder` measures
-each, cuda_kernels/README.md predicts each one's share of the read roofline):
-
-    rung1_naive.py      one thread per (sequence, head), scalar loads, two passes
-    rung2_cta.py        a thread block per (sequence, head), a shared-memory reduction
-    rung3_online.py     online softmax: one pass
-    rung4_shuffle.py    warp shuffles instead of a shared-memory tree
-    rung5_vector.py     16-byte loads (shown: load16), one warp per (sequence, head)
-    rung6_tokens.py     several tokens per warp step, the (m, l, acc) merge
-    rung7_gqa.py        GQA: K/V read once per group of query heads
-    rung8_split.py      split-K, the merge across warps (FlashDecoding)
-    rung9_cp_async.py   a 2-stage cp.async ring: the next step's rows in flight
-    rung10_tensor.py    tensor cores: the group's heads as the M rows of mma.m16n8k16
-    rung11_production.py  what fast/ adds on top, with line references (no kernel)
+earlier rung introduced and showed). Read the files in FILES' order (each docstring says
+what changed, why, and what it buys; cuda_kernels/README.md lists the rungs and predicts
+each one's share of the read roofline; `python -m cuda_kernels.report --ladder` measures
+each).
 
 Every rung has the meaning of `cuda_kernels.paged_attention` (and of the float64
 reference `cuda_kernels.reference.paged_attention`): `rung.decode(query, kv_cache,

@@ -46,20 +46,20 @@ ADDS = (
     (
         "lazy rescale: the step",
         "primitives.py",
-        285,
+        268,
         "def softmax_rescale(m_old, tile_max, slack):",
     ),
     ("lazy rescale (tensor cores)", "fast/decode_tc.py", 251, "softmax_rescale(m[r], top, SLACK)"),
-    ("swizzle: the layout", "primitives.py", 173, "def swizzled(row, chunk, stride, shift, mask):"),
+    ("swizzle: the layout", "primitives.py", 156, "def swizzled(row, chunk, stride, shift, mask):"),
     ("swizzle: the tiles", "fast/decode_tc.py", 124, "= swizzle_shape(CH)"),
     ("multi-warp CTAs: NW warps", "fast/decode.py", 116, "warps: int = 4,"),
     ("multi-warp CTAs: the merge", "fast/decode.py", 452, "every row's state is in shared memory"),
     ("multi-warp CTAs (tensor cores)", "fast/decode_tc.py", 89, "nw = warps or next("),
     ("reduce-scatter of the scores", "fast/decode.py", 293, "reduce_scatter(dots, NP, LPR, lane)"),
     ("the cp.async ring, NW warps", "fast/decode.py", 384, "cp_async_wait(1)"),
-    ("the split plan: path", "attention.py", 132, "def choose_path("),
-    ("the split plan: cost", "attention.py", 183, "def plan_cost("),
-    ("the split plan: partition", "attention.py", 193, "def choose_partition("),
+    ("the split plan: path", "attention.py", 127, "def choose_path("),
+    ("the split plan: cost", "attention.py", 177, "def plan_cost("),
+    ("the split plan: partition", "attention.py", 187, "def choose_partition("),
 )
 
 

@@ -16,14 +16,10 @@ primitives with the semantics the CUDA C++ Programming Guide documents
     exist in the block): every such lane must call it, as CUDA requires. A lane not in
     its own mask, or reading a lane outside the mask (undefined in CUDA), raises; lanes
     that never arrive (a divergent shuffle) raise after a timeout instead of hanging.
-  * any_sync(mask, predicate) (CUDA's __any_sync, "Warp Vote Functions"): non-zero iff
-    the predicate is non-zero in any lane of `mask`; syncwarp(mask): the lanes of `mask`
-    wait for one another. Both are the same warp-synchronous exchange as the shuffles.
-  * `cuda.shared.array` is replaced by a thread-safe copy of numba's own (see
-    `_shared_array`: its unlocked check-then-create could hand two lanes two arrays).
-  * load16(array, index): the 16 bytes at element `index` from the array's data
-    pointer, read from memory like the GPU does; a misaligned or out-of-bounds address
-    raises (on a GPU: a misaligned-address or illegal-address fault).
+  * any_sync and syncwarp ("Warp Vote Functions") are the same warp-synchronous exchange;
+    `cuda.shared.array` becomes a thread-safe copy of numba's own (`_shared_array`);
+  * load16 reads memory as the GPU does; a misaligned or out-of-bounds address raises
+    (on a GPU: a misaligned-address or illegal-address fault).
 """
 
 from __future__ import annotations
@@ -67,22 +63,29 @@ def _exchange(mask: int, value, kind: str = "shfl"):
     if not (mask >> lane) & 1:
         raise RuntimeError(f"shuffle called by lane {lane} which is not in its mask {mask:#010x}")
     lanes = frozenset(i for i in range(WARP) if (mask >> i) & 1 and warp * WARP + i < size)
-    with _lock:
-        rooms = manager.__dict__.setdefault("_shuffle_rooms", {})
-        current = rooms.get((warp, mask, kind))
-        if current is None:
-            current = rooms[(warp, mask, kind)] = _Round(lanes)
-        current.values[lane] = value
-        if len(current.values) == len(current.lanes):
-            del rooms[(warp, mask, kind)]  # the next call of these lanes starts a new round
-            current.done.set()
-    if not current.done.wait(TIMEOUT_S):
+    current, met = meet(manager, (warp, mask, kind), lanes, lane, value)
+    if not met:
         missing = sorted(current.lanes - set(current.values))
         raise RuntimeError(
             f"warp {warp}: lanes {missing} of mask {mask:#010x} never reached "
             f"the {kind} (divergent {kind}_sync)"
         )
     return current.values
+
+
+def meet(manager, key, lanes: frozenset, me: int, value) -> tuple[_Round, bool]:
+    """Bring `value` to the round `key` of the block, which `lanes` (threads) join; returns
+    the round and whether they all arrived within TIMEOUT_S."""
+    with _lock:
+        rooms = manager.__dict__.setdefault("_shuffle_rooms", {})
+        current = rooms.get(key)
+        if current is None:
+            current = rooms[key] = _Round(lanes)
+        current.values[me] = value
+        if len(current.values) == len(current.lanes):
+            del rooms[key]  # the next call of these lanes starts a new round
+            current.done.set()
+    return current, current.done.wait(TIMEOUT_S)
 
 
 def source_lane(mode: str, lane: int, b: int, width: int) -> int:
@@ -226,19 +229,24 @@ def _extent(a: np.ndarray) -> tuple[int, int]:
     return lo, hi + a.itemsize
 
 
-def load16(array, index):
-    """(u32, u32, u32, u32): the 16 bytes starting at element `index` of `array`."""
+def checked_address(what: str, array, index, nbytes: int = 16) -> int:
+    """Address of element `index`, which must start 16 aligned bytes inside the array."""
     a = _numpy_of(array)
     address = a.ctypes.data + int(index) * a.itemsize
     lo, hi = _extent(a)
     if address % 16:
         raise RuntimeError(
-            f"load16: misaligned address (element {index}, {address % 16} bytes "
-            f"past a 16-byte boundary)"
+            f"{what}: misaligned address (element {index}, "
+            f"{address % 16} bytes past a 16-byte boundary)"
         )
-    if address < lo or address + 16 > hi:
-        raise RuntimeError(f"load16: element {index} is outside the array (16 bytes from it)")
-    words = np.frombuffer(ctypes.string_at(address, 16), np.uint32)
+    if nbytes and (address < lo or address + nbytes > hi):
+        raise RuntimeError(f"{what}: element {index} is outside the array (16 bytes from it)")
+    return address
+
+
+def load16(array, index):
+    """(u32, u32, u32, u32): the 16 bytes starting at element `index` of `array`."""
+    words = np.frombuffer(ctypes.string_at(checked_address("load16", array, index), 16), np.uint32)
     return tuple(np.uint32(w) for w in words)
 
 

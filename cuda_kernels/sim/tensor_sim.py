@@ -30,7 +30,7 @@ import threading
 
 import numpy as np
 
-from .simulator import WARP, _exchange, _extent, _lock, _numpy_of
+from .simulator import WARP, _exchange, _lock, checked_address, meet
 
 FULL = 0xFFFFFFFF
 _LANE = np.arange(WARP)
@@ -92,24 +92,9 @@ def mma_bf16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
     return _mma("bf16", (a0, a1, a2, a3), (b0, b1), (c0, c1, c2, c3))
 
 
-def _checked_address(what: str, array, index, nbytes: int = 16) -> int:
-    """Address of element `index`, which must start 16 aligned bytes inside the array."""
-    a = _numpy_of(array)
-    address = a.ctypes.data + int(index) * a.itemsize
-    lo, hi = _extent(a)
-    if address % 16:
-        raise RuntimeError(
-            f"{what}: misaligned address (element {index}, "
-            f"{address % 16} bytes past a 16-byte boundary)"
-        )
-    if nbytes and (address < lo or address + nbytes > hi):
-        raise RuntimeError(f"{what}: element {index} is outside the array (16 bytes from it)")
-    return address
-
-
 def _ldmatrix(count: int, trans: bool, array, index):
     kind = f"ldmatrix.x{count}{'.trans' if trans else ''}"
-    address = _checked_address(kind, array, index)
+    address = checked_address(kind, array, index)
     got = _warp(kind, address)
     rows = [np.frombuffer(ctypes.string_at(got[i], 16), np.uint16) for i in range(8 * count)]
     tiles = np.array(rows, np.uint32).reshape(count, 8, 8)  # [matrix, row, column]
@@ -162,10 +147,10 @@ def cp_async16(dst, dst_index, src, src_index, nbytes):
     n = int(nbytes)
     if not 0 <= n <= 16:
         raise RuntimeError(f"cp.async: src-size {n} is not in [0, 16]")
-    to = _checked_address("cp.async (shared)", dst, dst_index)
+    to = checked_address("cp.async (shared)", dst, dst_index)
     data = b""
     if n:
-        data = ctypes.string_at(_checked_address("cp.async (global)", src, src_index), n)
+        data = ctypes.string_at(checked_address("cp.async (global)", src, src_index), n)
     _groups()["open"].append((to, data + bytes(16 - n)))
 
 
@@ -244,17 +229,8 @@ def _warpgroup(kind: str, value) -> dict:
     group, me = thread.thread_id // WARPGROUP, thread.thread_id % WARPGROUP
     if int(np.prod(manager._block_dim)) < WARPGROUP * (group + 1):
         raise RuntimeError(f"{kind} needs a whole warpgroup of 128 threads")
-    from .simulator import TIMEOUT_S, _Round
-
-    with _lock:
-        rooms = manager.__dict__.setdefault("_shuffle_rooms", {})
-        current = rooms.get(("warpgroup", group, kind))
-        if current is None:
-            current = rooms[("warpgroup", group, kind)] = _Round(frozenset(range(WARPGROUP)))
-        current.values[me] = value
-        if len(current.values) == WARPGROUP:
-            del rooms[("warpgroup", group, kind)]
-            current.done.set()
-    if not current.done.wait(TIMEOUT_S):
+    everyone = frozenset(range(WARPGROUP))
+    current, met = meet(manager, ("warpgroup", group, kind), everyone, me, value)
+    if not met:
         raise RuntimeError(f"warpgroup {group}: not every thread reached the {kind}")
     return current.values
